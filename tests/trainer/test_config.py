@@ -1,0 +1,238 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+import dataclasses
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from verl.trainer.config import PPOConfig, load_config
+from verl.trainer.main import main
+from verl.utils.config import ConfigError, describe_fields
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture()
+def files(tmp_path):
+    """A minimal valid setup: data file, model directory, reward file, prompt template."""
+    (tmp_path / "train.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n')
+    (tmp_path / "model").mkdir()
+    (tmp_path / "reward.py").write_text("def compute_score(sample):\n    return {'overall': 1.0}\n")
+    (tmp_path / "fmt.jinja").write_text("{{ content }}")
+    return tmp_path
+
+
+def base_args(d) -> list[str]:
+    return [
+        f"data.train_files={d / 'train.jsonl'}",
+        f"worker.actor.model.model_path={d / 'model'}",
+        f"worker.reward.reward_function={d / 'reward.py'}:compute_score",
+        "data.rollout_batch_size=8",
+        "worker.actor.global_batch_size=4",
+        "worker.rollout.n=2",
+        "trainer.n_gpus_per_node=2",
+    ]
+
+
+def write_yaml(path, data) -> str:
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def test_defaults_yaml_cli_precedence(files):
+    cfg_file = write_yaml(
+        files / "c.yaml",
+        {"data": {"max_prompt_length": 100, "max_response_length": 50}, "worker": {"rollout": {"temperature": 0.5}}},
+    )
+    config = load_config([f"config={cfg_file}", *base_args(files), "data.max_prompt_length=200"])
+    assert isinstance(config, PPOConfig)
+    assert config.data.max_prompt_length == 200  # CLI beats YAML
+    assert config.data.max_response_length == 50  # YAML beats default
+    assert config.worker.rollout.temperature == 0.5
+    assert config.data.prompt_key == "prompt"  # default kept
+    assert config.worker.actor.model.trust_remote_code is False
+
+
+def test_derived_keys_filled(files):
+    config = load_config(
+        [
+            *base_args(files),
+            "data.max_prompt_length=64",
+            "algorithm.use_kl_loss=true",
+            "algorithm.kl_coef=0.05",
+            "worker.actor.padding_free=false",
+        ]
+    )
+    assert config.worker.rollout.prompt_length == 64
+    assert config.worker.rollout.max_model_len == 64 + config.data.max_response_length
+    assert config.worker.actor.use_kl_loss is True and config.worker.actor.kl_coef == 0.05
+    assert config.worker.ref.padding_free is False
+    assert config.worker.actor.model.tokenizer_path == str(files / "model")
+    assert config.trainer.save_checkpoint_path.endswith(os.path.join("checkpoints", "verl_compact", "demo"))
+
+
+def test_derived_key_cannot_be_set(files):
+    with pytest.raises(ConfigError, match=r"worker.rollout.prompt_length.*data.max_prompt_length"):
+        load_config([*base_args(files), "worker.rollout.prompt_length=10"])
+
+
+def test_cli_lists_and_dicts(files):
+    config = load_config(
+        [
+            *base_args(files),
+            "trainer.logger=[console,file]",
+            'worker.rollout.val_override_config={"temperature": 0.6, "n": 1}',
+            "worker.actor.optim.betas=[0.8,0.95]",
+        ]
+    )
+    assert config.trainer.logger == ["console", "file"]
+    assert config.worker.rollout.val_override_config == {"temperature": 0.6, "n": 1}
+    assert list(config.worker.actor.optim.betas) == [0.8, 0.95]
+
+
+def test_unknown_key_names_path_and_suggestion(files):
+    with pytest.raises(ConfigError) as err:
+        load_config([*base_args(files), "worker.actor.optim.learning_rate=1e-5"])
+    assert "worker.actor.optim.learning_rate" in str(err.value)
+    with pytest.raises(ConfigError, match=r"'data.max_prompt_lenght'.*Did you mean 'data.max_prompt_length'"):
+        load_config([*base_args(files), "data.max_prompt_lenght=3"])
+
+
+def test_unknown_key_in_yaml_names_file(files):
+    cfg_file = write_yaml(files / "bad.yaml", {"trainer": {"total_epoch": 3}})
+    with pytest.raises(ConfigError, match=r"trainer.total_epoch.*trainer.total_epochs.*bad.yaml"):
+        load_config([f"config={cfg_file}", *base_args(files)])
+
+
+def test_wrong_type_names_key_type_value(files):
+    with pytest.raises(ConfigError) as err:
+        load_config([*base_args(files), "data.max_prompt_length=abc"])
+    message = str(err.value)
+    assert "data.max_prompt_length" in message and "int" in message and "abc" in message
+
+
+def test_missing_config_file(files):
+    with pytest.raises(ConfigError, match="nope.yaml"):
+        load_config(["config=nope.yaml", *base_args(files)])
+
+
+@pytest.mark.parametrize(
+    ("override", "pattern"),
+    [
+        (["worker.actor.global_batch_size=3"], r"data.rollout_batch_size=8 must be a multiple of worker.actor"),
+        (["trainer.n_gpus_per_node=3"], r"split evenly over.*3 devices"),
+        (
+            ["worker.actor.dynamic_batching=false", "worker.actor.micro_batch_size_per_device_for_update=3"],
+            r"micro_batch_size_per_device_for_update=3 must divide",
+        ),
+        (["worker.rollout.n=1"], r"algorithm.adv_estimator=grpo.*worker.rollout.n > 1"),
+        (["algorithm.adv_estimator=gae", "worker.rollout.n=1"], r"worker.critic.model.model_path"),
+        (["worker.rollout.max_num_batched_tokens=100"], r"max_num_batched_tokens=100 must be at least"),
+        (["algorithm.adv_estimator=ppo"], r"algorithm.adv_estimator.*choose one of.*grpo"),
+        (["worker.actor.loss_avg_mode=token"], r"worker.actor.loss_avg_mode"),
+        (["trainer.logger=[console,neptune]"], r"trainer.logger.*neptune"),
+        (["algorithm.disable_kl=true", "algorithm.use_kl_loss=true"], r"use_kl_loss"),
+        (["data.rollout_batch_size=0"], r"data.rollout_batch_size.*positive"),
+        (
+            ["worker.rollout.tensor_parallel_size=4", "trainer.n_gpus_per_node=2", "worker.actor.global_batch_size=8"],
+            r"tensor_parallel_size=4 must divide",
+        ),
+    ],
+)
+def test_cross_field_checks(files, override, pattern):
+    with pytest.raises(ConfigError, match=pattern):
+        load_config([*base_args(files), *override])
+
+
+@pytest.mark.parametrize(
+    ("override", "pattern"),
+    [
+        (["data.train_files=missing.jsonl"], r"data.train_files.*missing.jsonl.*does not exist"),
+        (["data.val_files=/nowhere/val.parquet"], r"data.val_files"),
+        (["data.image_dir=/nowhere"], r"data.image_dir"),
+        (["data.format_prompt=./nope.jinja"], r"data.format_prompt.*nope.jinja"),
+        (["data.override_chat_template=./nope.jinja"], r"data.override_chat_template"),
+        (["worker.actor.model.model_path=./no_such_model"], r"worker.actor.model.model_path"),
+        (["worker.reward.reward_function=./no_reward.py:fn"], r"reward file './no_reward.py' does not exist"),
+        (["trainer.load_checkpoint_path=/nowhere/global_step_3"], r"trainer.load_checkpoint_path"),
+    ],
+)
+def test_missing_paths_are_errors(files, override, pattern):
+    with pytest.raises(ConfigError, match=pattern):
+        load_config([*base_args(files), *override])
+
+
+def test_reward_function_must_be_defined(files):
+    with pytest.raises(ConfigError, match=r"defines no function 'nope'"):
+        load_config([*base_args(files), f"worker.reward.reward_function={files / 'reward.py'}:nope"])
+    (files / "main_reward.py").write_text("def main(sample):\n    return {'overall': 0.0}\n")
+    config = load_config([*base_args(files), f"worker.reward.reward_function={files / 'main_reward.py'}"])
+    assert config.worker.reward.reward_function == f"{files / 'main_reward.py'}:main"
+
+
+def test_hub_ids_are_not_local_paths(files):
+    config = load_config(
+        [
+            *base_args(files),
+            "data.val_files=hiyouga/geometry3k@test",
+            "worker.actor.model.model_path=Qwen/Qwen2.5-7B-Instruct",
+        ]
+    )
+    assert config.data.val_files == "hiyouga/geometry3k@test"
+
+
+def test_not_implemented_knobs_are_refused(files):
+    with pytest.raises(NotImplementedError, match="LoRA"):
+        load_config([*base_args(files), "worker.actor.model.lora.rank=8"])
+
+
+def test_every_field_has_a_docstring():
+    rows = describe_fields(PPOConfig)
+    assert len(rows) > 100
+    undocumented = [key for key, _, doc in rows if not doc]
+    assert undocumented == []
+
+
+def test_dry_run_prints_resolved_yaml(files, capsys):
+    assert main([*base_args(files), "data.seed=7", "--dry-run"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["data"]["seed"] == 7
+    assert printed["worker"]["rollout"]["prompt_length"] == 512
+    assert set(printed) == {f.name for f in dataclasses.fields(PPOConfig)}
+
+
+def test_main_reports_config_error_without_traceback(files, capsys):
+    assert main([*base_args(files), "data.nope=1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Config error: Unknown config key 'data.nope'") and "Traceback" not in err
+
+
+def test_dry_run_in_subprocess_does_not_start_ray(files):
+    code = (
+        "import sys; from verl.trainer.main import main; rc = main(sys.argv[1:]); "
+        "assert 'ray' not in sys.modules and 'vllm' not in sys.modules, 'dry run imported ray or vllm'; sys.exit(rc)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *base_args(files), "--dry-run"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert yaml.safe_load(proc.stdout)["worker"]["rollout"]["n"] == 2

@@ -1,0 +1,494 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The PPO configuration tree, its derived values and its validation.
+
+    PPOConfig
+      data        DataConfig       where prompts come from and how they are rendered
+      algorithm   AlgorithmConfig  advantage estimator, KL, online filtering
+      worker      WorkerConfig     actor, critic, ref, reward, rollout (verl/workers/config.py)
+      trainer     TrainerConfig    steps, validation, checkpoints, loggers, cluster size
+
+`load_config(argv)` merges dataclass defaults < YAML (`config=FILE`) < dotlist overrides, fills the derived keys and
+validates everything that can be checked before Ray starts; each error names the key and what to change.
+"""
+
+import ast
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..utils.config import ConfigError, load_yaml, merge_config, parse_dotlist, set_keys
+from ..workers.config import WorkerConfig
+from . import algo_constants
+
+
+@dataclass
+class DataConfig:
+    train_files: str = ""
+    """Training data: a local json/jsonl/parquet/csv file or a directory of them, or a Hugging Face dataset name@split."""
+    val_files: str = ""
+    """Validation data, in the same forms as train_files."""
+    prompt_key: str = "prompt"
+    """Column holding the prompt text."""
+    answer_key: str = "answer"
+    """Column holding the ground truth passed to the reward function."""
+    image_key: str = "images"
+    """Column holding a list of images (paths, bytes, {bytes: ...} dicts or PIL images)."""
+    video_key: str = "videos"
+    """Column holding a list of video paths."""
+    image_dir: str | None = None
+    """Directory that relative image and video paths are resolved against."""
+    video_fps: float = 2.0
+    """Frames per second sampled from videos."""
+    max_prompt_length: int = 512
+    """Prompt budget in tokens (image tokens included); prompts are left-padded to it."""
+    max_response_length: int = 512
+    """Most tokens generated per response."""
+    rollout_batch_size: int = 512
+    """Prompts per training step."""
+    mini_rollout_batch_size: int | None = None
+    """Prompts per generation round when online filtering needs several rounds to fill a step."""
+    val_batch_size: int = -1
+    """Prompts per validation batch; -1 puts the whole validation set in one batch."""
+    format_prompt: str | None = None
+    """Jinja template file rendered with `content` (the prompt) and every other column of the row."""
+    override_chat_template: str | None = None
+    """Chat-template file that replaces the tokenizer's and processor's template."""
+    shuffle: bool = True
+    """Shuffle the training set every epoch (seeded, resumable)."""
+    seed: int = 1
+    """Seed of the shuffling."""
+    min_pixels: int | None = 262144
+    """Images smaller than this area (in pixels) are upscaled."""
+    max_pixels: int | None = 4194304
+    """Images larger than this area (in pixels) are downscaled."""
+    filter_overlong_prompts: bool = True
+    """Drop prompts longer than max_prompt_length (image tokens counted) and log how many; off rejects them."""
+    filter_overlong_prompts_workers: int = 1
+    """Processes used to filter long prompts."""
+    skip_bad_rows: bool = False
+    """Skip rows with a missing key or an unreadable image (counted in a warning) instead of failing."""
+
+
+@dataclass
+class AlgorithmConfig:
+    gamma: float = 1.0
+    """Discount factor (gae, reinforce_plus_plus)."""
+    lam: float = 1.0
+    """GAE lambda."""
+    adv_estimator: str = "grpo"
+    """gae, grpo, grpo_passk, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline or remax."""
+    norm_adv_by_std_in_grpo: bool = True
+    """Divide GRPO advantages by the group's standard deviation; false gives Dr.GRPO."""
+    disable_kl: bool = False
+    """Train without a reference model and without any KL term."""
+    use_kl_loss: bool = False
+    """Add the KL to the actor loss (true) or subtract it from the token rewards (false)."""
+    kl_penalty: str = "low_var_kl"
+    """KL estimator: kl (k1), abs, mse (k2), low_var_kl (k3), their straight-through forms (k1+, k2+, k3+ ...)."""
+    kl_coef: float = 1e-3
+    """KL coefficient (the initial one for the adaptive controller)."""
+    kl_type: str = "fixed"
+    """KL-in-reward controller: fixed or adaptive."""
+    kl_horizon: float = 10000.0
+    """Horizon of the adaptive KL controller."""
+    kl_target: float = 0.1
+    """Target KL of the adaptive KL controller."""
+    online_filtering: bool = False
+    """DAPO dynamic sampling: drop groups whose mean reward lies outside (filter_low, filter_high)."""
+    filter_key: str = "overall"
+    """Reward key averaged per group for online filtering."""
+    filter_low: float = 0.01
+    """Groups with a mean at or below this are dropped."""
+    filter_high: float = 0.99
+    """Groups with a mean at or above this are dropped."""
+
+
+@dataclass
+class TrainerConfig:
+    total_epochs: int = 15
+    """Passes over the training set."""
+    max_steps: int | None = None
+    """Stop after this many steps; overrides total_epochs."""
+    project_name: str = "verl_compact"
+    """Project name for the loggers and the default checkpoint path."""
+    experiment_name: str = "demo"
+    """Run name for the loggers and the default checkpoint path."""
+    logger: list[str] = field(default_factory=lambda: ["console"])
+    """Metric sinks: console, file, tensorboard, wandb, swanlab, mlflow."""
+    device: str = "auto"
+    """cuda, cpu, or auto (cuda when a GPU is visible)."""
+    nnodes: int = 1
+    """Ray nodes to use."""
+    n_gpus_per_node: int = 8
+    """Devices per node: GPUs on GPU machines, worker processes (one CPU each) on CPU machines."""
+    max_try_make_batch: int = 20
+    """Generation rounds allowed to fill one step under online filtering; <= 0 means unlimited."""
+    critic_warmup: int = 0
+    """Steps during which only the critic is trained."""
+    val_freq: int = -1
+    """Validate every this many steps; -1 disables periodic validation."""
+    val_before_train: bool = True
+    """Validate once before the first step."""
+    val_only: bool = False
+    """Validate and exit without training."""
+    val_generations_to_log: int = 0
+    """Validation samples (prompt, response, score) written to the loggers."""
+    save_freq: int = -1
+    """Checkpoint every this many steps; -1 saves only at the end."""
+    save_limit: int = -1
+    """Checkpoints kept (the best by validation score is always kept); -1 keeps all."""
+    save_model_only: bool = False
+    """Save only the model weights, not the optimizer and trainer state."""
+    save_checkpoint_path: str | None = None
+    """Checkpoint root; defaults to checkpoints/<project_name>/<experiment_name>."""
+    load_checkpoint_path: str | None = None
+    """Resume from this global_step_N directory."""
+    find_last_checkpoint: bool = True
+    """Resume from the latest checkpoint under save_checkpoint_path when one exists."""
+
+
+@dataclass
+class PPOConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    """Datasets and prompt rendering."""
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    """Advantages, KL and filtering."""
+    worker: WorkerConfig = field(default_factory=WorkerConfig)
+    """Actor, critic, reference, reward and rollout workers."""
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    """The training loop."""
+
+
+# Keys the loader fills in from another key; setting them is an error that names the key to set instead.
+DERIVED_KEYS: dict[str, str] = {
+    "worker.rollout.prompt_length": "data.max_prompt_length",
+    "worker.rollout.response_length": "data.max_response_length",
+    "worker.rollout.trust_remote_code": "worker.actor.model.trust_remote_code",
+    "worker.actor.use_kl_loss": "algorithm.use_kl_loss",
+    "worker.actor.kl_penalty": "algorithm.kl_penalty",
+    "worker.actor.kl_coef": "algorithm.kl_coef",
+    "worker.actor.disable_kl": "algorithm.disable_kl",
+    "worker.ref.micro_batch_size_per_device_for_experience": "worker.actor.micro_batch_size_per_device_for_experience",
+    "worker.ref.padding_free": "worker.actor.padding_free",
+    "worker.ref.dynamic_batching": "worker.actor.dynamic_batching",
+    "worker.ref.ulysses_size": "worker.actor.ulysses_size",
+}
+
+LOGGERS = ("console", "file", "tensorboard", "wandb", "swanlab", "mlflow")
+
+
+def _get(config: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        config = getattr(config, part)
+    return config
+
+
+def _set(config: Any, dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        config = getattr(config, part)
+    setattr(config, last, value)
+
+
+def _absolutize(path: str | None) -> str | None:
+    if path and os.path.exists(os.path.expanduser(path)):
+        return os.path.abspath(os.path.expanduser(path))
+    return path
+
+
+def _absolutize_local_paths(config: PPOConfig) -> None:
+    """Ray workers may run in another directory: make every existing local path absolute."""
+    data = config.data
+    for key in ("train_files", "val_files", "image_dir", "format_prompt", "override_chat_template"):
+        setattr(data, key, _absolutize(getattr(data, key)))
+    for model in (config.worker.actor.model, config.worker.critic.model):
+        model.model_path = _absolutize(model.model_path)
+        model.tokenizer_path = _absolutize(model.tokenizer_path)
+    reward = config.worker.reward
+    if reward.reward_function and ".py" in reward.reward_function:
+        path, sep, function = reward.reward_function.rpartition(":")
+        if not sep or not path.endswith(".py"):
+            path, function = reward.reward_function, "main"
+        reward.reward_function = f"{_absolutize(path)}:{function}"
+    config.trainer.load_checkpoint_path = _absolutize(config.trainer.load_checkpoint_path)
+
+
+def fill_derived(config: PPOConfig) -> PPOConfig:
+    """Copy every derived key from its source and default the paths that depend on other keys."""
+    for key, source in DERIVED_KEYS.items():
+        _set(config, key, _get(config, source))
+    for model in (config.worker.actor.model, config.worker.critic.model):
+        model.tokenizer_path = model.tokenizer_path or model.model_path
+    _absolutize_local_paths(config)
+    trainer = config.trainer
+    if trainer.save_checkpoint_path is None:
+        trainer.save_checkpoint_path = os.path.join("checkpoints", trainer.project_name, trainer.experiment_name)
+    trainer.save_checkpoint_path = os.path.abspath(trainer.save_checkpoint_path)
+    rollout = config.worker.rollout
+    if rollout.max_model_len is None:
+        rollout.max_model_len = rollout.prompt_length + rollout.response_length
+    return config
+
+
+def load_config(argv: list[str]) -> PPOConfig:
+    """Build the PPOConfig from `config=FILE` plus dotlist overrides; raise ConfigError on any bad key or value."""
+    overrides = parse_dotlist(argv)
+    sources: list[tuple[str, dict]] = []
+    config_file = overrides.pop("config", None)
+    if config_file is not None:
+        file_values = load_yaml(str(config_file))
+        set_keys(file_values, DERIVED_KEYS, f"config file '{config_file}'")
+        sources.append((f"config file '{config_file}'", file_values))
+    set_keys(overrides, DERIVED_KEYS, "command line")
+    sources.append(("command line", overrides))
+    config = fill_derived(merge_config(PPOConfig, sources))
+    validate_config(config)
+    return config
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# validation
+
+
+def _choice(key: str, value: Any, choices: tuple) -> None:
+    if value not in choices:
+        raise ConfigError(f"Config key '{key}' is '{value}'; choose one of: {', '.join(map(str, choices))}.")
+
+
+def _positive(config: PPOConfig, *keys: str) -> None:
+    for key in keys:
+        value = _get(config, key)
+        if value is not None and value <= 0:
+            raise ConfigError(f"Config key '{key}' must be positive, got {value}.")
+
+
+def _is_hf_dataset(spec: str) -> bool:
+    return "@" in spec and not os.path.exists(spec)
+
+
+def _check_path(key: str, path: str | None, kind: str = "path", allow_hub: bool = False) -> None:
+    if not path:
+        return
+    if allow_hub and not path.startswith((".", "/", "~")) and not os.path.exists(path):
+        return  # a hub id such as Qwen/Qwen2.5-7B-Instruct; resolved (or refused) when the model loads
+    if not os.path.exists(os.path.expanduser(path)):
+        raise ConfigError(f"Config key '{key}' points to '{path}', which does not exist; give an existing {kind}.")
+    if kind == "directory" and not os.path.isdir(path):
+        raise ConfigError(f"Config key '{key}' points to '{path}', which is not a directory.")
+    if kind == "file" and not os.path.isfile(path):
+        raise ConfigError(f"Config key '{key}' points to '{path}', which is not a file.")
+
+
+def check_reward_function_spec(key: str, spec: str) -> None:
+    """The reward spec `file.py:function` must name an existing Python file that defines the function.
+
+    The file is parsed, not executed: user code runs only inside the reward actor.
+    """
+    path, _, function = spec.rpartition(":") if ":" in spec else (spec, "", "main")
+    function = function or "main"
+    if not path.endswith(".py"):
+        raise ConfigError(f"Config key '{key}' is '{spec}'; write it as path/to/file.py:function_name.")
+    if not os.path.isfile(path):
+        raise ConfigError(f"Config key '{key}': reward file '{path}' does not exist.")
+    with open(path, encoding="utf-8") as f:
+        try:
+            tree = ast.parse(f.read(), filename=path)
+        except SyntaxError as err:
+            raise ConfigError(f"Config key '{key}': reward file '{path}' has a syntax error: {err}.") from None
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    if function not in names:
+        raise ConfigError(f"Config key '{key}': reward file '{path}' defines no function '{function}'.")
+
+
+def _check_names(config: PPOConfig) -> None:
+    algo, actor, critic = config.algorithm, config.worker.actor, config.worker.critic
+    _choice("algorithm.adv_estimator", algo.adv_estimator, tuple(algo_constants.ADV_ESTIMATOR_NAMES))
+    _choice("algorithm.kl_penalty", algo.kl_penalty, tuple(algo_constants.KL_PENALTIES))
+    _choice("algorithm.kl_type", algo.kl_type, algo_constants.KL_CONTROLLER_TYPES)
+    _choice("worker.actor.loss_type", actor.loss_type, tuple(algo_constants.LOSS_TYPES))
+    _choice("worker.actor.loss_avg_mode", actor.loss_avg_mode, tuple(algo_constants.LOSS_AVG_MODES))
+    _choice("worker.critic.loss_avg_mode", critic.loss_avg_mode, tuple(algo_constants.LOSS_AVG_MODES))
+    for role in ("actor", "critic"):
+        section = _get(config.worker, role)
+        _choice(f"worker.{role}.strategy", section.strategy, ("fsdp",))
+        _choice(f"worker.{role}.optim.strategy", section.optim.strategy, ("adamw", "adamw_bf16"))
+        _choice(f"worker.{role}.optim.lr_scheduler_type", section.optim.lr_scheduler_type, ("constant", "cosine"))
+        _choice(f"worker.{role}.fsdp.torch_dtype", section.fsdp.torch_dtype, (None, "fp32", "bf16", "fp16"))
+        if section.ulysses_size != 1:
+            raise NotImplementedError(
+                f"worker.{role}.ulysses_size={section.ulysses_size}: Ulysses sequence "
+                "parallelism is not implemented yet; set it to 1."
+            )
+        if section.model.lora.rank > 0:
+            raise NotImplementedError(
+                f"worker.{role}.model.lora.rank={section.model.lora.rank}: LoRA is not "
+                "implemented yet; set it to 0 for full fine-tuning."
+            )
+    _choice("worker.rollout.name", config.worker.rollout.name, ("vllm",))
+    _choice(
+        "worker.rollout.dtype",
+        config.worker.rollout.dtype,
+        ("bf16", "fp16", "fp32", "bfloat16", "float16", "float32", "auto"),
+    )
+    _choice("trainer.device", config.trainer.device, ("auto", "cpu", "cuda"))
+    for name in config.trainer.logger:
+        _choice("trainer.logger", name, LOGGERS)
+
+
+def _check_batch_sizes(config: PPOConfig) -> None:
+    data, rollout, trainer = config.data, config.worker.rollout, config.trainer
+    world = trainer.nnodes * trainer.n_gpus_per_node
+    roles = ["actor"] + (["critic"] if config.algorithm.adv_estimator == "gae" else [])
+    for role in roles:
+        section = _get(config.worker, role)
+        key = f"worker.{role}"
+        if data.rollout_batch_size % section.global_batch_size != 0:
+            raise ConfigError(
+                f"data.rollout_batch_size={data.rollout_batch_size} must be a multiple of "
+                f"{key}.global_batch_size={section.global_batch_size}; change one of them."
+            )
+        samples_per_update = section.global_batch_size * rollout.n
+        if samples_per_update % world != 0:
+            raise ConfigError(
+                f"{key}.global_batch_size x worker.rollout.n = {samples_per_update} samples must split evenly over "
+                f"trainer.nnodes x trainer.n_gpus_per_node = {world} devices."
+            )
+        per_device = samples_per_update // world
+        micro = section.micro_batch_size_per_device_for_update
+        if not section.dynamic_batching and per_device % micro != 0:
+            raise ConfigError(
+                f"{key}.micro_batch_size_per_device_for_update={micro} must divide the {per_device} samples each "
+                f"device gets per update ({key}.global_batch_size x rollout.n / devices)."
+            )
+    if (data.rollout_batch_size * rollout.n) % world != 0:
+        raise ConfigError(
+            f"data.rollout_batch_size x worker.rollout.n = {data.rollout_batch_size * rollout.n} must be divisible "
+            f"by the {world} devices (trainer.nnodes x trainer.n_gpus_per_node)."
+        )
+    mini = data.mini_rollout_batch_size
+    if mini is not None and (mini * rollout.n) % world != 0:
+        raise ConfigError(
+            f"data.mini_rollout_batch_size x worker.rollout.n = {mini * rollout.n} must be divisible "
+            f"by the {world} devices (trainer.nnodes x trainer.n_gpus_per_node)."
+        )
+    if world % rollout.tensor_parallel_size != 0:
+        raise ConfigError(
+            f"worker.rollout.tensor_parallel_size={rollout.tensor_parallel_size} must divide the "
+            f"{world} devices (trainer.nnodes x trainer.n_gpus_per_node)."
+        )
+
+
+def _check_algorithm(config: PPOConfig) -> None:
+    algo, rollout, critic = config.algorithm, config.worker.rollout, config.worker.critic
+    if algo.adv_estimator in algo_constants.GROUPED_ADV_ESTIMATORS and rollout.n < 2:
+        raise ConfigError(
+            f"algorithm.adv_estimator={algo.adv_estimator} compares responses within a group and needs "
+            f"worker.rollout.n > 1 (got {rollout.n})."
+        )
+    if algo.adv_estimator == "gae" and not critic.model.model_path:
+        raise ConfigError(
+            "algorithm.adv_estimator=gae trains a critic: set worker.critic.model.model_path "
+            "(usually the actor's model path)."
+        )
+    if algo.disable_kl and algo.use_kl_loss:
+        raise ConfigError(
+            "algorithm.use_kl_loss=true needs a reference model, but algorithm.disable_kl=true; turn one of them off."
+        )
+    if algo.online_filtering and not algo.filter_low < algo.filter_high:
+        raise ConfigError(
+            f"algorithm.filter_low={algo.filter_low} must be below algorithm.filter_high={algo.filter_high}."
+        )
+    if not 0.0 < rollout.top_p <= 1.0:
+        raise ConfigError(f"worker.rollout.top_p must lie in (0, 1], got {rollout.top_p}.")
+    if rollout.temperature < 0:
+        raise ConfigError(f"worker.rollout.temperature must be >= 0, got {rollout.temperature}.")
+    needed = config.data.max_prompt_length + config.data.max_response_length
+    if rollout.max_num_batched_tokens < needed:
+        raise ConfigError(
+            f"worker.rollout.max_num_batched_tokens={rollout.max_num_batched_tokens} must be at least "
+            f"data.max_prompt_length + data.max_response_length = {needed}."
+        )
+    if rollout.max_model_len is not None and rollout.max_model_len < needed:
+        raise ConfigError(
+            f"worker.rollout.max_model_len={rollout.max_model_len} must be at least "
+            f"data.max_prompt_length + data.max_response_length = {needed}."
+        )
+    if not 0.0 < rollout.gpu_memory_utilization <= 1.0:
+        raise ConfigError(
+            f"worker.rollout.gpu_memory_utilization must lie in (0, 1], got {rollout.gpu_memory_utilization}."
+        )
+
+
+def _check_paths(config: PPOConfig) -> None:
+    data = config.data
+    if not data.train_files:
+        raise ConfigError("data.train_files is empty; give a local file or directory, or a dataset name@split.")
+    for key in ("data.train_files", "data.val_files"):
+        spec = _get(config, key)
+        if spec and not _is_hf_dataset(spec):
+            if not os.path.exists(spec):
+                raise ConfigError(
+                    f"Config key '{key}' points to '{spec}', which does not exist; give a local "
+                    "file or directory, or a Hugging Face dataset as name@split."
+                )
+    _check_path("data.image_dir", data.image_dir, "directory")
+    _check_path("data.format_prompt", data.format_prompt, "file")
+    _check_path("data.override_chat_template", data.override_chat_template, "file")
+    if not config.worker.actor.model.model_path:
+        raise ConfigError("worker.actor.model.model_path is empty; give a local model directory or a hub id.")
+    for role in ("actor", "critic"):
+        model = _get(config.worker, role).model
+        _check_path(f"worker.{role}.model.model_path", model.model_path, "directory", allow_hub=True)
+        _check_path(f"worker.{role}.model.tokenizer_path", model.tokenizer_path, "directory", allow_hub=True)
+    if config.worker.reward.reward_function:
+        check_reward_function_spec("worker.reward.reward_function", config.worker.reward.reward_function)
+    if config.trainer.load_checkpoint_path:
+        path = config.trainer.load_checkpoint_path
+        _check_path("trainer.load_checkpoint_path", path, "directory")
+        if not os.path.basename(os.path.normpath(path)).startswith("global_step_"):
+            raise ConfigError(f"trainer.load_checkpoint_path='{path}' must be a global_step_N directory.")
+
+
+def validate_config(config: PPOConfig) -> None:
+    """Every check that needs no model and no cluster; raises ConfigError naming the key to change."""
+    _positive(
+        config,
+        "data.max_prompt_length",
+        "data.max_response_length",
+        "data.rollout_batch_size",
+        "data.mini_rollout_batch_size",
+        "worker.actor.global_batch_size",
+        "worker.actor.micro_batch_size_per_device_for_update",
+        "worker.actor.micro_batch_size_per_device_for_experience",
+        "worker.critic.global_batch_size",
+        "worker.rollout.n",
+        "worker.rollout.tensor_parallel_size",
+        "worker.reward.num_cpus",
+        "trainer.total_epochs",
+        "trainer.max_steps",
+        "trainer.nnodes",
+        "trainer.n_gpus_per_node",
+    )
+    _check_names(config)
+    _check_algorithm(config)
+    _check_batch_sizes(config)
+    _check_paths(config)

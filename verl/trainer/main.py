@@ -1,0 +1,74 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Command-line entry: `python -m verl.trainer.main config=examples/config.yaml key=value ...`.
+
+--dry-run       print the fully resolved config as YAML and exit (no Ray, no model)
+--help-config   list every config key with its type and description
+"""
+
+import logging
+import sys
+
+from ..utils.config import ConfigError, describe_fields, to_yaml
+from .config import PPOConfig, load_config
+
+
+logger = logging.getLogger(__name__)
+
+USAGE = (
+    "usage: python -m verl.trainer.main config=path/to/config.yaml [section.key=value ...] [--dry-run] [--help-config]"
+)
+
+
+def print_config_help() -> None:
+    for key, type_name, doc in describe_fields(PPOConfig):
+        print(f"{key} ({type_name}): {doc}")
+
+
+def run(config: PPOConfig) -> None:
+    """Start (or join) Ray and train."""
+    from .runner import run_ppo
+
+    run_ppo(config)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:
+        print(USAGE)
+        print(__doc__)
+        return 0
+    if "--help-config" in argv:
+        print_config_help()
+        return 0
+    dry_run = "--dry-run" in argv
+    argv = [arg for arg in argv if arg != "--dry-run"]
+    try:
+        config = load_config(argv)
+    except ConfigError as err:
+        print(f"Config error: {err}", file=sys.stderr)
+        return 2
+    except NotImplementedError as err:
+        print(f"Not implemented: {err}", file=sys.stderr)
+        return 2
+    if dry_run:
+        print(to_yaml(config), end="")
+        return 0
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    run(config)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

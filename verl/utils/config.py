@@ -1,0 +1,203 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Typed configuration loading: dataclass defaults < YAML file < command-line dotlist, with clear errors.
+
+OmegaConf does the merging and type conversion; this module turns its errors into messages that name the full key
+path, suggest the closest valid key for a typo, and say what to change.
+"""
+
+import dataclasses
+import difflib
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+
+class ConfigError(ValueError):
+    """A configuration key or value is wrong; the message names the key and what to change."""
+
+
+def _field_type(cls: type, name: str) -> Any:
+    return typing.get_type_hints(cls)[name]
+
+
+def _is_dataclass_type(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _unwrap_optional(tp: Any) -> Any:
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if typing.get_origin(tp) in (typing.Union, getattr(__import__("types"), "UnionType", None)) and len(args) == 1:
+        return args[0]
+    return tp
+
+
+def check_keys(schema: type, user: Mapping, prefix: str = "") -> None:
+    """Raise ConfigError for the first key in `user` that the dataclass tree `schema` does not have.
+
+    Free-form fields (typed as dict) accept any key; their values are not checked here.
+    """
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    for key, value in user.items():
+        path = f"{prefix}{key}"
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.5)
+            hint = f" Did you mean '{prefix}{close[0]}'?" if close else ""
+            valid = ", ".join(sorted(fields))
+            raise ConfigError(f"Unknown config key '{path}'.{hint} Valid keys under '{prefix or '<root>'}': {valid}.")
+        field_type = _unwrap_optional(_field_type(schema, key))
+        if _is_dataclass_type(field_type):
+            if isinstance(value, Mapping):
+                check_keys(field_type, value, prefix=f"{path}.")
+            elif value is not None:
+                raise ConfigError(
+                    f"Config key '{path}' is a section; give it as a mapping of keys, not {value!r} "
+                    f"(for example {path}.<key>=<value> on the command line)."
+                )
+
+
+def type_name(tp: Any) -> str:
+    """`int`, `str | None`, `list[str]`: a type as a user writes it."""
+    return tp.__name__ if isinstance(tp, type) else str(tp).replace("typing.", "")
+
+
+def _to_container(cfg: Any) -> Any:
+    if isinstance(cfg, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(cfg, resolve=True)
+    return cfg
+
+
+def _expected_type_name(schema: type, full_key: str) -> str:
+    cls: Any = schema
+    parts = full_key.split(".")
+    for i, part in enumerate(parts):
+        if not _is_dataclass_type(cls):
+            break
+        hints = typing.get_type_hints(cls)
+        if part not in hints:
+            break
+        if i == len(parts) - 1:
+            return type_name(hints[part])
+        cls = _unwrap_optional(hints[part])
+    return "a different type"
+
+
+def merge_config(schema: type, sources: Sequence[tuple[str, Mapping]]) -> Any:
+    """Merge user mappings over the dataclass defaults of `schema` and return a real dataclass instance.
+
+    `sources` is an ordered list of (description, mapping); later sources win. Each is checked for unknown keys
+    first, so a typo is reported against the source it came from.
+    """
+    merged = OmegaConf.structured(schema)
+    for source_name, mapping in sources:
+        try:
+            check_keys(schema, mapping)
+        except ConfigError as err:
+            raise ConfigError(f"{err} (in {source_name})") from None
+        try:
+            merged = OmegaConf.merge(merged, OmegaConf.create(dict(mapping)))
+        except OmegaConfBaseException as err:
+            full_key = getattr(err, "full_key", None) or "?"
+            value = _lookup(mapping, full_key)
+            raise ConfigError(
+                f"Config key '{full_key}' expects {_expected_type_name(schema, full_key)}, "
+                f"got {value!r} (in {source_name})."
+            ) from None
+    try:
+        return OmegaConf.to_object(merged)
+    except OmegaConfBaseException as err:
+        full_key = getattr(err, "full_key", None) or "?"
+        raise ConfigError(f"Config key '{full_key}' is invalid: {str(err).splitlines()[0]}.") from None
+
+
+def _lookup(mapping: Mapping, dotted: str) -> Any:
+    node: Any = mapping
+    for part in dotted.split("."):
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        else:
+            return "<unknown>"
+    return node
+
+
+def parse_dotlist(args: Sequence[str]) -> dict[str, Any]:
+    """Parse `a.b=c` command-line overrides (lists as [x,y], dicts as {k: v} or JSON) into a nested dict."""
+    for arg in args:
+        if "=" not in arg:
+            raise ConfigError(f"Command-line argument '{arg}' is not of the form key=value (e.g. data.seed=1).")
+    try:
+        return _to_container(OmegaConf.from_dotlist(list(args)))
+    except OmegaConfBaseException as err:
+        raise ConfigError(f"Cannot parse the command-line overrides: {str(err).splitlines()[0]}.") from None
+
+
+def load_yaml(path: str) -> dict[str, Any]:
+    """Read a YAML config file; a missing file or a non-mapping top level is an error naming the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"Config file '{path}' does not exist; pass config=path/to/config.yaml.") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"Config file '{path}' is not valid YAML: {err}.") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"Config file '{path}' must hold a mapping of sections at its top level.")
+    return data
+
+
+def set_keys(user: Mapping, derived: Mapping[str, str], source_name: str) -> None:
+    """Reject user settings of derived keys, naming the key to set instead."""
+    for key, source_key in derived.items():
+        if _lookup(user, key) != "<unknown>":
+            raise ConfigError(
+                f"Config key '{key}' is derived from '{source_key}'; set '{source_key}' instead (in {source_name})."
+            )
+
+
+def to_yaml(config: Any) -> str:
+    """The resolved config as YAML, in field order."""
+    return yaml.safe_dump(dataclasses.asdict(config), sort_keys=False, default_flow_style=False)
+
+
+def describe_fields(schema: type, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(key, type, docstring) for every leaf field, read from the docstrings written under each field."""
+    import ast
+    import inspect
+    import textwrap
+
+    docs: dict[str, str] = {}
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(schema)))
+        body = tree.body[0].body  # type: ignore[attr-defined]
+        for node, nxt in zip(body, body[1:]):
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                if isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant):
+                    docs[node.target.id] = str(nxt.value.value)
+    except (OSError, TypeError, IndexError):
+        pass
+    rows: list[tuple[str, str, str]] = []
+    hints = typing.get_type_hints(schema)
+    for f in dataclasses.fields(schema):
+        tp = _unwrap_optional(hints[f.name])
+        if _is_dataclass_type(tp):
+            rows.extend(describe_fields(tp, prefix=f"{prefix}{f.name}."))
+        else:
+            rows.append((f"{prefix}{f.name}", type_name(hints[f.name]), docs.get(f.name, "")))
+    return rows

@@ -1,0 +1,157 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Configuration of the actor: its model, optimizer, FSDP2 sharding and offloading.
+
+Every field has a docstring right under it; `python -m verl.trainer.main --help-config` prints them.
+The critic and the reference model reuse ModelConfig, OptimConfig, FSDPConfig and OffloadConfig.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class LoraConfig:
+    rank: int = 0
+    """LoRA rank; 0 trains all weights. LoRA is not implemented yet: a rank > 0 is rejected at validation."""
+    alpha: int = 64
+    """LoRA scaling numerator (scale = alpha / rank)."""
+    target_modules: str = "all-linear"
+    """Modules that receive adapters: "all-linear" or a comma-separated list such as "q_proj,v_proj"."""
+    exclude_modules: str | None = None
+    """Regular expression of module names left without adapters, e.g. ".*visual.*"."""
+
+
+@dataclass
+class ModelConfig:
+    model_path: str | None = None
+    """Hugging Face hub id or local directory of the model."""
+    tokenizer_path: str | None = None
+    """Tokenizer (and processor) location; defaults to model_path."""
+    override_config: dict[str, Any] = field(default_factory=dict)
+    """Keyword overrides passed to AutoConfig.from_pretrained, e.g. {attention_dropout: 0.0}."""
+    enable_gradient_checkpointing: bool = True
+    """Recompute activations in the backward pass to save memory (non-reentrant)."""
+    trust_remote_code: bool = False
+    """Allow model code from the checkpoint directory or hub; off by default for safety."""
+    freeze_vision_tower: bool = False
+    """Keep the vision encoder of a VLM frozen (no gradients, no optimizer state)."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """Low-rank adapters."""
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-6
+    """Peak learning rate."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW betas (beta1, beta2)."""
+    weight_decay: float = 1e-2
+    """AdamW decoupled weight decay."""
+    strategy: str = "adamw"
+    """adamw (fp32 states) or adamw_bf16 (bf16 parameters and states, for pure-bf16 training on GPU)."""
+    lr_warmup_ratio: float = 0.0
+    """Fraction of the training steps spent in linear warmup."""
+    lr_warmup_steps: int | None = None
+    """Warmup steps; overrides lr_warmup_ratio when set."""
+    min_lr_ratio: float | None = None
+    """Floor of the cosine schedule as a fraction of lr (None means 0)."""
+    lr_scheduler_type: str = "constant"
+    """constant or cosine (after the warmup)."""
+    training_steps: int = -1
+    """Total optimizer steps for the schedule; derived by the trainer from epochs or max_steps."""
+
+
+@dataclass
+class FSDPConfig:
+    enable_full_shard: bool = True
+    """Shard parameters between forward and backward (ZeRO-3); False keeps them gathered (ZeRO-2)."""
+    enable_cpu_offload: bool = False
+    """FSDP2 CPU offload policy: parameters, gradients and optimizer step live on the CPU (GPU only)."""
+    enable_rank0_init: bool = True
+    """Build the model on the meta device and load the weights once, then shard (saves host memory)."""
+    torch_dtype: str | None = None
+    """Parameter dtype: None keeps fp32 master weights (mixed precision on GPU); bf16 trains in pure bf16."""
+    fsdp_size: int = -1
+    """Shard group size; smaller than the world size gives HSDP (replicate across groups). -1 shards over all."""
+    mp_param_dtype: str = "bf16"
+    """Compute dtype of the mixed-precision policy on GPU (ignored on CPU, which computes in fp32)."""
+    mp_reduce_dtype: str = "fp32"
+    """Gradient reduction dtype of the mixed-precision policy."""
+    mp_buffer_dtype: str = "fp32"
+    """Dtype of buffers such as rotary caches."""
+
+
+@dataclass
+class OffloadConfig:
+    offload_params: bool = False
+    """Move parameters to CPU memory between training phases (GPU only)."""
+    offload_optimizer: bool = False
+    """Move optimizer states to CPU memory between updates (GPU only)."""
+
+
+@dataclass
+class ActorConfig:
+    strategy: str = "fsdp"
+    """Training backend; fsdp (FSDP2) is the one implemented."""
+    global_batch_size: int = 256
+    """Prompts per optimizer step (multiplied by rollout.n at runtime)."""
+    micro_batch_size_per_device_for_update: int = 4
+    """Samples per forward/backward in the update; with dynamic_batching the token budget is this x max length."""
+    micro_batch_size_per_device_for_experience: int = 16
+    """Samples per forward when computing log-probs; same token-budget rule with dynamic_batching."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping threshold; a step with a non-finite norm is skipped."""
+    clip_ratio_low: float = 0.2
+    """Lower PPO clip epsilon: the ratio is clipped at 1 - clip_ratio_low."""
+    clip_ratio_high: float = 0.3
+    """Upper PPO clip epsilon (clip-higher, DAPO): the ratio is clipped at 1 + clip_ratio_high."""
+    clip_ratio_dual: float = 3.0
+    """Dual-clip constant C bounding the loss of negative-advantage tokens (Ye et al. 2020)."""
+    loss_avg_mode: str = "token-mean"
+    """token-mean, seq-mean-token-mean, seq-mean-token-sum or seq-mean-token-sum-norm (Dr.GRPO)."""
+    loss_type: str = "default"
+    """Policy loss: default (PPO clip), gspo, gspo_token, cispo or sapo."""
+    tau_positive: float = 1.0
+    """SAPO gate temperature for tokens with a non-negative advantage."""
+    tau_negative: float = 1.05
+    """SAPO gate temperature for tokens with a negative advantage."""
+    entropy_coeff: float = 0.0
+    """Weight of the entropy bonus subtracted from the policy loss; 0 disables it."""
+    ppo_epochs: int = 1
+    """Passes over each rollout batch."""
+    padding_free: bool = True
+    """Pack sequences without padding where the attention kernel is exact (flash-attn varlen on GPU)."""
+    dynamic_batching: bool = True
+    """Build micro-batches by a token budget (length-balanced) instead of a fixed sample count."""
+    ulysses_size: int = 1
+    """Ulysses sequence-parallel degree; only 1 is implemented."""
+    use_torch_compile: bool = True
+    """Compile the log-prob kernel with torch.compile (GPU only)."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The policy model."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """Optimizer and learning-rate schedule."""
+    fsdp: FSDPConfig = field(default_factory=FSDPConfig)
+    """FSDP2 sharding and precision."""
+    offload: OffloadConfig = field(default_factory=OffloadConfig)
+    """Offloading between phases."""
+    use_kl_loss: bool = False
+    """Derived from algorithm.use_kl_loss."""
+    kl_penalty: str = "low_var_kl"
+    """Derived from algorithm.kl_penalty."""
+    kl_coef: float = 1e-3
+    """Derived from algorithm.kl_coef."""
+    disable_kl: bool = False
+    """Derived from algorithm.disable_kl."""

