@@ -1,0 +1,72 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+import os
+
+import pytest
+
+from verl.trainer.checkpointing import (
+    TRACKER_FILE,
+    CheckpointTracker,
+    find_last_checkpoint,
+    remove_obsolete_checkpoints,
+    saved_steps,
+    step_dir,
+    step_of,
+)
+
+
+def make_steps(root, steps):
+    for step in steps:
+        os.makedirs(os.path.join(step_dir(str(root), step), "actor"))
+
+
+def test_tracker_round_trip_and_best(tmp_path):
+    tracker = CheckpointTracker()
+    tracker.record(1, 0.2)
+    tracker.record(2, 0.5)
+    tracker.record(3, 0.4)
+    tracker.save(str(tmp_path))
+    loaded = CheckpointTracker.load(str(tmp_path))
+    assert loaded.last_global_step == 3 and loaded.best_global_step == 2 and loaded.best_val_score == 0.5
+    assert not any(name.endswith(".tmp") for name in os.listdir(tmp_path))
+
+
+def test_find_last_checkpoint_follows_tracker_not_directories(tmp_path):
+    make_steps(tmp_path, [1, 2, 3])  # step 3 was being written when the run crashed: no tracker entry
+    assert find_last_checkpoint(str(tmp_path)) is None
+    tracker = CheckpointTracker()
+    tracker.record(2, None)
+    tracker.save(str(tmp_path))
+    assert find_last_checkpoint(str(tmp_path)) == step_dir(str(tmp_path), 2)
+
+
+def test_corrupt_tracker_names_file(tmp_path):
+    (tmp_path / TRACKER_FILE).write_text("{not json")
+    with pytest.raises(ValueError, match=TRACKER_FILE):
+        CheckpointTracker.load(str(tmp_path))
+
+
+def test_save_limit_keeps_newest_and_best(tmp_path):
+    make_steps(tmp_path, [1, 2, 3, 4, 5])
+    tracker = CheckpointTracker(best_global_step=2)
+    removed = remove_obsolete_checkpoints(str(tmp_path), 2, tracker)
+    assert removed == [1, 3]
+    assert saved_steps(str(tmp_path)) == [2, 4, 5]
+    assert remove_obsolete_checkpoints(str(tmp_path), -1, tracker) == []
+
+
+def test_step_of():
+    assert step_of("/a/b/global_step_12/") == 12
+    with pytest.raises(ValueError, match="global_step_N"):
+        step_of("/a/b/checkpoint")

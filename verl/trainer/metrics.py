@@ -1,0 +1,100 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Metrics of one training step, named as EasyR1 users know them (critic/score/mean, response_length/mean, ...)."""
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..protocol import DataProto
+
+
+def reduce_metrics(metrics: dict[str, list[float]]) -> dict[str, float]:
+    """Mean of every list of values (per-rank or per-micro-batch metrics)."""
+    return {key: float(np.mean(values)) for key, values in metrics.items() if len(values) > 0}
+
+
+def append_metrics(store: dict[str, list[float]], new: dict[str, Any]) -> None:
+    for key, value in new.items():
+        store[key].extend(value if isinstance(value, (list, tuple, np.ndarray)) else [value])
+
+
+def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
+    values = values.float()
+    if values.numel() == 0:
+        return {}
+    return {f"{prefix}/mean": values.mean().item(), f"{prefix}/max": values.max().item(),
+            f"{prefix}/min": values.min().item()}
+
+
+def compute_data_metrics(batch: DataProto, use_critic: bool) -> dict[str, float]:
+    """Scores, rewards, advantages, returns, values and prompt/response lengths of the batch."""
+    response_mask = batch.batch["response_mask"].bool()
+    max_response_length = batch.batch["responses"].shape[-1]
+    prompt_mask = batch.batch["attention_mask"][:, :-max_response_length].bool()
+    max_prompt_length = prompt_mask.shape[-1]
+    prompt_length = prompt_mask.sum(-1).float()
+    response_length = response_mask.sum(-1).float()
+
+    metrics: dict[str, float] = {}
+    metrics.update(_stats("critic/score", batch.batch["token_level_scores"].sum(-1)))
+    metrics.update(_stats("critic/rewards", batch.batch["token_level_rewards"].sum(-1)))
+    metrics.update(_stats("critic/advantages", torch.masked_select(batch.batch["advantages"], response_mask)))
+    metrics.update(_stats("critic/returns", torch.masked_select(batch.batch["returns"], response_mask)))
+    if use_critic:
+        values = torch.masked_select(batch.batch["values"], response_mask)
+        returns = torch.masked_select(batch.batch["returns"], response_mask)
+        metrics.update(_stats("critic/values", values))
+        variance = torch.var(returns - values)
+        metrics["critic/vf_explained_var"] = (1.0 - variance / (torch.var(returns) + 1e-5)).item()
+    metrics.update(_stats("response_length", response_length))
+    metrics["response_length/clip_ratio"] = (response_length >= max_response_length).float().mean().item()
+    metrics.update(_stats("prompt_length", prompt_length))
+    metrics["prompt_length/clip_ratio"] = (prompt_length >= max_prompt_length).float().mean().item()
+    return metrics
+
+
+def compute_timing_metrics(batch: DataProto, timing_raw: dict[str, float]) -> dict[str, float]:
+    """timing_s/<phase> and timing_per_token_ms/<phase> (per prompt+response token for the model phases)."""
+    response_tokens = batch.batch["response_mask"].sum().item()
+    all_tokens = batch.batch["attention_mask"].sum().item()
+    tokens_of_phase = {"gen": response_tokens, "ref": all_tokens, "old": all_tokens, "values": all_tokens,
+                       "adv": all_tokens, "update_critic": all_tokens, "update_actor": all_tokens}
+    metrics = {f"timing_s/{name}": seconds for name, seconds in timing_raw.items()}
+    for name, tokens in tokens_of_phase.items():
+        if name in timing_raw and tokens > 0:
+            metrics[f"timing_per_token_ms/{name}"] = timing_raw[name] * 1000.0 / tokens
+    return metrics
+
+
+def compute_throughput_metrics(batch: DataProto, timing_raw: dict[str, float], num_devices: int) -> dict[str, float]:
+    total_tokens = float(batch.batch["attention_mask"].sum().item())
+    step_time = timing_raw.get("step", 0.0)
+    metrics = {"perf/total_num_tokens": total_tokens, "perf/time_per_step": step_time}
+    if step_time > 0:
+        metrics["perf/throughput"] = total_tokens / (step_time * num_devices)
+    return metrics
+
+
+def compute_actor_mfu(num_tokens: float, num_params: float, seconds: float, peak_flops: float) -> float:
+    """Model FLOPs utilisation of the update: 6 * params * tokens (forward + backward) over peak FLOPs."""
+    if seconds <= 0 or peak_flops <= 0:
+        return 0.0
+    return 6.0 * num_params * num_tokens / seconds / peak_flops
+
+
+def new_metric_store() -> dict[str, list[float]]:
+    return defaultdict(list)

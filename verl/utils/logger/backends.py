@@ -1,0 +1,175 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""One class per logging backend. Each writes locally by default (no network): wandb offline, swanlab local,
+mlflow to a file store, TensorBoard event files; environment variables of each tool still take precedence."""
+
+import json
+import logging
+import os
+from typing import Any
+
+
+logger = logging.getLogger(__name__)
+
+# (prompt, response, ground truth, score) of one validation sample
+Generation = tuple[str, str, str, float]
+
+
+class Backend:
+    """Interface: log scalars per step, log validation generations, finish."""
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        raise NotImplementedError
+
+    def log_generations(self, samples: list[Generation], step: int) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+def _sorted_scalars(metrics: dict[str, Any]) -> dict[str, float]:
+    return {key: float(value) for key, value in sorted(metrics.items())}
+
+
+class ConsoleBackend(Backend):
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        text = " - ".join(f"{key}: {value:.4g}" for key, value in _sorted_scalars(metrics).items())
+        logger.info("step %d - %s", step, text)
+
+    def log_generations(self, samples: list[Generation], step: int) -> None:
+        for prompt, response, ground_truth, score in samples:
+            logger.info("[prompt] %s\n[response] %s\n[ground_truth] %s\n[score] %s", prompt, response,
+                        ground_truth, score)
+
+
+class FileBackend(Backend):
+    """experiment_config.json, experiment_log.jsonl (one line per step) and generations.jsonl in log_dir."""
+
+    def __init__(self, log_dir: str, config: dict[str, Any]) -> None:
+        os.makedirs(log_dir, exist_ok=True)
+        self.log_dir = log_dir
+        with open(os.path.join(log_dir, "experiment_config.json"), "w", encoding="utf-8") as f:
+            json.dump(config, f, indent=2, default=str)
+        self.metrics_path = os.path.join(log_dir, "experiment_log.jsonl")
+        self.generations_path = os.path.join(log_dir, "generations.jsonl")
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        with open(self.metrics_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"step": step, **_sorted_scalars(metrics)}) + "\n")
+
+    def log_generations(self, samples: list[Generation], step: int) -> None:
+        with open(self.generations_path, "a", encoding="utf-8") as f:
+            for prompt, response, ground_truth, score in samples:
+                row = {"step": step, "prompt": prompt, "response": response, "ground_truth": ground_truth,
+                       "score": score}
+                f.write(json.dumps(row) + "\n")
+
+
+class TensorBoardBackend(Backend):
+    def __init__(self, log_dir: str, project: str, experiment: str) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        base = os.environ.get("TENSORBOARD_DIR", os.path.join(log_dir, "tensorboard"))
+        self.writer = SummaryWriter(os.path.join(base, project, experiment))
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        for key, value in _sorted_scalars(metrics).items():
+            self.writer.add_scalar(key, value, step)
+        self.writer.flush()
+
+    def log_generations(self, samples: list[Generation], step: int) -> None:
+        text = "\n\n".join(f"**prompt** {p}\n\n**response** {r}\n\n**answer** {g} **score** {s}"
+                           for p, r, g, s in samples)
+        self.writer.add_text("val/generations", text, step)
+
+    def finish(self) -> None:
+        self.writer.close()
+
+
+class WandbBackend(Backend):
+    def __init__(self, log_dir: str, project: str, experiment: str, config: dict[str, Any]) -> None:
+        import wandb
+
+        os.environ.setdefault("WANDB_MODE", "offline")
+        os.environ.setdefault("WANDB_SILENT", "true")
+        self.wandb = wandb
+        self.run = wandb.init(project=project, name=experiment, config=config, dir=log_dir)
+        self.rows: list[list[Any]] = []
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        self.run.log(_sorted_scalars(metrics), step=step)
+
+    def log_generations(self, samples: list[Generation], step: int) -> None:
+        self.rows.extend([step, *sample] for sample in samples)
+        table = self.wandb.Table(columns=["step", "prompt", "response", "ground_truth", "score"], data=self.rows)
+        self.run.log({"val/generations": table}, step=step)
+
+    def finish(self) -> None:
+        self.run.finish()
+
+
+class SwanlabBackend(Backend):
+    def __init__(self, log_dir: str, project: str, experiment: str, config: dict[str, Any]) -> None:
+        import swanlab
+
+        self.swanlab = swanlab
+        mode = os.environ.get("SWANLAB_MODE", "local")
+        logdir = os.environ.get("SWANLAB_DIR", os.path.join(log_dir, "swanlog"))
+        self.run = swanlab.init(project=project, experiment_name=experiment, config=config, logdir=logdir,
+                                mode=mode)
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        self.swanlab.log(_sorted_scalars(metrics), step=step)
+
+    def log_generations(self, samples: list[Generation], step: int) -> None:
+        texts = [self.swanlab.Text(f"{p}\n---\n{r}\n---\n{g} (score {s})") for p, r, g, s in samples]
+        self.swanlab.log({"val/generations": texts}, step=step)
+
+    def finish(self) -> None:
+        self.swanlab.finish()
+
+
+class MlflowBackend(Backend):
+    def __init__(self, log_dir: str, project: str, experiment: str, config: dict[str, Any]) -> None:
+        import mlflow
+
+        self.mlflow = mlflow
+        if "MLFLOW_TRACKING_URI" not in os.environ:
+            mlflow.set_tracking_uri("file://" + os.path.abspath(os.path.join(log_dir, "mlruns")))
+        mlflow.set_experiment(project)
+        self.run = mlflow.start_run(run_name=experiment)
+        flat = _flatten(config)
+        mlflow.log_params({key: str(value)[:250] for key, value in flat.items()})
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        # mlflow keys may not contain some characters used by other tools; "@" is the usual offender
+        self.mlflow.log_metrics({k.replace("@", "_at_"): v for k, v in _sorted_scalars(metrics).items()}, step=step)
+
+    def log_generations(self, samples: list[Generation], step: int) -> None:
+        rows = [{"prompt": p, "response": r, "ground_truth": g, "score": s} for p, r, g, s in samples]
+        self.mlflow.log_text(json.dumps(rows, indent=2), f"generations/step_{step}.json")
+
+    def finish(self) -> None:
+        self.mlflow.end_run()
+
+
+def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

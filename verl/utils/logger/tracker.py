@@ -1,0 +1,61 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Tracker: fans metrics and validation generations out to the backends named in trainer.logger."""
+
+from typing import Any
+
+from .backends import (
+    Backend,
+    ConsoleBackend,
+    FileBackend,
+    Generation,
+    MlflowBackend,
+    SwanlabBackend,
+    TensorBoardBackend,
+    WandbBackend,
+)
+
+
+class Tracker:
+    def __init__(self, loggers: list[str], project: str, experiment: str, log_dir: str, config: dict[str, Any]):
+        self.backends: dict[str, Backend] = {}
+        for name in loggers:
+            if name == "console":
+                self.backends[name] = ConsoleBackend()
+            elif name == "file":
+                self.backends[name] = FileBackend(log_dir, config)
+            elif name == "tensorboard":
+                self.backends[name] = TensorBoardBackend(log_dir, project, experiment)
+            elif name == "wandb":
+                self.backends[name] = WandbBackend(log_dir, project, experiment, config)
+            elif name == "swanlab":
+                self.backends[name] = SwanlabBackend(log_dir, project, experiment, config)
+            elif name == "mlflow":
+                self.backends[name] = MlflowBackend(log_dir, project, experiment, config)
+            else:
+                raise ValueError(f"Unknown logger '{name}' in trainer.logger; choose from console, file, "
+                                 "tensorboard, wandb, swanlab, mlflow.")
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        for backend in self.backends.values():
+            backend.log(metrics, step)
+
+    def log_generations(self, samples: list[Generation], step: int) -> None:
+        if samples:
+            for backend in self.backends.values():
+                backend.log_generations(samples, step)
+
+    def finish(self) -> None:
+        for backend in self.backends.values():
+            backend.finish()
