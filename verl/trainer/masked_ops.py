@@ -1,0 +1,143 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Masked statistics over response tokens and the loss aggregation modes.
+
+Responses are right-padded to a common length, so every reduction over tokens must ignore the padding. The
+aggregation in `agg_loss` also decides how each token and each sequence is weighted in the loss, which is where
+GRPO, DAPO and Dr.GRPO differ; getting the normaliser wrong silently changes the algorithm.
+"""
+
+import torch
+
+from verl.trainer.algo_constants import LOSS_AVG_MODES
+
+
+Count = float | int | torch.Tensor
+
+
+def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Sum of `values` where `mask` is set (over `dim`, or over everything when `dim` is None)."""
+    masked = values * mask.to(values.dtype)
+    return masked.sum() if dim is None else masked.sum(dim=dim)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of `values` over the positions where `mask` is set: sum(v * m) / sum(m).
+
+    An all-zero mask gives 0 rather than NaN, because an empty micro-batch or an empty response must not poison the
+    metrics or the loss of the rest of the batch.
+    """
+    mask = mask.to(values.dtype)
+    count = mask.sum() if dim is None else mask.sum(dim=dim)
+    return masked_sum(values, mask, dim) / count.clamp(min=torch.finfo(values.dtype).tiny)
+
+
+def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    """Variance of the masked entries: sum(m * (v - mean)^2) / (n - 1) with n = sum(m) (or / n if not unbiased).
+
+    With a single unmasked entry the Bessel correction is skipped (the variance is 0 either way).
+    """
+    mask = mask.to(values.dtype)
+    count = mask.sum()
+    if count.item() == 0:
+        raise ValueError("masked_var needs at least one unmasked element, but the mask is all zeros.")
+    mean = masked_mean(values, mask)
+    variance = masked_mean((values - mean) ** 2, mask)
+    if unbiased and count.item() > 1:
+        variance = variance * count / (count - 1)
+    return variance
+
+
+def masked_whiten(
+    values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8
+) -> torch.Tensor:
+    """Whiten over the masked entries: (v - mean) / sqrt(var + eps), with the unbiased masked variance.
+
+    With `shift_mean=False` the mean is added back, so only the scale changes. Entries outside the mask are
+    transformed too; callers multiply by the mask afterwards.
+    """
+    mean = masked_mean(values, mask)
+    whitened = (values - mean) * torch.rsqrt(masked_var(values, mask) + eps)
+    return whitened if shift_mean else whitened + mean
+
+
+def loss_token_counts(response_mask: torch.Tensor) -> tuple[float, float]:
+    """The (token count, sequence count) of one micro-batch, as `agg_loss` counts them.
+
+    A worker sums these over the micro-batches of a mini-batch and all-reduces them across ranks, then passes the
+    totals as `global_token_count` / `global_seq_count`. A sequence counts when it has at least one response token.
+    """
+    mask = response_mask.to(torch.float32)
+    return mask.sum().item(), (mask.sum(dim=-1) > 0).sum().item()
+
+
+def _check_count(name: str, count: Count | None) -> None:
+    if isinstance(count, (int, float)) and count <= 0:
+        raise ValueError(
+            f"{name} must be positive, got {count}; it is the count over the whole mini-batch, so a mini-batch "
+            "without response tokens cannot be normalised."
+        )
+
+
+def agg_loss(
+    loss_mat: torch.Tensor,
+    loss_mask: torch.Tensor,
+    loss_avg_mode: str,
+    global_token_count: Count | None = None,
+    global_seq_count: Count | None = None,
+    max_response_length: int | None = None,
+) -> torch.Tensor:
+    """Reduce a (B, L) per-token loss to a scalar according to `loss_avg_mode`.
+
+    With token losses l_it, mask m_it, per-sequence token count T_i = sum_t m_it, N tokens and S sequences:
+
+    - "token-mean":              sum_it m_it l_it / N        (DAPO, arXiv 2503.14476: every token weighs the same)
+    - "seq-mean-token-mean":     sum_i (sum_t m_it l_it / T_i) / S   (GRPO, arXiv 2402.03300: every sequence
+      weighs the same, so tokens of long responses weigh less)
+    - "seq-mean-token-sum":      sum_i sum_t m_it l_it / S
+    - "seq-mean-token-sum-norm": sum_it m_it l_it / (S * max_response_length)   (Dr.GRPO, arXiv 2503.20783: a
+      constant normaliser removes the length bias of 1/T_i)
+
+    N and S default to the counts of this micro-batch. When a mini-batch is split into micro-batches (and across
+    data-parallel ranks), pass the counts of the whole mini-batch as `global_token_count` / `global_seq_count`
+    (see `loss_token_counts`): then each micro-batch returns its share, and the sum of the micro-batch losses over
+    all micro-batches and ranks equals the loss of the full mini-batch, with the same gradient, however the batch
+    was split. (Data-parallel frameworks average gradients over ranks, so a worker multiplies this share by the
+    world size before `backward` to turn that average back into the sum.) Sequences must not be split across
+    micro-batches for the seq-mean modes.
+
+    `max_response_length` should be the configured maximum (a constant); it defaults to the padded width L, which
+    changes with the micro-batch under dynamic batching.
+    """
+    if loss_avg_mode not in LOSS_AVG_MODES:
+        raise ValueError(f"Unknown loss_avg_mode {loss_avg_mode!r}; choose one of {', '.join(LOSS_AVG_MODES)}.")
+    _check_count("global_token_count", global_token_count)
+    _check_count("global_seq_count", global_seq_count)
+    mask = loss_mask.to(loss_mat.dtype)
+    token_sums = (loss_mat * mask).sum(dim=-1)
+    if loss_avg_mode == "token-mean":
+        total, count = token_sums.sum(), global_token_count if global_token_count is not None else mask.sum()
+    else:
+        tokens_per_seq = mask.sum(dim=-1)
+        if loss_avg_mode == "seq-mean-token-mean":
+            seq_losses = token_sums / tokens_per_seq.clamp(min=1.0)
+        elif loss_avg_mode == "seq-mean-token-sum":
+            seq_losses = token_sums
+        else:
+            seq_losses = token_sums / float(max_response_length or loss_mask.shape[-1])
+        total = seq_losses.sum()
+        count = global_seq_count if global_seq_count is not None else (tokens_per_seq > 0).sum()
+    if isinstance(count, torch.Tensor):
+        count = count.to(device=total.device, dtype=total.dtype).clamp(min=1.0)
+    return total / count
