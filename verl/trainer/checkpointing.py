@@ -52,8 +52,10 @@ class CheckpointTracker:
             try:
                 data = json.load(f)
             except json.JSONDecodeError as err:
-                raise ValueError(f"Checkpoint tracker '{path}' is corrupt ({err}); delete it or set "
-                                 "trainer.load_checkpoint_path to a global_step_N directory.") from None
+                raise ValueError(
+                    f"Checkpoint tracker '{path}' is corrupt ({err}); delete it or set "
+                    "trainer.load_checkpoint_path to a global_step_N directory."
+                ) from None
         return cls(**data)
 
     def save(self, save_root: str) -> None:

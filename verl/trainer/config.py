@@ -413,6 +413,11 @@ def _check_algorithm(config: PPOConfig) -> None:
         raise ConfigError(
             "algorithm.use_kl_loss=true needs a reference model, but algorithm.disable_kl=true; turn one of them off."
         )
+    if algo.kl_penalty == "full" and not algo.disable_kl:
+        raise ConfigError(
+            "algorithm.kl_penalty=full needs whole vocabulary distributions, but the workers compute "
+            "one log-prob per token; choose low_var_kl, kl, abs or mse."
+        )
     if algo.online_filtering and not algo.filter_low < algo.filter_high:
         raise ConfigError(
             f"algorithm.filter_low={algo.filter_low} must be below algorithm.filter_high={algo.filter_high}."

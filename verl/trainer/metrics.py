@@ -36,8 +36,11 @@ def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
     values = values.float()
     if values.numel() == 0:
         return {}
-    return {f"{prefix}/mean": values.mean().item(), f"{prefix}/max": values.max().item(),
-            f"{prefix}/min": values.min().item()}
+    return {
+        f"{prefix}/mean": values.mean().item(),
+        f"{prefix}/max": values.max().item(),
+        f"{prefix}/min": values.min().item(),
+    }
 
 
 def compute_data_metrics(batch: DataProto, use_critic: bool) -> dict[str, float]:
@@ -71,8 +74,15 @@ def compute_timing_metrics(batch: DataProto, timing_raw: dict[str, float]) -> di
     """timing_s/<phase> and timing_per_token_ms/<phase> (per prompt+response token for the model phases)."""
     response_tokens = batch.batch["response_mask"].sum().item()
     all_tokens = batch.batch["attention_mask"].sum().item()
-    tokens_of_phase = {"gen": response_tokens, "ref": all_tokens, "old": all_tokens, "values": all_tokens,
-                       "adv": all_tokens, "update_critic": all_tokens, "update_actor": all_tokens}
+    tokens_of_phase = {
+        "gen": response_tokens,
+        "ref": all_tokens,
+        "old": all_tokens,
+        "values": all_tokens,
+        "adv": all_tokens,
+        "update_critic": all_tokens,
+        "update_actor": all_tokens,
+    }
     metrics = {f"timing_s/{name}": seconds for name, seconds in timing_raw.items()}
     for name, tokens in tokens_of_phase.items():
         if name in timing_raw and tokens > 0:

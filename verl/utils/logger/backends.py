@@ -12,7 +12,7 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """One class per logging backend. Each writes locally by default (no network): wandb offline, swanlab local,
-mlflow to a file store, TensorBoard event files; environment variables of each tool still take precedence."""
+mlflow to a local SQLite file, TensorBoard event files; environment variables of each tool still take precedence."""
 
 import json
 import logging
@@ -50,8 +50,9 @@ class ConsoleBackend(Backend):
 
     def log_generations(self, samples: list[Generation], step: int) -> None:
         for prompt, response, ground_truth, score in samples:
-            logger.info("[prompt] %s\n[response] %s\n[ground_truth] %s\n[score] %s", prompt, response,
-                        ground_truth, score)
+            logger.info(
+                "[prompt] %s\n[response] %s\n[ground_truth] %s\n[score] %s", prompt, response, ground_truth, score
+            )
 
 
 class FileBackend(Backend):
@@ -72,8 +73,13 @@ class FileBackend(Backend):
     def log_generations(self, samples: list[Generation], step: int) -> None:
         with open(self.generations_path, "a", encoding="utf-8") as f:
             for prompt, response, ground_truth, score in samples:
-                row = {"step": step, "prompt": prompt, "response": response, "ground_truth": ground_truth,
-                       "score": score}
+                row = {
+                    "step": step,
+                    "prompt": prompt,
+                    "response": response,
+                    "ground_truth": ground_truth,
+                    "score": score,
+                }
                 f.write(json.dumps(row) + "\n")
 
 
@@ -90,8 +96,9 @@ class TensorBoardBackend(Backend):
         self.writer.flush()
 
     def log_generations(self, samples: list[Generation], step: int) -> None:
-        text = "\n\n".join(f"**prompt** {p}\n\n**response** {r}\n\n**answer** {g} **score** {s}"
-                           for p, r, g, s in samples)
+        text = "\n\n".join(
+            f"**prompt** {p}\n\n**response** {r}\n\n**answer** {g} **score** {s}" for p, r, g, s in samples
+        )
         self.writer.add_text("val/generations", text, step)
 
     def finish(self) -> None:
@@ -109,7 +116,7 @@ class WandbBackend(Backend):
         self.rows: list[list[Any]] = []
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        self.run.log(_sorted_scalars(metrics), step=step)
+        self.run.log(_sorted_scalars(metrics), step=step, commit=True)  # flush the step now, not at the next one
 
     def log_generations(self, samples: list[Generation], step: int) -> None:
         self.rows.extend([step, *sample] for sample in samples)
@@ -127,8 +134,7 @@ class SwanlabBackend(Backend):
         self.swanlab = swanlab
         mode = os.environ.get("SWANLAB_MODE", "local")
         logdir = os.environ.get("SWANLAB_DIR", os.path.join(log_dir, "swanlog"))
-        self.run = swanlab.init(project=project, experiment_name=experiment, config=config, logdir=logdir,
-                                mode=mode)
+        self.run = swanlab.init(project=project, experiment_name=experiment, config=config, logdir=logdir, mode=mode)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         self.swanlab.log(_sorted_scalars(metrics), step=step)
@@ -147,7 +153,8 @@ class MlflowBackend(Backend):
 
         self.mlflow = mlflow
         if "MLFLOW_TRACKING_URI" not in os.environ:
-            mlflow.set_tracking_uri("file://" + os.path.abspath(os.path.join(log_dir, "mlruns")))
+            os.makedirs(log_dir, exist_ok=True)  # a local SQLite store: mlflow's plain file store is deprecated
+            mlflow.set_tracking_uri("sqlite:///" + os.path.abspath(os.path.join(log_dir, "mlflow.db")))
         mlflow.set_experiment(project)
         self.run = mlflow.start_run(run_name=experiment)
         flat = _flatten(config)

@@ -44,8 +44,10 @@ class Tracker:
             elif name == "mlflow":
                 self.backends[name] = MlflowBackend(log_dir, project, experiment, config)
             else:
-                raise ValueError(f"Unknown logger '{name}' in trainer.logger; choose from console, file, "
-                                 "tensorboard, wandb, swanlab, mlflow.")
+                raise ValueError(
+                    f"Unknown logger '{name}' in trainer.logger; choose from console, file, "
+                    "tensorboard, wandb, swanlab, mlflow."
+                )
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         for backend in self.backends.values():

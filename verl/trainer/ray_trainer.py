@@ -1,0 +1,421 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""RayPPOTrainer: the single-controller loop. Each step is a flat list of named, timed phases (shared/DESIGN.md):
+
+    gen -> balance -> reward (async) -> old -> ref -> values -> adv -> update_critic -> update_actor
+        -> validation -> save_checkpoint -> metrics
+
+The driver holds no model: it moves DataProto batches between worker groups, computes advantages with
+`core_algos`, and keeps the bookkeeping (steps, checkpoints, loggers, progress bar).
+"""
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+from tqdm import tqdm
+
+from ..protocol import DataProto
+from . import core_algos
+from .checkpointing import CheckpointTracker, find_last_checkpoint, remove_obsolete_checkpoints, step_dir, step_of
+from .config import PPOConfig
+from .metrics import (
+    append_metrics,
+    compute_data_metrics,
+    compute_throughput_metrics,
+    compute_timing_metrics,
+    new_metric_store,
+    reduce_metrics,
+)
+
+
+logger = logging.getLogger(__name__)
+
+GEN_TENSOR_KEYS = ("input_ids", "attention_mask", "position_ids")
+GEN_NON_TENSOR_KEYS = ("raw_prompt_ids", "multi_modal_data")
+
+
+@contextmanager
+def timer(name: str, timing_raw: dict[str, float]) -> Iterator[None]:
+    start = time.perf_counter()
+    yield
+    timing_raw[name] = timing_raw.get(name, 0.0) + time.perf_counter() - start
+
+
+def split_generation_inputs(batch: DataProto) -> DataProto:
+    """Pop the prompt tensors (replaced by prompt+response after generation) and share the raw prompt columns."""
+    tensors = [key for key in GEN_TENSOR_KEYS if key in batch.batch.keys()]
+    non_tensors = [key for key in GEN_NON_TENSOR_KEYS if key in batch.non_tensor_batch]
+    gen_batch = batch.select(batch_keys=[], non_tensor_batch_keys=non_tensors)
+    gen_batch.union(batch.pop(batch_keys=tensors))
+    return gen_batch
+
+
+class RayPPOTrainer:
+    """Drives the worker groups. Worker groups and reward actors are created by `runner.py` and passed in."""
+
+    def __init__(
+        self,
+        config: PPOConfig,
+        tokenizer: Any,
+        train_dataloader: Any,
+        val_dataloader: Any | None,
+        actor_rollout_ref_wg: Any,
+        critic_wg: Any | None,
+        reward_fn: Any,
+        val_reward_fn: Any | None,
+        tracker: Any,
+    ) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+        self.train_dataloader = train_dataloader
+        self.val_dataloader = val_dataloader
+        self.actor_rollout_ref_wg = actor_rollout_ref_wg
+        self.critic_wg = critic_wg
+        self.reward_fn = reward_fn
+        self.val_reward_fn = val_reward_fn or reward_fn
+        self.tracker = tracker
+        algo = config.algorithm
+        self.use_critic = algo.adv_estimator == "gae"
+        self.use_reference = not algo.disable_kl
+        self.kl_in_reward = self.use_reference and not algo.use_kl_loss
+        self.kl_ctrl = core_algos.get_kl_controller(algo.kl_type, algo.kl_coef, algo.kl_target, algo.kl_horizon)
+        self.global_step = 0
+        self.ckpt_tracker = CheckpointTracker()
+        self.total_steps = self._count_training_steps()
+        self._data_iter: Iterator | None = None
+        self.last_val_metrics: dict[str, float] = {}
+
+    # ------------------------------------------------------------------------------------------------ data
+
+    def _count_training_steps(self) -> int:
+        trainer, data = self.config.trainer, self.config.data
+        if trainer.max_steps is not None:
+            return trainer.max_steps
+        batches_per_epoch = len(self.train_dataloader)
+        prompts_per_batch = data.mini_rollout_batch_size or data.rollout_batch_size
+        return max(1, batches_per_epoch * prompts_per_batch // data.rollout_batch_size) * trainer.total_epochs
+
+    def _next_batch(self) -> DataProto:
+        """The next data-loader batch; a new epoch starts (and reshuffles) when one ends."""
+        if self._data_iter is None:
+            self._data_iter = iter(self.train_dataloader)
+        try:
+            return next(self._data_iter)
+        except StopIteration:
+            self._data_iter = iter(self.train_dataloader)
+            return next(self._data_iter)
+
+    def _generate(self, prompts: DataProto, metrics: dict[str, list[float]]) -> DataProto:
+        """n responses per prompt, joined with the prompt columns (and the remax greedy baseline)."""
+        n = self.config.worker.rollout.n
+        prompts.non_tensor_batch["uid"] = np.array(
+            [f"{self.global_step}-{i}-{time.monotonic_ns()}" for i in range(len(prompts))], dtype=object
+        )
+        gen_batch = split_generation_inputs(prompts)
+        output = self.actor_rollout_ref_wg.generate_sequences(gen_batch)
+        append_metrics(metrics, output.meta_info.pop("metrics", {}))
+        if self.config.algorithm.adv_estimator == "remax":
+            greedy = gen_batch.select(deepcopy=True)
+            greedy.meta_info.update(temperature=0.0, n=1)
+            baseline = self.actor_rollout_ref_wg.generate_sequences(greedy)
+            baseline = prompts.select(deepcopy=True).union(baseline)
+            scores, _ = ray.get(self.reward_fn.compute_reward.remote(baseline))
+            prompts.batch["reward_baselines"] = scores.sum(-1)
+        return prompts.repeat(n, interleave=True).union(output)
+
+    def _make_batch_data(self, metrics: dict[str, list[float]]) -> DataProto:
+        """Generate until the step has rollout_batch_size prompts' worth of samples (several rounds with online
+        filtering, which drops groups whose mean reward lies outside (filter_low, filter_high))."""
+        algo, data = self.config.algorithm, self.config.data
+        n = self.config.worker.rollout.n
+        target = data.rollout_batch_size * n
+        kept: list[DataProto] = []
+        num_kept, tries = 0, 0
+        while num_kept < target:
+            tries += 1
+            limit = self.config.trainer.max_try_make_batch
+            if algo.online_filtering and limit > 0 and tries > limit:
+                raise RuntimeError(
+                    f"Online filtering kept {num_kept // n} of {data.rollout_batch_size} prompts after {limit} "
+                    f"generation rounds (trainer.max_try_make_batch); widen algorithm.filter_low/filter_high, "
+                    "raise trainer.max_try_make_batch, or set it <= 0 for no limit."
+                )
+            batch = self._generate(self._next_batch(), metrics)
+            if not algo.online_filtering:
+                return batch
+            scores, reward_metrics = ray.get(self.reward_fn.compute_reward.remote(batch))
+            batch.batch["token_level_scores"] = scores
+            batch.non_tensor_batch.update(
+                {f"reward/{k}": np.array(v, dtype=object) for k, v in reward_metrics.items()}
+            )
+            if algo.filter_key not in reward_metrics:
+                raise KeyError(
+                    f"algorithm.filter_key='{algo.filter_key}' is not a key the reward function returns "
+                    f"({sorted(reward_metrics)})."
+                )
+            keep = core_algos.filter_groups_by_reward(
+                np.asarray(reward_metrics[algo.filter_key], dtype=np.float64),
+                batch.non_tensor_batch["uid"],
+                algo.filter_low,
+                algo.filter_high,
+            )
+            append_metrics(metrics, {"online_filtering/kept_ratio": len(keep) / len(batch)})
+            if len(keep) > 0:
+                kept.append(batch[np.asarray(keep)])
+                num_kept += len(keep)
+        batch = DataProto.concat(kept)[:target]
+        reward_columns = [key for key in batch.non_tensor_batch if key.startswith("reward/")]
+        for key in reward_columns:
+            append_metrics(metrics, {key: [float(v) for v in batch.non_tensor_batch.pop(key)]})
+        return batch
+
+    def _balance_batch(self, batch: DataProto, metrics: dict[str, list[float]]) -> None:
+        """Reorder samples so every data-parallel rank gets a similar number of tokens (in place)."""
+        world = self.actor_rollout_ref_wg.world_size
+        lengths = batch.batch["attention_mask"].sum(-1)
+        if world <= 1 or len(batch) % world != 0:
+            return
+        order = torch.argsort(lengths, descending=True)
+        # snake assignment: rank r gets sorted positions r, 2w-1-r, 2w+r, ... : near-equal token sums
+        per_rank: list[list[int]] = [[] for _ in range(world)]
+        for position, index in enumerate(order.tolist()):
+            cycle, offset = divmod(position, world)
+            per_rank[offset if cycle % 2 == 0 else world - 1 - offset].append(index)
+        batch.reorder(torch.tensor([i for rank in per_rank for i in rank]))
+        sums = [int(lengths[rank].sum()) for rank in per_rank]
+        append_metrics(
+            metrics,
+            {
+                "global_seqlen/min": min(sums),
+                "global_seqlen/max": max(sums),
+                "global_seqlen/minmax_diff": max(sums) - min(sums),
+                "global_seqlen/mean": float(np.mean(sums)),
+            },
+        )
+
+    # ------------------------------------------------------------------------------------------------ one step
+
+    def _compute_advantage(self, batch: DataProto) -> None:
+        algo = self.config.algorithm
+        kwargs: dict[str, Any] = dict(
+            token_level_rewards=batch.batch["token_level_rewards"],
+            response_mask=batch.batch["response_mask"],
+            index=batch.non_tensor_batch["uid"],
+            gamma=algo.gamma,
+            lam=algo.lam,
+            norm_adv_by_std=algo.norm_adv_by_std_in_grpo,
+        )
+        if "values" in batch.batch.keys():
+            kwargs["values"] = batch.batch["values"]
+        if "reward_baselines" in batch.batch.keys():
+            kwargs["reward_baselines"] = batch.batch["reward_baselines"]
+        advantages, returns = core_algos.compute_advantage_return(algo.adv_estimator, **kwargs)
+        batch.batch["advantages"], batch.batch["returns"] = advantages, returns
+
+    def train_step(self, timing_raw: dict[str, float]) -> tuple[DataProto, dict[str, float]]:
+        metrics = new_metric_store()
+        wg = self.actor_rollout_ref_wg
+        with timer("gen", timing_raw):
+            append_metrics(metrics, wg.prepare_rollout_engine() or {})
+            batch = self._make_batch_data(metrics)
+            append_metrics(metrics, wg.release_rollout_engine() or {})
+        self._balance_batch(batch, metrics)
+        batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
+        batch.meta_info["temperature"] = self.config.worker.rollout.temperature
+
+        reward_ref = None
+        if "token_level_scores" not in batch.batch.keys():
+            with timer("reward", timing_raw):
+                reward_ref = self.reward_fn.compute_reward.remote(batch)
+        with timer("old", timing_raw):
+            batch.union(wg.compute_log_probs(batch))
+        if self.use_reference:
+            with timer("ref", timing_raw):
+                batch.union(wg.compute_ref_log_probs(batch))
+        if self.use_critic:
+            with timer("values", timing_raw):
+                batch.union(self.critic_wg.compute_values(batch))
+
+        with timer("adv", timing_raw):
+            if reward_ref is not None:
+                scores, reward_metrics = ray.get(reward_ref)
+                batch.batch["token_level_scores"] = scores
+                append_metrics(metrics, {f"reward/{k}": v for k, v in reward_metrics.items()})
+            if self.kl_in_reward:
+                rewards, kl_metrics = core_algos.apply_kl_penalty(
+                    batch.batch["token_level_scores"],
+                    batch.batch["old_log_probs"],
+                    batch.batch["ref_log_probs"],
+                    batch.batch["response_mask"],
+                    self.kl_ctrl,
+                    self.config.algorithm.kl_penalty,
+                )
+                batch.batch["token_level_rewards"] = rewards
+                append_metrics(metrics, kl_metrics)
+            else:
+                batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+            self._compute_advantage(batch)
+
+        if self.use_critic:
+            with timer("update_critic", timing_raw):
+                output = self.critic_wg.update_critic(batch)
+                append_metrics(metrics, output.meta_info["metrics"])
+        if self.global_step >= self.config.trainer.critic_warmup:
+            with timer("update_actor", timing_raw):
+                output = wg.update_actor(batch)
+                append_metrics(metrics, output.meta_info["metrics"])
+        return batch, reduce_metrics(metrics)
+
+    # ------------------------------------------------------------------------------------------------ validation
+
+    def validate(self) -> dict[str, float]:
+        """Generate for the whole validation set with val_override_config and score it."""
+        if self.val_dataloader is None:
+            return {}
+        wg = self.actor_rollout_ref_wg
+        overrides = dict(self.config.worker.rollout.val_override_config)
+        n = int(overrides.get("n", 1))
+        scores: list[float] = []
+        metrics = new_metric_store()
+        samples: list[tuple[str, str, str, float]] = []
+        wg.prepare_rollout_engine()
+        for batch in self.val_dataloader:
+            batch.non_tensor_batch["uid"] = np.array([f"val-{i}" for i in range(len(batch))], dtype=object)
+            gen_batch = split_generation_inputs(batch)
+            gen_batch.meta_info.update(overrides, n=n, validate=True)
+            output = wg.generate_sequences(gen_batch)
+            output.meta_info.pop("metrics", None)
+            batch = batch.repeat(n, interleave=True).union(output)
+            reward_tensor, reward_metrics = ray.get(self.val_reward_fn.compute_reward.remote(batch))
+            batch_scores = reward_tensor.sum(-1).tolist()
+            scores.extend(batch_scores)
+            append_metrics(metrics, {f"val/{k}_reward": v for k, v in reward_metrics.items()})
+            lengths = batch.batch["response_mask"].sum(-1).float()
+            append_metrics(metrics, {"val_response_length/mean": lengths.tolist()})
+            samples.extend(self._decode_samples(batch, batch_scores))
+        wg.release_rollout_engine()
+        result = reduce_metrics(metrics)
+        result["val/reward_score"] = float(np.mean(scores)) if scores else 0.0
+        self._log_generations(samples)
+        return result
+
+    def _decode_samples(self, batch: DataProto, scores: list[float]) -> list[tuple[str, str, str, float]]:
+        prompts = self.tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True)
+        responses = [
+            self.tokenizer.decode(ids[mask.bool()], skip_special_tokens=True)
+            for ids, mask in zip(batch.batch["responses"], batch.batch["response_mask"])
+        ]
+        truths = [str(t) for t in batch.non_tensor_batch.get("ground_truth", [""] * len(batch))]
+        return list(zip(prompts, responses, truths, scores))
+
+    def _log_generations(self, samples: list[tuple[str, str, str, float]]) -> None:
+        count = self.config.trainer.val_generations_to_log
+        if count <= 0 or not samples:
+            return
+        rng = np.random.RandomState(42)  # the same samples every validation, so they can be compared over time
+        picked = rng.permutation(len(samples))[:count]
+        self.tracker.log_generations([samples[i] for i in sorted(picked)], self.global_step)
+
+    # ------------------------------------------------------------------------------------------------ checkpoints
+
+    def _save_checkpoint(self, val_score: float | None) -> None:
+        trainer = self.config.trainer
+        root = trainer.save_checkpoint_path
+        path = step_dir(root, self.global_step)
+        os.makedirs(path, exist_ok=True)
+        self.actor_rollout_ref_wg.save_checkpoint(os.path.join(path, "actor"), trainer.save_model_only)
+        if self.use_critic:
+            self.critic_wg.save_checkpoint(os.path.join(path, "critic"), trainer.save_model_only)
+        if not trainer.save_model_only:
+            torch.save(self.train_dataloader.state_dict(), os.path.join(path, "dataloader.pt"))
+            state = {"global_step": self.global_step, "kl_ctrl": self.kl_ctrl.state_dict()}
+            with open(os.path.join(path, "trainer_state.json"), "w", encoding="utf-8") as f:
+                json.dump(state, f)
+        self.ckpt_tracker.record(self.global_step, val_score)
+        self.ckpt_tracker.save(root)  # last: only now is this checkpoint the latest
+        remove_obsolete_checkpoints(root, trainer.save_limit, self.ckpt_tracker)
+
+    def _load_checkpoint(self) -> None:
+        trainer = self.config.trainer
+        path = trainer.load_checkpoint_path
+        if path is None and trainer.find_last_checkpoint:
+            path = find_last_checkpoint(trainer.save_checkpoint_path)
+        if path is None:
+            return
+        logger.info("Resuming from %s", path)
+        self.global_step = step_of(path)
+        self.actor_rollout_ref_wg.load_checkpoint(os.path.join(path, "actor"))
+        if self.use_critic:
+            self.critic_wg.load_checkpoint(os.path.join(path, "critic"))
+        dataloader_state = os.path.join(path, "dataloader.pt")
+        if os.path.isfile(dataloader_state):
+            self.train_dataloader.load_state_dict(torch.load(dataloader_state, weights_only=False))
+        state_file = os.path.join(path, "trainer_state.json")
+        if os.path.isfile(state_file):
+            with open(state_file, encoding="utf-8") as f:
+                self.kl_ctrl.load_state_dict(json.load(f)["kl_ctrl"])
+        self.ckpt_tracker = CheckpointTracker.load(trainer.save_checkpoint_path) or CheckpointTracker()
+
+    # ------------------------------------------------------------------------------------------------ the loop
+
+    def fit(self) -> dict[str, float]:
+        trainer = self.config.trainer
+        self._load_checkpoint()
+        val_metrics: dict[str, float] = {}
+        if trainer.val_before_train or trainer.val_only:
+            val_metrics = self.validate()
+            self.tracker.log(val_metrics, step=self.global_step)
+            if trainer.val_only:
+                return val_metrics
+        num_devices = self.actor_rollout_ref_wg.world_size
+        progress = tqdm(total=self.total_steps, initial=self.global_step, desc="train", dynamic_ncols=True)
+        last_saved = last_validated = -1
+        while self.global_step < self.total_steps:
+            self.global_step += 1
+            timing_raw: dict[str, float] = {}
+            with timer("step", timing_raw):
+                batch, metrics = self.train_step(timing_raw)
+                is_last = self.global_step >= self.total_steps
+                if trainer.val_freq > 0 and (self.global_step % trainer.val_freq == 0 or is_last):
+                    with timer("validation", timing_raw):
+                        val_metrics = self.validate()
+                    metrics.update(val_metrics)
+                    last_validated = self.global_step
+                if (trainer.save_freq > 0 and self.global_step % trainer.save_freq == 0) or is_last:
+                    with timer("save_checkpoint", timing_raw):
+                        self._save_checkpoint(val_metrics.get("val/reward_score"))
+                    last_saved = self.global_step
+            metrics.update(compute_data_metrics(batch, self.use_critic))
+            metrics.update(compute_timing_metrics(batch, timing_raw))
+            metrics.update(compute_throughput_metrics(batch, timing_raw, num_devices))
+            self.tracker.log(metrics, step=self.global_step)
+            progress.set_postfix(
+                reward=f"{metrics['critic/score/mean']:.3f}", tok_s=f"{metrics.get('perf/throughput', 0.0):.0f}"
+            )
+            progress.update(1)
+        progress.close()
+        if last_validated != self.global_step and self.val_dataloader is not None:
+            val_metrics = self.validate()
+            self.tracker.log(val_metrics, step=self.global_step)
+        if last_saved != self.global_step:
+            self._save_checkpoint(val_metrics.get("val/reward_score"))
+        return val_metrics
