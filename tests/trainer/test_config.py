@@ -168,7 +168,7 @@ def test_cross_field_checks(files, override, pattern):
         (["data.format_prompt=./nope.jinja"], r"data.format_prompt.*nope.jinja"),
         (["data.override_chat_template=./nope.jinja"], r"data.override_chat_template"),
         (["worker.actor.model.model_path=./no_such_model"], r"worker.actor.model.model_path"),
-        (["worker.reward.reward_function=./no_reward.py:fn"], r"reward file './no_reward.py' does not exist"),
+        (["worker.reward.reward_function=./no_reward.py:fn"], r"reward_function='./no_reward.py:fn'.*does not exist"),
         (["trainer.load_checkpoint_path=/nowhere/global_step_3"], r"trainer.load_checkpoint_path"),
     ],
 )
@@ -178,7 +178,7 @@ def test_missing_paths_are_errors(files, override, pattern):
 
 
 def test_reward_function_must_be_defined(files):
-    with pytest.raises(ConfigError, match=r"defines no function 'nope'"):
+    with pytest.raises(ConfigError, match=r"reward_function=.*has no function 'nope'"):
         load_config([*base_args(files), f"worker.reward.reward_function={files / 'reward.py'}:nope"])
     (files / "main_reward.py").write_text("def main(sample):\n    return {'overall': 0.0}\n")
     config = load_config([*base_args(files), f"worker.reward.reward_function={files / 'main_reward.py'}"])

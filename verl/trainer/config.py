@@ -23,13 +23,13 @@
 validates everything that can be checked before Ray starts; each error names the key and what to change.
 """
 
-import ast
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..utils.config import ConfigError, load_yaml, merge_config, parse_dotlist, set_keys
 from ..workers.config import WorkerConfig
+from ..workers.reward import RewardFunctionLoadError, check_reward_function
 from . import algo_constants
 
 
@@ -291,34 +291,6 @@ def _check_path(key: str, path: str | None, kind: str = "path", allow_hub: bool 
         raise ConfigError(f"Config key '{key}' points to '{path}', which is not a file.")
 
 
-def check_reward_function_spec(key: str, spec: str) -> None:
-    """The reward spec `file.py:function` must name an existing Python file that defines the function.
-
-    The file is parsed, not executed: user code runs only inside the reward actor.
-    """
-    path, _, function = spec.rpartition(":") if ":" in spec else (spec, "", "main")
-    function = function or "main"
-    if not path.endswith(".py"):
-        raise ConfigError(f"Config key '{key}' is '{spec}'; write it as path/to/file.py:function_name.")
-    if not os.path.isfile(path):
-        raise ConfigError(f"Config key '{key}': reward file '{path}' does not exist.")
-    with open(path, encoding="utf-8") as f:
-        try:
-            tree = ast.parse(f.read(), filename=path)
-        except SyntaxError as err:
-            raise ConfigError(f"Config key '{key}': reward file '{path}' has a syntax error: {err}.") from None
-    names = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, ast.Assign):
-            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
-    if function not in names:
-        raise ConfigError(f"Config key '{key}': reward file '{path}' defines no function '{function}'.")
-
-
 def _check_names(config: PPOConfig) -> None:
     algo, actor, critic = config.algorithm, config.worker.actor, config.worker.critic
     _choice("algorithm.adv_estimator", algo.adv_estimator, tuple(algo_constants.ADV_ESTIMATOR_NAMES))
@@ -464,8 +436,12 @@ def _check_paths(config: PPOConfig) -> None:
         model = _get(config.worker, role).model
         _check_path(f"worker.{role}.model.model_path", model.model_path, "directory", allow_hub=True)
         _check_path(f"worker.{role}.model.tokenizer_path", model.tokenizer_path, "directory", allow_hub=True)
-    if config.worker.reward.reward_function:
-        check_reward_function_spec("worker.reward.reward_function", config.worker.reward.reward_function)
+    reward = config.worker.reward
+    if reward.reward_function:
+        try:  # loads the file once (no torch, no Ray): catches a missing file, function, package or bad kwargs
+            check_reward_function(reward.reward_function, reward.reward_function_kwargs)
+        except RewardFunctionLoadError as err:
+            raise ConfigError(str(err)) from None
     if config.trainer.load_checkpoint_path:
         path = config.trainer.load_checkpoint_path
         _check_path("trainer.load_checkpoint_path", path, "directory")

@@ -11,12 +11,118 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Start or join Ray and run the PPO trainer with a validated config."""
+"""Start or join Ray, build the worker groups, reward actors, data loaders and loggers, then train.
 
+Ray is started locally unless RAY_ADDRESS names a cluster (or Ray is already initialised, as in tests). The
+resource check runs before any model loads: a config asking for more devices than the cluster has fails at once.
+"""
+
+import dataclasses
+import logging
+import os
+from typing import Any
+
+import ray
+
+from ..single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
+from ..single_controller.ray.resource import RayResourcePool
+from ..utils.device import resolve_device_type
+from ..utils.logger import Tracker
+from ..utils.tokenizer import get_processor, get_tokenizer
+from ..workers.reward.ray_actor import create_reward_actor
 from .config import PPOConfig
+from .data_loader import create_dataloader
+from .ray_trainer import RayPPOTrainer
 
 
-def run_ppo(config: PPOConfig) -> None:
-    raise NotImplementedError(
-        "The Ray training loop is not implemented yet (tracked by the trainer issue); use --dry-run to check a config."
+logger = logging.getLogger(__name__)
+
+
+def worker_env(device: str) -> dict[str, str]:
+    """Environment of every Ray worker process."""
+    env = {"TOKENIZERS_PARALLELISM": "false", "VLLM_LOGGING_LEVEL": "WARN", "NCCL_DEBUG": "WARN"}
+    if device == "cpu":
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # one in-process engine per worker (SPMD), see the vLLM notes
+    else:
+        env["TORCH_NCCL_AVOID_RECORD_STREAMS"] = "1"
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    return env
+
+
+def init_ray(config: PPOConfig, device: str) -> None:
+    if ray.is_initialized():
+        return
+    runtime_env = {"env_vars": worker_env(device)}
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env)
+        return
+    trainer, reward = config.trainer, config.worker.reward
+    # On CPU each worker process takes one logical CPU; the reward actors idle most of the time, so they may
+    # share the machine's cores rather than block the workers from being placed.
+    num_cpus = (
+        (os.cpu_count() or 1)
+        if device == "cuda"
+        else max(os.cpu_count() or 1, trainer.nnodes * trainer.n_gpus_per_node + 2 * reward.num_cpus)
     )
+    ray.init(num_cpus=num_cpus, runtime_env=runtime_env, include_dashboard=False)
+
+
+def create_worker_groups(config: PPOConfig, device: str) -> tuple[Any, Any | None]:
+    """One colocated process per device holding the actor+rollout(+ref) role and, for gae, the critic role."""
+    from ..workers.fsdp_workers import FSDPWorker  # imports vLLM: only when training really starts
+
+    trainer = config.trainer
+    pool = RayResourcePool(
+        process_on_nodes=[trainer.n_gpus_per_node] * trainer.nnodes,
+        use_gpu=device == "cuda",
+        name_prefix=trainer.experiment_name,
+    )
+    actor_role = "actor_rollout" if config.algorithm.disable_kl else "actor_rollout_ref"
+    roles = {actor_role: RayClassWithInitArgs(FSDPWorker, config=config.worker, role=actor_role, device=device)}
+    if config.algorithm.adv_estimator == "gae":
+        roles["critic"] = RayClassWithInitArgs(FSDPWorker, config=config.worker, role="critic", device=device)
+    group = RayWorkerGroup(pool, create_colocated_worker_cls(roles), name_prefix=trainer.experiment_name)
+    views = group.spawn(roles.keys())
+    critic_wg = views.get("critic")
+    if critic_wg is not None:
+        critic_wg.init_model()  # before the actor, so the vLLM engine sizes its cache against the real free memory
+    actor_wg = views[actor_role]
+    actor_wg.init_model()
+    return actor_wg, critic_wg
+
+
+def run_ppo(config: PPOConfig) -> dict[str, float]:
+    device = resolve_device_type(config.trainer.device)
+    init_ray(config, device)
+    model = config.worker.actor.model
+    tokenizer = get_tokenizer(
+        model.tokenizer_path,
+        trust_remote_code=model.trust_remote_code,
+        override_chat_template=config.data.override_chat_template,
+    )
+    processor = get_processor(
+        model.tokenizer_path,
+        trust_remote_code=model.trust_remote_code,
+        override_chat_template=config.data.override_chat_template,
+        min_pixels=config.data.min_pixels,
+        max_pixels=config.data.max_pixels,
+    )
+    train_dataloader, val_dataloader = create_dataloader(config.data, tokenizer, processor)
+    reward_fn = create_reward_actor(config.worker.reward, model.tokenizer_path, model.trust_remote_code)
+    val_reward_fn = create_reward_actor(config.worker.reward, model.tokenizer_path, model.trust_remote_code)
+    actor_wg, critic_wg = create_worker_groups(config, device)
+    trainer_config = config.trainer
+    tracker = Tracker(
+        trainer_config.logger,
+        trainer_config.project_name,
+        trainer_config.experiment_name,
+        trainer_config.save_checkpoint_path,
+        dataclasses.asdict(config),
+    )
+    trainer = RayPPOTrainer(
+        config, tokenizer, train_dataloader, val_dataloader, actor_wg, critic_wg, reward_fn, val_reward_fn, tracker
+    )
+    try:
+        return trainer.fit()
+    finally:
+        tracker.finish()

@@ -1,0 +1,76 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Math with the final answer in \boxed{}: overall = 0.9 * accuracy + 0.1 * format.
+
+Use with examples/format_prompt/math.jinja:
+    worker.reward.reward_function=examples/reward_function/math.py:compute_score
+
+accuracy: the last \boxed{...} of the response, graded against the ground truth by mathruler (string
+    normalization first, then symbolic equivalence with sympy). 1.0 or 0.0.
+format: the response opens with <think>, closes it once, and puts a \boxed{} answer after </think>. 1.0 or 0.0.
+"""
+
+import re
+from typing import Any
+
+from mathruler.grader import grade_answer
+
+
+REWARD_NAME = "math"
+REWARD_TYPE = "sequential"
+
+# Some models write "< think >" or "</ think>"; the tag is meant, so spaces inside it are not held against them.
+_SPACED_TAG = re.compile(r"<\s*(/?)\s*(think|answer)\s*>", re.IGNORECASE)
+_BOX_OPENERS = ("\\boxed{", "\\fbox{")
+
+
+def normalize_tags(text: str) -> str:
+    """Rewrite "< / Think >" and friends as "</think>"."""
+    return _SPACED_TAG.sub(lambda match: f"<{match.group(1)}{match.group(2).lower()}>", text)
+
+
+def last_boxed(text: str) -> str | None:
+    """The content of the last \\boxed{...} (or \\fbox{...}), braces balanced; None if there is none."""
+    start = max(text.rfind(opener) for opener in _BOX_OPENERS)
+    if start < 0:
+        return None
+    start = text.index("{", start) + 1
+    depth = 1
+    for position in range(start, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[position], 0)
+        if depth == 0:
+            return text[start:position].strip()
+    return None  # unbalanced: the box was never closed
+
+
+def format_score(response: str) -> float:
+    """1.0 for "<think>reasoning</think> ... \\boxed{answer} ...", else 0.0."""
+    match = re.fullmatch(r"\s*<think>(.*?)</think>(.*)", response, flags=re.DOTALL)
+    if match is None or "<think>" in match.group(1) or "</think>" in match.group(2):
+        return 0.0
+    return 1.0 if last_boxed(match.group(2)) is not None else 0.0
+
+
+def accuracy_score(response: str, ground_truth: str) -> float:
+    """1.0 when the last boxed answer equals the ground truth mathematically, else 0.0."""
+    answer = last_boxed(response)
+    return 1.0 if answer is not None and grade_answer(answer, ground_truth.strip()) else 0.0
+
+
+def compute_score(reward_input: dict[str, Any], format_weight: float = 0.1) -> dict[str, float]:
+    """Score one response; `format_weight` is the share of the format check in `overall`."""
+    response = normalize_tags(reward_input["response"])
+    fmt = format_score(response)
+    accuracy = accuracy_score(response, str(reward_input["ground_truth"]))
+    return {"overall": (1.0 - format_weight) * accuracy + format_weight * fmt, "format": fmt, "accuracy": accuracy}

@@ -1,0 +1,72 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Visual reasoning in the R1-V style: overall = 0.5 * accuracy + 0.5 * format.
+
+Use with examples/format_prompt/r1v.jinja:
+    worker.reward.reward_function=examples/reward_function/r1v.py:compute_score
+
+format: the whole response is "<think>...</think> <answer>...</answer>" (whitespace around the tags allowed).
+accuracy: the content of the last <answer> tag (unwrapped from \boxed{} if the model boxed it) graded against the
+    ground truth by mathruler, which also matches plain strings such as option letters and words.
+"""
+
+import re
+from typing import Any
+
+from mathruler.grader import grade_answer
+
+
+REWARD_NAME = "r1v"
+REWARD_TYPE = "sequential"
+
+_SPACED_TAG = re.compile(r"<\s*(/?)\s*(think|answer)\s*>", re.IGNORECASE)
+_LAYOUT = re.compile(
+    r"\s*<think>(?:(?!</?think>|</?answer>).)*</think>\s*<answer>(?:(?!</?answer>).)*</answer>\s*", flags=re.DOTALL
+)
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", flags=re.DOTALL)
+_BOXED = re.compile(r"^\\boxed\{(.*)\}$", flags=re.DOTALL)
+
+
+def normalize_tags(text: str) -> str:
+    """Rewrite "< / Answer >" and friends as "</answer>"."""
+    return _SPACED_TAG.sub(lambda match: f"<{match.group(1)}{match.group(2).lower()}>", text)
+
+
+def format_score(response: str) -> float:
+    """1.0 when the response is exactly one think block followed by one answer block, else 0.0."""
+    return 1.0 if _LAYOUT.fullmatch(response) else 0.0
+
+
+def extract_answer(response: str) -> str | None:
+    """The text of the last <answer>...</answer>, without a surrounding \\boxed{}; None if there is no tag."""
+    answers = _ANSWER.findall(response)
+    if not answers:
+        return None
+    answer = answers[-1].strip()
+    boxed = _BOXED.match(answer)
+    return boxed.group(1).strip() if boxed else answer
+
+
+def accuracy_score(response: str, ground_truth: str) -> float:
+    """1.0 when the tagged answer equals the ground truth (as text or mathematically), else 0.0."""
+    answer = extract_answer(response)
+    return 1.0 if answer and grade_answer(answer, ground_truth.strip()) else 0.0
+
+
+def compute_score(reward_input: dict[str, Any], format_weight: float = 0.5) -> dict[str, float]:
+    """Score one response; `format_weight` is the share of the format check in `overall`."""
+    response = normalize_tags(reward_input["response"])
+    fmt = format_score(response)
+    accuracy = accuracy_score(response, str(reward_input["ground_truth"]))
+    return {"overall": (1.0 - format_weight) * accuracy + format_weight * fmt, "format": fmt, "accuracy": accuracy}

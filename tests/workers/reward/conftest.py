@@ -1,0 +1,89 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Shared fixtures for the reward tests: the tiny tokenizer, rollout batches built from text, reward files."""
+
+import functools
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from verl.protocol import DataProto
+from verl.utils.tiny_models import build_tokenizer
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> Any:
+    return build_tokenizer()
+
+
+def _make_batch(
+    tokenizer: Any,
+    prompts: list[str],
+    responses: list[str],
+    stop: list[bool] | None = None,
+    prompt_length: int = 24,
+    response_length: int = 16,
+    non_tensors: dict[str, list[Any]] | None = None,
+) -> DataProto:
+    """A rollout batch as the trainer hands it to the reward manager: left-padded prompts, right-padded responses.
+
+    A response that stops (stop[i], default True) ends with the EOS token, which counts as a valid token.
+    """
+    stop = stop or [True] * len(responses)
+    pad = tokenizer.pad_token_id
+    prompt_ids = torch.full((len(prompts), prompt_length), pad)
+    prompt_mask = torch.zeros_like(prompt_ids)
+    response_ids = torch.full((len(responses), response_length), pad)
+    response_mask = torch.zeros_like(response_ids)
+    for row, (prompt, response, stops) in enumerate(zip(prompts, responses, stop)):
+        ids = tokenizer.encode(prompt, add_special_tokens=False)
+        assert len(ids) <= prompt_length, f"test prompt {prompt!r} needs {len(ids)} tokens"
+        prompt_ids[row, prompt_length - len(ids) :] = torch.tensor(ids)
+        prompt_mask[row, prompt_length - len(ids) :] = 1
+        ids = tokenizer.encode(response, add_special_tokens=False) + ([tokenizer.eos_token_id] if stops else [])
+        assert len(ids) <= response_length, f"test response {response!r} needs {len(ids)} tokens"
+        response_ids[row, : len(ids)] = torch.tensor(ids)
+        response_mask[row, : len(ids)] = 1
+    return DataProto.from_dict(
+        tensors={
+            "prompts": prompt_ids,
+            "responses": response_ids,
+            "response_mask": response_mask,
+            "attention_mask": torch.cat([prompt_mask, response_mask], dim=-1),
+            "input_ids": torch.cat([prompt_ids, response_ids], dim=-1),
+        },
+        non_tensors=non_tensors,
+    )
+
+
+@pytest.fixture
+def make_batch(tokenizer: Any) -> Callable[..., DataProto]:
+    """_make_batch with the tiny tokenizer bound."""
+    return functools.partial(_make_batch, tokenizer)
+
+
+@pytest.fixture
+def write_reward_file(tmp_path: Path) -> Callable[[str, str], str]:
+    """Write a reward module into tmp_path and return its path."""
+
+    def write(source: str, name: str = "reward.py") -> str:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(source))
+        return str(path)
+
+    return write

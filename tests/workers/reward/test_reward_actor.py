@@ -1,0 +1,96 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The reward Ray actor, for real: a local Ray instance, the tiny tokenizer on disk, a parallel sequential function."""
+
+import os
+
+import pytest
+import ray
+import torch
+
+from verl.workers.config import RewardConfig
+from verl.workers.reward import RewardFunctionError, RewardFunctionLoadError
+from verl.workers.reward.manager import FunctionRewardManager
+from verl.workers.reward.ray_actor import create_reward_actor
+
+
+pytestmark = pytest.mark.slow
+
+REWARD = """
+import os
+
+def score(sample, target="yes"):
+    if sample["response"] == "boom":
+        raise ValueError("exploded")
+    return {
+        "overall": float(sample["response"] == target) - 0.01 * sample["response_length"],
+        "difficulty": float(sample["extra_info"]["difficulty"]),
+        "pid": float(os.getpid()),
+    }
+"""
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory, tokenizer) -> str:
+    path = tmp_path_factory.mktemp("tokenizer")
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def test_actor_scores_asynchronously_with_a_process_pool(
+    ray_local, tokenizer_dir, tokenizer, make_batch, write_reward_file
+) -> None:
+    config = RewardConfig(
+        reward_function=f"{write_reward_file(REWARD)}:score", reward_function_kwargs={"target": "yes"}, num_cpus=2
+    )
+    batch = make_batch(
+        ["Q0", "Q1", "Q2", "Q3"],
+        ["yes", "no", "yes indeed", "yes"],
+        stop=[True, True, False, True],
+        non_tensors={"uid": ["a", "a", "b", "b"], "difficulty": [1, 2, 3, 4], "ground_truth": ["yes"] * 4},
+    )
+    actor = create_reward_actor(config, tokenizer_dir)
+    try:
+        future = actor.compute_reward.remote(batch)  # the trainer does other work here and collects later
+        reward_tensor, metrics = ray.get(future, timeout=120)
+
+        expected_tensor, expected = FunctionRewardManager(
+            RewardConfig(reward_function=config.reward_function, reward_function_kwargs={"target": "yes"}), tokenizer
+        ).compute_reward(batch)
+        torch.testing.assert_close(reward_tensor, expected_tensor, rtol=0, atol=0)
+        assert metrics["overall"] == expected["overall"]
+        assert metrics["difficulty"] == [1.0, 2.0, 3.0, 4.0]
+        actor_pid = ray.get(actor.__ray_call__.remote(lambda self: os.getpid()))
+        assert actor_pid not in metrics["pid"]  # scored in the actor's worker processes, not in the actor itself
+
+        bad_batch = make_batch(["Q", "Q"], ["yes", "boom"], non_tensors={"difficulty": [1, 2]})
+        with pytest.raises(RewardFunctionError, match="raised ValueError on sample 1") as info:
+            ray.get(actor.compute_reward.remote(bad_batch), timeout=120)
+        assert info.value.sample_index == 1
+    finally:
+        ray.get(actor.close.remote())
+        ray.kill(actor)
+
+
+def test_bad_spec_fails_in_the_caller(ray_local, tokenizer_dir, write_reward_file) -> None:
+    config = RewardConfig(reward_function=f"{write_reward_file(REWARD)}:compute_score")
+    with pytest.raises(RewardFunctionLoadError, match="has no function 'compute_score'"):
+        create_reward_actor(config, tokenizer_dir)

@@ -1,0 +1,118 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The example prompt templates and reward functions, on hand-written right and wrong responses."""
+
+import os
+
+import jinja2
+import pytest
+
+from verl.workers.reward import load_reward_function
+
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "..")
+
+
+def example(name: str, **kwargs):
+    return load_reward_function(os.path.join(ROOT, "examples", "reward_function", f"{name}.py:compute_score"), kwargs)
+
+
+def sample(response: str, ground_truth: str, response_length: int = 10) -> dict:
+    return {"response": response, "ground_truth": ground_truth, "response_length": response_length}
+
+
+@pytest.mark.parametrize("name, instruction", [("math", "\\boxed{}"), ("r1v", "<answer>"), ("dapo", "Answer:")])
+def test_templates_render_the_content(name: str, instruction: str) -> None:
+    with open(os.path.join(ROOT, "examples", "format_prompt", f"{name}.jinja"), encoding="utf-8") as f:
+        template = jinja2.Template(f.read())
+    text = template.render(content="  What is 2 + 2?\n", answer="4", images=[])
+    assert "What is 2 + 2?" in text and "  What" not in text and "?\n\n\n" not in text  # content is trimmed
+    assert instruction in text
+
+
+@pytest.mark.parametrize(
+    "response, ground_truth, accuracy, fmt",
+    [
+        ("<think>2 + 2 = 4</think> So the answer is \\boxed{4}.", "4", 1.0, 1.0),
+        ("<think>Half of one.</think> \\boxed{\\frac{1}{2}}", "0.5", 1.0, 1.0),  # graded mathematically
+        ("<think>Simplify.</think> \\boxed{2\\sqrt{2}}", "\\sqrt{8}", 1.0, 1.0),
+        ("< think >Spaces in tags.</ think > \\boxed{4}", "4", 1.0, 1.0),
+        ("The answer is \\boxed{4}.", "4", 1.0, 0.0),  # right, but no reasoning block
+        ("<think>2 + 2 = 5</think> \\boxed{5}", "4", 0.0, 1.0),
+        ("<think>2 + 2 = 4</think> The answer is 4.", "4", 0.0, 0.0),  # nothing boxed
+        ("<think>First \\boxed{3}, no wait</think> \\boxed{4}", "4", 1.0, 1.0),  # the last box counts
+        ("<think>a</think><think>b</think> \\boxed{4}", "4", 1.0, 0.0),
+        ("<think>Unclosed \\boxed{4", "4", 0.0, 0.0),
+    ],
+)
+def test_math(response: str, ground_truth: str, accuracy: float, fmt: float) -> None:
+    score = example("math")(sample(response, ground_truth))
+    assert score == pytest.approx({"overall": 0.9 * accuracy + 0.1 * fmt, "format": fmt, "accuracy": accuracy})
+
+
+@pytest.mark.parametrize(
+    "response, ground_truth, accuracy, fmt",
+    [
+        ("<think>The left shape has three sides.</think> <answer>triangle</answer>", "triangle", 1.0, 1.0),
+        ("<think>Option B fits.</think>\n<answer> B </answer>", "B", 1.0, 1.0),
+        ("<think>Count them.</think><answer>\\boxed{12}</answer>", "12", 1.0, 1.0),
+        ("<think>Count them.</think><answer>12.0</answer>", "12", 1.0, 1.0),
+        ("<think>Option C.</think> <answer>C</answer>", "B", 0.0, 1.0),
+        ("<answer>B</answer>", "B", 1.0, 0.0),  # right, but no reasoning block
+        ("<think>B</think> <answer>B</answer> and more text", "B", 1.0, 0.0),
+        ("<think>B</think> B", "B", 0.0, 0.0),  # no answer tag
+        ("<think>x</think> <answer></answer>", "B", 0.0, 1.0),
+    ],
+)
+def test_r1v(response: str, ground_truth: str, accuracy: float, fmt: float) -> None:
+    score = example("r1v")(sample(response, ground_truth))
+    assert score == pytest.approx({"overall": 0.5 * accuracy + 0.5 * fmt, "format": fmt, "accuracy": accuracy})
+
+
+@pytest.mark.parametrize(
+    "response, ground_truth, correct",
+    [
+        ("Adding gives 1000.\nAnswer: 1000", "1000", True),
+        ("So the total is\nAnswer: $\\boxed{1,000}$.", "1000", True),
+        ("answer: x = \\dfrac12", "\\frac{1}{2}", True),
+        ("Answer: 12 cm", "12", True),
+        ("Answer: 3 was my first guess.\nAfter checking:\nAnswer: 4", "4", True),  # the last line counts
+        ("Answer: 4\nActually, Answer: 5", "4", False),
+        ("The result is 1000.", "1000", False),  # no Answer line
+        ("Answer:", "1000", False),
+        ("Answer: 1,2", "12", False),  # a pair is not a thousands separator
+    ],
+)
+def test_dapo_accuracy(response: str, ground_truth: str, correct: bool) -> None:
+    score = example("dapo", max_response_length=100, overlong_buffer_len=20)(sample(response, ground_truth))
+    assert score == {
+        "overall": 1.0 if correct else -1.0,
+        "accuracy": float(correct),
+        "accuracy_reward": 1.0 if correct else -1.0,
+        "overlong": 0.0,
+    }
+
+
+@pytest.mark.parametrize("length, overlong", [(10, 0.0), (80, 0.0), (85, -0.25), (90, -0.5), (100, -1.0), (130, -1.0)])
+def test_dapo_soft_overlong_punishment(length: int, overlong: float) -> None:
+    function = example("dapo", max_response_length=100, overlong_buffer_len=20, overlong_penalty_factor=0.5)
+    score = function(sample("Answer: 7", "7", response_length=length))
+    assert score["overlong"] == pytest.approx(overlong)
+    assert score["overall"] == pytest.approx(1.0 + 0.5 * overlong)
+
+
+def test_dapo_rejects_a_buffer_longer_than_the_budget() -> None:
+    function = example("dapo", max_response_length=10, overlong_buffer_len=20)
+    with pytest.raises(ValueError, match="overlong_buffer_len=20 exceeds max_response_length=10"):
+        function(sample("Answer: 7", "7"))

@@ -1,0 +1,292 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The reward manager: per-sample inputs from a rollout batch, parallel scoring, score placement, metrics."""
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from verl.workers.config import RewardConfig
+from verl.workers.reward import RewardFunctionError, RewardFunctionLoadError
+from verl.workers.reward.manager import FunctionRewardManager, build_reward_inputs, place_scores
+
+
+LENGTH_REWARD = """
+def score(sample, scale=1.0):
+    return {"overall": scale * sample["response_length"], "chars": float(len(sample["response"]))}
+"""
+
+# Uses every field of the input, so equal results from the pool and inline mean equal inputs too.
+EVERYTHING_REWARD = """
+def score(sample):
+    extra = sample["extra_info"]
+    return {
+        "overall": float(sample["response"] == sample["ground_truth"]) + 0.01 * sample["response_length"],
+        "prompt_chars": float(len(sample["prompt"])),
+        "difficulty": float(extra["difficulty"]),
+        "uid_number": float(sample["uid"].removeprefix("group-")),
+        "images": float(len((sample["multi_modal_data"] or {}).get("images", []))),
+    }
+"""
+
+
+def manager_for(path: str, tokenizer, **config) -> FunctionRewardManager:
+    return FunctionRewardManager(RewardConfig(reward_function=path, **config), tokenizer)
+
+
+def test_score_lands_on_the_last_valid_response_token(make_batch, write_reward_file, tokenizer) -> None:
+    batch = make_batch(["Q1", "Q2", "Q3"], ["four", "the answer is five", "red green blue"], stop=[True, True, False])
+    manager = manager_for(f"{write_reward_file(LENGTH_REWARD)}:score", tokenizer)
+    reward_tensor, metrics = manager.compute_reward(batch)
+
+    lengths = batch.batch["response_mask"].sum(-1)
+    assert reward_tensor.dtype == torch.float32
+    assert reward_tensor.shape == batch.batch["responses"].shape
+    expected = torch.zeros_like(reward_tensor)
+    expected[torch.arange(3), lengths - 1] = lengths.float()
+    torch.testing.assert_close(reward_tensor, expected, rtol=0, atol=0)
+    assert metrics["overall"] == lengths.float().tolist()
+    assert metrics["chars"] == [float(len(text)) for text in ("four", "the answer is five", "red green blue")]
+
+
+def test_place_scores_handles_empty_and_full_responses() -> None:
+    mask = torch.tensor([[0, 0, 0, 0], [1, 1, 1, 1], [1, 1, 0, 0]])
+    rewards = place_scores([0.5, -1.0, 2.0], mask)
+    assert rewards.tolist() == [[0.5, 0, 0, 0], [0, 0, 0, -1.0], [0, 2.0, 0, 0]]
+
+
+def test_kwargs_reach_the_function(make_batch, write_reward_file, tokenizer) -> None:
+    batch = make_batch(["Q"], ["abc"])
+    config = {"reward_function_kwargs": {"scale": 10.0}}
+    _, metrics = manager_for(f"{write_reward_file(LENGTH_REWARD)}:score", tokenizer, **config).compute_reward(batch)
+    assert metrics["overall"] == [10.0 * batch.batch["response_mask"].sum().item()]
+
+
+def test_reward_inputs_carry_the_whole_sample(make_batch, tokenizer) -> None:
+    image = np.zeros((2, 2, 3), dtype=np.uint8)
+    batch = make_batch(
+        ["What is 2+2?", "Name the color."],
+        ["4", "red"],
+        non_tensors={
+            "ground_truth": ["4", "blue"],
+            "uid": ["group-0", "group-1"],
+            "multi_modal_data": [None, {"images": [image]}],
+            "difficulty": [np.int64(3), 7],
+            "data_source": ["gsm8k", "colors"],
+            "raw_prompt_ids": [[1, 2], [3]],
+            "multi_modal_inputs": [{}, {"pixel_values": "not for the reward function"}],
+        },
+    )
+    first, second = build_reward_inputs(batch, tokenizer)
+    assert first == {
+        "response": "4",
+        "response_length": len(tokenizer.encode("4")) + 1,  # + EOS
+        "ground_truth": "4",
+        "prompt": "What is 2+2?",
+        "multi_modal_data": None,
+        "uid": "group-0",
+        "extra_info": {"difficulty": 3, "data_source": "gsm8k"},
+    }
+    assert type(first["extra_info"]["difficulty"]) is int  # numpy scalars become Python scalars
+    assert second["multi_modal_data"]["images"][0] is image
+    assert (second["response"], second["ground_truth"], second["uid"]) == ("red", "blue", "group-1")
+    assert second["extra_info"] == {"difficulty": 7, "data_source": "colors"}
+
+
+def test_special_tokens_and_prompt_sources(make_batch, tokenizer) -> None:
+    prompt = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    batch = make_batch([prompt], ["hello"])
+    decoded = build_reward_inputs(batch, tokenizer, skip_special_tokens=False)[0]
+    assert decoded["response"] == "hello<|im_end|>"
+    assert decoded["prompt"] == prompt  # decoded from the ids, chat markers kept
+
+    messages = [{"role": "user", "content": "Hi"}]
+    batch = make_batch([prompt], ["hello"], non_tensors={"prompt_text": ["Hi"], "raw_prompt": [messages]})
+    sample = build_reward_inputs(batch, tokenizer)[0]
+    assert (sample["response"], sample["prompt"]) == ("hello", "Hi")
+    assert sample["extra_info"] == {"raw_prompt": messages}
+
+
+def test_extra_columns_and_uid_reach_the_function(make_batch, write_reward_file, tokenizer) -> None:
+    batch = make_batch(
+        ["Q0", "Q1"],
+        ["yes", "no"],
+        non_tensors={
+            "ground_truth": ["yes", "yes"],
+            "uid": ["group-4", "group-9"],
+            "difficulty": [0.5, 2.0],
+            "multi_modal_data": [{"images": ["a.png", "b.png"]}, None],
+        },
+    )
+    _, metrics = manager_for(f"{write_reward_file(EVERYTHING_REWARD)}:score", tokenizer).compute_reward(batch)
+    assert metrics["difficulty"] == [0.5, 2.0]
+    assert metrics["uid_number"] == [4.0, 9.0]
+    assert metrics["images"] == [2.0, 0.0]
+    assert metrics["prompt_chars"] == [2.0, 2.0]
+    lengths = batch.batch["response_mask"].sum(-1).tolist()
+    assert metrics["overall"] == pytest.approx([1 + 0.01 * lengths[0], 0.01 * lengths[1]])
+
+
+def test_parallel_scoring_equals_inline(make_batch, write_reward_file, tokenizer) -> None:
+    responses = ["yes", "no", "maybe", "yes yes", "42", "blue", "x", "yes"]
+    batch = make_batch(
+        [f"Q{i}" for i in range(8)],
+        responses,
+        stop=[i % 3 != 0 for i in range(8)],
+        non_tensors={
+            "ground_truth": ["yes"] * 8,
+            "uid": [f"group-{i // 2}" for i in range(8)],
+            "difficulty": list(range(8)),
+            "multi_modal_data": [None] * 8,
+        },
+    )
+    path = f"{write_reward_file(EVERYTHING_REWARD)}:score"
+    inline = manager_for(path, tokenizer, num_cpus=1)
+    parallel = manager_for(path, tokenizer, num_cpus=2)
+    try:
+        assert parallel._pool is not None and inline._pool is None
+        inline_rewards, inline_metrics = inline.compute_reward(batch)
+        parallel_rewards, parallel_metrics = parallel.compute_reward(batch)
+        assert parallel_metrics == inline_metrics
+        torch.testing.assert_close(parallel_rewards, inline_rewards, rtol=0, atol=0)
+    finally:
+        parallel.close()
+
+
+def test_sequential_function_runs_in_parallel_processes(make_batch, write_reward_file, tokenizer, tmp_path) -> None:
+    # Each call waits until two different processes have checked in: this only finishes if samples run concurrently.
+    path = write_reward_file("""
+        import os, time
+
+        def meet(sample, sync_dir):
+            open(os.path.join(sync_dir, str(os.getpid())), "w").close()
+            deadline = time.monotonic() + 60
+            while len(os.listdir(sync_dir)) < 2:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("no second process showed up")
+                time.sleep(0.01)
+            return {"overall": float(sample["response_length"]), "pid": float(os.getpid())}
+    """)
+    sync_dir = tmp_path / "sync"
+    sync_dir.mkdir()
+    batch = make_batch(["Q"] * 4, ["a", "bb", "ccc", "dddd"])
+    manager = manager_for(f"{path}:meet", tokenizer, num_cpus=2, reward_function_kwargs={"sync_dir": str(sync_dir)})
+    try:
+        _, metrics = manager.compute_reward(batch)
+    finally:
+        manager.close()
+    assert metrics["overall"] == batch.batch["response_mask"].sum(-1).float().tolist()
+    worker_pids = {float(entry.name) for entry in sync_dir.iterdir()}
+    assert len(worker_pids) == 2
+    assert set(metrics["pid"]) == worker_pids
+    assert float(os.getpid()) not in worker_pids
+
+
+RAISES_ON_NO = """
+def score(sample):
+    if sample["response"] == "no":
+        raise KeyError("missing rubric")
+    return {"overall": 1.0}
+"""
+
+
+@pytest.mark.parametrize("num_cpus", [1, 2])
+def test_exception_names_the_sample_inline_and_in_the_pool(make_batch, write_reward_file, tokenizer, num_cpus) -> None:
+    batch = make_batch(["Q"] * 5, ["yes", "yes", "yes", "no", "yes"], non_tensors={"uid": list("abcde")})
+    manager = manager_for(f"{write_reward_file(RAISES_ON_NO)}:score", tokenizer, num_cpus=num_cpus)
+    try:
+        with pytest.raises(RewardFunctionError, match="'score' in .* raised KeyError on sample 3 \\(uid d\\)") as info:
+            manager.compute_reward(batch)
+    finally:
+        manager.close()
+    assert info.value.sample_index == 3
+    assert isinstance(info.value.__cause__, KeyError)
+
+
+@pytest.mark.parametrize("num_cpus", [1, 2])
+def test_bad_output_through_the_manager(make_batch, write_reward_file, tokenizer, num_cpus) -> None:
+    path = write_reward_file("""
+        def score(sample):
+            return {"overall": float("inf") if sample["response"] == "no" else 1.0}
+    """)
+    manager = manager_for(f"{path}:score", tokenizer, num_cpus=num_cpus)
+    try:
+        with pytest.raises(RewardFunctionError, match="sample 1 'overall': inf") as info:
+            manager.compute_reward(make_batch(["Q", "Q"], ["yes", "no"]))
+    finally:
+        manager.close()
+    assert info.value.sample_index == 1
+
+
+def test_batch_function(make_batch, write_reward_file, tokenizer) -> None:
+    path = write_reward_file("""
+        REWARD_TYPE = "batch"
+
+        def score(samples):
+            # a batch function sees the whole group, e.g. to rank responses against each other
+            longest = max(sample["response_length"] for sample in samples)
+            return [{"overall": float(sample["response_length"] == longest)} for sample in samples]
+    """)
+    batch = make_batch(["Q"] * 3, ["a", "a b c d", "a b"])
+    rewards, metrics = manager_for(f"{path}:score", tokenizer, num_cpus=2).compute_reward(batch)
+    assert metrics == {"overall": [0.0, 1.0, 0.0]}
+    assert rewards.sum(-1).tolist() == [0.0, 1.0, 0.0]
+
+
+def test_batch_function_returning_too_few(make_batch, write_reward_file, tokenizer) -> None:
+    path = write_reward_file("REWARD_TYPE = 'batch'\ndef score(samples):\n    return [{'overall': 1.0}]\n")
+    with pytest.raises(RewardFunctionError, match="returned 1 scores for 2 samples"):
+        manager_for(f"{path}:score", tokenizer).compute_reward(make_batch(["Q", "Q"], ["a", "b"]))
+
+
+def test_missing_reward_function_setting(tokenizer) -> None:
+    with pytest.raises(RewardFunctionLoadError, match="worker.reward.reward_function is not set"):
+        FunctionRewardManager(RewardConfig(), tokenizer)
+
+
+def test_pool_workers_exit_with_their_parent(write_reward_file, tmp_path) -> None:
+    # A reward actor killed by ray.kill gets no chance to close its pool: the workers must notice on their own.
+    path = write_reward_file("def main(sample):\n    return {'overall': 1.0}\n")
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import multiprocessing, os\n"
+        "from verl.workers.reward.function import load_reward_function\n"
+        "from verl.workers.reward.parallel import SequentialPool\n"
+        "if __name__ == '__main__':\n"
+        f"    pool = SequentialPool(load_reward_function({path!r}), 2)\n"
+        "    assert pool.score([{}] * 4) == [{'overall': 1.0}] * 4\n"
+        "    print(' '.join(str(child.pid) for child in multiprocessing.active_children()), flush=True)\n"
+        "    os._exit(0)\n"
+    )
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=True)
+    worker_pids = [int(pid) for pid in result.stdout.split()]
+    assert len(worker_pids) >= 2  # the two workers (and possibly the resource tracker)
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in worker_pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in worker_pids)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie waiting for init to reap it is gone for our purposes
+        return f.read().split(")")[-1].split()[0] != "Z"

@@ -1,0 +1,311 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""A user's reward function: loaded from `path/to/file.py:function`, called, and its output checked.
+
+The reward function is the one piece of the trainer that users always write themselves, so every way it can go
+wrong is reported here with the function, the file and the sample named: a file that does not exist or does not
+import, a missing function, an unknown `REWARD_TYPE`, keyword arguments that do not fit its signature, an exception
+while scoring, and an output that is not one dict of finite floats with an `overall` key per sample.
+
+This module imports nothing heavy (no torch, no Ray): the config validator calls `check_reward_function` before
+Ray starts, and the worker processes of the sequential pool import it at start-up.
+
+The file declares how it is called with a module attribute:
+    REWARD_TYPE = "sequential"  (the default)  fn(sample: RewardInput, **kwargs) -> dict[str, float]
+    REWARD_TYPE = "batch"                      fn(samples: list[RewardInput], **kwargs) -> list[dict[str, float]]
+and may set REWARD_NAME, which is used in logs and error messages instead of the function name.
+"""
+
+import hashlib
+import importlib.util
+import inspect
+import math
+import numbers
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+import numpy as np
+
+
+REWARD_TYPES: tuple[str, ...] = ("sequential", "batch")
+DEFAULT_REWARD_TYPE = "sequential"
+DEFAULT_FUNCTION_NAME = "main"
+CONFIG_KEY = "worker.reward.reward_function"
+
+
+class RewardInput(TypedDict):
+    """What a reward function receives for one sample."""
+
+    response: str
+    """The decoded response (special tokens skipped unless worker.reward.skip_special_tokens=false)."""
+    response_length: int
+    """Number of valid response tokens, including the EOS token when generation stopped on it."""
+    ground_truth: Any
+    """The dataset's answer for this prompt."""
+    prompt: str
+    """The prompt text the model saw (chat template applied)."""
+    multi_modal_data: dict[str, Any] | None
+    """The row's raw images/videos as {"images": [...], "videos": [...]}, or None for a text-only row."""
+    uid: str | None
+    """The group id: every response sampled from the same prompt shares it."""
+    extra_info: dict[str, Any]
+    """Every other column of the dataset row, under its own name."""
+
+
+class RewardFunctionLoadError(ValueError):
+    """The reward function named in the config cannot be loaded."""
+
+
+class RewardFunctionNotFoundError(RewardFunctionLoadError, FileNotFoundError):
+    """The reward function's file does not exist."""
+
+
+class RewardFunctionError(RuntimeError):
+    """The reward function raised, or returned something other than one dict of finite floats per sample."""
+
+    def __init__(self, message: str, sample_index: int | None = None) -> None:
+        super().__init__(message)  # args == (message,), so the error pickles across processes and Ray
+        self.sample_index = sample_index
+
+
+def parse_reward_function_spec(spec: str) -> tuple[str, str]:
+    """Split "path/to/file.py:function" into (path, function); the function defaults to `main`.
+
+    Only a colon followed by a Python identifier separates the function, so a path that itself contains a colon
+    (rare, but legal on POSIX) still works when the function is given.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise RewardFunctionLoadError(
+            f"{CONFIG_KEY} must be a string 'path/to/file.py:function', got {spec!r}; set it to your reward file."
+        )
+    path, sep, name = spec.strip().rpartition(":")
+    if sep and name.isidentifier():
+        return path, name
+    if sep and not name.endswith(".py") and "/" not in name and os.sep not in name:
+        raise RewardFunctionLoadError(
+            f"{CONFIG_KEY}={spec!r}: {name!r} is not a valid Python function name; write 'path/to/file.py:function'."
+        )
+    return spec.strip(), DEFAULT_FUNCTION_NAME
+
+
+@dataclass
+class RewardFunction:
+    """A loaded reward function with its keyword arguments bound; call it with one sample or a list of them."""
+
+    path: str
+    """Absolute path of the file the function was loaded from."""
+    name: str
+    """The function's name in that file."""
+    reward_type: str
+    """"sequential" (one sample per call) or "batch" (the whole list in one call)."""
+    function: Callable[..., Any]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """worker.reward.reward_function_kwargs, passed as keyword arguments on every call."""
+    reward_name: str = ""
+    """The file's REWARD_NAME, or the function name when it sets none."""
+
+    @property
+    def spec(self) -> str:
+        """The absolute "path:function" spec; worker processes use it to load the same function again."""
+        return f"{self.path}:{self.name}"
+
+    @property
+    def label(self) -> str:
+        """How error messages name the function."""
+        return f"reward function {self.name!r} in {self.path}"
+
+    def __call__(self, inputs: Any) -> Any:
+        return self.function(inputs, **self.kwargs)
+
+
+def _import_file(path: str, spec: str) -> Any:
+    """Execute the file as a fresh module registered under a name derived from its path.
+
+    Registering it in sys.modules while it runs lets dataclasses and pickling inside the user's file find their
+    module; the path-derived name keeps two reward files (say, train and val) from replacing each other.
+    """
+    module_name = "verl_reward_" + hashlib.sha1(path.encode("utf-8")).hexdigest()[:12]
+    module_spec = importlib.util.spec_from_file_location(module_name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise RewardFunctionLoadError(
+            f"{CONFIG_KEY}={spec!r}: cannot import {path} as Python; the reward function must live in a .py file."
+        )
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as error:
+        sys.modules.pop(module_name, None)
+        raise RewardFunctionLoadError(
+            f"{CONFIG_KEY}={spec!r}: importing {path} failed with {type(error).__name__}: {error}; fix the file or "
+            "install what it imports."
+        ) from error
+    return module
+
+
+def _check_kwargs(function: Callable[..., Any], kwargs: Mapping[str, Any], label: str) -> None:
+    """Fail at load time, not at the first training step, when the kwargs do not fit the function's signature."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # builtins and some C callables have no signature: nothing to check
+        return
+    try:
+        signature.bind(None, **kwargs)
+    except TypeError as error:
+        raise RewardFunctionLoadError(
+            f"worker.reward.reward_function_kwargs={dict(kwargs)!r} do not fit the signature {signature} of {label}: "
+            f"{error}; the function must take the sample(s) as its first argument and accept every configured keyword."
+        ) from error
+
+
+def load_reward_function(spec: str, kwargs: Mapping[str, Any] | None = None) -> RewardFunction:
+    """Load `spec` ("path/to/file.py:function", relative paths from the working directory) and bind `kwargs`."""
+    raw_path, name = parse_reward_function_spec(spec)
+    path = os.path.abspath(os.path.expanduser(raw_path))
+    if not os.path.isfile(path):
+        raise RewardFunctionNotFoundError(
+            f"{CONFIG_KEY}={spec!r}: the file {path} does not exist; give a path relative to the working directory "
+            f"({os.getcwd()}) or an absolute one."
+        )
+    module = _import_file(path, spec)
+    if not hasattr(module, name):
+        defined = sorted(
+            attr for attr, value in vars(module).items() if inspect.isfunction(value) and not attr.startswith("_")
+        )
+        raise RewardFunctionLoadError(
+            f"{CONFIG_KEY}={spec!r}: {path} has no function {name!r} (functions defined there: "
+            f"{', '.join(defined) or 'none'}); name one after the colon, as in file.py:compute_score."
+        )
+    function = getattr(module, name)
+    if not callable(function):
+        raise RewardFunctionLoadError(
+            f"{CONFIG_KEY}={spec!r}: {name!r} in {path} is a {type(function).__name__}, not a function; point the "
+            "spec at a callable."
+        )
+    reward_type = getattr(module, "REWARD_TYPE", DEFAULT_REWARD_TYPE)
+    if reward_type not in REWARD_TYPES:
+        raise RewardFunctionLoadError(
+            f"{CONFIG_KEY}={spec!r}: REWARD_TYPE={reward_type!r} in {path} is not one of {', '.join(REWARD_TYPES)}; "
+            "set it to 'sequential' (one sample per call) or 'batch' (a list per call)."
+        )
+    reward_name = getattr(module, "REWARD_NAME", None) or name
+    loaded = RewardFunction(path, name, reward_type, function, dict(kwargs or {}), str(reward_name))
+    _check_kwargs(function, loaded.kwargs, loaded.label)
+    return loaded
+
+
+def check_reward_function(spec: str, kwargs: Mapping[str, Any] | None = None) -> None:
+    """Raise RewardFunctionLoadError if `spec` cannot be loaded with `kwargs`; for the config validator.
+
+    This runs the file's top-level code once (imports and definitions), which is what catches syntax errors and
+    missing packages before Ray starts.
+    """
+    load_reward_function(spec, kwargs)
+
+
+def score_sequential(function: RewardFunction, samples: Sequence[Mapping[str, Any]], start: int = 0) -> list[Any]:
+    """Call a sequential function on each sample; `start` is the batch index of samples[0], for error messages."""
+    scores = []
+    for offset, sample in enumerate(samples):
+        try:
+            scores.append(function(sample))
+        except Exception as error:
+            index = start + offset
+            raise RewardFunctionError(
+                f"{function.label} raised {type(error).__name__} on sample {index}{_uid_note(sample)}: {error}. "
+                "Fix the function; its traceback is shown above.",
+                sample_index=index,
+            ) from error
+    return scores
+
+
+def score_batch(function: RewardFunction, samples: Sequence[Mapping[str, Any]]) -> Any:
+    """Call a batch function once on all samples."""
+    try:
+        return function(list(samples))
+    except Exception as error:
+        raise RewardFunctionError(
+            f"{function.label} (REWARD_TYPE='batch') raised {type(error).__name__} on a batch of {len(samples)} "
+            f"samples (which sample is unknown to the caller): {error}. Fix the function; its traceback is shown "
+            "above."
+        ) from error
+
+
+def _uid_note(sample: Mapping[str, Any]) -> str:
+    uid = sample.get("uid") if isinstance(sample, Mapping) else None
+    return f" (uid {uid})" if uid is not None else ""
+
+
+def _as_float(value: Any) -> float | None:
+    """A float for Python and NumPy bools, ints and floats; None for anything else (strings, tensors, None)."""
+    if isinstance(value, (bool, np.bool_, numbers.Real)):
+        return float(value)
+    return None
+
+
+def check_scores(
+    function: RewardFunction, scores: Any, samples: Sequence[Mapping[str, Any]]
+) -> dict[str, list[float]]:
+    """Check one dict of finite floats with `overall` per sample; return the scores as columns (key -> list).
+
+    Every sample must return the same keys, because each key becomes a metric whose values line up with the
+    batch (online filtering reads its key per sample); return 0.0 for a key that does not apply to a sample.
+    """
+    if not isinstance(scores, (list, tuple)):
+        raise RewardFunctionError(
+            f"{function.label} returned a {type(scores).__name__} for a batch of {len(samples)} samples; a batch "
+            "function must return a list with one dict per sample."
+        )
+    if len(scores) != len(samples):
+        raise RewardFunctionError(
+            f"{function.label} returned {len(scores)} scores for {len(samples)} samples; return exactly one dict "
+            "per sample, in the order of the input."
+        )
+    columns: dict[str, list[float]] = {}
+    for index, (score, sample) in enumerate(zip(scores, samples)):
+        where = f"{function.label} returned for sample {index}{_uid_note(sample)}"
+        if not isinstance(score, Mapping):
+            raise RewardFunctionError(
+                f"{where} a {type(score).__name__} ({score!r:.80}); return a dict such as {{'overall': 1.0}}.",
+                sample_index=index,
+            )
+        if "overall" not in score:
+            raise RewardFunctionError(
+                f"{where} keys {sorted(map(str, score))} without 'overall'; add 'overall', the scalar reward.",
+                sample_index=index,
+            )
+        if index > 0 and set(score) != set(columns):
+            raise RewardFunctionError(
+                f"{where} keys {sorted(map(str, score))}, but sample 0 returned {sorted(columns)}; return the same "
+                "keys for every sample (0.0 where one does not apply).",
+                sample_index=index,
+            )
+        for key, value in score.items():
+            number = _as_float(value)
+            if not isinstance(key, str) or number is None:
+                raise RewardFunctionError(
+                    f"{where} {key!r}: {value!r:.80} of type {type(value).__name__}; every key must be a string and "
+                    "every value a float (or int/bool).",
+                    sample_index=index,
+                )
+            if not math.isfinite(number):
+                raise RewardFunctionError(
+                    f"{where} {key!r}: {number}; rewards must be finite, so guard divisions and logs in the function.",
+                    sample_index=index,
+                )
+            columns.setdefault(key, []).append(number)
+    return columns

@@ -1,0 +1,196 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""From a rollout batch to rewards: build each sample's input, score it, check it, place it on the tokens.
+
+The reward function sees the whole sample (response, its length, ground truth, prompt, images and videos, uid and
+every other column of the dataset row), because users keep needing more than the response and the answer: mixed
+tasks, prompt-dependent checks, judges that look at the image. The scalar `overall` becomes the token-level score
+at the last valid response token; every returned key becomes a metric.
+"""
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...protocol import DataProto
+from .function import (
+    CONFIG_KEY,
+    RewardFunctionLoadError,
+    RewardInput,
+    check_scores,
+    load_reward_function,
+    score_batch,
+    score_sequential,
+)
+from .parallel import SequentialPool
+
+
+logger = logging.getLogger(__name__)
+
+# Non-tensor columns that have their own field in RewardInput.
+_GROUND_TRUTH_KEY = "ground_truth"
+_UID_KEY = "uid"
+_MULTI_MODAL_KEY = "multi_modal_data"
+_PROMPT_TEXT_KEYS = ("prompt_text", "raw_prompt")
+# Non-tensor columns that the pipeline adds for the model, not the dataset; a reward function has no use for them.
+_PIPELINE_KEYS = frozenset({"raw_prompt_ids", "multi_modal_inputs"})
+
+
+@dataclass(frozen=True)
+class RewardSettings:
+    """The reward part of the config as plain values, so it travels to a Ray actor without the config classes."""
+
+    reward_function: str
+    """"path/to/file.py:function" (worker.reward.reward_function)."""
+    reward_function_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments passed to the function on every call."""
+    skip_special_tokens: bool = True
+    """Decode responses without special tokens (EOS, chat markers)."""
+    num_cpus: int = 1
+    """CPUs of the reward actor; above 1, a sequential function runs in that many worker processes."""
+
+    @classmethod
+    def from_config(cls, config: Any) -> "RewardSettings":
+        """Read worker.reward from any object with RewardConfig's attributes."""
+        if not getattr(config, "reward_function", None):
+            raise RewardFunctionLoadError(
+                f"{CONFIG_KEY} is not set; point it at your scorer, e.g. "
+                "examples/reward_function/math.py:compute_score."
+            )
+        return cls(
+            reward_function=config.reward_function,
+            reward_function_kwargs=dict(getattr(config, "reward_function_kwargs", None) or {}),
+            skip_special_tokens=bool(getattr(config, "skip_special_tokens", True)),
+            num_cpus=int(getattr(config, "num_cpus", 1)),
+        )
+
+
+def _plain(value: Any) -> Any:
+    """NumPy scalars from object arrays become Python scalars, so user code can compare them with == and json."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _valid_response_mask(data: DataProto) -> torch.Tensor:
+    if "response_mask" in data.batch.keys():
+        return data.batch["response_mask"].bool()
+    response_length = data.batch["responses"].shape[-1]  # batches made before response_mask existed
+    return data.batch["attention_mask"][:, -response_length:].bool()
+
+
+def _prompt_key(data: DataProto) -> str | None:
+    """The dataset column that holds the prompt as text, if any (a column of chat messages does not count)."""
+    for key in _PROMPT_TEXT_KEYS:
+        column = data.non_tensor_batch.get(key)
+        if column is not None and all(isinstance(text, str) for text in column):
+            return key
+    return None
+
+
+def _prompt_texts(data: DataProto, tokenizer: Any, prompt_key: str | None) -> list[str]:
+    """The prompt text from its dataset column when there is one, else decoded from the left-padded prompt ids."""
+    if prompt_key is not None:
+        return list(data.non_tensor_batch[prompt_key])
+    prompts = data.batch["prompts"]
+    prompt_mask = data.batch["attention_mask"][:, : prompts.shape[-1]].bool()
+    # Special tokens are kept: they are part of what the model saw (chat markers, image placeholders).
+    return tokenizer.batch_decode(
+        [ids[mask].tolist() for ids, mask in zip(prompts, prompt_mask)], skip_special_tokens=False
+    )
+
+
+def build_reward_inputs(data: DataProto, tokenizer: Any, skip_special_tokens: bool = True) -> list[RewardInput]:
+    """One RewardInput per sample of a rollout batch (tensors prompts/responses/response_mask/attention_mask)."""
+    responses = data.batch["responses"]
+    mask = _valid_response_mask(data)
+    texts = tokenizer.batch_decode(
+        [ids[row_mask].tolist() for ids, row_mask in zip(responses, mask)], skip_special_tokens=skip_special_tokens
+    )
+    lengths = mask.sum(dim=-1).tolist()
+    prompt_key = _prompt_key(data)
+    prompts = _prompt_texts(data, tokenizer, prompt_key)
+    columns = data.non_tensor_batch
+    used = {_GROUND_TRUTH_KEY, _UID_KEY, _MULTI_MODAL_KEY, prompt_key} | _PIPELINE_KEYS
+    extra_keys = [key for key in columns if key not in used]
+
+    def column(key: str, index: int) -> Any:
+        return _plain(columns[key][index]) if key in columns else None
+
+    return [
+        RewardInput(
+            response=texts[i],
+            response_length=int(lengths[i]),
+            ground_truth=column(_GROUND_TRUTH_KEY, i),
+            prompt=prompts[i],
+            multi_modal_data=column(_MULTI_MODAL_KEY, i),
+            uid=column(_UID_KEY, i),
+            extra_info={key: _plain(columns[key][i]) for key in extra_keys},
+        )
+        for i in range(len(data))
+    ]
+
+
+def place_scores(overall: list[float], response_mask: torch.Tensor) -> torch.Tensor:
+    """A (batch, response_length) float32 tensor with each score at its row's last valid response token.
+
+    An empty response (no valid token) gets its score at position 0, so the sum over tokens is still the score.
+    """
+    positions = torch.arange(response_mask.shape[-1], device=response_mask.device)
+    last = (response_mask.long() * positions).argmax(dim=-1)
+    reward_tensor = torch.zeros(response_mask.shape, dtype=torch.float32, device=response_mask.device)
+    rows = torch.arange(response_mask.shape[0], device=response_mask.device)
+    reward_tensor[rows, last] = torch.tensor(overall, dtype=torch.float32, device=response_mask.device)
+    return reward_tensor
+
+
+class FunctionRewardManager:
+    """Scores rollout batches with a user's reward function (sequential ones in parallel over `num_cpus`)."""
+
+    def __init__(self, config: Any, tokenizer: Any) -> None:
+        self.settings = config if isinstance(config, RewardSettings) else RewardSettings.from_config(config)
+        self.tokenizer = tokenizer
+        self.function = load_reward_function(self.settings.reward_function, self.settings.reward_function_kwargs)
+        self._pool: SequentialPool | None = None
+        if self.function.reward_type == "sequential" and self.settings.num_cpus > 1:
+            self._pool = SequentialPool(self.function, self.settings.num_cpus)
+        logger.info(
+            "Reward function %s (%s, %s).",
+            self.function.reward_name,
+            self.function.reward_type,
+            f"{self.settings.num_cpus} processes" if self._pool else "inline",
+        )
+
+    def score(self, samples: list[Mapping[str, Any]]) -> dict[str, list[float]]:
+        """Checked scores of `samples` as columns: key -> one float per sample."""
+        if self.function.reward_type == "batch":
+            raw = score_batch(self.function, samples)
+        elif self._pool is not None:
+            raw = self._pool.score(samples)
+        else:
+            raw = score_sequential(self.function, samples)
+        return check_scores(self.function, raw, samples)
+
+    def compute_reward(self, data: DataProto) -> tuple[torch.Tensor, dict[str, list[float]]]:
+        """(token-level scores (batch, response_length) float32, metrics key -> per-sample values)."""
+        samples = build_reward_inputs(data, self.tokenizer, self.settings.skip_special_tokens)
+        metrics = self.score(samples)
+        return place_scores(metrics.get("overall", []), _valid_response_mask(data)), metrics
+
+    def close(self) -> None:
+        """Stop the worker processes of the parallel pool, if any."""
+        if self._pool is not None:
+            self._pool.close()

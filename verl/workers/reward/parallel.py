@@ -1,0 +1,132 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Run a sequential reward function over several CPUs with a pool of worker processes.
+
+Reward functions are mostly pure Python (regexes, sympy), so threads would serialize on the GIL; processes do not.
+The workers are spawned, not forked: the pool lives inside a Ray actor whose process already runs gRPC and torch
+threads, and forking a multithreaded process can deadlock the child. Each worker loads the function again from its
+file (the spec), so nothing about the function has to be picklable; only the samples and scores cross processes.
+As with any spawning pool, a script that drives it directly (not through the Ray actor) needs the
+`if __name__ == "__main__":` guard, because each worker imports the script's main module.
+"""
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import threading
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from .function import RewardFunction, RewardFunctionError, load_reward_function, score_sequential
+
+
+_worker_function: RewardFunction | None = None
+
+
+def _exit_with_parent() -> None:
+    """Exit when the parent process dies, so a killed reward actor (ray.kill) leaves no orphaned workers behind."""
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        multiprocessing.connection.wait([parent.sentinel])
+        os._exit(1)
+
+
+def _init_worker(spec: str, kwargs: dict[str, Any]) -> None:
+    global _worker_function
+    threading.Thread(target=_exit_with_parent, name="exit-with-parent", daemon=True).start()
+    _worker_function = load_reward_function(spec, kwargs)
+
+
+def _score_chunk(start: int, samples: list[Mapping[str, Any]]) -> list[Any]:
+    """Score samples[start:start+len] in a worker; an error keeps its original exception when that can be pickled.
+
+    Exceptions cross processes without their __cause__, so the user's exception is carried as an attribute and
+    chained again in the parent (see SequentialPool.score).
+    """
+    assert _worker_function is not None, "the pool initializer did not run"
+    try:
+        return score_sequential(_worker_function, samples, start=start)
+    except RewardFunctionError as error:
+        original = error.__cause__
+        try:
+            pickle.loads(pickle.dumps(original))
+        except Exception:  # an exception class that cannot be rebuilt; its text is still in the message
+            original = None
+        error.original = original
+        raise
+
+
+def _split(num_items: int, num_chunks: int) -> list[tuple[int, int]]:
+    """Contiguous (start, end) ranges of nearly equal size."""
+    bounds = [num_items * i // num_chunks for i in range(num_chunks + 1)]
+    return [(bounds[i], bounds[i + 1]) for i in range(num_chunks) if bounds[i] < bounds[i + 1]]
+
+
+class SequentialPool:
+    """A persistent process pool that scores samples with a sequential reward function, in input order."""
+
+    def __init__(self, function: RewardFunction, num_workers: int) -> None:
+        if num_workers < 2:
+            raise ValueError(f"SequentialPool needs at least 2 workers, got {num_workers}; score inline instead.")
+        self.function = function
+        self.num_workers = num_workers
+        self._executor: ProcessPoolExecutor | None = None
+
+    def _get_executor(self) -> ProcessPoolExecutor:
+        if self._executor is None:  # started on first use, so an actor that never scores spawns nothing
+            self._executor = ProcessPoolExecutor(
+                max_workers=self.num_workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_init_worker,
+                initargs=(self.function.spec, self.function.kwargs),
+            )
+        return self._executor
+
+    def score(self, samples: Sequence[Mapping[str, Any]]) -> list[Any]:
+        """The function's raw outputs for `samples`, in order; errors name the sample as inline scoring does."""
+        if not samples:
+            return []
+        # A few chunks per worker balance uneven per-sample cost without paying one round trip per sample.
+        chunks = _split(len(samples), self.num_workers * 4)
+        executor = self._get_executor()
+        futures = [executor.submit(_score_chunk, start, list(samples[start:end])) for start, end in chunks]
+        scores: list[Any] = []
+        try:
+            for future in futures:
+                scores.extend(future.result())
+        except RewardFunctionError as error:
+            for future in futures:
+                future.cancel()
+            original = getattr(error, "original", None)
+            if original is None:
+                raise
+            original.__cause__ = error.__cause__  # the worker's formatted traceback, attached by concurrent.futures
+            raise RewardFunctionError(str(error), sample_index=error.sample_index) from original
+        except BrokenProcessPool as error:
+            self.close()
+            raise RewardFunctionError(
+                f"A worker process of the reward pool for {self.function.label} died while scoring {len(samples)} "
+                "samples (a crash, os._exit or the out-of-memory killer inside the function); the pool is restarted "
+                "on the next call."
+            ) from error
+        return scores
+
+    def close(self) -> None:
+        """Stop the worker processes (they are restarted if the pool is used again)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None

@@ -1,0 +1,62 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The reward Ray actor: scoring runs beside the old/ref log-prob passes instead of blocking the driver.
+
+The trainer launches `actor.compute_reward.remote(batch)` right after generation and calls `ray.get` on the
+reference only when it needs the scores (advantages), so a slow reward function (sympy, a judge) overlaps with the
+GPU work. The actor reserves `num_cpus` CPUs, which a sequential function uses as parallel worker processes.
+"""
+
+from typing import Any
+
+import ray
+import torch
+
+from ...protocol import DataProto
+from ...utils.tokenizer import get_tokenizer
+from .function import check_reward_function
+from .manager import FunctionRewardManager, RewardSettings
+
+
+@ray.remote
+class RewardActor:
+    """Holds the tokenizer and the loaded reward function; one per dataset split (train and val)."""
+
+    def __init__(self, settings: RewardSettings, tokenizer_path: str, trust_remote_code: bool = False) -> None:
+        tokenizer = get_tokenizer(tokenizer_path, trust_remote_code=trust_remote_code)
+        self.manager = FunctionRewardManager(settings, tokenizer)
+
+    def compute_reward(self, data: DataProto) -> tuple[torch.Tensor, dict[str, list[float]]]:
+        """(token-level scores (batch, response_length) float32, metrics key -> per-sample values)."""
+        return self.manager.compute_reward(data)
+
+    def close(self) -> None:
+        """Stop the worker processes of the parallel pool; call before killing the actor for a clean exit."""
+        self.manager.close()
+
+
+def create_reward_actor(
+    config: Any, tokenizer_path: str, trust_remote_code: bool = False, name: str | None = None
+) -> Any:
+    """Start a RewardActor with `config.num_cpus` CPUs; `config` has RewardConfig's attributes.
+
+    The function is loaded once here first, so a bad spec raises RewardFunctionLoadError in the caller instead of
+    killing the actor. Only plain values (RewardSettings) are sent to the actor, which then needs no config classes.
+    """
+    settings = RewardSettings.from_config(config)
+    check_reward_function(settings.reward_function, settings.reward_function_kwargs)
+    options: dict[str, Any] = {"num_cpus": settings.num_cpus}
+    if name is not None:
+        options["name"] = name
+    return RewardActor.options(**options).remote(settings, tokenizer_path, trust_remote_code)
