@@ -1,0 +1,163 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""A short data-parallel FSDP2 run across two Ray nodes, as on a cluster (docker/README.md, "Multi-node").
+
+`ray.cluster_utils.Cluster` starts a head and a second node on this machine (one CPU each), so a resource pool of
+`process_on_nodes=[1, 1]` must put one rank on each node. The driver sends one DataProto; each node trains a
+sharded model on its half for a few SGD steps (gradients reduced over gloo between the nodes), and the merged
+result must equal the same steps taken by one process on the whole batch. Also: a pool that asks for more nodes
+than the cluster has fails at once with both sizes in the message, which is what a user sees when trainer.nnodes
+is larger than the cluster.
+"""
+
+import os
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+
+
+ray = pytest.importorskip("ray")
+cluster_utils = pytest.importorskip("ray.cluster_utils")
+
+from verl.protocol import DataProto  # noqa: E402
+from verl.single_controller.base import Dispatch, Worker, register  # noqa: E402
+from verl.single_controller.ray import (  # noqa: E402
+    InsufficientResourcesError,
+    RayClassWithInitArgs,
+    RayResourcePool,
+    RayWorkerGroup,
+)
+
+
+pytestmark = pytest.mark.slow
+
+# The workers unpickle this module's classes by value, so their processes need not import the tests package.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+IN_FEATURES, HIDDEN = 3, 4
+BATCH = 8
+STEPS = 3
+LR = 0.1
+
+
+def make_model() -> torch.nn.Sequential:
+    """The same initial weights in every process (seeded), so the ranks and the reference start alike."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(IN_FEATURES, HIDDEN), torch.nn.Tanh(), torch.nn.Linear(HIDDEN, 1))
+
+
+def train(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int) -> list[float]:
+    """Plain SGD on the mean squared error; returns the loss before each step."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x).squeeze(-1), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+class ShardedTrainer(Worker):
+    """One data-parallel rank: the model is sharded over all ranks with FSDP2, as the actor worker does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from torch.distributed.fsdp import fully_shard
+
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo")  # env:// rendezvous: MASTER_ADDR/PORT come from the worker group
+        self.model = make_model()
+        for layer in (self.model[0], self.model[2]):
+            fully_shard(layer)
+        fully_shard(self.model)
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def fit(self, data: DataProto) -> DataProto:
+        x, y = data.batch["x"], data.batch["y"]
+        losses = torch.tensor(train(self.model, x, y, data.meta_info["steps"]))
+        dist.all_reduce(losses)  # the whole batch's loss per step (equal halves): mean of the ranks' means
+        with torch.no_grad():
+            pred = self.model(x).squeeze(-1)
+        node = ray.get_runtime_context().get_node_id()
+        return DataProto.from_dict(
+            tensors={"pred": pred, "loss": (losses / self.world_size).expand(len(x), -1).clone()},
+            non_tensors={"node_id": [node] * len(x), "rank": [self.rank] * len(x)},
+        )
+
+
+@pytest.fixture(scope="module")
+def two_node_cluster():
+    """Head and one worker node, 1 CPU each, torn down by the test (no `ray stop`: other Rays may be running)."""
+    previous = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"  # otherwise the second node loops on InvalidAuthToken
+    cluster = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, log_to_driver=False)
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        if previous is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = previous
+
+
+def test_sharded_training_across_two_nodes_matches_one_process(two_node_cluster) -> None:
+    assert len([node for node in ray.nodes() if node["Alive"]]) == 2
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(BATCH, IN_FEATURES, generator=generator)
+    y = torch.randn(BATCH, generator=generator)
+
+    pool = RayResourcePool(process_on_nodes=[1, 1], use_gpu=False)
+    try:
+        wg = RayWorkerGroup(pool, RayClassWithInitArgs(ShardedTrainer))
+        try:
+            out = wg.fit(DataProto.from_dict(tensors={"x": x, "y": y}, meta_info={"steps": STEPS}))
+        finally:
+            wg.shutdown()
+    finally:
+        pool.remove()
+
+    # Rows come back in the driver's order: the first half trained on rank 0, the second on rank 1, on two nodes.
+    half = BATCH // 2
+    assert list(out.non_tensor_batch["rank"]) == [0] * half + [1] * half
+    nodes = out.non_tensor_batch["node_id"]
+    assert len(set(nodes[:half])) == 1 and len(set(nodes[half:])) == 1 and nodes[0] != nodes[-1]
+    assert {nodes[0], nodes[-1]} == {node["NodeID"] for node in ray.nodes() if node["Alive"]}
+
+    reference = make_model()
+    ref_losses = train(reference, x, y, STEPS)
+    with torch.no_grad():
+        ref_pred = reference(x).squeeze(-1)
+    assert ref_losses[-1] < ref_losses[0]  # the run did train
+    torch.testing.assert_close(out.batch["loss"][0], torch.tensor(ref_losses), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out.batch["pred"], ref_pred, rtol=1e-5, atol=1e-6)
+
+
+def test_pool_asking_for_more_nodes_than_the_cluster_has_fails_with_both_sizes(two_node_cluster) -> None:
+    # trainer.nnodes=3, trainer.n_gpus_per_node=1 on a 2-node CPU cluster: process_on_nodes=[1, 1, 1].
+    with pytest.raises(InsufficientResourcesError) as err:
+        RayResourcePool(process_on_nodes=[1, 1, 1], use_gpu=False)
+    message = str(err.value)
+    assert "3 node(s) x 1 process(es) per node" in message
+    assert "needs 3 CPU in total but the cluster has 2" in message
+    assert "The cluster has 2 node(s)" in message
+    assert message.endswith("or add nodes.")
