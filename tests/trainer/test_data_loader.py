@@ -1,0 +1,150 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+import io
+import json
+
+import datasets
+import pytest
+import torch
+
+from verl.protocol import DataProto
+from verl.trainer.config import DataConfig
+from verl.trainer.data_loader import create_dataloader
+from verl.utils.tiny_models import get_or_build_tiny_model
+from verl.utils.tokenizer import get_tokenizer
+
+
+NUM_ROWS = 10
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    return get_tokenizer(get_or_build_tiny_model("qwen2", str(tmp_path_factory.mktemp("tiny_models"))))
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """train.jsonl with answers "0".."9" and val.jsonl with answers "v0".."v4"."""
+    root = tmp_path_factory.mktemp("data")
+    paths = {}
+    for name, rows in (
+        ("train", [{"prompt": f"Add {i} and {i}.", "answer": str(i), "id": i} for i in range(NUM_ROWS)]),
+        ("val", [{"prompt": f"Check {i}.", "answer": f"v{i}", "id": i} for i in range(5)]),
+    ):
+        paths[name] = str(root / f"{name}.jsonl")
+        with open(paths[name], "w", encoding="utf-8") as f:
+            f.write("\n".join(json.dumps(row) for row in rows))
+    return paths
+
+
+@pytest.fixture(autouse=True)
+def _datasets_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
+
+
+def _config(files, **overrides) -> DataConfig:
+    values = dict(
+        train_files=files["train"],
+        val_files=files["val"],
+        rollout_batch_size=3,
+        max_prompt_length=32,
+        min_pixels=None,
+        max_pixels=None,
+        seed=7,
+    )
+    values.update(overrides)
+    return DataConfig(**values)
+
+
+def _answers(batch: DataProto) -> list[str]:
+    return list(batch.non_tensor_batch["ground_truth"])
+
+
+def _epochs(loader, num_epochs: int) -> list[list[list[str]]]:
+    return [[_answers(batch) for batch in loader] for _ in range(num_epochs)]
+
+
+def test_train_batches_are_seeded_shuffles_without_the_incomplete_tail(files, tokenizer):
+    train, _ = create_dataloader(_config(files), tokenizer, None)
+    batch = next(iter(train))
+    assert isinstance(batch, DataProto) and len(batch) == 3
+    assert batch.batch["input_ids"].shape == (3, 32) and batch.batch["position_ids"].shape == (3, 32)
+    assert batch.meta_info == {"min_pixels": None, "max_pixels": None, "video_fps": 2.0}
+    assert list(batch.non_tensor_batch["id"]) == [int(answer) for answer in _answers(batch)]
+    train, _ = create_dataloader(_config(files), tokenizer, None)
+    epochs = _epochs(train, 3)
+    for epoch in epochs:
+        assert len(epoch) == NUM_ROWS // 3  # the 10th prompt does not make a full batch: dropped
+        seen = [answer for batch in epoch for answer in batch]
+        assert len(set(seen)) == 9
+    assert epochs[0] != epochs[1] != epochs[2]  # a new order every epoch
+    assert epochs[0][0] != [str(i) for i in range(3)]  # shuffled, not file order
+    again, _ = create_dataloader(_config(files), tokenizer, None)
+    assert _epochs(again, 3) == epochs  # the same seed gives the same sequence
+    other_seed, _ = create_dataloader(_config(files, seed=8), tokenizer, None)
+    assert _epochs(other_seed, 1) != epochs[:1]
+    in_order, _ = create_dataloader(_config(files, shuffle=False), tokenizer, None)
+    assert _epochs(in_order, 1) == [[["0", "1", "2"], ["3", "4", "5"], ["6", "7", "8"]]]
+    mini, _ = create_dataloader(_config(files, mini_rollout_batch_size=2), tokenizer, None)
+    assert [len(batch) for batch in mini] == [2] * 5
+
+
+def test_validation_is_in_file_order_and_minus_one_is_the_whole_set(files, tokenizer):
+    _, val = create_dataloader(_config(files), tokenizer, None)
+    assert [_answers(batch) for batch in val] == [["v0", "v1", "v2", "v3", "v4"]]
+    _, val = create_dataloader(_config(files, val_batch_size=2), tokenizer, None)
+    assert [_answers(batch) for batch in val] == [["v0", "v1"], ["v2", "v3"], ["v4"]]  # the tail is kept
+    _, val = create_dataloader(_config(files, val_files=""), tokenizer, None)
+    assert val is None
+
+
+@pytest.mark.parametrize(
+    "stop_after, after_exhaustion",
+    [(1, False), (3, False), (3, True), (4, False), (7, False), (9, True)],
+)
+def test_resumed_loader_continues_with_the_same_next_batch(files, tokenizer, stop_after, after_exhaustion):
+    """Draw `stop_after` batches, save the state, and check a new loader restored from it draws what comes next.
+
+    after_exhaustion saves the state once the epoch's loop has ended (3 batches per epoch), not inside it.
+    """
+    config = _config(files)
+    reference, _ = create_dataloader(config, tokenizer, None)
+    uninterrupted = [batch for epoch in _epochs(reference, 4) for batch in epoch]
+
+    interrupted, _ = create_dataloader(config, tokenizer, None)
+    drawn, state = 0, None
+    while state is None:
+        for batch in interrupted:
+            assert _answers(batch) == uninterrupted[drawn]
+            drawn += 1
+            if drawn == stop_after and not after_exhaustion:
+                state = interrupted.state_dict()
+                break
+        if drawn == stop_after and after_exhaustion:
+            state = interrupted.state_dict()
+
+    buffer = io.BytesIO()  # the state goes through a checkpoint file
+    torch.save(state, buffer)
+    buffer.seek(0)
+    resumed, _ = create_dataloader(config, tokenizer, None)
+    resumed.load_state_dict(torch.load(buffer, weights_only=False))
+    continued = []
+    while len(continued) < len(uninterrupted) - stop_after:
+        continued += [_answers(batch) for batch in resumed]
+    assert continued == uninterrupted[stop_after:]
+
+
+def test_batch_larger_than_the_dataset_is_an_error(files, tokenizer):
+    with pytest.raises(ValueError, match=r"data.rollout_batch_size=11 is larger than the 10 usable training prompts"):
+        create_dataloader(_config(files, rollout_batch_size=11), tokenizer, None)

@@ -1,0 +1,118 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The train and validation data loaders, whose position can be saved in a checkpoint and restored.
+
+The train loader is a torchdata StatefulDataLoader over a seeded, stateful RandomSampler: its `state_dict()`
+holds the generator state of the current epoch and the number of samples already yielded, so a run resumed with
+`load_state_dict()` continues with exactly the batch the interrupted run would have drawn next, in any epoch.
+Each batch is a DataProto (verl.protocol.collate_fn) whose meta_info carries the pixel budget and video frame rate
+the workers need to rebuild the same image tokens.
+"""
+
+from typing import Any
+
+import torch
+from torch.utils.data import SequentialSampler
+from torchdata.stateful_dataloader import StatefulDataLoader
+from torchdata.stateful_dataloader.sampler import RandomSampler
+
+from ..protocol import DataProto, collate_fn
+from ..utils.dataset import RLHFDataset
+from .config import DataConfig
+
+
+class BatchCollator:
+    """collate_fn plus the batch-wide meta_info; a class (not a closure) so loader worker processes can pickle it."""
+
+    def __init__(self, meta_info: dict[str, Any]) -> None:
+        self.meta_info = meta_info
+
+    def __call__(self, features: list[dict[str, Any]]) -> DataProto:
+        batch = collate_fn(features)
+        batch.meta_info.update(self.meta_info)
+        return batch
+
+
+def build_dataset(
+    source: str, config: DataConfig, tokenizer: Any, processor: Any, model_config: Any = None
+) -> RLHFDataset:
+    """An RLHFDataset for `source` with every rendering and filtering option taken from the data config."""
+    return RLHFDataset(
+        source,
+        tokenizer,
+        processor,
+        prompt_key=config.prompt_key,
+        answer_key=config.answer_key,
+        image_key=config.image_key,
+        video_key=config.video_key,
+        image_dir=config.image_dir,
+        video_fps=config.video_fps,
+        max_prompt_length=config.max_prompt_length,
+        format_prompt=config.format_prompt,
+        override_chat_template=config.override_chat_template,
+        min_pixels=config.min_pixels,
+        max_pixels=config.max_pixels,
+        filter_overlong_prompts=config.filter_overlong_prompts,
+        filter_overlong_prompts_workers=config.filter_overlong_prompts_workers,
+        skip_bad_rows=config.skip_bad_rows,
+        model_config=model_config,
+    )
+
+
+def create_dataloader(
+    config: DataConfig, tokenizer: Any, processor: Any, model_config: Any = None, num_workers: int = 0
+) -> tuple[StatefulDataLoader, StatefulDataLoader | None]:
+    """(train loader, validation loader or None when data.val_files is empty).
+
+    Train batches hold data.mini_rollout_batch_size prompts when it is set (online filtering draws several per
+    step), else data.rollout_batch_size; the last incomplete batch of an epoch is dropped. Validation is not
+    shuffled and data.val_batch_size=-1 puts the whole set in one batch.
+    """
+    meta_info = {"min_pixels": config.min_pixels, "max_pixels": config.max_pixels, "video_fps": config.video_fps}
+    collator = BatchCollator(meta_info)
+    train_dataset = build_dataset(config.train_files, config, tokenizer, processor, model_config)
+    batch_size = config.mini_rollout_batch_size or config.rollout_batch_size
+    key = "data.mini_rollout_batch_size" if config.mini_rollout_batch_size else "data.rollout_batch_size"
+    if len(train_dataset) < batch_size:
+        raise ValueError(
+            f"{key}={batch_size} is larger than the {len(train_dataset)} usable training prompts of "
+            f"{config.train_files!r}; lower it or add data."
+        )
+    if config.shuffle:
+        sampler = RandomSampler(train_dataset, generator=torch.Generator().manual_seed(config.seed))
+    else:
+        sampler = SequentialSampler(train_dataset)
+    train_dataloader = StatefulDataLoader(
+        train_dataset,
+        batch_size=batch_size,
+        sampler=sampler,
+        num_workers=num_workers,
+        collate_fn=collator,
+        drop_last=True,
+    )
+    if not config.val_files:
+        return train_dataloader, None
+    val_dataset = build_dataset(config.val_files, config, tokenizer, processor, model_config)
+    val_batch_size = len(val_dataset) if config.val_batch_size == -1 else config.val_batch_size
+    if val_batch_size <= 0:
+        raise ValueError(f"data.val_batch_size must be positive or -1 (the whole set), got {config.val_batch_size}.")
+    val_dataloader = StatefulDataLoader(
+        val_dataset,
+        batch_size=val_batch_size,
+        shuffle=False,
+        num_workers=num_workers,
+        collate_fn=collator,
+        drop_last=False,
+    )
+    return train_dataloader, val_dataloader

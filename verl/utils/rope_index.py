@@ -1,0 +1,105 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The 3-D rope index (time, height, width) of Qwen2-VL and Qwen2.5-VL, computed by the model's own code.
+
+Position ids are computed once in the dataset and carried through rollout and training, so they must be exactly
+what the model would compute itself. Rather than re-implementing that arithmetic (which changed across
+transformers releases), we call the model class's own `get_rope_index`. In transformers 5 it is a method of the
+model (`Qwen2_5_VLModel.get_rope_index`) that reads only `self.config` and `self.get_vision_position_ids`, so we
+call it on a small stand-in object that has just those two: no weights are created.
+"""
+
+from typing import Any
+
+import torch
+
+
+# model_type of the config -> name of the transformers class that owns get_rope_index.
+MROPE_MODEL_CLASSES: dict[str, str] = {"qwen2_vl": "Qwen2VLModel", "qwen2_5_vl": "Qwen2_5_VLModel"}
+# Values of mm_token_type_ids, as the processors emit them.
+TEXT_TOKEN, IMAGE_TOKEN, VIDEO_TOKEN = 0, 1, 2
+
+
+def uses_mrope(model_config: Any) -> bool:
+    """Whether the model takes (3, L) position ids (Qwen2-VL family)."""
+    return getattr(model_config, "model_type", None) in MROPE_MODEL_CLASSES
+
+
+class _ModelStandIn:
+    """Just what get_rope_index uses of a model: `config` and `get_vision_position_ids`; picklable, no weights."""
+
+    def __init__(self, model_class: type, config: Any) -> None:
+        self.model_class = model_class
+        self.config = config
+
+    def get_vision_position_ids(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return self.model_class.get_vision_position_ids(self, *args, **kwargs)
+
+
+class RopeIndex:
+    """Callable that gives the (3, L) position ids of one left-padded prompt, as the model's get_rope_index does."""
+
+    def __init__(self, model_config: Any) -> None:
+        import transformers
+
+        model_type = getattr(model_config, "model_type", None)
+        if model_type not in MROPE_MODEL_CLASSES:
+            raise ValueError(
+                f"No 3-D rope index for model_type {model_type!r}; supported: {', '.join(MROPE_MODEL_CLASSES)}."
+            )
+        self._model = _ModelStandIn(getattr(transformers, MROPE_MODEL_CLASSES[model_type]), model_config)
+        self.image_token_id = model_config.image_token_id
+        self.video_token_id = model_config.video_token_id
+
+    def mm_token_type_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """0 for text, 1 for image tokens, 2 for video tokens (what the processor calls mm_token_type_ids)."""
+        types = torch.full_like(input_ids, TEXT_TOKEN)
+        types[input_ids == self.image_token_id] = IMAGE_TOKEN
+        types[input_ids == self.video_token_id] = VIDEO_TOKEN
+        return types
+
+    def __call__(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        image_grid_thw: torch.Tensor | None = None,
+        video_grid_thw: torch.Tensor | None = None,
+        second_per_grid_ts: torch.Tensor | list[float] | None = None,
+    ) -> torch.Tensor:
+        """Position ids (3, L) for one sequence (L,); padding positions get 0, as in the model."""
+        if second_per_grid_ts is not None and not isinstance(second_per_grid_ts, torch.Tensor):
+            second_per_grid_ts = torch.tensor(second_per_grid_ts, dtype=torch.float32)
+        position_ids, _ = self._model.model_class.get_rope_index(
+            self._model,
+            input_ids.unsqueeze(0),
+            mm_token_type_ids=self.mm_token_type_ids(input_ids).unsqueeze(0),
+            image_grid_thw=image_grid_thw,
+            video_grid_thw=video_grid_thw,
+            second_per_grid_ts=second_per_grid_ts,
+            attention_mask=attention_mask.unsqueeze(0),
+        )
+        return position_ids[:, 0, :]
+
+
+def load_model_config(path: str, trust_remote_code: bool = False) -> Any:
+    """The model config of a model directory or Hub id (for the rope index); raises naming the path."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as error:
+        raise OSError(
+            f"Could not load the model config from {path!r} to compute position ids: {error}. Pass model_config "
+            "(the config of worker.actor.model.model_path) to the dataset."
+        ) from error
