@@ -21,7 +21,6 @@ than the cluster has fails at once with both sizes in the message, which is what
 is larger than the cluster.
 """
 
-import os
 import sys
 
 import pytest
@@ -103,8 +102,6 @@ class ShardedTrainer(Worker):
 @pytest.fixture(scope="module")
 def two_node_cluster():
     """Head and one worker node, 1 CPU each, torn down by the test (no `ray stop`: other Rays may be running)."""
-    previous = os.environ.get("RAY_AUTH_MODE")
-    os.environ["RAY_AUTH_MODE"] = "disabled"  # otherwise the second node loops on InvalidAuthToken
     cluster = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     try:
         cluster.add_node(num_cpus=1)
@@ -114,10 +111,6 @@ def two_node_cluster():
     finally:
         ray.shutdown()
         cluster.shutdown()
-        if previous is None:
-            os.environ.pop("RAY_AUTH_MODE", None)
-        else:
-            os.environ["RAY_AUTH_MODE"] = previous
 
 
 def test_sharded_training_across_two_nodes_matches_one_process(two_node_cluster) -> None:

@@ -11,3 +11,11 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
+"""Backend-independent worker groups: the Worker base class, `@register` dispatch modes, WorkerGroup."""
+
+from .decorator import Dispatch, Execute, register
+from .worker import Worker
+from .worker_group import WorkerGroup, WorkerGroupFuture
+
+
+__all__ = ["Dispatch", "Execute", "Worker", "WorkerGroup", "WorkerGroupFuture", "register"]

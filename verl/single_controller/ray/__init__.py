@@ -11,3 +11,17 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
+"""Ray backend: resource pools on placement groups, RayWorkerGroup, colocated roles."""
+
+from .base import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
+from .resource import InsufficientResourcesError, PlacementGroupTimeoutError, RayResourcePool
+
+
+__all__ = [
+    "InsufficientResourcesError",
+    "PlacementGroupTimeoutError",
+    "RayClassWithInitArgs",
+    "RayResourcePool",
+    "RayWorkerGroup",
+    "create_colocated_worker_cls",
+]

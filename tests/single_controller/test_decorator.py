@@ -1,0 +1,188 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Dispatch and collect of every mode, run in-process on hand-made batches (no Ray needed)."""
+
+import pytest
+import torch
+
+from verl.protocol import DataProto
+from verl.single_controller.base.decorator import (
+    Dispatch,
+    Execute,
+    get_register_spec,
+    plan_dispatch,
+    register,
+    registered_methods,
+)
+from verl.single_controller.base.worker import Worker, WorkerEnvError
+
+
+def make_batch(rows: int) -> DataProto:
+    return DataProto.from_dict(
+        tensors={"x": torch.arange(rows * 2, dtype=torch.float32).reshape(rows, 2)},
+        non_tensors={"uid": [f"u{i}" for i in range(rows)]},
+        meta_info={"temperature": 0.7},
+    )
+
+
+def run_ranks(plan, fn):
+    """Execute fn on every rank's arguments in this process, then collect like a worker group would."""
+    return plan.collect([fn(rank, *args, **kwargs) for rank, (args, kwargs) in enumerate(zip(plan.args, plan.kwargs))])
+
+
+def tag_rank(rank: int, data: DataProto, scale: float = 1.0) -> DataProto:
+    out = DataProto.from_dict(
+        tensors={"y": data.batch["x"] * scale}, non_tensors={"uid": data.non_tensor_batch["uid"]}
+    )
+    out.batch["rank"] = torch.full((len(data),), rank)
+    return out
+
+
+def test_dp_compute_proto_pads_chunks_and_unpads():
+    plan = plan_dispatch(Dispatch.DP_COMPUTE_PROTO, 2, (make_batch(5),), {"scale": 3.0})
+    assert [len(args[0]) for args in plan.args] == [3, 3]
+    assert plan.args[1][0].non_tensor_batch["uid"].tolist() == ["u3", "u4", "u0"]  # padding repeats row 0
+    assert plan.kwargs == [{"scale": 3.0}, {"scale": 3.0}]  # non-DataProto arguments are broadcast
+    out = run_ranks(plan, tag_rank)
+    assert len(out) == 5
+    assert torch.equal(out.batch["y"], make_batch(5).batch["x"] * 3.0)
+    assert out.batch["rank"].tolist() == [0, 0, 0, 1, 1]
+    assert out.non_tensor_batch["uid"].tolist() == ["u0", "u1", "u2", "u3", "u4"]
+
+
+def test_dp_compute_proto_without_padding_and_with_fewer_rows_than_ranks():
+    out = run_ranks(plan_dispatch(Dispatch.DP_COMPUTE_PROTO, 2, (make_batch(4),), {}), tag_rank)
+    assert out.batch["rank"].tolist() == [0, 0, 1, 1]
+    plan = plan_dispatch(Dispatch.DP_COMPUTE_PROTO, 4, (), {"data": make_batch(2)})
+    assert [len(kwargs["data"]) for kwargs in plan.kwargs] == [1, 1, 1, 1]
+    out = run_ranks(plan, tag_rank)
+    assert out.non_tensor_batch["uid"].tolist() == ["u0", "u1"] and out.batch["rank"].tolist() == [0, 1]
+
+
+def test_dp_compute_proto_unpads_results_with_k_rows_per_input_row():
+    def sample_twice(rank: int, data: DataProto) -> DataProto:
+        return tag_rank(rank, data).repeat(2, interleave=True)
+
+    out = run_ranks(plan_dispatch(Dispatch.DP_COMPUTE_PROTO, 2, (make_batch(3),), {}), sample_twice)
+    assert out.non_tensor_batch["uid"].tolist() == ["u0", "u0", "u1", "u1", "u2", "u2"]
+
+
+def test_dp_compute_proto_keeps_row_free_results_and_none():
+    def metrics(rank: int, data: DataProto) -> DataProto:
+        return DataProto(meta_info={"metrics": {"loss": float(rank)}})
+
+    out = run_ranks(plan_dispatch(Dispatch.DP_COMPUTE_PROTO, 2, (make_batch(3),), {}), metrics)
+    assert len(out) == 0 and out.meta_info == {"metrics": {"loss": 0.0}}
+    assert run_ranks(plan_dispatch(Dispatch.DP_COMPUTE_PROTO, 2, (make_batch(3),), {}), lambda r, d: None) is None
+
+
+def test_dp_compute_proto_errors_name_the_problem():
+    with pytest.raises(ValueError, match="argument 0 has 3 rows, 'other' has 4 rows"):
+        plan_dispatch(Dispatch.DP_COMPUTE_PROTO, 2, (make_batch(3),), {"other": make_batch(4)})
+    plan = plan_dispatch(Dispatch.DP_COMPUTE_PROTO, 2, (make_batch(3),), {})
+    with pytest.raises(TypeError, match="rank 0 returned a dict"):
+        run_ranks(plan, lambda rank, data: {"a": 1})
+    with pytest.raises(ValueError, match="got 4 rows .padded. but returned 3"):
+        run_ranks(plan, lambda rank, data: data[:1] if rank == 0 else data)
+
+
+def test_dp_compute_metric_returns_per_rank_list():
+    plan = plan_dispatch(Dispatch.DP_COMPUTE_METRIC, 2, (make_batch(3),), {})
+    assert run_ranks(plan, lambda rank, data: {"rank": rank, "rows": len(data)}) == [
+        {"rank": 0, "rows": 2},
+        {"rank": 1, "rows": 2},
+    ]
+
+
+def test_one_to_all_all_to_all_and_rank_zero():
+    plan = plan_dispatch(Dispatch.ONE_TO_ALL, 3, ("a",), {"k": 1})
+    assert run_ranks(plan, lambda rank, a, k: (rank, a, k)) == [(0, "a", 1), (1, "a", 1), (2, "a", 1)]
+    plan = plan_dispatch(Dispatch.ALL_TO_ALL, 2, (["a", "b"],), {"k": (10, 20)})
+    assert run_ranks(plan, lambda rank, a, k: (rank, a, k)) == [(0, "a", 10), (1, "b", 20)]
+    with pytest.raises(ValueError, match="'k' is a list of length 3"):
+        plan_dispatch(Dispatch.ALL_TO_ALL, 2, (), {"k": [1, 2, 3]})
+    with pytest.raises(ValueError, match="argument 0 is 5"):
+        plan_dispatch(Dispatch.ALL_TO_ALL, 2, (5,), {})
+    plan = plan_dispatch(Dispatch.RANK_ZERO, 2, ("a",), {})
+    assert run_ranks(plan, lambda rank, a: (rank, a)) == (0, "a")
+
+
+def test_dp_compute_splits_lists_and_concatenates_in_order():
+    plan = plan_dispatch(Dispatch.DP_COMPUTE, 2, ([1, 2, 3, 4, 5], (7, 8)), {"names": list("abcde")})
+    assert [args[0] for args in plan.args] == [[1, 2, 3], [4, 5]]  # the first ranks take the remainder
+    assert [args[1] for args in plan.args] == [(7, 8), (7, 8)]  # a tuple goes to every rank
+    out = run_ranks(plan, lambda rank, xs, pair, names: [f"{n}{x * 10}@{rank}" for x, n in zip(xs, names)])
+    assert out == ["a10@0", "b20@0", "c30@0", "d40@1", "e50@1"]
+    assert run_ranks(plan_dispatch(Dispatch.DP_COMPUTE, 3, ([1],), {}), lambda rank, xs: xs) == [1]
+    with pytest.raises(ValueError, match=r"different lengths \[2, 3\]"):
+        plan_dispatch(Dispatch.DP_COMPUTE, 2, ([1, 2], [1, 2, 3]), {})
+    with pytest.raises(TypeError, match="rank 0 returned a int"):
+        run_ranks(plan_dispatch(Dispatch.DP_COMPUTE, 2, ([1, 2],), {}), lambda rank, xs: 0)
+
+
+class Base:
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None: ...
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, blocking=False)
+    def compute(self, data: DataProto) -> DataProto: ...
+
+    @property
+    def boom(self) -> int:
+        raise AssertionError("registered_methods must not evaluate properties")
+
+    def helper(self) -> None: ...
+
+
+class Child(Base):
+    def init_model(self) -> None: ...  # overridden without @register: no longer remote
+
+    @register(dispatch_mode=Dispatch.RANK_ZERO, execute_mode=Execute.RANK_ZERO)
+    def save(self, path: str) -> None: ...
+
+
+def test_register_records_specs_and_inheritance():
+    spec = get_register_spec(Base.compute)
+    assert spec.dispatch_mode is Dispatch.DP_COMPUTE_PROTO and spec.blocking is False
+    assert spec.execute_mode is Execute.ALL
+    assert sorted(registered_methods(Base)) == ["compute", "init_model"]
+    assert sorted(registered_methods(Child)) == ["compute", "save"]
+    assert get_register_spec(Base.helper) is None
+
+
+def test_register_rejects_bad_combinations():
+    with pytest.raises(ValueError, match="only works with Dispatch.ONE_TO_ALL or Dispatch.RANK_ZERO"):
+        register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, execute_mode=Execute.RANK_ZERO)
+    with pytest.raises(TypeError, match="needs a Dispatch member"):
+        register(dispatch_mode="one_to_all")
+    with pytest.raises(ValueError, match="world size 0"):
+        plan_dispatch(Dispatch.ONE_TO_ALL, 0, (), {})
+
+
+def test_worker_reads_rank_environment(monkeypatch):
+    env = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+    env.update(MASTER_ADDR="10.0.0.2", MASTER_PORT="29500")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    worker = Worker()
+    assert (worker.rank, worker.world_size, worker.local_rank, worker.local_world_size) == (1, 4, 1, 2)
+    assert (worker.master_addr, worker.master_port) == ("10.0.0.2", 29500)
+    info = worker.get_rank_info()
+    assert info.rank == 1 and info.master_port == 29500 and info.pid > 0
+    monkeypatch.setenv("RANK", "4")
+    with pytest.raises(WorkerEnvError, match=r"RANK=4 is outside \[0, WORLD_SIZE=4\)"):
+        Worker()
+    monkeypatch.delenv("RANK")
+    with pytest.raises(WorkerEnvError, match="RANK is not set"):
+        Worker()

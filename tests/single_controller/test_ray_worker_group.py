@@ -1,0 +1,265 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""RayWorkerGroup on a real local Ray (2 CPUs): rank wiring, dispatch modes, futures, gloo, colocation, resources."""
+
+import os
+import sys
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+
+ray = pytest.importorskip("ray")
+
+from verl.protocol import DataProto  # noqa: E402
+from verl.single_controller.base import Dispatch, Execute, Worker, WorkerGroupFuture, register  # noqa: E402
+from verl.single_controller.ray import (  # noqa: E402
+    InsufficientResourcesError,
+    PlacementGroupTimeoutError,
+    RayClassWithInitArgs,
+    RayResourcePool,
+    RayWorkerGroup,
+    create_colocated_worker_cls,
+)
+
+
+pytestmark = pytest.mark.slow
+
+# Ray workers cannot import pytest's test modules; ship this module's worker classes by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class DispatchWorker(Worker):
+    """Joins a gloo process group in its constructor, as FSDP workers do (all ranks must start together)."""
+
+    def __init__(self, offset: float) -> None:
+        super().__init__()
+        dist.init_process_group("gloo")
+        self.offset = offset
+        self.calls = 0
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def all_reduce(self, value: float) -> list[float]:
+        tensor = torch.tensor([value * (self.rank + 1), 1.0])
+        dist.all_reduce(tensor)
+        return tensor.tolist()
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def shift(self, data: DataProto, scale: float = 1.0) -> DataProto:
+        out = DataProto.from_dict(tensors={"y": data.batch["x"] * scale + self.offset})
+        out.batch["rank"] = torch.full((len(data),), self.rank)
+        return out
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, blocking=False)
+    def shift_async(self, data: DataProto) -> DataProto:
+        return self.shift(data)
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_METRIC)
+    def count_rows(self, data: DataProto) -> dict[str, int]:
+        return {"rank": self.rank, "rows": len(data)}
+
+    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
+    def pair(self, item: str) -> str:
+        return f"{item}@{self.rank}"
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE)
+    def upper(self, words: list[str]) -> list[str]:
+        return [f"{word.upper()}@{self.rank}" for word in words]
+
+    @register(dispatch_mode=Dispatch.RANK_ZERO, execute_mode=Execute.RANK_ZERO)
+    def bump(self) -> int:
+        self.calls += 1
+        return self.calls
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def get_calls(self) -> int:
+        return self.calls
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def env(self, *names: str) -> dict[str, str | None]:
+        return {name: os.environ.get(name) for name in names}
+
+
+class ActorRole(Worker):
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute(self, data: DataProto) -> DataProto:
+        return DataProto.from_dict(tensors={"from_actor": data.batch["x"] + 100})
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def describe(self) -> tuple[str, int, int]:
+        return self.name, self.rank, os.getpid()
+
+
+class CriticRole(Worker):
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute(self, data: DataProto) -> DataProto:
+        return DataProto.from_dict(tensors={"from_critic": -data.batch["x"]})
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def describe(self) -> tuple[str, int, int]:
+        return "critic", self.rank, os.getpid()
+
+
+class FailingWorker(Worker):
+    """Rank 0 blocks in init_process_group waiting for rank 1, whose constructor fails first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        if self.rank == 1:
+            raise ValueError("rank 1 cannot start")
+        dist.init_process_group("gloo")
+
+
+def make_batch(rows: int) -> DataProto:
+    return DataProto.from_dict(tensors={"x": torch.arange(rows, dtype=torch.float32)})
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"VERL_SC_TEST": "job"}},
+    )
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def pool(ray_cluster):
+    # Two bundles of half a CPU, each shared by up to 2 groups (1/4 CPU per actor); one CPU stays free.
+    pool = RayResourcePool([2], use_gpu=False, max_colocate_count=2, cpus_per_process=0.5)
+    yield pool
+    pool.remove()
+
+
+@pytest.fixture(scope="module")
+def dispatch_wg(pool):
+    wg = RayWorkerGroup(pool, RayClassWithInitArgs(DispatchWorker, offset=0.5), name_prefix="dispatch")
+    yield wg
+    wg.shutdown()
+
+
+def test_ranks_environment_and_order(dispatch_wg):
+    assert dispatch_wg.world_size == 2
+    infos = dispatch_wg.get_rank_info()
+    assert [info.rank for info in infos] == [0, 1]
+    assert [info.local_rank for info in infos] == [0, 1]
+    assert {info.world_size for info in infos} == {2} and {info.local_world_size for info in infos} == {2}
+    assert {(info.master_addr, info.master_port) for info in infos} == {(infos[0].node_ip, dispatch_wg.master_port)}
+    assert dispatch_wg.master_port > 0 and infos[0].pid != infos[1].pid
+    # The job's runtime_env variables reach the workers next to the rank variables.
+    env = dispatch_wg.env("RANK", "WG_PREFIX", "VERL_SC_TEST")
+    assert env == [{"RANK": str(rank), "WG_PREFIX": "dispatch", "VERL_SC_TEST": "job"} for rank in range(2)]
+    assert ray.get(ray.get_actor("dispatch_rank1").get_rank_info.remote()).rank == 1
+
+
+def test_dp_compute_proto_pads_and_broadcasts(dispatch_wg):
+    out = dispatch_wg.shift(make_batch(5), scale=2.0)
+    assert out.batch["y"].tolist() == [0.5, 2.5, 4.5, 6.5, 8.5]
+    assert out.batch["rank"].tolist() == [0, 0, 0, 1, 1]
+    out = dispatch_wg.shift(data=make_batch(4))
+    assert out.batch["rank"].tolist() == [0, 0, 1, 1]
+
+
+def test_non_blocking_returns_future_and_futures_chain(dispatch_wg):
+    future = dispatch_wg.shift_async(make_batch(3))
+    assert isinstance(future, WorkerGroupFuture) and len(future.handles) == 2
+    first = future.get()
+    assert first.batch["y"].tolist() == [0.5, 1.5, 2.5] and future.get() is first
+    # A future passed as an argument is resolved first; its output becomes the next input.
+    chained = dispatch_wg.count_rows(dispatch_wg.shift_async(make_batch(3)))
+    assert chained == [{"rank": 0, "rows": 2}, {"rank": 1, "rows": 2}]
+
+
+def test_other_dispatch_modes(dispatch_wg):
+    assert dispatch_wg.pair(["a", "b"]) == ["a@0", "b@1"]
+    assert dispatch_wg.upper(["x", "y", "z"]) == ["X@0", "Y@0", "Z@1"]
+    calls_before = dispatch_wg.get_calls()
+    assert dispatch_wg.bump() == calls_before[0] + 1  # rank 0's result alone
+    assert dispatch_wg.get_calls() == [calls_before[0] + 1, calls_before[1]]  # rank 1 did not run
+    assert dispatch_wg.execute_all("get_calls") == dispatch_wg.get_calls()
+    assert dispatch_wg.execute_rank_zero("pair", "z") == "z@0"
+
+
+def test_gloo_all_reduce_across_two_actors(dispatch_wg):
+    assert dispatch_wg.all_reduce(1.5) == [[4.5, 2.0], [4.5, 2.0]]
+
+
+def test_colocated_roles_share_each_process(pool):
+    colocated = create_colocated_worker_cls(
+        {"actor_rollout_ref": RayClassWithInitArgs(ActorRole, name="actor"), "critic": CriticRole}
+    )
+    wg = RayWorkerGroup(pool, colocated, name_prefix="colocated")
+    try:
+        views = wg.spawn({"actor_rollout_ref", "critic"})
+        actor, critic = views["actor_rollout_ref"], views["critic"]
+        assert actor.world_size == critic.world_size == 2
+        actor_desc, critic_desc = actor.describe(), critic.describe()
+        assert [d[:2] for d in actor_desc] == [("actor", 0), ("actor", 1)]
+        assert [d[:2] for d in critic_desc] == [("critic", 0), ("critic", 1)]
+        assert [d[2] for d in actor_desc] == [d[2] for d in critic_desc]  # same process per rank
+        assert actor_desc[0][2] != actor_desc[1][2]
+        assert actor.compute(make_batch(3)).batch["from_actor"].tolist() == [100.0, 101.0, 102.0]
+        assert critic.compute(make_batch(3)).batch["from_critic"].tolist() == [0.0, -1.0, -2.0]
+        assert wg.critic_describe() == critic_desc  # the owning group has the prefixed names
+        assert critic.execute_all("describe") == critic_desc and actor.execute_rank_zero("describe") == actor_desc[0]
+        with pytest.raises(KeyError, match="has roles"):
+            wg.spawn({"reward"})
+        # Both shares of the pool are taken now: a third group fails at once instead of waiting for CPUs.
+        with pytest.raises(InsufficientResourcesError, match=r"max_colocate_count=2 group\(s\) already"):
+            RayWorkerGroup(pool, RayClassWithInitArgs(CriticRole), name_prefix="third")
+    finally:
+        wg.shutdown()
+
+
+@pytest.mark.timeout(120)
+def test_constructor_error_is_raised_and_the_group_cleaned_up(pool, dispatch_wg):
+    with pytest.raises(ray.exceptions.RayActorError, match="rank 1 cannot start"):
+        RayWorkerGroup(pool, RayClassWithInitArgs(FailingWorker), name_prefix="failing")
+    with pytest.raises(ValueError, match="Failed to look up actor"):
+        ray.get_actor("failing_rank0")  # rank 0, blocked in init_process_group, was killed
+    assert pool._groups == {"dispatch"}  # the failed group's share was returned
+
+
+def test_insufficient_resources_fail_fast_with_message(ray_cluster):
+    pgs_before = len(ray.util.placement_group_table())
+    start = time.monotonic()
+    with pytest.raises(InsufficientResourcesError) as excinfo:
+        RayResourcePool([3], use_gpu=False)
+    message = str(excinfo.value)
+    assert "1 node(s) x 3 process(es) per node" in message and "CPU 3 in total" in message
+    assert "needs 3 CPU in total but the cluster has 2" in message and "1 node(s):" in message
+    with pytest.raises(
+        InsufficientResourcesError, match=r"2 node\(s\) x 1 process\(es\).*needs 2 GPU in total but the cluster has 0"
+    ):
+        RayResourcePool([1, 1], use_gpu=True)
+    with pytest.raises(InsufficientResourcesError, match=r"3 node\(s\) x 1 process\(es\)"):
+        RayResourcePool([1, 1, 1], use_gpu=False)
+    assert time.monotonic() - start < 5.0
+    assert len(ray.util.placement_group_table()) == pgs_before  # nothing was created
+
+
+def test_busy_resources_time_out_instead_of_hanging(pool):
+    # The module's pool holds one of the two CPUs, so a new 2-CPU pool fits the cluster but not what is free now.
+    with pytest.raises(PlacementGroupTimeoutError, match="Only 0 of 1 placement groups were ready after 1 s"):
+        RayResourcePool([2], use_gpu=False, ready_timeout_s=1.0)

@@ -1,0 +1,293 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""`@register`: how a worker method's arguments are split across ranks and how the results come back.
+
+A worker class declares each remote method once, with the dispatch mode next to its signature:
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_values(self, data: DataProto) -> DataProto: ...
+
+The driver-side WorkerGroup reads these declarations and builds a proxy per method: dispatch (split the
+arguments into one call per rank) -> execute (on every rank, or on rank 0) -> collect (merge the per-rank
+results). Dispatch and collect are plain functions of the world size and the arguments, so they are tested
+without any processes.
+
+| mode              | what each rank receives                                    | what the caller gets            |
+| ----------------- | ---------------------------------------------------------- | ------------------------------- |
+| ONE_TO_ALL        | the same arguments                                         | list of per-rank results        |
+| ALL_TO_ALL        | item i of every argument (each a list of world_size items) | list of per-rank results        |
+| DP_COMPUTE        | a contiguous slice of every `list` argument; others as-is  | the per-rank lists concatenated |
+| DP_COMPUTE_PROTO  | a chunk of every DataProto (padded to a multiple of the    | one DataProto, padding removed  |
+|                   | world size); other arguments as-is                         |                                 |
+| DP_COMPUTE_METRIC | as DP_COMPUTE_PROTO                                        | list of per-rank results        |
+| RANK_ZERO         | the same arguments                                         | rank 0's result                 |
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, TypeVar
+
+from ...protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
+
+
+REGISTER_ATTR = "__verl_register__"
+"""Attribute under which `@register` stores its `RegisterSpec` on the decorated function."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Dispatch(Enum):
+    """How a call's arguments are split across ranks and the results merged (see the module docstring)."""
+
+    ONE_TO_ALL = "one_to_all"
+    ALL_TO_ALL = "all_to_all"
+    DP_COMPUTE = "dp_compute"
+    DP_COMPUTE_PROTO = "dp_compute_proto"
+    DP_COMPUTE_METRIC = "dp_compute_metric"
+    RANK_ZERO = "rank_zero"
+
+
+class Execute(Enum):
+    """Which ranks run the method: all of them, or only rank 0 (whose result is then returned alone)."""
+
+    ALL = "all"
+    RANK_ZERO = "rank_zero"
+
+
+@dataclass(frozen=True)
+class RegisterSpec:
+    """What `@register` recorded about one worker method."""
+
+    dispatch_mode: Dispatch
+    execute_mode: Execute
+    blocking: bool
+
+
+# Modes that hand different data to different ranks make no sense when only rank 0 runs.
+_RANK_ZERO_COMPATIBLE = (Dispatch.ONE_TO_ALL, Dispatch.RANK_ZERO)
+
+
+def register(
+    dispatch_mode: Dispatch = Dispatch.ALL_TO_ALL, execute_mode: Execute = Execute.ALL, blocking: bool = True
+) -> Callable[[F], F]:
+    """Mark a worker method as callable through a WorkerGroup.
+
+    blocking=False makes the group method return a future at once (its `.get()` gives the collected result), so
+    the driver can start work on several groups before waiting on any. The function itself is returned unchanged,
+    so it still runs normally inside the worker process.
+    """
+    if not isinstance(dispatch_mode, Dispatch):
+        raise TypeError(f"register(dispatch_mode=...) needs a Dispatch member, got {dispatch_mode!r}.")
+    if not isinstance(execute_mode, Execute):
+        raise TypeError(f"register(execute_mode=...) needs an Execute member, got {execute_mode!r}.")
+    if execute_mode is Execute.RANK_ZERO and dispatch_mode not in _RANK_ZERO_COMPATIBLE:
+        raise ValueError(
+            f"register(execute_mode=Execute.RANK_ZERO) only works with Dispatch.ONE_TO_ALL or Dispatch.RANK_ZERO, "
+            f"not {dispatch_mode}; a data-parallel mode needs every rank to run."
+        )
+    spec = RegisterSpec(dispatch_mode=dispatch_mode, execute_mode=execute_mode, blocking=bool(blocking))
+
+    def decorator(func: F) -> F:
+        setattr(func, REGISTER_ATTR, spec)
+        return func
+
+    return decorator
+
+
+def get_register_spec(func: Any) -> RegisterSpec | None:
+    """The `RegisterSpec` of a decorated function, or None for an ordinary attribute."""
+    spec = getattr(func, REGISTER_ATTR, None)
+    return spec if isinstance(spec, RegisterSpec) else None
+
+
+def registered_methods(cls: type) -> dict[str, RegisterSpec]:
+    """Every `@register` method of `cls` and its bases, by name (a subclass override wins).
+
+    The class dictionaries are read directly, so properties and other descriptors are never evaluated.
+    """
+    methods: dict[str, RegisterSpec] = {}
+    for klass in reversed(cls.__mro__):
+        for name, attr in vars(klass).items():
+            func = attr.__func__ if isinstance(attr, staticmethod | classmethod) else attr
+            spec = get_register_spec(func)
+            if spec is not None:
+                methods[name] = spec
+            elif name in methods:
+                del methods[name]  # overridden without @register: no longer remote-callable
+    return methods
+
+
+# ---------------------------------------------------------------------------------------------- dispatch plans
+
+
+Collect = Callable[[list[Any]], Any]
+
+
+@dataclass
+class DispatchPlan:
+    """The arguments of one call per rank, and the function that merges the per-rank results."""
+
+    args: list[tuple[Any, ...]]
+    kwargs: list[dict[str, Any]]
+    collect: Collect
+
+
+def _broadcast(world_size: int, args: tuple, kwargs: dict) -> tuple[list[tuple], list[dict]]:
+    return [args] * world_size, [kwargs] * world_size
+
+
+def _dispatch_one_to_all(world_size: int, args: tuple, kwargs: dict) -> DispatchPlan:
+    per_args, per_kwargs = _broadcast(world_size, args, kwargs)
+    return DispatchPlan(per_args, per_kwargs, collect=list)
+
+
+def _dispatch_rank_zero(world_size: int, args: tuple, kwargs: dict) -> DispatchPlan:
+    per_args, per_kwargs = _broadcast(world_size, args, kwargs)
+    return DispatchPlan(per_args, per_kwargs, collect=lambda outputs: outputs[0])
+
+
+def _dispatch_all_to_all(world_size: int, args: tuple, kwargs: dict) -> DispatchPlan:
+    """Every argument already holds one item per rank (the caller decided the split)."""
+    named = [(f"argument {i}", value) for i, value in enumerate(args)] + [(repr(k), v) for k, v in kwargs.items()]
+    for name, value in named:
+        if not isinstance(value, list | tuple) or len(value) != world_size:
+            got = f"a {type(value).__name__} of length {len(value)}" if hasattr(value, "__len__") else repr(value)
+            raise ValueError(
+                f"Dispatch.ALL_TO_ALL needs every argument to be a list with one item per rank ({world_size}); "
+                f"{name} is {got}. Use Dispatch.ONE_TO_ALL to send the same value to every rank."
+            )
+    per_args = [tuple(value[rank] for value in args) for rank in range(world_size)]
+    per_kwargs = [{key: value[rank] for key, value in kwargs.items()} for rank in range(world_size)]
+    return DispatchPlan(per_args, per_kwargs, collect=list)
+
+
+def _concat_lists(outputs: list[Any]) -> list[Any]:
+    merged: list[Any] = []
+    for rank, output in enumerate(outputs):
+        if not isinstance(output, list):
+            raise TypeError(
+                f"Dispatch.DP_COMPUTE collects by concatenating lists, but rank {rank} returned a "
+                f"{type(output).__name__}; return a list, or use Dispatch.ONE_TO_ALL or ALL_TO_ALL."
+            )
+        merged.extend(output)
+    return merged
+
+
+def _dispatch_dp_compute(world_size: int, args: tuple, kwargs: dict) -> DispatchPlan:
+    """Split every `list` argument into world_size contiguous slices; the first `length % world_size` get one more.
+
+    Only real `list`s are split (tuples, arrays and everything else go to every rank unchanged), so the caller
+    controls the split by the argument's type. Concatenating the per-rank lists restores the input order.
+    """
+    lengths = {len(value) for value in (*args, *kwargs.values()) if isinstance(value, list)}
+    if len(lengths) > 1:
+        raise ValueError(
+            f"Dispatch.DP_COMPUTE splits every list argument across ranks, but the lists have different lengths "
+            f"{sorted(lengths)}; pass lists of equal length, or a tuple for a value every rank should receive."
+        )
+    length = lengths.pop() if lengths else 0
+    base, extra = divmod(length, world_size)
+    bounds = [rank * base + min(rank, extra) for rank in range(world_size + 1)]
+
+    def part(value: Any, rank: int) -> Any:
+        return value[bounds[rank] : bounds[rank + 1]] if isinstance(value, list) else value
+
+    per_args = [tuple(part(value, rank) for value in args) for rank in range(world_size)]
+    per_kwargs = [{key: part(value, rank) for key, value in kwargs.items()} for rank in range(world_size)]
+    return DispatchPlan(per_args, per_kwargs, collect=_concat_lists)
+
+
+def _split_protos(world_size: int, args: tuple, kwargs: dict) -> tuple[list[tuple], list[dict], int, int]:
+    """Pad every DataProto argument to a multiple of world_size and chunk it; other arguments are broadcast.
+
+    Returns the per-rank arguments, the number of padding rows and the padded length. Padding repeats rows from
+    the start of the batch, so the workers always see full, valid rows; the collect step drops their results.
+    """
+    named = [(f"argument {i}", value) for i, value in enumerate(args)] + [(repr(k), v) for k, v in kwargs.items()]
+    protos = [(name, value) for name, value in named if isinstance(value, DataProto)]
+    lengths = {len(value) for _, value in protos}
+    if len(lengths) > 1:
+        described = ", ".join(f"{name} has {len(value)} rows" for name, value in protos)
+        raise ValueError(
+            f"Data-parallel dispatch needs all DataProto arguments to have the same number of rows, but {described}."
+        )
+    pad_size, padded_length = 0, 0
+
+    def split(value: Any) -> list[Any]:
+        nonlocal pad_size, padded_length
+        if not isinstance(value, DataProto):
+            return [value] * world_size
+        padded, pad_size = pad_dataproto_to_divisor(value, world_size)
+        padded_length = len(padded)
+        return padded.chunk(world_size)
+
+    split_args = [split(value) for value in args]
+    split_kwargs = {key: split(value) for key, value in kwargs.items()}
+    per_args = [tuple(chunks[rank] for chunks in split_args) for rank in range(world_size)]
+    per_kwargs = [{key: chunks[rank] for key, chunks in split_kwargs.items()} for rank in range(world_size)]
+    return per_args, per_kwargs, pad_size, padded_length
+
+
+def _concat_and_unpad(outputs: list[Any], pad_size: int, padded_length: int) -> DataProto | None:
+    """Concatenate the per-rank DataProtos in rank order and drop the rows computed for padding.
+
+    A worker may return k rows per input row (e.g. k samples per prompt, repeated interleaved); the padding rows
+    are the last ones of the last rank's chunk, so their k * pad_size result rows are the last ones too.
+    Results without rows (metrics carried in meta_info) need no unpadding.
+    """
+    if all(output is None for output in outputs):
+        return None
+    for rank, output in enumerate(outputs):
+        if not isinstance(output, DataProto):
+            raise TypeError(
+                f"Dispatch.DP_COMPUTE_PROTO collects DataProtos, but rank {rank} returned a "
+                f"{type(output).__name__}; return a DataProto, or use Dispatch.DP_COMPUTE_METRIC for other results."
+            )
+    merged = DataProto.concat(outputs)
+    if pad_size == 0 or len(merged) == 0:
+        return merged
+    if len(merged) % padded_length != 0:
+        raise ValueError(
+            f"Cannot drop the {pad_size} padding rows: the workers got {padded_length} rows (padded) but returned "
+            f"{len(merged)}, not a multiple of it; send a batch whose size divides the world size instead."
+        )
+    return unpad_dataproto(merged, pad_size * (len(merged) // padded_length))
+
+
+def _dispatch_dp_compute_proto(world_size: int, args: tuple, kwargs: dict) -> DispatchPlan:
+    per_args, per_kwargs, pad_size, padded_length = _split_protos(world_size, args, kwargs)
+    return DispatchPlan(per_args, per_kwargs, lambda outputs: _concat_and_unpad(outputs, pad_size, padded_length))
+
+
+def _dispatch_dp_compute_metric(world_size: int, args: tuple, kwargs: dict) -> DispatchPlan:
+    per_args, per_kwargs, _, _ = _split_protos(world_size, args, kwargs)
+    return DispatchPlan(per_args, per_kwargs, collect=list)
+
+
+_DISPATCH_FNS: dict[Dispatch, Callable[[int, tuple, dict], DispatchPlan]] = {
+    Dispatch.ONE_TO_ALL: _dispatch_one_to_all,
+    Dispatch.ALL_TO_ALL: _dispatch_all_to_all,
+    Dispatch.DP_COMPUTE: _dispatch_dp_compute,
+    Dispatch.DP_COMPUTE_PROTO: _dispatch_dp_compute_proto,
+    Dispatch.DP_COMPUTE_METRIC: _dispatch_dp_compute_metric,
+    Dispatch.RANK_ZERO: _dispatch_rank_zero,
+}
+
+
+def plan_dispatch(dispatch_mode: Dispatch, world_size: int, args: tuple, kwargs: dict) -> DispatchPlan:
+    """Split one call's arguments into per-rank calls according to `dispatch_mode`."""
+    if world_size <= 0:
+        raise ValueError(f"Cannot dispatch to a worker group of world size {world_size}; it needs at least 1 rank.")
+    return _DISPATCH_FNS[dispatch_mode](world_size, tuple(args), dict(kwargs))

@@ -1,0 +1,145 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The base class of every process a WorkerGroup starts: who am I in the group, and where is the rendezvous.
+
+The group launcher sets the torchrun-style environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT) before the process constructs its worker, so a subclass can call
+`torch.distributed.init_process_group(backend)` with the default `env://` rendezvous in its `__init__`.
+MASTER_ADDR is the IP of rank 0's node and MASTER_PORT a port that was free there when the group was created.
+"""
+
+import os
+import socket
+from dataclasses import dataclass
+
+from .decorator import Dispatch, register
+
+
+DIST_ENV_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+"""The environment variables a launcher sets for every rank (the names torch.distributed and torchrun use)."""
+
+
+class WorkerEnvError(RuntimeError):
+    """The process was not started by a WorkerGroup (or torchrun): a rank variable is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Where one rank runs; returned by `Worker.get_rank_info` to check placement and rank order."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+    node_ip: str
+    pid: int
+
+
+def get_free_port(host: str = "") -> int:
+    """A TCP port that is free on this machine right now (the OS picks it by binding port 0).
+
+    Binding on all interfaces ("") checks the port is free on every address the rendezvous store might use.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _read_env_int(name: str) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        raise WorkerEnvError(
+            f"Environment variable {name} is not set; start workers through a WorkerGroup (or torchrun), which sets "
+            f"{', '.join(DIST_ENV_VARS)}."
+        )
+    try:
+        return int(value)
+    except ValueError as err:
+        raise WorkerEnvError(f"Environment variable {name}={value!r} is not an integer; fix the launcher.") from err
+
+
+class Worker:
+    """Rank bookkeeping shared by every worker; subclasses add the `@register` methods the driver calls.
+
+    The values are read once from the environment at construction, so a worker in a plain process (e.g. a unit
+    test) can set the variables itself before constructing it.
+    """
+
+    def __init__(self) -> None:
+        self._rank = _read_env_int("RANK")
+        self._world_size = _read_env_int("WORLD_SIZE")
+        self._local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self._local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        self._master_addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
+        self._master_port = int(os.environ.get("MASTER_PORT", "0"))
+        if not 0 <= self._rank < self._world_size:
+            raise WorkerEnvError(f"RANK={self._rank} is outside [0, WORLD_SIZE={self._world_size}); fix the launcher.")
+
+    @property
+    def rank(self) -> int:
+        """Global rank in [0, world_size)."""
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks in the group."""
+        return self._world_size
+
+    @property
+    def local_rank(self) -> int:
+        """Rank among the group's processes on this node (bundle index in this node's placement group)."""
+        return self._local_rank
+
+    @property
+    def local_world_size(self) -> int:
+        """Number of the group's processes on this node."""
+        return self._local_world_size
+
+    @property
+    def master_addr(self) -> str:
+        """IP of rank 0's node: the address of the torch.distributed rendezvous store."""
+        return self._master_addr
+
+    @property
+    def master_port(self) -> int:
+        """Port of the rendezvous store on `master_addr`."""
+        return self._master_port
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def get_rank_info(self) -> RankInfo:
+        """Rank, rendezvous and placement of this process (the node IP is what other nodes use to reach it)."""
+        return RankInfo(
+            rank=self.rank,
+            world_size=self.world_size,
+            local_rank=self.local_rank,
+            local_world_size=self.local_world_size,
+            master_addr=self.master_addr,
+            master_port=self.master_port,
+            node_ip=_node_ip(),
+            pid=os.getpid(),
+        )
+
+
+def _node_ip() -> str:
+    """This node's IP as the cluster sees it (Ray's view when running under Ray, else the hostname's)."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.util.get_node_ip_address()
+    except ImportError:
+        pass
+    return socket.gethostbyname(socket.gethostname())

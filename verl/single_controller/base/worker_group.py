@@ -1,0 +1,139 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""WorkerGroup: the driver's handle on N worker processes, with one proxy method per `@register` method.
+
+`wg.compute_values(batch)` dispatches the arguments (decorator.py), starts the method on every rank (or rank 0)
+through the backend's `_execute_async`, and collects the results. The backend (Ray in ray/base.py) only
+implements how to start a call on a rank and how to wait for the results; everything else lives here.
+"""
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .decorator import Execute, RegisterSpec, plan_dispatch, registered_methods
+
+
+class WorkerGroupFuture:
+    """The pending result of a non-blocking group call; `get()` waits for every rank and collects.
+
+    It may be passed straight into another group call as an argument; it is then resolved first.
+    """
+
+    def __init__(self, handles: list[Any], wait: Callable[[list[Any]], list[Any]], collect: Callable[[list], Any]):
+        self.handles = handles
+        """Backend handles of the per-rank calls (Ray ObjectRefs for RayWorkerGroup), in rank order."""
+        self._wait = wait
+        self._collect = collect
+        self._done = False
+        self._result: Any = None
+
+    def get(self) -> Any:
+        """Block until every rank has finished; return the collected result (computed once, then cached)."""
+        if not self._done:
+            self._result = self._collect(self._wait(self.handles))
+            self._done = True
+        return self._result
+
+
+def _resolve_futures(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    def resolve(value: Any) -> Any:
+        return value.get() if isinstance(value, WorkerGroupFuture) else value
+
+    return tuple(resolve(value) for value in args), {key: resolve(value) for key, value in kwargs.items()}
+
+
+class WorkerGroup:
+    """Backend-independent part of a worker group: method binding, dispatch, execute mode, collect, futures.
+
+    Subclasses set `_world_size` and implement `_execute_async` and `_wait`.
+    """
+
+    _world_size: int = 0
+    _method_prefix: str = ""
+    """Prepended to method names on the remote side (a colocated role's view calls `{role}_{method}`)."""
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks (worker processes) in the group."""
+        return self._world_size
+
+    def _execute_async(self, method_name: str, ranks: Sequence[int], args: list[tuple], kwargs: list[dict]) -> list:
+        """Start `method_name(*args[i], **kwargs[i])` on rank `ranks[i]`; return one handle per call."""
+        raise NotImplementedError
+
+    def _wait(self, handles: list[Any]) -> list[Any]:
+        """Wait for the handles from `_execute_async`; return their results in the same order."""
+        raise NotImplementedError
+
+    def _bind_worker_methods(self, worker_cls: type) -> list[str]:
+        """Add a proxy for every `@register` method of `worker_cls` to this group; return the proxied names.
+
+        Proxy `name` calls the remote method `self._method_prefix + name` (the prefix is set for colocated roles).
+        """
+        bound = []
+        for name, spec in registered_methods(worker_cls).items():
+            if hasattr(self, name):
+                raise AttributeError(
+                    f"Cannot bind worker method {worker_cls.__name__}.{name}: the worker group already has an "
+                    f"attribute {name!r}; rename the worker method."
+                )
+            setattr(self, name, self._make_proxy(self._method_prefix + name, spec))
+            bound.append(name)
+        return bound
+
+    def _make_proxy(self, remote_name: str, spec: RegisterSpec) -> Callable[..., Any]:
+        def proxy(*args: Any, **kwargs: Any) -> Any:
+            future = self._call_async(remote_name, spec, *args, **kwargs)
+            return future.get() if spec.blocking else future
+
+        proxy.__name__ = remote_name
+        proxy.__doc__ = f"Group proxy of worker method {remote_name!r} ({spec.dispatch_mode}, {spec.execute_mode})."
+        return proxy
+
+    def _call_async(self, remote_name: str, spec: RegisterSpec, *args: Any, **kwargs: Any) -> WorkerGroupFuture:
+        """Dispatch one call according to `spec`, start it on the ranks, and return its future."""
+        args, kwargs = _resolve_futures(args, kwargs)
+        plan = plan_dispatch(spec.dispatch_mode, self.world_size, args, kwargs)
+        if spec.execute_mode is Execute.RANK_ZERO:
+            handles = self._execute_async(remote_name, [0], plan.args[:1], plan.kwargs[:1])
+            return WorkerGroupFuture(handles, self._wait, collect=_first)
+        handles = self._execute_async(remote_name, range(self.world_size), plan.args, plan.kwargs)
+        return WorkerGroupFuture(handles, self._wait, collect=plan.collect)
+
+    def execute_all(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Call a worker method on every rank with the same arguments; wait for the list of results.
+
+        Any method of a plain worker class works, registered or not; a colocated role's view reaches only the
+        role's registered methods (the ones the colocated class forwards).
+        """
+        return self.execute_all_async(method_name, *args, **kwargs).get()
+
+    def execute_all_async(self, method_name: str, *args: Any, **kwargs: Any) -> WorkerGroupFuture:
+        """Non-blocking `execute_all`."""
+        args, kwargs = _resolve_futures(args, kwargs)
+        ranks = range(self.world_size)
+        remote_name = self._method_prefix + method_name
+        handles = self._execute_async(remote_name, ranks, [args] * self.world_size, [kwargs] * self.world_size)
+        return WorkerGroupFuture(handles, self._wait, collect=list)
+
+    def execute_rank_zero(self, method_name: str, *args: Any, **kwargs: Any) -> Any:
+        """Call any worker method on rank 0 only and return its result."""
+        args, kwargs = _resolve_futures(args, kwargs)
+        handles = self._execute_async(self._method_prefix + method_name, [0], [args], [kwargs])
+        return WorkerGroupFuture(handles, self._wait, _first).get()
+
+
+def _first(outputs: list[Any]) -> Any:
+    """Collect for calls that ran on rank 0 alone."""
+    return outputs[0]

@@ -1,0 +1,276 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""RayWorkerGroup: one Ray actor per bundle of a resource pool, driven through the `@register` methods.
+
+Startup, in order:
+1. a free port is picked on rank 0's node (MASTER_PORT; MASTER_ADDR is that node's IP): by the driver if it runs
+   there, else by a zero-CPU task scheduled on that node;
+2. every rank's actor is created at once, with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
+   MASTER_PORT in its environment, so each constructor may call `torch.distributed.init_process_group` (which
+   blocks until all ranks join, hence the port is chosen before any actor exists rather than asked of rank 0);
+3. the group waits until every constructor has returned, so a failing constructor raises here, not later.
+
+Colocation: `create_colocated_worker_cls({"actor_rollout_ref": A, "critic": B})` builds one actor class whose
+process holds an A and a B (sharing the device and the process group); its methods are the roles' methods
+renamed `{role}_{method}`, and `RayWorkerGroup.spawn({"actor_rollout_ref", "critic"})` gives one group view per
+role whose methods have their plain names again.
+"""
+
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+import ray
+from ray.actor import ActorClass, ActorHandle
+from ray.exceptions import GetTimeoutError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+
+from ..base.decorator import REGISTER_ATTR, RegisterSpec, registered_methods
+from ..base.worker import get_free_port
+from ..base.worker_group import WorkerGroup
+from .resource import RayResourcePool
+
+
+COLOCATED_ROLES_ATTR = "__verl_colocated_roles__"
+"""Attribute of a class made by `create_colocated_worker_cls`: role name -> role class."""
+
+
+class RayClassWithInitArgs:
+    """A worker class with the arguments its constructor gets on every rank (nothing is constructed yet)."""
+
+    def __init__(self, cls: type, *args: Any, **kwargs: Any) -> None:
+        if isinstance(cls, ActorClass):
+            raise TypeError(
+                "RayClassWithInitArgs needs the plain worker class, not a ray.remote(...) actor class; remove the "
+                "@ray.remote decorator (the worker group makes the actor class with the right resources)."
+            )
+        if not isinstance(cls, type):
+            raise TypeError(f"RayClassWithInitArgs needs a class, got {cls!r}.")
+        self.cls = cls
+        self.args = args
+        self.kwargs = kwargs
+
+
+@ray.remote(num_cpus=0)
+def _pick_free_port() -> int:
+    """Runs on rank 0's node: the port must be free where the rendezvous store will listen."""
+    return get_free_port()
+
+
+def pick_free_port_on_node(node_id: str, timeout_s: float = 60.0) -> int:
+    """A port free on the Ray node `node_id`: picked here if this process runs there, else by a task there."""
+    if node_id == ray.get_runtime_context().get_node_id():
+        return get_free_port()
+    strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+    try:
+        return ray.get(_pick_free_port.options(scheduling_strategy=strategy).remote(), timeout=timeout_s)
+    except GetTimeoutError as err:
+        raise TimeoutError(
+            f"Could not pick a free port on Ray node {node_id} within {timeout_s:g} s; check that the node is alive "
+            "and can start Ray workers."
+        ) from err
+
+
+def _wait_constructed(workers: list[ActorHandle]) -> None:
+    """Return once every actor's constructor has finished; raise the first constructor error as soon as it occurs.
+
+    Waiting on the ranks one by one (ray.get of the whole list) could block on a rank that waits in
+    init_process_group for the rank that failed.
+    """
+    pending = [worker.__ray_ready__.remote() for worker in workers]
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        ray.get(ready)
+
+
+class RayWorkerGroup(WorkerGroup):
+    """A group of Ray actors, one per bundle of `resource_pool`, in the pool's rank order.
+
+    Every `@register` method of the worker class becomes a method of the group: `wg.method(...)` dispatches the
+    arguments, runs on all ranks (or rank 0) and collects the results; non-blocking methods return a
+    WorkerGroupFuture.
+    """
+
+    def __init__(
+        self,
+        resource_pool: RayResourcePool,
+        ray_cls_with_init: RayClassWithInitArgs,
+        name_prefix: str | None = None,
+        port_timeout_s: float = 60.0,
+    ) -> None:
+        self._name_prefix = name_prefix or f"wg_{uuid.uuid4().hex[:8]}"
+        self._worker_cls = ray_cls_with_init.cls
+        slots = resource_pool.slots
+        if not slots:
+            raise ValueError("The resource pool has no bundles (was it removed?); create a new RayResourcePool.")
+        self._world_size = len(slots)
+        self._master_addr = slots[0].node_ip
+        self._master_port = pick_free_port_on_node(slots[0].node_id, port_timeout_s)
+        self._bind_worker_methods(self._worker_cls)  # name clashes fail before any actor starts
+        self._resource_pool: RayResourcePool | None = resource_pool
+        self._owns_workers = True
+        resource_pool.acquire_share(self._name_prefix)
+        actor_cls = ray.remote(self._worker_cls)
+        self._workers: list[ActorHandle] = []
+        try:
+            for rank, slot in enumerate(slots):
+                env_vars = {
+                    "RANK": str(rank),
+                    "WORLD_SIZE": str(self._world_size),
+                    "LOCAL_RANK": str(slot.local_rank),
+                    "LOCAL_WORLD_SIZE": str(slot.local_world_size),
+                    "MASTER_ADDR": self._master_addr,
+                    "MASTER_PORT": str(self._master_port),
+                    "WG_PREFIX": self._name_prefix,
+                }
+                worker = actor_cls.options(
+                    **resource_pool.actor_options(),
+                    name=f"{self._name_prefix}_rank{rank}",
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        placement_group=slot.placement_group, placement_group_bundle_index=slot.bundle_index
+                    ),
+                    runtime_env={"env_vars": env_vars},
+                ).remote(*ray_cls_with_init.args, **ray_cls_with_init.kwargs)
+                self._workers.append(worker)
+            _wait_constructed(self._workers)
+        except BaseException:
+            self.shutdown()  # the other ranks may be blocked in init_process_group waiting for the failed one
+            raise
+
+    # ------------------------------------------------------------------ backend hooks
+
+    def _execute_async(self, method_name: str, ranks: Iterable[int], args: list[tuple], kwargs: list[dict]) -> list:
+        return [
+            getattr(self._workers[rank], method_name).remote(*rank_args, **rank_kwargs)
+            for rank, rank_args, rank_kwargs in zip(ranks, args, kwargs)
+        ]
+
+    def _wait(self, handles: list[Any]) -> list[Any]:
+        return ray.get(handles)
+
+    # ------------------------------------------------------------------ public
+
+    @property
+    def workers(self) -> list[ActorHandle]:
+        """The actor handles in rank order."""
+        return list(self._workers)
+
+    @property
+    def name_prefix(self) -> str:
+        """Prefix of the actor names (`{prefix}_rank{i}`) and value of WG_PREFIX in the workers."""
+        return self._name_prefix
+
+    @property
+    def master_addr(self) -> str:
+        """IP of rank 0's node, given to every rank as MASTER_ADDR."""
+        return self._master_addr
+
+    @property
+    def master_port(self) -> int:
+        """Rendezvous port on rank 0's node, given to every rank as MASTER_PORT."""
+        return self._master_port
+
+    def spawn(self, prefix_set: Iterable[str]) -> dict[str, "RayWorkerGroup"]:
+        """Per-role views of a colocated group: `views[role].method(...)` calls that role's instance everywhere.
+
+        The views share this group's actors; killing is done through this (the owning) group.
+        """
+        roles: dict[str, type] | None = getattr(self._worker_cls, COLOCATED_ROLES_ATTR, None)
+        if roles is None:
+            raise TypeError(
+                f"spawn() needs a group of a class made by create_colocated_worker_cls, but this group runs "
+                f"{self._worker_cls.__name__}; call its methods on the group directly."
+            )
+        views = {}
+        for role in prefix_set:
+            if role not in roles:
+                raise KeyError(f"Role {role!r} is not in this colocated group; it has roles {sorted(roles)}.")
+            view = object.__new__(RayWorkerGroup)
+            view._name_prefix = f"{self._name_prefix}/{role}"
+            view._worker_cls = roles[role]
+            view._world_size = self._world_size
+            view._master_addr, view._master_port = self._master_addr, self._master_port
+            view._workers = self._workers
+            view._owns_workers = False
+            view._resource_pool = None
+            view._method_prefix = f"{role}_"
+            view._bind_worker_methods(roles[role])
+            views[role] = view
+        return views
+
+    def shutdown(self) -> None:
+        """Kill the actors (their processes exit; the pool share is returned). A no-op on spawned views."""
+        if not self._owns_workers:
+            return
+        for worker in self._workers:
+            ray.kill(worker)
+        self._workers = []
+        if self._resource_pool is not None:
+            self._resource_pool.release_share(self._name_prefix)
+            self._resource_pool = None
+
+
+# ---------------------------------------------------------------------------------------------- colocation
+
+
+def _make_role_method(role: str, name: str, spec: RegisterSpec) -> Any:
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self._role_instances[role], name)(*args, **kwargs)
+
+    method.__name__ = method.__qualname__ = f"{role}_{name}"
+    setattr(method, REGISTER_ATTR, spec)
+    return method
+
+
+def _colocated_init(self: Any, role_inits: dict[str, tuple[tuple, dict]]) -> None:
+    """Construct one instance per role, in the order the roles were given, inside this process."""
+    roles = getattr(type(self), COLOCATED_ROLES_ATTR)
+    self._role_instances = {role: roles[role](*args, **kwargs) for role, (args, kwargs) in role_inits.items()}
+
+
+def create_colocated_worker_cls(class_dict: dict[str, RayClassWithInitArgs | type]) -> RayClassWithInitArgs:
+    """One worker class whose every process holds one instance per role (e.g. actor_rollout_ref and critic).
+
+    Each role's `@register` method `m` becomes `{role}_m` with the same dispatch mode; use
+    `RayWorkerGroup.spawn(roles)` to call them by their plain names. The roles share the process, so they share
+    its environment (rank, rendezvous) and, on GPU, its device.
+    """
+    if not class_dict:
+        raise ValueError("create_colocated_worker_cls needs at least one role, e.g. {'actor_rollout_ref': cls}.")
+    roles: dict[str, type] = {}
+    role_inits: dict[str, tuple[tuple, dict]] = {}
+    namespace: dict[str, Any] = {}
+    for role, item in class_dict.items():
+        if not role.isidentifier():
+            raise ValueError(f"Role name {role!r} must be a Python identifier (it prefixes method names).")
+        init = item if isinstance(item, RayClassWithInitArgs) else RayClassWithInitArgs(item)
+        roles[role] = init.cls
+        role_inits[role] = (init.args, init.kwargs)
+        for name, spec in registered_methods(init.cls).items():
+            full_name = f"{role}_{name}"
+            if full_name in namespace:
+                raise ValueError(
+                    f"Colocated method name {full_name!r} is produced by two roles; rename a role or the method."
+                )
+            namespace[full_name] = _make_role_method(role, name, spec)
+    class_name = "Colocated_" + "_".join(roles)
+    namespace.update(
+        {
+            "__init__": _colocated_init,
+            "__doc__": f"One process holding the roles {list(roles)}.",
+            COLOCATED_ROLES_ATTR: roles,
+        }
+    )
+    colocated_cls = type(class_name, (), namespace)
+    return RayClassWithInitArgs(colocated_cls, role_inits)
