@@ -27,7 +27,12 @@ def reduce_metrics(metrics: dict[str, list[float]]) -> dict[str, float]:
     return {key: float(np.mean(values)) for key, values in metrics.items() if len(values) > 0}
 
 
-def append_metrics(store: dict[str, list[float]], new: dict[str, Any]) -> None:
+def append_metrics(store: dict[str, list[float]], new: dict[str, Any] | list[dict[str, Any]]) -> None:
+    """Add values (or lists of values) by key; a list of dicts (one per rank) adds each rank's values."""
+    if isinstance(new, list):
+        for per_rank in new:
+            append_metrics(store, per_rank or {})
+        return
     for key, value in new.items():
         store[key].extend(value if isinstance(value, (list, tuple, np.ndarray)) else [value])
 

@@ -69,6 +69,15 @@ def split_generation_inputs(batch: DataProto) -> DataProto:
     return gen_batch
 
 
+def count_training_steps(config: PPOConfig, batches_per_epoch: int) -> int:
+    """trainer.max_steps, or the steps that total_epochs passes over the data take."""
+    trainer, data = config.trainer, config.data
+    if trainer.max_steps is not None:
+        return trainer.max_steps
+    prompts_per_batch = data.mini_rollout_batch_size or data.rollout_batch_size
+    return max(1, batches_per_epoch * prompts_per_batch // data.rollout_batch_size) * trainer.total_epochs
+
+
 class RayPPOTrainer:
     """Drives the worker groups. Worker groups and reward actors are created by `runner.py` and passed in."""
 
@@ -100,19 +109,11 @@ class RayPPOTrainer:
         self.kl_ctrl = core_algos.get_kl_controller(algo.kl_type, algo.kl_coef, algo.kl_target, algo.kl_horizon)
         self.global_step = 0
         self.ckpt_tracker = CheckpointTracker()
-        self.total_steps = self._count_training_steps()
+        self.total_steps = count_training_steps(config, len(train_dataloader))
         self._data_iter: Iterator | None = None
         self.last_val_metrics: dict[str, float] = {}
 
     # ------------------------------------------------------------------------------------------------ data
-
-    def _count_training_steps(self) -> int:
-        trainer, data = self.config.trainer, self.config.data
-        if trainer.max_steps is not None:
-            return trainer.max_steps
-        batches_per_epoch = len(self.train_dataloader)
-        prompts_per_batch = data.mini_rollout_batch_size or data.rollout_batch_size
-        return max(1, batches_per_epoch * prompts_per_batch // data.rollout_batch_size) * trainer.total_epochs
 
     def _next_batch(self) -> DataProto:
         """The next data-loader batch; a new epoch starts (and reshuffles) when one ends."""

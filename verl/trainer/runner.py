@@ -32,7 +32,7 @@ from ..utils.tokenizer import get_processor, get_tokenizer
 from ..workers.reward.ray_actor import create_reward_actor
 from .config import PPOConfig
 from .data_loader import create_dataloader
-from .ray_trainer import RayPPOTrainer
+from .ray_trainer import RayPPOTrainer, count_training_steps
 
 
 logger = logging.getLogger(__name__)
@@ -108,6 +108,8 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
         max_pixels=config.data.max_pixels,
     )
     train_dataloader, val_dataloader = create_dataloader(config.data, tokenizer, processor)
+    total_steps = count_training_steps(config, len(train_dataloader))
+    config.worker.actor.optim.training_steps = config.worker.critic.optim.training_steps = total_steps
     reward_fn = create_reward_actor(config.worker.reward, model.tokenizer_path, model.trust_remote_code)
     val_reward_fn = create_reward_actor(config.worker.reward, model.tokenizer_path, model.trust_remote_code)
     actor_wg, critic_wg = create_worker_groups(config, device)

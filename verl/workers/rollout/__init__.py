@@ -11,3 +11,22 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
+"""Rollout: the vLLM engine in SPMD mode (vllm_rollout.py), its config, and the vLLM adapter (vllm_compat.py).
+
+`VLLMRollout` is imported lazily: importing this package (e.g. for RolloutConfig) must not import vLLM.
+"""
+
+from typing import Any
+
+from .config import RolloutConfig
+
+
+__all__ = ["RolloutConfig", "VLLMRollout"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "VLLMRollout":
+        from .vllm_rollout import VLLMRollout
+
+        return VLLMRollout
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,3 +11,17 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
+"""HybridEngine: moving the FSDP2 actor's weights into the colocated vLLM engine (fsdp_vllm.py)."""
+
+from typing import Any
+
+
+__all__ = ["FSDPVLLMShardingManager", "sync_weights"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from . import fsdp_vllm
+
+        return getattr(fsdp_vllm, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

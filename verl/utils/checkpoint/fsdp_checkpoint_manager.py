@@ -1,0 +1,209 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Save and restore one FSDP2 role (model, optimizer, LR schedule, RNG, extra state) with torch.distributed.checkpoint.
+
+Layout of a checkpoint directory (e.g. global_step_10/actor):
+
+    .metadata, __0_0.distcp, ...   DCP shards: model and optimizer by parameter name, plus the trainer state
+    huggingface/                   config.json, generation_config.json, tokenizer or processor files
+
+DCP stores every tensor by its fully qualified name and its global shape, so a checkpoint written by 2 ranks loads
+on 1 (or 8): each loading rank reads the slices of its own shards. The LR schedule and the extra state are the same
+on every rank and saved once; RNG states differ per rank and are saved per rank (a rank that has none in the
+checkpoint, because it did not exist then, keeps its own).
+
+Writes are atomic at the directory level: everything goes to `<path>.tmp` and is renamed to `<path>` only when
+all ranks have finished, so a crash mid-save never leaves a directory that looks complete.
+"""
+
+import dataclasses
+import logging
+import os
+import shutil
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
+
+from verl.utils import device
+
+
+logger = logging.getLogger(__name__)
+
+HF_SUBDIR = "huggingface"
+"""Subdirectory with the Hugging Face config and tokenizer/processor, for model_merger and inspection."""
+
+_METADATA_FILE = ".metadata"
+_TRAINER_KEY = "trainer_state"
+
+
+@dataclasses.dataclass
+class _PickledState:
+    """A value DCP stores as one pickled blob (not flattened into keys), e.g. the LR schedule and extra state."""
+
+    value: Any = None
+
+
+def _rng_key(rank: int) -> str:
+    return f"rng_state_rank_{rank}"
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _no_dist() -> bool:
+    return not (dist.is_available() and dist.is_initialized())
+
+
+def _barrier() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def has_checkpoint(path: str) -> bool:
+    """True when `path` holds a complete checkpoint (its DCP metadata exists)."""
+    return os.path.isfile(os.path.join(path, _METADATA_FILE))
+
+
+class FSDPCheckpointManager:
+    """Checkpoints of one role: an FSDP2 model and optionally its optimizer, LR scheduler, tokenizer and processor.
+
+    All ranks call `save` and `load` together (they are collective). The tokenizer and processor are only written
+    beside the shards (a processor saves its tokenizer too), never read back.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer | None = None,
+        lr_scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+        tokenizer: Any = None,
+        processor: Any = None,
+    ) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.lr_scheduler = lr_scheduler
+        self.tokenizer = tokenizer
+        self.processor = processor
+
+    def save(self, path: str, extra_state: dict[str, Any] | None = None, save_model_only: bool = False) -> None:
+        """Write the checkpoint to `path` (replacing an older one there) via `<path>.tmp` and a rename.
+
+        `save_model_only` keeps just the weights (and the HF files): smaller, but training cannot resume from it.
+        `extra_state` is any picklable dict (global step, dataloader state, ...) returned by `load`.
+        """
+        path = os.path.abspath(path)
+        staging = path + ".tmp"
+        if _rank() == 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            os.makedirs(staging)
+        _barrier()
+        dcp.save(self._state_to_save(extra_state, save_model_only), checkpoint_id=staging, no_dist=_no_dist())
+        if _rank() == 0:
+            self._save_hf_files(os.path.join(staging, HF_SUBDIR))
+        _barrier()
+        if _rank() == 0:
+            if os.path.exists(path):
+                old = path + ".old"
+                shutil.rmtree(old, ignore_errors=True)
+                os.rename(path, old)
+                os.rename(staging, path)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.rename(staging, path)
+        _barrier()
+        logger.info("Saved checkpoint to %s.", path)
+
+    def _state_to_save(self, extra_state: dict[str, Any] | None, save_model_only: bool) -> dict[str, Any]:
+        if save_model_only or self.optimizer is None:
+            state: dict[str, Any] = {"model": get_model_state_dict(self.model)}
+        else:
+            model_state, optim_state = get_state_dict(self.model, self.optimizer)
+            state = {"model": model_state, "optimizer": optim_state}
+        if not save_model_only:
+            scheduler = self.lr_scheduler.state_dict() if self.lr_scheduler is not None else None
+            state[_TRAINER_KEY] = _PickledState({"lr_scheduler": scheduler, "extra_state": dict(extra_state or {})})
+            state[_rng_key(_rank())] = _PickledState(device.get_rng_state())
+        return state
+
+    def _save_hf_files(self, hf_dir: str) -> None:
+        os.makedirs(hf_dir, exist_ok=True)
+        self.model.config.save_pretrained(hf_dir)
+        generation_config = getattr(self.model, "generation_config", None)
+        if generation_config is not None:
+            generation_config.save_pretrained(hf_dir)
+        for processing_class in (self.tokenizer, self.processor):
+            if processing_class is not None:
+                processing_class.save_pretrained(hf_dir)
+
+    def load(self, path: str, model_only: bool = False) -> dict[str, Any]:
+        """Restore the state saved at `path` (by any number of ranks) and return its extra_state ({} if none).
+
+        With `model_only` only the weights are read (e.g. to start a new run from trained weights). Resuming with an
+        optimizer from a checkpoint written with save_model_only is an error, since the optimizer state is missing.
+        """
+        path = os.path.abspath(path)
+        if not has_checkpoint(path):
+            raise FileNotFoundError(
+                f"No checkpoint at {path!r} (missing {_METADATA_FILE}); give a directory written by "
+                "FSDPCheckpointManager.save, e.g. .../global_step_N/actor."
+            )
+        saved_keys = set(dcp.FileSystemReader(path).read_metadata().state_dict_metadata)
+        has_optimizer = any(key.startswith("optimizer.") for key in saved_keys)
+        load_optimizer = self.optimizer is not None and not model_only
+        if load_optimizer and not has_optimizer:
+            raise ValueError(
+                f"Checkpoint {path!r} has no optimizer state (it was saved with save_model_only); load it with "
+                "model_only=True to take only the weights."
+            )
+        if load_optimizer:
+            model_state, optim_state = get_state_dict(self.model, self.optimizer)
+            state: dict[str, Any] = {"model": model_state, "optimizer": optim_state}
+        else:
+            state = {"model": get_model_state_dict(self.model)}
+        rng_key = _rng_key(_rank())
+        if not model_only:
+            for key in (_TRAINER_KEY, rng_key):
+                if key in saved_keys:
+                    state[key] = _PickledState()
+        dcp.load(state, checkpoint_id=path, no_dist=_no_dist())
+        if load_optimizer:
+            set_state_dict(
+                self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
+            )
+        else:
+            set_model_state_dict(self.model, state["model"])
+        if model_only:
+            return {}
+        return self._restore_trainer_state(state, rng_key, path)
+
+    def _restore_trainer_state(self, state: dict[str, Any], rng_key: str, path: str) -> dict[str, Any]:
+        trainer_state = state[_TRAINER_KEY].value if _TRAINER_KEY in state else {}
+        scheduler_state = trainer_state.get("lr_scheduler")
+        if self.lr_scheduler is not None and scheduler_state is not None:
+            self.lr_scheduler.load_state_dict(scheduler_state)
+        if rng_key in state:
+            device.set_rng_state(state[rng_key].value)
+        else:
+            logger.warning("Checkpoint %s has no RNG state for rank %d; keeping this rank's own.", path, _rank())
+        return dict(trainer_state.get("extra_state", {}))

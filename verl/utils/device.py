@@ -1,0 +1,159 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The one place that knows whether we compute on CUDA or on the CPU.
+
+Everything else asks this module for the device, the collective backend (nccl or gloo), RNG states, memory
+numbers and cache flushes, so the training code reads the same on a laptop and on a GPU cluster. The choice comes
+from `trainer.device` (auto | cpu | cuda) and is made once per process with `set_device_type`; until then "auto"
+applies (CUDA when a GPU is visible).
+"""
+
+import os
+import random
+import resource
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+
+DEVICE_CHOICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+
+_device_type: str | None = None
+
+
+def is_cuda_available() -> bool:
+    """True when torch sees at least one CUDA device."""
+    return torch.cuda.is_available()
+
+
+def resolve_device_type(requested: str = "auto") -> str:
+    """Turn a `trainer.device` value into "cuda" or "cpu"; asking for cuda without a GPU is an error."""
+    if requested not in DEVICE_CHOICES:
+        raise ValueError(f"trainer.device={requested!r} is not one of {', '.join(DEVICE_CHOICES)}.")
+    if requested == "auto":
+        return "cuda" if is_cuda_available() else "cpu"
+    if requested == "cuda" and not is_cuda_available():
+        raise RuntimeError(
+            "trainer.device=cuda but torch sees no CUDA device in this process; set trainer.device=cpu (or auto), "
+            "or check CUDA_VISIBLE_DEVICES and the torch build."
+        )
+    return requested
+
+
+def set_device_type(requested: str = "auto") -> str:
+    """Fix the device type of this process (call once, early, e.g. in the worker constructor); returns it."""
+    global _device_type
+    _device_type = resolve_device_type(requested)
+    return _device_type
+
+
+def get_device_type() -> str:
+    """ "cuda" or "cpu": the value set by `set_device_type`, else the "auto" choice."""
+    return _device_type if _device_type is not None else resolve_device_type("auto")
+
+
+def is_cpu() -> bool:
+    """True when this process computes on the CPU."""
+    return get_device_type() == "cpu"
+
+
+def get_dist_backend(device_type: str | None = None) -> str:
+    """The torch.distributed backend for the device: nccl for CUDA, gloo for the CPU."""
+    return "nccl" if (device_type or get_device_type()) == "cuda" else "gloo"
+
+
+def get_local_device(local_rank: int | None = None) -> torch.device:
+    """The device this rank computes on: cuda:<local_rank> or cpu."""
+    if get_device_type() == "cpu":
+        return torch.device("cpu")
+    if local_rank is None:
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    return torch.device("cuda", local_rank)
+
+
+def init_distributed(timeout_seconds: float = 600.0) -> None:
+    """Initialise the default process group from the env:// variables (RANK, WORLD_SIZE, MASTER_ADDR/PORT).
+
+    On CUDA the rank is bound to its local GPU first, so nccl communicators land on the right device. The timeout
+    bounds how long a collective waits for a dead peer (gloo's default is 30 minutes, which turns a crash of one
+    rank into a silent hang of the others).
+    """
+    if dist.is_initialized():
+        return
+    missing = [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
+    if missing:
+        raise RuntimeError(
+            f"Cannot initialise torch.distributed: environment variable(s) {', '.join(missing)} are not set; the "
+            "worker group sets them, or export them before starting the process."
+        )
+    if get_device_type() == "cuda":
+        torch.cuda.set_device(get_local_device())
+    dist.init_process_group(backend=get_dist_backend(), timeout=timedelta(seconds=timeout_seconds))
+
+
+def synchronize() -> None:
+    """Wait for queued device work (a no-op on the CPU, where every op is synchronous)."""
+    if get_device_type() == "cuda":
+        torch.cuda.synchronize()
+
+
+def empty_cache() -> None:
+    """Return cached device memory to the driver (for vLLM colocation); a no-op on the CPU."""
+    if get_device_type() == "cuda":
+        torch.cuda.empty_cache()
+
+
+def memory_stats() -> dict[str, float]:
+    """Memory numbers in GiB for the perf metrics: device allocated/reserved peaks on CUDA, host RSS everywhere."""
+    gib = 1024**3
+    # ru_maxrss is in KiB on Linux: the peak resident set size of this process.
+    stats = {"cpu_max_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / gib}
+    if get_device_type() == "cuda":
+        stats["max_memory_allocated_gb"] = torch.cuda.max_memory_allocated() / gib
+        stats["max_memory_reserved_gb"] = torch.cuda.max_memory_reserved() / gib
+        stats["memory_allocated_gb"] = torch.cuda.memory_allocated() / gib
+    return stats
+
+
+def manual_seed(seed: int) -> None:
+    """Seed python, numpy, torch and (on CUDA) every GPU generator."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    if get_device_type() == "cuda":
+        torch.cuda.manual_seed_all(seed)
+
+
+def get_rng_state() -> dict[str, Any]:
+    """Every random generator this process uses, so a resumed run draws the same numbers."""
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch_cpu": torch.get_rng_state(),
+    }
+    if get_device_type() == "cuda":
+        state["torch_cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore the generators saved by `get_rng_state` (the CUDA one only when both sides ran on CUDA)."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch_cpu"])
+    if get_device_type() == "cuda" and "torch_cuda" in state:
+        torch.cuda.set_rng_state(state["torch_cuda"])

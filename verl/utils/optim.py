@@ -1,0 +1,156 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Optimizers and learning-rate schedules built from an OptimConfig.
+
+Two optimizers: torch's AdamW (fp32 master weights, the default) and `BF16AdamW` for pure-bf16 training, whose
+moments live in bf16 and whose updates are Kahan-compensated. Without the compensation a bf16 weight of magnitude 1
+cannot move by less than 2^-8 per step, so the small steps of RL fine-tuning (lr ~ 1e-6) would be rounded away.
+
+Schedules are a linear warmup followed by a constant or a cosine decay to `min_lr_ratio * lr`, stepped once per
+optimizer update call.
+"""
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+from torch.optim.lr_scheduler import LambdaLR
+
+
+if TYPE_CHECKING:  # utils must not import workers at runtime (dependency direction: workers -> utils)
+    from verl.workers.actor.config import OptimConfig
+
+
+OPTIMIZER_STRATEGIES: tuple[str, ...] = ("adamw", "adamw_bf16")
+LR_SCHEDULER_TYPES: tuple[str, ...] = ("constant", "cosine")
+
+
+class BF16AdamW(torch.optim.Optimizer):
+    """AdamW whose moments are stored in the parameter dtype, with Kahan-compensated parameter updates.
+
+    The update is computed in float32 from the stored moments, then added to the parameter together with the
+    rounding error left over by the previous step (kept in a `compensation` buffer of the parameter dtype), so
+    increments far below the bf16 resolution still accumulate. Works on plain tensors and on FSDP2 DTensors.
+    """
+
+    def __init__(
+        self,
+        params,  # noqa: ANN001 - an iterable of tensors or param-group dicts, as for any torch optimizer
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+    ) -> None:
+        if lr < 0.0 or eps <= 0.0 or not 0.0 <= betas[0] < 1.0 or not 0.0 <= betas[1] < 1.0:
+            raise ValueError(f"BF16AdamW needs lr >= 0, eps > 0 and betas in [0, 1); got {lr}, {eps}, {betas}.")
+        super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay})
+
+    @torch.no_grad()
+    def step(self, closure=None):  # noqa: ANN001, ANN201 - the torch.optim.Optimizer.step signature
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                state = self.state[param]
+                if not state:
+                    state["step"] = torch.tensor(0.0)
+                    state["exp_avg"] = torch.zeros_like(param)
+                    state["exp_avg_sq"] = torch.zeros_like(param)
+                    state["compensation"] = torch.zeros_like(param)
+                state["step"] += 1
+                step = state["step"].item()
+                grad = param.grad.to(param.dtype)
+                state["exp_avg"].mul_(beta1).add_(grad, alpha=1.0 - beta1)
+                state["exp_avg_sq"].mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
+                exp_avg = state["exp_avg"].float() / (1.0 - beta1**step)
+                denom = (state["exp_avg_sq"].float() / (1.0 - beta2**step)).sqrt_().add_(group["eps"])
+                master = param.float()
+                update = exp_avg.div_(denom).add_(master, alpha=group["weight_decay"]).mul_(-group["lr"])
+                update.add_(state["compensation"].float())
+                new_param = (master + update).to(param.dtype)
+                state["compensation"].copy_(update.sub_(new_param.float() - master))
+                param.copy_(new_param)
+        return loss
+
+
+def build_optimizer(module: torch.nn.Module, config: "OptimConfig") -> torch.optim.Optimizer:
+    """The optimizer named by `config.strategy` over the trainable parameters of `module`.
+
+    Frozen parameters (e.g. a frozen vision tower) get no optimizer state at all.
+    """
+    params = [param for param in module.parameters() if param.requires_grad]
+    if not params:
+        raise ValueError("The model has no trainable parameters; check freeze_vision_tower and the model path.")
+    betas = tuple(config.betas)
+    if len(betas) != 2:
+        raise ValueError(f"optim.betas must have two values (beta1, beta2), got {list(config.betas)}.")
+    if config.strategy == "adamw":
+        return torch.optim.AdamW(params, lr=config.lr, betas=betas, weight_decay=config.weight_decay)
+    if config.strategy == "adamw_bf16":
+        return BF16AdamW(params, lr=config.lr, betas=betas, weight_decay=config.weight_decay)
+    raise ValueError(f"Unknown optim.strategy {config.strategy!r}; choose one of {', '.join(OPTIMIZER_STRATEGIES)}.")
+
+
+class WarmupDecaySchedule:
+    """LR multiplier: linear warmup to 1 over `warmup_steps`, then constant or cosine down to `min_lr_ratio`.
+
+    Warmup step s (0-based) uses (s + 1) / warmup_steps, so the first update already moves the weights. The cosine
+    reaches min_lr_ratio at `training_steps` and stays there. A plain object (not a closure), so LambdaLR's
+    state_dict can save it and a checkpoint restores the schedule exactly.
+    """
+
+    def __init__(self, kind: str, warmup_steps: int, training_steps: int, min_lr_ratio: float) -> None:
+        self.kind = kind
+        self.warmup_steps = warmup_steps
+        self.training_steps = training_steps
+        self.min_lr_ratio = min_lr_ratio
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup_steps:
+            return (step + 1) / self.warmup_steps
+        if self.kind == "constant":
+            return 1.0
+        progress = min(1.0, (step - self.warmup_steps) / max(1, self.training_steps - self.warmup_steps))
+        return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def build_lr_scheduler(optimizer: torch.optim.Optimizer, config: "OptimConfig") -> LambdaLR:
+    """LambdaLR with the warmup and decay of `config`; call `.step()` once per optimizer update call."""
+    if config.lr_scheduler_type not in LR_SCHEDULER_TYPES:
+        raise ValueError(
+            f"Unknown optim.lr_scheduler_type {config.lr_scheduler_type!r}; choose one of "
+            f"{', '.join(LR_SCHEDULER_TYPES)}."
+        )
+    needs_total = config.lr_scheduler_type == "cosine" or (config.lr_warmup_steps is None and config.lr_warmup_ratio)
+    if needs_total and config.training_steps <= 0:
+        raise ValueError(
+            f"optim.training_steps={config.training_steps}: a cosine schedule or a warmup ratio needs the total "
+            "number of steps; the trainer derives it, or set optim.lr_warmup_steps for a constant schedule."
+        )
+    if config.lr_warmup_steps is not None:
+        warmup = config.lr_warmup_steps
+    else:
+        warmup = int(config.lr_warmup_ratio * max(config.training_steps, 0))
+    if warmup < 0:
+        raise ValueError(f"optim.lr_warmup_steps={config.lr_warmup_steps} must not be negative.")
+    min_lr_ratio = 0.0 if config.min_lr_ratio is None else config.min_lr_ratio
+    if not 0.0 <= min_lr_ratio <= 1.0:
+        raise ValueError(f"optim.min_lr_ratio={config.min_lr_ratio} must be between 0 and 1.")
+    schedule = WarmupDecaySchedule(config.lr_scheduler_type, warmup, config.training_steps, min_lr_ratio)
+    return LambdaLR(optimizer, schedule)

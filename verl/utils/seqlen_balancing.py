@@ -1,0 +1,157 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Balanced partitions of sequences by token count: across data-parallel ranks and into micro-batches.
+
+RL responses vary from a few tokens to the maximum length, so splitting a batch by sample count leaves one rank
+(or one micro-batch) with several times the work of another, and every collective waits for the slowest. Here the
+Karmarkar-Karp largest differencing method splits items into k groups of nearly equal token sums, either with equal
+item counts (the driver's reordering across ranks, `balance_batch`) or without (token-budget micro-batches,
+`dynamic_micro_batches`, which also returns how to restore the original order).
+"""
+
+import heapq
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from verl.protocol import DataProto
+
+
+def karmarkar_karp(sizes: Sequence[int], k: int, equal_size: bool = False) -> list[list[int]]:
+    """Split item indices into k groups with nearly equal size sums (largest differencing method).
+
+    Each state is a k-way partial partition; the two states with the largest spread (max - min sum) are merged by
+    joining the largest group of one with the smallest of the other, which cancels their imbalance. With
+    `equal_size` the items are first grouped k at a time in sorted order, one per group, so every merge keeps the
+    counts equal (needs len(sizes) % k == 0). Groups are returned with their indices sorted; no group is empty
+    when len(sizes) >= k.
+    """
+    n = len(sizes)
+    if k < 1 or k > n:
+        raise ValueError(f"Cannot split {n} items into {k} non-empty groups; use 1 <= k <= {n}.")
+    if equal_size and n % k != 0:
+        raise ValueError(f"Equal-size partitions need the item count ({n}) to be a multiple of k ({k}).")
+    order = sorted(range(n), key=lambda i: (sizes[i], i))
+    heap: list[tuple[int, int, list[tuple[int, list[int]]]]] = []
+    if equal_size:
+        seeds = [order[start : start + k] for start in range(0, n, k)]
+    else:
+        seeds = [[i] for i in order]
+    for counter, seed in enumerate(seeds):
+        groups = [(sizes[i], [i]) for i in seed] + [(0, []) for _ in range(k - len(seed))]
+        groups.sort(key=lambda group: group[0])
+        heapq.heappush(heap, (-(groups[-1][0] - groups[0][0]), counter, groups))
+    counter = len(seeds)
+    while len(heap) > 1:
+        _, _, first = heapq.heappop(heap)
+        _, _, second = heapq.heappop(heap)
+        merged = [
+            (a_sum + b_sum, a_items + b_items)
+            for (a_sum, a_items), (b_sum, b_items) in zip(reversed(first), second)  # largest with smallest
+        ]
+        merged.sort(key=lambda group: group[0])
+        heapq.heappush(heap, (-(merged[-1][0] - merged[0][0]), counter, merged))
+        counter += 1
+    partitions = [sorted(items) for _, items in heap[0][2]]
+    _fill_empty_groups(partitions)
+    return partitions
+
+
+def _fill_empty_groups(partitions: list[list[int]]) -> None:
+    """Move single items from the fullest groups into empty ones (only possible for tiny, skewed inputs)."""
+    for group in partitions:
+        if not group:
+            donor = max(partitions, key=len)
+            group.append(donor.pop())
+
+
+def dynamic_micro_batches(
+    seq_lens: Sequence[int] | torch.Tensor,
+    max_token_len: int,
+    group: dist.ProcessGroup | None = None,
+) -> list[list[int]]:
+    """Split samples into the fewest balanced micro-batches whose token sums stay within `max_token_len`.
+
+    The count starts at ceil(total / budget) and grows until every Karmarkar-Karp group fits. Under
+    torch.distributed every rank then uses the largest count of the group, because FSDP runs a collective in every
+    forward: all ranks must do the same number of them. The micro-batches are ordered by decreasing token count
+    (the longest first, so a memory problem shows at once); `restore_order` undoes the permutation.
+    """
+    lens = [int(x) for x in (seq_lens.tolist() if isinstance(seq_lens, torch.Tensor) else seq_lens)]
+    if not lens:
+        raise ValueError("dynamic_micro_batches got no samples; every rank needs at least one.")
+    longest = max(lens)
+    if longest > max_token_len:
+        raise ValueError(
+            f"A sample has {longest} tokens but the micro-batch token budget is {max_token_len}; raise "
+            "micro_batch_size_per_device_for_update / _for_experience (the budget is that times the max length)."
+        )
+    num = min(len(lens), math.ceil(sum(lens) / max_token_len))
+    partitions = karmarkar_karp(lens, num)
+    while num < len(lens) and max(sum(lens[i] for i in part) for part in partitions) > max_token_len:
+        num += 1
+        partitions = karmarkar_karp(lens, num)
+    if dist.is_available() and dist.is_initialized():
+        count = torch.tensor([num], dtype=torch.int64)
+        dist.all_reduce(count, op=dist.ReduceOp.MAX, group=group)
+        if int(count.item()) > len(lens):
+            raise ValueError(
+                f"Another rank needs {int(count.item())} micro-batches but this rank has only {len(lens)} samples; "
+                "give every rank the same number of samples."
+            )
+        if int(count.item()) != num:
+            num = int(count.item())
+            partitions = karmarkar_karp(lens, num)
+    partitions.sort(key=lambda part: -sum(lens[i] for i in part))
+    return partitions
+
+
+def restore_order(partitions: Sequence[Sequence[int]]) -> torch.Tensor:
+    """The permutation that puts rows concatenated in partition order back into the original order."""
+    flat = torch.tensor([i for part in partitions for i in part], dtype=torch.long)
+    inverse = torch.empty_like(flat)
+    inverse[flat] = torch.arange(len(flat))
+    return inverse
+
+
+def balance_batch(data: DataProto, world_size: int, key: str = "attention_mask") -> dict[str, float]:
+    """Reorder `data` in place so each of the `world_size` equal chunks holds a similar number of tokens.
+
+    The worker group later splits the batch into contiguous chunks, one per data-parallel rank; this reorders the
+    rows so chunk r is the r-th balanced partition. Rows within a chunk keep their relative order. Returns the
+    `global_seqlen/*` metrics: token counts per rank before (min, max, minmax_diff) and after (balanced_min,
+    balanced_max) balancing, and the mean.
+    """
+    if len(data) % world_size != 0:
+        raise ValueError(
+            f"balance_batch got {len(data)} samples for {world_size} ranks; the batch must split evenly (pad it or "
+            "change the batch size)."
+        )
+    seq_lens = data.batch[key].sum(dim=-1).tolist()
+    chunk = len(data) // world_size
+    before = [sum(seq_lens[r * chunk : (r + 1) * chunk]) for r in range(world_size)]
+    partitions = karmarkar_karp(seq_lens, world_size, equal_size=True)
+    after = [sum(seq_lens[i] for i in part) for part in partitions]
+    data.reorder(np.array([i for part in partitions for i in part], dtype=np.int64))
+    return {
+        "global_seqlen/min": float(min(before)),
+        "global_seqlen/max": float(max(before)),
+        "global_seqlen/minmax_diff": float(max(before) - min(before)),
+        "global_seqlen/balanced_min": float(min(after)),
+        "global_seqlen/balanced_max": float(max(after)),
+        "global_seqlen/mean": float(sum(before) / world_size),
+    }

@@ -1,0 +1,66 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Token-level tensor helpers for the workers: log-probs and entropy from logits, padding removal and restoration.
+
+Log-probs of sampled tokens are the quantity PPO is most sensitive to (the ratio exp(log pi - log pi_old) multiplies
+every gradient), so they are always computed in float32, however the model computes: a bf16 log-softmax over a
+150k vocabulary is off by ~1e-2.
+"""
+
+import torch
+
+
+def log_probs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[labels] in float32, for logits (..., V) and integer labels (...).
+
+    Computed as logit[label] - logsumexp(logits), which never materialises the full (..., V) log-softmax.
+    Divide the logits by the sampling temperature before calling, so the result is the log-prob of the
+    distribution the tokens were sampled from.
+    """
+    logits = logits.float()
+    picked = torch.gather(logits, -1, labels.long().unsqueeze(-1)).squeeze(-1)
+    return picked - torch.logsumexp(logits, dim=-1)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of softmax(logits) over the last dim in float32: H = logsumexp(z) - sum_v p_v z_v."""
+    logits = logits.float()
+    probs = torch.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
+
+
+def unpad_input(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Flat indices (into a (B*L,) view) of the valid tokens of a (B, L) mask, in row-major order.
+
+    Concatenating the valid tokens of every row gives the packed (padding-free) sequence; `pad_input` puts values
+    computed on it back at these indices.
+    """
+    return torch.nonzero(attention_mask.reshape(-1), as_tuple=False).flatten()
+
+
+def pad_input(packed: torch.Tensor, indices: torch.Tensor, batch_size: int, seq_len: int) -> torch.Tensor:
+    """Scatter per-token values (T, ...) of a packed sequence back to (batch_size, seq_len, ...), zeros elsewhere."""
+    out = packed.new_zeros((batch_size * seq_len, *packed.shape[1:]))
+    out[indices] = packed
+    return out.reshape(batch_size, seq_len, *packed.shape[1:])
+
+
+def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position of each token within its row's valid tokens (0, 1, 2, ...), 0 on padding.
+
+    Left-padded prompts followed by right-padded responses give contiguous valid regions, so these are the text
+    positions the model saw during generation, and they restart at 0 for every sequence once packed.
+    """
+    mask = attention_mask.long()
+    return ((mask.cumsum(dim=-1) - 1) * mask).clamp(min=0)

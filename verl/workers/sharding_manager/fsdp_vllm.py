@@ -1,0 +1,256 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""HybridEngine weight resharding: the FSDP2 actor's weights into this process's vLLM engine, before every rollout.
+
+Every parameter is gathered to a full tensor (`DTensor.full_tensor()`, an all-gather over the FSDP mesh), cast to
+the engine's dtype, renamed to the checkpoint name vLLM expects, and handed to the engine while the next one is not
+yet gathered: the extra memory at any time is about one parameter (vLLM keeps the tensors of the layer it is
+loading, e.g. q, k and v, until that layer is complete). All ranks stream the same parameters in the same order, so
+the collectives match; each rank then loads into its own engine.
+
+On GPU the engine sleeps between rollouts (weights offloaded, KV cache freed): `prepare` wakes the weights, loads,
+then wakes the KV cache; `release` puts it back to sleep and reports the memory freed. On CPU there is no sleep mode;
+the engine stays up (memory cost: see verl/workers/rollout/vllm_rollout.py).
+"""
+
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.tensor import DTensor
+
+from ..rollout import vllm_compat
+from ..rollout.vllm_rollout import VLLMRollout, on_gpu
+
+
+logger = logging.getLogger(__name__)
+
+# Prefixes that wrappers insert into parameter names (activation checkpointing, torch.compile, FSDP1).
+_WRAPPER_PREFIXES = ("_checkpoint_wrapped_module.", "_orig_mod.", "_fsdp_wrapped_module.")
+# Fixed probe text for the weight check; any short text that tokenizes to a dozen tokens will do.
+_PROBE_TEXT = "What is 12 + 30? Let us think step by step, then write the final answer."
+
+
+def _strip_wrappers(name: str) -> str:
+    for prefix in _WRAPPER_PREFIXES:
+        name = name.replace(prefix, "")
+    return name
+
+
+def checkpoint_names(module: nn.Module) -> dict[str, str]:
+    """Map each parameter name of `module` to the name it has in a saved checkpoint, which is what vLLM loads.
+
+    transformers 5 renames some architectures' modules at load time (Qwen2-VL: `model.layers` is stored but the
+    module is `model.language_model.layers`, `visual` becomes `model.visual`) and reverts that on save. The same
+    reversal is applied here, one name at a time; a conversion that fuses several checkpoint tensors into one
+    parameter cannot be streamed per parameter and raises NotImplementedError.
+    """
+    from transformers.core_model_loading import revert_weight_conversion
+
+    mapping = {}
+    for name, _ in module.named_parameters(remove_duplicate=False):
+        clean = _strip_wrappers(name)
+        reverted = revert_weight_conversion(module, {clean: torch.empty(0, device="meta")})
+        if len(reverted) != 1:
+            raise NotImplementedError(
+                f"Parameter {clean!r} maps to {len(reverted)} checkpoint tensors {sorted(reverted)}; streaming "
+                "weights into vLLM supports only renamed parameters. Use a model without fused-weight conversions."
+            )
+        mapping[name] = next(iter(reverted))
+    return mapping
+
+
+def iter_full_weights(
+    module: nn.Module, dtype: torch.dtype, names: dict[str, str], stats: dict[str, float]
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield (checkpoint name, full tensor in `dtype`) one parameter at a time; count bytes into `stats`.
+
+    A tied parameter (the embedding reused as lm_head) is sent under each of its names: on CPU vLLM keeps a repacked
+    copy of lm_head for its matmul that only a load of `lm_head.weight` refreshes. It is gathered once per name,
+    rather than kept, so the peak stays at one parameter.
+    """
+    for name, param in module.named_parameters(remove_duplicate=False):
+        if isinstance(param, DTensor):
+            if on_gpu() and param.device.type == "cpu":  # CPU-offloaded shards: gather over NCCL on the device
+                param = DTensor.from_local(
+                    param.to_local().cuda(), param.device_mesh, param.placements, run_check=False
+                )
+            tensor = param.full_tensor()
+        else:
+            tensor = param
+        tensor = tensor.detach().to(dtype)
+        stats["num_params"] += 1
+        stats["bytes"] += tensor.numel() * tensor.element_size()
+        stats["max_param_bytes"] = max(stats["max_param_bytes"], tensor.numel() * tensor.element_size())
+        yield names[name], tensor
+
+
+def sync_weights(
+    fsdp_module: nn.Module,
+    llm: Any,
+    dtype: torch.dtype = torch.float32,
+    names: dict[str, str] | None = None,
+    in_place_reload: bool | None = None,
+) -> dict[str, float]:
+    """Stream the actor's full weights into `llm` (a `vllm.LLM`) and reset its caches; returns sync figures.
+
+    Collective over the FSDP mesh: every rank must call it. `in_place_reload` defaults to True on CPU, where the
+    engine's `reload_weights` is the only working path; on GPU the model's `load_weights` runs on the woken engine.
+    The cache resets are required: cached KV blocks or vision embeddings of the old weights would otherwise be reused,
+    giving silently wrong outputs (see vllm_compat.reset_caches_after_weight_update).
+    """
+    names = names if names is not None else checkpoint_names(fsdp_module)
+    in_place_reload = (not on_gpu()) if in_place_reload is None else in_place_reload
+    stats = {"num_params": 0, "bytes": 0, "max_param_bytes": 0}
+    start = time.perf_counter()
+    with torch.no_grad():
+        vllm_compat.load_weights(llm, iter_full_weights(fsdp_module, dtype, names, stats), in_place_reload)
+    vllm_compat.reset_caches_after_weight_update(llm)
+    stats["seconds"] = time.perf_counter() - start
+    return stats
+
+
+def _probe_image() -> Any:
+    """A fixed 56x56 gradient image (4 vision tokens after Qwen2-VL's 28-pixel merging)."""
+    from PIL import Image
+
+    ramp = torch.arange(56, dtype=torch.uint8) * 4
+    pixels = torch.stack([ramp.expand(56, 56), ramp.expand(56, 56).T, 255 - ramp.expand(56, 56)], dim=-1)
+    return Image.fromarray(pixels.numpy())
+
+
+def probe_inputs(rollout: VLLMRollout) -> list[tuple[dict[str, Any], dict[str, torch.Tensor]]]:
+    """(engine prompt, actor forward kwargs) pairs for the weight check: a text probe, and an image probe for VLMs.
+
+    The image probe exercises the vision tower, which a text-only probe would leave unchecked.
+    """
+    tokenizer = rollout.tokenizer
+    ids = tokenizer.encode(_PROBE_TEXT, add_special_tokens=False)
+    probes = [({"prompt_token_ids": ids}, {"input_ids": torch.tensor([ids])})]
+    if rollout.multimodal:
+        image = _probe_image()
+        messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": _PROBE_TEXT}]}]
+        text = rollout.processor.apply_chat_template(messages, add_generation_prompt=True)
+        actor_inputs = dict(rollout.processor(text=[text], images=[image], return_tensors="pt"))
+        raw_ids = tokenizer.encode(text, add_special_tokens=False)
+        probes.append(({"prompt_token_ids": raw_ids, "multi_modal_data": {"image": [image]}}, actor_inputs))
+    return probes
+
+
+def probe_log_prob_gap(module: nn.Module, rollout: VLLMRollout) -> tuple[float, float]:
+    """(mean, max) abs difference between the engine's and the actor's log-probs of the probe prompts' tokens.
+
+    Both score the same token ids (prompt log-probs, no sampling), so any gap beyond numerics means the engine does
+    not hold the actor's weights. The actor forward is collective under FSDP: every rank must call this.
+    """
+    from vllm import SamplingParams
+
+    params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
+    device = next(module.parameters()).device
+    gaps = []
+    for engine_input, actor_inputs in probe_inputs(rollout):
+        output = rollout.inference_engine.generate([engine_input], params, use_tqdm=False)[0]
+        ids = actor_inputs["input_ids"][0].tolist()
+        if list(output.prompt_token_ids) != ids:
+            raise RuntimeError(
+                f"Weight sync check: the engine expanded the probe prompt to {len(output.prompt_token_ids)} tokens "
+                f"but the processor to {len(ids)}; the engine and the actor do not see the same input."
+            )
+        engine = torch.tensor(
+            [vllm_compat.sampled_token_logprob(entry, t) for entry, t in zip(output.prompt_logprobs[1:], ids[1:])]
+        )
+        actor_inputs = {key: value.to(device) for key, value in actor_inputs.items()}
+        actor_inputs.setdefault("attention_mask", torch.ones_like(actor_inputs["input_ids"]))
+        with torch.no_grad():
+            logits = module(**actor_inputs, use_cache=False).logits[0, :-1].float()
+        targets = actor_inputs["input_ids"][0, 1:].unsqueeze(-1)
+        actor = F.log_softmax(logits, dim=-1).gather(-1, targets).squeeze(-1).cpu()
+        gaps.append((engine - actor).abs())
+    gap = torch.cat(gaps)
+    return float(gap.mean()), float(gap.max())
+
+
+class FSDPVLLMShardingManager:
+    """Brings the actor's weights into the rollout engine before generation and puts the engine away after.
+
+    Use `prepare()` / `release()` (each returns metrics) or the manager as a context manager. The torch RNG states
+    are saved in `prepare` and restored in `release`, so generation never shifts the trainer's random streams.
+    """
+
+    def __init__(self, module: nn.Module, rollout: VLLMRollout, verify: bool | None = None) -> None:
+        self.module = module
+        self.rollout = rollout
+        self.verify = rollout.config.verify_weight_sync if verify is None else verify
+        self.names = checkpoint_names(module)
+        self.freed_bytes = 0
+        self._rng_states: tuple[torch.Tensor, list[torch.Tensor] | None] | None = None
+
+    def prepare(self) -> dict[str, float]:
+        """Save the RNG, wake the engine (GPU), sync the weights, optionally verify them; returns metrics."""
+        self._rng_states = (torch.get_rng_state(), torch.cuda.get_rng_state_all() if on_gpu() else None)
+        llm = self.rollout.inference_engine
+        if self.rollout.sleep_mode:
+            torch.cuda.empty_cache()
+            llm.wake_up(tags=["weights"])
+        stats = sync_weights(self.module, llm, self.rollout.torch_dtype, self.names)
+        if self.rollout.sleep_mode:
+            llm.wake_up(tags=["kv_cache"])
+        metrics = {
+            "timing_s/sync_weights": stats["seconds"],
+            "perf/sync_weights_gb": stats["bytes"] / 2**30,
+            "perf/sync_weights_max_param_mb": stats["max_param_bytes"] / 2**20,
+        }
+        if self.verify:
+            metrics.update(self.check_weights())
+        return metrics
+
+    def check_weights(self) -> dict[str, float]:
+        """Compare engine and actor log-probs on a fixed probe; raise RuntimeError when they disagree."""
+        mean_gap, max_gap = probe_log_prob_gap(self.module, self.rollout)
+        tolerance = 1e-3 if self.rollout.torch_dtype == torch.float32 else 0.1  # 16-bit engines drift ~2e-2 mean
+        if not mean_gap <= tolerance:
+            raise RuntimeError(
+                f"Weight sync check failed: the engine's probe log-probs differ from the actor's by {mean_gap:.3g} on "
+                f"average (max {max_gap:.3g}, tolerance {tolerance}); the engine does not hold the actor's weights. "
+                "Check the parameter names (fsdp_vllm.checkpoint_names) and vLLM's warnings about weights it failed "
+                "to load."
+            )
+        return {"rollout/weight_sync_mean_gap": mean_gap, "rollout/weight_sync_max_gap": max_gap}
+
+    def release(self) -> dict[str, float]:
+        """Put the engine to sleep (GPU; reports the freed memory) and restore the RNG states; returns metrics."""
+        metrics: dict[str, float] = {}
+        if self.rollout.sleep_mode:
+            free_before = torch.cuda.mem_get_info()[0]
+            self.rollout.inference_engine.sleep(level=1)
+            torch.cuda.empty_cache()
+            self.freed_bytes = torch.cuda.mem_get_info()[0] - free_before
+            metrics["perf/vllm_freed_gb"] = self.freed_bytes / 2**30
+        if self._rng_states is not None:
+            torch.set_rng_state(self._rng_states[0])
+            if self._rng_states[1] is not None:
+                torch.cuda.set_rng_state_all(self._rng_states[1])
+            self._rng_states = None
+        return metrics
+
+    def __enter__(self) -> "FSDPVLLMShardingManager":
+        self.prepare()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
