@@ -122,3 +122,136 @@ def test_grpo_text_run_trains_and_checkpoints(workspace):
     assert os.path.isdir(save_dir / "global_step_2" / "actor")
     tracker = json.loads((save_dir / "checkpoint_tracker.json").read_text())
     assert tracker["last_global_step"] == 2
+
+
+def test_model_merger_matches_checkpoint_and_loads_in_vllm(workspace):
+    """Needs the checkpoint of the GRPO run above (the tests of this module run in order)."""
+    import subprocess
+    import sys
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    actor_dir = workspace["root"] / "grpo_text" / "global_step_2" / "actor"
+    target = workspace["root"] / "merged"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(REPO, "scripts", "model_merger.py"),
+            "--local_dir",
+            str(actor_dir),
+            "--target_dir",
+            str(target),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    merged = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
+    initial = AutoModelForCausalLM.from_pretrained(workspace["text_model"], dtype=torch.float32)
+    # an independent reader of the sharded checkpoint: torch's DCP -> torch.save converter
+    flat = workspace["root"] / "flat.pt"
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    dcp_to_torch_save(str(actor_dir), str(flat))
+    trained = torch.load(flat, weights_only=False)["model"]
+    reference = AutoModelForCausalLM.from_pretrained(workspace["text_model"], dtype=torch.float32)
+    reference.load_state_dict(trained, strict=False)
+    tokenizer = AutoTokenizer.from_pretrained(target)
+    ids = tokenizer("What is 3 + 4?", return_tensors="pt").input_ids
+    with torch.no_grad():
+        merged_logits, reference_logits = merged(ids).logits, reference(ids).logits
+        initial_logits = initial(ids).logits
+    assert torch.allclose(merged_logits, reference_logits, atol=1e-5)
+    assert not torch.allclose(merged_logits, initial_logits, atol=1e-4), "training changed nothing"
+    assert dcp is not None
+
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(
+        model=str(target),
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=256,
+        kv_cache_memory_bytes=32 * 2**20,
+        seed=0,
+    )
+    out = (
+        llm.generate(
+            {"prompt_token_ids": ids[0].tolist()}, SamplingParams(max_tokens=6, temperature=0.0), use_tqdm=False
+        )[0]
+        .outputs[0]
+        .token_ids
+    )
+    hf = merged.generate(ids, max_new_tokens=6, do_sample=False)[0, ids.shape[1] :].tolist()
+    assert list(out) == hf[: len(out)]
+    del llm
+
+
+def test_ppo_with_critic_gae(workspace):
+    config = load_config(
+        text_args(
+            workspace,
+            "ppo_gae",
+            "algorithm.adv_estimator=gae",
+            "algorithm.disable_kl=true",
+            f"worker.critic.model.model_path={workspace['text_model']}",
+            "worker.critic.global_batch_size=4",
+            "worker.critic.micro_batch_size_per_device_for_update=4",
+            "worker.critic.micro_batch_size_per_device_for_experience=8",
+            "worker.critic.model.enable_gradient_checkpointing=false",
+            "trainer.val_before_train=false",
+        )
+    )
+    run_ppo(config)
+    steps = [row for row in read_log(workspace["root"] / "ppo_gae") if "critic/score/mean" in row]
+    assert len(steps) == 2
+    for key in (
+        "critic/vf_loss",
+        "critic/vf_clipfrac",
+        "critic/values/mean",
+        "critic/vf_explained_var",
+        "timing_s/values",
+        "timing_s/update_critic",
+    ):
+        assert key in steps[-1], key
+    assert os.path.isdir(workspace["root"] / "ppo_gae" / "global_step_2" / "critic")
+
+
+def test_online_filtering_and_remax(workspace):
+    parity = workspace["root"] / "parity.py"
+    parity.write_text("def compute_score(sample):\n    return {'overall': float(len(sample['response']) % 2)}\n")
+    config = load_config(
+        text_args(
+            workspace,
+            "remax_filtered",
+            "algorithm.adv_estimator=remax",
+            "algorithm.disable_kl=true",
+            "algorithm.online_filtering=true",
+            "trainer.max_try_make_batch=20",
+            "trainer.val_before_train=false",
+            f"worker.reward.reward_function={parity}:compute_score",
+            "data.val_files=''",
+        )
+    )
+    run_ppo(config)
+    steps = [row for row in read_log(workspace["root"] / "remax_filtered") if "critic/score/mean" in row]
+    assert len(steps) == 2
+    # every kept group is mixed (mean strictly inside (0.01, 0.99)): with n=2 that is one odd and one even character count
+    assert steps[-1]["critic/score/mean"] == pytest.approx(0.5)
+    assert "online_filtering/kept_ratio" in steps[-1]
+
+
+def test_resume_gives_the_same_next_step(workspace):
+    common = ("trainer.val_before_train=false", "data.val_files=''", "algorithm.use_kl_loss=true")
+    run_ppo(load_config(text_args(workspace, "straight", *common, "trainer.max_steps=3")))
+    run_ppo(load_config(text_args(workspace, "interrupted", *common, "trainer.max_steps=2")))
+    resumed = load_config(text_args(workspace, "interrupted", *common, "trainer.max_steps=3"))
+    run_ppo(resumed)
+    straight = {row["step"]: row for row in read_log(workspace["root"] / "straight")}
+    interrupted = [row for row in read_log(workspace["root"] / "interrupted") if row["step"] == 3]
+    assert len(interrupted) == 1
+    for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm"):
+        assert interrupted[0][key] == pytest.approx(straight[3][key], rel=1e-4, abs=1e-6), key

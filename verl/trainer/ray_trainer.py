@@ -34,6 +34,7 @@ import torch
 from tqdm import tqdm
 
 from ..protocol import DataProto
+from ..utils.seqlen_balancing import balance_batch
 from . import core_algos
 from .checkpointing import CheckpointTracker, find_last_checkpoint, remove_obsolete_checkpoints, step_dir, step_of
 from .config import PPOConfig
@@ -192,26 +193,8 @@ class RayPPOTrainer:
     def _balance_batch(self, batch: DataProto, metrics: dict[str, list[float]]) -> None:
         """Reorder samples so every data-parallel rank gets a similar number of tokens (in place)."""
         world = self.actor_rollout_ref_wg.world_size
-        lengths = batch.batch["attention_mask"].sum(-1)
-        if world <= 1 or len(batch) % world != 0:
-            return
-        order = torch.argsort(lengths, descending=True)
-        # snake assignment: rank r gets sorted positions r, 2w-1-r, 2w+r, ... : near-equal token sums
-        per_rank: list[list[int]] = [[] for _ in range(world)]
-        for position, index in enumerate(order.tolist()):
-            cycle, offset = divmod(position, world)
-            per_rank[offset if cycle % 2 == 0 else world - 1 - offset].append(index)
-        batch.reorder(torch.tensor([i for rank in per_rank for i in rank]))
-        sums = [int(lengths[rank].sum()) for rank in per_rank]
-        append_metrics(
-            metrics,
-            {
-                "global_seqlen/min": min(sums),
-                "global_seqlen/max": max(sums),
-                "global_seqlen/minmax_diff": max(sums) - min(sums),
-                "global_seqlen/mean": float(np.mean(sums)),
-            },
-        )
+        if world > 1 and len(batch) % world == 0:
+            append_metrics(metrics, balance_batch(batch, world))
 
     # ------------------------------------------------------------------------------------------------ one step
 

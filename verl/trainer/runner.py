@@ -67,7 +67,7 @@ def init_ray(config: PPOConfig, device: str) -> None:
     ray.init(num_cpus=num_cpus, runtime_env=runtime_env, include_dashboard=False)
 
 
-def create_worker_groups(config: PPOConfig, device: str) -> tuple[Any, Any | None]:
+def create_worker_groups(config: PPOConfig, device: str) -> tuple[Any, Any | None, Any, Any]:
     """One colocated process per device holding the actor+rollout(+ref) role and, for gae, the critic role."""
     from ..workers.fsdp_workers import FSDPWorker  # imports vLLM: only when training really starts
 
@@ -83,6 +83,16 @@ def create_worker_groups(config: PPOConfig, device: str) -> tuple[Any, Any | Non
         roles["critic"] = RayClassWithInitArgs(FSDPWorker, config=config.worker, role="critic", device=device)
     group = RayWorkerGroup(pool, create_colocated_worker_cls(roles), name_prefix=trainer.experiment_name)
     views = group.spawn(roles.keys())
+    try:
+        actor_wg, critic_wg = _init_models(views, actor_role)
+    except BaseException:
+        group.shutdown()
+        pool.remove()
+        raise
+    return actor_wg, critic_wg, group, pool
+
+
+def _init_models(views: dict[str, Any], actor_role: str) -> tuple[Any, Any | None]:
     critic_wg = views.get("critic")
     if critic_wg is not None:
         critic_wg.init_model()  # before the actor, so the vLLM engine sizes its cache against the real free memory

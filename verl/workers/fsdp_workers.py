@@ -172,10 +172,14 @@ class FSDPWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, path: str, save_model_only: bool = False) -> None:
-        self.checkpoint_manager.save(path, save_model_only=save_model_only)
+        # the rollout's call counter seeds its requests: restoring it makes a resumed run sample as an unbroken one
+        extra = {"rollout_generate_calls": self.rollout.generate_calls} if self.has_rollout else {}
+        self.checkpoint_manager.save(path, extra_state=extra, save_model_only=save_model_only)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, path: str) -> None:
         if not os.path.isdir(path):
             raise FileNotFoundError(f"Checkpoint directory '{path}' does not exist.")
-        self.checkpoint_manager.load(path)
+        extra = self.checkpoint_manager.load(path)
+        if self.has_rollout and "rollout_generate_calls" in extra:
+            self.rollout.generate_calls = extra["rollout_generate_calls"]

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
 
+from ...utils import device
 from ..rollout import vllm_compat
 from ..rollout.vllm_rollout import VLLMRollout, on_gpu
 
@@ -188,8 +189,9 @@ def probe_log_prob_gap(module: nn.Module, rollout: VLLMRollout) -> tuple[float, 
 class FSDPVLLMShardingManager:
     """Brings the actor's weights into the rollout engine before generation and puts the engine away after.
 
-    Use `prepare()` / `release()` (each returns metrics) or the manager as a context manager. The torch RNG states
-    are saved in `prepare` and restored in `release`, so generation never shifts the trainer's random streams.
+    Use `prepare()` / `release()` (each returns metrics) or the manager as a context manager. The RNG states
+    (Python, numpy, torch) are saved in `prepare` and restored in `release`, so generation never shifts the
+    trainer's random streams.
     """
 
     def __init__(self, module: nn.Module, rollout: VLLMRollout, verify: bool | None = None) -> None:
@@ -198,14 +200,14 @@ class FSDPVLLMShardingManager:
         self.verify = rollout.config.verify_weight_sync if verify is None else verify
         self.names = checkpoint_names(module)
         self.freed_bytes = 0
-        self._rng_states: tuple[torch.Tensor, list[torch.Tensor] | None] | None = None
+        self._rng_state: dict[str, Any] | None = None
 
     def prepare(self) -> dict[str, float]:
         """Save the RNG, wake the engine (GPU), sync the weights, optionally verify them; returns metrics."""
-        self._rng_states = (torch.get_rng_state(), torch.cuda.get_rng_state_all() if on_gpu() else None)
+        self._rng_state = device.get_rng_state()
         llm = self.rollout.inference_engine
         if self.rollout.sleep_mode:
-            torch.cuda.empty_cache()
+            device.empty_cache()
             llm.wake_up(tags=["weights"])
         stats = sync_weights(self.module, llm, self.rollout.torch_dtype, self.names)
         if self.rollout.sleep_mode:
@@ -238,14 +240,12 @@ class FSDPVLLMShardingManager:
         if self.rollout.sleep_mode:
             free_before = torch.cuda.mem_get_info()[0]
             self.rollout.inference_engine.sleep(level=1)
-            torch.cuda.empty_cache()
+            device.empty_cache()
             self.freed_bytes = torch.cuda.mem_get_info()[0] - free_before
             metrics["perf/vllm_freed_gb"] = self.freed_bytes / 2**30
-        if self._rng_states is not None:
-            torch.set_rng_state(self._rng_states[0])
-            if self._rng_states[1] is not None:
-                torch.cuda.set_rng_state_all(self._rng_states[1])
-            self._rng_states = None
+        if self._rng_state is not None:
+            device.set_rng_state(self._rng_state)
+            self._rng_state = None
         return metrics
 
     def __enter__(self) -> "FSDPVLLMShardingManager":

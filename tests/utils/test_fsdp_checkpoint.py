@@ -1,0 +1,183 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""FSDP2 checkpoints: a bitwise round trip on 2 gloo ranks, then resharding 2 -> 1 and training on.
+
+Rank processes come from torch.multiprocessing.spawn; the training step is a plain next-token loss, so this test
+depends only on the model, optimizer, schedule and checkpoint code.
+"""
+
+import math
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+
+from verl.utils.tiny_models import get_or_build_tiny_model
+
+
+pytestmark = pytest.mark.slow
+
+SEQ_LEN = 16
+ROWS_PER_RANK = 2
+
+
+def _spawn(fn, world_size: int, *args) -> None:  # noqa: ANN001
+    with socket.socket() as sock:  # a free port, chosen by the OS
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    mp.spawn(fn, args=(world_size, port, *args), nprocs=world_size, join=True)
+
+
+def _init(rank: int, world_size: int, port: int) -> None:
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size))
+    from verl.utils import device
+
+    device.set_device_type("cpu")
+    device.init_distributed(timeout_seconds=120)
+
+
+def _build(model_dir: str):
+    """Sharded model, AdamW and a warmup + cosine schedule, as a worker builds them."""
+    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model
+    from verl.utils.optim import build_lr_scheduler, build_optimizer
+    from verl.workers.actor.config import FSDPConfig, ModelConfig, OptimConfig
+
+    world_size = dist.get_world_size()
+    model = create_fsdp_model(
+        ModelConfig(model_path=model_dir), FSDPConfig(), build_device_mesh(world_size, -1, "cpu"), torch.device("cpu")
+    )
+    optim_config = OptimConfig(lr=1e-3, lr_scheduler_type="cosine", lr_warmup_steps=2, training_steps=10)
+    optimizer = build_optimizer(model, optim_config)
+    return model, optimizer, build_lr_scheduler(optimizer, optim_config)
+
+
+def _batch(ranks: list[int]) -> torch.Tensor:
+    """Token ids of the given ranks' shares of the global batch (the 1-rank run takes both shares)."""
+    return torch.cat(
+        [
+            torch.randint(0, 2000, (ROWS_PER_RANK, SEQ_LEN), generator=torch.Generator().manual_seed(100 + r))
+            for r in ranks
+        ]
+    )
+
+
+def _train_step(model, optimizer, scheduler, input_ids: torch.Tensor) -> float:  # noqa: ANN001
+    """Next-token loss; every rank has the same number of tokens, so FSDP's gradient mean is the global mean."""
+    logits = model(input_ids=input_ids, use_cache=False).logits
+    loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), input_ids[:, 1:].reshape(-1))
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    scheduler.step()
+    return loss.item()
+
+
+def _full_params(model) -> dict[str, torch.Tensor]:  # noqa: ANN001
+    from verl.utils.fsdp_utils import get_full_state_dict
+
+    return get_full_state_dict(model, rank0_only=False)
+
+
+def _local_optimizer_state(optimizer) -> list[torch.Tensor]:  # noqa: ANN001
+    tensors = []
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            for key in ("step", "exp_avg", "exp_avg_sq"):
+                value = optimizer.state[param][key]
+                tensors.append((value.to_local() if hasattr(value, "to_local") else value).clone())
+    return tensors
+
+
+def _run_two_ranks(rank: int, world_size: int, port: int, model_dir: str, ckpt_root: str) -> None:
+    _init(rank, world_size, port)
+    from verl.utils.checkpoint import HF_SUBDIR, FSDPCheckpointManager
+    from verl.utils.tokenizer import get_tokenizer
+
+    ckpt = os.path.join(ckpt_root, "global_step_2", "actor")
+    data = _batch([rank])
+    model, optimizer, scheduler = _build(model_dir)
+    for _ in range(2):
+        _train_step(model, optimizer, scheduler, data)
+    manager = FSDPCheckpointManager(model, optimizer, scheduler, tokenizer=get_tokenizer(model_dir))
+    manager.save(ckpt, extra_state={"global_step": 2, "note": "two ranks"})
+    manager.save(ckpt, extra_state={"global_step": 2, "note": "two ranks"})  # overwriting is atomic too
+    assert sorted(os.listdir(os.path.dirname(ckpt))) == ["actor"], "no .tmp/.old directories may remain"
+    assert os.path.isfile(os.path.join(ckpt, HF_SUBDIR, "config.json"))
+    assert os.path.isfile(os.path.join(ckpt, HF_SUBDIR, "tokenizer_config.json"))
+    saved_params, saved_optim = _full_params(model), _local_optimizer_state(optimizer)
+    saved_lr, random_after_save = scheduler.get_last_lr(), torch.rand(4)
+    if rank == 0:
+        torch.save(saved_params, os.path.join(ckpt_root, "saved_params.pt"))
+    _train_step(model, optimizer, scheduler, data)
+    continued = _full_params(model)
+    if rank == 0:
+        torch.save(continued, os.path.join(ckpt_root, "continued_params.pt"))
+
+    # Round trip in the same world: a fresh model, optimizer and schedule come back bit for bit.
+    fresh_model, fresh_optimizer, fresh_scheduler = _build(model_dir)
+    extra = FSDPCheckpointManager(fresh_model, fresh_optimizer, fresh_scheduler).load(ckpt)
+    assert extra == {"global_step": 2, "note": "two ranks"}
+    assert torch.equal(torch.rand(4), random_after_save), "RNG state not restored"
+    loaded = _full_params(fresh_model)
+    assert all(torch.equal(loaded[name], saved_params[name]) for name in saved_params)
+    assert all(torch.equal(a, b) for a, b in zip(_local_optimizer_state(fresh_optimizer), saved_optim))
+    assert fresh_scheduler.get_last_lr() == saved_lr and fresh_scheduler.last_epoch == 2
+    _train_step(fresh_model, fresh_optimizer, fresh_scheduler, data)
+    resumed = _full_params(fresh_model)
+    assert all(torch.equal(resumed[name], continued[name]) for name in continued), "resumed training diverged"
+
+    # A weights-only checkpoint restores the weights but refuses to resume an optimizer.
+    weights = os.path.join(ckpt_root, "weights_only")
+    manager.save(weights, save_model_only=True)
+    other_model, other_optimizer, _ = _build(model_dir)
+    with pytest.raises(ValueError, match="save_model_only"):
+        FSDPCheckpointManager(other_model, other_optimizer).load(weights)
+    assert FSDPCheckpointManager(other_model, other_optimizer).load(weights, model_only=True) == {}
+    assert all(torch.equal(value, continued[name]) for name, value in _full_params(other_model).items())
+    dist.destroy_process_group()
+
+
+def _run_one_rank(rank: int, world_size: int, port: int, model_dir: str, ckpt_root: str) -> None:
+    _init(rank, world_size, port)
+    from verl.utils.checkpoint import FSDPCheckpointManager
+
+    model, optimizer, scheduler = _build(model_dir)
+    extra = FSDPCheckpointManager(model, optimizer, scheduler).load(os.path.join(ckpt_root, "global_step_2", "actor"))
+    assert extra["global_step"] == 2
+    saved = torch.load(os.path.join(ckpt_root, "saved_params.pt"))
+    loaded = _full_params(model)
+    assert all(torch.equal(loaded[name], saved[name]) for name in saved), "2 -> 1 resharding changed the weights"
+    assert scheduler.last_epoch == 2 and all(int(optimizer.state[p]["step"]) == 2 for p in optimizer.state)
+
+    # One more step on the whole global batch reproduces the 2-rank step (same math, other summation order).
+    loss = _train_step(model, optimizer, scheduler, _batch([0, 1]))
+    assert math.isfinite(loss) and loss > 0
+    continued = torch.load(os.path.join(ckpt_root, "continued_params.pt"))
+    for name, value in _full_params(model).items():
+        torch.testing.assert_close(value, continued[name], rtol=1e-4, atol=1e-6, msg=name)
+        assert not torch.equal(value, saved[name]), f"{name} did not train"
+    dist.destroy_process_group()
+
+
+def test_checkpoint_round_trip_and_reshard_two_to_one(tmp_path) -> None:
+    model_dir = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
+    ckpt_root = str(tmp_path / "checkpoints")
+    _spawn(_run_two_ranks, 2, model_dir, ckpt_root)
+    _spawn(_run_one_rank, 1, model_dir, ckpt_root)

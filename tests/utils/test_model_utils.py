@@ -1,0 +1,85 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+import pytest
+import torch
+
+from verl.utils.model_utils import (
+    build_model,
+    freeze_vision_tower,
+    get_vision_tower,
+    is_vision_language,
+    load_model_config,
+)
+from verl.utils.tiny_models import count_parameters, get_or_build_tiny_model
+from verl.workers.actor.config import ModelConfig
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory) -> dict[str, str]:
+    root = str(tmp_path_factory.mktemp("tiny_models"))
+    return {kind: get_or_build_tiny_model(kind, root) for kind in ("qwen2", "qwen2_5_vl")}
+
+
+def test_model_class_is_detected_from_the_config(model_dirs):
+    text = build_model(ModelConfig(model_path=model_dirs["qwen2"]))
+    vl = build_model(ModelConfig(model_path=model_dirs["qwen2_5_vl"]))
+    assert type(text).__name__ == "Qwen2ForCausalLM" and not is_vision_language(text.config)
+    assert type(vl).__name__ == "Qwen2_5_VLForConditionalGeneration" and is_vision_language(vl.config)
+    assert get_vision_tower(text) is None and get_vision_tower(vl) is not None
+    assert not text.config.use_cache and not vl.config.get_text_config().use_cache
+    assert text.config._attn_implementation == "sdpa"
+
+
+def test_meta_build_has_the_same_tree_without_storage(model_dirs):
+    for path in model_dirs.values():
+        loaded = build_model(ModelConfig(model_path=path))
+        meta = build_model(ModelConfig(model_path=path), device="meta")
+        assert all(param.device.type == "meta" for param in meta.parameters())
+        shapes = {name: value.shape for name, value in loaded.state_dict().items()}
+        assert {name: value.shape for name, value in meta.state_dict().items()} == shapes
+        assert meta.lm_head.weight is meta.get_input_embeddings().weight  # ties survive, as in the loaded model
+
+
+def test_critic_gets_an_untied_deterministic_value_head(model_dirs):
+    for kind, path in model_dirs.items():
+        causal = build_model(ModelConfig(model_path=path))
+        critic = build_model(ModelConfig(model_path=path), value_head=True)
+        again = build_model(ModelConfig(model_path=path), value_head=True)
+        assert critic.lm_head.out_features == 1 and critic.lm_head.weight is not critic.get_input_embeddings().weight
+        assert not critic.config.get_text_config().tie_word_embeddings
+        assert torch.equal(critic.lm_head.weight, again.lm_head.weight) and critic.lm_head.weight.abs().sum() > 0
+        torch.testing.assert_close(critic.get_input_embeddings().weight, causal.get_input_embeddings().weight)
+        ids = torch.randint(0, 2000, (2, 7), generator=torch.Generator().manual_seed(0))
+        assert critic(input_ids=ids).logits.shape == (2, 7, 1), kind
+        meta = build_model(ModelConfig(model_path=path), value_head=True, device="meta")
+        assert meta.lm_head.weight.shape == (1, critic.config.get_text_config().hidden_size)
+
+
+def test_freeze_vision_tower_freezes_exactly_the_tower(model_dirs):
+    model = build_model(ModelConfig(model_path=model_dirs["qwen2_5_vl"]))
+    frozen = freeze_vision_tower(model)
+    assert frozen == count_parameters(model_dirs["qwen2_5_vl"])["vision"]
+    tower = {id(param) for param in get_vision_tower(model).parameters()}
+    assert all(param.requires_grad == (id(param) not in tower) for param in model.parameters())
+    with pytest.raises(ValueError, match="no vision tower"):
+        freeze_vision_tower(build_model(ModelConfig(model_path=model_dirs["qwen2"])))
+
+
+def test_config_overrides_and_path_errors(model_dirs, tmp_path):
+    config = load_model_config(ModelConfig(model_path=model_dirs["qwen2"], override_config={"attention_dropout": 0.1}))
+    assert config.attention_dropout == 0.1
+    with pytest.raises(FileNotFoundError, match="missing_model"):
+        load_model_config(ModelConfig(model_path=str(tmp_path / "missing_model")))
+    with pytest.raises(ValueError, match="model_path is not set"):
+        load_model_config(ModelConfig())

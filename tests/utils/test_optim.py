@@ -1,0 +1,114 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+import math
+
+import pytest
+import torch
+
+from verl.utils.optim import BF16AdamW, build_lr_scheduler, build_optimizer
+from verl.workers.actor.config import OptimConfig
+
+
+def lrs(config: OptimConfig, steps: int) -> list[float]:
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=config.lr)
+    scheduler = build_lr_scheduler(optimizer, config)
+    out = []
+    for _ in range(steps):
+        out.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    return out
+
+
+def test_constant_schedule_with_warmup_steps():
+    assert lrs(OptimConfig(lr=1.0, lr_warmup_steps=4), 6) == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+
+
+def test_warmup_ratio_and_cosine_to_min_lr():
+    config = OptimConfig(lr=1.0, lr_warmup_ratio=0.2, training_steps=10, lr_scheduler_type="cosine", min_lr_ratio=0.1)
+    out = lrs(config, 12)
+    assert out[:2] == [0.5, 1.0]  # 2 warmup steps
+    assert out[2] == pytest.approx(1.0)
+    halfway = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 4 / 8))
+    assert out[6] == pytest.approx(halfway)
+    assert out[10:] == pytest.approx([0.1, 0.1])  # stays at the floor after training_steps
+    assert all(a >= b for a, b in zip(out[1:], out[2:]))
+
+
+def test_schedule_errors_name_the_key():
+    with pytest.raises(ValueError, match="training_steps"):
+        lrs(OptimConfig(lr_scheduler_type="cosine"), 1)
+    with pytest.raises(ValueError, match="lr_scheduler_type"):
+        lrs(OptimConfig(lr_scheduler_type="linear"), 1)
+    with pytest.raises(ValueError, match="min_lr_ratio"):
+        lrs(OptimConfig(lr_scheduler_type="cosine", training_steps=5, min_lr_ratio=2.0), 1)
+
+
+def test_scheduler_state_round_trip_restores_schedule():
+    config = OptimConfig(lr=1.0, lr_warmup_steps=2, training_steps=10, lr_scheduler_type="cosine")
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=1.0)
+    scheduler = build_lr_scheduler(optimizer, config)
+    for _ in range(5):
+        optimizer.step()
+        scheduler.step()
+    state = scheduler.state_dict()
+    fresh_optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    fresh = build_lr_scheduler(fresh_optimizer, OptimConfig(lr=1.0, lr_warmup_steps=0, lr_scheduler_type="constant"))
+    fresh.load_state_dict(state)
+    fresh_optimizer.step()
+    scheduler.step()
+    fresh.step()
+    assert fresh.get_last_lr() == scheduler.get_last_lr() and fresh.get_last_lr()[0] < 1.0
+
+
+def test_build_optimizer_skips_frozen_parameters():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 1))
+    model[0].requires_grad_(False)
+    optimizer = build_optimizer(model, OptimConfig(lr=1e-3, betas=[0.8, 0.9], weight_decay=0.0))
+    assert isinstance(optimizer, torch.optim.AdamW)
+    assert [p.shape for p in optimizer.param_groups[0]["params"]] == [(1, 3), (1,)]
+    assert optimizer.param_groups[0]["betas"] == (0.8, 0.9)
+    assert isinstance(build_optimizer(model, OptimConfig(strategy="adamw_bf16")), BF16AdamW)
+    with pytest.raises(ValueError, match="optim.strategy"):
+        build_optimizer(model, OptimConfig(strategy="sgd"))
+    model.requires_grad_(False)
+    with pytest.raises(ValueError, match="no trainable parameters"):
+        build_optimizer(model, OptimConfig())
+
+
+def test_bf16_adamw_matches_torch_adamw_in_fp32():
+    torch.manual_seed(0)
+    start = torch.randn(4, 5)
+    ours, reference = torch.nn.Parameter(start.clone()), torch.nn.Parameter(start.clone())
+    opt_ours = BF16AdamW([ours], lr=1e-2, betas=(0.9, 0.99), weight_decay=0.1)
+    opt_ref = torch.optim.AdamW([reference], lr=1e-2, betas=(0.9, 0.99), weight_decay=0.1)
+    for step in range(5):
+        grad = torch.randn(4, 5, generator=torch.Generator().manual_seed(step))
+        ours.grad, reference.grad = grad.clone(), grad.clone()
+        opt_ours.step()
+        opt_ref.step()
+    torch.testing.assert_close(ours, reference, rtol=1e-5, atol=1e-6)
+
+
+def test_bf16_adamw_accumulates_updates_below_bf16_resolution():
+    # bf16 has 8 mantissa bits: 1 + 1e-3 rounds back to 1, so a naive bf16 update would never move the weight.
+    param = torch.nn.Parameter(torch.ones(8, dtype=torch.bfloat16))
+    optimizer = BF16AdamW([param], lr=1e-3, weight_decay=0.0)
+    for _ in range(100):
+        param.grad = -torch.ones(8, dtype=torch.bfloat16)  # Adam step size ~ lr each step
+        optimizer.step()
+    assert optimizer.state[param]["exp_avg"].dtype == torch.bfloat16
+    assert param.float().mean().item() == pytest.approx(1.1, abs=0.01)

@@ -1,0 +1,184 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Helpers for the multi-process FSDP2 tests: spawning gloo ranks and building rollout-shaped batches.
+
+Spawned ranks import this module by name (pytest puts tests/workers on sys.path and spawn passes sys.path on), so
+everything a rank runs must be a top-level function.
+"""
+
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.multiprocessing as mp
+
+from verl.protocol import DataProto
+from verl.utils.torch_functional import entropy_from_logits, log_probs_from_logits, positions_from_mask
+
+
+VOCAB = 2000  # ids below the tiny tokenizer's special tokens (2048+)
+
+
+def free_port() -> int:
+    """A port that was free a moment ago: bind port 0 and let the OS choose (fixed ports collide across tests)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def spawn(fn: Callable[..., None], world_size: int, *args: Any) -> None:
+    """Run fn(rank, world_size, port, *args) in `world_size` fresh processes; a failing rank fails the call."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    mp.spawn(fn, args=(world_size, free_port(), *args), nprocs=world_size, join=True)
+
+
+def init_rank(rank: int, world_size: int, port: int) -> None:
+    """One thread per rank (2 cores, 2 ranks), CPU device, gloo group with a timeout so a dead peer fails fast."""
+    torch.set_num_threads(1)
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK="0"
+    )
+    from verl.utils import device
+
+    device.set_device_type("cpu")
+    device.init_distributed(timeout_seconds=120)
+
+
+def _layout(prompts: list[list[int]], responses: list[list[int]], prompt_len: int, response_len: int, pad: int):
+    """Left-padded prompts ++ right-padded responses, as the rollout returns them."""
+    batch_size = len(prompts)
+    input_ids = torch.full((batch_size, prompt_len + response_len), pad, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    for row, (prompt, response) in enumerate(zip(prompts, responses)):
+        input_ids[row, prompt_len - len(prompt) : prompt_len] = torch.tensor(prompt)
+        attention_mask[row, prompt_len - len(prompt) : prompt_len] = 1
+        input_ids[row, prompt_len : prompt_len + len(response)] = torch.tensor(response)
+        attention_mask[row, prompt_len : prompt_len + len(response)] = 1
+    return input_ids, attention_mask
+
+
+def _training_columns(batch: dict[str, torch.Tensor], generator: torch.Generator) -> None:
+    """Random old/ref log-probs, advantages, values and returns (zero on padding), as later phases add them."""
+    mask = batch["response_mask"].float()
+    shape = mask.shape
+    batch["old_log_probs"] = -torch.rand(shape, generator=generator) * 8 * mask
+    batch["ref_log_probs"] = -torch.rand(shape, generator=generator) * 8 * mask
+    batch["advantages"] = torch.randn(shape, generator=generator) * mask
+    batch["values"] = torch.randn(shape, generator=generator) * mask
+    batch["returns"] = torch.randn(shape, generator=generator) * mask
+
+
+def make_text_batch(
+    seed: int, batch_size: int = 8, prompt_len: int = 12, response_len: int = 10, pad: int = 2048
+) -> DataProto:
+    """A text rollout batch with varied prompt and response lengths (some responses fill the whole width)."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(3, prompt_len + 1, (batch_size,), generator=generator).tolist()
+    response_lengths = torch.randint(1, response_len + 1, (batch_size,), generator=generator).tolist()
+    response_lengths[0] = response_len
+    prompts = [torch.randint(0, VOCAB, (n,), generator=generator).tolist() for n in lengths]
+    responses = [torch.randint(0, VOCAB, (n,), generator=generator).tolist() for n in response_lengths]
+    input_ids, attention_mask = _layout(prompts, responses, prompt_len, response_len, pad)
+    batch = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": positions_from_mask(attention_mask),
+        "responses": input_ids[:, prompt_len:].clone(),
+        "response_mask": attention_mask[:, prompt_len:].clone(),
+    }
+    _training_columns(batch, generator)
+    return DataProto.from_dict(tensors=batch, meta_info={"temperature": 0.7})
+
+
+def make_vl_batch(
+    model: torch.nn.Module,
+    processor: Any,
+    seed: int,
+    batch_size: int = 4,
+    prompt_len: int = 40,
+    response_len: int = 8,
+) -> DataProto:
+    """A Qwen2.5-VL rollout batch: one random image per prompt, mrope position_ids (B, 3, L), raw images.
+
+    Prompts go through the processor (which expands the image placeholder to the image's token count); the 3-D
+    positions come from the model's own get_rope_index over prompt + response, as the rollout would continue them.
+    """
+    from PIL import Image
+
+    generator = torch.Generator().manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    pad = processor.tokenizer.pad_token_id
+    prompts, responses, images = [], [], []
+    for row in range(batch_size):
+        height, width = 28 * int(rng.integers(2, 5)), 28 * int(rng.integers(2, 5))
+        image = Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
+        words = " ".join(rng.choice(["red", "blue", "circle", "count", "the", "image"], size=int(rng.integers(1, 5))))
+        text = f"<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>{words}<|im_end|>\n"
+        prompt = processor(text=[text], images=[image], return_tensors="pt")["input_ids"][0].tolist()
+        if len(prompt) > prompt_len:
+            raise ValueError(f"test prompt of {len(prompt)} tokens exceeds prompt_len={prompt_len}")
+        length = response_len if row == 0 else int(torch.randint(1, response_len + 1, (1,), generator=generator))
+        prompts.append(prompt)
+        responses.append(torch.randint(0, VOCAB, (length,), generator=generator).tolist())
+        images.append(image)
+    input_ids, attention_mask = _layout(prompts, responses, prompt_len, response_len, pad)
+    image_token = model.config.image_token_id
+    mm_token_type_ids = (input_ids == image_token).int()
+    grids = processor.image_processor(images=images, return_tensors="pt")["image_grid_thw"]
+    position_ids, _ = model.model.get_rope_index(input_ids, mm_token_type_ids, grids, attention_mask=attention_mask)
+    batch = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": position_ids.transpose(0, 1).contiguous(),
+        "responses": input_ids[:, prompt_len:].clone(),
+        "response_mask": attention_mask[:, prompt_len:].clone(),
+    }
+    _training_columns(batch, generator)
+    non_tensors = {"multi_modal_data": [{"images": [image]} for image in images]}
+    return DataProto.from_dict(tensors=batch, non_tensors=non_tensors, meta_info={"temperature": 0.7})
+
+
+def reference_outputs(model: torch.nn.Module, data: DataProto, temperature: float) -> dict[str, torch.Tensor]:
+    """Plain single-process Hugging Face forward on the padded batch: response log-probs and entropy, or values.
+
+    This is the ground truth the sharded, packed and dynamically batched paths must reproduce.
+    """
+    batch = data.batch
+    response_len = batch["responses"].shape[-1]
+    position_ids = batch["position_ids"]
+    kwargs = {}
+    if "multi_modal_inputs" in data.non_tensor_batch:
+        rows = list(data.non_tensor_batch["multi_modal_inputs"])
+        kwargs = {key: torch.cat([row[key] for row in rows]) for key in rows[0]}
+    logits = model(
+        input_ids=batch["input_ids"],
+        attention_mask=batch["attention_mask"],
+        position_ids=position_ids.transpose(0, 1) if position_ids.dim() == 3 else position_ids,
+        use_cache=False,
+        **kwargs,
+    ).logits
+    logits = logits[:, -response_len - 1 : -1].float()
+    valid = batch["attention_mask"][:, -response_len:].float()
+    if logits.shape[-1] == 1:  # a value model: its single channel is the value
+        return {"values": logits[..., 0] * valid}
+    scaled = logits / temperature
+    return {
+        "log_probs": log_probs_from_logits(scaled, batch["responses"]) * valid,
+        "entropy": entropy_from_logits(scaled) * valid,
+    }

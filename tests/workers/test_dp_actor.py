@@ -1,0 +1,349 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The FSDP2 actor on 2 gloo ranks against a single-process Hugging Face forward, on the tiny text and VL models.
+
+The fast tests run the actor in this process on a plain (unsharded) model. Each slow test spawns one 2-rank run that checks several things, since process start-up dominates the cost:
+log-probs of every batching mode equal the plain forward; gradients of every mode equal the gradient of the
+full-batch loss in one process (which checks the global token normalisation across micro-batches and ranks); a few
+updates lower the loss and keep replicas identical; a non-finite gradient skips the step; a frozen vision tower
+stays put.
+"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+from fsdp_testing import init_rank, make_text_batch, make_vl_batch, reference_outputs, spawn
+
+from verl.protocol import DataProto
+from verl.trainer.core_algos import compute_entropy_loss, compute_kl_loss, compute_policy_loss
+from verl.utils.tiny_models import get_or_build_tiny_model
+
+
+WORLD_SIZE = 2
+TEMPERATURE = 0.7
+MODES = {  # name: (padding_free, dynamic_batching)
+    "padded": (False, False),
+    "padding_free": (True, False),
+    "dynamic": (True, True),
+    "padded_dynamic": (False, True),
+}
+
+
+class RecordingSGD(torch.optim.SGD):
+    """SGD with lr=0 that keeps the full gradients it was asked to apply, so tests can compare them."""
+
+    def step(self, closure=None):  # noqa: ANN001, ANN201 - torch.optim.Optimizer.step signature
+        self.grads = {}
+        for name, param in self.named:
+            grad = param.grad
+            self.grads[name] = None if grad is None else grad.full_tensor().clone()
+        return super().step(closure)
+
+
+def recording_optimizer(model: torch.nn.Module) -> RecordingSGD:
+    named = [(name, param) for name, param in model.named_parameters() if param.requires_grad]
+    optimizer = RecordingSGD([param for _, param in named], lr=0.0)
+    optimizer.named = named
+    return optimizer
+
+
+def actor_config(padding_free: bool, dynamic: bool, **overrides):
+    from verl.workers.actor.config import ActorConfig
+
+    base = ActorConfig(
+        global_batch_size=8,
+        micro_batch_size_per_device_for_update=2,
+        micro_batch_size_per_device_for_experience=2,
+        padding_free=padding_free,
+        dynamic_batching=dynamic,
+        max_grad_norm=1e6,
+        entropy_coeff=0.01,
+        use_kl_loss=True,
+        kl_coef=0.1,
+        kl_penalty="low_var_kl",
+    )
+    return dataclasses.replace(base, **overrides)
+
+
+def reference_grads(model: torch.nn.Module, full, config) -> dict[str, torch.Tensor]:
+    """Gradient of the whole global batch's loss, computed by one plain process with no micro-batching."""
+    model.zero_grad(set_to_none=True)
+    out = reference_outputs(model, full, TEMPERATURE)
+    batch = full.batch
+    mask = batch["response_mask"]
+    pg_loss, _ = compute_policy_loss(
+        batch["old_log_probs"],
+        out["log_probs"],
+        batch["advantages"],
+        mask,
+        config.loss_type,
+        config.clip_ratio_low,
+        config.clip_ratio_high,
+        config.clip_ratio_dual,
+        config.loss_avg_mode,
+        max_response_length=mask.shape[-1],
+    )
+    entropy = compute_entropy_loss(out["entropy"], mask, config.loss_avg_mode, max_response_length=mask.shape[-1])
+    loss = pg_loss - config.entropy_coeff * entropy
+    if config.use_kl_loss:
+        kl_args = (batch["ref_log_probs"], mask, config.kl_penalty, config.loss_avg_mode, None, None, mask.shape[-1])
+        loss = loss + config.kl_coef * compute_kl_loss(out["log_probs"], *kl_args)
+    loss.backward()
+    return {name: param.grad.clone() for name, param in model.named_parameters() if param.grad is not None}
+
+
+def check_log_probs(model, local, reference, modes=MODES) -> dict[str, torch.Tensor]:
+    """Every batching mode gives the plain forward's log-probs and entropy (max abs diff <= 1e-5)."""
+    from verl.workers.actor.dp_actor import DataParallelPPOActor
+
+    results = {}
+    for name, (padding_free, dynamic) in modes.items():
+        actor = DataParallelPPOActor(actor_config(padding_free, dynamic), model)
+        assert actor.padding_free == padding_free
+        log_probs, entropy = actor.compute_log_probs(local, TEMPERATURE, calculate_entropy=True)
+        diff = (log_probs - reference["log_probs"]).abs().max().item()
+        assert diff <= 1e-5, f"{name}: log-probs differ from the HF forward by {diff}"
+        assert (entropy - reference["entropy"]).abs().max().item() <= 1e-4, name
+        assert torch.equal(log_probs == 0, local.batch["response_mask"] == 0), f"{name}: padding must be exactly 0"
+        results[name] = log_probs
+    return results
+
+
+def check_gradients(model, local, full, ref_model, modes=MODES, loss_avg_modes=("token-mean",)) -> None:
+    """Every batching mode accumulates the gradient of the full batch's loss computed in one process."""
+    from verl.workers.actor.dp_actor import DataParallelPPOActor
+
+    for loss_avg_mode in loss_avg_modes:
+        expected = reference_grads(ref_model, full, actor_config(False, False, loss_avg_mode=loss_avg_mode))
+        for name, (padding_free, dynamic) in modes.items():
+            optimizer = recording_optimizer(model)
+            config = actor_config(padding_free, dynamic, loss_avg_mode=loss_avg_mode)
+            actor = DataParallelPPOActor(config, model, optimizer, rollout_n=1)
+            metrics = actor.update_policy(local)
+            assert np.isfinite(metrics["actor/grad_norm"]) and metrics["actor/kl_loss"] > 0
+            assert metrics["actor/pg_clipfrac_higher"] + metrics["actor/pg_clipfrac_lower"] > 0
+            got = {key: value for key, value in optimizer.grads.items() if value is not None}
+            assert set(got) == set(expected), set(got) ^ set(expected)
+            for key, grad in got.items():
+                # fp32 noise: packed attention sums in another order (~1e-6 of the gradient's scale)
+                atol = 1e-5 * expected[key].abs().max().item() + 1e-9
+                label = f"{name}/{loss_avg_mode} {key}"
+                torch.testing.assert_close(
+                    grad, expected[key], rtol=1e-4, atol=atol, msg=lambda m, label=label: f"{label}: {m}"
+                )
+
+
+def check_updates(model_config, local, rank: int, fsdp_size: int) -> None:
+    """A few AdamW updates on a fixed on-policy batch lower the loss; replicas stay bitwise identical."""
+    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model
+    from verl.utils.optim import build_optimizer
+    from verl.workers.actor.config import FSDPConfig, OptimConfig
+    from verl.workers.actor.dp_actor import DataParallelPPOActor
+
+    fsdp_config = FSDPConfig(fsdp_size=fsdp_size)
+    mesh = build_device_mesh(WORLD_SIZE, fsdp_size, "cpu")
+    model = create_fsdp_model(model_config, fsdp_config, mesh, torch.device("cpu"))
+    optimizer = build_optimizer(model, OptimConfig(lr=2e-5, weight_decay=0.0))
+    actor = DataParallelPPOActor(actor_config(True, True, entropy_coeff=0.0, use_kl_loss=False), model, optimizer)
+    local.batch["old_log_probs"] = actor.compute_log_probs(local, TEMPERATURE)
+    losses = [actor.update_policy(local)["actor/pg_loss"] for _ in range(4)]
+    assert losses[-1] < losses[0] - 1e-3, losses
+    assert all(b < a for a, b in zip(losses, losses[1:])), losses
+
+    local_params = torch.cat([param.to_local().detach().reshape(-1) for param in model.parameters()])
+    gathered = [torch.empty_like(local_params) for _ in range(WORLD_SIZE)]
+    dist.all_gather(gathered, local_params)
+    if fsdp_size == 1:  # HSDP with shard groups of 1: every rank holds a full replica
+        assert torch.equal(gathered[0], gathered[1]), "replicas diverged"
+    full = torch.cat([param.full_tensor().reshape(-1) for param in model.parameters()])
+    checksums = [torch.empty(2, dtype=torch.float64) for _ in range(WORLD_SIZE)]
+    dist.all_gather(checksums, torch.stack([full.double().sum(), full.double().square().sum()]))
+    assert torch.equal(checksums[0], checksums[1])
+
+    # A non-finite gradient norm skips the step and leaves the weights untouched.
+    before = [param.detach().clone() for param in model.parameters()]
+    poisoned = local[np.arange(len(local))]
+    poisoned.batch["advantages"][0, 0] = float("nan")
+    metrics = actor.update_policy(poisoned)
+    assert not np.isfinite(metrics["actor/grad_norm"])
+    assert all(torch.equal(a.to_local(), b.to_local()) for a, b in zip(before, model.parameters()))
+
+
+def _run_text_actor(rank: int, world_size: int, port: int, model_dir: str) -> None:
+    init_rank(rank, world_size, port)
+    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model
+    from verl.utils.model_utils import build_model
+    from verl.workers.actor.config import FSDPConfig, ModelConfig
+
+    model_config = ModelConfig(model_path=model_dir)
+    model = create_fsdp_model(
+        model_config, FSDPConfig(), build_device_mesh(world_size, -1, "cpu"), torch.device("cpu")
+    )
+    ref_model = build_model(ModelConfig(model_path=model_dir, enable_gradient_checkpointing=False))
+    full = make_text_batch(seed=0, batch_size=8)
+    local = full.chunk(world_size)[rank]
+    with torch.no_grad():
+        reference = reference_outputs(ref_model, local, TEMPERATURE)
+    log_probs = check_log_probs(model, local, reference)
+
+    # Old log-probs a little off-policy on both sides, so both clip bounds are active somewhere.
+    noise = 0.3 * torch.randn(full.batch["response_mask"].shape, generator=torch.Generator().manual_seed(1))
+    full_log_probs = torch.cat([torch.zeros_like(log_probs["padded"])] * world_size)
+    full_log_probs[rank * len(local) : (rank + 1) * len(local)] = log_probs["padded"]
+    dist.all_reduce(full_log_probs)
+    full.batch["old_log_probs"] = (full_log_probs + noise) * full.batch["response_mask"]
+    local = full.chunk(world_size)[rank]  # a fresh view: the old one still holds the replaced column
+    check_gradients(model, local, full, ref_model, loss_avg_modes=("token-mean", "seq-mean-token-mean"))
+
+    for fsdp_size in (-1, 1):
+        check_updates(model_config, full.chunk(world_size)[rank], rank, fsdp_size)
+    dist.destroy_process_group()
+
+
+def _run_vl_actor(rank: int, world_size: int, port: int, model_dir: str) -> None:
+    init_rank(rank, world_size, port)
+    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model
+    from verl.utils.model_utils import build_model, get_vision_tower
+    from verl.utils.optim import build_optimizer
+    from verl.utils.tokenizer import get_processor
+    from verl.workers.actor.config import FSDPConfig, ModelConfig, OptimConfig
+    from verl.workers.actor.dp_actor import DataParallelPPOActor, process_multi_modal_inputs
+
+    processor = get_processor(model_dir)
+    mesh = build_device_mesh(world_size, -1, "cpu")
+    model = create_fsdp_model(ModelConfig(model_path=model_dir), FSDPConfig(), mesh, torch.device("cpu"))
+    ref_model = build_model(ModelConfig(model_path=model_dir, enable_gradient_checkpointing=False))
+    full = make_vl_batch(ref_model, processor, seed=0, batch_size=4)
+    process_multi_modal_inputs(full, processor)
+    local = full.chunk(world_size)[rank]
+    with torch.no_grad():
+        reference = reference_outputs(ref_model, local, TEMPERATURE)
+    check_log_probs(model, local, reference)
+    check_gradients(model, local, full, ref_model, modes={"padded": MODES["padded"], "dynamic": MODES["dynamic"]})
+
+    # freeze_vision_tower: the tower gets no gradient and no optimizer state; the language model moves.
+    frozen = create_fsdp_model(
+        ModelConfig(model_path=model_dir, freeze_vision_tower=True), FSDPConfig(), mesh, torch.device("cpu")
+    )
+    tower_ids = {id(param) for param in get_vision_tower(frozen).parameters()}
+    optimizer = build_optimizer(frozen, OptimConfig(lr=1e-3))
+    assert not any(id(param) in tower_ids for group in optimizer.param_groups for param in group["params"])
+    before = {name: param.detach().clone() for name, param in frozen.named_parameters()}
+    actor = DataParallelPPOActor(actor_config(True, True, use_kl_loss=False), frozen, optimizer)
+    actor.update_policy(local)
+    for name, param in frozen.named_parameters():
+        same = torch.equal(param.to_local(), before[name].to_local())
+        assert same == (id(param) in tower_ids), f"{name}: frozen={id(param) in tower_ids} but unchanged={same}"
+    dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def model_root(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("tiny_models"))
+
+
+@pytest.mark.slow
+def test_text_actor_matches_hf_and_trains(model_root: str) -> None:
+    spawn(_run_text_actor, WORLD_SIZE, get_or_build_tiny_model("qwen2", model_root))
+
+
+@pytest.mark.slow
+def test_vl_actor_matches_hf_and_freezes_vision_tower(model_root: str) -> None:
+    spawn(_run_vl_actor, WORLD_SIZE, get_or_build_tiny_model("qwen2_5_vl", model_root))
+
+
+def test_single_process_actor_matches_hf_in_every_mode_and_trains(model_root: str) -> None:
+    """Without torch.distributed the actor runs on a plain model: same log-probs, and updates lower the loss."""
+    from verl.utils.model_utils import build_model
+    from verl.utils.optim import build_optimizer
+    from verl.workers.actor.config import ModelConfig, OptimConfig
+    from verl.workers.actor.dp_actor import DataParallelPPOActor
+
+    model_dir = get_or_build_tiny_model("qwen2", model_root)
+    model = build_model(ModelConfig(model_path=model_dir))
+    data = make_text_batch(seed=5, batch_size=6)
+    with torch.no_grad():
+        reference = reference_outputs(model, data, TEMPERATURE)
+    check_log_probs(model, data, reference)
+
+    data.batch["old_log_probs"] = reference["log_probs"]
+    config = actor_config(True, True, global_batch_size=6, entropy_coeff=0.0, use_kl_loss=False)
+    actor = DataParallelPPOActor(config, model, build_optimizer(model, OptimConfig(lr=2e-5, weight_decay=0.0)))
+    first, second = (actor.update_policy(data) for _ in range(2))
+    assert second["actor/pg_loss"] < first["actor/pg_loss"]
+    assert first["actor/ppo_kl"] == pytest.approx(0.0, abs=1e-6) and first["actor/lr"] == 2e-5
+    assert set(first) >= {
+        "actor/pg_loss",
+        "actor/pg_clipfrac_higher",
+        "actor/pg_clipfrac_lower",
+        "actor/ppo_kl",
+        "actor/entropy_loss",
+        "actor/grad_norm",
+        "actor/lr",
+    }
+
+
+def test_actor_input_errors_name_the_missing_key(model_root: str) -> None:
+    from PIL import Image
+
+    from verl.utils.model_utils import build_model
+    from verl.workers.actor.config import ModelConfig
+    from verl.workers.actor.dp_actor import DataParallelPPOActor, process_multi_modal_inputs
+
+    model = build_model(ModelConfig(model_path=get_or_build_tiny_model("qwen2", model_root)))
+    data = make_text_batch(seed=0, batch_size=2)
+    actor = DataParallelPPOActor(actor_config(False, False, global_batch_size=2), model, recording_optimizer(model))
+    with pytest.raises(KeyError, match="position_ids"):
+        actor.compute_log_probs(data.select(batch_keys=["input_ids", "attention_mask", "responses"]), 1.0)
+    with pytest.raises(KeyError, match="temperature"):
+        actor.update_policy(data.select(meta_info_keys=[]))
+    with pytest.raises(RuntimeError, match="optimizer"):
+        DataParallelPPOActor(actor_config(False, False), model).update_policy(data)
+    empty = DataProto.from_dict(data.batch.to_dict(), {"multi_modal_data": [None, None]}, data.meta_info)
+    assert actor.compute_log_probs(empty, 1.0).shape == data.batch["responses"].shape  # text rows need nothing
+    image = {"images": [Image.new("RGB", (56, 56))]}
+    images = DataProto.from_dict(data.batch.to_dict(), {"multi_modal_data": [image, None]}, data.meta_info)
+    with pytest.raises(ValueError, match="process_multi_modal_inputs"):
+        actor.compute_log_probs(images, 1.0)
+    with pytest.raises(ValueError, match="no processor"):
+        process_multi_modal_inputs(images, None)
+
+
+def test_process_multi_modal_inputs_once_per_prompt(model_root: str) -> None:
+    from PIL import Image
+
+    from verl.utils.tokenizer import get_processor
+    from verl.workers.actor.dp_actor import process_multi_modal_inputs
+
+    processor = get_processor(get_or_build_tiny_model("qwen2_5_vl", model_root))
+    small, large = Image.new("RGB", (56, 56), "red"), Image.new("RGB", (112, 84), "blue")
+    rows = [{"images": [small]}, {"images": [small]}, {"images": [large, small]}, None]
+    data = DataProto.from_dict(
+        {"attention_mask": torch.ones(4, 3, dtype=torch.long)},
+        {"multi_modal_data": rows, "uid": ["a", "a", "b", "c"]},
+    )
+    process_multi_modal_inputs(data, processor)
+    inputs = data.non_tensor_batch["multi_modal_inputs"]
+    assert inputs[0] is inputs[1]  # same prompt (uid): processed once
+    assert inputs[0]["image_grid_thw"].tolist() == [[1, 4, 4]]
+    assert inputs[2]["image_grid_thw"].tolist() == [[1, 6, 8], [1, 4, 4]]
+    assert inputs[2]["pixel_values"].shape[0] == 6 * 8 + 4 * 4 and inputs[3] == {}
+    process_multi_modal_inputs(data, processor)  # already processed: kept as is
+    assert data.non_tensor_batch["multi_modal_inputs"] is inputs
+    text_only = DataProto.from_dict({"attention_mask": torch.ones(1, 1)}, {"multi_modal_data": [None]})
+    process_multi_modal_inputs(text_only, None)  # nothing to process without images
+    assert "multi_modal_inputs" not in text_only.non_tensor_batch
