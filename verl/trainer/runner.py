@@ -122,7 +122,11 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
     config.worker.actor.optim.training_steps = config.worker.critic.optim.training_steps = total_steps
     reward_fn = create_reward_actor(config.worker.reward, model.tokenizer_path, model.trust_remote_code)
     val_reward_fn = create_reward_actor(config.worker.reward, model.tokenizer_path, model.trust_remote_code)
-    actor_wg, critic_wg = create_worker_groups(config, device)
+    try:
+        actor_wg, critic_wg, group, pool = create_worker_groups(config, device)
+    except BaseException:
+        _kill(reward_fn, val_reward_fn)
+        raise
     trainer_config = config.trainer
     tracker = Tracker(
         trainer_config.logger,
@@ -136,5 +140,17 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
     )
     try:
         return trainer.fit()
-    finally:
+    finally:  # free the devices and CPUs, so a caller (a sweep, a test) can start the next run in this Ray
         tracker.finish()
+        group.shutdown()
+        pool.remove()
+        _kill(reward_fn, val_reward_fn)
+
+
+def _kill(*actors: Any) -> None:
+    for actor in actors:
+        try:
+            ray.get(actor.close.remote(), timeout=30)
+        except Exception:  # the actor may already be gone; killing it is what matters
+            pass
+        ray.kill(actor)
