@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# DAPO: clip-higher, dynamic sampling (online filtering), token-mean loss, no KL, overlong reward shaping.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+python3 -m verl.trainer.main config=examples/config.yaml \
+    data.train_files=open-r1/DAPO-Math-17k-Processed@train \
+    data.prompt_key=prompt \
+    data.answer_key=solution \
+    data.format_prompt=./examples/format_prompt/dapo.jinja \
+    data.mini_rollout_batch_size=256 \
+    algorithm.disable_kl=true \
+    algorithm.use_kl_loss=false \
+    algorithm.online_filtering=true \
+    worker.actor.clip_ratio_low=0.2 \
+    worker.actor.clip_ratio_high=0.28 \
+    worker.actor.loss_avg_mode=token-mean \
+    worker.actor.model.model_path=Qwen/Qwen3-4B \
+    worker.rollout.n=16 \
+    worker.reward.reward_function=./examples/reward_function/dapo.py:compute_score \
+    'worker.reward.reward_function_kwargs={"max_response_length": 2048, "overlong_buffer_len": 512, "overlong_penalty_factor": 1.0}' \
+    trainer.experiment_name=qwen3_4b_math_dapo \
+    "$@"
