@@ -124,6 +124,42 @@ def test_grpo_text_run_trains_and_checkpoints(workspace):
     assert tracker["last_global_step"] == 2
 
 
+def test_grpo_vl_run_with_images(workspace):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_data", os.path.join(REPO, "examples", "cpu_quickstart", "make_data.py")
+    )
+    make_data = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_data)
+    root = workspace["root"]
+    data_dir = str(root / "vl_data")
+    make_data.write_split(data_dir, "train", 8, seed=0)
+    make_data.write_split(data_dir, "val", 4, seed=1)
+    vl_model = get_or_build_tiny_model("qwen2_5_vl", str(root / "models"), min_pixels=3136, max_pixels=3136)
+    args = text_args(workspace, "grpo_vl", "algorithm.use_kl_loss=true")
+    overrides = {
+        "data.train_files": f"{data_dir}/train.jsonl",
+        "data.val_files": f"{data_dir}/val.jsonl",
+        "worker.actor.model.model_path": vl_model,
+        "worker.reward.reward_function": f"{REPO}/examples/reward_function/count_shapes.py:compute_score",
+    }
+    args = [arg for arg in args if arg.split("=")[0] not in overrides]
+    args += [f"{key}={value}" for key, value in overrides.items()]
+    args += [
+        "data.prompt_key=problem",
+        f"data.image_dir={data_dir}/images",
+        "data.min_pixels=3136",
+        "data.max_pixels=3136",
+        "worker.rollout.limit_images=1",
+    ]
+    run_ppo(load_config(args))
+    steps = [row for row in read_log(root / "grpo_vl") if "critic/score/mean" in row]
+    assert [row["step"] for row in steps] == [1, 2]
+    assert "reward/accuracy" in steps[-1] and "actor/kl_loss" in steps[-1]
+    assert os.path.isdir(root / "grpo_vl" / "global_step_2" / "actor")
+
+
 def test_model_merger_matches_checkpoint_and_loads_in_vllm(workspace):
     """Needs the checkpoint of the GRPO run above (the tests of this module run in order)."""
     import subprocess

@@ -1,0 +1,74 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Plot reward and validation accuracy over the steps of a run from its file log, and print a summary line.
+
+    python scripts/plot_metrics.py --log_dir checkpoints/<project>/<experiment> --output plot.png
+"""
+
+import argparse
+import json
+import os
+import sys
+
+
+def read_rows(log_dir: str) -> list[dict]:
+    path = os.path.join(log_dir, "experiment_log.jsonl")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"'{path}' does not exist; train with trainer.logger including file.")
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def plot(rows: list[dict], output: str, accuracy_key: str, reward_key: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [(row["step"], row[reward_key]) for row in rows if reward_key in row]
+    val = [(row["step"], row[accuracy_key]) for row in rows if accuracy_key in row]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if train:
+        ax.plot(*zip(*train), label=f"train {reward_key}", color="tab:blue", alpha=0.7)
+    if val:
+        ax.plot(*zip(*val), label=f"val {accuracy_key}", color="tab:red", marker="o")
+    ax.set_xlabel("step")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(output, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--log_dir", required=True)
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--accuracy_key", default="val/accuracy_reward")
+    parser.add_argument("--reward_key", default="critic/score/mean")
+    args = parser.parse_args(argv)
+    try:
+        rows = read_rows(args.log_dir)
+    except FileNotFoundError as err:
+        print(f"plot_metrics: {err}", file=sys.stderr)
+        return 2
+    plot(rows, args.output, args.accuracy_key, args.reward_key)
+    val = [row[args.accuracy_key] for row in rows if args.accuracy_key in row]
+    if val:
+        print(f"val accuracy: first {val[0]:.3f}, last {val[-1]:.3f} ({len(val)} validations); plot: {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
