@@ -1,0 +1,226 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Rollout overhead and weight-sync cost, measured in one process on the same tiny model and prompts.
+
+1. Generation: tokens/s through `VLLMRollout.generate_sequences` (per-request seeds, DataProto in and out, padding,
+   masks, position ids) versus a bare `vllm.LLM.generate` on an engine built the plain way from the same model
+   directory (only chunked prefill is off in both, which seeded requests need on CPU), without and with one seed
+   per request. Runs alternate (ours, bare, ours, bare, ...) so a busy machine slows both alike; the best run of each
+   is compared. Target: ratio >= 0.9.
+2. Weight sync: `sync_weights` from an FSDP2-sharded actor (a world of one gloo rank, so the DTensor gather path
+   runs) into the engine, versus a plain copy of the same state dict into preallocated tensors.
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_rollout.py [--prompts 32 --n 8 --response-length 64 --repeats 3]
+
+The last line printed is one JSON object with the figures.
+"""
+
+import argparse
+import json
+import os
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch: more threads than free cores slow vLLM several-fold
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from verl.protocol import DataProto  # noqa: E402
+from verl.utils.tiny_models import get_or_build_tiny_model  # noqa: E402
+from verl.workers.rollout.config import RolloutConfig  # noqa: E402
+
+
+def _init_single_rank() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    dist.init_process_group("gloo", rank=0, world_size=1)
+
+
+def _rss_mib() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def _prompts(tokenizer: Any, num_prompts: int, prompt_length: int) -> DataProto:
+    rows = []
+    for i in range(num_prompts):
+        messages = [{"role": "user", "content": f"What is {17 * i} + {i + 5}? Think step by step."}]
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        rows.append(tokenizer.encode(text, add_special_tokens=False))
+    input_ids = torch.full((num_prompts, prompt_length), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(input_ids)
+    for i, row in enumerate(rows):
+        input_ids[i, prompt_length - len(row) :] = torch.tensor(row)
+        mask[i, prompt_length - len(row) :] = 1
+    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+    return DataProto.from_dict(
+        tensors={"input_ids": input_ids, "attention_mask": mask, "position_ids": position_ids},
+        non_tensors={"raw_prompt_ids": rows},
+    )
+
+
+def _time(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def bench_generation(args: argparse.Namespace, model_dir: str, rollout: Any, prompts: DataProto) -> dict[str, float]:
+    from vllm import LLM, SamplingParams
+
+    config = rollout.config
+    bare = LLM(
+        model=model_dir,
+        dtype="float32",
+        enforce_eager=True,
+        seed=0,
+        max_model_len=config.prompt_length + config.response_length,
+        kv_cache_memory_bytes=config.kv_cache_memory_mb * 2**20,
+        enable_chunked_prefill=False,  # as the rollout on CPU: seeded requests crash vLLM 0.32 when chunked
+    )
+    bare_prompts = [{"prompt_token_ids": ids} for ids in prompts.non_tensor_batch["raw_prompt_ids"]]
+    bare_params = SamplingParams(
+        n=args.n, temperature=1.0, max_tokens=args.response_length, ignore_eos=True, detokenize=False
+    )
+    tokens = len(prompts) * args.n * args.response_length  # ignore_eos: every sample is full length
+    rollout.generate_sequences(prompts[:2])  # warm both paths once
+    bare.generate(bare_prompts[:2], bare_params, use_tqdm=False)
+    # Bare vLLM with one seed per request, as the rollout does for reproducibility: separates the cost of seeded
+    # sampling (vLLM samples seeded requests one by one) from the rollout's own overhead.
+    seeded_params = [bare_params.clone() for _ in bare_prompts]
+    for i, params in enumerate(seeded_params):
+        params.seed = 1000 + 64 * i
+    ours, theirs, seeded = [], [], []
+    for _ in range(args.repeats):
+        ours.append(_time(lambda: rollout.generate_sequences(prompts)))
+        theirs.append(_time(lambda: bare.generate(bare_prompts, bare_params, use_tqdm=False)))
+        seeded.append(_time(lambda: bare.generate(bare_prompts, seeded_params, use_tqdm=False)))
+    ours_tps, bare_tps, seeded_tps = tokens / min(ours), tokens / min(theirs), tokens / min(seeded)
+    print(f"generation ({tokens} tokens per run): ours {ours_tps:,.0f} tok/s, bare vLLM {bare_tps:,.0f} tok/s,")
+    print(f"  bare vLLM with per-request seeds {seeded_tps:,.0f} tok/s; runs (s): ours {[round(t, 2) for t in ours]},")
+    print(f"  bare {[round(t, 2) for t in theirs]}, seeded {[round(t, 2) for t in seeded]}")
+    return {
+        "rollout_tokens_per_s": ours_tps,
+        "bare_vllm_tokens_per_s": bare_tps,
+        "bare_vllm_seeded_tokens_per_s": seeded_tps,
+        "throughput_ratio": ours_tps / bare_tps,
+        "throughput_ratio_vs_seeded": ours_tps / seeded_tps,
+    }
+
+
+def bench_sync(args: argparse.Namespace, model_dir: str, rollout: Any) -> dict[str, float]:
+    from torch.distributed.fsdp import fully_shard
+    from transformers import AutoModelForCausalLM
+
+    from verl.workers.sharding_manager.fsdp_vllm import checkpoint_names, iter_full_weights, sync_weights
+
+    actor = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    state = {name: tensor.detach().clone() for name, tensor in actor.state_dict().items()}
+    for layer in actor.model.layers:
+        fully_shard(layer)
+    fully_shard(actor)
+    names = checkpoint_names(actor)
+    targets = {name: torch.empty_like(tensor) for name, tensor in state.items()}
+
+    def plain_copy() -> None:
+        for name, tensor in state.items():
+            targets[name].copy_(tensor)
+
+    sync_weights(actor, rollout.inference_engine, rollout.torch_dtype, names)  # warm-up
+    plain_copy()
+    sync_times = [_time(lambda: sync_weights(actor, rollout.inference_engine, rollout.torch_dtype, names))]
+    copy_times = [_time(plain_copy)]
+    for _ in range(args.repeats - 1):
+        sync_times.append(_time(lambda: sync_weights(actor, rollout.inference_engine, rollout.torch_dtype, names)))
+        copy_times.append(_time(plain_copy))
+
+    def gather_only() -> None:  # the actor side alone: every parameter gathered, cast and dropped
+        stats = {"num_params": 0, "bytes": 0, "max_param_bytes": 0}
+        for _ in iter_full_weights(actor, rollout.torch_dtype, names, stats):
+            pass
+
+    gather_s = min(_time(gather_only) for _ in range(args.repeats))
+    sync_s, copy_s = min(sync_times), min(copy_times)
+    size_mb = sum(t.numel() * t.element_size() for t in state.values()) / 2**20
+    print(
+        f"weight sync: {sync_s * 1e3:.1f} ms (of which gathering {gather_s * 1e3:.1f} ms; the rest is vLLM's reload "
+        f"and weight repacking) vs plain state-dict copy {copy_s * 1e3:.2f} ms ({size_mb:.1f} MiB)"
+    )
+    return {
+        "sync_weights_s": sync_s,
+        "sync_gather_only_s": gather_s,
+        "plain_copy_s": copy_s,
+        "sync_vs_copy": sync_s / copy_s,
+        "weights_mib": size_mb,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompts", type=int, default=32)
+    parser.add_argument("--n", type=int, default=8)
+    parser.add_argument("--response-length", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--model-dir", default=None, help="a Qwen2 model directory (default: the tiny model)")
+    args = parser.parse_args()
+
+    from transformers import AutoTokenizer
+
+    from verl.workers.rollout.vllm_rollout import VLLMRollout
+
+    model_dir = args.model_dir or get_or_build_tiny_model("qwen2", os.path.join(tempfile.gettempdir(), "verl_bench"))
+    _init_single_rank()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    prompt_length = 64
+    config = RolloutConfig(
+        n=args.n,
+        temperature=1.0,
+        ignore_eos=True,
+        dtype="fp32",
+        kv_cache_memory_mb=128,
+        tensor_parallel_size=1,
+        prompt_length=prompt_length,
+        response_length=args.response_length,
+    )
+    rss_before = _rss_mib()
+    rollout = VLLMRollout(model_dir, config, tokenizer, None)  # imports vLLM too
+    rss_engine = _rss_mib() - rss_before
+    print(f"engine: +{rss_engine:.0f} MiB RSS (vLLM import + engine, {config.kv_cache_memory_mb} MiB KV cache)")
+    prompts = _prompts(tokenizer, args.prompts, prompt_length)
+    figures: dict[str, Any] = {
+        "workload": {"prompts": args.prompts, "n": args.n, "response_length": args.response_length},
+        "engine_rss_mib": rss_engine,
+        "kv_cache_mib": config.kv_cache_memory_mb,
+    }
+    figures.update(bench_sync(args, model_dir, rollout))  # also loads the real weights into our engine
+    figures.update(bench_generation(args, model_dir, rollout, prompts))
+    figures["throughput_target"] = 0.9
+    print(json.dumps({key: round(value, 4) if isinstance(value, float) else value for key, value in figures.items()}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The rollout's pure parts, without an engine: padding, response mask, position ids, seeds, engine arguments,
+and the checkpoint names the weight sync sends."""
+
+import dataclasses
+import os
+
+import pytest
+import torch
+
+from verl.workers.rollout.config import RolloutConfig
+from verl.workers.rollout.sequences import extend_position_ids, pad_rows, response_mask_through_eos
+from verl.workers.rollout.vllm_rollout import build_engine_kwargs, request_seeds
+
+
+EOS, PAD = 9, 0
+
+
+def test_pad_rows_right_pads_and_cuts() -> None:
+    out = pad_rows([[1, 2], [], [3, 4, 5, 6]], 3, PAD, torch.long)
+    assert out.tolist() == [[1, 2, 0], [0, 0, 0], [3, 4, 5]]
+    floats = pad_rows([[-0.5], [-1.0, -2.0]], 2, 0.0, torch.float32)
+    assert floats.dtype == torch.float32 and floats.tolist() == [[-0.5, 0.0], [-1.0, -2.0]]
+
+
+def test_response_mask_stops_after_first_eos_and_at_padding() -> None:
+    responses = torch.tensor(
+        [
+            [5, 6, EOS, PAD, PAD],  # stopped at EOS: EOS included
+            [5, 6, 7, 8, 4],  # ran to the length limit
+            [EOS, 5, EOS, 6, 7],  # ignore_eos: everything after the first EOS is cut
+            [5, PAD, PAD, PAD, PAD],  # one token generated; the pad id is not an EOS here
+            [PAD, PAD, PAD, PAD, PAD],  # nothing generated
+        ]
+    )
+    lengths = torch.tensor([3, 5, 5, 1, 0])
+    mask = response_mask_through_eos(responses, lengths, [EOS])
+    assert mask.tolist() == [
+        [1, 1, 1, 0, 0],
+        [1, 1, 1, 1, 1],
+        [1, 0, 0, 0, 0],
+        [1, 0, 0, 0, 0],
+        [0, 0, 0, 0, 0],
+    ]
+
+
+def test_response_mask_with_several_eos_ids() -> None:
+    responses = torch.tensor([[5, 11, 9, 7], [5, 6, 9, 11]])
+    mask = response_mask_through_eos(responses, torch.tensor([4, 4]), {9, 11})
+    assert mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 0]]
+
+
+def test_text_position_ids_continue_from_the_last_prompt_position() -> None:
+    # Left-padded prompts: the last column is always the last real token.
+    position_ids = torch.tensor([[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]])
+    out = extend_position_ids(position_ids, 3)
+    assert out.tolist() == [[0, 0, 0, 1, 2, 3, 4, 5], [0, 1, 2, 3, 4, 5, 6, 7]]
+
+
+def test_mrope_position_ids_continue_from_the_largest_row() -> None:
+    # Row 0 ends on text (all three rows equal); row 1 ends on an image token whose h/w rows exceed t.
+    position_ids = torch.tensor(
+        [
+            [[0, 1, 2, 6, 7], [0, 1, 2, 6, 7], [0, 1, 2, 6, 7]],
+            [[0, 1, 2, 2, 2], [0, 1, 2, 3, 3], [0, 1, 2, 3, 4]],
+        ]
+    )
+    out = extend_position_ids(position_ids, 2)
+    assert out.shape == (2, 3, 7)
+    assert out[0, :, 5:].tolist() == [[8, 9]] * 3
+    assert out[1, :, 5:].tolist() == [[5, 6]] * 3
+    assert torch.equal(out[:, :, :5], position_ids)
+
+
+def test_position_ids_of_unknown_shape_are_rejected() -> None:
+    with pytest.raises(ValueError, match="position_ids must have shape"):
+        extend_position_ids(torch.zeros(2, 3, 4, 5, dtype=torch.long), 2)
+
+
+def test_request_seeds_are_reproducible_and_distinct() -> None:
+    seeds = request_seeds(7, rank=0, call_index=0, num_requests=64)
+    assert seeds == request_seeds(7, rank=0, call_index=0, num_requests=64)
+    assert len(set(seeds)) == 64
+    assert all(0 <= seed < 2**62 for seed in seeds)
+    others = [
+        request_seeds(8, 0, 0, 64),
+        request_seeds(7, 1, 0, 64),
+        request_seeds(7, 0, 1, 64),
+    ]
+    for other in others:
+        assert not set(other) & set(seeds)
+    assert request_seeds(7, 0, 0, 4) == seeds[:4]  # a request's seed does not depend on the batch size
+    with pytest.raises(ValueError, match="rollout.seed=-1"):
+        request_seeds(-1, 0, 0, 1)
+
+
+def _config(**overrides) -> RolloutConfig:
+    return dataclasses.replace(RolloutConfig(prompt_length=100, response_length=28), **overrides)
+
+
+def test_cpu_engine_kwargs() -> None:
+    kwargs = build_engine_kwargs("/models/x", _config(dtype="bf16", tensor_parallel_size=2), multimodal=False)
+    assert kwargs["model"] == "/models/x"
+    assert kwargs["load_format"] == "dummy"
+    assert kwargs["dtype"] == "float32" and kwargs["enforce_eager"] and kwargs["tensor_parallel_size"] == 1
+    assert kwargs["max_model_len"] == 128
+    assert kwargs["kv_cache_memory_bytes"] == 256 * 2**20
+    assert kwargs["logprobs_mode"] == "processed_logprobs"
+    assert kwargs["enable_chunked_prefill"] is False  # seeded requests must not be split on CPU
+    assert "limit_mm_per_prompt" not in kwargs and "enable_sleep_mode" not in kwargs
+    vl = build_engine_kwargs("/models/x", _config(limit_images=3, kv_cache_memory_mb=64), multimodal=True)
+    assert vl["limit_mm_per_prompt"] == {"image": 3}
+    assert vl["kv_cache_memory_bytes"] == 64 * 2**20
+    assert vl["mm_device_do_normalize"] is False and vl["mm_processor_cache_gb"] == 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"response_length": -1}, "response_length=-1"),
+        ({"max_model_len": 64}, "max_model_len=64"),
+        ({"dtype": "int8"}, "rollout.dtype='int8'"),
+        ({"max_num_batched_tokens": 100}, "max_num_batched_tokens=100"),
+    ],
+)
+def test_engine_kwargs_reject_impossible_settings(overrides: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        build_engine_kwargs("/models/x", _config(**overrides), multimodal=False)
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "qwen2_5_vl"])
+def test_checkpoint_names_match_the_saved_checkpoint(kind: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The names the sync sends are exactly the keys vLLM reads from disk (transformers 5 renames VL modules)."""
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    from verl.utils.tiny_models import get_or_build_tiny_model
+    from verl.workers.sharding_manager.fsdp_vllm import checkpoint_names
+
+    model_dir = get_or_build_tiny_model(kind, str(tmp_path_factory.mktemp("names")))
+    model_class = AutoModelForImageTextToText if kind != "qwen2" else AutoModelForCausalLM
+    model = model_class.from_pretrained(model_dir)
+    with safe_open(os.path.join(model_dir, "model.safetensors"), framework="pt") as f:
+        saved = set(f.keys())
+    names = checkpoint_names(model)
+    # Every parameter, tied ones under each name (lm_head shares the embedding and is not saved).
+    assert set(names) == {name for name, _ in model.named_parameters(remove_duplicate=False)}
+    assert set(names.values()) - saved == {"lm_head.weight"}
+    assert saved <= set(names.values())
+    if kind != "qwen2":
+        assert names["model.language_model.layers.0.mlp.up_proj.weight"] == "model.layers.0.mlp.up_proj.weight"
+        assert names["model.visual.blocks.0.attn.qkv.weight"] == "visual.blocks.0.attn.qkv.weight"
