@@ -13,7 +13,7 @@
 # limitations under the License.
 """Plot reward and validation accuracy over the steps of a run from its file log, and print a summary line.
 
-    python scripts/plot_metrics.py --log_dir checkpoints/<project>/<experiment> --output plot.png
+python scripts/plot_metrics.py --log_dir checkpoints/<project>/<experiment> --output plot.png
 """
 
 import argparse

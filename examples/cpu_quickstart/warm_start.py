@@ -34,8 +34,12 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 def build_batch(processor, rows, image_dir, rng):
     texts, images, targets = [], [], []
     for row in rows:
-        messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": row["problem"].replace(
-            "<image>", "")}]}]
+        messages = [
+            {
+                "role": "user",
+                "content": [{"type": "image"}, {"type": "text", "text": row["problem"].replace("<image>", "")}],
+            }
+        ]
         prompt = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         target = f"{rng.randint(1, 4)}<|im_end|>"
         texts.append(prompt + target)
