@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""A short data-parallel FSDP2 run across two Ray nodes, as on a cluster (docker/README.md, "Multi-node").
+"""Multi-node Ray on one machine: placement across two nodes, gloo between them, and a short data-parallel FSDP2 run, as on a cluster (docker/README.md, "Multi-node").
 
 `ray.cluster_utils.Cluster` starts a head and a second node on this machine (one CPU each), so a resource pool of
 `process_on_nodes=[1, 1]` must put one rank on each node. The driver sends one DataProto; each node trains a
@@ -39,6 +39,7 @@ from verl.single_controller.ray import (  # noqa: E402
     RayResourcePool,
     RayWorkerGroup,
 )
+from verl.single_controller.ray.base import pick_free_port_on_node  # noqa: E402
 
 
 pytestmark = pytest.mark.slow
@@ -99,6 +100,18 @@ class ShardedTrainer(Worker):
         )
 
 
+class NodeWorker(Worker):
+    def __init__(self) -> None:
+        super().__init__()
+        dist.init_process_group("gloo")
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def where(self) -> tuple[int, int, str, float]:
+        total = torch.tensor([float(self.rank + 1)])
+        dist.all_reduce(total)
+        return self.rank, self.local_rank, ray.get_runtime_context().get_node_id(), total.item()
+
+
 @pytest.fixture(scope="module")
 def two_node_cluster():
     """Head and one worker node, 1 CPU each, torn down by the test (no `ray stop`: other Rays may be running)."""
@@ -154,3 +167,30 @@ def test_pool_asking_for_more_nodes_than_the_cluster_has_fails_with_both_sizes(t
     assert "needs 3 CPU in total but the cluster has 2" in message
     assert "The cluster has 2 node(s)" in message
     assert message.endswith("or add nodes.")
+
+
+def test_one_rank_per_node_and_gloo_across_nodes(two_node_cluster):
+    pool = RayResourcePool([1, 1], use_gpu=False)
+    try:
+        slots = pool.slots
+        assert len({slot.node_id for slot in slots}) == 2  # one CPU per node: the groups must spread
+        assert [slot.local_rank for slot in slots] == [0, 0] and [slot.local_world_size for slot in slots] == [1, 1]
+        wg = RayWorkerGroup(pool, RayClassWithInitArgs(NodeWorker))
+        try:
+            where = wg.where()
+            assert [(rank, local_rank, total) for rank, local_rank, _, total in where] == [(0, 0, 3.0), (1, 0, 3.0)]
+            assert [node for _, _, node, _ in where] == [slot.node_id for slot in slots]
+            assert wg.master_addr == slots[0].node_ip
+            # The node the driver does not run on gets its port from a task scheduled there.
+            assert all(pick_free_port_on_node(slot.node_id, timeout_s=60.0) > 0 for slot in slots)
+        finally:
+            wg.shutdown()
+    finally:
+        pool.remove()
+
+
+def test_node_share_larger_than_any_node_fails_fast(two_node_cluster):
+    with pytest.raises(
+        InsufficientResourcesError, match=r"no single node has 2 CPU for one node's share.*2 node\(s\)"
+    ):
+        RayResourcePool([2], use_gpu=False)
