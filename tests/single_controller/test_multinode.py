@@ -11,7 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Multi-node Ray on one machine: placement across two nodes, gloo between them, and a short data-parallel FSDP2 run, as on a cluster (docker/README.md, "Multi-node").
+"""Multi-node Ray on one machine: placement across two nodes, gloo between them, and a short data-parallel FSDP2
+run, as on a cluster (docker/README.md, "Multi-node").
 
 `ray.cluster_utils.Cluster` starts a head and a second node on this machine (one CPU each), so a resource pool of
 `process_on_nodes=[1, 1]` must put one rank on each node. The driver sends one DataProto; each node trains a
