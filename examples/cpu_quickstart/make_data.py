@@ -50,8 +50,9 @@ def write_split(output_dir: str, split: str, num_rows: int, seed: int) -> str:
     os.makedirs(image_dir, exist_ok=True)
     path = os.path.join(output_dir, f"{split}.jsonl")
     with open(path, "w", encoding="utf-8") as f:
-        for i in range(num_rows):
-            count = rng.randint(1, 4)
+        counts = [i % 4 + 1 for i in range(num_rows)]  # balanced: no answer is right more often than another
+        rng.shuffle(counts)
+        for i, count in enumerate(counts):
             name = f"{split}_{i:05d}.png"
             render(count, rng).save(os.path.join(image_dir, name))
             f.write(json.dumps({"problem": PROMPT, "answer": str(count), "images": [name]}) + "\n")
@@ -62,7 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--output", required=True)
     parser.add_argument("--train-rows", type=int, default=1024)
-    parser.add_argument("--val-rows", type=int, default=64)
+    parser.add_argument("--val-rows", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     write_split(args.output, "train", args.train_rows, args.seed)
