@@ -20,6 +20,7 @@ from verl.utils.model_utils import (
     get_vision_tower,
     is_vision_language,
     load_model_config,
+    run_vision_tower_in_every_forward,
 )
 from verl.utils.tiny_models import count_parameters, get_or_build_tiny_model
 from verl.workers.actor.config import ModelConfig
@@ -83,3 +84,23 @@ def test_config_overrides_and_path_errors(model_dirs, tmp_path):
         load_model_config(ModelConfig(model_path=str(tmp_path / "missing_model")))
     with pytest.raises(ValueError, match="model_path is not set"):
         load_model_config(ModelConfig())
+
+
+def test_text_only_forward_runs_the_vision_tower_without_changing_the_output(model_dirs):
+    """The FSDP lockstep hook: a text-only forward still runs the tower (zero gradient), with identical logits."""
+    text = build_model(ModelConfig(model_path=model_dirs["qwen2"], enable_gradient_checkpointing=False))
+    assert not run_vision_tower_in_every_forward(text)
+    model = build_model(ModelConfig(model_path=model_dirs["qwen2_5_vl"], enable_gradient_checkpointing=False))
+    tower = get_vision_tower(model)
+    calls = []
+    tower.register_forward_hook(lambda module, args, output: calls.append(args[0].shape))
+    input_ids = torch.randint(0, 2000, (2, 7), generator=torch.Generator().manual_seed(0))
+    expected = model(input_ids=input_ids).logits
+    assert calls == []
+    assert run_vision_tower_in_every_forward(model)
+    logits = model(input_ids=input_ids).logits
+    assert len(calls) == 1 and torch.equal(logits, expected)
+    logits.sum().backward()
+    grads = [param.grad for param in tower.parameters()]
+    assert all(grad is not None and not grad.any() for grad in grads)  # every tower weight took part, with 0
+    assert model.get_input_embeddings().weight.grad.abs().sum() > 0

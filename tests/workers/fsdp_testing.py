@@ -113,11 +113,13 @@ def make_vl_batch(
     batch_size: int = 4,
     prompt_len: int = 40,
     response_len: int = 8,
+    text_only_rows: tuple[int, ...] = (),
 ) -> DataProto:
     """A Qwen2.5-VL rollout batch: one random image per prompt, mrope position_ids (B, 3, L), raw images.
 
     Prompts go through the processor (which expands the image placeholder to the image's token count); the 3-D
     positions come from the model's own get_rope_index over prompt + response, as the rollout would continue them.
+    The rows in `text_only_rows` have no image (multi_modal_data None), as in a mixed text and image dataset.
     """
     from PIL import Image
 
@@ -129,8 +131,14 @@ def make_vl_batch(
         height, width = 28 * int(rng.integers(2, 5)), 28 * int(rng.integers(2, 5))
         image = Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
         words = " ".join(rng.choice(["red", "blue", "circle", "count", "the", "image"], size=int(rng.integers(1, 5))))
-        text = f"<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>{words}<|im_end|>\n"
-        prompt = processor(text=[text], images=[image], return_tensors="pt")["input_ids"][0].tolist()
+        if row in text_only_rows:
+            image = None
+            text = f"<|im_start|>user\n{words}<|im_end|>\n"
+        else:
+            text = f"<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>{words}<|im_end|>\n"
+        prompt = processor(text=[text], images=None if image is None else [image], return_tensors="pt")["input_ids"][
+            0
+        ].tolist()
         if len(prompt) > prompt_len:
             raise ValueError(f"test prompt of {len(prompt)} tokens exceeds prompt_len={prompt_len}")
         length = response_len if row == 0 else int(torch.randint(1, response_len + 1, (1,), generator=generator))
@@ -140,7 +148,8 @@ def make_vl_batch(
     input_ids, attention_mask = _layout(prompts, responses, prompt_len, response_len, pad)
     image_token = model.config.image_token_id
     mm_token_type_ids = (input_ids == image_token).int()
-    grids = processor.image_processor(images=images, return_tensors="pt")["image_grid_thw"]
+    with_image = [image for image in images if image is not None]
+    grids = processor.image_processor(images=with_image, return_tensors="pt")["image_grid_thw"] if with_image else None
     position_ids, _ = model.model.get_rope_index(input_ids, mm_token_type_ids, grids, attention_mask=attention_mask)
     batch = {
         "input_ids": input_ids,
@@ -150,7 +159,7 @@ def make_vl_batch(
         "response_mask": attention_mask[:, prompt_len:].clone(),
     }
     _training_columns(batch, generator)
-    non_tensors = {"multi_modal_data": [{"images": [image]} for image in images]}
+    non_tensors = {"multi_modal_data": [None if image is None else {"images": [image]} for image in images]}
     return DataProto.from_dict(tensors=batch, non_tensors=non_tensors, meta_info={"temperature": 0.7})
 
 
@@ -164,8 +173,8 @@ def reference_outputs(model: torch.nn.Module, data: DataProto, temperature: floa
     position_ids = batch["position_ids"]
     kwargs = {}
     if "multi_modal_inputs" in data.non_tensor_batch:
-        rows = list(data.non_tensor_batch["multi_modal_inputs"])
-        kwargs = {key: torch.cat([row[key] for row in rows]) for key in rows[0]}
+        rows = [row for row in data.non_tensor_batch["multi_modal_inputs"] if row]
+        kwargs = {key: torch.cat([row[key] for row in rows]) for key in (rows[0] if rows else {})}
     logits = model(
         input_ids=batch["input_ids"],
         attention_mask=batch["attention_mask"],

@@ -235,6 +235,18 @@ def _run_vl_actor(rank: int, world_size: int, port: int, model_dir: str) -> None
     check_log_probs(model, local, reference)
     check_gradients(model, local, full, ref_model, modes={"padded": MODES["padded"], "dynamic": MODES["dynamic"]})
 
+    # A mixed dataset: rank 0's rows have images, rank 1's are text only. Rank 1 still runs the vision tower (on a
+    # dummy image) so both ranks issue the same FSDP collectives; without that the ranks wait for each other forever.
+    mixed = make_vl_batch(ref_model, processor, seed=1, batch_size=4, text_only_rows=(2, 3))
+    process_multi_modal_inputs(mixed, processor)
+    local = mixed.chunk(world_size)[rank]
+    assert all(row is None for row in local.non_tensor_batch["multi_modal_data"]) == (rank == 1)
+    with torch.no_grad():
+        reference = reference_outputs(ref_model, local, TEMPERATURE)
+    check_log_probs(model, local, reference, modes={"padded": MODES["padded"], "dynamic": MODES["dynamic"]})
+    check_gradients(model, local, mixed, ref_model, modes={"padded": MODES["padded"]})
+    local = full.chunk(world_size)[rank]
+
     # freeze_vision_tower: the tower gets no gradient and no optimizer state; the language model moves.
     frozen = create_fsdp_model(
         ModelConfig(model_path=model_dir, freeze_vision_tower=True), FSDPConfig(), mesh, torch.device("cpu")

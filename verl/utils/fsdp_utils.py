@@ -15,7 +15,9 @@
 
 `create_fsdp_model` is the recipe a worker follows: build the model on the meta device on every rank (rank 0 also
 reads the checkpoint), freeze the vision tower if asked, switch on gradient checkpointing, shard every decoder layer,
-the vision blocks, the vision tower and the root with `fully_shard`, then stream rank 0's weights to the shards. The
+the vision blocks, the vision tower and the root with `fully_shard` (with more than one rank, a VLM then runs its
+vision tower in every forward, on a dummy image for text-only batches, so that all ranks issue the same collectives),
+then stream rank 0's weights to the shards. The
 checkpoint is read once, and no rank holds a second full copy.
 
 Precision: on CUDA the parameters stay fp32 (master weights) and compute runs in `mp_param_dtype` (bf16) through a
@@ -33,7 +35,13 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-from verl.utils.model_utils import build_model, enable_gradient_checkpointing, freeze_vision_tower, get_vision_tower
+from verl.utils.model_utils import (
+    build_model,
+    enable_gradient_checkpointing,
+    freeze_vision_tower,
+    get_vision_tower,
+    run_vision_tower_in_every_forward,
+)
 
 
 if TYPE_CHECKING:  # utils must not import workers at runtime (dependency direction: workers -> utils)
@@ -192,6 +200,8 @@ def create_fsdp_model(
     if model_config.enable_gradient_checkpointing:
         enable_gradient_checkpointing(model)
     apply_fsdp2(model, mesh, fsdp_config, is_cpu)
+    if dist.get_world_size() > 1:  # ranks with and without images must all run the tower's collectives
+        run_vision_tower_in_every_forward(model)
     if rank0_init:
         param_device = torch.device("cpu") if fsdp_config.enable_cpu_offload else device
         load_weights_from_rank0(model, full_model, param_device)

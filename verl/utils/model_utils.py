@@ -153,6 +153,66 @@ def get_vision_tower(model: nn.Module) -> nn.Module | None:
     return None
 
 
+def get_language_model(model: nn.Module) -> nn.Module | None:
+    """The text decoder a vision-language model feeds its image embeddings into (`language_model`), or None."""
+    for owner in (getattr(model, "model", None), model):
+        language_model = getattr(owner, "language_model", None) if owner is not None else None
+        if isinstance(language_model, nn.Module):
+            return language_model
+    return None
+
+
+def dummy_vision_inputs(tower: nn.Module, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The smallest input a Qwen-VL vision tower accepts: one merged token (merge x merge black patches)."""
+    embed, merge = tower.patch_embed, tower.spatial_merge_size
+    patch_dim = embed.in_channels * embed.temporal_patch_size * embed.patch_size**2
+    dtype = next(tower.parameters()).dtype
+    pixels = torch.zeros(merge * merge, patch_dim, dtype=dtype, device=device)
+    grid_thw = torch.tensor([[1, merge, merge]], dtype=torch.long, device=device)
+    return pixels, grid_thw
+
+
+def run_vision_tower_in_every_forward(model: nn.Module) -> bool:
+    """Make every forward of a vision-language model run its vision tower, with a dummy image if it has none.
+
+    Under FSDP each rank all-gathers the tower's parameters when the tower runs (and reduces its gradients after
+    backward). A rank whose micro-batch is text only would skip those collectives while a rank with images waits in
+    them: the job hangs. A hook before the language model runs the tower on a dummy image when the tower has not run
+    in this forward and adds 0 x its output to the input embeddings, so every rank issues the same collectives in the
+    same order and the tower gets a (zero) gradient. Returns False, doing nothing, for a text model.
+    """
+    tower, language_model = get_vision_tower(model), get_language_model(model)
+    if tower is None or language_model is None:
+        return False
+    if not all(hasattr(tower, name) for name in ("patch_embed", "spatial_merge_size")):
+        raise NotImplementedError(
+            f"{type(model).__name__}: mixing text-only and image batches across ranks needs a dummy input for the "
+            f"vision tower {type(tower).__name__}, which is only written for the Qwen2-VL family."
+        )
+    ran = {"tower": False}
+
+    def on_model(module: nn.Module, args: tuple) -> None:
+        ran["tower"] = False
+
+    def on_tower(module: nn.Module, args: tuple) -> None:
+        ran["tower"] = True
+
+    def on_language_model(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        embeds = kwargs.get("inputs_embeds")
+        if ran["tower"] or embeds is None:
+            return None
+        pixels, grid_thw = dummy_vision_inputs(tower, embeds.device)
+        output = tower(pixels, grid_thw=grid_thw)
+        features = getattr(output, "pooler_output", output)  # after the merger, so every tower weight is used
+        kwargs["inputs_embeds"] = embeds + 0.0 * features.sum().to(embeds.dtype)
+        return args, kwargs
+
+    model.register_forward_pre_hook(on_model)
+    tower.register_forward_pre_hook(on_tower)
+    language_model.register_forward_pre_hook(on_language_model, with_kwargs=True)
+    return True
+
+
 def freeze_vision_tower(model: nn.Module) -> int:
     """Stop gradients into the vision encoder; returns the number of frozen parameters (an error on text models)."""
     tower = get_vision_tower(model)
