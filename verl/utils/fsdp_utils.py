@@ -17,8 +17,7 @@
 reads the checkpoint), freeze the vision tower if asked, switch on gradient checkpointing, shard every decoder layer,
 the vision blocks, the vision tower and the root with `fully_shard` (with more than one rank, a VLM then runs its
 vision tower in every forward, on a dummy image for text-only batches, so that all ranks issue the same collectives),
-then stream rank 0's weights to the shards. The
-checkpoint is read once, and no rank holds a second full copy.
+then stream rank 0's weights to the shards. The checkpoint is read once, and no rank holds a second full copy.
 
 Precision: on CUDA the parameters stay fp32 (master weights) and compute runs in `mp_param_dtype` (bf16) through a
 MixedPrecisionPolicy, unless `torch_dtype=bf16` asks for pure bf16. On the CPU everything is fp32: bf16 matmuls are
