@@ -56,6 +56,7 @@ from verl.trainer.kl import (
     get_kl_controller,
 )
 from verl.trainer.masked_ops import Count, agg_loss, loss_token_counts, masked_mean, masked_var, masked_whiten
+from verl.utils.torch_functional import entropy_from_logits  # re-exported: the entropy bonus' input
 
 
 __all__ = [
@@ -199,12 +200,6 @@ def compute_policy_loss(
     names = ("pg_clipfrac_higher", "pg_clipfrac_lower", "pg_clipfrac_dual", "ppo_kl")
     metrics = dict(zip(names, stats.tolist()))  # one device sync for all metrics
     return pg_loss, metrics
-
-
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of the softmax over the last dim: H = logsumexp(z) - sum_v softmax(z)_v z_v, in float32."""
-    logits = logits.float()
-    return torch.logsumexp(logits, dim=-1) - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
 
 
 def compute_entropy_loss(
