@@ -20,6 +20,7 @@ Each batch is a DataProto (verl.protocol.collate_fn) whose meta_info carries the
 the workers need to rebuild the same image tokens.
 """
 
+import warnings
 from typing import Any
 
 import torch
@@ -30,6 +31,11 @@ from torchdata.stateful_dataloader.sampler import RandomSampler
 from ..protocol import DataProto, collate_fn
 from ..utils.dataset import RLHFDataset
 from .config import DataConfig
+
+
+# torchdata's StatefulDataLoader calls torch.set_vital, deprecated in torch 2.13: one warning per epoch and per
+# validation, on every run, about nothing the user can change.
+warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
 
 
 class BatchCollator:
