@@ -18,6 +18,7 @@ import importlib.util
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 
@@ -76,7 +77,7 @@ def test_warm_start_teaches_the_format_but_not_the_answer(data_dir, tmp_path):
     warm_start = load_example("warm_start")
     built = get_or_build_tiny_model("qwen2_5_vl", str(tmp_path / "cache"), min_pixels=3136, max_pixels=3136)
     model_dir = tmp_path / "model"
-    subprocess.run(["cp", "-r", built, str(model_dir)], check=True)
+    shutil.copytree(built, model_dir)
     script = os.path.join(REPO, "examples", "cpu_quickstart", "warm_start.py")
     cmd = [sys.executable, script, "--model", str(model_dir), "--data", str(data_dir / "train.jsonl")]
     subprocess.run([*cmd, "--steps", "20", "--batch-size", "8"], check=True, capture_output=True)

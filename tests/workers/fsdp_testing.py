@@ -136,9 +136,8 @@ def make_vl_batch(
             text = f"<|im_start|>user\n{words}<|im_end|>\n"
         else:
             text = f"<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>{words}<|im_end|>\n"
-        prompt = processor(text=[text], images=None if image is None else [image], return_tensors="pt")["input_ids"][
-            0
-        ].tolist()
+        encoded = processor(text=[text], images=None if image is None else [image], return_tensors="pt")
+        prompt = encoded["input_ids"][0].tolist()
         if len(prompt) > prompt_len:
             raise ValueError(f"test prompt of {len(prompt)} tokens exceeds prompt_len={prompt_len}")
         length = response_len if row == 0 else int(torch.randint(1, response_len + 1, (1,), generator=generator))

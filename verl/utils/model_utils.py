@@ -198,9 +198,14 @@ def run_vision_tower_in_every_forward(model: nn.Module) -> bool:
         ran["tower"] = True
 
     def on_language_model(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-        embeds = kwargs.get("inputs_embeds")
-        if ran["tower"] or embeds is None:
+        if ran["tower"]:
             return None
+        embeds = kwargs.get("inputs_embeds")
+        if embeds is None:
+            raise NotImplementedError(
+                f"{type(model).__name__} calls its language model without inputs_embeds, so a text-only batch cannot "
+                "run the vision tower on a dummy image; FSDP ranks with and without images would deadlock."
+            )
         pixels, grid_thw = dummy_vision_inputs(tower, embeds.device)
         output = tower(pixels, grid_thw=grid_thw)
         features = getattr(output, "pooler_output", output)  # after the merger, so every tower weight is used
