@@ -186,3 +186,30 @@ def test_worker_reads_rank_environment(monkeypatch):
     monkeypatch.delenv("RANK")
     with pytest.raises(WorkerEnvError, match="RANK is not set"):
         Worker()
+
+
+class MetaDeviceWorker:
+    """A worker whose device is `meta`: the boundary must hand it meta tensors (a stand-in for cuda on a CPU host)."""
+
+    device = torch.device("meta")
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def describe(self, data: DataProto, scale: float = 1.0) -> DataProto:
+        assert data.batch["x"].device.type == "meta"
+        assert data.non_tensor_batch["uid"][0] == "u0" and data.meta_info["temperature"] == 0.7
+        return DataProto.from_dict(tensors={"shape": torch.tensor(data.batch["x"].shape) * scale})
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def plain(self, value: int) -> int:
+        return value + 1
+
+
+def test_registered_methods_receive_batches_on_the_worker_device_and_return_cpu():
+    worker, batch = MetaDeviceWorker(), make_batch(3)
+    result = worker.describe(batch, scale=2.0)
+    assert result.batch["shape"].device.type == "cpu" and result.batch["shape"].tolist() == [6, 4]
+    assert batch.batch["x"].device.type == "cpu"  # the caller's batch is not moved
+    assert worker.plain(1) == 2
+    assert get_register_spec(MetaDeviceWorker.describe).dispatch_mode is Dispatch.DP_COMPUTE_PROTO
+    with pytest.raises(AssertionError):  # a CPU worker gets CPU tensors: the assertion above can fail
+        MetaDeviceWorker.describe(type("CPUWorker", (), {"device": torch.device("cpu")})(), batch)

@@ -199,6 +199,46 @@ def test_hub_ids_are_not_local_paths(files):
 def test_not_implemented_knobs_are_refused(files):
     with pytest.raises(NotImplementedError, match="LoRA"):
         load_config([*base_args(files), "worker.actor.model.lora.rank=8"])
+    with pytest.raises(NotImplementedError, match="worker.hybrid_engine=false"):
+        load_config([*base_args(files), "worker.hybrid_engine=false"])
+
+
+@pytest.mark.parametrize(
+    ("override", "pattern"),
+    [
+        (
+            ["worker.actor.fsdp.enable_cpu_offload=true", "worker.actor.offload.offload_params=true"],
+            r"worker.actor.fsdp.enable_cpu_offload and worker.actor.offload.offload_params",
+        ),
+        (
+            ["worker.ref.fsdp.enable_cpu_offload=true", "worker.ref.offload.offload_params=true"],
+            r"worker.ref.fsdp.enable_cpu_offload",
+        ),
+        (["worker.actor.model.attn_implementation=flash"], r"worker.actor.model.attn_implementation.*varlen"),
+    ],
+)
+def test_gpu_settings_are_checked(files, override, pattern):
+    with pytest.raises(ConfigError, match=pattern):
+        load_config([*base_args(files), *override])
+    config = load_config([*base_args(files), "worker.actor.offload.offload_params=true"])
+    assert config.worker.actor.offload.offload_params
+
+
+def test_unsupported_vision_language_models_are_refused_by_name(files):
+    import json
+
+    (files / "model" / "config.json").write_text(json.dumps({"model_type": "qwen3_vl", "vision_config": {}}))
+    with pytest.raises(NotImplementedError, match=r"'qwen3_vl' vision-language model.*qwen2_5_vl"):
+        load_config(base_args(files))
+    (files / "model" / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl", "vision_config": {}}))
+    assert load_config(base_args(files)).worker.actor.model.model_path == str(files / "model")
+
+
+def test_supported_vision_language_types_match_the_rope_index():
+    from verl.utils.rope_index import MROPE_MODEL_CLASSES
+    from verl.workers.actor.config import VISION_LANGUAGE_MODEL_TYPES
+
+    assert set(VISION_LANGUAGE_MODEL_TYPES) == set(MROPE_MODEL_CLASSES)
 
 
 def test_every_field_has_a_docstring():

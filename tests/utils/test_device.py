@@ -44,7 +44,7 @@ def test_cuda_without_gpu_fails_with_the_fix():
 def test_cpu_device_uses_gloo_and_cpu_no_ops():
     assert device.set_device_type("cpu") == "cpu"
     assert device.is_cpu() and device.get_local_device(3) == torch.device("cpu")
-    assert device.get_dist_backend() == "gloo" and device.get_dist_backend("cuda") == "nccl"
+    assert device.get_dist_backend() == "gloo" and device.get_dist_backend("cuda") == "cpu:gloo,cuda:nccl"
     device.synchronize()
     device.empty_cache()
     stats = device.memory_stats()

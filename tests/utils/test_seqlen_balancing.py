@@ -18,7 +18,13 @@ import pytest
 import torch
 
 from verl.protocol import DataProto
-from verl.utils.seqlen_balancing import balance_batch, dynamic_micro_batches, karmarkar_karp, restore_order
+from verl.utils.seqlen_balancing import (
+    balance_batch,
+    dynamic_micro_batches,
+    karmarkar_karp,
+    padded_micro_batches,
+    restore_order,
+)
 
 
 def sums(sizes, partitions):
@@ -104,3 +110,26 @@ def test_balance_batch_accepts_numpy_permutation_on_dataproto():
     data = DataProto.from_dict(tensors={"attention_mask": torch.ones(4, 2, dtype=torch.long)})
     balance_batch(data, world_size=4)
     assert len(data) == 4 and np.all(data.batch["attention_mask"].numpy() == 1)
+
+
+def test_padded_micro_batches_budget_padded_tokens_and_group_similar_lengths():
+    rng = random.Random(0)
+    prompts = [rng.randint(4, 32) for _ in range(40)]
+    responses = [rng.choice([2, 3, 60, 64]) for _ in range(40)]
+    budget = 4 * 96
+    parts = padded_micro_batches(prompts, responses, budget)
+    assert sorted(i for part in parts for i in part) == list(range(40))
+    costs = [len(part) * (max(prompts[i] for i in part) + max(responses[i] for i in part)) for part in parts]
+    assert max(costs) <= budget and costs == sorted(costs, reverse=True)
+    # Short rows are grouped apart from long ones, so the padded cost is far below 40 rows x the longest row.
+    assert sum(costs) < 0.75 * 40 * max(p + r for p, r in zip(prompts, responses))
+    order = restore_order(parts)
+    flat = torch.tensor([i for part in parts for i in part])
+    assert torch.equal(flat[order], torch.arange(40))
+
+
+def test_padded_micro_batches_errors_name_the_fix():
+    with pytest.raises(ValueError, match="raise micro_batch_size_per_device"):
+        padded_micro_batches([10], [100], 64)
+    with pytest.raises(ValueError, match="no samples"):
+        padded_micro_batches([], [], 64)

@@ -23,11 +23,13 @@
 validates everything that can be checked before Ray starts; each error names the key and what to change.
 """
 
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..utils.config import ConfigError, load_yaml, merge_config, parse_dotlist, set_keys
+from ..workers.actor.config import ATTN_IMPLEMENTATIONS, VISION_LANGUAGE_MODEL_TYPES
 from ..workers.config import WorkerConfig
 from ..workers.reward import RewardFunctionLoadError, check_reward_function
 from . import algo_constants
@@ -305,6 +307,12 @@ def _check_names(config: PPOConfig) -> None:
         _choice(f"worker.{role}.optim.strategy", section.optim.strategy, ("adamw", "adamw_bf16"))
         _choice(f"worker.{role}.optim.lr_scheduler_type", section.optim.lr_scheduler_type, ("constant", "cosine"))
         _choice(f"worker.{role}.fsdp.torch_dtype", section.fsdp.torch_dtype, (None, "fp32", "bf16", "fp16"))
+        _choice(f"worker.{role}.model.attn_implementation", section.model.attn_implementation, ATTN_IMPLEMENTATIONS)
+        if section.fsdp.enable_cpu_offload and section.offload.offload_params:
+            raise ConfigError(
+                f"worker.{role}.fsdp.enable_cpu_offload and worker.{role}.offload.offload_params both offload the "
+                "parameters; keep one (offload_params frees the device between phases, enable_cpu_offload always)."
+            )
         if section.ulysses_size != 1:
             raise NotImplementedError(
                 f"worker.{role}.ulysses_size={section.ulysses_size}: Ulysses sequence "
@@ -315,6 +323,17 @@ def _check_names(config: PPOConfig) -> None:
                 f"worker.{role}.model.lora.rank={section.model.lora.rank}: LoRA is not "
                 "implemented yet; set it to 0 for full fine-tuning."
             )
+    ref = config.worker.ref
+    if ref.fsdp.enable_cpu_offload and ref.offload.offload_params:
+        raise ConfigError(
+            "worker.ref.fsdp.enable_cpu_offload and worker.ref.offload.offload_params both offload the parameters; "
+            "keep one."
+        )
+    if not config.worker.hybrid_engine:
+        raise NotImplementedError(
+            "worker.hybrid_engine=false (rollout on separate workers) is not implemented; the actor, rollout and "
+            "reference share each device. Set it to true."
+        )
     _choice("worker.rollout.name", config.worker.rollout.name, ("vllm",))
     _choice(
         "worker.rollout.dtype",
@@ -436,6 +455,7 @@ def _check_paths(config: PPOConfig) -> None:
         model = _get(config.worker, role).model
         _check_path(f"worker.{role}.model.model_path", model.model_path, "directory", allow_hub=True)
         _check_path(f"worker.{role}.model.tokenizer_path", model.tokenizer_path, "directory", allow_hub=True)
+        _check_model_type(f"worker.{role}.model.model_path", model.model_path)
     reward = config.worker.reward
     if reward.reward_function:
         try:  # loads the file once (no torch, no Ray): catches a missing file, function, package or bad kwargs
@@ -447,6 +467,24 @@ def _check_paths(config: PPOConfig) -> None:
         _check_path("trainer.load_checkpoint_path", path, "directory")
         if not os.path.basename(os.path.normpath(path)).startswith("global_step_"):
             raise ConfigError(f"trainer.load_checkpoint_path='{path}' must be a global_step_N directory.")
+
+
+def _check_model_type(key: str, path: str | None) -> None:
+    """Refuse a local vision-language model whose family the trainer does not support (e.g. Qwen3-VL)."""
+    config_file = os.path.join(path, "config.json") if path else ""
+    if not os.path.isfile(config_file):
+        return  # a hub id: the worker checks it when it loads the config
+    try:
+        with open(config_file, encoding="utf-8") as file:
+            model_config = json.load(file)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{key}: cannot read '{config_file}' as JSON: {err}.") from None
+    model_type = model_config.get("model_type")
+    if "vision_config" in model_config and model_type not in VISION_LANGUAGE_MODEL_TYPES:
+        raise NotImplementedError(
+            f"{key}='{path}' is a {model_type!r} vision-language model, which is not supported yet (its position ids "
+            f"and vision tower differ); supported vision-language models: {', '.join(VISION_LANGUAGE_MODEL_TYPES)}."
+        )
 
 
 def validate_config(config: PPOConfig) -> None:

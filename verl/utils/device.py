@@ -72,8 +72,13 @@ def is_cpu() -> bool:
 
 
 def get_dist_backend(device_type: str | None = None) -> str:
-    """The torch.distributed backend for the device: nccl for CUDA, gloo for the CPU."""
-    return "nccl" if (device_type or get_device_type()) == "cuda" else "gloo"
+    """The torch.distributed backend: gloo on the CPU; on CUDA nccl for device tensors and gloo for host tensors.
+
+    With "cpu:gloo,cuda:nccl" a collective runs on the backend of its tensor's device, so small bookkeeping
+    reductions (token counts, metric sums, micro-batch counts) may stay on the host, as they do on the CPU, and
+    there is one code path for both devices. Sub-groups (device meshes) inherit the pair.
+    """
+    return "cpu:gloo,cuda:nccl" if (device_type or get_device_type()) == "cuda" else "gloo"
 
 
 def get_local_device(local_rank: int | None = None) -> torch.device:

@@ -236,27 +236,21 @@ def clip_grad_norm(model: nn.Module, max_norm: float) -> torch.Tensor:
 
 @torch.no_grad()
 def offload_fsdp_model(model: nn.Module) -> None:
-    """Move the parameter shards (and gradients) to CPU memory between phases; a no-op on the CPU.
+    """Move the parameter shards and buffers to CPU memory between phases; a no-op for a model already there.
 
-    Used on GPU to free device memory for the rollout engine while the actor is idle.
+    `Module.to` is what FSDP2 supports for this: its `_apply` re-registers the moved shards, so the next forward
+    gathers them normally once `load_fsdp_model` has brought them back. Gradients are always freed between phases
+    (the optimizer step sets them to None), so only parameters and buffers move.
     """
     if isinstance(model, FSDPModule):
         model.reshard()
-    for param in model.parameters():
-        if param.device.type != "cpu":
-            param.data = param.data.to("cpu", non_blocking=True)
-            if param.grad is not None:
-                param.grad = param.grad.to("cpu", non_blocking=True)
+    model.to("cpu")
 
 
 @torch.no_grad()
 def load_fsdp_model(model: nn.Module, device: torch.device) -> None:
-    """Bring offloaded parameter shards (and gradients) back to `device`; a no-op when already there."""
-    for param in model.parameters():
-        if param.device != device:
-            param.data = param.data.to(device, non_blocking=True)
-            if param.grad is not None:
-                param.grad = param.grad.to(device, non_blocking=True)
+    """Bring offloaded parameter shards and buffers back to `device`; a no-op when already there."""
+    model.to(device)
 
 
 @torch.no_grad()

@@ -68,18 +68,38 @@ def _auto_class(config: PretrainedConfig) -> type:
     return AutoModelForImageTextToText if is_vision_language(config) else AutoModelForCausalLM
 
 
-def default_attn_implementation() -> str:
-    """flash_attention_2 on CUDA when flash-attn is installed (exact varlen kernels for packed sequences), else sdpa."""
-    from verl.utils.device import get_device_type
+def resolve_attn_implementation(requested: str = "auto") -> str:
+    """The transformers attention implementation for `model.attn_implementation`.
 
-    if get_device_type() == "cuda":
+    auto and varlen give the project's packed-sequence attention (registered with transformers on first use):
+    torch's varlen kernel on CUDA, one sdpa call per sequence elsewhere, sdpa for padded rows. flash_attention_2/3
+    need the flash-attn package; sdpa and eager are passed through.
+    """
+    if requested in ("auto", "varlen"):
+        from verl.models.packed_attention import PACKED_ATTENTION, register_packed_attention
+
+        register_packed_attention()
+        return PACKED_ATTENTION
+    if requested.startswith("flash_attention"):
         try:
             import flash_attn  # noqa: F401
-
-            return "flash_attention_2"
         except ImportError:
-            pass
-    return "sdpa"
+            raise ImportError(
+                f"model.attn_implementation={requested} needs the flash-attn package, which is not installed; "
+                "install it or use auto (exact packed attention without flash-attn)."
+            ) from None
+    return requested
+
+
+def check_supported_model(config: PretrainedConfig, model_path: str | None) -> None:
+    """Refuse a vision-language model family the trainer has no position ids and vision-tower support for."""
+    from verl.utils.rope_index import MROPE_MODEL_CLASSES
+
+    if is_vision_language(config) and config.model_type not in MROPE_MODEL_CLASSES:
+        raise NotImplementedError(
+            f"Model '{model_path}' is a {config.model_type!r} vision-language model, which is not supported yet; "
+            f"supported vision-language models: {', '.join(MROPE_MODEL_CLASSES)}."
+        )
 
 
 def build_model(
@@ -97,8 +117,9 @@ def build_model(
     never uses it, and with it on, packed sequences are silently attended across their boundaries.
     """
     config = load_model_config(model_config)
+    check_supported_model(config, model_config.model_path)
     model_class = _auto_class(config)
-    attn = attn_implementation or default_attn_implementation()
+    attn = resolve_attn_implementation(attn_implementation or model_config.attn_implementation)
     kwargs = {"dtype": dtype, "attn_implementation": attn, "trust_remote_code": model_config.trust_remote_code}
     if device == "meta":
         with torch.device("meta"):

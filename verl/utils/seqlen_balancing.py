@@ -105,19 +105,71 @@ def dynamic_micro_batches(
     while num < len(lens) and max(sum(lens[i] for i in part) for part in partitions) > max_token_len:
         num += 1
         partitions = karmarkar_karp(lens, num)
-    if dist.is_available() and dist.is_initialized():
-        count = torch.tensor([num], dtype=torch.int64)
-        dist.all_reduce(count, op=dist.ReduceOp.MAX, group=group)
-        if int(count.item()) > len(lens):
-            raise ValueError(
-                f"Another rank needs {int(count.item())} micro-batches but this rank has only {len(lens)} samples; "
-                "give every rank the same number of samples."
-            )
-        if int(count.item()) != num:
-            num = int(count.item())
-            partitions = karmarkar_karp(lens, num)
+    target = _group_max_count(num, len(lens), group)
+    if target != num:
+        num = target
+        partitions = karmarkar_karp(lens, num)
     partitions.sort(key=lambda part: -sum(lens[i] for i in part))
     return partitions
+
+
+def padded_micro_batches(
+    prompt_lens: Sequence[int] | torch.Tensor,
+    response_lens: Sequence[int] | torch.Tensor,
+    max_token_len: int,
+    group: dist.ProcessGroup | None = None,
+) -> list[list[int]]:
+    """Micro-batches for a padded forward: rows of similar length together, each within `max_token_len` padded tokens.
+
+    A padded micro-batch costs rows x (longest prompt + longest response) of its rows, padding included, so rows
+    are taken longest first and a micro-batch grows while that product fits the budget. Under torch.distributed every
+    rank then splits its most expensive micro-batches until it has the group's largest count (FSDP needs the same
+    number of forwards everywhere). Ordered most expensive first; `restore_order` undoes the permutation.
+    """
+    prompts = [int(x) for x in (prompt_lens.tolist() if isinstance(prompt_lens, torch.Tensor) else prompt_lens)]
+    responses = [
+        int(x) for x in (response_lens.tolist() if isinstance(response_lens, torch.Tensor) else response_lens)
+    ]
+    if not prompts:
+        raise ValueError("padded_micro_batches got no samples; every rank needs at least one.")
+
+    def cost(part: list[int]) -> int:
+        return len(part) * (max(prompts[i] for i in part) + max(responses[i] for i in part))
+
+    order = sorted(range(len(prompts)), key=lambda i: (-(prompts[i] + responses[i]), i))
+    partitions: list[list[int]] = []
+    for index in order:
+        if partitions and cost(partitions[-1] + [index]) <= max_token_len:
+            partitions[-1].append(index)
+        else:
+            if prompts[index] + responses[index] > max_token_len:
+                raise ValueError(
+                    f"A sample has {prompts[index] + responses[index]} tokens but the micro-batch token budget is "
+                    f"{max_token_len}; raise micro_batch_size_per_device_for_update / _for_experience (the budget is "
+                    "that times the max length)."
+                )
+            partitions.append([index])
+    target = _group_max_count(len(partitions), len(prompts), group)
+    while len(partitions) < target:  # halve the most expensive splittable micro-batch
+        largest = max((part for part in partitions if len(part) > 1), key=cost)
+        partitions.remove(largest)
+        partitions += [largest[: len(largest) // 2], largest[len(largest) // 2 :]]
+    partitions.sort(key=lambda part: -cost(part))
+    return [sorted(part) for part in partitions]
+
+
+def _group_max_count(count: int, num_samples: int, group: dist.ProcessGroup | None) -> int:
+    """The largest micro-batch count of the process group (this rank's count outside torch.distributed)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return count
+    total = torch.tensor([count], dtype=torch.int64)
+    dist.all_reduce(total, op=dist.ReduceOp.MAX, group=group)
+    if int(total.item()) > num_samples:
+        raise ValueError(
+            f"Another rank needs {int(total.item())} micro-batches but this rank has only {num_samples} samples; "
+            "give every rank the same number of samples."
+        )
+    return int(total.item())
 
 
 def restore_order(partitions: Sequence[Sequence[int]]) -> torch.Tensor:

@@ -67,7 +67,8 @@ class RewardConfig:
 @dataclass
 class WorkerConfig:
     hybrid_engine: bool = True
-    """Colocate the actor, the rollout engine and the reference model in one process per device."""
+    """Colocate the actor, the rollout engine and the reference model in one process per device (the only layout
+    implemented: false, separate rollout workers, is refused at validation)."""
     actor: ActorConfig = field(default_factory=ActorConfig)
     """The policy being trained."""
     critic: CriticConfig = field(default_factory=CriticConfig)

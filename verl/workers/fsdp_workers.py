@@ -18,12 +18,19 @@
     critic              the value model (FSDP2 + optimizer), for gae
 
 Colocated roles share the process (create_colocated_worker_cls), the torch.distributed world and the devices.
-Each registered method is one RPC of docs/data_flow.md; the driver calls it on the whole group.
+Each registered method is one RPC of docs/data_flow.md; the driver calls it on the whole group. Batches arrive on
+the worker's device and results leave on the CPU (the device boundary of `@register`).
+
+Offloading (`offload.offload_params` / `offload.offload_optimizer` of each role): the parameters (and Adam states)
+live in CPU memory between phases and come to the device only for the phase that uses them (`_resident`), so the
+rollout engine has the device to itself while it generates. On the CPU these moves are no-ops.
 """
 
+import contextlib
 import copy
 import logging
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -34,9 +41,18 @@ from ..single_controller.base.decorator import Dispatch, register
 from ..single_controller.base.worker import Worker
 from ..utils import device as device_utils
 from ..utils.checkpoint import FSDPCheckpointManager
-from ..utils.fsdp_utils import build_device_mesh, create_fsdp_model
+from ..utils.fsdp_utils import (
+    build_device_mesh,
+    create_fsdp_model,
+    load_fsdp_model,
+    load_optimizer,
+    offload_fsdp_model,
+    offload_optimizer,
+    to_torch_dtype,
+)
 from ..utils.optim import build_lr_scheduler, build_optimizer
 from ..utils.tokenizer import get_processor, get_tokenizer
+from .actor.config import OffloadConfig
 from .actor.dp_actor import DataParallelPPOActor, process_multi_modal_inputs
 from .config import WorkerConfig
 from .critic.dp_critic import DataParallelPPOCritic
@@ -69,7 +85,26 @@ class FSDPWorker(Worker):
         mesh = build_device_mesh(dist.get_world_size(), section.fsdp.fsdp_size, self.device_type)
         module = create_fsdp_model(section.model, section.fsdp, mesh, self.device, value_head=value_head)
         optimizer = build_optimizer(module, section.optim)
+        if section.offload.offload_params:
+            offload_fsdp_model(module)
         return module, optimizer, build_lr_scheduler(optimizer, section.optim)
+
+    @contextlib.contextmanager
+    def _resident(self, module: torch.nn.Module, offload: OffloadConfig, optimizer: Any = None) -> Iterator[None]:
+        """Keep `module` (and `optimizer`'s states) on the device for one phase; offload them again after it."""
+        if offload.offload_params:
+            load_fsdp_model(module, self.device)
+        if optimizer is not None and offload.offload_optimizer:
+            load_optimizer(optimizer, self.device)
+        try:
+            yield
+        finally:
+            if optimizer is not None and offload.offload_optimizer:
+                offload_optimizer(optimizer)
+            if offload.offload_params:
+                offload_fsdp_model(module)
+            if offload.offload_params or offload.offload_optimizer:
+                device_utils.empty_cache()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
@@ -97,8 +132,13 @@ class FSDPWorker(Worker):
             )
         if self.has_ref:
             mesh = build_device_mesh(dist.get_world_size(), config.ref.fsdp.fsdp_size, self.device_type)
-            ref_module = create_fsdp_model(config.actor.model, config.ref.fsdp, mesh, self.device)
+            # A frozen model needs no fp32 master weights: on GPU it is stored in the compute dtype (bf16).
+            ref_dtype = None if self.device_type == "cpu" else to_torch_dtype(config.ref.fsdp.mp_param_dtype)
+            ref_module = create_fsdp_model(config.actor.model, config.ref.fsdp, mesh, self.device, dtype=ref_dtype)
             ref_module.requires_grad_(False)
+            if config.ref.offload.offload_params:
+                offload_fsdp_model(ref_module)
+            self.ref_module = ref_module
             ref_config = copy.deepcopy(config.actor)
             ref_config.micro_batch_size_per_device_for_experience = (
                 config.ref.micro_batch_size_per_device_for_experience
@@ -111,7 +151,9 @@ class FSDPWorker(Worker):
             from .sharding_manager.fsdp_vllm import FSDPVLLMShardingManager
 
             self.rollout = VLLMRollout(config.actor.model.model_path, config.rollout, self.tokenizer, self.processor)
-            self.sharding_manager = FSDPVLLMShardingManager(self.actor_module, self.rollout)
+            self.sharding_manager = FSDPVLLMShardingManager(
+                self.actor_module, self.rollout, offload_params=config.actor.offload.offload_params, device=self.device
+            )
 
     # ------------------------------------------------------------------------------------------------ rollout
 
@@ -135,19 +177,23 @@ class FSDPWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_probs(self, data: DataProto) -> DataProto:
         process_multi_modal_inputs(data, self.processor)
-        log_probs = self.actor.compute_log_probs(data, temperature=self._temperature(data))
+        with self._resident(self.actor_module, self.config.actor.offload):
+            log_probs = self.actor.compute_log_probs(data, temperature=self._temperature(data))
         return DataProto.from_dict(tensors={"old_log_probs": log_probs})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_probs(self, data: DataProto) -> DataProto:
         process_multi_modal_inputs(data, self.processor)
-        log_probs = self.ref.compute_log_probs(data, temperature=self._temperature(data))
+        with self._resident(self.ref_module, self.config.ref.offload):
+            log_probs = self.ref.compute_log_probs(data, temperature=self._temperature(data))
         return DataProto.from_dict(tensors={"ref_log_probs": log_probs})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
         process_multi_modal_inputs(data, self.processor)
-        return DataProto.from_dict(tensors={"values": self.critic.compute_values(data)})
+        with self._resident(self.critic_module, self.config.critic.offload):
+            values = self.critic.compute_values(data)
+        return DataProto.from_dict(tensors={"values": values})
 
     # ------------------------------------------------------------------------------------------------ updates
 
@@ -155,7 +201,8 @@ class FSDPWorker(Worker):
     def update_actor(self, data: DataProto) -> DataProto:
         process_multi_modal_inputs(data, self.processor)
         data.meta_info.setdefault("temperature", self.config.rollout.temperature)
-        metrics = self.actor.update_policy(data)
+        with self._resident(self.actor_module, self.config.actor.offload, self.actor_optimizer):
+            metrics = self.actor.update_policy(data)
         metrics["actor/lr"] = self.actor_lr_scheduler.get_last_lr()[0]
         self.actor_lr_scheduler.step()
         return DataProto(meta_info={"metrics": metrics})
@@ -163,23 +210,32 @@ class FSDPWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
         process_multi_modal_inputs(data, self.processor)
-        metrics = self.critic.update_critic(data)
+        with self._resident(self.critic_module, self.config.critic.offload, self.critic_optimizer):
+            metrics = self.critic.update_critic(data)
         metrics["critic/lr"] = self.critic_lr_scheduler.get_last_lr()[0]
         self.critic_lr_scheduler.step()
         return DataProto(meta_info={"metrics": metrics})
 
     # ------------------------------------------------------------------------------------------------ checkpoints
 
+    def _checkpointed(self) -> contextlib.AbstractContextManager:
+        """The trained module and its optimizer on the device while a checkpoint is written or read."""
+        if self.has_critic:
+            return self._resident(self.critic_module, self.config.critic.offload, self.critic_optimizer)
+        return self._resident(self.actor_module, self.config.actor.offload, self.actor_optimizer)
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, path: str, save_model_only: bool = False) -> None:
         # the rollout's call counter seeds its requests: restoring it makes a resumed run sample as an unbroken one
         extra = {"rollout_generate_calls": self.rollout.generate_calls} if self.has_rollout else {}
-        self.checkpoint_manager.save(path, extra_state=extra, save_model_only=save_model_only)
+        with self._checkpointed():
+            self.checkpoint_manager.save(path, extra_state=extra, save_model_only=save_model_only)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, path: str) -> None:
         if not os.path.isdir(path):
             raise FileNotFoundError(f"Checkpoint directory '{path}' does not exist.")
-        extra = self.checkpoint_manager.load(path)
+        with self._checkpointed():
+            extra = self.checkpoint_manager.load(path)
         if self.has_rollout and "rollout_generate_calls" in extra:
             self.rollout.generate_calls = extra["rollout_generate_calls"]

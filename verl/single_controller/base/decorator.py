@@ -32,12 +32,20 @@ without any processes.
 |                   | world size); other arguments as-is                         |                                 |
 | DP_COMPUTE_METRIC | as DP_COMPUTE_PROTO                                        | list of per-rank results        |
 | RANK_ZERO         | the same arguments                                         | rank 0's result                 |
+
+The device boundary: inside the worker, a registered method receives its DataProto arguments on the worker's
+device (the worker's `device` attribute, e.g. cuda:0) and its DataProto result goes back on the CPU. This is the one
+place where batches cross between host and accelerator, so worker code never moves a batch itself and the driver
+never receives device tensors. Workers without a `device` attribute, or on the CPU, are called unchanged.
 """
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar
+
+import torch
 
 from ...protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
 
@@ -85,8 +93,8 @@ def register(
     """Mark a worker method as callable through a WorkerGroup.
 
     blocking=False makes the group method return a future at once (its `.get()` gives the collected result), so
-    the driver can start work on several groups before waiting on any. The function itself is returned unchanged,
-    so it still runs normally inside the worker process.
+    the driver can start work on several groups before waiting on any. Inside the worker process the function runs
+    as written, behind the device boundary described in the module docstring.
     """
     if not isinstance(dispatch_mode, Dispatch):
         raise TypeError(f"register(dispatch_mode=...) needs a Dispatch member, got {dispatch_mode!r}.")
@@ -100,10 +108,36 @@ def register(
     spec = RegisterSpec(dispatch_mode=dispatch_mode, execute_mode=execute_mode, blocking=bool(blocking))
 
     def decorator(func: F) -> F:
-        setattr(func, REGISTER_ATTR, spec)
-        return func
+        wrapped = _on_worker_device(func)
+        setattr(wrapped, REGISTER_ATTR, spec)
+        return wrapped
 
     return decorator
+
+
+def _proto_to(data: DataProto, device: torch.device) -> DataProto:
+    """A DataProto sharing the non-tensors and meta_info of `data`, its tensors on `device` (the input is untouched)."""
+    if data.batch is None or data.batch.device == device:
+        return data
+    return DataProto(batch=data.batch.to(device), non_tensor_batch=data.non_tensor_batch, meta_info=data.meta_info)
+
+
+def _on_worker_device(func: F) -> F:
+    """Wrap a worker method so DataProto arguments arrive on `self.device` and a DataProto result leaves on the CPU."""
+
+    @functools.wraps(func)
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        device = getattr(self, "device", None)
+        if not isinstance(device, torch.device) or device.type == "cpu":
+            return func(self, *args, **kwargs)
+        args = tuple(_proto_to(value, device) if isinstance(value, DataProto) else value for value in args)
+        kwargs = {
+            key: _proto_to(value, device) if isinstance(value, DataProto) else value for key, value in kwargs.items()
+        }
+        result = func(self, *args, **kwargs)
+        return _proto_to(result, torch.device("cpu")) if isinstance(result, DataProto) else result
+
+    return method  # type: ignore[return-value]
 
 
 def get_register_spec(func: Any) -> RegisterSpec | None:

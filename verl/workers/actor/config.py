@@ -21,6 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+ATTN_IMPLEMENTATIONS: tuple[str, ...] = ("auto", "varlen", "flash_attention_2", "flash_attention_3", "sdpa", "eager")
+"""Values of model.attn_implementation."""
+
+VISION_LANGUAGE_MODEL_TYPES: tuple[str, ...] = ("qwen2_vl", "qwen2_5_vl")
+"""Vision-language model types the trainer supports (3-D rope index, vision-tower hooks); others are refused."""
+
+
 @dataclass
 class LoraConfig:
     rank: int = 0
@@ -47,6 +54,10 @@ class ModelConfig:
     """Allow model code from the checkpoint directory or hub; off by default for safety."""
     freeze_vision_tower: bool = False
     """Keep the vision encoder of a VLM frozen (no gradients, no optimizer state)."""
+    attn_implementation: str = "auto"
+    """Attention of the trained models. auto (and varlen) is the project's exact kernel for packed sequences: torch's
+    varlen_attn on CUDA, one sdpa call per sequence otherwise, sdpa for padded rows; flash_attention_2 needs the
+    flash-attn package; sdpa or eager make padding_free fall back to padded rows (their packed path is a dense mask)."""
     lora: LoraConfig = field(default_factory=LoraConfig)
     """Low-rank adapters."""
 
@@ -78,7 +89,8 @@ class FSDPConfig:
     enable_full_shard: bool = True
     """Shard parameters between forward and backward (ZeRO-3); False keeps them gathered (ZeRO-2)."""
     enable_cpu_offload: bool = False
-    """FSDP2 CPU offload policy: parameters, gradients and optimizer step live on the CPU (GPU only)."""
+    """FSDP2 CPU offload policy: parameters, gradients and the optimizer step live in host memory all the time (each
+    layer is copied to the device for its forward and backward). Excludes offload.offload_params."""
     enable_rank0_init: bool = True
     """Build the model on the meta device and load the weights once, then shard (saves host memory)."""
     torch_dtype: str | None = None
@@ -96,9 +108,10 @@ class FSDPConfig:
 @dataclass
 class OffloadConfig:
     offload_params: bool = False
-    """Move parameters to CPU memory between training phases (GPU only)."""
+    """Keep the parameters in host memory between phases: on the device only for the weight sync, log-probs and the
+    update, so the rollout engine can use that memory. Host and device are the same memory on the CPU."""
     offload_optimizer: bool = False
-    """Move optimizer states to CPU memory between updates (GPU only)."""
+    """Keep the optimizer states in host memory except during the update. Host and device are the same on the CPU."""
 
 
 @dataclass
@@ -132,13 +145,16 @@ class ActorConfig:
     ppo_epochs: int = 1
     """Passes over each rollout batch."""
     padding_free: bool = True
-    """Pack sequences without padding where the attention kernel is exact (flash-attn varlen on GPU)."""
+    """Pack the sequences of a micro-batch into one row without padding, where model.attn_implementation has a varlen
+    kernel (auto, varlen, flash_attention_2); otherwise the forward runs on padded rows."""
     dynamic_batching: bool = True
-    """Build micro-batches by a token budget (length-balanced) instead of a fixed sample count."""
+    """Build micro-batches by a token budget (micro-batch size x max length) instead of a fixed sample count: packed
+    rows count their valid tokens, padded rows count rows x their micro-batch's trimmed width."""
     ulysses_size: int = 1
     """Ulysses sequence-parallel degree; only 1 is implemented."""
     use_torch_compile: bool = True
-    """Compile the log-prob kernel with torch.compile (GPU only)."""
+    """Compile the logits -> log-prob/entropy computation with torch.compile on CUDA; on the CPU it runs eagerly
+    (compiling costs more there than it saves)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """The policy model."""
     optim: OptimConfig = field(default_factory=OptimConfig)

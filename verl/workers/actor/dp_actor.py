@@ -13,14 +13,9 @@
 # limitations under the License.
 """The data-parallel PPO actor: log-probs, entropy and policy updates on an FSDP2-sharded model.
 
-It also serves as the reference policy (no optimizer: only `compute_log_probs`). The module-level helpers turn a
-DataProto of rollouts into model inputs and are shared with the critic:
-
-- `process_multi_modal_inputs` turns raw images/videos into pixel values once per prompt;
-- `make_micro_batches` splits by a fixed sample count or by a token budget (balanced, same count on every rank,
-  original order restorable);
-- `forward_response` runs the model padded or padding-free (all sequences packed into one row, where the attention
-  kernel makes that exact) and returns per-response-token outputs (B, R), zero on padding.
+It also serves as the reference policy (no optimizer: only `compute_log_probs`). Turning a DataProto into model
+inputs (micro-batches, padded or packed forwards, vision inputs) lives in `verl.workers.actor.forward`, shared with
+the critic.
 
 Loss normalisation: every micro-batch loss is divided by the token (or sequence) count of the whole mini-batch
 summed over all micro-batches and all data-parallel ranks, and multiplied by the world size before `backward`
@@ -31,228 +26,57 @@ however the mini-batch was split, which the tests check against a single-process
 import logging
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.fsdp import FSDPModule
 
-from verl.protocol import DataProto, to_object_array
-from verl.trainer.core_algos import (
-    agg_loss,
-    compute_entropy_loss,
-    compute_kl_loss,
-    compute_policy_loss,
-    loss_token_counts,
-)
+from verl.protocol import DataProto
+from verl.trainer.core_algos import agg_loss, compute_entropy_loss, compute_kl_loss, compute_policy_loss
+from verl.utils import device as device_utils
 from verl.utils.fsdp_utils import clip_grad_norm
-from verl.utils.seqlen_balancing import dynamic_micro_batches, restore_order
-from verl.utils.torch_functional import (
-    entropy_from_logits,
-    log_probs_from_logits,
-    positions_from_mask,
-    unpad_input,
-)
+from verl.utils.torch_functional import entropy_from_logits, log_probs_from_logits
 from verl.workers.actor.config import ActorConfig
+from verl.workers.actor.forward import (
+    forward_response,
+    global_loss_counts,
+    make_micro_batches,
+    packing_is_exact,
+    process_multi_modal_inputs,
+    reshard,
+    select_model_inputs,
+)
 
+
+__all__ = ["DataParallelPPOActor", "process_multi_modal_inputs"]
 
 logger = logging.getLogger(__name__)
-
-MODEL_INPUT_KEYS: tuple[str, ...] = ("input_ids", "attention_mask", "position_ids", "responses")
-"""Tensor columns every forward needs (docs/data_flow.md)."""
-
-PACKING_EXACT_ATTENTION: tuple[str, ...] = ("sdpa", "eager", "flash_attention_2", "flash_attention_3")
-"""Attention implementations that honour packed position_ids exactly (block-diagonal mask or varlen kernel).
-flex_attention is left out: it has no backward on the CPU."""
-
-
-# ---------------------------------------------------------------------------------------------- model inputs
-
-
-def process_multi_modal_inputs(data: DataProto, processor: Any) -> None:
-    """Add the non-tensor column `multi_modal_inputs`: per row, the processor's tensors for its images and videos.
-
-    Rows come from `multi_modal_data` ({"images": [...], "videos": [...]} or None). Rows that share a `uid` share
-    the prompt and hence the images, so each prompt is processed once. A batch that already has the column is left
-    as is, which lets a worker process once and reuse the result for old log-probs, reference and update.
-    """
-    if "multi_modal_data" not in data.non_tensor_batch or "multi_modal_inputs" in data.non_tensor_batch:
-        return
-    if processor is None:
-        if any(row for row in data.non_tensor_batch["multi_modal_data"]):
-            raise ValueError(
-                "The batch has images or videos in multi_modal_data but the worker has no processor; use a "
-                "vision-language model whose directory has a preprocessor_config.json."
-            )
-        return  # a text model with an all-empty multi_modal_data column
-    uids = data.non_tensor_batch.get("uid")
-    cache: dict[Any, dict[str, torch.Tensor]] = {}
-    rows = []
-    for index, multi_modal_data in enumerate(data.non_tensor_batch["multi_modal_data"]):
-        key = uids[index] if uids is not None else index
-        if key not in cache:
-            cache[key] = _process_row(multi_modal_data or {}, processor)
-        rows.append(cache[key])
-    data.non_tensor_batch["multi_modal_inputs"] = to_object_array(rows)
-
-
-def _process_row(multi_modal_data: dict[str, Any], processor: Any) -> dict[str, torch.Tensor]:
-    inputs: dict[str, torch.Tensor] = {}
-    images = multi_modal_data.get("images")
-    if images:
-        out = processor.image_processor(images=list(images), return_tensors="pt")
-        inputs.update(pixel_values=out["pixel_values"], image_grid_thw=out["image_grid_thw"])
-    videos = multi_modal_data.get("videos")
-    if videos:
-        out = processor.video_processor(videos=list(videos), return_tensors="pt")
-        inputs.update(pixel_values_videos=out["pixel_values_videos"], video_grid_thw=out["video_grid_thw"])
-    return inputs
-
-
-def _batch_multi_modal_inputs(micro: DataProto) -> dict[str, torch.Tensor]:
-    """Concatenate the rows' vision inputs in row order, the order in which the model fills the image tokens."""
-    if "multi_modal_inputs" not in micro.non_tensor_batch:
-        if any(row for row in micro.non_tensor_batch.get("multi_modal_data", ())):
-            raise ValueError(
-                "The batch has multi_modal_data but no multi_modal_inputs; call "
-                "verl.workers.actor.dp_actor.process_multi_modal_inputs(data, processor) before the forward."
-            )
-        return {}
-    parts: dict[str, list[torch.Tensor]] = defaultdict(list)
-    for row in micro.non_tensor_batch["multi_modal_inputs"]:
-        for key, value in (row or {}).items():
-            parts[key].append(value)
-    return {key: torch.cat(values, dim=0) for key, values in parts.items()}
-
-
-def packing_is_exact(module: nn.Module) -> bool:
-    """Whether the model's attention treats packed sequences exactly (so padding-free equals padded)."""
-    config = getattr(module, "config", None)
-    return getattr(config, "_attn_implementation", None) in PACKING_EXACT_ATTENTION
-
-
-def make_micro_batches(
-    data: DataProto, micro_batch_size: int, dynamic: bool, group: dist.ProcessGroup | None = None
-) -> tuple[list[DataProto], torch.Tensor | None]:
-    """Split into micro-batches of `micro_batch_size` rows, or dynamically by a token budget.
-
-    The dynamic budget is micro_batch_size x the padded length, so a micro-batch never holds more tokens than a
-    fixed one would, but short sequences share one forward. Returns the micro-batches and, for the dynamic case,
-    the permutation that restores the original row order of outputs concatenated in micro-batch order.
-    """
-    if micro_batch_size < 1:
-        raise ValueError(f"micro_batch_size_per_device must be positive, got {micro_batch_size}.")
-    if not dynamic:
-        return data.split(micro_batch_size), None
-    attention_mask = data.batch["attention_mask"]
-    budget = micro_batch_size * attention_mask.shape[-1]
-    partitions = dynamic_micro_batches(attention_mask.sum(dim=-1), budget, group=group)
-    micro_batches = [data[np.asarray(part, dtype=np.int64)] for part in partitions]
-    return micro_batches, restore_order(partitions)
-
-
-def _position_ids_for_model(position_ids: torch.Tensor) -> torch.Tensor:
-    """Batch-first (B, 3, L) mrope positions from the DataProto become the model's (3, B, L)."""
-    return position_ids.transpose(0, 1) if position_ids.dim() == 3 else position_ids
-
-
-def forward_response(
-    module: nn.Module,
-    micro: DataProto,
-    padding_free: bool,
-    head: Callable[[torch.Tensor, torch.Tensor], dict[str, torch.Tensor]],
-) -> dict[str, torch.Tensor]:
-    """Run the model on a micro-batch and apply `head` to the outputs at the positions predicting response tokens.
-
-    `head(logits, labels)` gets the model outputs at those positions (N, V) and the response tokens they predict
-    (N,), and returns per-token values (N,). The result maps each name to a (B, R) tensor (R = response width),
-    zero where the response token is padding, identical in the padded and the padding-free modes.
-
-    Padding-free packs the valid tokens of all rows into one row with positions restarting at 0 per sequence, no
-    attention mask and no KV cache, which transformers turns into a block-diagonal causal mask (varlen kernels on
-    GPU). Only the logits at response-predicting positions are computed (`logits_to_keep`).
-    """
-    batch = micro.batch
-    input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
-    position_ids, responses = batch["position_ids"], batch["responses"]
-    num_rows, seq_len = input_ids.shape
-    response_len = responses.shape[-1]
-    response_valid = attention_mask[:, -response_len:].bool()
-    extra = _batch_multi_modal_inputs(micro)
-    if not padding_free:
-        output = module(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=_position_ids_for_model(position_ids),
-            use_cache=False,
-            logits_to_keep=response_len + 1,
-            **extra,
-        )
-        logits = output.logits[:, :-1]  # position t predicts token t + 1
-        values = head(logits.reshape(-1, logits.shape[-1]), responses.reshape(-1))
-        return {name: value.reshape(num_rows, response_len) * response_valid for name, value in values.items()}
-
-    indices = unpad_input(attention_mask)  # flat positions of the valid tokens in the (B * L) grid
-    columns = indices % seq_len
-    keep = (columns >= seq_len - response_len - 1) & (columns < seq_len - 1)  # positions predicting a response token
-    text_positions = positions_from_mask(attention_mask).reshape(-1)[indices].unsqueeze(0)
-    if position_ids.dim() == 3:  # mrope: (4, 1, T) = text positions (they mark the packing) + the 3 rope rows
-        rope_positions = position_ids.transpose(0, 1).reshape(position_ids.shape[1], -1)[:, indices]
-        packed_positions = torch.cat([text_positions, rope_positions], dim=0).unsqueeze(1)
-    else:
-        packed_positions = text_positions
-    output = module(
-        input_ids=input_ids.reshape(-1)[indices].unsqueeze(0),
-        position_ids=packed_positions,
-        use_cache=False,
-        logits_to_keep=torch.nonzero(keep).flatten(),
-        **extra,
-    )
-    logits = output.logits[0]
-    targets = indices[keep]
-    labels = input_ids.reshape(-1)[targets + 1]
-    values = head(logits, labels)
-    result = {}
-    for name, value in values.items():
-        full = value.new_zeros(num_rows * seq_len)
-        full[targets] = value
-        padded = full.reshape(num_rows, seq_len)[:, -response_len - 1 : -1]
-        result[name] = padded * response_valid
-    return result
-
-
-def global_loss_counts(micro_batches: list[DataProto], group: dist.ProcessGroup | None = None) -> tuple[float, float]:
-    """Response tokens and sequences of a mini-batch over all micro-batches and data-parallel ranks."""
-    counts = torch.zeros(2, dtype=torch.float64)
-    for micro in micro_batches:
-        tokens, sequences = loss_token_counts(micro.batch["response_mask"])
-        counts += torch.tensor([tokens, sequences], dtype=torch.float64)
-    if dist.is_available() and dist.is_initialized():
-        dist.all_reduce(counts, op=dist.ReduceOp.SUM, group=group)
-    return float(counts[0]), float(counts[1])
-
-
-def reshard(module: nn.Module) -> None:
-    """Free the gathered parameters left by a forward without backward (with reshard_after_forward=False)."""
-    for submodule in module.modules():
-        if isinstance(submodule, FSDPModule):
-            submodule.reshard()
 
 
 def _world_size(group: dist.ProcessGroup | None) -> int:
     return dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
 
 
-def select_model_inputs(data: DataProto, extra_keys: tuple[str, ...]) -> DataProto:
-    """The columns a forward (plus `extra_keys`) needs, with an error naming a missing one; shares the tensors."""
-    keys = list(MODEL_INPUT_KEYS) + list(extra_keys)
-    missing = [key for key in keys if data.batch is None or key not in data.batch.keys()]
-    if missing:
-        raise KeyError(f"The batch is missing column(s) {', '.join(missing)}; see docs/data_flow.md for the keys.")
-    non_tensor_keys = [key for key in ("multi_modal_inputs", "multi_modal_data") if key in data.non_tensor_batch]
-    return data.select(batch_keys=keys, non_tensor_batch_keys=non_tensor_keys)
+def token_head(
+    use_torch_compile: bool,
+) -> Callable[[torch.Tensor, torch.Tensor, float, bool], dict[str, torch.Tensor]]:
+    """The function from response-predicting logits (N, V) to float32 log-probs (and entropy) of the labels (N,).
+
+    With `use_torch_compile` on CUDA it is compiled (dynamic shapes: the token count changes every micro-batch), which
+    fuses the float32 upcast, temperature scaling, log-softmax gather and entropy into fewer passes over the logits.
+    """
+
+    def head(logits: torch.Tensor, labels: torch.Tensor, temperature: float, with_entropy: bool) -> dict:
+        logits = logits.float() / temperature
+        out = {"log_probs": log_probs_from_logits(logits, labels)}
+        if with_entropy:
+            out["entropy"] = entropy_from_logits(logits)
+        return out
+
+    if use_torch_compile and device_utils.get_device_type() == "cuda":
+        return torch.compile(head, dynamic=True)
+    return head
 
 
 # ---------------------------------------------------------------------------------------------- actor
@@ -302,17 +126,15 @@ class DataParallelPPOActor:
         self.padding_free = config.padding_free and packing_is_exact(module)
         if config.padding_free and not self.padding_free:
             logger.warning(
-                "actor.padding_free is set but attention %r is not exact on packed sequences; running padded.",
+                "actor.padding_free is set but attention %r has no varlen kernel for packed sequences; running "
+                "padded (set model.attn_implementation=auto to pack).",
                 getattr(module.config, "_attn_implementation", None),
             )
+        self._head = token_head(config.use_torch_compile)
 
     def _forward(self, micro: DataProto, temperature: float, calculate_entropy: bool) -> dict[str, torch.Tensor]:
         def head(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
-            logits = logits.float() / temperature
-            out = {"log_probs": log_probs_from_logits(logits, labels)}
-            if calculate_entropy:
-                out["entropy"] = entropy_from_logits(logits)
-            return out
+            return self._head(logits, labels, temperature, calculate_entropy)
 
         return forward_response(self.module, micro, self.padding_free, head)
 
@@ -331,12 +153,14 @@ class DataParallelPPOActor:
             self.config.micro_batch_size_per_device_for_experience,
             self.config.dynamic_batching,
             self.group,
+            padded=not self.padding_free,
         )
         outputs = [self._forward(micro, temperature, calculate_entropy) for micro in micro_batches]
         reshard(self.module)
         log_probs = torch.cat([out["log_probs"] for out in outputs])
         entropy = torch.cat([out["entropy"] for out in outputs]) if calculate_entropy else None
         if order is not None:
+            order = order.to(log_probs.device)
             log_probs = log_probs[order]
             entropy = entropy[order] if entropy is not None else None
         return (log_probs, entropy) if calculate_entropy else log_probs
@@ -370,7 +194,11 @@ class DataParallelPPOActor:
         """Accumulate the gradient of one mini-batch over its micro-batches, then take one optimizer step."""
         config = self.config
         micro_batches, _ = make_micro_batches(
-            mini_batch, config.micro_batch_size_per_device_for_update, config.dynamic_batching, self.group
+            mini_batch,
+            config.micro_batch_size_per_device_for_update,
+            config.dynamic_batching,
+            self.group,
+            padded=not self.padding_free,
         )
         token_count, seq_count = global_loss_counts(micro_batches, self.group)
         # Per-micro-batch loss shares and token-weighted token means, summed here and across ranks below.

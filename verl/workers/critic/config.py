@@ -37,9 +37,10 @@ class CriticConfig:
     ppo_epochs: int = 1
     """Passes over each rollout batch."""
     padding_free: bool = False
-    """Pack sequences without padding where the attention kernel is exact."""
+    """Pack the sequences of a micro-batch into one row without padding, where model.attn_implementation has a varlen
+    kernel (auto, varlen, flash_attention_2); otherwise the forward runs on padded rows."""
     dynamic_batching: bool = True
-    """Token-budget micro-batches."""
+    """Token-budget micro-batches (micro-batch size x max length), as for the actor."""
     ulysses_size: int = 1
     """Ulysses sequence-parallel degree; only 1 is implemented."""
     model: ModelConfig = field(default_factory=ModelConfig)

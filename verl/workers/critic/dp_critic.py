@@ -16,7 +16,7 @@
 The value model is the policy architecture with a scalar head (`verl.utils.model_utils.add_value_head`). The value
 of response token t is read at the position that predicts it (the state before the token is generated), exactly
 where the actor reads the token's log-prob, so values and log-probs line up for GAE. Batching, padding-free packing
-and loss normalisation are the actor's (`verl.workers.actor.dp_actor`).
+and loss normalisation are the actor's (`verl.workers.actor.forward`).
 """
 
 import logging
@@ -30,7 +30,7 @@ from torch import nn
 from verl.protocol import DataProto
 from verl.trainer.core_algos import compute_value_loss
 from verl.utils.fsdp_utils import clip_grad_norm
-from verl.workers.actor.dp_actor import (
+from verl.workers.actor.forward import (
     forward_response,
     global_loss_counts,
     make_micro_batches,
@@ -91,12 +91,13 @@ class DataParallelPPOCritic:
             self.config.micro_batch_size_per_device_for_experience,
             self.config.dynamic_batching,
             self.group,
+            padded=not self.padding_free,
         )
         values = torch.cat(
             [forward_response(self.module, micro, self.padding_free, _value_head)["values"] for micro in micro_batches]
         )
         reshard(self.module)
-        return values[order] if order is not None else values
+        return values[order.to(values.device)] if order is not None else values
 
     def update_critic(self, data: DataProto) -> dict[str, float]:
         """Clipped value-loss updates over ppo_epochs x mini-batches (needs values and returns); mean metrics.
@@ -119,7 +120,11 @@ class DataParallelPPOCritic:
     def _update_mini_batch(self, mini_batch: DataProto) -> dict[str, float]:
         config = self.config
         micro_batches, _ = make_micro_batches(
-            mini_batch, config.micro_batch_size_per_device_for_update, config.dynamic_batching, self.group
+            mini_batch,
+            config.micro_batch_size_per_device_for_update,
+            config.dynamic_batching,
+            self.group,
+            padded=not self.padding_free,
         )
         token_count, seq_count = global_loss_counts(micro_batches, self.group)
         sums = torch.zeros(3, dtype=torch.float64)  # vf_loss share, clipped tokens, sum of predicted values

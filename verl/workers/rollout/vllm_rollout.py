@@ -389,9 +389,11 @@ class VLLMRollout:
         lengths = torch.tensor([len(ids) for ids in tokens], dtype=torch.long)
         response_mask = response_mask_through_eos(responses, lengths, self.eos_token_ids)
         rows = torch.arange(len(prompts)).repeat_interleave(n)
-        prompt_ids = prompts.batch["input_ids"][rows]
-        prompt_mask = prompts.batch["attention_mask"][rows]
-        position_ids = extend_position_ids(prompts.batch["position_ids"][rows], response_length)
+        # Built on the host, where the engine's token lists are; the RPC boundary returns the result there anyway.
+        prompt_batch = prompts.batch.to("cpu")
+        prompt_ids = prompt_batch["input_ids"][rows]
+        prompt_mask = prompt_batch["attention_mask"][rows]
+        position_ids = extend_position_ids(prompt_batch["position_ids"][rows], response_length)
         tensors = {
             "prompts": prompt_ids,
             "responses": responses,

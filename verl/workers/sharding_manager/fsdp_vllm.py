@@ -34,7 +34,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from ...utils import device
+from ...utils import device as device_utils
+from ...utils.fsdp_utils import load_fsdp_model, offload_fsdp_model
 from ..rollout import vllm_compat
 from ..rollout.vllm_rollout import VLLMRollout, on_gpu
 
@@ -194,31 +195,54 @@ class FSDPVLLMShardingManager:
     trainer's random streams.
     """
 
-    def __init__(self, module: nn.Module, rollout: VLLMRollout, verify: bool | None = None) -> None:
+    def __init__(
+        self,
+        module: nn.Module,
+        rollout: VLLMRollout,
+        verify: bool | None = None,
+        *,
+        offload_params: bool = False,
+        device: torch.device | None = None,
+    ) -> None:
         self.module = module
         self.rollout = rollout
+        self.offload_params = offload_params
+        self.device = device if device is not None else device_utils.get_local_device()
         self.verify = rollout.config.verify_weight_sync if verify is None else verify
         self.names = checkpoint_names(module)
         self.freed_bytes = 0
         self._rng_state: dict[str, Any] | None = None
 
     def prepare(self) -> dict[str, float]:
-        """Save the RNG, wake the engine (GPU), sync the weights, optionally verify them; returns metrics."""
-        self._rng_state = device.get_rng_state()
+        """Save the RNG, wake the engine (GPU), sync the weights, optionally verify them; returns metrics.
+
+        With `offload_params` the actor's shards come to the device for the sync (and the check) and go back to CPU
+        memory before the KV cache is allocated, so the cache can use the memory they held.
+        """
+        self._rng_state = device_utils.get_rng_state()
         llm = self.rollout.inference_engine
+        if self.offload_params:
+            load_fsdp_model(self.module, self.device)
         if self.rollout.sleep_mode:
-            device.empty_cache()
+            device_utils.empty_cache()
             llm.wake_up(tags=["weights"])
         stats = sync_weights(self.module, llm, self.rollout.torch_dtype, self.names)
-        if self.rollout.sleep_mode:
-            llm.wake_up(tags=["kv_cache"])
         metrics = {
             "timing_s/sync_weights": stats["seconds"],
             "perf/sync_weights_gb": stats["bytes"] / 2**30,
             "perf/sync_weights_max_param_mb": stats["max_param_bytes"] / 2**20,
         }
-        if self.verify:
+        if self.offload_params:
+            offload_fsdp_model(self.module)
+            device_utils.empty_cache()
+        if self.rollout.sleep_mode:
+            llm.wake_up(tags=["kv_cache"])
+        if self.verify:  # a debugging aid: with offloading it brings the shards back once more for the probe
+            if self.offload_params:
+                load_fsdp_model(self.module, self.device)
             metrics.update(self.check_weights())
+            if self.offload_params:
+                offload_fsdp_model(self.module)
         return metrics
 
     def check_weights(self) -> dict[str, float]:
@@ -240,11 +264,11 @@ class FSDPVLLMShardingManager:
         if self.rollout.sleep_mode:
             free_before = torch.cuda.mem_get_info()[0]
             self.rollout.inference_engine.sleep(level=1)
-            device.empty_cache()
+            device_utils.empty_cache()
             self.freed_bytes = torch.cuda.mem_get_info()[0] - free_before
             metrics["perf/vllm_freed_gb"] = self.freed_bytes / 2**30
         if self._rng_state is not None:
-            device.set_rng_state(self._rng_state)
+            device_utils.set_rng_state(self._rng_state)
             self._rng_state = None
         return metrics
 

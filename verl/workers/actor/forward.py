@@ -1,0 +1,270 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""From a DataProto of rollouts to per-response-token model outputs: shared by the actor, the reference and the critic.
+
+- `process_multi_modal_inputs` turns raw images/videos into pixel values once per prompt;
+- `make_micro_batches` splits by a fixed sample count or by a token budget (same count on every rank, original order
+  restorable). Packed micro-batches are balanced by valid tokens; padded ones are grouped by length and budgeted by
+  the tokens a padded forward really computes (rows x the micro-batch's trimmed width);
+- `forward_response` runs the model padded (columns that are padding in every row of the micro-batch trimmed) or
+  padding-free (all sequences packed into one row, only where the attention kernel is a varlen one), and returns
+  per-response-token outputs (B, R), zero on padding. Only the logits at response-predicting positions are computed,
+  and they are never copied.
+"""
+
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.fsdp import FSDPModule
+
+from verl.protocol import DataProto, to_object_array
+from verl.trainer.core_algos import loss_token_counts
+from verl.utils.seqlen_balancing import dynamic_micro_batches, padded_micro_batches, restore_order
+from verl.utils.torch_functional import positions_from_mask, unpad_input
+
+
+MODEL_INPUT_KEYS: tuple[str, ...] = ("input_ids", "attention_mask", "position_ids", "responses")
+"""Tensor columns every forward needs (docs/data_flow.md)."""
+
+PACKING_EXACT_ATTENTION: tuple[str, ...] = ("varlen", "flash_attention_2", "flash_attention_3")
+"""Attention implementations with a variable-length kernel: packed sequences are exact and cost only their own
+tokens. sdpa and eager are exact too, but through a dense T x T block-diagonal mask over the whole packed row, which
+is slower than padding; with them the forward runs padded."""
+
+
+# ---------------------------------------------------------------------------------------------- vision inputs
+
+
+def process_multi_modal_inputs(data: DataProto, processor: Any) -> None:
+    """Add the non-tensor column `multi_modal_inputs`: per row, the processor's tensors for its images and videos.
+
+    Rows come from `multi_modal_data` ({"images": [...], "videos": [...]} or None). Rows that share a `uid` share
+    the prompt and hence the images, so each prompt is processed once. A batch that already has the column is left
+    as is, which lets a worker process once and reuse the result for old log-probs, reference and update.
+    """
+    if "multi_modal_data" not in data.non_tensor_batch or "multi_modal_inputs" in data.non_tensor_batch:
+        return
+    if processor is None:
+        if any(row for row in data.non_tensor_batch["multi_modal_data"]):
+            raise ValueError(
+                "The batch has images or videos in multi_modal_data but the worker has no processor; use a "
+                "vision-language model whose directory has a preprocessor_config.json."
+            )
+        return  # a text model with an all-empty multi_modal_data column
+    uids = data.non_tensor_batch.get("uid")
+    cache: dict[Any, dict[str, torch.Tensor]] = {}
+    rows = []
+    for index, multi_modal_data in enumerate(data.non_tensor_batch["multi_modal_data"]):
+        key = uids[index] if uids is not None else index
+        if key not in cache:
+            cache[key] = _process_row(multi_modal_data or {}, processor)
+        rows.append(cache[key])
+    data.non_tensor_batch["multi_modal_inputs"] = to_object_array(rows)
+
+
+def _process_row(multi_modal_data: dict[str, Any], processor: Any) -> dict[str, torch.Tensor]:
+    inputs: dict[str, torch.Tensor] = {}
+    images = multi_modal_data.get("images")
+    if images:
+        out = processor.image_processor(images=list(images), return_tensors="pt")
+        inputs.update(pixel_values=out["pixel_values"], image_grid_thw=out["image_grid_thw"])
+    videos = multi_modal_data.get("videos")
+    if videos:
+        out = processor.video_processor(videos=list(videos), return_tensors="pt")
+        inputs.update(pixel_values_videos=out["pixel_values_videos"], video_grid_thw=out["video_grid_thw"])
+    return inputs
+
+
+def _batch_multi_modal_inputs(micro: DataProto, device: torch.device) -> dict[str, torch.Tensor]:
+    """The rows' vision inputs concatenated in row order (the order the model fills image tokens), on `device`."""
+    if "multi_modal_inputs" not in micro.non_tensor_batch:
+        if any(row for row in micro.non_tensor_batch.get("multi_modal_data", ())):
+            raise ValueError(
+                "The batch has multi_modal_data but no multi_modal_inputs; call "
+                "verl.workers.actor.forward.process_multi_modal_inputs(data, processor) before the forward."
+            )
+        return {}
+    parts: dict[str, list[torch.Tensor]] = defaultdict(list)
+    for row in micro.non_tensor_batch["multi_modal_inputs"]:
+        for key, value in (row or {}).items():
+            parts[key].append(value)
+    return {key: torch.cat(values, dim=0).to(device, non_blocking=True) for key, values in parts.items()}
+
+
+# ---------------------------------------------------------------------------------------------- batching
+
+
+def packing_is_exact(module: nn.Module) -> bool:
+    """Whether the model's attention runs packed sequences exactly with a varlen kernel (see PACKING_EXACT_ATTENTION)."""
+    config = getattr(module, "config", None)
+    return getattr(config, "_attn_implementation", None) in PACKING_EXACT_ATTENTION
+
+
+def make_micro_batches(
+    data: DataProto,
+    micro_batch_size: int,
+    dynamic: bool,
+    group: dist.ProcessGroup | None = None,
+    padded: bool = False,
+) -> tuple[list[DataProto], torch.Tensor | None]:
+    """Split into micro-batches of `micro_batch_size` rows, or dynamically by a token budget.
+
+    The dynamic budget is micro_batch_size x the padded length, so a micro-batch never costs more than a fixed one
+    would. Packed micro-batches (`padded=False`) count valid tokens; padded ones count rows x their trimmed width,
+    which is what a padded forward computes. Returns the micro-batches and, for the dynamic case, the permutation
+    that restores the original row order of outputs concatenated in micro-batch order.
+    """
+    if micro_batch_size < 1:
+        raise ValueError(f"micro_batch_size_per_device must be positive, got {micro_batch_size}.")
+    if not dynamic:
+        return data.split(micro_batch_size), None
+    attention_mask = data.batch["attention_mask"]
+    budget = micro_batch_size * attention_mask.shape[-1]
+    if padded:
+        response_len = data.batch["responses"].shape[-1]
+        prompt_lens = attention_mask[:, :-response_len].sum(dim=-1)
+        response_lens = attention_mask[:, -response_len:].sum(dim=-1)
+        partitions = padded_micro_batches(prompt_lens, response_lens, budget, group=group)
+    else:
+        partitions = dynamic_micro_batches(attention_mask.sum(dim=-1), budget, group=group)
+    micro_batches = [data[np.asarray(part, dtype=np.int64)] for part in partitions]
+    return micro_batches, restore_order(partitions)
+
+
+def select_model_inputs(data: DataProto, extra_keys: tuple[str, ...]) -> DataProto:
+    """The columns a forward (plus `extra_keys`) needs, with an error naming a missing one; shares the tensors."""
+    keys = list(MODEL_INPUT_KEYS) + list(extra_keys)
+    missing = [key for key in keys if data.batch is None or key not in data.batch.keys()]
+    if missing:
+        raise KeyError(f"The batch is missing column(s) {', '.join(missing)}; see docs/data_flow.md for the keys.")
+    non_tensor_keys = [key for key in ("multi_modal_inputs", "multi_modal_data") if key in data.non_tensor_batch]
+    return data.select(batch_keys=keys, non_tensor_batch_keys=non_tensor_keys)
+
+
+def global_loss_counts(micro_batches: list[DataProto], group: dist.ProcessGroup | None = None) -> tuple[float, float]:
+    """Response tokens and sequences of a mini-batch over all micro-batches and data-parallel ranks."""
+    counts = torch.zeros(2, dtype=torch.float64)
+    for micro in micro_batches:
+        tokens, sequences = loss_token_counts(micro.batch["response_mask"])
+        counts += torch.tensor([tokens, sequences], dtype=torch.float64)
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(counts, op=dist.ReduceOp.SUM, group=group)
+    return float(counts[0]), float(counts[1])
+
+
+def reshard(module: nn.Module) -> None:
+    """Free the gathered parameters left by a forward without backward (with reshard_after_forward=False)."""
+    for submodule in module.modules():
+        if isinstance(submodule, FSDPModule):
+            submodule.reshard()
+
+
+# ---------------------------------------------------------------------------------------------- forward
+
+
+Head = Callable[[torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]
+
+
+def _position_ids_for_model(position_ids: torch.Tensor) -> torch.Tensor:
+    """Batch-first (B, 3, L) mrope positions from the DataProto become the model's (3, B, L)."""
+    return position_ids.transpose(0, 1) if position_ids.dim() == 3 else position_ids
+
+
+def forward_response(module: nn.Module, micro: DataProto, padding_free: bool, head: Head) -> dict[str, torch.Tensor]:
+    """Run the model on a micro-batch and apply `head` to the outputs at the positions predicting response tokens.
+
+    `head(logits, labels)` gets the model outputs at those positions (N, V) and the response tokens they predict
+    (N,), and returns per-token values (N,). The result maps each name to a (B, R) tensor (R = response width),
+    zero where the response token is padding, identical in the padded and the padding-free modes.
+    """
+    extra = _batch_multi_modal_inputs(micro, micro.batch["input_ids"].device)
+    if padding_free:
+        return _forward_packed(module, micro, head, extra)
+    return _forward_padded(module, micro, head, extra)
+
+
+def _forward_padded(module: nn.Module, micro: DataProto, head: Head, extra: dict) -> dict[str, torch.Tensor]:
+    """Padded rows, cut to the columns that hold a valid token in some row (left-padded prompts, right-padded
+    responses), with only the response-predicting positions sent through the LM head."""
+    batch = micro.batch
+    attention_mask, responses = batch["attention_mask"], batch["responses"]
+    num_rows, seq_len = attention_mask.shape
+    response_len = responses.shape[-1]
+    prompt_len = seq_len - response_len
+    valid_columns = torch.nonzero(attention_mask.any(dim=0)).flatten().tolist()
+    start = min(valid_columns[0], prompt_len - 1)  # keep the last prompt column: it predicts the first response token
+    end = max(valid_columns[-1] + 1, prompt_len + 1)
+    kept = end - prompt_len  # response columns computed; the rest are padding in every row
+    output = module(
+        input_ids=batch["input_ids"][:, start:end],
+        attention_mask=attention_mask[:, start:end],
+        position_ids=_position_ids_for_model(batch["position_ids"][..., start:end]),
+        use_cache=False,
+        # position t predicts token t + 1: the columns before each kept response token
+        logits_to_keep=torch.arange(prompt_len - 1 - start, end - 1 - start, device=attention_mask.device),
+        **extra,
+    )
+    logits = output.logits  # (B, kept, V), contiguous: flattening it is a view
+    values = head(logits.reshape(-1, logits.shape[-1]), responses[:, :kept].reshape(-1))
+    response_valid = attention_mask[:, -response_len:].bool()
+    result = {}
+    for name, value in values.items():
+        full = value.new_zeros(num_rows, response_len)
+        full[:, :kept] = value.reshape(num_rows, kept)
+        result[name] = full * response_valid
+    return result
+
+
+def _forward_packed(module: nn.Module, micro: DataProto, head: Head, extra: dict) -> dict[str, torch.Tensor]:
+    """All valid tokens in one row, positions restarting at 0 per sequence, no attention mask and no KV cache; the
+    varlen kernel reads the sequence boundaries from `cu_seq_lens_*`."""
+    batch = micro.batch
+    input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+    position_ids, responses = batch["position_ids"], batch["responses"]
+    num_rows, seq_len = input_ids.shape
+    response_len = responses.shape[-1]
+    indices = unpad_input(attention_mask)  # flat positions of the valid tokens in the (B * L) grid
+    columns = indices % seq_len
+    keep = (columns >= seq_len - response_len - 1) & (columns < seq_len - 1)  # positions predicting a response token
+    text_positions = positions_from_mask(attention_mask).reshape(-1)[indices].unsqueeze(0)
+    if position_ids.dim() == 3:  # mrope: (4, 1, T) = text positions (they mark the packing) + the 3 rope rows
+        rope_positions = position_ids.transpose(0, 1).reshape(position_ids.shape[1], -1)[:, indices]
+        packed_positions = torch.cat([text_positions, rope_positions], dim=0).unsqueeze(1)
+    else:
+        packed_positions = text_positions
+    output = module(
+        input_ids=input_ids.reshape(-1)[indices].unsqueeze(0),
+        position_ids=packed_positions,
+        use_cache=False,
+        logits_to_keep=torch.nonzero(keep).flatten(),
+        **packed_sequence_kwargs(attention_mask.sum(dim=-1)),
+        **extra,
+    )
+    logits = output.logits[0]
+    targets = indices[keep]
+    labels = input_ids.reshape(-1)[targets + 1]
+    values = head(logits, labels)
+    response_valid = attention_mask[:, -response_len:].bool()
+    result = {}
+    for name, value in values.items():
+        full = value.new_zeros(num_rows * seq_len)
+        full[targets] = value
+        padded = full.reshape(num_rows, seq_len)[:, -response_len - 1 : -1]
+        result[name] = padded * response_valid
+    return result
