@@ -33,6 +33,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
 
+from verl.models.packed_attention import packed_sequence_kwargs
 from verl.protocol import DataProto, to_object_array
 from verl.trainer.core_algos import loss_token_counts
 from verl.utils.seqlen_balancing import dynamic_micro_batches, padded_micro_batches, restore_order

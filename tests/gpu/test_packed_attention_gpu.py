@@ -1,0 +1,145 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The CUDA branch of the "varlen" attention: torch's flash varlen_attn on a packed bf16 row, with GQA, against one
+causal sdpa per sequence, forward and backward; and the same kernel reached through a tiny Qwen2 model."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import AutoModelForCausalLM
+
+from verl.models import packed_attention
+from verl.models.packed_attention import PACKED_ATTENTION, packed_attention_forward, packed_sequence_kwargs
+from verl.utils.tiny_models import get_or_build_tiny_model
+from verl.utils.torch_functional import positions_from_mask, unpad_input
+
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="needs a CUDA device: torch.cuda.is_available() is False"
+    ),
+]
+
+LENGTHS = [37, 1, 256, 100, 513]
+
+
+@pytest.fixture
+def varlen_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Token counts of the calls that reached torch's varlen kernel."""
+    calls = []
+    varlen_forward = packed_attention._varlen_forward
+
+    def spy(query: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        calls.append(query.shape[2])
+        return varlen_forward(query, *args, **kwargs)
+
+    monkeypatch.setattr(packed_attention, "_varlen_forward", spy)
+    return calls
+
+
+def _skip_without_varlen(query: torch.Tensor) -> None:
+    if not packed_attention._can_use_varlen(query):
+        pytest.skip(
+            f"torch {torch.__version__} on {torch.cuda.get_device_name()} has no usable varlen_attn "
+            "(needs sm80+ and a varlen_attn with scale); the per-sequence sdpa path is tested on CPU."
+        )
+
+
+class _Attention(torch.nn.Module):
+    def __init__(self, groups: int) -> None:
+        super().__init__()
+        self.is_causal = True
+        self.num_key_value_groups = groups
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("boundaries", ["cu_seq_lens_kwargs", "position_ids"])
+def test_varlen_kernel_equals_per_sequence_sdpa(varlen_calls: list[int], head_dim: int, boundaries: str) -> None:
+    heads, kv_heads, total = 8, 2, sum(LENGTHS)
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    leaves = [
+        torch.randn(1, n, total, head_dim, generator=generator, device="cuda", dtype=torch.bfloat16)
+        for n in (heads, kv_heads, kv_heads)
+    ]
+    _skip_without_varlen(leaves[0])
+    grad_out = torch.randn(1, total, heads, head_dim, generator=generator, device="cuda", dtype=torch.bfloat16)
+    scale = head_dim**-0.5
+
+    query, key, value = (leaf.clone().requires_grad_() for leaf in leaves)
+    if boundaries == "cu_seq_lens_kwargs":
+        kwargs = packed_sequence_kwargs(torch.tensor(LENGTHS, device="cuda"))
+    else:
+        kwargs = {"position_ids": torch.cat([torch.arange(n, device="cuda") for n in LENGTHS]).unsqueeze(0)}
+    out, _ = packed_attention_forward(_Attention(heads // kv_heads), query, key, value, None, scaling=scale, **kwargs)
+    out.backward(grad_out)
+    assert varlen_calls == [total]
+
+    ref_query, ref_key, ref_value = (leaf.clone().requires_grad_() for leaf in leaves)
+    parts, start = [], 0
+    for length in LENGTHS:
+        part = slice(start, start + length)
+        expected = F.scaled_dot_product_attention(
+            ref_query[:, :, part],
+            ref_key[:, :, part],
+            ref_value[:, :, part],
+            is_causal=True,
+            scale=scale,
+            enable_gqa=True,
+        )
+        parts.append(expected.transpose(1, 2))
+        start += length
+    reference = torch.cat(parts, dim=1)
+    reference.backward(grad_out)
+
+    assert out.shape == reference.shape == (1, total, heads, head_dim) and out.dtype == torch.bfloat16
+    assert (out.float() - reference.float()).abs().max() < 1e-2
+    for name, got, want in zip("qkv", (query, key, value), (ref_query, ref_key, ref_value)):
+        # gradients of keys and values sum over many queries: bf16 rounding grows with their size
+        torch.testing.assert_close(got.grad.float(), want.grad.float(), atol=1e-2, rtol=1e-2, msg=f"d{name}")
+
+
+def test_tiny_qwen2_bf16_packed_through_varlen(tmp_path, varlen_calls: list[int]) -> None:
+    """Through the model: explicit kwargs and derived boundaries give the same bits; both near fp32 padded sdpa."""
+    path = get_or_build_tiny_model("qwen2", str(tmp_path))
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=PACKED_ATTENTION, dtype=torch.bfloat16)
+    model = model.cuda().eval()
+    reference_model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa", dtype=torch.float32)
+    reference_model = reference_model.cuda().eval()
+    lengths = torch.tensor([40, 7, 120, 64])
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(0, 2000, (len(lengths), int(lengths.max())), generator=generator).cuda()
+    attention_mask = (torch.arange(input_ids.shape[1])[None] < lengths[:, None]).long().cuda()
+    indices = unpad_input(attention_mask)
+    packed_ids = input_ids.reshape(-1)[indices].unsqueeze(0)
+    positions = positions_from_mask(attention_mask).reshape(-1)[indices].unsqueeze(0)
+    with torch.no_grad():
+        derived = model(input_ids=packed_ids, position_ids=positions, use_cache=False).logits[0]
+        explicit = model(
+            input_ids=packed_ids, position_ids=positions, use_cache=False, **packed_sequence_kwargs(lengths.cuda())
+        ).logits[0]
+        padded = reference_model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=positions_from_mask(attention_mask),
+            use_cache=False,
+        ).logits
+    if not varlen_calls:
+        pytest.skip("varlen_attn is not usable on this GPU or torch; the per-sequence path is tested on CPU.")
+    assert varlen_calls == [len(indices)] * 2 * model.config.num_hidden_layers
+    assert torch.equal(derived, explicit)
+    log_probs = torch.log_softmax(derived.float(), dim=-1)
+    reference = torch.log_softmax(padded[attention_mask.bool()].float(), dim=-1)
+    # bf16 weights and activations against fp32: loose, but a cross-sequence leak moves log-probs by whole units
+    assert (log_probs - reference).abs().mean() < 5e-2

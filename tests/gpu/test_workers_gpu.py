@@ -1,0 +1,306 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The worker RPCs on CUDA with nccl: what the CPU suite (gloo, CPU tensors only) cannot see.
+
+The batches go in on the CPU, as the driver sends them, and must come back on the CPU; every collective on the way
+(token counts, metric sums, micro-batch counts, FSDP all-gathers) runs on a CUDA rank. World size 1 in this process;
+the 2-rank variant needs two GPUs. The vLLM and Ray parts skip, naming the package, where it is not installed.
+"""
+
+import json
+import os
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from verl.protocol import DataProto
+from verl.utils.tiny_models import get_or_build_tiny_model
+from verl.utils.torch_functional import log_probs_from_logits, positions_from_mask
+
+
+VOCAB = 2000
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def init_rank(rank: int, world_size: int, port: int) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world_size),
+    )
+    from verl.utils import device
+
+    device.set_device_type("cuda")
+    device.init_distributed(timeout_seconds=120)
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gpu")
+    text_model = get_or_build_tiny_model("qwen2", str(root / "models"))
+    vl_model = get_or_build_tiny_model("qwen2_5_vl", str(root / "models"), min_pixels=3136, max_pixels=3136)
+    (root / "reward.py").write_text("def compute_score(sample):\n    return {'overall': float(len(sample['response']) % 2)}\n")
+    with open(root / "train.jsonl", "w") as f:
+        for i in range(16):
+            f.write(json.dumps({"prompt": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n")
+    if not torch.distributed.is_initialized():
+        init_rank(0, 1, free_port())
+    return {"root": root, "text_model": text_model, "vl_model": vl_model}
+
+
+def worker_config(ws, *extra: str):
+    from verl.trainer.config import load_config
+
+    root = ws["root"]
+    config = load_config(
+        [
+            f"data.train_files={root / 'train.jsonl'}",
+            "data.max_prompt_length=32",
+            "data.max_response_length=16",
+            "data.rollout_batch_size=4",
+            "worker.actor.global_batch_size=4",
+            "worker.critic.global_batch_size=4",
+            "worker.actor.micro_batch_size_per_device_for_update=2",
+            "worker.actor.micro_batch_size_per_device_for_experience=4",
+            f"worker.actor.model.model_path={ws['text_model']}",
+            f"worker.critic.model.model_path={ws['text_model']}",
+            "worker.rollout.n=2",
+            "worker.rollout.gpu_memory_utilization=0.3",
+            f"worker.reward.reward_function={root / 'reward.py'}:compute_score",
+            "trainer.device=cuda",
+            "trainer.n_gpus_per_node=1",
+            *extra,
+        ]
+    )
+    return config.worker
+
+
+def text_batch(seed: int, rows: int = 8, prompt_len: int = 32, response_len: int = 16) -> DataProto:
+    """Left-padded prompts and right-padded responses of varied lengths, with the training columns, on the CPU."""
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.full((rows, prompt_len + response_len), 0, dtype=torch.long)
+    mask = torch.zeros_like(input_ids)
+    for row in range(rows):
+        p = int(torch.randint(4, prompt_len + 1, (1,), generator=generator))
+        r = response_len if row == 0 else int(torch.randint(1, response_len + 1, (1,), generator=generator))
+        input_ids[row, prompt_len - p : prompt_len + r] = torch.randint(0, VOCAB, (p + r,), generator=generator)
+        mask[row, prompt_len - p : prompt_len + r] = 1
+    response_mask = mask[:, prompt_len:].clone()
+    shape = response_mask.shape
+    tensors = {
+        "input_ids": input_ids,
+        "attention_mask": mask,
+        "position_ids": positions_from_mask(mask),
+        "responses": input_ids[:, prompt_len:].clone(),
+        "response_mask": response_mask,
+        "old_log_probs": -torch.rand(shape, generator=generator) * 8 * response_mask,
+        "ref_log_probs": -torch.rand(shape, generator=generator) * 8 * response_mask,
+        "advantages": torch.randn(shape, generator=generator) * response_mask,
+        "values": torch.randn(shape, generator=generator) * response_mask,
+        "returns": torch.randn(shape, generator=generator) * response_mask,
+    }
+    return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
+
+
+def hf_log_probs(model_path: str, data: DataProto) -> torch.Tensor:
+    """fp32 Hugging Face forward on the padded batch: the ground truth for the workers' log-probs."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).cuda()
+    batch = data.batch.to("cuda")
+    response_len = batch["responses"].shape[-1]
+    with torch.no_grad():
+        logits = model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+        ).logits[:, -response_len - 1 : -1]
+    return (log_probs_from_logits(logits, batch["responses"]) * batch["response_mask"]).cpu()
+
+
+def test_offload_moves_shards_off_the_device_and_back(workspace):
+    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model, load_fsdp_model, offload_fsdp_model
+    from verl.workers.actor.config import FSDPConfig, ModelConfig
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    mesh = build_device_mesh(1, -1, "cuda")
+    model = create_fsdp_model(ModelConfig(model_path=workspace["text_model"]), FSDPConfig(), mesh, device)
+    ids = torch.randint(0, VOCAB, (2, 16), device=device)
+    with torch.no_grad():
+        before = model(input_ids=ids).logits.float()
+    allocated = torch.cuda.memory_allocated()
+    offload_fsdp_model(model)
+    assert all(param.device.type == "cpu" for param in model.parameters())
+    assert torch.cuda.memory_allocated() < allocated
+    load_fsdp_model(model, device)
+    assert all(param.device == device for param in model.parameters())
+    with torch.no_grad():
+        after = model(input_ids=ids).logits.float()
+    assert torch.equal(before, after)
+
+
+def test_critic_and_reference_rpcs_on_cuda(workspace):
+    from verl.workers.fsdp_workers import FSDPWorker
+
+    config = worker_config(workspace, "worker.critic.offload.offload_params=true")
+    data = text_batch(0)
+    ref = FSDPWorker(config, "ref", device="cuda")
+    ref.init_model()
+    assert {param.dtype for param in ref.ref_module.parameters()} == {torch.bfloat16}  # no fp32 copy of a frozen model
+    out = ref.compute_ref_log_probs(data)
+    assert out.batch["ref_log_probs"].device.type == "cpu"
+    gap = (out.batch["ref_log_probs"] - hf_log_probs(workspace["text_model"], data)).abs()
+    assert gap.mean() < 0.05, f"bf16 reference log-probs differ from fp32 by {gap.mean():.3g} on average"
+
+    critic = FSDPWorker(config, "critic", device="cuda")
+    critic.init_model()
+    assert all(param.device.type == "cpu" for param in critic.critic_module.parameters())  # offloaded between phases
+    values = critic.compute_values(data).batch["values"]
+    assert values.device.type == "cpu" and torch.isfinite(values).all()
+    metrics = critic.update_critic(data).meta_info["metrics"]
+    assert all(torch.isfinite(torch.tensor(value)) for value in metrics.values()), metrics
+    assert all(param.device.type == "cpu" for param in critic.critic_module.parameters())
+
+
+def test_actor_rollout_ref_step_on_cuda(workspace, tmp_path):
+    """Wake, sync (checked against the actor), generate, sleep, log-probs, update, checkpoint, with offloading."""
+    pytest.importorskip("vllm", reason="needs vLLM's GPU build (pip install vllm)")
+    from verl.workers.fsdp_workers import FSDPWorker
+
+    config = worker_config(
+        workspace,
+        "worker.actor.offload.offload_params=true",
+        "worker.actor.offload.offload_optimizer=true",
+        "worker.ref.offload.offload_params=true",
+        "worker.rollout.verify_weight_sync=true",
+        "algorithm.use_kl_loss=true",
+    )
+    worker = FSDPWorker(config, "actor_rollout_ref", device="cuda")
+    worker.init_model()
+    metrics = worker.prepare_rollout_engine()
+    assert metrics["rollout/weight_sync_mean_gap"] < 0.1  # the engine holds the actor's weights (bf16 engine)
+    prompts = text_batch(1, rows=4).select(batch_keys=["input_ids", "attention_mask", "position_ids"])
+    prompts.batch["input_ids"] = prompts.batch["input_ids"][:, :32]
+    prompts.batch["attention_mask"] = prompts.batch["attention_mask"][:, :32]
+    prompts.batch["position_ids"] = prompts.batch["position_ids"][:, :32]
+    rollout = worker.generate_sequences(prompts)
+    released = worker.release_rollout_engine()
+    assert released.get("perf/vllm_freed_gb", 0) > 0, released
+    assert rollout.batch["responses"].device.type == "cpu" and len(rollout) == 8
+    old = worker.compute_log_probs(rollout).batch["old_log_probs"]
+    ref = worker.compute_ref_log_probs(rollout).batch["ref_log_probs"]
+    assert (old - ref).abs().max() < 0.1  # nothing trained yet: actor (bf16 compute) and ref (bf16) agree
+    rollout = rollout.union(DataProto.from_dict(tensors={"old_log_probs": old, "ref_log_probs": ref}))
+    rollout.batch["advantages"] = torch.randn(old.shape) * rollout.batch["response_mask"]
+    update = worker.update_actor(rollout).meta_info["metrics"]
+    assert update["actor/grad_norm"] > 0 and torch.isfinite(torch.tensor(update["actor/pg_loss"]))
+    optimizer_devices = {
+        value.device.type
+        for state in worker.actor_optimizer.state.values()
+        for value in state.values()
+        if isinstance(value, torch.Tensor) and value.dim() > 0
+    }
+    assert optimizer_devices == {"cpu"}  # Adam states offloaded after the update
+    worker.save_checkpoint(str(tmp_path / "global_step_1"))
+    worker.load_checkpoint(str(tmp_path / "global_step_1"))
+    after = worker.compute_log_probs(rollout).batch["old_log_probs"]
+    assert (after - old).abs().max() > 0  # the update changed the policy
+
+
+def test_grpo_step_on_the_tiny_vl_model(workspace):
+    """One end-to-end GRPO step through Ray on one GPU: images in prompts, vLLM sleep/wake, FSDP update."""
+    pytest.importorskip("vllm", reason="needs vLLM's GPU build (pip install vllm)")
+    ray = pytest.importorskip("ray", reason="needs Ray (pip install ray)")
+    import importlib.util
+
+    from verl.trainer.config import load_config
+    from verl.trainer.runner import run_ppo
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    spec = importlib.util.spec_from_file_location("make_data", os.path.join(repo, "examples/cpu_quickstart/make_data.py"))
+    make_data = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_data)
+    root = workspace["root"]
+    data_dir = str(root / "vl_data")
+    make_data.write_split(data_dir, "train", 8, seed=0)
+    ray.init(address="local", num_gpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        config = load_config(
+            [
+                f"data.train_files={data_dir}/train.jsonl",
+                "data.prompt_key=problem",
+                f"data.image_dir={data_dir}/images",
+                "data.min_pixels=3136",
+                "data.max_pixels=3136",
+                "data.max_prompt_length=128",
+                "data.max_response_length=16",
+                "data.rollout_batch_size=4",
+                "worker.actor.global_batch_size=4",
+                f"worker.actor.model.model_path={workspace['vl_model']}",
+                "worker.actor.offload.offload_params=true",
+                "worker.actor.offload.offload_optimizer=true",
+                "worker.rollout.n=2",
+                "worker.rollout.limit_images=1",
+                "worker.rollout.gpu_memory_utilization=0.3",
+                f"worker.reward.reward_function={repo}/examples/reward_function/count_shapes.py:compute_score",
+                "algorithm.use_kl_loss=true",
+                "trainer.device=cuda",
+                "trainer.n_gpus_per_node=1",
+                "trainer.max_steps=1",
+                "trainer.val_before_train=false",
+                "trainer.logger=[file]",
+                f"trainer.save_checkpoint_path={root / 'grpo_vl'}",
+            ]
+        )
+        run_ppo(config)
+    finally:
+        ray.shutdown()
+    with open(root / "grpo_vl" / "experiment_log.jsonl") as f:
+        steps = [row for row in map(json.loads, f) if "actor/pg_loss" in row]
+    assert [row["step"] for row in steps] == [1]
+    assert torch.isfinite(torch.tensor(steps[0]["actor/grad_norm"]))
+
+
+def _two_rank_rpcs(rank: int, world_size: int, port: int, text_model: str, root: str) -> None:
+    init_rank(rank, world_size, port)
+    from verl.workers.fsdp_workers import FSDPWorker
+
+    ws = {"root": __import__("pathlib").Path(root), "text_model": text_model}
+    config = worker_config(ws, "trainer.n_gpus_per_node=2")
+    data = text_batch(0).chunk(world_size)[rank]
+    critic = FSDPWorker(config, "critic", device="cuda")
+    critic.init_model()
+    metrics = critic.update_critic(data).meta_info["metrics"]
+    assert all(torch.isfinite(torch.tensor(value)) for value in metrics.values())
+    ref = FSDPWorker(config, "ref", device="cuda")
+    ref.init_model()
+    assert ref.compute_ref_log_probs(data).batch["ref_log_probs"].device.type == "cpu"
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_two_rank_rpcs_with_nccl(workspace):
+    mp.spawn(
+        _two_rank_rpcs,
+        args=(2, free_port(), workspace["text_model"], str(workspace["root"])),
+        nprocs=2,
+        join=True,
+    )
