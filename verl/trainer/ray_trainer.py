@@ -107,6 +107,12 @@ class RayPPOTrainer:
         self.use_critic = algo.adv_estimator == "gae"
         self.use_reference = not algo.disable_kl
         self.kl_in_reward = self.use_reference and not algo.use_kl_loss
+        actor = config.worker.actor
+        # One epoch over one mini-batch is on-policy: the update's own forward gives the old log-probs (detached),
+        # so the separate forward is skipped, unless the KL penalty in the reward needs them first.
+        self.needs_old_log_probs = (
+            actor.ppo_epochs != 1 or actor.global_batch_size < config.data.rollout_batch_size or self.kl_in_reward
+        )
         self.kl_ctrl = core_algos.get_kl_controller(algo.kl_type, algo.kl_coef, algo.kl_target, algo.kl_horizon)
         self.global_step = 0
         self.ckpt_tracker = CheckpointTracker()
@@ -230,8 +236,9 @@ class RayPPOTrainer:
         if "token_level_scores" not in batch.batch.keys():
             with timer("reward", timing_raw):
                 reward_ref = self.reward_fn.compute_reward.remote(batch)
-        with timer("old", timing_raw):
-            batch.union(wg.compute_log_probs(batch))
+        if self.needs_old_log_probs:
+            with timer("old", timing_raw):
+                batch.union(wg.compute_log_probs(batch))
         if self.use_reference:
             with timer("ref", timing_raw):
                 batch.union(wg.compute_ref_log_probs(batch))

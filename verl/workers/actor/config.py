@@ -143,7 +143,8 @@ class ActorConfig:
     entropy_coeff: float = 0.0
     """Weight of the entropy bonus subtracted from the policy loss; 0 disables it."""
     ppo_epochs: int = 1
-    """Passes over each rollout batch."""
+    """Passes over each rollout batch. With 1 and global_batch_size = data.rollout_batch_size (one on-policy
+    mini-batch) the old log-probs are the update forward's own, detached, and their separate forward is skipped."""
     padding_free: bool = True
     """Pack the sequences of a micro-batch into one row without padding, where model.attn_implementation has a varlen
     kernel (auto, varlen, flash_attention_2); otherwise the forward runs on padded rows."""

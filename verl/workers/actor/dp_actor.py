@@ -168,8 +168,10 @@ class DataParallelPPOActor:
     def update_policy(self, data: DataProto) -> dict[str, float]:
         """PPO update: ppo_epochs passes over mini-batches, one optimizer step each; returns mean metrics.
 
-        Needs old_log_probs, advantages, response_mask (and ref_log_probs with use_kl_loss) and
-        meta_info["temperature"]. A step whose gradient norm is not finite is skipped (gradients dropped, weights
+        Needs advantages, response_mask (and ref_log_probs with use_kl_loss), meta_info["temperature"] and
+        old_log_probs, except for an on-policy update (one epoch, one mini-batch): there the behaviour policy is the
+        current one, so its log-probs are the forward's own, detached (ratio 1, the same loss and gradient), and the
+        separate old-log-prob forward can be skipped. A step whose gradient norm is not finite is skipped (gradients dropped, weights
         unchanged). Loss metrics are the mini-batch values over all ranks (identical on every rank).
         """
         if self.optimizer is None:
@@ -177,7 +179,14 @@ class DataParallelPPOActor:
         if "temperature" not in data.meta_info:
             raise KeyError("update_policy needs meta_info['temperature'] (the rollout temperature); set it.")
         temperature = data.meta_info["temperature"]
-        extra_keys = ("old_log_probs", "advantages", "response_mask")
+        extra_keys = ("advantages", "response_mask")
+        if "old_log_probs" in data.batch.keys():
+            extra_keys += ("old_log_probs",)
+        elif self.config.ppo_epochs != 1 or len(data) > self.mini_batch_size:
+            raise KeyError(
+                "update_policy needs old_log_probs when the update is off-policy (ppo_epochs > 1 or several "
+                "mini-batches); compute them with compute_log_probs first."
+            )
         if self.config.use_kl_loss and not self.config.disable_kl:
             extra_keys += ("ref_log_probs",)
         data = select_model_inputs(data, extra_keys)
@@ -236,8 +245,9 @@ class DataParallelPPOActor:
         }
         out = self._forward(micro, temperature, calculate_entropy=config.entropy_coeff != 0)
         log_probs = out["log_probs"]
+        old_log_probs = batch["old_log_probs"] if "old_log_probs" in batch.keys() else log_probs.detach()
         pg_loss, pg_metrics = compute_policy_loss(
-            old_log_probs=batch["old_log_probs"],
+            old_log_probs=old_log_probs,
             log_probs=log_probs,
             advantages=batch["advantages"],
             response_mask=response_mask,

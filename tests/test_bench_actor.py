@@ -1,0 +1,88 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Smoke test of benchmarks/bench_actor.py on the tiny model: every figure is there and sane, and the project's
+log-probs equal the bare loop's on the same batch (both sides compute the same thing before they are timed)."""
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+
+BENCH_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_actor.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_actor", BENCH_PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def model_root(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("bench_models"))
+
+
+def tiny_argv(model_root: str, *extra: str) -> list[str]:
+    sizes = {"batch-size": 4, "prompt-length": 16, "response-length": 16, "micro-batch-size": 2, "iters": 1}
+    argv = ["--device", "cpu", "--model", "tiny", "--model-root", model_root, "--micro-batch-size-log-probs", "2"]
+    for key, value in sizes.items():
+        argv += [f"--{key}", str(value)]
+    return argv + list(extra)
+
+
+def test_variable_batch_is_left_padded_prompts_and_right_padded_responses(bench: ModuleType, model_root: str) -> None:
+    args = bench.parse_args(tiny_argv(model_root, "--lengths", "variable", "--batch-size", "32"))
+    data = bench.make_batch(args, pad_id=2048, vocab=2000)
+    mask = data.batch["attention_mask"]
+    prompt_mask, response_mask = mask[:, :16], mask[:, 16:]
+    prompt_lens, response_lens = prompt_mask.sum(-1), response_mask.sum(-1)
+    assert prompt_lens.min() >= 8 and prompt_lens.max() <= 16 and response_lens.min() >= 2
+    assert response_lens.max() <= 16 and len(set(response_lens.tolist())) > 1
+    assert torch.equal(prompt_mask, prompt_mask.cummax(dim=-1).values)  # left padding: zeros, then ones
+    assert torch.equal(response_mask, response_mask.flip(-1).cummax(dim=-1).values.flip(-1))  # right padding
+    assert torch.equal(data.batch["input_ids"] == 2048, mask == 0) and data.batch["input_ids"][mask == 1].max() < 2000
+    assert torch.equal(data.batch["responses"], data.batch["input_ids"][:, 16:])
+    assert torch.equal(data.batch["advantages"] == 0, response_mask == 0)
+
+
+@pytest.mark.parametrize("mode", ["packed", "padded"])
+def test_bench_actor_figures_and_log_probs_match_bare_loop(
+    bench: ModuleType, model_root: str, mode: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    returned = bench.main(tiny_argv(model_root, "--mode", mode, "--lengths", "variable"))
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])  # the JSON line comes last
+    assert figures["device"] == "cpu" and figures["mode"] == mode and figures["lengths"] == "variable"
+    assert (figures["B"], figures["P"], figures["R"]) == (4, 16, 16)
+    assert figures["packed"] == (mode == "packed"), "packed mode must really pack (attention 'auto' is varlen)"
+    assert 0 < figures["valid_tokens"] < figures["padded_tokens"] == 4 * 32
+    for phase in bench.PHASES:
+        for side in bench.SIDES:
+            for name in ("s", "tokens_per_s", "peak_mib"):
+                value = figures[f"{phase}_{side}_{name}"]
+                assert isinstance(value, float) and math.isfinite(value) and value > 0, (phase, side, name, value)
+            assert figures[f"{phase}_{side}_peak_rise_mib"] >= 0
+        ratio = figures[f"{phase}_ratio"]
+        assert math.isfinite(ratio) and ratio > 0
+        assert ratio == pytest.approx(
+            figures[f"{phase}_project_tokens_per_s"] / figures[f"{phase}_bare_tokens_per_s"], rel=1e-4
+        )
+    assert figures["log_probs_max_abs_diff"] < 1e-4, "project and bare loop disagree on the same batch"
+    assert returned["log_probs_max_abs_diff"] == pytest.approx(figures["log_probs_max_abs_diff"], rel=1e-5)
