@@ -39,7 +39,30 @@ def test_model_class_is_detected_from_the_config(model_dirs):
     assert type(vl).__name__ == "Qwen2_5_VLForConditionalGeneration" and is_vision_language(vl.config)
     assert get_vision_tower(text) is None and get_vision_tower(vl) is not None
     assert not text.config.use_cache and not vl.config.get_text_config().use_cache
-    assert text.config._attn_implementation == "sdpa"
+    assert text.config._attn_implementation == "varlen"  # auto: the packed-sequence attention
+    assert vl.config.get_text_config()._attn_implementation == "varlen"
+
+
+def test_attn_implementation_is_chosen_by_the_config(model_dirs):
+    sdpa = build_model(ModelConfig(model_path=model_dirs["qwen2"], attn_implementation="sdpa"))
+    assert sdpa.config._attn_implementation == "sdpa"
+    try:
+        import flash_attn  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="attn_implementation=flash_attention_2 needs the flash-attn package"):
+            build_model(ModelConfig(model_path=model_dirs["qwen2"], attn_implementation="flash_attention_2"))
+
+
+def test_unsupported_vision_language_families_are_refused(model_dirs):
+    from transformers import AutoConfig
+
+    from verl.utils.model_utils import check_supported_model
+
+    config = AutoConfig.from_pretrained(model_dirs["qwen2_5_vl"])
+    check_supported_model(config, "tiny")  # supported: no error
+    config.model_type = "qwen3_vl"
+    with pytest.raises(NotImplementedError, match="'qwen3_vl' vision-language model"):
+        check_supported_model(config, "tiny")
 
 
 def test_meta_build_has_the_same_tree_without_storage(model_dirs):
