@@ -60,7 +60,9 @@ def workspace(tmp_path_factory):
     root = tmp_path_factory.mktemp("gpu")
     text_model = get_or_build_tiny_model("qwen2", str(root / "models"))
     vl_model = get_or_build_tiny_model("qwen2_5_vl", str(root / "models"), min_pixels=3136, max_pixels=3136)
-    (root / "reward.py").write_text("def compute_score(sample):\n    return {'overall': float(len(sample['response']) % 2)}\n")
+    (root / "reward.py").write_text(
+        "def compute_score(sample):\n    return {'overall': float(len(sample['response']) % 2)}\n"
+    )
     with open(root / "train.jsonl", "w") as f:
         for i in range(16):
             f.write(json.dumps({"prompt": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n")
@@ -236,7 +238,9 @@ def test_grpo_step_on_the_tiny_vl_model(workspace):
     from verl.trainer.runner import run_ppo
 
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    spec = importlib.util.spec_from_file_location("make_data", os.path.join(repo, "examples/cpu_quickstart/make_data.py"))
+    spec = importlib.util.spec_from_file_location(
+        "make_data", os.path.join(repo, "examples/cpu_quickstart/make_data.py")
+    )
     make_data = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(make_data)
     root = workspace["root"]
