@@ -26,9 +26,11 @@ from verl.trainer.checkpointing import (
 )
 
 
-def make_steps(root, steps):
+def make_steps(root, steps, complete: bool = True):
     for step in steps:
         os.makedirs(os.path.join(step_dir(str(root), step), "actor"))
+        if complete:
+            (root / f"global_step_{step}" / "trainer_state.json").write_text("{}")
 
 
 def test_tracker_round_trip_and_best(tmp_path):
@@ -42,13 +44,31 @@ def test_tracker_round_trip_and_best(tmp_path):
     assert not any(name.endswith(".tmp") for name in os.listdir(tmp_path))
 
 
-def test_find_last_checkpoint_follows_tracker_not_directories(tmp_path):
-    make_steps(tmp_path, [1, 2, 3])  # step 3 was being written when the run crashed: no tracker entry
-    assert find_last_checkpoint(str(tmp_path)) is None
+def test_find_last_checkpoint_takes_the_newest_complete_step(tmp_path, caplog):
+    root = str(tmp_path)
+    assert find_last_checkpoint(root) is None  # nothing saved yet: a new run
+    make_steps(tmp_path, [1, 2])
+    make_steps(tmp_path, [3], complete=False)  # step 3 was being written when the run crashed
     tracker = CheckpointTracker()
     tracker.record(2, None)
-    tracker.save(str(tmp_path))
-    assert find_last_checkpoint(str(tmp_path)) == step_dir(str(tmp_path), 2)
+    tracker.save(root)
+    assert find_last_checkpoint(root) == step_dir(root, 2)
+    assert "resuming" not in caplog.text
+
+    os.remove(tmp_path / TRACKER_FILE)  # a lost tracker does not restart from step 0
+    assert find_last_checkpoint(root) == step_dir(root, 2)
+    assert "names step nothing" in caplog.text
+
+    tracker.record(5, None)  # a stale tracker naming a deleted step
+    tracker.save(root)
+    assert find_last_checkpoint(root) == step_dir(root, 2)
+    assert "names step 5" in caplog.text
+
+
+def test_find_last_checkpoint_refuses_only_incomplete_steps(tmp_path):
+    make_steps(tmp_path, [4], complete=False)
+    with pytest.raises(RuntimeError, match="No complete checkpoint.*global_step_4.*trainer.load_checkpoint_path"):
+        find_last_checkpoint(str(tmp_path))
 
 
 def test_corrupt_tracker_names_file(tmp_path):

@@ -281,13 +281,17 @@ def test_online_filtering_and_remax(workspace):
 
 
 def test_resume_gives_the_same_next_step(workspace):
-    common = ("trainer.val_before_train=false", "data.val_files=''", "algorithm.use_kl_loss=true")
+    """Default validation (before training, sampled at temperature 1) included: it must not shift the next step."""
+    common = ("algorithm.use_kl_loss=true",)
     run_ppo(load_config(text_args(workspace, "straight", *common, "trainer.max_steps=3")))
     run_ppo(load_config(text_args(workspace, "interrupted", *common, "trainer.max_steps=2")))
     resumed = load_config(text_args(workspace, "interrupted", *common, "trainer.max_steps=3"))
     run_ppo(resumed)
-    straight = {row["step"]: row for row in read_log(workspace["root"] / "straight")}
-    interrupted = [row for row in read_log(workspace["root"] / "interrupted") if row["step"] == 3]
+    straight = {row["step"]: row for row in read_log(workspace["root"] / "straight") if "actor/pg_loss" in row}
+    rows = read_log(workspace["root"] / "interrupted")
+    interrupted = [row for row in rows if row["step"] == 3 and "actor/pg_loss" in row]
     assert len(interrupted) == 1
+    validations = [row["step"] for row in rows if "val/reward_score" in row]
+    assert validations == [0, 2, 3], validations  # before training, the end of each run; none repeated on resume
     for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm"):
         assert interrupted[0][key] == pytest.approx(straight[3][key], rel=1e-4, abs=1e-6), key

@@ -26,11 +26,14 @@ checkpoint as the latest.
 """
 
 import json
+import logging
 import os
 import re
 import shutil
 from dataclasses import asdict, dataclass, field
 
+
+logger = logging.getLogger(__name__)
 
 TRACKER_FILE = "checkpoint_tracker.json"
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
@@ -85,13 +88,42 @@ def saved_steps(save_root: str) -> list[int]:
     return sorted(int(m.group(1)) for name in os.listdir(save_root) if (m := STEP_DIR.match(name)))
 
 
+def is_complete(path: str) -> bool:
+    """Whether a global_step_N directory holds a resumable checkpoint: the actor's (renamed into place only once
+    written) and the trainer state (written after every worker's part)."""
+    return os.path.isdir(os.path.join(path, "actor")) and os.path.isfile(os.path.join(path, "trainer_state.json"))
+
+
 def find_last_checkpoint(save_root: str) -> str | None:
-    """The checkpoint the tracker names as latest, if it exists on disk."""
+    """The newest complete checkpoint under `save_root`, or None when there is no checkpoint at all.
+
+    Normally that is the step the tracker names. Without a tracker (deleted, or lost in a crash after the step was
+    written), or with one naming a step that is gone or incomplete, the newest complete global_step_N is used, with
+    a warning: a run never restarts from step 0 over existing checkpoints. Step directories none of which is
+    complete are an error naming them, since starting over would overwrite them.
+    """
+    steps = saved_steps(save_root)
+    complete = [step for step in steps if is_complete(step_dir(save_root, step))]
     tracker = CheckpointTracker.load(save_root)
-    if tracker is None or tracker.last_global_step <= 0:
+    named = tracker.last_global_step if tracker is not None else None
+    if not complete:
+        if steps:
+            raise RuntimeError(
+                f"No complete checkpoint under '{save_root}': {', '.join(f'global_step_{s}' for s in steps)} lack "
+                "an actor directory or trainer_state.json (interrupted saves?). Move them away to start a new run, "
+                "or set trainer.load_checkpoint_path to a checkpoint directory."
+            )
         return None
-    path = step_dir(save_root, tracker.last_global_step)
-    return path if os.path.isdir(path) else None
+    newest = complete[-1]
+    if named != newest:
+        logger.warning(
+            "Checkpoint tracker %s names step %s, but the newest complete checkpoint is global_step_%d; resuming "
+            "from it.",
+            os.path.join(save_root, TRACKER_FILE),
+            "nothing" if named is None else named,
+            newest,
+        )
+    return step_dir(save_root, newest)
 
 
 def step_of(path: str) -> int:

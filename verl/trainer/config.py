@@ -142,7 +142,8 @@ class TrainerConfig:
     val_freq: int = -1
     """Validate every this many steps; -1 disables periodic validation."""
     val_before_train: bool = True
-    """Validate once before the first step."""
+    """Validate once before the first step of a new run (a resumed run does not validate again before it resumes;
+    validation samples from its own seed stream, so it never shifts the training samples)."""
     val_only: bool = False
     """Validate and exit without training."""
     val_generations_to_log: int = 0
@@ -274,6 +275,48 @@ def _positive(config: PPOConfig, *keys: str) -> None:
         value = _get(config, key)
         if value is not None and value <= 0:
             raise ConfigError(f"Config key '{key}' must be positive, got {value}.")
+
+
+def _non_negative(config: PPOConfig, *keys: str) -> None:
+    for key in keys:
+        value = _get(config, key)
+        if value is not None and value < 0:
+            raise ConfigError(f"Config key '{key}' must be zero or positive, got {value}.")
+
+
+def _check_numbers(config: PPOConfig) -> None:
+    """Values that type-check but make no sense: they would train backwards, train nothing or fail deep in a worker."""
+    _positive(
+        config,
+        "worker.actor.max_grad_norm",
+        "worker.critic.max_grad_norm",
+        "worker.actor.ppo_epochs",
+        "worker.critic.ppo_epochs",
+        "worker.rollout.kv_cache_memory_mb",
+        "worker.rollout.max_num_seqs",
+        "worker.rollout.max_num_batched_tokens",
+    )
+    _non_negative(
+        config,
+        "worker.actor.optim.lr",
+        "worker.critic.optim.lr",
+        "worker.actor.optim.weight_decay",
+        "worker.critic.optim.weight_decay",
+        "worker.rollout.seed",
+        "data.seed",
+    )
+    if config.data.val_batch_size == 0 or config.data.val_batch_size < -1:
+        raise ConfigError(
+            f"Config key 'data.val_batch_size' is {config.data.val_batch_size}; use a positive number of prompts, "
+            "or -1 for the whole validation set in one batch."
+        )
+    rollout = config.worker.rollout
+    if rollout.max_num_batched_tokens < rollout.max_num_seqs:
+        raise ConfigError(
+            f"worker.rollout.max_num_batched_tokens={rollout.max_num_batched_tokens} is below "
+            f"worker.rollout.max_num_seqs={rollout.max_num_seqs}; vLLM needs room for one token of every sequence "
+            "per step: raise max_num_batched_tokens or lower max_num_seqs."
+        )
 
 
 def _is_hf_dataset(spec: str) -> bool:
@@ -508,6 +551,7 @@ def validate_config(config: PPOConfig) -> None:
         "trainer.n_gpus_per_node",
     )
     _check_names(config)
+    _check_numbers(config)
     _check_algorithm(config)
     _check_batch_sizes(config)
     _check_paths(config)

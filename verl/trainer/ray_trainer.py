@@ -359,7 +359,7 @@ class RayPPOTrainer:
             self.critic_wg.load_checkpoint(os.path.join(path, "critic"))
         dataloader_state = os.path.join(path, "dataloader.pt")
         if os.path.isfile(dataloader_state):
-            self.train_dataloader.load_state_dict(torch.load(dataloader_state, weights_only=False))
+            self.train_dataloader.load_state_dict(torch.load(dataloader_state, weights_only=True))
         state_file = os.path.join(path, "trainer_state.json")
         if os.path.isfile(state_file):
             with open(state_file, encoding="utf-8") as f:
@@ -371,8 +371,10 @@ class RayPPOTrainer:
     def fit(self) -> dict[str, float]:
         trainer = self.config.trainer
         self._load_checkpoint()
+        resumed = self.global_step > 0
         val_metrics: dict[str, float] = {}
-        if trainer.val_before_train or trainer.val_only:
+        # A resumed run validated before its checkpoint; validating again would only log a second row for the step.
+        if trainer.val_only or (trainer.val_before_train and not resumed):
             val_metrics = self.validate()
             self.tracker.log(val_metrics, step=self.global_step)
             if trainer.val_only:

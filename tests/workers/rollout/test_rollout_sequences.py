@@ -102,6 +102,8 @@ def test_request_seeds_are_reproducible_and_distinct() -> None:
     for other in others:
         assert not set(other) & set(seeds)
     assert request_seeds(7, 0, 0, 4) == seeds[:4]  # a request's seed does not depend on the batch size
+    assert request_seeds(7, 0, 0, 4, stream=0) == seeds[:4]
+    assert not set(request_seeds(7, 0, 0, 64, stream=1)) & set(seeds)  # validation draws from its own stream
     with pytest.raises(ValueError, match="rollout.seed=-1"):
         request_seeds(-1, 0, 0, 1)
 

@@ -42,7 +42,9 @@ and any meta_info key naming a SamplingParams field overrides it (the remax gree
 
 Seeds. Request i of the k-th `generate_sequences` call on data-parallel rank r samples with the seed derived from
 (`rollout.seed`, r, k, i), and vLLM gives the j-th of its n samples that seed + j: a run is reproducible, yet no two
-requests share a seed. The call counter is `generate_calls`; a worker that resumes a run may restore it. vLLM
+requests share a seed. The call counter is `generate_calls`; a worker that resumes a run may restore it. Validation
+calls (`meta_info["validate"]`) draw from their own stream, counted by `validate_calls`, so validating more or less
+often (e.g. once more when a run resumes) never shifts the training samples. vLLM
 gives every seeded request its own generator; benchmarks/bench_rollout.py times bare vLLM with and without seeds.
 """
 
@@ -176,15 +178,18 @@ def _cpu_kwargs(config: RolloutConfig, max_model_len: int) -> dict[str, Any]:
     }
 
 
-def request_seeds(base_seed: int, rank: int, call_index: int, num_requests: int) -> list[int]:
+def request_seeds(base_seed: int, rank: int, call_index: int, num_requests: int, stream: int = 0) -> list[int]:
     """One seed per request of one generate call: distinct between requests, calls and ranks, fixed by base_seed.
+
+    `stream` separates independent call sequences (0 training, 1 validation): the same call index in two streams
+    gives unrelated seeds.
 
     vLLM gives the j-th of a request's n samples the seed + j; with 62-bit seeds drawn independently, two requests'
     sample seeds coincide with negligible probability, and seed + j never overflows a torch generator.
     """
     if base_seed < 0:
         raise ValueError(f"rollout.seed={base_seed} must be non-negative.")
-    sequence = np.random.SeedSequence([base_seed, rank, call_index])
+    sequence = np.random.SeedSequence([base_seed, rank, call_index] + ([stream] if stream else []))
     return [int(seed) >> 2 for seed in sequence.generate_state(num_requests, dtype=np.uint64)]
 
 
@@ -232,6 +237,7 @@ class VLLMRollout:
             self.inference_engine.sleep(level=1)
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.generate_calls = 0
+        self.validate_calls = 0
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.eos_token_ids = self._eos_token_ids(model_path)
         self._base_sampling = self._base_sampling_kwargs()
@@ -363,12 +369,17 @@ class VLLMRollout:
         inputs = self._engine_inputs(prompts)
         base_seed = kwargs.pop("seed", None)
         base_seed = self.config.seed if base_seed is None else int(base_seed)
+        validate = bool(prompts.meta_info.get("validate", False))
+        call_index = self.validate_calls if validate else self.generate_calls
         if kwargs["temperature"] < 1e-6:  # greedy: seeds would only cost per-request generators
             seeds: list[int | None] = [None] * len(inputs)
         else:
-            seeds = list(request_seeds(base_seed, self.rank, self.generate_calls, len(inputs)))
+            seeds = list(request_seeds(base_seed, self.rank, call_index, len(inputs), stream=int(validate)))
         params = [SamplingParams(**kwargs, seed=seed) for seed in seeds]
-        self.generate_calls += 1
+        if validate:
+            self.validate_calls += 1
+        else:
+            self.generate_calls += 1
         with preserved_rng_state():
             outputs = self.inference_engine.generate(inputs, params, use_tqdm=not self.config.disable_tqdm)
         output = self._to_dataproto(prompts, outputs, kwargs["n"])
