@@ -275,6 +275,21 @@ def test_main_reports_config_error_without_traceback(files, capsys):
     assert err.startswith("Config error: Unknown config key 'data.nope'") and "Traceback" not in err
 
 
+def test_data_errors_are_one_line_before_ray_starts(files, tmp_path, capsys):
+    import ray
+
+    from verl.utils.tiny_models import get_or_build_tiny_model
+
+    model = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
+    (files / "train.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n{"prompt": "2+2?", "answer": null}\n')
+    args = [arg for arg in base_args(files) if not arg.startswith("worker.actor.model.model_path")]
+    rc = main([*args, f"worker.actor.model.model_path={model}", "trainer.device=cpu"])
+    err = capsys.readouterr().err
+    assert rc == 2 and not ray.is_initialized()
+    last = err.strip().splitlines()[-1]  # (datasets' own progress bar may come first)
+    assert last.startswith("Error: ") and "train.jsonl', row 1, key 'answer'" in last and "Traceback" not in err
+
+
 def test_dry_run_in_subprocess_does_not_start_ray(files):
     code = (
         "import sys; from verl.trainer.main import main; rc = main(sys.argv[1:]); "

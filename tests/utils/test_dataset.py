@@ -514,6 +514,24 @@ def test_each_bad_row_is_an_error_naming_file_row_and_key(tmp_path, vl25, caplog
     assert dataset[0]["ground_truth"] == "ok"
 
 
+def test_rows_beyond_the_engine_image_limit_and_a_missing_image_column_are_named(tmp_path, vl25):
+    tokenizer, processor = vl25
+    _image(56, 56).save(tmp_path / "ok.png")
+    two = {"prompt": "<image><image> Compare.", "answer": "a", "images": ["ok.png", "ok.png"]}
+    one = {"prompt": "<image> Count.", "answer": "b", "images": ["ok.png"]}
+    kwargs = {"image_dir": str(tmp_path), **PIXELS}
+    with pytest.raises(DatasetRowError, match=r"row 1, key 'images': the row has 2 images but worker.rollout.limit"):
+        RLHFDataset([one, two], tokenizer, processor, limit_images=1, **kwargs)
+    assert len(RLHFDataset([one, two], tokenizer, processor, limit_images=2, **kwargs)) == 2
+    assert len(RLHFDataset([one, two], tokenizer, processor, limit_images=0, **kwargs)) == 2  # 0: no limit
+    renamed = [{"prompt": row["prompt"], "answer": row["answer"], "pictures": row["images"]} for row in (one, two)]
+    with pytest.raises(
+        DatasetRowError, match=r"no column 'images' \(data.image_key\).*'pictures'.*Set data.image_key"
+    ):
+        RLHFDataset(renamed, tokenizer, processor, **kwargs)
+    assert len(RLHFDataset(renamed, tokenizer, processor, image_key="pictures", **kwargs)) == 2
+
+
 def test_bad_rows_in_a_file_name_the_file(tmp_path, text_tokenizer, vl25):
     path = _write_jsonl(str(tmp_path / "train.jsonl"), [ROWS[0], {"prompt": "hi", "answer": None, "level": 1}])
     with pytest.raises(DatasetRowError, match=rf"file '{path}', row 1, key 'answer': the answer is missing"):

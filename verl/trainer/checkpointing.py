@@ -107,13 +107,21 @@ def find_last_checkpoint(save_root: str) -> str | None:
     tracker = CheckpointTracker.load(save_root)
     named = tracker.last_global_step if tracker is not None else None
     if not complete:
-        if steps:
-            raise RuntimeError(
-                f"No complete checkpoint under '{save_root}': {', '.join(f'global_step_{s}' for s in steps)} lack "
-                "an actor directory or trainer_state.json (interrupted saves?). Move them away to start a new run, "
-                "or set trainer.load_checkpoint_path to a checkpoint directory."
-            )
-        return None
+        if not steps:
+            return None
+        names = ", ".join(f"global_step_{step}" for step in steps)
+        model_only = all(os.path.isdir(os.path.join(step_dir(save_root, step), "actor")) for step in steps)
+        reason = (
+            "hold model weights only (trainer.save_model_only): no optimizer, data loader or trainer state to "
+            "resume from"
+            if model_only
+            else "lack an actor directory or trainer_state.json (interrupted saves?)"
+        )
+        raise RuntimeError(
+            f"Cannot resume from '{save_root}': {names} {reason}. Start a new run in another "
+            "trainer.save_checkpoint_path, or set trainer.find_last_checkpoint=false to start over here (the step "
+            "directories are overwritten)."
+        )
     newest = complete[-1]
     if named != newest:
         logger.warning(
@@ -124,6 +132,13 @@ def find_last_checkpoint(save_root: str) -> str | None:
             newest,
         )
     return step_dir(save_root, newest)
+
+
+def resume_path(load_checkpoint_path: str | None, find_last: bool, save_root: str) -> str | None:
+    """The checkpoint a run starts from: the explicit path, else (with find_last) the newest complete one."""
+    if load_checkpoint_path is not None:
+        return load_checkpoint_path
+    return find_last_checkpoint(save_root) if find_last else None
 
 
 def step_of(path: str) -> int:

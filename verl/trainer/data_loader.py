@@ -51,9 +51,13 @@ class BatchCollator:
 
 
 def build_dataset(
-    source: str, config: DataConfig, tokenizer: Any, processor: Any, model_config: Any = None
+    source: str, config: DataConfig, tokenizer: Any, processor: Any, model_config: Any = None, limit_images: int = 0
 ) -> RLHFDataset:
-    """An RLHFDataset for `source` with every rendering and filtering option taken from the data config."""
+    """An RLHFDataset for `source` with every rendering and filtering option taken from the data config.
+
+    `limit_images` is the rollout engine's images-per-prompt limit (worker.rollout.limit_images; 0 for none): a row
+    with more images is a data error found here, not in the engine's first generate call.
+    """
     return RLHFDataset(
         source,
         tokenizer,
@@ -73,11 +77,17 @@ def build_dataset(
         filter_overlong_prompts_workers=config.filter_overlong_prompts_workers,
         skip_bad_rows=config.skip_bad_rows,
         model_config=model_config,
+        limit_images=limit_images,
     )
 
 
 def create_dataloader(
-    config: DataConfig, tokenizer: Any, processor: Any, model_config: Any = None, num_workers: int = 0
+    config: DataConfig,
+    tokenizer: Any,
+    processor: Any,
+    model_config: Any = None,
+    num_workers: int = 0,
+    limit_images: int = 0,
 ) -> tuple[StatefulDataLoader, StatefulDataLoader | None]:
     """(train loader, validation loader or None when data.val_files is empty).
 
@@ -87,7 +97,7 @@ def create_dataloader(
     """
     meta_info = {"min_pixels": config.min_pixels, "max_pixels": config.max_pixels, "video_fps": config.video_fps}
     collator = BatchCollator(meta_info)
-    train_dataset = build_dataset(config.train_files, config, tokenizer, processor, model_config)
+    train_dataset = build_dataset(config.train_files, config, tokenizer, processor, model_config, limit_images)
     batch_size = config.mini_rollout_batch_size or config.rollout_batch_size
     key = "data.mini_rollout_batch_size" if config.mini_rollout_batch_size else "data.rollout_batch_size"
     if len(train_dataset) < batch_size:
@@ -109,7 +119,7 @@ def create_dataloader(
     )
     if not config.val_files:
         return train_dataloader, None
-    val_dataset = build_dataset(config.val_files, config, tokenizer, processor, model_config)
+    val_dataset = build_dataset(config.val_files, config, tokenizer, processor, model_config, limit_images)
     val_batch_size = len(val_dataset) if config.val_batch_size == -1 else config.val_batch_size
     if val_batch_size <= 0:
         raise ValueError(f"data.val_batch_size must be positive or -1 (the whole set), got {config.val_batch_size}.")

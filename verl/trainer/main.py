@@ -66,7 +66,13 @@ def main(argv: list[str] | None = None) -> int:
         print(to_yaml(config), end="")
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    run(config)
+    from .runner import SetupError
+
+    try:
+        run(config)
+    except SetupError as err:
+        print(f"Error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

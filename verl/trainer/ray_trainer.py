@@ -36,7 +36,7 @@ from tqdm import tqdm
 from ..protocol import DataProto
 from ..utils.seqlen_balancing import balance_batch
 from . import core_algos
-from .checkpointing import CheckpointTracker, find_last_checkpoint, remove_obsolete_checkpoints, step_dir, step_of
+from .checkpointing import CheckpointTracker, remove_obsolete_checkpoints, resume_path, step_dir, step_of
 from .config import PPOConfig
 from .metrics import (
     append_metrics,
@@ -347,9 +347,7 @@ class RayPPOTrainer:
 
     def _load_checkpoint(self) -> None:
         trainer = self.config.trainer
-        path = trainer.load_checkpoint_path
-        if path is None and trainer.find_last_checkpoint:
-            path = find_last_checkpoint(trainer.save_checkpoint_path)
+        path = resume_path(trainer.load_checkpoint_path, trainer.find_last_checkpoint, trainer.save_checkpoint_path)
         if path is None:
             return
         logger.info("Resuming from %s", path)

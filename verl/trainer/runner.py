@@ -30,6 +30,7 @@ from ..utils.device import resolve_device_type
 from ..utils.logger import Tracker
 from ..utils.tokenizer import get_processor, get_tokenizer
 from ..workers.reward.ray_actor import create_reward_actor
+from .checkpointing import resume_path
 from .config import PPOConfig
 from .data_loader import create_dataloader
 from .ray_trainer import RayPPOTrainer, count_training_steps
@@ -101,9 +102,17 @@ def _init_models(views: dict[str, Any], actor_role: str) -> tuple[Any, Any | Non
     return actor_wg, critic_wg
 
 
-def run_ppo(config: PPOConfig) -> dict[str, float]:
-    device = resolve_device_type(config.trainer.device)
-    init_ray(config, device)
+class SetupError(RuntimeError):
+    """A user error found before Ray starts (data, checkpoint directory): the CLI prints its message alone."""
+
+
+def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any]:
+    """Everything that needs no Ray and no model, so its errors come first: the checkpoint to resume from (looked up
+    now, loaded later), tokenizer, processor and both data loaders (every row is checked while they are built)."""
+    trainer_config = config.trainer
+    resume_path(
+        trainer_config.load_checkpoint_path, trainer_config.find_last_checkpoint, trainer_config.save_checkpoint_path
+    )
     model = config.worker.actor.model
     tokenizer = get_tokenizer(
         model.tokenizer_path,
@@ -117,15 +126,30 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
         min_pixels=config.data.min_pixels,
         max_pixels=config.data.max_pixels,
     )
-    train_dataloader, val_dataloader = create_dataloader(config.data, tokenizer, processor)
+    train_dataloader, val_dataloader = create_dataloader(
+        config.data, tokenizer, processor, limit_images=config.worker.rollout.limit_images
+    )
+    return train_dataloader, val_dataloader, tokenizer, processor
+
+
+def run_ppo(config: PPOConfig) -> dict[str, float]:
+    """Train. What can fail without Ray (the data, the checkpoint to resume from) is checked before Ray starts."""
+    device = resolve_device_type(config.trainer.device)
+    try:
+        train_dataloader, val_dataloader, tokenizer, processor = _prepare_inputs(config)
+    except (ValueError, TypeError, OSError, RuntimeError) as err:  # user errors: the data, the checkpoint directory
+        raise SetupError(str(err)) from err
+    init_ray(config, device)
     total_steps = count_training_steps(config, len(train_dataloader))
     config.worker.actor.optim.training_steps = config.worker.critic.optim.training_steps = total_steps
+    # One reward actor serves training and validation: validation never overlaps a training step's reward, and a
+    # second actor would cost its own process (~0.7 GB with the tokenizer) and start-up time.
+    model = config.worker.actor.model
     reward_fn = create_reward_actor(config.worker.reward, model.tokenizer_path, model.trust_remote_code)
-    val_reward_fn = create_reward_actor(config.worker.reward, model.tokenizer_path, model.trust_remote_code)
     try:
         actor_wg, critic_wg, group, pool = create_worker_groups(config, device)
     except BaseException:
-        _kill(reward_fn, val_reward_fn)
+        _kill(reward_fn)
         raise
     trainer_config = config.trainer
     tracker = Tracker(
@@ -136,7 +160,7 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
         dataclasses.asdict(config),
     )
     trainer = RayPPOTrainer(
-        config, tokenizer, train_dataloader, val_dataloader, actor_wg, critic_wg, reward_fn, val_reward_fn, tracker
+        config, tokenizer, train_dataloader, val_dataloader, actor_wg, critic_wg, reward_fn, reward_fn, tracker
     )
     try:
         return trainer.fit()
@@ -144,7 +168,7 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
         tracker.finish()
         group.shutdown()
         pool.remove()
-        _kill(reward_fn, val_reward_fn)
+        _kill(reward_fn)
 
 
 def _kill(*actors: Any) -> None:

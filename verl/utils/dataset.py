@@ -121,6 +121,7 @@ class RLHFDataset(Dataset):
         filter_overlong_prompts_workers: int = 1,
         skip_bad_rows: bool = False,
         model_config: Any | None = None,
+        limit_images: int = 0,
     ) -> None:
         self.tokenizer = tokenizer
         self.processor = processor
@@ -130,6 +131,7 @@ class RLHFDataset(Dataset):
         self.max_prompt_length = max_prompt_length
         self.min_pixels, self.max_pixels = min_pixels, max_pixels
         self.skip_bad_rows = skip_bad_rows
+        self.limit_images = limit_images
         if image_dir and not os.path.isdir(self.image_dir):
             raise FileNotFoundError(f"data.image_dir {image_dir!r} is not a directory; give an existing directory.")
         self.format_template = None
@@ -281,6 +283,13 @@ class RLHFDataset(Dataset):
         if not isinstance(answer, str):
             raise self._error(index, self.answer_key, f"the answer must be a string, got {type(answer).__name__}")
         images = self._media_list(index, row, self.image_key)
+        if 0 < self.limit_images < len(images):
+            raise self._error(
+                index,
+                self.image_key,
+                f"the row has {len(images)} images but worker.rollout.limit_images={self.limit_images}; raise it to "
+                "the most images a prompt has (0 for no limit)",
+            )
         videos = self._media_list(index, row, self.video_key)
         for position, video in enumerate(videos):
             if not isinstance(video, str):
@@ -318,6 +327,14 @@ class RLHFDataset(Dataset):
             found = text.count(marker)
             if found == 0 and count > 0:
                 prefix += [{"type": marker[1:-1]}] * count
+            elif found != count and count == 0 and key not in self.source.columns:
+                config_key = "data.image_key" if marker == "<image>" else "data.video_key"
+                raise self._error(
+                    index,
+                    key,
+                    f"the prompt has {found} {marker} marker(s) but the dataset has no column {key!r} ({config_key}); "
+                    f"its columns are {self.source.columns}. Set {config_key} to the column that holds them",
+                )
             elif found != count:
                 raise self._error(
                     index,

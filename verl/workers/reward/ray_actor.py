@@ -31,7 +31,7 @@ from .manager import FunctionRewardManager, RewardSettings
 
 @ray.remote
 class RewardActor:
-    """Holds the tokenizer and the loaded reward function; one per dataset split (train and val)."""
+    """Holds the tokenizer and the loaded reward function; one per run, scoring training and validation batches."""
 
     def __init__(self, settings: RewardSettings, tokenizer_path: str, trust_remote_code: bool = False) -> None:
         tokenizer = get_tokenizer(tokenizer_path, trust_remote_code=trust_remote_code)
