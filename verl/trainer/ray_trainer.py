@@ -119,6 +119,7 @@ class RayPPOTrainer:
         self.total_steps = count_training_steps(config, len(train_dataloader))
         self._data_iter: Iterator | None = None
         self.last_val_metrics: dict[str, float] = {}
+        self.flat_reward_steps = 0
 
     # ------------------------------------------------------------------------------------------------ data
 
@@ -221,6 +222,24 @@ class RayPPOTrainer:
         advantages, returns = core_algos.compute_advantage_return(algo.adv_estimator, **kwargs)
         batch.batch["advantages"], batch.batch["returns"] = advantages, returns
 
+    def _check_reward_spread(self, scores: torch.Tensor) -> None:
+        """Warn when every sample of a step got the same reward: group advantages are then all zero and the step
+        trains nothing (a task too hard or too easy, or a reward function that ignores the response)."""
+        totals = scores.sum(dim=-1)
+        if len(totals) > 1 and bool((totals == totals[0]).all()):
+            self.flat_reward_steps += 1
+            if self.flat_reward_steps in (1, 10) or self.flat_reward_steps % 100 == 0:
+                logger.warning(
+                    "Step %d: all %d samples got the same reward %.4g from %s (%d such step(s) so far); with "
+                    "group-relative advantages this step does not change the policy. Check the reward function "
+                    "and the task's difficulty.",
+                    self.global_step,
+                    len(totals),
+                    float(totals[0]),
+                    self.config.worker.reward.reward_function,
+                    self.flat_reward_steps,
+                )
+
     def train_step(self, timing_raw: dict[str, float]) -> tuple[DataProto, dict[str, float]]:
         metrics = new_metric_store()
         wg = self.actor_rollout_ref_wg
@@ -251,6 +270,7 @@ class RayPPOTrainer:
                 scores, reward_metrics = ray.get(reward_ref)
                 batch.batch["token_level_scores"] = scores
                 append_metrics(metrics, {f"reward/{k}": v for k, v in reward_metrics.items()})
+                self._check_reward_spread(scores)
             if self.kl_in_reward:
                 rewards, kl_metrics = core_algos.apply_kl_penalty(
                     batch.batch["token_level_scores"],

@@ -1,0 +1,51 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The driver warns, naming the reward function, when a step's rewards are all equal (nothing to learn from)."""
+
+import logging
+from types import SimpleNamespace
+
+import torch
+
+from verl.trainer.ray_trainer import RayPPOTrainer
+
+
+def driver(step: int = 3) -> SimpleNamespace:
+    reward = SimpleNamespace(reward_function="rewards/task.py:score")
+    return SimpleNamespace(
+        flat_reward_steps=0, global_step=step, config=SimpleNamespace(worker=SimpleNamespace(reward=reward))
+    )
+
+
+def scores(values: list[float]) -> torch.Tensor:
+    out = torch.zeros(len(values), 4)
+    out[:, -1] = torch.tensor(values)
+    return out
+
+
+def test_flat_rewards_are_warned_about_with_the_function_name(caplog):
+    state = driver()
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.ray_trainer"):
+        RayPPOTrainer._check_reward_spread(state, scores([0.0, 1.0, 0.0, 0.0]))
+        assert state.flat_reward_steps == 0 and not caplog.records
+        RayPPOTrainer._check_reward_spread(state, scores([0.0] * 8))
+    assert state.flat_reward_steps == 1
+    assert "Step 3: all 8 samples got the same reward 0 from rewards/task.py:score" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.ray_trainer"):
+        for _ in range(8):  # throttled: the 2nd..9th flat steps are counted, not printed
+            RayPPOTrainer._check_reward_spread(state, scores([1.0] * 8))
+        assert not caplog.records
+        RayPPOTrainer._check_reward_spread(state, scores([1.0] * 8))
+    assert "(10 such step(s) so far)" in caplog.text
