@@ -53,6 +53,12 @@ def test_console_backend(caplog):
     with caplog.at_level(logging.INFO):
         run_tracker("console", "unused")
     assert "step 2" in caplog.text and "critic/score/mean: 0.75" in caplog.text
+    caplog.clear()
+    tracker = Tracker(["console"], project="p", experiment="e", log_dir="unused", config=CONFIG)
+    with caplog.at_level(logging.INFO):
+        tracker.log({"critic/score/mean": 0.5, "timing_per_token_ms/gen": 3.0, "val/reward_score": 0.9}, step=4)
+    lines = [record.getMessage() for record in caplog.records]
+    assert lines == ["step 4 - critic/score/mean: 0.5", "step 4 validation - val/reward_score: 0.9"]
 
 
 def test_tensorboard_backend(tmp_path):

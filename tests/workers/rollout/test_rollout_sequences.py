@@ -164,3 +164,20 @@ def test_checkpoint_names_match_the_saved_checkpoint(kind: str, tmp_path_factory
     if kind != "qwen2":
         assert names["model.language_model.layers.0.mlp.up_proj.weight"] == "model.layers.0.mlp.up_proj.weight"
         assert names["model.visual.blocks.0.attn.qkv.weight"] == "visual.blocks.0.attn.qkv.weight"
+
+
+def test_only_the_rotary_reload_warning_is_silenced() -> None:
+    import logging
+
+    from verl.workers.rollout import vllm_compat
+
+    vllm_compat.silence_rotary_reload_warning()
+    vllm_compat.silence_rotary_reload_warning()  # idempotent
+    reload_logger = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+    (flt,) = [f for f in reload_logger.filters if isinstance(f, vllm_compat._RotaryReloadFilter)]
+
+    def record(layer: str) -> logging.LogRecord:
+        return logging.LogRecord("x", logging.WARNING, __file__, 1, "%s: Failed to load weights", (layer,), None)
+
+    assert not flt.filter(record("RotaryEmbedding")) and not flt.filter(record("MRotaryEmbedding"))
+    assert flt.filter(record("QKVParallelLinear"))  # a real failure still shows

@@ -43,10 +43,31 @@ def _sorted_scalars(metrics: dict[str, Any]) -> dict[str, float]:
     return {key: float(value) for key, value in sorted(metrics.items())}
 
 
+CONSOLE_KEYS: tuple[str, ...] = (
+    "critic/score/mean",
+    "actor/pg_loss",
+    "actor/kl_loss",
+    "actor/grad_norm",
+    "actor/entropy_loss",
+    "critic/vf_loss",
+    "response_length/mean",
+    "timing_s/step",
+    "perf/throughput",
+)
+"""What the console shows of a training step; every metric goes to the other backends (the file logger keeps all)."""
+
+
 class ConsoleBackend(Backend):
+    """One short line per step (CONSOLE_KEYS) and one line per validation (the val/ metrics), for a person to read."""
+
     def log(self, metrics: dict[str, float], step: int) -> None:
-        text = " - ".join(f"{key}: {value:.4g}" for key, value in _sorted_scalars(metrics).items())
-        logger.info("step %d - %s", step, text)
+        scalars = _sorted_scalars(metrics)
+        shown = [f"{key}: {scalars[key]:.4g}" for key in CONSOLE_KEYS if key in scalars]
+        if shown:
+            logger.info("step %d - %s", step, " - ".join(shown))
+        validation = [f"{key}: {value:.4g}" for key, value in scalars.items() if key.startswith("val")]
+        if validation:
+            logger.info("step %d validation - %s", step, " - ".join(validation))
 
     def log_generations(self, samples: list[Generation], step: int) -> None:
         for prompt, response, ground_truth, score in samples:

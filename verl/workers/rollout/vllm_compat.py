@@ -72,6 +72,27 @@ def sleep_mode_available() -> bool:
     return bool(current_platform.is_sleep_mode_available())
 
 
+class _RotaryReloadFilter(logging.Filter):
+    """Drops vLLM 0.32's "RotaryEmbedding: Failed to load weights" warning of every in-place reload.
+
+    Rotary layers have no checkpoint weights (their cos/sin cache is computed), so the layer-wise reloader finds
+    nothing to load for them and warns, then keeps the computed cache: correct, but alarming on every weight sync.
+    Warnings about any other layer still show.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != "%s: Failed to load weights" or not record.args:
+            return True
+        return not str(record.args[0]).endswith("RotaryEmbedding")
+
+
+def silence_rotary_reload_warning() -> None:
+    """Install `_RotaryReloadFilter` on vLLM's layer-wise reload logger (idempotent)."""
+    reload_logger = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+    if not any(isinstance(f, _RotaryReloadFilter) for f in reload_logger.filters):
+        reload_logger.addFilter(_RotaryReloadFilter())
+
+
 def load_weights(llm: Any, weights: Iterable[tuple[str, torch.Tensor]], in_place_reload: bool) -> None:
     """Stream (checkpoint name, full tensor) pairs into the engine's model.
 
@@ -81,6 +102,7 @@ def load_weights(llm: Any, weights: Iterable[tuple[str, torch.Tensor]], in_place
     weights were woken up).
     """
     if in_place_reload:
+        silence_rotary_reload_warning()
         llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
     else:
         llm.apply_model(lambda model: model.load_weights(iter(weights)))
