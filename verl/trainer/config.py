@@ -154,6 +154,10 @@ class TrainerConfig:
     """Checkpoints kept (the best by validation score is always kept); -1 keeps all."""
     save_model_only: bool = False
     """Save only the model weights, not the optimizer and trainer state."""
+    signal_grace_s: float = 300.0
+    """On SIGTERM or SIGINT (scheduler preemption, Ctrl-C) the run finishes its current step and, if that happens
+    within this many seconds of the signal, saves a checkpoint, then exits non-zero; a second signal stops at once.
+    0 stops without saving."""
     save_checkpoint_path: str | None = None
     """Checkpoint root; defaults to checkpoints/<project_name>/<experiment_name>."""
     load_checkpoint_path: str | None = None

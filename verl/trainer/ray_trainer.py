@@ -46,6 +46,7 @@ from .metrics import (
     new_metric_store,
     reduce_metrics,
 )
+from .preemption import StopRequest, TrainingInterrupted
 
 
 logger = logging.getLogger(__name__)
@@ -400,29 +401,16 @@ class RayPPOTrainer:
         num_devices = self.actor_rollout_ref_wg.world_size
         progress = tqdm(total=self.total_steps, initial=self.global_step, desc="train", dynamic_ncols=True)
         last_saved = last_validated = -1
-        while self.global_step < self.total_steps:
-            self.global_step += 1
-            timing_raw: dict[str, float] = {}
-            with timer("step", timing_raw):
-                batch, metrics = self.train_step(timing_raw)
-                is_last = self.global_step >= self.total_steps
-                if trainer.val_freq > 0 and (self.global_step % trainer.val_freq == 0 or is_last):
-                    with timer("validation", timing_raw):
-                        val_metrics = self.validate()
-                    metrics.update(val_metrics)
-                    last_validated = self.global_step
-                if (trainer.save_freq > 0 and self.global_step % trainer.save_freq == 0) or is_last:
-                    with timer("save_checkpoint", timing_raw):
-                        self._save_checkpoint(val_metrics.get("val/reward_score"))
-                    last_saved = self.global_step
-            metrics.update(compute_data_metrics(batch, self.use_critic))
-            metrics.update(compute_timing_metrics(batch, timing_raw))
-            metrics.update(compute_throughput_metrics(batch, timing_raw, num_devices))
-            self.tracker.log(metrics, step=self.global_step)
-            progress.set_postfix(
-                reward=f"{metrics['critic/score/mean']:.3f}", tok_s=f"{metrics.get('perf/throughput', 0.0):.0f}"
-            )
-            progress.update(1)
+        first_step = self.global_step
+        with StopRequest(trainer.signal_grace_s).installed() as stop:
+            while self.global_step < self.total_steps:
+                if stop.requested:
+                    progress.close()
+                    unsaved = self.global_step > first_step and last_saved != self.global_step
+                    self._stop(stop, val_metrics, unsaved)
+                last_saved, last_validated, val_metrics = self._fit_step(
+                    progress, num_devices, last_saved, last_validated, val_metrics
+                )
         progress.close()
         if last_validated != self.global_step and self.val_dataloader is not None:
             val_metrics = self.validate()
@@ -430,3 +418,41 @@ class RayPPOTrainer:
         if last_saved != self.global_step:
             self._save_checkpoint(val_metrics.get("val/reward_score"))
         return val_metrics
+
+    def _stop(self, stop: StopRequest, val_metrics: dict[str, float], unsaved: bool) -> None:
+        """Save the steps since the last checkpoint (if the grace period allows), then raise TrainingInterrupted."""
+        if unsaved and stop.within_grace():
+            self._save_checkpoint(val_metrics.get("val/reward_score"))
+            unsaved = False
+        root = self.config.trainer.save_checkpoint_path
+        latest = None if unsaved or self.global_step == 0 else step_dir(root, self.global_step)
+        raise TrainingInterrupted(stop.signum, self.global_step, latest)
+
+    def _fit_step(
+        self, progress: Any, num_devices: int, last_saved: int, last_validated: int, val_metrics: dict[str, float]
+    ) -> tuple[int, int, dict[str, float]]:
+        """One training step with its validation, checkpoint and logging; returns the updated bookkeeping."""
+        trainer = self.config.trainer
+        self.global_step += 1
+        timing_raw: dict[str, float] = {}
+        with timer("step", timing_raw):
+            batch, metrics = self.train_step(timing_raw)
+            is_last = self.global_step >= self.total_steps
+            if trainer.val_freq > 0 and (self.global_step % trainer.val_freq == 0 or is_last):
+                with timer("validation", timing_raw):
+                    val_metrics = self.validate()
+                metrics.update(val_metrics)
+                last_validated = self.global_step
+            if (trainer.save_freq > 0 and self.global_step % trainer.save_freq == 0) or is_last:
+                with timer("save_checkpoint", timing_raw):
+                    self._save_checkpoint(val_metrics.get("val/reward_score"))
+                last_saved = self.global_step
+        metrics.update(compute_data_metrics(batch, self.use_critic))
+        metrics.update(compute_timing_metrics(batch, timing_raw))
+        metrics.update(compute_throughput_metrics(batch, timing_raw, num_devices))
+        self.tracker.log(metrics, step=self.global_step)
+        progress.set_postfix(
+            reward=f"{metrics['critic/score/mean']:.3f}", tok_s=f"{metrics.get('perf/throughput', 0.0):.0f}"
+        )
+        progress.update(1)
+        return last_saved, last_validated, val_metrics

@@ -82,12 +82,17 @@ def get_dist_backend(device_type: str | None = None) -> str:
 
 
 def get_local_device(local_rank: int | None = None) -> torch.device:
-    """The device this rank computes on: cuda:<local_rank> or cpu."""
+    """The device this rank computes on: the CPU, or its GPU among those the process sees.
+
+    Under torchrun every process sees all of the node's GPUs and takes cuda:<LOCAL_RANK>. Ray instead restricts
+    each worker to its own GPU (CUDA_VISIBLE_DEVICES), where that GPU is cuda:0 whatever the local rank; hence the
+    index is the local rank modulo the number of visible devices.
+    """
     if get_device_type() == "cpu":
         return torch.device("cpu")
     if local_rank is None:
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    return torch.device("cuda", local_rank)
+    return torch.device("cuda", local_rank % max(torch.cuda.device_count(), 1))
 
 
 def init_distributed(timeout_seconds: float = 600.0) -> None:

@@ -73,6 +73,8 @@ class FSDPWorker(Worker):
         self.device_type = device_utils.set_device_type(device)
         device_utils.init_distributed()  # a no-op for the second role of a colocated process
         self.device = device_utils.get_local_device()
+        if self.device.type == "cuda":  # vLLM's external launcher picks its device from LOCAL_RANK: make it this one
+            os.environ["LOCAL_RANK"] = str(self.device.index)
         self.has_actor = role in ("actor_rollout_ref", "actor_rollout")
         self.has_rollout = self.has_actor
         self.has_ref = role in ("actor_rollout_ref", "ref")

@@ -1,0 +1,95 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""SIGTERM / SIGINT: finish the step, checkpoint within the grace period, exit 128 + signal; the next run resumes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from verl.trainer.checkpointing import CheckpointTracker, is_complete
+from verl.trainer.preemption import StopRequest, TrainingInterrupted
+from verl.utils.tiny_models import get_or_build_tiny_model
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_first_signal_is_recorded_and_handlers_are_restored():
+    before = signal.getsignal(signal.SIGTERM)
+    stop = StopRequest(grace_s=60)
+    with stop.installed():
+        assert not stop.requested
+        os.kill(os.getpid(), signal.SIGTERM)  # handled: the process goes on
+        time.sleep(0.05)
+        assert stop.requested and stop.signum == signal.SIGTERM and stop.within_grace()
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert not StopRequest(grace_s=0).within_grace()  # no signal yet
+    message = str(TrainingInterrupted(signal.SIGTERM, 7, "/ckpt/global_step_7"))
+    assert "Stopped by SIGTERM after step 7; checkpoint saved to /ckpt/global_step_7" in message
+
+
+@pytest.mark.slow
+def test_sigterm_saves_a_checkpoint_and_the_next_run_resumes(tmp_path):
+    model = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
+    (tmp_path / "reward.py").write_text(
+        "def compute_score(sample):\n    return {'overall': float(len(sample['response']) % 3)}\n"
+    )
+    with open(tmp_path / "train.jsonl", "w") as f:
+        for i in range(32):
+            f.write(json.dumps({"prompt": f"What is {i} + 2?", "answer": str(i + 2)}) + "\n")
+    save = tmp_path / "ckpt"
+    args = [
+        f"data.train_files={tmp_path / 'train.jsonl'}",
+        "data.max_prompt_length=64",
+        "data.max_response_length=8",
+        "data.rollout_batch_size=4",
+        "worker.actor.global_batch_size=4",
+        f"worker.actor.model.model_path={model}",
+        "worker.rollout.n=2",
+        "worker.rollout.max_num_batched_tokens=256",
+        "worker.rollout.kv_cache_memory_mb=32",
+        f"worker.reward.reward_function={tmp_path / 'reward.py'}:compute_score",
+        "trainer.device=cpu",
+        "trainer.n_gpus_per_node=2",
+        "trainer.logger=[file]",
+        f"trainer.save_checkpoint_path={save}",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, "-m", "verl.trainer.main", *args]
+    proc = subprocess.Popen([*command, "trainer.max_steps=40"], cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+    log = save / "experiment_log.jsonl"
+    deadline = time.monotonic() + 300
+    while not (log.exists() and any("actor/pg_loss" in line for line in log.read_text().splitlines())):
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        assert time.monotonic() < deadline, "no training step within 300 s"
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    stopped = [line for line in stderr.splitlines() if line.startswith("Stopped by SIGTERM")]
+    assert len(stopped) == 1 and "checkpoint saved to" in stopped[0], stderr[-3000:]
+    step = CheckpointTracker.load(str(save)).last_global_step
+    assert 1 <= step < 40 and is_complete(str(save / f"global_step_{step}"))
+
+    resumed = subprocess.run(
+        [*command, f"trainer.max_steps={step + 1}"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    steps = [json.loads(line)["step"] for line in log.read_text().splitlines() if "actor/pg_loss" in line]
+    assert steps == list(range(1, step + 2)), steps  # no step repeated, none lost

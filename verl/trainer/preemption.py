@@ -1,0 +1,86 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Stopping a run on SIGTERM / SIGINT (Slurm preemption, Ctrl-C) without losing the work since the last checkpoint.
+
+The first signal only raises a flag; the fit loop checks it between steps, saves a checkpoint if the grace period
+(`trainer.signal_grace_s`) has not run out, and raises `TrainingInterrupted`, so the runner's cleanup shuts the
+workers down and the CLI exits with 128 + the signal number. A second signal restores the default behaviour and
+re-raises the signal: the process stops at once.
+"""
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+
+logger = logging.getLogger(__name__)
+
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class TrainingInterrupted(RuntimeError):
+    """The run stopped on a signal after step `step`; `checkpoint` is the directory saved then (None if none)."""
+
+    def __init__(self, signum: int, step: int, checkpoint: str | None) -> None:
+        name = signal.Signals(signum).name
+        saved = f"checkpoint saved to {checkpoint}" if checkpoint else "no checkpoint saved (grace period over)"
+        super().__init__(f"Stopped by {name} after step {step}; {saved}. Run the same command again to resume.")
+        self.signum, self.step, self.checkpoint = signum, step, checkpoint
+
+
+class StopRequest:
+    """Records the first SIGTERM/SIGINT (signal number and time); used as a context manager around the fit loop."""
+
+    def __init__(self, grace_s: float) -> None:
+        self.grace_s = grace_s
+        self.signum: int | None = None
+        self.received_at: float | None = None
+        self._previous: dict[int, object] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def within_grace(self) -> bool:
+        return self.received_at is not None and time.monotonic() - self.received_at <= self.grace_s
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is not None:  # the second signal: stop now
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+            return
+        self.signum, self.received_at = signum, time.monotonic()
+        logger.warning(
+            "Received %s: finishing the current step, then saving a checkpoint (if within %.0f s) and stopping. "
+            "Send it again to stop at once.",
+            signal.Signals(signum).name,
+            self.grace_s,
+        )
+
+    @contextmanager
+    def installed(self) -> Iterator["StopRequest"]:
+        """Handle the signals while the block runs (main thread only; elsewhere it is a no-op)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        self._previous = {signum: signal.signal(signum, self._handle) for signum in HANDLED_SIGNALS}
+        try:
+            yield self
+        finally:
+            for signum, handler in self._previous.items():
+                signal.signal(signum, handler)
