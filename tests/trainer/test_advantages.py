@@ -11,7 +11,11 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Advantage estimators against hand-computed values and plain-Python reference loops."""
+"""Advantage estimators against hand-computed values and plain-Python reference loops.
+
+The reference loops for reinforce_plus_plus, remax, opo, gpg and grpo_passk restate verl 0.9's semantics
+(verl/trainer/ppo/core_algos.py) in the plainest form, one response at a time, on seeded random inputs.
+"""
 
 import math
 import statistics
@@ -22,16 +26,18 @@ import torch
 
 from verl.trainer import advantages as adv_module
 from verl.trainer.core_algos import (
-    ADV_ESTIMATOR_NAMES,
     compute_advantage_return,
     compute_gae_advantage_return,
+    compute_gpg_outcome_advantage,
     compute_grpo_outcome_advantage,
     compute_grpo_passk_outcome_advantage,
+    compute_opo_outcome_advantage,
     compute_reinforce_plus_plus_baseline_outcome_advantage,
     compute_reinforce_plus_plus_outcome_advantage,
     compute_remax_outcome_advantage,
     compute_rloo_outcome_advantage,
     get_adv_estimator,
+    is_grouped_adv_estimator,
     register_adv_estimator,
     registered_adv_estimators,
 )
@@ -63,10 +69,13 @@ def per_sequence(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return first
 
 
-def test_registry_matches_the_torch_free_name_list() -> None:
-    assert registered_adv_estimators() == ADV_ESTIMATOR_NAMES
-    for name in ADV_ESTIMATOR_NAMES:
+def test_registry_lists_every_estimator_and_marks_the_grouped_ones() -> None:
+    names = registered_adv_estimators()
+    assert set(names) >= {"gae", "grpo", "grpo_passk", "rloo", "opo", "gpg", "reinforce_plus_plus", "remax"}
+    for name in names:
         assert callable(get_adv_estimator(name))
+    grouped = {name for name in names if is_grouped_adv_estimator(name)}
+    assert grouped == {"grpo", "grpo_passk", "rloo", "opo", "gpg", "reinforce_plus_plus_baseline"}
 
 
 def test_unknown_estimator_lists_valid_names() -> None:
@@ -76,7 +85,8 @@ def test_unknown_estimator_lists_valid_names() -> None:
         compute_advantage_return("ppo", token_level_rewards=torch.zeros(1, 1))
 
 
-def test_register_rejects_duplicates_and_adds_new_names() -> None:
+def test_register_rejects_duplicates_and_adds_new_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(adv_module, "_ADV_ESTIMATORS", dict(adv_module._ADV_ESTIMATORS))  # undone after the test
     with pytest.raises(ValueError, match="'grpo' is already registered"):
         register_adv_estimator("grpo")(compute_grpo_outcome_advantage)
 
@@ -84,12 +94,10 @@ def test_register_rejects_duplicates_and_adds_new_names() -> None:
     def constant_one(token_level_rewards: torch.Tensor, response_mask: torch.Tensor):
         return response_mask.clone(), response_mask.clone()
 
-    try:
-        rewards, mask = outcome_batch([0.0, 0.0], [2, 1])
-        advantages, _ = compute_advantage_return("constant_one", token_level_rewards=rewards, response_mask=mask)
-        torch.testing.assert_close(advantages, mask)
-    finally:
-        del adv_module._ADV_ESTIMATORS["constant_one"]
+    rewards, mask = outcome_batch([0.0, 0.0], [2, 1])
+    advantages, _ = compute_advantage_return("constant_one", token_level_rewards=rewards, response_mask=mask)
+    torch.testing.assert_close(advantages, mask)
+    assert not is_grouped_adv_estimator("constant_one")
 
 
 def test_compute_advantage_return_passes_only_accepted_kwargs_and_names_missing_ones() -> None:
@@ -102,7 +110,7 @@ def test_compute_advantage_return_passes_only_accepted_kwargs_and_names_missing_
         "reward_baselines": None,
         "gamma": 1.0,
         "lam": 1.0,
-        "norm_adv_by_std": False,
+        "norm_adv_by_std_in_grpo": False,
     }
     advantages, _ = compute_advantage_return("grpo", **everything)
     torch.testing.assert_close(per_sequence(advantages, mask), torch.tensor([0.5, -0.5]))
@@ -131,9 +139,9 @@ def test_grpo_is_scale_invariant_and_dr_grpo_is_not() -> None:
     grpo_scaled, _ = compute_grpo_outcome_advantage(10 * rewards, mask, index)
     torch.testing.assert_close(grpo, grpo_scaled, atol=1e-5, rtol=1e-5)
 
-    dr_grpo, _ = compute_grpo_outcome_advantage(rewards, mask, index, norm_adv_by_std=False)
+    dr_grpo, _ = compute_grpo_outcome_advantage(rewards, mask, index, norm_adv_by_std_in_grpo=False)
     torch.testing.assert_close(per_sequence(dr_grpo, mask), torch.tensor([0.5, -0.5, -0.25, 0.25]))
-    dr_scaled, _ = compute_grpo_outcome_advantage(10 * rewards, mask, index, norm_adv_by_std=False)
+    dr_scaled, _ = compute_grpo_outcome_advantage(10 * rewards, mask, index, norm_adv_by_std_in_grpo=False)
     torch.testing.assert_close(dr_scaled, 10 * dr_grpo)
 
 
@@ -242,3 +250,113 @@ def test_group_ids_must_match_the_batch() -> None:
     rewards, mask = outcome_batch([1.0, 0.0], [1, 1])
     with pytest.raises(ValueError, match="index has 3 group ids but the batch has 2"):
         compute_grpo_outcome_advantage(rewards, mask, uids("a", "a", "b"))
+
+
+# ---------------------------------------------------------------- differential tests against plain loops (verl 0.9)
+
+
+def holey_batch(seed: int, batch: int = 6, width: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random rewards on every position and a mask with trailing padding and interior holes (tool outputs)."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(3, width + 1, (batch,), generator=generator)
+    positions = torch.arange(width)
+    mask = (positions < lengths.unsqueeze(-1)).float()
+    interior = (positions > 0) & (positions < (lengths - 1).unsqueeze(-1))
+    mask[interior & (torch.rand(batch, width, generator=generator) < 0.4)] = 0.0
+    assert (mask[:, 1:-1] == 0).logical_and(interior[:, 1:-1]).any(), "the seed must give interior holes"
+    return torch.randn(batch, width, generator=generator), mask
+
+
+def reward_to_go_reference(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """verl 0.9: G_t = r_t + gamma * G of the next response token, over each response's own tokens; masked
+    positions (and their rewards) are skipped and hold 0."""
+    returns = torch.zeros_like(rewards)
+    for i in range(rewards.shape[0]):
+        running = 0.0
+        for t in reversed(range(rewards.shape[1])):
+            if mask[i, t] == 1:
+                running = rewards[i, t].item() + gamma * running
+                returns[i, t] = running
+    return returns
+
+
+def test_reinforce_plus_plus_carries_the_return_over_holes_in_the_mask() -> None:
+    # hand-checked: the first token still sees the reward behind the hole, discounted once
+    rewards, mask = torch.tensor([[0.0, 5.0, 1.0]]), torch.tensor([[1.0, 0, 1]])
+    _, returns = compute_reinforce_plus_plus_outcome_advantage(rewards, mask, gamma=0.5)
+    torch.testing.assert_close(returns, torch.tensor([[0.5, 0.0, 1.0]]))
+
+    rewards, mask = holey_batch(seed=3)
+    advantages, returns = compute_reinforce_plus_plus_outcome_advantage(rewards, mask, gamma=0.9)
+    expected = reward_to_go_reference(rewards, mask, gamma=0.9)
+    torch.testing.assert_close(returns, expected)
+    torch.testing.assert_close(advantages[mask.bool()], torch.tensor(whiten_reference(expected[mask.bool()].tolist())))
+    assert (advantages[~mask.bool()] == 0).all()
+
+
+def test_remax_carries_the_return_over_holes_in_the_mask() -> None:
+    rewards, mask = holey_batch(seed=4)
+    baselines = torch.randn(rewards.shape[0], generator=torch.Generator().manual_seed(40))
+    advantages, returns = compute_remax_outcome_advantage(rewards, mask, baselines)
+    expected = reward_to_go_reference(rewards, mask, gamma=1.0)
+    torch.testing.assert_close(returns, expected)
+    torch.testing.assert_close(advantages, (expected - baselines.unsqueeze(-1)) * mask)
+
+
+GROUPS = uids("a", "b", "a", "c", "b", "a", "d", "c", "b", "d")  # interleaved, sizes 3, 3, 2, 2
+
+
+def grouped_batch(seed: int) -> tuple[torch.Tensor, torch.Tensor, list[float], list[int]]:
+    """Outcome rewards in {0, 0.5, 1} (so some scores are 0) on random-length responses."""
+    generator = torch.Generator().manual_seed(seed)
+    scores = (torch.randint(0, 3, (len(GROUPS),), generator=generator) * 0.5).tolist()
+    lengths = torch.randint(1, 7, (len(GROUPS),), generator=generator).tolist()
+    rewards, mask = outcome_batch(scores, lengths, width=6)
+    return rewards, mask, scores, lengths
+
+
+def members(i: int) -> list[int]:
+    return [j for j, uid in enumerate(GROUPS) if uid == GROUPS[i]]
+
+
+def test_opo_uses_the_length_weighted_group_baseline() -> None:
+    rewards, mask, scores, lengths = grouped_batch(seed=5)
+    advantages, returns = compute_opo_outcome_advantage(rewards, mask, GROUPS)
+    expected = []
+    for i in range(len(GROUPS)):
+        group = members(i)
+        baseline = sum(lengths[j] * scores[j] for j in group) / sum(lengths[j] for j in group)
+        expected.append(scores[i] - baseline)
+    torch.testing.assert_close(per_sequence(advantages, mask), torch.tensor(expected))
+    torch.testing.assert_close(returns, advantages)
+    # hand-checked: lengths 1 and 3, scores 1 and 0: baseline 1/4
+    rewards, mask = outcome_batch([1.0, 0.0], [1, 3])
+    advantages, _ = compute_opo_outcome_advantage(rewards, mask, uids("x", "x"))
+    torch.testing.assert_close(per_sequence(advantages, mask), torch.tensor([0.75, -0.25]))
+
+
+def test_gpg_centres_by_the_group_mean_and_rescales_by_the_non_zero_share() -> None:
+    rewards, mask, scores, _ = grouped_batch(seed=6)
+    nonzero = sum(score != 0 for score in scores)
+    assert 0 < nonzero < len(scores)
+    alpha = len(scores) / nonzero
+    expected = [alpha * (scores[i] - statistics.mean(scores[j] for j in members(i))) for i in range(len(scores))]
+    advantages, returns = compute_gpg_outcome_advantage(rewards, mask, GROUPS)
+    torch.testing.assert_close(per_sequence(advantages, mask), torch.tensor(expected))
+    torch.testing.assert_close(returns, advantages)
+
+
+@pytest.mark.parametrize("norm_adv_by_std_in_grpo", [True, False])
+def test_grpo_passk_with_and_without_std_normalisation(norm_adv_by_std_in_grpo: bool) -> None:
+    generator = torch.Generator().manual_seed(7)
+    scores = torch.rand(len(GROUPS), generator=generator).tolist()  # no ties
+    rewards, mask = outcome_batch(scores, [2] * len(GROUPS))
+    advantages, _ = compute_grpo_passk_outcome_advantage(rewards, mask, GROUPS, norm_adv_by_std_in_grpo)
+    expected = [0.0] * len(scores)
+    for uid in dict.fromkeys(GROUPS):
+        group = [j for j, other in enumerate(GROUPS) if other == uid]
+        best, second = sorted(group, key=lambda j: scores[j], reverse=True)[:2]
+        gap = scores[best] - scores[second]
+        std = statistics.stdev(scores[j] for j in group)
+        expected[best] = gap / (std + 1e-6) if norm_adv_by_std_in_grpo else gap
+    torch.testing.assert_close(per_sequence(advantages, mask), torch.tensor(expected))

@@ -11,7 +11,9 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
+import copy
 import dataclasses
+import logging
 import os
 import subprocess
 import sys
@@ -147,9 +149,18 @@ def test_missing_config_file(files):
             r"max_num_batched_tokens=100 must be at least",
         ),
         (["algorithm.adv_estimator=ppo"], r"algorithm.adv_estimator.*choose one of.*grpo"),
-        (["worker.actor.loss_avg_mode=token"], r"worker.actor.loss_avg_mode"),
+        (["worker.actor.loss_avg_mode=tokens"], r"worker.actor.loss_avg_mode.*token-sum"),
+        (["algorithm.adv_estimator=opo", "worker.rollout.n=1"], r"algorithm.adv_estimator=opo.*worker.rollout.n > 1"),
+        (
+            ["algorithm.adv_estimator=rloo", "algorithm.norm_adv_by_std_in_grpo=false"],
+            r"norm_adv_by_std_in_grpo=False has no effect with algorithm.adv_estimator=rloo.*grpo, grpo_passk",
+        ),
+        (["algorithm.gamma=0.99"], r"algorithm.gamma=0.99 has no effect with algorithm.adv_estimator=grpo"),
+        (
+            ["algorithm.adv_estimator=reinforce_plus_plus", "algorithm.lam=0.95"],
+            r"algorithm.lam=0.95 .*adv_estimator=reinforce_plus_plus.*\(gae\)\.$",
+        ),
         (["trainer.logger=[console,neptune]"], r"trainer.logger.*neptune"),
-        (["algorithm.disable_kl=true", "algorithm.use_kl_loss=true"], r"use_kl_loss"),
         (["data.rollout_batch_size=0"], r"data.rollout_batch_size.*positive"),
         (["worker.actor.max_grad_norm=-1"], r"worker.actor.max_grad_norm.*positive, got -1"),
         (["worker.actor.ppo_epochs=0"], r"worker.actor.ppo_epochs.*positive, got 0"),
@@ -304,3 +315,78 @@ def test_dry_run_in_subprocess_does_not_start_ray(files):
     )
     assert proc.returncode == 0, proc.stderr
     assert yaml.safe_load(proc.stdout)["worker"]["rollout"]["n"] == 2
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+
+
+def test_easyr1_values_are_accepted_with_a_one_line_warning(files, caplog):
+    args = ["worker.actor.loss_avg_mode=seq", "worker.critic.loss_avg_mode=token"]
+    args += ["algorithm.disable_kl=true", "algorithm.use_kl_loss=true"]  # EasyR1 lets disable_kl win
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.config"):
+        config = load_config([*base_args(files), *args])
+    assert config.worker.actor.loss_avg_mode == "seq-mean-token-mean"
+    assert config.worker.critic.loss_avg_mode == "token-mean"
+    assert config.algorithm.disable_kl
+    warnings = warnings_of(caplog)
+    assert any("worker.actor.loss_avg_mode=seq" in w and "using seq-mean-token-mean" in w for w in warnings)
+    assert any("worker.critic.loss_avg_mode=token" in w and "using token-mean" in w for w in warnings)
+    assert any("disable_kl=true wins over algorithm.use_kl_loss=true" in w for w in warnings)
+    assert len(warnings) == 3 and all("\n" not in w for w in warnings)
+
+
+def test_sapo_defaults_to_its_papers_aggregation_and_warns_on_another(files, caplog):
+    assert load_config(base_args(files)).worker.actor.loss_avg_mode == "token-mean"
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.config"):
+        config = load_config([*base_args(files), "worker.actor.loss_type=sapo"])
+    assert config.worker.actor.loss_avg_mode == "seq-mean-token-mean" and warnings_of(caplog) == []
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.config"):
+        config = load_config(
+            [*base_args(files), "worker.actor.loss_type=sapo", "worker.actor.loss_avg_mode=token-mean"]
+        )
+    assert config.worker.actor.loss_avg_mode == "token-mean"
+    assert any("loss_type=sapo is defined with loss_avg_mode=seq-mean-token-mean" in w for w in warnings_of(caplog))
+
+
+def test_estimator_options_are_accepted_where_the_estimator_honours_them(files):
+    args = ["algorithm.adv_estimator=grpo_passk", "algorithm.norm_adv_by_std_in_grpo=false"]
+    assert not load_config([*base_args(files), *args]).algorithm.norm_adv_by_std_in_grpo
+    args = ["algorithm.adv_estimator=reinforce_plus_plus", "algorithm.gamma=0.9"]
+    assert load_config([*base_args(files), *args]).algorithm.gamma == 0.9
+
+
+def test_validation_reads_the_registries(files, monkeypatch):
+    """Registering an estimator, a policy loss, an aggregation or a KL estimator is all it takes to select it."""
+    from verl.trainer import advantages, kl, masked_ops, policy_losses
+
+    for module, registry in [
+        (advantages, "_ADV_ESTIMATORS"),
+        (advantages, "_GROUPED_ADV_ESTIMATORS"),
+        (policy_losses, "_POLICY_LOSSES"),
+        (masked_ops, "_LOSS_AVG_MODES"),
+        (kl, "_KL_PENALTIES"),
+    ]:
+        monkeypatch.setattr(module, registry, copy.copy(getattr(module, registry)))  # restored after the test
+
+    @advantages.register_adv_estimator("sign_of_score", grouped=True)
+    def sign_of_score(token_level_rewards, response_mask, index):  # noqa: ANN001, ANN202 - a test stub
+        advantages = token_level_rewards.sum(-1).sign().unsqueeze(-1) * response_mask
+        return advantages, advantages
+
+    policy_losses.register_policy_loss("plain_pg")(
+        lambda x: policy_losses.PolicyLossTerms(-x.advantages * x.log_probs)
+    )
+    masked_ops.register_loss_avg_mode("seq-sum")(lambda sums, lengths, tokens, seqs, max_len: sums.sum())
+    kl.register_kl_penalty("k1_abs")(lambda log_probs, ref_log_probs: (log_probs - ref_log_probs).abs())
+
+    args = ["algorithm.adv_estimator=sign_of_score", "worker.actor.loss_type=plain_pg"]
+    args += ["worker.actor.loss_avg_mode=seq-sum", "algorithm.kl_penalty=k1_abs+"]
+    config = load_config([*base_args(files), *args])
+    assert (config.algorithm.adv_estimator, config.worker.actor.loss_type) == ("sign_of_score", "plain_pg")
+    with pytest.raises(ConfigError, match=r"adv_estimator=sign_of_score.*worker.rollout.n > 1"):
+        load_config([*base_args(files), *args, "worker.rollout.n=1"])
+    with pytest.raises(
+        ConfigError, match=r"algorithm.lam=0.5 has no effect with algorithm.adv_estimator=sign_of_score"
+    ):
+        load_config([*base_args(files), *args, "algorithm.lam=0.5"])

@@ -14,20 +14,17 @@
 """Policy, value and entropy losses, loss aggregation and its split invariance, masked statistics, filtering."""
 
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 
 from verl.trainer.core_algos import (
-    LOSS_AVG_MODES,
-    LOSS_TYPES,
     agg_loss,
     compute_entropy_loss,
     compute_policy_loss,
     compute_value_loss,
+    default_loss_avg_mode,
     entropy_from_logits,
     explained_variance,
     filter_groups_by_reward,
@@ -35,16 +32,15 @@ from verl.trainer.core_algos import (
     masked_mean,
     masked_var,
     masked_whiten,
+    registered_loss_avg_modes,
+    registered_policy_losses,
 )
+from verl.trainer.policy_losses import GSPO_LOG_RATIO_MAX
 
 
 CLIP = {"clip_ratio_low": 0.2, "clip_ratio_high": 0.28, "clip_ratio_dual": 3.0}
-
-
-def test_name_lists_import_without_torch() -> None:
-    code = "import sys, verl.trainer.algo_constants as c; assert 'torch' not in sys.modules; print(len(c.LOSS_TYPES))"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == "5"
+LOSS_TYPES = registered_policy_losses()
+LOSS_AVG_MODES = registered_loss_avg_modes()
 
 
 # ---------------------------------------------------------------- masked statistics
@@ -76,6 +72,7 @@ LOSS_MASK = torch.tensor([[1.0, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]])
     ("mode", "expected"),
     [
         ("token-mean", 28 / 7),  # all 7 tokens weigh the same
+        ("token-sum", 28),  # no normaliser
         ("seq-mean-token-mean", (2.5 + 5.5 + 7) / 3),  # each sequence weighs the same
         ("seq-mean-token-sum", (10 + 11 + 7) / 3),
         ("seq-mean-token-sum-norm", 28 / (3 * 8)),  # constant normaliser: S * max_response_length
@@ -195,9 +192,9 @@ def test_ppo_clip_higher_and_dual_clip_values_gradients_and_metrics() -> None:
     loss, grad, metrics = run_policy_loss(policy_inputs(ratios, advantages), "default")
     assert loss == pytest.approx(sum(token_losses) / 6, rel=1e-5)
     torch.testing.assert_close(grad, torch.tensor(token_grads) / 6)
+    assert metrics["pg_clipfrac"] == pytest.approx(2 / 6)  # held at 1 + eps_h or 1 - eps_l
     assert metrics["pg_clipfrac_higher"] == pytest.approx(1 / 6)
-    assert metrics["pg_clipfrac_lower"] == pytest.approx(1 / 6)
-    assert metrics["pg_clipfrac_dual"] == pytest.approx(1 / 6)
+    assert metrics["pg_clipfrac_lower"] == pytest.approx(1 / 6)  # verl's name for the dual-clip fraction
     assert metrics["ppo_kl"] == pytest.approx(-sum(math.log(r) for r in ratios) / 6, rel=1e-5)
 
 
@@ -225,7 +222,7 @@ def test_clip_and_dual_clip_bound_the_effective_ratio(advantage: float) -> None:
 def test_dual_clip_can_be_disabled_and_bad_ranges_are_rejected() -> None:
     _, grad, metrics = run_policy_loss(policy_inputs([10.0], [-1.0]), "default", clip_ratio_dual=float("inf"))
     torch.testing.assert_close(grad, torch.tensor([10.0]))
-    assert metrics["pg_clipfrac_dual"] == 0.0
+    assert metrics["pg_clipfrac_lower"] == 0.0
     with pytest.raises(ValueError, match="clip_ratio_dual must be greater than 1, got 0.9"):
         run_policy_loss(policy_inputs([1.0], [1.0]), "default", clip_ratio_dual=0.9)
     with pytest.raises(ValueError, match="clip_ratio_low must be in \\[0, 1\\)"):
@@ -262,7 +259,7 @@ def test_gspo_uses_the_clipped_sequence_ratio() -> None:
     assert loss == pytest.approx((-2.0 * s0 - 1.28) / 2, rel=1e-5)
     # d/d log p_t of -A s / S = -A s / (|y| S) on every token of an unclipped sequence; 0 for the clipped one
     torch.testing.assert_close(grad, torch.tensor([[-2.0 * s0 / 6] * 3, [0.0, 0.0, 0.0]]))
-    assert metrics["pg_clipfrac_higher"] == pytest.approx(2 / 5)
+    assert metrics["pg_clipfrac"] == metrics["pg_clipfrac_higher"] == pytest.approx(2 / 5)
 
 
 def test_gspo_token_matches_gspo_for_sequence_advantages_and_keeps_token_advantages() -> None:
@@ -292,8 +289,9 @@ def test_cispo_weights_the_log_prob_gradient_by_the_stopped_clipped_ratio() -> N
     assert loss == pytest.approx((-advantage * weights * log_probs).mean().item(), rel=1e-5)
     # clipped tokens keep a gradient (unlike PPO): -A * clip(r)
     torch.testing.assert_close(grad, -advantage * weights / 4)
+    assert metrics["pg_clipfrac"] == pytest.approx(3 / 4)  # verl: r != clip(r), whatever the advantage's sign
     assert metrics["pg_clipfrac_higher"] == pytest.approx(1 / 4)
-    assert metrics["pg_clipfrac_lower"] == pytest.approx(2 / 4)
+    assert metrics["pg_clipfrac_lower"] == 0.0
 
 
 def test_sapo_soft_gate_value_and_gradient() -> None:
@@ -311,7 +309,76 @@ def test_sapo_soft_gate_value_and_gradient() -> None:
     torch.testing.assert_close(grad, torch.tensor(grads))
     # on-policy the gate passes the plain policy gradient -A (times r = 1)
     assert grad[0].item() == pytest.approx(-1.0 / 5) and grad[1].item() == pytest.approx(1.0 / 5)
-    assert metrics["pg_clipfrac_higher"] == metrics["pg_clipfrac_lower"] == 0.0
+    assert metrics["pg_clipfrac"] == metrics["pg_clipfrac_higher"] == metrics["pg_clipfrac_lower"] == 0.0
+
+
+@pytest.mark.parametrize("loss_type", ["gspo", "gspo_token"])
+def test_gspo_clamps_the_sequence_log_ratio_at_verls_bound(loss_type: str) -> None:
+    old = torch.zeros(2, 2)
+    inputs = {
+        "old_log_probs": old,
+        "log_probs": (old + torch.tensor([[11.0, 13.0], [9.0, 10.0]])).requires_grad_(True),  # means 12 and 9.5
+        "advantages": -torch.ones(2, 2),  # A < 0: the unclipped branch -A s is the larger one
+        "response_mask": torch.ones(2, 2),
+    }
+    loss, grad, _ = run_policy_loss(inputs, loss_type, loss_avg_mode="seq-mean-token-mean")
+    assert GSPO_LOG_RATIO_MAX == 10.0
+    # hand-checked: e^10 = 22026.4658 (held at the bound, no gradient) and e^9.5 = 13359.7268
+    assert loss == pytest.approx((22026.4658 + 13359.7268) / 2, rel=1e-6)
+    torch.testing.assert_close(grad, torch.tensor([[0.0, 0.0], [13359.7268 / 4, 13359.7268 / 4]]))
+
+
+def test_ppo_loss_and_metrics_equal_a_plain_loop_with_verls_definitions() -> None:
+    """verl 0.9's vanilla loss, one token at a time: pg_clipfrac counts tokens where the clipped term is larger,
+    pg_clipfrac_lower the negative-advantage tokens whose clipped loss exceeds the dual-clip bound -A C."""
+    generator = torch.Generator().manual_seed(11)
+    mask = (torch.arange(9) < torch.tensor([[9], [4], [7], [1], [6]])).float()
+    old = -torch.rand(5, 9, generator=generator) - 0.1
+    inputs = {
+        "old_log_probs": old,
+        "log_probs": (old + 0.9 * torch.randn(5, 9, generator=generator)).requires_grad_(True),
+        "advantages": torch.randn(5, 9, generator=generator),
+        "response_mask": mask,
+    }
+    loss, _, metrics = run_policy_loss(inputs, "default")
+    losses, clipped, dual, higher, kl = [], 0, 0, 0, 0.0
+    for i, t in mask.nonzero().tolist():
+        log_ratio = inputs["log_probs"][i, t].item() - old[i, t].item()
+        ratio, advantage = math.exp(log_ratio), inputs["advantages"][i, t].item()
+        unclipped, clip_term = -advantage * ratio, -advantage * min(max(ratio, 0.8), 1.28)
+        token_loss = max(unclipped, clip_term)
+        clipped += clip_term > unclipped
+        higher += clip_term > unclipped and advantage > 0
+        dual += token_loss > -advantage * 3.0 and advantage < 0
+        losses.append(min(token_loss, -advantage * 3.0) if advantage < 0 else token_loss)
+        kl -= log_ratio
+    tokens = len(losses)
+    assert 0 < clipped < tokens and 0 < dual and 0 < higher < clipped  # the seed exercises every bound
+    assert loss == pytest.approx(sum(losses) / tokens, rel=1e-5)
+    assert metrics["pg_clipfrac"] == pytest.approx(clipped / tokens)
+    assert metrics["pg_clipfrac_higher"] == pytest.approx(higher / tokens)
+    assert metrics["pg_clipfrac_lower"] == pytest.approx(dual / tokens)
+    assert metrics["ppo_kl"] == pytest.approx(kl / tokens, rel=1e-5)
+
+
+def test_sapo_defaults_to_the_papers_seq_mean_token_mean_and_equals_a_plain_loop() -> None:
+    assert default_loss_avg_mode("sapo") == "seq-mean-token-mean"
+    assert default_loss_avg_mode("default") == default_loss_avg_mode("gspo") == "token-mean"
+    data = random_batch(seed=12)
+    data["log_probs"].requires_grad_(True)
+    loss, _, _ = run_policy_loss(data, "sapo", loss_avg_mode=default_loss_avg_mode("sapo"))
+    sequence_losses = []
+    for i in range(data["response_mask"].shape[0]):
+        token_losses = []
+        for t in data["response_mask"][i].nonzero().flatten().tolist():
+            ratio = math.exp(data["log_probs"][i, t].item() - data["old_log_probs"][i, t].item())
+            advantage = data["advantages"][i, t].item()
+            tau = 1.0 if advantage > 0 else 1.05
+            token_losses.append(-advantage * 4 / tau / (1 + math.exp(-tau * (ratio - 1))))
+        sequence_losses.append(sum(token_losses) / len(token_losses))
+    assert loss == pytest.approx(sum(sequence_losses) / len(sequence_losses), rel=1e-5)
+    token_mean, _, _ = run_policy_loss({**data, "log_probs": data["log_probs"].detach().requires_grad_(True)}, "sapo")
+    assert token_mean != pytest.approx(loss, rel=1e-3)  # the aggregation matters on these lengths
 
 
 # ---------------------------------------------------------------- entropy, value loss, explained variance

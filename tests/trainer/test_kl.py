@@ -19,7 +19,6 @@ import pytest
 import torch
 
 from verl.trainer.core_algos import (
-    KL_PENALTIES,
     AdaptiveKLController,
     FixedKLController,
     agg_loss,
@@ -27,6 +26,7 @@ from verl.trainer.core_algos import (
     compute_kl,
     compute_kl_loss,
     get_kl_controller,
+    registered_kl_penalties,
 )
 
 
@@ -58,7 +58,16 @@ def test_estimator_value_and_gradient(kl_penalty: str) -> None:
     torch.testing.assert_close(grad, expected_grad)
 
 
-@pytest.mark.parametrize("kl_penalty", [name for name in KL_PENALTIES if name.endswith("+")])
+def test_registry_lists_base_estimators_then_straight_through_forms() -> None:
+    assert registered_kl_penalties() == (
+        *("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full"),
+        *("kl+", "k1+", "abs+", "mse+", "k2+", "low_var_kl+", "k3+"),  # "full" has no straight-through form
+    )
+    with pytest.raises(ValueError, match="Unknown algorithm.kl_penalty 'full\\+'"):
+        kl_and_grad("full+")
+
+
+@pytest.mark.parametrize("kl_penalty", [name for name in registered_kl_penalties() if name.endswith("+")])
 def test_straight_through_keeps_the_value_and_takes_the_k2_gradient(kl_penalty: str) -> None:
     value, grad = kl_and_grad(kl_penalty)
     base = kl_penalty.removesuffix("+")

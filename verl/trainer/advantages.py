@@ -34,15 +34,27 @@ AdvantageFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 GroupIds = np.ndarray | Sequence[Any] | torch.Tensor
 
 _ADV_ESTIMATORS: dict[str, AdvantageFn] = {}
+_GROUPED_ADV_ESTIMATORS: set[str] = set()
+
+ESTIMATOR_OPTIONS: tuple[str, ...] = ("gamma", "lam", "norm_adv_by_std_in_grpo")
+"""`algorithm.*` options the trainer passes to the estimator under the same keyword. An estimator without that
+keyword cannot honour the option, so config validation refuses a non-default value for it."""
 
 
-def register_adv_estimator(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    """Register an advantage estimator under `name` (the value of `algorithm.adv_estimator`)."""
+def register_adv_estimator(name: str, *, grouped: bool = False) -> Callable[[AdvantageFn], AdvantageFn]:
+    """Register an advantage estimator under `name` (the value of `algorithm.adv_estimator`).
+
+    `grouped` marks an estimator whose baseline comes from the other responses to the same prompt (it takes
+    `index`): validation then requires `worker.rollout.n > 1`. Config validation reads this registry, so a
+    registered estimator can be selected without further changes.
+    """
 
     def decorator(fn: AdvantageFn) -> AdvantageFn:
         if name in _ADV_ESTIMATORS:
             raise ValueError(f"Advantage estimator {name!r} is already registered; pick another name.")
         _ADV_ESTIMATORS[name] = fn
+        if grouped:
+            _GROUPED_ADV_ESTIMATORS.add(name)
         return fn
 
     return decorator
@@ -62,13 +74,24 @@ def registered_adv_estimators() -> tuple[str, ...]:
     return tuple(_ADV_ESTIMATORS)
 
 
+def is_grouped_adv_estimator(name: str) -> bool:
+    """Whether the estimator `name` compares the responses to the same prompt (and so needs rollout.n > 1)."""
+    return name in _GROUPED_ADV_ESTIMATORS
+
+
+def adv_estimator_parameters(name: str) -> tuple[str, ...]:
+    """The keyword arguments the estimator `name` takes (inputs such as `index`, and options such as `gamma`)."""
+    return tuple(inspect.signature(get_adv_estimator(name)).parameters)
+
+
 @torch.no_grad()
 def compute_advantage_return(adv_estimator: str, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the estimator `adv_estimator` with the keyword arguments it accepts.
 
-    The trainer passes everything it has (rewards, mask, index, values, reward_baselines, gamma, lam,
-    norm_adv_by_std); each estimator takes only its own inputs, so one call site serves all of them. A missing
-    required input raises ValueError naming it.
+    The trainer passes everything it has (rewards, mask, index, values, reward_baselines and the
+    `ESTIMATOR_OPTIONS`); each estimator takes only its own inputs, so one call site serves all of them. Options an
+    estimator does not take are refused at config validation unless they hold their default, so nothing the user
+    set is dropped here. A missing required input raises ValueError naming it.
     """
     fn = get_adv_estimator(adv_estimator)
     params = inspect.signature(fn).parameters
@@ -145,44 +168,45 @@ def compute_gae_advantage_return(
     return masked_whiten(advantages, mask) * mask, returns
 
 
-@register_adv_estimator("grpo")
+@register_adv_estimator("grpo", grouped=True)
 def compute_grpo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index: GroupIds,
-    norm_adv_by_std: bool = True,
+    norm_adv_by_std_in_grpo: bool = True,
     eps: float = 1e-6,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GRPO group-normalised outcome advantage (Shao et al. 2024, DeepSeekMath, arXiv 2402.03300).
 
     A_i = (s_i - mean_g(s)) / (std_g(s) + eps) for every token of response i in group g, with the unbiased std.
-    `norm_adv_by_std=False` gives Dr.GRPO (Liu et al. 2025, arXiv 2503.20783): A_i = s_i - mean_g(s), which avoids
-    up-weighting prompts whose rewards barely vary. A group with one response gets advantage 0 (s_i - mean = 0).
-    Returns equal the advantages.
+    `norm_adv_by_std_in_grpo=False` gives Dr.GRPO (Liu et al. 2025, arXiv 2503.20783): A_i = s_i - mean_g(s),
+    which avoids up-weighting prompts whose rewards barely vary. A group with one response gets advantage 0
+    (s_i - mean = 0). Returns equal the advantages.
     """
     scores = token_level_rewards.sum(dim=-1)
     inverse, num_groups = _group_inverse(index, scores.shape[0], scores.device)
     _, means, stds = _group_stats(scores, inverse, num_groups)
     advantages = scores.double() - means
-    if norm_adv_by_std:
+    if norm_adv_by_std_in_grpo:
         advantages = advantages / (stds + eps)
     advantages = _broadcast(advantages, response_mask, token_level_rewards.dtype)
     return advantages, advantages
 
 
-@register_adv_estimator("grpo_passk")
+@register_adv_estimator("grpo_passk", grouped=True)
 def compute_grpo_passk_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index: GroupIds,
+    norm_adv_by_std_in_grpo: bool = True,
     eps: float = 1e-6,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pass@k advantage: credit only the best response of each group (Tang et al. 2025, arXiv 2503.19595).
 
     For the objective max_i s_i over a group of k = n samples, the leave-one-out baseline of sample i is the max
-    of the others, so only the argmax gets a non-zero advantage: A = (s_max - s_second) / (std_g(s) + eps); all
-    other responses get 0. Ties go to the first response in batch order (and then s_max = s_second gives 0).
-    Singleton groups get 0.
+    of the others, so only the argmax gets a non-zero advantage: A = (s_max - s_second) / (std_g(s) + eps), or
+    s_max - s_second with `norm_adv_by_std_in_grpo=False`; all other responses get 0. Ties go to the first
+    response in batch order (and then s_max = s_second gives 0). Singleton groups get 0.
     """
     scores = token_level_rewards.sum(dim=-1).double()
     inverse, num_groups = _group_inverse(index, scores.shape[0], scores.device)
@@ -197,12 +221,14 @@ def compute_grpo_passk_outcome_advantage(
     is_best = positions == first_argmax[inverse]
     second_max = neg_inf.scatter_reduce(0, inverse[~is_best], scores[~is_best], reduce="amax")
     gap = (group_max - second_max)[inverse]
-    advantages = torch.where(is_best & (counts > 1), gap / (stds + eps), torch.zeros_like(scores))
+    if norm_adv_by_std_in_grpo:
+        gap = gap / (stds + eps)
+    advantages = torch.where(is_best & (counts > 1), gap, torch.zeros_like(scores))
     advantages = _broadcast(advantages, response_mask, token_level_rewards.dtype)
     return advantages, advantages
 
 
-@register_adv_estimator("rloo")
+@register_adv_estimator("rloo", grouped=True)
 def compute_rloo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -223,13 +249,62 @@ def compute_rloo_outcome_advantage(
     return advantages, advantages
 
 
+@register_adv_estimator("opo", grouped=True)
+def compute_opo_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: GroupIds,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """OPO, on-policy RL with the optimal reward baseline (Hao et al. 2025, arXiv 2505.23585).
+
+    With exactly on-policy updates the variance-minimising baseline weighs each response by its length, so the
+    baseline of group g is the length-weighted mean score b_g = sum_j |y_j| s_j / sum_j |y_j| (|y_j| = response
+    tokens) and A_i = s_i - b_g. Singleton groups get 0. Returns equal the advantages.
+    """
+    scores = token_level_rewards.sum(dim=-1).double()
+    lengths = response_mask.sum(dim=-1).double()
+    inverse, num_groups = _group_inverse(index, scores.shape[0], scores.device)
+    counts = _group_sum(torch.ones_like(scores), inverse, num_groups)[inverse]
+    weighted = _group_sum(lengths * scores, inverse, num_groups) / _group_sum(lengths, inverse, num_groups).clamp(1.0)
+    advantages = torch.where(counts > 1, scores - weighted[inverse], torch.zeros_like(scores))
+    advantages = _broadcast(advantages, response_mask, token_level_rewards.dtype)
+    return advantages, advantages
+
+
+@register_adv_estimator("gpg", grouped=True)
+def compute_gpg_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: GroupIds,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GPG, group policy gradient (Chu et al. 2025, arXiv 2504.02546): group-centred scores, rescaled, no std.
+
+    A_i = alpha (s_i - mean_g(s)) with alpha = B / max(M, 1), B the batch size and M the number of responses with a
+    non-zero score (verl's count; with 0/1 rewards, the correct ones). Singleton groups get 0. Returns equal the
+    advantages.
+    """
+    scores = token_level_rewards.sum(dim=-1).double()
+    inverse, num_groups = _group_inverse(index, scores.shape[0], scores.device)
+    counts, means, _ = _group_stats(scores, inverse, num_groups)
+    alpha = scores.shape[0] / max(int(torch.count_nonzero(scores).item()), 1)
+    advantages = torch.where(counts > 1, alpha * (scores - means), torch.zeros_like(scores))
+    advantages = _broadcast(advantages, response_mask, token_level_rewards.dtype)
+    return advantages, advantages
+
+
 def _discounted_returns(token_level_rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
-    """G_t = m_t * (r_t + gamma * G_{t+1}): the discounted reward-to-go, reset to 0 at padding."""
+    """The discounted reward-to-go over response tokens: G_t = r_t + gamma * G_t', t' the next response token.
+
+    Masked positions are skipped, as in GAE: their rewards are ignored, their return is 0, and the running return
+    carries over them unchanged. So an interior hole in the mask (a tool output inside a multi-turn response) does
+    not cut the tokens before it off from the reward after it, while trailing padding stays 0.
+    """
     returns = torch.zeros_like(token_level_rewards)
     running = torch.zeros_like(token_level_rewards[:, 0])
     for t in reversed(range(token_level_rewards.shape[1])):
-        running = mask[:, t] * (token_level_rewards[:, t] + gamma * running)
-        returns[:, t] = running
+        m = mask[:, t]
+        running = m * (token_level_rewards[:, t] + gamma * running) + (1 - m) * running
+        returns[:, t] = m * running
     return returns
 
 
@@ -241,15 +316,16 @@ def compute_reinforce_plus_plus_outcome_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++ (Hu 2025, arXiv 2501.03262): whitened discounted returns, no critic and no groups.
 
-    G_t = sum_{k >= t} gamma^(k - t) r_k within the response (reset at the end of the response); the advantage is
-    G whitened over all response tokens of the batch, A = (G - mean) / sqrt(var + 1e-8). Returns are the raw G.
+    G_t = r_t + gamma * G_t' over the response's own tokens, t' the next response token (masked positions, padding
+    or interior holes, are skipped: see `_discounted_returns`); the advantage is G whitened over all response tokens
+    of the batch, A = (G - mean) / sqrt(var + 1e-8). Returns are the raw G.
     """
     mask = response_mask.to(token_level_rewards.dtype)
     returns = _discounted_returns(token_level_rewards, mask, gamma)
     return masked_whiten(returns, mask) * mask, returns
 
 
-@register_adv_estimator("reinforce_plus_plus_baseline")
+@register_adv_estimator("reinforce_plus_plus_baseline", grouped=True)
 def compute_reinforce_plus_plus_baseline_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -277,7 +353,8 @@ def compute_remax_outcome_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """ReMax (Li et al. 2023, arXiv 2310.10505): REINFORCE with the greedy response's reward as the baseline.
 
-    R_t = sum_{k >= t} r_k (the reward-to-go, which is the score s_i on every token for an outcome reward) and
+    R_t = sum_{k >= t} r_k over response tokens (the reward-to-go, carried over masked holes as in
+    `_discounted_returns`; the score s_i on every token for an outcome reward) and
     A_t = R_t - b_i, where b_i (`reward_baselines`, shape (B,)) is the score of a greedy (temperature 0) response to
     the same prompt. Returns are R.
     """

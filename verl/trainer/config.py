@@ -24,15 +24,18 @@ validates everything that can be checked before Ray starts; each error names the
 """
 
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..utils.config import ConfigError, load_yaml, merge_config, parse_dotlist, set_keys
-from ..workers.actor.config import ATTN_IMPLEMENTATIONS, VISION_LANGUAGE_MODEL_TYPES
+from ..workers.actor.config import ATTN_IMPLEMENTATIONS, VISION_LANGUAGE_MODEL_TYPES, ActorConfig
 from ..workers.config import WorkerConfig
 from ..workers.reward import RewardFunctionLoadError, check_reward_function
-from . import algo_constants
+
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -86,15 +89,17 @@ class DataConfig:
 @dataclass
 class AlgorithmConfig:
     gamma: float = 1.0
-    """Discount factor (gae, reinforce_plus_plus)."""
+    """Discount factor (gae, reinforce_plus_plus); another value for an estimator without a discount is an error."""
     lam: float = 1.0
-    """GAE lambda."""
+    """GAE lambda (gae only); another value for any other estimator is an error."""
     adv_estimator: str = "grpo"
-    """gae, grpo, grpo_passk, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline or remax."""
+    """gae, grpo, grpo_passk, rloo, opo, gpg, reinforce_plus_plus, reinforce_plus_plus_baseline, remax, or any name
+    registered with verl.trainer.advantages.register_adv_estimator."""
     norm_adv_by_std_in_grpo: bool = True
-    """Divide GRPO advantages by the group's standard deviation; false gives Dr.GRPO."""
+    """Divide grpo and grpo_passk advantages by the group's standard deviation; false gives Dr.GRPO. Setting it
+    false for an estimator that does not normalise is an error."""
     disable_kl: bool = False
-    """Train without a reference model and without any KL term."""
+    """Train without a reference model and without any KL term; it wins over use_kl_loss (as in EasyR1)."""
     use_kl_loss: bool = False
     """Add the KL to the actor loss (true) or subtract it from the token rewards (false)."""
     kl_penalty: str = "low_var_kl"
@@ -195,6 +200,20 @@ DERIVED_KEYS: dict[str, str] = {
 
 LOGGERS = ("console", "file", "tensorboard", "wandb", "swanlab", "mlflow")
 
+EASYR1_LOSS_AVG_MODES: dict[str, str] = {"token": "token-mean", "seq": "seq-mean-token-mean"}
+"""EasyR1's values of loss_avg_mode and ours: accepted, with a deprecation warning."""
+
+
+def _algorithms() -> Any:
+    """The algorithm registries (`verl.trainer.core_algos`), which validation reads.
+
+    They live with the torch code they register, so they are imported on first use: `import verl.trainer.config`
+    (and --help-config) stays free of torch.
+    """
+    from . import core_algos
+
+    return core_algos
+
 
 def _get(config: Any, dotted: str) -> Any:
     for part in dotted.split("."):
@@ -232,8 +251,27 @@ def _absolutize_local_paths(config: PPOConfig) -> None:
     config.trainer.load_checkpoint_path = _absolutize(config.trainer.load_checkpoint_path)
 
 
+def _rename_easyr1_values(config: PPOConfig) -> None:
+    """Map values that EasyR1 spells differently to ours, with a one-line deprecation warning each."""
+    for role in ("actor", "critic"):
+        section = _get(config.worker, role)
+        renamed = EASYR1_LOSS_AVG_MODES.get(section.loss_avg_mode)
+        if renamed is not None:
+            logger.warning(
+                "worker.%s.loss_avg_mode=%s is EasyR1's name, deprecated here; using %s.",
+                role,
+                section.loss_avg_mode,
+                renamed,
+            )
+            section.loss_avg_mode = renamed
+
+
 def fill_derived(config: PPOConfig) -> PPOConfig:
-    """Copy every derived key from its source and default the paths that depend on other keys."""
+    """Copy every derived key from its source and default the keys and paths that depend on other keys."""
+    _rename_easyr1_values(config)
+    actor = config.worker.actor
+    if actor.loss_avg_mode is None:
+        actor.loss_avg_mode = _algorithms().default_loss_avg_mode(actor.loss_type)
     for key, source in DERIVED_KEYS.items():
         _set(config, key, _get(config, source))
     for model in (config.worker.actor.model, config.worker.critic.model):
@@ -342,12 +380,13 @@ def _check_path(key: str, path: str | None, kind: str = "path", allow_hub: bool 
 
 def _check_names(config: PPOConfig) -> None:
     algo, actor, critic = config.algorithm, config.worker.actor, config.worker.critic
-    _choice("algorithm.adv_estimator", algo.adv_estimator, tuple(algo_constants.ADV_ESTIMATOR_NAMES))
-    _choice("algorithm.kl_penalty", algo.kl_penalty, tuple(algo_constants.KL_PENALTIES))
-    _choice("algorithm.kl_type", algo.kl_type, algo_constants.KL_CONTROLLER_TYPES)
-    _choice("worker.actor.loss_type", actor.loss_type, tuple(algo_constants.LOSS_TYPES))
-    _choice("worker.actor.loss_avg_mode", actor.loss_avg_mode, tuple(algo_constants.LOSS_AVG_MODES))
-    _choice("worker.critic.loss_avg_mode", critic.loss_avg_mode, tuple(algo_constants.LOSS_AVG_MODES))
+    algorithms = _algorithms()  # the registries: a registered estimator, loss, KL or aggregation is a valid name
+    _choice("algorithm.adv_estimator", algo.adv_estimator, algorithms.registered_adv_estimators())
+    _choice("algorithm.kl_penalty", algo.kl_penalty, algorithms.registered_kl_penalties())
+    _choice("algorithm.kl_type", algo.kl_type, algorithms.KL_CONTROLLER_TYPES)
+    _choice("worker.actor.loss_type", actor.loss_type, algorithms.registered_policy_losses())
+    _choice("worker.actor.loss_avg_mode", actor.loss_avg_mode, algorithms.registered_loss_avg_modes())
+    _choice("worker.critic.loss_avg_mode", critic.loss_avg_mode, algorithms.registered_loss_avg_modes())
     for role in ("actor", "critic"):
         section = _get(config.worker, role)
         _choice(f"worker.{role}.strategy", section.strategy, ("fsdp",))
@@ -435,9 +474,41 @@ def _check_batch_sizes(config: PPOConfig) -> None:
         )
 
 
+def _check_estimator_options(algo: AlgorithmConfig) -> None:
+    """An option the estimator does not take would be dropped silently: refuse it unless it holds its default."""
+    algorithms = _algorithms()
+    defaults = AlgorithmConfig()
+    for key in algorithms.ESTIMATOR_OPTIONS:
+        value = getattr(algo, key)
+        if value == getattr(defaults, key) or key in algorithms.adv_estimator_parameters(algo.adv_estimator):
+            continue
+        users = [
+            name for name in algorithms.registered_adv_estimators() if key in algorithms.adv_estimator_parameters(name)
+        ]
+        raise ConfigError(
+            f"algorithm.{key}={value} has no effect with algorithm.adv_estimator={algo.adv_estimator}, which does not "
+            f"take {key}; remove it, or choose an estimator that uses it ({', '.join(users)})."
+        )
+
+
+def _check_loss_avg_mode(actor: ActorConfig) -> None:
+    """A policy loss defined with its own aggregation (sapo) may use another one, with a warning."""
+    defined = _algorithms().policy_loss_avg_mode(actor.loss_type)
+    if defined is not None and actor.loss_avg_mode != defined:
+        logger.warning(
+            "worker.actor.loss_type=%s is defined with loss_avg_mode=%s (its paper and verl); "
+            "worker.actor.loss_avg_mode=%s changes its objective.",
+            actor.loss_type,
+            defined,
+            actor.loss_avg_mode,
+        )
+
+
 def _check_algorithm(config: PPOConfig) -> None:
     algo, rollout, critic = config.algorithm, config.worker.rollout, config.worker.critic
-    if algo.adv_estimator in algo_constants.GROUPED_ADV_ESTIMATORS and rollout.n < 2:
+    _check_estimator_options(algo)
+    _check_loss_avg_mode(config.worker.actor)
+    if _algorithms().is_grouped_adv_estimator(algo.adv_estimator) and rollout.n < 2:
         raise ConfigError(
             f"algorithm.adv_estimator={algo.adv_estimator} compares responses within a group and needs "
             f"worker.rollout.n > 1 (got {rollout.n})."
@@ -448,8 +519,9 @@ def _check_algorithm(config: PPOConfig) -> None:
             "(usually the actor's model path)."
         )
     if algo.disable_kl and algo.use_kl_loss:
-        raise ConfigError(
-            "algorithm.use_kl_loss=true needs a reference model, but algorithm.disable_kl=true; turn one of them off."
+        logger.warning(
+            "algorithm.disable_kl=true wins over algorithm.use_kl_loss=true (as in EasyR1): no reference model, no KL "
+            "loss."
         )
     if algo.kl_penalty == "full" and not algo.disable_kl:
         raise ConfigError(

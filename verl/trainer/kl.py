@@ -19,30 +19,77 @@ Divergence", http://joschu.net/blog/kl-approx.html). It enters training either a
 coefficient a controller may adapt.
 """
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
-from verl.trainer.algo_constants import KL_CONTROLLER_TYPES, KL_PENALTIES
 from verl.trainer.masked_ops import Count, agg_loss, masked_mean
 
 
-def _base_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, kl_penalty: str) -> torch.Tensor:
-    log_ratio = log_probs - ref_log_probs
-    if kl_penalty in ("kl", "k1"):
-        return log_ratio
-    if kl_penalty == "abs":
-        return log_ratio.abs()
-    if kl_penalty in ("mse", "k2"):
-        return 0.5 * log_ratio.square()
-    if kl_penalty in ("low_var_kl", "k3"):
-        ref_ratio = (-log_ratio).clamp(-20.0, 20.0)
-        return (ref_ratio.exp() - ref_ratio - 1).clamp(-10.0, 10.0)
+KLFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""(log_probs, ref_log_probs) -> per-token estimate of KL(pi || pi_ref)."""
+
+_KL_PENALTIES: dict[str, tuple[KLFn, bool]] = {}
+"""name -> (estimator, whether the name is the straight-through form "<base>+")."""
+
+KL_CONTROLLER_TYPES: tuple[str, ...] = ("fixed", "adaptive")
+"""Values of `algorithm.kl_type` (controller of the KL coefficient when the KL is a penalty in the reward)."""
+
+
+def register_kl_penalty(*names: str, straight_through: bool = True) -> Callable[[KLFn], KLFn]:
+    """Register a KL estimator under `names` (aliases), and "<name>+" for each unless `straight_through` is False.
+
+    Config validation reads this registry, so a registered estimator can be selected as `algorithm.kl_penalty`.
+    """
+
+    def decorator(fn: KLFn) -> KLFn:
+        variants = [(name, False) for name in names] + [(f"{name}+", True) for name in names if straight_through]
+        for name, is_straight_through in variants:
+            if name in _KL_PENALTIES:
+                raise ValueError(f"KL estimator {name!r} is already registered; pick another name.")
+            _KL_PENALTIES[name] = (fn, is_straight_through)
+        return fn
+
+    return decorator
+
+
+def registered_kl_penalties() -> tuple[str, ...]:
+    """Values `algorithm.kl_penalty` accepts: the base estimators, then their straight-through forms."""
+    return tuple(name for name, (_, plus) in _KL_PENALTIES.items() if not plus) + tuple(
+        name for name, (_, plus) in _KL_PENALTIES.items() if plus
+    )
+
+
+@register_kl_penalty("kl", "k1")
+def _k1(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    return log_probs - ref_log_probs
+
+
+@register_kl_penalty("abs")
+def _abs(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    return (log_probs - ref_log_probs).abs()
+
+
+@register_kl_penalty("mse", "k2")
+def _k2(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    return 0.5 * (log_probs - ref_log_probs).square()
+
+
+@register_kl_penalty("low_var_kl", "k3")
+def _k3(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    ref_ratio = (ref_log_probs - log_probs).clamp(-20.0, 20.0)
+    return (ref_ratio.exp() - ref_ratio - 1).clamp(-10.0, 10.0)
+
+
+@register_kl_penalty("full", straight_through=False)
+def _full(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
     if log_probs.dim() < 3:
         raise ValueError(
             "kl_penalty 'full' needs full log-distributions of shape (B, L, vocab), but got per-token log-probs of "
             f"shape {tuple(log_probs.shape)}; use one of kl, abs, mse, low_var_kl instead."
         )
-    return (log_probs.exp() * log_ratio).sum(dim=-1)
+    return (log_probs.exp() * (log_probs - ref_log_probs)).sum(dim=-1)
 
 
 def compute_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, kl_penalty: str) -> torch.Tensor:
@@ -59,11 +106,13 @@ def compute_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, kl_penalty:
       expected value, but their gradients as a loss are not the gradient of the KL; the straight-through form keeps
       the logged value and fixes the gradient (Tang and Munos 2025, arXiv 2506.09477).
     """
-    if kl_penalty not in KL_PENALTIES:
-        raise ValueError(f"Unknown algorithm.kl_penalty {kl_penalty!r}; choose one of {', '.join(KL_PENALTIES)}.")
+    if kl_penalty not in _KL_PENALTIES:
+        names = ", ".join(registered_kl_penalties())
+        raise ValueError(f"Unknown algorithm.kl_penalty {kl_penalty!r}; choose one of {names}.")
+    estimator, straight_through = _KL_PENALTIES[kl_penalty]
     log_probs, ref_log_probs = log_probs.float(), ref_log_probs.float()
-    value = _base_kl(log_probs, ref_log_probs, kl_penalty.removesuffix("+"))
-    if not kl_penalty.endswith("+"):
+    value = estimator(log_probs, ref_log_probs)
+    if not straight_through:
         return value
     surrogate = 0.5 * (log_probs - ref_log_probs).square()
     return surrogate - surrogate.detach() + value.detach()

@@ -18,9 +18,9 @@ aggregation in `agg_loss` also decides how each token and each sequence is weigh
 GRPO, DAPO and Dr.GRPO differ; getting the normaliser wrong silently changes the algorithm.
 """
 
-import torch
+from collections.abc import Callable
 
-from verl.trainer.algo_constants import LOSS_AVG_MODES
+import torch
 
 
 Count = float | int | torch.Tensor
@@ -90,6 +90,71 @@ def _check_count(name: str, count: Count | None) -> None:
         )
 
 
+LossAggFn = Callable[[torch.Tensor, torch.Tensor, Count, Count, int], torch.Tensor]
+"""(per-sequence masked token sums (B,), per-sequence token counts (B,), token count N, sequence count S,
+max_response_length) -> the aggregated loss."""
+
+_LOSS_AVG_MODES: dict[str, LossAggFn] = {}
+
+
+def register_loss_avg_mode(name: str) -> Callable[[LossAggFn], LossAggFn]:
+    """Register a loss aggregation under `name` (a value of `actor.loss_avg_mode` and `critic.loss_avg_mode`).
+
+    Config validation reads this registry, so a registered mode can be selected without further changes.
+    """
+
+    def decorator(fn: LossAggFn) -> LossAggFn:
+        if name in _LOSS_AVG_MODES:
+            raise ValueError(f"Loss aggregation {name!r} is already registered; pick another name.")
+        _LOSS_AVG_MODES[name] = fn
+        return fn
+
+    return decorator
+
+
+def registered_loss_avg_modes() -> tuple[str, ...]:
+    """Names of all registered loss aggregations, in registration order."""
+    return tuple(_LOSS_AVG_MODES)
+
+
+@register_loss_avg_mode("token-mean")
+def _token_mean(sums: torch.Tensor, lengths: torch.Tensor, tokens: Count, seqs: Count, max_len: int) -> torch.Tensor:
+    return sums.sum() / tokens
+
+
+@register_loss_avg_mode("token-sum")
+def _token_sum(sums: torch.Tensor, lengths: torch.Tensor, tokens: Count, seqs: Count, max_len: int) -> torch.Tensor:
+    return sums.sum()
+
+
+@register_loss_avg_mode("seq-mean-token-mean")
+def _seq_mean_token_mean(
+    sums: torch.Tensor, lengths: torch.Tensor, tokens: Count, seqs: Count, max_len: int
+) -> torch.Tensor:
+    return (sums / lengths.clamp(min=1.0)).sum() / seqs
+
+
+@register_loss_avg_mode("seq-mean-token-sum")
+def _seq_mean_token_sum(
+    sums: torch.Tensor, lengths: torch.Tensor, tokens: Count, seqs: Count, max_len: int
+) -> torch.Tensor:
+    return sums.sum() / seqs
+
+
+@register_loss_avg_mode("seq-mean-token-sum-norm")
+def _seq_mean_token_sum_norm(
+    sums: torch.Tensor, lengths: torch.Tensor, tokens: Count, seqs: Count, max_len: int
+) -> torch.Tensor:
+    return (sums / float(max_len)).sum() / seqs
+
+
+def _divisor(count: Count, like: torch.Tensor) -> Count:
+    """A count from this micro-batch (a tensor) may be 0 for an empty micro-batch: clamp it so the loss is 0."""
+    if isinstance(count, torch.Tensor):
+        return count.to(device=like.device, dtype=like.dtype).clamp(min=1.0)
+    return count
+
+
 def agg_loss(
     loss_mat: torch.Tensor,
     loss_mask: torch.Tensor,
@@ -103,6 +168,8 @@ def agg_loss(
     With token losses l_it, mask m_it, per-sequence token count T_i = sum_t m_it, N tokens and S sequences:
 
     - "token-mean":              sum_it m_it l_it / N        (DAPO, arXiv 2503.14476: every token weighs the same)
+    - "token-sum":               sum_it m_it l_it            (no normaliser: the loss grows with the batch's tokens;
+      verl's token-sum)
     - "seq-mean-token-mean":     sum_i (sum_t m_it l_it / T_i) / S   (GRPO, arXiv 2402.03300: every sequence
       weighs the same, so tokens of long responses weigh less)
     - "seq-mean-token-sum":      sum_i sum_t m_it l_it / S
@@ -118,26 +185,22 @@ def agg_loss(
     micro-batches for the seq-mean modes.
 
     `max_response_length` should be the configured maximum (a constant); it defaults to the padded width L, which
-    changes with the micro-batch under dynamic batching.
+    changes with the micro-batch under dynamic batching. More modes can be added with `register_loss_avg_mode`.
     """
-    if loss_avg_mode not in LOSS_AVG_MODES:
-        raise ValueError(f"Unknown loss_avg_mode {loss_avg_mode!r}; choose one of {', '.join(LOSS_AVG_MODES)}.")
+    if loss_avg_mode not in _LOSS_AVG_MODES:
+        modes = ", ".join(_LOSS_AVG_MODES)
+        raise ValueError(f"Unknown loss_avg_mode {loss_avg_mode!r}; choose one of {modes}.")
     _check_count("global_token_count", global_token_count)
     _check_count("global_seq_count", global_seq_count)
     mask = loss_mask.to(loss_mat.dtype)
     token_sums = (loss_mat * mask).sum(dim=-1)
-    if loss_avg_mode == "token-mean":
-        total, count = token_sums.sum(), global_token_count if global_token_count is not None else mask.sum()
-    else:
-        tokens_per_seq = mask.sum(dim=-1)
-        if loss_avg_mode == "seq-mean-token-mean":
-            seq_losses = token_sums / tokens_per_seq.clamp(min=1.0)
-        elif loss_avg_mode == "seq-mean-token-sum":
-            seq_losses = token_sums
-        else:
-            seq_losses = token_sums / float(max_response_length or loss_mask.shape[-1])
-        total = seq_losses.sum()
-        count = global_seq_count if global_seq_count is not None else (tokens_per_seq > 0).sum()
-    if isinstance(count, torch.Tensor):
-        count = count.to(device=total.device, dtype=total.dtype).clamp(min=1.0)
-    return total / count
+    tokens_per_seq = mask.sum(dim=-1)
+    token_count = global_token_count if global_token_count is not None else tokens_per_seq.sum()
+    seq_count = global_seq_count if global_seq_count is not None else (tokens_per_seq > 0).sum()
+    return _LOSS_AVG_MODES[loss_avg_mode](
+        token_sums,
+        tokens_per_seq,
+        _divisor(token_count, token_sums),
+        _divisor(seq_count, token_sums),
+        max_response_length or loss_mask.shape[-1],
+    )

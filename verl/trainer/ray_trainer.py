@@ -212,9 +212,7 @@ class RayPPOTrainer:
             token_level_rewards=batch.batch["token_level_rewards"],
             response_mask=batch.batch["response_mask"],
             index=batch.non_tensor_batch["uid"],
-            gamma=algo.gamma,
-            lam=algo.lam,
-            norm_adv_by_std=algo.norm_adv_by_std_in_grpo,
+            **{key: getattr(algo, key) for key in core_algos.ESTIMATOR_OPTIONS},  # gamma, lam, ... by name
         )
         if "values" in batch.batch.keys():
             kwargs["values"] = batch.batch["values"]

@@ -116,7 +116,7 @@ def register(
 
 
 def _proto_to(data: DataProto, device: torch.device) -> DataProto:
-    """A DataProto sharing the non-tensors and meta_info of `data`, its tensors on `device` (the input is untouched)."""
+    """A DataProto sharing `data`'s non-tensors and meta_info, its tensors on `device` (the input is untouched)."""
     if data.batch is None or data.batch.device == device:
         return data
     return DataProto(batch=data.batch.to(device), non_tensor_batch=data.non_tensor_batch, meta_info=data.meta_info)

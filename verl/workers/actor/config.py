@@ -132,10 +132,13 @@ class ActorConfig:
     """Upper PPO clip epsilon (clip-higher, DAPO): the ratio is clipped at 1 + clip_ratio_high."""
     clip_ratio_dual: float = 3.0
     """Dual-clip constant C bounding the loss of negative-advantage tokens (Ye et al. 2020)."""
-    loss_avg_mode: str = "token-mean"
-    """token-mean, seq-mean-token-mean, seq-mean-token-sum or seq-mean-token-sum-norm (Dr.GRPO)."""
+    loss_avg_mode: str | None = None
+    """Aggregation of the actor's loss terms: token-mean, token-sum, seq-mean-token-mean, seq-mean-token-sum or
+    seq-mean-token-sum-norm (Dr.GRPO). Unset (null), it is the policy loss's own: seq-mean-token-mean for sapo (its
+    paper's objective, and verl's), token-mean for the others; another mode for sapo is allowed, with a warning.
+    EasyR1's token and seq are accepted as token-mean and seq-mean-token-mean, with a deprecation warning."""
     loss_type: str = "default"
-    """Policy loss: default (PPO clip), gspo, gspo_token, cispo or sapo."""
+    """Policy loss: default (PPO clip), gspo, gspo_token, cispo or sapo (see verl.trainer.policy_losses)."""
     tau_positive: float = 1.0
     """SAPO gate temperature for tokens with a non-negative advantage."""
     tau_negative: float = 1.05

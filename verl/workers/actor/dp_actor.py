@@ -33,7 +33,13 @@ import torch.distributed as dist
 from torch import nn
 
 from verl.protocol import DataProto
-from verl.trainer.core_algos import agg_loss, compute_entropy_loss, compute_kl_loss, compute_policy_loss
+from verl.trainer.core_algos import (
+    agg_loss,
+    compute_entropy_loss,
+    compute_kl_loss,
+    compute_policy_loss,
+    default_loss_avg_mode,
+)
 from verl.utils import device as device_utils
 from verl.utils.fsdp_utils import clip_grad_norm
 from verl.utils.torch_functional import entropy_from_logits, log_probs_from_logits
@@ -81,7 +87,8 @@ def token_head(
 
 # ---------------------------------------------------------------------------------------------- actor
 
-_POLICY_TOKEN_METRICS = ("pg_clipfrac_higher", "pg_clipfrac_lower", "pg_clipfrac_dual", "ppo_kl")
+_POLICY_TOKEN_METRICS = ("pg_clipfrac", "pg_clipfrac_higher", "pg_clipfrac_lower", "ppo_kl")
+"""Token-mean metrics of `compute_policy_loss`; docs/metrics.md says what each one means."""
 
 _SUMMED_METRICS: tuple[tuple[str, bool], ...] = (
     ("actor/pg_loss", False),
@@ -123,6 +130,8 @@ class DataParallelPPOActor:
                 "data-parallel ranks."
             )
         self.mini_batch_size = samples // self.world_size
+        # unset (a config built without the loader): the policy loss's own aggregation, as the loader would fill in
+        self.loss_avg_mode = config.loss_avg_mode or default_loss_avg_mode(config.loss_type)
         self.padding_free = config.padding_free and packing_is_exact(module)
         if config.padding_free and not self.padding_free:
             logger.warning(
@@ -238,7 +247,7 @@ class DataParallelPPOActor:
         batch = micro.batch
         response_mask = batch["response_mask"]
         agg = {
-            "loss_avg_mode": config.loss_avg_mode,
+            "loss_avg_mode": self.loss_avg_mode,
             "global_token_count": token_count,
             "global_seq_count": seq_count,
             "max_response_length": response_mask.shape[-1],

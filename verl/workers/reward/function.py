@@ -22,9 +22,15 @@ This module imports nothing heavy (no torch, no Ray): the config validator calls
 Ray starts, and the worker processes of the sequential pool import it at start-up.
 
 The file declares how it is called with a module attribute:
-    REWARD_TYPE = "sequential"  (the default)  fn(sample: RewardInput, **kwargs) -> dict[str, float]
-    REWARD_TYPE = "batch"                      fn(samples: list[RewardInput], **kwargs) -> list[dict[str, float]]
+    REWARD_TYPE = "sequential"  fn(sample: RewardInput, **kwargs) -> dict[str, float]
+    REWARD_TYPE = "batch"       fn(samples: list[RewardInput], **kwargs) -> list[dict[str, float]]
 and may set REWARD_NAME, which is used in logs and error messages instead of the function name.
+
+A file without REWARD_TYPE is sequential unless the function's first parameter says it takes a list: annotated
+as a list or sequence, or named `reward_inputs` as in EasyR1, whose default is batch. A parameter annotated as a
+dict or named `reward_input` (or neither) keeps the sequential default; a parameter whose name and annotation
+disagree is not guessed from. When an undeclared sequential function fails or returns a list, the error says to
+set REWARD_TYPE = "batch".
 """
 
 import hashlib
