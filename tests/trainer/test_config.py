@@ -280,6 +280,28 @@ def test_dry_run_prints_resolved_yaml(files, capsys):
     assert set(printed) == {f.name for f in dataclasses.fields(PPOConfig)}
 
 
+def test_secrets_are_masked_in_config_dumps(files, capsys):
+    from verl.utils.config import config_to_dict
+
+    (files / "judge.py").write_text(
+        "def compute_score(sample, api_key, model, retries):\n    return {'overall': 0.0}\n"
+    )
+    kwargs = '{"api_key": "sk-live-123", "model": "judge-7b", "retries": {"auth_token": "t0k", "count": 2}}'
+    args = [arg for arg in base_args(files) if not arg.startswith("worker.reward.reward_function=")]
+    args += [
+        f"worker.reward.reward_function={files / 'judge.py'}:compute_score",
+        f"worker.reward.reward_function_kwargs={kwargs}",
+    ]
+    assert main([*args, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "sk-live-123" not in out and "t0k" not in out
+    reward = yaml.safe_load(out)["worker"]["reward"]["reward_function_kwargs"]
+    assert reward == {"api_key": "***", "model": "judge-7b", "retries": {"auth_token": "***", "count": 2}}
+    config = load_config(args)
+    assert config.worker.reward.reward_function_kwargs["api_key"] == "sk-live-123"  # the function still gets it
+    assert config_to_dict(config)["worker"]["reward"]["reward_function_kwargs"]["api_key"] == "***"
+
+
 def test_main_reports_config_error_without_traceback(files, capsys):
     assert main([*base_args(files), "data.nope=1"]) == 2
     err = capsys.readouterr().err

@@ -17,7 +17,6 @@ Ray is started locally unless RAY_ADDRESS names a cluster (or Ray is already ini
 resource check runs before any model loads: a config asking for more devices than the cluster has fails at once.
 """
 
-import dataclasses
 import logging
 import os
 from typing import Any
@@ -26,6 +25,7 @@ import ray
 
 from ..single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
 from ..single_controller.ray.resource import RayResourcePool
+from ..utils.config import config_to_dict
 from ..utils.device import resolve_device_type
 from ..utils.logger import Tracker
 from ..utils.tokenizer import get_processor, get_tokenizer
@@ -157,7 +157,7 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
         trainer_config.project_name,
         trainer_config.experiment_name,
         trainer_config.save_checkpoint_path,
-        dataclasses.asdict(config),
+        config_to_dict(config),  # secrets (api keys in reward_function_kwargs) masked
     )
     trainer = RayPPOTrainer(
         config, tokenizer, train_dataloader, val_dataloader, actor_wg, critic_wg, reward_fn, reward_fn, tracker

@@ -19,6 +19,7 @@ path, suggest the closest valid key for a typo, and say what to change.
 
 import dataclasses
 import difflib
+import re
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -171,9 +172,32 @@ def set_keys(user: Mapping, derived: Mapping[str, str], source_name: str) -> Non
             )
 
 
+SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|passwd|credential|auth)", re.IGNORECASE)
+"""Dict keys whose values are never written to logs, config dumps or trackers (e.g. a judge's api_key)."""
+
+MASK = "***"
+
+
+def masked(value: Any) -> Any:
+    """A copy of a (nested) dict/list structure with the values under secret-looking keys replaced by '***'."""
+    if isinstance(value, dict):
+        return {
+            key: MASK if isinstance(key, str) and SECRET_KEY.search(key) and item not in (None, "") else masked(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return type(value)(masked(item) for item in value)
+    return value
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """The resolved config as a plain dict for loggers and dumps, secrets masked (see `masked`)."""
+    return masked(dataclasses.asdict(config))
+
+
 def to_yaml(config: Any) -> str:
-    """The resolved config as YAML, in field order."""
-    return yaml.safe_dump(dataclasses.asdict(config), sort_keys=False, default_flow_style=False)
+    """The resolved config as YAML, in field order, secrets masked."""
+    return yaml.safe_dump(config_to_dict(config), sort_keys=False, default_flow_style=False)
 
 
 def describe_fields(schema: type, prefix: str = "") -> list[tuple[str, str, str]]:
