@@ -532,6 +532,24 @@ def test_rows_beyond_the_engine_image_limit_and_a_missing_image_column_are_named
     assert len(RLHFDataset(renamed, tokenizer, processor, image_key="pictures", **kwargs)) == 2
 
 
+def test_media_paths_stay_inside_image_dir_unless_allowed(tmp_path, vl25):
+    tokenizer, processor = vl25
+    images = tmp_path / "images"
+    images.mkdir()
+    _image(56, 56).save(images / "ok.png")
+    _image(56, 56).save(tmp_path / "private.png")
+    (images / "link.png").symlink_to(tmp_path / "private.png")
+    kwargs = {"image_dir": str(images), **PIXELS}
+    good = {"prompt": "<image> Count.", "answer": "1", "images": ["ok.png"]}
+    assert len(RLHFDataset([good], tokenizer, processor, **kwargs)) == 1
+    for escaping in ("../private.png", str(tmp_path / "private.png"), "link.png", {"path": "../private.png"}):
+        row = {"prompt": "<image> Count.", "answer": "1", "images": [escaping]}
+        with pytest.raises(DatasetRowError, match=r"row 1, key 'images': item 0 path .* leads outside data.image_dir"):
+            RLHFDataset([good, row], tokenizer, processor, **kwargs)
+        allowed = RLHFDataset([good, row], tokenizer, processor, allow_paths_outside_image_dir=True, **kwargs)
+        assert len(allowed) == 2
+
+
 def test_bad_rows_in_a_file_name_the_file(tmp_path, text_tokenizer, vl25):
     path = _write_jsonl(str(tmp_path / "train.jsonl"), [ROWS[0], {"prompt": "hi", "answer": None, "level": 1}])
     with pytest.raises(DatasetRowError, match=rf"file '{path}', row 1, key 'answer': the answer is missing"):

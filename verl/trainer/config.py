@@ -54,6 +54,10 @@ class DataConfig:
     """Column holding a list of video paths."""
     image_dir: str | None = None
     """Directory that relative image and video paths are resolved against."""
+    allow_paths_outside_image_dir: bool = False
+    """Let image and video paths of the dataset point outside data.image_dir (absolute paths, '..'). Off, such a
+    row is a data error, so a dataset cannot make the trainer read files elsewhere on the machine. Without
+    data.image_dir, paths are used as given."""
     video_fps: float = 2.0
     """Frames per second sampled from videos."""
     max_prompt_length: int = 512

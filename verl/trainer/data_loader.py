@@ -78,6 +78,7 @@ def build_dataset(
         skip_bad_rows=config.skip_bad_rows,
         model_config=model_config,
         limit_images=limit_images,
+        allow_paths_outside_image_dir=config.allow_paths_outside_image_dir,
     )
 
 

@@ -44,7 +44,15 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 
 from .dataset_sources import RowSource, load_source
-from .multimodal import count_image_tokens, load_image, load_video, open_image, processor_inputs, resized_size
+from .multimodal import (
+    count_image_tokens,
+    load_image,
+    load_video,
+    open_image,
+    processor_inputs,
+    resized_size,
+    resolve_path,
+)
 from .rope_index import RopeIndex, load_model_config, uses_mrope
 
 
@@ -122,6 +130,7 @@ class RLHFDataset(Dataset):
         skip_bad_rows: bool = False,
         model_config: Any | None = None,
         limit_images: int = 0,
+        allow_paths_outside_image_dir: bool = False,
     ) -> None:
         self.tokenizer = tokenizer
         self.processor = processor
@@ -132,6 +141,7 @@ class RLHFDataset(Dataset):
         self.min_pixels, self.max_pixels = min_pixels, max_pixels
         self.skip_bad_rows = skip_bad_rows
         self.limit_images = limit_images
+        self.allow_paths_outside_image_dir = allow_paths_outside_image_dir
         if image_dir and not os.path.isdir(self.image_dir):
             raise FileNotFoundError(f"data.image_dir {image_dir!r} is not a directory; give an existing directory.")
         self.format_template = None
@@ -253,6 +263,22 @@ class RLHFDataset(Dataset):
         problem = problem.rstrip(". ")
         return DatasetRowError(f"{self.source.where(index)}, key '{key}': {problem}; {_SKIP_HINT}.")
 
+    def _check_confined(self, index: int, key: str, position: int, value: Any) -> None:
+        """A media path must stay inside data.image_dir (resolved, symlinks followed) unless the user allows more."""
+        if isinstance(value, dict) and value.get("bytes") is None:
+            value = value.get("path")
+        if not isinstance(value, str) or self.image_dir is None or self.allow_paths_outside_image_dir:
+            return
+        root = os.path.realpath(self.image_dir)
+        full = os.path.realpath(resolve_path(value, self.image_dir))
+        if os.path.commonpath([full, root]) != root:
+            raise self._error(
+                index,
+                key,
+                f"item {position} path {value!r} leads outside data.image_dir {self.image_dir!r}; keep media under "
+                "it, or set data.allow_paths_outside_image_dir=true for a dataset you trust",
+            )
+
     def _media_list(self, index: int, row: dict[str, Any], key: str) -> list[Any]:
         value = row.get(key)
         if value is None:
@@ -296,6 +322,9 @@ class RLHFDataset(Dataset):
                 raise self._error(
                     index, self.video_key, f"video {position} must be a path, got {type(video).__name__}"
                 )
+        for key, values in ((self.image_key, images), (self.video_key, videos)):
+            for position, value in enumerate(values):
+                self._check_confined(index, key, position, value)
         if (images or videos) and self.processor is None:
             key = self.image_key if images else self.video_key
             raise self._error(index, key, "the row has images or videos but the model is text-only (no processor)")
