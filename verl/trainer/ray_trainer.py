@@ -148,7 +148,7 @@ class RayPPOTrainer:
             greedy.meta_info.update(temperature=0.0, n=1)
             baseline = self.actor_rollout_ref_wg.generate_sequences(greedy)
             baseline = prompts.select(deepcopy=True).union(baseline)
-            scores, _ = ray.get(self.reward_fn.compute_reward.remote(baseline))
+            scores, _ = self._get_reward(self.reward_fn.compute_reward.remote(baseline))
             prompts.batch["reward_baselines"] = scores.sum(-1)
         return prompts.repeat(n, interleave=True).union(output)
 
@@ -172,7 +172,7 @@ class RayPPOTrainer:
             batch = self._generate(self._next_batch(), metrics)
             if not algo.online_filtering:
                 return batch
-            scores, reward_metrics = ray.get(self.reward_fn.compute_reward.remote(batch))
+            scores, reward_metrics = self._get_reward(self.reward_fn.compute_reward.remote(batch))
             batch.batch["token_level_scores"] = scores
             batch.non_tensor_batch.update(
                 {f"reward/{k}": np.array(v, dtype=object) for k, v in reward_metrics.items()}
@@ -221,6 +221,19 @@ class RayPPOTrainer:
         advantages, returns = core_algos.compute_advantage_return(algo.adv_estimator, **kwargs)
         batch.batch["advantages"], batch.batch["returns"] = advantages, returns
 
+    def _get_reward(self, reward_ref: Any) -> Any:
+        """The reward actor's result, or a TimeoutError naming the function once worker.reward.timeout_s has passed."""
+        reward = self.config.worker.reward
+        timeout = reward.timeout_s if reward.timeout_s > 0 else None
+        try:
+            return ray.get(reward_ref, timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise TimeoutError(
+                f"The reward function {reward.reward_function} did not score step {self.global_step}'s batch within "
+                f"worker.reward.timeout_s={reward.timeout_s:g} s; it may hang (a loop, a lock, a network call). "
+                "Fix it, or raise the timeout."
+            ) from None
+
     def _check_reward_spread(self, scores: torch.Tensor) -> None:
         """Warn when every sample of a step got the same reward: group advantages are then all zero and the step
         trains nothing (a task too hard or too easy, or a reward function that ignores the response)."""
@@ -266,7 +279,7 @@ class RayPPOTrainer:
 
         with timer("adv", timing_raw):
             if reward_ref is not None:
-                scores, reward_metrics = ray.get(reward_ref)
+                scores, reward_metrics = self._get_reward(reward_ref)
                 batch.batch["token_level_scores"] = scores
                 append_metrics(metrics, {f"reward/{k}": v for k, v in reward_metrics.items()})
                 self._check_reward_spread(scores)
@@ -315,7 +328,7 @@ class RayPPOTrainer:
             output = wg.generate_sequences(gen_batch)
             output.meta_info.pop("metrics", None)
             batch = batch.repeat(n, interleave=True).union(output)
-            reward_tensor, reward_metrics = ray.get(self.val_reward_fn.compute_reward.remote(batch))
+            reward_tensor, reward_metrics = self._get_reward(self.val_reward_fn.compute_reward.remote(batch))
             batch_scores = reward_tensor.sum(-1).tolist()
             scores.extend(batch_scores)
             append_metrics(metrics, {f"val/{k}_reward": v for k, v in reward_metrics.items()})

@@ -62,6 +62,9 @@ class RewardConfig:
     """Decode responses without special tokens before scoring."""
     num_cpus: int = 1
     """CPUs of the reward Ray actor; sequential functions run in parallel over them."""
+    timeout_s: float = 1800.0
+    """Longest a batch's scoring may take; past it the run stops with an error naming the reward function (a hung
+    function never hangs the run). <= 0 waits forever."""
 
 
 @dataclass

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The driver warns, naming the reward function, when a step's rewards are all equal (nothing to learn from)."""
+"""The driver names the reward function when a step's rewards are all equal or its scoring outlasts the timeout."""
 
 import logging
 from types import SimpleNamespace
@@ -49,3 +49,31 @@ def test_flat_rewards_are_warned_about_with_the_function_name(caplog):
         assert not caplog.records
         RayPPOTrainer._check_reward_spread(state, scores([1.0] * 8))
     assert "(10 such step(s) so far)" in caplog.text
+
+
+def test_a_hanging_reward_function_is_cut_off_and_named():
+    import time
+
+    import pytest
+    import ray
+
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+
+        @ray.remote
+        def hangs() -> None:
+            time.sleep(60)
+
+        @ray.remote
+        def scores_fast() -> str:
+            return "scored"
+
+        state = driver(step=5)
+        state.config.worker.reward.timeout_s = 1.0
+        assert RayPPOTrainer._get_reward(state, scores_fast.remote()) == "scored"
+        start = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"rewards/task.py:score did not score step 5's batch within .*=1 s"):
+            RayPPOTrainer._get_reward(state, hangs.remote())
+        assert time.monotonic() - start < 10
+    finally:
+        ray.shutdown()
