@@ -30,7 +30,18 @@ def read_rows(log_dir: str) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def plot(rows: list[dict], output: str, accuracy_key: str, reward_key: str) -> None:
+def run_title(log_dir: str) -> str:
+    """project / experiment from the run's experiment_config.json, else the log directory's name."""
+    try:
+        with open(os.path.join(log_dir, "experiment_config.json"), encoding="utf-8") as f:
+            trainer = json.load(f)["trainer"]
+        return f"{trainer['project_name']} / {trainer['experiment_name']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return os.path.basename(os.path.normpath(log_dir))
+
+
+def plot(rows: list[dict], output: str, accuracy_key: str, reward_key: str, title: str) -> list[str]:
+    """Write the plot; returns the legend labels."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -40,15 +51,19 @@ def plot(rows: list[dict], output: str, accuracy_key: str, reward_key: str) -> N
     val = [(row["step"], row[accuracy_key]) for row in rows if accuracy_key in row]
     fig, ax = plt.subplots(figsize=(7, 4))
     if train:
-        ax.plot(*zip(*train), label=f"train {reward_key}", color="tab:blue", alpha=0.7)
+        ax.plot(*zip(*train), label=f"training reward ({reward_key})", color="tab:blue", alpha=0.7)
     if val:
-        ax.plot(*zip(*val), label=f"val {accuracy_key}", color="tab:red", marker="o")
+        ax.plot(*zip(*val), label=f"validation ({accuracy_key})", color="tab:red", marker="o")
+    ax.set_title(title)
     ax.set_xlabel("step")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
+    labels = [text.get_text() for text in ax.get_legend().get_texts()]
     fig.tight_layout()
     fig.savefig(output, dpi=110)
+    plt.close(fig)
+    return labels
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as err:
         print(f"plot_metrics: {err}", file=sys.stderr)
         return 2
-    plot(rows, args.output, args.accuracy_key, args.reward_key)
+    plot(rows, args.output, args.accuracy_key, args.reward_key, run_title(args.log_dir))
     val = [row[args.accuracy_key] for row in rows if args.accuracy_key in row]
     if val:
         print(f"val accuracy: first {val[0]:.3f}, last {val[-1]:.3f} ({len(val)} validations); plot: {args.output}")

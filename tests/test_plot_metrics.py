@@ -1,0 +1,44 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""scripts/plot_metrics.py: the plot names the run and labels each curve once; the summary line reads the log."""
+
+import importlib.util
+import json
+import os
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("plot_metrics", os.path.join(REPO, "scripts", "plot_metrics.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_plot_has_the_run_title_and_plain_labels(tmp_path, capsys):
+    script = load_script()
+    rows = [{"step": 0, "val/accuracy_reward": 0.25}, {"step": 1, "critic/score/mean": 0.3}]
+    rows += [{"step": 2, "critic/score/mean": 0.6, "val/accuracy_reward": 0.75}]
+    (tmp_path / "experiment_log.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (tmp_path / "experiment_config.json").write_text(
+        json.dumps({"trainer": {"project_name": "p", "experiment_name": "e"}})
+    )
+    assert script.run_title(str(tmp_path)) == "p / e"
+    labels = script.plot(rows, str(tmp_path / "a.png"), "val/accuracy_reward", "critic/score/mean", "p / e")
+    assert labels == ["training reward (critic/score/mean)", "validation (val/accuracy_reward)"]
+    assert script.main(["--log_dir", str(tmp_path), "--output", str(tmp_path / "b.png")]) == 0
+    assert "val accuracy: first 0.250, last 0.750 (2 validations)" in capsys.readouterr().out
+    assert (tmp_path / "b.png").stat().st_size > 1000
