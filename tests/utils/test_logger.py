@@ -153,3 +153,22 @@ def test_swanlab_backend_local(tmp_path, monkeypatch):
 def test_unknown_logger_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="neptune"):
         Tracker(["neptune"], "p", "e", str(tmp_path), {})
+
+
+def test_wandb_and_swanlab_follow_their_own_configuration(tmp_path, monkeypatch):
+    from verl.utils.logger.backends import swanlab_mode, wandb_mode
+
+    for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL", "SWANLAB_MODE", "SWANLAB_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no `wandb login` / `swanlab login` here
+    monkeypatch.setenv("NETRC", str(tmp_path / ".netrc"))
+    assert wandb_mode() == "offline" and swanlab_mode() == "local"
+    (tmp_path / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password 0123456789abcdef\n")
+    (tmp_path / ".netrc").chmod(0o600)
+    assert wandb_mode() == "online"  # what `wandb login` writes
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert wandb_mode() == "disabled"  # the user's explicit choice wins
+    monkeypatch.setenv("SWANLAB_API_KEY", "key")
+    assert swanlab_mode() == "cloud"
+    monkeypatch.setenv("SWANLAB_MODE", "offline")
+    assert swanlab_mode() == "offline"

@@ -11,13 +11,16 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""One class per logging backend. Each writes locally by default (no network): wandb offline, swanlab local,
-mlflow to a local SQLite file, TensorBoard event files; environment variables of each tool still take precedence."""
+"""One class per logging backend. wandb and swanlab follow their own configuration (mode variables, API keys,
+`wandb login` / `swanlab login`) and fall back to offline / local files only without credentials, saying which;
+mlflow writes to a local SQLite file unless MLFLOW_TRACKING_URI is set; TensorBoard writes event files."""
 
 import json
 import logging
+import netrc
 import os
 from typing import Any
+from urllib.parse import urlparse
 
 
 logger = logging.getLogger(__name__)
@@ -126,14 +129,52 @@ class TensorBoardBackend(Backend):
         self.writer.close()
 
 
+def wandb_mode() -> str:
+    """WANDB_MODE if set; else online when wandb has credentials (WANDB_API_KEY, or `wandb login`'s netrc entry for
+    the API host), offline otherwise."""
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    if os.environ.get("WANDB_API_KEY"):
+        return "online"
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    try:
+        return "online" if netrc.netrc().authenticators(host) else "offline"
+    except (OSError, netrc.NetrcParseError):
+        return "offline"
+
+
+def swanlab_mode() -> str:
+    """SWANLAB_MODE if set; else cloud when swanlab has credentials (SWANLAB_API_KEY, or `swanlab login`), local."""
+    if os.environ.get("SWANLAB_MODE"):
+        return os.environ["SWANLAB_MODE"]
+    if os.environ.get("SWANLAB_API_KEY"):
+        return "cloud"
+    try:  # where `swanlab login` stores the key (swanlab 0.7)
+        from swanlab import sdk
+
+        return "cloud" if sdk.cmd_utils.get_nrc_path(save="root").exists() else "local"
+    except Exception:  # another swanlab layout: without a key in the environment, stay local
+        return "local"
+
+
 class WandbBackend(Backend):
+    """wandb in the mode its own configuration gives (see `wandb_mode`); the mode and the run's place are logged."""
+
     def __init__(self, log_dir: str, project: str, experiment: str, config: dict[str, Any]) -> None:
         import wandb
 
-        os.environ.setdefault("WANDB_MODE", "offline")
         os.environ.setdefault("WANDB_SILENT", "true")
         self.wandb = wandb
-        self.run = wandb.init(project=project, name=experiment, config=config, dir=log_dir)
+        mode = wandb_mode()
+        self.run = wandb.init(project=project, name=experiment, config=config, dir=log_dir, mode=mode)
+        if mode == "online":
+            logger.info("wandb: online, run at %s", self.run.url)
+        else:
+            logger.info(
+                "wandb: %s (no WANDB_API_KEY or `wandb login`); run files in %s, upload later with `wandb sync`.",
+                mode,
+                self.run.dir,
+            )
         self.rows: list[list[Any]] = []
 
     def log(self, metrics: dict[str, float], step: int) -> None:
@@ -153,9 +194,10 @@ class SwanlabBackend(Backend):
         import swanlab
 
         self.swanlab = swanlab
-        mode = os.environ.get("SWANLAB_MODE", "local")
+        mode = swanlab_mode()
         logdir = os.environ.get("SWANLAB_DIR", os.path.join(log_dir, "swanlog"))
         self.run = swanlab.init(project=project, experiment_name=experiment, config=config, logdir=logdir, mode=mode)
+        logger.info("swanlab: %s mode, logs in %s", mode, logdir)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         self.swanlab.log(_sorted_scalars(metrics), step=step)
