@@ -12,38 +12,60 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """Export an actor checkpoint as a Hugging Face model directory (safetensors, config, generation config, tokenizer
-or processor) that transformers and vLLM load directly.
+or processor) that transformers and vLLM load directly, and optionally upload it to the Hugging Face Hub.
 
-    python scripts/model_merger.py --local_dir checkpoints/<project>/<experiment>/global_step_N/actor \
-        [--target_dir DIR] [--dtype bfloat16|float16|float32]
+    python scripts/model_merger.py --local_dir checkpoints/<project>/<experiment>/global_step_N/actor \\
+        [--target_dir DIR] [--dtype bf16|fp16|fp32] [--hf_upload_path USER/REPO [--hf_private]]
 
 The checkpoint may have been written by any number of ranks: torch.distributed.checkpoint reassembles the sharded
 parameters in one process, without a process group. --target_dir defaults to <local_dir>/huggingface, next to the
-config files the trainer saved there.
+config files the trainer saved there. The weights are written in bf16 unless --dtype says otherwise (the
+checkpoint holds fp32 master weights unless the run set torch_dtype; --dtype fp32 exports those bit for bit). --hf_upload_path creates the
+Hub repository if needed and uploads the merged directory; it needs a token (`hf auth login` or HF_TOKEN).
 """
 
 import argparse
 import os
 import sys
-
-import torch
-import torch.distributed.checkpoint as dcp
-from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
-from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+from typing import Any
 
 
 HF_SUBDIR = "huggingface"
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+"""--dtype values and the torch dtype each names; the torch names themselves are accepted too."""
+DEFAULT_DTYPE = "bf16"
 
 
-def model_class(config: AutoConfig) -> type:
-    return (
-        AutoModelForImageTextToText
-        if config.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
-        else (AutoModelForCausalLM)
-    )
+class UploadError(RuntimeError):
+    """The merged model could not be uploaded to the Hugging Face Hub."""
 
 
-def merge(local_dir: str, target_dir: str | None = None, dtype: str = "float32") -> str:
+def torch_dtype_name(dtype: str) -> str:
+    """The torch dtype name of a --dtype value ("bf16" -> "bfloat16"); torch names pass through."""
+    if dtype in DTYPES:
+        return DTYPES[dtype]
+    if dtype in DTYPES.values():
+        return dtype
+    raise ValueError(f"--dtype {dtype!r} is not one of {', '.join(DTYPES)}; choose one of them.")
+
+
+def model_class(config: Any) -> type:
+    """The transformers auto class that builds the model of `config` (image-text-to-text for VLMs)."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    if config.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        return AutoModelForImageTextToText
+    return AutoModelForCausalLM
+
+
+def merge(local_dir: str, target_dir: str | None = None, dtype: str = DEFAULT_DTYPE) -> str:
+    """Write the actor checkpoint in `local_dir` as a Hugging Face model directory with `dtype` weights; return it."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from transformers import AutoConfig
+
+    torch_dtype = getattr(torch, torch_dtype_name(dtype))
     local_dir = os.path.abspath(local_dir)
     hf_dir = os.path.join(local_dir, HF_SUBDIR)
     if not os.path.isfile(os.path.join(local_dir, ".metadata")):
@@ -56,7 +78,7 @@ def merge(local_dir: str, target_dir: str | None = None, dtype: str = "float32")
     config = AutoConfig.from_pretrained(hf_dir)
     # built on the CPU, not the meta device: non-persistent buffers (rotary frequencies) are computed at
     # construction and are not in checkpoints. This needs host memory for one copy of the model in `dtype`.
-    model = model_class(config).from_config(config, dtype=getattr(torch, dtype))
+    model = model_class(config).from_config(config, dtype=torch_dtype)
     saved = dcp.FileSystemReader(local_dir).read_metadata().state_dict_metadata
     model_keys = {key[len("model.") :] for key in saved if key.startswith("model.")}
     if "lm_head.weight" not in model_keys and any("value_head" in key or key == "score.weight" for key in model_keys):
@@ -85,18 +107,72 @@ def merge(local_dir: str, target_dir: str | None = None, dtype: str = "float32")
     return target_dir
 
 
+def check_upload_target(repo_id: str) -> None:
+    """Fail before the merge, not after it, when the repository name is invalid or no Hub token is configured."""
+    from huggingface_hub import get_token
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        raise UploadError(
+            f"--hf_upload_path {repo_id!r} is not a Hub repository name ({error}); write USER/REPO."
+        ) from None
+    if get_token() is None:
+        raise UploadError(
+            f"--hf_upload_path {repo_id!r} needs a Hugging Face token and none is configured; run `hf auth login` "
+            "or set HF_TOKEN, then run the merger again."
+        )
+
+
+def upload(folder: str, repo_id: str, private: bool = False) -> str:
+    """Create the Hub model repository `repo_id` if needed and upload `folder` to it; return the repository URL."""
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    try:
+        url = api.create_repo(repo_id, repo_type="model", private=private or None, exist_ok=True)
+        api.upload_folder(repo_id=repo_id, folder_path=folder, repo_type="model")
+    except Exception as error:  # httpx, OSError and the hub's own errors: a network boundary, reported as one
+        raise UploadError(
+            f"Uploading {folder} to the Hugging Face Hub repository {repo_id!r} failed with "
+            f"{type(error).__name__}: {error}. Check the network and that your token may write to {repo_id!r}; "
+            f"the merged model stays in {folder}, so only the upload needs repeating."
+        ) from error
+    return str(url)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--local_dir", required=True, help="the global_step_N/actor checkpoint directory")
     parser.add_argument("--target_dir", default=None, help="output directory (default: <local_dir>/huggingface)")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument(
+        "--dtype",
+        default=DEFAULT_DTYPE,
+        choices=[*DTYPES, *DTYPES.values()],
+        help=f"dtype of the written weights (default: {DEFAULT_DTYPE})",
+    )
+    parser.add_argument("--hf_upload_path", default=None, help="Hub repository USER/REPO to upload the result to")
+    parser.add_argument("--hf_private", action="store_true", help="create the Hub repository as private")
     args = parser.parse_args(argv)
+    if args.hf_private and args.hf_upload_path is None:
+        parser.error("--hf_private needs --hf_upload_path.")
     try:
+        if args.hf_upload_path is not None:
+            check_upload_target(args.hf_upload_path)
         target = merge(args.local_dir, args.target_dir, args.dtype)
-    except (FileNotFoundError, ValueError) as err:
+    except (FileNotFoundError, ValueError, UploadError) as err:
         print(f"model_merger: {err}", file=sys.stderr)
         return 2
     print(f"Hugging Face model written to {target}")
+    if args.hf_upload_path is not None:
+        try:
+            url = upload(target, args.hf_upload_path, args.hf_private)
+        except UploadError as err:
+            print(f"model_merger: {err}", file=sys.stderr)
+            return 1
+        print(f"Uploaded to {url}")
     return 0
 
 

@@ -13,6 +13,8 @@
 # limitations under the License.
 """Math with the final answer in \boxed{}: overall = 0.9 * accuracy + 0.1 * format.
 
+The scheme follows EasyR1's math reward (format weight 0.1, answer in the last \boxed{}, graded by mathruler).
+
 Use with examples/format_prompt/math.jinja:
     worker.reward.reward_function=examples/reward_function/math.py:compute_score
 
@@ -24,7 +26,7 @@ format: the response opens with <think>, closes it once, and puts a \boxed{} ans
 import re
 from typing import Any
 
-from mathruler.grader import grade_answer
+from mathruler.grader import extract_boxed_content, grade_answer
 
 
 REWARD_NAME = "math"
@@ -32,7 +34,6 @@ REWARD_TYPE = "sequential"
 
 # Some models write "< think >" or "</ think>"; the tag is meant, so spaces inside it are not held against them.
 _SPACED_TAG = re.compile(r"<\s*(/?)\s*(think|answer)\s*>", re.IGNORECASE)
-_BOX_OPENERS = ("\\boxed{", "\\fbox{")
 
 
 def normalize_tags(text: str) -> str:
@@ -41,17 +42,9 @@ def normalize_tags(text: str) -> str:
 
 
 def last_boxed(text: str) -> str | None:
-    """The content of the last \\boxed{...} (or \\fbox{...}), braces balanced; None if there is none."""
-    start = max(text.rfind(opener) for opener in _BOX_OPENERS)
-    if start < 0:
-        return None
-    start = text.index("{", start) + 1
-    depth = 1
-    for position in range(start, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[position], 0)
-        if depth == 0:
-            return text[start:position].strip()
-    return None  # unbalanced: the box was never closed
+    """The content of the last \\boxed{...}, braces balanced (mathruler's extraction); None if there is none."""
+    content = extract_boxed_content(text)
+    return None if content == "None" and "\\boxed{None}" not in text else content
 
 
 def format_score(response: str) -> float:

@@ -11,6 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
+import json
 import os
 
 import pytest
@@ -77,6 +78,39 @@ def test_find_last_checkpoint_refuses_only_incomplete_steps(tmp_path):
 def test_corrupt_tracker_names_file(tmp_path):
     (tmp_path / TRACKER_FILE).write_text("{not json")
     with pytest.raises(ValueError, match=TRACKER_FILE):
+        CheckpointTracker.load(str(tmp_path))
+
+
+def test_tracker_that_is_not_an_object_is_corrupt(tmp_path):
+    (tmp_path / TRACKER_FILE).write_text("[3]")
+    with pytest.raises(ValueError, match=r"is corrupt \(a JSON list, not an object\)"):
+        CheckpointTracker.load(str(tmp_path))
+
+
+def test_easyr1_tracker_is_named_not_a_type_error(tmp_path):
+    # What EasyR1 leaves in its save directory: its tracker, and per-rank torch.save files under global_step_N/actor.
+    actor = tmp_path / "global_step_20" / "actor"
+    os.makedirs(actor)
+    (actor / "model_world_size_1_rank_0.pt").write_bytes(b"")
+    easyr1_tracker = {
+        "best_global_step": 10,
+        "best_val_reward_score": 0.4321,
+        "last_global_step": 20,
+        "last_actor_path": str(actor),
+    }
+    (tmp_path / TRACKER_FILE).write_text(json.dumps(easyr1_tracker, indent=2))
+    for load in (CheckpointTracker.load, find_last_checkpoint):
+        with pytest.raises(ValueError, match="written by EasyR1") as info:
+            load(str(tmp_path))
+        message = str(info.value)
+        assert str(tmp_path / TRACKER_FILE) in message
+        assert "['best_val_reward_score', 'last_actor_path']" in message
+        assert "set trainer.save_checkpoint_path to a new directory" in message and message.endswith(".")
+
+
+def test_tracker_of_an_unknown_tool_names_its_keys(tmp_path):
+    (tmp_path / TRACKER_FILE).write_text(json.dumps({"last_global_step": 3, "iteration": 3}))
+    with pytest.raises(ValueError, match=r"has keys \['iteration'\] that this trainer never writes"):
         CheckpointTracker.load(str(tmp_path))
 
 

@@ -179,6 +179,8 @@ def test_model_merger_matches_checkpoint_and_loads_in_vllm(workspace):
             str(actor_dir),
             "--target_dir",
             str(target),
+            "--dtype",
+            "fp32",  # compared with the fp32 checkpoint below; the default is bf16
         ],
         capture_output=True,
         text=True,

@@ -24,7 +24,7 @@ import pytest
 import torch
 from PIL import Image
 
-from verl.protocol import collate_fn
+from verl.protocol import DataProto, collate_fn
 from verl.utils.dataset import DatasetRowError, PromptTooLongError, RLHFDataset
 from verl.utils.multimodal import load_video, resize_image, resized_size
 from verl.utils.tiny_models import get_or_build_tiny_model
@@ -209,6 +209,85 @@ def test_text_row_is_left_padded_with_plain_position_ids(text_tokenizer):
     assert dataset.prompt_lengths == [length]
     batch = collate_fn([example, example])
     assert batch.batch["input_ids"].shape == (2, 64) and list(batch.non_tensor_batch["level"]) == ["easy", "easy"]
+
+
+# Several accepted answers (a list) and a structured label (a dict); rows 0 and 2 hold lists of equal length, which
+# np.array(..., dtype=object) would turn into one 2-D array.
+STRUCTURED_ROWS = [
+    {"prompt": "Name a prime below 5.", "answer": ["2", "3"]},
+    {"prompt": "How long is the side?", "answer": {"value": "4", "unit": "cm"}},
+    {"prompt": "Name a primary colour.", "answer": ["red", "blue"]},
+    {"prompt": "What is 1 + 1?", "answer": 2},
+]
+STRUCTURED_ANSWERS = [["2", "3"], {"value": "4", "unit": "cm"}, ["red", "blue"], "2"]  # what the function receives
+# Scores a response against any of the accepted answers; reports the type it received.
+STRUCTURED_REWARD = """
+def score(sample):
+    truth = sample["ground_truth"]
+    accepted = truth if isinstance(truth, list) else [truth["value"]] if isinstance(truth, dict) else [truth]
+    kind = {str: 0.0, list: 1.0, dict: 2.0}.get(type(truth), -1.0)
+    return {"overall": float(sample["response"] in accepted), "kind": kind}
+"""
+
+
+def _rollout(dataset: RLHFDataset, responses: list[str], n: int) -> DataProto:
+    """Collated prompts repeated n times and joined with hand-written responses, as the trainer builds a batch."""
+    tokenizer = dataset.tokenizer
+    prompts = collate_fn([dataset[i] for i in range(len(dataset))]).repeat(n, interleave=True)
+    response_ids = torch.full((len(responses), 8), tokenizer.pad_token_id)
+    response_mask = torch.zeros_like(response_ids)
+    for row, text in enumerate(responses):
+        ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
+        response_ids[row, : len(ids)], response_mask[row, : len(ids)] = torch.tensor(ids), 1
+    prompts.batch["prompts"] = prompts.batch.pop("input_ids")
+    prompts.batch["attention_mask"] = torch.cat([prompts.batch["attention_mask"], response_mask], dim=-1)
+    prompts.batch["responses"], prompts.batch["response_mask"] = response_ids, response_mask
+    return prompts
+
+
+@pytest.mark.parametrize("num_cpus", [1, 2])
+def test_list_and_dict_answers_reach_the_reward_function_unchanged(tmp_path, text_tokenizer, num_cpus):
+    from verl.workers.config import RewardConfig
+    from verl.workers.reward.manager import FunctionRewardManager, build_reward_inputs
+
+    dataset = RLHFDataset(STRUCTURED_ROWS, text_tokenizer, max_prompt_length=64)
+    assert _answers(dataset) == STRUCTURED_ANSWERS
+    batch = _rollout(dataset, ["3", "7", "4", "4", "blue", "green", "2", "3"], n=2)
+    column = batch.non_tensor_batch["ground_truth"]
+    assert column.shape == (8,) and column.dtype == object
+    truths = [sample["ground_truth"] for sample in build_reward_inputs(batch, text_tokenizer)]
+    assert truths == [truth for truth in STRUCTURED_ANSWERS for _ in range(2)]
+    assert [type(truth) for truth in truths[::2]] == [list, dict, list, str]
+
+    path = tmp_path / "structured_reward.py"
+    path.write_text(STRUCTURED_REWARD)
+    manager = FunctionRewardManager(RewardConfig(reward_function=f"{path}:score", num_cpus=num_cpus), text_tokenizer)
+    try:
+        _, metrics = manager.compute_reward(batch)
+    finally:
+        manager.close()
+    assert metrics["kind"] == [1.0, 1.0, 2.0, 2.0, 1.0, 1.0, 0.0, 0.0]
+    assert metrics["overall"] == [1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0]
+
+
+def test_list_and_dict_answers_from_files(tmp_path, text_tokenizer):
+    lists = _write_jsonl(str(tmp_path / "lists.jsonl"), [STRUCTURED_ROWS[0], STRUCTURED_ROWS[2]])
+    assert _answers(RLHFDataset(lists, text_tokenizer)) == [["2", "3"], ["red", "blue"]]
+    mixed = _write_jsonl(str(tmp_path / "mixed.jsonl"), STRUCTURED_ROWS)  # one column of lists, a dict and a number
+    assert _answers(RLHFDataset(mixed, text_tokenizer)) == STRUCTURED_ANSWERS
+    dicts = str(tmp_path / "dicts.parquet")
+    datasets.Dataset.from_list([STRUCTURED_ROWS[1]]).to_parquet(dicts)
+    assert _answers(RLHFDataset(dicts, text_tokenizer)) == [{"value": "4", "unit": "cm"}]
+
+
+@pytest.mark.parametrize(
+    "answer, problem",
+    [(None, "the answer is missing \\(null\\)"), (b"4", "the answer must be a JSON value .*got bytes")],
+)
+def test_answer_that_is_not_a_json_value_names_the_row(text_tokenizer, answer, problem):
+    rows = [ROWS[0], {"prompt": "What is 2 + 2?", "answer": answer}]
+    with pytest.raises(DatasetRowError, match=f"in-memory rows, row 1, key 'answer': {problem}"):
+        RLHFDataset(rows, text_tokenizer)
 
 
 def test_format_prompt_sees_every_column_and_override_chat_template_replaces_the_template(tmp_path, text_tokenizer):

@@ -19,7 +19,7 @@ Layout under trainer.save_checkpoint_path:
     global_step_N/critic/...
     global_step_N/dataloader.pt    the StatefulDataLoader state
     global_step_N/trainer_state.json
-    checkpoint_tracker.json        {"last_global_step", "best_global_step", "best_val_score", "history"}
+    checkpoint_tracker.json        {"last_global_step", "best_global_step", "best_val_score", "val_scores"}
 
 The tracker is replaced atomically and written last, so a crash during a save never names a half-written
 checkpoint as the latest.
@@ -30,13 +30,16 @@ import logging
 import os
 import re
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 
 logger = logging.getLogger(__name__)
 
 TRACKER_FILE = "checkpoint_tracker.json"
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
+# Keys of the tracker EasyR1 writes under the same file name, next to checkpoints in its own format (per-rank
+# torch.save files, not torch.distributed.checkpoint); verl names its tracker latest_checkpointed_iteration.txt.
+EASYR1_TRACKER_KEYS = frozenset({"best_global_step", "best_val_reward_score", "last_global_step", "last_actor_path"})
 
 
 @dataclass
@@ -59,7 +62,28 @@ class CheckpointTracker:
                     f"Checkpoint tracker '{path}' is corrupt ({err}); delete it or set "
                     "trainer.load_checkpoint_path to a global_step_N directory."
                 ) from None
+        if not isinstance(data, dict):
+            raise ValueError(
+                f"Checkpoint tracker '{path}' is corrupt (a JSON {type(data).__name__}, not an object); delete it or "
+                "set trainer.load_checkpoint_path to a global_step_N directory."
+            )
+        unknown = sorted(set(data) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(cls._foreign_message(path, unknown))
         return cls(**data)
+
+    @staticmethod
+    def _foreign_message(path: str, unknown: list[str]) -> str:
+        """Why a tracker that another tool wrote stops the run, and what to do instead."""
+        if set(unknown) <= EASYR1_TRACKER_KEYS:
+            writer = f"was written by EasyR1 (its keys {unknown} are not this trainer's)"
+        else:
+            writer = f"has keys {unknown} that this trainer never writes, so another tool wrote it"
+        return (
+            f"Checkpoint tracker '{path}' {writer}. The checkpoints beside it are in that tool's format, which this "
+            "trainer cannot resume from; set trainer.save_checkpoint_path to a new directory so that they are not "
+            "written over (export their weights with that tool's own model merger)."
+        )
 
     def save(self, save_root: str) -> None:
         os.makedirs(save_root, exist_ok=True)

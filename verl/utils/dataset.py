@@ -98,7 +98,8 @@ class _Prompt:
     images: list[Any]
     """Raw image values as stored (paths, bytes, dicts or PIL images)."""
     videos: list[str]
-    ground_truth: str
+    ground_truth: str | list[Any] | dict[str, Any]
+    """The answer column: a number becomes its string; a string, list or dict is passed on unchanged."""
 
 
 class RLHFDataset(Dataset):
@@ -306,8 +307,13 @@ class RLHFDataset(Dataset):
             raise self._error(index, self.answer_key, "the answer is missing (null)")
         if isinstance(answer, (int, float)):
             answer = str(answer)
-        if not isinstance(answer, str):
-            raise self._error(index, self.answer_key, f"the answer must be a string, got {type(answer).__name__}")
+        # Lists and dicts (several accepted answers, structured labels) reach the reward function as they are.
+        if not isinstance(answer, (str, list, dict)):
+            raise self._error(
+                index,
+                self.answer_key,
+                f"the answer must be a JSON value (string, number, list or dict), got {type(answer).__name__}",
+            )
         images = self._media_list(index, row, self.image_key)
         if 0 < self.limit_images < len(images):
             raise self._error(

@@ -110,6 +110,82 @@ def test_unknown_reward_type(write_reward_file) -> None:
         load_reward_function(f"{path}:score")
 
 
+# A file without REWARD_TYPE: the first parameter decides when its name and annotation agree (EasyR1 files name it
+# reward_inputs / reward_input), else the sequential default stands.
+@pytest.mark.parametrize(
+    "source, reward_type, how",
+    [
+        ("def score(reward_inputs, format_weight=0.1):", "batch", "inferred"),
+        ("def score(samples: list[dict]):", "batch", "inferred"),
+        ("from typing import Any, List\ndef score(samples: List[dict[str, Any]]):", "batch", "inferred"),
+        ("from collections.abc import Sequence\ndef score(samples: Sequence[dict], /):", "batch", "inferred"),
+        ("from __future__ import annotations\ndef score(group: list[Undefined]):", "batch", "inferred"),
+        ("def score(reward_input):", "sequential", "inferred"),
+        ("from verl.workers.reward import RewardInput\ndef score(x: RewardInput):", "sequential", "inferred"),
+        ("def score(sample):", "sequential", "defaulted"),
+        ("def score(reward_inputs: dict):", "sequential", "defaulted"),  # name and annotation disagree: no guess
+        ("def score(samples: str):", "sequential", "defaulted"),
+        ("def score(*samples):", "sequential", "defaulted"),
+    ],
+)
+def test_reward_type_without_declaration(write_reward_file, source: str, reward_type: str, how: str) -> None:
+    path = write_reward_file(source + "\n    return None\n")
+    function = load_reward_function(f"{path}:score")
+    assert (function.reward_type, function.reward_type_source) == (reward_type, how)
+
+
+def test_declared_reward_type_wins_over_the_signature(write_reward_file, caplog) -> None:
+    path = write_reward_file("REWARD_TYPE = 'sequential'\ndef score(reward_inputs: list):\n    return None\n")
+    function = load_reward_function(f"{path}:score")
+    assert (function.reward_type, function.reward_type_source) == ("sequential", "declared")
+    assert "REWARD_TYPE='sequential', but the first parameter of its function looks like a list" in caplog.text
+
+
+# An EasyR1 batch function whose parameter name says nothing, in a file without REWARD_TYPE: called with one dict,
+# it iterates over the dict's keys.
+UNDECLARED_BATCH_RAISES = """
+def score(batch):
+    return [{"overall": float(item["response_length"])} for item in batch]
+"""
+UNDECLARED_BATCH_RETURNS_LIST = """
+def score(batch):
+    return [{"overall": 1.0} for _ in batch]
+"""
+
+
+def test_undeclared_batch_function_that_raises_is_told_to_set_reward_type(write_reward_file) -> None:
+    path = write_reward_file(UNDECLARED_BATCH_RAISES)
+    function = load_reward_function(f"{path}:score")
+    with pytest.raises(RewardFunctionError, match="raised TypeError on sample 0") as info:
+        score_sequential(function, SAMPLES)
+    message = str(info.value)
+    assert f'set REWARD_TYPE = "batch" in {path}' in message
+    assert "no REWARD_TYPE in the file" in message and message.endswith(".")
+
+
+def test_undeclared_batch_function_that_returns_a_list_is_told_to_set_reward_type(write_reward_file) -> None:
+    path = write_reward_file(UNDECLARED_BATCH_RETURNS_LIST)
+    function = load_reward_function(f"{path}:score")
+    with pytest.raises(RewardFunctionError, match=r"returned for sample 0 \(uid u0\) a list") as info:
+        check_scores(function, score_sequential(function, SAMPLES), SAMPLES)
+    assert f'set REWARD_TYPE = "batch" in {path}' in str(info.value)
+    assert str(info.value).endswith(".")
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "REWARD_TYPE = 'sequential'\ndef score(sample):\n    return sample['response'] + 1\n",  # declared
+        "def score(sample):\n    raise ValueError('bad answer')\n",  # not an error a list argument would cause
+    ],
+)
+def test_genuine_sequential_errors_get_no_reward_type_hint(write_reward_file, source: str) -> None:
+    function = load_reward_function(f"{write_reward_file(source)}:score")
+    with pytest.raises(RewardFunctionError, match="Fix the function") as info:
+        score_sequential(function, SAMPLES)
+    assert "REWARD_TYPE" not in str(info.value)
+
+
 def test_import_failure_is_chained(write_reward_file) -> None:
     path = write_reward_file("import package_that_is_not_installed\n" + SEQUENTIAL)
     with pytest.raises(RewardFunctionLoadError, match="importing .* failed with ModuleNotFoundError") as info:

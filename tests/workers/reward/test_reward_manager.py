@@ -249,6 +249,51 @@ def test_batch_function(make_batch, write_reward_file, tokenizer) -> None:
     assert rewards.sum(-1).tolist() == [0.0, 1.0, 0.0]
 
 
+# Written in the shape of EasyR1's batch examples (REWARD_NAME, no REWARD_TYPE since batch is EasyR1's default,
+# a list of inputs named reward_inputs, keyword arguments after it).
+EASYR1_STYLE_BATCH = """
+from typing import Any
+
+REWARD_NAME = "longest"
+
+
+def compute_score(reward_inputs: list[dict[str, Any]], bonus: float = 0.0) -> list[dict[str, float]]:
+    longest = max(reward_input["response_length"] for reward_input in reward_inputs)
+    return [
+        {"overall": float(reward_input["response_length"] == longest) + bonus, "accuracy": 1.0}
+        for reward_input in reward_inputs
+    ]
+"""
+
+
+@pytest.mark.parametrize("num_cpus", [1, 2])
+def test_easyr1_batch_file_without_reward_type(make_batch, write_reward_file, tokenizer, num_cpus, caplog) -> None:
+    path = write_reward_file(EASYR1_STYLE_BATCH)
+    config = {"num_cpus": num_cpus, "reward_function_kwargs": {"bonus": 0.5}}
+    caplog.set_level("INFO")
+    manager = manager_for(f"{path}:compute_score", tokenizer, **config)
+    try:
+        assert manager.function.reward_type == "batch" and manager._pool is None
+        rewards, metrics = manager.compute_reward(make_batch(["Q"] * 3, ["a", "a b c d", "a b"]))
+    finally:
+        manager.close()
+    assert metrics == {"overall": [0.5, 1.5, 0.5], "accuracy": [1.0, 1.0, 1.0]}
+    assert rewards.sum(-1).tolist() == [0.5, 1.5, 0.5]
+    assert "inferred from the first parameter of compute_score" in caplog.text
+
+
+@pytest.mark.parametrize("num_cpus", [1, 2])
+def test_undeclared_batch_function_error_names_reward_type(make_batch, write_reward_file, tokenizer, num_cpus) -> None:
+    path = write_reward_file("def score(group):\n    return [{'overall': 1.0} for _ in group]\n")
+    manager = manager_for(f"{path}:score", tokenizer, num_cpus=num_cpus)
+    try:
+        with pytest.raises(RewardFunctionError, match=r'a list .*set REWARD_TYPE = "batch" in ') as info:
+            manager.compute_reward(make_batch(["Q", "Q"], ["a", "b"]))
+    finally:
+        manager.close()
+    assert info.value.sample_index == 0
+
+
 def test_batch_function_returning_too_few(make_batch, write_reward_file, tokenizer) -> None:
     path = write_reward_file("REWARD_TYPE = 'batch'\ndef score(samples):\n    return [{'overall': 1.0}]\n")
     with pytest.raises(RewardFunctionError, match="returned 1 scores for 2 samples"):

@@ -33,13 +33,16 @@ disagree is not guessed from. When an undeclared sequential function fails or re
 set REWARD_TYPE = "batch".
 """
 
+import collections.abc
 import hashlib
 import importlib.util
 import inspect
+import logging
 import math
 import numbers
 import os
 import sys
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
@@ -47,10 +50,21 @@ from typing import Any, TypedDict
 import numpy as np
 
 
+logger = logging.getLogger(__name__)
+
 REWARD_TYPES: tuple[str, ...] = ("sequential", "batch")
 DEFAULT_REWARD_TYPE = "sequential"
 DEFAULT_FUNCTION_NAME = "main"
 CONFIG_KEY = "worker.reward.reward_function"
+# How RewardFunction.reward_type was decided.
+DECLARED, INFERRED, DEFAULTED = "declared", "inferred", "defaulted"
+# First-parameter names that say how a function is called (EasyR1's examples use these).
+_PARAMETER_NAMES = {"reward_inputs": "batch", "reward_input": "sequential"}
+# Unevaluated annotations (strings): the outermost name, without module or subscript, that says list or dict.
+_ANNOTATION_NAMES = {
+    **dict.fromkeys(("list", "List", "Sequence", "tuple", "Tuple"), "batch"),
+    **dict.fromkeys(("dict", "Dict", "Mapping", "MutableMapping", "RewardInput"), "sequential"),
+}
 
 
 class RewardInput(TypedDict):
@@ -123,6 +137,8 @@ class RewardFunction:
     """worker.reward.reward_function_kwargs, passed as keyword arguments on every call."""
     reward_name: str = ""
     """The file's REWARD_NAME, or the function name when it sets none."""
+    reward_type_source: str = DECLARED
+    """How reward_type was decided: "declared" (REWARD_TYPE), "inferred" (the signature) or "defaulted"."""
 
     @property
     def spec(self) -> str:
@@ -133,6 +149,22 @@ class RewardFunction:
     def label(self) -> str:
         """How error messages name the function."""
         return f"reward function {self.name!r} in {self.path}"
+
+    @property
+    def reward_type_note(self) -> str:
+        """Where reward_type came from, for logs and error messages."""
+        if self.reward_type_source == DECLARED:
+            return f"REWARD_TYPE = {self.reward_type!r} in the file"
+        if self.reward_type_source == INFERRED:
+            return f"no REWARD_TYPE in the file; inferred from the first parameter of {self.name}"
+        return f"no REWARD_TYPE in the file, so the default {DEFAULT_REWARD_TYPE!r}"
+
+    def batch_hint(self) -> str:
+        """A sentence telling to set REWARD_TYPE = "batch", for errors that suggest a batch function."""
+        return (
+            f'If {self.name} takes a list of samples, set REWARD_TYPE = "batch" in {self.path} '
+            f"({self.reward_type_note}; EasyR1's default is batch)."
+        )
 
     def __call__(self, inputs: Any) -> Any:
         return self.function(inputs, **self.kwargs)
@@ -178,6 +210,68 @@ def _check_kwargs(function: Callable[..., Any], kwargs: Mapping[str, Any], label
         ) from error
 
 
+def _first_parameter(function: Callable[..., Any]) -> inspect.Parameter | None:
+    """The parameter that receives the sample(s), with its annotation evaluated where that is possible."""
+    try:
+        try:
+            signature = inspect.signature(function, eval_str=True)
+        except Exception:  # a string annotation naming something undefined: keep the annotations as strings
+            signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return None
+    for parameter in signature.parameters.values():
+        if parameter.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
+            return parameter
+        return None  # *args or keyword-only first: nothing to read
+    return None
+
+
+def _annotation_kind(annotation: Any) -> str | None:
+    """The reward type an annotation names: batch for a list or sequence, sequential for a dict, else None."""
+    if annotation is inspect.Parameter.empty:
+        return None
+    if isinstance(annotation, str):
+        return _ANNOTATION_NAMES.get(annotation.split("[", 1)[0].strip().rsplit(".", 1)[-1])
+    origin = typing.get_origin(annotation) or annotation
+    if not isinstance(origin, type):
+        return None  # a union, a type variable, Any: no single answer
+    if issubclass(origin, (dict, collections.abc.Mapping)):  # TypedDicts (RewardInput) are dict subclasses
+        return "sequential"
+    if issubclass(origin, (list, tuple, collections.abc.Sequence)) and not issubclass(origin, (str, bytes)):
+        return "batch"
+    return None
+
+
+def _signature_reward_type(function: Callable[..., Any]) -> str | None:
+    """The reward type the first parameter's name and annotation agree on, or None when they say nothing or clash."""
+    parameter = _first_parameter(function)
+    if parameter is None:
+        return None
+    kinds = {_PARAMETER_NAMES.get(parameter.name), _annotation_kind(parameter.annotation)} - {None}
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def _reward_type(module: Any, function: Callable[..., Any], spec: str, path: str) -> tuple[str, str]:
+    """(reward type, how it was decided): the file's REWARD_TYPE, else the signature's, else the default."""
+    from_signature = _signature_reward_type(function)
+    if not hasattr(module, "REWARD_TYPE"):
+        return (from_signature, INFERRED) if from_signature else (DEFAULT_REWARD_TYPE, DEFAULTED)
+    reward_type = module.REWARD_TYPE
+    if reward_type not in REWARD_TYPES:
+        raise RewardFunctionLoadError(
+            f"{CONFIG_KEY}={spec!r}: REWARD_TYPE={reward_type!r} in {path} is not one of {', '.join(REWARD_TYPES)}; "
+            "set it to 'sequential' (one sample per call) or 'batch' (a list per call)."
+        )
+    if from_signature not in (None, reward_type):
+        logger.warning(
+            "%s sets REWARD_TYPE=%r, but the first parameter of its function looks %s; REWARD_TYPE wins.",
+            path,
+            reward_type,
+            "like a list of samples" if from_signature == "batch" else "like one sample",
+        )
+    return reward_type, DECLARED
+
+
 def load_reward_function(spec: str, kwargs: Mapping[str, Any] | None = None) -> RewardFunction:
     """Load `spec` ("path/to/file.py:function", relative paths from the working directory) and bind `kwargs`."""
     raw_path, name = parse_reward_function_spec(spec)
@@ -202,14 +296,11 @@ def load_reward_function(spec: str, kwargs: Mapping[str, Any] | None = None) -> 
             f"{CONFIG_KEY}={spec!r}: {name!r} in {path} is a {type(function).__name__}, not a function; point the "
             "spec at a callable."
         )
-    reward_type = getattr(module, "REWARD_TYPE", DEFAULT_REWARD_TYPE)
-    if reward_type not in REWARD_TYPES:
-        raise RewardFunctionLoadError(
-            f"{CONFIG_KEY}={spec!r}: REWARD_TYPE={reward_type!r} in {path} is not one of {', '.join(REWARD_TYPES)}; "
-            "set it to 'sequential' (one sample per call) or 'batch' (a list per call)."
-        )
+    reward_type, reward_type_source = _reward_type(module, function, spec, path)
     reward_name = getattr(module, "REWARD_NAME", None) or name
-    loaded = RewardFunction(path, name, reward_type, function, dict(kwargs or {}), str(reward_name))
+    loaded = RewardFunction(
+        path, name, reward_type, function, dict(kwargs or {}), str(reward_name), reward_type_source
+    )
     _check_kwargs(function, loaded.kwargs, loaded.label)
     return loaded
 
@@ -231,9 +322,14 @@ def score_sequential(function: RewardFunction, samples: Sequence[Mapping[str, An
             scores.append(function(sample))
         except Exception as error:
             index = start + offset
+            # A batch function handed one dict fails on it like this (iterating it yields its keys).
+            looks_batch = function.reward_type_source == DEFAULTED and isinstance(
+                error, (TypeError, KeyError, IndexError, AttributeError)
+            )
             raise RewardFunctionError(
                 f"{function.label} raised {type(error).__name__} on sample {index}{_uid_note(sample)}: {error}. "
-                "Fix the function; its traceback is shown above.",
+                + (f"{function.batch_hint()} Otherwise fix" if looks_batch else "Fix")
+                + " the function; its traceback is shown above.",
                 sample_index=index,
             ) from error
     return scores
@@ -285,8 +381,11 @@ def check_scores(
     for index, (score, sample) in enumerate(zip(scores, samples)):
         where = f"{function.label} returned for sample {index}{_uid_note(sample)}"
         if not isinstance(score, Mapping):
+            hint = ""
+            if function.reward_type == "sequential" and isinstance(score, (list, tuple)):
+                hint = " " + function.batch_hint()
             raise RewardFunctionError(
-                f"{where} a {type(score).__name__} ({score!r:.80}); return a dict such as {{'overall': 1.0}}.",
+                f"{where} a {type(score).__name__} ({score!r:.80}); return a dict such as {{'overall': 1.0}}.{hint}",
                 sample_index=index,
             )
         if "overall" not in score:

@@ -168,9 +168,10 @@ class FunctionRewardManager:
         if self.function.reward_type == "sequential" and self.settings.num_cpus > 1:
             self._pool = SequentialPool(self.function, self.settings.num_cpus)
         logger.info(
-            "Reward function %s (%s, %s).",
+            "Reward function %s (%s: %s; %s).",
             self.function.reward_name,
             self.function.reward_type,
+            self.function.reward_type_note,
             f"{self.settings.num_cpus} processes" if self._pool else "inline",
         )
 

@@ -1,0 +1,158 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""scripts/model_merger.py: its options, the dtype it writes, and how a failed Hub upload is reported.
+
+The checkpoint is a tiny model written with torch.distributed.checkpoint in one process, in the layout the trainer
+uses (`model.<name>` keys, Hugging Face files under `huggingface/`). No test reaches the Hub: this machine may
+have no network, and an upload is never faked as a success.
+"""
+
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(REPO, "scripts", "model_merger.py")
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("model_merger", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+merger = _load_script()
+
+
+def run_merger(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})}
+    )
+
+
+def hub_env(tmp_path, **extra: str) -> dict[str, str]:
+    """An environment with no Hub token anywhere (HF_HOME holds the token file) unless `extra` sets HF_TOKEN."""
+    env = {key: value for key, value in os.environ.items() if key not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
+    env.update(HF_HOME=str(tmp_path / "hf_home"), HF_HUB_DISABLE_TELEMETRY="1", **extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> tuple[str, dict[str, torch.Tensor]]:
+    """(actor checkpoint directory, the fp32 weights in it)."""
+    import torch.distributed.checkpoint as dcp
+    from transformers import AutoModelForCausalLM
+
+    from verl.utils.tiny_models import build_tiny_model
+
+    root = tmp_path_factory.mktemp("merger")
+    model_dir = build_tiny_model(
+        str(root / "model"), hidden_size=64, num_layers=1, num_heads=4, num_kv_heads=2, intermediate_size=128
+    )
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    weights = {key: value.clone() for key, value in model.state_dict().items()}
+    actor = root / "global_step_1" / "actor"
+    dcp.save({"model": model.state_dict()}, checkpoint_id=str(actor), no_dist=True)
+    shutil.copytree(model_dir, actor / "huggingface", ignore=shutil.ignore_patterns("*.safetensors"))
+    return str(actor), weights
+
+
+def read_merged(directory: str) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    files = [name for name in os.listdir(directory) if name.endswith(".safetensors")]
+    assert files, f"no safetensors in {directory}"
+    merged: dict[str, torch.Tensor] = {}
+    for name in files:
+        merged.update(load_file(os.path.join(directory, name)))
+    return merged
+
+
+def test_help_is_fast_and_imports_no_torch() -> None:
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = [{SCRIPT!r}, '--help']\n"
+        "try:\n"
+        f"    runpy.run_path({SCRIPT!r}, run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print('imported:', sorted(m for m in ('torch', 'transformers', 'huggingface_hub') if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "--hf_upload_path" in proc.stdout and "(default: bf16)" in proc.stdout
+    assert "imported: []" in proc.stdout
+
+
+@pytest.mark.parametrize("value, expected", [("bf16", "bfloat16"), ("fp16", "float16"), ("float32", "float32")])
+def test_dtype_names(value: str, expected: str) -> None:
+    assert merger.torch_dtype_name(value) == expected
+
+
+def test_unknown_dtype_is_refused() -> None:
+    with pytest.raises(ValueError, match="--dtype 'int8' is not one of bf16, fp16, fp32"):
+        merger.torch_dtype_name("int8")
+    proc = run_merger("--local_dir", "unused", "--dtype", "int8")
+    assert proc.returncode == 2 and "invalid choice: 'int8'" in proc.stderr
+
+
+def test_default_is_bf16_and_fp32_is_exact(checkpoint, tmp_path) -> None:
+    actor, weights = checkpoint
+    default = read_merged(merger.merge(actor, str(tmp_path / "bf16")))
+    exact = read_merged(merger.merge(actor, str(tmp_path / "fp32"), dtype="fp32"))
+    assert set(default) == set(exact) and "model.embed_tokens.weight" in default
+    for key, tensor in default.items():
+        assert tensor.dtype == torch.bfloat16, key
+        assert torch.equal(tensor, weights[key].to(torch.bfloat16)), key
+        assert exact[key].dtype == torch.float32 and torch.equal(exact[key], weights[key]), key
+    assert os.path.isfile(tmp_path / "bf16" / "tokenizer_config.json")  # the trainer's files are copied along
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--hf_upload_path", "user/model"], "needs a Hugging Face token and none is configured"),
+        (["--hf_upload_path", "not a/valid//name"], "is not a Hub repository name"),
+        (["--hf_private"], "--hf_private needs --hf_upload_path"),
+    ],
+)
+def test_upload_arguments_are_checked_before_merging(tmp_path, args: list[str], message: str) -> None:
+    # The checkpoint directory does not exist: the upload target is checked first, so its error is the one shown.
+    proc = run_merger("--local_dir", str(tmp_path / "missing"), *args, env=hub_env(tmp_path))
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert not os.path.exists(tmp_path / "missing")
+
+
+def test_failed_upload_is_an_error_that_keeps_the_merged_model(checkpoint, tmp_path) -> None:
+    actor, _ = checkpoint
+    with socket.socket() as sock:  # a port nothing listens on: the connection is refused at once
+        sock.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    target = tmp_path / "merged"
+    env = hub_env(tmp_path, HF_TOKEN="hf_not_a_real_token", HF_ENDPOINT=endpoint)
+    proc = run_merger("--local_dir", actor, "--target_dir", str(target), "--hf_upload_path", "user/model", env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Uploaded" not in proc.stdout
+    assert f"Uploading {target} to the Hugging Face Hub repository 'user/model' failed" in proc.stderr
+    assert f"the merged model stays in {target}" in proc.stderr
+    assert read_merged(str(target))
