@@ -11,10 +11,10 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""RayPPOTrainer: the single-controller loop. Each step is a flat list of named, timed phases (shared/DESIGN.md):
+"""RayPPOTrainer: the single-controller loop. Each step is a flat list of named, timed phases (docs/data_flow.md):
 
-    gen -> balance -> reward (async) -> old -> ref -> values -> adv -> update_critic -> update_actor
-        -> validation -> save_checkpoint -> metrics
+    gen -> balance -> reward (async) -> old (off-policy only) -> ref -> values -> adv -> update_critic
+        -> update_actor -> validation -> save_checkpoint -> metrics
 
 The driver holds no model: it moves DataProto batches between worker groups, computes advantages with
 `core_algos`, and keeps the bookkeeping (steps, checkpoints, loggers, progress bar).
