@@ -92,6 +92,13 @@ class DispatchWorker(Worker):
     def env(self, *names: str) -> dict[str, str | None]:
         return {name: os.environ.get(name) for name in names}
 
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def die_on(self, rank: int) -> list[float]:
+        """`rank` exits as kill -9 would; the others wait for it in a collective, as FSDP ranks would."""
+        if self.rank == rank:
+            os._exit(1)
+        return self.all_reduce(1.0)
+
 
 class ActorRole(Worker):
     def __init__(self, name: str) -> None:
@@ -239,6 +246,19 @@ def test_constructor_error_is_raised_and_the_group_cleaned_up(pool, dispatch_wg)
     with pytest.raises(ValueError, match="Failed to look up actor"):
         ray.get_actor("failing_rank0")  # rank 0, blocked in init_process_group, was killed
     assert pool._groups == {"dispatch"}  # the failed group's share was returned
+
+
+def test_a_dead_worker_fails_the_call_naming_its_rank(pool, dispatch_wg):
+    from verl.single_controller.ray import WorkerDiedError
+
+    wg = RayWorkerGroup(pool, RayClassWithInitArgs(DispatchWorker, offset=0.0), name_prefix="doomed")
+    try:
+        start = time.monotonic()
+        with pytest.raises(WorkerDiedError, match=r"Worker doomed rank 1 died"):
+            wg.die_on(1)  # rank 0 is still blocked in the all-reduce: the error must not wait for it
+        assert time.monotonic() - start < 60
+    finally:
+        wg.shutdown()
 
 
 def test_insufficient_resources_fail_fast_with_message(ray_cluster):

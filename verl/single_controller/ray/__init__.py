@@ -13,11 +13,12 @@
 # limitations under the License.
 """Ray backend: resource pools on placement groups, RayWorkerGroup, colocated roles."""
 
-from .base import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
+from .base import RayClassWithInitArgs, RayWorkerGroup, WorkerDiedError, create_colocated_worker_cls
 from .resource import InsufficientResourcesError, PlacementGroupTimeoutError, RayResourcePool
 
 
 __all__ = [
+    "WorkerDiedError",
     "InsufficientResourcesError",
     "PlacementGroupTimeoutError",
     "RayClassWithInitArgs",

@@ -46,6 +46,10 @@ COLOCATED_ROLES_ATTR = "__verl_colocated_roles__"
 """Attribute of a class made by `create_colocated_worker_cls`: role name -> role class."""
 
 
+class WorkerDiedError(RuntimeError):
+    """A worker process of a group died during a call (kill -9, the OOM killer, a crash in native code)."""
+
+
 class RayClassWithInitArgs:
     """A worker class with the arguments its constructor gets on every rank (nothing is constructed yet)."""
 
@@ -157,6 +161,22 @@ class RayWorkerGroup(WorkerGroup):
         ]
 
     def _wait(self, handles: list[Any]) -> list[Any]:
+        """Results in rank order; a rank whose process died fails the call at once, naming the group and the rank.
+
+        Results are taken as they come (ray.wait), not in rank order: the ranks that are alive may be blocked in a
+        collective with the dead one and would only return at the collective's timeout.
+        """
+        ranks = {ref: rank for rank, ref in enumerate(handles)}
+        pending = list(handles)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            try:
+                ray.get(ready[0])
+            except ray.exceptions.ActorDiedError as err:
+                raise WorkerDiedError(
+                    f"Worker {self._name_prefix} rank {ranks[ready[0]]} died (killed, or out of memory: check the "
+                    f"node's memory and `dmesg`); the run cannot continue. Ray said: {err}"
+                ) from None
         return ray.get(handles)
 
     # ------------------------------------------------------------------ public
