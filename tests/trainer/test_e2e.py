@@ -115,9 +115,11 @@ def test_grpo_text_run_trains_and_checkpoints(workspace):
         "timing_s/gen",
         "timing_s/update_actor",
         "perf/throughput",
+        "perf/mfu_actor",
         "reward/accuracy",
     ):
         assert key in steps[-1], key
+    assert 0 < steps[-1]["perf/mfu_actor"] < 1
     assert "val/reward_score" in val_metrics
     assert os.path.isdir(save_dir / "global_step_2" / "actor")
     tracker = json.loads((save_dir / "checkpoint_tracker.json").read_text())

@@ -77,3 +77,17 @@ def test_a_hanging_reward_function_is_cut_off_and_named():
         assert time.monotonic() - start < 10
     finally:
         ray.shutdown()
+
+
+def test_mfu_is_model_flops_over_time_and_measured_peak():
+    from verl.protocol import DataProto
+    from verl.trainer.metrics import compute_mfu_metrics
+    from verl.utils.device import measure_peak_flops
+
+    batch = DataProto.from_dict(tensors={"attention_mask": torch.ones(4, 250, dtype=torch.long)})  # 1000 tokens
+    flops = {"actor": {"num_params": 1e6, "peak_flops": 1e12, "ppo_epochs": 2}}
+    metrics = compute_mfu_metrics(batch, {"update_actor": 0.5}, 2, flops)
+    assert metrics == {"perf/mfu_actor": 6 * 1e6 * 1000 * 2 / 0.5 / (2 * 1e12)}
+    assert compute_mfu_metrics(batch, {}, 2, flops) == {}  # no update this step (critic warm-up)
+    peak = measure_peak_flops(size=128, repeats=2)
+    assert 1e7 < peak < 1e14 and measure_peak_flops() == peak  # measured once, then cached

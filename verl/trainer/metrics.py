@@ -105,10 +105,28 @@ def compute_throughput_metrics(batch: DataProto, timing_raw: dict[str, float], n
 
 
 def compute_actor_mfu(num_tokens: float, num_params: float, seconds: float, peak_flops: float) -> float:
-    """Model FLOPs utilisation of the update: 6 * params * tokens (forward + backward) over peak FLOPs."""
+    """Model FLOPs utilisation of an update: 6 * params * tokens (forward + backward; recomputation by gradient
+    checkpointing and attention FLOPs not counted) per second over the device's peak FLOP/s."""
     if seconds <= 0 or peak_flops <= 0:
         return 0.0
     return 6.0 * num_params * num_tokens / seconds / peak_flops
+
+
+def compute_mfu_metrics(
+    batch: DataProto, timing_raw: dict[str, float], num_devices: int, flops: dict[str, dict[str, float]]
+) -> dict[str, float]:
+    """perf/mfu_actor and perf/mfu_critic: each update's model FLOPs (all tokens of the batch, every PPO epoch) over
+    its wall time x the devices x one device's measured peak. `flops` maps "actor"/"critic" to the worker's
+    `flops_info` plus the role's "ppo_epochs"."""
+    tokens = float(batch.batch["attention_mask"].sum().item())
+    metrics = {}
+    for role, info in flops.items():
+        seconds = timing_raw.get(f"update_{role}", 0.0)
+        if seconds > 0:
+            peak = info["peak_flops"] * num_devices
+            epoch_tokens = tokens * info["ppo_epochs"]
+            metrics[f"perf/mfu_{role}"] = compute_actor_mfu(epoch_tokens, info["num_params"], seconds, peak)
+    return metrics
 
 
 def new_metric_store() -> dict[str, list[float]]:

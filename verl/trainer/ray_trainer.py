@@ -41,6 +41,7 @@ from .config import PPOConfig
 from .metrics import (
     append_metrics,
     compute_data_metrics,
+    compute_mfu_metrics,
     compute_throughput_metrics,
     compute_timing_metrics,
     new_metric_store,
@@ -410,6 +411,10 @@ class RayPPOTrainer:
             if trainer.val_only:
                 return val_metrics
         num_devices = self.actor_rollout_ref_wg.world_size
+        worker = self.config.worker
+        self.flops = {"actor": {**self.actor_rollout_ref_wg.flops_info()[0], "ppo_epochs": worker.actor.ppo_epochs}}
+        if self.use_critic:
+            self.flops["critic"] = {**self.critic_wg.flops_info()[0], "ppo_epochs": worker.critic.ppo_epochs}
         progress = tqdm(total=self.total_steps, initial=self.global_step, desc="train", dynamic_ncols=True)
         last_saved = last_validated = -1
         first_step = self.global_step
@@ -461,6 +466,7 @@ class RayPPOTrainer:
         metrics.update(compute_data_metrics(batch, self.use_critic))
         metrics.update(compute_timing_metrics(batch, timing_raw))
         metrics.update(compute_throughput_metrics(batch, timing_raw, num_devices))
+        metrics.update(compute_mfu_metrics(batch, timing_raw, num_devices, self.flops))
         self.tracker.log(metrics, step=self.global_step)
         progress.set_postfix(
             reward=f"{metrics['critic/score/mean']:.3f}", tok_s=f"{metrics.get('perf/throughput', 0.0):.0f}"

@@ -22,6 +22,7 @@ applies (CUDA when a GPU is visible).
 import os
 import random
 import resource
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -167,3 +168,28 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch_cpu"])
     if get_device_type() == "cuda" and "torch_cuda" in state:
         torch.cuda.set_rng_state(state["torch_cuda"])
+
+
+_peak_flops: float | None = None
+
+
+def measure_peak_flops(size: int | None = None, repeats: int = 3) -> float:
+    """Dense matmul FLOP/s this process reaches on its device, in the training compute dtype (bf16 on CUDA, fp32 on
+    the CPU); measured once per process (a fraction of a second) and cached. The denominator of the MFU metrics."""
+    global _peak_flops
+    if _peak_flops is None:
+        device = get_local_device()
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        size = size or (8192 if device.type == "cuda" else 512)
+        a = torch.randn(size, size, device=device, dtype=dtype)
+        b = torch.randn(size, size, device=device, dtype=dtype)
+        a @ b  # warm-up
+        synchronize()
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            a @ b
+            synchronize()
+            best = min(best, time.perf_counter() - start)
+        _peak_flops = 2.0 * size**3 / best
+    return _peak_flops

@@ -157,6 +157,13 @@ class FSDPWorker(Worker):
                 self.actor_module, self.rollout, offload_params=config.actor.offload.offload_params, device=self.device
             )
 
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def flops_info(self) -> dict[str, float]:
+        """The trained model's parameter count and this device's measured matmul peak: what MFU is computed from."""
+        module = self.critic_module if self.has_critic else self.actor_module
+        num_params = sum(param.numel() for param in module.parameters())  # DTensor.numel() is the global size
+        return {"num_params": float(num_params), "peak_flops": device_utils.measure_peak_flops()}
+
     # ------------------------------------------------------------------------------------------------ rollout
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
