@@ -56,6 +56,7 @@ CONSOLE_KEYS: tuple[str, ...] = (
     "response_length/mean",
     "timing_s/step",
     "perf/throughput",
+    "perf/mfu_actor",
 )
 """What the console shows of a training step; every metric goes to the other backends (the file logger keeps all)."""
 
