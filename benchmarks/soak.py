@@ -1,0 +1,184 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Soak test: a long CPU quickstart run, watching every process of the run for growth in memory, files and threads.
+
+The trainer runs as a child process (its Ray head, raylet, workers and reward actor are its descendants); every
+`--interval` seconds the script records, per process, resident memory, open file descriptors and threads, next to
+the training step read from the run's file log. After `--warmup` steps the figures should stay flat: the target
+is at most 5% growth of resident memory per process and in total, from the warm-up step to the last step, and no
+growth in open files or threads.
+
+    OMP_NUM_THREADS=1 python benchmarks/soak.py --steps 300 --warmup 50
+
+It builds the quickstart's tiny Qwen2.5-VL and square-counting data under `--workdir` if they are not there (no
+warm start: the soak measures resources, not learning). The last line printed is one JSON object with the figures.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def prepare(workdir: str) -> tuple[str, str]:
+    """The tiny VL model and the data directory of the quickstart, built once under `workdir`."""
+    model, data = os.path.join(workdir, "tiny-vl"), os.path.join(workdir, "data")
+    python = sys.executable
+    if not os.path.isfile(os.path.join(model, "config.json")):
+        subprocess.run(
+            [python, "-m", "verl.utils.tiny_models", "--kind", "qwen2_5_vl", "--output", model]
+            + ["--min-pixels", "3136", "--max-pixels", "3136"],
+            check=True,
+            cwd=REPO,
+        )
+    if not os.path.isfile(os.path.join(data, "train.jsonl")):
+        script = os.path.join(REPO, "examples", "cpu_quickstart", "make_data.py")
+        subprocess.run([python, script, "--output", data], check=True, cwd=REPO)
+    return model, data
+
+
+def snapshot(root: psutil.Process) -> dict[int, dict[str, float]]:
+    """RSS (MiB), open descriptors and threads of `root` and all its descendants, by pid."""
+    figures = {}
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            with process.oneshot():
+                figures[process.pid] = {
+                    "name": " ".join(process.cmdline()[:3])[-80:] or process.name(),
+                    "rss_mib": process.memory_info().rss / 2**20,
+                    "fds": process.num_fds(),
+                    "threads": process.num_threads(),
+                }
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return figures
+
+
+def current_step(log_path: str) -> int:
+    if not os.path.isfile(log_path):
+        return 0
+    with open(log_path, encoding="utf-8") as f:
+        steps = [json.loads(line).get("step", 0) for line in f if '"actor/pg_loss"' in line]
+    return max(steps, default=0)
+
+
+def growth(before: dict[int, dict], after: dict[int, dict]) -> dict[str, float]:
+    """Growth between two snapshots over the processes alive in both: total and worst per-process RSS (%), and the
+    change in open descriptors and threads."""
+    common = sorted(set(before) & set(after))
+    rss_before = sum(before[pid]["rss_mib"] for pid in common)
+    rss_after = sum(after[pid]["rss_mib"] for pid in common)
+    worst = max(
+        (
+            after[pid]["rss_mib"] / max(before[pid]["rss_mib"], 1e-9) - 1
+            for pid in common
+            if before[pid]["rss_mib"] > 50
+        ),
+        default=0.0,
+    )
+    return {
+        "processes": len(common),
+        "rss_before_mib": rss_before,
+        "rss_after_mib": rss_after,
+        "rss_growth_pct": 100 * (rss_after / max(rss_before, 1e-9) - 1),
+        "worst_process_rss_growth_pct": 100 * worst,
+        "fds_change": sum(after[pid]["fds"] - before[pid]["fds"] for pid in common),
+        "threads_change": sum(after[pid]["threads"] - before[pid]["threads"] for pid in common),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=50, help="step after which growth is measured")
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between snapshots")
+    parser.add_argument("--workdir", default=os.path.join(REPO, "outputs", "soak"))
+    args = parser.parse_args(argv)
+    if not 0 < args.warmup < args.steps:
+        parser.error("--warmup must be between 0 and --steps")
+    model, data = prepare(args.workdir)
+    run_dir = os.path.join(args.workdir, "run")
+    log_path = os.path.join(run_dir, "experiment_log.jsonl")
+    if os.path.isdir(run_dir):
+        import shutil
+
+        shutil.rmtree(run_dir)
+    command = [
+        sys.executable,
+        "-m",
+        "verl.trainer.main",
+        "config=examples/cpu_quickstart/config.yaml",
+        f"data.train_files={data}/train.jsonl",
+        f"data.val_files={data}/val.jsonl",
+        f"data.image_dir={data}/images",
+        f"worker.actor.model.model_path={model}",
+        f"trainer.save_checkpoint_path={run_dir}",
+        f"trainer.max_steps={args.steps}",
+        "trainer.val_freq=50",
+        "trainer.logger=[file]",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    start = time.monotonic()
+    trainer = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    root = psutil.Process(trainer.pid)
+    samples: list[tuple[int, float, dict[int, dict]]] = []
+    at_warmup: dict[int, dict] | None = None
+    last: dict[int, dict] = {}
+    while trainer.poll() is None:
+        step = current_step(log_path)
+        figures = snapshot(root)
+        if figures:
+            last = figures
+            samples.append((step, time.monotonic() - start, figures))
+            if at_warmup is None and step >= args.warmup:
+                at_warmup = figures
+        time.sleep(args.interval)
+    stderr = trainer.stderr.read().decode(errors="replace") if trainer.stderr else ""
+    if trainer.returncode != 0:
+        print(stderr[-3000:], file=sys.stderr)
+        print(json.dumps({"error": f"trainer exited with {trainer.returncode}"}))
+        return 1
+    # the last snapshot before the final step was logged: after it the run validates, saves and shuts down
+    before_end = [figures for step, _, figures in samples if args.warmup <= step < args.steps]
+    end = before_end[-1] if before_end else last
+    if at_warmup is None:
+        print(json.dumps({"error": "the run never reached the warm-up step"}))
+        return 1
+    result = {"steps": args.steps, "warmup_step": args.warmup, "wall_s": time.monotonic() - start}
+    result.update(growth(at_warmup, end))
+    print(f"{'pid':>8} {'rss@warmup MiB':>15} {'rss@end MiB':>12} {'fds':>9} {'threads':>9}  process")
+    for pid in sorted(set(at_warmup) & set(end)):
+        a, b = at_warmup[pid], end[pid]
+        fds, threads = f"{a['fds']}->{b['fds']}", f"{a['threads']}->{b['threads']}"
+        print(f"{pid:>8} {a['rss_mib']:>15.1f} {b['rss_mib']:>12.1f} {fds:>9} {threads:>9}  {b['name']}")
+    result["target_rss_growth_pct"] = 5.0
+    result["pass"] = (
+        result["rss_growth_pct"] <= 5.0
+        and result["worst_process_rss_growth_pct"] <= 5.0
+        and result["fds_change"] <= 0
+        and result["threads_change"] <= 0
+    )
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
