@@ -89,5 +89,7 @@ def test_mfu_is_model_flops_over_time_and_measured_peak():
     metrics = compute_mfu_metrics(batch, {"update_actor": 0.5}, 2, flops)
     assert metrics == {"perf/mfu_actor": 6 * 1e6 * 1000 * 2 / 0.5 / (2 * 1e12)}
     assert compute_mfu_metrics(batch, {}, 2, flops) == {}  # no update this step (critic warm-up)
+    rng = torch.get_rng_state()
     peak = measure_peak_flops(size=128, repeats=2)
     assert 1e7 < peak < 1e14 and measure_peak_flops() == peak  # measured once, then cached
+    assert torch.equal(torch.get_rng_state(), rng)  # a resumed run's random streams are not shifted by it

@@ -181,8 +181,9 @@ def measure_peak_flops(size: int | None = None, repeats: int = 3) -> float:
         device = get_local_device()
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
         size = size or (8192 if device.type == "cuda" else 512)
-        a = torch.randn(size, size, device=device, dtype=dtype)
-        b = torch.randn(size, size, device=device, dtype=dtype)
+        generator = torch.Generator(device=device).manual_seed(0)  # its own: the training RNG streams stay untouched
+        a = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
+        b = torch.randn(size, size, device=device, dtype=dtype, generator=generator)
         a @ b  # warm-up
         synchronize()
         best = float("inf")
