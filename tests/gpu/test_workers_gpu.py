@@ -20,6 +20,7 @@ the 2-rank variant needs two GPUs. The vLLM and Ray parts skip, naming the packa
 
 import json
 import os
+import pathlib
 import socket
 
 import pytest
@@ -200,10 +201,10 @@ def test_actor_rollout_ref_step_on_cuda(workspace, tmp_path):
     worker.init_model()
     metrics = worker.prepare_rollout_engine()
     assert metrics["rollout/weight_sync_mean_gap"] < 0.1  # the engine holds the actor's weights (bf16 engine)
-    prompts = text_batch(1, rows=4).select(batch_keys=["input_ids", "attention_mask", "position_ids"])
-    prompts.batch["input_ids"] = prompts.batch["input_ids"][:, :32]
-    prompts.batch["attention_mask"] = prompts.batch["attention_mask"][:, :32]
-    prompts.batch["position_ids"] = prompts.batch["position_ids"][:, :32]
+    rows = text_batch(1, rows=4).batch  # its first 32 columns are the left-padded prompts
+    prompts = DataProto.from_dict(
+        tensors={key: rows[key][:, :32] for key in ("input_ids", "attention_mask", "position_ids")}
+    )
     rollout = worker.generate_sequences(prompts)
     released = worker.release_rollout_engine()
     assert released.get("perf/vllm_freed_gb", 0) > 0, released
@@ -288,7 +289,7 @@ def _two_rank_rpcs(rank: int, world_size: int, port: int, text_model: str, root:
     init_rank(rank, world_size, port)
     from verl.workers.fsdp_workers import FSDPWorker
 
-    ws = {"root": __import__("pathlib").Path(root), "text_model": text_model}
+    ws = {"root": pathlib.Path(root), "text_model": text_model}
     config = worker_config(ws, "trainer.n_gpus_per_node=2")
     data = text_batch(0).chunk(world_size)[rank]
     critic = FSDPWorker(config, "critic", device="cuda")
