@@ -19,6 +19,8 @@ import pytest
 from verl.trainer.checkpointing import (
     TRACKER_FILE,
     CheckpointTracker,
+    atomic_write,
+    discard_failed_save,
     find_last_checkpoint,
     remove_obsolete_checkpoints,
     saved_steps,
@@ -121,6 +123,44 @@ def test_save_limit_keeps_newest_and_best(tmp_path):
     assert removed == [1, 3]
     assert saved_steps(str(tmp_path)) == [2, 4, 5]
     assert remove_obsolete_checkpoints(str(tmp_path), -1, tracker) == []
+
+
+def test_save_limit_never_removes_the_latest_for_leftovers(tmp_path):
+    """Leftovers of interrupted saves (no actor directory) neither count towards the limit nor push out the only
+    usable checkpoint; those older than the latest are cleaned up."""
+    make_steps(tmp_path, [3])
+    for step in (2, 4, 5):  # interrupted saves: the step directory was made, the actor never renamed into place
+        os.makedirs(step_dir(str(tmp_path), step))
+    tracker = CheckpointTracker(last_global_step=3)
+    assert remove_obsolete_checkpoints(str(tmp_path), 1, tracker) == [2]
+    assert saved_steps(str(tmp_path)) == [3, 4, 5]
+    make_steps(tmp_path, [6])
+    tracker.last_global_step = 6
+    assert remove_obsolete_checkpoints(str(tmp_path), 1, tracker) == [3, 4, 5]
+    assert saved_steps(str(tmp_path)) == [6]
+
+
+def test_discard_failed_save_keeps_the_latest(tmp_path):
+    make_steps(tmp_path, [1, 2])
+    tracker = CheckpointTracker(last_global_step=1)
+    discard_failed_save(str(tmp_path), 2, tracker)
+    assert saved_steps(str(tmp_path)) == [1]
+    discard_failed_save(str(tmp_path), 1, tracker)  # a failed re-save of the latest step: the workers kept it
+    assert saved_steps(str(tmp_path)) == [1]
+
+
+def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
+    path = str(tmp_path / "trainer_state.json")
+    atomic_write(path, lambda f: f.write("old"))
+
+    def fail(f):
+        f.write("half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space"):
+        atomic_write(path, fail)
+    assert open(path).read() == "old"
+    assert os.listdir(tmp_path) == ["trainer_state.json"]
 
 
 def test_step_of():

@@ -154,12 +154,23 @@ def test_grpo_vl_run_with_images(workspace):
         "data.min_pixels=3136",
         "data.max_pixels=3136",
         "worker.rollout.limit_images=1",
+        f"trainer.rollout_data_dir={root / 'grpo_vl_rollouts'}",
+        "trainer.rollout_data_freq=2",
     ]
     run_ppo(load_config(args))
     steps = [row for row in read_log(root / "grpo_vl") if "critic/score/mean" in row]
     assert [row["step"] for row in steps] == [1, 2]
     assert "reward/accuracy" in steps[-1] and "actor/kl_loss" in steps[-1]
+    assert "timing_s/dump_rollouts" in steps[-1] and "timing_s/dump_rollouts" not in steps[0]
     assert os.path.isdir(root / "grpo_vl" / "global_step_2" / "actor")
+    # the rollouts of every second step on disk: 4 prompts x n=2, every reward key, each prompt's picture once
+    rollouts = root / "grpo_vl_rollouts"
+    assert sorted(os.listdir(rollouts)) == ["images", "step_2.jsonl"]
+    records = [json.loads(line) for line in (rollouts / "step_2.jsonl").read_text().splitlines()]
+    assert len(records) == 8 and len({r["uid"] for r in records}) == 4
+    assert set(records[0]["scores"]) == {"overall", "accuracy", "format"}
+    assert all(r["reward"] == r["scores"]["overall"] and r["images"] for r in records)
+    assert len(os.listdir(rollouts / "images" / "step_2")) == 4
 
 
 def test_model_merger_matches_checkpoint_and_loads_in_vllm(workspace):
@@ -299,3 +310,23 @@ def test_resume_gives_the_same_next_step(workspace):
     assert validations == [0, 2, 3], validations  # before training, the end of each run; none repeated on resume
     for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm"):
         assert interrupted[0][key] == pytest.approx(straight[3][key], rel=1e-4, abs=1e-6), key
+
+
+def test_full_disk_at_a_save_keeps_the_previous_checkpoint(workspace, small_disk):
+    """The second step's save hits a really full disk (a tmpfs sized to hold one checkpoint and a half): the run
+    stops with an error naming the cause, the partial step is gone and step 1 is intact and still the latest."""
+    from verl.trainer.checkpointing import CheckpointSaveError, find_last_checkpoint, is_complete, saved_steps
+
+    disk = small_disk(256 * 1024)
+    root = os.path.join(disk.path, "run")
+    args = ("trainer.val_before_train=false", f"trainer.save_checkpoint_path={root}", "trainer.save_freq=1")
+    run_ppo(load_config(text_args(workspace, "full_disk", *args, "trainer.max_steps=1")))
+    one_checkpoint = disk.used_kib()
+    disk.resize(one_checkpoint * 3 // 2)
+    with pytest.raises(CheckpointSaveError, match="No space left on device") as failure:
+        run_ppo(load_config(text_args(workspace, "full_disk", *args, "trainer.max_steps=2")))
+    assert "global_step_1 is intact and still the latest" in str(failure.value)
+    assert saved_steps(root) == [1]  # the partial global_step_2 is removed, its space freed
+    assert json.loads(open(os.path.join(root, "checkpoint_tracker.json")).read())["last_global_step"] == 1
+    assert find_last_checkpoint(root) == os.path.join(root, "global_step_1")
+    assert is_complete(os.path.join(root, "global_step_1"))

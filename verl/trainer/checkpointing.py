@@ -30,7 +30,9 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
+from typing import IO, Any
 
 
 logger = logging.getLogger(__name__)
@@ -40,6 +42,24 @@ STEP_DIR = re.compile(r"^global_step_(\d+)$")
 # Keys of the tracker EasyR1 writes under the same file name, next to checkpoints in its own format (per-rank
 # torch.save files, not torch.distributed.checkpoint); verl names its tracker latest_checkpointed_iteration.txt.
 EASYR1_TRACKER_KEYS = frozenset({"best_global_step", "best_val_reward_score", "last_global_step", "last_actor_path"})
+
+
+class CheckpointSaveError(RuntimeError):
+    """A checkpoint could not be written; the previous one is intact and still the latest."""
+
+
+def atomic_write(path: str, write: Callable[[IO[Any]], None], binary: bool = False) -> None:
+    """Write a file through `<path>.tmp`, synced and renamed into place: readers see the old file or the new one."""
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp")
+    try:
+        with open(tmp, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 @dataclass
@@ -87,12 +107,7 @@ class CheckpointTracker:
 
     def save(self, save_root: str) -> None:
         os.makedirs(save_root, exist_ok=True)
-        tmp = os.path.join(save_root, f".{TRACKER_FILE}.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(asdict(self), f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(save_root, TRACKER_FILE))
+        atomic_write(os.path.join(save_root, TRACKER_FILE), lambda f: json.dump(asdict(self), f, indent=2))
 
     def record(self, step: int, val_score: float | None) -> None:
         self.last_global_step = step
@@ -173,14 +188,27 @@ def step_of(path: str) -> int:
 
 
 def remove_obsolete_checkpoints(save_root: str, save_limit: int, tracker: CheckpointTracker) -> list[int]:
-    """Keep the newest `save_limit` checkpoints plus the best by validation score; return the removed steps."""
+    """Keep the newest `save_limit` checkpoints plus the best by validation score and the one the tracker names as
+    the latest; return the removed steps.
+
+    Only checkpoints that hold weights count towards the limit, so leftovers of interrupted saves never push out
+    the only usable checkpoint (they are removed once they are older than the latest).
+    """
     if save_limit <= 0:
         return []
     steps = saved_steps(save_root)
-    keep = set(steps[-save_limit:])
+    usable = [step for step in steps if os.path.isdir(os.path.join(step_dir(save_root, step), "actor"))]
+    keep = set(usable[-save_limit:]) | {tracker.last_global_step}
     if tracker.best_global_step is not None:
         keep.add(tracker.best_global_step)
-    removed = [step for step in steps if step not in keep]
+    removed = [step for step in steps if step not in keep and (step in usable or step < tracker.last_global_step)]
     for step in removed:
         shutil.rmtree(step_dir(save_root, step), ignore_errors=True)
     return removed
+
+
+def discard_failed_save(save_root: str, step: int, tracker: CheckpointTracker) -> None:
+    """Remove what a failed save of `step` left behind (freeing the space it took), unless the tracker names that
+    step as the latest: then it is an earlier complete save of the same step, which the workers replace atomically."""
+    if step != tracker.last_global_step:
+        shutil.rmtree(step_dir(save_root, step), ignore_errors=True)

@@ -157,6 +157,12 @@ class TrainerConfig:
     """Validate and exit without training."""
     val_generations_to_log: int = 0
     """Validation samples (prompt, response, score) written to the loggers."""
+    rollout_data_dir: str | None = None
+    """Where training rollouts are written: one step_N.jsonl per dumped step (prompts, responses, rewards with every
+    key of the reward function, advantages, uids) plus its prompt images under images/step_N/; view them with
+    scripts/rollout_viewer.py. None writes none."""
+    rollout_data_freq: int = 1
+    """With rollout_data_dir: dump the rollouts of every this many steps."""
     save_freq: int = -1
     """Checkpoint every this many steps; -1 saves only at the end."""
     save_limit: int = -1
@@ -341,6 +347,7 @@ def _check_numbers(config: PPOConfig) -> None:
         "worker.rollout.kv_cache_memory_mb",
         "worker.rollout.max_num_seqs",
         "worker.rollout.max_num_batched_tokens",
+        "trainer.rollout_data_freq",
     )
     _non_negative(
         config,

@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         print(to_yaml(config), end="")
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from .checkpointing import CheckpointSaveError
     from .preemption import TrainingInterrupted
     from .runner import SetupError
 
@@ -74,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     except SetupError as err:
         print(f"Error: {err}", file=sys.stderr)
         return 2
+    except CheckpointSaveError as err:  # disk full or unwritable: the previous checkpoint is intact and latest
+        print(f"Error: {err}", file=sys.stderr)
+        return 1
     except TrainingInterrupted as err:  # preemption or Ctrl-C: the workers are gone, the checkpoint is on disk
         print(str(err), file=sys.stderr)
         return 128 + err.signum

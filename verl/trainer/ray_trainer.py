@@ -14,7 +14,7 @@
 """RayPPOTrainer: the single-controller loop. Each step is a flat list of named, timed phases (docs/data_flow.md):
 
     gen -> balance -> reward (async) -> old (off-policy only) -> ref -> values -> adv -> update_critic
-        -> update_actor -> validation -> save_checkpoint -> metrics
+        -> update_actor -> dump_rollouts -> validation -> save_checkpoint -> metrics
 
 The driver holds no model: it moves DataProto batches between worker groups, computes advantages with
 `core_algos`, and keeps the bookkeeping (steps, checkpoints, loggers, progress bar).
@@ -23,6 +23,7 @@ The driver holds no model: it moves DataProto batches between worker groups, com
 import json
 import logging
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,9 +35,19 @@ import torch
 from tqdm import tqdm
 
 from ..protocol import DataProto
+from ..utils.checkpoint.fsdp_checkpoint_manager import storage_error
 from ..utils.seqlen_balancing import balance_batch
 from . import core_algos
-from .checkpointing import CheckpointTracker, remove_obsolete_checkpoints, resume_path, step_dir, step_of
+from .checkpointing import (
+    CheckpointSaveError,
+    CheckpointTracker,
+    atomic_write,
+    discard_failed_save,
+    remove_obsolete_checkpoints,
+    resume_path,
+    step_dir,
+    step_of,
+)
 from .config import PPOConfig
 from .metrics import (
     append_metrics,
@@ -48,6 +59,7 @@ from .metrics import (
     reduce_metrics,
 )
 from .preemption import StopRequest, TrainingInterrupted
+from .rollout_dump import decode_texts, dump_rollouts
 
 
 logger = logging.getLogger(__name__)
@@ -196,7 +208,7 @@ class RayPPOTrainer:
         batch = DataProto.concat(kept)[:target]
         reward_columns = [key for key in batch.non_tensor_batch if key.startswith("reward/")]
         for key in reward_columns:
-            append_metrics(metrics, {key: [float(v) for v in batch.non_tensor_batch.pop(key)]})
+            append_metrics(metrics, {key: [float(v) for v in batch.non_tensor_batch[key]]})
         return batch
 
     def _balance_batch(self, batch: DataProto, metrics: dict[str, list[float]]) -> None:
@@ -283,6 +295,9 @@ class RayPPOTrainer:
                 scores, reward_metrics = self._get_reward(reward_ref)
                 batch.batch["token_level_scores"] = scores
                 append_metrics(metrics, {f"reward/{k}": v for k, v in reward_metrics.items()})
+                batch.non_tensor_batch.update(
+                    {f"reward/{k}": np.array(v, dtype=object) for k, v in reward_metrics.items()}
+                )
                 self._check_reward_spread(scores)
             if self.kl_in_reward:
                 rewards, kl_metrics = core_algos.apply_kl_penalty(
@@ -343,11 +358,7 @@ class RayPPOTrainer:
         return result
 
     def _decode_samples(self, batch: DataProto, scores: list[float]) -> list[tuple[str, str, str, float]]:
-        prompts = self.tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True)
-        responses = [
-            self.tokenizer.decode(ids[mask.bool()], skip_special_tokens=True)
-            for ids, mask in zip(batch.batch["responses"], batch.batch["response_mask"])
-        ]
+        prompts, responses = decode_texts(batch, self.tokenizer)
         truths = [str(t) for t in batch.non_tensor_batch.get("ground_truth", [""] * len(batch))]
         return list(zip(prompts, responses, truths, scores))
 
@@ -362,21 +373,43 @@ class RayPPOTrainer:
     # ------------------------------------------------------------------------------------------------ checkpoints
 
     def _save_checkpoint(self, val_score: float | None) -> None:
+        """Write global_step_N and only then name it the latest. A save that fails for a storage reason (disk full,
+        read-only or unwritable path) removes its partial files and raises CheckpointSaveError: the previous
+        checkpoint stays intact and latest, and the next run resumes from it."""
         trainer = self.config.trainer
         root = trainer.save_checkpoint_path
         path = step_dir(root, self.global_step)
+        try:
+            self._write_checkpoint(path)
+        except Exception as err:
+            cause = storage_error(err)
+            if cause is None:
+                raise
+            discard_failed_save(root, self.global_step, self.ckpt_tracker)
+            last = self.ckpt_tracker.last_global_step
+            previous = f"{step_dir(root, last)} is intact and still the latest" if last else "no earlier checkpoint"
+            raise CheckpointSaveError(
+                f"Could not save the checkpoint of step {self.global_step}: {cause.strerror or cause} "
+                f"({cause.filename or path}); {previous}. Free space, or set trainer.save_checkpoint_path to a "
+                "writable directory, and run again to resume."
+            ) from err
+        self.ckpt_tracker.record(self.global_step, val_score)
+        self.ckpt_tracker.save(root)  # last: only now is this checkpoint the latest
+        remove_obsolete_checkpoints(root, trainer.save_limit, self.ckpt_tracker)
+
+    def _write_checkpoint(self, path: str) -> None:
+        trainer = self.config.trainer
+        if os.path.isdir(path) and self.global_step != self.ckpt_tracker.last_global_step:
+            shutil.rmtree(path)  # left by an interrupted save or a run resumed from an earlier step: not a mix
         os.makedirs(path, exist_ok=True)
         self.actor_rollout_ref_wg.save_checkpoint(os.path.join(path, "actor"), trainer.save_model_only)
         if self.use_critic:
             self.critic_wg.save_checkpoint(os.path.join(path, "critic"), trainer.save_model_only)
         if not trainer.save_model_only:
-            torch.save(self.train_dataloader.state_dict(), os.path.join(path, "dataloader.pt"))
+            loader_state = self.train_dataloader.state_dict()
+            atomic_write(os.path.join(path, "dataloader.pt"), lambda f: torch.save(loader_state, f), binary=True)
             state = {"global_step": self.global_step, "kl_ctrl": self.kl_ctrl.state_dict()}
-            with open(os.path.join(path, "trainer_state.json"), "w", encoding="utf-8") as f:
-                json.dump(state, f)
-        self.ckpt_tracker.record(self.global_step, val_score)
-        self.ckpt_tracker.save(root)  # last: only now is this checkpoint the latest
-        remove_obsolete_checkpoints(root, trainer.save_limit, self.ckpt_tracker)
+            atomic_write(os.path.join(path, "trainer_state.json"), lambda f: json.dump(state, f))
 
     def _load_checkpoint(self) -> None:
         trainer = self.config.trainer
@@ -416,7 +449,8 @@ class RayPPOTrainer:
         if self.use_critic:
             self.flops["critic"] = {**self.critic_wg.flops_info()[0], "ppo_epochs": worker.critic.ppo_epochs}
         progress = tqdm(total=self.total_steps, initial=self.global_step, desc="train", dynamic_ncols=True)
-        last_saved = last_validated = -1
+        # a resumed run's own step is saved (and was validated if it was the last): not again at the end
+        last_saved = last_validated = self.global_step if resumed else -1
         first_step = self.global_step
         with StopRequest(trainer.signal_grace_s).installed() as stop:
             while self.global_step < self.total_steps:
@@ -453,6 +487,9 @@ class RayPPOTrainer:
         timing_raw: dict[str, float] = {}
         with timer("step", timing_raw):
             batch, metrics = self.train_step(timing_raw)
+            if trainer.rollout_data_dir and self.global_step % trainer.rollout_data_freq == 0:
+                with timer("dump_rollouts", timing_raw):
+                    dump_rollouts(batch, self.global_step, trainer.rollout_data_dir, self.tokenizer)
             is_last = self.global_step >= self.total_steps
             if trainer.val_freq > 0 and (self.global_step % trainer.val_freq == 0 or is_last):
                 with timer("validation", timing_raw):

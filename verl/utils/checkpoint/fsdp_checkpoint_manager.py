@@ -80,6 +80,81 @@ def _barrier() -> None:
         dist.barrier()
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (disk full, read-only or unwritable path); the previous one is intact."""
+
+
+def _fresh_dir(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+
+
+def storage_error(err: BaseException) -> OSError | None:
+    """The OSError behind a failed write: raised directly, chained, in a CheckpointException's failures (DCP) or as
+    the cause of a Ray task error (a worker's failure seen by the driver)."""
+    seen: set[int] = set()
+    stack = [err]
+    while stack:
+        current = stack.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        cause = getattr(current, "cause", None)  # ray.exceptions.RayTaskError: the worker's own exception
+        if isinstance(cause, BaseException):
+            stack.append(cause)
+            continue
+        if isinstance(current, OSError):
+            return current
+        stack.extend([current.__cause__, current.__context__])
+        for failure in getattr(current, "failures", {}).values():  # DCP: rank -> (exception, stack summary)
+            stack.append(failure[0] if isinstance(failure, tuple) else failure)
+    return None
+
+
+def _probe_write(directory: str, size: int = 1 << 20) -> OSError | None:
+    """Try writing `size` bytes in `directory`: the OSError a full disk or an unwritable path gives, else None."""
+    probe = os.path.join(directory, ".write_probe")
+    try:
+        with open(probe, "wb") as f:
+            f.write(bytes(size))
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as err:
+        return err
+    finally:
+        if os.path.exists(probe):
+            os.remove(probe)
+    return None
+
+
+def _attempt(run: bool, fn: Any, directory: str) -> OSError | None:
+    """Call fn() when `run`; return the storage error it raised (other errors propagate).
+
+    torch's zip writer reports a short write (a full disk) as a RuntimeError ("unexpected pos ..."), not an
+    OSError: a failure without an OSError counts as a storage error when a probe write in `directory` fails too.
+    """
+    if not run:
+        return None
+    try:
+        fn()
+    except BaseException as err:  # DCP raises CheckpointException, a BaseException
+        storage = storage_error(err)
+        if storage is None and not isinstance(err, KeyboardInterrupt):
+            storage = _probe_write(directory)
+        if storage is None:
+            raise
+        return storage
+    return None
+
+
+def _any_failed(error: OSError | None) -> bool:
+    """Whether any rank hit a storage error (collective: every rank calls it at the same point)."""
+    failed = torch.tensor([0 if error is None else 1])
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(failed, op=dist.ReduceOp.MAX)  # a CPU tensor: the gloo part of the process group
+    return bool(failed.item())
+
+
 def has_checkpoint(path: str) -> bool:
     """True when `path` holds a complete checkpoint (its DCP metadata exists)."""
     return os.path.isfile(os.path.join(path, _METADATA_FILE))
@@ -111,17 +186,26 @@ class FSDPCheckpointManager:
 
         `save_model_only` keeps just the weights (and the HF files): smaller, but training cannot resume from it.
         `extra_state` is any picklable dict (global step, dataloader state, ...) returned by `load`.
+
+        A write that fails on any rank for a storage reason (disk full, read-only or unwritable path) raises
+        `CheckpointWriteError` on every rank, after the staging directory is removed: whatever was at `path` before
+        is untouched.
         """
         path = os.path.abspath(path)
         staging = path + ".tmp"
-        if _rank() == 0:
-            shutil.rmtree(staging, ignore_errors=True)
-            os.makedirs(staging)
-        _barrier()
-        dcp.save(self._state_to_save(extra_state, save_model_only), checkpoint_id=staging, no_dist=_no_dist())
-        if _rank() == 0:
-            self._save_hf_files(os.path.join(staging, HF_SUBDIR))
-        _barrier()
+        parent = os.path.dirname(path)
+        error = _attempt(_rank() == 0, lambda: _fresh_dir(staging), parent)
+        if not _any_failed(error):
+            state = self._state_to_save(extra_state, save_model_only)
+            error = _attempt(True, lambda: dcp.save(state, checkpoint_id=staging, no_dist=_no_dist()), parent)
+        if not _any_failed(error):
+            error = _attempt(_rank() == 0, lambda: self._save_hf_files(os.path.join(staging, HF_SUBDIR)), parent)
+        if _any_failed(error):
+            if _rank() == 0:
+                shutil.rmtree(staging, ignore_errors=True)  # free the space a partial write took
+            _barrier()
+            reason = f"{error.strerror or error}" if error is not None else "another rank failed to write its part"
+            raise CheckpointWriteError(error.errno if error is not None else 0, f"Could not write {path!r}: {reason}")
         if _rank() == 0:
             if os.path.exists(path):
                 old = path + ".old"
