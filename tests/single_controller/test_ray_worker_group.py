@@ -134,6 +134,35 @@ class FailingWorker(Worker):
         dist.init_process_group("gloo")
 
 
+class ListeningWorker(Worker):
+    """Joins the process group as the FSDP workers do (init_distributed) and records the sockets that opened."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import psutil
+
+        from verl.utils import device
+
+        def listening() -> set[tuple[str, int]]:
+            return {
+                (conn.laddr.ip, conn.laddr.port)
+                for conn in psutil.Process().net_connections(kind="inet")
+                if conn.status == psutil.CONN_LISTEN
+            }
+
+        before = listening()
+        device.set_device_type("cpu")
+        device.init_distributed(timeout_seconds=60)
+        tensor = torch.ones(1)
+        dist.all_reduce(tensor)  # gloo's pairs are connected by now
+        self.opened = sorted(listening() - before)
+        self.total = tensor.item()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def report(self) -> tuple[list[tuple[str, int]], float, str]:
+        return self.opened, self.total, os.environ.get("VERL_DIST_INIT_METHOD", "")
+
+
 def make_batch(rows: int) -> DataProto:
     return DataProto.from_dict(tensors={"x": torch.arange(rows, dtype=torch.float32)})
 
@@ -172,7 +201,8 @@ def test_ranks_environment_and_order(dispatch_wg):
     assert [info.rank for info in infos] == [0, 1]
     assert [info.local_rank for info in infos] == [0, 1]
     assert {info.world_size for info in infos} == {2} and {info.local_world_size for info in infos} == {2}
-    assert {(info.master_addr, info.master_port) for info in infos} == {(infos[0].node_ip, dispatch_wg.master_port)}
+    # every rank runs on this machine: the rendezvous address is loopback
+    assert {(info.master_addr, info.master_port) for info in infos} == {("127.0.0.1", dispatch_wg.master_port)}
     assert dispatch_wg.master_port > 0 and infos[0].pid != infos[1].pid
     # The job's runtime_env variables reach the workers next to the rank variables.
     env = dispatch_wg.env("RANK", "WG_PREFIX", "VERL_SC_TEST")
@@ -210,6 +240,22 @@ def test_other_dispatch_modes(dispatch_wg):
 
 def test_gloo_all_reduce_across_two_actors(dispatch_wg):
     assert dispatch_wg.all_reduce(1.5) == [[4.5, 2.0], [4.5, 2.0]]
+
+
+def test_single_machine_group_listens_on_loopback_only(pool):
+    """torch's TCPStore binds every interface and has no authentication: a group on one machine meets through a
+    file store instead, and gloo uses the loopback interface."""
+    wg = RayWorkerGroup(pool, RayClassWithInitArgs(ListeningWorker), name_prefix="listening")
+    try:
+        reports = wg.report()
+    finally:
+        wg.shutdown()
+    assert [total for _, total, _ in reports] == [2.0, 2.0]
+    store = reports[0][2]
+    for opened, _, _ in reports:
+        assert opened, "gloo listens for its peers"
+        assert all(ip in ("127.0.0.1", "::1") for ip, _ in opened), opened
+    assert store.startswith("file://") and not os.path.exists(store.removeprefix("file://"))
 
 
 def test_colocated_roles_share_each_process(pool):

@@ -97,7 +97,9 @@ def get_local_device(local_rank: int | None = None) -> torch.device:
 
 
 def init_distributed(timeout_seconds: float = 600.0) -> None:
-    """Initialise the default process group from the env:// variables (RANK, WORLD_SIZE, MASTER_ADDR/PORT).
+    """Initialise the default process group from RANK and WORLD_SIZE, meeting through VERL_DIST_INIT_METHOD when a
+    worker group set it (a file store on a single machine, which listens on no port) or else env:// (MASTER_ADDR,
+    MASTER_PORT: torch's TCPStore on rank 0).
 
     On CUDA the rank is bound to its local GPU first, so nccl communicators land on the right device. The timeout
     bounds how long a collective waits for a dead peer (gloo's default is 30 minutes, which turns a crash of one
@@ -105,7 +107,9 @@ def init_distributed(timeout_seconds: float = 600.0) -> None:
     """
     if dist.is_initialized():
         return
-    missing = [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
+    init_method = os.environ.get("VERL_DIST_INIT_METHOD")
+    required = ("RANK", "WORLD_SIZE") if init_method else ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    missing = [name for name in required if name not in os.environ]
     if missing:
         raise RuntimeError(
             f"Cannot initialise torch.distributed: environment variable(s) {', '.join(missing)} are not set; the "
@@ -113,7 +117,14 @@ def init_distributed(timeout_seconds: float = 600.0) -> None:
         )
     if get_device_type() == "cuda":
         torch.cuda.set_device(get_local_device())
-    dist.init_process_group(backend=get_dist_backend(), timeout=timedelta(seconds=timeout_seconds))
+    timeout = timedelta(seconds=timeout_seconds)
+    if init_method:
+        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        dist.init_process_group(
+            get_dist_backend(), init_method=init_method, rank=rank, world_size=world_size, timeout=timeout
+        )
+    else:
+        dist.init_process_group(backend=get_dist_backend(), timeout=timeout)
 
 
 def synchronize() -> None:

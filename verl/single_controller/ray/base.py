@@ -21,12 +21,20 @@ Startup, in order:
    blocks until all ranks join, hence the port is chosen before any actor exists rather than asked of rank 0);
 3. the group waits until every constructor has returned, so a failing constructor raises here, not later.
 
+When every rank runs on the driver's own node (a single-machine run), nothing of the group listens beyond loopback:
+the ranks meet through a file store (VERL_DIST_INIT_METHOD=file://..., read by `verl.utils.device.init_distributed`)
+instead of torch's TCPStore, which binds every interface and has no authentication, MASTER_ADDR is 127.0.0.1, and
+gloo and nccl are told to use the loopback interface (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, unless already set).
+
 Colocation: `create_colocated_worker_cls({"actor_rollout_ref": A, "critic": B})` builds one actor class whose
 process holds an A and a B (sharing the device and the process group); its methods are the roles' methods
 renamed `{role}_{method}`, and `RayWorkerGroup.spawn({"actor_rollout_ref", "critic"})` gives one group view per
 role whose methods have their plain names again.
 """
 
+import os
+import socket
+import tempfile
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -41,6 +49,9 @@ from ..base.worker import get_free_port
 from ..base.worker_group import WorkerGroup
 from .resource import RayResourcePool
 
+
+DIST_INIT_METHOD_ENV = "VERL_DIST_INIT_METHOD"
+"""Environment variable with the torch.distributed init_method of a group's ranks, where it is not env://."""
 
 COLOCATED_ROLES_ATTR = "__verl_colocated_roles__"
 """Attribute of a class made by `create_colocated_worker_cls`: role name -> role class."""
@@ -70,6 +81,29 @@ class RayClassWithInitArgs:
 def _pick_free_port() -> int:
     """Runs on rank 0's node: the port must be free where the rendezvous store will listen."""
     return get_free_port()
+
+
+def _all_on_this_node(slots: list[Any]) -> bool:
+    here = ray.get_runtime_context().get_node_id()
+    return all(slot.node_id == here for slot in slots)
+
+
+def loopback_interface() -> str | None:
+    """Name of the loopback network interface (lo on Linux, lo0 on macOS), or None if there is none."""
+    names = [name for _, name in socket.if_nameindex()]
+    return next((name for name in names if name in ("lo", "lo0")), None)
+
+
+def loopback_rendezvous_env() -> dict[str, str]:
+    """Environment of the ranks of a group that runs on this machine only: loopback rendezvous and transports."""
+    store = os.path.join(tempfile.gettempdir(), f"verl_rendezvous_{uuid.uuid4().hex}")
+    env = {"MASTER_ADDR": "127.0.0.1", DIST_INIT_METHOD_ENV: f"file://{store}"}
+    interface = loopback_interface()
+    if interface is not None:
+        for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+            if name not in os.environ:  # the user's choice wins
+                env[name] = interface
+    return env
 
 
 def pick_free_port_on_node(node_id: str, timeout_s: float = 60.0) -> int:
@@ -121,6 +155,8 @@ class RayWorkerGroup(WorkerGroup):
         self._world_size = len(slots)
         self._master_addr = slots[0].node_ip
         self._master_port = pick_free_port_on_node(slots[0].node_id, port_timeout_s)
+        self._local_env = loopback_rendezvous_env() if _all_on_this_node(slots) else {}
+        self._master_addr = self._local_env.get("MASTER_ADDR", self._master_addr)
         self._bind_worker_methods(self._worker_cls)  # name clashes fail before any actor starts
         self._resource_pool: RayResourcePool | None = resource_pool
         self._owns_workers = True
@@ -137,6 +173,7 @@ class RayWorkerGroup(WorkerGroup):
                     "MASTER_ADDR": self._master_addr,
                     "MASTER_PORT": str(self._master_port),
                     "WG_PREFIX": self._name_prefix,
+                    **self._local_env,
                 }
                 worker = actor_cls.options(
                     **resource_pool.actor_options(),
@@ -236,6 +273,9 @@ class RayWorkerGroup(WorkerGroup):
         for worker in self._workers:
             ray.kill(worker)
         self._workers = []
+        store = self._local_env.get(DIST_INIT_METHOD_ENV, "").removeprefix("file://")
+        if store and os.path.exists(store):
+            os.remove(store)
         if self._resource_pool is not None:
             self._resource_pool.release_share(self._name_prefix)
             self._resource_pool = None
