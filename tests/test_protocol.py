@@ -11,6 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
+import os
 import pickle
 
 import numpy as np
@@ -417,6 +418,47 @@ def test_save_and_load(tmp_path):
     torch.save({"x": 1}, tmp_path / "other.pt")
     with pytest.raises(TypeError, match="holds a dict, not a DataProto"):
         DataProto.load_from_disk(tmp_path / "other.pt")
+
+
+def test_saved_batch_loads_without_unpickling_code(tmp_path):
+    """Plain columns (strings, lists, dicts, numbers) and meta_info load with weights_only=True; lists stay one
+    element per row."""
+    dp = make_mixed_dtype_dp()
+    dp.non_tensor_batch["answers"] = np.array([["a", "b"], ["c"]] + [[]] * (len(dp) - 2), dtype=object)
+    dp.non_tensor_batch["score"] = np.arange(len(dp)).astype(object)
+    dp.meta_info["temperature"] = 0.7
+    path = tmp_path / "batch.pt"
+    dp.save_to_disk(path)
+    torch.load(path, weights_only=True)  # raises if the file needed arbitrary unpickling
+    back = DataProto.load_from_disk(path)
+    assert_same(dp, back)
+    assert back.non_tensor_batch["answers"][0] == ["a", "b"] and back.non_tensor_batch["score"][3] == 3
+    assert back.meta_info["temperature"] == 0.7
+
+
+class _Payload:
+    def __reduce__(self):
+        return (os.mkdir, (self.target,))
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+
+def test_files_with_objects_need_trusted(tmp_path):
+    dp = DataProto.from_dict(
+        tensors={"x": torch.zeros(2, 1)}, non_tensors={"arrays": [np.zeros(2), np.ones(2)]}
+    )  # numpy arrays inside a column: not plain values
+    path = tmp_path / "objects.pt"
+    dp.save_to_disk(path)
+    with pytest.raises(ValueError, match="trusted=True"):
+        DataProto.load_from_disk(path)
+    assert (DataProto.load_from_disk(path, trusted=True).non_tensor_batch["arrays"][1] == 1).all()
+
+    target = tmp_path / "pwned"
+    torch.save(_Payload(str(target)), tmp_path / "evil.pt")
+    with pytest.raises(ValueError, match="can run code"):
+        DataProto.load_from_disk(tmp_path / "evil.pt")
+    assert not target.exists()
 
 
 def test_pickle_round_trip_is_writable():

@@ -29,6 +29,7 @@ memory with the parent; integer-array and boolean-mask indexing, ``repeat``, ``c
 
 import copy
 import os
+import pickle
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -162,6 +163,34 @@ def _tensor_from_state(state: Any) -> torch.Tensor:
         array = array.copy()
     tensor = torch.from_numpy(array)
     return tensor.view(dtype) if dtype == torch.bfloat16 else tensor
+
+
+_SAVE_FORMAT = "verl.DataProto/1"
+"""Marker of the pickle-free file layout written by DataProto.save_to_disk."""
+
+
+def _is_plain(value: Any) -> bool:
+    """Whether `value` is made only of str, numbers, bool, None, lists, tuples and str-keyed dicts."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_is_plain(item) for item in value)
+    if isinstance(value, dict):
+        return all(isinstance(key, str) and _is_plain(item) for key, item in value.items())
+    return False
+
+
+def _column_state(column: np.ndarray) -> dict[str, Any] | None:
+    """A non-tensor column (an object array) as plain values, or None when it holds other objects."""
+    values = column.reshape(-1).tolist()
+    return {"values": values, "shape": list(column.shape)} if _is_plain(values) else None
+
+
+def _column_from_state(state: dict[str, Any]) -> np.ndarray:
+    column = np.empty(len(state["values"]), dtype=object)
+    for i, value in enumerate(state["values"]):  # element by element: a list value stays one element
+        column[i] = value
+    return column.reshape(state["shape"])
 
 
 @dataclass(repr=False, eq=False)
@@ -556,15 +585,46 @@ class DataProto:
     # ------------------------------------------------------------------ persistence and transport
 
     def save_to_disk(self, path: str | os.PathLike) -> None:
-        """Write to ``path`` with torch.save (uses the same zero-copy state as pickling)."""
-        torch.save(self, path)
+        """Write to ``path`` in a form that ``torch.load(weights_only=True)`` reads: no code runs when it is loaded.
+
+        Tensors are stored as tensors; non-tensor columns and meta_info as plain values (str, numbers, bool, None,
+        lists, tuples, dicts with str keys). A batch holding other objects (PIL images, numpy arrays inside a column)
+        is pickled whole instead, and loading that file needs ``trusted=True``.
+        """
+        columns = {key: _column_state(value) for key, value in self.non_tensor_batch.items()}
+        if all(state is not None for state in columns.values()) and _is_plain(self.meta_info):
+            tensors = dict(self.batch.items()) if self.batch is not None else {}
+            torch.save(
+                {"format": _SAVE_FORMAT, "tensors": tensors, "non_tensors": columns, "meta": self.meta_info}, path
+            )
+        else:
+            torch.save(self, path)
 
     @staticmethod
-    def load_from_disk(path: str | os.PathLike, map_location: str | torch.device | None = None) -> "DataProto":
-        """Read a file written by ``save_to_disk``; ``map_location`` moves GPU-saved tensors, e.g. to "cpu"."""
+    def load_from_disk(
+        path: str | os.PathLike, map_location: str | torch.device | None = None, trusted: bool = False
+    ) -> "DataProto":
+        """Read a file written by ``save_to_disk``; ``map_location`` moves GPU-saved tensors, e.g. to "cpu".
+
+        Only tensors and plain values are read unless ``trusted``: a file that holds other Python objects could run
+        code when unpickled, so it is refused with a message unless you made it or trust where it came from.
+        """
         if not os.path.isfile(path):
             raise FileNotFoundError(f"No DataProto file at {os.fspath(path)!r}; check the path.")
-        data = torch.load(path, map_location=map_location, weights_only=False)
+        try:
+            data = torch.load(path, map_location=map_location, weights_only=True)
+        except pickle.UnpicklingError:
+            if not trusted:
+                raise ValueError(
+                    f"{os.fspath(path)!r} holds Python objects beyond tensors and plain values (e.g. images in a "
+                    "non-tensor column); unpickling them can run code from the file. Pass trusted=True only for a "
+                    "file you wrote or trust."
+                ) from None
+            data = torch.load(path, map_location=map_location, weights_only=False)
+        if isinstance(data, dict) and data.get("format") == _SAVE_FORMAT:
+            non_tensors = {key: _column_from_state(state) for key, state in data["non_tensors"].items()}
+            tensors = DataProto.from_dict(tensors=data["tensors"]).batch
+            return DataProto(batch=tensors, non_tensor_batch=non_tensors, meta_info=data["meta"])
         if not isinstance(data, DataProto):
             raise TypeError(f"{os.fspath(path)!r} holds a {type(data).__name__}, not a DataProto.")
         return data

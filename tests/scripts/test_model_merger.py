@@ -100,6 +100,7 @@ def test_help_is_fast_and_imports_no_torch() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "--hf_upload_path" in proc.stdout and "(default: bf16)" in proc.stdout
+    assert "A checkpoint is trusted input" in proc.stdout  # DCP metadata is a pickle: users are told
     assert "imported: []" in proc.stdout
 
 
