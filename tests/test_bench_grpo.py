@@ -1,0 +1,170 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The pure helpers of benchmarks/bench_grpo.py: log parsing, throughput, TRL batching and the process-tree RSS
+sampler on a dummy subprocess. No Ray, no TRL, no training run."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+
+BENCH_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_grpo.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_grpo", BENCH_PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_steady_state_skips_the_first_two_steps(bench: ModuleType) -> None:
+    step_end = {1: 10.0, 2: 13.0, 3: 15.0, 4: 17.0}
+    assert bench.steady_samples_per_s(step_end, samples_per_step=128) == pytest.approx(2 * 128 / 4.0)
+    assert bench.steady_samples_per_s({1: 10.0, 2: 13.0}, 128) is None  # no step after the skipped ones
+    assert bench.steady_samples_per_s({1: 10.0, 3: 13.0, 4: 15.0}, 128) is None  # end of step 2 unknown
+
+
+def test_parse_ours_leaves_out_the_checkpoint_save(bench: ModuleType) -> None:
+    rows, times = [], []
+    for step in range(1, 6):
+        row = {"step": step, "timing_s/step": 2.0, "timing_s/gen": 0.5, "timing_s/update_actor": 1.4}
+        row.update({"timing_s/sync_weights": 0.1, "response_length/mean": 60.0, "critic/score/mean": 0.25})
+        rows.append(row)
+        times.append(100.0 + 2.0 * step)
+    rows[-1]["timing_s/save_checkpoint"] = 0.5  # the final save, inside the last step's timer and before its row
+    rows[-1]["timing_s/step"] += 0.5
+    times[-1] += 0.5
+    figures = bench.parse_ours([{"step": 0, "val/reward_score": 0.0}, *rows], [99.0, *times], launch=90.0, samples=64)
+    assert figures["steps"] == 5
+    assert figures["startup_s"] == pytest.approx(12.0)  # launch at 90, step 1 written at 102
+    assert figures["samples_per_s"] == pytest.approx(3 * 64 / 6.0)  # steps 3..5 from 104 to 110 (save left out)
+    assert figures["samples_per_s_step_timer"] == pytest.approx(3 * 64 / 6.0)
+    assert figures["final_save_s"] == 0.5 and figures["reward_mean"] == 0.25
+    split = {"step": 2.0, "gen": 0.5, "update_actor": 1.4, "sync_weights": 0.1, bench.BETWEEN: 0.1}
+    assert figures["phase_s"] == pytest.approx(split)  # sync_weights is timed inside gen, not beside it
+    with pytest.raises(ValueError, match="no training step"):
+        bench.parse_ours([{"step": 0, "val/reward_score": 0.0}], [1.0], launch=0.0, samples=64)
+
+
+def test_parse_trl_reads_the_callback_timeline(bench: ModuleType) -> None:
+    events = [{"event": "train_begin", "t": 5.0, "world_size": 2, "generation_batch_size": 128}]
+    for step in range(1, 5):
+        events.append({"event": "step_end", "step": step, "t": 6.0 + step})
+        events.append({"event": "log", "step": step, "loss": 0.0, "completions/mean_length": 64.0, "reward": 0.5})
+    events.append({"event": "config", "ignored": ["max_prompt_length"]})
+    figures = bench.parse_trl(events, launch=1.0, samples=128)
+    assert figures["startup_s"] == pytest.approx(6.0) and figures["train_begin_s"] == pytest.approx(4.0)
+    assert figures["samples_per_s"] == pytest.approx(2 * 128 / 2.0)
+    assert figures["world_size"] == 2 and figures["response_length_mean"] == 64.0 and figures["reward_mean"] == 0.5
+    assert figures["config_keys_ignored"] == ["max_prompt_length"]
+    with pytest.raises(ValueError, match="not 256"):
+        bench.parse_trl(events, launch=1.0, samples=256)
+
+
+def test_trl_batching_is_one_optimizer_step_per_training_step(bench: ModuleType) -> None:
+    assert bench.trl_batching(16, 8) == (8, 8)  # 2 x 8 rows x 8 accumulation = 128 samples
+    assert bench.trl_batching(3, 2) == (3, 1)
+    with pytest.raises(ValueError, match="do not split"):
+        bench.trl_batching(3, 1)
+
+
+def test_summary_takes_medians_and_ratios(bench: ModuleType) -> None:
+    def run(side: str, rate: float, startup: float, rss: float) -> dict:
+        figures = {"side": side, "samples_per_s": rate, "startup_s": startup, "peak_rss_gb": rss}
+        figures.update(response_length_mean=64.0, reward_mean=0.0, phase_s={"step": 128 / rate})
+        return figures
+
+    runs = [run("ours", 40.0, 10.0, 3.0), run("trl", 20.0, 5.0, 2.0), run("ours", 60.0, 12.0, 5.0)]
+    runs.append({"side": "trl", "error": "exited with 1", "peak_rss_gb": 0.1})
+    summary = bench.summarize(runs)
+    assert summary["ours"]["runs"] == 2 and summary["trl"]["runs"] == 1
+    assert summary["ratio_samples_per_s"] == pytest.approx(50.0 / 20.0)
+    assert summary["ratio_startup_s"] == pytest.approx(11.0 / 5.0)
+    assert summary["ratio_peak_rss_gb"] == pytest.approx(4.0 / 2.0)
+
+
+def test_workload_files(bench: ModuleType, tmp_path: Path) -> None:
+    rows = bench.arithmetic_rows(50, seed=3)
+    assert len({row["prompt"] for row in rows}) == 50 and rows == bench.arithmetic_rows(50, seed=3)
+    first = rows[0]["prompt"].removeprefix("What is ").removesuffix("? Answer with a number.")
+    assert sum(int(term) for term in first.split(" + ")) == int(rows[0]["answer"])
+    paths = bench.write_workload(str(tmp_path), rows)
+    ours = [json.loads(line) for line in Path(paths["ours"]).read_text().splitlines()]
+    trl = [json.loads(line) for line in Path(paths["trl"]).read_text().splitlines()]
+    assert ours == rows
+    assert trl[0] == {"prompt": [{"role": "user", "content": rows[0]["prompt"]}], "answer": rows[0]["answer"]}
+    reward: dict = {}
+    exec(Path(paths["reward"]).read_text(), reward)  # noqa: S102 - the reward file the benchmark writes
+    sample = {"response": "It is 42, I think", "ground_truth": "42"}
+    assert reward["compute_score"](sample)["overall"] == 1.0
+    assert reward["compute_score"]({**sample, "ground_truth": "41"})["overall"] == 0.0
+
+
+def test_row_watcher_times_each_new_line(bench: ModuleType, tmp_path: Path) -> None:
+    log = tmp_path / "log.jsonl"
+    watcher = bench.RowWatcher(str(log))
+    watcher.poll()  # not there yet
+    log.write_text('{"step": 1}\n')
+    watcher.poll()
+    with open(log, "a") as f:
+        f.write('{"step": 2}\n{"step": 3}\n')
+    watcher.poll()
+    assert len(watcher.times) == 3 and watcher.times[0] <= watcher.times[1] == watcher.times[2]
+
+
+def test_tree_rss_sampler_sums_descendants_and_ends_leftovers(bench: ModuleType) -> None:
+    child = "import time; block = b'x' * 60_000_000; time.sleep(30)"  # written bytes: resident, not lazily zeroed
+    parent = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {child!r}]); time.sleep(30)"
+    process = subprocess.Popen([sys.executable, "-c", parent])
+    try:
+        sampler = bench.TreeRSSSampler(process.pid)
+        deadline = time.time() + 4.0
+        while time.time() < deadline and not (sampler.peak_processes == 2 and sampler.peak_bytes > 60e6):
+            sampler.sample()
+            time.sleep(0.05)
+        assert sampler.peak_processes == 2 and sampler.peak_bytes > 60e6
+        assert sum(sampler.peak_by_name.values()) == sampler.peak_bytes and any(
+            "python" in n for n in sampler.peak_by_name
+        )
+    finally:
+        process.kill()
+        process.wait()
+    assert sampler.end_leftovers(grace=2.0) == 1  # the orphaned child, ended
+    assert not any(proc.is_running() for proc in sampler.seen.values())
+
+
+def test_a_failed_run_reports_its_stderr_tail(bench: ModuleType, tmp_path: Path) -> None:
+    (tmp_path / "stderr.log").write_text("loading\nValueError: something broke\n")
+    result = bench.RunResult(
+        side="trl",
+        returncode=1,
+        launch_time=0.0,
+        wall_s=3.0,
+        peak_rss_bytes=10**9,
+        peak_processes=3,
+        peak_by_name={"python": 10**9},
+        stdout_path=str(tmp_path / "stdout.log"),
+        stderr_path=str(tmp_path / "stderr.log"),
+    )
+    figures = bench.run_figures("trl", result, samples=128)
+    assert figures["error"].startswith("trl run exited with 1.") and "something broke" in figures["error"]
+    assert figures["peak_rss_gb"] == 1.0 and "samples_per_s" not in figures
