@@ -166,6 +166,7 @@ def test_missing_config_file(files):
         (["worker.actor.ppo_epochs=0"], r"worker.actor.ppo_epochs.*positive, got 0"),
         (["worker.actor.optim.lr=-1e-6"], r"worker.actor.optim.lr.*zero or positive"),
         (["worker.rollout.seed=-3"], r"worker.rollout.seed.*zero or positive"),
+        (["data.dataloader_num_workers=-1"], r"data.dataloader_num_workers.*zero or positive, got -1"),
         (["worker.rollout.kv_cache_memory_mb=-5"], r"worker.rollout.kv_cache_memory_mb.*positive"),
         (["trainer.rollout_data_freq=0"], r"trainer.rollout_data_freq.*positive, got 0"),
         (["data.val_batch_size=0"], r"data.val_batch_size.*-1 for the whole"),

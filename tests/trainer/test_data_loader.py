@@ -12,7 +12,10 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 import io
+import itertools
 import json
+import logging
+import signal
 
 import datasets
 import pytest
@@ -20,7 +23,7 @@ import torch
 
 from verl.protocol import DataProto
 from verl.trainer.config import DataConfig
-from verl.trainer.data_loader import create_dataloader
+from verl.trainer.data_loader import create_dataloader, load_loader_state, reset_stop_signals, saved_num_workers
 from verl.utils.tiny_models import get_or_build_tiny_model
 from verl.utils.tokenizer import get_tokenizer
 
@@ -110,15 +113,29 @@ def test_validation_is_in_file_order_and_minus_one_is_the_whole_set(files, token
 
 
 @pytest.mark.parametrize(
-    "stop_after, after_exhaustion",
-    [(1, False), (3, False), (3, True), (4, False), (7, False), (9, True)],
+    "stop_after, after_exhaustion, num_workers",
+    [
+        (1, False, 0),
+        (3, False, 0),
+        (3, True, 0),
+        (4, False, 0),
+        (7, False, 0),
+        (9, True, 0),
+        (1, False, 2),
+        (3, True, 2),
+        (4, False, 2),
+        (7, False, 2),
+    ],
 )
-def test_resumed_loader_continues_with_the_same_next_batch(files, tokenizer, stop_after, after_exhaustion):
+def test_resumed_loader_continues_with_the_same_next_batch(
+    files, tokenizer, stop_after, after_exhaustion, num_workers
+):
     """Draw `stop_after` batches, save the state, and check a new loader restored from it draws what comes next.
 
-    after_exhaustion saves the state once the epoch's loop has ended (3 batches per epoch), not inside it.
+    after_exhaustion saves the state once the epoch's loop has ended (3 batches per epoch), not inside it. With
+    loader workers, batches are prepared ahead of the one yielded: the state must still point at the next one.
     """
-    config = _config(files)
+    config = _config(files, dataloader_num_workers=num_workers)
     reference, _ = create_dataloader(config, tokenizer, None)
     uninterrupted = [batch for epoch in _epochs(reference, 4) for batch in epoch]
 
@@ -148,3 +165,53 @@ def test_resumed_loader_continues_with_the_same_next_batch(files, tokenizer, sto
 def test_batch_larger_than_the_dataset_is_an_error(files, tokenizer):
     with pytest.raises(ValueError, match=r"data.rollout_batch_size=11 is larger than the 10 usable training prompts"):
         create_dataloader(_config(files, rollout_batch_size=11), tokenizer, None)
+
+
+def _draw(loader, count: int) -> list[list[str]]:
+    """`count` batches, across epochs, as the trainer draws them (a new iterator when one ends)."""
+    drawn: list[list[str]] = []
+    while len(drawn) < count:
+        drawn += [_answers(batch) for batch in itertools.islice(loader, count - len(drawn))]
+    return drawn
+
+
+@pytest.mark.parametrize("saved_with, resumed_with", [(2, 0), (0, 2)])
+def test_a_position_resumes_with_the_worker_count_it_was_saved_with(
+    files, tokenizer, saved_with, resumed_with, caplog
+):
+    """torchdata cannot move a position between worker counts: the saved count is kept, and the run says so."""
+    reference, _ = create_dataloader(_config(files, dataloader_num_workers=saved_with), tokenizer, None)
+    uninterrupted = _draw(reference, 8)
+    interrupted, _ = create_dataloader(_config(files, dataloader_num_workers=saved_with), tokenizer, None)
+    iterator = iter(interrupted)
+    for _ in range(2):
+        next(iterator)
+    state = interrupted.state_dict()
+    assert saved_num_workers(state) == saved_with
+    resumed, _ = create_dataloader(_config(files, dataloader_num_workers=resumed_with), tokenizer, None)
+    with caplog.at_level(logging.WARNING):
+        load_loader_state(resumed, state)
+    assert f"saved with data.dataloader_num_workers={saved_with}; this run keeps {saved_with}" in caplog.text
+    assert resumed.num_workers == saved_with
+    assert _draw(resumed, 6) == uninterrupted[2:]
+
+
+def test_validation_uses_workers_only_when_it_has_several_batches(files, tokenizer):
+    train, val = create_dataloader(_config(files, dataloader_num_workers=2), tokenizer, None)
+    assert train.num_workers == 2 and train.worker_init_fn is reset_stop_signals
+    assert val.num_workers == 0  # data.val_batch_size=-1: one batch, nothing to prepare ahead
+    _, val = create_dataloader(_config(files, dataloader_num_workers=2, val_batch_size=2), tokenizer, None)
+    assert val.num_workers == 2
+    assert [_answers(batch) for batch in val] == [["v0", "v1"], ["v2", "v3"], ["v4"]]
+
+
+def test_loader_workers_leave_ctrl_c_to_the_driver_and_end_on_sigterm():
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)  # as the fit loop's StopRequest installs it
+        reset_stop_signals(0)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # how torch ends a worker that does not stop
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -304,6 +304,8 @@ def test_format_prompt_sees_every_column_and_override_chat_template_replaces_the
     example = dataset[0]
     assert example["prompt_text"] == "Q: What is 1 + 1? (level 3, answer length 1)\nA:"
     assert example["raw_prompt_ids"] == text_tokenizer.encode(example["prompt_text"], add_special_tokens=False)
+    copy = pickle.loads(pickle.dumps(dataset))  # for spawn/forkserver loader workers: the template is rebuilt
+    assert copy[0]["prompt_text"] == example["prompt_text"]
     uses_missing_column = tmp_path / "missing.jinja"
     uses_missing_column.write_text("{{ content }} {{ source }}")
     with pytest.raises(DatasetRowError, match=r"in-memory rows, row 0, key 'prompt': .*'source' is undefined"):

@@ -61,6 +61,23 @@ def test_console_backend(caplog):
     assert lines == ["step 4 - critic/score/mean: 0.5", "step 4 validation - val/reward_score: 0.9"]
 
 
+def test_console_shows_each_validation_sample_on_one_short_line(caplog):
+    import logging
+
+    prompt = "system\nYou are a helpful assistant.\nuser\n" + "Count the squares. " * 10 + "\nassistant\n"
+    samples = [(prompt, "There are\n3 squares.", "3", 1.0), ("user\n1+1?\nassistant\n", "x" * 500, "2", 0.0)]
+    tracker = Tracker(["console"], project="p", experiment="e", log_dir="unused", config=CONFIG)
+    with caplog.at_level(logging.INFO):
+        tracker.log_generations(samples, step=5)
+    first, second = [record.getMessage() for record in caplog.records]
+    shown_prompt = first.split(" | ")[1]
+    assert first.startswith("step 5 sample 1/2: score 1 | prompt ...")  # the template's system part is cut ...
+    assert shown_prompt.endswith("Count the squares. assistant") and len(shown_prompt) == len("prompt ") + 70
+    assert first.endswith(" | response There are 3 squares. | answer 3")  # ... the question and answer stay
+    assert second.startswith("step 5 sample 2/2: score 0 | prompt user 1+1? assistant | response xxx")
+    assert "\n" not in second and len(second) < 200  # the whole response is in generations.jsonl
+
+
 def test_tensorboard_backend(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -86,6 +86,10 @@ class DataConfig:
     """Drop prompts longer than max_prompt_length (image tokens counted) and log how many; off rejects them."""
     filter_overlong_prompts_workers: int = 1
     """Processes used to filter long prompts."""
+    dataloader_num_workers: int = 2
+    """Processes that read, decode and tokenize the next training batches (images included) while a step runs; 0
+    does it in the driver process, between steps. Validation uses them when it has several batches
+    (data.val_batch_size). A resumed run keeps the count its checkpoint's data-loader position was saved with."""
     skip_bad_rows: bool = False
     """Skip rows with a missing key or an unreadable image (counted in a warning) instead of failing."""
 
@@ -357,6 +361,7 @@ def _check_numbers(config: PPOConfig) -> None:
         "worker.critic.optim.weight_decay",
         "worker.rollout.seed",
         "data.seed",
+        "data.dataloader_num_workers",
     )
     if config.data.val_batch_size == 0 or config.data.val_batch_size < -1:
         raise ConfigError(

@@ -20,6 +20,8 @@ Each batch is a DataProto (verl.protocol.collate_fn) whose meta_info carries the
 the workers need to rebuild the same image tokens.
 """
 
+import logging
+import signal
 import warnings
 from typing import Any
 
@@ -32,6 +34,8 @@ from ..protocol import DataProto, collate_fn
 from ..utils.dataset import RLHFDataset
 from .config import DataConfig
 
+
+logger = logging.getLogger(__name__)
 
 # torchdata's StatefulDataLoader calls torch.set_vital, deprecated in torch 2.13: one warning per epoch and per
 # validation, on every run, about nothing the user can change.
@@ -48,6 +52,47 @@ class BatchCollator:
         batch = collate_fn(features)
         batch.meta_info.update(self.meta_info)
         return batch
+
+
+def reset_stop_signals(worker_id: int) -> None:
+    """In each loader worker: Ctrl-C is the driver's to handle, and SIGTERM ends the worker.
+
+    Workers forked while the fit loop runs would inherit the driver's SIGINT/SIGTERM handlers
+    (verl/trainer/preemption.py): each would log the stop message, and torch could not end a stuck worker with
+    SIGTERM. Ctrl-C reaches the whole terminal process group; a worker ending on it would fail the driver's next
+    batch in the middle of its checkpoint-and-stop, so the workers ignore it until the driver closes the loader.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def saved_num_workers(state: dict[str, Any]) -> int:
+    """The worker count a StatefulDataLoader state_dict was saved with (0: loaded in the driver process); torchdata
+    0.11 keeps a multi-process loader's position under '_snapshot', one '_worker_snapshots' entry per worker."""
+    snapshot = state.get("_snapshot")
+    return 0 if snapshot is None else len(snapshot["_worker_snapshots"])
+
+
+def load_loader_state(loader: StatefulDataLoader, state: dict[str, Any]) -> None:
+    """Put `loader` at the position saved in `state`.
+
+    torchdata resumes a position only with the worker count it was saved with, so a run resumed with another
+    data.dataloader_num_workers keeps the saved count (with a warning) rather than fail or lose its place.
+    """
+    saved = saved_num_workers(state)
+    if saved != loader.num_workers:
+        logger.warning(
+            "The checkpoint's data-loader position was saved with data.dataloader_num_workers=%d; this run keeps %d "
+            "instead of %d (torchdata cannot move a position to another worker count). A new run uses the setting.",
+            saved,
+            saved,
+            loader.num_workers,
+        )
+        loader.num_workers = saved
+        loader.worker_init_fn = reset_stop_signals if saved else None
+        if saved and loader.prefetch_factor is None:  # left unset by a loader built without workers
+            loader.prefetch_factor = 2
+    loader.load_state_dict(state)
 
 
 def build_dataset(
@@ -87,7 +132,6 @@ def create_dataloader(
     tokenizer: Any,
     processor: Any,
     model_config: Any = None,
-    num_workers: int = 0,
     limit_images: int = 0,
 ) -> tuple[StatefulDataLoader, StatefulDataLoader | None]:
     """(train loader, validation loader or None when data.val_files is empty).
@@ -114,7 +158,8 @@ def create_dataloader(
         train_dataset,
         batch_size=batch_size,
         sampler=sampler,
-        num_workers=num_workers,
+        num_workers=config.dataloader_num_workers,
+        worker_init_fn=reset_stop_signals if config.dataloader_num_workers else None,
         collate_fn=collator,
         drop_last=True,
     )
@@ -124,11 +169,14 @@ def create_dataloader(
     val_batch_size = len(val_dataset) if config.val_batch_size == -1 else config.val_batch_size
     if val_batch_size <= 0:
         raise ValueError(f"data.val_batch_size must be positive or -1 (the whole set), got {config.val_batch_size}.")
+    # One batch is needed at once: workers could not get ahead, and would only add the cost of sending it over.
+    val_workers = config.dataloader_num_workers if len(val_dataset) > val_batch_size else 0
     val_dataloader = StatefulDataLoader(
         val_dataset,
         batch_size=val_batch_size,
         shuffle=False,
-        num_workers=num_workers,
+        num_workers=val_workers,
+        worker_init_fn=reset_stop_signals if val_workers else None,
         collate_fn=collator,
         drop_last=False,
     )

@@ -33,6 +33,7 @@ import numpy as np
 import ray
 import torch
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from ..protocol import DataProto
 from ..utils.checkpoint.fsdp_checkpoint_manager import storage_error
@@ -49,6 +50,7 @@ from .checkpointing import (
     step_of,
 )
 from .config import PPOConfig
+from .data_loader import load_loader_state
 from .metrics import (
     append_metrics,
     compute_data_metrics,
@@ -396,6 +398,7 @@ class RayPPOTrainer:
         self.ckpt_tracker.record(self.global_step, val_score)
         self.ckpt_tracker.save(root)  # last: only now is this checkpoint the latest
         remove_obsolete_checkpoints(root, trainer.save_limit, self.ckpt_tracker)
+        logger.info("Saved checkpoint %s", path)
 
     def _write_checkpoint(self, path: str) -> None:
         trainer = self.config.trainer
@@ -423,7 +426,7 @@ class RayPPOTrainer:
             self.critic_wg.load_checkpoint(os.path.join(path, "critic"))
         dataloader_state = os.path.join(path, "dataloader.pt")
         if os.path.isfile(dataloader_state):
-            self.train_dataloader.load_state_dict(torch.load(dataloader_state, weights_only=True))
+            load_loader_state(self.train_dataloader, torch.load(dataloader_state, weights_only=True))
         state_file = os.path.join(path, "trainer_state.json")
         if os.path.isfile(state_file):
             with open(state_file, encoding="utf-8") as f:
@@ -452,7 +455,8 @@ class RayPPOTrainer:
         # a resumed run's own step is saved (and was validated if it was the last): not again at the end
         last_saved = last_validated = self.global_step if resumed else -1
         first_step = self.global_step
-        with StopRequest(trainer.signal_grace_s).installed() as stop:
+        # logging_redirect_tqdm: log lines (steps, validations, warnings) print above the bar, not through it
+        with StopRequest(trainer.signal_grace_s).installed() as stop, logging_redirect_tqdm():
             while self.global_step < self.total_steps:
                 if stop.requested:
                     progress.close()

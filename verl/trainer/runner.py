@@ -25,6 +25,7 @@ import ray
 
 from ..single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
 from ..single_controller.ray.resource import RayResourcePool
+from ..utils import quiet
 from ..utils.config import config_to_dict
 from ..utils.device import resolve_device_type
 from ..utils.logger import Tracker
@@ -40,8 +41,9 @@ logger = logging.getLogger(__name__)
 
 
 def worker_env(device: str) -> dict[str, str]:
-    """Environment of every Ray worker process."""
+    """Environment of every Ray worker process (vLLM's INFO lines, its engine config dump, are left out)."""
     env = {"TOKENIZERS_PARALLELISM": "false", "VLLM_LOGGING_LEVEL": "WARN", "NCCL_DEBUG": "WARN"}
+    env.update(quiet.worker_env_vars())
     if device == "cpu":
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # one in-process engine per worker (SPMD), see the vLLM notes
     else:
@@ -53,7 +55,8 @@ def worker_env(device: str) -> dict[str, str]:
 def init_ray(config: PPOConfig, device: str) -> None:
     if ray.is_initialized():
         return
-    runtime_env = {"env_vars": worker_env(device)}
+    # The setup hook silences known-harmless third-party messages in every worker before vLLM is imported.
+    runtime_env = {"env_vars": worker_env(device), "worker_process_setup_hook": quiet.WORKER_SETUP_HOOK}
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env)
         return
@@ -139,6 +142,7 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
         train_dataloader, val_dataloader, tokenizer, processor = _prepare_inputs(config)
     except (ValueError, TypeError, OSError, RuntimeError) as err:  # user errors: the data, the checkpoint directory
         raise SetupError(str(err)) from err
+    quiet.install_driver_filters()
     init_ray(config, device)
     total_steps = count_training_steps(config, len(train_dataloader))
     config.worker.actor.optim.training_steps = config.worker.critic.optim.training_steps = total_steps
@@ -152,6 +156,7 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
         _kill(reward_fn)
         raise
     trainer_config = config.trainer
+    logger.info(checkpoint_plan(config))
     tracker = Tracker(
         trainer_config.logger,
         trainer_config.project_name,
@@ -169,6 +174,14 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
         group.shutdown()
         pool.remove()
         _kill(reward_fn)
+
+
+def checkpoint_plan(config: PPOConfig) -> str:
+    """One line for the console: where checkpoints (and the file logger's files) go, what they hold and when."""
+    trainer = config.trainer
+    when = f"every {trainer.save_freq} steps and at the end" if trainer.save_freq > 0 else "at the end"
+    what = "model weights only" if trainer.save_model_only else "model, optimizer and data-loader state"
+    return f"Checkpoints go to {trainer.save_checkpoint_path} ({what}, {when})."
 
 
 def _kill(*actors: Any) -> None:

@@ -145,18 +145,9 @@ class RLHFDataset(Dataset):
         self.allow_paths_outside_image_dir = allow_paths_outside_image_dir
         if image_dir and not os.path.isdir(self.image_dir):
             raise FileNotFoundError(f"data.image_dir {image_dir!r} is not a directory; give an existing directory.")
-        self.format_template = None
-        if format_prompt:
-            self.format_prompt_path = format_prompt
-            try:
-                environment = ImmutableSandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=False)
-                self.format_template = environment.from_string(
-                    _read_text_file(format_prompt, "data.format_prompt").strip()
-                )
-            except TemplateError as error:
-                raise ValueError(
-                    f"data.format_prompt {format_prompt!r} is not a valid Jinja template: {error}."
-                ) from None
+        self.format_prompt_path = format_prompt
+        self.format_source = _read_text_file(format_prompt, "data.format_prompt").strip() if format_prompt else None
+        self.format_template = self._compile_format_template()
         self.chat_template = (
             _read_text_file(override_chat_template, "data.override_chat_template") if override_chat_template else None
         )
@@ -173,6 +164,26 @@ class RLHFDataset(Dataset):
             column for column in self.source.columns if column not in (prompt_key, answer_key, image_key, video_key)
         ]
         self.indices, self.prompt_lengths = self._scan(filter_overlong_prompts, filter_overlong_prompts_workers)
+
+    def _compile_format_template(self) -> Any:
+        if self.format_source is None:
+            return None
+        try:
+            environment = ImmutableSandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=False)
+            return environment.from_string(self.format_source)
+        except TemplateError as error:
+            raise ValueError(
+                f"data.format_prompt {self.format_prompt_path!r} is not a valid Jinja template: {error}."
+            ) from None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Picklable for data-loader workers started by spawn or forkserver: a compiled Jinja template is not, so
+        it is compiled again from its source on the other side."""
+        return {**self.__dict__, "format_template": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.format_template = self._compile_format_template()
 
     # ------------------------------------------------------------------------------------------------------------
     # construction-time checks

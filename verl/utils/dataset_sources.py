@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .quiet import datasets_progress_bars_off
+
 
 DATA_FILE_BUILDERS: dict[str, str] = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
 
@@ -93,7 +95,8 @@ def _load_file(path: str) -> Any:
             f"Dataset file {path!r} has an unsupported extension; use one of {', '.join(DATA_FILE_BUILDERS)}."
         )
     try:
-        return datasets.load_dataset(builder, data_files=path, split="train")
+        with datasets_progress_bars_off():  # a local file parses in moments: its progress bar only adds lines
+            return datasets.load_dataset(builder, data_files=path, split="train")
     except Exception as error:
         raise ValueError(
             f"Could not read dataset file {path!r}: {error}. Check that it is valid {builder}."

@@ -61,8 +61,18 @@ CONSOLE_KEYS: tuple[str, ...] = (
 """What the console shows of a training step; every metric goes to the other backends (the file logger keeps all)."""
 
 
+def _shorten(text: Any, width: int, keep_end: bool = False) -> str:
+    """`text` on one line (whitespace runs collapsed), cut to `width` characters at the end or, with keep_end, at
+    the start (where a chat prompt has its template's system part, the question being at the end)."""
+    flat = " ".join(str(text).split())
+    if len(flat) <= width:
+        return flat
+    return "..." + flat[3 - width :] if keep_end else flat[: width - 3] + "..."
+
+
 class ConsoleBackend(Backend):
-    """One short line per step (CONSOLE_KEYS) and one line per validation (the val/ metrics), for a person to read."""
+    """For a person to read: one short line per step (CONSOLE_KEYS), one per validation (the val/ metrics) and one
+    per logged validation sample (shortened; the file logger keeps the whole text)."""
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         scalars = _sorted_scalars(metrics)
@@ -74,9 +84,16 @@ class ConsoleBackend(Backend):
             logger.info("step %d validation - %s", step, " - ".join(validation))
 
     def log_generations(self, samples: list[Generation], step: int) -> None:
-        for prompt, response, ground_truth, score in samples:
+        for index, (prompt, response, ground_truth, score) in enumerate(samples, 1):
             logger.info(
-                "[prompt] %s\n[response] %s\n[ground_truth] %s\n[score] %s", prompt, response, ground_truth, score
+                "step %d sample %d/%d: score %.3g | prompt %s | response %s | answer %s",
+                step,
+                index,
+                len(samples),
+                score,
+                _shorten(prompt, 70, keep_end=True),
+                _shorten(response, 80),
+                _shorten(ground_truth, 40),
             )
 
 
@@ -90,6 +107,7 @@ class FileBackend(Backend):
             json.dump(config, f, indent=2, default=str)
         self.metrics_path = os.path.join(log_dir, "experiment_log.jsonl")
         self.generations_path = os.path.join(log_dir, "generations.jsonl")
+        logger.info("file logger: every metric in %s, validation samples in generations.jsonl", self.metrics_path)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         with open(self.metrics_path, "a", encoding="utf-8") as f:
@@ -114,6 +132,7 @@ class TensorBoardBackend(Backend):
 
         base = os.environ.get("TENSORBOARD_DIR", os.path.join(log_dir, "tensorboard"))
         self.writer = SummaryWriter(os.path.join(base, project, experiment))
+        logger.info("tensorboard: event files in %s", self.writer.log_dir)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         for key, value in _sorted_scalars(metrics).items():
@@ -221,6 +240,7 @@ class MlflowBackend(Backend):
             mlflow.set_tracking_uri("sqlite:///" + os.path.abspath(os.path.join(log_dir, "mlflow.db")))
         mlflow.set_experiment(project)
         self.run = mlflow.start_run(run_name=experiment)
+        logger.info("mlflow: run %s in %s", self.run.info.run_id, mlflow.get_tracking_uri())
         flat = _flatten(config)
         mlflow.log_params({key: str(value)[:250] for key, value in flat.items()})
 

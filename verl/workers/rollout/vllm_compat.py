@@ -41,6 +41,8 @@ from typing import Any
 
 import torch
 
+from ...utils import quiet
+
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +89,9 @@ class _RotaryReloadFilter(logging.Filter):
 
 
 def silence_rotary_reload_warning() -> None:
-    """Install `_RotaryReloadFilter` on vLLM's layer-wise reload logger (idempotent)."""
+    """Install `_RotaryReloadFilter` on vLLM's layer-wise reload logger (idempotent); not under VERL_VERBOSE=1."""
+    if quiet.verbose():
+        return
     reload_logger = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
     if not any(isinstance(f, _RotaryReloadFilter) for f in reload_logger.filters):
         reload_logger.addFilter(_RotaryReloadFilter())

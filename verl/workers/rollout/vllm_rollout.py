@@ -59,7 +59,7 @@ import torch
 import torch.distributed as dist
 
 from ...protocol import DataProto
-from ...utils import device
+from ...utils import device, quiet
 from . import vllm_compat
 from .config import RolloutConfig
 from .sequences import extend_position_ids, pad_rows, response_mask_through_eos
@@ -204,6 +204,7 @@ class VLLMRollout:
     """Generates responses for a DataProto of prompts with an in-process vLLM engine (see the module docstring)."""
 
     def __init__(self, model_path: str, config: RolloutConfig, tokenizer: Any, processor: Any | None = None) -> None:
+        quiet.install_worker_filters()  # already done by Ray's setup hook, unless Ray was started elsewhere (tests)
         from vllm import LLM
 
         vllm_compat.warn_if_untested()

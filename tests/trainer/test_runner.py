@@ -1,0 +1,47 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""What the runner hands Ray and prints before training, checked without starting Ray."""
+
+import ray
+from ray._common.utils import load_class
+
+from verl.trainer import runner
+from verl.trainer.config import PPOConfig
+from verl.utils import quiet
+
+
+def test_the_runner_gives_every_worker_the_setup_hook_and_environment(monkeypatch):
+    calls = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(kwargs))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+    monkeypatch.delenv(quiet.VERBOSE_ENV, raising=False)
+    runner.init_ray(PPOConfig(), "cpu")
+    (kwargs,) = calls
+    runtime_env = kwargs["runtime_env"]
+    assert load_class(runtime_env["worker_process_setup_hook"]) is quiet.install_worker_filters
+    assert runtime_env["env_vars"]["VLLM_LOGGING_LEVEL"] == "WARN"  # vLLM's INFO config dump stays out
+    assert runtime_env["env_vars"]["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"
+
+
+def test_the_checkpoint_plan_names_the_directory_what_and_when():
+    config = PPOConfig()
+    config.trainer.save_checkpoint_path = "/runs/exp"
+    config.trainer.save_freq, config.trainer.save_model_only = 5, False
+    assert runner.checkpoint_plan(config) == (
+        "Checkpoints go to /runs/exp (model, optimizer and data-loader state, every 5 steps and at the end)."
+    )
+    config.trainer.save_freq, config.trainer.save_model_only = -1, True
+    assert runner.checkpoint_plan(config) == "Checkpoints go to /runs/exp (model weights only, at the end)."
