@@ -15,9 +15,11 @@
 
 The trainer runs as a child process (its Ray head, raylet, workers and reward actor are its descendants); every
 `--interval` seconds the script records, per process, resident memory, open file descriptors and threads, next to
-the training step read from the run's file log. After `--warmup` steps the figures should stay flat: the target
-is at most 5% growth of resident memory per process and in total, from the warm-up step to the last step, and no
-growth in open files or threads.
+the training step read from the run's file log. After `--warmup` steps the figures should stay flat. Each
+process's peak resident memory over `--window` steps after the warm-up is compared with its peak over the last
+`--window` steps (single snapshots fall at random phases of a step, and memory moves with the phase): the target
+is at most 5% growth per process and in total, and no growth in the open files and threads that stay open (the
+fewest seen in each window: a file open for a moment is not a leak).
 
     OMP_NUM_THREADS=1 python benchmarks/soak.py --steps 300 --warmup 50
 
@@ -64,6 +66,7 @@ def snapshot(root: psutil.Process) -> dict[int, dict[str, float]]:
                 figures[process.pid] = {
                     "name": " ".join(process.cmdline()[:3])[-80:] or process.name(),
                     "rss_mib": process.memory_info().rss / 2**20,
+                    **_rss_split(process.pid),
                     "fds": process.num_fds(),
                     "threads": process.num_threads(),
                 }
@@ -72,12 +75,44 @@ def snapshot(root: psutil.Process) -> dict[int, dict[str, float]]:
     return figures
 
 
+def _rss_split(pid: int) -> dict[str, float]:
+    """Resident memory split as the kernel counts it: private (anonymous) pages, file-backed pages, and shared
+    memory (Ray's object store, which lives in /dev/shm and is mapped by the raylet and the workers)."""
+    split = {"anon_mib": 0.0, "file_mib": 0.0, "shmem_mib": 0.0}
+    keys = {"RssAnon:": "anon_mib", "RssFile:": "file_mib", "RssShmem:": "shmem_mib"}
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8") as f:
+            for line in f:
+                fields = line.split()
+                if fields and fields[0] in keys:
+                    split[keys[fields[0]]] = int(fields[1]) / 1024
+    except OSError:
+        pass
+    return split
+
+
 def current_step(log_path: str) -> int:
     if not os.path.isfile(log_path):
         return 0
     with open(log_path, encoding="utf-8") as f:
         steps = [json.loads(line).get("step", 0) for line in f if '"actor/pg_loss"' in line]
     return max(steps, default=0)
+
+
+def window_peak(snapshots: list[dict[int, dict]]) -> dict[int, dict]:
+    """Per process over `snapshots`: the largest memory figures, the fewest open files and threads."""
+    peak: dict[int, dict] = {}
+    for figures in snapshots:
+        for pid, values in figures.items():
+            if pid not in peak:
+                peak[pid] = dict(values)
+                continue
+            for key, value in values.items():
+                if key == "name":
+                    peak[pid][key] = value
+                else:
+                    peak[pid][key] = (min if key in ("fds", "threads") else max)(peak[pid][key], value)
+    return peak
 
 
 def growth(before: dict[int, dict], after: dict[int, dict]) -> dict[str, float]:
@@ -110,7 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=50, help="step after which growth is measured")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between snapshots")
+    parser.add_argument("--window", type=int, default=20, help="steps over which peaks are compared at both ends")
     parser.add_argument("--workdir", default=os.path.join(REPO, "outputs", "soak"))
+    parser.add_argument(
+        "--samples", help="write every snapshot here as JSON lines (step, seconds, per-process figures)"
+    )
     args = parser.parse_args(argv)
     if not 0 < args.warmup < args.steps:
         parser.error("--warmup must be between 0 and --steps")
@@ -157,18 +196,36 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"error": f"trainer exited with {trainer.returncode}"}))
         return 1
     # the last snapshot before the final step was logged: after it the run validates, saves and shuts down
-    before_end = [figures for step, _, figures in samples if args.warmup <= step < args.steps]
-    end = before_end[-1] if before_end else last
+    # A snapshot falls at a random phase of a step (generation, update, between steps), and a process's memory
+    # moves with the phase, so single snapshots are compared poorly. Compare per-process peaks over a window of
+    # steps right after the warm-up with those over the same number of steps at the end instead (the end window
+    # stops before the final step, after which the run validates, saves and shuts down).
+    window = max(1, min(args.window, (args.steps - args.warmup) // 2))
+    first = [figures for step, _, figures in samples if args.warmup <= step < args.warmup + window]
+    final = [figures for step, _, figures in samples if args.steps - window <= step < args.steps]
+    at_warmup, end = (window_peak(first), window_peak(final)) if first and final else (at_warmup, last)
     if at_warmup is None:
         print(json.dumps({"error": "the run never reached the warm-up step"}))
         return 1
     result = {"steps": args.steps, "warmup_step": args.warmup, "wall_s": time.monotonic() - start}
     result.update(growth(at_warmup, end))
-    print(f"{'pid':>8} {'rss@warmup MiB':>15} {'rss@end MiB':>12} {'fds':>9} {'threads':>9}  process")
+    if args.samples:
+        with open(args.samples, "w", encoding="utf-8") as f:
+            for step, seconds, figures in samples:
+                f.write(json.dumps({"step": step, "s": round(seconds, 1), "processes": figures}) + "\n")
+    header = (
+        f"{'pid':>8} {'rss MiB':>15} {'private MiB':>15} {'shared mem MiB':>15} {'fds':>9} {'threads':>9}  process"
+    )
+    print(header + "  (each: at warm-up -> at end)")
     for pid in sorted(set(at_warmup) & set(end)):
         a, b = at_warmup[pid], end[pid]
-        fds, threads = f"{a['fds']}->{b['fds']}", f"{a['threads']}->{b['threads']}"
-        print(f"{pid:>8} {a['rss_mib']:>15.1f} {b['rss_mib']:>12.1f} {fds:>9} {threads:>9}  {b['name']}")
+        rss, anon = f"{a['rss_mib']:.0f}->{b['rss_mib']:.0f}", f"{a['anon_mib']:.0f}->{b['anon_mib']:.0f}"
+        shm, fds, threads = (
+            f"{a['shmem_mib']:.0f}->{b['shmem_mib']:.0f}",
+            f"{a['fds']}->{b['fds']}",
+            f"{a['threads']}->{b['threads']}",
+        )
+        print(f"{pid:>8} {rss:>15} {anon:>15} {shm:>15} {fds:>9} {threads:>9}  {b['name']}")
     result["target_rss_growth_pct"] = 5.0
     result["pass"] = (
         result["rss_growth_pct"] <= 5.0

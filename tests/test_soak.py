@@ -1,0 +1,60 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The soak benchmark's arithmetic (benchmarks/soak.py): windowed peaks and growth, on hand-made snapshots."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+
+SOAK_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "soak.py"
+
+
+@pytest.fixture(scope="module")
+def soak():
+    spec = importlib.util.spec_from_file_location("soak", SOAK_PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def snap(rss: float, fds: int, threads: int = 10) -> dict:
+    return {
+        "name": "worker",
+        "rss_mib": rss,
+        "anon_mib": rss / 2,
+        "file_mib": 0.0,
+        "shmem_mib": 0.0,
+        "fds": fds,
+        "threads": threads,
+    }
+
+
+def test_window_peak_takes_largest_memory_and_fewest_descriptors(soak):
+    peak = soak.window_peak([{1: snap(100, 20)}, {1: snap(140, 25, 12)}, {1: snap(120, 21)}])
+    assert peak[1]["rss_mib"] == 140 and peak[1]["anon_mib"] == 70
+    assert peak[1]["fds"] == 20 and peak[1]["threads"] == 10  # a file open for a moment is not a leak
+
+
+def test_phase_noise_is_flat_but_a_leak_is_not(soak):
+    """Memory that moves with the phase of a step compares flat by windowed peaks; steady growth does not."""
+    phases = [100, 160, 120]
+    start = soak.window_peak([{1: snap(rss, 20)} for rss in phases])
+    end = soak.window_peak([{1: snap(rss, 20)} for rss in reversed(phases)])
+    assert soak.growth(start, end)["worst_process_rss_growth_pct"] == 0
+    leaked = soak.window_peak([{1: snap(rss + 20, 21)} for rss in phases])
+    result = soak.growth(start, leaked)
+    assert result["worst_process_rss_growth_pct"] == pytest.approx(12.5)
+    assert result["fds_change"] == 1
