@@ -14,25 +14,18 @@
 """Smoke test of benchmarks/bench_actor.py on the tiny model: every figure is there and sane, and the project's
 log-probs equal the bare loop's on the same batch (both sides compute the same thing before they are timed)."""
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
-
-
-BENCH_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_actor.py"
+from repo_files import load_repo_file
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_actor", BENCH_PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_repo_file("benchmarks/bench_actor.py", "bench_actor")
 
 
 @pytest.fixture(scope="module")

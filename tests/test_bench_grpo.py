@@ -14,7 +14,6 @@
 """The pure helpers of benchmarks/bench_grpo.py: log parsing, throughput, TRL batching and the process-tree RSS
 sampler on a dummy subprocess. No Ray, no TRL, no training run."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -23,17 +22,12 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-
-BENCH_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_grpo.py"
+from repo_files import load_repo_file
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_grpo", BENCH_PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_repo_file("benchmarks/bench_grpo.py", "bench_grpo")
 
 
 def test_steady_state_skips_the_first_two_steps(bench: ModuleType) -> None:

@@ -13,21 +13,13 @@
 # limitations under the License.
 """The soak benchmark's arithmetic (benchmarks/soak.py): windowed peaks and growth, on hand-made snapshots."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-
-SOAK_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "soak.py"
+from repo_files import load_repo_file
 
 
 @pytest.fixture(scope="module")
 def soak():
-    spec = importlib.util.spec_from_file_location("soak", SOAK_PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_repo_file("benchmarks/soak.py", "soak")
 
 
 def snap(rss: float, fds: int, threads: int = 10) -> dict:

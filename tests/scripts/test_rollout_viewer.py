@@ -17,7 +17,6 @@ clicked through in a real headless Chromium (Debian's chromium and chromium-driv
 VERL_UPDATE_SCREENSHOTS=1 also rewrites docs/images/rollout_viewer.png, the screenshot in the README.
 """
 
-import importlib.util
 import json
 import os
 import random
@@ -29,6 +28,7 @@ import sys
 import pytest
 import torch
 from PIL import Image, ImageDraw
+from repo_files import load_repo_file
 
 from verl.protocol import DataProto
 from verl.trainer.rollout_dump import dump_rollouts
@@ -42,10 +42,7 @@ COLORS = ["#cf222e", "#0969da", "#1a7f37", "#bf8700", "#8250df"]
 
 
 def load_viewer():
-    spec = importlib.util.spec_from_file_location("rollout_viewer", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_repo_file("scripts/rollout_viewer.py")
 
 
 @pytest.fixture(scope="module")

@@ -17,22 +17,15 @@ Every expected value in the table was worked out by hand from the reference's ru
 "Answer:" line, then the normalization steps in order); the comment on a row names the rule it pins down.
 """
 
-import importlib.util
-import os
 from types import ModuleType
 
 import pytest
-
-
-DAPO_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "reward_function", "dapo.py")
+from repo_files import load_repo_file
 
 
 @pytest.fixture(scope="module")
 def dapo() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("dapo_reward_example", DAPO_PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_repo_file("examples/reward_function/dapo.py", "dapo_reward_example")
 
 
 REFERENCE_TABLE = [
