@@ -13,6 +13,11 @@
 # limitations under the License.
 """What the runner hands Ray and prints before training, checked without starting Ray."""
 
+import os
+import time
+
+import psutil
+import pytest
 import ray
 from ray._common.utils import load_class
 
@@ -45,3 +50,49 @@ def test_the_checkpoint_plan_names_the_directory_what_and_when():
     )
     config.trainer.save_freq, config.trainer.save_model_only = -1, True
     assert runner.checkpoint_plan(config) == "Checkpoints go to /runs/exp (model weights only, at the end)."
+
+
+def test_task_records_are_off_unless_the_user_set_them(monkeypatch):
+    seen = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: seen.append(os.environ.get(runner.TASK_EVENTS_ENV)))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv(runner.TASK_EVENTS_ENV, raising=False)
+    runner.init_ray(PPOConfig(), "cpu")
+    monkeypatch.setenv(runner.TASK_EVENTS_ENV, "1000")
+    runner.init_ray(PPOConfig(), "cpu")
+    assert seen == ["0", "1000"]
+
+
+def _private_mib(process: psutil.Process) -> float:
+    with open(f"/proc/{process.pid}/status", encoding="utf-8") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("RssAnon:"))
+
+
+@pytest.mark.slow
+def test_many_worker_calls_do_not_grow_the_gcs(monkeypatch):
+    """Every worker call is a Ray task; with Ray's default task records the GCS grew ~70 MiB per 20k calls (and a
+    long run makes millions). A Ray the runner starts keeps it flat."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv(runner.TASK_EVENTS_ENV, raising=False)
+    config = PPOConfig()
+    config.trainer.n_gpus_per_node = 1
+    runner.init_ray(config, "cpu")
+    try:
+
+        @ray.remote(num_cpus=0)
+        class Echo:
+            def echo(self, value: int) -> int:
+                return value
+
+        echo = Echo.remote()
+        ray.get([echo.echo.remote(i) for i in range(500)])
+        gcs = next(p for p in psutil.Process().children(recursive=True) if p.name() == "gcs_server")
+        time.sleep(2)
+        before = _private_mib(gcs)
+        for _ in range(10):
+            ray.get([echo.echo.remote(i) for i in range(1000)])
+        time.sleep(3)  # task records are flushed to the GCS every second when they are on
+        assert _private_mib(gcs) - before < 10, (before, _private_mib(gcs))
+    finally:
+        ray.shutdown()

@@ -184,7 +184,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 _peak_flops: float | None = None
 
 
-def measure_peak_flops(size: int | None = None, repeats: int = 3) -> float:
+def measure_peak_flops(size: int | None = None, repeats: int = 10) -> float:
     """Dense matmul FLOP/s this process reaches on its device, in the training compute dtype (bf16 on CUDA, fp32 on
     the CPU); measured once per process (a fraction of a second) and cached. The denominator of the MFU metrics."""
     global _peak_flops
