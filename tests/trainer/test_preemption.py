@@ -44,8 +44,8 @@ def test_first_signal_is_recorded_and_handlers_are_restored():
     assert "Stopped by SIGTERM after step 7; checkpoint saved to /ckpt/global_step_7" in message
 
 
-@pytest.mark.slow
-def test_sigterm_saves_a_checkpoint_and_the_next_run_resumes(tmp_path):
+def _trainer_command(tmp_path) -> tuple[list[str], dict[str, str], object]:
+    """A 40-step CPU run of the tiny text model (command, environment, checkpoint directory)."""
     model = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
     (tmp_path / "reward.py").write_text(
         "def compute_score(sample):\n    return {'overall': float(len(sample['response']) % 3)}\n"
@@ -71,7 +71,10 @@ def test_sigterm_saves_a_checkpoint_and_the_next_run_resumes(tmp_path):
         f"trainer.save_checkpoint_path={save}",
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    command = [sys.executable, "-m", "verl.trainer.main", *args]
+    return [sys.executable, "-m", "verl.trainer.main", *args], env, save
+
+
+def _start_and_wait_for_a_step(command: list[str], env: dict[str, str], save) -> subprocess.Popen:
     proc = subprocess.Popen([*command, "trainer.max_steps=40"], cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
     log = save / "experiment_log.jsonl"
     deadline = time.monotonic() + 300
@@ -79,6 +82,29 @@ def test_sigterm_saves_a_checkpoint_and_the_next_run_resumes(tmp_path):
         assert proc.poll() is None, proc.stderr.read()[-3000:]
         assert time.monotonic() < deadline, "no training step within 300 s"
         time.sleep(0.5)
+    return proc
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_driver_leaves_no_process_of_the_run(tmp_path):
+    """Ray's daemons die with the driver, but its agents and workers lived ~80 s more; the reaper ends them."""
+    import psutil
+
+    command, env, save = _trainer_command(tmp_path)
+    proc = _start_and_wait_for_a_step(command, env, save)
+    run = psutil.Process(proc.pid).children(recursive=True)
+    assert any("raylet" in " ".join(p.cmdline()) for p in run)
+    proc.kill()
+    proc.communicate()
+    _, alive = psutil.wait_procs(run, timeout=15)
+    assert not alive, [" ".join(p.cmdline())[:80] for p in alive]
+
+
+@pytest.mark.slow
+def test_sigterm_saves_a_checkpoint_and_the_next_run_resumes(tmp_path):
+    command, env, save = _trainer_command(tmp_path)
+    log = save / "experiment_log.jsonl"
+    proc = _start_and_wait_for_a_step(command, env, save)
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]

@@ -30,6 +30,7 @@ def test_the_runner_gives_every_worker_the_setup_hook_and_environment(monkeypatc
     calls = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(runner, "start_reaper", lambda: None)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
     monkeypatch.delenv(quiet.VERBOSE_ENV, raising=False)
@@ -56,6 +57,7 @@ def test_task_records_are_off_unless_the_user_set_them(monkeypatch):
     seen = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kwargs: seen.append(os.environ.get(runner.TASK_EVENTS_ENV)))
+    monkeypatch.setattr(runner, "start_reaper", lambda: None)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.delenv(runner.TASK_EVENTS_ENV, raising=False)
     runner.init_ray(PPOConfig(), "cpu")

@@ -35,6 +35,7 @@ from .checkpointing import resume_path
 from .config import PPOConfig
 from .data_loader import create_dataloader
 from .ray_trainer import RayPPOTrainer, count_training_steps
+from .reaper import start_reaper
 
 
 logger = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ def init_ray(config: PPOConfig, device: str) -> None:
     # tasks`, up to 100k of them: ~3 MB per 100 training steps of the quickstart, growing for days. A run the trainer
     # starts has no dashboard, so the records are turned off (unless the user set the variable).
     os.environ.setdefault(TASK_EVENTS_ENV, "0")
+    start_reaper()  # after a kill -9 of this process, nothing of the run outlives it by more than a few seconds
     ray.init(num_cpus=num_cpus, runtime_env=runtime_env, include_dashboard=False)
 
 

@@ -1,0 +1,72 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The reaper (verl/trainer/reaper.py) on real processes: a driver killed with SIGKILL leaves nothing running."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import psutil
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# A stand-in for the trainer: it starts the reaper as the runner does, then a tree like Ray's (a child with its own
+# child in a new session, as Ray's agents are, and one that ignores SIGTERM), prints the pids and waits.
+DRIVER = """
+import json, subprocess, sys, time
+from verl.trainer.reaper import start_reaper
+reaper = start_reaper(interval=0.2, grace=1.0)
+sleeper = "import time; time.sleep(600)"
+stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+spawner = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {sleeper!r}], start_new_session=True); time.sleep(600)"
+children = [subprocess.Popen([sys.executable, "-c", code]) for code in (spawner, stubborn)]
+time.sleep(1.5)  # the spawner's child has started and the reaper has looked at the tree
+print(json.dumps({"reaper": reaper.pid}), flush=True)
+time.sleep(600)
+"""
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    return psutil.Process(pid).children(recursive=True)
+
+
+def test_a_killed_driver_leaves_nothing_running():
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    reaper_pid = json.loads(driver.stdout.readline())["reaper"]
+    processes = [p for p in _tree(driver.pid) if p.pid != reaper_pid]
+    assert len(processes) == 3  # spawner, stubborn and the spawner's child
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    _, alive = psutil.wait_procs(processes, timeout=10)
+    assert not alive, [p.cmdline() for p in alive]
+    assert not psutil.pid_exists(reaper_pid) or psutil.Process(reaper_pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_the_reaper_ignores_ctrl_c_and_exits_after_its_driver():
+    code = (
+        "import json, signal, time\n"
+        "from verl.trainer.reaper import start_reaper\n"
+        "reaper = start_reaper(interval=0.1, grace=0.5)\n"
+        "print(json.dumps({'reaper': reaper.pid}), flush=True)\n"
+        "time.sleep(1.0)\n"
+        "reaper.send_signal(signal.SIGINT)  # Ctrl-C reaches the whole process group; the driver handles it\n"
+        "time.sleep(0.5)\n"
+        "assert reaper.poll() is None, 'the reaper died of SIGINT'\n"
+    )
+    driver = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    reaper = psutil.Process(json.loads(driver.stdout.readline())["reaper"])
+    assert driver.wait(timeout=60) == 0
+    reaper.wait(timeout=10)  # gone by itself once the driver ended (psutil raises TimeoutExpired otherwise)

@@ -1,0 +1,111 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""A watchdog that ends what a killed trainer leaves behind.
+
+Ray ties its own daemons to the driver that started them, but not what they start in turn: after `kill -9` of the
+driver (or the OOM killer), Ray's dashboard and runtime-env agents and idle workers lived on for about 80 s. The
+runner starts this reaper beside a Ray it starts itself. While the driver lives, the reaper notes the driver's
+descendants every `interval` seconds; once the driver is gone, it sends SIGTERM to those still running, then SIGKILL
+to any left after `grace` seconds, and exits. It ignores SIGINT (Ctrl-C reaches the whole process group; the driver
+stops gracefully on its own) and SIGTERM (a scheduler's preemption signal: the reaper's job comes after the driver's).
+
+    python -m verl.trainer.reaper DRIVER_PID [--interval 1] [--grace 3]
+"""
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+
+def start_reaper(interval: float = 1.0, grace: float = 3.0) -> subprocess.Popen:
+    """Start the reaper for this process (the driver); it exits by itself after the driver."""
+    command = [sys.executable, "-m", "verl.trainer.reaper", str(os.getpid()), f"--interval={interval}"]
+    return subprocess.Popen(
+        [*command, f"--grace={grace}"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, close_fds=True
+    )
+
+
+def _descendants(driver: psutil.Process) -> dict[int, float]:
+    """pid -> start time of every descendant of `driver` but this reaper (a pid may be reused: the time tells)."""
+    found = {}
+    try:
+        for process in driver.children(recursive=True):
+            try:
+                if process.pid != os.getpid():
+                    found[process.pid] = process.create_time()
+            except psutil.Error:
+                continue
+    except psutil.Error:
+        pass
+    return found
+
+
+def _alive(pid: int, started: float) -> psutil.Process | None:
+    try:
+        process = psutil.Process(pid)
+        return process if process.create_time() == started and process.status() != psutil.STATUS_ZOMBIE else None
+    except psutil.Error:
+        return None
+
+
+def reap(left: dict[int, float], grace: float) -> int:
+    """SIGTERM every process of `left` still running, SIGKILL those alive after `grace` s; return how many ended."""
+    processes = [process for pid, started in left.items() if (process := _alive(pid, started)) is not None]
+    for process in processes:
+        try:
+            process.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(processes, timeout=grace)
+    for process in alive:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=grace)
+    return len(processes)
+
+
+def watch(driver_pid: int, interval: float, grace: float) -> int:
+    try:
+        driver = psutil.Process(driver_pid)
+        driver_started = driver.create_time()
+    except psutil.Error:
+        return 0
+    seen: dict[int, float] = {}
+    while _alive(driver_pid, driver_started) is not None:
+        seen.update(_descendants(driver))
+        time.sleep(interval)
+    return reap(seen, grace)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("driver_pid", type=int)
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between looks at the driver's tree")
+    parser.add_argument("--grace", type=float, default=3.0, help="seconds between SIGTERM and SIGKILL")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    watch(args.driver_pid, args.interval, args.grace)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
