@@ -387,21 +387,10 @@ class TreeRSSSampler(threading.Thread):
 
     def end_leftovers(self, grace: float = 10.0) -> int:
         """Terminate (then kill) the processes of the tree still alive after its root ended; returns how many."""
-        import psutil
+        from verl.trainer.reaper import end_processes
 
         alive = [process for process in self.seen.values() if process.is_running() and process.pid != os.getpid()]
-        for process in alive:
-            try:
-                process.terminate()
-            except psutil.Error:
-                pass
-        _, still = psutil.wait_procs(alive, timeout=grace)
-        for process in still:
-            try:
-                process.kill()
-            except psutil.Error:
-                pass
-        return len(alive)
+        return end_processes(alive, grace)
 
 
 class RowWatcher:

@@ -64,9 +64,8 @@ def _alive(pid: int, started: float) -> psutil.Process | None:
         return None
 
 
-def reap(left: dict[int, float], grace: float) -> int:
-    """SIGTERM every process of `left` still running, SIGKILL those alive after `grace` s; return how many ended."""
-    processes = [process for pid, started in left.items() if (process := _alive(pid, started)) is not None]
+def end_processes(processes: list[psutil.Process], grace: float) -> int:
+    """SIGTERM each process, SIGKILL those still alive after `grace` s; return how many there were."""
     for process in processes:
         try:
             process.terminate()
@@ -80,6 +79,11 @@ def reap(left: dict[int, float], grace: float) -> int:
             pass
     psutil.wait_procs(alive, timeout=grace)
     return len(processes)
+
+
+def reap(left: dict[int, float], grace: float) -> int:
+    """End every process of `left` (pid -> start time) that is still running; return how many there were."""
+    return end_processes([process for pid, started in left.items() if (process := _alive(pid, started))], grace)
 
 
 def watch(driver_pid: int, interval: float, grace: float) -> int:
