@@ -48,14 +48,16 @@ class CheckpointSaveError(RuntimeError):
     """A checkpoint could not be written; the previous one is intact and still the latest."""
 
 
-def atomic_write(path: str, write: Callable[[IO[Any]], None], binary: bool = False) -> None:
-    """Write a file through `<path>.tmp`, synced and renamed into place: readers see the old file or the new one."""
+def atomic_write(path: str, write: Callable[[IO[Any]], None], binary: bool = False, sync: bool = True) -> None:
+    """Write a file through `.<name>.tmp` renamed into place: readers see the old file or the new one. `sync` also
+    flushes it to the disk before the rename (checkpoints; not needed for files a crash may lose)."""
     tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp")
     try:
         with open(tmp, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
             write(f)
-            f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -34,6 +34,7 @@ import numpy as np
 
 from ..protocol import DataProto
 from ..utils.multimodal import open_image
+from .checkpointing import atomic_write
 
 
 REWARD_COLUMN_PREFIX = "reward/"
@@ -64,11 +65,7 @@ def _plain(value: Any) -> Any:
 
 
 def _write_atomic(path: str, data: bytes) -> None:
-    """Write through a temporary file and rename it into place, so a reader never sees a half-written file."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    atomic_write(path, lambda f: f.write(data), binary=True, sync=False)
 
 
 def _png_bytes(value: Any) -> bytes:

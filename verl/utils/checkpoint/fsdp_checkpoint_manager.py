@@ -27,6 +27,7 @@ Writes are atomic at the directory level: everything goes to `<path>.tmp` and is
 all ranks have finished, so a crash mid-save never leaves a directory that looks complete.
 """
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -113,7 +114,7 @@ def storage_error(err: BaseException) -> OSError | None:
 
 def _probe_write(directory: str, size: int = 1 << 20) -> OSError | None:
     """Try writing `size` bytes in `directory`: the OSError a full disk or an unwritable path gives, else None."""
-    probe = os.path.join(directory, ".write_probe")
+    probe = os.path.join(directory, f".write_probe.{os.getpid()}")  # one per rank: ranks probe at the same time
     try:
         with open(probe, "wb") as f:
             f.write(bytes(size))
@@ -122,7 +123,7 @@ def _probe_write(directory: str, size: int = 1 << 20) -> OSError | None:
     except OSError as err:
         return err
     finally:
-        if os.path.exists(probe):
+        with contextlib.suppress(OSError):
             os.remove(probe)
     return None
 
