@@ -20,6 +20,7 @@ The driver holds no model: it moves DataProto batches between worker groups, com
 `core_algos`, and keeps the bookkeeping (steps, checkpoints, loggers, progress bar).
 """
 
+import copy
 import json
 import logging
 import os
@@ -381,8 +382,11 @@ class RayPPOTrainer:
         trainer = self.config.trainer
         root = trainer.save_checkpoint_path
         path = step_dir(root, self.global_step)
+        tracker = copy.deepcopy(self.ckpt_tracker)
+        tracker.record(self.global_step, val_score)
         try:
             self._write_checkpoint(path)
+            tracker.save(root)  # last: only now is this checkpoint the latest (a failure leaves the old tracker)
         except Exception as err:
             cause = storage_error(err)
             if cause is None:
@@ -395,8 +399,7 @@ class RayPPOTrainer:
                 f"({cause.filename or path}); {previous}. Free space, or set trainer.save_checkpoint_path to a "
                 "writable directory, and run again to resume."
             ) from err
-        self.ckpt_tracker.record(self.global_step, val_score)
-        self.ckpt_tracker.save(root)  # last: only now is this checkpoint the latest
+        self.ckpt_tracker = tracker
         remove_obsolete_checkpoints(root, trainer.save_limit, self.ckpt_tracker)
         logger.info("Saved checkpoint %s", path)
 
