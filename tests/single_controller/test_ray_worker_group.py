@@ -99,6 +99,20 @@ class DispatchWorker(Worker):
             os._exit(1)
         return self.all_reduce(1.0)
 
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def die_after_peer_fails(self, rank: int) -> None:
+        """The live ranks fail first (as a collective does when its peer's socket closes), then `rank` exits."""
+        if self.rank == rank:
+            time.sleep(1.0)
+            os._exit(1)
+        raise RuntimeError("Connection closed by peer")
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def fail_on(self, rank: int) -> int:
+        if self.rank == rank:
+            raise ValueError(f"bad input on rank {rank}")
+        return self.rank
+
 
 class ActorRole(Worker):
     def __init__(self, name: str) -> None:
@@ -305,6 +319,23 @@ def test_a_dead_worker_fails_the_call_naming_its_rank(pool, dispatch_wg):
         assert time.monotonic() - start < 60
     finally:
         wg.shutdown()
+
+
+def test_a_peer_death_is_named_even_when_a_live_rank_fails_first(pool, dispatch_wg):
+    from verl.single_controller.ray import WorkerDiedError
+
+    wg = RayWorkerGroup(pool, RayClassWithInitArgs(DispatchWorker, offset=0.0), name_prefix="doomed2")
+    try:
+        with pytest.raises(WorkerDiedError, match=r"Worker doomed2 rank 1 died"):
+            wg.die_after_peer_fails(1)
+    finally:
+        wg.shutdown()
+
+
+def test_an_error_on_a_live_group_is_raised_as_itself(dispatch_wg):
+    with pytest.raises(ValueError, match="bad input on rank 1"):
+        dispatch_wg.fail_on(1)
+    assert dispatch_wg.fail_on(5) == [0, 1]  # the group is still usable
 
 
 def test_insufficient_resources_fail_fast_with_message(ray_cluster):

@@ -56,6 +56,9 @@ DIST_INIT_METHOD_ENV = "VERL_DIST_INIT_METHOD"
 COLOCATED_ROLES_ATTR = "__verl_colocated_roles__"
 """Attribute of a class made by `create_colocated_worker_cls`: role name -> role class."""
 
+_PEER_DEATH_GRACE_S = 10.0
+"""After one rank's call fails, how long the other ranks get to show whether a dead process caused it."""
+
 
 class WorkerDiedError(RuntimeError):
     """A worker process of a group died during a call (kill -9, the OOM killer, a crash in native code)."""
@@ -210,11 +213,26 @@ class RayWorkerGroup(WorkerGroup):
             try:
                 ray.get(ready[0])
             except ray.exceptions.ActorDiedError as err:
-                raise WorkerDiedError(
-                    f"Worker {self._name_prefix} rank {ranks[ready[0]]} died (killed, or out of memory: check the "
-                    f"node's memory and `dmesg`); the run cannot continue. Ray said: {err}"
-                ) from None
+                raise self._died(ranks[ready[0]], err) from None
+            except ray.exceptions.RayTaskError:
+                # A collective fails on the live ranks as soon as a peer's process is gone ("connection closed by
+                # peer"), often before Ray reports the death: give the other ranks a moment, and name a dead one.
+                done, _ = ray.wait(pending, num_returns=len(pending), timeout=_PEER_DEATH_GRACE_S)
+                for ref in done:
+                    try:
+                        ray.get(ref)
+                    except ray.exceptions.ActorDiedError as died:
+                        raise self._died(ranks[ref], died) from None
+                    except ray.exceptions.RayTaskError:
+                        pass
+                raise
         return ray.get(handles)
+
+    def _died(self, rank: int, err: BaseException) -> WorkerDiedError:
+        return WorkerDiedError(
+            f"Worker {self._name_prefix} rank {rank} died (killed, or out of memory: check the "
+            f"node's memory and `dmesg`); the run cannot continue. Ray said: {err}"
+        )
 
     # ------------------------------------------------------------------ public
 
