@@ -414,3 +414,19 @@ def test_validation_reads_the_registries(files, monkeypatch):
         ConfigError, match=r"algorithm.lam=0.5 has no effect with algorithm.adv_estimator=sign_of_score"
     ):
         load_config([*base_args(files), *args, "algorithm.lam=0.5"])
+
+
+def test_reward_routes_are_checked_before_ray(files):
+    args = [arg for arg in base_args(files) if not arg.startswith("worker.reward.reward_function=")]
+    config = load_config([*args, f"worker.reward.routes={{math: {files / 'reward.py'}:compute_score}}"])
+    assert config.worker.reward.routes == {"math": f"{files / 'reward.py'}:compute_score"}
+    with pytest.raises(ConfigError, match=r"worker.reward.routes.code: .*missing.py"):
+        load_config([*args, f"worker.reward.routes={{code: {files / 'missing.py'}:score}}"])
+    with pytest.raises(ConfigError, match=r"routes_kwargs has route\(s\) \['code'\] that are not in"):
+        load_config(
+            [
+                *args,
+                f"worker.reward.routes={{math: {files / 'reward.py'}:compute_score}}",
+                "worker.reward.routes_kwargs={code: {timeout_s: 1}}",
+            ]
+        )

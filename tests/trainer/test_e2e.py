@@ -330,3 +330,28 @@ def test_full_disk_at_a_save_keeps_the_previous_checkpoint(workspace, small_disk
     assert json.loads(open(os.path.join(root, "checkpoint_tracker.json")).read())["last_global_step"] == 1
     assert find_last_checkpoint(root) == os.path.join(root, "global_step_1")
     assert is_complete(os.path.join(root, "global_step_1"))
+
+
+def test_staged_response_length_and_adaptive_entropy_resume(workspace):
+    """data.response_length_schedule: each step generates to its stage's length; algorithm.entropy_control: the
+    coefficient rises by the delta each step while the entropy is below a (high) target, and a resumed run goes on
+    from the saved coefficient in the right stage."""
+    name = "staged"
+    args = text_args(
+        workspace,
+        name,
+        "data.response_length_schedule={0: 3, 2: 8}",
+        "algorithm.entropy_control=true",
+        "algorithm.target_entropy=100",  # far above any entropy: the coefficient only rises
+        "algorithm.entropy_coeff_delta=0.01",
+        "trainer.val_freq=-1",
+        "trainer.val_before_train=false",
+    )
+    run_ppo(load_config(args))
+    run_ppo(load_config([arg for arg in args if not arg.startswith("trainer.max_steps")] + ["trainer.max_steps=3"]))
+    steps = [row for row in read_log(workspace["root"] / name) if "critic/score/mean" in row]
+    assert [row["step"] for row in steps] == [1, 2, 3]
+    assert [row["rollout/response_length_limit"] for row in steps] == [3, 8, 8]
+    assert steps[0]["response_length/max"] <= 3
+    assert [row["actor/entropy_coeff"] for row in steps] == pytest.approx([0.0, 0.01, 0.02])
+    assert all(0 < row["actor/entropy_loss"] < 100 for row in steps)

@@ -343,6 +343,47 @@ def test_on_policy_update_without_old_log_probs_has_the_same_loss_and_gradient(m
         ).update_policy(batch)
 
 
+def test_entropy_coeff_from_meta_info_replaces_the_configured_one(model_root: str) -> None:
+    """Adaptive entropy control sends each step's coefficient: it is the one applied, and the entropy reported is the
+    exact one even at coefficient 0 (without the key, coefficient 0 reports the -log p estimate)."""
+    from verl.utils.model_utils import build_model
+    from verl.workers.actor.config import ModelConfig
+    from verl.workers.actor.dp_actor import DataParallelPPOActor
+
+    model = build_model(ModelConfig(model_path=get_or_build_tiny_model("qwen2", model_root)))
+    data = make_text_batch(seed=11, batch_size=6)
+    with torch.no_grad():
+        reference = reference_outputs(model, data, TEMPERATURE)
+    mask = data.batch["response_mask"]
+    exact_entropy = compute_entropy_loss(reference["entropy"], mask, "token-mean", max_response_length=mask.shape[-1])
+
+    def update(config_coeff: float, meta_coeff: float | None) -> tuple[dict, dict]:
+        optimizer = recording_optimizer(model)
+        actor = DataParallelPPOActor(
+            actor_config(True, True, global_batch_size=6, use_kl_loss=False, entropy_coeff=config_coeff),
+            model,
+            optimizer,
+        )
+        batch = data.select(batch_keys=["input_ids", "attention_mask", "position_ids", "responses", "response_mask"])
+        batch.batch["advantages"] = data.batch["advantages"]
+        batch.meta_info["temperature"] = TEMPERATURE
+        if meta_coeff is not None:
+            batch.meta_info["entropy_coeff"] = meta_coeff
+        metrics = actor.update_policy(batch)
+        return metrics, {name: grad.clone() for name, grad in optimizer.grads.items() if grad is not None}
+
+    configured, grads_configured = update(0.05, None)
+    sent, grads_sent = update(0.0, 0.05)  # the configured 0 is replaced by the step's 0.05
+    plain, grads_plain = update(0.0, None)
+    zero, _ = update(0.0, 0.0)
+    assert sent["actor/entropy_coeff"] == 0.05 and "actor/entropy_coeff" not in configured
+    for name, grad in grads_configured.items():
+        torch.testing.assert_close(grads_sent[name], grad, rtol=1e-4, atol=1e-6 * grad.abs().max().item() + 1e-9)
+    assert any(not torch.allclose(grads_plain[name], grad) for name, grad in grads_sent.items())
+    assert zero["actor/entropy_loss"] == pytest.approx(exact_entropy.item(), rel=1e-4)
+    assert plain["actor/entropy_loss"] != pytest.approx(exact_entropy.item(), rel=1e-3)  # the -log p estimate
+
+
 def test_actor_input_errors_name_the_missing_key(model_root: str) -> None:
     from PIL import Image
 

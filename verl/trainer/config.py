@@ -33,6 +33,7 @@ from ..utils.config import ConfigError, load_yaml, merge_config, parse_dotlist, 
 from ..workers.actor.config import ATTN_IMPLEMENTATIONS, VISION_LANGUAGE_MODEL_TYPES, ActorConfig
 from ..workers.config import WorkerConfig
 from ..workers.reward import RewardFunctionLoadError, check_reward_function
+from .schedules import check_response_length_schedule
 
 
 logger = logging.getLogger(__name__)
@@ -63,7 +64,12 @@ class DataConfig:
     max_prompt_length: int = 512
     """Prompt budget in tokens (image tokens included); prompts are left-padded to it."""
     max_response_length: int = 512
-    """Most tokens generated per response."""
+    """Most tokens generated per response (with response_length_schedule: the longest stage)."""
+    response_length_schedule: dict[int, int] = field(default_factory=dict)
+    """Staged context: {step where a stage starts: its response length}, e.g. {0: 8192, 500: 16384, 1000: 32768}.
+    The first stage starts at step 0; every length is at most max_response_length, which sizes the engine. Each
+    step generates (and pads, so the micro-batch token budgets follow) to its stage's length; resuming continues in
+    the right stage. Empty: every step uses max_response_length."""
     rollout_batch_size: int = 512
     """Prompts per training step."""
     mini_rollout_batch_size: int | None = None
@@ -128,6 +134,18 @@ class AlgorithmConfig:
     """Groups with a mean at or below this are dropped."""
     filter_high: float = 0.99
     """Groups with a mean at or above this are dropped."""
+    entropy_control: bool = False
+    """Adaptive entropy control (Skywork-OR1): after every step the entropy bonus' coefficient (starting at
+    worker.actor.entropy_coeff) moves by entropy_coeff_delta towards keeping the policy's token entropy at
+    target_entropy, within [entropy_coeff_min, entropy_coeff_max]. Logged as actor/entropy_coeff."""
+    target_entropy: float = 0.2
+    """Token entropy (nats) that entropy_control aims for."""
+    entropy_coeff_delta: float = 0.005
+    """Step of the entropy coefficient per training step under entropy_control."""
+    entropy_coeff_min: float = 0.0
+    """Lower bound of the entropy coefficient under entropy_control."""
+    entropy_coeff_max: float = 0.05
+    """Upper bound of the entropy coefficient under entropy_control."""
 
 
 @dataclass
@@ -257,12 +275,19 @@ def _absolutize_local_paths(config: PPOConfig) -> None:
         model.model_path = _absolutize(model.model_path)
         model.tokenizer_path = _absolutize(model.tokenizer_path)
     reward = config.worker.reward
-    if reward.reward_function and ".py" in reward.reward_function:
-        path, sep, function = reward.reward_function.rpartition(":")
-        if not sep or not path.endswith(".py"):
-            path, function = reward.reward_function, "main"
-        reward.reward_function = f"{_absolutize(path)}:{function}"
+    reward.reward_function = _absolutize_function(reward.reward_function)
+    reward.routes = {route: _absolutize_function(spec) for route, spec in reward.routes.items()}
     config.trainer.load_checkpoint_path = _absolutize(config.trainer.load_checkpoint_path)
+
+
+def _absolutize_function(spec: str | None) -> str | None:
+    """"path/to/file.py:function" with the path made absolute (the function defaults to main)."""
+    if not spec or ".py" not in spec:
+        return spec
+    path, sep, function = spec.rpartition(":")
+    if not sep or not path.endswith(".py"):
+        path, function = spec, "main"
+    return f"{_absolutize(path)}:{function}"
 
 
 def _rename_easyr1_values(config: PPOConfig) -> None:
@@ -544,6 +569,20 @@ def _check_algorithm(config: PPOConfig) -> None:
             "algorithm.kl_penalty=full needs whole vocabulary distributions, but the workers compute "
             "one log-prob per token; choose low_var_kl, kl, abs or mse."
         )
+    if algo.entropy_control:
+        if algo.target_entropy <= 0 or algo.entropy_coeff_delta <= 0:
+            raise ConfigError(
+                f"algorithm.target_entropy={algo.target_entropy} and algorithm.entropy_coeff_delta="
+                f"{algo.entropy_coeff_delta} must be positive under algorithm.entropy_control."
+            )
+        if not 0 <= algo.entropy_coeff_min <= algo.entropy_coeff_max:
+            raise ConfigError(
+                f"algorithm.entropy_coeff_min={algo.entropy_coeff_min} and entropy_coeff_max="
+                f"{algo.entropy_coeff_max} must satisfy 0 <= min <= max."
+            )
+    problem = check_response_length_schedule(config.data.response_length_schedule, config.data.max_response_length)
+    if problem:
+        raise ConfigError(f"data.response_length_schedule={config.data.response_length_schedule} {problem}")
     if algo.online_filtering and not algo.filter_low < algo.filter_high:
         raise ConfigError(
             f"algorithm.filter_low={algo.filter_low} must be below algorithm.filter_high={algo.filter_high}."
@@ -597,6 +636,17 @@ def _check_paths(config: PPOConfig) -> None:
             check_reward_function(reward.reward_function, reward.reward_function_kwargs)
         except RewardFunctionLoadError as err:
             raise ConfigError(str(err)) from None
+    unknown = sorted(set(reward.routes_kwargs) - set(reward.routes))
+    if unknown:
+        raise ConfigError(
+            f"worker.reward.routes_kwargs has route(s) {unknown} that are not in worker.reward.routes "
+            f"({sorted(reward.routes)})."
+        )
+    for route, spec in reward.routes.items():
+        try:
+            check_reward_function(spec, reward.routes_kwargs.get(route, {}))
+        except RewardFunctionLoadError as err:
+            raise ConfigError(f"worker.reward.routes.{route}: {err}") from None
     if config.trainer.load_checkpoint_path:
         path = config.trainer.load_checkpoint_path
         _check_path("trainer.load_checkpoint_path", path, "directory")

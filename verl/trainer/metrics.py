@@ -27,6 +27,12 @@ def reduce_metrics(metrics: dict[str, list[float]]) -> dict[str, float]:
     return {key: float(np.mean(values)) for key, values in metrics.items() if len(values) > 0}
 
 
+def applicable_values(columns: dict[str, list[float]]) -> dict[str, list[float]]:
+    """Per-sample reward columns without their NaNs: a routed reward (worker.reward.routes) marks a key that a row's
+    function does not return as NaN, so each key's mean is over the rows it applies to."""
+    return {key: [v for v in values if v == v] for key, values in columns.items()}
+
+
 def append_metrics(store: dict[str, list[float]], new: dict[str, Any] | list[dict[str, Any]]) -> None:
     """Add values (or lists of values) by key; a list of dicts (one per rank) adds each rank's values."""
     if isinstance(new, list):

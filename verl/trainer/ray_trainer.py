@@ -54,6 +54,7 @@ from .config import PPOConfig
 from .data_loader import load_loader_state
 from .metrics import (
     append_metrics,
+    applicable_values,
     compute_data_metrics,
     compute_mfu_metrics,
     compute_throughput_metrics,
@@ -63,6 +64,7 @@ from .metrics import (
 )
 from .preemption import StopRequest, TrainingInterrupted
 from .rollout_dump import decode_texts, dump_rollouts
+from .schedules import EntropyController, response_length_at
 
 
 logger = logging.getLogger(__name__)
@@ -131,6 +133,17 @@ class RayPPOTrainer:
             actor.ppo_epochs != 1 or actor.global_batch_size < config.data.rollout_batch_size or self.kl_in_reward
         )
         self.kl_ctrl = core_algos.get_kl_controller(algo.kl_type, algo.kl_coef, algo.kl_target, algo.kl_horizon)
+        self.entropy_ctrl = (
+            EntropyController(
+                actor.entropy_coeff,
+                algo.target_entropy,
+                algo.entropy_coeff_delta,
+                algo.entropy_coeff_min,
+                algo.entropy_coeff_max,
+            )
+            if algo.entropy_control
+            else None
+        )
         self.global_step = 0
         self.ckpt_tracker = CheckpointTracker()
         self.total_steps = count_training_steps(config, len(train_dataloader))
@@ -150,6 +163,13 @@ class RayPPOTrainer:
             self._data_iter = iter(self.train_dataloader)
             return next(self._data_iter)
 
+    def _stage_meta(self) -> dict[str, int]:
+        """The generation meta_info of this step's stage of data.response_length_schedule (empty without one)."""
+        data = self.config.data
+        if not data.response_length_schedule:
+            return {}
+        return {"response_length": response_length_at(data.response_length_schedule, self.global_step, 0)}
+
     def _generate(self, prompts: DataProto, metrics: dict[str, list[float]]) -> DataProto:
         """n responses per prompt, joined with the prompt columns (and the remax greedy baseline)."""
         n = self.config.worker.rollout.n
@@ -157,6 +177,7 @@ class RayPPOTrainer:
             [f"{self.global_step}-{i}-{time.monotonic_ns()}" for i in range(len(prompts))], dtype=object
         )
         gen_batch = split_generation_inputs(prompts)
+        gen_batch.meta_info.update(self._stage_meta())
         output = self.actor_rollout_ref_wg.generate_sequences(gen_batch)
         append_metrics(metrics, output.meta_info.pop("metrics", {}))
         if self.config.algorithm.adv_estimator == "remax":
@@ -211,7 +232,7 @@ class RayPPOTrainer:
         batch = DataProto.concat(kept)[:target]
         reward_columns = [key for key in batch.non_tensor_batch if key.startswith("reward/")]
         for key in reward_columns:
-            append_metrics(metrics, {key: [float(v) for v in batch.non_tensor_batch[key]]})
+            append_metrics(metrics, applicable_values({key: [float(v) for v in batch.non_tensor_batch[key]]}))
         return batch
 
     def _balance_batch(self, batch: DataProto, metrics: dict[str, list[float]]) -> None:
@@ -297,7 +318,7 @@ class RayPPOTrainer:
             if reward_ref is not None:
                 scores, reward_metrics = self._get_reward(reward_ref)
                 batch.batch["token_level_scores"] = scores
-                append_metrics(metrics, {f"reward/{k}": v for k, v in reward_metrics.items()})
+                append_metrics(metrics, applicable_values({f"reward/{k}": v for k, v in reward_metrics.items()}))
                 batch.non_tensor_batch.update(
                     {f"reward/{k}": np.array(v, dtype=object) for k, v in reward_metrics.items()}
                 )
@@ -322,9 +343,15 @@ class RayPPOTrainer:
                 output = self.critic_wg.update_critic(batch)
                 append_metrics(metrics, output.meta_info["metrics"])
         if self.global_step >= self.config.trainer.critic_warmup:
+            if self.entropy_ctrl is not None:
+                batch.meta_info["entropy_coeff"] = self.entropy_ctrl.coef
             with timer("update_actor", timing_raw):
                 output = wg.update_actor(batch)
                 append_metrics(metrics, output.meta_info["metrics"])
+            if self.entropy_ctrl is not None:  # the coefficient of the next step, from this step's entropy
+                self.entropy_ctrl.update(float(np.mean(output.meta_info["metrics"]["actor/entropy_loss"])))
+        if self.config.data.response_length_schedule:
+            append_metrics(metrics, {"rollout/response_length_limit": self._stage_meta()["response_length"]})
         return batch, reduce_metrics(metrics)
 
     # ------------------------------------------------------------------------------------------------ validation
@@ -343,14 +370,14 @@ class RayPPOTrainer:
         for batch in self.val_dataloader:
             batch.non_tensor_batch["uid"] = np.array([f"val-{i}" for i in range(len(batch))], dtype=object)
             gen_batch = split_generation_inputs(batch)
-            gen_batch.meta_info.update(overrides, n=n, validate=True)
+            gen_batch.meta_info.update(self._stage_meta(), **overrides, n=n, validate=True)
             output = wg.generate_sequences(gen_batch)
             output.meta_info.pop("metrics", None)
             batch = batch.repeat(n, interleave=True).union(output)
             reward_tensor, reward_metrics = self._get_reward(self.val_reward_fn.compute_reward.remote(batch))
             batch_scores = reward_tensor.sum(-1).tolist()
             scores.extend(batch_scores)
-            append_metrics(metrics, {f"val/{k}_reward": v for k, v in reward_metrics.items()})
+            append_metrics(metrics, applicable_values({f"val/{k}_reward": v for k, v in reward_metrics.items()}))
             lengths = batch.batch["response_mask"].sum(-1).float()
             append_metrics(metrics, {"val_response_length/mean": lengths.tolist()})
             samples.extend(self._decode_samples(batch, batch_scores))
@@ -415,6 +442,8 @@ class RayPPOTrainer:
             loader_state = self.train_dataloader.state_dict()
             atomic_write(os.path.join(path, "dataloader.pt"), lambda f: torch.save(loader_state, f), binary=True)
             state = {"global_step": self.global_step, "kl_ctrl": self.kl_ctrl.state_dict()}
+            if self.entropy_ctrl is not None:
+                state["entropy_ctrl"] = self.entropy_ctrl.state_dict()
             atomic_write(os.path.join(path, "trainer_state.json"), lambda f: json.dump(state, f))
 
     def _load_checkpoint(self) -> None:
@@ -433,7 +462,10 @@ class RayPPOTrainer:
         state_file = os.path.join(path, "trainer_state.json")
         if os.path.isfile(state_file):
             with open(state_file, encoding="utf-8") as f:
-                self.kl_ctrl.load_state_dict(json.load(f)["kl_ctrl"])
+                state = json.load(f)
+            self.kl_ctrl.load_state_dict(state["kl_ctrl"])
+            if self.entropy_ctrl is not None and "entropy_ctrl" in state:
+                self.entropy_ctrl.load_state_dict(state["entropy_ctrl"])
         self.ckpt_tracker = CheckpointTracker.load(trainer.save_checkpoint_path) or CheckpointTracker()
 
     # ------------------------------------------------------------------------------------------------ the loop

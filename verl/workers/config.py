@@ -58,6 +58,15 @@ class RewardConfig:
     """Python file and function that score a response: path/to/file.py:function (function defaults to main)."""
     reward_function_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments passed to the reward function."""
+    routes: dict[str, str] = field(default_factory=dict)
+    """Mixed datasets: {value of the row's route_key column: "path/to/file.py:function"}, e.g. {math: ...math_verify.py:
+    compute_score, code: ...code.py:compute_score}. Each row is scored by its route's function; rows whose value is
+    not a route go to reward_function (an error if it is unset). Keys that only some routes return are averaged
+    over the rows that have them; `<route>/overall` is logged per route."""
+    route_key: str = "data_source"
+    """Dataset column whose value picks the route of a row."""
+    routes_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Keyword arguments of each route's function: {route: {name: value}}."""
     skip_special_tokens: bool = True
     """Decode responses without special tokens before scoring."""
     num_cpus: int = 1

@@ -207,6 +207,15 @@ def _text_worker(rank: int, port: int, model_dir: str) -> None:
     validation_prompts.meta_info = {"validate": True}  # val_override_config: greedy, one sample
     validation = rollout.generate_sequences(validation_prompts)
     assert torch.equal(validation.batch["responses"], greedy.batch["responses"])
+    # A stage of data.response_length_schedule: responses stop at (and are padded to) the stage's length.
+    staged_prompts = prompts[:]
+    staged_prompts.meta_info = {"temperature": 0.0, "n": 1, "response_length": 5}
+    staged = rollout.generate_sequences(staged_prompts)
+    assert staged.batch["responses"].shape[-1] == 5 and staged.batch["input_ids"].shape[-1] == prompt_length + 5
+    assert torch.equal(staged.batch["responses"], greedy.batch["responses"][:, :5])
+    staged_prompts.meta_info["response_length"] = response_length + 1
+    with pytest.raises(ValueError, match=r"response_length.*rollout.response_length=24"):
+        rollout.generate_sequences(staged_prompts)
 
     # 2. Sampled tokens: vLLM's log-probs equal the actor's recomputed ones, at temperature 1 and 0.7.
     sampled_call = rollout.generate_calls

@@ -188,6 +188,9 @@ class DataParallelPPOActor:
         if "temperature" not in data.meta_info:
             raise KeyError("update_policy needs meta_info['temperature'] (the rollout temperature); set it.")
         temperature = data.meta_info["temperature"]
+        # Adaptive entropy control sends this step's coefficient; the entropy is then computed exactly, even at 0.
+        adaptive_entropy = "entropy_coeff" in data.meta_info
+        entropy_coeff = float(data.meta_info.get("entropy_coeff", self.config.entropy_coeff))
         extra_keys = ("advantages", "response_mask")
         if "old_log_probs" in data.batch.keys():
             extra_keys += ("old_log_probs",)
@@ -203,12 +206,17 @@ class DataParallelPPOActor:
         metrics: dict[str, list[float]] = defaultdict(list)
         for _ in range(self.config.ppo_epochs):
             for mini_batch in data.split(self.mini_batch_size):
-                for name, value in self._update_mini_batch(mini_batch, temperature).items():
+                update = self._update_mini_batch(mini_batch, temperature, entropy_coeff, adaptive_entropy)
+                for name, value in update.items():
                     metrics[name].append(value)
         metrics["actor/lr"].append(self.optimizer.param_groups[0]["lr"])
+        if adaptive_entropy:
+            metrics["actor/entropy_coeff"].append(entropy_coeff)
         return {name: float(np.mean(values)) for name, values in metrics.items()}
 
-    def _update_mini_batch(self, mini_batch: DataProto, temperature: float) -> dict[str, float]:
+    def _update_mini_batch(
+        self, mini_batch: DataProto, temperature: float, entropy_coeff: float, exact_entropy: bool = False
+    ) -> dict[str, float]:
         """Accumulate the gradient of one mini-batch over its micro-batches, then take one optimizer step."""
         config = self.config
         micro_batches, _ = make_micro_batches(
@@ -223,7 +231,9 @@ class DataParallelPPOActor:
         sums = torch.zeros(len(_SUMMED_METRICS), dtype=torch.float64)
         self.optimizer.zero_grad(set_to_none=True)
         for micro in micro_batches:
-            loss, micro_sums = self._micro_batch_loss(micro, temperature, token_count, seq_count)
+            loss, micro_sums = self._micro_batch_loss(
+                micro, temperature, token_count, seq_count, entropy_coeff, exact_entropy
+            )
             (loss * self.world_size).backward()  # FSDP averages gradients over ranks; the shares must add up
             sums += micro_sums
         grad_norm = self._optimizer_step()
@@ -240,7 +250,13 @@ class DataParallelPPOActor:
         return metrics
 
     def _micro_batch_loss(
-        self, micro: DataProto, temperature: float, token_count: float, seq_count: float
+        self,
+        micro: DataProto,
+        temperature: float,
+        token_count: float,
+        seq_count: float,
+        entropy_coeff: float,
+        exact_entropy: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """This micro-batch's share of the mini-batch loss, and its contributions to the `_SUMMED_METRICS`."""
         config = self.config
@@ -252,7 +268,7 @@ class DataParallelPPOActor:
             "global_seq_count": seq_count,
             "max_response_length": response_mask.shape[-1],
         }
-        out = self._forward(micro, temperature, calculate_entropy=config.entropy_coeff != 0)
+        out = self._forward(micro, temperature, calculate_entropy=entropy_coeff != 0 or exact_entropy)
         log_probs = out["log_probs"]
         old_log_probs = batch["old_log_probs"] if "old_log_probs" in batch.keys() else log_probs.detach()
         pg_loss, pg_metrics = compute_policy_loss(
@@ -269,9 +285,10 @@ class DataParallelPPOActor:
             **agg,
         )
         loss = pg_loss
-        if config.entropy_coeff != 0:
+        if "entropy" in out:
             entropy_loss = compute_entropy_loss(out["entropy"], response_mask, **agg)
-            loss = loss - config.entropy_coeff * entropy_loss
+            if entropy_coeff != 0:
+                loss = loss - entropy_coeff * entropy_loss
         else:  # -log p of the sampled tokens estimates the entropy for free (on-policy samples)
             entropy_loss = agg_loss(-log_probs.detach(), response_mask, **agg)
         kl_loss = torch.zeros(())

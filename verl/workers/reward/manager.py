@@ -30,6 +30,7 @@ import torch
 from ...protocol import DataProto
 from .function import (
     CONFIG_KEY,
+    RewardFunctionError,
     RewardFunctionLoadError,
     RewardInput,
     check_scores,
@@ -55,29 +56,48 @@ _PIPELINE_KEYS = frozenset({"raw_prompt_ids", "multi_modal_inputs"})
 class RewardSettings:
     """The reward part of the config as plain values, so it travels to a Ray actor without the config classes."""
 
-    reward_function: str
-    """"path/to/file.py:function" (worker.reward.reward_function)."""
+    reward_function: str | None
+    """"path/to/file.py:function" (worker.reward.reward_function); with routes, the scorer of unrouted rows."""
     reward_function_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments passed to the function on every call."""
     skip_special_tokens: bool = True
     """Decode responses without special tokens (EOS, chat markers)."""
     num_cpus: int = 1
     """CPUs of the reward actor; above 1, a sequential function runs in that many worker processes."""
+    routes: dict[str, str] = field(default_factory=dict)
+    """{value of the row's `route_key` column: "path/to/file.py:function"} (worker.reward.routes)."""
+    route_key: str = "data_source"
+    """The dataset column that picks a row's route."""
+    routes_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Keyword arguments of each route's function."""
 
     @classmethod
     def from_config(cls, config: Any) -> "RewardSettings":
         """Read worker.reward from any object with RewardConfig's attributes."""
-        if not getattr(config, "reward_function", None):
+        routes = {str(k): v for k, v in (getattr(config, "routes", None) or {}).items()}
+        if not getattr(config, "reward_function", None) and not routes:
             raise RewardFunctionLoadError(
                 f"{CONFIG_KEY} is not set; point it at your scorer, e.g. "
-                "examples/reward_function/math.py:compute_score."
+                "examples/reward_function/math.py:compute_score (or give worker.reward.routes for a mixed dataset)."
             )
         return cls(
-            reward_function=config.reward_function,
+            reward_function=getattr(config, "reward_function", None) or None,
             reward_function_kwargs=dict(getattr(config, "reward_function_kwargs", None) or {}),
             skip_special_tokens=bool(getattr(config, "skip_special_tokens", True)),
             num_cpus=int(getattr(config, "num_cpus", 1)),
+            routes=routes,
+            route_key=str(getattr(config, "route_key", "data_source")),
+            routes_kwargs={str(k): dict(v) for k, v in (getattr(config, "routes_kwargs", None) or {}).items()},
         )
+
+    def functions(self) -> dict[str | None, tuple[str, dict[str, Any]]]:
+        """(spec, kwargs) of every function to load: each route's, and under None the default reward_function."""
+        specs: dict[str | None, tuple[str, dict[str, Any]]] = {
+            route: (spec, self.routes_kwargs.get(route, {})) for route, spec in self.routes.items()
+        }
+        if self.reward_function:
+            specs[None] = (self.reward_function, self.reward_function_kwargs)
+        return specs
 
 
 def _plain(value: Any) -> Any:
@@ -195,3 +215,68 @@ class FunctionRewardManager:
         """Stop the worker processes of the parallel pool, if any."""
         if self._pool is not None:
             self._pool.close()
+
+
+class RoutedRewardManager:
+    """Scores a mixed batch: each row by the function of its route (the value of its `route_key` column).
+
+    The columns returned are the union of every route's keys. A key that a row's function does not return is NaN
+    for that row (never a made-up 0.0), so per-key means are taken over the rows that have the key; `overall` is
+    present for every row, and `<route>/overall` holds each route's own reward (NaN on the other routes' rows).
+    """
+
+    def __init__(self, settings: RewardSettings, tokenizer: Any) -> None:
+        self.settings = settings
+        self.tokenizer = tokenizer
+        self.managers = {
+            route: FunctionRewardManager(
+                RewardSettings(spec, kwargs, settings.skip_special_tokens, settings.num_cpus), tokenizer
+            )
+            for route, (spec, kwargs) in settings.functions().items()
+        }
+
+    def _route_of(self, sample: Mapping[str, Any], index: int) -> str | None:
+        value = sample["extra_info"].get(self.settings.route_key)
+        route = None if value is None else str(value)
+        if route in self.managers:
+            return route
+        if None in self.managers:
+            return None
+        uid = f" (uid {sample.get('uid')})" if sample.get("uid") is not None else ""
+        raise RewardFunctionError(
+            f"Sample {index}{uid} has {self.settings.route_key}={value!r}, which is not a route of "
+            f"worker.reward.routes ({sorted(self.settings.routes)}) and no worker.reward.reward_function is set for "
+            f"other rows; add the route, set a default reward_function, or fix the row's "
+            f"'{self.settings.route_key}' column.",
+            sample_index=index,
+        )
+
+    def score(self, samples: list[Mapping[str, Any]]) -> dict[str, list[float]]:
+        groups: dict[str | None, list[int]] = {}
+        for index, sample in enumerate(samples):
+            groups.setdefault(self._route_of(sample, index), []).append(index)
+        columns: dict[str, list[float]] = {}
+        for route, indices in groups.items():
+            scored = self.managers[route].score([samples[i] for i in indices])
+            if route is not None:
+                scored = {**scored, f"{route}/overall": scored["overall"]}
+            for key, values in scored.items():
+                column = columns.setdefault(key, [float("nan")] * len(samples))
+                for index, value in zip(indices, values):
+                    column[index] = value
+        return columns
+
+    def compute_reward(self, data: DataProto) -> tuple[torch.Tensor, dict[str, list[float]]]:
+        """(token-level scores (batch, response_length) float32, metrics key -> per-sample values, NaN = n/a)."""
+        samples = build_reward_inputs(data, self.tokenizer, self.settings.skip_special_tokens)
+        metrics = self.score(samples)
+        return place_scores(metrics["overall"], _valid_response_mask(data)), metrics
+
+    def close(self) -> None:
+        for manager in self.managers.values():
+            manager.close()
+
+
+def create_reward_manager(settings: RewardSettings, tokenizer: Any) -> FunctionRewardManager | RoutedRewardManager:
+    """The manager for `settings`: routed when worker.reward.routes is set, else the single function's."""
+    return RoutedRewardManager(settings, tokenizer) if settings.routes else FunctionRewardManager(settings, tokenizer)

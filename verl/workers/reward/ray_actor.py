@@ -26,7 +26,7 @@ import torch
 from ...protocol import DataProto
 from ...utils.tokenizer import get_tokenizer
 from .function import check_reward_function
-from .manager import FunctionRewardManager, RewardSettings
+from .manager import RewardSettings, create_reward_manager
 
 
 @ray.remote
@@ -35,7 +35,7 @@ class RewardActor:
 
     def __init__(self, settings: RewardSettings, tokenizer_path: str, trust_remote_code: bool = False) -> None:
         tokenizer = get_tokenizer(tokenizer_path, trust_remote_code=trust_remote_code)
-        self.manager = FunctionRewardManager(settings, tokenizer)
+        self.manager = create_reward_manager(settings, tokenizer)
 
     def compute_reward(self, data: DataProto) -> tuple[torch.Tensor, dict[str, list[float]]]:
         """(token-level scores (batch, response_length) float32, metrics key -> per-sample values)."""
@@ -55,7 +55,8 @@ def create_reward_actor(
     killing the actor. Only plain values (RewardSettings) are sent to the actor, which then needs no config classes.
     """
     settings = RewardSettings.from_config(config)
-    check_reward_function(settings.reward_function, settings.reward_function_kwargs)
+    for spec, kwargs in settings.functions().values():
+        check_reward_function(spec, kwargs)
     options: dict[str, Any] = {"num_cpus": settings.num_cpus}
     if name is not None:
         options["name"] = name

@@ -367,6 +367,8 @@ class VLLMRollout:
             dist.all_gather_object(gathered, prompts, group=tp_group)
             prompts = DataProto.concat(gathered)
         kwargs = self.sampling_kwargs(prompts.meta_info)
+        response_length = self.call_response_length(prompts.meta_info)
+        kwargs["max_tokens"] = response_length
         inputs = self._engine_inputs(prompts)
         base_seed = kwargs.pop("seed", None)
         base_seed = self.config.seed if base_seed is None else int(base_seed)
@@ -383,11 +385,25 @@ class VLLMRollout:
             self.generate_calls += 1
         with preserved_rng_state():
             outputs = self.inference_engine.generate(inputs, params, use_tqdm=not self.config.disable_tqdm)
-        output = self._to_dataproto(prompts, outputs, kwargs["n"])
+        output = self._to_dataproto(prompts, outputs, kwargs["n"], response_length)
         return output.chunk(tp_size)[tp_rank] if tp_size > 1 else output
 
-    def _to_dataproto(self, prompts: DataProto, outputs: list[Any], n: int) -> DataProto:
-        response_length = self.config.response_length
+    def call_response_length(self, meta_info: dict[str, Any]) -> int:
+        """Most tokens per response for this call: meta_info["response_length"] (a stage of
+        data.response_length_schedule) or rollout.response_length. Responses are padded to it, so the actor's
+        micro-batch token budgets (rows x padded width) follow the stage."""
+        limit = self.config.response_length
+        value = meta_info.get("response_length")
+        if value is None:
+            return limit
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= limit:
+            raise ValueError(
+                f"meta_info['response_length']={value!r} must be an int in [1, rollout.response_length={limit}] (the "
+                "engine was sized for data.max_response_length)."
+            )
+        return value
+
+    def _to_dataproto(self, prompts: DataProto, outputs: list[Any], n: int, response_length: int) -> DataProto:
         tokens, logprobs = [], []
         for output in outputs:
             for completion in output.outputs:

@@ -1,0 +1,94 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Mixed datasets: worker.reward.routes scores each row with the function its data_source names."""
+
+import math
+
+import pytest
+
+from verl.trainer.metrics import applicable_values, reduce_metrics
+from verl.workers.config import RewardConfig
+from verl.workers.reward import RewardFunctionError
+from verl.workers.reward.manager import RewardSettings, RoutedRewardManager, create_reward_manager
+
+
+MATH = """
+REWARD_TYPE = "sequential"
+
+def score(sample, bonus=0.0):
+    correct = float(sample["response"].strip() == sample["ground_truth"])
+    return {"overall": correct + bonus, "accuracy": correct}
+"""
+
+CODE = """
+REWARD_TYPE = "batch"
+
+def score(samples):
+    return [
+        {"overall": 0.5, "accuracy": 0.0, "pass_rate": float(len(s["response"])) / 100.0} for s in samples
+    ]
+"""
+
+DEFAULT = """
+def score(sample):
+    return {"overall": -1.0, "accuracy": 0.0}
+"""
+
+
+def routed(write_reward_file, tokenizer, default: bool = False) -> RoutedRewardManager:
+    config = RewardConfig(
+        reward_function=f"{write_reward_file(DEFAULT, 'default.py')}:score" if default else None,
+        routes={
+            "math": f"{write_reward_file(MATH, 'm.py')}:score",
+            "code": f"{write_reward_file(CODE, 'c.py')}:score",
+        },
+        routes_kwargs={"math": {"bonus": 0.25}},
+    )
+    manager = create_reward_manager(RewardSettings.from_config(config), tokenizer)
+    assert isinstance(manager, RoutedRewardManager)
+    return manager
+
+
+def test_rows_are_scored_by_their_route(make_batch, write_reward_file, tokenizer) -> None:
+    batch = make_batch(
+        ["Q1", "Q2", "Q3", "Q4"],
+        ["4", "print(1)", "5", "x"],
+        non_tensors={"ground_truth": ["4", "-", "6", "-"], "data_source": ["math", "code", "math", "code"]},
+    )
+    reward_tensor, columns = routed(write_reward_file, tokenizer).compute_reward(batch)
+    assert columns["overall"] == [1.25, 0.5, 0.25, 0.5]  # math kwargs reach only the math route
+    assert reward_tensor.sum(-1).tolist() == [1.25, 0.5, 0.25, 0.5]
+    assert columns["accuracy"] == [1.0, 0.0, 0.0, 0.0]  # a key every route returns: one value per row
+    assert math.isnan(columns["pass_rate"][0]) and columns["pass_rate"][1] == pytest.approx(0.08)
+    assert [math.isnan(v) for v in columns["math/overall"]] == [False, True, False, True]
+    reduced = reduce_metrics(applicable_values(columns))
+    assert reduced["pass_rate"] == pytest.approx((0.08 + 0.01) / 2)  # over the code rows only
+    assert reduced["math/overall"] == pytest.approx(0.75) and reduced["code/overall"] == 0.5
+
+
+def test_an_unknown_route_is_named_or_goes_to_the_default(make_batch, write_reward_file, tokenizer) -> None:
+    batch = make_batch(
+        ["Q1", "Q2"], ["4", "4"], non_tensors={"ground_truth": ["4", "4"], "data_source": ["math", "geo"]}
+    )
+    with pytest.raises(
+        RewardFunctionError, match=r"Sample 1 has data_source='geo', which is not a route.*\['code', 'math'\]"
+    ):
+        routed(write_reward_file, tokenizer).compute_reward(batch)
+    _, columns = routed(write_reward_file, tokenizer, default=True).compute_reward(batch)
+    assert columns["overall"] == [1.25, -1.0] and "geo/overall" not in columns
+
+
+def test_without_routes_the_single_function_manager_is_used(write_reward_file, tokenizer) -> None:
+    settings = RewardSettings.from_config(RewardConfig(reward_function=f"{write_reward_file(MATH)}:score"))
+    assert not isinstance(create_reward_manager(settings, tokenizer), RoutedRewardManager)
