@@ -281,7 +281,7 @@ def _absolutize_local_paths(config: PPOConfig) -> None:
 
 
 def _absolutize_function(spec: str | None) -> str | None:
-    """"path/to/file.py:function" with the path made absolute (the function defaults to main)."""
+    """ "path/to/file.py:function" with the path made absolute (the function defaults to main)."""
     if not spec or ".py" not in spec:
         return spec
     path, sep, function = spec.rpartition(":")
