@@ -1,0 +1,519 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Math answers graded by math-verify (Hugging Face's maintained verifier), with a hard time limit per sample.
+
+math-verify parses LaTeX into sympy and compares symbolically, so "\\dfrac12", "0.5" and "1/2" all match
+"\\frac{1}{2}". Sympy can also run for minutes, or forever, on an adversarial answer (an integral or an infinite
+series it tries to evaluate). math-verify's own time limits use SIGALRM, which works only in the main thread of the
+main interpreter, and the reward actor calls reward functions elsewhere; they are therefore switched off
+(`parsing_timeout=None`, `timeout_seconds=None`) and the limit is enforced from outside instead:
+
+- verification runs in a small pool of persistent worker processes (`VerifierPool`, started with "spawn", so no
+  state of the trainer process is inherited), each of which imports math_verify once;
+- each worker gets one sample at a time; when a sample exceeds `timeout_s`, its worker is killed (SIGKILL: sympy is
+  not interruptible) and a fresh one started, and only that sample's verdict is "timeout";
+- the pool shuts its workers down on `close()`, on leaving a `with` block, when it is garbage-collected and at
+  interpreter exit; a worker whose parent died exits on its own within a second.
+
+Verdicts (`Verdict`, a str enum, so it compares equal to its value):
+    correct     math_verify.verify(gold, answer) is True
+    wrong       it is False
+    timeout     verification ran longer than timeout_s; the sample is graded as not correct
+    unparsable  no answer was extracted, or math_verify found nothing to compare in the answer or in the ground truth
+    error       the worker process died while verifying (killed by the OS, a crash in native code), or the
+                grading code raised outside math_verify (which turns its own errors into "wrong")
+
+Both sides are handed to math_verify.parse as "\\boxed{...}" after their own "$...$", "\\(...\\)", "\\[...\\]" or
+"\\boxed{...}" wrapping is removed, so that the whole text is read as one LaTeX answer; the ground truth is the
+`gold` argument of math_verify.verify, which is not symmetric (the gold decides whether "x = 2" is compared as an
+equation or as its value 2).
+
+Answer extraction (`extract_answer`): the content of the last \\boxed{...} or \\fbox{...} (braces balanced), else
+the rest of the line after the last "Answer:" or "answer is", else None.
+"""
+
+import atexit
+import enum
+import logging
+import multiprocessing
+import os
+import re
+import signal
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 5.0
+DEFAULT_MAX_WORKERS = 2
+START_METHODS = ("spawn", "forkserver")
+WORKER_START_TIMEOUT_S = 120.0
+"""How long a new worker may take to import math_verify before the pool gives up (a loaded machine can be slow)."""
+CLOSE_WAIT_S = 2.0
+"""How long close() waits for a verify_many running in another thread before killing its workers anyway."""
+INSTALL_HINT = "pip install 'math-verify[antlr4_13_2]>=0.9.0,<0.10'"
+
+_BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_ANSWER_MARKER = re.compile(r"answer\s*(?::|is\b:?)", re.IGNORECASE)
+# Math-mode delimiters around a whole answer: "$x$", "$$x$$", "\(x\)", "\[x\]".
+_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+
+
+class Verdict(str, enum.Enum):
+    """The outcome of verifying one (answer, ground truth) pair; a str, so `verdict == "correct"` holds."""
+
+    CORRECT = "correct"
+    WRONG = "wrong"
+    TIMEOUT = "timeout"
+    UNPARSABLE = "unparsable"
+    ERROR = "error"
+
+
+class VerifierStartError(RuntimeError):
+    """A worker could not start (math_verify is not installed, or the machine is too loaded to import it)."""
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Answer extraction (pure string work, in the calling process)
+
+
+def _balanced_content(text: str, open_brace: int) -> str | None:
+    """The text inside the brace group opening at `open_brace`, or None when it never closes (a cut-off response).
+
+    Escaped braces (\\{ and \\}, TeX's literal braces as in \\boxed{\\{1, 2\\}}) do not count, like in TeX.
+    """
+    depth = 0
+    index = open_brace
+    while index < len(text):
+        char = text[index]
+        if char == "\\":
+            index += 2  # skip the escaped character, whatever it is
+            continue
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                return text[open_brace + 1 : index]
+        index += 1
+    return None
+
+
+def last_boxed(text: str) -> str | None:
+    """The content of the last complete, non-blank \\boxed{...} or \\fbox{...}; None when there is none.
+
+    A box left open (the response was cut at the length limit) or an empty box is skipped, so an earlier complete
+    box still counts.
+    """
+    for match in reversed(list(_BOX_COMMAND.finditer(text))):
+        content = _balanced_content(text, match.end() - 1)
+        if content is not None and content.strip():
+            return content.strip()
+    return None
+
+
+def strip_math_delimiters(text: str) -> str:
+    """Remove one pair of "$...$", "$$...$$", "\\(...\\)" or "\\[...\\]" around the whole text, and outer spaces.
+
+    Only a pair that encloses everything counts: "$a$ and $b$" is two math spans with text between, not one, and is
+    returned unchanged.
+    """
+    text = text.strip()
+    for opening, closing in _DELIMITERS:
+        if len(text) >= len(opening) + len(closing) and text.startswith(opening) and text.endswith(closing):
+            inner = text[len(opening) : len(text) - len(closing)]
+            if closing not in inner:
+                return inner.strip()
+    return text
+
+
+def _answer_line(text: str) -> str | None:
+    """The rest of the line after the last "Answer:" / "answer is" that has any text after it; None if none."""
+    for match in reversed(list(_ANSWER_MARKER.finditer(text))):
+        line = text[match.end() :].split("\n", 1)[0].strip()
+        line = strip_math_delimiters(line.rstrip(".").strip())
+        if line:
+            return line
+    return None
+
+
+def extract_answer(response: str) -> str | None:
+    """The final answer of a response: the last \\boxed{}/\\fbox{}, else the "Answer:" line; None when neither exists.
+
+    Models trained with a boxed prompt almost always box; the "Answer:" fallback keeps DAPO-style prompts usable
+    with the same reward. The trailing full stop of an "Answer:" line and math delimiters around it are dropped.
+    """
+    boxed = last_boxed(response)
+    if boxed is not None:
+        return boxed
+    return _answer_line(response)
+
+
+def normalize_ground_truth(ground_truth: str) -> str:
+    """The dataset's answer without its wrapping: "$\\frac12$", "\\boxed{\\frac12}" and "\\frac12" all give "\\frac12".
+
+    Datasets store the answer in any of these forms; math_verify should see the same bare text either way.
+    """
+    text = strip_math_delimiters(str(ground_truth))
+    boxed = last_boxed(text)
+    return strip_math_delimiters(boxed) if boxed is not None else text
+
+
+def as_boxed_latex(answer: str) -> str:
+    """The text math_verify.parse is given for one side: the bare answer inside \\boxed{}.
+
+    Boxing makes math_verify read the whole answer as LaTeX (its boxed extraction), so "[1,2)" becomes an interval
+    and "\\text{yes}" a symbol, instead of the plain-expression fallback picking a number out of the text.
+    """
+    return "\\boxed{" + strip_math_delimiters(answer) + "}"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Grading in the current process (what each worker runs)
+
+
+def grade_in_process(answer: str, ground_truth: str) -> Verdict:
+    """Verify one pair here, with math_verify's signal-based timeouts off; the pool's workers call this.
+
+    Without a time limit this can run forever on adversarial input: call it only in a process that someone else
+    kills (a `VerifierPool` worker), or on inputs you trust.
+    """
+    from math_verify import parse, verify
+
+    gold = parse(as_boxed_latex(normalize_ground_truth(ground_truth)), parsing_timeout=None)
+    parsed = parse(as_boxed_latex(answer), parsing_timeout=None)
+    if not gold or not parsed:
+        return Verdict.UNPARSABLE
+    return Verdict.CORRECT if verify(gold, parsed, timeout_seconds=None) else Verdict.WRONG
+
+
+def _exit_when_orphaned(parent_pid: int) -> None:
+    """Worker thread: exit the worker when its parent process is gone, even in the middle of a hung verification.
+
+    An idle worker notices a dead parent by the end of its pipe; a busy one does not read the pipe, so this thread
+    checks once a second (sympy's Python code releases the GIL often enough for that).
+    """
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent_pid:
+            os._exit(0)
+
+
+def _worker_main(conn: Connection) -> None:
+    """A worker process: import math_verify once, say "ready", then answer (answer, ground truth) tasks one by one.
+
+    Messages: the pool sends a (answer, ground_truth) tuple or None (stop); the worker replies ("ready", "") once,
+    ("failed", reason) when it cannot start, and then a verdict value per task.
+    """
+    parent_pid = os.getppid()  # before anything slow, so a parent that dies during start-up is noticed too
+    # Ctrl-C in a terminal reaches the whole process group; the parent decides what happens to its workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        # The timeouts are off on purpose (the pool kills a hung worker); math_verify warns about that once a process.
+        for name in ("math_verify", "latex2sympy2_extended"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+        grade_in_process("\\frac{1}{2}", "0.5")  # imports math_verify and warms its parser caches
+    except BaseException as error:  # ImportError above all: report it instead of dying silently
+        conn.send(("failed", f"{type(error).__name__}: {error}"))
+        conn.close()
+        return
+    threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
+    conn.send(("ready", ""))
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):  # the pool is gone
+            return
+        if task is None:
+            return
+        answer, ground_truth = task
+        try:
+            verdict = grade_in_process(answer, ground_truth)
+        except Exception:  # math_verify swallows its own errors; anything else is ours, but must not kill the pool
+            verdict = Verdict.ERROR
+        conn.send(verdict.value)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The pool
+
+
+@dataclass
+class _Worker:
+    """One worker process and the parent's end of its pipe."""
+
+    process: Any
+    conn: Connection
+    started_at: float
+    ready: bool = False
+    task: int | None = None
+    """Index (in the current verify_many call) of the pair it is verifying, or None when idle."""
+    deadline: float = 0.0
+
+
+@dataclass
+class _PoolState:
+    """What a pool's finalizer needs: held apart from the pool, so the finalizer does not keep the pool alive."""
+
+    workers: list[_Worker] = field(default_factory=list)
+    closed: bool = False
+
+
+def _stop_worker(worker: _Worker, graceful: bool) -> None:
+    """End one worker: ask an idle one to stop, kill a busy or unresponsive one; always close the pipe."""
+    if graceful and worker.ready and worker.task is None:
+        try:
+            worker.conn.send(None)
+        except (OSError, ValueError):
+            pass
+        worker.process.join(timeout=2.0)
+    if worker.process.is_alive():
+        worker.process.kill()
+        worker.process.join(timeout=5.0)
+    worker.conn.close()
+
+
+def _shut_down(state: _PoolState) -> None:
+    """Mark the pool closed and stop every worker: close(), garbage collection and interpreter exit all end here."""
+    state.closed = True
+    while state.workers:
+        _stop_worker(state.workers.pop(), graceful=True)
+
+
+class VerifierPool:
+    """Persistent math_verify worker processes that grade pairs with a time limit per pair.
+
+    Use as a context manager, or call close(); a pool that is neither closed nor reachable still stops its workers
+    when it is garbage-collected or the interpreter exits. Calls are serialized by a lock, so one pool may be shared
+    by threads. Workers start on the first call, not here, so creating a pool costs nothing.
+    """
+
+    def __init__(self, max_workers: int = DEFAULT_MAX_WORKERS, start_method: str = "spawn") -> None:
+        if max_workers < 1:
+            raise ValueError(f"max_workers must be at least 1, got {max_workers}.")
+        if start_method not in START_METHODS:
+            raise ValueError(f"start_method must be one of {START_METHODS}, got {start_method!r}.")
+        self.max_workers = max_workers
+        self.start_method = start_method
+        self._context = multiprocessing.get_context(start_method)
+        self._state = _PoolState()
+        self._workers = self._state.workers
+        self._lock = threading.Lock()
+        self._finalizer = weakref.finalize(self, _shut_down, self._state)
+
+    # -- life cycle ---------------------------------------------------------------------------------------------------
+
+    def __enter__(self) -> "VerifierPool":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._state.closed
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """Process ids of the current workers (for monitoring and tests)."""
+        return [worker.process.pid for worker in self._workers]
+
+    def close(self) -> None:
+        """Stop all workers; idempotent. A closed pool refuses new work.
+
+        A verify_many running in another thread is not waited for beyond CLOSE_WAIT_S (close also runs at
+        interpreter exit, which must not hang on a verification that never ends): its workers are killed and it
+        raises.
+        """
+        self._state.closed = True
+        acquired = self._lock.acquire(timeout=CLOSE_WAIT_S)
+        try:
+            self._finalizer()
+        finally:
+            if acquired:
+                self._lock.release()
+
+    def _start_worker(self) -> _Worker:
+        parent_conn, child_conn = self._context.Pipe(duplex=True)
+        process = self._context.Process(
+            target=_worker_main, args=(child_conn,), name="math-verify-worker", daemon=True
+        )
+        process.start()
+        child_conn.close()  # the parent keeps only its own end, so a dead worker reads as EOF
+        return _Worker(process, parent_conn, time.monotonic())
+
+    def _replace(self, worker: _Worker) -> None:
+        """Kill `worker` and put a freshly started one in its place (none once the pool is closed)."""
+        _stop_worker(worker, graceful=False)
+        if not self.closed and worker in self._workers:
+            self._workers[self._workers.index(worker)] = self._start_worker()
+
+    def _start_failed(self, reason: str) -> None:
+        """Stop the whole pool and raise: a worker that cannot start would fail again on every restart."""
+        self._finalizer()
+        if reason.startswith(("ImportError", "ModuleNotFoundError")):
+            hint = f"install the verifier with {INSTALL_HINT} in the environment of the process that grades"
+        else:
+            hint = (
+                "its traceback, if any, is printed above; a script that starts a pool when it is imported needs an "
+                "`if __name__ == '__main__':` guard, because spawned workers import the main module"
+            )
+        raise VerifierStartError(f"a math-verify worker could not start ({reason}); {hint}.")
+
+    # -- grading ------------------------------------------------------------------------------------------------------
+
+    def verify(self, response_answer: str | None, ground_truth: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Verdict:
+        """The verdict for one pair; see verify_many."""
+        return self.verify_many([(response_answer, ground_truth)], timeout_s)[0]
+
+    def verify_many(
+        self, pairs: Iterable[tuple[str | None, str]], timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> list[Verdict]:
+        """One verdict per (response answer, ground truth) pair, in order; None as the answer means "unparsable".
+
+        timeout_s is per pair and counts from the moment its worker receives it, so neither a worker's start-up
+        nor the queue ahead of a pair is charged to it. A pair that runs longer is "timeout", its worker is killed
+        and replaced, and the other pairs go on in the remaining workers.
+        """
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}.")
+        pairs = list(pairs)
+        verdicts: list[Verdict | None] = [None] * len(pairs)
+        pending: deque[int] = deque()
+        for index, (answer, _) in enumerate(pairs):
+            if answer is None:
+                verdicts[index] = Verdict.UNPARSABLE
+            else:
+                pending.append(index)
+        if not pending:
+            return verdicts  # type: ignore[return-value]
+        with self._lock:
+            if self.closed:
+                raise RuntimeError("this VerifierPool is closed; create a new one.")
+            try:
+                while len(self._workers) < self.max_workers:
+                    self._workers.append(self._start_worker())
+                while not self.closed and (pending or any(worker.task is not None for worker in self._workers)):
+                    for worker in self._workers:
+                        if pending and worker.ready and worker.task is None:
+                            index = pending.popleft()
+                            answer, ground_truth = pairs[index]
+                            worker.conn.send((str(answer), str(ground_truth)))
+                            worker.task, worker.deadline = index, time.monotonic() + timeout_s
+                    self._wait_and_collect(verdicts, timeout_s)
+            except (OSError, ValueError):
+                if not self.closed:
+                    raise
+            if self.closed:  # by close() in another thread, or at interpreter exit
+                raise RuntimeError("the VerifierPool was closed while it was verifying.")
+        return verdicts  # type: ignore[return-value]
+
+    def _wait_and_collect(self, verdicts: list[Verdict | None], timeout_s: float) -> None:
+        """Wait for the next message or deadline; record verdicts, finish start-ups, replace timed-out workers."""
+        now = time.monotonic()
+        deadlines = [worker.deadline for worker in self._workers if worker.task is not None]
+        deadlines += [worker.started_at + WORKER_START_TIMEOUT_S for worker in self._workers if not worker.ready]
+        workers = list(self._workers)  # close() from another thread may empty the list while this waits
+        ready = wait([worker.conn for worker in workers], timeout=max(0.0, min(deadlines) - now))
+        if self.closed:
+            return
+        for conn in ready:
+            worker = next(worker for worker in workers if worker.conn is conn)
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):  # the worker died: a crash in native code, or the OS killed it
+                if not worker.ready:
+                    worker.process.join(timeout=5.0)
+                    self._start_failed(f"the process exited with code {worker.process.exitcode} before it was ready")
+                if worker.task is not None:
+                    logger.warning("A math-verify worker died while verifying; the sample is graded as an error.")
+                    verdicts[worker.task] = Verdict.ERROR
+                self._replace(worker)
+                continue
+            if not worker.ready:
+                if message[0] != "ready":
+                    self._start_failed(message[1])
+                worker.ready = True
+                continue
+            verdicts[worker.task] = Verdict(message)
+            worker.task = None
+        now = time.monotonic()
+        for worker in list(self._workers):
+            if worker.task is not None and now >= worker.deadline:
+                logger.warning(
+                    "math-verify took longer than %.1f s on one sample; its worker was restarted and the sample "
+                    "graded as a timeout.",
+                    timeout_s,
+                )
+                verdicts[worker.task] = Verdict.TIMEOUT
+                self._replace(worker)
+            elif not worker.ready and now >= worker.started_at + WORKER_START_TIMEOUT_S:
+                self._start_failed(f"it did not import math_verify within {WORKER_START_TIMEOUT_S:.0f} s")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A shared pool for callers that call once per step (reward functions)
+
+_shared_pool: VerifierPool | None = None
+_shared_lock = threading.Lock()
+
+
+def get_shared_pool(max_workers: int | None = None) -> VerifierPool:
+    """The process-wide pool, started on first use and reused; a different max_workers replaces it.
+
+    Reward functions are called every training step, and the train and validation reward files are loaded as
+    separate modules, so keeping the pool here rather than in the reward file starts the workers once per process.
+    """
+    global _shared_pool
+    with _shared_lock:
+        pool = _shared_pool
+        if pool is not None and not pool.closed and max_workers in (None, pool.max_workers):
+            return pool
+        if pool is not None:
+            pool.close()
+        _shared_pool = VerifierPool(max_workers or DEFAULT_MAX_WORKERS)
+        return _shared_pool
+
+
+def close_shared_pool() -> None:
+    """Stop the shared pool's workers (also done at interpreter exit)."""
+    global _shared_pool
+    with _shared_lock:
+        if _shared_pool is not None:
+            _shared_pool.close()
+            _shared_pool = None
+
+
+atexit.register(close_shared_pool)
+
+
+def verify(response_answer: str | None, ground_truth: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Verdict:
+    """The verdict for one pair, graded in the shared pool."""
+    return get_shared_pool().verify(response_answer, ground_truth, timeout_s)
+
+
+def verify_many(
+    pairs: Iterable[tuple[str | None, str]],
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    max_workers: int = DEFAULT_MAX_WORKERS,
+) -> list[Verdict]:
+    """One verdict per (response answer, ground truth) pair, graded in the shared pool of `max_workers` workers."""
+    return get_shared_pool(max_workers).verify_many(pairs, timeout_s)
