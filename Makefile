@@ -10,7 +10,7 @@ export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install test test-fast demo quality style license commit build clean
+.PHONY: install test test-fast demo demo-code quality style license commit build clean
 
 install: $(STAMP)
 
@@ -37,6 +37,9 @@ test-fast: install
 
 demo: install
 	bash examples/cpu_quickstart.sh
+
+demo-code: install
+	bash examples/cpu_code.sh
 
 quality: install
 	$(VENV)/bin/ruff check $(CHECK_DIRS)

@@ -14,6 +14,7 @@
 """The example configs and recipes resolve and validate (what `--dry-run` checks), run from the repository root."""
 
 import glob
+import json
 import os
 import shlex
 
@@ -43,13 +44,50 @@ def test_there_are_recipes_for_every_algorithm():
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=os.path.basename)
-def test_recipe_config_is_valid(recipe, monkeypatch):
+def test_recipe_config_is_valid(recipe, monkeypatch, tmp_path):
     monkeypatch.chdir(REPO)
     args = recipe_args(recipe)
-    if "multi_image" in recipe:  # needs the user's own data directory, which the check names
+    if "multi_image" in recipe or "or1" in recipe:  # needs the user's own (or prepared) data, which the check names
         with pytest.raises(ConfigError, match="data.train_files"):
             load_config(args)
+        if "or1" in recipe:  # data prepared by examples/recipes/prepare_or1_data.py: with it, the rest is valid
+            prepared = tmp_path / "train.jsonl"
+            prepared.write_text('{"prompt": "1 + 1?", "answer": "2", "data_source": "math"}\n')
+            args = [arg for arg in args if not arg.startswith("data.train_files=")]
+            config = load_config([*args, f"data.train_files={prepared}"])
+            assert set(config.worker.reward.routes) == {"math", "code"}
+            assert all(spec.startswith(REPO) for spec in config.worker.reward.routes.values())
+            assert config.data.response_length_schedule[700] == config.data.max_response_length
         return
     config = load_config(args)
     assert config.worker.reward.reward_function.startswith(REPO)
     assert config.data.format_prompt is None or os.path.isfile(config.data.format_prompt)
+
+
+def test_prepare_or1_data_converts_verl_style_rows():
+    from tests.repo_files import load_repo_file
+
+    prepare = load_repo_file("examples/recipes/prepare_or1_data.py", "prepare_or1_data")
+    rows = [
+        {
+            "prompt": [{"role": "system", "content": "s"}, {"role": "user", "content": "What is 1+1?"}],
+            "reward_model": {"ground_truth": "2", "style": "rule"},
+            "ability": "math",
+        },
+        {
+            "prompt": [{"role": "user", "content": "Print a+b."}],
+            "reward_model": {"ground_truth": json.dumps({"inputs": ["1 2\n"], "outputs": ["3\n"]})},
+            "data_source": "coder1",
+        },
+        {
+            "prompt": "Write f.",
+            "reward_model": {"ground_truth": json.dumps({"fn_name": "f", "inputs": [[1, [2]]], "outputs": [3]})},
+            "ability": "code",
+        },
+    ]
+    math_row, stdio_row, call_row = prepare.convert(rows)
+    assert math_row == {"prompt": "What is 1+1?", "answer": "2", "data_source": "math"}
+    assert stdio_row["data_source"] == "code" and json.loads(stdio_row["answer"])["outputs"] == ["3\n"]
+    assert json.loads(call_row["answer"]) == {"fn_name": "f", "asserts": ["assert f(*[1, [2]]) == 3"]}
+    with pytest.raises(ValueError, match="row 0 of the source: cannot tell whether the row is math or code"):
+        list(prepare.convert([{"prompt": "p", "answer": "1", "ability": "chat"}]))

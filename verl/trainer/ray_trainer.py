@@ -370,7 +370,7 @@ class RayPPOTrainer:
         for batch in self.val_dataloader:
             batch.non_tensor_batch["uid"] = np.array([f"val-{i}" for i in range(len(batch))], dtype=object)
             gen_batch = split_generation_inputs(batch)
-            gen_batch.meta_info.update(self._stage_meta(), **overrides, n=n, validate=True)
+            gen_batch.meta_info.update({**self._stage_meta(), **overrides, "n": n, "validate": True})
             output = wg.generate_sequences(gen_batch)
             output.meta_info.pop("metrics", None)
             batch = batch.repeat(n, interleave=True).union(output)

@@ -1,0 +1,77 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Synthetic coding tasks of the CPU code example: read two integers, print their sum, difference, product or max.
+
+Each row asks for one of the four operations and carries three stdin/stdout test cases as its answer (a JSON
+string in the format of examples/reward_function/code.py). The inputs are distinct integers from 2 to 30, so the
+four programs disagree on every case: only the program for the asked operation passes.
+
+    python examples/cpu_code/make_data.py --output outputs/cpu_code/data
+"""
+
+import argparse
+import json
+import os
+import random
+
+
+OPERATIONS = {
+    "sum": lambda a, b: a + b,
+    "difference": lambda a, b: a - b,
+    "product": lambda a, b: a * b,
+    "maximum": lambda a, b: max(a, b),
+}
+PROMPT = (
+    "Write a Python program that reads two integers a and b from one line of standard input and prints their "
+    "{operation}{detail}. Answer with one ```python code block."
+)
+DETAILS = {"difference": " (a - b)"}
+
+
+def make_row(operation: str, rng: random.Random) -> dict:
+    inputs, outputs = [], []
+    for _ in range(3):
+        a, b = rng.sample(range(2, 31), 2)
+        inputs.append(f"{a} {b}\n")
+        outputs.append(f"{OPERATIONS[operation](a, b)}\n")
+    prompt = PROMPT.format(operation=operation, detail=DETAILS.get(operation, ""))
+    return {"problem": prompt, "answer": json.dumps({"inputs": inputs, "outputs": outputs}), "data_source": "code"}
+
+
+def write_split(output_dir: str, split: str, num_rows: int, seed: int) -> str:
+    rng = random.Random(seed)
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.join(output_dir, f"{split}.jsonl")
+    operations = [list(OPERATIONS)[i % len(OPERATIONS)] for i in range(num_rows)]  # balanced
+    rng.shuffle(operations)
+    with open(path, "w", encoding="utf-8") as f:
+        for operation in operations:
+            f.write(json.dumps(make_row(operation, rng)) + "\n")
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--train-rows", type=int, default=512)
+    parser.add_argument("--val-rows", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    write_split(args.output, "train", args.train_rows, args.seed)
+    write_split(args.output, "val", args.val_rows, args.seed + 1)
+    print(f"wrote {args.train_rows} train and {args.val_rows} val rows to {args.output}")
+
+
+if __name__ == "__main__":
+    main()

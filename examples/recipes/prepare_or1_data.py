@@ -1,0 +1,107 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Turn verl-style RL data (Skywork-OR1-RL-Data and the like) into one mixed math + code jsonl for our trainer.
+
+verl-style rows hold the prompt as chat messages, the answer under `reward_model.ground_truth` and the task kind in
+`ability` or `data_source`. The output has one row per problem with `prompt` (the user message), `answer` (the
+ground truth string: a math answer, or a JSON string of code test cases) and `data_source` set to `math` or `code`,
+which `worker.reward.routes` uses to pick the reward function. Code test cases in the call-based form
+({"fn_name", "inputs", "outputs"}) become assert-style cases that examples/reward_function/code.py runs.
+
+    python examples/recipes/prepare_or1_data.py --output data/or1            # Skywork/Skywork-OR1-RL-Data
+    python examples/recipes/prepare_or1_data.py --source my.parquet --output data/mine
+"""
+
+import argparse
+import json
+import os
+from collections.abc import Iterable
+from typing import Any
+
+
+def _kind(row: dict[str, Any], split: str | None) -> str:
+    for value in (row.get("ability"), row.get("data_source"), split):
+        text = str(value or "").lower()
+        if "code" in text or "coder" in text:
+            return "code"
+        if "math" in text:
+            return "math"
+    raise ValueError(
+        f"cannot tell whether the row is math or code (ability={row.get('ability')!r}, "
+        f"data_source={row.get('data_source')!r}); pass --kind."
+    )
+
+
+def _prompt_text(prompt: Any) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    users = [message["content"] for message in prompt if message.get("role") == "user"]
+    if not users:
+        raise ValueError("the prompt has no user message")
+    return users[-1]
+
+
+def code_tests(ground_truth: str) -> str:
+    """The row's test cases in the forms code.py reads; call-based cases become asserts."""
+    tests = json.loads(ground_truth) if isinstance(ground_truth, str) else ground_truth
+    if isinstance(tests, dict) and tests.get("fn_name") and "inputs" in tests and "asserts" not in tests:
+        name = tests["fn_name"]
+        asserts = [
+            f"assert {name}(*{json.dumps(args)}) == {json.dumps(expected)}"
+            for args, expected in zip(tests["inputs"], tests["outputs"])
+        ]
+        return json.dumps({"fn_name": name, "asserts": asserts})
+    return json.dumps(tests)
+
+
+def convert(rows: Iterable[dict[str, Any]], split: str | None = None, kind: str | None = None) -> Iterable[dict]:
+    for index, row in enumerate(rows):
+        try:
+            row_kind = kind or _kind(row, split)
+            truth = (row.get("reward_model") or {}).get("ground_truth", row.get("answer"))
+            if truth is None:
+                raise ValueError("no reward_model.ground_truth or answer")
+            answer = code_tests(truth) if row_kind == "code" else str(truth)
+            yield {"prompt": _prompt_text(row["prompt"]), "answer": answer, "data_source": row_kind}
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"row {index} of {split or 'the source'}: {err}") from err
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--source", default="Skywork/Skywork-OR1-RL-Data", help="a hub dataset or a local file")
+    parser.add_argument("--splits", default="math,code", help="hub splits to read (a local file has one)")
+    parser.add_argument("--kind", choices=("math", "code"), default=None, help="force the kind of every row")
+    parser.add_argument("--output", required=True)
+    args = parser.parse_args()
+    import datasets
+
+    os.makedirs(args.output, exist_ok=True)
+    path = os.path.join(args.output, "train.jsonl")
+    counts: dict[str, int] = {}
+    with open(path, "w", encoding="utf-8") as f:
+        if os.path.exists(args.source):
+            extension = os.path.splitext(args.source)[1].lstrip(".").replace("jsonl", "json")
+            parts = [(None, datasets.load_dataset(extension, data_files=args.source, split="train"))]
+        else:
+            parts = [(split, datasets.load_dataset(args.source, split=split)) for split in args.splits.split(",")]
+        for split, dataset in parts:
+            for row in convert(dataset, split, args.kind):
+                counts[row["data_source"]] = counts.get(row["data_source"], 0) + 1
+                f.write(json.dumps(row) + "\n")
+    print(f"wrote {path}: {counts}")
+
+
+if __name__ == "__main__":
+    main()

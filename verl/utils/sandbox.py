@@ -1,0 +1,899 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Run untrusted Python code (a model's program) in a subprocess with resource limits, and clean up after it.
+
+A code reward executes thousands of generated programs per step, and any of them may loop forever, allocate all
+memory, print without end, fork-bomb, daemonize, open connections or write over files. Each run here gets a fresh
+scratch directory, a minimal environment, `sys.executable -I`, its own session, and limits set between fork and
+exec (RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE on the files that take its output, RLIMIT_NPROC, no core dumps). After
+every run, whatever happened, every process it started is killed, and the result says what stopped it.
+
+Isolation, strongest available first; `isolation()` says what this machine uses (probed once):
+- user "dedicated-uid" (when the trainer runs as root): each concurrent run gets its own unprivileged uid/gid,
+  UID_BASE + a slot claimed with a lock file, so RLIMIT_NPROC (which root ignores and which counts every process of
+  a uid) is the run's own budget, and the code cannot write the project's files or signal the trainer. When the
+  interpreter lives under a directory that uid cannot enter (a pyenv or conda under /root), the child gets a private
+  mount namespace where that directory is an empty read-only tmpfs with only the interpreter bound back in.
+  "user-namespace": the trainer's uid in a new user namespace, without capabilities (for a non-root trainer also
+  with a process budget of its own; root stays exempt from RLIMIT_NPROC there too).
+  "same-uid": none of these work; RLIMIT_NPROC is set to the uid's current task count plus the budget.
+- network "netns": a new, empty network namespace (unshare(CLONE_NEWNET) as root); "userns+netns": the same inside a
+  new user namespace (unprivileged); "audit-hook": neither works, so a bootstrap installs an audit hook that refuses
+  socket connect/bind/sendto/name lookups, process spawning (a spawned program would not carry the hook) and ctypes
+  lookups of the socket functions. The hook stops accidents and naive attempts; it is not a security boundary.
+- processes "pid-namespace": the program runs in a new PID namespace under a small init that reaps every orphan; when
+  the program ends, the kernel kills everything left in the namespace. That matters in containers whose PID 1 never
+  reaps orphans, where each leftover zombie would count against the uid's RLIMIT_NPROC forever.
+  "process-group": the session is killed, then every process carrying the run's marker (VERL_SANDBOX_ID in its
+  environment) and, with a dedicated uid, every process of that uid.
+
+Not isolated: the filesystem is readable wherever its permissions allow "other" (or the trainer's uid) to read;
+world-writable directories (/tmp, /dev/shm) are writable, up to RLIMIT_FSIZE per file; /proc shows the host's
+processes; the CPU is shared (RLIMIT_CPU bounds it per process, the wall limit in time).
+"""
+
+import ctypes
+import fcntl
+import functools
+import json
+import logging
+import math
+import os
+import pwd
+import re
+import resource
+import select
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
+from dataclasses import dataclass, fields
+from typing import IO, Any
+
+import psutil
+
+
+logger = logging.getLogger(__name__)
+
+STATUSES: tuple[str, ...] = (
+    "ok",
+    "error",
+    "timeout",
+    "cpu_limit",
+    "memory_limit",
+    "output_limit",
+    "process_limit",
+    "killed",
+)
+MARKER_ENV = "VERL_SANDBOX_ID"
+"""Environment variable carried by every process of a run: how cleanup finds processes that left its session."""
+UID_BASE = 60000
+"""As root, run slot N runs as uid and gid UID_BASE + N (uids that exist in the user database are skipped)."""
+MAX_SLOTS = 1000
+SLOT_DIRECTORIES = ("/run/verl-sandbox-slots", "/tmp/verl-sandbox-slots")
+"""Where the slot lock files live: the first of these that can be created (the same for every process)."""
+STDERR_TAIL_BYTES = 16 * 1024
+"""How much of the end of stderr a result keeps: the traceback is at the end."""
+PROGRAM_NAME = "solution.py"
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWPID = 0x20000000
+_CLONE_NEWNET = 0x40000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
+_UNPRIVILEGED_UNSHARE = (_CLONE_NEWUSER | _CLONE_NEWNET | _CLONE_NEWPID, _CLONE_NEWUSER | _CLONE_NEWNET)
+# A signal from a crash of the program itself is a runtime error; any other unexplained signal is "killed".
+_CRASH_SIGNALS = frozenset(
+    signal.Signals[name] for name in ("SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGABRT", "SIGSYS", "SIGTRAP")
+)
+_MEMORY_ERRORS = re.compile(r"\bMemoryError\b|Cannot allocate memory|\[Errno 12\]|std::bad_alloc")
+_PROCESS_ERRORS = re.compile(r"BlockingIOError: \[Errno 11\]|Resource temporarily unavailable|can't start new thread")
+
+
+def _load_libc() -> tuple[Any, Any]:
+    """libc's unshare and mount, looked up once here: the child may not load anything between fork and exec."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        unshare, mount = libc.unshare, libc.mount
+    except (OSError, AttributeError):  # not Linux
+        return None, None
+    unshare.argtypes, unshare.restype = [ctypes.c_int], ctypes.c_int
+    mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+    mount.restype = ctypes.c_int
+    return unshare, mount
+
+
+_UNSHARE, _MOUNT = _load_libc()
+
+
+@dataclass
+class SandboxLimits:
+    """Limits of one run; every value must be positive."""
+
+    wall_s: float = 10.0
+    """Wall-clock seconds before the run is killed ("timeout")."""
+    cpu_s: float = 5.0
+    """CPU seconds per process (RLIMIT_CPU, rounded up to whole seconds): SIGXCPU, then SIGKILL a second later."""
+    memory_mb: int = 1024
+    """Address space per process (RLIMIT_AS), in MiB."""
+    output_kb: int = 1024
+    """Largest stdout, stderr or other file the program may write (RLIMIT_FSIZE), in KiB."""
+    max_processes: int = 16
+    """Processes and threads the program may have at once, itself included (RLIMIT_NPROC)."""
+
+    def __post_init__(self) -> None:
+        for spec in fields(self):
+            value = getattr(self, spec.name)
+            whole = spec.name in ("memory_mb", "output_kb", "max_processes")
+            kind = (int,) if whole else (int, float)
+            if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value) or value <= 0:
+                raise ValueError(
+                    f"SandboxLimits.{spec.name} must be a positive {'integer' if whole else 'number'}, got {value!r}."
+                )
+
+
+@dataclass
+class SandboxResult:
+    """What one run did."""
+
+    status: str
+    """One of STATUSES: "ok" (exit 0), "error" (nonzero exit, exception, crash), "timeout" (wall clock), "cpu_limit",
+    "memory_limit", "output_limit", "process_limit", or "killed" (a signal no limit explains)."""
+    returncode: int
+    """Exit code, or minus the signal number that ended the run."""
+    stdout: str
+    """At most output_kb KiB of stdout (decoded as UTF-8, invalid bytes replaced)."""
+    stderr: str
+    """The last STDERR_TAIL_BYTES of stderr."""
+    wall_s: float
+    """Seconds from start until the run ended or was killed."""
+    cpu_s: float = 0.0
+    """CPU seconds the run's processes used (those that were reaped)."""
+    sandbox_id: str = ""
+    """The run's marker, the value of VERL_SANDBOX_ID in its processes' environment."""
+    uid: int | None = None
+    """The dedicated uid the run used, or None when it ran as the trainer's uid."""
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How runs are isolated on this machine: the candidate `isolation()` settled on."""
+
+    dedicated_uid: bool
+    privileged_unshare: tuple[int, ...] = ()
+    """Namespace flag sets tried in order while still root, before dropping to the dedicated uid."""
+    unprivileged_unshare: tuple[int, ...] = _UNPRIVILEGED_UNSHARE
+    """Tried in order afterwards when the network is still shared (these include CLONE_NEWUSER)."""
+    reexpose: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """(directory the dedicated uid cannot enter, interpreter directories under it to bind back in)."""
+
+
+@dataclass(frozen=True)
+class _ChildSetup:
+    """What the child does between fork and exec (subprocess's preexec_fn), decided beforehand in the parent.
+
+    This runs in a forked copy of a possibly multi-threaded trainer, where another thread may have held any lock at
+    the moment of the fork, so it only makes system calls (os, resource, and libc through ctypes functions looked
+    up at import), imports nothing and logs nothing. The order matters: namespaces that need root (CLONE_NEWNET,
+    CLONE_NEWPID, CLONE_NEWNS and its mounts) come before dropping to the dedicated uid, and an unprivileged user
+    namespace after it, because a process that has left the initial user namespace can no longer switch to another
+    uid there. RLIMIT_NPROC comes last: a user namespace created before it keeps the parent's limit for the uid as a
+    whole and counts the run's processes apart, so the run gets a budget of its own.
+    """
+
+    uid: int | None
+    privileged_unshare: tuple[int, ...]
+    unprivileged_unshare: tuple[int, ...]
+    reexpose: tuple[tuple[bytes, tuple[bytes, ...]], ...]
+    rlimits: tuple[tuple[int, int, int], ...]
+    max_processes: int
+    shared_tasks: int
+    """Tasks the uid already has, added to the budget when the run shares the uid's RLIMIT_NPROC count."""
+
+    def __call__(self) -> None:
+        done = self._unshare(self.privileged_unshare)
+        if done & _CLONE_NEWNS:
+            self._reexpose_interpreter()
+        for which, soft, hard in self.rlimits:
+            resource.setrlimit(which, (soft, hard))
+        if self.uid is not None:
+            os.setgroups([])
+            os.setgid(self.uid)
+            os.setuid(self.uid)
+        if not done & _CLONE_NEWNET:
+            done |= self._unshare(self.unprivileged_unshare)
+        own_budget = self.uid is not None or bool(done & _CLONE_NEWUSER)
+        nproc = self.max_processes + (2 if done & _CLONE_NEWPID else 0)  # the supervisor and the namespace's init
+        nproc += 0 if own_budget else self.shared_tasks
+        hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+        if hard != resource.RLIM_INFINITY:
+            nproc = min(nproc, hard)
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+
+    @staticmethod
+    def _unshare(candidates: tuple[int, ...]) -> int:
+        """The first flag set of `candidates` that unshare accepts (0 if none)."""
+        if _UNSHARE is None:
+            return 0
+        for flags in candidates:
+            if _UNSHARE(flags) == 0:
+                return flags
+        return 0
+
+    def _reexpose_interpreter(self) -> None:
+        """Cover each directory the uid cannot enter with an empty tmpfs and bind the interpreter back under it."""
+        _mount(None, b"/", None, _MS_REC | _MS_PRIVATE)  # nothing below may propagate to the host
+        for hidden, paths in self.reexpose:
+            handles = [os.open(path, os.O_PATH | os.O_DIRECTORY) for path in paths]  # reachable once covered
+            flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+            _mount(b"tmpfs", hidden, b"tmpfs", flags, b"mode=0755,size=1m")
+            for path, handle in zip(paths, handles):
+                os.makedirs(path, mode=0o755, exist_ok=True)
+                _mount(b"/proc/self/fd/%d" % handle, path, None, _MS_BIND | _MS_REC)
+                os.close(handle)
+            _mount(None, hidden, None, _MS_REMOUNT | _MS_RDONLY | flags)
+
+
+def _mount(source: bytes | None, target: bytes, fstype: bytes | None, flags: int, data: bytes | None = None) -> None:
+    if _MOUNT is None or _MOUNT(source, target, fstype, flags, data) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"mount {source!r} on {target!r}: {os.strerror(error)}")
+
+
+@dataclass(frozen=True)
+class _KillAllOfUid:
+    """preexec_fn of a helper that becomes `uid` and sends SIGKILL to every process of it, then exits unexecuted.
+
+    kill(-1) as that uid reaches all its processes in one atomic step, so even a fork bomb that left the session
+    cannot outrun it; only system calls are made (see _ChildSetup).
+    """
+
+    uid: int
+
+    def __call__(self) -> None:
+        try:
+            os.setgroups([])
+            os.setgid(self.uid)
+            os.setuid(self.uid)
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        os._exit(0)
+
+
+# The child's first code. It reads and deletes the program (so the program cannot read its own test harness from
+# the scratch directory), installs the audit hook where the network (or, with a shared uid and no PID namespace,
+# the trainer's processes) is not isolated otherwise, and runs the program as __main__. In a new PID namespace it
+# forks that namespace's init, which forks the program and reaps every orphan, and relays the program's exit status
+# or signal through a pipe; when init exits the kernel kills whatever is left in the namespace.
+_BOOTSTRAP = r"""
+import os, signal, sys
+
+_NETWORK_EVENTS = {
+    "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo", "socket.gethostbyname",
+    "socket.gethostbyaddr", "socket.getnameinfo", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
+    "subprocess.Popen", "pty.spawn",
+}
+_NETWORK_SYMBOLS = {"socket", "connect", "bind", "sendto", "sendmsg", "getaddrinfo", "syscall"}
+
+
+def _namespace(name):
+    try:
+        return os.readlink("/proc/self/ns/" + name)
+    except OSError:
+        return ""
+
+
+def _fresh_pid_namespace():
+    # After unshare(CLONE_NEWPID) and before the first fork the new namespace has no init yet, and reading its
+    # link fails although the entry exists (kernels older than 4.12 have no such entry at all).
+    try:
+        os.lstat("/proc/self/ns/pid_for_children")
+    except OSError:
+        return False
+    return _namespace("pid_for_children") != _namespace("pid")
+
+
+def _ours(pid, marker):
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as environ:
+            return marker in environ.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def _install_guard(network, kill):
+    marker = ("VERL_SANDBOX_ID=" + os.environ.get("VERL_SANDBOX_ID", "")).encode()
+
+    def hook(event, args):
+        if network and (event in _NETWORK_EVENTS or (event == "ctypes.dlsym" and args[1] in _NETWORK_SYMBOLS)):
+            raise PermissionError("network access and spawning programs are disabled in this sandbox (%s)" % event)
+        if kill and event in ("os.kill", "os.killpg"):
+            target = args[0] if event == "os.kill" else -args[0]
+            if target > 0 and target != os.getpid() and not _ours(target, marker):
+                raise PermissionError("this sandbox may only signal its own processes")
+            if target < 0 and -target != os.getpgid(0):
+                raise PermissionError("this sandbox may only signal its own process group")
+
+    sys.addaudithook(hook)
+
+
+def _exit_like(status):
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            signal.signal(number, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [number])
+        os.kill(os.getpid(), number)
+        os._exit(128 + number)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
+def _supervise():
+    read_end, write_end = os.pipe()
+    init = os.fork()
+    if init:
+        os.close(write_end)
+        data = b""
+        while True:
+            chunk = os.read(read_end, 64)
+            if not chunk:
+                break
+            data += chunk
+        _, status = os.waitpid(init, 0)
+        _exit_like(int(data) if data else status)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    program = os.fork()
+    if program:
+        os.close(read_end)
+        while True:
+            pid, status = os.wait()
+            if pid == program:
+                os.write(write_end, str(status).encode())
+                os._exit(0)
+    os.close(read_end)
+    os.close(write_end)
+
+
+def _run(source, path):
+    import linecache, types
+
+    linecache.cache[path] = (len(source), None, source.decode("utf-8", "replace").splitlines(True), path)
+    module = types.ModuleType("__main__")
+    module.__file__ = path
+    sys.modules["__main__"] = module
+    try:
+        exec(compile(source, path, "exec"), module.__dict__)
+    except SystemExit:
+        raise
+    except BaseException as error:
+        import traceback
+
+        frames = error.__traceback__
+        while frames is not None and frames.tb_frame.f_code.co_filename != path:
+            frames = frames.tb_next
+        traceback.print_exception(type(error), error, frames)
+        raise SystemExit(1)
+
+
+def _main():
+    host_network, program, shared_uid = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+    path = os.path.join(os.getcwd(), program)
+    sys.argv = [path]
+    with open(program, "rb") as file:
+        source = file.read()
+    os.unlink(program)
+    own_pids = _fresh_pid_namespace()
+    network = not host_network or _namespace("net") in ("", host_network)
+    if own_pids:
+        _supervise()
+    if network or (shared_uid and not own_pids):
+        _install_guard(network, shared_uid and not own_pids)
+    _run(source, path)
+
+
+_main()
+"""
+
+# Run in a sandbox by `isolation()` to see which namespaces a run actually ends up in.
+_PROBE = """
+import json, os
+def namespace(name):
+    try:
+        return os.readlink("/proc/self/ns/" + name)
+    except OSError:
+        return ""
+print(json.dumps({name: namespace(name) for name in ("net", "pid", "user")}))
+"""
+
+
+def _namespace(name: str) -> str:
+    try:
+        return os.readlink(f"/proc/self/ns/{name}")
+    except OSError:
+        return ""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Slots: one dedicated uid per concurrent run, across every process on the machine.
+
+
+class _Slots:
+    """Claims uid slots with flock on one lock file per slot, so that several trainer processes never share a uid.
+
+    A slot's uid must exist in no user database and have no process left, zombies included (a zombie counts against
+    RLIMIT_NPROC until something reaps it, and in a container whose PID 1 does not reap, nothing will).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[int, int] = {}
+        self._directory = ""
+
+    def _lock_directory(self) -> str:
+        """A fixed, machine-wide path (not TMPDIR, which Ray and users change per process) owned by this uid."""
+        if not self._directory:
+            for directory in SLOT_DIRECTORIES:
+                try:
+                    os.makedirs(directory, mode=0o700, exist_ok=True)
+                except OSError:
+                    continue
+                info = os.lstat(directory)
+                if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                    raise RuntimeError(f"{directory} is not a directory owned by uid {os.geteuid()}; remove it.")
+                self._directory = directory
+                break
+            else:
+                raise RuntimeError(f"cannot create a sandbox slot directory in any of {SLOT_DIRECTORIES}.")
+        return self._directory
+
+    def claim(self) -> int:
+        """A free slot, locked until `release`; waits while every slot is busy."""
+        directory = self._lock_directory()
+        while True:
+            busy = _uids_with_processes()
+            for slot in range(MAX_SLOTS):
+                uid = UID_BASE + slot
+                with self._lock:
+                    if slot in self._held:
+                        continue
+                if _uid_exists(uid):
+                    continue
+                handle = os.open(os.path.join(directory, f"{uid}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(handle)
+                    continue
+                if uid in busy:  # left over by a run that crashed: clear it, or leave the slot if zombies remain
+                    _kill_all_of_uid(uid)
+                    if uid in _uids_with_processes():
+                        os.close(handle)
+                        continue
+                with self._lock:
+                    self._held[slot] = handle
+                return slot
+            time.sleep(0.05)
+
+    def release(self, slot: int) -> None:
+        with self._lock:
+            handle = self._held.pop(slot)
+        os.close(handle)  # closing the descriptor drops the flock
+
+
+_SLOTS = _Slots()
+
+
+@functools.cache
+def _uid_exists(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
+
+
+def _uids_with_processes() -> set[int]:
+    uids = set()
+    for process in psutil.process_iter(["uids"]):
+        with suppress(TypeError, AttributeError):
+            uids.add(process.info["uids"].real)
+    return uids
+
+
+def _kill_all_of_uid(uid: int) -> None:
+    helper = subprocess.Popen([sys.executable], preexec_fn=_KillAllOfUid(uid), close_fds=True)  # noqa: S603
+    helper.wait()
+
+
+def _tasks_of_current_uid() -> int:
+    """Processes and threads of this uid: what RLIMIT_NPROC counts for it."""
+    uid, total = os.getuid(), 0
+    for process in psutil.process_iter(["uids", "num_threads"]):
+        info = process.info
+        if info["uids"] is not None and info["uids"].real == uid:
+            total += info["num_threads"] or 1
+    return total
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Isolation probing: which candidate plan works here, decided once per process.
+
+
+def _interpreter_directories() -> list[str]:
+    """The directories the interpreter needs (prefixes, the executable's directory and the links leading to it)."""
+    paths = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    paths.add(os.path.dirname(os.path.realpath(sys.executable)))
+    link = os.path.abspath(sys.executable)
+    for _ in range(40):
+        paths.add(os.path.realpath(os.path.dirname(link)))
+        if not os.path.islink(link):
+            break
+        link = os.path.join(os.path.dirname(link), os.readlink(link))
+    minimal: list[str] = []
+    for path in sorted(paths, key=len):
+        if not any(path == kept or path.startswith(kept.rstrip("/") + "/") for kept in minimal):
+            minimal.append(path)
+    return minimal
+
+
+def _hidden_directories() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """For each interpreter directory under a directory "other" users cannot enter, that topmost such directory."""
+    groups: dict[str, list[str]] = {}
+    for path in _interpreter_directories():
+        parts = path.strip("/").split("/")
+        for depth in range(1, len(parts)):
+            ancestor = "/" + "/".join(parts[:depth])
+            if not os.stat(ancestor).st_mode & stat.S_IXOTH:
+                groups.setdefault(ancestor, []).append(path)
+                break
+    return tuple((hidden, tuple(paths)) for hidden, paths in sorted(groups.items()))
+
+
+def _candidate_plans() -> list[_Plan]:
+    if os.geteuid() != 0:
+        return [_Plan(dedicated_uid=False)]
+    reexpose = _hidden_directories()
+    mount = _CLONE_NEWNS if reexpose else 0
+    privileged = (mount | _CLONE_NEWNET | _CLONE_NEWPID, mount | _CLONE_NEWNET)
+    return [_Plan(True, privileged, _UNPRIVILEGED_UNSHARE, reexpose), _Plan(dedicated_uid=False)]
+
+
+@dataclass(frozen=True)
+class _Isolation:
+    plan: _Plan
+    report: dict[str, str]
+
+
+_ISOLATION_LOCK = threading.Lock()
+_ISOLATION: _Isolation | None = None
+
+
+def _probe(plan: _Plan) -> dict[str, str] | None:
+    """Run the probe under `plan`; the mechanisms in force, or None when the plan cannot run a program here."""
+    try:
+        result = _run(_PROBE, "", SandboxLimits(), plan)
+    except (OSError, subprocess.SubprocessError) as error:
+        logger.debug("sandbox plan %s cannot start a program: %s", plan, error)
+        return None
+    if result.status != "ok":
+        logger.debug("sandbox plan %s failed the probe: %s %s", plan, result.status, result.stderr[-500:])
+        return None
+    seen = json.loads(result.stdout)
+    new_user = seen["user"] != _namespace("user")
+    if seen["net"] in ("", _namespace("net")):
+        network = "audit-hook"
+    else:
+        network = "userns+netns" if new_user else "netns"
+    if plan.dedicated_uid:
+        user = "dedicated-uid"
+    else:
+        user = "user-namespace" if new_user else "same-uid"
+    processes = "pid-namespace" if seen["pid"] not in ("", _namespace("pid")) else "process-group"
+    return {"network": network, "user": user, "processes": processes}
+
+
+def _isolation() -> _Isolation:
+    global _ISOLATION
+    with _ISOLATION_LOCK:
+        if _ISOLATION is None:
+            for plan in _candidate_plans():
+                report = _probe(plan)
+                if report is not None:
+                    _ISOLATION = _Isolation(plan, report)
+                    break
+            else:
+                raise RuntimeError(
+                    f"the sandbox cannot start {sys.executable} here (every isolation plan failed); run with "
+                    "logging at DEBUG for the reasons."
+                )
+            logger.info("Code sandbox isolation: %s.", ", ".join(f"{k} {v}" for k, v in _ISOLATION.report.items()))
+            if _ISOLATION.plan.reexpose and _ISOLATION.plan.dedicated_uid:
+                logger.info(
+                    "Code sandbox: %s cannot be entered by other users, so runs see it as an empty directory "
+                    "holding only the interpreter (%s).",
+                    ", ".join(hidden for hidden, _ in _ISOLATION.plan.reexpose),
+                    ", ".join(path for _, paths in _ISOLATION.plan.reexpose for path in paths),
+                )
+            if not _ISOLATION.plan.dedicated_uid and os.geteuid() == 0:
+                logger.warning(
+                    "The code sandbox runs programs as root (in a user namespace where one is allowed): no "
+                    "unprivileged uid can run %s here, so RLIMIT_NPROC does not apply and programs can write the "
+                    "trainer's files.",
+                    sys.executable,
+                )
+        return _ISOLATION
+
+
+def isolation() -> dict[str, str]:
+    """The isolation runs get on this machine: {"network": ..., "user": ..., "processes": ...} (see module doc).
+
+    Probed once per process by running a tiny program under the strongest plan that works here.
+    """
+    return dict(_isolation().report)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One run.
+
+
+def _wait_for_exit(pid: int, timeout: float) -> bool:
+    """Wait up to `timeout` seconds for the child to exit, without reaping it; False on timeout.
+
+    Not reaping keeps the pid (and so the process group id) reserved until the group has been killed.
+    """
+    deadline = time.monotonic() + timeout
+    try:
+        handle = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        handle = None
+    if handle is not None:
+        try:
+            poller = select.poll()
+            poller.register(handle, select.POLLIN)
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                if poller.poll(math.ceil(remaining * 1000)):
+                    return True
+        finally:
+            os.close(handle)
+    delay = 0.001
+    while True:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:
+            return True
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        time.sleep(min(delay, remaining))
+        delay = min(delay * 2, 0.02)
+
+
+def _find_leftovers(sandbox_id: str, uid: int | None, since: float) -> list[psutil.Process]:
+    """Live processes of the run: of its dedicated uid, or carrying its marker (only new processes can)."""
+    found = []
+    for process in psutil.process_iter(["uids", "create_time", "status"]):
+        info = process.info
+        if info["status"] in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD) or process.pid == os.getpid():
+            continue
+        if uid is not None and info["uids"] is not None and info["uids"].real == uid:
+            found.append(process)
+            continue
+        if info["create_time"] is None or info["create_time"] < since:
+            continue
+        try:
+            if process.environ().get(MARKER_ENV) == sandbox_id:
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _clean_up(sandbox_id: str, uid: int | None, since: float) -> None:
+    """Kill every process the run left, until none is found."""
+    for attempt in range(50):
+        leftovers = _find_leftovers(sandbox_id, uid, since)
+        if not leftovers:
+            return
+        if uid is not None:
+            _kill_all_of_uid(uid)
+        for process in leftovers:
+            with suppress(psutil.Error):
+                process.kill()
+        time.sleep(min(0.005 * (attempt + 1), 0.1))
+    logger.warning("Sandbox run %s: processes survive repeated SIGKILL (uid %s).", sandbox_id, uid)
+
+
+def _kill_group(pid: int) -> None:
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _read_head(file: IO[bytes], limit: int) -> tuple[str, int]:
+    size = os.fstat(file.fileno()).st_size
+    file.seek(0)
+    return file.read(limit).decode("utf-8", "replace"), size
+
+
+def _read_tail(file: IO[bytes], limit: int) -> tuple[str, int]:
+    size = os.fstat(file.fileno()).st_size
+    file.seek(max(0, size - limit))
+    return file.read(limit).decode("utf-8", "replace"), size
+
+
+def _classify(
+    timed_out: bool, returncode: int, cpu: float, limits: SandboxLimits, largest_output: int, stderr: str
+) -> str:
+    if timed_out:
+        return "timeout"
+    signum = -returncode if returncode < 0 else 0
+    if signum == signal.SIGXCPU or (signum == signal.SIGKILL and cpu >= limits.cpu_s):
+        return "cpu_limit"
+    if signum == signal.SIGXFSZ or largest_output >= limits.output_kb * 1024:
+        return "output_limit"
+    if returncode == 0:
+        return "ok"
+    if _MEMORY_ERRORS.search(stderr):
+        return "memory_limit"
+    if _PROCESS_ERRORS.search(stderr):
+        return "process_limit"
+    if signum and signum not in _CRASH_SIGNALS:
+        return "killed"
+    return "error"
+
+
+def _limit(which: int, value: int) -> tuple[int, int]:
+    """(soft, hard) for `value`, kept under the current hard limit (which only root could raise)."""
+    hard = resource.getrlimit(which)[1]
+    return (value, value) if hard == resource.RLIM_INFINITY else (min(value, hard), min(value, hard))
+
+
+def _child_setup(limits: SandboxLimits, plan: _Plan, uid: int | None) -> _ChildSetup:
+    cpu_soft = max(1, math.ceil(limits.cpu_s))
+    cpu_soft, cpu_hard = _limit(resource.RLIMIT_CPU, cpu_soft)[0], _limit(resource.RLIMIT_CPU, cpu_soft + 1)[1]
+    return _ChildSetup(
+        uid=uid,
+        privileged_unshare=plan.privileged_unshare,
+        unprivileged_unshare=plan.unprivileged_unshare,
+        reexpose=tuple((os.fsencode(hidden), tuple(map(os.fsencode, paths))) for hidden, paths in plan.reexpose),
+        rlimits=(
+            (resource.RLIMIT_CORE, 0, 0),
+            (resource.RLIMIT_CPU, cpu_soft, cpu_hard),
+            (resource.RLIMIT_AS, *_limit(resource.RLIMIT_AS, limits.memory_mb * 2**20)),
+            (resource.RLIMIT_FSIZE, *_limit(resource.RLIMIT_FSIZE, limits.output_kb * 1024)),
+        ),
+        max_processes=limits.max_processes,
+        shared_tasks=0 if uid is not None else _tasks_of_current_uid(),
+    )
+
+
+def _run(code: str, stdin: str, limits: SandboxLimits, plan: _Plan) -> SandboxResult:
+    """One run under `plan`: claim a uid slot and a scratch directory, run, and give both back whatever happens."""
+    slot = scratch = None
+    try:
+        if plan.dedicated_uid:
+            slot = _SLOTS.claim()
+        uid = None if slot is None else UID_BASE + slot
+        setup = _child_setup(limits, plan, uid)
+        scratch = tempfile.mkdtemp(prefix="verl-sandbox-")
+        if uid is not None:
+            os.chown(scratch, uid, uid)
+        return _run_in(scratch, code, stdin, limits, setup)
+    finally:
+        if scratch is not None:
+            _remove_tree(scratch)
+        if slot is not None:
+            _SLOTS.release(slot)
+
+
+def _run_in(scratch: str, code: str, stdin: str, limits: SandboxLimits, setup: _ChildSetup) -> SandboxResult:
+    sandbox_id = uuid.uuid4().hex
+    with open(os.path.join(scratch, PROGRAM_NAME), "w", encoding="utf-8") as program:
+        program.write(code)
+    env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8", "HOME": scratch, "TMPDIR": scratch}
+    env[MARKER_ENV] = sandbox_id
+    shared_uid = "1" if setup.uid is None else "0"
+    args = [sys.executable, "-I", "-c", _BOOTSTRAP, _namespace("net"), PROGRAM_NAME, shared_uid]
+    # Unlinked files: the program sees an empty scratch directory, and a full pipe can never block it.
+    with (
+        tempfile.TemporaryFile(dir=scratch) as stdin_file,
+        tempfile.TemporaryFile(dir=scratch) as stdout_file,
+        tempfile.TemporaryFile(dir=scratch) as stderr_file,
+    ):
+        stdin_file.write(stdin.encode("utf-8"))
+        stdin_file.seek(0)
+        since = time.time() - 5.0  # psutil's create_time may be off by a second (boot time in whole seconds)
+        start = time.monotonic()
+        process = subprocess.Popen(  # noqa: S603
+            args,
+            stdin=stdin_file,
+            stdout=stdout_file,
+            stderr=stderr_file,
+            cwd=scratch,
+            env=env,
+            start_new_session=True,
+            preexec_fn=setup,
+            close_fds=True,
+        )
+        timed_out = True
+        try:
+            timed_out = not _wait_for_exit(process.pid, limits.wall_s)
+        finally:
+            _kill_group(process.pid)  # before reaping, while the group id cannot have been reused
+            _, status, usage = os.wait4(process.pid, 0)
+            process.returncode = os.waitstatus_to_exitcode(status)
+            wall = time.monotonic() - start
+            _clean_up(sandbox_id, setup.uid, since)
+        stdout, stdout_size = _read_head(stdout_file, limits.output_kb * 1024)
+        stderr, stderr_size = _read_tail(stderr_file, STDERR_TAIL_BYTES)
+    cpu = usage.ru_utime + usage.ru_stime
+    status_name = _classify(timed_out, process.returncode, cpu, limits, max(stdout_size, stderr_size), stderr)
+    return SandboxResult(status_name, process.returncode, stdout, stderr, wall, cpu, sandbox_id, setup.uid)
+
+
+def _remove_tree(path: str) -> None:
+    """Remove the scratch directory, also where the program took the permissions away from its own directories."""
+    shutil.rmtree(path, ignore_errors=True)
+    if not os.path.exists(path):
+        return
+    for root, directories, _ in os.walk(path):  # top-down: each directory is opened up before it is entered
+        for name in directories:
+            with suppress(OSError):
+                os.chmod(os.path.join(root, name), 0o700)
+    shutil.rmtree(path, ignore_errors=True)
+    if os.path.exists(path):
+        logger.warning("Could not remove the sandbox scratch directory %s.", path)
+
+
+def run_python(code: str, stdin: str = "", limits: SandboxLimits | None = None) -> SandboxResult:
+    """Run `code` as a Python program with `stdin` as its standard input, under `limits` (defaults if None).
+
+    Returns once the program and every process it started are gone; raises only when no program can be started
+    at all on this machine (see `isolation()`).
+    """
+    if not isinstance(code, str) or not isinstance(stdin, str):
+        raise TypeError(f"code and stdin must be strings, got {type(code).__name__} and {type(stdin).__name__}.")
+    return _run(code, stdin, limits or SandboxLimits(), _isolation().plan)
+
+
+def run_many(
+    jobs: Sequence[tuple[str, str]], limits: SandboxLimits | None = None, max_workers: int = 4
+) -> list[SandboxResult]:
+    """Run (code, stdin) jobs, `max_workers` at a time, and return their results in the order of `jobs`.
+
+    Threads suffice: each only waits on its subprocess, so the GIL is not the bottleneck.
+    """
+    if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
+        raise ValueError(f"max_workers must be a positive integer, got {max_workers!r}.")
+    limits = limits or SandboxLimits()
+    if not jobs:
+        return []
+    _isolation()  # probe once, before the threads race for it
+    with ThreadPoolExecutor(max_workers=min(max_workers, len(jobs)), thread_name_prefix="sandbox") as pool:
+        return list(pool.map(lambda job: run_python(job[0], job[1], limits), jobs))
