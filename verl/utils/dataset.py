@@ -67,6 +67,7 @@ RESERVED_COLUMNS = (
     "multi_modal_data",
     "ground_truth",
     "prompt_text",
+    "prompt_content",
     "uid",
 )
 MEDIA_MARKER = re.compile(r"(<image>|<video>)")
@@ -100,6 +101,9 @@ class _Prompt:
     videos: list[str]
     ground_truth: str | list[Any] | dict[str, Any]
     """The answer column: a number becomes its string; a string, list or dict is passed on unchanged."""
+    content: str = ""
+    """The user message before the chat template (after data.format_prompt), for scorers with their own template
+    (reward models, judges)."""
 
 
 class RLHFDataset(Dataset):
@@ -351,7 +355,7 @@ class RLHFDataset(Dataset):
         text = renderer.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=False, chat_template=self.chat_template
         )
-        return _Prompt(row=row, text=text, images=images, videos=videos, ground_truth=answer)
+        return _Prompt(row=row, text=text, images=images, videos=videos, ground_truth=answer, content=content)
 
     def _format(self, index: int, row: dict[str, Any], prompt: str) -> str:
         if self.format_template is None:
@@ -479,6 +483,7 @@ class RLHFDataset(Dataset):
             multi_modal_data=multi_modal_data,
             ground_truth=prompt.ground_truth,
             prompt_text=prompt.text,
+            prompt_content=prompt.content,
         )
         return example
 

@@ -49,7 +49,7 @@ _UID_KEY = "uid"
 _MULTI_MODAL_KEY = "multi_modal_data"
 _PROMPT_TEXT_KEYS = ("prompt_text", "raw_prompt")
 # Non-tensor columns that the pipeline adds for the model, not the dataset; a reward function has no use for them.
-_PIPELINE_KEYS = frozenset({"raw_prompt_ids", "multi_modal_inputs"})
+_PIPELINE_KEYS = frozenset({"raw_prompt_ids", "multi_modal_inputs", "prompt_content"})
 
 
 @dataclass(frozen=True)
