@@ -57,6 +57,9 @@ CONSOLE_KEYS: tuple[str, ...] = (
     "timing_s/step",
     "perf/throughput",
     "perf/mfu_actor",
+    "train/loss",
+    "train/grad_norm",
+    "train/lr",
 )
 """What the console shows of a training step; every metric goes to the other backends (the file logger keeps all)."""
 
