@@ -11,16 +11,13 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The CPU quickstart's builders: the synthetic counting data and the format-only warm start (`make demo` runs them)."""
+"""The CPU quickstart's builders: the synthetic counting data and the format-only warm start, a supervised fine-tuning
+run (`make demo` runs them)."""
 
 import collections
 import importlib.util
 import json
 import os
-import random
-import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -71,30 +68,64 @@ def test_each_picture_shows_as_many_squares_as_its_answer(data_dir):
         assert sum(c == 0 for c in cells) == 4 - int(row["answer"]), (row, cells)
 
 
-def test_warm_start_teaches_the_format_but_not_the_answer(data_dir, tmp_path):
+def test_sft_data_holds_every_answer_of_each_picture_in_a_group(data_dir):
+    load_example("make_data").write_sft_split(str(data_dir), "train")
+    rows = read_rows(data_dir)
+    with open(data_dir / "train_sft.jsonl", encoding="utf-8") as f:
+        sft = [json.loads(line) for line in f]
+    assert len(sft) == 4 * len(rows)
+    for index, row in enumerate(rows):
+        group = sft[4 * index : 4 * index + 4]
+        assert [item["messages"][1]["content"] for item in group] == ["1", "2", "3", "4"]
+        assert all(
+            item["images"] == row["images"] and item["messages"][0]["content"] == row["problem"] for item in group
+        )
+
+
+@pytest.mark.slow
+def test_warm_start_sft_teaches_the_format_but_not_the_answer(data_dir, tmp_path):
+    import ray
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    warm_start = load_example("warm_start")
-    built = get_or_build_tiny_model("qwen2_5_vl", str(tmp_path / "cache"), min_pixels=3136, max_pixels=3136)
-    model_dir = tmp_path / "model"
-    shutil.copytree(built, model_dir)
-    script = os.path.join(REPO, "examples", "cpu_quickstart", "warm_start.py")
-    cmd = [sys.executable, script, "--model", str(model_dir), "--data", str(data_dir / "train.jsonl")]
-    subprocess.run([*cmd, "--steps", "20", "--batch-size", "8"], check=True, capture_output=True)
+    from verl.trainer.sft import run_sft
+    from verl.trainer.sft_config import load_sft_config
 
-    processor = AutoProcessor.from_pretrained(model_dir)
-    processor.tokenizer.padding_side = "right"
-    model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
+    load_example("make_data").write_sft_split(str(data_dir), "train")
+    model = get_or_build_tiny_model("qwen2_5_vl", str(tmp_path / "cache"), min_pixels=3136, max_pixels=3136)
+    save = tmp_path / "warm_start"
+    config = load_sft_config(
+        [
+            f"config={REPO}/examples/cpu_quickstart/sft.yaml",
+            f"data.train_files={data_dir / 'train_sft.jsonl'}",
+            f"data.image_dir={data_dir / 'images'}",
+            f"worker.model.model_path={model}",
+            f"trainer.save_checkpoint_path={save}",
+            "trainer.max_steps=20",
+            "data.batch_size=32",
+            "worker.micro_batch_size_per_device=16",
+        ]
+    )
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
+    try:
+        run_sft(config)
+    finally:
+        ray.shutdown()
+
+    processor = AutoProcessor.from_pretrained(save / "huggingface")
+    warm = AutoModelForImageTextToText.from_pretrained(save / "huggingface", dtype=torch.float32).eval()
     rows = read_rows(data_dir)[:16]
-    batch, digit_pos = warm_start.build_batch(processor, rows, str(data_dir / "images"), random.Random(0))
+    texts, images = [], []
+    for row in rows:
+        content = [{"type": "image"}, {"type": "text", "text": row["problem"].replace("<image>", "")}]
+        messages = [{"role": "user", "content": content}]
+        texts.append(processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
+        images.append(Image.open(data_dir / "images" / row["images"][0]).convert("RGB"))
+    processor.tokenizer.padding_side = "left"
+    batch = processor(text=texts, images=images, return_tensors="pt", padding=True)
     with torch.no_grad():
-        logits = model(**batch).logits
-    index = torch.arange(len(rows))
-    answer_ids = processor.tokenizer.convert_tokens_to_ids(list(warm_start.ANSWERS))
-    digit_probs = torch.softmax(logits[index, digit_pos - 1], dim=-1)[:, answer_ids]
+        next_token = torch.softmax(warm(**batch).logits[:, -1].float(), dim=-1)
+    answer_ids = processor.tokenizer.convert_tokens_to_ids(list("1234"))
+    digit_probs = next_token[:, answer_ids]
     assert (digit_probs.sum(-1) > 0.8).all()  # it answers with a digit from 1 to 4 ...
     per_answer = digit_probs.mean(0) / digit_probs.sum(-1).mean()
     assert ((per_answer > 0.15) & (per_answer < 0.35)).all(), per_answer  # ... each about as often (chance level)
-    end_id = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
-    assert (batch["input_ids"][index, digit_pos + 1] == end_id).all()
-    assert (torch.softmax(logits[index, digit_pos], dim=-1)[:, end_id] > 0.9).all()  # ... and stops after it

@@ -59,6 +59,29 @@ def write_split(output_dir: str, split: str, num_rows: int, seed: int) -> str:
     return path
 
 
+ANSWERS = ("1", "2", "3", "4")
+
+
+def write_sft_split(output_dir: str, split: str = "train") -> str:
+    """The warm start's conversations: every picture of `split` with EACH of the four answers, four consecutive rows.
+
+    Trained without shuffling in batches of whole groups (examples/cpu_quickstart/sft.yaml), the loss of a group is
+    the cross-entropy against the uniform distribution over the answers: the model learns the answer FORMAT (one
+    digit from 1 to 4, then the end of the turn) with each digit about equally likely whatever the picture, so it
+    starts RL at chance (~25%) and whatever it learns about counting comes from RL. (One random answer per picture
+    would leave a random bias towards some answer, which GRPO then amplifies into a collapsed policy.)
+    """
+    with open(os.path.join(output_dir, f"{split}.jsonl"), encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    path = os.path.join(output_dir, f"{split}_sft.jsonl")
+    with open(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            for answer in ANSWERS:
+                messages = [{"role": "user", "content": row["problem"]}, {"role": "assistant", "content": answer}]
+                f.write(json.dumps({"messages": messages, "images": row["images"]}) + "\n")
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--output", required=True)
@@ -68,6 +91,7 @@ def main() -> None:
     args = parser.parse_args()
     write_split(args.output, "train", args.train_rows, args.seed)
     write_split(args.output, "val", args.val_rows, args.seed + 1)
+    write_sft_split(args.output, "train")
     print(f"wrote {args.train_rows} train and {args.val_rows} val rows to {args.output}")
 
 
