@@ -289,3 +289,16 @@ def test_sft_runs_lower_the_loss_resume_exactly_and_export_for_rl(models, tmp_pa
         ]
     )
     assert rl.worker.actor.model.model_path == exported
+
+
+def test_cli_help_dry_run_and_errors(tmp_path, capsys) -> None:
+    from verl.trainer.sft import main
+
+    assert main(["--help-config"]) == 0
+    assert "data.messages_key (str): Column with the conversation" in capsys.readouterr().out
+    (tmp_path / "train.jsonl").write_text("{}\n")
+    args = [f"config={REPO}/examples/sft.yaml", f"data.train_files={tmp_path / 'train.jsonl'}"]
+    assert main([*args, "--dry-run"]) == 0
+    assert "messages_key: messages" in capsys.readouterr().out
+    assert main([*args, "data.max_length=-1"]) == 2
+    assert "data.max_length" in capsys.readouterr().err

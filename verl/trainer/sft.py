@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from ..utils.config import ConfigError, config_to_dict
+from ..utils.config import ConfigError, config_to_dict, describe_fields, to_yaml
 from ..utils.sft_dataset import SFTDataError, SFTDataset, collate_sft
 from .checkpointing import CheckpointTracker, atomic_write, find_last_checkpoint, step_dir
 from .sft_config import SFTConfig, load_sft_config
@@ -170,14 +170,33 @@ def save(group: Any, root: str, step: int, ckpt_tracker: CheckpointTracker, val_
     ckpt_tracker.save(root)
 
 
+USAGE = "usage: python -m verl.trainer.sft config=path/to/sft.yaml [section.key=value ...] [--dry-run] [--help-config]"
+
+
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:
+        print(USAGE)
+        print(__doc__)
+        return 0
+    if "--help-config" in argv:
+        for key, type_name, doc in describe_fields(SFTConfig):
+            print(f"{key} ({type_name}): {doc}")
+        return 0
+    dry_run = "--dry-run" in argv
     try:
-        config = load_sft_config(list(sys.argv[1:] if argv is None else argv))
+        config = load_sft_config([arg for arg in argv if arg != "--dry-run"])
+        if dry_run:
+            print(to_yaml(config), end="")
+            return 0
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         run_sft(config)
-    except (ConfigError, SFTDataError) as err:
+    except ConfigError as err:
+        print(f"Config error: {err}", file=sys.stderr)
+        return 2
+    except SFTDataError as err:
         print(f"Error: {err}", file=sys.stderr)
-        return 1
+        return 2
     return 0
 
 
