@@ -277,6 +277,10 @@ def _absolutize_local_paths(config: PPOConfig) -> None:
     reward = config.worker.reward
     reward.reward_function = _absolutize_function(reward.reward_function)
     reward.routes = {route: _absolutize_function(spec) for route, spec in reward.routes.items()}
+    reward.judge.model_path = _absolutize(reward.judge.model_path)
+    reward.model.model_path = _absolutize(reward.model.model_path)
+    reward.model.tokenizer_path = _absolutize(reward.model.tokenizer_path)
+    reward.judge.template = _absolutize(reward.judge.template)
     config.trainer.load_checkpoint_path = _absolutize(config.trainer.load_checkpoint_path)
 
 
@@ -636,6 +640,15 @@ def _check_paths(config: PPOConfig) -> None:
             check_reward_function(reward.reward_function, reward.reward_function_kwargs)
         except RewardFunctionLoadError as err:
             raise ConfigError(str(err)) from None
+    try:
+        reward.judge.check()
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if not (reward.reward_function or reward.routes or reward.judge.enabled or _reward_model_enabled(reward)):
+        raise ConfigError(
+            "No reward: set worker.reward.reward_function (or worker.reward.routes), a reward model "
+            "(worker.reward.model.model_path) or a judge (worker.reward.judge.model_path)."
+        )
     unknown = sorted(set(reward.routes_kwargs) - set(reward.routes))
     if unknown:
         raise ConfigError(
@@ -652,6 +665,10 @@ def _check_paths(config: PPOConfig) -> None:
         _check_path("trainer.load_checkpoint_path", path, "directory")
         if not os.path.basename(os.path.normpath(path)).startswith("global_step_"):
             raise ConfigError(f"trainer.load_checkpoint_path='{path}' must be a global_step_N directory.")
+
+
+def _reward_model_enabled(reward: Any) -> bool:
+    return bool(reward.model.model_path)
 
 
 def _check_model_type(key: str, path: str | None) -> None:

@@ -65,6 +65,7 @@ from .metrics import (
 from .preemption import StopRequest, TrainingInterrupted
 from .rollout_dump import decode_texts, dump_rollouts
 from .schedules import EntropyController, response_length_at
+from .scoring import BatchScorer
 
 
 logger = logging.getLogger(__name__)
@@ -109,9 +110,11 @@ class RayPPOTrainer:
         val_dataloader: Any | None,
         actor_rollout_ref_wg: Any,
         critic_wg: Any | None,
-        reward_fn: Any,
+        reward_fn: Any | None,
         val_reward_fn: Any | None,
         tracker: Any,
+        reward_model_wg: Any | None = None,
+        judge: Any | None = None,
     ) -> None:
         self.config = config
         self.tokenizer = tokenizer
@@ -119,8 +122,10 @@ class RayPPOTrainer:
         self.val_dataloader = val_dataloader
         self.actor_rollout_ref_wg = actor_rollout_ref_wg
         self.critic_wg = critic_wg
+        if val_reward_fn is not None and val_reward_fn is not reward_fn:
+            raise ValueError("One reward actor scores training and validation; pass the same one (or None).")
         self.reward_fn = reward_fn
-        self.val_reward_fn = val_reward_fn or reward_fn
+        self.scorer = BatchScorer(config.worker.reward, tokenizer, reward_fn, reward_model_wg, judge, self._get_reward)
         self.tracker = tracker
         algo = config.algorithm
         self.use_critic = algo.adv_estimator == "gae"
@@ -185,7 +190,7 @@ class RayPPOTrainer:
             greedy.meta_info.update(temperature=0.0, n=1)
             baseline = self.actor_rollout_ref_wg.generate_sequences(greedy)
             baseline = prompts.select(deepcopy=True).union(baseline)
-            scores, _ = self._get_reward(self.reward_fn.compute_reward.remote(baseline))
+            scores, _ = self.scorer.score(baseline)
             prompts.batch["reward_baselines"] = scores.sum(-1)
         return prompts.repeat(n, interleave=True).union(output)
 
@@ -209,7 +214,7 @@ class RayPPOTrainer:
             batch = self._generate(self._next_batch(), metrics)
             if not algo.online_filtering:
                 return batch
-            scores, reward_metrics = self._get_reward(self.reward_fn.compute_reward.remote(batch))
+            scores, reward_metrics = self.scorer.score(batch)
             batch.batch["token_level_scores"] = scores
             batch.non_tensor_batch.update(
                 {f"reward/{k}": np.array(v, dtype=object) for k, v in reward_metrics.items()}
@@ -300,10 +305,10 @@ class RayPPOTrainer:
         batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
         batch.meta_info["temperature"] = self.config.worker.rollout.temperature
 
-        reward_ref = None
+        pending = None
         if "token_level_scores" not in batch.batch.keys():
-            with timer("reward", timing_raw):
-                reward_ref = self.reward_fn.compute_reward.remote(batch)
+            with timer("reward", timing_raw):  # the reward model scores here; the actor and the judge meanwhile
+                pending = self.scorer.launch(batch)
         if self.needs_old_log_probs:
             with timer("old", timing_raw):
                 batch.union(wg.compute_log_probs(batch))
@@ -315,8 +320,8 @@ class RayPPOTrainer:
                 batch.union(self.critic_wg.compute_values(batch))
 
         with timer("adv", timing_raw):
-            if reward_ref is not None:
-                scores, reward_metrics = self._get_reward(reward_ref)
+            if pending is not None:
+                scores, reward_metrics = self.scorer.collect(batch, pending)
                 batch.batch["token_level_scores"] = scores
                 append_metrics(metrics, applicable_values({f"reward/{k}": v for k, v in reward_metrics.items()}))
                 batch.non_tensor_batch.update(
@@ -374,7 +379,7 @@ class RayPPOTrainer:
             output = wg.generate_sequences(gen_batch)
             output.meta_info.pop("metrics", None)
             batch = batch.repeat(n, interleave=True).union(output)
-            reward_tensor, reward_metrics = self._get_reward(self.val_reward_fn.compute_reward.remote(batch))
+            reward_tensor, reward_metrics = self.scorer.score(batch)
             batch_scores = reward_tensor.sum(-1).tolist()
             scores.extend(batch_scores)
             append_metrics(metrics, applicable_values({f"val/{k}_reward": v for k, v in reward_metrics.items()}))

@@ -81,8 +81,9 @@ def init_ray(config: PPOConfig, device: str) -> None:
     ray.init(num_cpus=num_cpus, runtime_env=runtime_env, include_dashboard=False)
 
 
-def create_worker_groups(config: PPOConfig, device: str) -> tuple[Any, Any | None, Any, Any]:
-    """One colocated process per device holding the actor+rollout(+ref) role and, for gae, the critic role."""
+def create_worker_groups(config: PPOConfig, device: str) -> tuple[Any, Any | None, Any | None, Any, Any]:
+    """One colocated process per device holding the actor+rollout(+ref) role and, for gae, the critic role, and with
+    worker.reward.model.model_path the reward model's role; returns (actor, critic, reward model, group, pool)."""
     from ..workers.fsdp_workers import FSDPWorker  # imports vLLM: only when training really starts
 
     trainer = config.trainer
@@ -95,15 +96,26 @@ def create_worker_groups(config: PPOConfig, device: str) -> tuple[Any, Any | Non
     roles = {actor_role: RayClassWithInitArgs(FSDPWorker, config=config.worker, role=actor_role, device=device)}
     if config.algorithm.adv_estimator == "gae":
         roles["critic"] = RayClassWithInitArgs(FSDPWorker, config=config.worker, role="critic", device=device)
+    reward_model = config.worker.reward.model
+    if reward_model.model_path:
+        from ..workers.reward.model_worker import RewardModelWorker
+
+        tokenizer_path = config.worker.actor.model.tokenizer_path
+        roles["reward_model"] = RayClassWithInitArgs(
+            RewardModelWorker, config=reward_model, policy_tokenizer_path=tokenizer_path, device=device
+        )
     group = RayWorkerGroup(pool, create_colocated_worker_cls(roles), name_prefix=trainer.experiment_name)
     views = group.spawn(roles.keys())
     try:
+        reward_model_wg = views.get("reward_model")
+        if reward_model_wg is not None:  # before the actor, so the engine sizes its cache against what is left
+            reward_model_wg.init_model()
         actor_wg, critic_wg = _init_models(views, actor_role)
     except BaseException:
         group.shutdown()
         pool.remove()
         raise
-    return actor_wg, critic_wg, group, pool
+    return actor_wg, critic_wg, reward_model_wg, group, pool
 
 
 def _init_models(views: dict[str, Any], actor_role: str) -> tuple[Any, Any | None]:
@@ -158,12 +170,18 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
     config.worker.actor.optim.training_steps = config.worker.critic.optim.training_steps = total_steps
     # One reward actor serves training and validation: validation never overlaps a training step's reward, and a
     # second actor would cost its own process (~0.7 GB with the tokenizer) and start-up time.
-    model = config.worker.actor.model
-    reward_fn = create_reward_actor(config.worker.reward, model.tokenizer_path, model.trust_remote_code)
+    model, reward = config.worker.actor.model, config.worker.reward
+    reward_fn = judge = None
     try:
-        actor_wg, critic_wg, group, pool = create_worker_groups(config, device)
+        if reward.reward_function or reward.routes:
+            reward_fn = create_reward_actor(reward, model.tokenizer_path, model.trust_remote_code)
+        if reward.judge.enabled:
+            from ..workers.reward.judge import create_judge_actor
+
+            judge = create_judge_actor(reward.judge)
+        actor_wg, critic_wg, reward_model_wg, group, pool = create_worker_groups(config, device)
     except BaseException:
-        _kill(reward_fn)
+        _kill(*[actor for actor in (reward_fn, judge) if actor is not None])
         raise
     trainer_config = config.trainer
     logger.info(checkpoint_plan(config))
@@ -175,7 +193,17 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
         config_to_dict(config),  # secrets (api keys in reward_function_kwargs) masked
     )
     trainer = RayPPOTrainer(
-        config, tokenizer, train_dataloader, val_dataloader, actor_wg, critic_wg, reward_fn, reward_fn, tracker
+        config,
+        tokenizer,
+        train_dataloader,
+        val_dataloader,
+        actor_wg,
+        critic_wg,
+        reward_fn,
+        reward_fn,
+        tracker,
+        reward_model_wg=reward_model_wg,
+        judge=judge,
     )
     try:
         return trainer.fit()
@@ -183,7 +211,7 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
         tracker.finish()
         group.shutdown()
         pool.remove()
-        _kill(reward_fn)
+        _kill(*[actor for actor in (reward_fn, judge) if actor is not None])
 
 
 def checkpoint_plan(config: PPOConfig) -> str:

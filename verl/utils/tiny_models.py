@@ -11,13 +11,15 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Tiny random-init Qwen2 / Qwen2.5-VL / Qwen2-VL model directories, built offline in about a second.
+"""Tiny random-init Qwen2 / Qwen2.5-VL / Qwen2-VL / Qwen2 reward model directories, built offline in about a second.
 
 No model can be downloaded on our machines, yet tests, the CPU quickstart and the benchmarks need real model
 directories that `from_pretrained` and `vllm.LLM` load. This module writes one: float32 safetensors weights, a
 generation config, a byte-level BPE tokenizer trained here on a synthetic corpus (Qwen's pre-tokenizer and special
 tokens, eos=<|im_end|>, pad=<|endoftext|>), the Qwen2-VL chat template and, for the VL kinds, image and video
-processors with a small pixel budget so one image costs only 4-64 tokens.
+processors with a small pixel budget so one image costs only 4-64 tokens. Kind qwen2_rm is a reward model: the qwen2
+decoder with a one-label sequence-classification head (Qwen2ForSequenceClassification) instead of the LM head, for
+the reward-model worker and scripts/train_reward_model.py.
 
 Everything is a pure function of the spec: the same seed and sizes give bitwise-identical weights and an identical
 tokenizer, in any process.
@@ -46,9 +48,11 @@ if TYPE_CHECKING:  # torch and transformers load lazily: the CLI checks its argu
     from transformers import PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
 
 
-ModelKind = Literal["qwen2", "qwen2_5_vl", "qwen2_vl"]
-MODEL_KINDS: tuple[str, ...] = ("qwen2", "qwen2_5_vl", "qwen2_vl")
+ModelKind = Literal["qwen2", "qwen2_5_vl", "qwen2_vl", "qwen2_rm"]
+MODEL_KINDS: tuple[str, ...] = ("qwen2", "qwen2_5_vl", "qwen2_vl", "qwen2_rm")
 VL_KINDS: tuple[str, ...] = ("qwen2_5_vl", "qwen2_vl")
+REWARD_KINDS: tuple[str, ...] = ("qwen2_rm",)
+"""Kinds with a one-label score head (sequence classification) instead of an LM head; they get no generation config."""
 
 # Bump when the output of the builder changes, so cached directories (get_or_build_tiny_model) are rebuilt.
 BUILDER_VERSION = 1
@@ -189,7 +193,7 @@ class TinyModelSpec:
     """Everything that determines a tiny model directory; the same spec always gives the same files."""
 
     kind: str = "qwen2"
-    """Model family: qwen2 (text), qwen2_5_vl or qwen2_vl (with a vision tower)."""
+    """Model family: qwen2 (text), qwen2_5_vl or qwen2_vl (with a vision tower), qwen2_rm (qwen2 with a score head)."""
     seed: int = 0
     """Seed of the weight initialisation (the tokenizer does not depend on it)."""
     vocab_size: int = 2048
@@ -258,6 +262,11 @@ class TinyModelSpec:
         """Whether the model has a vision tower (and the directory a processor)."""
         return self.kind in VL_KINDS
 
+    @property
+    def is_reward_model(self) -> bool:
+        """Whether the model scores sequences (one logit at the last token) rather than generating them."""
+        return self.kind in REWARD_KINDS
+
     def to_dict(self) -> dict[str, Any]:
         """The spec as written to tiny_model_spec.json; the builder version marks caches of older builders stale."""
         return {"builder_version": BUILDER_VERSION, **dataclasses.asdict(self)}
@@ -299,6 +308,9 @@ def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> 
     text = _text_config_kwargs(spec, tokenizer)
     if spec.kind == "qwen2":
         return Qwen2Config(rope_parameters={"rope_type": "default", "rope_theta": 1e6}, **text)
+    if spec.kind == "qwen2_rm":
+        # One label: the scalar reward. pad_token_id (set above) is how the HF head finds each row's last token.
+        return Qwen2Config(rope_parameters={"rope_type": "default", "rope_theta": 1e6}, num_labels=1, **text)
     head_dim = spec.hidden_size // spec.num_heads
     text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": _mrope_section(head_dim)}
     ids = _special_ids(tokenizer)
@@ -339,6 +351,7 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
         GenerationConfig,
         Qwen2_5_VLForConditionalGeneration,
         Qwen2ForCausalLM,
+        Qwen2ForSequenceClassification,
         Qwen2VLForConditionalGeneration,
     )
 
@@ -347,10 +360,13 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
         "qwen2": Qwen2ForCausalLM,
         "qwen2_5_vl": Qwen2_5_VLForConditionalGeneration,
         "qwen2_vl": Qwen2VLForConditionalGeneration,
+        "qwen2_rm": Qwen2ForSequenceClassification,
     }[spec.kind]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
         model = model_class(config).to(torch.float32)
+    if spec.is_reward_model:  # nothing is generated from a reward model: no generation config to write
+        return model.eval()
     ids = _special_ids(tokenizer)
     # Only the stop tokens: sampling defaults here would silently become vLLM's defaults too.
     model.generation_config = GenerationConfig(

@@ -18,6 +18,7 @@ from typing import Any
 
 from .actor.config import ActorConfig, FSDPConfig, LoraConfig, ModelConfig, OffloadConfig, OptimConfig
 from .critic.config import CriticConfig
+from .reward.judge import JudgeConfig
 from .rollout.config import RolloutConfig
 
 
@@ -53,6 +54,27 @@ class RefConfig:
 
 
 @dataclass
+class RewardModelConfig:
+    model_path: str | None = None
+    """Sequence-classification reward model (local directory or hub id) with one label, e.g. one written by
+    scripts/train_reward_model.py; None means no reward model."""
+    tokenizer_path: str | None = None
+    """Tokenizer of the reward model (its chat template renders the conversation); defaults to model_path."""
+    trust_remote_code: bool = False
+    """Allow model and tokenizer code from the reward model's directory or hub repository (also used for the policy
+    tokenizer)."""
+    max_length: int = 2048
+    """Tokens of the rendered prompt + response given to the reward model; longer conversations keep their end (the
+    response, where the score is read) and are counted in reward_model/truncated_ratio."""
+    micro_batch_size: int = 8
+    """Conversations per reward-model forward on each device."""
+    weight: float = 1.0
+    """Factor of the reward model's score (rm_scores) in the overall reward."""
+    fsdp: FSDPConfig = field(default_factory=FSDPConfig)
+    """Sharding of the reward model; it is frozen, so on GPU it is stored in fsdp.mp_param_dtype (bf16)."""
+
+
+@dataclass
 class RewardConfig:
     reward_function: str | None = None
     """Python file and function that score a response: path/to/file.py:function (function defaults to main)."""
@@ -67,6 +89,13 @@ class RewardConfig:
     """Dataset column whose value picks the route of a row."""
     routes_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Keyword arguments of each route's function: {route: {name: value}}."""
+    rule_weight: float = 1.0
+    """Weight of the rule-based functions' overall when a reward model or a judge is added:
+    overall = rule_weight x rule + model.weight x rm_score + judge.weight x judge_score."""
+    model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    """A sequence-classification reward model, FSDP2-sharded in the worker processes (colocated with the actor)."""
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    """An LLM judge in its own Ray actor and vLLM engine, grading each response with a Jinja template."""
     skip_special_tokens: bool = True
     """Decode responses without special tokens before scoring."""
     num_cpus: int = 1

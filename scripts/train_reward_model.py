@@ -1,0 +1,305 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Train a reward model on preference pairs with the Bradley-Terry loss, -log sigmoid(r_chosen - r_rejected).
+
+    python scripts/train_reward_model.py --model DIR_OR_ID --train pairs.jsonl [--val val.jsonl] --output OUT \\
+        [--epochs 1 --batch-size 8 --lr 1e-5 --max-length 1024 --init-from-lm]
+    torchrun --nproc-per-node 8 scripts/train_reward_model.py ...      (several processes, one per GPU)
+
+Each jsonl row is {"prompt": str, "chosen": str, "rejected": str}. The conversations are laid out as the trainer's
+reward-model worker lays them out (verl.workers.reward.model_worker: the RM's chat template over [user, assistant],
+truncated from the left to --max-length, the score read at the last token), so what is trained here is what the
+worker scores. The model is sharded with FSDP2 over torch.distributed, as the trainer's models are: a plain `python`
+run makes a one-process gloo group itself (fp32 on the CPU); under torchrun each process takes its rank's device.
+
+--init-from-lm starts from a causal LM: transformers puts a freshly initialised one-label score head on it. Without
+it the model must already be a one-label sequence-classification model (e.g. one written by this script).
+
+It prints the train loss and val accuracy (chosen scored strictly above rejected) of each epoch and, last, one JSON
+line with the results; the trained model (full state dict, saved by rank 0) and the tokenizer go to --output, ready
+for worker.reward.model.model_path.
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any
+
+
+PAIR_KEYS = ("prompt", "chosen", "rejected")
+"""The keys every row of a pairs file must have, each a string."""
+
+SAVE_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+"""--save-dtype values and the torch dtype each names."""
+
+
+class PairFileError(ValueError):
+    """A pairs file that cannot be read; the message names the file, the row (its line, from 1) and the key."""
+
+
+def read_pairs(path: str) -> list[dict[str, str]]:
+    """The rows of a jsonl pairs file, checked before any model is loaded, so a bad row costs seconds, not a run."""
+    if not os.path.isfile(path):
+        raise PairFileError(f"{path}: no such file; give a jsonl file of prompt/chosen/rejected rows.")
+    pairs = []
+    with open(path, encoding="utf-8") as f:
+        for row_number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise PairFileError(f"{path}, row {row_number}: not valid JSON ({error.msg}).") from None
+            if not isinstance(row, dict):
+                keys = ", ".join(PAIR_KEYS)
+                raise PairFileError(
+                    f"{path}, row {row_number}: a {type(row).__name__}, not an object with keys {keys}."
+                )
+            for key in PAIR_KEYS:
+                if key not in row:
+                    raise PairFileError(
+                        f"{path}, row {row_number}, key '{key}': missing; every row needs {', '.join(PAIR_KEYS)}."
+                    )
+                if not isinstance(row[key], str):
+                    raise PairFileError(
+                        f"{path}, row {row_number}, key '{key}': must be a string, got {type(row[key]).__name__}."
+                    )
+            pairs.append({key: row[key] for key in PAIR_KEYS})
+    if not pairs:
+        raise PairFileError(f"{path}: no rows; it needs at least one prompt/chosen/rejected pair.")
+    return pairs
+
+
+def _init_process_group(device: str) -> str | None:
+    """Join torchrun's group, or make a one-process group meeting through a file (no port is opened).
+
+    Returns the temporary directory of that file store (removed at the end), or None under torchrun.
+    """
+    from verl.utils import device as device_utils
+
+    device_utils.set_device_type(device)
+    store_dir = None
+    if "RANK" not in os.environ:
+        store_dir = tempfile.mkdtemp(prefix="train_reward_model_")
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+        os.environ["VERL_DIST_INIT_METHOD"] = f"file://{os.path.join(store_dir, 'store')}"
+    device_utils.init_distributed()
+    return store_dir
+
+
+def _accuracy(model: Any, chosen: list[list[int]], rejected: list[list[int]], pad_id: int, micro: int) -> float:
+    """Share of pairs (over all ranks) whose chosen conversation scores strictly above the rejected one."""
+    import torch
+    import torch.distributed as dist
+
+    from verl.utils import device as device_utils
+    from verl.workers.reward.model_worker import score_rows
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = device_utils.get_local_device()
+    mine = list(range(rank, len(chosen), world))
+    model.eval()
+    chosen_scores = score_rows(model, [chosen[i] for i in mine], pad_id, 2 * micro, device)
+    rejected_scores = score_rows(model, [rejected[i] for i in mine], pad_id, 2 * micro, device)
+    model.train()
+    totals = torch.tensor([float((chosen_scores > rejected_scores).sum()), float(len(mine))], dtype=torch.float64)
+    dist.all_reduce(totals)
+    return totals[0].item() / max(totals[1].item(), 1.0)
+
+
+def _log(*values: Any) -> None:
+    import torch.distributed as dist
+
+    if dist.get_rank() == 0:
+        print(*values, flush=True)
+
+
+def train(args: argparse.Namespace, train_pairs: list[dict[str, str]], val_pairs: list[dict[str, str]]) -> dict:
+    """The Bradley-Terry training loop; returns the results printed as the final JSON line."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from transformers import AutoModelForSequenceClassification
+
+    from verl.utils import device as device_utils
+    from verl.utils.fsdp_utils import clip_grad_norm, get_full_state_dict
+    from verl.utils.optim import build_optimizer
+    from verl.utils.tokenizer import get_tokenizer
+    from verl.workers.actor.config import FSDPConfig, OptimConfig
+    from verl.workers.reward.model_worker import (
+        build_fsdp_reward_model,
+        last_token_scores,
+        load_reward_model_config,
+        pad_right,
+        tokenize_conversations,
+    )
+
+    start = time.perf_counter()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = device_utils.get_local_device()
+    tokenizer = get_tokenizer(args.tokenizer or args.model, trust_remote_code=args.trust_remote_code)
+    pad_id = tokenizer.pad_token_id
+    config = load_reward_model_config(
+        args.model, args.trust_remote_code, from_lm=args.init_from_lm, pad_token_id=pad_id
+    )
+    torch.manual_seed(args.seed)  # the score head that transformers initialises for --init-from-lm
+    model = build_fsdp_reward_model(args.model, config, FSDPConfig(), device, torch.float32, args.trust_remote_code)
+    model.train()
+    optimizer = build_optimizer(model, OptimConfig(lr=args.lr, weight_decay=args.weight_decay))
+
+    def tokenized(pairs: list[dict[str, str]]) -> tuple[list[list[int]], list[list[int]], int]:
+        prompts = [pair["prompt"] for pair in pairs]
+        chosen, cut_chosen = tokenize_conversations(tokenizer, prompts, [p["chosen"] for p in pairs], args.max_length)
+        rejected, cut_rejected = tokenize_conversations(
+            tokenizer, prompts, [p["rejected"] for p in pairs], args.max_length
+        )
+        return chosen, rejected, cut_chosen + cut_rejected
+
+    train_chosen, train_rejected, train_cut = tokenized(train_pairs)
+    val_chosen, val_rejected, _ = tokenized(val_pairs) if val_pairs else ([], [], 0)
+    micro = args.micro_batch_size
+    results: dict[str, Any] = {
+        "train_pairs": len(train_pairs),
+        "val_pairs": len(val_pairs),
+        "truncated_ratio": train_cut / (2 * len(train_pairs)),
+        "world_size": world,
+        "device": device.type,
+    }
+    if val_pairs:
+        results["val_accuracy_initial"] = _accuracy(model, val_chosen, val_rejected, pad_id, micro)
+        _log(f"before training: val_accuracy {results['val_accuracy_initial']:.3f}")
+    order = list(range(len(train_pairs)))
+    shuffler = random.Random(args.seed)  # the same order on every rank: each rank takes its share of every batch
+    steps = 0
+    epoch_stats: list[dict[str, float]] = []
+    for epoch in range(1, args.epochs + 1):
+        epoch_start = time.perf_counter()
+        shuffler.shuffle(order)
+        sums = torch.zeros(3, dtype=torch.float64)  # loss sum, correct pairs, pairs
+        for batch_start in range(0, len(order), args.batch_size):
+            batch = order[batch_start : batch_start + args.batch_size]
+            mine = batch[rank::world]
+            # Every rank runs as many forward/backward passes as the busiest one: FSDP's collectives must match.
+            passes = math.ceil(math.ceil(len(batch) / world) / micro)
+            optimizer.zero_grad(set_to_none=True)
+            for step in range(passes):
+                pairs = mine[step * micro : (step + 1) * micro]
+                if pairs:
+                    rows = [train_chosen[i] for i in pairs] + [train_rejected[i] for i in pairs]
+                    scores = last_token_scores(model, **pad_right(rows, pad_id, device))
+                    margin = scores[: len(pairs)] - scores[len(pairs) :]
+                    loss_sum = -F.logsigmoid(margin).sum()
+                    sums += torch.tensor([loss_sum.item(), float((margin > 0).sum()), float(len(pairs))])
+                else:  # nothing left on this rank: a zero-loss pass keeps its collectives in step
+                    loss_sum = last_token_scores(model, **pad_right([[pad_id]], pad_id, device)).sum() * 0.0
+                # mean over the global batch; FSDP averages gradients over the ranks, hence x world
+                (loss_sum * (world / len(batch))).backward()
+            grad_norm = clip_grad_norm(model, args.max_grad_norm)
+            if torch.isfinite(grad_norm):
+                optimizer.step()
+            else:
+                _log(f"step {steps + 1}: gradient norm {grad_norm.item()} is not finite; step skipped")
+            steps += 1
+        dist.all_reduce(sums)
+        stats = {
+            "epoch": epoch,
+            "train_loss": sums[0].item() / sums[2].item(),
+            "train_accuracy": sums[1].item() / sums[2].item(),
+        }
+        line = f"epoch {epoch}/{args.epochs}: train_loss {stats['train_loss']:.4f}"
+        line += f" train_accuracy {stats['train_accuracy']:.3f}"
+        if val_pairs:
+            stats["val_accuracy"] = _accuracy(model, val_chosen, val_rejected, pad_id, micro)
+            line += f" val_accuracy {stats['val_accuracy']:.3f}"
+        _log(f"{line} ({time.perf_counter() - epoch_start:.1f} s)")
+        epoch_stats.append(stats)
+    results.update({key: value for key, value in epoch_stats[-1].items() if key != "epoch"})
+    results.update(steps=steps, epochs=epoch_stats)
+
+    state = get_full_state_dict(model)  # a collective: every rank takes part, rank 0 receives the full tensors
+    if rank == 0:
+        save_dtype = getattr(torch, SAVE_DTYPES[args.save_dtype])
+        plain = AutoModelForSequenceClassification.from_config(
+            config, dtype=save_dtype, trust_remote_code=args.trust_remote_code
+        )
+        plain.load_state_dict({name: tensor.to(save_dtype) for name, tensor in state.items()}, strict=True)
+        os.makedirs(args.output, exist_ok=True)
+        plain.save_pretrained(args.output)
+        tokenizer.save_pretrained(args.output)
+    dist.barrier()
+    results.update(output=os.path.abspath(args.output), seconds=round(time.perf_counter() - start, 2))
+    return results
+
+
+def _positive(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+
+    return parse
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="model directory or hub id to start from")
+    parser.add_argument("--train", required=True, help="jsonl of {prompt, chosen, rejected} rows")
+    parser.add_argument("--val", default=None, help="jsonl of validation pairs (accuracy after each epoch)")
+    parser.add_argument("--output", required=True, help="directory for the trained model and its tokenizer")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer location (default: --model)")
+    parser.add_argument("--init-from-lm", action="store_true", help="start from a causal LM: add a new score head")
+    parser.add_argument("--epochs", type=_positive(int), default=1, help="passes over the train pairs (default: 1)")
+    parser.add_argument("--batch-size", type=_positive(int), default=8, help="pairs per optimizer step, all ranks")
+    parser.add_argument("--micro-batch-size", type=_positive(int), default=4, help="pairs per forward per rank")
+    parser.add_argument("--lr", type=_positive(float), default=1e-5, help="AdamW learning rate (default: 1e-5)")
+    parser.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay (default: 0)")
+    parser.add_argument("--max-grad-norm", type=_positive(float), default=1.0, help="gradient clipping (default: 1)")
+    parser.add_argument("--max-length", type=int, default=1024, help="tokens per conversation, cut from the left")
+    parser.add_argument("--seed", type=int, default=0, help="shuffling and score-head seed (default: 0)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="(default: auto)")
+    parser.add_argument("--save-dtype", choices=tuple(SAVE_DTYPES), default="fp32", help="(default: fp32)")
+    parser.add_argument("--trust-remote-code", action="store_true", help="allow model code from the model repo")
+    args = parser.parse_args(argv)
+    if args.max_length < 2:
+        parser.error(f"--max-length {args.max_length} must be at least 2.")
+    try:
+        train_pairs = read_pairs(args.train)
+        val_pairs = read_pairs(args.val) if args.val else []
+    except PairFileError as error:
+        print(f"train_reward_model: {error}", file=sys.stderr)
+        return 2
+
+    import torch.distributed as dist
+
+    store_dir = _init_process_group(args.device)
+    try:
+        results = train(args, train_pairs, val_pairs)
+        if dist.get_rank() == 0:
+            print(json.dumps(results), flush=True)
+    finally:
+        dist.destroy_process_group()
+        if store_dir is not None:
+            shutil.rmtree(store_dir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

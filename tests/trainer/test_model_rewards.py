@@ -1,0 +1,219 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Model-based rewards in the trainer: pairs -> reward model (scripts/train_reward_model.py) -> GRPO whose reward goes
+up, with the reward model and a rule function combined; and the combination with a judge's scores."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import ray
+import torch
+
+from verl.protocol import DataProto
+from verl.trainer.scoring import BatchScorer
+from verl.utils.tiny_models import get_or_build_tiny_model
+from verl.workers.config import RewardConfig
+
+
+# Ray workers cannot import pytest's test modules; ship this module's classes by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROMPT = "Pick a number from 1 to 4."
+RULE = """
+REWARD_TYPE = "sequential"
+
+def compute_score(sample):
+    return {"overall": float(sample["response"].strip() in {"1", "2", "3", "4"})}
+"""
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    ray.init(
+        address="local",
+        num_cpus=4,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"}},
+    )
+    yield
+    ray.shutdown()
+
+
+class FixedJudge:
+    """A stand-in for JudgeActor's `grade` (the real judge runs in tests/workers/reward/test_judge.py): the
+    combination only reads its three columns."""
+
+    def grade(self, prompts: list[str], responses: list[str], ground_truths: list) -> dict[str, list[float]]:
+        return {
+            "judge_score": [0.7 if r else 0.0 for r in responses],
+            "judge_grade": [7.0 if r else float("nan") for r in responses],
+            "judge_parse_error": [0.0 if r else 1.0 for r in responses],
+        }
+
+
+def test_rule_and_judge_scores_combine_with_their_weights(ray_session, tmp_path) -> None:
+    from transformers import AutoTokenizer
+
+    from verl.workers.reward.ray_actor import create_reward_actor
+
+    model = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    (tmp_path / "rule.py").write_text(RULE)
+    config = RewardConfig(reward_function=f"{tmp_path / 'rule.py'}:compute_score", rule_weight=0.5)
+    config.judge.weight = 2.0
+    responses = [tokenizer.encode(text) for text in ("3", "hello", "")]
+    width = 4
+    response_ids = torch.full((3, width), tokenizer.pad_token_id)
+    response_mask = torch.zeros((3, width), dtype=torch.long)
+    for row, ids in enumerate(responses):
+        response_ids[row, : len(ids)] = torch.tensor(ids)
+        response_mask[row, : len(ids)] = 1
+    prompt_ids = torch.tensor([tokenizer.encode(PROMPT)] * 3)
+    batch = DataProto.from_dict(
+        tensors={
+            "prompts": prompt_ids,
+            "responses": response_ids,
+            "response_mask": response_mask,
+            "attention_mask": torch.cat([torch.ones_like(prompt_ids), response_mask], dim=-1),
+        },
+        non_tensors={"ground_truth": np.array([None] * 3, dtype=object)},
+    )
+    rule_actor = create_reward_actor(config, model)
+    judge = ray.remote(FixedJudge).remote()
+    try:
+        scorer = BatchScorer(config, tokenizer, rule_actor, None, judge, ray.get)
+        scores, columns = scorer.score(batch)
+    finally:
+        ray.kill(rule_actor)
+        ray.kill(judge)
+    assert columns["rule_overall"] == [1.0, 0.0, 0.0]
+    assert columns["overall"] == pytest.approx([0.5 + 1.4, 1.4, 0.0])
+    assert scores.sum(-1).tolist() == pytest.approx(columns["overall"])
+    assert columns["judge_parse_error"] == [0.0, 0.0, 1.0]
+
+
+def _write_jsonl(path, rows) -> None:
+    with open(path, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+
+
+@pytest.mark.slow
+def test_pairs_to_reward_model_to_grpo_whose_reward_goes_up(ray_session, tmp_path) -> None:
+    """A reward model trained on pairs that prefer the answer "3" drives GRPO towards "3" (rule: any digit)."""
+    from verl.trainer.config import load_config
+    from verl.trainer.runner import run_ppo
+    from verl.trainer.sft import run_sft
+    from verl.trainer.sft_config import load_sft_config
+
+    base = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
+    # 1. a policy that answers with one digit from 1 to 4, each about as often (SFT on every answer per prompt)
+    _write_jsonl(
+        tmp_path / "sft.jsonl",
+        [
+            {"messages": [{"role": "user", "content": PROMPT}, {"role": "assistant", "content": answer}]}
+            for _ in range(16)
+            for answer in "1234"
+        ],
+    )
+    run_sft(
+        load_sft_config(
+            [
+                f"config={REPO}/examples/sft.yaml",
+                f"data.train_files={tmp_path / 'sft.jsonl'}",
+                f"worker.model.model_path={base}",
+                f"trainer.save_checkpoint_path={tmp_path / 'sft'}",
+                "data.max_length=48",
+                "data.batch_size=16",
+                "data.shuffle=false",
+                "worker.model.enable_gradient_checkpointing=false",
+                "worker.optim.lr=2e-3",
+                "worker.optim.lr_warmup_ratio=0",
+                "trainer.device=cpu",
+                "trainer.n_gpus_per_node=2",
+                "trainer.max_steps=12",
+                "trainer.logger=[file]",
+            ]
+        )
+    )
+    policy = str(tmp_path / "sft" / "huggingface")
+    # 2. a reward model from pairs: "3" is preferred to every other answer
+    pairs = [{"prompt": PROMPT, "chosen": "3", "rejected": other} for other in "124" for _ in range(16)]
+    _write_jsonl(tmp_path / "pairs.jsonl", pairs)
+    _write_jsonl(tmp_path / "pairs_val.jsonl", [{"prompt": PROMPT, "chosen": "3", "rejected": o} for o in "124"])
+    rm_dir = tmp_path / "rm"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO, "scripts", "train_reward_model.py"), "--model", base, "--init-from-lm"]
+        + ["--train", str(tmp_path / "pairs.jsonl"), "--val", str(tmp_path / "pairs_val.jsonl")]
+        + ["--output", str(rm_dir), "--epochs", "2", "--batch-size", "16", "--lr", "3e-3", "--max-length", "64"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["val_accuracy"] > 0.5, result  # better than chance on the held-out pairs
+    # 3. GRPO on the policy with the reward model (weight 1) plus the rule (weight 0.5)
+    _write_jsonl(tmp_path / "prompts.jsonl", [{"prompt": PROMPT, "answer": "3"} for _ in range(32)])
+    (tmp_path / "rule.py").write_text(RULE)
+    save = tmp_path / "grpo"
+    run_ppo(
+        load_config(
+            [
+                f"data.train_files={tmp_path / 'prompts.jsonl'}",
+                "data.max_prompt_length=48",
+                "data.max_response_length=4",
+                "data.rollout_batch_size=8",
+                "data.dataloader_num_workers=0",
+                f"worker.actor.model.model_path={policy}",
+                "worker.actor.model.enable_gradient_checkpointing=false",
+                "worker.actor.global_batch_size=8",
+                "worker.actor.micro_batch_size_per_device_for_update=32",
+                "worker.actor.micro_batch_size_per_device_for_experience=32",
+                "worker.actor.optim.lr=3e-4",
+                "worker.rollout.n=8",
+                "worker.rollout.max_num_batched_tokens=256",
+                "worker.rollout.kv_cache_memory_mb=32",
+                "worker.rollout.enforce_eager=true",
+                f"worker.reward.reward_function={tmp_path / 'rule.py'}:compute_score",
+                "worker.reward.rule_weight=0.5",
+                f"worker.reward.model.model_path={rm_dir}",
+                "worker.reward.model.max_length=64",
+                "algorithm.disable_kl=true",
+                "trainer.device=cpu",
+                "trainer.n_gpus_per_node=2",
+                "trainer.max_steps=8",
+                "trainer.val_before_train=false",
+                "trainer.logger=[file]",
+                f"trainer.save_checkpoint_path={save}",
+            ]
+        )
+    )
+    with open(save / "experiment_log.jsonl") as f:
+        steps = [row for row in map(json.loads, f) if "reward/rm_score" in row]
+    assert len(steps) == 8
+    for row in steps:  # the combination, averaged over the batch
+        expected = 0.5 * row["reward/rule_overall"] + row["reward/rm_score"]
+        assert row["reward/overall"] == pytest.approx(expected, abs=1e-5)
+    first, last = (
+        np.mean([r["reward/rm_score"] for r in steps[:2]]),
+        np.mean([r["reward/rm_score"] for r in steps[-2:]]),
+    )
+    assert last > first, [round(r["reward/rm_score"], 3) for r in steps]

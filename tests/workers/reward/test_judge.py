@@ -1,0 +1,316 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The generative judge: grade parsing, config checks and templates, then a real vLLM judge in a real Ray actor.
+
+A random-init tiny model would answer noise, so the end-to-end test first teaches it (a few dozen AdamW steps, in
+this test) to answer "Grade: 7" to the judge prompts of its samples; what is then tested is the actor: the prompts
+it builds match the ones trained on, one batched generation, the parsing and the scores.
+"""
+
+import math
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from verl.workers.reward.judge import (
+    DEFAULT_TEMPLATE,
+    JudgeConfig,
+    build_engine_kwargs,
+    build_judge_prompt,
+    check_template,
+    create_judge_actor,
+    parse_grade,
+    read_template,
+    render_template,
+    score_answers,
+)
+
+
+PATTERN = JudgeConfig.grade_pattern
+
+
+# ---------------------------------------------------------------------------------------------------- parse_grade
+
+
+def test_parse_grade_takes_the_last_match() -> None:
+    answer = "A Grade: 3 answer would be unfair.\nGrade: 8"
+    assert parse_grade(answer, PATTERN, 0, 10) == 8.0
+    assert parse_grade("Grade: 9 ... on reflection Grade: 2", PATTERN, 0, 10) == 2.0
+
+
+def test_parse_grade_reads_decimals_and_negatives() -> None:
+    assert parse_grade("Grade: 7.25", PATTERN, 0, 10) == 7.25
+    assert parse_grade("Grade:-2.5", PATTERN, -5, 5) == -2.5
+    assert parse_grade("Grade:   10", PATTERN, 0, 10) == 10.0  # the bounds are valid grades
+    assert parse_grade("Grade: 0", PATTERN, 0, 10) == 0.0
+
+
+def test_parse_grade_rejects_out_of_range_and_missing_grades() -> None:
+    assert parse_grade("Grade: 11", PATTERN, 0, 10) is None
+    assert parse_grade("Grade: -1", PATTERN, 0, 10) is None
+    assert parse_grade("Grade: 3\nGrade: 12", PATTERN, 0, 10) is None  # the last match decides, even out of range
+    assert parse_grade("I would give it a seven.", PATTERN, 0, 10) is None
+    assert parse_grade("", PATTERN, 0, 10) is None
+    assert parse_grade("Grade: seven", PATTERN, 0, 10) is None
+
+
+def test_parse_grade_other_patterns() -> None:
+    assert parse_grade("[[4]] then [[5]]", r"\[\[(\d)\]\]", 1, 5) == 5.0
+    assert parse_grade("score 3 / 5", r"\d+(?= /)", 0, 5) == 3.0  # no group: the whole match
+    assert parse_grade("Rating: A", r"Rating: (\d)?", 0, 5) is None  # the optional group did not take part
+    assert parse_grade("GRADE: 6", re.compile(PATTERN, re.IGNORECASE), 0, 10) == 6.0
+
+
+def test_score_answers_maps_grades_and_errors() -> None:
+    config = JudgeConfig(model_path="judge", min_grade=1, max_grade=5)
+    scores = score_answers(["Grade: 5", "Grade: 2", "no idea", "Grade: 9", None], config)
+    assert scores["judge_score"] == [1.0, 0.25, 0.0, 0.0, 0.0]
+    assert scores["judge_grade"][:2] == [5.0, 2.0] and all(math.isnan(g) for g in scores["judge_grade"][2:])
+    assert scores["judge_parse_error"] == [0.0, 0.0, 1.0, 1.0, 1.0]
+    assert set(scores) == {"judge_score", "judge_grade", "judge_parse_error"}
+
+
+# ---------------------------------------------------------------------------------------------------- config
+
+
+def _write(tmp_path: Path, text: str, name: str = "judge.jinja") -> str:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_default_config_is_valid_and_disabled() -> None:
+    config = JudgeConfig()
+    config.check()
+    assert not config.enabled and JudgeConfig(model_path="m").enabled
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        ({"min_grade": 10.0, "max_grade": 10.0}, "min_grade"),
+        ({"min_grade": 5.0, "max_grade": 1.0}, "min_grade"),
+        ({"max_grade": math.inf}, "min_grade"),
+        ({"grade_pattern": r"Grade: (\d"}, "grade_pattern"),
+        ({"grade_pattern": ""}, "grade_pattern"),
+        ({"weight": math.nan}, "weight"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"temperature": -0.5}, "temperature"),
+        ({"dtype": "int8"}, "dtype"),
+        ({"kv_cache_memory_mb": 0}, "kv_cache_memory_mb"),
+        ({"max_num_batched_tokens": 0}, "max_num_batched_tokens"),
+        ({"max_model_len": 256}, "max_model_len"),
+        ({"gpu_memory_utilization": 0.0}, "gpu_memory_utilization"),
+        ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
+        ({"num_cpus": -1}, "num_cpus"),
+        ({"num_gpus": -0.5}, "num_gpus"),
+        ({"template": "/nonexistent/judge.jinja"}, "template"),
+    ],
+)
+def test_check_names_the_bad_key(overrides: dict[str, Any], key: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"worker.reward.judge.{key}")):
+        JudgeConfig(model_path="judge", **overrides).check()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("Grade this: {{ prompt }}", "never uses"),
+        ("{{ prompt }} {{ response }} {{ answer }}", "undefined variables answer"),
+        ("{{ response }} {% if ground_truth %}", "not a valid Jinja template"),
+    ],
+)
+def test_check_refuses_bad_template_files(tmp_path: Path, text: str, message: str) -> None:
+    config = JudgeConfig(model_path="judge", template=_write(tmp_path, text))
+    with pytest.raises(ValueError, match="worker.reward.judge.template") as error:
+        config.check()
+    assert message in str(error.value)
+
+
+def test_check_accepts_a_template_with_loops_and_filters(tmp_path: Path) -> None:
+    text = (
+        "{% for line in response.splitlines() %}> {{ line | trim }}\n{% endfor %}Grade {{ min_grade }}-{{ max_grade }}"
+    )
+    JudgeConfig(model_path="judge", template=_write(tmp_path, text)).check()
+    check_template(DEFAULT_TEMPLATE)
+
+
+# ---------------------------------------------------------------------------------------------------- templates
+
+
+def test_default_template_shows_everything_and_asks_for_the_format() -> None:
+    text = render_template(DEFAULT_TEMPLATE, "What is 2 + 3?", "It is 5.", "5", 0.0, 10.0)
+    assert "What is 2 + 3?" in text and "It is 5." in text and "Reference answer:\n5\n" in text
+    assert 'of the form "Grade: N"' in text and "from 0 (worst) to 10 (best)" in text  # integral grades without .0
+    assert parse_grade(text, PATTERN, 0, 10) is None  # the instructions themselves hold no parsable grade
+    without = render_template(DEFAULT_TEMPLATE, "Q?", "A.", None, 1.0, 2.5)
+    assert "Reference" not in without and "reference" not in without and "from 1 (worst) to 2.5 (best)" in without
+    assert "\n\n\n" not in without
+
+
+def test_custom_template_file_and_judge_chat_prompt(tmp_path: Path, tokenizer: Any) -> None:
+    path = _write(tmp_path, "Q: {{ prompt }}\nA: {{ response }}\nTruth: {{ ground_truth }}\n")
+    source = read_template(path)
+    message = render_template(source, "1+1?", "2", 2, 0, 1)
+    assert message == "Q: 1+1?\nA: 2\nTruth: 2"  # Jinja drops the file's final newline
+    prompt = build_judge_prompt(tokenizer, message)
+    assert prompt.count(message) == 1
+    assert f"<|im_start|>user\n{message}<|im_end|>" in prompt and prompt.endswith("<|im_start|>assistant\n")
+    assert read_template(None) == DEFAULT_TEMPLATE
+
+
+def test_template_cannot_reach_python_internals(tmp_path: Path) -> None:
+    """Template files are rendered in Jinja's sandbox: attribute tricks raise instead of running code."""
+    import jinja2.exceptions
+
+    text = "{{ response.__class__.__mro__[1].__subclasses__() }}"
+    with pytest.raises(jinja2.exceptions.SecurityError):
+        render_template(text, "p", "r", None, 0, 10)
+
+
+def test_engine_kwargs_per_device() -> None:
+    config = JudgeConfig(model_path="judge", dtype="bf16", kv_cache_memory_mb=64, max_model_len=1024)
+    cpu = build_engine_kwargs(config, on_gpu=False)
+    assert cpu["dtype"] == "float32" and cpu["enforce_eager"] and cpu["kv_cache_memory_bytes"] == 64 * 2**20
+    assert cpu["max_model_len"] == 1024 and "gpu_memory_utilization" not in cpu
+    gpu = build_engine_kwargs(JudgeConfig(model_path="judge", enforce_eager=False), on_gpu=True)
+    assert gpu["dtype"] == "bfloat16" and not gpu["enforce_eager"] and gpu["gpu_memory_utilization"] == 0.3
+    assert "kv_cache_memory_bytes" not in gpu and "max_model_len" not in gpu
+    assert build_engine_kwargs(config, on_gpu=True)["dtype"] == "bfloat16"
+    assert build_engine_kwargs(JudgeConfig(model_path="j", dtype="fp32"), on_gpu=True)["dtype"] == "float32"
+
+
+def test_create_judge_actor_checks_before_starting_anything() -> None:
+    with pytest.raises(ValueError, match="model_path is unset"):
+        create_judge_actor(JudgeConfig())
+    with pytest.raises(ValueError, match="worker.reward.judge.min_grade"):
+        create_judge_actor(JudgeConfig(model_path="judge", min_grade=3, max_grade=2))
+
+
+# ---------------------------------------------------------------------------------------------------- end to end
+
+SAMPLES: list[tuple[str, str, Any]] = [
+    ("What is 2 + 3?", "2 plus 3 is 5. The answer is 5.", "5"),
+    ("Name a red fruit.", "An apple is red.", None),
+    ("What is 10 - 4?", "It is 7, I think.", 6),
+    ("Count the sides of a square.", "A square has four sides, so 4.", "4"),
+]
+TARGET = "Grade: 7<|im_end|>"
+
+
+def _warm_start_judge(base_dir: str, output_dir: str, config: JudgeConfig, steps: int = 24) -> float:
+    """Teach the tiny model to answer TARGET to the judge prompts of SAMPLES; returns the seconds it took.
+
+    Plain PyTorch: cross-entropy on the target tokens only, the prompt tokens exactly as the judge actor builds
+    them (prompt ids and target ids concatenated, so greedy decoding reproduces the target token by token).
+    Afterwards every target token must be the argmax given the previous ones, i.e. greedy decoding says TARGET.
+    The loss is below 0.01 after 3-4 steps; the rest widens the margin. One thread: on a busy 2-core machine two
+    threads made these steps 10x slower.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    start = time.time()
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    target_ids = tokenizer(TARGET, add_special_tokens=False)["input_ids"]
+    rows, labels = [], []
+    for prompt, response, ground_truth in SAMPLES:
+        message = render_template(read_template(config.template), prompt, response, ground_truth, 0.0, 10.0)
+        ids = tokenizer(build_judge_prompt(tokenizer, message), add_special_tokens=False)["input_ids"]
+        rows.append(ids + target_ids)
+        labels.append([-100] * len(ids) + target_ids)
+    width = max(map(len, rows))
+    input_ids = torch.tensor([row + [tokenizer.pad_token_id] * (width - len(row)) for row in rows])
+    attention_mask = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in rows])
+    label_ids = torch.tensor([row + [-100] * (width - len(row)) for row in labels])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model.train()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for _ in range(steps):
+            loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=label_ids).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        model.eval()
+        with torch.no_grad():
+            predicted = model(input_ids=input_ids, attention_mask=attention_mask).logits.argmax(-1)
+    finally:
+        torch.set_num_threads(threads)
+    for row, label in zip(predicted, label_ids):
+        positions = (label != -100).nonzero().squeeze(-1)
+        assert row[positions - 1].tolist() == label[positions].tolist(), f"warm start failed (loss {loss.item()})"
+    model.save_pretrained(output_dir)
+    tokenizer.save_pretrained(output_dir)
+    return time.time() - start
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    # As the trainer's init_ray: vLLM's INFO lines off through the job's env, which the actor's own env adds to.
+    runtime_env = {"env_vars": {"VLLM_LOGGING_LEVEL": "WARN"}}
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", runtime_env=runtime_env)
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.slow
+def test_judge_actor_grades_with_a_real_engine(tmp_path: Path, ray_local: None) -> None:
+    import ray
+
+    from verl.utils.tiny_models import get_or_build_tiny_model
+
+    base = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
+    judge_dir = str(tmp_path / "judge")
+    # max_model_len: the 4 judge prompts take 150-200 tokens; a 600-token response below does not fit.
+    config = JudgeConfig(model_path=judge_dir, max_tokens=16, max_model_len=512, kv_cache_memory_mb=16)
+    warm_seconds = _warm_start_judge(base, judge_dir, config)
+
+    start = time.time()
+    judge = create_judge_actor(config)
+    try:
+        prompts, responses, truths = map(list, zip(*SAMPLES))
+        scores = ray.get(judge.grade.remote(prompts, responses, truths), timeout=300)
+        engine_seconds = time.time() - start
+        assert scores == {
+            "judge_score": [pytest.approx(0.7)] * 4,
+            "judge_grade": [7.0] * 4,
+            "judge_parse_error": [0.0] * 4,
+        }
+
+        # The same answers under configs that cannot read them: handled as parse errors, score 0.
+        long_response = " ".join(["word"] * 600)
+        answers = ray.get(judge.answers.remote(prompts + ["Q?"], responses + [long_response], truths + [None]))
+        assert answers[:4] == ["Grade: 7"] * 4  # detokenized, without the <|im_end|> it stopped at
+        assert answers[4] is None  # too long for the judge's context: never generated
+        for bad in (JudgeConfig(model_path=judge_dir, grade_pattern=r"Score:\s*(\d+)"), JudgeConfig(max_grade=5.0)):
+            bad_scores = score_answers(answers, bad)
+            assert bad_scores["judge_score"] == [0.0] * 5 and bad_scores["judge_parse_error"] == [1.0] * 5
+            assert all(math.isnan(grade) for grade in bad_scores["judge_grade"])
+        assert score_answers(answers, config)["judge_parse_error"] == [0.0] * 4 + [1.0]
+
+        ray.get(judge.close.remote())
+    finally:
+        ray.kill(judge)
+    print(f"warm start {warm_seconds:.1f}s, judge actor start + first grade {engine_seconds:.1f}s")
+    assert os.path.isfile(os.path.join(judge_dir, "model.safetensors"))

@@ -1,0 +1,131 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The reward of a batch: rule-based functions, a reward model and an LLM judge, combined.
+
+    overall = worker.reward.rule_weight x rule + worker.reward.model.weight x rm_score
+              + worker.reward.judge.weight x judge_score
+
+Each part is optional (at least one is configured). The rule functions run in the reward actor, the reward model
+in its role of the worker processes, the judge in its own actor with its own engine; the actor and the judge are
+asked first and score while the reward model runs. Every part is logged under its own key (`rule_overall`,
+`rm_score`, `judge_score`, `judge_grade`, `judge_parse_error`, plus the rule function's own keys) next to the
+combined `overall`; without a reward model or judge the rule function's columns are passed through unchanged.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..protocol import DataProto
+from ..workers.reward.manager import place_scores
+
+
+@dataclass
+class PendingReward:
+    rule: Any = None
+    """The reward actor's result (an ObjectRef) or None."""
+    judge: Any = None
+    """The judge actor's result (an ObjectRef) or None."""
+    rm_scores: torch.Tensor | None = None
+    """The reward model's scores (B,), already computed."""
+    rm_metrics: dict[str, float] | None = None
+
+
+def _response_mask(batch: DataProto) -> torch.Tensor:
+    if "response_mask" in batch.batch.keys():
+        return batch.batch["response_mask"].bool()
+    width = batch.batch["responses"].shape[-1]
+    return batch.batch["attention_mask"][:, -width:].bool()
+
+
+class BatchScorer:
+    def __init__(
+        self,
+        reward_config: Any,
+        tokenizer: Any,
+        reward_actor: Any | None,
+        reward_model_wg: Any | None,
+        judge_actor: Any | None,
+        get: Callable[[Any], Any],
+    ) -> None:
+        if reward_actor is None and reward_model_wg is None and judge_actor is None:
+            raise ValueError("No reward: set worker.reward.reward_function (or routes), a reward model or a judge.")
+        self.config = reward_config
+        self.tokenizer = tokenizer
+        self.reward_actor, self.reward_model_wg, self.judge_actor = reward_actor, reward_model_wg, judge_actor
+        self.get = get
+
+    @property
+    def combines(self) -> bool:
+        return self.reward_model_wg is not None or self.judge_actor is not None
+
+    def _judge_inputs(self, batch: DataProto) -> tuple[list[str], list[str], list[Any]]:
+        mask = _response_mask(batch)
+        responses = self.tokenizer.batch_decode(
+            [ids[row].tolist() for ids, row in zip(batch.batch["responses"], mask)], skip_special_tokens=True
+        )
+        columns = batch.non_tensor_batch
+        if "prompt_content" in columns:
+            prompts = [str(text) for text in columns["prompt_content"]]
+        else:
+            width = batch.batch["responses"].shape[-1]
+            prompt_mask = batch.batch["attention_mask"][:, :-width].bool()
+            prompts = self.tokenizer.batch_decode(
+                [ids[row].tolist() for ids, row in zip(batch.batch["prompts"], prompt_mask)], skip_special_tokens=True
+            )
+        truths = list(columns["ground_truth"]) if "ground_truth" in columns else [None] * len(batch)
+        return prompts, responses, [t.item() if isinstance(t, np.generic) else t for t in truths]
+
+    def launch(self, batch: DataProto) -> PendingReward:
+        """Start every part of the reward of `batch` (the reward model's runs now, on the worker processes)."""
+        pending = PendingReward()
+        if self.reward_actor is not None:
+            pending.rule = self.reward_actor.compute_reward.remote(batch)
+        if self.judge_actor is not None:
+            pending.judge = self.judge_actor.grade.remote(*self._judge_inputs(batch))
+        if self.reward_model_wg is not None:
+            output = self.reward_model_wg.compute_rm_score(batch)
+            pending.rm_scores = output.batch["rm_scores"].float()
+            pending.rm_metrics = output.meta_info.get("metrics", {})
+        return pending
+
+    def collect(self, batch: DataProto, pending: PendingReward) -> tuple[torch.Tensor, dict[str, list[float]]]:
+        """(token-level scores (B, R), columns key -> per-sample values) of a launched batch."""
+        mask = _response_mask(batch)
+        rule_scores, columns = None, {}
+        if pending.rule is not None:
+            rule_scores, columns = self.get(pending.rule)
+            columns = {key: list(values) for key, values in columns.items()}
+        if not self.combines:
+            return rule_scores, columns
+        overall = torch.zeros(len(batch), dtype=torch.float32)
+        if rule_scores is not None:
+            rule = torch.tensor(columns["overall"], dtype=torch.float32)
+            columns["rule_overall"] = rule.tolist()
+            overall += self.config.rule_weight * rule
+        if pending.rm_scores is not None:
+            columns["rm_score"] = pending.rm_scores.tolist()
+            overall += self.config.model.weight * pending.rm_scores
+        if pending.judge is not None:
+            judged = self.get(pending.judge)
+            columns.update({key: list(values) for key, values in judged.items()})
+            overall += self.config.judge.weight * torch.tensor(judged["judge_score"], dtype=torch.float32)
+        columns["overall"] = overall.tolist()
+        return place_scores(columns["overall"], mask), columns
+
+    def score(self, batch: DataProto) -> tuple[torch.Tensor, dict[str, list[float]]]:
+        return self.collect(batch, self.launch(batch))

@@ -1,0 +1,402 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""A generative judge: an LLM in its own Ray actor grades each response, and the grade is parsed from its answer.
+
+Why an actor of its own. The judge is a different model from the policy and is never trained, so it does not
+belong in the FSDP workers' hybrid engine: it is one vLLM engine, built once, that the trainer calls with a whole
+batch while the workers do other work. On CPU it runs in-process in the actor (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
+float32, eager, an explicit KV-cache size, as the rollout engine); on GPU it takes the device share Ray gives it.
+
+Prompt. A Jinja template (a file, or the built-in `DEFAULT_TEMPLATE`) is rendered with `prompt` (the user's message
+before any chat template), `response`, `ground_truth` (None when the dataset has none) and `min_grade`/`max_grade`.
+The text becomes the single user message of the judge's own chat template, with the generation prompt added. A
+judge prompt that does not fit the judge's context is not generated at all and counts as a parse error (its grade
+would be a guess about text the judge never saw).
+
+Grade. The LAST match of `grade_pattern` in the answer is the grade (a judge that reasons first may quote other
+numbers before its verdict); its first group is the number, or the whole match if the pattern has no group. A grade
+outside [min_grade, max_grade], or no match, is a parse error: score 0, grade NaN, `judge_parse_error` 1, so a judge
+that rambles never earns the policy a reward, and the error rate shows in the metrics.
+"""
+
+import contextlib
+import gc
+import logging
+import math
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import jinja2
+import jinja2.meta
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+
+logger = logging.getLogger(__name__)
+
+TEMPLATE_VARIABLES: tuple[str, ...] = ("prompt", "response", "ground_truth", "min_grade", "max_grade")
+"""The variables a judge template is rendered with."""
+
+DEFAULT_TEMPLATE = """\
+Grade the response to the question below.
+
+Question:
+{{ prompt }}
+
+Response:
+{{ response }}
+{% if ground_truth is not none %}
+
+Reference answer:
+{{ ground_truth }}
+{% endif %}
+
+Judge whether the response answers the question correctly and completely\
+{% if ground_truth is not none %}, comparing it with the reference answer{% endif %}. \
+Explain briefly, then end with a last line of the form "Grade: N", where N is a number from {{ min_grade }} \
+(worst) to {{ max_grade }} (best)."""
+"""The template used when `worker.reward.judge.template` is unset; it asks for "Grade: N" on the last line, which the
+default grade_pattern reads."""
+
+_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16"}
+_DTYPES.update({"fp32": "float32", "float32": "float32"})
+DTYPES: tuple[str, ...] = ("auto", *_DTYPES)
+"""Values of worker.reward.judge.dtype."""
+
+SCORE_KEYS: tuple[str, ...] = ("judge_score", "judge_grade", "judge_parse_error")
+"""The keys of `JudgeActor.grade`'s result, one value per sample each."""
+
+
+@dataclass
+class JudgeConfig:
+    model_path: str | None = None
+    """Hugging Face hub id or local directory of the judge model; None means no judge."""
+    template: str | None = None
+    """Path of a Jinja file whose rendering is the judge's user message, with the variables prompt, response,
+    ground_truth (may be None) and min_grade/max_grade; None uses the built-in template, which asks for "Grade: N"
+    on the last line. A custom grade_pattern needs a template that asks for that format."""
+    grade_pattern: str = r"Grade:\s*(-?\d+(?:\.\d+)?)"
+    """Regular expression of the grade in the judge's answer; the LAST match counts, its first group (or the whole
+    match, without groups) is read as a number."""
+    min_grade: float = 0.0
+    """Lowest valid grade; it maps to score 0. Shown to the judge through the template."""
+    max_grade: float = 10.0
+    """Highest valid grade; it maps to score 1. A grade outside [min_grade, max_grade] is a parse error."""
+    weight: float = 1.0
+    """Weight of the judge's score (judge_score, in [0, 1]) in the reward."""
+    max_tokens: int = 256
+    """Longest answer of the judge, in tokens; an answer cut off before its grade is a parse error."""
+    temperature: float = 0.0
+    """Sampling temperature of the judge; 0 is greedy, so a response gets the same grade every time."""
+    dtype: str = "auto"
+    """Weights dtype inside vLLM: auto is float32 on CPU (bf16 is 3-4x slower there, and CPU always runs float32)
+    and bfloat16 on GPU; bf16, fp16 and fp32 choose on GPU."""
+    kv_cache_memory_mb: int = 256
+    """KV-cache size in MiB on CPU, where vLLM needs an explicit size; on GPU gpu_memory_utilization sizes it."""
+    max_num_batched_tokens: int = 8192
+    """Most tokens the engine processes in one step (longer prompts are prefilled in chunks)."""
+    max_model_len: int | None = None
+    """Context length of the judge (prompt + answer); None takes the model's. Longer judge prompts are not graded
+    (parse error)."""
+    gpu_memory_utilization: float = 0.3
+    """Fraction of the GPU's memory the judge's engine may take (weights, activations and KV cache); GPU only."""
+    enforce_eager: bool = True
+    """Skip CUDA graphs and torch.compile on GPU (faster start, slower decoding); CPU is always eager."""
+    num_cpus: int = 1
+    """CPUs of the judge's Ray actor; on CPU also its number of compute threads."""
+    num_gpus: float = 0
+    """GPUs of the judge's Ray actor; 0 runs the judge on CPU. On GPU give it a device (or a share of one that the
+    other workers leave free)."""
+
+    @property
+    def enabled(self) -> bool:
+        """Whether a judge is configured."""
+        return self.model_path is not None
+
+    def check(self) -> None:
+        """Raise ValueError naming the `worker.reward.judge.<key>` of the first bad value; reads the template file."""
+        key = "worker.reward.judge"
+        if not self.min_grade < self.max_grade or not all(map(math.isfinite, (self.min_grade, self.max_grade))):
+            raise ValueError(
+                f"{key}.min_grade={self.min_grade} must be below {key}.max_grade={self.max_grade}, both finite."
+            )
+        if not self.grade_pattern:
+            raise ValueError(f"{key}.grade_pattern is empty; e.g. {JudgeConfig.grade_pattern!r}.")
+        try:
+            re.compile(self.grade_pattern)
+        except re.error as error:
+            raise ValueError(f"{key}.grade_pattern={self.grade_pattern!r} is not a valid regex: {error}.") from error
+        if not math.isfinite(self.weight):
+            raise ValueError(f"{key}.weight={self.weight} must be a finite number.")
+        if self.max_tokens < 1:
+            raise ValueError(f"{key}.max_tokens={self.max_tokens} must be at least 1.")
+        if not self.temperature >= 0:
+            raise ValueError(f"{key}.temperature={self.temperature} must be >= 0 (0 is greedy).")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"{key}.dtype={self.dtype!r} is not supported; use one of {', '.join(DTYPES)}.")
+        for name in ("kv_cache_memory_mb", "max_num_batched_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{key}.{name}={getattr(self, name)} must be a positive integer.")
+        if self.max_model_len is not None and self.max_model_len <= self.max_tokens:
+            raise ValueError(
+                f"{key}.max_model_len={self.max_model_len} leaves no room for a prompt next to "
+                f"{key}.max_tokens={self.max_tokens}; raise it or leave it unset."
+            )
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"{key}.gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1].")
+        if self.num_cpus < 0 or self.num_gpus < 0:
+            raise ValueError(f"{key}.num_cpus={self.num_cpus} and {key}.num_gpus={self.num_gpus} must be >= 0.")
+        if self.template is not None:
+            check_template(read_template(self.template), f"{key}.template={self.template!r}")
+
+
+# ---------------------------------------------------------------------------------------------------- templates
+
+
+def _environment() -> ImmutableSandboxedEnvironment:
+    """A sandbox (a template file cannot reach Python internals), strict about undefined names (a typo fails loudly
+    instead of rendering as nothing), and with block tags that do not leave their own line breaks behind."""
+    return ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+
+
+def read_template(path: str | None) -> str:
+    """The source of the template file at `path`, or DEFAULT_TEMPLATE for None."""
+    if path is None:
+        return DEFAULT_TEMPLATE
+    if not os.path.isfile(path):
+        raise ValueError(f"worker.reward.judge.template={path!r} is not a file; give the path of a Jinja template.")
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def check_template(source: str, what: str = "the judge template") -> None:
+    """Raise ValueError for a template that does not parse, never shows `response`, or uses unknown variables."""
+    env = _environment()
+    try:
+        parsed = env.parse(source)
+    except jinja2.TemplateSyntaxError as error:
+        raise ValueError(f"{what} is not a valid Jinja template: {error} (line {error.lineno}).") from error
+    names = jinja2.meta.find_undeclared_variables(parsed) - set(env.globals)
+    if "response" not in names:
+        raise ValueError(f"{what} never uses {{{{ response }}}}: the judge would not see what it grades.")
+    unknown = sorted(names - set(TEMPLATE_VARIABLES))
+    if unknown:
+        raise ValueError(
+            f"{what} uses the undefined variables {', '.join(unknown)}; it is rendered with "
+            f"{', '.join(TEMPLATE_VARIABLES)}."
+        )
+
+
+def _number(value: float) -> int | float:
+    """10.0 -> 10, so the default template says "from 0 to 10" rather than "from 0.0 to 10.0"."""
+    return int(value) if float(value).is_integer() else value
+
+
+def render_template(
+    template: jinja2.Template | str,
+    prompt: str,
+    response: str,
+    ground_truth: Any,
+    min_grade: float,
+    max_grade: float,
+) -> str:
+    """The judge's user message for one sample (before the judge's chat template)."""
+    if isinstance(template, str):
+        template = _environment().from_string(template)
+    return template.render(
+        prompt=prompt,
+        response=response,
+        ground_truth=ground_truth,
+        min_grade=_number(min_grade),
+        max_grade=_number(max_grade),
+    )
+
+
+def build_judge_prompt(tokenizer: Any, user_message: str) -> str:
+    """The rendered template as the only user message of the judge's own chat template, ready for generation."""
+    messages = [{"role": "user", "content": user_message}]
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+# ---------------------------------------------------------------------------------------------------- grades
+
+
+def parse_grade(text: str, pattern: str | re.Pattern[str], min_grade: float, max_grade: float) -> float | None:
+    """The number in the LAST match of `pattern` in `text`; None without a match, or when it is not a finite number
+    in [min_grade, max_grade]."""
+    compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
+    matches = list(compiled.finditer(text))
+    if not matches:
+        return None
+    last = matches[-1]
+    try:
+        grade = float(last.group(1) if compiled.groups else last.group(0))
+    except (TypeError, ValueError):  # an optional group that did not take part, or a non-numeric capture
+        return None
+    if not math.isfinite(grade) or not min_grade <= grade <= max_grade:
+        return None
+    return grade
+
+
+def score_answers(answers: list[str | None], config: JudgeConfig) -> dict[str, list[float]]:
+    """Per-sample judge_score ((grade - min) / (max - min), 0 on a parse error), judge_grade (NaN on a parse error)
+    and judge_parse_error (1.0 or 0.0); an answer of None (never generated) is a parse error."""
+    compiled = re.compile(config.grade_pattern)
+    span = config.max_grade - config.min_grade
+    result: dict[str, list[float]] = {key: [] for key in SCORE_KEYS}
+    for answer in answers:
+        grade = None if answer is None else parse_grade(answer, compiled, config.min_grade, config.max_grade)
+        result["judge_score"].append(0.0 if grade is None else (grade - config.min_grade) / span)
+        result["judge_grade"].append(math.nan if grade is None else grade)
+        result["judge_parse_error"].append(1.0 if grade is None else 0.0)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------- engine
+
+
+def build_engine_kwargs(config: JudgeConfig, on_gpu: bool) -> dict[str, Any]:
+    """The `vllm.LLM` arguments of the judge on this device.
+
+    CPU follows the rollout's settings (verl/workers/rollout/vllm_rollout.py): float32, eager and an explicit KV
+    cache, without which vLLM tries to reserve most of the host's RAM. Chunked prefill stays at vLLM's default: the
+    rollout turns it off on CPU only because its requests are seeded, and the judge's are not.
+    """
+    kwargs: dict[str, Any] = {
+        "model": config.model_path,
+        "seed": 0,
+        "max_num_batched_tokens": config.max_num_batched_tokens,
+        "tensor_parallel_size": 1,
+        "disable_log_stats": True,
+    }
+    if config.max_model_len is not None:
+        kwargs["max_model_len"] = config.max_model_len
+    if on_gpu:
+        kwargs["dtype"] = "bfloat16" if config.dtype == "auto" else _DTYPES[config.dtype]
+        kwargs["enforce_eager"] = config.enforce_eager
+        kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
+    else:
+        kwargs["dtype"] = "float32"
+        kwargs["enforce_eager"] = True
+        kwargs["kv_cache_memory_bytes"] = config.kv_cache_memory_mb * 2**20
+    return kwargs
+
+
+class JudgeActor:
+    """One vLLM engine serving the judge model; wrap it with `ray.remote` (see `create_judge_actor`).
+
+    The engine is built once here and every `grade` call sends its whole batch in one `generate` call, so vLLM
+    batches the judge prompts itself.
+    """
+
+    def __init__(self, config: JudgeConfig) -> None:
+        from ...utils import quiet
+        from ...utils.device import is_cuda_available
+        from ...utils.tokenizer import get_tokenizer
+
+        quiet.install_worker_filters()  # already done by Ray's setup hook when the trainer started Ray
+        config.check()
+        if not config.enabled:
+            raise ValueError("worker.reward.judge.model_path is unset: there is no judge model to serve.")
+        self.config = config
+        self.on_gpu = is_cuda_available()
+        if not self.on_gpu:
+            # The engine must live in this process (no EngineCore subprocess competing for the actor's CPUs).
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+            if config.dtype not in ("auto", "fp32", "float32"):
+                logger.info("worker.reward.judge.dtype=%s: the CPU judge runs in float32.", config.dtype)
+        from vllm import LLM, SamplingParams
+
+        self.template = _environment().from_string(read_template(config.template))
+        self.tokenizer = get_tokenizer(config.model_path)
+        self.llm = LLM(**build_engine_kwargs(config, self.on_gpu))
+        self.max_model_len: int = self.llm.llm_engine.model_config.max_model_len
+        self.sampling_params = SamplingParams(
+            n=1, temperature=config.temperature, max_tokens=config.max_tokens, detokenize=True
+        )
+
+    def answers(self, prompts: list[str], responses: list[str], ground_truths: list[Any]) -> list[str | None]:
+        """The judge's raw answer per sample, None for a judge prompt too long for its context; one generate call."""
+        if not len(prompts) == len(responses) == len(ground_truths):
+            raise ValueError(
+                f"grade got {len(prompts)} prompts, {len(responses)} responses and {len(ground_truths)} ground "
+                "truths; give one of each per sample (None where there is no ground truth)."
+            )
+        config = self.config
+        requests: list[dict[str, list[int]]] = []
+        sent: list[int] = []
+        for index, (prompt, response, ground_truth) in enumerate(zip(prompts, responses, ground_truths)):
+            message = render_template(
+                self.template, prompt, response, ground_truth, config.min_grade, config.max_grade
+            )
+            ids = self.tokenizer(build_judge_prompt(self.tokenizer, message), add_special_tokens=False)["input_ids"]
+            if len(ids) >= self.max_model_len:  # vLLM refuses it, and a cut prompt would be graded blind
+                continue
+            requests.append({"prompt_token_ids": ids})
+            sent.append(index)
+        skipped = len(prompts) - len(sent)
+        if skipped:
+            logger.warning(
+                "%d of %d judge prompts are longer than the judge's context (%d tokens) and count as parse errors; "
+                "raise worker.reward.judge.max_model_len or shorten the template.",
+                skipped,
+                len(prompts),
+                self.max_model_len,
+            )
+        result: list[str | None] = [None] * len(prompts)
+        if requests:
+            outputs = self.llm.generate(requests, self.sampling_params, use_tqdm=False)
+            for index, output in zip(sent, outputs):
+                result[index] = output.outputs[0].text
+        return result
+
+    def grade(self, prompts: list[str], responses: list[str], ground_truths: list[Any]) -> dict[str, list[float]]:
+        """judge_score, judge_grade and judge_parse_error per sample (see `score_answers`)."""
+        return score_answers(self.answers(prompts, responses, ground_truths), self.config)
+
+    def close(self) -> None:
+        """Shut the engine down and free its memory (KV cache, weights); the actor is useless afterwards."""
+        llm = getattr(self, "llm", None)
+        if llm is None:
+            return
+        with contextlib.suppress(AttributeError):  # vLLM internals: the engine core client's explicit shutdown
+            llm.llm_engine.engine_core.shutdown()
+        del self.llm
+        gc.collect()
+        if self.on_gpu:
+            import torch
+
+            torch.cuda.empty_cache()
+
+
+def create_judge_actor(config: JudgeConfig, name: str | None = None) -> Any:
+    """Start a JudgeActor in Ray with the config's CPUs and GPUs; returns its handle.
+
+    The config is checked here first, so a bad value raises in the caller instead of killing the actor. On CPU
+    (num_gpus=0) the actor's environment keeps vLLM in-process and gives it one compute thread per CPU it holds
+    (more threads than cores slow vLLM's small per-step ops down several-fold).
+    """
+    import ray
+
+    config.check()
+    if not config.enabled:
+        raise ValueError("worker.reward.judge.model_path is unset: there is no judge model to serve.")
+    options: dict[str, Any] = {"num_cpus": config.num_cpus, "num_gpus": config.num_gpus}
+    if config.num_gpus == 0:
+        env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": str(max(1, int(config.num_cpus)))}
+        options["runtime_env"] = {"env_vars": env}
+    if name is not None:
+        options["name"] = name
+    return ray.remote(JudgeActor).options(**options).remote(config)

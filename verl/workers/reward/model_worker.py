@@ -1,0 +1,348 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""RewardModelWorker: scores (prompt, response) pairs with a sequence-classification reward model under FSDP2.
+
+The reward model (RM) usually has another tokenizer and chat template than the policy, so the worker does not reuse
+the policy's token ids: it turns each row back into text (the user message from `prompt_content`, the response
+decoded with the policy tokenizer), renders [user, assistant] with the RM's chat template, tokenizes with the RM's
+tokenizer and takes the RM's score at the last token of the conversation. `scripts/train_reward_model.py` trains
+RMs with the same rendering (`render_conversation`, `tokenize_conversations`, `last_token_scores`), so a trained
+RM sees at inference exactly the text layout it was trained on.
+
+Conversations longer than `max_length` tokens keep their end (truncation from the left): the score is read at the
+last token, and the end of the response is what an RM must see; the share of truncated rows is a metric.
+
+The worker runs alone in a RayWorkerGroup or as one role of `create_colocated_worker_cls` (then it shares the
+process, the torch.distributed group and the device with the other roles). Batches arrive on the worker's device and
+results leave on the CPU through the device boundary of `@register` (`self.device`).
+"""
+
+import logging
+import math
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from transformers import AutoConfig, AutoModelForSequenceClassification, PretrainedConfig, PreTrainedTokenizerBase
+
+from ...protocol import DataProto
+from ...single_controller.base.decorator import Dispatch, register
+from ...single_controller.base.worker import Worker
+from ...utils import device as device_utils
+from ...utils.fsdp_utils import apply_fsdp2, build_device_mesh, load_weights_from_rank0, to_torch_dtype
+from ...utils.model_utils import is_vision_language
+from ...utils.tokenizer import get_tokenizer
+from ..actor.config import FSDPConfig
+from ..config import RewardModelConfig
+
+
+logger = logging.getLogger(__name__)
+
+RM_ATTN_IMPLEMENTATION = "sdpa"
+"""Attention of the reward model: rows are right-padded, so plain sdpa with a padding mask is exact and portable."""
+
+FALLBACK_TEMPLATE = "User: {prompt}\n\nAssistant: {response}"
+"""Layout of a conversation for an RM tokenizer without a chat template (e.g. a base LM given to --init-from-lm)."""
+
+
+# ---------------------------------------------------------------------------------------------- text -> scores
+# Shared by the worker and scripts/train_reward_model.py: training and scoring must lay the text out identically.
+
+
+def render_conversation(tokenizer: PreTrainedTokenizerBase, prompt: str, response: str) -> str:
+    """The text the RM scores: [user: prompt, assistant: response] through the RM tokenizer's chat template.
+
+    No generation prompt is added: the assistant turn is complete, and the template's end-of-turn tokens are part
+    of what the score is read after. A tokenizer without a chat template gets FALLBACK_TEMPLATE.
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        return FALLBACK_TEMPLATE.format(prompt=prompt, response=response)
+    messages = [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}]
+    return tokenizer.apply_chat_template(messages, tokenize=False)
+
+
+def truncate_left(ids: list[int], max_length: int) -> tuple[list[int], bool]:
+    """The last `max_length` ids, and whether any were dropped.
+
+    The RM reads its score at the final token, so the end of the conversation must survive; what is lost is the
+    start (system prompt, the beginning of a long user message).
+    """
+    if max_length < 1:
+        raise ValueError(f"max_length={max_length} must be positive.")
+    if len(ids) <= max_length:
+        return list(ids), False
+    return list(ids[len(ids) - max_length :]), True
+
+
+def tokenize_conversations(
+    tokenizer: PreTrainedTokenizerBase, prompts: list[str], responses: list[str], max_length: int
+) -> tuple[list[list[int]], int]:
+    """RM token ids of each rendered (prompt, response), truncated from the left; returns them and the count cut.
+
+    Special tokens are not added again: the chat template already holds them (a second BOS would change scores).
+    """
+    if len(prompts) != len(responses):
+        raise ValueError(f"Got {len(prompts)} prompts but {len(responses)} responses; pass one response per prompt.")
+    rows, truncated = [], 0
+    for prompt, response in zip(prompts, responses):
+        text = render_conversation(tokenizer, prompt, response)
+        ids, cut = truncate_left(tokenizer.encode(text, add_special_tokens=False), max_length)
+        if not ids:
+            raise ValueError(f"The conversation {text!r} has no tokens; the RM needs at least one to score.")
+        rows.append(ids)
+        truncated += int(cut)
+    return rows, truncated
+
+
+def pad_right(rows: list[list[int]], pad_token_id: int, device: torch.device | None = None) -> dict[str, torch.Tensor]:
+    """input_ids and attention_mask of right-padded rows: each row's valid tokens start at position 0.
+
+    Right padding keeps the default position ids (0, 1, ...) right for every valid token, so no position ids are
+    passed, and each row's last valid token is at attention_mask.sum() - 1.
+    """
+    width = max(len(row) for row in rows)
+    input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for index, row in enumerate(rows):
+        input_ids[index, : len(row)] = torch.tensor(row, dtype=torch.long)
+        attention_mask[index, : len(row)] = 1
+    return {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
+
+
+def last_token_scores(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Label-0 score (float32, shape (B,)) at each right-padded row's last valid token, differentiable.
+
+    HF sequence-classification heads pick the rightmost token that is not pad_token_id, which is wrong when the
+    conversation itself ends in that id (some templates end turns with the pad/eos token) or when the rows were
+    padded with another id. So a hook on the `score` head replaces every position's output by the output at
+    attention_mask.sum() - 1: whichever position HF then pools, it is the right one. The value must still leave
+    through the model's output (not be captured by the hook): FSDP2 gathers the parameters for the backward pass
+    from hooks on the module's outputs. A head under another name falls back to HF's own pooling.
+    """
+    last = attention_mask.sum(dim=-1) - 1
+    rows = torch.arange(input_ids.shape[0], device=input_ids.device)
+
+    def at_last_token(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor | None:
+        if output.dim() != 3 or output.shape[1] != input_ids.shape[1]:
+            return None  # not per-token logits: leave the output alone
+        return output[rows, last].unsqueeze(1).expand_as(output)
+
+    head = getattr(model, "score", None)
+    handle = head.register_forward_hook(at_last_token) if isinstance(head, nn.Module) else None
+    try:
+        output = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+    finally:
+        if handle is not None:
+            handle.remove()
+    return output.logits[:, 0].float()
+
+
+def score_rows(
+    model: nn.Module, rows: list[list[int]], pad_token_id: int, micro_batch_size: int, device: torch.device
+) -> torch.Tensor:
+    """Scores (float32, on the CPU) of token-id rows, in micro-batches of similar lengths, without gradients.
+
+    Rows are sorted by length so a micro-batch carries little padding; the scores come back in the input order.
+    Every FSDP rank must run the same number of forwards (each forward all-gathers the parameters), so a rank
+    with fewer micro-batches than another runs one-token dummy forwards until they match.
+    """
+    order = sorted(range(len(rows)), key=lambda index: -len(rows[index]))
+    batches = [order[start : start + micro_batch_size] for start in range(0, len(order), micro_batch_size)]
+    count = len(batches)
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        most = torch.tensor([count], dtype=torch.long)
+        dist.all_reduce(most, op=dist.ReduceOp.MAX)  # a host tensor: gloo, also beside nccl (device.get_dist_backend)
+        count = int(most.item())
+    scores = torch.zeros(len(rows), dtype=torch.float32)
+    with torch.no_grad():
+        for step in range(count):
+            if step < len(batches):
+                inputs = pad_right([rows[index] for index in batches[step]], pad_token_id, device)
+                scores[batches[step]] = last_token_scores(model, **inputs).cpu()
+            else:
+                last_token_scores(model, **pad_right([[pad_token_id]], pad_token_id, device))
+    return scores
+
+
+# ---------------------------------------------------------------------------------------------- the model
+
+
+def load_reward_model_config(
+    path: str, trust_remote_code: bool = False, from_lm: bool = False, pad_token_id: int | None = None
+) -> PretrainedConfig:
+    """The RM's config, checked: a one-label sequence-classification text model with a pad token id.
+
+    `from_lm` accepts a causal LM (or any text model) and gives it one label: transformers then initialises the score
+    head when the weights are loaded (scripts/train_reward_model.py --init-from-lm). Otherwise a checkpoint of
+    another architecture is refused, since loading it as an RM would silently score with a random head.
+    """
+    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    if is_vision_language(config) or hasattr(config, "vision_config"):
+        raise NotImplementedError(
+            f"Reward model '{path}' is a {config.model_type!r} vision-language model; vision-language reward models "
+            "are not supported yet: use a text reward model (images are not shown to it)."
+        )
+    architectures = list(getattr(config, "architectures", None) or [])
+    if from_lm:
+        config.num_labels = 1
+    elif architectures and not any(name.endswith("ForSequenceClassification") for name in architectures):
+        raise ValueError(
+            f"Model '{path}' is a {', '.join(architectures)}, not a sequence-classification reward model; train one "
+            "from it with `python scripts/train_reward_model.py --init-from-lm --model PATH ...`."
+        )
+    elif config.num_labels != 1:
+        raise ValueError(
+            f"Reward model '{path}' has {config.num_labels} labels; a reward model gives one score (num_labels=1)."
+        )
+    if pad_token_id is not None and config.get_text_config().pad_token_id is None:
+        config.pad_token_id = pad_token_id  # HF's pooling (the fallback of last_token_scores) needs it
+    config.use_cache = False
+    return config
+
+
+def build_fsdp_reward_model(
+    path: str,
+    config: PretrainedConfig,
+    fsdp_config: FSDPConfig,
+    device: torch.device,
+    dtype: torch.dtype,
+    trust_remote_code: bool = False,
+) -> nn.Module:
+    """Load the RM and shard it with FSDP2 over all ranks, as the actor's models are (verl.utils.fsdp_utils).
+
+    With fsdp.enable_rank0_init and several ranks, only rank 0 reads the checkpoint; the others build the module on
+    the meta device and receive their shards by broadcast. A head that the checkpoint lacks (a causal LM loaded with
+    one label) is initialised by transformers on the rank that loads, so all ranks end up with the same head.
+    """
+    world_size = dist.get_world_size()
+    mesh = build_device_mesh(world_size, fsdp_config.fsdp_size, device.type)
+    kwargs = {"config": config, "dtype": dtype, "attn_implementation": RM_ATTN_IMPLEMENTATION}
+    kwargs["trust_remote_code"] = trust_remote_code
+    rank0_init = fsdp_config.enable_rank0_init and world_size > 1
+    full_model = None
+    if rank0_init:
+        if dist.get_rank() == 0:
+            full_model = AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
+        with torch.device("meta"):
+            model = AutoModelForSequenceClassification.from_config(**kwargs)
+    else:
+        model = AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
+    apply_fsdp2(model, mesh, fsdp_config, is_cpu=device.type == "cpu")
+    if rank0_init:
+        param_device = torch.device("cpu") if fsdp_config.enable_cpu_offload else device
+        load_weights_from_rank0(model, full_model, param_device)
+        if param_device != device:  # CPU offload keeps parameters on the host, but buffers are used on the device
+            for module in model.modules():
+                for name, buffer in module.named_buffers(recurse=False):
+                    setattr(module, name, buffer.to(device))
+        del full_model
+    return model
+
+
+# ---------------------------------------------------------------------------------------------- the worker
+
+
+def _as_text(value: Any) -> str | None:
+    """A prompt_content cell as text, or None when it holds none (then the prompt ids are decoded)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, np.ndarray) and value.ndim == 0 and isinstance(value.item(), str):
+        return value.item()
+    return None
+
+
+class RewardModelWorker(Worker):
+    """A frozen, FSDP2-sharded sequence-classification RM; `compute_rm_score` gives one score per rollout row."""
+
+    def __init__(self, config: RewardModelConfig, policy_tokenizer_path: str, device: str = "auto") -> None:
+        super().__init__()
+        if not config.model_path:
+            raise ValueError("RewardModelWorker needs worker.reward.model.model_path (a reward model directory).")
+        if config.max_length < 2:
+            raise ValueError(f"worker.reward.model.max_length={config.max_length} must be at least 2 tokens.")
+        if config.micro_batch_size < 1:
+            raise ValueError(f"worker.reward.model.micro_batch_size={config.micro_batch_size} must be at least 1.")
+        self.config = config
+        self.policy_tokenizer_path = policy_tokenizer_path
+        self.device_type = device_utils.set_device_type(device)
+        device_utils.init_distributed()  # a no-op for the second role of a colocated process
+        self.device = device_utils.get_local_device()  # `@register` moves batches here and results back
+        self.module: nn.Module | None = None
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Load both tokenizers and the RM; the RM is sharded, in eval mode and without gradients."""
+        config = self.config
+        tokenizer_path = config.tokenizer_path or config.model_path
+        self.rm_tokenizer = get_tokenizer(tokenizer_path, trust_remote_code=config.trust_remote_code)
+        self.policy_tokenizer = get_tokenizer(self.policy_tokenizer_path, trust_remote_code=config.trust_remote_code)
+        rm_config = load_reward_model_config(
+            config.model_path, config.trust_remote_code, pad_token_id=self.rm_tokenizer.pad_token_id
+        )
+        # Frozen: no fp32 master weights are needed, so on GPU it is stored in the compute dtype (as the ref model).
+        dtype = torch.float32 if self.device_type == "cpu" else to_torch_dtype(config.fsdp.mp_param_dtype)
+        module = build_fsdp_reward_model(
+            config.model_path, rm_config, config.fsdp, self.device, dtype, config.trust_remote_code
+        )
+        module.requires_grad_(False)
+        self.module = module.eval()
+
+    def _prompt_texts(self, data: DataProto) -> list[str]:
+        """The user message of each row: `prompt_content` where the dataset gave it, else the decoded prompt ids."""
+        contents = data.non_tensor_batch.get("prompt_content")
+        texts: list[str | None] = [None] * len(data) if contents is None else [_as_text(value) for value in contents]
+        missing = [index for index, text in enumerate(texts) if text is None]
+        if missing:
+            prompts = data.batch["prompts"]
+            prompt_mask = data.batch["attention_mask"][:, : prompts.shape[1]].bool()
+            for index in missing:
+                ids = prompts[index][prompt_mask[index]].tolist()
+                texts[index] = self.policy_tokenizer.decode(ids, skip_special_tokens=True)
+        return texts  # type: ignore[return-value]
+
+    def _response_texts(self, data: DataProto) -> list[str]:
+        responses, mask = data.batch["responses"], data.batch["response_mask"].bool()
+        return [
+            self.policy_tokenizer.decode(responses[index][mask[index]].tolist(), skip_special_tokens=True)
+            for index in range(len(data))
+        ]
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_rm_score(self, data: DataProto) -> DataProto:
+        """rm_scores (float32, one per row) and metrics over the whole batch (all ranks), in meta_info["metrics"].
+
+        The driver keeps only rank 0's meta_info, so the metrics are summed over the ranks here. The rows that
+        data-parallel dispatch repeats to pad the batch to a multiple of the world size count in them too.
+        """
+        if self.module is None:
+            raise RuntimeError("RewardModelWorker.compute_rm_score was called before init_model.")
+        config = self.config
+        rows: list[list[int]] = []
+        truncated = 0
+        if len(data) > 0:
+            rows, truncated = tokenize_conversations(
+                self.rm_tokenizer, self._prompt_texts(data), self._response_texts(data), config.max_length
+            )
+        scores = score_rows(self.module, rows, self.rm_tokenizer.pad_token_id, config.micro_batch_size, self.device)
+        totals = torch.tensor([float(truncated), float(len(rows)), scores.double().sum().item()], dtype=torch.float64)
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(totals)
+        truncated_total, row_total, score_total = totals.tolist()
+        metrics = {
+            "reward_model/truncated_ratio": truncated_total / max(row_total, 1.0),
+            "reward_model/score_mean": score_total / row_total if row_total else math.nan,
+        }
+        return DataProto.from_dict(tensors={"rm_scores": scores}, meta_info={"metrics": metrics})
