@@ -202,14 +202,22 @@ def create_fsdp_model(
     if dist.get_world_size() > 1:  # ranks with and without images must all run the tower's collectives
         run_vision_tower_in_every_forward(model)
     if rank0_init:
-        param_device = torch.device("cpu") if fsdp_config.enable_cpu_offload else device
-        load_weights_from_rank0(model, full_model, param_device)
-        if param_device != device:  # CPU offload keeps parameters on the host, but buffers are used on the device
-            for module in model.modules():
-                for name, buffer in module.named_buffers(recurse=False):
-                    setattr(module, name, buffer.to(device))
+        load_rank0_weights(model, full_model, fsdp_config, device)
         del full_model
     return model
+
+
+def load_rank0_weights(
+    model: nn.Module, full_model: nn.Module | None, fsdp_config: "FSDPConfig", device: torch.device
+) -> None:
+    """Fill a sharded meta-device `model` from rank 0's `full_model` (None elsewhere), onto the parameter device
+    (the host with CPU offload; buffers always on `device`, where the forward uses them)."""
+    param_device = torch.device("cpu") if fsdp_config.enable_cpu_offload else device
+    load_weights_from_rank0(model, full_model, param_device)
+    if param_device != device:  # CPU offload keeps parameters on the host, but buffers are used on the device
+        for module in model.modules():
+            for name, buffer in module.named_buffers(recurse=False):
+                setattr(module, name, buffer.to(device))
 
 
 def get_full_state_dict(model: nn.Module, rank0_only: bool = True) -> dict[str, torch.Tensor]:

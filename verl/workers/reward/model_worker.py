@@ -42,7 +42,7 @@ from ...protocol import DataProto
 from ...single_controller.base.decorator import Dispatch, register
 from ...single_controller.base.worker import Worker
 from ...utils import device as device_utils
-from ...utils.fsdp_utils import apply_fsdp2, build_device_mesh, load_weights_from_rank0, to_torch_dtype
+from ...utils.fsdp_utils import apply_fsdp2, build_device_mesh, load_rank0_weights, to_torch_dtype
 from ...utils.model_utils import is_vision_language
 from ...utils.tokenizer import get_tokenizer
 from ..actor.config import FSDPConfig
@@ -242,12 +242,7 @@ def build_fsdp_reward_model(
         model = AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
     apply_fsdp2(model, mesh, fsdp_config, is_cpu=device.type == "cpu")
     if rank0_init:
-        param_device = torch.device("cpu") if fsdp_config.enable_cpu_offload else device
-        load_weights_from_rank0(model, full_model, param_device)
-        if param_device != device:  # CPU offload keeps parameters on the host, but buffers are used on the device
-            for module in model.modules():
-                for name, buffer in module.named_buffers(recurse=False):
-                    setattr(module, name, buffer.to(device))
+        load_rank0_weights(model, full_model, fsdp_config, device)
         del full_model
     return model
 
