@@ -25,14 +25,16 @@ ground_truth is a dict, or a JSON string of one, in one of two forms:
         stdin/stdout pairs: the program reads inputs[i] on stdin and passes when its stdout equals outputs[i],
         ignoring trailing whitespace on each line and trailing blank lines.
     {"fn_name": "add", "asserts": ["assert add(1, 2) == 3", ...]}
-        each assert runs in its own process, appended after the program, and is followed by a line printing a
+        each assert runs in its own (forked) process, after the program, and is followed by a line printing a
         random per-run nonce: the case passes only when that line is printed, so a program that exits early with
         status 0 (`os._exit(0)`, `sys.exit()`) fails instead of passing every assert unseen. A program that reads
         stdin at import (an `if __name__ == "__main__":` block calling input()) fails these cases: it gets no input.
 A ground truth in neither form raises ValueError naming the sample, before anything runs.
 
-Every case of every sample of the batch runs in parallel through `run_many` (max_workers at a time), each in its own
-process under the limits (wall_s, cpu_s, memory_mb, output_kb, max_processes; see verl.utils.sandbox).
+The samples of the batch run in parallel through `run_many_cases` (max_workers at a time): a sample's cases share one
+sandboxed interpreter, which forks a fresh child per case, so each case still runs alone under the limits (wall_s,
+cpu_s, memory_mb, output_kb, max_processes; see verl.utils.sandbox.run_python_cases) and cannot see what the
+others did, without paying an interpreter start per case.
 
 Scores per sample:
     overall: the pass rate, or with all_or_nothing 1.0 when every case passes and 0.0 otherwise.
@@ -51,7 +53,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from verl.utils.sandbox import SandboxLimits, SandboxResult, run_many
+from verl.utils.sandbox import SandboxLimits, SandboxResult, run_many_cases
 
 
 REWARD_NAME = "code"
@@ -137,10 +139,11 @@ def parse_test_cases(ground_truth: Any, where: str) -> list[Case]:
     raise ValueError(f"{where}: ground_truth has keys {sorted(map(str, ground_truth))}; it must be {forms}.")
 
 
-def _program(code: str, case: Case, nonce: str) -> str:
+def _suffix(case: Case, nonce: str) -> str:
+    """What runs after the program in this case: nothing, or the assert and the line printing the nonce."""
     if case.assertion is None:
-        return code
-    return f"{code}\n\n{case.assertion}\nprint({nonce!r})\n"
+        return ""
+    return f"\n\n{case.assertion}\nprint({nonce!r})\n"
 
 
 def _outcome(case: Case, result: SandboxResult, nonce: str) -> str | None:
@@ -169,32 +172,32 @@ def compute_score(
     output_kb: int = 1024,
     max_processes: int = 16,
 ) -> list[dict[str, float]]:
-    """Score a batch: every case of every sample runs in the sandbox, `max_workers` processes at a time."""
+    """Score a batch: every case of every sample runs in the sandbox, `max_workers` samples at a time."""
     limits = SandboxLimits(wall_s, cpu_s, memory_mb, output_kb, max_processes)
     cases = [
         parse_test_cases(sample["ground_truth"], f"sample {index} (uid {sample.get('uid')})")
         for index, sample in enumerate(reward_inputs)
     ]
     codes = [extract_code(sample["response"]) for sample in reward_inputs]
-    jobs: list[tuple[str, str]] = []
-    owners: list[tuple[int, Case, str]] = []  # (sample index, case, nonce) per job
+    jobs: list[tuple[str, list[tuple[str, str]]]] = []  # (program, [(stdin, code suffix) per case]) per sample
+    owners: list[tuple[int, list[tuple[Case, str]]]] = []  # (sample index, [(case, nonce) per case]) per job
     for index, (code, sample_cases) in enumerate(zip(codes, cases)):
         if code is None:
             continue
-        for case in sample_cases:
-            nonce = secrets.token_hex(16)
-            jobs.append((_program(code, case, nonce), case.stdin))
-            owners.append((index, case, nonce))
-    results = run_many(jobs, limits, max_workers=max_workers)
+        nonces = [secrets.token_hex(16) for _ in sample_cases]
+        jobs.append((code, [(case.stdin, _suffix(case, nonce)) for case, nonce in zip(sample_cases, nonces)]))
+        owners.append((index, list(zip(sample_cases, nonces))))
+    results = run_many_cases(jobs, limits, max_workers=max_workers)
 
     passed = [0] * len(reward_inputs)
     failures: list[dict[str, float]] = [dict.fromkeys(FAILURE_KEYS, 0.0) for _ in reward_inputs]
-    for (index, case, nonce), result in zip(owners, results):
-        failure = _outcome(case, result, nonce)
-        if failure is None:
-            passed[index] += 1
-        else:
-            failures[index][failure] += 1.0
+    for (index, sample_cases), sample_results in zip(owners, results):
+        for (case, nonce), result in zip(sample_cases, sample_results):
+            failure = _outcome(case, result, nonce)
+            if failure is None:
+                passed[index] += 1
+            else:
+                failures[index][failure] += 1.0
     scores = []
     for index, (code, sample_cases) in enumerate(zip(codes, cases)):
         pass_rate = passed[index] / len(sample_cases)

@@ -19,6 +19,12 @@ scratch directory, a minimal environment, `sys.executable -I`, its own session, 
 exec (RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE on the files that take its output, RLIMIT_NPROC, no core dumps). After
 every run, whatever happened, every process it started is killed, and the result says what stopped it.
 
+Starting that interpreter (about 40 ms) costs far more than most programs run, so `run_python_cases` runs all test
+cases of one program in one such process: a harness compiles the program once and forks a child per case, which
+gets the case's stdin and output files, fresh per-process limits and the harness's state from before any case;
+after each case the harness kills and reaps what the case started and empties the scratch directory, and it reports
+through a pipe no process of the program can reach (see `run_python_cases`).
+
 Isolation, strongest available first; `isolation()` says what this machine uses (probed once):
 - user "dedicated-uid" (when the trainer runs as root): each concurrent run gets its own unprivileged uid/gid,
   UID_BASE + a slot claimed with a lock file, so RLIMIT_NPROC (which root ignores and which counts every process of
@@ -39,8 +45,9 @@ Isolation, strongest available first; `isolation()` says what this machine uses 
   environment) and, with a dedicated uid, every process of that uid.
 
 Not isolated: the filesystem is readable wherever its permissions allow "other" (or the trainer's uid) to read;
-world-writable directories (/tmp, /dev/shm) are writable, up to RLIMIT_FSIZE per file; /proc shows the host's
-processes; the CPU is shared (RLIMIT_CPU bounds it per process, the wall limit in time).
+world-writable directories (/tmp, /dev/shm) are writable, up to RLIMIT_FSIZE per file (and with run_python_cases,
+what a case leaves there is there for the later cases of its program); /proc shows the host's processes; the CPU is
+shared (RLIMIT_CPU bounds it per process, the wall limit in time).
 """
 
 import ctypes
@@ -48,6 +55,7 @@ import fcntl
 import functools
 import json
 import logging
+import marshal
 import math
 import os
 import pwd
@@ -65,8 +73,9 @@ import time
 import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import suppress
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import IO, Any
 
 import psutil
@@ -94,6 +103,16 @@ SLOT_DIRECTORIES = ("/run/verl-sandbox-slots", "/tmp/verl-sandbox-slots")
 STDERR_TAIL_BYTES = 16 * 1024
 """How much of the end of stderr a result keeps: the traceback is at the end."""
 PROGRAM_NAME = "solution.py"
+MANIFEST_NAME = "cases.marshal"
+"""run_python_cases: the harness's instructions (per-case descriptors and code suffixes), deleted before any case."""
+CASES_PER_PROCESS = 32
+"""run_python_cases runs at most this many cases in one process (each holds three open files in the trainer)."""
+HARNESS_GRACE_S = 2.0
+"""run_python_cases: seconds the harness may take beyond wall_s for a case (or its start-up) before the trainer
+gives up on it, kills the process and counts the running case as a timeout."""
+
+CaseSpec = str | tuple[str, str]
+"""One case of run_python_cases: its stdin, or (stdin, code_suffix), the suffix run after the code."""
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000
@@ -285,137 +304,10 @@ class _KillAllOfUid:
 # the scratch directory), installs the audit hook where the network (or, with a shared uid and no PID namespace,
 # the trainer's processes) is not isolated otherwise, and runs the program as __main__. In a new PID namespace it
 # forks that namespace's init, which forks the program and reaps every orphan, and relays the program's exit status
-# or signal through a pipe; when init exits the kernel kills whatever is left in the namespace.
-_BOOTSTRAP = r"""
-import os, signal, sys
-
-_NETWORK_EVENTS = {
-    "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo", "socket.gethostbyname",
-    "socket.gethostbyaddr", "socket.getnameinfo", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
-    "subprocess.Popen", "pty.spawn",
-}
-_NETWORK_SYMBOLS = {"socket", "connect", "bind", "sendto", "sendmsg", "getaddrinfo", "syscall"}
-
-
-def _namespace(name):
-    try:
-        return os.readlink("/proc/self/ns/" + name)
-    except OSError:
-        return ""
-
-
-def _fresh_pid_namespace():
-    # After unshare(CLONE_NEWPID) and before the first fork the new namespace has no init yet, and reading its
-    # link fails although the entry exists (kernels older than 4.12 have no such entry at all).
-    try:
-        os.lstat("/proc/self/ns/pid_for_children")
-    except OSError:
-        return False
-    return _namespace("pid_for_children") != _namespace("pid")
-
-
-def _ours(pid, marker):
-    try:
-        with open("/proc/%d/environ" % pid, "rb") as environ:
-            return marker in environ.read().split(b"\0")
-    except OSError:
-        return False
-
-
-def _install_guard(network, kill):
-    marker = ("VERL_SANDBOX_ID=" + os.environ.get("VERL_SANDBOX_ID", "")).encode()
-
-    def hook(event, args):
-        if network and (event in _NETWORK_EVENTS or (event == "ctypes.dlsym" and args[1] in _NETWORK_SYMBOLS)):
-            raise PermissionError("network access and spawning programs are disabled in this sandbox (%s)" % event)
-        if kill and event in ("os.kill", "os.killpg"):
-            target = args[0] if event == "os.kill" else -args[0]
-            if target > 0 and target != os.getpid() and not _ours(target, marker):
-                raise PermissionError("this sandbox may only signal its own processes")
-            if target < 0 and -target != os.getpgid(0):
-                raise PermissionError("this sandbox may only signal its own process group")
-
-    sys.addaudithook(hook)
-
-
-def _exit_like(status):
-    if os.WIFSIGNALED(status):
-        number = os.WTERMSIG(status)
-        try:
-            signal.signal(number, signal.SIG_DFL)
-        except (OSError, ValueError):
-            pass
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, [number])
-        os.kill(os.getpid(), number)
-        os._exit(128 + number)
-    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
-
-
-def _supervise():
-    read_end, write_end = os.pipe()
-    init = os.fork()
-    if init:
-        os.close(write_end)
-        data = b""
-        while True:
-            chunk = os.read(read_end, 64)
-            if not chunk:
-                break
-            data += chunk
-        _, status = os.waitpid(init, 0)
-        _exit_like(int(data) if data else status)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    program = os.fork()
-    if program:
-        os.close(read_end)
-        while True:
-            pid, status = os.wait()
-            if pid == program:
-                os.write(write_end, str(status).encode())
-                os._exit(0)
-    os.close(read_end)
-    os.close(write_end)
-
-
-def _run(source, path):
-    import linecache, types
-
-    linecache.cache[path] = (len(source), None, source.decode("utf-8", "replace").splitlines(True), path)
-    module = types.ModuleType("__main__")
-    module.__file__ = path
-    sys.modules["__main__"] = module
-    try:
-        exec(compile(source, path, "exec"), module.__dict__)
-    except SystemExit:
-        raise
-    except BaseException as error:
-        import traceback
-
-        frames = error.__traceback__
-        while frames is not None and frames.tb_frame.f_code.co_filename != path:
-            frames = frames.tb_next
-        traceback.print_exception(type(error), error, frames)
-        raise SystemExit(1)
-
-
-def _main():
-    host_network, program, shared_uid = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
-    path = os.path.join(os.getcwd(), program)
-    sys.argv = [path]
-    with open(program, "rb") as file:
-        source = file.read()
-    os.unlink(program)
-    own_pids = _fresh_pid_namespace()
-    network = not host_network or _namespace("net") in ("", host_network)
-    if own_pids:
-        _supervise()
-    if network or (shared_uid and not own_pids):
-        _install_guard(network, shared_uid and not own_pids)
-    _run(source, path)
-
-
-_main()
-"""
+# or signal through a pipe; when init exits the kernel kills whatever is left in the namespace. Given a manifest
+# (run_python_cases), the program's place is taken by the harness (_harness), and each case's child, forked from
+# it, installs the hook and runs the program (_run_case); the supervisor and init close the manifest's descriptors.
+_BOOTSTRAP = (Path(__file__).parent / "sandbox_bootstrap.py").read_text(encoding="utf-8")
 
 # Run in a sandbox by `isolation()` to see which namespaces a run actually ends up in.
 _PROBE = """
@@ -774,7 +666,8 @@ def _limit(which: int, value: int) -> tuple[int, int]:
     return (value, value) if hard == resource.RLIM_INFINITY else (min(value, hard), min(value, hard))
 
 
-def _child_setup(limits: SandboxLimits, plan: _Plan, uid: int | None) -> _ChildSetup:
+def _child_setup(limits: SandboxLimits, plan: _Plan, uid: int | None, harness: bool = False) -> _ChildSetup:
+    """The child's setup; with `harness`, one more process in the budget, so each case's program gets the same."""
     cpu_soft = max(1, math.ceil(limits.cpu_s))
     cpu_soft, cpu_hard = _limit(resource.RLIMIT_CPU, cpu_soft)[0], _limit(resource.RLIMIT_CPU, cpu_soft + 1)[1]
     return _ChildSetup(
@@ -788,7 +681,7 @@ def _child_setup(limits: SandboxLimits, plan: _Plan, uid: int | None) -> _ChildS
             (resource.RLIMIT_AS, *_limit(resource.RLIMIT_AS, limits.memory_mb * 2**20)),
             (resource.RLIMIT_FSIZE, *_limit(resource.RLIMIT_FSIZE, limits.output_kb * 1024)),
         ),
-        max_processes=limits.max_processes,
+        max_processes=limits.max_processes + (1 if harness else 0),
         shared_tasks=0 if uid is not None else _tasks_of_current_uid(),
     )
 
@@ -882,6 +775,11 @@ def run_python(code: str, stdin: str = "", limits: SandboxLimits | None = None) 
     return _run(code, stdin, limits or SandboxLimits(), _isolation().plan)
 
 
+def _check_workers(max_workers: int) -> None:
+    if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
+        raise ValueError(f"max_workers must be a positive integer, got {max_workers!r}.")
+
+
 def run_many(
     jobs: Sequence[tuple[str, str]], limits: SandboxLimits | None = None, max_workers: int = 4
 ) -> list[SandboxResult]:
@@ -889,11 +787,265 @@ def run_many(
 
     Threads suffice: each only waits on its subprocess, so the GIL is not the bottleneck.
     """
-    if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
-        raise ValueError(f"max_workers must be a positive integer, got {max_workers!r}.")
+    _check_workers(max_workers)
     limits = limits or SandboxLimits()
     if not jobs:
         return []
     _isolation()  # probe once, before the threads race for it
     with ThreadPoolExecutor(max_workers=min(max_workers, len(jobs)), thread_name_prefix="sandbox") as pool:
         return list(pool.map(lambda job: run_python(job[0], job[1], limits), jobs))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Several cases of one program in one process.
+
+
+def _case_specs(cases: Sequence[CaseSpec]) -> list[tuple[str, str]]:
+    specs = []
+    for case in cases:
+        if isinstance(case, str):
+            specs.append((case, ""))
+        elif isinstance(case, tuple) and len(case) == 2 and all(isinstance(part, str) for part in case):
+            specs.append(case)
+        else:
+            raise TypeError(
+                f"a case must be a stdin string or a (stdin, code_suffix) pair of strings, got {case!r:.80}."
+            )
+    return specs
+
+
+def run_python_cases(code: str, cases: Sequence[CaseSpec], limits: SandboxLimits | None = None) -> list[SandboxResult]:
+    """Run `code` once per case, all cases in one sandboxed process; one result per case, in order.
+
+    Starting a sandboxed interpreter (and isolating and cleaning up after it) costs far more than a small program
+    runs, so the interpreter starts once per CASES_PER_PROCESS cases, under the same isolation as `run_python`; a
+    harness in it compiles the code once, then forks one child per case. Each child gets the case's stdin and its
+    own stdout and stderr files (capped at output_kb), its own process group, a fresh RLIMIT_CPU count (the limit
+    is per process) and the memory limit for itself, and runs the code, then the case's code suffix (an assert, a
+    call; compiled apart from the code but numbered as if appended to it), as `__main__`, ending as an interpreter
+    would (threads joined, atexit, flushed streams). After each case, at its end or at wall_s, the harness kills
+    the case's processes (its group, then every process the case left), reaps them and empties the scratch
+    directory, so every case starts from the harness's state before the first one: globals, modules, files in the
+    working directory and processes do not carry over. Files in /tmp and /dev/shm do (see the module's docstring).
+
+    Results come through a pipe only the harness holds: children close it before the code runs, and the harness
+    makes itself undumpable, so no process of the uid can reach its descriptors or memory. What a case prints is
+    never parsed. A case that kills or stops the harness counts as "killed" or "timeout" itself; the cases after
+    it run in a fresh process, as do the cases after one that changes the harness's limits.
+
+    Statuses are classified as in `run_python`, per case. Differences from one `run_python` per case: `wall_s`
+    counts from the fork (the interpreter's start-up is not in it); `cpu_s` adds the reaped processes of the case;
+    memory_mb includes the harness's extra modules (about 1.5 MiB of address space); the cases of one process share
+    the hash seed and the dedicated uid; at a case's end only the program's own globals are finalized (not every
+    module); and the code and a suffix are compiled separately, so a suffix cannot complete a statement the code
+    leaves open. Where programs run as the trainer's
+    own uid (no dedicated uid), the trainer's descriptors of the other cases' files are as reachable through /proc
+    as the trainer's memory already is (a process of the same uid).
+    """
+    if not isinstance(code, str):
+        raise TypeError(f"code must be a string, got {type(code).__name__}.")
+    return _run_cases(code, _case_specs(cases), limits or SandboxLimits(), _isolation().plan)
+
+
+def run_many_cases(
+    jobs: Sequence[tuple[str, Sequence[CaseSpec]]], limits: SandboxLimits | None = None, max_workers: int = 4
+) -> list[list[SandboxResult]]:
+    """`run_python_cases` for each (code, cases) job, `max_workers` processes at a time; results in job order."""
+    _check_workers(max_workers)
+    limits = limits or SandboxLimits()
+    specs = [(code, _case_specs(cases)) for code, cases in jobs]
+    if not any(cases for _, cases in specs):
+        return [[] for _ in specs]
+    plan = _isolation().plan  # probe once, before the threads race for it
+    chunks = [
+        (index, code, cases[start : start + CASES_PER_PROCESS])
+        for index, (code, cases) in enumerate(specs)
+        for start in range(0, len(cases), CASES_PER_PROCESS)
+    ]
+    results: list[list[SandboxResult]] = [[] for _ in specs]
+    with ThreadPoolExecutor(max_workers=min(max_workers, len(chunks)), thread_name_prefix="sandbox") as pool:
+        for (index, _, _), chunk_results in zip(
+            chunks, pool.map(lambda chunk: _run_cases(chunk[1], chunk[2], limits, plan), chunks)
+        ):
+            results[index].extend(chunk_results)
+    return results
+
+
+_HARNESS_REFUSED = threading.Event()
+"""Set when a harness could not protect its result pipe (prctl refused): cases then run one process each."""
+
+
+def _run_cases(code: str, cases: list[tuple[str, str]], limits: SandboxLimits, plan: _Plan) -> list[SandboxResult]:
+    """All `cases`, CASES_PER_PROCESS per process; a process that stops early leaves the rest to a fresh one."""
+    results: list[SandboxResult] = []
+    while len(results) < len(cases):
+        if _HARNESS_REFUSED.is_set():
+            results.extend(_run(code + suffix, stdin, limits, plan) for stdin, suffix in cases[len(results) :])
+            break
+        results.extend(_run_harness(code, cases[len(results) : len(results) + CASES_PER_PROCESS], limits, plan))
+    return results
+
+
+def _run_harness(code: str, cases: list[tuple[str, str]], limits: SandboxLimits, plan: _Plan) -> list[SandboxResult]:
+    """One harness process under `plan`, with a uid slot and a scratch directory given back whatever happens."""
+    slot = scratch = None
+    try:
+        if plan.dedicated_uid:
+            slot = _SLOTS.claim()
+        uid = None if slot is None else UID_BASE + slot
+        setup = _child_setup(limits, plan, uid, harness=True)
+        scratch = tempfile.mkdtemp(prefix="verl-sandbox-")
+        if uid is not None:
+            os.chown(scratch, uid, uid)
+        return _run_harness_in(scratch, code, cases, limits, setup)
+    finally:
+        if scratch is not None:
+            _remove_tree(scratch)
+        if slot is not None:
+            _SLOTS.release(slot)
+
+
+@dataclass
+class _Watch:
+    """What the trainer learned from the harness's result pipe."""
+
+    reports: list[tuple[int, bool, float, float]]
+    """(returncode, timed out, wall seconds, CPU seconds) of each finished case, in order."""
+    running_since: float | None = None
+    """When the case after the reported ones started (trainer's clock), if it did and did not finish."""
+    stalled: bool = False
+    """The harness missed a deadline (a case or its start-up took wall_s + HARNESS_GRACE_S) and was killed."""
+    refused: str = ""
+    """The harness could not protect its result pipe, and ran nothing."""
+
+
+def _watch(read_end: int, count: int, wall_s: float) -> _Watch:
+    """Read the harness's records until it closes the pipe or misses a deadline.
+
+    Records, in this order only: "S i" (case i starts), "D i returncode timed_out wall cpu" (case i ended), or
+    "U reason" alone. Each must come within wall_s + HARNESS_GRACE_S of the previous one (or of the start).
+    """
+    watch = _Watch(reports=[])
+    budget = wall_s + HARNESS_GRACE_S
+    deadline = time.monotonic() + budget
+    poller = select.poll()
+    poller.register(read_end, select.POLLIN)
+    pending = b""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            watch.stalled = True
+            return watch
+        if not poller.poll(math.ceil(remaining * 1000)):
+            continue
+        chunk = os.read(read_end, 65536)
+        if not chunk:
+            return watch
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            fields = line.decode("ascii", "replace").split()
+            index = len(watch.reports)
+            try:
+                if fields[0] == "U" and index == 0 and watch.running_since is None:
+                    watch.refused = line.decode("utf-8", "replace")[2:]
+                    return watch
+                if fields[0] == "S" and len(fields) == 2 and int(fields[1]) == index < count:
+                    if watch.running_since is not None:
+                        raise ValueError("two starts")
+                    watch.running_since = time.monotonic()
+                elif fields[0] == "D" and len(fields) == 6 and int(fields[1]) == index:
+                    if watch.running_since is None:
+                        raise ValueError("an end without a start")
+                    watch.reports.append((int(fields[2]), fields[3] == "1", float(fields[4]), float(fields[5])))
+                    watch.running_since = None
+                else:
+                    raise ValueError("unexpected record")
+            except (IndexError, ValueError) as error:
+                logger.warning("Sandbox harness sent %r (%s); its process is stopped.", line[:200], error)
+                return watch
+            deadline = time.monotonic() + budget
+
+
+def _run_harness_in(
+    scratch: str, code: str, cases: list[tuple[str, str]], limits: SandboxLimits, setup: _ChildSetup
+) -> list[SandboxResult]:
+    """Run the harness on `cases`; results of a non-empty prefix of them (the rest is for a fresh process)."""
+    sandbox_id = uuid.uuid4().hex
+    with open(os.path.join(scratch, PROGRAM_NAME), "w", encoding="utf-8") as program:
+        program.write(code)
+    env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8", "HOME": scratch, "TMPDIR": scratch}
+    env[MARKER_ENV] = sandbox_id
+    shared_uid = "1" if setup.uid is None else "0"
+    args = [sys.executable, "-I", "-c", _BOOTSTRAP, _namespace("net"), PROGRAM_NAME, shared_uid, MANIFEST_NAME]
+    with ExitStack() as stack:
+        # Unlinked files, as in _run_in: the program sees an empty scratch directory, and they are the trainer's
+        # (owned by it, mode 0600), reachable only through the descriptors the harness hands each case.
+        files = [[stack.enter_context(tempfile.TemporaryFile(dir=scratch)) for _ in range(3)] for _ in cases]
+        log = stack.enter_context(tempfile.TemporaryFile(dir=scratch))  # the harness's own stdout and stderr
+        for (stdin_file, _, _), (stdin, _) in zip(files, cases):
+            stdin_file.write(stdin.encode("utf-8"))
+            stdin_file.seek(0)
+        read_end, write_end = os.pipe()
+        stack.callback(os.close, read_end)
+        descriptors = [tuple(file.fileno() for file in case_files) for case_files in files]
+        manifest = (float(limits.wall_s), write_end, [(*fds, suffix) for fds, (_, suffix) in zip(descriptors, cases)])
+        with open(os.path.join(scratch, MANIFEST_NAME), "wb") as manifest_file:
+            manifest_file.write(marshal.dumps(manifest))
+        since = time.time() - 5.0  # psutil's create_time may be off by a second (boot time in whole seconds)
+        start = time.monotonic()
+        try:
+            process = subprocess.Popen(  # noqa: S603
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                cwd=scratch,
+                env=env,
+                start_new_session=True,
+                preexec_fn=setup,
+                close_fds=True,
+                pass_fds=(write_end, *(fd for fds in descriptors for fd in fds)),
+            )
+        finally:
+            os.close(write_end)  # the harness holds the only write end: end of file means it is gone
+        watch = _Watch(reports=[], stalled=True)
+        try:
+            watch = _watch(read_end, len(cases), limits.wall_s)
+            if not watch.stalled:
+                _wait_for_exit(process.pid, HARNESS_GRACE_S)
+        finally:
+            _kill_group(process.pid)  # before reaping, while the group id cannot have been reused
+            _, status, _ = os.wait4(process.pid, 0)
+            returncode = os.waitstatus_to_exitcode(status)
+            ended = time.monotonic()
+            _clean_up(sandbox_id, setup.uid, since)
+        harness_log, _ = _read_tail(log, STDERR_TAIL_BYTES)
+        if harness_log.strip():
+            logger.warning("Sandbox harness %s (exit %d) wrote: %s", sandbox_id, returncode, harness_log[-2000:])
+        if watch.refused:
+            logger.warning(
+                "Sandbox harness cannot protect its results here (%s): one process per case.", watch.refused
+            )
+            _HARNESS_REFUSED.set()
+            return []
+        results = []
+        for case_files, report in zip(files, [*watch.reports, None]):
+            stdout, stdout_size = _read_head(case_files[1], limits.output_kb * 1024)
+            stderr, stderr_size = _read_tail(case_files[2], STDERR_TAIL_BYTES)
+            largest = max(stdout_size, stderr_size)
+            if report is not None:
+                case_returncode, timed_out, wall, cpu = report
+                status_name = _classify(timed_out, case_returncode, cpu, limits, largest, stderr)
+            elif watch.running_since is not None or not watch.reports:
+                # The harness died, was stopped or missed its deadline during this case (or before the first):
+                # the case is charged with what ended the process, and never passes.
+                case_returncode, cpu = returncode, 0.0
+                wall = ended - (start if watch.running_since is None else watch.running_since)
+                status_name = _classify(watch.stalled, returncode, cpu, limits, largest, stderr)
+                status_name = "error" if status_name == "ok" else status_name
+            else:
+                break
+            results.append(
+                SandboxResult(status_name, case_returncode, stdout, stderr, wall, cpu, sandbox_id, setup.uid)
+            )
+    return results
