@@ -50,6 +50,7 @@ what a case leaves there is there for the later cases of its program); /proc sho
 shared (RLIMIT_CPU bounds it per process, the wall limit in time).
 """
 
+import contextlib
 import ctypes
 import fcntl
 import functools
@@ -71,7 +72,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass, fields
@@ -686,23 +687,30 @@ def _child_setup(limits: SandboxLimits, plan: _Plan, uid: int | None, harness: b
     )
 
 
-def _run(code: str, stdin: str, limits: SandboxLimits, plan: _Plan) -> SandboxResult:
-    """One run under `plan`: claim a uid slot and a scratch directory, run, and give both back whatever happens."""
+@contextlib.contextmanager
+def _workspace(limits: SandboxLimits, plan: _Plan, harness: bool = False) -> Iterator[tuple[str, _ChildSetup]]:
+    """A uid slot (with a dedicated uid) and a scratch directory for one process, given back whatever happens."""
     slot = scratch = None
     try:
         if plan.dedicated_uid:
             slot = _SLOTS.claim()
         uid = None if slot is None else UID_BASE + slot
-        setup = _child_setup(limits, plan, uid)
+        setup = _child_setup(limits, plan, uid, harness=harness)
         scratch = tempfile.mkdtemp(prefix="verl-sandbox-")
         if uid is not None:
             os.chown(scratch, uid, uid)
-        return _run_in(scratch, code, stdin, limits, setup)
+        yield scratch, setup
     finally:
         if scratch is not None:
             _remove_tree(scratch)
         if slot is not None:
             _SLOTS.release(slot)
+
+
+def _run(code: str, stdin: str, limits: SandboxLimits, plan: _Plan) -> SandboxResult:
+    """One run under `plan`, in its own workspace."""
+    with _workspace(limits, plan) as (scratch, setup):
+        return _run_in(scratch, code, stdin, limits, setup)
 
 
 def _run_in(scratch: str, code: str, stdin: str, limits: SandboxLimits, setup: _ChildSetup) -> SandboxResult:
@@ -887,22 +895,9 @@ def _run_cases(code: str, cases: list[tuple[str, str]], limits: SandboxLimits, p
 
 
 def _run_harness(code: str, cases: list[tuple[str, str]], limits: SandboxLimits, plan: _Plan) -> list[SandboxResult]:
-    """One harness process under `plan`, with a uid slot and a scratch directory given back whatever happens."""
-    slot = scratch = None
-    try:
-        if plan.dedicated_uid:
-            slot = _SLOTS.claim()
-        uid = None if slot is None else UID_BASE + slot
-        setup = _child_setup(limits, plan, uid, harness=True)
-        scratch = tempfile.mkdtemp(prefix="verl-sandbox-")
-        if uid is not None:
-            os.chown(scratch, uid, uid)
+    """One harness process under `plan`, in its own workspace."""
+    with _workspace(limits, plan, harness=True) as (scratch, setup):
         return _run_harness_in(scratch, code, cases, limits, setup)
-    finally:
-        if scratch is not None:
-            _remove_tree(scratch)
-        if slot is not None:
-            _SLOTS.release(slot)
 
 
 @dataclass
