@@ -208,7 +208,7 @@ def test_pairs_to_reward_model_to_grpo_whose_reward_goes_up(ray_session, tmp_pat
     )
     with open(save / "experiment_log.jsonl") as f:
         steps = [row for row in map(json.loads, f) if "reward/rm_score" in row]
-    assert len(steps) == 8
+    assert len(steps) == 8 and steps[0]["reward_model/truncated_ratio"] == 0.0
     for row in steps:  # the combination, averaged over the batch
         expected = 0.5 * row["reward/rule_overall"] + row["reward/rm_score"]
         assert row["reward/overall"] == pytest.approx(expected, abs=1e-5)
@@ -216,4 +216,5 @@ def test_pairs_to_reward_model_to_grpo_whose_reward_goes_up(ray_session, tmp_pat
         np.mean([r["reward/rm_score"] for r in steps[:2]]),
         np.mean([r["reward/rm_score"] for r in steps[-2:]]),
     )
+    print("rm_score per step:", [round(r["reward/rm_score"], 3) for r in steps])
     assert last > first, [round(r["reward/rm_score"], 3) for r in steps]

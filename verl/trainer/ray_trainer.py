@@ -322,6 +322,7 @@ class RayPPOTrainer:
         with timer("adv", timing_raw):
             if pending is not None:
                 scores, reward_metrics = self.scorer.collect(batch, pending)
+                append_metrics(metrics, pending.rm_metrics or {})  # reward_model/truncated_ratio, score_mean
                 batch.batch["token_level_scores"] = scores
                 append_metrics(metrics, applicable_values({f"reward/{k}": v for k, v in reward_metrics.items()}))
                 batch.non_tensor_batch.update(
