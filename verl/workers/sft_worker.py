@@ -62,8 +62,9 @@ class SFTWorker(Worker):
     def init_model(self, training_steps: int) -> None:
         config = self.config
         model = config.model
-        self.tokenizer = get_tokenizer(model.tokenizer_path, trust_remote_code=model.trust_remote_code)
-        self.processor = get_processor(model.tokenizer_path, trust_remote_code=model.trust_remote_code)
+        tokenizer_path = model.tokenizer_path or model.model_path
+        self.tokenizer = get_tokenizer(tokenizer_path, trust_remote_code=model.trust_remote_code)
+        self.processor = get_processor(tokenizer_path, trust_remote_code=model.trust_remote_code)
         mesh = build_device_mesh(dist.get_world_size(), config.fsdp.fsdp_size, self.device_type)
         self.module = create_fsdp_model(model, config.fsdp, mesh, self.device)
         optim = dataclasses.replace(config.optim, training_steps=training_steps)
