@@ -138,13 +138,13 @@ def test_a_busy_loop_ends_at_the_wall_limit() -> None:
     assert result.status in ("timeout", "cpu_limit")
     assert time.monotonic() - started < 1.0 + 3.0
     sleeping = run_python("import time\ntime.sleep(60)\n", limits=SandboxLimits(wall_s=1.0))
-    assert sleeping.status == "timeout" and 1.0 <= sleeping.wall_s < 3.0
+    assert sleeping.status == "timeout" and 1.0 <= sleeping.wall_s < 1.0 + 5.0  # not the program's 60 s
 
 
 def test_cpu_limit() -> None:
     result = run_python("while True:\n    pass\n", limits=SandboxLimits(wall_s=10.0, cpu_s=1.0))
     assert result.status == "cpu_limit", (result.returncode, result.stderr)
-    assert result.wall_s < 4.0 and result.cpu_s >= 0.9
+    assert result.wall_s < 10.0 and result.cpu_s >= 0.9  # ended by the CPU limit, before the wall limit
 
 
 def test_memory_limit() -> None:
@@ -214,14 +214,15 @@ def test_the_program_cannot_write_outside_the_scratch_directory() -> None:
 
 
 def test_run_many_keeps_order_and_runs_in_parallel() -> None:
-    jobs = [(f"import time\ntime.sleep(1)\nprint(input() + '{i}')\n", "job") for i in range(4)]
-    started = time.monotonic()
-    results = run_many(jobs, max_workers=4)
-    assert time.monotonic() - started < 3.0
-    assert [result.stdout for result in results] == [f"job{i}\n" for i in range(4)]
+    program = "import time\nstart = time.time()\ntime.sleep(1)\nprint(input() + '{i}', start, time.time())\n"
+    results = run_many([(program.format(i=i), "job") for i in range(4)], max_workers=4)
+    assert [result.stdout.split()[0] for result in results] == [f"job{i}" for i in range(4)]
+    spans = [tuple(map(float, result.stdout.split()[1:])) for result in results]
+    # run one after another, the four 1 s sleeps would span at least 4 s: they overlapped
+    assert max(end for _, end in spans) - min(start for start, _ in spans) < 4.0
     assert run_many([]) == []
     with pytest.raises(ValueError, match="max_workers"):
-        run_many(jobs, max_workers=0)
+        run_many([("print(1)", "")], max_workers=0)
 
 
 def _fallback_plans() -> dict[str, sandbox._Plan]:
@@ -353,10 +354,10 @@ def test_cases_fail_one_by_one_and_the_others_pass() -> None:
     )
     assert 15 * 1024 < len(by_case["flood"].stdout.encode()) <= 16 * 1024
     assert (by_case["signal"].returncode, by_case["exit"].returncode) == (-15, 4)
-    assert 2.0 <= by_case["sleep"].wall_s < 3.0 and by_case["spin"].cpu_s >= 0.9
+    assert 2.0 <= by_case["sleep"].wall_s < 2.0 + 4.0 and by_case["spin"].cpu_s >= 0.9
     assert len({result.sandbox_id for result in results}) == 1, "all cases ran in one process"
     # Two wall limits (sleep and, at worst, the bomb), one CPU limit, and a little for everything else.
-    assert elapsed < 2 * 2.0 + 1.0 + 4.0
+    assert elapsed < 2 * 2.0 + 1.0 + 10.0
     assert processes_of(results[0]) == [] and descendants() == before
 
 
@@ -581,7 +582,7 @@ def test_the_trainer_accepts_only_the_harness_protocol(monkeypatch: pytest.Monke
     monkeypatch.setattr(sandbox, "HARNESS_GRACE_S", 0.1)
     started = time.monotonic()
     stalled = watch_records(b"S 0\n", close=False)
-    assert stalled.stalled and stalled.running_since is not None and time.monotonic() - started < 1.0
+    assert stalled.stalled and stalled.running_since is not None and time.monotonic() - started < 5.0
 
 
 def test_cases_run_one_process_each_where_the_harness_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
