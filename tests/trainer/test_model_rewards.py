@@ -218,3 +218,52 @@ def test_pairs_to_reward_model_to_grpo_whose_reward_goes_up(ray_session, tmp_pat
     )
     print("rm_score per step:", [round(r["reward/rm_score"], 3) for r in steps])
     assert last > first, [round(r["reward/rm_score"], 3) for r in steps]
+
+
+@pytest.mark.slow
+def test_a_run_with_a_judge_starts_it_scores_with_it_and_stops_it(ray_session, tmp_path) -> None:
+    """The runner's judge path: its actor and engine start beside the workers and every step carries its columns (an
+    untrained judge writes no valid grade: parse errors, score 0, so overall = the rule's)."""
+    from verl.trainer.config import load_config
+    from verl.trainer.runner import run_ppo
+
+    model = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
+    _write_jsonl(tmp_path / "prompts.jsonl", [{"prompt": PROMPT, "answer": "3"} for _ in range(8)])
+    (tmp_path / "rule.py").write_text(RULE)
+    save = tmp_path / "judged"
+    run_ppo(
+        load_config(
+            [
+                f"data.train_files={tmp_path / 'prompts.jsonl'}",
+                "data.max_prompt_length=48",
+                "data.max_response_length=4",
+                "data.rollout_batch_size=4",
+                "data.dataloader_num_workers=0",
+                f"worker.actor.model.model_path={model}",
+                "worker.actor.model.enable_gradient_checkpointing=false",
+                "worker.actor.global_batch_size=4",
+                "worker.rollout.n=2",
+                "worker.rollout.max_num_batched_tokens=256",
+                "worker.rollout.kv_cache_memory_mb=32",
+                "worker.rollout.enforce_eager=true",
+                f"worker.reward.reward_function={tmp_path / 'rule.py'}:compute_score",
+                f"worker.reward.judge.model_path={model}",
+                "worker.reward.judge.max_tokens=4",
+                "worker.reward.judge.kv_cache_memory_mb=32",
+                "worker.reward.judge.max_model_len=512",
+                "worker.reward.judge.weight=2.0",
+                "algorithm.disable_kl=true",
+                "trainer.device=cpu",
+                "trainer.n_gpus_per_node=2",
+                "trainer.max_steps=1",
+                "trainer.val_before_train=false",
+                "trainer.logger=[file]",
+                f"trainer.save_checkpoint_path={save}",
+            ]
+        )
+    )
+    with open(save / "experiment_log.jsonl") as f:
+        (step,) = [row for row in map(json.loads, f) if "reward/judge_parse_error" in row]
+    assert step["reward/judge_parse_error"] == 1.0 and step["reward/judge_score"] == 0.0
+    assert step["reward/overall"] == pytest.approx(step["reward/rule_overall"])
+    assert "reward/judge_grade" not in step  # no parsed grade: the NaN column has nothing to average
