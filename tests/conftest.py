@@ -59,3 +59,20 @@ def small_disk(tmp_path):
     yield make
     for disk in mounts:
         subprocess.run(["umount", "-l", disk.path], check=False, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A Ray of the test module's own (`address="local"`; never `ray stop`, which ends every Ray on the machine):
+    4 logical CPUs for 2 workers and the reward/judge actors, vLLM in-process, quiet tokenizers."""
+    import ray
+
+    ray.init(
+        address="local",
+        num_cpus=4,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"}},
+    )
+    yield
+    ray.shutdown()

@@ -21,7 +21,6 @@ import subprocess
 import sys
 
 import pytest
-import ray
 
 from tests.repo_files import load_repo_file
 from verl.trainer.config import load_config
@@ -53,7 +52,7 @@ def test_tasks_have_one_passing_program_each(tmp_path):
 
 
 @pytest.mark.slow
-def test_code_example_trains_with_the_sandboxed_reward(tmp_path):
+def test_code_example_trains_with_the_sandboxed_reward(tmp_path, local_ray):
     make_data = load_repo_file("examples/cpu_code/make_data.py", "cpu_code_make_data")
     data_dir = tmp_path / "data"
     make_data.write_split(str(data_dir), "train", 64, seed=0)
@@ -86,17 +85,7 @@ def test_code_example_trains_with_the_sandboxed_reward(tmp_path):
             "trainer.logger=[file]",
         ]
     )
-    ray.init(
-        address="local",
-        num_cpus=4,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={"env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"}},
-    )
-    try:
-        run_ppo(config)
-    finally:
-        ray.shutdown()
+    run_ppo(config)
     rows = [json.loads(line) for line in (save / "experiment_log.jsonl").read_text().splitlines()]
     steps = [row for row in rows if "critic/score/mean" in row]
     assert [row["step"] for row in steps] == [1, 2]

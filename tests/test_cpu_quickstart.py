@@ -83,8 +83,7 @@ def test_sft_data_holds_every_answer_of_each_picture_in_a_group(data_dir):
 
 
 @pytest.mark.slow
-def test_warm_start_sft_teaches_the_format_but_not_the_answer(data_dir, tmp_path):
-    import ray
+def test_warm_start_sft_teaches_the_format_but_not_the_answer(data_dir, tmp_path, local_ray):
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from verl.trainer.sft import run_sft
@@ -105,11 +104,7 @@ def test_warm_start_sft_teaches_the_format_but_not_the_answer(data_dir, tmp_path
             "worker.micro_batch_size_per_device=16",
         ]
     )
-    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
-    try:
-        run_sft(config)
-    finally:
-        ray.shutdown()
+    run_sft(config)
 
     processor = AutoProcessor.from_pretrained(save / "huggingface")
     warm = AutoModelForImageTextToText.from_pretrained(save / "huggingface", dtype=torch.float32).eval()

@@ -21,7 +21,6 @@ import json
 import os
 
 import pytest
-import ray
 
 from verl.trainer.config import load_config
 from verl.trainer.runner import run_ppo
@@ -43,7 +42,7 @@ def compute_score(sample):
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
+def workspace(tmp_path_factory, local_ray):
     root = tmp_path_factory.mktemp("e2e")
     models = str(root / "models")
     text_model = get_or_build_tiny_model("qwen2", models)
@@ -54,15 +53,7 @@ def workspace(tmp_path_factory):
     with open(root / "val.jsonl", "w") as f:
         for i in range(4):
             f.write(json.dumps({"prompt": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n")
-    ray.init(
-        address="local",
-        num_cpus=4,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={"env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"}},
-    )
-    yield {"root": root, "text_model": text_model}
-    ray.shutdown()
+    return {"root": root, "text_model": text_model}
 
 
 def text_args(ws, name: str, *extra: str) -> list[str]:

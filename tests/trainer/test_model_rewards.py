@@ -43,19 +43,6 @@ def compute_score(sample):
 """
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    ray.init(
-        address="local",
-        num_cpus=4,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={"env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"}},
-    )
-    yield
-    ray.shutdown()
-
-
 class FixedJudge:
     """A stand-in for JudgeActor's `grade` (the real judge runs in tests/workers/reward/test_judge.py): the
     combination only reads its three columns."""
@@ -68,7 +55,7 @@ class FixedJudge:
         }
 
 
-def test_rule_and_judge_scores_combine_with_their_weights(ray_session, tmp_path) -> None:
+def test_rule_and_judge_scores_combine_with_their_weights(local_ray, tmp_path) -> None:
     from transformers import AutoTokenizer
 
     from verl.workers.reward.ray_actor import create_reward_actor
@@ -116,7 +103,7 @@ def _write_jsonl(path, rows) -> None:
 
 
 @pytest.mark.slow
-def test_pairs_to_reward_model_to_grpo_whose_reward_goes_up(ray_session, tmp_path) -> None:
+def test_pairs_to_reward_model_to_grpo_whose_reward_goes_up(local_ray, tmp_path) -> None:
     """A reward model trained on pairs that prefer the answer "3" drives GRPO towards "3" (rule: any digit)."""
     from verl.trainer.config import load_config
     from verl.trainer.runner import run_ppo
@@ -221,7 +208,7 @@ def test_pairs_to_reward_model_to_grpo_whose_reward_goes_up(ray_session, tmp_pat
 
 
 @pytest.mark.slow
-def test_a_run_with_a_judge_starts_it_scores_with_it_and_stops_it(ray_session, tmp_path) -> None:
+def test_a_run_with_a_judge_starts_it_scores_with_it_and_stops_it(local_ray, tmp_path) -> None:
     """The runner's judge path: its actor and engine start beside the workers and every step carries its columns (an
     untrained judge writes no valid grade: parse errors, score 0, so overall = the rule's)."""
     from verl.trainer.config import load_config

@@ -190,21 +190,6 @@ def write_conversations(path, count: int, seed: int) -> None:
             f.write(json.dumps({"messages": messages}) + "\n")
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    import ray
-
-    ray.init(
-        address="local",
-        num_cpus=4,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}},
-    )
-    yield
-    ray.shutdown()
-
-
 def sft_args(tmp_path, model: str, save: str, *extra: str) -> list[str]:
     return [
         f"config={REPO}/examples/sft.yaml",
@@ -233,7 +218,7 @@ def read_steps(save) -> dict[int, dict]:
 
 
 @pytest.mark.slow
-def test_sft_runs_lower_the_loss_resume_exactly_and_export_for_rl(models, tmp_path, ray_session) -> None:
+def test_sft_runs_lower_the_loss_resume_exactly_and_export_for_rl(models, tmp_path, local_ray) -> None:
     from transformers import AutoModelForCausalLM
 
     from verl.trainer.config import load_config
