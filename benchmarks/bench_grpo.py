@@ -35,7 +35,8 @@ alike. Each run is measured from outside:
 - start-up: seconds from the launch of the process to the end of its first training step (ours: the time the
   file logger wrote the step's row, less the checkpoint save of that step if any; TRL: an on_step_end callback);
 - steady-state samples/s: prompts x n samples per step over the wall time of the steps after the first 2;
-- peak RSS: the process tree (launcher, workers, Ray's gcs/raylet and workers) summed, sampled every 0.5 s.
+- peak memory: the process tree (launcher, workers, Ray's gcs/raylet and workers) summed, sampled every 0.5 s, as
+  RSS (shared pages counted in every process that maps them) and as PSS (each counted once: the memory target).
 
 The summary takes the median of the runs of each side and prints ratios ours/TRL, with where our steady steps spend
 their time (timing_s/* of the file logger). The last line printed is one JSON object with the figures (and an
@@ -334,7 +335,9 @@ def process_label(process: Any) -> str:
 class TreeRSSSampler(threading.Thread):
     """Peak of the RSS summed over a process and all its descendants, sampled every `interval` seconds.
 
-    Pages shared between processes (libraries, Ray's object store) count once per process, as `ps` would add them.
+    Pages shared between processes (libraries, Ray's object store, a forked child's untouched pages) count once per
+    process in the RSS sum, as `ps` would add them; the PSS sum (proportional set size: each shared page divided
+    among the processes that map it) counts them once in all, which is what the tree really occupies.
     """
 
     def __init__(self, pid: int, interval: float = 0.5) -> None:
@@ -347,6 +350,8 @@ class TreeRSSSampler(threading.Thread):
         self.peak_processes = 0
         self.peak_by_name: dict[str, int] = {}
         """The peak's RSS by process name (Ray workers are named after their actor class)."""
+        self.peak_pss_bytes = 0
+        """Peak of the PSS sum (0 where the kernel does not report PSS)."""
         self.samples = 0
         self.seen: dict[int, Any] = {}
         """Every process of the tree ever sampled (pid -> psutil.Process), to end leftovers after the run."""
@@ -360,13 +365,16 @@ class TreeRSSSampler(threading.Thread):
         except psutil.Error:  # the root is gone
             return 0
         rss: dict[Any, int] = {}
+        pss = 0
         for process in processes:
             try:
                 rss[process] = process.memory_info().rss
+                pss += getattr(process.memory_full_info(), "pss", 0)
             except psutil.Error:
                 continue
             self.seen.setdefault(process.pid, process)
         total = sum(rss.values())
+        self.peak_pss_bytes = max(self.peak_pss_bytes, pss)
         self.samples += 1
         if total > self.peak_bytes:
             self.peak_bytes, self.peak_processes = total, len(rss)
@@ -420,6 +428,7 @@ class RunResult:
     launch_time: float
     wall_s: float
     peak_rss_bytes: int
+    peak_pss_bytes: int
     peak_processes: int
     peak_by_name: dict[str, int]
     stdout_path: str
@@ -464,6 +473,7 @@ def run_measured(
         launch_time=launch,
         wall_s=wall,
         peak_rss_bytes=sampler.peak_bytes,
+        peak_pss_bytes=sampler.peak_pss_bytes,
         peak_processes=sampler.peak_processes,
         peak_by_name=sampler.peak_by_name,
         stdout_path=stdout_path,
@@ -671,6 +681,7 @@ def run_figures(side: str, result: RunResult, samples: int) -> dict[str, Any]:
         "returncode": result.returncode,
         "wall_s": result.wall_s,
         "peak_rss_gb": result.peak_rss_bytes / 1e9,
+        "peak_pss_gb": result.peak_pss_bytes / 1e9,
         "peak_processes": result.peak_processes,
         "peak_rss_gb_by_process": {
             name: size / 1e9 for name, size in sorted(result.peak_by_name.items(), key=lambda item: -item[1])
@@ -702,7 +713,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         if not good:
             continue
         side_summary: dict[str, Any] = {"runs": len(good)}
-        for key in ("samples_per_s", "startup_s", "peak_rss_gb", "response_length_mean", "reward_mean"):
+        for key in ("samples_per_s", "startup_s", "peak_rss_gb", "peak_pss_gb", "response_length_mean", "reward_mean"):
             values = [run[key] for run in good if run.get(key) is not None]
             side_summary[key] = statistics.median(values) if values else None
         if side == "ours":
@@ -712,7 +723,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             }
         summary[side] = side_summary
     if "ours" in summary and "trl" in summary:
-        for key in ("samples_per_s", "startup_s", "peak_rss_gb"):
+        for key in ("samples_per_s", "startup_s", "peak_rss_gb", "peak_pss_gb"):
             ours, trl = summary["ours"][key], summary["trl"][key]
             summary[f"ratio_{key}"] = ours / trl if ours is not None and trl else None
     return summary
@@ -723,7 +734,10 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def print_report(runs: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-    print(f"\n{'run':<8} {'samples/s':>10} {'start-up s':>11} {'peak RSS GB':>12} {'procs':>6} {'resp len':>9}")
+    print(
+        f"\n{'run':<8} {'samples/s':>10} {'start-up s':>11} {'peak RSS GB':>12} {'peak PSS GB':>12} {'procs':>6} "
+        f"{'resp len':>9}"
+    )
     for index, run in enumerate(runs):
         name = f"{run['side']}#{index // len(SIDES) + 1}" if len(runs) > 1 else run["side"]
         if "error" in run:
@@ -731,22 +745,22 @@ def print_report(runs: list[dict[str, Any]], summary: dict[str, Any]) -> None:
             continue
         print(
             f"{name:<8} {_fmt(run.get('samples_per_s'), '10.2f')} {_fmt(run.get('startup_s'), '11.2f')} "
-            f"{_fmt(run['peak_rss_gb'], '12.2f')} {run['peak_processes']:>6} "
+            f"{_fmt(run['peak_rss_gb'], '12.2f')} {_fmt(run.get('peak_pss_gb'), '12.2f')} {run['peak_processes']:>6} "
             f"{_fmt(run.get('response_length_mean'), '9.1f')}"
         )
-    print(f"\n{'median':<8} {'samples/s':>10} {'start-up s':>11} {'peak RSS GB':>12}")
+    print(f"\n{'median':<8} {'samples/s':>10} {'start-up s':>11} {'peak RSS GB':>12} {'peak PSS GB':>12}")
     for side in SIDES:
         if side in summary:
             s = summary[side]
             print(
                 f"{side:<8} {_fmt(s['samples_per_s'], '10.2f')} {_fmt(s['startup_s'], '11.2f')} "
-                f"{_fmt(s['peak_rss_gb'], '12.2f')}"
+                f"{_fmt(s['peak_rss_gb'], '12.2f')} {_fmt(s.get('peak_pss_gb'), '12.2f')}"
             )
     if "ratio_samples_per_s" in summary:
         print(
             f"ours/TRL: samples/s {_fmt(summary['ratio_samples_per_s'], '.2f')}x (target >= 1.3), start-up "
-            f"{_fmt(summary['ratio_startup_s'], '.2f')}x, peak RSS {_fmt(summary['ratio_peak_rss_gb'], '.2f')}x "
-            "(target <= 1.5)"
+            f"{_fmt(summary['ratio_startup_s'], '.2f')}x, peak RSS {_fmt(summary['ratio_peak_rss_gb'], '.2f')}x, "
+            f"peak PSS {_fmt(summary.get('ratio_peak_pss_gb'), '.2f')}x (target <= 1.5)"
         )
     for side in SIDES:
         last = [run for run in runs if run["side"] == side and "error" not in run][-1:]

@@ -139,6 +139,8 @@ def test_tree_rss_sampler_sums_descendants_and_ends_leftovers(bench: ModuleType)
         assert sum(sampler.peak_by_name.values()) == sampler.peak_bytes and any(
             "python" in n for n in sampler.peak_by_name
         )
+        # both are one python: the interpreter's shared pages count once in the PSS sum, in each process's RSS
+        assert 60e6 < sampler.peak_pss_bytes < sampler.peak_bytes
     finally:
         process.kill()
         process.wait()
@@ -154,6 +156,7 @@ def test_a_failed_run_reports_its_stderr_tail(bench: ModuleType, tmp_path: Path)
         launch_time=0.0,
         wall_s=3.0,
         peak_rss_bytes=10**9,
+        peak_pss_bytes=6 * 10**8,
         peak_processes=3,
         peak_by_name={"python": 10**9},
         stdout_path=str(tmp_path / "stdout.log"),

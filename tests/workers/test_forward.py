@@ -21,7 +21,7 @@ from verl.protocol import DataProto
 from verl.utils.tiny_models import get_or_build_tiny_model
 from verl.utils.torch_functional import log_probs_from_logits
 from verl.workers.actor.config import ModelConfig
-from verl.workers.actor.forward import forward_response, make_micro_batches, packing_is_exact
+from verl.workers.actor.forward import forward_response, make_micro_batches, packing_is_exact, update_micro_batch_size
 
 
 TEMPERATURE = 0.7
@@ -88,3 +88,16 @@ def test_padded_micro_batches_group_by_length_and_restore_order(model):
     outputs = torch.cat([forward_response(model, part, False, head)["log_probs"] for part in micro])[order]
     reference = reference_outputs(model, data, TEMPERATURE)["log_probs"]
     assert (outputs - reference).abs().max() < 1e-5
+
+
+def test_update_micro_batch_default_follows_the_device(monkeypatch):
+    from verl.utils import device as device_utils
+
+    assert update_micro_batch_size(3, 64, dynamic=False) == 3  # a configured size is used as it is
+    monkeypatch.setattr(device_utils, "_device_type", "cpu")
+    assert update_micro_batch_size(None, 64, dynamic=True) == 16
+    assert update_micro_batch_size(None, 24, dynamic=False) == 12  # fixed splits: the largest divisor up to 16
+    assert update_micro_batch_size(None, 7, dynamic=False) == 7
+    monkeypatch.setattr(device_utils, "_device_type", "cuda")
+    assert update_micro_batch_size(None, 64, dynamic=True) == 4
+    assert update_micro_batch_size(None, 6, dynamic=False) == 3

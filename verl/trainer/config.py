@@ -496,7 +496,7 @@ def _check_batch_sizes(config: PPOConfig) -> None:
             )
         per_device = samples_per_update // world
         micro = section.micro_batch_size_per_device_for_update
-        if not section.dynamic_batching and per_device % micro != 0:
+        if micro is not None and not section.dynamic_batching and per_device % micro != 0:
             raise ConfigError(
                 f"{key}.micro_batch_size_per_device_for_update={micro} must divide the {per_device} samples each "
                 f"device gets per update ({key}.global_batch_size x rollout.n / devices)."
@@ -701,6 +701,8 @@ def validate_config(config: PPOConfig) -> None:
         "worker.actor.micro_batch_size_per_device_for_update",
         "worker.actor.micro_batch_size_per_device_for_experience",
         "worker.critic.global_batch_size",
+        "worker.critic.micro_batch_size_per_device_for_update",
+        "worker.critic.micro_batch_size_per_device_for_experience",
         "worker.rollout.n",
         "worker.rollout.tensor_parallel_size",
         "worker.reward.num_cpus",

@@ -477,6 +477,20 @@ class RayPPOTrainer:
     # ------------------------------------------------------------------------------------------------ the loop
 
     def fit(self) -> dict[str, float]:
+        try:
+            return self._fit()
+        finally:
+            self._close_data_iter()
+
+    def _close_data_iter(self) -> None:
+        """End the loader's worker processes now: left to interpreter exit, multiprocessing's atexit hook terminates
+        them and torch's SIGCHLD handler reports each as killed, a traceback at the end of every finished run."""
+        data_iter, self._data_iter = self._data_iter, None
+        shutdown = getattr(data_iter, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+
+    def _fit(self) -> dict[str, float]:
         trainer = self.config.trainer
         self._load_checkpoint()
         resumed = self.global_step > 0

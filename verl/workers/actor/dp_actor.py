@@ -52,6 +52,7 @@ from verl.workers.actor.forward import (
     process_multi_modal_inputs,
     reshard,
     select_model_inputs,
+    update_micro_batch_size,
 )
 
 
@@ -221,7 +222,9 @@ class DataParallelPPOActor:
         config = self.config
         micro_batches, _ = make_micro_batches(
             mini_batch,
-            config.micro_batch_size_per_device_for_update,
+            update_micro_batch_size(
+                config.micro_batch_size_per_device_for_update, len(mini_batch), config.dynamic_batching
+            ),
             config.dynamic_batching,
             self.group,
             padded=not self.padding_free,

@@ -36,6 +36,7 @@ from torch.distributed.fsdp import FSDPModule
 from verl.models.packed_attention import packed_sequence_kwargs
 from verl.protocol import DataProto, to_object_array
 from verl.trainer.core_algos import loss_token_counts
+from verl.utils import device as device_utils
 from verl.utils.seqlen_balancing import dynamic_micro_batches, padded_micro_batches, restore_order
 from verl.utils.torch_functional import positions_from_mask, unpad_input
 
@@ -115,6 +116,21 @@ def packing_is_exact(module: nn.Module) -> bool:
     """Whether the model's attention runs packed sequences exactly with a varlen kernel (see PACKING_EXACT_ATTENTION)."""
     config = getattr(module, "config", None)
     return getattr(config, "_attn_implementation", None) in PACKING_EXACT_ATTENTION
+
+
+UPDATE_MICRO_BATCH_DEFAULTS = {"cpu": 16, "cuda": 4}
+"""Rows per update micro-batch when the config leaves it unset, by device (see ActorConfig's docstring)."""
+
+
+def update_micro_batch_size(configured: int | None, samples: int, dynamic: bool) -> int:
+    """The configured update micro-batch size, or this device's default; without dynamic batching, the default is
+    lowered to the largest size that divides `samples` (the rows of a mini-batch on this rank)."""
+    if configured is not None:
+        return configured
+    size = UPDATE_MICRO_BATCH_DEFAULTS.get(device_utils.get_device_type(), 4)
+    if dynamic or samples < 1:
+        return size
+    return max(d for d in range(1, min(size, samples) + 1) if samples % d == 0)
 
 
 def make_micro_batches(

@@ -37,6 +37,7 @@ from verl.workers.actor.forward import (
     packing_is_exact,
     reshard,
     select_model_inputs,
+    update_micro_batch_size,
 )
 from verl.workers.critic.config import CriticConfig
 
@@ -121,7 +122,9 @@ class DataParallelPPOCritic:
         config = self.config
         micro_batches, _ = make_micro_batches(
             mini_batch,
-            config.micro_batch_size_per_device_for_update,
+            update_micro_batch_size(
+                config.micro_batch_size_per_device_for_update, len(mini_batch), config.dynamic_batching
+            ),
             config.dynamic_batching,
             self.group,
             padded=not self.padding_free,
