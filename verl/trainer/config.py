@@ -26,6 +26,7 @@ validates everything that can be checked before Ray starts; each error names the
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -449,11 +450,24 @@ def _check_names(config: PPOConfig) -> None:
                 f"worker.{role}.ulysses_size={section.ulysses_size}: Ulysses sequence "
                 "parallelism is not implemented yet; set it to 1."
             )
-        if section.model.lora.rank > 0:
-            raise NotImplementedError(
-                f"worker.{role}.model.lora.rank={section.model.lora.rank}: LoRA is not "
-                "implemented yet; set it to 0 for full fine-tuning."
+        lora = section.model.lora
+        if lora.rank < 0 or lora.alpha <= 0:
+            raise ConfigError(
+                f"worker.{role}.model.lora: rank must be >= 0 and alpha > 0, got rank={lora.rank}, alpha={lora.alpha}."
             )
+        if lora.rank > 0 and role == "critic":
+            raise NotImplementedError(
+                f"worker.critic.model.lora.rank={lora.rank}: LoRA is implemented for the actor only; set it to 0 "
+                "(the critic trains all weights)."
+            )
+        if lora.rank > 0 and lora.exclude_modules is not None:
+            try:
+                re.compile(lora.exclude_modules)
+            except re.error as error:
+                raise ConfigError(
+                    f"worker.{role}.model.lora.exclude_modules={lora.exclude_modules!r} is not a regular "
+                    f"expression: {error}."
+                ) from None
     ref = config.worker.ref
     if ref.fsdp.enable_cpu_offload and ref.offload.offload_params:
         raise ConfigError(

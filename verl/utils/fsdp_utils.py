@@ -176,12 +176,14 @@ def create_fsdp_model(
     value_head: bool = False,
     dtype: torch.dtype | None = None,
     attn_implementation: str | None = None,
+    with_lora: bool = True,
 ) -> nn.Module:
     """Build, freeze, checkpoint and shard the model of one role; the weights are read once, by rank 0.
 
     `dtype` overrides the parameter dtype (e.g. bf16 for a frozen reference model on GPU); by default it follows
     `fsdp_config.torch_dtype`. With `enable_rank0_init` off, or in a single process, every rank loads the
-    checkpoint itself and shards it.
+    checkpoint itself and shards it. With `model_config.lora.rank > 0` (and `with_lora`) LoRA adapters are injected
+    before sharding and only they train (see verl.utils.lora).
     """
     is_cpu = device.type == "cpu"
     dtype = dtype or param_dtype(fsdp_config)
@@ -193,6 +195,15 @@ def create_fsdp_model(
         model = build_model(model_config, device="meta", **build)
     else:
         model = build_model(model_config, device="cpu", **build)
+    if with_lora and model_config.lora.rank > 0:
+        from verl.utils.lora import apply_lora
+
+        vision_language = get_vision_tower(model) is not None
+        for built in (model, full_model) if full_model is not None else (model,):
+            trainable = apply_lora(built, model_config.lora, vision_language, model_config.model_path)
+        logger.info(
+            "LoRA rank %d: %d adapter parameters train; the base is frozen.", model_config.lora.rank, trainable
+        )
     if model_config.freeze_vision_tower:
         frozen = freeze_vision_tower(model)
         logger.info("Froze %d vision tower parameters.", frozen)

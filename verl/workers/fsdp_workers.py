@@ -50,6 +50,7 @@ from ..utils.fsdp_utils import (
     offload_optimizer,
     to_torch_dtype,
 )
+from ..utils.lora import adapters_disabled
 from ..utils.optim import build_lr_scheduler, build_optimizer
 from ..utils.tokenizer import get_processor, get_tokenizer
 from .actor.config import OffloadConfig
@@ -130,17 +131,29 @@ class FSDPWorker(Worker):
             )
             self.actor = DataParallelPPOActor(config.actor, self.actor_module, self.actor_optimizer, rollout_n=n)
             self.checkpoint_manager = FSDPCheckpointManager(
-                self.actor_module, self.actor_optimizer, self.actor_lr_scheduler, self.tokenizer, self.processor
+                self.actor_module,
+                self.actor_optimizer,
+                self.actor_lr_scheduler,
+                self.tokenizer,
+                self.processor,
+                adapter_only=config.actor.model.lora.rank > 0,
             )
-        if self.has_ref:
+        self.ref_is_actor_base = self.has_ref and self.has_actor and config.actor.model.lora.rank > 0
+        if self.ref_is_actor_base:
+            # LoRA: the reference policy is the actor's base model, its adapters switched off; no second copy
+            self.ref_module, self.ref_offload = self.actor_module, config.actor.offload
+        elif self.has_ref:
             mesh = build_device_mesh(dist.get_world_size(), config.ref.fsdp.fsdp_size, self.device_type)
             # A frozen model needs no fp32 master weights: on GPU it is stored in the compute dtype (bf16).
             ref_dtype = None if self.device_type == "cpu" else to_torch_dtype(config.ref.fsdp.mp_param_dtype)
-            ref_module = create_fsdp_model(config.actor.model, config.ref.fsdp, mesh, self.device, dtype=ref_dtype)
+            ref_module = create_fsdp_model(
+                config.actor.model, config.ref.fsdp, mesh, self.device, dtype=ref_dtype, with_lora=False
+            )
             ref_module.requires_grad_(False)
             if config.ref.offload.offload_params:
                 offload_fsdp_model(ref_module)
-            self.ref_module = ref_module
+            self.ref_module, self.ref_offload = ref_module, config.ref.offload
+        if self.has_ref:
             ref_config = copy.deepcopy(config.actor)
             ref_config.micro_batch_size_per_device_for_experience = (
                 config.ref.micro_batch_size_per_device_for_experience
@@ -193,7 +206,8 @@ class FSDPWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_probs(self, data: DataProto) -> DataProto:
         process_multi_modal_inputs(data, self.processor)
-        with self._resident(self.ref_module, self.config.ref.offload):
+        base = adapters_disabled(self.ref_module) if self.ref_is_actor_base else contextlib.nullcontext()
+        with self._resident(self.ref_module, self.ref_offload), base:
             log_probs = self.ref.compute_log_probs(data, temperature=self._temperature(data))
         return DataProto.from_dict(tensors={"ref_log_probs": log_probs})
 

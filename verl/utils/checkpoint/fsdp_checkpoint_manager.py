@@ -39,6 +39,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
     get_model_state_dict,
     get_state_dict,
     set_model_state_dict,
@@ -175,12 +176,22 @@ class FSDPCheckpointManager:
         lr_scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
         tokenizer: Any = None,
         processor: Any = None,
+        adapter_only: bool = False,
     ) -> None:
         self.model = model
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
         self.tokenizer = tokenizer
         self.processor = processor
+        self.adapter_only = adapter_only
+        """LoRA: save and load the adapter weights only (the frozen base weights come from the model path)."""
+
+    def _model_part(self, model_state: dict[str, Any]) -> dict[str, Any]:
+        if not self.adapter_only:
+            return model_state
+        from verl.utils.lora import is_adapter_param
+
+        return {name: value for name, value in model_state.items() if is_adapter_param(name)}
 
     def save(self, path: str, extra_state: dict[str, Any] | None = None, save_model_only: bool = False) -> None:
         """Write the checkpoint to `path` (replacing an older one there) via `<path>.tmp` and a rename.
@@ -221,10 +232,10 @@ class FSDPCheckpointManager:
 
     def _state_to_save(self, extra_state: dict[str, Any] | None, save_model_only: bool) -> dict[str, Any]:
         if save_model_only or self.optimizer is None:
-            state: dict[str, Any] = {"model": get_model_state_dict(self.model)}
+            state: dict[str, Any] = {"model": self._model_part(get_model_state_dict(self.model))}
         else:
             model_state, optim_state = get_state_dict(self.model, self.optimizer)
-            state = {"model": model_state, "optimizer": optim_state}
+            state = {"model": self._model_part(model_state), "optimizer": optim_state}
         if not save_model_only:
             scheduler = self.lr_scheduler.state_dict() if self.lr_scheduler is not None else None
             state[_TRAINER_KEY] = _PickledState({"lr_scheduler": scheduler, "extra_state": dict(extra_state or {})})
@@ -240,6 +251,10 @@ class FSDPCheckpointManager:
         for processing_class in (self.tokenizer, self.processor):
             if processing_class is not None:
                 processing_class.save_pretrained(hf_dir)
+        if self.adapter_only:
+            from verl.utils.lora import save_adapter_config
+
+            save_adapter_config(self.model, hf_dir)
 
     def load(self, path: str, model_only: bool = False) -> dict[str, Any]:
         """Restore the state saved at `path` (by any number of ranks) and return its extra_state ({} if none).
@@ -261,23 +276,38 @@ class FSDPCheckpointManager:
                 f"Checkpoint {path!r} has no optimizer state (it was saved with save_model_only); load it with "
                 "model_only=True to take only the weights."
             )
+        saved_adapter_only = os.path.isfile(os.path.join(path, HF_SUBDIR, "adapter_config.json"))
+        if saved_adapter_only != self.adapter_only:
+            raise ValueError(
+                f"Checkpoint {path!r} holds "
+                + ("LoRA adapters only" if saved_adapter_only else "a full model (no LoRA adapters)")
+                + ", but this run "
+                + ("trains LoRA adapters" if self.adapter_only else "trains all weights")
+                + ": set worker.actor.model.lora as the checkpoint's run did, or start from a fresh "
+                "trainer.save_checkpoint_path."
+            )
         if load_optimizer:
             model_state, optim_state = get_state_dict(self.model, self.optimizer)
-            state: dict[str, Any] = {"model": model_state, "optimizer": optim_state}
+            state: dict[str, Any] = {"model": self._model_part(model_state), "optimizer": optim_state}
         else:
-            state = {"model": get_model_state_dict(self.model)}
+            state = {"model": self._model_part(get_model_state_dict(self.model))}
         rng_key = _rng_key(_rank())
         if not model_only:
             for key in (_TRAINER_KEY, rng_key):
                 if key in saved_keys:
                     state[key] = _PickledState()
         dcp.load(state, checkpoint_id=path, no_dist=_no_dist())
+        options = StateDictOptions(strict=not self.adapter_only)  # adapters only: the base weights stay as loaded
         if load_optimizer:
             set_state_dict(
-                self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
+                self.model,
+                self.optimizer,
+                model_state_dict=state["model"],
+                optim_state_dict=state["optimizer"],
+                options=options,
             )
         else:
-            set_model_state_dict(self.model, state["model"])
+            set_model_state_dict(self.model, state["model"], options=options)
         if model_only:
             return {}
         return self._restore_trainer_state(state, rng_key, path)

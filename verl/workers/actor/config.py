@@ -31,13 +31,19 @@ VISION_LANGUAGE_MODEL_TYPES: tuple[str, ...] = ("qwen2_vl", "qwen2_5_vl")
 @dataclass
 class LoraConfig:
     rank: int = 0
-    """LoRA rank; 0 trains all weights. LoRA is not implemented yet: a rank > 0 is rejected at validation."""
+    """LoRA rank; 0 trains all weights. With a rank > 0 (actor only) the base weights are frozen and only peft LoRA
+    adapters train: the optimizer holds states for them alone, the reference policy is the same model with its
+    adapters switched off (no second copy), the rollout engine receives merged weights, and checkpoints hold the
+    adapters (and their optimizer state) only."""
     alpha: int = 64
     """LoRA scaling numerator (scale = alpha / rank)."""
     target_modules: str = "all-linear"
-    """Modules that receive adapters: "all-linear" or a comma-separated list such as "q_proj,v_proj"."""
+    """Modules that receive adapters: "all-linear" (every linear layer but the LM head) or a comma-separated list
+    of module names such as "q_proj,v_proj"."""
     exclude_modules: str | None = None
-    """Regular expression of module names left without adapters, e.g. ".*visual.*"."""
+    """Regular expression of module names left without adapters, e.g. ".*mlp.*"."""
+    vision_tower: bool = False
+    """Give a VLM's vision tower adapters too; by default it has none (it stays frozen, as the base weights do)."""
 
 
 @dataclass

@@ -36,6 +36,7 @@ from torch.distributed.tensor import DTensor
 
 from ...utils import device as device_utils
 from ...utils.fsdp_utils import load_fsdp_model, offload_fsdp_model
+from ...utils.lora import base_name, is_adapter_param, lora_merge_plan, merge_weight
 from ..rollout import vllm_compat
 from ..rollout.vllm_rollout import VLLMRollout, on_gpu
 
@@ -66,7 +67,9 @@ def checkpoint_names(module: nn.Module) -> dict[str, str]:
 
     mapping = {}
     for name, _ in module.named_parameters(remove_duplicate=False):
-        clean = _strip_wrappers(name)
+        if is_adapter_param(name):  # LoRA: merged into its base weight, which keeps the base model's name
+            continue
+        clean = base_name(_strip_wrappers(name))
         reverted = revert_weight_conversion(module, {clean: torch.empty(0, device="meta")})
         if len(reverted) != 1:
             raise NotImplementedError(
@@ -77,6 +80,15 @@ def checkpoint_names(module: nn.Module) -> dict[str, str]:
     return mapping
 
 
+def _full(param: torch.Tensor) -> torch.Tensor:
+    """The whole tensor of a (possibly FSDP-sharded) parameter: an all-gather over its mesh for a DTensor."""
+    if not isinstance(param, DTensor):
+        return param
+    if on_gpu() and param.device.type == "cpu":  # CPU-offloaded shards: gather over NCCL on the device
+        param = DTensor.from_local(param.to_local().cuda(), param.device_mesh, param.placements, run_check=False)
+    return param.full_tensor()
+
+
 def iter_full_weights(
     module: nn.Module, dtype: torch.dtype, names: dict[str, str], stats: dict[str, float]
 ) -> Iterator[tuple[str, torch.Tensor]]:
@@ -84,17 +96,18 @@ def iter_full_weights(
 
     A tied parameter (the embedding reused as lm_head) is sent under each of its names: on CPU vLLM keeps a repacked
     copy of lm_head for its matmul that only a load of `lm_head.weight` refreshes. It is gathered once per name,
-    rather than kept, so the peak stays at one parameter.
+    rather than kept, so the peak stays at one parameter. A LoRA layer's weight is sent merged (W + scaling x B @ A,
+    under the base model's name); its adapters are not sent on their own.
     """
-    for name, param in module.named_parameters(remove_duplicate=False):
-        if isinstance(param, DTensor):
-            if on_gpu() and param.device.type == "cpu":  # CPU-offloaded shards: gather over NCCL on the device
-                param = DTensor.from_local(
-                    param.to_local().cuda(), param.device_mesh, param.placements, run_check=False
-                )
-            tensor = param.full_tensor()
-        else:
-            tensor = param
+    params = dict(module.named_parameters(remove_duplicate=False))
+    merge_plan = lora_merge_plan(module) if any(is_adapter_param(name) for name in params) else {}
+    for name, param in params.items():
+        if name not in names:  # a LoRA adapter, merged into its base weight
+            continue
+        tensor = _full(param)
+        if name in merge_plan:
+            a_name, b_name, scaling = merge_plan[name]
+            tensor = merge_weight(tensor, _full(params[a_name]), _full(params[b_name]), scaling)
         tensor = tensor.detach().to(dtype)
         stats["num_params"] += 1
         stats["bytes"] += tensor.numel() * tensor.element_size()
