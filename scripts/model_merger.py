@@ -16,6 +16,13 @@ or processor) that transformers and vLLM load directly, and optionally upload it
 
     python scripts/model_merger.py --local_dir checkpoints/<project>/<experiment>/global_step_N/actor \\
         [--target_dir DIR] [--dtype bf16|fp16|fp32] [--hf_upload_path USER/REPO [--hf_private]]
+        [--adapter_only] [--base_model PATH]
+
+A LoRA run's checkpoint holds its adapters only (and `huggingface/adapter_config.json`). By default they are merged
+into the base model (W + alpha / rank x B @ A, in float32) and the result is written as a plain model; the base model
+is read from `--base_model`, else from the adapter config's `base_model_name_or_path` (the run's model_path).
+`--adapter_only` writes the adapters in peft's layout instead (`adapter_config.json`, `adapter_model.safetensors`),
+for `peft.PeftModel.from_pretrained(base, DIR)` or vLLM's LoRA requests.
 
 The checkpoint may have been written by any number of ranks: torch.distributed.checkpoint reassembles the sharded
 parameters in one process, without a process group. --target_dir defaults to <local_dir>/huggingface, next to the
@@ -62,10 +69,124 @@ def model_class(config: Any) -> type:
     return AutoModelForCausalLM
 
 
-def merge(local_dir: str, target_dir: str | None = None, dtype: str = DEFAULT_DTYPE) -> str:
-    """Write the actor checkpoint in `local_dir` as a Hugging Face model directory with `dtype` weights; return it."""
+def _read_adapter_config(hf_dir: str) -> dict[str, Any] | None:
+    import json
+
+    path = os.path.join(hf_dir, "adapter_config.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _copy_side_files(hf_dir: str, target_dir: str, skip: tuple[str, ...]) -> None:
+    """The tokenizer, processor and generation config the trainer saved beside the config."""
+    if os.path.abspath(target_dir) == os.path.abspath(hf_dir):
+        return
+    os.makedirs(target_dir, exist_ok=True)
+    for name in os.listdir(hf_dir):
+        if name not in skip and not name.endswith(".safetensors") and os.path.isfile(os.path.join(hf_dir, name)):
+            with open(os.path.join(hf_dir, name), "rb") as src, open(os.path.join(target_dir, name), "wb") as dst:
+                dst.write(src.read())
+
+
+def _load_checkpoint_tensors(local_dir: str) -> dict[str, Any]:
+    """Every model tensor of the DCP checkpoint in `local_dir`, whole (reassembled from all ranks' shards)."""
     import torch
     import torch.distributed.checkpoint as dcp
+
+    saved = dcp.FileSystemReader(local_dir).read_metadata().state_dict_metadata
+    model_keys = [key[len("model.") :] for key in saved if key.startswith("model.")]
+    # the metadata knows every tensor's full shape: allocate full tensors, then let DCP fill them from all shards
+    state = {
+        "model": {
+            key: torch.empty(saved[f"model.{key}"].size, dtype=saved[f"model.{key}"].properties.dtype)
+            for key in model_keys
+        }
+    }
+    dcp.load(state, checkpoint_id=local_dir, no_dist=True)
+    return state["model"]
+
+
+def merge_lora(
+    local_dir: str,
+    adapter_config: dict[str, Any],
+    target_dir: str,
+    dtype: str = DEFAULT_DTYPE,
+    adapter_only: bool = False,
+    base_model: str | None = None,
+) -> str:
+    """Write a LoRA checkpoint's adapters in peft's layout, or merged into the base model; return the directory."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoConfig
+
+    hf_dir = os.path.join(local_dir, HF_SUBDIR)
+    state = _load_checkpoint_tensors(local_dir)
+    if adapter_only:
+        adapter = {}
+        for name, tensor in state.items():
+            parts = name.rsplit(".", 3)  # <layer>.lora_A.default.weight
+            if len(parts) == 4 and parts[1] in ("lora_A", "lora_B") and parts[3] == "weight":
+                adapter[f"base_model.model.{parts[0]}.{parts[1]}.weight"] = tensor.to(
+                    getattr(torch, torch_dtype_name(dtype))
+                ).contiguous()
+        os.makedirs(target_dir, exist_ok=True)
+        save_file(adapter, os.path.join(target_dir, "adapter_model.safetensors"), metadata={"format": "pt"})
+        config = dict(
+            adapter_config, base_model_name_or_path=base_model or adapter_config.get("base_model_name_or_path")
+        )
+        with open(os.path.join(target_dir, "adapter_config.json"), "w", encoding="utf-8") as f:
+            json.dump(config, f, indent=2, sort_keys=True)
+        _copy_side_files(hf_dir, target_dir, skip=("config.json", "adapter_config.json"))
+        return target_dir
+    base_path = base_model or adapter_config.get("base_model_name_or_path")
+    if not base_path:
+        raise ValueError(
+            f"'{hf_dir}/adapter_config.json' names no base model; pass --base_model (the run's model_path)."
+        )
+    if os.path.isabs(base_path) and not os.path.isdir(base_path):
+        raise FileNotFoundError(
+            f"The base model '{base_path}' of this LoRA checkpoint does not exist; pass --base_model with its "
+            "current location."
+        )
+    rank, alpha = adapter_config["r"], adapter_config["lora_alpha"]
+    scaling = alpha / rank**0.5 if adapter_config.get("use_rslora") else alpha / rank
+    config = AutoConfig.from_pretrained(hf_dir)
+    model = model_class(config).from_pretrained(base_path, config=config, dtype=torch.float32)
+    params = dict(model.named_parameters())
+    merged = 0
+    with torch.no_grad():
+        for name, tensor in state.items():
+            if not name.endswith(".lora_A.default.weight"):
+                continue
+            prefix = name[: -len(".lora_A.default.weight")]
+            target = params.get(f"{prefix}.weight")
+            if target is None:
+                raise ValueError(f"The adapter of '{prefix}' has no layer in the base model '{base_path}'.")
+            lora_b = state[f"{prefix}.lora_B.default.weight"]
+            target.add_((lora_b.float() @ tensor.float()) * scaling)
+            merged += 1
+    if merged == 0:
+        raise ValueError(f"'{local_dir}' holds no LoRA adapter tensors.")
+    model.to(getattr(torch, torch_dtype_name(dtype)))
+    model.save_pretrained(target_dir, safe_serialization=True)
+    _copy_side_files(hf_dir, target_dir, skip=("config.json", "adapter_config.json"))
+    return target_dir
+
+
+def merge(
+    local_dir: str,
+    target_dir: str | None = None,
+    dtype: str = DEFAULT_DTYPE,
+    adapter_only: bool = False,
+    base_model: str | None = None,
+) -> str:
+    """Write the actor checkpoint in `local_dir` as a Hugging Face model directory with `dtype` weights (or, for a
+    LoRA checkpoint with `adapter_only`, its adapters in peft's layout); return the directory."""
+    import torch
     from transformers import AutoConfig
 
     torch_dtype = getattr(torch, torch_dtype_name(dtype))
@@ -78,21 +199,22 @@ def merge(local_dir: str, target_dir: str | None = None, dtype: str = DEFAULT_DT
     if not os.path.isfile(os.path.join(hf_dir, "config.json")):
         raise FileNotFoundError(f"'{hf_dir}/config.json' is missing; the checkpoint was not written by this trainer.")
     target_dir = os.path.abspath(target_dir or hf_dir)
+    adapter_config = _read_adapter_config(hf_dir)
+    if adapter_config is not None:
+        return merge_lora(local_dir, adapter_config, target_dir, dtype, adapter_only, base_model)
+    if adapter_only:
+        raise ValueError(f"'{local_dir}' is not a LoRA checkpoint (no adapter_config.json); drop --adapter_only.")
     config = AutoConfig.from_pretrained(hf_dir)
     # built on the CPU, not the meta device: non-persistent buffers (rotary frequencies) are computed at
     # construction and are not in checkpoints. This needs host memory for one copy of the model in `dtype`.
     model = model_class(config).from_config(config, dtype=torch_dtype)
+    import torch.distributed.checkpoint as dcp
+
     saved = dcp.FileSystemReader(local_dir).read_metadata().state_dict_metadata
     model_keys = {key[len("model.") :] for key in saved if key.startswith("model.")}
     if "lm_head.weight" not in model_keys and any("value_head" in key or key == "score.weight" for key in model_keys):
         raise ValueError(f"'{local_dir}' holds a critic (value head); export the actor's checkpoint instead.")
-    state = {"model": {key: torch.empty(0) for key in model_keys}}
-    # the metadata knows every tensor's full shape: allocate full tensors, then let DCP fill them from all shards
-    for key in model_keys:
-        meta = saved[f"model.{key}"]
-        state["model"][key] = torch.empty(meta.size, dtype=meta.properties.dtype)
-    dcp.load(state, checkpoint_id=local_dir, no_dist=True)
-    missing, unexpected = model.load_state_dict(state["model"], strict=False)
+    missing, unexpected = model.load_state_dict(_load_checkpoint_tensors(local_dir), strict=False)
     tied = {"lm_head.weight"} if getattr(config.get_text_config(), "tie_word_embeddings", False) else set()
     missing = [key for key in missing if key not in tied]
     if missing or unexpected:
@@ -102,11 +224,7 @@ def merge(local_dir: str, target_dir: str | None = None, dtype: str = DEFAULT_DT
         )
     model.tie_weights()
     model.save_pretrained(target_dir, safe_serialization=True)
-    if target_dir != hf_dir:  # tokenizer, processor and generation config saved by the trainer
-        for name in os.listdir(hf_dir):
-            if name != "config.json" and not name.endswith(".safetensors"):
-                with open(os.path.join(hf_dir, name), "rb") as src, open(os.path.join(target_dir, name), "wb") as dst:
-                    dst.write(src.read())
+    _copy_side_files(hf_dir, target_dir, skip=("config.json",))
     return target_dir
 
 
@@ -158,17 +276,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--hf_upload_path", default=None, help="Hub repository USER/REPO to upload the result to")
     parser.add_argument("--hf_private", action="store_true", help="create the Hub repository as private")
+    parser.add_argument(
+        "--adapter_only", action="store_true", help="LoRA checkpoints: write the adapters (peft layout), not merged"
+    )
+    parser.add_argument("--base_model", default=None, help="LoRA checkpoints: the base model (default: the run's)")
     args = parser.parse_args(argv)
     if args.hf_private and args.hf_upload_path is None:
         parser.error("--hf_private needs --hf_upload_path.")
     try:
         if args.hf_upload_path is not None:
             check_upload_target(args.hf_upload_path)
-        target = merge(args.local_dir, args.target_dir, args.dtype)
+        target = merge(args.local_dir, args.target_dir, args.dtype, args.adapter_only, args.base_model)
     except (FileNotFoundError, ValueError, UploadError) as err:
         print(f"model_merger: {err}", file=sys.stderr)
         return 2
-    print(f"Hugging Face model written to {target}")
+    print(f"Hugging Face {'adapter' if args.adapter_only else 'model'} written to {target}")
     if args.hf_upload_path is not None:
         try:
             url = upload(target, args.hf_upload_path, args.hf_private)

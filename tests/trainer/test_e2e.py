@@ -303,6 +303,88 @@ def test_resume_gives_the_same_next_step(workspace):
         assert interrupted[0][key] == pytest.approx(straight[3][key], rel=1e-4, abs=1e-6), key
 
 
+LORA = (
+    "worker.actor.model.lora.rank=8",
+    "worker.actor.model.lora.alpha=16",
+    "worker.actor.optim.lr=1e-2",
+    "algorithm.use_kl_loss=true",
+    "worker.rollout.verify_weight_sync=true",  # every sync: the engine's log-probs equal the actor's (merged weights)
+)
+
+
+def test_lora_run_resumes_from_adapter_checkpoints_and_exports(workspace):
+    import subprocess
+    import sys
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    root = workspace["root"]
+    # the untrained model never answers right: reward the variety of characters, so advantages (and updates) are not 0
+    (root / "variety_reward.py").write_text(
+        "def compute_score(sample):\n    return {'overall': len(set(sample['response'])) / 16.0}\n"
+    )
+    lora = (*LORA, f"worker.reward.reward_function={root / 'variety_reward.py'}:compute_score")
+    run_ppo(load_config(text_args(workspace, "lora_straight", *lora, "trainer.max_steps=3")))
+    run_ppo(load_config(text_args(workspace, "lora_interrupted", *lora, "trainer.max_steps=2")))
+    run_ppo(load_config(text_args(workspace, "lora_interrupted", *lora, "trainer.max_steps=3")))
+    straight = {row["step"]: row for row in read_log(root / "lora_straight") if "actor/pg_loss" in row}
+    resumed = {row["step"]: row for row in read_log(root / "lora_interrupted") if "actor/pg_loss" in row}
+    assert sorted(resumed) == [1, 2, 3]
+    # zero-initialised lora_B: at step 1 the policy is the base model, which is the reference (adapters off)
+    assert straight[1]["actor/kl_loss"] == 0.0 and straight[3]["actor/kl_loss"] > 0
+    assert all(row["rollout/weight_sync_mean_gap"] < 1e-3 for row in straight.values())
+    for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm"):
+        assert resumed[3][key] == pytest.approx(straight[3][key], rel=1e-4, abs=1e-6), key
+
+    actor_dir = root / "lora_straight" / "global_step_3" / "actor"
+    saved = dcp.FileSystemReader(str(actor_dir)).read_metadata().state_dict_metadata
+    assert all("lora_" in key for key in saved if key.startswith("model."))  # the adapters only
+    assert any(key.startswith("optimizer.") for key in saved)
+
+    def export(target, *flags):
+        command = [sys.executable, os.path.join(REPO, "scripts", "model_merger.py"), "--local_dir", str(actor_dir)]
+        proc = subprocess.run(
+            [*command, "--target_dir", str(target), "--dtype", "fp32", *flags],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+
+    export(root / "lora_merged")
+    export(root / "lora_adapter", "--adapter_only")
+    merged = AutoModelForCausalLM.from_pretrained(root / "lora_merged", dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(workspace["text_model"], dtype=torch.float32)
+    with_adapter = PeftModel.from_pretrained(base, str(root / "lora_adapter"))  # peft reads our adapter layout
+    tokenizer = AutoTokenizer.from_pretrained(root / "lora_merged")
+    ids = tokenizer("What is 3 + 4?", return_tensors="pt").input_ids
+    with torch.no_grad():
+        merged_logits, adapter_logits = merged(ids).logits, with_adapter(input_ids=ids).logits
+        with with_adapter.disable_adapter():
+            base_logits = with_adapter(input_ids=ids).logits
+    torch.testing.assert_close(merged_logits, adapter_logits, rtol=0, atol=1e-4)
+    assert not torch.allclose(merged_logits, base_logits, atol=1e-3), "the adapters changed nothing"
+
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(
+        model=str(root / "lora_merged"),
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=256,
+        kv_cache_memory_bytes=32 * 2**20,
+        seed=0,
+    )
+    params = SamplingParams(max_tokens=6, temperature=0.0)
+    out = llm.generate({"prompt_token_ids": ids[0].tolist()}, params, use_tqdm=False)[0].outputs[0].token_ids
+    hf = merged.generate(ids, max_new_tokens=6, do_sample=False)[0, ids.shape[1] :].tolist()
+    assert list(out) == hf[: len(out)]
+    del llm
+
+
 def test_full_disk_at_a_save_keeps_the_previous_checkpoint(workspace, small_disk):
     """The second step's save hits a really full disk (a tmpfs sized to hold one checkpoint and a half): the run
     stops with an error naming the cause, the partial step is gone and step 1 is intact and still the latest."""

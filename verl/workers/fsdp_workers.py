@@ -159,7 +159,7 @@ class FSDPWorker(Worker):
                 config.ref.micro_batch_size_per_device_for_experience
             )
             ref_config.padding_free, ref_config.dynamic_batching = config.ref.padding_free, config.ref.dynamic_batching
-            self.ref = DataParallelPPOActor(ref_config, ref_module, None, rollout_n=n)
+            self.ref = DataParallelPPOActor(ref_config, self.ref_module, None, rollout_n=n)
         if self.has_rollout:
             # imported here: a critic-only process never pays for vLLM
             from .rollout.vllm_rollout import VLLMRollout

@@ -1,0 +1,111 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""LoRA on the FSDP2 actor, 2 gloo ranks, the tiny text model (one spawned run checks several things, since process
+start-up dominates): only adapters train and get optimizer state; the base weights stay bit for bit; a few PPO epochs
+on a fixed batch lower the loss; with adapters off the model is the initial one (the reference policy); the weights
+streamed to the engine are the merged ones; an adapter-only checkpoint restores the trained model in a fresh one.
+"""
+
+import pytest
+import torch
+import torch.distributed as dist
+from fsdp_testing import init_rank, make_text_batch, spawn
+
+from verl.utils.tiny_models import get_or_build_tiny_model
+
+
+WORLD_SIZE = 2
+
+
+def _run(rank: int, world_size: int, port: int, model_dir: str, checkpoint_dir: str) -> None:
+    init_rank(rank, world_size, port)
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from verl.utils.checkpoint import FSDPCheckpointManager
+    from verl.utils.fsdp_utils import create_fsdp_model, get_full_state_dict
+    from verl.utils.lora import adapters_disabled, is_adapter_param, merged_state_dict
+    from verl.utils.optim import build_optimizer
+    from verl.workers.actor.config import ActorConfig, FSDPConfig, LoraConfig, ModelConfig, OptimConfig
+    from verl.workers.actor.dp_actor import DataParallelPPOActor
+    from verl.workers.sharding_manager.fsdp_vllm import checkpoint_names, iter_full_weights
+
+    def build():
+        model_config = ModelConfig(
+            model_path=model_dir, enable_gradient_checkpointing=True, lora=LoraConfig(rank=4, alpha=8)
+        )
+        mesh = init_device_mesh("cpu", (world_size,))
+        model = create_fsdp_model(model_config, FSDPConfig(), mesh, torch.device("cpu"))
+        optimizer = build_optimizer(model, OptimConfig(lr=2e-2, weight_decay=0.0))
+        config = ActorConfig(global_batch_size=8, micro_batch_size_per_device_for_update=2, ppo_epochs=1)
+        return model, optimizer, DataParallelPPOActor(config, model, optimizer, rollout_n=1)
+
+    model, optimizer, actor = build()
+    trainable = {name for name, param in model.named_parameters() if param.requires_grad}
+    assert trainable and all(is_adapter_param(name) for name in trainable), sorted(trainable)[:4]
+    assert len(optimizer.param_groups[0]["params"]) == len(trainable)  # no state for the frozen base
+    initial = get_full_state_dict(model, rank0_only=False)
+
+    data = make_text_batch(seed=rank, batch_size=4)
+    data.meta_info["temperature"] = 1.0
+    before = actor.compute_log_probs(data, 1.0)
+    data.batch["old_log_probs"] = before
+    data.batch["advantages"] = torch.where(data.batch["response_mask"].bool(), 1.0, 0.0)  # raise every sampled token
+    losses = [actor.update_policy(data)["actor/pg_loss"] for _ in range(4)]
+    assert losses[-1] < losses[0] - 1e-3, losses
+    after = actor.compute_log_probs(data, 1.0)
+    with adapters_disabled(model):
+        base = actor.compute_log_probs(data, 1.0)
+    assert torch.equal(base, before), "adapters off must give the initial (base) model"
+    assert not torch.allclose(after, before, atol=1e-4), "the adapters changed nothing"
+    assert all(p.requires_grad for n, p in model.named_parameters() if n in trainable)  # switched back on
+
+    trained = get_full_state_dict(model, rank0_only=False)
+    for name, tensor in trained.items():
+        if is_adapter_param(name):
+            continue
+        assert torch.equal(tensor, initial[name]), f"base weight {name} moved"
+
+    # the engine's weights: merged under the base model's names, equal to W + alpha / rank x B @ A
+    stats = {"num_params": 0, "bytes": 0, "max_param_bytes": 0}
+    streamed = dict(iter_full_weights(model, torch.float32, checkpoint_names(model), stats))
+    expected = merged_state_dict(trained, scaling=8 / 4)
+    assert set(streamed) == set(expected) | {"lm_head.weight"}
+    untrained = merged_state_dict(initial, scaling=8 / 4)  # lora_B starts at zero: the base model itself
+    changed = 0
+    for name, tensor in expected.items():
+        torch.testing.assert_close(streamed[name], tensor, rtol=0, atol=1e-6)
+        changed += not torch.equal(tensor, untrained[name])
+    assert changed > 0
+
+    manager = FSDPCheckpointManager(model, optimizer, adapter_only=True)
+    manager.save(checkpoint_dir, extra_state={"step": 4})
+    if rank == 0:
+        import torch.distributed.checkpoint as dcp
+
+        saved = dcp.FileSystemReader(checkpoint_dir).read_metadata().state_dict_metadata
+        model_keys = [key for key in saved if key.startswith("model.")]
+        assert model_keys and all("lora_" in key for key in model_keys), model_keys[:4]
+    dist.barrier()
+    fresh_model, fresh_optimizer, fresh_actor = build()
+    assert FSDPCheckpointManager(fresh_model, fresh_optimizer, adapter_only=True).load(checkpoint_dir) == {"step": 4}
+    torch.testing.assert_close(fresh_actor.compute_log_probs(data, 1.0), after, rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="LoRA adapters only"):
+        FSDPCheckpointManager(fresh_model, fresh_optimizer).load(checkpoint_dir)
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_lora_actor_on_two_ranks(tmp_path):
+    model_dir = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
+    spawn(_run, WORLD_SIZE, model_dir, str(tmp_path / "ckpt"))
