@@ -223,8 +223,8 @@ def test_hub_ids_are_not_local_paths(files):
 
 
 def test_not_implemented_knobs_are_refused(files):
-    with pytest.raises(NotImplementedError, match="LoRA"):
-        load_config([*base_args(files), "worker.actor.model.lora.rank=8"])
+    with pytest.raises(NotImplementedError, match="LoRA is implemented for the actor only"):
+        load_config([*base_args(files), "worker.critic.model.lora.rank=8"])
     with pytest.raises(NotImplementedError, match="worker.hybrid_engine=false"):
         load_config([*base_args(files), "worker.hybrid_engine=false"])
 
@@ -430,3 +430,15 @@ def test_reward_routes_are_checked_before_ray(files):
                 "worker.reward.routes_kwargs={code: {timeout_s: 1}}",
             ]
         )
+
+
+def test_lora_keys_as_easyr1_writes_them(files):
+    """EasyR1's LoRA example scripts set rank, alpha, target_modules and a vision-tower exclusion."""
+    lora = "worker.actor.model.lora"
+    args = [f"{lora}.rank=64", f"{lora}.alpha=64", f"{lora}.target_modules=all-linear"]
+    config = load_config([*base_args(files), *args, f"{lora}.exclude_modules=.*visual.*"])
+    assert config.worker.actor.model.lora.rank == 64
+    with pytest.raises(ConfigError, match=r"lora.exclude_modules='\(' is not a regular expression"):
+        load_config([*base_args(files), *args, f"{lora}.exclude_modules=("])
+    with pytest.raises(ConfigError, match="rank must be >= 0 and alpha > 0"):
+        load_config([*base_args(files), f"{lora}.rank=8", f"{lora}.alpha=0"])

@@ -167,6 +167,15 @@ def load_weights_from_rank0(model: nn.Module, full_model: nn.Module | None, devi
         dist.broadcast(buffer, src=0)
 
 
+def store_frozen_in(model: nn.Module, dtype: torch.dtype) -> None:
+    """Keep the frozen floating-point parameters of `model` in `dtype` (the compute dtype): with LoRA on GPU the base
+    weights are never updated, so fp32 master copies would only double their memory. FSDP2 needs one dtype among the
+    trainable parameters of a unit only, and all-gathers everything in the mixed-precision compute dtype anyway."""
+    for param in model.parameters():
+        if not param.requires_grad and param.is_floating_point():
+            param.data = param.data.to(dtype)
+
+
 def create_fsdp_model(
     model_config: "ModelConfig",
     fsdp_config: "FSDPConfig",
@@ -204,6 +213,8 @@ def create_fsdp_model(
         logger.info(
             "LoRA rank %d: %d adapter parameters train; the base is frozen.", model_config.lora.rank, trainable
         )
+        if not is_cpu and fsdp_config.torch_dtype is None:  # mixed precision: the frozen base needs no fp32 copy
+            store_frozen_in(model, to_torch_dtype(fsdp_config.mp_param_dtype, "mp_param_dtype"))
     if model_config.freeze_vision_tower:
         frozen = freeze_vision_tower(model)
         logger.info("Froze %d vision tower parameters.", frozen)
