@@ -43,6 +43,8 @@ from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import causal_mask_function, sdpa_mask
 
+from verl.models import ulysses
+
 
 __all__ = [
     "PACKED_ATTENTION",
@@ -152,8 +154,29 @@ def packed_attention_forward(
     """transformers attention function: q (B, H, L, D), k/v (B, H_kv, L, D) -> output (B, L, H, D) and no weights.
 
     A packed row (batch 1, no mask, causal, no KV cache, sequence boundaries known) runs causal attention inside each
-    sequence; everything else is `sdpa_attention_forward` with the same arguments.
+    sequence; everything else is `sdpa_attention_forward` with the same arguments. Under Ulysses sequence parallelism
+    (verl.models.ulysses) each rank holds a slice of the row: q, k and v are exchanged so that each rank attends over
+    the whole row for its share of the heads, and the output is exchanged back.
     """
+    group = ulysses.active_group()
+    if group is not None:
+        query, key, value = (ulysses.seq_to_heads(tensor, group) for tensor in (query, key, value))
+        output, _ = _attention(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
+        return ulysses.heads_to_seq(output, group), None
+    return _attention(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
+
+
+def _attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float,
+    scaling: float | None,
+    is_causal: bool | None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     packed = (
         causal

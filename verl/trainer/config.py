@@ -446,10 +446,7 @@ def _check_names(config: PPOConfig) -> None:
                 "parameters; keep one (offload_params frees the device between phases, enable_cpu_offload always)."
             )
         if section.ulysses_size != 1:
-            raise NotImplementedError(
-                f"worker.{role}.ulysses_size={section.ulysses_size}: Ulysses sequence "
-                "parallelism is not implemented yet; set it to 1."
-            )
+            _check_ulysses(config, role, section)
         lora = section.model.lora
         if lora.rank < 0 or lora.alpha <= 0:
             raise ConfigError(
@@ -683,6 +680,49 @@ def _check_paths(config: PPOConfig) -> None:
 
 def _reward_model_enabled(reward: Any) -> bool:
     return bool(reward.model.model_path)
+
+
+def _read_model_config(path: str | None) -> dict[str, Any] | None:
+    config_file = os.path.join(path, "config.json") if path else ""
+    if not os.path.isfile(config_file):
+        return None  # a hub id: the worker checks it when it loads the config
+    try:
+        with open(config_file, encoding="utf-8") as file:
+            return json.load(file)
+    except (OSError, ValueError):
+        return None  # _check_model_type names the unreadable file
+
+
+def _check_ulysses(config: PPOConfig, role: str, section: Any) -> None:
+    """Ulysses splits the actor's (and reference's) packed rows over groups of ulysses_size ranks."""
+    size, key = section.ulysses_size, f"worker.{role}.ulysses_size"
+    if role == "critic":
+        raise NotImplementedError(
+            f"{key}={size}: Ulysses sequence parallelism is implemented for the actor and reference only; set it to 1."
+        )
+    world = config.trainer.nnodes * config.trainer.n_gpus_per_node
+    if size < 1 or world % size != 0:
+        raise ConfigError(f"{key}={size} must divide the {world} devices (trainer.nnodes x trainer.n_gpus_per_node).")
+    if not section.padding_free or section.model.attn_implementation not in ("auto", "varlen"):
+        raise ConfigError(
+            f"{key}={size} splits packed rows: set worker.{role}.padding_free=true and "
+            f"worker.{role}.model.attn_implementation=auto (it is {section.model.attn_implementation!r})."
+        )
+    model_config = _read_model_config(section.model.model_path)
+    if model_config is None:
+        return  # a hub id: the worker checks the heads when it loads the config
+    if "vision_config" in model_config:
+        raise NotImplementedError(
+            f"{key}={size}: Ulysses sequence parallelism is implemented for text models only; "
+            f"'{section.model.model_path}' is a vision-language model. Set it to 1."
+        )
+    text = model_config.get("text_config", model_config)
+    for name in ("num_attention_heads", "num_key_value_heads"):
+        heads = text.get(name)
+        if heads is not None and heads % size != 0:
+            raise ConfigError(
+                f"{key}={size} must divide the model's {name}={heads} (each rank attends with a share of the heads)."
+            )
 
 
 def _check_model_type(key: str, path: str | None) -> None:

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..models.ulysses import gather_rows, new_sequence_parallel_group, own_rows
 from ..protocol import DataProto
 from ..single_controller.base.decorator import Dispatch, register
 from ..single_controller.base.worker import Worker
@@ -117,6 +118,10 @@ class FSDPWorker(Worker):
         self.tokenizer = get_tokenizer(model.tokenizer_path, trust_remote_code=model.trust_remote_code)
         self.processor = get_processor(model.tokenizer_path, trust_remote_code=model.trust_remote_code)
         n = config.rollout.n
+        # Ulysses: ranks of a group share each row of the actor's and reference's forwards (verl.models.ulysses)
+        self.sp_group = None
+        if (self.has_actor or self.has_ref) and config.actor.ulysses_size > 1:
+            self.sp_group = new_sequence_parallel_group(config.actor.ulysses_size)
         if self.has_critic:
             self.critic_module, self.critic_optimizer, self.critic_lr_scheduler = self._build_trainable(
                 config.critic, value_head=True
@@ -129,7 +134,9 @@ class FSDPWorker(Worker):
             self.actor_module, self.actor_optimizer, self.actor_lr_scheduler = self._build_trainable(
                 config.actor, value_head=False
             )
-            self.actor = DataParallelPPOActor(config.actor, self.actor_module, self.actor_optimizer, rollout_n=n)
+            self.actor = DataParallelPPOActor(
+                config.actor, self.actor_module, self.actor_optimizer, rollout_n=n, sp_group=self.sp_group
+            )
             self.checkpoint_manager = FSDPCheckpointManager(
                 self.actor_module,
                 self.actor_optimizer,
@@ -159,7 +166,7 @@ class FSDPWorker(Worker):
                 config.ref.micro_batch_size_per_device_for_experience
             )
             ref_config.padding_free, ref_config.dynamic_batching = config.ref.padding_free, config.ref.dynamic_batching
-            self.ref = DataParallelPPOActor(ref_config, self.ref_module, None, rollout_n=n)
+            self.ref = DataParallelPPOActor(ref_config, self.ref_module, None, rollout_n=n, sp_group=self.sp_group)
         if self.has_rollout:
             # imported here: a critic-only process never pays for vLLM
             from .rollout.vllm_rollout import VLLMRollout
@@ -199,17 +206,19 @@ class FSDPWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_probs(self, data: DataProto) -> DataProto:
         process_multi_modal_inputs(data, self.processor)
+        data = gather_rows(data, self.sp_group)
         with self._resident(self.actor_module, self.config.actor.offload):
             log_probs = self.actor.compute_log_probs(data, temperature=self._temperature(data))
-        return DataProto.from_dict(tensors={"old_log_probs": log_probs})
+        return own_rows(DataProto.from_dict(tensors={"old_log_probs": log_probs}), self.sp_group)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_probs(self, data: DataProto) -> DataProto:
         process_multi_modal_inputs(data, self.processor)
+        data = gather_rows(data, self.sp_group)
         base = adapters_disabled(self.ref_module) if self.ref_is_actor_base else contextlib.nullcontext()
         with self._resident(self.ref_module, self.ref_offload), base:
             log_probs = self.ref.compute_log_probs(data, temperature=self._temperature(data))
-        return DataProto.from_dict(tensors={"ref_log_probs": log_probs})
+        return own_rows(DataProto.from_dict(tensors={"ref_log_probs": log_probs}), self.sp_group)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
@@ -224,6 +233,7 @@ class FSDPWorker(Worker):
     def update_actor(self, data: DataProto) -> DataProto:
         process_multi_modal_inputs(data, self.processor)
         data.meta_info.setdefault("temperature", self.config.rollout.temperature)
+        data = gather_rows(data, self.sp_group)
         with self._resident(self.actor_module, self.config.actor.offload, self.actor_optimizer):
             metrics = self.actor.update_policy(data)
         metrics["actor/lr"] = self.actor_lr_scheduler.get_last_lr()[0]

@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from verl.models import ulysses
 from verl.protocol import DataProto
 from verl.trainer.core_algos import (
     agg_loss,
@@ -116,21 +117,28 @@ class DataParallelPPOActor:
         *,
         rollout_n: int = 1,
         group: dist.ProcessGroup | None = None,
+        sp_group: dist.ProcessGroup | None = None,
     ) -> None:
-        if config.ulysses_size != 1:
-            raise NotImplementedError(f"actor.ulysses_size={config.ulysses_size}: only 1 is implemented; set it to 1.")
         self.config = config
         self.module = module
         self.optimizer = optimizer
         self.group = group
         self.world_size = _world_size(group)
-        samples = config.global_batch_size * rollout_n
-        if samples % self.world_size != 0:
+        self.sp_group = sp_group
+        """Ulysses: the ranks that share each row (they hold the same rows; see verl.models.ulysses); None for 1."""
+        self.sp_size = _world_size(sp_group) if sp_group is not None else 1
+        if self.sp_size != config.ulysses_size:
             raise ValueError(
-                f"actor.global_batch_size x rollout.n = {samples} samples must split evenly over {self.world_size} "
+                f"actor.ulysses_size={config.ulysses_size} but the sequence-parallel group has {self.sp_size} ranks."
+            )
+        dp_size = self.world_size // self.sp_size
+        samples = config.global_batch_size * rollout_n
+        if samples % dp_size != 0:
+            raise ValueError(
+                f"actor.global_batch_size x rollout.n = {samples} samples must split evenly over {dp_size} "
                 "data-parallel ranks."
             )
-        self.mini_batch_size = samples // self.world_size
+        self.mini_batch_size = samples // dp_size
         # unset (a config built without the loader): the policy loss's own aggregation, as the loader would fill in
         self.loss_avg_mode = config.loss_avg_mode or default_loss_avg_mode(config.loss_type)
         self.padding_free = config.padding_free and packing_is_exact(module)
@@ -140,13 +148,24 @@ class DataParallelPPOActor:
                 "padded (set model.attn_implementation=auto to pack).",
                 getattr(module.config, "_attn_implementation", None),
             )
+        text_config = module.config.get_text_config() if hasattr(module, "config") else None
+        for name in ("num_attention_heads", "num_key_value_heads"):
+            heads = getattr(text_config, name, None)
+            if self.sp_size > 1 and heads is not None and heads % self.sp_size != 0:
+                raise ValueError(f"actor.ulysses_size={self.sp_size} must divide the model's {name}={heads}.")
+        if self.sp_size > 1 and not self.padding_free:
+            raise ValueError(
+                f"actor.ulysses_size={self.sp_size} splits packed rows: it needs padding_free=true and an "
+                "attn_implementation with a varlen kernel (auto)."
+            )
         self._head = token_head(config.use_torch_compile)
 
     def _forward(self, micro: DataProto, temperature: float, calculate_entropy: bool) -> dict[str, torch.Tensor]:
         def head(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
             return self._head(logits, labels, temperature, calculate_entropy)
 
-        return forward_response(self.module, micro, self.padding_free, head)
+        with ulysses.sequence_parallel(self.sp_group):
+            return forward_response(self.module, micro, self.padding_free, head)
 
     @torch.no_grad()
     def compute_log_probs(
@@ -230,18 +249,23 @@ class DataParallelPPOActor:
             padded=not self.padding_free,
         )
         token_count, seq_count = global_loss_counts(micro_batches, self.group)
+        # the ranks of a sequence-parallel group hold the same rows: count them once
+        token_count, seq_count = token_count / self.sp_size, seq_count / self.sp_size
         # Per-micro-batch loss shares and token-weighted token means, summed here and across ranks below.
         sums = torch.zeros(len(_SUMMED_METRICS), dtype=torch.float64)
         self.optimizer.zero_grad(set_to_none=True)
         for micro in micro_batches:
-            loss, micro_sums = self._micro_batch_loss(
-                micro, temperature, token_count, seq_count, entropy_coeff, exact_entropy
-            )
-            (loss * self.world_size).backward()  # FSDP averages gradients over ranks; the shares must add up
+            # the backward too: gradient checkpointing re-runs each layer's forward (its attention) inside it
+            with ulysses.sequence_parallel(self.sp_group):
+                loss, micro_sums = self._micro_batch_loss(
+                    micro, temperature, token_count, seq_count, entropy_coeff, exact_entropy
+                )
+                (loss * self.world_size).backward()  # FSDP averages gradients over ranks; the shares must add up
             sums += micro_sums
         grad_norm = self._optimizer_step()
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(sums, op=dist.ReduceOp.SUM, group=self.group)
+            sums /= self.sp_size  # every rank of a sequence-parallel group computed the same loss
         metrics = {}
         for (name, is_token_mean), total in zip(_SUMMED_METRICS, sums.tolist()):
             metrics[name] = total / max(token_count, 1.0) if is_token_mean else total

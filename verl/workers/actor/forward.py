@@ -33,6 +33,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import FSDPModule
 
+from verl.models import ulysses
 from verl.models.packed_attention import packed_sequence_kwargs
 from verl.protocol import DataProto, to_object_array
 from verl.trainer.core_algos import loss_token_counts
@@ -265,18 +266,26 @@ def _forward_packed(module: nn.Module, micro: DataProto, head: Head, extra: dict
         packed_positions = torch.cat([text_positions, rope_positions], dim=0).unsqueeze(1)
     else:
         packed_positions = text_positions
-    output = module(
-        input_ids=input_ids.reshape(-1)[indices].unsqueeze(0),
-        position_ids=packed_positions,
-        use_cache=False,
-        logits_to_keep=torch.nonzero(keep).flatten(),
-        **packed_sequence_kwargs(attention_mask.sum(dim=-1)),
-        **extra,
-    )
-    logits = output.logits[0]
     targets = indices[keep]
     labels = input_ids.reshape(-1)[targets + 1]
-    values = head(logits, labels)
+    packed_ids = input_ids.reshape(-1)[indices].unsqueeze(0)
+    group = ulysses.active_group()
+    if group is not None:
+        if packed_positions.dim() == 3 or extra:
+            raise NotImplementedError("Ulysses sequence parallelism is implemented for text models only.")
+        values = _sequence_parallel_values(
+            module, packed_ids, text_positions, keep, labels, attention_mask, head, group
+        )
+    else:
+        output = module(
+            input_ids=packed_ids,
+            position_ids=packed_positions,
+            use_cache=False,
+            logits_to_keep=torch.nonzero(keep).flatten(),
+            **packed_sequence_kwargs(attention_mask.sum(dim=-1)),
+            **extra,
+        )
+        values = head(output.logits[0], labels)
     response_valid = attention_mask[:, -response_len:].bool()
     result = {}
     for name, value in values.items():
@@ -285,3 +294,46 @@ def _forward_packed(module: nn.Module, micro: DataProto, head: Head, extra: dict
         padded = full.reshape(num_rows, seq_len)[:, -response_len - 1 : -1]
         result[name] = padded * response_valid
     return result
+
+
+def _sequence_parallel_values(
+    module: nn.Module,
+    packed_ids: torch.Tensor,
+    positions: torch.Tensor,
+    keep: torch.Tensor,
+    labels: torch.Tensor,
+    attention_mask: torch.Tensor,
+    head: Head,
+    group: dist.ProcessGroup,
+) -> dict[str, torch.Tensor]:
+    """`head`'s values at the kept positions of a packed row that the ranks of `group` share (Ulysses): the row is
+    padded to a multiple of the group size (the padding is a sequence of its own, so nothing attends to it), each rank
+    runs its slice, and the per-token values are gathered so that every rank returns those of the whole row."""
+    size, rank = dist.get_world_size(group), dist.get_rank(group)
+    total = packed_ids.shape[1]
+    pad = -total % size
+    lengths = attention_mask.sum(dim=-1)
+    if pad:
+        packed_ids = torch.cat([packed_ids, packed_ids.new_zeros(1, pad)], dim=1)
+        positions = torch.cat([positions, torch.arange(pad, device=positions.device).unsqueeze(0)], dim=1)
+        keep = torch.cat([keep, keep.new_zeros(pad)])
+        lengths = torch.cat([lengths, lengths.new_full((1,), pad)])
+    width = (total + pad) // size
+    local = slice(rank * width, (rank + 1) * width)
+    local_keep = keep[local]
+    all_labels = labels.new_zeros(total + pad)
+    all_labels[keep] = labels
+    output = module(
+        input_ids=packed_ids[:, local],
+        position_ids=positions[:, local],
+        use_cache=False,
+        logits_to_keep=torch.nonzero(local_keep).flatten(),
+        **packed_sequence_kwargs(lengths),
+    )
+    local_values = head(output.logits[0], all_labels[local][local_keep])
+    values = {}
+    for name, value in local_values.items():
+        slot = value.new_zeros(width)
+        slot[local_keep] = value
+        values[name] = ulysses.gather_slices(slot, group)[keep]
+    return values

@@ -1,0 +1,82 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Ulysses sequence parallelism on 2 gloo ranks (one group of 2): the FSDP2 actor's log-probs, entropy and
+gradients with every packed row split across the ranks equal the plain single-process forward and the gradient of
+the whole batch's loss, for rows of odd and even token counts; the rows of a group are joined and handed back."""
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+from fsdp_testing import init_rank, make_text_batch, reference_outputs, spawn
+from test_dp_actor import TEMPERATURE, actor_config, recording_optimizer, reference_grads
+
+from verl.utils.tiny_models import get_or_build_tiny_model
+
+
+WORLD_SIZE = 2
+MODES = {"dynamic": (True, True), "rows": (True, False)}  # packed micro-batches by token budget / by row count
+
+
+def _run(rank: int, world_size: int, port: int, model_dir: str) -> None:
+    init_rank(rank, world_size, port)
+    from verl.models.ulysses import gather_rows, new_sequence_parallel_group, own_rows
+    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model
+    from verl.utils.model_utils import build_model
+    from verl.workers.actor.config import FSDPConfig, ModelConfig
+    from verl.workers.actor.dp_actor import DataParallelPPOActor
+
+    group = new_sequence_parallel_group(world_size)
+    model = create_fsdp_model(
+        ModelConfig(model_path=model_dir), FSDPConfig(), build_device_mesh(world_size, -1, "cpu"), torch.device("cpu")
+    )
+    ref_model = build_model(ModelConfig(model_path=model_dir, enable_gradient_checkpointing=False))
+    full = make_text_batch(seed=0, batch_size=8)
+    lengths = full.batch["attention_mask"].sum(-1).tolist()
+    assert any(n % 2 for n in lengths) and any(n % 2 == 0 for n in lengths)  # single rows need padding, or not
+
+    # the trainer hands each rank half of the rows; the group joins them and each rank answers for its own
+    joined = gather_rows(full.chunk(world_size)[rank], group)
+    assert torch.equal(joined.batch["input_ids"], full.batch["input_ids"])
+    assert torch.equal(own_rows(joined, group).batch["input_ids"], full.chunk(world_size)[rank].batch["input_ids"])
+
+    reference = reference_outputs(ref_model, full, TEMPERATURE)
+    for loss_avg_mode in ("token-mean", "seq-mean-token-mean"):
+        expected = reference_grads(ref_model, full, actor_config(False, False, loss_avg_mode=loss_avg_mode))
+        for name, (padding_free, dynamic) in MODES.items():
+            config = actor_config(padding_free, dynamic, loss_avg_mode=loss_avg_mode, ulysses_size=world_size)
+            config.micro_batch_size_per_device_for_experience = 1 if name == "rows" else 2
+            optimizer = recording_optimizer(model)
+            actor = DataParallelPPOActor(config, model, optimizer, rollout_n=1, sp_group=group)
+            log_probs, entropy = actor.compute_log_probs(full, TEMPERATURE, calculate_entropy=True)
+            assert (log_probs - reference["log_probs"]).abs().max().item() <= 1e-5, name
+            assert (entropy - reference["entropy"]).abs().max().item() <= 1e-4, name
+            metrics = actor.update_policy(full)
+            assert np.isfinite(metrics["actor/grad_norm"]) and metrics["actor/kl_loss"] > 0
+            got = {key: value for key, value in optimizer.grads.items() if value is not None}
+            assert set(got) == set(expected), set(got) ^ set(expected)
+            for key, grad in got.items():
+                atol = 1e-5 * expected[key].abs().max().item() + 1e-9
+                label = f"{name}/{loss_avg_mode} {key}"
+                torch.testing.assert_close(
+                    grad, expected[key], rtol=1e-4, atol=atol, msg=lambda m, label=label: f"{label}: {m}"
+                )
+    with pytest.raises(ValueError, match="padding_free=true"):
+        DataParallelPPOActor(actor_config(False, False, ulysses_size=world_size), model, sp_group=group)
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_ulysses_two_ranks_equal_one_process(tmp_path):
+    spawn(_run, WORLD_SIZE, get_or_build_tiny_model("qwen2", str(tmp_path / "models")))

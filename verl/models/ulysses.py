@@ -1,0 +1,154 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Ulysses sequence parallelism: each packed sequence row is split across the ranks of a sequence-parallel group.
+
+The ranks of a group (`ulysses_size` consecutive ranks) work on the same micro-batch. Its packed row of T tokens is
+cut into `ulysses_size` slices; every rank runs embeddings, MLPs and norms on its slice only. Attention needs the
+whole sequence: around it, an all-to-all turns (slice of tokens, all heads) into (all tokens, a share of the heads),
+the packed varlen attention runs on the full row for those heads, and a second all-to-all turns the result back.
+So activations per rank shrink by the group size, and attention stays exact. The per-token outputs (log-probs,
+entropy, values) are then gathered so that every rank of the group holds the whole micro-batch's values and
+computes the same loss; gradients flow back through the collectives to the rank that computed each token.
+
+The attention heads and the key/value heads must be divisible by the group size. Data: the trainer hands each rank
+its own rows; `gather_rows` joins the rows of a group (each rank then works on all of them, split by sequence) and
+`own_rows` picks a rank's own rows out of a result.
+"""
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+_GROUP: dist.ProcessGroup | None = None
+"""The sequence-parallel group of this process while `sequence_parallel` is active (None otherwise)."""
+
+
+def new_sequence_parallel_group(ulysses_size: int) -> dist.ProcessGroup | None:
+    """Create the groups of `ulysses_size` consecutive ranks (collective: every rank calls it); return this rank's.
+
+    None for ulysses_size 1. The groups take the default group's backends (gloo for CPU tensors, nccl for CUDA ones).
+    """
+    if ulysses_size == 1:
+        return None
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if world % ulysses_size != 0:
+        raise ValueError(f"ulysses_size={ulysses_size} must divide the world size {world}.")
+    mine = None
+    for start in range(0, world, ulysses_size):
+        group = dist.new_group(list(range(start, start + ulysses_size)))
+        if start <= rank < start + ulysses_size:
+            mine = group
+    return mine
+
+
+@contextlib.contextmanager
+def sequence_parallel(group: dist.ProcessGroup | None) -> Iterator[None]:
+    """Within the block, packed forwards split their rows across `group` (no-op for None)."""
+    global _GROUP
+    previous, _GROUP = _GROUP, group
+    try:
+        yield
+    finally:
+        _GROUP = previous
+
+
+def active_group() -> dist.ProcessGroup | None:
+    """The sequence-parallel group of the running forward, or None."""
+    return _GROUP
+
+
+# ---------------------------------------------------------------------------------------------- collectives
+
+
+def _all_to_all(x: torch.Tensor, scatter_dim: int, gather_dim: int, group: dist.ProcessGroup) -> torch.Tensor:
+    """Split `x` into group-size chunks along `scatter_dim`, send chunk i to rank i, concatenate the received chunks
+    along `gather_dim`."""
+    size = dist.get_world_size(group)
+    inputs = [chunk.contiguous() for chunk in x.chunk(size, dim=scatter_dim)]
+    outputs = [torch.empty_like(inputs[0]) for _ in range(size)]
+    dist.all_to_all(outputs, inputs, group=group)
+    return torch.cat(outputs, dim=gather_dim)
+
+
+class _AllToAll(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx: Any, x: torch.Tensor, scatter_dim: int, gather_dim: int, group: dist.ProcessGroup
+    ) -> torch.Tensor:
+        ctx.dims, ctx.group = (scatter_dim, gather_dim), group
+        return _all_to_all(x, scatter_dim, gather_dim, group)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
+        scatter_dim, gather_dim = ctx.dims
+        return _all_to_all(grad, gather_dim, scatter_dim, ctx.group), None, None, None
+
+
+def seq_to_heads(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+    """(B, H, T/n, D) on each of n ranks -> (B, H/n, T, D): the whole row for a share of the heads."""
+    return _AllToAll.apply(x, 1, 2, group)
+
+
+def heads_to_seq(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+    """(B, T, H/n, D) attention output -> (B, T/n, H, D): every head again, for this rank's slice of the row."""
+    return _AllToAll.apply(x, 1, 2, group)
+
+
+class _GatherSlices(torch.autograd.Function):
+    """Forward: every rank contributes its slice (dim 0); all get the concatenation. Backward: each rank keeps the
+    gradient of its own slice (every rank computes the same loss from the gathered tensor)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+        ctx.group, ctx.length = group, x.shape[0]
+        parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(parts, x.contiguous(), group=group)
+        return torch.cat(parts, dim=0)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        rank = dist.get_rank(ctx.group)
+        return grad[rank * ctx.length : (rank + 1) * ctx.length].contiguous(), None
+
+
+def gather_slices(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+    return _GatherSlices.apply(x, group)
+
+
+# ---------------------------------------------------------------------------------------------- rows of the trainer
+
+
+def gather_rows(data: Any, group: dist.ProcessGroup | None) -> Any:
+    """The DataProto rows of every rank of `group`, in rank order (each rank's own rows when group is None)."""
+    if group is None:
+        return data
+    from verl.protocol import DataProto
+
+    device = data.batch.device if data.batch is not None else None
+    parts: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(parts, data.to("cpu") if device is not None else data, group=group)
+    joined = DataProto.concat(parts)
+    return joined.to(device) if device is not None else joined
+
+
+def own_rows(data: Any, group: dist.ProcessGroup | None) -> Any:
+    """This rank's share of rows gathered by `gather_rows`."""
+    if group is None:
+        return data
+    size, rank = dist.get_world_size(group), dist.get_rank(group)
+    return data.chunk(size)[rank]
