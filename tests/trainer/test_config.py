@@ -442,3 +442,33 @@ def test_lora_keys_as_easyr1_writes_them(files):
         load_config([*base_args(files), *args, f"{lora}.exclude_modules=("])
     with pytest.raises(ConfigError, match="rank must be >= 0 and alpha > 0"):
         load_config([*base_args(files), f"{lora}.rank=8", f"{lora}.alpha=0"])
+
+
+def test_ulysses_sizes_are_checked_against_devices_heads_and_model_kind(files):
+    import json
+
+    (files / "model").mkdir(exist_ok=True)
+    (files / "model" / "config.json").write_text(
+        json.dumps({"model_type": "qwen2", "num_attention_heads": 6, "num_key_value_heads": 2})
+    )
+    config = load_config([*base_args(files), "worker.actor.ulysses_size=2"])
+    assert config.worker.ref.ulysses_size == 2  # the reference follows the actor
+    with pytest.raises(ConfigError, match=r"ulysses_size=4 must divide the 2 devices"):
+        load_config([*base_args(files), "worker.actor.ulysses_size=4"])
+    with pytest.raises(ConfigError, match=r"must divide the model's num_attention_heads=6"):
+        load_config([*base_args(files), "worker.actor.ulysses_size=4", "trainer.n_gpus_per_node=4"])
+    with pytest.raises(ConfigError, match="padding_free=true"):
+        load_config([*base_args(files), "worker.actor.ulysses_size=2", "worker.actor.padding_free=false"])
+    with pytest.raises(NotImplementedError, match="actor and reference only"):
+        load_config([*base_args(files), "worker.critic.ulysses_size=2"])
+    (files / "model" / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl", "vision_config": {}}))
+    with pytest.raises(NotImplementedError, match="text models only"):
+        load_config([*base_args(files), "worker.actor.ulysses_size=2"])
+
+
+def test_easyr1_ulysses_example_keys(files):
+    """EasyR1's sequence-parallel example: 8 GPUs, ulysses_size 8, a hub model (checked by the workers)."""
+    args = [*base_args(files), "trainer.n_gpus_per_node=8", "worker.actor.ulysses_size=8"]
+    args = [a for a in args if not a.startswith("worker.actor.model.model_path")]
+    config = load_config([*args, "worker.actor.model.model_path=Qwen/Qwen2.5-7B-Instruct"])
+    assert config.worker.actor.ulysses_size == 8

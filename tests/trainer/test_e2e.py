@@ -385,6 +385,18 @@ def test_lora_run_resumes_from_adapter_checkpoints_and_exports(workspace):
     del llm
 
 
+def test_ulysses_run_equals_the_unsplit_run(workspace):
+    """worker.actor.ulysses_size=2 on 2 workers (one sequence-parallel group): the same steps as without it."""
+    common = ("algorithm.use_kl_loss=true", "trainer.val_before_train=false", "trainer.val_freq=-1")
+    run_ppo(load_config(text_args(workspace, "unsplit", *common)))
+    run_ppo(load_config(text_args(workspace, "ulysses", *common, "worker.actor.ulysses_size=2")))
+    unsplit = {row["step"]: row for row in read_log(workspace["root"] / "unsplit") if "actor/pg_loss" in row}
+    split = {row["step"]: row for row in read_log(workspace["root"] / "ulysses") if "actor/pg_loss" in row}
+    assert sorted(split) == [1, 2]
+    for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm"):
+        assert split[2][key] == pytest.approx(unsplit[2][key], rel=1e-4, abs=1e-6), key
+
+
 def test_full_disk_at_a_save_keeps_the_previous_checkpoint(workspace, small_disk):
     """The second step's save hits a really full disk (a tmpfs sized to hold one checkpoint and a half): the run
     stops with an error naming the cause, the partial step is gone and step 1 is intact and still the latest."""

@@ -165,7 +165,9 @@ class ActorConfig:
     """Build micro-batches by a token budget (micro-batch size x max length) instead of a fixed sample count: packed
     rows count their valid tokens, padded rows count rows x their micro-batch's trimmed width."""
     ulysses_size: int = 1
-    """Ulysses sequence-parallel degree; only 1 is implemented."""
+    """Ulysses sequence-parallel degree: every packed row of the actor's (and reference's) forward is split across
+    this many ranks, with all-to-all around attention; it must divide the devices and the attention and key/value
+    heads, and needs padding_free with attn_implementation auto. Text models only."""
     use_torch_compile: bool = True
     """Compile the logits -> log-prob/entropy computation with torch.compile on CUDA; on the CPU it runs eagerly
     (compiling costs more there than it saves)."""
