@@ -386,14 +386,32 @@ def test_lora_run_resumes_from_adapter_checkpoints_and_exports(workspace):
 
 
 def test_ulysses_run_equals_the_unsplit_run(workspace):
-    """worker.actor.ulysses_size=2 on 2 workers (one sequence-parallel group): the same steps as without it."""
-    common = ("algorithm.use_kl_loss=true", "trainer.val_before_train=false", "trainer.val_freq=-1")
+    """ulysses_size=2 for actor (and reference) and critic on 2 workers (one sequence-parallel group), PPO with GAE
+    and a KL loss: the same steps as without it."""
+    common = (
+        "algorithm.adv_estimator=gae",
+        "algorithm.use_kl_loss=true",
+        f"worker.critic.model.model_path={workspace['text_model']}",
+        "worker.critic.global_batch_size=4",
+        "worker.critic.padding_free=true",
+        "trainer.val_before_train=false",
+        "trainer.val_freq=-1",
+    )
     run_ppo(load_config(text_args(workspace, "unsplit", *common)))
-    run_ppo(load_config(text_args(workspace, "ulysses", *common, "worker.actor.ulysses_size=2")))
+    split_args = ("worker.actor.ulysses_size=2", "worker.critic.ulysses_size=2")
+    run_ppo(load_config(text_args(workspace, "ulysses", *common, *split_args)))
     unsplit = {row["step"]: row for row in read_log(workspace["root"] / "unsplit") if "actor/pg_loss" in row}
     split = {row["step"]: row for row in read_log(workspace["root"] / "ulysses") if "actor/pg_loss" in row}
     assert sorted(split) == [1, 2]
-    for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm"):
+    keys = (
+        "critic/score/mean",
+        "actor/pg_loss",
+        "actor/kl_loss",
+        "actor/grad_norm",
+        "critic/vf_loss",
+        "critic/grad_norm",
+    )
+    for key in ("response_length/mean", *keys):
         assert split[2][key] == pytest.approx(unsplit[2][key], rel=1e-4, abs=1e-6), key
 
 

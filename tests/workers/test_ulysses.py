@@ -74,7 +74,46 @@ def _run(rank: int, world_size: int, port: int, model_dir: str) -> None:
                 )
     with pytest.raises(ValueError, match="padding_free=true"):
         DataParallelPPOActor(actor_config(False, False, ulysses_size=world_size), model, sp_group=group)
+    _check_critic(model_dir, group, full)
     dist.destroy_process_group()
+
+
+def _check_critic(model_dir: str, group, full) -> None:
+    """The critic split across the group: values and gradients equal a plain single-rank critic's."""
+    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model
+    from verl.utils.model_utils import build_model
+    from verl.workers.actor.config import FSDPConfig, ModelConfig
+    from verl.workers.critic.config import CriticConfig
+    from verl.workers.critic.dp_critic import DataParallelPPOCritic
+
+    world_size = dist.get_world_size()
+    alone = [dist.new_group([rank]) for rank in range(world_size)][dist.get_rank()]  # a data-parallel group of one
+    config = CriticConfig(global_batch_size=8, micro_batch_size_per_device_for_update=2, padding_free=True)
+    plain = build_model(ModelConfig(model_path=model_dir, enable_gradient_checkpointing=False), value_head=True)
+    plain_optimizer = recording_optimizer(plain)
+    reference = DataParallelPPOCritic(config, plain, plain_optimizer, group=alone)
+    returns = torch.randn(full.batch["response_mask"].shape, generator=torch.Generator().manual_seed(7))
+    full.batch["returns"] = returns * full.batch["response_mask"]  # the same on every rank of the group
+    expected_values = reference.compute_values(full)
+    full.batch["values"] = expected_values + 0.1 * full.batch["response_mask"]
+    expected_metrics = reference.update_critic(full)
+
+    model_config = ModelConfig(model_path=model_dir)
+    mesh = build_device_mesh(world_size, -1, "cpu")
+    sharded = create_fsdp_model(model_config, FSDPConfig(), mesh, torch.device("cpu"), value_head=True)
+    optimizer = recording_optimizer(sharded)
+    config.ulysses_size = world_size
+    critic = DataParallelPPOCritic(config, sharded, optimizer, sp_group=group)
+    torch.testing.assert_close(critic.compute_values(full), expected_values, rtol=0, atol=1e-5)
+    metrics = critic.update_critic(full)
+    assert metrics["critic/vf_loss"] == pytest.approx(expected_metrics["critic/vf_loss"], rel=1e-4), (
+        metrics,
+        expected_metrics,
+    )
+    assert set(optimizer.grads) == set(plain_optimizer.grads)
+    for name, expected in plain_optimizer.grads.items():
+        atol = 1e-5 * expected.abs().max().item() + 1e-9
+        torch.testing.assert_close(optimizer.grads[name], expected, rtol=1e-4, atol=atol, msg=name)
 
 
 @pytest.mark.slow

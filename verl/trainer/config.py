@@ -696,10 +696,6 @@ def _read_model_config(path: str | None) -> dict[str, Any] | None:
 def _check_ulysses(config: PPOConfig, role: str, section: Any) -> None:
     """Ulysses splits the actor's (and reference's) packed rows over groups of ulysses_size ranks."""
     size, key = section.ulysses_size, f"worker.{role}.ulysses_size"
-    if role == "critic":
-        raise NotImplementedError(
-            f"{key}={size}: Ulysses sequence parallelism is implemented for the actor and reference only; set it to 1."
-        )
     world = config.trainer.nnodes * config.trainer.n_gpus_per_node
     if size < 1 or world % size != 0:
         raise ConfigError(f"{key}={size} must divide the {world} devices (trainer.nnodes x trainer.n_gpus_per_node).")

@@ -126,7 +126,10 @@ class FSDPWorker(Worker):
             self.critic_module, self.critic_optimizer, self.critic_lr_scheduler = self._build_trainable(
                 config.critic, value_head=True
             )
-            self.critic = DataParallelPPOCritic(config.critic, self.critic_module, self.critic_optimizer, rollout_n=n)
+            self.critic_sp_group = new_sequence_parallel_group(config.critic.ulysses_size)
+            self.critic = DataParallelPPOCritic(
+                config.critic, self.critic_module, self.critic_optimizer, rollout_n=n, sp_group=self.critic_sp_group
+            )
             self.checkpoint_manager = FSDPCheckpointManager(
                 self.critic_module, self.critic_optimizer, self.critic_lr_scheduler, self.tokenizer, self.processor
             )
@@ -223,9 +226,10 @@ class FSDPWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
         process_multi_modal_inputs(data, self.processor)
+        data = gather_rows(data, self.critic_sp_group)
         with self._resident(self.critic_module, self.config.critic.offload):
             values = self.critic.compute_values(data)
-        return DataProto.from_dict(tensors={"values": values})
+        return own_rows(DataProto.from_dict(tensors={"values": values}), self.critic_sp_group)
 
     # ------------------------------------------------------------------------------------------------ updates
 
@@ -243,6 +247,7 @@ class FSDPWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
         process_multi_modal_inputs(data, self.processor)
+        data = gather_rows(data, self.critic_sp_group)
         with self._resident(self.critic_module, self.config.critic.offload, self.critic_optimizer):
             metrics = self.critic.update_critic(data)
         metrics["critic/lr"] = self.critic_lr_scheduler.get_last_lr()[0]

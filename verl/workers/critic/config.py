@@ -43,7 +43,7 @@ class CriticConfig:
     dynamic_batching: bool = True
     """Token-budget micro-batches (micro-batch size x max length), as for the actor."""
     ulysses_size: int = 1
-    """Ulysses sequence-parallel degree of the critic; only 1 is implemented (the actor's is built)."""
+    """Ulysses sequence-parallel degree of the critic, as worker.actor.ulysses_size is the actor's (same rules)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """The value model; usually the same checkpoint as the actor, with a scalar head added."""
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))

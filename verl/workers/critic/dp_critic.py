@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from verl.models import ulysses
 from verl.protocol import DataProto
 from verl.trainer.core_algos import compute_value_loss
 from verl.utils.fsdp_utils import clip_grad_norm
@@ -64,24 +65,38 @@ class DataParallelPPOCritic:
         *,
         rollout_n: int = 1,
         group: dist.ProcessGroup | None = None,
+        sp_group: dist.ProcessGroup | None = None,
     ) -> None:
-        if config.ulysses_size != 1:
-            raise NotImplementedError(
-                f"critic.ulysses_size={config.ulysses_size}: only 1 is implemented; set it to 1."
-            )
         self.config = config
         self.module = module
         self.optimizer = optimizer
         self.group = group
         self.world_size = dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
+        self.sp_group = sp_group
+        """Ulysses: the ranks that share each row (see verl.models.ulysses); None for 1."""
+        self.sp_size = dist.get_world_size(sp_group) if sp_group is not None else 1
+        if self.sp_size != config.ulysses_size:
+            raise ValueError(
+                f"critic.ulysses_size={config.ulysses_size} but the sequence-parallel group has {self.sp_size} ranks."
+            )
+        dp_size = self.world_size // self.sp_size
         samples = config.global_batch_size * rollout_n
-        if samples % self.world_size != 0:
+        if samples % dp_size != 0:
             raise ValueError(
                 f"critic.global_batch_size x rollout.n = {samples} samples must split evenly over "
-                f"{self.world_size} data-parallel ranks."
+                f"{dp_size} data-parallel ranks."
             )
-        self.mini_batch_size = samples // self.world_size
+        self.mini_batch_size = samples // dp_size
         self.padding_free = config.padding_free and packing_is_exact(module)
+        if self.sp_size > 1 and not self.padding_free:
+            raise ValueError(
+                f"critic.ulysses_size={self.sp_size} splits packed rows: it needs padding_free=true and an "
+                "attn_implementation with a varlen kernel (auto)."
+            )
+
+    def _values(self, micro: DataProto) -> torch.Tensor:
+        with ulysses.sequence_parallel(self.sp_group):
+            return forward_response(self.module, micro, self.padding_free, _value_head)["values"]
 
     @torch.no_grad()
     def compute_values(self, data: DataProto) -> torch.Tensor:
@@ -94,9 +109,7 @@ class DataParallelPPOCritic:
             self.group,
             padded=not self.padding_free,
         )
-        values = torch.cat(
-            [forward_response(self.module, micro, self.padding_free, _value_head)["values"] for micro in micro_batches]
-        )
+        values = torch.cat([self._values(micro) for micro in micro_batches])
         reshard(self.module)
         return values[order.to(values.device)] if order is not None else values
 
@@ -130,24 +143,28 @@ class DataParallelPPOCritic:
             padded=not self.padding_free,
         )
         token_count, seq_count = global_loss_counts(micro_batches, self.group)
+        # the ranks of a sequence-parallel group hold the same rows: count them once
+        token_count, seq_count = token_count / self.sp_size, seq_count / self.sp_size
         sums = torch.zeros(3, dtype=torch.float64)  # vf_loss share, clipped tokens, sum of predicted values
         self.optimizer.zero_grad(set_to_none=True)
         for micro in micro_batches:
             batch = micro.batch
             response_mask = batch["response_mask"]
-            vpreds = forward_response(self.module, micro, self.padding_free, _value_head)["values"]
-            vf_loss, vf_metrics = compute_value_loss(
-                vpreds=vpreds,
-                returns=batch["returns"],
-                values=batch["values"],
-                response_mask=response_mask,
-                cliprange_value=config.cliprange_value,
-                loss_avg_mode=config.loss_avg_mode,
-                global_token_count=token_count,
-                global_seq_count=seq_count,
-                max_response_length=response_mask.shape[-1],
-            )
-            (vf_loss * self.world_size).backward()
+            # the backward too: gradient checkpointing re-runs each layer's forward (its attention) inside it
+            with ulysses.sequence_parallel(self.sp_group):
+                vpreds = self._values(micro)
+                vf_loss, vf_metrics = compute_value_loss(
+                    vpreds=vpreds,
+                    returns=batch["returns"],
+                    values=batch["values"],
+                    response_mask=response_mask,
+                    cliprange_value=config.cliprange_value,
+                    loss_avg_mode=config.loss_avg_mode,
+                    global_token_count=token_count,
+                    global_seq_count=seq_count,
+                    max_response_length=response_mask.shape[-1],
+                )
+                (vf_loss * self.world_size).backward()
             tokens = float(response_mask.sum())
             sums += torch.tensor(
                 [vf_loss.item(), vf_metrics["vf_clipfrac"] * tokens, vf_metrics["vpred_mean"] * tokens],
@@ -161,6 +178,7 @@ class DataParallelPPOCritic:
         self.optimizer.zero_grad(set_to_none=True)
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(sums, op=dist.ReduceOp.SUM, group=self.group)
+            sums /= self.sp_size  # every rank of a sequence-parallel group computed the same loss
         return {
             "critic/vf_loss": sums[0].item(),
             "critic/vf_clipfrac": sums[1].item() / max(token_count, 1.0),
