@@ -461,9 +461,10 @@ def test_ulysses_sizes_are_checked_against_devices_heads_and_model_kind(files):
         load_config([*base_args(files), "worker.actor.ulysses_size=2", "worker.actor.padding_free=false"])
     with pytest.raises(ConfigError, match=r"worker.critic.ulysses_size=4 must divide the 2 devices"):
         load_config([*base_args(files), "worker.critic.ulysses_size=4"])
-    (files / "model" / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl", "vision_config": {}}))
-    with pytest.raises(NotImplementedError, match="text models only"):
-        load_config([*base_args(files), "worker.actor.ulysses_size=2"])
+    vl_config = {"model_type": "qwen2_5_vl", "vision_config": {}, "text_config": {"num_attention_heads": 6}}
+    (files / "model" / "config.json").write_text(json.dumps(vl_config))
+    with pytest.raises(ConfigError, match=r"must divide the model's num_attention_heads=6"):  # the language model's
+        load_config([*base_args(files), "worker.actor.ulysses_size=4", "trainer.n_gpus_per_node=4"])
 
 
 def test_easyr1_ulysses_example_keys(files):

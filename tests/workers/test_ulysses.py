@@ -116,6 +116,48 @@ def _check_critic(model_dir: str, group, full) -> None:
         torch.testing.assert_close(optimizer.grads[name], expected, rtol=1e-4, atol=atol, msg=name)
 
 
+def _run_vl(rank: int, world_size: int, port: int, model_dir: str) -> None:
+    """The tiny Qwen2.5-VL: every rank embeds the whole row with its images, the language model runs split."""
+    init_rank(rank, world_size, port)
+    from fsdp_testing import make_vl_batch
+
+    from verl.models.ulysses import new_sequence_parallel_group
+    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model
+    from verl.utils.model_utils import build_model
+    from verl.utils.tokenizer import get_processor
+    from verl.workers.actor.config import FSDPConfig, ModelConfig
+    from verl.workers.actor.dp_actor import DataParallelPPOActor, process_multi_modal_inputs
+
+    group = new_sequence_parallel_group(world_size)
+    processor = get_processor(model_dir)
+    mesh = build_device_mesh(world_size, -1, "cpu")
+    model = create_fsdp_model(ModelConfig(model_path=model_dir), FSDPConfig(), mesh, torch.device("cpu"))
+    ref_model = build_model(ModelConfig(model_path=model_dir, enable_gradient_checkpointing=False))
+    full = make_vl_batch(ref_model, processor, seed=0, batch_size=4, text_only_rows=(3,))
+    process_multi_modal_inputs(full, processor)
+    with torch.no_grad():
+        reference = reference_outputs(ref_model, full, TEMPERATURE)
+    expected = reference_grads(ref_model, full, actor_config(False, False, loss_avg_mode="token-mean"))
+    config = actor_config(True, True, ulysses_size=world_size, loss_avg_mode="token-mean")
+    optimizer = recording_optimizer(model)
+    actor = DataParallelPPOActor(config, model, optimizer, rollout_n=1, sp_group=group)
+    log_probs = actor.compute_log_probs(full, TEMPERATURE)
+    assert (log_probs - reference["log_probs"]).abs().max().item() <= 1e-5
+    actor.update_policy(full)
+    got = {key: value for key, value in optimizer.grads.items() if value is not None}
+    assert set(got) == set(expected), set(got) ^ set(expected)
+    assert any("visual" in key for key in got)  # the vision tower trains through the split language model
+    for key, grad in got.items():
+        atol = 1e-5 * expected[key].abs().max().item() + 1e-9
+        torch.testing.assert_close(grad, expected[key], rtol=1e-4, atol=atol, msg=lambda m, key=key: f"{key}: {m}")
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_ulysses_vl_two_ranks_equal_one_process(tmp_path):
+    spawn(_run_vl, WORLD_SIZE, get_or_build_tiny_model("qwen2_5_vl", str(tmp_path / "models")))
+
+
 @pytest.mark.slow
 def test_ulysses_two_ranks_equal_one_process(tmp_path):
     spawn(_run, WORLD_SIZE, get_or_build_tiny_model("qwen2", str(tmp_path / "models")))

@@ -21,7 +21,10 @@ So activations per rank shrink by the group size, and attention stays exact. The
 entropy, values) are then gathered so that every rank of the group holds the whole micro-batch's values and
 computes the same loss; gradients flow back through the collectives to the rank that computed each token.
 
-The attention heads and the key/value heads must be divisible by the group size. Data: the trainer hands each rank
+A vision-language model embeds the whole row on every rank of the group (its vision tower runs on all the
+micro-batch's images) and slices the embeddings before its language model; only causal (language) attention is
+split, the vision tower's attention is not. The attention heads and the key/value heads must be divisible by the
+group size. Data: the trainer hands each rank
 its own rows; `gather_rows` joins the rows of a group (each rank then works on all of them, split by sequence) and
 `own_rows` picks a rank's own rows out of a result.
 """
@@ -70,6 +73,47 @@ def sequence_parallel(group: dist.ProcessGroup | None) -> Iterator[None]:
 def active_group() -> dist.ProcessGroup | None:
     """The sequence-parallel group of the running forward, or None."""
     return _GROUP
+
+
+# ---------------------------------------------------------------------------------------------- vision-language models
+
+_LANGUAGE_MODEL_SLICE: slice | None = None
+"""While set, the language model of a VLM gets only this slice of its input embeddings and position ids."""
+
+
+@contextlib.contextmanager
+def language_model_slice(model: Any, local: slice) -> Iterator[None]:
+    """A VLM builds the input embeddings of the whole row (its vision features scattered into the image tokens);
+    within the block, the language model then receives this rank's `local` slice of them (and of the position ids).
+
+    The slicing is a pre-hook on the language model, installed once per model.
+    """
+    global _LANGUAGE_MODEL_SLICE
+    from verl.utils.model_utils import get_language_model
+
+    language_model = get_language_model(model)
+    if language_model is None:
+        raise NotImplementedError(f"{type(model).__name__} has no language_model to give a slice of the row.")
+    if not getattr(language_model, "_verl_ulysses_hook", False):
+        language_model.register_forward_pre_hook(_slice_language_model_inputs, with_kwargs=True)
+        language_model._verl_ulysses_hook = True
+    previous, _LANGUAGE_MODEL_SLICE = _LANGUAGE_MODEL_SLICE, local
+    try:
+        yield
+    finally:
+        _LANGUAGE_MODEL_SLICE = previous
+
+
+def _slice_language_model_inputs(module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+    local = _LANGUAGE_MODEL_SLICE
+    if local is None:
+        return None
+    if kwargs.get("inputs_embeds") is None:
+        raise NotImplementedError(f"{type(module).__name__} is called without inputs_embeds; it cannot be sliced.")
+    kwargs["inputs_embeds"] = kwargs["inputs_embeds"][:, local]
+    if kwargs.get("position_ids") is not None:
+        kwargs["position_ids"] = kwargs["position_ids"][..., local]
+    return args, kwargs
 
 
 # ---------------------------------------------------------------------------------------------- collectives

@@ -707,11 +707,6 @@ def _check_ulysses(config: PPOConfig, role: str, section: Any) -> None:
     model_config = _read_model_config(section.model.model_path)
     if model_config is None:
         return  # a hub id: the worker checks the heads when it loads the config
-    if "vision_config" in model_config:
-        raise NotImplementedError(
-            f"{key}={size}: Ulysses sequence parallelism is implemented for text models only; "
-            f"'{section.model.model_path}' is a vision-language model. Set it to 1."
-        )
     text = model_config.get("text_config", model_config)
     for name in ("num_attention_heads", "num_key_value_heads"):
         heads = text.get(name)

@@ -271,10 +271,8 @@ def _forward_packed(module: nn.Module, micro: DataProto, head: Head, extra: dict
     packed_ids = input_ids.reshape(-1)[indices].unsqueeze(0)
     group = ulysses.active_group()
     if group is not None:
-        if packed_positions.dim() == 3 or extra:
-            raise NotImplementedError("Ulysses sequence parallelism is implemented for text models only.")
         values = _sequence_parallel_values(
-            module, packed_ids, text_positions, keep, labels, attention_mask, head, group
+            module, packed_ids, packed_positions, keep, labels, attention_mask, head, group, extra
         )
     else:
         output = module(
@@ -305,17 +303,22 @@ def _sequence_parallel_values(
     attention_mask: torch.Tensor,
     head: Head,
     group: dist.ProcessGroup,
+    extra: dict,
 ) -> dict[str, torch.Tensor]:
     """`head`'s values at the kept positions of a packed row that the ranks of `group` share (Ulysses): the row is
     padded to a multiple of the group size (the padding is a sequence of its own, so nothing attends to it), each rank
-    runs its slice, and the per-token values are gathered so that every rank returns those of the whole row."""
+    runs its slice, and the per-token values are gathered so that every rank returns those of the whole row.
+
+    A text model gets its slice of the token ids; a VLM (mrope `positions` (4, 1, T), or vision inputs in `extra`)
+    gets the whole row, embeds it with its images, and its language model takes the slice (a ulysses hook)."""
     size, rank = dist.get_world_size(group), dist.get_rank(group)
     total = packed_ids.shape[1]
     pad = -total % size
     lengths = attention_mask.sum(dim=-1)
     if pad:
         packed_ids = torch.cat([packed_ids, packed_ids.new_zeros(1, pad)], dim=1)
-        positions = torch.cat([positions, torch.arange(pad, device=positions.device).unsqueeze(0)], dim=1)
+        filler = torch.arange(pad, device=positions.device).expand(*positions.shape[:-1], pad)
+        positions = torch.cat([positions, filler], dim=-1)
         keep = torch.cat([keep, keep.new_zeros(pad)])
         lengths = torch.cat([lengths, lengths.new_full((1,), pad)])
     width = (total + pad) // size
@@ -323,13 +326,16 @@ def _sequence_parallel_values(
     local_keep = keep[local]
     all_labels = labels.new_zeros(total + pad)
     all_labels[keep] = labels
-    output = module(
-        input_ids=packed_ids[:, local],
-        position_ids=positions[:, local],
-        use_cache=False,
-        logits_to_keep=torch.nonzero(local_keep).flatten(),
+    common = {
+        "use_cache": False,
+        "logits_to_keep": torch.nonzero(local_keep).flatten(),
         **packed_sequence_kwargs(lengths),
-    )
+    }
+    if positions.dim() == 3 or extra:
+        with ulysses.language_model_slice(module, local):
+            output = module(input_ids=packed_ids, position_ids=positions, **common, **extra)
+    else:
+        output = module(input_ids=packed_ids[:, local], position_ids=positions[:, local], **common)
     local_values = head(output.logits[0], all_labels[local][local_keep])
     values = {}
     for name, value in local_values.items():
