@@ -123,16 +123,13 @@ def merge_lora(
     from safetensors.torch import save_file
     from transformers import AutoConfig
 
+    from verl.utils.lora import lora_merge_plan_from_names, lora_scaling, merge_weight, peft_adapter_state
+
     hf_dir = os.path.join(local_dir, HF_SUBDIR)
     state = _load_checkpoint_tensors(local_dir)
     if adapter_only:
-        adapter = {}
-        for name, tensor in state.items():
-            parts = name.rsplit(".", 3)  # <layer>.lora_A.default.weight
-            if len(parts) == 4 and parts[1] in ("lora_A", "lora_B") and parts[3] == "weight":
-                adapter[f"base_model.model.{parts[0]}.{parts[1]}.weight"] = tensor.to(
-                    getattr(torch, torch_dtype_name(dtype))
-                ).contiguous()
+        torch_dtype = getattr(torch, torch_dtype_name(dtype))
+        adapter = {name: tensor.to(torch_dtype).contiguous() for name, tensor in peft_adapter_state(state).items()}
         os.makedirs(target_dir, exist_ok=True)
         save_file(adapter, os.path.join(target_dir, "adapter_model.safetensors"), metadata={"format": "pt"})
         config = dict(
@@ -152,25 +149,19 @@ def merge_lora(
             f"The base model '{base_path}' of this LoRA checkpoint does not exist; pass --base_model with its "
             "current location."
         )
-    rank, alpha = adapter_config["r"], adapter_config["lora_alpha"]
-    scaling = alpha / rank**0.5 if adapter_config.get("use_rslora") else alpha / rank
+    scaling = lora_scaling(adapter_config)
     config = AutoConfig.from_pretrained(hf_dir)
     model = model_class(config).from_pretrained(base_path, config=config, dtype=torch.float32)
     params = dict(model.named_parameters())
-    merged = 0
-    with torch.no_grad():
-        for name, tensor in state.items():
-            if not name.endswith(".lora_A.default.weight"):
-                continue
-            prefix = name[: -len(".lora_A.default.weight")]
-            target = params.get(f"{prefix}.weight")
-            if target is None:
-                raise ValueError(f"The adapter of '{prefix}' has no layer in the base model '{base_path}'.")
-            lora_b = state[f"{prefix}.lora_B.default.weight"]
-            target.add_((lora_b.float() @ tensor.float()) * scaling)
-            merged += 1
-    if merged == 0:
+    plan = lora_merge_plan_from_names(state)
+    if not plan:
         raise ValueError(f"'{local_dir}' holds no LoRA adapter tensors.")
+    with torch.no_grad():
+        for weight_name, (a_name, b_name) in plan.items():
+            target = params.get(weight_name)
+            if target is None:
+                raise ValueError(f"The adapter of '{weight_name}' has no layer in the base model '{base_path}'.")
+            target.copy_(merge_weight(target, state[a_name], state[b_name], scaling))
     model.to(getattr(torch, torch_dtype_name(dtype)))
     model.save_pretrained(target_dir, safe_serialization=True)
     _copy_side_files(hf_dir, target_dir, skip=("config.json", "adapter_config.json"))

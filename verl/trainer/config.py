@@ -326,6 +326,7 @@ def fill_derived(config: PPOConfig) -> PPOConfig:
         trainer.save_checkpoint_path = os.path.join("checkpoints", trainer.project_name, trainer.experiment_name)
     trainer.save_checkpoint_path = os.path.abspath(trainer.save_checkpoint_path)
     rollout = config.worker.rollout
+    rollout.env = _absolutize_function(rollout.env)
     if rollout.max_model_len is None:
         rollout.max_model_len = rollout.prompt_length + rollout.response_length
     return config
@@ -671,6 +672,17 @@ def _check_paths(config: PPOConfig) -> None:
             check_reward_function(spec, reward.routes_kwargs.get(route, {}))
         except RewardFunctionLoadError as err:
             raise ConfigError(f"worker.reward.routes.{route}: {err}") from None
+    rollout = config.worker.rollout
+    if rollout.env:
+        from ..envs.loader import EnvironmentLoadError, load_environment
+
+        if rollout.max_turns < 1:
+            raise ConfigError(f"worker.rollout.max_turns={rollout.max_turns} must be at least 1.")
+        _positive(config, "worker.rollout.max_tokens_per_turn")
+        try:  # imports the file and builds the class once: a missing file, class or bad kwargs is named now
+            load_environment(rollout.env, rollout.env_kwargs)
+        except EnvironmentLoadError as err:
+            raise ConfigError(str(err)) from None
     if config.trainer.load_checkpoint_path:
         path = config.trainer.load_checkpoint_path
         _check_path("trainer.load_checkpoint_path", path, "directory")

@@ -96,7 +96,13 @@ def load_loader_state(loader: StatefulDataLoader, state: dict[str, Any]) -> None
 
 
 def build_dataset(
-    source: str, config: DataConfig, tokenizer: Any, processor: Any, model_config: Any = None, limit_images: int = 0
+    source: str,
+    config: DataConfig,
+    tokenizer: Any,
+    processor: Any,
+    model_config: Any = None,
+    limit_images: int = 0,
+    tools: list[dict[str, Any]] | None = None,
 ) -> RLHFDataset:
     """An RLHFDataset for `source` with every rendering and filtering option taken from the data config.
 
@@ -124,6 +130,7 @@ def build_dataset(
         model_config=model_config,
         limit_images=limit_images,
         allow_paths_outside_image_dir=config.allow_paths_outside_image_dir,
+        tools=tools,
     )
 
 
@@ -133,6 +140,7 @@ def create_dataloader(
     processor: Any,
     model_config: Any = None,
     limit_images: int = 0,
+    tools: list[dict[str, Any]] | None = None,
 ) -> tuple[StatefulDataLoader, StatefulDataLoader | None]:
     """(train loader, validation loader or None when data.val_files is empty).
 
@@ -142,7 +150,7 @@ def create_dataloader(
     """
     meta_info = {"min_pixels": config.min_pixels, "max_pixels": config.max_pixels, "video_fps": config.video_fps}
     collator = BatchCollator(meta_info)
-    train_dataset = build_dataset(config.train_files, config, tokenizer, processor, model_config, limit_images)
+    train_dataset = build_dataset(config.train_files, config, tokenizer, processor, model_config, limit_images, tools)
     batch_size = config.mini_rollout_batch_size or config.rollout_batch_size
     key = "data.mini_rollout_batch_size" if config.mini_rollout_batch_size else "data.rollout_batch_size"
     if len(train_dataset) < batch_size:
@@ -165,7 +173,7 @@ def create_dataloader(
     )
     if not config.val_files:
         return train_dataloader, None
-    val_dataset = build_dataset(config.val_files, config, tokenizer, processor, model_config, limit_images)
+    val_dataset = build_dataset(config.val_files, config, tokenizer, processor, model_config, limit_images, tools)
     val_batch_size = len(val_dataset) if config.val_batch_size == -1 else config.val_batch_size
     if val_batch_size <= 0:
         raise ValueError(f"data.val_batch_size must be positive or -1 (the whole set), got {config.val_batch_size}.")

@@ -78,6 +78,26 @@ def compute_data_metrics(batch: DataProto, use_critic: bool) -> dict[str, float]
     metrics["response_length/clip_ratio"] = (response_length >= max_response_length).float().mean().item()
     metrics.update(_stats("prompt_length", prompt_length))
     metrics["prompt_length/clip_ratio"] = (prompt_length >= max_prompt_length).float().mean().item()
+    metrics.update(compute_env_metrics(batch))
+    return metrics
+
+
+ENV_COLUMNS = ("turns", "tool_calls", "tool_errors", "truncated")
+"""Per-episode counts of multi-turn rollouts (non-tensor columns env_<name>), logged as env/<name>/mean."""
+
+
+def compute_env_metrics(batch: DataProto) -> dict[str, float]:
+    """Means of the episodes' model turns, tool calls, tool errors and truncations; {} for single-turn rollouts.
+    Environment tokens are in the response but not in response_length (which counts the model's tokens)."""
+    metrics = {}
+    for name in ENV_COLUMNS:
+        column = batch.non_tensor_batch.get(f"env_{name}")
+        if column is not None and len(column):
+            metrics[f"env/{name}/mean"] = float(np.mean(column.astype(np.float64)))
+    if "env_turns" in batch.non_tensor_batch:
+        response_length = batch.batch["responses"].shape[-1]
+        valid = batch.batch["attention_mask"][:, -response_length:].sum(-1).float()
+        metrics["env/env_tokens/mean"] = (valid - batch.batch["response_mask"].sum(-1).float()).mean().item()
     return metrics
 
 

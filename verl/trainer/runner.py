@@ -151,8 +151,15 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any]:
         min_pixels=config.data.min_pixels,
         max_pixels=config.data.max_pixels,
     )
+    rollout = config.worker.rollout
+    tools = None
+    if rollout.env:  # a tool environment describes its tools in every prompt, through the chat template
+        from ..envs import load_environment
+
+        schemas = getattr(load_environment(rollout.env, rollout.env_kwargs), "tool_schemas", None)
+        tools = schemas() if schemas is not None else None
     train_dataloader, val_dataloader = create_dataloader(
-        config.data, tokenizer, processor, limit_images=config.worker.rollout.limit_images
+        config.data, tokenizer, processor, limit_images=rollout.limit_images, tools=tools
     )
     return train_dataloader, val_dataloader, tokenizer, processor
 

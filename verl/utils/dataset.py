@@ -136,8 +136,11 @@ class RLHFDataset(Dataset):
         model_config: Any | None = None,
         limit_images: int = 0,
         allow_paths_outside_image_dir: bool = False,
+        tools: list[dict[str, Any]] | None = None,
     ) -> None:
         self.tokenizer = tokenizer
+        self.tools = tools
+        """JSON schemas of the rollout environment's tools, rendered into every prompt by the chat template."""
         self.processor = processor
         self.prompt_key, self.answer_key, self.image_key, self.video_key = prompt_key, answer_key, image_key, video_key
         self.image_dir = os.path.expanduser(image_dir) if image_dir else None
@@ -352,8 +355,9 @@ class RLHFDataset(Dataset):
         content = self._format(index, row, prompt)
         messages = [{"role": "user", "content": self._content(index, content, len(images), len(videos))}]
         renderer = self.processor if self.processor is not None else self.tokenizer
+        tools = {"tools": self.tools} if self.tools else {}
         text = renderer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=False, chat_template=self.chat_template
+            messages, add_generation_prompt=True, tokenize=False, chat_template=self.chat_template, **tools
         )
         return _Prompt(row=row, text=text, images=images, videos=videos, ground_truth=answer, content=content)
 

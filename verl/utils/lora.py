@@ -149,6 +149,17 @@ def lora_merge_plan(model: nn.Module) -> dict[str, tuple[str, str, float]]:
     return plan
 
 
+def lora_merge_plan_from_names(state: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """plain model weight name -> (lora_A name, lora_B name) for every adapter in a state dict of adapter tensors."""
+    plan = {}
+    for name in state:
+        match = _LORA_PARAM.match(name)
+        if match is not None and match["part"] == "A":
+            prefix = match["prefix"]
+            plan[f"{prefix}.weight"] = (name, f"{prefix}.lora_B.{ADAPTER_NAME}.weight")
+    return plan
+
+
 def merge_weight(base: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor, scaling: float) -> torch.Tensor:
     """W + scaling x B @ A, computed in float32 and returned in the base weight's dtype."""
     delta = (lora_b.float() @ lora_a.float()) * scaling

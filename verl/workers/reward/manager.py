@@ -133,14 +133,24 @@ def _prompt_texts(data: DataProto, tokenizer: Any, prompt_key: str | None) -> li
     )
 
 
+def _response_tokens(data: DataProto) -> torch.Tensor:
+    """Every valid token of the responses: the model's and, in multi-turn episodes, the environment's (which the
+    loss mask leaves out) alike."""
+    response_length = data.batch["responses"].shape[-1]
+    return data.batch["attention_mask"][:, -response_length:].bool() | _valid_response_mask(data)
+
+
 def build_reward_inputs(data: DataProto, tokenizer: Any, skip_special_tokens: bool = True) -> list[RewardInput]:
-    """One RewardInput per sample of a rollout batch (tensors prompts/responses/response_mask/attention_mask)."""
+    """One RewardInput per sample of a rollout batch (tensors prompts/responses/response_mask/attention_mask).
+
+    `response` is the decoded text of the whole response (in a multi-turn episode: every model turn and every
+    environment turn between them); `response_length` counts the model's tokens."""
     responses = data.batch["responses"]
-    mask = _valid_response_mask(data)
+    tokens = _response_tokens(data)
     texts = tokenizer.batch_decode(
-        [ids[row_mask].tolist() for ids, row_mask in zip(responses, mask)], skip_special_tokens=skip_special_tokens
+        [ids[row_mask].tolist() for ids, row_mask in zip(responses, tokens)], skip_special_tokens=skip_special_tokens
     )
-    lengths = mask.sum(dim=-1).tolist()
+    lengths = _valid_response_mask(data).sum(dim=-1).tolist()
     prompt_key = _prompt_key(data)
     prompts = _prompt_texts(data, tokenizer, prompt_key)
     columns = data.non_tensor_batch

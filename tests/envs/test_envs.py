@@ -1,0 +1,138 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""verl.envs without an engine: tool-call parsing, tools that fail, hang or run wild, loading errors, and the chat
+template continuation that the rollout appends after a model turn."""
+
+import time
+
+import pytest
+
+from verl.envs import ToolEnv, load_environment, parse_tool_calls, python_tool
+from verl.envs.loader import EnvironmentLoadError
+from verl.utils.tiny_models import build_tokenizer
+from verl.workers.rollout.multi_turn import ChatContinuation
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: the first
+        b: the second
+    """
+    return a + b
+
+
+def explode(x: int) -> int:
+    """Always fails.
+
+    Args:
+        x: ignored
+    """
+    raise RuntimeError("boom")
+
+
+def test_tool_calls_are_parsed_and_bad_ones_named():
+    text = (
+        'I will add. <tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+        '<tool_call>{"name": "add", "arguments": "{\\"a\\": 1, \\"b\\": 1}"}</tool_call>'
+        "<tool_call>not json</tool_call><tool_call>[1, 2]</tool_call>"
+    )
+    calls = parse_tool_calls(text)
+    assert calls[0] == {"name": "add", "arguments": {"a": 2, "b": 3}}
+    assert calls[1] == {"name": "add", "arguments": {"a": 1, "b": 1}}
+    assert "not valid JSON" in calls[2] and "JSON object" in calls[3]
+    assert parse_tool_calls("The answer is 5.") == []
+
+
+def test_tool_env_runs_tools_and_returns_errors_as_messages():
+    env = ToolEnv(tools=[add, explode])
+    schemas = env.tool_schemas()
+    assert [schema["function"]["name"] for schema in schemas] == ["add", "explode"]
+    assert schemas[0]["function"]["parameters"]["required"] == ["a", "b"]
+    state = env.reset({"ground_truth": "5"})
+    step = env.step(
+        state,
+        '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
+        '<tool_call>{"name": "explode", "arguments": {"x": 1}}</tool_call>'
+        '<tool_call>{"name": "nope", "arguments": {}}</tool_call>'
+        '<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>',
+    )
+    assert not step.done and step.tool_calls == 4 and step.tool_errors == 3
+    contents = [message["content"] for message in step.messages]
+    assert contents[0] == "5" and all(message["role"] == "tool" for message in step.messages)
+    assert "RuntimeError: boom" in contents[1] and "no tool named 'nope'" in contents[2]
+    assert "TypeError" in contents[3]
+    final = env.step(state, "The answer is 5.")
+    assert final.done and final.messages == []
+    with pytest.raises(ValueError, match="unique"):
+        ToolEnv(tools=[add, add])
+
+
+def test_the_python_tool_is_sandboxed():
+    assert python_tool("print(6 * 7)").strip() == "42"
+    start = time.monotonic()
+    hung = python_tool("while True:\n    pass\n")
+    assert hung.startswith("Error (") and time.monotonic() - start < 30  # cut off, not a stalled worker
+    assert python_tool("x = bytearray(8 * 1024**3)").startswith("Error (")  # memory cap
+    assert python_tool("import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)").startswith("Error (")
+    assert "ZeroDivisionError" in python_tool("1 / 0")
+
+
+def test_loading_names_the_key(tmp_path):
+    (tmp_path / "env.py").write_text(
+        "from verl.envs import MultiTurnEnv\n"
+        "class Echo(MultiTurnEnv):\n"
+        "    def __init__(self, rounds=1):\n"
+        "        self.rounds = rounds\n"
+        "    def env_response(self, state, response):\n"
+        "        return [{'role': 'user', 'content': 'again'}], False\n"
+        "class NotAnEnv:\n"
+        "    pass\n"
+    )
+    env = load_environment(f"{tmp_path / 'env.py'}:Echo", {"rounds": 3})
+    assert env.rounds == 3
+    for spec, pattern in (
+        (f"{tmp_path / 'env.py'}:Missing", "no Environment subclass named 'Missing'"),
+        (f"{tmp_path / 'env.py'}:NotAnEnv", "no Environment subclass"),
+        (f"{tmp_path / 'nope.py'}:Echo", "does not exist"),
+        ("env.py", "path/to/env.py:ClassName"),
+    ):
+        with pytest.raises(EnvironmentLoadError, match=pattern):
+            load_environment(spec)
+    with pytest.raises(EnvironmentLoadError, match="env_kwargs"):
+        load_environment(f"{tmp_path / 'env.py'}:Echo", {"bad": 1})
+
+
+def test_continuation_is_what_the_template_writes_between_turns():
+    tokenizer = build_tokenizer()
+    continuation = ChatContinuation(tokenizer)
+    messages = [{"role": "user", "content": "higher"}]
+    turn_end = "<|im_end|>"
+    ids = continuation.ids(messages, turn_end)
+    # the template's rendering of a conversation with the reply, after the model's own turn text, token for token
+    history = [
+        {"role": "user", "content": "Guess."},
+        {"role": "assistant", "content": "50"},
+        *messages,
+    ]
+    full = tokenizer.apply_chat_template(history, tokenize=False, add_generation_prompt=True)
+    upto_turn = (
+        tokenizer.apply_chat_template(history[:1], tokenize=False, add_generation_prompt=True) + "50" + turn_end
+    )
+    assert full.startswith(upto_turn)
+    assert tokenizer.decode(ids, skip_special_tokens=False) == full[len(upto_turn) :]
+    assert ids == tokenizer.encode(full[len(upto_turn) :], add_special_tokens=False)
+    # a turn cut by max_tokens_per_turn has no end-of-turn token yet: the continuation closes it
+    assert tokenizer.decode(continuation.ids(messages, ""), skip_special_tokens=False).startswith(turn_end)

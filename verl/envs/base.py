@@ -1,0 +1,80 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Environments for multi-turn rollouts: what answers the model between its turns.
+
+An episode starts from one dataset row (`reset`) and alternates model turns and environment turns: after each model
+turn, `step` gets the text the model wrote and returns the chat messages the environment adds (a user reply, tool
+results) or says the episode is done. The rollout (verl.workers.rollout.multi_turn) renders those messages with the
+chat template, appends their tokens to the sequence with a zero loss mask, and lets the model continue; the actor,
+reference and critic later see exactly the token ids the engine saw.
+
+    class GuessNumber(MultiTurnEnv):
+        def env_response(self, state, response):
+            guess = parse(response)
+            if guess == state["row"]["answer"]:
+                return [], True
+            return [{"role": "user", "content": "higher" if guess < ... else "lower"}], False
+
+`worker.rollout.env=path/to/env.py:GuessNumber` (keyword arguments from `worker.rollout.env_kwargs`) loads one
+instance per worker process; `worker.rollout.max_turns` bounds the model turns of an episode, and the rollout's
+response length bounds all its tokens together.
+"""
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass
+class EnvStep:
+    """What the environment does after a model turn."""
+
+    messages: list[dict[str, Any]]
+    """Chat messages to append before the model's next turn (roles user or tool); empty when done."""
+    done: bool
+    """The episode ends here (the model's last turn is final)."""
+    tool_calls: int = 0
+    """Tool calls this turn made (logged as env/tool_calls)."""
+    tool_errors: int = 0
+    """Tool calls that failed, timed out or named no known tool (env/tool_errors)."""
+
+
+class Environment:
+    """The interface. One instance serves every episode of a worker; per-episode data lives in the `state` dict."""
+
+    def reset(self, row: dict[str, Any]) -> dict[str, Any]:
+        """The state of a new episode for a dataset `row` (its prompt text, `ground_truth` and other columns)."""
+        return {"row": row}
+
+    def step(self, state: dict[str, Any], response: str) -> EnvStep:
+        """React to the model's latest turn (`response`, its decoded text); may update `state`."""
+        raise NotImplementedError
+
+
+class SingleTurnEnv(Environment):
+    """Today's behaviour: one model turn, nothing added."""
+
+    def step(self, state: dict[str, Any], response: str) -> EnvStep:
+        return EnvStep(messages=[], done=True)
+
+
+class MultiTurnEnv(Environment):
+    """An environment that replies with messages until it says the episode is done: implement `env_response`."""
+
+    def env_response(self, state: dict[str, Any], response: str) -> tuple[list[dict[str, Any]], bool]:
+        """(messages to add, done) after the model's turn `response`."""
+        raise NotImplementedError
+
+    def step(self, state: dict[str, Any], response: str) -> EnvStep:
+        messages, done = self.env_response(state, response)
+        return EnvStep(messages=[] if done else list(messages), done=bool(done))

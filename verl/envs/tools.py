@@ -1,0 +1,125 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Tool use: the model calls plain Python functions in its chat template's native format; results come back as
+tool messages.
+
+The calls are Qwen's (and Hermes') `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks, as the Qwen2.5
+chat template describes them when it is given `tools`: each function's JSON schema (from its signature and
+docstring, `transformers.utils.get_json_schema`) goes into the prompt through `tool_schemas()`, which the dataset
+passes to the chat template. A turn without a tool call ends the episode (the model answered).
+
+Safety: a tool that raises returns "Error: ..." to the model; `python_tool` runs code in verl.utils.sandbox (its
+own process, wall-clock and CPU limits, a memory cap, no network, a scratch directory), so a crashing, hanging or
+memory-hungry program cannot stall or kill the worker. Plain function tools run in the worker process: give them
+code that returns, or wrap them with the sandbox.
+"""
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from .base import EnvStep, MultiTurnEnv
+
+
+TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+MAX_RESULT_CHARS = 2000
+"""Longest tool result handed back to the model (a longer one is cut, with a note)."""
+
+
+def parse_tool_calls(text: str) -> list[dict[str, Any] | str]:
+    """The tool calls in a model turn: {"name", "arguments"} dicts, or an error string for a malformed block."""
+    calls: list[dict[str, Any] | str] = []
+    for body in TOOL_CALL.findall(text):
+        try:
+            call = json.loads(body)
+        except ValueError as error:
+            calls.append(f"the tool call is not valid JSON ({error})")
+            continue
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            calls.append('a tool call must be a JSON object with a "name" and "arguments"')
+            continue
+        arguments = call.get("arguments", {})
+        if isinstance(arguments, str):  # some models write the arguments as a JSON string
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                calls.append("the tool call's arguments are not a JSON object")
+                continue
+        if not isinstance(arguments, dict):
+            calls.append("the tool call's arguments are not a JSON object")
+            continue
+        calls.append({"name": call["name"], "arguments": arguments})
+    return calls
+
+
+def python_tool(code: str) -> str:
+    """Run a Python program and return what it prints (stdout), or its error.
+
+    Args:
+        code: the complete program; print the values you need.
+    """
+    from verl.utils.sandbox import SandboxLimits, run_python
+
+    result = run_python(code, limits=SandboxLimits(wall_s=5.0, cpu_s=3.0, memory_mb=512, output_kb=64))
+    if result.status == "ok":
+        return result.stdout
+    return f"Error ({result.status}): {result.stderr.strip()[-500:] or 'no output'}"
+
+
+class ToolEnv(MultiTurnEnv):
+    """Calls the model's tools until a turn has no tool call. Subclass it with `tools`, or pass them."""
+
+    tools: tuple[Callable[..., Any], ...] = ()
+
+    def __init__(self, tools: list[Callable[..., Any]] | None = None) -> None:
+        self.tools = tuple(tools) if tools is not None else tuple(self.tools)
+        names = [tool.__name__ for tool in self.tools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"ToolEnv: tool names must be unique, got {names}.")
+        self._by_name = dict(zip(names, self.tools))
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """The JSON schemas of the tools, for the chat template's `tools` argument."""
+        from transformers.utils import get_json_schema
+
+        return [get_json_schema(tool) for tool in self.tools]
+
+    def call(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
+        """(result text, failed) of one call."""
+        tool = self._by_name.get(name)
+        if tool is None:
+            return f"Error: there is no tool named {name!r}; the tools are {sorted(self._by_name)}.", True
+        try:
+            result = tool(**arguments)
+        except Exception as error:  # the model's call is untrusted input: any failure goes back to it as text
+            return f"Error: {name} raised {type(error).__name__}: {error}", True
+        text = result if isinstance(result, str) else json.dumps(result, default=str)
+        if len(text) > MAX_RESULT_CHARS:
+            text = text[:MAX_RESULT_CHARS] + f"\n[... {len(text) - MAX_RESULT_CHARS} more characters cut]"
+        return text, text.startswith("Error")
+
+    def step(self, state: dict[str, Any], response: str) -> EnvStep:
+        calls = parse_tool_calls(response)
+        if not calls:
+            return EnvStep(messages=[], done=True)
+        messages, errors = [], 0
+        for call in calls:
+            if isinstance(call, str):
+                text, failed = f"Error: {call}.", True
+            else:
+                text, failed = self.call(call["name"], call["arguments"])
+            errors += failed
+            messages.append({"role": "tool", "content": text})
+        return EnvStep(messages=messages, done=False, tool_calls=len(calls), tool_errors=errors)
