@@ -136,3 +136,44 @@ def test_continuation_is_what_the_template_writes_between_turns():
     assert ids == tokenizer.encode(full[len(upto_turn) :], add_special_tokens=False)
     # a turn cut by max_tokens_per_turn has no end-of-turn token yet: the continuation closes it
     assert tokenizer.decode(continuation.ids(messages, ""), skip_special_tokens=False).startswith(turn_end)
+
+
+def test_tool_schemas_reach_the_prompt_and_env_keys_are_checked(tmp_path):
+    import json
+
+    from verl.trainer.config import load_config
+    from verl.utils.config import ConfigError
+    from verl.utils.dataset import RLHFDataset
+
+    tokenizer = build_tokenizer()
+    rows = [{"prompt": "What is 6 x 7?", "answer": "42"}]
+    env = ToolEnv(tools=[add])
+    with_tools = RLHFDataset(rows, tokenizer, max_prompt_length=4096, tools=env.tool_schemas())
+    plain = RLHFDataset(rows, tokenizer, max_prompt_length=4096)
+    text = tokenizer.decode(with_tools[0]["raw_prompt_ids"])
+    assert (
+        "<tools>" in text and '"name": "add"' in text and "<tools>" not in tokenizer.decode(plain[0]["raw_prompt_ids"])
+    )
+
+    (tmp_path / "train.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "reward.py").write_text("def compute_score(sample):\n    return {'overall': 1.0}\n")
+    base = [
+        f"data.train_files={tmp_path / 'train.jsonl'}",
+        f"worker.actor.model.model_path={tmp_path / 'model'}",
+        f"worker.reward.reward_function={tmp_path / 'reward.py'}:compute_score",
+        "trainer.n_gpus_per_node=2",
+        "data.rollout_batch_size=2",
+        "worker.actor.global_batch_size=2",
+        "worker.rollout.n=2",
+    ]
+    calculator = "examples/envs/calculator.py:Calculator"
+    config = load_config([*base, f"worker.rollout.env={calculator}", "worker.rollout.max_turns=3"])
+    assert (
+        config.worker.rollout.env.endswith("examples/envs/calculator.py:Calculator")
+        and config.worker.rollout.env[0] == "/"
+    )
+    with pytest.raises(ConfigError, match="worker.rollout.env=.*no Environment subclass named 'Nope'"):
+        load_config([*base, "worker.rollout.env=examples/envs/calculator.py:Nope"])
+    with pytest.raises(ConfigError, match="max_turns=0 must be at least 1"):
+        load_config([*base, f"worker.rollout.env={calculator}", "worker.rollout.max_turns=0"])

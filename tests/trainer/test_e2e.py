@@ -415,6 +415,43 @@ def test_ulysses_run_equals_the_unsplit_run(workspace):
         assert split[2][key] == pytest.approx(unsplit[2][key], rel=1e-4, abs=1e-6), key
 
 
+def test_multi_turn_run_with_an_environment(workspace):
+    """The guess-the-number game through the trainer: several turns per episode, the environment's outcome reaches
+    the reward function and the logs, and the update trains on the model's tokens only."""
+    game = os.path.join(REPO, "examples", "envs", "guess_number.py")
+    # the untrained model rarely wins: reward the variety of its last turn too, so the updates are not zero
+    reward = workspace["root"] / "game_reward.py"
+    reward.write_text(
+        "def compute_score(sample):\n"
+        "    info = sample['extra_info']\n"
+        "    variety = len(set(info['last_turn'])) / 8.0\n"
+        "    return {'overall': info['env_solved'] + variety, 'solved': info['env_solved']}\n"
+    )
+    config = load_config(
+        text_args(
+            workspace,
+            "multi_turn",
+            f"worker.rollout.env={game}:GuessNumber",
+            "worker.rollout.max_turns=3",
+            "worker.rollout.max_tokens_per_turn=4",
+            "data.max_response_length=64",
+            f"worker.reward.reward_function={reward}:compute_score",
+            "algorithm.use_kl_loss=true",
+            "trainer.val_before_train=false",
+            "trainer.val_freq=-1",
+        )
+    )
+    run_ppo(config)
+    steps = [row for row in read_log(workspace["root"] / "multi_turn") if "actor/pg_loss" in row]
+    assert [row["step"] for row in steps] == [1, 2]
+    for row in steps:
+        assert row["env/turns/mean"] > 1  # episodes went on after the first turn
+        assert 0 <= row["env/solved/mean"] <= 1 and row["env/env_tokens/mean"] > 0
+        assert row["reward/solved"] == pytest.approx(row["env/solved/mean"])
+        assert row["response_length/mean"] <= 3 * 4  # the model's tokens only: at most 4 per turn
+    assert steps[-1]["actor/kl_loss"] > 0
+
+
 def test_full_disk_at_a_save_keeps_the_previous_checkpoint(workspace, small_disk):
     """The second step's save hits a really full disk (a tmpfs sized to hold one checkpoint and a half): the run
     stops with an error naming the cause, the partial step is gone and step 1 is intact and still the latest."""

@@ -60,6 +60,11 @@ class Environment:
         """React to the model's latest turn (`response`, its decoded text); may update `state`."""
         raise NotImplementedError
 
+    def episode_info(self, state: dict[str, Any]) -> dict[str, float]:
+        """Numbers about a finished episode (e.g. {"solved": 1.0}); each becomes the column env_<name>, which the
+        reward function reads as extra_info["env_<name>"] and the trainer logs as env/<name>/mean."""
+        return {}
+
 
 class SingleTurnEnv(Environment):
     """Today's behaviour: one model turn, nothing added."""

@@ -90,10 +90,9 @@ def compute_env_metrics(batch: DataProto) -> dict[str, float]:
     """Means of the episodes' model turns, tool calls, tool errors and truncations; {} for single-turn rollouts.
     Environment tokens are in the response but not in response_length (which counts the model's tokens)."""
     metrics = {}
-    for name in ENV_COLUMNS:
-        column = batch.non_tensor_batch.get(f"env_{name}")
-        if column is not None and len(column):
-            metrics[f"env/{name}/mean"] = float(np.mean(column.astype(np.float64)))
+    for key, column in batch.non_tensor_batch.items():  # the counts above and the environment's episode_info
+        if key.startswith("env_") and len(column):
+            metrics[f"env/{key[len('env_') :]}/mean"] = float(np.nanmean(column.astype(np.float64)))
     if "env_turns" in batch.non_tensor_batch:
         response_length = batch.batch["responses"].shape[-1]
         valid = batch.batch["attention_mask"][:, -response_length:].sum(-1).float()

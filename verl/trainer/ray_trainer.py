@@ -81,10 +81,11 @@ def timer(name: str, timing_raw: dict[str, float]) -> Iterator[None]:
     timing_raw[name] = timing_raw.get(name, 0.0) + time.perf_counter() - start
 
 
-def split_generation_inputs(batch: DataProto) -> DataProto:
-    """Pop the prompt tensors (replaced by prompt+response after generation) and share the raw prompt columns."""
+def split_generation_inputs(batch: DataProto, all_columns: bool = False) -> DataProto:
+    """Pop the prompt tensors (replaced by prompt+response after generation) and share the raw prompt columns (with
+    `all_columns`, every non-tensor column: a multi-turn environment starts its episodes from the whole row)."""
     tensors = [key for key in GEN_TENSOR_KEYS if key in batch.batch.keys()]
-    non_tensors = [key for key in GEN_NON_TENSOR_KEYS if key in batch.non_tensor_batch]
+    non_tensors = [key for key in batch.non_tensor_batch if all_columns or key in GEN_NON_TENSOR_KEYS]
     gen_batch = batch.select(batch_keys=[], non_tensor_batch_keys=non_tensors)
     gen_batch.union(batch.pop(batch_keys=tensors))
     return gen_batch
@@ -181,7 +182,7 @@ class RayPPOTrainer:
         prompts.non_tensor_batch["uid"] = np.array(
             [f"{self.global_step}-{i}-{time.monotonic_ns()}" for i in range(len(prompts))], dtype=object
         )
-        gen_batch = split_generation_inputs(prompts)
+        gen_batch = split_generation_inputs(prompts, all_columns=bool(self.config.worker.rollout.env))
         gen_batch.meta_info.update(self._stage_meta())
         output = self.actor_rollout_ref_wg.generate_sequences(gen_batch)
         append_metrics(metrics, output.meta_info.pop("metrics", {}))
@@ -375,7 +376,7 @@ class RayPPOTrainer:
         wg.prepare_rollout_engine()
         for batch in self.val_dataloader:
             batch.non_tensor_batch["uid"] = np.array([f"val-{i}" for i in range(len(batch))], dtype=object)
-            gen_batch = split_generation_inputs(batch)
+            gen_batch = split_generation_inputs(batch, all_columns=bool(self.config.worker.rollout.env))
             gen_batch.meta_info.update({**self._stage_meta(), **overrides, "n": n, "validate": True})
             output = wg.generate_sequences(gen_batch)
             output.meta_info.pop("metrics", None)

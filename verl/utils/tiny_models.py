@@ -55,7 +55,7 @@ REWARD_KINDS: tuple[str, ...] = ("qwen2_rm",)
 """Kinds with a one-label score head (sequence classification) instead of an LM head; they get no generation config."""
 
 # Bump when the output of the builder changes, so cached directories (get_or_build_tiny_model) are rebuilt.
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 SPEC_FILE = "tiny_model_spec.json"
 
 # Qwen2's special tokens, appended after the BPE vocabulary in this order, as in Qwen (151643, 151644, ...).
@@ -76,13 +76,18 @@ SPECIAL_TOKENS: tuple[str, ...] = (
     "<|video_pad|>",
 )
 
+# With `tools`, their schemas go into the system message and calls are <tool_call> JSON blocks (as in Qwen2.5).
 # Qwen2-VL-Instruct style: `content` is a string, or a list of {"type": "image" | "video" | "text", ...} parts.
 # Each image/video part becomes one placeholder pad token that the processor expands to the real token count.
 CHAT_TEMPLATE = (
     "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
     "{% for message in messages %}"
     "{% if loop.first and message['role'] != 'system' %}"
-    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+    "<|im_start|>system\nYou are a helpful assistant."
+    "{% if tools %}\n\nTools you can call, as JSON schemas:\n<tools>"
+    "{% for tool in tools %}\n{{ tool | tojson }}{% endfor %}\n</tools>\n"
+    'Call one by writing <tool_call>{"name": ..., "arguments": {...}}</tool_call>.'
+    "{% endif %}<|im_end|>\n"
     "{% endif %}"
     "<|im_start|>{{ message['role'] }}\n"
     "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"

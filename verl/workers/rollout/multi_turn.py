@@ -85,6 +85,8 @@ class Episode:
     tool_errors: int = 0
     truncated: bool = False
     done: bool = False
+    last_turn: str = ""
+    """The decoded text of the model's latest turn (its final answer once the episode is done)."""
 
     def engine_input(self) -> dict[str, Any]:
         return {**self.prompt_input, "prompt_token_ids": list(self.prompt_input["prompt_token_ids"]) + self.ids}
@@ -134,11 +136,12 @@ def run_episodes(
             if with_logprobs:
                 episode.logprobs += [log_prob_of(entry, t) for entry, t in zip(completion.logprobs, new)]
             episode.turns += 1
+            episode.last_turn = tokenizer.decode(new, skip_special_tokens=True)
             ended = bool(new) and new[-1] in eos_token_ids
             if not (ended or cut_by_turn_limit):  # cut by the budget (or an empty turn): the episode cannot go on
                 episode.truncated, episode.done = True, True
                 continue
-            step = env.step(episode.state, tokenizer.decode(new, skip_special_tokens=True))
+            step = env.step(episode.state, episode.last_turn)
             episode.tool_calls += step.tool_calls
             episode.tool_errors += step.tool_errors
             if step.done or turn == max_turns - 1:

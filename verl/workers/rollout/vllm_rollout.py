@@ -464,6 +464,10 @@ class VLLMRollout:
         non_tensors = {key: value[index] for key, value in columns.items()}
         for name in ("turns", "tool_calls", "tool_errors", "truncated"):
             non_tensors[f"env_{name}"] = np.array([float(getattr(e, name)) for e in episodes], dtype=np.float64)
+        non_tensors["last_turn"] = np.array([e.last_turn for e in episodes], dtype=object)  # the final answer
+        infos = [self.env.episode_info(e.state) for e in episodes]
+        for name in sorted({key for info in infos for key in info}):
+            non_tensors[f"env_{name}"] = np.array([float(info.get(name, np.nan)) for info in infos], dtype=np.float64)
         return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
 
     def call_response_length(self, meta_info: dict[str, Any]) -> int:

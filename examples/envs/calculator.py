@@ -1,0 +1,63 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Tool use: arithmetic with a calculator and a sandboxed Python tool, in the chat template's tool-call format.
+
+    worker.rollout.env=examples/envs/calculator.py:Calculator worker.rollout.max_turns=4
+    worker.reward.reward_function=examples/envs/calculator.py:compute_score
+
+The tools' schemas go into every prompt (the chat template's `tools`); the model calls them with
+<tool_call>{"name": "multiply", "arguments": {"a": 6, "b": 7}}</tool_call>, reads the results as tool messages, and
+answers in a turn without a tool call. The reward is 1 when the last number of the model's final turn
+(extra_info["last_turn"]) is the row's answer, with a small bonus for using a tool without errors.
+"""
+
+import re
+from typing import Any
+
+from verl.envs import ToolEnv, python_tool
+
+
+REWARD_TYPE = "sequential"
+
+
+def add(a: float, b: float) -> float:
+    """Add two numbers.
+
+    Args:
+        a: the first number
+        b: the second number
+    """
+    return a + b
+
+
+def multiply(a: float, b: float) -> float:
+    """Multiply two numbers.
+
+    Args:
+        a: the first number
+        b: the second number
+    """
+    return a * b
+
+
+class Calculator(ToolEnv):
+    tools = (add, multiply, python_tool)
+
+
+def compute_score(sample: dict[str, Any]) -> dict[str, float]:
+    numbers = re.findall(r"-?\d+(?:\.\d+)?", sample["extra_info"]["last_turn"])  # the model's final answer
+    correct = float(bool(numbers) and float(numbers[-1]) == float(sample["ground_truth"]))
+    info = sample["extra_info"]
+    clean_tool_use = float(info.get("env_tool_calls", 0) > 0 and info.get("env_tool_errors", 0) == 0)
+    return {"overall": correct + 0.1 * clean_tool_use, "accuracy": correct, "tool_use": clean_tool_use}

@@ -1,0 +1,56 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""A multi-turn game: the model guesses the row's number; the environment answers "higher" or "lower".
+
+    worker.rollout.env=examples/envs/guess_number.py:GuessNumber worker.rollout.max_turns=4
+    worker.reward.reward_function=examples/envs/guess_number.py:compute_score
+
+The reward function reads the episode's outcome from the environment (extra_info["env_solved"], from
+`episode_info`) and rewards fewer turns: 1.0 for a first-turn hit, less for each extra turn, 0 when unsolved.
+"""
+
+import re
+from typing import Any
+
+from verl.envs import MultiTurnEnv
+
+
+NUMBER = re.compile(r"-?\d+")
+REWARD_TYPE = "sequential"
+
+
+class GuessNumber(MultiTurnEnv):
+    def reset(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {"row": row, "target": int(row["ground_truth"]), "solved": False, "guesses": 0}
+
+    def env_response(self, state: dict[str, Any], response: str) -> tuple[list[dict[str, Any]], bool]:
+        match = NUMBER.search(response)
+        state["guesses"] += 1
+        if match is None:
+            return [{"role": "user", "content": "Answer with a number."}], False
+        guess = int(match.group(0))
+        if guess == state["target"]:
+            state["solved"] = True
+            return [], True
+        return [{"role": "user", "content": "higher" if guess < state["target"] else "lower"}], False
+
+    def episode_info(self, state: dict[str, Any]) -> dict[str, float]:
+        return {"solved": float(state["solved"]), "guesses": float(state["guesses"])}
+
+
+def compute_score(sample: dict[str, Any]) -> dict[str, float]:
+    info = sample["extra_info"]
+    solved = float(info.get("env_solved", 0.0))
+    turns = float(info.get("env_turns", 1.0))
+    return {"overall": solved / turns, "solved": solved}
