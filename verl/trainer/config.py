@@ -278,6 +278,9 @@ def _absolutize_local_paths(config: PPOConfig) -> None:
     reward = config.worker.reward
     reward.reward_function = _absolutize_function(reward.reward_function)
     reward.routes = {route: _absolutize_function(spec) for route, spec in reward.routes.items()}
+    for part in reward.rubric.values():
+        if isinstance(part, dict) and isinstance(part.get("function"), str):
+            part["function"] = _absolutize_function(part["function"])
     reward.judge.model_path = _absolutize(reward.judge.model_path)
     reward.model.model_path = _absolutize(reward.model.model_path)
     reward.model.tokenizer_path = _absolutize(reward.model.tokenizer_path)
@@ -656,7 +659,14 @@ def _check_paths(config: PPOConfig) -> None:
         reward.judge.check()
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    if not (reward.reward_function or reward.routes or reward.judge.enabled or _reward_model_enabled(reward)):
+    _check_rubric(reward)
+    if not (
+        reward.reward_function
+        or reward.routes
+        or reward.rubric
+        or reward.judge.enabled
+        or _reward_model_enabled(reward)
+    ):
         raise ConfigError(
             "No reward: set worker.reward.reward_function (or worker.reward.routes), a reward model "
             "(worker.reward.model.model_path) or a judge (worker.reward.judge.model_path)."
@@ -688,6 +698,28 @@ def _check_paths(config: PPOConfig) -> None:
         _check_path("trainer.load_checkpoint_path", path, "directory")
         if not os.path.basename(os.path.normpath(path)).startswith("global_step_"):
             raise ConfigError(f"trainer.load_checkpoint_path='{path}' must be a global_step_N directory.")
+
+
+def _check_rubric(reward: Any) -> None:
+    """Each part names a loadable function with a numeric weight; a rubric is not combined with routes."""
+    if not reward.rubric:
+        return
+    if reward.routes:
+        raise ConfigError("worker.reward.rubric and worker.reward.routes cannot be combined; use one of them.")
+    for name, part in reward.rubric.items():
+        key = f"worker.reward.rubric.{name}"
+        if not isinstance(part, dict) or not isinstance(part.get("function"), str):
+            raise ConfigError(f'{key} must be {{function: "path/to/file.py:function", weight: 1.0, kwargs: {{}}}}.')
+        unknown = sorted(set(part) - {"function", "weight", "kwargs"})
+        if unknown:
+            raise ConfigError(f"{key} has unknown key(s) {unknown}; the keys are function, weight and kwargs.")
+        weight = part.get("weight", 1.0)
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+            raise ConfigError(f"{key}.weight must be a number, got {weight!r}.")
+        try:
+            check_reward_function(part["function"], dict(part.get("kwargs") or {}))
+        except RewardFunctionLoadError as err:
+            raise ConfigError(f"{key}: {err}") from None
 
 
 def _reward_model_enabled(reward: Any) -> bool:

@@ -180,7 +180,7 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
     model, reward = config.worker.actor.model, config.worker.reward
     reward_fn = judge = None
     try:
-        if reward.reward_function or reward.routes:
+        if reward.reward_function or reward.routes or reward.rubric:
             reward_fn = create_reward_actor(reward, model.tokenizer_path, model.trust_remote_code)
         if reward.judge.enabled:
             from ..workers.reward.judge import create_judge_actor

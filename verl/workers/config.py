@@ -89,6 +89,11 @@ class RewardConfig:
     """Dataset column whose value picks the route of a row."""
     routes_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Keyword arguments of each route's function: {route: {name: value}}."""
+    rubric: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Several reward functions, each scoring every sample, combined by weight: {name: {function: "path/to/file.py:
+    function", weight: 1.0, kwargs: {...}}}. overall = sum of weight x each function's overall; every key a function
+    returns is logged as reward/<name>/<key>. With reward_function also set, it is one more part, named "reward",
+    of weight 1. Not combined with routes."""
     rule_weight: float = 1.0
     """Weight of the rule-based functions' overall when a reward model or a judge is added:
     overall = rule_weight x rule + model.weight x rm_score + judge.weight x judge_score."""

@@ -92,3 +92,47 @@ def test_an_unknown_route_is_named_or_goes_to_the_default(make_batch, write_rewa
 def test_without_routes_the_single_function_manager_is_used(write_reward_file, tokenizer) -> None:
     settings = RewardSettings.from_config(RewardConfig(reward_function=f"{write_reward_file(MATH)}:score"))
     assert not isinstance(create_reward_manager(settings, tokenizer), RoutedRewardManager)
+
+
+FORMAT = """
+def score(sample):
+    ok = float(sample["response"].strip().isdigit())
+    return {"overall": ok, "digits_only": ok}
+"""
+
+
+def test_a_rubric_combines_its_parts_by_weight(make_batch, write_reward_file, tokenizer) -> None:
+    from verl.workers.reward.manager import RubricRewardManager
+
+    config = RewardConfig(
+        reward_function=f"{write_reward_file(MATH, 'm.py')}:score",  # one more part, "reward", weight 1
+        rubric={
+            "format": {"function": f"{write_reward_file(FORMAT, 'f.py')}:score", "weight": 0.5},
+            "bonus": {"function": f"{write_reward_file(MATH, 'b.py')}:score", "weight": 2.0, "kwargs": {"bonus": 1.0}},
+        },
+    )
+    manager = create_reward_manager(RewardSettings.from_config(config), tokenizer)
+    assert isinstance(manager, RubricRewardManager)
+    batch = make_batch(["Q1", "Q2"], ["4", "four"], non_tensors={"ground_truth": ["4", "4"]})
+    reward_tensor, columns = manager.compute_reward(batch)
+    # row 0: format 1 x 0.5 + bonus (1 + 1) x 2 + reward 1 x 1; row 1: 0 + (0 + 1) x 2 + 0
+    assert columns["overall"] == [5.5, 2.0] and reward_tensor.sum(-1).tolist() == [5.5, 2.0]
+    assert columns["format/digits_only"] == [1.0, 0.0] and columns["bonus/overall"] == [2.0, 1.0]
+    assert columns["reward/accuracy"] == [1.0, 0.0]
+
+
+def test_rubric_config_errors_name_the_part(tmp_path, write_reward_file) -> None:
+    from verl.trainer.config import _check_rubric
+    from verl.utils.config import ConfigError
+
+    good = f"{write_reward_file(FORMAT, 'f.py')}:score"
+    with pytest.raises(ConfigError, match=r"rubric.fmt must be \{function"):
+        _check_rubric(RewardConfig(rubric={"fmt": {"weight": 1.0}}))
+    with pytest.raises(ConfigError, match=r"rubric.fmt.weight must be a number"):
+        _check_rubric(RewardConfig(rubric={"fmt": {"function": good, "weight": "high"}}))
+    with pytest.raises(ConfigError, match=r"rubric.fmt has unknown key\(s\) \['wieght'\]"):
+        _check_rubric(RewardConfig(rubric={"fmt": {"function": good, "wieght": 1}}))
+    with pytest.raises(ConfigError, match=r"rubric.fmt: .*has no function 'nope'"):
+        _check_rubric(RewardConfig(rubric={"fmt": {"function": good.replace(":score", ":nope")}}))
+    with pytest.raises(ConfigError, match="cannot be combined"):
+        _check_rubric(RewardConfig(rubric={"fmt": {"function": good}}, routes={"a": good}))

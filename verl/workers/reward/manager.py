@@ -70,12 +70,15 @@ class RewardSettings:
     """The dataset column that picks a row's route."""
     routes_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Keyword arguments of each route's function."""
+    rubric: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """{name: {"function": spec, "weight": float, "kwargs": {...}}} (worker.reward.rubric)."""
 
     @classmethod
     def from_config(cls, config: Any) -> "RewardSettings":
         """Read worker.reward from any object with RewardConfig's attributes."""
         routes = {str(k): v for k, v in (getattr(config, "routes", None) or {}).items()}
-        if not getattr(config, "reward_function", None) and not routes:
+        rubric = {str(k): dict(v) for k, v in (getattr(config, "rubric", None) or {}).items()}
+        if not getattr(config, "reward_function", None) and not routes and not rubric:
             raise RewardFunctionLoadError(
                 f"{CONFIG_KEY} is not set; point it at your scorer, e.g. "
                 "examples/reward_function/math.py:compute_score (or give worker.reward.routes for a mixed dataset)."
@@ -88,7 +91,18 @@ class RewardSettings:
             routes=routes,
             route_key=str(getattr(config, "route_key", "data_source")),
             routes_kwargs={str(k): dict(v) for k, v in (getattr(config, "routes_kwargs", None) or {}).items()},
+            rubric=rubric,
         )
+
+    def rubric_parts(self) -> dict[str, tuple[str, dict[str, Any], float]]:
+        """name -> (spec, kwargs, weight) of each rubric part, reward_function included as "reward" when set."""
+        parts = {
+            name: (str(part["function"]), dict(part.get("kwargs") or {}), float(part.get("weight", 1.0)))
+            for name, part in self.rubric.items()
+        }
+        if self.reward_function:
+            parts.setdefault("reward", (self.reward_function, self.reward_function_kwargs, 1.0))
+        return parts
 
     def functions(self) -> dict[str | None, tuple[str, dict[str, Any]]]:
         """(spec, kwargs) of every function to load: each route's, and under None the default reward_function."""
@@ -287,6 +301,51 @@ class RoutedRewardManager:
             manager.close()
 
 
-def create_reward_manager(settings: RewardSettings, tokenizer: Any) -> FunctionRewardManager | RoutedRewardManager:
-    """The manager for `settings`: routed when worker.reward.routes is set, else the single function's."""
+class RubricRewardManager:
+    """Scores every sample with each part of a rubric and combines them: overall = sum of weight x part overall.
+
+    Each part's keys are logged as `<part>/<key>` (its own `overall` included), so a dashboard shows format,
+    correctness and tool use side by side.
+    """
+
+    def __init__(self, settings: RewardSettings, tokenizer: Any) -> None:
+        self.settings = settings
+        self.tokenizer = tokenizer
+        self.parts = {
+            name: (
+                FunctionRewardManager(
+                    RewardSettings(spec, kwargs, settings.skip_special_tokens, settings.num_cpus), tokenizer
+                ),
+                weight,
+            )
+            for name, (spec, kwargs, weight) in settings.rubric_parts().items()
+        }
+
+    def score(self, samples: list[Mapping[str, Any]]) -> dict[str, list[float]]:
+        columns: dict[str, list[float]] = {"overall": [0.0] * len(samples)}
+        for name, (manager, weight) in self.parts.items():
+            scored = manager.score(samples)
+            for key, values in scored.items():
+                columns[f"{name}/{key}"] = list(values)
+            columns["overall"] = [
+                total + weight * value for total, value in zip(columns["overall"], scored["overall"])
+            ]
+        return columns
+
+    def compute_reward(self, data: DataProto) -> tuple[torch.Tensor, dict[str, list[float]]]:
+        samples = build_reward_inputs(data, self.tokenizer, self.settings.skip_special_tokens)
+        metrics = self.score(samples)
+        return place_scores(metrics["overall"], _valid_response_mask(data)), metrics
+
+    def close(self) -> None:
+        for manager, _ in self.parts.values():
+            manager.close()
+
+
+def create_reward_manager(
+    settings: RewardSettings, tokenizer: Any
+) -> FunctionRewardManager | RoutedRewardManager | RubricRewardManager:
+    """The manager for `settings`: a rubric's, routed when worker.reward.routes is set, else the single function's."""
+    if settings.rubric:
+        return RubricRewardManager(settings, tokenizer)
     return RoutedRewardManager(settings, tokenizer) if settings.routes else FunctionRewardManager(settings, tokenizer)
