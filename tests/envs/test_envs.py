@@ -177,3 +177,19 @@ def test_tool_schemas_reach_the_prompt_and_env_keys_are_checked(tmp_path):
         load_config([*base, "worker.rollout.env=examples/envs/calculator.py:Nope"])
     with pytest.raises(ConfigError, match="max_turns=0 must be at least 1"):
         load_config([*base, f"worker.rollout.env={calculator}", "worker.rollout.max_turns=0"])
+
+
+def test_xml_parser_reads_fields_and_scores_the_format():
+    from verl.envs import XMLParser
+
+    parser = XMLParser(("think", "answer"))
+    assert parser.parse("<think> 2 + 2 </think>\n<answer>4</answer>") == {"think": "2 + 2", "answer": "4"}
+    assert parser.parse("just 4") == {"think": None, "answer": None}
+    assert parser.parse("<answer>3</answer><answer>4</answer>")["answer"] == "4"  # the last block counts
+    assert parser.format_score("<think>a</think> <answer>b</answer>") == 1.0
+    assert parser.format_score("<answer>b</answer><think>a</think>") == 0.5  # out of order
+    assert XMLParser(("think", "answer"), strict_order=False).format_score("<answer>b</answer><think>a</think>") == 1.0
+    assert parser.format_score("<think>a</think><answer>b</answer> trailing") == 0.5
+    assert parser.format_score("<answer>b</answer>") == 0.25 and parser.format_score("nothing") == 0.0
+    with pytest.raises(ValueError, match="tag names"):
+        XMLParser(("not a tag",))

@@ -15,6 +15,7 @@
 
 from .base import Environment, EnvStep, MultiTurnEnv, SingleTurnEnv
 from .loader import load_environment
+from .parsers import XMLParser
 from .tools import ToolEnv, parse_tool_calls, python_tool
 
 
@@ -24,6 +25,7 @@ __all__ = [
     "MultiTurnEnv",
     "SingleTurnEnv",
     "ToolEnv",
+    "XMLParser",
     "load_environment",
     "parse_tool_calls",
     "python_tool",

@@ -1,0 +1,61 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Parsers for structured model turns: XML-style fields such as <think>...</think><answer>...</answer>.
+
+    parser = XMLParser(("think", "answer"))
+    parser.parse("<think>2 + 2</think><answer>4</answer>")   # {"think": "2 + 2", "answer": "4"}
+    parser.format_score(text)                                 # 1.0 when every field appears once, in order
+
+`format_score` is the usual format part of a rubric; `parse(...)["answer"]` feeds the correctness part. Tool calls
+have their own parser (verl.envs.tools.parse_tool_calls).
+"""
+
+import re
+from collections.abc import Sequence
+
+
+class XMLParser:
+    """Reads `<field>content</field>` blocks of the given field names from a model turn."""
+
+    def __init__(self, fields: Sequence[str], strict_order: bool = True) -> None:
+        if not fields or any(not re.fullmatch(r"[A-Za-z_][\w-]*", name) for name in fields):
+            raise ValueError(f"XMLParser fields must be tag names such as 'think' or 'answer', got {list(fields)}.")
+        self.fields = tuple(fields)
+        self.strict_order = strict_order
+        self._patterns = {name: re.compile(rf"<{name}>(.*?)</{name}>", re.DOTALL) for name in self.fields}
+
+    def parse(self, text: str) -> dict[str, str | None]:
+        """Each field's content (stripped; the last block when a field appears several times), or None if absent."""
+        found = {}
+        for name, pattern in self._patterns.items():
+            blocks = pattern.findall(text)
+            found[name] = blocks[-1].strip() if blocks else None
+        return found
+
+    def format_score(self, text: str) -> float:
+        """1.0 when every field appears exactly once (in the given order with `strict_order`) and nothing but
+        whitespace lies outside the blocks; otherwise the share of fields that appear exactly once, halved."""
+        spans = []
+        for name, pattern in self._patterns.items():
+            matches = list(pattern.finditer(text))
+            if len(matches) == 1:
+                spans.append((matches[0].start(), matches[0].end(), name))
+        if len(spans) == len(self.fields):
+            ordered = [name for _, _, name in sorted(spans)] == list(self.fields)
+            outside = text
+            for start, end, _ in sorted(spans, reverse=True):
+                outside = outside[:start] + outside[end:]
+            if (ordered or not self.strict_order) and not outside.strip():
+                return 1.0
+        return 0.5 * len(spans) / len(self.fields)
