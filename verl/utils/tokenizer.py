@@ -20,9 +20,13 @@ only when it really has none, while a broken processor config still raises.
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from transformers import AutoProcessor, AutoTokenizer, PreTrainedTokenizerBase, ProcessorMixin
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+
+if TYPE_CHECKING:  # the processor classes import the image stack (torchvision, ~2 s): only multimodal models need it
+    from transformers import ProcessorMixin
 
 
 logger = logging.getLogger(__name__)
@@ -92,7 +96,7 @@ def get_processor(
     min_pixels: int | None = None,
     max_pixels: int | None = None,
     **kwargs: Any,
-) -> ProcessorMixin | None:
+) -> "ProcessorMixin | None":
     """AutoProcessor for a multimodal model, or None for a text-only one.
 
     `min_pixels` / `max_pixels` override the image processor's resize bounds (the area an image is scaled into,
@@ -102,6 +106,8 @@ def get_processor(
     _check_model_path(path, "Processor")
     if os.path.isdir(path) and not any(os.path.isfile(os.path.join(path, name)) for name in _PROCESSOR_FILES):
         return None
+    from transformers import AutoProcessor, ProcessorMixin
+
     try:
         processor = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
     except OSError as error:
@@ -117,7 +123,7 @@ def get_processor(
     return processor
 
 
-def _set_pixel_bounds(processor: ProcessorMixin, path: str, min_pixels: int | None, max_pixels: int | None) -> None:
+def _set_pixel_bounds(processor: "ProcessorMixin", path: str, min_pixels: int | None, max_pixels: int | None) -> None:
     """Set the resize bounds of the image and video processors (Qwen2-VL family: size shortest/longest edge)."""
     subs = [getattr(processor, name, None) for name in ("image_processor", "video_processor")]
     subs = [sub for sub in subs if sub is not None and "longest_edge" in (getattr(sub, "size", None) or {})]
