@@ -351,3 +351,29 @@ def test_two_rank_rpcs_with_nccl(workspace):
         nprocs=2,
         join=True,
     )
+
+
+def _two_rank_ulysses(rank: int, world_size: int, port: int, text_model: str, root: str) -> None:
+    """Ulysses over NCCL: a group of 2 GPUs shares each row; its log-probs equal the unsplit worker's (bf16 noise)."""
+    init_rank(rank, world_size, port)
+    from verl.workers.fsdp_workers import FSDPWorker
+
+    ws = {"root": pathlib.Path(root), "text_model": text_model}
+    data = text_batch(0).chunk(world_size)[rank]
+    split = FSDPWorker(worker_config(ws, "trainer.n_gpus_per_node=2", "worker.actor.ulysses_size=2"), "ref", "cuda")
+    split.init_model()
+    plain = FSDPWorker(worker_config(ws, "trainer.n_gpus_per_node=2"), "ref", "cuda")
+    plain.init_model()
+    got = split.compute_ref_log_probs(data).batch["ref_log_probs"]
+    expected = plain.compute_ref_log_probs(data).batch["ref_log_probs"]
+    assert got.shape == expected.shape and (got - expected).abs().max() < 0.05
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_two_rank_ulysses_with_nccl(workspace):
+    mp.spawn(
+        _two_rank_ulysses,
+        args=(2, free_port(), workspace["text_model"], str(workspace["root"])),
+        nprocs=2,
+        join=True,
+    )
