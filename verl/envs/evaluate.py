@@ -1,0 +1,94 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Run an environment's episodes against any OpenAI-compatible chat endpoint (the trained model served by
+`python -m verl.trainer.serve`, or another model), with the same environment class as training.
+
+    python -m verl.envs.evaluate --env examples/envs/guess_number.py:GuessNumber --data val.jsonl \\
+        --base-url http://127.0.0.1:8000/v1 [--max-turns 4 --temperature 0]
+
+Each row (`--prompt-key`, `--answer-key` columns of a JSONL file) starts an episode: the conversation goes to the
+endpoint, the reply to the environment's `step`, its messages back into the conversation, until the environment is
+done or `--max-turns` replies were written. A ToolEnv's tool schemas are sent as `tools`. Prints one JSON line per
+episode (turns, tool calls and errors, `episode_info`) and a last line with the means.
+"""
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from .base import Environment
+from .loader import load_environment
+
+
+def run_episode(
+    env: Environment, row: dict[str, Any], prompt: str, client: Any, model: str, max_turns: int, sampling: dict
+) -> dict[str, Any]:
+    """One episode through `client.chat.completions`; returns its counts, episode_info and the conversation."""
+    state = env.reset(dict(row))
+    messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
+    schemas = getattr(env, "tool_schemas", None)
+    extra = {"tools": schemas()} if schemas is not None else {}
+    result = {"turns": 0, "tool_calls": 0, "tool_errors": 0, "done": False}
+    for _ in range(max_turns):
+        reply = client.chat.completions.create(model=model, messages=messages, **sampling, **extra)
+        text = reply.choices[0].message.content or ""
+        messages.append({"role": "assistant", "content": text})
+        result["turns"] += 1
+        step = env.step(state, text)
+        result["tool_calls"] += step.tool_calls
+        result["tool_errors"] += step.tool_errors
+        if step.done:
+            result["done"] = True
+            break
+        messages.extend(step.messages)
+    return {**result, **env.episode_info(state), "messages": messages}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", required=True, help="path/to/env.py:ClassName")
+    parser.add_argument("--env-kwargs", default="{}", help="JSON object of the environment's keyword arguments")
+    parser.add_argument("--data", required=True, help="a JSONL file of rows")
+    parser.add_argument("--prompt-key", default="prompt")
+    parser.add_argument("--answer-key", default="answer", help="passed to the environment as ground_truth")
+    parser.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
+    parser.add_argument("--model", default=None, help="model id (default: the endpoint's first)")
+    parser.add_argument("--max-turns", type=int, default=4)
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--limit", type=int, default=None, help="evaluate the first N rows")
+    args = parser.parse_args(argv)
+    from openai import OpenAI
+
+    env = load_environment(args.env, json.loads(args.env_kwargs))
+    client = OpenAI(base_url=args.base_url, api_key="unused")
+    model = args.model or client.models.list().data[0].id
+    with open(args.data, encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()][: args.limit]
+    sampling = {"max_tokens": args.max_tokens, "temperature": args.temperature}
+    totals: dict[str, float] = {}
+    for index, row in enumerate(rows):
+        fields = {**row, "ground_truth": row.get(args.answer_key)}
+        result = run_episode(env, fields, str(row[args.prompt_key]), client, model, args.max_turns, sampling)
+        print(json.dumps({"row": index, **{k: v for k, v in result.items() if k != "messages"}}), flush=True)
+        for key, value in result.items():
+            if isinstance(value, (int, float)):  # counts, done, episode_info numbers
+                totals[key] = totals.get(key, 0.0) + float(value)
+    print(json.dumps({"episodes": len(rows), **{f"{k}/mean": v / max(len(rows), 1) for k, v in totals.items()}}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
