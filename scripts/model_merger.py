@@ -69,16 +69,6 @@ def model_class(config: Any) -> type:
     return AutoModelForCausalLM
 
 
-def _read_adapter_config(hf_dir: str) -> dict[str, Any] | None:
-    import json
-
-    path = os.path.join(hf_dir, "adapter_config.json")
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
 def _copy_side_files(hf_dir: str, target_dir: str, skip: tuple[str, ...]) -> None:
     """The tokenizer, processor and generation config the trainer saved beside the config."""
     if os.path.abspath(target_dir) == os.path.abspath(hf_dir):
@@ -190,7 +180,9 @@ def merge(
     if not os.path.isfile(os.path.join(hf_dir, "config.json")):
         raise FileNotFoundError(f"'{hf_dir}/config.json' is missing; the checkpoint was not written by this trainer.")
     target_dir = os.path.abspath(target_dir or hf_dir)
-    adapter_config = _read_adapter_config(hf_dir)
+    from verl.utils.lora import read_adapter_config
+
+    adapter_config = read_adapter_config(hf_dir)
     if adapter_config is not None:
         return merge_lora(local_dir, adapter_config, target_dir, dtype, adapter_only, base_model)
     if adapter_only:

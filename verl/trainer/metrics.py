@@ -82,10 +82,6 @@ def compute_data_metrics(batch: DataProto, use_critic: bool) -> dict[str, float]
     return metrics
 
 
-ENV_COLUMNS = ("turns", "tool_calls", "tool_errors", "truncated")
-"""Per-episode counts of multi-turn rollouts (non-tensor columns env_<name>), logged as env/<name>/mean."""
-
-
 def compute_env_metrics(batch: DataProto) -> dict[str, float]:
     """Means of the episodes' model turns, tool calls, tool errors and truncations; {} for single-turn rollouts.
     Environment tokens are in the response but not in response_length (which counts the model's tokens)."""

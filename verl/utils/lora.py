@@ -104,10 +104,6 @@ def apply_lora(model: nn.Module, lora: "LoraConfig", vision_language: bool, base
     return trainable
 
 
-def has_lora(model: nn.Module) -> bool:
-    return any(_LORA_PARAM.match(name) for name, _ in model.named_parameters())
-
-
 def is_adapter_param(name: str) -> bool:
     return _LORA_PARAM.match(name) is not None
 

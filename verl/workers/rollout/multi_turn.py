@@ -155,4 +155,5 @@ def run_episodes(
                 continue
             episode.ids += env_ids
             episode.loss_mask += [0] * len(env_ids)
-            episode.logprobs += [0.0] * len(env_ids)
+            if with_logprobs:
+                episode.logprobs += [0.0] * len(env_ids)
