@@ -310,7 +310,7 @@ def test_main_reports_config_error_without_traceback(files, capsys):
     assert err.startswith("Config error: Unknown config key 'data.nope'") and "Traceback" not in err
 
 
-def test_data_errors_are_one_line_before_ray_starts(files, tmp_path, capsys):
+def test_data_errors_are_one_line_and_leave_no_ray_running(files, tmp_path, capsys):
     import ray
 
     from verl.utils.tiny_models import get_or_build_tiny_model

@@ -21,7 +21,7 @@ import pytest
 import ray
 from ray._common.utils import load_class
 
-from verl.trainer import runner
+from verl.trainer import ray_setup, runner
 from verl.trainer.config import PPOConfig
 from verl.utils import quiet
 
@@ -30,11 +30,11 @@ def test_the_runner_gives_every_worker_the_setup_hook_and_environment(monkeypatc
     calls = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(kwargs))
-    monkeypatch.setattr(runner, "start_reaper", lambda: None)
+    monkeypatch.setattr(ray_setup, "start_reaper", lambda: None)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
     monkeypatch.delenv(quiet.VERBOSE_ENV, raising=False)
-    runner.init_ray(PPOConfig(), "cpu")
+    ray_setup.init_ray(PPOConfig(), "cpu")
     (kwargs,) = calls
     runtime_env = kwargs["runtime_env"]
     assert load_class(runtime_env["worker_process_setup_hook"]) is quiet.install_worker_filters
@@ -56,13 +56,13 @@ def test_the_checkpoint_plan_names_the_directory_what_and_when():
 def test_task_records_are_off_unless_the_user_set_them(monkeypatch):
     seen = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(ray, "init", lambda **kwargs: seen.append(os.environ.get(runner.TASK_EVENTS_ENV)))
-    monkeypatch.setattr(runner, "start_reaper", lambda: None)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: seen.append(os.environ.get(ray_setup.TASK_EVENTS_ENV)))
+    monkeypatch.setattr(ray_setup, "start_reaper", lambda: None)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.delenv(runner.TASK_EVENTS_ENV, raising=False)
-    runner.init_ray(PPOConfig(), "cpu")
-    monkeypatch.setenv(runner.TASK_EVENTS_ENV, "1000")
-    runner.init_ray(PPOConfig(), "cpu")
+    monkeypatch.delenv(ray_setup.TASK_EVENTS_ENV, raising=False)
+    ray_setup.init_ray(PPOConfig(), "cpu")
+    monkeypatch.setenv(ray_setup.TASK_EVENTS_ENV, "1000")
+    ray_setup.init_ray(PPOConfig(), "cpu")
     assert seen == ["0", "1000"]
 
 
@@ -76,10 +76,10 @@ def test_many_worker_calls_do_not_grow_the_gcs(monkeypatch):
     """Every worker call is a Ray task; with Ray's default task records the GCS grew ~70 MiB per 20k calls (and a
     long run makes millions). A Ray the runner starts keeps it flat."""
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.delenv(runner.TASK_EVENTS_ENV, raising=False)
+    monkeypatch.delenv(ray_setup.TASK_EVENTS_ENV, raising=False)
     config = PPOConfig()
     config.trainer.n_gpus_per_node = 1
-    runner.init_ray(config, "cpu")
+    ray_setup.init_ray(config, "cpu")
     try:
 
         @ray.remote(num_cpus=0)

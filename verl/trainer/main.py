@@ -37,10 +37,21 @@ def print_config_help() -> None:
 
 
 def run(config: PPOConfig) -> None:
-    """Start (or join) Ray and train."""
-    from .runner import run_ppo
+    """Start (or join) Ray, while the trainer's modules import, and train. Bad data (found after Ray is up) stops
+    the Ray this run started before the error is reported."""
+    import ray
 
-    run_ppo(config)
+    from ..utils.device import resolve_device_type
+    from .ray_setup import SetupError, init_ray_while_importing
+
+    started_here = not ray.is_initialized()
+    runner = init_ray_while_importing(config, resolve_device_type(config.trainer.device), "verl.trainer.runner")
+    try:
+        runner.run_ppo(config)
+    except SetupError:
+        if started_here:
+            ray.shutdown()
+        raise
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from .checkpointing import CheckpointSaveError
     from .preemption import TrainingInterrupted
-    from .runner import SetupError
+    from .ray_setup import SetupError
 
     try:
         run(config)

@@ -18,7 +18,6 @@ resource check runs before any model loads: a config asking for more devices tha
 """
 
 import logging
-import os
 from typing import Any
 
 import ray
@@ -34,51 +33,11 @@ from ..workers.reward.ray_actor import create_reward_actor
 from .checkpointing import resume_path
 from .config import PPOConfig
 from .data_loader import create_dataloader
+from .ray_setup import SetupError, init_ray
 from .ray_trainer import RayPPOTrainer, count_training_steps
-from .reaper import start_reaper
 
 
 logger = logging.getLogger(__name__)
-
-
-def worker_env(device: str) -> dict[str, str]:
-    """Environment of every Ray worker process (vLLM's INFO lines, its engine config dump, are left out)."""
-    env = {"TOKENIZERS_PARALLELISM": "false", "VLLM_LOGGING_LEVEL": "WARN", "NCCL_DEBUG": "WARN"}
-    env.update(quiet.worker_env_vars())
-    if device == "cpu":
-        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # one in-process engine per worker (SPMD), see the vLLM notes
-    else:
-        env["TORCH_NCCL_AVOID_RECORD_STREAMS"] = "1"
-        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
-    return env
-
-
-TASK_EVENTS_ENV = "RAY_task_events_report_interval_ms"
-"""Ray's task-event reporting interval; 0 turns the per-task records off (see init_ray)."""
-
-
-def init_ray(config: PPOConfig, device: str) -> None:
-    if ray.is_initialized():
-        return
-    # The setup hook silences known-harmless third-party messages in every worker before vLLM is imported.
-    runtime_env = {"env_vars": worker_env(device), "worker_process_setup_hook": quiet.WORKER_SETUP_HOOK}
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env)
-        return
-    trainer, reward = config.trainer, config.worker.reward
-    # On CPU each worker process takes one logical CPU; the reward actors idle most of the time, so they may
-    # share the machine's cores rather than block the workers from being placed.
-    num_cpus = (
-        (os.cpu_count() or 1)
-        if device == "cuda"
-        else max(os.cpu_count() or 1, trainer.nnodes * trainer.n_gpus_per_node + 2 * reward.num_cpus)
-    )
-    # Ray keeps an event record of every task (each worker call is one) in its GCS for the dashboard and `ray list
-    # tasks`, up to 100k of them: ~3 MB per 100 training steps of the quickstart, growing for days. A run the trainer
-    # starts has no dashboard, so the records are turned off (unless the user set the variable).
-    os.environ.setdefault(TASK_EVENTS_ENV, "0")
-    start_reaper()  # after a kill -9 of this process, nothing of the run outlives it by more than a few seconds
-    ray.init(num_cpus=num_cpus, runtime_env=runtime_env, include_dashboard=False)
 
 
 def create_worker_groups(config: PPOConfig, device: str) -> tuple[Any, Any | None, Any | None, Any, Any]:
@@ -127,10 +86,6 @@ def _init_models(views: dict[str, Any], actor_role: str) -> tuple[Any, Any | Non
     return actor_wg, critic_wg
 
 
-class SetupError(RuntimeError):
-    """A user error found before Ray starts (data, checkpoint directory): the CLI prints its message alone."""
-
-
 def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any]:
     """Everything that needs no Ray and no model, so its errors come first: the checkpoint to resume from (looked up
     now, loaded later), tokenizer, processor and both data loaders (every row is checked while they are built)."""
@@ -165,7 +120,8 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any]:
 
 
 def run_ppo(config: PPOConfig) -> dict[str, float]:
-    """Train. What can fail without Ray (the data, the checkpoint to resume from) is checked before Ray starts."""
+    """Train. What can fail without workers (the data, the checkpoint to resume from) is checked before any worker
+    starts (and before Ray, unless the caller started it already, as `python -m verl.trainer.main` does)."""
     device = resolve_device_type(config.trainer.device)
     try:
         train_dataloader, val_dataloader, tokenizer, processor = _prepare_inputs(config)

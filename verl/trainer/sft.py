@@ -100,7 +100,7 @@ def run_sft(config: SFTConfig) -> dict[str, float]:
     from ..utils.device import resolve_device_type
     from ..utils.logger import Tracker
     from ..workers.sft_worker import SFTWorker
-    from .runner import worker_env
+    from .ray_setup import worker_env
 
     data, trainer = config.data, config.trainer
     train, val, _ = build_datasets(config)  # every conversation is checked before Ray starts

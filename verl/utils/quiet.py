@@ -18,7 +18,7 @@ this trainer makes on purpose or gives performance hints for setups it does not 
 by a filter on the logger that emits it, matching the start of that exact message text, so every other message of
 the same logger, and every error, still shows. Set VERL_VERBOSE=1 to turn all of this off.
 
-Driver (`install_driver_filters`, called by the runner before Ray starts):
+Driver (`install_driver_filters`, called by `verl.trainer.ray_setup.init_ray` before Ray starts):
 - Ray 2.60: "Token authentication is enabled for this Ray cluster", at every local start. Token authentication stays
   on; only the notice goes ("Token authentication is disabled", a security warning, still shows).
 - datasets: the "Generating train split" progress bar of every local json/jsonl/parquet/csv file it parses

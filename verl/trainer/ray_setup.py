@@ -1,0 +1,98 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Starting (or joining) Ray for a run, kept light so that it can run while the trainer's heavy modules import.
+
+`init_ray_while_importing` is what `python -m verl.trainer.main` calls: Ray's processes take ~4 s to come up, mostly
+waiting, and the driver spends that time importing torch, transformers and the trainer instead of idling.
+"""
+
+import importlib
+import os
+import threading
+from types import ModuleType
+from typing import Any
+
+import ray
+
+from ..utils import quiet
+from .config import PPOConfig
+from .reaper import start_reaper
+
+
+class SetupError(RuntimeError):
+    """A user error found before any worker starts (data, checkpoint directory): the CLI prints its message alone."""
+
+
+def worker_env(device: str) -> dict[str, str]:
+    """Environment of every Ray worker process (vLLM's INFO lines, its engine config dump, are left out)."""
+    env = {"TOKENIZERS_PARALLELISM": "false", "VLLM_LOGGING_LEVEL": "WARN", "NCCL_DEBUG": "WARN"}
+    env.update(quiet.worker_env_vars())
+    if device == "cpu":
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # one in-process engine per worker (SPMD), see the vLLM notes
+    else:
+        env["TORCH_NCCL_AVOID_RECORD_STREAMS"] = "1"
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    return env
+
+
+TASK_EVENTS_ENV = "RAY_task_events_report_interval_ms"
+"""Ray's task-event reporting interval; 0 turns the per-task records off (see init_ray)."""
+
+
+def init_ray(config: PPOConfig, device: str) -> None:
+    if ray.is_initialized():
+        return
+    quiet.install_driver_filters()  # before Ray announces itself
+    # The setup hook silences known-harmless third-party messages in every worker before vLLM is imported.
+    runtime_env = {"env_vars": worker_env(device), "worker_process_setup_hook": quiet.WORKER_SETUP_HOOK}
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env)
+        return
+    trainer, reward = config.trainer, config.worker.reward
+    # On CPU each worker process takes one logical CPU; the reward actors idle most of the time, so they may
+    # share the machine's cores rather than block the workers from being placed.
+    num_cpus = (
+        (os.cpu_count() or 1)
+        if device == "cuda"
+        else max(os.cpu_count() or 1, trainer.nnodes * trainer.n_gpus_per_node + 2 * reward.num_cpus)
+    )
+    # Ray keeps an event record of every task (each worker call is one) in its GCS for the dashboard and `ray list
+    # tasks`, up to 100k of them: ~3 MB per 100 training steps of the quickstart, growing for days. A run the trainer
+    # starts has no dashboard, so the records are turned off (unless the user set the variable).
+    os.environ.setdefault(TASK_EVENTS_ENV, "0")
+    start_reaper()  # after a kill -9 of this process, nothing of the run outlives it by more than a few seconds
+    ray.init(num_cpus=num_cpus, runtime_env=runtime_env, include_dashboard=False)
+
+
+def init_ray_while_importing(config: PPOConfig, device: str, module_name: str) -> ModuleType:
+    """`init_ray` here (Ray's processes must be started from the main thread: Linux ends a child whose parent
+    thread exits, and Ray's SIGTERM handler needs the main thread) while `module_name` is imported in a helper
+    thread; returns the module. An import error is raised after Ray is up, as the import's own error."""
+    outcome: dict[str, Any] = {}
+
+    def import_module() -> None:
+        try:
+            outcome["module"] = importlib.import_module(module_name)
+        except BaseException as err:  # re-raised in the calling thread
+            outcome["error"] = err
+
+    thread = threading.Thread(target=import_module, name=f"import {module_name}", daemon=True)
+    thread.start()
+    try:
+        init_ray(config, device)
+    finally:
+        thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["module"]
