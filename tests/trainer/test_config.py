@@ -13,8 +13,10 @@
 # limitations under the License.
 import copy
 import dataclasses
+import json
 import logging
 import os
+import re
 import subprocess
 import sys
 
@@ -473,3 +475,36 @@ def test_easyr1_ulysses_example_keys(files):
     args = [a for a in args if not a.startswith("worker.actor.model.model_path")]
     config = load_config([*args, "worker.actor.model.model_path=Qwen/Qwen2.5-7B-Instruct"])
     assert config.worker.actor.ulysses_size == 8
+
+
+def _write_model_config(path, **config) -> str:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps({"model_type": "qwen2", **config}))
+    return str(path)
+
+
+def test_reward_model_keys_are_checked_before_anything_starts(files, tmp_path):
+    rm = _write_model_config(tmp_path / "rm", architectures=["Qwen2ForSequenceClassification"], id2label={"0": "S"})
+    lm = _write_model_config(tmp_path / "lm", architectures=["Qwen2ForCausalLM"])
+    two = _write_model_config(tmp_path / "two", architectures=["Qwen2ForSequenceClassification"])
+    vl = _write_model_config(tmp_path / "vl", architectures=["X"], vision_config={})
+    config = load_config(
+        [*base_args(files), f"worker.reward.model.model_path={rm}", "worker.reward.model.n_gpus_per_node=1"]
+    )
+    assert config.worker.reward.model.n_gpus_per_node == 1
+    cases = {
+        f"worker.reward.model.model_path={tmp_path / 'nope'}": "'worker.reward.model.model_path' points to",
+        f"worker.reward.model.model_path={lm}": "is a Qwen2ForCausalLM, not a sequence-classification reward model",
+        f"worker.reward.model.model_path={two}": "has 2 labels; a reward model gives one score",
+        f"worker.reward.model.model_path={rm} worker.reward.model.weight=nan": "'worker.reward.model.weight' must be a finite",
+        f"worker.reward.model.model_path={rm} worker.reward.model.micro_batch_size=0": "'worker.reward.model.micro_batch_size' must be positive",
+        f"worker.reward.model.model_path={rm} worker.reward.model.max_length=0": "'worker.reward.model.max_length' must be positive",
+        f"worker.reward.model.model_path={rm} worker.reward.model.nnodes=0": "'worker.reward.model.nnodes' must be positive",
+        "worker.reward.model.n_gpus_per_node=2": "worker.reward.model.model_path is not",
+        "worker.reward.rule_weight=inf": "'worker.reward.rule_weight' must be a finite",
+    }
+    for overrides, message in cases.items():
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            load_config([*base_args(files), *overrides.split()])
+    with pytest.raises(NotImplementedError, match="reward models are text models"):
+        load_config([*base_args(files), f"worker.reward.model.model_path={vl}"])

@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
@@ -254,3 +255,78 @@ def test_a_run_with_a_judge_starts_it_scores_with_it_and_stops_it(local_ray, tmp
     assert step["reward/judge_parse_error"] == 1.0 and step["reward/judge_score"] == 0.0
     assert step["reward/overall"] == pytest.approx(step["reward/rule_overall"])
     assert "reward/judge_grade" not in step  # no parsed grade: the NaN column has nothing to average
+
+
+OTHER_TEMPLATE = "{% for m in messages %}### {{ m['role'] }}\n{{ m['content'] }}\n{% endfor %}"
+"""The reward model's own chat template, unlike the policy's (the tiny models' ChatML-like one)."""
+
+
+@pytest.mark.slow
+def test_a_reward_model_in_its_own_pool_scores_with_its_own_template(local_ray, tmp_path, monkeypatch) -> None:
+    """worker.reward.model.n_gpus_per_node=1: the reward model runs in a group of its own (1 process beside the
+    actor's 2) and scores each dumped sample exactly as a plain HF forward of the RM's own chat template does."""
+    import shutil
+
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from verl.trainer import runner
+    from verl.trainer.config import load_config
+
+    root = str(tmp_path / "models")
+    policy = get_or_build_tiny_model("qwen2", root)
+    rm_dir = tmp_path / "rm"
+    shutil.copytree(get_or_build_tiny_model("qwen2_rm", root, hidden_size=64, num_layers=2), rm_dir)
+    (rm_dir / "chat_template.jinja").write_text(OTHER_TEMPLATE)
+    rm_tokenizer, policy_tokenizer = AutoTokenizer.from_pretrained(rm_dir), AutoTokenizer.from_pretrained(policy)
+    assert rm_tokenizer.chat_template == OTHER_TEMPLATE != policy_tokenizer.chat_template
+    _write_jsonl(tmp_path / "prompts.jsonl", [{"prompt": PROMPT, "answer": "3"} for _ in range(4)])
+    (tmp_path / "rule.py").write_text(RULE)
+    created = []
+    original = runner.create_worker_groups
+    monkeypatch.setattr(runner, "create_worker_groups", lambda *a: created.append(original(*a)) or created[-1])
+    save, dump = tmp_path / "run", tmp_path / "rollouts"
+    runner.run_ppo(
+        load_config(
+            [
+                f"data.train_files={tmp_path / 'prompts.jsonl'}",
+                "data.max_prompt_length=48",
+                "data.max_response_length=6",
+                "data.rollout_batch_size=4",
+                "data.dataloader_num_workers=0",
+                f"worker.actor.model.model_path={policy}",
+                "worker.actor.model.enable_gradient_checkpointing=false",
+                "worker.actor.global_batch_size=4",
+                "worker.rollout.n=2",
+                "worker.rollout.max_num_batched_tokens=256",
+                "worker.rollout.kv_cache_memory_mb=32",
+                "worker.rollout.enforce_eager=true",
+                f"worker.reward.reward_function={tmp_path / 'rule.py'}:compute_score",
+                f"worker.reward.model.model_path={rm_dir}",
+                "worker.reward.model.n_gpus_per_node=1",
+                "algorithm.disable_kl=true",
+                "trainer.device=cpu",
+                "trainer.n_gpus_per_node=2",
+                "trainer.max_steps=1",
+                "trainer.val_before_train=false",
+                "trainer.logger=[file]",
+                f"trainer.rollout_data_dir={dump}",
+                f"trainer.save_checkpoint_path={save}",
+            ]
+        )
+    )
+    (groups,) = created
+    assert groups.reward_model.world_size == 1 and groups.actor.world_size == 2 and len(groups.owned) == 2
+    records = [json.loads(line) for line in (dump / "step_1.jsonl").read_text().splitlines()]
+    assert len(records) == 8
+    model = AutoModelForSequenceClassification.from_pretrained(rm_dir, dtype=torch.float32).eval()
+
+    def score(tokenizer: Any, response: str) -> float:
+        messages = [{"role": "user", "content": PROMPT}, {"role": "assistant", "content": response}]
+        ids = rm_tokenizer(tokenizer.apply_chat_template(messages, tokenize=False), add_special_tokens=False)
+        with torch.no_grad():
+            return model(input_ids=torch.tensor([ids["input_ids"]])).logits[0, 0].item()
+
+    got = [record["scores"]["rm_score"] for record in records]
+    assert got == pytest.approx([score(rm_tokenizer, r["response"]) for r in records], abs=1e-5)
+    # the policy's template would have given other scores: the RM's own template is what was used
+    assert got != pytest.approx([score(policy_tokenizer, r["response"]) for r in records], abs=1e-3)

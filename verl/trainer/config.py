@@ -25,6 +25,7 @@ validates everything that can be checked before Ray starts; each error names the
 
 import json
 import logging
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -726,6 +727,48 @@ def _reward_model_enabled(reward: Any) -> bool:
     return bool(reward.model.model_path)
 
 
+def _check_reward_model(config: PPOConfig) -> None:
+    """The reward model's keys: a local checkpoint must be a one-label sequence classifier (the worker refuses
+    anything else too, but only after Ray and the actor have started); sizes and weights must make sense."""
+    model = config.worker.reward.model
+    _non_negative(config, "worker.reward.model.n_gpus_per_node")
+    _positive(config, "worker.reward.model.nnodes")
+    for key in ("worker.reward.rule_weight", "worker.reward.model.weight", "worker.reward.judge.weight"):
+        value = _get(config, key)
+        if not math.isfinite(value):
+            raise ConfigError(f"Config key '{key}' must be a finite number, got {value}.")
+    if not model.model_path:
+        if model.n_gpus_per_node > 0:
+            raise ConfigError(
+                "worker.reward.model.n_gpus_per_node is set but worker.reward.model.model_path is not; give the "
+                "reward model or leave its pool at 0."
+            )
+        return
+    _positive(config, "worker.reward.model.max_length", "worker.reward.model.micro_batch_size")
+    _check_path("worker.reward.model.model_path", model.model_path, "directory", allow_hub=True)
+    _check_path("worker.reward.model.tokenizer_path", model.tokenizer_path, "directory", allow_hub=True)
+    model_config = _read_model_config(model.model_path)
+    if model_config is None:
+        return  # a hub id: the worker checks it when it loads
+    key = "worker.reward.model.model_path"
+    if "vision_config" in model_config:
+        raise NotImplementedError(
+            f"{key}='{model.model_path}' is a vision-language model; reward models are text models (images are "
+            "not shown to them)."
+        )
+    architectures = model_config.get("architectures") or []
+    if architectures and not any(name.endswith("ForSequenceClassification") for name in architectures):
+        raise ConfigError(
+            f"{key}='{model.model_path}' is a {', '.join(architectures)}, not a sequence-classification reward "
+            "model; train one from it with `python scripts/train_reward_model.py --init-from-lm --model PATH ...`."
+        )
+    labels = len(model_config.get("id2label") or {}) or model_config.get("num_labels", 2)
+    if labels != 1:
+        raise ConfigError(
+            f"{key}='{model.model_path}' has {labels} labels; a reward model gives one score (num_labels=1)."
+        )
+
+
 def _read_model_config(path: str | None) -> dict[str, Any] | None:
     config_file = os.path.join(path, "config.json") if path else ""
     if not os.path.isfile(config_file):
@@ -805,3 +848,4 @@ def validate_config(config: PPOConfig) -> None:
     _check_algorithm(config)
     _check_batch_sizes(config)
     _check_paths(config)
+    _check_reward_model(config)

@@ -51,9 +51,9 @@ TASK_EVENTS_ENV = "RAY_task_events_report_interval_ms"
 
 
 def init_ray(config: PPOConfig, device: str) -> None:
+    quiet.install_driver_filters()  # before Ray announces itself
     if ray.is_initialized():
         return
-    quiet.install_driver_filters()  # before Ray announces itself
     # The setup hook silences known-harmless third-party messages in every worker before vLLM is imported.
     runtime_env = {"env_vars": worker_env(device), "worker_process_setup_hook": quiet.WORKER_SETUP_HOOK}
     if os.environ.get("RAY_ADDRESS"):
@@ -62,11 +62,8 @@ def init_ray(config: PPOConfig, device: str) -> None:
     trainer, reward = config.trainer, config.worker.reward
     # On CPU each worker process takes one logical CPU; the reward actors idle most of the time, so they may
     # share the machine's cores rather than block the workers from being placed.
-    num_cpus = (
-        (os.cpu_count() or 1)
-        if device == "cuda"
-        else max(os.cpu_count() or 1, trainer.nnodes * trainer.n_gpus_per_node + 2 * reward.num_cpus)
-    )
+    processes = trainer.nnodes * trainer.n_gpus_per_node + reward.model.nnodes * reward.model.n_gpus_per_node
+    num_cpus = (os.cpu_count() or 1) if device == "cuda" else max(os.cpu_count() or 1, processes + 2 * reward.num_cpus)
     # Ray keeps an event record of every task (each worker call is one) in its GCS for the dashboard and `ray list
     # tasks`, up to 100k of them: ~3 MB per 100 training steps of the quickstart, growing for days. A run the trainer
     # starts has no dashboard, so the records are turned off (unless the user set the variable).

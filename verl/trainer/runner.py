@@ -18,13 +18,13 @@ resource check runs before any model loads: a config asking for more devices tha
 """
 
 import logging
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
 
 from ..single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
 from ..single_controller.ray.resource import RayResourcePool
-from ..utils import quiet
 from ..utils.config import config_to_dict
 from ..utils.device import resolve_device_type
 from ..utils.logger import Tracker
@@ -40,41 +40,73 @@ from .ray_trainer import RayPPOTrainer, count_training_steps
 logger = logging.getLogger(__name__)
 
 
-def create_worker_groups(config: PPOConfig, device: str) -> tuple[Any, Any | None, Any | None, Any, Any]:
-    """One colocated process per device holding the actor+rollout(+ref) role and, for gae, the critic role, and with
-    worker.reward.model.model_path the reward model's role; returns (actor, critic, reward model, group, pool)."""
+@dataclass
+class WorkerGroups:
+    """The run's worker groups and the resource pools under them; `shutdown` frees all of them."""
+
+    actor: Any
+    critic: Any | None = None
+    reward_model: Any | None = None
+    owned: list[tuple[Any, Any]] = field(default_factory=list)
+    """(group, pool) pairs, in creation order."""
+
+    def shutdown(self) -> None:
+        for group, pool in reversed(self.owned):
+            group.shutdown()
+            pool.remove()
+
+
+def create_worker_groups(config: PPOConfig, device: str) -> WorkerGroups:
+    """One colocated process per device holding the actor+rollout(+ref) role and, for gae, the critic role; with
+    worker.reward.model.model_path the reward model's role too, or its own group on its own devices when
+    worker.reward.model.n_gpus_per_node > 0."""
     from ..workers.fsdp_workers import FSDPWorker  # imports vLLM: only when training really starts
 
     trainer = config.trainer
-    pool = RayResourcePool(
-        process_on_nodes=[trainer.n_gpus_per_node] * trainer.nnodes,
-        use_gpu=device == "cuda",
-        name_prefix=trainer.experiment_name,
-    )
-    actor_role = "actor_rollout" if config.algorithm.disable_kl else "actor_rollout_ref"
-    roles = {actor_role: RayClassWithInitArgs(FSDPWorker, config=config.worker, role=actor_role, device=device)}
-    if config.algorithm.adv_estimator == "gae":
-        roles["critic"] = RayClassWithInitArgs(FSDPWorker, config=config.worker, role="critic", device=device)
-    reward_model = config.worker.reward.model
-    if reward_model.model_path:
-        from ..workers.reward.model_worker import RewardModelWorker
-
-        tokenizer_path = config.worker.actor.model.tokenizer_path
-        roles["reward_model"] = RayClassWithInitArgs(
-            RewardModelWorker, config=reward_model, policy_tokenizer_path=tokenizer_path, device=device
-        )
-    group = RayWorkerGroup(pool, create_colocated_worker_cls(roles), name_prefix=trainer.experiment_name)
-    views = group.spawn(roles.keys())
+    groups = WorkerGroups(actor=None)
     try:
-        reward_model_wg = views.get("reward_model")
-        if reward_model_wg is not None:  # before the actor, so the engine sizes its cache against what is left
-            reward_model_wg.init_model()
-        actor_wg, critic_wg = _init_models(views, actor_role)
+        reward_model = config.worker.reward.model
+        roles = {}
+        if reward_model.model_path:
+            from ..workers.reward.model_worker import RewardModelWorker
+
+            roles["reward_model"] = RayClassWithInitArgs(
+                RewardModelWorker,
+                config=reward_model,
+                policy_tokenizer_path=config.worker.actor.model.tokenizer_path,
+                device=device,
+            )
+        if reward_model.model_path and reward_model.n_gpus_per_node > 0:
+            nodes = [reward_model.n_gpus_per_node] * reward_model.nnodes
+            name = f"{trainer.experiment_name}_reward_model"
+            groups.reward_model = _new_group(groups, nodes, device, name, roles.pop("reward_model"))
+        actor_role = "actor_rollout" if config.algorithm.disable_kl else "actor_rollout_ref"
+        roles[actor_role] = RayClassWithInitArgs(FSDPWorker, config=config.worker, role=actor_role, device=device)
+        if config.algorithm.adv_estimator == "gae":
+            roles["critic"] = RayClassWithInitArgs(FSDPWorker, config=config.worker, role="critic", device=device)
+        nodes = [trainer.n_gpus_per_node] * trainer.nnodes
+        group = _new_group(groups, nodes, device, trainer.experiment_name, create_colocated_worker_cls(roles))
+        views = group.spawn(roles.keys())
+        groups.reward_model = views.get("reward_model", groups.reward_model)
+        if groups.reward_model is not None:  # before the actor, so the engine sizes its cache against what is left
+            groups.reward_model.init_model()
+        groups.actor, groups.critic = _init_models(views, actor_role)
     except BaseException:
-        group.shutdown()
+        groups.shutdown()
+        raise
+    return groups
+
+
+def _new_group(groups: WorkerGroups, nodes: list[int], device: str, name: str, cls: RayClassWithInitArgs) -> Any:
+    """A resource pool of `nodes` processes per node and a group of `cls` on it, recorded in `groups`."""
+    pool = RayResourcePool(process_on_nodes=nodes, use_gpu=device == "cuda", name_prefix=name)
+    try:
+        group = RayWorkerGroup(pool, cls, name_prefix=name)
+    except BaseException:
         pool.remove()
         raise
-    return actor_wg, critic_wg, reward_model_wg, group, pool
+    groups.owned.append((group, pool))
+    return group
 
 
 def _init_models(views: dict[str, Any], actor_role: str) -> tuple[Any, Any | None]:
@@ -127,7 +159,6 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
         train_dataloader, val_dataloader, tokenizer, processor = _prepare_inputs(config)
     except (ValueError, TypeError, OSError, RuntimeError) as err:  # user errors: the data, the checkpoint directory
         raise SetupError(str(err)) from err
-    quiet.install_driver_filters()
     init_ray(config, device)
     total_steps = count_training_steps(config, len(train_dataloader))
     config.worker.actor.optim.training_steps = config.worker.critic.optim.training_steps = total_steps
@@ -142,38 +173,39 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
             from ..workers.reward.judge import create_judge_actor
 
             judge = create_judge_actor(reward.judge)
-        actor_wg, critic_wg, reward_model_wg, group, pool = create_worker_groups(config, device)
+        workers = create_worker_groups(config, device)
     except BaseException:
         _kill(*[actor for actor in (reward_fn, judge) if actor is not None])
         raise
     trainer_config = config.trainer
     logger.info(checkpoint_plan(config))
-    tracker = Tracker(
-        trainer_config.logger,
-        trainer_config.project_name,
-        trainer_config.experiment_name,
-        trainer_config.save_checkpoint_path,
-        config_to_dict(config),  # secrets (api keys in reward_function_kwargs) masked
-    )
-    trainer = RayPPOTrainer(
-        config,
-        tokenizer,
-        train_dataloader,
-        val_dataloader,
-        actor_wg,
-        critic_wg,
-        reward_fn,
-        reward_fn,
-        tracker,
-        reward_model_wg=reward_model_wg,
-        judge=judge,
-    )
-    try:
-        return trainer.fit()
-    finally:  # free the devices and CPUs, so a caller (a sweep, a test) can start the next run in this Ray
-        tracker.finish()
-        group.shutdown()
-        pool.remove()
+    try:  # free the devices and CPUs at the end, so a caller (a sweep, a test) can start the next run in this Ray
+        tracker = Tracker(
+            trainer_config.logger,
+            trainer_config.project_name,
+            trainer_config.experiment_name,
+            trainer_config.save_checkpoint_path,
+            config_to_dict(config),  # secrets (api keys in reward_function_kwargs) masked
+        )
+        try:
+            trainer = RayPPOTrainer(
+                config,
+                tokenizer,
+                train_dataloader,
+                val_dataloader,
+                workers.actor,
+                workers.critic,
+                reward_fn,
+                reward_fn,
+                tracker,
+                reward_model_wg=workers.reward_model,
+                judge=judge,
+            )
+            return trainer.fit()
+        finally:
+            tracker.finish()
+    finally:
+        workers.shutdown()
         _kill(*[actor for actor in (reward_fn, judge) if actor is not None])
 
 

@@ -72,6 +72,12 @@ class RewardModelConfig:
     """Factor of the reward model's score (rm_scores) in the overall reward."""
     fsdp: FSDPConfig = field(default_factory=FSDPConfig)
     """Sharding of the reward model; it is frozen, so on GPU it is stored in fsdp.mp_param_dtype (bf16)."""
+    n_gpus_per_node: int = 0
+    """Devices (on CPU: processes) per node of the reward model's own resource pool, apart from the actor's; 0 puts
+    it beside the actor instead: a role of every actor process, its shards next to the actor's (no devices of its
+    own)."""
+    nnodes: int = 1
+    """Nodes of the reward model's own resource pool (with n_gpus_per_node > 0)."""
 
 
 @dataclass
