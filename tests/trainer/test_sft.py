@@ -219,16 +219,21 @@ def read_steps(save) -> dict[int, dict]:
 
 @pytest.mark.slow
 def test_sft_runs_lower_the_loss_resume_exactly_and_export_for_rl(models, tmp_path, local_ray) -> None:
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from verl.trainer.config import load_config
-    from verl.trainer.sft import run_sft
+    from verl.trainer.sft import build_datasets, run_sft
     from verl.trainer.sft_config import load_sft_config
 
     write_conversations(tmp_path / "train.jsonl", 48, seed=0)
-    write_conversations(tmp_path / "val.jsonl", 8, seed=1)
+    write_conversations(tmp_path / "val.jsonl", 7, seed=1)  # 7 rows over 2 workers: one padding row, not counted
+    # a template file with the model's own rendering, marked: the export must carry the file the data was rendered with
+    template = "{#- the SFT run's template -#}\n" + AutoTokenizer.from_pretrained(models["text"]).chat_template
+    (tmp_path / "template.jinja").write_text(template)
     straight, interrupted = str(tmp_path / "straight"), str(tmp_path / "interrupted")
-    run_sft(load_sft_config(sft_args(tmp_path, models["text"], straight, "trainer.max_steps=4")))
+    straight_args = sft_args(tmp_path, models["text"], straight, "trainer.max_steps=4")
+    straight_args.append(f"data.override_chat_template={tmp_path / 'template.jinja'}")
+    run_sft(load_sft_config(straight_args))
     run_sft(load_sft_config(sft_args(tmp_path, models["text"], interrupted, "trainer.max_steps=2")))
     run_sft(load_sft_config(sft_args(tmp_path, models["text"], interrupted, "trainer.max_steps=4")))
 
@@ -243,6 +248,18 @@ def test_sft_runs_lower_the_loss_resume_exactly_and_export_for_rl(models, tmp_pa
 
     exported = os.path.join(straight, "huggingface")
     model = AutoModelForCausalLM.from_pretrained(exported)
+    assert AutoTokenizer.from_pretrained(exported).chat_template == template
+    # val/loss of step 4 (after its update, the exported weights): every validation token once, none twice
+    _, val, _ = build_datasets(load_sft_config(straight_args))
+    total = count = 0.0
+    with torch.no_grad():
+        for index in range(len(val)):
+            example = val.encode(index)
+            ids, mask = torch.tensor(example["input_ids"]), torch.tensor(example["loss_mask"][1:], dtype=torch.float)
+            log_probs = torch.log_softmax(model(input_ids=ids[None]).logits[0, :-1].float(), -1)
+            total -= (log_probs.gather(-1, ids[1:, None])[:, 0] * mask).sum().item()
+            count += mask.sum().item()
+    assert len(val) == 7 and rows[4]["val/loss"] == pytest.approx(total / count, rel=1e-4)
     merged = tmp_path / "merged"
     subprocess.run(
         [

@@ -80,11 +80,15 @@ def _collate(dataset: SFTDataset, indices: list[int]) -> Any:
 
 
 def validate(worker_group: Any, dataset: SFTDataset, batch_size: int) -> dict[str, float]:
-    """Mean negative log-likelihood per assistant token over the validation set."""
+    """Mean negative log-likelihood per assistant token over the validation set. A batch that does not divide among
+    the workers is padded here with rows whose loss mask is empty, so no conversation counts twice."""
     total = tokens = 0.0
     indices = list(range(len(dataset)))
     for start in range(0, len(indices), batch_size):
-        per_rank = worker_group.eval_batch(_collate(dataset, indices[start : start + batch_size]))
+        batch, pad = _collate(dataset, indices[start : start + batch_size]).pad_to_divisor(worker_group.world_size)
+        if pad:
+            batch.batch["response_mask"][-pad:] = 0
+        per_rank = worker_group.eval_batch(batch)
         total += sum(rank["nll_sum"] for rank in per_rank)
         tokens += per_rank[0]["tokens"]
     return {"val/loss": total / max(tokens, 1.0)}
@@ -121,7 +125,11 @@ def run_sft(config: SFTConfig) -> dict[str, float]:
         name_prefix=f"sft_{trainer.experiment_name}",
     )
     group = RayWorkerGroup(
-        pool, RayClassWithInitArgs(SFTWorker, config=config.worker, device=device), name_prefix=trainer.experiment_name
+        pool,
+        RayClassWithInitArgs(
+            SFTWorker, config=config.worker, device=device, override_chat_template=data.override_chat_template
+        ),
+        name_prefix=trainer.experiment_name,
     )
     root = trainer.save_checkpoint_path
     tracker = Tracker(trainer.logger, trainer.project_name, trainer.experiment_name, root, config_to_dict(config))

@@ -51,9 +51,12 @@ logger = logging.getLogger(__name__)
 
 
 class SFTWorker(Worker):
-    def __init__(self, config: Any, device: str = "auto") -> None:
+    def __init__(self, config: Any, device: str = "auto", override_chat_template: str | None = None) -> None:
+        """`override_chat_template`: the template file the data was rendered with (data.override_chat_template); the
+        checkpoints and the Hugging Face export carry it, so the RL trainer renders prompts the same way."""
         super().__init__()
         self.config = config
+        self.override_chat_template = override_chat_template
         self.device_type = device_utils.set_device_type(device)
         device_utils.init_distributed()
         self.device = device_utils.get_local_device()
@@ -63,8 +66,13 @@ class SFTWorker(Worker):
         config = self.config
         model = config.model
         tokenizer_path = model.tokenizer_path or model.model_path
-        self.tokenizer = get_tokenizer(tokenizer_path, trust_remote_code=model.trust_remote_code)
-        self.processor = get_processor(tokenizer_path, trust_remote_code=model.trust_remote_code)
+        template = self.override_chat_template
+        self.tokenizer = get_tokenizer(
+            tokenizer_path, trust_remote_code=model.trust_remote_code, override_chat_template=template
+        )
+        self.processor = get_processor(
+            tokenizer_path, trust_remote_code=model.trust_remote_code, override_chat_template=template
+        )
         mesh = build_device_mesh(dist.get_world_size(), config.fsdp.fsdp_size, self.device_type)
         self.module = create_fsdp_model(model, config.fsdp, mesh, self.device)
         optim = dataclasses.replace(config.optim, training_steps=training_steps)
