@@ -11,12 +11,11 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The CPU code example (`make demo-code`) end to end: synthetic tasks, format warm start, then GRPO steps whose
+"""The CPU code example (`make demo-code`) end to end: synthetic tasks, format warm start (SFT), then GRPO steps whose
 rewards come from running the model's programs in the sandbox against each row's stdin/stdout tests."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -25,6 +24,8 @@ import pytest
 from tests.repo_files import load_repo_file
 from verl.trainer.config import load_config
 from verl.trainer.runner import run_ppo
+from verl.trainer.sft import run_sft
+from verl.trainer.sft_config import load_sft_config
 from verl.utils.tiny_models import get_or_build_tiny_model
 
 
@@ -33,7 +34,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_tasks_have_one_passing_program_each(tmp_path):
     make_data = load_repo_file("examples/cpu_code/make_data.py", "cpu_code_make_data")
-    warm_start = load_repo_file("examples/cpu_code/warm_start.py", "cpu_code_warm_start")
     make_data.write_split(str(tmp_path), "train", 40, seed=0)
     rows = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
     operations = [next(op for op in make_data.OPERATIONS if op in row["problem"]) for row in rows]
@@ -41,7 +41,7 @@ def test_tasks_have_one_passing_program_each(tmp_path):
     for row, operation in zip(rows, operations):
         tests = json.loads(row["answer"])
         passing = []
-        for program in warm_start.PROGRAMS:
+        for program in make_data.PROGRAMS:
             outputs = [
                 subprocess.run([sys.executable, "-c", program], input=case, capture_output=True, text=True).stdout
                 for case in tests["inputs"]
@@ -49,6 +49,13 @@ def test_tasks_have_one_passing_program_each(tmp_path):
             passing.append(outputs == tests["outputs"])
         assert sum(passing) == 1, (row, passing)  # the four programs disagree on every row
         assert passing[list(make_data.OPERATIONS).index(operation)]
+    # the warm start's data: every task with each program, in groups of four consecutive rows
+    sft = [json.loads(line) for line in open(make_data.write_sft_split(str(tmp_path), "train"), encoding="utf-8")]
+    assert len(sft) == 4 * len(rows)
+    for index, row in enumerate(rows):
+        group = sft[4 * index : 4 * index + 4]
+        assert [conversation["messages"][0]["content"] for conversation in group] == [row["problem"]] * 4
+        assert [c["messages"][1]["content"] for c in group] == [f"```python\n{p}\n```" for p in make_data.PROGRAMS]
 
 
 @pytest.mark.slow
@@ -57,16 +64,21 @@ def test_code_example_trains_with_the_sandboxed_reward(tmp_path, local_ray):
     data_dir = tmp_path / "data"
     make_data.write_split(str(data_dir), "train", 64, seed=0)
     make_data.write_split(str(data_dir), "val", 4, seed=1)
-    model_dir = tmp_path / "model"
-    shutil.copytree(get_or_build_tiny_model("qwen2", str(tmp_path / "cache")), model_dir)
-    script = os.path.join(REPO, "examples", "cpu_code", "warm_start.py")
-    subprocess.run(
-        [sys.executable, script, "--model", str(model_dir), "--data", str(data_dir / "train.jsonl")]
-        + ["--steps", "30", "--batch-size", "4", "--lr", "2e-3"],
-        check=True,
-        capture_output=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    make_data.write_sft_split(str(data_dir), "train")
+    model = get_or_build_tiny_model("qwen2", str(tmp_path / "cache"))
+    warm = tmp_path / "warm_start"
+    run_sft(
+        load_sft_config(
+            [
+                f"config={REPO}/examples/cpu_code/sft.yaml",
+                f"data.train_files={data_dir / 'train_sft.jsonl'}",
+                f"worker.model.model_path={model}",
+                f"trainer.save_checkpoint_path={warm}",
+                "trainer.max_steps=30",
+            ]
+        )
     )
+    model_dir = warm / "huggingface"
     save = tmp_path / "run"
     config = load_config(
         [

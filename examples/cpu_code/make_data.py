@@ -37,6 +37,13 @@ PROMPT = (
     "{operation}{detail}. Answer with one ```python code block."
 )
 DETAILS = {"difference": " (a - b)"}
+PROGRAMS = (
+    "a, b = map(int, input().split())\nprint(a + b)",
+    "a, b = map(int, input().split())\nprint(a - b)",
+    "a, b = map(int, input().split())\nprint(a * b)",
+    "a, b = map(int, input().split())\nprint(max(a, b))",
+)
+"""The program of each operation, in the order of OPERATIONS."""
 
 
 def make_row(operation: str, rng: random.Random) -> dict:
@@ -61,6 +68,28 @@ def write_split(output_dir: str, split: str, num_rows: int, seed: int) -> str:
     return path
 
 
+def write_sft_split(output_dir: str, split: str = "train") -> str:
+    """The warm start's conversations (examples/cpu_code/sft.yaml): every task of `split` with EACH of the four
+    programs as the answer, four consecutive rows.
+
+    A random-init model never writes a code block, so the sandbox would have nothing to run. Trained without
+    shuffling in batches of whole groups, the loss of a group is the cross-entropy against the uniform distribution
+    over the four programs: the model learns to answer with one ```python block, each program about equally likely
+    whatever the operation asked, so it passes a task's tests about a quarter of the time and whatever it learns
+    about reading the operation from the prompt comes from RL and the code reward.
+    """
+    with open(os.path.join(output_dir, f"{split}.jsonl"), encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    path = os.path.join(output_dir, f"{split}_sft.jsonl")
+    with open(path, "w", encoding="utf-8") as f:
+        for row in rows:
+            for program in PROGRAMS:
+                answer = f"```python\n{program}\n```"
+                messages = [{"role": "user", "content": row["problem"]}, {"role": "assistant", "content": answer}]
+                f.write(json.dumps({"messages": messages}) + "\n")
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--output", required=True)
@@ -70,6 +99,7 @@ def main() -> None:
     args = parser.parse_args()
     write_split(args.output, "train", args.train_rows, args.seed)
     write_split(args.output, "val", args.val_rows, args.seed + 1)
+    write_sft_split(args.output, "train")
     print(f"wrote {args.train_rows} train and {args.val_rows} val rows to {args.output}")
 
 
