@@ -80,9 +80,11 @@ def test_derived_keys_filled(files):
             "algorithm.use_kl_loss=true",
             "algorithm.kl_coef=0.05",
             "worker.actor.padding_free=false",
+            f"data.override_chat_template={files / 'fmt.jinja'}",
         ]
     )
     assert config.worker.rollout.prompt_length == 64
+    assert config.worker.override_chat_template == str(files / "fmt.jinja")  # the workers' tokenizers carry it
     assert config.worker.rollout.max_model_len == 64 + config.data.max_response_length
     assert config.worker.actor.use_kl_loss is True and config.worker.actor.kl_coef == 0.05
     assert config.worker.ref.padding_free is False

@@ -24,7 +24,7 @@ import pytest
 
 from verl.trainer.config import load_config
 from verl.trainer.runner import run_ppo
-from verl.utils.tiny_models import get_or_build_tiny_model
+from verl.utils.tiny_models import CHAT_TEMPLATE, get_or_build_tiny_model
 
 
 pytestmark = pytest.mark.slow
@@ -425,12 +425,22 @@ def test_multi_turn_run_with_an_environment(workspace):
         "def compute_score(sample):\n"
         "    info = sample['extra_info']\n"
         "    variety = len(set(info['last_turn'])) / 8.0\n"
-        "    return {'overall': info['env_solved'] + variety, 'solved': info['env_solved']}\n"
+        "    turns, q_turns = sample['response'].count('user\\n'), sample['response'].count('user\\nQ: ')\n"
+        "    return {'overall': info['env_solved'] + variety, 'solved': info['env_solved'],\n"
+        "            'env_turns_seen': float(turns > 0), 'unmarked_turns': float(turns - q_turns)}\n"
     )
+    # data.override_chat_template renders the prompts and the environment's turns alike: user turns start "Q: "
+    template = workspace["root"] / "q_template.jinja"
+    marker = "<|im_start|>{{ message['role'] }}\n"
+    assert marker in CHAT_TEMPLATE
+    template.write_text(CHAT_TEMPLATE.replace(marker, marker + "{% if message['role'] == 'user' %}Q: {% endif %}"))
+    dump = workspace["root"] / "multi_turn_rollouts"
     config = load_config(
         text_args(
             workspace,
             "multi_turn",
+            f"data.override_chat_template={template}",
+            f"trainer.rollout_data_dir={dump}",
             f"worker.rollout.env={game}:GuessNumber",
             "worker.rollout.max_turns=3",
             "worker.rollout.max_tokens_per_turn=4",
@@ -449,7 +459,11 @@ def test_multi_turn_run_with_an_environment(workspace):
         assert 0 <= row["env/solved/mean"] <= 1 and row["env/env_tokens/mean"] > 0
         assert row["reward/solved"] == pytest.approx(row["env/solved/mean"])
         assert row["response_length/mean"] <= 3 * 4  # the model's tokens only: at most 4 per turn
+        # the reward function sees the environment's turns, each rendered with the override ("Q: ")
+        assert row["reward/env_turns_seen"] > 0 and row["reward/unmarked_turns"] == 0
     assert steps[-1]["actor/kl_loss"] > 0
+    records = [json.loads(line) for line in (dump / "step_1.jsonl").read_text().splitlines()]
+    assert records and all("user\nQ: What is" in record["prompt"] for record in records)
 
 
 def test_full_disk_at_a_save_keeps_the_previous_checkpoint(workspace, small_disk):

@@ -230,6 +230,7 @@ DERIVED_KEYS: dict[str, str] = {
     "worker.ref.padding_free": "worker.actor.padding_free",
     "worker.ref.dynamic_batching": "worker.actor.dynamic_batching",
     "worker.ref.ulysses_size": "worker.actor.ulysses_size",
+    "worker.override_chat_template": "data.override_chat_template",
 }
 
 LOGGERS = ("console", "file", "tensorboard", "wandb", "swanlab", "mlflow")
@@ -287,6 +288,7 @@ def _absolutize_local_paths(config: PPOConfig) -> None:
     reward.model.tokenizer_path = _absolutize(reward.model.tokenizer_path)
     reward.judge.template = _absolutize(reward.judge.template)
     config.trainer.load_checkpoint_path = _absolutize(config.trainer.load_checkpoint_path)
+    config.worker.override_chat_template = _absolutize(config.worker.override_chat_template)
 
 
 def _absolutize_function(spec: str | None) -> str | None:

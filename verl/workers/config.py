@@ -131,3 +131,6 @@ class WorkerConfig:
     """The reward function."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     """The vLLM generation engine."""
+    override_chat_template: str | None = None
+    """Derived from data.override_chat_template: the workers' tokenizers carry it, so environment turns of multi-turn
+    rollouts are rendered as the prompts were, and checkpoints save it."""

@@ -115,8 +115,13 @@ class FSDPWorker(Worker):
         config = self.config
         section = config.critic if self.has_critic else config.actor
         model = section.model
-        self.tokenizer = get_tokenizer(model.tokenizer_path, trust_remote_code=model.trust_remote_code)
-        self.processor = get_processor(model.tokenizer_path, trust_remote_code=model.trust_remote_code)
+        template = config.override_chat_template
+        self.tokenizer = get_tokenizer(
+            model.tokenizer_path, trust_remote_code=model.trust_remote_code, override_chat_template=template
+        )
+        self.processor = get_processor(
+            model.tokenizer_path, trust_remote_code=model.trust_remote_code, override_chat_template=template
+        )
         n = config.rollout.n
         # Ulysses: ranks of a group share each row of the actor's and reference's forwards (verl.models.ulysses)
         self.sp_group = None
