@@ -105,7 +105,10 @@ def test_code_example_trains_with_the_sandboxed_reward(tmp_path, local_ray):
         assert row["reward/has_code"] > 0.5  # the warm-started model writes code blocks ...
         assert row["rollout/response_length_limit"] == 48 and "actor/entropy_coeff" in row
         # ... that ran in the sandbox against the tests: every case either passed or failed by a named cause
-        cases = sum(row[f"reward/{key}"] for key in ("num_wrong_answer", "num_runtime_error", "num_timeout"))
+        cases = sum(
+            row[f"reward/{key}"]
+            for key in ("num_wrong_answer", "num_runtime_error", "num_timeout", "num_process_limit")
+        )
         assert row["reward/pass_rate"] > 0 or cases > 0
         assert row["reward/code/overall"] == pytest.approx(row["critic/score/mean"])
     assert any(0 < row["reward/pass_rate"] < 1 for row in steps)  # some programs pass, others do not

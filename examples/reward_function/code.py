@@ -34,15 +34,16 @@ A ground truth in neither form raises ValueError naming the sample, before anyth
 The samples of the batch run in parallel through `run_many_cases` (max_workers at a time): a sample's cases share one
 sandboxed interpreter, which forks a fresh child per case, so each case still runs alone under the limits (wall_s,
 cpu_s, memory_mb, output_kb, max_processes; see verl.utils.sandbox.run_python_cases) and cannot see what the
-others did, without paying an interpreter start per case.
+others did, without paying an interpreter start per case. The programs run at a lower priority (`nice`, 10 by
+default), so they use the CPU the trainer's processes leave idle rather than slow them.
 
 Scores per sample:
     overall: the pass rate, or with all_or_nothing 1.0 when every case passes and 0.0 otherwise.
     pass_rate, all_passed: the fraction of cases passed, and 1.0 when all did.
     has_code: 1.0 when the response has a program (format); without one every other key is 0.0.
-    num_timeout (wall clock or CPU limit), num_memory_limit, num_output_limit, num_runtime_error (exceptions,
-    crashes, nonzero exits, the process limit), num_wrong_answer (ran to the end but printed the wrong output, or
-    a failed assert): how many cases failed in each way.
+    num_timeout (wall clock or CPU limit), num_memory_limit, num_output_limit, num_process_limit (a fork bomb),
+    num_runtime_error (exceptions, crashes, nonzero exits), num_wrong_answer (ran to the end but printed the wrong
+    output, or a failed assert): how many cases failed in each way.
 """
 
 import json
@@ -60,7 +61,14 @@ REWARD_NAME = "code"
 REWARD_TYPE = "batch"
 
 PYTHON_TAGS = frozenset({"", "python", "py", "python3"})
-FAILURE_KEYS = ("num_timeout", "num_memory_limit", "num_output_limit", "num_runtime_error", "num_wrong_answer")
+FAILURE_KEYS = (
+    "num_timeout",
+    "num_memory_limit",
+    "num_output_limit",
+    "num_process_limit",
+    "num_runtime_error",
+    "num_wrong_answer",
+)
 
 # The opening fence starts a line (indented, as inside a list, is fine) and names the language; the block ends at the
 # next fence, even one that follows code on the same line, as small models often write it.
@@ -70,6 +78,7 @@ _FAILURES = {
     "cpu_limit": "num_timeout",
     "memory_limit": "num_memory_limit",
     "output_limit": "num_output_limit",
+    "process_limit": "num_process_limit",
 }
 
 
@@ -171,9 +180,10 @@ def compute_score(
     memory_mb: int = 1024,
     output_kb: int = 1024,
     max_processes: int = 16,
+    nice: int = 10,
 ) -> list[dict[str, float]]:
     """Score a batch: every case of every sample runs in the sandbox, `max_workers` samples at a time."""
-    limits = SandboxLimits(wall_s, cpu_s, memory_mb, output_kb, max_processes)
+    limits = SandboxLimits(wall_s, cpu_s, memory_mb, output_kb, max_processes, nice)
     cases = [
         parse_test_cases(sample["ground_truth"], f"sample {index} (uid {sample.get('uid')})")
         for index, sample in enumerate(reward_inputs)

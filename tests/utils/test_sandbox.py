@@ -132,6 +132,19 @@ def test_exit_codes_and_signals() -> None:
     assert (killed.status, killed.returncode) == ("killed", -15)
 
 
+def test_programs_run_at_a_lower_priority_than_the_trainer() -> None:
+    """SandboxLimits.nice: sandboxed programs (and each case's child) yield the CPU to the trainer's processes."""
+    expected = min(os.nice(0) + 7, 19)
+    code = "import os\nprint(os.nice(0))\n"
+    result = run_python(code, limits=SandboxLimits(nice=7))
+    assert result.status == "ok" and int(result.stdout) == expected, result.stderr
+    cases = sandbox.run_python_cases(code, [("", ""), ("", "")], SandboxLimits(nice=7))
+    assert [int(case.stdout) for case in cases] == [expected, expected]
+    assert int(run_python(code).stdout) == min(os.nice(0) + 10, 19)  # the default
+    with pytest.raises(ValueError, match="SandboxLimits.nice must be from 1 to 19"):
+        SandboxLimits(nice=20)
+
+
 def test_a_busy_loop_ends_at_the_wall_limit() -> None:
     started = time.monotonic()
     result = run_python("while True:\n    pass\n", limits=SandboxLimits(wall_s=1.0, cpu_s=5.0))

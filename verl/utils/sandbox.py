@@ -160,16 +160,21 @@ class SandboxLimits:
     """Largest stdout, stderr or other file the program may write (RLIMIT_FSIZE), in KiB."""
     max_processes: int = 16
     """Processes and threads the program may have at once, itself included (RLIMIT_NPROC)."""
+    nice: int = 10
+    """Scheduling niceness added to the program's (1 to 19): sandboxed programs yield the CPU to the trainer's
+    processes, so many samples running at once slow the training step only by the CPU the trainer leaves idle."""
 
     def __post_init__(self) -> None:
         for spec in fields(self):
             value = getattr(self, spec.name)
-            whole = spec.name in ("memory_mb", "output_kb", "max_processes")
+            whole = spec.name in ("memory_mb", "output_kb", "max_processes", "nice")
             kind = (int,) if whole else (int, float)
             if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value) or value <= 0:
                 raise ValueError(
                     f"SandboxLimits.{spec.name} must be a positive {'integer' if whole else 'number'}, got {value!r}."
                 )
+        if self.nice > 19:
+            raise ValueError(f"SandboxLimits.nice must be from 1 to 19, got {self.nice!r}.")
 
 
 @dataclass
@@ -229,8 +234,10 @@ class _ChildSetup:
     max_processes: int
     shared_tasks: int
     """Tasks the uid already has, added to the budget when the run shares the uid's RLIMIT_NPROC count."""
+    nice: int = 10
 
     def __call__(self) -> None:
+        os.nice(self.nice)
         done = self._unshare(self.privileged_unshare)
         if done & _CLONE_NEWNS:
             self._reexpose_interpreter()
@@ -684,6 +691,7 @@ def _child_setup(limits: SandboxLimits, plan: _Plan, uid: int | None, harness: b
         ),
         max_processes=limits.max_processes + (1 if harness else 0),
         shared_tasks=0 if uid is not None else _tasks_of_current_uid(),
+        nice=limits.nice,
     )
 
 

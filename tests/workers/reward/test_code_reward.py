@@ -35,6 +35,7 @@ KEYS = {
     "num_timeout",
     "num_memory_limit",
     "num_output_limit",
+    "num_process_limit",
     "num_runtime_error",
     "num_wrong_answer",
 }
@@ -105,19 +106,21 @@ def test_the_last_python_block_is_the_program(code: ModuleType) -> None:
 
 
 def test_failures_are_counted_by_kind(code: ModuleType) -> None:
-    cases = {"inputs": ["loop", "boom", "mem", "flood", "1 2"], "outputs": ["", "", "", "", "3"]}
+    cases = {"inputs": ["loop", "boom", "mem", "flood", "fork", "1 2"], "outputs": ["", "", "", "", "", "3"]}
     program = (
-        "```python\ns = input()\nif s == 'loop':\n    while True: pass\nif s == 'boom':\n    1 / 0\n"
+        "```python\nimport os\ns = input()\nif s == 'loop':\n    while True: pass\nif s == 'boom':\n    1 / 0\n"
         "if s == 'mem':\n    x = bytearray(10 * 2**30)\nif s == 'flood':\n    while True: print('x' * 100)\n"
+        "if s == 'fork':\n    while True: os.fork()\n"
         "a, b = map(int, s.split())\nprint(a + b)\n```"
     )
-    [score] = code.compute_score([sample(program, cases)], wall_s=1.0, cpu_s=5.0, output_kb=16)
-    assert score["pass_rate"] == 0.2
+    [score] = code.compute_score([sample(program, cases)], wall_s=2.0, cpu_s=5.0, output_kb=16)
+    assert score["pass_rate"] == pytest.approx(1 / 6)
     assert failures(score) == {
         "num_timeout": 1.0,
         "num_runtime_error": 1.0,
         "num_memory_limit": 1.0,
         "num_output_limit": 1.0,
+        "num_process_limit": 1.0,
     }
 
 

@@ -136,3 +136,31 @@ def test_rubric_config_errors_name_the_part(tmp_path, write_reward_file) -> None
         _check_rubric(RewardConfig(rubric={"fmt": {"function": good.replace(":score", ":nope")}}))
     with pytest.raises(ConfigError, match="cannot be combined"):
         _check_rubric(RewardConfig(rubric={"fmt": {"function": good}}, routes={"a": good}))
+
+
+def test_the_shipped_math_and_code_rewards_score_one_mixed_batch(make_batch, tokenizer) -> None:
+    """The OR1-style mix with the real reward files (math-verify, the code sandbox), routed by another column."""
+    from tests.repo_files import REPO
+
+    config = RewardConfig(
+        routes={
+            "math": f"{REPO}/examples/reward_function/math_verify.py:compute_score",
+            "code": f"{REPO}/examples/reward_function/code.py:compute_score",
+        },
+        route_key="task",
+        routes_kwargs={"code": {"max_workers": 2}},
+    )
+    manager = create_reward_manager(RewardSettings.from_config(config), tokenizer)
+    tests = '{"inputs": ["2 3\\n"], "outputs": ["5\\n"]}'
+    program = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+    batch = make_batch(
+        ["Q1", "Q2", "Q3", "Q4"],
+        ["The answer is \\boxed{\\frac{1}{2}}.", program, "\\boxed{0.4}", program.replace("+", "*")],
+        non_tensors={"ground_truth": ["0.5", tests, "2/5", tests], "task": ["math", "code", "math", "code"]},
+        response_length=48,
+    )
+    reward_tensor, columns = manager.compute_reward(batch)
+    assert columns["overall"][:3] == [1.0, 1.0, 1.0] and columns["overall"][3] < 1.0
+    assert reward_tensor.sum(-1).tolist() == pytest.approx(columns["overall"])
+    assert columns["code/overall"][1] == 1.0 and math.isnan(columns["code/overall"][0])
+    assert columns["num_wrong_answer"][3] == 1.0 and math.isnan(columns["num_wrong_answer"][0])
