@@ -33,7 +33,7 @@ def test_response_length_follows_the_stages() -> None:
         ({1: 8}, "first stage must start at step 0"),
         ({0: 8, 5: 64}, "above data.max_response_length=32"),
         ({0: 0}, "positive numbers of tokens"),
-        ({-1: 8}, "global steps where a stage starts"),
+        ({-1: 8}, "training steps (as logged) where a stage starts"),
     ],
 )
 def test_bad_schedules_are_named(schedule: dict, message: str) -> None:
