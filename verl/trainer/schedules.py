@@ -33,7 +33,9 @@ def check_response_length_schedule(schedule: dict[int, int], max_response_length
         return None
     for step, length in schedule.items():
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            return f"has the key {step!r}; keys are the training steps (as logged) where a stage starts, the first at 0."
+            return (
+                f"has the key {step!r}; keys are the training steps (as logged) where a stage starts, the first at 0."
+            )
         if isinstance(length, bool) or not isinstance(length, int) or length <= 0:
             return f"gives step {step} the length {length!r}; lengths are positive numbers of tokens."
         if length > max_response_length:
