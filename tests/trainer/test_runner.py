@@ -53,17 +53,19 @@ def test_the_checkpoint_plan_names_the_directory_what_and_when():
     assert runner.checkpoint_plan(config) == "Checkpoints go to /runs/exp (model weights only, at the end)."
 
 
-def test_task_records_are_off_unless_the_user_set_them(monkeypatch):
+@pytest.mark.parametrize(("variable", "user_value"), [("TASK_EVENTS_ENV", "1000"), ("PRESTART_ENV", "1")])
+def test_task_records_and_the_idle_worker_are_off_unless_the_user_set_them(monkeypatch, variable, user_value):
+    name = getattr(ray_setup, variable)
     seen = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(ray, "init", lambda **kwargs: seen.append(os.environ.get(ray_setup.TASK_EVENTS_ENV)))
+    monkeypatch.setattr(ray, "init", lambda **kwargs: seen.append(os.environ.get(name)))
     monkeypatch.setattr(ray_setup, "start_reaper", lambda: None)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.delenv(ray_setup.TASK_EVENTS_ENV, raising=False)
+    monkeypatch.delenv(name, raising=False)
     ray_setup.init_ray(PPOConfig(), "cpu")
-    monkeypatch.setenv(ray_setup.TASK_EVENTS_ENV, "1000")
+    monkeypatch.setenv(name, user_value)
     ray_setup.init_ray(PPOConfig(), "cpu")
-    assert seen == ["0", "1000"]
+    assert seen == ["0", user_value]
 
 
 def _private_mib(process: psutil.Process) -> float:
