@@ -54,6 +54,16 @@ PRESTART_ENV = "RAY_prestart_worker_first_driver"
 
 
 def init_ray(config: PPOConfig, device: str) -> None:
+    """Start (or join) Ray for an RL run: its worker processes, the reward model's pool and the reward actors."""
+    trainer, reward = config.trainer, config.worker.reward
+    processes = trainer.nnodes * trainer.n_gpus_per_node + reward.model.nnodes * reward.model.n_gpus_per_node
+    # The reward actors idle most of the time: they may share the machine's cores rather than block the workers.
+    start_ray(device, processes + 2 * reward.num_cpus)
+
+
+def start_ray(device: str, cpu_slots: int) -> None:
+    """Join the Ray that RAY_ADDRESS names, or start a local one with at least `cpu_slots` logical CPUs on CPU (one
+    per worker process); nothing if this process is connected already."""
     quiet.install_driver_filters()  # before Ray announces itself
     if ray.is_initialized():
         return
@@ -62,11 +72,7 @@ def init_ray(config: PPOConfig, device: str) -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env)
         return
-    trainer, reward = config.trainer, config.worker.reward
-    # On CPU each worker process takes one logical CPU; the reward actors idle most of the time, so they may
-    # share the machine's cores rather than block the workers from being placed.
-    processes = trainer.nnodes * trainer.n_gpus_per_node + reward.model.nnodes * reward.model.n_gpus_per_node
-    num_cpus = (os.cpu_count() or 1) if device == "cuda" else max(os.cpu_count() or 1, processes + 2 * reward.num_cpus)
+    num_cpus = (os.cpu_count() or 1) if device == "cuda" else max(os.cpu_count() or 1, cpu_slots)
     # Ray keeps an event record of every task (each worker call is one) in its GCS for the dashboard and `ray list
     # tasks`, up to 100k of them: ~3 MB per 100 training steps of the quickstart, growing for days. A run the trainer
     # starts has no dashboard, so the records are turned off (unless the user set the variable).

@@ -96,29 +96,20 @@ def validate(worker_group: Any, dataset: SFTDataset, batch_size: int) -> dict[st
 
 def run_sft(config: SFTConfig) -> dict[str, float]:
     """Train; returns the last step's metrics (and the last validation loss)."""
-    import ray
 
     from ..single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup
     from ..single_controller.ray.resource import RayResourcePool
-    from ..utils import quiet
     from ..utils.device import resolve_device_type
     from ..utils.logger import Tracker
     from ..workers.sft_worker import SFTWorker
-    from .ray_setup import worker_env
+    from .ray_setup import start_ray
 
     data, trainer = config.data, config.trainer
     train, val, _ = build_datasets(config)  # every conversation is checked before Ray starts
     device = resolve_device_type(trainer.device)
     steps_per_epoch = len(train) // data.batch_size
     total_steps = trainer.max_steps or steps_per_epoch * trainer.total_epochs
-    quiet.install_driver_filters()
-    if not ray.is_initialized():
-        world = trainer.nnodes * trainer.n_gpus_per_node
-        ray.init(
-            num_cpus=max(os.cpu_count() or 1, world),
-            runtime_env={"env_vars": worker_env(device)},
-            include_dashboard=False,
-        )
+    start_ray(device, trainer.nnodes * trainer.n_gpus_per_node)
     pool = RayResourcePool(
         process_on_nodes=[trainer.n_gpus_per_node] * trainer.nnodes,
         use_gpu=device == "cuda",
