@@ -161,6 +161,20 @@ def test_dump_writes_one_record_per_sample_and_each_prompt_image_once(tokenizer,
     assert not [name for _, _, names in os.walk(tmp_path) for name in names if name.endswith(".tmp")]
 
 
+def test_dump_writes_an_environments_images_for_each_sample(tokenizer, tmp_path):
+    """Multi-turn episodes whose environment showed pictures: the prompt's image once, each episode's own after it."""
+    red, green, blue = (Image.new("RGB", (4, 4), color) for color in ((255, 0, 0), (0, 255, 0), (0, 0, 255)))
+    group = {"uid": "3-0", "question": "Count.", "answer": "1", "image": red}
+    batch = make_batch(tokenizer, [{**group, "responses": [("1", {"overall": 1.0}), ("2", {"overall": 0.0})]}])
+    batch.non_tensor_batch["multi_modal_data"][0] = {"images": [red, green], "videos": []}
+    batch.non_tensor_batch["multi_modal_data"][1] = {"images": [red, blue], "videos": []}
+    records = [json.loads(line) for line in open(dump_rollouts(batch, 3, str(tmp_path), tokenizer))]
+    assert records[0]["images"] == ["images/step_3/g0000_0.png", "images/step_3/g0000_1.png"]
+    assert records[1]["images"] == ["images/step_3/g0000_0.png", "images/step_3/g0000_2.png"]
+    with Image.open(tmp_path / "images" / "step_3" / "g0000_2.png") as image:
+        assert image.convert("RGB").getpixel((1, 1)) == (0, 0, 255)
+
+
 def sample_run(tokenizer, rollout_dir: str, steps: int = 3, prompts: int = 4, n: int = 4) -> None:
     """A run that learns to count squares: more right answers at every step."""
     rng = random.Random(0)

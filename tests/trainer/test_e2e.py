@@ -18,6 +18,7 @@ back from the file logger and the checkpoint directory.
 """
 
 import json
+import math
 import os
 
 import pytest
@@ -464,6 +465,79 @@ def test_multi_turn_run_with_an_environment(workspace):
     assert steps[-1]["actor/kl_loss"] > 0
     records = [json.loads(line) for line in (dump / "step_1.jsonl").read_text().splitlines()]
     assert records and all("user\nQ: What is" in record["prompt"] for record in records)
+
+
+PICTURE_ENV = """
+import numpy as np
+from PIL import Image
+
+from verl.envs import MultiTurnEnv
+
+
+class ShowAnotherPicture(MultiTurnEnv):
+    def env_response(self, state, response):
+        state["shown"] = state.get("shown", 0) + 1
+        if state["shown"] > 1:
+            return [], True
+        picture = Image.fromarray(np.random.default_rng(len(response)).integers(0, 256, (56, 56, 3), dtype=np.uint8))
+        return [{"role": "user", "content": [{"type": "text", "text": "And here?"}, {"type": "image", "image": picture}]}], False
+
+    def episode_info(self, state):
+        return {"pictures": float(state.get("shown", 0) > 0)}
+"""
+
+
+def test_vl_multi_turn_run_with_images_from_the_environment(workspace):
+    """A VL run whose environment answers with a picture: the update, old and reference log-probs all see it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_data", os.path.join(REPO, "examples", "cpu_quickstart", "make_data.py")
+    )
+    make_data = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_data)
+    root = workspace["root"]
+    data_dir = str(root / "vl_env_data")
+    make_data.write_split(data_dir, "train", 8, seed=0)
+    make_data.write_split(data_dir, "val", 4, seed=1)
+    (root / "picture_env.py").write_text(PICTURE_ENV)
+    # the untrained model never counts right: reward its last turn's variety, so the first update is not zero
+    (root / "variety_reward.py").write_text(
+        "def compute_score(sample):\n    return {'overall': len(set(sample['extra_info']['last_turn'])) / 8.0}\n"
+    )
+    vl_model = get_or_build_tiny_model("qwen2_5_vl", str(root / "models"), min_pixels=3136, max_pixels=3136)
+    overrides = {
+        "data.train_files": f"{data_dir}/train.jsonl",
+        "data.val_files": f"{data_dir}/val.jsonl",
+        "worker.actor.model.model_path": vl_model,
+        "worker.reward.reward_function": f"{root / 'variety_reward.py'}:compute_score",
+        "data.max_response_length": "48",
+    }
+    args = [arg for arg in text_args(workspace, "vl_env") if arg.split("=")[0] not in overrides]
+    args += [f"{key}={value}" for key, value in overrides.items()]
+    args += [
+        "data.prompt_key=problem",
+        f"data.image_dir={data_dir}/images",
+        "data.min_pixels=3136",
+        "data.max_pixels=3136",
+        "worker.rollout.limit_images=2",
+        f"worker.rollout.env={root / 'picture_env.py'}:ShowAnotherPicture",
+        "worker.rollout.max_turns=2",
+        "worker.rollout.max_tokens_per_turn=6",
+        "algorithm.use_kl_loss=true",
+        "trainer.val_before_train=false",
+        "trainer.val_freq=-1",
+        f"trainer.rollout_data_dir={root / 'vl_env_rollouts'}",
+    ]
+    run_ppo(load_config(args))
+    steps = [row for row in read_log(root / "vl_env") if "actor/pg_loss" in row]
+    assert [row["step"] for row in steps] == [1, 2]
+    for row in steps:
+        assert row["env/pictures/mean"] > 0 and row["env/turns/mean"] > 1
+        assert math.isfinite(row["actor/pg_loss"]) and row["response_length/mean"] <= 2 * 6
+    assert steps[-1]["actor/kl_loss"] > 0
+    records = [json.loads(line) for line in (root / "vl_env_rollouts" / "step_1.jsonl").read_text().splitlines()]
+    assert any(len(record["images"]) == 2 for record in records)  # the prompt's picture and the environment's
 
 
 def test_full_disk_at_a_save_keeps_the_previous_checkpoint(workspace, small_disk):

@@ -91,6 +91,16 @@ def split_generation_inputs(batch: DataProto, all_columns: bool = False) -> Data
     return gen_batch
 
 
+def join_rollout(prompts: DataProto, output: DataProto, n: int) -> DataProto:
+    """The prompts' columns (each row repeated n times) joined with the rollout's. When a multi-turn environment sent
+    images, the rollout's media column holds each episode's images (the prompt's and the environment's) and comes
+    with their model inputs (`multi_modal_inputs`): it replaces the prompts' media column."""
+    repeated = prompts.repeat(n, interleave=True)
+    if "multi_modal_inputs" in output.non_tensor_batch:
+        repeated.non_tensor_batch.pop("multi_modal_data", None)
+    return repeated.union(output)
+
+
 def count_training_steps(config: PPOConfig, batches_per_epoch: int) -> int:
     """trainer.max_steps, or the steps that total_epochs passes over the data take."""
     trainer, data = config.trainer, config.data
@@ -193,7 +203,7 @@ class RayPPOTrainer:
             baseline = prompts.select(deepcopy=True).union(baseline)
             scores, _ = self.scorer.score(baseline)
             prompts.batch["reward_baselines"] = scores.sum(-1)
-        return prompts.repeat(n, interleave=True).union(output)
+        return join_rollout(prompts, output, n)
 
     def _make_batch_data(self, metrics: dict[str, list[float]]) -> DataProto:
         """Generate until the step has rollout_batch_size prompts' worth of samples (several rounds with online
@@ -380,7 +390,7 @@ class RayPPOTrainer:
             gen_batch.meta_info.update({**self._stage_meta(), **overrides, "n": n, "validate": True})
             output = wg.generate_sequences(gen_batch)
             output.meta_info.pop("metrics", None)
-            batch = batch.repeat(n, interleave=True).union(output)
+            batch = join_rollout(batch, output, n)
             reward_tensor, reward_metrics = self.scorer.score(batch)
             batch_scores = reward_tensor.sum(-1).tolist()
             scores.extend(batch_scores)

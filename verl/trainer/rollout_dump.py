@@ -21,7 +21,8 @@ Each dumped step is `step_N.jsonl`, one line per sample:
 `reward` is the reward function's score (the sum of token_level_scores, before any KL penalty); `scores` holds every
 key the reward function returned for the sample; `advantage` is the mean advantage over the response's valid
 tokens (the advantage itself for the group estimators, which give every token the same value). Image paths are
-relative to the dump directory; the responses to one prompt (one uid) share its image files. Videos are not written.
+relative to the dump directory; the responses to one prompt (one uid) share its image files (a multi-turn
+environment's images follow them, each sample's own). Videos are not written.
 """
 
 import io
@@ -78,22 +79,29 @@ def _png_bytes(value: Any) -> bytes:
 
 
 def _write_images(batch: DataProto, step: int, out_dir: str) -> list[list[str]]:
-    """Each prompt's images as PNG files, once per uid; returns every sample's relative image paths."""
+    """Every sample's images as PNG files; returns their relative paths. An image shared by several samples (a
+    prompt's picture, shared by the responses of its uid) is written once; a multi-turn environment's images, which
+    follow the prompt's in a sample's list, are each sample's own."""
     media = batch.non_tensor_batch.get("multi_modal_data")
     uids = batch.non_tensor_batch["uid"]
-    paths_of_uid: dict[Any, list[str]] = {}
+    groups: dict[Any, int] = {}
+    written: dict[Any, int] = {}
+    path_of_image: dict[int, str] = {}
+    sample_paths = []
     for index, uid in enumerate(uids):
-        if uid in paths_of_uid:
-            continue
+        group = groups.setdefault(uid, len(groups))
         row = media[index] if media is not None else None
         paths = []
-        for position, value in enumerate((row or {}).get("images") or []):
-            relative = f"images/step_{step}/g{len(paths_of_uid):04d}_{position}.png"
-            os.makedirs(os.path.join(out_dir, os.path.dirname(relative)), exist_ok=True)
-            _write_atomic(os.path.join(out_dir, relative), _png_bytes(value))
-            paths.append(relative)
-        paths_of_uid[uid] = paths
-    return [paths_of_uid[uid] for uid in uids]
+        for value in (row or {}).get("images") or []:
+            if id(value) not in path_of_image:  # the batch holds every image, so ids are unique here
+                position = written[uid] = written.get(uid, -1) + 1
+                relative = f"images/step_{step}/g{group:04d}_{position}.png"
+                os.makedirs(os.path.join(out_dir, os.path.dirname(relative)), exist_ok=True)
+                _write_atomic(os.path.join(out_dir, relative), _png_bytes(value))
+                path_of_image[id(value)] = relative
+            paths.append(path_of_image[id(value)])
+        sample_paths.append(paths)
+    return sample_paths
 
 
 def rollout_records(batch: DataProto, step: int, tokenizer: Any, image_paths: list[list[str]]) -> list[dict]:

@@ -76,12 +76,13 @@ def process_multi_modal_inputs(data: DataProto, processor: Any) -> None:
     for index, multi_modal_data in enumerate(data.non_tensor_batch["multi_modal_data"]):
         key = uids[index] if uids is not None else index
         if key not in cache:
-            cache[key] = _process_row(multi_modal_data or {}, processor)
+            cache[key] = process_media(multi_modal_data or {}, processor)
         rows.append(cache[key])
     data.non_tensor_batch["multi_modal_inputs"] = to_object_array(rows)
 
 
-def _process_row(multi_modal_data: dict[str, Any], processor: Any) -> dict[str, torch.Tensor]:
+def process_media(multi_modal_data: dict[str, Any], processor: Any) -> dict[str, torch.Tensor]:
+    """The processor's model inputs (pixel values and grids) for one row's {"images": [...], "videos": [...]}."""
     inputs: dict[str, torch.Tensor] = {}
     images = multi_modal_data.get("images")
     if images:

@@ -20,10 +20,18 @@ critic, see one and the same token sequence: nothing is decoded and re-tokenized
 environment says so, when the model stops without its end-of-turn token (truncated), after `max_turns` model turns,
 or when the response budget (the rollout's response length, shared by all turns) is spent; finished episodes drop
 out of the next generate call.
+
+Environment messages may carry images (content parts `{"type": "image", "image": <PIL image>}`, for VL models). The
+engine is given one placeholder token per image plus the image itself, as for prompts, and expands it; the trainer's
+sequence has the placeholder expanded to the image's patch tokens, as the processor does for the dataset's prompts.
+So an episode keeps two views of its tokens: `engine_ids` (what the engine is given) and `ids` (what the actor,
+reference and critic get; the budget counts these).
 """
 
 import dataclasses
 from typing import Any
+
+import torch
 
 from verl.envs.base import Environment
 
@@ -70,6 +78,57 @@ class ChatContinuation:
         return self.tokenizer.encode(closing + after[len(before) :], add_special_tokens=False)
 
 
+def message_images(messages: list[dict[str, Any]]) -> list[Any]:
+    """The images of an environment's messages, in order (content parts of type "image" holding a PIL image)."""
+    from PIL import Image
+
+    images = []
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):
+            continue
+        for part in content:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "image":
+                image = part.get("image")
+                if not isinstance(image, Image.Image):
+                    raise TypeError(
+                        "An environment message has an image part whose 'image' is "
+                        f"{type(image).__name__}, not a PIL image; open the file (PIL.Image.open(path).convert('RGB'))."
+                    )
+                images.append(image)
+            elif kind == "video":
+                raise NotImplementedError("Videos in environment messages are not supported; send images.")
+    return images
+
+
+class ImageTokens:
+    """Expands the image placeholders of an environment turn to the image's patch tokens, as the processor does."""
+
+    def __init__(self, processor: Any, tokenizer: Any) -> None:
+        self.image_processor = processor.image_processor
+        self.merge_size = int(getattr(self.image_processor, "merge_size", 1))
+        self.image_token_id = tokenizer.convert_tokens_to_ids(processor.image_token)
+
+    def expand(self, ids: list[int], images: list[Any]) -> tuple[list[int], dict[str, torch.Tensor]]:
+        """(`ids` with each placeholder expanded, the images' model inputs: pixel_values and image_grid_thw)."""
+        places = [i for i, token in enumerate(ids) if token == self.image_token_id]
+        if len(places) != len(images):
+            raise ValueError(
+                f"The chat template rendered {len(places)} image placeholders for an environment turn with "
+                f"{len(images)} images; give each image its own content part."
+            )
+        inputs = self.image_processor(images=list(images), return_tensors="pt")
+        counts = (inputs["image_grid_thw"].prod(-1) // self.merge_size**2).tolist()
+        expanded: list[int] = []
+        start = 0
+        for place, count in zip(places, counts):
+            expanded += ids[start:place] + [self.image_token_id] * int(count)
+            start = place + 1
+        expanded += ids[start:]
+        return expanded, {"pixel_values": inputs["pixel_values"], "image_grid_thw": inputs["image_grid_thw"]}
+
+
 @dataclasses.dataclass
 class Episode:
     prompt_input: dict[str, Any]
@@ -77,7 +136,13 @@ class Episode:
     state: dict[str, Any]
     seed: int | None
     ids: list[int] = dataclasses.field(default_factory=list)
-    """Everything after the prompt: model and environment tokens."""
+    """Everything after the prompt: model and environment tokens (images expanded to their patch tokens)."""
+    engine_ids: list[int] = dataclasses.field(default_factory=list)
+    """The same as the engine is given it: one placeholder per environment image."""
+    images: list[Any] = dataclasses.field(default_factory=list)
+    """Images of the environment's messages, in order."""
+    image_inputs: list[dict[str, torch.Tensor]] = dataclasses.field(default_factory=list)
+    """Their model inputs (pixel_values, image_grid_thw), one dict per environment turn with images."""
     loss_mask: list[int] = dataclasses.field(default_factory=list)
     logprobs: list[float] = dataclasses.field(default_factory=list)
     turns: int = 0
@@ -89,7 +154,15 @@ class Episode:
     """The decoded text of the model's latest turn (its final answer once the episode is done)."""
 
     def engine_input(self) -> dict[str, Any]:
-        return {**self.prompt_input, "prompt_token_ids": list(self.prompt_input["prompt_token_ids"]) + self.ids}
+        item = {**self.prompt_input, "prompt_token_ids": list(self.prompt_input["prompt_token_ids"]) + self.engine_ids}
+        if self.images:
+            media = dict(item.get("multi_modal_data") or {})
+            media["image"] = list(media.get("image", [])) + self.images
+            item["multi_modal_data"] = media
+        return item
+
+    def prompt_images(self) -> int:
+        return len((self.prompt_input.get("multi_modal_data") or {}).get("image", []))
 
 
 def run_episodes(
@@ -105,11 +178,15 @@ def run_episodes(
     with_logprobs: bool,
     log_prob_of: Any = None,
     max_tokens_per_turn: int | None = None,
+    image_tokens: ImageTokens | None = None,
+    max_images: int = 0,
 ) -> None:
     """Advance every episode to its end (in place); one batched `engine.generate` per turn.
 
     A model turn ends with an end-of-turn token, or after `max_tokens_per_turn` tokens (then the template's whole
     closing text is added, as environment tokens); a turn cut by the response budget ends the episode (truncated).
+    Images in the environment's messages need `image_tokens` (a VL model's processor); `max_images` (> 0) is the
+    engine's limit of images per sequence, prompt and environment images together.
     """
     from vllm import SamplingParams
 
@@ -132,6 +209,7 @@ def run_episodes(
             new = list(completion.token_ids)[:limit]
             cut_by_turn_limit = limit < budget - len(episode.ids) and len(new) == limit
             episode.ids += new
+            episode.engine_ids += new
             episode.loss_mask += [1] * len(new)
             if with_logprobs:
                 episode.logprobs += [log_prob_of(entry, t) for entry, t in zip(completion.logprobs, new)]
@@ -149,11 +227,33 @@ def run_episodes(
                 continue
             turn_end = tokenizer.decode(new[-1:], skip_special_tokens=False) if ended else ""
             env_ids = continuation.ids(step.messages, turn_end)
+            engine_env_ids, images, inputs = env_ids, message_images(step.messages), None
+            if images:
+                _check_images(image_tokens, episode, len(images), max_images)
+                env_ids, inputs = image_tokens.expand(env_ids, images)
             room = budget - len(episode.ids)
             if len(env_ids) >= room:  # no room for the environment's reply and another model turn
                 episode.truncated, episode.done = True, True
                 continue
             episode.ids += env_ids
+            episode.engine_ids += engine_env_ids
+            if inputs is not None:
+                episode.images += images
+                episode.image_inputs.append(inputs)
             episode.loss_mask += [0] * len(env_ids)
             if with_logprobs:
                 episode.logprobs += [0.0] * len(env_ids)
+
+
+def _check_images(image_tokens: ImageTokens | None, episode: Episode, count: int, max_images: int) -> None:
+    if image_tokens is None:
+        raise ValueError(
+            "The environment's messages carry images but the model has no image processor; images in environment "
+            "turns need a vision-language model (e.g. Qwen2.5-VL)."
+        )
+    total = episode.prompt_images() + len(episode.images) + count
+    if max_images > 0 and total > max_images:
+        raise ValueError(
+            f"An episode would hold {total} images (prompt and environment turns) but rollout.limit_images="
+            f"{max_images}; raise worker.rollout.limit_images."
+        )

