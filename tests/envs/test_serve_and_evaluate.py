@@ -98,3 +98,25 @@ def test_an_environment_runs_through_the_endpoint(server, tmp_path):
         assert 1 <= episode["turns"] <= 3 and episode["guesses"] == episode["turns"]  # episode_info came through
         assert episode["done"] == bool(episode["solved"])  # the game ends only when solved (or out of turns)
     assert summary["turns/mean"] == pytest.approx(sum(e["turns"] for e in episodes) / 2)
+
+
+def test_a_client_style_environment_runs_through_the_endpoint(server, tmp_path):
+    """The ChatClientEnv version of the game: its own rollout coroutine, with openai.AsyncOpenAI on the endpoint."""
+    data = tmp_path / "games.jsonl"
+    data.write_text("".join(json.dumps({"prompt": "Guess my number (1-8).", "answer": str(i)}) + "\n" for i in (2, 5)))
+    game = os.path.join(REPO, "examples", "envs", "guess_number_client.py")
+    proc = subprocess.run(
+        [sys.executable, "-m", "verl.envs.evaluate", "--env", f"{game}:GuessNumberChat", "--data", str(data)]
+        + ["--base-url", server, "--max-turns", "3", "--max-tokens", "6"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    episodes = [json.loads(line) for line in proc.stdout.splitlines()][:-1]
+    assert len(episodes) == 2
+    for episode in episodes:
+        # the game allows 4 guesses; --max-turns cut it at 3 requests unless it was solved sooner
+        assert 1 <= episode["turns"] <= 3 and episode["guesses"] == episode["turns"]
+        assert episode["done"] == bool(episode["solved"] or episode["turns"] < 3)

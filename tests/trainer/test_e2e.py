@@ -467,6 +467,39 @@ def test_multi_turn_run_with_an_environment(workspace):
     assert records and all("user\nQ: What is" in record["prompt"] for record in records)
 
 
+def test_client_style_environment_trains(workspace):
+    """The game written as a ChatClientEnv (its own rollout coroutine per episode) in the trainer's workers."""
+    game = os.path.join(REPO, "examples", "envs", "guess_number_client.py")
+    reward = workspace["root"] / "client_game_reward.py"
+    reward.write_text(
+        "def compute_score(sample):\n"
+        "    info = sample['extra_info']\n"
+        "    return {'overall': info['env_solved'] + len(set(info['last_turn'])) / 8.0, 'solved': info['env_solved']}\n"
+    )
+    config = load_config(
+        text_args(
+            workspace,
+            "client_game",
+            f"worker.rollout.env={game}:GuessNumberChat",
+            "worker.rollout.env_kwargs={max_guesses: 3}",
+            "worker.rollout.max_turns=3",
+            "worker.rollout.max_tokens_per_turn=4",
+            "data.max_response_length=64",
+            f"worker.reward.reward_function={reward}:compute_score",
+            "algorithm.use_kl_loss=true",
+            "trainer.val_before_train=false",
+            "trainer.val_freq=-1",
+        )
+    )
+    run_ppo(config)
+    steps = [row for row in read_log(workspace["root"] / "client_game") if "actor/pg_loss" in row]
+    assert [row["step"] for row in steps] == [1, 2]
+    for row in steps:
+        assert row["env/turns/mean"] > 1 and row["env/guesses/mean"] == pytest.approx(row["env/turns/mean"])
+        assert row["response_length/mean"] <= 3 * 4 and row["env/env_tokens/mean"] > 0
+    assert steps[-1]["actor/kl_loss"] > 0
+
+
 PICTURE_ENV = """
 import numpy as np
 from PIL import Image

@@ -14,14 +14,17 @@
 """Environments for multi-turn and tool-use rollouts (see verl.envs.base)."""
 
 from .base import Environment, EnvStep, MultiTurnEnv, SingleTurnEnv
+from .client_env import ChatClientEnv, EpisodeOver
 from .loader import load_environment
 from .parsers import XMLParser
 from .tools import ToolEnv, parse_tool_calls, python_tool
 
 
 __all__ = [
+    "ChatClientEnv",
     "EnvStep",
     "Environment",
+    "EpisodeOver",
     "MultiTurnEnv",
     "SingleTurnEnv",
     "ToolEnv",

@@ -19,16 +19,21 @@
 
 Each row (`--prompt-key`, `--answer-key` columns of a JSONL file) starts an episode: the conversation goes to the
 endpoint, the reply to the environment's `step`, its messages back into the conversation, until the environment is
-done or `--max-turns` replies were written. A ToolEnv's tool schemas are sent as `tools`. Prints one JSON line per
-episode (turns, tool calls and errors, `episode_info`) and a last line with the means.
+done or `--max-turns` replies were written. A ToolEnv's tool schemas are sent as `tools`. A ChatClientEnv runs its
+own `rollout` with an `openai.AsyncOpenAI` client (`--max-turns` bounds its requests there too). Prints one JSON line
+per episode (turns, tool calls and errors, `episode_info`) and a last line with the means.
 """
 
 import argparse
+import asyncio
+import functools
 import json
 import sys
+import types
 from typing import Any
 
 from .base import Environment
+from .client_env import ChatClientEnv, EpisodeOver
 from .loader import load_environment
 
 
@@ -56,6 +61,42 @@ def run_episode(
     return {**result, **env.episode_info(state), "messages": messages}
 
 
+def run_client_episode(
+    env: ChatClientEnv,
+    row: dict[str, Any],
+    prompt: str,
+    make_client: Any,
+    model: str,
+    max_turns: int,
+    sampling: dict,
+) -> dict[str, Any]:
+    """One episode of a ChatClientEnv: its `rollout` with a client from `make_client()` (an async OpenAI-style
+    client, made inside the episode's event loop); requests get `sampling` and count as turns, and after
+    `max_turns` of them the next one ends the episode."""
+    state = env.reset(dict(row))
+    result = {"turns": 0, "tool_calls": 0, "tool_errors": 0, "done": False}
+
+    async def episode() -> None:
+        client = make_client()
+
+        class Completions:
+            async def create(self, **request: Any) -> Any:
+                if result["turns"] >= max_turns:
+                    raise EpisodeOver(f"--max-turns={max_turns} requests were answered")
+                result["turns"] += 1
+                return await client.chat.completions.create(**{**request, **sampling})
+
+        counting = types.SimpleNamespace(chat=types.SimpleNamespace(completions=Completions()))
+        await env.rollout(counting, model, [{"role": "user", "content": prompt}], state)
+
+    try:
+        asyncio.run(episode())
+        result["done"] = True
+    except EpisodeOver:
+        pass
+    return {**result, **env.episode_info(state)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", required=True, help="path/to/env.py:ClassName")
@@ -70,18 +111,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--limit", type=int, default=None, help="evaluate the first N rows")
     args = parser.parse_args(argv)
-    from openai import OpenAI
+    from openai import AsyncOpenAI, OpenAI
 
     env = load_environment(args.env, json.loads(args.env_kwargs))
     client = OpenAI(base_url=args.base_url, api_key="unused")
     model = args.model or client.models.list().data[0].id
+    if isinstance(env, ChatClientEnv):
+        client = functools.partial(AsyncOpenAI, base_url=args.base_url, api_key="unused")
     with open(args.data, encoding="utf-8") as f:
         rows = [json.loads(line) for line in f if line.strip()][: args.limit]
     sampling = {"max_tokens": args.max_tokens, "temperature": args.temperature}
     totals: dict[str, float] = {}
     for index, row in enumerate(rows):
         fields = {**row, "ground_truth": row.get(args.answer_key)}
-        result = run_episode(env, fields, str(row[args.prompt_key]), client, model, args.max_turns, sampling)
+        run = run_client_episode if isinstance(env, ChatClientEnv) else run_episode
+        result = run(env, fields, str(row[args.prompt_key]), client, model, args.max_turns, sampling)
         print(json.dumps({"row": index, **{k: v for k, v in result.items() if k != "messages"}}), flush=True)
         for key, value in result.items():
             if isinstance(value, (int, float)):  # counts, done, episode_info numbers

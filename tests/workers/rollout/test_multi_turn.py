@@ -27,7 +27,9 @@ from verl.utils.torch_functional import positions_from_mask
 pytestmark = pytest.mark.slow
 
 ENV = '''
-from verl.envs import MultiTurnEnv
+import asyncio
+
+from verl.envs import ChatClientEnv, MultiTurnEnv
 
 class Countdown(MultiTurnEnv):
     """Replies "again (k left)" until the model has had `rounds` turns."""
@@ -46,6 +48,36 @@ class Countdown(MultiTurnEnv):
         message = {"role": "user", "content": f"again ({self.rounds - state['turn']} left, {state['row']['ground_truth']})"}
         self.replies.append(message)
         return [message], False
+
+
+class ClientCountdown(ChatClientEnv):
+    """Countdown written in the client style: the episode asks the model for each turn itself."""
+
+    def __init__(self, rounds=2, edit_history=False, first_messages=None, forever=False):
+        self.rounds, self.edit_history, self.first_messages, self.forever = rounds, edit_history, first_messages, forever
+        self.states = []  # one per episode, in the rollout's row order
+
+    def reset(self, row):
+        self.states.append({"row": row, "replies": []})
+        return self.states[-1]
+
+    async def rollout(self, client, model, messages, state):
+        messages = self.first_messages or messages
+        turn = 0
+        while True:
+            turn += 1
+            reply = await client.chat.completions.create(model=model, messages=messages, temperature=0.3)
+            text = reply.choices[0].message.content
+            state["replies"].append((text, reply.choices[0].finish_reason))
+            if turn >= self.rounds and not self.forever:
+                return
+            await asyncio.sleep(0.001 * turn)  # e.g. a tool at work: the other episodes go on asking meanwhile
+            answer = {"role": "assistant", "content": "edited" if self.edit_history else text}
+            left = f"again ({self.rounds - turn} left, {state['row']['ground_truth']})"
+            messages = messages + [answer, {"role": "user", "content": left}]
+
+    def episode_info(self, state):
+        return {"client_turns": float(len(state["replies"]))}
 '''
 
 
@@ -102,7 +134,10 @@ def _prompts(tokenizer, texts: list[str], length: int) -> DataProto:
         mask[i, length - len(row) :] = 1
     return DataProto.from_dict(
         tensors={"input_ids": ids, "attention_mask": mask, "position_ids": positions_from_mask(mask)},
-        non_tensors={"ground_truth": np.array(["7", "9"], dtype=object)},
+        non_tensors={
+            "ground_truth": np.array(["7", "9"], dtype=object),
+            "prompt_content": np.array(texts, dtype=object),
+        },
     )
 
 
@@ -153,3 +188,59 @@ def test_rewards_see_the_whole_conversation(rollout):
         if output.non_tensor_batch["env_turns"][row] > 1:
             assert "again (" in sample["response"]  # the environment's replies are in the decoded response
         assert sample["extra_info"]["env_turns"] == output.non_tensor_batch["env_turns"][row]
+
+
+def _with_env(engine, spec: str, **kwargs):
+    from verl.envs import load_environment
+
+    engine.env = load_environment(f"{engine.config.env.rpartition(':')[0]}:{spec}", {"rounds": 3, **kwargs})
+    return engine.env
+
+
+def test_a_client_style_environment_gives_the_step_loops_episodes(rollout):
+    """The same game as a ChatClientEnv: its requests of all episodes are batched per turn, and with the same seeds
+    the trainer gets exactly the token ids, masks and counts of the step-driven loop."""
+    engine, calls = rollout
+    prompts = _prompts(engine.tokenizer, ["Guess a number.", "Pick one."], 48)
+    step_env = engine.env
+    try:
+        engine.generate_calls = 0
+        expected = engine.generate_sequences(prompts)
+        calls.clear()
+        env = _with_env(engine, "ClientCountdown")
+        engine.generate_calls = 0
+        output = engine.generate_sequences(prompts)
+    finally:
+        engine.env = step_env
+    assert len(calls) == 3 and [len(inputs) for inputs, _ in calls] == [4, 4, 4]  # one call per turn, all episodes
+    for key in ("responses", "response_mask", "attention_mask", "position_ids", "input_ids"):
+        assert torch.equal(output.batch[key], expected.batch[key]), key
+    assert list(output.non_tensor_batch["env_turns"]) == list(expected.non_tensor_batch["env_turns"]) == [3] * 4
+    assert list(output.non_tensor_batch["env_client_turns"]) == [3.0] * 4
+    # the replies the environment read are the model's turns, decoded; a turn cut at max_tokens_per_turn says "length"
+    mask, valid = output.batch["response_mask"], output.batch["attention_mask"][:, 48:]
+    for row in range(len(output)):
+        tokens = output.batch["responses"][row][(mask[row] == 1) & valid[row].bool()].tolist()
+        replies = env.states[row]["replies"]
+        assert engine.tokenizer.decode(tokens, skip_special_tokens=True) == "".join(text for text, _ in replies)
+        assert output.non_tensor_batch["last_turn"][row] == replies[-1][0]
+        assert {finish for _, finish in replies} <= {"stop", "length"}
+
+
+def test_a_client_style_environment_is_held_to_the_conversation(rollout):
+    engine, _ = rollout
+    prompts = _prompts(engine.tokenizer, ["Guess a number.", "Pick one."], 48)
+    step_env = engine.env
+    try:
+        _with_env(engine, "ClientCountdown", edit_history=True)
+        with pytest.raises(RuntimeError, match="must repeat the conversation so far"):
+            engine.generate_sequences(prompts)
+        _with_env(engine, "ClientCountdown", first_messages=[{"role": "user", "content": "Something else."}])
+        with pytest.raises(RuntimeError, match="differ from the dataset prompt"):
+            engine.generate_sequences(prompts)
+        # an episode that never stops asking ends after rollout.max_turns model turns
+        _with_env(engine, "ClientCountdown", forever=True)
+        output = engine.generate_sequences(prompts)
+        assert list(output.non_tensor_batch["env_turns"]) == [3] * 4
+    finally:
+        engine.env = step_env

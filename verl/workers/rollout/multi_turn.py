@@ -165,84 +165,111 @@ class Episode:
         return len((self.prompt_input.get("multi_modal_data") or {}).get("image", []))
 
 
-def run_episodes(
-    engine: Any,
-    env: Environment,
-    episodes: list[Episode],
-    sampling: dict[str, Any],
-    budget: int,
-    max_turns: int,
-    eos_token_ids: set[int],
-    continuation: ChatContinuation,
-    tokenizer: Any,
-    with_logprobs: bool,
-    log_prob_of: Any = None,
-    max_tokens_per_turn: int | None = None,
-    image_tokens: ImageTokens | None = None,
-    max_images: int = 0,
-) -> None:
+@dataclasses.dataclass
+class TurnRunner:
+    """What every turn of a batch of episodes needs: the engine, the sampling settings and the token rules.
+
+    `generate` runs one batched engine call for some episodes; `add_model_turn` and `add_environment_turn` append a
+    model turn (loss mask 1) or the environment's messages (loss mask 0) to an episode and end it when the response
+    budget is spent. The step-driven loop (`run_episodes`) and the client-driven one (verl.workers.rollout.
+    client_episodes) are both made of these.
+    """
+
+    engine: Any
+    sampling: dict[str, Any]
+    """SamplingParams fields of the rollout (no n, no max_tokens)."""
+    budget: int
+    """Tokens after the prompt, all turns together (the rollout's response length)."""
+    max_turns: int
+    eos_token_ids: set[int]
+    continuation: ChatContinuation
+    tokenizer: Any
+    with_logprobs: bool
+    log_prob_of: Any = None
+    max_tokens_per_turn: int | None = None
+    image_tokens: ImageTokens | None = None
+    """A VL model's image expansion; images in the environment's messages need it."""
+    max_images: int = 0
+    """The engine's limit of images per sequence (prompt and environment images together); 0: none."""
+
+    def turn_limit(self, episode: Episode, requested: int | None = None) -> int:
+        room = self.budget - len(episode.ids)
+        limits = [room] + [limit for limit in (self.max_tokens_per_turn, requested) if limit]
+        return min(limits)
+
+    def generate(self, episodes: list[Episode], limits: list[int]) -> list[Any]:
+        """One batched engine call: each episode's next turn of at most `limits[i]` tokens; the completions."""
+        from vllm import SamplingParams
+
+        params = []
+        for episode, limit in zip(episodes, limits):
+            seed = None if episode.seed is None else episode.seed + 7919 * episode.turns
+            params.append(SamplingParams(**{**self.sampling, "n": 1, "max_tokens": limit}, seed=seed))
+        outputs = self.engine.generate([episode.engine_input() for episode in episodes], params, use_tqdm=False)
+        return [output.outputs[0] for output in outputs]
+
+    def add_model_turn(self, episode: Episode, completion: Any, limit: int) -> str | None:
+        """Append the model's turn; returns the text that closed it ("" when the turn limit cut it), or None when
+        the budget cut it (or it was empty): then the episode is over, truncated."""
+        new = list(completion.token_ids)[:limit]
+        cut_by_turn_limit = limit < self.budget - len(episode.ids) and len(new) == limit
+        episode.ids += new
+        episode.engine_ids += new
+        episode.loss_mask += [1] * len(new)
+        if self.with_logprobs:
+            episode.logprobs += [self.log_prob_of(entry, t) for entry, t in zip(completion.logprobs, new)]
+        episode.turns += 1
+        episode.last_turn = self.tokenizer.decode(new, skip_special_tokens=True)
+        ended = bool(new) and new[-1] in self.eos_token_ids
+        if not (ended or cut_by_turn_limit):
+            episode.truncated, episode.done = True, True
+            return None
+        return self.tokenizer.decode(new[-1:], skip_special_tokens=False) if ended else ""
+
+    def add_environment_turn(self, episode: Episode, messages: list[dict[str, Any]], turn_end: str) -> bool:
+        """Append the environment's messages (rendered by the chat template, up to the opening of the next model
+        turn); False, with the episode over and truncated, when they leave no room for another model turn."""
+        env_ids = self.continuation.ids(messages, turn_end)
+        engine_env_ids, images, inputs = env_ids, message_images(messages), None
+        if images:
+            _check_images(self.image_tokens, episode, len(images), self.max_images)
+            env_ids, inputs = self.image_tokens.expand(env_ids, images)
+        if len(env_ids) >= self.budget - len(episode.ids):
+            episode.truncated, episode.done = True, True
+            return False
+        episode.ids += env_ids
+        episode.engine_ids += engine_env_ids
+        if inputs is not None:
+            episode.images += images
+            episode.image_inputs.append(inputs)
+        episode.loss_mask += [0] * len(env_ids)
+        if self.with_logprobs:
+            episode.logprobs += [0.0] * len(env_ids)
+        return True
+
+
+def run_episodes(runner: TurnRunner, env: Environment, episodes: list[Episode]) -> None:
     """Advance every episode to its end (in place); one batched `engine.generate` per turn.
 
     A model turn ends with an end-of-turn token, or after `max_tokens_per_turn` tokens (then the template's whole
     closing text is added, as environment tokens); a turn cut by the response budget ends the episode (truncated).
-    Images in the environment's messages need `image_tokens` (a VL model's processor); `max_images` (> 0) is the
-    engine's limit of images per sequence, prompt and environment images together.
     """
-    from vllm import SamplingParams
-
-    def turn_limit(episode: Episode) -> int:
-        room = budget - len(episode.ids)
-        return min(room, max_tokens_per_turn) if max_tokens_per_turn else room
-
-    for turn in range(max_turns):
+    for turn in range(runner.max_turns):
         active = [episode for episode in episodes if not episode.done]
         if not active:
             break
-        params = []
-        for episode in active:
-            seed = None if episode.seed is None else episode.seed + 7919 * turn
-            params.append(SamplingParams(**{**sampling, "n": 1, "max_tokens": turn_limit(episode)}, seed=seed))
-        outputs = engine.generate([episode.engine_input() for episode in active], params, use_tqdm=False)
-        for episode, output in zip(active, outputs):
-            completion = output.outputs[0]
-            limit = turn_limit(episode)
-            new = list(completion.token_ids)[:limit]
-            cut_by_turn_limit = limit < budget - len(episode.ids) and len(new) == limit
-            episode.ids += new
-            episode.engine_ids += new
-            episode.loss_mask += [1] * len(new)
-            if with_logprobs:
-                episode.logprobs += [log_prob_of(entry, t) for entry, t in zip(completion.logprobs, new)]
-            episode.turns += 1
-            episode.last_turn = tokenizer.decode(new, skip_special_tokens=True)
-            ended = bool(new) and new[-1] in eos_token_ids
-            if not (ended or cut_by_turn_limit):  # cut by the budget (or an empty turn): the episode cannot go on
-                episode.truncated, episode.done = True, True
+        limits = [runner.turn_limit(episode) for episode in active]
+        for episode, completion, limit in zip(active, runner.generate(active, limits), limits):
+            turn_end = runner.add_model_turn(episode, completion, limit)
+            if turn_end is None:
                 continue
             step = env.step(episode.state, episode.last_turn)
             episode.tool_calls += step.tool_calls
             episode.tool_errors += step.tool_errors
-            if step.done or turn == max_turns - 1:
+            if step.done or turn == runner.max_turns - 1:
                 episode.done = True
                 continue
-            turn_end = tokenizer.decode(new[-1:], skip_special_tokens=False) if ended else ""
-            env_ids = continuation.ids(step.messages, turn_end)
-            engine_env_ids, images, inputs = env_ids, message_images(step.messages), None
-            if images:
-                _check_images(image_tokens, episode, len(images), max_images)
-                env_ids, inputs = image_tokens.expand(env_ids, images)
-            room = budget - len(episode.ids)
-            if len(env_ids) >= room:  # no room for the environment's reply and another model turn
-                episode.truncated, episode.done = True, True
-                continue
-            episode.ids += env_ids
-            episode.engine_ids += engine_env_ids
-            if inputs is not None:
-                episode.images += images
-                episode.image_inputs.append(inputs)
-            episode.loss_mask += [0] * len(env_ids)
-            if with_logprobs:
-                episode.logprobs += [0.0] * len(env_ids)
+            runner.add_environment_turn(episode, step.messages, turn_end)
 
 
 def _check_images(image_tokens: ImageTokens | None, episode: Episode, count: int, max_images: int) -> None:

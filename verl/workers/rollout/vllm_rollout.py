@@ -441,7 +441,9 @@ class VLLMRollout:
     ) -> DataProto:
         """n multi-turn episodes per prompt against `self.env`; the same columns as a single-turn rollout, with the
         environment's tokens in the response (loss mask 0) and per-episode env_* counts."""
-        from .multi_turn import Episode, run_episodes
+        from verl.envs.client_env import ChatClientEnv
+
+        from .multi_turn import Episode, TurnRunner, run_episodes
 
         n = kwargs["n"]
         columns = prompts.non_tensor_batch
@@ -451,22 +453,33 @@ class VLLMRollout:
             for sample in range(n):
                 seed = None if seeds[row] is None else seeds[row] + sample
                 episodes.append(Episode(prompt_input=item, state=self.env.reset(dict(fields)), seed=seed))
-        run_episodes(
-            self.inference_engine,
-            self.env,
-            episodes,
-            {key: value for key, value in kwargs.items() if key not in ("n", "max_tokens")},
-            response_length,
-            self.config.max_turns,
-            self.eos_token_ids,
-            self.continuation,
-            self.tokenizer,
-            self.config.calculate_log_probs,
-            vllm_compat.sampled_token_logprob,
-            self.config.max_tokens_per_turn,
-            self.image_tokens,
-            self.config.limit_images,
+        runner = TurnRunner(
+            engine=self.inference_engine,
+            sampling={key: value for key, value in kwargs.items() if key not in ("n", "max_tokens")},
+            budget=response_length,
+            max_turns=self.config.max_turns,
+            eos_token_ids=self.eos_token_ids,
+            continuation=self.continuation,
+            tokenizer=self.tokenizer,
+            with_logprobs=self.config.calculate_log_probs,
+            log_prob_of=vllm_compat.sampled_token_logprob,
+            max_tokens_per_turn=self.config.max_tokens_per_turn,
+            image_tokens=self.image_tokens,
+            max_images=self.config.limit_images,
         )
+        if isinstance(self.env, ChatClientEnv):
+            from .client_episodes import run_client_episodes
+
+            messages = self._prompt_messages(prompts, inputs)
+            run_client_episodes(
+                runner,
+                self.env,
+                episodes,
+                [messages[row] for row in range(len(inputs)) for _ in range(n)],
+                self.model_path,
+            )
+        else:
+            run_episodes(runner, self.env, episodes)
         responses = pad_rows([e.ids for e in episodes], response_length, self.pad_token_id, torch.long)
         response_mask = pad_rows([e.loss_mask for e in episodes], response_length, 0, torch.long)
         valid = pad_rows([[1] * len(e.ids) for e in episodes], response_length, 0, torch.long)
@@ -486,6 +499,19 @@ class VLLMRollout:
         for name in sorted({key for info in infos for key in info}):
             non_tensors[f"env_{name}"] = np.array([float(info.get(name, np.nan)) for info in infos], dtype=np.float64)
         return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
+
+    @staticmethod
+    def _prompt_messages(prompts: DataProto, inputs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+        """The chat messages a ChatClientEnv's episodes start from: each row's user message (`prompt_content`)."""
+        content = prompts.non_tensor_batch.get("prompt_content")
+        if content is None:
+            raise ValueError(
+                "A ChatClientEnv needs the prompts' `prompt_content` column (the dataset provides it) to start its "
+                "conversations from."
+            )
+        if any("multi_modal_data" in item for item in inputs):
+            raise NotImplementedError("A ChatClientEnv runs text prompts only; use a MultiTurnEnv for image prompts.")
+        return [[{"role": "user", "content": str(text)}] for text in content]
 
     def _add_environment_images(
         self,
