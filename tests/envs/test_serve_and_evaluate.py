@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from verl.utils.tiny_models import get_or_build_tiny_model
@@ -52,9 +53,14 @@ def server(tmp_path_factory):
         match = re.search(r"at (http://\S+/v1)", line)
         url = match.group(1) if match else None
     assert url, "the server did not start within 240 s"
+    children = psutil.Process(proc.pid).children(recursive=True)  # vLLM's engine core runs in a child process
     yield url
     proc.terminate()
     proc.wait(timeout=30)
+    _, alive = psutil.wait_procs(children, timeout=30)
+    for child in alive:
+        child.kill()
+    assert not alive, f"the server left {[child.name() for child in alive]} running after SIGTERM"
 
 
 def test_chat_completions_follow_the_openai_shape(server):

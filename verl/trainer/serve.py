@@ -27,6 +27,7 @@ binds to 127.0.0.1 unless --host says otherwise and has no authentication: do no
 import argparse
 import json
 import logging
+import signal
 import sys
 import threading
 import time
@@ -57,6 +58,12 @@ class ChatEngine:
         self.llm = LLM(**kwargs)
         self.name = name
         self.lock = threading.Lock()
+
+    def close(self) -> None:
+        """Stop the engine's own process (vLLM runs the engine core in a child process that would outlive us)."""
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None:
+            core.shutdown()
 
     def complete(self, request: dict[str, Any]) -> dict[str, Any]:
         from vllm import SamplingParams
@@ -155,13 +162,19 @@ def main(argv: list[str] | None = None) -> int:
     server = ThreadingHTTPServer((args.host, args.port), make_handler(engine))
     host, port = server.server_address[:2]
     print(f"Serving {engine.name} at http://{host}:{port}/v1 (OpenAI chat completions)", flush=True)
+    signal.signal(signal.SIGTERM, _interrupt)  # a plain SIGTERM would leave the engine's process behind
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
         server.server_close()
+        engine.close()
     return 0
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":
