@@ -39,6 +39,7 @@ def data_config(**overrides) -> SimpleNamespace:
         response_key=None,
         messages_key="messages",
         image_key="images",
+        tools_key="tools",
         image_dir=None,
         min_pixels=3136,
         max_pixels=3136,
@@ -96,6 +97,41 @@ def test_the_loss_mask_is_exactly_the_assistant_turns(models) -> None:
         [{"q": "Hi", "a": "Hello"}], tokenizer, None, data_config(prompt_key="q", response_key="a")
     ).encode(0)
     assert masked_spans(one_turn["input_ids"], one_turn["loss_mask"], tokenizer.decode) == ["Hello<|im_end|>"]
+
+
+def test_tool_conversations_render_the_tools_and_learn_only_the_assistant(models) -> None:
+    """A row's `tools` schemas are rendered as the RL prompts of a ToolEnv render them; tool results stay unlearned."""
+    from transformers import AutoTokenizer
+
+    from verl.envs import ToolEnv
+
+    def multiply(a: float, b: float) -> float:
+        """Multiply two numbers.
+
+        Args:
+            a: the first number
+            b: the second number
+        """
+        return a * b
+
+    tokenizer = AutoTokenizer.from_pretrained(models["text"])
+    tools = ToolEnv([multiply]).tool_schemas()
+    call = '<tool_call>{"name": "multiply", "arguments": {"a": 6, "b": 7}}</tool_call>'
+    messages = [
+        {"role": "user", "content": "What is 6 * 7?"},
+        {"role": "assistant", "content": call},
+        {"role": "tool", "content": "42"},
+        {"role": "assistant", "content": "42"},
+    ]
+    config = data_config(max_length=512)
+    example = SFTDataset([{"messages": messages, "tools": tools}], tokenizer, None, config).encode(0)
+    ids, mask = example["input_ids"], example["loss_mask"]
+    prompt = tokenizer.apply_chat_template(messages[:1], tools=tools, add_generation_prompt=True, tokenize=False)
+    assert '"name": "multiply"' in prompt  # the schema is in the system turn, as in an RL prompt
+    assert ids[: len(tokenizer.encode(prompt))] == tokenizer.encode(prompt)
+    assert masked_spans(ids, mask, tokenizer.decode) == [call + "<|im_end|>", "42<|im_end|>"]
+    with pytest.raises(SFTDataError, match="key 'tools': expected a list of JSON schemas"):
+        SFTDataset([{"messages": messages, "tools": "multiply"}], tokenizer, None, config)
 
 
 def test_images_expand_in_place_and_stay_out_of_the_mask(models, tmp_path) -> None:

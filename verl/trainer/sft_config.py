@@ -31,13 +31,17 @@ class SFTDataConfig:
     val_files: str | None = None
     """Validation conversations, same forms; their mean loss is logged as val/loss."""
     messages_key: str = "messages"
-    """Column with the conversation: a list of {"role": "system"|"user"|"assistant", "content": str}."""
+    """Column with the conversation: a list of {"role": "system"|"user"|"assistant"|"tool", "content": str}."""
     prompt_key: str | None = None
     """Instead of messages_key: a column with a single user prompt (with response_key: a one-turn conversation)."""
     response_key: str | None = None
     """With prompt_key: the column with the assistant's answer."""
     image_key: str = "images"
     """Column with the row's images (paths, bytes or PIL images); a <image> marker in a message places one."""
+    tools_key: str = "tools"
+    """Column with the tools' JSON schemas (a list), which the chat template describes in the conversation, as it
+    does in the prompts of an RL run with a ToolEnv (`ToolEnv.tool_schemas()`); a missing or empty column: none.
+    Messages may have the role "tool" (a tool's result)."""
     image_dir: str | None = None
     """Directory that relative image paths are resolved against."""
     min_pixels: int | None = 3136

@@ -50,6 +50,8 @@ class SFTDataError(ValueError):
 class Conversation:
     messages: list[dict[str, Any]]
     images: list[Any]
+    tools: list[dict[str, Any]] | None = None
+    """The tools' JSON schemas the chat template describes (the row's tools_key column)."""
 
 
 class SFTDataset(torch.utils.data.Dataset):
@@ -116,7 +118,10 @@ class SFTDataset(torch.utils.data.Dataset):
             )
         if images and self.processor is None:
             raise self._error(index, config.image_key, "the row has images but the model is text-only")
-        return Conversation(messages=messages, images=images)
+        tools = row.get(config.tools_key) if config.tools_key else None
+        if tools is not None and not (isinstance(tools, (list, tuple)) and all(isinstance(t, dict) for t in tools)):
+            raise self._error(index, config.tools_key, "expected a list of JSON schemas (objects) of the tools")
+        return Conversation(messages=messages, images=images, tools=list(tools) if tools else None)
 
     def _structured(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """With a processor, <image> markers become image parts of the content (the processor's template form)."""
@@ -134,10 +139,11 @@ class SFTDataset(torch.utils.data.Dataset):
             out.append({"role": message["role"], "content": content})
         return out
 
-    def _render(self, messages: list[dict[str, Any]], generation_prompt: bool) -> str:
+    def _render(self, messages: list[dict[str, Any]], generation_prompt: bool, tools: Any = None) -> str:
         renderer = self.processor if self.processor is not None else self.tokenizer
+        extra = {"tools": tools} if tools else {}
         return renderer.apply_chat_template(
-            self._structured(messages), add_generation_prompt=generation_prompt, tokenize=False
+            self._structured(messages), add_generation_prompt=generation_prompt, tokenize=False, **extra
         )
 
     def _ids(self, text: str, images: list[Any]) -> tuple[list[int], dict[str, Any]]:
@@ -158,14 +164,15 @@ class SFTDataset(torch.utils.data.Dataset):
             load_image(image, self.config.image_dir, self.config.min_pixels, self.config.max_pixels)
             for image in conversation.images
         ]
-        full_text = self._render(messages, generation_prompt=False)
+        tools = conversation.tools
+        full_text = self._render(messages, generation_prompt=False, tools=tools)
         ids, encoded = self._ids(full_text, images)
         mask = [0] * len(ids)
         for turn, message in enumerate(messages):
             if message["role"] != "assistant":
                 continue
-            prefix = self._render(messages[:turn], generation_prompt=True)
-            upto = self._render(messages[: turn + 1], generation_prompt=False).rstrip()
+            prefix = self._render(messages[:turn], generation_prompt=True, tools=tools)
+            upto = self._render(messages[: turn + 1], generation_prompt=False, tools=tools).rstrip()
             if not (full_text.startswith(upto) and upto.startswith(prefix)):
                 raise self._error(
                     index,
