@@ -10,7 +10,7 @@ export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install test test-fast demo demo-code quality style license commit build clean
+.PHONY: install test test-fast demo demo-code demo-tools quality style license commit build clean
 
 install: $(STAMP)
 
@@ -40,6 +40,9 @@ demo: install
 
 demo-code: install
 	bash examples/cpu_code.sh
+
+demo-tools: install
+	bash examples/cpu_tools.sh
 
 quality: install
 	$(VENV)/bin/ruff check $(CHECK_DIRS)

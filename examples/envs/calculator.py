@@ -55,6 +55,12 @@ class Calculator(ToolEnv):
     tools = (add, multiply, python_tool)
 
 
+class Multiplier(ToolEnv):
+    """Only the multiply tool: a short tool description in every prompt, for the tiny CPU model (examples/cpu_tools)."""
+
+    tools = (multiply,)
+
+
 def compute_score(sample: dict[str, Any]) -> dict[str, float]:
     numbers = re.findall(r"-?\d+(?:\.\d+)?", sample["extra_info"]["last_turn"])  # the model's final answer
     correct = float(bool(numbers) and float(numbers[-1]) == float(sample["ground_truth"]))
