@@ -80,6 +80,33 @@ def test_tool_env_runs_tools_and_returns_errors_as_messages():
         ToolEnv(tools=[add, add])
 
 
+def test_a_tool_that_does_not_return_is_reported_and_the_episode_goes_on():
+    import time
+
+    def sleepy(seconds: float) -> str:
+        """Sleep.
+
+        Args:
+            seconds: how long
+        """
+        time.sleep(seconds)
+        return "awake"
+
+    env = ToolEnv(tools=[sleepy, add], tool_timeout_s=0.2)
+    start = time.monotonic()
+    step = env.step(
+        env.reset({}),
+        '<tool_call>{"name": "sleepy", "arguments": {"seconds": 30}}</tool_call>'
+        '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>',
+    )
+    assert time.monotonic() - start < 5
+    assert step.tool_calls == 2 and step.tool_errors == 1 and not step.done
+    assert step.messages[0]["content"] == "Error: sleepy did not return within 0.2 s."
+    assert step.messages[1]["content"] == "5"
+    with pytest.raises(ValueError, match="tool_timeout_s"):
+        ToolEnv(tools=[add], tool_timeout_s=0)
+
+
 def test_the_python_tool_is_sandboxed():
     assert python_tool("print(6 * 7)").strip() == "42"
     start = time.monotonic()

@@ -52,6 +52,11 @@ class EnvStep:
 class Environment:
     """The interface. One instance serves every episode of a worker; per-episode data lives in the `state` dict."""
 
+    concurrent_steps: int = 1
+    """How many episodes' `step` calls may run at once (in threads) after a turn; 1 runs them one by one. Raise it
+    when a step waits on something outside Python (a tool's subprocess, a remote call) and `step` keeps its data in
+    `state`: ToolEnv does (8)."""
+
     def reset(self, row: dict[str, Any]) -> dict[str, Any]:
         """The state of a new episode for a dataset `row` (its prompt text, `ground_truth` and other columns)."""
         return {"row": row}

@@ -21,12 +21,16 @@ passes to the chat template. A turn without a tool call ends the episode (the mo
 
 Safety: a tool that raises returns "Error: ..." to the model; `python_tool` runs code in verl.utils.sandbox (its
 own process, wall-clock and CPU limits, a memory cap, no network, a scratch directory), so a crashing, hanging or
-memory-hungry program cannot stall or kill the worker. Plain function tools run in the worker process: give them
-code that returns, or wrap them with the sandbox.
+memory-hungry program cannot stall or kill the worker. Plain function tools run in the worker process, each call in
+its own thread: one that has not returned after `tool_timeout_s` is reported to the model as timed out and the
+episode goes on (the thread cannot be stopped and runs on in the background: give tools code that returns, or run
+untrusted work in the sandbox). The episodes' tool calls of a turn run concurrently (`concurrent_steps`), so
+sandboxed programs of different episodes run side by side.
 """
 
 import json
 import re
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -82,9 +86,16 @@ class ToolEnv(MultiTurnEnv):
     """Calls the model's tools until a turn has no tool call. Subclass it with `tools`, or pass them."""
 
     tools: tuple[Callable[..., Any], ...] = ()
+    tool_timeout_s: float = 30.0
+    """A plain tool call that has not returned by then is reported to the model as timed out."""
+    concurrent_steps: int = 8
 
-    def __init__(self, tools: list[Callable[..., Any]] | None = None) -> None:
+    def __init__(self, tools: list[Callable[..., Any]] | None = None, tool_timeout_s: float | None = None) -> None:
         self.tools = tuple(tools) if tools is not None else tuple(self.tools)
+        if tool_timeout_s is not None:
+            if not tool_timeout_s > 0:
+                raise ValueError(f"ToolEnv: tool_timeout_s={tool_timeout_s} must be positive.")
+            self.tool_timeout_s = float(tool_timeout_s)
         names = [tool.__name__ for tool in self.tools]
         if len(set(names)) != len(names):
             raise ValueError(f"ToolEnv: tool names must be unique, got {names}.")
@@ -101,10 +112,23 @@ class ToolEnv(MultiTurnEnv):
         tool = self._by_name.get(name)
         if tool is None:
             return f"Error: there is no tool named {name!r}; the tools are {sorted(self._by_name)}.", True
-        try:
-            result = tool(**arguments)
-        except Exception as error:  # the model's call is untrusted input: any failure goes back to it as text
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                outcome["result"] = tool(**arguments)
+            except BaseException as error:  # the model's call is untrusted input: any failure goes back as text
+                outcome["error"] = error
+
+        thread = threading.Thread(target=run, name=f"tool-{name}", daemon=True)
+        thread.start()
+        thread.join(self.tool_timeout_s)
+        if thread.is_alive():
+            return f"Error: {name} did not return within {self.tool_timeout_s:g} s.", True
+        if "error" in outcome:
+            error = outcome["error"]
             return f"Error: {name} raised {type(error).__name__}: {error}", True
+        result = outcome["result"]
         text = result if isinstance(result, str) else json.dumps(result, default=str)
         if len(text) > MAX_RESULT_CHARS:
             text = text[:MAX_RESULT_CHARS] + f"\n[... {len(text) - MAX_RESULT_CHARS} more characters cut]"

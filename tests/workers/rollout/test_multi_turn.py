@@ -28,6 +28,8 @@ pytestmark = pytest.mark.slow
 
 ENV = '''
 import asyncio
+import threading
+import time
 
 from verl.envs import ChatClientEnv, MultiTurnEnv
 
@@ -48,6 +50,24 @@ class Countdown(MultiTurnEnv):
         message = {"role": "user", "content": f"again ({self.rounds - state['turn']} left, {state['row']['ground_truth']})"}
         self.replies.append(message)
         return [message], False
+
+
+class SlowCountdown(Countdown):
+    """Countdown whose steps wait a little (as for a tool's subprocess) and count how many run at once."""
+
+    def __init__(self, rounds=2, concurrent_steps=1):
+        super().__init__(rounds)
+        self.concurrent_steps = concurrent_steps
+        self.running, self.most_at_once, self.lock = 0, 0, threading.Lock()
+
+    def step(self, state, response):
+        with self.lock:
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
+        time.sleep(0.05)
+        with self.lock:
+            self.running -= 1
+        return super().step(state, response)
 
 
 class ClientCountdown(ChatClientEnv):
@@ -244,3 +264,21 @@ def test_a_client_style_environment_is_held_to_the_conversation(rollout):
         assert list(output.non_tensor_batch["env_turns"]) == [3] * 4
     finally:
         engine.env = step_env
+
+
+def test_environment_steps_run_concurrently_with_the_same_outcome(rollout):
+    """concurrent_steps > 1 runs a turn's steps in threads; the episodes come out as with one-by-one steps."""
+    engine, _ = rollout
+    prompts = _prompts(engine.tokenizer, ["Guess a number.", "Pick one."], 48)
+    step_env = engine.env
+    try:
+        outputs, envs = [], []
+        for workers in (1, 4):
+            envs.append(_with_env(engine, "SlowCountdown", concurrent_steps=workers))
+            engine.generate_calls = 0
+            outputs.append(engine.generate_sequences(prompts))
+    finally:
+        engine.env = step_env
+    assert envs[0].most_at_once == 1 and envs[1].most_at_once > 1
+    for key in ("responses", "response_mask", "attention_mask"):
+        assert torch.equal(outputs[0].batch[key], outputs[1].batch[key]), key

@@ -29,11 +29,12 @@ reference and critic get; the budget counts these).
 """
 
 import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 
-from verl.envs.base import Environment
+from verl.envs.base import Environment, EnvStep
 
 
 _MARKER = "\u2063verl-turn-end\u2063"
@@ -253,23 +254,37 @@ def run_episodes(runner: TurnRunner, env: Environment, episodes: list[Episode]) 
 
     A model turn ends with an end-of-turn token, or after `max_tokens_per_turn` tokens (then the template's whole
     closing text is added, as environment tokens); a turn cut by the response budget ends the episode (truncated).
+    The environment's steps of a turn run in up to `env.concurrent_steps` threads; their results are applied in the
+    episodes' order, so the outcome does not depend on which step finishes first.
     """
-    for turn in range(runner.max_turns):
-        active = [episode for episode in episodes if not episode.done]
-        if not active:
-            break
-        limits = [runner.turn_limit(episode) for episode in active]
-        for episode, completion, limit in zip(active, runner.generate(active, limits), limits):
-            turn_end = runner.add_model_turn(episode, completion, limit)
-            if turn_end is None:
-                continue
-            step = env.step(episode.state, episode.last_turn)
-            episode.tool_calls += step.tool_calls
-            episode.tool_errors += step.tool_errors
-            if step.done or turn == runner.max_turns - 1:
-                episode.done = True
-                continue
-            runner.add_environment_turn(episode, step.messages, turn_end)
+    workers = max(1, int(getattr(env, "concurrent_steps", 1)))
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="env-step") if workers > 1 else None
+    try:
+        for turn in range(runner.max_turns):
+            active = [episode for episode in episodes if not episode.done]
+            if not active:
+                break
+            limits = [runner.turn_limit(episode) for episode in active]
+            going_on = []
+            for episode, completion, limit in zip(active, runner.generate(active, limits), limits):
+                turn_end = runner.add_model_turn(episode, completion, limit)
+                if turn_end is not None:
+                    going_on.append((episode, turn_end))
+
+            def step(item: tuple[Episode, str]) -> EnvStep:
+                return env.step(item[0].state, item[0].last_turn)
+
+            steps = list(pool.map(step, going_on)) if pool is not None else [step(item) for item in going_on]
+            for (episode, turn_end), result in zip(going_on, steps):
+                episode.tool_calls += result.tool_calls
+                episode.tool_errors += result.tool_errors
+                if result.done or turn == runner.max_turns - 1:
+                    episode.done = True
+                    continue
+                runner.add_environment_turn(episode, result.messages, turn_end)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=False)
 
 
 def _check_images(image_tokens: ImageTokens | None, episode: Episode, count: int, max_images: int) -> None:
