@@ -84,12 +84,14 @@ def test_chat_completions_follow_the_openai_shape(server):
         client.chat.completions.create(model="tiny", messages=messages, max_tokens=5, temperature=0.0, n=2)
 
 
-def test_an_environment_runs_through_the_endpoint(server, tmp_path):
+def evaluate(server: str, env: str, answers: tuple[int, ...], tmp_path) -> tuple[list[dict], dict]:
+    """`python -m verl.envs.evaluate` of games with these answers (3 turns of at most 6 tokens): (episodes, summary)."""
     data = tmp_path / "games.jsonl"
-    data.write_text("".join(json.dumps({"prompt": "Guess my number (1-8).", "answer": str(i)}) + "\n" for i in (3, 6)))
-    game = os.path.join(REPO, "examples", "envs", "guess_number.py")
+    data.write_text(
+        "".join(json.dumps({"prompt": "Guess my number (1-8).", "answer": str(i)}) + "\n" for i in answers)
+    )
     proc = subprocess.run(
-        [sys.executable, "-m", "verl.envs.evaluate", "--env", f"{game}:GuessNumber", "--data", str(data)]
+        [sys.executable, "-m", "verl.envs.evaluate", "--env", env, "--data", str(data)]
         + ["--base-url", server, "--max-turns", "3", "--max-tokens", "6"],
         cwd=REPO,
         capture_output=True,
@@ -98,7 +100,12 @@ def test_an_environment_runs_through_the_endpoint(server, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
-    episodes, summary = lines[:-1], lines[-1]
+    return lines[:-1], lines[-1]
+
+
+def test_an_environment_runs_through_the_endpoint(server, tmp_path):
+    game = os.path.join(REPO, "examples", "envs", "guess_number.py")
+    episodes, summary = evaluate(server, f"{game}:GuessNumber", (3, 6), tmp_path)
     assert [episode["row"] for episode in episodes] == [0, 1] and summary["episodes"] == 2
     for episode in episodes:
         assert 1 <= episode["turns"] <= 3 and episode["guesses"] == episode["turns"]  # episode_info came through
@@ -108,19 +115,8 @@ def test_an_environment_runs_through_the_endpoint(server, tmp_path):
 
 def test_a_client_style_environment_runs_through_the_endpoint(server, tmp_path):
     """The ChatClientEnv version of the game: its own rollout coroutine, with openai.AsyncOpenAI on the endpoint."""
-    data = tmp_path / "games.jsonl"
-    data.write_text("".join(json.dumps({"prompt": "Guess my number (1-8).", "answer": str(i)}) + "\n" for i in (2, 5)))
     game = os.path.join(REPO, "examples", "envs", "guess_number_client.py")
-    proc = subprocess.run(
-        [sys.executable, "-m", "verl.envs.evaluate", "--env", f"{game}:GuessNumberChat", "--data", str(data)]
-        + ["--base-url", server, "--max-turns", "3", "--max-tokens", "6"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    episodes = [json.loads(line) for line in proc.stdout.splitlines()][:-1]
+    episodes, _ = evaluate(server, f"{game}:GuessNumberChat", (2, 5), tmp_path)
     assert len(episodes) == 2
     for episode in episodes:
         # the game allows 4 guesses; --max-turns cut it at 3 requests unless it was solved sooner

@@ -23,6 +23,7 @@ import os
 
 import pytest
 
+from tests.repo_files import load_repo_file
 from verl.trainer.config import load_config
 from verl.trainer.runner import run_ppo
 from verl.utils.tiny_models import CHAT_TEMPLATE, get_or_build_tiny_model
@@ -118,19 +119,18 @@ def test_grpo_text_run_trains_and_checkpoints(workspace):
     assert tracker["last_global_step"] == 2
 
 
-def test_grpo_vl_run_with_images(workspace):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "make_data", os.path.join(REPO, "examples", "cpu_quickstart", "make_data.py")
-    )
-    make_data = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make_data)
-    root = workspace["root"]
-    data_dir = str(root / "vl_data")
+def vl_data(root, name: str) -> tuple[str, str]:
+    """(data directory, tiny VL model): the CPU quickstart's shape-counting rows, 8 train and 4 val."""
+    make_data = load_repo_file("examples/cpu_quickstart/make_data.py", "quickstart_make_data")
+    data_dir = str(root / name)
     make_data.write_split(data_dir, "train", 8, seed=0)
     make_data.write_split(data_dir, "val", 4, seed=1)
-    vl_model = get_or_build_tiny_model("qwen2_5_vl", str(root / "models"), min_pixels=3136, max_pixels=3136)
+    return data_dir, get_or_build_tiny_model("qwen2_5_vl", str(root / "models"), min_pixels=3136, max_pixels=3136)
+
+
+def test_grpo_vl_run_with_images(workspace):
+    root = workspace["root"]
+    data_dir, vl_model = vl_data(root, "vl_data")
     args = text_args(workspace, "grpo_vl", "algorithm.use_kl_loss=true")
     overrides = {
         "data.train_files": f"{data_dir}/train.jsonl",
@@ -416,6 +416,19 @@ def test_ulysses_run_equals_the_unsplit_run(workspace):
         assert split[2][key] == pytest.approx(unsplit[2][key], rel=1e-4, abs=1e-6), key
 
 
+def game_args(reward) -> list[str]:
+    """The multi-turn game runs' shared settings: 3 turns of at most 4 tokens, KL loss on, no validation."""
+    return [
+        "worker.rollout.max_turns=3",
+        "worker.rollout.max_tokens_per_turn=4",
+        "data.max_response_length=64",
+        f"worker.reward.reward_function={reward}:compute_score",
+        "algorithm.use_kl_loss=true",
+        "trainer.val_before_train=false",
+        "trainer.val_freq=-1",
+    ]
+
+
 def test_multi_turn_run_with_an_environment(workspace):
     """The guess-the-number game through the trainer: several turns per episode, the environment's outcome reaches
     the reward function and the logs, and the update trains on the model's tokens only."""
@@ -443,13 +456,7 @@ def test_multi_turn_run_with_an_environment(workspace):
             f"data.override_chat_template={template}",
             f"trainer.rollout_data_dir={dump}",
             f"worker.rollout.env={game}:GuessNumber",
-            "worker.rollout.max_turns=3",
-            "worker.rollout.max_tokens_per_turn=4",
-            "data.max_response_length=64",
-            f"worker.reward.reward_function={reward}:compute_score",
-            "algorithm.use_kl_loss=true",
-            "trainer.val_before_train=false",
-            "trainer.val_freq=-1",
+            *game_args(reward),
         )
     )
     run_ppo(config)
@@ -482,13 +489,7 @@ def test_client_style_environment_trains(workspace):
             "client_game",
             f"worker.rollout.env={game}:GuessNumberChat",
             "worker.rollout.env_kwargs={max_guesses: 3}",
-            "worker.rollout.max_turns=3",
-            "worker.rollout.max_tokens_per_turn=4",
-            "data.max_response_length=64",
-            f"worker.reward.reward_function={reward}:compute_score",
-            "algorithm.use_kl_loss=true",
-            "trainer.val_before_train=false",
-            "trainer.val_freq=-1",
+            *game_args(reward),
         )
     )
     run_ppo(config)
@@ -522,23 +523,13 @@ class ShowAnotherPicture(MultiTurnEnv):
 
 def test_vl_multi_turn_run_with_images_from_the_environment(workspace):
     """A VL run whose environment answers with a picture: the update, old and reference log-probs all see it."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "make_data", os.path.join(REPO, "examples", "cpu_quickstart", "make_data.py")
-    )
-    make_data = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make_data)
     root = workspace["root"]
-    data_dir = str(root / "vl_env_data")
-    make_data.write_split(data_dir, "train", 8, seed=0)
-    make_data.write_split(data_dir, "val", 4, seed=1)
+    data_dir, vl_model = vl_data(root, "vl_env_data")
     (root / "picture_env.py").write_text(PICTURE_ENV)
     # the untrained model never counts right: reward its last turn's variety, so the first update is not zero
     (root / "variety_reward.py").write_text(
         "def compute_score(sample):\n    return {'overall': len(set(sample['extra_info']['last_turn'])) / 8.0}\n"
     )
-    vl_model = get_or_build_tiny_model("qwen2_5_vl", str(root / "models"), min_pixels=3136, max_pixels=3136)
     overrides = {
         "data.train_files": f"{data_dir}/train.jsonl",
         "data.val_files": f"{data_dir}/val.jsonl",
