@@ -10,7 +10,7 @@ export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install test test-fast demo demo-code demo-tools quality style license commit build clean
+.PHONY: install test test-fast demo demo-code demo-tools demo-guess quality style license commit build clean
 
 install: $(STAMP)
 
@@ -43,6 +43,9 @@ demo-code: install
 
 demo-tools: install
 	bash examples/cpu_tools.sh
+
+demo-guess: install
+	bash examples/cpu_guess.sh
 
 quality: install
 	$(VENV)/bin/ruff check $(CHECK_DIRS)

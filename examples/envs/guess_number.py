@@ -17,7 +17,9 @@
     worker.reward.reward_function=examples/envs/guess_number.py:compute_score
 
 The reward function reads the episode's outcome from the environment (extra_info["env_solved"], from
-`episode_info`) and rewards fewer turns: 1.0 for a first-turn hit, less for each extra turn, 0 when unsolved.
+`episode_info`) and rewards fewer turns: 1.0 for a first-turn hit, less for each extra turn, 0 when unsolved. With
+`worker.reward.reward_function_kwargs={per_turn: false}` a win scores 1.0 whatever its turn, so only the turn budget
+(`worker.rollout.max_turns`) favours short games: the CPU example examples/cpu_guess/ trains with it.
 """
 
 import re
@@ -49,8 +51,9 @@ class GuessNumber(MultiTurnEnv):
         return {"solved": float(state["solved"]), "guesses": float(state["guesses"])}
 
 
-def compute_score(sample: dict[str, Any]) -> dict[str, float]:
+def compute_score(sample: dict[str, Any], per_turn: bool = True) -> dict[str, float]:
+    """solved / turns (per_turn) or solved."""
     info = sample["extra_info"]
     solved = float(info.get("env_solved", 0.0))
     turns = float(info.get("env_turns", 1.0))
-    return {"overall": solved / turns, "solved": solved}
+    return {"overall": solved / turns if per_turn else solved, "solved": solved}
