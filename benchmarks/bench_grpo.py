@@ -352,6 +352,8 @@ class TreeRSSSampler(threading.Thread):
         """The peak's RSS by process name (Ray workers are named after their actor class)."""
         self.peak_pss_bytes = 0
         """Peak of the PSS sum (0 where the kernel does not report PSS)."""
+        self.peak_pss_by_name: dict[str, int] = {}
+        """The PSS peak's PSS by process name: where the memory the target counts really goes."""
         self.samples = 0
         self.seen: dict[int, Any] = {}
         """Every process of the tree ever sampled (pid -> psutil.Process), to end leftovers after the run."""
@@ -365,16 +367,21 @@ class TreeRSSSampler(threading.Thread):
         except psutil.Error:  # the root is gone
             return 0
         rss: dict[Any, int] = {}
-        pss = 0
+        pss: dict[Any, int] = {}
         for process in processes:
             try:
                 rss[process] = process.memory_info().rss
-                pss += getattr(process.memory_full_info(), "pss", 0)
+                pss[process] = getattr(process.memory_full_info(), "pss", 0)
             except psutil.Error:
                 continue
             self.seen.setdefault(process.pid, process)
         total = sum(rss.values())
-        self.peak_pss_bytes = max(self.peak_pss_bytes, pss)
+        if sum(pss.values()) > self.peak_pss_bytes:
+            self.peak_pss_bytes = sum(pss.values())
+            self.peak_pss_by_name = {}
+            for process, size in pss.items():
+                name = process_label(process)
+                self.peak_pss_by_name[name] = self.peak_pss_by_name.get(name, 0) + size
         self.samples += 1
         if total > self.peak_bytes:
             self.peak_bytes, self.peak_processes = total, len(rss)
@@ -431,6 +438,7 @@ class RunResult:
     peak_pss_bytes: int
     peak_processes: int
     peak_by_name: dict[str, int]
+    peak_pss_by_name: dict[str, int]
     stdout_path: str
     stderr_path: str
     row_times: list[float] = field(default_factory=list)
@@ -476,6 +484,7 @@ def run_measured(
         peak_pss_bytes=sampler.peak_pss_bytes,
         peak_processes=sampler.peak_processes,
         peak_by_name=sampler.peak_by_name,
+        peak_pss_by_name=sampler.peak_pss_by_name,
         stdout_path=stdout_path,
         stderr_path=stderr_path,
         row_times=watcher.times if watcher else [],
@@ -686,6 +695,9 @@ def run_figures(side: str, result: RunResult, samples: int) -> dict[str, Any]:
         "peak_rss_gb_by_process": {
             name: size / 1e9 for name, size in sorted(result.peak_by_name.items(), key=lambda item: -item[1])
         },
+        "peak_pss_gb_by_process": {
+            name: size / 1e9 for name, size in sorted(result.peak_pss_by_name.items(), key=lambda item: -item[1])
+        },
         "leftover_processes": result.leftovers,
     }
     run_dir = os.path.dirname(result.stdout_path)
@@ -765,8 +777,9 @@ def print_report(runs: list[dict[str, Any]], summary: dict[str, Any]) -> None:
     for side in SIDES:
         last = [run for run in runs if run["side"] == side and "error" not in run][-1:]
         if last:
-            parts = ", ".join(f"{name} {gb:.2f}" for name, gb in last[0]["peak_rss_gb_by_process"].items())
-            print(f"{side} peak RSS by process (GB, last run): {parts}")
+            for kind in ("rss", "pss"):
+                parts = ", ".join(f"{name} {gb:.2f}" for name, gb in last[0][f"peak_{kind}_gb_by_process"].items())
+                print(f"{side} peak {kind.upper()} by process (GB, last run; same names summed): {parts}")
     if "ours" in summary:
         print_step_split(summary["ours"]["phase_s"])
 

@@ -64,15 +64,21 @@ def small_disk(tmp_path):
 @pytest.fixture(scope="module")
 def local_ray():
     """A Ray of the test module's own (`address="local"`; never `ray stop`, which ends every Ray on the machine):
-    4 logical CPUs for 2 workers and the reward/judge actors, vLLM in-process, quiet tokenizers."""
+    4 logical CPUs for 2 workers and the reward/judge actors, vLLM in-process, quiet tokenizers, and the trainer's
+    worker setup hook."""
     import ray
+
+    from verl.utils.worker_setup import WORKER_SETUP_HOOK
 
     ray.init(
         address="local",
         num_cpus=4,
         include_dashboard=False,
         log_to_driver=False,
-        runtime_env={"env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"}},
+        runtime_env={
+            "env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"},
+            "worker_process_setup_hook": WORKER_SETUP_HOOK,
+        },
     )
     yield
     ray.shutdown()

@@ -179,7 +179,12 @@ def run_policy_loss(
     loss, metrics = compute_policy_loss(**inputs, loss_type=loss_type, **kwargs)
     loss.backward()
     grad = inputs["log_probs"].grad
-    return loss.item(), grad[0] if grad.shape[0] == 1 else grad, metrics
+    assert all(value.dim() == 0 and not value.requires_grad for value in metrics.values())  # summed without a sync
+    return (
+        loss.item(),
+        grad[0] if grad.shape[0] == 1 else grad,
+        {name: value.item() for name, value in metrics.items()},
+    )
 
 
 def test_ppo_clip_higher_and_dual_clip_values_gradients_and_metrics() -> None:
@@ -404,8 +409,8 @@ def test_value_loss_clips_the_prediction_around_the_old_value() -> None:
     assert loss.item() == pytest.approx((0.125 + 0.5 + 2.0) / 3)
     loss.backward()
     torch.testing.assert_close(vpreds.grad, torch.tensor([[-0.5, 0.0, -2.0, 0.0]]) / 3)
-    assert metrics["vf_clipfrac"] == pytest.approx(1 / 3)
-    assert metrics["vpred_mean"] == pytest.approx(1.9 / 3)
+    assert metrics["vf_clipfrac"].item() == pytest.approx(1 / 3)
+    assert metrics["vpred_mean"].item() == pytest.approx(1.9 / 3)
 
 
 def test_explained_variance() -> None:

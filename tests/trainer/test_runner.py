@@ -23,7 +23,7 @@ from ray._common.utils import load_class
 
 from verl.trainer import ray_setup, runner
 from verl.trainer.config import PPOConfig
-from verl.utils import quiet
+from verl.utils import quiet, worker_setup
 
 
 def test_the_runner_gives_every_worker_the_setup_hook_and_environment(monkeypatch):
@@ -37,7 +37,7 @@ def test_the_runner_gives_every_worker_the_setup_hook_and_environment(monkeypatc
     ray_setup.init_ray(PPOConfig(), "cpu")
     (kwargs,) = calls
     runtime_env = kwargs["runtime_env"]
-    assert load_class(runtime_env["worker_process_setup_hook"]) is quiet.install_worker_filters
+    assert load_class(runtime_env["worker_process_setup_hook"]) is worker_setup.setup_worker_process
     assert runtime_env["env_vars"]["VLLM_LOGGING_LEVEL"] == "WARN"  # vLLM's INFO config dump stays out
     assert runtime_env["env_vars"]["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"
 

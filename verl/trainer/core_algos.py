@@ -151,7 +151,7 @@ def compute_value_loss(
     global_token_count: Count | None = None,
     global_seq_count: Count | None = None,
     max_response_length: int | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped value loss of PPO (Schulman et al. 2017, arXiv 1707.06347; OpenAI baselines ppo2).
 
     V_clip = V_old + clip(V - V_old, -c, c) and l = 1/2 max((V - R)^2, (V_clip - R)^2) per token, aggregated with
@@ -167,9 +167,9 @@ def compute_value_loss(
     vf_loss = agg_loss(
         loss_mat, response_mask, loss_avg_mode, global_token_count, global_seq_count, max_response_length
     )
-    metrics = {
-        "vf_clipfrac": masked_mean((clipped_loss > unclipped_loss).float(), response_mask).item(),
-        "vpred_mean": masked_mean(vpreds.detach(), response_mask).item(),
+    metrics = {  # detached 0-dim tensors on the device: no host sync per micro-batch
+        "vf_clipfrac": masked_mean((clipped_loss > unclipped_loss).float(), response_mask),
+        "vpred_mean": masked_mean(vpreds.detach(), response_mask),
     }
     return vf_loss, metrics
 

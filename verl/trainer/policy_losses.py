@@ -204,7 +204,7 @@ def compute_policy_loss(
     global_token_count: Count | None = None,
     global_seq_count: Count | None = None,
     max_response_length: int | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Policy-gradient loss of one micro-batch, aggregated with `agg_loss` (see there for the global counts).
 
     With ratio r = pi / pi_old = exp(clamp(log_probs - old_log_probs, +-20)), advantage A, eps_l = clip_ratio_low,
@@ -227,7 +227,8 @@ def compute_policy_loss(
 
     Metrics (token means over this micro-batch, verl's names): `pg_clipfrac` (share of tokens held at either clip
     bound, 1 + eps_h or 1 - eps_l), `pg_clipfrac_higher` (at the upper bound only), `pg_clipfrac_lower` (held by the
-    dual clip C), and `ppo_kl`, the k1 estimate of KL(pi_old || pi), mean(log pi_old - log pi).
+    dual clip C), and `ppo_kl`, the k1 estimate of KL(pi_old || pi), mean(log pi_old - log pi). They are detached
+    0-dim tensors on the loss's device, so that a caller can add them up over micro-batches without a host sync.
     """
     if loss_type not in _POLICY_LOSSES:
         raise ValueError(f"Unknown actor.loss_type {loss_type!r}; choose one of {', '.join(_POLICY_LOSSES)}.")
@@ -255,5 +256,5 @@ def compute_policy_loss(
     per_token = torch.stack([(higher | lower).float(), higher.float(), dual.float(), -log_ratio.detach()])
     stats = (per_token * mask).sum(dim=(1, 2)) / mask.sum().clamp(min=1.0)
     names = ("pg_clipfrac", "pg_clipfrac_higher", "pg_clipfrac_lower", "ppo_kl")
-    metrics = dict(zip(names, stats.tolist()))  # one device sync for all metrics
+    metrics = dict(zip(names, stats.unbind()))  # 0-dim tensors on the loss's device: no host sync here
     return pg_loss, metrics

@@ -26,6 +26,8 @@ from typing import Any
 import ray
 
 from ..utils import quiet
+from ..utils.lean_imports import skip_unused_imports
+from ..utils.worker_setup import WORKER_SETUP_HOOK
 from .config import PPOConfig
 from .reaper import start_reaper
 
@@ -67,8 +69,9 @@ def start_ray(device: str, cpu_slots: int) -> None:
     quiet.install_driver_filters()  # before Ray announces itself
     if ray.is_initialized():
         return
-    # The setup hook silences known-harmless third-party messages in every worker before vLLM is imported.
-    runtime_env = {"env_vars": worker_env(device), "worker_process_setup_hook": quiet.WORKER_SETUP_HOOK}
+    # The setup hook silences known-harmless third-party messages and keeps unused imports out of every worker,
+    # before vLLM is imported.
+    runtime_env = {"env_vars": worker_env(device), "worker_process_setup_hook": WORKER_SETUP_HOOK}
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env)
         return
@@ -93,6 +96,7 @@ def init_ray_while_importing(config: PPOConfig, device: str, module_name: str) -
 
     def import_module() -> None:
         try:
+            skip_unused_imports()
             outcome["module"] = importlib.import_module(module_name)
         except BaseException as err:  # re-raised in the calling thread
             outcome["error"] = err

