@@ -25,6 +25,7 @@ import torch
 from PIL import Image
 
 from verl.protocol import DataProto, collate_fn
+from verl.trainer.data_loader import MEDIA_LOADER_WORKERS, loader_workers
 from verl.utils.dataset import DatasetRowError, PromptTooLongError, RLHFDataset
 from verl.utils.multimodal import load_video, resize_image, resized_size
 from verl.utils.tiny_models import get_or_build_tiny_model
@@ -481,7 +482,7 @@ def test_every_image_form_gives_the_same_tokens(tmp_path, vl25):
     assert all(np.array_equal(p, pixels[0]) for p in pixels[:-1])
 
 
-def test_text_and_image_rows_mix_in_one_batch(vl25):
+def test_text_and_image_rows_mix_in_one_batch_and_get_loader_workers(vl25):
     tokenizer, processor = vl25
     rows = [
         {"prompt": "Just text.", "answer": "1", "images": []},
@@ -499,6 +500,10 @@ def test_text_and_image_rows_mix_in_one_batch(vl25):
     assert batch.non_tensor_batch["multi_modal_data"][0] is None
     assert len(batch.non_tensor_batch["multi_modal_data"][2]["images"]) == 2
     assert batch.non_tensor_batch["multi_modal_data"][2]["videos"] == []
+    assert dataset.has_media and loader_workers(None, dataset) == MEDIA_LOADER_WORKERS  # images: decode ahead
+    assert loader_workers(0, dataset) == 0
+    text = RLHFDataset([{"prompt": "Just text.", "answer": "1"}], tokenizer, processor, max_prompt_length=64)
+    assert not text.has_media and loader_workers(None, text) == 0 and loader_workers(3, text) == 3
     copy = pickle.loads(pickle.dumps(dataset))  # loader workers started with spawn get a pickled dataset
     assert torch.equal(copy[1]["position_ids"], batch.batch["position_ids"][1])
     user_turn = batch.non_tensor_batch["prompt_text"][2].split("<|im_start|>user\n")[1]

@@ -94,9 +94,11 @@ class DataConfig:
     """Drop prompts longer than max_prompt_length (image tokens counted) and log how many; off rejects them."""
     filter_overlong_prompts_workers: int = 1
     """Processes used to filter long prompts."""
-    dataloader_num_workers: int = 2
+    dataloader_num_workers: int | None = None
     """Processes that read, decode and tokenize the next training batches (images included) while a step runs; 0
-    does it in the driver process, between steps. Validation uses them when it has several batches
+    does it in the driver process, between steps. Unset (null): 2 when the data has an image or video column (decoding
+    and resizing are worth overlapping with the step), else 0 (rendering and tokenizing text prompts takes
+    milliseconds, and each worker process would hold ~160 MB). Validation uses them when it has several batches
     (data.val_batch_size). A resumed run keeps the count its checkpoint's data-loader position was saved with."""
     skip_bad_rows: bool = False
     """Skip rows with a missing key or an unreadable image (counted in a warning) instead of failing."""

@@ -134,6 +134,18 @@ def build_dataset(
     )
 
 
+MEDIA_LOADER_WORKERS = 2
+"""Data-loader processes when data.dataloader_num_workers is unset and the data has images or videos."""
+
+
+def loader_workers(configured: int | None, dataset: Any) -> int:
+    """data.dataloader_num_workers, or when unset: MEDIA_LOADER_WORKERS for data with an image or video column, else
+    0 (text prompts are rendered and tokenized in milliseconds; a worker process would only hold memory)."""
+    if configured is not None:
+        return configured
+    return MEDIA_LOADER_WORKERS if getattr(dataset, "has_media", False) else 0
+
+
 def create_dataloader(
     config: DataConfig,
     tokenizer: Any,
@@ -162,12 +174,13 @@ def create_dataloader(
         sampler = RandomSampler(train_dataset, generator=torch.Generator().manual_seed(config.seed))
     else:
         sampler = SequentialSampler(train_dataset)
+    num_workers = loader_workers(config.dataloader_num_workers, train_dataset)
     train_dataloader = StatefulDataLoader(
         train_dataset,
         batch_size=batch_size,
         sampler=sampler,
-        num_workers=config.dataloader_num_workers,
-        worker_init_fn=reset_stop_signals if config.dataloader_num_workers else None,
+        num_workers=num_workers,
+        worker_init_fn=reset_stop_signals if num_workers else None,
         collate_fn=collator,
         drop_last=True,
     )
@@ -178,7 +191,9 @@ def create_dataloader(
     if val_batch_size <= 0:
         raise ValueError(f"data.val_batch_size must be positive or -1 (the whole set), got {config.val_batch_size}.")
     # One batch is needed at once: workers could not get ahead, and would only add the cost of sending it over.
-    val_workers = config.dataloader_num_workers if len(val_dataset) > val_batch_size else 0
+    val_workers = (
+        loader_workers(config.dataloader_num_workers, val_dataset) if len(val_dataset) > val_batch_size else 0
+    )
     val_dataloader = StatefulDataLoader(
         val_dataset,
         batch_size=val_batch_size,

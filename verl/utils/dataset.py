@@ -172,6 +172,11 @@ class RLHFDataset(Dataset):
         ]
         self.indices, self.prompt_lengths = self._scan(filter_overlong_prompts, filter_overlong_prompts_workers)
 
+    @property
+    def has_media(self) -> bool:
+        """Whether the data has an image or a video column (its rows may need decoding)."""
+        return self.image_key in self.source.columns or self.video_key in self.source.columns
+
     def _compile_format_template(self) -> Any:
         if self.format_source is None:
             return None
