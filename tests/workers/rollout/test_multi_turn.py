@@ -15,6 +15,8 @@
 call, the environment's replies are in the response with loss mask 0, token for token what the chat template
 renders, and the ids the actor gets are exactly the ids the engine was given and produced (no re-tokenization)."""
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -70,11 +72,30 @@ class SlowCountdown(Countdown):
         return super().step(state, response)
 
 
+class HangingCountdown(Countdown):
+    """Countdown whose step for one episode (in reset order) waits until `release` is set: a hung remote call."""
+
+    def __init__(self, rounds=2, hang_episode=2, concurrent_steps=1):
+        super().__init__(rounds)
+        self.hang_episode, self.concurrent_steps = hang_episode, concurrent_steps
+        self.episodes, self.release = 0, threading.Event()
+
+    def reset(self, row):
+        self.episodes += 1
+        return {"row": row, "turn": 0, "episode": self.episodes - 1}
+
+    def step(self, state, response):
+        if state["episode"] == self.hang_episode:
+            self.release.wait(120)
+        return super().step(state, response)
+
+
 class ClientCountdown(ChatClientEnv):
     """Countdown written in the client style: the episode asks the model for each turn itself."""
 
-    def __init__(self, rounds=2, edit_history=False, first_messages=None, forever=False):
+    def __init__(self, rounds=2, edit_history=False, first_messages=None, forever=False, hang_episode=None):
         self.rounds, self.edit_history, self.first_messages, self.forever = rounds, edit_history, first_messages, forever
+        self.hang_episode = hang_episode  # this episode awaits, after its first reply, what never comes
         self.states = []  # one per episode, in the rollout's row order
 
     def reset(self, row):
@@ -91,6 +112,8 @@ class ClientCountdown(ChatClientEnv):
             state["replies"].append((text, reply.choices[0].finish_reason))
             if turn >= self.rounds and not self.forever:
                 return
+            if self.hang_episode is not None and self.states[self.hang_episode] is state:
+                await asyncio.Event().wait()
             await asyncio.sleep(0.001 * turn)  # e.g. a tool at work: the other episodes go on asking meanwhile
             answer = {"role": "assistant", "content": "edited" if self.edit_history else text}
             left = f"again ({self.rounds - turn} left, {state['row']['ground_truth']})"
@@ -267,18 +290,60 @@ def test_a_client_style_environment_is_held_to_the_conversation(rollout):
 
 
 def test_environment_steps_run_concurrently_with_the_same_outcome(rollout):
-    """concurrent_steps > 1 runs a turn's steps in threads; the episodes come out as with one-by-one steps."""
+    """concurrent_steps > 1 runs a turn's steps in threads; the episodes come out as with one-by-one steps, in this
+    thread (no step timeout) or in step threads (the default timeout)."""
     engine, _ = rollout
     prompts = _prompts(engine.tokenizer, ["Guess a number.", "Pick one."], 48)
-    step_env = engine.env
+    step_env, timeout = engine.env, engine.config.env_step_timeout_s
     try:
         outputs, envs = [], []
-        for workers in (1, 4):
+        for workers, engine.config.env_step_timeout_s in ((1, 0.0), (1, timeout), (4, timeout)):
             envs.append(_with_env(engine, "SlowCountdown", concurrent_steps=workers))
             engine.generate_calls = 0
             outputs.append(engine.generate_sequences(prompts))
     finally:
-        engine.env = step_env
-    assert envs[0].most_at_once == 1 and envs[1].most_at_once > 1
-    for key in ("responses", "response_mask", "attention_mask"):
-        assert torch.equal(outputs[0].batch[key], outputs[1].batch[key]), key
+        engine.env, engine.config.env_step_timeout_s = step_env, timeout
+    assert timeout > 0
+    assert [env.most_at_once > 1 for env in envs] == [False, False, True]
+    for output in outputs[1:]:
+        for key in ("responses", "response_mask", "attention_mask"):
+            assert torch.equal(outputs[0].batch[key], output.batch[key]), key
+
+
+@pytest.mark.parametrize("workers", [1, 4])
+def test_a_hung_environment_step_stops_the_rollout_naming_it(rollout, workers):
+    engine, _ = rollout
+    prompts = _prompts(engine.tokenizer, ["Guess a number.", "Pick one."], 48)
+    step_env, timeout = engine.env, engine.config.env_step_timeout_s
+    engine.config.env_step_timeout_s = 0.5
+    env = _with_env(engine, "HangingCountdown", concurrent_steps=workers)
+    try:
+        started = time.monotonic()
+        with pytest.raises(
+            TimeoutError,
+            match=r"HangingCountdown \(worker.rollout.env\): episode 2 did not finish its environment step after model turn 1 within worker.rollout.env_step_timeout_s=0.5 s",
+        ):
+            engine.generate_sequences(prompts)
+        assert time.monotonic() - started < 30
+    finally:
+        env.release.set()  # the hung step's thread ends
+        engine.env, engine.config.env_step_timeout_s = step_env, timeout
+
+
+def test_a_hung_client_style_episode_stops_the_rollout_naming_it(rollout):
+    engine, _ = rollout
+    prompts = _prompts(engine.tokenizer, ["Guess a number.", "Pick one."], 48)
+    step_env, timeout = engine.env, engine.config.env_step_timeout_s
+    engine.config.env_step_timeout_s = 0.5
+    try:
+        _with_env(engine, "ClientCountdown", hang_episode=3)
+        with pytest.raises(
+            TimeoutError,
+            match=r"ClientCountdown \(worker.rollout.env\): episode 3 did not finish its environment step after model turn 1 within",
+        ):
+            engine.generate_sequences(prompts)
+        engine.config.env_step_timeout_s = 0.0  # waits forever, but nothing here hangs
+        _with_env(engine, "ClientCountdown")
+        assert list(engine.generate_sequences(prompts).non_tensor_batch["env_turns"]) == [3] * 4
+    finally:
+        engine.env, engine.config.env_step_timeout_s = step_env, timeout

@@ -115,6 +115,8 @@ class ClientEpisodes:
         self.turn_end: list[str] = [""] * len(episodes)
         self.pending: dict[int, tuple[int, asyncio.Future]] = {}
         self.changed: asyncio.Event | None = None
+        self.working_since = [0.0] * len(episodes)
+        """Per episode: when its coroutine last got control back (its start, or the answer to its request)."""
 
     def run(self) -> None:
         """Every episode to its end (in place)."""
@@ -126,6 +128,7 @@ class ClientEpisodes:
 
     async def _main(self) -> None:
         self.changed = asyncio.Event()
+        self.working_since = [time.monotonic()] * len(self.episodes)
         tasks = [asyncio.ensure_future(self._episode(index)) for index in range(len(self.episodes))]
         for task in tasks:
             task.add_done_callback(lambda _: self.changed.set())
@@ -139,13 +142,29 @@ class ClientEpisodes:
                     return
                 if len(self.pending) < live:  # some episode is still working (e.g. running a tool)
                     self.changed.clear()
-                    await self.changed.wait()
+                    await self._wait_for_change(tasks)
                     continue
                 self._answer_pending()
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _wait_for_change(self, tasks: list[asyncio.Future]) -> None:
+        """Until an episode sends a request or ends; a TimeoutError once one has worked (between two model requests)
+        longer than the runner's env_step_timeout_s. A coroutine that blocks the event loop itself (a synchronous
+        sleep or call) cannot be interrupted: only awaits are."""
+        timeout = self.runner.env_step_timeout_s
+        if timeout <= 0:
+            await self.changed.wait()
+            return
+        working = [index for index, task in enumerate(tasks) if not task.done() and index not in self.pending]
+        first = min(working, key=lambda index: self.working_since[index])
+        try:
+            remaining = self.working_since[first] + timeout - time.monotonic()
+            await asyncio.wait_for(self.changed.wait(), max(remaining, 0.0))
+        except asyncio.TimeoutError:
+            raise self.runner.env_timeout_error(first, self.episodes[first].turns) from None
 
     async def _episode(self, index: int) -> None:
         episode = self.episodes[index]
@@ -176,6 +195,7 @@ class ClientEpisodes:
             finish = "stop" if turn_end else "length"
             reply = _reply(text, finish, self.model, before[0], len(episode.ids) - before[1])
             requests[index][1].set_result(reply)
+            self.working_since[index] = time.monotonic()
 
     async def request(self, index: int, messages: Any, max_tokens: int | None, tools: Any) -> Any:
         episode = self.episodes[index]

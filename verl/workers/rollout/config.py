@@ -71,6 +71,11 @@ class RolloutConfig:
     """With an env: a model turn that reaches this many tokens ends there (the chat template closes it) and the
     environment answers; unset, a turn ends only at the end-of-turn token (or the response budget, which ends the
     episode as truncated)."""
+    env_step_timeout_s: float = 600.0
+    """With an env: longest one environment step may take (a `step` call; for a client-style env, an episode's work
+    between two model requests); past it the rollout stops with an error naming the environment, episode and turn,
+    so a hung environment never hangs the run. Tools of a ToolEnv have their own, shorter limit. <= 0 waits
+    forever."""
     val_override_config: dict[str, Any] = field(default_factory=dict)
     """Sampling overrides for validation, e.g. {temperature: 0.6, top_p: 0.95, n: 1}."""
     prompt_length: int = -1

@@ -29,7 +29,8 @@ reference and critic get; the budget counts these).
 """
 
 import dataclasses
-from concurrent.futures import ThreadPoolExecutor
+import threading
+import time
 from typing import Any
 
 import torch
@@ -192,6 +193,19 @@ class TurnRunner:
     """A VL model's image expansion; images in the environment's messages need it."""
     max_images: int = 0
     """The engine's limit of images per sequence (prompt and environment images together); 0: none."""
+    env_step_timeout_s: float = 0.0
+    """Longest one environment step may take (a `step` call, or a client-style episode's work between two model
+    requests) before the rollout stops with an error naming it; <= 0 waits forever."""
+    env_name: str = "the environment"
+    """How errors name the environment (worker.rollout.env)."""
+
+    def env_timeout_error(self, episode_index: int, turns: int) -> TimeoutError:
+        return TimeoutError(
+            f"{self.env_name}: episode {episode_index} did not finish its environment step after model turn "
+            f"{turns} within worker.rollout.env_step_timeout_s={self.env_step_timeout_s:g} s, so the rollout stops "
+            "here instead of hanging. Give whatever the step waits on (a subprocess, a remote call) its own timeout, "
+            "or raise worker.rollout.env_step_timeout_s (<= 0 waits forever)."
+        )
 
     def turn_limit(self, episode: Episode, requested: int | None = None) -> int:
         room = self.budget - len(episode.ids)
@@ -255,36 +269,88 @@ def run_episodes(runner: TurnRunner, env: Environment, episodes: list[Episode]) 
     A model turn ends with an end-of-turn token, or after `max_tokens_per_turn` tokens (then the template's whole
     closing text is added, as environment tokens); a turn cut by the response budget ends the episode (truncated).
     The environment's steps of a turn run in up to `env.concurrent_steps` threads; their results are applied in the
-    episodes' order, so the outcome does not depend on which step finishes first.
+    episodes' order, so the outcome does not depend on which step finishes first. A step that runs longer than
+    `runner.env_step_timeout_s` stops the rollout with a TimeoutError naming the episode and turn.
     """
     workers = max(1, int(getattr(env, "concurrent_steps", 1)))
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="env-step") if workers > 1 else None
-    try:
-        for turn in range(runner.max_turns):
-            active = [episode for episode in episodes if not episode.done]
-            if not active:
-                break
-            limits = [runner.turn_limit(episode) for episode in active]
-            going_on = []
-            for episode, completion, limit in zip(active, runner.generate(active, limits), limits):
-                turn_end = runner.add_model_turn(episode, completion, limit)
-                if turn_end is not None:
-                    going_on.append((episode, turn_end))
+    index = {id(episode): position for position, episode in enumerate(episodes)}
+    for turn in range(runner.max_turns):
+        active = [episode for episode in episodes if not episode.done]
+        if not active:
+            break
+        limits = [runner.turn_limit(episode) for episode in active]
+        going_on = []
+        for episode, completion, limit in zip(active, runner.generate(active, limits), limits):
+            turn_end = runner.add_model_turn(episode, completion, limit)
+            if turn_end is not None:
+                going_on.append((episode, turn_end))
+        steps = _run_steps(runner, env, [episode for episode, _ in going_on], workers, index, turn + 1)
+        for (episode, turn_end), result in zip(going_on, steps):
+            episode.tool_calls += result.tool_calls
+            episode.tool_errors += result.tool_errors
+            if result.done or turn == runner.max_turns - 1:
+                episode.done = True
+                continue
+            runner.add_environment_turn(episode, result.messages, turn_end)
 
-            def step(item: tuple[Episode, str]) -> EnvStep:
-                return env.step(item[0].state, item[0].last_turn)
 
-            steps = list(pool.map(step, going_on)) if pool is not None else [step(item) for item in going_on]
-            for (episode, turn_end), result in zip(going_on, steps):
-                episode.tool_calls += result.tool_calls
-                episode.tool_errors += result.tool_errors
-                if result.done or turn == runner.max_turns - 1:
-                    episode.done = True
-                    continue
-                runner.add_environment_turn(episode, result.messages, turn_end)
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=False)
+def _run_steps(
+    runner: TurnRunner, env: Environment, episodes: list[Episode], workers: int, index: dict[int, int], turn: int
+) -> list[EnvStep]:
+    """`env.step` for each episode's latest turn, in order. One at a time in this thread when neither concurrency
+    nor a timeout asks for threads; else each in a daemon thread (a hung step cannot keep the process alive), at most
+    `workers` at once, each timed from its own start."""
+    if workers == 1 and runner.env_step_timeout_s <= 0:
+        return [env.step(episode.state, episode.last_turn) for episode in episodes]
+    slots = threading.BoundedSemaphore(workers)
+    calls = [_StepCall(env, episode, slots) for episode in episodes]
+    results = []
+    for episode, call in zip(episodes, calls):
+        if not call.wait(runner.env_step_timeout_s):
+            raise runner.env_timeout_error(index[id(episode)], turn)
+        results.append(call.result())
+    return results
+
+
+class _StepCall:
+    """One `env.step` call in its own daemon thread, started once one of the `slots` is free."""
+
+    def __init__(self, env: Environment, episode: Episode, slots: threading.BoundedSemaphore) -> None:
+        self._outcome: tuple[EnvStep | None, BaseException | None] = (None, None)
+        self._started: float | None = None
+        self._finished = threading.Event()
+        args = (env, episode, slots)
+        threading.Thread(target=self._run, args=args, name="env-step", daemon=True).start()
+
+    def _run(self, env: Environment, episode: Episode, slots: threading.BoundedSemaphore) -> None:
+        with slots:
+            self._started = time.monotonic()
+            try:
+                self._outcome = (env.step(episode.state, episode.last_turn), None)
+            except BaseException as error:  # re-raised in the rollout's thread
+                self._outcome = (None, error)
+            finally:
+                self._finished.set()
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait for the step; False once it has run longer than `timeout_s` (<= 0: wait forever)."""
+        while True:
+            started = self._started
+            if timeout_s <= 0 or started is None:  # not started yet: its time has not begun
+                if self._finished.wait(None if timeout_s <= 0 else min(timeout_s, 1.0)):
+                    return True
+                continue
+            remaining = started + timeout_s - time.monotonic()
+            if self._finished.wait(max(remaining, 0.0)):
+                return True
+            if remaining <= 0:
+                return False
+
+    def result(self) -> EnvStep:
+        step, error = self._outcome
+        if error is not None:
+            raise error
+        return step
 
 
 def _check_images(image_tokens: ImageTokens | None, episode: Episode, count: int, max_images: int) -> None:

@@ -466,6 +466,8 @@ class VLLMRollout:
             max_tokens_per_turn=self.config.max_tokens_per_turn,
             image_tokens=self.image_tokens,
             max_images=self.config.limit_images,
+            env_step_timeout_s=self.config.env_step_timeout_s,
+            env_name=f"{type(self.env).__name__} (worker.rollout.env)",
         )
         if isinstance(self.env, ChatClientEnv):
             from .client_episodes import run_client_episodes
