@@ -115,6 +115,23 @@ def number_reward(completions, answer, **kwargs):
     return scores
 
 
+GENERATION = {"s": 0.0}
+"""Seconds in GRPOTrainer._generate_and_score_completions since the last step end (generation, rewards, advantages,
+and old/reference log-probs where the settings need them: none here)."""
+_generate_and_score = GRPOTrainer._generate_and_score_completions
+
+
+def _timed_generate_and_score(self, *args, **kwargs):
+    start = time.perf_counter()
+    try:
+        return _generate_and_score(self, *args, **kwargs)
+    finally:
+        GENERATION["s"] += time.perf_counter() - start
+
+
+GRPOTrainer._generate_and_score_completions = _timed_generate_and_score
+
+
 class Timeline(TrainerCallback):
     def _write(self, state, row):
         if state.is_world_process_zero:
@@ -126,7 +143,9 @@ class Timeline(TrainerCallback):
         self._write(state, {"event": "train_begin", "t": time.time(), **sizes})
 
     def on_step_end(self, train_args, state, control, **kwargs):
-        self._write(state, {"event": "step_end", "step": state.global_step, "t": time.time()})
+        row = {"event": "step_end", "step": state.global_step, "t": time.time(), "generate_s": GENERATION["s"]}
+        self._write(state, row)
+        GENERATION["s"] = 0.0
 
     def on_log(self, train_args, state, control, logs=None, **kwargs):
         scalars = {k: v for k, v in (logs or {}).items() if isinstance(v, (int, float))}
@@ -677,7 +696,27 @@ def parse_trl(events: list[dict[str, Any]], launch: float, samples: int) -> dict
         figures[name] = statistics.mean(values) if values else None
     if ignored:
         figures["config_keys_ignored"] = ignored
+    figures["phase_s"] = trl_step_split(events)
     return figures
+
+
+def trl_step_split(events: list[dict[str, Any]], skip: int = SKIP_STEPS) -> dict[str, float]:
+    """Medians over the steps after the first `skip` of rank 0's step time (between step ends), its time in
+    `_generate_and_score_completions` and the rest (the loss forward, backward and optimizer step, mostly)."""
+    ends = {event["step"]: event for event in events if event.get("event") == "step_end"}
+    steps, generate = [], []
+    for step in sorted(ends):
+        if step > skip and step - 1 in ends and "generate_s" in ends[step]:
+            steps.append(ends[step]["t"] - ends[step - 1]["t"])
+            generate.append(ends[step]["generate_s"])
+    if not steps:
+        return {}
+    rest = [total - gen for total, gen in zip(steps, generate)]
+    return {
+        "step": statistics.median(steps),
+        "generate_and_score": statistics.median(generate),
+        "update_and_rest": statistics.median(rest),
+    }
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -728,10 +767,11 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         for key in ("samples_per_s", "startup_s", "peak_rss_gb", "peak_pss_gb", "response_length_mean", "reward_mean"):
             values = [run[key] for run in good if run.get(key) is not None]
             side_summary[key] = statistics.median(values) if values else None
-        if side == "ours":
-            phases = {name for run in good for name in run["phase_s"]}
+        if any(run.get("phase_s") for run in good):
+            phases = {name for run in good for name in run.get("phase_s", {})}
             side_summary["phase_s"] = {
-                name: statistics.median(run["phase_s"].get(name, 0.0) for run in good) for name in sorted(phases)
+                name: statistics.median(run.get("phase_s", {}).get(name, 0.0) for run in good)
+                for name in sorted(phases)
             }
         summary[side] = side_summary
     if "ours" in summary and "trl" in summary:
@@ -782,6 +822,12 @@ def print_report(runs: list[dict[str, Any]], summary: dict[str, Any]) -> None:
                 print(f"{side} peak {kind.upper()} by process (GB, last run; same names summed): {parts}")
     if "ours" in summary:
         print_step_split(summary["ours"]["phase_s"])
+    trl_phases = summary.get("trl", {}).get("phase_s")
+    if trl_phases:
+        step = trl_phases["step"]
+        print(f"\nTRL, a steady step (median over steps > {SKIP_STEPS}, rank 0): {step:.3f} s")
+        for name in ("update_and_rest", "generate_and_score"):
+            print(f"  {name:<30} {trl_phases[name]:8.3f} s  {trl_phases[name] / step if step else 0.0:6.1%}")
 
 
 def print_step_split(phases: dict[str, float]) -> None:

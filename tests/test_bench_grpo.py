@@ -62,7 +62,7 @@ def test_parse_ours_leaves_out_the_checkpoint_save(bench: ModuleType) -> None:
 def test_parse_trl_reads_the_callback_timeline(bench: ModuleType) -> None:
     events = [{"event": "train_begin", "t": 5.0, "world_size": 2, "generation_batch_size": 128}]
     for step in range(1, 5):
-        events.append({"event": "step_end", "step": step, "t": 6.0 + step})
+        events.append({"event": "step_end", "step": step, "t": 6.0 + step, "generate_s": 0.25 * step})
         events.append({"event": "log", "step": step, "loss": 0.0, "completions/mean_length": 64.0, "reward": 0.5})
     events.append({"event": "config", "ignored": ["max_prompt_length"]})
     figures = bench.parse_trl(events, launch=1.0, samples=128)
@@ -70,6 +70,8 @@ def test_parse_trl_reads_the_callback_timeline(bench: ModuleType) -> None:
     assert figures["samples_per_s"] == pytest.approx(2 * 128 / 2.0)
     assert figures["world_size"] == 2 and figures["response_length_mean"] == 64.0 and figures["reward_mean"] == 0.5
     assert figures["config_keys_ignored"] == ["max_prompt_length"]
+    # steps 3 and 4 are steady: 1 s each, of which 0.75 and 1.0 s generating
+    assert figures["phase_s"] == pytest.approx({"step": 1.0, "generate_and_score": 0.875, "update_and_rest": 0.125})
     with pytest.raises(ValueError, match="not 256"):
         bench.parse_trl(events, launch=1.0, samples=256)
 
@@ -159,9 +161,11 @@ def test_a_failed_run_reports_its_stderr_tail(bench: ModuleType, tmp_path: Path)
         peak_pss_bytes=6 * 10**8,
         peak_processes=3,
         peak_by_name={"python": 10**9},
+        peak_pss_by_name={"python": 6 * 10**8},
         stdout_path=str(tmp_path / "stdout.log"),
         stderr_path=str(tmp_path / "stderr.log"),
     )
     figures = bench.run_figures("trl", result, samples=128)
     assert figures["error"].startswith("trl run exited with 1.") and "something broke" in figures["error"]
     assert figures["peak_rss_gb"] == 1.0 and "samples_per_s" not in figures
+    assert figures["peak_pss_gb_by_process"] == {"python": 0.6}
