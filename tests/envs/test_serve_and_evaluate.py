@@ -32,11 +32,38 @@ pytestmark = pytest.mark.slow
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    model = get_or_build_tiny_model("qwen2", str(tmp_path_factory.mktemp("serve") / "models"))
+PICTURE_ENV = '''
+from PIL import Image
+
+from verl.envs import MultiTurnEnv
+
+
+class ShowPicture(MultiTurnEnv):
+    """Answers every turn with a new picture (a VL environment), for `rounds` turns."""
+
+    def __init__(self, rounds=2):
+        self.rounds = rounds
+
+    def reset(self, row):
+        return {"row": row, "turn": 0, "images": 0}
+
+    def env_response(self, state, response):
+        state["turn"] += 1
+        if state["turn"] >= self.rounds:
+            return [], True
+        picture = Image.new("RGB", (56, 56), (40 * state["turn"], 90, 200))
+        state["images"] += 1
+        return [{"role": "user", "content": [{"type": "text", "text": "And this?"}, {"type": "image", "image": picture}]}], False
+
+    def episode_info(self, state):
+        return {"images_shown": float(state["images"])}
+'''
+
+
+def start_server(model: str, name: str):
+    """`python -m verl.trainer.serve` of `model` on a free port: (process, base URL, the engine's child processes)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    command = [sys.executable, "-m", "verl.trainer.serve", "--model", model, "--served-model-name", "tiny"]
+    command = [sys.executable, "-m", "verl.trainer.serve", "--model", model, "--served-model-name", name]
     proc = subprocess.Popen(
         [*command, "--port", "0", "--max-model-len", "512", "--kv-cache-mb", "32"],
         cwd=REPO,
@@ -54,13 +81,24 @@ def server(tmp_path_factory):
         url = match.group(1) if match else None
     assert url, "the server did not start within 240 s"
     children = psutil.Process(proc.pid).children(recursive=True)  # vLLM's engine core runs in a child process
-    yield url
+    return proc, url, children
+
+
+def stop_server(proc, children) -> None:
     proc.terminate()
     proc.wait(timeout=30)
     _, alive = psutil.wait_procs(children, timeout=30)
     for child in alive:
         child.kill()
     assert not alive, f"the server left {[child.name() for child in alive]} running after SIGTERM"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    model = get_or_build_tiny_model("qwen2", str(tmp_path_factory.mktemp("serve") / "models"))
+    proc, url, children = start_server(model, "tiny")
+    yield url
+    stop_server(proc, children)
 
 
 def test_chat_completions_follow_the_openai_shape(server):
@@ -84,12 +122,12 @@ def test_chat_completions_follow_the_openai_shape(server):
         client.chat.completions.create(model="tiny", messages=messages, max_tokens=5, temperature=0.0, n=2)
 
 
-def evaluate(server: str, env: str, answers: tuple[int, ...], tmp_path) -> tuple[list[dict], dict]:
-    """`python -m verl.envs.evaluate` of games with these answers (3 turns of at most 6 tokens): (episodes, summary)."""
+def evaluate(server: str, env: str, answers: tuple[int, ...], tmp_path, rows=None) -> tuple[list[dict], dict]:
+    """`python -m verl.envs.evaluate` of games with these answers (3 turns of at most 6 tokens), or of these `rows`:
+    (episodes, summary)."""
     data = tmp_path / "games.jsonl"
-    data.write_text(
-        "".join(json.dumps({"prompt": "Guess my number (1-8).", "answer": str(i)}) + "\n" for i in answers)
-    )
+    rows = rows or [{"prompt": "Guess my number (1-8).", "answer": str(i)} for i in answers]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
     proc = subprocess.run(
         [sys.executable, "-m", "verl.envs.evaluate", "--env", env, "--data", str(data)]
         + ["--base-url", server, "--max-turns", "3", "--max-tokens", "6"],
@@ -122,3 +160,40 @@ def test_a_client_style_environment_runs_through_the_endpoint(server, tmp_path):
         # the game allows 4 guesses; --max-turns cut it at 3 requests unless it was solved sooner
         assert 1 <= episode["turns"] <= 3 and episode["guesses"] == episode["turns"]
         assert episode["done"] == bool(episode["solved"] or episode["turns"] < 3)
+
+
+def test_images_go_to_a_vision_language_model_through_the_endpoint(tmp_path_factory, tmp_path):
+    """A tiny Qwen2.5-VL behind the endpoint: an image_url part costs its patch tokens in the prompt, and evaluate
+    sends a row's image and the environment's pictures as data URLs."""
+    from openai import OpenAI
+    from PIL import Image
+
+    from verl.envs.evaluate import to_openai_messages
+    from verl.utils.multimodal import count_image_tokens
+    from verl.utils.tokenizer import get_processor
+
+    model = get_or_build_tiny_model("qwen2_5_vl", str(tmp_path_factory.mktemp("serve_vl") / "models"))
+    proc, url, children = start_server(model, "tiny-vl")
+    try:
+        client = OpenAI(base_url=url, api_key="unused")
+        text = [{"role": "user", "content": [{"type": "text", "text": "What is this?"}]}]
+        picture = Image.new("RGB", (56, 56), (200, 30, 30))
+        with_image = [{"role": "user", "content": [{"type": "image", "image": picture}, *text[0]["content"]]}]
+        usage = [
+            client.chat.completions.create(model="tiny-vl", messages=to_openai_messages(m), max_tokens=2).usage
+            for m in (text, with_image)
+        ]
+        # the image's patch tokens (as the model's processor counts them) plus the vision start and end markers
+        (image_tokens,) = count_image_tokens(get_processor(model), [picture.size])
+        assert usage[1].prompt_tokens - usage[0].prompt_tokens == image_tokens + 2
+        Image.new("RGB", (56, 56), (200, 30, 30)).save(tmp_path / "red.png")
+        (tmp_path / "picture_env.py").write_text(PICTURE_ENV)
+        rows = [
+            {"prompt": "<image> What colour?", "answer": "red", "images": ["red.png"]},
+            {"prompt": "No picture here.", "answer": "none"},
+        ]
+        episodes, summary = evaluate(url, f"{tmp_path / 'picture_env.py'}:ShowPicture", (), tmp_path, rows)
+    finally:
+        stop_server(proc, children)
+    assert [episode["turns"] for episode in episodes] == [2, 2]  # the game's 2 turns, a picture in between
+    assert [episode["images_shown"] for episode in episodes] == [1.0, 1.0] and summary["episodes"] == 2

@@ -22,12 +22,21 @@ endpoint, the reply to the environment's `step`, its messages back into the conv
 done or `--max-turns` replies were written. A ToolEnv's tool schemas are sent as `tools`. A ChatClientEnv runs its
 own `rollout` with an `openai.AsyncOpenAI` client (`--max-turns` bounds its requests there too). Prints one JSON line
 per episode (turns, tool calls and errors, `episode_info`) and a last line with the means.
+
+Images (for a vision-language model): a row's `--image-key` list (paths relative to `--image-dir`, by default the
+data file's folder) goes into the first user message, at the prompt's `<image>` markers or, without markers, before
+its text, as training renders it; the environment's messages may carry images as `{"type": "image", "image": <PIL
+image>}` parts, as in training. Both are sent as OpenAI `image_url` parts with PNG data URLs (which
+`verl.trainer.serve` and vLLM's own server read).
 """
 
 import argparse
 import asyncio
+import base64
 import functools
+import io
 import json
+import os
 import sys
 import types
 from typing import Any
@@ -37,17 +46,84 @@ from .client_env import ChatClientEnv, EpisodeOver
 from .loader import load_environment
 
 
+IMAGE_MARKER = "<image>"
+
+
+def prompt_message(prompt: str, images: list[Any]) -> dict[str, Any]:
+    """The first user message of an episode: plain text, or content parts with the images at the prompt's `<image>`
+    markers (one per image), or before the text when it has none."""
+    if not images:
+        return {"role": "user", "content": prompt}
+    pieces = prompt.split(IMAGE_MARKER)
+    if len(pieces) == 1:
+        pieces = ["", prompt]
+        pieces[1:1] = [""] * (len(images) - 1)
+    if len(pieces) != len(images) + 1:
+        raise ValueError(
+            f"the prompt has {len(pieces) - 1} {IMAGE_MARKER} markers but the row has {len(images)} images; give "
+            "one marker per image, or none (then the images come first)."
+        )
+    parts: list[dict[str, Any]] = []
+    for text, image in zip(pieces, [*images, None]):
+        if text:
+            parts.append({"type": "text", "text": text})
+        if image is not None:
+            parts.append({"type": "image", "image": image})
+    return {"role": "user", "content": parts}
+
+
+def _data_url(image: Any) -> str:
+    buffer = io.BytesIO()
+    image.convert("RGB").save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def to_openai_messages(messages: list[dict[str, Any]], cache: dict[int, str] | None = None) -> list[dict[str, Any]]:
+    """The messages as an OpenAI-style endpoint takes them: `{"type": "image", "image": <PIL image>}` parts become
+    `image_url` parts with PNG data URLs (encoded once per image when `cache` is kept across requests)."""
+    from PIL import Image
+
+    cache = {} if cache is None else cache
+    wire = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            parts = []
+            for part in content:
+                image = part.get("image") if isinstance(part, dict) and part.get("type") == "image" else None
+                if image is None:
+                    parts.append(part)
+                    continue
+                if not isinstance(image, Image.Image):
+                    raise TypeError(f"an image part must hold a PIL image, got {type(image).__name__}")
+                if id(image) not in cache:
+                    cache[id(image)] = _data_url(image)
+                parts.append({"type": "image_url", "image_url": {"url": cache[id(image)]}})
+            message = {**message, "content": parts}
+        wire.append(message)
+    return wire
+
+
 def run_episode(
-    env: Environment, row: dict[str, Any], prompt: str, client: Any, model: str, max_turns: int, sampling: dict
+    env: Environment,
+    row: dict[str, Any],
+    prompt: str,
+    client: Any,
+    model: str,
+    max_turns: int,
+    sampling: dict,
+    images: list[Any] | None = None,
 ) -> dict[str, Any]:
     """One episode through `client.chat.completions`; returns its counts, episode_info and the conversation."""
     state = env.reset(dict(row))
-    messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
+    messages: list[dict[str, Any]] = [prompt_message(prompt, images or [])]
     schemas = getattr(env, "tool_schemas", None)
     extra = {"tools": schemas()} if schemas is not None else {}
     result = {"turns": 0, "tool_calls": 0, "tool_errors": 0, "done": False}
+    urls: dict[int, str] = {}
     for _ in range(max_turns):
-        reply = client.chat.completions.create(model=model, messages=messages, **sampling, **extra)
+        wire = to_openai_messages(messages, urls)
+        reply = client.chat.completions.create(model=model, messages=wire, **sampling, **extra)
         text = reply.choices[0].message.content or ""
         messages.append({"role": "assistant", "content": text})
         result["turns"] += 1
@@ -69,10 +145,17 @@ def run_client_episode(
     model: str,
     max_turns: int,
     sampling: dict,
+    images: list[Any] | None = None,
 ) -> dict[str, Any]:
     """One episode of a ChatClientEnv: its `rollout` with a client from `make_client()` (an async OpenAI-style
     client, made inside the episode's event loop); requests get `sampling` and count as turns, and after
-    `max_turns` of them the next one ends the episode."""
+    `max_turns` of them the next one ends the episode. Text prompts only, as in training; image parts the episode
+    itself sends are passed on as data URLs."""
+    if images:
+        raise NotImplementedError(
+            f"{type(env).__name__} is a ChatClientEnv, which runs text prompts only (as in training); this row has "
+            f"{len(images)} images."
+        )
     state = env.reset(dict(row))
     result = {"turns": 0, "tool_calls": 0, "tool_errors": 0, "done": False}
 
@@ -84,6 +167,7 @@ def run_client_episode(
                 if result["turns"] >= max_turns:
                     raise EpisodeOver(f"--max-turns={max_turns} requests were answered")
                 result["turns"] += 1
+                request = {**request, "messages": to_openai_messages(list(request.get("messages", [])))}
                 return await client.chat.completions.create(**{**request, **sampling})
 
         counting = types.SimpleNamespace(chat=types.SimpleNamespace(completions=Completions()))
@@ -104,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", required=True, help="a JSONL file of rows")
     parser.add_argument("--prompt-key", default="prompt")
     parser.add_argument("--answer-key", default="answer", help="passed to the environment as ground_truth")
+    parser.add_argument("--image-key", default="images", help="a row's list of images (paths), for a VL model")
+    parser.add_argument("--image-dir", default=None, help="where relative image paths are (default: --data's folder)")
     parser.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
     parser.add_argument("--model", default=None, help="model id (default: the endpoint's first)")
     parser.add_argument("--max-turns", type=int, default=4)
@@ -121,17 +207,36 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.data, encoding="utf-8") as f:
         rows = [json.loads(line) for line in f if line.strip()][: args.limit]
     sampling = {"max_tokens": args.max_tokens, "temperature": args.temperature}
+    image_dir = args.image_dir or os.path.dirname(os.path.abspath(args.data))
     totals: dict[str, float] = {}
     for index, row in enumerate(rows):
-        fields = {**row, "ground_truth": row.get(args.answer_key)}
+        fields = {k: v for k, v in row.items() if k != args.image_key}
+        fields["ground_truth"] = row.get(args.answer_key)
+        images = _row_images(row.get(args.image_key), image_dir, index)
         run = run_client_episode if isinstance(env, ChatClientEnv) else run_episode
-        result = run(env, fields, str(row[args.prompt_key]), client, model, args.max_turns, sampling)
+        result = run(env, fields, str(row[args.prompt_key]), client, model, args.max_turns, sampling, images)
         print(json.dumps({"row": index, **{k: v for k, v in result.items() if k != "messages"}}), flush=True)
         for key, value in result.items():
             if isinstance(value, (int, float)):  # counts, done, episode_info numbers
                 totals[key] = totals.get(key, 0.0) + float(value)
     print(json.dumps({"episodes": len(rows), **{f"{k}/mean": v / max(len(rows), 1) for k, v in totals.items()}}))
     return 0
+
+
+def _row_images(value: Any, image_dir: str, index: int) -> list[Any]:
+    """A row's images, decoded as RGB (a path, bytes or {"bytes"/"path"} dict each), or [] without any."""
+    from verl.utils.multimodal import open_image
+
+    if value is None:
+        return []
+    values = value if isinstance(value, list) else [value]
+    images = []
+    for position, item in enumerate(values):
+        try:
+            images.append(open_image(item, image_dir).convert("RGB"))
+        except (OSError, TypeError, ValueError) as error:
+            raise ValueError(f"row {index}: image {position} cannot be read: {error}") from None
+    return images
 
 
 if __name__ == "__main__":
