@@ -18,7 +18,8 @@
         --base-url http://127.0.0.1:8000/v1
 
 It serves `GET /v1/models` and `POST /v1/chat/completions` (messages, max_tokens, temperature, top_p, n, seed, stop,
-tools) with the same vLLM engine settings as training (the CPU build: float32 and an explicit KV cache), so an
+tools; for a vision-language model, messages may hold OpenAI `image_url` parts with data URLs, as
+`verl.envs.evaluate` sends them) with the same vLLM engine settings as training (the CPU build: float32 and an explicit KV cache), so an
 environment written against an OpenAI-style client (as `verifiers` environments are) runs against the model that
 was trained, and `verl.envs.evaluate` runs our own environments through it. Requests are answered one at a time; it
 binds to 127.0.0.1 unless --host says otherwise and has no authentication: do not expose it.
