@@ -298,12 +298,14 @@ def _run_steps(
     runner: TurnRunner, env: Environment, episodes: list[Episode], workers: int, index: dict[int, int], turn: int
 ) -> list[EnvStep]:
     """`env.step` for each episode's latest turn, in order. One at a time in this thread when neither concurrency
-    nor a timeout asks for threads; else each in a daemon thread (a hung step cannot keep the process alive), at most
-    `workers` at once, each timed from its own start."""
+    nor a timeout asks for threads; else on up to `workers` daemon threads (a hung step cannot keep the process
+    alive), each step timed from its own start."""
     if workers == 1 and runner.env_step_timeout_s <= 0:
         return [env.step(episode.state, episode.last_turn) for episode in episodes]
-    slots = threading.BoundedSemaphore(workers)
-    calls = [_StepCall(env, episode, slots) for episode in episodes]
+    calls = [_StepCall(env, episode) for episode in episodes]
+    queue = list(reversed(calls))  # list.pop is atomic: the threads share it without a lock
+    for _ in range(min(workers, len(calls))):
+        threading.Thread(target=_run_queued, args=(queue,), name="env-step", daemon=True).start()
     results = []
     for episode, call in zip(episodes, calls):
         if not call.wait(runner.env_step_timeout_s):
@@ -312,25 +314,32 @@ def _run_steps(
     return results
 
 
-class _StepCall:
-    """One `env.step` call in its own daemon thread, started once one of the `slots` is free."""
+def _run_queued(queue: list["_StepCall"]) -> None:
+    while True:
+        try:
+            call = queue.pop()
+        except IndexError:
+            return
+        call.run()
 
-    def __init__(self, env: Environment, episode: Episode, slots: threading.BoundedSemaphore) -> None:
+
+class _StepCall:
+    """One `env.step` call, run by one of the step threads; the rollout's thread waits for it."""
+
+    def __init__(self, env: Environment, episode: Episode) -> None:
+        self.env, self.episode = env, episode
         self._outcome: tuple[EnvStep | None, BaseException | None] = (None, None)
         self._started: float | None = None
         self._finished = threading.Event()
-        args = (env, episode, slots)
-        threading.Thread(target=self._run, args=args, name="env-step", daemon=True).start()
 
-    def _run(self, env: Environment, episode: Episode, slots: threading.BoundedSemaphore) -> None:
-        with slots:
-            self._started = time.monotonic()
-            try:
-                self._outcome = (env.step(episode.state, episode.last_turn), None)
-            except BaseException as error:  # re-raised in the rollout's thread
-                self._outcome = (None, error)
-            finally:
-                self._finished.set()
+    def run(self) -> None:
+        self._started = time.monotonic()
+        try:
+            self._outcome = (self.env.step(self.episode.state, self.episode.last_turn), None)
+        except BaseException as error:  # re-raised in the rollout's thread
+            self._outcome = (None, error)
+        finally:
+            self._finished.set()
 
     def wait(self, timeout_s: float) -> bool:
         """Wait for the step; False once it has run longer than `timeout_s` (<= 0: wait forever)."""
