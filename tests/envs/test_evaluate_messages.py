@@ -64,5 +64,7 @@ def test_row_images_are_read_relative_to_the_image_folder(tmp_path):
     (image,) = _row_images(["green.png"], str(tmp_path), 0)
     assert image.mode == "RGB" and image.getpixel((0, 0)) == (0, 255, 0)
     assert _row_images(None, str(tmp_path), 0) == []
-    with pytest.raises(ValueError, match="row 3: image 0 cannot be read: image file .*missing.png"):
+    with pytest.raises(
+        ValueError, match=r"row 3: image 0 cannot be read: image file .*missing.png' does not exist \(--image-dir\)"
+    ):
         _row_images("missing.png", str(tmp_path), 3)

@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _row_images(value: Any, image_dir: str, index: int) -> list[Any]:
     """A row's images, decoded as RGB (a path, bytes or {"bytes"/"path"} dict each), or [] without any."""
-    from verl.utils.multimodal import open_image
+    from verl.utils.multimodal import open_image, resolve_path
 
     if value is None:
         return []
@@ -233,6 +233,8 @@ def _row_images(value: Any, image_dir: str, index: int) -> list[Any]:
     images = []
     for position, item in enumerate(values):
         try:
+            if isinstance(item, str) and not os.path.isfile(resolve_path(item, image_dir)):
+                raise FileNotFoundError(f"image file {resolve_path(item, image_dir)!r} does not exist (--image-dir)")
             images.append(open_image(item, image_dir).convert("RGB"))
         except (OSError, TypeError, ValueError) as error:
             raise ValueError(f"row {index}: image {position} cannot be read: {error}") from None
