@@ -13,11 +13,11 @@
 # limitations under the License.
 """HybridEngine weight resharding: the FSDP2 actor's weights into this process's vLLM engine, before every rollout.
 
-Every parameter is gathered to a full tensor (`DTensor.full_tensor()`, an all-gather over the FSDP mesh), cast to
-the engine's dtype, renamed to the checkpoint name vLLM expects, and handed to the engine while the next one is not
-yet gathered: the extra memory at any time is about one parameter (vLLM keeps the tensors of the layer it is
-loading, e.g. q, k and v, until that layer is complete). All ranks stream the same parameters in the same order, so
-the collectives match; each rank then loads into its own engine.
+The parameters are gathered one FSDP unit at a time (a decoder layer, the root: FSDP2's own `unshard`, one
+all-gather per unit instead of one per parameter, 2-3x faster on two gloo ranks with the tiny model), cast to the
+engine's dtype, renamed to the checkpoint name vLLM expects, and handed to the engine one tensor at a time; the
+unit is resharded before the next one is gathered, so the extra memory is about one gathered layer. All ranks
+stream the same parameters in the same order, so the collectives match; each rank then loads into its own engine.
 
 On GPU the engine sleeps between rollouts (weights offloaded, KV cache freed): `prepare` wakes the weights, loads,
 then wakes the KV cache; `release` puts it back to sleep and reports the memory freed. On CPU there is no sleep mode;
@@ -26,12 +26,13 @@ the engine stays up (memory cost: see verl/workers/rollout/vllm_rollout.py).
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
 from ...utils import device as device_utils
@@ -89,30 +90,84 @@ def _full(param: torch.Tensor) -> torch.Tensor:
     return param.full_tensor()
 
 
+def _fsdp_units(module: nn.Module, names: list[str]) -> list[tuple[FSDPModule | None, list[str]]]:
+    """The FSDP units of `module` (outermost first) with the parameter names each one gathers.
+
+    A parameter belongs to the innermost unit whose module contains it. Names outside every unit (a module that is
+    not sharded at all) come last, under None.
+    """
+    units = [(prefix, unit) for prefix, unit in module.named_modules() if isinstance(unit, FSDPModule)]
+    owned: dict[int, list[str]] = {index: [] for index in range(len(units))}
+    loose: list[str] = []
+    for name in names:
+        owners = [i for i, (prefix, _) in enumerate(units) if not prefix or name.startswith(prefix + ".")]
+        (owned[max(owners, key=lambda i: len(units[i][0]))] if owners else loose).append(name)
+    plan: list[tuple[FSDPModule | None, list[str]]] = [(unit, owned[i]) for i, (_, unit) in enumerate(units)]
+    return [(unit, group) for unit, group in plan if group] + ([(None, loose)] if loose else [])
+
+
+def _unit_tensor(
+    module: nn.Module, master: torch.Tensor, name: str, dtype: torch.dtype, exact: set[str]
+) -> torch.Tensor:
+    """The full tensor of parameter `name` while its FSDP unit is unsharded (see `_gathered`)."""
+    gathered = module.get_parameter(name)
+    if isinstance(gathered, DTensor):  # not part of this unit's all-gather
+        return _full(gathered)
+    if gathered.dtype == master.dtype or (gathered.dtype == dtype and name not in exact):
+        # `reshard` frees the gathered storage while the engine may still hold the tensor: hand out a copy, unless
+        # the cast to `dtype` makes one anyway
+        return gathered.detach().clone() if gathered.dtype == dtype else gathered.detach()
+    return _full(master)
+
+
+def _gathered(
+    module: nn.Module, names: list[str], exact: set[str], dtype: torch.dtype
+) -> Iterator[tuple[list[str], Callable[[str], torch.Tensor]]]:
+    """(parameter names, name -> full tensor) for one FSDP unit at a time, gathered by one all-gather (`unshard`).
+
+    FSDP2 gathers a unit's parameters in its compute dtype. A gathered tensor is used when that loses nothing: it is
+    in the parameter's own dtype, or in the target `dtype` (the same rounding as casting the full tensor) and the
+    name is not in `exact` (LoRA factors and bases, merged in float32). Any other parameter is gathered on its own,
+    in its own dtype. Each unit is resharded before the next one is gathered, so the extra memory is about one
+    gathered unit. Collective: every rank must ask for the same tensors in the same order.
+    """
+    sharded = dict(module.named_parameters(remove_duplicate=False))
+    for unit, group in _fsdp_units(module, names):
+        if unit is None:
+            yield group, lambda name: _full(sharded[name])
+            continue
+        unit.unshard()
+        try:
+            yield group, lambda name: _unit_tensor(module, sharded[name], name, dtype, exact)
+        finally:
+            unit.reshard()
+
+
 def iter_full_weights(
     module: nn.Module, dtype: torch.dtype, names: dict[str, str], stats: dict[str, float]
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield (checkpoint name, full tensor in `dtype`) one parameter at a time; count bytes into `stats`.
 
-    A tied parameter (the embedding reused as lm_head) is sent under each of its names: on CPU vLLM keeps a repacked
-    copy of lm_head for its matmul that only a load of `lm_head.weight` refreshes. It is gathered once per name,
-    rather than kept, so the peak stays at one parameter. A LoRA layer's weight is sent merged (W + scaling x B @ A,
-    under the base model's name); its adapters are not sent on their own.
+    Parameters are gathered one FSDP unit (a decoder layer, the root) at a time, one all-gather each, rather than one
+    collective per parameter. A tied parameter (the embedding reused as lm_head) is sent under each of its names: on
+    CPU vLLM keeps a repacked copy of lm_head for its matmul that only a load of `lm_head.weight` refreshes. A LoRA
+    layer's weight is sent merged (W + scaling x B @ A, under the base model's name); its adapters are not sent on
+    their own.
     """
-    params = dict(module.named_parameters(remove_duplicate=False))
+    params = [name for name, _ in module.named_parameters(remove_duplicate=False)]
     merge_plan = lora_merge_plan(module) if any(is_adapter_param(name) for name in params) else {}
-    for name, param in params.items():
-        if name not in names:  # a LoRA adapter, merged into its base weight
-            continue
-        tensor = _full(param)
-        if name in merge_plan:
-            a_name, b_name, scaling = merge_plan[name]
-            tensor = merge_weight(tensor, _full(params[a_name]), _full(params[b_name]), scaling)
-        tensor = tensor.detach().to(dtype)
-        stats["num_params"] += 1
-        stats["bytes"] += tensor.numel() * tensor.element_size()
-        stats["max_param_bytes"] = max(stats["max_param_bytes"], tensor.numel() * tensor.element_size())
-        yield names[name], tensor
+    exact = {name for base, (a_name, b_name, _) in merge_plan.items() for name in (base, a_name, b_name)}
+    for group, full in _gathered(module, [name for name in params if name in names], exact, dtype):
+        for name in group:
+            tensor = full(name)
+            if name in merge_plan:
+                a_name, b_name, scaling = merge_plan[name]
+                tensor = merge_weight(tensor, full(a_name), full(b_name), scaling)
+            tensor = tensor.detach().to(dtype)
+            stats["num_params"] += 1
+            stats["bytes"] += tensor.numel() * tensor.element_size()
+            stats["max_param_bytes"] = max(stats["max_param_bytes"], tensor.numel() * tensor.element_size())
+            yield names[name], tensor
 
 
 def sync_weights(

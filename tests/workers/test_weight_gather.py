@@ -1,0 +1,93 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The weights streamed into the rollout engine, gathered one FSDP unit at a time on two gloo ranks: the same tensors
+as gathering each parameter on its own, bit for bit, with and without a bf16 mixed-precision policy."""
+
+from unittest import mock
+
+import torch
+import torch.distributed as dist
+from fsdp_testing import init_rank, make_text_batch, spawn
+
+from verl.utils.tiny_models import get_or_build_tiny_model
+
+
+def _per_parameter(model: torch.nn.Module, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The reference: every parameter's own all-gather (`full_tensor`), cast to `dtype`, under each of its names."""
+    return {
+        name: (param.full_tensor() if hasattr(param, "full_tensor") else param).detach().to(dtype)
+        for name, param in model.named_parameters(remove_duplicate=False)
+    }
+
+
+def _streamed(model: torch.nn.Module, dtype: torch.dtype) -> tuple[dict[str, torch.Tensor], int]:
+    """iter_full_weights' output by checkpoint name, and how many single-parameter all-gathers it made."""
+    from torch.distributed.tensor import DTensor
+
+    from verl.workers.sharding_manager.fsdp_vllm import checkpoint_names, iter_full_weights
+
+    stats = {"num_params": 0, "bytes": 0, "max_param_bytes": 0}
+    with mock.patch.object(DTensor, "full_tensor", autospec=True, side_effect=DTensor.full_tensor) as per_param:
+        # kept tensors must survive the reshard of their unit (the engine may hold a layer's tensors a while)
+        streamed = dict(iter_full_weights(model, dtype, checkpoint_names(model), stats))
+    assert stats["num_params"] == len(streamed)
+    return streamed, per_param.call_count
+
+
+def _check(model: torch.nn.Module, dtype: torch.dtype, expected_per_param_gathers: int) -> None:
+    from torch.distributed.tensor import DTensor
+
+    reference = _per_parameter(model, dtype)
+    streamed, per_param_gathers = _streamed(model, dtype)
+    assert set(streamed) == set(reference)  # the tied lm_head.weight too, under its own name
+    for name, tensor in reference.items():
+        assert streamed[name].dtype == dtype and torch.equal(streamed[name], tensor), name
+    assert per_param_gathers == expected_per_param_gathers
+    assert all(isinstance(param, DTensor) for param in model.parameters())  # every unit resharded afterwards
+
+
+def _run(rank: int, world_size: int, port: int, model_dir: str) -> None:
+    init_rank(rank, world_size, port)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from transformers import AutoModelForCausalLM
+
+    from verl.utils.fsdp_utils import create_fsdp_model
+    from verl.workers.actor.config import FSDPConfig, ModelConfig
+
+    mesh = init_device_mesh("cpu", (world_size,))
+    model = create_fsdp_model(ModelConfig(model_path=model_dir), FSDPConfig(), mesh, torch.device("cpu"))
+    assert model.config.tie_word_embeddings
+    _check(model, torch.float32, expected_per_param_gathers=0)  # one all-gather per unit, none per parameter
+    # after a forward without backward the root unit stays gathered; the stream still sees the same weights
+    data = make_text_batch(seed=rank, batch_size=2)
+    with torch.no_grad():
+        model(input_ids=data.batch["input_ids"], attention_mask=data.batch["attention_mask"], use_cache=False)
+    _check(model, torch.float32, expected_per_param_gathers=0)
+
+    # bf16 compute (the GPU default): a bf16 engine gets the all-gathered bf16 tensors, the same rounding as casting
+    # the float32 master weights; a float32 engine gets each master weight gathered on its own, never a rounded one
+    torch.manual_seed(0)
+    plain = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16)
+    for layer in plain.model.layers:
+        fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(plain, mesh=mesh, mp_policy=policy)
+    _check(plain, torch.bfloat16, expected_per_param_gathers=0)
+    _check(plain, torch.float32, expected_per_param_gathers=len(list(plain.named_parameters(remove_duplicate=False))))
+    dist.destroy_process_group()
+
+
+def test_unit_gathers_equal_per_parameter_gathers(tmp_path):
+    spawn(_run, 2, get_or_build_tiny_model("qwen2", str(tmp_path / "models")))
