@@ -93,6 +93,7 @@ def worker_config(ws, *extra: str):
             f"worker.reward.reward_function={root / 'reward.py'}:compute_score",
             "trainer.device=cuda",
             "trainer.n_gpus_per_node=1",
+            "worker.rollout.tensor_parallel_size=1",  # the default, 2, needs two devices
             *extra,
         ]
     )
@@ -312,6 +313,7 @@ def test_grpo_step_on_the_tiny_vl_model(workspace):
                 "algorithm.use_kl_loss=true",
                 "trainer.device=cuda",
                 "trainer.n_gpus_per_node=1",
+                "worker.rollout.tensor_parallel_size=1",
                 "trainer.max_steps=1",
                 "trainer.val_before_train=false",
                 "trainer.logger=[file]",

@@ -172,7 +172,10 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
         if reward.judge.enabled:
             from ..workers.reward.judge import create_judge_actor
 
-            judge = create_judge_actor(reward.judge)
+            try:
+                judge = create_judge_actor(reward.judge)
+            except ValueError as err:  # a setting this machine cannot run (a CPU judge on a CUDA machine)
+                raise SetupError(str(err)) from None
         workers = create_worker_groups(config, device)
     except BaseException:
         _kill(*[actor for actor in (reward_fn, judge) if actor is not None])

@@ -202,6 +202,16 @@ def test_create_judge_actor_checks_before_starting_anything() -> None:
         create_judge_actor(JudgeConfig(model_path="judge", min_grade=3, max_grade=2))
 
 
+def test_a_cpu_judge_is_refused_where_cuda_is_visible(monkeypatch) -> None:
+    """Ray leaves the GPUs visible to an actor with num_gpus=0, and the GPU build of vLLM cannot run on the CPU: a CPU
+    judge on a CUDA machine is refused before any actor starts (CUDA's presence is what is faked here)."""
+    from verl.utils import device
+
+    monkeypatch.setattr(device.torch.cuda, "is_available", lambda: True)
+    with pytest.raises(ValueError, match=r"num_gpus=0 runs the judge on the CPU.*num_gpus=0.25"):
+        create_judge_actor(JudgeConfig(model_path="judge"))
+
+
 # ---------------------------------------------------------------------------------------------------- end to end
 
 SAMPLES: list[tuple[str, str, Any]] = [

