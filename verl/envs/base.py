@@ -29,6 +29,10 @@ reference and critic later see exactly the token ids the engine saw.
 `worker.rollout.env=path/to/env.py:GuessNumber` (keyword arguments from `worker.rollout.env_kwargs`) loads one
 instance per worker process; `worker.rollout.max_turns` bounds the model turns of an episode, and the rollout's
 response length bounds all its tokens together.
+
+With `worker.rollout.tensor_parallel_size` > 1 the processes of one engine each run the same episodes with their own
+instance, and must feed the engine the same tokens: an environment's replies must follow from the row and the
+model's text alone (no unseeded randomness, no outside state that could differ between the processes).
 """
 
 import dataclasses

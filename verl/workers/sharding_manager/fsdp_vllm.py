@@ -20,8 +20,8 @@ unit is resharded before the next one is gathered, so the extra memory is about 
 stream the same parameters in the same order, so the collectives match; each rank then loads into its own engine.
 
 On GPU the engine sleeps between rollouts (weights and KV cache freed): `prepare` wakes the weights, loads all of
-them, then wakes the KV cache; `release` puts it back to sleep and reports the memory freed. On CPU there is no sleep mode;
-the engine stays up (memory cost: see verl/workers/rollout/vllm_rollout.py).
+them, then wakes the KV cache; `release` puts it back to sleep and reports the memory freed. On CPU there is no
+sleep mode; the engine stays up (memory cost: see verl/workers/rollout/vllm_rollout.py).
 """
 
 import logging
