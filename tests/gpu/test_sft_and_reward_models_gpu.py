@@ -76,6 +76,7 @@ def test_sft_worker_trains_and_exports_on_cuda(models, tmp_path):
         prompt_key=None,
         response_key=None,
         messages_key="messages",
+        tools_key=None,
         image_key="images",
         image_dir=None,
         min_pixels=None,

@@ -109,3 +109,38 @@ def _run(rank: int, world_size: int, port: int, model_dir: str, checkpoint_dir: 
 def test_lora_actor_on_two_ranks(tmp_path):
     model_dir = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
     spawn(_run, WORLD_SIZE, model_dir, str(tmp_path / "ckpt"))
+
+
+def _reference_first(rank: int, world_size: int, port: int, model_dir: str) -> None:
+    """The GPU precision recipe (frozen base stored in bf16, fp32 adapters, bf16 compute, fp32 gradient reduction),
+    whose first forward is the reference's, with the adapters off: the update after it must still work."""
+    init_rank(rank, world_size, port)
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    from verl.utils.lora import adapters_disabled, apply_lora
+    from verl.utils.model_utils import build_model
+    from verl.workers.actor.config import LoraConfig, ModelConfig
+
+    model = build_model(ModelConfig(model_path=model_dir))
+    apply_lora(model, LoraConfig(rank=4, alpha=8), vision_language=False, base_model_path=model_dir)
+    for param in model.parameters():
+        if not param.requires_grad:
+            param.data = param.data.to(torch.bfloat16)
+    trainable = {name for name, param in model.named_parameters() if param.requires_grad}
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer in model.model.layers:
+        fully_shard(layer, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    data = make_text_batch(seed=rank, batch_size=2)
+    inputs = {"input_ids": data.batch["input_ids"], "attention_mask": data.batch["attention_mask"]}
+    with torch.no_grad(), adapters_disabled(model):  # the reference log-probs, before any actor forward
+        model(**inputs, use_cache=False)
+    assert {name for name, param in model.named_parameters() if param.requires_grad} == trainable
+    model(**inputs, use_cache=False).logits.float().mean().backward()
+    grads = {name: param.grad for name, param in model.named_parameters() if param.grad is not None}
+    assert set(grads) == trainable and all(grad.dtype == torch.float32 for grad in grads.values())
+    dist.destroy_process_group()
+
+
+def test_an_update_after_a_reference_first_forward_in_bf16(tmp_path):
+    spawn(_reference_first, 1, get_or_build_tiny_model("qwen2", str(tmp_path / "models")))

@@ -41,6 +41,24 @@ _GROUP: dist.ProcessGroup | None = None
 """The sequence-parallel group of this process while `sequence_parallel` is active (None otherwise)."""
 
 
+def check_split(module: Any, sp_size: int, padding_free: bool, role: str) -> None:
+    """Raise ValueError unless `role`'s model can be split over `sp_size` ranks: the group must divide its attention
+    and key/value heads (all-to-all hands each rank whole heads), and its rows must be packed (padding_free on a
+    varlen kernel). Nothing to check for one rank."""
+    if sp_size == 1:
+        return
+    text_config = module.config.get_text_config() if hasattr(module, "config") else None
+    for name in ("num_attention_heads", "num_key_value_heads"):
+        heads = getattr(text_config, name, None)
+        if heads is not None and heads % sp_size != 0:
+            raise ValueError(f"{role}.ulysses_size={sp_size} must divide the model's {name}={heads}.")
+    if not padding_free:
+        raise ValueError(
+            f"{role}.ulysses_size={sp_size} splits packed rows: it needs padding_free=true and an "
+            "attn_implementation with a varlen kernel (auto)."
+        )
+
+
 def new_sequence_parallel_group(ulysses_size: int) -> dist.ProcessGroup | None:
     """Create the groups of `ulysses_size` consecutive ranks (collective: every rank calls it); return this rank's.
 

@@ -44,7 +44,8 @@ def worker_env(device: str) -> dict[str, str]:
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # one in-process engine per worker (SPMD), see the vLLM notes
     else:
         env["TORCH_NCCL_AVOID_RECORD_STREAMS"] = "1"
-        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+        # CUDA_DEVICE_MAX_CONNECTIONS stays CUDA's default (8): 1, a Megatron tensor-parallel setting, would put
+        # every stream on one hardware queue, and FSDP's all-gathers and reduce-scatters would stop overlapping compute
     return env
 
 

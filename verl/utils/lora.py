@@ -114,8 +114,15 @@ def adapters_disabled(model: nn.Module) -> Iterator[None]:
     from peft.tuners.tuners_utils import BaseTunerLayer
 
     layers = [module for module in model.modules() if isinstance(module, BaseTunerLayer)]
+    trainable = [param for param in model.parameters() if param.requires_grad]
     for layer in layers:
         layer.enable_adapters(False)
+    # peft also freezes the adapters; undo that. FSDP2 picks a unit's gradient dtypes from the parameters that need
+    # gradients at the model's first forward: if that forward is the reference's (an on-policy update skips the old
+    # log-probs), frozen adapters would leave it none, and their bf16 gradients would later fail to reach the fp32
+    # adapters. The block runs without gradients anyway (log-probs), and the disabled adapters are not used.
+    for param in trainable:
+        param.requires_grad_(True)
     try:
         yield
     finally:

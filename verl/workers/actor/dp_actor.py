@@ -148,16 +148,7 @@ class DataParallelPPOActor:
                 "padded (set model.attn_implementation=auto to pack).",
                 getattr(module.config, "_attn_implementation", None),
             )
-        text_config = module.config.get_text_config() if hasattr(module, "config") else None
-        for name in ("num_attention_heads", "num_key_value_heads"):
-            heads = getattr(text_config, name, None)
-            if self.sp_size > 1 and heads is not None and heads % self.sp_size != 0:
-                raise ValueError(f"actor.ulysses_size={self.sp_size} must divide the model's {name}={heads}.")
-        if self.sp_size > 1 and not self.padding_free:
-            raise ValueError(
-                f"actor.ulysses_size={self.sp_size} splits packed rows: it needs padding_free=true and an "
-                "attn_implementation with a varlen kernel (auto)."
-            )
+        ulysses.check_split(module, self.sp_size, self.padding_free, "actor")
         self._head = token_head(config.use_torch_compile)
 
     def _forward(self, micro: DataProto, temperature: float, calculate_entropy: bool) -> dict[str, torch.Tensor]:

@@ -89,11 +89,7 @@ class DataParallelPPOCritic:
             )
         self.mini_batch_size = samples // dp_size
         self.padding_free = config.padding_free and packing_is_exact(module)
-        if self.sp_size > 1 and not self.padding_free:
-            raise ValueError(
-                f"critic.ulysses_size={self.sp_size} splits packed rows: it needs padding_free=true and an "
-                "attn_implementation with a varlen kernel (auto)."
-            )
+        ulysses.check_split(module, self.sp_size, self.padding_free, "critic")
 
     def _values(self, micro: DataProto) -> torch.Tensor:
         with ulysses.sequence_parallel(self.sp_group):
