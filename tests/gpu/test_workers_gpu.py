@@ -185,6 +185,55 @@ def test_critic_and_reference_rpcs_on_cuda(workspace):
     assert all(param.device.type == "cpu" for param in critic.critic_module.parameters())
 
 
+def test_weights_streamed_to_the_engine_equal_per_parameter_gathers_on_cuda(workspace):
+    """The weight sync gathers one FSDP unit at a time in the unit's bf16 compute dtype: for a bf16 engine that must
+    be bit for bit the master weights cast to bf16; for a float32 engine the float32 masters themselves."""
+    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model
+    from verl.workers.actor.config import FSDPConfig, ModelConfig
+    from verl.workers.sharding_manager.fsdp_vllm import checkpoint_names, iter_full_weights
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    model = create_fsdp_model(
+        ModelConfig(model_path=workspace["text_model"]), FSDPConfig(), build_device_mesh(1, -1, "cuda"), device
+    )
+    names = checkpoint_names(model)
+    for dtype in (torch.bfloat16, torch.float32):
+        stats = {"num_params": 0, "bytes": 0, "max_param_bytes": 0}
+        streamed = dict(iter_full_weights(model, dtype, names, stats))
+        for name, param in model.named_parameters(remove_duplicate=False):
+            expected = param.full_tensor().to(dtype)
+            assert streamed[names[name]].dtype == dtype and torch.equal(streamed[names[name]], expected), name
+
+
+def test_lora_update_after_a_reference_first_forward_on_cuda(workspace):
+    """An on-policy LoRA step computes the reference log-probs (adapters off) before any other forward of the actor:
+    FSDP2 then sets up the bf16 compute / fp32 gradients of the adapters, and the update must still work."""
+    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model
+    from verl.utils.lora import adapters_disabled
+    from verl.utils.optim import build_optimizer
+    from verl.workers.actor.config import ActorConfig, FSDPConfig, LoraConfig, ModelConfig, OptimConfig
+    from verl.workers.actor.dp_actor import DataParallelPPOActor
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    model_config = ModelConfig(model_path=workspace["text_model"], lora=LoraConfig(rank=4, alpha=8))
+    model = create_fsdp_model(model_config, FSDPConfig(), build_device_mesh(1, -1, "cuda"), device)
+    optimizer = build_optimizer(model, OptimConfig(lr=1e-2, weight_decay=0.0))
+    config = ActorConfig(global_batch_size=8, micro_batch_size_per_device_for_update=4, ppo_epochs=1)
+    actor = DataParallelPPOActor(config, model, optimizer, rollout_n=1)
+    data = text_batch(0).select(batch_keys=["input_ids", "attention_mask", "position_ids", "responses"])
+    data.batch["response_mask"] = text_batch(0).batch["response_mask"]
+    data = data.to(device)
+    with adapters_disabled(model):
+        reference = actor.compute_log_probs(data, 1.0)
+    data.batch["advantages"] = data.batch["response_mask"].float()  # raise every sampled token
+    data.meta_info["temperature"] = 1.0
+    metrics = actor.update_policy(data)  # on-policy: the old log-probs are the forward's own
+    assert torch.isfinite(torch.tensor(metrics["actor/grad_norm"])) and metrics["actor/grad_norm"] > 0, metrics
+    after = actor.compute_log_probs(data, 1.0)
+    gain = ((after - reference) * data.batch["response_mask"]).sum()
+    assert gain > 0, "one step towards the sampled tokens should raise their log-probs"
+
+
 def test_actor_rollout_ref_step_on_cuda(workspace, tmp_path):
     """Wake, sync (checked against the actor), generate, sleep, log-probs, update, checkpoint, with offloading."""
     pytest.importorskip("vllm", reason="needs vLLM's GPU build (pip install vllm)")
