@@ -64,6 +64,29 @@ class _Attention(torch.nn.Module):
         self.num_key_value_groups = groups
 
 
+def _per_sequence_sdpa(
+    leaves: list[torch.Tensor], grad_out: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Causal sdpa on each packed sequence of (query, key, value) alone: the output (1, T, heads, dim) and the
+    gradients of the three inputs for `grad_out`, in the inputs' dtype."""
+    query, key, value = (leaf.detach().clone().requires_grad_() for leaf in leaves)
+    parts, start = [], 0
+    for length in LENGTHS:
+        part = slice(start, start + length)
+        expected = F.scaled_dot_product_attention(
+            query[:, :, part], key[:, :, part], value[:, :, part], is_causal=True, scale=scale, enable_gqa=True
+        )
+        parts.append(expected.transpose(1, 2))
+        start += length
+    out = torch.cat(parts, dim=1)
+    out.backward(grad_out)
+    return out.detach(), [query.grad, key.grad, value.grad]
+
+
+def _relative_error(got: torch.Tensor, exact: torch.Tensor) -> float:
+    return float((got.float() - exact).norm() / exact.norm())
+
+
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("boundaries", ["cu_seq_lens_kwargs", "position_ids"])
 def test_varlen_kernel_equals_per_sequence_sdpa(varlen_calls: list[int], head_dim: int, boundaries: str) -> None:
@@ -86,28 +109,18 @@ def test_varlen_kernel_equals_per_sequence_sdpa(varlen_calls: list[int], head_di
     out.backward(grad_out)
     assert varlen_calls == [total]
 
-    ref_query, ref_key, ref_value = (leaf.clone().requires_grad_() for leaf in leaves)
-    parts, start = [], 0
-    for length in LENGTHS:
-        part = slice(start, start + length)
-        expected = F.scaled_dot_product_attention(
-            ref_query[:, :, part],
-            ref_key[:, :, part],
-            ref_value[:, :, part],
-            is_causal=True,
-            scale=scale,
-            enable_gqa=True,
-        )
-        parts.append(expected.transpose(1, 2))
-        start += length
-    reference = torch.cat(parts, dim=1)
-    reference.backward(grad_out)
-
-    assert out.shape == reference.shape == (1, total, heads, head_dim) and out.dtype == torch.bfloat16
-    assert (out.float() - reference.float()).abs().max() < 1e-2
-    for name, got, want in zip("qkv", (query, key, value), (ref_query, ref_key, ref_value)):
-        # gradients of keys and values sum over many queries: bf16 rounding grows with their size
-        torch.testing.assert_close(got.grad.float(), want.grad.float(), atol=1e-2, rtol=1e-2, msg=f"d{name}")
+    # The exact result: causal sdpa on each sequence alone, in float32 from the same bf16 inputs. The kernel must be as
+    # close to it as the same per-sequence sdpa computed in bf16 (a fixed tolerance fails on bf16 rounding alone: the
+    # gradients of keys and values sum over up to 513 queries x 4 query heads each).
+    exact_out, exact_grads = _per_sequence_sdpa([leaf.float() for leaf in leaves], grad_out.float(), scale)
+    bf16_out, bf16_grads = _per_sequence_sdpa(leaves, grad_out, scale)
+    assert out.shape == exact_out.shape == (1, total, heads, head_dim) and out.dtype == torch.bfloat16
+    errors = {"out": (_relative_error(out, exact_out), _relative_error(bf16_out, exact_out))}
+    for name, got, bf16, exact in zip("qkv", (query, key, value), bf16_grads, exact_grads):
+        errors[f"d{name}"] = (_relative_error(got.grad, exact), _relative_error(bf16, exact))
+    print(f"head_dim {head_dim} {boundaries}: relative error (varlen, bf16 sdpa) against float32 {errors}")
+    for name, (varlen_error, sdpa_error) in errors.items():
+        assert varlen_error <= 2 * sdpa_error + 1e-3, (name, errors)
 
 
 def test_tiny_qwen2_bf16_packed_through_varlen(tmp_path, varlen_calls: list[int]) -> None:
