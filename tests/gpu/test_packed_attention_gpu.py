@@ -156,3 +156,52 @@ def test_tiny_qwen2_bf16_packed_through_varlen(tmp_path, varlen_calls: list[int]
     reference = torch.log_softmax(padded[attention_mask.bool()].float(), dim=-1)
     # bf16 weights and activations against fp32: loose, but a cross-sequence leak moves log-probs by whole units
     assert (log_probs - reference).abs().mean() < 5e-2
+
+
+def _rollout_rows(prompt_lengths: list[int], response_lengths: list[int], width: tuple[int, int]):
+    """Left-padded prompts and right-padded responses of random tokens, as a rollout gives them, on CUDA."""
+    from verl.protocol import DataProto
+
+    generator = torch.Generator().manual_seed(1)
+    prompt_width, response_width = width
+    input_ids = torch.randint(0, 2000, (len(prompt_lengths), prompt_width + response_width), generator=generator)
+    attention_mask = torch.zeros_like(input_ids)
+    for row, (prompt, response) in enumerate(zip(prompt_lengths, response_lengths)):
+        attention_mask[row, prompt_width - prompt : prompt_width + response] = 1
+    tensors = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": positions_from_mask(attention_mask),
+        "responses": input_ids[:, prompt_width:].clone(),
+    }
+    return DataProto.from_dict(tensors={key: value.cuda() for key, value in tensors.items()})
+
+
+def test_dense_micro_batches_run_padded_on_cuda(tmp_path, varlen_calls: list[int]) -> None:
+    """With padding_free, a micro-batch without padding runs as padded rows on CUDA (no varlen call) and gives the
+    packed path's log-probs to bf16 rounding; one with padding stays packed."""
+    from verl.utils import device as device_utils
+    from verl.workers.actor import forward
+
+    device_utils.set_device_type("cuda")
+    path = get_or_build_tiny_model("qwen2", str(tmp_path))
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=PACKED_ATTENTION, dtype=torch.bfloat16)
+    model = model.cuda().eval()
+
+    def head(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        log_probs = torch.log_softmax(logits.float(), dim=-1)
+        return {"log_probs": log_probs.gather(-1, labels.unsqueeze(-1)).squeeze(-1)}
+
+    dense = _rollout_rows([30, 30, 30, 30], [50, 50, 50, 50], (40, 50))
+    ragged = _rollout_rows([30, 12, 40, 5], [50, 7, 33, 50], (40, 50))
+    assert forward.runs_padded(dense, True) and not forward.runs_padded(ragged, True)
+    with torch.no_grad():
+        padded = forward.forward_response(model, dense, True, head)["log_probs"]
+        assert varlen_calls == []
+        packed = forward._forward_packed(model, dense, head, {})["log_probs"]
+        if not varlen_calls:
+            pytest.skip("varlen_attn is not usable on this GPU or torch; the per-sequence path is tested on CPU.")
+        varlen_calls.clear()
+        forward.forward_response(model, ragged, True, head)
+    assert varlen_calls, "a micro-batch with padding must stay packed"
+    assert (padded - packed).abs().mean() < 2e-2  # two bf16 kernels: rounding, not a leak across sequences

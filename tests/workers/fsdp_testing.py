@@ -85,13 +85,22 @@ def _training_columns(batch: dict[str, torch.Tensor], generator: torch.Generator
 
 
 def make_text_batch(
-    seed: int, batch_size: int = 8, prompt_len: int = 12, response_len: int = 10, pad: int = 2048
+    seed: int,
+    batch_size: int = 8,
+    prompt_len: int = 12,
+    response_len: int = 10,
+    pad: int = 2048,
+    aligned_prompt_len: int | None = None,
 ) -> DataProto:
-    """A text rollout batch with varied prompt and response lengths (some responses fill the whole width)."""
+    """A text rollout batch with varied prompt and response lengths (some responses fill the whole width); with
+    `aligned_prompt_len`, every prompt has that many tokens and every response fills the width (no padding in the
+    columns that some row uses)."""
     generator = torch.Generator().manual_seed(seed)
     lengths = torch.randint(3, prompt_len + 1, (batch_size,), generator=generator).tolist()
     response_lengths = torch.randint(1, response_len + 1, (batch_size,), generator=generator).tolist()
     response_lengths[0] = response_len
+    if aligned_prompt_len is not None:
+        lengths, response_lengths = [aligned_prompt_len] * batch_size, [response_len] * batch_size
     prompts = [torch.randint(0, VOCAB, (n,), generator=generator).tolist() for n in lengths]
     responses = [torch.randint(0, VOCAB, (n,), generator=generator).tolist() for n in response_lengths]
     input_ids, attention_mask = _layout(prompts, responses, prompt_len, response_len, pad)

@@ -343,6 +343,45 @@ def test_on_policy_update_without_old_log_probs_has_the_same_loss_and_gradient(m
         ).update_policy(batch)
 
 
+def test_dense_micro_batches_run_padded_where_the_device_asks_for_it(model_root: str, monkeypatch) -> None:
+    """On a DENSE_ROWS_RUN_PADDED device, packed micro-batches without padding run as padded rows (same outputs and
+    gradients); micro-batches with padding stay packed. On the CPU (not such a device) everything stays packed."""
+    from verl.utils.model_utils import build_model
+    from verl.workers.actor import forward
+    from verl.workers.actor.config import ModelConfig
+    from verl.workers.actor.dp_actor import DataParallelPPOActor
+
+    model = build_model(ModelConfig(model_path=get_or_build_tiny_model("qwen2", model_root)))
+    dense = make_text_batch(seed=3, batch_size=4, aligned_prompt_len=9)  # 3 padding columns left of every prompt
+    ragged = make_text_batch(seed=3, batch_size=4)
+    calls = []
+    real_padded = forward._forward_padded
+    monkeypatch.setattr(forward, "_forward_padded", lambda *args: calls.append(len(args[1])) or real_padded(*args))
+    assert not forward.runs_padded(dense, True) and forward.runs_padded(dense, False)  # the CPU keeps packing
+    config = actor_config(True, True, global_batch_size=4, entropy_coeff=0.0, use_kl_loss=False)
+
+    def run(data: DataProto) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        optimizer = recording_optimizer(model)
+        actor = DataParallelPPOActor(config, model, optimizer)
+        data.batch["old_log_probs"] = log_probs = actor.compute_log_probs(data, TEMPERATURE)
+        data.meta_info["temperature"] = TEMPERATURE
+        actor.update_policy(data)
+        return log_probs, {name: grad for name, grad in optimizer.grads.items() if grad is not None}
+
+    packed = run(dense)
+    assert calls == []
+    monkeypatch.setattr(forward, "DENSE_ROWS_RUN_PADDED", frozenset({"cpu"}))
+    assert forward.runs_padded(dense, True) and not forward.runs_padded(ragged, True)
+    padded = run(dense)
+    assert calls and sum(calls) == 2 * len(dense)  # every row of the log-prob pass and of the update ran padded
+    torch.testing.assert_close(padded[0], packed[0], rtol=0, atol=1e-5)
+    for name, grad in packed[1].items():
+        torch.testing.assert_close(padded[1][name], grad, rtol=1e-4, atol=1e-6 * grad.abs().max().item() + 1e-9)
+    calls.clear()
+    run(ragged)
+    assert calls == []
+
+
 def test_entropy_coeff_from_meta_info_replaces_the_configured_one(model_root: str) -> None:
     """Adaptive entropy control sends each step's coefficient: it is the one applied, and the entropy reported is the
     exact one even at coefficient 0 (without the key, coefficient 0 reports the -log p estimate)."""

@@ -51,6 +51,7 @@ gives every seeded request its own generator; benchmarks/bench_rollout.py times 
 """
 
 import contextlib
+import gc
 import logging
 import os
 from collections.abc import Iterator
@@ -272,6 +273,10 @@ class VLLMRollout:
         if dist.is_initialized():
             _set_launcher_env()
         set_num_threads, num_threads = torch.set_num_threads, torch.get_num_threads()
+        # vLLM runs full garbage collections while it builds the engine and then freezes the heap. Freezing it first
+        # (the imported modules and the trained model, which live as long as the process anyway) leaves them out of
+        # those collections: engine start-up 2.8-3.4 s -> 1.6-1.9 s for the tiny CPU model.
+        gc.freeze()
         with preserved_rng_state():
             self.inference_engine = LLM(**engine_kwargs)
         vllm_compat.restore_set_num_threads(set_num_threads, num_threads)
