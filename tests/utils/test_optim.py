@@ -89,6 +89,30 @@ def test_build_optimizer_skips_frozen_parameters():
         build_optimizer(model, OptimConfig())
 
 
+def test_adamw_on_the_cpu_is_fused_and_steps_like_the_default():
+    """On the CPU build_optimizer uses torch's fused AdamW kernel; it moves the weights as the per-parameter loop."""
+    torch.manual_seed(0)
+    start = [torch.randn(6, 5), torch.randn(5)]
+    ours = [torch.nn.Parameter(t.clone()) for t in start]
+    reference = [torch.nn.Parameter(t.clone()) for t in start]
+    module = torch.nn.Module()
+    module.weight, module.bias = ours
+    optimizer = build_optimizer(module, OptimConfig(lr=1e-2, betas=[0.9, 0.99], weight_decay=0.1))
+    assert optimizer.param_groups[0]["fused"] is True
+    default = torch.optim.AdamW(reference, lr=1e-2, betas=(0.9, 0.99), weight_decay=0.1)
+    assert not default.param_groups[0]["fused"]
+    for step in range(5):
+        generator = torch.Generator().manual_seed(step)
+        grads = [torch.randn(t.shape, generator=generator) for t in start]
+        for param, ref, grad in zip(ours, reference, grads):
+            param.grad, ref.grad = grad.clone(), grad.clone()
+        optimizer.step()
+        default.step()
+    for param, ref, initial in zip(ours, reference, start):
+        torch.testing.assert_close(param, ref, rtol=1e-6, atol=1e-7)
+        assert (param - initial).abs().min() > 1e-3  # every weight moved
+
+
 def test_bf16_adamw_matches_torch_adamw_in_fp32():
     torch.manual_seed(0)
     start = torch.randn(4, 5)
