@@ -43,6 +43,7 @@ their time (timing_s/* of the file logger). The last line printed is one JSON ob
 "error" field, null when both sides ran).
 
     python benchmarks/bench_grpo.py [--prompts 16 --n 8 --response-length 64 --steps 12 --repeats 2]
+    python benchmarks/bench_grpo.py --sides ours --ours-override worker.actor.padding_free=false  # a setting vs defaults
 """
 
 import argparse
@@ -220,6 +221,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--torch-index-url", default=None, help="pip index of the CPU torch wheel where pip's default gives CUDA"
     )
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds before a run is killed")
+    parser.add_argument(
+        "--ours-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="ours: one more config override (repeatable), e.g. to compare a setting with the defaults",
+    )
     args = parser.parse_args(argv)
     for key in ("prompts", "n", "response_length", "max_prompt_length", "steps", "repeats"):
         if getattr(args, key) < 1:
@@ -574,6 +582,11 @@ def ours_command(args: argparse.Namespace, paths: dict[str, str], model: str, ru
         "trainer.experiment_name": os.path.basename(run_dir),
         "trainer.save_checkpoint_path": os.path.join(run_dir, "ckpt"),
     }
+    for item in args.ours_override:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--ours-override takes KEY=VALUE, got {item!r}.")
+        overrides[key] = value
     return [sys.executable, "-m", "verl.trainer.main", *(f"{key}={value}" for key, value in overrides.items())]
 
 
@@ -859,6 +872,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "steps": args.steps,
         "repeats": args.repeats,
         "skip_steps": SKIP_STEPS,
+        "ours_overrides": args.ours_override,
         "cpu_count": os.cpu_count(),
         "load_before": load_average(),
         "error": None,
