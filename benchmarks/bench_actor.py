@@ -27,7 +27,8 @@ right-padded responses) and the same micro-batch row counts, and both take one A
   hardware does with plain padded rows.
 
 Workloads (`--lengths`): `full`, every row P prompt + R response tokens; `variable`, prompt lengths uniform in
-[P/2, P] and response lengths uniform in [R/8, R] (fixed seed). Throughput counts valid tokens (the sum of the
+[P/2, P] and response lengths uniform in [R/8, R] (fixed seed); `capped`, prompt lengths as in `variable` and every
+response R tokens long (responses cut at the length limit, as early in RL training). Throughput counts valid tokens (the sum of the
 attention mask, prompt and response) on both sides, so padding the bare loop computes earns it nothing. MFU (CUDA
 only) is 6 x params x valid tokens (update) or 2 x params x valid tokens (log-probs) per second over
 `--peak-tflops`; gradient checkpointing's extra forward and attention FLOPs are not counted.
@@ -35,7 +36,7 @@ only) is 6 x params x valid tokens (update) or 2 x params x valid tokens (log-pr
 GPU targets (issue 13): >= 0.95x the bare loop on full-length rows, and with varlen packing >= 1.3x the padded bare
 loop on variable-length rows.
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_actor.py --quick [--mode packed|padded] [--lengths full|variable]
+    OMP_NUM_THREADS=1 python benchmarks/bench_actor.py --quick [--mode packed|padded] [--lengths full|variable|capped]
     python benchmarks/bench_actor.py --model 0.5b --mode packed --lengths variable   # on a GPU
 
 Defaults: on the CPU the tiny model with B=16, P=64, R=128 (what --quick runs on any device, about 15 s here); on
@@ -114,7 +115,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", choices=("tiny", "0.5b", "1.5b"), default=None, help="tiny on CPU, 0.5b on GPU")
     parser.add_argument("--mode", choices=("packed", "padded"), default="packed")
-    parser.add_argument("--lengths", choices=("full", "variable"), default="full")
+    parser.add_argument("--lengths", choices=("full", "variable", "capped"), default="full")
     parser.add_argument("--batch-size", type=int, default=None, help="rows B (16 on CPU, 64 on GPU)")
     parser.add_argument("--prompt-length", type=int, default=None, help="P (64 on CPU, 512 on GPU)")
     parser.add_argument("--response-length", type=int, default=None, help="R (128 on CPU, 1536 on GPU)")
@@ -229,6 +230,8 @@ def make_batch(args: argparse.Namespace, pad_id: int, vocab: int) -> DataProto:
     else:
         prompt_lens = torch.randint(max(prompt_len // 2, 1), prompt_len + 1, (batch_size,), generator=generator)
         response_lens = torch.randint(max(response_len // 8, 1), response_len + 1, (batch_size,), generator=generator)
+        if args.lengths == "capped":
+            response_lens = torch.full((batch_size,), response_len)
     input_ids = torch.randint(0, vocab, (batch_size, prompt_len + response_len), generator=generator)
     columns = torch.arange(prompt_len + response_len)
     prompt_valid = (columns < prompt_len) & (columns >= prompt_len - prompt_lens[:, None])
