@@ -56,6 +56,14 @@ def test_variable_batch_is_left_padded_prompts_and_right_padded_responses(bench:
     assert torch.equal(data.batch["advantages"] == 0, response_mask == 0)
 
 
+def test_capped_batch_has_variable_prompts_and_every_response_at_the_limit(bench: ModuleType, model_root: str) -> None:
+    args = bench.parse_args(tiny_argv(model_root, "--lengths", "capped", "--batch-size", "32"))
+    mask = bench.make_batch(args, pad_id=2048, vocab=2000).batch["attention_mask"]
+    prompt_lens = mask[:, :16].sum(-1)
+    assert prompt_lens.min() >= 8 and prompt_lens.max() <= 16 and len(set(prompt_lens.tolist())) > 1
+    assert bool((mask[:, 16:] == 1).all())
+
+
 @pytest.mark.parametrize("mode", ["packed", "padded"])
 def test_bench_actor_figures_and_log_probs_match_bare_loop(
     bench: ModuleType, model_root: str, mode: str, capsys: pytest.CaptureFixture[str]
