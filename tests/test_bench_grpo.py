@@ -83,6 +83,17 @@ def test_trl_batching_is_one_optimizer_step_per_training_step(bench: ModuleType)
         bench.trl_batching(3, 1)
 
 
+def test_ours_overrides_replace_or_add_config_keys(bench: ModuleType, tmp_path: Path) -> None:
+    paths = {"ours": "train.jsonl", "reward": "reward.py"}
+    argv = ["--ours-override", "worker.actor.padding_free=false", "--ours-override", "trainer.max_steps=5"]
+    command = bench.ours_command(bench.parse_args(argv), paths, "model", str(tmp_path))
+    assert command[1:3] == ["-m", "verl.trainer.main"]
+    assert "worker.actor.padding_free=false" in command and "trainer.max_steps=5" in command
+    assert not any(item.startswith("trainer.max_steps=") and item != "trainer.max_steps=5" for item in command)
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        bench.ours_command(bench.parse_args(["--ours-override", "padding_free"]), paths, "model", str(tmp_path))
+
+
 def test_summary_takes_medians_and_ratios(bench: ModuleType) -> None:
     def run(side: str, rate: float, startup: float, rss: float) -> dict:
         figures = {"side": side, "samples_per_s": rate, "startup_s": startup, "peak_rss_gb": rss}
