@@ -206,8 +206,8 @@ def _position_ids_for_model(position_ids: torch.Tensor) -> torch.Tensor:
 
 
 DENSE_ROWS_RUN_PADDED: frozenset[str] = frozenset({"cuda"})
-"""Devices where a packed micro-batch with no padding at all (every row the same length, prompt and response) runs
-as padded rows instead. On an H200 with bf16, full-length rows cost 28.2 us per token packed (torch's varlen kernel)
+"""Devices where a packed micro-batch with no padding in the columns a padded forward computes (every row with the
+same prompt length and the same response length) runs as padded rows instead. On an H200 with bf16, full-length rows cost 28.2 us per token packed (torch's varlen kernel)
 and 23.3 us padded (the update; sdpa with no mask takes cuDNN's fused kernel), and log-probs were faster padded too;
 with any padding in the micro-batch the packed row wins (1.6-1.8x on variable lengths). On the CPU the two are even
 on full rows, and the per-sequence packed path stays."""
@@ -215,7 +215,8 @@ on full rows, and the per-sequence packed path stays."""
 
 def runs_padded(micro: DataProto, padding_free: bool) -> bool:
     """Whether `forward_response` runs this micro-batch as padded rows: always without `padding_free`; with it, only
-    on a DENSE_ROWS_RUN_PADDED device, outside Ulysses sequence parallelism, for a micro-batch without padding."""
+    on a DENSE_ROWS_RUN_PADDED device, outside Ulysses sequence parallelism, when no row has padding between the
+    first and the last column that some row uses."""
     if not padding_free:
         return True
     if device_utils.get_device_type() not in DENSE_ROWS_RUN_PADDED or ulysses.active_group() is not None:
