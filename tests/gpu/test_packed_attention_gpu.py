@@ -177,13 +177,13 @@ def _rollout_rows(prompt_lengths: list[int], response_lengths: list[int], width:
     return DataProto.from_dict(tensors={key: value.cuda() for key, value in tensors.items()})
 
 
-def test_dense_micro_batches_run_padded_on_cuda(tmp_path, varlen_calls: list[int]) -> None:
+def test_dense_micro_batches_run_padded_on_cuda(tmp_path, varlen_calls: list[int], monkeypatch) -> None:
     """With padding_free, a micro-batch without padding runs as padded rows on CUDA (no varlen call) and gives the
     packed path's log-probs to bf16 rounding; one with padding stays packed."""
     from verl.utils import device as device_utils
     from verl.workers.actor import forward
 
-    device_utils.set_device_type("cuda")
+    monkeypatch.setattr(device_utils, "_device_type", "cuda")  # as in a CUDA worker, undone after the test
     path = get_or_build_tiny_model("qwen2", str(tmp_path))
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation=PACKED_ATTENTION, dtype=torch.bfloat16)
     model = model.cuda().eval()

@@ -217,13 +217,20 @@ def runs_padded(micro: DataProto, padding_free: bool) -> bool:
     """Whether `forward_response` runs this micro-batch as padded rows: always without `padding_free`; with it, only
     on a DENSE_ROWS_RUN_PADDED device, outside Ulysses sequence parallelism, when no row has padding between the
     first and the last column that some row uses."""
-    if not padding_free:
-        return True
-    if device_utils.get_device_type() not in DENSE_ROWS_RUN_PADDED or ulysses.active_group() is not None:
-        return False
+    return _padded_columns(micro, padding_free) is not None
+
+
+def _padded_columns(micro: DataProto, padding_free: bool) -> tuple[int, int] | None:
+    """The [start, end) columns of the padded forward that `runs_padded` chooses, or None for the packed one."""
+    if padding_free and (
+        device_utils.get_device_type() not in DENSE_ROWS_RUN_PADDED or ulysses.active_group() is not None
+    ):
+        return None
     attention_mask = micro.batch["attention_mask"]
     start, end = _trimmed_columns(attention_mask, micro.batch["responses"].shape[-1])
-    return bool(attention_mask[:, start:end].bool().all())
+    if padding_free and not bool(attention_mask[:, start:end].bool().all()):
+        return None
+    return start, end
 
 
 def forward_response(module: nn.Module, micro: DataProto, padding_free: bool, head: Head) -> dict[str, torch.Tensor]:
@@ -235,8 +242,9 @@ def forward_response(module: nn.Module, micro: DataProto, padding_free: bool, he
     micro-batch without padding may run padded, see `runs_padded`).
     """
     extra = _batch_multi_modal_inputs(micro, micro.batch["input_ids"].device)
-    if runs_padded(micro, padding_free):
-        return _forward_padded(module, micro, head, extra)
+    columns = _padded_columns(micro, padding_free)
+    if columns is not None:
+        return _forward_padded(module, micro, head, extra, columns)
     return _forward_packed(module, micro, head, extra)
 
 
@@ -248,7 +256,9 @@ def _trimmed_columns(attention_mask: torch.Tensor, response_len: int) -> tuple[i
     return min(valid_columns[0], prompt_len - 1), max(valid_columns[-1] + 1, prompt_len + 1)
 
 
-def _forward_padded(module: nn.Module, micro: DataProto, head: Head, extra: dict) -> dict[str, torch.Tensor]:
+def _forward_padded(
+    module: nn.Module, micro: DataProto, head: Head, extra: dict, columns: tuple[int, int]
+) -> dict[str, torch.Tensor]:
     """Padded rows, cut to the columns that hold a valid token in some row (left-padded prompts, right-padded
     responses), with only the response-predicting positions sent through the LM head."""
     batch = micro.batch
@@ -256,7 +266,7 @@ def _forward_padded(module: nn.Module, micro: DataProto, head: Head, extra: dict
     num_rows, seq_len = attention_mask.shape
     response_len = responses.shape[-1]
     prompt_len = seq_len - response_len
-    start, end = _trimmed_columns(attention_mask, response_len)
+    start, end = columns  # _trimmed_columns
     kept = end - prompt_len  # response columns computed; the rest are padding in every row
     output = module(
         input_ids=batch["input_ids"][:, start:end],
