@@ -126,14 +126,20 @@ def check_log_probs(model, local, reference, modes=MODES) -> dict[str, torch.Ten
 
 
 def check_gradients(model, local, full, ref_model, modes=MODES, loss_avg_modes=("token-mean",)) -> None:
-    """Every batching mode accumulates the gradient of the full batch's loss computed in one process."""
+    """Every batching mode accumulates the gradient of the full batch's loss computed in one process, with the
+    parameters gathered once per mini-batch (the CPU default) and, for the first mode, re-gathered per micro-batch."""
+    from verl.workers.actor.config import FSDPConfig
     from verl.workers.actor.dp_actor import DataParallelPPOActor
 
+    first = next(iter(modes))
+    runs = [(name, mode, True) for name, mode in modes.items()] + [(f"{first}/per_micro_batch", modes[first], False)]
     for loss_avg_mode in loss_avg_modes:
         expected = reference_grads(ref_model, full, actor_config(False, False, loss_avg_mode=loss_avg_mode))
-        for name, (padding_free, dynamic) in modes.items():
+        for name, (padding_free, dynamic), gather_once in runs:
             optimizer = recording_optimizer(model)
-            config = actor_config(padding_free, dynamic, loss_avg_mode=loss_avg_mode)
+            config = actor_config(
+                padding_free, dynamic, loss_avg_mode=loss_avg_mode, fsdp=FSDPConfig(gather_once_per_pass=gather_once)
+            )
             actor = DataParallelPPOActor(config, model, optimizer, rollout_n=1)
             metrics = actor.update_policy(local)
             assert np.isfinite(metrics["actor/grad_norm"]) and metrics["actor/kl_loss"] > 0

@@ -24,7 +24,9 @@ MixedPrecisionPolicy, unless `torch_dtype=bf16` asks for pure bf16. On the CPU e
 emulated on CPUs without AMX/AVX512-BF16 and run 13-24x slower.
 """
 
+import contextlib
 import logging
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import torch
@@ -251,6 +253,62 @@ def get_full_state_dict(model: nn.Module, rank0_only: bool = True) -> dict[str, 
         full = value.full_tensor() if hasattr(value, "full_tensor") else value
         state[name] = full.detach().cpu()
     return state
+
+
+def reshard(module: nn.Module) -> None:
+    """Free the gathered parameters of every FSDP unit of `module` (left by a forward without backward, or by a pass
+    that kept them gathered)."""
+    for submodule in module.modules():
+        if isinstance(submodule, FSDPModule):
+            submodule.reshard()
+
+
+def gathers_once_per_pass(fsdp_config: "FSDPConfig", device_type: str) -> bool:
+    """`fsdp.gather_once_per_pass` resolved for a device: unset (None) means on for the CPU only."""
+    setting = fsdp_config.gather_once_per_pass
+    return device_type == "cpu" if setting is None else bool(setting)
+
+
+@contextlib.contextmanager
+def micro_batch_pass(
+    module: nn.Module, gather_once: bool, reshard_after_forward: bool
+) -> Iterator[Callable[[bool], None]]:
+    """One pass of micro-batches through an FSDP2 `module`: a mini-batch's gradient accumulation, or a no-grad pass.
+
+    Yields `before_backward(is_last)`, to call before each micro-batch's backward. With `gather_once` the first
+    forward all-gathers each unit and the parameters stay gathered until the pass ends; gradients accumulate
+    unsharded (in the reduce dtype) and only the last micro-batch's backward reduce-scatters them. Every rank must
+    run the same number of micro-batches, as FSDP needs anyway. Without `gather_once`, FSDP behaves per micro-batch
+    as configured. Either way every unit is sharded again when the pass ends, and the module's `reshard_after_forward`
+    (fsdp.enable_full_shard) is restored. After an error inside a gathered pass the gradients it accumulated are
+    dropped (they were never reduced), so the next pass starts clean.
+    """
+    if not gather_once or not isinstance(module, FSDPModule):
+
+        def before_backward(is_last: bool) -> None:
+            del is_last
+
+        try:
+            yield before_backward
+        finally:
+            reshard(module)
+        return
+
+    def before_backward(is_last: bool) -> None:
+        module.set_requires_gradient_sync(is_last)
+        module.set_reshard_after_backward(is_last)
+
+    module.set_reshard_after_forward(False)
+    try:
+        yield before_backward
+    except BaseException:
+        module.reset_iter_state()  # drops the gradients accumulated so far, unreduced on this rank only
+        raise
+    finally:
+        module.set_requires_gradient_sync(True)
+        module.set_reshard_after_backward(True)
+        module.set_reshard_after_forward(reshard_after_forward)
+        reshard(module)
 
 
 def clip_grad_norm(model: nn.Module, max_norm: float) -> torch.Tensor:

@@ -174,6 +174,7 @@ class FSDPWorker(Worker):
                 config.ref.micro_batch_size_per_device_for_experience
             )
             ref_config.padding_free, ref_config.dynamic_batching = config.ref.padding_free, config.ref.dynamic_batching
+            ref_config.fsdp = config.ref.fsdp
             self.ref = DataParallelPPOActor(ref_config, self.ref_module, None, rollout_n=n, sp_group=self.sp_group)
         if self.has_rollout:
             # imported here: a critic-only process never pays for vLLM

@@ -33,7 +33,14 @@ from ..single_controller.base.decorator import Dispatch, register
 from ..single_controller.base.worker import Worker
 from ..utils import device as device_utils
 from ..utils.checkpoint import FSDPCheckpointManager
-from ..utils.fsdp_utils import build_device_mesh, clip_grad_norm, create_fsdp_model, get_full_state_dict
+from ..utils.fsdp_utils import (
+    build_device_mesh,
+    clip_grad_norm,
+    create_fsdp_model,
+    gathers_once_per_pass,
+    get_full_state_dict,
+    micro_batch_pass,
+)
 from ..utils.model_utils import build_model
 from ..utils.optim import build_lr_scheduler, build_optimizer
 from ..utils.tokenizer import get_processor, get_tokenizer
@@ -98,13 +105,16 @@ class SFTWorker(Worker):
         def head(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
             return self.head(logits, labels, 1.0, False)
 
-        for micro in micro_batches:
-            with torch.set_grad_enabled(train):
-                log_probs = forward_response(self.module, micro, self.padding_free, head)["log_probs"]
-                nll = -(log_probs * micro.batch["response_mask"]).sum()
-            if train:  # FSDP averages gradients over ranks: each rank's share of the global mean, times the ranks
-                (nll / max(tokens, 1.0) * dist.get_world_size()).backward()
-            total += nll.item()
+        gather_once = gathers_once_per_pass(config.fsdp, self.device_type)
+        with micro_batch_pass(self.module, gather_once, config.fsdp.enable_full_shard) as before_backward:
+            for index, micro in enumerate(micro_batches):
+                with torch.set_grad_enabled(train):
+                    log_probs = forward_response(self.module, micro, self.padding_free, head)["log_probs"]
+                    nll = -(log_probs * micro.batch["response_mask"]).sum()
+                if train:  # FSDP averages gradients over ranks: each rank's share of the global mean, times the ranks
+                    before_backward(index == len(micro_batches) - 1)
+                    (nll / max(tokens, 1.0) * dist.get_world_size()).backward()
+                total += nll.item()
         return total, tokens
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_METRIC)

@@ -94,6 +94,13 @@ class OptimConfig:
 class FSDPConfig:
     enable_full_shard: bool = True
     """Shard parameters between forward and backward (ZeRO-3); False keeps them gathered (ZeRO-2)."""
+    gather_once_per_pass: bool | None = None
+    """Gather the parameters once per pass of micro-batches (one mini-batch of an update, or one log-prob, value or
+    reward-score pass) and keep them gathered until it ends, with gradients accumulated unsharded and reduce-scattered
+    once, after the last micro-batch's backward: one all-gather and one reduce-scatter per layer per pass instead of up
+    to two all-gathers and a reduce-scatter per layer per micro-batch. Costs the full parameters and gradients on
+    every rank during the pass. None: on for the CPU (where gloo collectives cost more than a small model's compute),
+    off on accelerators (where memory is scarcer and the collectives overlap the compute)."""
     enable_cpu_offload: bool = False
     """FSDP2 CPU offload policy: parameters, gradients and the optimizer step live in host memory all the time (each
     layer is copied to the device for its forward and backward). Excludes offload.offload_params."""

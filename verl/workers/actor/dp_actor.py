@@ -42,7 +42,7 @@ from verl.trainer.core_algos import (
     default_loss_avg_mode,
 )
 from verl.utils import device as device_utils
-from verl.utils.fsdp_utils import clip_grad_norm
+from verl.utils.fsdp_utils import clip_grad_norm, gathers_once_per_pass, micro_batch_pass
 from verl.utils.torch_functional import entropy_from_logits, log_probs_from_logits
 from verl.workers.actor.config import ActorConfig
 from verl.workers.actor.forward import (
@@ -51,7 +51,6 @@ from verl.workers.actor.forward import (
     make_micro_batches,
     packing_is_exact,
     process_multi_modal_inputs,
-    reshard,
     select_model_inputs,
     update_micro_batch_size,
 )
@@ -150,6 +149,11 @@ class DataParallelPPOActor:
             )
         ulysses.check_split(module, self.sp_size, self.padding_free, "actor")
         self._head = token_head(config.use_torch_compile)
+        self.gather_once = gathers_once_per_pass(config.fsdp, device_utils.get_device_type())
+
+    def _pass(self):
+        """Context of one pass of micro-batches (see verl.utils.fsdp_utils.micro_batch_pass)."""
+        return micro_batch_pass(self.module, self.gather_once, self.config.fsdp.enable_full_shard)
 
     def _forward(self, micro: DataProto, temperature: float, calculate_entropy: bool) -> dict[str, torch.Tensor]:
         def head(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -175,8 +179,8 @@ class DataParallelPPOActor:
             self.group,
             padded=not self.padding_free,
         )
-        outputs = [self._forward(micro, temperature, calculate_entropy) for micro in micro_batches]
-        reshard(self.module)
+        with self._pass():
+            outputs = [self._forward(micro, temperature, calculate_entropy) for micro in micro_batches]
         log_probs = torch.cat([out["log_probs"] for out in outputs])
         entropy = torch.cat([out["entropy"] for out in outputs]) if calculate_entropy else None
         if order is not None:
@@ -246,14 +250,16 @@ class DataParallelPPOActor:
         # micro-batches, so the device never waits for the host to launch the next backward), then across ranks.
         sums = torch.zeros(len(_SUMMED_METRICS), dtype=torch.float64, device=device_utils.get_local_device())
         self.optimizer.zero_grad(set_to_none=True)
-        for micro in micro_batches:
-            # the backward too: gradient checkpointing re-runs each layer's forward (its attention) inside it
-            with ulysses.sequence_parallel(self.sp_group):
-                loss, micro_sums = self._micro_batch_loss(
-                    micro, temperature, token_count, seq_count, entropy_coeff, exact_entropy
-                )
-                (loss * self.world_size).backward()  # FSDP averages gradients over ranks; the shares must add up
-            sums += micro_sums
+        with self._pass() as before_backward:
+            for index, micro in enumerate(micro_batches):
+                # the backward too: gradient checkpointing re-runs each layer's forward (its attention) inside it
+                with ulysses.sequence_parallel(self.sp_group):
+                    loss, micro_sums = self._micro_batch_loss(
+                        micro, temperature, token_count, seq_count, entropy_coeff, exact_entropy
+                    )
+                    before_backward(index == len(micro_batches) - 1)
+                    (loss * self.world_size).backward()  # FSDP averages gradients over ranks; the shares must add up
+                sums += micro_sums
         grad_norm = self._optimizer_step()
         sums = sums.cpu()  # the host's backend (gloo) reduces these few numbers
         if dist.is_available() and dist.is_initialized():

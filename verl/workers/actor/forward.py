@@ -31,7 +31,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.fsdp import FSDPModule
 
 from verl.models import ulysses
 from verl.models.packed_attention import packed_sequence_kwargs
@@ -185,13 +184,6 @@ def global_loss_counts(micro_batches: list[DataProto], group: dist.ProcessGroup 
     if dist.is_available() and dist.is_initialized():
         dist.all_reduce(counts, op=dist.ReduceOp.SUM, group=group)
     return float(counts[0]), float(counts[1])
-
-
-def reshard(module: nn.Module) -> None:
-    """Free the gathered parameters left by a forward without backward (with reshard_after_forward=False)."""
-    for submodule in module.modules():
-        if isinstance(submodule, FSDPModule):
-            submodule.reshard()
 
 
 # ---------------------------------------------------------------------------------------------- forward

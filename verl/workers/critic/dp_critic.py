@@ -31,13 +31,12 @@ from verl.models import ulysses
 from verl.protocol import DataProto
 from verl.trainer.core_algos import compute_value_loss
 from verl.utils import device as device_utils
-from verl.utils.fsdp_utils import clip_grad_norm
+from verl.utils.fsdp_utils import clip_grad_norm, gathers_once_per_pass, micro_batch_pass
 from verl.workers.actor.forward import (
     forward_response,
     global_loss_counts,
     make_micro_batches,
     packing_is_exact,
-    reshard,
     select_model_inputs,
     update_micro_batch_size,
 )
@@ -90,6 +89,11 @@ class DataParallelPPOCritic:
         self.mini_batch_size = samples // dp_size
         self.padding_free = config.padding_free and packing_is_exact(module)
         ulysses.check_split(module, self.sp_size, self.padding_free, "critic")
+        self.gather_once = gathers_once_per_pass(config.fsdp, device_utils.get_device_type())
+
+    def _pass(self):
+        """Context of one pass of micro-batches (see verl.utils.fsdp_utils.micro_batch_pass)."""
+        return micro_batch_pass(self.module, self.gather_once, self.config.fsdp.enable_full_shard)
 
     def _values(self, micro: DataProto) -> torch.Tensor:
         with ulysses.sequence_parallel(self.sp_group):
@@ -106,8 +110,8 @@ class DataParallelPPOCritic:
             self.group,
             padded=not self.padding_free,
         )
-        values = torch.cat([self._values(micro) for micro in micro_batches])
-        reshard(self.module)
+        with self._pass():
+            values = torch.cat([self._values(micro) for micro in micro_batches])
         return values[order.to(values.device)] if order is not None else values
 
     def update_critic(self, data: DataProto) -> dict[str, float]:
@@ -145,27 +149,29 @@ class DataParallelPPOCritic:
         # vf_loss share, clipped tokens, sum of predicted values: summed on the device (no host sync per micro-batch)
         sums = torch.zeros(3, dtype=torch.float64, device=device_utils.get_local_device())
         self.optimizer.zero_grad(set_to_none=True)
-        for micro in micro_batches:
-            batch = micro.batch
-            response_mask = batch["response_mask"]
-            # the backward too: gradient checkpointing re-runs each layer's forward (its attention) inside it
-            with ulysses.sequence_parallel(self.sp_group):
-                vpreds = self._values(micro)
-                vf_loss, vf_metrics = compute_value_loss(
-                    vpreds=vpreds,
-                    returns=batch["returns"],
-                    values=batch["values"],
-                    response_mask=response_mask,
-                    cliprange_value=config.cliprange_value,
-                    loss_avg_mode=config.loss_avg_mode,
-                    global_token_count=token_count,
-                    global_seq_count=seq_count,
-                    max_response_length=response_mask.shape[-1],
-                )
-                (vf_loss * self.world_size).backward()
-            tokens = response_mask.sum()
-            micro_sums = [vf_loss.detach(), vf_metrics["vf_clipfrac"] * tokens, vf_metrics["vpred_mean"] * tokens]
-            sums += torch.stack(micro_sums).double()
+        with self._pass() as before_backward:
+            for index, micro in enumerate(micro_batches):
+                batch = micro.batch
+                response_mask = batch["response_mask"]
+                # the backward too: gradient checkpointing re-runs each layer's forward (its attention) inside it
+                with ulysses.sequence_parallel(self.sp_group):
+                    vpreds = self._values(micro)
+                    vf_loss, vf_metrics = compute_value_loss(
+                        vpreds=vpreds,
+                        returns=batch["returns"],
+                        values=batch["values"],
+                        response_mask=response_mask,
+                        cliprange_value=config.cliprange_value,
+                        loss_avg_mode=config.loss_avg_mode,
+                        global_token_count=token_count,
+                        global_seq_count=seq_count,
+                        max_response_length=response_mask.shape[-1],
+                    )
+                    before_backward(index == len(micro_batches) - 1)
+                    (vf_loss * self.world_size).backward()
+                tokens = response_mask.sum()
+                micro_sums = [vf_loss.detach(), vf_metrics["vf_clipfrac"] * tokens, vf_metrics["vpred_mean"] * tokens]
+                sums += torch.stack(micro_sums).double()
         grad_norm = clip_grad_norm(self.module, config.max_grad_norm).item()
         if np.isfinite(grad_norm):
             self.optimizer.step()

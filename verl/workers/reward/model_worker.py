@@ -42,7 +42,14 @@ from ...protocol import DataProto
 from ...single_controller.base.decorator import Dispatch, register
 from ...single_controller.base.worker import Worker
 from ...utils import device as device_utils
-from ...utils.fsdp_utils import apply_fsdp2, build_device_mesh, load_rank0_weights, to_torch_dtype
+from ...utils.fsdp_utils import (
+    apply_fsdp2,
+    build_device_mesh,
+    gathers_once_per_pass,
+    load_rank0_weights,
+    micro_batch_pass,
+    to_torch_dtype,
+)
 from ...utils.model_utils import is_vision_language
 from ...utils.tokenizer import get_tokenizer
 from ..actor.config import FSDPConfig
@@ -331,7 +338,11 @@ class RewardModelWorker(Worker):
             rows, truncated = tokenize_conversations(
                 self.rm_tokenizer, self._prompt_texts(data), self._response_texts(data), config.max_length
             )
-        scores = score_rows(self.module, rows, self.rm_tokenizer.pad_token_id, config.micro_batch_size, self.device)
+        gather_once = gathers_once_per_pass(config.fsdp, self.device_type)
+        with micro_batch_pass(self.module, gather_once, config.fsdp.enable_full_shard):
+            scores = score_rows(
+                self.module, rows, self.rm_tokenizer.pad_token_id, config.micro_batch_size, self.device
+            )
         totals = torch.tensor([float(truncated), float(len(rows)), scores.double().sum().item()], dtype=torch.float64)
         if dist.is_initialized() and dist.get_world_size() > 1:
             dist.all_reduce(totals)

@@ -1,0 +1,145 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""`micro_batch_pass` on 2 gloo ranks with the tiny Qwen2: the same gradients with one all-gather and one
+reduce-scatter per FSDP unit per pass, and FSDP's own behaviour back after the pass, also after an error."""
+
+import os
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "workers"))
+
+from fsdp_testing import init_rank, spawn  # noqa: E402
+
+from verl.utils.tiny_models import get_or_build_tiny_model  # noqa: E402
+
+
+WORLD_SIZE = 2
+MICRO_BATCHES = 3
+
+
+class CollectiveCounter:
+    """Counts FSDP2's all-gathers and reduce-scatters (it calls these two torch.distributed functions)."""
+
+    def __init__(self) -> None:
+        self.counts = {"all_gather_single": 0, "reduce_scatter_single": 0}
+        for name in self.counts:
+            original = getattr(dist, name)
+
+            def counted(*args, _name=name, _original=original, **kwargs):
+                self.counts[_name] += 1
+                return _original(*args, **kwargs)
+
+            setattr(dist, name, counted)
+
+    def take(self) -> tuple[int, int]:
+        counts = (self.counts["all_gather_single"], self.counts["reduce_scatter_single"])
+        self.counts = dict.fromkeys(self.counts, 0)
+        return counts
+
+
+def _micro_batches(rank: int) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(100 + rank)
+    return [torch.randint(0, 2000, (2, 12), generator=generator) for _ in range(MICRO_BATCHES)]
+
+
+def _accumulate(model, micro_batches, gather_once: bool) -> dict[str, torch.Tensor]:
+    from verl.utils.fsdp_utils import micro_batch_pass
+
+    model.zero_grad(set_to_none=True)
+    with micro_batch_pass(model, gather_once, reshard_after_forward=True) as before_backward:
+        for index, ids in enumerate(micro_batches):
+            loss = model(input_ids=ids).logits.float().logsumexp(-1).mean()
+            before_backward(index == len(micro_batches) - 1)
+            loss.backward()
+    return {name: param.grad.to_local().clone() for name, param in model.named_parameters()}
+
+
+def _all_sharded(model) -> bool:
+    return all(isinstance(param, DTensor) for param in model.parameters())
+
+
+def _run(rank: int, world_size: int, port: int, model_dir: str) -> None:
+    init_rank(rank, world_size, port)
+    from torch.distributed.fsdp import FSDPModule
+
+    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model, micro_batch_pass
+    from verl.workers.actor.config import FSDPConfig, ModelConfig
+
+    model_config = ModelConfig(model_path=model_dir, enable_gradient_checkpointing=False)
+    model = create_fsdp_model(model_config, FSDPConfig(), build_device_mesh(world_size, -1, "cpu"), torch.device("cpu"))
+    units = sum(isinstance(module, FSDPModule) for module in model.modules())
+    counter = CollectiveCounter()
+    micro_batches = _micro_batches(rank)
+
+    per_micro_batch = _accumulate(model, micro_batches, gather_once=False)
+    gathers, reductions = counter.take()
+    assert reductions == MICRO_BATCHES * units, reductions
+    assert gathers >= 2 * MICRO_BATCHES * (units - 1), gathers  # forward and backward of every layer unit
+    once = _accumulate(model, micro_batches, gather_once=True)
+    assert counter.take() == (units, units)
+    assert _all_sharded(model)
+    for name, grad in per_micro_batch.items():
+        torch.testing.assert_close(once[name], grad, rtol=1e-5, atol=1e-7, msg=lambda m, name=name: f"{name}: {m}")
+
+    # A no-grad pass gathers once too, and is sharded afterwards.
+    with torch.no_grad(), micro_batch_pass(model, True, reshard_after_forward=True):
+        for ids in micro_batches:
+            model(input_ids=ids)
+    assert counter.take() == (units, 0)
+    assert _all_sharded(model)
+
+    # After the passes FSDP behaves as configured again: a forward reshards every unit, a backward reduces at once.
+    model(input_ids=micro_batches[0]).logits.mean().backward()
+    gathers, reductions = counter.take()
+    assert reductions == units and gathers > units, (gathers, reductions)
+    assert _all_sharded(model)
+
+    # An error in the middle of a pass leaves no gathered parameters and no disabled gradient sync behind.
+    with pytest.raises(RuntimeError, match="boom"):
+        with micro_batch_pass(model, True, reshard_after_forward=True) as before_backward:
+            before_backward(False)
+            model(input_ids=micro_batches[0]).logits.mean().backward()
+            raise RuntimeError("boom")
+    assert _all_sharded(model)
+    counter.take()
+    assert _accumulate(model, micro_batches, gather_once=True).keys() == once.keys()
+    after_error = _accumulate(model, micro_batches, gather_once=True)
+    for name, grad in once.items():  # nothing of the failed pass leaks into the next one
+        torch.testing.assert_close(after_error[name], grad, rtol=1e-5, atol=1e-7)
+    model.zero_grad(set_to_none=True)
+    counter.take()
+    model(input_ids=micro_batches[0]).logits.mean().backward()
+    assert counter.take()[1] == units
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_gather_once_per_pass_gives_the_same_gradients_with_one_collective_per_unit(tmp_path) -> None:
+    spawn(_run, WORLD_SIZE, get_or_build_tiny_model("qwen2", str(tmp_path / "models")))
+
+
+def test_gather_once_per_pass_defaults_to_the_cpu_only() -> None:
+    from verl.utils.fsdp_utils import gathers_once_per_pass
+    from verl.workers.actor.config import FSDPConfig
+
+    assert gathers_once_per_pass(FSDPConfig(), "cpu")
+    assert not gathers_once_per_pass(FSDPConfig(), "cuda")
+    assert not gathers_once_per_pass(FSDPConfig(gather_once_per_pass=False), "cpu")
+    assert gathers_once_per_pass(FSDPConfig(gather_once_per_pass=True), "cuda")
