@@ -83,7 +83,9 @@ def _run(rank: int, world_size: int, port: int, model_dir: str) -> None:
     from verl.workers.actor.config import FSDPConfig, ModelConfig
 
     model_config = ModelConfig(model_path=model_dir, enable_gradient_checkpointing=False)
-    model = create_fsdp_model(model_config, FSDPConfig(), build_device_mesh(world_size, -1, "cpu"), torch.device("cpu"))
+    model = create_fsdp_model(
+        model_config, FSDPConfig(), build_device_mesh(world_size, -1, "cpu"), torch.device("cpu")
+    )
     units = sum(isinstance(module, FSDPModule) for module in model.modules())
     counter = CollectiveCounter()
     micro_batches = _micro_batches(rank)
