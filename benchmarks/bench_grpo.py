@@ -19,7 +19,7 @@ tokens), `--prompts` x `--n` samples per step, responses of at most `--response-
 temperature 1, a number-match reward, GRPO advantages, no KL and no reference model, AdamW at `--lr` without weight
 decay, one optimizer step per training step over all its samples (one PPO epoch), no gradient checkpointing
 (`--gradient-checkpointing` turns it on for both), 2 processes x 1 torch thread (OMP_NUM_THREADS=1). Micro-batches
-are each side's defaults (ours on the CPU: 16 rows per update and per log-prob micro-batch, packed, parameters
+are each side's defaults (ours on the CPU: 8 rows per update and 16 per log-prob micro-batch, packed, parameters
 gathered once per pass; TRL: 8 rows per device and gradient accumulation to one step).
 
 - ours: `python -m verl.trainer.main` with key=value overrides (Ray started by the trainer, 2 FSDP2 workers with a

@@ -95,9 +95,12 @@ def test_update_micro_batch_default_follows_the_device(monkeypatch):
 
     assert update_micro_batch_size(3, 64, dynamic=False) == 3  # a configured size is used as it is
     monkeypatch.setattr(device_utils, "_device_type", "cpu")
-    assert update_micro_batch_size(None, 64, dynamic=True) == 16
-    assert update_micro_batch_size(None, 24, dynamic=False) == 12  # fixed splits: the largest divisor up to 16
+    assert update_micro_batch_size(None, 64, dynamic=True) == 8
+    assert update_micro_batch_size(None, 12, dynamic=False) == 6  # fixed splits: the largest divisor up to 8
     assert update_micro_batch_size(None, 7, dynamic=False) == 7
+    # every micro-batch gathering the parameters itself: larger micro-batches
+    assert update_micro_batch_size(None, 64, dynamic=True, gather_once=False) == 16
+    assert update_micro_batch_size(None, 24, dynamic=False, gather_once=False) == 12
     monkeypatch.setattr(device_utils, "_device_type", "cuda")
     assert update_micro_batch_size(None, 64, dynamic=True) == 4
     assert update_micro_batch_size(None, 6, dynamic=False) == 3

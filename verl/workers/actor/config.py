@@ -135,10 +135,10 @@ class ActorConfig:
     """Prompts per optimizer step (multiplied by rollout.n at runtime)."""
     micro_batch_size_per_device_for_update: int | None = None
     """Samples per forward/backward in the update; with dynamic_batching the token budget is this x max length.
-    Unset (null), each worker picks for its device: 16 on the CPU (where a micro-batch's fixed costs, the parameter
-    all-gather and gradient reduce-scatter, dominate small ones: 1.36x faster than 4 on the benchmark workload), 4 on
-    CUDA (the float32 logits of a micro-batch grow with it: tokens x vocabulary x 4 bytes); without dynamic_batching,
-    the largest size up to that which divides the samples a device gets per update."""
+    Unset (null), each worker picks for its device: 8 on the CPU (with the parameters gathered once per mini-batch,
+    fsdp.gather_once_per_pass; 16 without it, where every micro-batch pays its own all-gathers and reduce-scatter), 4
+    on CUDA (the float32 logits of a micro-batch grow with it: tokens x vocabulary x 4 bytes); without
+    dynamic_batching, the largest size up to that which divides the samples a device gets per update."""
     micro_batch_size_per_device_for_experience: int = 16
     """Samples per forward when computing log-probs; same token-budget rule with dynamic_batching."""
     max_grad_norm: float = 1.0

@@ -237,7 +237,10 @@ class DataParallelPPOActor:
         micro_batches, _ = make_micro_batches(
             mini_batch,
             update_micro_batch_size(
-                config.micro_batch_size_per_device_for_update, len(mini_batch), config.dynamic_batching
+                config.micro_batch_size_per_device_for_update,
+                len(mini_batch),
+                config.dynamic_batching,
+                self.gather_once,
             ),
             config.dynamic_batching,
             self.group,

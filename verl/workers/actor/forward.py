@@ -119,16 +119,24 @@ def packing_is_exact(module: nn.Module) -> bool:
     return getattr(config, "_attn_implementation", None) in PACKING_EXACT_ATTENTION
 
 
-UPDATE_MICRO_BATCH_DEFAULTS = {"cpu": 16, "cuda": 4}
+UPDATE_MICRO_BATCH_DEFAULTS = {"cpu": 8, "cuda": 4}
 """Rows per update micro-batch when the config leaves it unset, by device (see ActorConfig's docstring)."""
 
+CPU_PER_MICRO_BATCH_GATHER_DEFAULT = 16
+"""The CPU's default when every micro-batch gathers the parameters itself (fsdp.gather_once_per_pass off): larger
+micro-batches spread those collectives over more rows."""
 
-def update_micro_batch_size(configured: int | None, samples: int, dynamic: bool) -> int:
+
+def update_micro_batch_size(configured: int | None, samples: int, dynamic: bool, gather_once: bool = True) -> int:
     """The configured update micro-batch size, or this device's default; without dynamic batching, the default is
-    lowered to the largest size that divides `samples` (the rows of a mini-batch on this rank)."""
+    lowered to the largest size that divides `samples` (the rows of a mini-batch on this rank). `gather_once` is
+    whether the pass gathers the parameters once (fsdp.gather_once_per_pass resolved)."""
     if configured is not None:
         return configured
-    size = UPDATE_MICRO_BATCH_DEFAULTS.get(device_utils.get_device_type(), 4)
+    device_type = device_utils.get_device_type()
+    size = UPDATE_MICRO_BATCH_DEFAULTS.get(device_type, 4)
+    if device_type == "cpu" and not gather_once:
+        size = CPU_PER_MICRO_BATCH_GATHER_DEFAULT
     if dynamic or samples < 1:
         return size
     return max(d for d in range(1, min(size, samples) + 1) if samples % d == 0)

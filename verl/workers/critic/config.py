@@ -26,7 +26,7 @@ class CriticConfig:
     """Prompts per optimizer step (multiplied by rollout.n at runtime)."""
     micro_batch_size_per_device_for_update: int | None = None
     """Samples per forward/backward in the update. Unset (null), each worker picks for its device as
-    worker.actor.micro_batch_size_per_device_for_update does (16 on the CPU, 4 on CUDA)."""
+    worker.actor.micro_batch_size_per_device_for_update does (8 on the CPU, 4 on CUDA)."""
     micro_batch_size_per_device_for_experience: int = 16
     """Samples per forward when computing values."""
     max_grad_norm: float = 1.0
