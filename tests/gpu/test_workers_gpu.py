@@ -162,6 +162,35 @@ def test_offload_moves_shards_off_the_device_and_back(workspace):
     assert torch.equal(before, after)
 
 
+def test_gather_once_per_pass_accumulates_in_the_reduce_dtype_on_cuda(workspace):
+    """bf16 compute with fp32 gradient reduction: gradients accumulated unsharded over a pass (reduced once) equal
+    those reduced after every micro-batch, and the parameters are sharded again afterwards."""
+    from torch.distributed.tensor import DTensor
+
+    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model, micro_batch_pass
+    from verl.workers.actor.config import FSDPConfig, ModelConfig
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    model_config = ModelConfig(model_path=workspace["text_model"], enable_gradient_checkpointing=False)
+    model = create_fsdp_model(model_config, FSDPConfig(), build_device_mesh(1, -1, "cuda"), device)
+    micro_batches = [torch.randint(0, VOCAB, (2, 16), device=device) for _ in range(4)]
+    grads = {}
+    for gather_once in (False, True):
+        model.zero_grad(set_to_none=True)
+        with micro_batch_pass(model, gather_once, reshard_after_forward=True) as before_backward:
+            for index, ids in enumerate(micro_batches):
+                loss = model(input_ids=ids).logits.float().logsumexp(-1).mean()
+                before_backward(index == len(micro_batches) - 1)
+                loss.backward()
+        grads[gather_once] = {name: param.grad.full_tensor().clone() for name, param in model.named_parameters()}
+        assert all(isinstance(param, DTensor) for param in model.parameters())
+    for name, grad in grads[False].items():
+        assert grads[True][name].dtype == torch.float32, name
+        torch.testing.assert_close(
+            grads[True][name], grad, rtol=1e-2, atol=1e-4, msg=lambda m, name=name: f"{name}: {m}"
+        )
+
+
 def test_critic_and_reference_rpcs_on_cuda(workspace):
     from verl.workers.fsdp_workers import FSDPWorker
 
