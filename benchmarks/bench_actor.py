@@ -124,6 +124,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--iters", type=int, default=None, help="timed iterations per phase (3)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed iterations per phase before timing")
     parser.add_argument("--attn", default="auto", help="the project's model.attn_implementation (default auto)")
+    parser.add_argument(
+        "--gather-once",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="the project's fsdp.gather_once_per_pass (auto: the device's default, on for the CPU only)",
+    )
     parser.add_argument("--no-gradient-checkpointing", action="store_true", help="off on both sides")
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--temperature", type=float, default=1.0)
@@ -280,9 +286,12 @@ class ProjectActor:
     """The project's actor, driven as the trainer drives it: `compute_log_probs`, then `update_policy`."""
 
     def __init__(self, args: argparse.Namespace, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        from verl.workers.actor.config import ActorConfig
+        from verl.workers.actor.config import ActorConfig, FSDPConfig
         from verl.workers.actor.dp_actor import DataParallelPPOActor
 
+        fsdp = {}
+        if args.gather_once != "auto":  # an older FSDPConfig has no such key: only the default can be measured there
+            fsdp["fsdp"] = FSDPConfig(gather_once_per_pass=args.gather_once == "on")
         config = ActorConfig(
             global_batch_size=args.batch_size,
             micro_batch_size_per_device_for_update=args.micro_batch_size,
@@ -290,6 +299,7 @@ class ProjectActor:
             padding_free=args.mode == "packed",
             dynamic_batching=args.mode == "packed",
             ppo_epochs=1,
+            **fsdp,
         )
         self.actor = DataParallelPPOActor(config, model, optimizer, rollout_n=1)
         self.temperature = args.temperature
@@ -429,6 +439,7 @@ def run_side(
     result: dict[str, Any] = {"params": sum(param.numel() for param in model.parameters())}
     if side == "project":
         result["packed"] = runner.actor.padding_free
+        result["gather_once"] = getattr(runner.actor, "gather_once", False)
         result["attn"] = getattr(model.config, "_attn_implementation", attn)
     result["first_log_probs"] = runner.log_probs(data).float().cpu()
     if side == "project":
@@ -459,6 +470,7 @@ def summarize(args: argparse.Namespace, data: DataProto, results: dict[str, dict
         "R": args.response_length,
         "micro_batch_size": args.micro_batch_size,
         "micro_batch_size_log_probs": args.micro_batch_size_log_probs,
+        "gather_once": results["project"]["gather_once"],
         "iters": args.iters,
         "warmup": args.warmup,
         "valid_tokens": valid_tokens,

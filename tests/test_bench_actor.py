@@ -68,9 +68,11 @@ def test_capped_batch_has_variable_prompts_and_every_response_at_the_limit(bench
 def test_bench_actor_figures_and_log_probs_match_bare_loop(
     bench: ModuleType, model_root: str, mode: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    returned = bench.main(tiny_argv(model_root, "--mode", mode, "--lengths", "variable"))
+    gather = ("--gather-once", "off") if mode == "padded" else ()  # packed: the CPU's default, gathered once
+    returned = bench.main(tiny_argv(model_root, "--mode", mode, "--lengths", "variable", *gather))
     figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])  # the JSON line comes last
     assert figures["device"] == "cpu" and figures["mode"] == mode and figures["lengths"] == "variable"
+    assert figures["gather_once"] is (mode == "packed")
     assert (figures["B"], figures["P"], figures["R"]) == (4, 16, 16)
     assert figures["packed"] == (mode == "packed"), "packed mode must really pack (attention 'auto' is varlen)"
     assert 0 < figures["valid_tokens"] < figures["padded_tokens"] == 4 * 32
