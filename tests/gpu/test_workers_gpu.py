@@ -22,6 +22,7 @@ import json
 import os
 import pathlib
 import socket
+import sys
 
 import pytest
 import torch
@@ -167,8 +168,11 @@ def test_gather_once_per_pass_accumulates_in_the_reduce_dtype_on_cuda(workspace)
     those reduced after every micro-batch, and the parameters are sharded again afterwards."""
     from torch.distributed.tensor import DTensor
 
-    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model, micro_batch_pass
+    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model
     from verl.workers.actor.config import FSDPConfig, ModelConfig
+
+    sys.path.insert(0, str(pathlib.Path(__file__).parent.parent / "workers"))
+    from fsdp_testing import accumulate_over_pass
 
     device = torch.device("cuda", torch.cuda.current_device())
     model_config = ModelConfig(model_path=workspace["text_model"], enable_gradient_checkpointing=False)
@@ -176,13 +180,7 @@ def test_gather_once_per_pass_accumulates_in_the_reduce_dtype_on_cuda(workspace)
     micro_batches = [torch.randint(0, VOCAB, (2, 16), device=device) for _ in range(4)]
     grads = {}
     for gather_once in (False, True):
-        model.zero_grad(set_to_none=True)
-        with micro_batch_pass(model, gather_once, reshard_after_forward=True) as before_backward:
-            for index, ids in enumerate(micro_batches):
-                loss = model(input_ids=ids).logits.float().logsumexp(-1).mean()
-                before_backward(index == len(micro_batches) - 1)
-                loss.backward()
-        grads[gather_once] = {name: param.grad.full_tensor().clone() for name, param in model.named_parameters()}
+        grads[gather_once] = accumulate_over_pass(model, micro_batches, gather_once)
         assert all(isinstance(param, DTensor) for param in model.parameters())
     for name, grad in grads[False].items():
         assert grads[True][name].dtype == torch.float32, name

@@ -199,3 +199,17 @@ def reference_outputs(model: torch.nn.Module, data: DataProto, temperature: floa
         "log_probs": log_probs_from_logits(scaled, batch["responses"]) * valid,
         "entropy": entropy_from_logits(scaled) * valid,
     }
+
+
+def accumulate_over_pass(model: torch.nn.Module, micro_batches: list[torch.Tensor], gather_once: bool) -> dict:
+    """Gradients (full tensors, cloned) of a toy loss summed over `micro_batches` of token ids, accumulated in one
+    `micro_batch_pass` of the FSDP2 `model`. Collective: every rank must call it with as many micro-batches."""
+    from verl.utils.fsdp_utils import micro_batch_pass
+
+    model.zero_grad(set_to_none=True)
+    with micro_batch_pass(model, gather_once, reshard_after_forward=True) as before_backward:
+        for index, ids in enumerate(micro_batches):
+            loss = model(input_ids=ids).logits.float().logsumexp(-1).mean()
+            before_backward(index == len(micro_batches) - 1)
+            loss.backward()
+    return {name: param.grad.full_tensor().clone() for name, param in model.named_parameters()}
