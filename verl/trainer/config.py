@@ -440,6 +440,7 @@ def _check_names(config: PPOConfig) -> None:
     _choice("algorithm.kl_penalty", algo.kl_penalty, algorithms.registered_kl_penalties())
     _choice("algorithm.kl_type", algo.kl_type, algorithms.KL_CONTROLLER_TYPES)
     _choice("worker.actor.loss_type", actor.loss_type, algorithms.registered_policy_losses())
+    _choice("worker.reward.run_in", config.worker.reward.run_in, ("driver", "actor"))
     _choice("worker.actor.loss_avg_mode", actor.loss_avg_mode, algorithms.registered_loss_avg_modes())
     _choice("worker.critic.loss_avg_mode", critic.loss_avg_mode, algorithms.registered_loss_avg_modes())
     for role in ("actor", "critic"):

@@ -27,6 +27,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, wait
 from contextlib import contextmanager
 from typing import Any
 
@@ -275,17 +276,23 @@ class RayPPOTrainer:
         batch.batch["advantages"], batch.batch["returns"] = advantages, returns
 
     def _get_reward(self, reward_ref: Any) -> Any:
-        """The reward actor's result, or a TimeoutError naming the function once worker.reward.timeout_s has passed."""
+        """The rule-based reward's result (a Future of run_in=driver or an ObjectRef of run_in=actor), or a
+        TimeoutError naming the function once worker.reward.timeout_s has passed."""
         reward = self.config.worker.reward
         timeout = reward.timeout_s if reward.timeout_s > 0 else None
-        try:
-            return ray.get(reward_ref, timeout=timeout)
-        except ray.exceptions.GetTimeoutError:
-            raise TimeoutError(
-                f"The reward function {reward.reward_function} did not score step {self.global_step}'s batch within "
-                f"worker.reward.timeout_s={reward.timeout_s:g} s; it may hang (a loop, a lock, a network call). "
-                "Fix it, or raise the timeout."
-            ) from None
+        if isinstance(reward_ref, Future):  # the function's own errors (a TimeoutError too) come out of result()
+            if wait([reward_ref], timeout=timeout).done:
+                return reward_ref.result()
+        else:
+            try:
+                return ray.get(reward_ref, timeout=timeout)
+            except ray.exceptions.GetTimeoutError:
+                pass
+        raise TimeoutError(
+            f"The reward function {reward.reward_function} did not score step {self.global_step}'s batch within "
+            f"worker.reward.timeout_s={reward.timeout_s:g} s; it may hang (a loop, a lock, a network call). "
+            "Fix it, or raise the timeout."
+        )
 
     def _check_reward_spread(self, scores: torch.Tensor) -> None:
         """Warn when every sample of a step got the same reward: group advantages are then all zero and the step

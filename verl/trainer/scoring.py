@@ -16,9 +16,10 @@
     overall = worker.reward.rule_weight x rule + worker.reward.model.weight x rm_score
               + worker.reward.judge.weight x judge_score
 
-Each part is optional (at least one is configured). The rule functions run in the reward actor, the reward model
-in its role of the worker processes, the judge in its own actor with its own engine; the actor and the judge are
-asked first and score while the reward model runs. Every part is logged under its own key (`rule_overall`,
+Each part is optional (at least one is configured). The rule functions run in a thread of the trainer
+(worker.reward.run_in=driver) or in the reward actor (run_in=actor), the reward model in its role of the worker
+processes, the judge in its own actor with its own engine; the rule functions and the judge are asked first and
+score while the reward model runs. Every part is logged under its own key (`rule_overall`,
 `rm_score`, `judge_score`, `judge_grade`, `judge_parse_error`, plus the rule function's own keys) next to the
 combined `overall`; without a reward model or judge the rule function's columns are passed through unchanged.
 """
@@ -31,13 +32,14 @@ import numpy as np
 import torch
 
 from ..protocol import DataProto
+from ..workers.reward.local import submit_reward
 from ..workers.reward.manager import place_scores
 
 
 @dataclass
 class PendingReward:
     rule: Any = None
-    """The reward actor's result (an ObjectRef) or None."""
+    """The rule-based reward's result: a Future (run_in=driver), an ObjectRef (run_in=actor) or None."""
     judge: Any = None
     """The judge actor's result (an ObjectRef) or None."""
     rm_scores: torch.Tensor | None = None
@@ -94,7 +96,7 @@ class BatchScorer:
         """Start every part of the reward of `batch` (the reward model's runs now, on the worker processes)."""
         pending = PendingReward()
         if self.reward_actor is not None:
-            pending.rule = self.reward_actor.compute_reward.remote(batch)
+            pending.rule = submit_reward(self.reward_actor, batch)
         if self.judge_actor is not None:
             pending.judge = self.judge_actor.grade.remote(*self._judge_inputs(batch))
         if self.reward_model_wg is not None:

@@ -109,8 +109,15 @@ class RewardConfig:
     """An LLM judge in its own Ray actor and vLLM engine, grading each response with a Jinja template."""
     skip_special_tokens: bool = True
     """Decode responses without special tokens before scoring."""
+    run_in: str = "driver"
+    """Where the rule-based functions run: "driver", a thread of the trainer's process (no process of its own, ~0.4 GB
+    and several CPU-seconds of start-up less; batches are still scored while the workers compute log-probs and
+    values), or "actor", a Ray actor of its own that reserves num_cpus CPUs (for reward code that should not share
+    the trainer's process: native code that may crash it, large memory, or long pure-Python scoring at num_cpus=1,
+    which would hold the trainer's GIL)."""
     num_cpus: int = 1
-    """CPUs of the reward Ray actor; sequential functions run in parallel over them."""
+    """Processes over which a sequential function scores a batch in parallel (1: in the scoring thread itself);
+    with run_in=actor also the CPUs the reward actor reserves."""
     timeout_s: float = 1800.0
     """Longest a batch's scoring may take; past it the run stops with an error naming the reward function (a hung
     function never hangs the run). <= 0 waits forever."""

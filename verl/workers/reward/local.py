@@ -1,0 +1,65 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The rule-based reward in the trainer's own process (`worker.reward.run_in=driver`, the default).
+
+A batch is scored in a background thread, so scoring still overlaps the workers' log-prob and value passes (the
+trainer's thread only waits on Ray meanwhile), as the reward Ray actor's does, without a process of its own: that
+process cost ~0.4 GB and ~8 CPU-seconds of start-up (torch, transformers and a tokenizer imported again) on the
+2-core CI machine. Each batch gets its own daemon thread: a reward function that hangs past worker.reward.timeout_s
+stops the run with an error, and its thread never keeps the trainer's process from exiting.
+"""
+
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+import torch
+
+from ...protocol import DataProto
+from ...utils.tokenizer import get_tokenizer
+from .manager import RewardSettings, create_reward_manager
+
+
+class LocalReward:
+    """The reward manager of `config` (RewardConfig's attributes), scoring batches in background threads."""
+
+    def __init__(self, config: Any, tokenizer_path: str, trust_remote_code: bool = False) -> None:
+        # A tokenizer of its own: the trainer's thread may encode prompts while this one decodes responses.
+        tokenizer = get_tokenizer(tokenizer_path, trust_remote_code=trust_remote_code)
+        self.manager = create_reward_manager(RewardSettings.from_config(config), tokenizer)
+
+    def submit(self, data: DataProto) -> "Future[tuple[torch.Tensor, dict[str, list[float]]]]":
+        """Start scoring `data`; the future gives what `manager.compute_reward` returns, or raises its error."""
+        future: Future = Future()
+        future.set_running_or_notify_cancel()
+
+        def score() -> None:
+            try:
+                future.set_result(self.manager.compute_reward(data))
+            except BaseException as err:  # delivered to the trainer's thread by future.result()
+                future.set_exception(err)
+
+        threading.Thread(target=score, name="reward", daemon=True).start()
+        return future
+
+    def close(self) -> None:
+        """Stop the worker processes of the parallel pool, if any."""
+        self.manager.close()
+
+
+def submit_reward(runner: Any, data: DataProto) -> Any:
+    """Start scoring `data` with a LocalReward (a Future) or a reward Ray actor (an ObjectRef)."""
+    if isinstance(runner, LocalReward):
+        return runner.submit(data)
+    return runner.compute_reward.remote(data)
