@@ -74,15 +74,17 @@ def get(state: SimpleNamespace, ref):
 
 
 @pytest.mark.parametrize("num_cpus", [1, 2])
-def test_scores_match_the_manager_in_a_background_thread(num_cpus, tokenizer_dir, tokenizer, make_batch, write_reward_file):
+def test_scores_match_the_manager_in_a_background_thread(
+    num_cpus, tokenizer_dir, tokenizer, make_batch, write_reward_file
+):
     spec = f"{write_reward_file(REWARD)}:score"
     runner = LocalReward(RewardConfig(reward_function=spec, num_cpus=num_cpus), tokenizer_dir)
     try:
         batch = make_batch(["Q0", "Q1", "Q2"], ["yes", "no", "yes indeed"], stop=[True, True, False])
         scores, columns = collect(trainer_state(60.0), runner, batch)
-        expected, expected_columns = FunctionRewardManager(RewardConfig(reward_function=spec), tokenizer).compute_reward(
-            batch
-        )
+        expected, expected_columns = FunctionRewardManager(
+            RewardConfig(reward_function=spec), tokenizer
+        ).compute_reward(batch)
         torch.testing.assert_close(scores, expected, rtol=0, atol=0)
         assert columns["overall"] == expected_columns["overall"] == [1.0, 0.0, 0.0]
         if num_cpus == 1:  # scored in the runner's thread of this process
