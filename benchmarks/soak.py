@@ -13,7 +13,7 @@
 # limitations under the License.
 """Soak test: a long CPU quickstart run, watching every process of the run for growth in memory, files and threads.
 
-The trainer runs as a child process (its Ray head, raylet, workers and reward actor are its descendants); every
+The trainer runs as a child process (its Ray head, raylet, workers and any reward actor are its descendants); every
 `--interval` seconds the script records, per process, resident memory, open file descriptors and threads, next to
 the training step read from the run's file log. After `--warmup` steps the figures should stay flat. Each
 process's peak resident memory over `--window` steps after the warm-up is compared with its peak over the last

@@ -57,10 +57,10 @@ PRESTART_ENV = "RAY_prestart_worker_first_driver"
 
 
 def init_ray(config: PPOConfig, device: str) -> None:
-    """Start (or join) Ray for an RL run: its worker processes, the reward model's pool and the reward actors."""
+    """Start (or join) Ray for an RL run: its worker processes, the reward model's pool and any reward actors."""
     trainer, reward = config.trainer, config.worker.reward
     processes = trainer.nnodes * trainer.n_gpus_per_node + reward.model.nnodes * reward.model.n_gpus_per_node
-    # The reward actors idle most of the time: they may share the machine's cores rather than block the workers.
+    # Reward actors idle most of the time: they may share the machine's cores rather than block the workers.
     start_ray(device, processes + 2 * reward.num_cpus)
 
 

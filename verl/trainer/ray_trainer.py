@@ -112,7 +112,7 @@ def count_training_steps(config: PPOConfig, batches_per_epoch: int) -> int:
 
 
 class RayPPOTrainer:
-    """Drives the worker groups. Worker groups and reward actors are created by `runner.py` and passed in."""
+    """Drives the worker groups. Worker groups and the reward runner are created by `runner.py` and passed in."""
 
     def __init__(
         self,
@@ -135,7 +135,7 @@ class RayPPOTrainer:
         self.actor_rollout_ref_wg = actor_rollout_ref_wg
         self.critic_wg = critic_wg
         if val_reward_fn is not None and val_reward_fn is not reward_fn:
-            raise ValueError("One reward actor scores training and validation; pass the same one (or None).")
+            raise ValueError("One reward runner scores training and validation; pass the same one (or None).")
         self.reward_fn = reward_fn
         self.scorer = BatchScorer(config.worker.reward, tokenizer, reward_fn, reward_model_wg, judge, self._get_reward)
         self.tracker = tracker

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Start or join Ray, build the worker groups, reward actors, data loaders and loggers, then train.
+"""Start or join Ray, build the worker groups, reward runner, data loaders and loggers, then train.
 
 Ray is started locally unless RAY_ADDRESS names a cluster (or Ray is already initialised, as in tests). The
 resource check runs before any model loads: a config asking for more devices than the cluster has fails at once.

@@ -13,7 +13,7 @@
 # limitations under the License.
 """Third-party imports that a training process never uses, kept out of it.
 
-Every process of a run (the driver, each worker, the reward actor) imports transformers' model classes, and with
+Every process of a run (the driver, each worker, a reward actor) imports transformers' model classes, and with
 them `transformers.generation.candidate_generator`, which imports scikit-learn (and through it SciPy) whenever it
 is installed, only for the confidence-threshold tuning of assisted generation (`roc_curve`). A run never does
 assisted generation, yet the import costs each process about 1 CPU-second and a hundred MB of memory; with

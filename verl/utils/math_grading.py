@@ -16,8 +16,8 @@
 math-verify parses LaTeX into sympy and compares symbolically, so "\\dfrac12", "0.5" and "1/2" all match
 "\\frac{1}{2}". Sympy can also run for minutes, or forever, on an adversarial answer (an integral or an infinite
 series it tries to evaluate). math-verify's own time limits use SIGALRM, which works only in the main thread of the
-main interpreter, and the reward actor calls reward functions elsewhere; they are therefore switched off
-(`parsing_timeout=None`, `timeout_seconds=None`) and the limit is enforced from outside instead:
+main interpreter, and reward functions run elsewhere (a thread of the trainer, or a reward actor); they are
+therefore switched off (`parsing_timeout=None`, `timeout_seconds=None`) and the limit is enforced from outside instead:
 
 - verification runs in a small pool of persistent worker processes (`VerifierPool`, started with "spawn", so no
   state of the trainer process is inherited), each of which imports math_verify once;

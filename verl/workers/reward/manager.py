@@ -63,7 +63,7 @@ class RewardSettings:
     skip_special_tokens: bool = True
     """Decode responses without special tokens (EOS, chat markers)."""
     num_cpus: int = 1
-    """CPUs of the reward actor; above 1, a sequential function runs in that many worker processes."""
+    """Above 1, a sequential function runs in that many worker processes (and a reward actor reserves as many CPUs)."""
     routes: dict[str, str] = field(default_factory=dict)
     """{value of the row's `route_key` column: "path/to/file.py:function"} (worker.reward.routes)."""
     route_key: str = "data_source"
