@@ -245,6 +245,8 @@ def test_ppo_with_critic_gae(workspace):
             "worker.critic.micro_batch_size_per_device_for_update=4",
             "worker.critic.micro_batch_size_per_device_for_experience=8",
             "worker.critic.model.enable_gradient_checkpointing=false",
+            # the reward in its own Ray actor (the other runs score in the driver), scoring while values are computed
+            "worker.reward.run_in=actor",
             "trainer.val_before_train=false",
         )
     )
