@@ -14,6 +14,7 @@
 """The reward manager: per-sample inputs from a rollout batch, parallel scoring, score placement, metrics."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -196,6 +197,28 @@ def test_sequential_function_runs_in_parallel_processes(make_batch, write_reward
     assert len(worker_pids) == 2
     assert set(metrics["pid"]) == worker_pids
     assert float(os.getpid()) not in worker_pids
+
+
+def test_pool_workers_leave_ctrl_c_to_the_trainer(make_batch, write_reward_file, tokenizer) -> None:
+    # Ctrl-C in a terminal reaches the pool's workers too; they keep scoring, and the trainer decides what happens.
+    path = write_reward_file("import os\ndef score(sample):\n    return {'overall': 1.0, 'pid': float(os.getpid())}\n")
+    # A process started in the background inherits SIGINT ignored, and so would the workers: start them as a
+    # terminal's foreground process would.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    manager = manager_for(f"{path}:score", tokenizer, num_cpus=2)
+    try:
+        batch = make_batch(["Q"] * 4, ["a", "b", "c", "d"])
+        _, before = manager.compute_reward(batch)
+        workers = {int(pid) for pid in before["pid"]}
+        for pid in workers:
+            os.kill(pid, signal.SIGINT)
+        time.sleep(0.5)
+        assert all(_alive(pid) for pid in workers)
+        _, after = manager.compute_reward(batch)
+        assert after["overall"] == [1.0] * 4
+    finally:
+        manager.close()
+        signal.signal(signal.SIGINT, previous)
 
 
 RAISES_ON_NO = """

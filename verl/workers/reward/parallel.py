@@ -26,6 +26,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
+import signal
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -48,6 +49,9 @@ def _exit_with_parent() -> None:
 
 def _init_worker(spec: str, kwargs: dict[str, Any]) -> None:
     global _worker_function
+    # Ctrl-C in a terminal reaches the whole process group, the trainer's spawned workers too: the trainer decides
+    # (it saves a checkpoint, then closes the pool), and a worker dying on its own would only print a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_with_parent, name="exit-with-parent", daemon=True).start()
     _worker_function = load_reward_function(spec, kwargs)
 
