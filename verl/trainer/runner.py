@@ -225,7 +225,10 @@ def checkpoint_plan(config: PPOConfig) -> str:
 def _kill(*actors: Any) -> None:
     for actor in actors:
         if isinstance(actor, LocalReward):
-            actor.close()
+            try:
+                actor.close()
+            except Exception:  # at the end of a run, maybe after its error: that error is the one to report
+                logger.warning("Closing the reward's worker pool failed.", exc_info=True)
             continue
         try:
             ray.get(actor.close.remote(), timeout=30)
