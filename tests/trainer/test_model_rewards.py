@@ -59,7 +59,7 @@ class FixedJudge:
 def test_rule_and_judge_scores_combine_with_their_weights(local_ray, tmp_path) -> None:
     from transformers import AutoTokenizer
 
-    from verl.workers.reward.ray_actor import create_reward_actor
+    from verl.workers.reward.ray_actor import ActorReward, create_reward_actor
 
     model = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
     tokenizer = AutoTokenizer.from_pretrained(model)
@@ -83,13 +83,13 @@ def test_rule_and_judge_scores_combine_with_their_weights(local_ray, tmp_path) -
         },
         non_tensors={"ground_truth": np.array([None] * 3, dtype=object)},
     )
-    rule_actor = create_reward_actor(config, model)
+    rule_actor = ActorReward(create_reward_actor(config, model))
     judge = ray.remote(FixedJudge).remote()
     try:
         scorer = BatchScorer(config, tokenizer, rule_actor, None, judge, ray.get)
         scores, columns = scorer.score(batch)
     finally:
-        ray.kill(rule_actor)
+        rule_actor.close()
         ray.kill(judge)
     assert columns["rule_overall"] == [1.0, 0.0, 0.0]
     assert columns["overall"] == pytest.approx([0.5 + 1.4, 1.4, 0.0])

@@ -21,8 +21,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-import ray
-
 from ..single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
 from ..single_controller.ray.resource import RayResourcePool
 from ..utils.config import config_to_dict
@@ -30,7 +28,7 @@ from ..utils.device import resolve_device_type
 from ..utils.logger import Tracker
 from ..utils.tokenizer import get_processor, get_tokenizer
 from ..workers.reward.local import LocalReward
-from ..workers.reward.ray_actor import create_reward_actor
+from ..workers.reward.ray_actor import ActorReward, create_reward_actor, stop_actor
 from .checkpointing import resume_path
 from .config import PPOConfig
 from .data_loader import create_dataloader
@@ -169,8 +167,10 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
     reward_fn = judge = None
     try:
         if reward.reward_function or reward.routes or reward.rubric:
-            runner = create_reward_actor if reward.run_in == "actor" else LocalReward
-            reward_fn = runner(reward, model.tokenizer_path, model.trust_remote_code)
+            if reward.run_in == "actor":
+                reward_fn = ActorReward(create_reward_actor(reward, model.tokenizer_path, model.trust_remote_code))
+            else:
+                reward_fn = LocalReward(reward, model.tokenizer_path, model.trust_remote_code)
         if reward.judge.enabled:
             from ..workers.reward.judge import create_judge_actor
 
@@ -180,7 +180,7 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
                 raise SetupError(str(err)) from None
         workers = create_worker_groups(config, device)
     except BaseException:
-        _kill(*[actor for actor in (reward_fn, judge) if actor is not None])
+        _release(reward_fn, judge)
         raise
     trainer_config = config.trainer
     logger.info(checkpoint_plan(config))
@@ -211,7 +211,7 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
             tracker.finish()
     finally:
         workers.shutdown()
-        _kill(*[actor for actor in (reward_fn, judge) if actor is not None])
+        _release(reward_fn, judge)
 
 
 def checkpoint_plan(config: PPOConfig) -> str:
@@ -222,16 +222,13 @@ def checkpoint_plan(config: PPOConfig) -> str:
     return f"Checkpoints go to {trainer.save_checkpoint_path} ({what}, {when})."
 
 
-def _kill(*actors: Any) -> None:
-    for actor in actors:
-        if isinstance(actor, LocalReward):
-            try:
-                actor.close()
-            except Exception:  # at the end of a run, maybe after its error: that error is the one to report
-                logger.warning("Closing the reward's worker pool failed.", exc_info=True)
-            continue
+def _release(reward_fn: LocalReward | ActorReward | None, judge: Any | None) -> None:
+    """Stop the reward runner's processes and the judge actor, at the end of a run, maybe after its error: that
+    error is the one to report."""
+    if reward_fn is not None:
         try:
-            ray.get(actor.close.remote(), timeout=30)
-        except Exception:  # the actor may already be gone; killing it is what matters
-            pass
-        ray.kill(actor)
+            reward_fn.close()
+        except Exception:
+            logger.warning("Closing the reward's processes failed.", exc_info=True)
+    if judge is not None:
+        stop_actor(judge)

@@ -32,7 +32,6 @@ import numpy as np
 import torch
 
 from ..protocol import DataProto
-from ..workers.reward.local import submit_reward
 from ..workers.reward.manager import place_scores
 
 
@@ -59,16 +58,17 @@ class BatchScorer:
         self,
         reward_config: Any,
         tokenizer: Any,
-        reward_actor: Any | None,
+        rule_runner: Any | None,
         reward_model_wg: Any | None,
         judge_actor: Any | None,
         get: Callable[[Any], Any],
     ) -> None:
-        if reward_actor is None and reward_model_wg is None and judge_actor is None:
+        if rule_runner is None and reward_model_wg is None and judge_actor is None:
             raise ValueError("No reward: set worker.reward.reward_function (or routes), a reward model or a judge.")
         self.config = reward_config
         self.tokenizer = tokenizer
-        self.reward_actor, self.reward_model_wg, self.judge_actor = reward_actor, reward_model_wg, judge_actor
+        # the rule-based functions: a LocalReward or an ActorReward (both have submit(batch) and close())
+        self.rule_runner, self.reward_model_wg, self.judge_actor = rule_runner, reward_model_wg, judge_actor
         self.get = get
 
     @property
@@ -95,8 +95,8 @@ class BatchScorer:
     def launch(self, batch: DataProto) -> PendingReward:
         """Start every part of the reward of `batch` (the reward model's runs now, on the worker processes)."""
         pending = PendingReward()
-        if self.reward_actor is not None:
-            pending.rule = submit_reward(self.reward_actor, batch)
+        if self.rule_runner is not None:
+            pending.rule = self.rule_runner.submit(batch)
         if self.judge_actor is not None:
             pending.judge = self.judge_actor.grade.remote(*self._judge_inputs(batch))
         if self.reward_model_wg is not None:

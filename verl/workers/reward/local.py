@@ -56,10 +56,3 @@ class LocalReward:
     def close(self) -> None:
         """Stop the worker processes of the parallel pool, if any."""
         self.manager.close()
-
-
-def submit_reward(runner: Any, data: DataProto) -> Any:
-    """Start scoring `data` with a LocalReward (a Future) or a reward Ray actor (an ObjectRef)."""
-    if isinstance(runner, LocalReward):
-        return runner.submit(data)
-    return runner.compute_reward.remote(data)

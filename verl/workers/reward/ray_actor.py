@@ -46,6 +46,30 @@ class RewardActor:
         self.manager.close()
 
 
+class ActorReward:
+    """A RewardActor behind the same two methods as `LocalReward` (worker.reward.run_in=actor)."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def submit(self, data: DataProto) -> Any:
+        """Start scoring `data`; returns the ObjectRef of what `compute_reward` returns."""
+        return self.actor.compute_reward.remote(data)
+
+    def close(self) -> None:
+        stop_actor(self.actor)
+
+
+def stop_actor(actor: Any) -> None:
+    """Let an actor with a `close` method (the reward or judge actor) stop its own processes, then kill it; an actor
+    that is gone already is fine."""
+    try:
+        ray.get(actor.close.remote(), timeout=30)
+    except Exception:  # the actor may already be gone; killing it is what matters
+        pass
+    ray.kill(actor)
+
+
 def create_reward_actor(
     config: Any, tokenizer_path: str, trust_remote_code: bool = False, name: str | None = None
 ) -> Any:
