@@ -12,7 +12,8 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """scikit-learn stays out of a process that loads transformers' model classes, scipy.signal and scipy.optimize are
-loaded on first use, and Triton stays out of a CPU-only process, unless VERL_LEAN_IMPORTS=0."""
+loaded on first use (and so are PyAV and OpenCV), and Triton stays out of a CPU-only process, unless
+VERL_LEAN_IMPORTS=0."""
 
 import importlib.util
 import json
@@ -243,3 +244,28 @@ def test_the_workers_of_a_cpu_run_are_cpu_only_processes() -> None:
 
     assert worker_env("cpu")[CPU_ONLY_ENV] == "1"
     assert CPU_ONLY_ENV not in worker_env("cuda")  # a GPU run keeps Triton
+
+
+MEDIA_PROBE = """
+import json, sys
+from verl.utils.worker_setup import setup_worker_process
+setup_worker_process()
+import vllm.multimodal.audio as audio
+import vllm.multimodal.video as video
+before = [type(sys.modules[name]).__name__ for name in ("av", "cv2")]
+versions = [bool(audio.av.__version__), bool(video.cv2.__version__)]  # the first read loads each
+print(json.dumps({"before": before, "after": [type(sys.modules[name]).__name__ for name in ("av", "cv2")],
+                  "versions": versions}))
+"""
+
+
+@pytest.mark.skipif(
+    any(importlib.util.find_spec(name) is None for name in ("av", "cv2", "vllm")), reason="needs PyAV, OpenCV and vLLM"
+)
+def test_video_and_audio_decoders_load_on_first_use() -> None:
+    out = subprocess.run([sys.executable, "-c", MEDIA_PROBE], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {
+        "before": ["DeferredModule", "DeferredModule"],
+        "after": ["module", "module"],
+        "versions": [True, True],
+    }

@@ -28,6 +28,10 @@ sys.modules, which imports the real module on the first use of one of its names,
 audio never loads it. (importlib's LazyLoader would not do: `inspect.getmodule`, which torch calls while it registers
 custom ops, reads `__file__` of every module in sys.modules, and any attribute read loads a LazyLoader module.)
 
+It does the same for PyAV (`av`) and OpenCV (`cv2`), which vLLM imports to decode audio and video files: ~0.5
+CPU-seconds and ~30 MB (two thirds of it shared libraries) of every worker, for media a run passes as decoded
+frames or not at all.
+
 transformers' model classes import its object-detection losses, which import `scipy.optimize` (and through it
 scipy.sparse, scipy.linalg and scipy.special) for the Hungarian matching of DETR-style models: ~0.6 CPU-seconds and
 ~50 MB of every process that loads a model class. Its stand-in hands out `linear_sum_assignment` as a function that
@@ -74,6 +78,8 @@ def lean_imports_enabled() -> bool:
 _DEFERRED_MODULES: dict[str, tuple[str, ...]] = {
     "scipy.signal": (),
     "scipy.optimize": ("linear_sum_assignment",),
+    "av": (),
+    "cv2": (),
 }
 """Modules that libraries import eagerly and a training process does not use: imported on first use instead. Each
 maps to the functions that libraries take from it with `from module import name` at import time: reading one of
