@@ -183,8 +183,10 @@ def test_deferred_functions_come_from_a_from_import_without_loading_the_package(
         "after_submodule = type(sys.modules['xml.dom']).__name__\n"
         "document = getDOMImplementation().createDocument(None, 'root', None)\n"
         "from xml.dom import Node  # any other name is the real module's\n"
+        "from xml.dom import minidom  # and so is a submodule the package does not import itself\n"
         "print(json.dumps([after_from, after_submodule, document.documentElement.tagName,\n"
-        "                  Node is sys.modules['xml.dom'].Node, getDOMImplementation.__name__]))\n"
+        "                  Node is sys.modules['xml.dom'].Node, getDOMImplementation.__name__,\n"
+        "                  minidom is sys.modules['xml.dom.minidom']]))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [
@@ -193,7 +195,25 @@ def test_deferred_functions_come_from_a_from_import_without_loading_the_package(
         "root",
         True,
         "getDOMImplementation",
+        True,
     ]
+
+
+def test_a_from_import_of_a_submodule_or_a_missing_name_through_a_stand_in() -> None:
+    code = (
+        "import sys, json\n"
+        "from verl.utils.lean_imports import defer_import\n"
+        "defer_import('xml.dom', ('getDOMImplementation',))\n"
+        "from xml.dom import minidom  # the package's __init__ does not import it\n"
+        "try:\n"
+        "    from xml.dom import no_such_name\n"
+        "    missing = 'imported'\n"
+        "except ImportError as err:\n"
+        "    missing = type(err).__name__\n"
+        "print(json.dumps([minidom.__name__, type(sys.modules['xml.dom']).__name__, missing]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["xml.dom.minidom", "module", "ImportError"]
 
 
 def test_reading_a_deferred_function_after_loading_gives_the_real_one() -> None:

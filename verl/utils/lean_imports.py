@@ -94,7 +94,8 @@ class DeferredModule(ModuleType):
     one of `functions` before the module is loaded gives a stand-in function that loads it when called. So that
     `from module import function` can read it, a stand-in with `functions` answers the import statement's own
     question for `__path__` (is this a package whose submodule it might be?) with no; every other read of
-    `__path__`, such as the import system's when it imports a submodule, loads the real package.
+    `__path__`, such as the import system's when it imports a submodule, loads the real package. A submodule that
+    such a `from` import names is then imported when it is read.
     """
 
     def __init__(self, name: str, spec: Any, functions: tuple[str, ...] = ()) -> None:
@@ -107,12 +108,25 @@ class DeferredModule(ModuleType):
         self.__dict__["_functions"] = frozenset(functions)
 
     def __getattr__(self, attr: str) -> Any:  # only called for names the stand-in does not have
-        if self.__dict__["_real"] is None and self.__dict__["_functions"]:
-            if attr in self.__dict__["_functions"]:
+        functions = self.__dict__["_functions"]
+        if self.__dict__["_real"] is None and functions:
+            if attr in functions:
                 return self._deferred_function(attr)
             if attr == "__path__" and _read_by_an_import_statement():
                 raise AttributeError(attr)
-        return getattr(self.load(), attr)
+        real = self.load()
+        try:
+            return getattr(real, attr)
+        except AttributeError:
+            if not functions or not hasattr(real, "__path__"):
+                raise
+        # `from package import submodule`, which the import statement left to this read: import the submodule
+        try:
+            return importlib.import_module(f"{self.__name__}.{attr}")
+        except ModuleNotFoundError as err:
+            if err.name != f"{self.__name__}.{attr}":
+                raise
+            raise AttributeError(f"module {self.__name__!r} has no attribute {attr!r}") from None
 
     def _deferred_function(self, attr: str) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
