@@ -30,6 +30,8 @@ so it runs before vLLM is imported; `worker_env_vars` is the rest of the workers
   on purpose (eager mode, no chunked prefill on CPU, an in-process engine whose reseeding of the global RNGs the
   rollout undoes), LD_PRELOAD performance hints and the skipped `torch.set_num_threads` calls of vLLM's own set-up.
   vLLM's INFO lines (its engine config dump) are already off: the workers run with VLLM_LOGGING_LEVEL=WARN.
+- torch: "Triton not available, find_triton_kernels = []", once per custom op vLLM registers, in the workers of a CPU
+  run (they keep Triton out, see `verl.utils.lean_imports`).
 - torch: the FutureWarning "`torch.distributed.reduce_op` is deprecated", raised because vLLM's Triton dispatcher
   reads every attribute of every loaded module; only when it comes from that vLLM module.
 - transformers: the "Loading weights" progress bar of every model load (HF_HUB_DISABLE_PROGRESS_BARS=1 in the
