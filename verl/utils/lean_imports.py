@@ -33,8 +33,8 @@ CPU-seconds and ~30 MB (two thirds of it shared libraries) of every worker, for 
 frames or not at all.
 
 transformers' model classes import its object-detection losses, which import `scipy.optimize` (and through it
-scipy.sparse, scipy.linalg and scipy.special) for the Hungarian matching of DETR-style models: ~0.6 CPU-seconds and
-~50 MB of every process that loads a model class. Its stand-in hands out `linear_sum_assignment` as a function that
+scipy.sparse, scipy.linalg and scipy.special) for the Hungarian matching of DETR-style models: ~0.5 CPU-seconds and
+~35 MB of every process that loads a model class. Its stand-in hands out `linear_sum_assignment` as a function that
 imports the real module when it is first called, so `from scipy.optimize import linear_sum_assignment` loads nothing.
 
 Triton, the GPU kernel compiler, is installed with xgrammar (a vLLM dependency) even on a CPU machine, and torch
