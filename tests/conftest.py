@@ -13,11 +13,37 @@
 # limitations under the License.
 """Fixtures shared by the whole suite."""
 
+import faulthandler
 import os
 import shutil
 import subprocess
+from collections.abc import Generator
 
 import pytest
+from _pytest.faulthandler import fault_handler_stderr_fd_key
+
+
+def _rearm_faulthandler(config: pytest.Config) -> None:
+    """Point the fatal signals back at faulthandler, writing every thread's stack to pytest's stderr.
+
+    `ray.init` in this process installs Ray's own SIGSEGV handler, and `ray.shutdown` leaves the default one: a
+    native crash in a later test (Ray's threads outlive its shutdown) would end the run with no word of where."""
+    fd = config.stash.get(fault_handler_stderr_fd_key, None)
+    if fd is not None:
+        faulthandler.disable()
+        faulthandler.enable(file=fd, all_threads=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    yield
+    _rearm_faulthandler(item.config)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
+    yield
+    _rearm_faulthandler(item.config)
 
 
 class SmallDisk:
