@@ -41,11 +41,11 @@ def cache_dir() -> Path:
     return Path(root) / "verl-compact"
 
 
-def installed_distributions_digest(path: list[str] | None = None) -> str:
-    """A digest of the distributions installed on `path` (default sys.path): each metadata entry's folder, name and
-    modification time. Listing the folders takes milliseconds; reading the metadata is what the cache saves."""
+def installed_distributions_digest() -> str:
+    """A digest of the distributions installed on sys.path: each metadata entry's folder, name and modification
+    time. Listing the folders takes milliseconds; reading the metadata is what the cache saves."""
     entries = []
-    for folder in sys.path if path is None else path:
+    for folder in sys.path:
         try:
             with os.scandir(folder or ".") as scan:
                 for entry in scan:
@@ -68,13 +68,16 @@ def cached_packages_distributions(
     except (OSError, ValueError):
         pass
     mapping = {name: list(distributions) for name, distributions in compute().items()}
+    temporary = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False, encoding="utf-8") as f:
+            temporary = f.name
             json.dump(mapping, f)
-        os.replace(f.name, path)  # whole or not at all, for processes that start together
+        os.replace(temporary, path)  # whole or not at all, for processes that start together
     except OSError:
-        pass
+        if temporary is not None and os.path.exists(temporary):  # a full disk: leave no partial file behind
+            os.unlink(temporary)
     return mapping
 
 
