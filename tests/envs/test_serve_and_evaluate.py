@@ -23,6 +23,7 @@ import time
 
 import psutil
 import pytest
+import torch
 
 from verl.utils.tiny_models import get_or_build_tiny_model
 
@@ -80,7 +81,9 @@ def start_server(model: str, name: str):
         match = re.search(r"at (http://\S+/v1)", line)
         url = match.group(1) if match else None
     assert url, "the server did not start within 240 s"
-    children = psutil.Process(proc.pid).children(recursive=True)  # vLLM's engine core runs in a child process
+    children = psutil.Process(proc.pid).children(recursive=True)  # on a GPU, vLLM's engine core is a child process
+    if not torch.cuda.is_available():  # on the CPU the engine runs in the server's own process, as in training
+        assert children == [], f"the CPU server started {[child.name() for child in children]}"
     return proc, url, children
 
 

@@ -88,6 +88,24 @@ def text_args(ws, name: str, *extra: str) -> list[str]:
     ]
 
 
+def vllm_engine(model_dir):
+    """A vLLM engine of `model_dir` in this process, as the trainer's workers build theirs: no engine-core and worker
+    processes to start (each would import vLLM and torch again)."""
+    from unittest import mock
+
+    with mock.patch.dict(os.environ, {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}):
+        from vllm import LLM
+
+        return LLM(
+            model=str(model_dir),
+            dtype="float32",
+            enforce_eager=True,
+            max_model_len=256,
+            kv_cache_memory_bytes=32 * 2**20,
+            seed=0,
+        )
+
+
 def read_log(path) -> list[dict]:
     with open(os.path.join(path, "experiment_log.jsonl")) as f:
         return [json.loads(line) for line in f]
@@ -211,16 +229,9 @@ def test_model_merger_matches_checkpoint_and_loads_in_vllm(workspace):
     assert not torch.allclose(merged_logits, initial_logits, atol=1e-4), "training changed nothing"
     assert dcp is not None
 
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
-    llm = LLM(
-        model=str(target),
-        dtype="float32",
-        enforce_eager=True,
-        max_model_len=256,
-        kv_cache_memory_bytes=32 * 2**20,
-        seed=0,
-    )
+    llm = vllm_engine(target)
     out = (
         llm.generate(
             {"prompt_token_ids": ids[0].tolist()}, SamplingParams(max_tokens=6, temperature=0.0), use_tqdm=False
@@ -371,16 +382,9 @@ def test_lora_run_resumes_from_adapter_checkpoints_and_exports(workspace):
     torch.testing.assert_close(merged_logits, adapter_logits, rtol=0, atol=1e-4)
     assert not torch.allclose(merged_logits, base_logits, atol=1e-3), "the adapters changed nothing"
 
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
-    llm = LLM(
-        model=str(root / "lora_merged"),
-        dtype="float32",
-        enforce_eager=True,
-        max_model_len=256,
-        kv_cache_memory_bytes=32 * 2**20,
-        seed=0,
-    )
+    llm = vllm_engine(root / "lora_merged")
     params = SamplingParams(max_tokens=6, temperature=0.0)
     out = llm.generate({"prompt_token_ids": ids[0].tolist()}, params, use_tqdm=False)[0].outputs[0].token_ids
     hf = merged.generate(ids, max_new_tokens=6, do_sample=False)[0, ids.shape[1] :].tolist()

@@ -28,6 +28,7 @@ binds to 127.0.0.1 unless --host says otherwise and has no authentication: do no
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -46,12 +47,18 @@ class ChatEngine:
     """A vLLM engine answering chat completion requests (one at a time)."""
 
     def __init__(self, model: str, name: str, max_model_len: int, kv_cache_mb: int | None, dtype: str) -> None:
-        from vllm import LLM
-
         from verl.utils import device
 
+        on_cpu = device.get_device_type() == "cpu"
+        if on_cpu:
+            # The engine lives in this process, as in training: vLLM's default on the CPU is an engine-core process
+            # and a worker process besides this one, each importing vLLM and torch again (~40 s more to start on
+            # 2 cores, and 3 copies of the libraries in memory). Requests are answered one at a time anyway.
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        from vllm import LLM
+
         kwargs: dict[str, Any] = {"model": model, "max_model_len": max_model_len, "seed": 0}
-        if device.get_device_type() == "cpu":
+        if on_cpu:
             kwargs.update(dtype="float32" if dtype == "auto" else dtype, enforce_eager=True)
             kwargs["kv_cache_memory_bytes"] = (kv_cache_mb or 256) * 2**20
         else:
@@ -61,7 +68,7 @@ class ChatEngine:
         self.lock = threading.Lock()
 
     def close(self) -> None:
-        """Stop the engine's own process (vLLM runs the engine core in a child process that would outlive us)."""
+        """Stop the engine (on a GPU vLLM runs its engine core in a child process that would outlive us)."""
         core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
         if core is not None:
             core.shutdown()
@@ -157,6 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="auto")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from verl.utils import device, quiet
+    from verl.utils.lean_imports import skip_unused_imports
+
+    # what the trainer's workers do before vLLM and transformers are imported (VERL_LEAN_IMPORTS=0 turns it off)
+    quiet.install_worker_filters()
+    skip_unused_imports(cpu_only=device.get_device_type() == "cpu")
     engine = ChatEngine(
         args.model, args.served_model_name or args.model, args.max_model_len, args.kv_cache_mb, args.dtype
     )
