@@ -551,21 +551,16 @@ def test_many_cases_keep_order_across_processes(monkeypatch: pytest.MonkeyPatch)
         sandbox.run_many_cases(jobs, max_workers=0)
 
 
-def test_run_many_cases_is_faster_than_run_many() -> None:
-    """Printed, not asserted: 64 samples x 3 cases, one process per case against one process per sample."""
+def test_run_many_cases_gives_what_run_many_gives() -> None:
+    """One process per sample (all its cases) gives each case's result as one process per case does (the speed of
+    the two is printed by benchmarks/bench_sandbox.py)."""
     code = "a, b = map(int, input().split())\nprint(a + b)\n"
     cases = ["1 2\n", "3 4\n", "10 20\n"]
-    started = time.monotonic()
-    separate = run_many([(code, case) for _ in range(64) for case in cases], max_workers=4)
-    separate_s = time.monotonic() - started
-    started = time.monotonic()
-    together = sandbox.run_many_cases([(code, cases)] * 64, max_workers=4)
-    together_s = time.monotonic() - started
+    separate = run_many([(code, case) for _ in range(4) for case in cases], max_workers=4)
+    together = sandbox.run_many_cases([(code, cases)] * 4, max_workers=4)
+    assert [len(job) for job in together] == [3] * 4
     assert [result.stdout for result in separate] == [result.stdout for job in together for result in job]
-    print(
-        f"\n64 samples x 3 cases, 4 workers, load {os.getloadavg()[0]:.1f}: run_many {separate_s:.2f} s, "
-        f"run_many_cases {together_s:.2f} s ({separate_s / together_s:.1f}x)"
-    )
+    assert [result.stdout for result in separate[:3]] == ["3\n", "7\n", "30\n"]
 
 
 def watch_records(records: bytes, close: bool = True) -> sandbox._Watch:

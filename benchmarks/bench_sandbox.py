@@ -1,0 +1,77 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""What the code reward's sandbox costs: `run_many_cases` (one sandboxed process per sample, running all its test
+cases) against `run_many` (one process per case), on the same programs and cases.
+
+    python benchmarks/bench_sandbox.py [--samples 64 --cases 3 --workers 4 --repeats 2]
+
+The last line printed is one JSON object with the figures (the best of the repeats for each way).
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from verl.utils import sandbox  # noqa: E402
+
+
+PROGRAM = "a, b = map(int, input().split())\nprint(a + b)\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=int, default=64)
+    parser.add_argument("--cases", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+    cases = [f"{i} {2 * i}\n" for i in range(args.cases)]
+    expected = [f"{3 * i}\n" for i in range(args.cases)] * args.samples
+    seconds: dict[str, list[float]] = {"run_many": [], "run_many_cases": []}
+    for _ in range(args.repeats):  # alternating, so a busy machine slows both alike
+        started = time.monotonic()
+        separate = sandbox.run_many(
+            [(PROGRAM, case) for _ in range(args.samples) for case in cases], max_workers=args.workers
+        )
+        seconds["run_many"].append(time.monotonic() - started)
+        started = time.monotonic()
+        together = sandbox.run_many_cases([(PROGRAM, cases)] * args.samples, max_workers=args.workers)
+        seconds["run_many_cases"].append(time.monotonic() - started)
+        if [r.stdout for r in separate] != expected or [r.stdout for job in together for r in job] != expected:
+            raise SystemExit("the sandboxed programs did not print the expected sums")
+    best = {name: min(values) for name, values in seconds.items()}
+    for name, value in best.items():
+        print(f"{name:15s} {value:6.2f} s for {args.samples} samples x {args.cases} cases ({args.workers} workers)")
+    print(
+        json.dumps(
+            {
+                "samples": args.samples,
+                "cases": args.cases,
+                "workers": args.workers,
+                "run_many_s": round(best["run_many"], 3),
+                "run_many_cases_s": round(best["run_many_cases"], 3),
+                "speedup": round(best["run_many"] / best["run_many_cases"], 2),
+                "load": round(os.getloadavg()[0], 2),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
