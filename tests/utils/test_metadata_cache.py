@@ -12,7 +12,8 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """verl.utils.metadata_cache: importlib's packages_distributions() answered from a file per set of installed
-distributions, the same mapping, recomputed when a package comes or goes."""
+distributions, the same mapping, recomputed when a package comes or goes; transformers' import structure of its
+models answered from a file per state of its source files, the same structure, recomputed when a file changes."""
 
 import importlib.metadata
 import json
@@ -20,7 +21,14 @@ import os
 import subprocess
 import sys
 
-from verl.utils.metadata_cache import cached_packages_distributions, installed_distributions_digest
+import pytest
+
+from verl.utils.metadata_cache import (
+    cached_import_structure,
+    cached_packages_distributions,
+    installed_distributions_digest,
+    source_tree_digest,
+)
 
 
 class CountingCompute:
@@ -80,11 +88,18 @@ PROBE = """
 import importlib.metadata, json, os
 from verl.utils.lean_imports import skip_unused_imports
 skip_unused_imports()
+import transformers
 import transformers.utils.import_utils as import_utils
+from transformers import AutoModelForImageTextToText, Qwen2ForCausalLM  # names the models' structure resolves
 folder = os.path.join(os.environ["XDG_CACHE_HOME"], "verl-compact")
 files = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+structure = import_utils.create_import_structure_from_path
+original = getattr(structure, "_verl_original", structure)
+models = os.path.join(os.path.dirname(transformers.__file__), "models")
 print(json.dumps({"same": import_utils.PACKAGE_DISTRIBUTION_MAPPING == importlib.metadata.packages_distributions(),
-                  "files": files}))
+                  "cached_structure": structure is not original,
+                  "same_structure": structure(models) == original(models),
+                  "files": files, "mtimes": [os.stat(os.path.join(folder, f)).st_mtime_ns for f in files]}))
 """
 
 
@@ -94,8 +109,74 @@ def _probe(tmp_path, lean: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_transformers_reads_the_cached_mapping_with_the_lean_imports(tmp_path):
-    assert _probe(tmp_path, "0") == {"same": True, "files": []}
+def test_transformers_reads_the_cached_files_with_the_lean_imports(tmp_path):
+    off = _probe(tmp_path, "0")
+    assert (off["same"], off["cached_structure"], off["files"]) == (True, False, [])
     first = _probe(tmp_path, "1")
-    assert first["same"] and len(first["files"]) == 1 and first["files"][0].startswith("packages_distributions-")
-    assert _probe(tmp_path, "1") == first  # the second process reads the same file
+    assert first["same"] and first["cached_structure"] and first["same_structure"]
+    assert [name.split("-")[0] for name in first["files"]] == ["packages_distributions", "transformers_models"]
+    assert _probe(tmp_path, "1") == first  # the second process reads the same files, rewriting neither
+
+
+def _models_folder() -> str:
+    import transformers
+
+    return os.path.join(os.path.dirname(transformers.__file__), "models")
+
+
+def _original_structure():
+    from transformers.utils import import_utils
+
+    function = import_utils.create_import_structure_from_path
+    return getattr(function, "_verl_original", function)
+
+
+def test_the_models_structure_is_transformers_own_and_is_read_back(tmp_path):
+    calls = []
+
+    def compute(folder):
+        calls.append(folder)
+        return _original_structure()(folder)
+
+    models = _models_folder()
+    expected = _original_structure()(models)
+    first = cached_import_structure(models, compute, tmp_path)
+    assert first == expected and calls == [models]
+    assert first["qwen2"][frozenset({"torch"})]["modeling_qwen2"] >= {"Qwen2ForCausalLM", "Qwen2Model"}
+    (cache_file,) = tmp_path.iterdir()
+    assert cache_file.name == f"transformers_models-{source_tree_digest(models)}.json"
+    assert cached_import_structure(models, compute, tmp_path) == expected and len(calls) == 1  # read, not computed
+
+
+def test_an_edited_added_or_removed_source_file_changes_the_digest(tmp_path):
+    tree = tmp_path / "models"
+    (tree / "tiny").mkdir(parents=True)
+    source = tree / "tiny" / "modeling_tiny.py"
+    source.write_text('__all__ = ["TinyModel"]\n')
+    calls = []
+
+    def compute(folder):
+        calls.append(folder)
+        return {"tiny": {frozenset({"torch"}): {"modeling_tiny": set(source.read_text().split('"')[1::2])}}}
+
+    digests = [source_tree_digest(str(tree))]
+    assert cached_import_structure(str(tree), compute, tmp_path / "cache")["tiny"][frozenset({"torch"})] == {
+        "modeling_tiny": {"TinyModel"}
+    }
+    source.write_text('__all__ = ["TinyModel", "TinyForCausalLM"]\n')  # an edit (another size)
+    digests.append(source_tree_digest(str(tree)))
+    edited = cached_import_structure(str(tree), compute, tmp_path / "cache")
+    assert edited["tiny"][frozenset({"torch"})]["modeling_tiny"] == {"TinyModel", "TinyForCausalLM"}
+    (tree / "tiny" / "configuration_tiny.py").write_text("")
+    digests.append(source_tree_digest(str(tree)))
+    (tree / "tiny" / "configuration_tiny.py").unlink()
+    assert len(set(digests)) == 3 and source_tree_digest(str(tree)) == digests[1]
+    assert len(calls) == 2  # one computation per state asked for
+
+
+def test_a_structure_of_another_shape_is_returned_but_not_cached(tmp_path):
+    odd = {"tiny": {("torch",): {"modeling_tiny": ["TinyModel"]}}}  # a tuple key: not what transformers builds today
+    assert cached_import_structure(str(tmp_path), lambda folder: odd, tmp_path / "cache") is odd
+    assert not (tmp_path / "cache").exists()
+    with pytest.raises(ZeroDivisionError):  # the computation's own errors are not hidden
+        cached_import_structure(str(tmp_path), lambda folder: 1 / 0, tmp_path / "cache")

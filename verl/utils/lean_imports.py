@@ -44,7 +44,8 @@ environment variable VERL_CPU_ONLY_PROCESS=1, which the trainer sets for its Ray
 the CPU) Triton is marked as not installed, so each library takes its own no-Triton path. A GPU run keeps it.
 
 transformers' own import reads the metadata of every installed package (`importlib.metadata.packages_distributions`,
-~0.4 CPU-seconds); `skip_unused_imports` makes that answer come from a cache file (`verl.utils.metadata_cache`).
+~0.4 CPU-seconds) and the source files of all its model folders (~0.35 CPU-seconds); `skip_unused_imports` makes
+both answers come from cache files (`verl.utils.metadata_cache`).
 
 The driver calls it before it imports the trainer, every Ray worker through the workers' setup hook
 (`verl.utils.worker_setup`). Set VERL_LEAN_IMPORTS=0 to keep every import as the libraries make it.
@@ -60,7 +61,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from .metadata_cache import use_cached_packages_distributions
+from .metadata_cache import use_cached_import_structure, use_cached_packages_distributions
 
 
 LEAN_IMPORTS_ENV = "VERL_LEAN_IMPORTS"
@@ -184,8 +185,8 @@ def defer_import(name: str, functions: tuple[str, ...] = ()) -> DeferredModule |
 
 def skip_unused_imports(cpu_only: bool | None = None) -> bool:
     """Make transformers see scikit-learn as not installed, defer the imports of `_DEFERRED_MODULES`, cache the
-    package metadata transformers reads and, in a `cpu_only` process (default: VERL_CPU_ONLY_PROCESS=1), mark
-    `_GPU_ONLY_PACKAGES` as absent (see the module docstring); True if the scikit-learn part took effect.
+    package metadata and the models' import structure that transformers reads and, in a `cpu_only` process
+    (default: VERL_CPU_ONLY_PROCESS=1), mark `_GPU_ONLY_PACKAGES` as absent (see the module docstring); True if the scikit-learn part took effect.
 
     It cannot act once transformers' generation module is imported (it has then decided), nor where transformers is
     not installed; both are left as they are. A module imported already is neither deferred nor marked absent.
@@ -193,6 +194,7 @@ def skip_unused_imports(cpu_only: bool | None = None) -> bool:
     if not lean_imports_enabled():
         return False
     use_cached_packages_distributions()  # before transformers is imported (below, or by the caller)
+    use_cached_import_structure()
     if cpu_only is None:
         cpu_only = os.environ.get(CPU_ONLY_ENV, "").strip() == "1"
     if cpu_only:

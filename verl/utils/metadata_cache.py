@@ -11,26 +11,42 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""`importlib.metadata.packages_distributions()`, computed once per set of installed packages.
+"""What transformers computes in every process from files that change only when packages are installed, kept in
+files under the user's cache directory (`$XDG_CACHE_HOME/verl-compact`, else `~/.cache/verl-compact`).
 
-transformers calls it when it is imported, to map import names to distribution names: it reads the metadata of
-every installed distribution, ~0.4-0.5 CPU-seconds in each process of a run with this project's dependencies (the
-driver, every Ray worker, every script). `use_cached_packages_distributions` replaces the function with one that
-keeps its answer in a JSON file under the user's cache directory (`$XDG_CACHE_HOME/verl-compact`, else
-`~/.cache/verl-compact`), named by a digest of the installed distributions: the `*.dist-info` and `*.egg-info`
-entries of every folder on sys.path, with their modification times. Installing, upgrading or removing a package
-changes the digest, and the next process computes the mapping again. Where the cache cannot be written, each
-process computes it as before. It is on with the lean imports (VERL_LEAN_IMPORTS=0 turns both off).
+1. `importlib.metadata.packages_distributions()`: transformers calls it when it is imported, to map import names to
+   distribution names. It reads the metadata of every installed distribution, ~0.4-0.5 CPU-seconds in each process
+   of a run with this project's dependencies (the driver, every Ray worker, every script).
+   `use_cached_packages_distributions` replaces the function with one that keeps its answer in a JSON file named by a
+   digest of the installed distributions: the `*.dist-info` and `*.egg-info` entries of every folder on sys.path,
+   with their modification times. Installing, upgrading or removing a package changes the digest, and the next
+   process computes the mapping again.
+2. transformers' import structure of its `models` package: at `import transformers` it reads all ~1,600 source
+   files of its ~500 model folders for their `__all__` lists (~0.45 CPU-seconds per process).
+   `use_cached_import_structure` keeps that structure in a JSON file named by a digest of the files (each path,
+   size and modification time: listing them takes ~0.05 s), so an upgrade or an edit of transformers computes it
+   again.
+
+Where the cache cannot be written, each process computes as before. Both are on with the lean imports
+(VERL_LEAN_IMPORTS=0 turns them off).
 """
 
+import functools
 import hashlib
+import importlib.abc
+import importlib.machinery
 import importlib.metadata
 import json
+import logging
 import os
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
+
+
+logger = logging.getLogger(__name__)
 
 
 _METADATA_SUFFIXES = (".dist-info", ".egg-info")
@@ -56,29 +72,43 @@ def installed_distributions_digest() -> str:
     return hashlib.sha256(repr((sys.version, sorted(entries))).encode()).hexdigest()[:24]
 
 
-def cached_packages_distributions(
-    compute: Callable[[], Mapping[str, list[str]]], directory: Path | None = None
-) -> dict[str, list[str]]:
-    """`compute()`'s mapping, read from the cache file of the installed distributions or computed and written there."""
-    path = (directory or cache_dir()) / f"packages_distributions-{installed_distributions_digest()}.json"
+def _read_or_compute(path: Path, compute: Callable[[], Any], decode: Callable[[Any], Any]) -> Any:
+    """`decode` of the JSON in `path`, or else `compute()`'s JSON value, written to `path` (atomically) and decoded.
+    A file that does not decode (corrupt, or from another version of this code) is computed and written again."""
     try:
-        mapping = json.loads(path.read_text(encoding="utf-8"))
-        if isinstance(mapping, dict) and all(isinstance(names, list) for names in mapping.values()):
-            return mapping
-    except (OSError, ValueError):
+        return decode(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError, KeyError):
         pass
-    mapping = {name: list(distributions) for name, distributions in compute().items()}
+    value = compute()
     temporary = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False, encoding="utf-8") as f:
             temporary = f.name
-            json.dump(mapping, f)
+            json.dump(value, f)
         os.replace(temporary, path)  # whole or not at all, for processes that start together
     except OSError:
         if temporary is not None and os.path.exists(temporary):  # a full disk: leave no partial file behind
             os.unlink(temporary)
-    return mapping
+    return decode(value)
+
+
+def _mapping(value: Any) -> dict[str, list[str]]:
+    if not isinstance(value, dict) or not all(isinstance(names, list) for names in value.values()):
+        raise ValueError("not a mapping of import names to distribution lists")
+    return value
+
+
+def cached_packages_distributions(
+    compute: Callable[[], Mapping[str, list[str]]], directory: Path | None = None
+) -> dict[str, list[str]]:
+    """`compute()`'s mapping, read from the cache file of the installed distributions or computed and written there."""
+    path = (directory or cache_dir()) / f"packages_distributions-{installed_distributions_digest()}.json"
+
+    def computed() -> dict[str, list[str]]:
+        return {name: list(distributions) for name, distributions in compute().items()}
+
+    return _read_or_compute(path, computed, _mapping)
 
 
 def use_cached_packages_distributions() -> None:
@@ -93,3 +123,123 @@ def use_cached_packages_distributions() -> None:
     packages_distributions._verl_cached = True  # type: ignore[attr-defined]
     packages_distributions.__doc__ = original.__doc__
     importlib.metadata.packages_distributions = packages_distributions
+
+
+# ---------------------------------------------------------------------------------------------- import structure
+_IMPORT_UTILS = "transformers.utils.import_utils"
+
+
+def source_tree_digest(folder: str) -> str:
+    """A digest of the files under `folder` (each relative path, size and modification time; caches left out)."""
+    entries = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [name for name in dirs if name != "__pycache__"]
+        for name in files:
+            try:
+                stat = os.stat(os.path.join(root, name))
+            except OSError:
+                continue
+            entries.append((os.path.relpath(os.path.join(root, name), folder), stat.st_size, stat.st_mtime_ns))
+    return hashlib.sha256(repr((sys.version, os.path.abspath(folder), sorted(entries))).encode()).hexdigest()[:24]
+
+
+def encode_structure(value: Any) -> Any:
+    """transformers' import structure (dicts keyed by names or frozensets of backends, sets of names) as JSON."""
+    if isinstance(value, dict):
+        items = []
+        for key, item in value.items():
+            if isinstance(key, str):
+                items.append([key, encode_structure(item)])
+            elif isinstance(key, frozenset) and all(isinstance(name, str) for name in key):
+                items.append([{"backends": sorted(key)}, encode_structure(item)])
+            else:
+                raise TypeError(f"unexpected import-structure key {key!r}")
+        return {"dict": items}
+    if isinstance(value, (set, frozenset)) and all(isinstance(name, str) for name in value):
+        return {"set": sorted(value)}
+    raise TypeError(f"unexpected import-structure value {type(value).__name__}")
+
+
+def decode_structure(value: Any) -> Any:
+    if "set" in value:
+        return set(value["set"])
+    return {
+        (key if isinstance(key, str) else frozenset(key["backends"])): decode_structure(item)
+        for key, item in value["dict"]
+    }
+
+
+def cached_import_structure(folder: str, compute: Callable[[str], Any], directory: Path | None = None) -> Any:
+    """`compute(folder)` (transformers' create_import_structure_from_path), read from the cache file of `folder`'s
+    files or computed and written there. A structure of another shape is computed and returned, not cached."""
+    path = (directory or cache_dir()) / f"transformers_models-{source_tree_digest(folder)}.json"
+    computed: list[Any] = []
+
+    def compute_encoded() -> Any:
+        computed.append(compute(folder))
+        return encode_structure(computed[0])
+
+    try:
+        return _read_or_compute(path, compute_encoded, decode_structure)
+    except TypeError:  # a newer transformers with another structure: keep its own answer
+        logger.debug("transformers' import structure of %s is not cached: unexpected shape", folder, exc_info=True)
+        return computed[0] if computed else compute(folder)
+
+
+def _cache_models_structure(import_utils: Any) -> None:
+    """Wrap `import_utils.create_import_structure_from_path` so that transformers' `models` folder is read from the
+    cache; every other folder (each model's own `__init__`) is computed as before."""
+    original = getattr(import_utils, "create_import_structure_from_path", None)
+    if original is None or getattr(original, "_verl_cached", False):
+        return
+    models = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(import_utils.__file__))), "models")
+
+    @functools.lru_cache
+    def create_import_structure_from_path(module_path: Any) -> Any:
+        if os.path.abspath(str(module_path)) != models:
+            return original(module_path)
+        return cached_import_structure(models, original)
+
+    create_import_structure_from_path._verl_cached = True  # type: ignore[attr-defined]
+    create_import_structure_from_path._verl_original = original  # type: ignore[attr-defined]
+    create_import_structure_from_path.__doc__ = original.__doc__
+    import_utils.create_import_structure_from_path = create_import_structure_from_path
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Finds module `name` as the path finder does, and runs `then(module)` right after the module's own code, before
+    the import that asked for it goes on (once)."""
+
+    def __init__(self, name: str, then: Callable[[Any], None]) -> None:
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        exec_module, then = loader.exec_module, self.then
+
+        def exec_then(module: Any) -> None:
+            exec_module(module)
+            try:
+                then(module)
+            except Exception:  # the cache is an optimisation: transformers works as before without it
+                logger.debug("could not cache transformers' import structure", exc_info=True)
+
+        loader.exec_module = exec_then
+        return spec
+
+
+def use_cached_import_structure() -> None:
+    """Cache transformers' import structure of its models (see the module docstring) in this process, from before
+    transformers is imported; nothing where transformers is imported already (it has read its files by then)."""
+    if _IMPORT_UTILS in sys.modules:
+        return
+    if any(isinstance(finder, _AfterImport) and finder.name == _IMPORT_UTILS for finder in sys.meta_path):
+        return
+    sys.meta_path.insert(0, _AfterImport(_IMPORT_UTILS, _cache_models_structure))
