@@ -90,7 +90,6 @@ from verl.utils.lean_imports import skip_unused_imports
 skip_unused_imports()
 import transformers
 import transformers.utils.import_utils as import_utils
-from transformers import AutoModelForImageTextToText, Qwen2ForCausalLM  # names the models' structure resolves
 folder = os.path.join(os.environ["XDG_CACHE_HOME"], "verl-compact")
 files = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
 structure = import_utils.create_import_structure_from_path
@@ -99,6 +98,8 @@ models = os.path.join(os.path.dirname(transformers.__file__), "models")
 print(json.dumps({"same": import_utils.PACKAGE_DISTRIBUTION_MAPPING == importlib.metadata.packages_distributions(),
                   "cached_structure": structure is not original,
                   "same_structure": structure(models) == original(models),
+                  # where the lazy module finds two model classes (without importing them), from that structure
+                  "resolves": [transformers._class_to_module.get(name) for name in ("Qwen2ForCausalLM", "Qwen2Config")],
                   "files": files, "mtimes": [os.stat(os.path.join(folder, f)).st_mtime_ns for f in files]}))
 """
 
@@ -114,6 +115,7 @@ def test_transformers_reads_the_cached_files_with_the_lean_imports(tmp_path):
     assert (off["same"], off["cached_structure"], off["files"]) == (True, False, [])
     first = _probe(tmp_path, "1")
     assert first["same"] and first["cached_structure"] and first["same_structure"]
+    assert first["resolves"] == off["resolves"] == ["models.qwen2.modeling_qwen2", "models.qwen2.configuration_qwen2"]
     assert [name.split("-")[0] for name in first["files"]] == ["packages_distributions", "transformers_models"]
     assert _probe(tmp_path, "1") == first  # the second process reads the same files, rewriting neither
 

@@ -186,7 +186,8 @@ def defer_import(name: str, functions: tuple[str, ...] = ()) -> DeferredModule |
 def skip_unused_imports(cpu_only: bool | None = None) -> bool:
     """Make transformers see scikit-learn as not installed, defer the imports of `_DEFERRED_MODULES`, cache the
     package metadata and the models' import structure that transformers reads and, in a `cpu_only` process
-    (default: VERL_CPU_ONLY_PROCESS=1), mark `_GPU_ONLY_PACKAGES` as absent (see the module docstring); True if the scikit-learn part took effect.
+    (default: VERL_CPU_ONLY_PROCESS=1), mark `_GPU_ONLY_PACKAGES` as absent (see the module docstring); True if the
+    scikit-learn part took effect.
 
     It cannot act once transformers' generation module is imported (it has then decided), nor where transformers is
     not installed; both are left as they are. A module imported already is neither deferred nor marked absent.
