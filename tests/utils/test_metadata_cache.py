@@ -88,8 +88,13 @@ PROBE = """
 import importlib.metadata, json, os
 from verl.utils.lean_imports import skip_unused_imports
 skip_unused_imports()
+import builtins
 import transformers
 import transformers.utils.import_utils as import_utils
+opened, real_open = [], builtins.open
+builtins.open = lambda file, *args, **kwargs: opened.append(str(file)) or real_open(file, *args, **kwargs)
+import transformers.models  # its __init__ asks for the structure of its own folder, by the path of that file
+builtins.open = real_open
 folder = os.path.join(os.environ["XDG_CACHE_HOME"], "verl-compact")
 files = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
 structure = import_utils.create_import_structure_from_path
@@ -100,6 +105,7 @@ print(json.dumps({"same": import_utils.PACKAGE_DISTRIBUTION_MAPPING == importlib
                   "same_structure": structure(models) == original(models),
                   # where the lazy module finds two model classes (without importing them), from that structure
                   "resolves": [transformers._class_to_module.get(name) for name in ("Qwen2ForCausalLM", "Qwen2Config")],
+                  "model_sources_read": sum(name.endswith(".py") for name in opened),
                   "files": files, "mtimes": [os.stat(os.path.join(folder, f)).st_mtime_ns for f in files]}))
 """
 
@@ -113,8 +119,10 @@ def _probe(tmp_path, lean: str) -> dict:
 def test_transformers_reads_the_cached_files_with_the_lean_imports(tmp_path):
     off = _probe(tmp_path, "0")
     assert (off["same"], off["cached_structure"], off["files"]) == (True, False, [])
+    assert off["model_sources_read"] > 1000  # transformers reads every model folder's files
     first = _probe(tmp_path, "1")
     assert first["same"] and first["cached_structure"] and first["same_structure"]
+    assert first["model_sources_read"] == 0
     assert first["resolves"] == off["resolves"] == ["models.qwen2.modeling_qwen2", "models.qwen2.configuration_qwen2"]
     assert [name.split("-")[0] for name in first["files"]] == ["packages_distributions", "transformers_models"]
     assert _probe(tmp_path, "1") == first  # the second process reads the same files, rewriting neither

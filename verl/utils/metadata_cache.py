@@ -188,7 +188,9 @@ def cached_import_structure(folder: str, compute: Callable[[str], Any], director
 
 def _cache_models_structure(import_utils: Any) -> None:
     """Wrap `import_utils.create_import_structure_from_path` so that transformers' `models` folder is read from the
-    cache; every other folder (each model's own `__init__`) is computed as before."""
+    cache, whether it is named as the folder (transformers' `__init__`) or as a file in it (`models/__init__.py`
+    names its own file: transformers takes a file's folder); every other folder (each model's own `__init__`) is
+    computed as before."""
     original = getattr(import_utils, "create_import_structure_from_path", None)
     if original is None or getattr(original, "_verl_cached", False):
         return
@@ -196,7 +198,8 @@ def _cache_models_structure(import_utils: Any) -> None:
 
     @functools.lru_cache
     def create_import_structure_from_path(module_path: Any) -> Any:
-        if os.path.abspath(str(module_path)) != models:
+        path = os.path.abspath(str(module_path))
+        if (os.path.dirname(path) if os.path.isfile(path) else path) != models:
             return original(module_path)
         return cached_import_structure(models, original)
 
