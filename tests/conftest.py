@@ -17,6 +17,8 @@ import faulthandler
 import os
 import shutil
 import subprocess
+import time
+import warnings
 from collections.abc import Generator
 
 import pytest
@@ -34,10 +36,89 @@ def _rearm_faulthandler(config: pytest.Config) -> None:
         faulthandler.enable(file=fd, all_threads=True)
 
 
+SHARED_RAY_FIXTURE = "local_ray"
+
+
+class _SharedRay:
+    """The one Ray session of the modules that use `local_ray`: started by the first of them and kept until a test of
+    another module runs (which then finds no Ray in this process, as if each module had its own)."""
+
+    modules: frozenset[str] = frozenset()
+    up = False
+
+    @classmethod
+    def start(cls) -> None:
+        if cls.up:
+            return
+        import ray
+
+        from verl.utils.worker_setup import WORKER_SETUP_HOOK
+
+        ray.init(
+            address="local",
+            num_cpus=4,
+            include_dashboard=False,
+            log_to_driver=False,
+            runtime_env={
+                "env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"},
+                "worker_process_setup_hook": WORKER_SETUP_HOOK,
+            },
+        )
+        cls.up = True
+
+    @classmethod
+    def resources_all_free(cls, wait_s: float = 10.0) -> bool:
+        """Whether every CPU of the session is free again (actors end, and placement groups go, asynchronously)."""
+        import ray
+
+        deadline = time.monotonic() + wait_s
+        while True:
+            if ray.available_resources().get("CPU", 0.0) >= ray.cluster_resources().get("CPU", 0.0):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+
+    @classmethod
+    def stop(cls) -> None:
+        if cls.up:
+            import ray
+
+            ray.shutdown()
+            cls.up = False
+
+
+def _module_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the modules that use `local_ray` one after another, where the first of them is, so that one Ray session
+    serves them all (a Ray costs ~7 s to start and stop); every other module keeps its place."""
+    shared = {_module_of(item) for item in items if SHARED_RAY_FIXTURE in getattr(item, "fixturenames", ())}
+    _SharedRay.modules = frozenset(shared)
+    by_module: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        by_module.setdefault(_module_of(item), []).append(item)
+    ordered: list[pytest.Item] = []
+    for module, module_items in by_module.items():
+        if module not in shared:
+            ordered.extend(module_items)
+        elif module == next(name for name in by_module if name in shared):  # the first: all of them here
+            ordered.extend(item for name in by_module if name in shared for item in by_module[name])
+    items[:] = ordered
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    if _module_of(item) not in _SharedRay.modules:
+        _SharedRay.stop()  # before the module's own fixtures, which may start a Ray of their own
     yield
     _rearm_faulthandler(item.config)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _SharedRay.stop()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -89,22 +170,12 @@ def small_disk(tmp_path):
 
 @pytest.fixture(scope="module")
 def local_ray():
-    """A Ray of the test module's own (`address="local"`; never `ray stop`, which ends every Ray on the machine):
-    4 logical CPUs for 2 workers and the reward/judge actors, vLLM in-process, quiet tokenizers, and the trainer's
-    worker setup hook."""
-    import ray
-
-    from verl.utils.worker_setup import WORKER_SETUP_HOOK
-
-    ray.init(
-        address="local",
-        num_cpus=4,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={
-            "env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"},
-            "worker_process_setup_hook": WORKER_SETUP_HOOK,
-        },
-    )
+    """A Ray in this process (`address="local"`; never `ray stop`, which ends every Ray on the machine): 4 logical
+    CPUs for 2 workers and the reward/judge actors, vLLM in-process, quiet tokenizers, and the trainer's worker setup
+    hook. The modules that use it share one session (see `_SharedRay`): a module must leave no actor or placement
+    group behind."""
+    _SharedRay.start()
     yield
-    ray.shutdown()
+    if not _SharedRay.resources_all_free():
+        warnings.warn("a test module left Ray resources in use; the next module gets a Ray of its own", stacklevel=1)
+        _SharedRay.stop()

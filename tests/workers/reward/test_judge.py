@@ -274,14 +274,8 @@ def _warm_start_judge(base_dir: str, output_dir: str, config: JudgeConfig, steps
 
 
 @pytest.fixture(scope="module")
-def ray_local():
-    import ray
-
-    # As the trainer's init_ray: vLLM's INFO lines off through the job's env, which the actor's own env adds to.
-    runtime_env = {"env_vars": {"VLLM_LOGGING_LEVEL": "WARN"}}
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", runtime_env=runtime_env)
-    yield
-    ray.shutdown()
+def ray_local(local_ray):
+    """The suite's shared Ray (tests/conftest.py)."""
 
 
 @pytest.mark.slow

@@ -42,10 +42,8 @@ def score(sample, target="yes"):
 
 
 @pytest.fixture(scope="module")
-def ray_local():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")
-    yield
-    ray.shutdown()
+def ray_local(local_ray):
+    """The suite's shared Ray (tests/conftest.py)."""
 
 
 @pytest.fixture(scope="module")

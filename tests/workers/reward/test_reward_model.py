@@ -198,14 +198,10 @@ def test_pairs_file_errors_name_the_file_row_and_key(tmp_path, capsys):
 
 
 @pytest.fixture(scope="module")
-def pool():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        pool = RayResourcePool([2], use_gpu=False, cpus_per_process=0.5)
-        yield pool
-        pool.remove()
-    finally:
-        ray.shutdown()
+def pool(local_ray):
+    pool = RayResourcePool([2], use_gpu=False, cpus_per_process=0.5)
+    yield pool
+    pool.remove()
 
 
 class OtherRole(Worker):
