@@ -24,6 +24,7 @@ import sys
 import pytest
 
 from verl.utils.metadata_cache import (
+    KEEP_PER_KIND,
     cached_import_structure,
     cached_packages_distributions,
     installed_distributions_digest,
@@ -70,6 +71,28 @@ def test_a_new_or_removed_distribution_changes_the_digest(tmp_path, monkeypatch)
     (site / "tinypkg-1.1.dist-info").rmdir()
     assert installed_distributions_digest() == before
     assert "tinypkg" not in cached_packages_distributions(compute, tmp_path / "cache") and compute.calls == 2
+
+
+def test_a_write_removes_the_oldest_files_of_its_kind_beyond_the_limit(tmp_path):
+    older = []
+    for index in range(KEEP_PER_KIND + 2):  # files of earlier package sets, oldest first
+        stale = tmp_path / f"packages_distributions-{index:024d}.json"
+        stale.write_text("{}")
+        os.utime(stale, ns=(10**18 + index, 10**18 + index))
+        older.append(stale.name)
+    other_kind = tmp_path / "transformers_models-000000000000000000000000.json"
+    other_kind.write_text("{}")
+    os.utime(other_kind, ns=(1, 1))  # older than all of them, but of another kind
+    unrelated = tmp_path / "notes.txt"
+    unrelated.write_text("mine")
+    compute = CountingCompute()
+    assert cached_packages_distributions(compute, tmp_path) == importlib.metadata.packages_distributions()
+    written = f"packages_distributions-{installed_distributions_digest()}.json"
+    kept = sorted(path.name for path in tmp_path.glob("packages_distributions-*.json"))
+    assert kept == sorted([written, *older[-(KEEP_PER_KIND - 1) :]])
+    assert other_kind.exists() and unrelated.read_text() == "mine"
+    assert cached_packages_distributions(compute, tmp_path) and compute.calls == 1  # reading removes nothing
+    assert len(list(tmp_path.glob("packages_distributions-*.json"))) == KEEP_PER_KIND
 
 
 def test_a_corrupt_or_unwritable_cache_is_computed_again(tmp_path):

@@ -29,7 +29,8 @@ files under the user's cache directory (`$XDG_CACHE_HOME/verl-compact`, else `~/
    reading the cache cost ~0.1 s: `import transformers` measured 0.65 instead of 0.99 CPU-seconds, and importing a
    model class and a tokenizer after torch 2.4-2.7 instead of 2.7-3.1.
 
-Where the cache cannot be written, each process computes as before. Both are on with the lean imports
+Each write removes the oldest files of its kind beyond the four most recent. Where the cache cannot be written,
+each process computes as before. Both are on with the lean imports
 (VERL_LEAN_IMPORTS=0 turns them off).
 """
 
@@ -74,9 +75,29 @@ def installed_distributions_digest() -> str:
     return hashlib.sha256(repr((sys.version, sorted(entries))).encode()).hexdigest()[:24]
 
 
+KEEP_PER_KIND = 4
+"""Cache files kept per kind (the name before the digest): each install or upgrade writes a new one, and the oldest
+beyond this many are removed as it is written; a removed one that is still in use is computed and written again."""
+
+
+def _prune_older(path: Path) -> None:
+    """Remove the files of `path`'s kind in its folder beyond the KEEP_PER_KIND most recently written."""
+    kind = path.name.rsplit("-", 1)[0] + "-"
+    siblings = []
+    for sibling in path.parent.glob(f"{kind}*.json"):
+        try:
+            siblings.append((sibling.stat().st_mtime_ns, sibling))
+        except OSError:  # removed by another process meanwhile
+            continue
+    for _, old in sorted(siblings, reverse=True)[KEEP_PER_KIND:]:
+        if old != path:
+            old.unlink(missing_ok=True)
+
+
 def _read_or_compute(path: Path, compute: Callable[[], Any], decode: Callable[[Any], Any]) -> Any:
     """`decode` of the JSON in `path`, or else `compute()`'s JSON value, written to `path` (atomically) and decoded.
-    A file that does not decode (corrupt, or from another version of this code) is computed and written again."""
+    A file that does not decode (corrupt, or from another version of this code) is computed and written again, and
+    each write removes the oldest files of its kind beyond KEEP_PER_KIND."""
     try:
         return decode(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError, KeyError):
@@ -89,6 +110,7 @@ def _read_or_compute(path: Path, compute: Callable[[], Any], decode: Callable[[A
             temporary = f.name
             json.dump(value, f)
         os.replace(temporary, path)  # whole or not at all, for processes that start together
+        _prune_older(path)
     except OSError:
         if temporary is not None and os.path.exists(temporary):  # a full disk: leave no partial file behind
             os.unlink(temporary)
