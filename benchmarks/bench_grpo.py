@@ -13,7 +13,7 @@
 # limitations under the License.
 """End-to-end GRPO on the CPU: our trainer against TRL's GRPOTrainer on the same workload (issue 17).
 
-Workload, the same on both sides: the tiny Qwen2 of `verl.utils.tiny_models` (2.9 M parameters, one HF directory
+Workload, the same on both sides: the tiny Qwen2 of `verl.models.tiny_models` (2.9 M parameters, one HF directory
 with its tokenizer), arithmetic prompts in the chat template ("What is 17 + 25? Answer with a number.", ~40
 tokens), `--prompts` x `--n` samples per step, responses of at most `--response-length` tokens sampled at
 temperature 1, a number-match reward, GRPO advantages, no KL and no reference model, AdamW at `--lr` without weight
@@ -887,7 +887,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             versions["trl_venv"] = ensure_trl_venv(
                 args.trl_venv, transformers_version, args.trl_version, log, args.torch_index_url
             )
-        from verl.utils.tiny_models import get_or_build_tiny_model
+        from verl.models.tiny_models import get_or_build_tiny_model
 
         model = get_or_build_tiny_model("qwen2", args.model_root)
         paths = write_workload(args.workdir, arithmetic_rows(args.prompts * args.steps, args.seed))

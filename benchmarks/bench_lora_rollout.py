@@ -42,10 +42,10 @@ def build(workdir: str, rank: int, alpha: int) -> tuple[str, str, str]:
     import torch
     from safetensors.torch import save_file
 
-    from verl.utils.lora import adapter_config_dict, apply_lora, lora_scaling, merged_state_dict, peft_adapter_state
-    from verl.utils.model_utils import build_model
-    from verl.utils.tiny_models import get_or_build_tiny_model
-    from verl.workers.actor.config import LoraConfig, ModelConfig
+    from verl.models.config import LoraConfig, ModelConfig
+    from verl.models.loading import build_model
+    from verl.models.lora import adapter_config_dict, apply_lora, lora_scaling, merged_state_dict, peft_adapter_state
+    from verl.models.tiny_models import get_or_build_tiny_model
 
     base = get_or_build_tiny_model("qwen2", os.path.join(workdir, "models"))
     model = build_model(ModelConfig(model_path=base))

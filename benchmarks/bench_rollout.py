@@ -46,8 +46,8 @@ import torch.distributed as dist  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from verl.models.tiny_models import get_or_build_tiny_model  # noqa: E402
 from verl.protocol import DataProto  # noqa: E402
-from verl.utils.tiny_models import get_or_build_tiny_model  # noqa: E402
 from verl.workers.rollout.config import RolloutConfig  # noqa: E402
 
 

@@ -28,7 +28,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from verl.utils import sandbox  # noqa: E402
+from verl.rewards import sandbox  # noqa: E402
 
 
 PROGRAM = "a, b = map(int, input().split())\nprint(a + b)\n"

@@ -46,7 +46,7 @@ def prepare(workdir: str) -> tuple[str, str]:
     python = sys.executable
     if not os.path.isfile(os.path.join(model, "config.json")):
         subprocess.run(
-            [python, "-m", "verl.utils.tiny_models", "--kind", "qwen2_5_vl", "--output", model]
+            [python, "-m", "verl.models.tiny_models", "--kind", "qwen2_5_vl", "--output", model]
             + ["--min-pixels", "3136", "--max-pixels", "3136"],
             check=True,
             cwd=REPO,

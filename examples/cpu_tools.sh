@@ -9,10 +9,10 @@ OUT=${OUT:-outputs/cpu_tools}
 export OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
 start=$(date +%s)
 mkdir -p "$OUT"
-"$PY" -m verl.utils.tiny_models --kind qwen2 --output "$OUT/tiny-qwen2"
+"$PY" -m verl.models.tiny_models --kind qwen2 --output "$OUT/tiny-qwen2"
 "$PY" examples/cpu_tools/make_data.py --output "$OUT/data"
 rm -rf "$OUT/warm_start" "$OUT/run"
-"$PY" -m verl.trainer.sft config=examples/cpu_tools/sft.yaml data.train_files="$OUT/data/train_sft.jsonl" \
+"$PY" -m verl.sft.main config=examples/cpu_tools/sft.yaml data.train_files="$OUT/data/train_sft.jsonl" \
     worker.model.model_path="$OUT/tiny-qwen2" trainer.save_checkpoint_path="$OUT/warm_start"
 "$PY" -m verl.trainer.main config=examples/cpu_tools/config.yaml \
     data.train_files="$OUT/data/train.jsonl" data.val_files="$OUT/data/val.jsonl" \

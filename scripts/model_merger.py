@@ -113,7 +113,7 @@ def merge_lora(
     from safetensors.torch import save_file
     from transformers import AutoConfig
 
-    from verl.utils.lora import lora_merge_plan_from_names, lora_scaling, merge_weight, peft_adapter_state
+    from verl.models.lora import lora_merge_plan_from_names, lora_scaling, merge_weight, peft_adapter_state
 
     hf_dir = os.path.join(local_dir, HF_SUBDIR)
     state = _load_checkpoint_tensors(local_dir)
@@ -180,7 +180,7 @@ def merge(
     if not os.path.isfile(os.path.join(hf_dir, "config.json")):
         raise FileNotFoundError(f"'{hf_dir}/config.json' is missing; the checkpoint was not written by this trainer.")
     target_dir = os.path.abspath(target_dir or hf_dir)
-    from verl.utils.lora import read_adapter_config
+    from verl.models.lora import read_adapter_config
 
     adapter_config = read_adapter_config(hf_dir)
     if adapter_config is not None:

@@ -138,11 +138,11 @@ def train(args: argparse.Namespace, train_pairs: list[dict[str, str]], val_pairs
     import torch.nn.functional as F
     from transformers import AutoModelForSequenceClassification
 
+    from verl.data.tokenizer import get_tokenizer
+    from verl.models.config import FSDPConfig
+    from verl.models.fsdp import clip_grad_norm, get_full_state_dict
     from verl.utils import device as device_utils
-    from verl.utils.fsdp_utils import clip_grad_norm, get_full_state_dict
-    from verl.utils.optim import build_optimizer
-    from verl.utils.tokenizer import get_tokenizer
-    from verl.workers.actor.config import FSDPConfig, OptimConfig
+    from verl.utils.optim import OptimConfig, build_optimizer
     from verl.workers.reward.model_worker import (
         build_fsdp_reward_model,
         last_token_scores,

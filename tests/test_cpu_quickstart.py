@@ -24,7 +24,7 @@ import pytest
 import torch
 from PIL import Image
 
-from verl.utils.tiny_models import get_or_build_tiny_model
+from verl.models.tiny_models import get_or_build_tiny_model
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -86,8 +86,8 @@ def test_sft_data_holds_every_answer_of_each_picture_in_a_group(data_dir):
 def test_warm_start_sft_teaches_the_format_but_not_the_answer(data_dir, tmp_path, local_ray):
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from verl.trainer.sft import run_sft
-    from verl.trainer.sft_config import load_sft_config
+    from verl.sft.config import load_sft_config
+    from verl.sft.main import run_sft
 
     load_example("make_data").write_sft_split(str(data_dir), "train")
     model = get_or_build_tiny_model("qwen2_5_vl", str(tmp_path / "cache"), min_pixels=3136, max_pixels=3136)

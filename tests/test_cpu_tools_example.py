@@ -21,11 +21,11 @@ import os
 import pytest
 
 from tests.repo_files import load_repo_file
+from verl.models.tiny_models import get_or_build_tiny_model
+from verl.sft.config import load_sft_config
+from verl.sft.main import run_sft
 from verl.trainer.config import load_config
 from verl.trainer.runner import run_ppo
-from verl.trainer.sft import run_sft
-from verl.trainer.sft_config import load_sft_config
-from verl.utils.tiny_models import get_or_build_tiny_model
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Code generation: run the response's program against the sample's test cases in the sandbox (verl.utils.sandbox).
+"""Code generation: run the response's program against the sample's test cases in the sandbox (verl.rewards.sandbox).
 
 Use:
     worker.reward.reward_function=examples/reward_function/code.py:compute_score
@@ -33,7 +33,7 @@ A ground truth in neither form raises ValueError naming the sample, before anyth
 
 The samples of the batch run in parallel through `run_many_cases` (max_workers at a time): a sample's cases share one
 sandboxed interpreter, which forks a fresh child per case, so each case still runs alone under the limits (wall_s,
-cpu_s, memory_mb, output_kb, max_processes; see verl.utils.sandbox.run_python_cases) and cannot see what the
+cpu_s, memory_mb, output_kb, max_processes; see verl.rewards.sandbox.run_python_cases) and cannot see what the
 others did, without paying an interpreter start per case. The programs run at a lower priority (`nice`, 10 by
 default), so they use the CPU the trainer's processes leave idle rather than slow them.
 
@@ -54,7 +54,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from verl.utils.sandbox import SandboxLimits, SandboxResult, run_many_cases
+from verl.rewards.sandbox import SandboxLimits, SandboxResult, run_many_cases
 
 
 REWARD_NAME = "code"

@@ -14,7 +14,7 @@
 """Math graded by math-verify, with a hard time limit per sample: overall = (1 - w) * accuracy + w * has_answer.
 
 math-verify (Hugging Face's maintained verifier) compares answers symbolically after parsing LaTeX, so "\\dfrac12",
-"0.5", "1/2" and "50\\%" all match a ground truth of "\\frac{1}{2}"; see verl/utils/math_grading.py and
+"0.5", "1/2" and "50\\%" all match a ground truth of "\\frac{1}{2}"; see verl/rewards/math_grading.py and
 docs/rewards.md for what it accepts. Sympy can hang on an adversarial answer, so every sample is verified in a
 worker process that is killed when it takes longer than `timeout_s`; that sample scores 0 and the rest of the batch
 is graded normally.
@@ -28,14 +28,14 @@ accuracy: 1.0 when the extracted answer equals the ground truth mathematically, 
 has_answer: 1.0 when an answer was extracted at all. `format_weight` (default 0) gives that share of `overall`.
 timeout: 1.0 when verification ran out of time (accuracy is then 0.0); its mean is the share of such samples.
 
-The worker pool (max_workers processes) lives in verl.utils.math_grading: it starts on the first call and is reused
+The worker pool (max_workers processes) lives in verl.rewards.math_grading: it starts on the first call and is reused
 on every later step, by this file and any other that grades with it in the same process (train and validation).
 """
 
 import json
 from typing import Any
 
-from verl.utils.math_grading import Verdict, extract_answer, verify_many
+from verl.rewards.math_grading import Verdict, extract_answer, verify_many
 
 
 REWARD_NAME = "math_verify"

@@ -20,7 +20,7 @@ import pytest
 
 from verl.envs import ToolEnv, load_environment, parse_tool_calls, python_tool
 from verl.envs.loader import EnvironmentLoadError
-from verl.utils.tiny_models import build_tokenizer
+from verl.models.tiny_models import build_tokenizer
 from verl.workers.rollout.multi_turn import ChatContinuation
 
 
@@ -168,9 +168,9 @@ def test_continuation_is_what_the_template_writes_between_turns():
 def test_tool_schemas_reach_the_prompt_and_env_keys_are_checked(tmp_path):
     import json
 
+    from verl.data.dataset import RLHFDataset
     from verl.trainer.config import load_config
     from verl.utils.config import ConfigError
-    from verl.utils.dataset import RLHFDataset
 
     tokenizer = build_tokenizer()
     rows = [{"prompt": "What is 6 x 7?", "answer": "42"}]

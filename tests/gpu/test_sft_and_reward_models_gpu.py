@@ -20,7 +20,7 @@ import socket
 import pytest
 import torch
 
-from verl.utils.tiny_models import get_or_build_tiny_model
+from verl.models.tiny_models import get_or_build_tiny_model
 
 
 def _free_port() -> int:
@@ -60,10 +60,11 @@ def test_sft_worker_trains_and_exports_on_cuda(models, tmp_path):
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from verl.trainer.sft_config import SFTWorkerConfig
-    from verl.utils.sft_dataset import SFTDataset, collate_sft
-    from verl.workers.actor.config import ModelConfig, OptimConfig
-    from verl.workers.sft_worker import SFTWorker
+    from verl.data.sft_dataset import SFTDataset, collate_sft
+    from verl.models.config import ModelConfig
+    from verl.sft.config import SFTWorkerConfig
+    from verl.sft.worker import SFTWorker
+    from verl.utils.optim import OptimConfig
 
     config = SFTWorkerConfig(
         model=ModelConfig(model_path=models["text"], enable_gradient_checkpointing=True),

@@ -28,8 +28,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from verl.models.tiny_models import get_or_build_tiny_model
 from verl.protocol import DataProto
-from verl.utils.tiny_models import get_or_build_tiny_model
 from verl.utils.torch_functional import log_probs_from_logits, positions_from_mask
 
 
@@ -143,8 +143,8 @@ def hf_log_probs(model_path: str, data: DataProto) -> torch.Tensor:
 
 
 def test_offload_moves_shards_off_the_device_and_back(workspace):
-    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model, load_fsdp_model, offload_fsdp_model
-    from verl.workers.actor.config import FSDPConfig, ModelConfig
+    from verl.models.config import FSDPConfig, ModelConfig
+    from verl.models.fsdp import build_device_mesh, create_fsdp_model, load_fsdp_model, offload_fsdp_model
 
     device = torch.device("cuda", torch.cuda.current_device())
     mesh = build_device_mesh(1, -1, "cuda")
@@ -168,8 +168,8 @@ def test_gather_once_per_pass_accumulates_in_the_reduce_dtype_on_cuda(workspace)
     those reduced after every micro-batch, and the parameters are sharded again afterwards."""
     from torch.distributed.tensor import DTensor
 
-    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model
-    from verl.workers.actor.config import FSDPConfig, ModelConfig
+    from verl.models.config import FSDPConfig, ModelConfig
+    from verl.models.fsdp import build_device_mesh, create_fsdp_model
 
     sys.path.insert(0, str(pathlib.Path(__file__).parent.parent / "workers"))
     from fsdp_testing import accumulate_over_pass
@@ -215,8 +215,8 @@ def test_critic_and_reference_rpcs_on_cuda(workspace):
 def test_weights_streamed_to_the_engine_equal_per_parameter_gathers_on_cuda(workspace):
     """The weight sync gathers one FSDP unit at a time in the unit's bf16 compute dtype: for a bf16 engine that must
     be bit for bit the master weights cast to bf16; for a float32 engine the float32 masters themselves."""
-    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model
-    from verl.workers.actor.config import FSDPConfig, ModelConfig
+    from verl.models.config import FSDPConfig, ModelConfig
+    from verl.models.fsdp import build_device_mesh, create_fsdp_model
     from verl.workers.sharding_manager.fsdp_vllm import checkpoint_names, iter_full_weights
 
     device = torch.device("cuda", torch.cuda.current_device())
@@ -235,10 +235,11 @@ def test_weights_streamed_to_the_engine_equal_per_parameter_gathers_on_cuda(work
 def test_lora_update_after_a_reference_first_forward_on_cuda(workspace):
     """An on-policy LoRA step computes the reference log-probs (adapters off) before any other forward of the actor:
     FSDP2 then sets up the bf16 compute / fp32 gradients of the adapters, and the update must still work."""
-    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model
-    from verl.utils.lora import adapters_disabled
-    from verl.utils.optim import build_optimizer
-    from verl.workers.actor.config import ActorConfig, FSDPConfig, LoraConfig, ModelConfig, OptimConfig
+    from verl.models.config import FSDPConfig, LoraConfig, ModelConfig
+    from verl.models.fsdp import build_device_mesh, create_fsdp_model
+    from verl.models.lora import adapters_disabled
+    from verl.utils.optim import OptimConfig, build_optimizer
+    from verl.workers.actor.config import ActorConfig
     from verl.workers.actor.dp_actor import DataParallelPPOActor
 
     device = torch.device("cuda", torch.cuda.current_device())
@@ -264,10 +265,11 @@ def test_lora_update_after_a_reference_first_forward_on_cuda(workspace):
 def test_actor_checkpoint_round_trip_on_cuda(workspace, tmp_path):
     """An actor updated on CUDA (bf16 compute, fp32 masters and Adam states), saved, and loaded into a fresh one: the
     same log-probs, and the same next update (the optimizer state came back too)."""
+    from verl.models.config import FSDPConfig, ModelConfig
+    from verl.models.fsdp import build_device_mesh, create_fsdp_model
     from verl.utils.checkpoint import FSDPCheckpointManager
-    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model
-    from verl.utils.optim import build_optimizer
-    from verl.workers.actor.config import ActorConfig, FSDPConfig, ModelConfig, OptimConfig
+    from verl.utils.optim import OptimConfig, build_optimizer
+    from verl.workers.actor.config import ActorConfig
     from verl.workers.actor.dp_actor import DataParallelPPOActor
 
     device = torch.device("cuda", torch.cuda.current_device())
@@ -347,7 +349,7 @@ def test_actor_rollout_ref_step_on_cuda(workspace, tmp_path):
 def test_lora_actor_rollout_ref_on_cuda(workspace, tmp_path):
     """LoRA on CUDA: bf16 frozen base, fp32 adapters, merged weights in the engine, reference = adapters off."""
     pytest.importorskip("vllm", reason="needs vLLM's GPU build (pip install vllm)")
-    from verl.utils.lora import is_adapter_param
+    from verl.models.lora import is_adapter_param
     from verl.workers.fsdp_workers import FSDPWorker
 
     config = worker_config(

@@ -44,7 +44,7 @@ from verl.models.packed_attention import (
     packed_sequence_kwargs,
     register_packed_attention,
 )
-from verl.utils.tiny_models import get_or_build_tiny_model
+from verl.models.tiny_models import get_or_build_tiny_model
 from verl.utils.torch_functional import positions_from_mask, unpad_input
 
 

@@ -62,7 +62,7 @@ def checkpoint(tmp_path_factory) -> tuple[str, dict[str, torch.Tensor]]:
     import torch.distributed.checkpoint as dcp
     from transformers import AutoModelForCausalLM
 
-    from verl.utils.tiny_models import build_tiny_model
+    from verl.models.tiny_models import build_tiny_model
 
     root = tmp_path_factory.mktemp("merger")
     model_dir = build_tiny_model(

@@ -30,9 +30,9 @@ import torch
 from PIL import Image, ImageDraw
 from repo_files import load_repo_file
 
+from verl.models.tiny_models import build_tokenizer
 from verl.protocol import DataProto
 from verl.trainer.rollout_dump import dump_rollouts
-from verl.utils.tiny_models import build_tokenizer
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

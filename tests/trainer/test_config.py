@@ -265,8 +265,8 @@ def test_unsupported_vision_language_models_are_refused_by_name(files):
 
 
 def test_supported_vision_language_types_match_the_rope_index():
-    from verl.utils.rope_index import MROPE_MODEL_CLASSES
-    from verl.workers.actor.config import VISION_LANGUAGE_MODEL_TYPES
+    from verl.models.config import VISION_LANGUAGE_MODEL_TYPES
+    from verl.models.rope_index import MROPE_MODEL_CLASSES
 
     assert set(VISION_LANGUAGE_MODEL_TYPES) == set(MROPE_MODEL_CLASSES)
 
@@ -317,7 +317,7 @@ def test_main_reports_config_error_without_traceback(files, capsys):
 def test_data_errors_are_one_line_and_leave_no_ray_running(files, tmp_path, capsys):
     import ray
 
-    from verl.utils.tiny_models import get_or_build_tiny_model
+    from verl.models.tiny_models import get_or_build_tiny_model
 
     model = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
     (files / "train.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n{"prompt": "2+2?", "answer": null}\n')
@@ -386,7 +386,7 @@ def test_estimator_options_are_accepted_where_the_estimator_honours_them(files):
 
 def test_validation_reads_the_registries(files, monkeypatch):
     """Registering an estimator, a policy loss, an aggregation or a KL estimator is all it takes to select it."""
-    from verl.trainer import advantages, kl, masked_ops, policy_losses
+    from verl.algorithms import advantages, kl, masked_ops, policy_losses
 
     for module, registry in [
         (advantages, "_ADV_ESTIMATORS"),

@@ -21,11 +21,11 @@ import datasets
 import pytest
 import torch
 
+from verl.data.tokenizer import get_tokenizer
+from verl.models.tiny_models import get_or_build_tiny_model
 from verl.protocol import DataProto
 from verl.trainer.config import DataConfig
 from verl.trainer.data_loader import create_dataloader, load_loader_state, reset_stop_signals, saved_num_workers
-from verl.utils.tiny_models import get_or_build_tiny_model
-from verl.utils.tokenizer import get_tokenizer
 
 
 NUM_ROWS = 10

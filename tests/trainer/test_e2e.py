@@ -24,9 +24,9 @@ import os
 import pytest
 
 from tests.repo_files import load_repo_file
+from verl.models.tiny_models import CHAT_TEMPLATE, get_or_build_tiny_model
 from verl.trainer.config import load_config
 from verl.trainer.runner import run_ppo
-from verl.utils.tiny_models import CHAT_TEMPLATE, get_or_build_tiny_model
 
 
 pytestmark = pytest.mark.slow

@@ -25,9 +25,9 @@ import pytest
 import ray
 import torch
 
+from verl.models.tiny_models import get_or_build_tiny_model
 from verl.protocol import DataProto
 from verl.trainer.scoring import BatchScorer
-from verl.utils.tiny_models import get_or_build_tiny_model
 from verl.workers.config import RewardConfig
 
 
@@ -106,10 +106,10 @@ def _write_jsonl(path, rows) -> None:
 @pytest.mark.slow
 def test_pairs_to_reward_model_to_grpo_whose_reward_goes_up(local_ray, tmp_path) -> None:
     """A reward model trained on pairs that prefer the answer "3" drives GRPO towards "3" (rule: any digit)."""
+    from verl.sft.config import load_sft_config
+    from verl.sft.main import run_sft
     from verl.trainer.config import load_config
     from verl.trainer.runner import run_ppo
-    from verl.trainer.sft import run_sft
-    from verl.trainer.sft_config import load_sft_config
 
     base = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
     # 1. a policy that answers with one digit from 1 to 4, each about as often (SFT on every answer per prompt)

@@ -22,9 +22,9 @@ import time
 
 import pytest
 
+from verl.models.tiny_models import get_or_build_tiny_model
 from verl.trainer.checkpointing import CheckpointTracker, is_complete
 from verl.trainer.preemption import StopRequest, TrainingInterrupted
-from verl.utils.tiny_models import get_or_build_tiny_model
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -27,7 +27,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from verl.utils.tiny_models import get_or_build_tiny_model
+from verl.models.tiny_models import get_or_build_tiny_model
 
 
 pytestmark = pytest.mark.slow
@@ -55,9 +55,9 @@ def _init(rank: int, world_size: int, port: int) -> None:
 
 def _build(model_dir: str):
     """Sharded model, AdamW and a warmup + cosine schedule, as a worker builds them."""
-    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model
-    from verl.utils.optim import build_lr_scheduler, build_optimizer
-    from verl.workers.actor.config import FSDPConfig, ModelConfig, OptimConfig
+    from verl.models.config import FSDPConfig, ModelConfig
+    from verl.models.fsdp import build_device_mesh, create_fsdp_model
+    from verl.utils.optim import OptimConfig, build_lr_scheduler, build_optimizer
 
     world_size = dist.get_world_size()
     model = create_fsdp_model(
@@ -90,7 +90,7 @@ def _train_step(model, optimizer, scheduler, input_ids: torch.Tensor) -> float: 
 
 
 def _full_params(model) -> dict[str, torch.Tensor]:  # noqa: ANN001
-    from verl.utils.fsdp_utils import get_full_state_dict
+    from verl.models.fsdp import get_full_state_dict
 
     return get_full_state_dict(model, rank0_only=False)
 
@@ -107,8 +107,8 @@ def _local_optimizer_state(optimizer) -> list[torch.Tensor]:  # noqa: ANN001
 
 def _run_two_ranks(rank: int, world_size: int, port: int, model_dir: str, ckpt_root: str) -> None:
     _init(rank, world_size, port)
+    from verl.data.tokenizer import get_tokenizer
     from verl.utils.checkpoint import HF_SUBDIR, FSDPCheckpointManager
-    from verl.utils.tokenizer import get_tokenizer
 
     ckpt = os.path.join(ckpt_root, "global_step_2", "actor")
     data = _batch([rank])

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "wor
 
 from fsdp_testing import accumulate_over_pass, init_rank, spawn  # noqa: E402
 
-from verl.utils.tiny_models import get_or_build_tiny_model  # noqa: E402
+from verl.models.tiny_models import get_or_build_tiny_model  # noqa: E402
 
 
 WORLD_SIZE = 2
@@ -67,8 +67,8 @@ def _run(rank: int, world_size: int, port: int, model_dir: str) -> None:
     init_rank(rank, world_size, port)
     from torch.distributed.fsdp import FSDPModule
 
-    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model, micro_batch_pass
-    from verl.workers.actor.config import FSDPConfig, ModelConfig
+    from verl.models.config import FSDPConfig, ModelConfig
+    from verl.models.fsdp import build_device_mesh, create_fsdp_model, micro_batch_pass
 
     model_config = ModelConfig(model_path=model_dir, enable_gradient_checkpointing=False)
     model = create_fsdp_model(
@@ -125,8 +125,8 @@ def test_gather_once_per_pass_gives_the_same_gradients_with_one_collective_per_u
 
 
 def test_gather_once_per_pass_defaults_to_the_cpu_only() -> None:
-    from verl.utils.fsdp_utils import gathers_once_per_pass
-    from verl.workers.actor.config import FSDPConfig
+    from verl.models.config import FSDPConfig
+    from verl.models.fsdp import gathers_once_per_pass
 
     assert gathers_once_per_pass(FSDPConfig(), "cpu")
     assert not gathers_once_per_pass(FSDPConfig(), "cuda")

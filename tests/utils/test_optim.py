@@ -16,8 +16,7 @@ import math
 import pytest
 import torch
 
-from verl.utils.optim import BF16AdamW, build_lr_scheduler, build_optimizer
-from verl.workers.actor.config import OptimConfig
+from verl.utils.optim import BF16AdamW, OptimConfig, build_lr_scheduler, build_optimizer
 
 
 def lrs(config: OptimConfig, steps: int) -> list[float]:

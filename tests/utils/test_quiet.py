@@ -125,7 +125,7 @@ def test_verbose_turns_every_filter_off(monkeypatch):
 
 
 def test_the_progress_bar_of_a_local_file_is_off_unless_verbose(tmp_path, monkeypatch, capsys):
-    from verl.utils.dataset_sources import load_source
+    from verl.data.sources import load_source
 
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
     for name in ("a", "b"):

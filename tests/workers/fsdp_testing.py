@@ -204,7 +204,7 @@ def reference_outputs(model: torch.nn.Module, data: DataProto, temperature: floa
 def accumulate_over_pass(model: torch.nn.Module, micro_batches: list[torch.Tensor], gather_once: bool) -> dict:
     """Gradients (full tensors, cloned) of a toy loss summed over `micro_batches` of token ids, accumulated in one
     `micro_batch_pass` of the FSDP2 `model`. Collective: every rank must call it with as many micro-batches."""
-    from verl.utils.fsdp_utils import micro_batch_pass
+    from verl.models.fsdp import micro_batch_pass
 
     model.zero_grad(set_to_none=True)
     with micro_batch_pass(model, gather_once, reshard_after_forward=True) as before_backward:

@@ -28,9 +28,9 @@ import torch
 import torch.distributed as dist
 from fsdp_testing import init_rank, make_text_batch, make_vl_batch, reference_outputs, spawn
 
+from verl.algorithms.core_algos import compute_entropy_loss, compute_kl_loss, compute_policy_loss
+from verl.models.tiny_models import get_or_build_tiny_model
 from verl.protocol import DataProto
-from verl.trainer.core_algos import compute_entropy_loss, compute_kl_loss, compute_policy_loss
-from verl.utils.tiny_models import get_or_build_tiny_model
 
 
 WORLD_SIZE = 2
@@ -128,7 +128,7 @@ def check_log_probs(model, local, reference, modes=MODES) -> dict[str, torch.Ten
 def check_gradients(model, local, full, ref_model, modes=MODES, loss_avg_modes=("token-mean",)) -> None:
     """Every batching mode accumulates the gradient of the full batch's loss computed in one process, with the
     parameters gathered once per mini-batch (the CPU default) and, for the first mode, re-gathered per micro-batch."""
-    from verl.workers.actor.config import FSDPConfig
+    from verl.models.config import FSDPConfig
     from verl.workers.actor.dp_actor import DataParallelPPOActor
 
     first = next(iter(modes))
@@ -157,9 +157,9 @@ def check_gradients(model, local, full, ref_model, modes=MODES, loss_avg_modes=(
 
 def check_updates(model_config, local, rank: int, fsdp_size: int) -> None:
     """A few AdamW updates on a fixed on-policy batch lower the loss; replicas stay bitwise identical."""
-    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model
-    from verl.utils.optim import build_optimizer
-    from verl.workers.actor.config import FSDPConfig, OptimConfig
+    from verl.models.config import FSDPConfig
+    from verl.models.fsdp import build_device_mesh, create_fsdp_model
+    from verl.utils.optim import OptimConfig, build_optimizer
     from verl.workers.actor.dp_actor import DataParallelPPOActor
 
     fsdp_config = FSDPConfig(fsdp_size=fsdp_size)
@@ -193,9 +193,9 @@ def check_updates(model_config, local, rank: int, fsdp_size: int) -> None:
 
 def _run_text_actor(rank: int, world_size: int, port: int, model_dir: str) -> None:
     init_rank(rank, world_size, port)
-    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model
-    from verl.utils.model_utils import build_model
-    from verl.workers.actor.config import FSDPConfig, ModelConfig
+    from verl.models.config import FSDPConfig, ModelConfig
+    from verl.models.fsdp import build_device_mesh, create_fsdp_model
+    from verl.models.loading import build_model
 
     model_config = ModelConfig(model_path=model_dir)
     model = create_fsdp_model(
@@ -224,11 +224,11 @@ def _run_text_actor(rank: int, world_size: int, port: int, model_dir: str) -> No
 
 def _run_vl_actor(rank: int, world_size: int, port: int, model_dir: str) -> None:
     init_rank(rank, world_size, port)
-    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model
-    from verl.utils.model_utils import build_model, get_vision_tower
-    from verl.utils.optim import build_optimizer
-    from verl.utils.tokenizer import get_processor
-    from verl.workers.actor.config import FSDPConfig, ModelConfig, OptimConfig
+    from verl.data.tokenizer import get_processor
+    from verl.models.config import FSDPConfig, ModelConfig
+    from verl.models.fsdp import build_device_mesh, create_fsdp_model
+    from verl.models.loading import build_model, get_vision_tower
+    from verl.utils.optim import OptimConfig, build_optimizer
     from verl.workers.actor.dp_actor import DataParallelPPOActor, process_multi_modal_inputs
 
     processor = get_processor(model_dir)
@@ -288,9 +288,9 @@ def test_vl_actor_matches_hf_and_freezes_vision_tower(model_root: str) -> None:
 
 def test_single_process_actor_matches_hf_in_every_mode_and_trains(model_root: str) -> None:
     """Without torch.distributed the actor runs on a plain model: same log-probs, and updates lower the loss."""
-    from verl.utils.model_utils import build_model
-    from verl.utils.optim import build_optimizer
-    from verl.workers.actor.config import ModelConfig, OptimConfig
+    from verl.models.config import ModelConfig
+    from verl.models.loading import build_model
+    from verl.utils.optim import OptimConfig, build_optimizer
     from verl.workers.actor.dp_actor import DataParallelPPOActor
 
     model_dir = get_or_build_tiny_model("qwen2", model_root)
@@ -320,8 +320,8 @@ def test_single_process_actor_matches_hf_in_every_mode_and_trains(model_root: st
 
 def test_on_policy_update_without_old_log_probs_has_the_same_loss_and_gradient(model_root: str) -> None:
     """One epoch over one mini-batch: the update's own detached log-probs replace the separate old forward."""
-    from verl.utils.model_utils import build_model
-    from verl.workers.actor.config import ModelConfig
+    from verl.models.config import ModelConfig
+    from verl.models.loading import build_model
     from verl.workers.actor.dp_actor import DataParallelPPOActor
 
     model = build_model(ModelConfig(model_path=get_or_build_tiny_model("qwen2", model_root)))
@@ -352,9 +352,9 @@ def test_on_policy_update_without_old_log_probs_has_the_same_loss_and_gradient(m
 def test_dense_micro_batches_run_padded_where_the_device_asks_for_it(model_root: str, monkeypatch) -> None:
     """On a DENSE_ROWS_RUN_PADDED device, packed micro-batches without padding run as padded rows (same outputs and
     gradients); micro-batches with padding stay packed. On the CPU (not such a device) everything stays packed."""
-    from verl.utils.model_utils import build_model
+    from verl.models.config import ModelConfig
+    from verl.models.loading import build_model
     from verl.workers.actor import forward
-    from verl.workers.actor.config import ModelConfig
     from verl.workers.actor.dp_actor import DataParallelPPOActor
 
     model = build_model(ModelConfig(model_path=get_or_build_tiny_model("qwen2", model_root)))
@@ -391,8 +391,8 @@ def test_dense_micro_batches_run_padded_where_the_device_asks_for_it(model_root:
 def test_entropy_coeff_from_meta_info_replaces_the_configured_one(model_root: str) -> None:
     """Adaptive entropy control sends each step's coefficient: it is the one applied, and the entropy reported is the
     exact one even at coefficient 0 (without the key, coefficient 0 reports the -log p estimate)."""
-    from verl.utils.model_utils import build_model
-    from verl.workers.actor.config import ModelConfig
+    from verl.models.config import ModelConfig
+    from verl.models.loading import build_model
     from verl.workers.actor.dp_actor import DataParallelPPOActor
 
     model = build_model(ModelConfig(model_path=get_or_build_tiny_model("qwen2", model_root)))
@@ -432,8 +432,8 @@ def test_entropy_coeff_from_meta_info_replaces_the_configured_one(model_root: st
 def test_actor_input_errors_name_the_missing_key(model_root: str) -> None:
     from PIL import Image
 
-    from verl.utils.model_utils import build_model
-    from verl.workers.actor.config import ModelConfig
+    from verl.models.config import ModelConfig
+    from verl.models.loading import build_model
     from verl.workers.actor.dp_actor import DataParallelPPOActor, process_multi_modal_inputs
 
     model = build_model(ModelConfig(model_path=get_or_build_tiny_model("qwen2", model_root)))
@@ -458,7 +458,7 @@ def test_actor_input_errors_name_the_missing_key(model_root: str) -> None:
 def test_process_multi_modal_inputs_once_per_prompt(model_root: str) -> None:
     from PIL import Image
 
-    from verl.utils.tokenizer import get_processor
+    from verl.data.tokenizer import get_processor
     from verl.workers.actor.dp_actor import process_multi_modal_inputs
 
     processor = get_processor(get_or_build_tiny_model("qwen2_5_vl", model_root))

@@ -23,8 +23,8 @@ import torch
 import torch.distributed as dist
 from fsdp_testing import init_rank, make_text_batch, make_vl_batch, reference_outputs, spawn
 
-from verl.trainer.core_algos import compute_gae_advantage_return
-from verl.utils.tiny_models import get_or_build_tiny_model
+from verl.algorithms.core_algos import compute_gae_advantage_return
+from verl.models.tiny_models import get_or_build_tiny_model
 
 
 pytestmark = pytest.mark.slow
@@ -64,11 +64,11 @@ def check_values(model, local, ref_model) -> torch.Tensor:
 
 def _run_critic(rank: int, world_size: int, port: int, text_dir: str, vl_dir: str) -> None:
     init_rank(rank, world_size, port)
-    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model
-    from verl.utils.model_utils import build_model
-    from verl.utils.optim import build_optimizer
-    from verl.utils.tokenizer import get_processor
-    from verl.workers.actor.config import FSDPConfig, ModelConfig, OptimConfig
+    from verl.data.tokenizer import get_processor
+    from verl.models.config import FSDPConfig, ModelConfig
+    from verl.models.fsdp import build_device_mesh, create_fsdp_model
+    from verl.models.loading import build_model
+    from verl.utils.optim import OptimConfig, build_optimizer
     from verl.workers.actor.dp_actor import process_multi_modal_inputs
     from verl.workers.critic.dp_critic import DataParallelPPOCritic
 

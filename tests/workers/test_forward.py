@@ -17,10 +17,10 @@ import pytest
 import torch
 from fsdp_testing import make_text_batch, reference_outputs
 
+from verl.models.config import ModelConfig
+from verl.models.tiny_models import get_or_build_tiny_model
 from verl.protocol import DataProto
-from verl.utils.tiny_models import get_or_build_tiny_model
 from verl.utils.torch_functional import log_probs_from_logits
-from verl.workers.actor.config import ModelConfig
 from verl.workers.actor.forward import forward_response, make_micro_batches, packing_is_exact, update_micro_batch_size
 
 
@@ -33,7 +33,7 @@ def head(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    from verl.utils.model_utils import build_model
+    from verl.models.loading import build_model
 
     path = get_or_build_tiny_model("qwen2", str(tmp_path_factory.mktemp("models")))
     return build_model(ModelConfig(model_path=path, enable_gradient_checkpointing=False)).eval()

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from fsdp_testing import init_rank, make_text_batch, spawn
 
-from verl.utils.tiny_models import get_or_build_tiny_model
+from verl.models.tiny_models import get_or_build_tiny_model
 
 
 WORLD_SIZE = 2
@@ -32,11 +32,12 @@ def _run(rank: int, world_size: int, port: int, model_dir: str, checkpoint_dir: 
     init_rank(rank, world_size, port)
     from torch.distributed.device_mesh import init_device_mesh
 
+    from verl.models.config import FSDPConfig, LoraConfig, ModelConfig
+    from verl.models.fsdp import create_fsdp_model, get_full_state_dict
+    from verl.models.lora import adapters_disabled, is_adapter_param, merged_state_dict
     from verl.utils.checkpoint import FSDPCheckpointManager
-    from verl.utils.fsdp_utils import create_fsdp_model, get_full_state_dict
-    from verl.utils.lora import adapters_disabled, is_adapter_param, merged_state_dict
-    from verl.utils.optim import build_optimizer
-    from verl.workers.actor.config import ActorConfig, FSDPConfig, LoraConfig, ModelConfig, OptimConfig
+    from verl.utils.optim import OptimConfig, build_optimizer
+    from verl.workers.actor.config import ActorConfig
     from verl.workers.actor.dp_actor import DataParallelPPOActor
     from verl.workers.sharding_manager.fsdp_vllm import checkpoint_names, iter_full_weights
 
@@ -117,9 +118,9 @@ def _reference_first(rank: int, world_size: int, port: int, model_dir: str) -> N
     init_rank(rank, world_size, port)
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    from verl.utils.lora import adapters_disabled, apply_lora
-    from verl.utils.model_utils import build_model
-    from verl.workers.actor.config import LoraConfig, ModelConfig
+    from verl.models.config import LoraConfig, ModelConfig
+    from verl.models.loading import build_model
+    from verl.models.lora import adapters_disabled, apply_lora
 
     model = build_model(ModelConfig(model_path=model_dir))
     apply_lora(model, LoraConfig(rank=4, alpha=8), vision_language=False, base_model_path=model_dir)

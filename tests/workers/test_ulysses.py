@@ -22,7 +22,7 @@ import torch.distributed as dist
 from fsdp_testing import init_rank, make_text_batch, reference_outputs, spawn
 from test_dp_actor import TEMPERATURE, actor_config, recording_optimizer, reference_grads
 
-from verl.utils.tiny_models import get_or_build_tiny_model
+from verl.models.tiny_models import get_or_build_tiny_model
 
 
 WORLD_SIZE = 2
@@ -31,10 +31,10 @@ MODES = {"dynamic": (True, True), "rows": (True, False)}  # packed micro-batches
 
 def _run(rank: int, world_size: int, port: int, model_dir: str) -> None:
     init_rank(rank, world_size, port)
+    from verl.models.config import FSDPConfig, ModelConfig
+    from verl.models.fsdp import build_device_mesh, create_fsdp_model
+    from verl.models.loading import build_model
     from verl.models.ulysses import gather_rows, new_sequence_parallel_group, own_rows
-    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model
-    from verl.utils.model_utils import build_model
-    from verl.workers.actor.config import FSDPConfig, ModelConfig
     from verl.workers.actor.dp_actor import DataParallelPPOActor
 
     group = new_sequence_parallel_group(world_size)
@@ -80,9 +80,9 @@ def _run(rank: int, world_size: int, port: int, model_dir: str) -> None:
 
 def _check_critic(model_dir: str, group, full) -> None:
     """The critic split across the group: values and gradients equal a plain single-rank critic's."""
-    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model
-    from verl.utils.model_utils import build_model
-    from verl.workers.actor.config import FSDPConfig, ModelConfig
+    from verl.models.config import FSDPConfig, ModelConfig
+    from verl.models.fsdp import build_device_mesh, create_fsdp_model
+    from verl.models.loading import build_model
     from verl.workers.critic.config import CriticConfig
     from verl.workers.critic.dp_critic import DataParallelPPOCritic
 
@@ -121,11 +121,11 @@ def _run_vl(rank: int, world_size: int, port: int, model_dir: str) -> None:
     init_rank(rank, world_size, port)
     from fsdp_testing import make_vl_batch
 
+    from verl.data.tokenizer import get_processor
+    from verl.models.config import FSDPConfig, ModelConfig
+    from verl.models.fsdp import build_device_mesh, create_fsdp_model
+    from verl.models.loading import build_model
     from verl.models.ulysses import new_sequence_parallel_group
-    from verl.utils.fsdp_utils import build_device_mesh, create_fsdp_model
-    from verl.utils.model_utils import build_model
-    from verl.utils.tokenizer import get_processor
-    from verl.workers.actor.config import FSDPConfig, ModelConfig
     from verl.workers.actor.dp_actor import DataParallelPPOActor, process_multi_modal_inputs
 
     group = new_sequence_parallel_group(world_size)

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from fsdp_testing import init_rank, make_text_batch, spawn
 
-from verl.utils.tiny_models import get_or_build_tiny_model
+from verl.models.tiny_models import get_or_build_tiny_model
 
 
 def _per_parameter(model: torch.nn.Module, dtype: torch.dtype) -> dict[str, torch.Tensor]:
@@ -63,8 +63,8 @@ def _run(rank: int, world_size: int, port: int, model_dir: str) -> None:
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from transformers import AutoModelForCausalLM
 
-    from verl.utils.fsdp_utils import create_fsdp_model
-    from verl.workers.actor.config import FSDPConfig, ModelConfig
+    from verl.models.config import FSDPConfig, ModelConfig
+    from verl.models.fsdp import create_fsdp_model
 
     mesh = init_device_mesh("cpu", (world_size,))
     model = create_fsdp_model(ModelConfig(model_path=model_dir), FSDPConfig(), mesh, torch.device("cpu"))

@@ -13,11 +13,11 @@
 # limitations under the License.
 """Environments for multi-turn and tool-use rollouts (see verl.envs.base)."""
 
-from .base import Environment, EnvStep, MultiTurnEnv, SingleTurnEnv
-from .client_env import ChatClientEnv, EpisodeOver
-from .loader import load_environment
-from .parsers import XMLParser
-from .tools import ToolEnv, parse_tool_calls, python_tool
+from verl.envs.base import Environment, EnvStep, MultiTurnEnv, SingleTurnEnv
+from verl.envs.client_env import ChatClientEnv, EpisodeOver
+from verl.envs.loader import load_environment
+from verl.envs.parsers import XMLParser
+from verl.envs.tools import ToolEnv, parse_tool_calls, python_tool
 
 
 __all__ = [

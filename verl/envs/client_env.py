@@ -32,7 +32,7 @@ re-tokenized): the first request must be the prompt `messages` the episode was g
 request plus the assistant reply it got plus any new messages (user or tool), which are rendered by the chat template
 and masked out of the loss. The training sampling settings (rollout temperature, top_p, ...) apply; a request's
 `max_tokens` can only lower the turn's length. `python -m verl.envs.evaluate` runs `rollout` with a real
-`openai.AsyncOpenAI` client against `python -m verl.trainer.serve` or any other endpoint.
+`openai.AsyncOpenAI` client against `python -m verl.serve` or any other endpoint.
 
 A `verifiers` environment's own rollout method has this shape (client, model, prompt messages); wrap it in a
 ChatClientEnv subclass whose `rollout` calls it and stores what its rubric needs in `state`.
@@ -40,7 +40,7 @@ ChatClientEnv subclass whose `rollout` calls it and stores what its rubric needs
 
 from typing import Any
 
-from .base import Environment, EnvStep
+from verl.envs.base import Environment, EnvStep
 
 
 class EpisodeOver(Exception):

@@ -12,7 +12,7 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """Run an environment's episodes against any OpenAI-compatible chat endpoint (the trained model served by
-`python -m verl.trainer.serve`, or another model), with the same environment class as training.
+`python -m verl.serve`, or another model), with the same environment class as training.
 
     python -m verl.envs.evaluate --env examples/envs/guess_number.py:GuessNumber --data val.jsonl \\
         --base-url http://127.0.0.1:8000/v1 [--max-turns 4 --temperature 0]
@@ -27,7 +27,7 @@ Images (for a vision-language model): a row's `--image-key` list (paths relative
 data file's folder) goes into the first user message, at the prompt's `<image>` markers or, without markers, before
 its text, as training renders it; the environment's messages may carry images as `{"type": "image", "image": <PIL
 image>}` parts, as in training. Both are sent as OpenAI `image_url` parts with PNG data URLs (which
-`verl.trainer.serve` and vLLM's own server read).
+`verl.serve` and vLLM's own server read).
 """
 
 import argparse
@@ -41,9 +41,9 @@ import sys
 import types
 from typing import Any
 
-from .base import Environment
-from .client_env import ChatClientEnv, EpisodeOver
-from .loader import load_environment
+from verl.envs.base import Environment
+from verl.envs.client_env import ChatClientEnv, EpisodeOver
+from verl.envs.loader import load_environment
 
 
 IMAGE_MARKER = "<image>"
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _row_images(value: Any, image_dir: str, index: int) -> list[Any]:
     """A row's images, decoded as RGB (a path, bytes or {"bytes"/"path"} dict each), or [] without any."""
-    from verl.utils.multimodal import open_image, resolve_path
+    from verl.data.multimodal import open_image, resolve_path
 
     if value is None:
         return []

@@ -17,9 +17,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from verl.envs.base import Environment
 from verl.utils.module_loading import import_file
-
-from .base import Environment
 
 
 CONFIG_KEY = "worker.rollout.env"

@@ -19,7 +19,7 @@ chat template describes them when it is given `tools`: each function's JSON sche
 docstring, `transformers.utils.get_json_schema`) goes into the prompt through `tool_schemas()`, which the dataset
 passes to the chat template. A turn without a tool call ends the episode (the model answered).
 
-Safety: a tool that raises returns "Error: ..." to the model; `python_tool` runs code in verl.utils.sandbox (its
+Safety: a tool that raises returns "Error: ..." to the model; `python_tool` runs code in verl.rewards.sandbox (its
 own process, wall-clock and CPU limits, a memory cap, no network, a scratch directory), so a crashing, hanging or
 memory-hungry program cannot stall or kill the worker. Plain function tools run in the worker process, each call in
 its own thread: one that has not returned after `tool_timeout_s` is reported to the model as timed out and the
@@ -34,7 +34,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .base import EnvStep, MultiTurnEnv
+from verl.envs.base import EnvStep, MultiTurnEnv
 
 
 TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
@@ -74,7 +74,7 @@ def python_tool(code: str) -> str:
     Args:
         code: the complete program; print the values you need.
     """
-    from verl.utils.sandbox import SandboxLimits, run_python
+    from verl.rewards.sandbox import SandboxLimits, run_python
 
     result = run_python(code, limits=SandboxLimits(wall_s=5.0, cpu_s=3.0, memory_mb=512, output_kb=64))
     if result.status == "ok":

@@ -11,3 +11,6 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
+"""Models: building Hugging Face models for training, their FSDP2 sharding, LoRA adapters, packed-sequence and
+Ulysses attention, the multimodal rope index, and the tiny models the tests and CPU examples build offline.
+"""

@@ -36,6 +36,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from verl.models.structure import get_language_model
+from verl.protocol import DataProto
+
 
 _GROUP: dist.ProcessGroup | None = None
 """The sequence-parallel group of this process while `sequence_parallel` is active (None otherwise)."""
@@ -107,8 +110,6 @@ def language_model_slice(model: Any, local: slice) -> Iterator[None]:
     The slicing is a pre-hook on the language model, installed once per model.
     """
     global _LANGUAGE_MODEL_SLICE
-    from verl.utils.model_utils import get_language_model
-
     language_model = get_language_model(model)
     if language_model is None:
         raise NotImplementedError(f"{type(model).__name__} has no language_model to give a slice of the row.")
@@ -199,8 +200,6 @@ def gather_rows(data: Any, group: dist.ProcessGroup | None) -> Any:
     """The DataProto rows of every rank of `group`, in rank order (each rank's own rows when group is None)."""
     if group is None:
         return data
-    from verl.protocol import DataProto
-
     device = data.batch.device if data.batch is not None else None
     parts: list[Any] = [None] * dist.get_world_size(group)
     dist.all_gather_object(parts, data.to("cpu") if device is not None else data, group=group)

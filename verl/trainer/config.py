@@ -31,11 +31,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..utils.config import ConfigError, load_yaml, merge_config, parse_dotlist, set_keys
-from ..workers.actor.config import ATTN_IMPLEMENTATIONS, VISION_LANGUAGE_MODEL_TYPES, ActorConfig
-from ..workers.config import WorkerConfig
-from ..workers.reward import RewardFunctionLoadError, check_reward_function
-from .schedules import check_response_length_schedule
+from verl.algorithms.schedules import check_response_length_schedule
+from verl.models.config import ATTN_IMPLEMENTATIONS, VISION_LANGUAGE_MODEL_TYPES
+from verl.utils.config import ConfigError, load_yaml, merge_config, parse_dotlist, set_keys
+from verl.workers.actor.config import ActorConfig
+from verl.workers.config import WorkerConfig
+from verl.rewards.function import RewardFunctionLoadError, check_reward_function
 
 
 logger = logging.getLogger(__name__)
@@ -112,7 +113,7 @@ class AlgorithmConfig:
     """GAE lambda (gae only); another value for any other estimator is an error."""
     adv_estimator: str = "grpo"
     """gae, grpo, grpo_passk, rloo, opo, gpg, reinforce_plus_plus, reinforce_plus_plus_baseline, remax, or any name
-    registered with verl.trainer.advantages.register_adv_estimator."""
+    registered with verl.algorithms.advantages.register_adv_estimator."""
     norm_adv_by_std_in_grpo: bool = True
     """Divide grpo and grpo_passk advantages by the group's standard deviation; false gives Dr.GRPO. Setting it
     false for an estimator that does not normalise is an error."""
@@ -242,12 +243,12 @@ EASYR1_LOSS_AVG_MODES: dict[str, str] = {"token": "token-mean", "seq": "seq-mean
 
 
 def _algorithms() -> Any:
-    """The algorithm registries (`verl.trainer.core_algos`), which validation reads.
+    """The algorithm registries (`verl.algorithms.core_algos`), which validation reads.
 
     They live with the torch code they register, so they are imported on first use: `import verl.trainer.config`
     (and --help-config) stays free of torch.
     """
-    from . import core_algos
+    from verl.algorithms import core_algos
 
     return core_algos
 
@@ -690,7 +691,7 @@ def _check_paths(config: PPOConfig) -> None:
             raise ConfigError(f"worker.reward.routes.{route}: {err}") from None
     rollout = config.worker.rollout
     if rollout.env:
-        from ..envs.loader import EnvironmentLoadError, load_environment
+        from verl.envs.loader import EnvironmentLoadError, load_environment
 
         if rollout.max_turns < 1:
             raise ConfigError(f"worker.rollout.max_turns={rollout.max_turns} must be at least 1.")

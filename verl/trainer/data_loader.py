@@ -30,9 +30,9 @@ from torch.utils.data import SequentialSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
 
-from ..protocol import DataProto, collate_fn
-from ..utils.dataset import RLHFDataset
-from .config import DataConfig
+from verl.data.dataset import RLHFDataset
+from verl.protocol import DataProto, collate_fn
+from verl.trainer.config import DataConfig
 
 
 logger = logging.getLogger(__name__)

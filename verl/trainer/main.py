@@ -20,8 +20,8 @@
 import logging
 import sys
 
-from ..utils.config import ConfigError, describe_fields, to_yaml
-from .config import PPOConfig, load_config
+from verl.trainer.config import PPOConfig, load_config
+from verl.utils.config import ConfigError, describe_fields, to_yaml
 
 
 logger = logging.getLogger(__name__)
@@ -37,15 +37,14 @@ def print_config_help() -> None:
 
 
 def run(config: PPOConfig) -> None:
-    """Start (or join) Ray, while the trainer's modules import, and train. Bad data (found after Ray is up) stops
-    the Ray this run started before the error is reported."""
+    """Start (or join) Ray and train. Bad data (found after Ray is up) stops the Ray this run started before the
+    error is reported."""
     import ray
 
-    from ..utils.device import resolve_device_type
-    from .ray_setup import SetupError, init_ray_while_importing
+    from verl.trainer import runner
+    from verl.trainer.ray_setup import SetupError
 
     started_here = not ray.is_initialized()
-    runner = init_ray_while_importing(config, resolve_device_type(config.trainer.device), "verl.trainer.runner")
     try:
         runner.run_ppo(config)
     except SetupError:
@@ -77,9 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         print(to_yaml(config), end="")
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from .checkpointing import CheckpointSaveError
-    from .preemption import TrainingInterrupted
-    from .ray_setup import SetupError
+    from verl.trainer.checkpointing import CheckpointSaveError
+    from verl.trainer.preemption import TrainingInterrupted
+    from verl.trainer.ray_setup import SetupError
 
     try:
         run(config)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..protocol import DataProto
+from verl.protocol import DataProto
 
 
 def reduce_metrics(metrics: dict[str, list[float]]) -> dict[str, float]:

@@ -11,25 +11,17 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Starting (or joining) Ray for a run, kept light so that it can run while the trainer's heavy modules import.
+"""Starting (or joining) Ray for a run: the workers' environment and setup hook, and the reaper that ends the run's
+processes if the driver is killed."""
 
-`init_ray_while_importing` is what `python -m verl.trainer.main` calls: Ray's processes take ~4 s to come up, mostly
-waiting, and the driver spends that time importing torch, transformers and the trainer instead of idling.
-"""
-
-import importlib
 import os
-import threading
-from types import ModuleType
-from typing import Any
 
 import ray
 
-from ..utils import quiet
-from ..utils.lean_imports import CPU_ONLY_ENV, skip_unused_imports
-from ..utils.worker_setup import WORKER_SETUP_HOOK
-from .config import PPOConfig
-from .reaper import start_reaper
+from verl.trainer.config import PPOConfig
+from verl.trainer.reaper import start_reaper
+from verl.utils import quiet
+from verl.utils.worker_setup import WORKER_SETUP_HOOK
 
 
 class SetupError(RuntimeError):
@@ -42,7 +34,6 @@ def worker_env(device: str) -> dict[str, str]:
     env.update(quiet.worker_env_vars())
     if device == "cpu":
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # one in-process engine per worker (SPMD), see the vLLM notes
-        env[CPU_ONLY_ENV] = "1"  # no GPU kernel compiler in the workers (verl.utils.lean_imports)
     else:
         env["TORCH_NCCL_AVOID_RECORD_STREAMS"] = "1"
         # CUDA_DEVICE_MAX_CONNECTIONS stays CUDA's default (8): 1, a Megatron tensor-parallel setting, would put
@@ -71,8 +62,7 @@ def start_ray(device: str, cpu_slots: int) -> None:
     quiet.install_driver_filters()  # before Ray announces itself
     if ray.is_initialized():
         return
-    # The setup hook silences known-harmless third-party messages and keeps unused imports out of every worker,
-    # before vLLM is imported.
+    # The setup hook silences known-harmless third-party messages in every worker, before vLLM is imported.
     runtime_env = {"env_vars": worker_env(device), "worker_process_setup_hook": WORKER_SETUP_HOOK}
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env)
@@ -88,27 +78,3 @@ def start_ray(device: str, cpu_slots: int) -> None:
     os.environ.setdefault(PRESTART_ENV, "0")
     start_reaper()  # after a kill -9 of this process, nothing of the run outlives it by more than a few seconds
     ray.init(num_cpus=num_cpus, runtime_env=runtime_env, include_dashboard=False)
-
-
-def init_ray_while_importing(config: PPOConfig, device: str, module_name: str) -> ModuleType:
-    """`init_ray` here (Ray's processes must be started from the main thread: Linux ends a child whose parent
-    thread exits, and Ray's SIGTERM handler needs the main thread) while `module_name` is imported in a helper
-    thread; returns the module. An import error is raised after Ray is up, as the import's own error."""
-    outcome: dict[str, Any] = {}
-
-    def import_module() -> None:
-        try:
-            skip_unused_imports(cpu_only=device == "cpu")
-            outcome["module"] = importlib.import_module(module_name)
-        except BaseException as err:  # re-raised in the calling thread
-            outcome["error"] = err
-
-    thread = threading.Thread(target=import_module, name=f"import {module_name}", daemon=True)
-    thread.start()
-    try:
-        init_ray(config, device)
-    finally:
-        thread.join()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["module"]

@@ -37,11 +37,10 @@ import torch
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from ..protocol import DataProto
-from ..utils.checkpoint.fsdp_checkpoint_manager import storage_error
-from ..utils.seqlen_balancing import balance_batch
-from . import core_algos
-from .checkpointing import (
+from verl.algorithms import core_algos
+from verl.algorithms.schedules import EntropyController, response_length_at
+from verl.protocol import DataProto
+from verl.trainer.checkpointing import (
     CheckpointSaveError,
     CheckpointTracker,
     atomic_write,
@@ -51,9 +50,9 @@ from .checkpointing import (
     step_dir,
     step_of,
 )
-from .config import PPOConfig
-from .data_loader import load_loader_state
-from .metrics import (
+from verl.trainer.config import PPOConfig
+from verl.trainer.data_loader import load_loader_state
+from verl.trainer.metrics import (
     append_metrics,
     applicable_values,
     compute_data_metrics,
@@ -63,10 +62,11 @@ from .metrics import (
     new_metric_store,
     reduce_metrics,
 )
-from .preemption import StopRequest, TrainingInterrupted
-from .rollout_dump import decode_texts, dump_rollouts
-from .schedules import EntropyController, response_length_at
-from .scoring import BatchScorer
+from verl.trainer.preemption import StopRequest, TrainingInterrupted
+from verl.trainer.rollout_dump import decode_texts, dump_rollouts
+from verl.trainer.scoring import BatchScorer
+from verl.utils.checkpoint.fsdp_checkpoint_manager import storage_error
+from verl.utils.seqlen_balancing import balance_batch
 
 
 logger = logging.getLogger(__name__)

@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from ..protocol import DataProto
-from ..utils.multimodal import open_image
-from .checkpointing import atomic_write
+from verl.data.multimodal import open_image
+from verl.protocol import DataProto
+from verl.trainer.checkpointing import atomic_write
 
 
 REWARD_COLUMN_PREFIX = "reward/"

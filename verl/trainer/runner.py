@@ -21,19 +21,19 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
-from ..single_controller.ray.resource import RayResourcePool
-from ..utils.config import config_to_dict
-from ..utils.device import resolve_device_type
-from ..utils.logger import Tracker
-from ..utils.tokenizer import get_processor, get_tokenizer
-from ..workers.reward.local import LocalReward
-from ..workers.reward.ray_actor import ActorReward, create_reward_actor, stop_actor
-from .checkpointing import resume_path
-from .config import PPOConfig
-from .data_loader import create_dataloader
-from .ray_setup import SetupError, init_ray
-from .ray_trainer import RayPPOTrainer, count_training_steps
+from verl.data.tokenizer import get_processor, get_tokenizer
+from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
+from verl.single_controller.ray.resource import RayResourcePool
+from verl.trainer.checkpointing import resume_path
+from verl.trainer.config import PPOConfig
+from verl.trainer.data_loader import create_dataloader
+from verl.trainer.ray_setup import SetupError, init_ray
+from verl.trainer.ray_trainer import RayPPOTrainer, count_training_steps
+from verl.utils.config import config_to_dict
+from verl.utils.device import resolve_device_type
+from verl.utils.logger import Tracker
+from verl.workers.reward.local import LocalReward
+from verl.workers.reward.ray_actor import ActorReward, create_reward_actor, stop_actor
 
 
 logger = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def create_worker_groups(config: PPOConfig, device: str) -> WorkerGroups:
     """One colocated process per device holding the actor+rollout(+ref) role and, for gae, the critic role; with
     worker.reward.model.model_path the reward model's role too, or its own group on its own devices when
     worker.reward.model.n_gpus_per_node > 0."""
-    from ..workers.fsdp_workers import FSDPWorker  # imports vLLM: only when training really starts
+    from verl.workers.fsdp_workers import FSDPWorker  # imports vLLM: only when training really starts
 
     trainer = config.trainer
     groups = WorkerGroups(actor=None)
@@ -67,7 +67,7 @@ def create_worker_groups(config: PPOConfig, device: str) -> WorkerGroups:
         reward_model = config.worker.reward.model
         roles = {}
         if reward_model.model_path:
-            from ..workers.reward.model_worker import RewardModelWorker
+            from verl.workers.reward.model_worker import RewardModelWorker
 
             roles["reward_model"] = RayClassWithInitArgs(
                 RewardModelWorker,
@@ -140,7 +140,7 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any]:
     rollout = config.worker.rollout
     tools = None
     if rollout.env:  # a tool environment describes its tools in every prompt, through the chat template
-        from ..envs import load_environment
+        from verl.envs import load_environment
 
         schemas = getattr(load_environment(rollout.env, rollout.env_kwargs), "tool_schemas", None)
         tools = schemas() if schemas is not None else None
@@ -152,7 +152,7 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any]:
 
 def run_ppo(config: PPOConfig) -> dict[str, float]:
     """Train. What can fail without workers (the data, the checkpoint to resume from) is checked before any worker
-    starts (and before Ray, unless the caller started it already, as `python -m verl.trainer.main` does)."""
+    starts, and before Ray starts unless the caller started it already."""
     device = resolve_device_type(config.trainer.device)
     try:
         train_dataloader, val_dataloader, tokenizer, processor = _prepare_inputs(config)
@@ -172,7 +172,7 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
             else:
                 reward_fn = LocalReward(reward, model.tokenizer_path, model.trust_remote_code)
         if reward.judge.enabled:
-            from ..workers.reward.judge import create_judge_actor
+            from verl.workers.reward.judge import create_judge_actor
 
             try:
                 judge = create_judge_actor(reward.judge)

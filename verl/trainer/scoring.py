@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..protocol import DataProto
-from ..workers.reward.manager import place_scores
+from verl.protocol import DataProto
+from verl.workers.reward.manager import place_scores
 
 
 @dataclass

@@ -22,20 +22,38 @@ optimizer update call.
 """
 
 import math
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
-from .device import is_cpu
-
-
-if TYPE_CHECKING:  # utils must not import workers at runtime (dependency direction: workers -> utils)
-    from verl.workers.actor.config import OptimConfig
+from verl.utils.device import is_cpu
 
 
 OPTIMIZER_STRATEGIES: tuple[str, ...] = ("adamw", "adamw_bf16")
 LR_SCHEDULER_TYPES: tuple[str, ...] = ("constant", "cosine")
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-6
+    """Peak learning rate."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW betas (beta1, beta2)."""
+    weight_decay: float = 1e-2
+    """AdamW decoupled weight decay."""
+    strategy: str = "adamw"
+    """adamw (fp32 states) or adamw_bf16 (bf16 parameters and states, for pure-bf16 training on GPU)."""
+    lr_warmup_ratio: float = 0.0
+    """Fraction of the training steps spent in linear warmup."""
+    lr_warmup_steps: int | None = None
+    """Warmup steps; overrides lr_warmup_ratio when set."""
+    min_lr_ratio: float | None = None
+    """Floor of the cosine schedule as a fraction of lr (None means 0)."""
+    lr_scheduler_type: str = "constant"
+    """constant or cosine (after the warmup)."""
+    training_steps: int = -1
+    """Total optimizer steps for the schedule; derived by the trainer from epochs or max_steps."""
 
 
 class BF16AdamW(torch.optim.Optimizer):
@@ -91,7 +109,7 @@ class BF16AdamW(torch.optim.Optimizer):
         return loss
 
 
-def build_optimizer(module: torch.nn.Module, config: "OptimConfig") -> torch.optim.Optimizer:
+def build_optimizer(module: torch.nn.Module, config: OptimConfig) -> torch.optim.Optimizer:
     """The optimizer named by `config.strategy` over the trainable parameters of `module`.
 
     Frozen parameters (e.g. a frozen vision tower) get no optimizer state at all.
@@ -137,7 +155,7 @@ class WarmupDecaySchedule:
         return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def build_lr_scheduler(optimizer: torch.optim.Optimizer, config: "OptimConfig") -> LambdaLR:
+def build_lr_scheduler(optimizer: torch.optim.Optimizer, config: OptimConfig) -> LambdaLR:
     """LambdaLR with the warmup and decay of `config`; call `.step()` once per optimizer update call."""
     if config.lr_scheduler_type not in LR_SCHEDULER_TYPES:
         raise ValueError(

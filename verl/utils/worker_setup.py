@@ -13,10 +13,9 @@
 # limitations under the License.
 """What every Ray worker process of a run does before anything else (Ray's runtime_env worker_process_setup_hook,
 set by `verl.trainer.ray_setup.start_ray`): silence the known-harmless third-party messages (`verl.utils.quiet`)
-and keep unused third-party imports out (`verl.utils.lean_imports`), both before vLLM or transformers is imported."""
+before vLLM or transformers is imported."""
 
-from . import quiet
-from .lean_imports import skip_unused_imports
+from verl.utils import quiet
 
 
 WORKER_SETUP_HOOK = "verl.utils.worker_setup.setup_worker_process"
@@ -25,4 +24,3 @@ WORKER_SETUP_HOOK = "verl.utils.worker_setup.setup_worker_process"
 
 def setup_worker_process() -> None:
     quiet.install_worker_filters()
-    skip_unused_imports()

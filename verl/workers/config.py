@@ -16,10 +16,12 @@
 from dataclasses import dataclass, field
 from typing import Any
 
-from .actor.config import ActorConfig, FSDPConfig, LoraConfig, ModelConfig, OffloadConfig, OptimConfig
-from .critic.config import CriticConfig
-from .reward.judge import JudgeConfig
-from .rollout.config import RolloutConfig
+from verl.models.config import FSDPConfig, LoraConfig, ModelConfig, OffloadConfig
+from verl.utils.optim import OptimConfig
+from verl.workers.actor.config import ActorConfig
+from verl.workers.critic.config import CriticConfig
+from verl.workers.reward.judge import JudgeConfig
+from verl.workers.rollout.config import RolloutConfig
 
 
 __all__ = [

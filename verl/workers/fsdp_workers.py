@@ -36,13 +36,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..models.ulysses import gather_rows, new_sequence_parallel_group, own_rows
-from ..protocol import DataProto
-from ..single_controller.base.decorator import Dispatch, register
-from ..single_controller.base.worker import Worker
-from ..utils import device as device_utils
-from ..utils.checkpoint import FSDPCheckpointManager
-from ..utils.fsdp_utils import (
+from verl.data.tokenizer import get_processor, get_tokenizer
+from verl.models.config import OffloadConfig
+from verl.models.fsdp import (
     build_device_mesh,
     create_fsdp_model,
     load_fsdp_model,
@@ -51,13 +47,17 @@ from ..utils.fsdp_utils import (
     offload_optimizer,
     to_torch_dtype,
 )
-from ..utils.lora import adapters_disabled
-from ..utils.optim import build_lr_scheduler, build_optimizer
-from ..utils.tokenizer import get_processor, get_tokenizer
-from .actor.config import OffloadConfig
-from .actor.dp_actor import DataParallelPPOActor, process_multi_modal_inputs
-from .config import WorkerConfig
-from .critic.dp_critic import DataParallelPPOCritic
+from verl.models.lora import adapters_disabled
+from verl.models.ulysses import gather_rows, new_sequence_parallel_group, own_rows
+from verl.protocol import DataProto
+from verl.single_controller.base.decorator import Dispatch, register
+from verl.single_controller.base.worker import Worker
+from verl.utils import device as device_utils
+from verl.utils.checkpoint import FSDPCheckpointManager
+from verl.utils.optim import build_lr_scheduler, build_optimizer
+from verl.workers.actor.dp_actor import DataParallelPPOActor, process_multi_modal_inputs
+from verl.workers.config import WorkerConfig
+from verl.workers.critic.dp_critic import DataParallelPPOCritic
 
 
 logger = logging.getLogger(__name__)
@@ -178,8 +178,8 @@ class FSDPWorker(Worker):
             self.ref = DataParallelPPOActor(ref_config, self.ref_module, None, rollout_n=n, sp_group=self.sp_group)
         if self.has_rollout:
             # imported here: a critic-only process never pays for vLLM
-            from .rollout.vllm_rollout import VLLMRollout
-            from .sharding_manager.fsdp_vllm import FSDPVLLMShardingManager
+            from verl.workers.rollout.vllm_rollout import VLLMRollout
+            from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager
 
             self.rollout = VLLMRollout(config.actor.model.model_path, config.rollout, self.tokenizer, self.processor)
             self.sharding_manager = FSDPVLLMShardingManager(

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import torch
 
+from verl.models.tiny_models import build_tokenizer
 from verl.protocol import DataProto
-from verl.utils.tiny_models import build_tokenizer
 
 
 @pytest.fixture(scope="session")

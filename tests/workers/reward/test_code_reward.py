@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from repo_files import REPO, load_repo_file
 
-from verl.workers.reward.function import check_scores, load_reward_function
+from verl.rewards.function import check_scores, load_reward_function
 
 
 ADD_STDIN = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"

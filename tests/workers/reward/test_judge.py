@@ -282,7 +282,7 @@ def ray_local(local_ray):
 def test_judge_actor_grades_with_a_real_engine(tmp_path: Path, ray_local: None) -> None:
     import ray
 
-    from verl.utils.tiny_models import get_or_build_tiny_model
+    from verl.models.tiny_models import get_or_build_tiny_model
 
     base = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
     judge_dir = str(tmp_path / "judge")

@@ -13,7 +13,7 @@
 # limitations under the License.
 """examples/reward_function/math_verify.py: whole responses scored in a batch, loaded as the trainer loads it.
 
-The verdicts themselves are pinned by tests/utils/test_math_grading.py; here the concern is the reward file: the
+The verdicts themselves are pinned by tests/rewards/test_math_grading.py; here the concern is the reward file: the
 answer it extracts, the keys and values it returns (which the trainer checks), the timeout of one sample not
 spoiling the batch, and the worker pool surviving from one call to the next.
 """
@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 from repo_files import REPO, load_repo_file
 
-from verl.utils import math_grading
-from verl.workers.reward.function import check_scores, load_reward_function
+from verl.rewards import math_grading
+from verl.rewards.function import check_scores, load_reward_function
 
 
 SPEC = os.path.join(REPO, "examples", "reward_function", "math_verify.py:compute_score")
@@ -41,7 +41,7 @@ KEYS = {"overall", "accuracy", "has_answer", "timeout"}
 @pytest.fixture(scope="module")
 def reward() -> Iterator[ModuleType]:
     """The example as a module; the shared pool it starts is closed when the module's tests are done."""
-    logging.getLogger("verl.utils.math_grading").setLevel(logging.ERROR)  # the expected timeout warnings
+    logging.getLogger("verl.rewards.math_grading").setLevel(logging.ERROR)  # the expected timeout warnings
     yield load_repo_file("examples/reward_function/math_verify.py", "math_verify_reward_example")
     math_grading.close_shared_pool()
 

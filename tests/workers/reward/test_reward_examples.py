@@ -18,7 +18,7 @@ import os
 import jinja2
 import pytest
 
-from verl.workers.reward import load_reward_function
+from verl.rewards.function import load_reward_function
 
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "..")

@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from verl.workers.config import RewardConfig
-from verl.workers.reward import RewardFunctionError, RewardFunctionLoadError
+from verl.rewards.function import RewardFunctionError, RewardFunctionLoadError
 from verl.workers.reward.manager import FunctionRewardManager, build_reward_inputs, place_scores
 
 
@@ -334,7 +334,7 @@ def test_pool_workers_exit_with_their_parent(write_reward_file, tmp_path) -> Non
     script = tmp_path / "parent.py"
     script.write_text(
         "import multiprocessing, os\n"
-        "from verl.workers.reward.function import load_reward_function\n"
+        "from verl.rewards.function import load_reward_function\n"
         "from verl.workers.reward.parallel import SequentialPool\n"
         "if __name__ == '__main__':\n"
         f"    pool = SequentialPool(load_reward_function({path!r}), 2)\n"

@@ -30,11 +30,11 @@ import torch
 import torch.distributed as dist
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, Qwen2_5_VLConfig, Qwen2Config
 
+from verl.models import tiny_models
+from verl.models.tiny_models import get_or_build_tiny_model
 from verl.protocol import DataProto
 from verl.single_controller.base import Dispatch, Worker, register
 from verl.utils import device as device_utils
-from verl.utils import tiny_models
-from verl.utils.tiny_models import get_or_build_tiny_model
 from verl.workers.reward.model_worker import (
     RewardModelConfig,
     RewardModelWorker,

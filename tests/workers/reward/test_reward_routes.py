@@ -19,7 +19,7 @@ import pytest
 
 from verl.trainer.metrics import applicable_values, reduce_metrics
 from verl.workers.config import RewardConfig
-from verl.workers.reward import RewardFunctionError
+from verl.rewards.function import RewardFunctionError
 from verl.workers.reward.manager import RewardSettings, RoutedRewardManager, create_reward_manager
 
 

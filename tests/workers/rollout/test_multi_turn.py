@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 import torch
 
+from verl.models.tiny_models import get_or_build_tiny_model
 from verl.protocol import DataProto
-from verl.utils.tiny_models import get_or_build_tiny_model
 from verl.utils.torch_functional import positions_from_mask
 
 
@@ -126,7 +126,7 @@ class ClientCountdown(ChatClientEnv):
 
 @pytest.fixture(scope="module")
 def rollout(tmp_path_factory):
-    from verl.utils.tokenizer import get_tokenizer
+    from verl.data.tokenizer import get_tokenizer
     from verl.workers.rollout.config import RolloutConfig
     from verl.workers.rollout.vllm_rollout import VLLMRollout
 

@@ -23,8 +23,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from verl.models.tiny_models import get_or_build_tiny_model
 from verl.protocol import DataProto
-from verl.utils.tiny_models import get_or_build_tiny_model
 
 
 pytestmark = pytest.mark.slow

@@ -148,7 +148,7 @@ def test_checkpoint_names_match_the_saved_checkpoint(kind: str, tmp_path_factory
     from safetensors import safe_open
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
-    from verl.utils.tiny_models import get_or_build_tiny_model
+    from verl.models.tiny_models import get_or_build_tiny_model
     from verl.workers.sharding_manager.fsdp_vllm import checkpoint_names
 
     model_dir = get_or_build_tiny_model(kind, str(tmp_path_factory.mktemp("names")))

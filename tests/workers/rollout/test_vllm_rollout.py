@@ -282,7 +282,7 @@ def model_root(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def _model_dir(kind: str, root: str) -> str:
-    from verl.utils.tiny_models import get_or_build_tiny_model
+    from verl.models.tiny_models import get_or_build_tiny_model
 
     return get_or_build_tiny_model(kind, os.path.join(root, kind))
 

@@ -13,9 +13,9 @@
 # limitations under the License.
 """Backend-independent worker groups: the Worker base class, `@register` dispatch modes, WorkerGroup."""
 
-from .decorator import Dispatch, Execute, register
-from .worker import Worker
-from .worker_group import WorkerGroup, WorkerGroupFuture
+from verl.single_controller.base.decorator import Dispatch, Execute, register
+from verl.single_controller.base.worker import Worker
+from verl.single_controller.base.worker_group import WorkerGroup, WorkerGroupFuture
 
 
 __all__ = ["Dispatch", "Execute", "Worker", "WorkerGroup", "WorkerGroupFuture", "register"]

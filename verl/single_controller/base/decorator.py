@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from ...protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
+from verl.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
 
 
 REGISTER_ATTR = "__verl_register__"

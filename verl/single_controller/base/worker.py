@@ -23,7 +23,7 @@ import os
 import socket
 from dataclasses import dataclass
 
-from .decorator import Dispatch, register
+from verl.single_controller.base.decorator import Dispatch, register
 
 
 DIST_ENV_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")

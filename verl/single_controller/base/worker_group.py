@@ -21,7 +21,7 @@ implements how to start a call on a rank and how to wait for the results; everyt
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .decorator import Execute, RegisterSpec, plan_dispatch, registered_methods
+from verl.single_controller.base.decorator import Execute, RegisterSpec, plan_dispatch, registered_methods
 
 
 class WorkerGroupFuture:

@@ -13,8 +13,13 @@
 # limitations under the License.
 """Ray backend: resource pools on placement groups, RayWorkerGroup, colocated roles."""
 
-from .base import RayClassWithInitArgs, RayWorkerGroup, WorkerDiedError, create_colocated_worker_cls
-from .resource import InsufficientResourcesError, PlacementGroupTimeoutError, RayResourcePool
+from verl.single_controller.ray.base import (
+    RayClassWithInitArgs,
+    RayWorkerGroup,
+    WorkerDiedError,
+    create_colocated_worker_cls,
+)
+from verl.single_controller.ray.resource import InsufficientResourcesError, PlacementGroupTimeoutError, RayResourcePool
 
 
 __all__ = [

@@ -44,10 +44,10 @@ from ray.actor import ActorClass, ActorHandle
 from ray.exceptions import GetTimeoutError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
-from ..base.decorator import REGISTER_ATTR, RegisterSpec, registered_methods
-from ..base.worker import get_free_port
-from ..base.worker_group import WorkerGroup
-from .resource import RayResourcePool
+from verl.single_controller.base.decorator import REGISTER_ATTR, RegisterSpec, registered_methods
+from verl.single_controller.base.worker import get_free_port
+from verl.single_controller.base.worker_group import WorkerGroup
+from verl.single_controller.ray.resource import RayResourcePool
 
 
 DIST_INIT_METHOD_ENV = "VERL_DIST_INIT_METHOD"

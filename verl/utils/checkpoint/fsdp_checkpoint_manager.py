@@ -189,7 +189,7 @@ class FSDPCheckpointManager:
     def _model_part(self, model_state: dict[str, Any]) -> dict[str, Any]:
         if not self.adapter_only:
             return model_state
-        from verl.utils.lora import is_adapter_param
+        from verl.models.lora import is_adapter_param
 
         return {name: value for name, value in model_state.items() if is_adapter_param(name)}
 
@@ -252,7 +252,7 @@ class FSDPCheckpointManager:
             if processing_class is not None:
                 processing_class.save_pretrained(hf_dir)
         if self.adapter_only:
-            from verl.utils.lora import save_adapter_config
+            from verl.models.lora import save_adapter_config
 
             save_adapter_config(self.model, hf_dir)
 

@@ -13,7 +13,7 @@
 # limitations under the License.
 """Metric and generation logging to the console, files, TensorBoard, Weights & Biases, SwanLab and MLflow."""
 
-from .tracker import Tracker
+from verl.utils.logger.tracker import Tracker
 
 
 __all__ = ["Tracker"]

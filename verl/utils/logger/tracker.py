@@ -15,7 +15,7 @@
 
 from typing import Any
 
-from .backends import (
+from verl.utils.logger.backends import (
     Backend,
     ConsoleBackend,
     FileBackend,

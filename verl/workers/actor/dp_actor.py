@@ -32,17 +32,17 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from verl.models import ulysses
-from verl.protocol import DataProto
-from verl.trainer.core_algos import (
+from verl.algorithms.core_algos import (
     agg_loss,
     compute_entropy_loss,
     compute_kl_loss,
     compute_policy_loss,
     default_loss_avg_mode,
 )
+from verl.models import ulysses
+from verl.models.fsdp import clip_grad_norm, gathers_once_per_pass, micro_batch_pass
+from verl.protocol import DataProto
 from verl.utils import device as device_utils
-from verl.utils.fsdp_utils import clip_grad_norm, gathers_once_per_pass, micro_batch_pass
 from verl.utils.torch_functional import entropy_from_logits, log_probs_from_logits
 from verl.workers.actor.config import ActorConfig
 from verl.workers.actor.forward import (
@@ -152,7 +152,7 @@ class DataParallelPPOActor:
         self.gather_once = gathers_once_per_pass(config.fsdp, device_utils.get_device_type())
 
     def _pass(self):
-        """Context of one pass of micro-batches (see verl.utils.fsdp_utils.micro_batch_pass)."""
+        """Context of one pass of micro-batches (see verl.models.fsdp.micro_batch_pass)."""
         return micro_batch_pass(self.module, self.gather_once, self.config.fsdp.enable_full_shard)
 
     def _forward(self, micro: DataProto, temperature: float, calculate_entropy: bool) -> dict[str, torch.Tensor]:

@@ -32,10 +32,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from verl.algorithms.core_algos import loss_token_counts
 from verl.models import ulysses
 from verl.models.packed_attention import packed_sequence_kwargs
 from verl.protocol import DataProto, to_object_array
-from verl.trainer.core_algos import loss_token_counts
 from verl.utils import device as device_utils
 from verl.utils.seqlen_balancing import dynamic_micro_batches, padded_micro_batches, restore_order
 from verl.utils.torch_functional import positions_from_mask, unpad_input

@@ -15,7 +15,8 @@
 
 from dataclasses import dataclass, field
 
-from ..actor.config import FSDPConfig, ModelConfig, OffloadConfig, OptimConfig
+from verl.models.config import FSDPConfig, ModelConfig, OffloadConfig
+from verl.utils.optim import OptimConfig
 
 
 @dataclass

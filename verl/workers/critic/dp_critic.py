@@ -13,7 +13,7 @@
 # limitations under the License.
 """The data-parallel PPO critic: token values and clipped value-loss updates on an FSDP2-sharded value model.
 
-The value model is the policy architecture with a scalar head (`verl.utils.model_utils.add_value_head`). The value
+The value model is the policy architecture with a scalar head (`verl.models.loading.add_value_head`). The value
 of response token t is read at the position that predicts it (the state before the token is generated), exactly
 where the actor reads the token's log-prob, so values and log-probs line up for GAE. Batching, padding-free packing
 and loss normalisation are the actor's (`verl.workers.actor.forward`).
@@ -27,11 +27,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from verl.algorithms.core_algos import compute_value_loss
 from verl.models import ulysses
+from verl.models.fsdp import clip_grad_norm, gathers_once_per_pass, micro_batch_pass
 from verl.protocol import DataProto
-from verl.trainer.core_algos import compute_value_loss
 from verl.utils import device as device_utils
-from verl.utils.fsdp_utils import clip_grad_norm, gathers_once_per_pass, micro_batch_pass
 from verl.workers.actor.forward import (
     forward_response,
     global_loss_counts,
@@ -92,7 +92,7 @@ class DataParallelPPOCritic:
         self.gather_once = gathers_once_per_pass(config.fsdp, device_utils.get_device_type())
 
     def _pass(self):
-        """Context of one pass of micro-batches (see verl.utils.fsdp_utils.micro_batch_pass)."""
+        """Context of one pass of micro-batches (see verl.models.fsdp.micro_batch_pass)."""
         return micro_batch_pass(self.module, self.gather_once, self.config.fsdp.enable_full_shard)
 
     def _values(self, micro: DataProto) -> torch.Tensor:

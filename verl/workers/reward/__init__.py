@@ -11,29 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Reward functions: `path/to/file.py:function` loading, output checks, and the managers that score batches.
-
-Only the light part is imported here, so the config validator can use `check_reward_function` without torch or
-Ray; import `manager.FunctionRewardManager` and `ray_actor.create_reward_actor` from their modules.
+"""The reward side of a run: the managers that score batches with reward functions (in this process, a process pool
+or a Ray actor), the LLM judge and the reward model worker. Loading `path/to/file.py:function` and checking its
+output is `verl.rewards.function`.
 """
-
-from .function import (
-    RewardFunction,
-    RewardFunctionError,
-    RewardFunctionLoadError,
-    RewardFunctionNotFoundError,
-    RewardInput,
-    check_reward_function,
-    load_reward_function,
-)
-
-
-__all__ = [
-    "RewardFunction",
-    "RewardFunctionError",
-    "RewardFunctionLoadError",
-    "RewardFunctionNotFoundError",
-    "RewardInput",
-    "check_reward_function",
-    "load_reward_function",
-]

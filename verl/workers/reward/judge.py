@@ -305,9 +305,9 @@ class JudgeActor:
         """`on_gpu`: whether the engine runs on a GPU; None decides by CUDA being visible (a judge built in-process).
         `create_judge_actor` decides by the actor's num_gpus instead: Ray leaves every GPU visible to an actor that
         holds none, so a CPU judge would otherwise land on GPU 0, beside the workers' engines."""
-        from ...utils import quiet
-        from ...utils.device import is_cuda_available
-        from ...utils.tokenizer import get_tokenizer
+        from verl.data.tokenizer import get_tokenizer
+        from verl.utils import quiet
+        from verl.utils.device import is_cuda_available
 
         quiet.install_worker_filters()  # already done by Ray's setup hook when the trainer started Ray
         config.check()
@@ -393,7 +393,7 @@ def create_judge_actor(config: JudgeConfig, name: str | None = None) -> Any:
     """
     import ray
 
-    from ...utils.device import is_cuda_available
+    from verl.utils.device import is_cuda_available
 
     config.check()
     if not config.enabled:

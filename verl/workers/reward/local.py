@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
-from ...protocol import DataProto
-from ...utils.tokenizer import get_tokenizer
-from .manager import RewardSettings, create_reward_manager
+from verl.data.tokenizer import get_tokenizer
+from verl.protocol import DataProto
+from verl.workers.reward.manager import RewardSettings, create_reward_manager
 
 
 class LocalReward:

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...protocol import DataProto
-from .function import (
+from verl.protocol import DataProto
+from verl.rewards.function import (
     CONFIG_KEY,
     RewardFunctionError,
     RewardFunctionLoadError,
@@ -38,7 +38,7 @@ from .function import (
     score_batch,
     score_sequential,
 )
-from .parallel import SequentialPool
+from verl.workers.reward.parallel import SequentialPool
 
 
 logger = logging.getLogger(__name__)

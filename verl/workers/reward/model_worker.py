@@ -38,11 +38,9 @@ import torch.distributed as dist
 from torch import nn
 from transformers import AutoConfig, AutoModelForSequenceClassification, PretrainedConfig, PreTrainedTokenizerBase
 
-from ...protocol import DataProto
-from ...single_controller.base.decorator import Dispatch, register
-from ...single_controller.base.worker import Worker
-from ...utils import device as device_utils
-from ...utils.fsdp_utils import (
+from verl.data.tokenizer import get_tokenizer
+from verl.models.config import FSDPConfig
+from verl.models.fsdp import (
     apply_fsdp2,
     build_device_mesh,
     gathers_once_per_pass,
@@ -50,10 +48,12 @@ from ...utils.fsdp_utils import (
     micro_batch_pass,
     to_torch_dtype,
 )
-from ...utils.model_utils import is_vision_language
-from ...utils.tokenizer import get_tokenizer
-from ..actor.config import FSDPConfig
-from ..config import RewardModelConfig
+from verl.models.loading import is_vision_language
+from verl.protocol import DataProto
+from verl.single_controller.base.decorator import Dispatch, register
+from verl.single_controller.base.worker import Worker
+from verl.utils import device as device_utils
+from verl.workers.config import RewardModelConfig
 
 
 logger = logging.getLogger(__name__)
@@ -228,7 +228,7 @@ def build_fsdp_reward_model(
     dtype: torch.dtype,
     trust_remote_code: bool = False,
 ) -> nn.Module:
-    """Load the RM and shard it with FSDP2 over all ranks, as the actor's models are (verl.utils.fsdp_utils).
+    """Load the RM and shard it with FSDP2 over all ranks, as the actor's models are (verl.models.fsdp).
 
     With fsdp.enable_rank0_init and several ranks, only rank 0 reads the checkpoint; the others build the module on
     the meta device and receive their shards by broadcast. A head that the checkpoint lacks (a causal LM loaded with

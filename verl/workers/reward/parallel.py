@@ -33,7 +33,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from .function import RewardFunction, RewardFunctionError, load_reward_function, score_sequential
+from verl.rewards.function import RewardFunction, RewardFunctionError, load_reward_function, score_sequential
 
 
 _worker_function: RewardFunction | None = None

@@ -23,10 +23,10 @@ from typing import Any
 import ray
 import torch
 
-from ...protocol import DataProto
-from ...utils.tokenizer import get_tokenizer
-from .function import check_reward_function
-from .manager import RewardSettings, create_reward_manager
+from verl.data.tokenizer import get_tokenizer
+from verl.protocol import DataProto
+from verl.rewards.function import check_reward_function
+from verl.workers.reward.manager import RewardSettings, create_reward_manager
 
 
 @ray.remote

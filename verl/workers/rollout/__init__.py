@@ -18,7 +18,7 @@
 
 from typing import Any
 
-from .config import RolloutConfig
+from verl.workers.rollout.config import RolloutConfig
 
 
 __all__ = ["RolloutConfig", "VLLMRollout"]
@@ -26,7 +26,7 @@ __all__ = ["RolloutConfig", "VLLMRollout"]
 
 def __getattr__(name: str) -> Any:
     if name == "VLLMRollout":
-        from .vllm_rollout import VLLMRollout
+        from verl.workers.rollout.vllm_rollout import VLLMRollout
 
         return VLLMRollout
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

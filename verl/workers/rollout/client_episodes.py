@@ -30,8 +30,7 @@ import uuid
 from typing import Any
 
 from verl.envs.client_env import ChatClientEnv, EpisodeOver
-
-from .multi_turn import Episode, TurnRunner
+from verl.workers.rollout.multi_turn import Episode, TurnRunner
 
 
 def _plain_messages(messages: Any, episode_index: int) -> list[dict[str, Any]]:

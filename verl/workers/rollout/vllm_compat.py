@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from ...utils import quiet
+from verl.utils import quiet
 
 
 logger = logging.getLogger(__name__)

@@ -61,11 +61,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ...protocol import DataProto, to_object_array
-from ...utils import device, quiet
-from . import vllm_compat
-from .config import RolloutConfig
-from .sequences import extend_position_ids, pad_rows, response_mask_through_eos
+from verl.protocol import DataProto, to_object_array
+from verl.utils import device, quiet
+from verl.workers.rollout import vllm_compat
+from verl.workers.rollout.config import RolloutConfig
+from verl.workers.rollout.sequences import extend_position_ids, pad_rows, response_mask_through_eos
 
 
 logger = logging.getLogger(__name__)
@@ -303,8 +303,7 @@ class VLLMRollout:
         self.env = None
         if config.env:  # multi-turn episodes against an environment (verl.envs, verl.workers.rollout.multi_turn)
             from verl.envs import load_environment
-
-            from .multi_turn import ChatContinuation, ImageTokens
+            from verl.workers.rollout.multi_turn import ChatContinuation, ImageTokens
 
             self.env = load_environment(config.env, config.env_kwargs)
             self.continuation = ChatContinuation(tokenizer)
@@ -468,8 +467,7 @@ class VLLMRollout:
         """n multi-turn episodes per prompt against `self.env`; the same columns as a single-turn rollout, with the
         environment's tokens in the response (loss mask 0) and per-episode env_* counts."""
         from verl.envs.client_env import ChatClientEnv
-
-        from .multi_turn import Episode, TurnRunner, run_episodes
+        from verl.workers.rollout.multi_turn import Episode, TurnRunner, run_episodes
 
         n = kwargs["n"]
         columns = prompts.non_tensor_batch
@@ -496,7 +494,7 @@ class VLLMRollout:
             env_name=f"{type(self.env).__name__} (worker.rollout.env)",
         )
         if isinstance(self.env, ChatClientEnv):
-            from .client_episodes import run_client_episodes
+            from verl.workers.rollout.client_episodes import run_client_episodes
 
             messages = self._prompt_messages(prompts, inputs)
             run_client_episodes(
@@ -551,7 +549,7 @@ class VLLMRollout:
         """Episodes whose environment sent images: their media column holds the prompt's images and then the
         environment's, `multi_modal_inputs` holds every row's model inputs in that order (the workers use it as is),
         and the position ids come from the model's own rope index over the whole sequence."""
-        from verl.utils.rope_index import RopeIndex, load_model_config
+        from verl.models.rope_index import RopeIndex, load_model_config
         from verl.workers.actor.forward import process_media
 
         if getattr(self, "rope_index", None) is None:

@@ -21,7 +21,7 @@ __all__ = ["FSDPVLLMShardingManager", "sync_weights"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from . import fsdp_vllm
+        from verl.workers.sharding_manager import fsdp_vllm
 
         return getattr(fsdp_vllm, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

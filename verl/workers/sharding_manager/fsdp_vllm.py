@@ -35,11 +35,11 @@ from torch import nn
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
-from ...utils import device as device_utils
-from ...utils.fsdp_utils import load_fsdp_model, offload_fsdp_model
-from ...utils.lora import base_name, is_adapter_param, lora_merge_plan, merge_weight
-from ..rollout import vllm_compat
-from ..rollout.vllm_rollout import SLEEP_LEVEL, VLLMRollout, on_gpu
+from verl.models.fsdp import load_fsdp_model, offload_fsdp_model
+from verl.models.lora import base_name, is_adapter_param, lora_merge_plan, merge_weight
+from verl.utils import device as device_utils
+from verl.workers.rollout import vllm_compat
+from verl.workers.rollout.vllm_rollout import SLEEP_LEVEL, VLLMRollout, on_gpu
 
 
 logger = logging.getLogger(__name__)

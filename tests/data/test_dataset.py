@@ -1,0 +1,676 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+import io
+import json
+import logging
+import os
+import pickle
+
+import av
+import datasets
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from verl.data.dataset import DatasetRowError, PromptTooLongError, RLHFDataset
+from verl.data.multimodal import load_video, resize_image, resized_size
+from verl.data.tokenizer import get_processor, get_tokenizer
+from verl.models.tiny_models import get_or_build_tiny_model
+from verl.protocol import DataProto, collate_fn
+from verl.trainer.data_loader import MEDIA_LOADER_WORKERS, loader_workers
+
+
+PIXELS = {"min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 16}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# fixtures: tiny models (built once for the module), small files the tests write
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("tiny_models"))
+    return {kind: get_or_build_tiny_model(kind, root) for kind in ("qwen2", "qwen2_5_vl", "qwen2_vl")}
+
+
+@pytest.fixture(scope="module")
+def text_tokenizer(model_dirs):
+    return get_tokenizer(model_dirs["qwen2"])
+
+
+@pytest.fixture(scope="module", params=["qwen2_5_vl", "qwen2_vl"])
+def vl(request, model_dirs):
+    """(kind, tokenizer, processor, model) of a tiny VLM; the model is only used for its own get_rope_index."""
+    import transformers
+
+    path = model_dirs[request.param]
+    model_class = {
+        "qwen2_5_vl": transformers.Qwen2_5_VLForConditionalGeneration,
+        "qwen2_vl": transformers.Qwen2VLForConditionalGeneration,
+    }[request.param]
+    model = model_class.from_pretrained(path)
+    return request.param, get_tokenizer(path), get_processor(path), model
+
+
+@pytest.fixture(scope="module")
+def vl25(model_dirs):
+    path = model_dirs["qwen2_5_vl"]
+    return get_tokenizer(path), get_processor(path)
+
+
+@pytest.fixture(autouse=True)
+def _datasets_cache(tmp_path, monkeypatch):
+    """Keep the arrow caches of datasets.load_dataset inside the test's directory."""
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
+
+
+def _image(width: int, height: int, color: tuple[int, int, int] = (200, 30, 30)) -> Image.Image:
+    return Image.new("RGB", (width, height), color)
+
+
+def _png_bytes(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _write_video(path: str, num_frames: int = 8, rate: int = 4, size: tuple[int, int] = (64, 48)) -> str:
+    """An mpeg4 clip whose frame i is filled with the gray level 15 * i (rate frames per second)."""
+    with av.open(path, "w") as container:
+        stream = container.add_stream("mpeg4", rate=rate)
+        stream.width, stream.height, stream.pix_fmt = size[0], size[1], "yuv420p"
+        for i in range(num_frames):
+            frame = av.VideoFrame.from_ndarray(np.full((size[1], size[0], 3), 15 * i, np.uint8), format="rgb24")
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+def _write_jsonl(path: str, rows: list[dict]) -> str:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(json.dumps(row) for row in rows) + "\n")
+    return path
+
+
+ROWS = [{"prompt": f"What is {i} + {i}?", "answer": str(2 * i), "level": i} for i in range(5)]
+
+
+def _chat(text: str) -> list[dict]:
+    return [{"role": "user", "content": text}]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# sources
+
+
+def _answers(dataset: RLHFDataset) -> list[str]:
+    return [dataset[i]["ground_truth"] for i in range(len(dataset))]
+
+
+def test_every_local_file_type_gives_the_same_rows(tmp_path, text_tokenizer):
+    table = datasets.Dataset.from_list(ROWS)
+    files = {
+        "jsonl": _write_jsonl(str(tmp_path / "rows.jsonl"), ROWS),
+        "json": str(tmp_path / "rows.json"),
+        "parquet": str(tmp_path / "rows.parquet"),
+        "csv": str(tmp_path / "rows.csv"),
+    }
+    with open(files["json"], "w", encoding="utf-8") as f:
+        json.dump(ROWS, f)
+    table.to_parquet(files["parquet"])
+    table.to_csv(files["csv"], index=False)
+    expected = [row["answer"] for row in ROWS]
+    for kind, path in files.items():
+        dataset = RLHFDataset(path, text_tokenizer)
+        assert _answers(dataset) == expected, kind
+        assert dataset[3]["level"] == 3, kind  # other columns pass through
+    assert _answers(RLHFDataset(ROWS, text_tokenizer)) == expected  # in-memory rows
+
+
+def test_directory_of_files_names_the_file_of_a_bad_row(tmp_path, text_tokenizer):
+    directory = tmp_path / "data"
+    directory.mkdir()
+    _write_jsonl(str(directory / "a.jsonl"), ROWS[:2])
+    _write_jsonl(str(directory / "b.jsonl"), ROWS[2:4] + [{"prompt": "", "answer": "0", "level": 9}])
+    with pytest.raises(DatasetRowError, match=r"file '.*b\.jsonl', row 2, key 'prompt': the prompt is empty"):
+        RLHFDataset(str(directory), text_tokenizer)
+    dataset = RLHFDataset(str(directory), text_tokenizer, skip_bad_rows=True)
+    assert _answers(dataset) == [row["answer"] for row in ROWS[:4]]
+
+
+def test_hugging_face_name_at_split_works_offline_from_local_directories(tmp_path, text_tokenizer):
+    saved = str(tmp_path / "saved")
+    datasets.DatasetDict(
+        {"train": datasets.Dataset.from_list(ROWS[:3]), "test": datasets.Dataset.from_list(ROWS[3:])}
+    ).save_to_disk(saved)
+    assert _answers(RLHFDataset(f"{saved}@test", text_tokenizer)) == ["6", "8"]
+    with pytest.raises(ValueError, match="has no split 'validation'"):
+        RLHFDataset(f"{saved}@validation", text_tokenizer)
+    with pytest.raises(ValueError, match="holds the splits"):
+        RLHFDataset(saved, text_tokenizer)
+    single = str(tmp_path / "single")
+    datasets.Dataset.from_list(ROWS[:2]).save_to_disk(single)
+    assert _answers(RLHFDataset(single, text_tokenizer)) == ["0", "2"]
+    repo = tmp_path / "repo"  # a dataset repository as on the Hub: split files named after the split
+    repo.mkdir()
+    _write_jsonl(str(repo / "train.jsonl"), ROWS[:4])
+    _write_jsonl(str(repo / "test.jsonl"), ROWS[4:])
+    assert _answers(RLHFDataset(f"{repo}@train", text_tokenizer)) == ["0", "2", "4", "6"]
+    assert _answers(RLHFDataset(f"{repo}@test", text_tokenizer)) == ["8"]
+
+
+def test_source_errors_name_the_source(tmp_path, text_tokenizer):
+    with pytest.raises(FileNotFoundError, match="neither an existing file"):
+        RLHFDataset(str(tmp_path / "missing.jsonl"), text_tokenizer)
+    (tmp_path / "rows.txt").write_text("hello")
+    with pytest.raises(ValueError, match="unsupported extension"):
+        RLHFDataset(str(tmp_path / "rows.txt"), text_tokenizer)
+    with pytest.raises(ValueError, match=r"no column 'question' \(data.prompt_key\)"):
+        RLHFDataset(ROWS, text_tokenizer, prompt_key="question")
+    with pytest.raises(ValueError, match=r"column\(s\) \['uid'\]"):
+        RLHFDataset([{**ROWS[0], "uid": 1}], text_tokenizer)
+    with pytest.raises(ValueError, match="No usable prompt"):
+        RLHFDataset([{"prompt": "", "answer": "1"}], text_tokenizer, skip_bad_rows=True)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# text rows
+
+
+def test_text_row_is_left_padded_with_plain_position_ids(text_tokenizer):
+    dataset = RLHFDataset(
+        [{"prompt": "What is 3 + 4?", "answer": 7, "level": "easy"}], text_tokenizer, max_prompt_length=64
+    )
+    example = dataset[0]
+    expected_text = text_tokenizer.apply_chat_template(
+        _chat("What is 3 + 4?"), add_generation_prompt=True, tokenize=False
+    )
+    expected_ids = text_tokenizer.encode(expected_text, add_special_tokens=False)
+    length, padding = len(expected_ids), 64 - len(expected_ids)
+    assert example["prompt_text"] == expected_text
+    assert example["input_ids"].tolist() == [text_tokenizer.pad_token_id] * padding + expected_ids
+    assert example["attention_mask"].tolist() == [0] * padding + [1] * length
+    assert example["position_ids"].tolist() == [0] * padding + list(range(length))
+    assert example["raw_prompt_ids"] == expected_ids
+    assert example["ground_truth"] == "7" and example["level"] == "easy" and example["multi_modal_data"] is None
+    assert dataset.prompt_lengths == [length]
+    batch = collate_fn([example, example])
+    assert batch.batch["input_ids"].shape == (2, 64) and list(batch.non_tensor_batch["level"]) == ["easy", "easy"]
+
+
+# Several accepted answers (a list) and a structured label (a dict); rows 0 and 2 hold lists of equal length, which
+# np.array(..., dtype=object) would turn into one 2-D array.
+STRUCTURED_ROWS = [
+    {"prompt": "Name a prime below 5.", "answer": ["2", "3"]},
+    {"prompt": "How long is the side?", "answer": {"value": "4", "unit": "cm"}},
+    {"prompt": "Name a primary colour.", "answer": ["red", "blue"]},
+    {"prompt": "What is 1 + 1?", "answer": 2},
+]
+STRUCTURED_ANSWERS = [["2", "3"], {"value": "4", "unit": "cm"}, ["red", "blue"], "2"]  # what the function receives
+# Scores a response against any of the accepted answers; reports the type it received.
+STRUCTURED_REWARD = """
+def score(sample):
+    truth = sample["ground_truth"]
+    accepted = truth if isinstance(truth, list) else [truth["value"]] if isinstance(truth, dict) else [truth]
+    kind = {str: 0.0, list: 1.0, dict: 2.0}.get(type(truth), -1.0)
+    return {"overall": float(sample["response"] in accepted), "kind": kind}
+"""
+
+
+def _rollout(dataset: RLHFDataset, responses: list[str], n: int) -> DataProto:
+    """Collated prompts repeated n times and joined with hand-written responses, as the trainer builds a batch."""
+    tokenizer = dataset.tokenizer
+    prompts = collate_fn([dataset[i] for i in range(len(dataset))]).repeat(n, interleave=True)
+    response_ids = torch.full((len(responses), 8), tokenizer.pad_token_id)
+    response_mask = torch.zeros_like(response_ids)
+    for row, text in enumerate(responses):
+        ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
+        response_ids[row, : len(ids)], response_mask[row, : len(ids)] = torch.tensor(ids), 1
+    prompts.batch["prompts"] = prompts.batch.pop("input_ids")
+    prompts.batch["attention_mask"] = torch.cat([prompts.batch["attention_mask"], response_mask], dim=-1)
+    prompts.batch["responses"], prompts.batch["response_mask"] = response_ids, response_mask
+    return prompts
+
+
+@pytest.mark.parametrize("num_cpus", [1, 2])
+def test_list_and_dict_answers_reach_the_reward_function_unchanged(tmp_path, text_tokenizer, num_cpus):
+    from verl.workers.config import RewardConfig
+    from verl.workers.reward.manager import FunctionRewardManager, build_reward_inputs
+
+    dataset = RLHFDataset(STRUCTURED_ROWS, text_tokenizer, max_prompt_length=64)
+    assert _answers(dataset) == STRUCTURED_ANSWERS
+    batch = _rollout(dataset, ["3", "7", "4", "4", "blue", "green", "2", "3"], n=2)
+    column = batch.non_tensor_batch["ground_truth"]
+    assert column.shape == (8,) and column.dtype == object
+    truths = [sample["ground_truth"] for sample in build_reward_inputs(batch, text_tokenizer)]
+    assert truths == [truth for truth in STRUCTURED_ANSWERS for _ in range(2)]
+    assert [type(truth) for truth in truths[::2]] == [list, dict, list, str]
+
+    path = tmp_path / "structured_reward.py"
+    path.write_text(STRUCTURED_REWARD)
+    manager = FunctionRewardManager(RewardConfig(reward_function=f"{path}:score", num_cpus=num_cpus), text_tokenizer)
+    try:
+        _, metrics = manager.compute_reward(batch)
+    finally:
+        manager.close()
+    assert metrics["kind"] == [1.0, 1.0, 2.0, 2.0, 1.0, 1.0, 0.0, 0.0]
+    assert metrics["overall"] == [1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0]
+
+
+def test_list_and_dict_answers_from_files(tmp_path, text_tokenizer):
+    lists = _write_jsonl(str(tmp_path / "lists.jsonl"), [STRUCTURED_ROWS[0], STRUCTURED_ROWS[2]])
+    assert _answers(RLHFDataset(lists, text_tokenizer)) == [["2", "3"], ["red", "blue"]]
+    mixed = _write_jsonl(str(tmp_path / "mixed.jsonl"), STRUCTURED_ROWS)  # one column of lists, a dict and a number
+    assert _answers(RLHFDataset(mixed, text_tokenizer)) == STRUCTURED_ANSWERS
+    dicts = str(tmp_path / "dicts.parquet")
+    datasets.Dataset.from_list([STRUCTURED_ROWS[1]]).to_parquet(dicts)
+    assert _answers(RLHFDataset(dicts, text_tokenizer)) == [{"value": "4", "unit": "cm"}]
+
+
+@pytest.mark.parametrize(
+    "answer, problem",
+    [(None, "the answer is missing \\(null\\)"), (b"4", "the answer must be a JSON value .*got bytes")],
+)
+def test_answer_that_is_not_a_json_value_names_the_row(text_tokenizer, answer, problem):
+    rows = [ROWS[0], {"prompt": "What is 2 + 2?", "answer": answer}]
+    with pytest.raises(DatasetRowError, match=f"in-memory rows, row 1, key 'answer': {problem}"):
+        RLHFDataset(rows, text_tokenizer)
+
+
+def test_format_prompt_sees_every_column_and_override_chat_template_replaces_the_template(tmp_path, text_tokenizer):
+    template = tmp_path / "format.jinja"
+    template.write_text("{{ content | trim }} (level {{ level }}, answer length {{ answer | length }})\n")
+    chat = tmp_path / "chat.jinja"
+    chat.write_text("{% for m in messages %}Q: {{ m['content'] }}\n{% endfor %}A:")
+    dataset = RLHFDataset(
+        [{"prompt": " What is 1 + 1? ", "answer": "2", "level": 3}],
+        text_tokenizer,
+        format_prompt=str(template),
+        override_chat_template=str(chat),
+    )
+    example = dataset[0]
+    assert example["prompt_text"] == "Q: What is 1 + 1? (level 3, answer length 1)\nA:"
+    assert example["raw_prompt_ids"] == text_tokenizer.encode(example["prompt_text"], add_special_tokens=False)
+    copy = pickle.loads(pickle.dumps(dataset))  # for spawn/forkserver loader workers: the template is rebuilt
+    assert copy[0]["prompt_text"] == example["prompt_text"]
+    uses_missing_column = tmp_path / "missing.jinja"
+    uses_missing_column.write_text("{{ content }} {{ source }}")
+    with pytest.raises(DatasetRowError, match=r"in-memory rows, row 0, key 'prompt': .*'source' is undefined"):
+        RLHFDataset(ROWS[:1], text_tokenizer, format_prompt=str(uses_missing_column))
+    with pytest.raises(FileNotFoundError, match="data.format_prompt"):
+        RLHFDataset(ROWS[:1], text_tokenizer, format_prompt=str(tmp_path / "nope.jinja"))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# image and video rows: ids, raw ids and position ids against the model's own processor and get_rope_index
+
+
+def _model_positions(model, processor, prompt_text, images, videos, example, video_fps=2.0):
+    """The model's own rope index for the same prompt: the processor's ids, then model.get_rope_index."""
+    kwargs = {}
+    if videos:
+        kwargs = {
+            "video_metadata": [{"total_num_frames": len(v), "fps": video_fps} for v in videos],
+            "do_sample_frames": False,
+        }
+    inputs = processor(text=[prompt_text], images=images or None, videos=videos or None, return_tensors="pt", **kwargs)
+    padding = example["input_ids"].shape[-1] - inputs["input_ids"].shape[-1]
+    input_ids = torch.nn.functional.pad(inputs["input_ids"], (padding, 0), value=processor.tokenizer.pad_token_id)
+    mask = torch.nn.functional.pad(inputs["attention_mask"], (padding, 0), value=0)
+    token_types = torch.nn.functional.pad(inputs["mm_token_type_ids"], (padding, 0), value=0)
+    positions, _ = model.model.get_rope_index(
+        input_ids,
+        mm_token_type_ids=token_types,
+        image_grid_thw=inputs.get("image_grid_thw"),
+        video_grid_thw=inputs.get("video_grid_thw"),
+        second_per_grid_ts=inputs.get("second_per_grid_ts"),
+        attention_mask=mask,
+    )
+    return input_ids[0], positions[:, 0, :], inputs
+
+
+def _expand(raw_ids: list[int], token_id: int, counts: list[int]) -> list[int]:
+    out, counts = [], list(counts)
+    for token in raw_ids:
+        out += [token] * counts.pop(0) if token == token_id else [token]
+    return out
+
+
+def test_single_image_row_matches_the_model_processor_and_rope_index(vl):
+    kind, tokenizer, processor, model = vl
+    image = _image(150, 90)
+    resized = resize_image(image, **PIXELS)
+    dataset_with_image = RLHFDataset(
+        [{"prompt": "What color is <image>?", "answer": "red", "images": [image]}],
+        tokenizer,
+        processor,
+        max_prompt_length=96,
+        **PIXELS,
+    )
+    example = dataset_with_image[0]
+    assert example["position_ids"].shape == (3, 96)
+    assert example["multi_modal_data"]["images"][0].size == resized.size
+    expected_text = processor.apply_chat_template(
+        [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "What color is "},
+                    {"type": "image"},
+                    {"type": "text", "text": "?"},
+                ],
+            }
+        ],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    assert example["prompt_text"] == expected_text
+    input_ids, positions, inputs = _model_positions(model, processor, expected_text, [resized], [], example)
+    assert torch.equal(example["input_ids"], input_ids)
+    assert torch.equal(example["attention_mask"], (torch.arange(96) >= 96 - inputs["input_ids"].shape[-1]).long())
+    assert torch.equal(example["position_ids"], positions)
+    # raw prompt ids keep ONE placeholder per image; vLLM expands it to grid_t * grid_h * grid_w / merge^2 tokens
+    image_token = processor.image_token_id
+    tokens_per_image = int(inputs["image_grid_thw"][0].prod()) // 4
+    assert example["raw_prompt_ids"].count(image_token) == 1
+    unpadded = example["input_ids"][example["attention_mask"].bool()].tolist()
+    assert _expand(example["raw_prompt_ids"], image_token, [tokens_per_image]) == unpadded
+    assert dataset_with_image.prompt_lengths == [len(unpadded)]
+
+
+def test_multi_image_row_places_images_at_their_markers(vl):
+    kind, tokenizer, processor, model = vl
+    images = [_image(60, 60), _image(400, 100, (0, 0, 255)), _image(30, 200)]
+    dataset = RLHFDataset(
+        [{"prompt": "Compare <image> with <image>, then <image>.", "answer": "a", "images": images}],
+        tokenizer,
+        processor,
+        max_prompt_length=160,
+        **PIXELS,
+    )
+    example = dataset[0]
+    placeholder = "<|vision_start|><|image_pad|><|vision_end|>"
+    assert f"Compare {placeholder} with {placeholder}, then {placeholder}." in example["prompt_text"]
+    resized = [resize_image(image, **PIXELS) for image in images]
+    assert [image.size for image in example["multi_modal_data"]["images"]] == [image.size for image in resized]
+    input_ids, positions, inputs = _model_positions(model, processor, example["prompt_text"], resized, [], example)
+    assert torch.equal(example["input_ids"], input_ids)
+    assert torch.equal(example["position_ids"], positions)
+    counts = (inputs["image_grid_thw"].prod(-1) // 4).tolist()
+    assert len(set(counts)) > 1  # the images really differ in token count
+    unpadded = example["input_ids"][example["attention_mask"].bool()].tolist()
+    assert _expand(example["raw_prompt_ids"], processor.image_token_id, counts) == unpadded
+    assert dataset.prompt_lengths == [len(unpadded)]  # the header-only count equals the processor's
+
+
+def test_video_row_is_sampled_at_video_fps_and_matches_the_model_rope_index(tmp_path, vl):
+    kind, tokenizer, processor, model = vl
+    _write_video(str(tmp_path / "clip.mp4"), num_frames=16, rate=8)  # 2 seconds
+    dataset = RLHFDataset(
+        [{"prompt": "What happens in <video>?", "answer": "fade", "videos": ["clip.mp4"]}],
+        tokenizer,
+        processor,
+        image_dir=str(tmp_path),
+        video_fps=4.0,
+        max_prompt_length=128,
+        **PIXELS,
+    )
+    example = dataset[0]
+    video = example["multi_modal_data"]["videos"][0]
+    assert video.dtype == np.uint8 and video.shape[0] == 8 and video.shape[-1] == 3  # 2 s at 4 fps
+    assert [round(frame.mean() / 15) for frame in video] == list(range(0, 16, 2))  # frame i is gray 15 * i
+    input_ids, positions, inputs = _model_positions(
+        model, processor, example["prompt_text"], [], [video], example, video_fps=4.0
+    )
+    assert torch.equal(example["input_ids"], input_ids)
+    assert torch.equal(example["position_ids"], positions)
+    video_tokens = int(inputs["video_grid_thw"][0].prod()) // 4
+    assert example["raw_prompt_ids"].count(processor.video_token_id) == 1
+    assert int((example["input_ids"] == processor.video_token_id).sum()) == video_tokens
+    assert dataset.prompt_lengths == [int(example["attention_mask"].sum())]
+    if kind == "qwen2_5_vl":  # 2 frames per temporal patch at 4 fps = 0.5 s, times tokens_per_second=2
+        times = sorted(set(example["position_ids"][0][example["input_ids"] == processor.video_token_id].tolist()))
+        assert [later - earlier for earlier, later in zip(times, times[1:])] == [1, 1, 1]
+
+
+def test_load_video_reads_frames_at_the_requested_rate(tmp_path):
+    path = _write_video(str(tmp_path / "clip.mp4"), num_frames=12, rate=6, size=(80, 40))
+    assert load_video(path, 1.0, None, None).shape == (2, 40, 80, 3)
+    assert load_video(path, 6.0, None, None).shape[0] == 12
+    assert load_video(path, 2.0, None, 800).shape[1:3] == (20, 40)  # area 3200 -> at most 800, aspect kept
+    slow = _write_video(str(tmp_path / "slow.mp4"), num_frames=4, rate=2)  # 2 s, slower than the requested rate
+    assert [round(frame.mean() / 15) for frame in load_video(slow, 4.0, None, None)] == [0, 0, 1, 1, 2, 2, 3, 3]
+    with pytest.raises(ValueError, match="no video stream|Invalid data"):
+        (tmp_path / "fake.mp4").write_bytes(b"not a video")
+        load_video(str(tmp_path / "fake.mp4"), 2.0, None, None)
+
+
+def test_every_image_form_gives_the_same_tokens(tmp_path, vl25):
+    tokenizer, processor = vl25
+    image = _image(120, 80, (10, 200, 10))
+    image.save(tmp_path / "img.png")
+    forms = [
+        "img.png",
+        str(tmp_path / "img.png"),
+        _png_bytes(image),
+        {"bytes": _png_bytes(image), "path": None},
+        {"bytes": None, "path": "img.png"},
+        image,
+        Image.open(tmp_path / "img.png").convert("P"),  # palette mode is converted to RGB
+    ]
+    rows = [{"prompt": "<image> Which color?", "answer": "green", "images": [form]} for form in forms]
+    dataset = RLHFDataset(rows, tokenizer, processor, image_dir=str(tmp_path), max_prompt_length=64, **PIXELS)
+    examples = [dataset[i] for i in range(len(forms))]
+    for example in examples[1:]:
+        assert torch.equal(example["input_ids"], examples[0]["input_ids"])
+        assert example["multi_modal_data"]["images"][0].mode == "RGB"
+    pixels = [np.asarray(example["multi_modal_data"]["images"][0]) for example in examples]
+    assert all(np.array_equal(p, pixels[0]) for p in pixels[:-1])
+
+
+def test_text_and_image_rows_mix_in_one_batch_and_get_loader_workers(vl25):
+    tokenizer, processor = vl25
+    rows = [
+        {"prompt": "Just text.", "answer": "1", "images": []},
+        {"prompt": "<image> Picture.", "answer": "2", "images": [_image(56, 56)]},
+        {"prompt": "Images first, no markers.", "answer": "3", "images": [_image(56, 56), _image(84, 56)]},
+    ]
+    dataset = RLHFDataset(rows, tokenizer, processor, max_prompt_length=64, **PIXELS)
+    batch = collate_fn([dataset[i] for i in range(3)])
+    assert batch.batch["position_ids"].shape == (3, 3, 64)
+    text_row = batch.batch["position_ids"][0]
+    length = int(batch.batch["attention_mask"][0].sum())
+    assert torch.equal(
+        text_row, torch.cat([torch.zeros(64 - length, dtype=torch.long), torch.arange(length)]).expand(3, -1)
+    )
+    assert batch.non_tensor_batch["multi_modal_data"][0] is None
+    assert len(batch.non_tensor_batch["multi_modal_data"][2]["images"]) == 2
+    assert batch.non_tensor_batch["multi_modal_data"][2]["videos"] == []
+    assert dataset.has_media and loader_workers(None, dataset) == MEDIA_LOADER_WORKERS  # images: decode ahead
+    assert loader_workers(0, dataset) == 0
+    text = RLHFDataset([{"prompt": "Just text.", "answer": "1"}], tokenizer, processor, max_prompt_length=64)
+    assert not text.has_media and loader_workers(None, text) == 0 and loader_workers(3, text) == 3
+    copy = pickle.loads(pickle.dumps(dataset))  # loader workers started with spawn get a pickled dataset
+    assert torch.equal(copy[1]["position_ids"], batch.batch["position_ids"][1])
+    user_turn = batch.non_tensor_batch["prompt_text"][2].split("<|im_start|>user\n")[1]
+    assert user_turn.startswith("<|vision_start|><|image_pad|><|vision_end|>" * 2 + "Images first")
+
+
+def test_min_and_max_pixels_bound_the_image_area(vl25):
+    assert resized_size(1000, 500, None, 50_000) == (316, 158)
+    assert resized_size(10, 40, 3136, None) == (28, 112)
+    assert resized_size(100, 100, 3136, 50_000) == (100, 100)
+    tokenizer, processor = vl25
+    rows = [
+        {"prompt": "<image>", "answer": "big", "images": [_image(1000, 1000)]},
+        {"prompt": "<image>", "answer": "small", "images": [_image(10, 10)]},
+    ]
+    dataset = RLHFDataset(rows, tokenizer, processor, max_prompt_length=64, **PIXELS)
+    big, small = (dataset[i]["multi_modal_data"]["images"][0] for i in range(2))
+    assert big.width * big.height <= PIXELS["max_pixels"] and big.width == big.height
+    assert small.width * small.height >= PIXELS["min_pixels"]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# overlong prompts
+
+
+def test_overlong_prompts_count_image_tokens_and_are_filtered_or_rejected(vl25, caplog):
+    tokenizer, processor = vl25
+    rows = [
+        {"prompt": "<image> Short.", "answer": "0", "images": [_image(56, 56)]},  # 4 image tokens
+        {"prompt": "<image> Short.", "answer": "1", "images": [_image(112, 112)]},  # 16 image tokens
+        {"prompt": "Short.", "answer": "2", "images": []},
+        {"prompt": "<image> <image> Short.", "answer": "3", "images": [_image(112, 112)] * 2},
+    ]
+    lengths = [
+        RLHFDataset([row], tokenizer, processor, max_prompt_length=512, **PIXELS).prompt_lengths[0] for row in rows
+    ]
+    assert lengths[1] - lengths[0] == 12  # the text is the same: the difference is image tokens
+    limit = lengths[1] - 1  # rows 1 and 3 no longer fit, although their text does
+    with caplog.at_level(logging.WARNING, logger="verl.data.dataset"):
+        dataset = RLHFDataset(rows, tokenizer, processor, max_prompt_length=limit, **PIXELS)
+    assert [dataset[i]["ground_truth"] for i in range(len(dataset))] == ["0", "2"]
+    assert dataset.num_filtered_overlong == 2
+    assert f"Filtered out 2 of 4 prompts of in-memory rows longer than data.max_prompt_length={limit}" in caplog.text
+    forked = RLHFDataset(
+        rows, tokenizer, processor, max_prompt_length=limit, filter_overlong_prompts_workers=2, **PIXELS
+    )
+    assert forked.indices == dataset.indices and forked.prompt_lengths == dataset.prompt_lengths
+    with pytest.raises(
+        PromptTooLongError, match=rf"in-memory rows, row 1, key 'prompt': the prompt is {lengths[1]} tokens"
+    ):
+        RLHFDataset(rows, tokenizer, processor, max_prompt_length=limit, filter_overlong_prompts=False, **PIXELS)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# bad rows
+
+
+def test_each_bad_row_is_an_error_naming_file_row_and_key(tmp_path, vl25, caplog):
+    tokenizer, processor = vl25
+    _image(56, 56).save(tmp_path / "ok.png")
+    (tmp_path / "broken.png").write_bytes(b"this is not a png")
+    (tmp_path / "broken.mp4").write_bytes(b"this is not a video")
+    good = {"prompt": "<image> Good.", "answer": "ok", "images": ["ok.png"]}
+    cases = [
+        ({"prompt": "<image> x", "answer": "a", "images": ["gone.png"]}, "images", "does not exist"),
+        ({"prompt": "<image> x", "answer": "a", "images": ["broken.png"]}, "images", "cannot be read"),
+        ({"prompt": "<image> x", "answer": "a", "images": [b"\x00\x01"]}, "images", "cannot be read"),
+        ({"prompt": "<image> x", "answer": "a", "images": [3]}, "images", "must be a path, bytes"),
+        ({"prompt": "x", "answer": "a", "images": 5}, "images", "expected a list"),
+        ({"prompt": "<image> x", "answer": None, "images": ["ok.png"]}, "answer", "answer is missing"),
+        ({"prompt": None, "answer": "a", "images": ["ok.png"]}, "prompt", "prompt is missing"),
+        ({"prompt": ["x"], "answer": "a", "images": ["ok.png"]}, "prompt", "must be a string, got list"),
+        ({"prompt": " \n", "answer": "a", "images": ["ok.png"]}, "prompt", "prompt is empty"),
+        ({"prompt": "<image> <image>", "answer": "a", "images": ["ok.png"]}, "images", "2 <image> marker"),
+        ({"prompt": "x", "answer": "a", "videos": ["gone.mp4"]}, "videos", "does not exist"),
+        ({"prompt": "x", "answer": "a", "videos": ["broken.mp4"]}, "videos", "video 0 cannot be read"),
+        ({"prompt": "x", "answer": "a", "videos": [b"raw"]}, "videos", "must be a path"),
+    ]
+    for bad, key, problem in cases:
+        rows = [good, bad]
+        with pytest.raises(DatasetRowError, match=rf"in-memory rows, row 1, key '{key}': .*{problem}"):
+            RLHFDataset(rows, tokenizer, processor, image_dir=str(tmp_path), **PIXELS)
+    with caplog.at_level(logging.WARNING, logger="verl.data.dataset"):
+        dataset = RLHFDataset(
+            [good] + [bad for bad, _, _ in cases],
+            tokenizer,
+            processor,
+            image_dir=str(tmp_path),
+            skip_bad_rows=True,
+            **PIXELS,
+        )
+    assert len(dataset) == 1 and dataset.num_skipped_bad_rows == len(cases)
+    assert f"Skipped {len(cases)} bad row(s) of in-memory rows" in caplog.text
+    assert dataset[0]["ground_truth"] == "ok"
+
+
+def test_rows_beyond_the_engine_image_limit_and_a_missing_image_column_are_named(tmp_path, vl25):
+    tokenizer, processor = vl25
+    _image(56, 56).save(tmp_path / "ok.png")
+    two = {"prompt": "<image><image> Compare.", "answer": "a", "images": ["ok.png", "ok.png"]}
+    one = {"prompt": "<image> Count.", "answer": "b", "images": ["ok.png"]}
+    kwargs = {"image_dir": str(tmp_path), **PIXELS}
+    with pytest.raises(DatasetRowError, match=r"row 1, key 'images': the row has 2 images but worker.rollout.limit"):
+        RLHFDataset([one, two], tokenizer, processor, limit_images=1, **kwargs)
+    assert len(RLHFDataset([one, two], tokenizer, processor, limit_images=2, **kwargs)) == 2
+    assert len(RLHFDataset([one, two], tokenizer, processor, limit_images=0, **kwargs)) == 2  # 0: no limit
+    renamed = [{"prompt": row["prompt"], "answer": row["answer"], "pictures": row["images"]} for row in (one, two)]
+    with pytest.raises(
+        DatasetRowError, match=r"no column 'images' \(data.image_key\).*'pictures'.*Set data.image_key"
+    ):
+        RLHFDataset(renamed, tokenizer, processor, **kwargs)
+    assert len(RLHFDataset(renamed, tokenizer, processor, image_key="pictures", **kwargs)) == 2
+
+
+def test_media_paths_stay_inside_image_dir_unless_allowed(tmp_path, vl25):
+    tokenizer, processor = vl25
+    images = tmp_path / "images"
+    images.mkdir()
+    _image(56, 56).save(images / "ok.png")
+    _image(56, 56).save(tmp_path / "private.png")
+    (images / "link.png").symlink_to(tmp_path / "private.png")
+    kwargs = {"image_dir": str(images), **PIXELS}
+    good = {"prompt": "<image> Count.", "answer": "1", "images": ["ok.png"]}
+    assert len(RLHFDataset([good], tokenizer, processor, **kwargs)) == 1
+    for escaping in ("../private.png", str(tmp_path / "private.png"), "link.png", {"path": "../private.png"}):
+        row = {"prompt": "<image> Count.", "answer": "1", "images": [escaping]}
+        with pytest.raises(DatasetRowError, match=r"row 1, key 'images': item 0 path .* leads outside data.image_dir"):
+            RLHFDataset([good, row], tokenizer, processor, **kwargs)
+        allowed = RLHFDataset([good, row], tokenizer, processor, allow_paths_outside_image_dir=True, **kwargs)
+        assert len(allowed) == 2
+
+
+def test_bad_rows_in_a_file_name_the_file(tmp_path, text_tokenizer, vl25):
+    path = _write_jsonl(str(tmp_path / "train.jsonl"), [ROWS[0], {"prompt": "hi", "answer": None, "level": 1}])
+    with pytest.raises(DatasetRowError, match=rf"file '{path}', row 1, key 'answer': the answer is missing"):
+        RLHFDataset(path, text_tokenizer)
+    tokenizer, processor = vl25
+    image_rows = _write_jsonl(
+        str(tmp_path / "images.jsonl"), [{"prompt": "<image>", "answer": "a", "images": ["x.png"]}]
+    )
+    with pytest.raises(
+        DatasetRowError, match=r"images\.jsonl', row 0, key 'images': image 0 cannot be read: .*x\.png"
+    ):
+        RLHFDataset(image_rows, tokenizer, processor)
+    with pytest.raises(DatasetRowError, match="model is text-only"):
+        RLHFDataset(image_rows, text_tokenizer)
+    assert os.path.isfile(path)
+
+
+def test_parquet_with_an_image_feature_column(tmp_path, vl25):
+    """The layout of Hub datasets such as geometry3k: a list of `datasets.Image` values stored as bytes in parquet."""
+    tokenizer, processor = vl25
+    features = datasets.Features(
+        {"problem": datasets.Value("string"), "answer": datasets.Value("string"), "images": [datasets.Image()]}
+    )
+    table = datasets.Dataset.from_dict(
+        {
+            "problem": ["<image> How many sides?", "No picture here."],
+            "answer": ["3", "0"],
+            "images": [[{"bytes": _png_bytes(_image(84, 56)), "path": None}], []],
+        },
+        features=features,
+    )
+    path = str(tmp_path / "geo.parquet")
+    table.to_parquet(path)
+    dataset = RLHFDataset(path, tokenizer, processor, prompt_key="problem", max_prompt_length=64, **PIXELS)
+    first, second = dataset[0], dataset[1]
+    assert first["multi_modal_data"]["images"][0].size == resize_image(_image(84, 56), **PIXELS).size
+    assert first["raw_prompt_ids"].count(processor.image_token_id) == 1
+    assert second["multi_modal_data"] is None and "problem" not in first

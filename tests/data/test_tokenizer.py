@@ -1,0 +1,131 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+import os
+
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import shutil
+
+import numpy as np
+import pytest
+from PIL import Image
+from transformers import ProcessorMixin
+
+from verl.data.tokenizer import get_processor, get_tokenizer
+from verl.models.tiny_models import build_tokenizer, get_or_build_tiny_model
+
+
+TEMPLATE = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="session")
+def tiny_cache(tmp_path_factory) -> str:
+    return str(tmp_path_factory.getbasetemp() / "tiny_models")
+
+
+@pytest.fixture(scope="module")
+def text_dir(tiny_cache) -> str:
+    return get_or_build_tiny_model("qwen2", tiny_cache)
+
+
+@pytest.fixture(scope="module")
+def vl_dir(tiny_cache) -> str:
+    return get_or_build_tiny_model("qwen2_5_vl", tiny_cache)
+
+
+def _image_tokens(processor: ProcessorMixin, height: int, width: int) -> int:
+    image = Image.fromarray(np.zeros((height, width, 3), dtype=np.uint8))
+    inputs = processor(text=["<|vision_start|><|image_pad|><|vision_end|>"], images=[image], return_tensors="pt")
+    return int((inputs["input_ids"] == processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")).sum())
+
+
+def test_get_tokenizer_loads_the_tiny_tokenizer(text_dir):
+    tokenizer = get_tokenizer(text_dir)
+    assert (tokenizer.eos_token, tokenizer.pad_token) == ("<|im_end|>", "<|endoftext|>")
+    assert tokenizer.apply_chat_template(MESSAGES, tokenize=False).endswith("<|im_start|>user\nhi<|im_end|>\n")
+
+
+def test_get_tokenizer_overrides_the_chat_template_from_text_or_file(text_dir, tmp_path):
+    assert get_tokenizer(text_dir, override_chat_template=TEMPLATE).apply_chat_template(MESSAGES, tokenize=False) == (
+        "[user] hi\n"
+    )
+    template_file = tmp_path / "chat.jinja"
+    template_file.write_text("{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }}\n{% endfor %}")
+    tokenizer = get_tokenizer(text_dir, override_chat_template=str(template_file))
+    assert tokenizer.apply_chat_template(MESSAGES, tokenize=False) == "<user> hi\n"
+    with pytest.raises(FileNotFoundError, match="missing.jinja"):
+        get_tokenizer(text_dir, override_chat_template=str(tmp_path / "missing.jinja"))
+
+
+def test_get_tokenizer_uses_eos_as_pad_when_there_is_none(tmp_path):
+    tokenizer = build_tokenizer()
+    tokenizer.pad_token = None
+    tokenizer.save_pretrained(tmp_path)
+    loaded = get_tokenizer(str(tmp_path))
+    assert loaded.pad_token == "<|im_end|>" and loaded.pad_token_id == loaded.eos_token_id
+
+
+@pytest.mark.parametrize("path", ["/no/such/model", "./missing-model", "a/b/c"])
+def test_missing_local_path_is_an_error_that_names_it(path):
+    with pytest.raises(FileNotFoundError, match=path.replace(".", r"\.")):
+        get_tokenizer(path)
+    with pytest.raises(FileNotFoundError, match=path.replace(".", r"\.")):
+        get_processor(path)
+
+
+def test_directory_without_tokenizer_files_is_an_error_that_names_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match=f"{tmp_path}.*tokenizer.json"):
+        get_tokenizer(str(tmp_path))
+
+
+def test_get_processor_is_none_for_a_text_model(text_dir):
+    assert get_processor(text_dir) is None
+
+
+def test_get_processor_loads_the_vl_processor(vl_dir):
+    processor = get_processor(vl_dir)
+    assert type(processor).__name__ == "Qwen2_5_VLProcessor"
+    assert processor.image_processor.size["longest_edge"] == 28 * 28 * 64
+    assert _image_tokens(processor, 480, 640) == 54  # scaled under max_pixels to 168x252: 12x18 patches, 2x2 merge
+
+
+def test_get_processor_sets_pixel_bounds(vl_dir):
+    default = get_processor(vl_dir)
+    small = get_processor(vl_dir, max_pixels=28 * 28 * 16)
+    assert _image_tokens(small, 480, 640) <= 16 < _image_tokens(default, 480, 640)
+    assert small.video_processor.size["longest_edge"] == 28 * 28 * 16
+    large_min = get_processor(vl_dir, min_pixels=28 * 28 * 32)
+    assert _image_tokens(large_min, 28, 28) >= 32 > _image_tokens(default, 28, 28)
+    with pytest.raises(ValueError, match="min_pixels=5000 and max_pixels=100"):
+        get_processor(vl_dir, min_pixels=5000, max_pixels=100)
+
+
+def test_get_processor_overrides_the_chat_template(vl_dir):
+    processor = get_processor(vl_dir, override_chat_template=TEMPLATE)
+    assert processor.apply_chat_template(MESSAGES, tokenize=False) == "[user] hi\n"
+    assert processor.tokenizer.apply_chat_template(MESSAGES, tokenize=False) == "[user] hi\n"
+
+
+def test_get_processor_raises_on_a_broken_processor_config(text_dir, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(text_dir, broken)
+    (broken / "preprocessor_config.json").write_text("{not json")
+    with pytest.raises(OSError, match=f"{broken}.*preprocessor_config.json"):
+        get_processor(str(broken))
+
+
+def test_pixel_bounds_on_a_text_model_are_ignored_because_there_is_no_processor(text_dir):
+    assert get_processor(text_dir, min_pixels=100, max_pixels=200) is None

@@ -1,0 +1,129 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+import pytest
+import torch
+
+from verl.models.config import ModelConfig
+from verl.models.loading import (
+    build_model,
+    freeze_vision_tower,
+    get_vision_tower,
+    is_vision_language,
+    load_model_config,
+    run_vision_tower_in_every_forward,
+)
+from verl.models.tiny_models import count_parameters, get_or_build_tiny_model
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory) -> dict[str, str]:
+    root = str(tmp_path_factory.mktemp("tiny_models"))
+    return {kind: get_or_build_tiny_model(kind, root) for kind in ("qwen2", "qwen2_5_vl")}
+
+
+def test_model_class_is_detected_from_the_config(model_dirs):
+    text = build_model(ModelConfig(model_path=model_dirs["qwen2"]))
+    vl = build_model(ModelConfig(model_path=model_dirs["qwen2_5_vl"]))
+    assert type(text).__name__ == "Qwen2ForCausalLM" and not is_vision_language(text.config)
+    assert type(vl).__name__ == "Qwen2_5_VLForConditionalGeneration" and is_vision_language(vl.config)
+    assert get_vision_tower(text) is None and get_vision_tower(vl) is not None
+    assert not text.config.use_cache and not vl.config.get_text_config().use_cache
+    assert text.config._attn_implementation == "varlen"  # auto: the packed-sequence attention
+    assert vl.config.get_text_config()._attn_implementation == "varlen"
+
+
+def test_attn_implementation_is_chosen_by_the_config(model_dirs):
+    sdpa = build_model(ModelConfig(model_path=model_dirs["qwen2"], attn_implementation="sdpa"))
+    assert sdpa.config._attn_implementation == "sdpa"
+    try:
+        import flash_attn  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="attn_implementation=flash_attention_2 needs the flash-attn package"):
+            build_model(ModelConfig(model_path=model_dirs["qwen2"], attn_implementation="flash_attention_2"))
+
+
+def test_unsupported_vision_language_families_are_refused(model_dirs):
+    from transformers import AutoConfig
+
+    from verl.models.loading import check_supported_model
+
+    config = AutoConfig.from_pretrained(model_dirs["qwen2_5_vl"])
+    check_supported_model(config, "tiny")  # supported: no error
+    config.model_type = "qwen3_vl"
+    with pytest.raises(NotImplementedError, match="'qwen3_vl' vision-language model"):
+        check_supported_model(config, "tiny")
+
+
+def test_meta_build_has_the_same_tree_without_storage(model_dirs):
+    for path in model_dirs.values():
+        loaded = build_model(ModelConfig(model_path=path))
+        meta = build_model(ModelConfig(model_path=path), device="meta")
+        assert all(param.device.type == "meta" for param in meta.parameters())
+        shapes = {name: value.shape for name, value in loaded.state_dict().items()}
+        assert {name: value.shape for name, value in meta.state_dict().items()} == shapes
+        assert meta.lm_head.weight is meta.get_input_embeddings().weight  # ties survive, as in the loaded model
+
+
+def test_critic_gets_an_untied_deterministic_value_head(model_dirs):
+    for kind, path in model_dirs.items():
+        causal = build_model(ModelConfig(model_path=path))
+        critic = build_model(ModelConfig(model_path=path), value_head=True)
+        again = build_model(ModelConfig(model_path=path), value_head=True)
+        assert critic.lm_head.out_features == 1 and critic.lm_head.weight is not critic.get_input_embeddings().weight
+        assert not critic.config.get_text_config().tie_word_embeddings
+        assert torch.equal(critic.lm_head.weight, again.lm_head.weight) and critic.lm_head.weight.abs().sum() > 0
+        torch.testing.assert_close(critic.get_input_embeddings().weight, causal.get_input_embeddings().weight)
+        ids = torch.randint(0, 2000, (2, 7), generator=torch.Generator().manual_seed(0))
+        assert critic(input_ids=ids).logits.shape == (2, 7, 1), kind
+        meta = build_model(ModelConfig(model_path=path), value_head=True, device="meta")
+        assert meta.lm_head.weight.shape == (1, critic.config.get_text_config().hidden_size)
+
+
+def test_freeze_vision_tower_freezes_exactly_the_tower(model_dirs):
+    model = build_model(ModelConfig(model_path=model_dirs["qwen2_5_vl"]))
+    frozen = freeze_vision_tower(model)
+    assert frozen == count_parameters(model_dirs["qwen2_5_vl"])["vision"]
+    tower = {id(param) for param in get_vision_tower(model).parameters()}
+    assert all(param.requires_grad == (id(param) not in tower) for param in model.parameters())
+    with pytest.raises(ValueError, match="no vision tower"):
+        freeze_vision_tower(build_model(ModelConfig(model_path=model_dirs["qwen2"])))
+
+
+def test_config_overrides_and_path_errors(model_dirs, tmp_path):
+    config = load_model_config(ModelConfig(model_path=model_dirs["qwen2"], override_config={"attention_dropout": 0.1}))
+    assert config.attention_dropout == 0.1
+    with pytest.raises(FileNotFoundError, match="missing_model"):
+        load_model_config(ModelConfig(model_path=str(tmp_path / "missing_model")))
+    with pytest.raises(ValueError, match="model_path is not set"):
+        load_model_config(ModelConfig())
+
+
+def test_text_only_forward_runs_the_vision_tower_without_changing_the_output(model_dirs):
+    """The FSDP lockstep hook: a text-only forward still runs the tower (zero gradient), with identical logits."""
+    text = build_model(ModelConfig(model_path=model_dirs["qwen2"], enable_gradient_checkpointing=False))
+    assert not run_vision_tower_in_every_forward(text)
+    model = build_model(ModelConfig(model_path=model_dirs["qwen2_5_vl"], enable_gradient_checkpointing=False))
+    tower = get_vision_tower(model)
+    calls = []
+    tower.register_forward_hook(lambda module, args, output: calls.append(args[0].shape))
+    input_ids = torch.randint(0, 2000, (2, 7), generator=torch.Generator().manual_seed(0))
+    expected = model(input_ids=input_ids).logits
+    assert calls == []
+    assert run_vision_tower_in_every_forward(model)
+    logits = model(input_ids=input_ids).logits
+    assert len(calls) == 1 and torch.equal(logits, expected)
+    logits.sum().backward()
+    grads = [param.grad for param in tower.parameters()]
+    assert all(grad is not None and not grad.any() for grad in grads)  # every tower weight took part, with 0
+    assert model.get_input_embeddings().weight.grad.abs().sum() > 0

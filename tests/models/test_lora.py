@@ -1,0 +1,120 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""verl.models.lora on plain (unsharded) tiny models: which layers get adapters, the merge against peft's own, the
+peft file layout, and the errors for targets that match nothing."""
+
+import pytest
+import torch
+
+from verl.models.config import LoraConfig, ModelConfig
+from verl.models.loading import build_model
+from verl.models.lora import (
+    adapter_config_dict,
+    adapters_disabled,
+    apply_lora,
+    lora_scaling,
+    merged_state_dict,
+    peft_adapter_state,
+)
+from verl.models.tiny_models import get_or_build_tiny_model
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("lora_models"))
+    return {kind: get_or_build_tiny_model(kind, root) for kind in ("qwen2", "qwen2_5_vl")}
+
+
+def _adapted(path: str, vision_language: bool = False, **lora) -> torch.nn.Module:
+    model = build_model(ModelConfig(model_path=path))
+    apply_lora(model, LoraConfig(**{"rank": 4, "alpha": 8, **lora}), vision_language, path)
+    return model
+
+
+def _adapted_layers(model: torch.nn.Module) -> set[str]:
+    return {name.split(".lora_A.")[0] for name, _ in model.named_parameters() if ".lora_A." in name}
+
+
+def test_targets_and_the_vision_tower(models):
+    text = _adapted(models["qwen2"])
+    layers = _adapted_layers(text)
+    kinds = {name.rsplit(".", 1)[-1] for name in layers}
+    assert kinds == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}  # no lm_head
+    assert kinds == {
+        n.rsplit(".", 1)[-1] for n in _adapted_layers(_adapted(models["qwen2"], target_modules="all-linear"))
+    }
+    only = _adapted_layers(_adapted(models["qwen2"], target_modules="q_proj, v_proj"))
+    assert {name.rsplit(".", 1)[-1] for name in only} == {"q_proj", "v_proj"}
+    assert not _adapted_layers(_adapted(models["qwen2"], exclude_modules=".*mlp.*")) & {
+        name for name in layers if ".mlp." in name
+    }
+
+    vl = _adapted_layers(_adapted(models["qwen2_5_vl"], vision_language=True))
+    assert vl and not any("visual" in name for name in vl)  # the vision tower stays frozen by default
+    with_tower = _adapted_layers(_adapted(models["qwen2_5_vl"], vision_language=True, vision_tower=True))
+    assert any("visual" in name for name in with_tower)
+
+
+def test_only_adapters_train_and_start_as_the_base_model(models):
+    model = _adapted(models["qwen2"])
+    trainable = [name for name, param in model.named_parameters() if param.requires_grad]
+    assert trainable and all(".lora_" in name for name in trainable)
+    base = build_model(ModelConfig(model_path=models["qwen2"]))
+    ids = torch.tensor([[5, 17, 99, 3, 42]])
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids).logits, base(input_ids=ids).logits)  # lora_B starts at zero
+    again = _adapted(models["qwen2"])  # the adapters are drawn from a fixed seed: ranks agree
+    for (name, a), (_, b) in zip(model.named_parameters(), again.named_parameters()):
+        assert torch.equal(a, b), name
+
+
+def test_merge_equals_peft_merge_and_the_layout_loads_in_peft(models, tmp_path):
+    from peft import PeftModel
+    from safetensors.torch import save_file
+
+    model = _adapted(models["qwen2"], rank=4, alpha=12)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if ".lora_B." in name:
+                param.normal_(0, 0.05)  # a trained adapter
+    ids = torch.tensor([[5, 17, 99, 3, 42, 7]])
+    with torch.no_grad():
+        adapted_logits = model(input_ids=ids).logits
+        with adapters_disabled(model):
+            base_logits = model(input_ids=ids).logits
+    config = adapter_config_dict(model)
+    assert lora_scaling(config) == 3.0
+    merged = build_model(ModelConfig(model_path=models["qwen2"]))
+    missing, unexpected = merged.load_state_dict(merged_state_dict(model.state_dict(), 3.0), strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}
+    with torch.no_grad():
+        torch.testing.assert_close(merged(input_ids=ids).logits, adapted_logits, rtol=0, atol=1e-5)
+    assert not torch.allclose(adapted_logits, base_logits, atol=1e-3)
+
+    # peft reads the adapter from our layout and computes the same model (its own merge included)
+    import json
+
+    (tmp_path / "adapter").mkdir()
+    save_file(peft_adapter_state(model.state_dict()), str(tmp_path / "adapter" / "adapter_model.safetensors"))
+    (tmp_path / "adapter" / "adapter_config.json").write_text(json.dumps(config, default=str))
+    peft_model = PeftModel.from_pretrained(build_model(ModelConfig(model_path=models["qwen2"])), tmp_path / "adapter")
+    with torch.no_grad():
+        torch.testing.assert_close(peft_model(input_ids=ids).logits, adapted_logits, rtol=0, atol=1e-5)
+        peft_merged = peft_model.merge_and_unload()
+        torch.testing.assert_close(peft_merged(input_ids=ids).logits, adapted_logits, rtol=0, atol=1e-5)
+
+
+def test_targets_that_match_nothing_name_the_keys(models):
+    with pytest.raises(ValueError, match="lora.target_modules"):
+        _adapted(models["qwen2"], target_modules="no_such_proj")

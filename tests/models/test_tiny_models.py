@@ -1,0 +1,391 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+import os
+
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch: 2 threads on a shared 2-core box are 3-5x slower
+
+import gc
+import hashlib
+import json
+import re
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
+
+from verl.models.tiny_models import (
+    CHAT_TEMPLATE,
+    SPEC_FILE,
+    SPECIAL_TOKENS,
+    TinyModelSpec,
+    build_tiny_model,
+    build_tokenizer,
+    count_parameters,
+    get_or_build_tiny_model,
+)
+
+
+SYSTEM = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+
+
+@pytest.fixture(scope="session")
+def tiny_cache(tmp_path_factory) -> str:
+    return str(tmp_path_factory.getbasetemp() / "tiny_models")
+
+
+def _image(height: int, width: int, seed: int = 0) -> Image.Image:
+    return Image.fromarray(np.random.RandomState(seed).randint(0, 256, (height, width, 3), dtype=np.uint8))
+
+
+def _file_digests(model_dir: str) -> dict[str, str]:
+    return {
+        name: hashlib.sha256(open(os.path.join(model_dir, name), "rb").read()).hexdigest()
+        for name in sorted(os.listdir(model_dir))
+    }
+
+
+# ---------------------------------------------------------------------------------------------- tokenizer and template
+def test_tokenizer_special_tokens_follow_the_bpe_vocab():
+    tokenizer = build_tokenizer(vocab_size=512)
+    ids = [tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS]
+    assert ids == list(range(512, 512 + len(SPECIAL_TOKENS)))  # appended after the BPE vocab, in Qwen's order
+    assert len(tokenizer) == 512 + len(SPECIAL_TOKENS)
+    assert (tokenizer.eos_token, tokenizer.pad_token) == ("<|im_end|>", "<|endoftext|>")
+    assert tokenizer.bos_token is None
+    for token in SPECIAL_TOKENS:  # never split, even inside text
+        assert tokenizer.encode(f"a{token}b", add_special_tokens=False)[1] == tokenizer.convert_tokens_to_ids(token)
+
+
+def test_tokenizer_refuses_a_vocab_the_corpus_cannot_fill():
+    with pytest.raises(ValueError, match="vocab_size=20000 is more than the synthetic corpus supports"):
+        build_tokenizer(vocab_size=20000)
+
+
+def test_tokenizer_round_trips_unicode_and_digits():
+    tokenizer = build_tokenizer()
+    text = "Hello wörld 123 \\boxed{42} 😀\n\tend"
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    assert tokenizer.decode(ids) == text
+    assert len(tokenizer.encode("1234", add_special_tokens=False)) == 4  # Qwen splits numbers into single digits
+    assert len(tokenizer.encode(" the answer", add_special_tokens=False)) == 2  # BPE learned the corpus words
+
+
+def test_chat_template_renders_string_content():
+    tokenizer = build_tokenizer()
+    messages = [{"role": "user", "content": "What is 12 + 30?"}]
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert rendered == SYSTEM + "<|im_start|>user\nWhat is 12 + 30?<|im_end|>\n<|im_start|>assistant\n"
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello"},
+    ]
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False)
+    assert rendered == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello<|im_end|>\n"
+    )
+
+
+def test_chat_template_renders_image_video_and_text_parts():
+    tokenizer = build_tokenizer()
+    content = [
+        {"type": "image"},
+        {"type": "text", "text": "Compare with"},
+        {"type": "video"},
+        {"type": "image", "image": "file.png"},
+        {"type": "text", "text": "?"},
+    ]
+    messages = [{"role": "user", "content": content}]
+    image, video = "<|vision_start|><|image_pad|><|vision_end|>", "<|vision_start|><|video_pad|><|vision_end|>"
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert (
+        rendered == SYSTEM + f"<|im_start|>user\n{image}Compare with{video}{image}?<|im_end|>\n<|im_start|>assistant\n"
+    )
+    with_ids = tokenizer.apply_chat_template(messages, tokenize=False, add_vision_id=True)
+    assert "Picture 1: " + image in with_ids and "Video 1: " + video in with_ids and "Picture 2: " + image in with_ids
+
+
+# ---------------------------------------------------------------------------------------------- text model
+def test_text_model_loads_with_transformers_and_generates(tiny_cache):
+    model_dir = get_or_build_tiny_model("qwen2", tiny_cache)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    assert type(tokenizer).__name__ == "Qwen2Tokenizer"
+    assert tokenizer.chat_template == CHAT_TEMPLATE
+    assert AutoProcessor.from_pretrained(model_dir) is not None  # a text model's AutoProcessor is its tokenizer
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    assert type(model).__name__ == "Qwen2ForCausalLM"
+    assert model.dtype == torch.float32
+    assert model.config.vocab_size % 64 == 0 and model.config.vocab_size >= len(tokenizer)
+    assert model.generation_config.eos_token_id == [tokenizer.eos_token_id, tokenizer.pad_token_id]
+    assert 1_000_000 < model.num_parameters() < 10_000_000  # "a few million"
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 1 + 2?"}],
+        add_generation_prompt=True,
+        return_dict=True,
+        return_tensors="pt",
+    )
+    output = model.generate(**prompt, max_new_tokens=8, do_sample=False)
+    assert output.shape[1] > prompt["input_ids"].shape[1]
+    # a large init keeps greedy argmax away from near-ties (so HF and vLLM agree): top-2 logit gap is not tiny
+    with torch.no_grad():
+        logits = model(**prompt).logits[0, -1]
+    top2 = logits.topk(2).values
+    assert float(top2[0] - top2[1]) > 1e-3 and float(logits.std()) > 0.1
+
+
+def test_size_is_adjustable_and_spec_is_recorded(tmp_path):
+    model_dir = build_tiny_model(
+        str(tmp_path / "small"), kind="qwen2", hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1
+    )
+    config = AutoModelForCausalLM.from_pretrained(model_dir).config
+    assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads) == (64, 2, 2)
+    with open(os.path.join(model_dir, SPEC_FILE)) as f:
+        assert json.load(f)["hidden_size"] == 64
+    assert (
+        count_parameters(model_dir)["total"]
+        < count_parameters(get_or_build_tiny_model("qwen2", str(tmp_path)))["total"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"kind": "llama"}, "kind='llama'"),
+        ({"hidden_size": 100}, "hidden_size=100"),
+        ({"num_heads": 4, "num_kv_heads": 3}, "num_kv_heads=3"),
+        ({"vocab_size": 100}, "vocab_size=100"),
+        ({"min_pixels": 10, "max_pixels": 5}, "min_pixels=10"),
+    ],
+)
+def test_invalid_spec_names_the_option(options, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        TinyModelSpec(**options)
+
+
+def test_unknown_option_is_rejected(tmp_path):
+    with pytest.raises(TypeError, match="hidden_dim.*valid options are: .*hidden_size"):
+        build_tiny_model(str(tmp_path / "x"), hidden_dim=64)
+    assert not (tmp_path / "x").exists()
+
+
+# ---------------------------------------------------------------------------------------------- determinism and CLI
+def test_same_seed_gives_identical_files_and_other_seed_other_weights(tmp_path):
+    size = {"hidden_size": 64, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "intermediate_size": 64}
+    rng_before = torch.get_rng_state()
+    first = _file_digests(build_tiny_model(str(tmp_path / "a"), kind="qwen2_vl", seed=1, **size))
+    assert torch.equal(torch.get_rng_state(), rng_before)  # the caller's RNG is not consumed
+    second = _file_digests(build_tiny_model(str(tmp_path / "b"), kind="qwen2_vl", seed=1, **size))
+    other = _file_digests(build_tiny_model(str(tmp_path / "c"), kind="qwen2_vl", seed=2, **size))
+    assert first == second
+    assert other["model.safetensors"] != first["model.safetensors"]
+    assert other["tokenizer.json"] == first["tokenizer.json"]  # the tokenizer does not depend on the seed
+
+
+def test_cli_writes_a_loadable_dir_identical_to_an_in_process_build(tmp_path):
+    args = ["--kind", "qwen2_5_vl", "--seed", "7", "--hidden-size", "64", "--num-heads", "2", "--num-kv-heads", "1"]
+    cli_dir = str(tmp_path / "cli")
+    result = subprocess.run(
+        [sys.executable, "-m", "verl.models.tiny_models", "--output", cli_dir, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "qwen2_5_vl" in result.stdout and "parameters" in result.stdout
+    model = AutoModelForImageTextToText.from_pretrained(cli_dir)
+    assert type(model).__name__ == "Qwen2_5_VLForConditionalGeneration"
+    assert model.config.text_config.hidden_size == 64
+    # another process (fresh BPE training, fresh hash seeds) gives bitwise the same directory
+    in_process = build_tiny_model(
+        str(tmp_path / "lib"), kind="qwen2_5_vl", seed=7, hidden_size=64, num_heads=2, num_kv_heads=1
+    )
+    assert _file_digests(cli_dir) == _file_digests(in_process)
+
+
+def test_cli_rejects_a_bad_size(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "verl.models.tiny_models", "--output", str(tmp_path / "x"), "--hidden-size", "100"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2 and "hidden_size=100" in result.stderr
+
+
+def test_get_or_build_reuses_the_cached_dir_and_replaces_a_stale_one(tmp_path):
+    cache = str(tmp_path / "cache")
+    model_dir = get_or_build_tiny_model("qwen2", cache, num_layers=1)
+    weights = os.path.join(model_dir, "model.safetensors")
+    mtime = os.stat(weights).st_mtime_ns
+    assert get_or_build_tiny_model("qwen2", cache, num_layers=1) == model_dir
+    assert os.stat(weights).st_mtime_ns == mtime  # reused, not rebuilt
+    assert get_or_build_tiny_model("qwen2", cache) == os.path.join(cache, "qwen2")  # default spec: plain name
+    spec_path = os.path.join(model_dir, SPEC_FILE)
+    with open(spec_path) as f:
+        spec = json.load(f)
+    with open(spec_path, "w") as f:
+        json.dump({**spec, "builder_version": -1}, f)  # as if written by an older builder
+    assert get_or_build_tiny_model("qwen2", cache, num_layers=1) == model_dir
+    with open(spec_path) as f:
+        assert json.load(f) == spec
+    assert sorted(os.listdir(cache)) == sorted(["qwen2", os.path.basename(model_dir)])  # no temp dirs left
+
+
+# ---------------------------------------------------------------------------------------------- vision-language models
+@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen2_vl"])
+def test_vl_processor_expands_images_as_the_model_config_says(kind, tiny_cache):
+    model_dir = get_or_build_tiny_model(kind, tiny_cache)
+    processor = AutoProcessor.from_pretrained(model_dir)  # the standard path (needs the torchvision shim on CPU)
+    assert type(processor).__name__ == {"qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen2_vl": "Qwen2VLProcessor"}[kind]
+    model = AutoModelForImageTextToText.from_pretrained(model_dir)
+    config = model.config
+    merge = config.vision_config.spatial_merge_size
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is this?"}]}]
+    prompt = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert prompt.count("<|image_pad|>") == 1
+    images = [_image(90, 120), _image(480, 640, seed=1), _image(20, 20, seed=2)]
+    inputs = processor(text=[prompt] * 3, images=images, padding=True, padding_side="left", return_tensors="pt")
+    expected = (inputs["image_grid_thw"].prod(dim=-1) // merge**2).tolist()
+    assert (inputs["input_ids"] == config.image_token_id).sum(dim=-1).tolist() == expected
+    assert expected[0] == 12  # 90x120 -> 84x112 pixels -> 6x8 patches -> 12 tokens after the 2x2 merge
+    assert 4 <= min(expected) and max(expected) <= 64  # min_pixels / max_pixels bound the cost of any image
+    assert inputs["pixel_values"].shape[0] == int(inputs["image_grid_thw"].prod(dim=-1).sum())
+    with torch.no_grad():
+        logits = model(**inputs).logits
+    assert logits.shape == (*inputs["input_ids"].shape, config.text_config.vocab_size)
+    assert torch.isfinite(logits).all()
+    # the image changes the prediction: it is really fed through the vision tower
+    other = processor(text=[prompt], images=[_image(90, 120, seed=5)], return_tensors="pt")
+    with torch.no_grad():
+        assert not torch.allclose(model(**other).logits[0, -1], logits[0, -1])
+    generated = model.generate(**inputs, max_new_tokens=4, do_sample=False)
+    assert generated.shape == (3, inputs["input_ids"].shape[1] + 4)
+
+
+@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen2_vl"])
+def test_vl_processor_handles_video(kind, tiny_cache):
+    model_dir = get_or_build_tiny_model(kind, tiny_cache)
+    processor = AutoProcessor.from_pretrained(model_dir)
+    model = AutoModelForImageTextToText.from_pretrained(model_dir)
+    messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "What happens?"}]}]
+    prompt = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    frames = [np.asarray(_image(64, 96, seed=i)) for i in range(4)]
+    inputs = processor(text=[prompt], videos=[frames], return_tensors="pt")
+    grid = inputs["video_grid_thw"][0].tolist()
+    assert grid[0] == 2  # 4 frames, 2 per temporal patch
+    assert int((inputs["input_ids"] == model.config.video_token_id).sum()) == grid[0] * grid[1] * grid[2] // 4
+    with torch.no_grad():
+        assert torch.isfinite(model(**inputs).logits).all()
+
+
+# ---------------------------------------------------------------------------------------------- vLLM
+def _tiny_engine(model_dir: str, is_vl: bool):
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: no extra processes
+    from vllm import LLM
+
+    mm = {"limit_mm_per_prompt": {"image": 1, "video": 0}} if is_vl else {}
+    return LLM(
+        model=model_dir,
+        dtype="float32",
+        enforce_eager=True,
+        seed=0,
+        max_model_len=1024,
+        kv_cache_memory_bytes=64 * 2**20,
+        **mm,
+    )
+
+
+@pytest.fixture(scope="module")
+def engine(request, tiny_cache):
+    """One engine per kind, alive only while that kind's tests run (pytest groups the tests by parameter)."""
+    kind = request.param
+    model_dir = get_or_build_tiny_model(kind, tiny_cache)
+    handle = SimpleNamespace(model_dir=model_dir, llm=_tiny_engine(model_dir, is_vl=kind != "qwen2"))
+    yield handle
+    handle.llm = None  # pytest keeps the yielded object until later; drop the engine itself now
+    gc.collect()
+
+
+def _greedy(max_tokens: int):
+    """Greedy decoding that stops at the generation config's eos ids, as HF generate does."""
+    from vllm import SamplingParams
+
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["qwen2"], indirect=True)
+def test_vllm_greedy_equals_hf_generate_on_the_text_model(engine):
+    model_dir, llm = engine.model_dir, engine.llm
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    prompts = [
+        tokenizer.apply_chat_template([{"role": "user", "content": "What is 12 + 30?"}], tokenize=False),
+        "The answer is",
+        "x",
+    ]
+    outputs = llm.generate(prompts, _greedy(16), use_tqdm=False)
+    assert sum(len(output.outputs[0].token_ids) for output in outputs) > 24  # not cut short by an early eos
+    for prompt, output in zip(prompts, outputs):
+        input_ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+        assert list(output.prompt_token_ids) == input_ids[0].tolist()
+        hf = model.generate(input_ids, max_new_tokens=16, do_sample=False)
+        assert list(output.outputs[0].token_ids) == hf[0, input_ids.shape[1] :].tolist()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["qwen2"], indirect=True)
+def test_vllm_chat_uses_the_template_and_stops_at_im_end(engine):
+    from vllm import SamplingParams
+
+    model_dir, llm = engine.model_dir, engine.llm
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    messages = [{"role": "user", "content": "Hi"}]
+    output = llm.chat(messages, SamplingParams(temperature=1.0, max_tokens=32, n=4, seed=0), use_tqdm=False)[0]
+    expected = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True)["input_ids"]
+    assert list(output.prompt_token_ids) == list(expected)
+    assert len(output.outputs) == 4
+    stop_ids = {tokenizer.eos_token_id, tokenizer.pad_token_id}  # vLLM takes both from generation_config.json
+    for sample in output.outputs:
+        assert 1 <= len(sample.token_ids) <= 32
+        assert not stop_ids & set(sample.token_ids[:-1])  # generation stops at the first of them
+        assert len(sample.token_ids) == 32 or sample.token_ids[-1] in stop_ids
+    # <|endoftext|> is not the tokenizer's eos: vLLM stops at it only because generation_config.json lists it
+    forced = SamplingParams(temperature=0.0, max_tokens=8, logit_bias={tokenizer.pad_token_id: 100.0})
+    assert list(llm.chat(messages, forced, use_tqdm=False)[0].outputs[0].token_ids) == [tokenizer.pad_token_id]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["qwen2_5_vl", "qwen2_vl"], indirect=True)
+def test_vllm_generates_with_an_image_like_hf(engine):
+    model_dir, llm = engine.model_dir, engine.llm
+    processor = AutoProcessor.from_pretrained(model_dir)
+    model = AutoModelForImageTextToText.from_pretrained(model_dir)
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is this?"}]}]
+    prompt = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    images = [_image(90, 120), _image(300, 200, seed=1)]
+    requests = [{"prompt": prompt, "multi_modal_data": {"image": image}} for image in images]
+    outputs = llm.generate(requests, _greedy(12), use_tqdm=False)
+    assert sum(len(output.outputs[0].token_ids) for output in outputs) > 12
+    for image, output in zip(images, outputs):
+        inputs = processor(text=[prompt], images=[image], return_tensors="pt")
+        assert list(output.prompt_token_ids) == inputs["input_ids"][0].tolist()  # same image-token expansion
+        hf = model.generate(**inputs, max_new_tokens=12, do_sample=False)
+        assert list(output.outputs[0].token_ids) == hf[0, inputs["input_ids"].shape[1] :].tolist()

@@ -1,0 +1,395 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""verl.rewards.math_grading: answer extraction, verdicts against math-verify itself, and the worker pool's time limit.
+
+Every row of the table is checked twice: against the verdict written in the table (what math-verify 0.9.0 decides,
+surprises included, so an upgrade that changes a verdict shows here) and against math_verify called directly in
+this process, which is the reference the pool's workers must not deviate from.
+"""
+
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import math_verify
+import pytest
+
+from verl.rewards import math_grading
+from verl.rewards.math_grading import (
+    Verdict,
+    VerifierPool,
+    extract_answer,
+    last_boxed,
+    normalize_ground_truth,
+    strip_math_delimiters,
+)
+
+
+# A real input on which the verifier hangs: sympy tries to evaluate this infinite series in closed form and was still
+# at it after 30 s (at under 100 MB), so it stands for any adversarial answer.
+SLOW_ANSWER = r"\sum_{n=1}^{\infty} \frac{\sin(n)}{n^{3}+\log(n)}"
+
+C, W, U = Verdict.CORRECT, Verdict.WRONG, Verdict.UNPARSABLE
+
+# (response answer, ground truth, verdict of math-verify 0.9.0, why the row is here)
+TABLE = [
+    # fractions and decimals
+    (r"\frac{1}{2}", r"\frac{1}{2}", C, "identical"),
+    (r"\dfrac12", r"\frac{1}{2}", C, "\\dfrac and brace-less arguments"),
+    (r"\tfrac{1}{2}", "0.5", C, "\\tfrac against a decimal"),
+    ("0.5", r"\frac{1}{2}", C, "decimal against a fraction"),
+    ("1/2", r"\frac{1}{2}", C, "slash"),
+    (r"\frac{2}{4}", r"\frac12", C, "unreduced fraction"),
+    (r"\frac{1}{2}", r"\frac{1}{3}", W, "different fractions"),
+    (r"\frac{1}{3}", "0.3333333", C, "a decimal is rounded to 6 places before comparing"),
+    (r"\frac{1}{3}", "0.333", W, "3 places are not enough"),
+    (r"1\frac{1}{2}", r"\frac{3}{2}", C, "mixed number"),
+    (r"1 \frac{1}{2}", "1.5", C, "mixed number with a space"),
+    ("12", "12.0", C, "integer against a float"),
+    ("5.", "5", W, "a trailing point is not read as a number"),
+    ("1.000", "1000", W, "a point is a decimal point, never a thousands separator"),
+    # signs
+    ("-3", "-3", C, "negative"),
+    ("-3", "3", W, "sign matters"),
+    (r"-\frac{1}{2}", r"\frac{-1}{2}", C, "where the minus sits"),
+    # intervals, unions, sets, tuples
+    ("[1,2)", r"\left[1, 2\right)", C, "\\left and \\right"),
+    ("[1,2]", "[1,2)", W, "closed against half-open"),
+    ("(1,2]", "(1,2)", W, "half-open against open"),
+    (r"(-\infty, 1) \cup (2, \infty)", r"(2,\infty)\cup(-\infty,1)", C, "union in another order"),
+    (r"(-\infty,1]\cup[2,\infty)", r"(-\infty, 1) \cup (2, \infty)", W, "union with other endpoints"),
+    (r"[1,2)\cup[2,3]", "[1,3]", C, "a union that is one interval"),
+    (r"[1,2)\cup(2,3]", "[1,3]", W, "a union missing one point"),
+    (r"\{1,2,3\}", r"\{3,2,1\}", C, "sets ignore order"),
+    (r"\{1,2\}", r"\{1,2,3\}", W, "a missing element"),
+    ("1,2,3", "3,2,1", C, "bare lists are read as sets"),
+    ("(1,2,3)", "(1,3,2)", W, "tuples keep order"),
+    ("(3,2,1)", r"\{1,2,3\}", C, "a tuple matches a set with the same elements"),
+    ("(1,2)", "(2,1)", W, "an open interval (or pair) in the wrong order"),
+    ("1 < x < 2", "(1,2)", W, "an inequality answer is not turned into the gold interval"),
+    ("(1,2)", "1<x<2", C, "an interval answer matches a gold inequality"),
+    (r"x \in [1,2]", "[1,2]", C, "membership"),
+    (r"\emptyset", r"\{\}", C, "empty set"),
+    (r"\varnothing", r"\emptyset", W, "\\varnothing is not recognised"),
+    # roots, pi, constants
+    (r"\sqrt{8}", r"2\sqrt{2}", C, "simplified root"),
+    (r"\sqrt{8}", r"3\sqrt{2}", W, "wrong root"),
+    (r"\frac{\sqrt{2}}{2}", r"\frac{1}{\sqrt{2}}", C, "rationalised denominator"),
+    (r"\sqrt{2}", "1.414214", C, "decimal to 6 places"),
+    (r"\sqrt{2}", "1.414", W, "decimal to 3 places"),
+    (r"2\pi", r"2 \pi", C, "spacing"),
+    ("6.283185", r"2\pi", C, "pi to 6 places"),
+    ("6.283", r"2\pi", W, "pi to 3 places"),
+    (r"\pi", "3.14", W, "3.14 is not pi"),
+    (r"e^{i\pi}", "-1", W, "Euler's identity is not evaluated"),
+    (r"\log_2 8", "3", C, "logarithm evaluated"),
+    (r"\binom{5}{2}", "10", C, "binomial evaluated"),
+    ("5!", "120", C, "factorial evaluated"),
+    # percent and degrees
+    (r"50\%", "0.5", C, "percent against its fraction"),
+    (r"50\%", "50", C, "percent against the bare number: the sign is dropped for integers"),
+    ("0.5", r"50\%", C, "fraction against a percent gold"),
+    ("50", r"50\%", C, "bare number against a percent gold"),
+    ("5", "0.05", W, "without a percent sign nothing is scaled"),
+    (r"30^\circ", "30", C, "degree sign dropped"),
+    ("30", r"30^{\circ}", C, "degree gold, bare answer"),
+    (r"\frac{\pi}{6}", r"30^\circ", W, "degrees are not converted to radians"),
+    # equations
+    ("x=2", "2", C, "an equation answer is unwrapped to its value"),
+    ("2", "x=2", C, "a value matches an assignment gold"),
+    ("2", "y = 2", C, "whatever the variable's name"),
+    ("x=3", "x=2", W, "wrong value"),
+    ("y=2", "x=2", W, "both assignments: the variable must match"),
+    ("x=2, y=3", "(2,3)", C, "a system of assignments against a tuple"),
+    # thousands separators and scientific notation
+    ("1,000", "1000", C, "comma separator"),
+    ("1{,}000", "1000", C, "TeX comma separator"),
+    ("1,000,000", "10^6", C, "separator against a power"),
+    (r"1\,000", "1000", W, "a thin space is read as a product: 1*0"),
+    (r"1.5\times10^{3}", "1500", C, "\\times notation"),
+    (r"6.02\times10^{23}", r"6.02 \cdot 10^{23}", C, "\\times against \\cdot"),
+    (r"2\cdot 10^{-3}", "0.002", C, "negative exponent"),
+    ("1.5e3", "1500", W, "e notation is read as 1.5 * e * 3 (Euler's e)"),
+    # text and units
+    (r"10\text{ cm}", "10", C, "unit in \\text"),
+    (r"10\text{ m}^2", "10", C, "unit with a power"),
+    (r"\$10", "10", C, "dollar sign"),
+    (r"\text{(B)}", "B", C, "choice letter"),
+    ("A", "B", W, "other letter"),
+    (r"\text{yes}", r"\text{Yes}", C, "text is compared without case"),
+    # matrices and complex numbers
+    (r"\begin{pmatrix}1 & 2\\ 3 & 4\end{pmatrix}", r"\begin{bmatrix}1 & 2\\ 3 & 4\end{bmatrix}", C, "matrix"),
+    (r"\begin{pmatrix}1 & 2\\ 3 & 4\end{pmatrix}", r"\begin{bmatrix}1 & 2\\ 3 & 5\end{bmatrix}", W, "one entry"),
+    (r"\begin{pmatrix}1 \\ 2\end{pmatrix}", "(1,2)", W, "a column vector is not a tuple"),
+    ("2+3i", "3i+2", C, "complex number in another order"),
+    # symbolic
+    ("x+1", "1+x", C, "commutativity"),
+    ("2x+2", "2(x+1)", C, "factored form"),
+    ("x^2", "x^3", W, "different powers"),
+    # nothing to compare, and clear non-answers
+    ("", "1", U, "empty answer"),
+    (r"\text{}", "1", U, "empty text"),
+    ("1", "", U, "empty ground truth"),
+    ("hello world", "1", W, "words are parsed as symbols, so the verdict is wrong, not unparsable"),
+    (r"\frac{1}{0}", "1", W, "division by zero"),
+    # a wrapped ground truth (datasets store both forms)
+    ("5", r"\boxed{5}", C, "boxed ground truth"),
+    ("5", "$5$", C, "ground truth in $...$"),
+    (r"\frac{1}{2}", r"$\boxed{0.5}$", C, "both wrappings"),
+]
+
+
+def reference_verdict(answer: str, ground_truth: str) -> Verdict:
+    """math_verify called directly, in this process, on the answer boxed and the ground truth as the dataset has it.
+
+    Its signal-based timeouts are off here too: pytest-timeout may own SIGALRM, and every row is fast.
+    """
+    gold_text = ground_truth if ground_truth.startswith(("$", "\\boxed")) else f"\\boxed{{{ground_truth}}}"
+    gold = math_verify.parse(gold_text, parsing_timeout=None)
+    parsed = math_verify.parse(f"\\boxed{{{answer}}}", parsing_timeout=None)
+    if not gold or not parsed:
+        return Verdict.UNPARSABLE
+    return Verdict.CORRECT if math_verify.verify(gold, parsed, timeout_seconds=None) else Verdict.WRONG
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[VerifierPool]:
+    """One pool for the module: starting workers (a spawn and the math_verify import) is the main cost."""
+    logging.getLogger("math_verify").setLevel(logging.ERROR)  # the reference's "timeout is disabled" notice
+    with VerifierPool(max_workers=2) as shared:
+        yield shared
+
+
+def test_table_is_large_enough() -> None:
+    assert len(TABLE) >= 40
+    assert len({(answer, ground_truth) for answer, ground_truth, _, _ in TABLE}) == len(TABLE)
+
+
+@pytest.mark.parametrize("answer, ground_truth, expected, why", TABLE, ids=[row[3] for row in TABLE])
+def test_verdict_matches_math_verify(
+    pool: VerifierPool, answer: str, ground_truth: str, expected: Verdict, why: str
+) -> None:
+    verdict = pool.verify(answer, ground_truth, timeout_s=30.0)
+    assert verdict == reference_verdict(answer, ground_truth), why
+    assert verdict == expected, why
+
+
+def test_whole_table_in_one_batch(pool: VerifierPool) -> None:
+    """A batch keeps its order whichever worker finishes first."""
+    verdicts = pool.verify_many([(answer, ground_truth) for answer, ground_truth, _, _ in TABLE], timeout_s=30.0)
+    assert verdicts == [expected for _, _, expected, _ in TABLE]
+
+
+def test_verdicts_are_strings(pool: VerifierPool) -> None:
+    verdict = pool.verify("0.5", r"\frac12")
+    assert verdict == "correct" and isinstance(verdict, str)
+    assert pool.verify(None, "1") == "unparsable"  # no extracted answer: no worker involved
+    assert pool.verify_many([]) == []
+
+
+def test_hung_verification_ends_only_that_sample(pool: VerifierPool) -> None:
+    pool.verify("1", "1")  # workers up, so start-up is not timed below
+    timeout_s = 1.5
+    pairs = [
+        ("1/2", "0.5"),
+        (SLOW_ANSWER, "1"),
+        ("3", "4"),
+        (r"\sqrt{8}", r"2\sqrt{2}"),
+        (None, "1"),
+        ("x=2", "2"),
+    ]
+    started = time.monotonic()
+    verdicts = pool.verify_many(pairs, timeout_s=timeout_s)
+    elapsed = time.monotonic() - started
+    assert verdicts == [Verdict.CORRECT, Verdict.TIMEOUT, Verdict.WRONG, Verdict.CORRECT, Verdict.UNPARSABLE, C]
+    assert elapsed < timeout_s + 5.0
+    # The killed worker was replaced, and the pool goes on grading.
+    assert len(pool.worker_pids) == 2
+    assert pool.verify_many([(r"\dfrac12", "0.5"), ("2", "3")], timeout_s=10.0) == [C, W]
+
+
+def test_two_hung_samples_in_one_batch(pool: VerifierPool) -> None:
+    """Both workers can be killed within one call; the rest waits for their replacements."""
+    pairs = [(SLOW_ANSWER, "1"), (SLOW_ANSWER, "2"), ("1", "1"), ("1", "2")]
+    assert pool.verify_many(pairs, timeout_s=1.0) == [Verdict.TIMEOUT, Verdict.TIMEOUT, C, W]
+
+
+def test_killed_worker_process_is_gone(pool: VerifierPool) -> None:
+    before = set(pool.worker_pids)
+    assert pool.verify(SLOW_ANSWER, "1", timeout_s=1.0) == Verdict.TIMEOUT
+    replaced = before - set(pool.worker_pids)
+    assert len(replaced) == 1
+    assert not _alive(replaced.pop())
+
+
+def test_close_stops_workers_and_refuses_work() -> None:
+    with VerifierPool(max_workers=1) as pool:
+        assert pool.verify("2", "2") == C
+        pids = pool.worker_pids
+    assert pool.closed and pool.worker_pids == []
+    assert not any(_alive(pid) for pid in pids)
+    pool.close()  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.verify("2", "2")
+
+
+def test_no_worker_survives_interpreter_exit() -> None:
+    """A script that never closes its pools (its own and the shared one) leaves no worker behind."""
+    script = (
+        "from verl.rewards import math_grading\n"
+        "pool = math_grading.VerifierPool(max_workers=1)\n"
+        "assert pool.verify('1/2', '0.5') == 'correct'\n"
+        "assert math_grading.verify_many([('2', '2')], max_workers=1) == ['correct']\n"
+        "print(*pool.worker_pids, *math_grading.get_shared_pool().worker_pids)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=_repo_root()
+    )
+    assert result.returncode == 0, result.stderr
+    pids = [int(pid) for pid in result.stdout.split()]
+    assert len(pids) == 2
+    assert not any(_alive(pid) for pid in pids)
+
+
+BUSY_SCRIPT = f"""
+import os, signal, threading, time
+from verl.rewards import math_grading
+pool = math_grading.get_shared_pool(max_workers=1)
+threading.Thread(target=pool.verify, args=({SLOW_ANSWER!r}, "1", 600.0), daemon=True).start()
+while not (pool.worker_pids and pool._workers[0].task is not None):
+    time.sleep(0.05)
+print(*pool.worker_pids, flush=True)
+"""
+
+
+@pytest.mark.parametrize("ending", ["exit", "sigkill"])
+def test_no_hung_worker_survives_its_parent(ending: str) -> None:
+    """The parent ends while a worker hangs in sympy: at exit the pool kills it (close() does not wait for the busy
+    thread); after a SIGKILL, which runs no exit code, the worker notices its parent is gone and exits itself."""
+    script = BUSY_SCRIPT + ("os.kill(os.getpid(), signal.SIGKILL)\n" if ending == "sigkill" else "")
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=_repo_root()
+    )
+    assert time.monotonic() - started < 30.0
+    assert result.returncode == (-9 if ending == "sigkill" else 0), result.stderr
+    (pid,) = [int(pid) for pid in result.stdout.split()]
+    assert not _alive(pid)
+
+
+def test_shared_pool_is_reused_and_resized() -> None:
+    try:
+        assert math_grading.verify("0.5", r"\frac{1}{2}") == C
+        shared = math_grading.get_shared_pool()
+        assert math_grading.verify_many([("1", "1")], max_workers=shared.max_workers) == [C]
+        assert math_grading.get_shared_pool() is shared
+        assert math_grading.get_shared_pool(max_workers=shared.max_workers + 1) is not shared
+        assert shared.closed
+    finally:
+        math_grading.close_shared_pool()
+
+
+def test_arguments_are_checked(pool: VerifierPool) -> None:
+    with pytest.raises(ValueError, match="max_workers"):
+        VerifierPool(max_workers=0)
+    with pytest.raises(ValueError, match="start_method"):
+        VerifierPool(start_method="fork")
+    with pytest.raises(ValueError, match="timeout_s"):
+        pool.verify("1", "1", timeout_s=0)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Extraction
+
+
+@pytest.mark.parametrize(
+    "response, answer",
+    [
+        (r"So $x = \boxed{5}$.", "5"),
+        (r"\boxed{\frac{1}{2}}", r"\frac{1}{2}"),  # nested braces
+        (r"\boxed{\left\{ x \mid x^{2} > 1 \right\}}", r"\left\{ x \mid x^{2} > 1 \right\}"),  # escaped braces
+        (r"First \boxed{3}, then \boxed{4}.", "4"),  # the last box
+        (r"\fbox{7}", "7"),
+        (r"\boxed {8}", "8"),  # a space before the brace
+        (r"\boxed{ 9 }", "9"),
+        (r"\boxed{3} and finally \boxed{\frac{1}{", "3"),  # a box cut off by the length limit is skipped
+        (r"\boxed{3} \boxed{}", "3"),  # an empty box is skipped
+        (r"\boxed{5}" + "\nAnswer: 6", "5"),  # a box wins over an Answer line
+        ("Answer: 42", "42"),
+        ("answer:42.", "42"),  # any case, trailing full stop dropped
+        (r"Answer: $\frac{3}{4}$.", r"\frac{3}{4}"),  # math delimiters dropped
+        ("Answer: 3\nAnswer:", "3"),  # an empty Answer line does not count
+        ("Answer: 3\nSo the answer is 4", "4"),  # the last marker
+        ("The final answer is: 7", "7"),
+        ("Answer: 12\nbecause of the above", "12"),  # only the rest of the line
+        ("No final answer here.", None),
+        ("", None),
+        (r"\boxed{", None),
+    ],
+)
+def test_extract_answer(response: str, answer: str | None) -> None:
+    assert extract_answer(response) == answer
+
+
+def test_last_boxed_ignores_other_commands() -> None:
+    assert last_boxed(r"\boxedx{1}") is None  # not \boxed followed by a brace
+    assert last_boxed(r"\boxed{a{b}c}") == "a{b}c"
+
+
+@pytest.mark.parametrize(
+    "ground_truth, normalized",
+    [
+        ("5", "5"),
+        ("$5$", "5"),
+        ("$$5$$", "5"),
+        (r"\(x+1\)", "x+1"),
+        (r"\[x+1\]", "x+1"),
+        (r"\boxed{\frac{1}{2}}", r"\frac{1}{2}"),
+        (r"$\boxed{2}$", "2"),
+        ("  7 ", "7"),
+        ("$5", "$5"),  # not a pair of delimiters
+    ],
+)
+def test_normalize_ground_truth(ground_truth: str, normalized: str) -> None:
+    assert normalize_ground_truth(ground_truth) == normalized
+
+
+def test_strip_math_delimiters_removes_one_pair() -> None:
+    assert strip_math_delimiters("$a$ and $b$") == "$a$ and $b$"  # two spans, not one around the whole text
+    assert strip_math_delimiters("$$x$$") == "x"
+    assert strip_math_delimiters("$") == "$"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process with this id exists and is not a zombie."""
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:  # a killed or exiting process may take a moment to be reaped
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return False
+        except FileNotFoundError:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def _repo_root() -> str:
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -1,0 +1,602 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""verl.rewards.sandbox with real subprocesses: every way a program can end, and that nothing of it survives the run.
+
+The fallbacks (an audit hook instead of a network namespace, a process group instead of a PID namespace) run the
+same checks under the plans this machine would fall back to, so they keep working where namespaces are refused.
+"""
+
+import os
+import socket
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from verl.rewards import sandbox
+from verl.rewards.sandbox import SandboxLimits, SandboxResult, isolation, run_many, run_python
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+FORK_BOMB = "import os\nwhile True:\n    os.fork()\n"
+DAEMON = textwrap.dedent(
+    """
+    import os, time
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            print("daemon running", flush=True)
+            time.sleep(60)
+        os._exit(0)
+    time.sleep(0.3)
+    print("main done")
+    """
+)
+
+
+def connect_program(port: int) -> str:
+    return f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\nprint('connected')\n"
+
+
+def processes_of(result: SandboxResult) -> list[psutil.Process]:
+    """Live processes of the run: carrying its marker, or (with a dedicated uid) of its uid."""
+    found = []
+    for process in psutil.process_iter(["uids", "status"]):
+        if process.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        try:
+            if result.uid is not None and process.info["uids"].real == result.uid:
+                found.append(process)
+            elif process.environ().get(sandbox.MARKER_ENV) == result.sandbox_id:
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+def descendants() -> int:
+    return len(psutil.Process().children(recursive=True))
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    """A TCP socket listening on 127.0.0.1 that must never see a connection."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.setblocking(False)
+    yield server
+    server.close()
+
+
+def assert_never_accepted(server: socket.socket) -> None:
+    with pytest.raises(BlockingIOError):
+        server.accept()
+
+
+def test_limits_are_validated_by_name() -> None:
+    for name, value in [("wall_s", 0), ("cpu_s", -1.0), ("memory_mb", 0.5), ("output_kb", True), ("max_processes", 0)]:
+        with pytest.raises(ValueError, match=f"SandboxLimits.{name} must be a positive"):
+            SandboxLimits(**{name: value})
+
+
+def test_isolation_is_probed_once_and_named() -> None:
+    report = isolation()
+    assert report["network"] in ("netns", "userns+netns", "audit-hook")
+    assert report["user"] in ("dedicated-uid", "user-namespace", "same-uid")
+    assert report["processes"] in ("pid-namespace", "process-group")
+    assert sandbox._isolation() is sandbox._isolation()
+    if os.geteuid() == 0:
+        assert report["user"] == "dedicated-uid", "root must get a dedicated uid on this kind of machine"
+
+
+def test_stdin_to_stdout_with_a_minimal_environment() -> None:
+    code = "import os, sys\nprint(input()[::-1])\nprint(sorted(os.environ))\nprint(sys.flags.isolated)\n"
+    result = run_python(code, "hello\n")
+    assert (result.status, result.returncode) == ("ok", 0), result.stderr
+    reversed_line, environ, isolated = result.stdout.splitlines()
+    assert reversed_line == "olleh"
+    assert eval(environ) == sorted(["HOME", "LANG", "PATH", "TMPDIR", sandbox.MARKER_ENV])
+    assert isolated == "1"
+    assert result.wall_s < 5
+
+
+def test_an_exception_is_an_error_with_the_traceback() -> None:
+    result = run_python("def f():\n    return 1 / 0\nf()\n")
+    assert (result.status, result.returncode) == ("error", 1)
+    assert 'solution.py", line 2, in f' in result.stderr
+    assert result.stderr.rstrip().endswith("ZeroDivisionError: division by zero")
+    assert "<string>" not in result.stderr, "the bootstrap's own frames are not shown"
+
+
+def test_exit_codes_and_signals() -> None:
+    assert run_python("import os\nos._exit(3)").returncode == 3
+    assert run_python("import os\nos._exit(3)").status == "error"
+    killed = run_python("import os, signal\nos.kill(os.getpid(), signal.SIGTERM)")
+    assert (killed.status, killed.returncode) == ("killed", -15)
+
+
+def test_programs_run_at_a_lower_priority_than_the_trainer() -> None:
+    """SandboxLimits.nice: sandboxed programs (and each case's child) yield the CPU to the trainer's processes."""
+    expected = min(os.nice(0) + 7, 19)
+    code = "import os\nprint(os.nice(0))\n"
+    result = run_python(code, limits=SandboxLimits(nice=7))
+    assert result.status == "ok" and int(result.stdout) == expected, result.stderr
+    cases = sandbox.run_python_cases(code, [("", ""), ("", "")], SandboxLimits(nice=7))
+    assert [int(case.stdout) for case in cases] == [expected, expected]
+    assert int(run_python(code).stdout) == min(os.nice(0) + 10, 19)  # the default
+    with pytest.raises(ValueError, match="SandboxLimits.nice must be from 1 to 19"):
+        SandboxLimits(nice=20)
+
+
+def test_a_busy_loop_ends_at_the_wall_limit() -> None:
+    started = time.monotonic()
+    result = run_python("while True:\n    pass\n", limits=SandboxLimits(wall_s=1.0, cpu_s=5.0))
+    assert result.status in ("timeout", "cpu_limit")
+    assert time.monotonic() - started < 1.0 + 3.0
+    sleeping = run_python("import time\ntime.sleep(60)\n", limits=SandboxLimits(wall_s=1.0))
+    assert sleeping.status == "timeout" and 1.0 <= sleeping.wall_s < 1.0 + 5.0  # not the program's 60 s
+
+
+def test_cpu_limit() -> None:
+    result = run_python("while True:\n    pass\n", limits=SandboxLimits(wall_s=10.0, cpu_s=1.0))
+    assert result.status == "cpu_limit", (result.returncode, result.stderr)
+    assert result.wall_s < 10.0 and result.cpu_s >= 0.9  # ended by the CPU limit, before the wall limit
+
+
+def test_memory_limit() -> None:
+    result = run_python("data = bytearray(10 * 2**30)\nprint('allocated')\n")
+    assert result.status == "memory_limit", result.stderr
+    assert "allocated" not in result.stdout
+
+
+def test_output_flood_is_capped() -> None:
+    result = run_python("while True:\n    print('x' * 100)\n", limits=SandboxLimits(output_kb=64))
+    assert result.status == "output_limit", result.stderr
+    assert 60 * 1024 < len(result.stdout.encode()) <= 64 * 1024
+    assert result.wall_s < 5
+
+
+def test_a_fork_bomb_ends_and_leaves_nothing() -> None:
+    before = descendants()
+    result = run_python(FORK_BOMB, limits=SandboxLimits(wall_s=5.0))
+    assert result.status in ("process_limit", "timeout")
+    assert result.wall_s < 5.0 + 3.0
+    assert processes_of(result) == []
+    assert descendants() == before
+
+
+def test_a_daemon_is_killed_after_the_run() -> None:
+    result = run_python(DAEMON)
+    assert result.status == "ok", result.stderr
+    assert "daemon running" in result.stdout  # it did start, and outlived the program
+    assert result.wall_s < 5
+    assert processes_of(result) == []
+
+
+def test_no_network(listener: socket.socket) -> None:
+    result = run_python(connect_program(listener.getsockname()[1]))
+    assert result.status == "error"
+    assert "connected" not in result.stdout
+    assert_never_accepted(listener)
+
+
+def test_the_scratch_directory_is_fresh_and_removed() -> None:
+    code = "import os\nprint(os.getcwd())\nprint(os.listdir('.'))\nopen('left.txt', 'w').write('x')\n"
+    first, second = run_python(code), run_python(code)
+    for result in (first, second):
+        cwd, listing = result.stdout.splitlines()
+        assert listing == "[]", "the program's own file is deleted before it runs, and no other file is there"
+        assert os.path.basename(cwd).startswith("verl-sandbox-")
+        assert not os.path.exists(cwd)
+    assert first.stdout.splitlines()[0] != second.stdout.splitlines()[0]
+
+
+def test_the_program_cannot_write_outside_the_scratch_directory() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only a root trainer runs programs as another uid; a non-root one shares its own files")
+    owned_by_root = tempfile.mkdtemp()
+    os.chmod(owned_by_root, 0o755)
+    targets = [os.path.join(owned_by_root, "written.txt"), str(REPO / "sandbox-write-probe.txt")]
+    try:
+        for target in targets:
+            result = run_python(f"open({target!r}, 'w').write('x')\n")
+            assert result.status == "error" and "PermissionError" in result.stderr
+            assert not os.path.exists(target)
+    finally:
+        for target in targets:
+            if os.path.exists(target):
+                os.remove(target)
+        os.rmdir(owned_by_root)
+
+
+def test_run_many_keeps_order_and_runs_in_parallel() -> None:
+    program = "import time\nstart = time.time()\ntime.sleep(1)\nprint(input() + '{i}', start, time.time())\n"
+    results = run_many([(program.format(i=i), "job") for i in range(4)], max_workers=4)
+    assert [result.stdout.split()[0] for result in results] == [f"job{i}" for i in range(4)]
+    spans = [tuple(map(float, result.stdout.split()[1:])) for result in results]
+    # run one after another, the four 1 s sleeps would span at least 4 s: they overlapped
+    assert max(end for _, end in spans) - min(start for start, _ in spans) < 4.0
+    assert run_many([]) == []
+    with pytest.raises(ValueError, match="max_workers"):
+        run_many([("print(1)", "")], max_workers=0)
+
+
+def _fallback_plans() -> dict[str, sandbox._Plan]:
+    """The plans this machine would fall back to: no network namespace, and no PID namespace."""
+    ns, net = sandbox._CLONE_NEWNS, sandbox._CLONE_NEWNET
+    if os.geteuid() != 0:
+        return {
+            "audit-hook": sandbox._Plan(False, (), ()),
+            "process-group": sandbox._Plan(False, (), (sandbox._CLONE_NEWUSER | net,)),
+        }
+    reexpose = sandbox._isolation().plan.reexpose
+    mount = ns if reexpose else 0
+    return {
+        "audit-hook": sandbox._Plan(True, (mount,) if mount else (), (), reexpose),
+        "process-group": sandbox._Plan(True, (mount | net,), (), reexpose),
+    }
+
+
+@pytest.mark.parametrize("fallback", ["audit-hook", "process-group"])
+def test_fallbacks_still_isolate(fallback: str, listener: socket.socket) -> None:
+    plan = _fallback_plans()[fallback]
+    report = sandbox._probe(plan)
+    if report is None:
+        pytest.skip(f"the {fallback} plan cannot run a program on this machine")
+    assert report["network" if fallback == "audit-hook" else "processes"] == fallback
+    limits = SandboxLimits(wall_s=5.0)
+    assert sandbox._run("print(input())", "hi", limits, plan).stdout == "hi\n"
+
+    network = sandbox._run(connect_program(listener.getsockname()[1]), "", limits, plan)
+    assert network.status == "error" and "connected" not in network.stdout
+    assert_never_accepted(listener)
+    if fallback == "audit-hook":
+        assert "network access and spawning programs are disabled" in network.stderr
+        spawn = sandbox._run("import subprocess\nsubprocess.run(['true'])\n", "", limits, plan)
+        assert spawn.status == "error" and "PermissionError" in spawn.stderr
+
+    before = descendants()
+    daemon = sandbox._run(DAEMON, "", limits, plan)
+    assert "daemon running" in daemon.stdout and processes_of(daemon) == []
+    bomb = sandbox._run(FORK_BOMB, "", limits, plan)
+    assert bomb.status in ("process_limit", "timeout") and bomb.wall_s < 5.0 + 3.0
+    assert processes_of(bomb) == []
+    assert descendants() == before
+
+    cases = sandbox._run_cases(CASE_PROGRAM, [("bomb", ""), ("abc", ""), ("raise", "")], limits, plan)
+    assert cases[0].status in ("process_limit", "timeout") and cases[0].wall_s < 5.0 + 3.0
+    assert [(case.status, case.stdout) for case in cases[1:]] == [("ok", "cba\n"), ("error", "")]
+    assert processes_of(cases[0]) == [] and descendants() == before
+    assert_cases_start_from_the_same_state(
+        lambda code, stdins: sandbox._run_cases(code, [(i, "") for i in stdins], limits, plan)
+    )
+
+
+def test_cases_without_a_pid_namespace_or_a_dedicated_uid() -> None:
+    """Where the harness may not kill(-1) (the trainer's own uid, no PID namespace), it kills its children instead."""
+    plan = sandbox._Plan(False, (), ())
+    report = sandbox._probe(plan)
+    if report is None:
+        pytest.skip("no program runs here without namespaces")
+    assert report["processes"] == "process-group" and report["user"] == "same-uid"
+    limits = SandboxLimits(wall_s=5.0)
+    assert_cases_start_from_the_same_state(
+        lambda code, stdins: sandbox._run_cases(code, [(i, "") for i in stdins], limits, plan)
+    )
+    daemon = sandbox._run_cases(DAEMON, [("", ""), ("", "")], limits, plan)
+    assert [(case.status, case.stdout) for case in daemon] == [("ok", "daemon running\nmain done\n")] * 2
+    assert processes_of(daemon[0]) == []
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Several cases of one program in one process (run_python_cases).
+
+CASE_PROGRAM = textwrap.dedent(
+    """
+    import os, sys
+    case = input()
+    if case == "sleep":
+        import time
+        time.sleep(60)
+    if case == "spin":
+        while True:
+            pass
+    if case == "raise":
+        raise ValueError("case raised")
+    if case == "flood":
+        while True:
+            print("x" * 100)
+    if case == "memory":
+        data = bytearray(10 * 2**30)
+    if case == "bomb":
+        while True:
+            os.fork()
+    if case == "signal":
+        import signal
+        os.kill(os.getpid(), signal.SIGTERM)
+    if case == "exit":
+        sys.exit(4)
+    print(case[::-1])
+    """
+)
+
+
+def test_cases_fail_one_by_one_and_the_others_pass() -> None:
+    before = descendants()
+    cases = ["abc", "sleep", "raise", "flood", "memory", "bomb", "spin", "signal", "exit", "xyz"]
+    limits = SandboxLimits(wall_s=2.0, cpu_s=1.0, output_kb=16)
+    started = time.monotonic()
+    results = sandbox.run_python_cases(CASE_PROGRAM, cases, limits)
+    elapsed = time.monotonic() - started
+    statuses = {case: result.status for case, result in zip(cases, results)}
+    assert statuses["bomb"] in ("process_limit", "timeout")
+    del statuses["bomb"]
+    assert statuses == {
+        "abc": "ok",
+        "sleep": "timeout",
+        "raise": "error",
+        "flood": "output_limit",
+        "memory": "memory_limit",
+        "spin": "cpu_limit",
+        "signal": "killed",
+        "exit": "error",
+        "xyz": "ok",
+    }
+    by_case = dict(zip(cases, results))
+    assert by_case["abc"].stdout == "cba\n" and by_case["xyz"].stdout == "zyx\n"
+    assert by_case["raise"].stderr.rstrip().endswith("ValueError: case raised")
+    assert (
+        'solution.py", line 11, in <module>' in by_case["raise"].stderr and "<string>" not in by_case["raise"].stderr
+    )
+    assert 15 * 1024 < len(by_case["flood"].stdout.encode()) <= 16 * 1024
+    assert (by_case["signal"].returncode, by_case["exit"].returncode) == (-15, 4)
+    assert 2.0 <= by_case["sleep"].wall_s < 2.0 + 4.0 and by_case["spin"].cpu_s >= 0.9
+    assert len({result.sandbox_id for result in results}) == 1, "all cases ran in one process"
+    # Two wall limits (sleep and, at worst, the bomb), one CPU limit, and a little for everything else.
+    assert elapsed < 2 * 2.0 + 1.0 + 10.0
+    assert processes_of(results[0]) == [] and descendants() == before
+
+
+def test_case_suffixes_run_after_the_code_in_its_namespace() -> None:
+    code = "def add(a, b):\n    return a + b\n"
+    cases = [("", "\nassert add(1, 2) == 3\nprint('pass')\n"), ("", "\nassert add(1, 2) == 4\nprint('pass')\n")]
+    passed, failed = sandbox.run_python_cases(code, cases)
+    assert (passed.status, passed.stdout) == ("ok", "pass\n")
+    assert failed.status == "error" and failed.stdout == ""
+    assert 'solution.py", line 4, in <module>' in failed.stderr, "the suffix is numbered after the code"
+    assert "assert add(1, 2) == 4" in failed.stderr and "AssertionError" in failed.stderr
+    broken = sandbox.run_python_cases("def f(:\n", ["", ""])
+    assert [result.status for result in broken] == ["error", "error"]
+    assert all("SyntaxError" in result.stderr for result in broken)
+    with pytest.raises(TypeError, match="stdin string or a"):
+        sandbox.run_python_cases(code, [("", "", "")])  # type: ignore[list-item]
+    assert sandbox.run_python_cases(code, []) == []
+
+
+def state_program(marker: str) -> str:
+    """Prints what it can see of earlier cases, then leaves all of that behind (and a daemon writing to `marker`)."""
+    return textwrap.dedent(
+        f"""
+        import builtins, os, sys, time
+        daemon = None
+        if os.path.exists({marker!r}):
+            pid = int(open({marker!r}).read())
+            try:
+                os.kill(pid, 0)
+                daemon = "alive"
+            except (ProcessLookupError, PermissionError):  # the audit hook refuses pids without the run's marker
+                daemon = "gone"
+        seen = [getattr(builtins, "MARK", None), os.environ.get("MARK"), "marked" in sys.modules, os.listdir("."), daemon]
+        print(seen)
+        builtins.MARK = 1
+        os.environ["MARK"] = "1"
+        sys.modules["marked"] = sys
+        open("left.txt", "w").write("x")
+        os.makedirs("closed/inner")
+        os.chmod("closed", 0)
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                with open({marker!r} + ".tmp", "w") as file:
+                    file.write(str(os.getpid()))
+                os.rename({marker!r} + ".tmp", {marker!r})
+                time.sleep(60)
+            os._exit(0)
+        time.sleep(0.2)
+        """
+    )
+
+
+def assert_cases_start_from_the_same_state(run: Callable[[str, list[str]], list[SandboxResult]]) -> None:
+    marker = f"/tmp/verl-sandbox-test-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        results = run(state_program(marker), ["", "", ""])
+        assert [result.status for result in results] == ["ok"] * 3, [result.stderr for result in results]
+        first, *later = [result.stdout.strip() for result in results]
+        assert first == "[None, None, False, [], None]"
+        assert later == ["[None, None, False, [], 'gone']"] * 2
+        assert processes_of(results[0]) == []
+    finally:
+        for path in (marker, marker + ".tmp"):
+            if os.path.exists(path):
+                os.remove(path)
+
+
+def test_cases_start_from_the_same_state() -> None:
+    """Globals, modules, the environment, files in the working directory and processes do not carry over."""
+    assert_cases_start_from_the_same_state(sandbox.run_python_cases)
+
+
+def test_each_case_gets_the_full_process_budget() -> None:
+    """A fork bomb's processes are gone before the next case, which can start max_processes - 1 children again."""
+    code = textwrap.dedent(
+        """
+        import os, time
+        if input() == "bomb":
+            while True:
+                os.fork()
+        children = []
+        for _ in range(6):
+            child = os.fork()
+            if child == 0:
+                time.sleep(0.3)
+                os._exit(0)
+            children.append(child)
+        for child in children:
+            os.waitpid(child, 0)
+        print("forked", len(children))
+        """
+    )
+    results = sandbox.run_python_cases(code, ["bomb", "ok", "bomb", "ok"], SandboxLimits(wall_s=2.0, max_processes=8))
+    assert results[0].status in ("process_limit", "timeout") and results[2].status in ("process_limit", "timeout")
+    for result in results[1::2]:
+        assert (result.status, result.stdout) == ("ok", "forked 6\n"), result.stderr
+    assert len({result.sandbox_id for result in results}) == 1
+
+
+FORGER = textwrap.dedent(
+    """
+    import os, sys
+    case = input()
+    fake = b"D 1 0 0 0.001 0.001\\nS 2\\nD 2 0 0 0.001 0.001\\n"
+    if case == "forge":
+        print(fake.decode(), end="")
+        print(fake.decode(), file=sys.stderr, end="")
+        written = [fd for fd in range(3, 256) if os.path.exists(f"/proc/self/fd/{fd}")]
+        with open("/proc/self/status") as status:
+            harness = next(int(line.split()[1]) for line in status if line.startswith("PPid:"))
+        reached = []
+        for what, mode in ((f"/proc/{harness}/fd", None), (f"/proc/{harness}/mem", "r+b")):
+            try:
+                if mode is None:
+                    os.listdir(what)
+                else:
+                    open(what, mode).close()
+                reached.append(what)
+            except OSError:
+                pass
+        print("inherited", written, "reached", reached, flush=True)
+        os._exit(0)
+    raise SystemExit(3)
+    """
+)
+
+
+def test_a_case_cannot_forge_the_harness_results() -> None:
+    """Printing the harness's records, or looking for its descriptors and memory, does not make a case pass."""
+    forge, failing, also_failing = sandbox.run_python_cases(FORGER, ["forge", "fail", "fail"])
+    assert forge.status == "ok" and forge.stdout.endswith("inherited [] reached []\n"), forge.stdout
+    assert (failing.status, failing.returncode) == ("error", 3)
+    assert (also_failing.status, also_failing.returncode) == ("error", 3)
+
+
+def test_a_case_that_attacks_the_harness_fails_alone() -> None:
+    """Killing, stopping or limiting the harness counts against that case; the next cases run in a fresh process."""
+    code = textwrap.dedent(
+        """
+        import os, resource, signal
+        case = input()
+        if case == "kill":
+            os.kill(os.getppid(), signal.SIGKILL)
+        if case == "stop":
+            os.kill(os.getppid(), signal.SIGSTOP)
+        if case == "limit":
+            resource.prlimit(os.getppid(), resource.RLIMIT_AS, (64 * 2**20, 64 * 2**20))
+            print("limited")
+        if case == "big":
+            data = bytearray(200 * 2**20)
+        import time
+        time.sleep(0.1)
+        print(case)
+        """
+    )
+    cases = ["a", "kill", "b", "stop", "c", "limit", "big"]
+    started = time.monotonic()
+    results = sandbox.run_python_cases(code, cases, SandboxLimits(wall_s=1.0))
+    elapsed = time.monotonic() - started
+    statuses = [result.status for result in results]
+    assert statuses == ["ok", "killed", "ok", "timeout", "ok", "ok", "ok"], [r.stderr[-300:] for r in results]
+    assert [result.stdout for result in results[::2]] == ["a\n", "b\n", "c\n", "big\n"]
+    assert len({result.sandbox_id for result in results}) == 4, "a fresh process after kill, stop and limit"
+    assert elapsed < 1.0 + sandbox.HARNESS_GRACE_S + 5.0
+
+
+def test_many_cases_keep_order_across_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sandbox, "CASES_PER_PROCESS", 3)
+    jobs = [(f"print(input() + '{job}')", [str(case) for case in range(7)]) for job in range(3)]
+    results = sandbox.run_many_cases(jobs + [("print(1)", [])], max_workers=3)
+    assert [[result.stdout for result in job] for job in results] == [
+        [f"{case}{job}\n" for case in range(7)] for job in range(3)
+    ] + [[]]
+    assert len({result.sandbox_id for result in results[0]}) == 3
+    assert sandbox.run_many_cases([]) == []
+    with pytest.raises(ValueError, match="max_workers"):
+        sandbox.run_many_cases(jobs, max_workers=0)
+
+
+def test_run_many_cases_gives_what_run_many_gives() -> None:
+    """One process per sample (all its cases) gives each case's result as one process per case does (the speed of
+    the two is printed by benchmarks/bench_sandbox.py)."""
+    code = "a, b = map(int, input().split())\nprint(a + b)\n"
+    cases = ["1 2\n", "3 4\n", "10 20\n"]
+    separate = run_many([(code, case) for _ in range(4) for case in cases], max_workers=4)
+    together = sandbox.run_many_cases([(code, cases)] * 4, max_workers=4)
+    assert [len(job) for job in together] == [3] * 4
+    assert [result.stdout for result in separate] == [result.stdout for job in together for result in job]
+    assert [result.stdout for result in separate[:3]] == ["3\n", "7\n", "30\n"]
+
+
+def watch_records(records: bytes, close: bool = True) -> sandbox._Watch:
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, records)
+        if close:
+            os.close(write_end)
+        return sandbox._watch(read_end, 3, 0.1)
+    finally:
+        os.close(read_end)
+        if not close:
+            os.close(write_end)
+
+
+def test_the_trainer_accepts_only_the_harness_protocol(monkeypatch: pytest.MonkeyPatch) -> None:
+    finished = watch_records(b"S 0\nD 0 -9 1 2.5 0.25\nS 1\n")
+    assert (finished.reports, finished.running_since is not None, finished.stalled) == (
+        [(-9, True, 2.5, 0.25)],
+        True,
+        False,
+    )
+    for invalid in (b"D 0 0 0 0.1 0.1\n", b"S 1\n", b"S 0\nS 0\n", b"S 0\nD 1 0 0 0.1 0.1\n", b"S 3\n", b"ok\n"):
+        assert watch_records(invalid).reports == [], invalid
+    assert watch_records(b"U OSError(1)\n").refused == "OSError(1)"
+    assert watch_records(b"S 0\nU late\n").refused == ""
+    monkeypatch.setattr(sandbox, "HARNESS_GRACE_S", 0.1)
+    started = time.monotonic()
+    stalled = watch_records(b"S 0\n", close=False)
+    assert stalled.stalled and stalled.running_since is not None and time.monotonic() - started < 5.0
+
+
+def test_cases_run_one_process_each_where_the_harness_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    refused = sandbox.threading.Event()
+    refused.set()
+    monkeypatch.setattr(sandbox, "_HARNESS_REFUSED", refused)
+    results = sandbox.run_python_cases("print(input())", ["a", ("b", "\nprint('suffix')")])
+    assert [(result.status, result.stdout) for result in results] == [("ok", "a\n"), ("ok", "b\nsuffix\n")]
+    assert len({result.sandbox_id for result in results}) == 2

@@ -1,0 +1,342 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Supervised fine-tuning: the assistant-only mask token by token, data and config errors, and real runs (Ray, two
+FSDP2 gloo workers, tiny models) that lower the loss, resume exactly and export a model the RL trainer loads."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from verl.data.sft_dataset import SFTDataError, SFTDataset, collate_sft
+from verl.models.tiny_models import get_or_build_tiny_model
+from verl.utils.config import ConfigError
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def data_config(**overrides) -> SimpleNamespace:
+    base = dict(
+        prompt_key=None,
+        response_key=None,
+        messages_key="messages",
+        image_key="images",
+        tools_key="tools",
+        image_dir=None,
+        min_pixels=3136,
+        max_pixels=3136,
+        max_length=256,
+        truncation="error",
+    )
+    return SimpleNamespace(**{**base, **overrides})
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, str]:
+    root = str(tmp_path_factory.mktemp("sft_models"))
+    return {
+        "text": get_or_build_tiny_model("qwen2", root),
+        "vl": get_or_build_tiny_model("qwen2_5_vl", root, min_pixels=3136, max_pixels=3136),
+    }
+
+
+def masked_spans(ids: list[int], mask: list[int], decode) -> list[str]:
+    spans, current = [], []
+    for token, learn in zip(ids, mask):
+        if learn:
+            current.append(token)
+        elif current:
+            spans.append(decode(current))
+            current = []
+    if current:
+        spans.append(decode(current))
+    return spans
+
+
+def test_the_loss_mask_is_exactly_the_assistant_turns(models) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(models["text"])
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello! How can I help?"},
+        {"role": "user", "content": "2 + 2?"},
+        {"role": "assistant", "content": "4"},
+    ]
+    dataset = SFTDataset([{"messages": messages}], tokenizer, None, data_config())
+    example = dataset.encode(0)
+    ids, mask = example["input_ids"], example["loss_mask"]
+    assert ids == tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True)["input_ids"]
+    assert masked_spans(ids, mask, tokenizer.decode) == ["Hello! How can I help?<|im_end|>", "4<|im_end|>"]
+    # the actor layout: first token as the prompt, the rest as the response, response_mask = the mask shifted
+    batch = collate_sft([dataset[0]])
+    assert batch.batch["input_ids"].shape == (1, 256) and batch.batch["responses"].shape == (1, 255)
+    assert batch.batch["response_mask"][0].tolist()[: len(ids) - 1] == mask[1:]
+    assert int(batch.batch["attention_mask"].sum()) == len(ids)
+    # one-turn rows from two columns
+    one_turn = SFTDataset(
+        [{"q": "Hi", "a": "Hello"}], tokenizer, None, data_config(prompt_key="q", response_key="a")
+    ).encode(0)
+    assert masked_spans(one_turn["input_ids"], one_turn["loss_mask"], tokenizer.decode) == ["Hello<|im_end|>"]
+
+
+def test_tool_conversations_render_the_tools_and_learn_only_the_assistant(models) -> None:
+    """A row's `tools` schemas are rendered as the RL prompts of a ToolEnv render them; tool results stay unlearned."""
+    from transformers import AutoTokenizer
+
+    from verl.envs import ToolEnv
+
+    def multiply(a: float, b: float) -> float:
+        """Multiply two numbers.
+
+        Args:
+            a: the first number
+            b: the second number
+        """
+        return a * b
+
+    tokenizer = AutoTokenizer.from_pretrained(models["text"])
+    tools = ToolEnv([multiply]).tool_schemas()
+    call = '<tool_call>{"name": "multiply", "arguments": {"a": 6, "b": 7}}</tool_call>'
+    messages = [
+        {"role": "user", "content": "What is 6 * 7?"},
+        {"role": "assistant", "content": call},
+        {"role": "tool", "content": "42"},
+        {"role": "assistant", "content": "42"},
+    ]
+    config = data_config(max_length=512)
+    example = SFTDataset([{"messages": messages, "tools": tools}], tokenizer, None, config).encode(0)
+    ids, mask = example["input_ids"], example["loss_mask"]
+    prompt = tokenizer.apply_chat_template(messages[:1], tools=tools, add_generation_prompt=True, tokenize=False)
+    assert '"name": "multiply"' in prompt  # the schema is in the system turn, as in an RL prompt
+    assert ids[: len(tokenizer.encode(prompt))] == tokenizer.encode(prompt)
+    assert masked_spans(ids, mask, tokenizer.decode) == [call + "<|im_end|>", "42<|im_end|>"]
+    with pytest.raises(SFTDataError, match="key 'tools': expected a list of JSON schemas"):
+        SFTDataset([{"messages": messages, "tools": "multiply"}], tokenizer, None, config)
+
+
+def test_images_expand_in_place_and_stay_out_of_the_mask(models, tmp_path) -> None:
+    from PIL import Image
+    from transformers import AutoConfig, AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(models["vl"])
+    Image.fromarray(np.full((56, 56, 3), 200, dtype=np.uint8)).save(tmp_path / "a.png")
+    row = {
+        "messages": [
+            {"role": "user", "content": "<image>How many squares?"},
+            {"role": "assistant", "content": "3"},
+        ],
+        "images": ["a.png"],
+    }
+    config = data_config(image_dir=str(tmp_path))
+    dataset = SFTDataset([row], processor.tokenizer, processor, config, AutoConfig.from_pretrained(models["vl"]))
+    example = dataset.encode(0)
+    image_id = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    assert example["input_ids"].count(image_id) == 4  # 56x56 pixels: 4 vision tokens after merging
+    assert masked_spans(example["input_ids"], example["loss_mask"], processor.tokenizer.decode) == ["3<|im_end|>"]
+    item = dataset[0]
+    assert item["position_ids"].shape == (3, 256) and item["multi_modal_data"]["images"][0].size == (56, 56)
+
+
+@pytest.mark.parametrize(
+    ("row", "overrides", "message"),
+    [
+        ({"messages": [{"role": "user", "content": "Hi"}]}, {}, "no assistant message"),
+        ({"messages": [{"role": "bot", "content": "Hi"}]}, {}, "message 0 needs a role"),
+        ({"messages": "Hi"}, {}, "expected a non-empty list of messages"),
+        (
+            {"messages": [{"role": "user", "content": "<image>Hi"}, {"role": "assistant", "content": "x"}]},
+            {},
+            "1 <image>",
+        ),
+        ({"q": 3, "a": "x"}, {"prompt_key": "q", "response_key": "a"}, "key 'q': expected a string"),
+    ],
+)
+def test_bad_rows_are_named(models, row, overrides, message) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(models["text"])
+    with pytest.raises(SFTDataError, match="row 0") as excinfo:
+        SFTDataset([row], tokenizer, None, data_config(**overrides))
+    assert message in str(excinfo.value)
+
+
+def test_too_long_conversations_error_or_are_cut(models) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(models["text"])
+    row = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "word " * 80}]}
+    with pytest.raises(SFTDataError, match="more than data.max_length=32; raise it, or set data.truncation=right"):
+        SFTDataset([row], tokenizer, None, data_config(max_length=32)).encode(0)
+    cut = SFTDataset([row], tokenizer, None, data_config(max_length=32, truncation="right")).encode(0)
+    assert len(cut["input_ids"]) == 32 and cut["loss_mask"][-1] == 1
+
+
+def test_config_errors_name_the_key(tmp_path) -> None:
+    from verl.sft.config import load_sft_config
+
+    (tmp_path / "train.jsonl").write_text("{}\n")
+    base = [f"data.train_files={tmp_path / 'train.jsonl'}", "worker.model.model_path=Qwen/Qwen2-0.5B"]
+    assert load_sft_config(base).data.batch_size == 32
+    with pytest.raises(ConfigError, match="data.truncation is 'left'"):
+        load_sft_config([*base, "data.truncation=left"])
+    with pytest.raises(ConfigError, match="data.batch_size=3 must split evenly"):
+        load_sft_config([*base, "data.batch_size=3", "trainer.n_gpus_per_node=2"])
+    with pytest.raises(ConfigError, match="data.prompt_key and data.response_key go together"):
+        load_sft_config([*base, "data.prompt_key=q"])
+    with pytest.raises(ConfigError, match="LoRA is not implemented"):
+        load_sft_config([*base, "worker.model.lora.rank=8"])
+    with pytest.raises(ConfigError, match="Unknown|unknown"):
+        load_sft_config([*base, "data.batchsize=3"])
+
+
+# ---------------------------------------------------------------------------------------------------- real runs
+
+
+def write_conversations(path, count: int, seed: int) -> None:
+    rng = random.Random(seed)
+    with open(path, "w") as f:
+        for _ in range(count):
+            a, b = rng.randint(1, 20), rng.randint(1, 20)
+            messages = [
+                {"role": "user", "content": f"What is {a} + {b}?"},
+                {"role": "assistant", "content": str(a + b)},
+                {"role": "user", "content": "And doubled?"},
+                {"role": "assistant", "content": str(2 * (a + b))},
+            ]
+            f.write(json.dumps({"messages": messages}) + "\n")
+
+
+def sft_args(tmp_path, model: str, save: str, *extra: str) -> list[str]:
+    return [
+        f"config={REPO}/examples/sft.yaml",
+        f"data.train_files={tmp_path / 'train.jsonl'}",
+        f"data.val_files={tmp_path / 'val.jsonl'}",
+        f"worker.model.model_path={model}",
+        "worker.model.enable_gradient_checkpointing=false",
+        "worker.optim.lr=1e-3",
+        "worker.optim.lr_warmup_ratio=0",
+        "data.max_length=64",
+        "data.batch_size=16",
+        "data.val_batch_size=8",
+        "worker.micro_batch_size_per_device=4",
+        "trainer.device=cpu",
+        "trainer.n_gpus_per_node=2",
+        "trainer.logger=[file]",
+        "trainer.val_freq=2",
+        f"trainer.save_checkpoint_path={save}",
+        *extra,
+    ]
+
+
+def read_steps(save) -> dict[int, dict]:
+    with open(os.path.join(save, "experiment_log.jsonl")) as f:
+        return {row["step"]: row for row in map(json.loads, f)}
+
+
+@pytest.mark.slow
+def test_sft_runs_lower_the_loss_resume_exactly_and_export_for_rl(models, tmp_path, local_ray) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from verl.sft.config import load_sft_config
+    from verl.sft.main import build_datasets, run_sft
+    from verl.trainer.config import load_config
+
+    write_conversations(tmp_path / "train.jsonl", 48, seed=0)
+    write_conversations(tmp_path / "val.jsonl", 7, seed=1)  # 7 rows over 2 workers: one padding row, not counted
+    # a template file with the model's own rendering, marked: the export must carry the file the data was rendered with
+    template = "{#- the SFT run's template -#}\n" + AutoTokenizer.from_pretrained(models["text"]).chat_template
+    (tmp_path / "template.jinja").write_text(template)
+    straight, interrupted = str(tmp_path / "straight"), str(tmp_path / "interrupted")
+    straight_args = sft_args(tmp_path, models["text"], straight, "trainer.max_steps=4")
+    straight_args.append(f"data.override_chat_template={tmp_path / 'template.jinja'}")
+    run_sft(load_sft_config(straight_args))
+    run_sft(load_sft_config(sft_args(tmp_path, models["text"], interrupted, "trainer.max_steps=2")))
+    run_sft(load_sft_config(sft_args(tmp_path, models["text"], interrupted, "trainer.max_steps=4")))
+
+    rows = read_steps(straight)
+    assert sorted(rows) == [1, 2, 3, 4]
+    assert rows[4]["train/loss"] < 0.5 * rows[1]["train/loss"]  # it learns
+    assert rows[4]["val/loss"] < rows[2]["val/loss"]
+    assert rows[3]["train/epoch"] == 0.0 and rows[4]["train/epoch"] == 1.0  # 48 rows: 3 steps an epoch
+    resumed = read_steps(interrupted)
+    for step in (3, 4):  # the resumed run continues with the same batches and optimizer state
+        assert resumed[step]["train/loss"] == pytest.approx(rows[step]["train/loss"], rel=1e-5)
+
+    exported = os.path.join(straight, "huggingface")
+    model = AutoModelForCausalLM.from_pretrained(exported)
+    assert AutoTokenizer.from_pretrained(exported).chat_template == template
+    # val/loss of step 4 (after its update, the exported weights): every validation token once, none twice
+    _, val, _ = build_datasets(load_sft_config(straight_args))
+    total = count = 0.0
+    with torch.no_grad():
+        for index in range(len(val)):
+            example = val.encode(index)
+            ids, mask = torch.tensor(example["input_ids"]), torch.tensor(example["loss_mask"][1:], dtype=torch.float)
+            log_probs = torch.log_softmax(model(input_ids=ids[None]).logits[0, :-1].float(), -1)
+            total -= (log_probs.gather(-1, ids[1:, None])[:, 0] * mask).sum().item()
+            count += mask.sum().item()
+    assert len(val) == 7 and rows[4]["val/loss"] == pytest.approx(total / count, rel=1e-4)
+    merged = tmp_path / "merged"
+    subprocess.run(
+        [
+            sys.executable,
+            os.path.join(REPO, "scripts", "model_merger.py"),
+            "--local_dir",
+            os.path.join(straight, "global_step_4", "actor"),
+            "--target_dir",
+            str(merged),
+            "--dtype",
+            "fp32",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    reference = AutoModelForCausalLM.from_pretrained(merged)
+    for (name, param), (_, other) in zip(model.state_dict().items(), reference.state_dict().items()):
+        torch.testing.assert_close(param, other, rtol=0, atol=0, msg=name)
+    original = AutoModelForCausalLM.from_pretrained(models["text"]).state_dict()
+    assert any(not torch.equal(param, original[name]) for name, param in model.state_dict().items())
+    # the RL trainer takes the export as its model
+    (tmp_path / "reward.py").write_text("def compute_score(sample):\n    return {'overall': 0.0}\n")
+    rl = load_config(
+        [
+            f"data.train_files={tmp_path / 'train.jsonl'}",
+            f"worker.actor.model.model_path={exported}",
+            f"worker.reward.reward_function={tmp_path / 'reward.py'}:compute_score",
+            "worker.rollout.n=2",
+        ]
+    )
+    assert rl.worker.actor.model.model_path == exported
+
+
+def test_cli_help_dry_run_and_errors(tmp_path, capsys) -> None:
+    from verl.sft.main import main
+
+    assert main(["--help-config"]) == 0
+    assert "data.messages_key (str): Column with the conversation" in capsys.readouterr().out
+    (tmp_path / "train.jsonl").write_text("{}\n")
+    args = [f"config={REPO}/examples/sft.yaml", f"data.train_files={tmp_path / 'train.jsonl'}"]
+    assert main([*args, "--dry-run"]) == 0
+    assert "messages_key: messages" in capsys.readouterr().out
+    assert main([*args, "data.max_length=-1"]) == 2
+    assert "data.max_length" in capsys.readouterr().err

@@ -1,0 +1,366 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Advantage estimators, selected by `algorithm.adv_estimator` through a registry.
+
+Every estimator takes (B, L) `token_level_rewards` and `response_mask` (plus what it needs: group ids, critic
+values, ...) and returns `(advantages, returns)`, both (B, L) and zero outside the response mask. The outcome
+estimators use the score of a response, s_i = sum_t r_it, which with an outcome reward is the reward itself and with
+a KL penalty in the reward also includes the penalty. Group ids (`index`, the `uid` column) mark the responses
+sampled for the same prompt.
+"""
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl.algorithms.masked_ops import masked_whiten
+
+
+AdvantageFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+GroupIds = np.ndarray | Sequence[Any] | torch.Tensor
+
+_ADV_ESTIMATORS: dict[str, AdvantageFn] = {}
+_GROUPED_ADV_ESTIMATORS: set[str] = set()
+
+ESTIMATOR_OPTIONS: tuple[str, ...] = ("gamma", "lam", "norm_adv_by_std_in_grpo")
+"""`algorithm.*` options the trainer passes to the estimator under the same keyword. An estimator without that
+keyword cannot honour the option, so config validation refuses a non-default value for it."""
+
+
+def register_adv_estimator(name: str, *, grouped: bool = False) -> Callable[[AdvantageFn], AdvantageFn]:
+    """Register an advantage estimator under `name` (the value of `algorithm.adv_estimator`).
+
+    `grouped` marks an estimator whose baseline comes from the other responses to the same prompt (it takes
+    `index`): validation then requires `worker.rollout.n > 1`. Config validation reads this registry, so a
+    registered estimator can be selected without further changes.
+    """
+
+    def decorator(fn: AdvantageFn) -> AdvantageFn:
+        if name in _ADV_ESTIMATORS:
+            raise ValueError(f"Advantage estimator {name!r} is already registered; pick another name.")
+        _ADV_ESTIMATORS[name] = fn
+        if grouped:
+            _GROUPED_ADV_ESTIMATORS.add(name)
+        return fn
+
+    return decorator
+
+
+def get_adv_estimator(name: str) -> AdvantageFn:
+    """The estimator registered under `name`; an unknown name raises ValueError listing the valid ones."""
+    if name not in _ADV_ESTIMATORS:
+        raise ValueError(
+            f"Unknown algorithm.adv_estimator {name!r}; choose one of {', '.join(sorted(_ADV_ESTIMATORS))}."
+        )
+    return _ADV_ESTIMATORS[name]
+
+
+def registered_adv_estimators() -> tuple[str, ...]:
+    """Names of all registered estimators, in registration order."""
+    return tuple(_ADV_ESTIMATORS)
+
+
+def is_grouped_adv_estimator(name: str) -> bool:
+    """Whether the estimator `name` compares the responses to the same prompt (and so needs rollout.n > 1)."""
+    return name in _GROUPED_ADV_ESTIMATORS
+
+
+def adv_estimator_parameters(name: str) -> tuple[str, ...]:
+    """The keyword arguments the estimator `name` takes (inputs such as `index`, and options such as `gamma`)."""
+    return tuple(inspect.signature(get_adv_estimator(name)).parameters)
+
+
+@torch.no_grad()
+def compute_advantage_return(adv_estimator: str, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the estimator `adv_estimator` with the keyword arguments it accepts.
+
+    The trainer passes everything it has (rewards, mask, index, values, reward_baselines and the
+    `ESTIMATOR_OPTIONS`); each estimator takes only its own inputs, so one call site serves all of them. Options an
+    estimator does not take are refused at config validation unless they hold their default, so nothing the user
+    set is dropped here. A missing required input raises ValueError naming it.
+    """
+    fn = get_adv_estimator(adv_estimator)
+    params = inspect.signature(fn).parameters
+    missing = [
+        name for name, param in params.items() if param.default is inspect.Parameter.empty and kwargs.get(name) is None
+    ]
+    if missing:
+        raise ValueError(
+            f"Advantage estimator {adv_estimator!r} needs {', '.join(missing)}; pass it to compute_advantage_return."
+        )
+    return fn(**{name: value for name, value in kwargs.items() if name in params})
+
+
+def _group_inverse(index: GroupIds, batch_size: int, device: torch.device) -> tuple[torch.Tensor, int]:
+    """Map group ids (any hashable: str uids, ints) to dense group numbers 0..G-1, in order of first appearance."""
+    ids = index.tolist() if isinstance(index, (np.ndarray, torch.Tensor)) else list(index)
+    if len(ids) != batch_size:
+        raise ValueError(
+            f"index has {len(ids)} group ids but the batch has {batch_size} responses; pass one uid each."
+        )
+    dense: dict[Any, int] = {}
+    inverse = [dense.setdefault(uid, len(dense)) for uid in ids]
+    return torch.tensor(inverse, dtype=torch.long, device=device), len(dense)
+
+
+def _group_sum(values: torch.Tensor, inverse: torch.Tensor, num_groups: int) -> torch.Tensor:
+    return torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add_(0, inverse, values)
+
+
+def _group_stats(scores: torch.Tensor, inverse: torch.Tensor, num_groups: int) -> tuple[torch.Tensor, ...]:
+    """Per-sample (group size, group mean, unbiased group std) broadcast back to the samples; float64 inside.
+
+    Float64 keeps (s - mean) exactly 0 in groups of identical scores, where a float32 residue divided by a tiny std
+    would otherwise turn into a spurious advantage. A singleton group has std 0.
+    """
+    scores = scores.double()
+    counts = _group_sum(torch.ones_like(scores), inverse, num_groups)
+    means = _group_sum(scores, inverse, num_groups) / counts
+    squares = _group_sum((scores - means[inverse]) ** 2, inverse, num_groups)
+    stds = (squares / (counts - 1).clamp(min=1)).sqrt()
+    return counts[inverse], means[inverse], stds[inverse]
+
+
+def _broadcast(per_sequence: torch.Tensor, response_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return per_sequence.to(dtype).unsqueeze(-1) * response_mask.to(dtype)
+
+
+@register_adv_estimator("gae")
+def compute_gae_advantage_return(
+    token_level_rewards: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized Advantage Estimation (Schulman et al. 2016, arXiv 1506.02438) with critic values.
+
+    delta_t = r_t + gamma * V_{t+1} - V_t,  A_t = delta_t + gamma * lam * A_{t+1},  returns R_t = A_t + V_t,
+    with V and A taken as 0 after the last response token. Masked positions are skipped (the next value and the
+    running advantage carry over them), so padding values never leak in. The returns are the critic's targets; the
+    advantages are then whitened over all response tokens of the batch.
+    """
+    mask = response_mask.to(values.dtype)
+    next_value = torch.zeros_like(values[:, 0])
+    running = torch.zeros_like(values[:, 0])
+    advantages = torch.zeros_like(values)
+    for t in reversed(range(values.shape[1])):
+        delta = token_level_rewards[:, t] + gamma * next_value - values[:, t]
+        m = mask[:, t]
+        running = m * (delta + gamma * lam * running) + (1 - m) * running
+        next_value = m * values[:, t] + (1 - m) * next_value
+        advantages[:, t] = running
+    returns = (advantages + values) * mask
+    return masked_whiten(advantages, mask) * mask, returns
+
+
+@register_adv_estimator("grpo", grouped=True)
+def compute_grpo_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: GroupIds,
+    norm_adv_by_std_in_grpo: bool = True,
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO group-normalised outcome advantage (Shao et al. 2024, DeepSeekMath, arXiv 2402.03300).
+
+    A_i = (s_i - mean_g(s)) / (std_g(s) + eps) for every token of response i in group g, with the unbiased std.
+    `norm_adv_by_std_in_grpo=False` gives Dr.GRPO (Liu et al. 2025, arXiv 2503.20783): A_i = s_i - mean_g(s),
+    which avoids up-weighting prompts whose rewards barely vary. A group with one response gets advantage 0
+    (s_i - mean = 0). Returns equal the advantages.
+    """
+    scores = token_level_rewards.sum(dim=-1)
+    inverse, num_groups = _group_inverse(index, scores.shape[0], scores.device)
+    _, means, stds = _group_stats(scores, inverse, num_groups)
+    advantages = scores.double() - means
+    if norm_adv_by_std_in_grpo:
+        advantages = advantages / (stds + eps)
+    advantages = _broadcast(advantages, response_mask, token_level_rewards.dtype)
+    return advantages, advantages
+
+
+@register_adv_estimator("grpo_passk", grouped=True)
+def compute_grpo_passk_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: GroupIds,
+    norm_adv_by_std_in_grpo: bool = True,
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pass@k advantage: credit only the best response of each group (Tang et al. 2025, arXiv 2503.19595).
+
+    For the objective max_i s_i over a group of k = n samples, the leave-one-out baseline of sample i is the max
+    of the others, so only the argmax gets a non-zero advantage: A = (s_max - s_second) / (std_g(s) + eps), or
+    s_max - s_second with `norm_adv_by_std_in_grpo=False`; all other responses get 0. Ties go to the first
+    response in batch order (and then s_max = s_second gives 0). Singleton groups get 0.
+    """
+    scores = token_level_rewards.sum(dim=-1).double()
+    inverse, num_groups = _group_inverse(index, scores.shape[0], scores.device)
+    counts, _, stds = _group_stats(scores, inverse, num_groups)
+    neg_inf = torch.full((num_groups,), -torch.inf, dtype=scores.dtype, device=scores.device)
+    group_max = neg_inf.scatter_reduce(0, inverse, scores, reduce="amax")
+    positions = torch.arange(scores.shape[0], device=scores.device)
+    is_max = scores == group_max[inverse]
+    first_argmax = torch.full((num_groups,), scores.shape[0], device=scores.device).scatter_reduce(
+        0, inverse[is_max], positions[is_max], reduce="amin"
+    )
+    is_best = positions == first_argmax[inverse]
+    second_max = neg_inf.scatter_reduce(0, inverse[~is_best], scores[~is_best], reduce="amax")
+    gap = (group_max - second_max)[inverse]
+    if norm_adv_by_std_in_grpo:
+        gap = gap / (stds + eps)
+    advantages = torch.where(is_best & (counts > 1), gap, torch.zeros_like(scores))
+    advantages = _broadcast(advantages, response_mask, token_level_rewards.dtype)
+    return advantages, advantages
+
+
+@register_adv_estimator("rloo", grouped=True)
+def compute_rloo_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: GroupIds,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE leave-one-out (Kool et al. 2019; Ahmadian et al. 2024, arXiv 2402.14740).
+
+    A_i = s_i - (1 / (n - 1)) * sum_{j != i} s_j over the n responses of the group: the baseline of each sample is
+    the mean of the others, so it is independent of the sample and the estimate stays unbiased. Singleton groups
+    get 0. Returns equal the advantages.
+    """
+    scores = token_level_rewards.sum(dim=-1).double()
+    inverse, num_groups = _group_inverse(index, scores.shape[0], scores.device)
+    counts, means, _ = _group_stats(scores, inverse, num_groups)
+    others_mean = (means * counts - scores) / (counts - 1).clamp(min=1)
+    advantages = torch.where(counts > 1, scores - others_mean, torch.zeros_like(scores))
+    advantages = _broadcast(advantages, response_mask, token_level_rewards.dtype)
+    return advantages, advantages
+
+
+@register_adv_estimator("opo", grouped=True)
+def compute_opo_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: GroupIds,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """OPO, on-policy RL with the optimal reward baseline (Hao et al. 2025, arXiv 2505.23585).
+
+    With exactly on-policy updates the variance-minimising baseline weighs each response by its length, so the
+    baseline of group g is the length-weighted mean score b_g = sum_j |y_j| s_j / sum_j |y_j| (|y_j| = response
+    tokens) and A_i = s_i - b_g. Singleton groups get 0. Returns equal the advantages.
+    """
+    scores = token_level_rewards.sum(dim=-1).double()
+    lengths = response_mask.sum(dim=-1).double()
+    inverse, num_groups = _group_inverse(index, scores.shape[0], scores.device)
+    counts = _group_sum(torch.ones_like(scores), inverse, num_groups)[inverse]
+    weighted = _group_sum(lengths * scores, inverse, num_groups) / _group_sum(lengths, inverse, num_groups).clamp(1.0)
+    advantages = torch.where(counts > 1, scores - weighted[inverse], torch.zeros_like(scores))
+    advantages = _broadcast(advantages, response_mask, token_level_rewards.dtype)
+    return advantages, advantages
+
+
+@register_adv_estimator("gpg", grouped=True)
+def compute_gpg_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: GroupIds,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GPG, group policy gradient (Chu et al. 2025, arXiv 2504.02546): group-centred scores, rescaled, no std.
+
+    A_i = alpha (s_i - mean_g(s)) with alpha = B / max(M, 1), B the batch size and M the number of responses with a
+    non-zero score (verl's count; with 0/1 rewards, the correct ones). Singleton groups get 0. Returns equal the
+    advantages.
+    """
+    scores = token_level_rewards.sum(dim=-1).double()
+    inverse, num_groups = _group_inverse(index, scores.shape[0], scores.device)
+    counts, means, _ = _group_stats(scores, inverse, num_groups)
+    alpha = scores.shape[0] / max(int(torch.count_nonzero(scores).item()), 1)
+    advantages = torch.where(counts > 1, alpha * (scores - means), torch.zeros_like(scores))
+    advantages = _broadcast(advantages, response_mask, token_level_rewards.dtype)
+    return advantages, advantages
+
+
+def _discounted_returns(token_level_rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """The discounted reward-to-go over response tokens: G_t = r_t + gamma * G_t', t' the next response token.
+
+    Masked positions are skipped, as in GAE: their rewards are ignored, their return is 0, and the running return
+    carries over them unchanged. So an interior hole in the mask (a tool output inside a multi-turn response) does
+    not cut the tokens before it off from the reward after it, while trailing padding stays 0.
+    """
+    returns = torch.zeros_like(token_level_rewards)
+    running = torch.zeros_like(token_level_rewards[:, 0])
+    for t in reversed(range(token_level_rewards.shape[1])):
+        m = mask[:, t]
+        running = m * (token_level_rewards[:, t] + gamma * running) + (1 - m) * running
+        returns[:, t] = m * running
+    return returns
+
+
+@register_adv_estimator("reinforce_plus_plus")
+def compute_reinforce_plus_plus_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    gamma: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++ (Hu 2025, arXiv 2501.03262): whitened discounted returns, no critic and no groups.
+
+    G_t = r_t + gamma * G_t' over the response's own tokens, t' the next response token (masked positions, padding
+    or interior holes, are skipped: see `_discounted_returns`); the advantage is G whitened over all response tokens
+    of the batch, A = (G - mean) / sqrt(var + 1e-8). Returns are the raw G.
+    """
+    mask = response_mask.to(token_level_rewards.dtype)
+    returns = _discounted_returns(token_level_rewards, mask, gamma)
+    return masked_whiten(returns, mask) * mask, returns
+
+
+@register_adv_estimator("reinforce_plus_plus_baseline", grouped=True)
+def compute_reinforce_plus_plus_baseline_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: GroupIds,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++ with a group baseline (Hu 2025, arXiv 2501.03262, "REINFORCE++-baseline").
+
+    Subtract the group mean score, A_i = s_i - mean_g(s), broadcast it over the response, then whiten over all
+    response tokens of the batch (a global, not per-group, scale). Returns equal the advantages.
+    """
+    scores = token_level_rewards.sum(dim=-1)
+    inverse, num_groups = _group_inverse(index, scores.shape[0], scores.device)
+    _, means, _ = _group_stats(scores, inverse, num_groups)
+    mask = response_mask.to(token_level_rewards.dtype)
+    centred = _broadcast(scores.double() - means, mask, token_level_rewards.dtype)
+    advantages = masked_whiten(centred, mask) * mask
+    return advantages, advantages
+
+
+@register_adv_estimator("remax")
+def compute_remax_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    reward_baselines: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ReMax (Li et al. 2023, arXiv 2310.10505): REINFORCE with the greedy response's reward as the baseline.
+
+    R_t = sum_{k >= t} r_k over response tokens (the reward-to-go, carried over masked holes as in
+    `_discounted_returns`; the score s_i on every token for an outcome reward) and
+    A_t = R_t - b_i, where b_i (`reward_baselines`, shape (B,)) is the score of a greedy (temperature 0) response to
+    the same prompt. Returns are R.
+    """
+    mask = response_mask.to(token_level_rewards.dtype)
+    returns = _discounted_returns(token_level_rewards, mask, gamma=1.0)
+    baselines = torch.as_tensor(reward_baselines, dtype=returns.dtype, device=returns.device)
+    if baselines.shape != returns.shape[:1]:
+        raise ValueError(f"reward_baselines must have shape ({returns.shape[0]},), got {tuple(baselines.shape)}.")
+    return (returns - baselines.unsqueeze(-1)) * mask, returns

@@ -1,0 +1,214 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The RL math: entropy and value losses, explained variance and the DAPO group filter.
+
+This is also the one import surface for the rest of the algorithm code, which lives in small sibling modules, each
+with the registry that config validation reads: advantage estimators (`advantages.py`), policy losses
+(`policy_losses.py`), KL estimators and controllers (`kl.py`), masked statistics and loss aggregation
+(`masked_ops.py`). Adding an estimator, a policy loss, a KL estimator or an aggregation is one registered function
+in its module. Everything is pure torch on (B, L) tensors of right-padded responses, with `response_mask` marking
+the response tokens.
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl.algorithms.advantages import (
+    ESTIMATOR_OPTIONS,
+    adv_estimator_parameters,
+    compute_advantage_return,
+    compute_gae_advantage_return,
+    compute_gpg_outcome_advantage,
+    compute_grpo_outcome_advantage,
+    compute_grpo_passk_outcome_advantage,
+    compute_opo_outcome_advantage,
+    compute_reinforce_plus_plus_baseline_outcome_advantage,
+    compute_reinforce_plus_plus_outcome_advantage,
+    compute_remax_outcome_advantage,
+    compute_rloo_outcome_advantage,
+    get_adv_estimator,
+    is_grouped_adv_estimator,
+    register_adv_estimator,
+    registered_adv_estimators,
+)
+from verl.algorithms.kl import (
+    KL_CONTROLLER_TYPES,
+    AdaptiveKLController,
+    FixedKLController,
+    KLController,
+    apply_kl_penalty,
+    compute_kl,
+    compute_kl_loss,
+    get_kl_controller,
+    register_kl_penalty,
+    registered_kl_penalties,
+)
+from verl.algorithms.masked_ops import (
+    Count,
+    agg_loss,
+    loss_token_counts,
+    masked_mean,
+    masked_var,
+    masked_whiten,
+    register_loss_avg_mode,
+    registered_loss_avg_modes,
+)
+from verl.algorithms.policy_losses import (
+    compute_policy_loss,
+    default_loss_avg_mode,
+    policy_loss_avg_mode,
+    register_policy_loss,
+    registered_policy_losses,
+)
+from verl.utils.torch_functional import entropy_from_logits  # re-exported: the entropy bonus' input
+
+
+__all__ = [
+    "ESTIMATOR_OPTIONS",
+    "KL_CONTROLLER_TYPES",
+    "AdaptiveKLController",
+    "FixedKLController",
+    "KLController",
+    "adv_estimator_parameters",
+    "agg_loss",
+    "apply_kl_penalty",
+    "compute_advantage_return",
+    "compute_entropy_loss",
+    "compute_gae_advantage_return",
+    "compute_gpg_outcome_advantage",
+    "compute_grpo_outcome_advantage",
+    "compute_grpo_passk_outcome_advantage",
+    "compute_kl",
+    "compute_kl_loss",
+    "compute_opo_outcome_advantage",
+    "compute_policy_loss",
+    "compute_reinforce_plus_plus_baseline_outcome_advantage",
+    "compute_reinforce_plus_plus_outcome_advantage",
+    "compute_remax_outcome_advantage",
+    "compute_rloo_outcome_advantage",
+    "compute_value_loss",
+    "default_loss_avg_mode",
+    "entropy_from_logits",
+    "explained_variance",
+    "filter_groups_by_reward",
+    "get_adv_estimator",
+    "get_kl_controller",
+    "is_grouped_adv_estimator",
+    "loss_token_counts",
+    "masked_mean",
+    "masked_var",
+    "masked_whiten",
+    "policy_loss_avg_mode",
+    "register_adv_estimator",
+    "register_kl_penalty",
+    "register_loss_avg_mode",
+    "register_policy_loss",
+    "registered_adv_estimators",
+    "registered_kl_penalties",
+    "registered_loss_avg_modes",
+    "registered_policy_losses",
+]
+
+
+def compute_entropy_loss(
+    entropy: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_avg_mode: str,
+    global_token_count: Count | None = None,
+    global_seq_count: Count | None = None,
+    max_response_length: int | None = None,
+) -> torch.Tensor:
+    """Token entropies (B, L) aggregated like the policy loss, for the entropy bonus.
+
+    The actor minimises pg_loss - entropy_coef * this (Williams and Peng 1991; Mnih et al. 2016, arXiv 1602.01783),
+    which keeps the policy from collapsing early. DAPO (arXiv 2503.14476) drops it (coefficient 0) because with
+    clip-higher it tends to make the entropy explode.
+    """
+    return agg_loss(entropy, response_mask, loss_avg_mode, global_token_count, global_seq_count, max_response_length)
+
+
+def compute_value_loss(
+    vpreds: torch.Tensor,
+    returns: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    cliprange_value: float,
+    loss_avg_mode: str,
+    global_token_count: Count | None = None,
+    global_seq_count: Count | None = None,
+    max_response_length: int | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Clipped value loss of PPO (Schulman et al. 2017, arXiv 1707.06347; OpenAI baselines ppo2).
+
+    V_clip = V_old + clip(V - V_old, -c, c) and l = 1/2 max((V - R)^2, (V_clip - R)^2) per token, aggregated with
+    `agg_loss`: the critic cannot gain by moving its prediction more than c away from the value used to compute
+    the advantages. Metrics: `vf_clipfrac` (share of tokens where the clipped term is the larger one) and
+    `vpred_mean`.
+    """
+    vpreds, returns, values = vpreds.float(), returns.float(), values.float()
+    vpreds_clipped = values + (vpreds - values).clamp(-cliprange_value, cliprange_value)
+    unclipped_loss = (vpreds - returns).square()
+    clipped_loss = (vpreds_clipped - returns).square()
+    loss_mat = 0.5 * torch.maximum(unclipped_loss, clipped_loss)
+    vf_loss = agg_loss(
+        loss_mat, response_mask, loss_avg_mode, global_token_count, global_seq_count, max_response_length
+    )
+    metrics = {  # detached 0-dim tensors on the device: no host sync per micro-batch
+        "vf_clipfrac": masked_mean((clipped_loss > unclipped_loss).float(), response_mask),
+        "vpred_mean": masked_mean(vpreds.detach(), response_mask),
+    }
+    return vf_loss, metrics
+
+
+@torch.no_grad()
+def explained_variance(returns: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> float:
+    """1 - Var[R - V] / Var[R] over the masked tokens: 1 is a perfect critic, 0 is no better than a constant.
+
+    NaN when the returns do not vary (the ratio is undefined), so a logger shows a gap instead of a fake value.
+    """
+    returns, values = returns.float(), values.float()
+    var_returns = masked_var(returns, mask, unbiased=False).item()
+    if var_returns == 0.0:
+        return float("nan")
+    return 1.0 - masked_var(returns - values, mask, unbiased=False).item() / var_returns
+
+
+def filter_groups_by_reward(
+    scores_by_sample: np.ndarray | torch.Tensor | Sequence[float],
+    uids: np.ndarray | Sequence[Any],
+    low: float,
+    high: float,
+) -> np.ndarray:
+    """DAPO dynamic sampling (Yu et al. 2025, arXiv 2503.14476): keep the groups whose mean score is in (low, high).
+
+    A group where every response gets the same reward (all right or all wrong) has zero group-relative advantage
+    and only dilutes the batch. Returns the indices of the samples of the kept groups, in their original order.
+    The bounds are strict; a NaN mean is dropped.
+    """
+    if isinstance(scores_by_sample, torch.Tensor):
+        scores_by_sample = scores_by_sample.detach().float().cpu().numpy()
+    scores = np.asarray(scores_by_sample, dtype=np.float64).reshape(-1)
+    uids = list(uids)
+    if len(uids) != len(scores):
+        raise ValueError(f"filter_groups_by_reward got {len(scores)} scores but {len(uids)} uids; pass one uid each.")
+    sums: dict[Any, list[float]] = {}
+    for uid, score in zip(uids, scores):
+        total = sums.setdefault(uid, [0.0, 0.0])
+        total[0] += score
+        total[1] += 1.0
+    kept = {uid for uid, (total, count) in sums.items() if low < total / count < high}
+    return np.array([i for i, uid in enumerate(uids) if uid in kept], dtype=np.int64)

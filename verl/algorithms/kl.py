@@ -1,0 +1,221 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""KL divergence to the reference policy: per-token estimators, coefficient controllers, and its two uses.
+
+The KL(pi || pi_ref) is estimated per sampled token from the two log-probs (Schulman 2020, "Approximating KL
+Divergence", http://joschu.net/blog/kl-approx.html). It enters training either as a loss term of the actor
+(`use_kl_loss`, see `compute_kl_loss`) or as a penalty subtracted from the token rewards (`apply_kl_penalty`), whose
+coefficient a controller may adapt.
+"""
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from verl.algorithms.masked_ops import Count, agg_loss, masked_mean
+
+
+KLFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""(log_probs, ref_log_probs) -> per-token estimate of KL(pi || pi_ref)."""
+
+_KL_PENALTIES: dict[str, tuple[KLFn, bool]] = {}
+"""name -> (estimator, whether the name is the straight-through form "<base>+")."""
+
+KL_CONTROLLER_TYPES: tuple[str, ...] = ("fixed", "adaptive")
+"""Values of `algorithm.kl_type` (controller of the KL coefficient when the KL is a penalty in the reward)."""
+
+
+def register_kl_penalty(*names: str, straight_through: bool = True) -> Callable[[KLFn], KLFn]:
+    """Register a KL estimator under `names` (aliases), and "<name>+" for each unless `straight_through` is False.
+
+    Config validation reads this registry, so a registered estimator can be selected as `algorithm.kl_penalty`.
+    """
+
+    def decorator(fn: KLFn) -> KLFn:
+        variants = [(name, False) for name in names] + [(f"{name}+", True) for name in names if straight_through]
+        for name, is_straight_through in variants:
+            if name in _KL_PENALTIES:
+                raise ValueError(f"KL estimator {name!r} is already registered; pick another name.")
+            _KL_PENALTIES[name] = (fn, is_straight_through)
+        return fn
+
+    return decorator
+
+
+def registered_kl_penalties() -> tuple[str, ...]:
+    """Values `algorithm.kl_penalty` accepts: the base estimators, then their straight-through forms."""
+    return tuple(name for name, (_, plus) in _KL_PENALTIES.items() if not plus) + tuple(
+        name for name, (_, plus) in _KL_PENALTIES.items() if plus
+    )
+
+
+@register_kl_penalty("kl", "k1")
+def _k1(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    return log_probs - ref_log_probs
+
+
+@register_kl_penalty("abs")
+def _abs(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    return (log_probs - ref_log_probs).abs()
+
+
+@register_kl_penalty("mse", "k2")
+def _k2(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    return 0.5 * (log_probs - ref_log_probs).square()
+
+
+@register_kl_penalty("low_var_kl", "k3")
+def _k3(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    ref_ratio = (ref_log_probs - log_probs).clamp(-20.0, 20.0)
+    return (ref_ratio.exp() - ref_ratio - 1).clamp(-10.0, 10.0)
+
+
+@register_kl_penalty("full", straight_through=False)
+def _full(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    if log_probs.dim() < 3:
+        raise ValueError(
+            "kl_penalty 'full' needs full log-distributions of shape (B, L, vocab), but got per-token log-probs of "
+            f"shape {tuple(log_probs.shape)}; use one of kl, abs, mse, low_var_kl instead."
+        )
+    return (log_probs.exp() * (log_probs - ref_log_probs)).sum(dim=-1)
+
+
+def compute_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, kl_penalty: str) -> torch.Tensor:
+    """Per-token estimate of KL(pi || pi_ref) from tokens sampled from pi; x = log pi - log pi_ref.
+
+    - "kl"/"k1": x. Unbiased, high variance, can be negative.
+    - "abs": |x|.
+    - "mse"/"k2": x^2 / 2. Biased, low variance; its gradient x * grad(log pi) is an unbiased estimate of the
+      gradient of KL(pi || pi_ref) (Tang and Munos 2025, arXiv 2506.09477).
+    - "low_var_kl"/"k3": exp(-x) - 1 + x = r - 1 - log r with r = pi_ref / pi. Unbiased, non-negative, low
+      variance (Schulman 2020). -x is clamped to [-20, 20] and the result to [-10, 10] for numerical safety.
+    - "full": the exact KL, sum_v pi(v) (log pi(v) - log pi_ref(v)), from (B, L, vocab) log-distributions.
+    - "<name>+" (straight-through, e.g. "k3+"): the value of <name> with the gradient of k2. k1 and k3 have the right
+      expected value, but their gradients as a loss are not the gradient of the KL; the straight-through form keeps
+      the logged value and fixes the gradient (Tang and Munos 2025, arXiv 2506.09477).
+    """
+    if kl_penalty not in _KL_PENALTIES:
+        names = ", ".join(registered_kl_penalties())
+        raise ValueError(f"Unknown algorithm.kl_penalty {kl_penalty!r}; choose one of {names}.")
+    estimator, straight_through = _KL_PENALTIES[kl_penalty]
+    log_probs, ref_log_probs = log_probs.float(), ref_log_probs.float()
+    value = estimator(log_probs, ref_log_probs)
+    if not straight_through:
+        return value
+    surrogate = 0.5 * (log_probs - ref_log_probs).square()
+    return surrogate - surrogate.detach() + value.detach()
+
+
+def compute_kl_loss(
+    log_probs: torch.Tensor,
+    ref_log_probs: torch.Tensor,
+    response_mask: torch.Tensor,
+    kl_penalty: str,
+    loss_avg_mode: str,
+    global_token_count: Count | None = None,
+    global_seq_count: Count | None = None,
+    max_response_length: int | None = None,
+) -> torch.Tensor:
+    """The KL loss term of the actor (`use_kl_loss`): `agg_loss(compute_kl(...))`; the actor adds kl_coef times it.
+
+    Used by GRPO (Shao et al. 2024, arXiv 2402.03300), typically with "low_var_kl" (k3), which keeps the reward
+    free of the penalty. It is aggregated like the policy loss, so the same global counts apply.
+    """
+    kld = compute_kl(log_probs, ref_log_probs, kl_penalty)
+    return agg_loss(kld, response_mask, loss_avg_mode, global_token_count, global_seq_count, max_response_length)
+
+
+class KLController:
+    """Holds the KL coefficient `value`; subclasses decide how `update` changes it after each batch."""
+
+    def __init__(self, kl_coef: float) -> None:
+        self.value = float(kl_coef)
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        """Adjust `value` given the KL observed on a batch of `n_steps` samples."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, float]:
+        """The coefficient, for checkpoints: an adapted coefficient must survive a resume."""
+        return {"value": self.value}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        """Restore the coefficient saved by `state_dict`."""
+        self.value = float(state["value"])
+
+
+class FixedKLController(KLController):
+    """A constant KL coefficient."""
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        """Does nothing: the coefficient is fixed."""
+
+
+class AdaptiveKLController(KLController):
+    """Proportional controller that steers the observed KL towards a target (Ziegler et al. 2019, arXiv 1909.08593).
+
+    After each batch: e = clip(KL / target - 1, -0.2, 0.2) and beta <- beta * (1 + e * n_steps / horizon), where
+    n_steps is the number of samples in the batch. The clip bounds the change per step, so a noisy KL estimate
+    cannot blow the coefficient up. The coefficient is state: a resumed run must restore it (`state_dict`).
+    """
+
+    def __init__(self, init_kl_coef: float, target_kl: float, horizon: float) -> None:
+        if target_kl <= 0 or horizon <= 0:
+            raise ValueError(
+                f"algorithm.kl_target and algorithm.kl_horizon must be positive for the adaptive KL controller, got "
+                f"kl_target={target_kl} and kl_horizon={horizon}."
+            )
+        super().__init__(init_kl_coef)
+        self.target = float(target_kl)
+        self.horizon = float(horizon)
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        """Scale the coefficient up when the KL is above the target and down when below."""
+        proportional_error = float(np.clip(current_kl / self.target - 1.0, -0.2, 0.2))
+        self.value *= 1.0 + proportional_error * n_steps / self.horizon
+
+
+def get_kl_controller(kl_type: str, kl_coef: float, kl_target: float, kl_horizon: float) -> KLController:
+    """Build the controller named by `algorithm.kl_type` ("fixed" or "adaptive")."""
+    if kl_type == "fixed":
+        return FixedKLController(kl_coef)
+    if kl_type == "adaptive":
+        return AdaptiveKLController(kl_coef, kl_target, kl_horizon)
+    raise ValueError(f"Unknown algorithm.kl_type {kl_type!r}; choose one of {', '.join(KL_CONTROLLER_TYPES)}.")
+
+
+@torch.no_grad()
+def apply_kl_penalty(
+    token_level_scores: torch.Tensor,
+    log_probs: torch.Tensor,
+    ref_log_probs: torch.Tensor,
+    response_mask: torch.Tensor,
+    kl_ctrl: KLController,
+    kl_penalty: str,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """KL as a reward penalty (Ziegler et al. 2019, arXiv 1909.08593; Ouyang et al. 2022, arXiv 2203.02155).
+
+    r_t = score_t - beta * KL_t on every response token, with beta = `kl_ctrl.value` and KL_t from `compute_kl`
+    (old policy vs reference). Then the controller is updated with the batch KL, the mean over responses of the
+    per-response token-mean KL, and n_steps = batch size. Returns the rewards and the metrics
+    `actor/kl_penalty` (that batch KL) and `actor/kl_coef` (the beta that was applied).
+    """
+    mask = response_mask.to(torch.float32)
+    kld = compute_kl(log_probs, ref_log_probs, kl_penalty) * mask
+    beta = kl_ctrl.value
+    token_level_rewards = token_level_scores - beta * kld.to(token_level_scores.dtype)
+    current_kl = masked_mean(kld, mask, dim=-1).mean().item()
+    kl_ctrl.update(current_kl=current_kl, n_steps=token_level_scores.shape[0])
+    return token_level_rewards, {"actor/kl_penalty": current_kl, "actor/kl_coef": beta}

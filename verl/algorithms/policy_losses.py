@@ -1,0 +1,260 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Policy-gradient losses, selected by `actor.loss_type` through a registry.
+
+A loss turns the token log-ratios log(pi / pi_old), the advantages and the actor's clip settings into a (B, L)
+per-token loss plus the masks of the tokens a bound held; `compute_policy_loss` aggregates the loss with `agg_loss`
+and turns the masks into the clip-fraction metrics (named as in verl, see docs/metrics.md).
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from verl.algorithms.masked_ops import Count, agg_loss, masked_mean
+
+
+LOG_RATIO_CLAMP = 20.0
+"""|log(pi / pi_old)| is clamped before exp: one wildly off-policy token must not give inf or NaN gradients."""
+
+GSPO_LOG_RATIO_MAX = 10.0
+"""Upper clamp of GSPO's sequence log-ratio (verl's bound): a sequence ratio above e^10 is held there (no gradient)."""
+
+DEFAULT_LOSS_AVG_MODE = "token-mean"
+"""The aggregation of a loss that was not registered with one of its own."""
+
+
+@dataclass(frozen=True)
+class PolicyLossInputs:
+    """What a policy loss sees: float32 (B, L) tensors and the actor's clip settings."""
+
+    log_probs: torch.Tensor
+    """log pi of the sampled tokens, with gradient."""
+    log_ratio: torch.Tensor
+    """log(pi / pi_old) per token, not clamped."""
+    advantages: torch.Tensor
+    """Advantage of every token."""
+    mask: torch.Tensor
+    """1 on response tokens, 0 on padding."""
+    clip_ratio_low: float
+    """eps_l: the ratio is clipped at 1 - eps_l."""
+    clip_ratio_high: float
+    """eps_h: the ratio is clipped at 1 + eps_h."""
+    clip_ratio_dual: float
+    """Dual-clip constant C."""
+    tau_positive: float
+    """SAPO gate temperature for positive advantages."""
+    tau_negative: float
+    """SAPO gate temperature for the other advantages."""
+
+
+@dataclass(frozen=True)
+class PolicyLossTerms:
+    """A policy loss's (B, L) per-token loss and (B, L) boolean masks of the tokens its bounds held (None: none)."""
+
+    loss_mat: torch.Tensor
+    """Per-token loss, aggregated by `agg_loss`."""
+    clipped_higher: torch.Tensor | None = None
+    """Tokens held at the upper bound 1 + eps_h."""
+    clipped_lower: torch.Tensor | None = None
+    """Tokens held at the lower bound 1 - eps_l."""
+    clipped_dual: torch.Tensor | None = None
+    """Negative-advantage tokens held by the dual clip C."""
+
+
+PolicyLossFn = Callable[[PolicyLossInputs], PolicyLossTerms]
+
+_POLICY_LOSSES: dict[str, PolicyLossFn] = {}
+_POLICY_LOSS_AVG_MODES: dict[str, str] = {}
+
+
+def register_policy_loss(name: str, *, loss_avg_mode: str | None = None) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Register a policy loss under `name` (a value of `actor.loss_type`).
+
+    `loss_avg_mode` is the aggregation the loss is defined with, if it has one: it becomes the loss's default for
+    `actor.loss_avg_mode`, and choosing another logs a warning at validation. Config validation reads this registry,
+    so a registered loss can be selected without further changes.
+    """
+
+    def decorator(fn: PolicyLossFn) -> PolicyLossFn:
+        if name in _POLICY_LOSSES:
+            raise ValueError(f"Policy loss {name!r} is already registered; pick another name.")
+        _POLICY_LOSSES[name] = fn
+        if loss_avg_mode is not None:
+            _POLICY_LOSS_AVG_MODES[name] = loss_avg_mode
+        return fn
+
+    return decorator
+
+
+def registered_policy_losses() -> tuple[str, ...]:
+    """Names of all registered policy losses, in registration order."""
+    return tuple(_POLICY_LOSSES)
+
+
+def policy_loss_avg_mode(loss_type: str) -> str | None:
+    """The aggregation the policy loss `loss_type` is defined with, or None when it has none of its own."""
+    return _POLICY_LOSS_AVG_MODES.get(loss_type)
+
+
+def default_loss_avg_mode(loss_type: str) -> str:
+    """`actor.loss_avg_mode` when the user leaves it unset: the loss's own aggregation, else token-mean."""
+    return _POLICY_LOSS_AVG_MODES.get(loss_type, DEFAULT_LOSS_AVG_MODE)
+
+
+def _token_ratio(x: PolicyLossInputs) -> torch.Tensor:
+    return torch.exp(x.log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+
+
+def _clipped_surrogate(ratio: torch.Tensor, x: PolicyLossInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """max(-A r, -A clip(r, 1 - eps_l, 1 + eps_h)) and the masks of the tokens held at the upper / lower bound."""
+    low, high = 1.0 - x.clip_ratio_low, 1.0 + x.clip_ratio_high
+    loss_mat = torch.maximum(-x.advantages * ratio, -x.advantages * ratio.clamp(low, high))
+    return loss_mat, (x.advantages > 0) & (ratio > high), (x.advantages < 0) & (ratio < low)
+
+
+@register_policy_loss("default")
+def _ppo_loss(x: PolicyLossInputs) -> PolicyLossTerms:
+    """PPO clip with clip-higher, and the dual clip for negative advantages: l = min(l, -A C) where A < 0."""
+    ratio = _token_ratio(x)
+    loss_mat, higher, lower = _clipped_surrogate(ratio, x)
+    dual = (x.advantages < 0) & (ratio > x.clip_ratio_dual)
+    loss_mat = torch.where(dual, -x.advantages * x.clip_ratio_dual, loss_mat)
+    return PolicyLossTerms(loss_mat, higher, lower, dual)
+
+
+def _gspo_ratio(x: PolicyLossInputs, per_token_gradient: bool) -> torch.Tensor:
+    """GSPO's sequence ratio s_i = exp(mean_t log(pi / pi_old)), broadcast over the tokens of each sequence.
+
+    "gspo" differentiates through s_i, so each token gets gradient s_i / |y_i| times its sequence's loss;
+    "gspo_token" uses s_it = sg(s_i) * pi(y_t) / sg(pi(y_t)), equal in value to s_i but with a per-token gradient,
+    which allows per-token advantages. The log-ratio is clamped to [-20, 10] (verl's upper bound).
+    """
+    seq_log_ratio = masked_mean(x.log_ratio, x.mask, dim=-1).unsqueeze(-1)
+    if per_token_gradient:
+        log_ratio = seq_log_ratio.detach() + x.log_probs - x.log_probs.detach()
+    else:
+        log_ratio = seq_log_ratio.expand_as(x.log_ratio)
+    return torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, GSPO_LOG_RATIO_MAX))
+
+
+@register_policy_loss("gspo")
+def _gspo_loss(x: PolicyLossInputs) -> PolicyLossTerms:
+    loss_mat, higher, lower = _clipped_surrogate(_gspo_ratio(x, per_token_gradient=False), x)
+    return PolicyLossTerms(loss_mat, higher, lower)
+
+
+@register_policy_loss("gspo_token")
+def _gspo_token_loss(x: PolicyLossInputs) -> PolicyLossTerms:
+    loss_mat, higher, lower = _clipped_surrogate(_gspo_ratio(x, per_token_gradient=True), x)
+    return PolicyLossTerms(loss_mat, higher, lower)
+
+
+@register_policy_loss("cispo")
+def _cispo_loss(x: PolicyLossInputs) -> PolicyLossTerms:
+    ratio = _token_ratio(x)
+    low, high = 1.0 - x.clip_ratio_low, 1.0 + x.clip_ratio_high
+    loss_mat = -x.advantages * ratio.clamp(low, high).detach() * x.log_probs
+    return PolicyLossTerms(loss_mat, ratio > high, ratio < low)
+
+
+@register_policy_loss("sapo", loss_avg_mode="seq-mean-token-mean")
+def _sapo_loss(x: PolicyLossInputs) -> PolicyLossTerms:
+    tau = torch.where(x.advantages > 0, x.tau_positive, x.tau_negative)
+    return PolicyLossTerms(-x.advantages * (4.0 / tau) * torch.sigmoid(tau * (_token_ratio(x) - 1.0)))
+
+
+def _check_clip_ratios(clip_ratio_low: float, clip_ratio_high: float, clip_ratio_dual: float) -> None:
+    if not 0.0 <= clip_ratio_low < 1.0 or clip_ratio_high < 0.0:
+        raise ValueError(
+            f"actor.clip_ratio_low must be in [0, 1) and actor.clip_ratio_high >= 0, got {clip_ratio_low} and "
+            f"{clip_ratio_high}."
+        )
+    if clip_ratio_dual <= 1.0:
+        raise ValueError(
+            f"actor.clip_ratio_dual must be greater than 1, got {clip_ratio_dual}; use float('inf') to turn the dual "
+            "clip off."
+        )
+
+
+def compute_policy_loss(
+    old_log_probs: torch.Tensor,
+    log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_type: str,
+    clip_ratio_low: float,
+    clip_ratio_high: float,
+    clip_ratio_dual: float,
+    loss_avg_mode: str,
+    tau_positive: float = 1.0,
+    tau_negative: float = 1.05,
+    global_token_count: Count | None = None,
+    global_seq_count: Count | None = None,
+    max_response_length: int | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Policy-gradient loss of one micro-batch, aggregated with `agg_loss` (see there for the global counts).
+
+    With ratio r = pi / pi_old = exp(clamp(log_probs - old_log_probs, +-20)), advantage A, eps_l = clip_ratio_low,
+    eps_h = clip_ratio_high, the per-token loss is:
+
+    - "default" (PPO, Schulman et al. 2017, arXiv 1707.06347) with clip-higher (DAPO, Yu et al. 2025,
+      arXiv 2503.14476) and dual clip (Ye et al. 2020, arXiv 1912.09729):
+      l = max(-A r, -A clip(r, 1 - eps_l, 1 + eps_h)), and for A < 0 additionally l = min(l, -A C) with
+      C = clip_ratio_dual. So the effective ratio is min(r, 1 + eps_h) for A > 0 and min(max(r, 1 - eps_l), C) for
+      A < 0, and the gradient is 0 wherever a bound is active.
+    - "gspo" / "gspo_token" (GSPO, Zheng et al. 2025, arXiv 2507.18071): the same clipped surrogate, without dual
+      clip, on the sequence ratio s_i = exp(mean_t log(pi / pi_old)), its log clamped at 10 (see `_gspo_ratio`).
+    - "cispo" (CISPO, MiniMax-M1, arXiv 2506.13585): l = -sg(clip(r, 1 - eps_l, 1 + eps_h)) A log pi. The ratio only
+      weights the gradient (clipped, stop-gradient), so clipped tokens still contribute a gradient.
+    - "sapo" (SAPO, Gao et al. 2025, arXiv 2511.20347): l = -A (4 / tau) sigmoid(tau (r - 1)), tau = tau_positive
+      for A > 0 and tau_negative otherwise. A smooth gate instead of a hard clip: with g = sigmoid(tau (r - 1)) the
+      gradient is -A 4 g (1 - g) r grad(log pi), the plain policy gradient at r = 1, decaying smoothly off-policy
+      (faster for negative advantages, since tau_negative > tau_positive). The paper's objective is
+      seq-mean-token-mean, the default of `actor.loss_avg_mode` for sapo.
+
+    Metrics (token means over this micro-batch, verl's names): `pg_clipfrac` (share of tokens held at either clip
+    bound, 1 + eps_h or 1 - eps_l), `pg_clipfrac_higher` (at the upper bound only), `pg_clipfrac_lower` (held by the
+    dual clip C), and `ppo_kl`, the k1 estimate of KL(pi_old || pi), mean(log pi_old - log pi). They are detached
+    0-dim tensors on the loss's device, so that a caller can add them up over micro-batches without a host sync.
+    """
+    if loss_type not in _POLICY_LOSSES:
+        raise ValueError(f"Unknown actor.loss_type {loss_type!r}; choose one of {', '.join(_POLICY_LOSSES)}.")
+    _check_clip_ratios(clip_ratio_low, clip_ratio_high, clip_ratio_dual)
+    log_probs, mask = log_probs.float(), response_mask.float()
+    log_ratio = log_probs - old_log_probs.float()
+    inputs = PolicyLossInputs(
+        log_probs=log_probs,
+        log_ratio=log_ratio,
+        advantages=advantages.float(),
+        mask=mask,
+        clip_ratio_low=clip_ratio_low,
+        clip_ratio_high=clip_ratio_high,
+        clip_ratio_dual=clip_ratio_dual,
+        tau_positive=tau_positive,
+        tau_negative=tau_negative,
+    )
+    terms = _POLICY_LOSSES[loss_type](inputs)
+    pg_loss = agg_loss(terms.loss_mat, mask, loss_avg_mode, global_token_count, global_seq_count, max_response_length)
+    no_clip = torch.zeros_like(mask, dtype=torch.bool)
+    higher, lower, dual = (
+        clipped if clipped is not None else no_clip
+        for clipped in (terms.clipped_higher, terms.clipped_lower, terms.clipped_dual)
+    )
+    per_token = torch.stack([(higher | lower).float(), higher.float(), dual.float(), -log_ratio.detach()])
+    stats = (per_token * mask).sum(dim=(1, 2)) / mask.sum().clamp(min=1.0)
+    names = ("pg_clipfrac", "pg_clipfrac_higher", "pg_clipfrac_lower", "ppo_kl")
+    metrics = dict(zip(names, stats.unbind()))  # 0-dim tensors on the loss's device: no host sync here
+    return pg_loss, metrics

@@ -1,0 +1,533 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""RLHFDataset: prompt rows (text, images, videos) turned into left-padded token ids for rollout and training.
+
+One row goes through these steps (docs/data_flow.md lists the keys a row ends up with):
+
+1. the prompt column is rendered through the `format_prompt` Jinja template, which sees `content` (the prompt)
+   and every other column of the row;
+2. `<image>` / `<video>` markers split the text into content parts, one media part per marker (rows with media
+   but no markers get their media in front of the text);
+3. the chat template (the tokenizer's, the processor's, or `override_chat_template`) renders the conversation;
+4. the processor (for a VLM) or the tokenizer turns it into ids, with every image placeholder expanded to the
+   image's real number of tokens; the ids are left-padded to max_prompt_length, never truncated;
+5. position ids: the model's own 3-D rope index for Qwen2-VL / Qwen2.5-VL, else 0, 1, 2, ... over real tokens.
+
+Every row is checked when the dataset is built, cheaply (image headers, not pixels), so a bad row or a prompt
+that does not fit fails before training starts, with the file, the row and the key in the message. Overlong
+prompts are counted with their image tokens and filtered (or rejected); bad rows fail (or are skipped).
+"""
+
+import logging
+import multiprocessing
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from jinja2 import StrictUndefined, TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from PIL import Image, UnidentifiedImageError
+from torch.utils.data import Dataset
+
+from verl.data.multimodal import (
+    count_image_tokens,
+    load_image,
+    load_video,
+    open_image,
+    processor_inputs,
+    resized_size,
+    resolve_path,
+)
+from verl.data.sources import RowSource, load_source
+from verl.models.rope_index import RopeIndex, load_model_config, uses_mrope
+
+
+logger = logging.getLogger(__name__)
+
+# Keys the dataset itself produces (and `uid`, which the driver adds): a column with one of these names would clash.
+RESERVED_COLUMNS = (
+    "input_ids",
+    "attention_mask",
+    "position_ids",
+    "raw_prompt_ids",
+    "multi_modal_data",
+    "ground_truth",
+    "prompt_text",
+    "prompt_content",
+    "uid",
+)
+MEDIA_MARKER = re.compile(r"(<image>|<video>)")
+_SKIP_HINT = "fix the row, or set data.skip_bad_rows=true to skip bad rows"
+
+
+class DatasetRowError(ValueError):
+    """A row that cannot become a prompt; the message names the file, the row index and the key."""
+
+
+class PromptTooLongError(DatasetRowError):
+    """A prompt longer than max_prompt_length (image tokens included) while filter_overlong_prompts is off."""
+
+
+def _read_text_file(path: str, config_key: str) -> str:
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{config_key} file {path!r} does not exist; give an existing file or unset the key.")
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+@dataclass
+class _Prompt:
+    """A row after validation and rendering, before pixels are decoded."""
+
+    row: dict[str, Any]
+    text: str
+    """The rendered chat prompt (with one placeholder per image/video)."""
+    images: list[Any]
+    """Raw image values as stored (paths, bytes, dicts or PIL images)."""
+    videos: list[str]
+    ground_truth: str | list[Any] | dict[str, Any]
+    """The answer column: a number becomes its string; a string, list or dict is passed on unchanged."""
+    content: str = ""
+    """The user message before the chat template (after data.format_prompt), for scorers with their own template
+    (reward models, judges)."""
+
+
+class RLHFDataset(Dataset):
+    """Prompts for RL: see the module docstring for what a row goes through and docs/data_flow.md for the output.
+
+    `data_source` is a local file, a directory, a `name@split` dataset or a list of dicts. `model_config` is
+    needed for the rope index of Qwen2-VL models; when it is None it is read from the processor's directory.
+    """
+
+    def __init__(
+        self,
+        data_source: str | list[dict[str, Any]],
+        tokenizer: Any,
+        processor: Any | None = None,
+        *,
+        prompt_key: str = "prompt",
+        answer_key: str = "answer",
+        image_key: str = "images",
+        video_key: str = "videos",
+        image_dir: str | None = None,
+        video_fps: float = 2.0,
+        max_prompt_length: int = 512,
+        format_prompt: str | None = None,
+        override_chat_template: str | None = None,
+        min_pixels: int | None = None,
+        max_pixels: int | None = None,
+        filter_overlong_prompts: bool = True,
+        filter_overlong_prompts_workers: int = 1,
+        skip_bad_rows: bool = False,
+        model_config: Any | None = None,
+        limit_images: int = 0,
+        allow_paths_outside_image_dir: bool = False,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.tools = tools
+        """JSON schemas of the rollout environment's tools, rendered into every prompt by the chat template."""
+        self.processor = processor
+        self.prompt_key, self.answer_key, self.image_key, self.video_key = prompt_key, answer_key, image_key, video_key
+        self.image_dir = os.path.expanduser(image_dir) if image_dir else None
+        self.video_fps = video_fps
+        self.max_prompt_length = max_prompt_length
+        self.min_pixels, self.max_pixels = min_pixels, max_pixels
+        self.skip_bad_rows = skip_bad_rows
+        self.limit_images = limit_images
+        self.allow_paths_outside_image_dir = allow_paths_outside_image_dir
+        if image_dir and not os.path.isdir(self.image_dir):
+            raise FileNotFoundError(f"data.image_dir {image_dir!r} is not a directory; give an existing directory.")
+        self.format_prompt_path = format_prompt
+        self.format_source = _read_text_file(format_prompt, "data.format_prompt").strip() if format_prompt else None
+        self.format_template = self._compile_format_template()
+        self.chat_template = (
+            _read_text_file(override_chat_template, "data.override_chat_template") if override_chat_template else None
+        )
+        self.rope_index = None
+        if processor is not None:
+            if model_config is None:
+                model_config = load_model_config(processor.tokenizer.name_or_path)
+            if uses_mrope(model_config):
+                self.rope_index = RopeIndex(model_config)
+
+        self.source: RowSource = load_source(data_source)
+        self._check_columns()
+        self.extra_columns = [
+            column for column in self.source.columns if column not in (prompt_key, answer_key, image_key, video_key)
+        ]
+        self.indices, self.prompt_lengths = self._scan(filter_overlong_prompts, filter_overlong_prompts_workers)
+
+    @property
+    def has_media(self) -> bool:
+        """Whether the data has an image or a video column (its rows may need decoding)."""
+        return self.image_key in self.source.columns or self.video_key in self.source.columns
+
+    def _compile_format_template(self) -> Any:
+        if self.format_source is None:
+            return None
+        try:
+            environment = ImmutableSandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=False)
+            return environment.from_string(self.format_source)
+        except TemplateError as error:
+            raise ValueError(
+                f"data.format_prompt {self.format_prompt_path!r} is not a valid Jinja template: {error}."
+            ) from None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Picklable for data-loader workers started by spawn or forkserver: a compiled Jinja template is not, so
+        it is compiled again from its source on the other side."""
+        return {**self.__dict__, "format_template": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.format_template = self._compile_format_template()
+
+    # ------------------------------------------------------------------------------------------------------------
+    # construction-time checks
+
+    def _check_columns(self) -> None:
+        columns = self.source.columns
+        for key, name in ((self.prompt_key, "data.prompt_key"), (self.answer_key, "data.answer_key")):
+            if key not in columns:
+                raise ValueError(
+                    f"{self.source.description} has no column {key!r} ({name}); its columns are {columns}. "
+                    f"Set {name} to the right column."
+                )
+        reserved = [column for column in columns if column in RESERVED_COLUMNS]
+        if reserved:
+            raise ValueError(
+                f"{self.source.description} has column(s) {reserved}, whose names the trainer uses for its own "
+                "data; rename them in the dataset."
+            )
+
+    def _scan(self, filter_overlong: bool, workers: int) -> tuple[list[int], list[int]]:
+        """Validate every row and measure its prompt; return the kept row indices and their prompt lengths."""
+        results = _scan_rows(self, range(len(self.source)), workers)
+        kept, lengths, bad, overlong = [], [], [], []
+        for index, (length, error) in enumerate(results):
+            if error is not None:
+                if not self.skip_bad_rows:
+                    raise DatasetRowError(error)
+                bad.append(error)
+            elif length > self.max_prompt_length:
+                if not filter_overlong:
+                    raise PromptTooLongError(self._too_long_message(index, length))
+                overlong.append(length)
+            else:
+                kept.append(index)
+                lengths.append(length)
+        self.num_skipped_bad_rows, self.bad_row_errors = len(bad), bad
+        self.num_filtered_overlong = len(overlong)
+        if bad:
+            logger.warning(
+                "Skipped %d bad row(s) of %s (data.skip_bad_rows=true); the first: %s",
+                len(bad),
+                self.source.description,
+                bad[0],
+            )
+        if overlong:
+            logger.warning(
+                "Filtered out %d of %d prompts of %s longer than data.max_prompt_length=%d tokens (image tokens "
+                "included; the longest has %d).",
+                len(overlong),
+                len(self.source),
+                self.source.description,
+                self.max_prompt_length,
+                max(overlong),
+            )
+        logger.info("Loaded %d prompts from %s.", len(kept), self.source.description)
+        if not kept:
+            raise ValueError(
+                f"No usable prompt is left in {self.source.description} ({len(bad)} bad, {len(overlong)} longer than "
+                f"data.max_prompt_length={self.max_prompt_length})."
+            )
+        return kept, lengths
+
+    def _too_long_message(self, index: int, length: int) -> str:
+        return (
+            f"{self.source.where(index)}, key '{self.prompt_key}': the prompt is {length} tokens (image tokens "
+            f"included), more than data.max_prompt_length={self.max_prompt_length}, and prompts are never truncated. "
+            "Raise data.max_prompt_length, lower data.max_pixels, or set data.filter_overlong_prompts=true to drop "
+            "such prompts."
+        )
+
+    def prompt_length(self, index: int) -> int:
+        """Tokens of row `index`'s prompt after image-token expansion, reading image headers only where possible."""
+        prompt = self._prepare(index)
+        raw_ids = self.tokenizer.encode(prompt.text, add_special_tokens=False)
+        if not prompt.images and not prompt.videos:
+            return len(raw_ids)
+        if not prompt.videos:
+            sizes = [self._image_size(index, position, value) for position, value in enumerate(prompt.images)]
+            counts = count_image_tokens(self.processor, sizes)
+            image_token_id = getattr(self.processor, "image_token_id", None)
+            if counts is not None and raw_ids.count(image_token_id) == len(counts):
+                return len(raw_ids) + sum(count - 1 for count in counts)
+        return len(self._encode(index, prompt)["input_ids"])
+
+    # ------------------------------------------------------------------------------------------------------------
+    # one row
+
+    def _error(self, index: int, key: str, problem: str) -> DatasetRowError:
+        problem = problem.rstrip(". ")
+        return DatasetRowError(f"{self.source.where(index)}, key '{key}': {problem}; {_SKIP_HINT}.")
+
+    def _check_confined(self, index: int, key: str, position: int, value: Any) -> None:
+        """A media path must stay inside data.image_dir (resolved, symlinks followed) unless the user allows more."""
+        if isinstance(value, dict) and value.get("bytes") is None:
+            value = value.get("path")
+        if not isinstance(value, str) or self.image_dir is None or self.allow_paths_outside_image_dir:
+            return
+        root = os.path.realpath(self.image_dir)
+        full = os.path.realpath(resolve_path(value, self.image_dir))
+        if os.path.commonpath([full, root]) != root:
+            raise self._error(
+                index,
+                key,
+                f"item {position} path {value!r} leads outside data.image_dir {self.image_dir!r}; keep media under "
+                "it, or set data.allow_paths_outside_image_dir=true for a dataset you trust",
+            )
+
+    def _media_list(self, index: int, row: dict[str, Any], key: str) -> list[Any]:
+        value = row.get(key)
+        if value is None:
+            return []
+        if isinstance(value, (list, tuple)):
+            return list(value)
+        if key == self.image_key and isinstance(value, (str, bytes, dict, Image.Image)):
+            return [value]  # a single image
+        if key == self.video_key and isinstance(value, str):
+            return [value]
+        raise self._error(index, key, f"expected a list, got {type(value).__name__}")
+
+    def _prepare(self, index: int) -> _Prompt:
+        """Validate row `index` and render its chat prompt (no pixels are decoded)."""
+        row = self.source.row(index)
+        prompt = row.get(self.prompt_key)
+        if prompt is None:
+            raise self._error(index, self.prompt_key, "the prompt is missing (null)")
+        if not isinstance(prompt, str):
+            raise self._error(index, self.prompt_key, f"the prompt must be a string, got {type(prompt).__name__}")
+        if not prompt.strip():
+            raise self._error(index, self.prompt_key, "the prompt is empty")
+        answer = row.get(self.answer_key)
+        if answer is None:
+            raise self._error(index, self.answer_key, "the answer is missing (null)")
+        if isinstance(answer, (int, float)):
+            answer = str(answer)
+        # Lists and dicts (several accepted answers, structured labels) reach the reward function as they are.
+        if not isinstance(answer, (str, list, dict)):
+            raise self._error(
+                index,
+                self.answer_key,
+                f"the answer must be a JSON value (string, number, list or dict), got {type(answer).__name__}",
+            )
+        images = self._media_list(index, row, self.image_key)
+        if 0 < self.limit_images < len(images):
+            raise self._error(
+                index,
+                self.image_key,
+                f"the row has {len(images)} images but worker.rollout.limit_images={self.limit_images}; raise it to "
+                "the most images a prompt has (0 for no limit)",
+            )
+        videos = self._media_list(index, row, self.video_key)
+        for position, video in enumerate(videos):
+            if not isinstance(video, str):
+                raise self._error(
+                    index, self.video_key, f"video {position} must be a path, got {type(video).__name__}"
+                )
+        for key, values in ((self.image_key, images), (self.video_key, videos)):
+            for position, value in enumerate(values):
+                self._check_confined(index, key, position, value)
+        if (images or videos) and self.processor is None:
+            key = self.image_key if images else self.video_key
+            raise self._error(index, key, "the row has images or videos but the model is text-only (no processor)")
+        content = self._format(index, row, prompt)
+        messages = [{"role": "user", "content": self._content(index, content, len(images), len(videos))}]
+        renderer = self.processor if self.processor is not None else self.tokenizer
+        tools = {"tools": self.tools} if self.tools else {}
+        text = renderer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False, chat_template=self.chat_template, **tools
+        )
+        return _Prompt(row=row, text=text, images=images, videos=videos, ground_truth=answer, content=content)
+
+    def _format(self, index: int, row: dict[str, Any], prompt: str) -> str:
+        if self.format_template is None:
+            return prompt
+        try:
+            return self.format_template.render({**row, "content": prompt})
+        except (TemplateError, TypeError, ValueError) as error:  # e.g. a column the row does not have
+            raise self._error(
+                index, self.prompt_key, f"data.format_prompt {self.format_prompt_path!r} failed on this row: {error}"
+            ) from None
+
+    def _content(self, index: int, text: str, num_images: int, num_videos: int) -> str | list[dict[str, Any]]:
+        """The user message content: the text, or text and media parts placed by the <image>/<video> markers."""
+        if self.processor is None:
+            return text  # a text model: markers are plain text
+        markers = {"<image>": (self.image_key, num_images), "<video>": (self.video_key, num_videos)}
+        prefix = []
+        for marker, (key, count) in markers.items():
+            found = text.count(marker)
+            if found == 0 and count > 0:
+                prefix += [{"type": marker[1:-1]}] * count
+            elif found != count and count == 0 and key not in self.source.columns:
+                config_key = "data.image_key" if marker == "<image>" else "data.video_key"
+                raise self._error(
+                    index,
+                    key,
+                    f"the prompt has {found} {marker} marker(s) but the dataset has no column {key!r} ({config_key}); "
+                    f"its columns are {self.source.columns}. Set {config_key} to the column that holds them",
+                )
+            elif found != count:
+                raise self._error(
+                    index,
+                    key,
+                    f"the prompt has {found} {marker} marker(s) but the row has {count} item(s) under {key!r}",
+                )
+        if not prefix and num_images == 0 and num_videos == 0:
+            return text
+        parts = []
+        for piece in MEDIA_MARKER.split(text):
+            if piece in markers:
+                parts.append({"type": piece[1:-1]})
+            elif piece:
+                parts.append({"type": "text", "text": piece})
+        return prefix + parts
+
+    def _image_size(self, index: int, position: int, value: Any) -> tuple[int, int]:
+        """The (width, height) image `position` of row `index` gets after resizing; reads the header only."""
+        try:
+            image = open_image(value, self.image_dir)
+            width, height = image.size
+            if image is not value:  # we opened it: release the file now rather than at garbage collection
+                image.close()
+        except (OSError, TypeError, ValueError, UnidentifiedImageError) as error:
+            raise self._error(index, self.image_key, f"image {position} cannot be read: {error}") from None
+        return resized_size(width, height, self.min_pixels, self.max_pixels)
+
+    def _load_media(self, index: int, prompt: _Prompt) -> tuple[list[Image.Image], list[Any]]:
+        images, videos = [], []
+        for position, value in enumerate(prompt.images):
+            try:
+                images.append(load_image(value, self.image_dir, self.min_pixels, self.max_pixels))
+            except (OSError, TypeError, ValueError, UnidentifiedImageError) as error:
+                raise self._error(index, self.image_key, f"image {position} cannot be read: {error}") from None
+        for position, path in enumerate(prompt.videos):
+            try:
+                videos.append(load_video(path, self.video_fps, self.min_pixels, self.max_pixels, self.image_dir))
+            except (OSError, ValueError) as error:  # av.error.FFmpegError is an OSError / ValueError
+                raise self._error(index, self.video_key, f"video {position} cannot be read: {error}") from None
+        return images, videos
+
+    def _encode(
+        self, index: int, prompt: _Prompt, media: tuple[list[Image.Image], list[Any]] | None = None
+    ) -> dict[str, Any]:
+        """Unpadded ids (image tokens expanded), mask, and the grids the rope index needs."""
+        images, videos = media if media is not None else self._load_media(index, prompt)
+        if not images and not videos:
+            ids = self.tokenizer.encode(prompt.text, add_special_tokens=False)
+            return {
+                "input_ids": torch.tensor(ids, dtype=torch.long),
+                "attention_mask": torch.ones(len(ids), dtype=torch.long),
+            }
+        try:
+            inputs = processor_inputs(self.processor, prompt.text, images, videos, self.video_fps)
+        except ValueError as error:  # e.g. an aspect ratio the processor refuses
+            key = self.image_key if images else self.video_key
+            raise self._error(index, key, f"the processor refused the row's media: {error}") from None
+        encoded = {"input_ids": inputs["input_ids"][0], "attention_mask": inputs["attention_mask"][0]}
+        for key in ("image_grid_thw", "video_grid_thw", "second_per_grid_ts"):
+            if inputs.get(key) is not None:
+                encoded[key] = inputs[key]
+        return encoded
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        row_index = self.indices[index]
+        prompt = self._prepare(row_index)
+        images, videos = self._load_media(row_index, prompt)
+        encoded = self._encode(row_index, prompt, (images, videos))
+        length = len(encoded["input_ids"])
+        if length > self.max_prompt_length:  # the scan measured it; this guards a processor that disagrees
+            raise PromptTooLongError(self._too_long_message(row_index, length))
+        padding = self.max_prompt_length - length
+        input_ids = F.pad(encoded["input_ids"], (padding, 0), value=self.tokenizer.pad_token_id)
+        attention_mask = F.pad(encoded["attention_mask"], (padding, 0), value=0)
+        if self.rope_index is not None:
+            position_ids = self.rope_index(
+                input_ids,
+                attention_mask,
+                image_grid_thw=encoded.get("image_grid_thw"),
+                video_grid_thw=encoded.get("video_grid_thw"),
+                second_per_grid_ts=encoded.get("second_per_grid_ts"),
+            )
+        else:
+            position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        # Both keys whenever the row has media (docs/data_flow.md); None for a text-only row.
+        multi_modal_data = {"images": images, "videos": videos} if images or videos else None
+        example = {column: prompt.row.get(column) for column in self.extra_columns}
+        example.update(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            raw_prompt_ids=self.tokenizer.encode(prompt.text, add_special_tokens=False),
+            multi_modal_data=multi_modal_data,
+            ground_truth=prompt.ground_truth,
+            prompt_text=prompt.text,
+            prompt_content=prompt.content,
+        )
+        return example
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the construction-time scan, optionally in forked worker processes
+
+_SCANNED_DATASET: RLHFDataset | None = None
+
+
+def _scan_one(dataset: RLHFDataset, index: int) -> tuple[int | None, str | None]:
+    try:
+        return dataset.prompt_length(index), None
+    except DatasetRowError as error:
+        return None, str(error)
+
+
+def _scan_chunk(indices: list[int]) -> list[tuple[int | None, str | None]]:
+    return [_scan_one(_SCANNED_DATASET, index) for index in indices]
+
+
+def _scan_rows(dataset: RLHFDataset, indices: range, workers: int) -> list[tuple[int | None, str | None]]:
+    """(prompt length, error message) per row; with workers > 1 the rows are split over forked processes.
+
+    Fork shares the dataset (tokenizer, processor, rows) with the workers without pickling it.
+    """
+    if workers <= 1 or len(indices) < 2 * workers:
+        return [_scan_one(dataset, index) for index in indices]
+    global _SCANNED_DATASET
+    _SCANNED_DATASET = dataset
+    chunk_size = max(1, len(indices) // (workers * 4))
+    chunks = [list(indices[start : start + chunk_size]) for start in range(0, len(indices), chunk_size)]
+    try:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            results = pool.map(_scan_chunk, chunks)
+    finally:
+        _SCANNED_DATASET = None
+    return [result for chunk in results for result in chunk]

@@ -1,0 +1,247 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Conversations for supervised fine-tuning: chat template, tokens, and the exact mask of the assistant's tokens.
+
+The loss covers only what the assistant wrote: for assistant turn i the tokens from the end of the rendered
+`messages[:i]` with the generation prompt (`<|im_start|>assistant\\n` in Qwen's template) to the end of the rendered
+`messages[:i + 1]`, trailing whitespace excluded, so each turn's content and its end-of-turn token are learned and
+the template's scaffolding is not. This needs a template whose renderings of a conversation's prefixes are prefixes of
+its rendering, token for token; a template that is not (one that rewrites earlier turns, as some reasoning
+templates drop old thinking) is refused with the row named rather than trained on a wrong mask.
+
+Each example is laid out as the RL actor's batches are (docs/data_flow.md), so the actor's forward (packing,
+micro-batching, vision inputs) computes its log-probs unchanged: the "prompt" is the first token, the "response" the
+rest, right-padded to data.max_length - 1, and `response_mask` marks the assistant tokens.
+"""
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl.data.multimodal import load_image, processor_inputs
+from verl.data.sources import RowSource, load_source
+
+
+logger = logging.getLogger(__name__)
+
+ROLES = ("system", "user", "assistant", "tool")
+IMAGE_MARKER = "<image>"
+
+
+class SFTDataError(ValueError):
+    """A conversation that cannot be trained on, named by file, row and key."""
+
+
+@dataclass
+class Conversation:
+    messages: list[dict[str, Any]]
+    images: list[Any]
+    tools: list[dict[str, Any]] | None = None
+    """The tools' JSON schemas the chat template describes (the row's tools_key column)."""
+
+
+class SFTDataset(torch.utils.data.Dataset):
+    """Tokenized conversations with their assistant masks; rows are checked once, when the dataset is built."""
+
+    def __init__(self, source: Any, tokenizer: Any, processor: Any, config: Any, model_config: Any = None) -> None:
+        self.source: RowSource = load_source(source)
+        self.tokenizer, self.processor, self.config = tokenizer, processor, config
+        self.rope_index = None
+        if model_config is not None and processor is not None:
+            from verl.models.rope_index import RopeIndex, uses_mrope
+
+            if uses_mrope(model_config):
+                self.rope_index = RopeIndex(model_config)
+        self.max_length = config.max_length
+        if len(self.source) == 0:
+            raise SFTDataError(f"{self.source.description} has no rows.")
+        for index in range(len(self.source)):  # every row's messages are checked before training starts
+            self._conversation(index)
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    # ------------------------------------------------------------------------------------------------ reading
+
+    def _error(self, index: int, key: str, message: str) -> SFTDataError:
+        return SFTDataError(f"{self.source.where(index)}, key '{key}': {message}.")
+
+    def _conversation(self, index: int) -> Conversation:
+        row = self.source.row(index)
+        config = self.config
+        if config.prompt_key is not None:
+            for key in (config.prompt_key, config.response_key):
+                if not isinstance(row.get(key), str):
+                    raise self._error(index, key, f"expected a string, got {type(row.get(key)).__name__}")
+            messages = [
+                {"role": "user", "content": row[config.prompt_key]},
+                {"role": "assistant", "content": row[config.response_key]},
+            ]
+            key = config.prompt_key
+        else:
+            key = config.messages_key
+            messages = row.get(key)
+            if not isinstance(messages, (list, tuple)) or not messages:
+                raise self._error(index, key, "expected a non-empty list of messages")
+            messages = list(messages)
+        for position, message in enumerate(messages):
+            if not isinstance(message, dict) or message.get("role") not in ROLES:
+                raise self._error(index, key, f"message {position} needs a role in {ROLES}")
+            if not isinstance(message.get("content"), str):
+                raise self._error(index, key, f"message {position} needs string content")
+        if messages[0]["role"] == "assistant":
+            raise self._error(index, key, "the conversation starts with an assistant message; begin with a user turn")
+        if not any(message["role"] == "assistant" for message in messages):
+            raise self._error(index, key, "the conversation has no assistant message to learn from")
+        images = row.get(config.image_key) or []
+        images = list(images) if isinstance(images, (list, tuple)) else [images]
+        markers = sum(message["content"].count(IMAGE_MARKER) for message in messages)
+        if markers != len(images):
+            raise self._error(
+                index,
+                config.image_key,
+                f"the messages have {markers} {IMAGE_MARKER} marker(s) but the row has {len(images)} image(s)",
+            )
+        if images and self.processor is None:
+            raise self._error(index, config.image_key, "the row has images but the model is text-only")
+        tools = row.get(config.tools_key) if config.tools_key else None
+        if tools is not None and not (isinstance(tools, (list, tuple)) and all(isinstance(t, dict) for t in tools)):
+            raise self._error(index, config.tools_key, "expected a list of JSON schemas (objects) of the tools")
+        return Conversation(messages=messages, images=images, tools=list(tools) if tools else None)
+
+    def _structured(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """With a processor, <image> markers become image parts of the content (the processor's template form)."""
+        if self.processor is None:
+            return messages
+        out = []
+        for message in messages:
+            pieces = message["content"].split(IMAGE_MARKER)
+            content: list[dict[str, Any]] = []
+            for position, piece in enumerate(pieces):
+                if position > 0:
+                    content.append({"type": "image"})
+                if piece:
+                    content.append({"type": "text", "text": piece})
+            out.append({"role": message["role"], "content": content})
+        return out
+
+    def _render(self, messages: list[dict[str, Any]], generation_prompt: bool, tools: Any = None) -> str:
+        renderer = self.processor if self.processor is not None else self.tokenizer
+        extra = {"tools": tools} if tools else {}
+        return renderer.apply_chat_template(
+            self._structured(messages), add_generation_prompt=generation_prompt, tokenize=False, **extra
+        )
+
+    def _ids(self, text: str, images: list[Any]) -> tuple[list[int], dict[str, Any]]:
+        """Token ids of `text` with the image placeholders expanded for `images` (the processor's own count)."""
+        if self.processor is None:
+            return self.tokenizer.encode(text, add_special_tokens=False), {}
+        count = text.count(getattr(self.processor, "image_token", "<|image_pad|>"))
+        encoded = processor_inputs(self.processor, text, images[:count] or None)
+        return encoded["input_ids"][0].tolist(), encoded
+
+    # ------------------------------------------------------------------------------------------------ encoding
+
+    def encode(self, index: int) -> dict[str, Any]:
+        """input_ids, the assistant mask over them (1 = a token the loss learns), the images and vision inputs."""
+        conversation = self._conversation(index)
+        messages = conversation.messages
+        images = [
+            load_image(image, self.config.image_dir, self.config.min_pixels, self.config.max_pixels)
+            for image in conversation.images
+        ]
+        tools = conversation.tools
+        full_text = self._render(messages, generation_prompt=False, tools=tools)
+        ids, encoded = self._ids(full_text, images)
+        mask = [0] * len(ids)
+        for turn, message in enumerate(messages):
+            if message["role"] != "assistant":
+                continue
+            prefix = self._render(messages[:turn], generation_prompt=True, tools=tools)
+            upto = self._render(messages[: turn + 1], generation_prompt=False, tools=tools).rstrip()
+            if not (full_text.startswith(upto) and upto.startswith(prefix)):
+                raise self._error(
+                    index,
+                    self.config.messages_key,
+                    f"the chat template does not render the conversation's prefixes as prefixes of the whole (turn "
+                    f"{turn}); the assistant mask cannot be exact with it. Use data.override_chat_template",
+                )
+            start, _ = self._ids(prefix, images)
+            end, _ = self._ids(upto, images)
+            if ids[: len(end)] != end or end[: len(start)] != start:
+                raise self._error(
+                    index,
+                    self.config.messages_key,
+                    f"turn {turn} tokenizes differently alone than inside the conversation (a token merges across the "
+                    "turn boundary); the assistant mask cannot be exact",
+                )
+            for position in range(len(start), len(end)):
+                mask[position] = 1
+        if len(ids) > self.max_length:
+            if self.config.truncation == "error":
+                raise self._error(
+                    index,
+                    self.config.messages_key,
+                    f"the conversation has {len(ids)} tokens, more than data.max_length={self.max_length}; raise it, "
+                    "or set data.truncation=right",
+                )
+            ids, mask = ids[: self.max_length], mask[: self.max_length]
+        if sum(mask[1:]) == 0:
+            raise self._error(index, self.config.messages_key, "no assistant token is left to learn from")
+        return {"input_ids": ids, "loss_mask": mask, "images": images, "encoded": encoded}
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        example = self.encode(index)
+        ids = torch.tensor(example["input_ids"], dtype=torch.long)
+        length = len(ids)
+        width = self.max_length - 1
+        responses = torch.full((width,), self.tokenizer.pad_token_id, dtype=torch.long)
+        responses[: length - 1] = ids[1:]
+        response_mask = torch.zeros(width, dtype=torch.long)
+        response_mask[: length - 1] = torch.tensor(example["loss_mask"][1:], dtype=torch.long)
+        attention_mask = torch.zeros(self.max_length, dtype=torch.long)
+        attention_mask[:length] = 1
+        input_ids = torch.cat([ids[:1], responses])
+        if self.rope_index is not None:
+            encoded = example["encoded"]
+            position_ids = torch.zeros(3, self.max_length, dtype=torch.long)
+            position_ids[:, :length] = self.rope_index(
+                ids, torch.ones(length, dtype=torch.long), image_grid_thw=encoded.get("image_grid_thw")
+            )
+        else:
+            position_ids = torch.clamp(attention_mask.cumsum(-1) - 1, min=0)
+        images = example["images"]
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": position_ids,
+            "responses": responses,
+            "response_mask": response_mask,
+            "multi_modal_data": {"images": images} if images else None,
+        }
+
+
+def collate_sft(examples: list[dict[str, Any]]) -> Any:
+    """A DataProto batch of SFT examples (tensors stacked, images as a non-tensor column)."""
+    from verl.protocol import DataProto
+
+    tensors = {
+        key: torch.stack([example[key] for example in examples]) for key in examples[0] if key != "multi_modal_data"
+    }
+    column = np.empty(len(examples), dtype=object)
+    column[:] = [example["multi_modal_data"] for example in examples]
+    return DataProto.from_dict(tensors=tensors, non_tensors={"multi_modal_data": column})

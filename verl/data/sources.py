@@ -1,0 +1,193 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Where dataset rows come from: local files, directories of files, Hugging Face datasets, or Python lists.
+
+    train.jsonl / train.json / train.parquet / train.csv   one local file
+    data/                                                  every such file under the directory, in sorted order
+    data/ (written by Dataset.save_to_disk)                a saved dataset
+    name@split                                             datasets.load_dataset(name, split=split); `name` may be
+                                                           a local dataset directory or script (works offline)
+    [{"prompt": ..., "answer": ...}, ...]                  rows in memory (tests, notebooks)
+
+A `RowSource` remembers which file every row came from, so an error about a bad row can name the file and the
+row's index inside that file rather than an index into the concatenation.
+"""
+
+import bisect
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from verl.utils.quiet import datasets_progress_bars_off
+
+
+DATA_FILE_BUILDERS: dict[str, str] = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
+
+
+@dataclass
+class RowSource:
+    """Rows plus where they came from: `parts[k] = (description, first row index)` in increasing order."""
+
+    rows: Any
+    """A datasets.Dataset or a list of dicts; `rows[i]` is a dict of column -> value."""
+    parts: list[tuple[str, int]]
+    """One (description, start) per file, e.g. ("file 'data/a.jsonl'", 0), ("file 'data/b.jsonl'", 120)."""
+    columns: list[str]
+    """Column names, in the order the source gives them."""
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def row(self, index: int) -> dict[str, Any]:
+        return self.rows[index]
+
+    def where(self, index: int) -> str:
+        """ "file 'a.jsonl', row 3" for the global row `index` (row numbers start at 0 within each file)."""
+        starts = [start for _, start in self.parts]
+        part = bisect.bisect_right(starts, index) - 1
+        description, start = self.parts[part]
+        return f"{description}, row {index - start}"
+
+    @property
+    def description(self) -> str:
+        if len(self.parts) == 1:
+            return self.parts[0][0]
+        return f"{len(self.parts)} files ({self.parts[0][0]}, ...)"
+
+
+def _is_saved_dataset(path: str) -> bool:
+    """A directory written by Dataset.save_to_disk / DatasetDict.save_to_disk."""
+    if os.path.isfile(os.path.join(path, "dataset_dict.json")):
+        return True
+    return os.path.isfile(os.path.join(path, "state.json")) and os.path.isfile(os.path.join(path, "dataset_info.json"))
+
+
+def _data_files(directory: str) -> list[str]:
+    files = []
+    for root, dirs, names in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        files += [os.path.join(root, name) for name in sorted(names) if _builder(name) is not None]
+    return files
+
+
+def _builder(path: str) -> str | None:
+    return DATA_FILE_BUILDERS.get(os.path.splitext(path)[1].lower())
+
+
+def _load_file(path: str) -> Any:
+    import datasets
+
+    builder = _builder(path)
+    if builder is None:
+        raise ValueError(
+            f"Dataset file {path!r} has an unsupported extension; use one of {', '.join(DATA_FILE_BUILDERS)}."
+        )
+    try:
+        with datasets_progress_bars_off():  # a local file parses in moments: its progress bar only adds lines
+            return datasets.load_dataset(builder, data_files=path, split="train")
+    except Exception as error:
+        raise ValueError(
+            f"Could not read dataset file {path!r}: {error}. Check that it is valid {builder}."
+        ) from error
+
+
+def _files_source(files: list[str], directory: str | None = None) -> RowSource:
+    import datasets
+
+    loaded = [_load_file(path) for path in files]
+    parts, start = [], 0
+    for path, part in zip(files, loaded):
+        parts.append((f"file '{path}'", start))
+        start += len(part)
+    if len(loaded) == 1:
+        return RowSource(loaded[0], parts, list(loaded[0].column_names))
+    try:
+        rows = datasets.concatenate_datasets(loaded)
+    except ValueError as error:
+        columns = {path: part.column_names for path, part in zip(files, loaded)}
+        raise ValueError(
+            f"The files of dataset directory {directory!r} do not share the same columns and types ({columns}): "
+            f"{error}. Give them identical columns or point the config at one file."
+        ) from error
+    return RowSource(rows, parts, list(rows.column_names))
+
+
+def _load_from_disk(path: str, split: str | None, spec: str) -> RowSource:
+    import datasets
+
+    loaded = datasets.load_from_disk(path)
+    if isinstance(loaded, datasets.DatasetDict):
+        if split is None:
+            raise ValueError(
+                f"Dataset directory {path!r} holds the splits {sorted(loaded)}; choose one as '{path}@<split>'."
+            )
+        if split not in loaded:
+            raise ValueError(f"Dataset {spec!r} has no split {split!r}; its splits are {sorted(loaded)}.")
+        loaded = loaded[split]
+    elif split is not None:
+        raise ValueError(f"Dataset directory {path!r} holds a single split; write it without '@{split}'.")
+    return RowSource(loaded, [(f"dataset '{spec}'", 0)], list(loaded.column_names))
+
+
+def _hub_source(name: str, split: str, spec: str) -> RowSource:
+    import datasets
+
+    local = os.path.expanduser(name)
+    if os.path.isdir(local) and _is_saved_dataset(local):
+        return _load_from_disk(local, split, spec)
+    try:
+        loaded = datasets.load_dataset(local if os.path.exists(local) else name, split=split)
+    except Exception as error:
+        raise ValueError(
+            f"Could not load dataset {spec!r} with datasets.load_dataset({name!r}, split={split!r}): {error}. "
+            "Offline, point it at a local dataset directory or a dataset already in the Hugging Face cache."
+        ) from error
+    return RowSource(loaded, [(f"dataset '{spec}'", 0)], list(loaded.column_names))
+
+
+def _memory_source(rows: Sequence[Any]) -> RowSource:
+    columns: dict[str, None] = {}
+    for index, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise TypeError(f"In-memory rows, row {index}: a row must be a dict of column -> value, got {type(row)}.")
+        columns.update(dict.fromkeys(row))
+    return RowSource(list(rows), [("in-memory rows", 0)], list(columns))
+
+
+def load_source(spec: str | Sequence[dict[str, Any]]) -> RowSource:
+    """Load rows from a file, a directory, a `name@split` dataset or a list of dicts (see the module docstring)."""
+    if not isinstance(spec, str):
+        return _memory_source(spec)
+    if not spec:
+        raise ValueError("The dataset path is empty; give a local file or directory, or a dataset name@split.")
+    path = os.path.expanduser(spec)
+    if os.path.isfile(path):
+        return _files_source([path])
+    if os.path.isdir(path):
+        if _is_saved_dataset(path):
+            return _load_from_disk(path, None, spec)
+        files = _data_files(path)
+        if not files:
+            raise ValueError(
+                f"Dataset directory {path!r} holds no {', '.join(DATA_FILE_BUILDERS)} files and no saved dataset."
+            )
+        return _files_source(files, directory=path)
+    if "@" in spec:
+        name, split = spec.rsplit("@", 1)
+        if name and split:
+            return _hub_source(name, split, spec)
+    raise FileNotFoundError(
+        f"Dataset {spec!r} is neither an existing file or directory nor a dataset written as name@split."
+    )

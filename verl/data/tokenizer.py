@@ -1,0 +1,141 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Load the tokenizer and (for vision-language models) the processor of a model directory or Hub id.
+
+Two things differ from calling the Auto classes directly: a missing local path is an error that names it (instead
+of a Hub lookup that fails with a confusing message, or a None), and a text-only model gets `None` as its processor
+only when it really has none, while a broken processor config still raises.
+"""
+
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+
+if TYPE_CHECKING:  # the processor classes import the image stack (torchvision, ~2 s): only multimodal models need it
+    from transformers import ProcessorMixin
+
+
+logger = logging.getLogger(__name__)
+
+# Files of which a tokenizer directory has at least one (fast tokenizers, BPE vocabularies, sentencepiece models).
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "vocab.txt")
+# Files whose presence means the model has a multimodal processor (image, video or a processor of its own).
+_PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json")
+
+
+def _check_model_path(path: str, what: str) -> None:
+    """Fail early, naming the path, when a local path does not exist; a Hub id ("org/name") is left to the Hub."""
+    if os.path.isdir(path):
+        return
+    looks_local = os.path.isabs(path) or path.startswith((".", "~")) or os.path.exists(path) or path.count("/") > 1
+    if looks_local:
+        raise FileNotFoundError(
+            f"{what} path {path!r} is not a directory; point it at a model directory (e.g. one written by "
+            "`python -m verl.models.tiny_models --output DIR`) or at a Hugging Face Hub id like 'Qwen/Qwen2.5-0.5B'."
+        )
+
+
+def _read_chat_template(override_chat_template: str) -> str:
+    """Accept the template text itself or the path of a .jinja file holding it."""
+    if override_chat_template.endswith(".jinja"):
+        if not os.path.isfile(override_chat_template):
+            raise FileNotFoundError(
+                f"override_chat_template file {override_chat_template!r} does not exist; give an existing .jinja "
+                "file or the template text itself."
+            )
+        with open(override_chat_template, encoding="utf-8") as f:
+            return f.read()
+    return override_chat_template
+
+
+def get_tokenizer(
+    path: str, trust_remote_code: bool = False, override_chat_template: str | None = None, **kwargs: Any
+) -> PreTrainedTokenizerBase:
+    """AutoTokenizer for `path`, with an optional replacement chat template and a pad token guaranteed.
+
+    RL batches are padded, so a tokenizer without a pad token gets its eos token as pad (with a warning).
+    """
+    _check_model_path(path, "Tokenizer")
+    if os.path.isdir(path) and not any(os.path.isfile(os.path.join(path, name)) for name in _TOKENIZER_FILES):
+        raise FileNotFoundError(
+            f"Tokenizer directory {path!r} has none of {', '.join(_TOKENIZER_FILES)}; point the tokenizer path at "
+            "the model directory that holds the tokenizer files."
+        )
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
+    except OSError as error:  # e.g. a Hub id while offline, or a directory without tokenizer files
+        raise OSError(f"Could not load a tokenizer from {path!r}: {error}") from error
+    if override_chat_template is not None:
+        tokenizer.chat_template = _read_chat_template(override_chat_template)
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ValueError(f"Tokenizer of {path!r} has neither a pad nor an eos token; add one to its config.")
+        logger.warning("Tokenizer of %s has no pad token; using its eos token %r.", path, tokenizer.eos_token)
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def get_processor(
+    path: str,
+    trust_remote_code: bool = False,
+    override_chat_template: str | None = None,
+    min_pixels: int | None = None,
+    max_pixels: int | None = None,
+    **kwargs: Any,
+) -> "ProcessorMixin | None":
+    """AutoProcessor for a multimodal model, or None for a text-only one.
+
+    `min_pixels` / `max_pixels` override the image processor's resize bounds (the area an image is scaled into,
+    which fixes how many image tokens it costs). A local directory without any processor config is text-only and
+    gives None without trying to load; a processor config that fails to load raises.
+    """
+    _check_model_path(path, "Processor")
+    if os.path.isdir(path) and not any(os.path.isfile(os.path.join(path, name)) for name in _PROCESSOR_FILES):
+        return None
+    from transformers import AutoProcessor, ProcessorMixin
+
+    try:
+        processor = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
+    except OSError as error:
+        raise OSError(f"Could not load a processor from {path!r}: {error}") from error
+    if not isinstance(processor, ProcessorMixin):  # AutoProcessor falls back to the tokenizer for text models
+        return None
+    if override_chat_template is not None:
+        template = _read_chat_template(override_chat_template)
+        processor.chat_template = template
+        processor.tokenizer.chat_template = template
+    if min_pixels is not None or max_pixels is not None:
+        _set_pixel_bounds(processor, path, min_pixels, max_pixels)
+    return processor
+
+
+def _set_pixel_bounds(processor: "ProcessorMixin", path: str, min_pixels: int | None, max_pixels: int | None) -> None:
+    """Set the resize bounds of the image and video processors (Qwen2-VL family: size shortest/longest edge)."""
+    subs = [getattr(processor, name, None) for name in ("image_processor", "video_processor")]
+    subs = [sub for sub in subs if sub is not None and "longest_edge" in (getattr(sub, "size", None) or {})]
+    if not subs:
+        raise ValueError(
+            f"min_pixels/max_pixels were given but the processor of {path!r} ({type(processor).__name__}) has no "
+            "pixel bounds to set; leave them unset for this model."
+        )
+    for sub in subs:
+        low = min_pixels if min_pixels is not None else sub.size["shortest_edge"]
+        high = max_pixels if max_pixels is not None else sub.size["longest_edge"]
+        if not 0 < low <= high:
+            raise ValueError(f"min_pixels={low} and max_pixels={high} for {path!r} need 0 < min_pixels <= max_pixels.")
+        # `size` is a dict or a frozen SizeDict (transformers 5): rebuild it rather than mutate it
+        sub.size = type(sub.size)(**{**dict(sub.size), "shortest_edge": low, "longest_edge": high})

@@ -1,0 +1,234 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Build the Hugging Face models the workers train: policy / reference (causal LM or image-text-to-text) and critic.
+
+The model class comes from the config: a model type registered for image-text-to-text with a vision config (Qwen2-VL,
+Qwen2.5-VL, ...) is loaded with AutoModelForImageTextToText, anything else with AutoModelForCausalLM. The critic is
+the same model with its LM head replaced by a scalar value head (`VALUE_HEAD`), so one code path serves text and
+vision-language critics alike.
+
+Models can be built on the meta device (`device="meta"`): no memory, no weights; `verl.models.fsdp` then
+shards them and loads the weights read once by rank 0.
+"""
+
+import logging
+import os
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, PretrainedConfig
+from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+from verl.models.config import ModelConfig
+from verl.models.packed_attention import PACKED_ATTENTION, register_packed_attention
+from verl.models.rope_index import MROPE_MODEL_CLASSES
+from verl.models.structure import get_language_model, get_vision_tower
+
+
+logger = logging.getLogger(__name__)
+
+VALUE_HEAD = "lm_head"
+"""Attribute that holds the critic's value head: the LM head slot, so the forward returns (B, L, 1) "logits"."""
+
+VALUE_HEAD_SEED = 0
+"""Seed of the value head's initialisation: every rank that builds the critic itself gets the same head."""
+
+
+def load_model_config(model_config: ModelConfig) -> PretrainedConfig:
+    """AutoConfig of `model_config.model_path` with `override_config` applied; a missing local path is an error."""
+    path = model_config.model_path
+    if not path:
+        raise ValueError("model.model_path is not set; point it at a Hugging Face model directory or Hub id.")
+    if (os.path.isabs(path) or path.startswith(".")) and not os.path.isdir(path):
+        raise FileNotFoundError(f"model.model_path {path!r} is not a directory; give an existing model directory.")
+    return AutoConfig.from_pretrained(
+        path, trust_remote_code=model_config.trust_remote_code, **dict(model_config.override_config)
+    )
+
+
+def is_vision_language(config: PretrainedConfig) -> bool:
+    """True for image-text-to-text models (a vision tower feeding a language model), judged from the config."""
+    return config.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES and hasattr(config, "vision_config")
+
+
+def _auto_class(config: PretrainedConfig) -> type:
+    return AutoModelForImageTextToText if is_vision_language(config) else AutoModelForCausalLM
+
+
+def resolve_attn_implementation(requested: str = "auto") -> str:
+    """The transformers attention implementation for `model.attn_implementation`.
+
+    auto and varlen give the project's packed-sequence attention (registered with transformers on first use):
+    torch's varlen kernel on CUDA, one sdpa call per sequence elsewhere, sdpa for padded rows. flash_attention_2/3
+    need the flash-attn package; sdpa and eager are passed through.
+    """
+    if requested in ("auto", "varlen"):
+        register_packed_attention()
+        return PACKED_ATTENTION
+    if requested.startswith("flash_attention"):
+        try:
+            import flash_attn  # noqa: F401
+        except ImportError:
+            raise ImportError(
+                f"model.attn_implementation={requested} needs the flash-attn package, which is not installed; "
+                "install it or use auto (exact packed attention without flash-attn)."
+            ) from None
+    return requested
+
+
+def check_supported_model(config: PretrainedConfig, model_path: str | None) -> None:
+    """Refuse a vision-language model family the trainer has no position ids and vision-tower support for."""
+    if is_vision_language(config) and config.model_type not in MROPE_MODEL_CLASSES:
+        raise NotImplementedError(
+            f"Model '{model_path}' is a {config.model_type!r} vision-language model, which is not supported yet; "
+            f"supported vision-language models: {', '.join(MROPE_MODEL_CLASSES)}."
+        )
+
+
+def build_model(
+    model_config: ModelConfig,
+    *,
+    value_head: bool = False,
+    dtype: torch.dtype = torch.float32,
+    device: str = "cpu",
+    attn_implementation: str | None = None,
+) -> nn.Module:
+    """The policy (or, with `value_head`, the critic) model described by `model_config`.
+
+    `device="cpu"` loads the pretrained weights; `device="meta"` builds the same module tree without any weights
+    (for rank-0 initialisation, where only rank 0 reads the checkpoint). The KV cache is switched off: training
+    never uses it, and with it on, packed sequences are silently attended across their boundaries.
+    """
+    config = load_model_config(model_config)
+    check_supported_model(config, model_config.model_path)
+    model_class = _auto_class(config)
+    attn = resolve_attn_implementation(attn_implementation or model_config.attn_implementation)
+    kwargs = {"dtype": dtype, "attn_implementation": attn, "trust_remote_code": model_config.trust_remote_code}
+    if device == "meta":
+        with torch.device("meta"):
+            model = model_class.from_config(config, **kwargs)
+    elif device == "cpu":
+        model = model_class.from_pretrained(model_config.model_path, config=config, **kwargs)
+    else:
+        raise ValueError(f"build_model device must be 'cpu' or 'meta', got {device!r}; FSDP moves it later.")
+    model.config.use_cache = False
+    model.config.get_text_config().use_cache = False
+    if value_head:
+        add_value_head(model)
+    return model
+
+
+def add_value_head(model: nn.Module) -> nn.Module:
+    """Replace the LM head by a Linear(hidden, 1) value head, untying it from the embeddings first.
+
+    The head is initialised like the model's other linear layers (normal, std = initializer_range, zero bias) from a
+    fixed seed, so ranks that build it independently agree. On the meta device it stays empty until loaded.
+    """
+    config = model.config
+    text_config = config.get_text_config()
+    for cfg in {id(config): config, id(text_config): text_config}.values():
+        cfg.tie_word_embeddings = False  # a later tie_weights() must not re-tie the head to the embeddings
+    hidden_size = text_config.hidden_size
+    old_head = getattr(model, VALUE_HEAD, None)
+    if not isinstance(old_head, nn.Linear):
+        raise TypeError(
+            f"{type(model).__name__} has no Linear {VALUE_HEAD!r} to turn into a value head; the critic supports "
+            "causal LM and image-text-to-text models with an LM head."
+        )
+    device, dtype = old_head.weight.device, old_head.weight.dtype
+    head = nn.Linear(hidden_size, 1, bias=True, device=device, dtype=dtype)
+    if device.type != "meta":
+        generator = torch.Generator().manual_seed(VALUE_HEAD_SEED)
+        std = getattr(text_config, "initializer_range", 0.02)
+        with torch.no_grad():
+            head.weight.copy_(torch.randn(head.weight.shape, generator=generator) * std)
+            head.bias.zero_()
+    setattr(model, VALUE_HEAD, head)
+    return model
+
+
+def dummy_vision_inputs(tower: nn.Module, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The smallest input a Qwen-VL vision tower accepts: one merged token (merge x merge black patches)."""
+    embed, merge = tower.patch_embed, tower.spatial_merge_size
+    patch_dim = embed.in_channels * embed.temporal_patch_size * embed.patch_size**2
+    dtype = next(tower.parameters()).dtype
+    pixels = torch.zeros(merge * merge, patch_dim, dtype=dtype, device=device)
+    grid_thw = torch.tensor([[1, merge, merge]], dtype=torch.long, device=device)
+    return pixels, grid_thw
+
+
+def run_vision_tower_in_every_forward(model: nn.Module) -> bool:
+    """Make every forward of a vision-language model run its vision tower, with a dummy image if it has none.
+
+    Under FSDP each rank all-gathers the tower's parameters when the tower runs (and reduces its gradients after
+    backward). A rank whose micro-batch is text only would skip those collectives while a rank with images waits in
+    them: the job hangs. A hook before the language model runs the tower on a dummy image when the tower has not run
+    in this forward and adds 0 x its output to the input embeddings, so every rank issues the same collectives in the
+    same order and the tower gets a (zero) gradient. Returns False, doing nothing, for a text model.
+    """
+    tower, language_model = get_vision_tower(model), get_language_model(model)
+    if tower is None or language_model is None:
+        return False
+    if not all(hasattr(tower, name) for name in ("patch_embed", "spatial_merge_size")):
+        raise NotImplementedError(
+            f"{type(model).__name__}: mixing text-only and image batches across ranks needs a dummy input for the "
+            f"vision tower {type(tower).__name__}, which is only written for the Qwen2-VL family."
+        )
+    ran = {"tower": False}
+
+    def on_model(module: nn.Module, args: tuple) -> None:
+        ran["tower"] = False
+
+    def on_tower(module: nn.Module, args: tuple) -> None:
+        ran["tower"] = True
+
+    def on_language_model(module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        if ran["tower"]:
+            return None
+        embeds = kwargs.get("inputs_embeds")
+        if embeds is None:
+            raise NotImplementedError(
+                f"{type(model).__name__} calls its language model without inputs_embeds, so a text-only batch cannot "
+                "run the vision tower on a dummy image; FSDP ranks with and without images would deadlock."
+            )
+        pixels, grid_thw = dummy_vision_inputs(tower, embeds.device)
+        output = tower(pixels, grid_thw=grid_thw)
+        features = getattr(output, "pooler_output", output)  # after the merger, so every tower weight is used
+        kwargs["inputs_embeds"] = embeds + 0.0 * features.sum().to(embeds.dtype)
+        return args, kwargs
+
+    model.register_forward_pre_hook(on_model)
+    tower.register_forward_pre_hook(on_tower)
+    language_model.register_forward_pre_hook(on_language_model, with_kwargs=True)
+    return True
+
+
+def freeze_vision_tower(model: nn.Module) -> int:
+    """Stop gradients into the vision encoder; returns the number of frozen parameters (an error on text models)."""
+    tower = get_vision_tower(model)
+    if tower is None:
+        raise ValueError(
+            f"model.freeze_vision_tower is set but {type(model).__name__} has no vision tower; unset it for text "
+            "models."
+        )
+    count = 0
+    for param in tower.parameters():
+        param.requires_grad_(False)
+        count += param.numel()
+    return count
+
+
+def enable_gradient_checkpointing(model: nn.Module) -> None:
+    """Recompute each decoder layer in the backward pass (non-reentrant, which works with FSDP2 and frozen inputs)."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

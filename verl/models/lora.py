@@ -1,0 +1,221 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Low-rank adapters (LoRA) on the trained model: injection, switching off, merging and the peft file layout.
+
+The adapters are peft's LoRA layers injected in place (`peft.inject_adapter_in_model`), so the model keeps its
+Hugging Face class, its config and its `_no_split_modules`, and FSDP2 shards it as any other model. Every base weight
+is frozen; only `lora_A` / `lora_B` train, and the optimizer holds states for them alone.
+
+Names: an adapted linear layer `...q_proj` becomes `...q_proj.base_layer` (the frozen weight) plus
+`...q_proj.lora_A.default` / `...q_proj.lora_B.default`. Its merged weight is W + scaling x B @ A with
+scaling = alpha / rank. The rollout engine receives merged weights under the original names (no LoRA kernels in the
+engine, so generation runs at the base model's speed); checkpoints hold the adapter only; `scripts/model_merger.py`
+writes the adapter in peft's layout (`adapter_config.json`, `adapter_model.safetensors`) or the merged model.
+"""
+
+import contextlib
+import json
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from verl.models.config import LoraConfig
+
+
+ADAPTER_NAME = "default"
+"""peft's adapter name; one adapter per model."""
+
+ADAPTER_CONFIG_FILE = "adapter_config.json"
+ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
+
+LORA_INIT_SEED = 1234
+"""Seed of the lora_A initialisation: ranks that build the model independently get the same adapters."""
+
+_VISION_TOWER_PATTERN = r".*(visual|vision_tower|vision_model).*"
+_LORA_PARAM = re.compile(rf"^(?P<prefix>.*)\.lora_(?P<part>[AB])\.{ADAPTER_NAME}\.weight$")
+
+
+def _peft_config(lora: LoraConfig, vision_language: bool, base_model_path: str | None) -> Any:
+    from peft import LoraConfig as PeftLoraConfig
+
+    targets: str | list[str] = lora.target_modules
+    if targets != "all-linear":
+        targets = [name.strip() for name in targets.split(",") if name.strip()]
+    exclude = lora.exclude_modules
+    if vision_language and not lora.vision_tower:
+        exclude = _VISION_TOWER_PATTERN if exclude is None else f"(?:{exclude})|(?:{_VISION_TOWER_PATTERN})"
+    return PeftLoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        target_modules=targets,
+        exclude_modules=exclude,
+        lora_dropout=0.0,
+        bias="none",
+        base_model_name_or_path=base_model_path,
+    )
+
+
+def apply_lora(model: nn.Module, lora: LoraConfig, vision_language: bool, base_model_path: str | None) -> int:
+    """Inject LoRA adapters into `model` in place and freeze everything else; returns the adapter parameter count.
+
+    Works on the meta device (rank-0 initialisation: the adapters are filled from rank 0 with the weights) and on
+    real weights, where lora_A is drawn from a fixed seed (lora_B starts at zero, so the model is unchanged).
+    """
+    from peft import inject_adapter_in_model
+
+    peft_config = _peft_config(lora, vision_language, base_model_path)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(LORA_INIT_SEED)
+        try:
+            inject_adapter_in_model(peft_config, model, adapter_name=ADAPTER_NAME)
+        except ValueError as error:  # peft: "Target modules ... not found in the base model"
+            raise ValueError(
+                f"worker.actor.model.lora: {error} Check lora.target_modules ({lora.target_modules!r}) and "
+                f"lora.exclude_modules ({lora.exclude_modules!r})."
+            ) from error
+    model.lora_peft_config = peft_config  # read by save_adapter_config
+    trainable = 0
+    for name, param in model.named_parameters():
+        is_adapter = _LORA_PARAM.match(name) is not None
+        param.requires_grad_(is_adapter)
+        trainable += param.numel() if is_adapter else 0
+    if trainable == 0:
+        raise ValueError(
+            f"worker.actor.model.lora: no layer matched target_modules={lora.target_modules!r} (after "
+            f"exclude_modules={lora.exclude_modules!r}); no adapter would train."
+        )
+    return trainable
+
+
+def is_adapter_param(name: str) -> bool:
+    return _LORA_PARAM.match(name) is not None
+
+
+@contextlib.contextmanager
+def adapters_disabled(model: nn.Module) -> Iterator[None]:
+    """Run the base model: every LoRA layer of `model` skips its adapter inside the block (the reference policy)."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    layers = [module for module in model.modules() if isinstance(module, BaseTunerLayer)]
+    trainable = [param for param in model.parameters() if param.requires_grad]
+    for layer in layers:
+        layer.enable_adapters(False)
+    # peft also freezes the adapters; undo that. FSDP2 picks a unit's gradient dtypes from the parameters that need
+    # gradients at the model's first forward: if that forward is the reference's (an on-policy update skips the old
+    # log-probs), frozen adapters would leave it none, and their bf16 gradients would later fail to reach the fp32
+    # adapters. The block runs without gradients anyway (log-probs), and the disabled adapters are not used.
+    for param in trainable:
+        param.requires_grad_(True)
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.enable_adapters(True)
+
+
+def base_name(name: str) -> str:
+    """The name a base-model parameter has without adapters (`q_proj.base_layer.weight` -> `q_proj.weight`)."""
+    return name.replace(".base_layer.", ".")
+
+
+def lora_merge_plan(model: nn.Module) -> dict[str, tuple[str, str, float]]:
+    """base weight parameter name -> (lora_A name, lora_B name, scaling) for every adapted layer of `model`."""
+    plan = {}
+    for name, _ in model.named_parameters(remove_duplicate=False):
+        match = _LORA_PARAM.match(name)
+        if match is None or match["part"] != "A":
+            continue
+        prefix = match["prefix"]
+        layer = model.get_submodule(prefix)
+        plan[f"{prefix}.base_layer.weight"] = (
+            f"{prefix}.lora_A.{ADAPTER_NAME}.weight",
+            f"{prefix}.lora_B.{ADAPTER_NAME}.weight",
+            float(layer.scaling[ADAPTER_NAME]),
+        )
+    return plan
+
+
+def lora_merge_plan_from_names(state: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """plain model weight name -> (lora_A name, lora_B name) for every adapter in a state dict of adapter tensors."""
+    plan = {}
+    for name in state:
+        match = _LORA_PARAM.match(name)
+        if match is not None and match["part"] == "A":
+            prefix = match["prefix"]
+            plan[f"{prefix}.weight"] = (name, f"{prefix}.lora_B.{ADAPTER_NAME}.weight")
+    return plan
+
+
+def merge_weight(base: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor, scaling: float) -> torch.Tensor:
+    """W + scaling x B @ A, computed in float32 and returned in the base weight's dtype."""
+    delta = (lora_b.float() @ lora_a.float()) * scaling
+    return (base.float() + delta).to(base.dtype)
+
+
+def merged_state_dict(state: dict[str, torch.Tensor], scaling: float) -> dict[str, torch.Tensor]:
+    """A full state dict with adapters (peft names) -> the plain model's state dict with the adapters merged in."""
+    merged = {}
+    for name, tensor in state.items():
+        if _LORA_PARAM.match(name):
+            continue
+        if name.endswith(".base_layer.weight"):
+            prefix = name[: -len(".base_layer.weight")]
+            a_name, b_name = f"{prefix}.lora_A.{ADAPTER_NAME}.weight", f"{prefix}.lora_B.{ADAPTER_NAME}.weight"
+            if a_name in state:
+                tensor = merge_weight(tensor, state[a_name], state[b_name], scaling)
+        merged[base_name(name)] = tensor
+    return merged
+
+
+def peft_adapter_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The adapter tensors of `state` under peft's saved names (`base_model.model.<layer>.lora_A.weight`)."""
+    adapter = {}
+    for name, tensor in state.items():
+        match = _LORA_PARAM.match(name)
+        if match:
+            adapter[f"base_model.model.{match['prefix']}.lora_{match['part']}.weight"] = tensor
+    return adapter
+
+
+def adapter_config_dict(model: nn.Module) -> dict[str, Any]:
+    """peft's adapter_config.json content for a model `apply_lora` adapted."""
+    config = model.lora_peft_config.to_dict()
+    for key, value in list(config.items()):
+        if isinstance(value, set):
+            config[key] = sorted(value)
+    return config
+
+
+def save_adapter_config(model: nn.Module, directory: str) -> None:
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, ADAPTER_CONFIG_FILE), "w", encoding="utf-8") as f:
+        json.dump(adapter_config_dict(model), f, indent=2, sort_keys=True, default=str)
+
+
+def read_adapter_config(directory: str) -> dict[str, Any] | None:
+    path = os.path.join(directory, ADAPTER_CONFIG_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def lora_scaling(adapter_config: dict[str, Any]) -> float:
+    """alpha / rank (alpha / sqrt(rank) with rsLoRA), as peft scales the adapter."""
+    rank, alpha = adapter_config["r"], adapter_config["lora_alpha"]
+    return alpha / rank**0.5 if adapter_config.get("use_rslora") else alpha / rank

@@ -1,0 +1,546 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Tiny random-init Qwen2 / Qwen2.5-VL / Qwen2-VL / Qwen2 reward model directories, built offline in about a second.
+
+No model can be downloaded on our machines, yet tests, the CPU quickstart and the benchmarks need real model
+directories that `from_pretrained` and `vllm.LLM` load. This module writes one: float32 safetensors weights, a
+generation config, a byte-level BPE tokenizer trained here on a synthetic corpus (Qwen's pre-tokenizer and special
+tokens, eos=<|im_end|>, pad=<|endoftext|>), the Qwen2-VL chat template and, for the VL kinds, image and video
+processors with a small pixel budget so one image costs only 4-64 tokens. Kind qwen2_rm is a reward model: the qwen2
+decoder with a one-label sequence-classification head (Qwen2ForSequenceClassification) instead of the LM head, for
+the reward-model worker and scripts/train_reward_model.py.
+
+Everything is a pure function of the spec: the same seed and sizes give bitwise-identical weights and an identical
+tokenizer, in any process.
+
+    python -m verl.models.tiny_models --kind qwen2_5_vl --output /tmp/tiny-vl --seed 0
+"""
+
+import argparse
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+
+if TYPE_CHECKING:  # torch and transformers load lazily: the CLI checks its arguments before the slow imports
+    from transformers import PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
+
+
+ModelKind = Literal["qwen2", "qwen2_5_vl", "qwen2_vl", "qwen2_rm"]
+MODEL_KINDS: tuple[str, ...] = ("qwen2", "qwen2_5_vl", "qwen2_vl", "qwen2_rm")
+VL_KINDS: tuple[str, ...] = ("qwen2_5_vl", "qwen2_vl")
+REWARD_KINDS: tuple[str, ...] = ("qwen2_rm",)
+"""Kinds with a one-label score head (sequence classification) instead of an LM head; they get no generation config."""
+
+# Bump when the output of the builder changes, so cached directories (get_or_build_tiny_model) are rebuilt.
+BUILDER_VERSION = 2
+SPEC_FILE = "tiny_model_spec.json"
+
+# Qwen2's special tokens, appended after the BPE vocabulary in this order, as in Qwen (151643, 151644, ...).
+SPECIAL_TOKENS: tuple[str, ...] = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+)
+
+# With `tools`, their schemas go into the system message and calls are <tool_call> JSON blocks (as in Qwen2.5).
+# Qwen2-VL-Instruct style: `content` is a string, or a list of {"type": "image" | "video" | "text", ...} parts.
+# Each image/video part becomes one placeholder pad token that the processor expands to the real token count.
+CHAT_TEMPLATE = (
+    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
+    "{% for message in messages %}"
+    "{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\nYou are a helpful assistant."
+    "{% if tools %}\n\nTools you can call, as JSON schemas:\n<tools>"
+    "{% for tool in tools %}\n{{ tool | tojson }}{% endfor %}\n</tools>\n"
+    'Call one by writing <tool_call>{"name": ..., "arguments": {...}}</tool_call>.'
+    "{% endif %}<|im_end|>\n"
+    "{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
+    "{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
+    "{% set image_count.value = image_count.value + 1 %}"
+    "{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}"
+    "<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif content['type'] == 'video' or 'video' in content %}"
+    "{% set video_count.value = video_count.value + 1 %}"
+    "{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}"
+    "<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif 'text' in content %}{{ content['text'] }}"
+    "{% endif %}{% endfor %}<|im_end|>\n"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+# Qwen2's pre-tokenizer: contractions, letter runs, single digits, punctuation runs, newlines, spaces.
+_PRETOKENIZE_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_WORDS = (
+    "the of and to in is was for on that with as by at from it an are be this or have has not but what which "
+    "number answer question solve find compute sum product difference equal value total how many step think reason "
+    "first then therefore final box image picture video shows left right top bottom color red green blue circle "
+    "square triangle count system user assistant helpful please let us check so we get"
+).split()
+_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,;:!?()[]{}+-*/=<>\n\"'"
+
+
+def _synthetic_corpus(num_lines: int = 4000, seed: int = 0) -> Iterator[str]:
+    """Prose-like word salad, arithmetic in the reasoning format the RL examples use, and random characters.
+
+    The corpus is generated, not read from disk, so the tokenizer is the same on every machine.
+    """
+    rng = random.Random(seed)
+    for _ in range(num_lines):
+        pick = rng.random()
+        if pick < 0.4:
+            yield " ".join(rng.choice(_WORDS) for _ in range(rng.randint(5, 25))).capitalize() + "."
+        elif pick < 0.7:
+            a, b = rng.randint(0, 999), rng.randint(0, 999)
+            yield f"What is {a} + {b}? <think>{a} plus {b} is {a + b}.</think> The answer is \\boxed{{{a + b}}}."
+        else:
+            yield "".join(rng.choice(_CHARS) for _ in range(rng.randint(10, 60)))
+
+
+@functools.lru_cache(maxsize=8)
+def _train_bpe(bpe_vocab_size: int) -> tuple[str, str]:
+    """Train the byte-level BPE once per size; returns (vocab json, merges json) so the cached value is immutable."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=bpe_vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
+    tokenizer.train_from_iterator(_synthetic_corpus(), trainer=trainer)
+    model = json.loads(tokenizer.to_str())["model"]
+    merges = [merge.split(" ") if isinstance(merge, str) else list(merge) for merge in model["merges"]]
+    return json.dumps(model["vocab"]), json.dumps(merges)
+
+
+def build_tokenizer(vocab_size: int = 2048) -> "PreTrainedTokenizerBase":
+    """A Qwen2Tokenizer with a locally trained byte-level BPE of `vocab_size` tokens plus Qwen's special tokens.
+
+    The BPE training is cached in-process, so building several models costs one training (about 0.3 s).
+    A new tokenizer object is returned every call, so callers may modify it freely.
+    """
+    from transformers import Qwen2Tokenizer
+
+    if vocab_size < 257:
+        raise ValueError(f"vocab_size={vocab_size} is too small: byte-level BPE needs at least 257; e.g. 2048.")
+    vocab_json, merges_json = _train_bpe(vocab_size)
+    vocab = json.loads(vocab_json)
+    if len(vocab) < vocab_size:  # the synthetic corpus ran out of pairs to merge
+        raise ValueError(
+            f"vocab_size={vocab_size} is more than the synthetic corpus supports ({len(vocab)} tokens); "
+            f"use vocab_size <= {len(vocab)}."
+        )
+    tokenizer = Qwen2Tokenizer(
+        vocab=vocab,
+        merges=[tuple(merge) for merge in json.loads(merges_json)],
+        unk_token=None,
+        bos_token=None,
+        eos_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+        errors="replace",
+    )
+    tokenizer.add_special_tokens({"additional_special_tokens": list(SPECIAL_TOKENS)})
+    # as in Qwen-Instruct: generation ends at <|im_end|>, padding uses <|endoftext|>
+    tokenizer.eos_token = "<|im_end|>"
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.model_max_length = 8192
+    return tokenizer
+
+
+@dataclass(frozen=True)
+class TinyModelSpec:
+    """Everything that determines a tiny model directory; the same spec always gives the same files."""
+
+    kind: str = "qwen2"
+    """Model family: qwen2 (text), qwen2_5_vl or qwen2_vl (with a vision tower), qwen2_rm (qwen2 with a score head)."""
+    seed: int = 0
+    """Seed of the weight initialisation (the tokenizer does not depend on it)."""
+    vocab_size: int = 2048
+    """Size of the trained BPE vocabulary (257 to about 12800); the 14 special tokens come on top and the
+    embedding is padded to a multiple of 64."""
+    hidden_size: int = 256
+    """Width of the language model."""
+    num_layers: int = 4
+    """Number of decoder layers."""
+    num_heads: int = 4
+    """Attention heads; hidden_size / num_heads is the head dim and must be a multiple of 8 (mrope sections)."""
+    num_kv_heads: int = 2
+    """Key/value heads (grouped-query attention, as in Qwen2)."""
+    intermediate_size: int = 512
+    """Width of the MLP."""
+    vision_hidden_size: int = 64
+    """Width of the vision tower (VL kinds only)."""
+    vision_depth: int = 2
+    """Number of vision blocks (VL kinds only)."""
+    vision_num_heads: int = 2
+    """Vision attention heads (VL kinds only)."""
+    max_position_embeddings: int = 8192
+    """Longest sequence the config admits; vLLM's max_model_len must not exceed it."""
+    initializer_range: float = 0.08
+    """Std of the random init, larger than the usual 0.02 so greedy argmax is rarely a near-tie (HF vs vLLM)."""
+    min_pixels: int = 28 * 28 * 4
+    """Smallest image area after resizing: at least 4 image tokens."""
+    max_pixels: int = 28 * 28 * 64
+    """Largest image area after resizing: at most 64 image tokens."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in MODEL_KINDS:
+            raise ValueError(f"kind={self.kind!r} is not a tiny model kind; use one of {', '.join(MODEL_KINDS)}.")
+        positive = (
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "intermediate_size",
+            "vision_hidden_size",
+        )
+        for name in (*positive, "vision_depth", "vision_num_heads", "max_position_embeddings"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be a positive integer.")
+        if self.vocab_size < 257:
+            raise ValueError(
+                f"vocab_size={self.vocab_size} is too small: byte-level BPE needs at least 257; e.g. 2048."
+            )
+        if self.hidden_size % self.num_heads or (self.hidden_size // self.num_heads) % 8:
+            raise ValueError(
+                f"hidden_size={self.hidden_size} / num_heads={self.num_heads} must give a head dim that is a "
+                "multiple of 8 (the multimodal rope splits half of it in three); e.g. hidden_size=256, num_heads=4."
+            )
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads={self.num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}.")
+        if self.vision_hidden_size % self.vision_num_heads or (self.vision_hidden_size // self.vision_num_heads) % 4:
+            raise ValueError(
+                f"vision_hidden_size={self.vision_hidden_size} / vision_num_heads={self.vision_num_heads} must give "
+                "a head dim that is a multiple of 4 (2D vision rope); e.g. vision_hidden_size=64, vision_num_heads=2."
+            )
+        if not 0 < self.min_pixels <= self.max_pixels:
+            raise ValueError(f"min_pixels={self.min_pixels} and max_pixels={self.max_pixels} need 0 < min <= max.")
+
+    @property
+    def is_vl(self) -> bool:
+        """Whether the model has a vision tower (and the directory a processor)."""
+        return self.kind in VL_KINDS
+
+    @property
+    def is_reward_model(self) -> bool:
+        """Whether the model scores sequences (one logit at the last token) rather than generating them."""
+        return self.kind in REWARD_KINDS
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as written to tiny_model_spec.json; the builder version marks caches of older builders stale."""
+        return {"builder_version": BUILDER_VERSION, **dataclasses.asdict(self)}
+
+
+def _special_ids(tokenizer: "PreTrainedTokenizerBase") -> dict[str, int]:
+    return {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
+
+
+def _text_config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> dict[str, Any]:
+    ids = _special_ids(tokenizer)
+    return {
+        "vocab_size": (len(tokenizer) + 63) // 64 * 64,  # padded like Qwen's embeddings (151936 > 151665 tokens)
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
+        "num_hidden_layers": spec.num_layers,
+        "num_attention_heads": spec.num_heads,
+        "num_key_value_heads": spec.num_kv_heads,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "rms_norm_eps": 1e-6,
+        "initializer_range": spec.initializer_range,
+        "tie_word_embeddings": True,
+        "bos_token_id": ids["<|endoftext|>"],
+        "eos_token_id": ids["<|im_end|>"],
+        "pad_token_id": ids["<|endoftext|>"],
+    }
+
+
+def _mrope_section(head_dim: int) -> list[int]:
+    """Split head_dim/2 rotary frequencies over (time, height, width) as Qwen does: [16, 24, 24] for head dim 128."""
+    temporal = head_dim // 8
+    height = (head_dim // 2 - temporal) // 2
+    return [temporal, height, head_dim // 2 - temporal - height]
+
+
+def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "PreTrainedConfig":
+    from transformers import Qwen2_5_VLConfig, Qwen2Config, Qwen2VLConfig
+
+    text = _text_config_kwargs(spec, tokenizer)
+    if spec.kind == "qwen2":
+        return Qwen2Config(rope_parameters={"rope_type": "default", "rope_theta": 1e6}, **text)
+    if spec.kind == "qwen2_rm":
+        # One label: the scalar reward. pad_token_id (set above) is how the HF head finds each row's last token.
+        return Qwen2Config(rope_parameters={"rope_type": "default", "rope_theta": 1e6}, num_labels=1, **text)
+    head_dim = spec.hidden_size // spec.num_heads
+    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": _mrope_section(head_dim)}
+    ids = _special_ids(tokenizer)
+    # The top-level VL config does not keep bos/eos/pad: they live in text_config (set above).
+    common = {
+        "image_token_id": ids["<|image_pad|>"],
+        "video_token_id": ids["<|video_pad|>"],
+        "vision_start_token_id": ids["<|vision_start|>"],
+        "vision_end_token_id": ids["<|vision_end|>"],
+        "tie_word_embeddings": True,
+    }
+    vision = {
+        "depth": spec.vision_depth,
+        "num_heads": spec.vision_num_heads,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "initializer_range": spec.initializer_range,
+    }
+    if spec.kind == "qwen2_5_vl":
+        vision.update(
+            hidden_size=spec.vision_hidden_size,
+            intermediate_size=2 * spec.vision_hidden_size,
+            out_hidden_size=spec.hidden_size,
+            window_size=112,  # 4x4 merged patches per attention window
+            fullatt_block_indexes=[spec.vision_depth - 1],
+            tokens_per_second=2,
+        )
+        return Qwen2_5_VLConfig(text_config=text, vision_config=vision, **common)
+    vision.update(embed_dim=spec.vision_hidden_size, hidden_size=spec.hidden_size, mlp_ratio=2)
+    return Qwen2VLConfig(text_config=text, vision_config=vision, **common)
+
+
+def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "PreTrainedModel":
+    """A randomly initialised float32 model for `spec`; the caller's global torch RNG is left untouched."""
+    import torch
+    from transformers import (
+        GenerationConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2ForCausalLM,
+        Qwen2ForSequenceClassification,
+        Qwen2VLForConditionalGeneration,
+    )
+
+    config = _model_config(spec, tokenizer)
+    model_class = {
+        "qwen2": Qwen2ForCausalLM,
+        "qwen2_5_vl": Qwen2_5_VLForConditionalGeneration,
+        "qwen2_vl": Qwen2VLForConditionalGeneration,
+        "qwen2_rm": Qwen2ForSequenceClassification,
+    }[spec.kind]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(spec.seed)
+        model = model_class(config).to(torch.float32)
+    if spec.is_reward_model:  # nothing is generated from a reward model: no generation config to write
+        return model.eval()
+    ids = _special_ids(tokenizer)
+    # Only the stop tokens: sampling defaults here would silently become vLLM's defaults too.
+    model.generation_config = GenerationConfig(
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
+        pad_token_id=ids["<|endoftext|>"],
+    )
+    return model.eval()
+
+
+def build_processor(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "ProcessorMixin":
+    """The Qwen2-VL / Qwen2.5-VL processor with image and video processors sized by spec.min/max_pixels."""
+    from transformers import (
+        Qwen2_5_VLProcessor,
+        Qwen2VLImageProcessor,
+        Qwen2VLProcessor,
+        Qwen2VLVideoProcessor,
+    )
+
+    size = {"shortest_edge": spec.min_pixels, "longest_edge": spec.max_pixels}
+    patches = {"patch_size": 14, "temporal_patch_size": 2, "merge_size": 2}
+    processor_class = Qwen2_5_VLProcessor if spec.kind == "qwen2_5_vl" else Qwen2VLProcessor
+    return processor_class(
+        image_processor=Qwen2VLImageProcessor(size=size, **patches),
+        tokenizer=tokenizer,
+        # cap_pixels_per_frame: bound a long video's total cost as qwen-vl-utils does (the default from v5.22 on)
+        video_processor=Qwen2VLVideoProcessor(size=size, cap_pixels_per_frame=True, **patches),
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def _make_spec(kind: str, seed: int, size: dict[str, Any]) -> TinyModelSpec:
+    """TinyModelSpec from keyword options, with an error that lists the valid ones for a misspelt option."""
+    options = [field.name for field in dataclasses.fields(TinyModelSpec) if field.name not in ("kind", "seed")]
+    unknown = sorted(set(size) - set(options))
+    if unknown:
+        raise TypeError(f"Unknown tiny model option(s) {', '.join(unknown)}; valid options are: {', '.join(options)}.")
+    return TinyModelSpec(kind=kind, seed=seed, **size)
+
+
+@contextlib.contextmanager
+def _progress_bars_disabled():
+    """Silence the one-shard "Writing model shards" bar, restoring the caller's setting afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
+def build_tiny_model(output_dir: str, kind: ModelKind = "qwen2", seed: int = 0, **size: Any) -> str:
+    """Write a complete tiny model directory (weights, configs, tokenizer, processor) and return its path.
+
+    `size` takes any TinyModelSpec field (hidden_size=128, num_layers=2, vocab_size=4096, ...). The directory is
+    created if needed; files of an earlier build in it are overwritten.
+    """
+    spec = _make_spec(kind, seed, size)
+    tokenizer = build_tokenizer(spec.vocab_size)
+    model = build_model(spec, tokenizer)
+    os.makedirs(output_dir, exist_ok=True)
+    with _progress_bars_disabled():
+        model.save_pretrained(output_dir)
+        tokenizer.save_pretrained(output_dir)
+        if spec.is_vl:
+            build_processor(spec, tokenizer).save_pretrained(output_dir)
+    with open(os.path.join(output_dir, SPEC_FILE), "w", encoding="utf-8") as f:
+        json.dump(spec.to_dict(), f, indent=2, sort_keys=True)
+    return output_dir
+
+
+def _read_spec(model_dir: str) -> dict[str, Any] | None:
+    try:
+        with open(os.path.join(model_dir, SPEC_FILE), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def get_or_build_tiny_model(kind: ModelKind, cache_root: str, seed: int = 0, **size: Any) -> str:
+    """Build a tiny model into cache_root once and reuse it afterwards (for test sessions, demos, benchmarks).
+
+    The default spec of a kind lives in `cache_root/<kind>`; other seeds or sizes get a directory suffixed with a
+    hash of the spec. The build goes to a temporary directory that is renamed into place, so a crash or a
+    concurrent builder never leaves a half-written directory behind; a directory written by another builder
+    version is replaced.
+    """
+    spec = _make_spec(kind, seed, size)
+    wanted = spec.to_dict()
+    name = kind
+    if spec != TinyModelSpec(kind=kind):
+        name += "-" + hashlib.sha256(json.dumps(wanted, sort_keys=True).encode()).hexdigest()[:12]
+    target = os.path.join(cache_root, name)
+    if _read_spec(target) == wanted:
+        return target
+    os.makedirs(cache_root, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{name}-", dir=cache_root)
+    try:
+        build_tiny_model(staging, kind=kind, seed=seed, **size)
+        os.chmod(staging, 0o755)  # mkdtemp makes it private; the cache may be shared
+        if _read_spec(target) == wanted:  # a concurrent builder finished first: keep its directory (maybe in use)
+            return target
+        if os.path.isdir(target):  # stale (other builder version or a leftover): move it away, then swap
+            stale = tempfile.mkdtemp(prefix=f".{name}-stale-", dir=cache_root)
+            try:
+                os.rename(target, os.path.join(stale, "old"))
+            except OSError:
+                pass  # another process moved or replaced it first
+            shutil.rmtree(stale, ignore_errors=True)
+        try:
+            os.rename(staging, target)
+        except OSError:  # another process renamed its finished build into place first
+            if _read_spec(target) != wanted:
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def count_parameters(model_dir: str) -> dict[str, int]:
+    """Parameter counts of a saved tiny model: total and the vision tower's (0 for text models)."""
+    from safetensors import safe_open
+
+    total = vision = 0
+    for file in sorted(os.listdir(model_dir)):
+        if file.endswith(".safetensors"):
+            with safe_open(os.path.join(model_dir, file), framework="pt") as f:
+                for key in f.keys():
+                    numel = 1
+                    for dim in f.get_slice(key).get_shape():
+                        numel *= dim
+                    total += numel
+                    vision += numel if key.startswith(("visual.", "model.visual.")) else 0
+    return {"total": total, "vision": vision}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry (`verl-tiny-model` / `python -m verl.models.tiny_models`)."""
+    defaults = TinyModelSpec()
+    parser = argparse.ArgumentParser(prog="verl-tiny-model", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kind", choices=MODEL_KINDS, default="qwen2", help="model family (default: qwen2)")
+    parser.add_argument("--output", required=True, help="directory to write (created if missing)")
+    parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed (default: 0)")
+    for field in dataclasses.fields(TinyModelSpec):
+        if field.name in ("kind", "seed"):
+            continue
+        parser.add_argument(
+            "--" + field.name.replace("_", "-"),
+            type=type(getattr(defaults, field.name)),
+            default=getattr(defaults, field.name),
+            help=f"(default: {getattr(defaults, field.name)})",
+        )
+    args = vars(parser.parse_args(argv))
+    kind, output, seed = args.pop("kind"), args.pop("output"), args.pop("seed")
+    start = time.perf_counter()
+    try:
+        build_tiny_model(output, kind=kind, seed=seed, **args)
+    except ValueError as error:
+        parser.error(str(error))
+    counts = count_parameters(output)
+    print(
+        f"wrote {kind} (seed {seed}, {counts['total']:,} parameters, vision {counts['vision']:,}) to {output} "
+        f"in {time.perf_counter() - start:.2f} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,431 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+# ruff: noqa: UP031 - %-formatting in the records the harness writes (fixed layouts, read by sandbox.py)
+"""The first code of every sandboxed interpreter (verl/rewards/sandbox.py runs it with `python -I -c`).
+
+It must stand alone: the sandbox's interpreter has no access to this package (isolated mode, a minimal
+environment), so it imports only the standard library, and it is sent as source text, not imported.
+"""
+
+import os
+import signal
+import sys
+
+
+_NETWORK_EVENTS = {
+    "socket.connect",
+    "socket.bind",
+    "socket.sendto",
+    "socket.sendmsg",
+    "socket.getaddrinfo",
+    "socket.gethostbyname",
+    "socket.gethostbyaddr",
+    "socket.getnameinfo",
+    "os.system",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "subprocess.Popen",
+    "pty.spawn",
+}
+_NETWORK_SYMBOLS = {"socket", "connect", "bind", "sendto", "sendmsg", "getaddrinfo", "syscall"}
+
+
+def _namespace(name):
+    try:
+        return os.readlink("/proc/self/ns/" + name)
+    except OSError:
+        return ""
+
+
+def _fresh_pid_namespace():
+    # After unshare(CLONE_NEWPID) and before the first fork the new namespace has no init yet, and reading its
+    # link fails although the entry exists (kernels older than 4.12 have no such entry at all).
+    try:
+        os.lstat("/proc/self/ns/pid_for_children")
+    except OSError:
+        return False
+    return _namespace("pid_for_children") != _namespace("pid")
+
+
+def _ours(pid, marker):
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as environ:
+            return marker in environ.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def _install_guard(network, kill):
+    marker = ("VERL_SANDBOX_ID=" + os.environ.get("VERL_SANDBOX_ID", "")).encode()
+
+    def hook(event, args):
+        if network and (event in _NETWORK_EVENTS or (event == "ctypes.dlsym" and args[1] in _NETWORK_SYMBOLS)):
+            raise PermissionError("network access and spawning programs are disabled in this sandbox (%s)" % event)
+        if kill and event in ("os.kill", "os.killpg"):
+            target = args[0] if event == "os.kill" else -args[0]
+            if target > 0 and target != os.getpid() and not _ours(target, marker):
+                raise PermissionError("this sandbox may only signal its own processes")
+            if target < 0 and -target != os.getpgid(0):
+                raise PermissionError("this sandbox may only signal its own process group")
+
+    sys.addaudithook(hook)
+
+
+def _exit_like(status):
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            signal.signal(number, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [number])
+        os.kill(os.getpid(), number)
+        os._exit(128 + number)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
+def _supervise(close):
+    read_end, write_end = os.pipe()
+    init = os.fork()
+    if init:
+        os.close(write_end)
+        for fd in close:
+            os.close(fd)
+        data = b""
+        while True:
+            chunk = os.read(read_end, 64)
+            if not chunk:
+                break
+            data += chunk
+        _, status = os.waitpid(init, 0)
+        _exit_like(int(data) if data else status)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    program = os.fork()
+    if program:
+        os.close(read_end)
+        for fd in close:
+            os.close(fd)
+        while True:
+            pid, status = os.wait()
+            if pid == program:
+                os.write(write_end, str(status).encode())
+                os._exit(0)
+    os.close(read_end)
+    os.close(write_end)
+
+
+def _main_module(path, text):
+    import linecache
+    import types
+
+    linecache.cache[path] = (len(text), None, text.splitlines(True), path)
+    module = types.ModuleType("__main__")
+    module.__file__ = path
+    sys.modules["__main__"] = module
+    return module
+
+
+def _print_traceback(error, path):
+    import traceback
+
+    frames = error.__traceback__
+    while frames is not None and frames.tb_frame.f_code.co_filename != path:
+        frames = frames.tb_next
+    traceback.print_exception(type(error), error, frames)
+
+
+def _run(source, path):
+    module = _main_module(path, source.decode("utf-8", "replace"))
+    try:
+        exec(compile(source, path, "exec"), module.__dict__)
+    except SystemExit:
+        raise
+    except BaseException as error:
+        _print_traceback(error, path)
+        raise SystemExit(1) from None
+
+
+def _run_case(source, path, program, suffix):
+    # The program was compiled once by the harness (or failed to compile: then every case reports that error); the
+    # suffix is compiled here, numbered as if appended to the program's text, and runs in the same namespace.
+    module = _main_module(path, source.decode("utf-8", "replace") + suffix)
+    try:
+        if isinstance(program, BaseException):
+            raise program
+        exec(program, module.__dict__)
+        if suffix:
+            exec(compile("\n" * source.count(b"\n") + suffix, path, "exec"), module.__dict__)
+        status = 0
+    except SystemExit as exit:
+        status = _exit_status(exit.code)
+    except BaseException as error:
+        _print_traceback(error, path)
+        status = 1
+    _finish(status, module)
+
+
+def _exit_status(code):
+    # What the interpreter makes of an uncaught SystemExit.
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    try:
+        print(code, file=sys.stderr)
+    except BaseException:
+        pass
+    return 1
+
+
+def _flush(status):
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None and not stream.closed:
+                stream.flush()
+        except BaseException:
+            status = 120  # as the interpreter exits when it cannot flush them
+    return status
+
+
+def _finish(status, module):
+    # End like the interpreter (threads joined, atexit, streams flushed, the program's objects finalized), but
+    # without tearing down the heap the harness left: that alone would touch every copy-on-write page (~10 ms).
+    import atexit
+    import gc
+
+    threading = sys.modules.get("threading")
+    try:
+        if threading is not None:
+            threading._shutdown()
+    except BaseException:
+        pass
+    atexit._run_exitfuncs()
+    status = _flush(status)
+    try:
+        gc.collect()
+        module.__dict__.clear()
+        gc.collect()
+    except BaseException:
+        pass
+    _flush(0)
+    os._exit(status)
+
+
+def _prctl(option, value):
+    import ctypes
+
+    function = ctypes.CDLL(None, use_errno=True).prctl
+    function.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    if function(option, value, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(%d, %d)" % (option, value))
+
+
+def _state():
+    # What a case could change about the harness from outside (same uid: prlimit, setpriority, sched_setaffinity)
+    # and every later case would inherit: when it differs from the start, the harness stops and the trainer runs
+    # the remaining cases in a fresh process.
+    import resource
+
+    limits = [resource.getrlimit(getattr(resource, name)) for name in sorted(dir(resource)) if name[:7] == "RLIMIT_"]
+    return limits, os.getpriority(os.PRIO_PROCESS, 0), os.sched_getaffinity(0)
+
+
+def _wait_child(pid, timeout):
+    # True when the child exited within `timeout` seconds; it is not reaped, so its process group id stays reserved.
+    import select
+    import time
+
+    deadline = time.monotonic() + timeout
+    try:
+        handle = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        handle = None
+    if handle is not None:
+        try:
+            poller = select.poll()
+            poller.register(handle, select.POLLIN)
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                if poller.poll(int(remaining * 1000) + 1):
+                    return True
+        finally:
+            os.close(handle)
+    delay = 0.001
+    while True:
+        if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            return True
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        time.sleep(min(delay, remaining))
+        delay = min(delay * 2, 0.02)
+
+
+def _children():
+    # Processes whose parent is this one (the harness is a subreaper, so orphans of a case end up here).
+    me, found = os.getpid(), []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open("/proc/%s/stat" % name, "rb") as file:
+                    stat = file.read()
+                if int(stat[stat.rfind(b")") + 2 :].split()[1]) == me:
+                    found.append(int(name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
+def _end_case(child, kill_all):
+    # Kill the case's process group and everything else the case started, reap it all; (status, CPU seconds).
+    # kill(-1) reaches, in one step, every process this one may signal except itself and the namespace's init: in
+    # an own PID namespace or as a dedicated uid that is exactly what the case left. Otherwise (the trainer's own
+    # uid, no PID namespace) only this process's children are killed, round after round as orphans arrive.
+    import signal
+    import time
+
+    try:
+        os.killpg(child, signal.SIGKILL)
+    except OSError:
+        pass
+    status, cpu = None, 0.0
+    while True:
+        if kill_all:
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except OSError:
+                pass
+        else:
+            for pid in _children():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        try:
+            pid, wait_status, usage = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return status, cpu
+        if pid == 0:
+            time.sleep(0.001)
+            continue
+        cpu += usage.ru_utime + usage.ru_stime
+        if pid == child:
+            status = wait_status
+
+
+def _wipe(directory):
+    # Remove everything a case left in the scratch directory, opening up directories it closed.
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                os.chmod(path, 0o700)
+                _wipe(path)
+                os.rmdir(path)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
+
+
+def _harness(source, path, manifest, kill_all):
+    # Runs the cases one after another, each in a forked child; returns only in a child, which then runs its case.
+    # Only this process writes the result pipe: children close it before any of the program's code runs, and
+    # PR_SET_DUMPABLE=0 keeps processes of the same uid from ptrace, /proc/<pid>/mem and /proc/<pid>/fd on it.
+    import gc
+    import time
+
+    wall, results, cases = manifest
+    try:
+        _prctl(4, 0)  # PR_SET_DUMPABLE
+        _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+    except (ImportError, OSError, AttributeError) as error:
+        os.write(results, b"U %s\n" % repr(error).encode())
+        os._exit(0)
+    try:
+        program = compile(source, path, "exec")
+    except BaseException as error:
+        program = error
+    highest = max([results] + [fd for case in cases for fd in case[:3]]) + 1
+    scratch, baseline = os.getcwd(), _state()
+    gc.freeze()  # the collector in a child then leaves the harness's objects (and their copy-on-write pages) alone
+    for index, (stdin, stdout, stderr, suffix) in enumerate(cases):
+        if _state() != baseline or os.listdir(scratch):
+            break
+        os.write(results, b"S %d\n" % index)
+        started = time.monotonic()
+        child = os.fork()
+        if child == 0:
+            try:
+                os.setpgid(0, 0)
+                os.dup2(stdin, 0)
+                os.dup2(stdout, 1)
+                os.dup2(stderr, 2)
+                os.closerange(3, highest)
+                del cases[:]  # the other cases' suffixes are none of this case's business
+                _prctl(4, 1)  # dumpable again, like any process started from an executable
+            except BaseException:
+                os._exit(1)
+            return program, suffix
+        for fd in (stdin, stdout, stderr):
+            os.close(fd)
+        try:
+            os.setpgid(child, child)
+        except OSError:
+            pass
+        timed_out = not _wait_child(child, wall)
+        elapsed = time.monotonic() - started
+        status, cpu = _end_case(child, kill_all)
+        returncode = -9 if status is None else os.waitstatus_to_exitcode(status)
+        _wipe(scratch)
+        record = "D %d %d %d %.6f %.6f\n" % (index, returncode, timed_out, elapsed, cpu)
+        os.write(results, record.encode())
+    os._exit(0)
+
+
+def _main():
+    host_network, program, shared_uid = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+    manifest_name = sys.argv[4] if len(sys.argv) > 4 else ""
+    path = os.path.join(os.getcwd(), program)
+    sys.argv = [path]
+    with open(program, "rb") as file:
+        source = file.read()
+    os.unlink(program)
+    manifest, inherited = None, ()
+    if manifest_name:
+        import marshal
+
+        with open(manifest_name, "rb") as file:
+            manifest = marshal.loads(file.read())
+        os.unlink(manifest_name)
+        inherited = [manifest[1]] + [fd for case in manifest[2] for fd in case[:3]]
+    own_pids = _fresh_pid_namespace()
+    network = not host_network or _namespace("net") in ("", host_network)
+    if own_pids:
+        _supervise(inherited)
+    if manifest is not None:
+        case = _harness(source, path, manifest, own_pids or not shared_uid)
+    if network or (shared_uid and not own_pids):
+        _install_guard(network, shared_uid and not own_pids)
+    if manifest is not None:
+        _run_case(source, path, *case)
+    else:
+        _run(source, path)
+
+
+if __name__ == "__main__":  # `python -c` runs it as __main__; importing it runs nothing
+    _main()

@@ -1,0 +1,193 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The typed config of supervised fine-tuning (`python -m verl.sft.main`): defaults < YAML < command line.
+
+The model, optimizer and FSDP sections are the RL actor's own classes, so a model that fine-tunes here trains
+under RL with the same keys.
+"""
+
+import os
+from dataclasses import dataclass, field
+
+from verl.models.config import FSDPConfig, ModelConfig
+from verl.utils.config import ConfigError, load_yaml, merge_config, parse_dotlist
+from verl.utils.optim import OptimConfig
+
+
+@dataclass
+class SFTDataConfig:
+    train_files: str = ""
+    """Training conversations: a local file or directory (jsonl, json, parquet, arrow) or a hub dataset name@split."""
+    val_files: str | None = None
+    """Validation conversations, same forms; their mean loss is logged as val/loss."""
+    messages_key: str = "messages"
+    """Column with the conversation: a list of {"role": "system"|"user"|"assistant"|"tool", "content": str}."""
+    prompt_key: str | None = None
+    """Instead of messages_key: a column with a single user prompt (with response_key: a one-turn conversation)."""
+    response_key: str | None = None
+    """With prompt_key: the column with the assistant's answer."""
+    image_key: str = "images"
+    """Column with the row's images (paths, bytes or PIL images); a <image> marker in a message places one."""
+    tools_key: str = "tools"
+    """Column with the tools' JSON schemas (a list), which the chat template describes in the conversation, as it
+    does in the prompts of an RL run with a ToolEnv (`ToolEnv.tool_schemas()`); a missing or empty column: none.
+    Messages may have the role "tool" (a tool's result)."""
+    image_dir: str | None = None
+    """Directory that relative image paths are resolved against."""
+    min_pixels: int | None = 3136
+    """Images are resized to at least this many pixels (Qwen2-VL's default minimum)."""
+    max_pixels: int | None = 1003520
+    """Images are resized to at most this many pixels."""
+    max_length: int = 2048
+    """Most tokens per conversation (chat template and image tokens included)."""
+    truncation: str = "error"
+    """A longer conversation: error (names the row), or right (its tail is cut; a cut assistant turn still trains
+    on the tokens it keeps)."""
+    batch_size: int = 32
+    """Conversations per optimizer step, over all devices."""
+    val_batch_size: int = 32
+    """Conversations per validation batch."""
+    shuffle: bool = True
+    """Shuffle the training conversations every epoch."""
+    seed: int = 1
+    """Seed of the shuffle."""
+    override_chat_template: str | None = None
+    """A Jinja chat template (file path or text) replacing the tokenizer's."""
+
+
+@dataclass
+class SFTWorkerConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The model to fine-tune."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """Optimizer and learning-rate schedule."""
+    fsdp: FSDPConfig = field(default_factory=FSDPConfig)
+    """FSDP2 sharding."""
+    micro_batch_size_per_device: int = 4
+    """Conversations per forward/backward; with dynamic_batching the token budget is this x data.max_length."""
+    padding_free: bool = True
+    """Pack the conversations of a micro-batch into one row without attention across them (only where the
+    attention kernel is varlen, as for the RL actor); else padded rows."""
+    dynamic_batching: bool = True
+    """Form micro-batches by a token budget instead of a fixed row count."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping threshold; a step with a non-finite norm is skipped."""
+
+
+@dataclass
+class SFTTrainerConfig:
+    total_epochs: int = 3
+    """Passes over the training set."""
+    max_steps: int | None = None
+    """Stop after this many optimizer steps; overrides total_epochs."""
+    device: str = "auto"
+    """cuda, cpu, or auto (cuda when available)."""
+    nnodes: int = 1
+    """Machines."""
+    n_gpus_per_node: int = 1
+    """Worker processes per machine (one per GPU; on CPU, processes)."""
+    logger: list[str] = field(default_factory=lambda: ["console", "file"])
+    """Loggers, as for the RL trainer: console, file, tensorboard, wandb, swanlab, mlflow."""
+    project_name: str = "verl_sft"
+    """Project name for the loggers and the default checkpoint path."""
+    experiment_name: str = "sft"
+    """Run name for the loggers and the default checkpoint path."""
+    save_checkpoint_path: str | None = None
+    """Where checkpoints go; default checkpoints/<project_name>/<experiment_name>."""
+    save_freq: int = -1
+    """Save every this many steps (and always at the end); <= 0 saves only at the end."""
+    val_freq: int = -1
+    """Validate every this many steps (and at the end when there is a validation set); <= 0 only at the end."""
+    export_hf_model: bool = True
+    """At the end, also write the trained model as a Hugging Face directory (weights, config, tokenizer) to
+    <save_checkpoint_path>/huggingface: give it to the RL trainer as worker.actor.model.model_path."""
+
+
+@dataclass
+class SFTConfig:
+    data: SFTDataConfig = field(default_factory=SFTDataConfig)
+    """The conversations."""
+    worker: SFTWorkerConfig = field(default_factory=SFTWorkerConfig)
+    """The model and how it trains."""
+    trainer: SFTTrainerConfig = field(default_factory=SFTTrainerConfig)
+    """Devices, steps, logging and checkpoints."""
+
+
+TRUNCATIONS = ("error", "right")
+
+
+def _absolute(path: str | None) -> str | None:
+    if not path or "@" in path and not os.path.exists(path):
+        return path
+    return os.path.abspath(path) if os.path.exists(path) else path
+
+
+def validate_sft_config(config: SFTConfig) -> None:
+    """Every check that needs no model and no cluster; raises ConfigError naming the key."""
+    data, worker, trainer = config.data, config.worker, config.trainer
+    if not data.train_files:
+        raise ConfigError("data.train_files is empty; give a local file or directory, or a dataset name@split.")
+    for key in ("train_files", "val_files", "image_dir"):
+        value = getattr(data, key)
+        if value and "@" not in value and not os.path.exists(value):
+            raise ConfigError(f"data.{key}='{value}' does not exist.")
+    if (data.prompt_key is None) != (data.response_key is None):
+        raise ConfigError("data.prompt_key and data.response_key go together (a one-turn conversation); set both.")
+    if data.truncation not in TRUNCATIONS:
+        raise ConfigError(f"data.truncation is '{data.truncation}'; choose one of: {', '.join(TRUNCATIONS)}.")
+    for key, value in (
+        ("data.max_length", data.max_length),
+        ("data.batch_size", data.batch_size),
+        ("data.val_batch_size", data.val_batch_size),
+        ("worker.micro_batch_size_per_device", worker.micro_batch_size_per_device),
+        ("worker.max_grad_norm", worker.max_grad_norm),
+        ("trainer.total_epochs", trainer.total_epochs),
+        ("trainer.nnodes", trainer.nnodes),
+        ("trainer.n_gpus_per_node", trainer.n_gpus_per_node),
+    ):
+        if value <= 0:
+            raise ConfigError(f"Config key '{key}' is {value}; it must be positive.")
+    if trainer.max_steps is not None and trainer.max_steps <= 0:
+        raise ConfigError(f"trainer.max_steps is {trainer.max_steps}; it must be positive (or unset).")
+    world = trainer.nnodes * trainer.n_gpus_per_node
+    if data.batch_size % world != 0:
+        raise ConfigError(
+            f"data.batch_size={data.batch_size} must split evenly over trainer.nnodes x trainer.n_gpus_per_node = "
+            f"{world} devices."
+        )
+    if not worker.model.model_path:
+        raise ConfigError("worker.model.model_path is empty; give a local model directory or a hub id.")
+    if worker.model.lora.rank > 0:
+        raise ConfigError("worker.model.lora.rank > 0: LoRA is not implemented yet; set it to 0.")
+
+
+def load_sft_config(argv: list[str]) -> SFTConfig:
+    """Build the SFTConfig from `config=FILE` plus dotlist overrides; raise ConfigError on any bad key or value."""
+    overrides = parse_dotlist(argv)
+    sources: list[tuple[str, dict]] = []
+    config_file = overrides.pop("config", None)
+    if config_file is not None:
+        sources.append((f"config file '{config_file}'", load_yaml(str(config_file))))
+    sources.append(("command line", overrides))
+    config = merge_config(SFTConfig, sources)
+    data, model, trainer = config.data, config.worker.model, config.trainer
+    for key in ("train_files", "val_files", "image_dir", "override_chat_template"):
+        setattr(data, key, _absolute(getattr(data, key)))
+    model.model_path = _absolute(model.model_path)
+    model.tokenizer_path = _absolute(model.tokenizer_path) or model.model_path
+    if trainer.save_checkpoint_path is None:
+        trainer.save_checkpoint_path = os.path.join("checkpoints", trainer.project_name, trainer.experiment_name)
+    trainer.save_checkpoint_path = os.path.abspath(trainer.save_checkpoint_path)
+    validate_sft_config(config)
+    return config

@@ -1,0 +1,203 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Supervised fine-tuning: `python -m verl.sft.main config=examples/sft.yaml key=value ...`.
+
+The driver checks the config and every conversation before Ray starts, then drives a group of SFTWorker processes
+(FSDP2) over the batches: one optimizer step per batch, the validation loss every trainer.val_freq steps,
+checkpoints in the RL trainer's layout (resumed automatically from the latest one), and at the end the model as a
+Hugging Face directory that the RL trainer takes as worker.actor.model.model_path.
+
+Batches are drawn by index from a permutation of the rows seeded by data.seed and the epoch, so a resumed run sees
+exactly the batches the uninterrupted run would have.
+"""
+
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+import torch
+
+from verl.data.sft_dataset import SFTDataError, SFTDataset, collate_sft
+from verl.sft.config import SFTConfig, load_sft_config
+from verl.trainer.checkpointing import CheckpointTracker, atomic_write, find_last_checkpoint, step_dir
+from verl.utils.config import ConfigError, config_to_dict, describe_fields, to_yaml
+
+
+logger = logging.getLogger(__name__)
+
+
+def batch_indices(num_rows: int, batch_size: int, epoch: int, seed: int, shuffle: bool) -> list[list[int]]:
+    """The full batches of one epoch (a last partial batch is dropped: every step has the same size)."""
+    if shuffle:
+        order = torch.randperm(num_rows, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
+    else:
+        order = list(range(num_rows))
+    return [order[i : i + batch_size] for i in range(0, num_rows - batch_size + 1, batch_size)]
+
+
+def build_datasets(config: SFTConfig) -> tuple[SFTDataset, SFTDataset | None, Any]:
+    from verl.data.tokenizer import get_processor, get_tokenizer
+    from verl.models.rope_index import load_model_config
+
+    model, data = config.worker.model, config.data
+    tokenizer = get_tokenizer(
+        model.tokenizer_path,
+        trust_remote_code=model.trust_remote_code,
+        override_chat_template=data.override_chat_template,
+    )
+    processor = get_processor(
+        model.tokenizer_path,
+        trust_remote_code=model.trust_remote_code,
+        override_chat_template=data.override_chat_template,
+        min_pixels=data.min_pixels,
+        max_pixels=data.max_pixels,
+    )
+    model_config = load_model_config(model.model_path, model.trust_remote_code)
+    train = SFTDataset(data.train_files, tokenizer, processor, data, model_config)
+    val = SFTDataset(data.val_files, tokenizer, processor, data, model_config) if data.val_files else None
+    if len(train) < data.batch_size:
+        raise SFTDataError(
+            f"{train.source.description} has {len(train)} conversations, fewer than data.batch_size={data.batch_size}."
+        )
+    return train, val, tokenizer
+
+
+def _collate(dataset: SFTDataset, indices: list[int]) -> Any:
+    return collate_sft([dataset[i] for i in indices])
+
+
+def validate(worker_group: Any, dataset: SFTDataset, batch_size: int) -> dict[str, float]:
+    """Mean negative log-likelihood per assistant token over the validation set. A batch that does not divide among
+    the workers is padded here with rows whose loss mask is empty, so no conversation counts twice."""
+    total = tokens = 0.0
+    indices = list(range(len(dataset)))
+    for start in range(0, len(indices), batch_size):
+        batch, pad = _collate(dataset, indices[start : start + batch_size]).pad_to_divisor(worker_group.world_size)
+        if pad:
+            batch.batch["response_mask"][-pad:] = 0
+        per_rank = worker_group.eval_batch(batch)
+        total += sum(rank["nll_sum"] for rank in per_rank)
+        tokens += per_rank[0]["tokens"]
+    return {"val/loss": total / max(tokens, 1.0)}
+
+
+def run_sft(config: SFTConfig) -> dict[str, float]:
+    """Train; returns the last step's metrics (and the last validation loss)."""
+
+    from verl.sft.worker import SFTWorker
+    from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup
+    from verl.single_controller.ray.resource import RayResourcePool
+    from verl.trainer.ray_setup import start_ray
+    from verl.utils.device import resolve_device_type
+    from verl.utils.logger import Tracker
+
+    data, trainer = config.data, config.trainer
+    train, val, _ = build_datasets(config)  # every conversation is checked before Ray starts
+    device = resolve_device_type(trainer.device)
+    steps_per_epoch = len(train) // data.batch_size
+    total_steps = trainer.max_steps or steps_per_epoch * trainer.total_epochs
+    start_ray(device, trainer.nnodes * trainer.n_gpus_per_node)
+    pool = RayResourcePool(
+        process_on_nodes=[trainer.n_gpus_per_node] * trainer.nnodes,
+        use_gpu=device == "cuda",
+        name_prefix=f"sft_{trainer.experiment_name}",
+    )
+    group = RayWorkerGroup(
+        pool,
+        RayClassWithInitArgs(
+            SFTWorker, config=config.worker, device=device, override_chat_template=data.override_chat_template
+        ),
+        name_prefix=trainer.experiment_name,
+    )
+    root = trainer.save_checkpoint_path
+    tracker = Tracker(trainer.logger, trainer.project_name, trainer.experiment_name, root, config_to_dict(config))
+    try:
+        group.init_model(total_steps)
+        step = 0
+        resume = find_last_checkpoint(root)
+        if resume is not None:
+            logger.info("Resuming from %s", resume)
+            group.load_checkpoint(os.path.join(resume, "actor"))
+            with open(os.path.join(resume, "trainer_state.json"), encoding="utf-8") as f:
+                step = json.load(f)["global_step"]
+        ckpt_tracker = CheckpointTracker.load(root) or CheckpointTracker()
+        metrics: dict[str, float] = {}
+        last_saved = step
+        while step < total_steps:
+            epoch, offset = divmod(step, steps_per_epoch)
+            batch = batch_indices(len(train), data.batch_size, epoch, data.seed, data.shuffle)[offset]
+            step += 1
+            metrics = {**group.train_batch(_collate(train, batch))[0], "train/epoch": float(epoch)}
+            is_last = step == total_steps
+            if val is not None and ((trainer.val_freq > 0 and step % trainer.val_freq == 0) or is_last):
+                metrics.update(validate(group, val, data.val_batch_size))
+            if (trainer.save_freq > 0 and step % trainer.save_freq == 0) or is_last:
+                save(group, root, step, ckpt_tracker, metrics.get("val/loss"))
+                last_saved = step
+            tracker.log(metrics, step=step)
+        if last_saved != step:
+            save(group, root, step, ckpt_tracker, metrics.get("val/loss"))
+        if trainer.export_hf_model:
+            group.export_hf_model(os.path.join(root, "huggingface"))
+            logger.info("Exported the model to %s", os.path.join(root, "huggingface"))
+        return metrics
+    finally:
+        tracker.finish()
+        group.shutdown()
+        pool.remove()
+
+
+def save(group: Any, root: str, step: int, ckpt_tracker: CheckpointTracker, val_loss: float | None) -> None:
+    path = step_dir(root, step)
+    os.makedirs(path, exist_ok=True)
+    group.save_checkpoint(os.path.join(path, "actor"))
+    atomic_write(os.path.join(path, "trainer_state.json"), lambda f: json.dump({"global_step": step}, f))
+    ckpt_tracker.record(step, None if val_loss is None else -val_loss)  # the tracker's best is the highest score
+    ckpt_tracker.save(root)
+
+
+USAGE = "usage: python -m verl.sft.main config=path/to/sft.yaml [section.key=value ...] [--dry-run] [--help-config]"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:
+        print(USAGE)
+        print(__doc__)
+        return 0
+    if "--help-config" in argv:
+        for key, type_name, doc in describe_fields(SFTConfig):
+            print(f"{key} ({type_name}): {doc}")
+        return 0
+    dry_run = "--dry-run" in argv
+    try:
+        config = load_sft_config([arg for arg in argv if arg != "--dry-run"])
+        if dry_run:
+            print(to_yaml(config), end="")
+            return 0
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        run_sft(config)
+    except ConfigError as err:
+        print(f"Config error: {err}", file=sys.stderr)
+        return 2
+    except SFTDataError as err:
+        print(f"Error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

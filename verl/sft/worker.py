@@ -1,0 +1,172 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""SFTWorker: one process of supervised fine-tuning, an FSDP2-sharded model with its optimizer.
+
+It trains on batches laid out as the RL actor's (verl/data/sft_dataset.py), through the actor's own forward:
+the same packing without cross-sample attention, dynamic micro-batches and vision inputs. The loss is the mean
+negative log-likelihood of the assistant tokens of the whole global batch (every token weighs the same, whichever
+rank and micro-batch it is in). Checkpoints have the RL actor's layout, so scripts/model_merger.py exports them.
+"""
+
+import dataclasses
+import logging
+import math
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from verl.data.tokenizer import get_processor, get_tokenizer
+from verl.models.fsdp import (
+    build_device_mesh,
+    clip_grad_norm,
+    create_fsdp_model,
+    gathers_once_per_pass,
+    get_full_state_dict,
+    micro_batch_pass,
+)
+from verl.models.loading import build_model
+from verl.protocol import DataProto
+from verl.single_controller.base.decorator import Dispatch, register
+from verl.single_controller.base.worker import Worker
+from verl.utils import device as device_utils
+from verl.utils.checkpoint import FSDPCheckpointManager
+from verl.utils.optim import build_lr_scheduler, build_optimizer
+from verl.workers.actor.dp_actor import token_head
+from verl.workers.actor.forward import (
+    forward_response,
+    global_loss_counts,
+    make_micro_batches,
+    packing_is_exact,
+    process_multi_modal_inputs,
+)
+
+
+logger = logging.getLogger(__name__)
+
+
+class SFTWorker(Worker):
+    def __init__(self, config: Any, device: str = "auto", override_chat_template: str | None = None) -> None:
+        """`override_chat_template`: the template file the data was rendered with (data.override_chat_template); the
+        checkpoints and the Hugging Face export carry it, so the RL trainer renders prompts the same way."""
+        super().__init__()
+        self.config = config
+        self.override_chat_template = override_chat_template
+        self.device_type = device_utils.set_device_type(device)
+        device_utils.init_distributed()
+        self.device = device_utils.get_local_device()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self, training_steps: int) -> None:
+        config = self.config
+        model = config.model
+        tokenizer_path = model.tokenizer_path or model.model_path
+        template = self.override_chat_template
+        self.tokenizer = get_tokenizer(
+            tokenizer_path, trust_remote_code=model.trust_remote_code, override_chat_template=template
+        )
+        self.processor = get_processor(
+            tokenizer_path, trust_remote_code=model.trust_remote_code, override_chat_template=template
+        )
+        mesh = build_device_mesh(dist.get_world_size(), config.fsdp.fsdp_size, self.device_type)
+        self.module = create_fsdp_model(model, config.fsdp, mesh, self.device)
+        optim = dataclasses.replace(config.optim, training_steps=training_steps)
+        self.optimizer = build_optimizer(self.module, optim)
+        self.lr_scheduler = build_lr_scheduler(self.optimizer, optim)
+        self.padding_free = config.padding_free and packing_is_exact(self.module)
+        self.head = token_head(False)
+        self.checkpoint_manager = FSDPCheckpointManager(
+            self.module, self.optimizer, self.lr_scheduler, self.tokenizer, self.processor
+        )
+
+    def _nll(self, data: DataProto, train: bool) -> tuple[float, float]:
+        """Sum of the assistant tokens' negative log-likelihoods on this rank and the global token count; with
+        `train`, backward of this rank's share of the global mean."""
+        process_multi_modal_inputs(data, self.processor)
+        config = self.config
+        micro_batches, _ = make_micro_batches(
+            data, config.micro_batch_size_per_device, config.dynamic_batching, padded=not self.padding_free
+        )
+        tokens, _ = global_loss_counts(micro_batches)
+        total = 0.0
+
+        def head(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+            return self.head(logits, labels, 1.0, False)
+
+        gather_once = gathers_once_per_pass(config.fsdp, self.device_type)
+        with micro_batch_pass(self.module, gather_once, config.fsdp.enable_full_shard) as before_backward:
+            for index, micro in enumerate(micro_batches):
+                with torch.set_grad_enabled(train):
+                    log_probs = forward_response(self.module, micro, self.padding_free, head)["log_probs"]
+                    nll = -(log_probs * micro.batch["response_mask"]).sum()
+                if train:  # FSDP averages gradients over ranks: each rank's share of the global mean, times the ranks
+                    before_backward(index == len(micro_batches) - 1)
+                    (nll / max(tokens, 1.0) * dist.get_world_size()).backward()
+                total += nll.item()
+        return total, tokens
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_METRIC)
+    def train_batch(self, data: DataProto) -> dict[str, float]:
+        """One optimizer step on the global batch; returns its mean loss, gradient norm and learning rate."""
+        self.module.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        total, tokens = self._nll(data, train=True)
+        grad_norm = clip_grad_norm(self.module, self.config.max_grad_norm).item()
+        if math.isfinite(grad_norm):
+            self.optimizer.step()
+        else:
+            logger.warning("Skipping the optimizer step: the gradient norm is %s.", grad_norm)
+        self.optimizer.zero_grad(set_to_none=True)
+        lr = self.lr_scheduler.get_last_lr()[0]
+        self.lr_scheduler.step()
+        loss = torch.tensor([total], dtype=torch.float64)
+        dist.all_reduce(loss)
+        return {
+            "train/loss": loss.item() / max(tokens, 1.0),
+            "train/grad_norm": grad_norm,
+            "train/lr": lr,
+            "train/tokens": tokens,
+        }
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_METRIC)
+    def eval_batch(self, data: DataProto) -> dict[str, float]:
+        """This rank's summed negative log-likelihood and the batch's global assistant-token count."""
+        self.module.eval()
+        total, tokens = self._nll(data, train=False)
+        return {"nll_sum": total, "tokens": tokens}
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, path: str, extra_state: dict[str, Any] | None = None) -> None:
+        self.checkpoint_manager.save(path, extra_state=extra_state)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, path: str) -> dict[str, Any]:
+        return self.checkpoint_manager.load(path)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def export_hf_model(self, path: str) -> None:
+        """Write the trained weights as a Hugging Face model directory (rank 0), loadable with from_pretrained and as
+        the RL trainer's worker.actor.model.model_path."""
+        state = get_full_state_dict(self.module)  # collective; the full tensors land on rank 0
+        if dist.get_rank() == 0:
+            model = build_model(self.config.model, device="meta")
+            model.load_state_dict(state, assign=True)
+            model.tie_weights()
+            os.makedirs(path, exist_ok=True)
+            model.save_pretrained(path)
+            for processing in (self.processor, self.tokenizer):
+                if processing is not None:
+                    processing.save_pretrained(path)
+        dist.barrier()
