@@ -19,13 +19,16 @@ import os
 import numpy as np
 import pytest
 
-from verl.rewards.function import check_scores, parse_reward_function_spec, score_batch, score_sequential
 from verl.rewards.function import (
     RewardFunctionError,
     RewardFunctionLoadError,
     RewardFunctionNotFoundError,
     check_reward_function,
+    check_scores,
     load_reward_function,
+    parse_reward_function_spec,
+    score_batch,
+    score_sequential,
 )
 
 

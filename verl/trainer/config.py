@@ -33,10 +33,10 @@ from typing import Any
 
 from verl.algorithms.schedules import check_response_length_schedule
 from verl.models.config import ATTN_IMPLEMENTATIONS, VISION_LANGUAGE_MODEL_TYPES
+from verl.rewards.function import RewardFunctionLoadError, check_reward_function
 from verl.utils.config import ConfigError, load_yaml, merge_config, parse_dotlist, set_keys
 from verl.workers.actor.config import ActorConfig
 from verl.workers.config import WorkerConfig
-from verl.rewards.function import RewardFunctionLoadError, check_reward_function
 
 
 logger = logging.getLogger(__name__)

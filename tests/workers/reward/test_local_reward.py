@@ -22,11 +22,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from verl.rewards.function import RewardFunctionError
 from verl.trainer.config import ConfigError, PPOConfig, validate_config
 from verl.trainer.ray_trainer import RayPPOTrainer
 from verl.trainer.scoring import BatchScorer
 from verl.workers.config import RewardConfig
-from verl.rewards.function import RewardFunctionError
 from verl.workers.reward.local import LocalReward
 from verl.workers.reward.manager import FunctionRewardManager
 

@@ -19,8 +19,8 @@ import pytest
 import ray
 import torch
 
-from verl.workers.config import RewardConfig
 from verl.rewards.function import RewardFunctionError, RewardFunctionLoadError
+from verl.workers.config import RewardConfig
 from verl.workers.reward.manager import FunctionRewardManager
 from verl.workers.reward.ray_actor import create_reward_actor
 

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 import torch
 
-from verl.workers.config import RewardConfig
 from verl.rewards.function import RewardFunctionError, RewardFunctionLoadError
+from verl.workers.config import RewardConfig
 from verl.workers.reward.manager import FunctionRewardManager, build_reward_inputs, place_scores
 
 

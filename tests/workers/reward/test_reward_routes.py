@@ -17,9 +17,9 @@ import math
 
 import pytest
 
+from verl.rewards.function import RewardFunctionError
 from verl.trainer.metrics import applicable_values, reduce_metrics
 from verl.workers.config import RewardConfig
-from verl.rewards.function import RewardFunctionError
 from verl.workers.reward.manager import RewardSettings, RoutedRewardManager, create_reward_manager
 
 
