@@ -43,6 +43,7 @@ from verl.models.loading import (
     get_vision_tower,
     run_vision_tower_in_every_forward,
 )
+from verl.utils.torch_compat import drop_unreduced_grads, reset_iteration
 
 
 logger = logging.getLogger(__name__)
@@ -265,21 +266,6 @@ def gathers_once_per_pass(fsdp_config: FSDPConfig, device_type: str) -> bool:
     return device_type == "cpu" if setting is None else bool(setting)
 
 
-def _drop_unreduced_grads(module: nn.Module) -> None:
-    """Forget the gradients that FSDP2 accumulates on the unsharded parameters while gradient sync is off, without
-    any collective (an error may have hit one rank only). FSDP's `reset_iter_state` leaves them in place, and the
-    next reduction would add them in; torch has no public call for this, hence the internal attributes."""
-    for submodule in module.modules():
-        if not isinstance(submodule, FSDPModule):
-            continue
-        for group in getattr(submodule._get_fsdp_state(), "_fsdp_param_groups", ()):
-            for fsdp_param in group.fsdp_params:
-                fsdp_param.unsharded_accumulated_grad = None
-                unsharded = getattr(fsdp_param, "_unsharded_param", None)
-                if unsharded is not None:
-                    unsharded.grad = None
-
-
 @contextlib.contextmanager
 def micro_batch_pass(
     module: nn.Module, gather_once: bool, reshard_after_forward: bool
@@ -313,8 +299,8 @@ def micro_batch_pass(
     try:
         yield before_backward
     except BaseException:
-        module.reset_iter_state()
-        _drop_unreduced_grads(module)
+        reset_iteration(module)
+        drop_unreduced_grads(module)
         raise
     finally:
         module.set_requires_gradient_sync(True)

@@ -1,0 +1,61 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Every place where the trainer relies on torch beyond its public API, so a torch upgrade is checked here only.
+
+- FSDP2 has no public call that forgets the gradients accumulated on unsharded parameters while gradient sync is off;
+  after an error in the middle of a gradient-accumulation pass they would be added into the next reduction.
+  `drop_unreduced_grads` clears them through FSDP's internal state (`_get_fsdp_state`, `_fsdp_param_groups`).
+- `FSDPModule.reset_iter_state` (the public recovery after an error mid-forward or mid-backward) is new in torch
+  2.12; on older torch `reset_iteration` does nothing more than the resharding the caller does anyway, and says so.
+tests/utils/test_torch_compat.py fails when either of these changes in torch.
+"""
+
+import logging
+
+import torch
+from torch import nn
+from torch.distributed.fsdp import FSDPModule
+
+
+logger = logging.getLogger(__name__)
+
+
+def reset_iteration(module: FSDPModule) -> None:
+    """FSDP's per-iteration state reset after an error aborted a forward or backward (root module only)."""
+    reset = getattr(module, "reset_iter_state", None)
+    if reset is None:
+        logger.warning(
+            "torch %s has no FSDPModule.reset_iter_state: after this error FSDP's per-iteration state is not reset; "
+            "restart the run if the next step fails.",
+            torch.__version__,
+        )
+        return
+    reset()
+
+
+def drop_unreduced_grads(module: nn.Module) -> int:
+    """Forget the gradients FSDP2 accumulated on the unsharded parameters of `module` while gradient sync was off,
+    without any collective (an error may have hit one rank only). Returns how many parameters were cleared."""
+    cleared = 0
+    for submodule in module.modules():
+        if not isinstance(submodule, FSDPModule):
+            continue
+        for group in submodule._get_fsdp_state()._fsdp_param_groups:
+            for fsdp_param in group.fsdp_params:
+                fsdp_param.unsharded_accumulated_grad = None
+                unsharded = getattr(fsdp_param, "_unsharded_param", None)
+                if unsharded is not None:
+                    unsharded.grad = None
+                cleared += 1
+    return cleared
