@@ -13,18 +13,9 @@
 # limitations under the License.
 """DataProto: the one container that travels between the Ray driver and its workers.
 
-A DataProto holds three things that always move together:
-
-- ``batch``: a ``TensorDict`` whose tensors share the first (row) dimension,
-- ``non_tensor_batch``: numpy object arrays with the same number of rows (strings, ground truths, images),
-- ``meta_info``: a plain dict of settings that belong to the whole batch (temperature, micro-batch size...).
-
-Every row operation (indexing, chunk, split, repeat, concat, padding) applies to the tensors and the non-tensors
-alike, so a row never loses its prompt or its ground truth, and ``meta_info`` is carried along.
-
-Copy semantics, so callers know when writes leak: ``dp[slice]``, ``chunk`` and ``split`` return views that share
-memory with the parent; integer-array and boolean-mask indexing, ``repeat``, ``concat`` and padding copy.
-``union``, ``pop``, ``reorder``, ``rename`` and ``to`` change ``self`` in place (and return it where useful).
+It holds ``batch`` (a TensorDict of row-aligned tensors), ``non_tensor_batch`` (numpy object arrays with the same
+rows: strings, ground truths, images) and ``meta_info`` (batch-level settings). Every row operation applies to the
+tensors and the non-tensors alike, so a row never loses its prompt or its ground truth.
 """
 
 import copy
@@ -212,6 +203,10 @@ class DataProto:
 
     The constructor checks consistency (see ``check_consistency``); build one with ``from_dict``,
     ``from_single_dict`` or ``collate_fn`` to get lists converted to object arrays for you.
+
+    Copy semantics, so callers know when writes leak: ``dp[slice]``, ``chunk`` and ``split`` return views that share
+    memory with the parent; integer-array and boolean-mask indexing, ``repeat``, ``concat`` and padding copy.
+    ``union``, ``pop``, ``reorder``, ``rename`` and ``to`` change ``self`` in place (and return it where useful).
     """
 
     batch: TensorDict | None = None

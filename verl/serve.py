@@ -14,15 +14,9 @@
 """An OpenAI-compatible chat endpoint over the rollout engine, for evaluating a trained model with any client.
 
     python -m verl.serve --model checkpoints/.../global_step_N/actor/huggingface --port 8000
-    python -m verl.envs.evaluate --env examples/envs/guess_number.py:GuessNumber --data val.jsonl \\
-        --base-url http://127.0.0.1:8000/v1
 
-It serves `GET /v1/models` and `POST /v1/chat/completions` (messages, max_tokens, temperature, top_p, n, seed, stop,
-tools; for a vision-language model, messages may hold OpenAI `image_url` parts with data URLs, as
-`verl.envs.evaluate` sends them) with the same vLLM engine settings as training (the CPU build: float32 and an explicit KV cache), so an
-environment written against an OpenAI-style client (as `verifiers` environments are) runs against the model that
-was trained, and `verl.envs.evaluate` runs our own environments through it. Requests are answered one at a time; it
-binds to 127.0.0.1 unless --host says otherwise and has no authentication: do not expose it.
+It serves `GET /v1/models` and `POST /v1/chat/completions` with the training engine's settings, one request at a
+time. It binds to 127.0.0.1 unless --host says otherwise and has no authentication: do not expose it.
 """
 
 import argparse
@@ -52,8 +46,8 @@ class ChatEngine:
         on_cpu = device.get_device_type() == "cpu"
         if on_cpu:
             # The engine lives in this process, as in training: vLLM's default on the CPU is an engine-core process
-            # and a worker process besides this one, each importing vLLM and torch again (~40 s more to start on
-            # 2 cores, and 3 copies of the libraries in memory). Requests are answered one at a time anyway.
+            # and a worker process besides this one, each importing vLLM and torch again (slower to start, and 3
+            # copies of the libraries in memory; docs/performance.md). Requests are answered one at a time anyway.
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         from vllm import LLM
 

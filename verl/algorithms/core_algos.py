@@ -13,12 +13,9 @@
 # limitations under the License.
 """The RL math: entropy and value losses, explained variance and the DAPO group filter.
 
-This is also the one import surface for the rest of the algorithm code, which lives in small sibling modules, each
-with the registry that config validation reads: advantage estimators (`advantages.py`), policy losses
-(`policy_losses.py`), KL estimators and controllers (`kl.py`), masked statistics and loss aggregation
-(`masked_ops.py`). Adding an estimator, a policy loss, a KL estimator or an aggregation is one registered function
-in its module. Everything is pure torch on (B, L) tensors of right-padded responses, with `response_mask` marking
-the response tokens.
+It is also the one import surface for the sibling modules, each with the registry that config validation reads:
+`advantages.py`, `policy_losses.py`, `kl.py`, `masked_ops.py`; adding an estimator or a loss is one registered
+function there. Everything is pure torch on (B, L) tensors of right-padded responses, masked by `response_mask`.
 """
 
 from collections.abc import Sequence

@@ -13,15 +13,9 @@
 # limitations under the License.
 """Settings that change as training goes on: the staged response length and the adaptive entropy coefficient.
 
-Staged context (Skywork-OR1 trains 8k -> 16k -> 32k): `data.response_length_schedule` maps the step a stage starts
-at to its response length. The stage is a pure function of the global step, so a resumed run continues in the right
-stage without saving anything. The engine, and everything sized once at start-up, is sized for
-`data.max_response_length`, which must therefore be at least the longest stage.
-
-Adaptive entropy control (Skywork-OR1, arXiv 2505.22312): the entropy bonus' coefficient moves by a fixed delta
-after every step, up while the policy's entropy is below the target and down while it is above, within bounds. The
-bonus is applied only while the coefficient is positive, so a policy that keeps its entropy above the target trains
-without one. Its state (the coefficient) is saved with the checkpoint.
+Both follow Skywork-OR1 (arXiv 2505.22312). The stage is a pure function of the global step, so a resumed run
+continues in the right stage without saving anything; the entropy coefficient is saved with the checkpoint.
+README.md's "Reasoning runs" describes the config keys.
 """
 
 from typing import Any

@@ -13,20 +13,9 @@
 # limitations under the License.
 """RLHFDataset: prompt rows (text, images, videos) turned into left-padded token ids for rollout and training.
 
-One row goes through these steps (docs/data_flow.md lists the keys a row ends up with):
-
-1. the prompt column is rendered through the `format_prompt` Jinja template, which sees `content` (the prompt)
-   and every other column of the row;
-2. `<image>` / `<video>` markers split the text into content parts, one media part per marker (rows with media
-   but no markers get their media in front of the text);
-3. the chat template (the tokenizer's, the processor's, or `override_chat_template`) renders the conversation;
-4. the processor (for a VLM) or the tokenizer turns it into ids, with every image placeholder expanded to the
-   image's real number of tokens; the ids are left-padded to max_prompt_length, never truncated;
-5. position ids: the model's own 3-D rope index for Qwen2-VL / Qwen2.5-VL, else 0, 1, 2, ... over real tokens.
-
-Every row is checked when the dataset is built, cheaply (image headers, not pixels), so a bad row or a prompt
-that does not fit fails before training starts, with the file, the row and the key in the message. Overlong
-prompts are counted with their image tokens and filtered (or rejected); bad rows fail (or are skipped).
+Every row is checked when the dataset is built, cheaply (image headers, not pixels), so a bad row or a prompt that
+does not fit fails before training starts, with the file, the row and the key in the message. docs/data_flow.md
+lists the keys a row ends up with.
 """
 
 import logging
@@ -107,7 +96,18 @@ class _Prompt:
 
 
 class RLHFDataset(Dataset):
-    """Prompts for RL: see the module docstring for what a row goes through and docs/data_flow.md for the output.
+    """Prompts for RL; docs/data_flow.md lists the output. One row goes through these steps:
+
+    1. the prompt column is rendered through the `format_prompt` Jinja template, which sees `content` (the prompt)
+       and every other column of the row;
+    2. `<image>` / `<video>` markers split the text into content parts, one media part per marker (rows with media
+       but no markers get their media in front of the text);
+    3. the chat template (the tokenizer's, the processor's, or `override_chat_template`) renders the conversation;
+    4. the processor (for a VLM) or the tokenizer turns it into ids, with every image placeholder expanded to the
+       image's real number of tokens; the ids are left-padded to max_prompt_length, never truncated;
+    5. position ids: the model's own 3-D rope index for Qwen2-VL / Qwen2.5-VL, else 0, 1, 2, ... over real tokens.
+
+    Overlong prompts are counted with their image tokens and filtered (or rejected); bad rows fail (or are skipped).
 
     `data_source` is a local file, a directory, a `name@split` dataset or a list of dicts. `model_config` is
     needed for the rope index of Qwen2-VL models; when it is None it is read from the processor's directory.

@@ -13,16 +13,9 @@
 # limitations under the License.
 """Conversations for supervised fine-tuning: chat template, tokens, and the exact mask of the assistant's tokens.
 
-The loss covers only what the assistant wrote: for assistant turn i the tokens from the end of the rendered
-`messages[:i]` with the generation prompt (`<|im_start|>assistant\\n` in Qwen's template) to the end of the rendered
-`messages[:i + 1]`, trailing whitespace excluded, so each turn's content and its end-of-turn token are learned and
-the template's scaffolding is not. This needs a template whose renderings of a conversation's prefixes are prefixes of
-its rendering, token for token; a template that is not (one that rewrites earlier turns, as some reasoning
-templates drop old thinking) is refused with the row named rather than trained on a wrong mask.
-
-Each example is laid out as the RL actor's batches are (docs/data_flow.md), so the actor's forward (packing,
-micro-batching, vision inputs) computes its log-probs unchanged: the "prompt" is the first token, the "response" the
-rest, right-padded to data.max_length - 1, and `response_mask` marks the assistant tokens.
+The loss covers only what the assistant wrote (each turn's content and its end-of-turn token, not the template's
+scaffolding); a template whose renderings of a conversation's prefixes are not prefixes of its rendering is refused
+with the row named. Examples are laid out as the RL actor's batches, so the actor's forward runs unchanged.
 """
 
 import logging
@@ -157,7 +150,12 @@ class SFTDataset(torch.utils.data.Dataset):
     # ------------------------------------------------------------------------------------------------ encoding
 
     def encode(self, index: int) -> dict[str, Any]:
-        """input_ids, the assistant mask over them (1 = a token the loss learns), the images and vision inputs."""
+        """input_ids, the assistant mask over them (1 = a token the loss learns), the images and vision inputs.
+
+        For assistant turn i the mask covers the tokens from the end of the rendered `messages[:i]` with the generation
+        prompt (`<|im_start|>assistant\\n` in Qwen's template) to the end of the rendered `messages[:i + 1]`, trailing
+        whitespace excluded.
+        """
         conversation = self._conversation(index)
         messages = conversation.messages
         images = [
@@ -205,6 +203,8 @@ class SFTDataset(torch.utils.data.Dataset):
         return {"input_ids": ids, "loss_mask": mask, "images": images, "encoded": encoded}
 
     def __getitem__(self, index: int) -> dict[str, Any]:
+        """The example in the RL actor's layout (docs/data_flow.md): the "prompt" is the first token, the "response"
+        the rest, right-padded to data.max_length - 1, and `response_mask` marks the assistant tokens."""
         example = self.encode(index)
         ids = torch.tensor(example["input_ids"], dtype=torch.long)
         length = len(ids)

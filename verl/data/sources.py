@@ -13,15 +13,8 @@
 # limitations under the License.
 """Where dataset rows come from: local files, directories of files, Hugging Face datasets, or Python lists.
 
-    train.jsonl / train.json / train.parquet / train.csv   one local file
-    data/                                                  every such file under the directory, in sorted order
-    data/ (written by Dataset.save_to_disk)                a saved dataset
-    name@split                                             datasets.load_dataset(name, split=split); `name` may be
-                                                           a local dataset directory or script (works offline)
-    [{"prompt": ..., "answer": ...}, ...]                  rows in memory (tests, notebooks)
-
-A `RowSource` remembers which file every row came from, so an error about a bad row can name the file and the
-row's index inside that file rather than an index into the concatenation.
+A `RowSource` remembers which file every row came from, so an error about a bad row can name the file and the row's
+index inside that file rather than an index into the concatenation.
 """
 
 import bisect
@@ -167,7 +160,17 @@ def _memory_source(rows: Sequence[Any]) -> RowSource:
 
 
 def load_source(spec: str | Sequence[dict[str, Any]]) -> RowSource:
-    """Load rows from a file, a directory, a `name@split` dataset or a list of dicts (see the module docstring)."""
+    """Load rows from a file, a directory, a `name@split` dataset or a list of dicts.
+
+        train.jsonl / train.json / train.parquet / train.csv   one local file
+        data/                                                  every such file under the directory, in sorted order
+        data/ (written by Dataset.save_to_disk)                a saved dataset
+        name@split                                             datasets.load_dataset(name, split=split); `name` may
+                                                               be a local dataset directory or script (offline)
+        [{"prompt": ..., "answer": ...}, ...]                  rows in memory (tests, notebooks)
+
+    Each row keeps the file it came from (`RowSource.parts`).
+    """
     if not isinstance(spec, str):
         return _memory_source(spec)
     if not spec:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 
-if TYPE_CHECKING:  # the processor classes import the image stack (torchvision, ~2 s): only multimodal models need it
+if TYPE_CHECKING:  # the processor classes import the image stack (torchvision, slow): only multimodal models need it
     from transformers import ProcessorMixin
 
 

@@ -13,26 +13,9 @@
 # limitations under the License.
 """Environments for multi-turn rollouts: what answers the model between its turns.
 
-An episode starts from one dataset row (`reset`) and alternates model turns and environment turns: after each model
-turn, `step` gets the text the model wrote and returns the chat messages the environment adds (a user reply, tool
-results) or says the episode is done. The rollout (verl.workers.rollout.multi_turn) renders those messages with the
-chat template, appends their tokens to the sequence with a zero loss mask, and lets the model continue; the actor,
-reference and critic later see exactly the token ids the engine saw.
-
-    class GuessNumber(MultiTurnEnv):
-        def env_response(self, state, response):
-            guess = parse(response)
-            if guess == state["row"]["answer"]:
-                return [], True
-            return [{"role": "user", "content": "higher" if guess < ... else "lower"}], False
-
-`worker.rollout.env=path/to/env.py:GuessNumber` (keyword arguments from `worker.rollout.env_kwargs`) loads one
-instance per worker process; `worker.rollout.max_turns` bounds the model turns of an episode, and the rollout's
-response length bounds all its tokens together.
-
-With `worker.rollout.tensor_parallel_size` > 1 the processes of one engine each run the same episodes with their own
-instance, and must feed the engine the same tokens: an environment's replies must follow from the row and the
-model's text alone (no unseeded randomness, no outside state that could differ between the processes).
+After each model turn, `step` gets the text the model wrote and returns the messages the environment adds (a user
+reply, tool results) or says the episode is done; the rollout (`verl.workers.rollout.multi_turn`) appends their
+tokens with a zero loss mask. README.md's "Multi-turn and tool-use rollouts" shows how to write and configure one.
 """
 
 import dataclasses
@@ -54,7 +37,12 @@ class EnvStep:
 
 
 class Environment:
-    """The interface. One instance serves every episode of a worker; per-episode data lives in the `state` dict."""
+    """The interface. One instance serves every episode of a worker; per-episode data lives in the `state` dict.
+
+    With `worker.rollout.tensor_parallel_size` > 1 the processes of one engine each run the same episodes with their
+    own instance and must feed the engine the same tokens: replies must follow from the row and the model's text
+    alone (no unseeded randomness, no outside state that could differ between the processes).
+    """
 
     concurrent_steps: int = 1
     """How many episodes' `step` calls may run at once (in threads) after a turn; 1 runs them one by one. Raise it

@@ -13,29 +13,10 @@
 # limitations under the License.
 """Environments that drive the conversation themselves through an OpenAI-style chat client (the `verifiers` style).
 
-Instead of answering one model turn at a time (`step`), a ChatClientEnv runs a whole episode in its `rollout`
-coroutine and asks the model for each turn with `await client.chat.completions.create(model=..., messages=...)`:
-
-    class Quiz(ChatClientEnv):
-        async def rollout(self, client, model, messages, state):
-            reply = await client.chat.completions.create(model=model, messages=messages)
-            messages = messages + [{"role": "assistant", "content": reply.choices[0].message.content}]
-            if "42" not in reply.choices[0].message.content:
-                messages.append({"role": "user", "content": "Think again."})
-                reply = await client.chat.completions.create(model=model, messages=messages)
-            state["solved"] = "42" in reply.choices[0].message.content
-
-The same object runs in training and in evaluation. In training (`worker.rollout.env=quiz.py:Quiz`) the client is
-the rollout engine: the requests of all episodes are answered together, one batched generate call whenever every
-running episode waits for the model, and the token ids of the conversation are tracked exactly (nothing is
-re-tokenized): the first request must be the prompt `messages` the episode was given, each later one the previous
-request plus the assistant reply it got plus any new messages (user or tool), which are rendered by the chat template
-and masked out of the loss. The training sampling settings (rollout temperature, top_p, ...) apply; a request's
-`max_tokens` can only lower the turn's length. `python -m verl.envs.evaluate` runs `rollout` with a real
-`openai.AsyncOpenAI` client against `python -m verl.serve` or any other endpoint.
-
-A `verifiers` environment's own rollout method has this shape (client, model, prompt messages); wrap it in a
-ChatClientEnv subclass whose `rollout` calls it and stores what its rubric needs in `state`.
+A ChatClientEnv runs a whole episode in its `rollout` coroutine and asks the model for each turn with
+`await client.chat.completions.create(...)`. The same class runs in training, where the client is the rollout engine
+(`verl.workers.rollout.client_episodes`), and in evaluation against any endpoint (`python -m verl.envs.evaluate`);
+README.md's "Multi-turn and tool-use rollouts" has an example.
 """
 
 from typing import Any
@@ -49,7 +30,14 @@ class EpisodeOver(Exception):
 
 
 class ChatClientEnv(Environment):
-    """An environment whose `rollout` coroutine talks to the model through an OpenAI-style async chat client."""
+    """An environment whose `rollout` coroutine talks to the model through an OpenAI-style async chat client.
+
+    In training the first request must be the prompt `messages` the episode was given, each later one the previous
+    request plus the assistant reply it got plus any new messages (user or tool), which are masked out of the loss.
+    The training sampling settings apply; a request's `max_tokens` can only lower the turn's length. A `verifiers`
+    environment's rollout has this shape: wrap it in a subclass whose `rollout` calls it and stores what its rubric
+    needs in `state`.
+    """
 
     async def rollout(self, client: Any, model: str, messages: list[dict[str, Any]], state: dict[str, Any]) -> None:
         """Run one episode from the prompt `messages`; record its outcome in `state` (for `episode_info`)."""

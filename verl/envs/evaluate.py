@@ -11,23 +11,13 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Run an environment's episodes against any OpenAI-compatible chat endpoint (the trained model served by
-`python -m verl.serve`, or another model), with the same environment class as training.
+"""Run an environment's episodes against any OpenAI-compatible chat endpoint, with the same environment class as
+training (the trained model served by `python -m verl.serve`, or another model).
 
-    python -m verl.envs.evaluate --env examples/envs/guess_number.py:GuessNumber --data val.jsonl \\
+    python -m verl.envs.evaluate --env examples/envs/guess_number.py:GuessNumber --data val.jsonl \
         --base-url http://127.0.0.1:8000/v1 [--max-turns 4 --temperature 0]
 
-Each row (`--prompt-key`, `--answer-key` columns of a JSONL file) starts an episode: the conversation goes to the
-endpoint, the reply to the environment's `step`, its messages back into the conversation, until the environment is
-done or `--max-turns` replies were written. A ToolEnv's tool schemas are sent as `tools`. A ChatClientEnv runs its
-own `rollout` with an `openai.AsyncOpenAI` client (`--max-turns` bounds its requests there too). Prints one JSON line
-per episode (turns, tool calls and errors, `episode_info`) and a last line with the means.
-
-Images (for a vision-language model): a row's `--image-key` list (paths relative to `--image-dir`, by default the
-data file's folder) goes into the first user message, at the prompt's `<image>` markers or, without markers, before
-its text, as training renders it; the environment's messages may carry images as `{"type": "image", "image": <PIL
-image>}` parts, as in training. Both are sent as OpenAI `image_url` parts with PNG data URLs (which
-`verl.serve` and vLLM's own server read).
+Prints one JSON line per episode and a last line with the means; `--help` lists the options.
 """
 
 import argparse

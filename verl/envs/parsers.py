@@ -17,8 +17,7 @@
     parser.parse("<think>2 + 2</think><answer>4</answer>")   # {"think": "2 + 2", "answer": "4"}
     parser.format_score(text)                                 # 1.0 when every field appears once, in order
 
-`format_score` is the usual format part of a rubric; `parse(...)["answer"]` feeds the correctness part. Tool calls
-have their own parser (verl.envs.tools.parse_tool_calls).
+Tool calls have their own parser (verl.envs.tools.parse_tool_calls).
 """
 
 import re

@@ -14,18 +14,9 @@
 """Tool use: the model calls plain Python functions in its chat template's native format; results come back as
 tool messages.
 
-The calls are Qwen's (and Hermes') `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks, as the Qwen2.5
-chat template describes them when it is given `tools`: each function's JSON schema (from its signature and
-docstring, `transformers.utils.get_json_schema`) goes into the prompt through `tool_schemas()`, which the dataset
-passes to the chat template. A turn without a tool call ends the episode (the model answered).
-
-Safety: a tool that raises returns "Error: ..." to the model; `python_tool` runs code in verl.rewards.sandbox (its
-own process, wall-clock and CPU limits, a memory cap, no network, a scratch directory), so a crashing, hanging or
-memory-hungry program cannot stall or kill the worker. Plain function tools run in the worker process, each call in
-its own thread: one that has not returned after `tool_timeout_s` is reported to the model as timed out and the
-episode goes on (the thread cannot be stopped and runs on in the background: give tools code that returns, or run
-untrusted work in the sandbox). The episodes' tool calls of a turn run concurrently (`concurrent_steps`), so
-sandboxed programs of different episodes run side by side.
+The calls are Qwen's (and Hermes') `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks; each function's
+JSON schema (from its signature and docstring) goes into the prompt through `tool_schemas()`. `python_tool` runs
+code in `verl.rewards.sandbox`; README.md's "Multi-turn and tool-use rollouts" describes time limits and concurrency.
 """
 
 import json
@@ -83,7 +74,12 @@ def python_tool(code: str) -> str:
 
 
 class ToolEnv(MultiTurnEnv):
-    """Calls the model's tools until a turn has no tool call. Subclass it with `tools`, or pass them."""
+    """Calls the model's tools until a turn has no tool call. Subclass it with `tools`, or pass them.
+
+    A tool that raises returns "Error: ..." to the model. Plain function tools run in the worker process, each call
+    in its own thread; one that has not returned after `tool_timeout_s` is reported as timed out and the episode goes
+    on (the thread cannot be stopped: give tools code that returns, or run untrusted work in the sandbox).
+    """
 
     tools: tuple[Callable[..., Any], ...] = ()
     tool_timeout_s: float = 30.0

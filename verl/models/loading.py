@@ -13,13 +13,9 @@
 # limitations under the License.
 """Build the Hugging Face models the workers train: policy / reference (causal LM or image-text-to-text) and critic.
 
-The model class comes from the config: a model type registered for image-text-to-text with a vision config (Qwen2-VL,
-Qwen2.5-VL, ...) is loaded with AutoModelForImageTextToText, anything else with AutoModelForCausalLM. The critic is
-the same model with its LM head replaced by a scalar value head (`VALUE_HEAD`), so one code path serves text and
-vision-language critics alike.
-
-Models can be built on the meta device (`device="meta"`): no memory, no weights; `verl.models.fsdp` then
-shards them and loads the weights read once by rank 0.
+The critic is the same model with its LM head replaced by a scalar value head (`VALUE_HEAD`), so one code path serves
+text and vision-language critics alike. Models can be built on the meta device and sharded by `verl.models.fsdp`,
+which loads the weights read once by rank 0.
 """
 
 import logging

@@ -13,15 +13,9 @@
 # limitations under the License.
 """Low-rank adapters (LoRA) on the trained model: injection, switching off, merging and the peft file layout.
 
-The adapters are peft's LoRA layers injected in place (`peft.inject_adapter_in_model`), so the model keeps its
-Hugging Face class, its config and its `_no_split_modules`, and FSDP2 shards it as any other model. Every base weight
-is frozen; only `lora_A` / `lora_B` train, and the optimizer holds states for them alone.
-
-Names: an adapted linear layer `...q_proj` becomes `...q_proj.base_layer` (the frozen weight) plus
-`...q_proj.lora_A.default` / `...q_proj.lora_B.default`. Its merged weight is W + scaling x B @ A with
-scaling = alpha / rank. The rollout engine receives merged weights under the original names (no LoRA kernels in the
-engine, so generation runs at the base model's speed); checkpoints hold the adapter only; `scripts/model_merger.py`
-writes the adapter in peft's layout (`adapter_config.json`, `adapter_model.safetensors`) or the merged model.
+The adapters are peft's LoRA layers injected in place, so the model keeps its Hugging Face class and FSDP2 shards it
+as any other; only `lora_A` / `lora_B` train. The rollout engine receives merged weights (W + alpha / rank x B @ A)
+under the original names, so generation runs at the base model's speed; checkpoints hold the adapter only.
 """
 
 import contextlib

@@ -13,22 +13,10 @@
 # limitations under the License.
 """Exact attention for packed (padding-free) sequences, registered with transformers as `attn_implementation="varlen"`.
 
-Why: the trainer packs the valid tokens of a micro-batch into one row (1, T) whose `position_ids` restart at 0 for
-every sequence, with no attention mask. transformers' "sdpa" sees the restarts and builds a dense T x T
-block-diagonal mask: exact, but O(T^2) memory and slower than running padded. "varlen" never builds that mask:
-
-- its mask function returns None for a batch without padding (packed or not) and hands every other case (padding,
-  KV cache, sliding windows, bidirectional or overlaid masks) to transformers' sdpa mask;
-- its attention function runs causal attention inside each sequence of a packed row. On CUDA, in fp16/bf16, that is
-  one call of torch's flash-based `torch.nn.attention.varlen.varlen_attn`; elsewhere (CPU, fp32, a torch without
-  varlen_attn, a GPU older than sm80) it is one `scaled_dot_product_attention(is_causal=True)` per sequence. Anything
-  else (a padded batch with its mask, decoding, the non-causal vision tower, an unpacked row) goes to transformers'
-  `sdpa_attention_forward` unchanged, so a padded batch gives the same numbers as "sdpa".
-
-The sequence boundaries come from the `cu_seq_lens_q` / `max_length_q` keyword arguments when the caller passes them
-(`packed_sequence_kwargs` builds them; transformers forwards model kwargs down to every attention call), else from
-`position_ids` with the rule of transformers' sdpa mask: a sequence starts wherever the position does not grow by 1.
-That derivation costs one device-to-host sync per layer on a GPU; passing the kwargs costs one per forward.
+The trainer packs a micro-batch's valid tokens into one row whose `position_ids` restart at 0 for every sequence.
+transformers' "sdpa" then builds a dense T x T block-diagonal mask (O(T^2) memory); "varlen" never builds it and
+runs causal attention inside each sequence, and hands every other case (padding, decoding, non-causal attention)
+to transformers' sdpa unchanged. docs/gpu.md explains the kernels it uses and when.
 """
 
 import functools

@@ -13,11 +13,9 @@
 # limitations under the License.
 """The 3-D rope index (time, height, width) of Qwen2-VL and Qwen2.5-VL, computed by the model's own code.
 
-Position ids are computed once in the dataset and carried through rollout and training, so they must be exactly
-what the model would compute itself. Rather than re-implementing that arithmetic (which changed across
-transformers releases), we call the model class's own `get_rope_index`. In transformers 5 it is a method of the
-model (`Qwen2_5_VLModel.get_rope_index`) that reads only `self.config` and `self.get_vision_position_ids`, so we
-call it on a small stand-in object that has just those two: no weights are created.
+Position ids computed in the dataset must be exactly what the model would compute, so rather than re-implement that
+arithmetic (which changed across transformers releases) we call the model class's own `get_rope_index` on a small
+stand-in object that has only what it reads: no weights are created.
 """
 
 from typing import Any

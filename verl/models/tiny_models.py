@@ -11,18 +11,11 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Tiny random-init Qwen2 / Qwen2.5-VL / Qwen2-VL / Qwen2 reward model directories, built offline in about a second.
+"""Tiny random-init Qwen2 / Qwen2.5-VL / Qwen2-VL / Qwen2 reward model directories, built offline.
 
-No model can be downloaded on our machines, yet tests, the CPU quickstart and the benchmarks need real model
-directories that `from_pretrained` and `vllm.LLM` load. This module writes one: float32 safetensors weights, a
-generation config, a byte-level BPE tokenizer trained here on a synthetic corpus (Qwen's pre-tokenizer and special
-tokens, eos=<|im_end|>, pad=<|endoftext|>), the Qwen2-VL chat template and, for the VL kinds, image and video
-processors with a small pixel budget so one image costs only 4-64 tokens. Kind qwen2_rm is a reward model: the qwen2
-decoder with a one-label sequence-classification head (Qwen2ForSequenceClassification) instead of the LM head, for
-the reward-model worker and scripts/train_reward_model.py.
-
-Everything is a pure function of the spec: the same seed and sizes give bitwise-identical weights and an identical
-tokenizer, in any process.
+Tests, the CPU quickstart and the benchmarks need real model directories that `from_pretrained` and `vllm.LLM` load,
+and no model can be downloaded on our machines. Everything is a pure function of the spec (same seed and sizes,
+bitwise-identical weights and tokenizer).
 
     python -m verl.models.tiny_models --kind qwen2_5_vl --output /tmp/tiny-vl --seed 0
 """
@@ -162,7 +155,7 @@ def _train_bpe(bpe_vocab_size: int) -> tuple[str, str]:
 def build_tokenizer(vocab_size: int = 2048) -> "PreTrainedTokenizerBase":
     """A Qwen2Tokenizer with a locally trained byte-level BPE of `vocab_size` tokens plus Qwen's special tokens.
 
-    The BPE training is cached in-process, so building several models costs one training (about 0.3 s).
+    The BPE training is cached in-process, so building several models costs one training.
     A new tokenizer object is returned every call, so callers may modify it freely.
     """
     from transformers import Qwen2Tokenizer

@@ -13,20 +13,9 @@
 # limitations under the License.
 """Ulysses sequence parallelism: each packed sequence row is split across the ranks of a sequence-parallel group.
 
-The ranks of a group (`ulysses_size` consecutive ranks) work on the same micro-batch. Its packed row of T tokens is
-cut into `ulysses_size` slices; every rank runs embeddings, MLPs and norms on its slice only. Attention needs the
-whole sequence: around it, an all-to-all turns (slice of tokens, all heads) into (all tokens, a share of the heads),
-the packed varlen attention runs on the full row for those heads, and a second all-to-all turns the result back.
-So activations per rank shrink by the group size, and attention stays exact. The per-token outputs (log-probs,
-entropy, values) are then gathered so that every rank of the group holds the whole micro-batch's values and
-computes the same loss; gradients flow back through the collectives to the rank that computed each token.
-
-A vision-language model embeds the whole row on every rank of the group (its vision tower runs on all the
-micro-batch's images) and slices the embeddings before its language model; only causal (language) attention is
-split, the vision tower's attention is not. The attention heads and the key/value heads must be divisible by the
-group size. Data: the trainer hands each rank
-its own rows; `gather_rows` joins the rows of a group (each rank then works on all of them, split by sequence) and
-`own_rows` picks a rank's own rows out of a result.
+Every rank runs embeddings, MLPs and norms on its slice of the row; around attention an all-to-all trades (slice of
+tokens, all heads) for (all tokens, a share of the heads), so activations per rank shrink by the group size and
+attention stays exact. `gather_rows` / `own_rows` move a group's rows in and out of that layout.
 """
 
 import contextlib

@@ -13,24 +13,9 @@
 # limitations under the License.
 """A user's reward function: loaded from `path/to/file.py:function`, called, and its output checked.
 
-The reward function is the one piece of the trainer that users always write themselves, so every way it can go
-wrong is reported here with the function, the file and the sample named: a file that does not exist or does not
-import, a missing function, an unknown `REWARD_TYPE`, keyword arguments that do not fit its signature, an exception
-while scoring, and an output that is not one dict of finite floats with an `overall` key per sample.
-
-This module imports nothing heavy (no torch, no Ray): the config validator calls `check_reward_function` before
-Ray starts, and the worker processes of the sequential pool import it at start-up.
-
-The file declares how it is called with a module attribute:
-    REWARD_TYPE = "sequential"  fn(sample: RewardInput, **kwargs) -> dict[str, float]
-    REWARD_TYPE = "batch"       fn(samples: list[RewardInput], **kwargs) -> list[dict[str, float]]
-and may set REWARD_NAME, which is used in logs and error messages instead of the function name.
-
-A file without REWARD_TYPE is sequential unless the function's first parameter says it takes a list: annotated
-as a list or sequence, or named `reward_inputs` as in EasyR1, whose default is batch. A parameter annotated as a
-dict or named `reward_input` (or neither) keeps the sequential default; a parameter whose name and annotation
-disagree is not guessed from. When an undeclared sequential function fails or returns a list, the error says to
-set REWARD_TYPE = "batch".
+Users always write this piece themselves, so every way it can go wrong is reported with the function, the file and
+the sample named. It imports nothing heavy (no torch, no Ray): the config validator calls `check_reward_function`
+before Ray starts. README.md's "Reward functions" describes `REWARD_TYPE` and how it is inferred.
 """
 
 import collections.abc

@@ -13,34 +13,10 @@
 # limitations under the License.
 """Math answers graded by math-verify (Hugging Face's maintained verifier), with a hard time limit per sample.
 
-math-verify parses LaTeX into sympy and compares symbolically, so "\\dfrac12", "0.5" and "1/2" all match
-"\\frac{1}{2}". Sympy can also run for minutes, or forever, on an adversarial answer (an integral or an infinite
-series it tries to evaluate). math-verify's own time limits use SIGALRM, which works only in the main thread of the
-main interpreter, and reward functions run elsewhere (a thread of the trainer, or a reward actor); they are
-therefore switched off (`parsing_timeout=None`, `timeout_seconds=None`) and the limit is enforced from outside instead:
-
-- verification runs in a small pool of persistent worker processes (`VerifierPool`, started with "spawn", so no
-  state of the trainer process is inherited), each of which imports math_verify once;
-- each worker gets one sample at a time; when a sample exceeds `timeout_s`, its worker is killed (SIGKILL: sympy is
-  not interruptible) and a fresh one started, and only that sample's verdict is "timeout";
-- the pool shuts its workers down on `close()`, on leaving a `with` block, when it is garbage-collected and at
-  interpreter exit; a worker whose parent died exits on its own within a second.
-
-Verdicts (`Verdict`, a str enum, so it compares equal to its value):
-    correct     math_verify.verify(gold, answer) is True
-    wrong       it is False
-    timeout     verification ran longer than timeout_s; the sample is graded as not correct
-    unparsable  no answer was extracted, or math_verify found nothing to compare in the answer or in the ground truth
-    error       the worker process died while verifying (killed by the OS, a crash in native code), or the
-                grading code raised outside math_verify (which turns its own errors into "wrong")
-
-Both sides are handed to math_verify.parse as "\\boxed{...}" after their own "$...$", "\\(...\\)", "\\[...\\]" or
-"\\boxed{...}" wrapping is removed, so that the whole text is read as one LaTeX answer; the ground truth is the
-`gold` argument of math_verify.verify, which is not symmetric (the gold decides whether "x = 2" is compared as an
-equation or as its value 2).
-
-Answer extraction (`extract_answer`): the content of the last \\boxed{...} or \\fbox{...} (braces balanced), else
-the rest of the line after the last "Answer:" or "answer is", else None.
+Sympy can run forever on an adversarial answer, and math-verify's own SIGALRM time limits work only in a main
+thread, so they are off and verification runs in a pool of persistent spawned worker processes (`VerifierPool`):
+a worker that exceeds `timeout_s` is killed and replaced, and only that sample's verdict is "timeout".
+docs/rewards.md describes the verdicts and what math-verify decides on common cases.
 """
 
 import atexit
@@ -81,10 +57,15 @@ class Verdict(str, enum.Enum):
     """The outcome of verifying one (answer, ground truth) pair; a str, so `verdict == "correct"` holds."""
 
     CORRECT = "correct"
+    """math_verify.verify(gold, answer) is True."""
     WRONG = "wrong"
+    """It is False (math_verify also turns its own errors into False)."""
     TIMEOUT = "timeout"
+    """Verification ran longer than timeout_s; the sample is graded as not correct."""
     UNPARSABLE = "unparsable"
+    """No answer was extracted, or math_verify found nothing to compare in the answer or in the ground truth."""
     ERROR = "error"
+    """The worker process died while verifying, or the grading code raised outside math_verify."""
 
 
 class VerifierStartError(RuntimeError):
@@ -194,7 +175,8 @@ def grade_in_process(answer: str, ground_truth: str) -> Verdict:
     """Verify one pair here, with math_verify's signal-based timeouts off; the pool's workers call this.
 
     Without a time limit this can run forever on adversarial input: call it only in a process that someone else
-    kills (a `VerifierPool` worker), or on inputs you trust.
+    kills (a `VerifierPool` worker), or on inputs you trust. The ground truth is math_verify's `gold` argument,
+    which is not symmetric: the gold decides whether "x = 2" is compared as an equation or as its value 2.
     """
     from math_verify import parse, verify
 

@@ -13,16 +13,9 @@
 # limitations under the License.
 """Checkpoint bookkeeping of the driver: where the latest and best checkpoints are, and which to delete.
 
-Layout under trainer.save_checkpoint_path:
-
-    global_step_N/actor/...        written by the workers (verl/utils/checkpoint), complete before it is renamed
-    global_step_N/critic/...
-    global_step_N/dataloader.pt    the StatefulDataLoader state
-    global_step_N/trainer_state.json
-    checkpoint_tracker.json        {"last_global_step", "best_global_step", "best_val_score", "val_scores"}
-
-The tracker is replaced atomically and written last, so a crash during a save never names a half-written
-checkpoint as the latest.
+Under trainer.save_checkpoint_path each `global_step_N/` holds the workers' roles (`actor/`, `critic/`), the
+dataloader state and `trainer_state.json`; `checkpoint_tracker.json` names the latest and best steps. The tracker is
+replaced atomically and written last, so a crash during a save never names a half-written checkpoint as the latest.
 """
 
 import json

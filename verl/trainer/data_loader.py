@@ -13,11 +13,8 @@
 # limitations under the License.
 """The train and validation data loaders, whose position can be saved in a checkpoint and restored.
 
-The train loader is a torchdata StatefulDataLoader over a seeded, stateful RandomSampler: its `state_dict()`
-holds the generator state of the current epoch and the number of samples already yielded, so a run resumed with
-`load_state_dict()` continues with exactly the batch the interrupted run would have drawn next, in any epoch.
-Each batch is a DataProto (verl.protocol.collate_fn) whose meta_info carries the pixel budget and video frame rate
-the workers need to rebuild the same image tokens.
+The train loader is a torchdata StatefulDataLoader over a seeded, stateful RandomSampler, so a resumed run continues
+with exactly the batch the interrupted run would have drawn next, in any epoch.
 """
 
 import logging

@@ -69,12 +69,11 @@ def start_ray(device: str, cpu_slots: int) -> None:
         return
     num_cpus = (os.cpu_count() or 1) if device == "cuda" else max(os.cpu_count() or 1, cpu_slots)
     # Ray keeps an event record of every task (each worker call is one) in its GCS for the dashboard and `ray list
-    # tasks`, up to 100k of them: ~3 MB per 100 training steps of the quickstart, growing for days. A run the trainer
-    # starts has no dashboard, so the records are turned off (unless the user set the variable).
+    # tasks`, up to 100k of them, so the GCS grows for days (docs/reliability.md). A run the trainer starts has no
+    # dashboard, so the records are turned off (unless the user set the variable).
     os.environ.setdefault(TASK_EVENTS_ENV, "0")
     # Ray starts an idle worker for the driver's tasks as it connects; the run's actors all need their own processes
-    # (their environments differ), so it would only take CPU while the workers start (~1.5-2 s of start-up on 2 cores)
-    # and ~85 MB for the whole run.
+    # (their environments differ), so it would only take CPU while the workers start and memory for the whole run.
     os.environ.setdefault(PRESTART_ENV, "0")
     start_reaper()  # after a kill -9 of this process, nothing of the run outlives it by more than a few seconds
     ray.init(num_cpus=num_cpus, runtime_env=runtime_env, include_dashboard=False)

@@ -14,11 +14,8 @@
 """A watchdog that ends what a killed trainer leaves behind.
 
 Ray ties its own daemons to the driver that started them, but not what they start in turn: after `kill -9` of the
-driver (or the OOM killer), Ray's dashboard and runtime-env agents and idle workers lived on for about 80 s. The
-runner starts this reaper beside a Ray it starts itself. While the driver lives, the reaper notes the driver's
-descendants every `interval` seconds; once the driver is gone, it sends SIGTERM to those still running, then SIGKILL
-to any left after `grace` seconds, and exits. It ignores SIGINT (Ctrl-C reaches the whole process group; the driver
-stops gracefully on its own) and SIGTERM (a scheduler's preemption signal: the reaper's job comes after the driver's).
+driver, Ray's agents and idle workers live on. Once the driver is gone the reaper sends SIGTERM to the driver's
+descendants it noted, then SIGKILL after `grace` seconds (docs/reliability.md).
 
     python -m verl.trainer.reaper DRIVER_PID [--interval 1] [--grace 3]
 """

@@ -13,16 +13,8 @@
 # limitations under the License.
 """Training rollouts on disk (trainer.rollout_data_dir), for `scripts/rollout_viewer.py` and for grepping.
 
-Each dumped step is `step_N.jsonl`, one line per sample:
-
-    {"step", "uid", "prompt", "response", "ground_truth", "reward", "scores": {key: value}, "advantage",
-     "response_length", "images": ["images/step_N/g0000_0.png", ...]}
-
-`reward` is the reward function's score (the sum of token_level_scores, before any KL penalty); `scores` holds every
-key the reward function returned for the sample; `advantage` is the mean advantage over the response's valid
-tokens (the advantage itself for the group estimators, which give every token the same value). Image paths are
-relative to the dump directory; the responses to one prompt (one uid) share its image files (a multi-turn
-environment's images follow them, each sample's own). Videos are not written.
+Each dumped step is `step_N.jsonl`, one line per sample, with images under `images/step_N/`; README.md's "Seeing the
+rollouts" lists the fields.
 """
 
 import io
@@ -105,7 +97,14 @@ def _write_images(batch: DataProto, step: int, out_dir: str) -> list[list[str]]:
 
 
 def rollout_records(batch: DataProto, step: int, tokenizer: Any, image_paths: list[list[str]]) -> list[dict]:
-    """The JSON records of one step's samples (see the module docstring)."""
+    """The JSON records of one step's samples: {"step", "uid", "prompt", "response", "ground_truth", "reward",
+    "scores", "advantage", "response_length", "images"}.
+
+    `reward` is the reward function's score (the sum of token_level_scores, before any KL penalty); `scores` holds
+    every key the reward function returned; `advantage` is the mean advantage over the response's valid tokens.
+    Image paths are relative to the dump directory; the responses to one prompt (one uid) share its image files.
+    Videos are not written.
+    """
     prompts, responses = decode_texts(batch, tokenizer)
     mask = batch.batch["response_mask"].float()
     lengths = mask.sum(-1)

@@ -162,7 +162,7 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
     total_steps = count_training_steps(config, len(train_dataloader))
     config.worker.actor.optim.training_steps = config.worker.critic.optim.training_steps = total_steps
     # One reward runner serves training and validation: validation never overlaps a training step's reward, and a
-    # second reward actor would cost its own process (~0.4 GB with the tokenizer) and start-up time.
+    # second reward actor would cost its own process (memory and start-up time).
     model, reward = config.worker.actor.model, config.worker.reward
     reward_fn = judge = None
     try:

@@ -16,12 +16,8 @@
     overall = worker.reward.rule_weight x rule + worker.reward.model.weight x rm_score
               + worker.reward.judge.weight x judge_score
 
-Each part is optional (at least one is configured). The rule functions run in a thread of the trainer
-(worker.reward.run_in=driver) or in the reward actor (run_in=actor), the reward model in its role of the worker
-processes, the judge in its own actor with its own engine; the rule functions and the judge are asked first and
-score while the reward model runs. Every part is logged under its own key (`rule_overall`,
-`rm_score`, `judge_score`, `judge_grade`, `judge_parse_error`, plus the rule function's own keys) next to the
-combined `overall`; without a reward model or judge the rule function's columns are passed through unchanged.
+Each part is optional; the rule functions and the judge are asked first and score while the reward model runs.
+Every part is logged under its own key next to the combined `overall` (docs/metrics.md).
 """
 
 from collections.abc import Callable

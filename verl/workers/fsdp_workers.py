@@ -11,19 +11,14 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""FSDPWorker: what runs inside each worker process. One class, several roles:
+"""FSDPWorker: what runs inside each worker process, in one of several roles.
 
     actor_rollout_ref   the policy (FSDP2 + optimizer), its vLLM engine and the frozen reference model
     actor_rollout       the same without a reference (algorithm.disable_kl)
     critic              the value model (FSDP2 + optimizer), for gae
 
-Colocated roles share the process (create_colocated_worker_cls), the torch.distributed world and the devices.
-Each registered method is one RPC of docs/data_flow.md; the driver calls it on the whole group. Batches arrive on
-the worker's device and results leave on the CPU (the device boundary of `@register`).
-
-Offloading (`offload.offload_params` / `offload.offload_optimizer` of each role): the parameters (and Adam states)
-live in CPU memory between phases and come to the device only for the phase that uses them (`_resident`), so the
-rollout engine has the device to itself while it generates. On the CPU these moves are no-ops.
+Each registered method is one RPC of docs/data_flow.md. With offloading, parameters and optimizer states live in CPU
+memory between phases and come to the device only for the phase that uses them (`_resident`).
 """
 
 import contextlib

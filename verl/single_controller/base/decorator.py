@@ -13,30 +13,9 @@
 # limitations under the License.
 """`@register`: how a worker method's arguments are split across ranks and how the results come back.
 
-A worker class declares each remote method once, with the dispatch mode next to its signature:
-
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    def compute_values(self, data: DataProto) -> DataProto: ...
-
-The driver-side WorkerGroup reads these declarations and builds a proxy per method: dispatch (split the
-arguments into one call per rank) -> execute (on every rank, or on rank 0) -> collect (merge the per-rank
-results). Dispatch and collect are plain functions of the world size and the arguments, so they are tested
-without any processes.
-
-| mode              | what each rank receives                                    | what the caller gets            |
-| ----------------- | ---------------------------------------------------------- | ------------------------------- |
-| ONE_TO_ALL        | the same arguments                                         | list of per-rank results        |
-| ALL_TO_ALL        | item i of every argument (each a list of world_size items) | list of per-rank results        |
-| DP_COMPUTE        | a contiguous slice of every `list` argument; others as-is  | the per-rank lists concatenated |
-| DP_COMPUTE_PROTO  | a chunk of every DataProto (padded to a multiple of the    | one DataProto, padding removed  |
-|                   | world size); other arguments as-is                         |                                 |
-| DP_COMPUTE_METRIC | as DP_COMPUTE_PROTO                                        | list of per-rank results        |
-| RANK_ZERO         | the same arguments                                         | rank 0's result                 |
-
-The device boundary: inside the worker, a registered method receives its DataProto arguments on the worker's
-device (the worker's `device` attribute, e.g. cuda:0) and its DataProto result goes back on the CPU. This is the one
-place where batches cross between host and accelerator, so worker code never moves a batch itself and the driver
-never receives device tensors. Workers without a `device` attribute, or on the CPU, are called unchanged.
+A worker class declares each remote method once, with its dispatch mode (`Dispatch`) next to its signature; the
+driver-side WorkerGroup builds a proxy per method: dispatch -> execute -> collect. Dispatch and collect are plain
+functions of the world size and the arguments, so they are tested without any processes.
 """
 
 import functools
@@ -57,7 +36,18 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Dispatch(Enum):
-    """How a call's arguments are split across ranks and the results merged (see the module docstring)."""
+    """How a call's arguments are split across ranks and the results merged.
+
+    | mode              | what each rank receives                                    | what the caller gets            |
+    | ----------------- | ---------------------------------------------------------- | ------------------------------- |
+    | ONE_TO_ALL        | the same arguments                                         | list of per-rank results        |
+    | ALL_TO_ALL        | item i of every argument (each a list of world_size items) | list of per-rank results        |
+    | DP_COMPUTE        | a contiguous slice of every `list` argument; others as-is  | the per-rank lists concatenated |
+    | DP_COMPUTE_PROTO  | a chunk of every DataProto (padded to a multiple of the    | one DataProto, padding removed  |
+    |                   | world size); other arguments as-is                         |                                 |
+    | DP_COMPUTE_METRIC | as DP_COMPUTE_PROTO                                        | list of per-rank results        |
+    | RANK_ZERO         | the same arguments                                         | rank 0's result                 |
+    """
 
     ONE_TO_ALL = "one_to_all"
     ALL_TO_ALL = "all_to_all"
@@ -94,7 +84,9 @@ def register(
 
     blocking=False makes the group method return a future at once (its `.get()` gives the collected result), so
     the driver can start work on several groups before waiting on any. Inside the worker process the function runs
-    as written, behind the device boundary described in the module docstring.
+    as written, behind the device boundary: its DataProto arguments arrive on the worker's `device` (e.g. cuda:0)
+    and its DataProto result goes back on the CPU, so worker code never moves a batch itself and the driver never
+    receives device tensors. Workers without a `device` attribute, or on the CPU, are called unchanged.
     """
     if not isinstance(dispatch_mode, Dispatch):
         raise TypeError(f"register(dispatch_mode=...) needs a Dispatch member, got {dispatch_mode!r}.")

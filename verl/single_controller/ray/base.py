@@ -13,23 +13,10 @@
 # limitations under the License.
 """RayWorkerGroup: one Ray actor per bundle of a resource pool, driven through the `@register` methods.
 
-Startup, in order:
-1. a free port is picked on rank 0's node (MASTER_PORT; MASTER_ADDR is that node's IP): by the driver if it runs
-   there, else by a zero-CPU task scheduled on that node;
-2. every rank's actor is created at once, with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
-   MASTER_PORT in its environment, so each constructor may call `torch.distributed.init_process_group` (which
-   blocks until all ranks join, hence the port is chosen before any actor exists rather than asked of rank 0);
-3. the group waits until every constructor has returned, so a failing constructor raises here, not later.
-
-When every rank runs on the driver's own node (a single-machine run), nothing of the group listens beyond loopback:
-the ranks meet through a file store (VERL_DIST_INIT_METHOD=file://..., read by `verl.utils.device.init_distributed`)
-instead of torch's TCPStore, which binds every interface and has no authentication, MASTER_ADDR is 127.0.0.1, and
-gloo and nccl are told to use the loopback interface (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, unless already set).
-
-Colocation: `create_colocated_worker_cls({"actor_rollout_ref": A, "critic": B})` builds one actor class whose
-process holds an A and a B (sharing the device and the process group); its methods are the roles' methods
-renamed `{role}_{method}`, and `RayWorkerGroup.spawn({"actor_rollout_ref", "critic"})` gives one group view per
-role whose methods have their plain names again.
+The group picks rank 0's rendezvous port before any actor exists, creates every rank's actor at once with a
+torchrun-style environment, and waits for every constructor, so a failing one raises here. On a single machine the
+ranks meet through a file store on loopback (docs/reliability.md); `create_colocated_worker_cls` puts several roles
+in one process.
 """
 
 import os
@@ -141,6 +128,14 @@ class RayWorkerGroup(WorkerGroup):
     Every `@register` method of the worker class becomes a method of the group: `wg.method(...)` dispatches the
     arguments, runs on all ranks (or rank 0) and collects the results; non-blocking methods return a
     WorkerGroupFuture.
+
+    Start-up: a free port is picked on rank 0's node (by the driver if it runs there, else by a zero-CPU task on that
+    node) before any actor exists, because `init_process_group` in the constructors blocks until every rank joins;
+    every rank's actor is then created with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
+    MASTER_PORT set, and the group waits until every constructor has returned. When every rank runs on the driver's
+    node, the ranks meet through a file store (VERL_DIST_INIT_METHOD, read by `verl.utils.device.init_distributed`)
+    instead of torch's TCPStore, MASTER_ADDR is 127.0.0.1, and gloo and nccl use the loopback interface
+    (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, unless already set).
     """
 
     def __init__(

@@ -13,15 +13,9 @@
 # limitations under the License.
 """Resource pools: one STRICT_PACK placement group per node, checked against the cluster before anything waits.
 
-A pool of `process_on_nodes=[4, 4]` reserves two groups of four bundles; each group sits on one node, so the
-processes that talk most (those of one node) share a machine. A bundle is {"GPU": 1, "CPU": c} on GPU machines
-or {"CPU": c} on CPU machines, and holds the process(es) of one rank. Ray would leave a placement group that
-can never fit pending forever, so the pool first compares the request with the nodes Ray reports and fails at
-once with both in the message; a request that fits the cluster but not its currently free resources fails
-after `ready_timeout_s`.
-
-Rank order is derived from where the groups landed (node IP, then bundle index), not from creation order, so a
-restarted job on the same cluster gives every node the same ranks as before.
+Ray would leave a placement group that can never fit pending forever, so the pool first compares the request with
+the nodes Ray reports and fails at once with both in the message. Rank order is derived from where the groups
+landed (node IP, then bundle index), so a restarted job on the same cluster gives every node the same ranks.
 """
 
 import ipaddress

@@ -13,18 +13,9 @@
 # limitations under the License.
 """Save and restore one FSDP2 role (model, optimizer, LR schedule, RNG, extra state) with torch.distributed.checkpoint.
 
-Layout of a checkpoint directory (e.g. global_step_10/actor):
-
-    .metadata, __0_0.distcp, ...   DCP shards: model and optimizer by parameter name, plus the trainer state
-    huggingface/                   config.json, generation_config.json, tokenizer or processor files
-
-DCP stores every tensor by its fully qualified name and its global shape, so a checkpoint written by 2 ranks loads
-on 1 (or 8): each loading rank reads the slices of its own shards. The LR schedule and the extra state are the same
-on every rank and saved once; RNG states differ per rank and are saved per rank (a rank that has none in the
-checkpoint, because it did not exist then, keeps its own).
-
-Writes are atomic at the directory level: everything goes to `<path>.tmp` and is renamed to `<path>` only when
-all ranks have finished, so a crash mid-save never leaves a directory that looks complete.
+DCP stores every tensor by its name and global shape, so a checkpoint written by 2 ranks loads on 1 (or 8). Writes go
+to `<path>.tmp`, renamed to `<path>` only when all ranks have finished, so a crash mid-save never leaves a directory
+that looks complete. A directory holds the DCP shards and `huggingface/` (config, generation config, tokenizer).
 """
 
 import contextlib
@@ -166,7 +157,9 @@ class FSDPCheckpointManager:
     """Checkpoints of one role: an FSDP2 model and optionally its optimizer, LR scheduler, tokenizer and processor.
 
     All ranks call `save` and `load` together (they are collective). The tokenizer and processor are only written
-    beside the shards (a processor saves its tokenizer too), never read back.
+    beside the shards (a processor saves its tokenizer too), never read back. The LR schedule and the extra state are
+    the same on every rank and saved once; RNG states are saved per rank (a rank that has none in the checkpoint,
+    because it did not exist then, keeps its own).
     """
 
     def __init__(

@@ -13,21 +13,9 @@
 # limitations under the License.
 """A generative judge: an LLM in its own Ray actor grades each response, and the grade is parsed from its answer.
 
-Why an actor of its own. The judge is a different model from the policy and is never trained, so it does not
-belong in the FSDP workers' hybrid engine: it is one vLLM engine, built once, that the trainer calls with a whole
-batch while the workers do other work. On CPU it runs in-process in the actor (`VLLM_ENABLE_V1_MULTIPROCESSING=0`,
-float32, eager, an explicit KV-cache size, as the rollout engine); on GPU it takes the device share Ray gives it.
-
-Prompt. A Jinja template (a file, or the built-in `DEFAULT_TEMPLATE`) is rendered with `prompt` (the user's message
-before any chat template), `response`, `ground_truth` (None when the dataset has none) and `min_grade`/`max_grade`.
-The text becomes the single user message of the judge's own chat template, with the generation prompt added. A
-judge prompt that does not fit the judge's context is not generated at all and counts as a parse error (its grade
-would be a guess about text the judge never saw).
-
-Grade. The LAST match of `grade_pattern` in the answer is the grade (a judge that reasons first may quote other
-numbers before its verdict); its first group is the number, or the whole match if the pattern has no group. A grade
-outside [min_grade, max_grade], or no match, is a parse error: score 0, grade NaN, `judge_parse_error` 1, so a judge
-that rambles never earns the policy a reward, and the error rate shows in the metrics.
+The judge is a different model from the policy and is never trained, so it does not belong in the FSDP workers'
+hybrid engine: it is one vLLM engine, built once, that the trainer calls with a whole batch while the workers do
+other work. docs/rewards.md describes its prompt template, grade parsing and settings.
 """
 
 import contextlib
@@ -101,7 +89,7 @@ class JudgeConfig:
     temperature: float = 0.0
     """Sampling temperature of the judge; 0 is greedy, so a response gets the same grade every time."""
     dtype: str = "auto"
-    """Weights dtype inside vLLM: auto is float32 on CPU (bf16 is 3-4x slower there, and CPU always runs float32)
+    """Weights dtype inside vLLM: auto is float32 on CPU (bf16 is much slower there, and CPU always runs float32)
     and bfloat16 on GPU; bf16, fp16 and fp32 choose on GPU."""
     kv_cache_memory_mb: int = 256
     """KV-cache size in MiB on CPU, where vLLM needs an explicit size; on GPU gpu_memory_utilization sizes it."""

@@ -13,11 +13,9 @@
 # limitations under the License.
 """The rule-based reward in the trainer's own process (`worker.reward.run_in=driver`, the default).
 
-A batch is scored in a background thread, so scoring still overlaps the workers' log-prob and value passes (the
-trainer's thread only waits on Ray meanwhile), as the reward Ray actor's does, without a process of its own: that
-process cost ~0.4 GB and ~8 CPU-seconds of start-up (torch, transformers and a tokenizer imported again) on the
-2-core CI machine. Each batch gets its own daemon thread: a reward function that hangs past worker.reward.timeout_s
-stops the run with an error, and its thread never keeps the trainer's process from exiting.
+Each batch is scored in its own daemon thread, so scoring overlaps the workers' log-prob and value passes as the
+reward Ray actor's does, without that actor's process and start-up (docs/performance.md). A reward function that
+hangs past worker.reward.timeout_s stops the run with an error.
 """
 
 import threading

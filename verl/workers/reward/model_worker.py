@@ -13,19 +13,9 @@
 # limitations under the License.
 """RewardModelWorker: scores (prompt, response) pairs with a sequence-classification reward model under FSDP2.
 
-The reward model (RM) usually has another tokenizer and chat template than the policy, so the worker does not reuse
-the policy's token ids: it turns each row back into text (the user message from `prompt_content`, the response
-decoded with the policy tokenizer), renders [user, assistant] with the RM's chat template, tokenizes with the RM's
-tokenizer and takes the RM's score at the last token of the conversation. `scripts/train_reward_model.py` trains
-RMs with the same rendering (`render_conversation`, `tokenize_conversations`, `last_token_scores`), so a trained
-RM sees at inference exactly the text layout it was trained on.
-
-Conversations longer than `max_length` tokens keep their end (truncation from the left): the score is read at the
-last token, and the end of the response is what an RM must see; the share of truncated rows is a metric.
-
-The worker runs alone in a RayWorkerGroup or as one role of `create_colocated_worker_cls` (then it shares the
-process, the torch.distributed group and the device with the other roles). Batches arrive on the worker's device and
-results leave on the CPU through the device boundary of `@register` (`self.device`).
+The reward model (RM) usually has another tokenizer and chat template than the policy, so the worker turns each row
+back into text and renders it with the RM's own template, as `scripts/train_reward_model.py` does in training
+(`render_conversation`, `tokenize_conversations`, `last_token_scores`). docs/rewards.md has its settings.
 """
 
 import logging

