@@ -27,6 +27,8 @@ import torch
 
 from verl.data.multimodal import load_image, processor_inputs
 from verl.data.sources import RowSource, load_source
+from verl.models.rope_index import RopeIndex, uses_mrope
+from verl.protocol import DataProto
 
 
 logger = logging.getLogger(__name__)
@@ -55,8 +57,6 @@ class SFTDataset(torch.utils.data.Dataset):
         self.tokenizer, self.processor, self.config = tokenizer, processor, config
         self.rope_index = None
         if model_config is not None and processor is not None:
-            from verl.models.rope_index import RopeIndex, uses_mrope
-
             if uses_mrope(model_config):
                 self.rope_index = RopeIndex(model_config)
         self.max_length = config.max_length
@@ -237,8 +237,6 @@ class SFTDataset(torch.utils.data.Dataset):
 
 def collate_sft(examples: list[dict[str, Any]]) -> Any:
     """A DataProto batch of SFT examples (tensors stacked, images as a non-tensor column)."""
-    from verl.protocol import DataProto
-
     tensors = {
         key: torch.stack([example[key] for example in examples]) for key in examples[0] if key != "multi_modal_data"
     }

@@ -43,6 +43,7 @@ from verl.models.loading import (
     get_vision_tower,
     run_vision_tower_in_every_forward,
 )
+from verl.models.lora import apply_lora
 from verl.utils.torch_compat import drop_unreduced_grads, reset_iteration
 
 
@@ -204,8 +205,6 @@ def create_fsdp_model(
     else:
         model = build_model(model_config, device="cpu", **build)
     if with_lora and model_config.lora.rank > 0:
-        from verl.models.lora import apply_lora
-
         vision_language = get_vision_tower(model) is not None
         for built in (model, full_model) if full_model is not None else (model,):
             trainable = apply_lora(built, model_config.lora, vision_language, model_config.model_path)

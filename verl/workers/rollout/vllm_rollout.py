@@ -29,10 +29,16 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from verl.envs import load_environment
+from verl.envs.client_env import ChatClientEnv
+from verl.models.rope_index import RopeIndex, load_model_config
 from verl.protocol import DataProto, to_object_array
 from verl.utils import device, quiet
+from verl.workers.actor.forward import process_media
 from verl.workers.rollout import vllm_compat
+from verl.workers.rollout.client_episodes import run_client_episodes
 from verl.workers.rollout.config import RolloutConfig
+from verl.workers.rollout.multi_turn import ChatContinuation, Episode, ImageTokens, TurnRunner, run_episodes
 from verl.workers.rollout.sequences import extend_position_ids, pad_rows, response_mask_through_eos
 
 
@@ -287,9 +293,6 @@ class VLLMRollout:
         self._base_sampling = self._base_sampling_kwargs()
         self.env = None
         if config.env:  # multi-turn episodes against an environment (verl.envs, verl.workers.rollout.multi_turn)
-            from verl.envs import load_environment
-            from verl.workers.rollout.multi_turn import ChatContinuation, ImageTokens
-
             self.env = load_environment(config.env, config.env_kwargs)
             self.continuation = ChatContinuation(tokenizer)
             self.image_tokens = ImageTokens(processor, tokenizer) if self.multimodal else None
@@ -451,9 +454,6 @@ class VLLMRollout:
     ) -> DataProto:
         """n multi-turn episodes per prompt against `self.env`; the same columns as a single-turn rollout, with the
         environment's tokens in the response (loss mask 0) and per-episode env_* counts."""
-        from verl.envs.client_env import ChatClientEnv
-        from verl.workers.rollout.multi_turn import Episode, TurnRunner, run_episodes
-
         n = kwargs["n"]
         columns = prompts.non_tensor_batch
         episodes = []
@@ -479,8 +479,6 @@ class VLLMRollout:
             env_name=f"{type(self.env).__name__} (worker.rollout.env)",
         )
         if isinstance(self.env, ChatClientEnv):
-            from verl.workers.rollout.client_episodes import run_client_episodes
-
             messages = self._prompt_messages(prompts, inputs)
             run_client_episodes(
                 runner,
@@ -534,9 +532,6 @@ class VLLMRollout:
         """Episodes whose environment sent images: their media column holds the prompt's images and then the
         environment's, `multi_modal_inputs` holds every row's model inputs in that order (the workers use it as is),
         and the position ids come from the model's own rope index over the whole sequence."""
-        from verl.models.rope_index import RopeIndex, load_model_config
-        from verl.workers.actor.forward import process_media
-
         if getattr(self, "rope_index", None) is None:
             self.rope_index = RopeIndex(load_model_config(self.model_path, self.config.trust_remote_code))
         media = non_tensors.get("multi_modal_data")
