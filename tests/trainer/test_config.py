@@ -510,3 +510,68 @@ def test_reward_model_keys_are_checked_before_anything_starts(files, tmp_path):
             load_config([*base_args(files), *overrides.split()])
     with pytest.raises(NotImplementedError, match="reward models are text models"):
         load_config([*base_args(files), f"worker.reward.model.model_path={vl}"])
+
+
+def test_sections_check_their_own_fields_under_the_prefix_they_are_given():
+    from verl.models.config import LoraConfig, ModelConfig
+    from verl.utils.optim import OptimConfig
+    from verl.workers.config import RewardConfig, RolloutConfig
+
+    with pytest.raises(ConfigError, match=r"'worker.critic.optim.lr' must be zero or positive"):
+        OptimConfig(lr=-1.0).validate("worker.critic.optim.")
+    with pytest.raises(ConfigError, match=r"worker.model.lora: rank must be >= 0"):
+        ModelConfig(lora=LoraConfig(rank=-1)).validate("worker.model.")
+    with pytest.raises(ConfigError, match=r"worker.rollout.top_p must lie in \(0, 1\], got 0"):
+        RolloutConfig(top_p=0.0).validate("worker.rollout.")
+    with pytest.raises(ConfigError, match=r"'worker.reward.run_in' is 'process'"):
+        RewardConfig(run_in="process").validate("worker.reward.")
+
+
+def test_every_derived_key_is_copied_from_its_source(files):
+    from verl.trainer.config import DERIVED_KEYS
+
+    def get(config, dotted):
+        for part in dotted.split("."):
+            config = getattr(config, part)
+        return config
+
+    config = load_config(
+        [
+            *base_args(files),
+            "data.max_prompt_length=64",
+            "data.max_response_length=32",
+            "worker.actor.model.trust_remote_code=true",
+            "algorithm.use_kl_loss=true",
+            "algorithm.kl_penalty=kl",
+            "algorithm.kl_coef=0.05",
+            "algorithm.disable_kl=true",
+            "worker.actor.micro_batch_size_per_device_for_experience=3",
+            "worker.actor.padding_free=false",
+            "worker.actor.dynamic_batching=false",
+            "worker.actor.micro_batch_size_per_device_for_update=2",
+            f"data.override_chat_template={files / 'fmt.jinja'}",
+        ]
+    )
+    defaults = PPOConfig()
+    for key, source in DERIVED_KEYS.items():
+        assert get(config, key) == get(config, source), key
+        if key != "worker.ref.ulysses_size":  # (needs a model config to set)
+            assert get(config, key) != get(defaults, key), f"{key} keeps its default: the test sets no new value"
+
+
+def test_sft_shares_the_trainer_keys_and_their_checks(tmp_path):
+    from verl.sft.config import SFTConfig, SFTTrainerConfig, load_sft_config
+    from verl.trainer.config import BaseTrainerConfig, TrainerConfig
+
+    assert issubclass(TrainerConfig, BaseTrainerConfig) and issubclass(SFTTrainerConfig, BaseTrainerConfig)
+    rl_docs = {key: doc for key, _, doc in describe_fields(PPOConfig)}
+    sft_docs = {key: doc for key, _, doc in describe_fields(SFTConfig)}
+    for f in dataclasses.fields(BaseTrainerConfig):
+        assert sft_docs[f"trainer.{f.name}"] == rl_docs[f"trainer.{f.name}"] != ""
+    assert SFTTrainerConfig().n_gpus_per_node == 1 and TrainerConfig().n_gpus_per_node == 8  # each keeps its defaults
+    (tmp_path / "train.jsonl").write_text("{}\n")
+    base = [f"data.train_files={tmp_path / 'train.jsonl'}", "worker.model.model_path=Qwen/Qwen2-0.5B"]
+    with pytest.raises(ConfigError, match=r"'trainer.logger' is 'neptune'"):
+        load_sft_config([*base, "trainer.logger=[neptune]"])
+    with pytest.raises(ConfigError, match=r"'worker.optim.strategy' is 'sgd'"):
+        load_sft_config([*base, "worker.optim.strategy=sgd"])

@@ -14,11 +14,18 @@
 """Configuration of a trained model: where it comes from, its attention and LoRA adapters, and how FSDP2 shards and
 offloads it. The actor, the critic, the reference and reward models and SFT share these sections.
 
-Every field has a docstring right under it; `python -m verl.trainer.main --help-config` prints them.
+Every field has a docstring right under it; `python -m verl.trainer.main --help-config` prints them. Each section
+checks its own values in `validate(prefix)` (and ModelConfig its local files in `check_files(prefix)`), raising
+ConfigError with the key as `prefix + field`, so every config that embeds them gets the same checks.
 """
 
+import json
+import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from verl.utils.config import ConfigError, require_choice, require_path
 
 
 ATTN_IMPLEMENTATIONS: tuple[str, ...] = ("auto", "varlen", "flash_attention_2", "flash_attention_3", "sdpa", "eager")
@@ -26,6 +33,9 @@ ATTN_IMPLEMENTATIONS: tuple[str, ...] = ("auto", "varlen", "flash_attention_2", 
 
 VISION_LANGUAGE_MODEL_TYPES: tuple[str, ...] = ("qwen2_vl", "qwen2_5_vl")
 """Vision-language model types the trainer supports (3-D rope index, vision-tower hooks); others are refused."""
+
+TORCH_DTYPES: tuple[str | None, ...] = (None, "fp32", "bf16", "fp16")
+"""Values of fsdp.torch_dtype."""
 
 
 @dataclass
@@ -44,6 +54,19 @@ class LoraConfig:
     """Regular expression of module names left without adapters, e.g. ".*mlp.*"."""
     vision_tower: bool = False
     """Give a VLM's vision tower adapters too; by default it has none (it stays frozen, as the base weights do)."""
+
+    def validate(self, prefix: str) -> None:
+        if self.rank < 0 or self.alpha <= 0:
+            raise ConfigError(
+                f"{prefix.rstrip('.')}: rank must be >= 0 and alpha > 0, got rank={self.rank}, alpha={self.alpha}."
+            )
+        if self.rank > 0 and self.exclude_modules is not None:
+            try:
+                re.compile(self.exclude_modules)
+            except re.error as error:
+                raise ConfigError(
+                    f"{prefix}exclude_modules={self.exclude_modules!r} is not a regular expression: {error}."
+                ) from None
 
 
 @dataclass
@@ -66,6 +89,26 @@ class ModelConfig:
     flash-attn package; sdpa or eager make padding_free fall back to padded rows (their packed path is a dense mask)."""
     lora: LoraConfig = field(default_factory=LoraConfig)
     """Low-rank adapters."""
+
+    def validate(self, prefix: str) -> None:
+        require_choice(self, prefix, "attn_implementation", ATTN_IMPLEMENTATIONS)
+        self.lora.validate(f"{prefix}lora.")
+
+    def check_files(self, prefix: str) -> None:
+        """The model and tokenizer exist (or are hub ids), and a local vision-language model is of a supported type."""
+        require_path(self, prefix, "model_path", "directory", allow_hub=True)
+        require_path(self, prefix, "tokenizer_path", "directory", allow_hub=True)
+        key = f"{prefix}model_path"
+        model_config = read_model_config(key, self.model_path)
+        if model_config is None:
+            return  # a hub id: the worker checks it when it loads the config
+        model_type = model_config.get("model_type")
+        if "vision_config" in model_config and model_type not in VISION_LANGUAGE_MODEL_TYPES:
+            raise NotImplementedError(
+                f"{key}='{self.model_path}' is a {model_type!r} vision-language model, which is not supported yet (its "
+                "position ids and vision tower differ); supported vision-language models: "
+                f"{', '.join(VISION_LANGUAGE_MODEL_TYPES)}."
+            )
 
 
 @dataclass
@@ -95,6 +138,9 @@ class FSDPConfig:
     mp_buffer_dtype: str = "fp32"
     """Dtype of buffers such as rotary caches."""
 
+    def validate(self, prefix: str) -> None:
+        require_choice(self, prefix, "torch_dtype", TORCH_DTYPES)
+
 
 @dataclass
 class OffloadConfig:
@@ -103,3 +149,24 @@ class OffloadConfig:
     update, so the rollout engine can use that memory. Host and device are the same memory on the CPU."""
     offload_optimizer: bool = False
     """Keep the optimizer states in host memory except during the update. Host and device are the same on the CPU."""
+
+
+def check_offload(prefix: str, fsdp: FSDPConfig, offload: OffloadConfig) -> None:
+    """The FSDP CPU-offload policy and offload.offload_params both move the parameters: a section keeps one."""
+    if fsdp.enable_cpu_offload and offload.offload_params:
+        raise ConfigError(
+            f"{prefix}fsdp.enable_cpu_offload and {prefix}offload.offload_params both offload the parameters; keep "
+            "one (offload_params frees the device between phases, enable_cpu_offload always)."
+        )
+
+
+def read_model_config(key: str, path: str | None) -> dict[str, Any] | None:
+    """The config.json of the local model directory named by config key `key`; None for a hub id (or no file)."""
+    config_file = os.path.join(path, "config.json") if path else ""
+    if not os.path.isfile(config_file):
+        return None  # a hub id: the worker checks it when it loads the config
+    try:
+        with open(config_file, encoding="utf-8") as file:
+            return json.load(file)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{key}: cannot read '{config_file}' as JSON: {err}.") from None

@@ -13,16 +13,30 @@
 # limitations under the License.
 """The typed config of supervised fine-tuning (`python -m verl.sft.main`): defaults < YAML < command line.
 
-The model, optimizer and FSDP sections are the RL actor's own classes, so a model that fine-tunes here trains
-under RL with the same keys.
+The model, optimizer and FSDP sections are the RL actor's own classes, and the trainer section extends the RL
+trainer's shared keys (`BaseTrainerConfig`), so a model that fine-tunes here trains under RL with the same keys, and
+both check them the same way. Each section validates its own fields; `validate_sft_config` adds the one rule across
+sections (the batch over the devices).
 """
 
 import os
 from dataclasses import dataclass, field
 
 from verl.models.config import FSDPConfig, ModelConfig
-from verl.utils.config import ConfigError, load_yaml, merge_config, parse_dotlist
+from verl.trainer.config import BaseTrainerConfig
+from verl.utils.config import (
+    ConfigError,
+    load_yaml,
+    merge_config,
+    parse_dotlist,
+    require_data_files,
+    require_path,
+    require_positive,
+)
 from verl.utils.optim import OptimConfig
+
+
+TRUNCATIONS = ("error", "right")
 
 
 @dataclass
@@ -65,6 +79,23 @@ class SFTDataConfig:
     override_chat_template: str | None = None
     """A Jinja chat template (file path or text) replacing the tokenizer's."""
 
+    def validate(self, prefix: str) -> None:
+        if (self.prompt_key is None) != (self.response_key is None):
+            raise ConfigError(
+                f"{prefix}prompt_key and {prefix}response_key go together (a one-turn conversation); set both."
+            )
+        if self.truncation not in TRUNCATIONS:
+            raise ConfigError(f"{prefix}truncation is '{self.truncation}'; choose one of: {', '.join(TRUNCATIONS)}.")
+        require_positive(self, prefix, "max_length", "batch_size", "val_batch_size")
+
+    def check_files(self, prefix: str) -> None:
+        if not self.train_files:
+            raise ConfigError(
+                f"{prefix}train_files is empty; give a local file or directory, or a dataset name@split."
+            )
+        require_data_files(self, prefix, "train_files", "val_files")
+        require_path(self, prefix, "image_dir", "directory")
+
 
 @dataclass
 class SFTWorkerConfig:
@@ -84,29 +115,29 @@ class SFTWorkerConfig:
     max_grad_norm: float = 1.0
     """Gradient clipping threshold; a step with a non-finite norm is skipped."""
 
+    def validate(self, prefix: str) -> None:
+        require_positive(self, prefix, "micro_batch_size_per_device", "max_grad_norm")
+        self.model.validate(f"{prefix}model.")
+        if self.model.lora.rank > 0:
+            raise ConfigError(f"{prefix}model.lora.rank > 0: LoRA is not implemented yet; set it to 0.")
+        self.optim.validate(f"{prefix}optim.")
+        self.fsdp.validate(f"{prefix}fsdp.")
+
+    def check_files(self, prefix: str) -> None:
+        if not self.model.model_path:
+            raise ConfigError(f"{prefix}model.model_path is empty; give a local model directory or a hub id.")
+        self.model.check_files(f"{prefix}model.")
+
 
 @dataclass
-class SFTTrainerConfig:
+class SFTTrainerConfig(BaseTrainerConfig):
+    # SFT's own defaults of shared keys; their docstrings are BaseTrainerConfig's
     total_epochs: int = 3
-    """Passes over the training set."""
-    max_steps: int | None = None
-    """Stop after this many optimizer steps; overrides total_epochs."""
-    device: str = "auto"
-    """cuda, cpu, or auto (cuda when available)."""
-    nnodes: int = 1
-    """Machines."""
     n_gpus_per_node: int = 1
-    """Worker processes per machine (one per GPU; on CPU, processes)."""
     logger: list[str] = field(default_factory=lambda: ["console", "file"])
-    """Loggers, as for the RL trainer: console, file, tensorboard, wandb, swanlab, mlflow."""
     project_name: str = "verl_sft"
-    """Project name for the loggers and the default checkpoint path."""
     experiment_name: str = "sft"
-    """Run name for the loggers and the default checkpoint path."""
-    save_checkpoint_path: str | None = None
-    """Where checkpoints go; default checkpoints/<project_name>/<experiment_name>."""
-    save_freq: int = -1
-    """Save every this many steps (and always at the end); <= 0 saves only at the end."""
+
     val_freq: int = -1
     """Validate every this many steps (and at the end when there is a validation set); <= 0 only at the end."""
     export_hf_model: bool = True
@@ -124,9 +155,6 @@ class SFTConfig:
     """Devices, steps, logging and checkpoints."""
 
 
-TRUNCATIONS = ("error", "right")
-
-
 def _absolute(path: str | None) -> str | None:
     if not path or "@" in path and not os.path.exists(path):
         return path
@@ -134,42 +162,20 @@ def _absolute(path: str | None) -> str | None:
 
 
 def validate_sft_config(config: SFTConfig) -> None:
-    """Every check that needs no model and no cluster; raises ConfigError naming the key."""
+    """Every check that needs no model and no cluster: each section's values, the batch over the devices, then the
+    files the sections name; raises ConfigError naming the key."""
     data, worker, trainer = config.data, config.worker, config.trainer
-    if not data.train_files:
-        raise ConfigError("data.train_files is empty; give a local file or directory, or a dataset name@split.")
-    for key in ("train_files", "val_files", "image_dir"):
-        value = getattr(data, key)
-        if value and "@" not in value and not os.path.exists(value):
-            raise ConfigError(f"data.{key}='{value}' does not exist.")
-    if (data.prompt_key is None) != (data.response_key is None):
-        raise ConfigError("data.prompt_key and data.response_key go together (a one-turn conversation); set both.")
-    if data.truncation not in TRUNCATIONS:
-        raise ConfigError(f"data.truncation is '{data.truncation}'; choose one of: {', '.join(TRUNCATIONS)}.")
-    for key, value in (
-        ("data.max_length", data.max_length),
-        ("data.batch_size", data.batch_size),
-        ("data.val_batch_size", data.val_batch_size),
-        ("worker.micro_batch_size_per_device", worker.micro_batch_size_per_device),
-        ("worker.max_grad_norm", worker.max_grad_norm),
-        ("trainer.total_epochs", trainer.total_epochs),
-        ("trainer.nnodes", trainer.nnodes),
-        ("trainer.n_gpus_per_node", trainer.n_gpus_per_node),
-    ):
-        if value <= 0:
-            raise ConfigError(f"Config key '{key}' is {value}; it must be positive.")
-    if trainer.max_steps is not None and trainer.max_steps <= 0:
-        raise ConfigError(f"trainer.max_steps is {trainer.max_steps}; it must be positive (or unset).")
-    world = trainer.nnodes * trainer.n_gpus_per_node
+    data.validate("data.")
+    worker.validate("worker.")
+    trainer.validate("trainer.")
+    world = trainer.world_size()
     if data.batch_size % world != 0:
         raise ConfigError(
             f"data.batch_size={data.batch_size} must split evenly over trainer.nnodes x trainer.n_gpus_per_node = "
             f"{world} devices."
         )
-    if not worker.model.model_path:
-        raise ConfigError("worker.model.model_path is empty; give a local model directory or a hub id.")
-    if worker.model.lora.rank > 0:
-        raise ConfigError("worker.model.lora.rank > 0: LoRA is not implemented yet; set it to 0.")
+    data.check_files("data.")
+    worker.check_files("worker.")
 
 
 def load_sft_config(argv: list[str]) -> SFTConfig:
@@ -186,8 +192,6 @@ def load_sft_config(argv: list[str]) -> SFTConfig:
         setattr(data, key, _absolute(getattr(data, key)))
     model.model_path = _absolute(model.model_path)
     model.tokenizer_path = _absolute(model.tokenizer_path) or model.model_path
-    if trainer.save_checkpoint_path is None:
-        trainer.save_checkpoint_path = os.path.join("checkpoints", trainer.project_name, trainer.experiment_name)
-    trainer.save_checkpoint_path = os.path.abspath(trainer.save_checkpoint_path)
+    trainer.fill_checkpoint_path()
     validate_sft_config(config)
     return config

@@ -20,26 +20,50 @@
       trainer     TrainerConfig    steps, validation, checkpoints, loggers, cluster size
 
 `load_config(argv)` merges dataclass defaults < YAML (`config=FILE`) < dotlist overrides, fills the derived keys and
-validates everything that can be checked before Ray starts; each error names the key and what to change.
+validates everything that can be checked before Ray starts; each error names the key and what to change. Each
+section checks its own fields (`validate(prefix)`, then `check_files(prefix)` for the files it names); the rules
+that tie sections together are `check_cross_section`. `BaseTrainerConfig` is the trainer section SFT shares.
 """
 
-import json
 import logging
-import math
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from verl.algorithms.schedules import check_response_length_schedule
-from verl.models.config import ATTN_IMPLEMENTATIONS, VISION_LANGUAGE_MODEL_TYPES
-from verl.rewards.function import RewardFunctionLoadError, check_reward_function
-from verl.utils.config import ConfigError, load_yaml, merge_config, parse_dotlist, set_keys
-from verl.workers.actor.config import ActorConfig
+from verl.models.config import read_model_config
+from verl.utils.config import (
+    ConfigError,
+    load_yaml,
+    merge_config,
+    parse_dotlist,
+    require_choice,
+    require_data_files,
+    require_non_negative,
+    require_path,
+    require_positive,
+    set_keys,
+)
 from verl.workers.config import WorkerConfig
 
 
 logger = logging.getLogger(__name__)
+
+LOGGERS: tuple[str, ...] = ("console", "file", "tensorboard", "wandb", "swanlab", "mlflow")
+DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+
+EASYR1_LOSS_AVG_MODES: dict[str, str] = {"token": "token-mean", "seq": "seq-mean-token-mean"}
+"""EasyR1's values of loss_avg_mode and ours: accepted, with a deprecation warning."""
+
+
+def _algorithms() -> Any:
+    """The algorithm registries (`verl.algorithms.core_algos`), which validation reads.
+
+    They live with the torch code they register, so they are imported on first use.
+    """
+    from verl.algorithms import core_algos
+
+    return core_algos
 
 
 @dataclass
@@ -104,6 +128,29 @@ class DataConfig:
     skip_bad_rows: bool = False
     """Skip rows with a missing key or an unreadable image (counted in a warning) instead of failing."""
 
+    def validate(self, prefix: str) -> None:
+        names = ("max_prompt_length", "max_response_length", "rollout_batch_size", "mini_rollout_batch_size")
+        require_positive(self, prefix, *names)
+        require_non_negative(self, prefix, "seed", "dataloader_num_workers")
+        if self.val_batch_size == 0 or self.val_batch_size < -1:
+            raise ConfigError(
+                f"Config key '{prefix}val_batch_size' is {self.val_batch_size}; use a positive number of prompts, "
+                "or -1 for the whole validation set in one batch."
+            )
+        problem = check_response_length_schedule(self.response_length_schedule, self.max_response_length)
+        if problem:
+            raise ConfigError(f"{prefix}response_length_schedule={self.response_length_schedule} {problem}")
+
+    def check_files(self, prefix: str) -> None:
+        if not self.train_files:
+            raise ConfigError(
+                f"{prefix}train_files is empty; give a local file or directory, or a dataset name@split."
+            )
+        require_data_files(self, prefix, "train_files", "val_files")
+        require_path(self, prefix, "image_dir", "directory")
+        require_path(self, prefix, "format_prompt", "file")
+        require_path(self, prefix, "override_chat_template", "file")
+
 
 @dataclass
 class AlgorithmConfig:
@@ -152,9 +199,62 @@ class AlgorithmConfig:
     entropy_coeff_max: float = 0.05
     """Upper bound of the entropy coefficient under entropy_control."""
 
+    def validate(self, prefix: str) -> None:
+        algorithms = _algorithms()  # a registered estimator or KL estimator is a valid name
+        require_choice(self, prefix, "adv_estimator", algorithms.registered_adv_estimators())
+        require_choice(self, prefix, "kl_penalty", algorithms.registered_kl_penalties())
+        require_choice(self, prefix, "kl_type", algorithms.KL_CONTROLLER_TYPES)
+        self._check_estimator_options(prefix)
+        if self.disable_kl and self.use_kl_loss:
+            logger.warning(
+                "%sdisable_kl=true wins over %suse_kl_loss=true (as in EasyR1): no reference model, no KL loss.",
+                prefix,
+                prefix,
+            )
+        if self.kl_penalty == "full" and not self.disable_kl:
+            raise ConfigError(
+                f"{prefix}kl_penalty=full needs whole vocabulary distributions, but the workers compute "
+                "one log-prob per token; choose low_var_kl, kl, abs or mse."
+            )
+        if self.entropy_control:
+            if self.target_entropy <= 0 or self.entropy_coeff_delta <= 0:
+                raise ConfigError(
+                    f"{prefix}target_entropy={self.target_entropy} and {prefix}entropy_coeff_delta="
+                    f"{self.entropy_coeff_delta} must be positive under {prefix}entropy_control."
+                )
+            if not 0 <= self.entropy_coeff_min <= self.entropy_coeff_max:
+                raise ConfigError(
+                    f"{prefix}entropy_coeff_min={self.entropy_coeff_min} and entropy_coeff_max="
+                    f"{self.entropy_coeff_max} must satisfy 0 <= min <= max."
+                )
+        if self.online_filtering and not self.filter_low < self.filter_high:
+            raise ConfigError(
+                f"{prefix}filter_low={self.filter_low} must be below {prefix}filter_high={self.filter_high}."
+            )
+
+    def _check_estimator_options(self, prefix: str) -> None:
+        """An option the estimator does not take would be dropped silently: refuse it unless it holds its default."""
+        algorithms = _algorithms()
+        defaults = AlgorithmConfig()
+        for key in algorithms.ESTIMATOR_OPTIONS:
+            value = getattr(self, key)
+            if value == getattr(defaults, key) or key in algorithms.adv_estimator_parameters(self.adv_estimator):
+                continue
+            users = [
+                name
+                for name in algorithms.registered_adv_estimators()
+                if key in algorithms.adv_estimator_parameters(name)
+            ]
+            raise ConfigError(
+                f"{prefix}{key}={value} has no effect with {prefix}adv_estimator={self.adv_estimator}, which does "
+                f"not take {key}; remove it, or choose an estimator that uses it ({', '.join(users)})."
+            )
+
 
 @dataclass
-class TrainerConfig:
+class BaseTrainerConfig:
+    """The trainer keys that RL (TrainerConfig) and SFT (verl.sft.config.SFTTrainerConfig) share."""
+
     total_epochs: int = 15
     """Passes over the training set."""
     max_steps: int | None = None
@@ -171,6 +271,29 @@ class TrainerConfig:
     """Ray nodes to use."""
     n_gpus_per_node: int = 8
     """Devices per node: GPUs on GPU machines, worker processes (one CPU each) on CPU machines."""
+    save_freq: int = -1
+    """Checkpoint every this many steps (and always at the end); -1 saves only at the end."""
+    save_checkpoint_path: str | None = None
+    """Checkpoint root; defaults to checkpoints/<project_name>/<experiment_name>."""
+
+    def world_size(self) -> int:
+        """Devices (on CPU: worker processes) over all nodes."""
+        return self.nnodes * self.n_gpus_per_node
+
+    def fill_checkpoint_path(self) -> None:
+        """Default save_checkpoint_path from the project and experiment names, and make it absolute."""
+        if self.save_checkpoint_path is None:
+            self.save_checkpoint_path = os.path.join("checkpoints", self.project_name, self.experiment_name)
+        self.save_checkpoint_path = os.path.abspath(self.save_checkpoint_path)
+
+    def validate(self, prefix: str) -> None:
+        require_positive(self, prefix, "total_epochs", "max_steps", "nnodes", "n_gpus_per_node")
+        require_choice(self, prefix, "device", DEVICES)
+        require_choice(self, prefix, "logger", LOGGERS)
+
+
+@dataclass
+class TrainerConfig(BaseTrainerConfig):
     max_try_make_batch: int = 20
     """Generation rounds allowed to fill one step under online filtering; <= 0 means unlimited."""
     critic_warmup: int = 0
@@ -190,8 +313,6 @@ class TrainerConfig:
     scripts/rollout_viewer.py. None writes none."""
     rollout_data_freq: int = 1
     """With rollout_data_dir: dump the rollouts of every this many steps."""
-    save_freq: int = -1
-    """Checkpoint every this many steps; -1 saves only at the end."""
     save_limit: int = -1
     """Checkpoints kept (the best by validation score is always kept); -1 keeps all."""
     save_model_only: bool = False
@@ -200,12 +321,21 @@ class TrainerConfig:
     """On SIGTERM or SIGINT (scheduler preemption, Ctrl-C) the run finishes its current step and, if that happens
     within this many seconds of the signal, saves a checkpoint, then exits non-zero; a second signal stops at once.
     0 stops without saving."""
-    save_checkpoint_path: str | None = None
-    """Checkpoint root; defaults to checkpoints/<project_name>/<experiment_name>."""
     load_checkpoint_path: str | None = None
     """Resume from this global_step_N directory."""
     find_last_checkpoint: bool = True
     """Resume from the latest checkpoint under save_checkpoint_path when one exists."""
+
+    def validate(self, prefix: str) -> None:
+        super().validate(prefix)
+        require_positive(self, prefix, "rollout_data_freq")
+
+    def check_files(self, prefix: str) -> None:
+        path = self.load_checkpoint_path
+        if path:
+            require_path(self, prefix, "load_checkpoint_path", "directory")
+            if not os.path.basename(os.path.normpath(path)).startswith("global_step_"):
+                raise ConfigError(f"{prefix}load_checkpoint_path='{path}' must be a global_step_N directory.")
 
 
 @dataclass
@@ -220,7 +350,7 @@ class PPOConfig:
     """The training loop."""
 
 
-# Keys the loader fills in from another key; setting them is an error that names the key to set instead.
+# Keys the loader fills in from another key (`_copy_derived`); setting them is an error that names the key to set.
 DERIVED_KEYS: dict[str, str] = {
     "worker.rollout.prompt_length": "data.max_prompt_length",
     "worker.rollout.response_length": "data.max_response_length",
@@ -236,34 +366,23 @@ DERIVED_KEYS: dict[str, str] = {
     "worker.override_chat_template": "data.override_chat_template",
 }
 
-LOGGERS = ("console", "file", "tensorboard", "wandb", "swanlab", "mlflow")
 
-EASYR1_LOSS_AVG_MODES: dict[str, str] = {"token": "token-mean", "seq": "seq-mean-token-mean"}
-"""EasyR1's values of loss_avg_mode and ours: accepted, with a deprecation warning."""
-
-
-def _algorithms() -> Any:
-    """The algorithm registries (`verl.algorithms.core_algos`), which validation reads.
-
-    They live with the torch code they register, so they are imported on first use: `import verl.trainer.config`
-    (and --help-config) stays free of torch.
-    """
-    from verl.algorithms import core_algos
-
-    return core_algos
-
-
-def _get(config: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        config = getattr(config, part)
-    return config
-
-
-def _set(config: Any, dotted: str, value: Any) -> None:
-    *parents, last = dotted.split(".")
-    for part in parents:
-        config = getattr(config, part)
-    setattr(config, last, value)
+def _copy_derived(config: PPOConfig) -> None:
+    """Every key of DERIVED_KEYS from its source."""
+    data, algorithm, worker = config.data, config.algorithm, config.worker
+    actor, ref, rollout = worker.actor, worker.ref, worker.rollout
+    rollout.prompt_length = data.max_prompt_length
+    rollout.response_length = data.max_response_length
+    rollout.trust_remote_code = actor.model.trust_remote_code
+    actor.use_kl_loss = algorithm.use_kl_loss
+    actor.kl_penalty = algorithm.kl_penalty
+    actor.kl_coef = algorithm.kl_coef
+    actor.disable_kl = algorithm.disable_kl
+    ref.micro_batch_size_per_device_for_experience = actor.micro_batch_size_per_device_for_experience
+    ref.padding_free = actor.padding_free
+    ref.dynamic_batching = actor.dynamic_batching
+    ref.ulysses_size = actor.ulysses_size
+    worker.override_chat_template = data.override_chat_template
 
 
 def _absolutize(path: str | None) -> str | None:
@@ -306,8 +425,7 @@ def _absolutize_function(spec: str | None) -> str | None:
 
 def _rename_easyr1_values(config: PPOConfig) -> None:
     """Map values that EasyR1 spells differently to ours, with a one-line deprecation warning each."""
-    for role in ("actor", "critic"):
-        section = _get(config.worker, role)
+    for role, section in (("actor", config.worker.actor), ("critic", config.worker.critic)):
         renamed = EASYR1_LOSS_AVG_MODES.get(section.loss_avg_mode)
         if renamed is not None:
             logger.warning(
@@ -325,15 +443,11 @@ def fill_derived(config: PPOConfig) -> PPOConfig:
     actor = config.worker.actor
     if actor.loss_avg_mode is None:
         actor.loss_avg_mode = _algorithms().default_loss_avg_mode(actor.loss_type)
-    for key, source in DERIVED_KEYS.items():
-        _set(config, key, _get(config, source))
+    _copy_derived(config)
     for model in (config.worker.actor.model, config.worker.critic.model):
         model.tokenizer_path = model.tokenizer_path or model.model_path
     _absolutize_local_paths(config)
-    trainer = config.trainer
-    if trainer.save_checkpoint_path is None:
-        trainer.save_checkpoint_path = os.path.join("checkpoints", trainer.project_name, trainer.experiment_name)
-    trainer.save_checkpoint_path = os.path.abspath(trainer.save_checkpoint_path)
+    config.trainer.fill_checkpoint_path()
     rollout = config.worker.rollout
     rollout.env = _absolutize_function(rollout.env)
     if rollout.max_model_len is None:
@@ -361,149 +475,82 @@ def load_config(argv: list[str]) -> PPOConfig:
 # validation
 
 
-def _choice(key: str, value: Any, choices: tuple) -> None:
-    if value not in choices:
-        raise ConfigError(f"Config key '{key}' is '{value}'; choose one of: {', '.join(map(str, choices))}.")
+def validate_config(config: PPOConfig) -> None:
+    """Every check that needs no model and no cluster: each section's own values, the rules across sections, then
+    the files the sections name (loading reward functions and environments once). Raises ConfigError naming the key
+    to change."""
+    config.data.validate("data.")
+    config.algorithm.validate("algorithm.")
+    config.worker.validate("worker.")
+    config.trainer.validate("trainer.")
+    check_cross_section(config)
+    config.data.check_files("data.")
+    config.worker.check_files("worker.")
+    config.trainer.check_files("trainer.")
 
 
-def _positive(config: PPOConfig, *keys: str) -> None:
-    for key in keys:
-        value = _get(config, key)
-        if value is not None and value <= 0:
-            raise ConfigError(f"Config key '{key}' must be positive, got {value}.")
-
-
-def _non_negative(config: PPOConfig, *keys: str) -> None:
-    for key in keys:
-        value = _get(config, key)
-        if value is not None and value < 0:
-            raise ConfigError(f"Config key '{key}' must be zero or positive, got {value}.")
-
-
-def _check_numbers(config: PPOConfig) -> None:
-    """Values that type-check but make no sense: they would train backwards, train nothing or fail deep in a worker."""
-    _positive(
-        config,
-        "worker.actor.max_grad_norm",
-        "worker.critic.max_grad_norm",
-        "worker.actor.ppo_epochs",
-        "worker.critic.ppo_epochs",
-        "worker.rollout.kv_cache_memory_mb",
-        "worker.rollout.max_num_seqs",
-        "worker.rollout.max_num_batched_tokens",
-        "trainer.rollout_data_freq",
-    )
-    _non_negative(
-        config,
-        "worker.actor.optim.lr",
-        "worker.critic.optim.lr",
-        "worker.actor.optim.weight_decay",
-        "worker.critic.optim.weight_decay",
-        "worker.rollout.seed",
-        "data.seed",
-        "data.dataloader_num_workers",
-    )
-    if config.data.val_batch_size == 0 or config.data.val_batch_size < -1:
+def check_cross_section(config: PPOConfig) -> None:
+    """The rules that tie one section's values to another's."""
+    data, algorithm, worker = config.data, config.algorithm, config.worker
+    rollout = worker.rollout
+    if _algorithms().is_grouped_adv_estimator(algorithm.adv_estimator) and rollout.n < 2:
         raise ConfigError(
-            f"Config key 'data.val_batch_size' is {config.data.val_batch_size}; use a positive number of prompts, "
-            "or -1 for the whole validation set in one batch."
+            f"algorithm.adv_estimator={algorithm.adv_estimator} compares responses within a group and needs "
+            f"worker.rollout.n > 1 (got {rollout.n})."
         )
-    rollout = config.worker.rollout
-    if rollout.max_num_batched_tokens < rollout.max_num_seqs:
+    if algorithm.adv_estimator == "gae" and not worker.critic.model.model_path:
         raise ConfigError(
-            f"worker.rollout.max_num_batched_tokens={rollout.max_num_batched_tokens} is below "
-            f"worker.rollout.max_num_seqs={rollout.max_num_seqs}; vLLM needs room for one token of every sequence "
-            "per step: raise max_num_batched_tokens or lower max_num_seqs."
+            "algorithm.adv_estimator=gae trains a critic: set worker.critic.model.model_path "
+            "(usually the actor's model path)."
         )
-
-
-def _is_hf_dataset(spec: str) -> bool:
-    return "@" in spec and not os.path.exists(spec)
-
-
-def _check_path(key: str, path: str | None, kind: str = "path", allow_hub: bool = False) -> None:
-    if not path:
-        return
-    if allow_hub and not path.startswith((".", "/", "~")) and not os.path.exists(path):
-        return  # a hub id such as Qwen/Qwen2.5-7B-Instruct; resolved (or refused) when the model loads
-    if not os.path.exists(os.path.expanduser(path)):
-        raise ConfigError(f"Config key '{key}' points to '{path}', which does not exist; give an existing {kind}.")
-    if kind == "directory" and not os.path.isdir(path):
-        raise ConfigError(f"Config key '{key}' points to '{path}', which is not a directory.")
-    if kind == "file" and not os.path.isfile(path):
-        raise ConfigError(f"Config key '{key}' points to '{path}', which is not a file.")
-
-
-def _check_names(config: PPOConfig) -> None:
-    algo, actor, critic = config.algorithm, config.worker.actor, config.worker.critic
-    algorithms = _algorithms()  # the registries: a registered estimator, loss, KL or aggregation is a valid name
-    _choice("algorithm.adv_estimator", algo.adv_estimator, algorithms.registered_adv_estimators())
-    _choice("algorithm.kl_penalty", algo.kl_penalty, algorithms.registered_kl_penalties())
-    _choice("algorithm.kl_type", algo.kl_type, algorithms.KL_CONTROLLER_TYPES)
-    _choice("worker.actor.loss_type", actor.loss_type, algorithms.registered_policy_losses())
-    _choice("worker.reward.run_in", config.worker.reward.run_in, ("driver", "actor"))
-    _choice("worker.actor.loss_avg_mode", actor.loss_avg_mode, algorithms.registered_loss_avg_modes())
-    _choice("worker.critic.loss_avg_mode", critic.loss_avg_mode, algorithms.registered_loss_avg_modes())
-    for role in ("actor", "critic"):
-        section = _get(config.worker, role)
-        _choice(f"worker.{role}.strategy", section.strategy, ("fsdp",))
-        _choice(f"worker.{role}.optim.strategy", section.optim.strategy, ("adamw", "adamw_bf16"))
-        _choice(f"worker.{role}.optim.lr_scheduler_type", section.optim.lr_scheduler_type, ("constant", "cosine"))
-        _choice(f"worker.{role}.fsdp.torch_dtype", section.fsdp.torch_dtype, (None, "fp32", "bf16", "fp16"))
-        _choice(f"worker.{role}.model.attn_implementation", section.model.attn_implementation, ATTN_IMPLEMENTATIONS)
-        if section.fsdp.enable_cpu_offload and section.offload.offload_params:
-            raise ConfigError(
-                f"worker.{role}.fsdp.enable_cpu_offload and worker.{role}.offload.offload_params both offload the "
-                "parameters; keep one (offload_params frees the device between phases, enable_cpu_offload always)."
-            )
+    needed = data.max_prompt_length + data.max_response_length
+    if rollout.max_num_batched_tokens < needed:
+        raise ConfigError(
+            f"worker.rollout.max_num_batched_tokens={rollout.max_num_batched_tokens} must be at least "
+            f"data.max_prompt_length + data.max_response_length = {needed}."
+        )
+    if rollout.max_model_len is not None and rollout.max_model_len < needed:
+        raise ConfigError(
+            f"worker.rollout.max_model_len={rollout.max_model_len} must be at least "
+            f"data.max_prompt_length + data.max_response_length = {needed}."
+        )
+    for role, section in (("actor", worker.actor), ("critic", worker.critic)):
         if section.ulysses_size != 1:
             _check_ulysses(config, role, section)
-        lora = section.model.lora
-        if lora.rank < 0 or lora.alpha <= 0:
-            raise ConfigError(
-                f"worker.{role}.model.lora: rank must be >= 0 and alpha > 0, got rank={lora.rank}, alpha={lora.alpha}."
-            )
-        if lora.rank > 0 and role == "critic":
-            raise NotImplementedError(
-                f"worker.critic.model.lora.rank={lora.rank}: LoRA is implemented for the actor only; set it to 0 "
-                "(the critic trains all weights)."
-            )
-        if lora.rank > 0 and lora.exclude_modules is not None:
-            try:
-                re.compile(lora.exclude_modules)
-            except re.error as error:
-                raise ConfigError(
-                    f"worker.{role}.model.lora.exclude_modules={lora.exclude_modules!r} is not a regular "
-                    f"expression: {error}."
-                ) from None
-    ref = config.worker.ref
-    if ref.fsdp.enable_cpu_offload and ref.offload.offload_params:
+    _check_batch_sizes(config)
+
+
+def _check_ulysses(config: PPOConfig, role: str, section: Any) -> None:
+    """Ulysses splits the actor's (and reference's) packed rows over groups of ulysses_size ranks."""
+    size, key = section.ulysses_size, f"worker.{role}.ulysses_size"
+    world = config.trainer.world_size()
+    if size < 1 or world % size != 0:
+        raise ConfigError(f"{key}={size} must divide the {world} devices (trainer.nnodes x trainer.n_gpus_per_node).")
+    if not section.padding_free or section.model.attn_implementation not in ("auto", "varlen"):
         raise ConfigError(
-            "worker.ref.fsdp.enable_cpu_offload and worker.ref.offload.offload_params both offload the parameters; "
-            "keep one."
+            f"{key}={size} splits packed rows: set worker.{role}.padding_free=true and "
+            f"worker.{role}.model.attn_implementation=auto (it is {section.model.attn_implementation!r})."
         )
-    if not config.worker.hybrid_engine:
-        raise NotImplementedError(
-            "worker.hybrid_engine=false (rollout on separate workers) is not implemented; the actor, rollout and "
-            "reference share each device. Set it to true."
-        )
-    _choice("worker.rollout.name", config.worker.rollout.name, ("vllm",))
-    _choice(
-        "worker.rollout.dtype",
-        config.worker.rollout.dtype,
-        ("bf16", "fp16", "fp32", "bfloat16", "float16", "float32", "auto"),
-    )
-    _choice("trainer.device", config.trainer.device, ("auto", "cpu", "cuda"))
-    for name in config.trainer.logger:
-        _choice("trainer.logger", name, LOGGERS)
+    model_config = read_model_config(f"worker.{role}.model.model_path", section.model.model_path)
+    if model_config is None:
+        return  # a hub id: the worker checks the heads when it loads the config
+    text = model_config.get("text_config", model_config)
+    for name in ("num_attention_heads", "num_key_value_heads"):
+        heads = text.get(name)
+        if heads is not None and heads % size != 0:
+            raise ConfigError(
+                f"{key}={size} must divide the model's {name}={heads} (each rank attends with a share of the heads)."
+            )
 
 
 def _check_batch_sizes(config: PPOConfig) -> None:
-    data, rollout, trainer = config.data, config.worker.rollout, config.trainer
-    world = trainer.nnodes * trainer.n_gpus_per_node
-    roles = ["actor"] + (["critic"] if config.algorithm.adv_estimator == "gae" else [])
-    for role in roles:
-        section = _get(config.worker, role)
+    """Every update's samples split evenly over the devices and micro-batches; the engine's shards divide them."""
+    data, rollout = config.data, config.worker.rollout
+    world = config.trainer.world_size()
+    roles = [("actor", config.worker.actor)]
+    if config.algorithm.adv_estimator == "gae":
+        roles.append(("critic", config.worker.critic))
+    for role, section in roles:
         key = f"worker.{role}"
         if data.rollout_batch_size % section.global_batch_size != 0:
             raise ConfigError(
@@ -523,335 +570,17 @@ def _check_batch_sizes(config: PPOConfig) -> None:
                 f"{key}.micro_batch_size_per_device_for_update={micro} must divide the {per_device} samples each "
                 f"device gets per update ({key}.global_batch_size x rollout.n / devices)."
             )
-    if (data.rollout_batch_size * rollout.n) % world != 0:
-        raise ConfigError(
-            f"data.rollout_batch_size x worker.rollout.n = {data.rollout_batch_size * rollout.n} must be divisible "
-            f"by the {world} devices (trainer.nnodes x trainer.n_gpus_per_node)."
-        )
-    mini = data.mini_rollout_batch_size
-    if mini is not None and (mini * rollout.n) % world != 0:
-        raise ConfigError(
-            f"data.mini_rollout_batch_size x worker.rollout.n = {mini * rollout.n} must be divisible "
-            f"by the {world} devices (trainer.nnodes x trainer.n_gpus_per_node)."
-        )
+    for key, prompts in (
+        ("data.rollout_batch_size", data.rollout_batch_size),
+        ("data.mini_rollout_batch_size", data.mini_rollout_batch_size),
+    ):
+        if prompts is not None and (prompts * rollout.n) % world != 0:
+            raise ConfigError(
+                f"{key} x worker.rollout.n = {prompts * rollout.n} must be divisible "
+                f"by the {world} devices (trainer.nnodes x trainer.n_gpus_per_node)."
+            )
     if world % rollout.tensor_parallel_size != 0:
         raise ConfigError(
             f"worker.rollout.tensor_parallel_size={rollout.tensor_parallel_size} must divide the "
             f"{world} devices (trainer.nnodes x trainer.n_gpus_per_node)."
         )
-
-
-def _check_estimator_options(algo: AlgorithmConfig) -> None:
-    """An option the estimator does not take would be dropped silently: refuse it unless it holds its default."""
-    algorithms = _algorithms()
-    defaults = AlgorithmConfig()
-    for key in algorithms.ESTIMATOR_OPTIONS:
-        value = getattr(algo, key)
-        if value == getattr(defaults, key) or key in algorithms.adv_estimator_parameters(algo.adv_estimator):
-            continue
-        users = [
-            name for name in algorithms.registered_adv_estimators() if key in algorithms.adv_estimator_parameters(name)
-        ]
-        raise ConfigError(
-            f"algorithm.{key}={value} has no effect with algorithm.adv_estimator={algo.adv_estimator}, which does not "
-            f"take {key}; remove it, or choose an estimator that uses it ({', '.join(users)})."
-        )
-
-
-def _check_loss_avg_mode(actor: ActorConfig) -> None:
-    """A policy loss defined with its own aggregation (sapo) may use another one, with a warning."""
-    defined = _algorithms().policy_loss_avg_mode(actor.loss_type)
-    if defined is not None and actor.loss_avg_mode != defined:
-        logger.warning(
-            "worker.actor.loss_type=%s is defined with loss_avg_mode=%s (its paper and verl); "
-            "worker.actor.loss_avg_mode=%s changes its objective.",
-            actor.loss_type,
-            defined,
-            actor.loss_avg_mode,
-        )
-
-
-def _check_algorithm(config: PPOConfig) -> None:
-    algo, rollout, critic = config.algorithm, config.worker.rollout, config.worker.critic
-    _check_estimator_options(algo)
-    _check_loss_avg_mode(config.worker.actor)
-    if _algorithms().is_grouped_adv_estimator(algo.adv_estimator) and rollout.n < 2:
-        raise ConfigError(
-            f"algorithm.adv_estimator={algo.adv_estimator} compares responses within a group and needs "
-            f"worker.rollout.n > 1 (got {rollout.n})."
-        )
-    if algo.adv_estimator == "gae" and not critic.model.model_path:
-        raise ConfigError(
-            "algorithm.adv_estimator=gae trains a critic: set worker.critic.model.model_path "
-            "(usually the actor's model path)."
-        )
-    if algo.disable_kl and algo.use_kl_loss:
-        logger.warning(
-            "algorithm.disable_kl=true wins over algorithm.use_kl_loss=true (as in EasyR1): no reference model, no KL "
-            "loss."
-        )
-    if algo.kl_penalty == "full" and not algo.disable_kl:
-        raise ConfigError(
-            "algorithm.kl_penalty=full needs whole vocabulary distributions, but the workers compute "
-            "one log-prob per token; choose low_var_kl, kl, abs or mse."
-        )
-    if algo.entropy_control:
-        if algo.target_entropy <= 0 or algo.entropy_coeff_delta <= 0:
-            raise ConfigError(
-                f"algorithm.target_entropy={algo.target_entropy} and algorithm.entropy_coeff_delta="
-                f"{algo.entropy_coeff_delta} must be positive under algorithm.entropy_control."
-            )
-        if not 0 <= algo.entropy_coeff_min <= algo.entropy_coeff_max:
-            raise ConfigError(
-                f"algorithm.entropy_coeff_min={algo.entropy_coeff_min} and entropy_coeff_max="
-                f"{algo.entropy_coeff_max} must satisfy 0 <= min <= max."
-            )
-    problem = check_response_length_schedule(config.data.response_length_schedule, config.data.max_response_length)
-    if problem:
-        raise ConfigError(f"data.response_length_schedule={config.data.response_length_schedule} {problem}")
-    if algo.online_filtering and not algo.filter_low < algo.filter_high:
-        raise ConfigError(
-            f"algorithm.filter_low={algo.filter_low} must be below algorithm.filter_high={algo.filter_high}."
-        )
-    if not 0.0 < rollout.top_p <= 1.0:
-        raise ConfigError(f"worker.rollout.top_p must lie in (0, 1], got {rollout.top_p}.")
-    if rollout.temperature < 0:
-        raise ConfigError(f"worker.rollout.temperature must be >= 0, got {rollout.temperature}.")
-    needed = config.data.max_prompt_length + config.data.max_response_length
-    if rollout.max_num_batched_tokens < needed:
-        raise ConfigError(
-            f"worker.rollout.max_num_batched_tokens={rollout.max_num_batched_tokens} must be at least "
-            f"data.max_prompt_length + data.max_response_length = {needed}."
-        )
-    if rollout.max_model_len is not None and rollout.max_model_len < needed:
-        raise ConfigError(
-            f"worker.rollout.max_model_len={rollout.max_model_len} must be at least "
-            f"data.max_prompt_length + data.max_response_length = {needed}."
-        )
-    if not 0.0 < rollout.gpu_memory_utilization <= 1.0:
-        raise ConfigError(
-            f"worker.rollout.gpu_memory_utilization must lie in (0, 1], got {rollout.gpu_memory_utilization}."
-        )
-
-
-def _check_paths(config: PPOConfig) -> None:
-    data = config.data
-    if not data.train_files:
-        raise ConfigError("data.train_files is empty; give a local file or directory, or a dataset name@split.")
-    for key in ("data.train_files", "data.val_files"):
-        spec = _get(config, key)
-        if spec and not _is_hf_dataset(spec):
-            if not os.path.exists(spec):
-                raise ConfigError(
-                    f"Config key '{key}' points to '{spec}', which does not exist; give a local "
-                    "file or directory, or a Hugging Face dataset as name@split."
-                )
-    _check_path("data.image_dir", data.image_dir, "directory")
-    _check_path("data.format_prompt", data.format_prompt, "file")
-    _check_path("data.override_chat_template", data.override_chat_template, "file")
-    if not config.worker.actor.model.model_path:
-        raise ConfigError("worker.actor.model.model_path is empty; give a local model directory or a hub id.")
-    for role in ("actor", "critic"):
-        model = _get(config.worker, role).model
-        _check_path(f"worker.{role}.model.model_path", model.model_path, "directory", allow_hub=True)
-        _check_path(f"worker.{role}.model.tokenizer_path", model.tokenizer_path, "directory", allow_hub=True)
-        _check_model_type(f"worker.{role}.model.model_path", model.model_path)
-    reward = config.worker.reward
-    if reward.reward_function:
-        try:  # loads the file once (no torch, no Ray): catches a missing file, function, package or bad kwargs
-            check_reward_function(reward.reward_function, reward.reward_function_kwargs)
-        except RewardFunctionLoadError as err:
-            raise ConfigError(str(err)) from None
-    try:
-        reward.judge.check()
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    _check_rubric(reward)
-    if not (
-        reward.reward_function
-        or reward.routes
-        or reward.rubric
-        or reward.judge.enabled
-        or _reward_model_enabled(reward)
-    ):
-        raise ConfigError(
-            "No reward: set worker.reward.reward_function (or worker.reward.routes), a reward model "
-            "(worker.reward.model.model_path) or a judge (worker.reward.judge.model_path)."
-        )
-    unknown = sorted(set(reward.routes_kwargs) - set(reward.routes))
-    if unknown:
-        raise ConfigError(
-            f"worker.reward.routes_kwargs has route(s) {unknown} that are not in worker.reward.routes "
-            f"({sorted(reward.routes)})."
-        )
-    for route, spec in reward.routes.items():
-        try:
-            check_reward_function(spec, reward.routes_kwargs.get(route, {}))
-        except RewardFunctionLoadError as err:
-            raise ConfigError(f"worker.reward.routes.{route}: {err}") from None
-    rollout = config.worker.rollout
-    if rollout.env:
-        from verl.envs.loader import EnvironmentLoadError, load_environment
-
-        if rollout.max_turns < 1:
-            raise ConfigError(f"worker.rollout.max_turns={rollout.max_turns} must be at least 1.")
-        _positive(config, "worker.rollout.max_tokens_per_turn")
-        try:  # imports the file and builds the class once: a missing file, class or bad kwargs is named now
-            load_environment(rollout.env, rollout.env_kwargs)
-        except EnvironmentLoadError as err:
-            raise ConfigError(str(err)) from None
-    if config.trainer.load_checkpoint_path:
-        path = config.trainer.load_checkpoint_path
-        _check_path("trainer.load_checkpoint_path", path, "directory")
-        if not os.path.basename(os.path.normpath(path)).startswith("global_step_"):
-            raise ConfigError(f"trainer.load_checkpoint_path='{path}' must be a global_step_N directory.")
-
-
-def _check_rubric(reward: Any) -> None:
-    """Each part names a loadable function with a numeric weight; a rubric is not combined with routes."""
-    if not reward.rubric:
-        return
-    if reward.routes:
-        raise ConfigError("worker.reward.rubric and worker.reward.routes cannot be combined; use one of them.")
-    for name, part in reward.rubric.items():
-        key = f"worker.reward.rubric.{name}"
-        if not isinstance(part, dict) or not isinstance(part.get("function"), str):
-            raise ConfigError(f'{key} must be {{function: "path/to/file.py:function", weight: 1.0, kwargs: {{}}}}.')
-        unknown = sorted(set(part) - {"function", "weight", "kwargs"})
-        if unknown:
-            raise ConfigError(f"{key} has unknown key(s) {unknown}; the keys are function, weight and kwargs.")
-        weight = part.get("weight", 1.0)
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
-            raise ConfigError(f"{key}.weight must be a number, got {weight!r}.")
-        try:
-            check_reward_function(part["function"], dict(part.get("kwargs") or {}))
-        except RewardFunctionLoadError as err:
-            raise ConfigError(f"{key}: {err}") from None
-
-
-def _reward_model_enabled(reward: Any) -> bool:
-    return bool(reward.model.model_path)
-
-
-def _check_reward_model(config: PPOConfig) -> None:
-    """The reward model's keys: a local checkpoint must be a one-label sequence classifier (the worker refuses
-    anything else too, but only after Ray and the actor have started); sizes and weights must make sense."""
-    model = config.worker.reward.model
-    _non_negative(config, "worker.reward.model.n_gpus_per_node")
-    _positive(config, "worker.reward.model.nnodes")
-    for key in ("worker.reward.rule_weight", "worker.reward.model.weight", "worker.reward.judge.weight"):
-        value = _get(config, key)
-        if not math.isfinite(value):
-            raise ConfigError(f"Config key '{key}' must be a finite number, got {value}.")
-    if not model.model_path:
-        if model.n_gpus_per_node > 0:
-            raise ConfigError(
-                "worker.reward.model.n_gpus_per_node is set but worker.reward.model.model_path is not; give the "
-                "reward model or leave its pool at 0."
-            )
-        return
-    _positive(config, "worker.reward.model.max_length", "worker.reward.model.micro_batch_size")
-    _check_path("worker.reward.model.model_path", model.model_path, "directory", allow_hub=True)
-    _check_path("worker.reward.model.tokenizer_path", model.tokenizer_path, "directory", allow_hub=True)
-    model_config = _read_model_config(model.model_path)
-    if model_config is None:
-        return  # a hub id: the worker checks it when it loads
-    key = "worker.reward.model.model_path"
-    if "vision_config" in model_config:
-        raise NotImplementedError(
-            f"{key}='{model.model_path}' is a vision-language model; reward models are text models (images are "
-            "not shown to them)."
-        )
-    architectures = model_config.get("architectures") or []
-    if architectures and not any(name.endswith("ForSequenceClassification") for name in architectures):
-        raise ConfigError(
-            f"{key}='{model.model_path}' is a {', '.join(architectures)}, not a sequence-classification reward "
-            "model; train one from it with `python scripts/train_reward_model.py --init-from-lm --model PATH ...`."
-        )
-    labels = len(model_config.get("id2label") or {}) or model_config.get("num_labels", 2)
-    if labels != 1:
-        raise ConfigError(
-            f"{key}='{model.model_path}' has {labels} labels; a reward model gives one score (num_labels=1)."
-        )
-
-
-def _read_model_config(path: str | None) -> dict[str, Any] | None:
-    config_file = os.path.join(path, "config.json") if path else ""
-    if not os.path.isfile(config_file):
-        return None  # a hub id: the worker checks it when it loads the config
-    try:
-        with open(config_file, encoding="utf-8") as file:
-            return json.load(file)
-    except (OSError, ValueError):
-        return None  # _check_model_type names the unreadable file
-
-
-def _check_ulysses(config: PPOConfig, role: str, section: Any) -> None:
-    """Ulysses splits the actor's (and reference's) packed rows over groups of ulysses_size ranks."""
-    size, key = section.ulysses_size, f"worker.{role}.ulysses_size"
-    world = config.trainer.nnodes * config.trainer.n_gpus_per_node
-    if size < 1 or world % size != 0:
-        raise ConfigError(f"{key}={size} must divide the {world} devices (trainer.nnodes x trainer.n_gpus_per_node).")
-    if not section.padding_free or section.model.attn_implementation not in ("auto", "varlen"):
-        raise ConfigError(
-            f"{key}={size} splits packed rows: set worker.{role}.padding_free=true and "
-            f"worker.{role}.model.attn_implementation=auto (it is {section.model.attn_implementation!r})."
-        )
-    model_config = _read_model_config(section.model.model_path)
-    if model_config is None:
-        return  # a hub id: the worker checks the heads when it loads the config
-    text = model_config.get("text_config", model_config)
-    for name in ("num_attention_heads", "num_key_value_heads"):
-        heads = text.get(name)
-        if heads is not None and heads % size != 0:
-            raise ConfigError(
-                f"{key}={size} must divide the model's {name}={heads} (each rank attends with a share of the heads)."
-            )
-
-
-def _check_model_type(key: str, path: str | None) -> None:
-    """Refuse a local vision-language model whose family the trainer does not support (e.g. Qwen3-VL)."""
-    config_file = os.path.join(path, "config.json") if path else ""
-    if not os.path.isfile(config_file):
-        return  # a hub id: the worker checks it when it loads the config
-    try:
-        with open(config_file, encoding="utf-8") as file:
-            model_config = json.load(file)
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"{key}: cannot read '{config_file}' as JSON: {err}.") from None
-    model_type = model_config.get("model_type")
-    if "vision_config" in model_config and model_type not in VISION_LANGUAGE_MODEL_TYPES:
-        raise NotImplementedError(
-            f"{key}='{path}' is a {model_type!r} vision-language model, which is not supported yet (its position ids "
-            f"and vision tower differ); supported vision-language models: {', '.join(VISION_LANGUAGE_MODEL_TYPES)}."
-        )
-
-
-def validate_config(config: PPOConfig) -> None:
-    """Every check that needs no model and no cluster; raises ConfigError naming the key to change."""
-    _positive(
-        config,
-        "data.max_prompt_length",
-        "data.max_response_length",
-        "data.rollout_batch_size",
-        "data.mini_rollout_batch_size",
-        "worker.actor.global_batch_size",
-        "worker.actor.micro_batch_size_per_device_for_update",
-        "worker.actor.micro_batch_size_per_device_for_experience",
-        "worker.critic.global_batch_size",
-        "worker.critic.micro_batch_size_per_device_for_update",
-        "worker.critic.micro_batch_size_per_device_for_experience",
-        "worker.rollout.n",
-        "worker.rollout.tensor_parallel_size",
-        "worker.reward.num_cpus",
-        "trainer.total_epochs",
-        "trainer.max_steps",
-        "trainer.nnodes",
-        "trainer.n_gpus_per_node",
-    )
-    _check_names(config)
-    _check_numbers(config)
-    _check_algorithm(config)
-    _check_batch_sizes(config)
-    _check_paths(config)
-    _check_reward_model(config)

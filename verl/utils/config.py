@@ -15,10 +15,16 @@
 
 OmegaConf does the merging and type conversion; this module turns its errors into messages that name the full key
 path, suggest the closest valid key for a typo, and say what to change.
+
+The `require_*` helpers are what each config section's `validate(prefix)` checks its own fields with: they take the
+section and field names (checked against the dataclass, so a renamed field cannot leave a stale check behind) and
+raise ConfigError naming `prefix + name`, the key as the user writes it.
 """
 
 import dataclasses
 import difflib
+import math
+import os
 import re
 import typing
 from collections.abc import Mapping, Sequence
@@ -172,6 +178,84 @@ def set_keys(user: Mapping, derived: Mapping[str, str], source_name: str) -> Non
             )
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# checks a config section runs on its own fields
+
+
+def _values(section: Any, names: Sequence[str]) -> list[tuple[str, Any]]:
+    fields = {f.name for f in dataclasses.fields(section)}
+    unknown = [name for name in names if name not in fields]
+    if unknown:
+        raise TypeError(f"{type(section).__name__} has no field(s) {unknown}.")
+    return [(name, getattr(section, name)) for name in names]
+
+
+def require_positive(section: Any, prefix: str, *names: str) -> None:
+    """Each named field of `section` is unset (None) or > 0."""
+    for name, value in _values(section, names):
+        if value is not None and value <= 0:
+            raise ConfigError(f"Config key '{prefix}{name}' must be positive, got {value}.")
+
+
+def require_non_negative(section: Any, prefix: str, *names: str) -> None:
+    """Each named field of `section` is unset (None) or >= 0."""
+    for name, value in _values(section, names):
+        if value is not None and value < 0:
+            raise ConfigError(f"Config key '{prefix}{name}' must be zero or positive, got {value}.")
+
+
+def require_finite(section: Any, prefix: str, *names: str) -> None:
+    """Each named field of `section` is a finite number (not nan or inf)."""
+    for name, value in _values(section, names):
+        if not math.isfinite(value):
+            raise ConfigError(f"Config key '{prefix}{name}' must be a finite number, got {value}.")
+
+
+def require_choice(section: Any, prefix: str, name: str, choices: Sequence[Any]) -> None:
+    """The named field of `section` is one of `choices` (each item of it, for a list field)."""
+    ((_, value),) = _values(section, [name])
+    for item in value if isinstance(value, list) else [value]:
+        if item not in choices:
+            raise ConfigError(
+                f"Config key '{prefix}{name}' is '{item}'; choose one of: {', '.join(map(str, choices))}."
+            )
+
+
+def is_hub_dataset(spec: str) -> bool:
+    """`name@split` names a Hugging Face dataset unless a local path of that name exists."""
+    return "@" in spec and not os.path.exists(spec)
+
+
+def check_path(key: str, path: str | None, kind: str = "path", allow_hub: bool = False) -> None:
+    """An unset path passes; a set one must exist (as a file or directory for those kinds), or be a hub id."""
+    if not path:
+        return
+    if allow_hub and not path.startswith((".", "/", "~")) and not os.path.exists(path):
+        return  # a hub id such as Qwen/Qwen2.5-7B-Instruct; resolved (or refused) when the model loads
+    if not os.path.exists(os.path.expanduser(path)):
+        raise ConfigError(f"Config key '{key}' points to '{path}', which does not exist; give an existing {kind}.")
+    if kind == "directory" and not os.path.isdir(path):
+        raise ConfigError(f"Config key '{key}' points to '{path}', which is not a directory.")
+    if kind == "file" and not os.path.isfile(path):
+        raise ConfigError(f"Config key '{key}' points to '{path}', which is not a file.")
+
+
+def require_path(section: Any, prefix: str, name: str, kind: str = "path", allow_hub: bool = False) -> None:
+    """The named path field of `section` is unset or exists (see `check_path`)."""
+    ((_, value),) = _values(section, [name])
+    check_path(f"{prefix}{name}", value, kind, allow_hub)
+
+
+def require_data_files(section: Any, prefix: str, *names: str) -> None:
+    """Each named dataset field is unset, an existing local file or directory, or a hub dataset as name@split."""
+    for name, spec in _values(section, names):
+        if spec and not is_hub_dataset(spec) and not os.path.exists(spec):
+            raise ConfigError(
+                f"Config key '{prefix}{name}' points to '{spec}', which does not exist; give a local "
+                "file or directory, or a Hugging Face dataset as name@split."
+            )
+
+
 SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|passwd|credential|auth)", re.IGNORECASE)
 """Dict keys whose values are never written to logs, config dumps or trackers (e.g. a judge's api_key)."""
 
@@ -207,15 +291,18 @@ def describe_fields(schema: type, prefix: str = "") -> list[tuple[str, str, str]
     import textwrap
 
     docs: dict[str, str] = {}
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(schema)))
+    for cls in reversed(schema.__mro__):  # a subclass that only changes a shared field's default keeps its docstring
+        if not _is_dataclass_type(cls):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        except (OSError, TypeError):
+            continue
         body = tree.body[0].body  # type: ignore[attr-defined]
         for node, nxt in zip(body, body[1:]):
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
                 if isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant):
                     docs[node.target.id] = str(nxt.value.value)
-    except (OSError, TypeError, IndexError):
-        pass
     rows: list[tuple[str, str, str]] = []
     hints = typing.get_type_hints(schema)
     for f in dataclasses.fields(schema):

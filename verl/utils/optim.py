@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
+from verl.utils.config import require_choice, require_non_negative
 from verl.utils.device import is_cpu
 
 
@@ -54,6 +55,11 @@ class OptimConfig:
     """constant or cosine (after the warmup)."""
     training_steps: int = -1
     """Total optimizer steps for the schedule; derived by the trainer from epochs or max_steps."""
+
+    def validate(self, prefix: str) -> None:
+        require_choice(self, prefix, "strategy", OPTIMIZER_STRATEGIES)
+        require_choice(self, prefix, "lr_scheduler_type", LR_SCHEDULER_TYPES)
+        require_non_negative(self, prefix, "lr", "weight_decay")
 
 
 class BF16AdamW(torch.optim.Optimizer):

@@ -11,12 +11,26 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The worker configuration tree: actor, critic, reference model, reward and rollout."""
+"""The worker configuration tree: actor, critic, reference model, reward and rollout.
+
+Each section checks its own values in `validate(prefix)` and, where it names files, loads or reads them in
+`check_files(prefix)` (reward functions, the reward model's config.json); WorkerConfig runs its sections' checks.
+Rules that tie the workers to the data, the algorithm or the cluster are `verl.trainer.config`'s.
+"""
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.models.config import FSDPConfig, LoraConfig, ModelConfig, OffloadConfig
+from verl.models.config import FSDPConfig, LoraConfig, ModelConfig, OffloadConfig, check_offload, read_model_config
+from verl.rewards.function import RewardFunctionLoadError, check_reward_function
+from verl.utils.config import (
+    ConfigError,
+    require_choice,
+    require_finite,
+    require_non_negative,
+    require_path,
+    require_positive,
+)
 from verl.utils.optim import OptimConfig
 from verl.workers.actor.config import ActorConfig
 from verl.workers.critic.config import CriticConfig
@@ -38,6 +52,9 @@ __all__ = [
     "WorkerConfig",
 ]
 
+RUN_IN: tuple[str, ...] = ("driver", "actor")
+"""Values of reward.run_in."""
+
 
 @dataclass
 class RefConfig:
@@ -53,6 +70,10 @@ class RefConfig:
     """Derived from worker.actor.dynamic_batching."""
     ulysses_size: int = 1
     """Derived from worker.actor.ulysses_size."""
+
+    def validate(self, prefix: str) -> None:
+        self.fsdp.validate(f"{prefix}fsdp.")
+        check_offload(prefix, self.fsdp, self.offload)
 
 
 @dataclass
@@ -80,6 +101,46 @@ class RewardModelConfig:
     own)."""
     nnodes: int = 1
     """Nodes of the reward model's own resource pool (with n_gpus_per_node > 0)."""
+
+    def validate(self, prefix: str) -> None:
+        require_non_negative(self, prefix, "n_gpus_per_node")
+        require_positive(self, prefix, "nnodes")
+        require_finite(self, prefix, "weight")
+        if not self.model_path:
+            if self.n_gpus_per_node > 0:
+                raise ConfigError(
+                    f"{prefix}n_gpus_per_node is set but {prefix}model_path is not; give the reward model or leave "
+                    "its pool at 0."
+                )
+            return
+        require_positive(self, prefix, "max_length", "micro_batch_size")
+        self.fsdp.validate(f"{prefix}fsdp.")
+
+    def check_files(self, prefix: str) -> None:
+        """A local checkpoint must be a one-label sequence classifier: the worker refuses anything else too, but only
+        after Ray and the actor have started."""
+        require_path(self, prefix, "model_path", "directory", allow_hub=True)
+        require_path(self, prefix, "tokenizer_path", "directory", allow_hub=True)
+        key = f"{prefix}model_path"
+        model_config = read_model_config(key, self.model_path)
+        if model_config is None:
+            return  # a hub id: the worker checks it when it loads
+        if "vision_config" in model_config:
+            raise NotImplementedError(
+                f"{key}='{self.model_path}' is a vision-language model; reward models are text models (images are "
+                "not shown to them)."
+            )
+        architectures = model_config.get("architectures") or []
+        if architectures and not any(name.endswith("ForSequenceClassification") for name in architectures):
+            raise ConfigError(
+                f"{key}='{self.model_path}' is a {', '.join(architectures)}, not a sequence-classification reward "
+                "model; train one from it with `python scripts/train_reward_model.py --init-from-lm --model PATH ...`."
+            )
+        labels = len(model_config.get("id2label") or {}) or model_config.get("num_labels", 2)
+        if labels != 1:
+            raise ConfigError(
+                f"{key}='{self.model_path}' has {labels} labels; a reward model gives one score (num_labels=1)."
+            )
 
 
 @dataclass
@@ -124,6 +185,65 @@ class RewardConfig:
     """Longest a batch's scoring may take; past it the run stops with an error naming the reward function (a hung
     function never hangs the run). <= 0 waits forever."""
 
+    def validate(self, prefix: str) -> None:
+        require_positive(self, prefix, "num_cpus")
+        require_choice(self, prefix, "run_in", RUN_IN)
+        require_finite(self, prefix, "rule_weight")
+        self.model.validate(f"{prefix}model.")
+        unknown = sorted(set(self.routes_kwargs) - set(self.routes))
+        if unknown:
+            raise ConfigError(
+                f"{prefix}routes_kwargs has route(s) {unknown} that are not in {prefix}routes ({sorted(self.routes)})."
+            )
+
+    def check_files(self, prefix: str) -> None:
+        """Load every reward function once (no torch, no Ray): a missing file, function, package or bad kwargs is
+        named now; the judge's template is read and there must be some reward."""
+        if self.reward_function:
+            try:
+                check_reward_function(self.reward_function, self.reward_function_kwargs)
+            except RewardFunctionLoadError as err:
+                raise ConfigError(str(err)) from None
+        try:
+            self.judge.check()
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        self._check_rubric(prefix)
+        if not (self.reward_function or self.routes or self.rubric or self.judge.enabled or self.model.model_path):
+            raise ConfigError(
+                f"No reward: set {prefix}reward_function (or {prefix}routes), a reward model "
+                f"({prefix}model.model_path) or a judge ({prefix}judge.model_path)."
+            )
+        for route, spec in self.routes.items():
+            try:
+                check_reward_function(spec, self.routes_kwargs.get(route, {}))
+            except RewardFunctionLoadError as err:
+                raise ConfigError(f"{prefix}routes.{route}: {err}") from None
+        self.model.check_files(f"{prefix}model.")
+
+    def _check_rubric(self, prefix: str) -> None:
+        """Each part names a loadable function with a numeric weight; a rubric is not combined with routes."""
+        if not self.rubric:
+            return
+        if self.routes:
+            raise ConfigError(f"{prefix}rubric and {prefix}routes cannot be combined; use one of them.")
+        for name, part in self.rubric.items():
+            key = f"{prefix}rubric.{name}"
+            if not isinstance(part, dict) or not isinstance(part.get("function"), str):
+                raise ConfigError(
+                    f'{key} must be {{function: "path/to/file.py:function", weight: 1.0, kwargs: {{}}}}.'
+                )
+            unknown = sorted(set(part) - {"function", "weight", "kwargs"})
+            if unknown:
+                raise ConfigError(f"{key} has unknown key(s) {unknown}; the keys are function, weight and kwargs.")
+            weight = part.get("weight", 1.0)
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+                raise ConfigError(f"{key}.weight must be a number, got {weight!r}.")
+            try:
+                check_reward_function(part["function"], dict(part.get("kwargs") or {}))
+            except RewardFunctionLoadError as err:
+                raise ConfigError(f"{key}: {err}") from None
+
 
 @dataclass
 class WorkerConfig:
@@ -143,3 +263,21 @@ class WorkerConfig:
     override_chat_template: str | None = None
     """Derived from data.override_chat_template: the workers' tokenizers carry it, so environment turns of multi-turn
     rollouts are rendered as the prompts were, and checkpoints save it."""
+
+    def validate(self, prefix: str) -> None:
+        if not self.hybrid_engine:
+            raise NotImplementedError(
+                f"{prefix}hybrid_engine=false (rollout on separate workers) is not implemented; the actor, rollout "
+                "and reference share each device. Set it to true."
+            )
+        self.actor.validate(f"{prefix}actor.")
+        self.critic.validate(f"{prefix}critic.")
+        self.ref.validate(f"{prefix}ref.")
+        self.reward.validate(f"{prefix}reward.")
+        self.rollout.validate(f"{prefix}rollout.")
+
+    def check_files(self, prefix: str) -> None:
+        self.actor.check_files(f"{prefix}actor.")
+        self.critic.check_files(f"{prefix}critic.")
+        self.reward.check_files(f"{prefix}reward.")
+        self.rollout.check_files(f"{prefix}rollout.")

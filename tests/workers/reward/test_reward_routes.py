@@ -122,8 +122,10 @@ def test_a_rubric_combines_its_parts_by_weight(make_batch, write_reward_file, to
 
 
 def test_rubric_config_errors_name_the_part(tmp_path, write_reward_file) -> None:
-    from verl.trainer.config import _check_rubric
     from verl.utils.config import ConfigError
+
+    def _check_rubric(config: RewardConfig) -> None:
+        config.check_files("worker.reward.")
 
     good = f"{write_reward_file(FORMAT, 'f.py')}:score"
     with pytest.raises(ConfigError, match=r"rubric.fmt must be \{function"):

@@ -15,13 +15,22 @@
 
 Every field has a docstring right under it; `python -m verl.trainer.main --help-config` prints them.
 The model, FSDP and offload sections are `verl.models.config`'s, the optimizer's `verl.utils.optim`'s: the critic,
-the reference model and SFT use the same ones.
+the reference model and SFT use the same ones. `validate(prefix)` checks the section's own values, its loss names
+against the algorithm registries included; rules that involve other sections are `verl.trainer.config`'s.
 """
 
+import logging
 from dataclasses import dataclass, field
 
-from verl.models.config import FSDPConfig, ModelConfig, OffloadConfig
+from verl.models.config import FSDPConfig, ModelConfig, OffloadConfig, check_offload
+from verl.utils.config import ConfigError, require_choice, require_positive
 from verl.utils.optim import OptimConfig
+
+
+logger = logging.getLogger(__name__)
+
+STRATEGIES: tuple[str, ...] = ("fsdp",)
+"""Training backends of the actor and the critic."""
 
 
 @dataclass
@@ -92,3 +101,40 @@ rank and splits it before its language model."""
     """Derived from algorithm.kl_coef."""
     disable_kl: bool = False
     """Derived from algorithm.disable_kl."""
+
+    def validate(self, prefix: str) -> None:
+        from verl.algorithms import core_algos  # the registries, with their torch code: imported on first use
+
+        require_positive(
+            self,
+            prefix,
+            "global_batch_size",
+            "micro_batch_size_per_device_for_update",
+            "micro_batch_size_per_device_for_experience",
+            "max_grad_norm",
+            "ppo_epochs",
+        )
+        require_choice(self, prefix, "strategy", STRATEGIES)
+        require_choice(self, prefix, "loss_type", core_algos.registered_policy_losses())
+        if self.loss_avg_mode is not None:  # unset: the loader fills in the policy loss's own
+            require_choice(self, prefix, "loss_avg_mode", core_algos.registered_loss_avg_modes())
+        self.model.validate(f"{prefix}model.")
+        self.optim.validate(f"{prefix}optim.")
+        self.fsdp.validate(f"{prefix}fsdp.")
+        check_offload(prefix, self.fsdp, self.offload)
+        defined = core_algos.policy_loss_avg_mode(self.loss_type)
+        if defined is not None and self.loss_avg_mode is not None and self.loss_avg_mode != defined:
+            logger.warning(  # a policy loss defined with its own aggregation (sapo) may use another one
+                "%sloss_type=%s is defined with loss_avg_mode=%s (its paper and verl); %sloss_avg_mode=%s changes its "
+                "objective.",
+                prefix,
+                self.loss_type,
+                defined,
+                prefix,
+                self.loss_avg_mode,
+            )
+
+    def check_files(self, prefix: str) -> None:
+        if not self.model.model_path:
+            raise ConfigError(f"{prefix}model.model_path is empty; give a local model directory or a hub id.")
+        self.model.check_files(f"{prefix}model.")

@@ -11,12 +11,18 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Configuration of the critic (value model), used by PPO with GAE."""
+"""Configuration of the critic (value model), used by PPO with GAE.
+
+`validate(prefix)` checks the section's own values, as the actor's does; rules that involve other sections (its
+batch sizes, its model being required by gae) are `verl.trainer.config`'s.
+"""
 
 from dataclasses import dataclass, field
 
-from verl.models.config import FSDPConfig, ModelConfig, OffloadConfig
+from verl.models.config import FSDPConfig, ModelConfig, OffloadConfig, check_offload
+from verl.utils.config import require_choice, require_positive
 from verl.utils.optim import OptimConfig
+from verl.workers.actor.config import STRATEGIES
 
 
 @dataclass
@@ -53,3 +59,30 @@ class CriticConfig:
     """FSDP2 sharding and precision."""
     offload: OffloadConfig = field(default_factory=OffloadConfig)
     """Offloading between phases."""
+
+    def validate(self, prefix: str) -> None:
+        from verl.algorithms import core_algos  # the registries, with their torch code: imported on first use
+
+        require_positive(
+            self,
+            prefix,
+            "global_batch_size",
+            "micro_batch_size_per_device_for_update",
+            "micro_batch_size_per_device_for_experience",
+            "max_grad_norm",
+            "ppo_epochs",
+        )
+        require_choice(self, prefix, "strategy", STRATEGIES)
+        require_choice(self, prefix, "loss_avg_mode", core_algos.registered_loss_avg_modes())
+        self.model.validate(f"{prefix}model.")
+        if self.model.lora.rank > 0:
+            raise NotImplementedError(
+                f"{prefix}model.lora.rank={self.model.lora.rank}: LoRA is implemented for the actor only; set it to 0 "
+                "(the critic trains all weights)."
+            )
+        self.optim.validate(f"{prefix}optim.")
+        self.fsdp.validate(f"{prefix}fsdp.")
+        check_offload(prefix, self.fsdp, self.offload)
+
+    def check_files(self, prefix: str) -> None:
+        self.model.check_files(f"{prefix}model.")

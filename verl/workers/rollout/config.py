@@ -11,10 +11,24 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Configuration of the vLLM rollout engine and its sampling."""
+"""Configuration of the vLLM rollout engine and its sampling.
+
+`validate(prefix)` checks the section's own values and `check_files(prefix)` builds its environment class once, so
+a bad value or a broken environment is named before Ray starts; limits that depend on the prompt and response
+lengths or on the device count are `verl.trainer.config`'s cross-section rules.
+"""
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from verl.utils.config import ConfigError, require_choice, require_non_negative, require_positive
+
+
+NAMES: tuple[str, ...] = ("vllm",)
+"""Rollout backends."""
+
+DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp32", "bfloat16", "float16", "float32", "auto")
+"""Values of rollout.dtype."""
 
 
 @dataclass
@@ -84,3 +98,43 @@ class RolloutConfig:
     """Derived from data.max_response_length."""
     trust_remote_code: bool = False
     """Derived from worker.actor.model.trust_remote_code."""
+
+    def validate(self, prefix: str) -> None:
+        require_positive(
+            self,
+            prefix,
+            "n",
+            "tensor_parallel_size",
+            "kv_cache_memory_mb",
+            "max_num_seqs",
+            "max_num_batched_tokens",
+        )
+        require_non_negative(self, prefix, "seed")
+        require_choice(self, prefix, "name", NAMES)
+        require_choice(self, prefix, "dtype", DTYPES)
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ConfigError(
+                f"{prefix}max_num_batched_tokens={self.max_num_batched_tokens} is below {prefix}max_num_seqs="
+                f"{self.max_num_seqs}; vLLM needs room for one token of every sequence per step: raise "
+                "max_num_batched_tokens or lower max_num_seqs."
+            )
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"{prefix}top_p must lie in (0, 1], got {self.top_p}.")
+        if self.temperature < 0:
+            raise ConfigError(f"{prefix}temperature must be >= 0, got {self.temperature}.")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ConfigError(f"{prefix}gpu_memory_utilization must lie in (0, 1], got {self.gpu_memory_utilization}.")
+        if self.env:
+            if self.max_turns < 1:
+                raise ConfigError(f"{prefix}max_turns={self.max_turns} must be at least 1.")
+            require_positive(self, prefix, "max_tokens_per_turn")
+
+    def check_files(self, prefix: str) -> None:
+        if not self.env:
+            return
+        from verl.envs.loader import EnvironmentLoadError, load_environment
+
+        try:  # imports the file and builds the class once: a missing file, class or bad kwargs is named now
+            load_environment(self.env, self.env_kwargs)
+        except EnvironmentLoadError as err:
+            raise ConfigError(str(err)) from None
