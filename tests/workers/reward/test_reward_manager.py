@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -358,3 +359,29 @@ def _alive(pid: int) -> bool:
         return False
     with open(f"/proc/{pid}/stat") as f:  # a zombie waiting for init to reap it is gone for our purposes
         return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def test_closing_the_pool_does_not_wait_on_a_hung_function(make_batch, write_reward_file, tokenizer) -> None:
+    # The trainer gives up on a hung reward after worker.reward.timeout_s and closes the pool before it reports the
+    # error: the close must kill the stuck worker rather than wait for it.
+    path = write_reward_file("""
+        import os, time
+
+        def score(sample):
+            if sample["response"] == "hang":
+                time.sleep(3600)
+            return {"overall": 1.0, "pid": float(os.getpid())}
+    """)
+    manager = manager_for(f"{path}:score", tokenizer, num_cpus=2)
+    _, metrics = manager.compute_reward(make_batch(["Q"] * 2, ["a", "b"]))
+    workers = {int(pid) for pid in metrics["pid"]}
+    scoring = threading.Thread(target=manager.compute_reward, args=(make_batch(["Q"] * 2, ["hang", "b"]),), daemon=True)
+    scoring.start()
+    time.sleep(2)  # the hung chunk is inside the function now
+    closing = threading.Thread(target=manager.close, daemon=True)
+    closing.start()
+    closing.join(timeout=30)
+    assert not closing.is_alive(), "closing the pool waited on the hung reward function"
+    scoring.join(timeout=30)
+    assert not scoring.is_alive()
+    assert not any(_alive(pid) for pid in workers)

@@ -16,7 +16,8 @@
 Reward functions are mostly pure Python, so threads would serialize on the GIL. The workers are spawned, not forked
 (forking a multithreaded process can deadlock the child), and each loads the function again from its file, so only
 the samples and scores cross processes. A script of one's own that calls `run_ppo` needs the
-`if __name__ == "__main__":` guard, because each worker imports the script's main module.
+`if __name__ == "__main__":` guard, because each worker imports the script's main module. Closing the pool never
+waits on a worker stuck in the function (a hang the trainer's timeout gave up on): it is killed after a short grace.
 """
 
 import multiprocessing
@@ -25,6 +26,7 @@ import os
 import pickle
 import signal
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -35,6 +37,9 @@ from verl.rewards.function import RewardFunction, RewardFunctionError, load_rewa
 
 _worker_function: RewardFunction | None = None
 
+CLOSE_GRACE_S = 5.0
+"""How long `SequentialPool.close` lets its workers finish what they are doing before it kills them."""
+
 
 def _exit_with_parent() -> None:
     """Exit when the parent process dies, so a killed reward actor (ray.kill) leaves no orphaned workers behind."""
@@ -44,8 +49,9 @@ def _exit_with_parent() -> None:
         os._exit(1)
 
 
-def _init_worker(spec: str, kwargs: dict[str, Any]) -> None:
+def _init_worker(spec: str, kwargs: dict[str, Any], pids: Any) -> None:
     global _worker_function
+    pids.put(os.getpid())  # so that the pool can kill a worker stuck in the function
     # Ctrl-C in a terminal reaches the whole process group, the trainer's spawned workers too: the trainer decides
     # (it saves a checkpoint, then closes the pool), and a worker dying on its own would only print a traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -87,14 +93,17 @@ class SequentialPool:
         self.function = function
         self.num_workers = num_workers
         self._executor: ProcessPoolExecutor | None = None
+        self._pids: Any = None  # the workers report their pids here as they start
 
     def _get_executor(self) -> ProcessPoolExecutor:
         if self._executor is None:  # started on first use, so an actor that never scores spawns nothing
+            context = multiprocessing.get_context("spawn")
+            self._pids = context.SimpleQueue()
             self._executor = ProcessPoolExecutor(
                 max_workers=self.num_workers,
-                mp_context=multiprocessing.get_context("spawn"),
+                mp_context=context,
                 initializer=_init_worker,
-                initargs=(self.function.spec, self.function.kwargs),
+                initargs=(self.function.spec, self.function.kwargs, self._pids),
             )
         return self._executor
 
@@ -127,8 +136,23 @@ class SequentialPool:
             ) from error
         return scores
 
-    def close(self) -> None:
-        """Stop the worker processes (they are restarted if the pool is used again)."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
-            self._executor = None
+    def close(self, grace_s: float = CLOSE_GRACE_S) -> None:
+        """Stop the worker processes (they are restarted if the pool is used again). Queued chunks are cancelled; a
+        worker still inside the function after `grace_s` seconds is killed, so a hung function cannot hang this."""
+        if self._executor is None:
+            return
+        executor, self._executor = self._executor, None
+        executor.shutdown(wait=False, cancel_futures=True)
+        pids = set()
+        while not self._pids.empty():
+            pids.add(self._pids.get())
+        workers = [child for child in multiprocessing.active_children() if child.pid in pids]
+        deadline = time.monotonic() + grace_s
+        for worker in workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
+        for worker in workers:
+            if worker.is_alive():
+                worker.kill()
+                worker.join()
+        executor.shutdown(wait=True)  # returns at once now: every worker has exited
+        self._pids.close()
