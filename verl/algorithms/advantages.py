@@ -17,11 +17,14 @@ Every estimator takes (B, L) `token_level_rewards` and `response_mask` (plus wha
 values, ...) and returns `(advantages, returns)`, both (B, L) and zero outside the response mask. The outcome
 estimators use the score of a response, s_i = sum_t r_it, which with an outcome reward is the reward itself and with
 a KL penalty in the reward also includes the penalty. Group ids (`index`, the `uid` column) mark the responses
-sampled for the same prompt.
+sampled for the same prompt. The grouped outcome estimators share their first steps (`_score_groups`: scores, groups,
+group statistics) and their last (`_outcome_advantages`: one value per response spread over its tokens); each
+states only its own per-response advantage.
 """
 
 import inspect
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -121,22 +124,56 @@ def _group_sum(values: torch.Tensor, inverse: torch.Tensor, num_groups: int) -> 
     return torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add_(0, inverse, values)
 
 
-def _group_stats(scores: torch.Tensor, inverse: torch.Tensor, num_groups: int) -> tuple[torch.Tensor, ...]:
-    """Per-sample (group size, group mean, unbiased group std) broadcast back to the samples; float64 inside.
+@dataclass(frozen=True)
+class _ScoreGroups:
+    """The scores s_i = sum_t r_it of a batch's responses and their groups, with per-sample group statistics.
 
-    Float64 keeps (s - mean) exactly 0 in groups of identical scores, where a float32 residue divided by a tiny std
-    would otherwise turn into a spurious advantage. A singleton group has std 0.
+    All (B,) float64: float64 keeps (s - mean) exactly 0 in groups of identical scores, where a float32 residue
+    divided by a tiny std would otherwise turn into a spurious advantage.
     """
-    scores = scores.double()
+
+    scores: torch.Tensor
+    """The score s_i of each response."""
+    inverse: torch.Tensor
+    """The dense group number (0..G-1) of each sample."""
+    num_groups: int
+    counts: torch.Tensor
+    """The size of each sample's group."""
+    means: torch.Tensor
+    """The mean score of each sample's group."""
+    stds: torch.Tensor
+    """The unbiased std of each sample's group's scores (0 for a singleton group)."""
+
+
+def _score_groups(token_level_rewards: torch.Tensor, index: GroupIds) -> _ScoreGroups:
+    """The first steps of every outcome estimator that compares a response with its group: scores from the token
+    rewards, group ids made dense, and each group's size, mean and std broadcast back to its samples."""
+    scores = token_level_rewards.sum(dim=-1).double()
+    inverse, num_groups = _group_inverse(index, scores.shape[0], scores.device)
     counts = _group_sum(torch.ones_like(scores), inverse, num_groups)
     means = _group_sum(scores, inverse, num_groups) / counts
     squares = _group_sum((scores - means[inverse]) ** 2, inverse, num_groups)
     stds = (squares / (counts - 1).clamp(min=1)).sqrt()
-    return counts[inverse], means[inverse], stds[inverse]
+    return _ScoreGroups(scores, inverse, num_groups, counts[inverse], means[inverse], stds[inverse])
 
 
-def _broadcast(per_sequence: torch.Tensor, response_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return per_sequence.to(dtype).unsqueeze(-1) * response_mask.to(dtype)
+def _outcome_advantages(
+    per_response: torch.Tensor, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, whiten: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The last step of every outcome estimator: one advantage per response (B,) put on each of its tokens, in the
+    rewards' dtype, zero outside the mask (with `whiten`, then whitened over all response tokens of the batch);
+    returned as (advantages, returns), the returns equal to the advantages."""
+    dtype = token_level_rewards.dtype
+    mask = response_mask.to(dtype)
+    advantages = per_response.to(dtype).unsqueeze(-1) * mask
+    if whiten:
+        advantages = masked_whiten(advantages, mask) * mask
+    return advantages, advantages
+
+
+def _except_singletons(groups: _ScoreGroups, advantages: torch.Tensor) -> torch.Tensor:
+    """`advantages`, with 0 for the responses that are alone in their group (nothing to compare them with)."""
+    return torch.where(groups.counts > 1, advantages, torch.zeros_like(groups.scores))
 
 
 @register_adv_estimator("gae")
@@ -183,14 +220,11 @@ def compute_grpo_outcome_advantage(
     which avoids up-weighting prompts whose rewards barely vary. A group with one response gets advantage 0
     (s_i - mean = 0). Returns equal the advantages.
     """
-    scores = token_level_rewards.sum(dim=-1)
-    inverse, num_groups = _group_inverse(index, scores.shape[0], scores.device)
-    _, means, stds = _group_stats(scores, inverse, num_groups)
-    advantages = scores.double() - means
+    groups = _score_groups(token_level_rewards, index)
+    advantages = groups.scores - groups.means
     if norm_adv_by_std_in_grpo:
-        advantages = advantages / (stds + eps)
-    advantages = _broadcast(advantages, response_mask, token_level_rewards.dtype)
-    return advantages, advantages
+        advantages = advantages / (groups.stds + eps)
+    return _outcome_advantages(advantages, token_level_rewards, response_mask)
 
 
 @register_adv_estimator("grpo_passk", grouped=True)
@@ -208,9 +242,8 @@ def compute_grpo_passk_outcome_advantage(
     s_max - s_second with `norm_adv_by_std_in_grpo=False`; all other responses get 0. Ties go to the first
     response in batch order (and then s_max = s_second gives 0). Singleton groups get 0.
     """
-    scores = token_level_rewards.sum(dim=-1).double()
-    inverse, num_groups = _group_inverse(index, scores.shape[0], scores.device)
-    counts, _, stds = _group_stats(scores, inverse, num_groups)
+    groups = _score_groups(token_level_rewards, index)
+    scores, inverse, num_groups = groups.scores, groups.inverse, groups.num_groups
     neg_inf = torch.full((num_groups,), -torch.inf, dtype=scores.dtype, device=scores.device)
     group_max = neg_inf.scatter_reduce(0, inverse, scores, reduce="amax")
     positions = torch.arange(scores.shape[0], device=scores.device)
@@ -222,10 +255,9 @@ def compute_grpo_passk_outcome_advantage(
     second_max = neg_inf.scatter_reduce(0, inverse[~is_best], scores[~is_best], reduce="amax")
     gap = (group_max - second_max)[inverse]
     if norm_adv_by_std_in_grpo:
-        gap = gap / (stds + eps)
-    advantages = torch.where(is_best & (counts > 1), gap, torch.zeros_like(scores))
-    advantages = _broadcast(advantages, response_mask, token_level_rewards.dtype)
-    return advantages, advantages
+        gap = gap / (groups.stds + eps)
+    advantages = _except_singletons(groups, torch.where(is_best, gap, torch.zeros_like(scores)))
+    return _outcome_advantages(advantages, token_level_rewards, response_mask)
 
 
 @register_adv_estimator("rloo", grouped=True)
@@ -240,13 +272,10 @@ def compute_rloo_outcome_advantage(
     the mean of the others, so it is independent of the sample and the estimate stays unbiased. Singleton groups
     get 0. Returns equal the advantages.
     """
-    scores = token_level_rewards.sum(dim=-1).double()
-    inverse, num_groups = _group_inverse(index, scores.shape[0], scores.device)
-    counts, means, _ = _group_stats(scores, inverse, num_groups)
-    others_mean = (means * counts - scores) / (counts - 1).clamp(min=1)
-    advantages = torch.where(counts > 1, scores - others_mean, torch.zeros_like(scores))
-    advantages = _broadcast(advantages, response_mask, token_level_rewards.dtype)
-    return advantages, advantages
+    groups = _score_groups(token_level_rewards, index)
+    others_mean = (groups.means * groups.counts - groups.scores) / (groups.counts - 1).clamp(min=1)
+    advantages = _except_singletons(groups, groups.scores - others_mean)
+    return _outcome_advantages(advantages, token_level_rewards, response_mask)
 
 
 @register_adv_estimator("opo", grouped=True)
@@ -261,14 +290,12 @@ def compute_opo_outcome_advantage(
     baseline of group g is the length-weighted mean score b_g = sum_j |y_j| s_j / sum_j |y_j| (|y_j| = response
     tokens) and A_i = s_i - b_g. Singleton groups get 0. Returns equal the advantages.
     """
-    scores = token_level_rewards.sum(dim=-1).double()
+    groups = _score_groups(token_level_rewards, index)
     lengths = response_mask.sum(dim=-1).double()
-    inverse, num_groups = _group_inverse(index, scores.shape[0], scores.device)
-    counts = _group_sum(torch.ones_like(scores), inverse, num_groups)[inverse]
-    weighted = _group_sum(lengths * scores, inverse, num_groups) / _group_sum(lengths, inverse, num_groups).clamp(1.0)
-    advantages = torch.where(counts > 1, scores - weighted[inverse], torch.zeros_like(scores))
-    advantages = _broadcast(advantages, response_mask, token_level_rewards.dtype)
-    return advantages, advantages
+    weighted_sums = _group_sum(lengths * groups.scores, groups.inverse, groups.num_groups)
+    baselines = weighted_sums / _group_sum(lengths, groups.inverse, groups.num_groups).clamp(1.0)
+    advantages = _except_singletons(groups, groups.scores - baselines[groups.inverse])
+    return _outcome_advantages(advantages, token_level_rewards, response_mask)
 
 
 @register_adv_estimator("gpg", grouped=True)
@@ -283,13 +310,10 @@ def compute_gpg_outcome_advantage(
     non-zero score (verl's count; with 0/1 rewards, the correct ones). Singleton groups get 0. Returns equal the
     advantages.
     """
-    scores = token_level_rewards.sum(dim=-1).double()
-    inverse, num_groups = _group_inverse(index, scores.shape[0], scores.device)
-    counts, means, _ = _group_stats(scores, inverse, num_groups)
-    alpha = scores.shape[0] / max(int(torch.count_nonzero(scores).item()), 1)
-    advantages = torch.where(counts > 1, alpha * (scores - means), torch.zeros_like(scores))
-    advantages = _broadcast(advantages, response_mask, token_level_rewards.dtype)
-    return advantages, advantages
+    groups = _score_groups(token_level_rewards, index)
+    alpha = groups.scores.shape[0] / max(int(torch.count_nonzero(groups.scores).item()), 1)
+    advantages = _except_singletons(groups, alpha * (groups.scores - groups.means))
+    return _outcome_advantages(advantages, token_level_rewards, response_mask)
 
 
 def _discounted_returns(token_level_rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -336,13 +360,8 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
     Subtract the group mean score, A_i = s_i - mean_g(s), broadcast it over the response, then whiten over all
     response tokens of the batch (a global, not per-group, scale). Returns equal the advantages.
     """
-    scores = token_level_rewards.sum(dim=-1)
-    inverse, num_groups = _group_inverse(index, scores.shape[0], scores.device)
-    _, means, _ = _group_stats(scores, inverse, num_groups)
-    mask = response_mask.to(token_level_rewards.dtype)
-    centred = _broadcast(scores.double() - means, mask, token_level_rewards.dtype)
-    advantages = masked_whiten(centred, mask) * mask
-    return advantages, advantages
+    groups = _score_groups(token_level_rewards, index)
+    return _outcome_advantages(groups.scores - groups.means, token_level_rewards, response_mask, whiten=True)
 
 
 @register_adv_estimator("remax")

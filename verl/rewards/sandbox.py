@@ -81,6 +81,9 @@ from typing import IO, Any
 
 import psutil
 
+from verl.rewards import sandbox_bootstrap
+from verl.rewards.sandbox_bootstrap import kill_group, wait_for_exit
+
 
 logger = logging.getLogger(__name__)
 
@@ -315,7 +318,7 @@ class _KillAllOfUid:
 # or signal through a pipe; when init exits the kernel kills whatever is left in the namespace. Given a manifest
 # (run_python_cases), the program's place is taken by the harness (_harness), and each case's child, forked from
 # it, installs the hook and runs the program (_run_case); the supervisor and init close the manifest's descriptors.
-_BOOTSTRAP = (Path(__file__).parent / "sandbox_bootstrap.py").read_text(encoding="utf-8")
+_BOOTSTRAP = Path(sandbox_bootstrap.__file__).read_text(encoding="utf-8")
 
 # Run in a sandbox by `isolation()` to see which namespaces a run actually ends up in.
 _PROBE = """
@@ -559,42 +562,6 @@ def isolation() -> dict[str, str]:
 # One run.
 
 
-def _wait_for_exit(pid: int, timeout: float) -> bool:
-    """Wait up to `timeout` seconds for the child to exit, without reaping it; False on timeout.
-
-    Not reaping keeps the pid (and so the process group id) reserved until the group has been killed.
-    """
-    deadline = time.monotonic() + timeout
-    try:
-        handle = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        handle = None
-    if handle is not None:
-        try:
-            poller = select.poll()
-            poller.register(handle, select.POLLIN)
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                if poller.poll(math.ceil(remaining * 1000)):
-                    return True
-        finally:
-            os.close(handle)
-    delay = 0.001
-    while True:
-        try:
-            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                return True
-        except ChildProcessError:
-            return True
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        time.sleep(min(delay, remaining))
-        delay = min(delay * 2, 0.02)
-
-
 def _find_leftovers(sandbox_id: str, uid: int | None, since: float) -> list[psutil.Process]:
     """Live processes of the run: of its dedicated uid, or carrying its marker (only new processes can)."""
     found = []
@@ -630,9 +597,62 @@ def _clean_up(sandbox_id: str, uid: int | None, since: float) -> None:
     logger.warning("Sandbox run %s: processes survive repeated SIGKILL (uid %s).", sandbox_id, uid)
 
 
-def _kill_group(pid: int) -> None:
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+@dataclass
+class _Interpreter:
+    """A sandboxed interpreter that `_start_interpreter` started on a program."""
+
+    process: subprocess.Popen
+    sandbox_id: str
+    """The marker (MARKER_ENV) in the environment of the run's processes."""
+    since: float
+    """No process of the run was created before this (wall clock: psutil's create_time may be off by a second)."""
+    start: float
+    """When the interpreter was started (monotonic clock)."""
+
+    def end(self, uid: int | None) -> tuple[int, resource.struct_rusage, float]:
+        """Kill the interpreter's process group, reap the interpreter, then kill every process the run left (of the
+        dedicated `uid`, or marked); the interpreter's exit code, its resource usage and when it was reaped."""
+        kill_group(self.process.pid)  # before reaping, while the group id cannot have been reused
+        _, status, usage = os.wait4(self.process.pid, 0)
+        reaped = time.monotonic()
+        self.process.returncode = os.waitstatus_to_exitcode(status)
+        _clean_up(self.sandbox_id, uid, self.since)
+        return self.process.returncode, usage, reaped
+
+
+def _start_interpreter(
+    scratch: str,
+    code: str,
+    setup: _ChildSetup,
+    stdin: int | IO[bytes],
+    output: tuple[IO[bytes], IO[bytes]],
+    manifest: tuple[str, ...] = (),
+    pass_fds: tuple[int, ...] = (),
+) -> _Interpreter:
+    """Write `code` into the scratch directory and start the sandboxed interpreter on it, through the bootstrap
+    (given a manifest's name, as the harness), in a session of its own, set up by `setup` before it runs."""
+    sandbox_id = uuid.uuid4().hex
+    with open(os.path.join(scratch, PROGRAM_NAME), "w", encoding="utf-8") as program:
+        program.write(code)
+    env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8", "HOME": scratch, "TMPDIR": scratch}
+    env[MARKER_ENV] = sandbox_id
+    shared_uid = "1" if setup.uid is None else "0"
+    args = [sys.executable, "-I", "-c", _BOOTSTRAP, _namespace("net"), PROGRAM_NAME, shared_uid, *manifest]
+    since = time.time() - 5.0  # psutil's create_time may be off by a second (boot time in whole seconds)
+    start = time.monotonic()
+    process = subprocess.Popen(  # noqa: S603
+        args,
+        stdin=stdin,
+        stdout=output[0],
+        stderr=output[1],
+        cwd=scratch,
+        env=env,
+        start_new_session=True,
+        preexec_fn=setup,
+        close_fds=True,
+        pass_fds=pass_fds,
+    )
+    return _Interpreter(process, sandbox_id, since, start)
 
 
 def _read_head(file: IO[bytes], limit: int) -> tuple[str, int]:
@@ -722,13 +742,6 @@ def _run(code: str, stdin: str, limits: SandboxLimits, plan: _Plan) -> SandboxRe
 
 
 def _run_in(scratch: str, code: str, stdin: str, limits: SandboxLimits, setup: _ChildSetup) -> SandboxResult:
-    sandbox_id = uuid.uuid4().hex
-    with open(os.path.join(scratch, PROGRAM_NAME), "w", encoding="utf-8") as program:
-        program.write(code)
-    env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8", "HOME": scratch, "TMPDIR": scratch}
-    env[MARKER_ENV] = sandbox_id
-    shared_uid = "1" if setup.uid is None else "0"
-    args = [sys.executable, "-I", "-c", _BOOTSTRAP, _namespace("net"), PROGRAM_NAME, shared_uid]
     # Unlinked files: the program sees an empty scratch directory, and a full pipe can never block it.
     with (
         tempfile.TemporaryFile(dir=scratch) as stdin_file,
@@ -737,33 +750,18 @@ def _run_in(scratch: str, code: str, stdin: str, limits: SandboxLimits, setup: _
     ):
         stdin_file.write(stdin.encode("utf-8"))
         stdin_file.seek(0)
-        since = time.time() - 5.0  # psutil's create_time may be off by a second (boot time in whole seconds)
-        start = time.monotonic()
-        process = subprocess.Popen(  # noqa: S603
-            args,
-            stdin=stdin_file,
-            stdout=stdout_file,
-            stderr=stderr_file,
-            cwd=scratch,
-            env=env,
-            start_new_session=True,
-            preexec_fn=setup,
-            close_fds=True,
-        )
+        interpreter = _start_interpreter(scratch, code, setup, stdin_file, (stdout_file, stderr_file))
         timed_out = True
         try:
-            timed_out = not _wait_for_exit(process.pid, limits.wall_s)
+            timed_out = not wait_for_exit(interpreter.process.pid, limits.wall_s)
         finally:
-            _kill_group(process.pid)  # before reaping, while the group id cannot have been reused
-            _, status, usage = os.wait4(process.pid, 0)
-            process.returncode = os.waitstatus_to_exitcode(status)
-            wall = time.monotonic() - start
-            _clean_up(sandbox_id, setup.uid, since)
+            returncode, usage, reaped = interpreter.end(setup.uid)
+            wall = reaped - interpreter.start
         stdout, stdout_size = _read_head(stdout_file, limits.output_kb * 1024)
         stderr, stderr_size = _read_tail(stderr_file, STDERR_TAIL_BYTES)
     cpu = usage.ru_utime + usage.ru_stime
-    status_name = _classify(timed_out, process.returncode, cpu, limits, max(stdout_size, stderr_size), stderr)
-    return SandboxResult(status_name, process.returncode, stdout, stderr, wall, cpu, sandbox_id, setup.uid)
+    status_name = _classify(timed_out, returncode, cpu, limits, max(stdout_size, stderr_size), stderr)
+    return SandboxResult(status_name, returncode, stdout, stderr, wall, cpu, interpreter.sandbox_id, setup.uid)
 
 
 def _remove_tree(path: str) -> None:
@@ -973,13 +971,6 @@ def _run_harness_in(
     scratch: str, code: str, cases: list[tuple[str, str]], limits: SandboxLimits, setup: _ChildSetup
 ) -> list[SandboxResult]:
     """Run the harness on `cases`; results of a non-empty prefix of them (the rest is for a fresh process)."""
-    sandbox_id = uuid.uuid4().hex
-    with open(os.path.join(scratch, PROGRAM_NAME), "w", encoding="utf-8") as program:
-        program.write(code)
-    env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8", "HOME": scratch, "TMPDIR": scratch}
-    env[MARKER_ENV] = sandbox_id
-    shared_uid = "1" if setup.uid is None else "0"
-    args = [sys.executable, "-I", "-c", _BOOTSTRAP, _namespace("net"), PROGRAM_NAME, shared_uid, MANIFEST_NAME]
     with ExitStack() as stack:
         # Unlinked files, as in _run_in: the program sees an empty scratch directory, and they are the trainer's
         # (owned by it, mode 0600), reachable only through the descriptors the harness hands each case.
@@ -994,20 +985,10 @@ def _run_harness_in(
         manifest = (float(limits.wall_s), write_end, [(*fds, suffix) for fds, (_, suffix) in zip(descriptors, cases)])
         with open(os.path.join(scratch, MANIFEST_NAME), "wb") as manifest_file:
             manifest_file.write(marshal.dumps(manifest))
-        since = time.time() - 5.0  # psutil's create_time may be off by a second (boot time in whole seconds)
-        start = time.monotonic()
         try:
-            process = subprocess.Popen(  # noqa: S603
-                args,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                cwd=scratch,
-                env=env,
-                start_new_session=True,
-                preexec_fn=setup,
-                close_fds=True,
-                pass_fds=(write_end, *(fd for fds in descriptors for fd in fds)),
+            pass_fds = (write_end, *(fd for fds in descriptors for fd in fds))
+            interpreter = _start_interpreter(
+                scratch, code, setup, subprocess.DEVNULL, (log, log), (MANIFEST_NAME,), pass_fds
             )
         finally:
             os.close(write_end)  # the harness holds the only write end: end of file means it is gone
@@ -1015,16 +996,14 @@ def _run_harness_in(
         try:
             watch = _watch(read_end, len(cases), limits.wall_s)
             if not watch.stalled:
-                _wait_for_exit(process.pid, HARNESS_GRACE_S)
+                wait_for_exit(interpreter.process.pid, HARNESS_GRACE_S)
         finally:
-            _kill_group(process.pid)  # before reaping, while the group id cannot have been reused
-            _, status, _ = os.wait4(process.pid, 0)
-            returncode = os.waitstatus_to_exitcode(status)
-            ended = time.monotonic()
-            _clean_up(sandbox_id, setup.uid, since)
+            returncode, _, ended = interpreter.end(setup.uid)
         harness_log, _ = _read_tail(log, STDERR_TAIL_BYTES)
         if harness_log.strip():
-            logger.warning("Sandbox harness %s (exit %d) wrote: %s", sandbox_id, returncode, harness_log[-2000:])
+            logger.warning(
+                "Sandbox harness %s (exit %d) wrote: %s", interpreter.sandbox_id, returncode, harness_log[-2000:]
+            )
         if watch.refused:
             logger.warning(
                 "Sandbox harness cannot protect its results here (%s): one process per case.", watch.refused
@@ -1043,12 +1022,14 @@ def _run_harness_in(
                 # The harness died, was stopped or missed its deadline during this case (or before the first):
                 # the case is charged with what ended the process, and never passes.
                 case_returncode, cpu = returncode, 0.0
-                wall = ended - (start if watch.running_since is None else watch.running_since)
+                wall = ended - (interpreter.start if watch.running_since is None else watch.running_since)
                 status_name = _classify(watch.stalled, returncode, cpu, limits, largest, stderr)
                 status_name = "error" if status_name == "ok" else status_name
             else:
                 break
             results.append(
-                SandboxResult(status_name, case_returncode, stdout, stderr, wall, cpu, sandbox_id, setup.uid)
+                SandboxResult(
+                    status_name, case_returncode, stdout, stderr, wall, cpu, interpreter.sandbox_id, setup.uid
+                )
             )
     return results

@@ -15,7 +15,8 @@
 """The first code of every sandboxed interpreter (verl/rewards/sandbox.py runs it with `python -I -c`).
 
 It must stand alone: the sandbox's interpreter has no access to this package (isolated mode, a minimal
-environment), so it imports only the standard library, and it is sent as source text, not imported.
+environment), so it imports only the standard library, and it is sent as source text. The trainer imports it too,
+for the process wait and kill it shares with the harness (`wait_for_exit`, `kill_group`); importing it runs nothing.
 """
 
 import os
@@ -242,8 +243,12 @@ def _state():
     return limits, os.getpriority(os.PRIO_PROCESS, 0), os.sched_getaffinity(0)
 
 
-def _wait_child(pid, timeout):
-    # True when the child exited within `timeout` seconds; it is not reaped, so its process group id stays reserved.
+def wait_for_exit(pid: int, timeout: float) -> bool:
+    """Wait up to `timeout` seconds for the child `pid` to exit, without reaping it; False on timeout.
+
+    Not reaping keeps the pid (and so the process group id) reserved until the group has been killed. The trainer
+    (verl/rewards/sandbox.py) waits for the sandboxed interpreter with it, and the harness here for each case.
+    """
     import select
     import time
 
@@ -260,19 +265,30 @@ def _wait_child(pid, timeout):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
-                if poller.poll(int(remaining * 1000) + 1):
+                if poller.poll(int(remaining * 1000) + 1):  # milliseconds, never 0
                     return True
         finally:
             os.close(handle)
     delay = 0.001
     while True:
-        if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:
             return True
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return False
         time.sleep(min(delay, remaining))
         delay = min(delay * 2, 0.02)
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group `pid`, if it still exists and may be signalled."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
 
 
 def _children():
@@ -295,13 +311,9 @@ def _end_case(child, kill_all):
     # kill(-1) reaches, in one step, every process this one may signal except itself and the namespace's init: in
     # an own PID namespace or as a dedicated uid that is exactly what the case left. Otherwise (the trainer's own
     # uid, no PID namespace) only this process's children are killed, round after round as orphans arrive.
-    import signal
     import time
 
-    try:
-        os.killpg(child, signal.SIGKILL)
-    except OSError:
-        pass
+    kill_group(child)
     status, cpu = None, 0.0
     while True:
         if kill_all:
@@ -387,7 +399,7 @@ def _harness(source, path, manifest, kill_all):
             os.setpgid(child, child)
         except OSError:
             pass
-        timed_out = not _wait_child(child, wall)
+        timed_out = not wait_for_exit(child, wall)
         elapsed = time.monotonic() - started
         status, cpu = _end_case(child, kill_all)
         returncode = -9 if status is None else os.waitstatus_to_exitcode(status)

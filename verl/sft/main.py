@@ -33,7 +33,8 @@ import torch
 from verl.data.sft_dataset import SFTDataError, SFTDataset, collate_sft
 from verl.sft.config import SFTConfig, load_sft_config
 from verl.trainer.checkpointing import CheckpointTracker, atomic_write, find_last_checkpoint, step_dir
-from verl.utils.config import ConfigError, config_to_dict, describe_fields, to_yaml
+from verl.utils.cli import load_config_or_exit
+from verl.utils.config import ConfigError, config_to_dict
 
 
 logger = logging.getLogger(__name__)
@@ -173,24 +174,12 @@ USAGE = "usage: python -m verl.sft.main config=path/to/sft.yaml [section.key=val
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "-h" in argv or "--help" in argv:
-        print(USAGE)
-        print(__doc__)
-        return 0
-    if "--help-config" in argv:
-        for key, type_name, doc in describe_fields(SFTConfig):
-            print(f"{key} ({type_name}): {doc}")
-        return 0
-    dry_run = "--dry-run" in argv
+    config = load_config_or_exit(argv, USAGE, __doc__, SFTConfig, load_sft_config)
+    if isinstance(config, int):
+        return config
     try:
-        config = load_sft_config([arg for arg in argv if arg != "--dry-run"])
-        if dry_run:
-            print(to_yaml(config), end="")
-            return 0
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         run_sft(config)
-    except ConfigError as err:
+    except ConfigError as err:  # one that only running finds
         print(f"Config error: {err}", file=sys.stderr)
         return 2
     except SFTDataError as err:

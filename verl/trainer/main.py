@@ -21,7 +21,7 @@ import logging
 import sys
 
 from verl.trainer.config import PPOConfig, load_config
-from verl.utils.config import ConfigError, describe_fields, to_yaml
+from verl.utils.cli import load_config_or_exit
 
 
 logger = logging.getLogger(__name__)
@@ -29,11 +29,6 @@ logger = logging.getLogger(__name__)
 USAGE = (
     "usage: python -m verl.trainer.main config=path/to/config.yaml [section.key=value ...] [--dry-run] [--help-config]"
 )
-
-
-def print_config_help() -> None:
-    for key, type_name, doc in describe_fields(PPOConfig):
-        print(f"{key} ({type_name}): {doc}")
 
 
 def run(config: PPOConfig) -> None:
@@ -54,28 +49,9 @@ def run(config: PPOConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "-h" in argv or "--help" in argv:
-        print(USAGE)
-        print(__doc__)
-        return 0
-    if "--help-config" in argv:
-        print_config_help()
-        return 0
-    dry_run = "--dry-run" in argv
-    argv = [arg for arg in argv if arg != "--dry-run"]
-    try:
-        config = load_config(argv)
-    except ConfigError as err:
-        print(f"Config error: {err}", file=sys.stderr)
-        return 2
-    except NotImplementedError as err:
-        print(f"Not implemented: {err}", file=sys.stderr)
-        return 2
-    if dry_run:
-        print(to_yaml(config), end="")
-        return 0
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = load_config_or_exit(argv, USAGE, __doc__, PPOConfig, load_config)
+    if isinstance(config, int):
+        return config
     from verl.trainer.checkpointing import CheckpointSaveError
     from verl.trainer.preemption import TrainingInterrupted
     from verl.trainer.ray_setup import SetupError

@@ -207,10 +207,10 @@ def _position_ids_for_model(position_ids: torch.Tensor) -> torch.Tensor:
 
 DENSE_ROWS_RUN_PADDED: frozenset[str] = frozenset({"cuda"})
 """Devices where a packed micro-batch with no padding in the columns a padded forward computes (every row with the
-same prompt length and the same response length) runs as padded rows instead. On an H200 with bf16, full-length rows cost 28.2 us per token packed (torch's varlen kernel)
-and 23.3 us padded (the update; sdpa with no mask takes cuDNN's fused kernel), and log-probs were faster padded too;
-with any padding in the micro-batch the packed row wins (1.6-1.8x on variable lengths). On the CPU the two are even
-on full rows, and the per-sequence packed path stays."""
+same prompt length and the same response length) runs as padded rows instead. On CUDA with bf16 such full rows run
+faster padded (sdpa with no mask takes cuDNN's fused kernel) than packed (torch's varlen kernel), for the update and
+for log-probs; with any padding in the micro-batch the packed row wins. On the CPU the two are even on full rows, and
+the per-sequence packed path stays."""
 
 
 def runs_padded(micro: DataProto, padding_free: bool) -> bool:

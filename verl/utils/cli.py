@@ -1,0 +1,71 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The command-line prologue of the training entry points (`verl.trainer.main`, `verl.sft.main`).
+
+Both take `config=path.yaml key=value ...` plus -h/--help, --help-config and --dry-run, and report a bad config
+with exit code 2; `load_config_or_exit` does all of that once, so the two entry points only run what they train.
+"""
+
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from verl.utils.config import ConfigError, describe_fields, to_yaml
+
+
+ConfigT = TypeVar("ConfigT")
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def print_config_help(schema: type) -> None:
+    """Every key of the config dataclass `schema`, with its type and description, one a line."""
+    for key, type_name, doc in describe_fields(schema):
+        print(f"{key} ({type_name}): {doc}")
+
+
+def load_config_or_exit(
+    argv: Sequence[str] | None,
+    usage: str,
+    doc: str | None,
+    schema: type,
+    load: Callable[[list[str]], ConfigT],
+) -> ConfigT | int:
+    """The config to run, loaded by `load` from the command line `argv` (sys.argv[1:] when None), with logging set
+    up at INFO; or the exit code when there is nothing to run: 0 after -h/--help (`usage` and `doc`), --help-config
+    (the keys of `schema`) or --dry-run (the resolved config as YAML), 2 after a ConfigError or a
+    NotImplementedError from `load` (reported on stderr)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:
+        print(usage)
+        print(doc)
+        return 0
+    if "--help-config" in argv:
+        print_config_help(schema)
+        return 0
+    dry_run = "--dry-run" in argv
+    try:
+        config = load([arg for arg in argv if arg != "--dry-run"])
+    except ConfigError as err:
+        print(f"Config error: {err}", file=sys.stderr)
+        return 2
+    except NotImplementedError as err:
+        print(f"Not implemented: {err}", file=sys.stderr)
+        return 2
+    if dry_run:
+        print(to_yaml(config), end="")
+        return 0
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    return config

@@ -1,0 +1,210 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The passes of micro-batches one data-parallel rank runs through its FSDP2 model, shared by the actor and the critic.
+
+`MicroBatchPasses.compute` is the no-grad pass (log-probs, values): rows back in their original order.
+`MicroBatchPasses.update` is the PPO update: ppo_epochs x mini-batches, each one gradient accumulation over its
+micro-batches and one optimizer step. The caller gives only its per-micro-batch loss; the loss scaling, the FSDP
+gather-once-per-pass handling, the skipped non-finite step and the metric reduction over ranks live here.
+
+Loss normalisation: every micro-batch loss is divided by the token (or sequence) count of the whole mini-batch
+summed over all micro-batches and all data-parallel ranks, and multiplied by the world size before `backward`
+(FSDP averages gradients over ranks). The accumulated gradient is then the gradient of the mini-batch loss,
+however the mini-batch was split.
+"""
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from verl.models import ulysses
+from verl.models.fsdp import clip_grad_norm, gathers_once_per_pass, micro_batch_pass
+from verl.protocol import DataProto
+from verl.utils import device as device_utils
+from verl.workers.actor.config import ActorConfig
+from verl.workers.actor.forward import (
+    Head,
+    forward_response,
+    global_loss_counts,
+    make_micro_batches,
+    packing_is_exact,
+    select_model_inputs,
+    update_micro_batch_size,
+)
+from verl.workers.critic.config import CriticConfig
+
+
+logger = logging.getLogger(__name__)
+
+MicroBatchLoss = Callable[[DataProto, float, float], tuple[torch.Tensor, torch.Tensor]]
+"""(micro-batch, mini-batch token count, mini-batch sequence count) -> (the micro-batch's share of the mini-batch
+loss, its float64 contributions to the summed metrics, in their order)."""
+
+SummedMetric = tuple[str, bool]
+"""(name, is_token_mean): a loss share (summed over micro-batches and ranks), or a token mean summed weighted by
+the micro-batch's token count and divided by the mini-batch's."""
+
+
+def _world_size(group: dist.ProcessGroup | None) -> int:
+    return dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
+
+
+class MicroBatchPasses:
+    """One rank's micro-batch passes through `module` for `role` ("actor" or "critic": the config section it names
+    in errors and the prefix of its lr and grad_norm metrics).
+
+    `rollout_n` (samples per prompt) turns `config.global_batch_size` (prompts) into samples: each optimizer step
+    takes global_batch_size x rollout_n / data-parallel size samples on every rank.
+    """
+
+    def __init__(
+        self,
+        role: str,
+        config: ActorConfig | CriticConfig,
+        module: nn.Module,
+        optimizer: torch.optim.Optimizer | None,
+        rollout_n: int,
+        group: dist.ProcessGroup | None,
+        sp_group: dist.ProcessGroup | None,
+    ) -> None:
+        self.role = role
+        self.config = config
+        self.module = module
+        self.optimizer = optimizer
+        self.group = group
+        self.world_size = _world_size(group)
+        self.sp_group = sp_group
+        """Ulysses: the ranks that share each row (they hold the same rows; see verl.models.ulysses); None for 1."""
+        self.sp_size = _world_size(sp_group) if sp_group is not None else 1
+        if self.sp_size != config.ulysses_size:
+            raise ValueError(
+                f"{role}.ulysses_size={config.ulysses_size} but the sequence-parallel group has {self.sp_size} ranks."
+            )
+        dp_size = self.world_size // self.sp_size
+        samples = config.global_batch_size * rollout_n
+        if samples % dp_size != 0:
+            raise ValueError(
+                f"{role}.global_batch_size x rollout.n = {samples} samples must split evenly over {dp_size} "
+                "data-parallel ranks."
+            )
+        self.mini_batch_size = samples // dp_size
+        self.padding_free = config.padding_free and packing_is_exact(module)
+        ulysses.check_split(module, self.sp_size, self.padding_free, role)
+        self.gather_once = gathers_once_per_pass(config.fsdp, device_utils.get_device_type())
+
+    def _pass(self):
+        """Context of one pass of micro-batches (see verl.models.fsdp.micro_batch_pass)."""
+        return micro_batch_pass(self.module, self.gather_once, self.config.fsdp.enable_full_shard)
+
+    def forward(self, micro: DataProto, head: Head) -> dict[str, torch.Tensor]:
+        """`forward_response` on one micro-batch, its rows split over the sequence-parallel group if there is one."""
+        with ulysses.sequence_parallel(self.sp_group):
+            return forward_response(self.module, micro, self.padding_free, head)
+
+    def compute(self, data: DataProto, head: Head) -> dict[str, torch.Tensor]:
+        """`head`'s outputs (B, R) over the whole batch, in the original row order; micro-batches follow
+        micro_batch_size_per_device_for_experience (fixed, or the token budget with dynamic_batching)."""
+        micro_batches, order = make_micro_batches(
+            select_model_inputs(data, ()),
+            self.config.micro_batch_size_per_device_for_experience,
+            self.config.dynamic_batching,
+            self.group,
+            padded=not self.padding_free,
+        )
+        with self._pass():
+            outputs = [self.forward(micro, head) for micro in micro_batches]
+        result = {name: torch.cat([out[name] for out in outputs]) for name in outputs[0]}
+        if order is not None:
+            result = {name: value[order.to(value.device)] for name, value in result.items()}
+        return result
+
+    def update(
+        self,
+        data: DataProto,
+        micro_batch_loss: MicroBatchLoss,
+        summed_metrics: Sequence[SummedMetric],
+        constant_metrics: dict[str, float] | None = None,
+    ) -> dict[str, float]:
+        """ppo_epochs passes over the mini-batches of `data`, one optimizer step each; the mean of each mini-batch's
+        `summed_metrics`, `<role>/grad_norm` and `constant_metrics`, and `<role>/lr`.
+
+        A step whose gradient norm is not finite is skipped (gradients dropped, weights unchanged). Loss metrics are
+        the mini-batch values over all ranks (identical on every rank).
+        """
+        self.module.train()
+        metrics: dict[str, list[float]] = defaultdict(list)
+        for _ in range(self.config.ppo_epochs):
+            for mini_batch in data.split(self.mini_batch_size):
+                update = self._update_mini_batch(mini_batch, micro_batch_loss, summed_metrics)
+                for name, value in {**update, **(constant_metrics or {})}.items():
+                    metrics[name].append(value)
+        metrics[f"{self.role}/lr"].append(self.optimizer.param_groups[0]["lr"])
+        return {name: float(np.mean(values)) for name, values in metrics.items()}
+
+    def _update_mini_batch(
+        self, mini_batch: DataProto, micro_batch_loss: MicroBatchLoss, summed_metrics: Sequence[SummedMetric]
+    ) -> dict[str, float]:
+        """Accumulate the gradient of one mini-batch over its micro-batches, then take one optimizer step."""
+        config = self.config
+        micro_batches, _ = make_micro_batches(
+            mini_batch,
+            update_micro_batch_size(
+                config.micro_batch_size_per_device_for_update,
+                len(mini_batch),
+                config.dynamic_batching,
+                self.gather_once,
+            ),
+            config.dynamic_batching,
+            self.group,
+            padded=not self.padding_free,
+        )
+        token_count, seq_count = global_loss_counts(micro_batches, self.group)
+        # the ranks of a sequence-parallel group hold the same rows: count them once
+        token_count, seq_count = token_count / self.sp_size, seq_count / self.sp_size
+        # Loss shares and token-weighted token means, summed on the device (no host sync between micro-batches, so
+        # the device never waits for the host to launch the next backward), then across ranks.
+        sums = torch.zeros(len(summed_metrics), dtype=torch.float64, device=device_utils.get_local_device())
+        self.optimizer.zero_grad(set_to_none=True)
+        with self._pass() as before_backward:
+            for index, micro in enumerate(micro_batches):
+                # the backward too: gradient checkpointing re-runs each layer's forward (its attention) inside it
+                with ulysses.sequence_parallel(self.sp_group):
+                    loss, micro_sums = micro_batch_loss(micro, token_count, seq_count)
+                    before_backward(index == len(micro_batches) - 1)
+                    (loss * self.world_size).backward()  # FSDP averages gradients over ranks; the shares must add up
+                sums += micro_sums
+        grad_norm = self._optimizer_step()
+        sums = sums.cpu()  # the host's backend (gloo) reduces these few numbers
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(sums, op=dist.ReduceOp.SUM, group=self.group)
+            sums /= self.sp_size  # every rank of a sequence-parallel group computed the same loss
+        metrics = {}
+        for (name, is_token_mean), total in zip(summed_metrics, sums.tolist()):
+            metrics[name] = total / max(token_count, 1.0) if is_token_mean else total
+        metrics[f"{self.role}/grad_norm"] = grad_norm
+        return metrics
+
+    def _optimizer_step(self) -> float:
+        grad_norm = clip_grad_norm(self.module, self.config.max_grad_norm).item()
+        if np.isfinite(grad_norm):
+            self.optimizer.step()
+        else:
+            logger.warning("Skipping the %s's optimizer step: the gradient norm is %s.", self.role, grad_norm)
+        self.optimizer.zero_grad(set_to_none=True)
+        return grad_norm
