@@ -308,6 +308,57 @@ def test_secrets_are_masked_in_config_dumps(files, capsys):
     assert config_to_dict(config)["worker"]["reward"]["reward_function_kwargs"]["api_key"] == "***"
 
 
+def test_settings_named_like_tokens_are_not_masked(files, capsys):
+    assert main([*base_args(files), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "***" not in out
+    worker = yaml.safe_load(out)["worker"]
+    assert isinstance(worker["rollout"]["max_num_batched_tokens"], int)
+    assert worker["reward"]["skip_special_tokens"] in (True, False)
+
+
+def test_secret_names_are_words_of_the_key():
+    from verl.utils.config import MASK, masked
+
+    secrets = ["api_key", "OPENAI_API_KEY", "hf_token", "auth_token", "token", "client_secret", "password", "auth"]
+    settings = ["max_tokens", "max_num_batched_tokens", "skip_special_tokens", "tokenizer_path", "author", "tokens"]
+    dump = masked({name: "value" for name in secrets + settings})
+    assert [name for name in secrets if dump[name] != MASK] == []
+    assert [name for name in settings if dump[name] == MASK] == []
+
+
+def test_a_signature_error_does_not_print_the_kwargs_secrets(files):
+    (files / "judge.py").write_text("def compute_score(sample, model):\n    return {'overall': 0.0}\n")
+    args = [arg for arg in base_args(files) if not arg.startswith("worker.reward.reward_function=")]
+    args += [
+        f"worker.reward.reward_function={files / 'judge.py'}:compute_score",
+        'worker.reward.reward_function_kwargs={"api_key": "sk-live-123", "model": "judge-7b"}',
+    ]
+    with pytest.raises(ConfigError) as error:
+        load_config(args)
+    assert "reward_function_kwargs" in str(error.value) and "judge-7b" in str(error.value)
+    assert "sk-live-123" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("worker.actor.max_grad_norm=nan", "worker.actor.max_grad_norm"),
+        ("worker.actor.optim.lr=nan", "worker.actor.optim.lr"),
+        ("worker.actor.optim.betas=[nan,0.999]", "worker.actor.optim.betas[0]"),
+        ("algorithm.kl_coef=nan", "algorithm.kl_coef"),
+    ],
+)
+def test_nan_is_refused_naming_the_key(files, override, key):
+    with pytest.raises(ConfigError, match=rf"'{re.escape(key)}' is nan"):
+        load_config([*base_args(files), override])
+
+
+def test_an_infinite_learning_rate_is_refused(files):
+    with pytest.raises(ConfigError, match=r"'worker.actor.optim.lr' must be a finite number"):
+        load_config([*base_args(files), "worker.actor.optim.lr=inf"])
+
+
 def test_main_reports_config_error_without_traceback(files, capsys):
     assert main([*base_args(files), "data.nope=1"]) == 2
     err = capsys.readouterr().err
@@ -498,7 +549,7 @@ def test_reward_model_keys_are_checked_before_anything_starts(files, tmp_path):
         f"worker.reward.model.model_path={tmp_path / 'nope'}": "'worker.reward.model.model_path' points to",
         f"worker.reward.model.model_path={lm}": "is a Qwen2ForCausalLM, not a sequence-classification reward model",
         f"worker.reward.model.model_path={two}": "has 2 labels; a reward model gives one score",
-        f"worker.reward.model.model_path={rm} worker.reward.model.weight=nan": "'worker.reward.model.weight' must be a finite",
+        f"worker.reward.model.model_path={rm} worker.reward.model.weight=nan": "'worker.reward.model.weight' is nan",
         f"worker.reward.model.model_path={rm} worker.reward.model.micro_batch_size=0": "'worker.reward.model.micro_batch_size' must be positive",
         f"worker.reward.model.model_path={rm} worker.reward.model.max_length=0": "'worker.reward.model.max_length' must be positive",
         f"worker.reward.model.model_path={rm} worker.reward.model.nnodes=0": "'worker.reward.model.nnodes' must be positive",

@@ -31,6 +31,7 @@ from typing import Any, TypedDict
 
 import numpy as np
 
+from verl.utils.config import masked
 from verl.utils.module_loading import NotPythonFileError, import_file
 
 
@@ -183,7 +184,7 @@ def _check_kwargs(function: Callable[..., Any], kwargs: Mapping[str, Any], label
         signature.bind(None, **kwargs)
     except TypeError as error:
         raise RewardFunctionLoadError(
-            f"worker.reward.reward_function_kwargs={dict(kwargs)!r} do not fit the signature {signature} of {label}: "
+            f"worker.reward.reward_function_kwargs={masked(dict(kwargs))!r} do not fit the signature {signature} of {label}: "
             f"{error}; the function must take the sample(s) as its first argument and accept every configured keyword."
         ) from error
 

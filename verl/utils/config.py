@@ -126,10 +126,28 @@ def merge_config(schema: type, sources: Sequence[tuple[str, Mapping]]) -> Any:
                 f"got {value!r} (in {source_name})."
             ) from None
     try:
-        return OmegaConf.to_object(merged)
+        config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as err:
         full_key = getattr(err, "full_key", None) or "?"
         raise ConfigError(f"Config key '{full_key}' is invalid: {str(err).splitlines()[0]}.") from None
+    reject_nan(config)
+    return config
+
+
+def reject_nan(value: Any, key: str = "") -> None:
+    """No number anywhere in the config is nan: no setting means "not a number", and nan would pass every range
+    check (each comparison with it is false)."""
+    if dataclasses.is_dataclass(value):
+        for item in dataclasses.fields(value):
+            reject_nan(getattr(value, item.name), f"{key}.{item.name}" if key else item.name)
+    elif isinstance(value, dict):
+        for name, item in value.items():
+            reject_nan(item, f"{key}.{name}" if key else str(name))
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            reject_nan(item, f"{key}[{index}]")
+    elif isinstance(value, float) and math.isnan(value):
+        raise ConfigError(f"Config key '{key}' is nan; give a number.")
 
 
 def _lookup(mapping: Mapping, dotted: str) -> Any:
@@ -256,8 +274,13 @@ def require_data_files(section: Any, prefix: str, *names: str) -> None:
             )
 
 
-SECRET_KEY = re.compile(r"(api[_-]?key|token|secret|password|passwd|credential|auth)", re.IGNORECASE)
-"""Dict keys whose values are never written to logs, config dumps or trackers (e.g. a judge's api_key)."""
+SECRET_KEY = re.compile(
+    r"(?:^|[_\-.])(api[_\-]?key|access[_\-]?key|private[_\-]?key|token|secret|password|passwd|credentials?|auth)"
+    r"(?:$|[_\-.])",
+    re.IGNORECASE,
+)
+"""Dict keys whose values are never written to logs, config dumps or trackers: a word of the key (between `_`, `-`
+or `.`) is a secret's name, e.g. api_key, hf_token, client_secret; max_tokens and tokenizer_path are not secrets."""
 
 MASK = "***"
 

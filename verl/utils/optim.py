@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
-from verl.utils.config import require_choice, require_non_negative
+from verl.utils.config import require_choice, require_finite, require_non_negative
 from verl.utils.device import is_cpu
 
 
@@ -60,6 +60,7 @@ class OptimConfig:
         require_choice(self, prefix, "strategy", OPTIMIZER_STRATEGIES)
         require_choice(self, prefix, "lr_scheduler_type", LR_SCHEDULER_TYPES)
         require_non_negative(self, prefix, "lr", "weight_decay")
+        require_finite(self, prefix, "lr", "weight_decay")
 
 
 class BF16AdamW(torch.optim.Optimizer):
