@@ -19,10 +19,11 @@ from types import SimpleNamespace
 import torch
 
 from verl.trainer.ray_trainer import RayPPOTrainer
+from verl.workers.config import RewardConfig
 
 
-def driver(step: int = 3) -> SimpleNamespace:
-    reward = SimpleNamespace(reward_function="rewards/task.py:score")
+def driver(step: int = 3, reward: RewardConfig | None = None) -> SimpleNamespace:
+    reward = reward or RewardConfig(reward_function="rewards/task.py:score")
     return SimpleNamespace(
         flat_reward_steps=0, global_step=step, config=SimpleNamespace(worker=SimpleNamespace(reward=reward))
     )
@@ -41,7 +42,7 @@ def test_flat_rewards_are_warned_about_with_the_function_name(caplog):
         assert state.flat_reward_steps == 0 and not caplog.records
         RayPPOTrainer._check_reward_spread(state, scores([0.0] * 8))
     assert state.flat_reward_steps == 1
-    assert "Step 3: all 8 samples got the same reward 0 from rewards/task.py:score" in caplog.text
+    assert "Step 3: all 8 samples got the same reward 0 from reward function rewards/task.py:score" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="verl.trainer.ray_trainer"):
         for _ in range(8):  # throttled: the 2nd..9th flat steps are counted, not printed
@@ -49,6 +50,16 @@ def test_flat_rewards_are_warned_about_with_the_function_name(caplog):
         assert not caplog.records
         RayPPOTrainer._check_reward_spread(state, scores([1.0] * 8))
     assert "(10 such step(s) so far)" in caplog.text
+
+
+def test_flat_rewards_name_a_reward_model_or_judge_when_there_is_no_function(caplog):
+    reward = RewardConfig()
+    reward.model.model_path, reward.judge.model_path = "models/rm", "models/judge"
+    state = driver(reward=reward)
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.ray_trainer"):
+        RayPPOTrainer._check_reward_spread(state, scores([0.5] * 4))
+    assert "from reward model models/rm + judge models/judge (" in caplog.text
+    assert "None" not in caplog.text
 
 
 def test_a_hanging_reward_function_is_cut_off_and_named():

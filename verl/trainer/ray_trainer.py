@@ -111,6 +111,22 @@ def count_training_steps(config: PPOConfig, batches_per_epoch: int) -> int:
     return max(1, batches_per_epoch * prompts_per_batch // data.rollout_batch_size) * trainer.total_epochs
 
 
+def reward_sources(reward: Any) -> str:
+    """What scores a run, for messages: its reward function (or routes, or rubric), reward model and judge."""
+    sources = []
+    if reward.reward_function:
+        sources.append(f"reward function {reward.reward_function}")
+    if reward.routes:
+        sources.append("routed reward functions " + ", ".join(f"{key}: {spec}" for key, spec in reward.routes.items()))
+    if reward.rubric:
+        sources.append("rubric " + ", ".join(reward.rubric))
+    if reward.model.model_path:
+        sources.append(f"reward model {reward.model.model_path}")
+    if reward.judge.model_path:
+        sources.append(f"judge {reward.judge.model_path}")
+    return " + ".join(sources) or "no reward source"
+
+
 class RayPPOTrainer:
     """Drives the worker groups. Worker groups and the reward runner are created by `runner.py` and passed in."""
 
@@ -303,12 +319,12 @@ class RayPPOTrainer:
             if self.flat_reward_steps in (1, 10) or self.flat_reward_steps % 100 == 0:
                 logger.warning(
                     "Step %d: all %d samples got the same reward %.4g from %s (%d such step(s) so far); with "
-                    "group-relative advantages this step does not change the policy. Check the reward function "
-                    "and the task's difficulty.",
+                    "group-relative advantages this step does not change the policy. Check the reward and the "
+                    "task's difficulty.",
                     self.global_step,
                     len(totals),
                     float(totals[0]),
-                    self.config.worker.reward.reward_function,
+                    reward_sources(self.config.worker.reward),
                     self.flat_reward_steps,
                 )
 
