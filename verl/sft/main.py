@@ -33,6 +33,7 @@ import torch
 from verl.data.sft_dataset import SFTDataError, SFTDataset, collate_sft
 from verl.sft.config import SFTConfig, load_sft_config
 from verl.trainer.checkpointing import CheckpointTracker, atomic_write, find_last_checkpoint, step_dir
+from verl.trainer.run_lock import CheckpointFolderInUse, RunLock
 from verl.utils.cli import load_config_or_exit
 from verl.utils.config import ConfigError, config_to_dict
 
@@ -96,7 +97,13 @@ def validate(worker_group: Any, dataset: SFTDataset, batch_size: int) -> dict[st
 
 
 def run_sft(config: SFTConfig) -> dict[str, float]:
-    """Train; returns the last step's metrics (and the last validation loss)."""
+    """Train, holding the checkpoint folder (one run per folder); returns the last step's metrics (and the last
+    validation loss)."""
+    with RunLock(config.trainer.save_checkpoint_path):
+        return _train(config)
+
+
+def _train(config: SFTConfig) -> dict[str, float]:
 
     from verl.sft.worker import SFTWorker
     from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup
@@ -182,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:  # one that only running finds
         print(f"Config error: {err}", file=sys.stderr)
         return 2
-    except SFTDataError as err:
+    except (SFTDataError, CheckpointFolderInUse) as err:
         print(f"Error: {err}", file=sys.stderr)
         return 2
     return 0

@@ -29,6 +29,7 @@ from verl.trainer.config import PPOConfig
 from verl.trainer.data_loader import create_dataloader
 from verl.trainer.ray_setup import SetupError, init_ray
 from verl.trainer.ray_trainer import RayPPOTrainer, count_training_steps
+from verl.trainer.run_lock import CheckpointFolderInUse, RunLock
 from verl.utils.config import config_to_dict
 from verl.utils.device import resolve_device_type
 from verl.utils.logger import Tracker
@@ -151,8 +152,21 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any]:
 
 
 def run_ppo(config: PPOConfig) -> dict[str, float]:
-    """Train. What can fail without workers (the data, the checkpoint to resume from) is checked before any worker
-    starts, and before Ray starts unless the caller started it already."""
+    """Train. The run holds its checkpoint folder (one run per folder) from here to its end; what can fail without
+    workers (the data, the checkpoint to resume from) is checked before any worker starts, and before Ray starts
+    unless the caller started it already."""
+    lock = RunLock(config.trainer.save_checkpoint_path)
+    try:
+        lock.acquire()
+    except CheckpointFolderInUse as err:
+        raise SetupError(str(err)) from None
+    try:
+        return _train(config)
+    finally:
+        lock.release()
+
+
+def _train(config: PPOConfig) -> dict[str, float]:
     device = resolve_device_type(config.trainer.device)
     try:
         train_dataloader, val_dataloader, tokenizer, processor = _prepare_inputs(config)

@@ -1,0 +1,138 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""One run per checkpoint folder: a run holds a lock on `<save_checkpoint_path>/.run.lock` from before Ray starts to
+its end, so a second run started on the same folder refuses at once, naming the holder's pid and host, instead of
+interleaving its steps and overwriting the first run's checkpoints.
+
+The lock is a POSIX record lock (`fcntl.lockf`, which NFS supports): the kernel drops it when the holding process
+dies, however it dies, so the lock of a dead run is taken over by the next run without any clean-up. On a file system
+without locks the file's pid and host decide: a holder on this host that is no longer running is taken over; a holder
+on another host must be removed by hand (the message says which file).
+"""
+
+import errno
+import fcntl
+import json
+import logging
+import os
+import socket
+import time
+from types import TracebackType
+from typing import Any
+
+
+logger = logging.getLogger(__name__)
+
+LOCK_FILE = ".run.lock"
+_NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS}
+
+
+class CheckpointFolderInUse(RuntimeError):
+    """Another run holds the checkpoint folder."""
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+class RunLock:
+    """Held by the driver of a run on its checkpoint folder; a context manager (`with RunLock(folder):`)."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        self.path = os.path.join(folder, LOCK_FILE)
+        self._fd: int | None = None
+
+    def __enter__(self) -> "RunLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.release()
+
+    def _holder(self, fd: int) -> dict[str, Any]:
+        os.lseek(fd, 0, os.SEEK_SET)
+        try:
+            holder = json.loads(os.read(fd, 4096).decode("utf-8") or "{}")
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return {}
+        return holder if isinstance(holder, dict) else {}
+
+    def _refuse(self, holder: dict[str, Any], how: str) -> CheckpointFolderInUse:
+        started = holder.get("started")
+        since = f", started {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}" if started else ""
+        return CheckpointFolderInUse(
+            f"Another run is using the checkpoint folder {self.folder}: pid {holder.get('pid', '?')} on host "
+            f"{holder.get('host', '?')}{since}. Two runs on one folder would overwrite each other's checkpoints: "
+            f"wait for it to end, stop it, or set trainer.save_checkpoint_path to another folder{how}."
+        )
+
+    def acquire(self) -> None:
+        """Take the lock, or raise CheckpointFolderInUse naming the run that holds it."""
+        os.makedirs(self.folder, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as err:
+                if err.errno in (errno.EACCES, errno.EAGAIN):
+                    raise self._refuse(self._holder(fd), "") from None
+                if err.errno not in _NO_LOCKS:
+                    raise
+                self._check_holder_without_locks(self._holder(fd))
+            previous = self._holder(fd)
+            if previous.get("pid") and previous.get("pid") != os.getpid():
+                logger.info(
+                    "Took over the checkpoint folder %s from an earlier run (pid %s on host %s) that has ended.",
+                    self.folder,
+                    previous.get("pid"),
+                    previous.get("host"),
+                )
+            me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(me).encode("utf-8"), 0)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    def _check_holder_without_locks(self, holder: dict[str, Any]) -> None:
+        """A file system without record locks: refuse while the recorded holder may still be running."""
+        pid, host = holder.get("pid"), holder.get("host")
+        if not pid:
+            return
+        if host == socket.gethostname():
+            if pid != os.getpid() and _process_alive(int(pid)):
+                raise self._refuse(holder, "")
+            return
+        raise self._refuse(
+            holder, f" (this file system has no locks: if that run has ended, delete {self.path} and start again)"
+        )
+
+    def release(self) -> None:
+        """Give the lock up (the file stays; it records no holder)."""
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            os.ftruncate(fd, 0)
+        finally:
+            os.close(fd)  # closing the descriptor releases the record lock
