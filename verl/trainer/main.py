@@ -21,7 +21,7 @@ import logging
 import sys
 
 from verl.trainer.config import PPOConfig, load_config
-from verl.utils.cli import load_config_or_exit
+from verl.utils.cli import keep_local_ray_on_loopback, load_config_or_exit
 
 
 logger = logging.getLogger(__name__)
@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     config = load_config_or_exit(argv, USAGE, __doc__, PPOConfig, load_config)
     if isinstance(config, int):
         return config
+    keep_local_ray_on_loopback(max(config.trainer.nnodes, config.worker.reward.model.nnodes))
     from verl.trainer.checkpointing import CheckpointSaveError
     from verl.trainer.preemption import TrainingInterrupted
     from verl.trainer.ray_setup import SetupError

@@ -18,6 +18,7 @@ with exit code 2; `load_config_or_exit` does all of that once, so the two entry 
 """
 
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -26,6 +27,10 @@ from verl.utils.config import ConfigError, describe_fields, to_yaml
 
 
 ConfigT = TypeVar("ConfigT")
+
+RAY_LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+"""Ray's switch for multi-machine support (on by default on Linux); off, a Ray started here binds every service to
+127.0.0.1 (its own laptop setting), its metrics endpoints included, which otherwise answer on every interface."""
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -69,3 +74,10 @@ def load_config_or_exit(
         return 0
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     return config
+
+
+def keep_local_ray_on_loopback(nodes: int) -> None:
+    """For a run on one machine that starts its own Ray (no RAY_ADDRESS): every Ray service listens on loopback only.
+    Ray reads the setting when it is imported, so this runs before anything imports ray; a user's own setting wins."""
+    if nodes == 1 and not os.environ.get("RAY_ADDRESS") and "ray" not in sys.modules:
+        os.environ.setdefault(RAY_LOOPBACK_ENV, "0")

@@ -1,0 +1,59 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The entry points' prologue: a Ray that a one-machine run starts listens on loopback only."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+
+LISTENING_PORTS = textwrap.dedent("""
+    import json, sys, time
+    from verl.utils.cli import keep_local_ray_on_loopback
+    if sys.argv[1] == "loopback":
+        keep_local_ray_on_loopback(1)
+    import psutil, ray
+    ray.init(num_cpus=1, include_dashboard=False)
+    time.sleep(3)  # the metrics servers start after ray.init returns
+    addresses = set()
+    for process in [psutil.Process(), *psutil.Process().children(recursive=True)]:
+        try:
+            addresses |= {c.laddr.ip for c in process.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+        except psutil.NoSuchProcess:
+            pass
+    ray.shutdown()
+    print(json.dumps(sorted(addresses)))
+""")
+
+
+def listening_addresses(mode: str) -> list[str]:
+    result = subprocess.run(
+        [sys.executable, "-c", LISTENING_PORTS, mode], capture_output=True, text=True, timeout=180, check=True
+    )
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_a_local_ray_listens_on_loopback_only(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", raising=False)
+    loopback = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
+    addresses = listening_addresses("loopback")
+    assert addresses and set(addresses) <= loopback, addresses
+    # Without the setting Ray's services (its metrics endpoints among them) listen on other interfaces: the
+    # setting is what keeps them in.
+    assert set(listening_addresses("default")) - loopback
