@@ -13,9 +13,11 @@
 # limitations under the License.
 """RLHFDataset: prompt rows (text, images, videos) turned into left-padded token ids for rollout and training.
 
-Every row is checked when the dataset is built, cheaply (image headers, not pixels), so a bad row or a prompt that
-does not fit fails before training starts, with the file, the row and the key in the message. docs/data_flow.md
-lists the keys a row ends up with.
+Every row is checked when the dataset is built, so a bad row or a prompt that does not fit fails before training
+starts, with the file, the row and the key in the message: every image is decoded once, in full (a truncated file
+has a valid header), and its pixels are dropped again; a video is decoded too, to count its tokens. With
+data.skip_bad_rows=true bad rows are skipped instead, both then and when a row that passed goes bad before its batch
+is built. docs/data_flow.md lists the keys a row ends up with.
 """
 
 import logging
@@ -33,13 +35,14 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 
 from verl.data.multimodal import (
+    check_image,
     count_image_tokens,
     load_image,
     load_video,
-    open_image,
     processor_inputs,
     resized_size,
     resolve_path,
+    unreadable_image,
 )
 from verl.data.sources import RowSource, load_source
 from verl.models.rope_index import RopeIndex, load_model_config, uses_mrope
@@ -148,6 +151,10 @@ class RLHFDataset(Dataset):
         self.max_prompt_length = max_prompt_length
         self.min_pixels, self.max_pixels = min_pixels, max_pixels
         self.skip_bad_rows = skip_bad_rows
+        self._image_sizes: dict[str, tuple[int, int]] = {}
+        """(width, height) of the image files the scan decoded, by path: an image that many rows share is read once."""
+        self._failed_rows: set[int] = set()
+        """Rows that passed the scan but failed when loaded, with skip_bad_rows on (known to this process)."""
         self.limit_images = limit_images
         self.allow_paths_outside_image_dir = allow_paths_outside_image_dir
         if image_dir and not os.path.isdir(self.image_dir):
@@ -171,6 +178,7 @@ class RLHFDataset(Dataset):
             column for column in self.source.columns if column not in (prompt_key, answer_key, image_key, video_key)
         ]
         self.indices, self.prompt_lengths = self._scan(filter_overlong_prompts, filter_overlong_prompts_workers)
+        self._image_sizes = {}  # only the scan needs them: loader workers need not get a copy
 
     @property
     def has_media(self) -> bool:
@@ -285,7 +293,8 @@ class RLHFDataset(Dataset):
 
     def _error(self, index: int, key: str, problem: str) -> DatasetRowError:
         problem = problem.rstrip(". ")
-        return DatasetRowError(f"{self.source.where(index)}, key '{key}': {problem}; {_SKIP_HINT}.")
+        hint = "" if self.skip_bad_rows else f"; {_SKIP_HINT}"  # with it on, the row is skipped and this is logged
+        return DatasetRowError(f"{self.source.where(index)}, key '{key}': {problem}{hint}.")
 
     def _check_confined(self, index: int, key: str, position: int, value: Any) -> None:
         """A media path must stay inside data.image_dir (resolved, symlinks followed) unless the user allows more."""
@@ -411,14 +420,18 @@ class RLHFDataset(Dataset):
         return prefix + parts
 
     def _image_size(self, index: int, position: int, value: Any) -> tuple[int, int]:
-        """The (width, height) image `position` of row `index` gets after resizing; reads the header only."""
-        try:
-            image = open_image(value, self.image_dir)
-            width, height = image.size
-            if image is not value:  # we opened it: release the file now rather than at garbage collection
-                image.close()
-        except (OSError, TypeError, ValueError, UnidentifiedImageError) as error:
-            raise self._error(index, self.image_key, f"image {position} cannot be read: {error}") from None
+        """The (width, height) image `position` of row `index` gets after resizing. The image is decoded in full,
+        once per file: a truncated or corrupt image has a valid header and would otherwise fail only in its batch."""
+        path = value if isinstance(value, str) else None
+        if path is not None and path in self._image_sizes:
+            width, height = self._image_sizes[path]
+        else:
+            try:
+                width, height = check_image(value, self.image_dir)
+            except (OSError, TypeError, ValueError, UnidentifiedImageError) as error:
+                raise self._error(index, self.image_key, unreadable_image(position, value, error)) from None
+            if path is not None:
+                self._image_sizes[path] = (width, height)
         return resized_size(width, height, self.min_pixels, self.max_pixels)
 
     def _load_media(self, index: int, prompt: _Prompt) -> tuple[list[Image.Image], list[Any]]:
@@ -427,7 +440,7 @@ class RLHFDataset(Dataset):
             try:
                 images.append(load_image(value, self.image_dir, self.min_pixels, self.max_pixels))
             except (OSError, TypeError, ValueError, UnidentifiedImageError) as error:
-                raise self._error(index, self.image_key, f"image {position} cannot be read: {error}") from None
+                raise self._error(index, self.image_key, unreadable_image(position, value, error)) from None
         for position, path in enumerate(prompt.videos):
             try:
                 videos.append(load_video(path, self.video_fps, self.min_pixels, self.max_pixels, self.image_dir))
@@ -461,7 +474,32 @@ class RLHFDataset(Dataset):
         return len(self.indices)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        row_index = self.indices[index]
+        """Example `index`; with skip_bad_rows on, a row that fails now (a file changed or went missing since the
+        scan) is skipped with a warning and the next good row takes its place, so the batch stays full."""
+        if not self.skip_bad_rows:
+            return self._example(self.indices[index])
+        for offset in range(len(self.indices)):
+            row_index = self.indices[(index + offset) % len(self.indices)]
+            if row_index in self._failed_rows:
+                continue
+            try:
+                return self._example(row_index)
+            except PromptTooLongError:
+                raise  # the scan measured it: a processor that disagrees is no bad row
+            except DatasetRowError as error:
+                self._failed_rows.add(row_index)
+                logger.warning(
+                    "Skipped a bad row of %s when loading it (data.skip_bad_rows=true); the next row takes its "
+                    "place: %s",
+                    self.source.description,
+                    error,
+                )
+        raise DatasetRowError(
+            f"Every row of {self.source.description} failed when loaded (data.skip_bad_rows=true skipped them); "
+            "the warnings above name each row."
+        )
+
+    def _example(self, row_index: int) -> dict[str, Any]:
         prompt = self._prepare(row_index)
         images, videos = self._load_media(row_index, prompt)
         encoded = self._encode(row_index, prompt, (images, videos))

@@ -89,6 +89,29 @@ def open_image(value: ImageValue, image_dir: str | None = None) -> Image.Image:
     )
 
 
+def check_image(value: ImageValue, image_dir: str | None = None) -> tuple[int, int]:
+    """The (width, height) of an image whose pixels were all decoded: a truncated or corrupt file, whose header
+    alone looks fine, fails here (OSError) rather than when its batch is built. The pixels are not kept."""
+    image = open_image(value, image_dir)
+    try:
+        image.load()
+        return image.size
+    finally:
+        if image is not value:  # we opened it: release the file and the pixels now, not at garbage collection
+            image.close()
+
+
+def unreadable_image(position: int, value: Any, error: Exception) -> str:
+    """What an error says of image `position` that failed to open or decode: the cause, with the image's path
+    when the value has one and the cause does not name it already."""
+    if isinstance(value, dict) and value.get("bytes") is None:
+        value = value.get("path")
+    reason = str(error)
+    if isinstance(value, str) and value not in reason:
+        reason = f"{value!r}: {reason}"
+    return f"image {position} cannot be read: {reason}"
+
+
 def load_image(
     value: ImageValue, image_dir: str | None, min_pixels: int | None, max_pixels: int | None
 ) -> Image.Image:

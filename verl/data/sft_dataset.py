@@ -16,6 +16,9 @@
 The loss covers only what the assistant wrote (each turn's content and its end-of-turn token, not the template's
 scaffolding); a template whose renderings of a conversation's prefixes are not prefixes of its rendering is refused
 with the row named. Examples are laid out as the RL actor's batches, so the actor's forward runs unchanged.
+
+Every row is checked when the dataset is built, before Ray starts: its messages, its images (decoded in full once)
+and its length in tokens against data.max_length, so no bad row is first found when its batch is built, hours in.
 """
 
 import logging
@@ -24,8 +27,16 @@ from typing import Any
 
 import numpy as np
 import torch
+from PIL import UnidentifiedImageError
 
-from verl.data.multimodal import load_image, processor_inputs
+from verl.data.multimodal import (
+    check_image,
+    count_image_tokens,
+    load_image,
+    processor_inputs,
+    resized_size,
+    unreadable_image,
+)
 from verl.data.sources import RowSource, load_source
 from verl.models.rope_index import RopeIndex, uses_mrope
 from verl.protocol import DataProto
@@ -35,6 +46,7 @@ logger = logging.getLogger(__name__)
 
 ROLES = ("system", "user", "assistant", "tool")
 IMAGE_MARKER = "<image>"
+_EMPTY_ANSWER = "it would train the model to answer with nothing; write the answer or drop the turn"
 
 
 class SFTDataError(ValueError):
@@ -62,8 +74,10 @@ class SFTDataset(torch.utils.data.Dataset):
         self.max_length = config.max_length
         if len(self.source) == 0:
             raise SFTDataError(f"{self.source.description} has no rows.")
-        for index in range(len(self.source)):  # every row's messages are checked before training starts
-            self._conversation(index)
+        self._image_sizes: dict[str, tuple[int, int]] = {}
+        """(width, height) of the image files the check decoded, by path: an image rows share is decoded once."""
+        self._check_rows()  # every row, before training starts
+        self._image_sizes = {}
 
     def __len__(self) -> int:
         return len(self.source)
@@ -80,6 +94,8 @@ class SFTDataset(torch.utils.data.Dataset):
             for key in (config.prompt_key, config.response_key):
                 if not isinstance(row.get(key), str):
                     raise self._error(index, key, f"expected a string, got {type(row.get(key)).__name__}")
+            if not row[config.response_key].strip():
+                raise self._error(index, config.response_key, f"the response is empty: {_EMPTY_ANSWER}")
             messages = [
                 {"role": "user", "content": row[config.prompt_key]},
                 {"role": "assistant", "content": row[config.response_key]},
@@ -92,10 +108,23 @@ class SFTDataset(torch.utils.data.Dataset):
                 raise self._error(index, key, "expected a non-empty list of messages")
             messages = list(messages)
         for position, message in enumerate(messages):
-            if not isinstance(message, dict) or message.get("role") not in ROLES:
-                raise self._error(index, key, f"message {position} needs a role in {ROLES}")
+            if not isinstance(message, dict):
+                raise self._error(
+                    index,
+                    key,
+                    f"message {position} must be a dict with 'role' and 'content', got {type(message).__name__}",
+                )
+            if message.get("role") not in ROLES:
+                role = f"its role is {message['role']!r}" if "role" in message else "it has no 'role'"
+                raise self._error(index, key, f"message {position} needs a role in {', '.join(ROLES)}; {role}")
             if not isinstance(message.get("content"), str):
                 raise self._error(index, key, f"message {position} needs string content")
+            if message["role"] == "assistant" and not message["content"].strip():
+                raise self._error(
+                    index,
+                    key,
+                    f"message {position} (assistant) is empty: {_EMPTY_ANSWER}",
+                )
         if messages[0]["role"] == "assistant":
             raise self._error(index, key, "the conversation starts with an assistant message; begin with a user turn")
         if not any(message["role"] == "assistant" for message in messages):
@@ -115,6 +144,77 @@ class SFTDataset(torch.utils.data.Dataset):
         if tools is not None and not (isinstance(tools, (list, tuple)) and all(isinstance(t, dict) for t in tools)):
             raise self._error(index, config.tools_key, "expected a list of JSON schemas (objects) of the tools")
         return Conversation(messages=messages, images=images, tools=list(tools) if tools else None)
+
+    # ------------------------------------------------------------------------------------------------ checking
+
+    def _check_rows(self, chunk: int = 256) -> None:
+        """Every row's messages, its images (decoded in full), and its length in tokens (chat template and image
+        tokens included) against data.max_length: with data.truncation=error a longer conversation is an error
+        naming the row and its length; with right, one that would keep no assistant token is. Rows are tokenized in
+        chunks, in one tokenizer call each."""
+        for start in range(0, len(self.source), chunk):
+            indices = range(start, min(start + chunk, len(self.source)))
+            conversations = [self._conversation(index) for index in indices]
+            texts = [self._render(c.messages, generation_prompt=False, tools=c.tools) for c in conversations]
+            tokenizer = self.processor.tokenizer if self.processor is not None else self.tokenizer
+            lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+            for index, conversation, text, length in zip(indices, conversations, texts, lengths):
+                extra = self._image_tokens(index, conversation, text)
+                length += sum(extra)
+                if length > self.max_length:
+                    self._check_overlong(index, conversation, length, extra)
+
+    def _image_tokens(self, index: int, conversation: Conversation, text: str) -> list[int]:
+        """Per image, the tokens the processor adds beyond the one placeholder the tokenizer counts."""
+        if not conversation.images:
+            return []
+        config = self.config
+        sizes = []
+        for position, value in enumerate(conversation.images):
+            path = value if isinstance(value, str) else None
+            if path is not None and path in self._image_sizes:
+                width, height = self._image_sizes[path]
+            else:
+                try:
+                    width, height = check_image(value, config.image_dir)
+                except (OSError, TypeError, ValueError, UnidentifiedImageError) as error:
+                    raise self._error(index, config.image_key, unreadable_image(position, value, error)) from None
+                if path is not None:
+                    self._image_sizes[path] = (width, height)
+            sizes.append(resized_size(width, height, config.min_pixels, config.max_pixels))
+        counts = count_image_tokens(self.processor, sizes)
+        if counts is None:  # a processor that cannot count without pixels: run it once on the real images
+            images = [
+                load_image(v, config.image_dir, config.min_pixels, config.max_pixels) for v in conversation.images
+            ]
+            tokenizer = self.processor.tokenizer
+            surplus = len(self._ids(text, images)[0]) - len(tokenizer.encode(text, add_special_tokens=False))
+            return [surplus] + [0] * (len(images) - 1)
+        return [count - 1 for count in counts]
+
+    def _check_overlong(self, index: int, conversation: Conversation, length: int, extra: list[int]) -> None:
+        key = self.config.prompt_key or self.config.messages_key
+        if self.config.truncation == "error":
+            raise self._error(
+                index,
+                key,
+                f"the conversation has {length} tokens, more than data.max_length={self.max_length}; raise it, "
+                "or set data.truncation=right",
+            )
+        messages = conversation.messages
+        first = next(turn for turn, message in enumerate(messages) if message["role"] == "assistant")
+        prefix = self._render(messages[:first], generation_prompt=True, tools=conversation.tools)
+        images_before = sum(message["content"].count(IMAGE_MARKER) for message in messages[:first])
+        tokenizer = self.processor.tokenizer if self.processor is not None else self.tokenizer
+        start = len(tokenizer.encode(prefix, add_special_tokens=False)) + sum(extra[:images_before])
+        if start >= self.max_length:
+            raise self._error(
+                index,
+                key,
+                f"the conversation has {length} tokens and its first assistant turn starts at token {start}, so "
+                f"data.truncation=right at data.max_length={self.max_length} would leave nothing to learn from; "
+                "raise data.max_length or shorten the row",
+            )
 
     def _structured(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """With a processor, <image> markers become image parts of the content (the processor's template form)."""

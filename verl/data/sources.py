@@ -87,13 +87,33 @@ def _load_file(path: str) -> Any:
         raise ValueError(
             f"Dataset file {path!r} has an unsupported extension; use one of {', '.join(DATA_FILE_BUILDERS)}."
         )
+    if _is_blank(path):
+        raise ValueError(f"Dataset file {path!r} is empty; give a file with at least one row.")
     try:
         with datasets_progress_bars_off():  # a local file parses in moments: its progress bar only adds lines
-            return datasets.load_dataset(builder, data_files=path, split="train")
+            loaded = datasets.load_dataset(builder, data_files=path, split="train")
     except Exception as error:
+        if "corresponds to no data" in str(error):  # datasets' word for a file that parsed into no rows
+            raise ValueError(_NO_ROWS.format(path=path)) from None
+        reason = str(error).rstrip(". ") or type(error).__name__
         raise ValueError(
-            f"Could not read dataset file {path!r}: {error}. Check that it is valid {builder}."
+            f"Could not read dataset file {path!r}: {reason}. Check that it is valid {builder}."
         ) from error
+    if len(loaded) == 0:
+        raise ValueError(_NO_ROWS.format(path=path))
+    return loaded
+
+
+_NO_ROWS = "Dataset file {path!r} has no rows (e.g. an empty list, blank lines or a header only); add rows to it."
+
+
+def _is_blank(path: str) -> bool:
+    """An empty file, or one of whitespace only (looked at when it is small: a large file is not blank)."""
+    size = os.path.getsize(path)
+    if size > 65536:
+        return False
+    with open(path, "rb") as f:
+        return not f.read().strip()
 
 
 def _files_source(files: list[str], directory: str | None = None) -> RowSource:

@@ -1,0 +1,140 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Images whose header is fine but whose pixels are not (a truncated download, flipped bytes): found by the scan
+when the data loader is built, naming the file and the row, or skipped with data.skip_bad_rows=true, also when a
+row goes bad after the scan."""
+
+import json
+import logging
+
+import datasets
+import numpy as np
+import pytest
+from PIL import Image
+
+import verl.data.dataset as dataset_module
+from verl.data.dataset import DatasetRowError, RLHFDataset
+from verl.data.tokenizer import get_processor, get_tokenizer
+from verl.models.tiny_models import get_or_build_tiny_model
+from verl.trainer.config import DataConfig
+from verl.trainer.data_loader import create_dataloader
+
+
+PIXELS = {"min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 16}
+
+
+@pytest.fixture(scope="module")
+def vl(tmp_path_factory):
+    path = get_or_build_tiny_model("qwen2_5_vl", str(tmp_path_factory.mktemp("tiny_models")))
+    return get_tokenizer(path), get_processor(path)
+
+
+@pytest.fixture(autouse=True)
+def _datasets_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
+
+
+def _noise_png(path) -> bytes:
+    """A real PNG of random pixels (so its compressed data is long), written to `path`; returns its bytes."""
+    pixels = np.random.default_rng(0).integers(0, 255, (112, 112, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(path)
+    return path.read_bytes()
+
+
+def _truncate(path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _rows_file(tmp_path, images: list[str], name: str = "train.jsonl") -> str:
+    path = tmp_path / name
+    rows = [{"prompt": f"<image> Picture {i}.", "answer": str(i), "images": [name]} for i, name in enumerate(images)]
+    path.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    return str(path)
+
+
+def _config(tmp_path, train_files: str, **overrides) -> DataConfig:
+    values = dict(
+        train_files=train_files,
+        image_dir=str(tmp_path),
+        rollout_batch_size=2,
+        max_prompt_length=64,
+        dataloader_num_workers=0,
+        shuffle=False,
+        **PIXELS,
+    )
+    return DataConfig(**{**values, **overrides})
+
+
+def test_a_truncated_or_corrupt_png_is_found_by_the_scan_naming_file_row_and_image(tmp_path, vl, caplog):
+    tokenizer, processor = vl
+    for name in ("a.png", "b.png", "c.png"):
+        _noise_png(tmp_path / name)
+    _truncate(tmp_path / "b.png")
+    data = bytearray((tmp_path / "c.png").read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)  # flipped bytes inside the pixel data, header intact
+    (tmp_path / "c.png").write_bytes(bytes(data))
+    assert Image.open(tmp_path / "b.png").size == (112, 112)  # the header alone looks fine
+    train = _rows_file(tmp_path, ["a.png", "b.png", "a.png", "a.png", "c.png"])
+    with pytest.raises(DatasetRowError) as excinfo:
+        create_dataloader(_config(tmp_path, train), tokenizer, processor)
+    message = str(excinfo.value)
+    assert f"file '{train}', row 1, key 'images': image 0 cannot be read: 'b.png': image file is truncated" in message
+    assert message.endswith("fix the row, or set data.skip_bad_rows=true to skip bad rows.")
+    corrupt = _rows_file(tmp_path, ["a.png", "a.png", "c.png"], name="corrupt.jsonl")
+    with pytest.raises(DatasetRowError, match=r"row 2, key 'images': image 0 cannot be read: 'c.png': broken data"):
+        RLHFDataset(corrupt, tokenizer, processor, image_dir=str(tmp_path), **PIXELS)
+    # skip_bad_rows: both bad rows are skipped at the scan, and every batch is full
+    with caplog.at_level(logging.WARNING, logger="verl.data.dataset"):
+        loader, _ = create_dataloader(_config(tmp_path, train, skip_bad_rows=True), tokenizer, processor)
+    assert f"Skipped 2 bad row(s) of file '{train}' (data.skip_bad_rows=true)" in caplog.text
+    assert "set data.skip_bad_rows=true" not in caplog.text  # no advice to do what is already done
+    assert [list(batch.non_tensor_batch["ground_truth"]) for batch in loader] == [["0", "2"]]
+
+
+def test_a_row_that_goes_bad_after_the_scan_is_skipped_with_skip_bad_rows(tmp_path, vl, caplog):
+    tokenizer, processor = vl
+    for name in ("a.png", "b.png"):
+        _noise_png(tmp_path / name)
+    train = _rows_file(tmp_path, ["a.png", "b.png", "a.png", "a.png"])
+    strict, _ = create_dataloader(_config(tmp_path, train), tokenizer, processor)
+    skipping, _ = create_dataloader(_config(tmp_path, train, skip_bad_rows=True), tokenizer, processor)
+    _truncate(tmp_path / "b.png")  # e.g. a file rewritten on a network disk while the run is going
+    with pytest.raises(DatasetRowError, match=r"row 1, key 'images': image 0 cannot be read: 'b.png': .*truncated"):
+        list(strict)
+    with caplog.at_level(logging.WARNING, logger="verl.data.dataset"):
+        batches = [list(batch.non_tensor_batch["ground_truth"]) for batch in skipping]
+    assert batches == [["0", "2"], ["2", "3"]]  # the next good row takes the bad one's place: batches stay full
+    assert "Skipped a bad row of file" in caplog.text and "row 1, key 'images'" in caplog.text
+    assert "set data.skip_bad_rows=true to skip" not in caplog.text
+    (tmp_path / "a.png").write_bytes(b"")
+    with pytest.raises(DatasetRowError, match="Every row of .* failed when loaded"):
+        skipping.dataset[0]
+
+
+def test_an_image_that_many_rows_share_is_decoded_once(tmp_path, vl, monkeypatch):
+    tokenizer, processor = vl
+    _noise_png(tmp_path / "a.png")
+    _noise_png(tmp_path / "b.png")
+    decoded = []
+    check_image = dataset_module.check_image
+
+    def counting(value, image_dir=None):
+        decoded.append(value)
+        return check_image(value, image_dir)
+
+    monkeypatch.setattr(dataset_module, "check_image", counting)
+    rows = _rows_file(tmp_path, ["a.png", "b.png"] * 3)
+    assert len(RLHFDataset(rows, tokenizer, processor, image_dir=str(tmp_path), **PIXELS)) == 6
+    assert sorted(decoded) == ["a.png", "b.png"]

@@ -1,0 +1,65 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Dataset files that hold no rows (empty, blank, `[]`, a CSV header only) are named as such, not as a parse error
+with an empty reason."""
+
+import json
+
+import datasets
+import pytest
+
+from verl.data.sources import load_source
+
+
+@pytest.fixture(autouse=True)
+def _datasets_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
+
+
+@pytest.mark.parametrize("name", ["train.jsonl", "train.json", "train.parquet", "train.csv"])
+@pytest.mark.parametrize("content", ["", "\n  \n"])
+def test_an_empty_file_is_called_empty(tmp_path, name, content):
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(ValueError) as excinfo:
+        load_source(str(path))
+    assert str(excinfo.value) == f"Dataset file '{path}' is empty; give a file with at least one row."
+
+
+@pytest.mark.parametrize(("name", "content"), [("train.json", "[]"), ("train.csv", "prompt,answer\n")])
+def test_a_file_with_no_rows_says_so(tmp_path, name, content):
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(ValueError, match=rf"^Dataset file '{path}' has no rows .*; add rows to it\.$"):
+        load_source(str(path))
+
+
+def test_an_empty_file_in_a_directory_is_named(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.jsonl").write_text(json.dumps({"prompt": "hi", "answer": "1"}) + "\n")
+    (data / "b.jsonl").write_text("")
+    with pytest.raises(ValueError, match=rf"^Dataset file '{data / 'b.jsonl'}' is empty"):
+        load_source(str(data))
+    (data / "b.jsonl").write_text(json.dumps({"prompt": "ho", "answer": "2"}) + "\n")
+    assert len(load_source(str(data))) == 2
+
+
+def test_a_file_that_is_not_valid_still_says_why(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"prompt": "hi", "answer": \n')
+    with pytest.raises(
+        ValueError, match=rf"^Could not read dataset file '{path}': .+\. Check that it is valid json\.$"
+    ):
+        load_source(str(path))

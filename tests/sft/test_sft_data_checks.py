@@ -1,0 +1,171 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""What SFTDataset checks when it is built (before Ray starts, in `verl.sft.main.build_datasets`) rather than when a
+conversation's batch comes up: the length in tokens (image tokens included), unreadable images, empty assistant
+turns, and roles that are not one of the four."""
+
+import json
+from types import SimpleNamespace
+
+import datasets
+import numpy as np
+import pytest
+from PIL import Image
+
+from verl.data.sft_dataset import SFTDataError, SFTDataset
+from verl.data.tokenizer import get_processor, get_tokenizer
+from verl.models.rope_index import load_model_config
+from verl.models.tiny_models import get_or_build_tiny_model
+
+
+VL_PIXELS = {"min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 64}
+
+
+def data_config(**overrides) -> SimpleNamespace:
+    base = dict(
+        prompt_key=None,
+        response_key=None,
+        messages_key="messages",
+        image_key="images",
+        tools_key="tools",
+        image_dir=None,
+        min_pixels=3136,
+        max_pixels=3136,
+        max_length=256,
+        truncation="error",
+    )
+    return SimpleNamespace(**{**base, **overrides})
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, str]:
+    root = str(tmp_path_factory.mktemp("sft_models"))
+    return {"text": get_or_build_tiny_model("qwen2", root), "vl": get_or_build_tiny_model("qwen2_5_vl", root)}
+
+
+@pytest.fixture(scope="module")
+def tokenizer(models):
+    return get_tokenizer(models["text"])
+
+
+@pytest.fixture(autouse=True)
+def _datasets_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf_cache"))
+
+
+def _turns(user: str, assistant: str) -> dict:
+    return {"messages": [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]}
+
+
+def _write_jsonl(path, rows: list[dict]) -> str:
+    path.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    return str(path)
+
+
+def test_an_overlong_conversation_is_found_when_the_dataset_is_built(tmp_path, tokenizer):
+    rows = [_turns("Hi", "Hello"), _turns("Hi", "Hello"), _turns("Tell me a story.", "word " * 80)]
+    path = _write_jsonl(tmp_path / "chats.jsonl", rows)
+    length = len(SFTDataset(path, tokenizer, None, data_config(max_length=512)).encode(2)["input_ids"])
+    assert length > 64
+    with pytest.raises(SFTDataError) as excinfo:
+        SFTDataset(path, tokenizer, None, data_config(max_length=64))  # no encode(): the constructor finds it
+    assert str(excinfo.value) == (
+        f"file '{path}', row 2, key 'messages': the conversation has {length} tokens, more than data.max_length=64; "
+        "raise it, or set data.truncation=right."
+    )
+    # one-turn rows name their prompt column
+    one_turn = [{"q": "Hi", "a": "word " * 80}]
+    with pytest.raises(SFTDataError, match=r"in-memory rows, row 0, key 'q': the conversation has \d+ tokens"):
+        SFTDataset(one_turn, tokenizer, None, data_config(prompt_key="q", response_key="a", max_length=64))
+
+
+def test_truncation_right_keeps_long_rows_but_refuses_one_with_nothing_left_to_learn(tmp_path, tokenizer):
+    long_answer = _turns("Hi", "word " * 80)
+    long_question = _turns("word " * 80, "Yes.")
+    cut = SFTDataset([long_answer], tokenizer, None, data_config(max_length=32, truncation="right"))
+    assert sum(cut.encode(0)["loss_mask"]) > 0
+    with pytest.raises(SFTDataError) as excinfo:
+        SFTDataset([long_answer, long_question], tokenizer, None, data_config(max_length=32, truncation="right"))
+    message = str(excinfo.value)
+    assert message.startswith("in-memory rows, row 1, key 'messages': the conversation has ")
+    assert "its first assistant turn starts at token" in message and "would leave nothing to learn from" in message
+
+
+def test_image_tokens_count_towards_the_length_and_unreadable_images_are_named(tmp_path, models):
+    path = models["vl"]
+    processor = get_processor(path, **VL_PIXELS)
+    model_config = load_model_config(path)
+    pixels = np.random.default_rng(0).integers(0, 255, (224, 224, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(tmp_path / "big.png")
+    row = {**_turns("<image>What is this?", "Noise."), "images": ["big.png"]}
+    config = dict(image_dir=str(tmp_path), **VL_PIXELS)
+    dataset = SFTDataset([row], processor.tokenizer, processor, data_config(**config), model_config)
+    length = len(dataset.encode(0)["input_ids"])
+    text_only = len(processor.tokenizer.encode(dataset._render(row["messages"], False), add_special_tokens=False))
+    assert length - text_only == 63  # 224 x 224 pixels: 64 image tokens in place of one placeholder
+    with pytest.raises(SFTDataError, match=rf"row 0, key 'messages': the conversation has {length} tokens"):
+        SFTDataset([row], processor.tokenizer, processor, data_config(max_length=length - 1, **config), model_config)
+    assert len(SFTDataset([row], processor.tokenizer, processor, data_config(max_length=length, **config))) == 1
+    data = (tmp_path / "big.png").read_bytes()
+    (tmp_path / "cut.png").write_bytes(data[: len(data) // 2])
+    rows = [row, {**row, "images": ["cut.png"]}, {**row, "images": ["gone.png"]}]
+    with pytest.raises(SFTDataError, match=r"row 1, key 'images': image 0 cannot be read: 'cut.png': .*truncated"):
+        SFTDataset(rows[:2], processor.tokenizer, processor, data_config(**config), model_config)
+    with pytest.raises(
+        SFTDataError, match=r"row 1, key 'images': image 0 cannot be read: image file '.*gone.png' does not exist"
+    ):
+        SFTDataset(rows[::2], processor.tokenizer, processor, data_config(**config), model_config)
+
+
+@pytest.mark.parametrize("content", ["", "  \n"])
+def test_an_empty_assistant_turn_is_refused(tokenizer, content):
+    rows = [
+        _turns("Hi", "Hello"),
+        {"messages": _turns("Hi", "Hello")["messages"] + _turns("More?", content)["messages"]},
+    ]
+    with pytest.raises(SFTDataError) as excinfo:
+        SFTDataset(rows, tokenizer, None, data_config())
+    assert str(excinfo.value).startswith(
+        "in-memory rows, row 1, key 'messages': message 3 (assistant) is empty: it would train the model to answer "
+        "with nothing"
+    )
+    with pytest.raises(
+        SFTDataError, match="row 0, key 'a': the response is empty: it would train the model to answer with nothing"
+    ):
+        SFTDataset([{"q": "Hi", "a": content}], tokenizer, None, data_config(prompt_key="q", response_key="a"))
+
+
+def test_a_role_typo_shows_the_bad_value(tokenizer):
+    rows = [_turns("Hi", "Hello")] * 12 + [
+        {
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello"},
+                {"role": "assitant", "content": "Anything else?"},
+            ]
+        }
+    ]
+    with pytest.raises(SFTDataError) as excinfo:
+        SFTDataset(rows, tokenizer, None, data_config())
+    assert str(excinfo.value) == (
+        "in-memory rows, row 12, key 'messages': message 3 needs a role in system, user, assistant, tool; its role "
+        "is 'assitant'."
+    )
+    no_role = {"messages": [{"content": "Hi"}, {"role": "assistant", "content": "Hello"}]}
+    with pytest.raises(SFTDataError, match="row 0, key 'messages': message 0 needs a role in .*; it has no 'role'"):
+        SFTDataset([no_role], tokenizer, None, data_config())
+    not_a_dict = {"messages": ["Hi", {"role": "assistant", "content": "Hello"}]}
+    with pytest.raises(SFTDataError, match="message 0 must be a dict with 'role' and 'content', got str"):
+        SFTDataset([not_a_dict], tokenizer, None, data_config())
