@@ -36,6 +36,7 @@ checkpoint can run code. Merge only checkpoints that you (or someone you trust) 
 
 import argparse
 import os
+import re
 import sys
 from typing import Any
 
@@ -158,6 +159,25 @@ def merge_lora(
     return target_dir
 
 
+EASYR1_SHARD = re.compile(r"^model_world_size_(\d+)_rank_(\d+)\.pt$")
+"""The per-rank model files of EasyR1's and verl's FSDP checkpoints."""
+
+
+def not_a_checkpoint(local_dir: str) -> str:
+    """Why `local_dir` is no checkpoint of this trainer, and what to pass instead."""
+    names = os.listdir(local_dir) if os.path.isdir(local_dir) else []
+    shards = sorted(name for name in names if EASYR1_SHARD.match(name))
+    if shards:
+        return (
+            f"'{local_dir}' is an EasyR1 (or verl) checkpoint: per-rank files such as {shards[0]}, not the "
+            "torch.distributed.checkpoint directory this trainer writes. Merge it with EasyR1's own "
+            "scripts/model_merger.py; this merger reads checkpoints of this trainer (.../global_step_N/actor)."
+        )
+    if "actor" in names:
+        return f"'{local_dir}' is a step directory; pass its actor checkpoint: {os.path.join(local_dir, 'actor')}."
+    return f"'{local_dir}' is not a checkpoint directory (no .metadata); pass .../global_step_N/actor."
+
+
 def merge(
     local_dir: str,
     target_dir: str | None = None,
@@ -174,9 +194,7 @@ def merge(
     local_dir = os.path.abspath(local_dir)
     hf_dir = os.path.join(local_dir, HF_SUBDIR)
     if not os.path.isfile(os.path.join(local_dir, ".metadata")):
-        raise FileNotFoundError(
-            f"'{local_dir}' is not a checkpoint directory (no .metadata); pass .../global_step_N/actor."
-        )
+        raise FileNotFoundError(not_a_checkpoint(local_dir))
     if not os.path.isfile(os.path.join(hf_dir, "config.json")):
         raise FileNotFoundError(f"'{hf_dir}/config.json' is missing; the checkpoint was not written by this trainer.")
     target_dir = os.path.abspath(target_dir or hf_dir)

@@ -157,3 +157,16 @@ def test_failed_upload_is_an_error_that_keeps_the_merged_model(checkpoint, tmp_p
     assert f"Uploading {target} to the Hugging Face Hub repository 'user/model' failed" in proc.stderr
     assert f"the merged model stays in {target}" in proc.stderr
     assert read_merged(str(target))
+
+
+def test_an_easyr1_checkpoint_is_named_as_such(tmp_path) -> None:
+    actor = tmp_path / "global_step_5" / "actor"
+    (actor / "huggingface").mkdir(parents=True)
+    for rank in range(2):
+        torch.save({}, actor / f"model_world_size_2_rank_{rank}.pt")
+    proc = run_merger("--local_dir", str(actor))
+    assert proc.returncode != 0
+    assert "is an EasyR1 (or verl) checkpoint" in proc.stderr and "model_world_size_2_rank_0.pt" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    with pytest.raises(FileNotFoundError, match="is a step directory; pass its actor checkpoint"):
+        merger.merge(str(actor.parent))
