@@ -20,6 +20,8 @@ back from the file logger and the checkpoint directory.
 import json
 import math
 import os
+import pathlib
+import re
 
 import pytest
 
@@ -106,6 +108,17 @@ def vllm_engine(model_dir):
         )
 
 
+def undocumented_metrics(names: set[str]) -> list[str]:
+    """The metric names that no name in docs/metrics.md (backticked, `<placeholder>` for any part) stands for."""
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    patterns = []
+    for name in re.findall(r"`([a-z_]+(?:/[^`\s]*)?)`", text):  # a batch statistic X is logged as X/mean|max|min
+        pattern = re.sub(r"<[a-z_]+>", "[^/]+", re.escape(name).replace(r"\*", ".*"))
+        patterns.append(re.compile(f"{pattern}(/(mean|max|min))?$"))
+    bookkeeping = {"step", "epoch", "global_step"}
+    return sorted(n for n in names - bookkeeping if not any(p.match(n) for p in patterns))
+
+
 def read_log(path) -> list[dict]:
     with open(os.path.join(path, "experiment_log.jsonl")) as f:
         return [json.loads(line) for line in f]
@@ -132,6 +145,8 @@ def test_grpo_text_run_trains_and_checkpoints(workspace):
         assert key in steps[-1], key
     assert 0 < steps[-1]["perf/mfu_actor"] < 1
     assert "val/reward_score" in val_metrics
+    logged = {key for row in rows for key in row} | set(val_metrics)
+    assert undocumented_metrics(logged) == []
     assert os.path.isdir(save_dir / "global_step_2" / "actor")
     tracker = json.loads((save_dir / "checkpoint_tracker.json").read_text())
     assert tracker["last_global_step"] == 2
