@@ -34,11 +34,17 @@ WORLD_SIZE = 2
 MICRO_BATCHES = 3
 
 
+# FSDP2 calls these torch.distributed functions: all_gather_single / reduce_scatter_single from torch 2.12, the
+# *_tensor ones before.
+GATHER = "all_gather_single" if hasattr(dist, "all_gather_single") else "all_gather_into_tensor"
+REDUCE = "reduce_scatter_single" if hasattr(dist, "reduce_scatter_single") else "reduce_scatter_tensor"
+
+
 class CollectiveCounter:
-    """Counts FSDP2's all-gathers and reduce-scatters (it calls these two torch.distributed functions)."""
+    """Counts FSDP2's all-gathers and reduce-scatters."""
 
     def __init__(self) -> None:
-        self.counts = {"all_gather_single": 0, "reduce_scatter_single": 0}
+        self.counts = {GATHER: 0, REDUCE: 0}
         for name in self.counts:
             original = getattr(dist, name)
 
@@ -49,7 +55,7 @@ class CollectiveCounter:
             setattr(dist, name, counted)
 
     def take(self) -> tuple[int, int]:
-        counts = (self.counts["all_gather_single"], self.counts["reduce_scatter_single"])
+        counts = (self.counts[GATHER], self.counts[REDUCE])
         self.counts = dict.fromkeys(self.counts, 0)
         return counts
 

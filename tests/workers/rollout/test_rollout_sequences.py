@@ -128,6 +128,18 @@ def test_cpu_engine_kwargs() -> None:
     assert vl["mm_device_do_normalize"] is False and vl["mm_processor_cache_gb"] == 0
 
 
+def test_engine_kwargs_are_arguments_of_the_installed_vllm() -> None:
+    """Every argument the rollout passes exists in this vLLM; one that only newer releases have is left out on older
+    ones (mm_device_do_normalize: 0.27 and later; the GPU image of older clusters has 0.26)."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    from verl.workers.rollout import vllm_compat
+
+    assert vllm_compat.engine_accepts("mm_device_do_normalize") and not vllm_compat.engine_accepts("no_such_arg")
+    for multimodal in (False, True):
+        EngineArgs(**build_engine_kwargs("/models/x", _config(limit_images=2), multimodal=multimodal))
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [

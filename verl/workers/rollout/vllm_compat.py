@@ -51,6 +51,15 @@ def warn_if_untested() -> None:
         )
 
 
+def engine_accepts(name: str) -> bool:
+    """Whether this vLLM's engine takes the argument `name` (e.g. `mm_device_do_normalize`, new in vLLM 0.27)."""
+    import dataclasses
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    return name in {item.name for item in dataclasses.fields(EngineArgs)}
+
+
 def sleep_mode_available() -> bool:
     """True where vLLM can offload weights and free its KV cache (CUDA, ROCm, XPU); False on CPU."""
     from vllm.platforms import current_platform

@@ -163,9 +163,11 @@ def build_engine_kwargs(model_path: str, config: RolloutConfig, multimodal: bool
         )
     if multimodal:
         kwargs["mm_processor_cache_gb"] = 0  # images differ every step; a cache only holds memory
-        # Device-side image normalisation keeps its constants in persistent buffers that are in no checkpoint: the
-        # dummy loader fills them with noise and no weight sync can repair them. The processor normalises instead.
-        kwargs["mm_device_do_normalize"] = False
+        # Device-side image normalisation (vLLM 0.27 and later) keeps its constants in persistent buffers that are in
+        # no checkpoint: the dummy loader fills them with noise and no weight sync can repair them. The processor
+        # normalises instead, as older vLLM always does.
+        if vllm_compat.engine_accepts("mm_device_do_normalize"):
+            kwargs["mm_device_do_normalize"] = False
         if config.limit_images > 0:
             kwargs["limit_mm_per_prompt"] = {"image": config.limit_images}
     return kwargs
