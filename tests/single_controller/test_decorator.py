@@ -180,6 +180,9 @@ def test_worker_reads_rank_environment(monkeypatch):
     assert (worker.master_addr, worker.master_port) == ("10.0.0.2", 29500)
     info = worker.get_rank_info()
     assert info.rank == 1 and info.master_port == 29500 and info.pid > 0
+    assert (info.local_rank, info.local_world_size, info.master_addr) == (1, 2, "10.0.0.2")
+    with pytest.raises(AttributeError):  # read-only: the group set them at launch
+        worker.rank = 0
     monkeypatch.setenv("RANK", "4")
     with pytest.raises(WorkerEnvError, match=r"RANK=4 is outside \[0, WORLD_SIZE=4\)"):
         Worker()

@@ -322,7 +322,7 @@ def test_secret_names_are_words_of_the_key():
 
     secrets = ["api_key", "OPENAI_API_KEY", "hf_token", "auth_token", "token", "client_secret", "password", "auth"]
     settings = ["max_tokens", "max_num_batched_tokens", "skip_special_tokens", "tokenizer_path", "author", "tokens"]
-    dump = masked({name: "value" for name in secrets + settings})
+    dump = masked(dict.fromkeys(secrets + settings, "value"))
     assert [name for name in secrets if dump[name] != MASK] == []
     assert [name for name in settings if dump[name] == MASK] == []
 

@@ -23,6 +23,7 @@ from verl.utils.config import (
     describe_fields,
     require_choice,
     require_data_files,
+    require_dataset_files,
     require_finite,
     require_non_negative,
     require_path,
@@ -72,6 +73,24 @@ def test_paths_and_datasets(tmp_path):
     require_data_files(Section(path="org/dataset@train"), "s.", "path")
     with pytest.raises(ConfigError, match=r"'s.path' points to 'nope.jsonl', which does not exist"):
         require_data_files(Section(path="nope.jsonl"), "s.", "path")
+
+
+@dataclass
+class DataSection:
+    train_files: str = ""
+    val_files: str | None = None
+    image_dir: str | None = None
+
+
+def test_a_data_section_needs_train_files_and_existing_paths(tmp_path):
+    (tmp_path / "train.jsonl").write_text("{}")
+    require_dataset_files(DataSection(str(tmp_path / "train.jsonl"), "org/dataset@test", str(tmp_path)), "data.")
+    with pytest.raises(ConfigError, match=r"^data.train_files is empty; give a local file"):
+        require_dataset_files(DataSection(), "data.")
+    with pytest.raises(ConfigError, match=r"'data.val_files' points to 'nope.jsonl', which does not exist"):
+        require_dataset_files(DataSection(str(tmp_path / "train.jsonl"), "nope.jsonl"), "data.")
+    with pytest.raises(ConfigError, match=r"'data.image_dir' points to .* which is not a directory"):
+        require_dataset_files(DataSection(str(tmp_path / "train.jsonl"), None, str(tmp_path / "train.jsonl")), "data.")
 
 
 def test_a_name_that_is_not_a_field_is_a_programming_error():

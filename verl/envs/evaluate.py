@@ -29,6 +29,7 @@ import json
 import os
 import sys
 import types
+from dataclasses import dataclass
 from typing import Any
 
 from verl.envs.base import Environment
@@ -94,26 +95,35 @@ def to_openai_messages(messages: list[dict[str, Any]], cache: dict[int, str] | N
     return wire
 
 
-def run_episode(
-    env: Environment,
-    row: dict[str, Any],
-    prompt: str,
-    client: Any,
-    model: str,
-    max_turns: int,
-    sampling: dict,
-    images: list[Any] | None = None,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class EpisodeSetup:
+    """What one episode is run with: its dataset row, prompt and images, and the run's model, turns and sampling."""
+
+    row: dict[str, Any]
+    """The row the environment is reset with (`ground_truth` taken from --answer-key, the images left out)."""
+    prompt: str
+    """Text of the first user message."""
+    images: list[Any]
+    """The row's images (PIL), placed at the prompt's `<image>` markers."""
+    model: str
+    """Model id at the endpoint."""
+    max_turns: int
+    """Most model turns (requests) of the episode."""
+    sampling: dict[str, Any]
+    """Sampling parameters of every request (max_tokens, temperature)."""
+
+
+def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> dict[str, Any]:
     """One episode through `client.chat.completions`; returns its counts, episode_info and the conversation."""
-    state = env.reset(dict(row))
-    messages: list[dict[str, Any]] = [prompt_message(prompt, images or [])]
+    state = env.reset(dict(setup.row))
+    messages: list[dict[str, Any]] = [prompt_message(setup.prompt, setup.images)]
     schemas = getattr(env, "tool_schemas", None)
     extra = {"tools": schemas()} if schemas is not None else {}
     result = {"turns": 0, "tool_calls": 0, "tool_errors": 0, "done": False}
     urls: dict[int, str] = {}
-    for _ in range(max_turns):
+    for _ in range(setup.max_turns):
         wire = to_openai_messages(messages, urls)
-        reply = client.chat.completions.create(model=model, messages=wire, **sampling, **extra)
+        reply = client.chat.completions.create(model=setup.model, messages=wire, **setup.sampling, **extra)
         text = reply.choices[0].message.content or ""
         messages.append({"role": "assistant", "content": text})
         result["turns"] += 1
@@ -127,26 +137,17 @@ def run_episode(
     return {**result, **env.episode_info(state), "messages": messages}
 
 
-def run_client_episode(
-    env: ChatClientEnv,
-    row: dict[str, Any],
-    prompt: str,
-    make_client: Any,
-    model: str,
-    max_turns: int,
-    sampling: dict,
-    images: list[Any] | None = None,
-) -> dict[str, Any]:
+def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any) -> dict[str, Any]:
     """One episode of a ChatClientEnv: its `rollout` with a client from `make_client()` (an async OpenAI-style
-    client, made inside the episode's event loop); requests get `sampling` and count as turns, and after
-    `max_turns` of them the next one ends the episode. Text prompts only, as in training; image parts the episode
-    itself sends are passed on as data URLs."""
-    if images:
+    client, made inside the episode's event loop); requests get `setup.sampling` and count as turns, and after
+    `setup.max_turns` of them the next one ends the episode. Text prompts only, as in training; image parts the
+    episode itself sends are passed on as data URLs."""
+    if setup.images:
         raise NotImplementedError(
             f"{type(env).__name__} is a ChatClientEnv, which runs text prompts only (as in training); this row has "
-            f"{len(images)} images."
+            f"{len(setup.images)} images."
         )
-    state = env.reset(dict(row))
+    state = env.reset(dict(setup.row))
     result = {"turns": 0, "tool_calls": 0, "tool_errors": 0, "done": False}
 
     async def episode() -> None:
@@ -154,14 +155,14 @@ def run_client_episode(
 
         class Completions:
             async def create(self, **request: Any) -> Any:
-                if result["turns"] >= max_turns:
-                    raise EpisodeOver(f"--max-turns={max_turns} requests were answered")
+                if result["turns"] >= setup.max_turns:
+                    raise EpisodeOver(f"--max-turns={setup.max_turns} requests were answered")
                 result["turns"] += 1
                 request = {**request, "messages": to_openai_messages(list(request.get("messages", [])))}
-                return await client.chat.completions.create(**{**request, **sampling})
+                return await client.chat.completions.create(**{**request, **setup.sampling})
 
         counting = types.SimpleNamespace(chat=types.SimpleNamespace(completions=Completions()))
-        await env.rollout(counting, model, [{"role": "user", "content": prompt}], state)
+        await env.rollout(counting, setup.model, [{"role": "user", "content": setup.prompt}], state)
 
     try:
         asyncio.run(episode())
@@ -203,8 +204,9 @@ def main(argv: list[str] | None = None) -> int:
         fields = {k: v for k, v in row.items() if k != args.image_key}
         fields["ground_truth"] = row.get(args.answer_key)
         images = _row_images(row.get(args.image_key), image_dir, index)
+        setup = EpisodeSetup(fields, str(row[args.prompt_key]), images, model, args.max_turns, sampling)
         run = run_client_episode if isinstance(env, ChatClientEnv) else run_episode
-        result = run(env, fields, str(row[args.prompt_key]), client, model, args.max_turns, sampling, images)
+        result = run(env, setup, client)
         print(json.dumps({"row": index, **{k: v for k, v in result.items() if k != "messages"}}), flush=True)
         for key, value in result.items():
             if isinstance(value, (int, float)):  # counts, done, episode_info numbers

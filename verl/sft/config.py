@@ -29,8 +29,7 @@ from verl.utils.config import (
     load_yaml,
     merge_config,
     parse_dotlist,
-    require_data_files,
-    require_path,
+    require_dataset_files,
     require_positive,
 )
 from verl.utils.optim import OptimConfig
@@ -89,12 +88,7 @@ class SFTDataConfig:
         require_positive(self, prefix, "max_length", "batch_size", "val_batch_size")
 
     def check_files(self, prefix: str) -> None:
-        if not self.train_files:
-            raise ConfigError(
-                f"{prefix}train_files is empty; give a local file or directory, or a dataset name@split."
-            )
-        require_data_files(self, prefix, "train_files", "val_files")
-        require_path(self, prefix, "image_dir", "directory")
+        require_dataset_files(self, prefix)
 
 
 @dataclass

@@ -38,7 +38,7 @@ from verl.utils.config import (
     merge_config,
     parse_dotlist,
     require_choice,
-    require_data_files,
+    require_dataset_files,
     require_non_negative,
     require_path,
     require_positive,
@@ -142,12 +142,7 @@ class DataConfig:
             raise ConfigError(f"{prefix}response_length_schedule={self.response_length_schedule} {problem}")
 
     def check_files(self, prefix: str) -> None:
-        if not self.train_files:
-            raise ConfigError(
-                f"{prefix}train_files is empty; give a local file or directory, or a dataset name@split."
-            )
-        require_data_files(self, prefix, "train_files", "val_files")
-        require_path(self, prefix, "image_dir", "directory")
+        require_dataset_files(self, prefix)
         require_path(self, prefix, "format_prompt", "file")
         require_path(self, prefix, "override_chat_template", "file")
 

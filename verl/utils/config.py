@@ -274,6 +274,15 @@ def require_data_files(section: Any, prefix: str, *names: str) -> None:
             )
 
 
+def require_dataset_files(section: Any, prefix: str) -> None:
+    """The files of a data section (the RL trainer's and SFT's): train_files set, train_files and val_files as
+    `require_data_files` takes them, image_dir unset or a directory."""
+    if not section.train_files:
+        raise ConfigError(f"{prefix}train_files is empty; give a local file or directory, or a dataset name@split.")
+    require_data_files(section, prefix, "train_files", "val_files")
+    require_path(section, prefix, "image_dir", "directory")
+
+
 SECRET_KEY = re.compile(
     r"(?:^|[_\-.])(api[_\-]?key|access[_\-]?key|private[_\-]?key|token|secret|password|passwd|credentials?|auth)"
     r"(?:$|[_\-.])",

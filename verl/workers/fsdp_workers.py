@@ -25,7 +25,7 @@ import contextlib
 import copy
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -204,56 +204,79 @@ class FSDPWorker(Worker):
 
     # ------------------------------------------------------------------------------------------------ experience
 
-    def _temperature(self, data: DataProto) -> float:
-        return float(data.meta_info.get("temperature", self.config.rollout.temperature))
+    def _forward_rows(
+        self,
+        data: DataProto,
+        sp_group: dist.ProcessGroup | None,
+        name: str,
+        forward: Callable[[DataProto], torch.Tensor],
+        *contexts: contextlib.AbstractContextManager,
+    ) -> DataProto:
+        """An experience phase: the batch's media inputs built, the rows of this rank's sequence-parallel group
+        gathered, `forward` run on them inside `contexts` (entered in order), this rank's rows of it kept as `name`."""
+        process_multi_modal_inputs(data, self.processor)
+        data = gather_rows(data, sp_group)
+        with contextlib.ExitStack() as stack:
+            for context in contexts:
+                stack.enter_context(context)
+            output = forward(data)
+        return own_rows(DataProto.from_dict(tensors={name: output}), sp_group)
+
+    def _log_probs(self, model: DataParallelPPOActor) -> Callable[[DataProto], torch.Tensor]:
+        """`model`'s log-probs of a batch at its sampling temperature (meta_info's, else the rollout's)."""
+        return lambda rows: model.compute_log_probs(
+            rows, temperature=float(rows.meta_info.get("temperature", self.config.rollout.temperature))
+        )
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_probs(self, data: DataProto) -> DataProto:
-        process_multi_modal_inputs(data, self.processor)
-        data = gather_rows(data, self.sp_group)
-        with self._resident(self.actor_module, self.config.actor.offload):
-            log_probs = self.actor.compute_log_probs(data, temperature=self._temperature(data))
-        return own_rows(DataProto.from_dict(tensors={"old_log_probs": log_probs}), self.sp_group)
+        resident = self._resident(self.actor_module, self.config.actor.offload)
+        return self._forward_rows(data, self.sp_group, "old_log_probs", self._log_probs(self.actor), resident)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_probs(self, data: DataProto) -> DataProto:
-        process_multi_modal_inputs(data, self.processor)
-        data = gather_rows(data, self.sp_group)
+        resident = self._resident(self.ref_module, self.ref_offload)
         base = adapters_disabled(self.ref_module) if self.ref_is_actor_base else contextlib.nullcontext()
-        with self._resident(self.ref_module, self.ref_offload), base:
-            log_probs = self.ref.compute_log_probs(data, temperature=self._temperature(data))
-        return own_rows(DataProto.from_dict(tensors={"ref_log_probs": log_probs}), self.sp_group)
+        return self._forward_rows(data, self.sp_group, "ref_log_probs", self._log_probs(self.ref), resident, base)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
-        process_multi_modal_inputs(data, self.processor)
-        data = gather_rows(data, self.critic_sp_group)
-        with self._resident(self.critic_module, self.config.critic.offload):
-            values = self.critic.compute_values(data)
-        return own_rows(DataProto.from_dict(tensors={"values": values}), self.critic_sp_group)
+        resident = self._resident(self.critic_module, self.config.critic.offload)
+        return self._forward_rows(data, self.critic_sp_group, "values", self.critic.compute_values, resident)
 
     # ------------------------------------------------------------------------------------------------ updates
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    def update_actor(self, data: DataProto) -> DataProto:
+    def _update(
+        self,
+        data: DataProto,
+        sp_group: dist.ProcessGroup | None,
+        role: str,
+        update: Callable[[DataProto], dict[str, float]],
+        resident: contextlib.AbstractContextManager,
+        lr_scheduler: Any,
+    ) -> DataProto:
+        """An update phase: the batch's media inputs built, the rows of this rank's sequence-parallel group gathered,
+        `update` run on them inside `resident`, then one lr-scheduler step; the metrics, `<role>/lr` the step's."""
         process_multi_modal_inputs(data, self.processor)
-        data.meta_info.setdefault("temperature", self.config.rollout.temperature)
-        data = gather_rows(data, self.sp_group)
-        with self._resident(self.actor_module, self.config.actor.offload, self.actor_optimizer):
-            metrics = self.actor.update_policy(data)
-        metrics["actor/lr"] = self.actor_lr_scheduler.get_last_lr()[0]
-        self.actor_lr_scheduler.step()
+        data = gather_rows(data, sp_group)
+        with resident:
+            metrics = update(data)
+        metrics[f"{role}/lr"] = lr_scheduler.get_last_lr()[0]
+        lr_scheduler.step()
         return DataProto(meta_info={"metrics": metrics})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_actor(self, data: DataProto) -> DataProto:
+        data.meta_info.setdefault("temperature", self.config.rollout.temperature)
+        resident = self._resident(self.actor_module, self.config.actor.offload, self.actor_optimizer)
+        return self._update(data, self.sp_group, "actor", self.actor.update_policy, resident, self.actor_lr_scheduler)
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
-        process_multi_modal_inputs(data, self.processor)
-        data = gather_rows(data, self.critic_sp_group)
-        with self._resident(self.critic_module, self.config.critic.offload, self.critic_optimizer):
-            metrics = self.critic.update_critic(data)
-        metrics["critic/lr"] = self.critic_lr_scheduler.get_last_lr()[0]
-        self.critic_lr_scheduler.step()
-        return DataProto(meta_info={"metrics": metrics})
+        resident = self._resident(self.critic_module, self.config.critic.offload, self.critic_optimizer)
+        return self._update(
+            data, self.critic_sp_group, "critic", self.critic.update_critic, resident, self.critic_lr_scheduler
+        )
 
     # ------------------------------------------------------------------------------------------------ checkpoints
 

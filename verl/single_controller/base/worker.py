@@ -19,9 +19,11 @@ MASTER_ADDR, MASTER_PORT) before the process constructs its worker, so a subclas
 MASTER_ADDR is the IP of rank 0's node and MASTER_PORT a port that was free there when the group was created.
 """
 
+import dataclasses
 import os
 import socket
 from dataclasses import dataclass
+from operator import attrgetter
 
 from verl.single_controller.base.decorator import Dispatch, register
 
@@ -35,15 +37,27 @@ class WorkerEnvError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class RankInfo:
-    """Where one rank runs; returned by `Worker.get_rank_info` to check placement and rank order."""
+class DistEnv:
+    """A rank's place in its group, as the launcher's environment variables give it."""
 
     rank: int
+    """Global rank in [0, world_size)."""
     world_size: int
+    """Number of ranks in the group."""
     local_rank: int
+    """Rank among the group's processes on this node (bundle index in this node's placement group)."""
     local_world_size: int
+    """Number of the group's processes on this node."""
     master_addr: str
+    """IP of rank 0's node: the address of the torch.distributed rendezvous store."""
     master_port: int
+    """Port of the rendezvous store on `master_addr`."""
+
+
+@dataclass(frozen=True)
+class RankInfo(DistEnv):
+    """Where one rank runs; returned by `Worker.get_rank_info` to check placement and rank order."""
+
     node_ip: str
     pid: int
 
@@ -75,62 +89,32 @@ class Worker:
     """Rank bookkeeping shared by every worker; subclasses add the `@register` methods the driver calls.
 
     The values are read once from the environment at construction, so a worker in a plain process (e.g. a unit
-    test) can set the variables itself before constructing it.
+    test) can set the variables itself before constructing it. They are read-only: the fields of `DistEnv`.
     """
 
     def __init__(self) -> None:
-        self._rank = _read_env_int("RANK")
-        self._world_size = _read_env_int("WORLD_SIZE")
-        self._local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        self._local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        self._master_addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
-        self._master_port = int(os.environ.get("MASTER_PORT", "0"))
-        if not 0 <= self._rank < self._world_size:
-            raise WorkerEnvError(f"RANK={self._rank} is outside [0, WORLD_SIZE={self._world_size}); fix the launcher.")
+        self._dist_env = DistEnv(
+            rank=_read_env_int("RANK"),
+            world_size=_read_env_int("WORLD_SIZE"),
+            local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+            local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+            master_addr=os.environ.get("MASTER_ADDR", "127.0.0.1"),
+            master_port=int(os.environ.get("MASTER_PORT", "0")),
+        )
+        if not 0 <= self.rank < self.world_size:
+            raise WorkerEnvError(f"RANK={self.rank} is outside [0, WORLD_SIZE={self.world_size}); fix the launcher.")
 
-    @property
-    def rank(self) -> int:
-        """Global rank in [0, world_size)."""
-        return self._rank
-
-    @property
-    def world_size(self) -> int:
-        """Number of ranks in the group."""
-        return self._world_size
-
-    @property
-    def local_rank(self) -> int:
-        """Rank among the group's processes on this node (bundle index in this node's placement group)."""
-        return self._local_rank
-
-    @property
-    def local_world_size(self) -> int:
-        """Number of the group's processes on this node."""
-        return self._local_world_size
-
-    @property
-    def master_addr(self) -> str:
-        """IP of rank 0's node: the address of the torch.distributed rendezvous store."""
-        return self._master_addr
-
-    @property
-    def master_port(self) -> int:
-        """Port of the rendezvous store on `master_addr`."""
-        return self._master_port
+    rank = property(attrgetter("_dist_env.rank"), doc="Global rank in [0, world_size).")
+    world_size = property(attrgetter("_dist_env.world_size"), doc="Number of ranks in the group.")
+    local_rank = property(attrgetter("_dist_env.local_rank"), doc="Rank among the group's processes on this node.")
+    local_world_size = property(attrgetter("_dist_env.local_world_size"), doc="The group's processes on this node.")
+    master_addr = property(attrgetter("_dist_env.master_addr"), doc="IP of rank 0's node (the rendezvous store).")
+    master_port = property(attrgetter("_dist_env.master_port"), doc="Port of the rendezvous store on master_addr.")
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def get_rank_info(self) -> RankInfo:
         """Rank, rendezvous and placement of this process (the node IP is what other nodes use to reach it)."""
-        return RankInfo(
-            rank=self.rank,
-            world_size=self.world_size,
-            local_rank=self.local_rank,
-            local_world_size=self.local_world_size,
-            master_addr=self.master_addr,
-            master_port=self.master_port,
-            node_ip=_node_ip(),
-            pid=os.getpid(),
-        )
+        return RankInfo(**dataclasses.asdict(self._dist_env), node_ip=_node_ip(), pid=os.getpid())
 
 
 def _node_ip() -> str:

@@ -21,6 +21,7 @@ against the algorithm registries included; rules that involve other sections are
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from verl.models.config import FSDPConfig, ModelConfig, OffloadConfig, check_offload
 from verl.utils.config import ConfigError, require_choice, require_positive
@@ -31,6 +32,22 @@ logger = logging.getLogger(__name__)
 
 STRATEGIES: tuple[str, ...] = ("fsdp",)
 """Training backends of the actor and the critic."""
+
+POSITIVE_UPDATE_FIELDS: tuple[str, ...] = (
+    "global_batch_size",
+    "micro_batch_size_per_device_for_update",
+    "micro_batch_size_per_device_for_experience",
+    "max_grad_norm",
+    "ppo_epochs",
+)
+"""The batch sizes, clipping threshold and epochs of a trained model's section (actor and critic): all positive."""
+
+
+def check_update_fields(section: Any, prefix: str) -> None:
+    """The checks the actor's and the critic's sections (ActorConfig, CriticConfig) share: positive
+    POSITIVE_UPDATE_FIELDS, a known strategy."""
+    require_positive(section, prefix, *POSITIVE_UPDATE_FIELDS)
+    require_choice(section, prefix, "strategy", STRATEGIES)
 
 
 @dataclass
@@ -105,16 +122,7 @@ rank and splits it before its language model."""
     def validate(self, prefix: str) -> None:
         from verl.algorithms import core_algos  # the registries, with their torch code: imported on first use
 
-        require_positive(
-            self,
-            prefix,
-            "global_batch_size",
-            "micro_batch_size_per_device_for_update",
-            "micro_batch_size_per_device_for_experience",
-            "max_grad_norm",
-            "ppo_epochs",
-        )
-        require_choice(self, prefix, "strategy", STRATEGIES)
+        check_update_fields(self, prefix)
         require_choice(self, prefix, "loss_type", core_algos.registered_policy_losses())
         if self.loss_avg_mode is not None:  # unset: the loader fills in the policy loss's own
             require_choice(self, prefix, "loss_avg_mode", core_algos.registered_loss_avg_modes())

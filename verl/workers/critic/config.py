@@ -20,9 +20,9 @@ batch sizes, its model being required by gae) are `verl.trainer.config`'s.
 from dataclasses import dataclass, field
 
 from verl.models.config import FSDPConfig, ModelConfig, OffloadConfig, check_offload
-from verl.utils.config import require_choice, require_positive
+from verl.utils.config import require_choice
 from verl.utils.optim import OptimConfig
-from verl.workers.actor.config import STRATEGIES
+from verl.workers.actor.config import check_update_fields
 
 
 @dataclass
@@ -63,16 +63,7 @@ class CriticConfig:
     def validate(self, prefix: str) -> None:
         from verl.algorithms import core_algos  # the registries, with their torch code: imported on first use
 
-        require_positive(
-            self,
-            prefix,
-            "global_batch_size",
-            "micro_batch_size_per_device_for_update",
-            "micro_batch_size_per_device_for_experience",
-            "max_grad_norm",
-            "ppo_epochs",
-        )
-        require_choice(self, prefix, "strategy", STRATEGIES)
+        check_update_fields(self, prefix)
         require_choice(self, prefix, "loss_avg_mode", core_algos.registered_loss_avg_modes())
         self.model.validate(f"{prefix}model.")
         if self.model.lora.rank > 0:

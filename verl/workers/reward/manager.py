@@ -201,7 +201,29 @@ def place_scores(overall: list[float], response_mask: torch.Tensor) -> torch.Ten
     return reward_tensor
 
 
-class FunctionRewardManager:
+class RewardManager:
+    """What every manager does with a rollout batch: build the samples' reward inputs, `score` them, and place each
+    row's `overall` on its last valid response token. Subclasses say how samples are scored."""
+
+    settings: RewardSettings
+    tokenizer: Any
+
+    def score(self, samples: list[Mapping[str, Any]]) -> dict[str, list[float]]:
+        """Checked scores of `samples` as columns: key -> one float per sample."""
+        raise NotImplementedError
+
+    def compute_reward(self, data: DataProto) -> tuple[torch.Tensor, dict[str, list[float]]]:
+        """(token-level scores (batch, response_length) float32, metrics key -> per-sample values, NaN = n/a)."""
+        samples = build_reward_inputs(data, self.tokenizer, self.settings.skip_special_tokens)
+        metrics = self.score(samples)
+        return place_scores(metrics.get("overall", []), _valid_response_mask(data)), metrics
+
+    def close(self) -> None:
+        """Stop the worker processes scoring started, if any."""
+        raise NotImplementedError
+
+
+class FunctionRewardManager(RewardManager):
     """Scores rollout batches with a user's reward function (sequential ones in parallel over `num_cpus`)."""
 
     def __init__(self, config: Any, tokenizer: Any) -> None:
@@ -229,19 +251,13 @@ class FunctionRewardManager:
             raw = score_sequential(self.function, samples)
         return check_scores(self.function, raw, samples)
 
-    def compute_reward(self, data: DataProto) -> tuple[torch.Tensor, dict[str, list[float]]]:
-        """(token-level scores (batch, response_length) float32, metrics key -> per-sample values)."""
-        samples = build_reward_inputs(data, self.tokenizer, self.settings.skip_special_tokens)
-        metrics = self.score(samples)
-        return place_scores(metrics.get("overall", []), _valid_response_mask(data)), metrics
-
     def close(self) -> None:
         """Stop the worker processes of the parallel pool, if any."""
         if self._pool is not None:
             self._pool.close()
 
 
-class RoutedRewardManager:
+class RoutedRewardManager(RewardManager):
     """Scores a mixed batch: each row by the function of its route (the value of its `route_key` column).
 
     The columns returned are the union of every route's keys. A key that a row's function does not return is NaN
@@ -290,18 +306,12 @@ class RoutedRewardManager:
                     column[index] = value
         return columns
 
-    def compute_reward(self, data: DataProto) -> tuple[torch.Tensor, dict[str, list[float]]]:
-        """(token-level scores (batch, response_length) float32, metrics key -> per-sample values, NaN = n/a)."""
-        samples = build_reward_inputs(data, self.tokenizer, self.settings.skip_special_tokens)
-        metrics = self.score(samples)
-        return place_scores(metrics["overall"], _valid_response_mask(data)), metrics
-
     def close(self) -> None:
         for manager in self.managers.values():
             manager.close()
 
 
-class RubricRewardManager:
+class RubricRewardManager(RewardManager):
     """Scores every sample with each part of a rubric and combines them: overall = sum of weight x part overall.
 
     Each part's keys are logged as `<part>/<key>` (its own `overall` included), so a dashboard shows format,
@@ -332,19 +342,12 @@ class RubricRewardManager:
             ]
         return columns
 
-    def compute_reward(self, data: DataProto) -> tuple[torch.Tensor, dict[str, list[float]]]:
-        samples = build_reward_inputs(data, self.tokenizer, self.settings.skip_special_tokens)
-        metrics = self.score(samples)
-        return place_scores(metrics["overall"], _valid_response_mask(data)), metrics
-
     def close(self) -> None:
         for manager, _ in self.parts.values():
             manager.close()
 
 
-def create_reward_manager(
-    settings: RewardSettings, tokenizer: Any
-) -> FunctionRewardManager | RoutedRewardManager | RubricRewardManager:
+def create_reward_manager(settings: RewardSettings, tokenizer: Any) -> RewardManager:
     """The manager for `settings`: a rubric's, routed when worker.reward.routes is set, else the single function's."""
     if settings.rubric:
         return RubricRewardManager(settings, tokenizer)
