@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import verl.data.dataset as dataset_module
+from verl.data import multimodal
 from verl.data.dataset import DatasetRowError, RLHFDataset
 from verl.data.tokenizer import get_processor, get_tokenizer
 from verl.models.tiny_models import get_or_build_tiny_model
@@ -128,13 +128,13 @@ def test_an_image_that_many_rows_share_is_decoded_once(tmp_path, vl, monkeypatch
     _noise_png(tmp_path / "a.png")
     _noise_png(tmp_path / "b.png")
     decoded = []
-    check_image = dataset_module.check_image
+    check_image = multimodal.check_image
 
     def counting(value, image_dir=None):
         decoded.append(value)
         return check_image(value, image_dir)
 
-    monkeypatch.setattr(dataset_module, "check_image", counting)
+    monkeypatch.setattr(multimodal, "check_image", counting)
     rows = _rows_file(tmp_path, ["a.png", "b.png"] * 3)
     assert len(RLHFDataset(rows, tokenizer, processor, image_dir=str(tmp_path), **PIXELS)) == 6
     assert sorted(decoded) == ["a.png", "b.png"]

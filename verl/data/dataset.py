@@ -35,8 +35,8 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 
 from verl.data.multimodal import (
-    check_image,
     count_image_tokens,
+    image_size,
     load_image,
     load_video,
     processor_inputs,
@@ -422,16 +422,10 @@ class RLHFDataset(Dataset):
     def _image_size(self, index: int, position: int, value: Any) -> tuple[int, int]:
         """The (width, height) image `position` of row `index` gets after resizing. The image is decoded in full,
         once per file: a truncated or corrupt image has a valid header and would otherwise fail only in its batch."""
-        path = value if isinstance(value, str) else None
-        if path is not None and path in self._image_sizes:
-            width, height = self._image_sizes[path]
-        else:
-            try:
-                width, height = check_image(value, self.image_dir)
-            except (OSError, TypeError, ValueError, UnidentifiedImageError) as error:
-                raise self._error(index, self.image_key, unreadable_image(position, value, error)) from None
-            if path is not None:
-                self._image_sizes[path] = (width, height)
+        try:
+            width, height = image_size(value, self.image_dir, self._image_sizes)
+        except (OSError, TypeError, ValueError, UnidentifiedImageError) as error:
+            raise self._error(index, self.image_key, unreadable_image(position, value, error)) from None
         return resized_size(width, height, self.min_pixels, self.max_pixels)
 
     def _load_media(self, index: int, prompt: _Prompt) -> tuple[list[Image.Image], list[Any]]:

@@ -101,6 +101,17 @@ def check_image(value: ImageValue, image_dir: str | None = None) -> tuple[int, i
             image.close()
 
 
+def image_size(value: ImageValue, image_dir: str | None, cache: dict[str, tuple[int, int]]) -> tuple[int, int]:
+    """`check_image`, once per file path: a dataset may name one picture in many rows; `cache` keeps the sizes."""
+    path = value if isinstance(value, str) else None
+    if path is not None and path in cache:
+        return cache[path]
+    size = check_image(value, image_dir)
+    if path is not None:
+        cache[path] = size
+    return size
+
+
 def unreadable_image(position: int, value: Any, error: Exception) -> str:
     """What an error says of image `position` that failed to open or decode: the cause, with the image's path
     when the value has one and the cause does not name it already."""

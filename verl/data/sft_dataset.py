@@ -30,8 +30,8 @@ import torch
 from PIL import UnidentifiedImageError
 
 from verl.data.multimodal import (
-    check_image,
     count_image_tokens,
+    image_size,
     load_image,
     processor_inputs,
     resized_size,
@@ -171,16 +171,10 @@ class SFTDataset(torch.utils.data.Dataset):
         config = self.config
         sizes = []
         for position, value in enumerate(conversation.images):
-            path = value if isinstance(value, str) else None
-            if path is not None and path in self._image_sizes:
-                width, height = self._image_sizes[path]
-            else:
-                try:
-                    width, height = check_image(value, config.image_dir)
-                except (OSError, TypeError, ValueError, UnidentifiedImageError) as error:
-                    raise self._error(index, config.image_key, unreadable_image(position, value, error)) from None
-                if path is not None:
-                    self._image_sizes[path] = (width, height)
+            try:
+                width, height = image_size(value, config.image_dir, self._image_sizes)
+            except (OSError, TypeError, ValueError, UnidentifiedImageError) as error:
+                raise self._error(index, config.image_key, unreadable_image(position, value, error)) from None
             sizes.append(resized_size(width, height, config.min_pixels, config.max_pixels))
         counts = count_image_tokens(self.processor, sizes)
         if counts is None:  # a processor that cannot count without pixels: run it once on the real images
