@@ -172,15 +172,7 @@ def create_dataloader(
     else:
         sampler = SequentialSampler(train_dataset)
     num_workers = loader_workers(config.dataloader_num_workers, train_dataset)
-    train_dataloader = StatefulDataLoader(
-        train_dataset,
-        batch_size=batch_size,
-        sampler=sampler,
-        num_workers=num_workers,
-        worker_init_fn=reset_stop_signals if num_workers else None,
-        collate_fn=collator,
-        drop_last=True,
-    )
+    train_dataloader = _loader(train_dataset, batch_size, num_workers, collator, sampler=sampler, drop_last=True)
     if not config.val_files:
         return train_dataloader, None
     val_dataset = build_dataset(config.val_files, config, tokenizer, processor, model_config, limit_images, tools)
@@ -191,13 +183,17 @@ def create_dataloader(
     val_workers = (
         loader_workers(config.dataloader_num_workers, val_dataset) if len(val_dataset) > val_batch_size else 0
     )
-    val_dataloader = StatefulDataLoader(
-        val_dataset,
-        batch_size=val_batch_size,
-        shuffle=False,
-        num_workers=val_workers,
-        worker_init_fn=reset_stop_signals if val_workers else None,
-        collate_fn=collator,
-        drop_last=False,
-    )
+    val_dataloader = _loader(val_dataset, val_batch_size, val_workers, collator, shuffle=False, drop_last=False)
     return train_dataloader, val_dataloader
+
+
+def _loader(dataset: Any, batch_size: int, num_workers: int, collator: Any, **kwargs: Any) -> StatefulDataLoader:
+    """A resumable loader; its worker processes (if any) leave Ctrl-C and SIGTERM to the trainer."""
+    return StatefulDataLoader(
+        dataset,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        worker_init_fn=reset_stop_signals if num_workers else None,
+        collate_fn=collator,
+        **kwargs,
+    )
