@@ -333,7 +333,9 @@ def test_cli_help_dry_run_and_errors(tmp_path, capsys) -> None:
     from verl.sft.main import main
 
     assert main(["--help-config"]) == 0
-    assert "data.messages_key (str): Column with the conversation" in capsys.readouterr().out
+    help_text = capsys.readouterr().out
+    assert "data.messages_key (str): Column with the conversation" in help_text
+    assert "worker.model.model_path" in help_text and "lora" not in help_text  # SFT refuses LoRA: not offered
     (tmp_path / "train.jsonl").write_text("{}\n")
     args = [f"config={REPO}/examples/sft.yaml", f"data.train_files={tmp_path / 'train.jsonl'}"]
     assert main([*args, "--dry-run"]) == 0

@@ -15,6 +15,7 @@
 
 import glob
 import json
+import logging
 import os
 import struct
 import time
@@ -45,6 +46,19 @@ def test_file_backend(tmp_path):
     assert json.loads((tmp_path / "experiment_config.json").read_text()) == CONFIG
     generation = json.loads((tmp_path / "generations.jsonl").read_text().splitlines()[0])
     assert generation["response"] == "2" and generation["score"] == 1.0
+
+
+def test_file_backend_names_generations_jsonl_only_once_it_writes_it(tmp_path, caplog):
+    from verl.utils.logger.backends import FileBackend
+
+    with caplog.at_level(logging.INFO, logger="verl.utils.logger.backends"):
+        backend = FileBackend(str(tmp_path), CONFIG)
+        backend.log({"train/loss": 1.0}, step=1)
+    assert "experiment_log.jsonl" in caplog.text and "generations.jsonl" not in caplog.text  # an SFT run writes none
+    with caplog.at_level(logging.INFO, logger="verl.utils.logger.backends"):
+        backend.log_generations(GENERATIONS, step=2)
+        backend.log_generations(GENERATIONS, step=3)
+    assert caplog.text.count("generations.jsonl") == 1 and (tmp_path / "generations.jsonl").exists()
 
 
 def test_console_backend(caplog):

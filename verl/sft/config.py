@@ -21,6 +21,7 @@ sections (the batch over the devices).
 
 import os
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from verl.models.config import FSDPConfig, ModelConfig
 from verl.trainer.config import BaseTrainerConfig
@@ -141,6 +142,9 @@ class SFTTrainerConfig(BaseTrainerConfig):
 
 @dataclass
 class SFTConfig:
+    UNSUPPORTED_KEYS: ClassVar[tuple[str, ...]] = ("worker.model.lora.",)
+    """Keys of the shared sections that SFT refuses (validation says so); --help-config leaves them out."""
+
     data: SFTDataConfig = field(default_factory=SFTDataConfig)
     """The conversations."""
     worker: SFTWorkerConfig = field(default_factory=SFTWorkerConfig)

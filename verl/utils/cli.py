@@ -36,9 +36,12 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def print_config_help(schema: type) -> None:
-    """Every key of the config dataclass `schema`, with its type and description, one a line."""
+    """Every key of the config dataclass `schema`, with its type and description, one a line; not the keys that
+    `schema.UNSUPPORTED_KEYS` names (prefixes of keys that validation refuses)."""
+    unsupported = getattr(schema, "UNSUPPORTED_KEYS", ())
     for key, type_name, doc in describe_fields(schema):
-        print(f"{key} ({type_name}): {doc}")
+        if not key.startswith(unsupported):
+            print(f"{key} ({type_name}): {doc}")
 
 
 def load_config_or_exit(

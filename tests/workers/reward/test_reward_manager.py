@@ -375,7 +375,9 @@ def test_closing_the_pool_does_not_wait_on_a_hung_function(make_batch, write_rew
     manager = manager_for(f"{path}:score", tokenizer, num_cpus=2)
     _, metrics = manager.compute_reward(make_batch(["Q"] * 2, ["a", "b"]))
     workers = {int(pid) for pid in metrics["pid"]}
-    scoring = threading.Thread(target=manager.compute_reward, args=(make_batch(["Q"] * 2, ["hang", "b"]),), daemon=True)
+    scoring = threading.Thread(
+        target=manager.compute_reward, args=(make_batch(["Q"] * 2, ["hang", "b"]),), daemon=True
+    )
     scoring.start()
     time.sleep(2)  # the hung chunk is inside the function now
     closing = threading.Thread(target=manager.close, daemon=True)

@@ -110,13 +110,15 @@ class FileBackend(Backend):
             json.dump(config, f, indent=2, default=str)
         self.metrics_path = os.path.join(log_dir, "experiment_log.jsonl")
         self.generations_path = os.path.join(log_dir, "generations.jsonl")
-        logger.info("file logger: every metric in %s, validation samples in generations.jsonl", self.metrics_path)
+        logger.info("file logger: every metric in %s", self.metrics_path)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         with open(self.metrics_path, "a", encoding="utf-8") as f:
             f.write(json.dumps({"step": step, **_sorted_scalars(metrics)}) + "\n")
 
     def log_generations(self, samples: list[Generation], step: int) -> None:
+        if not os.path.exists(self.generations_path):  # said when written: a run without validation writes none
+            logger.info("file logger: validation samples in %s", self.generations_path)
         with open(self.generations_path, "a", encoding="utf-8") as f:
             for prompt, response, ground_truth, score in samples:
                 row = {
