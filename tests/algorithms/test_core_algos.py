@@ -435,3 +435,11 @@ def test_filter_keeps_groups_whose_mean_is_strictly_inside() -> None:
     assert filter_groups_by_reward(np.array(scores), group_ids, 0.49, 1.01).tolist() == [0, 1, 2, 3, 6, 7]
     with pytest.raises(ValueError, match="got 8 scores but 2 uids"):
         filter_groups_by_reward(scores, ["a", "b"], 0.0, 1.0)
+
+
+def test_easyr1_import_path_is_an_alias_of_the_algorithms_package():
+    from verl.algorithms import core_algos as algorithms
+    from verl.trainer import core_algos as easyr1_path
+
+    assert easyr1_path.__all__ == algorithms.__all__
+    assert all(getattr(easyr1_path, name) is getattr(algorithms, name) for name in algorithms.__all__)
