@@ -17,9 +17,10 @@ import faulthandler
 import os
 import shutil
 import subprocess
+import textwrap
 import time
 import warnings
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 
 import pytest
 from _pytest.faulthandler import fault_handler_stderr_fd_key
@@ -179,3 +180,15 @@ def local_ray():
     if not _SharedRay.resources_all_free():
         warnings.warn("a test module left Ray resources in use; the next module gets a Ray of its own", stacklevel=1)
         _SharedRay.stop()
+
+
+@pytest.fixture
+def write_reward_file(tmp_path) -> Callable[[str, str], str]:
+    """Write a reward module into tmp_path and return its path."""
+
+    def write(source: str, name: str = "reward.py") -> str:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(source))
+        return str(path)
+
+    return write

@@ -32,7 +32,7 @@ from verl.rewards.function import (
 )
 
 
-EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "reward_function")
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "reward_function")
 
 SEQUENTIAL = """
 def score(sample, bonus=0.0):

@@ -11,12 +11,11 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Shared fixtures for the reward tests: the tiny tokenizer, rollout batches built from text, reward files."""
+"""Shared fixtures for the reward tests: the tiny tokenizer and rollout batches built from text (reward files:
+`write_reward_file` in tests/conftest.py)."""
 
 import functools
-import textwrap
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -75,15 +74,3 @@ def _make_batch(
 def make_batch(tokenizer: Any) -> Callable[..., DataProto]:
     """_make_batch with the tiny tokenizer bound."""
     return functools.partial(_make_batch, tokenizer)
-
-
-@pytest.fixture
-def write_reward_file(tmp_path: Path) -> Callable[[str, str], str]:
-    """Write a reward module into tmp_path and return its path."""
-
-    def write(source: str, name: str = "reward.py") -> str:
-        path = tmp_path / name
-        path.write_text(textwrap.dedent(source))
-        return str(path)
-
-    return write
