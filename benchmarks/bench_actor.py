@@ -440,7 +440,8 @@ def run_side(
     result: dict[str, Any] = {"params": sum(param.numel() for param in model.parameters())}
     if side == "project":
         result["packed"] = runner.actor.padding_free
-        result["gather_once"] = getattr(runner.actor, "gather_once", False)
+        passes = getattr(runner.actor, "passes", runner.actor)  # older commits keep the setting on the actor itself
+        result["gather_once"] = getattr(passes, "gather_once", False)
         result["attn"] = getattr(model.config, "_attn_implementation", attn)
     result["first_log_probs"] = runner.log_probs(data).float().cpu()
     if side == "project":

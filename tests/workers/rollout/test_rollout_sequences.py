@@ -136,8 +136,10 @@ def test_engine_kwargs_are_arguments_of_the_installed_vllm() -> None:
     from verl.workers.rollout import vllm_compat
 
     assert vllm_compat.engine_accepts("mm_device_do_normalize") and not vllm_compat.engine_accepts("no_such_arg")
+    arguments = {item.name for item in dataclasses.fields(EngineArgs)}
     for multimodal in (False, True):
-        EngineArgs(**build_engine_kwargs("/models/x", _config(limit_images=2), multimodal=multimodal))
+        kwargs = build_engine_kwargs("/models/x", _config(limit_images=2), multimodal=multimodal)
+        assert set(kwargs) <= arguments, set(kwargs) - arguments
 
 
 @pytest.mark.parametrize(
