@@ -56,6 +56,17 @@ def test_tool_calls_are_parsed_and_bad_ones_named():
     assert parse_tool_calls("The answer is 5.") == []
 
 
+def test_a_final_call_without_its_closing_tag_is_a_call():
+    # The turn ended on the call (its end-of-turn token instead of </tool_call>), as vLLM's hermes parser reads it.
+    text = '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call> and <tool_call>\n{"name": "add", '
+    assert parse_tool_calls(text + '"arguments": {"a": 3, "b": 4}}\n') == [
+        {"name": "add", "arguments": {"a": 1, "b": 2}},
+        {"name": "add", "arguments": {"a": 3, "b": 4}},
+    ]
+    cut = parse_tool_calls(text + '"arguments": {"a": 3')  # cut by the response budget: an error, not silence
+    assert cut[0] == {"name": "add", "arguments": {"a": 1, "b": 2}} and "not valid JSON" in cut[1]
+
+
 def test_tool_env_runs_tools_and_returns_errors_as_messages():
     env = ToolEnv(tools=[add, explode])
     schemas = env.tool_schemas()

@@ -28,15 +28,19 @@ from typing import Any
 from verl.envs.base import EnvStep, MultiTurnEnv
 
 
-TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>|<tool_call>\s*(.*?)\s*$", re.DOTALL)
+"""A closed `<tool_call>` block, or a final one without its closing tag (a turn that ended on the call, as vLLM's
+hermes parser reads it)."""
 MAX_RESULT_CHARS = 2000
 """Longest tool result handed back to the model (a longer one is cut, with a note)."""
 
 
 def parse_tool_calls(text: str) -> list[dict[str, Any] | str]:
-    """The tool calls in a model turn: {"name", "arguments"} dicts, or an error string for a malformed block."""
+    """The tool calls in a model turn: {"name", "arguments"} dicts, or an error string for a malformed block. A last
+    call without `</tool_call>` counts when its JSON is complete (a call cut by the response budget is malformed)."""
     calls: list[dict[str, Any] | str] = []
-    for body in TOOL_CALL.findall(text):
+    for closed, unclosed in TOOL_CALL.findall(text):
+        body = closed or unclosed
         try:
             call = json.loads(body)
         except ValueError as error:
