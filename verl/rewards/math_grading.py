@@ -48,7 +48,17 @@ CLOSE_WAIT_S = 2.0
 INSTALL_HINT = "pip install 'math-verify[antlr4_13_2]>=0.9.0,<0.10'"
 
 _BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)
+"""What brace matching looks at: a backslash with the character it escapes (so \\{ is no brace), or a brace."""
+_NON_SPACE = re.compile(r"\S")
 _ANSWER_MARKER = re.compile(r"answer\s*(?::|is\b:?)", re.IGNORECASE)
+# Digit groups joined by TeX's thin space or braced comma ("1\\,000", "1{,}000"): one number in any LaTeX source.
+# Groups after a decimal point ("0.123\\,4") are left alone.
+_TEX_THOUSANDS = re.compile(r"(?<![\d.])\d{1,3}(?:(?:\\,|\{,\})\d{3})+(?!\d)")
+_TEX_SEPARATOR = re.compile(r"\\,|\{,\}")
+# A point that ends a number ("5.", "x = 5.", "5.\\%"), but not "5.5", "5.x" or a repeating decimal "0.\\overline{3}".
+_TRAILING_POINT = re.compile(r"(?<=\d)\.(?![\dA-Za-z.]|\\(?:overline|dot))")
+_VARNOTHING = re.compile(r"\\varnothing(?![A-Za-z])")
 # Math-mode delimiters around a whole answer: "$x$", "$$x$$", "\(x\)", "\[x\]".
 _DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
 
@@ -73,41 +83,40 @@ class VerifierStartError(RuntimeError):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Answer extraction (pure string work, in the calling process)
+# Answer extraction (pure string work in the calling process, outside any time limit: linear in the length)
 
 
-def _balanced_content(text: str, open_brace: int) -> str | None:
-    """The text inside the brace group opening at `open_brace`, or None when it never closes (a cut-off response).
+def _box_spans(text: str) -> list[tuple[int, int] | None]:
+    """Where the content of every \\boxed{...} / \\fbox{...} starts and ends, in order; None for a box whose braces
+    never close (a cut-off response).
 
-    Escaped braces (\\{ and \\}, TeX's literal braces as in \\boxed{\\{1, 2\\}}) do not count, like in TeX.
+    One pass over the braces with a stack, and positions instead of copies, so the time is linear in the length of
+    the text however many boxes are open or nested. Escaped braces (\\{ and \\}, TeX's literal braces as in
+    \\boxed{\\{1, 2\\}}) do not count, like in TeX.
     """
-    depth = 0
-    index = open_brace
-    while index < len(text):
-        char = text[index]
-        if char == "\\":
-            index += 2  # skip the escaped character, whatever it is
-            continue
-        if char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0:
-                return text[open_brace + 1 : index]
-        index += 1
-    return None
+    box_index = {match.end() - 1: index for index, match in enumerate(_BOX_COMMAND.finditer(text))}
+    spans: list[tuple[int, int] | None] = [None] * len(box_index)
+    open_braces: list[int] = []
+    for token in _BRACE_TOKEN.finditer(text):
+        if token.group() == "{":
+            open_braces.append(token.start())
+        elif token.group() == "}" and open_braces:
+            start = open_braces.pop()
+            if start in box_index:
+                spans[box_index[start]] = (start + 1, token.start())
+    return spans
 
 
 def last_boxed(text: str) -> str | None:
     """The content of the last complete, non-blank \\boxed{...} or \\fbox{...}; None when there is none.
 
     A box left open (the response was cut at the length limit) or an empty box is skipped, so an earlier complete
-    box still counts.
+    box still counts. Linear in the length of the text (see `_box_spans`).
     """
-    for match in reversed(list(_BOX_COMMAND.finditer(text))):
-        content = _balanced_content(text, match.end() - 1)
-        if content is not None and content.strip():
-            return content.strip()
+    for span in reversed(_box_spans(text)):
+        # Blank boxes hold no braces, so they do not overlap and the searches below add up to one pass at most.
+        if span is not None and _NON_SPACE.search(text, *span):
+            return text[span[0] : span[1]].strip()
     return None
 
 
@@ -129,7 +138,11 @@ def strip_math_delimiters(text: str) -> str:
 def _answer_line(text: str) -> str | None:
     """The rest of the line after the last "Answer:" / "answer is" that has any text after it; None if none."""
     for match in reversed(list(_ANSWER_MARKER.finditer(text))):
-        line = text[match.end() :].split("\n", 1)[0].strip()
+        # Only up to the end of the line is copied: slicing to the end of the text for every marker is quadratic.
+        # A marker's line is read again only for an earlier marker on the same line, whose line then holds the
+        # later "answer" and is never blank, so this is one pass over the text.
+        line_end = text.find("\n", match.end())
+        line = text[match.end() : line_end if line_end >= 0 else len(text)].strip()
         line = strip_math_delimiters(line.rstrip(".").strip())
         if line:
             return line
@@ -158,13 +171,26 @@ def normalize_ground_truth(ground_truth: str) -> str:
     return strip_math_delimiters(boxed) if boxed is not None else text
 
 
+def normalize_equivalents(answer: str) -> str:
+    """Rewrite spellings math_verify gets wrong into ones it reads as meant: "1\\,000" and "1{,}000" -> "1000" (it
+    reads a thin space as a product, 1*0), "5." -> "5" (unparsable to it), "\\varnothing" -> "\\emptyset" (to it a
+    symbol named varnothing).
+
+    A bare "1,000" is left to math_verify, which reads it as 1000 when it is the whole answer and as elements
+    elsewhere ("(1,000, 2)" is a triple). Regular expressions without nested repetition: linear in the length.
+    """
+    answer = _TEX_THOUSANDS.sub(lambda match: _TEX_SEPARATOR.sub("", match.group()), answer)
+    answer = _TRAILING_POINT.sub("", answer)
+    return _VARNOTHING.sub(r"\\emptyset", answer)
+
+
 def as_boxed_latex(answer: str) -> str:
-    """The text math_verify.parse is given for one side: the bare answer inside \\boxed{}.
+    """The text math_verify.parse is given for one side: the bare answer, its equivalents normalized, in \\boxed{}.
 
     Boxing makes math_verify read the whole answer as LaTeX (its boxed extraction), so "[1,2)" becomes an interval
     and "\\text{yes}" a symbol, instead of the plain-expression fallback picking a number out of the text.
     """
-    return "\\boxed{" + strip_math_delimiters(answer) + "}"
+    return "\\boxed{" + normalize_equivalents(strip_math_delimiters(answer)) + "}"
 
 
 # ---------------------------------------------------------------------------------------------------------------------
