@@ -208,6 +208,47 @@ def test_the_scratch_directory_is_fresh_and_removed() -> None:
     assert first.stdout.splitlines()[0] != second.stdout.splitlines()[0]
 
 
+HOSTILE_TREE = """
+import os, resource
+outside = {outside!r}
+top = os.getcwd()
+for i in range(200):  # a symlink farm pointing outside, and at the scratch directory itself
+    os.symlink(outside, f"out{{i}}")
+    os.symlink(top, f"self{{i}}")
+os.mkdir("closed")
+os.symlink(outside, "closed/inside")
+os.chmod("closed", 0)
+for _ in range(10000):  # 10^4 deep: paths far beyond PATH_MAX, and shutil.rmtree's recursion limit
+    os.mkdir("d")
+    os.chdir("d")
+    os.symlink(outside, "link")
+os.chmod(".", 0)
+resource.setrlimit(resource.RLIMIT_NOFILE, (16, 16))
+print(top)
+"""
+
+
+def test_a_deep_tree_and_a_symlink_farm_are_removed_without_touching_what_the_links_point_at(tmp_path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("x")
+    os.chmod(outside, 0o751)
+    result = run_python(HOSTILE_TREE.format(outside=str(outside)), limits=SandboxLimits(wall_s=60.0, cpu_s=30.0))
+    assert result.status == "ok", result.stderr
+    assert not os.path.lexists(result.stdout.strip())  # the whole scratch directory is gone
+    assert (outside / "keep.txt").read_text() == "x" and (outside.stat().st_mode & 0o777) == 0o751
+
+
+def test_the_next_case_starts_empty_after_a_deep_tree(tmp_path) -> None:
+    code = (
+        "import os, sys\nif sys.stdin.read() == 'build':\n"
+        + textwrap.indent("for _ in range(5000):\n    os.mkdir('d')\n    os.chdir('d')\nprint('built')\n", "    ")
+        + "else:\n    print(sorted(os.listdir('.')))\n"
+    )
+    built, after = sandbox.run_python_cases(code, [("build", ""), ("look", "")], SandboxLimits(wall_s=60.0))
+    assert built.stdout.strip() == "built" and after.stdout.strip() == "[]", (built.stderr, after.stderr)
+
+
 def test_the_program_cannot_write_outside_the_scratch_directory() -> None:
     if os.geteuid() != 0:
         pytest.skip("only a root trainer runs programs as another uid; a non-root one shares its own files")

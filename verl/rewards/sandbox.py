@@ -63,7 +63,6 @@ import pwd
 import re
 import resource
 import select
-import shutil
 import signal
 import stat
 import subprocess
@@ -82,7 +81,7 @@ from typing import IO, Any
 import psutil
 
 from verl.rewards import sandbox_bootstrap
-from verl.rewards.sandbox_bootstrap import kill_group, wait_for_exit
+from verl.rewards.sandbox_bootstrap import empty_directory, kill_group, wait_for_exit
 
 
 logger = logging.getLogger(__name__)
@@ -765,16 +764,12 @@ def _run_in(scratch: str, code: str, stdin: str, limits: SandboxLimits, setup: _
 
 
 def _remove_tree(path: str) -> None:
-    """Remove the scratch directory, also where the program took the permissions away from its own directories."""
-    shutil.rmtree(path, ignore_errors=True)
-    if not os.path.exists(path):
-        return
-    for root, directories, _ in os.walk(path):  # top-down: each directory is opened up before it is entered
-        for name in directories:
-            with suppress(OSError):
-                os.chmod(os.path.join(root, name), 0o700)
-    shutil.rmtree(path, ignore_errors=True)
-    if os.path.exists(path):
+    """Remove the scratch directory whatever the program left in it (trees of any depth, links, closed permissions),
+    never following a link and never raising into the reward (see `empty_directory`)."""
+    emptied = empty_directory(path)
+    with suppress(OSError):
+        os.rmdir(path)
+    if not emptied or os.path.lexists(path):
         logger.warning("Could not remove the sandbox scratch directory %s.", path)
 
 

@@ -339,19 +339,60 @@ def _end_case(child, kill_all):
             status = wait_status
 
 
-def _wipe(directory):
-    # Remove everything a case left in the scratch directory, opening up directories it closed.
-    for name in os.listdir(directory):
-        path = os.path.join(directory, name)
-        try:
-            if os.path.isdir(path) and not os.path.islink(path):
-                os.chmod(path, 0o700)
-                _wipe(path)
-                os.rmdir(path)
-            else:
-                os.unlink(path)
-        except OSError:
-            pass
+def empty_directory(path):
+    # Remove everything inside `path`, however deep, without recursion and without following a symbolic link: each
+    # subdirectory is moved up into `path` before it is emptied, so the tree is never deeper than two levels and at
+    # most two directories are open at once (a program may leave a tree 10^4 deep, or lower the open-file limit).
+    # Directories the program closed are opened up first (after lstat says they are directories: a link is only
+    # unlinked, never followed). Errors are skipped; True when `path` is empty afterwards.
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        os.chmod(path, 0o700)
+        top = os.open(path, flags)
+    except OSError:
+        return False
+    try:
+        pending, moved = [None], 0
+        while pending:
+            name = pending.pop()
+            try:
+                if name is None:
+                    fd = top
+                else:
+                    if (os.lstat(name, dir_fd=top).st_mode & 0o170000) != 0o040000:
+                        os.unlink(name, dir_fd=top)
+                        continue
+                    os.chmod(name, 0o700, dir_fd=top)
+                    fd = os.open(name, flags, dir_fd=top)
+            except OSError:
+                continue
+            try:
+                with os.scandir(fd) as entries:
+                    names = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries]
+                for entry, is_directory in names:
+                    try:
+                        if not is_directory:
+                            os.unlink(entry, dir_fd=fd)
+                        elif fd == top:
+                            pending.append(entry)
+                        else:
+                            moved += 1
+                            flat = ".verl-rm-%d-%d-%s" % (os.getpid(), moved, os.urandom(4).hex())
+                            os.rename(entry, flat, src_dir_fd=fd, dst_dir_fd=top)
+                            pending.append(flat)
+                    except OSError:
+                        pass
+            finally:
+                if fd != top:
+                    os.close(fd)
+            if name is not None:
+                try:
+                    os.rmdir(name, dir_fd=top)
+                except OSError:
+                    pass
+        return not os.listdir(top)
+    finally:
+        os.close(top)
 
 
 def _harness(source, path, manifest, kill_all):
@@ -403,7 +444,7 @@ def _harness(source, path, manifest, kill_all):
         elapsed = time.monotonic() - started
         status, cpu = _end_case(child, kill_all)
         returncode = -9 if status is None else os.waitstatus_to_exitcode(status)
-        _wipe(scratch)
+        empty_directory(scratch)
         record = "D %d %d %d %.6f %.6f\n" % (index, returncode, timed_out, elapsed, cpu)
         os.write(results, record.encode())
     os._exit(0)
