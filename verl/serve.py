@@ -34,7 +34,64 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-_SAMPLING_FIELDS = {"max_tokens": "max_tokens", "temperature": "temperature", "top_p": "top_p", "n": "n"}
+DEFAULT_MAX_TOKENS = 256
+"""Completion tokens of a request that sets no max_tokens (fewer where the context has less room)."""
+
+
+class RequestError(ValueError):
+    """A request the server refuses: HTTP `status` with a one-line message, as vLLM's OpenAI server answers it."""
+
+    def __init__(self, message: str, status: int = 400, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.kind = status, kind
+
+
+def _number(request: dict[str, Any], key: str, integer: bool, low: float, high: float | None = None) -> Any:
+    value = request.get(key)
+    if value is None:
+        return None
+    wanted = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, wanted):
+        raise RequestError(f"'{key}' must be {'an integer' if integer else 'a number'}, got {value!r}.")
+    if value < low or (high is not None and value > high):
+        bounds = f">= {low:g}" if high is None else f"between {low:g} and {high:g}"
+        raise RequestError(f"'{key}' must be {bounds}, got {value!r}.")
+    return value
+
+
+def check_request(request: Any, served_name: str) -> dict[str, Any]:
+    """The sampling options of a chat-completions request, or a RequestError naming the first bad field: an
+    unknown `model` is a 404 naming the served one, as vLLM's server answers."""
+    if not isinstance(request, dict):
+        raise RequestError("the request body must be a JSON object.")
+    model = request.get("model")
+    if model != served_name:
+        raise RequestError(
+            f"The model {model!r} does not exist; this server serves {served_name!r}.", 404, "NotFoundError"
+        )
+    messages = request.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("'messages' must be a non-empty list of {role, content} objects.")
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise RequestError(f"'messages[{index}]' must be an object with a string 'role'.")
+    if request.get("stream"):
+        raise RequestError("streaming responses are not supported; send stream=false.")
+    max_tokens = _number(request, "max_completion_tokens", True, 1)
+    options = {
+        "max_tokens": _number(request, "max_tokens", True, 1) if max_tokens is None else max_tokens,
+        "temperature": _number(request, "temperature", False, 0.0, 2.0),
+        "top_p": _number(request, "top_p", False, 0.0, 1.0),
+        "n": _number(request, "n", True, 1),
+        "seed": _number(request, "seed", True, -(2**63)),
+    }
+    stop = request.get("stop")
+    if stop is not None:
+        stop = [stop] if isinstance(stop, str) else stop
+        if not isinstance(stop, list) or not all(isinstance(item, str) for item in stop):
+            raise RequestError(f"'stop' must be a string or a list of strings, got {request['stop']!r}.")
+        options["stop"] = stop
+    return {key: value for key, value in options.items() if value is not None}
 
 
 class ChatEngine:
@@ -59,6 +116,7 @@ class ChatEngine:
             kwargs["dtype"] = dtype
         self.llm = LLM(**kwargs)
         self.name = name
+        self.max_model_len = max_model_len
         self.lock = threading.Lock()
 
     def close(self) -> None:
@@ -70,17 +128,19 @@ class ChatEngine:
     def complete(self, request: dict[str, Any]) -> dict[str, Any]:
         from vllm import SamplingParams
 
-        messages = request.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise ValueError("'messages' must be a non-empty list of {role, content} objects.")
-        options = {
-            ours: request[theirs] for theirs, ours in _SAMPLING_FIELDS.items() if request.get(theirs) is not None
-        }
-        options.setdefault("max_tokens", 256)
-        if request.get("seed") is not None:
-            options["seed"] = int(request["seed"])
-        if request.get("stop"):
-            options["stop"] = [request["stop"]] if isinstance(request["stop"], str) else list(request["stop"])
+        options = check_request(request, self.name)
+        messages = request["messages"]
+        prompt_tokens = self._prompt_tokens(messages, request.get("tools"))
+        room = None if prompt_tokens is None else self.max_model_len - prompt_tokens
+        wanted = options.setdefault(
+            "max_tokens", DEFAULT_MAX_TOKENS if room is None else max(1, min(DEFAULT_MAX_TOKENS, room))
+        )
+        if room is not None and wanted > room:
+            raise RequestError(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
+                f"{prompt_tokens + wanted} tokens ({prompt_tokens} in the messages, {wanted} in the completion). "
+                "Reduce the length of the messages or completion."
+            )
         params = SamplingParams(**options)
         with self.lock:
             output = self.llm.chat(messages, params, use_tqdm=False, tools=request.get("tools"))[0]
@@ -107,6 +167,15 @@ class ChatEngine:
             },
         }
 
+    def _prompt_tokens(self, messages: list[dict[str, Any]], tools: Any) -> int | None:
+        """Tokens of the rendered chat prompt, for the context-length check; None for messages with pictures (their
+        tokens depend on the processor: vLLM itself refuses a prompt longer than the context)."""
+        if not all(isinstance(message.get("content"), str | None) for message in messages):
+            return None
+        tokenizer = self.llm.get_tokenizer()
+        ids = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True)
+        return len(ids["input_ids"] if isinstance(ids, dict) else ids)
+
 
 def make_handler(engine: ChatEngine) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
@@ -132,10 +201,13 @@ def make_handler(engine: ChatEngine) -> type[BaseHTTPRequestHandler]:
                 return
             try:
                 length = int(self.headers.get("Content-Length", "0"))
-                request = json.loads(self.rfile.read(length) or b"{}")
-                if request.get("stream"):
-                    raise ValueError("streaming responses are not supported; send stream=false.")
+                try:
+                    request = json.loads(self.rfile.read(length) or b"{}")
+                except ValueError as error:
+                    raise RequestError(f"the request body is not JSON: {error}.") from None
                 self._send(200, engine.complete(request))
+            except RequestError as error:
+                self._send(error.status, {"error": {"message": str(error), "type": error.kind}})
             except Exception as error:  # never drop the connection: say what went wrong, keep serving
                 invalid = isinstance(error, (ValueError, TypeError, KeyError)) or "Validation" in type(error).__name__
                 kind = "invalid_request_error" if invalid else "server_error"

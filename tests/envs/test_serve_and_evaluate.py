@@ -105,7 +105,7 @@ def server(tmp_path_factory):
 
 
 def test_chat_completions_follow_the_openai_shape(server):
-    from openai import BadRequestError, OpenAI
+    from openai import BadRequestError, NotFoundError, OpenAI
 
     client = OpenAI(base_url=server, api_key="unused")
     assert [model.id for model in client.models.list().data] == ["tiny"]
@@ -123,6 +123,12 @@ def test_chat_completions_follow_the_openai_shape(server):
         client.chat.completions.create(model="tiny", messages=[], max_tokens=5)
     with pytest.raises(BadRequestError, match="greedy"):  # vLLM's own validation comes back as a 400
         client.chat.completions.create(model="tiny", messages=messages, max_tokens=5, temperature=0.0, n=2)
+    with pytest.raises(NotFoundError, match="this server serves 'tiny'"):
+        client.chat.completions.create(model="gpt-4", messages=messages, max_tokens=5)
+    with pytest.raises(BadRequestError, match="'max_tokens' must be an integer"):
+        client.chat.completions.create(model="tiny", messages=messages, max_tokens="5")
+    with pytest.raises(BadRequestError, match="maximum context length is 512 tokens"):
+        client.chat.completions.create(model="tiny", messages=messages, max_tokens=600)
 
 
 def evaluate(server: str, env: str, answers: tuple[int, ...], tmp_path, rows=None) -> tuple[list[dict], dict]:
