@@ -19,11 +19,11 @@ import os
 import random
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from sft_testing import data_config
 
 from verl.data.sft_dataset import SFTDataError, SFTDataset, collate_sft
 from verl.models.tiny_models import get_or_build_tiny_model
@@ -31,22 +31,6 @@ from verl.utils.config import ConfigError
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def data_config(**overrides) -> SimpleNamespace:
-    base = dict(
-        prompt_key=None,
-        response_key=None,
-        messages_key="messages",
-        image_key="images",
-        tools_key="tools",
-        image_dir=None,
-        min_pixels=3136,
-        max_pixels=3136,
-        max_length=256,
-        truncation="error",
-    )
-    return SimpleNamespace(**{**base, **overrides})
 
 
 @pytest.fixture(scope="module")

@@ -16,12 +16,12 @@ conversation's batch comes up: the length in tokens (image tokens included), unr
 turns, and roles that are not one of the four."""
 
 import json
-from types import SimpleNamespace
 
 import datasets
 import numpy as np
 import pytest
 from PIL import Image
+from sft_testing import data_config
 
 from verl.data.sft_dataset import SFTDataError, SFTDataset
 from verl.data.tokenizer import get_processor, get_tokenizer
@@ -30,22 +30,6 @@ from verl.models.tiny_models import get_or_build_tiny_model
 
 
 VL_PIXELS = {"min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 64}
-
-
-def data_config(**overrides) -> SimpleNamespace:
-    base = dict(
-        prompt_key=None,
-        response_key=None,
-        messages_key="messages",
-        image_key="images",
-        tools_key="tools",
-        image_dir=None,
-        min_pixels=3136,
-        max_pixels=3136,
-        max_length=256,
-        truncation="error",
-    )
-    return SimpleNamespace(**{**base, **overrides})
 
 
 @pytest.fixture(scope="module")
