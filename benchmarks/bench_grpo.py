@@ -860,8 +860,15 @@ def load_average() -> list[float]:
     return [round(value, 2) for value in os.getloadavg()]
 
 
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
+    # `timeout` or a scheduler stopping the benchmark: unwind, so the run's own session (trainer, Ray, GPU engines)
+    # is ended rather than left holding the devices
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     samples = args.prompts * args.n
     report: dict[str, Any] = {
         "bench": "grpo",

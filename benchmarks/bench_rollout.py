@@ -22,6 +22,11 @@
    runs) into the engine, versus a plain copy of the same state dict into preallocated tensors.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_rollout.py [--prompts 32 --n 8 --response-length 64 --repeats 3]
+    python benchmarks/bench_rollout.py --model 0.5b --prompts 64 --n 8 --response-length 512   # on a GPU
+
+On CUDA both engines run in bf16 with the same `--gpu-memory-utilization` (and `--eager` for both, if given), the
+actor is sharded over a one-rank cpu:gloo,cuda:nccl group, and the plain copy is device to device in the engine's
+dtype (the bytes the sync moves). Target there: sync <= 3x the plain copy.
 
 The last line printed is one JSON object with the figures.
 """
@@ -41,7 +46,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch: more threads than
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 
 import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
 
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -52,11 +56,18 @@ from verl.workers.rollout.config import RolloutConfig  # noqa: E402
 
 
 def _init_single_rank() -> None:
+    from verl.utils import device as device_utils
+
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    device_utils.init_distributed(timeout_seconds=300)  # gloo on CPU, cpu:gloo,cuda:nccl on CUDA
+
+
+def _synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def _rss_mib() -> float:
@@ -84,8 +95,10 @@ def _prompts(tokenizer: Any, num_prompts: int, prompt_length: int) -> DataProto:
 
 
 def _time(fn: Callable[[], Any]) -> float:
+    _synchronize()
     start = time.perf_counter()
     fn()
+    _synchronize()
     return time.perf_counter() - start
 
 
@@ -93,15 +106,23 @@ def bench_generation(args: argparse.Namespace, model_dir: str, rollout: Any, pro
     from vllm import LLM, SamplingParams
 
     config = rollout.config
-    bare = LLM(
-        model=model_dir,
-        dtype="float32",
-        enforce_eager=True,
-        seed=0,
-        max_model_len=config.prompt_length + config.response_length,
-        kv_cache_memory_bytes=config.kv_cache_memory_mb * 2**20,
-        enable_chunked_prefill=False,  # as the rollout on CPU: seeded requests crash vLLM 0.32 when chunked
-    )
+    engine: dict[str, Any] = {
+        "model": model_dir,
+        "seed": 0,
+        "max_model_len": config.prompt_length + config.response_length,
+    }
+    if torch.cuda.is_available():  # the same dtype, memory share and graph mode as ours
+        engine.update(
+            dtype="bfloat16", enforce_eager=config.enforce_eager, gpu_memory_utilization=config.gpu_memory_utilization
+        )
+    else:
+        engine.update(
+            dtype="float32",
+            enforce_eager=True,
+            kv_cache_memory_bytes=config.kv_cache_memory_mb * 2**20,
+            enable_chunked_prefill=False,  # as the rollout on CPU: seeded requests crash vLLM 0.32 when chunked
+        )
+    bare = LLM(**engine)
     bare_prompts = [{"prompt_token_ids": ids} for ids in prompts.non_tensor_batch["raw_prompt_ids"]]
     bare_params = SamplingParams(
         n=args.n, temperature=1.0, max_tokens=args.response_length, ignore_eos=True, detokenize=False
@@ -138,8 +159,10 @@ def bench_sync(args: argparse.Namespace, model_dir: str, rollout: Any) -> dict[s
 
     from verl.workers.sharding_manager.fsdp_vllm import checkpoint_names, iter_full_weights, sync_weights
 
-    actor = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    state = {name: tensor.detach().clone() for name, tensor in actor.state_dict().items()}
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    actor = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)  # fp32 master weights
+    # the bytes the sync delivers: every tensor in the engine's dtype, on the engine's device
+    state = {name: tensor.detach().to(rollout.torch_dtype, copy=True) for name, tensor in actor.state_dict().items()}
     for layer in actor.model.layers:
         fully_shard(layer)
     fully_shard(actor)
@@ -185,40 +208,63 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=8)
     parser.add_argument("--response-length", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--model-dir", default=None, help="a Qwen2 model directory (default: the tiny model)")
+    parser.add_argument("--model-dir", default=None, help="a Qwen2 model directory (default: --model)")
+    parser.add_argument("--model", choices=("tiny", "0.5b", "1.5b"), default="tiny", help="random-init model size")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.3, help="each engine's share (CUDA)")
+    parser.add_argument("--eager", action="store_true", help="CUDA: no CUDA graphs in either engine")
     args = parser.parse_args()
 
     from transformers import AutoTokenizer
 
     from verl.workers.rollout.vllm_rollout import VLLMRollout
 
-    model_dir = args.model_dir or get_or_build_tiny_model("qwen2", os.path.join(tempfile.gettempdir(), "verl_bench"))
+    cuda = torch.cuda.is_available()
+    root = os.path.join(tempfile.gettempdir(), "verl_bench")
+    if args.model_dir:
+        model_dir = args.model_dir
+    elif args.model == "tiny":
+        model_dir = get_or_build_tiny_model("qwen2", root)
+    else:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from bench_actor import build_sized_model
+
+        model_dir = build_sized_model(args.model, root, torch.device("cuda" if cuda else "cpu"))
     _init_single_rank()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     prompt_length = 64
+    device_settings: dict[str, Any] = (
+        {"dtype": "bf16", "gpu_memory_utilization": args.gpu_memory_utilization, "enforce_eager": args.eager}
+        if cuda
+        else {"dtype": "fp32", "kv_cache_memory_mb": 128}
+    )
     config = RolloutConfig(
         n=args.n,
         temperature=1.0,
         ignore_eos=True,
-        dtype="fp32",
-        kv_cache_memory_mb=128,
         tensor_parallel_size=1,
         prompt_length=prompt_length,
         response_length=args.response_length,
+        **device_settings,
     )
     rss_before = _rss_mib()
     rollout = VLLMRollout(model_dir, config, tokenizer, None)  # imports vLLM too
     rss_engine = _rss_mib() - rss_before
+    if rollout.sleep_mode:  # the engine starts asleep (the sharding manager wakes it); the benchmark keeps it awake
+        rollout.inference_engine.wake_up()
     print(f"engine: +{rss_engine:.0f} MiB RSS (vLLM import + engine, {config.kv_cache_memory_mb} MiB KV cache)")
     prompts = _prompts(tokenizer, args.prompts, prompt_length)
     figures: dict[str, Any] = {
         "workload": {"prompts": args.prompts, "n": args.n, "response_length": args.response_length},
+        "model": os.path.basename(model_dir.rstrip("/")),
+        "device": torch.cuda.get_device_name(0) if cuda else "cpu",
         "engine_rss_mib": rss_engine,
         "kv_cache_mib": config.kv_cache_memory_mb,
     }
     figures.update(bench_sync(args, model_dir, rollout))  # also loads the real weights into our engine
     figures.update(bench_generation(args, model_dir, rollout, prompts))
-    figures["throughput_target"] = 0.9
+    figures["throughput_target"] = 0.95 if cuda else 0.9
+    if cuda:
+        figures["sync_vs_copy_target"] = 3.0
     print(json.dumps({key: round(value, 4) if isinstance(value, float) else value for key, value in figures.items()}))
 
 

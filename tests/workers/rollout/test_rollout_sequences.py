@@ -128,6 +128,16 @@ def test_cpu_engine_kwargs() -> None:
     assert vl["mm_device_do_normalize"] is False and vl["mm_processor_cache_gb"] == 0
 
 
+def test_engine_concurrency_is_vllms_device_default_unless_set() -> None:
+    """Unset, max_num_seqs is left to vLLM (1024 on an H100/H200: a 64 x 8 rollout runs in one wave; a fixed 256 made
+    it two and generation 0.56x bare vLLM on an H200); set, it is passed as given."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    assert "max_num_seqs" not in build_engine_kwargs("/models/x", _config(), multimodal=False)
+    assert EngineArgs.max_num_seqs is None  # vLLM fills in its own default per device
+    assert build_engine_kwargs("/models/x", _config(max_num_seqs=64), multimodal=False)["max_num_seqs"] == 64
+
+
 def test_engine_kwargs_are_arguments_of_the_installed_vllm() -> None:
     """Every argument the rollout passes exists in this vLLM; one that only newer releases have is left out on older
     ones (mm_device_do_normalize: 0.27 and later; the GPU image of older clusters has 0.26)."""

