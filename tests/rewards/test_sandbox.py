@@ -32,6 +32,11 @@ from verl.rewards import sandbox
 from verl.rewards.sandbox import SandboxLimits, SandboxResult, isolation, run_many, run_python
 
 
+pytestmark = pytest.mark.skipif(
+    sandbox.bwrap.executable() is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
+)
+
+
 REPO = Path(__file__).resolve().parents[2]
 
 FORK_BOMB = "import os\nwhile True:\n    os.fork()\n"
@@ -97,13 +102,33 @@ def test_limits_are_validated_by_name() -> None:
 
 
 def test_isolation_is_probed_once_and_named() -> None:
-    report = isolation()
-    assert report["network"] in ("netns", "userns+netns", "audit-hook")
-    assert report["user"] in ("dedicated-uid", "user-namespace", "same-uid")
-    assert report["processes"] in ("pid-namespace", "process-group")
+    report = isolation()  # the default: bubblewrap
+    assert report == {
+        "network": "netns",
+        "user": "dedicated-uid" if os.geteuid() == 0 else "user-namespace",
+        "processes": "pid-namespace",
+        "filesystem": "bwrap",
+        "limits": report["limits"],
+    }
     assert sandbox._isolation() is sandbox._isolation()
+    weaker = isolation("namespaces")
+    assert weaker["network"] in ("netns", "userns+netns", "audit-hook")
+    assert weaker["user"] in ("dedicated-uid", "user-namespace", "same-uid")
+    assert weaker["processes"] in ("pid-namespace", "process-group")
+    assert weaker["filesystem"] == "host"
     if os.geteuid() == 0:
-        assert report["user"] == "dedicated-uid", "root must get a dedicated uid on this kind of machine"
+        assert weaker["user"] == "dedicated-uid", "root must get a dedicated uid on this kind of machine"
+        assert report["limits"] == weaker["limits"] == "cgroup v1 per run" or "v2" in report["limits"]
+
+
+def test_without_bubblewrap_untrusted_code_is_refused_unless_the_weaker_mode_is_named(monkeypatch) -> None:
+    monkeypatch.setenv("VERL_BWRAP", "/nonexistent/bwrap")
+    monkeypatch.setattr(sandbox, "_ISOLATIONS", {})
+    with pytest.raises(sandbox.SandboxUnavailable, match=r"apt-get install bubblewrap.*isolation=namespaces"):
+        run_python("print(1)")
+    assert run_python("print(1)", limits=SandboxLimits(isolation="namespaces")).stdout == "1\n"
+    with pytest.raises(ValueError, match="SandboxLimits.isolation must be one of"):
+        SandboxLimits(isolation="none")
 
 
 def test_stdin_to_stdout_with_a_minimal_environment() -> None:
@@ -257,9 +282,11 @@ def test_the_program_cannot_write_outside_the_scratch_directory() -> None:
     targets = [os.path.join(owned_by_root, "written.txt"), str(REPO / "sandbox-write-probe.txt")]
     try:
         for target in targets:
-            result = run_python(f"open({target!r}, 'w').write('x')\n")
-            assert result.status == "error" and "PermissionError" in result.stderr
-            assert not os.path.exists(target)
+            for mode in ("bwrap", "namespaces"):  # bwrap: the folder is not even there; namespaces: another uid's
+                result = run_python(f"open({target!r}, 'w').write('x')\n", limits=SandboxLimits(isolation=mode))
+                error = "FileNotFoundError" if mode == "bwrap" else "PermissionError"
+                assert result.status == "error" and error in result.stderr, result.stderr
+                assert not os.path.exists(target)
     finally:
         for target in targets:
             if os.path.exists(target):

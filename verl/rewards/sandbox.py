@@ -25,29 +25,19 @@ gets the case's stdin and output files, fresh per-process limits and the harness
 after each case the harness kills and reaps what the case started and empties the scratch directory, and it reports
 through a pipe no process of the program can reach (see `run_python_cases`).
 
-Isolation, strongest available first; `isolation()` says what this machine uses (probed once):
-- user "dedicated-uid" (when the trainer runs as root): each concurrent run gets its own unprivileged uid/gid,
-  UID_BASE + a slot claimed with a lock file, so RLIMIT_NPROC (which root ignores and which counts every process of
-  a uid) is the run's own budget, and the code cannot write the project's files or signal the trainer. When the
-  interpreter lives under a directory that uid cannot enter (a pyenv or conda under /root), the child gets a private
-  mount namespace where that directory is an empty read-only tmpfs with only the interpreter bound back in.
-  "user-namespace": the trainer's uid in a new user namespace, without capabilities (for a non-root trainer also
-  with a process budget of its own; root stays exempt from RLIMIT_NPROC there too).
-  "same-uid": none of these work; RLIMIT_NPROC is set to the uid's current task count plus the budget.
-- network "netns": a new, empty network namespace (unshare(CLONE_NEWNET) as root); "userns+netns": the same inside a
-  new user namespace (unprivileged); "audit-hook": neither works, so a bootstrap installs an audit hook that refuses
-  socket connect/bind/sendto/name lookups, process spawning (a spawned program would not carry the hook) and ctypes
-  lookups of the socket functions. The hook stops accidents and naive attempts; it is not a security boundary.
-- processes "pid-namespace": the program runs in a new PID namespace under a small init that reaps every orphan; when
-  the program ends, the kernel kills everything left in the namespace. That matters in containers whose PID 1 never
-  reaps orphans, where each leftover zombie would count against the uid's RLIMIT_NPROC forever.
-  "process-group": the session is killed, then every process carrying the run's marker (VERL_SANDBOX_ID in its
-  environment) and, with a dedicated uid, every process of that uid.
-
-Not isolated: the filesystem is readable wherever its permissions allow "other" (or the trainer's uid) to read;
-world-writable directories (/tmp, /dev/shm) are writable, up to RLIMIT_FSIZE per file (and with run_python_cases,
-what a case leaves there is there for the later cases of its program); /proc shows the host's processes; the CPU is
-shared (RLIMIT_CPU bounds it per process, the wall limit in time).
+Isolation (`SandboxLimits.isolation`; `isolation(mode)` says what this machine gives):
+- "bwrap" (the default): bubblewrap (verl/rewards/bwrap.py) gives the program a root of its own (the system's /usr
+  and the base interpreter, read-only; its scratch folder; private /tmp and /dev/shm), new PID, network, IPC, UTS
+  and cgroup namespaces, and an unprivileged uid: as root a dedicated host uid (UID_BASE + a slot claimed with a
+  lock file) the bootstrap becomes inside, else a user namespace. Without bwrap, or where it cannot start, runs are
+  refused (SandboxUnavailable says what to install or allow).
+- "namespaces" (opt-in, weaker): the built-in mode. A dedicated uid as root, else a user namespace, else the
+  trainer's uid; an empty network namespace, else an audit hook refusing sockets and spawning (not a security
+  boundary); a PID namespace under a small init, else kills by session and marker. The host's world-readable files,
+  /tmp, /dev/shm and /proc are visible.
+In both, where a cgroup can be made (cgroups.py: v2, or v1 memory/pids/cpu), each run gets one: its processes'
+memory together (tmpfs files included) is capped at memory_mb + CGROUP_OVERHEAD_MB, their number at max_processes,
+their CPU rate at one core, and at the end everything in it is killed. Elsewhere the limits are per process.
 """
 
 import contextlib
@@ -80,7 +70,7 @@ from typing import IO, Any
 
 import psutil
 
-from verl.rewards import sandbox_bootstrap
+from verl.rewards import bwrap, cgroups, sandbox_bootstrap
 from verl.rewards.sandbox_bootstrap import empty_directory, kill_group, wait_for_exit
 
 
@@ -113,6 +103,14 @@ CASES_PER_PROCESS = 32
 HARNESS_GRACE_S = 2.0
 """run_python_cases: seconds the harness may take beyond wall_s for a case (or its start-up) before the trainer
 gives up on it, kills the process and counts the running case as a timeout."""
+
+ISOLATION_MODES = {
+    "bwrap": "bubblewrap: own root (read-only system and interpreter, private /tmp and /dev/shm), user, PID, network, "
+    "IPC, UTS namespaces",
+    "namespaces": "weaker: the host's filesystem is readable; dedicated uid, network and PID namespaces where available",
+}
+CGROUP_OVERHEAD_MB = 64
+"""Memory a run's cgroup allows beyond memory_mb, for the sandbox's own processes (bwrap, the harness)."""
 
 CaseSpec = str | tuple[str, str]
 """One case of run_python_cases: its stdin, or (stdin, code_suffix), the suffix run after the code."""
@@ -165,9 +163,19 @@ class SandboxLimits:
     nice: int = 10
     """Scheduling niceness added to the program's (1 to 19): sandboxed programs yield the CPU to the trainer's
     processes, so many samples running at once slow the training step only by the CPU the trainer leaves idle."""
+    isolation: str = "bwrap"
+    """"bwrap": bubblewrap namespaces and a minimal read-only root (refused with instructions where bwrap or user
+    namespaces are missing); "namespaces": the weaker built-in mode (dedicated uid, empty network and PID namespaces
+    where available), in which the program can read the host's world-readable files. See ISOLATION_MODES."""
 
     def __post_init__(self) -> None:
+        if self.isolation not in ISOLATION_MODES:
+            raise ValueError(
+                f"SandboxLimits.isolation must be one of {sorted(ISOLATION_MODES)}, got {self.isolation!r}."
+            )
         for spec in fields(self):
+            if spec.name == "isolation":
+                continue
             value = getattr(self, spec.name)
             whole = spec.name in ("memory_mb", "output_kb", "max_processes", "nice")
             kind = (int,) if whole else (int, float)
@@ -213,6 +221,8 @@ class _Plan:
     """Tried in order afterwards when the network is still shared (these include CLONE_NEWUSER)."""
     reexpose: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """(directory the dedicated uid cannot enter, interpreter directories under it to bind back in)."""
+    bwrap: str = ""
+    """The bwrap executable the program starts under ("" for the built-in namespaces)."""
 
 
 @dataclass(frozen=True)
@@ -237,22 +247,35 @@ class _ChildSetup:
     shared_tasks: int
     """Tasks the uid already has, added to the budget when the run shares the uid's RLIMIT_NPROC count."""
     nice: int = 10
+    bwrap: str = ""
+    """Start the interpreter under this bwrap (which makes the namespaces), or directly ("")."""
+    cgroup_procs: tuple[bytes, ...] = ()
+    """The run's cgroup.procs files, joined first (the run's total memory, processes and CPU rate)."""
+    tmpfs_bytes: int = 0
+    """Under bwrap: the size of the run's private /tmp and of its /dev/shm."""
 
     def __call__(self) -> None:
+        for path in self.cgroup_procs:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
         os.nice(self.nice)
         done = self._unshare(self.privileged_unshare)
         if done & _CLONE_NEWNS:
             self._reexpose_interpreter()
         for which, soft, hard in self.rlimits:
             resource.setrlimit(which, (soft, hard))
-        if self.uid is not None:
+        if self.uid is not None and not self.bwrap:  # under bwrap the bootstrap drops to the uid, once inside
             os.setgroups([])
             os.setgid(self.uid)
             os.setuid(self.uid)
         if not done & _CLONE_NEWNET:
             done |= self._unshare(self.unprivileged_unshare)
         own_budget = self.uid is not None or bool(done & _CLONE_NEWUSER)
-        nproc = self.max_processes + (2 if done & _CLONE_NEWPID else 0)  # the supervisor and the namespace's init
+        # the supervisor and the namespace's init, or bwrap and its init
+        nproc = self.max_processes + (2 if done & _CLONE_NEWPID or self.bwrap else 0)
         nproc += 0 if own_budget else self.shared_tasks
         hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
         if hard != resource.RLIM_INFINITY:
@@ -474,7 +497,21 @@ def _hidden_directories() -> tuple[tuple[str, tuple[str, ...]], ...]:
     return tuple((hidden, tuple(paths)) for hidden, paths in sorted(groups.items()))
 
 
-def _candidate_plans() -> list[_Plan]:
+class SandboxUnavailable(RuntimeError):
+    """No program can be run here with the isolation asked for; the message says how to get it."""
+
+
+def _candidate_plans(mode: str = "namespaces") -> list[_Plan]:
+    if mode == "bwrap":
+        found = bwrap.executable()
+        if found is None:
+            raise SandboxUnavailable(
+                "The code sandbox (isolation=bwrap, the default) needs bubblewrap, and `bwrap` is not on PATH: "
+                f"{bwrap.INSTALL_HINT}. Or opt into the weaker built-in mode, in which programs can read the host's "
+                "files: reward_function_kwargs isolation=namespaces (docs/rewards.md, 'Threat model')."
+            )
+        # root: bwrap makes the namespaces, the bootstrap then becomes a dedicated uid (see bwrap.command)
+        return [_Plan(dedicated_uid=os.geteuid() == 0, unprivileged_unshare=(), bwrap=found)]
     if os.geteuid() != 0:
         return [_Plan(dedicated_uid=False)]
     reexpose = _hidden_directories()
@@ -490,7 +527,7 @@ class _Isolation:
 
 
 _ISOLATION_LOCK = threading.Lock()
-_ISOLATION: _Isolation | None = None
+_ISOLATIONS: dict[str, _Isolation] = {}
 
 
 def _probe(plan: _Plan) -> dict[str, str] | None:
@@ -504,6 +541,15 @@ def _probe(plan: _Plan) -> dict[str, str] | None:
         logger.debug("sandbox plan %s failed the probe: %s %s", plan, result.status, result.stderr[-500:])
         return None
     seen = json.loads(result.stdout)
+    limits = f"cgroup {cgroups.available()} per run" if cgroups.available() else "per process (no writable cgroup)"
+    if plan.bwrap:
+        return {
+            "network": "netns",
+            "user": "dedicated-uid" if plan.dedicated_uid else "user-namespace",
+            "processes": "pid-namespace",
+            "filesystem": "bwrap",
+            "limits": limits,
+        }
     new_user = seen["user"] != _namespace("user")
     if seen["net"] in ("", _namespace("net")):
         network = "audit-hook"
@@ -514,47 +560,54 @@ def _probe(plan: _Plan) -> dict[str, str] | None:
     else:
         user = "user-namespace" if new_user else "same-uid"
     processes = "pid-namespace" if seen["pid"] not in ("", _namespace("pid")) else "process-group"
-    return {"network": network, "user": user, "processes": processes}
+    return {"network": network, "user": user, "processes": processes, "filesystem": "host", "limits": limits}
 
 
-def _isolation() -> _Isolation:
-    global _ISOLATION
+def _isolation(mode: str = "bwrap") -> _Isolation:
     with _ISOLATION_LOCK:
-        if _ISOLATION is None:
-            for plan in _candidate_plans():
+        if mode not in _ISOLATIONS:
+            for plan in _candidate_plans(mode):
                 report = _probe(plan)
                 if report is not None:
-                    _ISOLATION = _Isolation(plan, report)
+                    _ISOLATIONS[mode] = _Isolation(plan, report)
                     break
             else:
-                raise RuntimeError(
+                if mode == "bwrap":
+                    raise SandboxUnavailable(
+                        f"bubblewrap ({bwrap.executable()}) cannot start a sandboxed program here; the usual cause is "
+                        f"that user namespaces are not allowed: {bwrap.INSTALL_HINT}. Run with logging at DEBUG "
+                        "for bwrap's own message, or opt into the weaker mode isolation=namespaces."
+                    )
+                raise SandboxUnavailable(
                     f"the sandbox cannot start {sys.executable} here (every isolation plan failed); run with "
                     "logging at DEBUG for the reasons."
                 )
-            logger.info("Code sandbox isolation: %s.", ", ".join(f"{k} {v}" for k, v in _ISOLATION.report.items()))
-            if _ISOLATION.plan.reexpose and _ISOLATION.plan.dedicated_uid:
+            chosen = _ISOLATIONS[mode]
+            logger.info("Code sandbox isolation: %s.", ", ".join(f"{k} {v}" for k, v in chosen.report.items()))
+            if chosen.plan.reexpose and chosen.plan.dedicated_uid:
                 logger.info(
                     "Code sandbox: %s cannot be entered by other users, so runs see it as an empty directory "
                     "holding only the interpreter (%s).",
-                    ", ".join(hidden for hidden, _ in _ISOLATION.plan.reexpose),
-                    ", ".join(path for _, paths in _ISOLATION.plan.reexpose for path in paths),
+                    ", ".join(hidden for hidden, _ in chosen.plan.reexpose),
+                    ", ".join(path for _, paths in chosen.plan.reexpose for path in paths),
                 )
-            if not _ISOLATION.plan.dedicated_uid and os.geteuid() == 0:
+            if not chosen.plan.dedicated_uid and not chosen.plan.bwrap and os.geteuid() == 0:
                 logger.warning(
                     "The code sandbox runs programs as root (in a user namespace where one is allowed): no "
                     "unprivileged uid can run %s here, so RLIMIT_NPROC does not apply and programs can write the "
                     "trainer's files.",
                     sys.executable,
                 )
-        return _ISOLATION
+        return _ISOLATIONS[mode]
 
 
-def isolation() -> dict[str, str]:
-    """The isolation runs get on this machine: {"network": ..., "user": ..., "processes": ...} (see module doc).
+def isolation(mode: str = "bwrap") -> dict[str, str]:
+    """The isolation runs of `mode` get on this machine: {"network", "user", "processes", "filesystem", "limits"}.
 
-    Probed once per process by running a tiny program under the strongest plan that works here.
+    Probed once per process and mode by running a tiny program under the strongest plan that works here; raises
+    SandboxUnavailable (with what to install or allow) when none does.
     """
-    return dict(_isolation().report)
+    return dict(_isolation(mode).report)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -608,14 +661,19 @@ class _Interpreter:
     start: float
     """When the interpreter was started (monotonic clock)."""
 
-    def end(self, uid: int | None) -> tuple[int, resource.struct_rusage, float]:
-        """Kill the interpreter's process group, reap the interpreter, then kill every process the run left (of the
-        dedicated `uid`, or marked); the interpreter's exit code, its resource usage and when it was reaped."""
+    def end(
+        self, uid: int | None, cgroup: cgroups.RunCgroup | None = None
+    ) -> tuple[int, resource.struct_rusage, float]:
+        """Kill the interpreter's process group, reap the interpreter, then kill every process the run left (its
+        cgroup's, else of the dedicated `uid` or marked); the interpreter's exit code, resource usage, reaping time."""
         kill_group(self.process.pid)  # before reaping, while the group id cannot have been reused
+        if cgroup is not None:
+            cgroup.kill_all()
         _, status, usage = os.wait4(self.process.pid, 0)
         reaped = time.monotonic()
         self.process.returncode = os.waitstatus_to_exitcode(status)
-        _clean_up(self.sandbox_id, uid, self.since)
+        if cgroup is None or not cgroup.kill_all():
+            _clean_up(self.sandbox_id, uid, self.since)
         return self.process.returncode, usage, reaped
 
 
@@ -635,8 +693,14 @@ def _start_interpreter(
         program.write(code)
     env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8", "HOME": scratch, "TMPDIR": scratch}
     env[MARKER_ENV] = sandbox_id
-    shared_uid = "1" if setup.uid is None else "0"
-    args = [sys.executable, "-I", "-c", _BOOTSTRAP, _namespace("net"), PROGRAM_NAME, shared_uid, *manifest]
+    if setup.bwrap:  # a user of its own in its own PID namespace: the harness may kill(-1)
+        privileged = setup.uid is not None
+        args = [*bwrap.command(setup.bwrap, scratch, privileged, setup.tmpfs_bytes), bwrap.interpreter()]
+        user = f"u{setup.uid}" if privileged else "0"
+        args += ["-I", "-c", _BOOTSTRAP, _namespace("net"), PROGRAM_NAME, user, *manifest]
+    else:
+        shared_uid = "1" if setup.uid is None else "0"
+        args = [sys.executable, "-I", "-c", _BOOTSTRAP, _namespace("net"), PROGRAM_NAME, shared_uid, *manifest]
     since = time.time() - 5.0  # psutil's create_time may be off by a second (boot time in whole seconds)
     start = time.monotonic()
     process = subprocess.Popen(  # noqa: S603
@@ -654,6 +718,11 @@ def _start_interpreter(
     return _Interpreter(process, sandbox_id, since, start)
 
 
+def _program_exit_code(setup: _ChildSetup, returncode: int) -> int:
+    """The interpreter's exit code, with bwrap's 128 + N (how it reports death by signal N) read back as -N."""
+    return 128 - returncode if setup.bwrap and 128 < returncode < 128 + signal.NSIG else returncode
+
+
 def _read_head(file: IO[bytes], limit: int) -> tuple[str, int]:
     size = os.fstat(file.fileno()).st_size
     file.seek(0)
@@ -667,7 +736,13 @@ def _read_tail(file: IO[bytes], limit: int) -> tuple[str, int]:
 
 
 def _classify(
-    timed_out: bool, returncode: int, cpu: float, limits: SandboxLimits, largest_output: int, stderr: str
+    timed_out: bool,
+    returncode: int,
+    cpu: float,
+    limits: SandboxLimits,
+    largest_output: int,
+    stderr: str,
+    oom_killed: bool = False,
 ) -> str:
     if timed_out:
         return "timeout"
@@ -676,6 +751,8 @@ def _classify(
         return "cpu_limit"
     if signum == signal.SIGXFSZ or largest_output >= limits.output_kb * 1024:
         return "output_limit"
+    if oom_killed and returncode != 0:  # the run's cgroup hit its memory limit and the kernel killed one of its own
+        return "memory_limit"
     if returncode == 0:
         return "ok"
     if _MEMORY_ERRORS.search(stderr):
@@ -693,7 +770,13 @@ def _limit(which: int, value: int) -> tuple[int, int]:
     return (value, value) if hard == resource.RLIM_INFINITY else (min(value, hard), min(value, hard))
 
 
-def _child_setup(limits: SandboxLimits, plan: _Plan, uid: int | None, harness: bool = False) -> _ChildSetup:
+def _child_setup(
+    limits: SandboxLimits,
+    plan: _Plan,
+    uid: int | None,
+    harness: bool = False,
+    cgroup: cgroups.RunCgroup | None = None,
+) -> _ChildSetup:
     """The child's setup; with `harness`, one more process in the budget, so each case's program gets the same."""
     cpu_soft = max(1, math.ceil(limits.cpu_s))
     cpu_soft, cpu_hard = _limit(resource.RLIMIT_CPU, cpu_soft)[0], _limit(resource.RLIMIT_CPU, cpu_soft + 1)[1]
@@ -711,23 +794,36 @@ def _child_setup(limits: SandboxLimits, plan: _Plan, uid: int | None, harness: b
         max_processes=limits.max_processes + (1 if harness else 0),
         shared_tasks=0 if uid is not None else _tasks_of_current_uid(),
         nice=limits.nice,
+        bwrap=plan.bwrap,
+        cgroup_procs=cgroup.procs_files() if cgroup is not None else (),
+        tmpfs_bytes=limits.memory_mb * 2**20,
     )
 
 
 @contextlib.contextmanager
-def _workspace(limits: SandboxLimits, plan: _Plan, harness: bool = False) -> Iterator[tuple[str, _ChildSetup]]:
-    """A uid slot (with a dedicated uid) and a scratch directory for one process, given back whatever happens."""
-    slot = scratch = None
+def _workspace(
+    limits: SandboxLimits, plan: _Plan, harness: bool = False
+) -> Iterator[tuple[str, _ChildSetup, cgroups.RunCgroup | None]]:
+    """A uid slot (with a dedicated uid), a cgroup (where one can be made) and a scratch directory for one process,
+    given back whatever happens."""
+    slot = scratch = cgroup = None
     try:
         if plan.dedicated_uid:
             slot = _SLOTS.claim()
         uid = None if slot is None else UID_BASE + slot
-        setup = _child_setup(limits, plan, uid, harness=harness)
+        if cgroups.available():
+            # the program, its children, bwrap and its init (2), and the harness when there is one
+            budget = limits.max_processes + 2 + (1 if harness else 0)
+            cgroup = cgroups.RunCgroup((limits.memory_mb + CGROUP_OVERHEAD_MB) * 2**20, budget)
+        setup = _child_setup(limits, plan, uid, harness=harness, cgroup=cgroup)
         scratch = tempfile.mkdtemp(prefix="verl-sandbox-")
         if uid is not None:
             os.chown(scratch, uid, uid)
-        yield scratch, setup
+        yield scratch, setup, cgroup
     finally:
+        if cgroup is not None:
+            cgroup.kill_all()
+            cgroup.remove()
         if scratch is not None:
             _remove_tree(scratch)
         if slot is not None:
@@ -736,11 +832,18 @@ def _workspace(limits: SandboxLimits, plan: _Plan, harness: bool = False) -> Ite
 
 def _run(code: str, stdin: str, limits: SandboxLimits, plan: _Plan) -> SandboxResult:
     """One run under `plan`, in its own workspace."""
-    with _workspace(limits, plan) as (scratch, setup):
-        return _run_in(scratch, code, stdin, limits, setup)
+    with _workspace(limits, plan) as (scratch, setup, cgroup):
+        return _run_in(scratch, code, stdin, limits, setup, cgroup)
 
 
-def _run_in(scratch: str, code: str, stdin: str, limits: SandboxLimits, setup: _ChildSetup) -> SandboxResult:
+def _run_in(
+    scratch: str,
+    code: str,
+    stdin: str,
+    limits: SandboxLimits,
+    setup: _ChildSetup,
+    cgroup: cgroups.RunCgroup | None = None,
+) -> SandboxResult:
     # Unlinked files: the program sees an empty scratch directory, and a full pipe can never block it.
     with (
         tempfile.TemporaryFile(dir=scratch) as stdin_file,
@@ -754,12 +857,16 @@ def _run_in(scratch: str, code: str, stdin: str, limits: SandboxLimits, setup: _
         try:
             timed_out = not wait_for_exit(interpreter.process.pid, limits.wall_s)
         finally:
-            returncode, usage, reaped = interpreter.end(setup.uid)
+            returncode, usage, reaped = interpreter.end(setup.uid, cgroup)
+            returncode = _program_exit_code(setup, returncode)
             wall = reaped - interpreter.start
         stdout, stdout_size = _read_head(stdout_file, limits.output_kb * 1024)
         stderr, stderr_size = _read_tail(stderr_file, STDERR_TAIL_BYTES)
     cpu = usage.ru_utime + usage.ru_stime
-    status_name = _classify(timed_out, returncode, cpu, limits, max(stdout_size, stderr_size), stderr)
+    if cgroup is not None:  # under bwrap the program's CPU time does not reach the trainer's rusage
+        cpu = max(cpu, cgroup.cpu_seconds())
+    oom = cgroup is not None and cgroup.oom_kills() > 0
+    status_name = _classify(timed_out, returncode, cpu, limits, max(stdout_size, stderr_size), stderr, oom)
     return SandboxResult(status_name, returncode, stdout, stderr, wall, cpu, interpreter.sandbox_id, setup.uid)
 
 
@@ -781,7 +888,8 @@ def run_python(code: str, stdin: str = "", limits: SandboxLimits | None = None) 
     """
     if not isinstance(code, str) or not isinstance(stdin, str):
         raise TypeError(f"code and stdin must be strings, got {type(code).__name__} and {type(stdin).__name__}.")
-    return _run(code, stdin, limits or SandboxLimits(), _isolation().plan)
+    limits = limits or SandboxLimits()
+    return _run(code, stdin, limits, _isolation(limits.isolation).plan)
 
 
 def _check_workers(max_workers: int) -> None:
@@ -800,7 +908,7 @@ def run_many(
     limits = limits or SandboxLimits()
     if not jobs:
         return []
-    _isolation()  # probe once, before the threads race for it
+    _isolation(limits.isolation)  # probe once, before the threads race for it
     with ThreadPoolExecutor(max_workers=min(max_workers, len(jobs)), thread_name_prefix="sandbox") as pool:
         return list(pool.map(lambda job: run_python(job[0], job[1], limits), jobs))
 
@@ -853,7 +961,8 @@ def run_python_cases(code: str, cases: Sequence[CaseSpec], limits: SandboxLimits
     """
     if not isinstance(code, str):
         raise TypeError(f"code must be a string, got {type(code).__name__}.")
-    return _run_cases(code, _case_specs(cases), limits or SandboxLimits(), _isolation().plan)
+    limits = limits or SandboxLimits()
+    return _run_cases(code, _case_specs(cases), limits, _isolation(limits.isolation).plan)
 
 
 def run_many_cases(
@@ -865,7 +974,7 @@ def run_many_cases(
     specs = [(code, _case_specs(cases)) for code, cases in jobs]
     if not any(cases for _, cases in specs):
         return [[] for _ in specs]
-    plan = _isolation().plan  # probe once, before the threads race for it
+    plan = _isolation(limits.isolation).plan  # probe once, before the threads race for it
     chunks = [
         (index, code, cases[start : start + CASES_PER_PROCESS])
         for index, (code, cases) in enumerate(specs)
@@ -897,8 +1006,8 @@ def _run_cases(code: str, cases: list[tuple[str, str]], limits: SandboxLimits, p
 
 def _run_harness(code: str, cases: list[tuple[str, str]], limits: SandboxLimits, plan: _Plan) -> list[SandboxResult]:
     """One harness process under `plan`, in its own workspace."""
-    with _workspace(limits, plan, harness=True) as (scratch, setup):
-        return _run_harness_in(scratch, code, cases, limits, setup)
+    with _workspace(limits, plan, harness=True) as (scratch, setup, cgroup):
+        return _run_harness_in(scratch, code, cases, limits, setup, cgroup)
 
 
 @dataclass
@@ -963,7 +1072,12 @@ def _watch(read_end: int, count: int, wall_s: float) -> _Watch:
 
 
 def _run_harness_in(
-    scratch: str, code: str, cases: list[tuple[str, str]], limits: SandboxLimits, setup: _ChildSetup
+    scratch: str,
+    code: str,
+    cases: list[tuple[str, str]],
+    limits: SandboxLimits,
+    setup: _ChildSetup,
+    cgroup: cgroups.RunCgroup | None = None,
 ) -> list[SandboxResult]:
     """Run the harness on `cases`; results of a non-empty prefix of them (the rest is for a fresh process)."""
     with ExitStack() as stack:
@@ -993,7 +1107,9 @@ def _run_harness_in(
             if not watch.stalled:
                 wait_for_exit(interpreter.process.pid, HARNESS_GRACE_S)
         finally:
-            returncode, _, ended = interpreter.end(setup.uid)
+            returncode, _, ended = interpreter.end(setup.uid, cgroup)
+            returncode = _program_exit_code(setup, returncode)
+        oom = cgroup is not None and cgroup.oom_kills() > 0
         harness_log, _ = _read_tail(log, STDERR_TAIL_BYTES)
         if harness_log.strip():
             logger.warning(
@@ -1012,13 +1128,13 @@ def _run_harness_in(
             largest = max(stdout_size, stderr_size)
             if report is not None:
                 case_returncode, timed_out, wall, cpu = report
-                status_name = _classify(timed_out, case_returncode, cpu, limits, largest, stderr)
+                status_name = _classify(timed_out, case_returncode, cpu, limits, largest, stderr, oom)
             elif watch.running_since is not None or not watch.reports:
                 # The harness died, was stopped or missed its deadline during this case (or before the first):
                 # the case is charged with what ended the process, and never passes.
                 case_returncode, cpu = returncode, 0.0
                 wall = ended - (interpreter.start if watch.running_since is None else watch.running_since)
-                status_name = _classify(watch.stalled, returncode, cpu, limits, largest, stderr)
+                status_name = _classify(watch.stalled, returncode, cpu, limits, largest, stderr, oom)
                 status_name = "error" if status_name == "ok" else status_name
             else:
                 break

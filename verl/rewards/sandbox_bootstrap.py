@@ -451,7 +451,14 @@ def _harness(source, path, manifest, kill_all):
 
 
 def _main():
-    host_network, program, shared_uid = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+    host_network, program, user = sys.argv[1], sys.argv[2], sys.argv[3]
+    if user.startswith("u"):  # started as root by bwrap: become the run's dedicated uid before any of its code
+        uid = int(user[1:])
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    shared_uid = user == "1"
+    os.environ.pop("PWD", None)  # bwrap sets it; a run's environment is only what the trainer gives
     manifest_name = sys.argv[4] if len(sys.argv) > 4 else ""
     path = os.path.join(os.getcwd(), program)
     sys.argv = [path]

@@ -1,0 +1,234 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The attacks of the sandbox's threat model (docs/rewards.md), one test per class, under the default isolation
+(bubblewrap, with a cgroup per run where one can be made): what a program sees, what it leaves, what it can hold."""
+
+import glob
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from verl.rewards import cgroups, sandbox
+from verl.rewards.sandbox import SandboxLimits, run_python, run_python_cases
+
+
+pytestmark = pytest.mark.skipif(
+    sandbox.bwrap.executable() is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
+)
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+needs_cgroup = pytest.mark.skipif(
+    not cgroups.available(), reason="no writable cgroup here: run totals are not enforced (per-process limits only)"
+)
+
+
+def _sysv_segments() -> set[str]:
+    with open("/proc/sysvipc/shm", encoding="ascii") as table:
+        return {line.split()[1] for line in table.readlines()[1:]}
+
+
+def test_the_program_sees_no_dataset_project_home_or_host_process(tmp_path: Path) -> None:
+    """The dataset named on the trainer's command line, the project, the home folder and the host's processes (whose
+    command lines name the dataset) are all out of sight."""
+    dataset = tmp_path / "train.jsonl"
+    dataset.write_text(json.dumps({"answer": "SECRET-ANSWER-42"}) + "\n")
+    os.chmod(tmp_path, 0o755)
+    os.chmod(dataset, 0o644)
+    home = os.path.expanduser("~")
+    targets = [str(dataset), str(REPO / "pyproject.toml"), home, "/etc/passwd", "/var/tmp"]
+    code = textwrap.dedent(
+        f"""
+        import os
+        seen = []
+        for path in {targets!r}:
+            try:
+                if os.path.isdir(path):
+                    seen.append((path, sorted(os.listdir(path))))
+                else:
+                    open(path).read()
+                    seen.append(path)
+            except OSError:
+                pass
+        commands = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                commands.append(open(f"/proc/{{pid}}/cmdline", "rb").read())
+            except OSError:
+                pass
+        print("seen", seen)
+        print("host processes", sum(b"pytest" in command or b"SECRET" in command for command in commands))
+        print("processes", len(commands))
+        """
+    )
+    result = run_python(code)
+    assert result.status == "ok", result.stderr
+    lines = result.stdout.splitlines()
+    # a home folder shows at most the way to the interpreter, when it lives there (pyenv): nothing else of it
+    interpreter = os.path.realpath(sandbox.bwrap.interpreter())
+    way = interpreter[len(home) + 1 :].split("/")[0] if interpreter.startswith(home + "/") else None
+    assert lines[0] in ("seen []", f"seen [({home!r}, [{way!r}])]"), lines
+    assert lines[1] == "host processes 0", lines
+    assert int(lines[2].split()[1]) <= 3, lines  # bwrap's init, the program (and its supervisor)
+
+
+def test_nothing_of_a_run_is_left_in_tmp_dev_shm_or_sysv_shared_memory() -> None:
+    before_tmp, before_shm, before_sysv = set(os.listdir("/tmp")), set(os.listdir("/dev/shm")), _sysv_segments()
+    code = textwrap.dedent(
+        """
+        import ctypes, os
+        for folder in ("/tmp", "/dev/shm", "/var/tmp"):
+            try:
+                with open(os.path.join(folder, "left-behind-by-a-program"), "wb") as file:
+                    file.write(b"x" * 2**20)
+                print("wrote", folder)
+            except OSError as error:
+                print("refused", folder, type(error).__name__)
+        libc = ctypes.CDLL(None, use_errno=True)
+        segment = libc.shmget(0, 2**20, 0o1000 | 0o600)  # IPC_PRIVATE, IPC_CREAT
+        print("sysv", segment >= 0)
+        """
+    )
+    result = run_python(code)
+    assert result.status == "ok", result.stderr
+    assert "wrote /tmp" in result.stdout and "wrote /dev/shm" in result.stdout  # private, writable folders
+    assert "sysv True" in result.stdout
+    assert not {name for name in set(os.listdir("/tmp")) - before_tmp if name.startswith("left-behind")}
+    assert set(os.listdir("/dev/shm")) - before_shm == set()
+    assert not glob.glob("/var/tmp/left-behind-by-a-program")
+    assert _sysv_segments() - before_sysv == set()  # the run's IPC namespace took its segment with it
+
+
+@needs_cgroup
+def test_memory_is_limited_for_the_run_not_per_process() -> None:
+    """Four processes of 200 MB each under a 256 MB limit: each fits RLIMIT_AS, together they do not."""
+    code = textwrap.dedent(
+        """
+        import os, time
+        children = []
+        for _ in range(4):
+            pid = os.fork()
+            if pid == 0:
+                block = bytearray(200 * 2**20)
+                for offset in range(0, len(block), 4096):
+                    block[offset] = 1
+                time.sleep(3)
+                os._exit(0)
+            children.append(pid)
+        statuses = [os.waitpid(pid, 0)[1] for pid in children]
+        print("all held" if all(status == 0 for status in statuses) else "some killed")
+        """
+    )
+    result = run_python(code, limits=SandboxLimits(memory_mb=256, wall_s=20.0))
+    assert "all held" not in result.stdout
+    assert result.status in ("memory_limit", "ok"), (result.status, result.stderr)
+    if result.status == "ok":
+        assert result.stdout.strip() == "some killed"
+
+
+@needs_cgroup
+def test_memory_limit_in_cases_counts_the_case_s_children() -> None:
+    code = textwrap.dedent(
+        """
+        import os, time
+        case = input()
+        for _ in range(int(case)):
+            if os.fork() == 0:
+                block = bytearray(150 * 2**20)
+                for offset in range(0, len(block), 4096):
+                    block[offset] = 1
+                time.sleep(2)
+                os._exit(0)
+        for _ in range(int(case)):
+            assert os.wait()[1] == 0
+        print("held", case)
+        """
+    )
+    one, four = run_python_cases(code, ["1", "4"], SandboxLimits(memory_mb=256, wall_s=20.0))
+    assert (one.status, one.stdout) == ("ok", "held 1\n"), one.stderr
+    assert four.status != "ok" and "held" not in four.stdout
+
+
+@needs_cgroup
+def test_the_process_budget_is_the_run_s_whatever_the_uid() -> None:
+    code = textwrap.dedent(
+        """
+        import os, time
+        made = 0
+        try:
+            for _ in range(50):
+                if os.fork() == 0:
+                    time.sleep(2)
+                    os._exit(0)
+                made += 1
+        except OSError:
+            pass
+        print("made", made)
+        """
+    )
+    result = run_python(code, limits=SandboxLimits(max_processes=8, wall_s=10.0))
+    made = int(result.stdout.split()[1])
+    assert made <= 8, made
+
+
+@needs_cgroup
+def test_cpu_is_shared_as_one_core_per_run() -> None:
+    """Two busy processes for 1.5 s of wall time get about one core between them, not two."""
+    code = textwrap.dedent(
+        """
+        import os, time
+        def spin(seconds):
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                pass
+        if os.fork() == 0:
+            spin(1.5)
+            os._exit(0)
+        spin(1.5)
+        os.wait()
+        """
+    )
+    result = run_python(code, limits=SandboxLimits(cpu_s=5.0, wall_s=10.0))
+    assert result.status == "ok", result.stderr
+    assert 0.0 < result.cpu_s <= 1.5 * 1.25, result.cpu_s
+
+
+def test_a_program_cannot_see_the_other_cases_or_the_harness_descriptors() -> None:
+    """The per-case files of the other cases and the harness's result pipe are out of reach through /proc."""
+    code = textwrap.dedent(
+        """
+        import os
+        parent = int(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("PPid:")))
+        reached = []
+        for path in (f"/proc/{parent}/fd", f"/proc/{parent}/mem", "/proc/1/fd"):
+            try:
+                os.listdir(path) if path.endswith("fd") else open(path, "rb").close()
+                reached.append(path)
+            except OSError:
+                pass
+        print(reached)
+        """
+    )
+    for result in run_python_cases(code, ["", ""]):
+        assert (result.status, result.stdout) == ("ok", "[]\n"), (result.stdout, result.stderr)
+
+
+def test_the_weaker_mode_is_named_in_the_report() -> None:
+    """isolation=namespaces is the opt-in weaker mode: its report says the host's filesystem is visible."""
+    assert sandbox.isolation("namespaces")["filesystem"] == "host"
+    assert sandbox.isolation()["filesystem"] == "bwrap"

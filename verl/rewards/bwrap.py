@@ -1,0 +1,121 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The bubblewrap (`bwrap`) command line a sandboxed program starts under: what it can see and which namespaces.
+
+The program gets a root of its own holding only the system's /usr (and the /bin, /lib, /lib64 and /sbin beside it),
+the base Python interpreter and its standard library (its site-packages covered by an empty directory), all
+read-only, plus its scratch folder (writable), a private /tmp and /dev/shm (tmpfs, gone with the run), a minimal
+/dev and a /proc of its own PID namespace. It runs as an unprivileged uid in new PID, network (empty), IPC, UTS and
+cgroup namespaces (and a user namespace when the trainer is not root), dies with its parent, and has no controlling
+terminal. No dataset, project, home or host process is visible.
+"""
+
+import functools
+import os
+import shutil
+import sys
+import sysconfig
+
+
+SYSTEM_DIRECTORIES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+UID = 65534
+"""The uid and gid the program has inside its user namespace ("nobody")."""
+INSTALL_HINT = (
+    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora/RHEL: dnf install bubblewrap; "
+    "conda: conda install -c conda-forge bubblewrap); a trainer that is not root also needs unprivileged user "
+    "namespaces (sysctl kernel.unprivileged_userns_clone=1 where that exists, user.max_user_namespaces > 0, and on "
+    "Ubuntu 24.04+ kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile for bwrap)"
+)
+
+
+def executable() -> str | None:
+    """The bwrap on PATH (or $VERL_BWRAP), or None."""
+    configured = os.environ.get("VERL_BWRAP")
+    if configured:
+        return configured if os.access(configured, os.X_OK) else None
+    return shutil.which("bwrap")
+
+
+@functools.cache
+def interpreter() -> str:
+    """The base interpreter (never a virtual environment's, whose packages the program must not see)."""
+    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+
+
+def _inside(path: str, directories: list[str]) -> bool:
+    return any(path == parent or path.startswith(parent.rstrip("/") + "/") for parent in directories)
+
+
+@functools.cache
+def _layout() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(read-only binds, (link, target) pairs flattened, site-packages folders to cover), decided once."""
+    binds: list[str] = []
+    links: list[str] = []
+    for path in SYSTEM_DIRECTORIES:
+        if os.path.islink(path):
+            links += [os.readlink(path), path]
+        elif os.path.isdir(path):
+            binds.append(path)
+    prefixes = {os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix)}
+    prefixes.add(os.path.dirname(interpreter()))
+    for path in sorted(prefixes, key=len):
+        if not _inside(path, binds):
+            binds.append(path)
+    covered = []
+    scheme_vars = {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}
+    for key in ("purelib", "platlib"):
+        site = os.path.realpath(sysconfig.get_path(key, vars=scheme_vars))
+        if os.path.isdir(site) and site not in covered:
+            covered.append(site)
+    return tuple(binds), tuple(links), tuple(covered)
+
+
+def command(bwrap: str, scratch: str, privileged: bool, tmpfs_bytes: int) -> list[str]:
+    """bwrap and its options, up to and including "--": append the interpreter and its arguments.
+
+    `privileged` (a root trainer): bwrap makes the namespaces with root's rights and the bootstrap then becomes the
+    run's dedicated unprivileged uid, a real host uid, so RLIMIT_NPROC counts the run's processes and the files it
+    writes belong to it. Otherwise a user namespace maps the program's uid (nobody) to the trainer's own, without
+    capabilities. /tmp and /dev/shm are each capped at `tmpfs_bytes`.
+    """
+    binds, links, covered = _layout()
+    argv = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    if not privileged:
+        argv += ["--unshare-user", "--disable-userns", "--uid", str(UID), "--gid", str(UID), "--cap-drop", "ALL"]
+    argv += ["--hostname", "sandbox", "--die-with-parent", "--new-session", "--unsetenv", "PWD"]
+    made = {"/"}
+
+    def parents(path: str) -> list[str]:  # folders bwrap would otherwise make private (0700) in privileged mode
+        options = []
+        parts = path.strip("/").split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            folder = "/" + "/".join(parts[:depth])
+            if folder not in made:
+                made.add(folder)
+                options += ["--perms", "0755", "--dir", folder]
+        return options
+
+    for path in binds:
+        argv += [*parents(path), "--ro-bind", path, path]
+        made.add(path)
+    for index in range(0, len(links), 2):
+        argv += ["--symlink", links[index], links[index + 1]]
+    for path in covered:
+        argv += ["--tmpfs", path, "--remount-ro", path]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    for path in ("/tmp", "/dev/shm"):
+        argv += ["--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", path]
+        made.add(path)
+    argv += [*parents(scratch), "--bind", scratch, scratch, "--chdir", scratch, "--"]
+    return argv
