@@ -70,7 +70,7 @@ from typing import IO, Any
 
 import psutil
 
-from verl.rewards import bwrap, cgroups, sandbox_bootstrap
+from verl.rewards import bwrap, cgroups, sandbox_bootstrap, sandbox_fusion
 from verl.rewards.sandbox_bootstrap import empty_directory, kill_group, wait_for_exit
 
 
@@ -108,6 +108,7 @@ ISOLATION_MODES = {
     "bwrap": "bubblewrap: own root (read-only system and interpreter, private /tmp and /dev/shm), user, PID, network, "
     "IPC, UTS namespaces",
     "namespaces": "weaker: the host's filesystem is readable; dedicated uid, network and PID namespaces where available",
+    "sandbox_fusion": "remote: a Sandbox Fusion service runs each case (its own isolation and limits)",
 }
 CGROUP_OVERHEAD_MB = 64
 """Memory a run's cgroup allows beyond memory_mb, for the sandbox's own processes (bwrap, the harness)."""
@@ -166,15 +167,25 @@ class SandboxLimits:
     isolation: str = "bwrap"
     """"bwrap": bubblewrap namespaces and a minimal read-only root (refused with instructions where bwrap or user
     namespaces are missing); "namespaces": the weaker built-in mode (dedicated uid, empty network and PID namespaces
-    where available), in which the program can read the host's world-readable files. See ISOLATION_MODES."""
+    where available), in which the program can read the host's world-readable files; "sandbox_fusion": a remote
+    Sandbox Fusion service at `endpoint`. See ISOLATION_MODES."""
+    endpoint: str = ""
+    """isolation="sandbox_fusion": the service's base URL (http://host:port), to which /run_code is posted."""
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_MODES:
             raise ValueError(
                 f"SandboxLimits.isolation must be one of {sorted(ISOLATION_MODES)}, got {self.isolation!r}."
             )
+        remote = self.isolation == "sandbox_fusion"
+        if remote != bool(self.endpoint) or (remote and not self.endpoint.startswith(("http://", "https://"))):
+            raise ValueError(
+                "SandboxLimits.endpoint must be the http(s):// URL of the Sandbox Fusion service with "
+                f"isolation='sandbox_fusion', and empty otherwise; got isolation={self.isolation!r}, "
+                f"endpoint={self.endpoint!r}."
+            )
         for spec in fields(self):
-            if spec.name == "isolation":
+            if spec.name in ("isolation", "endpoint"):
                 continue
             value = getattr(self, spec.name)
             whole = spec.name in ("memory_mb", "output_kb", "max_processes", "nice")
@@ -605,8 +616,10 @@ def isolation(mode: str = "bwrap") -> dict[str, str]:
     """The isolation runs of `mode` get on this machine: {"network", "user", "processes", "filesystem", "limits"}.
 
     Probed once per process and mode by running a tiny program under the strongest plan that works here; raises
-    SandboxUnavailable (with what to install or allow) when none does.
+    SandboxUnavailable (with what to install or allow) when none does. "sandbox_fusion" is the remote service's.
     """
+    if mode == "sandbox_fusion":
+        return dict.fromkeys(("network", "user", "processes", "filesystem", "limits"), "sandbox-fusion service")
     return dict(_isolation(mode).report)
 
 
@@ -889,6 +902,8 @@ def run_python(code: str, stdin: str = "", limits: SandboxLimits | None = None) 
     if not isinstance(code, str) or not isinstance(stdin, str):
         raise TypeError(f"code and stdin must be strings, got {type(code).__name__} and {type(stdin).__name__}.")
     limits = limits or SandboxLimits()
+    if limits.isolation == "sandbox_fusion":
+        return sandbox_fusion.run_case(code, stdin, limits)
     return _run(code, stdin, limits, _isolation(limits.isolation).plan)
 
 
@@ -908,7 +923,8 @@ def run_many(
     limits = limits or SandboxLimits()
     if not jobs:
         return []
-    _isolation(limits.isolation)  # probe once, before the threads race for it
+    if limits.isolation != "sandbox_fusion":
+        _isolation(limits.isolation)  # probe once, before the threads race for it
     with ThreadPoolExecutor(max_workers=min(max_workers, len(jobs)), thread_name_prefix="sandbox") as pool:
         return list(pool.map(lambda job: run_python(job[0], job[1], limits), jobs))
 
@@ -962,6 +978,8 @@ def run_python_cases(code: str, cases: Sequence[CaseSpec], limits: SandboxLimits
     if not isinstance(code, str):
         raise TypeError(f"code must be a string, got {type(code).__name__}.")
     limits = limits or SandboxLimits()
+    if limits.isolation == "sandbox_fusion":
+        return sandbox_fusion.run_cases([(code, _case_specs(cases))], limits, max_workers=1)[0]
     return _run_cases(code, _case_specs(cases), limits, _isolation(limits.isolation).plan)
 
 
@@ -974,6 +992,8 @@ def run_many_cases(
     specs = [(code, _case_specs(cases)) for code, cases in jobs]
     if not any(cases for _, cases in specs):
         return [[] for _ in specs]
+    if limits.isolation == "sandbox_fusion":
+        return sandbox_fusion.run_cases(specs, limits, max_workers)
     plan = _isolation(limits.isolation).plan  # probe once, before the threads race for it
     chunks = [
         (index, code, cases[start : start + CASES_PER_PROCESS])

@@ -1,0 +1,117 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""A remote backend for the code sandbox: Sandbox Fusion's HTTP `/run_code` service (`isolation="sandbox_fusion"`).
+
+On a cluster the programs can run on a shared Sandbox Fusion deployment instead of the trainer's nodes. Each case
+is one POST of the program followed by its code suffix, with its stdin, the wall limit (`run_timeout`) and the
+memory limit (`memory_limit_MB`); the reply's run status and exit code become the same `SandboxResult` statuses as a
+local run. Isolation, the process count, output size and CPU limits are the service's own; a request the service
+cannot serve (connection refused, HTTP error, "SandboxError") is retried, then raises SandboxUnavailable naming the
+endpoint, so a broken deployment stops training rather than scoring every program 0.
+"""
+
+import json
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+
+ATTEMPTS = 3
+"""Tries per request before the service is declared unavailable."""
+
+
+def _post(endpoint: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
+    from verl.rewards.sandbox import SandboxUnavailable
+
+    url = endpoint.rstrip("/") + "/run_code"
+    body = json.dumps(payload).encode("utf-8")
+    error: Exception | None = None
+    for attempt in range(ATTEMPTS):
+        request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (a configured URL)
+                reply = json.loads(response.read().decode("utf-8"))
+            if reply.get("status") == "SandboxError":
+                raise RuntimeError(f"the service answered SandboxError: {reply.get('message', '')!r:.300}")
+            return reply
+        except (OSError, ValueError, RuntimeError, urllib.error.URLError) as exc:
+            error = exc
+            time.sleep(0.2 * 2**attempt)
+    raise SandboxUnavailable(
+        f"Sandbox Fusion at {url} did not run a program after {ATTEMPTS} tries ({type(error).__name__}: {error}); "
+        "check worker.reward's sandbox_endpoint and that the service is up."
+    )
+
+
+def _status(run: dict[str, Any] | None) -> tuple[str, int]:
+    """(SandboxResult status, return code) for one run result of the service."""
+    if run is None:  # nothing ran: the service refused the request itself
+        return "error", 1
+    state = run.get("status")
+    code = run.get("return_code")
+    if state == "TimeLimitExceeded":
+        return "timeout", -9 if code is None else int(code)
+    if state == "Finished" and code == 0:
+        return "ok", 0
+    code = 1 if code is None else int(code)
+    if "MemoryError" in (run.get("stderr") or ""):
+        return "memory_limit", code
+    return "error", code
+
+
+def run_case(code: str, stdin: str, limits: Any) -> Any:
+    """Run `code` once with `stdin` on the service named by limits.endpoint; a SandboxResult."""
+    from verl.rewards.sandbox import STDERR_TAIL_BYTES, SandboxResult
+
+    payload = {
+        "code": code,
+        "language": "python",
+        "stdin": stdin,
+        "run_timeout": float(limits.wall_s),
+        "compile_timeout": float(limits.wall_s),
+        "memory_limit_MB": int(limits.memory_mb),
+    }
+    started = time.monotonic()
+    reply = _post(limits.endpoint, payload, timeout=limits.wall_s + 30.0)
+    run = reply.get("run_result")
+    status, returncode = _status(run)
+    stdout = (run or {}).get("stdout") or ""
+    stderr = (run or {}).get("stderr") or (reply.get("message", "") if run is None else "")
+    if len(stdout.encode("utf-8")) >= limits.output_kb * 1024:
+        status, stdout = "output_limit", stdout.encode("utf-8")[: limits.output_kb * 1024].decode("utf-8", "ignore")
+    return SandboxResult(
+        status=status,
+        returncode=returncode,
+        stdout=stdout,
+        stderr=stderr[-STDERR_TAIL_BYTES:],
+        wall_s=float((run or {}).get("execution_time") or time.monotonic() - started),
+        cpu_s=float((run or {}).get("cpu_time") or 0.0),
+        sandbox_id=uuid.uuid4().hex,
+    )
+
+
+def run_cases(jobs: Sequence[tuple[str, Sequence[tuple[str, str]]]], limits: Any, max_workers: int) -> list[list[Any]]:
+    """Every (code, [(stdin, suffix)]) job's cases, one request each, `max_workers` requests at a time."""
+    flat = [(index, code + suffix, stdin) for index, (code, cases) in enumerate(jobs) for stdin, suffix in cases]
+    results: list[list[Any]] = [[] for _ in jobs]
+    if not flat:
+        return results
+    with ThreadPoolExecutor(max_workers=min(max_workers, len(flat)), thread_name_prefix="sandbox-fusion") as pool:
+        for (index, _, _), result in zip(flat, pool.map(lambda item: run_case(item[1], item[2], limits), flat)):
+            results[index].append(result)
+    return results
