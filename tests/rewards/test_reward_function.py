@@ -219,6 +219,19 @@ def test_check_reward_function_accepts_the_examples() -> None:
         check_reward_function(os.path.join(EXAMPLES, "dapo.py:compute_score"))
 
 
+def test_a_file_s_check_setup_runs_before_training_with_the_kwargs(write_reward_file) -> None:
+    source = (
+        "def check_setup(backend='local', **kwargs):\n"
+        "    if backend != 'local':\n"
+        "        raise RuntimeError(f'backend {backend} is not installed here')\n"
+        "def score(sample, backend='local'):\n    return {'overall': 1.0}\n"
+    )
+    path = write_reward_file(source)
+    check_reward_function(f"{path}:score")
+    with pytest.raises(RewardFunctionLoadError, match=r"cannot run on this machine: backend remote is not installed"):
+        check_reward_function(f"{path}:score", {"backend": "remote"})
+
+
 def test_two_files_with_the_same_function_name_stay_apart(write_reward_file) -> None:
     first = load_reward_function(write_reward_file("def main(s):\n    return {'overall': 1.0}\n", "a.py"))
     second = load_reward_function(write_reward_file("def main(s):\n    return {'overall': 2.0}\n", "b.py"))

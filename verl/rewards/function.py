@@ -288,9 +288,19 @@ def check_reward_function(spec: str, kwargs: Mapping[str, Any] | None = None) ->
     """Raise RewardFunctionLoadError if `spec` cannot be loaded with `kwargs`; for the config validator.
 
     This runs the file's top-level code once (imports and definitions), which is what catches syntax errors and
-    missing packages before Ray starts.
+    missing packages before Ray starts. A file may also define `check_setup(**kwargs)`: it is called here with the
+    reward's kwargs, to check what the function needs from the machine (a sandbox, a service) before training; an
+    exception it raises stops the run with its message.
     """
-    load_reward_function(spec, kwargs)
+    loaded = load_reward_function(spec, kwargs)
+    setup = loaded.function.__globals__.get("check_setup")
+    if callable(setup):
+        try:
+            setup(**loaded.kwargs)
+        except Exception as error:  # the file's own check: its message is what the user needs
+            raise RewardFunctionLoadError(
+                f"{CONFIG_KEY}={spec!r}: {loaded.path} cannot run on this machine: {error}"
+            ) from None
 
 
 def score_sequential(function: RewardFunction, samples: Sequence[Mapping[str, Any]], start: int = 0) -> list[Any]:
