@@ -88,6 +88,8 @@ def test_prepare_or1_data_converts_verl_style_rows():
     math_row, stdio_row, call_row = prepare.convert(rows)
     assert math_row == {"prompt": "What is 1+1?", "answer": "2", "data_source": "math"}
     assert stdio_row["data_source"] == "code" and json.loads(stdio_row["answer"])["outputs"] == ["3\n"]
-    assert json.loads(call_row["answer"]) == {"fn_name": "f", "asserts": ["assert f(*[1, [2]]) == 3"]}
+    assert json.loads(call_row["answer"]) == {"fn_name": "f", "inputs": [[1, [2]]], "outputs": [3]}
+    unnamed = {"fn_name": "", "inputs": ["1\n"], "outputs": ["1\n"]}
+    assert json.loads(prepare.code_tests(json.dumps(unnamed))) == {"inputs": ["1\n"], "outputs": ["1\n"]}
     with pytest.raises(ValueError, match="row 0 of the source: cannot tell whether the row is math or code"):
         list(prepare.convert([{"prompt": "p", "answer": "1", "ability": "chat"}]))

@@ -16,8 +16,10 @@
 verl-style rows hold the prompt as chat messages, the answer under `reward_model.ground_truth` and the task kind in
 `ability` or `data_source`. The output has one row per problem with `prompt` (the user message), `answer` (the
 ground truth string: a math answer, or a JSON string of code test cases) and `data_source` set to `math` or `code`,
-which `worker.reward.routes` uses to pick the reward function. Code test cases in the call-based form
-({"fn_name", "inputs", "outputs"}) become assert-style cases that examples/reward_function/code.py runs.
+which `worker.reward.routes` uses to pick the reward function. Code test cases keep their form: stdin/stdout pairs
+({"inputs", "outputs"}) and call-based tests ({"fn_name", "inputs", "outputs"}: argument lists and the JSON values
+returned) are both forms examples/reward_function/code.py reads, and it compares a call's value with the JSON value
+outside the program's process.
 
     python examples/recipes/prepare_or1_data.py --output data/or1            # Skywork/Skywork-OR1-RL-Data
     python examples/recipes/prepare_or1_data.py --source my.parquet --output data/mine
@@ -53,15 +55,11 @@ def _prompt_text(prompt: Any) -> str:
 
 
 def code_tests(ground_truth: str) -> str:
-    """The row's test cases in the forms code.py reads; call-based cases become asserts."""
+    """The row's test cases as the JSON string code.py reads: they are already in one of its forms (an empty
+    fn_name, as stdin/stdout rows may carry, is dropped: code.py reads a fn_name as the call-based form)."""
     tests = json.loads(ground_truth) if isinstance(ground_truth, str) else ground_truth
-    if isinstance(tests, dict) and tests.get("fn_name") and "inputs" in tests and "asserts" not in tests:
-        name = tests["fn_name"]
-        asserts = [
-            f"assert {name}(*{json.dumps(args)}) == {json.dumps(expected)}"
-            for args, expected in zip(tests["inputs"], tests["outputs"])
-        ]
-        return json.dumps({"fn_name": name, "asserts": asserts})
+    if isinstance(tests, dict) and "fn_name" in tests and not tests["fn_name"]:
+        tests = {key: value for key, value in tests.items() if key != "fn_name"}
     return json.dumps(tests)
 
 

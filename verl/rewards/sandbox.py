@@ -64,7 +64,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, suppress
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -72,20 +72,32 @@ import psutil
 
 from verl.rewards import bwrap, cgroups, sandbox_bootstrap, sandbox_fusion
 from verl.rewards.sandbox_bootstrap import empty_directory, kill_group, wait_for_exit
+from verl.rewards.sandbox_types import (
+    ISOLATION_MODES,
+    STATUSES,
+    STDERR_TAIL_BYTES,
+    SandboxLimits,
+    SandboxResult,
+    SandboxUnavailable,
+)
+
+
+__all__ = [
+    "ISOLATION_MODES",
+    "STATUSES",
+    "SandboxLimits",
+    "SandboxResult",
+    "SandboxUnavailable",
+    "isolation",
+    "run_many",
+    "run_many_cases",
+    "run_python",
+    "run_python_cases",
+]
 
 
 logger = logging.getLogger(__name__)
 
-STATUSES: tuple[str, ...] = (
-    "ok",
-    "error",
-    "timeout",
-    "cpu_limit",
-    "memory_limit",
-    "output_limit",
-    "process_limit",
-    "killed",
-)
 MARKER_ENV = "VERL_SANDBOX_ID"
 """Environment variable carried by every process of a run: how cleanup finds processes that left its session."""
 UID_BASE = 60000
@@ -93,8 +105,6 @@ UID_BASE = 60000
 MAX_SLOTS = 1000
 SLOT_DIRECTORIES = ("/run/verl-sandbox-slots", "/tmp/verl-sandbox-slots")
 """Where the slot lock files live: the first of these that can be created (the same for every process)."""
-STDERR_TAIL_BYTES = 16 * 1024
-"""How much of the end of stderr a result keeps: the traceback is at the end."""
 PROGRAM_NAME = "solution.py"
 MANIFEST_NAME = "cases.marshal"
 """run_python_cases: the harness's instructions (per-case descriptors and code suffixes), deleted before any case."""
@@ -104,12 +114,6 @@ HARNESS_GRACE_S = 2.0
 """run_python_cases: seconds the harness may take beyond wall_s for a case (or its start-up) before the trainer
 gives up on it, kills the process and counts the running case as a timeout."""
 
-ISOLATION_MODES = {
-    "bwrap": "bubblewrap: own root (read-only system and interpreter, private /tmp and /dev/shm), user, PID, network, "
-    "IPC, UTS namespaces",
-    "namespaces": "weaker: the host's filesystem is readable; dedicated uid, network and PID namespaces where available",
-    "sandbox_fusion": "remote: a Sandbox Fusion service runs each case (its own isolation and limits)",
-}
 CGROUP_OVERHEAD_MB = 64
 """Memory a run's cgroup allows beyond memory_mb, for the sandbox's own processes (bwrap, the harness)."""
 
@@ -145,80 +149,6 @@ def _load_libc() -> tuple[Any, Any]:
 
 
 _UNSHARE, _MOUNT = _load_libc()
-
-
-@dataclass
-class SandboxLimits:
-    """Limits of one run; every value must be positive."""
-
-    wall_s: float = 10.0
-    """Wall-clock seconds before the run is killed ("timeout")."""
-    cpu_s: float = 5.0
-    """CPU seconds per process (RLIMIT_CPU, rounded up to whole seconds): SIGXCPU, then SIGKILL a second later."""
-    memory_mb: int = 1024
-    """Address space per process (RLIMIT_AS), in MiB."""
-    output_kb: int = 1024
-    """Largest stdout, stderr or other file the program may write (RLIMIT_FSIZE), in KiB."""
-    max_processes: int = 16
-    """Processes and threads the program may have at once, itself included (RLIMIT_NPROC)."""
-    nice: int = 10
-    """Scheduling niceness added to the program's (1 to 19): sandboxed programs yield the CPU to the trainer's
-    processes, so many samples running at once slow the training step only by the CPU the trainer leaves idle."""
-    isolation: str = "bwrap"
-    """"bwrap": bubblewrap namespaces and a minimal read-only root (refused with instructions where bwrap or user
-    namespaces are missing); "namespaces": the weaker built-in mode (dedicated uid, empty network and PID namespaces
-    where available), in which the program can read the host's world-readable files; "sandbox_fusion": a remote
-    Sandbox Fusion service at `endpoint`. See ISOLATION_MODES."""
-    endpoint: str = ""
-    """isolation="sandbox_fusion": the service's base URL (http://host:port), to which /run_code is posted."""
-
-    def __post_init__(self) -> None:
-        if self.isolation not in ISOLATION_MODES:
-            raise ValueError(
-                f"SandboxLimits.isolation must be one of {sorted(ISOLATION_MODES)}, got {self.isolation!r}."
-            )
-        remote = self.isolation == "sandbox_fusion"
-        if remote != bool(self.endpoint) or (remote and not self.endpoint.startswith(("http://", "https://"))):
-            raise ValueError(
-                "SandboxLimits.endpoint must be the http(s):// URL of the Sandbox Fusion service with "
-                f"isolation='sandbox_fusion', and empty otherwise; got isolation={self.isolation!r}, "
-                f"endpoint={self.endpoint!r}."
-            )
-        for spec in fields(self):
-            if spec.name in ("isolation", "endpoint"):
-                continue
-            value = getattr(self, spec.name)
-            whole = spec.name in ("memory_mb", "output_kb", "max_processes", "nice")
-            kind = (int,) if whole else (int, float)
-            if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value) or value <= 0:
-                raise ValueError(
-                    f"SandboxLimits.{spec.name} must be a positive {'integer' if whole else 'number'}, got {value!r}."
-                )
-        if self.nice > 19:
-            raise ValueError(f"SandboxLimits.nice must be from 1 to 19, got {self.nice!r}.")
-
-
-@dataclass
-class SandboxResult:
-    """What one run did."""
-
-    status: str
-    """One of STATUSES: "ok" (exit 0), "error" (nonzero exit, exception, crash), "timeout" (wall clock), "cpu_limit",
-    "memory_limit", "output_limit", "process_limit", or "killed" (a signal no limit explains)."""
-    returncode: int
-    """Exit code, or minus the signal number that ended the run."""
-    stdout: str
-    """At most output_kb KiB of stdout (decoded as UTF-8, invalid bytes replaced)."""
-    stderr: str
-    """The last STDERR_TAIL_BYTES of stderr."""
-    wall_s: float
-    """Seconds from start until the run ended or was killed."""
-    cpu_s: float = 0.0
-    """CPU seconds the run's processes used (those that were reaped)."""
-    sandbox_id: str = ""
-    """The run's marker, the value of VERL_SANDBOX_ID in its processes' environment."""
-    uid: int | None = None
-    """The dedicated uid the run used, or None when it ran as the trainer's uid."""
 
 
 @dataclass(frozen=True)
@@ -506,10 +436,6 @@ def _hidden_directories() -> tuple[tuple[str, tuple[str, ...]], ...]:
                 groups.setdefault(ancestor, []).append(path)
                 break
     return tuple((hidden, tuple(paths)) for hidden, paths in sorted(groups.items()))
-
-
-class SandboxUnavailable(RuntimeError):
-    """No program can be run here with the isolation asked for; the message says how to get it."""
 
 
 def _candidate_plans(mode: str = "namespaces") -> list[_Plan]:

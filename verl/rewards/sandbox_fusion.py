@@ -30,14 +30,14 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from verl.rewards.sandbox_types import STDERR_TAIL_BYTES, SandboxLimits, SandboxResult, SandboxUnavailable
+
 
 ATTEMPTS = 3
 """Tries per request before the service is declared unavailable."""
 
 
 def _post(endpoint: str, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
-    from verl.rewards.sandbox import SandboxUnavailable
-
     url = endpoint.rstrip("/") + "/run_code"
     body = json.dumps(payload).encode("utf-8")
     error: Exception | None = None
@@ -74,10 +74,8 @@ def _status(run: dict[str, Any] | None) -> tuple[str, int]:
     return "error", code
 
 
-def run_case(code: str, stdin: str, limits: Any) -> Any:
+def run_case(code: str, stdin: str, limits: SandboxLimits) -> SandboxResult:
     """Run `code` once with `stdin` on the service named by limits.endpoint; a SandboxResult."""
-    from verl.rewards.sandbox import STDERR_TAIL_BYTES, SandboxResult
-
     payload = {
         "code": code,
         "language": "python",
@@ -105,10 +103,12 @@ def run_case(code: str, stdin: str, limits: Any) -> Any:
     )
 
 
-def run_cases(jobs: Sequence[tuple[str, Sequence[tuple[str, str]]]], limits: Any, max_workers: int) -> list[list[Any]]:
+def run_cases(
+    jobs: Sequence[tuple[str, Sequence[tuple[str, str]]]], limits: SandboxLimits, max_workers: int
+) -> list[list[SandboxResult]]:
     """Every (code, [(stdin, suffix)]) job's cases, one request each, `max_workers` requests at a time."""
     flat = [(index, code + suffix, stdin) for index, (code, cases) in enumerate(jobs) for stdin, suffix in cases]
-    results: list[list[Any]] = [[] for _ in jobs]
+    results: list[list[SandboxResult]] = [[] for _ in jobs]
     if not flat:
         return results
     with ThreadPoolExecutor(max_workers=min(max_workers, len(flat)), thread_name_prefix="sandbox-fusion") as pool:

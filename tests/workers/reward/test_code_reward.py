@@ -11,7 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""examples/reward_function/code.py: programs run against both ground-truth forms, through the real sandbox."""
+"""examples/reward_function/code.py: programs run against the three ground-truth forms, through the real sandbox;
+reward hacks that fooled a check run inside the program's own process score 0."""
 
 import json
 from types import ModuleType
@@ -84,9 +85,9 @@ def test_assert_form(code: ModuleType) -> None:
 
 def test_exiting_early_cannot_fake_a_pass(code: ModuleType) -> None:
     cheats = [
-        "```python\nimport os\ndef add(a, b):\n    return 0\nos._exit(0)\n```",
-        "```python\nimport sys\ndef add(a, b):\n    return 0\nsys.exit(0)\n```",
-        "```python\nimport atexit, os\natexit.register(lambda: os._exit(0))\ndef add(a, b):\n    return 0\n```",
+        "```python\nimport os\ndef add(a, b):\n    return 7\nos._exit(0)\n```",
+        "```python\nimport sys\ndef add(a, b):\n    return 7\nsys.exit(0)\n```",
+        "```python\nimport atexit, os\natexit.register(lambda: os._exit(0))\ndef add(a, b):\n    return 7\n```",
     ]
     for score in code.compute_score([sample(cheat, ASSERT_CASES) for cheat in cheats]):
         assert score["overall"] == 0.0 and score["has_code"] == 1.0
@@ -133,7 +134,11 @@ def test_failures_are_counted_by_kind(code: ModuleType) -> None:
         ({"inputs": ["1"], "outputs": []}, "ground_truth['outputs'] must be a non-empty list of strings"),
         ({"inputs": ["1", "2"], "outputs": ["1"]}, "ground_truth has 2 inputs but 1 outputs"),
         ({"inputs": [1], "outputs": ["1"]}, "ground_truth['inputs'] must be a non-empty list of strings"),
-        ({"fn_name": "f", "inputs": [[1]], "outputs": [1]}, "call-based tests"),
+        ({"fn_name": "f", "inputs": [1], "outputs": [1]}, "must be a non-empty list of argument lists"),
+        ({"fn_name": "f", "inputs": [[1]], "outputs": [1, 2]}, "ground_truth has 1 inputs but 2 outputs"),
+        ({"fn_name": "f", "asserts": ["assert f(1) =="]}, "ground_truth['asserts'][0] is not valid Python"),
+        ({"fn_name": "f", "asserts": ["assert f(1)", "print(f(1))"]}, "['asserts'][1] is not an assert statement"),
+        ({"fn_name": "f", "asserts": ["x = f(1)\nassert x"]}, "['asserts'][0] is not an assert statement"),
         ({"fn_name": "f(x)", "asserts": ["assert f(1)"]}, "ground_truth['fn_name'] must name a Python function"),
         ({"fn_name": "f", "asserts": "assert f(1)"}, "ground_truth['asserts'] must be a non-empty list"),
     ],
@@ -151,3 +156,222 @@ def test_loaded_as_a_batch_reward_function_with_valid_scores() -> None:
     samples = [sample(ADD_STDIN, STDIN_CASES), sample("no code", ASSERT_CASES, uid="u1")]
     columns = check_scores(function, function(samples), samples)
     assert columns["overall"] == [1.0, 0.0] and set(columns) == KEYS
+
+
+def program(source: str) -> str:
+    return f"```python\n{source}```"
+
+
+CALL_CASES = {"fn_name": "add", "inputs": [[1, 2], [-1, 1]], "outputs": [3, 0]}
+
+
+def test_an_always_equal_object_scores_zero(code: ModuleType) -> None:
+    """Returned objects whose __eq__ says yes: an assert run in the program's process passed them."""
+    cheats = [
+        "class Anything:\n    def __eq__(self, other):\n        return True\n    def __ne__(self, other):\n"
+        "        return False\n    __hash__ = object.__hash__\ndef add(a, b):\n    return Anything()\n",
+        "class Yes(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n"
+        "def add(a, b):\n    return Yes(0)\n",  # a subclass of int is not a plain value
+        "class Anything:\n    __eq__ = lambda self, other: True\ndef add(a, b):\n    return [Anything()][0]\n",
+    ]
+    samples = [sample(program(cheat), cases) for cheat in cheats for cases in (ASSERT_CASES, CALL_CASES)]
+    for score in code.compute_score(samples):
+        assert (score["overall"], score["has_code"]) == (0.0, 1.0)
+        assert failures(score) == {"num_wrong_answer": 2.0}
+
+
+def test_reading_the_check_from_the_callers_frame_or_source_scores_zero(code: ModuleType) -> None:
+    """The secret token or the expected value read from the calling code: neither is in the program's process."""
+    cheats = [
+        # the nonce among the caller's code constants, printed, then an exit before the assert can fail
+        "import os, sys\ndef add(a, b):\n    for const in sys._getframe(1).f_code.co_consts:\n"
+        "        if isinstance(const, str) and len(const) == 32:\n            print(const, flush=True)\n"
+        "    os._exit(0)\n",
+        # the expected value: the last int among the caller's code constants (`add(1, 2) == 3`: 1, 2, 3)
+        "import sys\ndef add(a, b):\n    return [c for c in sys._getframe(1).f_code.co_consts if type(c) is int][-1]\n",
+        # the expected value read from __main__'s source (the program plus what runs after it)
+        "import linecache, re, sys\ndef add(a, b):\n"
+        "    source = ''.join(linecache.getlines(sys.modules['__main__'].__file__))\n"
+        "    for x, y, expected in re.findall(r'add\\((-?\\d+), (-?\\d+)\\) == (-?\\d+)', source):\n"
+        "        if (int(x), int(y)) == (a, b):\n            return int(expected)\n",
+    ]
+    for score in code.compute_score([sample(program(cheat), ASSERT_CASES) for cheat in cheats]):
+        assert (score["overall"], score["has_code"]) == (0.0, 1.0)
+
+
+def test_exiting_at_import_after_printing_what_follows_the_program_scores_zero(code: ModuleType) -> None:
+    """At import the program's source (linecache) holds what runs after it; printing its tokens, then leaving."""
+    leak = (
+        "import linecache, re, sys\n"
+        "for token in re.findall(r'[0-9a-f]{32}', ''.join(linecache.getlines(sys.modules['__main__'].__file__))):\n"
+        "    print(token, flush=True)\n"
+    )
+    cheats = [leak + "import os\nos._exit(0)\n", leak + "sys.exit(0)\n"]
+    for score in code.compute_score([sample(program(cheat), ASSERT_CASES) for cheat in cheats]):
+        assert (score["overall"], score["has_code"]) == (0.0, 1.0)
+        assert failures(score) == {"num_wrong_answer": 2.0}
+
+
+FUNCTIONS = (
+    "import math\n"
+    "def add(a, b):\n    return a + b\n"
+    "def half(x):\n    return x / 2\n"
+    "def pair(a, b):\n    return (a, b)\n"
+    "def nothing():\n    return None\n"
+    "def is_even(n):\n    return n % 2 == 0\n"
+    "def words(s):\n    return s.split()\n"
+    "def counts(s):\n    return {c: s.count(c) for c in sorted(set(s))}\n"
+    "def uniq(xs):\n    return set(xs)\n"
+    "def frozen(xs):\n    return frozenset(xs)\n"
+    "def inf():\n    return float('inf')\n"
+    "def text():\n    return 'h\\u00e9llo\\n'\n"
+    "def raw():\n    return b'\\x00\\xff'\n"
+    "def nested():\n    return {'a': [1, (2.5, None)], 'b': {3: 'x'}}\n"
+    "def boom():\n    raise ValueError('no')\n"
+    "print('@verl-values [[\"int\",\"63\"]]')  # a line of its own before the judge's: the judge's is the last\n"
+)
+EVERY_FORM = [
+    "assert add(1, 2) == 3",
+    "assert 3 == add(1, 2)",
+    "assert add(-2, -3) == -5",
+    "assert pair(1, 'a') == (1, 'a')",
+    "assert words('a b') == ['a', 'b']",
+    "assert counts('aab') == {'a': 2, 'b': 1}",
+    "assert uniq([1, 1, 2]) == {1, 2}",
+    "assert uniq([]) == set()",
+    "assert frozen([1]) == frozenset({1})",
+    "assert nested() == {'a': [1, (2.5, None)], 'b': {3: 'x'}}",
+    "assert text() == 'h\\u00e9llo\\n'",
+    "assert raw() == b'\\x00\\xff'",
+    "assert add(1j, 1) == 1 + 1j",
+    "assert inf() == float('inf')",
+    "assert add(1, 1) != 3",
+    "assert nothing() is None",
+    "assert add(1, 2) is not None",
+    "assert is_even(2) is True",
+    "assert is_even(3) is False",
+    "assert is_even(2) == 1",  # bool against int as Python's == has it
+    "assert is_even(4)",
+    "assert not is_even(5)",
+    "assert math.isclose(half(1), 0.5)",
+    "assert math.isclose(half(1), 0.5000001, rel_tol=1e-3)",
+    "assert math.isclose(half(0), 1e-12, abs_tol=1e-9)",
+    "assert abs(half(1) - 0.5000001) < 1e-6",
+    "assert abs(0.5 - half(1)) <= 0",
+    "assert add(1, 2) == add(2, 1)",  # no literal side: both sides are values from the sandbox
+    "assert 2 < add(1, 2) < 4",
+    "assert add(1, 2) in (3, 4)",
+    "assert 'a' in words('a b')",
+    "assert add(1, 2) == 3 and not is_even(3)",
+    "assert add(1, 2) == 4 or add(1, 2) == 3",
+    "assert nothing() is None or boom() == 1",  # short-circuits past the failing call, as the assert would
+    "assert add(1, 2) == 3, 'with a message'",
+    "assert add(1, 2) == 3\nassert add(2, 2) == 4",
+]
+
+
+def test_every_supported_assert_form_passes_a_correct_program(code: ModuleType) -> None:
+    [score] = code.compute_score([sample(program(FUNCTIONS), {"fn_name": "add", "asserts": EVERY_FORM})])
+    assert failures(score) == {} and score["overall"] == 1.0
+
+
+def test_every_assert_form_fails_a_wrong_value(code: ModuleType) -> None:
+    wrong = (
+        "def add(a, b):\n    return a - b\n"
+        "def half(x):\n    return x / 2 + 1e-3\n"
+        "def pair(a, b):\n    return [a, b]\n"  # a list is not the tuple an assert compares with
+        "def nothing():\n    return 0\n"
+        "def is_even(n):\n    return n % 2\n"
+    )
+    asserts = [
+        "assert add(1, 2) == 3",
+        "assert 3 == add(1, 2)",
+        "assert pair(1, 'a') == (1, 'a')",
+        "assert add(2, 2) != 0",
+        "assert nothing() is None",
+        "assert is_even(2) is False",  # 0 is not False
+        "assert is_even(4)",
+        "assert not is_even(2) and is_even(4)",
+        "assert math.isclose(half(1), 0.5)",
+        "assert abs(half(1) - 0.5) < 1e-6",
+        "assert add(1, 2) == add(2, 1)",
+        "assert 2 < add(1, 2) < 4",
+        "assert add(1, 2) in (3, 4)",
+        "assert add(1, 2) < 'x'",  # values that do not compare
+    ]
+    [score] = code.compute_score([sample(program(wrong), {"fn_name": "add", "asserts": asserts})])
+    assert score["overall"] == 0.0 and failures(score) == {"num_wrong_answer": float(len(asserts))}
+
+
+def test_failures_of_the_expressions_under_test(code: ModuleType) -> None:
+    functions = (
+        "def boom():\n    raise ValueError('no')\n"
+        "def leave():\n    import sys\n    sys.exit(0)\n"
+        "def cycle():\n    x = []\n    x.append(x)\n    return x\n"
+        "def huge():\n    x = [0]\n    for _ in range(60):\n        x = [x, x]\n    return x\n"
+        "def mine():\n    class Mine:\n        pass\n    return Mine()\n"
+    )
+    asserts = [
+        "assert boom() == 1",  # an exception in the expression under test
+        "assert undefined() == 1",
+        "assert leave() is None",  # SystemExit in the expression: a runtime error, not an early exit that passes
+        "assert cycle() == []",  # cyclic: nested past MAX_VALUE_DEPTH, not a plain value
+        "assert mine() is not None",  # not a plain value, whatever it is compared with
+        "assert huge() == []",  # 2**60 nodes: too large to print
+    ]
+    [score] = code.compute_score([sample(program(functions), {"fn_name": "boom", "asserts": asserts})])
+    assert failures(score) == {"num_runtime_error": 3.0, "num_wrong_answer": 2.0, "num_output_limit": 1.0}
+
+
+def test_call_based_form(code: ModuleType) -> None:
+    functions = (
+        "def add(a, b):\n    return a + b\n"
+        "def spread(x, xs):\n    return (x, *xs)\n"  # a tuple matches the JSON list
+        "def table(key, value):\n    return {key: (value, [value])}\n"
+        "def positive(x):\n    return x > 0\n"
+        "def finite(x):\n    return x not in (float('inf'), float('-inf')) and x == x\n"
+    )
+    cases = [
+        CALL_CASES,
+        {"fn_name": "spread", "inputs": [[1, [2, 3]], [0, []]], "outputs": [[1, 2, 3], [0]]},
+        {"fn_name": "table", "inputs": [["k", 1.5]], "outputs": [{"k": [1.5, [1.5]]}]},
+        json.dumps({"fn_name": "positive", "inputs": [[1], [-1]], "outputs": [True, False]}),
+        json.dumps(
+            {"fn_name": "finite", "inputs": [[float("inf")], [float("nan")], [1.0]], "outputs": [False] * 2 + [1]}
+        ),
+    ]
+    scores = code.compute_score([sample(program(functions), case) for case in cases])
+    assert [score["overall"] for score in scores] == [1.0] * len(cases)
+    wrong = "def add(a, b):\n    return str(a + b)\ndef spread(x, xs):\n    return {x, *xs}\n"
+    scores = code.compute_score([sample(program(wrong), case) for case in cases[:2]])
+    assert [failures(score) for score in scores] == [{"num_wrong_answer": 2.0}] * 2
+
+
+def test_prepared_or1_call_based_rows_score_as_the_original_tests() -> None:
+    """prepare_or1_data keeps call-based tests as they are: a JSON true stays True (as an assert it was a NameError)."""
+    prepare = load_repo_file("examples/recipes/prepare_or1_data.py", "prepare_or1_data")
+    tests = json.dumps({"fn_name": "is_odd", "inputs": [[1], [2], [[3]]], "outputs": [True, False, None]})
+    answer = prepare.code_tests(tests)
+    assert json.loads(answer) == json.loads(tests)
+    function = load_reward_function(f"{REPO}/examples/reward_function/code.py:compute_score", {"max_workers": 1})
+    response = program("def is_odd(x):\n    return x % 2 == 1 if isinstance(x, int) else None\n")
+    assert function([sample(response, answer)])[0]["overall"] == 1.0
+
+
+def test_the_sandbox_is_checked_before_training(monkeypatch: pytest.MonkeyPatch) -> None:
+    """check_setup runs with the reward kwargs before Ray starts: a missing bubblewrap stops the run with the install
+    line, unless the weaker mode is named; bad limits are named too."""
+    from verl.rewards import sandbox
+    from verl.rewards.function import RewardFunctionLoadError, check_reward_function
+
+    spec = f"{REPO}/examples/reward_function/code.py:compute_score"
+    check_reward_function(spec, {"wall_s": 5.0})
+    monkeypatch.setenv("VERL_BWRAP", "/nonexistent/bwrap")
+    monkeypatch.setattr(sandbox, "_ISOLATIONS", {})
+    with pytest.raises(RewardFunctionLoadError, match=r"cannot run on this machine: .*apt-get install bubblewrap"):
+        check_reward_function(spec, {"wall_s": 5.0})
+    check_reward_function(spec, {"isolation": "namespaces"})
+    with pytest.raises(RewardFunctionLoadError, match="SandboxLimits.wall_s must be a positive"):
+        check_reward_function(spec, {"wall_s": 0, "isolation": "namespaces"})
+    with pytest.raises(RewardFunctionLoadError, match="SandboxLimits.endpoint must be the http"):
+        check_reward_function(spec, {"isolation": "sandbox_fusion"})

@@ -1,0 +1,628 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""What decides a code sample's test cases: the ground truth's forms parsed, the program found in the response,
+the suffix the sandbox runs after the program, and the comparison made in the trainer (examples/reward_function/code.py).
+
+Why the judge is outside the program: a check run in the program's own process can be fooled by the program (an
+object whose __eq__ always returns True, code that reads the expected value or a secret token from the caller's
+frame, an exit before the check). So in the value forms the sandbox only evaluates each expression under test
+after the program (`add(1, 2)`) and prints its value, serialised strictly: exact builtin types only (int, float,
+bool, str, None, bytes, complex, list, tuple, dict, set, frozenset, nested), anything else (a subclass, a custom
+object) becomes a "not a plain value" marker that fails the case. The trainer parses the last such line and makes
+the comparison itself, so an expected literal (`== 3`, `math.isclose(..., 2.5)`, `abs(... - 2.5) < 1e-6`) never
+enters the program's process, and a program that exits before the line is printed fails. An expected value that
+is not a literal (`assert f(x) == g(y)`) is evaluated in the sandbox too, as its own value: a program that tampers
+with its interpreter could influence that side. docs/rewards.md, "How a case is judged", has the rules.
+"""
+
+import ast
+import json
+import math
+import operator
+import re
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from keyword import iskeyword
+from typing import Any
+
+from verl.rewards.sandbox import SandboxResult
+
+
+PYTHON_TAGS = frozenset({"", "python", "py", "python3"})
+FAILURE_KEYS = (
+    "num_timeout",
+    "num_memory_limit",
+    "num_output_limit",
+    "num_process_limit",
+    "num_runtime_error",
+    "num_wrong_answer",
+)
+VALUE_MARKER = "@verl-values "
+"""Starts the line on which the judge prints the values of a case's expressions under test."""
+MAX_VALUE_DEPTH = 100
+"""Values nested deeper than this (or cyclic ones) are not plain values."""
+
+# The opening fence starts a line (indented, as inside a list, is fine) and names the language; the block ends at the
+# next fence, even one that follows code on the same line, as small models often write it.
+_FENCED_BLOCK = re.compile(r"^[ \t]*```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)```", flags=re.MULTILINE | re.DOTALL)
+_FAILURES = {
+    "timeout": "num_timeout",
+    "cpu_limit": "num_timeout",
+    "memory_limit": "num_memory_limit",
+    "output_limit": "num_output_limit",
+    "process_limit": "num_process_limit",
+}
+
+# The case suffix of the value forms: runs after the program, in its namespace, and prints one line, VALUE_MARKER
+# then a JSON list with one tagged value per expression under test. It reaches types through literals rather than
+# names the program could have rebound, encodes values without running any of the program's code (exact types
+# only, iteratively, with a node budget), writes with os.write and leaves with os._exit(0), so no thread, atexit
+# handler or finalizer of the program runs after the line. All of this is best effort against a program that has
+# tampered with its interpreter; what makes the judge sound is that expected literals are not in here.
+_JUDGE = """
+
+def _verl_judge_factory(budget):
+    import os
+    write, leave = os.write, os._exit
+    kind = (0).__class__.__class__
+    none, boolean, integer, real, compound = None.__class__, True.__class__, (0).__class__, (0.0).__class__, (0j).__class__
+    text, data, array, pair, table, group = "".__class__, b"".__class__, [].__class__, ().__class__, {}.__class__, {0}.__class__
+    frozen = kind(frozenset())
+    tags = ((array, '["list"'), (pair, '["tuple"'), (group, '["set"'), (frozen, '["frozenset"'))
+
+    def encode(value):
+        out, stack, left = [], [(value, 0)], budget
+        while stack:
+            entry = stack.pop()
+            if kind(entry) is text:
+                out.append(entry)
+                continue
+            value, depth = entry
+            left -= 1
+            if left < 0:
+                return '["toolarge"]'
+            t = kind(value)
+            if t is none:
+                out.append("null")
+            elif t is boolean:
+                out.append("true" if value is True else "false")
+            elif depth > MAX_DEPTH:
+                out.append('["other"]')
+            elif t is integer:
+                out.append('["int","%x"]' % value)
+            elif t is real:
+                out.append('["float","' + real.hex(value) + '"]')
+            elif t is compound:
+                out.append('["complex","' + real.hex(value.real) + '","' + real.hex(value.imag) + '"]')
+            elif t is text:
+                out.append('["str","' + data.hex(text.encode(value, "utf-8", "surrogatepass")) + '"]')
+            elif t is data:
+                out.append('["bytes","' + data.hex(value) + '"]')
+            elif t is table:
+                out.append('["dict"')
+                stack.append("]")
+                items = array(table.items(value))
+                items.reverse()
+                for key, item in items:
+                    stack.append((item, depth + 1))
+                    stack.append(",")
+                    stack.append((key, depth + 1))
+                    stack.append(",")
+            else:
+                for container, tag in tags:
+                    if t is container:
+                        out.append(tag)
+                        stack.append("]")
+                        items = array(value)
+                        items.reverse()
+                        for item in items:
+                            stack.append((item, depth + 1))
+                            stack.append(",")
+                        break
+                else:
+                    out.append('["other"]')
+        return "".join(out)
+
+    def judge(*expressions):
+        parts = []
+        for expression in expressions:
+            try:
+                value = expression()
+            except:
+                parts.append('["error"]')
+                continue
+            try:
+                parts.append(encode(value))
+            except:
+                parts.append('["other"]')
+        line = text.encode("\\n" + MARKER + "[" + ",".join(parts) + "]\\n", "ascii")
+        while line:
+            line = line[write(1, line):]
+        leave(0)
+
+    return judge
+
+_verl_judge = _verl_judge_factory(BUDGET)
+del _verl_judge_factory
+""".replace("MARKER", repr(VALUE_MARKER)).replace("MAX_DEPTH", str(MAX_VALUE_DEPTH))
+
+
+def extract_code(response: str) -> str | None:
+    """The last fenced Python (or untagged) code block of the response, dedented; None if there is none."""
+    blocks = [match for match in _FENCED_BLOCK.finditer(response) if match.group(1).lower() in PYTHON_TAGS]
+    if not blocks:
+        return None
+    code = textwrap.dedent(blocks[-1].group(2))
+    return code if code.strip() else None
+
+
+def normalize_output(text: str) -> str:
+    """Output as compared: trailing whitespace of each line and trailing blank lines dropped."""
+    return "\n".join(line.rstrip() for line in text.splitlines()).rstrip("\n")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The check kept in the trainer: a small tree over literals and the values the sandbox printed.
+
+
+class _Failed(Exception):
+    """The case cannot pass; `key` is the failure it counts under."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+class _NotPlain(Exception):
+    """The sandbox reported a value that is not a plain value."""
+
+
+Node = Any
+"""A node of the check (Literal, Value, Compare, BoolOp, Not, IsClose, AbsDifference); a plain alias, not a string
+annotation, because dataclasses look string annotations up in sys.modules, where a loaded reward file is not."""
+
+
+@dataclass(frozen=True)
+class Literal:
+    """An expected value: an `ast.literal_eval` literal of an assert, or a call-based output. Never in the sandbox."""
+
+    value: Any
+
+
+@dataclass(frozen=True)
+class Value:
+    """The value of the index-th expression under test, as the sandbox printed it."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class Compare:
+    """A (chained) comparison; `loose`: lists and tuples compare elementwise (JSON expected values have no tuples)."""
+
+    operands: tuple[Node, ...]
+    ops: tuple[str, ...]
+    loose: bool = False
+
+
+@dataclass(frozen=True)
+class BoolOp:
+    """`and` (conjunction) or `or`, short-circuiting as Python does."""
+
+    conjunction: bool
+    operands: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class Not:
+    operand: Node
+
+
+@dataclass(frozen=True)
+class IsClose:
+    """math.isclose(a, b, rel_tol=..., abs_tol=...), on numbers."""
+
+    a: Node
+    b: Node
+    rel_tol: Node = Literal(1e-09)
+    abs_tol: Node = Literal(0.0)
+
+
+@dataclass(frozen=True)
+class AbsDifference:
+    """abs(a - b), on numbers: the left side of `abs(f(x) - 2.5) < 1e-6`."""
+
+    a: Node
+    b: Node
+
+
+_NUMBERS = (int, float, bool, complex)
+
+
+def _untuple(value: Any) -> Any:
+    """Tuples as lists, through lists, tuples and dict values (not dict keys or set items, which stay hashable)."""
+    if type(value) in (list, tuple):
+        return [_untuple(item) for item in value]
+    if type(value) is dict:
+        return {key: _untuple(item) for key, item in value.items()}
+    return value
+
+
+def _loosely(compare: Callable[[Any, Any], bool]) -> Callable[[Any, Any], bool]:
+    return lambda left, right: compare(_untuple(left), _untuple(right))
+
+
+_OPERATORS: dict[type[ast.cmpop], tuple[str, Callable[[Any, Any], bool]]] = {
+    ast.Eq: ("==", operator.eq),
+    ast.NotEq: ("!=", operator.ne),
+    ast.Lt: ("<", operator.lt),
+    ast.LtE: ("<=", operator.le),
+    ast.Gt: (">", operator.gt),
+    ast.GtE: (">=", operator.ge),
+    ast.In: ("in", lambda item, container: item in container),
+    ast.NotIn: ("not in", lambda item, container: item not in container),
+    ast.Is: ("is", operator.is_),
+    ast.IsNot: ("is not", operator.is_not),
+}
+_COMPARISONS = dict(_OPERATORS.values())
+
+
+def _number(value: Any) -> Any:
+    if type(value) not in _NUMBERS:
+        raise _Failed("num_wrong_answer")
+    return value
+
+
+def evaluate(node: Node, values: Sequence[Any]) -> Any:
+    """What `node` comes to over `values` (one per expression under test; a _Failed stands for one that failed)."""
+    if isinstance(node, Literal):
+        return node.value
+    if isinstance(node, Value):
+        value = values[node.index]
+        if isinstance(value, _Failed):
+            raise value
+        return value
+    try:
+        if isinstance(node, Compare):
+            left = evaluate(node.operands[0], values)
+            for op, operand in zip(node.ops, node.operands[1:]):
+                right = evaluate(operand, values)
+                compare = _COMPARISONS[op]
+                if not (_loosely(compare) if node.loose else compare)(left, right):
+                    return False
+                left = right
+            return True
+        if isinstance(node, BoolOp):
+            result: Any = None
+            for operand in node.operands:
+                result = evaluate(operand, values)
+                if bool(result) != node.conjunction:
+                    break
+            return result
+        if isinstance(node, Not):
+            return not evaluate(node.operand, values)
+        if isinstance(node, IsClose):
+            a, b, rel_tol, abs_tol = (
+                _number(evaluate(part, values)) for part in (node.a, node.b, node.rel_tol, node.abs_tol)
+            )
+            return math.isclose(a, b, rel_tol=rel_tol, abs_tol=abs_tol)
+        if isinstance(node, AbsDifference):
+            return abs(_number(evaluate(node.a, values)) - _number(evaluate(node.b, values)))
+    except _Failed:
+        raise
+    except Exception:  # values that do not compare (None < 1, a negative tolerance, an int too large for a float)
+        raise _Failed("num_wrong_answer") from None
+    raise TypeError(f"not a check node: {node!r}")
+
+
+@dataclass(frozen=True)
+class Check:
+    """A value-form case: the expressions the sandbox evaluates (source, in order) and the test over their values."""
+
+    expressions: tuple[str, ...]
+    test: Node
+    source: str
+    """The assert, or the call and expected output, it came from (for messages)."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One run of the program: what it reads on stdin and what makes it pass."""
+
+    stdin: str = ""
+    expected_stdout: str | None = None
+    """The stdin/stdout form's expected output."""
+    check: Check | None = None
+    """The call-based and assert forms' check: run the judge after the program, then test its values here."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# From the ground truth to checks.
+
+_NOT_LITERAL = object()
+_LITERAL_CALLS: dict[str, Callable[[Any], Any]] = {"float": float, "frozenset": frozenset}
+_SINGLETONS = (None, True, False)
+
+
+def _literal(node: ast.expr) -> Any:
+    """The value of a literal (what ast.literal_eval accepts, or float("inf"), frozenset({...})), else _NOT_LITERAL."""
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        pass
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in _LITERAL_CALLS
+        and len(node.args) == 1
+        and not node.keywords
+    ):
+        argument = _literal(node.args[0])
+        if argument is not _NOT_LITERAL:
+            try:
+                return _LITERAL_CALLS[node.func.id](argument)
+            except (ValueError, TypeError):
+                pass
+    return _NOT_LITERAL
+
+
+def _is_singleton(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and any(node.value is singleton for singleton in _SINGLETONS)
+
+
+def _calls(node: ast.expr, name: str, module: str | None = None) -> bool:
+    if not isinstance(node, ast.Call) or any(isinstance(arg, ast.Starred) for arg in node.args):
+        return False
+    if any(named.arg is None for named in node.keywords):  # **kwargs
+        return False
+    func = node.func
+    if isinstance(func, ast.Name):
+        return func.id == name
+    return (
+        module is not None
+        and isinstance(func, ast.Attribute)
+        and func.attr == name
+        and isinstance(func.value, ast.Name)
+        and func.value.id == module
+    )
+
+
+def _translate(node: ast.expr, expressions: list[str]) -> Node:
+    """The trainer-side test of an assert's expression; what must run in the sandbox is appended to `expressions`."""
+    value = _literal(node)
+    if value is not _NOT_LITERAL:
+        return Literal(value)
+    if isinstance(node, ast.Compare):
+        operands = [node.left, *node.comparators]
+        identities_of_singletons = all(
+            _is_singleton(operands[index]) or _is_singleton(operands[index + 1])
+            for index, op in enumerate(node.ops)
+            if isinstance(op, (ast.Is, ast.IsNot))
+        )
+        if identities_of_singletons:  # `x is y` of two computed values means nothing once they are serialised
+            return Compare(
+                tuple(_translate(operand, expressions) for operand in operands),
+                tuple(_OPERATORS[type(op)][0] for op in node.ops),
+            )
+    elif isinstance(node, ast.BoolOp):
+        return BoolOp(isinstance(node.op, ast.And), tuple(_translate(value, expressions) for value in node.values))
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return Not(_translate(node.operand, expressions))
+    elif _calls(node, "isclose", module="math") and len(node.args) == 2:
+        tolerances = {named.arg: named.value for named in node.keywords}
+        if set(tolerances) <= {"rel_tol", "abs_tol"}:
+            a, b = (_translate(arg, expressions) for arg in node.args)
+            return IsClose(
+                a,
+                b,
+                *(
+                    _translate(tolerances[name], expressions) if name in tolerances else default
+                    for name, default in (("rel_tol", Literal(1e-09)), ("abs_tol", Literal(0.0)))
+                ),
+            )
+    elif _calls(node, "abs") and len(node.args) == 1 and not node.keywords:
+        [argument] = node.args
+        if isinstance(argument, ast.BinOp) and isinstance(argument.op, ast.Sub):
+            return AbsDifference(_translate(argument.left, expressions), _translate(argument.right, expressions))
+    expressions.append(ast.unparse(node))
+    return Value(len(expressions) - 1)
+
+
+def parse_assert(assertion: str) -> Check:
+    """The check of one assert string (one or more assert statements); ValueError when it is anything else."""
+    try:
+        statements = ast.parse(assertion, mode="exec").body
+    except SyntaxError as error:
+        raise ValueError(f"is not valid Python ({error.msg})") from None
+    if not statements or not all(isinstance(statement, ast.Assert) for statement in statements):
+        raise ValueError("is not an assert statement (or several)")
+    expressions: list[str] = []
+    tests = [_translate(statement.test, expressions) for statement in statements]
+    test = tests[0] if len(tests) == 1 else BoolOp(True, tuple(tests))
+    return Check(tuple(expressions), test, assertion)
+
+
+def _python_source(value: Any) -> str:
+    """Python source of a JSON value (repr, but inf and nan as expressions that need no name)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "(1e999-1e999)" if math.isnan(value) else ("-1e999" if value < 0 else "1e999")
+    if isinstance(value, list):
+        return "[" + ", ".join(map(_python_source, value)) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key!r}: {_python_source(item)}" for key, item in value.items()) + "}"
+    return repr(value)
+
+
+def _call_source(fn_name: str, arguments: list[Any]) -> str:
+    try:
+        json.dumps(arguments, allow_nan=False)  # the common case, checked at C speed: repr is valid Python
+    except ValueError:
+        return f"{fn_name}({', '.join(map(_python_source, arguments))})"
+    return f"{fn_name}({repr(arguments)[1:-1]})"
+
+
+def _string_list(value: Any, key: str, where: str) -> list[str]:
+    if not isinstance(value, list) or not value or not all(isinstance(item, str) for item in value):
+        raise ValueError(f"{where}: ground_truth[{key!r}] must be a non-empty list of strings, got {value!r:.200}.")
+    return value
+
+
+def _function_name(ground_truth: Mapping[str, Any], where: str) -> str:
+    fn_name = ground_truth.get("fn_name")
+    if not isinstance(fn_name, str) or not fn_name.isidentifier() or iskeyword(fn_name):
+        raise ValueError(f"{where}: ground_truth['fn_name'] must name a Python function, got {fn_name!r}.")
+    return fn_name
+
+
+def parse_test_cases(ground_truth: Any, where: str) -> list[Case]:
+    """The test cases of one sample's ground truth; ValueError naming `where` (the sample) when it is malformed."""
+    forms = (
+        'one of {"inputs": [...], "outputs": [...]} (stdin/stdout pairs), {"fn_name": "f", "inputs": [[1, 2], ...], '
+        '"outputs": [3, ...]} (call-based) or {"fn_name": "f", "asserts": ["assert f(1) == 2", ...]}'
+    )
+    if isinstance(ground_truth, str):
+        try:
+            ground_truth = json.loads(ground_truth)
+        except json.JSONDecodeError as error:
+            raise ValueError(
+                f"{where}: ground_truth is a string but not JSON ({error}); it must be {forms}."
+            ) from None
+    if not isinstance(ground_truth, Mapping):
+        raise ValueError(f"{where}: ground_truth is a {type(ground_truth).__name__}; it must be {forms}.")
+    if "asserts" in ground_truth:
+        _function_name(ground_truth, where)
+        cases = []
+        for index, assertion in enumerate(_string_list(ground_truth["asserts"], "asserts", where)):
+            try:
+                cases.append(Case(check=parse_assert(assertion)))
+            except ValueError as error:
+                raise ValueError(f"{where}: ground_truth['asserts'][{index}] {error}: {assertion!r:.200}") from None
+        return cases
+    if "fn_name" in ground_truth and ("inputs" in ground_truth or "outputs" in ground_truth):
+        fn_name = _function_name(ground_truth, where)
+        inputs, outputs = ground_truth.get("inputs"), ground_truth.get("outputs")
+        if not isinstance(inputs, list) or not inputs or not all(isinstance(arguments, list) for arguments in inputs):
+            raise ValueError(
+                f"{where}: ground_truth['inputs'] of call-based tests must be a non-empty list of argument lists, "
+                f"got {inputs!r:.200}."
+            )
+        if not isinstance(outputs, list) or len(outputs) != len(inputs):
+            raise ValueError(
+                f"{where}: ground_truth has {len(inputs)} inputs but "
+                f"{len(outputs) if isinstance(outputs, list) else repr(outputs)[:200]} outputs."
+            )
+        return [
+            Case(check=Check((call,), Compare((Value(0), Literal(expected)), ("==",), loose=True), f"{call} == ..."))
+            for call, expected in (
+                (_call_source(fn_name, arguments), expected) for arguments, expected in zip(inputs, outputs)
+            )
+        ]
+    if "inputs" in ground_truth or "outputs" in ground_truth:
+        inputs = _string_list(ground_truth.get("inputs"), "inputs", where)
+        outputs = _string_list(ground_truth.get("outputs"), "outputs", where)
+        if len(inputs) != len(outputs):
+            raise ValueError(f"{where}: ground_truth has {len(inputs)} inputs but {len(outputs)} outputs.")
+        return [Case(stdin=stdin, expected_stdout=stdout) for stdin, stdout in zip(inputs, outputs)]
+    raise ValueError(f"{where}: ground_truth has keys {sorted(map(str, ground_truth))}; it must be {forms}.")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Running and judging.
+
+
+def case_suffix(case: Case, node_budget: int) -> str:
+    """What runs after the program in this case: nothing, or the judge printing the expressions' values."""
+    if case.check is None:
+        return ""
+    thunks = ", ".join(f"lambda: ({expression}\n)" for expression in case.check.expressions)
+    return f"{_JUDGE.replace('BUDGET', str(node_budget))}_verl_judge({thunks})\n"
+
+
+def _decode(item: Any, depth: int = 0) -> Any:
+    """A value from the judge's tagged JSON; _NotPlain for the marker of a value that is not plain."""
+    if item is None or item is True or item is False:
+        return item
+    if type(item) is not list or not item or depth > MAX_VALUE_DEPTH + 1:
+        raise ValueError("not a tagged value")
+    tag, *rest = item
+    if tag == "other" and not rest:
+        raise _NotPlain
+    if tag in ("int", "float", "str", "bytes") and len(rest) == 1 and type(rest[0]) is str:
+        if tag == "int":
+            return int(rest[0], 16)
+        if tag == "float":
+            return float.fromhex(rest[0])
+        raw = bytes.fromhex(rest[0])
+        return raw.decode("utf-8", "surrogatepass") if tag == "str" else raw
+    if tag == "complex" and len(rest) == 2 and all(type(part) is str for part in rest):
+        return complex(float.fromhex(rest[0]), float.fromhex(rest[1]))
+    containers = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}
+    if tag in containers:
+        return containers[tag](_decode(part, depth + 1) for part in rest)
+    if tag == "dict" and len(rest) % 2 == 0:
+        parts = [_decode(part, depth + 1) for part in rest]
+        return dict(zip(parts[::2], parts[1::2]))
+    raise ValueError(f"unknown tag {tag!r:.40}")
+
+
+def read_values(stdout: str, count: int) -> list[Any] | None:
+    """The values on the last judge line of `stdout`, a _Failed for each that failed; None without a valid line."""
+    line = next((line for line in reversed(stdout.split("\n")) if line.startswith(VALUE_MARKER)), None)
+    if line is None:
+        return None
+    try:
+        items = json.loads(line[len(VALUE_MARKER) :])
+    except (ValueError, RecursionError):
+        return None
+    if type(items) is not list or len(items) != count:
+        return None
+    values: list[Any] = []
+    for item in items:
+        if item == ["error"]:
+            values.append(_Failed("num_runtime_error"))
+        elif item == ["toolarge"]:
+            values.append(_Failed("num_output_limit"))
+        else:
+            try:
+                values.append(_decode(item))
+            except _NotPlain:
+                values.append(_Failed("num_wrong_answer"))
+            except (ValueError, TypeError, RecursionError, OverflowError, MemoryError):
+                return None  # not what the judge prints: the program forged it
+    return values
+
+
+def _judge(check: Check, stdout: str) -> str | None:
+    """None when the check passes on the judge's values in `stdout`, else the failure key."""
+    values = read_values(stdout, len(check.expressions))
+    if values is None:  # the program exited before the judge ran (or printed a line the judge would not)
+        return "num_wrong_answer"
+    try:
+        passed = bool(evaluate(check.test, values))
+    except _Failed as failed:
+        return failed.key
+    except Exception:
+        return "num_wrong_answer"
+    return None if passed else "num_wrong_answer"
+
+
+def outcome(case: Case, result: SandboxResult) -> str | None:
+    """None when the case passed, else the failure key it counts under."""
+    if result.status == "ok":
+        if case.check is not None:
+            return _judge(case.check, result.stdout)
+        passed = normalize_output(result.stdout) == normalize_output(case.expected_stdout or "")
+        return None if passed else "num_wrong_answer"
+    return _FAILURES.get(result.status, "num_runtime_error")

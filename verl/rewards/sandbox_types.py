@@ -1,0 +1,116 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""What a sandbox run is given and gives back, shared by the local sandbox (sandbox.py) and the remote backend
+(sandbox_fusion.py): the limits, the result, the statuses, and the error when no program can run."""
+
+import math
+from dataclasses import dataclass, fields
+
+
+STATUSES: tuple[str, ...] = (
+    "ok",
+    "error",
+    "timeout",
+    "cpu_limit",
+    "memory_limit",
+    "output_limit",
+    "process_limit",
+    "killed",
+)
+STDERR_TAIL_BYTES = 16 * 1024
+"""How much of the end of stderr a result keeps: the traceback is at the end."""
+ISOLATION_MODES = {
+    "bwrap": "bubblewrap: own root (read-only system and interpreter, private /tmp and /dev/shm), user, PID, network, "
+    "IPC, UTS namespaces",
+    "namespaces": "weaker: the host's filesystem is readable; dedicated uid, network and PID namespaces where available",
+    "sandbox_fusion": "remote: a Sandbox Fusion service runs each case (its own isolation and limits)",
+}
+
+
+@dataclass
+class SandboxLimits:
+    """Limits of one run; every value must be positive."""
+
+    wall_s: float = 10.0
+    """Wall-clock seconds before the run is killed ("timeout")."""
+    cpu_s: float = 5.0
+    """CPU seconds per process (RLIMIT_CPU, rounded up to whole seconds): SIGXCPU, then SIGKILL a second later."""
+    memory_mb: int = 1024
+    """Address space per process (RLIMIT_AS), in MiB."""
+    output_kb: int = 1024
+    """Largest stdout, stderr or other file the program may write (RLIMIT_FSIZE), in KiB."""
+    max_processes: int = 16
+    """Processes and threads the program may have at once, itself included (RLIMIT_NPROC)."""
+    nice: int = 10
+    """Scheduling niceness added to the program's (1 to 19): sandboxed programs yield the CPU to the trainer's
+    processes, so many samples running at once slow the training step only by the CPU the trainer leaves idle."""
+    isolation: str = "bwrap"
+    """"bwrap": bubblewrap namespaces and a minimal read-only root (refused with instructions where bwrap or user
+    namespaces are missing); "namespaces": the weaker built-in mode (dedicated uid, empty network and PID namespaces
+    where available), in which the program can read the host's world-readable files; "sandbox_fusion": a remote
+    Sandbox Fusion service at `endpoint`. See ISOLATION_MODES."""
+    endpoint: str = ""
+    """isolation="sandbox_fusion": the service's base URL (http://host:port), to which /run_code is posted."""
+
+    def __post_init__(self) -> None:
+        if self.isolation not in ISOLATION_MODES:
+            raise ValueError(
+                f"SandboxLimits.isolation must be one of {sorted(ISOLATION_MODES)}, got {self.isolation!r}."
+            )
+        remote = self.isolation == "sandbox_fusion"
+        if remote != bool(self.endpoint) or (remote and not self.endpoint.startswith(("http://", "https://"))):
+            raise ValueError(
+                "SandboxLimits.endpoint must be the http(s):// URL of the Sandbox Fusion service with "
+                f"isolation='sandbox_fusion', and empty otherwise; got isolation={self.isolation!r}, "
+                f"endpoint={self.endpoint!r}."
+            )
+        for spec in fields(self):
+            if spec.name in ("isolation", "endpoint"):
+                continue
+            value = getattr(self, spec.name)
+            whole = spec.name in ("memory_mb", "output_kb", "max_processes", "nice")
+            kind = (int,) if whole else (int, float)
+            if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value) or value <= 0:
+                raise ValueError(
+                    f"SandboxLimits.{spec.name} must be a positive {'integer' if whole else 'number'}, got {value!r}."
+                )
+        if self.nice > 19:
+            raise ValueError(f"SandboxLimits.nice must be from 1 to 19, got {self.nice!r}.")
+
+
+@dataclass
+class SandboxResult:
+    """What one run did."""
+
+    status: str
+    """One of STATUSES: "ok" (exit 0), "error" (nonzero exit, exception, crash), "timeout" (wall clock), "cpu_limit",
+    "memory_limit", "output_limit", "process_limit", or "killed" (a signal no limit explains)."""
+    returncode: int
+    """Exit code, or minus the signal number that ended the run."""
+    stdout: str
+    """At most output_kb KiB of stdout (decoded as UTF-8, invalid bytes replaced)."""
+    stderr: str
+    """The last STDERR_TAIL_BYTES of stderr."""
+    wall_s: float
+    """Seconds from start until the run ended or was killed."""
+    cpu_s: float = 0.0
+    """CPU seconds the run's processes used (those that were reaped)."""
+    sandbox_id: str = ""
+    """The run's marker, the value of VERL_SANDBOX_ID in its processes' environment."""
+    uid: int | None = None
+    """The dedicated uid the run used, or None when it ran as the trainer's uid."""
+
+
+class SandboxUnavailable(RuntimeError):
+    """No program can be run here with the isolation asked for; the message says how to get it."""
