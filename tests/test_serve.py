@@ -11,12 +11,46 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The chat endpoint's request checks (`verl.serve.check_request`): one-line messages naming the field, and a 404
-naming the served model, as vLLM's OpenAI server answers. tests/envs/test_serve_and_evaluate.py runs the server."""
+"""`verl.serve` against the OpenAI chat-completions API: request checks, tool calls read by training's parser,
+streaming, usage. A scripted engine serves fixed texts over HTTP to the openai client (a random tiny model writes no
+tool call); the tiny model behind `python -m verl.serve` checks the real engine, and the same requests to vLLM's own
+OpenAI server must get the same answers. tests/envs/test_serve_and_evaluate.py runs environments through it."""
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from http.server import ThreadingHTTPServer
+from types import SimpleNamespace
 
 import pytest
 
-from verl.serve import RequestError, check_request
+from verl.serve import ChatEngine, ChoiceText, Reply, RequestError, chat_message, check_request, make_handler
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Add two integers.",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                "required": ["a", "b"],
+            },
+        },
+    }
+]
+CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
 
 
 def request(**fields):
@@ -28,6 +62,8 @@ def test_a_valid_request_gives_its_sampling_options():
     options = check_request(request(max_tokens=5, temperature=0.5, top_p=0.9, n=2, seed=3, stop="\n"), "tiny")
     assert options == {"max_tokens": 5, "temperature": 0.5, "top_p": 0.9, "n": 2, "seed": 3, "stop": ["\n"]}
     assert check_request(request(max_completion_tokens=7), "tiny") == {"max_tokens": 7}
+    streamed = request(stream=True, stream_options={"include_usage": True}, tools=TOOLS, tool_choice="auto")
+    assert check_request(streamed, "tiny") == {}
 
 
 def test_an_unknown_model_is_a_404_naming_the_served_one():
@@ -48,10 +84,421 @@ def test_an_unknown_model_is_a_404_naming_the_served_one():
         ({"stop": [1]}, "'stop' must be a string or a list of strings, got [1]."),
         ({"messages": []}, "'messages' must be a non-empty list"),
         ({"messages": ["Hi"]}, "'messages[0]' must be an object with a string 'role'."),
-        ({"stream": True}, "streaming responses are not supported"),
+        ({"stream": "yes"}, "'stream' must be a boolean, got 'yes'."),
+        ({"stream_options": {"include_usage": True}}, "'stream_options' can only be set with stream=true."),
+        ({"stream": True, "stream_options": {"include_usage": 1}}, "'stream_options' must be an object with"),
+        ({"tools": {"add": {}}}, "'tools' must be a list of function tools"),
+        ({"tools": [{"type": "function"}]}, "'tools[0]' must be a {type: 'function', function: {name, ...}} object."),
+        ({"tools": [{"type": "function", "function": {}}]}, "'tools[0].function' must have a string 'name'."),
+        ({"tools": TOOLS, "tool_choice": "required"}, "tool_choice 'required' is not supported"),
+        ({"tool_choice": "auto"}, "'tool_choice' needs 'tools'."),
     ],
 )
 def test_bad_fields_are_named_in_one_line(fields, message):
     with pytest.raises(RequestError) as error:
         check_request(request(**fields), "tiny")
     assert str(error.value).startswith(message) and "\n" not in str(error.value) and error.value.status == 400
+
+
+def test_tool_call_blocks_become_structured_calls():
+    message, finish = chat_message(f"Let me add.\n{CALL}\nDone.", "stop", tools=True)
+    assert finish == "tool_calls" and message["content"] == "Let me add.\n\nDone."
+    (call,) = message["tool_calls"]
+    assert call["id"].startswith("call_") and call["type"] == "function"
+    assert call["function"]["name"] == "add" and json.loads(call["function"]["arguments"]) == {"a": 1, "b": 2}
+    # only calls and whitespace: null content; two calls, one with its arguments as a JSON string
+    second = '<tool_call>{"name": "add", "arguments": "{\\"a\\": 3, \\"b\\": 4}"}</tool_call>'
+    message, finish = chat_message(f"\n{CALL}\n{second}\n", "stop", tools=True)
+    assert finish == "tool_calls" and message["content"] is None
+    assert [json.loads(call["function"]["arguments"]) for call in message["tool_calls"]] == [
+        {"a": 1, "b": 2},
+        {"a": 3, "b": 4},
+    ]
+    assert len({call["id"] for call in message["tool_calls"]}) == 2
+    # a final call without its closing tag counts when its JSON is complete (as in training)
+    message, finish = chat_message('<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}', "stop", tools=True)
+    assert finish == "tool_calls" and message["tool_calls"][0]["function"]["name"] == "add"
+
+
+def test_malformed_or_unrequested_calls_stay_in_the_content():
+    for text, reason in [
+        ('<tool_call>{"name": "add", "arguments": {"a": 1, ', "length"),  # cut by max_tokens
+        ("<tool_call>not json</tool_call>", "stop"),
+        ('<tool_call>{"arguments": {}}</tool_call>', "stop"),  # no name
+    ]:
+        message, finish = chat_message(text, reason, tools=True)
+        assert (message["content"], finish, "tool_calls" in message) == (text, reason, False)
+    message, finish = chat_message(CALL, "stop", tools=False)  # no tools in the request, or tool_choice "none"
+    assert (message["content"], finish, "tool_calls" in message) == (CALL, "stop", False)
+    message, finish = chat_message(f"<tool_call>oops</tool_call> and {CALL}", None, tools=True)
+    assert message["content"] == "<tool_call>oops</tool_call> and " and finish == "tool_calls"
+    assert message["role"] == "assistant" and message["refusal"] is None
+
+
+def completion(text, index=0, finish_reason=None, tokens=1):
+    """A vLLM CompletionOutput delta: one step's new text of a choice."""
+    return SimpleNamespace(
+        index=index, text=text, token_ids=[0] * tokens, finish_reason=finish_reason, stop_reason=None
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [f"Let me add.\n{CALL}\nDone.", f"  \n{CALL}", "<tool_ca", "a <tool_callx> b", "  \n ", "plain text", CALL],
+)
+def test_streamed_content_adds_up_to_the_message_content(text):
+    for tools in (True, False):
+        choice = ChoiceText(tools)
+        pieces = [choice.add(completion(char)) for char in text[:-1]]
+        pieces.append(choice.add(completion(text[-1], finish_reason="stop")))
+        message, _, rest = choice.message()
+        assert "".join(pieces) + rest == (message["content"] or "")
+        assert tools or "".join(pieces) == text  # without tools every token goes out as it comes
+        if tools and "<tool_call>" in text:
+            assert "<tool_call>" not in "".join(pieces)  # a call is never streamed as content
+
+
+class ScriptedEngine(ChatEngine):
+    """ChatEngine over a fake vLLM engine whose steps write the given pieces (per choice), for the HTTP layer."""
+
+    def __init__(self, pieces, prompt_tokens=7):
+        self.name, self.max_model_len, self.lock, self.delay = "tiny", 512, threading.Lock(), 0.0
+        self.pieces, self.prompt_tokens, self.aborted = pieces, prompt_tokens, []
+        self.llm = SimpleNamespace(llm_engine=self)
+
+    def _submit(self, request):
+        options = check_request(request, self.name)
+        reply = Reply("chatcmpl-scripted", self.prompt_tokens, options.get("n", 1), bool(request.get("tools")))
+        self.steps = [
+            [
+                completion(text, index, "stop" if step == len(self.pieces) - 1 else None)
+                for index in range(len(reply.choices))
+            ]
+            for step, text in enumerate(self.pieces)
+        ]
+        self.reply = reply
+        return reply
+
+    def has_unfinished_requests(self):
+        return bool(self.steps)
+
+    def step(self):
+        time.sleep(self.delay)
+        outputs = self.steps.pop(0)
+        return [
+            SimpleNamespace(request_id=self.reply.id, finished=not self.steps, prompt_token_ids=None, outputs=outputs)
+        ]
+
+    def abort_request(self, ids):
+        self.aborted += ids
+        self.steps = []
+
+
+@pytest.fixture
+def scripted_server():
+    """Serve a ScriptedEngine over HTTP on a free port: yields (engine, base URL)."""
+    servers = []
+
+    def start(pieces):
+        engine = ScriptedEngine(pieces)
+        server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(engine))
+        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+        servers.append(server)
+        return engine, f"http://127.0.0.1:{server.server_address[1]}/v1"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_openai_client_reads_tool_calls_streamed_or_not(scripted_server):
+    from openai import OpenAI
+
+    pieces = [
+        "Let",
+        " me",
+        " add.",
+        "\n<tool",
+        "_call>",
+        '\n{"name": "add", ',
+        '"arguments": {"a": 1, "b": 2}}',
+        "\n</tool_call>",
+    ]
+    _, url = scripted_server(pieces)
+    client = OpenAI(base_url=url, api_key="unused")
+    reply = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "1+2?"}], tools=TOOLS)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content == "Let me add.\n"
+    (call,) = choice.message.tool_calls
+    assert call.type == "function" and call.function.name == "add" and call.id.startswith("call_")
+    assert json.loads(call.function.arguments) == {"a": 1, "b": 2}
+    assert (reply.usage.prompt_tokens, reply.usage.completion_tokens, reply.usage.total_tokens) == (7, 8, 15)
+
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "1+2?"}],
+            tools=TOOLS,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert {chunk.object for chunk in chunks} == {"chat.completion.chunk"} and chunks[0].choices[
+        0
+    ].delta.role == "assistant"
+    deltas = [chunk.choices[0].delta for chunk in chunks if chunk.choices]
+    assert "".join(delta.content or "" for delta in deltas) == "Let me add.\n"
+    (streamed,) = [call for delta in deltas for call in delta.tool_calls or []]
+    assert (streamed.index, streamed.type, streamed.function.name) == (0, "function", "add")
+    assert json.loads(streamed.function.arguments) == {"a": 1, "b": 2} and streamed.id.startswith("call_")
+    assert [chunk.choices[0].finish_reason for chunk in chunks if chunk.choices][-1] == "tool_calls"
+    assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens == 15
+
+
+def test_several_choices_stream_side_by_side(scripted_server):
+    from openai import OpenAI
+
+    _, url = scripted_server(["a", "b", "c"])
+    client = OpenAI(base_url=url, api_key="unused")
+    chunks = list(
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hi"}], n=2, stream=True)
+    )
+    text = {0: "", 1: ""}
+    for chunk in chunks:
+        for choice in chunk.choices:
+            text[choice.index] += choice.delta.content or ""
+    assert text == {0: "abc", 1: "abc"}
+    assert sum(choice.finish_reason == "stop" for chunk in chunks for choice in chunk.choices) == 2
+
+
+def test_a_client_that_leaves_a_stream_aborts_its_request(scripted_server):
+    engine, url = scripted_server([str(i) for i in range(1000)])
+    engine.delay = 0.01  # a token every 10 ms: the client is gone long before the end
+    address = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
+    connection.request(
+        "POST", "/v1/chat/completions", json.dumps(request(stream=True)), {"Content-Type": "application/json"}
+    )
+    response = connection.getresponse()
+    assert response.readline().startswith(b"data: ")
+    response.close()  # the client goes before the end
+    connection.close()
+    deadline = time.monotonic() + 30
+    while not engine.aborted and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert engine.aborted == ["chatcmpl-scripted"]
+    engine.pieces = ["ok"]  # and the engine is free for the next request
+    assert post(url, request())[2]["choices"][0]["message"]["content"] == "ok"
+
+
+def post(url, body):
+    """POST a chat-completions request: (status, headers, JSON body or the raw text of a stream)."""
+    data = json.dumps(body).encode()
+    call = urllib.request.Request(f"{url}/chat/completions", data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(call, timeout=120) as response:
+            text = response.read().decode("utf-8")
+            status, headers = response.status, response.headers
+    except urllib.error.HTTPError as error:
+        text, status, headers = error.read().decode("utf-8"), error.code, error.headers
+    return status, headers, text if body.get("stream") and status == 200 else json.loads(text)
+
+
+# --------------------------------------------------------------------------------------- the real engine (tiny model)
+
+
+def start(command, env, ready, log):
+    """Start a server process in its own session; wait for `ready` in its log (then it serves)."""
+    proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"{command[2]} exited with {proc.returncode}: {open(log.name).read()[-3000:]}")
+        if ready(open(log.name).read()):
+            return proc
+        time.sleep(0.5)
+    stop(proc)
+    pytest.fail(f"{command[2]} did not start within 300 s")
+
+
+def stop(proc):
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from verl.models.tiny_models import get_or_build_tiny_model
+
+    return get_or_build_tiny_model("qwen2", str(tmp_path_factory.mktemp("serve") / "models"))
+
+
+SERVER_ARGS = ["--served-model-name", "tiny", "--max-model-len", "512"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model, tmp_path_factory):
+    """`python -m verl.serve` of the tiny model: its base URL."""
+    log = open(tmp_path_factory.mktemp("serve_log") / "server.log", "w")
+    command = [sys.executable, "-m", "verl.serve", "--model", tiny_model, *SERVER_ARGS, "--kv-cache-mb", "32"]
+    proc = start([*command, "--port", "0"], ENV, lambda text: "Serving tiny at" in text, log)
+    (url,) = [line.split(" at ")[1].split()[0] for line in open(log.name) if "Serving tiny at" in line]
+    yield url
+    stop(proc)
+
+
+def streamed(client, **fields):
+    """(each choice's content, each choice's finish_reason, usage, chunks) of a streamed request through the openai
+    client."""
+    chunks = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **fields))
+    content, reasons = [""] * fields.get("n", 1), [None] * fields.get("n", 1)
+    for choice in (choice for chunk in chunks for choice in chunk.choices):
+        content[choice.index] += choice.delta.content or ""
+        reasons[choice.index] = choice.finish_reason or reasons[choice.index]
+    return content, reasons, chunks[-1].usage, chunks
+
+
+@pytest.mark.slow
+def test_streamed_and_whole_replies_agree(server):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=server, api_key="unused")
+    messages = [{"role": "user", "content": "Hi"}]
+    for sampling in ({"temperature": 0.0}, {"temperature": 1.0, "seed": 5}):
+        fields = {"model": "tiny", "messages": messages, "max_tokens": 12, **sampling}
+        whole = client.chat.completions.create(**fields)
+        content, reasons, usage, chunks = streamed(client, **fields)
+        assert content == [whole.choices[0].message.content] and reasons == [whole.choices[0].finish_reason]
+        assert usage == whole.usage
+        assert whole.usage.completion_tokens == 12 and whole.choices[0].finish_reason == "length"
+        assert whole.usage.total_tokens == whole.usage.prompt_tokens + 12
+        assert len({chunk.id for chunk in chunks}) == 1 and chunks[0].choices[0].delta.role == "assistant"
+        assert sum(bool(choice.delta.content) for chunk in chunks for choice in chunk.choices) > 1  # token by token
+
+
+@pytest.mark.slow
+def test_tools_and_tool_messages_go_through_the_template(server):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=server, api_key="unused")
+    asked = [{"role": "user", "content": "What is 1 + 2?"}]
+    fields = {"model": "tiny", "max_tokens": 6, "temperature": 0.0}
+    plain = client.chat.completions.create(messages=asked, **fields)
+    reply = client.chat.completions.create(messages=asked, tools=TOOLS, **fields)
+    message = reply.choices[0].message
+    assert message.tool_calls is None or all(call.function.name for call in message.tool_calls)
+    assert reply.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    assert reply.usage.prompt_tokens > plain.usage.prompt_tokens  # the tools' schemas are in the prompt
+    content, _, _, _ = streamed(client, messages=asked, tools=TOOLS, **fields)
+    assert content == [message.content or ""]
+    call = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
+    history = [*asked, {"role": "assistant", "content": None, "tool_calls": [call]}]
+    history.append({"role": "tool", "tool_call_id": "call_1", "content": "3"})
+    answer = client.chat.completions.create(messages=history, tools=TOOLS, **fields)
+    assert answer.usage.prompt_tokens > reply.usage.prompt_tokens and answer.choices[0].message.role == "assistant"
+    none = client.chat.completions.create(messages=asked, tools=TOOLS, tool_choice="none", **fields)
+    assert none.choices[0].message.tool_calls is None and none.usage.prompt_tokens == reply.usage.prompt_tokens
+
+
+@pytest.mark.slow
+def test_the_stream_is_server_sent_events(server):
+    status, headers, text = post(server, request(max_tokens=4, temperature=0.0, stream=True))
+    assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
+    assert text.endswith("data: [DONE]\n\n")
+    events = text.split("\n\n")[:-1]
+    assert all(event.startswith("data: ") and "\n" not in event for event in events)
+    chunks = [json.loads(event[len("data: ") :]) for event in events[:-1]]
+    assert {chunk["object"] for chunk in chunks} == {"chat.completion.chunk"}
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length" and chunks[-1]["choices"][0]["delta"] == {}
+    assert "usage" not in chunks[-1]  # without stream_options.include_usage
+    status, _, body = post(server, request(max_tokens=600, stream=True))  # refused before the stream starts
+    assert status == 400 and "maximum context length" in body["error"]["message"]
+
+
+# ------------------------------------------------------------------------------- the same requests to vLLM's server
+
+VLLM_ONLY = {
+    "response": {
+        "prompt_logprobs",
+        "prompt_token_ids",
+        "prompt_text",
+        "kv_transfer_params",
+        "ec_transfer_params",
+        "metrics",
+    },
+    "choice": {"token_ids", "routed_experts"},
+    "message": {"reasoning"},
+}
+"""vLLM's own fields beyond OpenAI's (all null in these replies); the rest of the keys must be the same."""
+
+
+@pytest.mark.slow
+def test_the_same_requests_get_the_same_answers_from_vllms_server(server, tiny_model, tmp_path):
+    """vLLM's OpenAI server (with its hermes tool parser) on the same model, fp32, eager, one engine in its process:
+    the same greedy and seeded requests give the same text, finish_reason, usage and keys."""
+    from openai import OpenAI
+
+    log = open(tmp_path / "vllm.log", "w")
+    with socket.socket() as probe:  # vLLM's server takes no port 0: a port free a moment ago
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", tiny_model, *SERVER_ARGS]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--enforce-eager", "--seed", "0"]
+    command += [
+        "--kv-cache-memory-bytes",
+        str(32 * 2**20),
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
+    ]
+    env = {**ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    proc = start(command, env, lambda text: "Application startup complete" in text, log)
+    try:
+        vllm_url = f"http://127.0.0.1:{port}/v1"
+        call = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
+        history = [
+            {"role": "user", "content": "What is 1 + 2?"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "3"},
+        ]
+        cases = [
+            request(max_tokens=8, temperature=0.0),
+            request(max_tokens=8, temperature=0.0, tools=TOOLS),
+            {**request(max_tokens=8, temperature=0.0, tools=TOOLS), "messages": history},
+            request(max_tokens=6, temperature=1.0, seed=3, n=2),
+            request(max_tokens=30, temperature=0.0, stop=["e"]),
+        ]
+        endings = set()
+        for case in cases:
+            (status, _, ours), (vllm_status, _, theirs) = post(server, case), post(vllm_url, case)
+            assert (status, vllm_status) == (200, 200), (ours, theirs)
+            for key in ("content", "finish_reason", "stop_reason"):
+                mine = [choice["message"].get(key, choice.get(key)) for choice in ours["choices"]]
+                assert mine == [choice["message"].get(key, choice.get(key)) for choice in theirs["choices"]], key
+            endings.update(choice["finish_reason"] for choice in ours["choices"])
+            assert ours["usage"] == theirs["usage"]
+            assert set(ours) == set(theirs) - VLLM_ONLY["response"]
+            assert all(theirs[key] is None for key in VLLM_ONLY["response"] & set(theirs))
+            for mine, vllms in zip(ours["choices"], theirs["choices"]):
+                assert set(mine) == set(vllms) - VLLM_ONLY["choice"]
+                assert set(mine["message"]) == set(vllms["message"]) - VLLM_ONLY["message"]
+            ours_stream = streamed(OpenAI(base_url=server, api_key="unused"), **case)
+            theirs_stream = streamed(OpenAI(base_url=vllm_url, api_key="unused"), **case)
+            assert ours_stream[:3] == theirs_stream[:3]  # content, finish_reason and usage of each choice
+            assert ours_stream[0] == [choice["message"]["content"] for choice in ours["choices"]]
+            first = [
+                chunk.choices[0].delta.model_dump(exclude_none=True)
+                for chunk in (ours_stream[3][0], theirs_stream[3][0])
+            ]
+            assert first[0] == first[1] == {"role": "assistant", "content": ""}
+        assert endings == {"length", "stop"}
+    finally:
+        stop(proc)
+        log.close()

@@ -15,11 +15,13 @@
 
     python -m verl.serve --model checkpoints/.../global_step_N/actor/huggingface --port 8000
 
-It serves `GET /v1/models` and `POST /v1/chat/completions` with the training engine's settings, one request at a
-time. It binds to 127.0.0.1 unless --host says otherwise and has no authentication: do not expose it.
+It serves `GET /v1/models` and `POST /v1/chat/completions` (streamed or not, with structured tool calls read by the
+parser training uses) with the training engine's settings, one request at a time. It binds to 127.0.0.1 unless
+--host says otherwise and has no authentication: do not expose it.
 """
 
 import argparse
+import itertools
 import json
 import logging
 import os
@@ -28,14 +30,18 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from verl.envs.tools import find_tool_calls
 
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_TOKENS = 256
 """Completion tokens of a request that sets no max_tokens (fewer where the context has less room)."""
+TOOL_CALL_TAG = "<tool_call>"
 
 
 class RequestError(ValueError):
@@ -59,6 +65,39 @@ def _number(request: dict[str, Any], key: str, integer: bool, low: float, high: 
     return value
 
 
+def _check_streaming_and_tools(request: dict[str, Any]) -> None:
+    stream = request.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise RequestError(f"'stream' must be a boolean, got {stream!r}.")
+    stream_options = request.get("stream_options")
+    if stream_options is not None:
+        if not stream:
+            raise RequestError("'stream_options' can only be set with stream=true.")
+        if not isinstance(stream_options, dict) or not isinstance(stream_options.get("include_usage", False), bool):
+            raise RequestError(
+                f"'stream_options' must be an object with a boolean 'include_usage', got {stream_options!r}."
+            )
+    tools = request.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise RequestError(f"'tools' must be a list of function tools, got {tools!r}.")
+        for index, tool in enumerate(tools):
+            function = tool.get("function") if isinstance(tool, dict) else None
+            if not isinstance(function, dict) or tool.get("type", "function") != "function":
+                raise RequestError(f"'tools[{index}]' must be a {{type: 'function', function: {{name, ...}}}} object.")
+            if not isinstance(function.get("name"), str):
+                raise RequestError(f"'tools[{index}].function' must have a string 'name'.")
+    tool_choice = request.get("tool_choice")
+    if tool_choice is not None:
+        if tool_choice not in ("auto", "none"):
+            raise RequestError(
+                f"tool_choice {tool_choice!r} is not supported: this server reads tool calls from the text the model "
+                "writes ('auto') or not at all ('none')."
+            )
+        if not tools:
+            raise RequestError("'tool_choice' needs 'tools'.")
+
+
 def check_request(request: Any, served_name: str) -> dict[str, Any]:
     """The sampling options of a chat-completions request, or a RequestError naming the first bad field: an
     unknown `model` is a 404 naming the served one, as vLLM's server answers."""
@@ -75,8 +114,7 @@ def check_request(request: Any, served_name: str) -> dict[str, Any]:
     for index, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise RequestError(f"'messages[{index}]' must be an object with a string 'role'.")
-    if request.get("stream"):
-        raise RequestError("streaming responses are not supported; send stream=false.")
+    _check_streaming_and_tools(request)
     max_tokens = _number(request, "max_completion_tokens", True, 1)
     options = {
         "max_tokens": _number(request, "max_tokens", True, 1) if max_tokens is None else max_tokens,
@@ -94,8 +132,113 @@ def check_request(request: Any, served_name: str) -> dict[str, Any]:
     return {key: value for key, value in options.items() if value is not None}
 
 
+def reads_tool_calls(request: dict[str, Any]) -> bool:
+    """Whether the reply's tool calls become structured `tool_calls`: the request has tools and tool_choice is not
+    "none"."""
+    return bool(request.get("tools")) and request.get("tool_choice") != "none"
+
+
+def chat_message(text: str, finish_reason: str | None, tools: bool) -> tuple[dict[str, Any], str]:
+    """The OpenAI assistant message of a generated `text` and its choice's finish_reason ("stop" or "length" as the
+    engine ended it).
+
+    With `tools`, the `<tool_call>` blocks that verl.envs.tools reads as calls (as training does) become `tool_calls`
+    with JSON-string arguments, the content is the text around them (null when only whitespace is left) and the
+    finish_reason is "tool_calls". A malformed block stays in the content, as vLLM's hermes parser leaves it.
+    """
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    message.update(refusal=None, annotations=None, audio=None, function_call=None)  # as vLLM's server writes them
+    calls, content, end = [], [], 0
+    for (start, stop), call in find_tool_calls(text) if tools else ():
+        if isinstance(call, str):
+            continue
+        content.append(text[end:start])
+        end = stop
+        arguments = json.dumps(call["arguments"], ensure_ascii=False)
+        function = {"name": call["name"], "arguments": arguments}
+        calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": function})
+    if not calls:
+        return message, finish_reason or "stop"
+    content.append(text[end:])
+    rest = "".join(content)
+    message.update(content=rest if rest.strip() else None, tool_calls=calls)
+    return message, "tool_calls"
+
+
+def _partial_tag(text: str) -> int:
+    """Length of the longest end of `text` that could be the start of a `<tool_call>` tag."""
+    for size in range(min(len(text), len(TOOL_CALL_TAG) - 1), 0, -1):
+        if TOOL_CALL_TAG.startswith(text[-size:]):
+            return size
+    return 0
+
+
+class ChoiceText:
+    """One choice's text as the engine extends it, and what a stream may send of its content so far.
+
+    With tools, text from a `<tool_call>` tag on (or a tag still forming) waits for the end, when chat_message
+    decides what is content; so does content that is only whitespace (it may end as null). The content streamed then
+    adds up to the message content of the same text, token for token.
+    """
+
+    def __init__(self, tools: bool) -> None:
+        self.tools = tools
+        self.text, self.sent, self.tokens = "", 0, 0
+        self.ended = False
+        """Whether a stream has sent this choice's end."""
+        self.finish_reason: str | None = None
+        self.stop_reason: int | str | None = None
+
+    def add(self, completion: Any) -> str:
+        """Take one step's new text of this choice (a vLLM CompletionOutput delta): the content to send now."""
+        self.text += completion.text
+        self.tokens += len(completion.token_ids)
+        if completion.finish_reason is not None:
+            self.finish_reason, self.stop_reason = completion.finish_reason, completion.stop_reason
+        limit = len(self.text)
+        if self.tools:
+            tag = self.text.find(TOOL_CALL_TAG)
+            limit = tag if tag >= 0 else limit - _partial_tag(self.text)
+            if not self.text[:limit].strip():
+                limit = 0
+        piece = self.text[self.sent : limit] if limit > self.sent else ""
+        self.sent = max(self.sent, limit)
+        return piece
+
+    def message(self) -> tuple[dict[str, Any], str, str]:
+        """(message, finish_reason, the content not streamed yet) of the finished choice."""
+        message, finish_reason = chat_message(self.text, self.finish_reason, self.tools)
+        content = message["content"] or ""
+        if content[: self.sent] != self.text[: self.sent]:  # cannot happen: the content starts with what was sent
+            raise AssertionError("streamed content is not a prefix of the message content")
+        return message, finish_reason, content[self.sent :]
+
+
+class Reply:
+    """A request the engine holds: its id, creation time, choices and prompt tokens."""
+
+    def __init__(self, request_id: str, prompt_tokens: int, n: int, tools: bool) -> None:
+        self.id, self.created = request_id, int(time.time())
+        self.prompt_tokens = prompt_tokens
+        self.choices = [ChoiceText(tools) for _ in range(n)]
+
+    def usage(self) -> dict[str, Any]:
+        completion = sum(choice.tokens for choice in self.choices)
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "total_tokens": self.prompt_tokens + completion,
+            "completion_tokens": completion,
+        }
+
+
 class ChatEngine:
-    """A vLLM engine answering chat completion requests (one at a time)."""
+    """A vLLM engine answering chat completion requests, one at a time, token by token.
+
+    Each request is rendered as `LLM.chat` renders it (`LLM._preprocess_chat_one`: vLLM's renderer, which its OpenAI
+    server uses too; tool-call arguments reach the template as dicts) and added to the engine with delta outputs.
+    The engine is stepped while the request runs (`LLMEngine.add_request`, `step`, `abort_request`): a stream sends
+    tokens as they are made, and a non-streamed reply is the same text gathered.
+    """
 
     def __init__(self, model: str, name: str, max_model_len: int, kv_cache_mb: int | None, dtype: str) -> None:
         from verl.utils import device
@@ -125,12 +268,18 @@ class ChatEngine:
         if core is not None:
             core.shutdown()
 
-    def complete(self, request: dict[str, Any]) -> dict[str, Any]:
+    def _submit(self, request: dict[str, Any]) -> Reply:
+        """Check `request`, render it and add it to the engine (the caller holds the lock)."""
         from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        from verl.workers.rollout import vllm_compat
 
         options = check_request(request, self.name)
-        messages = request["messages"]
-        prompt_tokens = self._prompt_tokens(messages, request.get("tools"))
+        tools = reads_tool_calls(request)
+        prompt = vllm_compat.render_chat(self.llm, request["messages"], request.get("tools") or None)
+        prompt_ids = prompt.get("prompt_token_ids") if isinstance(prompt, dict) else None
+        prompt_tokens = None if prompt_ids is None else len(prompt_ids)
         room = None if prompt_tokens is None else self.max_model_len - prompt_tokens
         wanted = options.setdefault(
             "max_tokens", DEFAULT_MAX_TOKENS if room is None else max(1, min(DEFAULT_MAX_TOKENS, room))
@@ -141,40 +290,112 @@ class ChatEngine:
                 f"{prompt_tokens + wanted} tokens ({prompt_tokens} in the messages, {wanted} in the completion). "
                 "Reduce the length of the messages or completion."
             )
-        params = SamplingParams(**options)
+        if tools:  # as vLLM's hermes parser asks: a model may write its tool-call tags as special tokens
+            options["skip_special_tokens"] = False
+        params = SamplingParams(**options, output_kind=RequestOutputKind.DELTA)
+        reply = Reply(f"chatcmpl-{uuid.uuid4().hex}", prompt_tokens or 0, params.n, tools)
+        self.llm.llm_engine.add_request(reply.id, prompt, params)
+        return reply
+
+    def _run(self, request: dict[str, Any]) -> Iterator[tuple[Reply, ChoiceText | None, str]]:
+        """Yields (reply, None, "") once the engine holds the request, then (reply, choice, content to send) for
+        each step of each choice. Closing the iterator early aborts the request."""
         with self.lock:
-            output = self.llm.chat(messages, params, use_tqdm=False, tools=request.get("tools"))[0]
-        choices = [
-            {
-                "index": index,
-                "message": {"role": "assistant", "content": completion.text},
-                "finish_reason": completion.finish_reason or "stop",
-            }
-            for index, completion in enumerate(output.outputs)
-        ]
-        completion_tokens = sum(len(completion.token_ids) for completion in output.outputs)
-        prompt_tokens = len(output.prompt_token_ids or [])
+            reply = self._submit(request)
+            engine, done = self.llm.llm_engine, False
+            try:
+                yield reply, None, ""
+                while not done and engine.has_unfinished_requests():
+                    for output in engine.step():
+                        if output.request_id != reply.id:
+                            continue
+                        reply.prompt_tokens = len(output.prompt_token_ids or []) or reply.prompt_tokens
+                        done = output.finished
+                        for completion in output.outputs:
+                            choice = reply.choices[completion.index]
+                            yield reply, choice, choice.add(completion)
+            finally:
+                if not done:
+                    engine.abort_request([reply.id])
+
+    def complete(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The chat.completion object of a non-streamed request."""
+        run = self._run(request)
+        reply, _, _ = next(run)
+        for _ in run:
+            pass
+        choices = []
+        for index, choice in enumerate(reply.choices):
+            message, finish_reason, _ = choice.message()
+            choices.append(
+                {
+                    "index": index,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": finish_reason,
+                    "stop_reason": choice.stop_reason,
+                }
+            )
+        usage = {**reply.usage(), "prompt_tokens_details": None, "completion_tokens_details": None}
         return {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "id": reply.id,
             "object": "chat.completion",
-            "created": int(time.time()),
+            "created": reply.created,
             "model": self.name,
             "choices": choices,
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
+            "service_tier": None,
+            "system_fingerprint": None,
+            "usage": usage,
         }
 
-    def _prompt_tokens(self, messages: list[dict[str, Any]], tools: Any) -> int | None:
-        """Tokens of the rendered chat prompt, for the context-length check; None for messages with pictures (their
-        tokens depend on the processor: vLLM itself refuses a prompt longer than the context)."""
-        if not all(isinstance(message.get("content"), str | None) for message in messages):
-            return None
-        tokenizer = self.llm.get_tokenizer()
-        ids = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True)
-        return len(ids["input_ids"] if isinstance(ids, dict) else ids)
+    def stream(self, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """The chat.completion.chunk objects of a streamed request: each choice's role, its content as the engine
+        makes it, its tool calls once the choice has ended (they are read from its whole text), a chunk with its
+        finish_reason, and the usage after all choices (with stream_options.include_usage). The request is checked
+        and in the engine once the first chunk is out."""
+        run = self._run(request)
+        reply, _, _ = next(run)
+        include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
+
+        def chunk(index: int, delta: dict[str, Any], **ending: Any) -> dict[str, Any]:
+            choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": None, **ending}
+            return self._chunk(reply, [choice])
+
+        try:
+            for index in range(len(reply.choices)):
+                yield chunk(index, {"role": "assistant", "content": ""})
+            for _, choice, piece in run:
+                index = reply.choices.index(choice)
+                if piece:
+                    yield chunk(index, {"content": piece})
+                if choice.finish_reason is None or choice.ended:
+                    continue
+                choice.ended = True
+                message, finish_reason, rest = choice.message()
+                if rest:
+                    yield chunk(index, {"content": rest})
+                if message.get("tool_calls"):
+                    calls = [{"index": number, **call} for number, call in enumerate(message["tool_calls"])]
+                    yield chunk(index, {"tool_calls": calls})
+                yield chunk(index, {}, finish_reason=finish_reason, stop_reason=choice.stop_reason)
+            if include_usage:
+                yield self._chunk(reply, [], usage=reply.usage())
+        finally:
+            run.close()
+
+    def _chunk(self, reply: Reply, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        chunk = {"id": reply.id, "object": "chat.completion.chunk", "created": reply.created, "model": self.name}
+        return {**chunk, "choices": choices, **extra}
+
+
+def error_body(error: Exception) -> tuple[int, dict[str, Any]]:
+    """HTTP status and OpenAI error object of a refused or failed request: the engine's own validation errors (vLLM
+    raises ValueError or its *ValidationError) are 400s, as vLLM's server answers them."""
+    if isinstance(error, RequestError):
+        return error.status, {"error": {"message": str(error), "type": error.kind}}
+    invalid = isinstance(error, (ValueError, TypeError, KeyError)) or "Validation" in type(error).__name__
+    kind = "invalid_request_error" if invalid else "server_error"
+    return (400 if invalid else 500), {"error": {"message": str(error), "type": kind}}
 
 
 def make_handler(engine: ChatEngine) -> type[BaseHTTPRequestHandler]:
@@ -205,13 +426,38 @@ def make_handler(engine: ChatEngine) -> type[BaseHTTPRequestHandler]:
                     request = json.loads(self.rfile.read(length) or b"{}")
                 except ValueError as error:
                     raise RequestError(f"the request body is not JSON: {error}.") from None
-                self._send(200, engine.complete(request))
-            except RequestError as error:
-                self._send(error.status, {"error": {"message": str(error), "type": error.kind}})
+                if isinstance(request, dict) and request.get("stream"):
+                    self._stream(engine.stream(request))
+                else:
+                    self._send(200, engine.complete(request))
             except Exception as error:  # never drop the connection: say what went wrong, keep serving
-                invalid = isinstance(error, (ValueError, TypeError, KeyError)) or "Validation" in type(error).__name__
-                kind = "invalid_request_error" if invalid else "server_error"
-                self._send(400 if invalid else 500, {"error": {"message": str(error), "type": kind}})
+                self._send(*error_body(error))
+
+        def _stream(self, chunks: Iterator[dict[str, Any]]) -> None:
+            """Server-sent events, one `data: {chunk}` each and `data: [DONE]` last; an error before the first chunk
+            is a plain HTTP error, one after it an error event (as vLLM's server sends it)."""
+            first = next(chunks)  # the request is checked and running: from here on the answer is a 200 stream
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            self.send_header("Cache-Control", "no-cache")
+            self.end_headers()
+            try:
+                try:
+                    for chunk in itertools.chain([first], chunks):
+                        self._event(chunk)
+                except (BrokenPipeError, ConnectionResetError):
+                    raise
+                except Exception as error:
+                    self._event(error_body(error)[1])
+                self.wfile.write(b"data: [DONE]\n\n")
+            except (BrokenPipeError, ConnectionResetError):  # the client left: closing the chunks aborts the request
+                logger.info("a client closed its stream before the end")
+            finally:
+                chunks.close()
+
+        def _event(self, body: dict[str, Any]) -> None:
+            self.wfile.write(b"data: " + json.dumps(body, ensure_ascii=False).encode("utf-8") + b"\n\n")
+            self.wfile.flush()
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
             logger.debug("%s " + format, self.address_string(), *args)

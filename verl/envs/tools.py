@@ -38,29 +38,31 @@ MAX_RESULT_CHARS = 2000
 def parse_tool_calls(text: str) -> list[dict[str, Any] | str]:
     """The tool calls in a model turn: {"name", "arguments"} dicts, or an error string for a malformed block. A last
     call without `</tool_call>` counts when its JSON is complete (a call cut by the response budget is malformed)."""
-    calls: list[dict[str, Any] | str] = []
-    for closed, unclosed in TOOL_CALL.findall(text):
-        body = closed or unclosed
+    return [call for _, call in find_tool_calls(text)]
+
+
+def find_tool_calls(text: str) -> list[tuple[tuple[int, int], dict[str, Any] | str]]:
+    """parse_tool_calls with each block's (start, end) in `text`, for callers that keep the text around the calls
+    (`verl.serve` returns it as the message content)."""
+    return [(match.span(), _read_call(match.group(1) or match.group(2) or "")) for match in TOOL_CALL.finditer(text)]
+
+
+def _read_call(body: str) -> dict[str, Any] | str:
+    try:
+        call = json.loads(body)
+    except ValueError as error:
+        return f"the tool call is not valid JSON ({error})"
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        return 'a tool call must be a JSON object with a "name" and "arguments"'
+    arguments = call.get("arguments", {})
+    if isinstance(arguments, str):  # some models write the arguments as a JSON string
         try:
-            call = json.loads(body)
-        except ValueError as error:
-            calls.append(f"the tool call is not valid JSON ({error})")
-            continue
-        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-            calls.append('a tool call must be a JSON object with a "name" and "arguments"')
-            continue
-        arguments = call.get("arguments", {})
-        if isinstance(arguments, str):  # some models write the arguments as a JSON string
-            try:
-                arguments = json.loads(arguments)
-            except ValueError:
-                calls.append("the tool call's arguments are not a JSON object")
-                continue
-        if not isinstance(arguments, dict):
-            calls.append("the tool call's arguments are not a JSON object")
-            continue
-        calls.append({"name": call["name"], "arguments": arguments})
-    return calls
+            arguments = json.loads(arguments)
+        except ValueError:
+            return "the tool call's arguments are not a JSON object"
+    if not isinstance(arguments, dict):
+        return "the tool call's arguments are not a JSON object"
+    return {"name": call["name"], "arguments": arguments}
 
 
 def python_tool(code: str) -> str:

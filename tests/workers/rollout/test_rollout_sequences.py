@@ -152,6 +152,16 @@ def test_engine_kwargs_are_arguments_of_the_installed_vllm() -> None:
         assert set(kwargs) <= arguments, set(kwargs) - arguments
 
 
+def test_the_chat_renderer_the_server_uses_is_there() -> None:
+    """verl.serve renders requests with LLM._preprocess_chat_one (vllm_compat.render_chat): private, so checked."""
+    import inspect
+
+    from vllm import LLM
+
+    parameters = inspect.signature(LLM._preprocess_chat_one).parameters
+    assert list(parameters)[:2] == ["self", "conversation"] and "tools" in parameters
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [

@@ -15,7 +15,8 @@
 
 Each function's docstring says what it relies on and why: the in-place `reload_weights` RPC (on CPU the only way to
 update a live engine), cache resets after a weight update, the tensor-parallel gloo group, the buffers the dummy
-loader randomizes, `torch.set_num_threads` restored after vLLM's CPU worker replaces it, and sleep-mode availability.
+loader randomizes, `torch.set_num_threads` restored after vLLM's CPU worker replaces it, sleep-mode availability, and
+the chat rendering the server shares with `LLM.chat`.
 Tested with the vLLM versions in `TESTED_VLLM_VERSIONS`.
 """
 
@@ -161,3 +162,13 @@ def restore_set_num_threads(original: Any, num_threads: int) -> None:
 def sampled_token_logprob(logprobs_entry: dict[int, Any], token_id: int) -> float:
     """The log-prob of `token_id` from one position of `CompletionOutput.logprobs` (a dict token id -> Logprob)."""
     return float(logprobs_entry[token_id].logprob)
+
+
+def render_chat(llm: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Any:
+    """The engine input `LLM.chat` would make of `messages` (chat template, tools, pictures), without generating.
+
+    Relies on `LLM._preprocess_chat_one(conversation, ..., tools=...)`, the renderer behind `LLM.chat` and vLLM's
+    OpenAI server (vLLM 0.26 and 0.32 alike): `verl.serve` steps the engine itself to stream, so it cannot call
+    `LLM.chat`, which generates to the end.
+    """
+    return llm._preprocess_chat_one(messages, tools=tools)
