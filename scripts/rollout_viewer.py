@@ -15,10 +15,12 @@
 """Turn the rollouts a run wrote to trainer.rollout_data_dir into one self-contained HTML page.
 
 python scripts/rollout_viewer.py ROLLOUT_DIR [-o page.html]     (default: ROLLOUT_DIR/index.html)
+python scripts/rollout_viewer.py episodes.jsonl                 (`python -m verl.envs.evaluate --output`'s file)
 
 The page embeds the data and the images (no server, no network): page through the steps, see each prompt with its
 images beside its responses sorted by reward, filter by reward or text, and follow the mean reward (and accuracy,
-when the reward function returns an accuracy key) over the steps. Standard library only.
+when the reward function returns an accuracy key) over the steps. A multi-turn episode shows as a conversation:
+each turn with its role, tool calls and images. Standard library only.
 """
 
 import argparse
@@ -35,8 +37,12 @@ STEP_FILE = re.compile(r"step_(\d+)\.jsonl$")
 
 
 def read_records(rollout_dir: str) -> list[dict]:
-    """Every sample of every step_N.jsonl under `rollout_dir`, in step order."""
+    """Every sample of every step_N.jsonl under `rollout_dir`, in step order; or every record of one JSONL file
+    (step 0 unless a record has its own)."""
     files = []
+    if os.path.isfile(rollout_dir):
+        match = STEP_FILE.search(os.path.basename(rollout_dir))
+        files.append((int(match.group(1)) if match else 0, rollout_dir))
     for path in glob.glob(os.path.join(rollout_dir, "step_*.jsonl")):
         match = STEP_FILE.search(os.path.basename(path))
         if match:
@@ -60,10 +66,21 @@ def read_records(rollout_dir: str) -> list[dict]:
     return records
 
 
+def image_paths(record: dict) -> list[str]:
+    """The images a record names: its own and its messages' (relative paths)."""
+    paths = list(record.get("images") or [])
+    for message in record.get("messages") or []:
+        paths += message.get("images") or []
+    return paths
+
+
 def embed_images(rollout_dir: str, records: list[dict]) -> tuple[dict[str, str], list[str]]:
-    """({relative path: data URI} for every image the records name, [paths that are missing])."""
+    """({relative path: data URI} for every image the records name, [paths that are missing]); paths are relative
+    to `rollout_dir` (a records file's folder)."""
+    if os.path.isfile(rollout_dir):
+        rollout_dir = os.path.dirname(os.path.abspath(rollout_dir))
     images, missing = {}, []
-    for path in sorted({path for record in records for path in record.get("images") or []}):
+    for path in sorted({path for record in records for path in image_paths(record)}):
         full = os.path.join(rollout_dir, path)
         if not os.path.isfile(full):
             missing.append(path)
@@ -84,8 +101,10 @@ def render_html(records: list[dict], images: dict[str, str], title: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("rollout_dir", help="the run's trainer.rollout_data_dir")
-    parser.add_argument("-o", "--output", help="the HTML file to write (default: ROLLOUT_DIR/index.html)")
+    parser.add_argument("rollout_dir", help="the run's trainer.rollout_data_dir, or one records file (.jsonl)")
+    parser.add_argument(
+        "-o", "--output", help="the HTML file to write (default: ROLLOUT_DIR/index.html, or FILE's name with .html)"
+    )
     parser.add_argument("--title", help="page title (default: the directory's name)")
     args = parser.parse_args(argv)
     try:
@@ -97,7 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     for path in missing:
         print(f"rollout_viewer: warning: image '{path}' is missing; the page shows a placeholder.", file=sys.stderr)
     title = args.title or os.path.basename(os.path.normpath(os.path.abspath(args.rollout_dir)))
-    output = args.output or os.path.join(args.rollout_dir, "index.html")
+    if os.path.isfile(args.rollout_dir):
+        output = args.output or os.path.splitext(args.rollout_dir)[0] + ".html"
+    else:
+        output = args.output or os.path.join(args.rollout_dir, "index.html")
     with open(output, "w", encoding="utf-8") as f:
         f.write(render_html(records, images, title))
     steps = len({record["step"] for record in records})
@@ -151,6 +173,20 @@ PAGE = r"""<!DOCTYPE html>
   .response-head { display: flex; flex-wrap: wrap; gap: 4px 12px; font-size: 12px; color: var(--muted); }
   .response-head .reward { font-weight: 600; color: #1f2328; }
   .response-text { max-height: 12em; overflow: auto; margin-top: 2px; }
+  .conversation { max-height: 32em; overflow: auto; margin-top: 4px; display: flex; flex-direction: column; gap: 4px; }
+  .turn { border: 1px solid #eaeef2; border-radius: 4px; padding: 3px 6px; background: #fff; }
+  .turn-assistant { background: #f1f8ff; border-color: #c8e1ff; }
+  .turn-tool { background: #fff8e6; border-color: #f1d79b; }
+  .turn-system { background: var(--bg); }
+  .turn.cut { opacity: 0.55; border-style: dashed; }
+  .turn-head { font-size: 11px; font-weight: 600; color: var(--muted); text-transform: uppercase; }
+  .turn-head .cut-note { text-transform: none; font-weight: normal; margin-left: 6px; }
+  .turn-text { max-height: 12em; overflow: auto; }
+  .tool-call { margin: 3px 0 1px; padding: 2px 6px; border-left: 3px solid #8250df; background: #fbf7ff;
+               display: flex; gap: 8px; align-items: baseline; }
+  .tool-call .tool-name { font-weight: 600; font-family: ui-monospace, Menlo, monospace; font-size: 12.5px; }
+  .tool-call-error { border-left-color: #cf222e; background: #fff5f5; color: #cf222e; font-size: 12px; }
+  .env-counts { color: var(--muted); }
   .empty { color: var(--muted); padding: 24px; text-align: center; }
 </style>
 </head>
@@ -287,6 +323,63 @@ function imageNode(path) {
   return img;
 }
 
+// ------------------------------------------------------------------ multi-turn records: the conversation
+function leadingMessages(record) {
+  // the messages before the model's first turn: the prompt (shown beside the responses)
+  const messages = record.messages || [];
+  const first = messages.findIndex((m) => m.role === "assistant");
+  return first < 0 ? messages : messages.slice(0, first);
+}
+function promptImages(record) {
+  if (!record.messages) return record.images || [];
+  return leadingMessages(record).flatMap((m) => m.images || []);
+}
+function searchText(record) {
+  const parts = [record.response || ""];
+  for (const message of record.messages || []) {
+    parts.push(message.content || "");
+    for (const call of message.tool_calls || []) parts.push(call.name || "", JSON.stringify(call.arguments ?? ""));
+  }
+  return parts.join("\n").toLowerCase();
+}
+function toolCallNode(call) {
+  const node = el("div", "tool-call");
+  if (call.error !== undefined) {
+    node.classList.add("tool-call-error");
+    node.textContent = "malformed tool call: " + call.error;
+    return node;
+  }
+  node.appendChild(el("span", "tool-name", call.name));
+  const args = typeof call.arguments === "string" ? call.arguments : JSON.stringify(call.arguments);
+  node.appendChild(el("pre", "tool-arguments", args));
+  return node;
+}
+function turnNode(message) {
+  const role = String(message.role);
+  const turn = el("div", "turn turn-" + role.toLowerCase().replace(/[^a-z0-9_-]/g, "_"));
+  turn.dataset.role = role;
+  const head = el("div", "turn-head", role);
+  if (message.cut) {
+    turn.classList.add("cut");
+    head.appendChild(el("span", "cut-note", "not shown to the model (the episode ended first)"));
+  }
+  turn.appendChild(head);
+  if (message.content) turn.appendChild(el("pre", "turn-text", message.content));
+  for (const call of message.tool_calls || []) turn.appendChild(toolCallNode(call));
+  if ((message.images || []).length) {
+    const images = el("div", "images");
+    for (const path of message.images) images.appendChild(imageNode(path));
+    turn.appendChild(images);
+  }
+  return turn;
+}
+function conversationNode(record) {
+  const box = el("div", "conversation");
+  const lead = leadingMessages(record).length;
+  for (const message of record.messages.slice(lead)) box.appendChild(turnNode(message));
+  return box;
+}
+
 function render() {
   const records = byStep.get(current) || [];
   const minReward = numberInput("min-reward"), maxReward = numberInput("max-reward");
@@ -304,11 +397,11 @@ function render() {
   for (const [uid, members] of groups) {
     index += 1;
     const sorted = [...members].sort((a, b) => (b.reward ?? -Infinity) - (a.reward ?? -Infinity));
-    const promptMatches = !text || members[0].prompt.toLowerCase().includes(text);
+    const promptMatches = !text || (members[0].prompt || "").toLowerCase().includes(text);
     const visible = sorted.filter((r) =>
       (minReward === null || (r.reward !== null && r.reward >= minReward)) &&
       (maxReward === null || (r.reward !== null && r.reward <= maxReward)) &&
-      (promptMatches || r.response.toLowerCase().includes(text)));
+      (promptMatches || searchText(r).includes(text)));
     if (!visible.length) continue;
     shownGroups += 1;
     shownResponses += visible.length;
@@ -323,8 +416,9 @@ function render() {
                                                                               : JSON.stringify(members[0].ground_truth));
     }
     side.appendChild(el("div", "group-meta", meta + " \u00b7 uid " + uid));
+    for (const message of leadingMessages(members[0]).slice(0, -1)) side.appendChild(turnNode(message));  // system
     side.appendChild(el("pre", "prompt", members[0].prompt));
-    const paths = members[0].images || [];
+    const paths = promptImages(members[0]);
     if (paths.length) {
       const images = el("div", "images");
       for (const path of paths) images.appendChild(imageNode(path));
@@ -347,7 +441,16 @@ function render() {
         head.appendChild(el("span", "advantage", "advantage " + fmt(record.advantage)));
       }
       head.appendChild(el("span", "length", record.response_length + " tokens"));
-      item.append(head, el("pre", "response-text", record.response));
+      if (record.env) {
+        const counts = [["turns", "turns"], ["tool_calls", "tool calls"], ["tool_errors", "tool errors"],
+                        ["cut_tool_messages", "cut tool results"]]
+          .filter(([key]) => typeof record.env[key] === "number" && (key === "turns" || record.env[key] > 0))
+          .map(([key, label]) => label + " " + fmt(record.env[key]));
+        if (record.env.truncated) counts.push("truncated");
+        head.appendChild(el("span", "env-counts", counts.join(" \u00b7 ")));
+      }
+      if (record.messages) item.append(head, conversationNode(record));
+      else item.append(head, el("pre", "response-text", record.response));
       list.appendChild(item);
     }
     group.append(side, list);

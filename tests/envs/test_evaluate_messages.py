@@ -11,11 +11,15 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""How `verl.envs.evaluate` puts images into the messages it sends: a row's images at the prompt's markers, and
-image parts as OpenAI image_url parts with PNG data URLs."""
+"""How `verl.envs.evaluate` puts images into the messages it sends (a row's images at the prompt's markers, image
+parts as OpenAI image_url parts with PNG data URLs), and how it scores episodes and records them (--reward, --rubric,
+--output), against a scripted endpoint."""
 
 import base64
 import io
+import json
+import os
+import types
 
 import pytest
 from PIL import Image
@@ -68,3 +72,172 @@ def test_row_images_are_read_relative_to_the_image_folder(tmp_path):
         ValueError, match=r"row 3: image 0 cannot be read: image file .*missing.png' does not exist \(--image-dir\)"
     ):
         _row_images("missing.png", str(tmp_path), 3)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# scoring and records, against a scripted endpoint
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CALCULATOR = os.path.join(REPO, "examples", "envs", "calculator.py")
+
+
+def _call(name, **arguments):
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
+class ScriptedClient:
+    """An `openai.OpenAI` stand-in: the n-th reply of an episode is `script[prompt][n]`."""
+
+    def __init__(self, script, **_):
+        self.script, self.requests = script, []
+        self.models = types.SimpleNamespace(list=lambda: types.SimpleNamespace(data=[types.SimpleNamespace(id="m")]))
+        self.chat = types.SimpleNamespace(completions=types.SimpleNamespace(create=self.create))
+
+    def create(self, model, messages, **kwargs):
+        self.requests.append((messages, kwargs))
+        turn = sum(message["role"] == "assistant" for message in messages)
+        prompt = messages[0]["content"]
+        if isinstance(prompt, list):  # a VL prompt: text and image_url parts
+            prompt = "".join(part.get("text", "") for part in prompt)
+        text, calls, finish = self.script[prompt][turn], None, "stop"
+        if isinstance(text, tuple):  # (name, arguments): a call the endpoint's tool parser took out of the text
+            function = types.SimpleNamespace(name=text[0], arguments=json.dumps(text[1]))
+            calls = [types.SimpleNamespace(id="call_0", type="function", function=function)]
+            text, finish = None, "tool_calls"
+        message = types.SimpleNamespace(role="assistant", content=text, tool_calls=calls)
+        usage = types.SimpleNamespace(completion_tokens=len((text or "x").split()), prompt_tokens=1)
+        return types.SimpleNamespace(
+            choices=[types.SimpleNamespace(message=message, finish_reason=finish)], usage=usage
+        )
+
+
+def run_evaluate(monkeypatch, tmp_path, capsys, script, rows, *options):
+    import openai
+
+    from verl.envs import evaluate
+
+    clients = []
+    monkeypatch.setattr(openai, "OpenAI", lambda **kw: clients.append(ScriptedClient(script, **kw)) or clients[-1])
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert evaluate.main(["--data", str(data), "--base-url", "http://unused/v1", *options]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    return lines[:-1], lines[-1], clients[0]
+
+
+def test_evaluate_scores_episodes_and_writes_their_conversations(monkeypatch, tmp_path, capsys):
+    """The calculator's tool episodes, scored by its reward function: the printed means are those of the records,
+    and each record holds the conversation with roles, the tool calls and their results."""
+    script = {
+        "6 x 7?": [_call("multiply", a=6, b=7), "It is 42."],
+        "3 x 5?": [_call("divide", a=3, b=5), "16"],  # an unknown tool: an error, then a wrong answer
+        # a structured call (an endpoint with a tool parser), then one whose result is never seen
+        "2 x 4?": [("multiply", {"a": 2, "b": 4}), _call("multiply", a=4, b=2)],
+    }
+    rows = [{"prompt": p, "answer": a} for p, a in (("6 x 7?", "42"), ("3 x 5?", "15"), ("2 x 4?", "8"))]
+    output = tmp_path / "out" / "episodes.jsonl"
+    output.parent.mkdir()
+    episodes, summary, client = run_evaluate(
+        monkeypatch,
+        tmp_path,
+        capsys,
+        script,
+        rows,
+        *("--env", f"{CALCULATOR}:Multiplier", "--max-turns", "2", "--output", str(output)),
+        *("--reward", f"{CALCULATOR}:compute_score"),
+    )
+    assert client.requests[0][1]["tools"][0]["function"]["name"] == "multiply"  # the tools went to the endpoint
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [r["row"] for r in records] == [e["row"] for e in episodes] == [0, 1, 2]
+    assert [r["scores"]["accuracy"] for r in records] == [1.0, 0.0, 0.0]
+    assert [r["reward"] for r in records] == [e["reward"] for e in episodes] == pytest.approx([1.1, 0.0, 0.1])
+    mean = lambda key: sum(r["scores"][key] for r in records) / len(records)  # noqa: E731
+    assert summary["accuracy"] == pytest.approx(mean("accuracy")) == pytest.approx(1 / 3)
+    for key in ("overall", "accuracy", "tool_use"):
+        assert summary[f"reward/{key}/mean"] == pytest.approx(mean(key))
+    assert summary["tool_errors/mean"] == pytest.approx(sum(r["env"]["tool_errors"] for r in records) / 3)
+
+    first, wrong, cut = records
+    assert [m["role"] for m in first["messages"]] == ["user", "assistant", "tool", "assistant"]
+    assert first["messages"][0]["content"] == "6 x 7?" and first["prompt"] == "6 x 7?"
+    assert first["messages"][1]["tool_calls"] == [{"name": "multiply", "arguments": {"a": 6, "b": 7}}]
+    assert first["messages"][2]["content"] == "42" and "tool_calls" not in first["messages"][3]
+    assert first["env"] == {
+        "turns": 2.0,
+        "tool_calls": 1.0,
+        "tool_errors": 0.0,
+        "cut_tool_messages": 0.0,
+        "truncated": 0.0,
+    }
+    assert (
+        first["done"] is True
+        and first["ground_truth"] == "42"
+        and first["response_length"] == sum(len(t.split()) for t in script["6 x 7?"])
+    )
+    assert first["response"] == first["messages"][1]["content"] + "It is 42."  # the model's turns
+    assert "no tool named 'divide'" in wrong["messages"][2]["content"] and wrong["env"]["tool_errors"] == 1.0
+    # --max-turns spent on a call: its result is kept, marked cut, and counted apart from the errors
+    assert [m["role"] for m in cut["messages"]] == ["user", "assistant", "tool", "assistant", "tool"]
+    assert cut["messages"][-1] == {"role": "tool", "content": "8", "cut": True}
+    assert cut["env"]["cut_tool_messages"] == 1.0 and cut["env"]["tool_errors"] == 0.0 and cut["done"] is False
+    assert episodes[2]["cut_tool_messages"] == 1 and summary["cut_tool_messages/mean"] == pytest.approx(1 / 3)
+    assert cut["messages"][1]["tool_calls"] == [{"name": "multiply", "arguments": {"a": 2, "b": 4}}]
+    assert cut["messages"][2] == {"role": "tool", "content": "8"}  # the structured call ran
+    resent = [m for m in client.requests[-1][0] if m["role"] == "assistant"][0]["content"]
+    assert resent == '<tool_call>\n{"name": "multiply", "arguments": {"a": 2, "b": 4}}\n</tool_call>'  # as text
+
+
+PICTURE_ENV = """
+from PIL import Image
+
+from verl.envs import MultiTurnEnv
+
+
+class ShowPicture(MultiTurnEnv):
+    def env_response(self, state, response):
+        if "done" in response:
+            return [], True
+        picture = Image.new("RGB", (4, 4), (0, 0, 255))
+        return [{"role": "user", "content": [{"type": "text", "text": "And this?"}, {"type": "image", "image": picture}]}], False
+
+    def episode_info(self, state):
+        return {"pictures": 1.0}
+"""
+
+
+def test_evaluate_records_the_images_of_every_turn(monkeypatch, tmp_path, capsys):
+    """A VL episode: the row's picture and the environment's are written next to the records, named by the
+    messages that showed them; a rubric scores it, and without an accuracy key the accuracy is overall > 0."""
+    (tmp_path / "env.py").write_text(PICTURE_ENV)
+    (tmp_path / "rewards.py").write_text(
+        "def said_blue(sample):\n    return {'overall': float('blue' in sample['extra_info']['last_turn'])}\n"
+        "def turns(sample):\n    return {'overall': sample['extra_info']['env_turns']}\n"
+    )
+    Image.new("RGB", (4, 4), (255, 0, 0)).save(tmp_path / "red.png")
+    script = {"What colour?": ["red", "blue, done"], "Again?": ["green, done"]}
+    rows = [{"prompt": "What colour?", "answer": "red", "images": ["red.png"]}, {"prompt": "Again?", "answer": "x"}]
+    rubric = {
+        "colour": {"function": f"{tmp_path / 'rewards.py'}:said_blue"},
+        "length": {"function": f"{tmp_path / 'rewards.py'}:turns", "weight": 0.5},
+    }
+    output = tmp_path / "episodes.jsonl"
+    _, summary, _ = run_evaluate(
+        monkeypatch,
+        tmp_path,
+        capsys,
+        script,
+        rows,
+        *("--env", f"{tmp_path / 'env.py'}:ShowPicture", "--output", str(output), "--rubric", json.dumps(rubric)),
+    )
+    first, second = [json.loads(line) for line in output.read_text().splitlines()]
+    assert first["images"] == ["images/episodes/e0000_0.png", "images/episodes/e0000_1.png"]
+    assert first["messages"][0]["images"] == ["images/episodes/e0000_0.png"]
+    assert [m["role"] for m in first["messages"]] == ["user", "assistant", "user", "assistant"]
+    assert first["messages"][2] == {"role": "user", "content": "And this?", "images": ["images/episodes/e0000_1.png"]}
+    with Image.open(tmp_path / "images" / "episodes" / "e0000_1.png") as image:
+        assert image.convert("RGB").getpixel((1, 1)) == (0, 0, 255)
+    assert second["images"] == [] and "images" not in second["messages"][0]
+    assert first["scores"] == {"overall": 2.0, "colour/overall": 1.0, "length/overall": 2.0}
+    assert second["scores"] == {"overall": 0.5, "colour/overall": 0.0, "length/overall": 1.0}
+    assert summary["accuracy"] == 1.0  # no accuracy key: the share of episodes with overall > 0
+    assert summary["reward/overall/mean"] == pytest.approx(1.25) and summary["pictures/mean"] == 1.0

@@ -131,15 +131,17 @@ def test_chat_completions_follow_the_openai_shape(server):
         client.chat.completions.create(model="tiny", messages=messages, max_tokens=600)
 
 
-def evaluate(server: str, env: str, answers: tuple[int, ...], tmp_path, rows=None) -> tuple[list[dict], dict]:
-    """`python -m verl.envs.evaluate` of games with these answers (3 turns of at most 6 tokens), or of these `rows`:
-    (episodes, summary)."""
+def evaluate(
+    server: str, env: str, answers: tuple[int, ...], tmp_path, rows=None, options=()
+) -> tuple[list[dict], dict]:
+    """`python -m verl.envs.evaluate` of games with these answers (3 turns of at most 6 tokens), or of these `rows`,
+    with more command-line `options`: (episodes, summary)."""
     data = tmp_path / "games.jsonl"
     rows = rows or [{"prompt": "Guess my number (1-8).", "answer": str(i)} for i in answers]
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
     proc = subprocess.run(
         [sys.executable, "-m", "verl.envs.evaluate", "--env", env, "--data", str(data)]
-        + ["--base-url", server, "--max-turns", "3", "--max-tokens", "6"],
+        + ["--base-url", server, "--max-turns", "3", "--max-tokens", "6", *options],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -158,6 +160,39 @@ def test_an_environment_runs_through_the_endpoint(server, tmp_path):
         assert 1 <= episode["turns"] <= 3 and episode["guesses"] == episode["turns"]  # episode_info came through
         assert episode["done"] == bool(episode["solved"])  # the game ends only when solved (or out of turns)
     assert summary["turns/mean"] == pytest.approx(sum(e["turns"] for e in episodes) / 2)
+
+
+def test_evaluate_scores_with_the_reward_function_and_records_the_conversations(server, tmp_path):
+    """--reward: the game's own reward function scores each episode; the printed means are those of the --output
+    records, which hold each conversation turn by turn."""
+    game = os.path.join(REPO, "examples", "envs", "guess_number.py")
+    output = tmp_path / "episodes.jsonl"
+    options = ("--reward", f"{game}:compute_score", "--reward-kwargs", '{"per_turn": false}', "--output", str(output))
+    episodes, summary = evaluate(server, f"{game}:GuessNumber", (3, 6, 1), tmp_path, options=options)
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [r["row"] for r in records] == [e["row"] for e in episodes] == [0, 1, 2]
+    for record, episode in zip(records, episodes):
+        assert record["reward"] == episode["reward"] == record["scores"]["overall"] == record["scores"]["solved"]
+        assert record["env"]["solved"] == record["scores"]["solved"]  # per_turn=false: a win scores 1
+        roles = [message["role"] for message in record["messages"]]
+        assert roles[:2] == ["user", "assistant"] and roles.count("assistant") == episode["turns"]
+        assert record["messages"][0]["content"] == "Guess my number (1-8)."
+        feedback = [m for m in record["messages"][1:] if m["role"] == "user"]
+        assert all(m["content"] in ("higher", "lower", "Answer with a number.") for m in feedback)
+        assert [bool(m.get("cut")) for m in feedback] == [False] * (episode["turns"] - 1) + [True] * (
+            len(feedback) - episode["turns"] + 1
+        )  # the reply to the last of 3 turns never reached the model
+    mean = lambda key: sum(r["scores"][key] for r in records) / len(records)  # noqa: E731
+    assert summary["reward/overall/mean"] == pytest.approx(mean("overall"))
+    assert summary["reward/solved/mean"] == pytest.approx(mean("solved"))
+    assert summary["accuracy"] == pytest.approx(sum(r["reward"] > 0 for r in records) / 3)  # no accuracy key
+    viewer = subprocess.run(
+        [sys.executable, os.path.join(REPO, "scripts", "rollout_viewer.py"), str(output)],
+        capture_output=True,
+        text=True,
+    )
+    assert viewer.returncode == 0 and "3 responses over 1 steps" in viewer.stdout
+    assert (tmp_path / "episodes.html").is_file()
 
 
 def test_a_client_style_environment_runs_through_the_endpoint(server, tmp_path):

@@ -24,14 +24,16 @@ import re
 import shutil
 import subprocess
 import sys
+import types
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image, ImageDraw
 from repo_files import load_repo_file
 
 from verl.models.tiny_models import build_tokenizer
-from verl.protocol import DataProto
+from verl.protocol import DataProto, to_object_array
 from verl.trainer.rollout_dump import dump_rollouts
 
 
@@ -172,6 +174,146 @@ def test_dump_writes_an_environments_images_for_each_sample(tokenizer, tmp_path)
     assert records[0]["images"] == ["images/step_3/g0000_0.png", "images/step_3/g0000_1.png"]
     assert records[1]["images"] == ["images/step_3/g0000_0.png", "images/step_3/g0000_2.png"]
     with Image.open(tmp_path / "images" / "step_3" / "g0000_2.png") as image:
+        assert image.convert("RGB").getpixel((1, 1)) == (0, 0, 255)
+
+
+CALCULATOR = os.path.join(REPO, "examples", "envs", "calculator.py")
+
+
+def tool_episodes(tokenizer, turns: list[list[str]], max_turns: int = 2):
+    """Episodes of the calculator's Multiplier environment as the multi-turn rollout runs them (its TurnRunner and
+    step loop), the engine replaced by scripted turns: episode i's model turns are `turns[i]`."""
+    from verl.envs import load_environment
+    from verl.workers.rollout.multi_turn import ChatContinuation, Episode, TurnRunner, run_episodes
+
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    runner = TurnRunner(
+        engine=None,
+        sampling={},
+        budget=256,
+        max_turns=max_turns,
+        eos_token_ids={eos},
+        continuation=ChatContinuation(tokenizer),
+        tokenizer=tokenizer,
+        with_logprobs=False,
+    )
+
+    def generate(episodes, limits):
+        index = {id(e): i for i, e in enumerate(all_episodes)}
+        return [
+            types.SimpleNamespace(
+                token_ids=tokenizer.encode(turns[index[id(e)]][e.turns], add_special_tokens=False) + [eos]
+            )
+            for e in episodes
+        ]
+
+    runner.generate = generate
+    env = load_environment(f"{CALCULATOR}:Multiplier")
+    all_episodes = [Episode(prompt_input={"prompt_token_ids": [0]}, state=env.reset({}), seed=None) for _ in turns]
+    run_episodes(runner, env, all_episodes)
+    return all_episodes
+
+
+def episode_batch(tokenizer, question: str, episodes, rewards: list[float], media=None) -> DataProto:
+    """A rollout batch of one prompt's multi-turn episodes, with the columns the rollout adds (episode_columns)."""
+    from verl.workers.rollout.multi_turn import episode_columns
+
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=False
+    )
+    prompt_ids = tokenizer.encode(text, add_special_tokens=False)
+    width = max(len(e.ids) for e in episodes)
+    pad = tokenizer.pad_token_id
+    responses = torch.tensor([e.ids + [pad] * (width - len(e.ids)) for e in episodes])
+    mask = torch.tensor([e.loss_mask + [0] * (width - len(e.ids)) for e in episodes])
+    scores = torch.zeros(responses.shape)
+    for row, (e, reward) in enumerate(zip(episodes, rewards)):
+        scores[row, len(e.ids) - 1] = reward
+    n = len(episodes)
+    non_tensors = {
+        "uid": np.array(["0-0"] * n, dtype=object),
+        "ground_truth": np.array(["42"] * n, dtype=object),
+        "prompt_content": np.array([question] * n, dtype=object),
+        "reward/overall": np.array(rewards, dtype=object),
+        **episode_columns(episodes),
+    }
+    if media is not None:
+        non_tensors["multi_modal_data"] = to_object_array(media)
+    tensors = {
+        "prompts": torch.tensor([prompt_ids] * n),
+        "responses": responses,
+        "response_mask": mask,
+        "token_level_scores": scores,
+    }
+    return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
+
+
+def call(name: str, **arguments) -> str:
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
+def test_dump_keeps_the_turns_of_multi_turn_episodes(tokenizer, tmp_path):
+    """Tool-use episodes: each record holds the conversation (roles, the calls of each model turn, the tool results,
+    the result the episode ended before showing marked cut) and the episode's counts; `response` is as before."""
+    turns = [
+        [call("multiply", a=6, b=7), "It is 42."],
+        ["<tool_call>{oops}</tool_call>", call("multiply", a=7, b=6)],  # a malformed call, then a call left unanswered
+    ]
+    episodes = tool_episodes(tokenizer, turns)
+    batch = episode_batch(tokenizer, "What is 6 x 7?", episodes, [1.0, 0.0])
+    records = [json.loads(line) for line in open(dump_rollouts(batch, 2, str(tmp_path), tokenizer))]
+    solved, cut = records
+    assert solved["response"] == turns[0][0] + turns[0][1] and solved["prompt"].endswith("What is 6 x 7?\nassistant\n")
+    assert [m["role"] for m in solved["messages"]] == ["user", "assistant", "tool", "assistant"]
+    assert solved["messages"][0] == {"role": "user", "content": "What is 6 x 7?"}
+    assert solved["messages"][1] == {
+        "role": "assistant",
+        "content": turns[0][0],
+        "tool_calls": [{"name": "multiply", "arguments": {"a": 6, "b": 7}}],
+    }
+    assert solved["messages"][2] == {"role": "tool", "content": "42"}
+    assert solved["messages"][3] == {"role": "assistant", "content": "It is 42."}
+    assert solved["env"] == {
+        "turns": 2.0,
+        "tool_calls": 1.0,
+        "tool_errors": 0.0,
+        "cut_tool_messages": 0.0,
+        "truncated": 0.0,
+    }
+    assert [m["role"] for m in cut["messages"]] == ["user", "assistant", "tool", "assistant", "tool"]
+    assert "error" in cut["messages"][1]["tool_calls"][0] and cut["messages"][2]["content"].startswith("Error: ")
+    assert cut["messages"][4] == {"role": "tool", "content": "42", "cut": True}  # max_turns ended the episode
+    assert cut["env"]["tool_errors"] == 1.0 and cut["env"]["cut_tool_messages"] == 1.0
+    assert cut["reward"] == 0.0 and cut["scores"] == {"overall": 0.0} and cut["images"] == []
+
+
+def test_dump_names_the_images_of_each_turn(tokenizer, tmp_path):
+    """A VL episode whose environment answered with a picture: the prompt's image on the first message, the
+    environment's on the message that showed it (the same files as the record's images)."""
+    from verl.workers.rollout.multi_turn import Episode, record_messages
+
+    red, blue = Image.new("RGB", (4, 4), (255, 0, 0)), Image.new("RGB", (4, 4), (0, 0, 255))
+    episode = Episode(
+        prompt_input={"prompt_token_ids": [0], "multi_modal_data": {"image": [red]}}, state={}, seed=None
+    )
+    episode.ids = tokenizer.encode("red", add_special_tokens=False)
+    episode.loss_mask = [1] * len(episode.ids)
+    episode.messages.append({"role": "assistant", "content": "red"})
+    shown = [{"role": "user", "content": [{"type": "text", "text": "And this?"}, {"type": "image", "image": blue}]}]
+    record_messages(episode, shown, cut=False)  # as add_environment_turn does, then the image joins the episode's
+    episode.images.append(blue)
+    episode.messages.append({"role": "assistant", "content": "blue"})
+    record_messages(episode, [{"role": "user", "content": [{"type": "image", "image": red}]}], cut=True)
+    batch = episode_batch(
+        tokenizer, "<image>Which colour?", [episode], [1.0], media=[{"images": [red, blue], "videos": []}]
+    )
+    (record,) = [json.loads(line) for line in open(dump_rollouts(batch, 5, str(tmp_path), tokenizer))]
+    assert record["images"] == ["images/step_5/g0000_0.png", "images/step_5/g0000_1.png"]
+    first, _, answer, _, late = record["messages"]
+    assert first == {"role": "user", "content": "<image>Which colour?", "images": ["images/step_5/g0000_0.png"]}
+    assert answer == {"role": "user", "content": "And this?", "images": ["images/step_5/g0000_1.png"]}
+    assert late == {"role": "user", "content": "", "cut": True}  # never shown: no image file
+    with Image.open(tmp_path / "images" / "step_5" / "g0000_1.png") as image:
         assert image.convert("RGB").getpixel((1, 1)) == (0, 0, 255)
 
 
@@ -330,3 +472,107 @@ def save_screenshot(driver, tokenizer, work_dir) -> None:
     Select(driver.find_element(By.ID, "step-select")).select_by_value("6")
     driver.execute_script("window.scrollTo(0, 0)")
     driver.save_screenshot(SCREENSHOT)
+
+
+def multi_turn_run(tokenizer, rollout_dir: str) -> None:
+    """Step 1: two calculator episodes (one solved with a tool, one with a malformed call and a cut result); step 2:
+    a VL episode whose environment answered with a picture."""
+    from verl.workers.rollout.multi_turn import Episode, record_messages
+
+    turns = [[call("multiply", a=6, b=7), "It is 42."], ["<tool_call>{oops}</tool_call>", call("multiply", a=7, b=6)]]
+    dump_rollouts(
+        episode_batch(tokenizer, "What is 6 x 7?", tool_episodes(tokenizer, turns), [1.0, 0.0]),
+        1,
+        rollout_dir,
+        tokenizer,
+    )
+    red, blue = squares_picture(1, seed=1), squares_picture(2, seed=2)
+    episode = Episode(
+        prompt_input={"prompt_token_ids": [0], "multi_modal_data": {"image": [red]}}, state={}, seed=None
+    )
+    episode.ids = tokenizer.encode("one", add_special_tokens=False)
+    episode.loss_mask = [1] * len(episode.ids)
+    episode.messages.append({"role": "assistant", "content": "one"})
+    record_messages(
+        episode,
+        [{"role": "user", "content": [{"type": "text", "text": "And now?"}, {"type": "image", "image": blue}]}],
+        cut=False,
+    )
+    episode.images.append(blue)
+    episode.messages.append({"role": "assistant", "content": "two"})
+    episode.turns = 2
+    media = [{"images": [red, blue], "videos": []}]
+    dump_rollouts(
+        episode_batch(tokenizer, "How many squares?", [episode], [1.0], media=media), 2, rollout_dir, tokenizer
+    )
+
+
+def test_viewer_embeds_the_turns_and_opens_a_records_file(tokenizer, tmp_path, capsys):
+    multi_turn_run(tokenizer, str(tmp_path))
+    viewer = load_viewer()
+    assert viewer.main([str(tmp_path)]) == 0
+    assert "3 responses over 2 steps, 2 images" in capsys.readouterr().out
+    page = (tmp_path / "index.html").read_text(encoding="utf-8")
+    data = json.loads(re.search(r'id="rollout-data">(.*?)</script>', page, re.DOTALL).group(1))
+    assert [m["role"] for m in data["records"][0]["messages"]] == ["user", "assistant", "tool", "assistant"]
+    assert data["records"][0]["messages"][1]["tool_calls"] == [{"name": "multiply", "arguments": {"a": 6, "b": 7}}]
+    assert data["records"][2]["messages"][2]["images"] == ["images/step_2/g0000_1.png"]
+    assert set(data["images"]) == {"images/step_2/g0000_0.png", "images/step_2/g0000_1.png"}
+    # one records file, as `python -m verl.envs.evaluate --output` writes it (no step): step 0, images beside it
+    records = [json.loads(line) for line in open(tmp_path / "step_2.jsonl")]
+    (tmp_path / "episodes.jsonl").write_text(
+        "".join(json.dumps({k: v for k, v in r.items() if k != "step"}) + "\n" for r in records)
+    )
+    assert viewer.main([str(tmp_path / "episodes.jsonl")]) == 0
+    assert "1 responses over 1 steps, 2 images" in capsys.readouterr().out
+    data = json.loads(
+        re.search(r'id="rollout-data">(.*?)</script>', (tmp_path / "episodes.html").read_text(), re.DOTALL).group(1)
+    )
+    assert data["records"][0]["step"] == 0 and len(data["images"]) == 2
+
+
+def test_viewer_shows_multi_turn_episodes_as_conversations(tokenizer, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    multi_turn_run(tokenizer, str(tmp_path / "rollouts"))
+    output = tmp_path / "viewer.html"
+    assert load_viewer().main([str(tmp_path / "rollouts"), "-o", str(output)]) == 0
+    driver = chromium_driver()
+    try:
+        driver.get(output.as_uri())
+        css = lambda selector: driver.find_elements(By.CSS_SELECTOR, selector)  # noqa: E731
+        solved, cut = css(".response")
+
+        def roles(response) -> list[str]:
+            return [t.get_attribute("data-role") for t in response.find_elements(By.CSS_SELECTOR, ".turn")]
+
+        assert roles(solved) == ["assistant", "tool", "assistant"]  # the prompt is beside them, not repeated
+        assert roles(cut) == ["assistant", "tool", "assistant", "tool"]
+        calls = solved.find_elements(By.CSS_SELECTOR, ".tool-call")
+        assert [c.find_element(By.CSS_SELECTOR, ".tool-name").text for c in calls] == ["multiply"]
+        assert json.loads(calls[0].find_element(By.CSS_SELECTOR, ".tool-arguments").text) == {"a": 6, "b": 7}
+        assert solved.find_elements(By.CSS_SELECTOR, ".turn-tool .turn-text")[0].text == "42"
+        assert "malformed tool call" in cut.find_element(By.CSS_SELECTOR, ".tool-call-error").text
+        last = cut.find_elements(By.CSS_SELECTOR, ".turn")[-1]
+        assert "cut" in last.get_attribute("class") and "not shown to the model" in last.text
+        assert "turns 2" in cut.find_element(By.CSS_SELECTOR, ".env-counts").text
+        assert "cut tool results 1" in cut.find_element(By.CSS_SELECTOR, ".env-counts").text
+        assert "What is 6 x 7?" in css(".group .prompt")[0].text
+        driver.find_element(By.ID, "text-filter").send_keys("It is 42")  # the filter reads every turn
+        assert len(css(".response")) == 1
+        driver.find_element(By.ID, "text-filter").clear()
+        driver.execute_script("document.getElementById('text-filter').dispatchEvent(new Event('input'))")
+
+        driver.find_element(
+            By.ID, "next-step"
+        ).click()  # the VL episode: the prompt's picture beside, the turn's in it
+        assert len(css(".group-side .prompt-image")) == 1
+        (turn,) = [t for t in css(".turn") if t.get_attribute("data-role") == "user"]
+        assert "And now?" in turn.text and len(turn.find_elements(By.CSS_SELECTOR, "img.prompt-image")) == 1
+        assert driver.execute_script(
+            "return [...document.querySelectorAll('.turn img')].every(i => i.complete && i.naturalWidth === 56)"
+        )
+        errors = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+        assert not errors, errors
+    finally:
+        driver.quit()

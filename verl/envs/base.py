@@ -50,7 +50,8 @@ class Environment:
     `state`: ToolEnv does (8)."""
 
     def reset(self, row: dict[str, Any]) -> dict[str, Any]:
-        """The state of a new episode for a dataset `row` (its prompt text, `ground_truth` and other columns)."""
+        """The state of a new episode for a dataset `row` (its prompt text, `ground_truth` and other columns, and
+        `prompt_images`: the prompt's pictures as PIL images, as the model sees them; empty for a text prompt)."""
         return {"row": row}
 
     def step(self, state: dict[str, Any], response: str) -> EnvStep:

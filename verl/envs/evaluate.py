@@ -15,9 +15,12 @@
 training (the trained model served by `python -m verl.serve`, or another model).
 
     python -m verl.envs.evaluate --env examples/envs/guess_number.py:GuessNumber --data val.jsonl \
-        --base-url http://127.0.0.1:8000/v1 [--max-turns 4 --temperature 0]
+        --base-url http://127.0.0.1:8000/v1 [--max-turns 4 --temperature 0] \
+        [--reward examples/envs/guess_number.py:compute_score --output episodes.jsonl]
 
-Prints one JSON line per episode and a last line with the means; `--help` lists the options.
+Prints one JSON line per episode and a last line with the means (with --reward or --rubric: each reward key's mean
+and the accuracy); --output writes each episode's conversation in the rollout records' format, which
+scripts/rollout_viewer.py shows. `--help` lists the options.
 """
 
 import argparse
@@ -26,6 +29,7 @@ import base64
 import functools
 import io
 import json
+import math
 import os
 import sys
 import types
@@ -35,6 +39,7 @@ from typing import Any
 from verl.envs.base import Environment
 from verl.envs.client_env import ChatClientEnv, EpisodeOver
 from verl.envs.loader import load_environment
+from verl.trainer.rollout_dump import message_record, message_text, transcript_messages, write_image
 
 
 IMAGE_MARKER = "<image>"
@@ -113,63 +118,272 @@ class EpisodeSetup:
     """Sampling parameters of every request (max_tokens, temperature)."""
 
 
-def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> dict[str, Any]:
-    """One episode through `client.chat.completions`; returns its counts, episode_info and the conversation."""
-    state = env.reset(dict(setup.row))
+@dataclass
+class EpisodeResult:
+    """What one episode gave: its counts, the environment's episode_info and the conversation."""
+
+    counts: dict[str, Any]
+    """turns, tool_calls, tool_errors, cut_tool_messages, truncated (the last turn ended at --max-tokens), done."""
+    info: dict[str, float]
+    """The environment's episode_info."""
+    messages: list[dict[str, Any]]
+    """The whole conversation, the prompt first, in the rollout records' form (verl.trainer.rollout_dump.
+    transcript_messages): image parts as {"type": "image", "index": i} into `images`; messages the episode ended
+    before the model saw them marked "cut"."""
+    images: list[Any]
+    """The images the model was shown (PIL), in order: the prompt's first."""
+    completion_tokens: int = 0
+    """Tokens of the model's turns as the endpoint counted them (0 when it reports no usage)."""
+    last_turn: str = ""
+    """The model's final turn."""
+
+
+def _new_counts() -> dict[str, Any]:
+    return {"turns": 0, "tool_calls": 0, "tool_errors": 0, "cut_tool_messages": 0, "truncated": False, "done": False}
+
+
+def _images_of(messages: list[dict[str, Any]]) -> list[Any]:
+    """The image parts' images of `messages`, in order."""
+    return [
+        part.get("image")
+        for message in messages
+        if isinstance(message, dict) and isinstance(message.get("content"), list)
+        for part in message["content"]
+        if isinstance(part, dict) and part.get("type") == "image"
+    ]
+
+
+def _usage_tokens(reply: Any) -> int:
+    return int(getattr(getattr(reply, "usage", None), "completion_tokens", None) or 0)
+
+
+def reply_turn(message: Any) -> tuple[str, list[dict[str, Any]]]:
+    """(the model's turn as text, its structured tool calls as {"name", "arguments"}) of a reply's message.
+
+    An endpoint with a tool parser (`verl.serve` or vLLM given `tools`) moves the `<tool_call>` blocks out of the
+    content into `tool_calls`; they are written back as blocks after the content, so the environment reads the turn
+    as in training and the next request carries the model's calls as text, as training's sequence does."""
+    text, calls = message.content or "", []
+    for call in getattr(message, "tool_calls", None) or []:
+        function = getattr(call, "function", None)
+        if function is None:
+            continue
+        arguments = function.arguments
+        try:
+            arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+        except ValueError:
+            pass  # not JSON: the environment reports the call as malformed
+        calls.append({"name": function.name, "arguments": arguments})
+        block = json.dumps({"name": function.name, "arguments": arguments}, ensure_ascii=False)
+        text += ("\n" if text else "") + f"<tool_call>\n{block}\n</tool_call>"
+    return text, calls
+
+
+def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeResult:
+    """One episode through `client.chat.completions`; returns its counts, episode_info and the conversation.
+
+    The environment's messages after the last turn (--max-turns spent, or given with done) are kept marked cut, as
+    in training; the tool results among them are counted in cut_tool_messages."""
+    state = env.reset({**setup.row, "prompt_images": list(setup.images)})  # as training gives them
     messages: list[dict[str, Any]] = [prompt_message(setup.prompt, setup.images)]
     schemas = getattr(env, "tool_schemas", None)
     extra = {"tools": schemas()} if schemas is not None else {}
-    result = {"turns": 0, "tool_calls": 0, "tool_errors": 0, "done": False}
+    counts = _new_counts()
+    transcript = transcript_messages(messages, 0)
+    images, tokens, text = list(setup.images), 0, ""
     urls: dict[int, str] = {}
-    for _ in range(setup.max_turns):
+    for turn in range(setup.max_turns):
         wire = to_openai_messages(messages, urls)
         reply = client.chat.completions.create(model=setup.model, messages=wire, **setup.sampling, **extra)
-        text = reply.choices[0].message.content or ""
+        choice = reply.choices[0]
+        text, calls = reply_turn(choice.message)
+        tokens += _usage_tokens(reply)
+        counts["truncated"] = choice.finish_reason == "length"
         messages.append({"role": "assistant", "content": text})
-        result["turns"] += 1
+        transcript += transcript_messages([{**messages[-1], "tool_calls": calls}], 0)
+        counts["turns"] += 1
         step = env.step(state, text)
-        result["tool_calls"] += step.tool_calls
-        result["tool_errors"] += step.tool_errors
-        if step.done:
-            result["done"] = True
+        counts["tool_calls"] += step.tool_calls
+        counts["tool_errors"] += step.tool_errors
+        shown = not step.done and turn < setup.max_turns - 1
+        transcript += transcript_messages(step.messages, len(images), cut=not shown)
+        if not shown:
+            counts["cut_tool_messages"] += sum(m.get("role") == "tool" for m in step.messages if isinstance(m, dict))
+            counts["done"] = bool(step.done)
             break
         messages.extend(step.messages)
-    return {**result, **env.episode_info(state), "messages": messages}
+        images += _images_of(step.messages)
+    return EpisodeResult(counts, env.episode_info(state), transcript, images, tokens, text)
 
 
-def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any) -> dict[str, Any]:
+def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any) -> EpisodeResult:
     """One episode of a ChatClientEnv: its `rollout` with a client from `make_client()` (an async OpenAI-style
     client, made inside the episode's event loop); requests get `setup.sampling` and count as turns, and after
-    `setup.max_turns` of them the next one ends the episode. Text prompts only, as in training; image parts the
-    episode itself sends are passed on as data URLs."""
+    `setup.max_turns` of them the next one ends the episode (its new messages are kept, marked cut). Text prompts
+    only, as in training; image parts the episode itself sends are passed on as data URLs."""
     if setup.images:
         raise NotImplementedError(
             f"{type(env).__name__} is a ChatClientEnv, which runs text prompts only (as in training); this row has "
             f"{len(setup.images)} images."
         )
-    state = env.reset(dict(setup.row))
-    result = {"turns": 0, "tool_calls": 0, "tool_errors": 0, "done": False}
+    state = env.reset({**setup.row, "prompt_images": []})
+    counts = _new_counts()
+    seen: list[dict[str, Any]] = []  # the last answered request and its reply
+    refused: list[dict[str, Any]] = []  # a request made after --max-turns
+    usage = {"tokens": 0, "text": ""}
 
     async def episode() -> None:
         client = make_client()
 
         class Completions:
             async def create(self, **request: Any) -> Any:
-                if result["turns"] >= setup.max_turns:
+                sent = list(request.get("messages", []))
+                if counts["turns"] >= setup.max_turns:
+                    refused[:] = sent
                     raise EpisodeOver(f"--max-turns={setup.max_turns} requests were answered")
-                result["turns"] += 1
-                request = {**request, "messages": to_openai_messages(list(request.get("messages", [])))}
-                return await client.chat.completions.create(**{**request, **setup.sampling})
+                counts["turns"] += 1
+                request = {**request, "messages": to_openai_messages(sent)}
+                reply = await client.chat.completions.create(**{**request, **setup.sampling})
+                choice = reply.choices[0]
+                usage["tokens"] += _usage_tokens(reply)
+                usage["text"], calls = reply_turn(choice.message)
+                counts["truncated"] = choice.finish_reason == "length"
+                seen[:] = [*sent, {"role": "assistant", "content": usage["text"], "tool_calls": calls}]
+                return reply
 
         counting = types.SimpleNamespace(chat=types.SimpleNamespace(completions=Completions()))
         await env.rollout(counting, setup.model, [{"role": "user", "content": setup.prompt}], state)
 
     try:
         asyncio.run(episode())
-        result["done"] = True
+        counts["done"] = True
     except EpisodeOver:
         pass
-    return {**result, **env.episode_info(state)}
+    conversation = seen or [{"role": "user", "content": setup.prompt}]
+    transcript = transcript_messages(conversation, 0)
+    if len(refused) > len(seen):
+        late = refused[len(seen) :]
+        transcript += transcript_messages(late, len(_images_of(conversation)), cut=True)
+        counts["cut_tool_messages"] += sum(m.get("role") == "tool" for m in late if isinstance(m, dict))
+    images = _images_of(conversation)
+    return EpisodeResult(counts, env.episode_info(state), transcript, images, usage["tokens"], usage["text"])
+
+
+def after_prompt(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages from the model's first turn on (what training's episode_messages column holds)."""
+    first = next((i for i, message in enumerate(messages) if message.get("role") == "assistant"), len(messages))
+    return messages[first:]
+
+
+def reward_sample(index: int, setup: EpisodeSetup, result: EpisodeResult) -> dict[str, Any]:
+    """The episode as a reward function gets it in training (verl.rewards.function.RewardInput): `response` is the
+    text of every message after the prompt that the model saw, one per line (training decodes the chat template's
+    rendering instead); `response_length` the endpoint's completion tokens; extra_info the row's other columns,
+    env_<count> and env_<episode_info key>, last_turn and episode_messages."""
+    shown = [message for message in after_prompt(result.messages) if not message.get("cut")]
+    extra = {key: value for key, value in setup.row.items() if key != "ground_truth"}
+    counts = {key: value for key, value in result.counts.items() if key != "done"}
+    extra.update({f"env_{key}": float(value) for key, value in {**counts, **result.info}.items()})
+    extra.update(last_turn=result.last_turn, episode_messages=after_prompt(result.messages))
+    return {
+        "response": "\n".join(message_text(message.get("content")) for message in shown),
+        "response_length": result.completion_tokens,
+        "ground_truth": setup.row.get("ground_truth"),
+        "prompt": setup.prompt,
+        "multi_modal_data": {"images": list(result.images), "videos": []} if result.images else None,
+        "uid": str(index),
+        "extra_info": extra,
+    }
+
+
+def episode_record(
+    index: int, setup: EpisodeSetup, result: EpisodeResult, scores: dict[str, float], paths: list[str]
+) -> dict[str, Any]:
+    """The episode in the rollout records' format (verl.trainer.rollout_dump.rollout_records; "step" and
+    "advantage" are training's), plus "row" and "done"."""
+    records = [message_record(m, lambda part: _path_at(paths, part)) for m in result.messages]
+    model_turns = [m["content"] for m in records if m["role"] == "assistant"]
+    return {
+        "row": index,
+        "uid": str(index),
+        "prompt": setup.prompt,
+        "response": "".join(model_turns),
+        "ground_truth": setup.row.get("ground_truth"),
+        "reward": _finite(scores.get("overall")),
+        "scores": {key: _finite(value) for key, value in scores.items()},
+        "response_length": result.completion_tokens,
+        "images": paths,
+        "messages": records,
+        "env": {key: _finite(value) for key, value in {**result.counts, **result.info}.items() if key != "done"},
+        "done": bool(result.counts["done"]),
+    }
+
+
+def _path_at(paths: list[str], part: dict[str, Any]) -> str | None:
+    position = part.get("index")
+    return paths[position] if isinstance(position, int) and 0 <= position < len(paths) else None
+
+
+def _finite(value: Any) -> float | None:
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def load_scorer(args: argparse.Namespace) -> Any:
+    """The reward manager of --reward / --rubric (the classes training scores with), or None without either."""
+    rubric = json.loads(args.rubric) if args.rubric else {}
+    if not args.reward and not rubric:
+        return None
+    from verl.rewards.function import RewardFunctionLoadError
+    from verl.workers.reward.manager import RewardSettings, create_reward_manager
+
+    if not isinstance(rubric, dict) or not all(
+        isinstance(part, dict) and "function" in part for part in rubric.values()
+    ):
+        raise SystemExit('evaluate: --rubric must be a JSON object {"name": {"function": "file.py:fn", ...}, ...}')
+    settings = RewardSettings(args.reward, json.loads(args.reward_kwargs), rubric=rubric)
+    try:
+        return create_reward_manager(settings, tokenizer=None)
+    except RewardFunctionLoadError as error:
+        raise SystemExit(f"evaluate: --reward/--rubric: {error}") from None
+
+
+def accuracy_key(keys: list[str]) -> str | None:
+    """The reward key that is the accuracy: `accuracy`, else the only `<part>/accuracy` of a rubric."""
+    if "accuracy" in keys:
+        return "accuracy"
+    parts = [key for key in keys if key.endswith("/accuracy")]
+    return parts[0] if len(parts) == 1 else None
+
+
+def summarize(results: list[dict[str, Any]], scores: list[dict[str, float]]) -> dict[str, Any]:
+    """The last printed line: the episode count, the mean of every number of the episodes' lines (`<name>/mean`),
+    and with a reward the mean of each reward key (`reward/<key>/mean`, over the episodes that have it) and
+    `accuracy`: the mean of the reward's accuracy key (`accuracy_key`), else the share of episodes with
+    overall > 0."""
+    count = max(len(results), 1)
+    totals: dict[str, float] = {}
+    for result in results:
+        for key, value in result.items():
+            if isinstance(value, (int, float)) and key not in ("row", "reward"):  # counts, done, episode_info numbers
+                totals[key] = totals.get(key, 0.0) + float(value)
+    summary: dict[str, Any] = {"episodes": len(results), **{f"{k}/mean": v / count for k, v in totals.items()}}
+    if not scores:
+        return summary
+    keys = list(dict.fromkeys(key for score in scores for key in score))
+    means = {}
+    for key in keys:
+        values = [score[key] for score in scores if key in score and math.isfinite(score[key])]
+        means[key] = sum(values) / len(values) if values else None
+    chosen = accuracy_key(keys)
+    if chosen is not None:
+        summary["accuracy"] = means[chosen]
+    else:
+        summary["accuracy"] = sum(score.get("overall", 0.0) > 0 for score in scores) / len(scores)
+    summary.update({f"reward/{key}/mean": value for key, value in means.items()})
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,10 +401,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--limit", type=int, default=None, help="evaluate the first N rows")
+    parser.add_argument(
+        "--reward",
+        default=None,
+        help="path/to/file.py:function scoring each episode (as worker.reward.reward_function)",
+    )
+    parser.add_argument("--reward-kwargs", default="{}", help="JSON object of the reward function's keyword arguments")
+    parser.add_argument(
+        "--rubric",
+        default=None,
+        help='JSON object of rubric parts, as worker.reward.rubric: {"name": {"function": ..., "weight": ...}}',
+    )
+    parser.add_argument(
+        "--output", default=None, help="write one JSON record per episode (the rollout records' format) to this file"
+    )
     args = parser.parse_args(argv)
     from openai import AsyncOpenAI, OpenAI
 
     env = load_environment(args.env, json.loads(args.env_kwargs))
+    scorer = load_scorer(args)
     client = OpenAI(base_url=args.base_url, api_key="unused")
     model = args.model or client.models.list().data[0].id
     if isinstance(env, ChatClientEnv):
@@ -199,19 +428,42 @@ def main(argv: list[str] | None = None) -> int:
         rows = [json.loads(line) for line in f if line.strip()][: args.limit]
     sampling = {"max_tokens": args.max_tokens, "temperature": args.temperature}
     image_dir = args.image_dir or os.path.dirname(os.path.abspath(args.data))
-    totals: dict[str, float] = {}
-    for index, row in enumerate(rows):
-        fields = {k: v for k, v in row.items() if k != args.image_key}
-        fields["ground_truth"] = row.get(args.answer_key)
-        images = _row_images(row.get(args.image_key), image_dir, index)
-        setup = EpisodeSetup(fields, str(row[args.prompt_key]), images, model, args.max_turns, sampling)
-        run = run_client_episode if isinstance(env, ChatClientEnv) else run_episode
-        result = run(env, setup, client)
-        print(json.dumps({"row": index, **{k: v for k, v in result.items() if k != "messages"}}), flush=True)
-        for key, value in result.items():
-            if isinstance(value, (int, float)):  # counts, done, episode_info numbers
-                totals[key] = totals.get(key, 0.0) + float(value)
-    print(json.dumps({"episodes": len(rows), **{f"{k}/mean": v / max(len(rows), 1) for k, v in totals.items()}}))
+    output = open(args.output, "w", encoding="utf-8") if args.output else None
+    out_dir = os.path.dirname(os.path.abspath(args.output)) if args.output else ""
+    stem = os.path.splitext(os.path.basename(args.output or ""))[0]
+    lines: list[dict[str, Any]] = []
+    scores: list[dict[str, float]] = []
+    try:
+        for index, row in enumerate(rows):
+            fields = {k: v for k, v in row.items() if k != args.image_key}
+            fields["ground_truth"] = row.get(args.answer_key)
+            images = _row_images(row.get(args.image_key), image_dir, index)
+            setup = EpisodeSetup(fields, str(row[args.prompt_key]), images, model, args.max_turns, sampling)
+            run = run_client_episode if isinstance(env, ChatClientEnv) else run_episode
+            result = run(env, setup, client)
+            line: dict[str, Any] = {"row": index, **result.counts, **result.info}
+            score: dict[str, float] = {}
+            if scorer is not None:
+                columns = scorer.score([reward_sample(index, setup, result)])
+                score = {key: float(values[0]) for key, values in columns.items()}
+                scores.append(score)
+                line.update(reward=_finite(score["overall"]), scores={k: _finite(v) for k, v in score.items()})
+            print(json.dumps(line), flush=True)
+            lines.append(line)
+            if output is not None:
+                paths = [
+                    write_image(image, out_dir, f"images/{stem}/e{index:04d}_{k}.png")
+                    for k, image in enumerate(result.images)
+                ]
+                record = episode_record(index, setup, result, score, paths)
+                output.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+                output.flush()
+    finally:
+        if output is not None:
+            output.close()
+        if scorer is not None:
+            scorer.close()
+    print(json.dumps(summarize(lines, scores)))
     return 0
 
 

@@ -14,29 +14,40 @@
 """Training rollouts on disk (trainer.rollout_data_dir), for `scripts/rollout_viewer.py` and for grepping.
 
 Each dumped step is `step_N.jsonl`, one line per sample, with images under `images/step_N/`; README.md's "Seeing the
-rollouts" lists the fields.
+rollouts" lists the fields. A multi-turn sample also holds its conversation (`messages`), in the record format that
+`python -m verl.envs.evaluate --output` writes too.
 """
 
 import io
 import json
 import math
 import os
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from verl.data.multimodal import open_image
-from verl.protocol import DataProto
+from verl.envs.tools import parse_tool_calls
 from verl.trainer.checkpointing import atomic_write
+
+
+if TYPE_CHECKING:  # verl.protocol loads torch: `python -m verl.envs.evaluate` imports this module without it
+    from verl.protocol import DataProto
 
 
 REWARD_COLUMN_PREFIX = "reward/"
 """Non-tensor columns `reward/<key>` hold the reward function's per-sample values for the dump."""
 PNG_MODES = ("1", "L", "LA", "P", "RGB", "RGBA")
 """PIL modes PNG stores as they are; other images are converted to RGB."""
+MESSAGES_COLUMN = "episode_messages"
+"""Non-tensor column of a multi-turn rollout: each episode's messages after the prompt (verl.workers.rollout.
+multi_turn.Episode.messages), image parts as {"type": "image", "index": i} into the sample's images."""
+ENV_COLUMN_PREFIX = "env_"
+"""Non-tensor columns `env_<name>` hold an episode's counts and `episode_info` numbers."""
 
 
-def decode_texts(batch: DataProto, tokenizer: Any) -> tuple[list[str], list[str]]:
+def decode_texts(batch: "DataProto", tokenizer: Any) -> tuple[list[str], list[str]]:
     """(prompts, responses) of a rollout batch as text: special and padding tokens skipped, responses cut to
     their valid tokens (response_mask)."""
     prompts = tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True)
@@ -70,7 +81,113 @@ def _png_bytes(value: Any) -> bytes:
     return buffer.getvalue()
 
 
-def _write_images(batch: DataProto, step: int, out_dir: str) -> list[list[str]]:
+def write_image(value: Any, out_dir: str, relative: str) -> str:
+    """Write an image (PIL, path, bytes) as PNG to `out_dir/relative`; returns `relative`."""
+    os.makedirs(os.path.join(out_dir, os.path.dirname(relative)), exist_ok=True)
+    _write_atomic(os.path.join(out_dir, relative), _png_bytes(value))
+    return relative
+
+
+def message_text(content: Any) -> str:
+    """The text of a chat message's content: the string, or its text parts joined."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(part.get("text") or "") for part in content if isinstance(part, dict))
+    return str(content)
+
+
+def _tool_calls(message: Mapping[str, Any], text: str) -> list[dict[str, Any]]:
+    """An assistant turn's calls: OpenAI-style `tool_calls` when the message has them, else the `<tool_call>` blocks
+    of its text as verl.envs.parse_tool_calls reads them ({"error": ...} for a malformed one)."""
+    calls = []
+    for call in message.get("tool_calls") or []:
+        function = call.get("function", call) if isinstance(call, Mapping) else {}
+        arguments = function.get("arguments", {})
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                pass  # kept as the model wrote it
+        calls.append({"name": str(function.get("name")), "arguments": arguments})
+    if calls:
+        return calls
+    return [call if isinstance(call, dict) else {"error": call} for call in parse_tool_calls(text)]
+
+
+def message_record(message: Mapping[str, Any], image_path: Callable[[Mapping[str, Any]], str | None]) -> dict:
+    """A chat message as rollout records hold it: {"role", "content" (its text), "images" (paths, when it shows
+    any), "tool_calls" (an assistant turn's calls, when it makes any: {"name", "arguments"} or {"error"}), "cut"
+    (true for environment messages the episode ended before showing to the model)}. `image_path` gives the path of
+    an image part (None: not written)."""
+    content = message.get("content")
+    record: dict[str, Any] = {"role": str(message.get("role")), "content": message_text(content)}
+    if isinstance(content, list):
+        images = [image_path(part) for part in content if isinstance(part, dict) and part.get("type") == "image"]
+        if any(path is not None for path in images):
+            record["images"] = [path for path in images if path is not None]
+    if record["role"] == "assistant":
+        calls = _tool_calls(message, record["content"])
+        if calls:
+            record["tool_calls"] = calls
+    if message.get("cut"):
+        record["cut"] = True
+    return record
+
+
+def transcript_messages(messages: list[Any], first_image: int, cut: bool = False) -> list[dict[str, Any]]:
+    """Chat messages as the episode_messages column holds them: role and content, each image part replaced by
+    {"type": "image", "index": i}, numbered in order from `first_image` (the place of the image in the sample's
+    images); `cut` ones (never shown to the model) are marked "cut" and their images get no index."""
+    position = first_image
+    entries = []
+    for message in messages:
+        if not isinstance(message, Mapping):
+            continue
+        content = message.get("content")
+        if isinstance(content, list):
+            parts = []
+            for part in content:
+                if isinstance(part, Mapping) and part.get("type") == "image":
+                    parts.append({"type": "image", "index": None if cut else position})
+                    position += not cut
+                else:
+                    parts.append(part)
+            content = parts
+        entry = {"role": message.get("role"), "content": content}
+        if message.get("tool_calls"):
+            entry["tool_calls"] = message["tool_calls"]
+        if cut:
+            entry["cut"] = True
+        entries.append(entry)
+    return entries
+
+
+def conversation_records(prompt: str, messages: list[Mapping[str, Any]], paths: list[str]) -> list[dict]:
+    """The "messages" of a record: the prompt as the user's first message (with the prompt's images), then the
+    episode's `messages` (transcript_messages' form) as `message_record`s. `paths` are the sample's image files,
+    the prompt's first, then the environment's."""
+
+    def image_path(part: Mapping[str, Any]) -> str | None:
+        position = part.get("index")
+        return paths[position] if isinstance(position, int) and 0 <= position < len(paths) else None
+
+    records = [message_record(message, image_path) for message in messages]
+    shown = sum(len(record.get("images", [])) for record in records)
+    first: dict[str, Any] = {"role": "user", "content": prompt}
+    if len(paths) > shown:
+        first["images"] = paths[: len(paths) - shown]
+    return [first, *records]
+
+
+def _env_numbers(columns: Mapping[str, np.ndarray], index: int) -> dict[str, float | None]:
+    keys = [key for key in columns if key.startswith(ENV_COLUMN_PREFIX)]
+    return {key[len(ENV_COLUMN_PREFIX) :]: _number(columns[key][index]) for key in keys}
+
+
+def _write_images(batch: "DataProto", step: int, out_dir: str) -> list[list[str]]:
     """Every sample's images as PNG files; returns their relative paths. An image shared by several samples (a
     prompt's picture, shared by the responses of its uid) is written once; a multi-turn environment's images, which
     follow the prompt's in a sample's list, are each sample's own."""
@@ -87,21 +204,23 @@ def _write_images(batch: DataProto, step: int, out_dir: str) -> list[list[str]]:
         for value in (row or {}).get("images") or []:
             if id(value) not in path_of_image:  # the batch holds every image, so ids are unique here
                 position = written[uid] = written.get(uid, -1) + 1
-                relative = f"images/step_{step}/g{group:04d}_{position}.png"
-                os.makedirs(os.path.join(out_dir, os.path.dirname(relative)), exist_ok=True)
-                _write_atomic(os.path.join(out_dir, relative), _png_bytes(value))
-                path_of_image[id(value)] = relative
+                path_of_image[id(value)] = write_image(
+                    value, out_dir, f"images/step_{step}/g{group:04d}_{position}.png"
+                )
             paths.append(path_of_image[id(value)])
         sample_paths.append(paths)
     return sample_paths
 
 
-def rollout_records(batch: DataProto, step: int, tokenizer: Any, image_paths: list[list[str]]) -> list[dict]:
+def rollout_records(batch: "DataProto", step: int, tokenizer: Any, image_paths: list[list[str]]) -> list[dict]:
     """The JSON records of one step's samples: {"step", "uid", "prompt", "response", "ground_truth", "reward",
-    "scores", "advantage", "response_length", "images"}.
+    "scores", "advantage", "response_length", "images"}, and for a multi-turn episode also "messages" (the
+    conversation, see `message_record`; the prompt is the first, as a user message) and "env" (its counts and
+    episode_info: turns, tool_calls, tool_errors, cut_tool_messages, truncated, ...).
 
     `reward` is the reward function's score (the sum of token_level_scores, before any KL penalty); `scores` holds
-    every key the reward function returned; `advantage` is the mean advantage over the response's valid tokens.
+    every key the reward function returned; `advantage` is the mean advantage over the response's valid tokens;
+    `response` is the text of the model's tokens (in a multi-turn episode, its turns one after the other).
     Image paths are relative to the dump directory; the responses to one prompt (one uid) share its image files.
     Videos are not written.
     """
@@ -116,7 +235,7 @@ def rollout_records(batch: DataProto, step: int, tokenizer: Any, image_paths: li
     columns = batch.non_tensor_batch
     score_keys = [key for key in columns if key.startswith(REWARD_COLUMN_PREFIX)]
     truths = columns.get("ground_truth")
-    return [
+    records = [
         {
             "step": step,
             "uid": str(columns["uid"][i]),
@@ -131,14 +250,22 @@ def rollout_records(batch: DataProto, step: int, tokenizer: Any, image_paths: li
         }
         for i in range(len(batch))
     ]
+    if MESSAGES_COLUMN in columns:
+        contents = columns.get("prompt_content")
+        for i, record in enumerate(records):
+            prompt = contents[i] if contents is not None and isinstance(contents[i], str) else prompts[i]
+            record["messages"] = conversation_records(prompt, list(columns[MESSAGES_COLUMN][i] or []), image_paths[i])
+            record["env"] = _env_numbers(columns, i)
+    return records
 
 
-def dump_rollouts(batch: DataProto, step: int, out_dir: str, tokenizer: Any) -> str:
+def dump_rollouts(batch: "DataProto", step: int, out_dir: str, tokenizer: Any) -> str:
     """Write one training step's rollouts to `out_dir/step_{step}.jsonl` (images under `out_dir/images/step_{step}`)
     and return the JSONL path.
 
     The batch needs the tensors prompts, responses, response_mask and token_level_scores, and the non-tensor uid;
-    advantages, ground_truth, multi_modal_data and the `reward/<key>` columns are written when present.
+    advantages, ground_truth, multi_modal_data, the `reward/<key>` columns and a multi-turn rollout's
+    episode_messages, prompt_content and `env_<name>` columns are written when present.
     """
     os.makedirs(out_dir, exist_ok=True)
     image_paths = _write_images(batch, step, out_dir)

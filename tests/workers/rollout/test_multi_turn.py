@@ -347,3 +347,47 @@ def test_a_hung_client_style_episode_stops_the_rollout_naming_it(rollout):
         assert list(engine.generate_sequences(prompts).non_tensor_batch["env_turns"]) == [3] * 4
     finally:
         engine.env, engine.config.env_step_timeout_s = step_env, timeout
+
+
+def test_each_episodes_conversation_reaches_the_rollout_records(rollout, tmp_path):
+    """episode_messages holds every turn with its role (the model's as the engine wrote them); the environment's
+    reply to the last allowed turn is kept, marked cut; the rollout dump writes them as each record's messages."""
+    import json
+
+    from verl.trainer.rollout_dump import dump_rollouts
+
+    engine, _ = rollout
+    tokenizer = engine.tokenizer
+    prompts = _prompts(tokenizer, ["Guess a number.", "Pick one."], 48)
+    step_env = engine.env
+    try:
+        _with_env(engine, "Countdown", rounds=5)  # not done within rollout.max_turns=3
+        output = engine.generate_sequences(prompts)
+    finally:
+        engine.env = step_env
+    columns = output.non_tensor_batch
+    mask, valid = output.batch["response_mask"], output.batch["attention_mask"][:, 48:]
+    for row in range(len(output)):
+        messages, turns = columns["episode_messages"][row], int(columns["env_turns"][row])
+        assert [m["role"] for m in messages] == ["assistant", "user"] * turns
+        model = [m["content"] for m in messages if m["role"] == "assistant"]
+        tokens = output.batch["responses"][row][(mask[row] == 1) & valid[row].bool()].tolist()
+        assert (
+            "".join(model) == tokenizer.decode(tokens, skip_special_tokens=True)
+            and model[-1] == columns["last_turn"][row]
+        )
+        truth = prompts.non_tensor_batch["ground_truth"][row // 2]
+        replies = [m for m in messages if m["role"] == "user"]
+        assert [m["content"] for m in replies] == [f"again ({5 - k} left, {truth})" for k in range(1, turns + 1)]
+        assert [bool(m.get("cut")) for m in replies] == [False] * (turns - 1) + [True]
+    assert list(columns["env_cut_tool_messages"]) == [0.0] * 4  # user replies, no tool results
+    output.non_tensor_batch["uid"] = np.array(["a", "a", "b", "b"], dtype=object)
+    output.batch["token_level_scores"] = torch.zeros(output.batch["responses"].shape)
+    records = [json.loads(line) for line in open(dump_rollouts(output, 1, str(tmp_path), tokenizer))]
+    for record, messages in zip(records, columns["episode_messages"]):
+        assert record["messages"][0] == {
+            "role": "user",
+            "content": "Guess a number." if record["uid"] == "a" else "Pick one.",
+        }
+        assert [m["content"] for m in record["messages"][1:]] == [m["content"] for m in messages]
+        assert record["env"]["turns"] == 3 and record["messages"][-1]["cut"] is True

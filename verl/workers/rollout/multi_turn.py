@@ -23,9 +23,12 @@ import threading
 import time
 from typing import Any
 
+import numpy as np
 import torch
 
 from verl.envs.base import Environment, EnvStep
+from verl.protocol import to_object_array
+from verl.trainer.rollout_dump import transcript_messages
 
 
 _MARKER = "\u2063verl-turn-end\u2063"
@@ -146,10 +149,17 @@ class Episode:
     turns: int = 0
     tool_calls: int = 0
     tool_errors: int = 0
+    cut_tool_messages: int = 0
+    """Tool results the episode ended before showing to the model (the response budget or max_turns was spent)."""
     truncated: bool = False
     done: bool = False
     last_turn: str = ""
     """The decoded text of the model's latest turn (its final answer once the episode is done)."""
+    messages: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    """The conversation after the prompt, for the rollout records: each model turn ({"role": "assistant",
+    "content": its decoded text}) and the environment's messages as it sent them, image parts replaced by
+    {"type": "image", "index": i} (the image's place in the sample's images, the prompt's first); messages the
+    episode ended before showing to the model are kept with "cut": True."""
 
     def engine_input(self) -> dict[str, Any]:
         item = {**self.prompt_input, "prompt_token_ids": list(self.prompt_input["prompt_token_ids"]) + self.engine_ids}
@@ -231,6 +241,7 @@ class TurnRunner:
             episode.logprobs += [self.log_prob_of(entry, t) for entry, t in zip(completion.logprobs, new)]
         episode.turns += 1
         episode.last_turn = self.tokenizer.decode(new, skip_special_tokens=True)
+        episode.messages.append({"role": "assistant", "content": episode.last_turn})
         ended = bool(new) and new[-1] in self.eos_token_ids
         if not (ended or cut_by_turn_limit):
             episode.truncated, episode.done = True, True
@@ -247,7 +258,9 @@ class TurnRunner:
             env_ids, inputs = self.image_tokens.expand(env_ids, images)
         if len(env_ids) >= self.budget - len(episode.ids):
             episode.truncated, episode.done = True, True
+            record_messages(episode, messages, cut=True)
             return False
+        record_messages(episode, messages, cut=False)
         episode.ids += env_ids
         episode.engine_ids += engine_env_ids
         if inputs is not None:
@@ -257,6 +270,29 @@ class TurnRunner:
         if self.with_logprobs:
             episode.logprobs += [0.0] * len(env_ids)
         return True
+
+
+def record_messages(episode: Episode, messages: list[dict[str, Any]], cut: bool) -> None:
+    """Add the environment's `messages` to the episode's conversation; `cut` ones (never shown to the model) are
+    marked and their tool results counted in `cut_tool_messages`. Call it before the shown messages' images join
+    `episode.images`."""
+    first_image = episode.prompt_images() + len(episode.images)
+    episode.messages += transcript_messages(messages, first_image, cut)
+    if cut:
+        episode.cut_tool_messages += sum(isinstance(m, dict) and m.get("role") == "tool" for m in messages)
+
+
+def episode_columns(episodes: list[Episode]) -> dict[str, np.ndarray]:
+    """The per-episode non-tensor columns of a multi-turn rollout besides episode_info's: env_turns, env_tool_calls,
+    env_tool_errors, env_cut_tool_messages, env_truncated (floats), last_turn (the final answer) and
+    episode_messages (the conversation after the prompt, see `Episode.messages`)."""
+    columns = {
+        f"env_{name}": np.array([float(getattr(e, name)) for e in episodes], dtype=np.float64)
+        for name in ("turns", "tool_calls", "tool_errors", "cut_tool_messages", "truncated")
+    }
+    columns["last_turn"] = np.array([e.last_turn for e in episodes], dtype=object)
+    columns["episode_messages"] = to_object_array([e.messages for e in episodes])
+    return columns
 
 
 def run_episodes(runner: TurnRunner, env: Environment, episodes: list[Episode]) -> None:
@@ -286,6 +322,7 @@ def run_episodes(runner: TurnRunner, env: Environment, episodes: list[Episode]) 
             episode.tool_errors += result.tool_errors
             if result.done or turn == runner.max_turns - 1:
                 episode.done = True
+                record_messages(episode, result.messages, cut=True)
                 continue
             runner.add_environment_turn(episode, result.messages, turn_end)
 

@@ -38,7 +38,14 @@ from verl.workers.actor.forward import process_media
 from verl.workers.rollout import vllm_compat
 from verl.workers.rollout.client_episodes import run_client_episodes
 from verl.workers.rollout.config import RolloutConfig
-from verl.workers.rollout.multi_turn import ChatContinuation, Episode, ImageTokens, TurnRunner, run_episodes
+from verl.workers.rollout.multi_turn import (
+    ChatContinuation,
+    Episode,
+    ImageTokens,
+    TurnRunner,
+    episode_columns,
+    run_episodes,
+)
 from verl.workers.rollout.sequences import extend_position_ids, pad_rows, response_mask_through_eos
 
 
@@ -462,6 +469,8 @@ class VLLMRollout:
         episodes = []
         for row, item in enumerate(inputs):
             fields = {key: _plain(value[row]) for key, value in columns.items() if key not in _ENGINE_ONLY_COLUMNS}
+            media = columns["multi_modal_data"][row] if "multi_modal_data" in columns else None
+            fields["prompt_images"] = list((media or {}).get("images") or [])  # the pictures as the model sees them
             for sample in range(n):
                 seed = None if seeds[row] is None else seeds[row] + sample
                 episodes.append(Episode(prompt_input=item, state=self.env.reset(dict(fields)), seed=seed))
@@ -504,9 +513,7 @@ class VLLMRollout:
         non_tensors = {key: value[index] for key, value in columns.items()}
         if any(episode.images for episode in episodes):
             self._add_environment_images(episodes, rows, tensors, non_tensors)
-        for name in ("turns", "tool_calls", "tool_errors", "truncated"):
-            non_tensors[f"env_{name}"] = np.array([float(getattr(e, name)) for e in episodes], dtype=np.float64)
-        non_tensors["last_turn"] = np.array([e.last_turn for e in episodes], dtype=object)  # the final answer
+        non_tensors.update(episode_columns(episodes))  # env_turns, ..., last_turn (the final answer), episode_messages
         infos = [self.env.episode_info(e.state) for e in episodes]
         for name in sorted({key for info in infos for key in info}):
             non_tensors[f"env_{name}"] = np.array([float(info.get(name, np.nan)) for info in infos], dtype=np.float64)
