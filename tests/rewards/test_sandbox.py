@@ -222,15 +222,22 @@ def test_no_network(listener: socket.socket) -> None:
     assert_never_accepted(listener)
 
 
-def test_the_scratch_directory_is_fresh_and_removed() -> None:
+@pytest.mark.parametrize("mode", ["bwrap", "namespaces"])
+def test_the_scratch_directory_is_fresh_and_removed(mode: str) -> None:
+    """namespaces: a fresh host folder per run, removed after it; bwrap: a tmpfs of the run's own (gone with it)."""
     code = "import os\nprint(os.getcwd())\nprint(os.listdir('.'))\nopen('left.txt', 'w').write('x')\n"
-    first, second = run_python(code), run_python(code)
+    limits = SandboxLimits(isolation=mode)
+    first, second = run_python(code, limits=limits), run_python(code, limits=limits)
     for result in (first, second):
         cwd, listing = result.stdout.splitlines()
         assert listing == "[]", "the program's own file is deleted before it runs, and no other file is there"
+        if mode == "bwrap":
+            assert cwd == sandbox.bwrap.WORKDIR
+            continue
         assert os.path.basename(cwd).startswith("verl-sandbox-")
         assert not os.path.exists(cwd)
-    assert first.stdout.splitlines()[0] != second.stdout.splitlines()[0]
+    if mode == "namespaces":
+        assert first.stdout.splitlines()[0] != second.stdout.splitlines()[0]
 
 
 HOSTILE_TREE = """
@@ -258,7 +265,9 @@ def test_a_deep_tree_and_a_symlink_farm_are_removed_without_touching_what_the_li
     outside.mkdir()
     (outside / "keep.txt").write_text("x")
     os.chmod(outside, 0o751)
-    result = run_python(HOSTILE_TREE.format(outside=str(outside)), limits=SandboxLimits(wall_s=60.0, cpu_s=30.0))
+    # the built-in mode: the tree is on the host's disk, in the scratch folder the trainer removes
+    limits = SandboxLimits(wall_s=60.0, cpu_s=30.0, isolation="namespaces")
+    result = run_python(HOSTILE_TREE.format(outside=str(outside)), limits=limits)
     assert result.status == "ok", result.stderr
     assert not os.path.lexists(result.stdout.strip())  # the whole scratch directory is gone
     assert (outside / "keep.txt").read_text() == "x" and (outside.stat().st_mode & 0o777) == 0o751

@@ -232,3 +232,26 @@ def test_the_weaker_mode_is_named_in_the_report() -> None:
     """isolation=namespaces is the opt-in weaker mode: its report says the host's filesystem is visible."""
     assert sandbox.isolation("namespaces")["filesystem"] == "host"
     assert sandbox.isolation()["filesystem"] == "bwrap"
+
+
+def test_what_a_run_writes_is_capped_in_total_and_never_reaches_the_disk() -> None:
+    """Files of up to output_kb each, many of them: the working directory is a tmpfs of memory_mb (counted in the run's
+    memory), not the host's disk, and the scratch folder the program starts in is read-only."""
+    code = textwrap.dedent(
+        """
+        written = 0
+        try:
+            for index in range(200):
+                with open(f"part{index}", "wb") as file:
+                    file.write(b"x" * 1000 * 1024)
+                written += 1
+        except OSError as error:
+            print("stopped", type(error).__name__)
+        print("written", written)
+        """
+    )
+    result = run_python(code, limits=SandboxLimits(memory_mb=64, output_kb=1024, wall_s=20.0))
+    lines = result.stdout.splitlines()
+    assert lines[0] == "stopped OSError", (result.stdout, result.stderr)
+    written = int(lines[1].split()[1])
+    assert 0 < written * 1000 * 1024 <= 64 * 2**20, written

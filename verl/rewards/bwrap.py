@@ -15,7 +15,8 @@
 
 The program gets a root of its own holding only the system's /usr (and the /bin, /lib, /lib64 and /sbin beside it),
 the base Python interpreter and its standard library (its site-packages covered by an empty directory), all
-read-only, plus its scratch folder (writable), a private /tmp and /dev/shm (tmpfs, gone with the run), a minimal
+read-only, plus its scratch folder (read-only), a working directory, /tmp and /dev/shm of its own (tmpfs, capped,
+gone with the run), a minimal
 /dev and a /proc of its own PID namespace. It runs as an unprivileged uid in new PID, network (empty), IPC, UTS and
 cgroup namespaces (and a user namespace when the trainer is not root), dies with its parent, and has no controlling
 terminal. No dataset, project, home or host process is visible.
@@ -30,6 +31,8 @@ import sysconfig
 
 SYSTEM_DIRECTORIES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 UID = 65534
+WORKDIR = "/work"
+"""The program's working directory: a tmpfs capped like /tmp (the scratch folder it starts in is read-only)."""
 """The uid and gid the program has inside its user namespace ("nobody")."""
 INSTALL_HINT = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora/RHEL: dnf install bubblewrap; "
@@ -114,8 +117,11 @@ def command(bwrap: str, scratch: str, privileged: bool, tmpfs_bytes: int) -> lis
     for path in covered:
         argv += ["--tmpfs", path, "--remount-ro", path]
     argv += ["--proc", "/proc", "--dev", "/dev"]
-    for path in ("/tmp", "/dev/shm"):
+    for path in ("/tmp", "/dev/shm", WORKDIR):
         argv += ["--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", path]
         made.add(path)
-    argv += [*parents(scratch), "--bind", scratch, scratch, "--chdir", scratch, "--"]
+    # The scratch folder holds the program and the harness's instructions, read by the bootstrap before it moves
+    # to WORKDIR: read-only, so what a program writes lands in memory the run's cgroup counts, not on the disk.
+    argv += [*parents(scratch), "--ro-bind", scratch, scratch, "--chdir", scratch, "--setenv", "VERL_SANDBOX_WORKDIR"]
+    argv += [WORKDIR, "--"]
     return argv

@@ -630,7 +630,8 @@ def _start_interpreter(
     sandbox_id = uuid.uuid4().hex
     with open(os.path.join(scratch, PROGRAM_NAME), "w", encoding="utf-8") as program:
         program.write(code)
-    env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8", "HOME": scratch, "TMPDIR": scratch}
+    home = bwrap.WORKDIR if setup.bwrap else scratch  # under bwrap: a tmpfs counted in the run's memory
+    env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8", "HOME": home, "TMPDIR": home}
     env[MARKER_ENV] = sandbox_id
     if setup.bwrap:  # a user of its own in its own PID namespace: the harness may kill(-1)
         privileged = setup.uid is not None

@@ -348,6 +348,9 @@ def empty_directory(path):
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         os.chmod(path, 0o700)
+    except OSError:
+        pass  # a folder the run does not own (bwrap's working directory): its mode is not the program's to close
+    try:
         top = os.open(path, flags)
     except OSError:
         return False
@@ -460,19 +463,24 @@ def _main():
     shared_uid = user == "1"
     os.environ.pop("PWD", None)  # bwrap sets it; a run's environment is only what the trainer gives
     manifest_name = sys.argv[4] if len(sys.argv) > 4 else ""
-    path = os.path.join(os.getcwd(), program)
+    workdir = os.environ.pop("VERL_SANDBOX_WORKDIR", "")  # under bwrap: the scratch folder is read-only
+    path = os.path.join(workdir or os.getcwd(), program)
     sys.argv = [path]
     with open(program, "rb") as file:
         source = file.read()
-    os.unlink(program)
+    if not workdir:
+        os.unlink(program)
     manifest, inherited = None, ()
     if manifest_name:
         import marshal
 
         with open(manifest_name, "rb") as file:
             manifest = marshal.loads(file.read())
-        os.unlink(manifest_name)
+        if not workdir:
+            os.unlink(manifest_name)
         inherited = [manifest[1]] + [fd for case in manifest[2] for fd in case[:3]]
+    if workdir:
+        os.chdir(workdir)
     own_pids = _fresh_pid_namespace()
     network = not host_network or _namespace("net") in ("", host_network)
     if own_pids:
