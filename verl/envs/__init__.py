@@ -28,8 +28,17 @@ __all__ = [
     "MultiTurnEnv",
     "SingleTurnEnv",
     "ToolEnv",
+    "VerifiersEnv",
     "XMLParser",
     "load_environment",
     "parse_tool_calls",
     "python_tool",
 ]
+
+
+def __getattr__(name: str):  # VerifiersEnv on first use, so that `python -m verl.envs.verifiers_env` runs cleanly
+    if name == "VerifiersEnv":
+        from verl.envs.verifiers_env import VerifiersEnv
+
+        return VerifiersEnv
+    raise AttributeError(f"module 'verl.envs' has no attribute {name!r}")

@@ -34,9 +34,8 @@ class ChatClientEnv(Environment):
 
     In training the first request must be the prompt `messages` the episode was given, each later one the previous
     request plus the assistant reply it got plus any new messages (user or tool), which are masked out of the loss.
-    The training sampling settings apply; a request's `max_tokens` can only lower the turn's length. A `verifiers`
-    environment's rollout has this shape: wrap it in a subclass whose `rollout` calls it and stores what its rubric
-    needs in `state`.
+    The training sampling settings apply; a request's `max_tokens` can only lower the turn's length. `verifiers`
+    tasksets run through one (verl.envs.verifiers_env.VerifiersEnv).
     """
 
     async def rollout(self, client: Any, model: str, messages: list[dict[str, Any]], state: dict[str, Any]) -> None:

@@ -11,9 +11,14 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""`worker.rollout.env=path/to/env.py:ClassName` -> an Environment instance, with errors that name the key."""
+"""`worker.rollout.env=path/to/env.py:ClassName` -> an Environment instance, with errors that name the key.
+
+A verifiers taskset is named as `path/to/taskset.py:TasksetClass` or `verifiers:<taskset id>` (an installed one) and
+runs as a verl.envs.verifiers_env.VerifiersEnv, `env_kwargs` being the rest of verifiers' [env] block.
+"""
 
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +27,7 @@ from verl.utils.module_loading import import_file
 
 
 CONFIG_KEY = "worker.rollout.env"
+VERIFIERS_PREFIX = "verifiers:"
 
 
 class EnvironmentLoadError(ValueError):
@@ -30,6 +36,8 @@ class EnvironmentLoadError(ValueError):
 
 def load_environment(spec: str, kwargs: Mapping[str, Any] | None = None) -> Environment:
     """Import the file of `spec` ("path.py:ClassName"), build the class with `kwargs` and check it is an Environment."""
+    if spec.startswith(VERIFIERS_PREFIX):
+        return _verifiers_taskset(spec, spec[len(VERIFIERS_PREFIX) :], kwargs)
     path, sep, name = spec.rpartition(":")
     if not sep or not path.endswith(".py") or not name:
         raise EnvironmentLoadError(f"{CONFIG_KEY}={spec!r} must be 'path/to/env.py:ClassName'.")
@@ -38,10 +46,14 @@ def load_environment(spec: str, kwargs: Mapping[str, Any] | None = None) -> Envi
     try:
         module = import_file(path, "verl_env_")
     except Exception as error:
+        missing = isinstance(error, ModuleNotFoundError) and (error.name or "").split(".")[0] == "verifiers"
+        hint = " Install verifiers with `pip install -e '.[verifiers]'`." if missing else ""
         raise EnvironmentLoadError(
-            f"{CONFIG_KEY}={spec!r}: importing {path} failed with {type(error).__name__}: {error}."
+            f"{CONFIG_KEY}={spec!r}: importing {path} failed with {type(error).__name__}: {error}.{hint}"
         ) from error
     cls = getattr(module, name, None)
+    if _is_verifiers_taskset(cls):
+        return _verifiers_taskset(spec, os.path.abspath(path), kwargs)
     if not isinstance(cls, type) or not issubclass(cls, Environment):
         raise EnvironmentLoadError(
             f"{CONFIG_KEY}={spec!r}: {path} has no Environment subclass named {name!r} (subclass verl.envs.ToolEnv, "
@@ -54,3 +66,20 @@ def load_environment(spec: str, kwargs: Mapping[str, Any] | None = None) -> Envi
             f"{CONFIG_KEY}={spec!r}: {name}(**worker.rollout.env_kwargs={dict(kwargs or {})!r}) failed with "
             f"{type(error).__name__}: {error}."
         ) from error
+
+
+def _verifiers_taskset(spec: str, taskset: str, kwargs: Mapping[str, Any] | None) -> Environment:
+    """The VerifiersEnv of `taskset` (an id, or a file's path)."""
+    from verl.envs.verifiers_env import load_verifiers_environment
+
+    try:
+        return load_verifiers_environment(taskset, kwargs)
+    except NotImplementedError:
+        raise
+    except Exception as error:
+        raise EnvironmentLoadError(f"{CONFIG_KEY}={spec!r}: {error}") from error
+
+
+def _is_verifiers_taskset(obj: Any) -> bool:
+    module = sys.modules.get("verifiers.v1.taskset")  # imported by a file that defines a taskset
+    return module is not None and isinstance(obj, type) and issubclass(obj, module.Taskset)

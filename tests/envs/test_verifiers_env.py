@@ -1,0 +1,397 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""`verifiers` (0.4) tasksets through verl.envs.verifiers_env: exported as training data, run by
+`python -m verl.envs.evaluate` against a scripted OpenAI-compatible endpoint (scores equal to verifiers' own run of
+the same replies, tool calls executed by verifiers' tool server) and trained one GRPO step with the tiny model."""
+
+import asyncio
+import json
+import os
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+
+vf = pytest.importorskip("verifiers.v1", reason="verifiers is not installed (pip install -e '.[verifiers]')")
+
+from verl.envs import evaluate  # noqa: E402
+from verl.envs.loader import EnvironmentLoadError, load_environment  # noqa: E402
+from verl.envs.verifiers_env import TASK_COLUMN, VerifiersEnv, rubric_reward, task_prompt  # noqa: E402
+from verl.envs.verifiers_env import main as verifiers_main  # noqa: E402
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REWARD = os.path.join(REPO, "verl", "envs", "verifiers_env.py") + ":rubric_reward"
+SUM = os.path.join(REPO, "examples", "envs", "verifiers_sum.py") + ":SumTaskset"  # a taskset with a tool
+
+ARITH = """
+import re
+
+import verifiers.v1 as vf
+
+
+class ArithData(vf.TaskData):
+    answer: str
+
+
+class ArithTask(vf.Task[ArithData]):
+    @vf.reward(weight=1.0)
+    async def correct(self, trace: vf.Trace) -> float:
+        found = re.search(r"<answer>(.*?)</answer>", trace.last_reply or "", re.S)
+        return float(found is not None and found.group(1).strip() == self.data.answer)
+
+    @vf.reward(weight=0.25)
+    async def format(self, trace: vf.Trace) -> float:
+        return float(re.fullmatch(r"\\s*<answer>.*</answer>\\s*", trace.last_reply or "", re.S) is not None)
+
+    @vf.reward(weight=0.1)
+    async def length(self, trace: vf.Trace) -> float:
+        return min(len(trace.last_reply or ""), 100) / 100
+
+    @vf.metric
+    async def reply_chars(self, trace: vf.Trace) -> float:
+        return float(len(trace.last_reply or ""))
+
+
+class ArithTaskset(vf.Taskset[ArithTask, vf.TasksetConfig]):
+    def load(self):
+        for a, b in ((2, 3), (4, 4), (1, 6), (5, 2)):
+            data = ArithData(prompt=f"What is {a} + {b}?", answer=str(a + b), system_prompt="Answer in <answer></answer>.")
+            yield ArithTask(data, self.config.task)
+
+
+__all__ = ["ArithTaskset"]
+"""
+
+
+def _call(name, **arguments):
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+class ScriptedEndpoint:
+    """An OpenAI-compatible chat endpoint on 127.0.0.1: the n-th reply of a conversation is `script[key][n]`, `key`
+    being the script key found in its system and user messages. A reply is text, or (name, arguments) for a tool
+    call the endpoint's parser took out of the text. Streams (SSE) when asked; keeps every request."""
+
+    def __init__(self, script):
+        self.script, self.requests = script, []
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                endpoint.requests.append(body)
+                data, kind = endpoint.reply(body)
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def reply(self, body):
+        messages = body["messages"]
+        said = " ".join(str(m.get("content")) for m in messages if m["role"] in ("system", "user"))
+        (key,) = [key for key in self.script if key in said]
+        reply = self.script[key][sum(m["role"] == "assistant" for m in messages)]
+        if isinstance(reply, tuple):
+            call = {
+                "id": "call_7",
+                "type": "function",
+                "function": {"name": reply[0], "arguments": json.dumps(reply[1])},
+            }
+            message, finish = {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
+        else:
+            message, finish = {"role": "assistant", "content": reply}, "stop"
+        raw = {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body["model"],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+        }
+        if not body.get("stream"):
+            return json.dumps(raw).encode(), "application/json"
+        delta = (
+            {**message, "tool_calls": [{**call, "index": 0} for call in message["tool_calls"]]}
+            if finish == "tool_calls"
+            else message
+        )
+        chunk = {**raw, "object": "chat.completion.chunk"}
+        chunk["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish}]
+        return f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode(), "text/event-stream"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def tasksets(tmp_path_factory):
+    """The two taskset files and their exported datasets (the export command's output)."""
+    root = tmp_path_factory.mktemp("verifiers")
+    (root / "vf_arith_v1.py").write_text(ARITH)
+    paths = {"root": root, "arith": f"{root / 'vf_arith_v1.py'}:ArithTaskset", "tools": SUM}
+    for name in ("arith", "tools"):
+        assert verifiers_main(["export", "--env", paths[name], "--output", str(root / f"{name}.jsonl")]) == 0
+    return paths
+
+
+def rows(path):
+    return [json.loads(line) for line in open(path, encoding="utf-8")]
+
+
+def run_evaluate(tmp_path, capsys, env, data, url, *options):
+    output = tmp_path / "episodes.jsonl"
+    argv = ["--env", env, "--data", str(data), "--base-url", url, "--model", "m", "--reward", REWARD]
+    assert evaluate.main([*argv, "--output", str(output), *options]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    return lines[:-1], lines[-1], rows(output)
+
+
+def verifiers_own_run(env, idx, url):
+    """(rewards by name, total) of task `idx` run by verifiers itself against `url`: its env and eval client, the
+    harness's requests going straight to the endpoint (the task's own system message, no verl in between)."""
+    vf_env = env.new_env()
+    (task,) = [task for task in vf_env.taskset if task.data.idx == idx]
+    context = vf.ModelContext(model="m", client=vf.EvalClientConfig(base_url=url, api_key_var="VERL_TEST_UNSET"))
+
+    async def run():
+        async with vf_env.serving():
+            return await vf_env.run_episode(task, context)
+
+    episode = asyncio.run(run())
+    assert episode.ok, episode.errors
+    (trace,) = episode.traces
+    return {name: reward.score for name, reward in trace.rewards.items()}, trace.reward
+
+
+def test_the_export_writes_the_taskset_as_training_rows(tasksets):
+    """`export` rows: the prompt with the system prompt folded in, the answer, the task data; the two ways to name
+    a taskset, and the errors of a row without task data, an unknown taskset and retries."""
+    arith, tools = rows(tasksets["root"] / "arith.jsonl"), rows(tasksets["root"] / "tools.jsonl")
+    assert [row["prompt"] for row in arith][:2] == [
+        "Answer in <answer></answer>.\n\nWhat is 2 + 3?",  # the system prompt first, as verifiers folds it
+        "Answer in <answer></answer>.\n\nWhat is 4 + 4?",
+    ]
+    assert [row["answer"] for row in arith] == ["5", "8", "7", "7"]
+    assert [row["answer"] for row in tools][:2] == ["23", "44"] and tools[0]["prompt"] == "Add 20 and 3 with the tool."
+    task = json.loads(arith[1][TASK_COLUMN])
+    assert task["idx"] == 1 and task["answer"] == "8" and task["system_prompt"] == "Answer in <answer></answer>."
+    env = load_environment(tasksets["arith"])
+    assert isinstance(env, VerifiersEnv) and env.tool_schemas() is None  # no tools: nothing to probe
+    assert env.reset(arith[0])["task_data"] == json.loads(arith[0][TASK_COLUMN])
+    with pytest.raises(ValueError, match=f"no '{TASK_COLUMN}' column .* verl.envs.verifiers_env export"):
+        env.reset({"prompt": "What is 2 + 3?", "ground_truth": "5"})
+    with pytest.raises(EnvironmentLoadError, match=r"worker.rollout.env='verifiers:no_such_taskset_v1'.*not found"):
+        load_environment("verifiers:no_such_taskset_v1")
+    with pytest.raises(EnvironmentLoadError, match="retries are set; a retried rollout"):
+        load_environment(tasksets["arith"], {"agent": {"retries": {"max_retries": 2}}})
+    # a taskset named by id (importable: its folder is on the path now), its config block in env_kwargs
+    assert load_environment("verifiers:vf_arith_v1", {"taskset": {}}).config.taskset.id == "vf_arith_v1"
+
+
+def test_unsupported_prompts_and_a_missing_package_are_refused(tasksets, monkeypatch):
+    data = vf.TaskData(idx=3, prompt=[vf.UserMessage(content="a"), vf.AssistantMessage(content="b")])
+    with pytest.raises(NotImplementedError, match=r"task 3: a prompt of messages \['user', 'assistant'\]"):
+        task_prompt(data)
+    with pytest.raises(NotImplementedError, match="task 4 has no prompt"):
+        task_prompt(vf.TaskData(idx=4))
+    picture = vf.ImageUrlContentPart(image_url=vf.ImageUrlSource(url="data:image/png;base64,AAAA"))
+    with pytest.raises(NotImplementedError, match="content parts other than text"):
+        task_prompt(vf.TaskData(idx=5, prompt=[vf.UserMessage(content=[picture])]))
+    monkeypatch.setitem(sys.modules, "verifiers.v1", None)  # as if verifiers were not installed
+    with pytest.raises(EnvironmentLoadError, match=r"verifiers:vf_arith_v1.*pip install -e '\.\[verifiers\]'"):
+        load_environment("verifiers:vf_arith_v1")
+
+
+def test_a_single_turn_taskset_is_evaluated_and_scored_as_verifiers_scores_it(tasksets, tmp_path, capsys):
+    """The scripted replies of two tasks through `verl.envs.evaluate`; the rewards are those verifiers' own run of
+    the same replies gives, and rubric_reward returns them."""
+    script = {"What is 2 + 3?": ["<answer>5</answer>"], "What is 4 + 4?": ["It is <answer>9</answer>, I think."]}
+    data = tmp_path / "two.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows(tasksets["root"] / "arith.jsonl")[:2]))
+    endpoint = ScriptedEndpoint(script)
+    try:
+        episodes, summary, records = run_evaluate(tmp_path, capsys, tasksets["arith"], data, endpoint.url)
+        sent = list(endpoint.requests)
+        env = load_environment(tasksets["arith"])
+        own = [verifiers_own_run(env, idx, endpoint.url) for idx in (0, 1)]
+    finally:
+        endpoint.close()
+    lengths = [len(replies[0]) for replies in script.values()]  # 18 and 34 characters
+    assert [record["scores"] for record in records] == [
+        {"overall": pytest.approx(1.25 + 0.1 * 0.18), "correct": 1.0, "format": 1.0, "length": 0.18},
+        {"overall": pytest.approx(0.1 * 0.34), "correct": 0.0, "format": 0.0, "length": 0.34},
+    ]
+    assert [episode["metric_reply_chars"] for episode in episodes] == lengths
+    for episode, record, (rewards, total) in zip(episodes, records, own):
+        assert {key: record["scores"][key] for key in rewards} == rewards and record["reward"] == total
+        assert episode["reward"] == total and episode["reward_correct"] == rewards["correct"]
+        assert record["env"]["turns"] == 1 and record["done"] is True
+    assert summary["reward/overall/mean"] == pytest.approx(0.651) and summary["reward_format/mean"] == 0.5
+    # one request per episode: the exported prompt as the one user message, the evaluation's sampling, no tools
+    assert [request["messages"] for request in sent] == [
+        [{"role": "user", "content": row["prompt"]}] for row in rows(data)
+    ]
+    assert all(r["max_tokens"] == 256 and r["temperature"] == 0.0 and "tools" not in r for r in sent)
+    assert records[0]["messages"][-1] == {"role": "assistant", "content": "<answer>5</answer>"}
+
+
+def test_a_tool_call_runs_in_verifiers_tool_server_and_its_result_is_in_the_next_request(tasksets, tmp_path, capsys):
+    """A tool call the model writes as text (as the engine gives it in training) and one the endpoint parsed both
+    reach verifiers' harness as calls; its MCP tool server computes them and the next request carries the result
+    after the turn as the model wrote it. The scores are those of verifiers' own run of the same replies from an
+    endpoint that parses tool calls (as verl.serve and vLLM's hermes parser do)."""
+    text_call = _call("calc_add", a=20, b=3)
+    parsed_call = ("calc_add", {"a": 20, "b": 3})
+    script = {
+        "Add 20 and 3": [text_call, "<answer>23</answer>"],
+        "Add 4 and 40": [("calc_add", {"a": 4, "b": 40}), "44"],
+    }
+    endpoint, reference = (
+        ScriptedEndpoint(script),
+        ScriptedEndpoint({**script, "Add 20 and 3": [parsed_call, "<answer>23</answer>"]}),
+    )
+    data = tmp_path / "two.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows(tasksets["root"] / "tools.jsonl")[:2]))
+    try:
+        episodes, summary, records = run_evaluate(tmp_path, capsys, tasksets["tools"], data, endpoint.url)
+        env = load_environment(tasksets["tools"])
+        own = [verifiers_own_run(env, idx, reference.url) for idx in (0, 1)]
+        schemas = env.tool_schemas()
+    finally:
+        endpoint.close()
+        reference.close()
+    first, second, _, parsed = endpoint.requests  # the two episodes' requests, in order
+    assert schemas == first["tools"] and [tool["function"]["name"] for tool in schemas] == ["calc_add"]
+    assert first["messages"] == [{"role": "user", "content": "Add 20 and 3 with the tool."}]
+    # the next request: the previous one, the model's turn unchanged (the block as text), the tool's result
+    assert second["messages"][:2] == [*first["messages"], {"role": "assistant", "content": text_call}]
+    assert second["messages"][2]["role"] == "tool" and second["messages"][2]["content"] == "23"
+    parsed = parsed["messages"]
+    assert parsed[1]["tool_calls"][0]["function"]["name"] == "calc_add" and parsed[2]["content"] == "44"
+    assert [record["scores"] for record in records] == [
+        {"overall": 1.5, "correct": 1.0, "used_tool": 1.0},
+        {"overall": 0.5, "correct": 0.0, "used_tool": 1.0},
+    ]
+    for record, (rewards, total) in zip(records, own):
+        assert {key: record["scores"][key] for key in rewards} == rewards and record["reward"] == total
+    assert [episode["tool_calls"] for episode in episodes] == [1.0, 1.0] and summary["turns/mean"] == 2
+    assert [m["role"] for m in records[0]["messages"]] == ["user", "assistant", "tool", "assistant"]
+
+
+def test_an_episode_out_of_turns_ends_and_is_scored_as_far_as_it_went(tasksets, tmp_path, capsys):
+    """--max-turns 2: the request after the second tool call is refused (as training refuses a request when
+    max_turns or the response budget is spent); verifiers' chat program ends there and the episode is scored on the
+    conversation the model saw: the first tool result counts, the second (never sent) does not."""
+    call = _call("calc_add", a=20, b=3)
+    endpoint = ScriptedEndpoint({"Add 20 and 3": [call, call, "<answer>23</answer>"]})
+    data = tmp_path / "one.jsonl"
+    data.write_text(json.dumps(rows(tasksets["root"] / "tools.jsonl")[0]) + "\n")
+    try:
+        episodes, _, records = run_evaluate(
+            tmp_path, capsys, tasksets["tools"], data, endpoint.url, "--max-turns", "2"
+        )
+    finally:
+        endpoint.close()
+    assert len(endpoint.requests) == 2 and episodes[0]["done"] is False and episodes[0]["tool_calls"] == 1.0
+    assert records[0]["scores"] == {"overall": 0.5, "correct": 0.0, "used_tool": 1.0}
+    assert [m["role"] for m in records[0]["messages"]] == ["user", "assistant", "tool", "assistant", "tool"]
+    assert records[0]["messages"][-1] == {"role": "tool", "content": "23", "cut": True}
+    assert records[0]["env"]["cut_tool_messages"] == 1
+
+
+def test_rubric_reward_returns_the_episode_reward_and_its_parts():
+    sample = {"extra_info": {"env_reward": 1.25, "env_reward_correct": 1.0, "env_reward_format": 1.0, "env_turns": 1}}
+    assert rubric_reward(sample) == {"overall": 1.25, "correct": 1.0, "format": 1.0}
+    with pytest.raises(ValueError, match="no env_reward"):
+        rubric_reward({"extra_info": {"env_turns": 1.0}})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# training
+
+
+def train_args(root, name, env, data, model, *extra):
+    return [
+        f"data.train_files={data}",
+        f"data.val_files={data}",
+        "data.max_prompt_length=400",  # the tool taskset's prompts hold its tool (321 tokens)
+        "data.max_response_length=32",
+        "data.rollout_batch_size=2",
+        "worker.actor.global_batch_size=2",
+        "worker.actor.micro_batch_size_per_device_for_update=2",
+        "worker.actor.micro_batch_size_per_device_for_experience=4",
+        f"worker.actor.model.model_path={model}",
+        "worker.actor.model.enable_gradient_checkpointing=false",
+        "worker.rollout.n=2",
+        "worker.rollout.max_num_batched_tokens=512",
+        "worker.rollout.kv_cache_memory_mb=32",
+        "worker.rollout.enforce_eager=true",
+        f"worker.rollout.env={env}",
+        "worker.rollout.max_turns=2",
+        "worker.rollout.max_tokens_per_turn=8",
+        f"worker.reward.reward_function={REWARD}",
+        "trainer.device=cpu",
+        "trainer.n_gpus_per_node=2",
+        "trainer.max_steps=1",
+        "trainer.val_before_train=false",
+        "trainer.val_freq=-1",
+        "trainer.logger=[file]",
+        "trainer.project_name=verifiers",
+        f"trainer.experiment_name={name}",
+        f"trainer.save_checkpoint_path={root / name}",
+        *extra,
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["arith", "tools"])
+def test_one_grpo_step_in_a_verifiers_taskset(name, tasksets, local_ray):
+    """One GRPO step of the tiny model on the exported tasks, the episodes run by verifiers against the rollout
+    engine: the rewards verifiers gave are logged as env/reward*/mean and are the rewards the trainer trained on.
+    The tool taskset's prompts hold the tools its harness offers (found by the probe), or the engine would refuse
+    the harness's first request."""
+    from verl.models.tiny_models import get_or_build_tiny_model
+    from verl.trainer.config import load_config
+    from verl.trainer.runner import run_ppo
+
+    root = tasksets["root"]
+    model = get_or_build_tiny_model("qwen2", str(root / "models"))
+    data = root / f"{name}.jsonl"
+    run_ppo(load_config(train_args(root, name, tasksets[name], data, model)))
+    with open(root / name / "experiment_log.jsonl") as f:
+        steps = [row for row in map(json.loads, f) if "actor/pg_loss" in row]
+    assert [row["step"] for row in steps] == [1]
+    row = steps[0]
+    parts = ("correct", "format", "length") if name == "arith" else ("correct", "used_tool")
+    assert row["reward/overall"] == pytest.approx(row["env/reward/mean"])
+    for part in parts:
+        assert row[f"reward/{part}"] == pytest.approx(row[f"env/reward_{part}/mean"])
+        assert 0.0 <= row[f"env/reward_{part}/mean"] <= 1.0
+    assert row["env/turns/mean"] >= 1 and row["env/metric_reply_chars/mean"] > 0  # the model wrote something
+    if name == "arith":  # some characters: a reward above 0, so the step had something to learn from
+        assert row["env/reward_length/mean"] == pytest.approx(row["env/metric_reply_chars/mean"] / 100, abs=0.1)
+        assert row["reward/overall"] > 0

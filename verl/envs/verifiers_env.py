@@ -1,0 +1,572 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""`verifiers` (0.4, `verifiers.v1`) environments in training and evaluation.
+
+A verifiers taskset's episode runs as verifiers runs it (its tasks, harness program, tool servers and `@vf.reward`
+functions, unchanged); only the model it talks to is ours: the harness's requests reach a local OpenAI-style endpoint
+that asks the episode's client, which is the rollout engine in training and the evaluated endpoint in
+`python -m verl.envs.evaluate`. Its rewards become env_reward and env_reward_<name> (`rubric_reward` returns them).
+
+    python -m verl.envs.verifiers_env export --env path/to/taskset.py:MyTaskset --output train.jsonl
+"""
+
+import argparse
+import asyncio
+import concurrent.futures
+import contextlib
+import hashlib
+import importlib
+import json
+import logging
+import math
+import os
+import sys
+import time
+import types
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from verl.envs.client_env import ChatClientEnv, EpisodeOver
+from verl.envs.tools import find_tool_calls
+
+
+INSTALL_HINT = "pip install -e '.[verifiers]'"
+TASK_COLUMN = "verifiers_task"
+"""The dataset column holding a row's verifiers task data (JSON), written by `export`."""
+HARNESS_ID = "verl_local_chat"
+"""The harness an episode runs by default: verifiers' `null` chat program, run by this Python (see _harness_module)."""
+SEAT_DEFAULTS = {"harness": {"id": HARNESS_ID}, "runtime": {"type": "subprocess"}}
+OVER_MESSAGE = "This episode's maximum context length is reached"
+"""What the harness is told when the episode's turns or response budget are spent (a context-length error)."""
+FORWARDED = ("max_tokens", "max_completion_tokens", "temperature", "top_p", "stop", "seed", "tool_choice")
+"""Request fields the harness may set that go on to the episode's client (training applies its own sampling)."""
+
+
+def import_verifiers(name: str) -> Any:
+    """`verifiers.v1`, or a ValueError naming the environment and the extra to install."""
+    try:
+        return importlib.import_module("verifiers.v1")
+    except ImportError as error:
+        raise ValueError(
+            f"{name} is a verifiers environment, but the verifiers package cannot be imported ({error}); install it "
+            f"with `{INSTALL_HINT}`."
+        ) from None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the harness: verifiers' `null` chat program without a uv environment
+
+
+def _harness_module() -> types.ModuleType:
+    """A module exporting LocalChatHarness, importable by the id HARNESS_ID (verifiers resolves harnesses by module
+    name). The harness is verifiers' `null` harness; only the program's interpreter differs: verifiers would build a
+    uv environment for it (downloading its packages), while this Python has them already (they come with
+    verifiers)."""
+    from verifiers.v1.errors import HarnessError
+    from verifiers.v1.harnesses.null import NullHarness
+
+    class ThisPython:
+        """The runtime, except that a PEP 723 script runs with this Python instead of a uv environment of its own."""
+
+        def __init__(self, runtime: Any) -> None:
+            self._runtime = runtime
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._runtime, name)
+
+        async def prepare_uv_script(self, script: str | bytes, env: Any = None, *, activate: bool = True) -> list:
+            data = script.encode() if isinstance(script, str) else script
+            path = f".verl-harness-{hashlib.sha256(data).hexdigest()[:16]}.py"
+            await self._runtime.write(path, data)
+            return [sys.executable, path]
+
+    class LocalChatHarness(NullHarness):
+        """verifiers' `null` harness (its chat program and MCP tool client, unchanged) run by this Python."""
+
+        @staticmethod
+        def _local(runtime: Any) -> ThisPython:
+            if runtime.type != "subprocess":
+                raise HarnessError(
+                    f"harness {HARNESS_ID!r} runs in the subprocess runtime only (got {runtime.type!r}); use "
+                    "verifiers' own harnesses (e.g. null) in containers"
+                )
+            return ThisPython(runtime)
+
+        async def setup(self, runtime: Any) -> None:
+            await super().setup(self._local(runtime))
+
+        async def launch(self, ctx: Any, trace: Any, runtime: Any, *args: Any, **kwargs: Any) -> Any:
+            return await super().launch(ctx, trace, self._local(runtime), *args, **kwargs)
+
+    module = types.ModuleType(HARNESS_ID, LocalChatHarness.__doc__)
+    module.LocalChatHarness = LocalChatHarness
+    module.__all__ = ["LocalChatHarness"]
+    return module
+
+
+class _EpisodeEnds(logging.Filter):
+    """Drops verifiers' warning about the context-length error that ends an episode on its budget (expected)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return OVER_MESSAGE not in record.getMessage()
+
+
+def register_harness() -> None:
+    """Make HARNESS_ID importable (once per process)."""
+    if HARNESS_ID not in sys.modules:
+        sys.modules[HARNESS_ID] = _harness_module()
+        logging.getLogger("verifiers.v1.interception.server").addFilter(_EpisodeEnds())
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the local endpoint an episode's harness talks to
+
+
+def _text(content: Any, where: str) -> str:
+    """A message's content as text: a string, or text parts joined."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    parts = [part.model_dump() if hasattr(part, "model_dump") else part for part in content]
+    if all(isinstance(part, dict) and part.get("type") == "text" for part in parts):
+        return "".join(part.get("text", "") for part in parts)
+    raise NotImplementedError(f"{where} has content parts other than text; verifiers environments run text only.")
+
+
+def text_message(text: str, finish_reason: str | None, tools: bool) -> tuple[dict[str, Any], str | None]:
+    """The assistant message of a turn written as text, and its finish_reason, as `verl.serve` answers: with `tools`,
+    the `<tool_call>` blocks training's parser reads become `tool_calls` (JSON-string arguments), the content is the
+    text around them (null when only whitespace) and the finish_reason "tool_calls"; a malformed block stays text."""
+    calls, rest, end = [], [], 0
+    for (start, stop), call in find_tool_calls(text) if tools else ():
+        if isinstance(call, str):
+            continue
+        rest.append(text[end:start])
+        end = stop
+        function = {"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)}
+        calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": function})
+    if not calls:
+        return {"role": "assistant", "content": text}, finish_reason
+    content = "".join(rest) + text[end:]
+    return {"role": "assistant", "content": content if content.strip() else None, "tool_calls": calls}, "tool_calls"
+
+
+def _error_body(message: str, code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}}
+
+
+class Bridge:
+    """An OpenAI-style chat endpoint on 127.0.0.1 for one episode: each request the harness sends is asked of
+    `client` (`client.chat.completions.create`), and the reply goes back in the OpenAI shape (SSE when streamed).
+
+    The assistant turns of a request are replaced by the turns as the client gave them, so a request to the client
+    repeats the conversation exactly (training checks it token by token). A reply whose tool calls are text
+    (`<tool_call>` blocks, as the engine writes them) reaches the harness with structured `tool_calls`, as
+    `verl.serve` returns them. When the client raises EpisodeOver (turns or response budget spent) the harness gets a
+    context-length error, on which verifiers' chat program ends its run cleanly and the episode is scored as far as
+    it went; any other error is kept in `error` and the request fails.
+    """
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.turns: list[dict[str, Any]] = []
+        """The assistant messages as the client gave them, one per answered request."""
+        self.requests: list[dict[str, Any]] = []
+        """The requests the harness sent (their JSON bodies)."""
+        self.over: EpisodeOver | None = None
+        self.error: BaseException | None = None
+
+    @contextlib.asynccontextmanager
+    async def serve(self) -> Any:
+        """Yields the endpoint's base URL (".../v1") while it serves."""
+        from aiohttp import web
+
+        app = web.Application(client_max_size=1024**3)
+        app.router.add_post("/v1/chat/completions", self._handle)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            port = runner.addresses[0][1]
+            yield f"http://127.0.0.1:{port}/v1"
+        finally:
+            await runner.cleanup()
+
+    async def _handle(self, request: Any) -> Any:
+        from aiohttp import web
+
+        body = await request.json()
+        self.requests.append(body)
+        try:
+            raw = await self.ask(body)
+        except EpisodeOver as over:
+            self.over = over
+            message = f"{OVER_MESSAGE}: {over}"
+            return web.json_response(_error_body(message, "context_length_exceeded"), status=400)
+        except Exception as error:  # the harness gets a 400 (not retried); rollout() raises the error itself
+            self.error = error
+            return web.json_response(_error_body(f"{type(error).__name__}: {error}"), status=400)
+        if not body.get("stream"):
+            return web.json_response(raw)
+        from verifiers.v1.dialects import ChatDialect
+
+        return web.Response(body=b"".join(ChatDialect().stream_events(raw)), content_type="text/event-stream")
+
+    async def ask(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The client's reply to a request `body`, as an OpenAI chat completion dict."""
+        messages = self.client_messages(body.get("messages") or [])
+        extra = {key: body[key] for key in FORWARDED if body.get(key) is not None}
+        if body.get("tools"):
+            extra["tools"] = body["tools"]
+        reply = await self.client.chat.completions.create(model=body.get("model"), messages=messages, **extra)
+        choice = reply.choices[0]
+        text = choice.message.content or ""
+        calls = [call.model_dump(exclude_none=True) for call in getattr(choice.message, "tool_calls", None) or []]
+        if calls:  # the endpoint parsed them
+            message = {"role": "assistant", "content": choice.message.content, "tool_calls": calls}
+            finish = choice.finish_reason
+            self.turns.append({"role": "assistant", "content": text, "tool_calls": calls})
+        else:
+            tools = bool(body.get("tools")) and body.get("tool_choice") != "none"
+            message, finish = text_message(text, choice.finish_reason, tools)
+            self.turns.append({"role": "assistant", "content": text})
+        usage = getattr(reply, "usage", None)
+        return {
+            "id": getattr(reply, "id", None) or f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": getattr(reply, "created", None) or int(time.time()),
+            "model": getattr(reply, "model", None) or body.get("model"),
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": usage.model_dump(exclude_none=True) if usage is not None else None,
+        }
+
+    def client_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The request's messages for the client: its assistant turns as the client gave them, other contents as
+        text."""
+        out, turn = [], 0
+        for position, message in enumerate(messages):
+            if message.get("role") == "assistant":
+                if turn >= len(self.turns):
+                    raise ValueError(
+                        f"message {position} of the harness's request is an assistant turn the model did not write; "
+                        "the harness must resend the conversation as the model wrote it (no compaction or edits)"
+                    )
+                out.append(dict(self.turns[turn]))
+                turn += 1
+            else:
+                out.append({**message, "content": _text(message.get("content"), f"message {position} (a request)")})
+        return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# tasks as dataset rows
+
+
+def task_prompt(data: Any) -> str:
+    """The text of a task's first user turn, its system prompt first ("system\\n\\nprompt", as verifiers folds it
+    for harnesses without a system message): the trainer's prompts are one user message."""
+    prompt, system = data.prompt, data.system_prompt
+    if isinstance(prompt, list):
+        roles = [message.role for message in prompt]
+        if roles == ["system", "user"] and system is None:
+            system, prompt = _text(prompt[0].content, "the task's system message"), prompt[1].content
+        elif roles == ["user"]:
+            prompt = prompt[0].content
+        else:
+            raise NotImplementedError(
+                f"task {data.idx}: a prompt of messages {roles} cannot be a dataset prompt (one user message, "
+                "optionally after a system message)."
+            )
+        prompt = _text(prompt, f"task {data.idx}'s prompt")
+    if prompt is None:
+        raise NotImplementedError(
+            f"task {data.idx} has no prompt (a user opens it); only prompted tasks are supported."
+        )
+    return f"{system}\n\n{prompt}" if system else prompt
+
+
+def task_row(task: Any) -> dict[str, Any]:
+    """A task as a JSONL row the trainer reads: `prompt` (task_prompt), `answer` (the task data's, if it has one)
+    and TASK_COLUMN (the task data as JSON)."""
+    data = task.data.model_dump(mode="json")
+    answer = data.get("answer")
+    return {
+        "prompt": task_prompt(task.data),
+        "answer": "" if answer is None else str(answer) if isinstance(answer, (int, float)) else answer,
+        TASK_COLUMN: json.dumps(task.data.model_dump(mode="json", exclude_defaults=True), ensure_ascii=False),
+    }
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the environment
+
+
+def _probe_reply(model: str) -> Any:
+    from openai.types.chat import ChatCompletion
+
+    return ChatCompletion.model_validate(
+        {
+            "id": "chatcmpl-probe",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "stop"}],
+        }
+    )
+
+
+class _ProbeClient:
+    """Answers every request with an empty final turn."""
+
+    def __init__(self) -> None:
+        self.chat = types.SimpleNamespace(completions=self)
+
+    async def create(self, *, model: str | None = None, **_: Any) -> Any:
+        return _probe_reply(model or "probe")
+
+
+class VerifiersEnv(ChatClientEnv):
+    """A verifiers taskset's episodes as a ChatClientEnv (one agent seat: SingleAgentEnv or an env with one role).
+
+    `taskset` is the taskset's id (an installed taskset package), a path to a .py file exporting one (its folder is
+    put on the import path, PYTHONPATH included, so that verifiers and its tool servers import it by its name), or
+    the taskset config block with the id under "id"; `config` holds the rest of verifiers' `[env]` block (e.g.
+    `agent={"max_turns": 4}`). The seat's harness defaults to HARNESS_ID in the subprocess runtime. Retries are
+    refused: a retried rollout would ask the model again from the start.
+    """
+
+    def __init__(self, taskset: str | Mapping[str, Any], **config: Any) -> None:
+        block = {"id": taskset} if isinstance(taskset, str) else dict(taskset)
+        ident = str(block.get("id") or "")
+        self.name = f"verifiers taskset {ident!r}"
+        self.vf = vf = import_verifiers(self.name)
+        if ident.endswith(".py"):
+            block["id"] = ident = self._import_file(ident)
+        register_harness()
+        raw = {**config, "taskset": block}
+        try:
+            config_cls = vf.env_config_type(ident, str(raw.get("id") or ""))
+            seats = [
+                name for name, field in config_cls.model_fields.items() if isinstance(field.default, vf.AgentConfig)
+            ]
+            if len(seats) != 1:
+                raise NotImplementedError(
+                    f"{self.name}: its env has {len(seats)} agent seats ({seats}); only single-agent envs are supported."
+                )
+            self.seat = seats[0]
+            seat = raw.get(self.seat) or {}
+            raw[self.seat] = {**SEAT_DEFAULTS, **(seat.model_dump() if hasattr(seat, "model_dump") else seat)}
+            self.config = vf.resolve_env_config(raw)
+            env = vf.load_environment(self.config)
+        except (ImportError, AttributeError, TypeError, ValueError) as error:
+            raise ValueError(
+                f"{self.name}: building its verifiers env failed: {type(error).__name__}: {error}"
+            ) from error
+        for where, retries in (("", self.config.retries), (f"{self.seat}.", getattr(self.config, self.seat).retries)):
+            if retries.max_retries or retries.rules:
+                raise ValueError(
+                    f"{self.name}: {where}retries are set; a retried rollout would ask the model again from the start, "
+                    "which the trainer cannot follow. Leave them unset."
+                )
+        self.task_cls = type(env.taskset).task_type()
+        self.data_cls = self.task_cls.data_type()
+        self._tools: list[dict[str, Any]] | None = None
+        self._probed = False
+
+    def _import_file(self, path: str) -> str:
+        """Make the taskset file importable by its name (here and in subprocesses); returns that name."""
+        path = os.path.abspath(path)
+        if not os.path.isfile(path):
+            raise ValueError(f"{self.name}: the file {path} does not exist.")
+        folder, name = os.path.dirname(path), os.path.splitext(os.path.basename(path))[0]
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        if folder not in paths:
+            os.environ["PYTHONPATH"] = os.pathsep.join([folder, *filter(None, paths)])
+        module = importlib.import_module(name)
+        if os.path.abspath(getattr(module, "__file__", "") or "") != path:
+            raise ValueError(
+                f"{self.name}: another module named {name!r} ({getattr(module, '__file__', None)}) is imported already; "
+                "rename the taskset file."
+            )
+        return name
+
+    def new_env(self) -> Any:
+        """A fresh verifiers env (an episode's own: env.serving() keeps its resources on the env object)."""
+        return self.vf.load_environment(self.config)
+
+    def tasks(self, limit: int | None = None) -> Iterator[Any]:
+        """The taskset's tasks, as verifiers iterates them (idx set, the taskset's system prompt applied)."""
+        taskset = self.new_env().taskset
+        if limit is not None:
+            taskset = taskset.take(limit)
+        elif not taskset.bounded:
+            raise ValueError(f"{self.name} is infinite: give the number of tasks to take.")
+        return iter(taskset)
+
+    def reset(self, row: dict[str, Any]) -> dict[str, Any]:
+        raw = row.get(TASK_COLUMN)
+        if raw is None:
+            raise ValueError(
+                f"{self.name}: the row has no {TASK_COLUMN!r} column (the task's verifiers data); write the dataset "
+                "with `python -m verl.envs.verifiers_env export`."
+            )
+        return {"row": row, "task_data": json.loads(raw) if isinstance(raw, str) else dict(raw)}
+
+    def episode_task(self, env: Any, task_data: Mapping[str, Any], prompt: str) -> Any:
+        """The task of an episode: its data with the prompt the model is given (and no separate system prompt)."""
+        data = self.data_cls.model_validate({**task_data, "prompt": prompt, "system_prompt": None})
+        return self.task_cls(data, env.config.taskset.task)
+
+    async def run_task(
+        self, client: Any, model: str, task_data: Mapping[str, Any], prompt: str, scored: bool = True
+    ) -> tuple[Any, Bridge]:
+        """One verifiers episode of the task, its model requests asked of `client`: (the episode, its bridge)."""
+        env = self.new_env()
+        task = self.episode_task(env, task_data, prompt)
+        if not scored:
+            task = task.defer_scoring()
+        bridge = Bridge(client)
+        async with bridge.serve() as base_url:
+            # the eval client relays the harness's requests to the bridge; no key is read (an unset variable)
+            endpoint = self.vf.EvalClientConfig(base_url=base_url, api_key_var="VERL_VERIFIERS_BRIDGE_KEY")
+            context = self.vf.ModelContext(model=model, client=endpoint)
+            async with env.serving():
+                episode = await env.run_episode(task, context)
+        return episode, bridge
+
+    async def rollout(self, client: Any, model: str, messages: list[dict[str, Any]], state: dict[str, Any]) -> None:
+        if len(messages) != 1 or messages[0].get("role") != "user":
+            raise ValueError(f"{self.name}: an episode starts from one user message, got {len(messages)} messages.")
+        prompt = _text(messages[0].get("content"), "the prompt")
+        episode, bridge = await self.run_task(client, model, state["task_data"], prompt)
+        if bridge.error is not None:
+            raise bridge.error
+        if not episode.ok:
+            failure = episode.last_error or next((t.last_error for t in episode.traces if not t.ok), None)
+            detail = f"{failure.type}: {failure.message}" if failure is not None else "no trace"
+            raise RuntimeError(f"{self.name}: the episode of task {state['task_data'].get('idx')} failed: {detail}")
+        (trace,) = episode.traces
+        info = {"reward": float(trace.reward), "tool_calls": float(len(trace.tool_messages))}
+        for name, reward in trace.rewards.items():
+            info[f"reward_{name}"] = math.nan if reward is None else float(reward.score)
+        for name, value in trace.metrics.items():
+            info[f"metric_{name}"] = math.nan if value is None else float(value)
+        state["info"] = info
+        if bridge.over is not None:
+            raise bridge.over  # scored as far as it went; the episode ended on the budget, not on its own
+
+    def episode_info(self, state: dict[str, Any]) -> dict[str, float]:
+        """reward (the taskset's weighted sum of its rewards), reward_<name> (each reward's score), metric_<name>
+        (each metric) and tool_calls (the tool results the harness got)."""
+        return dict(state.get("info", {}))
+
+    def tool_schemas(self) -> list[dict[str, Any]] | None:
+        """The tools the harness offers the model (the trainer renders them into the dataset's prompts); found by
+        running an unscored episode of the first task whose one model turn is empty."""
+        if not self._probed:
+            self._tools = self._probe_tools()
+            self._probed = True
+        return self._tools
+
+    def _probe_tools(self) -> list[dict[str, Any]] | None:
+        env = self.new_env()
+        harness = getattr(self.config, self.seat).harness
+        toolsets = self.task_cls.toolsets(env.config.taskset.task) or type(env.taskset).toolsets(env.config.taskset)
+        if harness is not None and harness.id == HARNESS_ID and not toolsets:
+            return None  # the chat program offers the taskset's tools only
+        (task,) = list(self.tasks(1))
+
+        async def probe() -> tuple[Any, Bridge]:
+            data = task.data.model_dump(mode="json")
+            return await self.run_task(_ProbeClient(), "probe", data, task_prompt(task.data), scored=False)
+
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:  # its own event loop, whoever calls
+            episode, bridge = pool.submit(asyncio.run, probe()).result()
+        if not bridge.requests:
+            error = episode.last_error or next((t.last_error for t in episode.traces if t.last_error), None)
+            raise ValueError(f"{self.name}: finding its tools failed: the harness sent no request ({error}).")
+        return bridge.requests[0].get("tools") or None
+
+
+def load_verifiers_environment(spec: str, kwargs: Mapping[str, Any] | None = None) -> VerifiersEnv:
+    """`worker.rollout.env=verifiers:<taskset id>` with `env_kwargs` = the rest of verifiers' [env] block."""
+    kwargs = dict(kwargs or {})
+    block = kwargs.pop("taskset", None) or {}
+    if not isinstance(block, Mapping):
+        raise ValueError(f"verifiers:{spec}: env_kwargs.taskset must be the taskset's config block, got {block!r}.")
+    return VerifiersEnv({**block, "id": spec}, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the reward function and the dataset export
+
+
+def rubric_reward(sample: dict[str, Any]) -> dict[str, float]:
+    """`worker.reward.reward_function=verl/envs/verifiers_env.py:rubric_reward`: the verifiers episode's reward as
+    `overall` and each of its rewards by name (their scores)."""
+    info = sample["extra_info"]
+    if "env_reward" not in info:
+        raise ValueError(
+            "rubric_reward scores verifiers episodes: the sample has no env_reward (worker.rollout.env must be a "
+            "verifiers taskset)."
+        )
+    scores = {"overall": float(info["env_reward"])}
+    prefix = "env_reward_"
+    scores.update({key[len(prefix) :]: float(value) for key, value in info.items() if key.startswith(prefix)})
+    return scores
+
+
+def export(env: VerifiersEnv, output: str, limit: int | None = None) -> int:
+    """Write the taskset's tasks as the trainer's JSONL (task_row per line); returns the number written."""
+    count = 0
+    with open(output, "w", encoding="utf-8") as f:
+        for task in env.tasks(limit):
+            f.write(json.dumps(task_row(task), ensure_ascii=False) + "\n")
+            count += 1
+    return count
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    command = commands.add_parser("export", help="write a taskset's tasks as the trainer's JSONL")
+    command.add_argument("--env", required=True, help="path/to/taskset.py:TasksetClass or verifiers:<taskset id>")
+    command.add_argument("--env-kwargs", default="{}", help="JSON: the rest of verifiers' [env] block")
+    command.add_argument("--output", required=True)
+    command.add_argument("--limit", type=int, default=None, help="the first N tasks (needed for infinite tasksets)")
+    args = parser.parse_args(argv)
+    spec = args.env
+    if spec.startswith("verifiers:"):
+        taskset = spec[len("verifiers:") :]
+    else:
+        path, sep, _ = spec.rpartition(":")
+        taskset = path if sep and path.endswith(".py") else spec
+        if not taskset.endswith(".py"):
+            raise SystemExit(
+                f"export: --env {spec!r} must be path/to/taskset.py:TasksetClass or verifiers:<taskset id>."
+            )
+    try:
+        env = load_verifiers_environment(taskset, json.loads(args.env_kwargs))
+        count = export(env, args.output, args.limit)
+    except (ValueError, NotImplementedError) as error:
+        raise SystemExit(f"export: {error}") from None
+    print(f"wrote {count} tasks of {env.name} to {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
