@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from verl.envs.tools import find_tool_calls
+from verl.envs.tools import assistant_message
 
 
 logger = logging.getLogger(__name__)
@@ -148,21 +148,8 @@ def chat_message(text: str, finish_reason: str | None, tools: bool) -> tuple[dic
     """
     message: dict[str, Any] = {"role": "assistant", "content": text}
     message.update(refusal=None, annotations=None, audio=None, function_call=None)  # as vLLM's server writes them
-    calls, content, end = [], [], 0
-    for (start, stop), call in find_tool_calls(text) if tools else ():
-        if isinstance(call, str):
-            continue
-        content.append(text[end:start])
-        end = stop
-        arguments = json.dumps(call["arguments"], ensure_ascii=False)
-        function = {"name": call["name"], "arguments": arguments}
-        calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": function})
-    if not calls:
-        return message, finish_reason or "stop"
-    content.append(text[end:])
-    rest = "".join(content)
-    message.update(content=rest if rest.strip() else None, tool_calls=calls)
-    return message, "tool_calls"
+    message.update(assistant_message(text, tools))
+    return message, "tool_calls" if "tool_calls" in message else finish_reason or "stop"
 
 
 def _partial_tag(text: str) -> int:

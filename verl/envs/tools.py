@@ -22,6 +22,7 @@ code in `verl.rewards.sandbox`; README.md's "Multi-turn and tool-use rollouts" d
 import json
 import re
 import threading
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -149,3 +150,24 @@ class ToolEnv(MultiTurnEnv):
             errors += failed
             messages.append({"role": "tool", "content": text})
         return EnvStep(messages=messages, done=False, tool_calls=len(calls), tool_errors=errors)
+
+
+def assistant_message(text: str, tools: bool) -> dict[str, Any]:
+    """The OpenAI assistant message of a generated `text` (verl.serve's replies, the verifiers bridge's).
+
+    With `tools`, the well-formed `<tool_call>` blocks this module reads as calls (as training does) become
+    `tool_calls` (ids `call_<hex>`, JSON-string arguments) and the content is the text around them (None when only
+    whitespace is left); a malformed block stays in the content, as vLLM's hermes parser leaves it.
+    """
+    calls, rest, end = [], [], 0
+    for (start, stop), call in find_tool_calls(text) if tools else ():
+        if isinstance(call, str):
+            continue
+        rest.append(text[end:start])
+        end = stop
+        function = {"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)}
+        calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": function})
+    if not calls:
+        return {"role": "assistant", "content": text}
+    content = "".join(rest) + text[end:]
+    return {"role": "assistant", "content": content if content.strip() else None, "tool_calls": calls}

@@ -39,7 +39,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from verl.envs.client_env import ChatClientEnv, EpisodeOver
-from verl.envs.tools import find_tool_calls
+from verl.envs.tools import assistant_message
 
 
 INSTALL_HINT = "pip install -e '.[verifiers]'"
@@ -148,18 +148,8 @@ def text_message(text: str, finish_reason: str | None, tools: bool) -> tuple[dic
     """The assistant message of a turn written as text, and its finish_reason, as `verl.serve` answers: with `tools`,
     the `<tool_call>` blocks training's parser reads become `tool_calls` (JSON-string arguments), the content is the
     text around them (null when only whitespace) and the finish_reason "tool_calls"; a malformed block stays text."""
-    calls, rest, end = [], [], 0
-    for (start, stop), call in find_tool_calls(text) if tools else ():
-        if isinstance(call, str):
-            continue
-        rest.append(text[end:start])
-        end = stop
-        function = {"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)}
-        calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": function})
-    if not calls:
-        return {"role": "assistant", "content": text}, finish_reason
-    content = "".join(rest) + text[end:]
-    return {"role": "assistant", "content": content if content.strip() else None, "tool_calls": calls}, "tool_calls"
+    message = assistant_message(text, tools)
+    return message, "tool_calls" if "tool_calls" in message else finish_reason
 
 
 def _error_body(message: str, code: str | None = None) -> dict[str, Any]:
