@@ -14,6 +14,9 @@
 """tests/gpu: every test here is marked `gpu` and skipped, with the reason in the summary, where CUDA is absent.
 
 Run them on a CUDA machine with `pytest tests/gpu -rs`; `-m "not gpu"` leaves them out anywhere.
+
+A failure's traceback is written as soon as the test fails, not only in pytest's end-of-run summary: GPU sessions
+run under a hard deadline, and a run stopped at it must still show why the tests before it failed.
 """
 
 import pytest
@@ -28,3 +31,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.gpu)
         if not torch.cuda.is_available():
             item.add_marker(skip)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytest.TestReport:
+    """Write a failed test's traceback (and the end of its stderr) to the terminal at once."""
+    report = yield
+    reporter = item.config.pluginmanager.getplugin("terminalreporter")
+    if report.failed and reporter is not None:
+        reporter.write_line("")
+        reporter.write_sep("!", f"FAILED {report.nodeid} ({report.when}), written as it happened")
+        reporter.write_line(report.longreprtext)
+        captured = report.capstderr.strip()
+        if captured:
+            reporter.write_sep("-", "its captured stderr, last 60 lines")
+            reporter.write_line("\n".join(captured.splitlines()[-60:]))
+        reporter.write(f"{'!' * 20} end of {report.nodeid}\n", flush=True)
+    return report
