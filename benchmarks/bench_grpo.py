@@ -634,6 +634,9 @@ def parse_ours(rows: list[dict[str, Any]], row_times: list[float], launch: float
         "reward_mean": statistics.mean(row.get("critic/score/mean", 0.0) for row, _ in steps),
         "phase_s": split,
     }
+    mfu = [row["perf/mfu_actor"] for row in steady if "perf/mfu_actor" in row]
+    if mfu:  # the update's model FLOPs over its time and the measured matmul peak (verl.trainer.metrics)
+        figures["mfu_actor"] = statistics.median(mfu)
     if steps[-1][0].get("timing_s/save_checkpoint"):
         figures["final_save_s"] = steps[-1][0]["timing_s/save_checkpoint"]
     return figures
@@ -777,7 +780,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         if not good:
             continue
         side_summary: dict[str, Any] = {"runs": len(good)}
-        for key in ("samples_per_s", "startup_s", "peak_rss_gb", "peak_pss_gb", "response_length_mean", "reward_mean"):
+        keys = ("samples_per_s", "startup_s", "peak_rss_gb", "peak_pss_gb", "response_length_mean", "reward_mean")
+        for key in (*keys, "mfu_actor"):
             values = [run[key] for run in good if run.get(key) is not None]
             side_summary[key] = statistics.median(values) if values else None
         if any(run.get("phase_s") for run in good):
@@ -835,6 +839,8 @@ def print_report(runs: list[dict[str, Any]], summary: dict[str, Any]) -> None:
                 print(f"{side} peak {kind.upper()} by process (GB, last run; same names summed): {parts}")
     if "ours" in summary:
         print_step_split(summary["ours"]["phase_s"])
+        if summary["ours"].get("mfu_actor") is not None:
+            print(f"  actor update MFU (model FLOPs / measured matmul peak): {summary['ours']['mfu_actor']:.1%}")
     trl_phases = summary.get("trl", {}).get("phase_s")
     if trl_phases:
         step = trl_phases["step"]

@@ -42,6 +42,7 @@ def test_parse_ours_leaves_out_the_checkpoint_save(bench: ModuleType) -> None:
     for step in range(1, 6):
         row = {"step": step, "timing_s/step": 2.0, "timing_s/gen": 0.5, "timing_s/update_actor": 1.4}
         row.update({"timing_s/sync_weights": 0.1, "response_length/mean": 60.0, "critic/score/mean": 0.25})
+        row["perf/mfu_actor"] = 0.01 * step
         rows.append(row)
         times.append(100.0 + 2.0 * step)
     rows[-1]["timing_s/save_checkpoint"] = 0.5  # the final save, inside the last step's timer and before its row
@@ -53,6 +54,7 @@ def test_parse_ours_leaves_out_the_checkpoint_save(bench: ModuleType) -> None:
     assert figures["samples_per_s"] == pytest.approx(3 * 64 / 6.0)  # steps 3..5 from 104 to 110 (save left out)
     assert figures["samples_per_s_step_timer"] == pytest.approx(3 * 64 / 6.0)
     assert figures["final_save_s"] == 0.5 and figures["reward_mean"] == 0.25
+    assert figures["mfu_actor"] == pytest.approx(0.04)  # the median over the steady steps 3..5
     split = {"step": 2.0, "gen": 0.5, "update_actor": 1.4, "sync_weights": 0.1, bench.BETWEEN: 0.1}
     assert figures["phase_s"] == pytest.approx(split)  # sync_weights is timed inside gen, not beside it
     with pytest.raises(ValueError, match="no training step"):

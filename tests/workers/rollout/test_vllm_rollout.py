@@ -258,6 +258,7 @@ def _text_worker(rank: int, port: int, model_dir: str) -> None:
         optimizer.zero_grad()
     metrics = manager.prepare()
     assert metrics["rollout/weight_sync_mean_gap"] < 1e-4, metrics
+    assert 0 < metrics["timing_s/sync_weights_gather"] < metrics["timing_s/sync_weights"]  # the rest is the engine's
     greedy_after = rollout.generate_sequences(greedy_prompts)
     reference_after = _full_copy(actor, Qwen2ForCausalLM, model_dir)
     expected_after = _hf_greedy(reference_after, prompts, response_length, eos_ids, tokenizer.pad_token_id)

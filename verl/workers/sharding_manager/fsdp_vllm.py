@@ -18,10 +18,12 @@ streamed into the engine; the unit is resharded before the next is gathered, so 
 gathered layer. On GPU the engine sleeps between rollouts; on the CPU it stays up.
 """
 
+import functools
 import logging
 import time
+import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -91,57 +93,101 @@ def _full(param: torch.Tensor) -> torch.Tensor:
     return param.full_tensor()
 
 
-def _fsdp_units(module: nn.Module, names: list[str]) -> list[tuple[FSDPModule | None, list[str]]]:
-    """The FSDP units of `module` (outermost first) with the parameter names each one gathers.
+class _Slot(NamedTuple):
+    name: str  # parameter name in the FSDP module
+    owner: nn.Module  # the module that registers it: FSDP2 swaps its sharded and gathered tensors there
+    leaf: str  # its attribute name on `owner`
+
+
+class _StreamPlan(NamedTuple):
+    units: list[tuple[FSDPModule | None, list[_Slot]]]  # FSDP units (outermost first) and what each gathers
+    merge_plan: dict[str, tuple[str, str, float]]  # LoRA: base weight -> (A, B, scaling)
+    exact: set[str]  # names that are never taken from a rounded all-gather (LoRA factors and bases)
+
+
+def _stream_plan(module: nn.Module, names: dict[str, str]) -> _StreamPlan:
+    """Which FSDP unit gathers which of the streamed parameters, found once per module and set of names.
 
     A parameter belongs to the innermost unit whose module contains it. Names outside every unit (a module that is
-    not sharded at all) come last, under None.
+    not sharded at all) come last, under None. Parameters are looked up through their owning module at each use,
+    so the plan holds no tensor and stays valid when offloading or loading a checkpoint replaces them.
     """
+    params = [name for name, _ in module.named_parameters(remove_duplicate=False)]
+    merge_plan = lora_merge_plan(module) if any(is_adapter_param(name) for name in params) else {}
+    exact = {name for base, (a_name, b_name, _) in merge_plan.items() for name in (base, a_name, b_name)}
+    needed = [name for name in params if name in names]
+    needed += sorted({name for base in needed if base in merge_plan for name in merge_plan[base][:2]} - set(needed))
     units = [(prefix, unit) for prefix, unit in module.named_modules() if isinstance(unit, FSDPModule)]
-    owned: dict[int, list[str]] = {index: [] for index in range(len(units))}
-    loose: list[str] = []
-    for name in names:
+    owned: dict[int, list[_Slot]] = {index: [] for index in range(len(units))}
+    loose: list[_Slot] = []
+    for name in needed:
+        owner_name, _, leaf = name.rpartition(".")
+        slot = _Slot(name, module.get_submodule(owner_name), leaf)
         owners = [i for i, (prefix, _) in enumerate(units) if not prefix or name.startswith(prefix + ".")]
-        (owned[max(owners, key=lambda i: len(units[i][0]))] if owners else loose).append(name)
-    plan: list[tuple[FSDPModule | None, list[str]]] = [(unit, owned[i]) for i, (_, unit) in enumerate(units)]
-    return [(unit, group) for unit, group in plan if group] + ([(None, loose)] if loose else [])
+        (owned[max(owners, key=lambda i: len(units[i][0]))] if owners else loose).append(slot)
+    plan: list[tuple[FSDPModule | None, list[_Slot]]] = [(unit, owned[i]) for i, (_, unit) in enumerate(units)]
+    return _StreamPlan(
+        [(unit, group) for unit, group in plan if group] + ([(None, loose)] if loose else []), merge_plan, exact
+    )
 
 
-def _unit_tensor(
-    module: nn.Module, master: torch.Tensor, name: str, dtype: torch.dtype, exact: set[str]
-) -> torch.Tensor:
-    """The full tensor of parameter `name` while its FSDP unit is unsharded (see `_gathered`)."""
-    gathered = module.get_parameter(name)
+_PLANS: "weakref.WeakKeyDictionary[nn.Module, tuple[tuple[tuple[str, str], ...], _StreamPlan]]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _cached_stream_plan(module: nn.Module, names: dict[str, str]) -> _StreamPlan:
+    key = tuple(names.items())
+    cached = _PLANS.get(module)
+    if cached is None or cached[0] != key:
+        cached = (key, _stream_plan(module, names))
+        _PLANS[module] = cached
+    return cached[1]
+
+
+def _unit_tensor(gathered: torch.Tensor, master: torch.Tensor, exact: bool, dtype: torch.dtype) -> torch.Tensor:
+    """The full tensor of a parameter while its FSDP unit is unsharded (see `_gathered`): `gathered` is what the
+    module holds now, `master` the sharded parameter it held before."""
     if isinstance(gathered, DTensor):  # not part of this unit's all-gather
         return _full(gathered)
-    if gathered.dtype == master.dtype or (gathered.dtype == dtype and name not in exact):
+    if gathered.dtype == master.dtype or (gathered.dtype == dtype and not exact):
         # `reshard` frees the gathered storage while the engine may still hold the tensor: hand out a copy, unless
         # the cast to `dtype` makes one anyway
         return gathered.detach().clone() if gathered.dtype == dtype else gathered.detach()
     return _full(master)
 
 
-def _gathered(
-    module: nn.Module, names: list[str], exact: set[str], dtype: torch.dtype
-) -> Iterator[tuple[list[str], Callable[[str], torch.Tensor]]]:
+def _gathered(plan: _StreamPlan, dtype: torch.dtype) -> Iterator[tuple[list[str], Callable[[str], torch.Tensor]]]:
     """(parameter names, name -> full tensor) for one FSDP unit at a time, gathered by one all-gather (`unshard`).
 
     FSDP2 gathers a unit's parameters in its compute dtype. A gathered tensor is used when that loses nothing: it is
     in the parameter's own dtype, or in the target `dtype` (the same rounding as casting the full tensor) and the
-    name is not in `exact` (LoRA factors and bases, merged in float32). Any other parameter is gathered on its own,
-    in its own dtype. Each unit is resharded before the next one is gathered, so the extra memory is about one
+    name is not in `plan.exact` (LoRA factors and bases, merged in float32). Any other parameter is gathered on its
+    own, in its own dtype. Each unit is resharded before the next one is gathered, so the extra memory is about one
     gathered unit. Collective: every rank must ask for the same tensors in the same order.
     """
-    sharded = dict(module.named_parameters(remove_duplicate=False))
-    for unit, group in _fsdp_units(module, names):
+    for unit, group in plan.units:
+        slots = {slot.name: slot for slot in group}
+        masters = {slot.name: getattr(slot.owner, slot.leaf) for slot in group}  # before the unit is gathered
         if unit is None:
-            yield group, lambda name: _full(sharded[name])
+            yield list(slots), functools.partial(_loose_tensor, masters)
             continue
         unit.unshard()
         try:
-            yield group, lambda name: _unit_tensor(module, sharded[name], name, dtype, exact)
+            yield list(slots), functools.partial(_gathered_tensor, slots, masters, plan.exact, dtype)
         finally:
             unit.reshard()
+
+
+def _loose_tensor(masters: dict[str, torch.Tensor], name: str) -> torch.Tensor:
+    return _full(masters[name])
+
+
+def _gathered_tensor(
+    slots: dict[str, _Slot], masters: dict[str, torch.Tensor], exact: set[str], dtype: torch.dtype, name: str
+) -> torch.Tensor:
+    slot = slots[name]
+    return _unit_tensor(getattr(slot.owner, slot.leaf), masters[name], name in exact, dtype)
 
 
 def iter_full_weights(
@@ -153,22 +199,27 @@ def iter_full_weights(
     collective per parameter. A tied parameter (the embedding reused as lm_head) is sent under each of its names: on
     CPU vLLM keeps a repacked copy of lm_head for its matmul that only a load of `lm_head.weight` refreshes. A LoRA
     layer's weight is sent merged (W + scaling x B @ A, under the base model's name); its adapters are not sent on
-    their own.
+    their own. The time spent here (gathering, casting, merging) is added to `stats["gather_seconds"]`, so the
+    engine's share of a sync is the rest.
     """
-    params = [name for name, _ in module.named_parameters(remove_duplicate=False)]
-    merge_plan = lora_merge_plan(module) if any(is_adapter_param(name) for name in params) else {}
-    exact = {name for base, (a_name, b_name, _) in merge_plan.items() for name in (base, a_name, b_name)}
-    for group, full in _gathered(module, [name for name in params if name in names], exact, dtype):
+    plan = _cached_stream_plan(module, names)
+    clock = time.perf_counter()
+    for group, full in _gathered(plan, dtype):
         for name in group:
+            if name not in names:  # a LoRA factor, merged into its base weight
+                continue
             tensor = full(name)
-            if name in merge_plan:
-                a_name, b_name, scaling = merge_plan[name]
+            if name in plan.merge_plan:
+                a_name, b_name, scaling = plan.merge_plan[name]
                 tensor = merge_weight(tensor, full(a_name), full(b_name), scaling)
             tensor = tensor.detach().to(dtype)
             stats["num_params"] += 1
             stats["bytes"] += tensor.numel() * tensor.element_size()
             stats["max_param_bytes"] = max(stats["max_param_bytes"], tensor.numel() * tensor.element_size())
+            stats["gather_seconds"] = stats.get("gather_seconds", 0.0) + time.perf_counter() - clock
             yield names[name], tensor
+            clock = time.perf_counter()
+    stats["gather_seconds"] = stats.get("gather_seconds", 0.0) + time.perf_counter() - clock
 
 
 def sync_weights(
@@ -187,7 +238,7 @@ def sync_weights(
     """
     names = names if names is not None else checkpoint_names(fsdp_module)
     in_place_reload = (not on_gpu()) if in_place_reload is None else in_place_reload
-    stats = {"num_params": 0, "bytes": 0, "max_param_bytes": 0}
+    stats = {"num_params": 0, "bytes": 0, "max_param_bytes": 0, "gather_seconds": 0.0}
     start = time.perf_counter()
     with torch.no_grad():
         vllm_compat.load_weights(llm, iter_full_weights(fsdp_module, dtype, names, stats), in_place_reload)
@@ -298,6 +349,7 @@ class FSDPVLLMShardingManager:
         stats = sync_weights(self.module, llm, self.rollout.torch_dtype, self.names)
         metrics = {
             "timing_s/sync_weights": stats["seconds"],
+            "timing_s/sync_weights_gather": stats["gather_seconds"],
             "perf/sync_weights_gb": stats["bytes"] / 2**30,
             "perf/sync_weights_max_param_mb": stats["max_param_bytes"] / 2**20,
         }
