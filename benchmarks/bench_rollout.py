@@ -187,6 +187,21 @@ def bench_sync(args: argparse.Namespace, model_dir: str, rollout: Any) -> dict[s
             pass
 
     gather_s = min(_time(gather_only) for _ in range(args.repeats))
+    if args.profile_sync:  # where one sync's time goes, function by function (both the actor's and vLLM's side)
+        import cProfile
+        import io
+        import pstats
+
+        profiler = cProfile.Profile()
+        profiler.runcall(
+            lambda: _time(lambda: sync_weights(actor, rollout.inference_engine, rollout.torch_dtype, names))
+        )
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(40)
+        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(40)
+        with open(args.profile_sync, "w", encoding="utf-8") as f:
+            f.write(text.getvalue())
+        print(f"profile of one sync written to {args.profile_sync}")
     sync_s, copy_s = min(sync_times), min(copy_times)
     size_mb = sum(t.numel() * t.element_size() for t in state.values()) / 2**20
     print(
@@ -212,6 +227,7 @@ def main() -> None:
     parser.add_argument("--model", choices=("tiny", "0.5b", "1.5b"), default="tiny", help="random-init model size")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.3, help="each engine's share (CUDA)")
     parser.add_argument("--eager", action="store_true", help="CUDA: no CUDA graphs in either engine")
+    parser.add_argument("--profile-sync", default=None, metavar="PATH", help="write a cProfile of one sync to PATH")
     args = parser.parse_args()
 
     from transformers import AutoTokenizer
