@@ -17,9 +17,11 @@ the suffix the sandbox runs after the program, and the comparison made in the tr
 Why the judge is outside the program: a check run in the program's own process can be fooled by the program (an
 object whose __eq__ always returns True, code that reads the expected value or a secret token from the caller's
 frame, an exit before the check). So in the value forms the sandbox only evaluates each expression under test
-after the program (`add(1, 2)`) and prints its value, serialised strictly: exact builtin types only (int, float,
-bool, str, None, bytes, complex, list, tuple, dict, set, frozenset, nested), anything else (a subclass, a custom
-object) becomes a "not a plain value" marker that fails the case. The trainer parses the last such line and makes
+after the program (`add(1, 2)`) and prints its value, serialised strictly: builtin types (int, float, bool, str,
+None, bytes, complex, list, tuple, dict, set, frozenset, nested) and their subclasses, read through the builtin
+type's own methods so that no method of the program's runs (a Counter is the dict it holds, an int subclass the
+int), and NumPy scalars as their Python value; anything else (a custom object) becomes a "not a plain value" marker
+that fails the case. The trainer parses the last such line and makes
 the comparison itself, so an expected literal (`== 3`, `math.isclose(..., 2.5)`, `abs(... - 2.5) < 1e-6`) never
 enters the program's process, and a program that exits before the line is printed fails. An expected value that
 is not a literal (`assert f(x) == g(y)`) is evaluated in the sandbox too, as its own value: a program that tampers
@@ -67,8 +69,8 @@ _FAILURES = {
 
 # The case suffix of the value forms: runs after the program, in its namespace, and prints one line, VALUE_MARKER
 # then a JSON list with one tagged value per expression under test. It reaches types through literals rather than
-# names the program could have rebound, encodes values without running any of the program's code (exact types
-# only, iteratively, with a node budget), writes with os.write and leaves with os._exit(0), so no thread, atexit
+# names the program could have rebound, encodes values through the builtin types' own methods (a subclass's
+# overrides never run; only a NumPy scalar's `item()` is called), iteratively, with a node budget, writes with os.write and leaves with os._exit(0), so no thread, atexit
 # handler or finalizer of the program runs after the line. All of this is best effort against a program that has
 # tampered with its interpreter; what makes the judge sound is that expected literals are not in here.
 _JUDGE = """
@@ -80,7 +82,17 @@ def _verl_judge_factory(budget):
     none, boolean, integer, real, compound = None.__class__, True.__class__, (0).__class__, (0.0).__class__, (0j).__class__
     text, data, array, pair, table, group = "".__class__, b"".__class__, [].__class__, ().__class__, {}.__class__, {0}.__class__
     frozen = kind(frozenset())
+    mro_of, module_of = kind.__dict__["__mro__"].__get__, kind.__dict__["__module__"].__get__
+    real_part, imaginary_part = compound.__dict__["real"].__get__, compound.__dict__["imag"].__get__
+    plain = (none, boolean, integer, real, compound, text, data, array, pair, table, group, frozen)
     tags = ((array, '["list"'), (pair, '["tuple"'), (group, '["set"'), (frozen, '["frozenset"'))
+
+    def base_of(t):
+        for ancestor in mro_of(t):
+            for builtin in plain:
+                if ancestor is builtin:
+                    return builtin
+        return None
 
     def encode(value):
         out, stack, left = [], [(value, 0)], budget
@@ -93,7 +105,12 @@ def _verl_judge_factory(budget):
             left -= 1
             if left < 0:
                 return '["toolarge"]'
-            t = kind(value)
+            t = base_of(kind(value))
+            if t is None and depth <= MAX_DEPTH:
+                module = module_of(kind(value))
+                if kind(module) is text and text.__eq__(module, "numpy"):  # a NumPy scalar: its Python value
+                    stack.append((value.item(), depth + 1))
+                    continue
             if t is none:
                 out.append("null")
             elif t is boolean:
@@ -101,11 +118,11 @@ def _verl_judge_factory(budget):
             elif depth > MAX_DEPTH:
                 out.append('["other"]')
             elif t is integer:
-                out.append('["int","%x"]' % value)
+                out.append('["int","%x"]' % integer.__int__(value))
             elif t is real:
                 out.append('["float","' + real.hex(value) + '"]')
             elif t is compound:
-                out.append('["complex","' + real.hex(value.real) + '","' + real.hex(value.imag) + '"]')
+                out.append('["complex","' + real.hex(real_part(value)) + '","' + real.hex(imaginary_part(value)) + '"]')
             elif t is text:
                 out.append('["str","' + data.hex(text.encode(value, "utf-8", "surrogatepass")) + '"]')
             elif t is data:
@@ -125,7 +142,7 @@ def _verl_judge_factory(budget):
                     if t is container:
                         out.append(tag)
                         stack.append("]")
-                        items = array(value)
+                        items = array(container.__iter__(value))
                         items.reverse()
                         for item in items:
                             stack.append((item, depth + 1))

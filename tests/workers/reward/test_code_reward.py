@@ -171,13 +171,45 @@ def test_an_always_equal_object_scores_zero(code: ModuleType) -> None:
         "class Anything:\n    def __eq__(self, other):\n        return True\n    def __ne__(self, other):\n"
         "        return False\n    __hash__ = object.__hash__\ndef add(a, b):\n    return Anything()\n",
         "class Yes(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n"
-        "def add(a, b):\n    return Yes(0)\n",  # a subclass of int is not a plain value
+        "def add(a, b):\n    return Yes(5)\n",  # a subclass of int is judged by the int it holds (5)
         "class Anything:\n    __eq__ = lambda self, other: True\ndef add(a, b):\n    return [Anything()][0]\n",
     ]
     samples = [sample(program(cheat), cases) for cheat in cheats for cases in (ASSERT_CASES, CALL_CASES)]
     for score in code.compute_score(samples):
         assert (score["overall"], score["has_code"]) == (0.0, 1.0)
         assert failures(score) == {"num_wrong_answer": 2.0}
+
+
+def test_subclasses_of_builtin_types_are_judged_by_what_they_hold(code: ModuleType) -> None:
+    """Counter, OrderedDict, defaultdict, IntEnum, str and list subclasses compare as Python compares them; a
+    subclass's own __iter__ or __eq__ is never asked, and a NumPy-like scalar is its item()."""
+    functions = (
+        "import collections, enum\n"
+        "class Colour(enum.IntEnum):\n    RED = 2\n"
+        "class Tidy(str):\n    pass\n"
+        "class Liar(list):\n    def __iter__(self):\n        return iter([1, 2, 3])\n"
+        "class Fake:\n    __module__ = 'numpy'\n    def item(self):\n        return 7\n"
+        "def count(s):\n    return collections.Counter(s)\n"
+        "def ordered():\n    return collections.OrderedDict([('b', 1), ('a', [2])])\n"
+        "def grouped():\n    table = collections.defaultdict(list)\n    table[1].append('x')\n    return table\n"
+        "def colour():\n    return Colour.RED\n"
+        "def tidy():\n    return Tidy('ok')\n"
+        "def liar():\n    return Liar([9])\n"
+        "def scalar():\n    return Fake()\n"
+    )
+    passing = [
+        "assert count('aab') == {'a': 2, 'b': 1}",
+        "assert ordered() == {'a': [2], 'b': 1}",
+        "assert grouped() == {1: ['x']}",
+        "assert colour() == 2",
+        "assert tidy() == 'ok'",
+        "assert liar() == [9]",  # what the list holds, not what its __iter__ makes up
+        "assert scalar() == 7",
+    ]
+    failing = ["assert liar() == [1, 2, 3]", "assert colour() == 3", "assert count('aab') == {'a': 2}"]
+    [score] = code.compute_score([sample(program(functions), {"fn_name": "count", "asserts": passing + failing})])
+    assert score["pass_rate"] == pytest.approx(len(passing) / (len(passing) + len(failing)))
+    assert failures(score) == {"num_wrong_answer": float(len(failing))}
 
 
 def test_reading_the_check_from_the_callers_frame_or_source_scores_zero(code: ModuleType) -> None:
