@@ -32,7 +32,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from verl.serve import ChatEngine, ChoiceText, Reply, RequestError, chat_message, check_request, make_handler
+from verl.serve import (
+    ChatEngine,
+    ChoiceText,
+    Reply,
+    RequestError,
+    chat_message,
+    check_request,
+    forced_tool_calls,
+    make_handler,
+)
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -51,6 +60,7 @@ TOOLS = [
     }
 ]
 CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
+NAMED = {"type": "function", "function": {"name": "add"}}
 
 
 def request(**fields):
@@ -90,7 +100,8 @@ def test_an_unknown_model_is_a_404_naming_the_served_one():
         ({"tools": {"add": {}}}, "'tools' must be a list of function tools"),
         ({"tools": [{"type": "function"}]}, "'tools[0]' must be a {type: 'function', function: {name, ...}} object."),
         ({"tools": [{"type": "function", "function": {}}]}, "'tools[0].function' must have a string 'name'."),
-        ({"tools": TOOLS, "tool_choice": "required"}, "tool_choice 'required' is not supported"),
+        ({"tools": TOOLS, "tool_choice": "any"}, "tool_choice 'any' is not one of 'auto', 'none', 'required' or"),
+        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "mul"}}}, "tool_choice names the"),
         ({"tool_choice": "auto"}, "'tool_choice' needs 'tools'."),
     ],
 )
@@ -156,6 +167,39 @@ def test_streamed_content_adds_up_to_the_message_content(text):
         assert tools or "".join(pieces) == text  # without tools every token goes out as it comes
         if tools and "<tool_call>" in text:
             assert "<tool_call>" not in "".join(pieces)  # a call is never streamed as content
+
+
+def test_a_forced_tool_choice_holds_the_reply_to_a_schema():
+    named = request(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "add"}})
+    assert forced_tool_calls(named) == ("add", TOOLS[0]["function"]["parameters"])
+    assert forced_tool_calls(request(tools=TOOLS, tool_choice="auto")) is None
+    defs = {"$defs": {"n": {"type": "integer"}}, "properties": {"x": {"$ref": "#/$defs/n"}}}
+    tools = [*TOOLS, {"type": "function", "function": {"name": "neg", "parameters": defs}}]
+    function, schema = forced_tool_calls(request(tools=tools, tool_choice="required"))
+    assert function == "" and schema["type"] == "array" and schema["minItems"] == 1
+    assert schema["$defs"] == {"n": {"type": "integer"}}  # lifted to the root, where the ref points
+    names = [option["properties"]["name"]["enum"] for option in schema["items"]["anyOf"]]
+    assert names == [["add"], ["neg"]] and "$defs" not in schema["items"]["anyOf"][1]["properties"]["parameters"]
+
+
+@pytest.mark.parametrize(
+    "forced, text, finish, calls, reason",
+    [
+        ("add", '{"a": 1, "b": 2}', "stop", [("add", {"a": 1, "b": 2})], "stop"),
+        ("", '[{"name": "add", "parameters": {"a": 1, "b": 2}}, {"name": "add", "parameters": {}}]', "stop",
+         [("add", {"a": 1, "b": 2}), ("add", {})], "tool_calls"),
+        ("", '[{"name": "add", "parameters": {"a":', "length", [], "length"),  # cut off: no JSON, no calls
+    ],
+)  # fmt: skip
+def test_a_forced_reply_is_its_tool_calls_streamed_or_not(forced, text, finish, calls, reason):
+    choice = ChoiceText(True, forced)
+    pieces = [choice.add(completion(char)) for char in text[:-1]]
+    pieces.append(choice.add(completion(text[-1], finish_reason=finish)))
+    message, finish_reason, rest = choice.message()
+    assert "".join(pieces) == rest == message["content"] == ""  # nothing of the JSON goes out as content
+    got = [(call["function"]["name"], json.loads(call["function"]["arguments"])) for call in message["tool_calls"]]
+    assert got == calls and finish_reason == reason
+    assert all(call["id"].startswith("call_") and call["type"] == "function" for call in message["tool_calls"])
 
 
 class ScriptedEngine(ChatEngine):
@@ -404,6 +448,30 @@ def test_tools_and_tool_messages_go_through_the_template(server):
     assert answer.usage.prompt_tokens > reply.usage.prompt_tokens and answer.choices[0].message.role == "assistant"
     none = client.chat.completions.create(messages=asked, tools=TOOLS, tool_choice="none", **fields)
     assert none.choices[0].message.tool_calls is None and none.usage.prompt_tokens == reply.usage.prompt_tokens
+
+
+@pytest.mark.slow
+def test_a_forced_tool_choice_makes_even_an_untrained_model_call_a_tool(server):
+    """tool_choice "required" and a named function on the random tiny model: the engine's structured outputs keep
+    the reply to the tools' schemas, so the calls parse and their arguments have the declared types."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=server, api_key="unused")
+    fields = {"model": "tiny", "messages": [{"role": "user", "content": "1 + 2?"}], "tools": TOOLS, "temperature": 0.0}
+    for tool_choice, max_tokens, reason in (("required", 240, "tool_calls"), (NAMED, 60, "stop")):
+        reply = client.chat.completions.create(tool_choice=tool_choice, max_tokens=max_tokens, **fields)
+        choice = reply.choices[0]
+        assert choice.finish_reason == reason and choice.message.content == ""
+        assert choice.message.tool_calls and {call.function.name for call in choice.message.tool_calls} == {"add"}
+        for call in choice.message.tool_calls:
+            arguments = json.loads(call.function.arguments)
+            assert set(arguments) == {"a", "b"} and all(type(value) is int for value in arguments.values())
+        chunks = streamed(client, tool_choice=tool_choice, max_tokens=max_tokens, **fields)[3]
+        deltas = [choice.delta for chunk in chunks for choice in chunk.choices]
+        assert "".join(delta.content or "" for delta in deltas) == ""  # the JSON never goes out as content
+        calls = [call for delta in deltas for call in delta.tool_calls or []]
+        got = [(call.function.name, call.function.arguments) for call in calls]
+        assert got == [(call.function.name, call.function.arguments) for call in choice.message.tool_calls]
 
 
 @pytest.mark.slow

@@ -16,8 +16,9 @@
     python -m verl.serve --model checkpoints/.../global_step_N/actor/huggingface --port 8000
 
 It serves `GET /v1/models` and `POST /v1/chat/completions` (streamed or not, with structured tool calls read by the
-parser training uses) with the training engine's settings, one request at a time. It binds to 127.0.0.1 unless
---host says otherwise and has no authentication: do not expose it.
+parser training uses, or forced by tool_choice "required" or a named function) with the training engine's settings,
+one request at a time. It binds to 127.0.0.1 unless --host says otherwise and has no authentication: do not expose
+it.
 """
 
 import argparse
@@ -89,13 +90,17 @@ def _check_streaming_and_tools(request: dict[str, Any]) -> None:
                 raise RequestError(f"'tools[{index}].function' must have a string 'name'.")
     tool_choice = request.get("tool_choice")
     if tool_choice is not None:
-        if tool_choice not in ("auto", "none"):
+        named = isinstance(tool_choice, dict) and tool_choice.get("type") == "function"
+        name = (tool_choice.get("function") or {}).get("name") if named else None
+        if tool_choice not in ("auto", "none", "required") and not isinstance(name, str):
             raise RequestError(
-                f"tool_choice {tool_choice!r} is not supported: this server reads tool calls from the text the model "
-                "writes ('auto') or not at all ('none')."
+                f"tool_choice {tool_choice!r} is not one of 'auto', 'none', 'required' or "
+                "{type: 'function', function: {name}}."
             )
         if not tools:
             raise RequestError("'tool_choice' needs 'tools'.")
+        if named and name not in {tool["function"]["name"] for tool in tools}:
+            raise RequestError(f"tool_choice names the function {name!r}, which is not in 'tools'.")
 
 
 def check_request(request: Any, served_name: str) -> dict[str, Any]:
@@ -130,6 +135,62 @@ def check_request(request: Any, served_name: str) -> dict[str, Any]:
             raise RequestError(f"'stop' must be a string or a list of strings, got {request['stop']!r}.")
         options["stop"] = stop
     return {key: value for key, value in options.items() if value is not None}
+
+
+def forced_tool_calls(request: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """(the function a named tool_choice forces, or "" for "required"; the JSON schema the reply is held to), or
+    None where tool_choice forces no call.
+
+    As vLLM's server does it: a named function's reply is its arguments object (the function's `parameters`
+    schema); a "required" reply is a non-empty JSON array of {name, parameters} objects, one per call. The engine's
+    structured outputs keep the text to the schema, so even a model never trained to call tools calls one.
+    """
+    choice = request.get("tool_choice")
+    if choice != "required" and not isinstance(choice, dict):
+        return None
+    empty = {"type": "object", "properties": {}}
+    parameters = {tool["function"]["name"]: tool["function"].get("parameters") or empty for tool in request["tools"]}
+    if isinstance(choice, dict):
+        name = choice["function"]["name"]
+        return name, parameters[name]
+    shared: dict[str, Any] = {}  # every tool's "$defs", lifted to the root, where their "#/$defs/..." refs point
+    calls = []
+    for name, schema in parameters.items():
+        schema = dict(schema)
+        for key, definition in (schema.pop("$defs", None) or {}).items():
+            if shared.setdefault(key, definition) != definition:
+                raise RequestError(f"tools define '$defs/{key}' differently; tool_choice 'required' needs one schema.")
+        properties = {"name": {"type": "string", "enum": [name]}, "parameters": schema}
+        calls.append({"properties": properties, "required": ["name", "parameters"]})
+    schema = {"type": "array", "minItems": 1, "items": {"type": "object", "anyOf": calls}}
+    return "", {**schema, "$defs": shared} if shared else schema
+
+
+def forced_tool_message(text: str, finish_reason: str | None, function: str) -> tuple[dict[str, Any], str]:
+    """The assistant message and finish_reason of a reply held to `forced_tool_calls`' schema (`function` as it
+    returned it): the calls as `tool_calls`, content "" (vLLM's server answers so); finish_reason "tool_calls" for a
+    finished "required" reply and the engine's for a named one (OpenAI's convention). Text cut off by max_tokens
+    that is no longer JSON gives no calls."""
+    if function:
+        calls = [(function, text)] if text.strip() else []
+    else:
+        try:
+            items = json.loads(text)
+        except ValueError:
+            items = []
+        calls = [
+            (item["name"], json.dumps(item.get("parameters") or {}, ensure_ascii=False))
+            for item in (items if isinstance(items, list) else [])
+            if isinstance(item, dict) and isinstance(item.get("name"), str)
+        ]
+    message: dict[str, Any] = {"role": "assistant", "content": ""}
+    message.update(refusal=None, annotations=None, audio=None, function_call=None)
+    message["tool_calls"] = [
+        {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": {"name": name, "arguments": arguments}}
+        for name, arguments in calls
+    ]
+    finish_reason = finish_reason or "stop"
+    return message, "tool_calls" if not function and finish_reason == "stop" else finish_reason
 
 
 def reads_tool_calls(request: dict[str, Any]) -> bool:
@@ -168,8 +229,8 @@ class ChoiceText:
     adds up to the message content of the same text, token for token.
     """
 
-    def __init__(self, tools: bool) -> None:
-        self.tools = tools
+    def __init__(self, tools: bool, forced: str | None = None) -> None:
+        self.tools, self.forced = tools, forced
         self.text, self.sent, self.tokens = "", 0, 0
         self.ended = False
         """Whether a stream has sent this choice's end."""
@@ -183,7 +244,9 @@ class ChoiceText:
         if completion.finish_reason is not None:
             self.finish_reason, self.stop_reason = completion.finish_reason, completion.stop_reason
         limit = len(self.text)
-        if self.tools:
+        if self.forced is not None:  # JSON held to the tool schema: calls, sent whole at the end
+            limit = 0
+        elif self.tools:
             tag = self.text.find(TOOL_CALL_TAG)
             limit = tag if tag >= 0 else limit - _partial_tag(self.text)
             if not self.text[:limit].strip():
@@ -194,7 +257,10 @@ class ChoiceText:
 
     def message(self) -> tuple[dict[str, Any], str, str]:
         """(message, finish_reason, the content not streamed yet) of the finished choice."""
-        message, finish_reason = chat_message(self.text, self.finish_reason, self.tools)
+        if self.forced is not None:
+            message, finish_reason = forced_tool_message(self.text, self.finish_reason, self.forced)
+        else:
+            message, finish_reason = chat_message(self.text, self.finish_reason, self.tools)
         content = message["content"] or ""
         if content[: self.sent] != self.text[: self.sent]:  # cannot happen: the content starts with what was sent
             raise AssertionError("streamed content is not a prefix of the message content")
@@ -204,10 +270,10 @@ class ChoiceText:
 class Reply:
     """A request the engine holds: its id, creation time, choices and prompt tokens."""
 
-    def __init__(self, request_id: str, prompt_tokens: int, n: int, tools: bool) -> None:
+    def __init__(self, request_id: str, prompt_tokens: int, n: int, tools: bool, forced: str | None = None) -> None:
         self.id, self.created = request_id, int(time.time())
         self.prompt_tokens = prompt_tokens
-        self.choices = [ChoiceText(tools) for _ in range(n)]
+        self.choices = [ChoiceText(tools, forced) for _ in range(n)]
 
     def usage(self) -> dict[str, Any]:
         completion = sum(choice.tokens for choice in self.choices)
@@ -279,8 +345,14 @@ class ChatEngine:
             )
         if tools:  # as vLLM's hermes parser asks: a model may write its tool-call tags as special tokens
             options["skip_special_tokens"] = False
+        forced = forced_tool_calls(request)
+        if forced is not None:
+            from vllm.sampling_params import StructuredOutputsParams
+
+            options["structured_outputs"] = StructuredOutputsParams(json=forced[1])
         params = SamplingParams(**options, output_kind=RequestOutputKind.DELTA)
-        reply = Reply(f"chatcmpl-{uuid.uuid4().hex}", prompt_tokens or 0, params.n, tools)
+        function = None if forced is None else forced[0]
+        reply = Reply(f"chatcmpl-{uuid.uuid4().hex}", prompt_tokens or 0, params.n, tools, function)
         self.llm.llm_engine.add_request(reply.id, prompt, params)
         return reply
 
