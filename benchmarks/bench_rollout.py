@@ -22,6 +22,7 @@
    runs) into the engine, versus a plain copy of the same state dict into preallocated tensors.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_rollout.py [--prompts 32 --n 8 --response-length 64 --repeats 3]
+    OMP_NUM_THREADS=1 python benchmarks/bench_rollout.py --layers 24 --profile-sync sync.txt   # 0.5B's layer count
     python benchmarks/bench_rollout.py --model 0.5b --prompts 64 --n 8 --response-length 512   # on a GPU
 
 On CUDA both engines run in bf16 with the same `--gpu-memory-utilization` (and `--eager` for both, if given), the
@@ -225,6 +226,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--model-dir", default=None, help="a Qwen2 model directory (default: --model)")
     parser.add_argument("--model", choices=("tiny", "0.5b", "1.5b"), default="tiny", help="random-init model size")
+    parser.add_argument(
+        "--layers", type=int, default=None, help="tiny model only: this many decoder layers (per-layer sync overhead)"
+    )
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.3, help="each engine's share (CUDA)")
     parser.add_argument("--eager", action="store_true", help="CUDA: no CUDA graphs in either engine")
     parser.add_argument("--profile-sync", default=None, metavar="PATH", help="write a cProfile of one sync to PATH")
@@ -239,7 +243,7 @@ def main() -> None:
     if args.model_dir:
         model_dir = args.model_dir
     elif args.model == "tiny":
-        model_dir = get_or_build_tiny_model("qwen2", root)
+        model_dir = get_or_build_tiny_model("qwen2", root, **({"num_layers": args.layers} if args.layers else {}))
     else:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from bench_actor import build_sized_model

@@ -362,30 +362,34 @@ def test_lora_actor_rollout_ref_on_cuda(workspace, tmp_path):
     worker = FSDPWorker(config, "actor_rollout_ref", device="cuda")
     worker.init_model()
     dtypes = {is_adapter_param(name): param.dtype for name, param in worker.actor_module.named_parameters()}
-    assert dtypes == {True: torch.float32, False: torch.bfloat16}
+    assert dtypes == {True: torch.float32, False: torch.bfloat16}, dtypes
     assert worker.ref_module is worker.actor_module  # no second copy of the weights
     rows = text_batch(1, rows=4).batch
     prompts = DataProto.from_dict(
         tensors={key: rows[key][:, :32] for key in ("input_ids", "attention_mask", "position_ids")}
     )
-    assert worker.prepare_rollout_engine()["rollout/weight_sync_mean_gap"] < 0.1
+    synced = worker.prepare_rollout_engine()
+    assert synced["rollout/weight_sync_mean_gap"] < 0.1, synced
     rollout = worker.generate_sequences(prompts)
     worker.release_rollout_engine()
     old = worker.compute_log_probs(rollout).batch["old_log_probs"]
     ref = worker.compute_ref_log_probs(rollout).batch["ref_log_probs"]
-    assert torch.equal(old, ref)  # zero-initialised lora_B: the adapted model is the base model
+    assert torch.equal(old, ref), (old - ref).abs().max()  # zero-initialised lora_B: the adapted model is the base
     rollout = rollout.union(DataProto.from_dict(tensors={"old_log_probs": old, "ref_log_probs": ref}))
     rollout.batch["advantages"] = torch.randn(old.shape) * rollout.batch["response_mask"]
     update = worker.update_actor(rollout).meta_info["metrics"]
-    assert update["actor/grad_norm"] > 0
+    assert update["actor/grad_norm"] > 0, update
     after = worker.compute_log_probs(rollout).batch["old_log_probs"]
     assert (after - old).abs().max() > 0
-    assert torch.equal(worker.compute_ref_log_probs(rollout).batch["ref_log_probs"], ref)  # the base is untouched
-    assert worker.prepare_rollout_engine()["rollout/weight_sync_mean_gap"] < 0.1  # merged weights in the engine
+    ref_after = worker.compute_ref_log_probs(rollout).batch["ref_log_probs"]
+    assert torch.equal(ref_after, ref), (ref_after - ref).abs().max()  # the base is untouched
+    synced = worker.prepare_rollout_engine()
+    assert synced["rollout/weight_sync_mean_gap"] < 0.1, synced  # merged weights in the engine
     worker.release_rollout_engine()
     worker.save_checkpoint(str(tmp_path / "global_step_1"))
     worker.load_checkpoint(str(tmp_path / "global_step_1"))
-    assert torch.equal(worker.compute_log_probs(rollout).batch["old_log_probs"], after)
+    reloaded = worker.compute_log_probs(rollout).batch["old_log_probs"]
+    assert torch.equal(reloaded, after), (reloaded - after).abs().max()
 
 
 def test_grpo_step_on_the_tiny_vl_model(workspace):
