@@ -42,7 +42,7 @@ PIXELS = {"min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 16}
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("tiny_models"))
-    return {kind: get_or_build_tiny_model(kind, root) for kind in ("qwen2", "qwen2_5_vl", "qwen2_vl")}
+    return {kind: get_or_build_tiny_model(kind, root) for kind in ("qwen2", "qwen2_5_vl", "qwen2_vl", "qwen3_vl")}
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def text_tokenizer(model_dirs):
     return get_tokenizer(model_dirs["qwen2"])
 
 
-@pytest.fixture(scope="module", params=["qwen2_5_vl", "qwen2_vl"])
+@pytest.fixture(scope="module", params=["qwen2_5_vl", "qwen2_vl", "qwen3_vl"])
 def vl(request, model_dirs):
     """(kind, tokenizer, processor, model) of a tiny VLM; the model is only used for its own get_rope_index."""
     import transformers
@@ -59,6 +59,7 @@ def vl(request, model_dirs):
     model_class = {
         "qwen2_5_vl": transformers.Qwen2_5_VLForConditionalGeneration,
         "qwen2_vl": transformers.Qwen2VLForConditionalGeneration,
+        "qwen3_vl": transformers.Qwen3VLForConditionalGeneration,
     }[request.param]
     model = model_class.from_pretrained(path)
     return request.param, get_tokenizer(path), get_processor(path), model
@@ -324,7 +325,10 @@ def _model_positions(model, processor, prompt_text, images, videos, example, vid
     kwargs = {}
     if videos:
         kwargs = {
-            "video_metadata": [{"total_num_frames": len(v), "fps": video_fps} for v in videos],
+            # the frames are the video resampled at video_fps: frame i is at i / video_fps seconds
+            "video_metadata": [
+                {"total_num_frames": len(v), "fps": video_fps, "frames_indices": list(range(len(v)))} for v in videos
+            ],
             "do_sample_frames": False,
         }
     inputs = processor(text=[prompt_text], images=images or None, videos=videos or None, return_tensors="pt", **kwargs)

@@ -361,8 +361,9 @@ def _vl_batch(model: torch.nn.Module, processor, prompt_len: int = 48, response_
     return input_ids, attention_mask, position_ids, dict(vision)
 
 
-def test_vl_packed_forward_equals_padded_sdpa(model_root: str, packed_calls: list[int]) -> None:
-    path = get_or_build_tiny_model("qwen2_5_vl", model_root)
+@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen3_vl"])
+def test_vl_packed_forward_equals_padded_sdpa(model_root: str, packed_calls: list[int], kind: str) -> None:
+    path = get_or_build_tiny_model(kind, model_root)
     processor = AutoProcessor.from_pretrained(path)
     models = {name: _load(path, name, AutoModelForImageTextToText) for name in (PACKED_ATTENTION, "sdpa")}
     input_ids, attention_mask, position_ids, vision = _vl_batch(models["sdpa"], processor)

@@ -249,11 +249,12 @@ def test_get_or_build_reuses_the_cached_dir_and_replaces_a_stale_one(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- vision-language models
-@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen2_vl"])
+@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen2_vl", "qwen3_vl"])
 def test_vl_processor_expands_images_as_the_model_config_says(kind, tiny_cache):
     model_dir = get_or_build_tiny_model(kind, tiny_cache)
     processor = AutoProcessor.from_pretrained(model_dir)  # the standard path (needs the torchvision shim on CPU)
-    assert type(processor).__name__ == {"qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen2_vl": "Qwen2VLProcessor"}[kind]
+    names = {"qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen2_vl": "Qwen2VLProcessor", "qwen3_vl": "Qwen3VLProcessor"}
+    assert type(processor).__name__ == names[kind]
     model = AutoModelForImageTextToText.from_pretrained(model_dir)
     config = model.config
     merge = config.vision_config.spatial_merge_size
@@ -264,7 +265,8 @@ def test_vl_processor_expands_images_as_the_model_config_says(kind, tiny_cache):
     inputs = processor(text=[prompt] * 3, images=images, padding=True, padding_side="left", return_tensors="pt")
     expected = (inputs["image_grid_thw"].prod(dim=-1) // merge**2).tolist()
     assert (inputs["input_ids"] == config.image_token_id).sum(dim=-1).tolist() == expected
-    assert expected[0] == 12  # 90x120 -> 84x112 pixels -> 6x8 patches -> 12 tokens after the 2x2 merge
+    # 90x120 -> 84x112 pixels -> 6x8 patches of 14 -> 12 tokens after the 2x2 merge (Qwen3-VL: 96x128, patches of 16)
+    assert expected[0] == 12
     assert 4 <= min(expected) and max(expected) <= 64  # min_pixels / max_pixels bound the cost of any image
     assert inputs["pixel_values"].shape[0] == int(inputs["image_grid_thw"].prod(dim=-1).sum())
     with torch.no_grad():
@@ -279,7 +281,7 @@ def test_vl_processor_expands_images_as_the_model_config_says(kind, tiny_cache):
     assert generated.shape == (3, inputs["input_ids"].shape[1] + 4)
 
 
-@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen2_vl"])
+@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen2_vl", "qwen3_vl"])
 def test_vl_processor_handles_video(kind, tiny_cache):
     model_dir = get_or_build_tiny_model(kind, tiny_cache)
     processor = AutoProcessor.from_pretrained(model_dir)
@@ -373,7 +375,7 @@ def test_vllm_chat_uses_the_template_and_stops_at_im_end(engine):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["qwen2_5_vl", "qwen2_vl"], indirect=True)
+@pytest.mark.parametrize("engine", ["qwen2_5_vl", "qwen2_vl", "qwen3_vl"], indirect=True)
 def test_vllm_generates_with_an_image_like_hf(engine):
     model_dir, llm = engine.model_dir, engine.llm
     processor = AutoProcessor.from_pretrained(model_dir)

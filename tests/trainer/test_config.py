@@ -257,8 +257,8 @@ def test_gpu_settings_are_checked(files, override, pattern):
 def test_unsupported_vision_language_models_are_refused_by_name(files):
     import json
 
-    (files / "model" / "config.json").write_text(json.dumps({"model_type": "qwen3_vl", "vision_config": {}}))
-    with pytest.raises(NotImplementedError, match=r"'qwen3_vl' vision-language model.*qwen2_5_vl"):
+    (files / "model" / "config.json").write_text(json.dumps({"model_type": "llava", "vision_config": {}}))
+    with pytest.raises(NotImplementedError, match=r"'llava' vision-language model.*qwen2_5_vl, qwen3_vl"):
         load_config(base_args(files))
     (files / "model" / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl", "vision_config": {}}))
     assert load_config(base_args(files)).worker.actor.model.model_path == str(files / "model")

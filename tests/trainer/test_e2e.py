@@ -152,19 +152,26 @@ def test_grpo_text_run_trains_and_checkpoints(workspace):
     assert tracker["last_global_step"] == 2
 
 
-def vl_data(root, name: str) -> tuple[str, str]:
+VL_PIXELS = {"qwen2_5_vl": 3136, "qwen3_vl": 4096}
+"""Image area of each tiny VL kind in these runs: 4 image tokens (56 x 56 with 14-pixel patches, 64 x 64 with 16)."""
+
+
+def vl_data(root, name: str, kind: str = "qwen2_5_vl") -> tuple[str, str]:
     """(data directory, tiny VL model): the CPU quickstart's shape-counting rows, 8 train and 4 val."""
     make_data = load_repo_file("examples/cpu_quickstart/make_data.py", "quickstart_make_data")
     data_dir = str(root / name)
     make_data.write_split(data_dir, "train", 8, seed=0)
     make_data.write_split(data_dir, "val", 4, seed=1)
-    return data_dir, get_or_build_tiny_model("qwen2_5_vl", str(root / "models"), min_pixels=3136, max_pixels=3136)
+    pixels = VL_PIXELS[kind]
+    return data_dir, get_or_build_tiny_model(kind, str(root / "models"), min_pixels=pixels, max_pixels=pixels)
 
 
-def test_grpo_vl_run_with_images(workspace):
+@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen3_vl"])
+def test_grpo_vl_run_with_images(workspace, kind):
     root = workspace["root"]
-    data_dir, vl_model = vl_data(root, "vl_data")
-    args = text_args(workspace, "grpo_vl", "algorithm.use_kl_loss=true")
+    data_dir, vl_model = vl_data(root, f"vl_data_{kind}", kind)
+    name = "grpo_vl" if kind == "qwen2_5_vl" else f"grpo_vl_{kind}"
+    args = text_args(workspace, name, "algorithm.use_kl_loss=true")
     overrides = {
         "data.train_files": f"{data_dir}/train.jsonl",
         "data.val_files": f"{data_dir}/val.jsonl",
@@ -176,20 +183,20 @@ def test_grpo_vl_run_with_images(workspace):
     args += [
         "data.prompt_key=problem",
         f"data.image_dir={data_dir}/images",
-        "data.min_pixels=3136",
-        "data.max_pixels=3136",
+        f"data.min_pixels={VL_PIXELS[kind]}",
+        f"data.max_pixels={VL_PIXELS[kind]}",
         "worker.rollout.limit_images=1",
-        f"trainer.rollout_data_dir={root / 'grpo_vl_rollouts'}",
+        f"trainer.rollout_data_dir={root / f'{name}_rollouts'}",
         "trainer.rollout_data_freq=2",
     ]
     run_ppo(load_config(args))
-    steps = [row for row in read_log(root / "grpo_vl") if "critic/score/mean" in row]
+    steps = [row for row in read_log(root / name) if "critic/score/mean" in row]
     assert [row["step"] for row in steps] == [1, 2]
     assert "reward/accuracy" in steps[-1] and "actor/kl_loss" in steps[-1]
     assert "timing_s/dump_rollouts" in steps[-1] and "timing_s/dump_rollouts" not in steps[0]
-    assert os.path.isdir(root / "grpo_vl" / "global_step_2" / "actor")
+    assert os.path.isdir(root / name / "global_step_2" / "actor")
     # the rollouts of every second step on disk: 4 prompts x n=2, every reward key, each prompt's picture once
-    rollouts = root / "grpo_vl_rollouts"
+    rollouts = root / f"{name}_rollouts"
     assert sorted(os.listdir(rollouts)) == ["images", "step_2.jsonl"]
     records = [json.loads(line) for line in (rollouts / "step_2.jsonl").read_text().splitlines()]
     assert len(records) == 8 and len({r["uid"] for r in records}) == 4

@@ -117,7 +117,7 @@ def _check_critic(model_dir: str, group, full) -> None:
 
 
 def _run_vl(rank: int, world_size: int, port: int, model_dir: str) -> None:
-    """The tiny Qwen2.5-VL: every rank embeds the whole row with its images, the language model runs split."""
+    """A tiny VLM: every rank embeds the whole row with its images, the language model runs split."""
     init_rank(rank, world_size, port)
     from fsdp_testing import make_vl_batch
 
@@ -154,8 +154,9 @@ def _run_vl(rank: int, world_size: int, port: int, model_dir: str) -> None:
 
 
 @pytest.mark.slow
-def test_ulysses_vl_two_ranks_equal_one_process(tmp_path):
-    spawn(_run_vl, WORLD_SIZE, get_or_build_tiny_model("qwen2_5_vl", str(tmp_path / "models")))
+@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen3_vl"])  # Qwen3-VL: deepstack features split with the row
+def test_ulysses_vl_two_ranks_equal_one_process(tmp_path, kind):
+    spawn(_run_vl, WORLD_SIZE, get_or_build_tiny_model(kind, str(tmp_path / "models")))
 
 
 @pytest.mark.slow

@@ -177,12 +177,25 @@ def load_video(
     return np.stack(frames)
 
 
+DEFAULT_VIDEO_FPS = 2.0
+"""Frames per second a video is sampled at unless data.video_fps says otherwise."""
+
+
+def video_metadata(frames: np.ndarray, fps: float) -> dict[str, Any]:
+    """What a processor (Hugging Face's or vLLM's) is told of a video already sampled by `load_video` at `fps`: its
+    frames are all the frames there are (frame i at i / fps seconds), so it must not sample again. Qwen2.5-VL takes
+    the temporal spacing of its rope index from `fps`; Qwen3-VL writes each frame's timestamp into the prompt from
+    `frames_indices` and `fps`."""
+    count = len(frames)
+    return {"total_num_frames": count, "fps": fps, "frames_indices": list(range(count))}
+
+
 def processor_inputs(
     processor: Any,
     prompt: str,
     images: list[Image.Image] | None = None,
     videos: list[np.ndarray] | None = None,
-    video_fps: float = 2.0,
+    video_fps: float = DEFAULT_VIDEO_FPS,
 ) -> dict[str, Any]:
     """Run a multimodal processor on one rendered prompt and its (already resized) images and videos.
 
@@ -192,7 +205,7 @@ def processor_inputs(
     """
     kwargs: dict[str, Any] = {}
     if videos:
-        kwargs["video_metadata"] = [{"total_num_frames": len(video), "fps": video_fps} for video in videos]
+        kwargs["video_metadata"] = [video_metadata(video, video_fps) for video in videos]
         kwargs["do_sample_frames"] = False
     return processor(
         text=[prompt],

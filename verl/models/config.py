@@ -31,7 +31,7 @@ from verl.utils.config import ConfigError, require_choice, require_path
 ATTN_IMPLEMENTATIONS: tuple[str, ...] = ("auto", "varlen", "flash_attention_2", "flash_attention_3", "sdpa", "eager")
 """Values of model.attn_implementation."""
 
-VISION_LANGUAGE_MODEL_TYPES: tuple[str, ...] = ("qwen2_vl", "qwen2_5_vl")
+VISION_LANGUAGE_MODEL_TYPES: tuple[str, ...] = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 """Vision-language model types the trainer supports (3-D rope index, vision-tower hooks); others are refused."""
 
 TORCH_DTYPES: tuple[str | None, ...] = (None, "fp32", "bf16", "fp16")

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The 3-D rope index (time, height, width) of Qwen2-VL and Qwen2.5-VL, computed by the model's own code.
+"""The 3-D rope index (time, height, width) of Qwen2-VL, Qwen2.5-VL and Qwen3-VL, computed by the model's own code.
 
 Position ids computed in the dataset must be exactly what the model would compute, so rather than re-implement that
 arithmetic (which changed across transformers releases) we call the model class's own `get_rope_index` on a small
@@ -24,7 +24,11 @@ import torch
 
 
 # model_type of the config -> name of the transformers class that owns get_rope_index.
-MROPE_MODEL_CLASSES: dict[str, str] = {"qwen2_vl": "Qwen2VLModel", "qwen2_5_vl": "Qwen2_5_VLModel"}
+MROPE_MODEL_CLASSES: dict[str, str] = {
+    "qwen2_vl": "Qwen2VLModel",
+    "qwen2_5_vl": "Qwen2_5_VLModel",
+    "qwen3_vl": "Qwen3VLModel",
+}
 # Values of mm_token_type_ids, as the processors emit them.
 TEXT_TOKEN, IMAGE_TOKEN, VIDEO_TOKEN = 0, 1, 2
 

@@ -41,9 +41,11 @@ if TYPE_CHECKING:  # torch and transformers load lazily: the CLI checks its argu
     from transformers import PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
 
 
-ModelKind = Literal["qwen2", "qwen2_5_vl", "qwen2_vl", "qwen2_rm"]
-MODEL_KINDS: tuple[str, ...] = ("qwen2", "qwen2_5_vl", "qwen2_vl", "qwen2_rm")
-VL_KINDS: tuple[str, ...] = ("qwen2_5_vl", "qwen2_vl")
+ModelKind = Literal["qwen2", "qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen2_rm"]
+MODEL_KINDS: tuple[str, ...] = ("qwen2", "qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen2_rm")
+VL_KINDS: tuple[str, ...] = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl")
+PATCH_SIZES: dict[str, int] = {"qwen3_vl": 16}
+"""Vision patch size of a VL kind other than Qwen2(.5)-VL's 14 pixels."""
 REWARD_KINDS: tuple[str, ...] = ("qwen2_rm",)
 """Kinds with a one-label score head (sequence classification) instead of an LM head; they get no generation config."""
 
@@ -191,7 +193,8 @@ class TinyModelSpec:
     """Everything that determines a tiny model directory; the same spec always gives the same files."""
 
     kind: str = "qwen2"
-    """Model family: qwen2 (text), qwen2_5_vl or qwen2_vl (with a vision tower), qwen2_rm (qwen2 with a score head)."""
+    """Model family: qwen2 (text), qwen2_5_vl, qwen2_vl or qwen3_vl (with a vision tower), qwen2_rm (qwen2 with a
+    score head)."""
     seed: int = 0
     """Seed of the weight initialisation (the tokenizer does not depend on it)."""
     vocab_size: int = 2048
@@ -301,7 +304,7 @@ def _mrope_section(head_dim: int) -> list[int]:
 
 
 def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "PreTrainedConfig":
-    from transformers import Qwen2_5_VLConfig, Qwen2Config, Qwen2VLConfig
+    from transformers import Qwen2_5_VLConfig, Qwen2Config, Qwen2VLConfig, Qwen3VLConfig
 
     text = _text_config_kwargs(spec, tokenizer)
     if spec.kind == "qwen2":
@@ -311,6 +314,9 @@ def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> 
         return Qwen2Config(rope_parameters={"rope_type": "default", "rope_theta": 1e6}, num_labels=1, **text)
     head_dim = spec.hidden_size // spec.num_heads
     text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": _mrope_section(head_dim)}
+    if spec.kind == "qwen3_vl":  # Qwen3-VL interleaves the three rope sections over the frequencies
+        text.update(head_dim=head_dim)
+        text["rope_parameters"]["mrope_interleaved"] = True
     ids = _special_ids(tokenizer)
     # The top-level VL config does not keep bos/eos/pad: they live in text_config (set above).
     common = {
@@ -328,6 +334,16 @@ def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> 
         "temporal_patch_size": 2,
         "initializer_range": spec.initializer_range,
     }
+    if spec.kind == "qwen3_vl":
+        vision.update(
+            patch_size=PATCH_SIZES["qwen3_vl"],
+            hidden_size=spec.vision_hidden_size,
+            intermediate_size=2 * spec.vision_hidden_size,
+            out_hidden_size=spec.hidden_size,
+            num_position_embeddings=64,  # an 8 x 8 grid of learned positions, interpolated to each image's grid
+            deepstack_visual_indexes=[0],  # the first block's features also go into the first decoder layer
+        )
+        return Qwen3VLConfig(text_config=text, vision_config=vision, **common)
     if spec.kind == "qwen2_5_vl":
         vision.update(
             hidden_size=spec.vision_hidden_size,
@@ -351,6 +367,7 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
         Qwen2ForCausalLM,
         Qwen2ForSequenceClassification,
         Qwen2VLForConditionalGeneration,
+        Qwen3VLForConditionalGeneration,
     )
 
     config = _model_config(spec, tokenizer)
@@ -358,6 +375,7 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
         "qwen2": Qwen2ForCausalLM,
         "qwen2_5_vl": Qwen2_5_VLForConditionalGeneration,
         "qwen2_vl": Qwen2VLForConditionalGeneration,
+        "qwen3_vl": Qwen3VLForConditionalGeneration,
         "qwen2_rm": Qwen2ForSequenceClassification,
     }[spec.kind]
     with torch.random.fork_rng(devices=[]):
@@ -376,16 +394,25 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
 
 
 def build_processor(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "ProcessorMixin":
-    """The Qwen2-VL / Qwen2.5-VL processor with image and video processors sized by spec.min/max_pixels."""
+    """The Qwen2-VL / Qwen2.5-VL / Qwen3-VL processor with image and video processors sized by spec.min/max_pixels."""
     from transformers import (
         Qwen2_5_VLProcessor,
         Qwen2VLImageProcessor,
         Qwen2VLProcessor,
         Qwen2VLVideoProcessor,
+        Qwen3VLProcessor,
+        Qwen3VLVideoProcessor,
     )
 
     size = {"shortest_edge": spec.min_pixels, "longest_edge": spec.max_pixels}
-    patches = {"patch_size": 14, "temporal_patch_size": 2, "merge_size": 2}
+    patches = {"patch_size": PATCH_SIZES.get(spec.kind, 14), "temporal_patch_size": 2, "merge_size": 2}
+    if spec.kind == "qwen3_vl":
+        return Qwen3VLProcessor(
+            image_processor=Qwen2VLImageProcessor(size=size, **patches),
+            tokenizer=tokenizer,
+            video_processor=Qwen3VLVideoProcessor(size=size, **patches),
+            chat_template=CHAT_TEMPLATE,
+        )
     processor_class = Qwen2_5_VLProcessor if spec.kind == "qwen2_5_vl" else Qwen2VLProcessor
     return processor_class(
         image_processor=Qwen2VLImageProcessor(size=size, **patches),

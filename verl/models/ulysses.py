@@ -121,6 +121,16 @@ def _slice_language_model_inputs(module: Any, args: tuple, kwargs: dict) -> tupl
     kwargs["inputs_embeds"] = kwargs["inputs_embeds"][:, local]
     if kwargs.get("position_ids") is not None:
         kwargs["position_ids"] = kwargs["position_ids"][..., local]
+    visual = kwargs.get("visual_pos_masks")
+    if visual is not None:  # Qwen3-VL's deepstack: vision features added to the visual tokens of early layers
+        if visual.shape[0] != 1:
+            raise NotImplementedError("Ulysses splits one packed row; this forward has several rows.")
+        # the features are listed in token order: this slice's are those after the visual tokens before it
+        before, inside = int(visual[:, : local.start].sum()), int(visual[:, local].sum())
+        kwargs["visual_pos_masks"] = visual[:, local]
+        kwargs["deepstack_visual_embeds"] = [
+            features[before : before + inside] for features in kwargs.get("deepstack_visual_embeds") or []
+        ]
     return args, kwargs
 
 

@@ -366,14 +366,14 @@ def _vl_actor_log_probs(actor: torch.nn.Module, output: Any, hf_inputs: list[dic
 
 
 def _vl_worker(rank: int, port: int, model_dir: str) -> None:
-    from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
+    from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from verl.workers.rollout.config import RolloutConfig
     from verl.workers.rollout.vllm_rollout import VLLMRollout
     from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager
 
     _init_rank(rank, port)
-    actor = Qwen2_5_VLForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32)
+    actor = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32)
     actor = _shard(actor, actor.model.language_model.layers)
     processor = AutoProcessor.from_pretrained(model_dir)
     tokenizer = processor.tokenizer
@@ -401,7 +401,7 @@ def _vl_worker(rank: int, port: int, model_dir: str) -> None:
     greedy_prompts = prompts[:]
     greedy_prompts.meta_info = {"temperature": 0.0, "n": 1}
     greedy = rollout.generate_sequences(greedy_prompts)
-    reference = _full_copy(actor, Qwen2_5_VLForConditionalGeneration, model_dir)
+    reference = _full_copy(actor, AutoModelForImageTextToText, model_dir)
     eos_ids = sorted(rollout.eos_token_ids)
     for row, inputs in enumerate(hf_inputs):
         with torch.no_grad():
@@ -429,5 +429,6 @@ def _vl_worker(rank: int, port: int, model_dir: str) -> None:
     manager.release()
 
 
-def test_vl_rollout_hybrid_engine(model_root: str) -> None:
-    _spawn(_vl_worker, _model_dir("qwen2_5_vl", model_root))
+@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen3_vl"])
+def test_vl_rollout_hybrid_engine(model_root: str, kind: str) -> None:
+    _spawn(_vl_worker, _model_dir(kind, model_root))

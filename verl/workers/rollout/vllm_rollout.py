@@ -29,6 +29,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from verl.data.multimodal import DEFAULT_VIDEO_FPS, video_metadata
 from verl.envs import load_environment
 from verl.envs.client_env import ChatClientEnv
 from verl.models.rope_index import RopeIndex, load_model_config
@@ -408,9 +409,11 @@ class VLLMRollout:
                 if data.get("images"):
                     engine_data["image"] = list(data["images"])
                 if data.get("videos"):
-                    engine_data["video"] = list(data["videos"])
-                    if prompts.meta_info.get("video_fps") is not None:
-                        item["mm_processor_kwargs"] = {"fps": prompts.meta_info["video_fps"]}
+                    fps = prompts.meta_info.get("video_fps") or DEFAULT_VIDEO_FPS
+                    # vLLM takes (frames, metadata); sampled already, so the engine must not sample again
+                    metadata = [{**video_metadata(video, fps), "do_sample_frames": False} for video in data["videos"]]
+                    engine_data["video"] = list(zip(data["videos"], metadata))
+                    item["mm_processor_kwargs"] = {"fps": fps}
                 if engine_data:
                     item["multi_modal_data"] = engine_data
             inputs.append(item)

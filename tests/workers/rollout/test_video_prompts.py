@@ -1,0 +1,78 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""A video prompt reaches the engine as the dataset built it: vLLM expands the one video placeholder into the same
+tokens (Qwen3-VL: with each frame's timestamp written in) as the dataset's input_ids, so the policy is trained on
+the prompt it generated from."""
+
+import os
+
+import av
+import numpy as np
+import pytest
+
+from verl.models.tiny_models import get_or_build_tiny_model
+
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+
+def _write_video(path: str, num_frames: int, rate: int, size: tuple[int, int] = (64, 48)) -> None:
+    with av.open(path, "w") as container:
+        stream = container.add_stream("mpeg4", rate=rate)
+        stream.width, stream.height, stream.pix_fmt = size[0], size[1], "yuv420p"
+        for i in range(num_frames):
+            frame = av.VideoFrame.from_ndarray(np.full((size[1], size[0], 3), 15 * i, np.uint8), format="rgb24")
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+
+
+@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen3_vl"])
+def test_the_engine_expands_a_video_prompt_as_the_dataset_does(kind, tmp_path):
+    from vllm import SamplingParams
+
+    from verl.data.dataset import RLHFDataset
+    from verl.data.tokenizer import get_processor, get_tokenizer
+    from verl.protocol import DataProto, collate_fn
+    from verl.workers.rollout.config import RolloutConfig
+    from verl.workers.rollout.vllm_rollout import VLLMRollout
+
+    model_dir = get_or_build_tiny_model(kind, str(tmp_path / "models"))
+    tokenizer, processor = get_tokenizer(model_dir), get_processor(model_dir)
+    _write_video(str(tmp_path / "clip.mp4"), num_frames=16, rate=8)  # 2 s, sampled at 4 fps: 8 frames
+    rows = [{"prompt": "What happens in <video>?", "answer": "fade", "videos": ["clip.mp4"]}]
+    dataset = RLHFDataset(
+        rows, tokenizer, processor, image_dir=str(tmp_path), video_fps=4.0, max_prompt_length=256, min_pixels=3136,
+        max_pixels=12544,
+    )  # fmt: skip
+    example = dataset[0]
+    batch: DataProto = collate_fn([example])
+    batch.meta_info["video_fps"] = 4.0
+    config = RolloutConfig(
+        n=1, dtype="fp32", kv_cache_memory_mb=32, tensor_parallel_size=1, max_num_batched_tokens=1024,
+        prompt_length=256, response_length=4,
+    )  # fmt: skip
+    rollout = VLLMRollout(model_dir, config, tokenizer, processor)
+    inputs = rollout._engine_inputs(batch)
+    [output] = rollout.inference_engine.generate(
+        inputs, SamplingParams(max_tokens=1, detokenize=False), use_tqdm=False
+    )
+    expected = example["input_ids"][example["attention_mask"].bool()].tolist()
+    assert list(output.prompt_token_ids) == expected
+    video_tokens = sum(token == processor.video_token_id for token in expected)
+    assert video_tokens == 8 // 2 * 4  # 8 frames in 4 temporal patches of 2, 2x2 merged tokens each at this size
+    if kind == "qwen3_vl":  # the timestamps of the temporal patches are text in the prompt
+        text = tokenizer.decode(expected)
+        assert "<0.1 seconds>" in text or "<0.2 seconds>" in text, text
