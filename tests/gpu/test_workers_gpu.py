@@ -392,7 +392,8 @@ def test_lora_actor_rollout_ref_on_cuda(workspace, tmp_path):
     assert torch.equal(reloaded, after), (reloaded - after).abs().max()
 
 
-def test_grpo_step_on_the_tiny_vl_model(workspace):
+@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen3_vl"])
+def test_grpo_step_on_the_tiny_vl_model(workspace, kind):
     """One end-to-end GRPO step through Ray on one GPU: images in prompts, vLLM sleep/wake, FSDP update."""
     pytest.importorskip("vllm", reason="needs vLLM's GPU build (pip install vllm)")
     ray = pytest.importorskip("ray", reason="needs Ray (pip install ray)")
@@ -408,8 +409,14 @@ def test_grpo_step_on_the_tiny_vl_model(workspace):
     make_data = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(make_data)
     root = workspace["root"]
-    data_dir = str(root / "vl_data")
+    data_dir = str(root / f"vl_data_{kind}")
     make_data.write_split(data_dir, "train", 8, seed=0)
+    pixels = {"qwen2_5_vl": 3136, "qwen3_vl": 4096}[kind]  # 4 image tokens with 14- and 16-pixel patches
+    vl_model = (
+        workspace["vl_model"]
+        if kind == "qwen2_5_vl"
+        else get_or_build_tiny_model(kind, str(root / "models"), min_pixels=pixels, max_pixels=pixels)
+    )
     ray.init(address="local", num_gpus=1, include_dashboard=False, log_to_driver=False)
     try:
         config = load_config(
@@ -417,13 +424,13 @@ def test_grpo_step_on_the_tiny_vl_model(workspace):
                 f"data.train_files={data_dir}/train.jsonl",
                 "data.prompt_key=problem",
                 f"data.image_dir={data_dir}/images",
-                "data.min_pixels=3136",
-                "data.max_pixels=3136",
+                f"data.min_pixels={pixels}",
+                f"data.max_pixels={pixels}",
                 "data.max_prompt_length=128",
                 "data.max_response_length=16",
                 "data.rollout_batch_size=4",
                 "worker.actor.global_batch_size=4",
-                f"worker.actor.model.model_path={workspace['vl_model']}",
+                f"worker.actor.model.model_path={vl_model}",
                 "worker.actor.offload.offload_params=true",
                 "worker.actor.offload.offload_optimizer=true",
                 "worker.rollout.n=2",

