@@ -17,11 +17,11 @@ import logging
 import os
 import pickle
 
-import av
 import datasets
 import numpy as np
 import pytest
 import torch
+from media_files import write_video
 from PIL import Image
 
 from verl.data.dataset import DatasetRowError, PromptTooLongError, RLHFDataset
@@ -85,20 +85,6 @@ def _png_bytes(image: Image.Image) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")
     return buffer.getvalue()
-
-
-def _write_video(path: str, num_frames: int = 8, rate: int = 4, size: tuple[int, int] = (64, 48)) -> str:
-    """An mpeg4 clip whose frame i is filled with the gray level 15 * i (rate frames per second)."""
-    with av.open(path, "w") as container:
-        stream = container.add_stream("mpeg4", rate=rate)
-        stream.width, stream.height, stream.pix_fmt = size[0], size[1], "yuv420p"
-        for i in range(num_frames):
-            frame = av.VideoFrame.from_ndarray(np.full((size[1], size[0], 3), 15 * i, np.uint8), format="rgb24")
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    return path
 
 
 def _write_jsonl(path: str, rows: list[dict]) -> str:
@@ -423,7 +409,7 @@ def test_multi_image_row_places_images_at_their_markers(vl):
 
 def test_video_row_is_sampled_at_video_fps_and_matches_the_model_rope_index(tmp_path, vl):
     kind, tokenizer, processor, model = vl
-    _write_video(str(tmp_path / "clip.mp4"), num_frames=16, rate=8)  # 2 seconds
+    write_video(str(tmp_path / "clip.mp4"), num_frames=16, rate=8)  # 2 seconds
     dataset = RLHFDataset(
         [{"prompt": "What happens in <video>?", "answer": "fade", "videos": ["clip.mp4"]}],
         tokenizer,
@@ -452,11 +438,11 @@ def test_video_row_is_sampled_at_video_fps_and_matches_the_model_rope_index(tmp_
 
 
 def test_load_video_reads_frames_at_the_requested_rate(tmp_path):
-    path = _write_video(str(tmp_path / "clip.mp4"), num_frames=12, rate=6, size=(80, 40))
+    path = write_video(str(tmp_path / "clip.mp4"), num_frames=12, rate=6, size=(80, 40))
     assert load_video(path, 1.0, None, None).shape == (2, 40, 80, 3)
     assert load_video(path, 6.0, None, None).shape[0] == 12
     assert load_video(path, 2.0, None, 800).shape[1:3] == (20, 40)  # area 3200 -> at most 800, aspect kept
-    slow = _write_video(str(tmp_path / "slow.mp4"), num_frames=4, rate=2)  # 2 s, slower than the requested rate
+    slow = write_video(str(tmp_path / "slow.mp4"), num_frames=4, rate=2)  # 2 s, slower than the requested rate
     assert [round(frame.mean() / 15) for frame in load_video(slow, 4.0, None, None)] == [0, 0, 1, 1, 2, 2, 3, 3]
     with pytest.raises(ValueError, match="no video stream|Invalid data"):
         (tmp_path / "fake.mp4").write_bytes(b"not a video")

@@ -17,26 +17,13 @@ the prompt it generated from."""
 
 import os
 
-import av
-import numpy as np
 import pytest
+from media_files import write_video
 
 from verl.models.tiny_models import get_or_build_tiny_model
 
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-
-
-def _write_video(path: str, num_frames: int, rate: int, size: tuple[int, int] = (64, 48)) -> None:
-    with av.open(path, "w") as container:
-        stream = container.add_stream("mpeg4", rate=rate)
-        stream.width, stream.height, stream.pix_fmt = size[0], size[1], "yuv420p"
-        for i in range(num_frames):
-            frame = av.VideoFrame.from_ndarray(np.full((size[1], size[0], 3), 15 * i, np.uint8), format="rgb24")
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
 
 
 @pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen3_vl"])
@@ -51,7 +38,7 @@ def test_the_engine_expands_a_video_prompt_as_the_dataset_does(kind, tmp_path):
 
     model_dir = get_or_build_tiny_model(kind, str(tmp_path / "models"))
     tokenizer, processor = get_tokenizer(model_dir), get_processor(model_dir)
-    _write_video(str(tmp_path / "clip.mp4"), num_frames=16, rate=8)  # 2 s, sampled at 4 fps: 8 frames
+    write_video(str(tmp_path / "clip.mp4"), num_frames=16, rate=8)  # 2 s, sampled at 4 fps: 8 frames
     rows = [{"prompt": "What happens in <video>?", "answer": "fade", "videos": ["clip.mp4"]}]
     dataset = RLHFDataset(
         rows, tokenizer, processor, image_dir=str(tmp_path), video_fps=4.0, max_prompt_length=256, min_pixels=3136,

@@ -1,0 +1,31 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Media files the tests write themselves: short video clips of known frames."""
+
+import av
+import numpy as np
+
+
+def write_video(path: str, num_frames: int = 8, rate: int = 4, size: tuple[int, int] = (64, 48)) -> str:
+    """An mpeg4 clip whose frame i is filled with the gray level 15 * i (rate frames per second); returns `path`."""
+    with av.open(path, "w") as container:
+        stream = container.add_stream("mpeg4", rate=rate)
+        stream.width, stream.height, stream.pix_fmt = size[0], size[1], "yuv420p"
+        for i in range(num_frames):
+            frame = av.VideoFrame.from_ndarray(np.full((size[1], size[0], 3), 15 * i, np.uint8), format="rgb24")
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
