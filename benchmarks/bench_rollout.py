@@ -194,9 +194,7 @@ def bench_sync(args: argparse.Namespace, model_dir: str, rollout: Any) -> dict[s
         import pstats
 
         profiler = cProfile.Profile()
-        profiler.runcall(
-            lambda: _time(lambda: sync_weights(actor, rollout.inference_engine, rollout.torch_dtype, names))
-        )
+        profiler.runcall(sync_weights, actor, rollout.inference_engine, rollout.torch_dtype, names)
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(40)
         pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(40)

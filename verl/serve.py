@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from verl.envs.tools import assistant_message
+from verl.envs.tools import assistant_message, tool_call
 
 
 logger = logging.getLogger(__name__)
@@ -183,12 +183,8 @@ def forced_tool_message(text: str, finish_reason: str | None, function: str) -> 
             for item in (items if isinstance(items, list) else [])
             if isinstance(item, dict) and isinstance(item.get("name"), str)
         ]
-    message: dict[str, Any] = {"role": "assistant", "content": ""}
-    message.update(refusal=None, annotations=None, audio=None, function_call=None)
-    message["tool_calls"] = [
-        {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": {"name": name, "arguments": arguments}}
-        for name, arguments in calls
-    ]
+    message = _reply_message("")
+    message["tool_calls"] = [tool_call(name, arguments) for name, arguments in calls]
     finish_reason = finish_reason or "stop"
     return message, "tool_calls" if not function and finish_reason == "stop" else finish_reason
 
@@ -199,6 +195,12 @@ def reads_tool_calls(request: dict[str, Any]) -> bool:
     return bool(request.get("tools")) and request.get("tool_choice") != "none"
 
 
+def _reply_message(content: str) -> dict[str, Any]:
+    """An assistant message with the keys vLLM's server writes (refusal, annotations, audio, function_call: null)."""
+    return {"role": "assistant", "content": content, "refusal": None, "annotations": None, "audio": None,
+            "function_call": None}  # fmt: skip
+
+
 def chat_message(text: str, finish_reason: str | None, tools: bool) -> tuple[dict[str, Any], str]:
     """The OpenAI assistant message of a generated `text` and its choice's finish_reason ("stop" or "length" as the
     engine ended it).
@@ -207,8 +209,7 @@ def chat_message(text: str, finish_reason: str | None, tools: bool) -> tuple[dic
     with JSON-string arguments, the content is the text around them (null when only whitespace is left) and the
     finish_reason is "tool_calls". A malformed block stays in the content, as vLLM's hermes parser leaves it.
     """
-    message: dict[str, Any] = {"role": "assistant", "content": text}
-    message.update(refusal=None, annotations=None, audio=None, function_call=None)  # as vLLM's server writes them
+    message = _reply_message(text)
     message.update(assistant_message(text, tools))
     return message, "tool_calls" if "tool_calls" in message else finish_reason or "stop"
 

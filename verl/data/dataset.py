@@ -35,6 +35,7 @@ from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 
 from verl.data.multimodal import (
+    DEFAULT_VIDEO_FPS,
     count_image_tokens,
     image_size,
     load_image,
@@ -127,7 +128,7 @@ class RLHFDataset(Dataset):
         image_key: str = "images",
         video_key: str = "videos",
         image_dir: str | None = None,
-        video_fps: float = 2.0,
+        video_fps: float = DEFAULT_VIDEO_FPS,
         max_prompt_length: int = 512,
         format_prompt: str | None = None,
         override_chat_template: str | None = None,

@@ -152,6 +152,15 @@ class ToolEnv(MultiTurnEnv):
         return EnvStep(messages=messages, done=False, tool_calls=len(calls), tool_errors=errors)
 
 
+def tool_call(name: str, arguments: str) -> dict[str, Any]:
+    """One OpenAI `tool_calls` entry: a fresh `call_<hex>` id, the function's name and its JSON-string arguments."""
+    return {
+        "id": f"call_{uuid.uuid4().hex[:24]}",
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    }
+
+
 def assistant_message(text: str, tools: bool) -> dict[str, Any]:
     """The OpenAI assistant message of a generated `text` (verl.serve's replies, the verifiers bridge's).
 
@@ -165,8 +174,7 @@ def assistant_message(text: str, tools: bool) -> dict[str, Any]:
             continue
         rest.append(text[end:start])
         end = stop
-        function = {"name": call["name"], "arguments": json.dumps(call["arguments"], ensure_ascii=False)}
-        calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": function})
+        calls.append(tool_call(call["name"], json.dumps(call["arguments"], ensure_ascii=False)))
     if not calls:
         return {"role": "assistant", "content": text}
     content = "".join(rest) + text[end:]

@@ -21,10 +21,9 @@ after the program (`add(1, 2)`) and prints its value, serialised strictly: built
 None, bytes, complex, list, tuple, dict, set, frozenset, nested) and their subclasses, read through the builtin
 type's own methods so that no method of the program's runs (a Counter is the dict it holds, an int subclass the
 int), and NumPy scalars as their Python value; anything else (a custom object) becomes a "not a plain value" marker
-that fails the case. The trainer parses the last such line and makes
-the comparison itself, so an expected literal (`== 3`, `math.isclose(..., 2.5)`, `abs(... - 2.5) < 1e-6`) never
-enters the program's process, and a program that exits before the line is printed fails. An expected value that
-is not a literal (`assert f(x) == g(y)`) is evaluated in the sandbox too, as its own value: a program that tampers
+that fails the case. The trainer parses the last such line and makes the comparison itself, so an expected literal
+(`== 3`, `math.isclose(..., 2.5)`, `abs(... - 2.5) < 1e-6`) never enters the program's process, and a program that
+exits before the line is printed fails. An expected value that is not a literal (`assert f(x) == g(y)`) is evaluated in the sandbox too, as its own value: a program that tampers
 with its interpreter could influence that side. docs/rewards.md, "How a case is judged", has the rules.
 """
 
@@ -70,8 +69,8 @@ _FAILURES = {
 # The case suffix of the value forms: runs after the program, in its namespace, and prints one line, VALUE_MARKER
 # then a JSON list with one tagged value per expression under test. It reaches types through literals rather than
 # names the program could have rebound, encodes values through the builtin types' own methods (a subclass's
-# overrides never run; only a NumPy scalar's `item()` is called), iteratively, with a node budget, writes with os.write and leaves with os._exit(0), so no thread, atexit
-# handler or finalizer of the program runs after the line. All of this is best effort against a program that has
+# overrides never run; only a NumPy scalar's `item()` is called), iteratively, with a node budget, writes with
+# os.write and leaves with os._exit(0), so no thread, atexit handler or finalizer of the program runs after the line. All of this is best effort against a program that has
 # tampered with its interpreter; what makes the judge sound is that expected literals are not in here.
 _JUDGE = """
 
