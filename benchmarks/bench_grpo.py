@@ -44,6 +44,8 @@ their time (timing_s/* of the file logger). The last line printed is one JSON ob
 
     python benchmarks/bench_grpo.py [--prompts 16 --n 8 --response-length 64 --steps 12 --repeats 2]
     python benchmarks/bench_grpo.py --sides ours --ours-override worker.actor.padding_free=false  # a setting vs defaults
+    python benchmarks/bench_grpo.py --sides ours --device cuda --model 0.5b --prompts 64 --response-length 512 \
+        --steps 5 --repeats 1     # on a GPU: the step breakdown and the update's MFU at Qwen2.5-0.5B sizes
 """
 
 import argparse
@@ -213,6 +215,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--kv-cache-memory-mb", type=int, default=64, help="ours: vLLM KV cache per worker")
     parser.add_argument("--max-num-batched-tokens", type=int, default=4096, help="ours: vLLM tokens per step")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--model", choices=("tiny", "0.5b", "1.5b"), default="tiny", help="random-init Qwen2.5 sizes (GPU); ours only"
+    )
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="ours: trainer.device")
+    parser.add_argument("--gpus", type=int, default=1, help="cuda: trainer.n_gpus_per_node")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.4, help="cuda: vLLM's share of each GPU")
     parser.add_argument("--workdir", default=os.path.join(REPO, "outputs", "bench_grpo"), help="data, logs, runs")
     parser.add_argument("--model-root", default=os.path.join(REPO, "outputs", "bench_grpo", "models"))
     parser.add_argument("--trl-venv", default=os.path.join(REPO, "outputs", "trl-venv"))
@@ -235,6 +243,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.steps <= SKIP_STEPS + 1:
         parser.error(f"--steps must be more than {SKIP_STEPS + 1} to leave a steady state, got {args.steps}.")
     args.sides = [side.strip() for side in args.sides.split(",") if side.strip()]
+    if (args.device == "cuda" or args.model != "tiny") and args.sides != ["ours"]:
+        parser.error("--device cuda and --model 0.5b/1.5b measure ours alone: pass --sides ours.")
     if not args.sides or set(args.sides) - set(SIDES):
         parser.error(f"--sides takes a comma-separated subset of {','.join(SIDES)}, got {args.sides}.")
     args.workdir, args.model_root, args.trl_venv = map(os.path.abspath, (args.workdir, args.model_root, args.trl_venv))
@@ -568,7 +578,7 @@ def ours_command(args: argparse.Namespace, paths: dict[str, str], model: str, ru
         "worker.rollout.max_num_batched_tokens": args.max_num_batched_tokens,
         "worker.rollout.enforce_eager": "true",
         "worker.reward.reward_function": f"{paths['reward']}:compute_score",
-        "trainer.device": "cpu",
+        "trainer.device": args.device,
         "trainer.nnodes": 1,
         "trainer.n_gpus_per_node": 2,
         "trainer.max_steps": args.steps,
@@ -582,6 +592,12 @@ def ours_command(args: argparse.Namespace, paths: dict[str, str], model: str, ru
         "trainer.experiment_name": os.path.basename(run_dir),
         "trainer.save_checkpoint_path": os.path.join(run_dir, "ckpt"),
     }
+    if args.device == "cuda":  # vLLM sizes its KV cache from its share of the GPU; bf16 compute, fp32 masters
+        del overrides["worker.rollout.kv_cache_memory_mb"]
+        overrides["worker.rollout.gpu_memory_utilization"] = args.gpu_memory_utilization
+        overrides["trainer.n_gpus_per_node"] = args.gpus
+        overrides["worker.rollout.tensor_parallel_size"] = 1  # one engine per GPU: the default (2) needs two
+        overrides["worker.rollout.max_num_batched_tokens"] = max(args.max_num_batched_tokens, 16384)
     for item in args.ours_override:
         key, sep, value = item.partition("=")
         if not sep:
@@ -885,6 +901,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "steps": args.steps,
         "repeats": args.repeats,
         "skip_steps": SKIP_STEPS,
+        "model": args.model,
+        "device": args.device,
         "ours_overrides": args.ours_override,
         "cpu_count": os.cpu_count(),
         "load_before": load_average(),
@@ -902,7 +920,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
         from verl.models.tiny_models import get_or_build_tiny_model
 
-        model = get_or_build_tiny_model("qwen2", args.model_root)
+        if args.model == "tiny":
+            model = get_or_build_tiny_model("qwen2", args.model_root)
+        else:  # Qwen2.5 sizes with the tiny tokenizer, as bench_actor and bench_rollout build them
+            import torch
+
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            from bench_actor import build_sized_model
+
+            model = build_sized_model(args.model, args.model_root, torch.device(args.device))
         paths = write_workload(args.workdir, arithmetic_rows(args.prompts * args.steps, args.seed))
         for repeat in range(args.repeats):
             for side in args.sides:

@@ -184,3 +184,18 @@ def test_a_failed_run_reports_its_stderr_tail(bench: ModuleType, tmp_path: Path)
     assert figures["error"].startswith("trl run exited with 1.") and "something broke" in figures["error"]
     assert figures["peak_rss_gb"] == 1.0 and "samples_per_s" not in figures
     assert figures["peak_pss_gb_by_process"] == {"python": 0.6}
+
+
+def test_cuda_command_fits_one_gpu(bench: ModuleType, tmp_path: Path) -> None:
+    """--device cuda: one engine per GPU and vLLM sized by its memory share, not by the CPU's KV budget."""
+    paths = {"ours": "train.jsonl", "reward": "reward.py"}
+    args = bench.parse_args(["--sides", "ours", "--device", "cuda", "--model", "0.5b", "--gpus", "1"])
+    command = bench.ours_command(args, paths, "model", str(tmp_path))
+    assert "trainer.device=cuda" in command and "trainer.n_gpus_per_node=1" in command
+    assert "worker.rollout.tensor_parallel_size=1" in command  # the config's default (2) needs two devices
+    assert not any(item.startswith("worker.rollout.kv_cache_memory_mb=") for item in command)
+    assert "worker.rollout.gpu_memory_utilization=0.4" in command
+    cpu = bench.ours_command(bench.parse_args([]), paths, "model", str(tmp_path))
+    assert "trainer.device=cpu" in cpu and "worker.rollout.kv_cache_memory_mb=64" in cpu
+    with pytest.raises(SystemExit):  # TRL's side has no GPU mode here
+        bench.parse_args(["--device", "cuda"])
