@@ -204,8 +204,12 @@ def compute_policy_loss(
     global_token_count: Count | None = None,
     global_seq_count: Count | None = None,
     max_response_length: int | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Policy-gradient loss of one micro-batch, aggregated with `agg_loss` (see there for the global counts).
+
+    `token_weights` (B, L), detached, multiply the per-token loss before aggregation: the importance weights of an
+    off-policy correction (`verl.algorithms.rollout_correction`); None leaves the loss as it is.
 
     With ratio r = pi / pi_old = exp(clamp(log_probs - old_log_probs, +-20)), advantage A, eps_l = clip_ratio_low,
     eps_h = clip_ratio_high, the per-token loss is:
@@ -247,7 +251,8 @@ def compute_policy_loss(
         tau_negative=tau_negative,
     )
     terms = _POLICY_LOSSES[loss_type](inputs)
-    pg_loss = agg_loss(terms.loss_mat, mask, loss_avg_mode, global_token_count, global_seq_count, max_response_length)
+    loss_mat = terms.loss_mat if token_weights is None else terms.loss_mat * token_weights.detach().float()
+    pg_loss = agg_loss(loss_mat, mask, loss_avg_mode, global_token_count, global_seq_count, max_response_length)
     no_clip = torch.zeros_like(mask, dtype=torch.bool)
     higher, lower, dual = (
         clipped if clipped is not None else no_clip

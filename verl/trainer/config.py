@@ -148,6 +148,39 @@ class DataConfig:
 
 
 @dataclass
+class RolloutCorrectionConfig:
+    mode: str = "auto"
+    """Off-policy correction between the engine's sampling policy and the trained one (docs/async.md): none,
+    bypass (train against the engine's log-probs, no recomputed old policy), tis (token-level truncated importance
+    sampling), icepop (tokens whose ratio leaves [mask_low, mask_high] are masked), seq_is (sequence-level truncated
+    IS), seq_mis (sequences whose ratio leaves [seq_low, seq_high] are rejected), geo_rs (rejection on the per-token
+    geometric mean ratio), decoupled (decoupled PPO: the recomputed policy is the proximal one, the engine's the
+    behaviour one). auto: tis for worker.rollout.mode=colocated with max_staleness > 0, none otherwise (so that
+    max_staleness=0 trains exactly as the synchronous trainer). Every mode but none needs rollout log-probs."""
+    is_cap: float = 2.0
+    """C: the cap of truncated importance weights (tis, seq_is, decoupled)."""
+    mask_low: float = 0.5
+    """icepop: tokens with pi_old / pi_rollout below this are masked."""
+    mask_high: float = 5.0
+    """icepop: tokens with pi_old / pi_rollout above this are masked."""
+    seq_low: float = 0.5
+    """seq_mis: sequences whose ratio is below this are rejected."""
+    seq_high: float = 2.0
+    """seq_mis: sequences whose ratio is above this are rejected."""
+    geo_low: float = 0.9
+    """geo_rs: sequences whose geometric-mean token ratio is below this are rejected."""
+    geo_high: float = 1.1
+    """geo_rs: sequences whose geometric-mean token ratio is above this are rejected."""
+
+    def settings(self) -> Any:
+        """The `verl.algorithms.rollout_correction.CorrectionSettings` of this config (mode resolved: not auto)."""
+        from verl.algorithms.rollout_correction import CorrectionSettings
+
+        values = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        return CorrectionSettings(**values)
+
+
+@dataclass
 class AlgorithmConfig:
     gamma: float = 1.0
     """Discount factor (gae, reinforce_plus_plus); another value for an estimator without a discount is an error."""
@@ -193,6 +226,8 @@ class AlgorithmConfig:
     """Lower bound of the entropy coefficient under entropy_control."""
     entropy_coeff_max: float = 0.05
     """Upper bound of the entropy coefficient under entropy_control."""
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+    """Off-policy correction of the engine-trainer mismatch and of stale samples (asynchronous rollouts)."""
 
     def validate(self, prefix: str) -> None:
         algorithms = _algorithms()  # a registered estimator or KL estimator is a valid name
@@ -445,6 +480,11 @@ def fill_derived(config: PPOConfig) -> PPOConfig:
     config.trainer.fill_checkpoint_path()
     rollout = config.worker.rollout
     rollout.env = _absolutize_function(rollout.env)
+    correction = config.algorithm.rollout_correction
+    if correction.mode == "auto":
+        correction.mode = "tis" if rollout.mode != "sync" and rollout.max_staleness > 0 else "none"
+    if rollout.mode != "sync":  # the behaviour policy is recorded: every token's engine log-prob
+        rollout.calculate_log_probs = True
     if rollout.max_model_len is None:
         rollout.max_model_len = rollout.prompt_length + rollout.response_length
     return config
@@ -509,10 +549,44 @@ def check_cross_section(config: PPOConfig) -> None:
             f"worker.rollout.max_model_len={rollout.max_model_len} must be at least "
             f"data.max_prompt_length + data.max_response_length = {needed}."
         )
+    _check_async(config)
     for role, section in (("actor", worker.actor), ("critic", worker.critic)):
         if section.ulysses_size != 1:
             _check_ulysses(config, role, section)
     _check_batch_sizes(config)
+
+
+def _check_async(config: PPOConfig) -> None:
+    """Asynchronous rollouts and off-policy corrections: the combinations that are not built or cannot work."""
+    algorithm, rollout = config.algorithm, config.worker.rollout
+    correction = algorithm.rollout_correction
+    try:
+        correction.settings().validate("algorithm.rollout_correction.")
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if correction.mode != "none" and not rollout.calculate_log_probs:
+        raise ConfigError(
+            f"algorithm.rollout_correction.mode={correction.mode} compares the engine's log-probs with the trainer's: "
+            "set worker.rollout.calculate_log_probs=true (or mode=none)."
+        )
+    if rollout.mode == "sync":
+        return
+    refused = {
+        "algorithm.online_filtering=true": algorithm.online_filtering,
+        "algorithm.adv_estimator=remax": algorithm.adv_estimator == "remax",
+        "data.mini_rollout_batch_size": config.data.mini_rollout_batch_size is not None,
+    }
+    for key, used in refused.items():
+        if used:
+            raise ConfigError(
+                f"{key} is not built for worker.rollout.mode={rollout.mode} yet; use worker.rollout.mode=sync with it."
+            )
+    world = config.trainer.world_size()
+    if config.data.rollout_batch_size % world != 0:
+        raise ConfigError(
+            f"worker.rollout.mode={rollout.mode} admits data.rollout_batch_size={config.data.rollout_batch_size} "
+            f"prompts per step, which must split evenly over the {world} devices."
+        )
 
 
 def _check_ulysses(config: PPOConfig, role: str, section: Any) -> None:

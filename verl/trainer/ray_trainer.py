@@ -37,7 +37,7 @@ import torch
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from verl.algorithms import core_algos
+from verl.algorithms import core_algos, rollout_correction
 from verl.algorithms.schedules import EntropyController, response_length_at
 from verl.protocol import DataProto
 from verl.trainer.checkpointing import (
@@ -162,9 +162,14 @@ class RayPPOTrainer:
         actor = config.worker.actor
         # One epoch over one mini-batch is on-policy: the update's own forward gives the old log-probs (detached),
         # so the separate forward is skipped, unless the KL penalty in the reward needs them first.
+        self.correction = algo.rollout_correction.settings()
         self.needs_old_log_probs = (
             actor.ppo_epochs != 1 or actor.global_batch_size < config.data.rollout_batch_size or self.kl_in_reward
         )
+        if self.correction.mode == "bypass":  # the engine's log-probs are the old policy: nothing to recompute
+            self.needs_old_log_probs = self.kl_in_reward
+        elif self.correction.mode != "none":  # the correction compares recomputed and engine log-probs
+            self.needs_old_log_probs = True
         self.kl_ctrl = core_algos.get_kl_controller(algo.kl_type, algo.kl_coef, algo.kl_target, algo.kl_horizon)
         self.entropy_ctrl = (
             EntropyController(
@@ -346,6 +351,8 @@ class RayPPOTrainer:
         if self.needs_old_log_probs:
             with timer("old", timing_raw):
                 batch.union(wg.compute_log_probs(batch))
+        if self.correction.mode != "none":
+            self._correct_off_policy(batch, metrics)
         if self.use_reference:
             with timer("ref", timing_raw):
                 batch.union(wg.compute_ref_log_probs(batch))
@@ -386,13 +393,37 @@ class RayPPOTrainer:
             if self.entropy_ctrl is not None:
                 batch.meta_info["entropy_coeff"] = self.entropy_ctrl.coef
             with timer("update_actor", timing_raw):
-                output = wg.update_actor(batch)
+                output = wg.update_actor(self._actor_update_batch(batch))
                 append_metrics(metrics, output.meta_info["metrics"])
             if self.entropy_ctrl is not None:  # the coefficient of the next step, from this step's entropy
                 self.entropy_ctrl.update(float(np.mean(output.meta_info["metrics"]["actor/entropy_loss"])))
         if self.config.data.response_length_schedule:
             append_metrics(metrics, {"rollout/response_length_limit": self._stage_meta()["response_length"]})
         return batch, reduce_metrics(metrics)
+
+    def _correct_off_policy(self, batch: DataProto, metrics: dict[str, list[float]]) -> None:
+        """algorithm.rollout_correction: importance weights (and rejections) of the engine's sampling policy against
+        the trained one, kept in `rollout_is_weights` / `rollout_loss_mask` for the actor's update (docs/async.md).
+        With bypass the engine's log-probs become the old policy."""
+        rollout_log_probs = batch.batch["rollout_log_probs"]
+        if self.correction.mode == "bypass" and "old_log_probs" not in batch.batch.keys():
+            batch.batch["old_log_probs"] = rollout_log_probs.clone()
+        result = rollout_correction.compute_rollout_correction(
+            self.correction, batch.batch["old_log_probs"], rollout_log_probs, batch.batch["response_mask"]
+        )
+        batch.batch["rollout_is_weights"] = result.weights
+        batch.batch["rollout_loss_mask"] = result.mask
+        append_metrics(metrics, result.metrics)
+
+    @staticmethod
+    def _actor_update_batch(batch: DataProto) -> DataProto:
+        """The batch the actor trains on: with an off-policy correction, the tokens it rejected are out of the loss
+        (`rollout_loss_mask` as the response mask); the batch itself keeps every token for its metrics."""
+        if "rollout_loss_mask" not in batch.batch.keys():
+            return batch
+        update = batch.select(deepcopy=False)
+        update.batch["response_mask"] = batch.batch["rollout_loss_mask"]
+        return update
 
     # ------------------------------------------------------------------------------------------------ validation
 

@@ -24,6 +24,7 @@ from typing import Any
 from verl.data.tokenizer import get_processor, get_tokenizer
 from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
 from verl.single_controller.ray.resource import RayResourcePool
+from verl.trainer.async_trainer import AsyncRayPPOTrainer
 from verl.trainer.checkpointing import resume_path
 from verl.trainer.config import PPOConfig
 from verl.trainer.data_loader import create_dataloader
@@ -207,7 +208,8 @@ def _train(config: PPOConfig) -> dict[str, float]:
             config_to_dict(config),  # secrets (api keys in reward_function_kwargs) masked
         )
         try:
-            trainer = RayPPOTrainer(
+            trainer_class = RayPPOTrainer if config.worker.rollout.mode == "sync" else AsyncRayPPOTrainer
+            trainer = trainer_class(
                 config,
                 tokenizer,
                 train_dataloader,

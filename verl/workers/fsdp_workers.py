@@ -202,6 +202,12 @@ class FSDPWorker(Worker):
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         return self.rollout.generate_sequences(prompts)
 
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def generate_sequences_async(self, prompts: DataProto) -> DataProto:
+        """Admit this rank's share of `prompts` and return `meta_info["quota"]` complete groups (the colocated
+        asynchronous rollout, `VLLMRollout.generate_async`)."""
+        return self.rollout.generate_async(prompts)
+
     # ------------------------------------------------------------------------------------------------ experience
 
     def _forward_rows(

@@ -163,6 +163,8 @@ class DataParallelPPOActor:
             )
         if use_kl_loss:
             extra_keys += ("ref_log_probs",)
+        if "rollout_is_weights" in data.batch.keys():  # algorithm.rollout_correction
+            extra_keys += ("rollout_is_weights",)
         summed = tuple(metric for metric in _SUMMED_METRICS if use_kl_loss or metric[0] != "actor/kl_loss")
 
         def micro_batch_loss(
@@ -217,6 +219,7 @@ class DataParallelPPOActor:
             clip_ratio_dual=config.clip_ratio_dual,
             tau_positive=config.tau_positive,
             tau_negative=config.tau_negative,
+            token_weights=batch["rollout_is_weights"] if "rollout_is_weights" in batch.keys() else None,
             **agg,
         )
         loss = pg_loss

@@ -29,6 +29,8 @@ NAMES: tuple[str, ...] = ("vllm",)
 
 DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp32", "bfloat16", "float16", "float32", "auto")
 """Values of rollout.dtype."""
+ROLLOUT_MODES: tuple[str, ...] = ("sync", "colocated")
+"""Values of rollout.mode. A disaggregated mode (rollout and training on separate pools) is not built yet."""
 
 
 @dataclass
@@ -91,6 +93,15 @@ class RolloutConfig:
     between two model requests); past it the rollout stops with an error naming the environment, episode and turn,
     so a hung environment never hangs the run. Tools of a ToolEnv have their own, shorter limit. <= 0 waits
     forever."""
+    mode: str = "sync"
+    """sync: every step generates its batch to the last sample, then trains. colocated: asynchronous RL on the same
+    workers (docs/async.md): the engine works through a request loop; once a step's groups are complete the
+    unfinished samples stop, keep their tokens, and continue after the weight sync next to new prompts, so a step
+    never waits for its slowest sample. Rollout log-probs are always recorded then."""
+    max_staleness: int = 0
+    """mode=colocated: how many policy versions a sample may lag behind the one it trains, enforced by pacing
+    admission (prompts admitted <= (max_staleness + version + 1) x data.rollout_batch_size). 0 makes every step wait
+    for all its samples: the same batches, losses and weights as mode=sync."""
     val_override_config: dict[str, Any] = field(default_factory=dict)
     """Sampling overrides for validation, e.g. {temperature: 0.6, top_p: 0.95, n: 1}."""
     prompt_length: int = -1
@@ -125,6 +136,23 @@ class RolloutConfig:
             raise ConfigError(f"{prefix}temperature must be >= 0, got {self.temperature}.")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ConfigError(f"{prefix}gpu_memory_utilization must lie in (0, 1], got {self.gpu_memory_utilization}.")
+        if self.mode == "disaggregated":
+            raise ConfigError(
+                f"{prefix}mode=disaggregated (rollout and training on separate resource pools) is not built yet; use "
+                f"{prefix}mode=colocated for asynchronous RL on one pool."
+            )
+        require_choice(self, prefix, "mode", ROLLOUT_MODES)
+        require_non_negative(self, prefix, "max_staleness")
+        if self.max_staleness > 0 and self.mode == "sync":
+            raise ConfigError(
+                f"{prefix}max_staleness={self.max_staleness} only applies to asynchronous rollouts: set "
+                f"{prefix}mode=colocated, or leave max_staleness at 0."
+            )
+        if self.mode == "colocated" and self.env:
+            raise ConfigError(
+                f"{prefix}mode=colocated with {prefix}env (multi-turn episodes) is not built yet: use {prefix}mode=sync "
+                "for environments."
+            )
         if self.env:
             if self.max_turns < 1:
                 raise ConfigError(f"{prefix}max_turns={self.max_turns} must be at least 1.")

@@ -164,6 +164,18 @@ def sampled_token_logprob(logprobs_entry: dict[int, Any], token_id: int) -> floa
     return float(logprobs_entry[token_id].logprob)
 
 
+def render_prompt(llm: Any, prompt: dict[str, Any]) -> Any:
+    """The engine input `LLM.generate` would make of a token prompt (`prompt_token_ids`, multimodal data), for
+    `LLMEngine.add_request`.
+
+    Relies on `LLM._preprocess_cmpl_one(prompt, tokenization_kwargs)`, the renderer behind `LLM.generate` in vLLM
+    0.32: the asynchronous rollout's request loop adds requests itself. Where it is missing (older vLLM), the raw
+    prompt goes to `add_request`, which renders it the same way.
+    """
+    render = getattr(llm, "_preprocess_cmpl_one", None)
+    return prompt if render is None else render(prompt, None)
+
+
 def render_chat(llm: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Any:
     """The engine input `LLM.chat` would make of `messages` (chat template, tools, pictures), without generating.
 

@@ -47,6 +47,7 @@ from verl.workers.rollout.multi_turn import (
     episode_columns,
     run_episodes,
 )
+from verl.workers.rollout.request_loop import RequestLoop
 from verl.workers.rollout.sequences import extend_position_ids, pad_rows, response_mask_through_eos
 
 
@@ -457,6 +458,62 @@ class VLLMRollout:
         output = self._to_dataproto(prompts, outputs, kwargs["n"], response_length)
         return output.chunk(tp_size)[tp_rank] if tp_size > 1 else output
 
+    def generate_async(self, prompts: DataProto) -> DataProto:
+        """Colocated asynchronous rollout (docs/async.md): admit `prompts` (possibly none) into the engine's request
+        loop, resume the samples stopped at the last step boundary, and step the engine until
+        `meta_info["quota"]` groups of this rank are complete; return those groups, oldest first, as the rollout
+        columns of `generate_sequences` plus `rollout_versions` (the policy version of each response token, -1 on
+        padding) and `rollout_resumed` (how often each sample was stopped and continued).
+
+        `meta_info["version"]` is the number of weight updates the engine's weights carry. The unfinished samples
+        stay in this process, aborted in the engine, until the next call.
+        """
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        if self.env is not None:
+            raise NotImplementedError(
+                "Asynchronous rollouts of multi-turn environments (worker.rollout.env) are not built yet; use "
+                "worker.rollout.mode=sync with an environment."
+            )
+        tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
+        prompts, seed_rank = gather_tensor_parallel_prompts(prompts, self.rank, tp_group, tp_size)
+        meta = prompts.meta_info
+        quota, version = int(meta["quota"]) * tp_size, int(meta["version"])
+        kwargs = self.sampling_kwargs({key: value for key, value in meta.items() if key not in ("quota", "version")})
+        n, budget = kwargs.pop("n"), self.call_response_length(meta)
+        if getattr(self, "request_loop", None) is None:
+            self.request_loop = RequestLoop(
+                self.inference_engine, lambda item: vllm_compat.render_prompt(self.inference_engine, item)
+            )
+        loop = self.request_loop
+        if len(prompts) > 0:
+            inputs = self._engine_inputs(prompts)
+            if kwargs["temperature"] < 1e-6:
+                seeds: list[int | None] = [None] * len(inputs)
+            else:
+                seeds = list(request_seeds(self.config.seed, seed_rank, self.generate_calls, len(inputs)))
+            self.generate_calls += 1
+            for row, item in enumerate(inputs):
+                sample_seeds = [None if seeds[row] is None else seeds[row] + j for j in range(n)]
+                loop.admit(item, prompts[row : row + 1], sample_seeds, version)
+        for key in ("seed", "max_tokens", "output_kind"):
+            kwargs.pop(key, None)
+
+        def make_params(max_tokens: int, seed: int | None) -> Any:
+            return SamplingParams(**kwargs, n=1, max_tokens=max_tokens, seed=seed, output_kind=RequestOutputKind.DELTA)
+
+        with preserved_rng_state():
+            groups = loop.run(quota, version, budget, make_params)
+        samples = [sample for group in groups for sample in group.samples]
+        rows = DataProto.concat([group.payload for group in groups])
+        output = self._rollout_from_tokens(rows, [s.tokens for s in samples], [s.logprobs for s in samples], n, budget)
+        versions = pad_rows([s.versions for s in samples], budget, -1, torch.long)
+        output.batch["rollout_versions"] = versions.masked_fill(output.batch["response_mask"] == 0, -1)
+        output.batch["rollout_resumed"] = torch.tensor([s.resumed for s in samples], dtype=torch.long)
+        output.meta_info["in_flight_groups"] = loop.in_flight
+        return output.chunk(tp_size)[tp_rank] if tp_size > 1 else output
+
     def _run_episodes(
         self,
         prompts: DataProto,
@@ -602,6 +659,12 @@ class VLLMRollout:
                     logprobs.append(
                         [vllm_compat.sampled_token_logprob(entry, t) for entry, t in zip(completion.logprobs, ids)]
                     )
+        return self._rollout_from_tokens(prompts, tokens, logprobs, n, response_length)
+
+    def _rollout_from_tokens(
+        self, prompts: DataProto, tokens: list[list[int]], logprobs: list[list[float]], n: int, response_length: int
+    ) -> DataProto:
+        """The rollout columns of n samples per prompt row from their token ids (and engine log-probs)."""
         responses = pad_rows(tokens, response_length, self.pad_token_id, torch.long)
         lengths = torch.tensor([len(ids) for ids in tokens], dtype=torch.long)
         response_mask = response_mask_through_eos(responses, lengths, self.eos_token_ids)

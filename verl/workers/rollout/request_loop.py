@@ -1,0 +1,143 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The engine's request loop for colocated asynchronous rollouts (docs/async.md).
+
+Instead of one blocking `LLM.generate`, admitted prompts become one engine request per sample and the engine is
+stepped until `quota` groups (all n samples of a prompt) are complete. The unfinished requests are then aborted with
+their tokens, log-probs and the policy version of every token kept here; the next call resubmits each of them as
+prompt + its tokens so far (the prefix is prefilled again) next to the newly admitted prompts. Nothing is dropped:
+a slow sample only continues, under newer weights, and its tokens record which version produced them.
+
+Requests are added in the order and with the seeds `LLM.generate` would give the n samples of each prompt (seed + j
+for sample j), so a call that runs every group to completion samples exactly what the synchronous rollout samples.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import count
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Sample:
+    """One response being generated: its tokens so far, their engine log-probs and policy versions."""
+
+    seed: int | None
+    """The sampling seed of its first request (seed + j of the prompt, as vLLM gives sample j)."""
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    """The policy version (weight updates done) under which each token was sampled."""
+    finished: bool = False
+    resumed: int = 0
+    """How many times it was stopped at a step boundary and continued after a weight sync."""
+
+
+@dataclass
+class Group:
+    """The n samples of one admitted prompt."""
+
+    key: int
+    """Admission order: older groups are returned first."""
+    prompt: dict[str, Any]
+    """The engine input (prompt_token_ids, multimodal data)."""
+    payload: Any
+    """What the caller keeps with the prompt (its one-row DataProto)."""
+    admitted_version: int
+    samples: list[Sample]
+
+    @property
+    def complete(self) -> bool:
+        return all(sample.finished for sample in self.samples)
+
+
+def resume_seed(seed: int | None, generated: int) -> int | None:
+    """A fresh seed for a sample continued after `generated` tokens: reusing its first seed would replay the random
+    draws of its opening tokens."""
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence([seed, generated]).generate_state(1, dtype=np.uint64)[0]) >> 2
+
+
+class RequestLoop:
+    """Admitted groups of one engine, kept across calls (see the module docstring).
+
+    `make_params(max_tokens, seed)` builds one request's SamplingParams (n=1, DELTA outputs); `render(prompt)` turns an
+    engine input into what `LLMEngine.add_request` takes.
+    """
+
+    def __init__(self, llm: Any, render: Callable[[dict[str, Any]], Any]) -> None:
+        self.llm = llm
+        self.render = render
+        self.groups: dict[int, Group] = {}
+        self._keys = count()
+        self._request_ids = count()
+
+    def admit(self, prompt: dict[str, Any], payload: Any, seeds: list[int | None], version: int) -> None:
+        key = next(self._keys)
+        samples = [Sample(seed=seed) for seed in seeds]
+        self.groups[key] = Group(key, prompt, payload, version, samples)
+
+    @property
+    def in_flight(self) -> int:
+        """Admitted groups not yet returned."""
+        return len(self.groups)
+
+    def clear(self) -> None:
+        self.groups.clear()
+
+    def run(self, quota: int, version: int, budget: int, make_params: Callable[[int, int | None], Any]) -> list[Group]:
+        """Step the engine until `quota` groups are complete; return the `quota` oldest complete groups (removed
+        from the loop). Unfinished samples are aborted, their tokens kept for the next call."""
+        if quota > len(self.groups):
+            raise ValueError(f"A request loop holding {len(self.groups)} groups cannot complete {quota} of them.")
+        engine = self.llm.llm_engine
+        active: dict[str, tuple[Group, Sample]] = {}
+        for group in self.groups.values():
+            for sample in group.samples:
+                if sample.finished:
+                    continue
+                request_id = f"async-{next(self._request_ids)}"
+                prompt = dict(group.prompt)
+                if sample.tokens:  # continue from its tokens: the prefix is prefilled under the new weights
+                    prompt["prompt_token_ids"] = list(group.prompt["prompt_token_ids"]) + sample.tokens
+                    sample.resumed += 1
+                seed = sample.seed if not sample.tokens else resume_seed(sample.seed, len(sample.tokens))
+                params = make_params(budget - len(sample.tokens), seed)
+                engine.add_request(request_id, self.render(prompt), params)
+                active[request_id] = (group, sample)
+        complete = sum(group.complete for group in self.groups.values())
+        while complete < quota and engine.has_unfinished_requests():
+            for output in engine.step():
+                group, sample = active[output.request_id]
+                for completion in output.outputs:
+                    ids = list(completion.token_ids)
+                    sample.tokens.extend(ids)
+                    sample.versions.extend([version] * len(ids))
+                    if completion.logprobs is not None:
+                        sample.logprobs.extend(
+                            float(entry[token].logprob) for entry, token in zip(completion.logprobs, ids)
+                        )
+                if output.finished:
+                    sample.finished = True
+                    del active[output.request_id]
+                    complete += group.complete
+        if active:
+            engine.abort_request(list(active))
+        if complete < quota:
+            raise RuntimeError(f"The engine stopped with {complete} of {quota} groups complete.")
+        done = [key for key, group in self.groups.items() if group.complete][:quota]
+        return [self.groups.pop(key) for key in done]
