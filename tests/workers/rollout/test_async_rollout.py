@@ -57,7 +57,9 @@ def _prompts(tokenizer, count: int, offset: int = 0) -> DataProto:
     rows = [
         tokenizer.encode(
             tokenizer.apply_chat_template(
-                [{"role": "user", "content": f"What is {i} + {2 * i + 1}?"}], add_generation_prompt=True, tokenize=False
+                [{"role": "user", "content": f"What is {i} + {2 * i + 1}?"}],
+                add_generation_prompt=True,
+                tokenize=False,
             ),
             add_special_tokens=False,
         )
