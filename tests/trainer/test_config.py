@@ -637,3 +637,51 @@ def test_sft_shares_the_trainer_keys_and_their_checks(tmp_path):
         load_sft_config([*base, "trainer.logger=[neptune]"])
     with pytest.raises(ConfigError, match=r"'worker.optim.strategy' is 'sgd'"):
         load_sft_config([*base, "worker.optim.strategy=sgd"])
+
+
+@pytest.mark.parametrize(
+    ("override", "pattern"),
+    [
+        (["worker.rollout.max_staleness=-1"], r"worker.rollout.max_staleness.*zero or positive, got -1"),
+        (["worker.rollout.max_staleness=2"], r"max_staleness=2 only applies to asynchronous.*mode=colocated"),
+        (["worker.rollout.mode=fast"], r"worker.rollout.mode.*sync, colocated"),
+        (["worker.rollout.mode=disaggregated"], r"mode=disaggregated .*not built yet.*mode=colocated"),
+        (
+            ["worker.rollout.mode=colocated", "algorithm.online_filtering=true"],
+            r"algorithm.online_filtering=true is not built for worker.rollout.mode=colocated",
+        ),
+        (
+            ["worker.rollout.mode=colocated", "algorithm.adv_estimator=remax", "worker.rollout.n=1"],
+            r"adv_estimator=remax is not built for worker.rollout.mode=colocated",
+        ),
+        (
+            ["worker.rollout.mode=colocated", "data.rollout_batch_size=3", "worker.actor.global_batch_size=3"],
+            r"admits data.rollout_batch_size=3 prompts per step, which must split evenly over the 2 devices",
+        ),
+        (["algorithm.rollout_correction.mode=tis"], r"mode=tis compares.*worker.rollout.calculate_log_probs=true"),
+        (["algorithm.rollout_correction.mode=clip"], r"algorithm.rollout_correction.mode"),
+        (
+            ["algorithm.rollout_correction.is_cap=0", "worker.rollout.calculate_log_probs=true"],
+            r"algorithm.rollout_correction.is_cap must be positive",
+        ),
+        (
+            ["algorithm.rollout_correction.mask_low=6", "worker.rollout.calculate_log_probs=true"],
+            r"algorithm.rollout_correction.mask_low",
+        ),
+    ],
+)
+def test_async_and_correction_checks(files, override, pattern):
+    with pytest.raises(ConfigError, match=pattern):
+        load_config([*base_args(files), *override])
+
+
+def test_async_mode_records_rollout_log_probs_and_picks_a_correction(files):
+    config = load_config([*base_args(files), "worker.rollout.mode=colocated", "worker.rollout.max_staleness=2"])
+    assert config.worker.rollout.calculate_log_probs and config.algorithm.rollout_correction.mode == "tis"
+    exact = load_config([*base_args(files), "worker.rollout.mode=colocated"])
+    assert exact.algorithm.rollout_correction.mode == "none"  # staleness 0 trains exactly as mode=sync
+    assert load_config(base_args(files)).algorithm.rollout_correction.mode == "none"
+    chosen = load_config(
+        [*base_args(files), "worker.rollout.mode=colocated", "algorithm.rollout_correction.mode=icepop"]
+    )
+    assert chosen.algorithm.rollout_correction.mode == "icepop"

@@ -111,7 +111,7 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
             )
         prompts = DataProto.concat(parts)
         prompts.meta_info.update(self._stage_meta(), quota=batch_size // self.actor_rollout_ref_wg.world_size)
-        prompts.meta_info["version"] = version
+        prompts.meta_info.update(version=version, max_staleness=self.admission.max_staleness)
         batch = self.actor_rollout_ref_wg.generate_sequences_async(prompts)
         for uid in dict.fromkeys(batch.non_tensor_batch["uid"]):
             self.in_flight.pop(uid, None)

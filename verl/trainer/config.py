@@ -561,7 +561,7 @@ def _check_async(config: PPOConfig) -> None:
     algorithm, rollout = config.algorithm, config.worker.rollout
     correction = algorithm.rollout_correction
     try:
-        correction.settings().validate("algorithm.rollout_correction.")
+        correction.settings().validate("algorithm.rollout_correction")
     except ValueError as err:
         raise ConfigError(str(err)) from None
     if correction.mode != "none" and not rollout.calculate_log_probs:

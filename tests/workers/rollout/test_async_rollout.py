@@ -18,6 +18,7 @@ returns the oldest complete groups and keeps the unfinished samples, which conti
 tokens, their tokens tagged with the version that sampled them; every admitted group comes back exactly once.
 """
 
+import numpy as np
 import pytest
 import torch
 
@@ -104,7 +105,7 @@ def _early_stops(rollout) -> dict:
 def test_unfinished_samples_continue_from_their_tokens_after_a_version_change(rollout) -> None:
     rollout.request_loop.clear()
     first = _prompts(rollout.tokenizer, 6, offset=10)
-    first.meta_info.update(quota=1, version=3, **_early_stops(rollout))
+    first.meta_info.update(quota=1, version=3, max_staleness=5, **_early_stops(rollout))
     out = rollout.generate_async(first)
     assert len(out) == N and rollout.request_loop.in_flight == 5
     stopped = [s for g in rollout.request_loop.groups.values() for s in g.samples if not s.finished and s.tokens]
@@ -112,7 +113,7 @@ def test_unfinished_samples_continue_from_their_tokens_after_a_version_change(ro
     before = {id(sample): list(sample.tokens) for sample in stopped}
 
     second = _prompts(rollout.tokenizer, 2, offset=20)
-    second.meta_info.update(quota=3, version=4, **_early_stops(rollout))
+    second.meta_info.update(quota=3, version=4, max_staleness=5, **_early_stops(rollout))
     out2 = rollout.generate_async(second)
     assert len(out2) == 3 * N
     returned = list(out.non_tensor_batch["uid"]) + list(out2.non_tensor_batch["uid"])
@@ -123,7 +124,7 @@ def test_unfinished_samples_continue_from_their_tokens_after_a_version_change(ro
         tensors={key: first.batch[key][:0] for key in ("input_ids", "attention_mask", "position_ids")},
         non_tensors={"uid": []},
     )
-    rest.meta_info.update(quota=rollout.request_loop.in_flight, version=5, **_early_stops(rollout))
+    rest.meta_info.update(quota=rollout.request_loop.in_flight, version=5, max_staleness=5, **_early_stops(rollout))
     out3 = rollout.generate_async(rest)
     returned += list(out3.non_tensor_batch["uid"])
     admitted = [f"p{i}" for i in range(10, 16)] + ["p20", "p21"]
@@ -154,4 +155,46 @@ def test_a_quota_above_the_admitted_groups_is_an_error(rollout) -> None:
     prompts.meta_info.update(quota=3, version=0)
     with pytest.raises(ValueError, match="cannot complete 3"):
         rollout.generate_async(prompts)
+    rollout.request_loop.clear()
+
+
+def test_per_row_response_budgets_hold_in_both_modes(rollout) -> None:
+    rollout.request_loop.clear()
+    prompts = _prompts(rollout.tokenizer, 3, offset=40)
+    prompts.non_tensor_batch["max_response_tokens"] = np.array([4, None, 9], dtype=object)
+    synced = rollout.generate_sequences(prompts.select(deepcopy=True))
+    prompts.meta_info.update(quota=3, version=0)
+    streamed = rollout.generate_async(prompts)
+    for output in (synced, streamed):
+        lengths = output.batch["response_mask"].sum(-1).tolist()
+        assert max(lengths[0:2]) <= 4 and max(lengths[4:6]) <= 9, lengths
+        assert max(lengths[2:4]) == RESPONSE_LENGTH  # the random model never stops by itself: no limit, full length
+        assert output.batch["responses"].shape[1] == RESPONSE_LENGTH  # padded to the configured width
+    prompts.non_tensor_batch["max_response_tokens"] = np.array([4, 0, 9], dtype=object)
+    with pytest.raises(ValueError, match=r"row 1 has max_response_tokens=0; it must be an integer in \[1, 48\]"):
+        rollout.generate_sequences(prompts)
+
+
+def test_groups_at_the_staleness_bound_complete_whatever_the_quota(rollout) -> None:
+    """max_staleness=1: at version 4 the group admitted at version 3 trains now, though two short new groups fill
+    the quota long before it ends."""
+    rollout.request_loop.clear()
+    old = _prompts(rollout.tokenizer, 2, offset=50)
+    old.non_tensor_batch["max_response_tokens"] = np.array([2, RESPONSE_LENGTH], dtype=object)
+    old.meta_info.update(quota=1, version=3, max_staleness=1)
+    assert list(rollout.generate_async(old).non_tensor_batch["uid"]) == ["p50"] * N
+    (left,) = rollout.request_loop.groups.values()
+    assert left.admitted_version == 3 and not left.complete
+    new = _prompts(rollout.tokenizer, 4, offset=60)
+    new.non_tensor_batch["max_response_tokens"] = np.array([2] * 4, dtype=object)
+    new.meta_info.update(quota=2, version=4, max_staleness=1)
+    out = rollout.generate_async(new)
+    assert list(dict.fromkeys(out.non_tensor_batch["uid"])) == ["p51", "p60"]  # the old group first, then the oldest
+    assert all(group.admitted_version == 4 for group in rollout.request_loop.groups.values())
+    lengths = out.batch["response_mask"].sum(-1).tolist()
+    assert lengths[:N] == [RESPONSE_LENGTH] * N  # it ran to its end within this call
+    too_many = _prompts(rollout.tokenizer, 4, offset=70)
+    too_many.meta_info.update(quota=1, version=9, max_staleness=1)
+    with pytest.raises(ValueError, match="must train now, more than the quota"):
+        rollout.generate_async(too_many)
     rollout.request_loop.clear()

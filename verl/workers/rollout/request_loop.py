@@ -58,6 +58,8 @@ class Group:
     """What the caller keeps with the prompt (its one-row DataProto)."""
     admitted_version: int
     samples: list[Sample]
+    budget: int
+    """Most tokens of each of its responses."""
 
     @property
     def complete(self) -> bool:
@@ -86,10 +88,10 @@ class RequestLoop:
         self._keys = count()
         self._request_ids = count()
 
-    def admit(self, prompt: dict[str, Any], payload: Any, seeds: list[int | None], version: int) -> None:
+    def admit(self, prompt: dict[str, Any], payload: Any, seeds: list[int | None], version: int, budget: int) -> None:
         key = next(self._keys)
         samples = [Sample(seed=seed) for seed in seeds]
-        self.groups[key] = Group(key, prompt, payload, version, samples)
+        self.groups[key] = Group(key, prompt, payload, version, samples, budget)
 
     @property
     def in_flight(self) -> int:
@@ -99,11 +101,35 @@ class RequestLoop:
     def clear(self) -> None:
         self.groups.clear()
 
-    def run(self, quota: int, version: int, budget: int, make_params: Callable[[int, int | None], Any]) -> list[Group]:
-        """Step the engine until `quota` groups are complete; return the `quota` oldest complete groups (removed
-        from the loop). Unfinished samples are aborted, their tokens kept for the next call."""
+    def run(
+        self, quota: int, version: int, make_params: Callable[[int, int | None], Any], due_version: int | None = None
+    ) -> list[Group]:
+        """Step the engine until `quota` groups are complete, and every group admitted at `due_version` or earlier
+        (the staleness bound: they must train now); return the `quota` oldest complete groups (removed from the
+        loop; the due ones are among them, being the oldest). Unfinished samples are aborted, their tokens kept for
+        the next call. `due_version=None`: every group is due (the synchronous case)."""
         if quota > len(self.groups):
             raise ValueError(f"A request loop holding {len(self.groups)} groups cannot complete {quota} of them.")
+        due = [group for group in self.groups.values() if due_version is None or group.admitted_version <= due_version]
+        if len(due) > quota:
+            raise ValueError(
+                f"{len(due)} groups admitted at version {due_version} or earlier must train now, more than the quota "
+                f"of {quota}: the admission let in more than the staleness bound allows."
+            )
+
+        def satisfied() -> bool:
+            return sum(group.complete for group in self.groups.values()) >= quota and all(g.complete for g in due)
+
+        if not satisfied():
+            self._step_until(satisfied, version, make_params)
+        done = [key for key, group in self.groups.items() if group.complete][:quota]
+        return [self.groups.pop(key) for key in done]
+
+    def _step_until(
+        self, satisfied: Callable[[], bool], version: int, make_params: Callable[[int, int | None], Any]
+    ) -> None:
+        """Submit every unfinished sample (continuing from its tokens), step the engine until `satisfied()`, then
+        abort what is still running."""
         engine = self.llm.llm_engine
         active: dict[str, tuple[Group, Sample]] = {}
         for group in self.groups.values():
@@ -116,11 +142,14 @@ class RequestLoop:
                     prompt["prompt_token_ids"] = list(group.prompt["prompt_token_ids"]) + sample.tokens
                     sample.resumed += 1
                 seed = sample.seed if not sample.tokens else resume_seed(sample.seed, len(sample.tokens))
-                params = make_params(budget - len(sample.tokens), seed)
+                params = make_params(group.budget - len(sample.tokens), seed)
                 engine.add_request(request_id, self.render(prompt), params)
                 active[request_id] = (group, sample)
-        complete = sum(group.complete for group in self.groups.values())
-        while complete < quota and engine.has_unfinished_requests():
+        finished_groups = False
+        while engine.has_unfinished_requests():
+            if finished_groups and satisfied():
+                break
+            finished_groups = False
             for output in engine.step():
                 group, sample = active[output.request_id]
                 for completion in output.outputs:
@@ -134,10 +163,8 @@ class RequestLoop:
                 if output.finished:
                     sample.finished = True
                     del active[output.request_id]
-                    complete += group.complete
+                    finished_groups = finished_groups or group.complete
         if active:
             engine.abort_request(list(active))
-        if complete < quota:
-            raise RuntimeError(f"The engine stopped with {complete} of {quota} groups complete.")
-        done = [key for key, group in self.groups.items() if group.complete][:quota]
-        return [self.groups.pop(key) for key in done]
+        if not satisfied():
+            raise RuntimeError("The engine ran out of requests before the step's groups were complete.")

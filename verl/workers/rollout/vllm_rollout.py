@@ -218,6 +218,30 @@ def _cpu_kwargs(config: RolloutConfig, max_model_len: int) -> dict[str, Any]:
     }
 
 
+RESPONSE_BUDGET_COLUMN = "max_response_tokens"
+"""A dataset column that caps each row's responses below data.max_response_length (the padded width stays)."""
+
+
+def row_budgets(prompts: DataProto, response_length: int) -> list[int]:
+    """Most tokens per response for each prompt row: its `max_response_tokens` column where the data has one (an
+    integer in [1, response_length]; empty means response_length), else response_length."""
+    limits = prompts.non_tensor_batch.get(RESPONSE_BUDGET_COLUMN)
+    if limits is None:
+        return [response_length] * len(prompts)
+    budgets = []
+    for row, value in enumerate(limits):
+        if value is None or (isinstance(value, float) and np.isnan(value)):
+            budgets.append(response_length)
+            continue
+        if isinstance(value, (bool, np.bool_)) or not float(value).is_integer() or not 1 <= value <= response_length:
+            raise ValueError(
+                f"Prompt row {row} has {RESPONSE_BUDGET_COLUMN}={value!r}; it must be an integer in [1, "
+                f"{response_length}] (data.max_response_length, or this step's response length limit)."
+            )
+        budgets.append(int(value))
+    return budgets
+
+
 def request_seeds(base_seed: int, rank: int, call_index: int, num_requests: int, stream: int = 0) -> list[int]:
     """One seed per request of one generate call: distinct between requests, calls and ranks, fixed by base_seed.
 
@@ -444,7 +468,8 @@ class VLLMRollout:
             seeds: list[int | None] = [None] * len(inputs)
         else:
             seeds = list(request_seeds(base_seed, seed_rank, call_index, len(inputs), stream=int(validate)))
-        params = [SamplingParams(**kwargs, seed=seed) for seed in seeds]
+        budgets = row_budgets(prompts, response_length)
+        params = [SamplingParams(**{**kwargs, "max_tokens": b}, seed=seed) for seed, b in zip(seeds, budgets)]
         if validate:
             self.validate_calls += 1
         else:
@@ -465,8 +490,10 @@ class VLLMRollout:
         columns of `generate_sequences` plus `rollout_versions` (the policy version of each response token, -1 on
         padding) and `rollout_resumed` (how often each sample was stopped and continued).
 
-        `meta_info["version"]` is the number of weight updates the engine's weights carry. The unfinished samples
-        stay in this process, aborted in the engine, until the next call.
+        `meta_info["version"]` is the number of weight updates the engine's weights carry; with
+        `meta_info["max_staleness"]` = k, the groups admitted k or more versions ago complete in this call whatever
+        the quota (unset: every admitted group does). The unfinished samples stay in this process, aborted in the
+        engine, until the next call.
         """
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
@@ -480,7 +507,9 @@ class VLLMRollout:
         prompts, seed_rank = gather_tensor_parallel_prompts(prompts, self.rank, tp_group, tp_size)
         meta = prompts.meta_info
         quota, version = int(meta["quota"]) * tp_size, int(meta["version"])
-        kwargs = self.sampling_kwargs({key: value for key, value in meta.items() if key not in ("quota", "version")})
+        kwargs = self.sampling_kwargs(
+            {key: value for key, value in meta.items() if key not in ("quota", "version", "max_staleness")}
+        )
         n, budget = kwargs.pop("n"), self.call_response_length(meta)
         if getattr(self, "request_loop", None) is None:
             self.request_loop = RequestLoop(
@@ -494,9 +523,10 @@ class VLLMRollout:
             else:
                 seeds = list(request_seeds(self.config.seed, seed_rank, self.generate_calls, len(inputs)))
             self.generate_calls += 1
+            budgets = row_budgets(prompts, budget)
             for row, item in enumerate(inputs):
                 sample_seeds = [None if seeds[row] is None else seeds[row] + j for j in range(n)]
-                loop.admit(item, prompts[row : row + 1], sample_seeds, version)
+                loop.admit(item, prompts[row : row + 1], sample_seeds, version, budgets[row])
         for key in ("seed", "max_tokens", "output_kind"):
             kwargs.pop(key, None)
 
@@ -504,7 +534,8 @@ class VLLMRollout:
             return SamplingParams(**kwargs, n=1, max_tokens=max_tokens, seed=seed, output_kind=RequestOutputKind.DELTA)
 
         with preserved_rng_state():
-            groups = loop.run(quota, version, budget, make_params)
+            staleness = meta.get("max_staleness")
+            groups = loop.run(quota, version, make_params, None if staleness is None else version - int(staleness))
         samples = [sample for group in groups for sample in group.samples]
         rows = DataProto.concat([group.payload for group in groups])
         output = self._rollout_from_tokens(rows, [s.tokens for s in samples], [s.logprobs for s in samples], n, budget)
