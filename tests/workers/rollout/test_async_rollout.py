@@ -185,8 +185,8 @@ def test_groups_at_the_staleness_bound_complete_whatever_the_quota(rollout) -> N
     assert list(rollout.generate_async(old).non_tensor_batch["uid"]) == ["p50"] * N
     (left,) = rollout.request_loop.groups.values()
     assert left.admitted_version == 3 and not left.complete
-    new = _prompts(rollout.tokenizer, 4, offset=60)
-    new.non_tensor_batch["max_response_tokens"] = np.array([2] * 4, dtype=object)
+    new = _prompts(rollout.tokenizer, 3, offset=60)
+    new.non_tensor_batch["max_response_tokens"] = np.array([2] * 3, dtype=object)
     new.meta_info.update(quota=2, version=4, max_staleness=1)
     out = rollout.generate_async(new)
     assert list(dict.fromkeys(out.non_tensor_batch["uid"])) == ["p51", "p60"]  # the old group first, then the oldest
@@ -195,6 +195,6 @@ def test_groups_at_the_staleness_bound_complete_whatever_the_quota(rollout) -> N
     assert lengths[:N] == [RESPONSE_LENGTH] * N  # it ran to its end within this call
     too_many = _prompts(rollout.tokenizer, 4, offset=70)
     too_many.meta_info.update(quota=1, version=9, max_staleness=1)
-    with pytest.raises(ValueError, match="must train now, more than the quota"):
+    with pytest.raises(ValueError, match="cannot all train by their deadlines at 1 groups per step"):
         rollout.generate_async(too_many)
     rollout.request_loop.clear()

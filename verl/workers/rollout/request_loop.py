@@ -102,28 +102,44 @@ class RequestLoop:
         self.groups.clear()
 
     def run(
-        self, quota: int, version: int, make_params: Callable[[int, int | None], Any], due_version: int | None = None
+        self, quota: int, version: int, make_params: Callable[[int, int | None], Any], max_staleness: int | None = None
     ) -> list[Group]:
-        """Step the engine until `quota` groups are complete, and every group admitted at `due_version` or earlier
-        (the staleness bound: they must train now); return the `quota` oldest complete groups (removed from the
-        loop; the due ones are among them, being the oldest). Unfinished samples are aborted, their tokens kept for
-        the next call. `due_version=None`: every group is due (the synchronous case)."""
+        """Step the engine until `quota` groups are complete and returning them keeps every group within its
+        deadline (admission version + `max_staleness`); return them, removed from the loop. Unfinished samples are
+        aborted, their tokens kept for the next call. `max_staleness=None`: every group is due now, as in a
+        synchronous rollout."""
         if quota > len(self.groups):
             raise ValueError(f"A request loop holding {len(self.groups)} groups cannot complete {quota} of them.")
-        due = [group for group in self.groups.values() if due_version is None or group.admitted_version <= due_version]
-        if len(due) > quota:
+        deadline = {
+            key: version if max_staleness is None else group.admitted_version + max_staleness
+            for key, group in self.groups.items()
+        }
+        if not self._feasible([], deadline, quota, version - 1):  # this step's quota counts as one more step
             raise ValueError(
-                f"{len(due)} groups admitted at version {due_version} or earlier must train now, more than the quota "
-                f"of {quota}: the admission let in more than the staleness bound allows."
+                f"{len(self.groups)} groups with deadlines up to version {max(deadline.values())} cannot all train by "
+                f"their deadlines at {quota} groups per step from version {version}: the admission let in more than "
+                "the staleness bound allows."
             )
+        picked: list[int] = []
 
         def satisfied() -> bool:
-            return sum(group.complete for group in self.groups.values()) >= quota and all(g.complete for g in due)
+            nonlocal picked
+            # earliest deadline first among the complete groups; ties by admission order
+            complete = sorted((deadline[key], key) for key, group in self.groups.items() if group.complete)
+            picked = [key for _, key in complete[:quota]]
+            return len(picked) == quota and self._feasible(picked, deadline, quota, version)
 
         if not satisfied():
             self._step_until(satisfied, version, make_params)
-        done = [key for key, group in self.groups.items() if group.complete][:quota]
-        return [self.groups.pop(key) for key in done]
+        return [self.groups.pop(key) for key in sorted(picked)]
+
+    def _feasible(self, picked: list[int], deadline: dict[int, int], quota: int, version: int) -> bool:
+        """Whether, with `picked` trained at `version`, the other groups can each train by its deadline at `quota`
+        groups per later step (earliest deadline first): for every deadline d, the groups left with deadlines <= d
+        fit in the (d - version) x quota slots of the steps version + 1 .. d."""
+        chosen = set(picked)
+        left = sorted(deadline[key] for key in self.groups if key not in chosen)
+        return all(count <= (due - version) * quota for count, due in enumerate(left, start=1))
 
     def _step_until(
         self, satisfied: Callable[[], bool], version: int, make_params: Callable[[int, int | None], Any]

@@ -491,8 +491,9 @@ class VLLMRollout:
         padding) and `rollout_resumed` (how often each sample was stopped and continued).
 
         `meta_info["version"]` is the number of weight updates the engine's weights carry; with
-        `meta_info["max_staleness"]` = k, the groups admitted k or more versions ago complete in this call whatever
-        the quota (unset: every admitted group does). The unfinished samples stay in this process, aborted in the
+        `meta_info["max_staleness"]` = k, every group trains by its admission version + k: the call returns the
+        complete groups with the earliest deadlines and runs past the quota when a group's deadline needs it (unset:
+        every admitted group completes in this call). The unfinished samples stay in this process, aborted in the
         engine, until the next call.
         """
         from vllm import SamplingParams
@@ -535,7 +536,7 @@ class VLLMRollout:
 
         with preserved_rng_state():
             staleness = meta.get("max_staleness")
-            groups = loop.run(quota, version, make_params, None if staleness is None else version - int(staleness))
+            groups = loop.run(quota, version, make_params, None if staleness is None else int(staleness))
         samples = [sample for group in groups for sample in group.samples]
         rows = DataProto.concat([group.payload for group in groups])
         output = self._rollout_from_tokens(rows, [s.tokens for s in samples], [s.logprobs for s in samples], n, budget)

@@ -1,0 +1,61 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The request loop's choice of groups under the staleness bound (earliest deadline first), without an engine: the
+cases here are decided from the groups already complete (the engine-driven cases are in test_async_rollout.py)."""
+
+import pytest
+
+from verl.workers.rollout.request_loop import RequestLoop, resume_seed
+
+
+def _loop(versions: list[int], complete: list[bool]) -> RequestLoop:
+    loop = RequestLoop(llm=None, render=lambda prompt: prompt)  # never stepped in these cases
+    for version, done in zip(versions, complete):
+        loop.admit({"prompt_token_ids": [1]}, None, [7, 8], version, budget=4)
+        for sample in loop.groups[max(loop.groups)].samples:
+            sample.finished = done
+    return loop
+
+
+def test_a_burst_admitted_at_once_may_train_in_any_order_until_its_deadline():
+    """max_staleness=2, quota 2: 6 groups admitted at version 0 (the pipeline filled at start) have deadline 2; the
+    two oldest are still running, so the step takes two later ones instead of waiting."""
+    loop = _loop([0] * 6, [False, False, True, True, True, True])
+    picked = loop.run(quota=2, version=0, make_params=None, max_staleness=2)
+    assert [group.key for group in picked] == [2, 3]
+    assert sorted(loop.groups) == [0, 1, 4, 5]
+
+
+def test_groups_at_their_deadline_are_required():
+    """Version 2: the 2 oldest groups reach their deadline; the complete newer ones cannot take their place."""
+    loop = _loop([0, 0, 1, 1, 2, 2], [False, False, True, True, True, True])
+    assert not loop._feasible([2, 3], {k: g.admitted_version + 2 for k, g in loop.groups.items()}, 2, 2)
+    assert loop._feasible([0, 1], {k: g.admitted_version + 2 for k, g in loop.groups.items()}, 2, 2)
+
+
+def test_earliest_deadlines_first_among_complete_groups():
+    loop = _loop([1, 0, 1, 0], [True, True, True, True])
+    assert [group.key for group in loop.run(quota=2, version=1, make_params=None, max_staleness=3)] == [1, 3]
+
+
+def test_an_overfull_loop_is_refused():
+    loop = _loop([0] * 5, [True] * 5)
+    with pytest.raises(ValueError, match="5 groups with deadlines up to version 1 cannot all train"):
+        loop.run(quota=2, version=0, make_params=None, max_staleness=1)
+
+
+def test_resumed_samples_draw_fresh_seeds():
+    assert resume_seed(None, 5) is None
+    seeds = {resume_seed(11, generated) for generated in range(50)} | {11}
+    assert len(seeds) == 51 and all(0 <= seed < 2**62 for seed in seeds)
