@@ -25,6 +25,7 @@ from collections import Counter
 import pytest
 import torch
 
+from tests.trainer.test_e2e import undocumented_metrics
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.trainer.config import load_config
 from verl.trainer.runner import run_ppo
@@ -140,6 +141,7 @@ def test_stale_samples_train_and_resume_without_losing_a_prompt(workspace):
     run_ppo(load_config(run_args(workspace, "stale", "trainer.max_steps=4", *stale)))
     log = read_log(root / "stale")
     assert sorted(log) == [1, 2, 3, 4]
+    assert undocumented_metrics({name for row in log.values() for name in row}) == []
     for row in log.values():
         assert row["rollout_corr/is_ratio_mean"] > 0  # auto: tis with max_staleness > 0
         assert 0.0 <= row["async/staleness_mean"] <= row["async/staleness_max"] <= 1.0 + 1e-9

@@ -72,7 +72,8 @@ from verl.utils.seqlen_balancing import balance_batch
 logger = logging.getLogger(__name__)
 
 GEN_TENSOR_KEYS = ("input_ids", "attention_mask", "position_ids")
-GEN_NON_TENSOR_KEYS = ("raw_prompt_ids", "multi_modal_data")
+GEN_NON_TENSOR_KEYS = ("raw_prompt_ids", "multi_modal_data", "max_response_tokens")
+"""Non-tensor columns the engine reads (`max_response_tokens`: a row's own response cap, where the data has one)."""
 
 
 @contextmanager

@@ -1,0 +1,220 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Synchronous against colocated asynchronous GRPO on a heavy-tailed workload (docs/async.md).
+
+The workload is bench_grpo's (the tiny Qwen2, arithmetic prompts, 2 processes x 1 torch thread, no KL, one PPO
+epoch) with heavy-tailed response lengths: each prompt's `max_response_tokens` column caps its responses at
+`--short` tokens, or at `--long` for a `--long-share` of the prompts drawn at random; the random-init model never
+ends a response by itself, so every response runs to its cap. A synchronous step waits for its longest group; an
+asynchronous one trains as soon as its batch of groups is complete, and the long groups continue (under the
+staleness bound) next to the new prompts.
+
+Each run is `python -m verl.trainer.main` measured from outside as in bench_grpo: steady-state samples/s (steps after
+the first 2), start-up, peak memory; from the file logger: trained tokens per second of step time (the fair figure:
+an asynchronous run defers its long samples, so over a short run its batches are shorter and samples/s flatters
+it), the trained responses' mean length, the step's phases, the share of the step spent generating, the mean and max
+staleness (versions behind, async only) and the share of resumed samples.
+
+    python benchmarks/bench_async.py [--prompts 16 --n 4 --short 32 --long 512 --long-share 0.1 --steps 10]
+    python benchmarks/bench_async.py --modes sync,colocated:4,colocated:4:bypass  # mode[:max_staleness[:correction]]
+
+A disaggregated mode (separate rollout and training pools) is not built; it is not among the modes. The last line
+printed is one JSON object with the figures.
+"""
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+from typing import Any
+
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_grpo  # noqa: E402
+
+
+REPO = bench_grpo.REPO
+MODES = ("sync", "colocated")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--prompts", type=int, default=16, help="prompts per step")
+    parser.add_argument("--n", type=int, default=4, help="samples per prompt")
+    parser.add_argument("--short", type=int, default=32, help="response cap of most prompts")
+    parser.add_argument("--long", type=int, default=512, help="response cap of the long prompts")
+    parser.add_argument("--long-share", type=float, default=0.1, help="share of prompts capped at --long")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each mode, alternating")
+    parser.add_argument(
+        "--modes",
+        default="sync,colocated:2,colocated:2:bypass",
+        help="comma-separated mode[:max_staleness[:correction]]",
+    )
+    parser.add_argument("--kv-cache-memory-mb", type=int, default=256)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before a run is killed")
+    parser.add_argument("--workdir", default=os.path.join(REPO, "outputs", "bench_async"))
+    parser.add_argument("--ours-override", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    args.modes = [parse_mode(item) for item in args.modes.split(",") if item.strip()]
+    if not 0.0 <= args.long_share <= 1.0 or args.short < 1 or args.long < args.short:
+        parser.error("--long-share must lie in [0, 1] and 1 <= --short <= --long.")
+    if args.steps <= bench_grpo.SKIP_STEPS + 1:
+        parser.error(f"--steps must be more than {bench_grpo.SKIP_STEPS + 1}.")
+    args.workdir = os.path.abspath(args.workdir)
+    return args
+
+
+def parse_mode(item: str) -> tuple[str, int, str]:
+    """mode[:max_staleness[:correction]], e.g. sync, colocated:4, colocated:4:bypass (correction default: auto)."""
+    mode, staleness, correction = (item.strip().split(":") + ["", ""])[:3]
+    if mode not in MODES:
+        raise SystemExit(f"--modes: {mode!r} is not one of {', '.join(MODES)} (a disaggregated mode is not built).")
+    if mode == "sync" and (staleness or correction):
+        raise SystemExit("--modes: sync takes no max_staleness or correction.")
+    return mode, int(staleness or 0), correction or "auto"
+
+
+def workload_rows(count: int, short: int, long: int, long_share: float, seed: int) -> list[dict[str, Any]]:
+    """bench_grpo's arithmetic rows, each with its response cap; exactly round(long_share x count) are long."""
+    rows = bench_grpo.arithmetic_rows(count, seed)
+    rng = random.Random(seed + 1)
+    long_rows = set(rng.sample(range(count), round(long_share * count)))
+    return [{**row, "max_response_tokens": long if i in long_rows else short} for i, row in enumerate(rows)]
+
+
+def grpo_args(args: argparse.Namespace, mode: str, staleness: int, correction: str) -> argparse.Namespace:
+    """bench_grpo's settings for one run of ours on this workload."""
+    overrides = [f"worker.rollout.mode={mode}", f"worker.rollout.max_staleness={staleness}", *args.ours_override]
+    overrides.append(f"algorithm.rollout_correction.mode={correction}")
+    run = bench_grpo.parse_args(
+        [
+            "--sides",
+            "ours",
+            "--prompts",
+            str(args.prompts),
+            "--n",
+            str(args.n),
+            "--response-length",
+            str(args.long),
+            "--steps",
+            str(args.steps),
+            "--kv-cache-memory-mb",
+            str(args.kv_cache_memory_mb),
+            "--max-num-batched-tokens",
+            str(max(4096, 64 + args.long)),
+            "--timeout",
+            str(args.timeout),
+            *[item for override in overrides for item in ("--ours-override", override)],
+        ]
+    )
+    return run
+
+
+def run_figures(result: Any, rows: list[dict[str, Any]], samples: int) -> dict[str, Any]:
+    figures = bench_grpo.run_figures("ours", result, samples)
+    steady = [row for row in rows if "timing_s/step" in row and row["step"] > bench_grpo.SKIP_STEPS]
+    if steady:
+        # samples/s alone favours a mode that defers its long samples past the run's end: trained tokens per second
+        # of step time (the final save left out) and the trained responses' length show it
+        seconds = sum(row["timing_s/step"] - row.get("timing_s/save_checkpoint", 0.0) for row in steady)
+        tokens = sum(row.get("perf/total_num_tokens", 0.0) for row in steady)
+        figures["tokens_per_s"] = tokens / seconds if seconds > 0 else None
+        figures["response_length_trained"] = statistics.mean(row["response_length/mean"] for row in steady)
+        phases = figures.get("phase_s", {})
+        figures["gen_share"] = phases.get("gen", 0.0) / phases["step"] if phases.get("step") else None
+        for key in ("async/staleness_mean", "async/staleness_max", "async/resumed_share"):
+            values = [row[key] for row in steady if key in row]
+            if values:
+                figures[key.removeprefix("async/")] = statistics.mean(values)
+    return figures
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    samples = args.prompts * args.n
+    report: dict[str, Any] = {
+        "bench": "async",
+        "prompts": args.prompts,
+        "n": args.n,
+        "short": args.short,
+        "long": args.long,
+        "long_share": args.long_share,
+        "steps": args.steps,
+        "modes": [":".join(map(str, mode)) for mode in args.modes],
+        "cpu_count": os.cpu_count(),
+        "error": None,
+    }
+    from verl.models.tiny_models import get_or_build_tiny_model
+
+    model = get_or_build_tiny_model("qwen2", os.path.join(args.workdir, "models"))
+    ahead = max(staleness for _, staleness, _ in args.modes)  # batches admitted beyond the trained ones
+    rows = workload_rows(args.prompts * (args.steps + ahead + 2), args.short, args.long, args.long_share, args.seed)
+    paths = bench_grpo.write_workload(args.workdir, rows)
+    runs: list[dict[str, Any]] = []
+    for repeat in range(args.repeats):
+        for mode, staleness, correction in args.modes:
+            label = f"{mode}:{staleness}:{correction}"
+            name = f"{mode}{staleness}{correction}_{repeat + 1}" if mode != "sync" else f"sync_{repeat + 1}"
+            run_dir = os.path.join(args.workdir, "runs", name)
+            shutil.rmtree(run_dir, ignore_errors=True)
+            print(f"[{name}] running, logs in {run_dir}", flush=True)
+            result = bench_grpo.run_ours(grpo_args(args, mode, staleness, correction), paths, model, run_dir)
+            log = os.path.join(run_dir, "ckpt", "experiment_log.jsonl")
+            log_rows = bench_grpo.read_jsonl(log) if os.path.isfile(log) else []
+            figures = {"mode": label, **run_figures(result, log_rows, samples)}
+            runs.append(figures)
+            print(
+                f"[{name}] samples/s {bench_grpo._fmt(figures.get('samples_per_s'), '.2f')}, trained tokens/s "
+                f"{bench_grpo._fmt(figures.get('tokens_per_s'), '.0f')}, gen share "
+                f"{bench_grpo._fmt(figures.get('gen_share'), '.2f')}, staleness "
+                f"{bench_grpo._fmt(figures.get('staleness_mean'), '.2f')}",
+                flush=True,
+            )
+    summary: dict[str, Any] = {}
+    for mode in report["modes"]:
+        good = [run for run in runs if run["mode"] == mode and "error" not in run]
+        if good:
+            summary[mode] = {
+                key: statistics.median(run[key] for run in good)
+                for key in (
+                    "samples_per_s",
+                    "tokens_per_s",
+                    "response_length_trained",
+                    "gen_share",
+                    "staleness_mean",
+                    "staleness_max",
+                    "resumed_share",
+                )
+                if all(run.get(key) is not None for run in good)
+            }
+    base = summary.get("sync:0:auto", {})
+    for figures in summary.values():
+        for key in ("samples_per_s", "tokens_per_s"):
+            if base.get(key) and figures.get(key):
+                figures[f"{key}_vs_sync"] = figures[key] / base[key]
+    failed = [f"{run['mode']}: {run['error'].splitlines()[0]}" for run in runs if "error" in run]
+    report["error"] = "; ".join(failed) or None
+    report.update(summary=summary, runs=runs)
+    print(json.dumps(bench_grpo._rounded(report)))
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""benchmarks/bench_async.py's workload, mode parsing and the settings of each run (no run)."""
+
+from types import ModuleType
+
+import pytest
+from repo_files import load_repo_file
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    return load_repo_file("benchmarks/bench_async.py", "bench_async")
+
+
+def test_the_workload_is_heavy_tailed_as_asked(bench: ModuleType) -> None:
+    rows = bench.workload_rows(200, short=32, long=512, long_share=0.1, seed=0)
+    caps = [row["max_response_tokens"] for row in rows]
+    assert caps.count(512) == 20 and caps.count(32) == 180
+    assert rows == bench.workload_rows(200, short=32, long=512, long_share=0.1, seed=0)  # fixed by the seed
+    assert len({row["prompt"] for row in rows}) == 200
+
+
+def test_modes_and_their_overrides(bench: ModuleType) -> None:
+    assert bench.parse_mode("sync") == ("sync", 0, "auto")
+    assert bench.parse_mode("colocated:4:bypass") == ("colocated", 4, "bypass")
+    with pytest.raises(SystemExit, match="not built"):
+        bench.parse_mode("disaggregated:2")
+    with pytest.raises(SystemExit, match="sync takes no"):
+        bench.parse_mode("sync:2")
+    args = bench.parse_args(["--modes", "sync,colocated:3"])
+    run = bench.grpo_args(args, "colocated", 3, "tis")
+    assert "worker.rollout.mode=colocated" in run.ours_override
+    assert "worker.rollout.max_staleness=3" in run.ours_override
+    assert "algorithm.rollout_correction.mode=tis" in run.ours_override
+    assert run.response_length == 512 and run.max_num_batched_tokens >= 64 + 512
