@@ -33,7 +33,7 @@ A ground truth in none of these forms, or an assert that is not one or more asse
 naming the sample, before anything runs. The program gets no stdin in the last two forms.
 
 The check that decides a case runs in the trainer, on values the sandbox printed, so the program cannot decide its
-own verdict (verl/rewards/code_judge.py; docs/rewards.md, "How a case is judged").
+own verdict (verl/rewards/sandbox/judge.py; docs/rewards.md, "How a case is judged").
 
 The samples of the batch run in parallel through `run_many_cases` (max_workers at a time): a sample's cases share one
 sandboxed interpreter, which forks a fresh child per case, so each case still runs alone under the limits (wall_s,
@@ -53,7 +53,9 @@ Scores per sample:
 
 from typing import Any
 
-from verl.rewards.code_judge import (
+from verl.rewards.sandbox import SandboxLimits, run_many_cases
+from verl.rewards.sandbox import isolation as isolation_of
+from verl.rewards.sandbox.judge import (
     FAILURE_KEYS,
     case_suffix,
     extract_code,
@@ -61,8 +63,6 @@ from verl.rewards.code_judge import (
     outcome,
     parse_test_cases,
 )
-from verl.rewards.sandbox import SandboxLimits, run_many_cases
-from verl.rewards.sandbox import isolation as isolation_of
 
 
 __all__ = ["FAILURE_KEYS", "check_setup", "compute_score", "extract_code", "normalize_output", "parse_test_cases"]

@@ -29,11 +29,21 @@ import psutil
 import pytest
 
 from verl.rewards import sandbox
-from verl.rewards.sandbox import SandboxLimits, SandboxResult, isolation, run_many, run_python
+from verl.rewards.sandbox import (
+    SandboxLimits,
+    SandboxResult,
+    bwrap,
+    harness,
+    isolation,
+    plans,
+    run_many,
+    run_python,
+    runner,
+)
 
 
 pytestmark = pytest.mark.skipif(
-    sandbox.bwrap.executable() is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
+    bwrap.executable() is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
 )
 
 
@@ -110,7 +120,7 @@ def test_isolation_is_probed_once_and_named() -> None:
         "filesystem": "bwrap",
         "limits": report["limits"],
     }
-    assert sandbox._isolation() is sandbox._isolation()
+    assert runner._isolation() is runner._isolation()
     weaker = isolation("namespaces")
     assert weaker["network"] in ("netns", "userns+netns", "audit-hook")
     assert weaker["user"] in ("dedicated-uid", "user-namespace", "same-uid")
@@ -123,7 +133,7 @@ def test_isolation_is_probed_once_and_named() -> None:
 
 def test_without_bubblewrap_untrusted_code_is_refused_unless_the_weaker_mode_is_named(monkeypatch) -> None:
     monkeypatch.setenv("VERL_BWRAP", "/nonexistent/bwrap")
-    monkeypatch.setattr(sandbox, "_ISOLATIONS", {})
+    monkeypatch.setattr(runner, "_ISOLATIONS", {})
     with pytest.raises(sandbox.SandboxUnavailable, match=r"apt-get install bubblewrap.*isolation=namespaces"):
         run_python("print(1)")
     assert run_python("print(1)", limits=SandboxLimits(isolation="namespaces")).stdout == "1\n"
@@ -232,7 +242,7 @@ def test_the_scratch_directory_is_fresh_and_removed(mode: str) -> None:
         cwd, listing = result.stdout.splitlines()
         assert listing == "[]", "the program's own file is deleted before it runs, and no other file is there"
         if mode == "bwrap":
-            assert cwd == sandbox.bwrap.WORKDIR
+            assert cwd == bwrap.WORKDIR
             continue
         assert os.path.basename(cwd).startswith("verl-sandbox-")
         assert not os.path.exists(cwd)
@@ -315,69 +325,69 @@ def test_run_many_keeps_order_and_runs_in_parallel() -> None:
         run_many([("print(1)", "")], max_workers=0)
 
 
-def _fallback_plans() -> dict[str, sandbox._Plan]:
+def _fallback_plans() -> dict[str, plans._Plan]:
     """The plans this machine would fall back to: no network namespace, and no PID namespace."""
-    ns, net = sandbox._CLONE_NEWNS, sandbox._CLONE_NEWNET
+    ns, net = plans._CLONE_NEWNS, plans._CLONE_NEWNET
     if os.geteuid() != 0:
         return {
-            "audit-hook": sandbox._Plan(False, (), ()),
-            "process-group": sandbox._Plan(False, (), (sandbox._CLONE_NEWUSER | net,)),
+            "audit-hook": plans._Plan(False, (), ()),
+            "process-group": plans._Plan(False, (), (plans._CLONE_NEWUSER | net,)),
         }
-    reexpose = sandbox._isolation().plan.reexpose
+    reexpose = runner._isolation().plan.reexpose
     mount = ns if reexpose else 0
     return {
-        "audit-hook": sandbox._Plan(True, (mount,) if mount else (), (), reexpose),
-        "process-group": sandbox._Plan(True, (mount | net,), (), reexpose),
+        "audit-hook": plans._Plan(True, (mount,) if mount else (), (), reexpose),
+        "process-group": plans._Plan(True, (mount | net,), (), reexpose),
     }
 
 
 @pytest.mark.parametrize("fallback", ["audit-hook", "process-group"])
 def test_fallbacks_still_isolate(fallback: str, listener: socket.socket) -> None:
     plan = _fallback_plans()[fallback]
-    report = sandbox._probe(plan)
+    report = runner._probe(plan)
     if report is None:
         pytest.skip(f"the {fallback} plan cannot run a program on this machine")
     assert report["network" if fallback == "audit-hook" else "processes"] == fallback
     limits = SandboxLimits(wall_s=5.0)
-    assert sandbox._run("print(input())", "hi", limits, plan).stdout == "hi\n"
+    assert runner._run("print(input())", "hi", limits, plan).stdout == "hi\n"
 
-    network = sandbox._run(connect_program(listener.getsockname()[1]), "", limits, plan)
+    network = runner._run(connect_program(listener.getsockname()[1]), "", limits, plan)
     assert network.status == "error" and "connected" not in network.stdout
     assert_never_accepted(listener)
     if fallback == "audit-hook":
         assert "network access and spawning programs are disabled" in network.stderr
-        spawn = sandbox._run("import subprocess\nsubprocess.run(['true'])\n", "", limits, plan)
+        spawn = runner._run("import subprocess\nsubprocess.run(['true'])\n", "", limits, plan)
         assert spawn.status == "error" and "PermissionError" in spawn.stderr
 
     before = descendants()
-    daemon = sandbox._run(DAEMON, "", limits, plan)
+    daemon = runner._run(DAEMON, "", limits, plan)
     assert "daemon running" in daemon.stdout and processes_of(daemon) == []
-    bomb = sandbox._run(FORK_BOMB, "", limits, plan)
+    bomb = runner._run(FORK_BOMB, "", limits, plan)
     assert bomb.status in ("process_limit", "timeout") and bomb.wall_s < 5.0 + 3.0
     assert processes_of(bomb) == []
     assert descendants() == before
 
-    cases = sandbox._run_cases(CASE_PROGRAM, [("bomb", ""), ("abc", ""), ("raise", "")], limits, plan)
+    cases = harness._run_cases(CASE_PROGRAM, [("bomb", ""), ("abc", ""), ("raise", "")], limits, plan)
     assert cases[0].status in ("process_limit", "timeout") and cases[0].wall_s < 5.0 + 3.0
     assert [(case.status, case.stdout) for case in cases[1:]] == [("ok", "cba\n"), ("error", "")]
     assert processes_of(cases[0]) == [] and descendants() == before
     assert_cases_start_from_the_same_state(
-        lambda code, stdins: sandbox._run_cases(code, [(i, "") for i in stdins], limits, plan)
+        lambda code, stdins: harness._run_cases(code, [(i, "") for i in stdins], limits, plan)
     )
 
 
 def test_cases_without_a_pid_namespace_or_a_dedicated_uid() -> None:
     """Where the harness may not kill(-1) (the trainer's own uid, no PID namespace), it kills its children instead."""
-    plan = sandbox._Plan(False, (), ())
-    report = sandbox._probe(plan)
+    plan = plans._Plan(False, (), ())
+    report = runner._probe(plan)
     if report is None:
         pytest.skip("no program runs here without namespaces")
     assert report["processes"] == "process-group" and report["user"] == "same-uid"
     limits = SandboxLimits(wall_s=5.0)
     assert_cases_start_from_the_same_state(
-        lambda code, stdins: sandbox._run_cases(code, [(i, "") for i in stdins], limits, plan)
+        lambda code, stdins: harness._run_cases(code, [(i, "") for i in stdins], limits, plan)
     )
-    daemon = sandbox._run_cases(DAEMON, [("", ""), ("", "")], limits, plan)
+    daemon = harness._run_cases(DAEMON, [("", ""), ("", "")], limits, plan)
     assert [(case.status, case.stdout) for case in daemon] == [("ok", "daemon running\nmain done\n")] * 2
     assert processes_of(daemon[0]) == []
 
@@ -612,11 +622,11 @@ def test_a_case_that_attacks_the_harness_fails_alone() -> None:
     assert statuses == ["ok", "killed", "ok", "timeout", "ok", "ok", "ok"], [r.stderr[-300:] for r in results]
     assert [result.stdout for result in results[::2]] == ["a\n", "b\n", "c\n", "big\n"]
     assert len({result.sandbox_id for result in results}) == 4, "a fresh process after kill, stop and limit"
-    assert elapsed < 1.0 + sandbox.HARNESS_GRACE_S + 5.0
+    assert elapsed < 1.0 + harness.HARNESS_GRACE_S + 5.0
 
 
 def test_many_cases_keep_order_across_processes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sandbox, "CASES_PER_PROCESS", 3)
+    monkeypatch.setattr(harness, "CASES_PER_PROCESS", 3)
     jobs = [(f"print(input() + '{job}')", [str(case) for case in range(7)]) for job in range(3)]
     results = sandbox.run_many_cases(jobs + [("print(1)", [])], max_workers=3)
     assert [[result.stdout for result in job] for job in results] == [
@@ -640,13 +650,13 @@ def test_run_many_cases_gives_what_run_many_gives() -> None:
     assert [result.stdout for result in separate[:3]] == ["3\n", "7\n", "30\n"]
 
 
-def watch_records(records: bytes, close: bool = True) -> sandbox._Watch:
+def watch_records(records: bytes, close: bool = True) -> harness._Watch:
     read_end, write_end = os.pipe()
     try:
         os.write(write_end, records)
         if close:
             os.close(write_end)
-        return sandbox._watch(read_end, 3, 0.1)
+        return harness._watch(read_end, 3, 0.1)
     finally:
         os.close(read_end)
         if not close:
@@ -664,16 +674,16 @@ def test_the_trainer_accepts_only_the_harness_protocol(monkeypatch: pytest.Monke
         assert watch_records(invalid).reports == [], invalid
     assert watch_records(b"U OSError(1)\n").refused == "OSError(1)"
     assert watch_records(b"S 0\nU late\n").refused == ""
-    monkeypatch.setattr(sandbox, "HARNESS_GRACE_S", 0.1)
+    monkeypatch.setattr(harness, "HARNESS_GRACE_S", 0.1)
     started = time.monotonic()
     stalled = watch_records(b"S 0\n", close=False)
     assert stalled.stalled and stalled.running_since is not None and time.monotonic() - started < 5.0
 
 
 def test_cases_run_one_process_each_where_the_harness_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    refused = sandbox.threading.Event()
+    refused = harness.threading.Event()
     refused.set()
-    monkeypatch.setattr(sandbox, "_HARNESS_REFUSED", refused)
+    monkeypatch.setattr(harness, "_HARNESS_REFUSED", refused)
     results = sandbox.run_python_cases("print(input())", ["a", ("b", "\nprint('suffix')")])
     assert [(result.status, result.stdout) for result in results] == [("ok", "a\n"), ("ok", "b\nsuffix\n")]
     assert len({result.sandbox_id for result in results}) == 2

@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from verl.rewards import cgroups, sandbox
-from verl.rewards.sandbox import SandboxLimits, run_python, run_python_cases
+from verl.rewards import sandbox
+from verl.rewards.sandbox import SandboxLimits, bwrap, cgroups, run_python, run_python_cases
 
 
 pytestmark = pytest.mark.skipif(
-    sandbox.bwrap.executable() is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
+    bwrap.executable() is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
 )
 
 
@@ -80,7 +80,7 @@ def test_the_program_sees_no_dataset_project_home_or_host_process(tmp_path: Path
     assert result.status == "ok", result.stderr
     lines = result.stdout.splitlines()
     # a home folder shows at most the way to the interpreter, when it lives there (pyenv): nothing else of it
-    interpreter = os.path.realpath(sandbox.bwrap.interpreter())
+    interpreter = os.path.realpath(bwrap.interpreter())
     way = interpreter[len(home) + 1 :].split("/")[0] if interpreter.startswith(home + "/") else None
     assert lines[0] in ("seen []", f"seen [({home!r}, [{way!r}])]"), lines
     assert lines[1] == "host processes 0", lines

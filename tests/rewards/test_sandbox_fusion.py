@@ -24,11 +24,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from verl.rewards import sandbox
-from verl.rewards.sandbox import SandboxLimits, SandboxUnavailable, run_many_cases, run_python
+from verl.rewards.sandbox import SandboxLimits, SandboxUnavailable, bwrap, run_many_cases, run_python
 
 
 pytestmark = pytest.mark.skipif(
-    sandbox.bwrap.executable() is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
+    bwrap.executable() is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
 )
 
 # Sandbox Fusion's RunCodeRequest fields (sandbox_fusion.models) and the types this client may send in them.

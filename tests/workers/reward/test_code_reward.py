@@ -393,13 +393,13 @@ def test_prepared_or1_call_based_rows_score_as_the_original_tests() -> None:
 def test_the_sandbox_is_checked_before_training(monkeypatch: pytest.MonkeyPatch) -> None:
     """check_setup runs with the reward kwargs before Ray starts: a missing bubblewrap stops the run with the install
     line, unless the weaker mode is named; bad limits are named too."""
-    from verl.rewards import sandbox
     from verl.rewards.function import RewardFunctionLoadError, check_reward_function
+    from verl.rewards.sandbox import runner
 
     spec = f"{REPO}/examples/reward_function/code.py:compute_score"
     check_reward_function(spec, {"wall_s": 5.0})
     monkeypatch.setenv("VERL_BWRAP", "/nonexistent/bwrap")
-    monkeypatch.setattr(sandbox, "_ISOLATIONS", {})
+    monkeypatch.setattr(runner, "_ISOLATIONS", {})
     with pytest.raises(RewardFunctionLoadError, match=r"cannot run on this machine: .*apt-get install bubblewrap"):
         check_reward_function(spec, {"wall_s": 5.0})
     check_reward_function(spec, {"isolation": "namespaces"})

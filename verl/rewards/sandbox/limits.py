@@ -11,8 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""What a sandbox run is given and gives back, shared by the local sandbox (sandbox.py) and the remote backend
-(sandbox_fusion.py): the limits, the result, the statuses, and the error when no program can run."""
+"""What a sandbox run is given and gives back, shared by the local sandbox (runner.py, harness.py) and the
+remote backend (fusion.py): the limits, the result, the statuses, and the error when no program can run."""
 
 import math
 from dataclasses import dataclass, fields

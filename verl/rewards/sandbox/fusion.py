@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from verl.rewards.sandbox_types import STDERR_TAIL_BYTES, SandboxLimits, SandboxResult, SandboxUnavailable
+from verl.rewards.sandbox.limits import STDERR_TAIL_BYTES, SandboxLimits, SandboxResult, SandboxUnavailable
 
 
 ATTEMPTS = 3

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from keyword import iskeyword
 from typing import Any
 
-from verl.rewards.sandbox import SandboxResult
+from verl.rewards.sandbox.limits import SandboxResult
 
 
 PYTHON_TAGS = frozenset({"", "python", "py", "python3"})

@@ -11,8 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-# ruff: noqa: UP031 - %-formatting in the records the harness writes (fixed layouts, read by sandbox.py)
-"""The first code of every sandboxed interpreter (verl/rewards/sandbox.py runs it with `python -I -c`).
+# ruff: noqa: UP031 - %-formatting in the records the harness writes (fixed layouts, read by harness.py)
+"""The first code of every sandboxed interpreter (runner.py runs it with `python -I -c`).
 
 It must stand alone: the sandbox's interpreter has no access to this package (isolated mode, a minimal
 environment), so it imports only the standard library, and it is sent as source text. The trainer imports it too,
@@ -247,7 +247,7 @@ def wait_for_exit(pid: int, timeout: float) -> bool:
     """Wait up to `timeout` seconds for the child `pid` to exit, without reaping it; False on timeout.
 
     Not reaping keeps the pid (and so the process group id) reserved until the group has been killed. The trainer
-    (verl/rewards/sandbox.py) waits for the sandboxed interpreter with it, and the harness here for each case.
+    (runner.py) waits for the sandboxed interpreter with it, and the harness here for each case.
     """
     import select
     import time

@@ -1,0 +1,52 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Run untrusted Python code (a model's program) under resource limits, and clean up after it.
+
+A code reward runs thousands of generated programs per step; any of them may loop, allocate all memory, print
+without end, fork-bomb, daemonize, open connections or try to copy a sibling's answer. Each run gets a root of its
+own (bubblewrap), new namespaces, an unprivileged uid, a cgroup and rlimits, and everything it started is killed at
+its end. docs/rewards.md, "Threat model", lists what a program sees and each attack and what holds it.
+
+Modules, in the order a run meets them:
+- limits: `SandboxLimits` (what a run is given), `SandboxResult` (what it gives back), `SandboxUnavailable`.
+- plans: which isolation this machine gives, and what a run's first process does between fork and exec.
+- slots: a dedicated uid per concurrent run (as root).
+- bwrap, cgroups: bubblewrap's command line; a control group per run.
+- runner: one run (`run_python`, `run_many`) and the isolation probe (`isolation`).
+- harness, bootstrap: all cases of one program in one process (`run_python_cases`, `run_many_cases`): the trainer's
+  side and the first code of every sandboxed interpreter.
+- judge: the code reward's test cases, the suffix that prints a case's values and the comparison in the trainer.
+- fusion: the remote backend (a Sandbox Fusion service).
+"""
+
+from verl.rewards.sandbox.harness import CASES_PER_PROCESS, CaseSpec, run_many_cases, run_python_cases
+from verl.rewards.sandbox.limits import ISOLATION_MODES, STATUSES, SandboxLimits, SandboxResult, SandboxUnavailable
+from verl.rewards.sandbox.runner import MARKER_ENV, isolation, run_many, run_python
+
+
+__all__ = [
+    "CASES_PER_PROCESS",
+    "ISOLATION_MODES",
+    "MARKER_ENV",
+    "STATUSES",
+    "CaseSpec",
+    "SandboxLimits",
+    "SandboxResult",
+    "SandboxUnavailable",
+    "isolation",
+    "run_many",
+    "run_many_cases",
+    "run_python",
+    "run_python_cases",
+]

@@ -1,0 +1,299 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Several cases of one program in one sandboxed process: the trainer's side of the harness (bootstrap.py runs the
+other side). The harness compiles the program once and forks a child per case; it reports through a pipe no process
+of the program can reach, and the trainer reads the cases' outputs from files the harness hands each case.
+"""
+
+import logging
+import marshal
+import math
+import os
+import select
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+from verl.rewards.sandbox import cgroups, fusion
+from verl.rewards.sandbox.bootstrap import wait_for_exit
+from verl.rewards.sandbox.limits import STDERR_TAIL_BYTES, SandboxLimits, SandboxResult
+from verl.rewards.sandbox.plans import _ChildSetup, _Plan
+from verl.rewards.sandbox.runner import (
+    _check_workers,
+    _classify,
+    _isolation,
+    _program_exit_code,
+    _read_head,
+    _read_tail,
+    _run,
+    _start_interpreter,
+    _workspace,
+)
+
+
+logger = logging.getLogger(__name__)
+
+
+MANIFEST_NAME = "cases.marshal"
+"""run_python_cases: the harness's instructions (per-case descriptors and code suffixes), deleted before any case."""
+CASES_PER_PROCESS = 32
+"""run_python_cases runs at most this many cases in one process (each holds three open files in the trainer)."""
+HARNESS_GRACE_S = 2.0
+"""run_python_cases: seconds the harness may take beyond wall_s for a case (or its start-up) before the trainer
+gives up on it, kills the process and counts the running case as a timeout."""
+
+
+CaseSpec = str | tuple[str, str]
+"""One case of run_python_cases: its stdin, or (stdin, code_suffix), the suffix run after the code."""
+
+# ---------------------------------------------------------------------------------------------------------------
+# Several cases of one program in one process.
+
+
+def _case_specs(cases: Sequence[CaseSpec]) -> list[tuple[str, str]]:
+    specs = []
+    for case in cases:
+        if isinstance(case, str):
+            specs.append((case, ""))
+        elif isinstance(case, tuple) and len(case) == 2 and all(isinstance(part, str) for part in case):
+            specs.append(case)
+        else:
+            raise TypeError(
+                f"a case must be a stdin string or a (stdin, code_suffix) pair of strings, got {case!r:.80}."
+            )
+    return specs
+
+
+def run_python_cases(code: str, cases: Sequence[CaseSpec], limits: SandboxLimits | None = None) -> list[SandboxResult]:
+    """Run `code` once per case, all cases in one sandboxed process; one result per case, in order.
+
+    Starting a sandboxed interpreter (and isolating and cleaning up after it) costs far more than a small program
+    runs, so the interpreter starts once per CASES_PER_PROCESS cases, under the same isolation as `run_python`; a
+    harness in it compiles the code once, then forks one child per case. Each child gets the case's stdin and its
+    own stdout and stderr files (capped at output_kb), its own process group, a fresh RLIMIT_CPU count (the limit
+    is per process) and the memory limit for itself, and runs the code, then the case's code suffix (an assert, a
+    call; compiled apart from the code but numbered as if appended to it), as `__main__`, ending as an interpreter
+    would (threads joined, atexit, flushed streams). After each case, at its end or at wall_s, the harness kills
+    the case's processes (its group, then every process the case left), reaps them and empties the scratch
+    directory, so every case starts from the harness's state before the first one: globals, modules, files in the
+    working directory and processes do not carry over. Files in /tmp and /dev/shm do (see the module's docstring).
+
+    Results come through a pipe only the harness holds: children close it before the code runs, and the harness
+    makes itself undumpable, so no process of the uid can reach its descriptors or memory. What a case prints is
+    never parsed. A case that kills or stops the harness counts as "killed" or "timeout" itself; the cases after
+    it run in a fresh process, as do the cases after one that changes the harness's limits.
+
+    Statuses are classified as in `run_python`, per case. Differences from one `run_python` per case: `wall_s`
+    counts from the fork (the interpreter's start-up is not in it); `cpu_s` adds the reaped processes of the case;
+    memory_mb includes the harness's extra modules (about 1.5 MiB of address space); the cases of one process share
+    the hash seed and the dedicated uid; at a case's end only the program's own globals are finalized (not every
+    module); and the code and a suffix are compiled separately, so a suffix cannot complete a statement the code
+    leaves open. Where programs run as the trainer's
+    own uid (no dedicated uid), the trainer's descriptors of the other cases' files are as reachable through /proc
+    as the trainer's memory already is (a process of the same uid).
+    """
+    if not isinstance(code, str):
+        raise TypeError(f"code must be a string, got {type(code).__name__}.")
+    limits = limits or SandboxLimits()
+    if limits.isolation == "sandbox_fusion":
+        return fusion.run_cases([(code, _case_specs(cases))], limits, max_workers=1)[0]
+    return _run_cases(code, _case_specs(cases), limits, _isolation(limits.isolation).plan)
+
+
+def run_many_cases(
+    jobs: Sequence[tuple[str, Sequence[CaseSpec]]], limits: SandboxLimits | None = None, max_workers: int = 4
+) -> list[list[SandboxResult]]:
+    """`run_python_cases` for each (code, cases) job, `max_workers` processes at a time; results in job order."""
+    _check_workers(max_workers)
+    limits = limits or SandboxLimits()
+    specs = [(code, _case_specs(cases)) for code, cases in jobs]
+    if not any(cases for _, cases in specs):
+        return [[] for _ in specs]
+    if limits.isolation == "sandbox_fusion":
+        return fusion.run_cases(specs, limits, max_workers)
+    plan = _isolation(limits.isolation).plan  # probe once, before the threads race for it
+    chunks = [
+        (index, code, cases[start : start + CASES_PER_PROCESS])
+        for index, (code, cases) in enumerate(specs)
+        for start in range(0, len(cases), CASES_PER_PROCESS)
+    ]
+    results: list[list[SandboxResult]] = [[] for _ in specs]
+    with ThreadPoolExecutor(max_workers=min(max_workers, len(chunks)), thread_name_prefix="sandbox") as pool:
+        for (index, _, _), chunk_results in zip(
+            chunks, pool.map(lambda chunk: _run_cases(chunk[1], chunk[2], limits, plan), chunks)
+        ):
+            results[index].extend(chunk_results)
+    return results
+
+
+_HARNESS_REFUSED = threading.Event()
+"""Set when a harness could not protect its result pipe (prctl refused): cases then run one process each."""
+
+
+def _run_cases(code: str, cases: list[tuple[str, str]], limits: SandboxLimits, plan: _Plan) -> list[SandboxResult]:
+    """All `cases`, CASES_PER_PROCESS per process; a process that stops early leaves the rest to a fresh one."""
+    results: list[SandboxResult] = []
+    while len(results) < len(cases):
+        if _HARNESS_REFUSED.is_set():
+            results.extend(_run(code + suffix, stdin, limits, plan) for stdin, suffix in cases[len(results) :])
+            break
+        results.extend(_run_harness(code, cases[len(results) : len(results) + CASES_PER_PROCESS], limits, plan))
+    return results
+
+
+def _run_harness(code: str, cases: list[tuple[str, str]], limits: SandboxLimits, plan: _Plan) -> list[SandboxResult]:
+    """One harness process under `plan`, in its own workspace."""
+    with _workspace(limits, plan, harness=True) as (scratch, setup, cgroup):
+        return _run_harness_in(scratch, code, cases, limits, setup, cgroup)
+
+
+@dataclass
+class _Watch:
+    """What the trainer learned from the harness's result pipe."""
+
+    reports: list[tuple[int, bool, float, float]]
+    """(returncode, timed out, wall seconds, CPU seconds) of each finished case, in order."""
+    running_since: float | None = None
+    """When the case after the reported ones started (trainer's clock), if it did and did not finish."""
+    stalled: bool = False
+    """The harness missed a deadline (a case or its start-up took wall_s + HARNESS_GRACE_S) and was killed."""
+    refused: str = ""
+    """The harness could not protect its result pipe, and ran nothing."""
+
+
+def _watch(read_end: int, count: int, wall_s: float) -> _Watch:
+    """Read the harness's records until it closes the pipe or misses a deadline.
+
+    Records, in this order only: "S i" (case i starts), "D i returncode timed_out wall cpu" (case i ended), or
+    "U reason" alone. Each must come within wall_s + HARNESS_GRACE_S of the previous one (or of the start).
+    """
+    watch = _Watch(reports=[])
+    budget = wall_s + HARNESS_GRACE_S
+    deadline = time.monotonic() + budget
+    poller = select.poll()
+    poller.register(read_end, select.POLLIN)
+    pending = b""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            watch.stalled = True
+            return watch
+        if not poller.poll(math.ceil(remaining * 1000)):
+            continue
+        chunk = os.read(read_end, 65536)
+        if not chunk:
+            return watch
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            fields = line.decode("ascii", "replace").split()
+            index = len(watch.reports)
+            try:
+                if fields[0] == "U" and index == 0 and watch.running_since is None:
+                    watch.refused = line.decode("utf-8", "replace")[2:]
+                    return watch
+                if fields[0] == "S" and len(fields) == 2 and int(fields[1]) == index < count:
+                    if watch.running_since is not None:
+                        raise ValueError("two starts")
+                    watch.running_since = time.monotonic()
+                elif fields[0] == "D" and len(fields) == 6 and int(fields[1]) == index:
+                    if watch.running_since is None:
+                        raise ValueError("an end without a start")
+                    watch.reports.append((int(fields[2]), fields[3] == "1", float(fields[4]), float(fields[5])))
+                    watch.running_since = None
+                else:
+                    raise ValueError("unexpected record")
+            except (IndexError, ValueError) as error:
+                logger.warning("Sandbox harness sent %r (%s); its process is stopped.", line[:200], error)
+                return watch
+            deadline = time.monotonic() + budget
+
+
+def _run_harness_in(
+    scratch: str,
+    code: str,
+    cases: list[tuple[str, str]],
+    limits: SandboxLimits,
+    setup: _ChildSetup,
+    cgroup: cgroups.RunCgroup | None = None,
+) -> list[SandboxResult]:
+    """Run the harness on `cases`; results of a non-empty prefix of them (the rest is for a fresh process)."""
+    with ExitStack() as stack:
+        # Unlinked files, as in _run_in: the program sees an empty scratch directory, and they are the trainer's
+        # (owned by it, mode 0600), reachable only through the descriptors the harness hands each case.
+        files = [[stack.enter_context(tempfile.TemporaryFile(dir=scratch)) for _ in range(3)] for _ in cases]
+        log = stack.enter_context(tempfile.TemporaryFile(dir=scratch))  # the harness's own stdout and stderr
+        for (stdin_file, _, _), (stdin, _) in zip(files, cases):
+            stdin_file.write(stdin.encode("utf-8"))
+            stdin_file.seek(0)
+        read_end, write_end = os.pipe()
+        stack.callback(os.close, read_end)
+        descriptors = [tuple(file.fileno() for file in case_files) for case_files in files]
+        manifest = (float(limits.wall_s), write_end, [(*fds, suffix) for fds, (_, suffix) in zip(descriptors, cases)])
+        with open(os.path.join(scratch, MANIFEST_NAME), "wb") as manifest_file:
+            manifest_file.write(marshal.dumps(manifest))
+        try:
+            pass_fds = (write_end, *(fd for fds in descriptors for fd in fds))
+            interpreter = _start_interpreter(
+                scratch, code, setup, subprocess.DEVNULL, (log, log), (MANIFEST_NAME,), pass_fds
+            )
+        finally:
+            os.close(write_end)  # the harness holds the only write end: end of file means it is gone
+        watch = _Watch(reports=[], stalled=True)
+        try:
+            watch = _watch(read_end, len(cases), limits.wall_s)
+            if not watch.stalled:
+                wait_for_exit(interpreter.process.pid, HARNESS_GRACE_S)
+        finally:
+            returncode, _, ended = interpreter.end(setup.uid, cgroup)
+            returncode = _program_exit_code(setup, returncode)
+        oom = cgroup is not None and cgroup.oom_kills() > 0
+        harness_log, _ = _read_tail(log, STDERR_TAIL_BYTES)
+        if harness_log.strip():
+            logger.warning(
+                "Sandbox harness %s (exit %d) wrote: %s", interpreter.sandbox_id, returncode, harness_log[-2000:]
+            )
+        if watch.refused:
+            logger.warning(
+                "Sandbox harness cannot protect its results here (%s): one process per case.", watch.refused
+            )
+            _HARNESS_REFUSED.set()
+            return []
+        results = []
+        for case_files, report in zip(files, [*watch.reports, None]):
+            stdout, stdout_size = _read_head(case_files[1], limits.output_kb * 1024)
+            stderr, stderr_size = _read_tail(case_files[2], STDERR_TAIL_BYTES)
+            largest = max(stdout_size, stderr_size)
+            if report is not None:
+                case_returncode, timed_out, wall, cpu = report
+                status_name = _classify(timed_out, case_returncode, cpu, limits, largest, stderr, oom)
+            elif watch.running_since is not None or not watch.reports:
+                # The harness died, was stopped or missed its deadline during this case (or before the first):
+                # the case is charged with what ended the process, and never passes.
+                case_returncode, cpu = returncode, 0.0
+                wall = ended - (interpreter.start if watch.running_since is None else watch.running_since)
+                status_name = _classify(watch.stalled, returncode, cpu, limits, largest, stderr, oom)
+                status_name = "error" if status_name == "ok" else status_name
+            else:
+                break
+            results.append(
+                SandboxResult(
+                    status_name, case_returncode, stdout, stderr, wall, cpu, interpreter.sandbox_id, setup.uid
+                )
+            )
+    return results

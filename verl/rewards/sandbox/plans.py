@@ -1,0 +1,214 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""How runs are isolated on this machine: the candidate plans, and what a run's first process does between fork
+and exec (its cgroup, niceness, namespaces, rlimits and uid) under the weaker built-in mode or before bwrap starts.
+"""
+
+import ctypes
+import logging
+import os
+import resource
+import stat
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from verl.rewards.sandbox import bwrap
+from verl.rewards.sandbox.limits import SandboxUnavailable
+
+
+logger = logging.getLogger(__name__)
+
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWPID = 0x20000000
+_CLONE_NEWNET = 0x40000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
+_UNPRIVILEGED_UNSHARE = (_CLONE_NEWUSER | _CLONE_NEWNET | _CLONE_NEWPID, _CLONE_NEWUSER | _CLONE_NEWNET)
+
+
+def _load_libc() -> tuple[Any, Any]:
+    """libc's unshare and mount, looked up once here: the child may not load anything between fork and exec."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        unshare, mount = libc.unshare, libc.mount
+    except (OSError, AttributeError):  # not Linux
+        return None, None
+    unshare.argtypes, unshare.restype = [ctypes.c_int], ctypes.c_int
+    mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+    mount.restype = ctypes.c_int
+    return unshare, mount
+
+
+_UNSHARE, _MOUNT = _load_libc()
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How runs are isolated on this machine: the candidate `isolation()` settled on."""
+
+    dedicated_uid: bool
+    privileged_unshare: tuple[int, ...] = ()
+    """Namespace flag sets tried in order while still root, before dropping to the dedicated uid."""
+    unprivileged_unshare: tuple[int, ...] = _UNPRIVILEGED_UNSHARE
+    """Tried in order afterwards when the network is still shared (these include CLONE_NEWUSER)."""
+    reexpose: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """(directory the dedicated uid cannot enter, interpreter directories under it to bind back in)."""
+    bwrap: str = ""
+    """The bwrap executable the program starts under ("" for the built-in namespaces)."""
+
+
+@dataclass(frozen=True)
+class _ChildSetup:
+    """What the child does between fork and exec (subprocess's preexec_fn), decided beforehand in the parent.
+
+    This runs in a forked copy of a possibly multi-threaded trainer, where another thread may have held any lock at
+    the moment of the fork, so it only makes system calls (os, resource, and libc through ctypes functions looked
+    up at import), imports nothing and logs nothing. The order matters: namespaces that need root (CLONE_NEWNET,
+    CLONE_NEWPID, CLONE_NEWNS and its mounts) come before dropping to the dedicated uid, and an unprivileged user
+    namespace after it, because a process that has left the initial user namespace can no longer switch to another
+    uid there. RLIMIT_NPROC comes last: a user namespace created before it keeps the parent's limit for the uid as a
+    whole and counts the run's processes apart, so the run gets a budget of its own.
+    """
+
+    uid: int | None
+    privileged_unshare: tuple[int, ...]
+    unprivileged_unshare: tuple[int, ...]
+    reexpose: tuple[tuple[bytes, tuple[bytes, ...]], ...]
+    rlimits: tuple[tuple[int, int, int], ...]
+    max_processes: int
+    shared_tasks: int
+    """Tasks the uid already has, added to the budget when the run shares the uid's RLIMIT_NPROC count."""
+    nice: int = 10
+    bwrap: str = ""
+    """Start the interpreter under this bwrap (which makes the namespaces), or directly ("")."""
+    cgroup_procs: tuple[bytes, ...] = ()
+    """The run's cgroup.procs files, joined first (the run's total memory, processes and CPU rate)."""
+    tmpfs_bytes: int = 0
+    """Under bwrap: the size of the run's private /tmp and of its /dev/shm."""
+
+    def __call__(self) -> None:
+        for path in self.cgroup_procs:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+        os.nice(self.nice)
+        done = self._unshare(self.privileged_unshare)
+        if done & _CLONE_NEWNS:
+            self._reexpose_interpreter()
+        for which, soft, hard in self.rlimits:
+            resource.setrlimit(which, (soft, hard))
+        if self.uid is not None and not self.bwrap:  # under bwrap the bootstrap drops to the uid, once inside
+            os.setgroups([])
+            os.setgid(self.uid)
+            os.setuid(self.uid)
+        if not done & _CLONE_NEWNET:
+            done |= self._unshare(self.unprivileged_unshare)
+        own_budget = self.uid is not None or bool(done & _CLONE_NEWUSER)
+        # the supervisor and the namespace's init, or bwrap and its init
+        nproc = self.max_processes + (2 if done & _CLONE_NEWPID or self.bwrap else 0)
+        nproc += 0 if own_budget else self.shared_tasks
+        hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+        if hard != resource.RLIM_INFINITY:
+            nproc = min(nproc, hard)
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+
+    @staticmethod
+    def _unshare(candidates: tuple[int, ...]) -> int:
+        """The first flag set of `candidates` that unshare accepts (0 if none)."""
+        if _UNSHARE is None:
+            return 0
+        for flags in candidates:
+            if _UNSHARE(flags) == 0:
+                return flags
+        return 0
+
+    def _reexpose_interpreter(self) -> None:
+        """Cover each directory the uid cannot enter with an empty tmpfs and bind the interpreter back under it."""
+        _mount(None, b"/", None, _MS_REC | _MS_PRIVATE)  # nothing below may propagate to the host
+        for hidden, paths in self.reexpose:
+            handles = [os.open(path, os.O_PATH | os.O_DIRECTORY) for path in paths]  # reachable once covered
+            flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+            _mount(b"tmpfs", hidden, b"tmpfs", flags, b"mode=0755,size=1m")
+            for path, handle in zip(paths, handles):
+                os.makedirs(path, mode=0o755, exist_ok=True)
+                _mount(b"/proc/self/fd/%d" % handle, path, None, _MS_BIND | _MS_REC)
+                os.close(handle)
+            _mount(None, hidden, None, _MS_REMOUNT | _MS_RDONLY | flags)
+
+
+def _mount(source: bytes | None, target: bytes, fstype: bytes | None, flags: int, data: bytes | None = None) -> None:
+    if _MOUNT is None or _MOUNT(source, target, fstype, flags, data) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"mount {source!r} on {target!r}: {os.strerror(error)}")
+
+
+def _namespace(name: str) -> str:
+    try:
+        return os.readlink(f"/proc/self/ns/{name}")
+    except OSError:
+        return ""
+
+
+def _interpreter_directories() -> list[str]:
+    """The directories the interpreter needs (prefixes, the executable's directory and the links leading to it)."""
+    paths = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    paths.add(os.path.dirname(os.path.realpath(sys.executable)))
+    link = os.path.abspath(sys.executable)
+    for _ in range(40):
+        paths.add(os.path.realpath(os.path.dirname(link)))
+        if not os.path.islink(link):
+            break
+        link = os.path.join(os.path.dirname(link), os.readlink(link))
+    minimal: list[str] = []
+    for path in sorted(paths, key=len):
+        if not any(path == kept or path.startswith(kept.rstrip("/") + "/") for kept in minimal):
+            minimal.append(path)
+    return minimal
+
+
+def _hidden_directories() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """For each interpreter directory under a directory "other" users cannot enter, that topmost such directory."""
+    groups: dict[str, list[str]] = {}
+    for path in _interpreter_directories():
+        parts = path.strip("/").split("/")
+        for depth in range(1, len(parts)):
+            ancestor = "/" + "/".join(parts[:depth])
+            if not os.stat(ancestor).st_mode & stat.S_IXOTH:
+                groups.setdefault(ancestor, []).append(path)
+                break
+    return tuple((hidden, tuple(paths)) for hidden, paths in sorted(groups.items()))
+
+
+def _candidate_plans(mode: str = "namespaces") -> list[_Plan]:
+    if mode == "bwrap":
+        found = bwrap.executable()
+        if found is None:
+            raise SandboxUnavailable(
+                "The code sandbox (isolation=bwrap, the default) needs bubblewrap, and `bwrap` is not on PATH: "
+                f"{bwrap.INSTALL_HINT}. Or opt into the weaker built-in mode, in which programs can read the host's "
+                "files: reward_function_kwargs isolation=namespaces (docs/rewards.md, 'Threat model')."
+            )
+        # root: bwrap makes the namespaces, the bootstrap then becomes a dedicated uid (see bwrap.command)
+        return [_Plan(dedicated_uid=os.geteuid() == 0, unprivileged_unshare=(), bwrap=found)]
+    if os.geteuid() != 0:
+        return [_Plan(dedicated_uid=False)]
+    reexpose = _hidden_directories()
+    mount = _CLONE_NEWNS if reexpose else 0
+    privileged = (mount | _CLONE_NEWNET | _CLONE_NEWPID, mount | _CLONE_NEWNET)
+    return [_Plan(True, privileged, _UNPRIVILEGED_UNSHARE, reexpose), _Plan(dedicated_uid=False)]

@@ -1,0 +1,484 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""One sandboxed run: its workspace (uid slot, cgroup, scratch directory), the interpreter started under bwrap or the
+built-in namespaces, its end (every process it started killed, whatever happened) and its status; the isolation
+probe that picks the plan; `run_python` and `run_many`.
+"""
+
+import contextlib
+import json
+import logging
+import math
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import psutil
+
+from verl.rewards.sandbox import bootstrap, bwrap, cgroups, fusion
+from verl.rewards.sandbox.bootstrap import empty_directory, kill_group, wait_for_exit
+from verl.rewards.sandbox.limits import STDERR_TAIL_BYTES, SandboxLimits, SandboxResult, SandboxUnavailable
+from verl.rewards.sandbox.plans import _candidate_plans, _ChildSetup, _namespace, _Plan
+from verl.rewards.sandbox.slots import _SLOTS, UID_BASE, _kill_all_of_uid, _tasks_of_current_uid
+
+
+logger = logging.getLogger(__name__)
+
+
+MARKER_ENV = "VERL_SANDBOX_ID"
+"""Environment variable carried by every process of a run: how cleanup finds processes that left its session."""
+
+PROGRAM_NAME = "solution.py"
+
+CGROUP_OVERHEAD_MB = 64
+"""Memory a run's cgroup allows beyond memory_mb, for the sandbox's own processes (bwrap, the harness)."""
+
+# A signal from a crash of the program itself is a runtime error; any other unexplained signal is "killed".
+_CRASH_SIGNALS = frozenset(
+    signal.Signals[name] for name in ("SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGABRT", "SIGSYS", "SIGTRAP")
+)
+_MEMORY_ERRORS = re.compile(r"\bMemoryError\b|Cannot allocate memory|\[Errno 12\]|std::bad_alloc")
+_PROCESS_ERRORS = re.compile(r"BlockingIOError: \[Errno 11\]|Resource temporarily unavailable|can't start new thread")
+
+# The child's first code. It reads and deletes the program (so the program cannot read its own test harness from
+# the scratch directory), installs the audit hook where the network (or, with a shared uid and no PID namespace,
+# the trainer's processes) is not isolated otherwise, and runs the program as __main__. In a new PID namespace it
+# forks that namespace's init, which forks the program and reaps every orphan, and relays the program's exit status
+# or signal through a pipe; when init exits the kernel kills whatever is left in the namespace. Given a manifest
+# (run_python_cases), the program's place is taken by the harness (_harness), and each case's child, forked from
+# it, installs the hook and runs the program (_run_case); the supervisor and init close the manifest's descriptors.
+_BOOTSTRAP = Path(bootstrap.__file__).read_text(encoding="utf-8")
+
+# Run in a sandbox by `isolation()` to see which namespaces a run actually ends up in.
+_PROBE = """
+import json, os
+def namespace(name):
+    try:
+        return os.readlink("/proc/self/ns/" + name)
+    except OSError:
+        return ""
+print(json.dumps({name: namespace(name) for name in ("net", "pid", "user")}))
+"""
+
+
+@dataclass(frozen=True)
+class _Isolation:
+    plan: _Plan
+    report: dict[str, str]
+
+
+_ISOLATION_LOCK = threading.Lock()
+_ISOLATIONS: dict[str, _Isolation] = {}
+
+
+def _probe(plan: _Plan) -> dict[str, str] | None:
+    """Run the probe under `plan`; the mechanisms in force, or None when the plan cannot run a program here."""
+    try:
+        result = _run(_PROBE, "", SandboxLimits(), plan)
+    except (OSError, subprocess.SubprocessError) as error:
+        logger.debug("sandbox plan %s cannot start a program: %s", plan, error)
+        return None
+    if result.status != "ok":
+        logger.debug("sandbox plan %s failed the probe: %s %s", plan, result.status, result.stderr[-500:])
+        return None
+    seen = json.loads(result.stdout)
+    limits = f"cgroup {cgroups.available()} per run" if cgroups.available() else "per process (no writable cgroup)"
+    if plan.bwrap:
+        return {
+            "network": "netns",
+            "user": "dedicated-uid" if plan.dedicated_uid else "user-namespace",
+            "processes": "pid-namespace",
+            "filesystem": "bwrap",
+            "limits": limits,
+        }
+    new_user = seen["user"] != _namespace("user")
+    if seen["net"] in ("", _namespace("net")):
+        network = "audit-hook"
+    else:
+        network = "userns+netns" if new_user else "netns"
+    if plan.dedicated_uid:
+        user = "dedicated-uid"
+    else:
+        user = "user-namespace" if new_user else "same-uid"
+    processes = "pid-namespace" if seen["pid"] not in ("", _namespace("pid")) else "process-group"
+    return {"network": network, "user": user, "processes": processes, "filesystem": "host", "limits": limits}
+
+
+def _isolation(mode: str = "bwrap") -> _Isolation:
+    with _ISOLATION_LOCK:
+        if mode not in _ISOLATIONS:
+            for plan in _candidate_plans(mode):
+                report = _probe(plan)
+                if report is not None:
+                    _ISOLATIONS[mode] = _Isolation(plan, report)
+                    break
+            else:
+                if mode == "bwrap":
+                    raise SandboxUnavailable(
+                        f"bubblewrap ({bwrap.executable()}) cannot start a sandboxed program here; the usual cause is "
+                        f"that user namespaces are not allowed: {bwrap.INSTALL_HINT}. Run with logging at DEBUG "
+                        "for bwrap's own message, or opt into the weaker mode isolation=namespaces."
+                    )
+                raise SandboxUnavailable(
+                    f"the sandbox cannot start {sys.executable} here (every isolation plan failed); run with "
+                    "logging at DEBUG for the reasons."
+                )
+            chosen = _ISOLATIONS[mode]
+            logger.info("Code sandbox isolation: %s.", ", ".join(f"{k} {v}" for k, v in chosen.report.items()))
+            if chosen.plan.reexpose and chosen.plan.dedicated_uid:
+                logger.info(
+                    "Code sandbox: %s cannot be entered by other users, so runs see it as an empty directory "
+                    "holding only the interpreter (%s).",
+                    ", ".join(hidden for hidden, _ in chosen.plan.reexpose),
+                    ", ".join(path for _, paths in chosen.plan.reexpose for path in paths),
+                )
+            if not chosen.plan.dedicated_uid and not chosen.plan.bwrap and os.geteuid() == 0:
+                logger.warning(
+                    "The code sandbox runs programs as root (in a user namespace where one is allowed): no "
+                    "unprivileged uid can run %s here, so RLIMIT_NPROC does not apply and programs can write the "
+                    "trainer's files.",
+                    sys.executable,
+                )
+        return _ISOLATIONS[mode]
+
+
+def isolation(mode: str = "bwrap") -> dict[str, str]:
+    """The isolation runs of `mode` get on this machine: {"network", "user", "processes", "filesystem", "limits"}.
+
+    Probed once per process and mode by running a tiny program under the strongest plan that works here; raises
+    SandboxUnavailable (with what to install or allow) when none does. "sandbox_fusion" is the remote service's.
+    """
+    if mode == "sandbox_fusion":
+        return dict.fromkeys(("network", "user", "processes", "filesystem", "limits"), "sandbox-fusion service")
+    return dict(_isolation(mode).report)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One run.
+
+
+def _find_leftovers(sandbox_id: str, uid: int | None, since: float) -> list[psutil.Process]:
+    """Live processes of the run: of its dedicated uid, or carrying its marker (only new processes can)."""
+    found = []
+    for process in psutil.process_iter(["uids", "create_time", "status"]):
+        info = process.info
+        if info["status"] in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD) or process.pid == os.getpid():
+            continue
+        if uid is not None and info["uids"] is not None and info["uids"].real == uid:
+            found.append(process)
+            continue
+        if info["create_time"] is None or info["create_time"] < since:
+            continue
+        try:
+            if process.environ().get(MARKER_ENV) == sandbox_id:
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _clean_up(sandbox_id: str, uid: int | None, since: float) -> None:
+    """Kill every process the run left, until none is found."""
+    for attempt in range(50):
+        leftovers = _find_leftovers(sandbox_id, uid, since)
+        if not leftovers:
+            return
+        if uid is not None:
+            _kill_all_of_uid(uid)
+        for process in leftovers:
+            with suppress(psutil.Error):
+                process.kill()
+        time.sleep(min(0.005 * (attempt + 1), 0.1))
+    logger.warning("Sandbox run %s: processes survive repeated SIGKILL (uid %s).", sandbox_id, uid)
+
+
+@dataclass
+class _Interpreter:
+    """A sandboxed interpreter that `_start_interpreter` started on a program."""
+
+    process: subprocess.Popen
+    sandbox_id: str
+    """The marker (MARKER_ENV) in the environment of the run's processes."""
+    since: float
+    """No process of the run was created before this (wall clock: psutil's create_time may be off by a second)."""
+    start: float
+    """When the interpreter was started (monotonic clock)."""
+
+    def end(
+        self, uid: int | None, cgroup: cgroups.RunCgroup | None = None
+    ) -> tuple[int, resource.struct_rusage, float]:
+        """Kill the interpreter's process group, reap the interpreter, then kill every process the run left (its
+        cgroup's, else of the dedicated `uid` or marked); the interpreter's exit code, resource usage, reaping time."""
+        kill_group(self.process.pid)  # before reaping, while the group id cannot have been reused
+        if cgroup is not None:
+            cgroup.kill_all()
+        _, status, usage = os.wait4(self.process.pid, 0)
+        reaped = time.monotonic()
+        self.process.returncode = os.waitstatus_to_exitcode(status)
+        if cgroup is None or not cgroup.kill_all():
+            _clean_up(self.sandbox_id, uid, self.since)
+        return self.process.returncode, usage, reaped
+
+
+def _start_interpreter(
+    scratch: str,
+    code: str,
+    setup: _ChildSetup,
+    stdin: int | IO[bytes],
+    output: tuple[IO[bytes], IO[bytes]],
+    manifest: tuple[str, ...] = (),
+    pass_fds: tuple[int, ...] = (),
+) -> _Interpreter:
+    """Write `code` into the scratch directory and start the sandboxed interpreter on it, through the bootstrap
+    (given a manifest's name, as the harness), in a session of its own, set up by `setup` before it runs."""
+    sandbox_id = uuid.uuid4().hex
+    with open(os.path.join(scratch, PROGRAM_NAME), "w", encoding="utf-8") as program:
+        program.write(code)
+    home = bwrap.WORKDIR if setup.bwrap else scratch  # under bwrap: a tmpfs counted in the run's memory
+    env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8", "HOME": home, "TMPDIR": home}
+    env[MARKER_ENV] = sandbox_id
+    if setup.bwrap:  # a user of its own in its own PID namespace: the harness may kill(-1)
+        privileged = setup.uid is not None
+        args = [*bwrap.command(setup.bwrap, scratch, privileged, setup.tmpfs_bytes), bwrap.interpreter()]
+        user = f"u{setup.uid}" if privileged else "0"
+        args += ["-I", "-c", _BOOTSTRAP, _namespace("net"), PROGRAM_NAME, user, *manifest]
+    else:
+        shared_uid = "1" if setup.uid is None else "0"
+        args = [sys.executable, "-I", "-c", _BOOTSTRAP, _namespace("net"), PROGRAM_NAME, shared_uid, *manifest]
+    since = time.time() - 5.0  # psutil's create_time may be off by a second (boot time in whole seconds)
+    start = time.monotonic()
+    process = subprocess.Popen(  # noqa: S603
+        args,
+        stdin=stdin,
+        stdout=output[0],
+        stderr=output[1],
+        cwd=scratch,
+        env=env,
+        start_new_session=True,
+        preexec_fn=setup,
+        close_fds=True,
+        pass_fds=pass_fds,
+    )
+    return _Interpreter(process, sandbox_id, since, start)
+
+
+def _program_exit_code(setup: _ChildSetup, returncode: int) -> int:
+    """The interpreter's exit code, with bwrap's 128 + N (how it reports death by signal N) read back as -N."""
+    return 128 - returncode if setup.bwrap and 128 < returncode < 128 + signal.NSIG else returncode
+
+
+def _read_head(file: IO[bytes], limit: int) -> tuple[str, int]:
+    size = os.fstat(file.fileno()).st_size
+    file.seek(0)
+    return file.read(limit).decode("utf-8", "replace"), size
+
+
+def _read_tail(file: IO[bytes], limit: int) -> tuple[str, int]:
+    size = os.fstat(file.fileno()).st_size
+    file.seek(max(0, size - limit))
+    return file.read(limit).decode("utf-8", "replace"), size
+
+
+def _classify(
+    timed_out: bool,
+    returncode: int,
+    cpu: float,
+    limits: SandboxLimits,
+    largest_output: int,
+    stderr: str,
+    oom_killed: bool = False,
+) -> str:
+    if timed_out:
+        return "timeout"
+    signum = -returncode if returncode < 0 else 0
+    if signum == signal.SIGXCPU or (signum == signal.SIGKILL and cpu >= limits.cpu_s):
+        return "cpu_limit"
+    if signum == signal.SIGXFSZ or largest_output >= limits.output_kb * 1024:
+        return "output_limit"
+    if oom_killed and returncode != 0:  # the run's cgroup hit its memory limit and the kernel killed one of its own
+        return "memory_limit"
+    if returncode == 0:
+        return "ok"
+    if _MEMORY_ERRORS.search(stderr):
+        return "memory_limit"
+    if _PROCESS_ERRORS.search(stderr):
+        return "process_limit"
+    if signum and signum not in _CRASH_SIGNALS:
+        return "killed"
+    return "error"
+
+
+def _limit(which: int, value: int) -> tuple[int, int]:
+    """(soft, hard) for `value`, kept under the current hard limit (which only root could raise)."""
+    hard = resource.getrlimit(which)[1]
+    return (value, value) if hard == resource.RLIM_INFINITY else (min(value, hard), min(value, hard))
+
+
+def _child_setup(
+    limits: SandboxLimits,
+    plan: _Plan,
+    uid: int | None,
+    harness: bool = False,
+    cgroup: cgroups.RunCgroup | None = None,
+) -> _ChildSetup:
+    """The child's setup; with `harness`, one more process in the budget, so each case's program gets the same."""
+    cpu_soft = max(1, math.ceil(limits.cpu_s))
+    cpu_soft, cpu_hard = _limit(resource.RLIMIT_CPU, cpu_soft)[0], _limit(resource.RLIMIT_CPU, cpu_soft + 1)[1]
+    return _ChildSetup(
+        uid=uid,
+        privileged_unshare=plan.privileged_unshare,
+        unprivileged_unshare=plan.unprivileged_unshare,
+        reexpose=tuple((os.fsencode(hidden), tuple(map(os.fsencode, paths))) for hidden, paths in plan.reexpose),
+        rlimits=(
+            (resource.RLIMIT_CORE, 0, 0),
+            (resource.RLIMIT_CPU, cpu_soft, cpu_hard),
+            (resource.RLIMIT_AS, *_limit(resource.RLIMIT_AS, limits.memory_mb * 2**20)),
+            (resource.RLIMIT_FSIZE, *_limit(resource.RLIMIT_FSIZE, limits.output_kb * 1024)),
+        ),
+        max_processes=limits.max_processes + (1 if harness else 0),
+        shared_tasks=0 if uid is not None else _tasks_of_current_uid(),
+        nice=limits.nice,
+        bwrap=plan.bwrap,
+        cgroup_procs=cgroup.procs_files() if cgroup is not None else (),
+        tmpfs_bytes=limits.memory_mb * 2**20,
+    )
+
+
+@contextlib.contextmanager
+def _workspace(
+    limits: SandboxLimits, plan: _Plan, harness: bool = False
+) -> Iterator[tuple[str, _ChildSetup, cgroups.RunCgroup | None]]:
+    """A uid slot (with a dedicated uid), a cgroup (where one can be made) and a scratch directory for one process,
+    given back whatever happens."""
+    slot = scratch = cgroup = None
+    try:
+        if plan.dedicated_uid:
+            slot = _SLOTS.claim()
+        uid = None if slot is None else UID_BASE + slot
+        if cgroups.available():
+            # the program, its children, bwrap and its init (2), and the harness when there is one
+            budget = limits.max_processes + 2 + (1 if harness else 0)
+            cgroup = cgroups.RunCgroup((limits.memory_mb + CGROUP_OVERHEAD_MB) * 2**20, budget)
+        setup = _child_setup(limits, plan, uid, harness=harness, cgroup=cgroup)
+        scratch = tempfile.mkdtemp(prefix="verl-sandbox-")
+        if uid is not None:
+            os.chown(scratch, uid, uid)
+        yield scratch, setup, cgroup
+    finally:
+        if cgroup is not None:
+            cgroup.kill_all()
+            cgroup.remove()
+        if scratch is not None:
+            _remove_tree(scratch)
+        if slot is not None:
+            _SLOTS.release(slot)
+
+
+def _run(code: str, stdin: str, limits: SandboxLimits, plan: _Plan) -> SandboxResult:
+    """One run under `plan`, in its own workspace."""
+    with _workspace(limits, plan) as (scratch, setup, cgroup):
+        return _run_in(scratch, code, stdin, limits, setup, cgroup)
+
+
+def _run_in(
+    scratch: str,
+    code: str,
+    stdin: str,
+    limits: SandboxLimits,
+    setup: _ChildSetup,
+    cgroup: cgroups.RunCgroup | None = None,
+) -> SandboxResult:
+    # Unlinked files: the program sees an empty scratch directory, and a full pipe can never block it.
+    with (
+        tempfile.TemporaryFile(dir=scratch) as stdin_file,
+        tempfile.TemporaryFile(dir=scratch) as stdout_file,
+        tempfile.TemporaryFile(dir=scratch) as stderr_file,
+    ):
+        stdin_file.write(stdin.encode("utf-8"))
+        stdin_file.seek(0)
+        interpreter = _start_interpreter(scratch, code, setup, stdin_file, (stdout_file, stderr_file))
+        timed_out = True
+        try:
+            timed_out = not wait_for_exit(interpreter.process.pid, limits.wall_s)
+        finally:
+            returncode, usage, reaped = interpreter.end(setup.uid, cgroup)
+            returncode = _program_exit_code(setup, returncode)
+            wall = reaped - interpreter.start
+        stdout, stdout_size = _read_head(stdout_file, limits.output_kb * 1024)
+        stderr, stderr_size = _read_tail(stderr_file, STDERR_TAIL_BYTES)
+    cpu = usage.ru_utime + usage.ru_stime
+    if cgroup is not None:  # under bwrap the program's CPU time does not reach the trainer's rusage
+        cpu = max(cpu, cgroup.cpu_seconds())
+    oom = cgroup is not None and cgroup.oom_kills() > 0
+    status_name = _classify(timed_out, returncode, cpu, limits, max(stdout_size, stderr_size), stderr, oom)
+    return SandboxResult(status_name, returncode, stdout, stderr, wall, cpu, interpreter.sandbox_id, setup.uid)
+
+
+def _remove_tree(path: str) -> None:
+    """Remove the scratch directory whatever the program left in it (trees of any depth, links, closed permissions),
+    never following a link and never raising into the reward (see `empty_directory`)."""
+    emptied = empty_directory(path)
+    with suppress(OSError):
+        os.rmdir(path)
+    if not emptied or os.path.lexists(path):
+        logger.warning("Could not remove the sandbox scratch directory %s.", path)
+
+
+def run_python(code: str, stdin: str = "", limits: SandboxLimits | None = None) -> SandboxResult:
+    """Run `code` as a Python program with `stdin` as its standard input, under `limits` (defaults if None).
+
+    Returns once the program and every process it started are gone; raises only when no program can be started
+    at all on this machine (see `isolation()`).
+    """
+    if not isinstance(code, str) or not isinstance(stdin, str):
+        raise TypeError(f"code and stdin must be strings, got {type(code).__name__} and {type(stdin).__name__}.")
+    limits = limits or SandboxLimits()
+    if limits.isolation == "sandbox_fusion":
+        return fusion.run_case(code, stdin, limits)
+    return _run(code, stdin, limits, _isolation(limits.isolation).plan)
+
+
+def _check_workers(max_workers: int) -> None:
+    if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
+        raise ValueError(f"max_workers must be a positive integer, got {max_workers!r}.")
+
+
+def run_many(
+    jobs: Sequence[tuple[str, str]], limits: SandboxLimits | None = None, max_workers: int = 4
+) -> list[SandboxResult]:
+    """Run (code, stdin) jobs, `max_workers` at a time, and return their results in the order of `jobs`.
+
+    Threads suffice: each only waits on its subprocess, so the GIL is not the bottleneck.
+    """
+    _check_workers(max_workers)
+    limits = limits or SandboxLimits()
+    if not jobs:
+        return []
+    if limits.isolation != "sandbox_fusion":
+        _isolation(limits.isolation)  # probe once, before the threads race for it
+    with ThreadPoolExecutor(max_workers=min(max_workers, len(jobs)), thread_name_prefix="sandbox") as pool:
+        return list(pool.map(lambda job: run_python(job[0], job[1], limits), jobs))

@@ -1,0 +1,166 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Dedicated uids for concurrent runs (as root): one slot per run, claimed with a lock file so that several trainer
+processes on one machine never share a uid, and every process of a uid killed in one step.
+"""
+
+import fcntl
+import functools
+import logging
+import os
+import pwd
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from contextlib import suppress
+from dataclasses import dataclass
+
+import psutil
+
+
+logger = logging.getLogger(__name__)
+
+
+MARKER_ENV = "VERL_SANDBOX_ID"
+"""Environment variable carried by every process of a run: how cleanup finds processes that left its session."""
+UID_BASE = 60000
+"""As root, run slot N runs as uid and gid UID_BASE + N (uids that exist in the user database are skipped)."""
+MAX_SLOTS = 1000
+SLOT_DIRECTORIES = ("/run/verl-sandbox-slots", "/tmp/verl-sandbox-slots")
+
+
+@dataclass(frozen=True)
+class _KillAllOfUid:
+    """preexec_fn of a helper that becomes `uid` and sends SIGKILL to every process of it, then exits unexecuted.
+
+    kill(-1) as that uid reaches all its processes in one atomic step, so even a fork bomb that left the session
+    cannot outrun it; only system calls are made (see _ChildSetup).
+    """
+
+    uid: int
+
+    def __call__(self) -> None:
+        try:
+            os.setgroups([])
+            os.setgid(self.uid)
+            os.setuid(self.uid)
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        os._exit(0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Slots: one dedicated uid per concurrent run, across every process on the machine.
+
+
+class _Slots:
+    """Claims uid slots with flock on one lock file per slot, so that several trainer processes never share a uid.
+
+    A slot's uid must exist in no user database and have no process left, zombies included (a zombie counts against
+    RLIMIT_NPROC until something reaps it, and in a container whose PID 1 does not reap, nothing will).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[int, int] = {}
+        self._directory = ""
+
+    def _lock_directory(self) -> str:
+        """A fixed, machine-wide path (not TMPDIR, which Ray and users change per process) owned by this uid."""
+        if not self._directory:
+            for directory in SLOT_DIRECTORIES:
+                try:
+                    os.makedirs(directory, mode=0o700, exist_ok=True)
+                except OSError:
+                    continue
+                info = os.lstat(directory)
+                if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                    raise RuntimeError(f"{directory} is not a directory owned by uid {os.geteuid()}; remove it.")
+                self._directory = directory
+                break
+            else:
+                raise RuntimeError(f"cannot create a sandbox slot directory in any of {SLOT_DIRECTORIES}.")
+        return self._directory
+
+    def claim(self) -> int:
+        """A free slot, locked until `release`; waits while every slot is busy."""
+        directory = self._lock_directory()
+        while True:
+            busy = _uids_with_processes()
+            for slot in range(MAX_SLOTS):
+                uid = UID_BASE + slot
+                with self._lock:
+                    if slot in self._held:
+                        continue
+                if _uid_exists(uid):
+                    continue
+                handle = os.open(os.path.join(directory, f"{uid}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(handle)
+                    continue
+                if uid in busy:  # left over by a run that crashed: clear it, or leave the slot if zombies remain
+                    _kill_all_of_uid(uid)
+                    if uid in _uids_with_processes():
+                        os.close(handle)
+                        continue
+                with self._lock:
+                    self._held[slot] = handle
+                return slot
+            time.sleep(0.05)
+
+    def release(self, slot: int) -> None:
+        with self._lock:
+            handle = self._held.pop(slot)
+        os.close(handle)  # closing the descriptor drops the flock
+
+
+_SLOTS = _Slots()
+
+
+@functools.cache
+def _uid_exists(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
+
+
+def _uids_with_processes() -> set[int]:
+    uids = set()
+    for process in psutil.process_iter(["uids"]):
+        with suppress(TypeError, AttributeError):
+            uids.add(process.info["uids"].real)
+    return uids
+
+
+def _kill_all_of_uid(uid: int) -> None:
+    helper = subprocess.Popen([sys.executable], preexec_fn=_KillAllOfUid(uid), close_fds=True)  # noqa: S603
+    helper.wait()
+
+
+def _tasks_of_current_uid() -> int:
+    """Processes and threads of this uid: what RLIMIT_NPROC counts for it."""
+    uid, total = os.getuid(), 0
+    for process in psutil.process_iter(["uids", "num_threads"]):
+        info = process.info
+        if info["uids"] is not None and info["uids"].real == uid:
+            total += info["num_threads"] or 1
+    return total
