@@ -71,6 +71,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before a run is killed")
     parser.add_argument("--workdir", default=os.path.join(REPO, "outputs", "bench_async"))
     parser.add_argument("--ours-override", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--learning",
+        action="store_true",
+        help="a learnable reward (the response holds a digit), lr 1e-3, validation every --val-freq steps on held-out "
+        "prompts; plots validation accuracy against trained samples for each mode to --plot",
+    )
+    parser.add_argument("--val-freq", type=int, default=2)
+    parser.add_argument("--plot", default=None, help="--learning: the PNG to write (default: WORKDIR/learning.png)")
     args = parser.parse_args(argv)
     args.modes = [parse_mode(item) for item in args.modes.split(",") if item.strip()]
     if not 0.0 <= args.long_share <= 1.0 or args.short < 1 or args.long < args.short:
@@ -127,6 +135,58 @@ def grpo_args(args: argparse.Namespace, mode: str, staleness: int, correction: s
     return run
 
 
+LEARNING_REWARD = r'''"""Learnable by the random tiny model: 1 when the response holds a digit."""
+REWARD_TYPE = "sequential"
+
+
+def compute_score(sample):
+    accuracy = float(any(character.isdigit() for character in sample["response"]))
+    return {"overall": accuracy, "accuracy": accuracy}
+'''
+
+
+def learning_overrides(args: argparse.Namespace, paths: dict[str, str]) -> list[str]:
+    """--learning: the reward above, validation on held-out prompts, a learning rate that moves the tiny model."""
+    val_rows = workload_rows(64, args.short, args.long, args.long_share, args.seed + 100)
+    val_path = os.path.join(args.workdir, "val.jsonl")
+    with open(val_path, "w", encoding="utf-8") as f:
+        for row in val_rows:
+            f.write(json.dumps(row) + "\n")
+    with open(paths["reward"], "w", encoding="utf-8") as f:
+        f.write(LEARNING_REWARD)
+    return [
+        f"data.val_files={val_path}",
+        f"trainer.val_freq={args.val_freq}",
+        "trainer.val_before_train=true",
+        "worker.actor.optim.lr=1e-3",
+    ]
+
+
+def plot_learning(runs: list[dict[str, Any]], samples_per_step: int, path: str) -> None:
+    """Validation accuracy against trained samples, one line per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6, 3.6))
+    for run in runs:
+        curve = run.get("val_curve") or []
+        if curve:
+            axis.plot(
+                [step * samples_per_step for step, _ in curve],
+                [acc for _, acc in curve],
+                marker="o",
+                label=run["mode"],
+            )
+    axis.set_xlabel("trained samples")
+    axis.set_ylabel("validation accuracy")
+    axis.set_title("sync vs colocated async (tiny Qwen2, CPU)")
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+
+
 def run_figures(result: Any, rows: list[dict[str, Any]], samples: int) -> dict[str, Any]:
     figures = bench_grpo.run_figures("ours", result, samples)
     steady = [row for row in rows if "timing_s/step" in row and row["step"] > bench_grpo.SKIP_STEPS]
@@ -137,6 +197,9 @@ def run_figures(result: Any, rows: list[dict[str, Any]], samples: int) -> dict[s
         tokens = sum(row.get("perf/total_num_tokens", 0.0) for row in steady)
         figures["tokens_per_s"] = tokens / seconds if seconds > 0 else None
         figures["response_length_trained"] = statistics.mean(row["response_length/mean"] for row in steady)
+        curve = [(row["step"], row["val/accuracy_reward"]) for row in rows if "val/accuracy_reward" in row]
+        if curve:
+            figures["val_curve"] = curve
         phases = figures.get("phase_s", {})
         figures["gen_share"] = phases.get("gen", 0.0) / phases["step"] if phases.get("step") else None
         for key in ("async/staleness_mean", "async/staleness_max", "async/resumed_share"):
@@ -167,6 +230,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ahead = max(staleness for _, staleness, _ in args.modes)  # batches admitted beyond the trained ones
     rows = workload_rows(args.prompts * (args.steps + ahead + 2), args.short, args.long, args.long_share, args.seed)
     paths = bench_grpo.write_workload(args.workdir, rows)
+    if args.learning:
+        args.ours_override = [*learning_overrides(args, paths), *args.ours_override]
     runs: list[dict[str, Any]] = []
     for repeat in range(args.repeats):
         for mode, staleness, correction in args.modes:
@@ -211,6 +276,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 figures[f"{key}_vs_sync"] = figures[key] / base[key]
     failed = [f"{run['mode']}: {run['error'].splitlines()[0]}" for run in runs if "error" in run]
     report["error"] = "; ".join(failed) or None
+    if args.learning:
+        report["plot"] = args.plot or os.path.join(args.workdir, "learning.png")
+        plot_learning(runs, samples, report["plot"])
+        for mode in summary:
+            curves = [run["val_curve"] for run in runs if run["mode"] == mode and run.get("val_curve")]
+            if curves:
+                summary[mode]["val_accuracy_last"] = statistics.median(curve[-1][1] for curve in curves)
     report.update(summary=summary, runs=runs)
     print(json.dumps(bench_grpo._rounded(report)))
     return report
