@@ -22,6 +22,7 @@ group statistics) and their last (`_outcome_advantages`: one value per response 
 states only its own per-response advantage.
 """
 
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ import numpy as np
 import torch
 
 from verl.algorithms.masked_ops import masked_whiten
+from verl.algorithms.user_functions import Kind, Where, add_kind, check_keyword_inputs, register_if_spec
 
 
 AdvantageFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
@@ -38,6 +40,10 @@ GroupIds = np.ndarray | Sequence[Any] | torch.Tensor
 
 _ADV_ESTIMATORS: dict[str, AdvantageFn] = {}
 _GROUPED_ADV_ESTIMATORS: set[str] = set()
+
+ESTIMATOR_INPUTS: tuple[str, ...] = ("token_level_rewards", "response_mask", "index", "values", "reward_baselines")
+"""The tensors the trainer passes an estimator under these keywords, where it has them (`compute_advantage_return`):
+index for every batch, values with a critic, reward_baselines for an estimator that takes them."""
 
 ESTIMATOR_OPTIONS: tuple[str, ...] = ("gamma", "lam", "norm_adv_by_std_in_grpo")
 """`algorithm.*` options the trainer passes to the estimator under the same keyword. An estimator without that
@@ -64,10 +70,11 @@ def register_adv_estimator(name: str, *, grouped: bool = False) -> Callable[[Adv
 
 
 def get_adv_estimator(name: str) -> AdvantageFn:
-    """The estimator registered under `name`; an unknown name raises ValueError listing the valid ones."""
-    if name not in _ADV_ESTIMATORS:
+    """The estimator registered under `name`, or loaded from the user's file when `name` is "file.py:function";
+    an unknown name raises ValueError listing the valid ones."""
+    if name not in _ADV_ESTIMATORS and not register_if_spec("adv_estimator", name):
         raise ValueError(
-            f"Unknown algorithm.adv_estimator {name!r}; choose one of {', '.join(sorted(_ADV_ESTIMATORS))}."
+            f"Unknown algorithm.adv_estimator {name!r}; choose one of {', '.join(sorted(_ADV_ESTIMATORS))}, or your own function as 'path/to/file.py:function'."
         )
     return _ADV_ESTIMATORS[name]
 
@@ -80,6 +87,17 @@ def registered_adv_estimators() -> tuple[str, ...]:
 def is_grouped_adv_estimator(name: str) -> bool:
     """Whether the estimator `name` compares the responses to the same prompt (and so needs rollout.n > 1)."""
     return name in _GROUPED_ADV_ESTIMATORS
+
+
+def estimator_needs_critic(name: str) -> bool:
+    """Whether the estimator `name` takes critic `values` (gae, or a user's estimator that does): a critic trains."""
+    return "values" in adv_estimator_parameters(name)
+
+
+def estimator_needs_greedy_baseline(name: str) -> bool:
+    """Whether the estimator `name` takes `reward_baselines` (remax, or a user's estimator that does): each prompt
+    also gets a greedy response, whose score is the baseline."""
+    return "reward_baselines" in adv_estimator_parameters(name)
 
 
 def adv_estimator_parameters(name: str) -> tuple[str, ...]:
@@ -383,3 +401,39 @@ def compute_remax_outcome_advantage(
     if baselines.shape != returns.shape[:1]:
         raise ValueError(f"reward_baselines must have shape ({returns.shape[0]},), got {tuple(baselines.shape)}.")
     return (returns - baselines.unsqueeze(-1)) * mask, returns
+
+
+# ------------------------------------------------------------------------------------------------ users' estimators
+
+
+def _check_user_estimator(signature: inspect.Signature) -> str | None:
+    missing = [name for name in ("token_level_rewards", "response_mask") if name not in signature.parameters]
+    if missing:
+        return f"it does not take {' and '.join(missing)}"
+    return check_keyword_inputs(signature, ESTIMATOR_INPUTS + ESTIMATOR_OPTIONS)
+
+
+def _register_user_estimator(spec: str, function: AdvantageFn, where: Where) -> None:
+    @functools.wraps(function)  # keeps the signature: the trainer passes the inputs the function names
+    def checked(**inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        out = function(**inputs)
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise where.fail(f"returned a {type(out).__name__}, not a tuple (advantages, returns)")
+        shape = tuple(inputs["token_level_rewards"].shape)
+        return where.tensor(out[0], "advantages", shape), where.tensor(out[1], "returns", shape)
+
+    register_adv_estimator(spec, grouped="index" in inspect.signature(function).parameters)(checked)
+
+
+add_kind(
+    "adv_estimator",
+    Kind(
+        label="advantage estimator",
+        key="algorithm.adv_estimator",
+        signature="def estimator(token_level_rewards, response_mask, [index], [values], [reward_baselines], [gamma], "
+        "[lam], [norm_adv_by_std_in_grpo]) -> tuple[advantages, returns], taking only the inputs it uses, by these "
+        "names; all tensors (B, L) but index (B,) group ids and reward_baselines (B,)",
+        check=_check_user_estimator,
+        register=_register_user_estimator,
+    ),
+)

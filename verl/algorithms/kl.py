@@ -19,12 +19,14 @@ Divergence", http://joschu.net/blog/kl-approx.html). It enters training either a
 coefficient a controller may adapt.
 """
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
 import torch
 
 from verl.algorithms.masked_ops import Count, agg_loss, masked_mean
+from verl.algorithms.user_functions import Kind, Where, add_kind, check_positional, register_if_spec
 
 
 KLFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -106,9 +108,11 @@ def compute_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, kl_penalty:
       expected value, but their gradients as a loss are not the gradient of the KL; the straight-through form keeps
       the logged value and fixes the gradient (Tang and Munos 2025, arXiv 2506.09477).
     """
-    if kl_penalty not in _KL_PENALTIES:
+    if kl_penalty not in _KL_PENALTIES and not register_if_spec("kl_penalty", kl_penalty):
         names = ", ".join(registered_kl_penalties())
-        raise ValueError(f"Unknown algorithm.kl_penalty {kl_penalty!r}; choose one of {names}.")
+        raise ValueError(
+            f"Unknown algorithm.kl_penalty {kl_penalty!r}; choose one of {names}, or your own function as 'path/to/file.py:function'."
+        )
     estimator, straight_through = _KL_PENALTIES[kl_penalty]
     log_probs, ref_log_probs = log_probs.float(), ref_log_probs.float()
     value = estimator(log_probs, ref_log_probs)
@@ -219,3 +223,24 @@ def apply_kl_penalty(
     current_kl = masked_mean(kld, mask, dim=-1).mean().item()
     kl_ctrl.update(current_kl=current_kl, n_steps=token_level_scores.shape[0])
     return token_level_rewards, {"actor/kl_penalty": current_kl, "actor/kl_coef": beta}
+
+
+def _register_user_kl(spec: str, function: KLFn, where: Where) -> None:
+    @functools.wraps(function)
+    def checked(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+        return where.tensor(function(log_probs, ref_log_probs), "the KL", tuple(log_probs.shape))
+
+    register_kl_penalty(spec, straight_through=False)(checked)
+
+
+add_kind(
+    "kl_penalty",
+    Kind(
+        label="KL estimator",
+        key="algorithm.kl_penalty",
+        signature="def kl(log_probs, ref_log_probs) -> torch.Tensor, all (B, L) float32: the per-token estimate of "
+        "KL(pi || pi_ref)",
+        check=check_positional(2),
+        register=_register_user_kl,
+    ),
+)

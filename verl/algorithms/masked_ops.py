@@ -18,9 +18,12 @@ aggregation in `agg_loss` also decides how each token and each sequence is weigh
 GRPO, DAPO and Dr.GRPO differ; getting the normaliser wrong silently changes the algorithm.
 """
 
+import functools
 from collections.abc import Callable
 
 import torch
+
+from verl.algorithms.user_functions import Kind, Where, add_kind, check_positional, register_if_spec
 
 
 Count = float | int | torch.Tensor
@@ -187,9 +190,11 @@ def agg_loss(
     `max_response_length` should be the configured maximum (a constant); it defaults to the padded width L, which
     changes with the micro-batch under dynamic batching. More modes can be added with `register_loss_avg_mode`.
     """
-    if loss_avg_mode not in _LOSS_AVG_MODES:
+    if loss_avg_mode not in _LOSS_AVG_MODES and not register_if_spec("loss_avg_mode", loss_avg_mode):
         modes = ", ".join(_LOSS_AVG_MODES)
-        raise ValueError(f"Unknown loss_avg_mode {loss_avg_mode!r}; choose one of {modes}.")
+        raise ValueError(
+            f"Unknown loss_avg_mode {loss_avg_mode!r}; choose one of {modes}, or your own function as 'path/to/file.py:function'."
+        )
     _check_count("global_token_count", global_token_count)
     _check_count("global_seq_count", global_seq_count)
     mask = loss_mask.to(loss_mat.dtype)
@@ -204,3 +209,25 @@ def agg_loss(
         _divisor(seq_count, token_sums),
         max_response_length or loss_mask.shape[-1],
     )
+
+
+def _register_user_agg(spec: str, function: LossAggFn, where: Where) -> None:
+    @functools.wraps(function)
+    def checked(sums: torch.Tensor, lengths: torch.Tensor, tokens: Count, seqs: Count, max_len: int) -> torch.Tensor:
+        return where.tensor(function(sums, lengths, tokens, seqs, max_len), "the aggregated loss", ())
+
+    register_loss_avg_mode(spec)(checked)
+
+
+add_kind(
+    "loss_avg_mode",
+    Kind(
+        label="loss aggregation",
+        key="worker.actor.loss_avg_mode",
+        signature="def aggregate(token_sums, token_counts, num_tokens, num_seqs, max_response_length) -> 0-dim "
+        "torch.Tensor, with token_sums and token_counts (B,) (per sequence: the masked sum of its token losses, its "
+        "response tokens) and num_tokens, num_seqs the whole mini-batch's counts",
+        check=check_positional(5),
+        register=_register_user_agg,
+    ),
+)

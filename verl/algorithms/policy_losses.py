@@ -18,12 +18,14 @@ per-token loss plus the masks of the tokens a bound held; `compute_policy_loss` 
 and turns the masks into the clip-fraction metrics (named as in verl, see docs/metrics.md).
 """
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from verl.algorithms.masked_ops import Count, agg_loss, masked_mean
+from verl.algorithms.user_functions import Kind, Where, add_kind, check_positional, register_if_spec
 
 
 LOG_RATIO_CLAMP = 20.0
@@ -234,8 +236,10 @@ def compute_policy_loss(
     dual clip C), and `ppo_kl`, the k1 estimate of KL(pi_old || pi), mean(log pi_old - log pi). They are detached
     0-dim tensors on the loss's device, so that a caller can add them up over micro-batches without a host sync.
     """
-    if loss_type not in _POLICY_LOSSES:
-        raise ValueError(f"Unknown actor.loss_type {loss_type!r}; choose one of {', '.join(_POLICY_LOSSES)}.")
+    if loss_type not in _POLICY_LOSSES and not register_if_spec("policy_loss", loss_type):
+        raise ValueError(
+            f"Unknown actor.loss_type {loss_type!r}; choose one of {', '.join(_POLICY_LOSSES)}, or your own function as 'path/to/file.py:function'."
+        )
     _check_clip_ratios(clip_ratio_low, clip_ratio_high, clip_ratio_dual)
     log_probs, mask = log_probs.float(), response_mask.float()
     log_ratio = log_probs - old_log_probs.float()
@@ -263,3 +267,35 @@ def compute_policy_loss(
     names = ("pg_clipfrac", "pg_clipfrac_higher", "pg_clipfrac_lower", "ppo_kl")
     metrics = dict(zip(names, stats.unbind()))  # 0-dim tensors on the loss's device: no host sync here
     return pg_loss, metrics
+
+
+def _register_user_loss(spec: str, function: Callable[..., PolicyLossTerms | torch.Tensor], where: Where) -> None:
+    @functools.wraps(function)
+    def checked(x: PolicyLossInputs) -> PolicyLossTerms:
+        out = function(x)
+        terms = PolicyLossTerms(out) if isinstance(out, torch.Tensor) else out
+        if not isinstance(terms, PolicyLossTerms):
+            raise where.fail(f"returned a {type(out).__name__}, not a PolicyLossTerms or a (B, L) tensor")
+        shape = tuple(x.mask.shape)
+        where.tensor(terms.loss_mat, "the loss", shape)
+        if x.log_probs.requires_grad and not terms.loss_mat.requires_grad:
+            raise where.fail("returned a loss without gradient (compute it from x.log_probs or x.log_ratio)")
+        for name in ("clipped_higher", "clipped_lower", "clipped_dual"):
+            if getattr(terms, name) is not None:
+                where.tensor(getattr(terms, name), name, shape, floating=False)
+        return terms
+
+    register_policy_loss(spec)(checked)
+
+
+add_kind(
+    "policy_loss",
+    Kind(
+        label="policy loss",
+        key="worker.actor.loss_type",
+        signature="def loss(x: PolicyLossInputs) -> PolicyLossTerms | torch.Tensor, the (B, L) per-token loss "
+        "(verl.algorithms.policy_losses)",
+        check=check_positional(1),
+        register=_register_user_loss,
+    ),
+)

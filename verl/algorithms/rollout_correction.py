@@ -23,14 +23,17 @@ the same corrections in verl/trainer/ppo/rollout_corr_helper.py (`rollout_is`, `
 verl counterpart and any difference.
 """
 
+import inspect
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 
 from verl.algorithms.masked_ops import masked_mean
 from verl.algorithms.policy_losses import LOG_RATIO_CLAMP
+from verl.algorithms.user_functions import Kind, Where, add_kind, check_keyword_inputs, register_if_spec
 
 
 CORRECTION_MODES: tuple[str, ...] = ("none", "bypass", "tis", "icepop", "seq_is", "seq_mis", "geo_rs", "decoupled")
@@ -45,7 +48,8 @@ class CorrectionSettings:
     """`algorithm.rollout_correction`: the mode and its bounds. Every ratio is pi_old / pi_rollout."""
 
     mode: str = "none"
-    """One of `CORRECTION_MODES`."""
+    """One of `CORRECTION_MODES`, a mode registered with `register_correction_mode`, or a user's
+    "path/to/file.py:function"."""
     is_cap: float = 2.0
     """C: cap of the token (tis) and sequence (seq_is, seq_mis) IS weights; in decoupled, the weight above which a
     token is filtered (AReaL's behav_imp_weight_cap)."""
@@ -65,8 +69,11 @@ class CorrectionSettings:
     def validate(self, prefix: str = "algorithm.rollout_correction") -> None:
         """Raise ValueError naming the key (`prefix`.field) of an unknown mode, a non-positive cap or bound, or a
         band whose low end is not below its high end. All fields are checked, whatever the mode."""
-        if self.mode not in CORRECTION_MODES:
-            raise ValueError(f"Unknown {prefix}.mode {self.mode!r}; choose one of {', '.join(CORRECTION_MODES)}.")
+        if self.mode not in _MODES and not register_if_spec("rollout_correction", self.mode):
+            raise ValueError(
+                f"Unknown {prefix}.mode {self.mode!r}; choose one of {', '.join(_MODES)}, or your own function as "
+                "'path/to/file.py:function'."
+            )
         if not self.is_cap > 0:
             raise ValueError(f"{prefix}.is_cap must be positive, got {self.is_cap}.")
         for low_key, high_key in (("mask_low", "mask_high"), ("seq_low", "seq_high"), ("geo_low", "geo_high")):
@@ -153,6 +160,38 @@ def _mode(*names: str) -> Callable[[_ModeFn], _ModeFn]:
         return fn
 
     return decorator
+
+
+CorrectionFn = Callable[[torch.Tensor, torch.Tensor, CorrectionSettings], tuple[torch.Tensor, torch.Tensor | None]]
+"""(log rho (B, L), clamped, 0 on padding; response mask (B, L); settings) -> (weights (B, L), the (B, L) bool mask of
+the tokens kept in the loss, or None to keep them all)."""
+
+
+def register_correction_mode(name: str) -> Callable[[CorrectionFn], CorrectionFn]:
+    """Register an off-policy correction under `name` (a value of `algorithm.rollout_correction.mode`).
+
+    Tokens given weight 0 stay in the loss normaliser (and count in `masked_share`, as icepop's do); tokens outside
+    the returned mask leave it (as seq_mis' rejected sequences do). The metrics use the token ratio rho_t.
+    """
+
+    def decorator(fn: CorrectionFn) -> CorrectionFn:
+        if name in _MODES:
+            raise ValueError(f"Correction mode {name!r} is already registered; pick another name.")
+
+        def mode(lr: _LogRatios, s: CorrectionSettings) -> _ModeTerms:
+            weights, kept = fn(lr.token, lr.mask, s)
+            rejected = None if kept is None else ~kept & (lr.mask > 0)
+            return _ModeTerms(lr.token_ratio(), weights, filtered=weights == 0, rejected=rejected)
+
+        _MODES[name] = mode
+        return fn
+
+    return decorator
+
+
+def registered_correction_modes() -> tuple[str, ...]:
+    """Names of all registered correction modes, built-in first."""
+    return tuple(_MODES)
 
 
 @_mode("none", "bypass")
@@ -296,3 +335,49 @@ def mismatch_metrics(
       less likely than the engine did. Empty responses are left out of the mean (verl averages them in as 0).
     """
     return _mismatch_metrics(_log_ratios(old_log_probs, rollout_log_probs, response_mask))
+
+
+# ------------------------------------------------------------------------------------------------ users' corrections
+
+CORRECTION_INPUTS: tuple[str, ...] = ("log_ratio", "response_mask")
+"""The tensors a user's correction is passed by name; its options are `CorrectionSettings`' other fields."""
+
+
+def _register_user_correction(spec: str, function: Callable[..., Any], where: Where) -> None:
+    wanted = tuple(inspect.signature(function).parameters)
+
+    def weights_and_kept(
+        log_ratio: torch.Tensor, response_mask: torch.Tensor, settings: CorrectionSettings
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        available = {**asdict(settings), "log_ratio": log_ratio, "response_mask": response_mask}
+        out = function(**{name: available[name] for name in wanted if name in available})
+        weights, kept = out if isinstance(out, (tuple, list)) and len(out) == 2 else (out, None)
+        shape = tuple(log_ratio.shape)
+        weights = where.tensor(weights, "the weights", shape)
+        if bool((weights < 0).any()):
+            raise where.fail("returned negative weights (importance weights are >= 0)")
+        if kept is not None:
+            is_bool = isinstance(kept, torch.Tensor) and kept.dtype == torch.bool
+            kept = where.tensor(kept, "the mask", shape, floating=not is_bool) != 0
+        return weights.detach().float(), kept
+
+    register_correction_mode(spec)(weights_and_kept)
+
+
+def _check_user_correction(signature: inspect.Signature) -> str | None:
+    options = tuple(name for name in CorrectionSettings.__dataclass_fields__ if name != "mode")
+    return check_keyword_inputs(signature, CORRECTION_INPUTS + options)
+
+
+add_kind(
+    "rollout_correction",
+    Kind(
+        label="off-policy correction",
+        key="algorithm.rollout_correction.mode",
+        signature="def correct(log_ratio, response_mask, [is_cap], [mask_low], ...) -> weights | tuple[weights, "
+        "mask], taking what it uses by these names (the options are algorithm.rollout_correction's keys); all "
+        "(B, L), log_ratio = log pi_old - log pi_rollout clamped to +-20 and 0 on padding",
+        check=_check_user_correction,
+        register=_register_user_correction,
+    ),
+)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl.algorithms.schedules import check_response_length_schedule
+from verl.algorithms.user_functions import is_user_spec, require_algorithm
 from verl.models.config import read_model_config
 from verl.utils.config import (
     ConfigError,
@@ -155,8 +156,9 @@ class RolloutCorrectionConfig:
     sampling), icepop (tokens whose ratio leaves [mask_low, mask_high] are masked), seq_is (sequence-level truncated
     IS), seq_mis (sequences whose ratio leaves [seq_low, seq_high] are rejected), geo_rs (rejection on the per-token
     geometric mean ratio), decoupled (decoupled PPO: the recomputed policy is the proximal one, the engine's the
-    behaviour one). auto: tis for worker.rollout.mode=colocated with max_staleness > 0, none otherwise (so that
-    max_staleness=0 trains exactly as the synchronous trainer). Every mode but none needs rollout log-probs."""
+    behaviour one), or your own as 'path/to/file.py:function' (README.md, "Your own algorithm"). auto: tis for
+    worker.rollout.mode=colocated with max_staleness > 0, none otherwise (so that max_staleness=0 trains exactly as
+    the synchronous trainer). Every mode but none needs rollout log-probs."""
     is_cap: float = 2.0
     """C: the cap of truncated importance weights (tis, seq_is, decoupled)."""
     mask_low: float = 0.5
@@ -187,8 +189,11 @@ class AlgorithmConfig:
     lam: float = 1.0
     """GAE lambda (gae only); another value for any other estimator is an error."""
     adv_estimator: str = "grpo"
-    """gae, grpo, grpo_passk, rloo, opo, gpg, reinforce_plus_plus, reinforce_plus_plus_baseline, remax, or any name
-    registered with verl.algorithms.advantages.register_adv_estimator."""
+    """gae, grpo, grpo_passk, rloo, opo, gpg, reinforce_plus_plus, reinforce_plus_plus_baseline, remax, any name
+    registered with verl.algorithms.advantages.register_adv_estimator, or your own estimator as
+    'path/to/file.py:function' (README.md, "Your own algorithm"): one that takes `index` compares the responses to a
+    prompt (needs worker.rollout.n > 1), one that takes `values` trains a critic, one that takes `reward_baselines`
+    gets remax's greedy baseline."""
     norm_adv_by_std_in_grpo: bool = True
     """Divide grpo and grpo_passk advantages by the group's standard deviation; false gives Dr.GRPO. Setting it
     false for an estimator that does not normalise is an error."""
@@ -197,7 +202,8 @@ class AlgorithmConfig:
     use_kl_loss: bool = False
     """Add the KL to the actor loss (true) or subtract it from the token rewards (false)."""
     kl_penalty: str = "low_var_kl"
-    """KL estimator: kl (k1), abs, mse (k2), low_var_kl (k3), their straight-through forms (k1+, k2+, k3+ ...)."""
+    """KL estimator: kl (k1), abs, mse (k2), low_var_kl (k3), their straight-through forms (k1+, k2+, k3+ ...), or
+    your own as 'path/to/file.py:function'; the actor's KL loss (worker.actor.kl_penalty) is derived from it."""
     kl_coef: float = 1e-3
     """KL coefficient (the initial one for the adaptive controller)."""
     kl_type: str = "fixed"
@@ -230,9 +236,9 @@ class AlgorithmConfig:
     """Off-policy correction of the engine-trainer mismatch and of stale samples (asynchronous rollouts)."""
 
     def validate(self, prefix: str) -> None:
-        algorithms = _algorithms()  # a registered estimator or KL estimator is a valid name
-        require_choice(self, prefix, "adv_estimator", algorithms.registered_adv_estimators())
-        require_choice(self, prefix, "kl_penalty", algorithms.registered_kl_penalties())
+        algorithms = _algorithms()  # a registered estimator or KL estimator is a valid name, and so is a user's file
+        require_algorithm(self, prefix, "adv_estimator", "adv_estimator", algorithms.registered_adv_estimators())
+        require_algorithm(self, prefix, "kl_penalty", "kl_penalty", algorithms.registered_kl_penalties())
         require_choice(self, prefix, "kl_type", algorithms.KL_CONTROLLER_TYPES)
         self._check_estimator_options(prefix)
         if self.disable_kl and self.use_kl_loss:
@@ -443,6 +449,24 @@ def _absolutize_local_paths(config: PPOConfig) -> None:
     config.worker.override_chat_template = _absolutize(config.worker.override_chat_template)
 
 
+def _absolutize_algorithm_functions(config: PPOConfig) -> None:
+    """The keys that take a user's "file.py:function" (a registered name stays as it is), their paths absolute."""
+    algorithm, worker = config.algorithm, config.worker
+    sections = [
+        (algorithm, "adv_estimator"),
+        (algorithm, "kl_penalty"),
+        (algorithm.rollout_correction, "mode"),
+        (worker.actor, "loss_type"),
+        (worker.actor, "loss_avg_mode"),
+        (worker.critic, "loss_avg_mode"),
+    ]
+    for section, key in sections:
+        spec = getattr(section, key)
+        if is_user_spec(spec):
+            path, sep, function = spec.rpartition(":")
+            setattr(section, key, f"{_absolutize(path)}:{function}" if sep else _absolutize(spec))
+
+
 def _absolutize_function(spec: str | None) -> str | None:
     """ "path/to/file.py:function" with the path made absolute (the function defaults to main)."""
     if not spec or ".py" not in spec:
@@ -470,6 +494,7 @@ def _rename_easyr1_values(config: PPOConfig) -> None:
 def fill_derived(config: PPOConfig) -> PPOConfig:
     """Copy every derived key from its source and default the keys and paths that depend on other keys."""
     _rename_easyr1_values(config)
+    _absolutize_algorithm_functions(config)  # before _copy_derived copies algorithm.kl_penalty to the actor
     actor = config.worker.actor
     if actor.loss_avg_mode is None:
         actor.loss_avg_mode = _algorithms().default_loss_avg_mode(actor.loss_type)
@@ -530,13 +555,13 @@ def check_cross_section(config: PPOConfig) -> None:
     rollout = worker.rollout
     if _algorithms().is_grouped_adv_estimator(algorithm.adv_estimator) and rollout.n < 2:
         raise ConfigError(
-            f"algorithm.adv_estimator={algorithm.adv_estimator} compares responses within a group and needs "
-            f"worker.rollout.n > 1 (got {rollout.n})."
+            f"algorithm.adv_estimator={algorithm.adv_estimator} compares responses within a group (it takes `index`, "
+            f"the group ids) and needs worker.rollout.n > 1 (got {rollout.n}); raise worker.rollout.n."
         )
-    if algorithm.adv_estimator == "gae" and not worker.critic.model.model_path:
+    if _algorithms().estimator_needs_critic(algorithm.adv_estimator) and not worker.critic.model.model_path:
         raise ConfigError(
-            "algorithm.adv_estimator=gae trains a critic: set worker.critic.model.model_path "
-            "(usually the actor's model path)."
+            f"algorithm.adv_estimator={algorithm.adv_estimator} trains a critic (it takes `values`): set "
+            "worker.critic.model.model_path (usually the actor's model path)."
         )
     needed = data.max_prompt_length + data.max_response_length
     if rollout.max_num_batched_tokens < needed:
@@ -573,7 +598,9 @@ def _check_async(config: PPOConfig) -> None:
         return
     refused = {
         "algorithm.online_filtering=true": algorithm.online_filtering,
-        "algorithm.adv_estimator=remax": algorithm.adv_estimator == "remax",
+        f"algorithm.adv_estimator={algorithm.adv_estimator}": _algorithms().estimator_needs_greedy_baseline(
+            algorithm.adv_estimator
+        ),
         "data.mini_rollout_batch_size": config.data.mini_rollout_batch_size is not None,
     }
     for key, used in refused.items():
@@ -617,7 +644,7 @@ def _check_batch_sizes(config: PPOConfig) -> None:
     data, rollout = config.data, config.worker.rollout
     world = config.trainer.world_size()
     roles = [("actor", config.worker.actor)]
-    if config.algorithm.adv_estimator == "gae":
+    if _algorithms().estimator_needs_critic(config.algorithm.adv_estimator):
         roles.append(("critic", config.worker.critic))
     for role, section in roles:
         key = f"worker.{role}"

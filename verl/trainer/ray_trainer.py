@@ -37,7 +37,7 @@ import torch
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from verl.algorithms import core_algos, rollout_correction
+from verl.algorithms import core_algos, rollout_correction, user_functions
 from verl.algorithms.schedules import EntropyController, response_length_at
 from verl.protocol import DataProto
 from verl.trainer.checkpointing import (
@@ -157,7 +157,7 @@ class RayPPOTrainer:
         self.scorer = BatchScorer(config.worker.reward, tokenizer, reward_fn, reward_model_wg, judge, self._get_reward)
         self.tracker = tracker
         algo = config.algorithm
-        self.use_critic = algo.adv_estimator == "gae"
+        self.use_critic = core_algos.estimator_needs_critic(algo.adv_estimator)
         self.use_reference = not algo.disable_kl
         self.kl_in_reward = self.use_reference and not algo.use_kl_loss
         actor = config.worker.actor
@@ -219,7 +219,7 @@ class RayPPOTrainer:
         gen_batch.meta_info.update(self._stage_meta())
         output = self.actor_rollout_ref_wg.generate_sequences(gen_batch)
         append_metrics(metrics, output.meta_info.pop("metrics", {}))
-        if self.config.algorithm.adv_estimator == "remax":
+        if core_algos.estimator_needs_greedy_baseline(self.config.algorithm.adv_estimator):
             greedy = gen_batch.select(deepcopy=True)
             greedy.meta_info.update(temperature=0.0, n=1)
             baseline = self.actor_rollout_ref_wg.generate_sequences(greedy)
@@ -344,6 +344,8 @@ class RayPPOTrainer:
         self._balance_batch(batch, metrics)
         batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
         batch.meta_info["temperature"] = self.config.worker.rollout.temperature
+        batch.meta_info["global_step"] = self.global_step  # names the step in a user function's errors (workers)
+        user_functions.set_training_step(self.global_step)  # and in the driver's (estimator, KL, correction)
 
         pending = None
         if "token_level_scores" not in batch.batch.keys():

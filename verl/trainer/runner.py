@@ -21,6 +21,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl.algorithms.advantages import estimator_needs_critic
 from verl.data.tokenizer import get_processor, get_tokenizer
 from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
 from verl.single_controller.ray.resource import RayResourcePool
@@ -83,7 +84,7 @@ def create_worker_groups(config: PPOConfig, device: str) -> WorkerGroups:
             groups.reward_model = _new_group(groups, nodes, device, name, roles.pop("reward_model"))
         actor_role = "actor_rollout" if config.algorithm.disable_kl else "actor_rollout_ref"
         roles[actor_role] = RayClassWithInitArgs(FSDPWorker, config=config.worker, role=actor_role, device=device)
-        if config.algorithm.adv_estimator == "gae":
+        if estimator_needs_critic(config.algorithm.adv_estimator):  # gae, or a user's estimator that takes values
             roles["critic"] = RayClassWithInitArgs(FSDPWorker, config=config.worker, role="critic", device=device)
         nodes = [trainer.n_gpus_per_node] * trainer.nnodes
         group = _new_group(groups, nodes, device, trainer.experiment_name, create_colocated_worker_cls(roles))

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from verl.algorithms.user_functions import training_step
 from verl.data.tokenizer import get_processor, get_tokenizer
 from verl.models.config import OffloadConfig
 from verl.models.fsdp import (
@@ -265,7 +266,7 @@ class FSDPWorker(Worker):
         `update` run on them inside `resident`, then one lr-scheduler step; the metrics, `<role>/lr` the step's."""
         process_multi_modal_inputs(data, self.processor)
         data = gather_rows(data, sp_group)
-        with resident:
+        with resident, training_step(data.meta_info.get("global_step")):  # named in a user function's errors
             metrics = update(data)
         metrics[f"{role}/lr"] = lr_scheduler.get_last_lr()[0]
         lr_scheduler.step()

@@ -23,6 +23,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl.algorithms.user_functions import require_algorithm
 from verl.models.config import FSDPConfig, ModelConfig, OffloadConfig, check_offload
 from verl.utils.config import ConfigError, require_choice, require_positive
 from verl.utils.optim import OptimConfig
@@ -73,12 +74,14 @@ class ActorConfig:
     clip_ratio_dual: float = 3.0
     """Dual-clip constant C bounding the loss of negative-advantage tokens (Ye et al. 2020)."""
     loss_avg_mode: str | None = None
-    """Aggregation of the actor's loss terms: token-mean, token-sum, seq-mean-token-mean, seq-mean-token-sum or
-    seq-mean-token-sum-norm (Dr.GRPO). Unset (null), it is the policy loss's own: seq-mean-token-mean for sapo (its
-    paper's objective, and verl's), token-mean for the others; another mode for sapo is allowed, with a warning.
+    """Aggregation of the actor's loss terms: token-mean, token-sum, seq-mean-token-mean, seq-mean-token-sum,
+    seq-mean-token-sum-norm (Dr.GRPO), or your own as 'path/to/file.py:function'. Unset (null), it is the policy
+    loss's own: seq-mean-token-mean for sapo (its paper's objective, and verl's), token-mean for the others (a loss
+    from a file included); another mode for sapo is allowed, with a warning.
     EasyR1's token and seq are accepted as token-mean and seq-mean-token-mean, with a deprecation warning."""
     loss_type: str = "default"
-    """Policy loss: default (PPO clip), gspo, gspo_token, cispo or sapo (see verl.algorithms.policy_losses)."""
+    """Policy loss: default (PPO clip), gspo, gspo_token, cispo or sapo (see verl.algorithms.policy_losses), or your
+    own as 'path/to/file.py:function' (README.md, "Your own algorithm")."""
     tau_positive: float = 1.0
     """SAPO gate temperature for tokens with a non-negative advantage."""
     tau_negative: float = 1.05
@@ -123,9 +126,9 @@ rank and splits it before its language model."""
         from verl.algorithms import core_algos  # the registries, with their torch code: imported on first use
 
         check_update_fields(self, prefix)
-        require_choice(self, prefix, "loss_type", core_algos.registered_policy_losses())
+        require_algorithm(self, prefix, "loss_type", "policy_loss", core_algos.registered_policy_losses())
         if self.loss_avg_mode is not None:  # unset: the loader fills in the policy loss's own
-            require_choice(self, prefix, "loss_avg_mode", core_algos.registered_loss_avg_modes())
+            require_algorithm(self, prefix, "loss_avg_mode", "loss_avg_mode", core_algos.registered_loss_avg_modes())
         self.model.validate(f"{prefix}model.")
         self.optim.validate(f"{prefix}optim.")
         self.fsdp.validate(f"{prefix}fsdp.")

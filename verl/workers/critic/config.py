@@ -19,8 +19,8 @@ batch sizes, its model being required by gae) are `verl.trainer.config`'s.
 
 from dataclasses import dataclass, field
 
+from verl.algorithms.user_functions import require_algorithm
 from verl.models.config import FSDPConfig, ModelConfig, OffloadConfig, check_offload
-from verl.utils.config import require_choice
 from verl.utils.optim import OptimConfig
 from verl.workers.actor.config import check_update_fields
 
@@ -41,7 +41,7 @@ class CriticConfig:
     cliprange_value: float = 0.5
     """Value clipping: new values stay within old values +- cliprange_value."""
     loss_avg_mode: str = "token-mean"
-    """How the value loss is averaged (same modes as the actor's)."""
+    """How the value loss is averaged (same modes as the actor's, a user's 'path/to/file.py:function' too)."""
     ppo_epochs: int = 1
     """Passes over each rollout batch."""
     padding_free: bool = False
@@ -64,7 +64,7 @@ class CriticConfig:
         from verl.algorithms import core_algos  # the registries, with their torch code: imported on first use
 
         check_update_fields(self, prefix)
-        require_choice(self, prefix, "loss_avg_mode", core_algos.registered_loss_avg_modes())
+        require_algorithm(self, prefix, "loss_avg_mode", "loss_avg_mode", core_algos.registered_loss_avg_modes())
         self.model.validate(f"{prefix}model.")
         if self.model.lora.rank > 0:
             raise NotImplementedError(

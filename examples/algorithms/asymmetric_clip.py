@@ -1,0 +1,42 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""A policy loss of your own: a clipped surrogate whose clip is asymmetric in the advantage's sign.
+
+Select it with `worker.actor.loss_type=examples/algorithms/asymmetric_clip.py:asymmetric_clip`. The bounds come from
+`worker.actor.clip_ratio_low` and `clip_ratio_high`, so a recipe tunes them like the built-in losses'.
+"""
+
+import torch
+
+from verl.algorithms.policy_losses import PolicyLossInputs, PolicyLossTerms
+
+
+def asymmetric_clip(x: PolicyLossInputs) -> PolicyLossTerms:
+    """l_t = -A_t min(r_t, 1 + eps_h) for A_t > 0 and -A_t max(r_t, 1 - eps_l) for A_t <= 0, r_t = pi / pi_old.
+
+    A token the policy already favours (A > 0) stops pushing once its ratio exceeds 1 + eps_h; one it disfavours
+    (A < 0) once its ratio falls below 1 - eps_l. Unlike PPO's clip, a negative-advantage token whose ratio grew is
+    never bounded above: the further the policy moved towards a bad token, the harder it is pushed back.
+
+    x holds float32 (B, L) tensors (log_probs with gradient, log_ratio = log pi - log pi_old, advantages, mask) and
+    the actor's clip settings. Return the (B, L) per-token loss (the trainer masks and aggregates it with
+    worker.actor.loss_avg_mode) and, for the pg_clipfrac metrics, the tokens each bound held.
+    """
+    ratio = torch.exp(x.log_ratio.clamp(-20.0, 20.0))  # one far off-policy token must not overflow
+    positive = x.advantages > 0
+    clipped = torch.where(positive, ratio.clamp(max=1.0 + x.clip_ratio_high), ratio.clamp(min=1.0 - x.clip_ratio_low))
+    loss = -x.advantages * clipped
+    higher = positive & (ratio > 1.0 + x.clip_ratio_high)
+    lower = ~positive & (ratio < 1.0 - x.clip_ratio_low)
+    return PolicyLossTerms(loss, clipped_higher=higher, clipped_lower=lower)

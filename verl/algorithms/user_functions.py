@@ -1,0 +1,305 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""An algorithm from the user's own file: `path/to/file.py:function` wherever a registered name is accepted.
+
+Five kinds of function can come from a file: an advantage estimator, a policy loss, a KL estimator, a loss
+aggregation and an off-policy correction. Each registry module declares its kind here (`add_kind`: the signature it
+expects and how to register a function wrapped with its output checks), so this module imports none of them.
+`register_user_function` imports the file (once per process), checks that the function's signature fits the kind,
+and registers it in that kind's registry under the spec string itself; every code path that looks a name up then
+finds it unchanged. The driver registers during config validation; a Ray worker process, which never validates,
+registers the first time the name is looked up (`register_if_spec`, called by each registry on a miss). The wrappers
+check what the function returns (shape, dtype, finiteness) and name the file, the function and the training step
+when it fails (`Where`). README.md's "Your own algorithm" gives each kind's signature.
+"""
+
+import contextlib
+import importlib
+import inspect
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from verl.utils.module_loading import NotPythonFileError, import_file
+
+
+class AlgorithmFunctionLoadError(ValueError):
+    """The function named in the config cannot be loaded, or its signature does not fit its kind."""
+
+
+class AlgorithmFunctionNotFoundError(AlgorithmFunctionLoadError, FileNotFoundError):
+    """The function's file does not exist."""
+
+
+class AlgorithmFunctionError(RuntimeError):
+    """A user's function returned the wrong shape, dtype or a non-finite value during training."""
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of user function, declared by the registry module it registers into (`add_kind`)."""
+
+    label: str
+    """How messages name the kind ("advantage estimator")."""
+    key: str
+    """The config key that selects it (the first, where several do)."""
+    signature: str
+    """The expected signature, shown in every error about it."""
+    check: Callable[[inspect.Signature], str | None]
+    """The problem with a function's signature for this kind, or None when it fits."""
+    register: Callable[[str, Callable[..., Any], "Where"], None]
+    """Register the function, wrapped with its output checks (`Where`), under the spec in the kind's registry."""
+
+
+KINDS: dict[str, Kind] = {}
+"""Kind name -> Kind; each registry module adds its own when it is imported."""
+
+_KIND_MODULES: dict[str, str] = {
+    "adv_estimator": "verl.algorithms.advantages",
+    "policy_loss": "verl.algorithms.policy_losses",
+    "kl_penalty": "verl.algorithms.kl",
+    "loss_avg_mode": "verl.algorithms.masked_ops",
+    "rollout_correction": "verl.algorithms.rollout_correction",
+}
+"""The registry module of each kind, imported by name when a spec is registered before it (it imports this one)."""
+
+_MODULES: dict[str, ModuleType] = {}
+"""Absolute path -> the imported module: each file runs once per process, whichever kinds it provides."""
+_REGISTERED: dict[tuple[str, str], Callable[..., Any]] = {}
+"""(kind, spec) -> the user's function, registered in the kind's registry under the spec."""
+_step: int | None = None
+
+
+def is_user_spec(value: Any) -> bool:
+    """Whether a config value names a file ("path/to/file.py:function") rather than a registered name."""
+    return isinstance(value, str) and (value.endswith(".py") or ".py:" in value)
+
+
+def set_training_step(step: int | None) -> None:
+    """Record the training step this process works on, for the messages of run-time errors."""
+    global _step
+    _step = step
+
+
+@contextlib.contextmanager
+def training_step(step: int | None) -> Iterator[None]:
+    """`set_training_step` for the duration of a block (a worker's update), restoring the previous step after."""
+    previous = _step
+    set_training_step(step)
+    try:
+        yield
+    finally:
+        set_training_step(previous)
+
+
+def _parse(kind: Kind, spec: str, key: str) -> tuple[str, str]:
+    path, sep, name = spec.strip().rpartition(":")
+    if not sep or not path.endswith(".py") or not name.isidentifier():
+        raise AlgorithmFunctionLoadError(
+            f"{key}={spec!r}: write your {kind.label} as 'path/to/file.py:function' (the function's name after the "
+            f"colon); it must be {kind.signature}."
+        )
+    return os.path.abspath(os.path.expanduser(path)), name
+
+
+def _import(path: str, spec: str, key: str) -> ModuleType:
+    if path in _MODULES:
+        return _MODULES[path]
+    if not os.path.isfile(path):
+        raise AlgorithmFunctionNotFoundError(
+            f"{key}={spec!r}: the file {path} does not exist; give a path relative to the working directory "
+            f"({os.getcwd()}) or an absolute one."
+        )
+    try:
+        module = import_file(path, "verl_algorithm_")
+    except NotPythonFileError:
+        raise AlgorithmFunctionLoadError(
+            f"{key}={spec!r}: cannot import {path} as Python; the function must live in a .py file."
+        ) from None
+    except Exception as error:
+        raise AlgorithmFunctionLoadError(
+            f"{key}={spec!r}: importing {path} failed with {type(error).__name__}: {error}; fix the file or install "
+            "what it imports."
+        ) from error
+    _MODULES[path] = module
+    return module
+
+
+def add_kind(name: str, kind: Kind) -> None:
+    """Declare a kind of user function (a registry module does, for its own registry)."""
+    KINDS[name] = kind
+
+
+def _kind(name: str) -> Kind:
+    if name not in KINDS:
+        importlib.import_module(_KIND_MODULES[name])
+    return KINDS[name]
+
+
+def load_user_function(kind_name: str, spec: str, key: str | None = None) -> tuple[Callable[..., Any], str, str]:
+    """(function, absolute path, function name) of `spec`, its signature checked against the kind `kind_name`."""
+    kind = _kind(kind_name)
+    key = key or kind.key
+    path, name = _parse(kind, spec, key)
+    module = _import(path, spec, key)
+    function = getattr(module, name, None)
+    if function is None:
+        defined = sorted(a for a, v in vars(module).items() if inspect.isfunction(v) and not a.startswith("_"))
+        raise AlgorithmFunctionLoadError(
+            f"{key}={spec!r}: {path} has no function {name!r} (functions defined there: {', '.join(defined) or 'none'}"
+            "); name one after the colon, as in file.py:my_function."
+        )
+    if not callable(function):
+        raise AlgorithmFunctionLoadError(
+            f"{key}={spec!r}: {name!r} in {path} is a {type(function).__name__}, not a function; point the spec at "
+            "a callable."
+        )
+    problem = kind.check(inspect.signature(function))
+    if problem:
+        raise AlgorithmFunctionLoadError(
+            f"{key}={spec!r}: {name} in {path} cannot be used as the {kind.label}: {problem}. Expected signature "
+            f"of the {kind.label}: {kind.signature}."
+        )
+    return function, path, name
+
+
+def register_user_function(kind_name: str, spec: str, key: str | None = None) -> None:
+    """Load `spec` as a `kind_name` function and register it under `spec` in that kind's registry (once per process).
+
+    Raises AlgorithmFunctionLoadError naming `key` (the kind's config key by default) when the file or the function
+    is missing or its signature does not fit the kind.
+    """
+    if (kind_name, spec) in _REGISTERED:
+        return
+    kind = _kind(kind_name)
+    function, path, name = load_user_function(kind_name, spec, key)
+    kind.register(spec, function, Where(kind, key or kind.key, path, name))
+    _REGISTERED[(kind_name, spec)] = function
+
+
+def register_if_spec(kind_name: str, name: str) -> bool:
+    """For a registry that does not know `name`: register it if it is a file spec (True), else False.
+
+    This is how a Ray worker process, which never ran config validation, finds the user's function the first time
+    it looks the name up.
+    """
+    if not is_user_spec(name):
+        return False
+    register_user_function(kind_name, name)
+    return True
+
+
+# ------------------------------------------------------------------------------------------------ signatures
+
+
+def _variadic(signature: inspect.Signature) -> str | None:
+    for parameter in signature.parameters.values():
+        if parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            return f"it takes {parameter}; name each input it uses instead"
+    return None
+
+
+def _required(signature: inspect.Signature) -> list[str]:
+    return [name for name, p in signature.parameters.items() if p.default is inspect.Parameter.empty]
+
+
+def check_keyword_inputs(signature: inspect.Signature, known: tuple[str, ...]) -> str | None:
+    """Functions called with keyword inputs: every required parameter must be one of `known`."""
+    unknown = [name for name in _required(signature) if name not in known]
+    if unknown:
+        return f"it requires {', '.join(unknown)}, which the trainer does not pass (it passes {', '.join(known)})"
+    return _variadic(signature)
+
+
+def check_positional(count: int) -> Callable[[inspect.Signature], str | None]:
+    """Functions called with `count` positional inputs."""
+
+    def check(signature: inspect.Signature) -> str | None:
+        problem = _variadic(signature)
+        if problem:
+            return problem
+        positional = [
+            p
+            for p in signature.parameters.values()
+            if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        ]
+        required = _required(signature)
+        if len(positional) < count or len(required) > count:
+            return f"it takes ({', '.join(signature.parameters)}), but is called with {count} positional argument(s)"
+        return None
+
+    return check
+
+
+# ------------------------------------------------------------------------------------------------ run-time checks
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a registered function comes from, to name it in run-time errors."""
+
+    kind: Kind
+    key: str
+    path: str
+    name: str
+
+    def fail(self, problem: str) -> AlgorithmFunctionError:
+        step = f"training step {_step}" if _step is not None else "a call outside a training step"
+        return AlgorithmFunctionError(
+            f"The {self.kind.label} {self.name} in {self.path} ({self.key}) {problem} at {step}; fix the "
+            "function (README.md, 'Your own algorithm', gives what each kind must return)."
+        )
+
+    def tensor(self, value: Any, what: str, shape: tuple[int, ...], floating: bool = True) -> torch.Tensor:
+        """`value` checked to be a tensor of `shape` (float and finite, or bool when not `floating`)."""
+        if not isinstance(value, torch.Tensor):
+            raise self.fail(f"returned a {type(value).__name__} as {what}, not a torch.Tensor")
+        if tuple(value.shape) != shape:
+            raise self.fail(f"returned {what} of shape {tuple(value.shape)}, expected {shape}")
+        if not floating:
+            if value.dtype != torch.bool:
+                raise self.fail(f"returned {what} of dtype {value.dtype}, expected torch.bool")
+            return value
+        if not value.is_floating_point():
+            raise self.fail(f"returned {what} of dtype {value.dtype}, expected a floating-point tensor")
+        finite = torch.isfinite(value.detach())
+        if not bool(finite.all()):
+            bad = int((~finite).sum())
+            raise self.fail(
+                f"returned {what} with {bad} non-finite value(s) (padding positions count too: multiply by the mask)"
+            )
+        return value
+
+
+def require_algorithm(section: Any, prefix: str, name: str, kind_name: str, choices: tuple[str, ...]) -> None:
+    """Config validation of a key that takes a registered name or a user's file: the name is one of `choices`, or
+    the file loads, has the function, and its signature fits `kind_name` (then it is registered in this process).
+    Raises ConfigError naming `prefix` + `name`."""
+    from verl.utils.config import ConfigError
+
+    value, key = getattr(section, name), prefix + name
+    if is_user_spec(value):
+        try:
+            register_user_function(kind_name, value, key)
+        except AlgorithmFunctionLoadError as error:
+            raise ConfigError(str(error)) from None
+    elif value not in choices:
+        raise ConfigError(
+            f"Config key '{key}' is '{value}'; choose one of: {', '.join(choices)}, or your own function as "
+            f"'path/to/file.py:function' (README.md, 'Your own algorithm')."
+        )
