@@ -19,8 +19,11 @@ import json
 import os
 import textwrap
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
+from repo_files import load_repo_file
 
 from verl.rewards import sandbox
 from verl.rewards.sandbox import SandboxLimits, bwrap, cgroups, run_python, run_python_cases
@@ -255,3 +258,127 @@ def test_what_a_run_writes_is_capped_in_total_and_never_reaches_the_disk() -> No
     assert lines[0] == "stopped OSError", (result.stdout, result.stderr)
     written = int(lines[1].split()[1])
     assert 0 < written * 1000 * 1024 <= 64 * 2**20, written
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Round two (issue 45): copying a sibling's or an earlier run's answer, forging the judge, stalling the trainer.
+
+
+@pytest.fixture(scope="module")
+def code_reward() -> ModuleType:
+    return load_repo_file("examples/reward_function/code.py", "code_reward_attacks")
+
+
+def _sample(program: str, ground_truth: dict[str, Any]) -> dict[str, Any]:
+    return {"response": f"```python\n{program}\n```", "ground_truth": ground_truth, "uid": "attack", "prompt": ""}
+
+
+BIG_SUM = {"inputs": ["123456 654321\n"], "outputs": ["777777\n"]}
+HONEST_SUM = "a, b = map(int, input().split())\nprint(a + b)\n"
+SYSCALL = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+
+
+def test_an_answer_left_in_a_kernel_keyring_is_no_use_to_a_later_or_concurrent_run(code_reward: ModuleType) -> None:
+    """An honest run stores its answer in its uid's user keyring (which outlives the run) and in a named session
+    keyring (which another uid can join); a run that computes nothing looks in both. Keyring calls are refused."""
+    stash = (
+        HONEST_SUM
+        + SYSCALL
+        + textwrap.dedent(
+            """
+        answer = str(a + b).encode()
+        libc.syscall(248, b"user", b"verl-answer", answer, len(answer), ctypes.c_long(-4))  # add_key: user keyring
+        libc.syscall(250, 1, b"verl-shared")  # keyctl(KEYCTL_JOIN_SESSION_KEYRING, name)
+        libc.syscall(248, b"user", b"verl-answer", answer, len(answer), ctypes.c_long(-3))  # the session keyring
+        """
+        )
+    )
+    cheat = SYSCALL + textwrap.dedent(
+        """
+        found = b""
+        buffer = ctypes.create_string_buffer(64)
+        for keyring in (-4, -3):  # KEY_SPEC_USER_KEYRING, then KEY_SPEC_SESSION_KEYRING after joining
+            if keyring == -3:
+                libc.syscall(250, 1, b"verl-shared")
+            key = libc.syscall(250, 10, ctypes.c_long(keyring), b"user", b"verl-answer", 0)  # KEYCTL_SEARCH
+            if key > 0:
+                size = libc.syscall(250, 11, ctypes.c_long(key), buffer, 64)  # KEYCTL_READ
+                found = buffer.raw[:size]
+        print(found.decode())
+        """
+    )
+    honest, copied = code_reward.compute_score([_sample(stash, BIG_SUM), _sample(cheat, BIG_SUM)], max_workers=1)
+    assert honest["overall"] == 1.0
+    assert copied["overall"] == 0.0, copied
+    both = code_reward.compute_score([_sample(stash, BIG_SUM), _sample(cheat, BIG_SUM)], max_workers=2)
+    assert both[1]["overall"] == 0.0, both
+
+
+def test_locks_on_shared_read_only_files_carry_no_answer_to_a_concurrent_run(code_reward: ModuleType) -> None:
+    """The honest run signals each bit of its answer by locking one of 20 stdlib files (the same inodes in every
+    run); the concurrent cheat reads the bits back with non-blocking locks. flock and fcntl locks are refused."""
+    sender = HONEST_SUM + textwrap.dedent(
+        """
+        import fcntl, glob, os, time
+        files = [open(path, "rb") for path in sorted(glob.glob(os.path.dirname(os.__file__) + "/*.py"))[:20]]
+        for bit, file in enumerate(files):
+            if (a + b) >> bit & 1:
+                try:
+                    fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    pass
+                try:
+                    fcntl.lockf(file, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                except OSError:
+                    pass
+        time.sleep(3)
+        """
+    )
+    receiver = textwrap.dedent(
+        """
+        import fcntl, glob, os, time
+        time.sleep(1)
+        files = [open(path, "rb") for path in sorted(glob.glob(os.path.dirname(os.__file__) + "/*.py"))[:20]]
+        answer = 0
+        for bit, file in enumerate(files):
+            try:
+                fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(file, fcntl.LOCK_UN)
+            except BlockingIOError:
+                answer |= 1 << bit
+            except OSError:
+                pass
+        print(answer)
+        """
+    )
+    honest, copied = code_reward.compute_score([_sample(sender, BIG_SUM), _sample(receiver, BIG_SUM)], max_workers=2)
+    assert honest["overall"] == 1.0
+    assert copied["overall"] == 0.0, copied
+
+
+def test_the_channels_of_shared_kernel_objects_are_refused_outright() -> None:
+    """What the filter refuses, each call on its own: keyrings, flock, fcntl record locks, inotify."""
+    program = SYSCALL + textwrap.dedent(
+        """
+        import errno, fcntl, os
+        refused = []
+        if libc.syscall(248, b"user", b"k", b"v", 1, ctypes.c_long(-4)) < 0 and ctypes.get_errno() == errno.EPERM:
+            refused.append("add_key")
+        if libc.syscall(250, 0, -4, 0) < 0 and ctypes.get_errno() == errno.EPERM:
+            refused.append("keyctl")
+        with open(os.__file__, "rb") as file:
+            for name, call in (("flock", lambda: fcntl.flock(file, fcntl.LOCK_SH)),
+                               ("lockf", lambda: fcntl.lockf(file, fcntl.LOCK_SH)),
+                               ("inotify", lambda: os.close(libc.syscall(294, 0)) if libc.syscall(294, 0) >= 0
+                                else (_ for _ in ()).throw(OSError(ctypes.get_errno(), "")))):
+                try:
+                    call()
+                except OSError as error:
+                    if error.errno == errno.EPERM:
+                        refused.append(name)
+        print(" ".join(refused))
+        """
+    )
+    for mode in ("bwrap", "namespaces"):
+        result = run_python(program, limits=SandboxLimits(isolation=mode))
+        assert (result.status, result.stdout) == ("ok", "add_key keyctl flock lockf inotify\n"), (mode, result.stderr)

@@ -84,19 +84,22 @@ def _layout() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     return tuple(binds), tuple(links), tuple(covered)
 
 
-def command(bwrap: str, scratch: str, privileged: bool, tmpfs_bytes: int) -> list[str]:
+def command(bwrap: str, scratch: str, privileged: bool, tmpfs_bytes: int, seccomp_fd: int | None = None) -> list[str]:
     """bwrap and its options, up to and including "--": append the interpreter and its arguments.
 
     `privileged` (a root trainer): bwrap makes the namespaces with root's rights and the bootstrap then becomes the
     run's dedicated unprivileged uid, a real host uid, so RLIMIT_NPROC counts the run's processes and the files it
     writes belong to it. Otherwise a user namespace maps the program's uid (nobody) to the trainer's own, without
-    capabilities. /tmp and /dev/shm are each capped at `tmpfs_bytes`.
+    capabilities. /tmp and /dev/shm are each capped at `tmpfs_bytes`. `seccomp_fd`: a descriptor bwrap reads the
+    program's seccomp filter from (seccomp.py), installed just before the interpreter starts.
     """
     binds, links, covered = _layout()
     argv = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     if not privileged:
         argv += ["--unshare-user", "--disable-userns", "--uid", str(UID), "--gid", str(UID), "--cap-drop", "ALL"]
     argv += ["--hostname", "sandbox", "--die-with-parent", "--new-session", "--unsetenv", "PWD"]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     made = {"/"}
 
     def parents(path: str) -> list[str]:  # folders bwrap would otherwise make private (0700) in privileged mode

@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from verl.rewards.sandbox import bwrap
+from verl.rewards.sandbox import bwrap, seccomp
 from verl.rewards.sandbox.limits import SandboxUnavailable
 
 
@@ -54,6 +54,32 @@ def _load_libc() -> tuple[Any, Any]:
 
 
 _UNSHARE, _MOUNT = _load_libc()
+
+SECCOMP_FILTER = seccomp.program()
+"""The filter every sandboxed interpreter starts under (seccomp.py); b"" on a machine it has no filter for."""
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _load_seccomp() -> tuple[Any, Any, Any]:
+    """libc's prctl and the filter as struct sock_fprog, made once here (the child may not allocate them)."""
+    if not SECCOMP_FILTER:
+        return None, None, None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None, None, None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    instructions = ctypes.create_string_buffer(SECCOMP_FILTER, len(SECCOMP_FILTER))
+    fprog = _SockFprog(len(SECCOMP_FILTER) // 8, ctypes.addressof(instructions))
+    return prctl, fprog, instructions
+
+
+_PRCTL, _FPROG, _FILTER_BUFFER = _load_seccomp()
+_PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 38, 22, 2
 
 
 @dataclass(frozen=True)
@@ -127,6 +153,10 @@ class _ChildSetup:
         if hard != resource.RLIM_INFINITY:
             nproc = min(nproc, hard)
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        if not self.bwrap and _PRCTL is not None:  # under bwrap, bwrap installs the filter
+            no_new_privileges = _PRCTL(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+            if no_new_privileges or _PRCTL(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(_FPROG), 0, 0):
+                raise OSError(ctypes.get_errno(), "prctl refused the sandbox's seccomp filter")
 
     @staticmethod
     def _unshare(candidates: tuple[int, ...]) -> int:

@@ -42,7 +42,7 @@ import psutil
 from verl.rewards.sandbox import bootstrap, bwrap, cgroups, fusion
 from verl.rewards.sandbox.bootstrap import empty_directory, kill_group, wait_for_exit
 from verl.rewards.sandbox.limits import STDERR_TAIL_BYTES, SandboxLimits, SandboxResult, SandboxUnavailable
-from verl.rewards.sandbox.plans import _candidate_plans, _ChildSetup, _namespace, _Plan
+from verl.rewards.sandbox.plans import SECCOMP_FILTER, _candidate_plans, _ChildSetup, _namespace, _Plan
 from verl.rewards.sandbox.slots import _SLOTS, UID_BASE, _kill_all_of_uid, _tasks_of_current_uid
 
 
@@ -261,9 +261,16 @@ def _start_interpreter(
     home = bwrap.WORKDIR if setup.bwrap else scratch  # under bwrap: a tmpfs counted in the run's memory
     env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8", "HOME": home, "TMPDIR": home}
     env[MARKER_ENV] = sandbox_id
+    filter_fd = None
     if setup.bwrap:  # a user of its own in its own PID namespace: the harness may kill(-1)
         privileged = setup.uid is not None
-        args = [*bwrap.command(setup.bwrap, scratch, privileged, setup.tmpfs_bytes), bwrap.interpreter()]
+        if SECCOMP_FILTER:  # bwrap reads the filter from a pipe and installs it just before the interpreter starts
+            filter_fd, write_end = os.pipe()
+            os.write(write_end, SECCOMP_FILTER)
+            os.close(write_end)
+            pass_fds = (*pass_fds, filter_fd)
+        command = bwrap.command(setup.bwrap, scratch, privileged, setup.tmpfs_bytes, filter_fd)
+        args = [*command, bwrap.interpreter()]
         user = f"u{setup.uid}" if privileged else "0"
         args += ["-I", "-c", _BOOTSTRAP, _namespace("net"), PROGRAM_NAME, user, *manifest]
     else:
@@ -271,18 +278,22 @@ def _start_interpreter(
         args = [sys.executable, "-I", "-c", _BOOTSTRAP, _namespace("net"), PROGRAM_NAME, shared_uid, *manifest]
     since = time.time() - 5.0  # psutil's create_time may be off by a second (boot time in whole seconds)
     start = time.monotonic()
-    process = subprocess.Popen(  # noqa: S603
-        args,
-        stdin=stdin,
-        stdout=output[0],
-        stderr=output[1],
-        cwd=scratch,
-        env=env,
-        start_new_session=True,
-        preexec_fn=setup,
-        close_fds=True,
-        pass_fds=pass_fds,
-    )
+    try:
+        process = subprocess.Popen(  # noqa: S603
+            args,
+            stdin=stdin,
+            stdout=output[0],
+            stderr=output[1],
+            cwd=scratch,
+            env=env,
+            start_new_session=True,
+            preexec_fn=setup,
+            close_fds=True,
+            pass_fds=pass_fds,
+        )
+    finally:
+        if filter_fd is not None:
+            os.close(filter_fd)
     return _Interpreter(process, sandbox_id, since, start)
 
 

@@ -1,0 +1,128 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""A seccomp filter for sandboxed programs: the system calls of the channels that outlive a run or cross between
+concurrent runs although every namespace is private, refused with EPERM.
+
+- Kernel keyrings (`add_key`, `request_key`, `keyctl`): a uid's user keyring outlives its processes, and a named
+  session keyring can be joined by another uid's process, so a run could hand its answers to a later or concurrent
+  one. Docker's default profile refuses these three calls too.
+- File locks (`flock`, and `fcntl`'s F_GETLK/F_SETLK/F_SETLKW and their F_OFD_ forms): a lock belongs to the inode,
+  and the read-only system files are the same inodes in every run, so one run's locks are visible to another.
+- inotify (`inotify_init`, `inotify_init1`, `inotify_add_watch`): a watch on a shared read-only file sees another
+  run open or read it.
+
+The filter is classic BPF (the format bubblewrap's `--seccomp FD` and `prctl(PR_SET_SECCOMP)` take), assembled here
+because it is a dozen instructions: check the architecture (any other is killed: its system call numbers differ),
+refuse x32 calls on x86_64, refuse the calls above, and allow everything else. Machines other than x86_64 and
+aarch64 get no filter (`program()` returns b"" and the isolation report says so).
+"""
+
+import errno
+import platform
+import struct
+
+
+# struct seccomp_data: int nr; __u32 arch; __u64 instruction_pointer; __u64 args[6] (little-endian machines only).
+_NR_OFFSET, _ARCH_OFFSET = 0, 4
+_ARG1_LOW_OFFSET = 16 + 8 * 1  # the low 32 bits of args[1] (fcntl's command)
+# Classic BPF opcodes (linux/filter.h) and seccomp return values (linux/seccomp.h).
+_LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS: load the 32-bit word at offset k of seccomp_data
+_JEQ_K = 0x15  # BPF_JMP | BPF_JEQ | BPF_K: if A == k skip jt instructions, else skip jf
+_JGE_K = 0x35  # BPF_JMP | BPF_JGE | BPF_K
+_RET_K = 0x06  # BPF_RET | BPF_K
+_RET_ALLOW = 0x7FFF0000
+_RET_ERRNO = 0x00050000
+_RET_KILL_PROCESS = 0x80000000
+_X32_SYSCALL_BIT = 0x40000000
+
+_LOCK_COMMANDS = (5, 6, 7, 36, 37, 38)
+"""fcntl's F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW (the same on every Linux machine)."""
+
+# AUDIT_ARCH_* and the system call numbers (asm/unistd.h) of each supported machine.
+_MACHINES = {
+    "x86_64": {
+        "arch": 0xC000003E,
+        "x32": True,
+        "refused": {
+            "add_key": 248,
+            "request_key": 249,
+            "keyctl": 250,
+            "flock": 73,
+            "inotify_init": 253,
+            "inotify_init1": 294,
+            "inotify_add_watch": 254,
+        },
+        "fcntl": 72,
+    },
+    "aarch64": {
+        "arch": 0xC00000B7,
+        "x32": False,
+        "refused": {
+            "add_key": 217,
+            "request_key": 218,
+            "keyctl": 219,
+            "flock": 32,
+            "inotify_init1": 26,
+            "inotify_add_watch": 27,
+        },
+        "fcntl": 25,
+    },
+}
+REFUSED = ("add_key", "request_key", "keyctl", "flock", "inotify_init", "inotify_init1", "inotify_add_watch")
+"""The system calls the filter refuses (those a machine has), besides fcntl's lock commands."""
+
+
+def _assemble(instructions: list[tuple[int, str | int, str | int, int | str]]) -> bytes:
+    """struct sock_filter[] from (code, jump-if-true, jump-if-false, k) rows whose jumps may name labels.
+
+    A row ("label", name) marks the next instruction; a jump to a label becomes the count of instructions skipped."""
+    rows, labels = [], {}
+    for row in instructions:
+        if row[0] == "label":
+            labels[row[1]] = len(rows)
+        else:
+            rows.append(row)
+    packed = []
+    for index, (code, if_true, if_false, k) in enumerate(rows):
+        jumps = [labels[j] - index - 1 if isinstance(j, str) else j for j in (if_true, if_false)]
+        if not all(0 <= jump < 256 for jump in jumps):
+            raise ValueError(f"seccomp filter: jump out of range at instruction {index}.")
+        packed.append(struct.pack("=HBBI", code, jumps[0], jumps[1], k))
+    return b"".join(packed)
+
+
+def program(machine: str | None = None) -> bytes:
+    """The filter for `machine` (this one by default) as struct sock_filter[]; b"" where no filter is known."""
+    spec = _MACHINES.get(machine or platform.machine())
+    if spec is None:
+        return b""
+    code = [
+        (_LD_W_ABS, 0, 0, _ARCH_OFFSET),
+        (_JEQ_K, 0, "kill", spec["arch"]),
+        (_LD_W_ABS, 0, 0, _NR_OFFSET),
+    ]
+    if spec["x32"]:
+        code.append((_JGE_K, "refuse", 0, _X32_SYSCALL_BIT))
+    code += [(_JEQ_K, "refuse", 0, number) for number in spec["refused"].values()]
+    code += [(_JEQ_K, 0, "allow", spec["fcntl"]), (_LD_W_ABS, 0, 0, _ARG1_LOW_OFFSET)]
+    code += [(_JEQ_K, "refuse", 0, command) for command in _LOCK_COMMANDS]
+    code += [
+        ("label", "allow"),
+        (_RET_K, 0, 0, _RET_ALLOW),
+        ("label", "refuse"),
+        (_RET_K, 0, 0, _RET_ERRNO | errno.EPERM),
+        ("label", "kill"),
+        (_RET_K, 0, 0, _RET_KILL_PROCESS),
+    ]
+    return _assemble(code)
