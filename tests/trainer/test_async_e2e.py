@@ -25,7 +25,7 @@ from collections import Counter
 import pytest
 import torch
 
-from tests.trainer.test_e2e import undocumented_metrics
+from tests.trainer.test_e2e import REPO, VL_PIXELS, undocumented_metrics, vl_data
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.trainer.config import load_config
 from verl.trainer.runner import run_ppo
@@ -160,3 +160,38 @@ def test_stale_samples_train_and_resume_without_losing_a_prompt(workspace):
     assert texts(in_flight_at_2) <= later, "prompts in flight at the checkpoint were not regenerated"
     final = torch.load(root / "stale" / "global_step_4" / "async_in_flight.pt", weights_only=False)
     assert len(final) == 4 and not texts(final) & groups  # 5 batches admitted, 4 trained, none lost
+
+
+def test_image_prompts_continue_across_weight_syncs(workspace):
+    """Qwen2.5-VL with images: half the prompts capped at 4 response tokens, half at 16, so each step's quota is met by
+    short groups while long ones stop and continue, images and all, under the next weights."""
+    root = workspace["root"]
+    data_dir, vl_model = vl_data(root, "vl_async_data", "qwen2_5_vl")
+    rows = [json.loads(line) for line in open(f"{data_dir}/train.jsonl")]
+    with open(f"{data_dir}/train.jsonl", "w") as f:
+        for i, row in enumerate(rows):
+            f.write(json.dumps({**row, "max_response_tokens": 4 if i % 2 else 16}) + "\n")
+    replaced = ("data.train_files=", "data.max_prompt_length=", "worker.reward.", "worker.actor.model.model_path=")
+    args = [arg for arg in run_args(workspace, "vl_async") if not arg.startswith(replaced)]
+    args += [
+        f"data.train_files={data_dir}/train.jsonl",
+        "data.prompt_key=problem",
+        f"data.image_dir={data_dir}/images",
+        f"data.min_pixels={VL_PIXELS['qwen2_5_vl']}",
+        f"data.max_pixels={VL_PIXELS['qwen2_5_vl']}",
+        "data.max_prompt_length=128",
+        f"worker.actor.model.model_path={vl_model}",
+        "worker.rollout.limit_images=1",
+        f"worker.reward.reward_function={REPO}/examples/reward_function/count_shapes.py:compute_score",
+        "worker.rollout.mode=colocated",
+        "worker.rollout.max_staleness=1",
+        "trainer.max_steps=3",
+    ]
+    run_ppo(load_config(args))
+    log = read_log(root / "vl_async")
+    assert sorted(log) == [1, 2, 3]
+    assert max(row["async/staleness_max"] for row in log.values()) == 1.0
+    assert sum(row["async/resumed_share"] for row in log.values()) > 0  # some samples spanned two versions
+    for step in (1, 2, 3):
+        records = read_rollouts(root / "vl_async", step)
+        assert len(records) == 8 and all(record["images"] for record in records)
