@@ -658,6 +658,14 @@ def test_sft_shares_the_trainer_keys_and_their_checks(tmp_path):
             ["worker.rollout.mode=colocated", "data.rollout_batch_size=3", "worker.actor.global_batch_size=3"],
             r"admits data.rollout_batch_size=3 prompts per step, which must split evenly over the 2 devices",
         ),
+        (
+            [
+                "worker.rollout.mode=colocated",
+                "data.max_response_length=64",
+                "data.response_length_schedule={0: 64, 5: 32}",
+            ],
+            r"response_length_schedule=.* shortens the responses at a later stage",
+        ),
         (["algorithm.rollout_correction.mode=tis"], r"mode=tis compares.*worker.rollout.calculate_log_probs=true"),
         (["algorithm.rollout_correction.mode=clip"], r"algorithm.rollout_correction.mode"),
         (

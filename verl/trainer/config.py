@@ -608,6 +608,14 @@ def _check_async(config: PPOConfig) -> None:
             raise ConfigError(
                 f"{key} is not built for worker.rollout.mode={rollout.mode} yet; use worker.rollout.mode=sync with it."
             )
+    schedule = config.data.response_length_schedule
+    lengths = [schedule[step] for step in sorted(schedule)] if schedule else []
+    if any(later < earlier for earlier, later in zip(lengths, lengths[1:])):
+        raise ConfigError(
+            f"data.response_length_schedule={schedule} shortens the responses at a later stage; with "
+            f"worker.rollout.mode={rollout.mode} a response started under a stage continues under the next, so the "
+            "stages must not shrink: make the lengths non-decreasing."
+        )
     world = config.trainer.world_size()
     if config.data.rollout_batch_size % world != 0:
         raise ConfigError(
