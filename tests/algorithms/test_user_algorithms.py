@@ -152,7 +152,7 @@ def test_a_user_correction_mode_weights_and_rejects(files):
             "worker.rollout.calculate_log_probs=true",
         ]
     )
-    settings = config.algorithm.rollout_correction.settings()
+    settings = config.algorithm.rollout_correction
     mask = torch.ones(2, 3)
     old = torch.zeros(2, 3)
     rollout = torch.tensor([[-1.0, 0.5, 0.0], [-0.1, -0.1, -0.1]])  # row 0 sums to 0.5, row 1 to 0.3: both kept

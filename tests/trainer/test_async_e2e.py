@@ -112,6 +112,16 @@ def actor_weights(path) -> dict[str, torch.Tensor]:
     return state
 
 
+def assert_same_actor_weights(expected_step_dir, step_dir) -> None:
+    """The actor weights two runs saved are bit for bit the same (and there are some)."""
+    expected = actor_weights(expected_step_dir / "actor")
+    weights = actor_weights(step_dir / "actor")
+    assert expected.keys() == weights.keys() and expected
+    for name, tensor in expected.items():
+        if isinstance(tensor, torch.Tensor):
+            assert torch.equal(weights[name], tensor), name
+
+
 def test_max_staleness_zero_equals_the_synchronous_trainer(workspace):
     root = workspace["root"]
     run_ppo(load_config(run_args(workspace, "sync", "trainer.max_steps=3")))
@@ -124,12 +134,7 @@ def test_max_staleness_zero_equals_the_synchronous_trainer(workspace):
         assert async0[step]["async/staleness_max"] == 0.0 and async0[step]["async/resumed_share"] == 0.0
         strip = [{k: v for k, v in r.items() if k != "uid"} for r in read_rollouts(root / "sync", step)]
         assert [{k: v for k, v in r.items() if k != "uid"} for r in read_rollouts(root / "async0", step)] == strip
-    expected = actor_weights(root / "sync" / "global_step_3" / "actor")
-    weights = actor_weights(root / "async0" / "global_step_3" / "actor")
-    assert expected.keys() == weights.keys() and expected
-    for name, tensor in expected.items():
-        if isinstance(tensor, torch.Tensor):
-            assert torch.equal(weights[name], tensor), name
+    assert_same_actor_weights(root / "sync" / "global_step_3", root / "async0" / "global_step_3")
 
 
 def test_stale_samples_train_and_resume_without_losing_a_prompt(workspace):

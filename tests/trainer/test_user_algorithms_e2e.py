@@ -21,9 +21,8 @@ function that returns NaN in a worker stops the run naming itself and the step.
 import os
 
 import pytest
-import torch
 
-from tests.trainer.test_async_e2e import actor_weights
+from tests.trainer.test_async_e2e import assert_same_actor_weights
 from tests.trainer.test_e2e import read_log, text_args, workspace  # noqa: F401 - the module's workspace fixture
 from verl.trainer.config import load_config
 from verl.trainer.runner import run_ppo
@@ -73,12 +72,7 @@ def test_a_user_file_that_reimplements_the_builtins_trains_to_the_same_weights(w
     for expected, got in zip([row for row in builtin if "actor/pg_loss" in row], steps):
         for key in ("critic/advantages/max", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/pg_clipfrac"):
             assert got[key] == expected[key], key
-    expected = actor_weights(root / "builtin" / "global_step_2" / "actor")
-    weights = actor_weights(root / "user_file" / "global_step_2" / "actor")
-    assert expected.keys() == weights.keys() and expected
-    for name, tensor in expected.items():
-        if isinstance(tensor, torch.Tensor):
-            assert torch.equal(weights[name], tensor), name
+    assert_same_actor_weights(root / "builtin" / "global_step_2", root / "user_file" / "global_step_2")
 
 
 def test_the_examples_train(workspace):  # noqa: F811

@@ -43,7 +43,7 @@ METRIC_PREFIX = "rollout_corr/"
 """Prefix of every metric of this module (verl's)."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class CorrectionSettings:
     """`algorithm.rollout_correction`: the mode and its bounds. Every ratio is pi_old / pi_rollout."""
 

@@ -30,6 +30,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl.algorithms.rollout_correction import CorrectionSettings
 from verl.algorithms.schedules import check_response_length_schedule
 from verl.algorithms.user_functions import is_user_spec, require_algorithm
 from verl.models.config import read_model_config
@@ -149,7 +150,10 @@ class DataConfig:
 
 
 @dataclass
-class RolloutCorrectionConfig:
+class RolloutCorrectionConfig(CorrectionSettings):
+    """algorithm.rollout_correction: the mode (resolved from auto when the config is loaded) and the bounds, whose
+    meanings are those of `verl.algorithms.rollout_correction.CorrectionSettings`."""
+
     mode: str = "auto"
     """Off-policy correction between the engine's sampling policy and the trained one (docs/async.md): none,
     bypass (train against the engine's log-probs, no recomputed old policy), tis (token-level truncated importance
@@ -159,27 +163,6 @@ class RolloutCorrectionConfig:
     behaviour one), or your own as 'path/to/file.py:function' (README.md, "Your own algorithm"). auto: tis for
     worker.rollout.mode=colocated with max_staleness > 0, none otherwise (so that max_staleness=0 trains exactly as
     the synchronous trainer). Every mode but none needs rollout log-probs."""
-    is_cap: float = 2.0
-    """C: the cap of truncated importance weights (tis, seq_is, decoupled)."""
-    mask_low: float = 0.5
-    """icepop: tokens with pi_old / pi_rollout below this are masked."""
-    mask_high: float = 5.0
-    """icepop: tokens with pi_old / pi_rollout above this are masked."""
-    seq_low: float = 0.5
-    """seq_mis: sequences whose ratio is below this are rejected."""
-    seq_high: float = 2.0
-    """seq_mis: sequences whose ratio is above this are rejected."""
-    geo_low: float = 0.9
-    """geo_rs: sequences whose geometric-mean token ratio is below this are rejected."""
-    geo_high: float = 1.1
-    """geo_rs: sequences whose geometric-mean token ratio is above this are rejected."""
-
-    def settings(self) -> Any:
-        """The `verl.algorithms.rollout_correction.CorrectionSettings` of this config (mode resolved: not auto)."""
-        from verl.algorithms.rollout_correction import CorrectionSettings
-
-        values = {name: getattr(self, name) for name in self.__dataclass_fields__}
-        return CorrectionSettings(**values)
 
 
 @dataclass
@@ -586,7 +569,7 @@ def _check_async(config: PPOConfig) -> None:
     algorithm, rollout = config.algorithm, config.worker.rollout
     correction = algorithm.rollout_correction
     try:
-        correction.settings().validate("algorithm.rollout_correction")
+        correction.validate("algorithm.rollout_correction")
     except ValueError as err:
         raise ConfigError(str(err)) from None
     if correction.mode != "none" and not rollout.calculate_log_probs:

@@ -163,7 +163,7 @@ class RayPPOTrainer:
         actor = config.worker.actor
         # One epoch over one mini-batch is on-policy: the update's own forward gives the old log-probs (detached),
         # so the separate forward is skipped, unless the KL penalty in the reward needs them first.
-        self.correction = algo.rollout_correction.settings()
+        self.correction = algo.rollout_correction
         self.needs_old_log_probs = (
             actor.ppo_epochs != 1 or actor.global_batch_size < config.data.rollout_batch_size or self.kl_in_reward
         )
