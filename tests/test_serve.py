@@ -27,7 +27,6 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from http.server import ThreadingHTTPServer
 from types import SimpleNamespace
 
 import pytest
@@ -40,8 +39,9 @@ from verl.serve import (
     chat_message,
     check_request,
     forced_tool_calls,
-    make_handler,
+    make_server,
 )
+from verl.serve_loop import EngineLoop
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -208,7 +208,9 @@ class ScriptedEngine(ChatEngine):
     def __init__(self, pieces, prompt_tokens=7):
         self.name, self.max_model_len, self.lock, self.delay = "tiny", 512, threading.Lock(), 0.0
         self.pieces, self.prompt_tokens, self.aborted = pieces, prompt_tokens, []
+        self.steps = []
         self.llm = SimpleNamespace(llm_engine=self)
+        self.loop = EngineLoop(self)  # the server's engine loop, stepping this engine
 
     def _submit(self, request):
         options = check_request(request, self.name)
@@ -245,15 +247,16 @@ def scripted_server():
 
     def start(pieces):
         engine = ScriptedEngine(pieces)
-        server = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(engine))
+        server = make_server(engine, "127.0.0.1", 0)
         threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-        servers.append(server)
+        servers.append((server, engine))
         return engine, f"http://127.0.0.1:{server.server_address[1]}/v1"
 
     yield start
-    for server in servers:
+    for server, engine in servers:
         server.shutdown()
         server.server_close()
+        engine.loop.stop()
 
 
 def test_the_openai_client_reads_tool_calls_streamed_or_not(scripted_server):
@@ -406,6 +409,88 @@ def streamed(client, **fields):
         content[choice.index] += choice.delta.content or ""
         reasons[choice.index] = choice.finish_reason or reasons[choice.index]
     return content, reasons, chunks[-1].usage, chunks
+
+
+@pytest.fixture(scope="module")
+def live(tiny_model):
+    """The tiny model's ChatEngine in this process, served over HTTP: (base URL, the engine's count of unfinished
+    requests at each step, the request ids it aborted). The counts are read off the real engine, not faked."""
+    engine = ChatEngine(tiny_model, "tiny", 512, 32, "auto")
+    core = engine.llm.llm_engine
+    seen = SimpleNamespace(held=[], aborted=[])
+    step, abort = core.step, core.abort_request
+
+    def counted_step():
+        seen.held.append(core.get_num_unfinished_requests())
+        return step()
+
+    def recorded_abort(request_ids, *args, **kwargs):
+        seen.aborted.extend(request_ids)
+        return abort(request_ids, *args, **kwargs)
+
+    core.step, core.abort_request = counted_step, recorded_abort
+    server = make_server(engine, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1", seen, core
+    server.shutdown()
+    server.server_close()
+    engine.close()
+
+
+def in_threads(call, arguments):
+    """call(argument) for every argument at once, one thread each, released together: the results in order."""
+    barrier, results = threading.Barrier(len(arguments)), [None] * len(arguments)
+
+    def run(index):
+        barrier.wait()
+        results[index] = call(arguments[index])
+
+    threads = [threading.Thread(target=run, args=(index,)) for index in range(len(arguments))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    return results
+
+
+@pytest.mark.slow
+def test_concurrent_requests_share_the_engine(live):
+    """20 requests at once all get their own greedy reply, the one each gets alone, and the engine held several at
+    a time (one engine loop batches them; a lock around each request would keep its count at 1)."""
+    url, seen, core = live
+    cases = [request(messages=[{"role": "user", "content": f"Count to {i}."}], max_tokens=8, temperature=0.0)
+             for i in range(20)]  # fmt: skip
+    alone = [post(url, case)[2] for case in cases[:3]]
+    seen.held.clear()
+    together = in_threads(lambda case: post(url, case), cases)
+    assert all(status == 200 for status, _, _ in together)
+    assert [reply["choices"][0]["message"]["content"] for _, _, reply in together[:3]] == [
+        reply["choices"][0]["message"]["content"] for reply in alone
+    ]
+    assert all(reply["usage"]["completion_tokens"] == 8 for _, _, reply in together)
+    assert len({reply["id"] for _, _, reply in together}) == 20
+    assert max(seen.held) > 1
+    assert not core.has_unfinished_requests()
+
+
+@pytest.mark.slow
+def test_a_stream_that_is_left_is_aborted_while_the_others_finish(live):
+    url, seen, core = live
+    address = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=60)
+    body = request(stream=True, max_tokens=400, temperature=1.0, seed=1)
+    connection.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    first = json.loads(response.readline()[len(b"data: ") :])
+    response.close()  # the client goes long before the 400th token
+    connection.close()
+    others = in_threads(lambda i: post(url, request(max_tokens=4, temperature=0.0)), list(range(3)))
+    assert [status for status, _, _ in others] == [200] * 3
+    deadline = time.monotonic() + 60
+    while first["id"] not in seen.aborted and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert first["id"] in seen.aborted
+    assert post(url, request(max_tokens=2))[0] == 200 and not core.has_unfinished_requests()
 
 
 @pytest.mark.slow

@@ -16,8 +16,8 @@
     python -m verl.serve --model checkpoints/.../global_step_N/actor/huggingface --port 8000
 
 It serves `GET /v1/models` and `POST /v1/chat/completions` (streamed or not, with structured tool calls read by the
-parser training uses, or forced by tool_choice "required" or a named function) with the training engine's settings,
-one request at a time. It binds to 127.0.0.1 unless --host says otherwise and has no authentication: do not expose
+parser training uses, or forced by tool_choice "required" or a named function) with the training engine's settings.
+Concurrent requests share the engine's batches (verl.serve_loop: one thread steps the engine). It binds to 127.0.0.1 unless --host says otherwise and has no authentication: do not expose
 it.
 """
 
@@ -28,7 +28,6 @@ import logging
 import os
 import signal
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -36,6 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from verl.envs.tools import assistant_message, tool_call
+from verl.serve_loop import EngineLoop
 
 
 logger = logging.getLogger(__name__)
@@ -286,12 +286,13 @@ class Reply:
 
 
 class ChatEngine:
-    """A vLLM engine answering chat completion requests, one at a time, token by token.
+    """A vLLM engine answering chat completion requests token by token, all it holds in one batch.
 
     Each request is rendered as `LLM.chat` renders it (`LLM._preprocess_chat_one`: vLLM's renderer, which its OpenAI
     server uses too; tool-call arguments reach the template as dicts) and added to the engine with delta outputs.
-    The engine is stepped while the request runs (`LLMEngine.add_request`, `step`, `abort_request`): a stream sends
-    tokens as they are made, and a non-streamed reply is the same text gathered.
+    One thread owns the engine (verl.serve_loop.EngineLoop: `LLMEngine.add_request`, `step`, `abort_request`) and
+    steps it while it holds any request: a stream sends tokens as they are made, and a non-streamed reply is the
+    same text gathered.
     """
 
     def __init__(self, model: str, name: str, max_model_len: int, kv_cache_mb: int | None, dtype: str) -> None:
@@ -301,7 +302,7 @@ class ChatEngine:
         if on_cpu:
             # The engine lives in this process, as in training: vLLM's default on the CPU is an engine-core process
             # and a worker process besides this one, each importing vLLM and torch again (slower to start, and 3
-            # copies of the libraries in memory; docs/performance.md). Requests are answered one at a time anyway.
+            # copies of the libraries in memory; docs/performance.md). One thread steps it for every request.
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         from vllm import LLM
 
@@ -314,16 +315,17 @@ class ChatEngine:
         self.llm = LLM(**kwargs)
         self.name = name
         self.max_model_len = max_model_len
-        self.lock = threading.Lock()
+        self.loop = EngineLoop(self.llm.llm_engine)
 
     def close(self) -> None:
         """Stop the engine (on a GPU vLLM runs its engine core in a child process that would outlive us)."""
+        self.loop.stop()
         core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
         if core is not None:
             core.shutdown()
 
     def _submit(self, request: dict[str, Any]) -> Reply:
-        """Check `request`, render it and add it to the engine (the caller holds the lock)."""
+        """Check `request`, render it and add it to the engine (on the engine loop's thread)."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -360,23 +362,21 @@ class ChatEngine:
     def _run(self, request: dict[str, Any]) -> Iterator[tuple[Reply, ChoiceText | None, str]]:
         """Yields (reply, None, "") once the engine holds the request, then (reply, choice, content to send) for
         each step of each choice. Closing the iterator early aborts the request."""
-        with self.lock:
+
+        def add() -> tuple[list[str], Reply]:
             reply = self._submit(request)
-            engine, done = self.llm.llm_engine, False
-            try:
-                yield reply, None, ""
-                while not done and engine.has_unfinished_requests():
-                    for output in engine.step():
-                        if output.request_id != reply.id:
-                            continue
-                        reply.prompt_tokens = len(output.prompt_token_ids or []) or reply.prompt_tokens
-                        done = output.finished
-                        for completion in output.outputs:
-                            choice = reply.choices[completion.index]
-                            yield reply, choice, choice.add(completion)
-            finally:
-                if not done:
-                    engine.abort_request([reply.id])
+            return [reply.id], reply
+
+        reply, outputs = self.loop.submit(add)
+        try:
+            yield reply, None, ""
+            for output in outputs:
+                reply.prompt_tokens = len(output.prompt_token_ids or []) or reply.prompt_tokens
+                for completion in output.outputs:
+                    choice = reply.choices[completion.index]
+                    yield reply, choice, choice.add(completion)
+        finally:
+            outputs.close()
 
     def complete(self, request: dict[str, Any]) -> dict[str, Any]:
         """The chat.completion object of a non-streamed request."""
@@ -525,6 +525,19 @@ def make_handler(engine: ChatEngine) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class Server(ThreadingHTTPServer):
+    """One thread per connection; a listen backlog deep enough for a burst of clients (http.server's default of 5
+    resets the connections of a sixth and later client connecting at once)."""
+
+    request_queue_size = 256
+    daemon_threads = True
+
+
+def make_server(engine: ChatEngine, host: str, port: int) -> Server:
+    """The HTTP server of `engine` on host:port (0 picks a free port), not yet serving."""
+    return Server((host, port), make_handler(engine))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="a Hugging Face model directory (e.g. the merged checkpoint)")
@@ -542,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     engine = ChatEngine(
         args.model, args.served_model_name or args.model, args.max_model_len, args.kv_cache_mb, args.dtype
     )
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(engine))
+    server = make_server(engine, args.host, args.port)
     host, port = server.server_address[:2]
     print(f"Serving {engine.name} at http://{host}:{port}/v1 (OpenAI chat completions)", flush=True)
     signal.signal(signal.SIGTERM, _interrupt)  # a plain SIGTERM would leave the engine's process behind
