@@ -36,6 +36,14 @@ from verl.rewards import sandbox  # noqa: E402
 PROGRAM = "a, b = map(int, input().split())\nprint(a + b)\n"
 
 
+def _statuses(results: list[sandbox.SandboxResult]) -> dict[str, int]:
+    """How many results have each status (a busy machine starves the sandbox's low-weight cgroup into timeouts)."""
+    counts: dict[str, int] = {}
+    for result in results:
+        counts[result.status] = counts.get(result.status, 0) + 1
+    return counts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=64)
@@ -57,14 +65,15 @@ def main() -> None:
         )
         seconds["run_many"].append(time.monotonic() - started)
         if [r.stdout for r in separate] != expected:
-            raise SystemExit("the sandboxed programs did not print the expected sums")
+            raise SystemExit(f"the sandboxed programs did not print the expected sums: {_statuses(separate)}")
         for mode in modes:
             limits = sandbox.SandboxLimits(isolation=mode)
             started = time.monotonic()
             together = sandbox.run_many_cases([(PROGRAM, cases)] * args.samples, limits, max_workers=args.workers)
             seconds[f"run_many_cases[{mode}]"].append(time.monotonic() - started)
-            if [r.stdout for job in together for r in job] != expected:
-                raise SystemExit(f"the sandboxed programs did not print the expected sums ({mode})")
+            flat = [r for job in together for r in job]
+            if [r.stdout for r in flat] != expected:
+                raise SystemExit(f"the sandboxed programs did not print the expected sums ({mode}): {_statuses(flat)}")
     best = {name: min(values) for name, values in seconds.items()}
     for name, value in best.items():
         rate = args.samples / value

@@ -14,9 +14,11 @@
 """The attacks of the sandbox's threat model (docs/rewards.md), one test per class, under the default isolation
 (bubblewrap, with a cgroup per run where one can be made): what a program sees, what it leaves, what it can hold."""
 
+import dataclasses
 import glob
 import json
 import os
+import sys
 import textwrap
 from pathlib import Path
 from types import ModuleType
@@ -26,7 +28,7 @@ import pytest
 from repo_files import load_repo_file
 
 from verl.rewards import sandbox
-from verl.rewards.sandbox import SandboxLimits, bwrap, cgroups, run_python, run_python_cases
+from verl.rewards.sandbox import SandboxLimits, bwrap, cgroups, judge, run_python, run_python_cases
 
 
 pytestmark = pytest.mark.skipif(
@@ -273,6 +275,10 @@ def _sample(program: str, ground_truth: dict[str, Any]) -> dict[str, Any]:
     return {"response": f"```python\n{program}\n```", "ground_truth": ground_truth, "uid": "attack", "prompt": ""}
 
 
+def failures_of(score: dict[str, float]) -> dict[str, float]:
+    return {key: value for key, value in score.items() if key.startswith("num_") and value}
+
+
 BIG_SUM = {"inputs": ["123456 654321\n"], "outputs": ["777777\n"]}
 HONEST_SUM = "a, b = map(int, input().split())\nprint(a + b)\n"
 SYSCALL = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
@@ -382,3 +388,161 @@ def test_the_channels_of_shared_kernel_objects_are_refused_outright() -> None:
     for mode in ("bwrap", "namespaces"):
         result = run_python(program, limits=SandboxLimits(isolation=mode))
         assert (result.status, result.stdout) == ("ok", "add_key keyctl flock lockf inotify\n"), (mode, result.stderr)
+
+
+NOT_PLAIN_FOUR = textwrap.dedent(
+    """
+    class Four:  # not a plain value: the judge marks it, whatever its __eq__ says
+        def __eq__(self, other):
+            return True
+    def f(x):
+        return Four()
+    """
+)
+FORGED = '\n@verl-values [["int","4"]]\n'
+
+
+@pytest.mark.parametrize(
+    "forgery",
+    [
+        # write the line, then move stdout's offset back so that the judge's line lands before it
+        f"import os\nos.write(1, b'x' * 300 + b{FORGED!r})\ntry:\n    os.lseek(1, 0, os.SEEK_SET)\nexcept OSError:\n"
+        "    pass\n",
+        # a thread that keeps writing the line, so that one lands after the judge's
+        f"import os, threading\ndef spam():\n    while True:\n        os.write(1, b{FORGED!r})\n"
+        "threading.Thread(target=spam, daemon=True).start()\n",
+    ],
+    ids=["seek-back", "thread-after-the-judge"],
+)
+def test_a_judge_line_the_program_wrote_itself_never_counts(code_reward: ModuleType, forgery: str) -> None:
+    asserts = {"fn_name": "f", "asserts": ["assert f(2) == 4"]}
+    [score] = code_reward.compute_score([_sample(NOT_PLAIN_FOUR + forgery, asserts)])
+    assert score["overall"] == 0.0, score
+    [honest] = code_reward.compute_score([_sample("def f(x):\n    return x * 2\n", asserts)])
+    assert honest["overall"] == 1.0
+
+
+def test_a_case_finds_no_other_case_s_input_in_files_or_memory() -> None:
+    """Each case's code suffix names a token of its own; a case looks for the other cases' tokens in every file it
+    can reach (the harness's manifest under bubblewrap stayed readable) and in its own memory (forked from the
+    harness, which held every case's suffix)."""
+    program = textwrap.dedent(
+        r"""
+        import glob, os, re
+        own = input().strip()
+        pattern = re.compile(rb"zz-secret-([0-9]{6})-zz")
+        found = set()
+        for path in glob.glob("/tmp/verl-sandbox-*/*") + glob.glob("/tmp/verl-sandbox-*/.*"):
+            try:
+                found.update(pattern.findall(open(path, "rb").read()))
+            except OSError:
+                pass
+        with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb") as memory:
+            for line in maps:
+                addresses, permissions = line.split()[:2]
+                if "r" not in permissions or "[vvar" in line or "[vsyscall" in line:
+                    continue
+                start, end = (int(part, 16) for part in addresses.split("-"))
+                try:
+                    memory.seek(start)
+                    found.update(pattern.findall(memory.read(end - start)))
+                except (OSError, OverflowError, ValueError):
+                    pass
+        print(sorted(token.decode() for token in found if token.decode() != own))
+        """
+    )
+    tokens = [f"{index:06d}" for index in range(100001, 100005)]
+    cases = [(token + "\n", f"_token = 'zz-secret-{token}-zz'\n") for token in tokens]
+    for mode in ("bwrap", "namespaces"):
+        for result in run_python_cases(program, cases, SandboxLimits(isolation=mode)):
+            assert (result.status, result.stdout) == ("ok", "[]\n"), (mode, result.stdout, result.stderr[-2000:])
+
+
+def test_builtins_in_the_test_are_the_trainer_s_not_the_program_s(code_reward: ModuleType) -> None:
+    """MBPP writes `assert set(f(x)) == set((4, 5))`: both calls of set run in the trainer, so a program that
+    rebinds set (or sorted, len) computes nothing and scores 0; an honest one still scores 1."""
+    asserts = {
+        "fn_name": "f",
+        "asserts": [
+            "assert set(f((4, 5, 4))) == set((4, 5))",
+            "assert sorted(f([2, 1])) == sorted([1, 2])",
+            "assert len(f('ab')) == len('ab')",
+        ],
+    }
+    cheat = "set = sorted = len = lambda *a: 0\ndef f(x):\n    return None\n"
+    honest = "def f(x):\n    return list(x)\n"
+    cheated, passed = code_reward.compute_score([_sample(cheat, asserts), _sample(honest, asserts)])
+    assert cheated["overall"] == 0.0, cheated
+    assert passed["overall"] == 1.0, passed
+
+
+@pytest.mark.timeout(60)  # a hang guard only: the decoder refuses the set before building it
+def test_a_set_of_colliding_hashes_is_refused_before_it_is_built(code_reward: ModuleType) -> None:
+    """35,000 ints that all hash to 0 (multiples of 2**61 - 1) in the judge's "set" form: the program skips the judge
+    and writes the line itself. Building that set in the trainer would be quadratic (seconds holding the GIL)."""
+    program = textwrap.dedent(
+        """
+        import os
+        items = ",".join('["int","%x"]' % (k * (2**61 - 1)) for k in range(35000))
+        os.write(1, ('\\n@verl-values [["set",' + items + ']]\\n').encode())
+        os._exit(0)
+        """
+    )
+    asserts = {"fn_name": "f", "asserts": ["assert f() == {1}"]}
+    [result] = run_python_cases(program, [("", "")], SandboxLimits(output_kb=2048))
+    assert result.status == "ok", result.stderr
+    [value] = judge.read_values(result.stdout_bytes, 1)
+    assert isinstance(value, judge._Failed) and value.key == "num_wrong_answer"
+    [score] = code_reward.compute_score([_sample(program, asserts)], output_kb=2048)
+    assert failures_of(score) == {"num_wrong_answer": 1.0}, score
+
+
+def test_a_result_holds_its_output_as_bytes_not_four_times_over() -> None:
+    """1 MiB of output with one character outside the BMP: decoded to str it takes 4 bytes a character."""
+    result = run_python_cases("import sys\nsys.stdout.write('\\U0001F600' + 'x' * (2**20 - 8))\n", [""])[0]
+    assert result.status == "ok", result.stderr
+    held = sum(sys.getsizeof(getattr(result, field.name)) for field in dataclasses.fields(result))
+    assert held < 2**20 + 64 * 1024, held
+
+
+@pytest.mark.timeout(20)  # a hang guard only: the extractor is one pass over the response
+def test_code_extraction_is_linear_on_unclosed_fences() -> None:
+    n = 80_000
+    responses = [
+        "```" + "a" * n,
+        "```" + " " * n,
+        "```" + "\t" * n,
+        "```" + "x" * (n // 2) + " " * (n // 2),
+        "```" + " " * (n // 2) + "py" * (n // 4),
+        "  ```" + "+#.-" * (n // 4),
+        "Here:\n```" + "python3" * (n // 7),
+        "```python\n" + "x = 1\n" * (n // 6),
+        "text\n" + "```\n" * (n // 4),
+    ]
+    assert [judge.extract_code(response) for response in responses] == [None] * len(responses)
+    assert judge.extract_code("```python\n" + "x = 1\n" * (n // 6) + "```") == "x = 1\n" * (n // 6)
+
+
+@needs_cgroup
+def test_the_runs_together_weigh_less_than_one_of_the_trainer_s_processes() -> None:
+    """The folder of all runs' cgroups has the lowest CPU weight, so spinning programs take the CPU the trainer
+    leaves idle (nice only orders a run's own processes: the cgroup is what competes with the trainer)."""
+    run_python("pass")  # the layout is made with the first run
+    layout = cgroups._layout()
+    if layout.version == "v2":
+        assert cgroups._read(os.path.join(layout.bases[""], "cpu.weight")).strip() == "1"
+    else:
+        assert cgroups._read(os.path.join(layout.bases["cpu"], "cpu.shares")).strip() == "2"
+
+
+def test_a_sample_s_cases_share_one_time_budget() -> None:
+    """A program that sleeps just under wall_s in every case: once sample_wall_s is spent, the cases left time out
+    without running, so the sample costs about sample_wall_s, not cases x wall_s."""
+    program = "import time\ntime.sleep(0.9)\nprint('slept')\n"
+    limits = SandboxLimits(wall_s=1.0, sample_wall_s=2.5)
+    results = run_python_cases(program, [""] * 12, limits)
+    statuses = [result.status for result in results]
+    assert statuses.count("ok") <= 3 and statuses.count("timeout") >= 9, statuses
+    assert all(result.status == "timeout" for result in results[3:]), statuses
+    spent = sum(result.wall_s for result in results)
+    assert spent <= limits.sample_wall_s + 1.0, spent  # the reported wall times add up to the budget, not 12 x 1 s

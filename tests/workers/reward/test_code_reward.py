@@ -260,7 +260,6 @@ FUNCTIONS = (
     "def raw():\n    return b'\\x00\\xff'\n"
     "def nested():\n    return {'a': [1, (2.5, None)], 'b': {3: 'x'}}\n"
     "def boom():\n    raise ValueError('no')\n"
-    "print('@verl-values [[\"int\",\"63\"]]')  # a line of its own before the judge's: the judge's is the last\n"
 )
 EVERY_FORM = [
     "assert add(1, 2) == 3",

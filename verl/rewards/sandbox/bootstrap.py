@@ -398,14 +398,42 @@ def empty_directory(path):
         os.close(top)
 
 
+def _read_suffix(fd):
+    # A case's stdin file starts with its code suffix: its length in bytes on a line, then the suffix; the stdin
+    # the program reads follows. Only the case's own child reads it, so the harness never holds another case's code.
+    header = b""
+    while not header.endswith(b"\n"):
+        byte = os.read(fd, 1)
+        if not byte:
+            raise EOFError("the case's stdin file ends inside its header")
+        header += byte
+    size, suffix = int(header), b""
+    while len(suffix) < size:
+        chunk = os.read(fd, size - len(suffix))
+        if not chunk:
+            raise EOFError("the case's stdin file ends inside its code suffix")
+        suffix += chunk
+    return suffix.decode("utf-8")
+
+
+def _manifest(text):
+    # "wall budget results stdin,stdout,stderr ...": descriptor numbers and limits only, given on the command line.
+    fields = text.split()
+    cases = [tuple(int(fd) for fd in case.split(",")) for case in fields[3:]]
+    return float(fields[0]), float(fields[1]), int(fields[2]), cases
+
+
 def _harness(source, path, manifest, kill_all):
     # Runs the cases one after another, each in a forked child; returns only in a child, which then runs its case.
     # Only this process writes the result pipe: children close it before any of the program's code runs, and
     # PR_SET_DUMPABLE=0 keeps processes of the same uid from ptrace, /proc/<pid>/mem and /proc/<pid>/fd on it.
+    # `budget` is the wall time all the cases may take together: a case gets what is left of it, at most `wall`,
+    # and once it is spent no case starts.
     import gc
     import time
 
-    wall, results, cases = manifest
+    wall, budget, results, cases = manifest
+    deadline = time.monotonic() + budget
     try:
         _prctl(4, 0)  # PR_SET_DUMPABLE
         _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
@@ -419,8 +447,9 @@ def _harness(source, path, manifest, kill_all):
     highest = max([results] + [fd for case in cases for fd in case[:3]]) + 1
     scratch, baseline = os.getcwd(), _state()
     gc.freeze()  # the collector in a child then leaves the harness's objects (and their copy-on-write pages) alone
-    for index, (stdin, stdout, stderr, suffix) in enumerate(cases):
-        if _state() != baseline or os.listdir(scratch):
+    for index, (stdin, stdout, stderr) in enumerate(cases):
+        case_wall = min(wall, deadline - time.monotonic())
+        if _state() != baseline or os.listdir(scratch) or case_wall <= 0:
             break
         os.write(results, b"S %d\n" % index)
         started = time.monotonic()
@@ -428,11 +457,11 @@ def _harness(source, path, manifest, kill_all):
         if child == 0:
             try:
                 os.setpgid(0, 0)
+                suffix = _read_suffix(stdin)
                 os.dup2(stdin, 0)
                 os.dup2(stdout, 1)
                 os.dup2(stderr, 2)
                 os.closerange(3, highest)
-                del cases[:]  # the other cases' suffixes are none of this case's business
                 _prctl(4, 1)  # dumpable again, like any process started from an executable
             except BaseException:
                 os._exit(1)
@@ -443,7 +472,7 @@ def _harness(source, path, manifest, kill_all):
             os.setpgid(child, child)
         except OSError:
             pass
-        timed_out = not wait_for_exit(child, wall)
+        timed_out = not wait_for_exit(child, case_wall)
         elapsed = time.monotonic() - started
         status, cpu = _end_case(child, kill_all)
         returncode = -9 if status is None else os.waitstatus_to_exitcode(status)
@@ -462,7 +491,7 @@ def _main():
         os.setuid(uid)
     shared_uid = user == "1"
     os.environ.pop("PWD", None)  # bwrap sets it; a run's environment is only what the trainer gives
-    manifest_name = sys.argv[4] if len(sys.argv) > 4 else ""
+    manifest = _manifest(sys.argv[4]) if len(sys.argv) > 4 else None
     workdir = os.environ.pop("VERL_SANDBOX_WORKDIR", "")  # under bwrap: the scratch folder is read-only
     path = os.path.join(workdir or os.getcwd(), program)
     sys.argv = [path]
@@ -470,15 +499,7 @@ def _main():
         source = file.read()
     if not workdir:
         os.unlink(program)
-    manifest, inherited = None, ()
-    if manifest_name:
-        import marshal
-
-        with open(manifest_name, "rb") as file:
-            manifest = marshal.loads(file.read())
-        if not workdir:
-            os.unlink(manifest_name)
-        inherited = [manifest[1]] + [fd for case in manifest[2] for fd in case[:3]]
+    inherited = () if manifest is None else [manifest[2]] + [fd for case in manifest[3] for fd in case]
     if workdir:
         os.chdir(workdir)
     own_pids = _fresh_pid_namespace()

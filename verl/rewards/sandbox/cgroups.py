@@ -35,8 +35,21 @@ ROOT = "/sys/fs/cgroup"
 GROUP = "verl-sandbox"
 """Runs' cgroups go in this folder under the trainer's own cgroup of each hierarchy (created once, left empty)."""
 V1_CONTROLLERS = ("memory", "pids", "cpu")
+CPU_WEIGHT_V2 = 1
+CPU_SHARES_V1 = 2
+"""The lowest CPU weight (v2 cpu.weight, 1 to 10000, 100 for a nice-0 task) and shares (v1, 2 to 262144, 1024),
+given to the folder of all runs: together they weigh 1/100 (1/512) of one of the trainer's nice-0 processes."""
 V1_OPTIONAL = ("cpuacct",)
 """Used where mounted (the run's CPU time); where it is co-mounted with cpu ("cpu,cpuacct") the cpu group has it."""
+
+
+def _lowest_weight(path: str, value: int) -> None:
+    """Give the folder of all runs the lowest CPU weight, so that the runs together weigh less than one nice-0 task
+    of the trainer (nice only orders a run's processes among themselves: the group is what competes)."""
+    try:
+        _write(path, str(value))
+    except OSError as error:
+        logger.warning("Could not set %s to %d (%s): sandboxed programs compete with the trainer.", path, value, error)
 
 
 def _own_path(controller: str) -> str:
@@ -89,6 +102,7 @@ class _Layout:
         if missing:
             raise OSError(f"{base} lacks the controllers {sorted(missing)} (not delegated to this user?)")
         _write(os.path.join(base, "cgroup.subtree_control"), " ".join(f"+{name}" for name in sorted(wanted)))
+        _lowest_weight(os.path.join(base, "cpu.weight"), CPU_WEIGHT_V2)
         self.version, self.bases = "v2", {"": base}
 
     def _legacy(self) -> None:
@@ -105,6 +119,7 @@ class _Layout:
                 with contextlib.suppress(OSError):
                     bases[controller] = _base(mount, controller)
                     os.makedirs(bases[controller], exist_ok=True)
+        _lowest_weight(os.path.join(bases["cpu"], "cpu.shares"), CPU_SHARES_V1)
         self.version, self.bases = "v1", bases
 
 

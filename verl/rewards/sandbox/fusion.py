@@ -88,14 +88,14 @@ def run_case(code: str, stdin: str, limits: SandboxLimits) -> SandboxResult:
     reply = _post(limits.endpoint, payload, timeout=limits.wall_s + 30.0)
     run = reply.get("run_result")
     status, returncode = _status(run)
-    stdout = (run or {}).get("stdout") or ""
+    stdout = ((run or {}).get("stdout") or "").encode("utf-8")
     stderr = (run or {}).get("stderr") or (reply.get("message", "") if run is None else "")
-    if len(stdout.encode("utf-8")) >= limits.output_kb * 1024:
-        status, stdout = "output_limit", stdout.encode("utf-8")[: limits.output_kb * 1024].decode("utf-8", "ignore")
+    if len(stdout) >= limits.output_kb * 1024:
+        status, stdout = "output_limit", stdout[: limits.output_kb * 1024]
     return SandboxResult(
         status=status,
         returncode=returncode,
-        stdout=stdout,
+        stdout_bytes=stdout,
         stderr=stderr[-STDERR_TAIL_BYTES:],
         wall_s=float((run or {}).get("execution_time") or time.monotonic() - started),
         cpu_s=float((run or {}).get("cpu_time") or 0.0),

@@ -17,7 +17,6 @@ of the program can reach, and the trainer reads the cases' outputs from files th
 """
 
 import logging
-import marshal
 import math
 import os
 import select
@@ -28,7 +27,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from verl.rewards.sandbox import cgroups, fusion
 from verl.rewards.sandbox.bootstrap import wait_for_exit
@@ -39,7 +38,6 @@ from verl.rewards.sandbox.runner import (
     _classify,
     _isolation,
     _program_exit_code,
-    _read_head,
     _read_tail,
     _run,
     _start_interpreter,
@@ -50,8 +48,6 @@ from verl.rewards.sandbox.runner import (
 logger = logging.getLogger(__name__)
 
 
-MANIFEST_NAME = "cases.marshal"
-"""run_python_cases: the harness's instructions (per-case descriptors and code suffixes), deleted before any case."""
 CASES_PER_PROCESS = 32
 """run_python_cases runs at most this many cases in one process (each holds three open files in the trainer)."""
 HARNESS_GRACE_S = 2.0
@@ -85,14 +81,18 @@ def run_python_cases(code: str, cases: Sequence[CaseSpec], limits: SandboxLimits
 
     Starting a sandboxed interpreter (and isolating and cleaning up after it) costs far more than a small program
     runs, so the interpreter starts once per CASES_PER_PROCESS cases, under the same isolation as `run_python`; a
-    harness in it compiles the code once, then forks one child per case. Each child gets the case's stdin and its
-    own stdout and stderr files (capped at output_kb), its own process group, a fresh RLIMIT_CPU count (the limit
+    harness in it compiles the code once, then forks one child per case. Each child gets the case's stdin, a stdout pipe
+    and a stderr file of its own (capped at output_kb), its own process group, a fresh RLIMIT_CPU count (the limit
     is per process) and the memory limit for itself, and runs the code, then the case's code suffix (an assert, a
     call; compiled apart from the code but numbered as if appended to it), as `__main__`, ending as an interpreter
     would (threads joined, atexit, flushed streams). After each case, at its end or at wall_s, the harness kills
     the case's processes (its group, then every process the case left), reaps them and empties the scratch
     directory, so every case starts from the harness's state before the first one: globals, modules, files in the
-    working directory and processes do not carry over. Files in /tmp and /dev/shm do (see the module's docstring).
+    working directory and processes do not carry over. Files in /tmp and /dev/shm do (docs/rewards.md).
+
+    Each case's stdout is a pipe the trainer reads as the case runs (the program cannot seek it or read it back);
+    its code suffix is read by that case's child alone, from the head of its stdin file, so neither the harness
+    nor any file holds another case's input. All the cases together take at most limits.sample_wall_s.
 
     Results come through a pipe only the harness holds: children close it before the code runs, and the harness
     makes itself undumpable, so no process of the uid can reach its descriptors or memory. What a case prints is
@@ -147,20 +147,35 @@ _HARNESS_REFUSED = threading.Event()
 
 
 def _run_cases(code: str, cases: list[tuple[str, str]], limits: SandboxLimits, plan: _Plan) -> list[SandboxResult]:
-    """All `cases`, CASES_PER_PROCESS per process; a process that stops early leaves the rest to a fresh one."""
+    """All `cases`, CASES_PER_PROCESS per process, within limits.sample_wall_s in all; a process that stops early
+    leaves the rest to a fresh one, and the cases left when the budget is spent are timed out without running."""
     results: list[SandboxResult] = []
+    deadline = time.monotonic() + limits.sample_wall_s
     while len(results) < len(cases):
-        if _HARNESS_REFUSED.is_set():
-            results.extend(_run(code + suffix, stdin, limits, plan) for stdin, suffix in cases[len(results) :])
+        budget = deadline - time.monotonic()
+        if budget <= 0:
+            results.extend(_not_run(limits) for _ in cases[len(results) :])
             break
-        results.extend(_run_harness(code, cases[len(results) : len(results) + CASES_PER_PROCESS], limits, plan))
+        if _HARNESS_REFUSED.is_set():
+            stdin, suffix = cases[len(results)]
+            results.append(_run(code + suffix, stdin, replace(limits, wall_s=min(limits.wall_s, budget)), plan))
+            continue
+        chunk = cases[len(results) : len(results) + CASES_PER_PROCESS]
+        results.extend(_run_harness(code, chunk, limits, plan, budget))
     return results
 
 
-def _run_harness(code: str, cases: list[tuple[str, str]], limits: SandboxLimits, plan: _Plan) -> list[SandboxResult]:
+def _not_run(limits: SandboxLimits) -> SandboxResult:
+    reason = f"not run: the program's cases had used up their time budget (sample_wall_s={limits.sample_wall_s})"
+    return SandboxResult("timeout", -9, b"", reason, 0.0)
+
+
+def _run_harness(
+    code: str, cases: list[tuple[str, str]], limits: SandboxLimits, plan: _Plan, budget: float
+) -> list[SandboxResult]:
     """One harness process under `plan`, in its own workspace."""
     with _workspace(limits, plan, harness=True) as (scratch, setup, cgroup):
-        return _run_harness_in(scratch, code, cases, limits, setup, cgroup)
+        return _run_harness_in(scratch, code, cases, limits, setup, cgroup, budget)
 
 
 @dataclass
@@ -177,8 +192,37 @@ class _Watch:
     """The harness could not protect its result pipe, and ran nothing."""
 
 
-def _watch(read_end: int, count: int, wall_s: float) -> _Watch:
-    """Read the harness's records until it closes the pipe or misses a deadline.
+class _Output:
+    """A case's stdout: a pipe the trainer reads while the case runs, so the program can neither seek back over what
+    it wrote nor read it; the first `limit` bytes are kept (bytes: nothing is decoded here), then the pipe is closed
+    and a program that writes on gets EPIPE (and is classified "output_limit")."""
+
+    def __init__(self, read_end: int, limit: int) -> None:
+        self.fd: int | None = read_end
+        self.limit = limit
+        self.data = bytearray()
+        os.set_blocking(read_end, False)
+
+    def read(self) -> bool:
+        """Take what the pipe holds now; False once it is closed (end of file or the limit reached)."""
+        while self.fd is not None:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except BlockingIOError:
+                return True
+            self.data += chunk[: self.limit - len(self.data)]
+            if not chunk or len(self.data) >= self.limit:
+                self.close()
+        return False
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _watch(read_end: int, count: int, wall_s: float, outputs: Sequence[_Output] = ()) -> _Watch:
+    """Read the harness's records until it closes the pipe or misses a deadline, and the cases' `outputs` meanwhile.
 
     Records, in this order only: "S i" (case i starts), "D i returncode timed_out wall cpu" (case i ended), or
     "U reason" alone. Each must come within wall_s + HARNESS_GRACE_S of the previous one (or of the start).
@@ -188,13 +232,21 @@ def _watch(read_end: int, count: int, wall_s: float) -> _Watch:
     deadline = time.monotonic() + budget
     poller = select.poll()
     poller.register(read_end, select.POLLIN)
+    readers = {output.fd: output for output in outputs if output.fd is not None}
+    for fd in readers:
+        poller.register(fd, select.POLLIN)
     pending = b""
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             watch.stalled = True
             return watch
-        if not poller.poll(math.ceil(remaining * 1000)):
+        events = poller.poll(math.ceil(remaining * 1000))
+        for fd, _ in events:
+            if fd in readers and not readers[fd].read():
+                poller.unregister(fd)
+                del readers[fd]
+        if not any(fd == read_end for fd, _ in events):
             continue
         chunk = os.read(read_end, 65536)
         if not chunk:
@@ -231,37 +283,53 @@ def _run_harness_in(
     limits: SandboxLimits,
     setup: _ChildSetup,
     cgroup: cgroups.RunCgroup | None = None,
+    budget: float = math.inf,
 ) -> list[SandboxResult]:
-    """Run the harness on `cases`; results of a non-empty prefix of them (the rest is for a fresh process)."""
+    """Run the harness on `cases` within `budget` wall seconds in all; results of a non-empty prefix of them (the rest
+    is for a fresh process, or timed out when the budget is spent)."""
     with ExitStack() as stack:
         # Unlinked files, as in _run_in: the program sees an empty scratch directory, and they are the trainer's
-        # (owned by it, mode 0600), reachable only through the descriptors the harness hands each case.
-        files = [[stack.enter_context(tempfile.TemporaryFile(dir=scratch)) for _ in range(3)] for _ in cases]
+        # (owned by it, mode 0600), reachable only through the descriptors the harness hands each case. A case's
+        # stdin file starts with its code suffix (bootstrap.py's _read_suffix), read by that case's child alone.
+        files = [[stack.enter_context(tempfile.TemporaryFile(dir=scratch)) for _ in range(2)] for _ in cases]
         log = stack.enter_context(tempfile.TemporaryFile(dir=scratch))  # the harness's own stdout and stderr
-        for (stdin_file, _, _), (stdin, _) in zip(files, cases):
-            stdin_file.write(stdin.encode("utf-8"))
+        for (stdin_file, _), (stdin, suffix) in zip(files, cases):
+            encoded = suffix.encode("utf-8")
+            stdin_file.write(b"%d\n%s%s" % (len(encoded), encoded, stdin.encode("utf-8")))
             stdin_file.seek(0)
         read_end, write_end = os.pipe()
         stack.callback(os.close, read_end)
-        descriptors = [tuple(file.fileno() for file in case_files) for case_files in files]
-        manifest = (float(limits.wall_s), write_end, [(*fds, suffix) for fds, (_, suffix) in zip(descriptors, cases)])
-        with open(os.path.join(scratch, MANIFEST_NAME), "wb") as manifest_file:
-            manifest_file.write(marshal.dumps(manifest))
+        outputs, stdout_ends = [], []
+        for _ in cases:
+            output_read, output_write = os.pipe()
+            outputs.append(_Output(output_read, limits.output_kb * 1024))
+            stack.callback(outputs[-1].close)
+            stdout_ends.append(output_write)
+        descriptors = [
+            (stdin.fileno(), stdout, stderr.fileno()) for (stdin, stderr), stdout in zip(files, stdout_ends)
+        ]
+        # No file: the manifest is descriptor numbers and limits, on the harness's command line.
+        manifest = f"{float(limits.wall_s)!r} {budget!r} {write_end} " + " ".join(
+            ",".join(map(str, fds)) for fds in descriptors
+        )
         try:
             pass_fds = (write_end, *(fd for fds in descriptors for fd in fds))
             interpreter = _start_interpreter(
-                scratch, code, setup, subprocess.DEVNULL, (log, log), (MANIFEST_NAME,), pass_fds
+                scratch, code, setup, subprocess.DEVNULL, (log, log), (manifest,), pass_fds
             )
         finally:
-            os.close(write_end)  # the harness holds the only write end: end of file means it is gone
+            for fd in (write_end, *stdout_ends):  # the harness holds the only write ends: end of file means it is gone
+                os.close(fd)
         watch = _Watch(reports=[], stalled=True)
         try:
-            watch = _watch(read_end, len(cases), limits.wall_s)
+            watch = _watch(read_end, len(cases), limits.wall_s, outputs)
             if not watch.stalled:
                 wait_for_exit(interpreter.process.pid, HARNESS_GRACE_S)
         finally:
             returncode, _, ended = interpreter.end(setup.uid, cgroup)
             returncode = _program_exit_code(setup, returncode)
+        for output in outputs:  # every writer is gone now: what is left in the pipes
+            output.read()
         oom = cgroup is not None and cgroup.oom_kills() > 0
         harness_log, _ = _read_tail(log, STDERR_TAIL_BYTES)
         if harness_log.strip():
@@ -275,10 +343,10 @@ def _run_harness_in(
             _HARNESS_REFUSED.set()
             return []
         results = []
-        for case_files, report in zip(files, [*watch.reports, None]):
-            stdout, stdout_size = _read_head(case_files[1], limits.output_kb * 1024)
-            stderr, stderr_size = _read_tail(case_files[2], STDERR_TAIL_BYTES)
-            largest = max(stdout_size, stderr_size)
+        for (_, stderr_file), output, report in zip(files, outputs, [*watch.reports, None]):
+            stdout = bytes(output.data)
+            stderr, stderr_size = _read_tail(stderr_file, STDERR_TAIL_BYTES)
+            largest = max(len(stdout), stderr_size)
             if report is not None:
                 case_returncode, timed_out, wall, cpu = report
                 status_name = _classify(timed_out, case_returncode, cpu, limits, largest, stderr, oom)

@@ -21,7 +21,7 @@ after the program (`add(1, 2)`) and prints its value, serialised strictly: built
 None, bytes, complex, list, tuple, dict, set, frozenset, nested) and their subclasses, read through the builtin
 type's own methods so that no method of the program's runs (a Counter is the dict it holds, an int subclass the
 int), and NumPy scalars as their Python value; anything else (a custom object) becomes a "not a plain value" marker
-that fails the case. The trainer parses the last such line and makes the comparison itself, so an expected literal
+that fails the case. The trainer parses that line (the only one, ending the output) and makes the comparison itself, so an expected literal
 (`== 3`, `math.isclose(..., 2.5)`, `abs(... - 2.5) < 1e-6`) never enters the program's process, and a program that
 exits before the line is printed fails. An expected value that is not a literal (`assert f(x) == g(y)`) is evaluated in the sandbox too, as its own value: a program that tampers
 with its interpreter could influence that side. docs/rewards.md, "How a case is judged", has the rules.
@@ -33,6 +33,7 @@ import math
 import operator
 import re
 import textwrap
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from keyword import iskeyword
@@ -55,9 +56,11 @@ VALUE_MARKER = "@verl-values "
 MAX_VALUE_DEPTH = 100
 """Values nested deeper than this (or cyclic ones) are not plain values."""
 
-# The opening fence starts a line (indented, as inside a list, is fine) and names the language; the block ends at the
-# next fence, even one that follows code on the same line, as small models often write it.
-_FENCED_BLOCK = re.compile(r"^[ \t]*```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)```", flags=re.MULTILINE | re.DOTALL)
+_FENCE_TAG = re.compile(r"[\w+#.-]*")
+"""The language tag after an opening fence (matched at one place only: linear)."""
+MAX_COLLISIONS = 32
+"""A set or dict the sandbox printed whose keys share one hash this many times is refused (not decoded): building
+it would take time quadratic in its size (ints that differ by multiples of 2**61 - 1 all hash alike)."""
 _FAILURES = {
     "timeout": "num_timeout",
     "cpu_limit": "num_timeout",
@@ -176,11 +179,38 @@ del _verl_judge_factory
 
 
 def extract_code(response: str) -> str | None:
-    """The last fenced Python (or untagged) code block of the response, dedented; None if there is none."""
-    blocks = [match for match in _FENCED_BLOCK.finditer(response) if match.group(1).lower() in PYTHON_TAGS]
-    if not blocks:
+    """The last fenced Python (or untagged) code block of the response, dedented; None if there is none.
+
+    An opening fence starts a line (indented, as inside a list, is fine), may name the language and ends its line;
+    the block ends at the next fence, even one that follows code on the same line, as small models often write it,
+    and the search for the next opening fence resumes on the line after. One pass over the response, each character
+    looked at a bounded number of times (the response comes from the model, before any sandbox: a regular expression
+    with backtracking took seconds on an unclosed fence)."""
+    last = None
+    start, end = 0, len(response)
+    while start < end:
+        line_end = response.find("\n", start)
+        if line_end == -1:
+            break  # an opening fence must end its line
+        indent = start
+        while indent < line_end and response[indent] in " \t":
+            indent += 1
+        if response.startswith("```", indent, line_end):
+            info = indent + 3
+            while info < line_end and response[info] in " \t":
+                info += 1
+            tag = _FENCE_TAG.match(response, info, line_end).group()
+            close = response.find("```", line_end + 1)
+            if close == -1:
+                break  # unclosed: no fence follows, so no block either
+            if tag.lower() in PYTHON_TAGS:
+                last = (line_end + 1, close)
+            start = response.find("\n", close + 3) + 1 or end  # the next line that may open a block
+        else:
+            start = line_end + 1
+    if last is None:
         return None
-    code = textwrap.dedent(blocks[-1].group(2))
+    code = textwrap.dedent(response[last[0] : last[1]])
     return code if code.strip() else None
 
 
@@ -206,7 +236,7 @@ class _NotPlain(Exception):
 
 
 Node = Any
-"""A node of the check (Literal, Value, Compare, BoolOp, Not, IsClose, AbsDifference); a plain alias, not a string
+"""A node of the check (Literal, Value, Compare, BoolOp, Not, IsClose, AbsDifference, Builtin); a plain alias, not a string
 annotation, because dataclasses look string annotations up in sys.modules, where a loaded reward file is not."""
 
 
@@ -264,7 +294,51 @@ class AbsDifference:
     b: Node
 
 
+@dataclass(frozen=True)
+class Builtin:
+    """A builtin applied in the trainer to its arguments' values (see TRAINER_BUILTINS): in `assert set(f(x)) ==
+    set((4, 5))` a program that rebinds `set` changes neither side."""
+
+    name: str
+    args: tuple[Node, ...]
+
+
 _NUMBERS = (int, float, bool, complex)
+
+
+def _hashed(kind: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`kind` (set, frozenset) of an iterable whose items were first checked for hash collisions."""
+    return lambda items: kind(_few_collisions(list(items)))
+
+
+def _dict(pairs: Any) -> dict[Any, Any]:
+    if type(pairs) is dict:
+        return dict(pairs)
+    pairs = [tuple(pair) for pair in pairs]
+    if any(len(pair) != 2 for pair in pairs):
+        raise ValueError("dict() takes pairs")
+    return dict(zip(_few_collisions([key for key, _ in pairs]), (value for _, value in pairs)))
+
+
+TRAINER_BUILTINS: dict[str, Callable[..., Any]] = {
+    "set": _hashed(set),
+    "frozenset": _hashed(frozenset),
+    "dict": _dict,
+    "list": list,
+    "tuple": tuple,
+    "sorted": sorted,
+    "len": len,
+    "sum": sum,
+    "min": min,
+    "max": max,
+    "abs": abs,
+    "int": int,
+    "float": float,
+    "str": str,
+    "bool": bool,
+}
+"""Builtins that a test calls without keywords (`set(f(x))`, `sorted(...)`, `len(...)`) are applied here, in the
+trainer, to the values of their arguments, never looked up in the program's namespace."""
 
 
 def _untuple(value: Any) -> Any:
@@ -336,6 +410,8 @@ def evaluate(node: Node, values: Sequence[Any]) -> Any:
             return math.isclose(a, b, rel_tol=rel_tol, abs_tol=abs_tol)
         if isinstance(node, AbsDifference):
             return abs(_number(evaluate(node.a, values)) - _number(evaluate(node.b, values)))
+        if isinstance(node, Builtin):
+            return TRAINER_BUILTINS[node.name](*(evaluate(argument, values) for argument in node.args))
     except _Failed:
         raise
     except Exception:  # values that do not compare (None < 1, a negative tolerance, an int too large for a float)
@@ -452,6 +528,14 @@ def _translate(node: ast.expr, expressions: list[str]) -> Node:
         [argument] = node.args
         if isinstance(argument, ast.BinOp) and isinstance(argument.op, ast.Sub):
             return AbsDifference(_translate(argument.left, expressions), _translate(argument.right, expressions))
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in TRAINER_BUILTINS
+        and not node.keywords
+        and not any(isinstance(argument, ast.Starred) for argument in node.args)
+    ):
+        return Builtin(node.func.id, tuple(_translate(argument, expressions) for argument in node.args))
     expressions.append(ast.unparse(node))
     return Value(len(expressions) - 1)
 
@@ -586,20 +670,50 @@ def _decode(item: Any, depth: int = 0) -> Any:
         return complex(float.fromhex(rest[0]), float.fromhex(rest[1]))
     containers = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}
     if tag in containers:
-        return containers[tag](_decode(part, depth + 1) for part in rest)
+        parts = [_decode(part, depth + 1) for part in rest]
+        return containers[tag](_few_collisions(parts) if tag in ("set", "frozenset") else parts)
     if tag == "dict" and len(rest) % 2 == 0:
         parts = [_decode(part, depth + 1) for part in rest]
-        return dict(zip(parts[::2], parts[1::2]))
+        return dict(zip(_few_collisions(parts[::2]), parts[1::2]))
     raise ValueError(f"unknown tag {tag!r:.40}")
 
 
-def read_values(stdout: str, count: int) -> list[Any] | None:
-    """The values on the last judge line of `stdout`, a _Failed for each that failed; None without a valid line."""
-    line = next((line for line in reversed(stdout.split("\n")) if line.startswith(VALUE_MARKER)), None)
+def _few_collisions(keys: list[Any]) -> list[Any]:
+    """`keys`, once it is clear that no more than MAX_COLLISIONS of them share a hash; _Failed otherwise.
+
+    Counting the hashes is linear: a hash is an int below 2**61 that hashes to itself, so the count's own table
+    has no collisions to speak of. Only then are the keys put in a set or dict (which is quadratic in the largest
+    group of equal hashes)."""
+    if len(keys) > MAX_COLLISIONS:
+        counts = Counter(map(hash, keys))
+        if max(counts.values()) > MAX_COLLISIONS:
+            raise _Failed("num_wrong_answer")
+    return keys
+
+
+def _judge_line(stdout: bytes) -> bytes | None:
+    """The judge's line: the one line of `stdout` that holds VALUE_MARKER, starting a line and ending the output.
+
+    The judge writes "\\n", the marker, the values and "\\n", and leaves at once; stdout is a pipe the program cannot
+    seek or read back. So a marker anywhere else (the program printed a line of its own, before or after the
+    judge's, or a thread of it wrote after the judge) means the line cannot be the judge's alone: None."""
+    marker = VALUE_MARKER.encode("ascii")
+    if stdout.count(marker) != 1:
+        return None
+    at = stdout.find(b"\n" + marker)
+    if at == -1 or not stdout.endswith(b"\n") or stdout.find(b"\n", at + 1) != len(stdout) - 1:
+        return None
+    return stdout[at + 1 + len(marker) : -1]
+
+
+def read_values(stdout: bytes | str, count: int) -> list[Any] | None:
+    """The values on the judge's line of `stdout` (see _judge_line), a _Failed for each that failed; None without
+    a valid line."""
+    line = _judge_line(stdout if isinstance(stdout, bytes) else stdout.encode("utf-8", "surrogatepass"))
     if line is None:
         return None
     try:
-        items = json.loads(line[len(VALUE_MARKER) :])
+        items = json.loads(line)
     except (ValueError, RecursionError):
         return None
     if type(items) is not list or len(items) != count:
@@ -615,12 +729,14 @@ def read_values(stdout: str, count: int) -> list[Any] | None:
                 values.append(_decode(item))
             except _NotPlain:
                 values.append(_Failed("num_wrong_answer"))
+            except _Failed as failed:
+                values.append(failed)
             except (ValueError, TypeError, RecursionError, OverflowError, MemoryError):
                 return None  # not what the judge prints: the program forged it
     return values
 
 
-def _judge(check: Check, stdout: str) -> str | None:
+def _judge(check: Check, stdout: bytes) -> str | None:
     """None when the check passes on the judge's values in `stdout`, else the failure key."""
     values = read_values(stdout, len(check.expressions))
     if values is None:  # the program exited before the judge ran (or printed a line the judge would not)
@@ -638,7 +754,7 @@ def outcome(case: Case, result: SandboxResult) -> str | None:
     """None when the case passed, else the failure key it counts under."""
     if result.status == "ok":
         if case.check is not None:
-            return _judge(case.check, result.stdout)
+            return _judge(case.check, result.stdout_bytes)
         passed = normalize_output(result.stdout) == normalize_output(case.expected_stdout or "")
         return None if passed else "num_wrong_answer"
     return _FAILURES.get(result.status, "num_runtime_error")

@@ -62,6 +62,11 @@ class SandboxLimits:
     Sandbox Fusion service at `endpoint`. See ISOLATION_MODES."""
     endpoint: str = ""
     """isolation="sandbox_fusion": the service's base URL (http://host:port), to which /run_code is posted."""
+    sample_wall_s: float = 20.0
+    """Wall-clock seconds all the cases of one program may take together (run_python_cases, run_many_cases): each
+    case gets what is left, at most wall_s, and the cases left once it is spent time out without running. It bounds
+    what one sample costs whatever its number of cases (a program that sleeps just under wall_s in every case would
+    otherwise cost cases x wall_s). Not applied by the remote sandbox_fusion service."""
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_MODES:
@@ -98,8 +103,9 @@ class SandboxResult:
     "memory_limit", "output_limit", "process_limit", or "killed" (a signal no limit explains)."""
     returncode: int
     """Exit code, or minus the signal number that ended the run."""
-    stdout: str
-    """At most output_kb KiB of stdout (decoded as UTF-8, invalid bytes replaced)."""
+    stdout_bytes: bytes
+    """At most output_kb KiB of stdout, as the program wrote it (kept as bytes: a str of non-ASCII text can take four
+    times the memory; `stdout` decodes it)."""
     stderr: str
     """The last STDERR_TAIL_BYTES of stderr."""
     wall_s: float
@@ -110,6 +116,11 @@ class SandboxResult:
     """The run's marker, the value of VERL_SANDBOX_ID in its processes' environment."""
     uid: int | None = None
     """The dedicated uid the run used, or None when it ran as the trainer's uid."""
+
+    @property
+    def stdout(self) -> str:
+        """stdout_bytes decoded as UTF-8 (invalid bytes replaced), anew at each access."""
+        return self.stdout_bytes.decode("utf-8", "replace")
 
 
 class SandboxUnavailable(RuntimeError):

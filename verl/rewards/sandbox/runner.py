@@ -254,7 +254,7 @@ def _start_interpreter(
     pass_fds: tuple[int, ...] = (),
 ) -> _Interpreter:
     """Write `code` into the scratch directory and start the sandboxed interpreter on it, through the bootstrap
-    (given a manifest's name, as the harness), in a session of its own, set up by `setup` before it runs."""
+    (given a manifest, the harness's descriptors and limits, as the harness), in a session of its own, set up by `setup` before it runs."""
     sandbox_id = uuid.uuid4().hex
     with open(os.path.join(scratch, PROGRAM_NAME), "w", encoding="utf-8") as program:
         program.write(code)
@@ -302,10 +302,10 @@ def _program_exit_code(setup: _ChildSetup, returncode: int) -> int:
     return 128 - returncode if setup.bwrap and 128 < returncode < 128 + signal.NSIG else returncode
 
 
-def _read_head(file: IO[bytes], limit: int) -> tuple[str, int]:
+def _read_head(file: IO[bytes], limit: int) -> tuple[bytes, int]:
     size = os.fstat(file.fileno()).st_size
     file.seek(0)
-    return file.read(limit).decode("utf-8", "replace"), size
+    return file.read(limit), size
 
 
 def _read_tail(file: IO[bytes], limit: int) -> tuple[str, int]:
