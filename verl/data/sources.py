@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from verl.utils.quiet import datasets_progress_bars_off
+from verl.utils.writable_dirs import cache_error, datasets_cache_dir, unwritable_reason
 
 
 DATA_FILE_BUILDERS: dict[str, str] = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
@@ -89,6 +90,7 @@ def _load_file(path: str) -> Any:
         )
     if _is_blank(path):
         raise ValueError(f"Dataset file {path!r} is empty; give a file with at least one row.")
+    _check_datasets_cache()
     try:
         with datasets_progress_bars_off():  # a local file parses in moments: its progress bar only adds lines
             loaded = datasets.load_dataset(builder, data_files=path, split="train")
@@ -102,6 +104,18 @@ def _load_file(path: str) -> Any:
     if len(loaded) == 0:
         raise ValueError(_NO_ROWS.format(path=path))
     return loaded
+
+
+def _check_datasets_cache() -> None:
+    """`datasets` writes every file it parses to its cache first: a cache it cannot write (a read-only home) is named,
+    rather than blamed on the dataset file."""
+    import datasets
+
+    directory = datasets.config.HF_DATASETS_CACHE
+    reason = unwritable_reason(str(directory))
+    if reason is not None:
+        variable = datasets_cache_dir()[1] or "HF_DATASETS_CACHE"
+        raise ValueError(cache_error(str(directory), variable, reason, "Loading a dataset file"))
 
 
 _NO_ROWS = "Dataset file {path!r} has no rows (e.g. an empty list, blank lines or a header only); add rows to it."

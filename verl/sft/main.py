@@ -34,7 +34,7 @@ from verl.data.sft_dataset import SFTDataError, SFTDataset, collate_sft
 from verl.sft.config import SFTConfig, load_sft_config
 from verl.trainer.checkpointing import CheckpointTracker, atomic_write, find_last_checkpoint, step_dir
 from verl.trainer.run_lock import CheckpointFolderInUse, RunLock
-from verl.utils.cli import keep_local_ray_on_loopback, load_config_or_exit
+from verl.utils.cli import keep_local_ray_on_loopback, load_config_or_exit, use_writable_dirs_or_exit
 from verl.utils.config import ConfigError, config_to_dict
 
 
@@ -185,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(config, int):
         return config
     keep_local_ray_on_loopback(config.trainer.nnodes)
+    if use_writable_dirs_or_exit() is not None:
+        return 2
     try:
         run_sft(config)
     except ConfigError as err:  # one that only running finds

@@ -21,7 +21,7 @@ import logging
 import sys
 
 from verl.trainer.config import PPOConfig, load_config
-from verl.utils.cli import keep_local_ray_on_loopback, load_config_or_exit
+from verl.utils.cli import keep_local_ray_on_loopback, load_config_or_exit, use_writable_dirs_or_exit
 
 
 logger = logging.getLogger(__name__)
@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(config, int):
         return config
     keep_local_ray_on_loopback(max(config.trainer.nnodes, config.worker.reward.model.nnodes))
+    if use_writable_dirs_or_exit() is not None:
+        return 2
     from verl.trainer.checkpointing import CheckpointSaveError
     from verl.trainer.preemption import TrainingInterrupted
     from verl.trainer.ray_setup import SetupError

@@ -84,3 +84,16 @@ def keep_local_ray_on_loopback(nodes: int) -> None:
     Ray reads the setting when it is imported, so this runs before anything imports ray; a user's own setting wins."""
     if nodes == 1 and not os.environ.get("RAY_ADDRESS") and "ray" not in sys.modules:
         os.environ.setdefault(RAY_LOOPBACK_ENV, "0")
+
+
+def use_writable_dirs_or_exit() -> int | None:
+    """Move the caches of datasets, vLLM, Triton and Ray off a home that cannot be written (verl.utils.writable_dirs),
+    before any of them is imported; 2 (the message printed) when a directory the user chose cannot be written."""
+    from verl.utils.writable_dirs import UnwritableDirectoryError, use_writable_dirs
+
+    try:
+        use_writable_dirs(starts_ray=not os.environ.get("RAY_ADDRESS"))
+    except UnwritableDirectoryError as err:
+        print(f"Error: {err}", file=sys.stderr)
+        return 2
+    return None

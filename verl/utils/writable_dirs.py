@@ -1,0 +1,149 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The directories a run writes outside its checkpoint folder, for a home that cannot be written (a Kubernetes pod
+with a read-only root, a locked-down cluster account).
+
+`datasets` caches every file it parses under `~/.cache/huggingface/datasets`, vLLM and Triton keep compiled kernels
+under `~/.cache/vllm` and `~/.triton`, and a Ray started here saves its authentication token in `~/.ray/auth_token`.
+Each reads its place from an environment variable when it is imported, so `use_writable_dirs` runs in the entry
+points before any of them is: a default place that cannot be written is moved under a private folder of the
+temporary directory, with a warning naming the variable that chooses it; a place the user chose that cannot be
+written is an error naming the variable.
+"""
+
+import logging
+import os
+import secrets
+import tempfile
+
+
+logger = logging.getLogger(__name__)
+
+
+class UnwritableDirectoryError(OSError):
+    """A directory the user chose through an environment variable cannot be written."""
+
+
+def _cache_home() -> str:
+    return os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+
+
+def _hf_home() -> str:
+    return os.environ.get("HF_HOME") or os.path.join(_cache_home(), "huggingface")
+
+
+def datasets_cache_dir() -> tuple[str, str]:
+    """Where `datasets` caches parsed files, and the variable that named it (the most specific one set)."""
+    if os.environ.get("HF_DATASETS_CACHE"):
+        return os.environ["HF_DATASETS_CACHE"], "HF_DATASETS_CACHE"
+    chosen_by = (
+        "HF_HOME" if os.environ.get("HF_HOME") else "XDG_CACHE_HOME" if os.environ.get("XDG_CACHE_HOME") else ""
+    )
+    return os.path.join(_hf_home(), "datasets"), chosen_by
+
+
+def unwritable_reason(directory: str) -> str | None:
+    """None when a file can be created in `directory` (made if missing), else the OS's reason."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".verl-write-test-")
+        os.close(fd)
+        os.remove(probe)
+    except OSError as error:
+        return error.strerror or str(error)
+    return None
+
+
+def cache_error(directory: str, variable: str, reason: str, what: str) -> str:
+    """The message for `what`'s cache `directory` (named by `variable`, or by default when empty) that cannot be
+    written."""
+    chosen = f"set by {variable}" if variable else "the default"
+    return (
+        f"{what} needs to write to {directory} ({chosen}), which cannot be written ({reason}): "
+        f"a read-only home directory? Point {variable or 'it'} at a writable directory."
+    )
+
+
+def _fallback_root() -> str:
+    root = os.path.join(tempfile.gettempdir(), f"verl-cache-{os.getuid()}")
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    return root
+
+
+def _move_if_unwritable(default: str, variable: str, what: str, subdir: str, also: str = "") -> None:
+    """Point `variable` at `subdir` of the fallback root when `default` (its value when unset) cannot be written."""
+    if os.environ.get(variable):
+        reason = unwritable_reason(os.environ[variable])
+        if reason is not None:
+            raise UnwritableDirectoryError(cache_error(os.environ[variable], variable, reason, what))
+        return
+    reason = unwritable_reason(default)
+    if reason is None:
+        return
+    moved = os.path.join(_fallback_root(), subdir)
+    os.makedirs(moved, exist_ok=True)
+    os.environ[variable] = moved
+    logger.warning(
+        "%s cannot write to %s (%s; a read-only home directory?): it uses %s for this run. Set %s%s to choose.",
+        what,
+        default,
+        reason,
+        moved,
+        variable,
+        also,
+    )
+
+
+def use_writable_dirs(starts_ray: bool) -> None:
+    """Before datasets, vLLM, Triton and Ray are imported: every directory they write by default can be written,
+    or is moved (see the module's docstring). `starts_ray`: this process starts its own Ray (no RAY_ADDRESS)."""
+    if not os.environ.get("HF_DATASETS_CACHE") and (os.environ.get("HF_HOME") or os.environ.get("XDG_CACHE_HOME")):
+        directory, variable = datasets_cache_dir()
+        reason = unwritable_reason(directory)
+        if reason is not None:
+            raise UnwritableDirectoryError(cache_error(directory, variable, reason, "The datasets library"))
+    datasets_dir = datasets_cache_dir()[0]
+    _move_if_unwritable(datasets_dir, "HF_DATASETS_CACHE", "The datasets library", "datasets", " (or HF_HOME)")
+    _move_if_unwritable(os.path.join(_cache_home(), "vllm"), "VLLM_CACHE_ROOT", "vLLM", "vllm", " (or XDG_CACHE_HOME)")
+    triton_dir = os.path.join(os.path.expanduser("~"), ".triton", "cache")
+    _move_if_unwritable(triton_dir, "TRITON_CACHE_DIR", "Triton", "triton")
+    if starts_ray:
+        _move_if_unwritable(os.environ.get("TMPDIR") or "/tmp", "RAY_TMPDIR", "Ray", "ray", " (or TMPDIR)")
+        _ray_token_path()
+
+
+def _ray_token_path() -> None:
+    """Ray (token authentication on by default) saves a new token in ~/.ray/auth_token; where that cannot be written,
+    a token is written under the fallback root and RAY_AUTH_TOKEN_PATH names it (authentication stays on)."""
+    if any(os.environ.get(name) for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")):
+        return
+    default = os.path.join(os.path.expanduser("~"), ".ray")
+    if os.path.isfile(os.path.join(default, "auth_token")):
+        return
+    reason = unwritable_reason(default)
+    if reason is None:
+        return
+    path = os.path.join(_fallback_root(), "ray_auth_token")
+    if not os.path.isfile(path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    os.environ["RAY_AUTH_TOKEN_PATH"] = path
+    logger.warning(
+        "Ray cannot save its authentication token in %s (%s; a read-only home directory?): it uses %s for this "
+        "run. Set RAY_AUTH_TOKEN_PATH to choose.",
+        default,
+        reason,
+        path,
+    )
