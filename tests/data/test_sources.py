@@ -15,6 +15,7 @@
 with an empty reason."""
 
 import json
+import re
 
 import datasets
 import pytest
@@ -63,3 +64,30 @@ def test_a_file_that_is_not_valid_still_says_why(tmp_path):
         ValueError, match=rf"^Could not read dataset file '{path}': .+\. Check that it is valid json\.$"
     ):
         load_source(str(path))
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "where"),
+    [
+        ("train.jsonl", b'{"prompt": "a", "answer": "1"}\n\n{"prompt": "caf\xe9", "answer": "2"}\n', "line 3 (row 1)"),
+        ("train.json", b'[{"prompt": "a", "answer": "1"},\n {"prompt": "caf\xe9", "answer": "2"}]', "line 2"),
+        ("train.csv", b"prompt,answer\na,1\ncaf\xe9,2\n", "line 3"),
+    ],
+)
+def test_a_byte_that_is_not_utf8_names_the_file_and_the_line(tmp_path, name, content, where):
+    path = tmp_path / name
+    path.write_bytes(content)  # one Latin-1 'e acute'
+    with pytest.raises(
+        ValueError, match=rf"^Dataset file '{path}' is not UTF-8: {re.escape(where)}, column \d+ has the byte 0xe9"
+    ) as error:
+        rows = load_source(str(path))
+        [rows.row(i) for i in range(len(rows))]  # today the bytes load, and reading the row fails
+    assert "iconv -f latin1 -t utf-8" in str(error.value)
+
+
+def test_utf8_text_and_a_byte_order_mark_load(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_bytes(
+        "\ufeff".encode() + json.dumps({"prompt": "café ∑", "answer": "1"}, ensure_ascii=False).encode() + b"\n"
+    )
+    assert load_source(str(path)).row(0)["prompt"] == "café ∑"

@@ -19,6 +19,7 @@ index inside that file rather than an index into the concatenation.
 
 import bisect
 import os
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -90,6 +91,8 @@ def _load_file(path: str) -> Any:
         )
     if _is_blank(path):
         raise ValueError(f"Dataset file {path!r} is empty; give a file with at least one row.")
+    if builder in ("json", "csv"):
+        _check_utf8(path)
     _check_datasets_cache()
     try:
         with datasets_progress_bars_off():  # a local file parses in moments: its progress bar only adds lines
@@ -104,6 +107,33 @@ def _load_file(path: str) -> Any:
     if len(loaded) == 0:
         raise ValueError(_NO_ROWS.format(path=path))
     return loaded
+
+
+def _check_utf8(path: str) -> None:
+    """A text dataset file must be UTF-8: `datasets` passes other bytes through to its rows, and the first read of such
+    a row fails with a UnicodeDecodeError naming neither file nor row. Read in blocks that end at a line's end."""
+    offset = lines_before = 0
+    with open(path, "rb") as f:
+        while block := f.read(1 << 24) + f.readline():
+            try:
+                block.decode("utf-8")
+            except UnicodeDecodeError as error:
+                line_start = block.rfind(b"\n", 0, error.start) + 1
+                line = lines_before + block.count(b"\n", 0, error.start) + 1
+                row = f" (row {_rows_before(path, offset + line_start)})" if path.lower().endswith(".jsonl") else ""
+                raise ValueError(
+                    f"Dataset file {path!r} is not UTF-8: line {line}{row}, column {error.start - line_start + 1} has "
+                    f"the byte 0x{block[error.start]:02x} ({error.reason}; a Latin-1 or Windows-1252 file?). Save it "
+                    f"as UTF-8, e.g. `iconv -f latin1 -t utf-8 {shlex.quote(path)} > fixed{os.path.splitext(path)[1]}`."
+                ) from None
+            offset += len(block)
+            lines_before += block.count(b"\n")
+
+
+def _rows_before(path: str, offset: int) -> int:
+    """The rows of a JSONL file (its non-blank lines) in its first `offset` bytes."""
+    with open(path, "rb") as f:
+        return sum(1 for line in f.read(offset).split(b"\n") if line.strip())
 
 
 def _check_datasets_cache() -> None:
