@@ -138,3 +138,25 @@ def test_an_image_that_many_rows_share_is_decoded_once(tmp_path, vl, monkeypatch
     rows = _rows_file(tmp_path, ["a.png", "b.png"] * 3)
     assert len(RLHFDataset(rows, tokenizer, processor, image_dir=str(tmp_path), **PIXELS)) == 6
     assert sorted(decoded) == ["a.png", "b.png"]
+
+
+def test_a_decompression_bomb_and_an_extreme_aspect_ratio_are_named_or_skipped(tmp_path, vl, caplog):
+    """Both common in scraped data: a 20000x20000 PNG of a few KB (over PIL's pixel limit: raised as
+    DecompressionBombError, no OSError) and a 4000x8 banner (Qwen-VL refuses an aspect ratio of 200 or more)."""
+    tokenizer, processor = vl
+    _noise_png(tmp_path / "a.png")
+    Image.new("1", (20000, 20000)).save(tmp_path / "bomb.png")
+    Image.new("RGB", (4000, 8)).save(tmp_path / "banner.png")
+    assert (tmp_path / "bomb.png").stat().st_size < 100_000
+    train = _rows_file(tmp_path, ["a.png", "bomb.png", "a.png", "banner.png", "a.png"])
+    with pytest.raises(DatasetRowError) as excinfo:
+        RLHFDataset(train, tokenizer, processor, image_dir=str(tmp_path), **PIXELS)
+    assert f"file '{train}', row 1, key 'images': image 0 cannot be read: 'bomb.png': " in str(excinfo.value)
+    assert "PIL.Image.MAX_IMAGE_PIXELS" in str(excinfo.value)
+    banner = _rows_file(tmp_path, ["a.png", "banner.png"], name="banner.jsonl")
+    with pytest.raises(DatasetRowError, match=r"row 1, key 'images': the processor refuses image 0 .*aspect ratio"):
+        RLHFDataset(banner, tokenizer, processor, image_dir=str(tmp_path), **PIXELS)
+    with caplog.at_level(logging.WARNING, logger="verl.data.dataset"):
+        loader, _ = create_dataloader(_config(tmp_path, train, skip_bad_rows=True), tokenizer, processor)
+    assert f"Skipped 2 bad row(s) of file '{train}' (data.skip_bad_rows=true)" in caplog.text
+    assert [list(batch.non_tensor_batch["ground_truth"]) for batch in loader] == [["0", "2"]]

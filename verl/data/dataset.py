@@ -31,11 +31,12 @@ import torch
 import torch.nn.functional as F
 from jinja2 import StrictUndefined, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 from torch.utils.data import Dataset
 
 from verl.data.multimodal import (
     DEFAULT_VIDEO_FPS,
+    IMAGE_ERRORS,
     count_image_tokens,
     image_size,
     load_image,
@@ -283,11 +284,22 @@ class RLHFDataset(Dataset):
             return len(raw_ids)
         if not prompt.videos:
             sizes = [self._image_size(index, position, value) for position, value in enumerate(prompt.images)]
-            counts = count_image_tokens(self.processor, sizes)
+            counts = self._count_image_tokens(index, sizes)
             image_token_id = getattr(self.processor, "image_token_id", None)
             if counts is not None and raw_ids.count(image_token_id) == len(counts):
                 return len(raw_ids) + sum(count - 1 for count in counts)
         return len(self._encode(index, prompt)["input_ids"])
+
+    def _count_image_tokens(self, index: int, sizes: list[tuple[int, int]]) -> list[int] | None:
+        """The processor's image tokens per image of row `index`; a size it refuses (Qwen-VL's aspect ratio of 200 or
+        more, e.g. a 4000x8 banner) is an error naming the row and the image."""
+        try:
+            return count_image_tokens(self.processor, sizes)
+        except ValueError as error:
+            position = next((p for p, size in enumerate(sizes) if not _counts(self.processor, size)), 0)
+            width, height = sizes[position]
+            problem = f"the processor refuses image {position} ({width}x{height} pixels after resizing to data.max_pixels): {error}"
+            raise self._error(index, self.image_key, problem) from None
 
     # ------------------------------------------------------------------------------------------------------------
     # one row
@@ -425,7 +437,7 @@ class RLHFDataset(Dataset):
         once per file: a truncated or corrupt image has a valid header and would otherwise fail only in its batch."""
         try:
             width, height = image_size(value, self.image_dir, self._image_sizes)
-        except (OSError, TypeError, ValueError, UnidentifiedImageError) as error:
+        except IMAGE_ERRORS as error:
             raise self._error(index, self.image_key, unreadable_image(position, value, error)) from None
         return resized_size(width, height, self.min_pixels, self.max_pixels)
 
@@ -434,7 +446,7 @@ class RLHFDataset(Dataset):
         for position, value in enumerate(prompt.images):
             try:
                 images.append(load_image(value, self.image_dir, self.min_pixels, self.max_pixels))
-            except (OSError, TypeError, ValueError, UnidentifiedImageError) as error:
+            except IMAGE_ERRORS as error:
                 raise self._error(index, self.image_key, unreadable_image(position, value, error)) from None
         for position, path in enumerate(prompt.videos):
             try:
@@ -532,6 +544,15 @@ class RLHFDataset(Dataset):
 
 # ----------------------------------------------------------------------------------------------------------------
 # the construction-time scan, optionally in forked worker processes
+
+
+def _counts(processor: Any, size: tuple[int, int]) -> bool:
+    try:
+        count_image_tokens(processor, [size])
+    except ValueError:
+        return False
+    return True
+
 
 _SCANNED_DATASET: RLHFDataset | None = None
 

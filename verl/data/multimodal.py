@@ -25,7 +25,7 @@ import os
 from typing import Any
 
 import numpy as np
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 
 
 ImageValue = str | bytes | bytearray | dict | Image.Image
@@ -89,6 +89,12 @@ def open_image(value: ImageValue, image_dir: str | None = None) -> Image.Image:
     )
 
 
+IMAGE_ERRORS = (OSError, TypeError, ValueError, UnidentifiedImageError, Image.DecompressionBombError)
+"""What opening or decoding a bad image raises: a missing or corrupt file, an unsupported value, data that is no image,
+and an image over PIL's pixel limit (Image.MAX_IMAGE_PIXELS: a 20000x20000 PNG of a few KB is common in scraped data;
+decoded, it would take more than a gigabyte)."""
+
+
 def check_image(value: ImageValue, image_dir: str | None = None) -> tuple[int, int]:
     """The (width, height) of an image whose pixels were all decoded: a truncated or corrupt file, whose header
     alone looks fine, fails here (OSError) rather than when its batch is built. The pixels are not kept."""
@@ -117,7 +123,9 @@ def unreadable_image(position: int, value: Any, error: Exception) -> str:
     when the value has one and the cause does not name it already."""
     if isinstance(value, dict) and value.get("bytes") is None:
         value = value.get("path")
-    reason = str(error)
+    reason = str(error).rstrip(". ")
+    if isinstance(error, Image.DecompressionBombError):
+        reason += " (over PIL.Image.MAX_IMAGE_PIXELS)"
     if isinstance(value, str) and value not in reason:
         reason = f"{value!r}: {reason}"
     return f"image {position} cannot be read: {reason}"

@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import UnidentifiedImageError
 
 from verl.data.multimodal import (
+    IMAGE_ERRORS,
     count_image_tokens,
     image_size,
     load_image,
@@ -173,10 +173,14 @@ class SFTDataset(torch.utils.data.Dataset):
         for position, value in enumerate(conversation.images):
             try:
                 width, height = image_size(value, config.image_dir, self._image_sizes)
-            except (OSError, TypeError, ValueError, UnidentifiedImageError) as error:
+            except IMAGE_ERRORS as error:
                 raise self._error(index, config.image_key, unreadable_image(position, value, error)) from None
             sizes.append(resized_size(width, height, config.min_pixels, config.max_pixels))
-        counts = count_image_tokens(self.processor, sizes)
+        try:
+            counts = count_image_tokens(self.processor, sizes)
+        except ValueError as error:  # a size the processor refuses (Qwen-VL: an aspect ratio of 200 or more)
+            problem = f"the processor refuses the image sizes {sizes} (after resizing to data.max_pixels): {error}"
+            raise self._error(index, config.image_key, problem) from None
         if counts is None:  # a processor that cannot count without pixels: run it once on the real images
             images = [
                 load_image(v, config.image_dir, config.min_pixels, config.max_pixels) for v in conversation.images
