@@ -182,6 +182,23 @@ def test_missing_config_file(files):
             ["worker.rollout.tensor_parallel_size=4", "trainer.n_gpus_per_node=2", "worker.actor.global_batch_size=8"],
             r"tensor_parallel_size=4 must divide",
         ),
+        # vLLM 0.32 (SamplingParams._verify_greedy_sampling) refuses n > 1 at temperature 0, when the first request
+        # is made; and any temperature above 2
+        (["worker.rollout.temperature=0"], r"worker.rollout.temperature=0 .*worker.rollout.n=2 > 1"),
+        (
+            ['worker.rollout.val_override_config={"temperature": 0, "n": 4}'],
+            r"worker.rollout.val_override_config.temperature=0.*worker.rollout.val_override_config.n=4 > 1",
+        ),
+        (
+            [
+                "worker.rollout.temperature=0",
+                "worker.rollout.n=1",
+                "algorithm.adv_estimator=remax",
+                'worker.rollout.val_override_config={"n": 2}',
+            ],
+            r"\(worker.rollout.temperature=0\).*worker.rollout.val_override_config.n=2 > 1",
+        ),
+        (["worker.rollout.temperature=2.5"], r"worker.rollout.temperature must lie in \[0, 2\], got 2.5"),
     ],
 )
 def test_cross_field_checks(files, override, pattern):
@@ -693,3 +710,10 @@ def test_async_mode_records_rollout_log_probs_and_picks_a_correction(files):
         [*base_args(files), "worker.rollout.mode=colocated", "algorithm.rollout_correction.mode=icepop"]
     )
     assert chosen.algorithm.rollout_correction.mode == "icepop"
+
+
+def test_greedy_sampling_with_one_response_is_accepted(files):
+    args = [*base_args(files), "worker.rollout.temperature=0", "worker.rollout.n=1", "algorithm.adv_estimator=remax"]
+    assert load_config([*args, 'worker.rollout.val_override_config={"n": 1}']).worker.rollout.temperature == 0
+    config = load_config([*base_args(files), 'worker.rollout.val_override_config={"temperature": 0}'])
+    assert config.worker.rollout.val_override_config == {"temperature": 0}  # validation's n is 1 unless set

@@ -138,6 +138,22 @@ def test_engine_concurrency_is_vllms_device_default_unless_set() -> None:
     assert build_engine_kwargs("/models/x", _config(max_num_seqs=64), multimodal=False)["max_num_seqs"] == 64
 
 
+def test_max_num_batched_tokens_below_vllms_default_max_num_seqs_starts(tmp_path) -> None:
+    """worker.rollout.max_num_batched_tokens=128, below vLLM's default max_num_seqs (256 on the CPU, 1024 on an H100):
+    with max_num_seqs unset, vLLM 0.32 lowers its default to max_num_batched_tokens (EngineArgs.
+    _set_default_max_num_seqs_and_batched_tokens_args) before SchedulerConfig compares the two, so the engine's
+    config is built; validation refuses the pair only when both are set."""
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.usage.usage_lib import UsageContext
+
+    from verl.models.tiny_models import get_or_build_tiny_model
+
+    model = get_or_build_tiny_model("qwen2", str(tmp_path))
+    kwargs = build_engine_kwargs(model, _config(max_num_batched_tokens=128), multimodal=False)
+    scheduler = EngineArgs(**kwargs).create_engine_config(UsageContext.LLM_CLASS).scheduler_config
+    assert scheduler.max_num_batched_tokens == 128 and scheduler.max_num_seqs == 128
+
+
 def test_engine_kwargs_are_arguments_of_the_installed_vllm() -> None:
     """Every argument the rollout passes exists in this vLLM; one that only newer releases have is left out on older
     ones (mm_device_do_normalize: 0.27 and later; the GPU image of older clusters has 0.26)."""

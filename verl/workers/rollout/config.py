@@ -111,6 +111,28 @@ class RolloutConfig:
     trust_remote_code: bool = False
     """Derived from worker.actor.model.trust_remote_code."""
 
+    def _check_greedy_samples(self, prefix: str) -> None:
+        """vLLM samples greedily at temperature 0 and refuses n > 1 there (the n responses would be identical), when
+        the request is made, after the engine started: found here instead, for training and for validation (whose n
+        is 1 unless val_override_config sets it)."""
+        if self.temperature == 0 and self.n > 1:
+            raise ConfigError(
+                f"{prefix}temperature=0 samples greedily, and vLLM refuses {prefix}n={self.n} > 1 then (the responses "
+                f"would all be the same, with nothing to compare): raise {prefix}temperature (e.g. 1.0) or set "
+                f"{prefix}n=1 with an estimator that needs one response per prompt."
+            )
+        overrides = self.val_override_config
+        temperature, n = overrides.get("temperature", self.temperature), overrides.get("n", 1)
+        if isinstance(temperature, (int, float)) and isinstance(n, int) and temperature == 0 and n > 1:
+            source = (
+                f"{prefix}val_override_config.temperature" if "temperature" in overrides else f"{prefix}temperature"
+            )
+            raise ConfigError(
+                f"Validation samples greedily ({source}=0), and vLLM refuses {prefix}val_override_config.n={n} > 1 "
+                f"then (the responses would all be the same): set {prefix}val_override_config.n=1 or a temperature "
+                "above 0 for validation."
+            )
+
     def validate(self, prefix: str) -> None:
         require_positive(
             self,
@@ -132,8 +154,9 @@ class RolloutConfig:
             )
         if not 0.0 < self.top_p <= 1.0:
             raise ConfigError(f"{prefix}top_p must lie in (0, 1], got {self.top_p}.")
-        if self.temperature < 0:
-            raise ConfigError(f"{prefix}temperature must be >= 0, got {self.temperature}.")
+        if not 0 <= self.temperature <= 2:  # vLLM refuses a temperature above 2
+            raise ConfigError(f"{prefix}temperature must lie in [0, 2], got {self.temperature}.")
+        self._check_greedy_samples(prefix)
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ConfigError(f"{prefix}gpu_memory_utilization must lie in (0, 1], got {self.gpu_memory_utilization}.")
         if self.mode == "disaggregated":
