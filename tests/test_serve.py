@@ -19,6 +19,7 @@ OpenAI server must get the same answers. tests/envs/test_serve_and_evaluate.py r
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -41,6 +42,7 @@ from verl.serve import (
     forced_tool_calls,
     make_server,
 )
+from verl.serve_completions import check_completion
 from verl.serve_loop import EngineLoop
 
 
@@ -76,6 +78,23 @@ def test_a_valid_request_gives_its_sampling_options():
     assert check_request(streamed, "tiny") == {}
 
 
+def test_new_fields_become_sampling_options_and_no_model_is_the_served_one():
+    options = check_request(request(logprobs=True, top_logprobs=3, logit_bias={"5": -100, "7": 2.5}), "tiny")
+    assert options == {"logprobs": 3, "logit_bias": {5: -100.0, 7: 2.5}}
+    assert check_request(request(logprobs=True), "tiny") == {"logprobs": 0}  # the chosen token's alone
+    assert check_request({"messages": [{"role": "user", "content": "Hi"}]}, "tiny") == {}
+    prompts, options = check_completion({"prompt": [[1, 2], [3]], "max_tokens": 0, "echo": True, "logprobs": 1}, "x")
+    assert prompts == [[1, 2], [3]] and options == {"max_tokens": 0, "logprobs": 1}
+    for body, message in [
+        ({}, "'prompt' must be a string, a list of strings, a list of token ids or a list of such lists"),
+        ({"prompt": [[1, "a"]]}, "'prompt' lists of token ids must hold integers only."),
+        ({"prompt": "Hi", "max_tokens": 0}, "'max_tokens' of 0 needs 'echo': true"),
+        ({"prompt": "Hi", "echo": "yes"}, "'echo' must be a boolean, got 'yes'."),
+    ]:
+        with pytest.raises(RequestError, match=re.escape(message)):
+            check_completion(body, "tiny")
+
+
 def test_an_unknown_model_is_a_404_naming_the_served_one():
     with pytest.raises(RequestError, match="'gpt-4' does not exist; this server serves 'tiny'") as error:
         check_request(request(model="gpt-4"), "tiny")
@@ -103,6 +122,13 @@ def test_an_unknown_model_is_a_404_naming_the_served_one():
         ({"tools": TOOLS, "tool_choice": "any"}, "tool_choice 'any' is not one of 'auto', 'none', 'required' or"),
         ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "mul"}}}, "tool_choice names the"),
         ({"tool_choice": "auto"}, "'tool_choice' needs 'tools'."),
+        ({"top_logprobs": 2}, "'top_logprobs' needs 'logprobs': true."),
+        ({"logprobs": True, "top_logprobs": 21}, "'top_logprobs' must be between 0 and 20, got 21."),
+        ({"logit_bias": {"a": 1}}, "'logit_bias' keys must be integer token ids, got 'a'."),
+        ({"logit_bias": {"5": 101}}, "'logit_bias[5]' must be a number between -100 and 100, got 101."),
+        ({"response_format": {"type": "xml"}}, "'response_format' must be {type: 'text' | 'json_object' | 'json_"),
+        ({"response_format": {"type": "json_schema"}}, "'response_format.json_schema' must be an object with a JSON"),
+        ({"response_format": {"type": "json_object"}, "tools": TOOLS, "tool_choice": "required"}, "'response_format'"),
     ],
 )
 def test_bad_fields_are_named_in_one_line(fields, message):
@@ -493,6 +519,121 @@ def test_a_stream_that_is_left_is_aborted_while_the_others_finish(live):
     assert post(url, request(max_tokens=2))[0] == 200 and not core.has_unfinished_requests()
 
 
+EOS = {"2048": -100, "2050": -100}
+"""The tiny model's end-of-text tokens, banned through logit_bias where a reply must run to its limit."""
+
+
+@pytest.mark.slow
+def test_response_format_holds_the_reply_to_json(live):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=live[0], api_key="unused")
+    schema = {
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}},
+        "required": ["ok"],
+        "additionalProperties": False,
+    }
+    tokenizer = live[2].get_tokenizer()  # JSON may have any whitespace, which a random model writes on and on
+    spaces = {str(token): -100 for token in range(len(tokenizer)) if not tokenizer.decode([token]).strip()}
+    fields = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "temperature": 0.0, "max_tokens": 40}
+    fields["logit_bias"] = spaces
+    format_ = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+    reply = client.chat.completions.create(response_format=format_, **fields)
+    assert reply.choices[0].finish_reason == "stop" and set(json.loads(reply.choices[0].message.content)) == {"ok"}
+    reply = client.chat.completions.create(response_format={"type": "json_object"}, **fields)
+    assert reply.choices[0].message.content.lstrip().startswith("{")  # a random model's object may not end in 40
+    if reply.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(reply.choices[0].message.content), dict)
+    plain = client.chat.completions.create(**fields)
+    assert not plain.choices[0].message.content.lstrip().startswith("{")  # without it the model writes anything
+
+
+@pytest.mark.slow
+def test_logprobs_come_back_in_openais_shape(live):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=live[0], api_key="unused")
+    fields = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "temperature": 0.0, "max_tokens": 5}
+    reply = client.chat.completions.create(logprobs=True, top_logprobs=3, **fields)
+    entries = reply.choices[0].logprobs.content
+    assert len(entries) == reply.usage.completion_tokens == 5
+    for entry in entries:
+        assert len(entry.top_logprobs) == 3 and entry.logprob <= 0
+        assert (entry.token, entry.logprob) == (entry.top_logprobs[0].token, entry.top_logprobs[0].logprob)  # greedy
+        assert [top.logprob for top in entry.top_logprobs] == sorted(
+            (top.logprob for top in entry.top_logprobs), reverse=True
+        )
+        assert entry.bytes == list(entry.token.encode("utf-8"))
+    chunks = list(client.chat.completions.create(logprobs=True, top_logprobs=3, stream=True, **fields))
+    streamed = [
+        entry for chunk in chunks for choice in chunk.choices if choice.logprobs for entry in choice.logprobs.content
+    ]
+    assert streamed == entries
+    assert client.chat.completions.create(**fields).choices[0].logprobs is None
+    status, _, body = post(live[0], request(top_logprobs=2))
+    assert status == 400 and body["error"]["message"] == "'top_logprobs' needs 'logprobs': true."
+
+
+@pytest.mark.slow
+def test_logit_bias_no_model_health_and_the_default_length(live):
+    url = live[0]
+    forced = {"prompt": [1, 2, 3], "max_tokens": 4, "temperature": 0.0, "logprobs": 0, "logit_bias": {"77": 100}}
+    status, body = post_json(f"{url}/completions", forced)
+    token_77 = post_json(f"{url}/completions", {"prompt": [77], "max_tokens": 0, "echo": True, "logprobs": 0})[1]
+    assert (
+        status == 200 and body["choices"][0]["logprobs"]["tokens"] == token_77["choices"][0]["logprobs"]["tokens"] * 4
+    )
+    status, body = post_json(f"{url}/completions", {**forced, "logit_bias": {"77": 1000}})
+    assert status == 400 and body["error"]["message"].startswith("'logit_bias[77]' must be a number between")
+    status, _, body = post(url, {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})  # no model
+    assert status == 200 and body["model"] == "tiny"
+    with urllib.request.urlopen(url.replace("/v1", "/health"), timeout=30) as response:
+        assert response.status == 200
+    status, _, body = post(url, request(logit_bias=EOS, temperature=0.0))  # no max_tokens: the rest of the context
+    assert status == 200 and body["choices"][0]["finish_reason"] == "length"
+    assert body["usage"]["total_tokens"] == 512
+
+
+@pytest.mark.slow
+def test_text_completions_with_the_openai_client(live):
+    """Several prompts as text or token ids, n samples each, echo, and lm-eval's loglikelihood request."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=live[0], api_key="unused")
+    reply = client.completions.create(
+        model="tiny", prompt=["One", "Two"], max_tokens=3, n=2, temperature=1.0, seed=1, logit_bias=EOS
+    )
+    assert [choice.index for choice in reply.choices] == [0, 1, 2, 3] and reply.object == "text_completion"
+    assert reply.usage.completion_tokens == 12 and all(choice.finish_reason == "length" for choice in reply.choices)
+    greedy = {"model": "tiny", "max_tokens": 4, "temperature": 0.0}
+    text = client.completions.create(prompt="The sum of", **greedy)
+    echoed = client.completions.create(prompt="The sum of", echo=True, **greedy)
+    assert echoed.choices[0].text == "The sum of" + text.choices[0].text
+    chunks = list(client.completions.create(prompt="The sum of", stream=True, echo=True, **greedy))
+    assert "".join(chunk.choices[0].text for chunk in chunks if chunk.choices) == echoed.choices[0].text
+    # lm-eval's local-completions loglikelihood: token ids, echo, no new tokens, the top logprob per position
+    ids = post_json(live[0] + "/completions", {"prompt": "The sum of two", "max_tokens": 0, "echo": True})[1]
+    scored = client.completions.create(model="tiny", prompt=[[11, 12, 13, 14]], max_tokens=0, echo=True, logprobs=1)
+    logprobs = scored.choices[0].logprobs
+    assert len(logprobs.tokens) == 4 and logprobs.token_logprobs[0] is None and logprobs.top_logprobs[0] is None
+    assert all(value < 0 for value in logprobs.token_logprobs[1:]) and scored.usage.prompt_tokens == 4
+    for token, value, top in zip(logprobs.tokens[1:], logprobs.token_logprobs[1:], logprobs.top_logprobs[1:]):
+        assert top[token] == value and 1 <= len(top) <= 2  # the prompt's token and the most likely one
+    assert logprobs.text_offset[0] == 0 and scored.choices[0].text == "".join(logprobs.tokens)
+    assert ids["choices"][0]["text"] == "The sum of two"
+
+
+def post_json(url, body):
+    """POST JSON to `url`: (status, JSON body)."""
+    call = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(call, timeout=120) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
 @pytest.mark.slow
 def test_streamed_and_whole_replies_agree(server):
     from openai import OpenAI
@@ -652,6 +793,45 @@ def test_the_same_requests_get_the_same_answers_from_vllms_server(server, tiny_m
             ]
             assert first[0] == first[1] == {"role": "assistant", "content": ""}
         assert endings == {"length", "stop"}
+        compare_logprobs_and_completions(server, vllm_url)
     finally:
         stop(proc)
         log.close()
+
+
+def compare_logprobs_and_completions(ours, vllms):
+    """Chat logprobs and text completions (echo, prompt logprobs, several prompts) as vLLM's server gives them."""
+    chat = request(max_tokens=5, temperature=0.0, logprobs=True, top_logprobs=2)
+    mine, theirs = post(ours, chat)[2]["choices"][0], post(vllms, chat)[2]["choices"][0]
+    for entry, vllm_entry in zip(mine["logprobs"]["content"], theirs["logprobs"]["content"], strict=True):
+        assert (entry["token"], entry["bytes"]) == (vllm_entry["token"], vllm_entry["bytes"])
+        assert entry["logprob"] == pytest.approx(vllm_entry["logprob"], abs=1e-4)
+        assert [top["token"] for top in entry["top_logprobs"]] == [top["token"] for top in vllm_entry["top_logprobs"]]
+    for case in [
+        {"prompt": "The sum of", "max_tokens": 6, "temperature": 0.0},
+        {"prompt": ["One", "Two"], "max_tokens": 3, "temperature": 0.0, "logprobs": 2},
+        {"prompt": [[11, 12, 13, 14]], "max_tokens": 0, "echo": True, "logprobs": 1},  # lm-eval's loglikelihood
+        {"prompt": [11, 12, 13], "max_tokens": 2, "echo": True, "logprobs": 0, "temperature": 0.0},
+    ]:
+        (status, mine), (vllm_status, theirs) = (
+            post_json(f"{ours}/completions", case),
+            post_json(f"{vllms}/completions", case),
+        )
+        assert (status, vllm_status) == (200, 200), (mine, theirs)
+        assert mine["usage"] == theirs["usage"]
+        for choice, vllm_choice in zip(mine["choices"], theirs["choices"], strict=True):
+            assert [choice[key] for key in ("index", "text", "finish_reason")] == [
+                vllm_choice[key] for key in ("index", "text", "finish_reason")
+            ]
+            if case.get("logprobs") is None:
+                continue
+            logprobs, vllm_logprobs = choice["logprobs"], vllm_choice["logprobs"]
+            assert (
+                logprobs["tokens"] == vllm_logprobs["tokens"]
+                and logprobs["text_offset"] == vllm_logprobs["text_offset"]
+            )
+            assert logprobs["token_logprobs"] == pytest.approx(vllm_logprobs["token_logprobs"], abs=1e-4)
+            for top, vllm_top in zip(logprobs["top_logprobs"], vllm_logprobs["top_logprobs"]):
+                assert (top is None) == (vllm_top is None) and (
+                    top is None or top == pytest.approx(vllm_top, abs=1e-4)
+                )

@@ -15,10 +15,11 @@
 
     python -m verl.serve --model checkpoints/.../global_step_N/actor/huggingface --port 8000
 
-It serves `GET /v1/models` and `POST /v1/chat/completions` (streamed or not, with structured tool calls read by the
-parser training uses, or forced by tool_choice "required" or a named function) with the training engine's settings.
-Concurrent requests share the engine's batches (verl.serve_loop: one thread steps the engine). It binds to 127.0.0.1 unless --host says otherwise and has no authentication: do not expose
-it.
+It serves `GET /v1/models`, `GET /health`, `POST /v1/chat/completions` (streamed or not, with structured tool calls
+read by the parser training uses, or forced by tool_choice "required" or a named function; response_format, logprobs,
+logit_bias) and `POST /v1/completions` (verl.serve_completions) with the training engine's settings. Concurrent
+requests share the engine's batches (verl.serve_loop: one thread steps the engine). It binds to 127.0.0.1 unless
+--host says otherwise and has no authentication: do not expose it.
 """
 
 import argparse
@@ -40,8 +41,6 @@ from verl.serve_loop import EngineLoop
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_TOKENS = 256
-"""Completion tokens of a request that sets no max_tokens (fewer where the context has less room)."""
 TOOL_CALL_TAG = "<tool_call>"
 
 
@@ -53,7 +52,7 @@ class RequestError(ValueError):
         self.status, self.kind = status, kind
 
 
-def _number(request: dict[str, Any], key: str, integer: bool, low: float, high: float | None = None) -> Any:
+def number(request: dict[str, Any], key: str, integer: bool, low: float, high: float | None = None) -> Any:
     value = request.get(key)
     if value is None:
         return None
@@ -103,16 +102,83 @@ def _check_streaming_and_tools(request: dict[str, Any]) -> None:
             raise RequestError(f"tool_choice names the function {name!r}, which is not in 'tools'.")
 
 
-def check_request(request: Any, served_name: str) -> dict[str, Any]:
-    """The sampling options of a chat-completions request, or a RequestError naming the first bad field: an
-    unknown `model` is a 404 naming the served one, as vLLM's server answers."""
+def check_model(request: Any, served_name: str) -> None:
+    """A RequestError unless `request` is a JSON object for the served model: an unknown `model` is a 404 naming
+    the served one; no `model` means the served one (as vLLM's server answers)."""
     if not isinstance(request, dict):
         raise RequestError("the request body must be a JSON object.")
     model = request.get("model")
-    if model != served_name:
+    if model is not None and model != served_name:
         raise RequestError(
             f"The model {model!r} does not exist; this server serves {served_name!r}.", 404, "NotFoundError"
         )
+
+
+def logit_bias(request: dict[str, Any]) -> dict[int, float] | None:
+    """The request's `logit_bias` as {token id: bias}: keys are token ids (JSON strings of integers), values
+    numbers from -100 to 100, as OpenAI's API takes them."""
+    bias = request.get("logit_bias")
+    if bias is None:
+        return None
+    if not isinstance(bias, dict):
+        raise RequestError(f"'logit_bias' must be an object of token ids to biases, got {bias!r}.")
+    parsed = {}
+    for token, value in bias.items():
+        try:
+            token_id = int(token)
+        except ValueError:
+            raise RequestError(f"'logit_bias' keys must be integer token ids, got {token!r}.") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not -100 <= value <= 100:
+            raise RequestError(f"'logit_bias[{token}]' must be a number between -100 and 100, got {value!r}.")
+        parsed[token_id] = float(value)
+    return parsed
+
+
+def _check_logprobs(request: dict[str, Any]) -> int | None:
+    """The engine's `logprobs` (the top alternatives per token) of a chat request with `logprobs: true`, else
+    None."""
+    wanted = request.get("logprobs")
+    if wanted is not None and not isinstance(wanted, bool):
+        raise RequestError(f"'logprobs' must be a boolean, got {wanted!r}.")
+    top = number(request, "top_logprobs", True, 0, 20)
+    if top and not wanted:
+        raise RequestError("'top_logprobs' needs 'logprobs': true.")
+    return (top or 0) if wanted else None
+
+
+def _check_response_format(request: dict[str, Any]) -> None:
+    response_format = request.get("response_format")
+    if response_format is None:
+        return
+    kind = response_format.get("type") if isinstance(response_format, dict) else None
+    if kind not in ("text", "json_object", "json_schema"):
+        raise RequestError(
+            f"'response_format' must be {{type: 'text' | 'json_object' | 'json_schema'}}, got {response_format!r}."
+        )
+    if kind == "json_schema":
+        schema = response_format.get("json_schema")
+        if not isinstance(schema, dict) or not isinstance(schema.get("schema"), dict):
+            raise RequestError("'response_format.json_schema' must be an object with a JSON schema in 'schema'.")
+    forced = request.get("tool_choice") == "required" or isinstance(request.get("tool_choice"), dict)
+    if kind != "text" and forced:
+        raise RequestError("'response_format' cannot be combined with a forced 'tool_choice'.")
+
+
+def response_format_schema(request: dict[str, Any]) -> dict[str, Any] | None:
+    """Keyword arguments of vLLM's StructuredOutputsParams for the request's `response_format` (a JSON schema, or
+    any JSON object), or None for text."""
+    response_format = request.get("response_format") or {}
+    if response_format.get("type") == "json_object":
+        return {"json_object": True}
+    if response_format.get("type") == "json_schema":
+        return {"json": response_format["json_schema"]["schema"]}
+    return None
+
+
+def check_request(request: Any, served_name: str) -> dict[str, Any]:
+    """The sampling options of a chat-completions request, or a RequestError naming the first bad field (see
+    check_model for `model`)."""
+    check_model(request, served_name)
     messages = request.get("messages")
     if not isinstance(messages, list) or not messages:
         raise RequestError("'messages' must be a non-empty list of {role, content} objects.")
@@ -120,13 +186,24 @@ def check_request(request: Any, served_name: str) -> dict[str, Any]:
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise RequestError(f"'messages[{index}]' must be an object with a string 'role'.")
     _check_streaming_and_tools(request)
-    max_tokens = _number(request, "max_completion_tokens", True, 1)
+    _check_response_format(request)
+    max_tokens = number(request, "max_completion_tokens", True, 1)
     options = {
-        "max_tokens": _number(request, "max_tokens", True, 1) if max_tokens is None else max_tokens,
-        "temperature": _number(request, "temperature", False, 0.0, 2.0),
-        "top_p": _number(request, "top_p", False, 0.0, 1.0),
-        "n": _number(request, "n", True, 1),
-        "seed": _number(request, "seed", True, -(2**63)),
+        "max_tokens": number(request, "max_tokens", True, 1) if max_tokens is None else max_tokens,
+        **sampling_options(request),
+        "logprobs": _check_logprobs(request),
+    }
+    return {key: value for key, value in options.items() if value is not None}
+
+
+def sampling_options(request: dict[str, Any]) -> dict[str, Any]:
+    """SamplingParams keywords of the fields chat and text completions share (None where unset)."""
+    options = {
+        "temperature": number(request, "temperature", False, 0.0, 2.0),
+        "top_p": number(request, "top_p", False, 0.0, 1.0),
+        "n": number(request, "n", True, 1),
+        "seed": number(request, "seed", True, -(2**63)),
+        "logit_bias": logit_bias(request),
     }
     stop = request.get("stop")
     if stop is not None:
@@ -222,6 +299,25 @@ def _partial_tag(text: str) -> int:
     return 0
 
 
+def token_logprob(logprob: Any) -> dict[str, Any]:
+    """OpenAI's {token, logprob, bytes} of a vLLM Logprob (the engine's decoded token; -inf as -9999.0)."""
+    token = logprob.decoded_token or ""
+    return {"token": token, "logprob": max(logprob.logprob, -9999.0), "bytes": list(token.encode("utf-8", "replace"))}
+
+
+def ranked(alternatives: dict[int, Any], top: int) -> list[tuple[int, Any]]:
+    """The `top` most likely (token id, vLLM Logprob) of a position, most likely first (the engine also returns the
+    sampled token, whatever its rank)."""
+    best = [(logprob.rank, token_id) for token_id, logprob in alternatives.items() if logprob.rank <= top]
+    return [(token_id, alternatives[token_id]) for _, token_id in sorted(best)]
+
+
+def chat_logprob(token_id: int, alternatives: dict[int, Any], top: int) -> dict[str, Any]:
+    """The chat `logprobs.content` entry of one generated token: the token and the `top` most likely ones."""
+    entries = [token_logprob(logprob) for _, logprob in ranked(alternatives, top)]
+    return {**token_logprob(alternatives[token_id]), "top_logprobs": entries}
+
+
 class ChoiceText:
     """One choice's text as the engine extends it, and what a stream may send of its content so far.
 
@@ -230,9 +326,12 @@ class ChoiceText:
     adds up to the message content of the same text, token for token.
     """
 
-    def __init__(self, tools: bool, forced: str | None = None) -> None:
-        self.tools, self.forced = tools, forced
+    def __init__(self, tools: bool, forced: str | None = None, top_logprobs: int | None = None) -> None:
+        self.tools, self.forced, self.top_logprobs = tools, forced, top_logprobs
         self.text, self.sent, self.tokens = "", 0, 0
+        self.logprobs: list[dict[str, Any]] = []
+        """The chat `logprobs.content` entries so far (with top_logprobs set: the request asked for them)."""
+        self.logprobs_sent = 0
         self.ended = False
         """Whether a stream has sent this choice's end."""
         self.finish_reason: str | None = None
@@ -242,6 +341,9 @@ class ChoiceText:
         """Take one step's new text of this choice (a vLLM CompletionOutput delta): the content to send now."""
         self.text += completion.text
         self.tokens += len(completion.token_ids)
+        if self.top_logprobs is not None:
+            for token_id, alternatives in zip(completion.token_ids, completion.logprobs or []):
+                self.logprobs.append(chat_logprob(token_id, alternatives, self.top_logprobs))
         if completion.finish_reason is not None:
             self.finish_reason, self.stop_reason = completion.finish_reason, completion.stop_reason
         limit = len(self.text)
@@ -255,6 +357,14 @@ class ChoiceText:
         piece = self.text[self.sent : limit] if limit > self.sent else ""
         self.sent = max(self.sent, limit)
         return piece
+
+    def take_logprobs(self) -> dict[str, Any] | None:
+        """A stream chunk's `logprobs`: the entries of the tokens since the last chunk that had some (None when the
+        request asked for none)."""
+        if self.top_logprobs is None:
+            return None
+        entries, self.logprobs_sent = self.logprobs[self.logprobs_sent :], len(self.logprobs)
+        return {"content": entries}
 
     def message(self) -> tuple[dict[str, Any], str, str]:
         """(message, finish_reason, the content not streamed yet) of the finished choice."""
@@ -271,10 +381,18 @@ class ChoiceText:
 class Reply:
     """A request the engine holds: its id, creation time, choices and prompt tokens."""
 
-    def __init__(self, request_id: str, prompt_tokens: int, n: int, tools: bool, forced: str | None = None) -> None:
+    def __init__(
+        self,
+        request_id: str,
+        prompt_tokens: int,
+        n: int,
+        tools: bool,
+        forced: str | None = None,
+        top_logprobs: int | None = None,
+    ) -> None:
         self.id, self.created = request_id, int(time.time())
         self.prompt_tokens = prompt_tokens
-        self.choices = [ChoiceText(tools, forced) for _ in range(n)]
+        self.choices = [ChoiceText(tools, forced, top_logprobs) for _ in range(n)]
 
     def usage(self) -> dict[str, Any]:
         completion = sum(choice.tokens for choice in self.choices)
@@ -337,9 +455,12 @@ class ChatEngine:
         prompt_ids = prompt.get("prompt_token_ids") if isinstance(prompt, dict) else None
         prompt_tokens = None if prompt_ids is None else len(prompt_ids)
         room = None if prompt_tokens is None else self.max_model_len - prompt_tokens
-        wanted = options.setdefault(
-            "max_tokens", DEFAULT_MAX_TOKENS if room is None else max(1, min(DEFAULT_MAX_TOKENS, room))
-        )
+        if room is not None and room < 1:
+            raise RequestError(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, your request has "
+                f"{prompt_tokens} input tokens. Reduce the length of the messages."
+            )
+        wanted = options.setdefault("max_tokens", self.max_model_len if room is None else room)
         if room is not None and wanted > room:
             raise RequestError(
                 f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
@@ -349,13 +470,15 @@ class ChatEngine:
         if tools:  # as vLLM's hermes parser asks: a model may write its tool-call tags as special tokens
             options["skip_special_tokens"] = False
         forced = forced_tool_calls(request)
-        if forced is not None:
+        structured = {"json": forced[1]} if forced is not None else response_format_schema(request)
+        if structured is not None:
             from vllm.sampling_params import StructuredOutputsParams
 
-            options["structured_outputs"] = StructuredOutputsParams(json=forced[1])
+            options["structured_outputs"] = StructuredOutputsParams(**structured)
         params = SamplingParams(**options, output_kind=RequestOutputKind.DELTA)
         function = None if forced is None else forced[0]
-        reply = Reply(f"chatcmpl-{uuid.uuid4().hex}", prompt_tokens or 0, params.n, tools, function)
+        top = options.get("logprobs")
+        reply = Reply(f"chatcmpl-{uuid.uuid4().hex}", prompt_tokens or 0, params.n, tools, function, top)
         self.llm.llm_engine.add_request(reply.id, prompt, params)
         return reply
 
@@ -391,7 +514,7 @@ class ChatEngine:
                 {
                     "index": index,
                     "message": message,
-                    "logprobs": None,
+                    "logprobs": None if choice.top_logprobs is None else {"content": choice.logprobs},
                     "finish_reason": finish_reason,
                     "stop_reason": choice.stop_reason,
                 }
@@ -417,13 +540,15 @@ class ChatEngine:
         reply, _, _ = next(run)
         include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
 
-        def chunk(index: int, delta: dict[str, Any], **ending: Any) -> dict[str, Any]:
-            choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": None, **ending}
+        def chunk(index: int, delta: dict[str, Any], logprobs: bool = True, **ending: Any) -> dict[str, Any]:
+            """A chunk of one choice; with `logprobs`, those of its tokens not sent yet (when the request asked)."""
+            sent = reply.choices[index].take_logprobs() if logprobs else None
+            choice = {"index": index, "delta": delta, "logprobs": sent, "finish_reason": None, **ending}
             return self._chunk(reply, [choice])
 
         try:
             for index in range(len(reply.choices)):
-                yield chunk(index, {"role": "assistant", "content": ""})
+                yield chunk(index, {"role": "assistant", "content": ""}, logprobs=False)
             for _, choice, piece in run:
                 index = reply.choices.index(choice)
                 if piece:
@@ -437,7 +562,8 @@ class ChatEngine:
                 if message.get("tool_calls"):
                     calls = [{"index": number, **call} for number, call in enumerate(message["tool_calls"])]
                     yield chunk(index, {"tool_calls": calls})
-                yield chunk(index, {}, finish_reason=finish_reason, stop_reason=choice.stop_reason)
+                left = choice.logprobs_sent < len(choice.logprobs)  # tokens held back and sent as no content
+                yield chunk(index, {}, left, finish_reason=finish_reason, stop_reason=choice.stop_reason)
             if include_usage:
                 yield self._chunk(reply, [], usage=reply.usage())
         finally:
@@ -469,7 +595,11 @@ def make_handler(engine: ChatEngine) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's method name
-            if self.path.rstrip("/") == "/v1/models":
+            if self.path.rstrip("/") == "/health":  # as vLLM's server: 200, no body, while it serves
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            elif self.path.rstrip("/") == "/v1/models":
                 self._send(
                     200, {"object": "list", "data": [{"id": engine.name, "object": "model", "owned_by": "verl"}]}
                 )
@@ -477,9 +607,19 @@ def make_handler(engine: ChatEngine) -> type[BaseHTTPRequestHandler]:
                 self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
 
         def do_POST(self) -> None:  # noqa: N802 - http.server's method name
-            if self.path.rstrip("/") != "/v1/chat/completions":
+            from verl import serve_completions
+
+            routes = {
+                "/v1/chat/completions": (engine.complete, engine.stream),
+                "/v1/completions": (
+                    lambda request: serve_completions.complete(engine, request),
+                    lambda request: serve_completions.stream(engine, request),
+                ),
+            }
+            if self.path.rstrip("/") not in routes:
                 self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
                 return
+            complete, stream = routes[self.path.rstrip("/")]
             try:
                 length = int(self.headers.get("Content-Length", "0"))
                 try:
@@ -487,9 +627,9 @@ def make_handler(engine: ChatEngine) -> type[BaseHTTPRequestHandler]:
                 except ValueError as error:
                     raise RequestError(f"the request body is not JSON: {error}.") from None
                 if isinstance(request, dict) and request.get("stream"):
-                    self._stream(engine.stream(request))
+                    self._stream(stream(request))
                 else:
-                    self._send(200, engine.complete(request))
+                    self._send(200, complete(request))
             except Exception as error:  # never drop the connection: say what went wrong, keep serving
                 self._send(*error_body(error))
 

@@ -1,0 +1,249 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""OpenAI's text completions (`POST /v1/completions`) on verl.serve's engine, with no chat template.
+
+Prompts are strings or token ids, one or a list; with `echo` the prompt comes back before the completion, and with
+`logprobs` too its tokens' log-probabilities: `echo: true, max_tokens: 0, logprobs: k` is how lm-eval's
+`local-completions` model scores a continuation (vLLM's server answers it so, from the engine's prompt_logprobs).
+"""
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from verl.serve import ChatEngine, RequestError, check_model, number, ranked, sampling_options
+
+
+def check_completion(request: Any, served_name: str) -> tuple[list[str | list[int]], dict[str, Any]]:
+    """(the prompts, the sampling options) of a completions request, or a RequestError naming the first bad field."""
+    check_model(request, served_name)
+    prompt = request.get("prompt")
+    if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt)):
+        prompts = [prompt]
+    elif isinstance(prompt, list) and prompt and all(isinstance(item, str) for item in prompt):
+        prompts = list(prompt)
+    elif isinstance(prompt, list) and prompt and all(isinstance(item, list) and item for item in prompt):
+        prompts = list(prompt)
+        if not all(type(token) is int for item in prompts for token in item):
+            raise RequestError("'prompt' lists of token ids must hold integers only.")
+    else:
+        raise RequestError(
+            "'prompt' must be a string, a list of strings, a list of token ids or a list of such lists, got "
+            f"{prompt!r}."
+        )
+    for key in ("echo", "stream"):
+        if request.get(key) is not None and not isinstance(request[key], bool):
+            raise RequestError(f"'{key}' must be a boolean, got {request[key]!r}.")
+    stream_options = request.get("stream_options")
+    if stream_options is not None and (not request.get("stream") or not isinstance(stream_options, dict)):
+        raise RequestError("'stream_options' must be an object and can only be set with stream=true.")
+    max_tokens = number(request, "max_tokens", True, 0)
+    if max_tokens == 0 and not request.get("echo"):
+        raise RequestError("'max_tokens' of 0 needs 'echo': true (the reply is then the prompt alone).")
+    options = {**sampling_options(request), "logprobs": number(request, "logprobs", True, 0, 20)}
+    if max_tokens is not None:
+        options["max_tokens"] = max_tokens
+    return prompts, {key: value for key, value in options.items() if value is not None}
+
+
+def _top(alternatives: dict[int, Any], token_id: int, top: int) -> dict[str, float]:
+    """A completions `top_logprobs` entry: the sampled token and the `top` most likely, by their text."""
+    best = [(token_id, alternatives[token_id]), *ranked(alternatives, top)]
+    return {logprob.decoded_token or "": max(logprob.logprob, -9999.0) for _, logprob in best}
+
+
+class CompletionChoice:
+    """One choice (a prompt's sample) as the engine extends it: text, tokens and, when asked, logprob entries
+    (token text, logprob, top_logprobs)."""
+
+    def __init__(self, index: int, top: int | None) -> None:
+        self.index, self.top = index, top
+        self.text, self.tokens, self.entries = "", 0, []
+        self.finish_reason: str | None = None
+        self.stop_reason: int | str | None = None
+
+    def add(self, completion: Any) -> tuple[str, list[tuple[str, float | None, dict | None]]]:
+        """Take one step's delta (a vLLM CompletionOutput): (its new text, its new logprob entries)."""
+        self.text += completion.text
+        self.tokens += len(completion.token_ids)
+        self.finish_reason = completion.finish_reason or self.finish_reason
+        self.stop_reason = completion.stop_reason if completion.finish_reason else self.stop_reason
+        entries = []
+        if self.top is not None:
+            for token_id, alternatives in zip(completion.token_ids, completion.logprobs or []):
+                chosen = alternatives[token_id]
+                entry = (
+                    chosen.decoded_token or "",
+                    max(chosen.logprob, -9999.0),
+                    _top(alternatives, token_id, self.top),
+                )
+                entries.append(entry)
+        self.entries += entries
+        return completion.text, entries
+
+
+def logprobs_object(entries: list[tuple[str, float | None, dict | None]], offset: int = 0) -> dict[str, Any]:
+    """OpenAI's completions `logprobs`: tokens, token_logprobs, top_logprobs and each token's text_offset."""
+    offsets = []
+    for token, _, _ in entries:
+        offsets.append(offset)
+        offset += len(token)
+    return {
+        "tokens": [token for token, _, _ in entries],
+        "token_logprobs": [logprob for _, logprob, _ in entries],
+        "top_logprobs": [top for _, _, top in entries],
+        "text_offset": offsets,
+    }
+
+
+class Completion:
+    """A completions request the engine holds: one engine request per prompt, `n` choices each."""
+
+    def __init__(self, prompts: list[tuple[list[int], str, str]], n: int, echo: bool, top: int | None) -> None:
+        self.id, self.created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        self.prompts, self.n, self.echo, self.top = prompts, n, echo, top
+        self.prompt_entries: list[list[tuple[str, float | None, dict | None]]] = [[] for _ in prompts]
+        self.choices = [CompletionChoice(index, top) for index in range(len(prompts) * n)]
+        self.generate = True
+        """False for max_tokens 0: the engine makes one token, which the reply leaves out."""
+
+    def request_ids(self) -> list[str]:
+        return [f"{self.id}-{index}" for index in range(len(self.prompts))]
+
+    def take(self, output: Any) -> Iterator[tuple[CompletionChoice, str, list]]:
+        """(choice, text to send, logprob entries to send) of each choice in a vLLM RequestOutput delta; the prompt
+        with its entries comes before a choice's first piece when echoed."""
+        prompt = int(output.request_id.rsplit("-", 1)[1])
+        if output.prompt_logprobs and self.top is not None:
+            ids, _, first = self.prompts[prompt]
+            entries = [(first, None, None)]
+            for token_id, alternatives in zip(ids[1:], output.prompt_logprobs[1:]):
+                chosen = alternatives[token_id]
+                entries.append(
+                    (chosen.decoded_token or "", max(chosen.logprob, -9999.0), _top(alternatives, token_id, self.top))
+                )
+            self.prompt_entries[prompt] = entries
+        for completion in output.outputs:
+            choice = self.choices[prompt * self.n + completion.index]
+            echo = self.echo and not choice.text and not choice.tokens
+            text, entries = choice.add(completion)
+            if not self.generate:
+                text, entries = "", []
+            if echo:
+                text, entries = self.prompts[prompt][1] + text, self.prompt_entries[prompt] + entries
+            yield choice, text, entries
+
+    def choice_object(self, choice: CompletionChoice) -> dict[str, Any]:
+        prompt = choice.index // self.n
+        text = choice.text if self.generate else ""
+        entries = choice.entries if self.generate else []
+        if self.echo:
+            text, entries = self.prompts[prompt][1] + text, self.prompt_entries[prompt] + entries
+        return {
+            "index": choice.index,
+            "text": text,
+            "logprobs": None if self.top is None else logprobs_object(entries),
+            "finish_reason": choice.finish_reason,
+            "stop_reason": choice.stop_reason,
+        }
+
+    def usage(self) -> dict[str, int]:
+        prompt = sum(len(ids) for ids, _, _ in self.prompts)
+        completion = sum(choice.tokens for choice in self.choices)
+        return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
+
+
+def _submit(engine: ChatEngine, request: dict[str, Any]) -> tuple[list[str], Completion]:
+    """Check `request`, tokenize its prompts and add them to the engine (on the engine loop's thread)."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    prompts, options = check_completion(request, engine.name)
+    tokenizer = engine.llm.get_tokenizer()
+    rendered = []
+    for prompt in prompts:
+        ids = tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        text = prompt if isinstance(prompt, str) else tokenizer.decode(ids)
+        room = engine.max_model_len - len(ids)
+        wanted = options.get("max_tokens", room)
+        if room < 1 or wanted > room:
+            raise RequestError(
+                f"This model's maximum context length is {engine.max_model_len} tokens. However, you requested "
+                f"{len(ids) + wanted} tokens ({len(ids)} in the prompt, {wanted} in the completion). Reduce the "
+                "length of the prompt or completion."
+            )
+        rendered.append((ids, text, tokenizer.decode(ids[:1]), max(wanted, 1)))
+    top, echo = options.get("logprobs"), bool(request.get("echo"))
+    completion = Completion([prompt[:3] for prompt in rendered], options.get("n", 1), echo, top)
+    completion.generate = options.get("max_tokens") != 0
+    options.pop("max_tokens", None)
+    if echo and top is not None:
+        options["prompt_logprobs"] = top
+    ids = completion.request_ids()
+    added = []
+    try:
+        for request_id, (prompt_ids, _, _, max_tokens) in zip(ids, rendered):
+            params = SamplingParams(**options, max_tokens=max_tokens, output_kind=RequestOutputKind.DELTA)
+            engine.llm.llm_engine.add_request(request_id, {"prompt_token_ids": prompt_ids}, params)
+            added.append(request_id)
+    except Exception:
+        if added:
+            engine.llm.llm_engine.abort_request(added)
+        raise
+    return ids, completion
+
+
+def complete(engine: ChatEngine, request: dict[str, Any]) -> dict[str, Any]:
+    """The text_completion object of a non-streamed request."""
+    completion, outputs = engine.loop.submit(lambda: _submit(engine, request))
+    for output in outputs:
+        for _ in completion.take(output):
+            pass
+    return {
+        "id": completion.id,
+        "object": "text_completion",
+        "created": completion.created,
+        "model": engine.name,
+        "choices": [completion.choice_object(choice) for choice in completion.choices],
+        "system_fingerprint": None,
+        "usage": {**completion.usage(), "prompt_tokens_details": None, "completion_tokens_details": None},
+    }
+
+
+def stream(engine: ChatEngine, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The text_completion chunks of a streamed request: each choice's pieces as the engine makes them (the prompt
+    first with echo), the last with its finish_reason, then the usage with stream_options.include_usage. The
+    request is checked and in the engine when this returns."""
+    completion, outputs = engine.loop.submit(lambda: _submit(engine, request))
+    return _chunks(engine, request, completion, outputs)
+
+
+def _chunks(engine: ChatEngine, request: dict, completion: Completion, outputs: Iterator) -> Iterator[dict[str, Any]]:
+    header = {"id": completion.id, "object": "text_completion", "created": completion.created, "model": engine.name}
+    offsets = [0] * len(completion.choices)
+    try:
+        for output in outputs:
+            for choice, text, entries in completion.take(output):
+                logprobs = None if completion.top is None else logprobs_object(entries, offsets[choice.index])
+                offsets[choice.index] += sum(len(token) for token, _, _ in entries)
+                if not text and not entries and choice.finish_reason is None:
+                    continue
+                piece = {"index": choice.index, "text": text, "logprobs": logprobs}
+                piece.update(finish_reason=choice.finish_reason, stop_reason=choice.stop_reason)
+                yield {**header, "choices": [piece]}
+        if (request.get("stream_options") or {}).get("include_usage"):
+            yield {**header, "choices": [], "usage": completion.usage()}
+    finally:
+        outputs.close()
