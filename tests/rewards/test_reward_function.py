@@ -305,3 +305,14 @@ def test_exception_in_batch_function(write_reward_file) -> None:
     with pytest.raises(RewardFunctionError, match="raised ZeroDivisionError on a batch of 2 samples") as info:
         score_batch(function, SAMPLES)
     assert isinstance(info.value.__cause__, ZeroDivisionError)
+
+
+def test_sys_exit_while_importing_or_checking_the_file_is_a_load_error(write_reward_file) -> None:
+    path = write_reward_file("import sys\nsys.exit(0)\ndef score(sample):\n    return {'overall': 1.0}\n")
+    with pytest.raises(RewardFunctionLoadError, match=r"importing .* failed with SystemExit: it called sys.exit\(0\)"):
+        check_reward_function(f"{path}:score")
+    path = write_reward_file(
+        "def check_setup():\n    exit()\ndef score(sample):\n    return {'overall': 1.0}\n", name="setup.py"
+    )
+    with pytest.raises(RewardFunctionLoadError, match=r"cannot run on this machine: it called sys.exit\(None\)"):
+        check_reward_function(f"{path}:score")

@@ -167,10 +167,10 @@ def _import_file(path: str, spec: str) -> Any:
         raise RewardFunctionLoadError(
             f"{CONFIG_KEY}={spec!r}: cannot import {path} as Python; the reward function must live in a .py file."
         ) from None
-    except Exception as error:
+    except (Exception, SystemExit) as error:  # sys.exit() at import would end the run as if it had succeeded
         raise RewardFunctionLoadError(
-            f"{CONFIG_KEY}={spec!r}: importing {path} failed with {type(error).__name__}: {error}; fix the file or "
-            "install what it imports."
+            f"{CONFIG_KEY}={spec!r}: importing {path} failed with {type(error).__name__}: {_reason(error)}; fix the "
+            "file or install what it imports."
         ) from error
 
 
@@ -297,9 +297,10 @@ def check_reward_function(spec: str, kwargs: Mapping[str, Any] | None = None) ->
     if callable(setup):
         try:
             setup(**loaded.kwargs)
-        except Exception as error:  # the file's own check: its message is what the user needs
+        except (Exception, SystemExit) as error:  # the file's own check: its message is what the user needs
+            reason = _reason(error)
             raise RewardFunctionLoadError(
-                f"{CONFIG_KEY}={spec!r}: {loaded.path} cannot run on this machine: {error}"
+                f"{CONFIG_KEY}={spec!r}: {loaded.path} cannot run on this machine: {reason}"
             ) from None
 
 
@@ -309,14 +310,15 @@ def score_sequential(function: RewardFunction, samples: Sequence[Mapping[str, An
     for offset, sample in enumerate(samples):
         try:
             scores.append(function(sample))
-        except Exception as error:
+        except (Exception, SystemExit) as error:  # SystemExit: sys.exit(0) must not end the run as a success
             index = start + offset
             # A batch function handed one dict fails on it like this (iterating it yields its keys).
             looks_batch = function.reward_type_source == DEFAULTED and isinstance(
                 error, (TypeError, KeyError, IndexError, AttributeError)
             )
             raise RewardFunctionError(
-                f"{function.label} raised {type(error).__name__} on sample {index}{_uid_note(sample)}: {error}. "
+                f"{function.label} raised {type(error).__name__} on sample {index}{_uid_note(sample)}: "
+                f"{_reason(error)}. "
                 + (f"{function.batch_hint()} Otherwise fix" if looks_batch else "Fix")
                 + " the function; its traceback is shown above.",
                 sample_index=index,
@@ -328,12 +330,23 @@ def score_batch(function: RewardFunction, samples: Sequence[Mapping[str, Any]]) 
     """Call a batch function once on all samples."""
     try:
         return function(list(samples))
-    except Exception as error:
+    except (Exception, SystemExit) as error:
         raise RewardFunctionError(
             f"{function.label} (REWARD_TYPE='batch') raised {type(error).__name__} on a batch of {len(samples)} "
-            f"samples (which sample is unknown to the caller): {error}. Fix the function; its traceback is shown "
-            "above."
+            f"samples (which sample is unknown to the caller): {_reason(error)}. Fix the function; its traceback is "
+            "shown above."
         ) from error
+
+
+def _reason(error: BaseException) -> str:
+    """The exception's message; for SystemExit, that the code exited, which a reward function must never do (the
+    trainer would stop as if it had succeeded, with sys.exit(0))."""
+    if isinstance(error, SystemExit):
+        return (
+            f"it called sys.exit({error.code!r}) (or exit(), or ran code that did), and a reward function must return "
+            "scores, never exit the process"
+        )
+    return str(error)
 
 
 def _uid_note(sample: Mapping[str, Any]) -> str:

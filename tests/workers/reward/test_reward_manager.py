@@ -387,3 +387,39 @@ def test_closing_the_pool_does_not_wait_on_a_hung_function(make_batch, write_rew
     scoring.join(timeout=30)
     assert not scoring.is_alive()
     assert not any(_alive(pid) for pid in workers)
+
+
+EXITS_ON_NO = """
+import sys
+
+def score(sample):
+    if sample["response"] == "no":
+        sys.exit(0)  # e.g. an exec'd program or a helper that ends with exit()
+    return {"overall": 1.0}
+"""
+
+
+@pytest.mark.parametrize("num_cpus", [1, 2])
+def test_sys_exit_in_a_reward_function_stops_the_run_naming_function_and_sample(
+    make_batch, write_reward_file, tokenizer, num_cpus
+) -> None:
+    """SystemExit(0) is no Exception: it used to pass through the reward thread to the trainer, which then exited
+    with status 0 after the step, as a success, with no message."""
+    batch = make_batch(["Q"] * 3, ["yes", "no", "yes"], non_tensors={"uid": list("abc")})
+    manager = manager_for(f"{write_reward_file(EXITS_ON_NO)}:score", tokenizer, num_cpus=num_cpus)
+    try:
+        with pytest.raises(
+            RewardFunctionError,
+            match=r"'score' in .* raised SystemExit on sample 1 \(uid b\): it called sys.exit\(0\)",
+        ) as info:
+            manager.compute_reward(batch)
+    finally:
+        manager.close()
+    assert info.value.sample_index == 1
+
+
+def test_sys_exit_in_a_batch_reward_function_is_an_error(make_batch, write_reward_file, tokenizer) -> None:
+    path = write_reward_file("REWARD_TYPE = 'batch'\ndef score(samples):\n    raise SystemExit(3)\n")
+    manager = manager_for(f"{path}:score", tokenizer)
+    with pytest.raises(RewardFunctionError, match=r"raised SystemExit on a batch of 2 samples .*sys.exit\(3\)"):
+        manager.compute_reward(make_batch(["Q", "Q"], ["yes", "no"]))
