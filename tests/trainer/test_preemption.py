@@ -120,3 +120,90 @@ def test_sigterm_saves_a_checkpoint_and_the_next_run_resumes(tmp_path):
     assert "Traceback" not in resumed.stderr, resumed.stderr[-3000:]  # e.g. loader workers killed at exit
     steps = [json.loads(line)["step"] for line in log.read_text().splitlines() if "actor/pg_loss" in line]
     assert steps == list(range(1, step + 2)), steps  # no step repeated, none lost
+
+
+def test_sighup_is_handled_like_sigterm_in_the_fit_loop():
+    """A closed terminal sends SIGHUP: it used to kill the driver with no message and no save. In a child process:
+    unhandled, SIGHUP would end the test runner."""
+    code = (
+        "import os, signal, time\n"
+        "from verl.trainer.preemption import StopRequest\n"
+        "stop = StopRequest(grace_s=60)\n"
+        "with stop.installed():\n"
+        "    os.kill(os.getpid(), signal.SIGHUP)\n"
+        "    time.sleep(0.1)\n"
+        "    print(stop.requested, stop.signum == signal.SIGHUP)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "True"]
+    assert "Received SIGHUP: finishing the current step" in result.stderr
+
+
+# The run's start, faked after the config is loaded: Ray starts as the trainer starts it, then the signal comes
+# (as it would while the engines start), then a long wait that the signal must cut short.
+START_THEN_SIGNAL = """
+import os, signal, sys, time
+import psutil
+from verl.trainer import runner
+from verl.trainer.ray_setup import start_ray
+
+def starting(config, *args):
+    start_ray("cpu", 1)
+    raylet = [p for p in psutil.Process().children(recursive=True) if "raylet" in p.name()][0]
+    ignored = int(open(f"/proc/{raylet.pid}/status").read().split("SigIgn:")[1].split()[0], 16)
+    print("raylet ignores SIGHUP:", bool(ignored & (1 << (signal.SIGHUP - 1))), flush=True)
+    os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+    time.sleep(120)
+
+runner._train = starting
+from verl.trainer.main import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGHUP"])
+def test_a_signal_while_the_run_starts_ends_it_with_the_trainers_message(tmp_path, name):
+    """SIGTERM while the engines started ended with exit -6 and Ray's C++ stack dump (ray.init's own SIGTERM handler
+    killed its daemons under the driver); SIGHUP killed the driver silently."""
+    (tmp_path / "train.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n')
+    (tmp_path / "model").mkdir()
+    (tmp_path / "reward.py").write_text("def compute_score(sample):\n    return {'overall': 1.0}\n")
+    args = [
+        f"data.train_files={tmp_path / 'train.jsonl'}",
+        f"worker.actor.model.model_path={tmp_path / 'model'}",
+        f"worker.reward.reward_function={tmp_path / 'reward.py'}:compute_score",
+        f"trainer.save_checkpoint_path={tmp_path / 'ckpt'}",
+        "data.rollout_batch_size=8",
+        "worker.actor.global_batch_size=4",
+        "worker.rollout.n=2",
+        "trainer.n_gpus_per_node=2",
+    ]
+    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    start = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", START_THEN_SIGNAL, name, *args], capture_output=True, text=True, env=env, timeout=240
+    )
+    signum = getattr(signal, name)
+    assert result.returncode == 128 + signum, result.stderr[-3000:]
+    assert f"Stopped by {name} outside the training loop" in result.stderr
+    assert "raylet ignores SIGHUP: True" in result.stdout
+    assert "SIGABRT" not in result.stderr and "*** " not in result.stderr  # no C++ stack dump
+    assert time.monotonic() - start < 120
+
+
+def test_a_signal_while_the_run_stops_exits_at_once():
+    """A second Ctrl-C during the shutdown once ended in a segfault (a KeyboardInterrupt inside Ray's teardown)."""
+    code = (
+        "import os, signal, time\n"
+        "from verl.trainer.preemption import RunSignals\n"
+        "with RunSignals().installed() as signals:\n"
+        "    signals.stopping()\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(30)\n"
+    )
+    start = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 128 + signal.SIGINT
+    assert "Received SIGINT while stopping: exiting at once." in result.stderr
+    assert time.monotonic() - start < 20

@@ -11,16 +11,24 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Stopping a run on SIGTERM / SIGINT (Slurm preemption, Ctrl-C) without losing the work since the last checkpoint.
+"""Stopping a run on SIGTERM / SIGINT / SIGHUP (Slurm preemption, Ctrl-C, a closed terminal) without losing the work
+since the last checkpoint.
 
-The first signal only raises a flag; the fit loop checks it between steps, saves a checkpoint if the grace period
-(`trainer.signal_grace_s`) has not run out, and raises `TrainingInterrupted`, so the runner's cleanup shuts the
-workers down and the CLI exits with 128 + the signal number. A second signal restores the default behaviour and
-re-raises the signal: the process stops at once.
+In the fit loop (`StopRequest`) the first signal only raises a flag; the loop checks it between steps, saves a
+checkpoint if the grace period (`trainer.signal_grace_s`) has not run out, and raises `TrainingInterrupted`, so the
+runner's cleanup shuts the workers down and the CLI exits with 128 + the signal number. A second signal restores the
+default behaviour and re-raises the signal: the process stops at once.
+
+Around the whole run (`RunSignals`: data checks, Ray's and the engines' start, the end), where there is no step to
+finish, the first signal raises `TrainingInterrupted` at once, so the workers are shut down; a signal while the run
+is stopping (shutting its workers down) exits at once with 128 + its number, leaving what is left of the run's
+processes to the reaper (verl/trainer/reaper.py), rather than unwinding Ray's teardown from inside a signal handler.
 """
 
 import logging
+import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -30,16 +38,22 @@ from types import FrameType
 
 logger = logging.getLogger(__name__)
 
-HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-class TrainingInterrupted(RuntimeError):
-    """The run stopped on a signal after step `step`; `checkpoint` is the directory saved then (None if none)."""
+class TrainingInterrupted(BaseException):
+    """The run stopped on a signal after step `step` (None: outside the fit loop); `checkpoint` is the directory saved
+    then (None if none). A BaseException, as KeyboardInterrupt is: raised from a signal handler anywhere in the run's
+    start, no `except Exception` in our code or a library's may swallow it."""
 
-    def __init__(self, signum: int, step: int, checkpoint: str | None) -> None:
+    def __init__(self, signum: int, step: int | None, checkpoint: str | None) -> None:
         name = signal.Signals(signum).name
-        saved = f"checkpoint saved to {checkpoint}" if checkpoint else "no checkpoint saved (grace period over)"
-        super().__init__(f"Stopped by {name} after step {step}; {saved}. Run the same command again to resume.")
+        if step is None:  # outside the fit loop: while starting, before any step
+            message = f"Stopped by {name} outside the training loop; the checkpoints on disk are as they were."
+        else:
+            saved = f"checkpoint saved to {checkpoint}" if checkpoint else "no checkpoint saved (grace period over)"
+            message = f"Stopped by {name} after step {step}; {saved}."
+        super().__init__(f"{message} Run the same command again to resume.")
         self.signum, self.step, self.checkpoint = signum, step, checkpoint
 
 
@@ -83,4 +97,36 @@ class StopRequest:
             yield self
         finally:
             for signum, handler in self._previous.items():
+                signal.signal(signum, handler)
+
+
+class RunSignals:
+    """The signals of `HANDLED_SIGNALS` around a whole run (see the module's docstring); `StopRequest` takes them over
+    in the fit loop and gives them back after it. Call `stopping()` once the run is ending (shutting down)."""
+
+    def __init__(self) -> None:
+        self.is_stopping = False
+
+    def stopping(self) -> None:
+        self.is_stopping = True
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if self.is_stopping:
+            print(f"Received {name} while stopping: exiting at once.", file=sys.stderr, flush=True)
+            os._exit(128 + signum)
+        self.is_stopping = True
+        raise TrainingInterrupted(signum, None, None)
+
+    @contextmanager
+    def installed(self) -> Iterator["RunSignals"]:
+        """Handle the signals while the block runs (main thread only; elsewhere it is a no-op)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {signum: signal.signal(signum, self._handle) for signum in HANDLED_SIGNALS}
+        try:
+            yield self
+        finally:
+            for signum, handler in previous.items():
                 signal.signal(signum, handler)

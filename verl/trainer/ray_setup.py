@@ -15,6 +15,8 @@
 processes if the driver is killed."""
 
 import os
+import signal
+import threading
 
 import ray
 
@@ -64,9 +66,19 @@ def start_ray(device: str, cpu_slots: int) -> None:
         return
     # The setup hook silences known-harmless third-party messages in every worker, before vLLM is imported.
     runtime_env = {"env_vars": worker_env(device), "worker_process_setup_hook": WORKER_SETUP_HOOK}
+    previous = signal.getsignal(signal.SIGTERM)
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env)
-        return
+    else:
+        _start_local_ray(device, cpu_slots, runtime_env)
+    # ray.init replaces the SIGTERM handler: on a Ray it starts, with its head node's, which kills Ray's daemons under
+    # this process (the driver then aborts with a C++ stack dump). A handler the caller installed (the runner's
+    # RunSignals) stays.
+    if callable(previous) and _main_thread():
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _start_local_ray(device: str, cpu_slots: int, runtime_env: dict) -> None:
     num_cpus = (os.cpu_count() or 1) if device == "cuda" else max(os.cpu_count() or 1, cpu_slots)
     # Ray keeps an event record of every task (each worker call is one) in its GCS for the dashboard and `ray list
     # tasks`, up to 100k of them, so the GCS grows for days (docs/reliability.md). A run the trainer starts has no
@@ -76,4 +88,16 @@ def start_ray(device: str, cpu_slots: int) -> None:
     # (their environments differ), so it would only take CPU while the workers start and memory for the whole run.
     os.environ.setdefault(PRESTART_ENV, "0")
     start_reaper()  # after a kill -9 of this process, nothing of the run outlives it by more than a few seconds
-    ray.init(num_cpus=num_cpus, runtime_env=runtime_env, include_dashboard=False)
+    # A closed terminal sends SIGHUP to its whole process group, Ray's daemons included, which would die before the
+    # driver could save: they start with SIGHUP ignored (an ignored signal stays ignored across exec, as with nohup),
+    # and the driver handles it as SIGTERM (verl/trainer/preemption.py).
+    hangup = signal.signal(signal.SIGHUP, signal.SIG_IGN) if _main_thread() else None
+    try:
+        ray.init(num_cpus=num_cpus, runtime_env=runtime_env, include_dashboard=False)
+    finally:
+        if hangup is not None:
+            signal.signal(signal.SIGHUP, hangup)
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()

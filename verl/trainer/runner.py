@@ -29,6 +29,7 @@ from verl.trainer.async_trainer import AsyncRayPPOTrainer
 from verl.trainer.checkpointing import resume_path
 from verl.trainer.config import PPOConfig
 from verl.trainer.data_loader import create_dataloader
+from verl.trainer.preemption import RunSignals
 from verl.trainer.ray_setup import SetupError, init_ray
 from verl.trainer.ray_trainer import RayPPOTrainer, count_training_steps
 from verl.trainer.run_lock import CheckpointFolderInUse, RunLock
@@ -163,12 +164,16 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
     except CheckpointFolderInUse as err:
         raise SetupError(str(err)) from None
     try:
-        return _train(config)
+        # SIGTERM, SIGINT or SIGHUP while the run starts or ends stops it at once with TrainingInterrupted (the fit
+        # loop finishes its step first): Ray's own SIGTERM handler, which start_ray keeps from replacing this one,
+        # would kill its daemons under the driver (exit -6 and a C++ stack dump)
+        with RunSignals().installed() as signals:
+            return _train(config, signals)
     finally:
         lock.release()
 
 
-def _train(config: PPOConfig) -> dict[str, float]:
+def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
     device = resolve_device_type(config.trainer.device)
     try:
         train_dataloader, val_dataloader, tokenizer, processor = _prepare_inputs(config)
@@ -225,6 +230,7 @@ def _train(config: PPOConfig) -> dict[str, float]:
             )
             return trainer.fit()
         finally:
+            signals.stopping()  # a signal from here on exits at once: nothing is left to save
             tracker.finish()
     finally:
         workers.shutdown()
