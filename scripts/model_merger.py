@@ -178,6 +178,19 @@ def not_a_checkpoint(local_dir: str) -> str:
     return f"'{local_dir}' is not a checkpoint directory (no .metadata); pass .../global_step_N/actor."
 
 
+def check_intact(local_dir: str) -> None:
+    """Compare the role directory `local_dir` (global_step_N/actor) with the integrity record its step's save wrote;
+    a missing, truncated or changed file is named (rather than failing inside torch.distributed.checkpoint)."""
+    from verl.utils.checkpoint.integrity import damage
+
+    step_path, role = os.path.split(os.path.normpath(local_dir))
+    problem = damage(step_path, under=role)
+    if problem is not None:
+        raise ValueError(
+            f"Checkpoint '{local_dir}' is damaged: {problem}. Restore it from a copy or merge an earlier step."
+        )
+
+
 def merge(
     local_dir: str,
     target_dir: str | None = None,
@@ -195,6 +208,7 @@ def merge(
     hf_dir = os.path.join(local_dir, HF_SUBDIR)
     if not os.path.isfile(os.path.join(local_dir, ".metadata")):
         raise FileNotFoundError(not_a_checkpoint(local_dir))
+    check_intact(local_dir)
     if not os.path.isfile(os.path.join(hf_dir, "config.json")):
         raise FileNotFoundError(f"'{hf_dir}/config.json' is missing; the checkpoint was not written by this trainer.")
     target_dir = os.path.abspath(target_dir or hf_dir)

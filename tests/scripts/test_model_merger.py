@@ -170,3 +170,18 @@ def test_an_easyr1_checkpoint_is_named_as_such(tmp_path) -> None:
     assert "Traceback" not in proc.stderr
     with pytest.raises(FileNotFoundError, match="is a step directory; pass its actor checkpoint"):
         merger.merge(str(actor.parent))
+
+
+def test_a_truncated_shard_is_named_by_the_merger(checkpoint, tmp_path) -> None:
+    from verl.utils.checkpoint.integrity import write_record
+
+    actor, _ = checkpoint
+    step = tmp_path / "global_step_1"
+    shutil.copytree(os.path.dirname(actor), step)
+    write_record(str(step))  # as the trainer's save does
+    shard = next(step.glob("actor/*.distcp"))
+    shard.write_bytes(shard.read_bytes()[:100])
+    proc = run_merger("--local_dir", str(step / "actor"), "--target_dir", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert f"Checkpoint '{step / 'actor'}' is damaged: {shard} is 100 bytes, truncated from the" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -23,10 +23,12 @@ from verl.trainer.checkpointing import (
     discard_failed_save,
     find_last_checkpoint,
     remove_obsolete_checkpoints,
+    resume_path,
     saved_steps,
     step_dir,
     step_of,
 )
+from verl.utils.checkpoint.integrity import damage, write_record
 
 
 def make_steps(root, steps, complete: bool = True):
@@ -167,3 +169,84 @@ def test_step_of():
     assert step_of("/a/b/global_step_12/") == 12
     with pytest.raises(ValueError, match="global_step_N"):
         step_of("/a/b/checkpoint")
+
+
+def _saved_step(root, step: int, shard_bytes: int = 4096) -> str:
+    """A complete step as the trainer leaves it: the actor's shards and metadata, the trainer state, then the record."""
+    path = step_dir(str(root), step)
+    os.makedirs(os.path.join(path, "actor"))
+    (root / f"global_step_{step}" / "actor" / "__0_0.distcp").write_bytes(os.urandom(shard_bytes))
+    (root / f"global_step_{step}" / "actor" / ".metadata").write_bytes(b"metadata")
+    (root / f"global_step_{step}" / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    write_record(path)
+    return path
+
+
+def test_a_damaged_newest_checkpoint_is_named_and_the_previous_intact_one_resumed(tmp_path, caplog):
+    """A shard truncated after the save (a copy that stopped, a quota): resuming used to pick the step and die in
+    torch.distributed.checkpoint on the workers, naming neither the step nor the file."""
+    root = str(tmp_path)
+    _saved_step(tmp_path, 1)
+    newest = _saved_step(tmp_path, 2)
+    tracker = CheckpointTracker()
+    tracker.record(2, None)
+    tracker.save(root)
+    assert find_last_checkpoint(root) == newest
+    shard = os.path.join(newest, "actor", "__0_0.distcp")
+    with open(shard, "r+b") as f:
+        f.truncate(1000)
+    with caplog.at_level("WARNING"):
+        assert find_last_checkpoint(root) == step_dir(root, 1)
+    assert f"Checkpoint global_step_2 is damaged: {shard} is 1000 bytes, truncated from the 4096 bytes" in caplog.text
+    assert "Resuming from global_step_1, the newest intact checkpoint." in caplog.text
+    assert os.path.isfile(shard)  # left as it is: nothing is deleted
+    with pytest.raises(RuntimeError, match=rf"trainer.load_checkpoint_path='{newest}' is damaged: {shard} is 1000"):
+        resume_path(newest, True, root)  # asked for explicitly: no silent fallback
+    assert resume_path(step_dir(root, 1), True, root) == step_dir(root, 1)
+
+
+def test_a_changed_or_missing_file_is_damage_and_every_step_damaged_stops_the_run(tmp_path):
+    path = _saved_step(tmp_path, 3)
+    assert damage(path) is None
+    (tmp_path / "global_step_3" / "trainer_state.json").write_text('{"global_step": 9}')  # same size, other bytes
+    assert damage(path) == f"{path}/trainer_state.json has changed since the save (its CRC-32 differs)"
+    os.remove(os.path.join(path, "actor", ".metadata"))
+    assert damage(path, under="actor") == f"{path}/actor/.metadata is missing"
+    with pytest.raises(RuntimeError, match="every complete checkpoint is damaged"):
+        find_last_checkpoint(str(tmp_path))
+
+
+def test_a_checkpoint_without_a_record_is_still_resumed(tmp_path):
+    make_steps(tmp_path, [4])  # written before integrity records existed
+    assert find_last_checkpoint(str(tmp_path)) == step_dir(str(tmp_path), 4)
+
+
+def test_the_trainer_records_every_file_of_a_step_before_the_tracker(tmp_path):
+    from types import SimpleNamespace
+
+    from verl.trainer.ray_trainer import RayPPOTrainer
+
+    class Worker:
+        def save_checkpoint(self, path: str, model_only: bool) -> None:
+            os.makedirs(path)
+            with open(os.path.join(path, "__0_0.distcp"), "wb") as f:
+                f.write(b"w" * 100)
+
+    trainer_config = SimpleNamespace(save_checkpoint_path=str(tmp_path), save_model_only=False, save_limit=0)
+    state = SimpleNamespace(
+        config=SimpleNamespace(trainer=trainer_config),
+        global_step=1,
+        ckpt_tracker=CheckpointTracker(),
+        actor_rollout_ref_wg=Worker(),
+        use_critic=False,
+        train_dataloader=SimpleNamespace(state_dict=lambda: {"position": 3}),
+        kl_ctrl=SimpleNamespace(state_dict=lambda: {"value": 0.1}),
+        entropy_ctrl=None,
+    )
+    state._write_checkpoint = lambda path: RayPPOTrainer._write_checkpoint(state, path)
+    RayPPOTrainer._save_checkpoint(state, None)
+    with open(tmp_path / "global_step_1" / "integrity.json", encoding="utf-8") as f:
+        files = json.load(f)["files"]
+    assert sorted(files) == ["actor/__0_0.distcp", "dataloader.pt", "trainer_state.json"]
+    assert files["actor/__0_0.distcp"]["size"] == 100
+    assert CheckpointTracker.load(str(tmp_path)).last_global_step == 1

@@ -34,6 +34,7 @@ from verl.data.sft_dataset import SFTDataError, SFTDataset, collate_sft
 from verl.sft.config import SFTConfig, load_sft_config
 from verl.trainer.checkpointing import CheckpointTracker, atomic_write, find_last_checkpoint, step_dir
 from verl.trainer.run_lock import CheckpointFolderInUse, RunLock
+from verl.utils.checkpoint.integrity import write_record as write_integrity_record
 from verl.utils.cli import keep_local_ray_on_loopback, load_config_or_exit, use_writable_dirs_or_exit
 from verl.utils.config import ConfigError, config_to_dict
 
@@ -173,6 +174,7 @@ def save(group: Any, root: str, step: int, ckpt_tracker: CheckpointTracker, val_
     os.makedirs(path, exist_ok=True)
     group.save_checkpoint(os.path.join(path, "actor"))
     atomic_write(os.path.join(path, "trainer_state.json"), lambda f: json.dump({"global_step": step}, f))
+    write_integrity_record(path)  # checked when a run resumes (verl.utils.checkpoint.integrity)
     ckpt_tracker.record(step, None if val_loss is None else -val_loss)  # the tracker's best is the highest score
     ckpt_tracker.save(root)
 

@@ -27,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import IO, Any
 
+from verl.utils.checkpoint.integrity import damage
+
 
 logger = logging.getLogger(__name__)
 
@@ -156,8 +158,17 @@ def find_last_checkpoint(save_root: str) -> str | None:
             "trainer.save_checkpoint_path, or set trainer.find_last_checkpoint=false to start over here (the step "
             "directories are overwritten)."
         )
-    newest = complete[-1]
-    if named != newest:
+    intact = _intact_steps(save_root, complete)
+    if not intact:
+        raise RuntimeError(
+            f"Cannot resume from '{save_root}': every complete checkpoint is damaged (see the warnings above). "
+            "Restore the files from a copy, start a new run in another trainer.save_checkpoint_path, or set "
+            "trainer.find_last_checkpoint=false to start over here (the step directories are overwritten)."
+        )
+    newest = intact[-1]
+    if newest != complete[-1]:
+        logger.warning("Resuming from global_step_%d, the newest intact checkpoint.", newest)
+    elif named != newest:
         logger.warning(
             "Checkpoint tracker %s names step %s, but the newest complete checkpoint is global_step_%d; resuming "
             "from it.",
@@ -168,9 +179,28 @@ def find_last_checkpoint(save_root: str) -> str | None:
     return step_dir(save_root, newest)
 
 
+def _intact_steps(save_root: str, complete: list[int]) -> list[int]:
+    """The steps of `complete` that match their integrity record, checked from the newest down to the first intact
+    one; each damaged step is warned about, naming its file (it is left on disk as it is)."""
+    for position in range(len(complete) - 1, -1, -1):
+        step = complete[position]
+        problem = damage(step_dir(save_root, step))
+        if problem is None:
+            return complete[: position + 1]
+        logger.warning("Checkpoint global_step_%d is damaged: %s; it is skipped (and left as it is).", step, problem)
+    return []
+
+
 def resume_path(load_checkpoint_path: str | None, find_last: bool, save_root: str) -> str | None:
-    """The checkpoint a run starts from: the explicit path, else (with find_last) the newest complete one."""
+    """The checkpoint a run starts from: the explicit path, else (with find_last) the newest complete and intact
+    one. An explicit path that does not match its integrity record is an error naming the file."""
     if load_checkpoint_path is not None:
+        problem = damage(load_checkpoint_path)
+        if problem is not None:
+            raise RuntimeError(
+                f"trainer.load_checkpoint_path={load_checkpoint_path!r} is damaged: {problem}. Restore it from a copy, "
+                "or point trainer.load_checkpoint_path at an earlier global_step_N."
+            )
         return load_checkpoint_path
     return find_last_checkpoint(save_root) if find_last else None
 

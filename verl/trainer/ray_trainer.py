@@ -66,6 +66,7 @@ from verl.trainer.preemption import StopRequest, TrainingInterrupted
 from verl.trainer.rollout_dump import decode_texts, dump_rollouts
 from verl.trainer.scoring import BatchScorer
 from verl.utils.checkpoint.fsdp_checkpoint_manager import storage_error
+from verl.utils.checkpoint.integrity import write_record as write_integrity_record
 from verl.utils.seqlen_balancing import balance_batch
 
 
@@ -487,6 +488,7 @@ class RayPPOTrainer:
         tracker.record(self.global_step, val_score)
         try:
             self._write_checkpoint(path)
+            write_integrity_record(path)  # what resuming checks the step's files against (before Ray starts)
             tracker.save(root)  # last: only now is this checkpoint the latest (a failure leaves the old tracker)
         except Exception as err:
             cause = storage_error(err)

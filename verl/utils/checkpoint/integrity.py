@@ -1,0 +1,98 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The integrity record of a checkpoint step: what every file of `global_step_N/` was when the save finished.
+
+A checkpoint that looks complete can still be damaged afterwards: a shard truncated by a copy or sync that stopped,
+a quota hit while moving the folder, a file lost on a network disk. Resuming from it failed deep inside
+torch.distributed.checkpoint on the workers, naming neither the step nor the file. The save writes
+`integrity.json` last (before the tracker): the size of every file, and a CRC-32 of the small ones (metadata, trainer
+and data-loader state, configs; reading back every shard of a large model at each save and resume would cost
+minutes). `damage` compares a step with its record before Ray starts.
+"""
+
+import json
+import os
+import zlib
+
+
+INTEGRITY_FILE = "integrity.json"
+CHECKSUM_MAX_BYTES = 64 * 2**20
+"""Files up to this size get a CRC-32 as well as their size."""
+
+
+def _files(step_path: str) -> list[str]:
+    """Every file under `step_path`, relative and sorted, but the record itself."""
+    found = []
+    for root, dirs, names in os.walk(step_path):
+        dirs.sort()
+        for name in sorted(names):
+            relative = os.path.relpath(os.path.join(root, name), step_path)
+            if relative != INTEGRITY_FILE:
+                found.append(relative)
+    return found
+
+
+def _crc32(path: str) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            crc = zlib.crc32(block, crc)
+    return crc
+
+
+def write_record(step_path: str) -> None:
+    """Record every file of the finished step `step_path` (written through a temporary name, flushed to disk)."""
+    files = {}
+    for relative in _files(step_path):
+        path = os.path.join(step_path, relative)
+        size = os.path.getsize(path)
+        files[relative] = {"size": size, **({"crc32": _crc32(path)} if size <= CHECKSUM_MAX_BYTES else {})}
+    tmp = os.path.join(step_path, f".{INTEGRITY_FILE}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"version": 1, "files": files}, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(step_path, INTEGRITY_FILE))
+
+
+def has_record(step_path: str) -> bool:
+    return os.path.isfile(os.path.join(step_path, INTEGRITY_FILE))
+
+
+def damage(step_path: str, under: str = "") -> str | None:
+    """What is wrong with step `step_path` against its record (only the files under `under`, e.g. "actor", when
+    given): a missing, truncated, grown or changed file, or an unreadable record; None when it matches, or when
+    the step has no record (written before records existed)."""
+    record_path = os.path.join(step_path, INTEGRITY_FILE)
+    if not os.path.isfile(record_path):
+        return None
+    try:
+        with open(record_path, encoding="utf-8") as f:
+            files = json.load(f)["files"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return f"its integrity record {record_path} cannot be read ({error})"
+    prefix = under.rstrip("/") + os.sep if under else ""
+    for relative, expected in files.items():
+        if not relative.startswith(prefix):
+            continue
+        path = os.path.join(step_path, relative)
+        if not os.path.isfile(path):
+            return f"{path} is missing"
+        size = os.path.getsize(path)
+        if size != expected["size"]:
+            change = "truncated" if size < expected["size"] else "grown"
+            return f"{path} is {size} bytes, {change} from the {expected['size']} bytes the save wrote"
+        if "crc32" in expected and _crc32(path) != expected["crc32"]:
+            return f"{path} has changed since the save (its CRC-32 differs)"
+    return None
