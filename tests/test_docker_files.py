@@ -267,7 +267,9 @@ def test_cpu_image_has_every_program_the_install_recipe_runs() -> None:
             if argv[:2] in (["apt-get", "install"], ["apt", "install"]):
                 apt_packages.update(arg.split("=")[0] for arg in argv[2:] if not arg.startswith("-"))
     assert "make" in apt_packages, "The python base image has no `make`: apt-get install it before `make install`."
-    assert "bubblewrap" in apt_packages, "The code sandbox needs bubblewrap (verl/rewards/sandbox/bwrap.py): apt-get it."
+    assert "bubblewrap" in apt_packages, (
+        "The code sandbox needs bubblewrap (verl/rewards/sandbox/bwrap.py): apt-get it."
+    )
     venv = "/VENV"
     for step in make_install_commands(venv):
         program = shlex.split(step)[0]

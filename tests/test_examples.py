@@ -39,7 +39,19 @@ def recipe_args(path: str) -> list[str]:
 
 def test_there_are_recipes_for_every_algorithm():
     names = " ".join(os.path.basename(path) for path in RECIPES)
-    for algorithm in ("grpo", "dapo", "gspo", "cispo", "sapo", "reinforce_pp", "rloo", "ppo_gae", "multi_image", "async", "own_algorithm"):
+    for algorithm in (
+        "grpo",
+        "dapo",
+        "gspo",
+        "cispo",
+        "sapo",
+        "reinforce_pp",
+        "rloo",
+        "ppo_gae",
+        "multi_image",
+        "async",
+        "own_algorithm",
+    ):
         assert algorithm in names, algorithm
 
 
