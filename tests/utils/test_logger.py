@@ -203,3 +203,50 @@ def test_wandb_and_swanlab_follow_their_own_configuration(tmp_path, monkeypatch)
     assert swanlab_mode() == "cloud"
     monkeypatch.setenv("SWANLAB_MODE", "offline")
     assert swanlab_mode() == "offline"
+
+
+def _closed_port_url() -> str:
+    import socket
+
+    with socket.socket() as sock:  # bound, then closed: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def test_an_unreachable_wandb_or_swanlab_logs_offline_said_before_ray(tmp_path, monkeypatch, caplog):
+    """Offline with credentials: wandb died 114 s into the run (after the workers started) with a DNS error and
+    swanlab blamed the key. The check runs in the runner before Ray starts."""
+    import socket
+
+    from verl.utils.logger.backends import check_logger_services, swanlab_mode, wandb_mode
+
+    for name in ("WANDB_MODE", "SWANLAB_MODE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WANDB_API_KEY", "0123456789abcdef")
+    monkeypatch.setenv("SWANLAB_API_KEY", "key")
+    monkeypatch.setenv("WANDB_BASE_URL", _closed_port_url())
+    monkeypatch.setenv("SWANLAB_API_HOST", _closed_port_url())
+    assert wandb_mode() == "online" and swanlab_mode() == "cloud"
+    with caplog.at_level(logging.WARNING):
+        check_logger_services(["console", "wandb", "swanlab"])
+    assert wandb_mode() == "offline" and swanlab_mode() == "offline"
+    assert "wandb: 127.0.0.1:" in caplog.text and "logging offline for this run (WANDB_MODE=offline)" in caplog.text
+    assert "upload later with `swanlab sync`" in caplog.text
+
+    with socket.socket() as server:  # a service that answers keeps its mode
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.getsockname()[1]}")
+        monkeypatch.delenv("WANDB_MODE")
+        check_logger_services(["wandb"])
+        assert wandb_mode() == "online"
+
+
+def test_online_logging_asked_for_explicitly_but_unreachable_is_an_error(monkeypatch):
+    from verl.utils.logger.backends import check_logger_services
+
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("WANDB_BASE_URL", _closed_port_url())
+    with pytest.raises(ValueError, match=r"trainer.logger has wandb with WANDB_MODE=online, but 127.0.0.1:\d+ cannot"):
+        check_logger_services(["wandb"])
+    check_logger_services(["console"])  # not among the loggers: not checked

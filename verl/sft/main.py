@@ -112,12 +112,17 @@ def _train(config: SFTConfig) -> dict[str, float]:
     from verl.trainer.ray_setup import start_ray
     from verl.utils.device import resolve_device_type
     from verl.utils.logger import Tracker
+    from verl.utils.logger.backends import check_logger_services
 
     data, trainer = config.data, config.trainer
     train, val, _ = build_datasets(config)  # every conversation is checked before Ray starts
     device = resolve_device_type(trainer.device)
     steps_per_epoch = len(train) // data.batch_size
     total_steps = trainer.max_steps or steps_per_epoch * trainer.total_epochs
+    try:
+        check_logger_services(trainer.logger)  # an unreachable wandb / swanlab logs offline, said before Ray starts
+    except ValueError as err:  # online logging asked for explicitly, and its service cannot be reached
+        raise ConfigError(str(err)) from None
     start_ray(device, trainer.nnodes * trainer.n_gpus_per_node)
     pool = RayResourcePool(
         process_on_nodes=[trainer.n_gpus_per_node] * trainer.nnodes,

@@ -36,6 +36,7 @@ from verl.trainer.run_lock import CheckpointFolderInUse, RunLock
 from verl.utils.config import config_to_dict
 from verl.utils.device import resolve_device_type
 from verl.utils.logger import Tracker
+from verl.utils.logger.backends import check_logger_services
 from verl.workers.reward.local import LocalReward
 from verl.workers.reward.ray_actor import ActorReward, create_reward_actor, stop_actor
 
@@ -128,6 +129,7 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any]:
     resume_path(
         trainer_config.load_checkpoint_path, trainer_config.find_last_checkpoint, trainer_config.save_checkpoint_path
     )
+    check_logger_services(trainer_config.logger)  # an unreachable wandb / swanlab logs offline, said now
     model = config.worker.actor.model
     tokenizer = get_tokenizer(
         model.tokenizer_path,

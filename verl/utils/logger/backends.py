@@ -19,6 +19,8 @@ import json
 import logging
 import netrc
 import os
+import socket
+import threading
 from typing import Any
 from urllib.parse import urlparse
 
@@ -180,6 +182,69 @@ def swanlab_mode() -> str:
         return "cloud" if sdk.cmd_utils.get_nrc_path(save="root").exists() else "local"
     except Exception:  # another swanlab layout: without a key in the environment, stay local
         return "local"
+
+
+REACH_TIMEOUT_S = 5.0
+"""How long `unreachable` waits for a logging service (name lookup and TCP connection)."""
+
+
+def unreachable(url: str, timeout_s: float = REACH_TIMEOUT_S) -> str | None:
+    """None when a TCP connection to `url`'s host opens within `timeout_s`; else why not. The lookup runs in a daemon
+    thread: without a name server, getaddrinfo can block for far longer than any socket timeout."""
+    parsed = urlparse(url)
+    host, port = parsed.hostname or url, parsed.port or (80 if parsed.scheme == "http" else 443)
+    outcome: list[str | None] = []
+
+    def connect() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+            outcome.append(None)
+        except OSError as error:
+            outcome.append(str(error.strerror or error))
+
+    thread = threading.Thread(target=connect, name=f"reach-{host}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if not outcome:
+        return f"{host}:{port} did not answer within {timeout_s:.0f} s"
+    return None if outcome[0] is None else f"{host}:{port} cannot be reached ({outcome[0]})"
+
+
+def check_logger_services(loggers: list[str]) -> None:
+    """Before Ray starts: wandb or swanlab about to log online (credentials found, no mode set) whose service cannot be
+    reached is switched to offline logging (WANDB_MODE / SWANLAB_MODE) with a warning, instead of failing minutes
+    later when the tracker starts (wandb: a DNS error after the workers started; swanlab: blaming the key). A mode the
+    user set to online explicitly is an error naming the variable."""
+    services = [
+        ("wandb", "WANDB_MODE", wandb_mode, ("online",), os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai"),
+        (
+            "swanlab",
+            "SWANLAB_MODE",
+            swanlab_mode,
+            ("cloud", "online"),
+            os.environ.get("SWANLAB_API_HOST") or "https://api.swanlab.cn",
+        ),
+    ]
+    for name, variable, mode_of, online_modes, url in services:
+        if name not in loggers or mode_of() not in online_modes:
+            continue
+        problem = unreachable(url)
+        if problem is None:
+            continue
+        if os.environ.get(variable):
+            raise ValueError(
+                f"trainer.logger has {name} with {variable}={os.environ[variable]}, but {problem}. Fix the network "
+                f"(or a proxy), set {variable}=offline to log locally and upload later, or drop {name} from "
+                "trainer.logger."
+            )
+        os.environ[variable] = "offline"
+        logger.warning(
+            "%s: %s; logging offline for this run (%s=offline), upload later with `%s sync`.",
+            name,
+            problem,
+            variable,
+            name,
+        )
 
 
 class WandbBackend(Backend):
