@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from verl.serve import ChatEngine, RequestError, check_model, number, ranked, sampling_options
+from verl.serve_requests import RequestError, check_model, number, ranked, sampling_options
 
 
 def check_completion(request: Any, served_name: str) -> tuple[list[str | list[int]], dict[str, Any]]:
@@ -165,7 +165,7 @@ class Completion:
         return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
 
 
-def _submit(engine: ChatEngine, request: dict[str, Any]) -> tuple[list[str], Completion]:
+def _submit(engine: Any, request: dict[str, Any]) -> tuple[list[str], Completion]:
     """Check `request`, tokenize its prompts and add them to the engine (on the engine loop's thread)."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
@@ -205,7 +205,7 @@ def _submit(engine: ChatEngine, request: dict[str, Any]) -> tuple[list[str], Com
     return ids, completion
 
 
-def complete(engine: ChatEngine, request: dict[str, Any]) -> dict[str, Any]:
+def complete(engine: Any, request: dict[str, Any]) -> dict[str, Any]:
     """The text_completion object of a non-streamed request."""
     completion, outputs = engine.loop.submit(lambda: _submit(engine, request))
     for output in outputs:
@@ -222,7 +222,7 @@ def complete(engine: ChatEngine, request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def stream(engine: ChatEngine, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def stream(engine: Any, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """The text_completion chunks of a streamed request: each choice's pieces as the engine makes them (the prompt
     first with echo), the last with its finish_reason, then the usage with stream_options.include_usage. The
     request is checked and in the engine when this returns."""
@@ -230,7 +230,7 @@ def stream(engine: ChatEngine, request: dict[str, Any]) -> Iterator[dict[str, An
     return _chunks(engine, request, completion, outputs)
 
 
-def _chunks(engine: ChatEngine, request: dict, completion: Completion, outputs: Iterator) -> Iterator[dict[str, Any]]:
+def _chunks(engine: Any, request: dict, completion: Completion, outputs: Iterator) -> Iterator[dict[str, Any]]:
     header = {"id": completion.id, "object": "text_completion", "created": completion.created, "model": engine.name}
     offsets = [0] * len(completion.choices)
     try:
