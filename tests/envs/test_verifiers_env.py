@@ -300,6 +300,9 @@ def test_a_tool_call_runs_in_verifiers_tool_server_and_its_result_is_in_the_next
         assert {key: record["scores"][key] for key in rewards} == rewards and record["reward"] == total
     assert [episode["tool_calls"] for episode in episodes] == [1.0, 1.0] and summary["turns/mean"] == 2
     assert [m["role"] for m in records[0]["messages"]] == ["user", "assistant", "tool", "assistant"]
+    # the records keep each assistant turn as the model wrote it, its tool call included (as training's records do)
+    assert records[0]["messages"][1]["content"] == text_call, records[0]["messages"][1]
+    assert '"name": "calc_add"' in records[1]["messages"][1]["content"], records[1]["messages"][1]
 
 
 def test_an_episode_out_of_turns_ends_and_is_scored_as_far_as_it_went(tasksets, tmp_path, capsys):

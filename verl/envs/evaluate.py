@@ -229,6 +229,7 @@ def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any
     state = env.reset({**setup.row, "prompt_images": []})
     counts = _new_counts()
     seen: list[dict[str, Any]] = []  # the last answered request and its reply
+    written: list[dict[str, Any]] = []  # each reply as the model wrote it, tool calls as blocks in its text
     refused: list[dict[str, Any]] = []  # a request made after --max-turns
     usage = {"tokens": 0, "text": ""}
 
@@ -248,7 +249,9 @@ def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any
                 usage["tokens"] += _usage_tokens(reply)
                 usage["text"], calls = reply_turn(choice.message)
                 counts["truncated"] = choice.finish_reason == "length"
-                seen[:] = [*sent, {"role": "assistant", "content": usage["text"], "tool_calls": calls}]
+                turn = {"role": "assistant", "content": usage["text"], "tool_calls": calls}
+                seen[:] = [*as_written(sent, written), turn]
+                written.append(turn)
                 return reply
 
         counting = types.SimpleNamespace(chat=types.SimpleNamespace(completions=Completions()))
@@ -267,6 +270,18 @@ def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any
         counts["cut_tool_messages"] += sum(m.get("role") == "tool" for m in late if isinstance(m, dict))
     images = _images_of(conversation)
     return EpisodeResult(counts, env.episode_info(state), transcript, images, usage["tokens"], usage["text"])
+
+
+def as_written(messages: list[Any], written: list[dict[str, Any]]) -> list[Any]:
+    """`messages` with the model's earlier replies, the last len(written) assistant turns, as the model wrote them: a
+    client may send back a turn whose tool calls an endpoint parsed out of its text as `content: ""` plus
+    `tool_calls`, and the records keep the model's own text, as training's do. Assistant turns before those (a
+    few-shot example in the prompt) stay as they are."""
+    turns = [
+        i for i, message in enumerate(messages) if isinstance(message, dict) and message.get("role") == "assistant"
+    ]
+    replaced = dict(zip(turns[len(turns) - len(written) :] if written else [], written))
+    return [replaced.get(i, message) for i, message in enumerate(messages)]
 
 
 def after_prompt(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
