@@ -10,7 +10,7 @@ export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install test test-fast demo demo-code demo-tools demo-guess demo-zoom quality style license commit build clean
+.PHONY: install test test-fast demo demo-code demo-tools demo-guess demo-zoom demo-verifiers quality style license commit build clean
 
 install: $(STAMP)
 
@@ -46,6 +46,9 @@ demo-tools: install
 
 demo-guess: install
 	bash examples/cpu_guess.sh
+
+demo-verifiers: install
+	bash examples/cpu_verifiers.sh
 
 demo-zoom: install
 	bash examples/cpu_zoom.sh
