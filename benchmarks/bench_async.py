@@ -28,6 +28,7 @@ staleness (versions behind, async only) and the share of resumed samples.
 
     python benchmarks/bench_async.py [--prompts 16 --n 4 --short 32 --long 512 --long-share 0.1 --steps 10]
     python benchmarks/bench_async.py --modes sync,colocated:4,colocated:4:bypass  # mode[:max_staleness[:correction]]
+    python benchmarks/bench_async.py --device cuda --model 0.5b --modes sync,colocated:2  # the same workload on a GPU
 
 A disaggregated mode (separate rollout and training pools) is not built; it is not among the modes. The last line
 printed is one JSON object with the figures.
@@ -69,6 +70,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--kv-cache-memory-mb", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before a run is killed")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="trainer.device (bench_grpo's)")
+    parser.add_argument("--model", choices=("tiny", "0.5b", "1.5b"), default="tiny", help="random-init sizes")
+    parser.add_argument("--gpus", type=int, default=1, help="cuda: trainer.n_gpus_per_node")
     parser.add_argument("--workdir", default=os.path.join(REPO, "outputs", "bench_async"))
     parser.add_argument("--ours-override", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument(
@@ -129,6 +133,12 @@ def grpo_args(args: argparse.Namespace, mode: str, staleness: int, correction: s
             str(max(4096, 64 + args.long)),
             "--timeout",
             str(args.timeout),
+            "--device",
+            args.device,
+            "--model",
+            args.model,
+            "--gpus",
+            str(args.gpus),
             *[item for override in overrides for item in ("--ours-override", override)],
         ]
     )
@@ -224,9 +234,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "error": None,
     }
-    from verl.models.tiny_models import get_or_build_tiny_model
+    if args.model == "tiny":
+        from verl.models.tiny_models import get_or_build_tiny_model
 
-    model = get_or_build_tiny_model("qwen2", os.path.join(args.workdir, "models"))
+        model = get_or_build_tiny_model("qwen2", os.path.join(args.workdir, "models"))
+    else:  # Qwen2.5 sizes with the tiny tokenizer, as bench_grpo builds them
+        import torch
+        from bench_actor import build_sized_model
+
+        model = build_sized_model(args.model, os.path.join(args.workdir, "models"), torch.device(args.device))
     ahead = max(staleness for _, staleness, _ in args.modes)  # batches admitted beyond the trained ones
     rows = workload_rows(args.prompts * (args.steps + ahead + 2), args.short, args.long, args.long_share, args.seed)
     paths = bench_grpo.write_workload(args.workdir, rows)

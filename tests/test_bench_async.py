@@ -45,3 +45,11 @@ def test_modes_and_their_overrides(bench: ModuleType) -> None:
     assert "worker.rollout.max_staleness=3" in run.ours_override
     assert "algorithm.rollout_correction.mode=tis" in run.ours_override
     assert run.response_length == 512 and run.max_num_batched_tokens >= 64 + 512
+
+
+def test_a_gpu_run_passes_its_device_and_model_to_bench_grpo(bench: ModuleType) -> None:
+    args = bench.parse_args(["--device", "cuda", "--model", "0.5b", "--modes", "sync"])
+    run = bench.grpo_args(args, "sync", 0, "auto")
+    assert (run.device, run.model, run.gpus, run.sides) == ("cuda", "0.5b", 1, ["ours"])
+    command = bench.bench_grpo.ours_command(run, {"ours": "train.jsonl", "reward": "reward.py"}, "model", "/tmp/run")
+    assert "trainer.device=cuda" in command and "worker.rollout.tensor_parallel_size=1" in command
