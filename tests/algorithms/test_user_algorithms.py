@@ -25,6 +25,7 @@ import pytest
 import torch
 
 from tests.test_examples import recipe_args
+from tests.trainer.test_config import base_args
 from verl.algorithms import core_algos
 from verl.algorithms.policy_losses import compute_policy_loss
 from verl.algorithms.rollout_correction import CorrectionSettings, compute_rollout_correction
@@ -45,18 +46,6 @@ def files(tmp_path):
     (tmp_path / "reward.py").write_text("def compute_score(sample):\n    return {'overall': 1.0}\n")
     shutil.copy(USER_FILE, tmp_path / "algo.py")
     return tmp_path
-
-
-def base_args(d) -> list[str]:
-    return [
-        f"data.train_files={d / 'train.jsonl'}",
-        f"worker.actor.model.model_path={d / 'model'}",
-        f"worker.reward.reward_function={d / 'reward.py'}:compute_score",
-        "data.rollout_batch_size=8",
-        "worker.actor.global_batch_size=4",
-        "worker.rollout.n=2",
-        "trainer.n_gpus_per_node=2",
-    ]
 
 
 def batch(seed: int = 0) -> dict:

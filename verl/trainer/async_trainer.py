@@ -22,7 +22,6 @@ In-flight prompts are saved with each checkpoint and regenerated from their star
 and the engine's state are not saved): no prompt is lost or trained twice.
 """
 
-import json
 import logging
 import os
 import time
@@ -33,7 +32,7 @@ import numpy as np
 import torch
 
 from verl.protocol import DataProto
-from verl.trainer.checkpointing import atomic_write, resume_path
+from verl.trainer.checkpointing import atomic_write
 from verl.trainer.metrics import append_metrics
 from verl.trainer.ray_trainer import RayPPOTrainer
 
@@ -42,7 +41,6 @@ logger = logging.getLogger(__name__)
 
 IN_FLIGHT_FILE = "async_in_flight.pt"
 """The prompts admitted but not yet trained, in a checkpoint directory."""
-ADMISSION_FILE = "async_admission.json"
 
 
 @dataclass
@@ -59,9 +57,6 @@ class Admission:
         """Whole batches that may be admitted now (each step consumes one batch of groups)."""
         limit = (self.max_staleness + version + 1) * self.batch_size
         return max(0, (limit - self.admitted) // self.batch_size)
-
-    def state_dict(self) -> dict[str, int]:
-        return {"admitted": self.admitted, "batch_size": self.batch_size, "max_staleness": self.max_staleness}
 
 
 def staleness_metrics(versions: torch.Tensor, resumed: torch.Tensor, version: int) -> dict[str, float]:
@@ -131,15 +126,11 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
             return
         rows = DataProto.concat(list(self.in_flight.values())) if self.in_flight else None
         atomic_write(os.path.join(path, IN_FLIGHT_FILE), lambda f: torch.save(rows, f), binary=True)
-        state = self.admission.state_dict()
-        atomic_write(os.path.join(path, ADMISSION_FILE), lambda f: json.dump(state, f))
 
-    def _load_checkpoint(self) -> None:
-        super()._load_checkpoint()
-        trainer = self.config.trainer
-        path = resume_path(trainer.load_checkpoint_path, trainer.find_last_checkpoint, trainer.save_checkpoint_path)
+    def _load_checkpoint(self) -> str | None:
+        path = super()._load_checkpoint()
         if path is None:
-            return
+            return None
         in_flight_file = os.path.join(path, IN_FLIGHT_FILE)
         rows = torch.load(in_flight_file, weights_only=False) if os.path.isfile(in_flight_file) else None
         batch_size = self.config.data.rollout_batch_size
@@ -154,3 +145,4 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
             self.global_step,
             0 if rows is None else len(rows),
         )
+        return path

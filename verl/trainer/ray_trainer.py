@@ -522,11 +522,13 @@ class RayPPOTrainer:
                 state["entropy_ctrl"] = self.entropy_ctrl.state_dict()
             atomic_write(os.path.join(path, "trainer_state.json"), lambda f: json.dump(state, f))
 
-    def _load_checkpoint(self) -> None:
+    def _load_checkpoint(self) -> str | None:
+        """Resume from the checkpoint the config names (or the latest); returns its path, None if nothing was
+        resumed."""
         trainer = self.config.trainer
         path = resume_path(trainer.load_checkpoint_path, trainer.find_last_checkpoint, trainer.save_checkpoint_path)
         if path is None:
-            return
+            return None
         logger.info("Resuming from %s", path)
         self.global_step = step_of(path)
         self.actor_rollout_ref_wg.load_checkpoint(os.path.join(path, "actor"))
@@ -543,6 +545,7 @@ class RayPPOTrainer:
             if self.entropy_ctrl is not None and "entropy_ctrl" in state:
                 self.entropy_ctrl.load_state_dict(state["entropy_ctrl"])
         self.ckpt_tracker = CheckpointTracker.load(trainer.save_checkpoint_path) or CheckpointTracker()
+        return path
 
     # ------------------------------------------------------------------------------------------------ the loop
 

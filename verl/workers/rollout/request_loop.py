@@ -120,18 +120,17 @@ class RequestLoop:
                 f"their deadlines at {quota} groups per step from version {version}: the admission let in more than "
                 "the staleness bound allows."
             )
-        picked: list[int] = []
 
-        def satisfied() -> bool:
-            nonlocal picked
-            # earliest deadline first among the complete groups; ties by admission order
+        def choose() -> list[int] | None:
+            """The quota complete groups with the earliest deadlines (ties by admission), if returning them keeps
+            every other group within its deadline; else None: the engine must run on."""
             complete = sorted((deadline[key], key) for key, group in self.groups.items() if group.complete)
             picked = [key for _, key in complete[:quota]]
-            return len(picked) == quota and self._feasible(picked, deadline, quota, version)
+            return picked if len(picked) == quota and self._feasible(picked, deadline, quota, version) else None
 
-        if not satisfied():
-            self._step_until(satisfied, version, make_params)
-        return [self.groups.pop(key) for key in sorted(picked)]
+        if choose() is None:
+            self._step_until(lambda: choose() is not None, version, make_params)
+        return [self.groups.pop(key) for key in sorted(choose())]
 
     def _feasible(self, picked: list[int], deadline: dict[int, int], quota: int, version: int) -> bool:
         """Whether, with `picked` trained at `version`, the other groups can each train by its deadline at `quota`

@@ -23,6 +23,7 @@ import gc
 import logging
 import os
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -324,6 +325,10 @@ class VLLMRollout:
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.generate_calls = 0
         self.validate_calls = 0
+        # mode=colocated: the samples admitted and not yet returned, kept across calls (generate_async)
+        self.request_loop = RequestLoop(
+            self.inference_engine, partial(vllm_compat.render_prompt, self.inference_engine)
+        )
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.eos_token_ids = self._eos_token_ids(model_path)
         self._base_sampling = self._base_sampling_kwargs()
@@ -508,14 +513,8 @@ class VLLMRollout:
         prompts, seed_rank = gather_tensor_parallel_prompts(prompts, self.rank, tp_group, tp_size)
         meta = prompts.meta_info
         quota, version = int(meta["quota"]) * tp_size, int(meta["version"])
-        kwargs = self.sampling_kwargs(
-            {key: value for key, value in meta.items() if key not in ("quota", "version", "max_staleness")}
-        )
+        kwargs = self.sampling_kwargs(meta)  # quota, version and max_staleness are no sampling fields: ignored
         n, budget = kwargs.pop("n"), self.call_response_length(meta)
-        if getattr(self, "request_loop", None) is None:
-            self.request_loop = RequestLoop(
-                self.inference_engine, lambda item: vllm_compat.render_prompt(self.inference_engine, item)
-            )
         loop = self.request_loop
         if len(prompts) > 0:
             inputs = self._engine_inputs(prompts)
