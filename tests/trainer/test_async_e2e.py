@@ -46,7 +46,11 @@ def compute_score(sample):
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory, local_ray):
-    root = tmp_path_factory.mktemp("async_e2e")
+    return build_workspace(tmp_path_factory.mktemp("async_e2e"))
+
+
+def build_workspace(root) -> dict:
+    """The tiny Qwen2, a digit reward and 40 arithmetic prompts under `root`."""
     model = get_or_build_tiny_model("qwen2", str(root / "models"))
     (root / "reward.py").write_text(REWARD)
     with open(root / "train.jsonl", "w") as f:

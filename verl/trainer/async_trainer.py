@@ -87,6 +87,17 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
 
     def _make_batch_data(self, metrics: dict[str, list[float]]) -> DataProto:
         version = self.global_step - 1  # weight updates the engine's weights carry
+        prompts = self._admit(version)
+        prompts.meta_info.update(quota=self.config.data.rollout_batch_size // self.actor_rollout_ref_wg.world_size)
+        batch = self.actor_rollout_ref_wg.generate_sequences_async(prompts)
+        in_flight = batch.meta_info.pop("in_flight_groups", None)
+        if in_flight is not None:
+            append_metrics(metrics, {"async/in_flight_groups_rank0": float(in_flight)})
+        return self._trained(batch, version, metrics)
+
+    def _admit(self, version: int) -> DataProto:
+        """The prompts this step admits (the in-flight ones of a resumed run first), with their uids, recorded as in
+        flight; meta_info carries the stage, `version` and `max_staleness`."""
         batch_size = self.config.data.rollout_batch_size
         parts = [self._readmit] if self._readmit is not None else []
         self._readmit = None
@@ -105,17 +116,17 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
                 f"with worker.rollout.max_staleness={self.admission.max_staleness}; this is a bug in the admission."
             )
         prompts = DataProto.concat(parts)
-        prompts.meta_info.update(self._stage_meta(), quota=batch_size // self.actor_rollout_ref_wg.world_size)
+        prompts.meta_info.update(self._stage_meta())
         prompts.meta_info.update(version=version, max_staleness=self.admission.max_staleness)
-        batch = self.actor_rollout_ref_wg.generate_sequences_async(prompts)
+        return prompts
+
+    def _trained(self, batch: DataProto, version: int, metrics: dict[str, list[float]]) -> DataProto:
+        """`batch`'s prompts are no longer in flight; its staleness metrics."""
         for uid in dict.fromkeys(batch.non_tensor_batch["uid"]):
             self.in_flight.pop(uid, None)
-        in_flight = batch.meta_info.pop("in_flight_groups", None)
         versions, resumed = batch.batch["rollout_versions"], batch.batch["rollout_resumed"]
         append_metrics(metrics, staleness_metrics(versions, resumed, version))
         append_metrics(metrics, {"async/in_flight_prompts": float(len(self.in_flight))})
-        if in_flight is not None:
-            append_metrics(metrics, {"async/in_flight_groups_rank0": float(in_flight)})
         return batch
 
     # ------------------------------------------------------------------------------------------------ checkpoints

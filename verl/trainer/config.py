@@ -46,6 +46,7 @@ from verl.utils.config import (
     require_positive,
     set_keys,
 )
+from verl.utils.device import is_cuda_available
 from verl.workers.config import WorkerConfig
 
 
@@ -493,6 +494,9 @@ def fill_derived(config: PPOConfig) -> PPOConfig:
         correction.mode = "tis" if rollout.mode != "sync" and rollout.max_staleness > 0 else "none"
     if rollout.mode != "sync":  # the behaviour policy is recorded: every token's engine log-prob
         rollout.calculate_log_probs = True
+    if rollout.mode == "disaggregated":
+        rollout.nnodes = rollout.nnodes or 1
+        rollout.n_gpus_per_node = rollout.n_gpus_per_node or 1
     if rollout.max_model_len is None:
         rollout.max_model_len = rollout.prompt_length + rollout.response_length
     return config
@@ -605,6 +609,26 @@ def _check_async(config: PPOConfig) -> None:
             f"worker.rollout.mode={rollout.mode} admits data.rollout_batch_size={config.data.rollout_batch_size} "
             f"prompts per step, which must split evenly over the {world} devices."
         )
+    if rollout.mode == "disaggregated":
+        _check_rollout_pool(config)
+
+
+def _check_rollout_pool(config: PPOConfig) -> None:
+    """mode=disaggregated: the rollout pool's engines, each a process of its own."""
+    rollout = config.worker.rollout
+    engines = rollout.pool_size()
+    if config.data.rollout_batch_size % engines != 0:
+        raise ConfigError(
+            f"worker.rollout.mode=disaggregated admits data.rollout_batch_size={config.data.rollout_batch_size} "
+            f"prompts per step, which must split evenly over the {engines} engines of the rollout pool "
+            "(worker.rollout.nnodes x worker.rollout.n_gpus_per_node)."
+        )
+    if rollout.tensor_parallel_size > 1 and config.trainer.device != "cpu" and is_cuda_available():
+        raise ConfigError(
+            f"worker.rollout.tensor_parallel_size={rollout.tensor_parallel_size}: with worker.rollout.mode="
+            "disaggregated every rollout process is one engine on one GPU (tensor-parallel engines across the "
+            "rollout pool are not built yet); set it to 1."
+        )
 
 
 def _check_ulysses(config: PPOConfig, role: str, section: Any) -> None:
@@ -666,7 +690,7 @@ def _check_batch_sizes(config: PPOConfig) -> None:
                 f"{key} x worker.rollout.n = {prompts * rollout.n} must be divisible "
                 f"by the {world} devices (trainer.nnodes x trainer.n_gpus_per_node)."
             )
-    if world % rollout.tensor_parallel_size != 0:
+    if rollout.mode != "disaggregated" and world % rollout.tensor_parallel_size != 0:  # else: _check_rollout_pool
         raise ConfigError(
             f"worker.rollout.tensor_parallel_size={rollout.tensor_parallel_size} must divide the "
             f"{world} devices (trainer.nnodes x trainer.n_gpus_per_node)."

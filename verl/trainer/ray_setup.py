@@ -54,6 +54,7 @@ def init_ray(config: PPOConfig, device: str) -> None:
     """Start (or join) Ray for an RL run: its worker processes, the reward model's pool and any reward actors."""
     trainer, reward = config.trainer, config.worker.reward
     processes = trainer.nnodes * trainer.n_gpus_per_node + reward.model.nnodes * reward.model.n_gpus_per_node
+    processes += config.worker.rollout.pool_size()  # mode=disaggregated: the engines' own processes
     # Reward actors idle most of the time: they may share the machine's cores rather than block the workers.
     start_ray(device, processes + 2 * reward.num_cpus)
 

@@ -151,6 +151,8 @@ class RayPPOTrainer:
         self.train_dataloader = train_dataloader
         self.val_dataloader = val_dataloader
         self.actor_rollout_ref_wg = actor_rollout_ref_wg
+        self.rollout_wg = actor_rollout_ref_wg
+        """The group whose engines generate: the actor's (sync, colocated) or the rollout pool's (disaggregated)."""
         self.critic_wg = critic_wg
         if val_reward_fn is not None and val_reward_fn is not reward_fn:
             raise ValueError("One reward runner scores training and validation; pass the same one (or None).")
@@ -218,12 +220,12 @@ class RayPPOTrainer:
         )
         gen_batch = split_generation_inputs(prompts, all_columns=bool(self.config.worker.rollout.env))
         gen_batch.meta_info.update(self._stage_meta())
-        output = self.actor_rollout_ref_wg.generate_sequences(gen_batch)
+        output = self.rollout_wg.generate_sequences(gen_batch)
         append_metrics(metrics, output.meta_info.pop("metrics", {}))
         if core_algos.estimator_needs_greedy_baseline(self.config.algorithm.adv_estimator):
             greedy = gen_batch.select(deepcopy=True)
             greedy.meta_info.update(temperature=0.0, n=1)
-            baseline = self.actor_rollout_ref_wg.generate_sequences(greedy)
+            baseline = self.rollout_wg.generate_sequences(greedy)
             baseline = prompts.select(deepcopy=True).union(baseline)
             scores, _ = self.scorer.score(baseline)
             prompts.batch["reward_baselines"] = scores.sum(-1)
@@ -339,9 +341,9 @@ class RayPPOTrainer:
         metrics = new_metric_store()
         wg = self.actor_rollout_ref_wg
         with timer("gen", timing_raw):
-            append_metrics(metrics, wg.prepare_rollout_engine() or {})
+            append_metrics(metrics, self.rollout_wg.prepare_rollout_engine() or {})
             batch = self._make_batch_data(metrics)
-            append_metrics(metrics, wg.release_rollout_engine() or {})
+            append_metrics(metrics, self.rollout_wg.release_rollout_engine() or {})
         self._balance_batch(batch, metrics)
         batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
         batch.meta_info["temperature"] = self.config.worker.rollout.temperature
@@ -435,7 +437,7 @@ class RayPPOTrainer:
         """Generate for the whole validation set with val_override_config and score it."""
         if self.val_dataloader is None:
             return {}
-        wg = self.actor_rollout_ref_wg
+        wg = self.rollout_wg
         overrides = dict(self.config.worker.rollout.val_override_config)
         n = int(overrides.get("n", 1))
         scores: list[float] = []

@@ -29,6 +29,7 @@ from verl.trainer.async_trainer import AsyncRayPPOTrainer
 from verl.trainer.checkpointing import resume_path
 from verl.trainer.config import PPOConfig
 from verl.trainer.data_loader import create_dataloader
+from verl.trainer.disaggregated_trainer import DisaggregatedRayPPOTrainer
 from verl.trainer.preemption import RunSignals
 from verl.trainer.ray_setup import SetupError, init_ray
 from verl.trainer.ray_trainer import RayPPOTrainer, count_training_steps
@@ -51,6 +52,8 @@ class WorkerGroups:
     actor: Any
     critic: Any | None = None
     reward_model: Any | None = None
+    rollout: Any | None = None
+    """mode=disaggregated: the rollout pool's engines."""
     owned: list[tuple[Any, Any]] = field(default_factory=list)
     """(group, pool) pairs, in creation order."""
 
@@ -63,7 +66,8 @@ class WorkerGroups:
 def create_worker_groups(config: PPOConfig, device: str) -> WorkerGroups:
     """One colocated process per device holding the actor+rollout(+ref) role and, for gae, the critic role; with
     worker.reward.model.model_path the reward model's role too, or its own group on its own devices when
-    worker.reward.model.n_gpus_per_node > 0."""
+    worker.reward.model.n_gpus_per_node > 0. With worker.rollout.mode=disaggregated the actor role has no engine and
+    the engines are a group of their own (worker.rollout.nnodes x n_gpus_per_node processes)."""
     from verl.workers.fsdp_workers import FSDPWorker  # imports vLLM: only when training really starts
 
     trainer = config.trainer
@@ -95,6 +99,14 @@ def create_worker_groups(config: PPOConfig, device: str) -> WorkerGroups:
         if groups.reward_model is not None:  # before the actor, so the engine sizes its cache against what is left
             groups.reward_model.init_model()
         groups.actor, groups.critic = _init_models(views, actor_role)
+        rollout = config.worker.rollout
+        if rollout.mode == "disaggregated":  # the engines on a pool of their own
+            from verl.workers.rollout_worker import RolloutWorker
+
+            nodes = [rollout.n_gpus_per_node] * rollout.nnodes
+            engine_cls = RayClassWithInitArgs(RolloutWorker, config=config.worker, device=device)
+            groups.rollout = _new_group(groups, nodes, device, f"{trainer.experiment_name}_rollout", engine_cls)
+            groups.rollout.init_model()
     except BaseException:
         groups.shutdown()
         raise
@@ -216,7 +228,15 @@ def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
             config_to_dict(config),  # secrets (api keys in reward_function_kwargs) masked
         )
         try:
-            trainer_class = RayPPOTrainer if config.worker.rollout.mode == "sync" else AsyncRayPPOTrainer
+            mode = config.worker.rollout.mode
+            extra: dict[str, Any] = {}
+            if mode == "disaggregated":
+                extra = {"rollout_wg": workers.rollout, "device": device}
+            trainer_class = {
+                "sync": RayPPOTrainer,
+                "colocated": AsyncRayPPOTrainer,
+                "disaggregated": DisaggregatedRayPPOTrainer,
+            }[mode]
             trainer = trainer_class(
                 config,
                 tokenizer,
@@ -229,6 +249,7 @@ def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
                 tracker,
                 reward_model_wg=workers.reward_model,
                 judge=judge,
+                **extra,
             )
             return trainer.fit()
         finally:

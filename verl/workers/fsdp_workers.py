@@ -25,6 +25,7 @@ import contextlib
 import copy
 import logging
 import os
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -74,7 +75,10 @@ class FSDPWorker(Worker):
         if self.device.type == "cuda":  # vLLM's external launcher picks its device from LOCAL_RANK: make it this one
             os.environ["LOCAL_RANK"] = str(self.device.index)
         self.has_actor = role in ("actor_rollout_ref", "actor_rollout")
-        self.has_rollout = self.has_actor
+        # mode=disaggregated: the engines are the rollout pool's (verl.workers.rollout_worker); the actor sends them
+        # its weights over a collective group of their own (`send_weights`)
+        self.has_rollout = self.has_actor and config.rollout.mode != "disaggregated"
+        self.transfer_group: Any = None
         self.has_ref = role in ("actor_rollout_ref", "ref")
         self.has_critic = role == "critic"
         self.processor: Any = None
@@ -208,6 +212,51 @@ class FSDPWorker(Worker):
         """Admit this rank's share of `prompts` and return `meta_info["quota"]` complete groups (the colocated
         asynchronous rollout, `VLLMRollout.generate_async`)."""
         return self.rollout.generate_async(prompts)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def weight_transfer_address(self) -> tuple[str, int]:
+        """Where rank 0 will host the weight-transfer group's store (mode=disaggregated): this node's IP and a port
+        free on it now."""
+        import ray
+
+        from verl.single_controller.base.worker import get_free_port
+
+        return ray.util.get_node_ip_address(), get_free_port()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_weight_transfer(self, host: str, port: int, world_size: int, backend: str) -> None:
+        """Rank 0 joins the weight-transfer group as its member 0, hosting its store at host:port."""
+        from verl.workers import weight_transfer
+
+        if dist.get_rank() == 0:
+            self.transfer_group = weight_transfer.create_group(host, port, 0, world_size, backend)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def send_weights(self, dtype: str, bucket_mb: int) -> dict[str, float]:
+        """Gather the actor's full weights (every rank: one all-gather per FSDP unit) and broadcast them from rank 0
+        to the rollout engines in buckets of `bucket_mb` MiB, cast to the engines' `dtype`."""
+        from verl.workers import weight_transfer
+        from verl.workers.sharding_manager.fsdp_vllm import checkpoint_names, iter_full_weights
+
+        names = getattr(self, "_weight_names", None) or checkpoint_names(self.actor_module)
+        self._weight_names = names
+        stats = {"num_params": 0, "bytes": 0, "max_param_bytes": 0, "gather_seconds": 0.0}
+        start = time.perf_counter()
+        with self._resident(self.actor_module, self.config.actor.offload), torch.no_grad():
+            weights = iter_full_weights(self.actor_module, getattr(torch, dtype), names, stats)
+            if self.transfer_group is not None:
+                sent = weight_transfer.send_weights(self.transfer_group, weights, bucket_mb * 2**20, self.device)
+                broadcast = sent.seconds
+            else:
+                for _ in weights:  # the other ranks take part in the gathers only
+                    pass
+                broadcast = 0.0
+        return {
+            "timing_s/sync_weights": time.perf_counter() - start,
+            "timing_s/sync_weights_gather": stats["gather_seconds"],
+            "timing_s/sync_weights_broadcast": broadcast,
+            "perf/sync_weights_gb": stats["bytes"] / 2**30,
+        }
 
     # ------------------------------------------------------------------------------------------------ experience
 

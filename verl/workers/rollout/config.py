@@ -29,8 +29,8 @@ NAMES: tuple[str, ...] = ("vllm",)
 
 DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp32", "bfloat16", "float16", "float32", "auto")
 """Values of rollout.dtype."""
-ROLLOUT_MODES: tuple[str, ...] = ("sync", "colocated")
-"""Values of rollout.mode. A disaggregated mode (rollout and training on separate pools) is not built yet."""
+ROLLOUT_MODES: tuple[str, ...] = ("sync", "colocated", "disaggregated")
+"""Values of rollout.mode (docs/async.md)."""
 
 
 @dataclass
@@ -97,11 +97,25 @@ class RolloutConfig:
     """sync: every step generates its batch to the last sample, then trains. colocated: asynchronous RL on the same
     workers (docs/async.md): the engine works through a request loop; once a step's groups are complete the
     unfinished samples stop, keep their tokens, and continue after the weight sync next to new prompts, so a step
-    never waits for its slowest sample. Rollout log-probs are always recorded then."""
+    never waits for its slowest sample. disaggregated: the engines run in their own processes (a rollout pool of
+    nnodes x n_gpus_per_node, each process one engine) and generate without pause while the trainer pool trains;
+    after each update the new weights are broadcast to them in buckets over a collective group. Rollout log-probs are
+    always recorded in both asynchronous modes."""
     max_staleness: int = 0
-    """mode=colocated: how many policy versions a sample may lag behind the one it trains, enforced by pacing
-    admission (prompts admitted <= (max_staleness + version + 1) x data.rollout_batch_size). 0 makes every step wait
-    for all its samples: the same batches, losses and weights as mode=sync."""
+    """mode=colocated or disaggregated: how many policy versions a sample may lag behind the one it trains, enforced
+    by pacing admission (prompts admitted <= (max_staleness + version + 1) x data.rollout_batch_size). 0 makes every
+    step wait for all its samples: in colocated mode the same batches, losses and weights as mode=sync; in
+    disaggregated mode the engines then idle while the trainer trains (use 1 or more to overlap them)."""
+    nnodes: int | None = None
+    """mode=disaggregated: nodes of the rollout pool (default 1). Refused in the other modes, whose engines live in
+    the training processes."""
+    n_gpus_per_node: int | None = None
+    """mode=disaggregated: devices (on CPU machines: processes, one CPU each) per node of the rollout pool, each one
+    engine of tensor-parallel size 1 (default 1). The training pool is trainer.nnodes x trainer.n_gpus_per_node.
+    Refused in the other modes."""
+    weight_bucket_mb: int = 512
+    """mode=disaggregated: the weights are broadcast to the engines in buckets of at most this many MiB (a larger
+    tensor goes alone); each engine holds one full copy of the received weights until it loads them."""
     val_override_config: dict[str, Any] = field(default_factory=dict)
     """Sampling overrides for validation, e.g. {temperature: 0.6, top_p: 0.95, n: 1}."""
     prompt_length: int = -1
@@ -110,6 +124,12 @@ class RolloutConfig:
     """Derived from data.max_response_length."""
     trust_remote_code: bool = False
     """Derived from worker.actor.model.trust_remote_code."""
+
+    def pool_size(self) -> int:
+        """Processes of the rollout pool (mode=disaggregated; 0 in the other modes, whose engines are the trainer's)."""
+        if self.mode != "disaggregated":
+            return 0
+        return (self.nnodes or 1) * (self.n_gpus_per_node or 1)
 
     def _check_greedy_samples(self, prefix: str) -> None:
         """vLLM samples greedily at temperature 0 and refuses n > 1 there (the n responses would be identical), when
@@ -159,22 +179,32 @@ class RolloutConfig:
         self._check_greedy_samples(prefix)
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ConfigError(f"{prefix}gpu_memory_utilization must lie in (0, 1], got {self.gpu_memory_utilization}.")
-        if self.mode == "disaggregated":
-            raise ConfigError(
-                f"{prefix}mode=disaggregated (rollout and training on separate resource pools) is not built yet; use "
-                f"{prefix}mode=colocated for asynchronous RL on one pool."
-            )
         require_choice(self, prefix, "mode", ROLLOUT_MODES)
         require_non_negative(self, prefix, "max_staleness")
+        require_positive(self, prefix, "nnodes", "n_gpus_per_node", "weight_bucket_mb")
         if self.max_staleness > 0 and self.mode == "sync":
             raise ConfigError(
                 f"{prefix}max_staleness={self.max_staleness} only applies to asynchronous rollouts: set "
-                f"{prefix}mode=colocated, or leave max_staleness at 0."
+                f"{prefix}mode=colocated or disaggregated, or leave max_staleness at 0."
             )
-        if self.mode == "colocated" and self.env:
+        if self.mode != "sync" and self.env:
             raise ConfigError(
-                f"{prefix}mode=colocated with {prefix}env (multi-turn episodes) is not built yet: use {prefix}mode=sync "
-                "for environments."
+                f"{prefix}mode={self.mode} with {prefix}env (multi-turn episodes) is not built yet: use "
+                f"{prefix}mode=sync for environments."
+            )
+        if self.mode != "disaggregated":
+            for key in ("nnodes", "n_gpus_per_node"):
+                if getattr(self, key) is not None:
+                    raise ConfigError(
+                        f"{prefix}{key} sizes the rollout pool of mode=disaggregated; with {prefix}mode={self.mode} "
+                        f"the engines live in the training processes (trainer.nnodes x trainer.n_gpus_per_node): "
+                        f"remove it, or set {prefix}mode=disaggregated."
+                    )
+        elif self.verify_weight_sync:
+            raise ConfigError(
+                f"{prefix}verify_weight_sync compares the engine with the actor in one process; with {prefix}mode="
+                "disaggregated they live in different processes: turn it off (the transfer sends every tensor the "
+                "actor gathers, by name)."
             )
         if self.env:
             if self.max_turns < 1:

@@ -79,12 +79,19 @@ class RequestLoop:
 
     `make_params(max_tokens, seed)` builds one request's SamplingParams (n=1, DELTA outputs); `render(prompt)` turns an
     engine input into what `LLMEngine.add_request` takes.
+
+    `run` is the colocated rollout's blocking call. Its pieces (`submit`, `step` = one engine step + `record`,
+    `suspend`, `pick`, `pop`) also serve a loop that steps the engine continuously in its own thread (the
+    disaggregated rollout worker): every method but `record` and `pick` touches the engine, so only that thread calls
+    them.
     """
 
     def __init__(self, llm: Any, render: Callable[[dict[str, Any]], Any]) -> None:
         self.llm = llm
         self.render = render
         self.groups: dict[int, Group] = {}
+        self.active: dict[str, tuple[Group, Sample]] = {}
+        """The engine's requests: request id -> its group and sample."""
         self._keys = count()
         self._request_ids = count()
 
@@ -101,6 +108,14 @@ class RequestLoop:
     def clear(self) -> None:
         self.groups.clear()
 
+    def deadlines(self, version: int, max_staleness: int | None) -> dict[int, int]:
+        """The version by which each group must train: admission + `max_staleness` (None: now, as in a synchronous
+        rollout)."""
+        return {
+            key: version if max_staleness is None else group.admitted_version + max_staleness
+            for key, group in self.groups.items()
+        }
+
     def run(
         self, quota: int, version: int, make_params: Callable[[int, int | None], Any], max_staleness: int | None = None
     ) -> list[Group]:
@@ -108,12 +123,25 @@ class RequestLoop:
         deadline (admission version + `max_staleness`); return them, removed from the loop. Unfinished samples are
         aborted, their tokens kept for the next call. `max_staleness=None`: every group is due now, as in a
         synchronous rollout."""
+        self.check_quota(quota, version, max_staleness)
+        if self.pick(quota, version, max_staleness) is None:
+            self.submit(version, make_params)
+            finished_groups = False
+            while self.llm.llm_engine.has_unfinished_requests():
+                if finished_groups and self.pick(quota, version, max_staleness) is not None:
+                    break
+                finished_groups = self.step(version)
+            self.suspend()
+        picked = self.pick(quota, version, max_staleness)
+        if picked is None:
+            raise RuntimeError("The engine ran out of requests before the step's groups were complete.")
+        return self.pop(picked)
+
+    def check_quota(self, quota: int, version: int, max_staleness: int | None) -> None:
+        """Refuse a call that cannot keep every group within its deadline (a bug in the caller's admission)."""
         if quota > len(self.groups):
             raise ValueError(f"A request loop holding {len(self.groups)} groups cannot complete {quota} of them.")
-        deadline = {
-            key: version if max_staleness is None else group.admitted_version + max_staleness
-            for key, group in self.groups.items()
-        }
+        deadline = self.deadlines(version, max_staleness)
         if not self._feasible([], deadline, quota, version - 1):  # this step's quota counts as one more step
             raise ValueError(
                 f"{len(self.groups)} groups with deadlines up to version {max(deadline.values())} cannot all train by "
@@ -121,16 +149,17 @@ class RequestLoop:
                 "the staleness bound allows."
             )
 
-        def choose() -> list[int] | None:
-            """The quota complete groups with the earliest deadlines (ties by admission), if returning them keeps
-            every other group within its deadline; else None: the engine must run on."""
-            complete = sorted((deadline[key], key) for key, group in self.groups.items() if group.complete)
-            picked = [key for _, key in complete[:quota]]
-            return picked if len(picked) == quota and self._feasible(picked, deadline, quota, version) else None
+    def pick(self, quota: int, version: int, max_staleness: int | None) -> list[int] | None:
+        """The keys of the `quota` complete groups with the earliest deadlines (ties by admission), if training them
+        at `version` keeps every other group within its deadline; else None: the engine must run on."""
+        deadline = self.deadlines(version, max_staleness)
+        complete = sorted((deadline[key], key) for key, group in self.groups.items() if group.complete)
+        picked = [key for _, key in complete[:quota]]
+        return picked if len(picked) == quota and self._feasible(picked, deadline, quota, version) else None
 
-        if choose() is None:
-            self._step_until(lambda: choose() is not None, version, make_params)
-        return [self.groups.pop(key) for key in sorted(choose())]
+    def pop(self, keys: list[int]) -> list[Group]:
+        """Remove the groups `keys` (complete ones) from the loop, in admission order."""
+        return [self.groups.pop(key) for key in sorted(keys)]
 
     def _feasible(self, picked: list[int], deadline: dict[int, int], quota: int, version: int) -> bool:
         """Whether, with `picked` trained at `version`, the other groups can each train by its deadline at `quota`
@@ -140,16 +169,15 @@ class RequestLoop:
         left = sorted(deadline[key] for key in self.groups if key not in chosen)
         return all(count <= (due - version) * quota for count, due in enumerate(left, start=1))
 
-    def _step_until(
-        self, satisfied: Callable[[], bool], version: int, make_params: Callable[[int, int | None], Any]
-    ) -> None:
-        """Submit every unfinished sample (continuing from its tokens), step the engine until `satisfied()`, then
-        abort what is still running."""
+    def submit(self, version: int, make_params: Callable[[int, int | None], Any]) -> int:
+        """Add every unfinished sample that is not running to the engine, continuing from its tokens (the prefix is
+        prefilled under the current weights); returns how many were added."""
         engine = self.llm.llm_engine
-        active: dict[str, tuple[Group, Sample]] = {}
+        running = {id(sample) for _, sample in self.active.values()}
+        added = 0
         for group in self.groups.values():
             for sample in group.samples:
-                if sample.finished:
+                if sample.finished or id(sample) in running:
                     continue
                 request_id = f"async-{next(self._request_ids)}"
                 prompt = dict(group.prompt)
@@ -159,27 +187,36 @@ class RequestLoop:
                 seed = sample.seed if not sample.tokens else resume_seed(sample.seed, len(sample.tokens))
                 params = make_params(group.budget - len(sample.tokens), seed)
                 engine.add_request(request_id, self.render(prompt), params)
-                active[request_id] = (group, sample)
+                self.active[request_id] = (group, sample)
+                added += 1
+        return added
+
+    def step(self, version: int) -> bool:
+        """One engine step, its outputs recorded under policy `version`; whether a group became complete."""
+        return self.record(self.llm.llm_engine.step(), version)
+
+    def record(self, outputs: list[Any], version: int) -> bool:
+        """Append one engine step's outputs (DELTA) to their samples, tokens tagged with `version`; whether a group
+        became complete."""
         finished_groups = False
-        while engine.has_unfinished_requests():
-            if finished_groups and satisfied():
-                break
-            finished_groups = False
-            for output in engine.step():
-                group, sample = active[output.request_id]
-                for completion in output.outputs:
-                    ids = list(completion.token_ids)
-                    sample.tokens.extend(ids)
-                    sample.versions.extend([version] * len(ids))
-                    if completion.logprobs is not None:
-                        sample.logprobs.extend(
-                            float(entry[token].logprob) for entry, token in zip(completion.logprobs, ids)
-                        )
-                if output.finished:
-                    sample.finished = True
-                    del active[output.request_id]
-                    finished_groups = finished_groups or group.complete
-        if active:
-            engine.abort_request(list(active))
-        if not satisfied():
-            raise RuntimeError("The engine ran out of requests before the step's groups were complete.")
+        for output in outputs:
+            group, sample = self.active[output.request_id]
+            for completion in output.outputs:
+                ids = list(completion.token_ids)
+                sample.tokens.extend(ids)
+                sample.versions.extend([version] * len(ids))
+                if completion.logprobs is not None:
+                    sample.logprobs.extend(
+                        float(entry[token].logprob) for entry, token in zip(completion.logprobs, ids)
+                    )
+            if output.finished:
+                sample.finished = True
+                del self.active[output.request_id]
+                finished_groups = finished_groups or group.complete
+        return finished_groups
+
+    def suspend(self) -> None:
+        """Abort the engine's requests; their samples keep their tokens and continue at the next `submit`."""
+        if self.active:
+            self.llm.llm_engine.abort_request(list(self.active))
+        self.active.clear()

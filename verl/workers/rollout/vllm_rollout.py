@@ -22,7 +22,7 @@ import contextlib
 import gc
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
@@ -285,7 +285,15 @@ class VLLMRollout:
     by `validate_calls`, so validating more or less often never shifts the training samples.
     """
 
-    def __init__(self, model_path: str, config: RolloutConfig, tokenizer: Any, processor: Any | None = None) -> None:
+    def __init__(
+        self,
+        model_path: str,
+        config: RolloutConfig,
+        tokenizer: Any,
+        processor: Any | None = None,
+        colocated: bool = True,
+    ) -> None:
+        """`colocated=False`: the engine has its process to itself (mode=disaggregated), so it never sleeps."""
         quiet.install_worker_filters()  # already done by Ray's setup hook, unless Ray was started elsewhere (tests)
         from vllm import LLM
 
@@ -295,6 +303,8 @@ class VLLMRollout:
         self.processor = processor
         self.multimodal = is_multimodal(processor)
         engine_kwargs = build_engine_kwargs(model_path, config, self.multimodal)
+        if not colocated:
+            engine_kwargs.pop("enable_sleep_mode", None)
         if config.dtype not in ("fp32", "float32") and not on_gpu():
             logger.info("rollout.dtype=%s: the CPU engine runs in float32 (bf16 is much slower here).", config.dtype)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine must live in this process to share weights
@@ -501,9 +511,6 @@ class VLLMRollout:
         every admitted group completes in this call). The unfinished samples stay in this process, aborted in the
         engine, until the next call.
         """
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
-
         if self.env is not None:
             raise NotImplementedError(
                 "Asynchronous rollouts of multi-turn environments (worker.rollout.env) are not built yet; use "
@@ -513,37 +520,57 @@ class VLLMRollout:
         prompts, seed_rank = gather_tensor_parallel_prompts(prompts, self.rank, tp_group, tp_size)
         meta = prompts.meta_info
         quota, version = int(meta["quota"]) * tp_size, int(meta["version"])
-        kwargs = self.sampling_kwargs(meta)  # quota, version and max_staleness are no sampling fields: ignored
-        n, budget = kwargs.pop("n"), self.call_response_length(meta)
-        loop = self.request_loop
+        budget = self.call_response_length(meta)
+        n, greedy, make_params = self.async_sampling(meta)
         if len(prompts) > 0:
-            inputs = self._engine_inputs(prompts)
-            if kwargs["temperature"] < 1e-6:
-                seeds: list[int | None] = [None] * len(inputs)
-            else:
-                seeds = list(request_seeds(self.config.seed, seed_rank, self.generate_calls, len(inputs)))
-            self.generate_calls += 1
-            budgets = row_budgets(prompts, budget)
-            for row, item in enumerate(inputs):
-                sample_seeds = [None if seeds[row] is None else seeds[row] + j for j in range(n)]
-                loop.admit(item, prompts[row : row + 1], sample_seeds, version, budgets[row])
+            self.admit(prompts, version, budget, seed_rank, n, greedy)
+        with preserved_rng_state():
+            staleness = meta.get("max_staleness")
+            groups = self.request_loop.run(quota, version, make_params, None if staleness is None else int(staleness))
+        output = self.groups_to_rollout(groups, n, budget)
+        output.meta_info["in_flight_groups"] = self.request_loop.in_flight
+        return output.chunk(tp_size)[tp_rank] if tp_size > 1 else output
+
+    def async_sampling(self, meta_info: dict[str, Any]) -> tuple[int, bool, Callable[[int, int | None], Any]]:
+        """Samples per prompt, whether sampling is greedy, and the SamplingParams of one request of the request loop (one sample, DELTA outputs,
+        its own token budget and seed) for the sampling settings of `meta_info`."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        kwargs = self.sampling_kwargs(meta_info)  # quota, version and max_staleness are no sampling fields: ignored
+        n, greedy = kwargs.pop("n"), kwargs["temperature"] < 1e-6
         for key in ("seed", "max_tokens", "output_kind"):
             kwargs.pop(key, None)
 
         def make_params(max_tokens: int, seed: int | None) -> Any:
             return SamplingParams(**kwargs, n=1, max_tokens=max_tokens, seed=seed, output_kind=RequestOutputKind.DELTA)
 
-        with preserved_rng_state():
-            staleness = meta.get("max_staleness")
-            groups = loop.run(quota, version, make_params, None if staleness is None else int(staleness))
+        return n, greedy, make_params
+
+    def admit(self, prompts: DataProto, version: int, budget: int, seed_rank: int, n: int, greedy: bool) -> None:
+        """Admit `prompts` into the request loop at policy `version`: n samples each, seeded as `LLM.generate` seeds
+        the n samples of a request, each response capped at `budget` (or its row's own cap)."""
+        inputs = self._engine_inputs(prompts)
+        if greedy:
+            seeds: list[int | None] = [None] * len(inputs)
+        else:
+            seeds = list(request_seeds(self.config.seed, seed_rank, self.generate_calls, len(inputs)))
+        self.generate_calls += 1
+        budgets = row_budgets(prompts, budget)
+        for row, item in enumerate(inputs):
+            sample_seeds = [None if seeds[row] is None else seeds[row] + j for j in range(n)]
+            self.request_loop.admit(item, prompts[row : row + 1], sample_seeds, version, budgets[row])
+
+    def groups_to_rollout(self, groups: list[Any], n: int, width: int) -> DataProto:
+        """The rollout columns of complete request-loop groups (responses padded to `width`), plus
+        `rollout_versions` (the policy version of each response token, -1 on padding) and `rollout_resumed`."""
         samples = [sample for group in groups for sample in group.samples]
         rows = DataProto.concat([group.payload for group in groups])
-        output = self._rollout_from_tokens(rows, [s.tokens for s in samples], [s.logprobs for s in samples], n, budget)
-        versions = pad_rows([s.versions for s in samples], budget, -1, torch.long)
+        output = self._rollout_from_tokens(rows, [s.tokens for s in samples], [s.logprobs for s in samples], n, width)
+        versions = pad_rows([s.versions for s in samples], width, -1, torch.long)
         output.batch["rollout_versions"] = versions.masked_fill(output.batch["response_mask"] == 0, -1)
         output.batch["rollout_resumed"] = torch.tensor([s.resumed for s in samples], dtype=torch.long)
-        output.meta_info["in_flight_groups"] = loop.in_flight
-        return output.chunk(tp_size)[tp_rank] if tp_size > 1 else output
+        return output
 
     def _run_episodes(
         self,

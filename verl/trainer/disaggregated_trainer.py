@@ -1,0 +1,86 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Disaggregated asynchronous RL (worker.rollout.mode=disaggregated, docs/async.md): the `gen` phase of a step when
+the engines have a resource pool of their own.
+
+The rollout pool's engines (verl.workers.rollout_worker) generate without pause. A step sends the weights of the
+last update to them if they lack them (a broadcast over the weight-transfer group while they keep generating; they
+load it between two engine steps), admits prompts under the staleness bound exactly as colocated mode does
+(`Admission`), and takes the step's complete groups (earliest deadline first); while the trainer pool trains on them,
+the engines go on with the groups in flight and the ones admitted for later steps. Checkpoints keep the in-flight
+prompts, regenerated on resume, as in colocated mode.
+"""
+
+from typing import Any
+
+from verl.protocol import DataProto
+from verl.trainer.async_trainer import AsyncRayPPOTrainer
+from verl.trainer.metrics import append_metrics
+
+
+class DisaggregatedRayPPOTrainer(AsyncRayPPOTrainer):
+    """AsyncRayPPOTrainer whose engines are the rollout pool's group `rollout_wg` (module docstring)."""
+
+    def __init__(self, *args: Any, rollout_wg: Any, device: str = "cpu", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rollout_wg = rollout_wg
+        self.transfer_backend = "nccl" if device == "cuda" else "gloo"
+        self.engine_version: int | None = None
+        """Weight updates the engines' weights carry (None: they hold no weights yet)."""
+        self.engine_dtype: str | None = None
+
+    def _connect(self) -> None:
+        """Form the weight-transfer group: the trainer's rank 0 and every rollout process (all join at once)."""
+        host, port = self.actor_rollout_ref_wg.weight_transfer_address()[0]
+        world_size = 1 + self.rollout_wg.world_size
+        args = (host, port, world_size, self.transfer_backend)
+        trainer = self.actor_rollout_ref_wg.execute_all_async("init_weight_transfer", *args)
+        engines = self.rollout_wg.execute_all_async("init_weight_transfer", *args)
+        self.engine_dtype = engines.get()[0]
+        trainer.get()
+
+    def sync_engines(self, version: int, metrics: dict[str, list[float]] | None = None) -> None:
+        """Send the actor's weights (after `version` updates) to the engines unless they have them."""
+        if self.engine_version == version:
+            return
+        if self.engine_dtype is None:
+            self._connect()
+        bucket_mb = self.config.worker.rollout.weight_bucket_mb
+        sent = self.actor_rollout_ref_wg.execute_all_async("send_weights", self.engine_dtype, bucket_mb)
+        received = self.rollout_wg.execute_all_async("receive_weights", version)
+        sent_metrics = sent.get()[0]  # a failing sender fails the receivers' broadcast too: it is the error to show
+        received_metrics = received.get()
+        self.engine_version = version
+        if metrics is not None:
+            append_metrics(metrics, sent_metrics)
+            append_metrics(metrics, received_metrics)
+
+    def _make_batch_data(self, metrics: dict[str, list[float]]) -> DataProto:
+        version = self.global_step - 1  # weight updates the trained policy carries
+        self.sync_engines(version, metrics)
+        prompts = self._admit(version)
+        engines = self.rollout_wg.world_size
+        if len(prompts) % engines != 0:
+            raise RuntimeError(f"{len(prompts)} admitted prompts do not split over the {engines} rollout engines.")
+        self.rollout_wg.admit(prompts)
+        quota = self.config.data.rollout_batch_size // engines
+        outputs = self.rollout_wg.collect(quota, version, self.admission.max_staleness, self._stage_meta())
+        for output in outputs:
+            append_metrics(metrics, output.meta_info.pop("metrics", {}))
+        return self._trained(DataProto.concat(outputs), version, metrics)
+
+    def validate(self) -> dict[str, float]:
+        if self.val_dataloader is not None:
+            self.sync_engines(self.global_step)  # validation scores the policy after this step's update
+        return super().validate()

@@ -1,0 +1,246 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""RolloutWorker: one process of the rollout pool in worker.rollout.mode=disaggregated (docs/async.md).
+
+It holds a vLLM engine and nothing to train. An engine thread steps the engine without pause through the request
+loop (verl/workers/rollout/request_loop.py) while the driver's calls arrive on the actor's own thread: `admit` adds
+prompts, `collect` waits for a step's complete groups (earliest deadline first, as in colocated mode) and takes them,
+`receive_weights` takes the trainer's broadcast while generation goes on and then has the engine thread load it
+between two engine steps (the running samples stop, keep their tokens and continue under the new weights), and
+`generate_sequences` (validation) runs between two steps too. Only the engine thread touches the engine.
+"""
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+import torch.distributed as dist
+
+from verl.data.tokenizer import get_processor, get_tokenizer
+from verl.protocol import DataProto
+from verl.single_controller.base.decorator import Dispatch, register
+from verl.single_controller.base.worker import Worker
+from verl.utils import device as device_utils
+from verl.workers import weight_transfer
+from verl.workers.config import WorkerConfig
+
+
+logger = logging.getLogger(__name__)
+
+_POLL_S = 1.0
+"""How often a waiting call checks that the engine thread is still alive."""
+
+
+class RolloutWorker(Worker):
+    def __init__(self, config: WorkerConfig, device: str = "auto") -> None:
+        super().__init__()
+        self.config = config
+        self.device_type = device_utils.set_device_type(device)
+        device_utils.init_distributed()
+        self.device = device_utils.get_local_device()
+        if self.device.type == "cuda":  # vLLM's external launcher picks its device from LOCAL_RANK: make it this one
+            os.environ["LOCAL_RANK"] = str(self.device.index)
+        self.transfer_group: Any = None
+        self.version: int | None = None
+        """Weight updates the engine's weights carry; None until the first weights arrive."""
+        self._cond = threading.Condition()
+        self._tasks: list[tuple[Callable[[], Any], Future]] = []
+        self._submit_needed = False
+        self._stop = False
+        self._idle = True
+        self._error: BaseException | None = None
+        self._busy_s = 0.0
+        self._window_start = time.perf_counter()
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------------------------------------ setup
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        from verl.workers.rollout.vllm_rollout import VLLMRollout
+
+        model, template = self.config.actor.model, self.config.override_chat_template
+        tokenizer = get_tokenizer(
+            model.tokenizer_path, trust_remote_code=model.trust_remote_code, override_chat_template=template
+        )
+        processor = get_processor(
+            model.tokenizer_path, trust_remote_code=model.trust_remote_code, override_chat_template=template
+        )
+        self.rollout = VLLMRollout(model.model_path, self.config.rollout, tokenizer, processor, colocated=False)
+        self.n, self.greedy, self.make_params = self.rollout.async_sampling({})
+        self._thread = threading.Thread(target=self._engine_loop, name="rollout-engine", daemon=True)
+        self._thread.start()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_weight_transfer(self, host: str, port: int, world_size: int, backend: str) -> str:
+        """Join the weight-transfer group as member 1 + rank (the trainer's rank 0 is member 0); returns the dtype
+        the engine wants its weights in."""
+        self.transfer_group = weight_transfer.create_group(host, port, 1 + dist.get_rank(), world_size, backend)
+        return str(self.rollout.torch_dtype).removeprefix("torch.")
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def prepare_rollout_engine(self) -> dict[str, float]:
+        """Nothing to do: the trainer sends the weights after each update (`receive_weights`)."""
+        return {}
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def release_rollout_engine(self) -> dict[str, float]:
+        return {}
+
+    # ------------------------------------------------------------------------------------------------ weights
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def receive_weights(self, version: int) -> dict[str, float]:
+        """Take the trainer's broadcast (generation goes on meanwhile), then load it between two engine steps; from
+        then on every token is sampled under `version`. Returns the transfer's figures."""
+        from verl.workers.rollout import vllm_compat
+        from verl.workers.rollout.vllm_rollout import on_gpu
+
+        start = time.perf_counter()
+        weights, stats = weight_transfer.receive_weights(self.transfer_group, self.device)
+        received = time.perf_counter()
+
+        def load() -> float:
+            paused = time.perf_counter()
+            self.rollout.request_loop.suspend()  # the running samples continue from their tokens after the load
+            vllm_compat.load_weights(self.rollout.inference_engine, iter(weights), in_place_reload=not on_gpu())
+            vllm_compat.reset_caches_after_weight_update(self.rollout.inference_engine)
+            self.version = version
+            return time.perf_counter() - paused
+
+        pause = self._in_engine_thread(load)
+        return {
+            "timing_s/sync_weights_receive": received - start,
+            "timing_s/sync_weights_load": pause,
+            "perf/sync_weights_gb": stats.bytes / 2**30,
+            "perf/sync_weights_buckets": float(stats.buckets),
+        }
+
+    # ------------------------------------------------------------------------------------------------ generation
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_METRIC)
+    def admit(self, prompts: DataProto) -> int:
+        """Admit this rank's share of `prompts` at `meta_info["version"]` (each response capped by this step's
+        response length); returns the groups in flight here."""
+        if self.version is None:
+            raise RuntimeError("The rollout engine has no weights yet: the trainer sends them before the first step.")
+        meta = prompts.meta_info
+        budget = self.rollout.call_response_length(meta)
+        with self._cond:
+            self._raise_if_failed()
+            self.rollout.admit(prompts, int(meta["version"]), budget, dist.get_rank(), self.n, self.greedy)
+            self._submit_needed = True
+            self._cond.notify_all()
+            return self.rollout.request_loop.in_flight
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def collect(self, quota: int, version: int, max_staleness: int, meta_info: dict[str, Any]) -> DataProto:
+        """Wait until `quota` groups are complete and taking them keeps every other group within its deadline
+        (admission version + max_staleness, earliest deadline first); return them, oldest first, as the rollout
+        columns of `VLLMRollout.generate_async` with the engine's busy share since the last call in metrics."""
+        loop = self.rollout.request_loop
+        width = self.rollout.call_response_length(meta_info)
+        with self._cond:
+            self._raise_if_failed()
+            loop.check_quota(quota, version, max_staleness)
+            while (picked := loop.pick(quota, version, max_staleness)) is None:
+                if self._idle and not self._tasks and not self._submit_needed:
+                    raise RuntimeError(
+                        f"The rollout engine is idle with {loop.in_flight} groups in flight and cannot complete "
+                        f"{quota} of them; this is a bug in the admission."
+                    )
+                self._cond.wait(_POLL_S)
+                self._raise_if_failed()
+            groups = loop.pop(picked)
+            in_flight = loop.in_flight
+            now = time.perf_counter()
+            busy = self._busy_s / max(now - self._window_start, 1e-9)
+            self._busy_s, self._window_start = 0.0, now
+        output = self.rollout.groups_to_rollout(groups, self.n, width)
+        output.meta_info["metrics"] = {"async/engine_busy_share": busy, "async/in_flight_groups": float(in_flight)}
+        return output
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """One blocking rollout (validation), between two engine steps: the asynchronous samples stop meanwhile and
+        continue after it."""
+
+        def generate() -> DataProto:
+            self.rollout.request_loop.suspend()
+            return self.rollout.generate_sequences(prompts)
+
+        return self._in_engine_thread(generate)
+
+    # ------------------------------------------------------------------------------------------------ engine thread
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"The rollout engine's thread failed: {self._error!r}") from self._error
+
+    def _in_engine_thread(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn` in the engine thread between two engine steps; its result (or its exception)."""
+        future: Future = Future()
+        with self._cond:
+            self._raise_if_failed()
+            self._tasks.append((fn, future))
+            self._cond.notify_all()
+        while True:
+            try:
+                return future.result(timeout=_POLL_S)
+            except TimeoutError:
+                with self._cond:
+                    self._raise_if_failed()
+
+    def _engine_loop(self) -> None:
+        loop, engine = self.rollout.request_loop, self.rollout.inference_engine.llm_engine
+        try:
+            while True:
+                with self._cond:
+                    while not (self._stop or self._tasks or self._submit_needed or engine.has_unfinished_requests()):
+                        self._idle = True
+                        self._cond.notify_all()
+                        self._cond.wait()
+                    self._idle = False
+                    if self._stop:
+                        return
+                    tasks, self._tasks = self._tasks, []
+                for fn, future in tasks:
+                    try:
+                        future.set_result(fn())
+                    except BaseException as err:  # the caller gets it; the loop goes on
+                        future.set_exception(err)
+                with self._cond:
+                    if (tasks or self._submit_needed) and self.version is not None:
+                        loop.submit(self.version, self.make_params)
+                        self._submit_needed = False
+                if not engine.has_unfinished_requests():
+                    continue
+                start = time.perf_counter()
+                outputs = engine.step()
+                with self._cond:
+                    self._busy_s += time.perf_counter() - start
+                    if loop.record(outputs, self.version):
+                        self._cond.notify_all()
+        except BaseException as err:
+            logger.exception("The rollout engine's thread failed.")
+            with self._cond:
+                self._error = err
+                for _, future in self._tasks:
+                    future.set_exception(err)
+                self._tasks = []
+                self._cond.notify_all()

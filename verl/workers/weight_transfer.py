@@ -1,0 +1,146 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Weights from the training pool to rollout engines in other processes (worker.rollout.mode=disaggregated).
+
+The training pool's rank 0 and every rollout process form one collective group of their own (a TCP store on the
+trainer's node; gloo on the CPU, NCCL on GPUs), outside each pool's torch.distributed world. After an update the
+trainer streams its full weights, packed into buckets of `weight_bucket_mb`, by broadcast from rank 0; each bucket
+is one header (sizes, dtype, last-bucket flag), one small name/shape table and one flat tensor of the weights, so
+the receivers need no manifest agreed beforehand and any model the actor gathers can be sent.
+"""
+
+import datetime
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+"""Weight dtypes a bucket may carry (the engine's dtype), by their index in the header."""
+
+_HEADER = 4
+"""int64 header: table bytes, bucket elements, dtype index, 1 on the last bucket."""
+
+
+def create_group(
+    host: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float = 1800.0
+) -> dist.ProcessGroup:
+    """Join the weight-transfer group: rank 0 (the trainer) hosts the TCP store at host:port, the rollout processes
+    connect to it. Blocks until all `world_size` members have joined."""
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = dist.TCPStore(host, port, world_size, rank == 0, timeout=timeout, wait_for_workers=False)
+    if backend == "nccl":
+        options = dist.ProcessGroupNCCL.Options()
+        options._timeout = timeout
+        return dist.ProcessGroupNCCL(store, rank, world_size, options)
+    if backend != "gloo":
+        raise ValueError(f"Weight transfer backend must be gloo or nccl, got {backend!r}.")
+    return dist.ProcessGroupGloo(store, rank, world_size, timeout)
+
+
+@dataclass
+class TransferStats:
+    """What one transfer moved and how long its collectives took."""
+
+    num_tensors: int = 0
+    bytes: int = 0
+    buckets: int = 0
+    seconds: float = 0.0
+    """Time inside the broadcasts (on the sender, also waiting for the receivers)."""
+
+
+def _broadcast(group: dist.ProcessGroup, tensor: torch.Tensor, stats: TransferStats) -> None:
+    start = time.perf_counter()
+    group.broadcast(tensor, 0).wait()
+    stats.seconds += time.perf_counter() - start
+
+
+def _send_bucket(
+    group: dist.ProcessGroup,
+    items: list[tuple[str, torch.Tensor]],
+    last: bool,
+    device: torch.device,
+    stats: TransferStats,
+) -> None:
+    dtype = items[0][1].dtype if items else DTYPES[0]
+    table = json.dumps([[name, list(tensor.shape)] for name, tensor in items]).encode()
+    flat = (
+        torch.cat([tensor.reshape(-1) for _, tensor in items]).to(device)
+        if items
+        else torch.empty(0, dtype=dtype, device=device)
+    )
+    header = torch.tensor([len(table), flat.numel(), DTYPES.index(dtype), int(last)], dtype=torch.long, device=device)
+    _broadcast(group, header, stats)
+    _broadcast(group, torch.frombuffer(bytearray(table), dtype=torch.uint8).to(device), stats)
+    if flat.numel():
+        _broadcast(group, flat, stats)
+    stats.buckets += 1
+    stats.num_tensors += len(items)
+    stats.bytes += flat.numel() * flat.element_size()
+
+
+def send_weights(
+    group: dist.ProcessGroup, weights: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int, device: torch.device
+) -> TransferStats:
+    """Broadcast (name, tensor) pairs from rank 0 in buckets of at most `bucket_bytes` (a larger tensor goes alone);
+    a bucket holds one dtype. Ends with the last-bucket flag, so the receivers know when to stop."""
+    stats = TransferStats()
+    bucket: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, tensor in weights:
+        nbytes = tensor.numel() * tensor.element_size()
+        if tensor.dtype not in DTYPES:
+            raise TypeError(f"Cannot send weight {name} of dtype {tensor.dtype}; the engine dtypes are {DTYPES}.")
+        if bucket and (size + nbytes > bucket_bytes or tensor.dtype != bucket[0][1].dtype):
+            _send_bucket(group, bucket, False, device, stats)
+            bucket, size = [], 0
+        bucket.append((name, tensor.detach()))
+        size += nbytes
+    _send_bucket(group, bucket, True, device, stats)
+    return stats
+
+
+def receive_weights(
+    group: dist.ProcessGroup, device: torch.device
+) -> tuple[list[tuple[str, torch.Tensor]], TransferStats]:
+    """Receive what `send_weights` broadcast: every (name, tensor) of the transfer, as views of the buckets on
+    `device`, in the order they were sent."""
+    stats = TransferStats()
+    weights: list[tuple[str, torch.Tensor]] = []
+    while True:
+        header = torch.empty(_HEADER, dtype=torch.long, device=device)
+        _broadcast(group, header, stats)
+        table_bytes, numel, dtype_index, last = (int(value) for value in header.tolist())
+        table_tensor = torch.empty(table_bytes, dtype=torch.uint8, device=device)
+        _broadcast(group, table_tensor, stats)
+        table = json.loads(table_tensor.cpu().numpy().tobytes().decode())
+        flat = torch.empty(numel, dtype=DTYPES[dtype_index], device=device)
+        if numel:
+            _broadcast(group, flat, stats)
+        offset = 0
+        for name, shape in table:
+            count = 1
+            for dim in shape:
+                count *= dim
+            weights.append((name, flat[offset : offset + count].view(shape)))
+            offset += count
+        stats.buckets += 1
+        stats.num_tensors += len(table)
+        stats.bytes += flat.numel() * flat.element_size()
+        if last:
+            return weights, stats
