@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Synchronous against colocated asynchronous GRPO on a heavy-tailed workload (docs/async.md).
+"""Synchronous against asynchronous GRPO (colocated and disaggregated) on a heavy-tailed workload (docs/async.md).
 
 The workload is bench_grpo's (the tiny Qwen2, arithmetic prompts, 2 processes x 1 torch thread, no KL, one PPO
 epoch) with heavy-tailed response lengths: each prompt's `max_response_tokens` column caps its responses at
@@ -28,10 +28,13 @@ staleness (versions behind, async only) and the share of resumed samples.
 
     python benchmarks/bench_async.py [--prompts 16 --n 4 --short 32 --long 512 --long-share 0.1 --steps 10]
     python benchmarks/bench_async.py --modes sync,colocated:4,colocated:4:bypass  # mode[:max_staleness[:correction]]
+    python benchmarks/bench_async.py --modes sync,disaggregated:1,disaggregated:2:bypass
     python benchmarks/bench_async.py --device cuda --model 0.5b --modes sync,colocated:2  # the same workload on a GPU
 
-A disaggregated mode (separate rollout and training pools) is not built; it is not among the modes. The last line
-printed is one JSON object with the figures.
+sync and colocated runs use 2 worker processes (CPU) or --gpus GPUs; a disaggregated run splits the same CPUs into one
+trainer process and one engine process (on GPUs: --gpus for training, --rollout-gpus for the engines). The
+engine-busy share is the share of each step spent generating (sync, colocated) or the engines' own busy share
+(disaggregated, where generation overlaps training). The last line printed is one JSON object with the figures.
 """
 
 import argparse
@@ -50,7 +53,7 @@ import bench_grpo  # noqa: E402
 
 
 REPO = bench_grpo.REPO
-MODES = ("sync", "colocated")
+MODES = ("sync", "colocated", "disaggregated")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -73,6 +76,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="trainer.device (bench_grpo's)")
     parser.add_argument("--model", choices=("tiny", "0.5b", "1.5b"), default="tiny", help="random-init sizes")
     parser.add_argument("--gpus", type=int, default=1, help="cuda: trainer.n_gpus_per_node")
+    parser.add_argument("--rollout-gpus", type=int, default=1, help="cuda, disaggregated: the engines' GPUs")
     parser.add_argument("--workdir", default=os.path.join(REPO, "outputs", "bench_async"))
     parser.add_argument("--ours-override", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument(
@@ -97,7 +101,7 @@ def parse_mode(item: str) -> tuple[str, int, str]:
     """mode[:max_staleness[:correction]], e.g. sync, colocated:4, colocated:4:bypass (correction default: auto)."""
     mode, staleness, correction = (item.strip().split(":") + ["", ""])[:3]
     if mode not in MODES:
-        raise SystemExit(f"--modes: {mode!r} is not one of {', '.join(MODES)} (a disaggregated mode is not built).")
+        raise SystemExit(f"--modes: {mode!r} is not one of {', '.join(MODES)}.")
     if mode == "sync" and (staleness or correction):
         raise SystemExit("--modes: sync takes no max_staleness or correction.")
     return mode, int(staleness or 0), correction or "auto"
@@ -113,8 +117,16 @@ def workload_rows(count: int, short: int, long: int, long_share: float, seed: in
 
 def grpo_args(args: argparse.Namespace, mode: str, staleness: int, correction: str) -> argparse.Namespace:
     """bench_grpo's settings for one run of ours on this workload."""
-    overrides = [f"worker.rollout.mode={mode}", f"worker.rollout.max_staleness={staleness}", *args.ours_override]
-    overrides.append(f"algorithm.rollout_correction.mode={correction}")
+    overrides = [f"worker.rollout.mode={mode}", f"worker.rollout.max_staleness={staleness}"]
+    if mode == "disaggregated":  # the same CPUs (or --gpus + --rollout-gpus GPUs) split into trainer and engines
+        trainer_procs = args.gpus if args.device == "cuda" else 1
+        engines = args.rollout_gpus if args.device == "cuda" else 1
+        overrides += [
+            f"trainer.n_gpus_per_node={trainer_procs}",
+            f"worker.rollout.n_gpus_per_node={engines}",
+            "worker.rollout.tensor_parallel_size=1",
+        ]
+    overrides += [*args.ours_override, f"algorithm.rollout_correction.mode={correction}"]
     run = bench_grpo.parse_args(
         [
             "--sides",
@@ -191,7 +203,7 @@ def plot_learning(runs: list[dict[str, Any]], samples_per_step: int, path: str) 
             )
     axis.set_xlabel("trained samples")
     axis.set_ylabel("validation accuracy")
-    axis.set_title("sync vs colocated async (tiny Qwen2, CPU)")
+    axis.set_title("sync vs asynchronous modes (tiny Qwen2, CPU)")
     axis.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=100)
@@ -212,7 +224,8 @@ def run_figures(result: Any, rows: list[dict[str, Any]], samples: int) -> dict[s
             figures["val_curve"] = curve
         phases = figures.get("phase_s", {})
         figures["gen_share"] = phases.get("gen", 0.0) / phases["step"] if phases.get("step") else None
-        for key in ("async/staleness_mean", "async/staleness_max", "async/resumed_share"):
+        figures["engine_busy_share"] = figures["gen_share"]
+        for key in ("async/staleness_mean", "async/staleness_max", "async/resumed_share", "async/engine_busy_share"):
             values = [row[key] for row in steady if key in row]
             if values:
                 figures[key.removeprefix("async/")] = statistics.mean(values)
@@ -264,7 +277,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(
                 f"[{name}] samples/s {bench_grpo._fmt(figures.get('samples_per_s'), '.2f')}, trained tokens/s "
                 f"{bench_grpo._fmt(figures.get('tokens_per_s'), '.0f')}, gen share "
-                f"{bench_grpo._fmt(figures.get('gen_share'), '.2f')}, staleness "
+                f"{bench_grpo._fmt(figures.get('gen_share'), '.2f')}, engine busy "
+                f"{bench_grpo._fmt(figures.get('engine_busy_share'), '.2f')}, staleness "
                 f"{bench_grpo._fmt(figures.get('staleness_mean'), '.2f')}",
                 flush=True,
             )
@@ -279,6 +293,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     "tokens_per_s",
                     "response_length_trained",
                     "gen_share",
+                    "engine_busy_share",
                     "staleness_mean",
                     "staleness_max",
                     "resumed_share",

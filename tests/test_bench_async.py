@@ -35,8 +35,9 @@ def test_the_workload_is_heavy_tailed_as_asked(bench: ModuleType) -> None:
 def test_modes_and_their_overrides(bench: ModuleType) -> None:
     assert bench.parse_mode("sync") == ("sync", 0, "auto")
     assert bench.parse_mode("colocated:4:bypass") == ("colocated", 4, "bypass")
-    with pytest.raises(SystemExit, match="not built"):
-        bench.parse_mode("disaggregated:2")
+    assert bench.parse_mode("disaggregated:2") == ("disaggregated", 2, "auto")
+    with pytest.raises(SystemExit, match="'fast' is not one of"):
+        bench.parse_mode("fast:2")
     with pytest.raises(SystemExit, match="sync takes no"):
         bench.parse_mode("sync:2")
     args = bench.parse_args(["--modes", "sync,colocated:3"])
@@ -45,6 +46,12 @@ def test_modes_and_their_overrides(bench: ModuleType) -> None:
     assert "worker.rollout.max_staleness=3" in run.ours_override
     assert "algorithm.rollout_correction.mode=tis" in run.ours_override
     assert run.response_length == 512 and run.max_num_batched_tokens >= 64 + 512
+    # a disaggregated run splits the 2 CPU processes into one trainer and one engine
+    command = bench.bench_grpo.ours_command(
+        bench.grpo_args(args, "disaggregated", 1, "auto"), {"ours": "train.jsonl", "reward": "reward.py"}, "m", "/r"
+    )
+    assert "worker.rollout.mode=disaggregated" in command
+    assert "trainer.n_gpus_per_node=1" in command and "worker.rollout.n_gpus_per_node=1" in command
 
 
 def test_a_gpu_run_passes_its_device_and_model_to_bench_grpo(bench: ModuleType) -> None:

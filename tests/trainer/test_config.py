@@ -661,8 +661,29 @@ def test_sft_shares_the_trainer_keys_and_their_checks(tmp_path):
     [
         (["worker.rollout.max_staleness=-1"], r"worker.rollout.max_staleness.*zero or positive, got -1"),
         (["worker.rollout.max_staleness=2"], r"max_staleness=2 only applies to asynchronous.*mode=colocated"),
-        (["worker.rollout.mode=fast"], r"worker.rollout.mode.*sync, colocated"),
-        (["worker.rollout.mode=disaggregated"], r"mode=disaggregated .*not built yet.*mode=colocated"),
+        (["worker.rollout.mode=fast"], r"worker.rollout.mode.*sync, colocated, disaggregated"),
+        (["worker.rollout.n_gpus_per_node=2"], r"n_gpus_per_node sizes the rollout pool of mode=disaggregated"),
+        (["worker.rollout.mode=colocated", "worker.rollout.nnodes=1"], r"nnodes sizes the rollout pool"),
+        (
+            ["worker.rollout.mode=disaggregated", "worker.rollout.verify_weight_sync=true"],
+            r"verify_weight_sync compares the engine with the actor in one process",
+        ),
+        (
+            ["worker.rollout.mode=disaggregated", "worker.rollout.n_gpus_per_node=3"],
+            r"data.rollout_batch_size=8 prompts per step, which must split evenly over the 3 engines",
+        ),
+        (
+            ["worker.rollout.mode=disaggregated", "worker.rollout.weight_bucket_mb=0"],
+            r"worker.rollout.weight_bucket_mb' must be positive",
+        ),
+        (
+            ["worker.rollout.mode=disaggregated", "worker.rollout.env=examples/envs/guess_number.py:GuessNumber"],
+            r"mode=disaggregated with worker.rollout.env .*not built yet",
+        ),
+        (
+            ["worker.rollout.mode=disaggregated", "algorithm.online_filtering=true"],
+            r"algorithm.online_filtering=true is not built for worker.rollout.mode=disaggregated",
+        ),
         (
             ["worker.rollout.mode=colocated", "algorithm.online_filtering=true"],
             r"algorithm.online_filtering=true is not built for worker.rollout.mode=colocated",
