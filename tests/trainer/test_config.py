@@ -681,6 +681,14 @@ def test_sft_shares_the_trainer_keys_and_their_checks(tmp_path):
             r"mode=disaggregated with worker.rollout.env .*not built yet",
         ),
         (
+            ["worker.reward.stream=true"],
+            r"worker.reward.stream=true scores groups .*mode=disaggregated only; with mode=sync",
+        ),
+        (
+            ["worker.rollout.mode=disaggregated", "worker.reward.stream=true", "worker.reward.judge.model_path=m"],
+            r"cannot stream this reward: a reward model or judge",
+        ),
+        (
             ["worker.rollout.mode=disaggregated", "algorithm.online_filtering=true"],
             r"algorithm.online_filtering=true is not built for worker.rollout.mode=disaggregated",
         ),
@@ -738,3 +746,21 @@ def test_greedy_sampling_with_one_response_is_accepted(files):
     assert load_config([*args, 'worker.rollout.val_override_config={"n": 1}']).worker.rollout.temperature == 0
     config = load_config([*base_args(files), 'worker.rollout.val_override_config={"temperature": 0}'])
     assert config.worker.rollout.val_override_config == {"temperature": 0}  # validation's n is 1 unless set
+
+
+def test_batch_reward_functions_stream_only_when_asked(files):
+    """A batch function (e.g. the sandboxed code reward) may compare a whole batch: unset `stream` leaves it whole
+    batches, `stream=true` gives it the groups as they complete."""
+    from verl.trainer.config import reward_stream_obstacle
+
+    (files / "batch.py").write_text(
+        'REWARD_TYPE = "batch"\n\ndef compute_score(samples):\n    return [{"overall": 1.0} for _ in samples]\n'
+    )
+    args = [*base_args(files), f"worker.reward.reward_function={files / 'batch.py'}:compute_score"]
+    disaggregated = ["worker.rollout.mode=disaggregated", "worker.rollout.tensor_parallel_size=1"]
+    auto = load_config([*args, *disaggregated])
+    assert "is a batch function" in reward_stream_obstacle(auto.worker.reward)
+    asked = load_config([*args, *disaggregated, "worker.reward.stream=true"])
+    assert reward_stream_obstacle(asked.worker.reward) is None
+    sequential = load_config([*base_args(files), *disaggregated])
+    assert reward_stream_obstacle(sequential.worker.reward) is None

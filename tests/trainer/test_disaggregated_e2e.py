@@ -58,6 +58,7 @@ def test_max_staleness_zero_equals_the_synchronous_trainer(workspace):
             assert disagg[step][key] == sync[step][key], (step, key)
         assert disagg[step]["async/staleness_max"] == 0.0
         assert disagg[step]["perf/sync_weights_gb"] > 0  # the weights went over the transfer group
+        assert "async/rewards_ready_share" in disagg[step]  # scored group by group, the same scores as sync's
         strip = [{k: v for k, v in r.items() if k != "uid"} for r in read_rollouts(root / "sync1", step)]
         assert [{k: v for k, v in r.items() if k != "uid"} for r in read_rollouts(root / "disagg0", step)] == strip
     assert_same_actor_weights(root / "sync1" / "global_step_3", root / "disagg0" / "global_step_3")
@@ -83,6 +84,7 @@ def test_engine_generates_while_training_within_the_staleness_bound_and_resumes(
     for step, row in log.items():
         assert 0.0 <= row["async/staleness_mean"] <= row["async/staleness_max"] <= 1.0 + 1e-9
         assert 0.0 < row["async/engine_busy_share"] <= 1.0
+        assert 0.0 <= row["async/rewards_ready_share"] <= 1.0  # the digit reward is streamed group by group
         # tokens sampled by the engine under the weights it received score as the trainer scores them: a transfer
         # that left the engine stale or wrong would show here (fp32 on both sides; stale tokens are one update old)
         assert row["rollout_corr/k3_kl"] < 0.05, (step, row["rollout_corr/k3_kl"])

@@ -581,6 +581,15 @@ def _check_async(config: PPOConfig) -> None:
             f"algorithm.rollout_correction.mode={correction.mode} compares the engine's log-probs with the trainer's: "
             "set worker.rollout.calculate_log_probs=true (or mode=none)."
         )
+    if config.worker.reward.stream and rollout.mode != "disaggregated":
+        raise ConfigError(
+            f"worker.reward.stream=true scores groups while the engines generate, in worker.rollout.mode=disaggregated "
+            f"only; with mode={rollout.mode} remove it."
+        )
+    if config.worker.reward.stream and rollout.mode == "disaggregated":
+        reason = reward_stream_obstacle(config.worker.reward)
+        if reason:
+            raise ConfigError(f"worker.reward.stream=true cannot stream this reward: {reason}. Remove the key.")
     if rollout.mode == "sync":
         return
     refused = {
@@ -611,6 +620,28 @@ def _check_async(config: PPOConfig) -> None:
         )
     if rollout.mode == "disaggregated":
         _check_rollout_pool(config)
+
+
+def reward_stream_obstacle(reward: Any) -> str | None:
+    """Why the rule-based reward of `reward` (worker.reward) is not scored group by group, or None. Batch functions
+    stream only when worker.reward.stream=true says so: they then get the groups completed together, not steps."""
+    if reward.model.model_path or reward.judge.enabled:
+        return "a reward model or judge scores whole batches in the step"
+    if not (reward.reward_function or reward.routes or reward.rubric):
+        return "there is no rule-based reward function"
+    if reward.stream:
+        return None
+    from verl.rewards.function import load_reward_function
+    from verl.workers.reward.manager import RewardSettings
+
+    settings = RewardSettings.from_config(reward)
+    specs = list(settings.functions().values()) + [
+        (spec, kwargs) for spec, kwargs, _ in settings.rubric_parts().values()
+    ]
+    for spec, kwargs in specs:
+        if load_reward_function(spec, kwargs).reward_type != "sequential":
+            return f"{spec} is a batch function (set worker.reward.stream=true to give it the groups as they complete)"
+    return None
 
 
 def _check_rollout_pool(config: PPOConfig) -> None:

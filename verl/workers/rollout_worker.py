@@ -15,7 +15,8 @@
 
 It holds a vLLM engine and nothing to train. An engine thread steps the engine without pause through the request
 loop (verl/workers/rollout/request_loop.py) while the driver's calls arrive on the actor's own thread: `admit` adds
-prompts, `collect` waits for a step's complete groups (earliest deadline first, as in colocated mode) and takes them,
+prompts, `poll` waits for a step's complete groups (earliest deadline first, as in colocated mode) and takes them
+(and hands over each group as soon as it is complete, so the driver can score it while generation goes on),
 `receive_weights` takes the trainer's broadcast while generation goes on and then has the engine thread load it
 between two engine steps (the running samples stop, keep their tokens and continue under the new weights), and
 `generate_sequences` (validation) runs between two steps too. Only the engine thread touches the engine.
@@ -67,6 +68,9 @@ class RolloutWorker(Worker):
         self._busy_s = 0.0
         self._window_start = time.perf_counter()
         self._thread: threading.Thread | None = None
+        self._reported: set[int] = set()
+        """Keys of complete groups sent to the driver for scoring (`poll` with stream), not yet taken."""
+        self._taken_version: int | None = None
 
     # ------------------------------------------------------------------------------------------------ setup
 
@@ -149,31 +153,56 @@ class RolloutWorker(Worker):
             return self.rollout.request_loop.in_flight
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def collect(self, quota: int, version: int, max_staleness: int, meta_info: dict[str, Any]) -> DataProto:
-        """Wait until `quota` groups are complete and taking them keeps every other group within its deadline
-        (admission version + max_staleness, earliest deadline first); return them, oldest first, as the rollout
-        columns of `VLLMRollout.generate_async` with the engine's busy share since the last call in metrics."""
+    def poll(
+        self, quota: int, version: int, max_staleness: int, meta_info: dict[str, Any], wait_s: float, stream: bool
+    ) -> dict[str, Any]:
+        """Wait up to `wait_s` seconds for the step's groups and return what there is:
+
+        - "batch": once `quota` groups are complete and taking them keeps every other group within its deadline
+          (admission version + max_staleness, earliest deadline first), those groups, oldest first, as the rollout
+          columns of `VLLMRollout.generate_async` (taken once per `version`; None until then and after);
+        - "complete": with `stream`, the groups completed since the last call (copies: they stay for a later
+          "batch"), for the driver to score while generation goes on; else None;
+        - "metrics": the engine's busy share since the last batch and the groups it holds, with the batch.
+        """
         loop = self.rollout.request_loop
         width = self.rollout.call_response_length(meta_info)
+        deadline = time.monotonic() + wait_s
         with self._cond:
             self._raise_if_failed()
-            loop.check_quota(quota, version, max_staleness)
-            while (picked := loop.pick(quota, version, max_staleness)) is None:
-                if self._idle and not self._tasks and not self._submit_needed:
+            take = self._taken_version != version
+            if take:
+                loop.check_quota(quota, version, max_staleness)
+            while True:
+                picked = loop.pick(quota, version, max_staleness) if take else None
+                fresh = (
+                    [g for g in loop.groups.values() if g.complete and g.key not in self._reported] if stream else []
+                )
+                left = deadline - time.monotonic()
+                if picked is not None or fresh or left <= 0:
+                    break
+                if take and self._idle and not self._tasks and not self._submit_needed:
                     raise RuntimeError(
                         f"The rollout engine is idle with {loop.in_flight} groups in flight and cannot complete "
                         f"{quota} of them; this is a bug in the admission."
                     )
-                self._cond.wait(_POLL_S)
+                self._cond.wait(min(left, _POLL_S))
                 self._raise_if_failed()
-            groups = loop.pop(picked)
-            in_flight = loop.in_flight
-            now = time.perf_counter()
-            busy = self._busy_s / max(now - self._window_start, 1e-9)
-            self._busy_s, self._window_start = 0.0, now
-        output = self.rollout.groups_to_rollout(groups, self.n, width)
-        output.meta_info["metrics"] = {"async/engine_busy_share": busy, "async/in_flight_groups": float(in_flight)}
-        return output
+            self._reported.update(group.key for group in fresh)
+            groups = loop.pop(picked) if picked is not None else None
+            metrics: dict[str, float] = {}
+            if groups is not None:
+                self._taken_version = version
+                self._reported.difference_update(group.key for group in groups)
+                now = time.perf_counter()
+                metrics["async/engine_busy_share"] = self._busy_s / max(now - self._window_start, 1e-9)
+                metrics["async/in_flight_groups"] = float(loop.in_flight)
+                self._busy_s, self._window_start = 0.0, now
+        return {
+            "batch": None if groups is None else self.rollout.groups_to_rollout(groups, self.n, width),
+            "complete": self.rollout.groups_to_rollout(fresh, self.n, width) if fresh else None,
+            "metrics": metrics,
+        }
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def generate_sequences(self, prompts: DataProto) -> DataProto:

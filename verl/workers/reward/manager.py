@@ -119,7 +119,7 @@ def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def _valid_response_mask(data: DataProto) -> torch.Tensor:
+def valid_response_mask(data: DataProto) -> torch.Tensor:
     if "response_mask" in data.batch.keys():
         return data.batch["response_mask"].bool()
     response_length = data.batch["responses"].shape[-1]  # batches made before response_mask existed
@@ -151,7 +151,7 @@ def _response_tokens(data: DataProto) -> torch.Tensor:
     """Every valid token of the responses: the model's and, in multi-turn episodes, the environment's (which the
     loss mask leaves out) alike."""
     response_length = data.batch["responses"].shape[-1]
-    return data.batch["attention_mask"][:, -response_length:].bool() | _valid_response_mask(data)
+    return data.batch["attention_mask"][:, -response_length:].bool() | valid_response_mask(data)
 
 
 def build_reward_inputs(data: DataProto, tokenizer: Any, skip_special_tokens: bool = True) -> list[RewardInput]:
@@ -164,7 +164,7 @@ def build_reward_inputs(data: DataProto, tokenizer: Any, skip_special_tokens: bo
     texts = tokenizer.batch_decode(
         [ids[row_mask].tolist() for ids, row_mask in zip(responses, tokens)], skip_special_tokens=skip_special_tokens
     )
-    lengths = _valid_response_mask(data).sum(dim=-1).tolist()
+    lengths = valid_response_mask(data).sum(dim=-1).tolist()
     prompt_key = _prompt_key(data)
     prompts = _prompt_texts(data, tokenizer, prompt_key)
     columns = data.non_tensor_batch
@@ -216,7 +216,7 @@ class RewardManager:
         """(token-level scores (batch, response_length) float32, metrics key -> per-sample values, NaN = n/a)."""
         samples = build_reward_inputs(data, self.tokenizer, self.settings.skip_special_tokens)
         metrics = self.score(samples)
-        return place_scores(metrics.get("overall", []), _valid_response_mask(data)), metrics
+        return place_scores(metrics.get("overall", []), valid_response_mask(data)), metrics
 
     def close(self) -> None:
         """Stop the worker processes scoring started, if any."""
