@@ -204,3 +204,39 @@ def test_image_prompts_continue_across_weight_syncs(workspace):
     for step in (1, 2, 3):
         records = read_rollouts(root / "vl_async", step)
         assert len(records) == 8 and all(record["images"] for record in records)
+
+
+def game_run_args(ws, name: str, *extra: str) -> list[str]:
+    """The guess-the-number game (examples/envs/guess_number.py): up to 3 turns of at most 4 tokens each."""
+    game = os.path.join(REPO, "examples", "envs", "guess_number.py")
+    replaced = ("data.max_response_length=", "worker.reward.reward_function=")
+    return [arg for arg in run_args(ws, name) if not arg.startswith(replaced)] + [
+        f"worker.rollout.env={game}:GuessNumber",
+        "worker.rollout.max_turns=3",
+        "worker.rollout.max_tokens_per_turn=4",
+        "data.max_response_length=64",
+        f"worker.reward.reward_function={game}:compute_score",
+        *extra,
+    ]
+
+
+def assert_game_steps(log: dict[int, dict], steps: list[int]) -> None:
+    assert sorted(log) == steps
+    for row in log.values():
+        assert row["env/turns/mean"] > 1 and row["env/env_tokens/mean"] > 0  # the environment answered turns
+        assert row["async/staleness_max"] <= 1.0
+    assert max(row["async/staleness_max"] for row in log.values()) == 1.0  # episodes trained one version late
+
+
+def test_multi_turn_episodes_run_asynchronously(workspace):
+    """Episodes of a multi-turn environment in the request loop: a request is one model turn, the environment's step
+    runs beside the engine, and episodes stopped at a step boundary continue under the next weights."""
+    root = workspace["root"]
+    stale = ("worker.rollout.mode=colocated", "worker.rollout.max_staleness=1", "trainer.max_steps=3")
+    run_ppo(load_config(game_run_args(workspace, "game_async", *stale)))
+    log = read_log(root / "game_async")
+    assert_game_steps(log, [1, 2, 3])
+    for step in (1, 2, 3):
+        records = read_rollouts(root / "game_async", step)
+        assert len(records) == 8 and all(r["env"]["turns"] == r["env"]["guesses"] for r in records)
+        assert any(r["env"]["turns"] > 1 for r in records)  # the environment answered, the episode went on

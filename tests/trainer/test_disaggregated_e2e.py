@@ -94,3 +94,14 @@ def test_engine_generates_while_training_within_the_staleness_bound_and_resumes(
     trained = [record["prompt"] for step in (1, 2, 3, 4) for record in read_rollouts(root / "disagg1", step)]
     counts = Counter(trained)
     assert set(counts.values()) == {2} and len(counts) == 16, "a prompt was trained twice or in part"
+
+
+def test_multi_turn_episodes_on_the_rollout_pool(workspace):
+    from tests.trainer.test_async_e2e import assert_game_steps, game_run_args
+
+    root = workspace["root"]
+    args = game_run_args(
+        workspace, "game_disagg", *DISAGGREGATED, "worker.rollout.max_staleness=1", "trainer.max_steps=3"
+    )
+    run_ppo(load_config(one_process(args)))
+    assert_game_steps(read_log(root / "game_disagg"), [1, 2, 3])

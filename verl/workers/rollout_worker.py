@@ -45,6 +45,8 @@ logger = logging.getLogger(__name__)
 
 _POLL_S = 1.0
 """How often a waiting call checks that the engine thread is still alive."""
+_ENV_WAIT_S = 0.05
+"""With only environment steps running, how long the engine thread waits for one before looking again."""
 
 
 class RolloutWorker(Worker):
@@ -237,10 +239,18 @@ class RolloutWorker(Worker):
 
     def _engine_loop(self) -> None:
         loop, engine = self.rollout.request_loop, self.rollout.inference_engine.llm_engine
+        turns = loop.turns  # multi-turn episodes: environment steps run beside the engine
+
+        def env_pending() -> bool:
+            return turns is not None and turns.pending > 0
+
         try:
             while True:
                 with self._cond:
-                    while not (self._stop or self._tasks or self._submit_needed or engine.has_unfinished_requests()):
+                    while (
+                        not (self._stop or self._tasks or self._submit_needed or engine.has_unfinished_requests())
+                        and not env_pending()
+                    ):
                         self._idle = True
                         self._cond.notify_all()
                         self._cond.wait()
@@ -254,10 +264,17 @@ class RolloutWorker(Worker):
                     except BaseException as err:  # the caller gets it; the loop goes on
                         future.set_exception(err)
                 with self._cond:
+                    if turns is not None:
+                        completed, ready = turns.poll()
+                        self._submit_needed = self._submit_needed or ready
+                        if completed:
+                            self._cond.notify_all()
                     if (tasks or self._submit_needed) and self.version is not None:
                         loop.submit(self.version, self.make_params)
                         self._submit_needed = False
                 if not engine.has_unfinished_requests():
+                    if env_pending():
+                        turns.wait(_ENV_WAIT_S)
                     continue
                 start = time.perf_counter()
                 outputs = engine.step()

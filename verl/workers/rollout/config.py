@@ -187,11 +187,6 @@ class RolloutConfig:
                 f"{prefix}max_staleness={self.max_staleness} only applies to asynchronous rollouts: set "
                 f"{prefix}mode=colocated or disaggregated, or leave max_staleness at 0."
             )
-        if self.mode != "sync" and self.env:
-            raise ConfigError(
-                f"{prefix}mode={self.mode} with {prefix}env (multi-turn episodes) is not built yet: use "
-                f"{prefix}mode=sync for environments."
-            )
         if self.mode != "disaggregated":
             for key in ("nnodes", "n_gpus_per_node"):
                 if getattr(self, key) is not None:
@@ -217,6 +212,13 @@ class RolloutConfig:
         from verl.envs.loader import EnvironmentLoadError, load_environment
 
         try:  # imports the file and builds the class once: a missing file, class or bad kwargs is named now
-            load_environment(self.env, self.env_kwargs)
+            env = load_environment(self.env, self.env_kwargs)
         except EnvironmentLoadError as err:
             raise ConfigError(str(err)) from None
+        from verl.envs.client_env import ChatClientEnv
+
+        if self.mode != "sync" and isinstance(env, ChatClientEnv):
+            raise ConfigError(
+                f"{prefix}env={self.env} is a client-style environment (its episodes drive the model through a chat "
+                f"client): {prefix}mode={self.mode} is not built for those yet; use {prefix}mode=sync with it."
+            )

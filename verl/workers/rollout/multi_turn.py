@@ -230,15 +230,26 @@ class TurnRunner:
         return [output.outputs[0] for output in outputs]
 
     def add_model_turn(self, episode: Episode, completion: Any, limit: int) -> str | None:
-        """Append the model's turn; returns the text that closed it ("" when the turn limit cut it), or None when
-        the budget cut it (or it was empty): then the episode is over, truncated."""
+        """Append the model's turn (a vLLM completion); see `add_model_tokens`."""
         new = list(completion.token_ids)[:limit]
+        logprobs = None
+        if self.with_logprobs:
+            logprobs = [self.log_prob_of(entry, t) for entry, t in zip(completion.logprobs, new)]
+        return self.add_model_tokens(episode, new, logprobs, limit)
+
+    def add_model_tokens(
+        self, episode: Episode, new: list[int], logprobs: list[float] | None, limit: int
+    ) -> str | None:
+        """Append the model's turn of `new` tokens (at most `limit`, the turn's limit when it began); returns the text
+        that closed it ("" when the turn limit cut it), or None when the budget cut it (or it was empty): then the
+        episode is over, truncated."""
+        new = new[:limit]
         cut_by_turn_limit = limit < self.budget - len(episode.ids) and len(new) == limit
         episode.ids += new
         episode.engine_ids += new
         episode.loss_mask += [1] * len(new)
         if self.with_logprobs:
-            episode.logprobs += [self.log_prob_of(entry, t) for entry, t in zip(completion.logprobs, new)]
+            episode.logprobs += list(logprobs or [])[: len(new)]
         episode.turns += 1
         episode.last_turn = self.tokenizer.decode(new, skip_special_tokens=True)
         episode.messages.append({"role": "assistant", "content": episode.last_turn})
@@ -318,13 +329,19 @@ def run_episodes(runner: TurnRunner, env: Environment, episodes: list[Episode]) 
                 going_on.append((episode, turn_end))
         steps = _run_steps(runner, env, [episode for episode, _ in going_on], workers, index, turn + 1)
         for (episode, turn_end), result in zip(going_on, steps):
-            episode.tool_calls += result.tool_calls
-            episode.tool_errors += result.tool_errors
-            if result.done or turn == runner.max_turns - 1:
-                episode.done = True
-                record_messages(episode, result.messages, cut=True)
-                continue
-            runner.add_environment_turn(episode, result.messages, turn_end)
+            apply_step(runner, episode, result, turn_end)
+
+
+def apply_step(runner: TurnRunner, episode: Episode, result: EnvStep, turn_end: str) -> None:
+    """The environment's answer to the model's latest turn: the episode ends (its messages kept as cut) when the
+    environment says so or its model turns are spent, else they become its next environment turn."""
+    episode.tool_calls += result.tool_calls
+    episode.tool_errors += result.tool_errors
+    if result.done or episode.turns >= runner.max_turns:
+        episode.done = True
+        record_messages(episode, result.messages, cut=True)
+        return
+    runner.add_environment_turn(episode, result.messages, turn_end)
 
 
 def _run_steps(

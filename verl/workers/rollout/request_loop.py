@@ -44,6 +44,15 @@ class Sample:
     finished: bool = False
     resumed: int = 0
     """How many times it was stopped at a step boundary and continued after a weight sync."""
+    episode: Any = None
+    """Multi-turn (verl.workers.rollout.async_episodes): the Episode it plays; `tokens`, `logprobs` and `versions`
+    then hold the current model turn only."""
+    episode_versions: list[int] = field(default_factory=list)
+    """Multi-turn: the policy version of every token of the episode's response (-1 for environment tokens)."""
+    turn_limit: int = 0
+    """Multi-turn: the token limit of the current model turn, fixed when it began."""
+    index: int = 0
+    """Its place among the samples admitted by one call (named in environment errors)."""
 
 
 @dataclass
@@ -74,6 +83,10 @@ def resume_seed(seed: int | None, generated: int) -> int | None:
     return int(np.random.SeedSequence([seed, generated]).generate_state(1, dtype=np.uint64)[0]) >> 2
 
 
+_ENV_WAIT_S = 0.05
+"""With only environment steps running, how long the loop waits for one before looking again."""
+
+
 class RequestLoop:
     """Admitted groups of one engine, kept across calls (see the module docstring).
 
@@ -89,15 +102,28 @@ class RequestLoop:
     def __init__(self, llm: Any, render: Callable[[dict[str, Any]], Any]) -> None:
         self.llm = llm
         self.render = render
+        self.turns: Any = None
+        """Multi-turn episodes: an `async_episodes.EpisodeTurns` (set by the rollout when it has an environment)."""
         self.groups: dict[int, Group] = {}
         self.active: dict[str, tuple[Group, Sample]] = {}
         """The engine's requests: request id -> its group and sample."""
         self._keys = count()
         self._request_ids = count()
 
-    def admit(self, prompt: dict[str, Any], payload: Any, seeds: list[int | None], version: int, budget: int) -> None:
+    def admit(
+        self,
+        prompt: dict[str, Any],
+        payload: Any,
+        seeds: list[int | None],
+        version: int,
+        budget: int,
+        episodes: list[Any] | None = None,
+    ) -> None:
         key = next(self._keys)
         samples = [Sample(seed=seed) for seed in seeds]
+        for j, sample in enumerate(samples):
+            sample.index = j
+            sample.episode = episodes[j] if episodes is not None else None
         self.groups[key] = Group(key, prompt, payload, version, samples, budget)
 
     @property
@@ -127,9 +153,21 @@ class RequestLoop:
         if self.pick(quota, version, max_staleness) is None:
             self.submit(version, make_params)
             finished_groups = False
-            while self.llm.llm_engine.has_unfinished_requests():
+            engine = self.llm.llm_engine
+            while engine.has_unfinished_requests() or (self.turns is not None and self.turns.pending):
                 if finished_groups and self.pick(quota, version, max_staleness) is not None:
                     break
+                if self.turns is not None:  # environment steps run meanwhile; their episodes continue here
+                    completed, ready = self.turns.poll()
+                    if ready:
+                        self.submit(version, make_params)
+                    if not engine.has_unfinished_requests():
+                        finished_groups = completed
+                        if not completed:
+                            self.turns.wait(_ENV_WAIT_S)
+                        continue
+                    finished_groups = self.step(version) or completed
+                    continue
                 finished_groups = self.step(version)
             self.suspend()
         picked = self.pick(quota, version, max_staleness)
@@ -180,6 +218,16 @@ class RequestLoop:
                 if sample.finished or id(sample) in running:
                     continue
                 request_id = f"async-{next(self._request_ids)}"
+                if sample.episode is not None:
+                    if self.turns.waiting(sample):  # its environment step is running
+                        continue
+                    if sample.tokens:
+                        sample.resumed += 1
+                    prompt, max_tokens, seed = self.turns.request(group, sample)
+                    engine.add_request(request_id, self.render(prompt), make_params(max_tokens, seed))
+                    self.active[request_id] = (group, sample)
+                    added += 1
+                    continue
                 prompt = dict(group.prompt)
                 if sample.tokens:  # continue from its tokens: the prefix is prefilled under the new weights
                     prompt["prompt_token_ids"] = list(group.prompt["prompt_token_ids"]) + sample.tokens
@@ -210,8 +258,10 @@ class RequestLoop:
                         float(entry[token].logprob) for entry, token in zip(completion.logprobs, ids)
                     )
             if output.finished:
-                sample.finished = True
                 del self.active[output.request_id]
+                if sample.episode is not None and not self.turns.turn_done(group, sample):
+                    continue  # the environment answers the turn; the episode goes on
+                sample.finished = True
                 finished_groups = finished_groups or group.complete
         return finished_groups
 

@@ -38,6 +38,7 @@ from verl.protocol import DataProto, to_object_array
 from verl.utils import device, quiet
 from verl.workers.actor.forward import process_media
 from verl.workers.rollout import vllm_compat
+from verl.workers.rollout.async_episodes import EpisodeTurns
 from verl.workers.rollout.client_episodes import run_client_episodes
 from verl.workers.rollout.config import RolloutConfig
 from verl.workers.rollout.multi_turn import (
@@ -511,11 +512,6 @@ class VLLMRollout:
         every admitted group completes in this call). The unfinished samples stay in this process, aborted in the
         engine, until the next call.
         """
-        if self.env is not None:
-            raise NotImplementedError(
-                "Asynchronous rollouts of multi-turn environments (worker.rollout.env) are not built yet; use "
-                "worker.rollout.mode=sync with an environment."
-            )
         tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
         prompts, seed_rank = gather_tensor_parallel_prompts(prompts, self.rank, tp_group, tp_size)
         meta = prompts.meta_info
@@ -541,6 +537,14 @@ class VLLMRollout:
         n, greedy = kwargs.pop("n"), kwargs["temperature"] < 1e-6
         for key in ("seed", "max_tokens", "output_kind"):
             kwargs.pop(key, None)
+        if self.env is not None and self.request_loop.turns is None:  # multi-turn: a request is one model turn
+            if isinstance(self.env, ChatClientEnv):
+                raise NotImplementedError(
+                    f"{type(self.env).__name__} is a client-style environment (its episodes drive the model through "
+                    "a chat client): asynchronous rollouts of those are not built yet; use worker.rollout.mode=sync."
+                )
+            runner = self._turn_runner({**kwargs, "n": n}, self.config.response_length)
+            self.request_loop.turns = EpisodeTurns(runner, self.env)
 
         def make_params(max_tokens: int, seed: int | None) -> Any:
             return SamplingParams(**kwargs, n=1, max_tokens=max_tokens, seed=seed, output_kind=RequestOutputKind.DELTA)
@@ -557,32 +561,31 @@ class VLLMRollout:
             seeds = list(request_seeds(self.config.seed, seed_rank, self.generate_calls, len(inputs)))
         self.generate_calls += 1
         budgets = row_budgets(prompts, budget)
+        episodes = self._new_episodes(prompts, inputs, n, seeds) if self.env is not None else None
         for row, item in enumerate(inputs):
             sample_seeds = [None if seeds[row] is None else seeds[row] + j for j in range(n)]
-            self.request_loop.admit(item, prompts[row : row + 1], sample_seeds, version, budgets[row])
+            group_episodes = episodes[row * n : (row + 1) * n] if episodes is not None else None
+            self.request_loop.admit(item, prompts[row : row + 1], sample_seeds, version, budgets[row], group_episodes)
 
     def groups_to_rollout(self, groups: list[Any], n: int, width: int) -> DataProto:
         """The rollout columns of complete request-loop groups (responses padded to `width`), plus
         `rollout_versions` (the policy version of each response token, -1 on padding) and `rollout_resumed`."""
         samples = [sample for group in groups for sample in group.samples]
         rows = DataProto.concat([group.payload for group in groups])
-        output = self._rollout_from_tokens(rows, [s.tokens for s in samples], [s.logprobs for s in samples], n, width)
-        versions = pad_rows([s.versions for s in samples], width, -1, torch.long)
+        if self.env is not None:
+            output = self._episodes_rollout(rows, [s.episode for s in samples], n, width)
+            versions = pad_rows([s.episode_versions for s in samples], width, -1, torch.long)
+        else:
+            output = self._rollout_from_tokens(
+                rows, [s.tokens for s in samples], [s.logprobs for s in samples], n, width
+            )
+            versions = pad_rows([s.versions for s in samples], width, -1, torch.long)
         output.batch["rollout_versions"] = versions.masked_fill(output.batch["response_mask"] == 0, -1)
         output.batch["rollout_resumed"] = torch.tensor([s.resumed for s in samples], dtype=torch.long)
         return output
 
-    def _run_episodes(
-        self,
-        prompts: DataProto,
-        inputs: list[dict[str, Any]],
-        kwargs: dict[str, Any],
-        seeds: list[int | None],
-        response_length: int,
-    ) -> DataProto:
-        """n multi-turn episodes per prompt against `self.env`; the same columns as a single-turn rollout, with the
-        environment's tokens in the response (loss mask 0) and per-episode env_* counts."""
-        n = kwargs["n"]
+    def _new_episodes(self, prompts: DataProto, inputs: list[dict[str, Any]], n: int, seeds: list[int | None]) -> list:
+        """n episodes per prompt row, each with the environment's state for its row (`env.reset`)."""
         columns = prompts.non_tensor_batch
         episodes = []
         for row, item in enumerate(inputs):
@@ -592,7 +595,10 @@ class VLLMRollout:
             for sample in range(n):
                 seed = None if seeds[row] is None else seeds[row] + sample
                 episodes.append(Episode(prompt_input=item, state=self.env.reset(dict(fields)), seed=seed))
-        runner = TurnRunner(
+        return episodes
+
+    def _turn_runner(self, kwargs: dict[str, Any], response_length: int) -> TurnRunner:
+        return TurnRunner(
             engine=self.inference_engine,
             sampling={key: value for key, value in kwargs.items() if key not in ("n", "max_tokens")},
             budget=response_length,
@@ -608,6 +614,20 @@ class VLLMRollout:
             env_step_timeout_s=self.config.env_step_timeout_s,
             env_name=f"{type(self.env).__name__} (worker.rollout.env)",
         )
+
+    def _run_episodes(
+        self,
+        prompts: DataProto,
+        inputs: list[dict[str, Any]],
+        kwargs: dict[str, Any],
+        seeds: list[int | None],
+        response_length: int,
+    ) -> DataProto:
+        """n multi-turn episodes per prompt against `self.env`; the same columns as a single-turn rollout, with the
+        environment's tokens in the response (loss mask 0) and per-episode env_* counts."""
+        n = kwargs["n"]
+        episodes = self._new_episodes(prompts, inputs, n, seeds)
+        runner = self._turn_runner(kwargs, response_length)
         if isinstance(self.env, ChatClientEnv):
             messages = self._prompt_messages(prompts, inputs)
             run_client_episodes(
@@ -619,6 +639,11 @@ class VLLMRollout:
             )
         else:
             run_episodes(runner, self.env, episodes)
+        return self._episodes_rollout(prompts, episodes, n, response_length)
+
+    def _episodes_rollout(self, prompts: DataProto, episodes: list, n: int, response_length: int) -> DataProto:
+        """The rollout columns of finished episodes, n per prompt row in order."""
+        columns = prompts.non_tensor_batch
         responses = pad_rows([e.ids for e in episodes], response_length, self.pad_token_id, torch.long)
         response_mask = pad_rows([e.loss_mask for e in episodes], response_length, 0, torch.long)
         valid = pad_rows([[1] * len(e.ids) for e in episodes], response_length, 0, torch.long)
