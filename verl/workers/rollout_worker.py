@@ -169,10 +169,10 @@ class RolloutWorker(Worker):
         """
         loop = self.rollout.request_loop
         width = self.rollout.call_response_length(meta_info)
-        deadline = time.monotonic() + wait_s
+        take = self._taken_version != version
+        deadline = time.monotonic() + (wait_s if take else 0.0)  # a rank whose batch is taken answers at once
         with self._cond:
             self._raise_if_failed()
-            take = self._taken_version != version
             if take:
                 loop.check_quota(quota, version, max_staleness)
             while True:
