@@ -96,12 +96,19 @@ def test_engine_generates_while_training_within_the_staleness_bound_and_resumes(
     assert set(counts.values()) == {2} and len(counts) == 16, "a prompt was trained twice or in part"
 
 
-def test_multi_turn_episodes_on_the_rollout_pool(workspace):
+def test_multi_turn_episodes_on_a_rollout_pool_of_two_engines(workspace):
+    """The guess-the-number game on two engines: each admits and completes its share of the groups."""
     from tests.trainer.test_async_e2e import assert_game_steps, game_run_args
 
     root = workspace["root"]
+    two_engines = ("worker.rollout.mode=disaggregated", "worker.rollout.n_gpus_per_node=2")
     args = game_run_args(
-        workspace, "game_disagg", *DISAGGREGATED, "worker.rollout.max_staleness=1", "trainer.max_steps=3"
+        workspace, "game_disagg", *two_engines, "worker.rollout.max_staleness=1", "trainer.max_steps=3"
     )
     run_ppo(load_config(one_process(args)))
-    assert_game_steps(read_log(root / "game_disagg"), [1, 2, 3])
+    log = read_log(root / "game_disagg")
+    assert_game_steps(log, [1, 2, 3])
+    assert all(row["async/engine_busy_share"] > 0 for row in log.values())
+    assert all(row["async/in_flight_groups"] == 2.0 for row in log.values())  # per engine: its half of a batch
+    for step in (1, 2, 3):
+        assert len(read_rollouts(root / "game_disagg", step)) == 8
