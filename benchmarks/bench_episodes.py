@@ -82,9 +82,9 @@ def measure(side: str, args: argparse.Namespace, model: str) -> dict[str, Any]:
         [
             f"config={os.path.join(REPO, config_file)}",
             f"data.train_files={data_file(side, args.workdir)}",
-            "data.val_files=null",
             f"data.rollout_batch_size={args.prompts}",
             f"worker.actor.global_batch_size={args.prompts}",
+            "worker.actor.micro_batch_size_per_device_for_update=1",
             f"worker.actor.model.model_path={model}",
             f"worker.rollout.env={os.path.join(REPO, env)}",
             "worker.rollout.max_turns=2",
