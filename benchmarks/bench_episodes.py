@@ -95,10 +95,13 @@ def measure(side: str, args: argparse.Namespace, model: str) -> dict[str, Any]:
     )
     loader, _, tokenizer, processor = _prepare_inputs(config)
     rollout = VLLMRollout(model, config.worker.rollout, tokenizer, processor)
-    batches = iter(loader)
     seconds, turns, tokens, episodes = [], [], [], 0
+    batches = iter(())
     for round_index in range(args.rounds + 1):
-        batch = next(batches)
+        batch = next(batches, None)
+        if batch is None:  # a small dataset: start it again
+            batches = iter(loader)
+            batch = next(batches)
         gen = split_generation_inputs(batch, all_columns=True)
         start = time.perf_counter()
         output = rollout.generate_sequences(gen)
