@@ -15,8 +15,8 @@
 tool environment, on the rollout engine of the tiny Qwen2 in this process.
 
 Each side is the CPU example's own setup (examples/cpu_verifiers: the SumTaskset with its MCP tool server;
-examples/cpu_tools: the Multiplier ToolEnv), its data loader and its rollout config: the same engine settings, 2
-samples per prompt, at most 2 model turns. A round is one `generate_sequences` call of the training rollout on one
+examples/cpu_tools: the Multiplier ToolEnv), its data loader and its rollout config, with 2 samples per prompt and at
+most 2 model turns of 16 tokens on both. A round is one `generate_sequences` call of the training rollout on one
 batch; the figure is the wall time per episode (median over `--rounds`, after a warm-up round), with the model's
 turns and tokens per episode beside it (the random tiny model seldom calls a tool, so most episodes end after one
 turn on both sides: what differs is what each environment costs around the model).
@@ -88,6 +88,8 @@ def measure(side: str, args: argparse.Namespace, model: str) -> dict[str, Any]:
             f"worker.actor.model.model_path={model}",
             f"worker.rollout.env={os.path.join(REPO, env)}",
             "worker.rollout.max_turns=2",
+            "worker.rollout.max_tokens_per_turn=16",
+            "worker.rollout.n=2",
             "worker.rollout.tensor_parallel_size=1",
             "trainer.n_gpus_per_node=1",
             f"trainer.save_checkpoint_path={os.path.join(args.workdir, side, 'ckpt')}",
