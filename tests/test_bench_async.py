@@ -60,3 +60,12 @@ def test_a_gpu_run_passes_its_device_and_model_to_bench_grpo(bench: ModuleType) 
     assert (run.device, run.model, run.gpus, run.sides) == ("cuda", "0.5b", 1, ["ours"])
     command = bench.bench_grpo.ours_command(run, {"ours": "train.jsonl", "reward": "reward.py"}, "model", "/tmp/run")
     assert "trainer.device=cuda" in command and "worker.rollout.tensor_parallel_size=1" in command
+
+
+def test_bench_episodes_arguments() -> None:
+    episodes = load_repo_file("benchmarks/bench_episodes.py", "bench_episodes")
+    args = episodes.parse_args(["--sides", "verifiers", "--prompts", "2"])
+    assert args.sides == ["verifiers"] and args.prompts == 2
+    with pytest.raises(SystemExit):
+        episodes.parse_args(["--sides", "builtin,langchain"])
+    assert set(episodes.SIDES) == {"builtin", "verifiers"}
