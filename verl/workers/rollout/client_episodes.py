@@ -219,31 +219,52 @@ class ClientEpisodes:
         return await future
 
     def _check_prompt(self, index: int, messages: list[dict[str, Any]], tools: Any) -> None:
-        continuation = self.runner.continuation
-        extra = {"tools": tools} if tools else {}
-        text = continuation.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True, chat_template=continuation.chat_template, **extra
-        )
-        ids = continuation.tokenizer.encode(text, add_special_tokens=False)
-        prompt_ids = list(self.episodes[index].prompt_input["prompt_token_ids"])
-        if ids != prompt_ids:
-            at = next((i for i, (a, b) in enumerate(zip(ids, prompt_ids)) if a != b), min(len(ids), len(prompt_ids)))
-            raise ValueError(
-                f"Episode {index}: the first request's messages render to {len(ids)} tokens that differ from the "
-                f"dataset prompt's {len(prompt_ids)} from token {at} on; start the conversation with the `messages` "
-                "that rollout() was given (tools, if any, as the dataset renders them)."
-            )
+        check_first_request(self.runner, self.episodes[index], index, messages, tools)
 
     def _add_environment_messages(self, index: int, messages: list[dict[str, Any]]) -> None:
-        sent = self.sent[index]
-        if len(messages) <= len(sent) or not all(_same(a, b) for a, b in zip(messages, sent)):
-            changed = next((i for i, (a, b) in enumerate(zip(messages, sent)) if not _same(a, b)), len(messages))
-            raise ValueError(
-                f"Episode {index}: a request must repeat the conversation so far (the previous request and the reply "
-                f"it got, unchanged) and add messages after it; message {changed} differs or nothing was added."
-            )
-        if not self.runner.add_environment_turn(self.episodes[index], messages[len(sent) :], self.turn_end[index]):
-            raise EpisodeOver(f"episode {index}: the response budget is spent")
+        add_environment_messages(
+            self.runner, self.episodes[index], index, self.sent[index], messages, self.turn_end[index]
+        )
+
+
+def check_first_request(
+    runner: TurnRunner, episode: Episode, index: int, messages: list[dict[str, Any]], tools: Any
+) -> None:
+    """An episode's first request must render (chat template, generation prompt) to its prompt's token ids."""
+    continuation = runner.continuation
+    extra = {"tools": tools} if tools else {}
+    text = continuation.tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, chat_template=continuation.chat_template, **extra
+    )
+    ids = continuation.tokenizer.encode(text, add_special_tokens=False)
+    prompt_ids = list(episode.prompt_input["prompt_token_ids"])
+    if ids != prompt_ids:
+        at = next((i for i, (a, b) in enumerate(zip(ids, prompt_ids)) if a != b), min(len(ids), len(prompt_ids)))
+        raise ValueError(
+            f"Episode {index}: the first request's messages render to {len(ids)} tokens that differ from the "
+            f"dataset prompt's {len(prompt_ids)} from token {at} on; start the conversation with the `messages` "
+            "that rollout() was given (tools, if any, as the dataset renders them)."
+        )
+
+
+def add_environment_messages(
+    runner: TurnRunner,
+    episode: Episode,
+    index: int,
+    sent: list[dict[str, Any]],
+    messages: list[dict[str, Any]],
+    turn_end: str,
+) -> None:
+    """A later request must repeat what was `sent` (the previous request and its reply) and add messages after it:
+    those become the episode's environment turn; EpisodeOver when they leave no room for a model turn."""
+    if len(messages) <= len(sent) or not all(_same(a, b) for a, b in zip(messages, sent)):
+        changed = next((i for i, (a, b) in enumerate(zip(messages, sent)) if not _same(a, b)), len(messages))
+        raise ValueError(
+            f"Episode {index}: a request must repeat the conversation so far (the previous request and the reply "
+            f"it got, unchanged) and add messages after it; message {changed} differs or nothing was added."
+        )
+    if not runner.add_environment_turn(episode, messages[len(sent) :], turn_end):
+        raise EpisodeOver(f"episode {index}: the response budget is spent")
 
 
 def run_client_episodes(
