@@ -527,6 +527,23 @@ def test_lora_keys_as_easyr1_writes_them(files):
         load_config([*base_args(files), f"{lora}.rank=8", f"{lora}.alpha=0"])
 
 
+def test_lora_sync_adapters_needs_language_model_adapters(files):
+    """rollout.lora_sync=adapters sends the actor's LoRA adapters: refused without them (naming the key), and for
+    vision-tower adapters, which it does not carry."""
+    lora = "worker.actor.model.lora"
+    config = load_config([*base_args(files), f"{lora}.rank=64", "worker.rollout.lora_sync=adapters"])
+    assert config.worker.rollout.lora_sync == "adapters"
+    assert load_config(base_args(files)).worker.rollout.lora_sync == "merged"
+    with pytest.raises(ConfigError, match=r"lora_sync=adapters .* actor has none \(worker.actor.model.lora.rank=0\)"):
+        load_config([*base_args(files), "worker.rollout.lora_sync=adapters"])
+    with pytest.raises(ConfigError, match=r"does not carry vision-tower adapters"):
+        load_config(
+            [*base_args(files), f"{lora}.rank=8", f"{lora}.vision_tower=true", "worker.rollout.lora_sync=adapters"]
+        )
+    with pytest.raises(ConfigError, match=r"'worker.rollout.lora_sync' is 'adapter'"):
+        load_config([*base_args(files), f"{lora}.rank=8", "worker.rollout.lora_sync=adapter"])
+
+
 def test_ulysses_sizes_are_checked_against_devices_heads_and_model_kind(files):
     import json
 
