@@ -17,7 +17,8 @@ The PEFT folder the sync writes is what peft itself loads into the same model (n
 each an FSDP2-sharded tiny Qwen2 with rank-8 adapters moved away from zero plus its own engine (one spawned run, as
 engine starts dominate): after a sync the engine's probe log-probs equal the actor's, generation and the colocated
 request loop sample with the adapter, the base weights go to the engine only once, and a second sync after the
-adapters change is what the engine then computes with (no stale adapter).
+adapters change is what the engine then computes with (no stale adapter). A tiny Qwen2.5-VL's language-model adapters
+pass the same check with its image probe (transformers' `model.language_model` names map to the checkpoint's).
 """
 
 import os
@@ -208,3 +209,43 @@ def _adapter_worker(rank: int, world_size: int, port: int, model_dir: str) -> No
 @pytest.mark.slow
 def test_adapter_sync_into_vllm_on_two_ranks(tmp_path):
     spawn(_adapter_worker, 2, get_or_build_tiny_model("qwen2", str(tmp_path / "models")))
+
+
+@pytest.mark.slow
+def test_adapter_sync_for_a_vision_language_model(tmp_path):
+    """One process, an unsharded tiny Qwen2.5-VL with adapters on its language model (the vision tower has none):
+    the weight check (a text and an image probe) passes with the adapter, and fails without it."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from verl.models.config import LoraConfig
+    from verl.models.lora import apply_lora
+    from verl.workers.rollout.config import RolloutConfig
+    from verl.workers.rollout.vllm_rollout import VLLMRollout
+    from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager, probe_log_prob_gap
+
+    model_dir = get_or_build_tiny_model("qwen2_5_vl", str(tmp_path / "models"))
+    actor = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
+    apply_lora(actor, LoraConfig(rank=RANK, alpha=ALPHA), True, model_dir)
+    _perturb_adapters(actor, seed=3)
+    processor = AutoProcessor.from_pretrained(model_dir)
+    config = RolloutConfig(
+        dtype="fp32",
+        kv_cache_memory_mb=32,
+        tensor_parallel_size=1,
+        max_num_batched_tokens=512,
+        limit_images=1,
+        lora_sync="adapters",
+        prompt_length=128,
+        response_length=16,
+    )
+    rollout = VLLMRollout(model_dir, config, processor.tokenizer, processor, lora_rank=RANK)
+    manager = FSDPVLLMShardingManager(actor, rollout, verify=True)
+    assert not any("visual" in name for name in manager.adapter_names)
+    assert manager.adapter_names["model.language_model.layers.0.mlp.down_proj.lora_B.default.weight"] == (
+        "base_model.model.model.layers.0.mlp.down_proj.lora_B.weight"
+    )
+    metrics = manager.prepare()
+    assert metrics["rollout/weight_sync_mean_gap"] <= 1e-3, metrics
+    rollout.lora_request = None
+    assert probe_log_prob_gap(actor, rollout)[0] > 0.05
+    manager.adapter.close()
