@@ -709,6 +709,14 @@ def test_sft_shares_the_trainer_keys_and_their_checks(tmp_path):
             r"cannot stream this reward: a reward model or judge",
         ),
         (
+            [
+                "worker.rollout.mode=disaggregated",
+                "worker.actor.model.lora.rank=8",
+                "worker.rollout.lora_sync=adapters",
+            ],
+            r"lora_sync=adapters is built for engines in the trainer's processes",
+        ),
+        (
             ["worker.rollout.mode=disaggregated", "algorithm.online_filtering=true"],
             r"algorithm.online_filtering=true is not built for worker.rollout.mode=disaggregated",
         ),

@@ -675,6 +675,12 @@ def _check_lora_sync(config: PPOConfig) -> None:
             f"(worker.actor.model.lora.rank={lora.rank}): set worker.actor.model.lora.rank > 0 or "
             "worker.rollout.lora_sync=merged."
         )
+    if rollout.mode == "disaggregated":
+        raise ConfigError(
+            "worker.rollout.lora_sync=adapters is built for engines in the trainer's processes (worker.rollout.mode="
+            "sync or colocated); with mode=disaggregated the rollout pool receives full weights by broadcast: use "
+            "worker.rollout.lora_sync=merged."
+        )
     if lora.vision_tower:
         raise ConfigError(
             "worker.rollout.lora_sync=adapters does not carry vision-tower adapters "
