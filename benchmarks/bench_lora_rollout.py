@@ -215,7 +215,6 @@ def bench_sync(args: argparse.Namespace) -> dict:
         f"({figures['adapters_sync_mib']:.1f} MiB; first sync with the base weights "
         f"{figures['adapters_first_sync_s'] * 1e3:.1f} ms)"
     )
-    managers["adapters"].adapter.close()
     return figures
 
 

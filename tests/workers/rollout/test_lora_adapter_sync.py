@@ -184,8 +184,9 @@ def _adapter_worker(rank: int, world_size: int, port: int, model_dir: str) -> No
     assert probe_log_prob_gap(actor, rollout)[0] > 0.05
     rollout.lora_request = first_request
 
-    # 3. New adapters, a second sync: adapters only (far fewer bytes), a new adapter id, the old one dropped, and the
-    #    engine's log-probs follow the new adapters (the check passes again; the old probe values no longer do).
+    # 3. New adapters, a second sync: adapters only (far fewer bytes), a new adapter id, the old one dropped, no folder
+    #    left on disk, and the engine's log-probs follow the new adapters (the check passes again; with the old
+    #    adapter still in use it fails by about 1.6 nats).
     _perturb_adapters(actor, seed=2)
     second = manager.prepare()
     assert second["rollout/weight_sync_mean_gap"] <= 1e-3, second
@@ -193,7 +194,7 @@ def _adapter_worker(rank: int, world_size: int, port: int, model_dir: str) -> No
     request = rollout.lora_request
     assert request.lora_int_id == first_request.lora_int_id + 1
     assert rollout.inference_engine.llm_engine.list_loras() == {request.lora_int_id}
-    assert not os.path.exists(first_request.lora_path) and os.path.isdir(request.lora_path)
+    assert not os.path.exists(request.lora_path)  # read once by the engine, then deleted
     again = rollout.generate_sequences(prompts.select(deepcopy=True))
     assert _log_prob_gap(again, _actor_log_probs(actor, again)) <= 1e-3
 
@@ -203,7 +204,6 @@ def _adapter_worker(rank: int, world_size: int, port: int, model_dir: str) -> No
     output = rollout.generate_async(asynchronous)
     assert _log_prob_gap(output, _actor_log_probs(actor, output)) <= 1e-3
     manager.release()
-    manager.adapter.close()
 
 
 @pytest.mark.slow
@@ -248,4 +248,3 @@ def test_adapter_sync_for_a_vision_language_model(tmp_path):
     assert metrics["rollout/weight_sync_mean_gap"] <= 1e-3, metrics
     rollout.lora_request = None
     assert probe_log_prob_gap(actor, rollout)[0] > 0.05
-    manager.adapter.close()

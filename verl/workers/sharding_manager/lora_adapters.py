@@ -18,13 +18,13 @@ rank x (in + out) numbers per adapted layer travel, and the frozen base weights 
 loads an adapter only from a PEFT folder (adapter_config.json + adapter_model.safetensors), so each sync writes one
 to a fresh folder under the process's temporary directory (TMPDIR) and loads it under a new adapter id: vLLM keys
 its adapter cache and its prefix cache by that id, so nothing computed with the previous adapter is reused. The
-folder of the adapter before is deleted once the new one is loaded; the last one when the process ends.
+folder is deleted as soon as the engine has read it: vLLM keeps the adapter in memory and, serving this one adapter
+(max_loras=1), never reads it again; so a worker that is killed leaves no files behind.
 
 The PEFT names are the base weights' checkpoint names (`base_model.model.model.layers.0.self_attn.q_proj.lora_A.
 weight`), the names vLLM's loader expects; it packs q/k/v and gate/up adapters into its fused layers itself.
 """
 
-import atexit
 import json
 import os
 import shutil
@@ -89,33 +89,29 @@ class EngineAdapter:
     `request` is the `LoRARequest` every generate call must pass; None until the first `load`.
     """
 
-    def __init__(self, llm: Any, peft_config: dict[str, Any], root: str | None = None) -> None:
+    def __init__(self, llm: Any, peft_config: dict[str, Any]) -> None:
         self.llm = llm
         self.config = engine_adapter_config(peft_config)
-        self.root = root if root is not None else tempfile.mkdtemp(prefix="verl-lora-")
         self.request: Any = None
         self._next_id = 1
-        atexit.register(shutil.rmtree, self.root, True)
 
     def load(self, tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
         """Write `tensors` (PEFT name, tensor) as a new adapter, load it into the engine under a new id and make it
-        `request`; drop the previous one. Returns the bytes written."""
+        `request`; the engine drops the previous one. Returns the bytes written."""
         from vllm.lora.request import LoRARequest
 
         adapter_id = self._next_id
         self._next_id += 1
-        directory = os.path.join(self.root, f"adapter_{adapter_id}")
-        written = write_peft_adapter(directory, self.config, tensors)
-        previous = self.request
-        request = LoRARequest(lora_name=f"actor_{adapter_id}", lora_int_id=adapter_id, lora_path=directory)
-        vllm_compat.load_lora_adapter(self.llm, request, None if previous is None else previous.lora_int_id)
+        directory = tempfile.mkdtemp(prefix=f"verl-lora-{adapter_id}-")
+        try:
+            written = write_peft_adapter(directory, self.config, tensors)
+            request = LoRARequest(lora_name=f"actor_{adapter_id}", lora_int_id=adapter_id, lora_path=directory)
+            previous = None if self.request is None else self.request.lora_int_id
+            vllm_compat.load_lora_adapter(self.llm, request, previous)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
         self.request = request
-        if previous is not None:
-            shutil.rmtree(previous.lora_path, ignore_errors=True)
         return written
-
-    def close(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def peft_config_of(module: torch.nn.Module) -> dict[str, Any]:
