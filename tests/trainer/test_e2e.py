@@ -348,6 +348,24 @@ LORA = (
 )
 
 
+def test_lora_run_with_adapter_sync(workspace):
+    """worker.rollout.lora_sync=adapters through the trainer (Ray workers, 2 CPU ranks): every step's weight check
+    passes with the engine's LoRA request, and the training steps' syncs send the adapters alone (the base weights
+    went with the first sync, the validation's before step 1)."""
+    root = workspace["root"]
+    (root / "variety_reward.py").write_text(
+        "def compute_score(sample):\n    return {'overall': len(set(sample['response'])) / 16.0}\n"
+    )
+    lora = (*LORA, f"worker.reward.reward_function={root / 'variety_reward.py'}:compute_score")
+    run_ppo(load_config(text_args(workspace, "lora_adapters", *lora, "worker.rollout.lora_sync=adapters")))
+    steps = {row["step"]: row for row in read_log(root / "lora_adapters") if "actor/pg_loss" in row}
+    assert sorted(steps) == [1, 2]
+    assert all(row["rollout/weight_sync_mean_gap"] < 1e-3 for row in steps.values()), steps
+    model_gb = os.path.getsize(os.path.join(workspace["text_model"], "model.safetensors")) / 2**30  # fp32, as synced
+    assert all(row["perf/sync_weights_gb"] < model_gb / 10 for row in steps.values()), (model_gb, steps)
+    assert steps[2]["actor/grad_norm"] > 0
+
+
 def test_lora_run_resumes_from_adapter_checkpoints_and_exports(workspace):
     import subprocess
     import sys

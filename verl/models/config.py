@@ -43,8 +43,8 @@ class LoraConfig:
     rank: int = 0
     """LoRA rank; 0 trains all weights. With a rank > 0 (actor only) the base weights are frozen and only peft LoRA
     adapters train: the optimizer holds states for them alone, the reference policy is the same model with its
-    adapters switched off (no second copy), the rollout engine receives merged weights, and checkpoints hold the
-    adapters (and their optimizer state) only."""
+    adapters switched off (no second copy), the rollout engine receives merged weights (or the adapters alone:
+    worker.rollout.lora_sync), and checkpoints hold the adapters (and their optimizer state) only."""
     alpha: int = 64
     """LoRA scaling numerator (scale = alpha / rank)."""
     target_modules: str = "all-linear"

@@ -562,6 +562,7 @@ def check_cross_section(config: PPOConfig) -> None:
             f"data.max_prompt_length + data.max_response_length = {needed}."
         )
     _check_async(config)
+    _check_lora_sync(config)
     for role, section in (("actor", worker.actor), ("critic", worker.critic)):
         if section.ulysses_size != 1:
             _check_ulysses(config, role, section)
@@ -659,6 +660,32 @@ def _check_rollout_pool(config: PPOConfig) -> None:
             f"worker.rollout.tensor_parallel_size={rollout.tensor_parallel_size}: with worker.rollout.mode="
             "disaggregated every rollout process is one engine on one GPU (tensor-parallel engines across the "
             "rollout pool are not built yet); set it to 1."
+        )
+
+
+def _check_lora_sync(config: PPOConfig) -> None:
+    """rollout.lora_sync=adapters sends the actor's LoRA adapters to the engine: it needs adapters, and it is built
+    for the language model's (vLLM serves vision-tower adapters only behind an engine option not wired here)."""
+    rollout, lora = config.worker.rollout, config.worker.actor.model.lora
+    if rollout.lora_sync != "adapters":
+        return
+    if lora.rank <= 0:
+        raise ConfigError(
+            "worker.rollout.lora_sync=adapters sends the actor's LoRA adapters to the engine, but the actor has none "
+            f"(worker.actor.model.lora.rank={lora.rank}): set worker.actor.model.lora.rank > 0 or "
+            "worker.rollout.lora_sync=merged."
+        )
+    if rollout.mode == "disaggregated":
+        raise ConfigError(
+            "worker.rollout.lora_sync=adapters is built for engines in the trainer's processes (worker.rollout.mode="
+            "sync or colocated); with mode=disaggregated the rollout pool receives full weights by broadcast: use "
+            "worker.rollout.lora_sync=merged."
+        )
+    if lora.vision_tower:
+        raise ConfigError(
+            "worker.rollout.lora_sync=adapters does not carry vision-tower adapters "
+            "(worker.actor.model.lora.vision_tower=true): it sends the language model's adapters only. Use "
+            "worker.rollout.lora_sync=merged."
         )
 
 

@@ -181,7 +181,13 @@ class FSDPWorker(Worker):
             from verl.workers.rollout.vllm_rollout import VLLMRollout
             from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager
 
-            self.rollout = VLLMRollout(config.actor.model.model_path, config.rollout, self.tokenizer, self.processor)
+            self.rollout = VLLMRollout(
+                config.actor.model.model_path,
+                config.rollout,
+                self.tokenizer,
+                self.processor,
+                lora_rank=config.actor.model.lora.rank,
+            )
             self.sharding_manager = FSDPVLLMShardingManager(
                 self.actor_module, self.rollout, offload_params=config.actor.offload.offload_params, device=self.device
             )

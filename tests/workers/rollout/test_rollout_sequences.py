@@ -128,6 +128,21 @@ def test_cpu_engine_kwargs() -> None:
     assert vl["mm_device_do_normalize"] is False and vl["mm_processor_cache_gb"] == 0
 
 
+def test_lora_adapter_engine_kwargs() -> None:
+    """rollout.lora_sync=adapters: vLLM's LoRA layers for one adapter, max_lora_rank the smallest rank vLLM accepts
+    that holds the actor's; merged (the default) leaves LoRA off; adapters without an actor rank is refused."""
+    adapters = _config(lora_sync="adapters")
+    kwargs = build_engine_kwargs("/models/x", adapters, multimodal=False, lora_rank=64)
+    assert (kwargs["enable_lora"], kwargs["max_lora_rank"], kwargs["max_loras"]) == (True, 64, 1)
+    assert build_engine_kwargs("/models/x", adapters, multimodal=False, lora_rank=4)["max_lora_rank"] == 8
+    assert build_engine_kwargs("/models/x", adapters, multimodal=False, lora_rank=300)["max_lora_rank"] == 320
+    assert "enable_lora" not in build_engine_kwargs("/models/x", _config(), multimodal=False, lora_rank=64)
+    with pytest.raises(ValueError, match=r"lora.rank=1024 is above the largest LoRA rank vLLM serves \(512\)"):
+        build_engine_kwargs("/models/x", adapters, multimodal=False, lora_rank=1024)
+    with pytest.raises(ValueError, match="lora_sync=adapters needs an actor with LoRA adapters"):
+        build_engine_kwargs("/models/x", adapters, multimodal=False)
+
+
 def test_engine_concurrency_is_vllms_device_default_unless_set() -> None:
     """Unset, max_num_seqs is left to vLLM (1024 on an H100/H200: a 64 x 8 rollout runs in one wave; a fixed 256 made
     it two and generation 0.56x bare vLLM on an H200); set, it is passed as given."""
@@ -166,6 +181,8 @@ def test_engine_kwargs_are_arguments_of_the_installed_vllm() -> None:
     for multimodal in (False, True):
         kwargs = build_engine_kwargs("/models/x", _config(limit_images=2), multimodal=multimodal)
         assert set(kwargs) <= arguments, set(kwargs) - arguments
+    kwargs = build_engine_kwargs("/models/x", _config(lora_sync="adapters"), multimodal=False, lora_rank=8)
+    assert set(kwargs) <= arguments, set(kwargs) - arguments
 
 
 def test_the_chat_renderer_the_server_uses_is_there() -> None:

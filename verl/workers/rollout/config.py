@@ -29,6 +29,8 @@ NAMES: tuple[str, ...] = ("vllm",)
 
 DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp32", "bfloat16", "float16", "float32", "auto")
 """Values of rollout.dtype."""
+LORA_SYNC_MODES: tuple[str, ...] = ("merged", "adapters")
+"""Values of rollout.lora_sync."""
 ROLLOUT_MODES: tuple[str, ...] = ("sync", "colocated", "disaggregated")
 """Values of rollout.mode (docs/async.md)."""
 
@@ -76,6 +78,12 @@ class RolloutConfig:
     """Also return the log-probs of the sampled tokens from vLLM."""
     verify_weight_sync: bool = False
     """After each weight sync, check that the engine holds the actor's weights (debugging aid, slower)."""
+    lora_sync: str = "merged"
+    """With a LoRA actor (worker.actor.model.lora.rank > 0), what each weight sync sends the engine. merged: every
+    adapted weight as W + alpha / rank x B @ A, so generation runs at the base model's speed. adapters: the base
+    weights once, then only the adapters, which the engine applies with vLLM's LoRA layers (a much smaller sync,
+    slower generation: docs/performance.md; on a GPU the engine then sleeps at level 1, keeping its base weights in
+    host memory)."""
     env: str | None = None
     """Multi-turn rollouts: an environment class, "path/to/env.py:ClassName" (subclass of verl.envs.Environment,
     e.g. MultiTurnEnv or ToolEnv), that answers the model between its turns; its tokens are in the response but masked
@@ -180,6 +188,7 @@ class RolloutConfig:
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ConfigError(f"{prefix}gpu_memory_utilization must lie in (0, 1], got {self.gpu_memory_utilization}.")
         require_choice(self, prefix, "mode", ROLLOUT_MODES)
+        require_choice(self, prefix, "lora_sync", LORA_SYNC_MODES)
         require_non_negative(self, prefix, "max_staleness")
         require_positive(self, prefix, "nnodes", "n_gpus_per_node", "weight_bucket_mb")
         if self.max_staleness > 0 and self.mode == "sync":

@@ -204,6 +204,8 @@ class TurnRunner:
     requests) before the rollout stops with an error naming it; <= 0 waits forever."""
     env_name: str = "the environment"
     """How errors name the environment (worker.rollout.env)."""
+    lora_request: Any = None
+    """rollout.lora_sync=adapters: the actor's current adapter, passed with every engine call."""
 
     def env_timeout_error(self, episode_index: int, turns: int) -> TimeoutError:
         return TimeoutError(
@@ -226,7 +228,9 @@ class TurnRunner:
         for episode, limit in zip(episodes, limits):
             seed = None if episode.seed is None else episode.seed + 7919 * episode.turns
             params.append(SamplingParams(**{**self.sampling, "n": 1, "max_tokens": limit}, seed=seed))
-        outputs = self.engine.generate([episode.engine_input() for episode in episodes], params, use_tqdm=False)
+        outputs = self.engine.generate(
+            [episode.engine_input() for episode in episodes], params, use_tqdm=False, lora_request=self.lora_request
+        )
         return [output.outputs[0] for output in outputs]
 
     def add_model_turn(self, episode: Episode, completion: Any, limit: int) -> str | None:

@@ -104,6 +104,8 @@ class RequestLoop:
         self.render = render
         self.turns: Any = None
         """Multi-turn episodes: an `async_episodes.EpisodeTurns` (set by the rollout when it has an environment)."""
+        self.lora_request: Any = None
+        """The `LoRARequest` every request is added with (rollout.lora_sync=adapters; set by the rollout)."""
         self.groups: dict[int, Group] = {}
         self.active: dict[str, tuple[Group, Sample]] = {}
         """The engine's requests: request id -> its group and sample."""
@@ -224,7 +226,9 @@ class RequestLoop:
                     if sample.tokens:
                         sample.resumed += 1
                     prompt, max_tokens, seed = self.turns.request(group, sample)
-                    engine.add_request(request_id, self.render(prompt), make_params(max_tokens, seed))
+                    engine.add_request(
+                        request_id, self.render(prompt), make_params(max_tokens, seed), lora_request=self.lora_request
+                    )
                     self.active[request_id] = (group, sample)
                     added += 1
                     continue
@@ -234,7 +238,7 @@ class RequestLoop:
                     sample.resumed += 1
                 seed = sample.seed if not sample.tokens else resume_seed(sample.seed, len(sample.tokens))
                 params = make_params(group.budget - len(sample.tokens), seed)
-                engine.add_request(request_id, self.render(prompt), params)
+                engine.add_request(request_id, self.render(prompt), params, lora_request=self.lora_request)
                 self.active[request_id] = (group, sample)
                 added += 1
         return added

@@ -15,8 +15,8 @@
 
 Each function's docstring says what it relies on and why: the in-place `reload_weights` RPC (on CPU the only way to
 update a live engine), cache resets after a weight update, the tensor-parallel gloo group, the buffers the dummy
-loader randomizes, `torch.set_num_threads` restored after vLLM's CPU worker replaces it, sleep-mode availability, and
-the chat rendering the server shares with `LLM.chat`.
+loader randomizes, `torch.set_num_threads` restored after vLLM's CPU worker replaces it, sleep-mode availability, the
+chat rendering the server shares with `LLM.chat`, and loading a LoRA adapter into a running engine.
 Tested with the vLLM versions in `TESTED_VLLM_VERSIONS`.
 """
 
@@ -184,3 +184,47 @@ def render_chat(llm: Any, messages: list[dict[str, Any]], tools: list[dict[str, 
     `LLM.chat`, which generates to the end.
     """
     return llm._preprocess_chat_one(messages, tools=tools)
+
+
+_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""vLLM 0.32's allowed `max_lora_rank` values (`vllm.config.lora.MaxLoRARanks`), used where that type is missing."""
+
+
+def lora_engine_kwargs(rank: int) -> dict[str, Any]:
+    """The `vllm.LLM` arguments that give the engine vLLM's LoRA layers for one adapter of rank `rank`.
+
+    vLLM accepts only some `max_lora_rank` values (a Literal type in vLLM 0.26 and 0.32); the smallest one that holds
+    `rank` is taken, as a larger one only pads the adapter's buffers.
+    """
+    import typing
+
+    try:
+        from vllm.config.lora import MaxLoRARanks
+
+        allowed = tuple(sorted(typing.get_args(MaxLoRARanks))) or _LORA_RANKS
+    except ImportError:
+        allowed = _LORA_RANKS
+    fitting = [value for value in allowed if value >= rank]
+    if not fitting:
+        raise ValueError(
+            f"worker.actor.model.lora.rank={rank} is above the largest LoRA rank vLLM serves ({max(allowed)}); use "
+            "worker.rollout.lora_sync=merged or a lower rank."
+        )
+    return {"enable_lora": True, "max_lora_rank": fitting[0], "max_loras": 1}
+
+
+def load_lora_adapter(llm: Any, request: Any, previous_id: int | None) -> None:
+    """Load the adapter of `request` (a `LoRARequest` naming a PEFT folder) into the engine now, then drop the
+    adapter `previous_id` (if any), so the engine holds only the newest one.
+
+    Relies on `LLMEngine.add_lora` / `remove_lora` (vLLM 0.26 and 0.32; `LLM` itself has no such method). Loading
+    at once, rather than at the first request that names the adapter, makes a bad folder fail at the sync that wrote
+    it and lets the folder of the adapter before it be deleted. vLLM reads adapters only from a folder
+    (`PEFTHelper.from_local_dir`, `LoRAModel.from_local_checkpoint`); loading tensors from memory goes through its
+    internal `LoRAModelManager`, which this project does not reach into.
+    """
+    engine = llm.llm_engine
+    if not engine.add_lora(request):
+        raise RuntimeError(f"vLLM did not load the LoRA adapter {request.lora_name!r} from {request.lora_path}.")
+    if previous_id is not None and previous_id != request.lora_int_id:
+        engine.remove_lora(previous_id)

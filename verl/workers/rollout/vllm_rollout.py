@@ -136,8 +136,12 @@ def is_multimodal(processor: Any) -> bool:
     return processor is not None and getattr(processor, "image_processor", None) is not None
 
 
-def build_engine_kwargs(model_path: str, config: RolloutConfig, multimodal: bool) -> dict[str, Any]:
-    """The `vllm.LLM` arguments for this config on this device; raises ValueError on an impossible setting."""
+def build_engine_kwargs(
+    model_path: str, config: RolloutConfig, multimodal: bool, lora_rank: int = 0
+) -> dict[str, Any]:
+    """The `vllm.LLM` arguments for this config on this device; raises ValueError on an impossible setting.
+    `lora_rank` is the actor's (worker.actor.model.lora.rank): with `rollout.lora_sync=adapters` the engine gets
+    vLLM's LoRA layers for one adapter of that rank."""
     if config.prompt_length <= 0 or config.response_length <= 0:
         raise ValueError(
             f"rollout.prompt_length={config.prompt_length} and rollout.response_length={config.response_length} must "
@@ -173,6 +177,13 @@ def build_engine_kwargs(model_path: str, config: RolloutConfig, multimodal: bool
             f"rollout.tensor_parallel_size={config.tensor_parallel_size} needs torch.distributed to be initialized "
             "(one process per device); run inside the workers or set it to 1."
         )
+    if config.lora_sync == "adapters":
+        if lora_rank <= 0:
+            raise ValueError(
+                "rollout.lora_sync=adapters needs an actor with LoRA adapters: set worker.actor.model.lora.rank > 0 "
+                "or rollout.lora_sync=merged."
+            )
+        kwargs.update(vllm_compat.lora_engine_kwargs(lora_rank))
     if multimodal:
         kwargs["mm_processor_cache_gb"] = 0  # images differ every step; a cache only holds memory
         # Device-side image normalisation (vLLM 0.27 and later) keeps its constants in persistent buffers that are in
@@ -271,7 +282,7 @@ class VLLMRollout:
 
     With torch.distributed initialized the engine uses vLLM's `external_launcher` executor, which carves its
     tensor-parallel groups out of the existing world instead of spawning processes; on the CPU every rank is an
-    independent engine of tensor-parallel size 1. On GPU the engine sleeps between rollouts (`SLEEP_LEVEL`). On the CPU
+    independent engine of tensor-parallel size 1. On GPU the engine sleeps between rollouts (`sleep_level`). On the CPU
     it has no sleep mode and stays up beside the actor with a float32 copy of the weights and a KV cache allocated in
     full at start (`rollout.kv_cache_memory_mb`): size that cache to what one rollout needs, at most
     max_num_seqs x (prompt_length + response_length) tokens.
@@ -293,8 +304,10 @@ class VLLMRollout:
         tokenizer: Any,
         processor: Any | None = None,
         colocated: bool = True,
+        lora_rank: int = 0,
     ) -> None:
-        """`colocated=False`: the engine has its process to itself (mode=disaggregated), so it never sleeps."""
+        """`colocated=False`: the engine has its process to itself (mode=disaggregated), so it never sleeps.
+        `lora_rank`: the actor's LoRA rank (worker.actor.model.lora.rank), for rollout.lora_sync=adapters."""
         quiet.install_worker_filters()  # already done by Ray's setup hook, unless Ray was started elsewhere (tests)
         from vllm import LLM
 
@@ -303,7 +316,7 @@ class VLLMRollout:
         self.tokenizer = tokenizer
         self.processor = processor
         self.multimodal = is_multimodal(processor)
-        engine_kwargs = build_engine_kwargs(model_path, config, self.multimodal)
+        engine_kwargs = build_engine_kwargs(model_path, config, self.multimodal, lora_rank)
         if not colocated:
             engine_kwargs.pop("enable_sleep_mode", None)
         if config.dtype not in ("fp32", "float32") and not on_gpu():
@@ -331,8 +344,10 @@ class VLLMRollout:
                 randomized,
             )
         self.sleep_mode = bool(engine_kwargs.get("enable_sleep_mode", False))
+        # lora_sync=adapters syncs the base weights once: level 1 keeps them (in host memory) while the engine sleeps
+        self.sleep_level = 1 if config.lora_sync == "adapters" else SLEEP_LEVEL
         if self.sleep_mode:  # stay asleep until the sharding manager brings the weights
-            self.inference_engine.sleep(level=SLEEP_LEVEL)
+            self.inference_engine.sleep(level=self.sleep_level)
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.generate_calls = 0
         self.validate_calls = 0
@@ -340,6 +355,7 @@ class VLLMRollout:
         self.request_loop = RequestLoop(
             self.inference_engine, partial(vllm_compat.render_prompt, self.inference_engine)
         )
+        self.lora_request = None
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.eos_token_ids = self._eos_token_ids(model_path)
         self._base_sampling = self._base_sampling_kwargs()
@@ -349,6 +365,17 @@ class VLLMRollout:
             self.continuation = ChatContinuation(tokenizer)
             self.image_tokens = ImageTokens(processor, tokenizer) if self.multimodal else None
             self.model_path = model_path
+
+    @property
+    def lora_request(self) -> Any:
+        """rollout.lora_sync=adapters: the `LoRARequest` of the actor's current adapter, which every generate call
+        passes (set by the sharding manager at each sync); None: the engine's weights alone."""
+        return self._lora_request
+
+    @lora_request.setter
+    def lora_request(self, request: Any) -> None:
+        self._lora_request = request
+        self.request_loop.lora_request = request
 
     # ------------------------------------------------------------------ setup helpers
 
@@ -495,7 +522,9 @@ class VLLMRollout:
                 output = self._run_episodes(prompts, inputs, kwargs, seeds, response_length)
             return output.chunk(tp_size)[tp_rank] if tp_size > 1 else output
         with preserved_rng_state():
-            outputs = self.inference_engine.generate(inputs, params, use_tqdm=not self.config.disable_tqdm)
+            outputs = self.inference_engine.generate(
+                inputs, params, use_tqdm=not self.config.disable_tqdm, lora_request=self.lora_request
+            )
         output = self._to_dataproto(prompts, outputs, kwargs["n"], response_length)
         return output.chunk(tp_size)[tp_rank] if tp_size > 1 else output
 
@@ -613,6 +642,7 @@ class VLLMRollout:
             max_images=self.config.limit_images,
             env_step_timeout_s=self.config.env_step_timeout_s,
             env_name=f"{type(self.env).__name__} (worker.rollout.env)",
+            lora_request=self.lora_request,
         )
 
     def _run_episodes(

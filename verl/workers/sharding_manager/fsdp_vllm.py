@@ -15,7 +15,8 @@
 
 Parameters are gathered one FSDP unit at a time, cast to the engine's dtype, renamed to vLLM's checkpoint names and
 streamed into the engine; the unit is resharded before the next is gathered, so the extra memory is about one
-gathered layer. On GPU the engine sleeps between rollouts; on the CPU it stays up.
+gathered layer. On GPU the engine sleeps between rollouts; on the CPU it stays up. With LoRA the engine gets merged
+weights, or (`rollout.lora_sync=adapters`) the base weights once and then only the adapters (lora_adapters.py).
 """
 
 import functools
@@ -35,7 +36,8 @@ from verl.models.fsdp import load_fsdp_model, offload_fsdp_model
 from verl.models.lora import base_name, is_adapter_param, lora_merge_plan, merge_weight
 from verl.utils import device as device_utils
 from verl.workers.rollout import vllm_compat
-from verl.workers.rollout.vllm_rollout import SLEEP_LEVEL, VLLMRollout, on_gpu
+from verl.workers.rollout.vllm_rollout import VLLMRollout, on_gpu
+from verl.workers.sharding_manager.lora_adapters import EngineAdapter, adapter_checkpoint_names, peft_config_of
 
 
 logger = logging.getLogger(__name__)
@@ -191,16 +193,16 @@ def _gathered_tensor(
 
 
 def iter_full_weights(
-    module: nn.Module, dtype: torch.dtype, names: dict[str, str], stats: dict[str, float]
+    module: nn.Module, dtype: torch.dtype, names: dict[str, str], stats: dict[str, float], merge_lora: bool = True
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield (checkpoint name, full tensor in `dtype`) one parameter at a time; count bytes into `stats`.
 
     Parameters are gathered one FSDP unit (a decoder layer, the root) at a time, one all-gather each, rather than one
     collective per parameter. A tied parameter (the embedding reused as lm_head) is sent under each of its names: on
     CPU vLLM keeps a repacked copy of lm_head for its matmul that only a load of `lm_head.weight` refreshes. A LoRA
-    layer's weight is sent merged (W + scaling x B @ A, under the base model's name); its adapters are not sent on
-    their own. The time spent here (gathering, casting, merging) is added to `stats["gather_seconds"]`, so the
-    engine's share of a sync is the rest.
+    layer's weight is sent merged (W + scaling x B @ A, under the base model's name), or with `merge_lora=False` as
+    the base weight alone; its adapters are not sent on their own. The time spent here (gathering, casting, merging)
+    is added to `stats["gather_seconds"]`, so the engine's share of a sync is the rest.
     """
     plan = _cached_stream_plan(module, names)
     clock = time.perf_counter()
@@ -209,10 +211,33 @@ def iter_full_weights(
             if name not in names:  # a LoRA factor, merged into its base weight
                 continue
             tensor = full(name)
-            if name in plan.merge_plan:
+            if merge_lora and name in plan.merge_plan:
                 a_name, b_name, scaling = plan.merge_plan[name]
                 tensor = merge_weight(tensor, full(a_name), full(b_name), scaling)
             tensor = tensor.detach().to(dtype)
+            stats["num_params"] += 1
+            stats["bytes"] += tensor.numel() * tensor.element_size()
+            stats["max_param_bytes"] = max(stats["max_param_bytes"], tensor.numel() * tensor.element_size())
+            stats["gather_seconds"] = stats.get("gather_seconds", 0.0) + time.perf_counter() - clock
+            yield names[name], tensor
+            clock = time.perf_counter()
+    stats["gather_seconds"] = stats.get("gather_seconds", 0.0) + time.perf_counter() - clock
+
+
+def iter_adapter_weights(
+    module: nn.Module, dtype: torch.dtype, names: dict[str, str], stats: dict[str, float]
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield (PEFT name, full tensor in `dtype`) for every LoRA factor; `names` maps the factors to their PEFT names
+    (lora_adapters.adapter_checkpoint_names). Collective, one all-gather per FSDP unit as `iter_full_weights`.
+
+    The factors are taken from the unit's gather in the compute dtype when that is `dtype`: the engine holds its
+    adapters in its own dtype, so this rounds them as loading would.
+    """
+    plan = _cached_stream_plan(module, names)._replace(exact=set())
+    clock = time.perf_counter()
+    for group, full in _gathered(plan, dtype):
+        for name in group:
+            tensor = full(name).detach().to(dtype)
             stats["num_params"] += 1
             stats["bytes"] += tensor.numel() * tensor.element_size()
             stats["max_param_bytes"] = max(stats["max_param_bytes"], tensor.numel() * tensor.element_size())
@@ -228,8 +253,10 @@ def sync_weights(
     dtype: torch.dtype = torch.float32,
     names: dict[str, str] | None = None,
     in_place_reload: bool | None = None,
+    merge_lora: bool = True,
 ) -> dict[str, float]:
     """Stream the actor's full weights into `llm` (a `vllm.LLM`) and reset its caches; returns sync figures.
+    `merge_lora=False` sends a LoRA actor's base weights without its adapters.
 
     Collective over the FSDP mesh: every rank must call it. `in_place_reload` defaults to True on CPU, where the
     engine's `reload_weights` is the only working path; on GPU the model's `load_weights` runs on the woken engine.
@@ -241,8 +268,23 @@ def sync_weights(
     stats = {"num_params": 0, "bytes": 0, "max_param_bytes": 0, "gather_seconds": 0.0}
     start = time.perf_counter()
     with torch.no_grad():
-        vllm_compat.load_weights(llm, iter_full_weights(fsdp_module, dtype, names, stats), in_place_reload)
+        weights = iter_full_weights(fsdp_module, dtype, names, stats, merge_lora)
+        vllm_compat.load_weights(llm, weights, in_place_reload)
     vllm_compat.reset_caches_after_weight_update(llm)
+    stats["seconds"] = time.perf_counter() - start
+    return stats
+
+
+def sync_adapters(
+    fsdp_module: nn.Module, adapter: EngineAdapter, dtype: torch.dtype, names: dict[str, str]
+) -> dict[str, float]:
+    """Gather the actor's LoRA adapters and load them into the engine as a new adapter (`adapter.request`); returns
+    sync figures as `sync_weights` does. Collective over the FSDP mesh: every rank must call it."""
+    stats = {"num_params": 0, "bytes": 0, "max_param_bytes": 0, "gather_seconds": 0.0}
+    start = time.perf_counter()
+    with torch.no_grad():
+        adapter.load(iter_adapter_weights(fsdp_module, dtype, names, stats))
+    vllm_compat.reset_caches_after_weight_update(adapter.llm)
     stats["seconds"] = time.perf_counter() - start
     return stats
 
@@ -278,7 +320,8 @@ def probe_log_prob_gap(module: nn.Module, rollout: VLLMRollout) -> tuple[float, 
     """(mean, max) abs difference between the engine's and the actor's log-probs of the probe prompts' tokens.
 
     Both score the same token ids (prompt log-probs, no sampling), so any gap beyond numerics means the engine does
-    not hold the actor's weights. The actor forward is collective under FSDP: every rank must call this.
+    not hold the actor's weights; with `lora_sync=adapters` the engine scores with the current adapter. The actor
+    forward is collective under FSDP: every rank must call this.
     """
     from vllm import SamplingParams
 
@@ -286,7 +329,9 @@ def probe_log_prob_gap(module: nn.Module, rollout: VLLMRollout) -> tuple[float, 
     device = device_utils.get_local_device()  # not the parameters': FSDP's own CPU offload keeps them on the host
     gaps = []
     for engine_input, actor_inputs in probe_inputs(rollout):
-        output = rollout.inference_engine.generate([engine_input], params, use_tqdm=False)[0]
+        output = rollout.inference_engine.generate(
+            [engine_input], params, use_tqdm=False, lora_request=rollout.lora_request
+        )[0]
         ids = actor_inputs["input_ids"][0].tolist()
         if list(output.prompt_token_ids) != ids:
             raise RuntimeError(
@@ -332,6 +377,13 @@ class FSDPVLLMShardingManager:
         self.names = checkpoint_names(module)
         self.freed_bytes = 0
         self._rng_state: dict[str, Any] | None = None
+        # lora_sync=adapters: the engine's adapter, and whether it holds the (frozen) base weights yet
+        self.adapter: EngineAdapter | None = None
+        self._base_synced = False
+        if rollout.config.lora_sync == "adapters":
+            parameters = [name for name, _ in module.named_parameters(remove_duplicate=False)]
+            self.adapter_names = adapter_checkpoint_names(parameters, self.names)
+            self.adapter = EngineAdapter(rollout.inference_engine, peft_config_of(module))
 
     def prepare(self) -> dict[str, float]:
         """Save the RNG, wake the engine (GPU), sync the weights, optionally verify them; returns metrics.
@@ -346,13 +398,7 @@ class FSDPVLLMShardingManager:
         if self.rollout.sleep_mode:
             device_utils.empty_cache()
             llm.wake_up(tags=["weights"])
-        stats = sync_weights(self.module, llm, self.rollout.torch_dtype, self.names)
-        metrics = {
-            "timing_s/sync_weights": stats["seconds"],
-            "timing_s/sync_weights_gather": stats["gather_seconds"],
-            "perf/sync_weights_gb": stats["bytes"] / 2**30,
-            "perf/sync_weights_max_param_mb": stats["max_param_bytes"] / 2**20,
-        }
+        metrics = self._sync()
         if self.offload_params:
             offload_fsdp_model(self.module)
             device_utils.empty_cache()
@@ -366,6 +412,32 @@ class FSDPVLLMShardingManager:
                 offload_fsdp_model(self.module)
         return metrics
 
+    def _sync(self) -> dict[str, float]:
+        """The weight sync of `prepare`: every weight (merged with a LoRA actor's adapters), or with
+        `lora_sync=adapters` the base weights the first time and the adapters every time (the engine keeps its base
+        weights between rollouts: on the GPU it sleeps at level 1 then); its metrics."""
+        dtype = self.rollout.torch_dtype
+        if self.adapter is None:
+            parts = [sync_weights(self.module, self.rollout.inference_engine, dtype, self.names)]
+        else:
+            parts = []
+            if not self._base_synced:
+                parts.append(
+                    sync_weights(self.module, self.rollout.inference_engine, dtype, self.names, merge_lora=False)
+                )
+                self._base_synced = True
+            parts.append(sync_adapters(self.module, self.adapter, dtype, self.adapter_names))
+            self.rollout.lora_request = self.adapter.request
+        metrics = {
+            "timing_s/sync_weights": sum(part["seconds"] for part in parts),
+            "timing_s/sync_weights_gather": sum(part["gather_seconds"] for part in parts),
+            "perf/sync_weights_gb": sum(part["bytes"] for part in parts) / 2**30,
+            "perf/sync_weights_max_param_mb": max(part["max_param_bytes"] for part in parts) / 2**20,
+        }
+        if self.adapter is not None:
+            metrics["timing_s/sync_adapters"] = parts[-1]["seconds"]
+        return metrics
+
     def check_weights(self) -> dict[str, float]:
         """Compare engine and actor log-probs on a fixed probe; raise RuntimeError when they disagree."""
         mean_gap, max_gap = probe_log_prob_gap(self.module, self.rollout)
@@ -375,7 +447,7 @@ class FSDPVLLMShardingManager:
                 f"Weight sync check failed: the engine's probe log-probs differ from the actor's by {mean_gap:.3g} on "
                 f"average (max {max_gap:.3g}, tolerance {tolerance}); the engine does not hold the actor's weights. "
                 "Check the parameter names (fsdp_vllm.checkpoint_names) and vLLM's warnings about weights it failed "
-                "to load."
+                "to load (with rollout.lora_sync=adapters: the adapter names, lora_adapters.adapter_checkpoint_names)."
             )
         return {"rollout/weight_sync_mean_gap": mean_gap, "rollout/weight_sync_max_gap": max_gap}
 
@@ -384,7 +456,7 @@ class FSDPVLLMShardingManager:
         metrics: dict[str, float] = {}
         if self.rollout.sleep_mode:
             free_before = torch.cuda.mem_get_info()[0]
-            self.rollout.inference_engine.sleep(level=SLEEP_LEVEL)
+            self.rollout.inference_engine.sleep(level=self.rollout.sleep_level)
             device_utils.empty_cache()
             self.freed_bytes = torch.cuda.mem_get_info()[0] - free_before
             metrics["perf/vllm_freed_gb"] = self.freed_bytes / 2**30
