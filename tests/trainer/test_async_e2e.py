@@ -206,12 +206,17 @@ def test_image_prompts_continue_across_weight_syncs(workspace):
         assert len(records) == 8 and all(record["images"] for record in records)
 
 
-def game_run_args(ws, name: str, *extra: str) -> list[str]:
-    """The guess-the-number game (examples/envs/guess_number.py): up to 3 turns of at most 4 tokens each."""
+def game_run_args(ws, name: str, *extra: str, client: bool = False) -> list[str]:
+    """The guess-the-number game (examples/envs/guess_number.py, or with `client` the same game as a ChatClientEnv,
+    guess_number_client.py): up to 3 turns of at most 4 tokens each."""
     game = os.path.join(REPO, "examples", "envs", "guess_number.py")
+    env = f"{game}:GuessNumber"
+    if client:
+        env = f"{os.path.join(REPO, 'examples', 'envs', 'guess_number_client.py')}:GuessNumberChat"
+        extra = ("worker.rollout.env_kwargs={max_guesses: 3}", *extra)
     replaced = ("data.max_response_length=", "worker.reward.reward_function=")
     return [arg for arg in run_args(ws, name) if not arg.startswith(replaced)] + [
-        f"worker.rollout.env={game}:GuessNumber",
+        f"worker.rollout.env={env}",
         "worker.rollout.max_turns=3",
         "worker.rollout.max_tokens_per_turn=4",
         "data.max_response_length=64",
@@ -240,3 +245,15 @@ def test_multi_turn_episodes_run_asynchronously(workspace):
         records = read_rollouts(root / "game_async", step)
         assert len(records) == 8 and all(r["env"]["turns"] == r["env"]["guesses"] for r in records)
         assert any(r["env"]["turns"] > 1 for r in records)  # the environment answered, the episode went on
+
+
+def test_client_style_episodes_run_asynchronously(workspace):
+    """The game as a ChatClientEnv: each episode's coroutine asks for its turns through the request loop, across step
+    boundaries."""
+    root = workspace["root"]
+    stale = ("worker.rollout.mode=colocated", "worker.rollout.max_staleness=1", "trainer.max_steps=3")
+    run_ppo(load_config(game_run_args(workspace, "client_async", *stale, client=True)))
+    log = read_log(root / "client_async")
+    assert_game_steps(log, [1, 2, 3])
+    for row in log.values():
+        assert row["env/guesses/mean"] == row["env/turns/mean"]  # every model turn reached the coroutine

@@ -694,13 +694,6 @@ def test_sft_shares_the_trainer_keys_and_their_checks(tmp_path):
             r"worker.rollout.weight_bucket_mb' must be positive",
         ),
         (
-            [
-                "worker.rollout.mode=disaggregated",
-                "worker.rollout.env=examples/envs/guess_number_client.py:GuessNumberChat",
-            ],
-            r"GuessNumberChat is a client-style environment .*mode=disaggregated is not built",
-        ),
-        (
             ["worker.reward.stream=true"],
             r"worker.reward.stream=true scores groups .*mode=disaggregated only; with mode=sync",
         ),

@@ -112,3 +112,21 @@ def test_multi_turn_episodes_on_a_rollout_pool_of_two_engines(workspace):
     assert all(row["async/in_flight_groups"] == 2.0 for row in log.values())  # per engine: its half of a batch
     for step in (1, 2, 3):
         assert len(read_rollouts(root / "game_disagg", step)) == 8
+
+
+def test_client_style_episodes_on_the_rollout_pool(workspace):
+    from tests.trainer.test_async_e2e import assert_game_steps, game_run_args
+
+    root = workspace["root"]
+    args = game_run_args(
+        workspace,
+        "client_disagg",
+        *DISAGGREGATED,
+        "worker.rollout.max_staleness=1",
+        "trainer.max_steps=3",
+        client=True,
+    )
+    run_ppo(load_config(one_process(args)))
+    log = read_log(root / "client_disagg")
+    assert_game_steps(log, [1, 2, 3])
+    assert all(row["env/guesses/mean"] == row["env/turns/mean"] for row in log.values())

@@ -221,13 +221,6 @@ class RolloutConfig:
         from verl.envs.loader import EnvironmentLoadError, load_environment
 
         try:  # imports the file and builds the class once: a missing file, class or bad kwargs is named now
-            env = load_environment(self.env, self.env_kwargs)
+            load_environment(self.env, self.env_kwargs)
         except EnvironmentLoadError as err:
             raise ConfigError(str(err)) from None
-        from verl.envs.client_env import ChatClientEnv
-
-        if self.mode != "sync" and isinstance(env, ChatClientEnv):
-            raise ConfigError(
-                f"{prefix}env={self.env} is a client-style environment (its episodes drive the model through a chat "
-                f"client): {prefix}mode={self.mode} is not built for those yet; use {prefix}mode=sync with it."
-            )

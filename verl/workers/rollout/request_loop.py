@@ -120,13 +120,14 @@ class RequestLoop:
         version: int,
         budget: int,
         episodes: list[Any] | None = None,
-    ) -> None:
+    ) -> Group:
         key = next(self._keys)
         samples = [Sample(seed=seed) for seed in seeds]
         for j, sample in enumerate(samples):
             sample.index = j
             sample.episode = episodes[j] if episodes is not None else None
-        self.groups[key] = Group(key, prompt, payload, version, samples, budget)
+        self.groups[key] = group = Group(key, prompt, payload, version, samples, budget)
+        return group
 
     @property
     def in_flight(self) -> int:

@@ -38,6 +38,7 @@ from verl.protocol import DataProto, to_object_array
 from verl.utils import device, quiet
 from verl.workers.actor.forward import process_media
 from verl.workers.rollout import vllm_compat
+from verl.workers.rollout.async_client_episodes import ClientTurns
 from verl.workers.rollout.async_episodes import EpisodeTurns
 from verl.workers.rollout.client_episodes import run_client_episodes
 from verl.workers.rollout.config import RolloutConfig
@@ -567,13 +568,11 @@ class VLLMRollout:
         for key in ("seed", "max_tokens", "output_kind"):
             kwargs.pop(key, None)
         if self.env is not None and self.request_loop.turns is None:  # multi-turn: a request is one model turn
-            if isinstance(self.env, ChatClientEnv):
-                raise NotImplementedError(
-                    f"{type(self.env).__name__} is a client-style environment (its episodes drive the model through "
-                    "a chat client): asynchronous rollouts of those are not built yet; use worker.rollout.mode=sync."
-                )
             runner = self._turn_runner({**kwargs, "n": n}, self.config.response_length)
-            self.request_loop.turns = EpisodeTurns(runner, self.env)
+            if isinstance(self.env, ChatClientEnv):  # the episodes' coroutines ask for each turn themselves
+                self.request_loop.turns = ClientTurns(runner, self.env, self.model_path)
+            else:
+                self.request_loop.turns = EpisodeTurns(runner, self.env)
 
         def make_params(max_tokens: int, seed: int | None) -> Any:
             return SamplingParams(**kwargs, n=1, max_tokens=max_tokens, seed=seed, output_kind=RequestOutputKind.DELTA)
@@ -591,10 +590,17 @@ class VLLMRollout:
         self.generate_calls += 1
         budgets = row_budgets(prompts, budget)
         episodes = self._new_episodes(prompts, inputs, n, seeds) if self.env is not None else None
+        client = isinstance(self.env, ChatClientEnv)
+        messages = self._prompt_messages(prompts, inputs) if client else None
         for row, item in enumerate(inputs):
             sample_seeds = [None if seeds[row] is None else seeds[row] + j for j in range(n)]
             group_episodes = episodes[row * n : (row + 1) * n] if episodes is not None else None
-            self.request_loop.admit(item, prompts[row : row + 1], sample_seeds, version, budgets[row], group_episodes)
+            group = self.request_loop.admit(
+                item, prompts[row : row + 1], sample_seeds, version, budgets[row], group_episodes
+            )
+            if client:  # each episode's coroutine starts now and asks for its turns itself
+                for sample in group.samples:
+                    self.request_loop.turns.start(group, sample, messages[row])
 
     def groups_to_rollout(self, groups: list[Any], n: int, width: int) -> DataProto:
         """The rollout columns of complete request-loop groups (responses padded to `width`), plus

@@ -1,0 +1,226 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Client-style episodes (a `ChatClientEnv`, e.g. a verifiers taskset) in the asynchronous request loop.
+
+Each sample's episode is the environment's `rollout` coroutine, running on an event loop of its own thread for as long
+as the episode lasts (across steps): its client's `create` hands the request to the request loop and awaits the
+reply. The request loop (in its engine thread) checks the request as the synchronous client rollout does (the first
+renders to the prompt; a later one repeats the conversation and adds the environment's messages, loss mask 0),
+submits it as one engine request among all the others, and answers the coroutine when the turn is done. So an
+episode busy in a tool never holds the others back, and a turn stopped at a step boundary continues under the next
+weights; the episode's sample is complete when its coroutine returns.
+"""
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl.envs.client_env import ChatClientEnv, EpisodeOver
+from verl.workers.rollout.async_episodes import TURN_SEED_STRIDE
+from verl.workers.rollout.client_episodes import (
+    EngineChatClient,
+    _plain_messages,
+    _reply,
+    add_environment_messages,
+    check_first_request,
+)
+from verl.workers.rollout.multi_turn import TurnRunner
+from verl.workers.rollout.request_loop import Group, Sample, resume_seed
+
+
+@dataclass
+class _Conversation:
+    """What the request loop knows of one client episode."""
+
+    group: Group
+    sample: Sample
+    sent: list[dict[str, Any]] | None = None
+    """The last request's messages plus the reply it got (what the next request must repeat)."""
+    turn_end: str = ""
+    request: tuple[asyncio.Future, int] | None = None
+    """The request waiting for the engine: the coroutine's future and the turn's token limit."""
+    working_since: float = field(default_factory=time.monotonic)
+    """When the coroutine last got control back (its start, or its latest reply)."""
+    done: bool = False
+
+
+class _Driver:
+    """The `ClientEpisodes` interface `EngineChatClient` calls (`request`), for one episode."""
+
+    def __init__(self, turns: "ClientTurns", conversation: _Conversation) -> None:
+        self.turns, self.conversation = turns, conversation
+
+    async def request(self, index: int, messages: Any, max_tokens: int | None, tools: Any) -> Any:
+        future = asyncio.get_running_loop().create_future()
+        self.turns.post(("request", self.conversation, messages, max_tokens, tools, future))
+        return await future
+
+
+class ClientTurns:
+    """The request loop's hooks (see `async_episodes.EpisodeTurns`) for client-style episodes."""
+
+    def __init__(self, runner: TurnRunner, env: ChatClientEnv, model: str) -> None:
+        self.runner, self.env, self.model = runner, env, model
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name="client-episodes", daemon=True).start()
+        self.conversations: dict[int, _Conversation] = {}
+        """id(sample) -> its episode's conversation, while its coroutine runs."""
+        self._inbox: list[tuple] = []
+        self._lock = threading.Lock()
+        self._posted = threading.Event()
+
+    # ------------------------------------------------------------------ the coroutines' thread
+
+    def post(self, event: tuple) -> None:
+        with self._lock:
+            self._inbox.append(event)
+        self._posted.set()
+
+    def start(self, group: Group, sample: Sample, messages: list[dict[str, Any]]) -> None:
+        """Start the episode of `sample` from the prompt's `messages`."""
+        conversation = _Conversation(group, sample)
+        self.conversations[id(sample)] = conversation
+        asyncio.run_coroutine_threadsafe(self._episode(conversation, [dict(m) for m in messages]), self.loop)
+
+    async def _episode(self, conversation: _Conversation, messages: list[dict[str, Any]]) -> None:
+        client = EngineChatClient(_Driver(self, conversation), conversation.sample.index)
+        error = None
+        try:
+            await self.env.rollout(client, self.model, messages, conversation.sample.episode.state)
+        except EpisodeOver:
+            pass
+        except Exception as err:
+            error = RuntimeError(
+                f"{type(self.env).__name__}.rollout failed in episode {conversation.sample.index} (turn "
+                f"{conversation.sample.episode.turns + 1}): {type(err).__name__}: {err}"
+            )
+            error.__cause__ = err
+        self.post(("done", conversation, error))
+
+    def _answer(self, future: asyncio.Future, reply: Any = None, error: BaseException | None = None) -> None:
+        def settle() -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(reply)
+
+        self.loop.call_soon_threadsafe(settle)
+
+    # ------------------------------------------------------------------ the request loop's hooks
+
+    @property
+    def pending(self) -> int:
+        """Episodes whose coroutines are at work (none of their requests in the engine or ready for it)."""
+        return sum(not c.done and c.request is None for c in self.conversations.values())
+
+    def waiting(self, sample: Sample) -> bool:
+        conversation = self.conversations.get(id(sample))
+        return conversation is None or conversation.request is None
+
+    def request(self, group: Group, sample: Sample) -> tuple[dict[str, Any], int, int | None]:
+        episode = sample.episode
+        _, limit = self.conversations[id(sample)].request
+        if not sample.tokens:
+            sample.turn_limit = limit
+        prompt = episode.engine_input()
+        prompt["prompt_token_ids"] = prompt["prompt_token_ids"] + sample.tokens
+        seed = None if episode.seed is None else episode.seed + TURN_SEED_STRIDE * episode.turns
+        if sample.tokens:
+            seed = resume_seed(seed, len(sample.tokens))
+        return prompt, sample.turn_limit - len(sample.tokens), seed
+
+    def turn_done(self, group: Group, sample: Sample) -> bool:
+        """The model's turn is complete: add it and answer the coroutine; the episode ends when the coroutine does."""
+        conversation = self.conversations[id(sample)]
+        episode = sample.episode
+        future, _ = conversation.request
+        conversation.request = None
+        prompt_tokens = len(episode.prompt_input["prompt_token_ids"]) + len(episode.engine_ids)
+        before = len(episode.ids)
+        logprobs = sample.logprobs if self.runner.with_logprobs else None
+        turn_end = self.runner.add_model_tokens(episode, sample.tokens, logprobs, sample.turn_limit)
+        sample.episode_versions += sample.versions[: len(episode.ids) - before]
+        sample.tokens, sample.logprobs, sample.versions = [], [], []
+        conversation.turn_end = turn_end or ""
+        text = episode.last_turn
+        conversation.sent = conversation.sent + [{"role": "assistant", "content": text}]
+        finish = "stop" if turn_end else "length"
+        reply = _reply(text, finish, self.model, prompt_tokens, len(episode.ids) - before)
+        conversation.working_since = time.monotonic()
+        self._answer(future, reply)
+        return False
+
+    def poll(self) -> tuple[bool, bool]:
+        """Take the coroutines' new requests (checked, their environment messages added) and finished episodes;
+        (whether a group became complete, whether a request is ready for the engine). An episode's error, or its
+        work past worker.rollout.env_step_timeout_s, stops the rollout."""
+        with self._lock:
+            events, self._inbox = self._inbox, []
+            self._posted.clear()
+        completed, ready = False, False
+        for event in events:
+            if event[0] == "done":
+                _, conversation, error = event
+                if error is not None:
+                    raise error
+                conversation.done = True
+                conversation.sample.episode.done = True
+                conversation.sample.finished = True
+                del self.conversations[id(conversation.sample)]
+                completed = completed or conversation.group.complete
+                continue
+            _, conversation, messages, max_tokens, tools, future = event
+            try:
+                limit = self._check(conversation, messages, max_tokens, tools)
+            except (EpisodeOver, ValueError) as err:  # the coroutine gets it, as from the synchronous client
+                self._answer(future, error=err)
+                continue
+            conversation.request = (future, limit)
+            ready = True
+        timeout = self.runner.env_step_timeout_s
+        if timeout > 0:
+            now = time.monotonic()
+            for conversation in self.conversations.values():
+                if conversation.request is None and now - conversation.working_since > timeout:
+                    raise self.runner.env_timeout_error(conversation.sample.index, conversation.sample.episode.turns)
+        return completed, ready
+
+    def _check(self, conversation: _Conversation, messages: Any, max_tokens: int | None, tools: Any) -> int:
+        sample, episode = conversation.sample, conversation.sample.episode
+        if episode.done or episode.turns >= self.runner.max_turns:
+            raise EpisodeOver(
+                f"episode {sample.index} has no model turns left (rollout.max_turns={self.runner.max_turns} or the "
+                "response budget)"
+            )
+        messages = _plain_messages(messages, sample.index)
+        if conversation.sent is None:
+            check_first_request(self.runner, episode, sample.index, messages, tools)
+        else:
+            before = len(episode.ids)
+            add_environment_messages(
+                self.runner, episode, sample.index, conversation.sent, messages, conversation.turn_end
+            )
+            sample.episode_versions += [-1] * (len(episode.ids) - before)  # environment tokens
+        conversation.sent = messages
+        if max_tokens is not None and max_tokens < 1:
+            raise ValueError(f"Episode {sample.index}: max_tokens={max_tokens} must be positive.")
+        return self.runner.turn_limit(episode, max_tokens)
+
+    def wait(self, timeout_s: float) -> None:
+        """Until a coroutine posts a request or ends (or `timeout_s`)."""
+        self._posted.wait(timeout_s)
