@@ -263,7 +263,7 @@ class RolloutWorker(Worker):
                         future.set_result(fn())
                     except BaseException as err:  # the caller gets it; the loop goes on
                         future.set_exception(err)
-                with self._cond:
+                with self._cond:  # admissions (another thread) add episodes: the hooks run under the lock
                     if turns is not None:
                         completed, ready = turns.poll()
                         self._submit_needed = self._submit_needed or ready
@@ -272,8 +272,9 @@ class RolloutWorker(Worker):
                     if (tasks or self._submit_needed) and self.version is not None:
                         loop.submit(self.version, self.make_params)
                         self._submit_needed = False
+                    waiting_for_env = env_pending()
                 if not engine.has_unfinished_requests():
-                    if env_pending():
+                    if waiting_for_env:
                         turns.wait(_ENV_WAIT_S)
                     continue
                 start = time.perf_counter()
