@@ -83,7 +83,7 @@ def test_engine_generates_while_training_within_the_staleness_bound_and_resumes(
     assert undocumented_metrics({name for row in log.values() for name in row}) == []
     for step, row in log.items():
         assert 0.0 <= row["async/staleness_mean"] <= row["async/staleness_max"] <= 1.0 + 1e-9
-        assert 0.0 < row["async/engine_busy_share"] <= 1.0
+        assert 0.0 <= row["async/engine_busy_share"] <= 1.0
         assert 0.0 <= row["async/rewards_ready_share"] <= 1.0  # the digit reward is streamed group by group
         # tokens sampled by the engine under the weights it received score as the trainer scores them: a transfer
         # that left the engine stale or wrong would show here (fp32 on both sides; stale tokens are one update old)
@@ -108,7 +108,8 @@ def test_multi_turn_episodes_on_a_rollout_pool_of_two_engines(workspace):
     run_ppo(load_config(one_process(args)))
     log = read_log(root / "game_disagg")
     assert_game_steps(log, [1, 2, 3])
-    assert all(row["async/engine_busy_share"] > 0 for row in log.values())
+    # a step whose groups were complete before it began may find the engines between two engine steps: busy 0
+    assert all(0 <= row["async/engine_busy_share"] <= 1 for row in log.values())
     assert all(row["async/in_flight_groups"] == 2.0 for row in log.values())  # per engine: its half of a batch
     for step in (1, 2, 3):
         assert len(read_rollouts(root / "game_disagg", step)) == 8
