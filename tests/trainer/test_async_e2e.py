@@ -136,6 +136,7 @@ def test_max_staleness_zero_equals_the_synchronous_trainer(workspace):
         for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm"):
             assert async0[step][key] == sync[step][key], (step, key)
         assert async0[step]["async/staleness_max"] == 0.0 and async0[step]["async/resumed_share"] == 0.0
+        assert "async/rewards_ready_share" in async0[step]  # rewards streamed through the engines' polls
         strip = [{k: v for k, v in r.items() if k != "uid"} for r in read_rollouts(root / "sync", step)]
         assert [{k: v for k, v in r.items() if k != "uid"} for r in read_rollouts(root / "async0", step)] == strip
     assert_same_actor_weights(root / "sync" / "global_step_3", root / "async0" / "global_step_3")

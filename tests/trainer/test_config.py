@@ -695,7 +695,7 @@ def test_sft_shares_the_trainer_keys_and_their_checks(tmp_path):
         ),
         (
             ["worker.reward.stream=true"],
-            r"worker.reward.stream=true scores groups .*mode=disaggregated only; with mode=sync",
+            r"worker.reward.stream=true scores groups .*asynchronous modes .* only; with mode=sync",
         ),
         (
             ["worker.rollout.mode=disaggregated", "worker.reward.stream=true", "worker.reward.judge.model_path=m"],

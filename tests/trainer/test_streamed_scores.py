@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from verl.protocol import DataProto
-from verl.trainer.disaggregated_trainer import StreamedScores
+from verl.trainer.async_trainer import StreamedScores
 from verl.workers.reward.manager import place_scores
 
 

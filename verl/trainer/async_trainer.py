@@ -25,6 +25,7 @@ and the engine's state are not saved): no prompt is lost or trained twice.
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +34,10 @@ import torch
 
 from verl.protocol import DataProto
 from verl.trainer.checkpointing import atomic_write
-from verl.trainer.metrics import append_metrics
+from verl.trainer.config import reward_stream_obstacle
+from verl.trainer.metrics import append_metrics, applicable_values
 from verl.trainer.ray_trainer import RayPPOTrainer
+from verl.workers.reward.manager import place_scores, valid_response_mask
 
 
 logger = logging.getLogger(__name__)
@@ -74,6 +77,62 @@ def staleness_metrics(versions: torch.Tensor, resumed: torch.Tensor, version: in
     }
 
 
+class StreamedScores:
+    """Rule-based rewards launched group by group as the engines complete them (worker.reward.stream): each group's
+    rows are scored with the others completed at the same time, and a step's batch gathers its rows' scores back."""
+
+    def __init__(self, runner: Any) -> None:
+        self.runner = runner
+        self.pending: dict[str, tuple[Any, list[int]]] = {}
+        """uid -> (the scoring of the piece holding its group, the group's rows in that piece)."""
+        self._results: dict[int, tuple[torch.Tensor, dict[str, list[float]]]] = {}
+
+    def launch(self, piece: DataProto) -> None:
+        handle = self.runner.submit(piece)
+        rows: dict[str, list[int]] = {}
+        for row, uid in enumerate(piece.non_tensor_batch["uid"]):
+            rows.setdefault(uid, []).append(row)
+        for uid, uid_rows in rows.items():
+            self.pending[uid] = (handle, uid_rows)
+
+    def take(self, batch: DataProto, get: Callable[[Any], Any]) -> tuple[float, torch.Tensor, dict[str, list[float]]]:
+        """(share of the batch's groups already scored, token-level scores, columns) of `batch`, whose groups were
+        all launched; their entries are dropped."""
+        uids = list(dict.fromkeys(batch.non_tensor_batch["uid"]))
+        missing = [uid for uid in uids if uid not in self.pending]
+        if missing:
+            raise RuntimeError(f"The groups {missing[:3]} reached the step without being scored; this is a bug.")
+        ready = sum(_done(self.pending[uid][0]) for uid in uids) / max(len(uids), 1)
+        seen: dict[str, int] = {}
+        per_row: list[dict[str, float]] = []
+        for uid in batch.non_tensor_batch["uid"]:
+            handle, rows = self.pending[uid]
+            key = id(handle)
+            if key not in self._results:
+                self._results[key] = get(handle)
+            _, columns = self._results[key]
+            row = rows[seen.get(uid, 0)]
+            seen[uid] = seen.get(uid, 0) + 1
+            per_row.append({name: values[row] for name, values in columns.items()})
+        for uid in uids:
+            handle, _ = self.pending.pop(uid)
+            if not any(other is handle for other, _ in self.pending.values()):
+                self._results.pop(id(handle), None)
+        names = list(dict.fromkeys(name for row in per_row for name in row))
+        columns = {name: [row.get(name, float("nan")) for row in per_row] for name in names}
+        return ready, place_scores(columns["overall"], valid_response_mask(batch)), columns
+
+
+def _done(handle: Any) -> bool:
+    """Whether a scoring (a Future of run_in=driver, an ObjectRef of run_in=actor) has finished."""
+    if hasattr(handle, "done"):
+        return bool(handle.done())
+    import ray
+
+    finished, _ = ray.wait([handle], timeout=0)
+    return bool(finished)
+
+
 class AsyncRayPPOTrainer(RayPPOTrainer):
     """RayPPOTrainer whose `gen` phase is the colocated asynchronous rollout (module docstring)."""
 
@@ -84,16 +143,59 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
         self.in_flight: dict[str, DataProto] = {}
         """Prompt rows admitted and not yet trained, by uid (saved with checkpoints)."""
         self._readmit: DataProto | None = None
+        reward = self.config.worker.reward
+        self.stream_rewards = reward.stream is not False and reward_stream_obstacle(reward) is None
+        """Score each group as soon as it is complete (worker.reward.stream), while the engines generate."""
+        self.streamed = StreamedScores(self.reward_fn) if self.stream_rewards else None
 
     def _make_batch_data(self, metrics: dict[str, list[float]]) -> DataProto:
         version = self.global_step - 1  # weight updates the engine's weights carry
         prompts = self._admit(version)
         prompts.meta_info.update(quota=self.config.data.rollout_batch_size // self.actor_rollout_ref_wg.world_size)
-        batch = self.actor_rollout_ref_wg.generate_sequences_async(prompts)
+        if self.stream_rewards:  # the engines stop every few steps to hand over complete groups
+            calls = [prompts]
+
+            def poll() -> list[dict[str, Any]]:
+                rows = calls.pop() if calls else prompts[:0]  # the prompts on the first call only
+                return self.actor_rollout_ref_wg.poll_sequences_async(rows)
+
+            batch = self._collect_polls(poll, metrics)
+        else:
+            batch = self.actor_rollout_ref_wg.generate_sequences_async(prompts)
         in_flight = batch.meta_info.pop("in_flight_groups", None)
         if in_flight is not None:
             append_metrics(metrics, {"async/in_flight_groups_rank0": float(in_flight)})
         return self._trained(batch, version, metrics)
+
+    def _collect_polls(self, poll: Callable[[], list[dict[str, Any]]], metrics: dict[str, list[float]]) -> DataProto:
+        """Poll the engines (`poll()`: one {"batch", "complete", "metrics"} per rank) until each has returned its part
+        of the step's batch, launching the scoring of every group they hand over as complete; the batch, rank by
+        rank, with its streamed scores."""
+        parts: list[DataProto | None] | None = None
+        while parts is None or any(part is None for part in parts):
+            results = poll()
+            parts = parts or [None] * len(results)
+            for rank, result in enumerate(results):
+                if result.get("complete") is not None:
+                    self.streamed.launch(result["complete"])
+                if result.get("batch") is not None and parts[rank] is None:
+                    parts[rank] = result["batch"]
+                    append_metrics(metrics, result.get("metrics") or {})
+        batch = DataProto.concat(parts)
+        batch.meta_info.update(parts[0].meta_info)
+        if self.stream_rewards:
+            self._attach_streamed_scores(batch, metrics)
+        return batch
+
+    def _attach_streamed_scores(self, batch: DataProto, metrics: dict[str, list[float]]) -> None:
+        """The step's rewards from the scores launched group by group (waiting for those still running), as the
+        step's reward phase would have set them."""
+        ready, scores, columns = self.streamed.take(batch, self._get_reward)
+        batch.batch["token_level_scores"] = scores
+        batch.non_tensor_batch.update({f"reward/{k}": np.array(v, dtype=object) for k, v in columns.items()})
+        append_metrics(metrics, applicable_values({f"reward/{k}": v for k, v in columns.items()}))
+        append_metrics(metrics, {"async/rewards_ready_share": ready})
+        self._check_reward_spread(scores)
 
     def _admit(self, version: int) -> DataProto:
         """The prompts this step admits (the in-flight ones of a resumed run first), with their uids, recorded as in

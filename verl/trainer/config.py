@@ -582,12 +582,12 @@ def _check_async(config: PPOConfig) -> None:
             f"algorithm.rollout_correction.mode={correction.mode} compares the engine's log-probs with the trainer's: "
             "set worker.rollout.calculate_log_probs=true (or mode=none)."
         )
-    if config.worker.reward.stream and rollout.mode != "disaggregated":
+    if config.worker.reward.stream and rollout.mode == "sync":
         raise ConfigError(
-            f"worker.reward.stream=true scores groups while the engines generate, in worker.rollout.mode=disaggregated "
-            f"only; with mode={rollout.mode} remove it."
+            "worker.reward.stream=true scores groups while the engines generate, in the asynchronous modes "
+            "(worker.rollout.mode=colocated or disaggregated) only; with mode=sync remove it."
         )
-    if config.worker.reward.stream and rollout.mode == "disaggregated":
+    if config.worker.reward.stream:
         reason = reward_stream_obstacle(config.worker.reward)
         if reason:
             raise ConfigError(f"worker.reward.stream=true cannot stream this reward: {reason}. Remove the key.")

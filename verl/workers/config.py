@@ -193,8 +193,8 @@ class RewardConfig:
     """Longest a batch's scoring may take; past it the run stops with an error naming the reward function (a hung
     function never hangs the run). <= 0 waits forever."""
     stream: bool | None = None
-    """worker.rollout.mode=disaggregated: score each group with the rule-based functions as soon as its n samples
-    are complete, while the engines generate the rest (docs/async.md). Unset: on without a reward model or judge and
+    """worker.rollout.mode=colocated or disaggregated: score each group with the rule-based functions as soon as its
+    n samples are complete, while the engines generate the rest (docs/async.md). Unset: on without a reward model or judge and
     when every function is sequential (a batch function then still gets the step's whole batch). true: also for
     batch functions, which then get the groups completed together (a few groups, not a step); refused at
     validation with a reward model or judge. false: whole batches in the step, as the other modes do."""

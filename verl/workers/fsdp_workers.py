@@ -219,6 +219,12 @@ class FSDPWorker(Worker):
         asynchronous rollout, `VLLMRollout.generate_async`)."""
         return self.rollout.generate_async(prompts)
 
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_METRIC)
+    def poll_sequences_async(self, prompts: DataProto) -> dict[str, Any]:
+        """`generate_sequences_async` in slices, for streamed rewards (`VLLMRollout.poll_async`): this rank's share of
+        `prompts` on the step's first call, none after; returns {"batch", "complete"}."""
+        return self.rollout.poll_async(prompts)
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def weight_transfer_address(self) -> tuple[str, int]:
         """Where rank 0 will host the weight-transfer group's store (mode=disaggregated): this node's IP and a port

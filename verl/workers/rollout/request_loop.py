@@ -146,20 +146,31 @@ class RequestLoop:
         }
 
     def run(
-        self, quota: int, version: int, make_params: Callable[[int, int | None], Any], max_staleness: int | None = None
-    ) -> list[Group]:
+        self,
+        quota: int,
+        version: int,
+        make_params: Callable[[int, int | None], Any],
+        max_staleness: int | None = None,
+        max_engine_steps: int | None = None,
+    ) -> list[Group] | None:
         """Step the engine until `quota` groups are complete and returning them keeps every group within its
         deadline (admission version + `max_staleness`); return them, removed from the loop. Unfinished samples are
         aborted, their tokens kept for the next call. `max_staleness=None`: every group is due now, as in a
-        synchronous rollout."""
+        synchronous rollout. With `max_engine_steps`, return None once that many engine steps did not get there:
+        the requests stay in the engine and the next call goes on from where this one stopped (the same steps an
+        unbroken call would take)."""
         self.check_quota(quota, version, max_staleness)
         if self.pick(quota, version, max_staleness) is None:
             self.submit(version, make_params)
             finished_groups = False
             engine = self.llm.llm_engine
+            steps = 0
             while engine.has_unfinished_requests() or (self.turns is not None and self.turns.pending):
                 if finished_groups and self.pick(quota, version, max_staleness) is not None:
                     break
+                if max_engine_steps is not None and steps >= max_engine_steps:
+                    return None
+                steps += 1
                 if self.turns is not None:  # environment steps run meanwhile; their episodes continue here
                     completed, ready = self.turns.poll()
                     if ready:

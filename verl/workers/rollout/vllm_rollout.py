@@ -59,6 +59,8 @@ logger = logging.getLogger(__name__)
 _DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16"}
 _DTYPES.update({"fp32": "float32", "float32": "float32"})
 CPU_DEFAULT_KV_CACHE_MB = 256
+POLL_ENGINE_STEPS = 32
+"""poll_async: most engine steps per call (a count, not a time, so tensor-parallel peers step alike)."""
 # SamplingParams fields a caller may not override per call: the padded shapes depend on them.
 _FIXED_SAMPLING_KEYS = {"max_tokens", "detokenize", "output_kind"}
 
@@ -353,6 +355,10 @@ class VLLMRollout:
         self.generate_calls = 0
         self.validate_calls = 0
         # mode=colocated: the samples admitted and not yet returned, kept across calls (generate_async)
+        self._taken_version: int | None = None
+        """poll_async: the version whose groups this rank has returned (one batch per step)."""
+        self._reported: set[int] = set()
+        """poll_async: complete groups handed to the driver for scoring and not yet returned in a batch."""
         self.request_loop = RequestLoop(
             self.inference_engine, partial(vllm_compat.render_prompt, self.inference_engine)
         )
@@ -556,6 +562,46 @@ class VLLMRollout:
         output = self.groups_to_rollout(groups, n, budget)
         output.meta_info["in_flight_groups"] = self.request_loop.in_flight
         return output.chunk(tp_size)[tp_rank] if tp_size > 1 else output
+
+    def poll_async(self, prompts: DataProto) -> dict[str, Any]:
+        """`generate_async` in slices, so the driver can score groups while the engine generates (streamed rewards,
+        docs/async.md): admit `prompts` (the step's first call; later calls carry no rows), then step the engine at
+        most POLL_ENGINE_STEPS times. Returns "batch", this step's groups as `generate_async` returns them once they
+        are there (then None for the rest of the step), and "complete", the groups completed since the last call
+        (copies, the step's own included; on tensor-parallel rank 0 only), or None. The engine's requests stay in it
+        between calls, so the steps taken are those of one `generate_async` call."""
+        tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
+        prompts, seed_rank = gather_tensor_parallel_prompts(prompts, self.rank, tp_group, tp_size)
+        meta = prompts.meta_info
+        quota, version = int(meta["quota"]) * tp_size, int(meta["version"])
+        budget = self.call_response_length(meta)
+        n, greedy, make_params = self.async_sampling(meta)
+        loop = self.request_loop
+        if len(prompts) > 0:
+            self.admit(prompts, version, budget, seed_rank, n, greedy)
+        groups = None
+        if self._taken_version != version:
+            staleness = meta.get("max_staleness")
+            with preserved_rng_state():
+                groups = loop.run(
+                    quota,
+                    version,
+                    make_params,
+                    None if staleness is None else int(staleness),
+                    max_engine_steps=POLL_ENGINE_STEPS,
+                )
+        fresh = [group for group in loop.groups.values() if group.complete and group.key not in self._reported]
+        fresh += [group for group in groups or [] if group.key not in self._reported]
+        self._reported.update(group.key for group in fresh)
+        batch = None
+        if groups is not None:
+            self._taken_version = version
+            self._reported.difference_update(group.key for group in groups)
+            batch = self.groups_to_rollout(groups, n, budget)
+            batch.meta_info["in_flight_groups"] = loop.in_flight
+            batch = batch.chunk(tp_size)[tp_rank] if tp_size > 1 else batch
+        complete = self.groups_to_rollout(fresh, n, budget) if fresh and tp_rank == 0 else None
+        return {"batch": batch, "complete": complete}
 
     def async_sampling(self, meta_info: dict[str, Any]) -> tuple[int, bool, Callable[[int, int | None], Any]]:
         """Samples per prompt, whether sampling is greedy, and the SamplingParams of one request of the request loop (one sample, DELTA outputs,
