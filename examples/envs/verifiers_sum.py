@@ -48,10 +48,6 @@ class SumTaskConfig(vf.TaskConfig):
 
 
 class SumTask(vf.Task[SumData, vf.State, SumTaskConfig]):
-    @classmethod
-    def toolsets(cls, config: SumTaskConfig) -> list[vf.Toolset]:
-        return [Calculator(config.tools)]
-
     @vf.reward(weight=1.0)
     async def correct(self, trace: vf.Trace) -> float:
         found = re.search(r"<answer>(.*?)</answer>", trace.last_reply or "", re.S)
@@ -71,6 +67,12 @@ class SumConfig(vf.TasksetConfig):
 
 
 class SumTaskset(vf.Taskset[SumTask, SumConfig]):
+    @classmethod
+    def toolsets(cls, config: SumConfig) -> list[vf.Toolset]:
+        """The calculator keeps no state between calls: one server shared by the episodes of a rollout (a tool with
+        per-episode state would go in `SumTask.toolsets`, one server per episode)."""
+        return [Calculator(config.task.tools)]
+
     def load(self) -> list[SumTask]:
         return [
             SumTask(SumData(prompt=f"Add {a} and {b} with the tool.", answer=str(a + b)), self.config.task)
@@ -81,5 +83,5 @@ class SumTaskset(vf.Taskset[SumTask, SumConfig]):
 __all__ = ["SumTaskset"]
 
 
-if __name__ == "__main__":  # the tool server verifiers starts for an episode
+if __name__ == "__main__":  # the tool server verifiers starts for the episodes
     Calculator.run()

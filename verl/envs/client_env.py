@@ -42,5 +42,9 @@ class ChatClientEnv(Environment):
         """Run one episode from the prompt `messages`; record its outcome in `state` (for `episode_info`)."""
         raise NotImplementedError
 
+    async def release(self) -> None:
+        """Release what the episodes of the running event loop shared (tool servers, connections); called on that loop
+        when its episodes are over (the end of a rollout call, or of an evaluated episode). Nothing by default."""
+
     def step(self, state: dict[str, Any], response: str) -> EnvStep:
         raise TypeError(f"{type(self).__name__} is a ChatClientEnv: its episodes run through `rollout`, not `step`.")

@@ -255,7 +255,10 @@ def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any
                 return reply
 
         counting = types.SimpleNamespace(chat=types.SimpleNamespace(completions=Completions()))
-        await env.rollout(counting, setup.model, [{"role": "user", "content": setup.prompt}], state)
+        try:
+            await env.rollout(counting, setup.model, [{"role": "user", "content": setup.prompt}], state)
+        finally:
+            await env.release()
 
     try:
         asyncio.run(episode())

@@ -374,6 +374,8 @@ class VerifiersEnv(ChatClientEnv):
         self.data_cls = self.task_cls.data_type()
         self._tools: list[dict[str, Any]] | None = None
         self._probed = False
+        self._served: dict[int, list[Any]] = {}
+        """id(event loop) -> [its shared verifiers env, the exit stack of its serving, the lock that starts it]."""
 
     def _import_file(self, path: str) -> str:
         """Make the taskset file importable by its name (here and in subprocesses); returns that name."""
@@ -395,8 +397,29 @@ class VerifiersEnv(ChatClientEnv):
         return name
 
     def new_env(self) -> Any:
-        """A fresh verifiers env (an episode's own: env.serving() keeps its resources on the env object)."""
+        """A fresh verifiers env (env.serving() keeps its resources on the env object)."""
         return self.vf.load_environment(self.config)
+
+    async def _serving_env(self) -> Any:
+        """The verifiers env the running event loop's episodes share, serving: the taskset's shared tool servers
+        (`Taskset.toolsets`) start once for them, as in verifiers' own evaluations, where they would start with every
+        episode if each had an env of its own. Per-rollout tool servers (`Task.toolsets`) still start per episode.
+        `release` ends it."""
+        key = id(asyncio.get_running_loop())
+        entry = self._served.setdefault(key, [None, None, asyncio.Lock()])
+        async with entry[2]:  # concurrent first episodes: one of them starts the serving
+            if entry[0] is None:
+                env = self.new_env()
+                stack = contextlib.AsyncExitStack()
+                await stack.enter_async_context(env.serving())
+                entry[0], entry[1] = env, stack
+        return entry[0]
+
+    async def release(self) -> None:
+        """Stop the running event loop's shared env (its shared tool servers)."""
+        entry = self._served.pop(id(asyncio.get_running_loop()), None)
+        if entry is not None and entry[1] is not None:
+            await entry[1].aclose()
 
     def tasks(self, limit: int | None = None) -> Iterator[Any]:
         """The taskset's tasks, as verifiers iterates them (idx set, the taskset's system prompt applied)."""
@@ -425,7 +448,7 @@ class VerifiersEnv(ChatClientEnv):
         self, client: Any, model: str, task_data: Mapping[str, Any], prompt: str, scored: bool = True
     ) -> tuple[Any, Bridge]:
         """One verifiers episode of the task, its model requests asked of `client`: (the episode, its bridge)."""
-        env = self.new_env()
+        env = await self._serving_env()
         task = self.episode_task(env, task_data, prompt)
         if not scored:
             task = task.defer_scoring()
@@ -434,8 +457,7 @@ class VerifiersEnv(ChatClientEnv):
             # the eval client relays the harness's requests to the bridge; no key is read (an unset variable)
             endpoint = self.vf.EvalClientConfig(base_url=base_url, api_key_var="VERL_VERIFIERS_BRIDGE_KEY")
             context = self.vf.ModelContext(model=model, client=endpoint)
-            async with env.serving():
-                episode = await env.run_episode(task, context)
+            episode = await env.run_episode(task, context)
         return episode, bridge
 
     async def rollout(self, client: Any, model: str, messages: list[dict[str, Any]], state: dict[str, Any]) -> None:
@@ -482,7 +504,10 @@ class VerifiersEnv(ChatClientEnv):
 
         async def probe() -> tuple[Any, Bridge]:
             data = task.data.model_dump(mode="json")
-            return await self.run_task(_ProbeClient(), "probe", data, task_prompt(task.data), scored=False)
+            try:
+                return await self.run_task(_ProbeClient(), "probe", data, task_prompt(task.data), scored=False)
+            finally:
+                await self.release()
 
         with concurrent.futures.ThreadPoolExecutor(1) as pool:  # its own event loop, whoever calls
             episode, bridge = pool.submit(asyncio.run, probe()).result()

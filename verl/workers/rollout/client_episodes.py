@@ -148,6 +148,7 @@ class ClientEpisodes:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await self.env.release()  # what this call's episodes shared (a verifiers taskset's tool servers)
 
     async def _wait_for_change(self, tasks: list[asyncio.Future]) -> None:
         """Until an episode sends a request or ends; a TimeoutError once one has worked (between two model requests)
