@@ -102,6 +102,9 @@ class ClientCountdown(ChatClientEnv):
         self.states.append({"row": row, "replies": []})
         return self.states[-1]
 
+    async def release(self):
+        self.releases = getattr(self, "releases", 0) + 1
+
     async def rollout(self, client, model, messages, state):
         messages = self.first_messages or messages
         turn = 0
@@ -260,6 +263,7 @@ def test_a_client_style_environment_gives_the_step_loops_episodes(rollout):
         assert torch.equal(output.batch[key], expected.batch[key]), key
     assert list(output.non_tensor_batch["env_turns"]) == list(expected.non_tensor_batch["env_turns"]) == [3] * 4
     assert list(output.non_tensor_batch["env_client_turns"]) == [3.0] * 4
+    assert env.releases == 1  # what the call's episodes shared is released once, at its end
     # the replies the environment read are the model's turns, decoded; a turn cut at max_tokens_per_turn says "length"
     mask, valid = output.batch["response_mask"], output.batch["attention_mask"][:, 48:]
     for row in range(len(output)):
