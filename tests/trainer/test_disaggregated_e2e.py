@@ -115,7 +115,8 @@ def test_multi_turn_episodes_on_a_rollout_pool_of_two_engines(workspace):
         assert len(read_rollouts(root / "game_disagg", step)) == 8
 
 
-def test_client_style_episodes_on_the_rollout_pool(workspace):
+def test_client_style_episodes_on_the_rollout_pool_from_two_trainer_ranks(workspace):
+    """The game as a ChatClientEnv on the engine, trained by two FSDP ranks: both gather the weights, rank 0 sends."""
     from tests.trainer.test_async_e2e import assert_game_steps, game_run_args
 
     root = workspace["root"]
@@ -127,7 +128,7 @@ def test_client_style_episodes_on_the_rollout_pool(workspace):
         "trainer.max_steps=3",
         client=True,
     )
-    run_ppo(load_config(one_process(args)))
+    run_ppo(load_config([*args, "worker.rollout.tensor_parallel_size=1"]))  # run_args: trainer.n_gpus_per_node=2
     log = read_log(root / "client_disagg")
     assert_game_steps(log, [1, 2, 3])
     assert all(row["env/guesses/mean"] == row["env/turns/mean"] for row in log.values())
