@@ -785,3 +785,20 @@ def test_batch_reward_functions_stream_only_when_asked(files):
     assert reward_stream_obstacle(asked.worker.reward) is None
     sequential = load_config([*base_args(files), *disaggregated])
     assert reward_stream_obstacle(sequential.worker.reward) is None
+
+
+def test_asynchronous_episodes_with_tensor_parallel_engines_are_refused_on_gpus(files, monkeypatch):
+    """The episodes' turns follow their environment's timing: tensor-parallel peers would not step alike."""
+    import verl.trainer.config as trainer_config
+
+    monkeypatch.setattr(trainer_config, "is_cuda_available", lambda: True)  # what a GPU machine answers
+    args = [
+        *base_args(files),
+        "worker.rollout.mode=colocated",
+        "worker.rollout.env=examples/envs/guess_number.py:GuessNumber",
+        "worker.rollout.tensor_parallel_size=2",
+        "trainer.device=auto",
+    ]
+    with pytest.raises(ConfigError, match="tensor-parallel engines are not built yet"):
+        load_config(args)
+    load_config([*args[:-2], "worker.rollout.tensor_parallel_size=1", "trainer.device=auto"])

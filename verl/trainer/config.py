@@ -621,6 +621,14 @@ def _check_async(config: PPOConfig) -> None:
         )
     if rollout.mode == "disaggregated":
         _check_rollout_pool(config)
+    on_gpus = config.trainer.device != "cpu" and is_cuda_available()
+    if rollout.env and rollout.tensor_parallel_size > 1 and on_gpus:
+        raise ConfigError(
+            f"worker.rollout.env with worker.rollout.mode={rollout.mode} and worker.rollout.tensor_parallel_size="
+            f"{rollout.tensor_parallel_size}: an episode's turns follow its environment's timing, which the peers of a "
+            "tensor-parallel engine would not share (asynchronous multi-turn rollouts with tensor-parallel engines are "
+            "not built yet); set worker.rollout.tensor_parallel_size=1 or use worker.rollout.mode=sync."
+        )
 
 
 def reward_stream_obstacle(reward: Any) -> str | None:
