@@ -70,8 +70,6 @@ class RolloutWorker(Worker):
         self._busy_s = 0.0
         self._window_start = time.perf_counter()
         self._thread: threading.Thread | None = None
-        self._reported: set[int] = set()
-        """Keys of complete groups sent to the driver for scoring (`poll` with stream), not yet taken."""
         self._taken_version: int | None = None
 
     # ------------------------------------------------------------------------------------------------ setup
@@ -177,11 +175,8 @@ class RolloutWorker(Worker):
                 loop.check_quota(quota, version, max_staleness)
             while True:
                 picked = loop.pick(quota, version, max_staleness) if take else None
-                fresh = (
-                    [g for g in loop.groups.values() if g.complete and g.key not in self._reported] if stream else []
-                )
                 left = deadline - time.monotonic()
-                if picked is not None or fresh or left <= 0:
+                if picked is not None or (stream and loop.has_newly_complete()) or left <= 0:
                     break
                 if take and self._idle and not self._tasks and not self._submit_needed:
                     raise RuntimeError(
@@ -190,12 +185,11 @@ class RolloutWorker(Worker):
                     )
                 self._cond.wait(min(left, _POLL_S))
                 self._raise_if_failed()
-            self._reported.update(group.key for group in fresh)
             groups = loop.pop(picked) if picked is not None else None
+            fresh = loop.newly_complete(groups) if stream else []
             metrics: dict[str, float] = {}
             if groups is not None:
                 self._taken_version = version
-                self._reported.difference_update(group.key for group in groups)
                 now = time.perf_counter()
                 metrics["async/engine_busy_share"] = self._busy_s / max(now - self._window_start, 1e-9)
                 metrics["async/in_flight_groups"] = float(loop.in_flight)

@@ -59,3 +59,16 @@ def test_resumed_samples_draw_fresh_seeds():
     assert resume_seed(None, 5) is None
     seeds = {resume_seed(11, generated) for generated in range(50)} | {11}
     assert len(seeds) == 51 and all(0 <= seed < 2**62 for seed in seeds)
+
+
+def test_complete_groups_are_handed_over_for_scoring_once():
+    """Streamed rewards: each complete group once, whether it is still in the loop or was just taken out of it."""
+    loop = _loop([0, 0, 0], [True, False, True])
+    assert loop.has_newly_complete()
+    assert [group.key for group in loop.newly_complete()] == [0, 2]
+    assert not loop.has_newly_complete() and loop.newly_complete() == []
+    for sample in loop.groups[1].samples:
+        sample.finished = True
+    taken = loop.pop([1, 2])  # group 1 completed and was taken before it was handed over; group 2 was handed over
+    assert [group.key for group in loop.newly_complete(taken)] == [1]
+    assert loop.newly_complete() == [] and sorted(loop.groups) == [0]  # group 0 was handed over already

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl.envs.client_env import ChatClientEnv, EpisodeOver
-from verl.workers.rollout.async_episodes import TURN_SEED_STRIDE
+from verl.workers.rollout.async_episodes import TurnHooks
 from verl.workers.rollout.client_episodes import (
     EngineChatClient,
     _plain_messages,
@@ -38,7 +38,7 @@ from verl.workers.rollout.client_episodes import (
     check_first_request,
 )
 from verl.workers.rollout.multi_turn import TurnRunner
-from verl.workers.rollout.request_loop import Group, Sample, resume_seed
+from verl.workers.rollout.request_loop import Group, Sample
 
 
 @dataclass
@@ -69,11 +69,12 @@ class _Driver:
         return await future
 
 
-class ClientTurns:
+class ClientTurns(TurnHooks):
     """The request loop's hooks (see `async_episodes.EpisodeTurns`) for client-style episodes."""
 
     def __init__(self, runner: TurnRunner, env: ChatClientEnv, model: str) -> None:
-        self.runner, self.env, self.model = runner, env, model
+        super().__init__(runner)
+        self.env, self.model = env, model
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="client-episodes", daemon=True).start()
         self.conversations: dict[int, _Conversation] = {}
@@ -132,17 +133,9 @@ class ClientTurns:
         conversation = self.conversations.get(id(sample))
         return conversation is None or conversation.request is None
 
-    def request(self, group: Group, sample: Sample) -> tuple[dict[str, Any], int, int | None]:
-        episode = sample.episode
+    def _turn_limit(self, group: Group, sample: Sample) -> int:
         _, limit = self.conversations[id(sample)].request
-        if not sample.tokens:
-            sample.turn_limit = limit
-        prompt = episode.engine_input()
-        prompt["prompt_token_ids"] = prompt["prompt_token_ids"] + sample.tokens
-        seed = None if episode.seed is None else episode.seed + TURN_SEED_STRIDE * episode.turns
-        if sample.tokens:
-            seed = resume_seed(seed, len(sample.tokens))
-        return prompt, sample.turn_limit - len(sample.tokens), seed
+        return limit
 
     def turn_done(self, group: Group, sample: Sample) -> bool:
         """The model's turn is complete: add it and answer the coroutine; the episode ends when the coroutine does."""
@@ -152,10 +145,7 @@ class ClientTurns:
         conversation.request = None
         prompt_tokens = len(episode.prompt_input["prompt_token_ids"]) + len(episode.engine_ids)
         before = len(episode.ids)
-        logprobs = sample.logprobs if self.runner.with_logprobs else None
-        turn_end = self.runner.add_model_tokens(episode, sample.tokens, logprobs, sample.turn_limit)
-        sample.episode_versions += sample.versions[: len(episode.ids) - before]
-        sample.tokens, sample.logprobs, sample.versions = [], [], []
+        turn_end = self._end_model_turn(group, sample)
         conversation.turn_end = turn_end or ""
         text = episode.last_turn
         conversation.sent = conversation.sent + [{"role": "assistant", "content": text}]
@@ -202,24 +192,23 @@ class ClientTurns:
 
     def _check(self, conversation: _Conversation, messages: Any, max_tokens: int | None, tools: Any) -> int:
         sample, episode = conversation.sample, conversation.sample.episode
-        if episode.done or episode.turns >= self.runner.max_turns:
+        runner = self._for(conversation.group)
+        if episode.done or episode.turns >= runner.max_turns:
             raise EpisodeOver(
-                f"episode {sample.index} has no model turns left (rollout.max_turns={self.runner.max_turns} or the "
+                f"episode {sample.index} has no model turns left (rollout.max_turns={runner.max_turns} or the "
                 "response budget)"
             )
         messages = _plain_messages(messages, sample.index)
         if conversation.sent is None:
-            check_first_request(self.runner, episode, sample.index, messages, tools)
+            check_first_request(runner, episode, sample.index, messages, tools)
         else:
             before = len(episode.ids)
-            add_environment_messages(
-                self.runner, episode, sample.index, conversation.sent, messages, conversation.turn_end
-            )
+            add_environment_messages(runner, episode, sample.index, conversation.sent, messages, conversation.turn_end)
             sample.episode_versions += [-1] * (len(episode.ids) - before)  # environment tokens
         conversation.sent = messages
         if max_tokens is not None and max_tokens < 1:
             raise ValueError(f"Episode {sample.index}: max_tokens={max_tokens} must be positive.")
-        return self.runner.turn_limit(episode, max_tokens)
+        return runner.turn_limit(episode, max_tokens)
 
     def wait(self, timeout_s: float) -> None:
         """Until a coroutine posts a request or ends (or `timeout_s`)."""

@@ -45,13 +45,57 @@ class _Step:
     turn_end: str
 
 
-class EpisodeTurns:
+class TurnHooks:
+    """What the request loop's multi-turn hooks share: a request is the rest of the sample's current model turn, and a
+    finished request adds that turn to the episode. Subclasses say when a turn begins and how long it may be
+    (`_turn_limit`) and what happens after it (`turn_done`)."""
+
+    def __init__(self, runner: TurnRunner) -> None:
+        self.runner = runner
+        self._runners: dict[int, TurnRunner] = {}
+
+    def _for(self, group: Group) -> TurnRunner:
+        """The runner of a group: its response budget is the group's (the step's response length when it was
+        admitted, or its row's own cap)."""
+        if group.budget not in self._runners:
+            self._runners[group.budget] = dataclasses.replace(self.runner, budget=group.budget)
+        return self._runners[group.budget]
+
+    def _turn_limit(self, group: Group, sample: Sample) -> int:
+        raise NotImplementedError
+
+    def request(self, group: Group, sample: Sample) -> tuple[dict[str, Any], int, int | None]:
+        """(engine input, max tokens, seed) of the sample's next request: its turn from the start, or the rest of a
+        turn stopped at a step boundary."""
+        episode = sample.episode
+        if not sample.tokens:
+            sample.turn_limit = self._turn_limit(group, sample)
+        prompt = episode.engine_input()
+        prompt["prompt_token_ids"] = prompt["prompt_token_ids"] + sample.tokens
+        seed = None if episode.seed is None else episode.seed + TURN_SEED_STRIDE * episode.turns
+        if sample.tokens:
+            seed = resume_seed(seed, len(sample.tokens))
+        return prompt, sample.turn_limit - len(sample.tokens), seed
+
+    def _end_model_turn(self, group: Group, sample: Sample) -> str | None:
+        """Add the sample's finished turn to its episode (see `TurnRunner.add_model_tokens`; model tokens keep their
+        versions) and clear it for the next one."""
+        episode = sample.episode
+        before = len(episode.ids)
+        logprobs = sample.logprobs if self.runner.with_logprobs else None
+        turn_end = self._for(group).add_model_tokens(episode, sample.tokens, logprobs, sample.turn_limit)
+        sample.episode_versions += sample.versions[: len(episode.ids) - before]
+        sample.tokens, sample.logprobs, sample.versions = [], [], []
+        return turn_end
+
+
+class EpisodeTurns(TurnHooks):
     """The request loop's multi-turn hooks: what a sample's next request is, what happens when a turn ends, and the
     environment steps running meanwhile (at most `env.concurrent_steps` at a time)."""
 
     def __init__(self, runner: TurnRunner, env: Environment) -> None:
-        self.runner, self.env = runner, env
-        self._runners: dict[int, TurnRunner] = {}
+        super().__init__(runner)
+        self.env = env
         self.pool = ThreadPoolExecutor(max(1, int(getattr(env, "concurrent_steps", 1))), thread_name_prefix="env-step")
         self.steps: dict[int, _Step] = {}
         """id(sample) -> its environment step in flight."""
@@ -63,37 +107,16 @@ class EpisodeTurns:
     def waiting(self, sample: Sample) -> bool:
         return id(sample) in self.steps
 
-    def _for(self, group: Group) -> TurnRunner:
-        """The runner of a group: its response budget is the group's (the step's response length when it was
-        admitted, or its row's own cap)."""
-        if group.budget not in self._runners:
-            self._runners[group.budget] = dataclasses.replace(self.runner, budget=group.budget)
-        return self._runners[group.budget]
-
-    def request(self, group: Group, sample: Sample) -> tuple[dict[str, Any], int, int | None]:
-        """(engine input, max tokens, seed) of the sample's next request: its turn from the start, or the rest of a
-        turn stopped at a step boundary."""
-        episode = sample.episode
-        if not sample.tokens:
-            sample.turn_limit = self._for(group).turn_limit(episode)
-        prompt = episode.engine_input()
-        prompt["prompt_token_ids"] = prompt["prompt_token_ids"] + sample.tokens
-        seed = None if episode.seed is None else episode.seed + TURN_SEED_STRIDE * episode.turns
-        if sample.tokens:
-            seed = resume_seed(seed, len(sample.tokens))
-        return prompt, sample.turn_limit - len(sample.tokens), seed
+    def _turn_limit(self, group: Group, sample: Sample) -> int:
+        return self._for(group).turn_limit(sample.episode)
 
     def turn_done(self, group: Group, sample: Sample) -> bool:
         """The sample's model turn is complete: add it to the episode; True when the episode is over, else its
         environment step starts."""
-        episode = sample.episode
-        before = len(episode.ids)
-        logprobs = sample.logprobs if self.runner.with_logprobs else None
-        turn_end = self._for(group).add_model_tokens(episode, sample.tokens, logprobs, sample.turn_limit)
-        sample.episode_versions += sample.versions[: len(episode.ids) - before]
-        sample.tokens, sample.logprobs, sample.versions = [], [], []
+        turn_end = self._end_model_turn(group, sample)
         if turn_end is None:
             return True
+        episode = sample.episode
         future = self.pool.submit(self.env.step, episode.state, episode.last_turn)
         self.steps[id(sample)] = _Step(future, time.monotonic(), group, sample, turn_end)
         return False

@@ -111,6 +111,8 @@ class RequestLoop:
         """The engine's requests: request id -> its group and sample."""
         self._keys = count()
         self._request_ids = count()
+        self._reported: set[int] = set()
+        """Complete groups handed over for scoring (`newly_complete`) and still in the loop."""
 
     def admit(
         self,
@@ -212,6 +214,20 @@ class RequestLoop:
     def pop(self, keys: list[int]) -> list[Group]:
         """Remove the groups `keys` (complete ones) from the loop, in admission order."""
         return [self.groups.pop(key) for key in sorted(keys)]
+
+    def has_newly_complete(self) -> bool:
+        """Whether a complete group in the loop was not handed over yet (`newly_complete`)."""
+        return any(group.complete and group.key not in self._reported for group in self.groups.values())
+
+    def newly_complete(self, taken: list[Group] | None = None) -> list[Group]:
+        """The complete groups not handed over before, for scoring while generation goes on (streamed rewards): those
+        in the loop and those just `taken` out of it (`pop`); each is handed over once."""
+        taken = taken or []
+        fresh = [group for group in self.groups.values() if group.complete and group.key not in self._reported]
+        fresh += [group for group in taken if group.key not in self._reported]
+        self._reported.update(group.key for group in fresh)
+        self._reported.difference_update(group.key for group in taken)  # out of the loop: never seen again
+        return fresh
 
     def _feasible(self, picked: list[int], deadline: dict[int, int], quota: int, version: int) -> bool:
         """Whether, with `picked` trained at `version`, the other groups can each train by its deadline at `quota`

@@ -357,8 +357,6 @@ class VLLMRollout:
         # mode=colocated: the samples admitted and not yet returned, kept across calls (generate_async)
         self._taken_version: int | None = None
         """poll_async: the version whose groups this rank has returned (one batch per step)."""
-        self._reported: set[int] = set()
-        """poll_async: complete groups handed to the driver for scoring and not yet returned in a batch."""
         self.request_loop = RequestLoop(
             self.inference_engine, partial(vllm_compat.render_prompt, self.inference_engine)
         )
@@ -590,13 +588,10 @@ class VLLMRollout:
                     None if staleness is None else int(staleness),
                     max_engine_steps=POLL_ENGINE_STEPS,
                 )
-        fresh = [group for group in loop.groups.values() if group.complete and group.key not in self._reported]
-        fresh += [group for group in groups or [] if group.key not in self._reported]
-        self._reported.update(group.key for group in fresh)
+        fresh = loop.newly_complete(groups)
         batch = None
         if groups is not None:
             self._taken_version = version
-            self._reported.difference_update(group.key for group in groups)
             batch = self.groups_to_rollout(groups, n, budget)
             batch.meta_info["in_flight_groups"] = loop.in_flight
             batch = batch.chunk(tp_size)[tp_rank] if tp_size > 1 else batch

@@ -192,6 +192,16 @@ def _gathered_tensor(
     return _unit_tensor(getattr(slot.owner, slot.leaf), masters[name], name in exact, dtype)
 
 
+def _counted(tensor: torch.Tensor, stats: dict[str, float], since: float) -> torch.Tensor:
+    """`tensor`, counted into a weight stream's `stats` (tensors, bytes, largest, gather time since `since`)."""
+    nbytes = tensor.numel() * tensor.element_size()
+    stats["num_params"] += 1
+    stats["bytes"] += nbytes
+    stats["max_param_bytes"] = max(stats["max_param_bytes"], nbytes)
+    stats["gather_seconds"] = stats.get("gather_seconds", 0.0) + time.perf_counter() - since
+    return tensor
+
+
 def iter_full_weights(
     module: nn.Module, dtype: torch.dtype, names: dict[str, str], stats: dict[str, float], merge_lora: bool = True
 ) -> Iterator[tuple[str, torch.Tensor]]:
@@ -214,11 +224,7 @@ def iter_full_weights(
             if merge_lora and name in plan.merge_plan:
                 a_name, b_name, scaling = plan.merge_plan[name]
                 tensor = merge_weight(tensor, full(a_name), full(b_name), scaling)
-            tensor = tensor.detach().to(dtype)
-            stats["num_params"] += 1
-            stats["bytes"] += tensor.numel() * tensor.element_size()
-            stats["max_param_bytes"] = max(stats["max_param_bytes"], tensor.numel() * tensor.element_size())
-            stats["gather_seconds"] = stats.get("gather_seconds", 0.0) + time.perf_counter() - clock
+            tensor = _counted(tensor.detach().to(dtype), stats, clock)
             yield names[name], tensor
             clock = time.perf_counter()
     stats["gather_seconds"] = stats.get("gather_seconds", 0.0) + time.perf_counter() - clock
@@ -237,11 +243,7 @@ def iter_adapter_weights(
     clock = time.perf_counter()
     for group, full in _gathered(plan, dtype):
         for name in group:
-            tensor = full(name).detach().to(dtype)
-            stats["num_params"] += 1
-            stats["bytes"] += tensor.numel() * tensor.element_size()
-            stats["max_param_bytes"] = max(stats["max_param_bytes"], tensor.numel() * tensor.element_size())
-            stats["gather_seconds"] = stats.get("gather_seconds", 0.0) + time.perf_counter() - clock
+            tensor = _counted(full(name).detach().to(dtype), stats, clock)
             yield names[name], tensor
             clock = time.perf_counter()
     stats["gather_seconds"] = stats.get("gather_seconds", 0.0) + time.perf_counter() - clock
