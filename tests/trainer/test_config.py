@@ -698,8 +698,9 @@ def test_sft_shares_the_trainer_keys_and_their_checks(tmp_path):
             r"worker.reward.stream=true scores groups .*asynchronous modes .* only; with mode=sync",
         ),
         (
-            ["worker.rollout.mode=disaggregated", "worker.reward.stream=true", "worker.reward.judge.model_path=m"],
-            r"cannot stream this reward: a reward model or judge",
+            ["worker.rollout.mode=colocated", "worker.reward.stream=true", "worker.reward.model.model_path=m"],
+            r"cannot stream this reward: the reward model runs in the engines' own worker processes .*"
+            r"worker.reward.model.n_gpus_per_node",
         ),
         (
             [
@@ -780,11 +781,31 @@ def test_batch_reward_functions_stream_only_when_asked(files):
     args = [*base_args(files), f"worker.reward.reward_function={files / 'batch.py'}:compute_score"]
     disaggregated = ["worker.rollout.mode=disaggregated", "worker.rollout.tensor_parallel_size=1"]
     auto = load_config([*args, *disaggregated])
-    assert "is a batch function" in reward_stream_obstacle(auto.worker.reward)
+    assert "is a batch function" in reward_stream_obstacle(auto.worker.reward, "disaggregated")
     asked = load_config([*args, *disaggregated, "worker.reward.stream=true"])
-    assert reward_stream_obstacle(asked.worker.reward) is None
+    assert reward_stream_obstacle(asked.worker.reward, "disaggregated") is None
     sequential = load_config([*base_args(files), *disaggregated])
-    assert reward_stream_obstacle(sequential.worker.reward) is None
+    assert reward_stream_obstacle(sequential.worker.reward, "disaggregated") is None
+
+
+def test_reward_models_and_judges_stream_where_their_processes_are_free(files):
+    """A judge is an actor of its own: it streams in both modes. A reward model streams on a pool of its own, or in
+    the trainer's processes in mode=disaggregated; in mode=colocated those processes hold the busy engines."""
+    from verl.trainer.config import reward_stream_obstacle
+
+    def obstacle(mode: str, *keys: str) -> str | None:
+        extra = ["worker.rollout.tensor_parallel_size=1"] if mode == "disaggregated" else []
+        config = load_config([*base_args(files), f"worker.rollout.mode={mode}", *extra, *keys])
+        return reward_stream_obstacle(config.worker.reward, mode)
+
+    judge = "worker.reward.judge.model_path=judge"
+    model, own_pool = "worker.reward.model.model_path=rm", "worker.reward.model.n_gpus_per_node=1"
+    for mode in ("colocated", "disaggregated"):
+        assert obstacle(mode, judge) is None
+        assert obstacle(mode, model, own_pool) is None
+    assert obstacle("disaggregated", model) is None
+    assert "the engines' own worker processes" in obstacle("colocated", model)
+    assert "the engines' own worker processes" in obstacle("colocated", model, judge)
 
 
 def test_asynchronous_episodes_with_tensor_parallel_engines_are_refused_on_gpus(files, monkeypatch):

@@ -78,59 +78,59 @@ def staleness_metrics(versions: torch.Tensor, resumed: torch.Tensor, version: in
 
 
 class StreamedScores:
-    """Rule-based rewards launched group by group as the engines complete them (worker.reward.stream): each group's
-    rows are scored with the others completed at the same time, and a step's batch gathers its rows' scores back."""
+    """Rewards launched group by group as the engines complete them (worker.reward.stream): each group is scored with
+    the others completed at the same time, by every part of the run's reward (rule functions, a reward model, a
+    judge: `BatchScorer`), and a step's batch gathers its rows' scores back."""
 
-    def __init__(self, runner: Any) -> None:
-        self.runner = runner
-        self.pending: dict[str, tuple[Any, list[int]]] = {}
-        """uid -> (the scoring of the piece holding its group, the group's rows in that piece)."""
+    def __init__(self, scorer: Any) -> None:
+        self.scorer = scorer
+        self.pending: dict[str, tuple[int, list[int]]] = {}
+        """uid -> (the launched piece holding its group, the group's rows in that piece)."""
+        self._pieces: dict[int, tuple[DataProto, Any]] = {}
+        """A launched piece and its PendingReward, by launch number."""
         self._results: dict[int, tuple[torch.Tensor, dict[str, list[float]]]] = {}
+        self._launched = 0
 
     def launch(self, piece: DataProto) -> None:
-        handle = self.runner.submit(piece)
+        key = self._launched
+        self._launched += 1
+        self._pieces[key] = (piece, self.scorer.launch(piece, wait_for_model=False))
         rows: dict[str, list[int]] = {}
         for row, uid in enumerate(piece.non_tensor_batch["uid"]):
             rows.setdefault(uid, []).append(row)
         for uid, uid_rows in rows.items():
-            self.pending[uid] = (handle, uid_rows)
+            self.pending[uid] = (key, uid_rows)
 
-    def take(self, batch: DataProto, get: Callable[[Any], Any]) -> tuple[float, torch.Tensor, dict[str, list[float]]]:
-        """(share of the batch's groups already scored, token-level scores, columns) of `batch`, whose groups were
-        all launched; their entries are dropped."""
+    def take(self, batch: DataProto) -> tuple[float, torch.Tensor, dict[str, list[float]], list[dict[str, float]]]:
+        """(share of the batch's groups already scored, token-level scores, columns, the reward model's metrics of
+        each piece scored) of `batch`, whose groups were all launched; their entries are dropped."""
         uids = list(dict.fromkeys(batch.non_tensor_batch["uid"]))
         missing = [uid for uid in uids if uid not in self.pending]
         if missing:
             raise RuntimeError(f"The groups {missing[:3]} reached the step without being scored; this is a bug.")
-        ready = sum(_done(self.pending[uid][0]) for uid in uids) / max(len(uids), 1)
+        ready = sum(self._pieces[self.pending[uid][0]][1].done() for uid in uids) / max(len(uids), 1)
+        model_metrics = []
         seen: dict[str, int] = {}
         per_row: list[dict[str, float]] = []
         for uid in batch.non_tensor_batch["uid"]:
-            handle, rows = self.pending[uid]
-            key = id(handle)
+            key, rows = self.pending[uid]
             if key not in self._results:
-                self._results[key] = get(handle)
+                piece, pending = self._pieces[key]
+                self._results[key] = self.scorer.collect(piece, pending)
+                if pending.rm_metrics:
+                    model_metrics.append(pending.rm_metrics)
             _, columns = self._results[key]
             row = rows[seen.get(uid, 0)]
             seen[uid] = seen.get(uid, 0) + 1
             per_row.append({name: values[row] for name, values in columns.items()})
         for uid in uids:
-            handle, _ = self.pending.pop(uid)
-            if not any(other is handle for other, _ in self.pending.values()):
-                self._results.pop(id(handle), None)
+            key, _ = self.pending.pop(uid)
+            if not any(other == key for other, _ in self.pending.values()):
+                self._results.pop(key, None)
+                self._pieces.pop(key, None)
         names = list(dict.fromkeys(name for row in per_row for name in row))
         columns = {name: [row.get(name, float("nan")) for row in per_row] for name in names}
-        return ready, place_scores(columns["overall"], valid_response_mask(batch)), columns
-
-
-def _done(handle: Any) -> bool:
-    """Whether a scoring (a Future of run_in=driver, an ObjectRef of run_in=actor) has finished."""
-    if hasattr(handle, "done"):
-        return bool(handle.done())
-    import ray
-
-    finished, _ = ray.wait([handle], timeout=0)
-    return bool(finished)
+        return ready, place_scores(columns["overall"], valid_response_mask(batch)), columns, model_metrics
 
 
 class AsyncRayPPOTrainer(RayPPOTrainer):
@@ -144,9 +144,9 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
         """Prompt rows admitted and not yet trained, by uid (saved with checkpoints)."""
         self._readmit: DataProto | None = None
         reward = self.config.worker.reward
-        self.stream_rewards = reward.stream is not False and reward_stream_obstacle(reward) is None
+        self.stream_rewards = reward.stream is not False and reward_stream_obstacle(reward, rollout.mode) is None
         """Score each group as soon as it is complete (worker.reward.stream), while the engines generate."""
-        self.streamed = StreamedScores(self.reward_fn) if self.stream_rewards else None
+        self.streamed = StreamedScores(self.scorer) if self.stream_rewards else None
 
     def _make_batch_data(self, metrics: dict[str, list[float]]) -> DataProto:
         version = self.global_step - 1  # weight updates the engine's weights carry
@@ -190,7 +190,9 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
     def _attach_streamed_scores(self, batch: DataProto, metrics: dict[str, list[float]]) -> None:
         """The step's rewards from the scores launched group by group (waiting for those still running), as the
         step's reward phase would have set them."""
-        ready, scores, columns = self.streamed.take(batch, self._get_reward)
+        ready, scores, columns, model_metrics = self.streamed.take(batch)
+        for piece_metrics in model_metrics:  # reward_model/truncated_ratio, score_mean: averaged over the pieces
+            append_metrics(metrics, piece_metrics)
         batch.batch["token_level_scores"] = scores
         batch.non_tensor_batch.update({f"reward/{k}": np.array(v, dtype=object) for k, v in columns.items()})
         append_metrics(metrics, applicable_values({f"reward/{k}": v for k, v in columns.items()}))

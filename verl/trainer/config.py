@@ -588,7 +588,7 @@ def _check_async(config: PPOConfig) -> None:
             "(worker.rollout.mode=colocated or disaggregated) only; with mode=sync remove it."
         )
     if config.worker.reward.stream:
-        reason = reward_stream_obstacle(config.worker.reward)
+        reason = reward_stream_obstacle(config.worker.reward, rollout.mode)
         if reason:
             raise ConfigError(f"worker.reward.stream=true cannot stream this reward: {reason}. Remove the key.")
     if rollout.mode == "sync":
@@ -631,13 +631,19 @@ def _check_async(config: PPOConfig) -> None:
         )
 
 
-def reward_stream_obstacle(reward: Any) -> str | None:
-    """Why the rule-based reward of `reward` (worker.reward) is not scored group by group, or None. Batch functions
-    stream only when worker.reward.stream=true says so: they then get the groups completed together, not steps."""
-    if reward.model.model_path or reward.judge.enabled:
-        return "a reward model or judge scores whole batches in the step"
+def reward_stream_obstacle(reward: Any, mode: str) -> str | None:
+    """Why the reward of `reward` (worker.reward) is not scored group by group in rollout mode `mode`, or None.
+    Reward models and judges score rows one by one, so they stream wherever their processes are free while the
+    engines generate: a judge always (an actor of its own), a reward model on a pool of its own, or in the
+    trainer's processes in mode=disaggregated. Batch functions stream only when worker.reward.stream=true says so:
+    they then get the groups completed together, not steps."""
+    if reward.model.model_path and reward.model.n_gpus_per_node == 0 and mode == "colocated":
+        return (
+            "the reward model runs in the engines' own worker processes in worker.rollout.mode=colocated, which are "
+            "busy generating (give it a pool of its own with worker.reward.model.n_gpus_per_node)"
+        )
     if not (reward.reward_function or reward.routes or reward.rubric):
-        return "there is no rule-based reward function"
+        return None if reward.model.model_path or reward.judge.enabled else "there is no reward to score"
     if reward.stream:
         return None
     from verl.rewards.function import load_reward_function

@@ -38,8 +38,25 @@ class PendingReward:
     judge: Any = None
     """The judge actor's result (an ObjectRef) or None."""
     rm_scores: torch.Tensor | None = None
-    """The reward model's scores (B,), already computed."""
+    """The reward model's scores (B,), once computed."""
     rm_metrics: dict[str, float] | None = None
+    rm_future: Any = None
+    """The reward model's call while it runs (launched with wait_for_model=False), or None."""
+
+    def done(self) -> bool:
+        """Whether every part has finished (a part still running is waited for by `BatchScorer.collect`)."""
+        handles = [self.rule, self.judge] + (list(self.rm_future.handles) if self.rm_future is not None else [])
+        return all(_finished(handle) for handle in handles if handle is not None)
+
+
+def _finished(handle: Any) -> bool:
+    """Whether a Future (the driver's reward thread) or a Ray ObjectRef (an actor's or worker's call) has finished."""
+    if hasattr(handle, "done"):
+        return bool(handle.done())
+    import ray
+
+    finished, _ = ray.wait([handle], timeout=0)
+    return bool(finished)
 
 
 def _response_mask(batch: DataProto) -> torch.Tensor:
@@ -88,18 +105,27 @@ class BatchScorer:
         truths = list(columns["ground_truth"]) if "ground_truth" in columns else [None] * len(batch)
         return prompts, responses, [t.item() if isinstance(t, np.generic) else t for t in truths]
 
-    def launch(self, batch: DataProto) -> PendingReward:
-        """Start every part of the reward of `batch` (the reward model's runs now, on the worker processes)."""
+    def launch(self, batch: DataProto, wait_for_model: bool = True) -> PendingReward:
+        """Start every part of the reward of `batch`. The reward model runs now, on its worker processes, and is
+        waited for unless `wait_for_model` is False (streamed rewards: the workers are free while the engines
+        generate, and `collect` waits for it)."""
         pending = PendingReward()
         if self.rule_runner is not None:
             pending.rule = self.rule_runner.submit(batch)
         if self.judge_actor is not None:
             pending.judge = self.judge_actor.grade.remote(*self._judge_inputs(batch))
         if self.reward_model_wg is not None:
-            output = self.reward_model_wg.compute_rm_score(batch)
-            pending.rm_scores = output.batch["rm_scores"].float()
-            pending.rm_metrics = output.meta_info.get("metrics", {})
+            pending.rm_future = self.reward_model_wg.submit("compute_rm_score", batch)
+            if wait_for_model:
+                self._take_model_scores(pending)
         return pending
+
+    @staticmethod
+    def _take_model_scores(pending: PendingReward) -> None:
+        output = pending.rm_future.get()
+        pending.rm_future = None
+        pending.rm_scores = output.batch["rm_scores"].float()
+        pending.rm_metrics = output.meta_info.get("metrics", {})
 
     def collect(self, batch: DataProto, pending: PendingReward) -> tuple[torch.Tensor, dict[str, list[float]]]:
         """(token-level scores (B, R), columns key -> per-sample values) of a launched batch."""
@@ -115,6 +141,8 @@ class BatchScorer:
             rule = torch.tensor(columns["overall"], dtype=torch.float32)
             columns["rule_overall"] = rule.tolist()
             overall += self.config.rule_weight * rule
+        if pending.rm_future is not None:
+            self._take_model_scores(pending)
         if pending.rm_scores is not None:
             columns["rm_score"] = pending.rm_scores.tolist()
             overall += self.config.model.weight * pending.rm_scores

@@ -193,11 +193,13 @@ class RewardConfig:
     """Longest a batch's scoring may take; past it the run stops with an error naming the reward function (a hung
     function never hangs the run). <= 0 waits forever."""
     stream: bool | None = None
-    """worker.rollout.mode=colocated or disaggregated: score each group with the rule-based functions as soon as its
-    n samples are complete, while the engines generate the rest (docs/async.md). Unset: on without a reward model or judge and
-    when every function is sequential (a batch function then still gets the step's whole batch). true: also for
-    batch functions, which then get the groups completed together (a few groups, not a step); refused at
-    validation with a reward model or judge. false: whole batches in the step, as the other modes do."""
+    """worker.rollout.mode=colocated or disaggregated: score each group as soon as its n samples are complete, while
+    the engines generate the rest (docs/async.md), with every part of the reward: rule functions, a judge, and a
+    reward model on a pool of its own (model.n_gpus_per_node > 0) or, in mode=disaggregated, in the trainer's
+    processes. Unset: on unless a rule function is a batch function (it then still gets the step's whole batch) or
+    a reward model shares the engines' processes (mode=colocated with model.n_gpus_per_node=0). true: also for batch
+    functions, which then get the groups completed together (a few groups, not a step); refused at validation where
+    a reward model shares the engines' processes. false: whole batches in the step, as the other modes do."""
 
     def validate(self, prefix: str) -> None:
         require_positive(self, prefix, "num_cpus")

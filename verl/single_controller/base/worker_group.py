@@ -89,8 +89,18 @@ class WorkerGroup:
                     f"attribute {name!r}; rename the worker method."
                 )
             setattr(self, name, self._make_proxy(self._method_prefix + name, spec))
+            self._registered = {**getattr(self, "_registered", {}), name: (self._method_prefix + name, spec)}
             bound.append(name)
         return bound
+
+    def submit(self, method_name: str, *args: Any, **kwargs: Any) -> WorkerGroupFuture:
+        """Start a registered worker method as its proxy would (same dispatch and collect) and return its future at
+        once, whether or not the method is registered as blocking: for a caller that overlaps it with other work."""
+        registered = getattr(self, "_registered", {})
+        if method_name not in registered:
+            raise AttributeError(f"{method_name!r} is not a registered method of this worker group's workers.")
+        remote_name, spec = registered[method_name]
+        return self._call_async(remote_name, spec, *args, **kwargs)
 
     def _make_proxy(self, remote_name: str, spec: RegisterSpec) -> Callable[..., Any]:
         def proxy(*args: Any, **kwargs: Any) -> Any:
