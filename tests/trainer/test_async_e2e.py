@@ -20,6 +20,7 @@ prompt (the in-flight prompts are regenerated).
 
 import json
 import os
+import re
 from collections import Counter
 
 import pytest
@@ -258,3 +259,53 @@ def test_client_style_episodes_run_asynchronously(workspace):
     assert_game_steps(log, [1, 2, 3])
     for row in log.values():
         assert row["env/guesses/mean"] == row["env/turns/mean"]  # every model turn reached the coroutine
+
+
+def assert_reward_model_scores(ws, rm_dir, name: str, steps: list[int]) -> None:
+    """Every dumped sample's rm_score is what a plain HF forward of the reward model gives its conversation: the
+    scores of groups scored piece by piece went back to their own rows."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(rm_dir, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(rm_dir)
+    records = [record for step in steps for record in read_rollouts(ws["root"] / name, step)]
+    expected = []
+    for record in records:
+        question = re.search(r"What is \d+ \+ \d+\?", record["prompt"]).group(0)  # the row's prompt_content
+        messages = [{"role": "user", "content": question}, {"role": "assistant", "content": record["response"]}]
+        ids = tokenizer(tokenizer.apply_chat_template(messages, tokenize=False), add_special_tokens=False)
+        with torch.no_grad():
+            expected.append(model(input_ids=torch.tensor([ids["input_ids"]])).logits[0, 0].item())
+    assert [record["scores"]["rm_score"] for record in records] == pytest.approx(expected, abs=1e-4)
+
+
+def test_a_reward_model_on_its_own_pool_and_a_judge_stream_beside_the_engines(workspace):
+    """worker.reward.stream unset, with a reward model on a pool of its own and an LLM judge beside the digit rule:
+    every group is scored by all three as the engines complete it, and each row gets its own scores, combined with
+    their weights."""
+    root = workspace["root"]
+    rm_dir = get_or_build_tiny_model("qwen2_rm", str(root / "models"), hidden_size=64, num_layers=2)
+    args = run_args(
+        workspace,
+        "streamed_models",
+        "worker.rollout.mode=colocated",
+        "worker.rollout.max_staleness=1",
+        "algorithm.rollout_correction.mode=bypass",
+        "trainer.max_steps=2",
+        f"worker.reward.model.model_path={rm_dir}",
+        "worker.reward.model.n_gpus_per_node=1",
+        f"worker.reward.judge.model_path={workspace['model']}",
+        "worker.reward.judge.max_tokens=4",
+        "worker.reward.judge.kv_cache_memory_mb=32",
+        "worker.reward.judge.max_model_len=512",
+        "worker.reward.judge.weight=2.0",
+    )
+    run_ppo(load_config(args))
+    log = read_log(root / "streamed_models")
+    assert sorted(log) == [1, 2]
+    for row in log.values():
+        assert 0.0 <= row["async/rewards_ready_share"] <= 1.0  # streamed, not scored in the step
+        expected = row["reward/rule_overall"] + row["reward/rm_score"] + 2.0 * row["reward/judge_score"]
+        assert row["reward/overall"] == pytest.approx(expected, abs=1e-5)
+        assert "reward_model/truncated_ratio" in row
+    assert_reward_model_scores(workspace, rm_dir, "streamed_models", [1, 2])

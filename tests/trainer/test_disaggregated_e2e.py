@@ -132,3 +132,29 @@ def test_client_style_episodes_on_the_rollout_pool_from_two_trainer_ranks(worksp
     log = read_log(root / "client_disagg")
     assert_game_steps(log, [1, 2, 3])
     assert all(row["env/guesses/mean"] == row["env/turns/mean"] for row in log.values())
+
+
+def test_a_reward_model_in_the_trainer_processes_streams_while_the_engine_generates(workspace):
+    """In mode=disaggregated the trainer's processes are free while the driver waits for the step's batch: a reward
+    model colocated with the actor (model.n_gpus_per_node=0) scores each group there as the engine completes it."""
+    from tests.trainer.test_async_e2e import assert_reward_model_scores
+    from verl.models.tiny_models import get_or_build_tiny_model
+
+    root = workspace["root"]
+    rm_dir = get_or_build_tiny_model("qwen2_rm", str(root / "models"), hidden_size=64, num_layers=2)
+    args = run_args(
+        workspace,
+        "disagg_rm",
+        *DISAGGREGATED,
+        "worker.rollout.max_staleness=1",
+        "algorithm.rollout_correction.mode=bypass",
+        "trainer.max_steps=2",
+        f"worker.reward.model.model_path={rm_dir}",
+    )
+    run_ppo(load_config(one_process(args)))
+    log = read_log(root / "disagg_rm")
+    assert sorted(log) == [1, 2]
+    for row in log.values():
+        assert 0.0 <= row["async/rewards_ready_share"] <= 1.0
+        assert row["reward/overall"] == pytest.approx(row["reward/rule_overall"] + row["reward/rm_score"], abs=1e-5)
+    assert_reward_model_scores(workspace, rm_dir, "disagg_rm", [1, 2])
