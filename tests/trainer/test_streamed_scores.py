@@ -160,7 +160,9 @@ class RewardModelGroup:
     def submit(self, method: str, data: DataProto) -> GroupFuture:
         assert method == "compute_rm_score"
         scores = -data.batch["responses"][:, 0].float()
-        output = DataProto.from_dict(tensors={"rm_scores": scores}, meta_info={"metrics": {"reward_model/n": len(data)}})
+        output = DataProto.from_dict(
+            tensors={"rm_scores": scores}, meta_info={"metrics": {"reward_model/n": len(data)}}
+        )
         self.futures.append(GroupFuture(output))
         return self.futures[-1]
 
