@@ -93,9 +93,11 @@ class HangingCountdown(Countdown):
 class ClientCountdown(ChatClientEnv):
     """Countdown written in the client style: the episode asks the model for each turn itself."""
 
-    def __init__(self, rounds=2, edit_history=False, first_messages=None, forever=False, hang_episode=None):
+    def __init__(self, rounds=2, edit_history=False, first_messages=None, forever=False, hang_episode=None,
+                 raise_episode=None):
         self.rounds, self.edit_history, self.first_messages, self.forever = rounds, edit_history, first_messages, forever
         self.hang_episode = hang_episode  # this episode awaits, after its first reply, what never comes
+        self.raise_episode = raise_episode  # this episode's tool fails after its first reply
         self.states = []  # one per episode, in the rollout's row order
 
     def reset(self, row):
@@ -117,6 +119,8 @@ class ClientCountdown(ChatClientEnv):
                 return
             if self.hang_episode is not None and self.states[self.hang_episode] is state:
                 await asyncio.Event().wait()
+            if self.raise_episode is not None and self.states[self.raise_episode] is state:
+                raise KeyError("no tool")
             await asyncio.sleep(0.001 * turn)  # e.g. a tool at work: the other episodes go on asking meanwhile
             answer = {"role": "assistant", "content": "edited" if self.edit_history else text}
             left = f"again ({self.rounds - turn} left, {state['row']['ground_truth']})"
@@ -395,3 +399,66 @@ def test_each_episodes_conversation_reaches_the_rollout_records(rollout, tmp_pat
         }
         assert [m["content"] for m in record["messages"][1:]] == [m["content"] for m in messages]
         assert record["env"]["turns"] == 3 and record["messages"][-1]["cut"] is True
+
+
+def _async_call(engine, prompts: DataProto) -> DataProto:
+    """One colocated-asynchronous call (generate_async) that completes every group of `prompts`."""
+    prompts = prompts.select(deepcopy=True)
+    prompts.non_tensor_batch["uid"] = np.array([f"u{i}" for i in range(len(prompts))], dtype=object)
+    prompts.meta_info.update(quota=len(prompts), version=0)
+    return engine.generate_async(prompts)
+
+
+def _assert_clean_after_error(engine, prompts: DataProto, step_env) -> None:
+    """After a failed asynchronous call the engine holds no request and the loop no group or hook, so the next
+    call (here with the step environment) runs as on a fresh engine."""
+    loop = engine.request_loop
+    assert not engine.inference_engine.llm_engine.has_unfinished_requests()
+    assert loop.in_flight == 0 and not loop.active and loop.turns is None
+    engine.env = step_env
+    output = _async_call(engine, prompts)
+    assert list(output.non_tensor_batch["env_turns"]) == [3] * 4
+    loop.turns = None  # the next test may set another environment
+
+
+@pytest.mark.parametrize("failure", ["raises", "hangs", "hung_step", "edits_history"])
+def test_asynchronous_episodes_that_fail_stop_the_call_naming_them_and_leave_the_engine_clean(rollout, failure):
+    """The colocated asynchronous request loop with an environment whose episode raises, hangs in its coroutine or
+    in a step past worker.rollout.env_step_timeout_s, or breaks the conversation: the call fails with the
+    environment and the episode named, and the engine is left without requests (no stale request runs on into the
+    next call)."""
+    engine, _ = rollout
+    prompts = _prompts(engine.tokenizer, ["Guess a number.", "Pick one."], 48)
+    step_env, timeout = engine.env, engine.config.env_step_timeout_s
+    engine.config.env_step_timeout_s = 0.5
+    engine.request_loop.turns = None
+    hung = None
+    try:
+        if failure == "raises":
+            _with_env(engine, "ClientCountdown", raise_episode=1)
+            expected = (RuntimeError, r"ClientCountdown.rollout failed in episode \d \(turn 2\): KeyError: 'no tool'")
+        elif failure == "hangs":
+            _with_env(engine, "ClientCountdown", hang_episode=3)
+            expected = (
+                TimeoutError,
+                r"ClientCountdown \(worker.rollout.env\): episode \d did not finish its environment step after model turn 1 within worker.rollout.env_step_timeout_s=0.5 s",
+            )
+        elif failure == "hung_step":
+            hung = _with_env(engine, "HangingCountdown", concurrent_steps=2)
+            expected = (
+                TimeoutError,
+                r"HangingCountdown \(worker.rollout.env\): episode \d did not finish its environment step after model turn 1",
+            )
+        else:
+            _with_env(engine, "ClientCountdown", edit_history=True)
+            expected = (RuntimeError, "must repeat the conversation so far")
+        started = time.monotonic()
+        with pytest.raises(expected[0], match=expected[1]):
+            _async_call(engine, prompts)
+        assert time.monotonic() - started < 30
+        _assert_clean_after_error(engine, prompts, step_env)
+    finally:
+        if hung is not None:
+            hung.release.set()
+        engine.env, engine.config.env_step_timeout_s = step_env, timeout
+        engine.request_loop.turns = None

@@ -23,6 +23,7 @@ weights; the episode's sample is complete when its coroutine returns.
 """
 
 import asyncio
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -39,6 +40,12 @@ from verl.workers.rollout.client_episodes import (
 )
 from verl.workers.rollout.multi_turn import TurnRunner
 from verl.workers.rollout.request_loop import Group, Sample
+
+
+logger = logging.getLogger(__name__)
+
+CLOSE_TIMEOUT_S = 10.0
+"""Longest `ClientTurns.close` waits for the cancelled episodes and the environment's release."""
 
 
 @dataclass
@@ -209,6 +216,24 @@ class ClientTurns(TurnHooks):
         if max_tokens is not None and max_tokens < 1:
             raise ValueError(f"Episode {sample.index}: max_tokens={max_tokens} must be positive.")
         return runner.turn_limit(episode, max_tokens)
+
+    def close(self) -> None:
+        """Cancel every episode's coroutine, let the environment release what its episodes shared, and stop the
+        event loop's thread (waiting at most CLOSE_TIMEOUT_S for the release)."""
+
+        async def cancel_all() -> None:
+            tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.env.release()
+
+        self.conversations.clear()
+        try:
+            asyncio.run_coroutine_threadsafe(cancel_all(), self.loop).result(CLOSE_TIMEOUT_S)
+        except Exception:  # a release that fails or hangs must not hide the error that closed the episodes
+            logger.warning("Closing the client episodes of %s did not finish cleanly.", type(self.env).__name__)
+        self.loop.call_soon_threadsafe(self.loop.stop)
 
     def wait(self, timeout_s: float) -> None:
         """Until a coroutine posts a request or ends (or `timeout_s`)."""

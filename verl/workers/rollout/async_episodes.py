@@ -64,6 +64,9 @@ class TurnHooks:
     def _turn_limit(self, group: Group, sample: Sample) -> int:
         raise NotImplementedError
 
+    def close(self) -> None:
+        """Stop what runs beside the engine for the episodes (the request loop drops them)."""
+
     def request(self, group: Group, sample: Sample) -> tuple[dict[str, Any], int, int | None]:
         """(engine input, max tokens, seed) of the sample's next request: its turn from the start, or the rest of a
         turn stopped at a step boundary."""
@@ -142,6 +145,12 @@ class EpisodeTurns(TurnHooks):
             else:
                 ready = True
         return completed, ready
+
+    def close(self) -> None:
+        """Steps not yet started are cancelled; one still running (a hung tool) cannot be stopped from here and ends
+        on its own, its result unread."""
+        self.steps.clear()
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
     def wait(self, timeout_s: float) -> None:
         """Until an environment step finishes (or `timeout_s`)."""

@@ -137,7 +137,15 @@ class RequestLoop:
         return len(self.groups)
 
     def clear(self) -> None:
+        """Drop every group and abort the engine's requests; the multi-turn hooks are closed and dropped (their
+        episodes' threads and coroutines stop). After a failed call, so that no request of it runs on into the
+        next call; the trainer regenerates the dropped prompts from its checkpoint."""
+        self.suspend()
         self.groups.clear()
+        self._reported.clear()
+        if self.turns is not None:
+            turns, self.turns = self.turns, None
+            turns.close()
 
     def deadlines(self, version: int, max_staleness: int | None) -> dict[int, int]:
         """The version by which each group must train: admission + `max_staleness` (None: now, as in a synchronous

@@ -552,9 +552,9 @@ class VLLMRollout:
         quota, version = int(meta["quota"]) * tp_size, int(meta["version"])
         budget = self.call_response_length(meta)
         n, greedy, make_params = self.async_sampling(meta)
-        if len(prompts) > 0:
-            self.admit(prompts, version, budget, seed_rank, n, greedy)
-        with preserved_rng_state():
+        with preserved_rng_state(), self._cleared_on_error():
+            if len(prompts) > 0:
+                self.admit(prompts, version, budget, seed_rank, n, greedy)
             staleness = meta.get("max_staleness")
             groups = self.request_loop.run(quota, version, make_params, None if staleness is None else int(staleness))
         output = self.groups_to_rollout(groups, n, budget)
@@ -575,19 +575,20 @@ class VLLMRollout:
         budget = self.call_response_length(meta)
         n, greedy, make_params = self.async_sampling(meta)
         loop = self.request_loop
-        if len(prompts) > 0:
-            self.admit(prompts, version, budget, seed_rank, n, greedy)
         groups = None
-        if self._taken_version != version:
-            staleness = meta.get("max_staleness")
-            with preserved_rng_state():
-                groups = loop.run(
-                    quota,
-                    version,
-                    make_params,
-                    None if staleness is None else int(staleness),
-                    max_engine_steps=POLL_ENGINE_STEPS,
-                )
+        with self._cleared_on_error():
+            if len(prompts) > 0:
+                self.admit(prompts, version, budget, seed_rank, n, greedy)
+            if self._taken_version != version:
+                staleness = meta.get("max_staleness")
+                with preserved_rng_state():
+                    groups = loop.run(
+                        quota,
+                        version,
+                        make_params,
+                        None if staleness is None else int(staleness),
+                        max_engine_steps=POLL_ENGINE_STEPS,
+                    )
         fresh = loop.newly_complete(groups)
         batch = None
         if groups is not None:
@@ -597,6 +598,18 @@ class VLLMRollout:
             batch = batch.chunk(tp_size)[tp_rank] if tp_size > 1 else batch
         complete = self.groups_to_rollout(fresh, n, budget) if fresh and tp_rank == 0 else None
         return {"batch": batch, "complete": complete}
+
+    @contextlib.contextmanager
+    def _cleared_on_error(self) -> Iterator[None]:
+        """A failed asynchronous call (an environment's error or timeout, the engine's) leaves the request loop empty
+        and the engine without requests: the run stops on the error, and nothing of the call runs on into a later
+        one (validation, a test's next call)."""
+        try:
+            yield
+        except BaseException:
+            self.request_loop.clear()
+            self._taken_version = None
+            raise
 
     def async_sampling(self, meta_info: dict[str, Any]) -> tuple[int, bool, Callable[[int, int | None], Any]]:
         """Samples per prompt, whether sampling is greedy, and the SamplingParams of one request of the request loop (one sample, DELTA outputs,
