@@ -20,6 +20,7 @@ generates while the trainer trains, the staleness bound holds, validation runs o
 run trains every prompt exactly once.
 """
 
+import os
 from collections import Counter
 
 import pytest
@@ -158,3 +159,53 @@ def test_a_reward_model_in_the_trainer_processes_streams_while_the_engine_genera
         assert 0.0 <= row["async/rewards_ready_share"] <= 1.0
         assert row["reward/overall"] == pytest.approx(row["reward/rule_overall"] + row["reward/rm_score"], abs=1e-5)
     assert_reward_model_scores(workspace, rm_dir, "disagg_rm", [1, 2])
+
+
+FAILING_GAME = """
+import sys
+
+sys.path.insert(0, {examples!r})
+from guess_number_client import GuessNumberChat
+
+
+class FailingGame(GuessNumberChat):
+    '''The client-style game whose 17th episode (the first admitted at step 2) fails after its first reply.'''
+
+    episodes = 0
+
+    def reset(self, row):
+        FailingGame.episodes += 1
+        return {{**super().reset(row), "fails": FailingGame.episodes == 17}}
+
+    async def rollout(self, client, model, messages, state):
+        if state["fails"]:
+            await client.chat.completions.create(model=model, messages=messages)
+            raise ConnectionError("the tool server went away")
+        return await super().rollout(client, model, messages, state)
+"""
+
+
+def test_an_episode_that_fails_on_the_rollout_pool_stops_the_run_naming_it_and_keeps_the_checkpoint(workspace):
+    """An environment error in the engine's process reaches the driver as the run's error (no hang), naming the
+    environment and the episode; the checkpoints saved before it hold the prompts in flight for a resume."""
+    from tests.trainer.test_async_e2e import REPO, game_run_args
+
+    root = workspace["root"]
+    (root / "failing_game.py").write_text(FAILING_GAME.format(examples=os.path.join(REPO, "examples", "envs")))
+    args = game_run_args(
+        workspace,
+        "failing_disagg",
+        *DISAGGREGATED,
+        "worker.rollout.max_staleness=1",
+        "trainer.max_steps=3",
+        "trainer.save_freq=1",
+        client=True,
+    )
+    args = [arg for arg in args if not arg.startswith("worker.rollout.env=")]
+    args.append(f"worker.rollout.env={root / 'failing_game.py'}:FailingGame")
+    with pytest.raises(Exception, match=r"FailingGame.rollout failed in episode \d \(turn 2\): ConnectionError"):
+        run_ppo(load_config(one_process(args)))
+    # step 2's batch may be complete before the failing episode's error (step 3's batch) reaches the driver
+    assert not (root / "failing_disagg" / "global_step_3").exists()
+    in_flight = torch.load(root / "failing_disagg" / "global_step_1" / "async_in_flight.pt", weights_only=False)
+    assert len(in_flight) == 4  # step 2's prompts, admitted ahead, regenerated on resume
