@@ -20,6 +20,7 @@ generates while the trainer trains, the staleness bound holds, validation runs o
 run trains every prompt exactly once.
 """
 
+import json
 import os
 from collections import Counter
 
@@ -65,6 +66,11 @@ def test_max_staleness_zero_equals_the_synchronous_trainer(workspace):
     assert_same_actor_weights(root / "sync1" / "global_step_3", root / "disagg0" / "global_step_3")
 
 
+def engine_counts(step_dir) -> list[int]:
+    with open(step_dir / "rollout_engines.json") as f:
+        return json.load(f)["generate_calls"]
+
+
 def test_engine_generates_while_training_within_the_staleness_bound_and_resumes(workspace):
     root = workspace["root"]
     stale = (
@@ -78,7 +84,9 @@ def test_engine_generates_while_training_within_the_staleness_bound_and_resumes(
     run_ppo(load_config(one_process(run_args(workspace, "disagg1", "trainer.max_steps=2", *stale))))
     in_flight_at_2 = torch.load(root / "disagg1" / "global_step_2" / "async_in_flight.pt", weights_only=False)
     assert len(in_flight_at_2) == 4  # max_staleness x rollout_batch_size prompts admitted ahead
+    assert engine_counts(root / "disagg1" / "global_step_2") == [2]  # one admission per step (validation apart)
     run_ppo(load_config(one_process(run_args(workspace, "disagg1", "trainer.max_steps=4", *stale))))
+    assert engine_counts(root / "disagg1" / "global_step_4") == [4]  # the resumed engine went on counting: new seeds
     log = read_log(root / "disagg1")
     assert sorted(log) == [1, 2, 3, 4]
     assert undocumented_metrics({name for row in log.values() for name in row}) == []

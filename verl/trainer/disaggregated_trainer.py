@@ -19,18 +19,24 @@ last update to them if they lack them (a broadcast over the weight-transfer grou
 load it between two engine steps), admits prompts under the staleness bound exactly as colocated mode does
 (`Admission`), and takes the step's complete groups (earliest deadline first); while the trainer pool trains on them,
 the engines go on with the groups in flight and the ones admitted for later steps. Checkpoints keep the in-flight
-prompts, regenerated on resume, as in colocated mode.
+prompts, regenerated on resume, as in colocated mode, and each engine's count of admissions (its requests' seeds
+follow it, as the colocated workers' do through their own checkpoint).
 """
 
+import json
+import os
 from typing import Any
 
 from verl.protocol import DataProto
 from verl.trainer.async_trainer import AsyncRayPPOTrainer
+from verl.trainer.checkpointing import atomic_write
 from verl.trainer.metrics import append_metrics
 
 
 _POLL_WAIT_S = 0.5
 """Longest an engine holds a poll before answering (the driver launches the scoring of new groups in between)."""
+ENGINES_FILE = "rollout_engines.json"
+"""The rollout pool's counters in a checkpoint directory: {"generate_calls": [one per engine]}."""
 
 
 class DisaggregatedRayPPOTrainer(AsyncRayPPOTrainer):
@@ -86,6 +92,23 @@ class DisaggregatedRayPPOTrainer(AsyncRayPPOTrainer):
             return self.rollout_wg.poll(quota, version, staleness, stage, _POLL_WAIT_S, self.stream_rewards)
 
         return self._trained(self._collect_polls(poll, metrics), version, metrics)
+
+    def _write_checkpoint(self, path: str) -> None:
+        super()._write_checkpoint(path)
+        if self.config.trainer.save_model_only:
+            return
+        counters = {"generate_calls": self.rollout_wg.execute_all("generate_calls")}
+        atomic_write(os.path.join(path, ENGINES_FILE), lambda f: f.write(json.dumps(counters)))
+
+    def _load_checkpoint(self) -> str | None:
+        path = super()._load_checkpoint()
+        engines_file = None if path is None else os.path.join(path, ENGINES_FILE)
+        if engines_file is not None and os.path.isfile(engines_file):
+            with open(engines_file) as f:
+                calls = json.load(f)["generate_calls"]
+            if len(calls) == self.rollout_wg.world_size:  # another pool size starts the engines' seeds afresh
+                self.rollout_wg.execute_all("restore_generate_calls", calls)
+        return path
 
     def validate(self) -> dict[str, float]:
         if self.val_dataloader is not None:

@@ -137,6 +137,16 @@ class RolloutWorker(Worker):
 
     # ------------------------------------------------------------------------------------------------ generation
 
+    def generate_calls(self) -> int:
+        """Admissions so far: the requests' seeds follow this count (saved with the trainer's checkpoints)."""
+        with self._cond:
+            return self.rollout.generate_calls
+
+    def restore_generate_calls(self, per_rank: list[int]) -> None:
+        """A resumed run's count, this rank's entry of `per_rank`."""
+        with self._cond:
+            self.rollout.generate_calls = int(per_rank[dist.get_rank()])
+
     @register(dispatch_mode=Dispatch.DP_COMPUTE_METRIC)
     def admit(self, prompts: DataProto) -> int:
         """Admit this rank's share of `prompts` at `meta_info["version"]` (each response capped by this step's
