@@ -370,6 +370,39 @@ def train_args(root, name, env, data, model, *extra):
     ]
 
 
+class ToolServers:
+    """The example taskset's tool server processes (`python -m verifiers_sum`) seen while the block runs."""
+
+    def __enter__(self) -> "ToolServers":
+        self.seen: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @staticmethod
+    def _servers() -> list[int]:
+        import psutil
+
+        found = []
+        for process in psutil.process_iter(["pid", "cmdline"]):
+            cmdline = process.info["cmdline"] or []
+            if "-m" in cmdline and "verifiers_sum" in cmdline:
+                found.append(process.info["pid"])
+        return found
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.2):
+            self.seen.update(self._servers())
+
+    def alive(self) -> list[int]:
+        return [pid for pid in self._servers() if pid in self.seen]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["arith", "tools"])
 def test_one_grpo_step_in_a_verifiers_taskset(name, tasksets, local_ray):
@@ -384,10 +417,18 @@ def test_one_grpo_step_in_a_verifiers_taskset(name, tasksets, local_ray):
     root = tasksets["root"]
     model = get_or_build_tiny_model("qwen2", str(root / "models"))
     data = root / f"{name}.jsonl"
-    run_ppo(load_config(train_args(root, name, tasksets[name], data, model)))
+    steps = 2 if name == "tools" else 1
+    with ToolServers() as servers:
+        run_ppo(load_config(train_args(root, name, tasksets[name], data, model, f"trainer.max_steps={steps}")))
+    if name == "tools":
+        # the taskset's shared tool server: the driver's probe for the tool schemas, then one per rollout worker for
+        # the whole run (not one per step: 5 over 2 steps), and none left once the run is over (the workers close
+        # their environments before they are killed)
+        assert 2 <= len(servers.seen) <= 3, servers.seen
+        assert servers.alive() == []
     with open(root / name / "experiment_log.jsonl") as f:
         steps = [row for row in map(json.loads, f) if "actor/pg_loss" in row]
-    assert [row["step"] for row in steps] == [1]
+    assert [row["step"] for row in steps] == list(range(1, len(steps) + 1)) and steps
     row = steps[0]
     parts = ("correct", "format", "length") if name == "arith" else ("correct", "used_tool")
     assert row["reward/overall"] == pytest.approx(row["env/reward/mean"])

@@ -44,6 +44,9 @@ from verl.workers.reward.ray_actor import ActorReward, create_reward_actor, stop
 
 logger = logging.getLogger(__name__)
 
+ENV_CLOSE_TIMEOUT_S = 30.0
+"""Longest a run's end waits for the workers to close their rollout environments."""
+
 
 @dataclass
 class WorkerGroups:
@@ -56,11 +59,32 @@ class WorkerGroups:
     """mode=disaggregated: the rollout pool's engines."""
     owned: list[tuple[Any, Any]] = field(default_factory=list)
     """(group, pool) pairs, in creation order."""
+    rollout_env: bool = False
+    """The rollout runs an environment (worker.rollout.env): its shared resources end before the processes do."""
 
     def shutdown(self) -> None:
+        if self.rollout_env:
+            self._close_rollout_envs()
         for group, pool in reversed(self.owned):
             group.shutdown()
             pool.remove()
+
+    def _close_rollout_envs(self) -> None:
+        """Ask the engines' processes to end what their environment's episodes share (tool servers, which a killed
+        process would leave running); best effort, within ENV_CLOSE_TIMEOUT_S (a worker stuck in a failed step
+        cannot answer)."""
+        import ray
+
+        handles = []
+        for group in (self.actor, self.rollout):
+            if group is not None:
+                handles += group.submit("close_rollout_envs").handles
+        ready, _ = ray.wait(handles, num_returns=len(handles), timeout=ENV_CLOSE_TIMEOUT_S)
+        for handle in ready:
+            try:
+                ray.get(handle)
+            except Exception as err:  # the run's own error, if any, is the one to show
+                logger.warning("A worker could not close its rollout environment: %s", err)
 
 
 def create_worker_groups(config: PPOConfig, device: str) -> WorkerGroups:
@@ -71,7 +95,7 @@ def create_worker_groups(config: PPOConfig, device: str) -> WorkerGroups:
     from verl.workers.fsdp_workers import FSDPWorker  # imports vLLM: only when training really starts
 
     trainer = config.trainer
-    groups = WorkerGroups(actor=None)
+    groups = WorkerGroups(actor=None, rollout_env=bool(config.worker.rollout.env))
     try:
         reward_model = config.worker.reward.model
         roles = {}

@@ -209,6 +209,13 @@ class FSDPWorker(Worker):
     def release_rollout_engine(self) -> dict[str, float]:
         return self.sharding_manager.release()
 
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def close_rollout_envs(self) -> None:
+        """End what the rollout environment's episodes share across steps (`VLLMRollout.close_envs`): at the end of
+        a run, before the process is killed, so that no tool server outlives it."""
+        if self.has_rollout and getattr(self, "rollout", None) is not None:
+            self.rollout.close_envs()
+
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         return self.rollout.generate_sequences(prompts)

@@ -135,6 +135,18 @@ class RolloutWorker(Worker):
             "perf/sync_weights_buckets": float(stats.buckets),
         }
 
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def close_rollout_envs(self) -> None:
+        """Stop the engine thread, then end what the environment's episodes share (`VLLMRollout.close_envs`): at the
+        end of a run, before the process is killed, so that no tool server outlives it."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        if getattr(self, "rollout", None) is not None:
+            self.rollout.close_envs()
+
     # ------------------------------------------------------------------------------------------------ generation
 
     def generate_calls(self) -> int:

@@ -267,7 +267,6 @@ def test_a_client_style_environment_gives_the_step_loops_episodes(rollout):
         assert torch.equal(output.batch[key], expected.batch[key]), key
     assert list(output.non_tensor_batch["env_turns"]) == list(expected.non_tensor_batch["env_turns"]) == [3] * 4
     assert list(output.non_tensor_batch["env_client_turns"]) == [3.0] * 4
-    assert env.releases == 1  # what the call's episodes shared is released once, at its end
     # the replies the environment read are the model's turns, decoded; a turn cut at max_tokens_per_turn says "length"
     mask, valid = output.batch["response_mask"], output.batch["attention_mask"][:, 48:]
     for row in range(len(output)):
@@ -276,6 +275,16 @@ def test_a_client_style_environment_gives_the_step_loops_episodes(rollout):
         assert engine.tokenizer.decode(tokens, skip_special_tokens=True) == "".join(text for text, _ in replies)
         assert output.non_tensor_batch["last_turn"][row] == replies[-1][0]
         assert {finish for _, finish in replies} <= {"stop", "length"}
+    # what the episodes shared (a verifiers taskset's tool servers) stays for the next call, on the same loop
+    engine.env = env
+    try:
+        loop = engine._client_loop[0]
+        engine.generate_sequences(prompts)
+        assert engine._client_loop[0] is loop and getattr(env, "releases", 0) == 0
+        engine.close_envs()  # the run's end: released once
+        assert env.releases == 1 and engine._client_loop is None and loop.is_closed()
+    finally:
+        engine.env = step_env
 
 
 def test_a_client_style_environment_is_held_to_the_conversation(rollout):

@@ -32,20 +32,19 @@ from typing import Any
 from verl.envs.client_env import ChatClientEnv, EpisodeOver
 from verl.workers.rollout.async_episodes import TurnHooks
 from verl.workers.rollout.client_episodes import (
+    CLOSE_TIMEOUT_S,
     EngineChatClient,
     _plain_messages,
     _reply,
     add_environment_messages,
     check_first_request,
+    release_within,
 )
 from verl.workers.rollout.multi_turn import TurnRunner
 from verl.workers.rollout.request_loop import Group, Sample
 
 
 logger = logging.getLogger(__name__)
-
-CLOSE_TIMEOUT_S = 10.0
-"""Longest `ClientTurns.close` waits for the cancelled episodes and the environment's release."""
 
 
 @dataclass
@@ -226,12 +225,12 @@ class ClientTurns(TurnHooks):
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await self.env.release()
+            await release_within(self.env, CLOSE_TIMEOUT_S)
 
         self.conversations.clear()
         try:
-            asyncio.run_coroutine_threadsafe(cancel_all(), self.loop).result(CLOSE_TIMEOUT_S)
-        except Exception:  # a release that fails or hangs must not hide the error that closed the episodes
+            asyncio.run_coroutine_threadsafe(cancel_all(), self.loop).result(2 * CLOSE_TIMEOUT_S)
+        except Exception:  # a coroutine that ignores its cancellation must not hold the shutdown
             logger.warning("Closing the client episodes of %s did not finish cleanly.", type(self.env).__name__)
         self.loop.call_soon_threadsafe(self.loop.stop)
 

@@ -18,6 +18,7 @@ running episode waits for the model, their requests go to the engine as one batc
 """
 
 import asyncio
+import logging
 import time
 import types
 import uuid
@@ -25,6 +26,9 @@ from typing import Any
 
 from verl.envs.client_env import ChatClientEnv, EpisodeOver
 from verl.workers.rollout.multi_turn import Episode, TurnRunner
+
+
+logger = logging.getLogger(__name__)
 
 
 def _plain_messages(messages: Any, episode_index: int) -> list[dict[str, Any]]:
@@ -117,13 +121,24 @@ class ClientEpisodes:
         self.working_since = [0.0] * len(episodes)
         """Per episode: when its coroutine last got control back (its start, or the answer to its request)."""
 
-    def run(self) -> None:
-        """Every episode to its end (in place)."""
-        loop = asyncio.new_event_loop()
+    def run(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Every episode to its end (in place), on `loop`, which then keeps what the episodes shared (a verifiers
+        taskset's tool servers) for the next call's episodes; the environment releases it when a call fails or when
+        the loop's owner says (`VLLMRollout.close_envs`). Without a loop: a loop of this call's own, released and
+        closed at its end."""
+        own = loop is None
+        loop = asyncio.new_event_loop() if own else loop
         try:
             loop.run_until_complete(self._main())
+        except BaseException:
+            loop.run_until_complete(release_within(self.env, CLOSE_TIMEOUT_S))
+            raise
+        else:
+            if own:
+                loop.run_until_complete(release_within(self.env, CLOSE_TIMEOUT_S))
         finally:
-            loop.close()
+            if own:
+                loop.close()
 
     async def _main(self) -> None:
         self.changed = asyncio.Event()
@@ -148,7 +163,6 @@ class ClientEpisodes:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await self.env.release()  # what this call's episodes shared (a verifiers taskset's tool servers)
 
     async def _wait_for_change(self, tasks: list[asyncio.Future]) -> None:
         """Until an episode sends a request or ends; a TimeoutError once one has worked (between two model requests)
@@ -269,7 +283,25 @@ def add_environment_messages(
 
 
 def run_client_episodes(
-    runner: TurnRunner, env: ChatClientEnv, episodes: list[Episode], prompts: list[list[dict[str, Any]]], model: str
+    runner: TurnRunner,
+    env: ChatClientEnv,
+    episodes: list[Episode],
+    prompts: list[list[dict[str, Any]]],
+    model: str,
+    loop: asyncio.AbstractEventLoop | None = None,
 ) -> None:
     """Run `env.rollout` for every episode (prompt messages `prompts[i]`) on the engine (see `ClientEpisodes`)."""
-    ClientEpisodes(runner, env, episodes, prompts, model).run()
+    ClientEpisodes(runner, env, episodes, prompts, model).run(loop)
+
+
+CLOSE_TIMEOUT_S = 10.0
+"""Longest an environment's `release` may take when its episodes' loop closes (a hung one is left, with a warning)."""
+
+
+async def release_within(env: ChatClientEnv, timeout_s: float) -> None:
+    """`env.release()`, given up after `timeout_s` with a warning: a release that fails or hangs must not hide the
+    error that ended the episodes, nor hold a shutdown."""
+    try:
+        await asyncio.wait_for(env.release(), timeout_s)
+    except Exception as err:
+        logger.warning("%s.release did not finish cleanly: %s: %s", type(env).__name__, type(err).__name__, err)

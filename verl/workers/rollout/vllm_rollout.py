@@ -18,6 +18,7 @@ Each rank builds its own engine with dummy weights; the FSDP actor's weights are
 code; their differences are decided once, in `build_engine_kwargs`.
 """
 
+import asyncio
 import contextlib
 import gc
 import logging
@@ -40,7 +41,7 @@ from verl.workers.actor.forward import process_media
 from verl.workers.rollout import vllm_compat
 from verl.workers.rollout.async_client_episodes import ClientTurns
 from verl.workers.rollout.async_episodes import EpisodeTurns
-from verl.workers.rollout.client_episodes import run_client_episodes
+from verl.workers.rollout.client_episodes import CLOSE_TIMEOUT_S, release_within, run_client_episodes
 from verl.workers.rollout.config import RolloutConfig
 from verl.workers.rollout.multi_turn import (
     ChatContinuation,
@@ -356,6 +357,8 @@ class VLLMRollout:
         self.validate_calls = 0
         # mode=colocated: the samples admitted and not yet returned, kept across calls (generate_async)
         self._taken_version: int | None = None
+        self._client_loop: tuple[asyncio.AbstractEventLoop, ChatClientEnv] | None = None
+        """The event loop the client-style episodes of `generate_sequences` run on, across calls, and its env."""
         """poll_async: the version whose groups this rank has returned (one batch per step)."""
         self.request_loop = RequestLoop(
             self.inference_engine, partial(vllm_compat.render_prompt, self.inference_engine)
@@ -599,6 +602,20 @@ class VLLMRollout:
         complete = self.groups_to_rollout(fresh, n, budget) if fresh and tp_rank == 0 else None
         return {"batch": batch, "complete": complete}
 
+    def close_envs(self) -> None:
+        """End what the environment's episodes share across rollout calls (a verifiers taskset's tool servers): the
+        client episodes' event loop of `generate_sequences` and the asynchronous request loop's episode hooks. At the
+        end of a run (the workers' `close_rollout_envs`); a later call starts them again."""
+        if self._client_loop is not None:
+            (loop, env), self._client_loop = self._client_loop, None
+            try:
+                loop.run_until_complete(release_within(env, CLOSE_TIMEOUT_S))
+            finally:
+                loop.close()
+        turns, self.request_loop.turns = self.request_loop.turns, None
+        if turns is not None:
+            turns.close()
+
     @contextlib.contextmanager
     def _cleared_on_error(self) -> Iterator[None]:
         """A failed asynchronous call (an environment's error or timeout, the engine's) leaves the request loop empty
@@ -720,12 +737,17 @@ class VLLMRollout:
         runner = self._turn_runner(kwargs, response_length)
         if isinstance(self.env, ChatClientEnv):
             messages = self._prompt_messages(prompts, inputs)
+            if self._client_loop is not None and self._client_loop[1] is not self.env:
+                self.close_envs()  # another environment's (a test swaps them): its shared resources end
+            if self._client_loop is None:
+                self._client_loop = (asyncio.new_event_loop(), self.env)
             run_client_episodes(
                 runner,
                 self.env,
                 episodes,
                 [messages[row] for row in range(len(inputs)) for _ in range(n)],
                 self.model_path,
+                loop=self._client_loop[0],
             )
         else:
             run_episodes(runner, self.env, episodes)
