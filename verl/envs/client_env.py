@@ -44,7 +44,8 @@ class ChatClientEnv(Environment):
 
     async def release(self) -> None:
         """Release what the episodes of the running event loop shared (tool servers, connections); called on that loop
-        when its episodes are over (the end of a rollout call, or of an evaluated episode). Nothing by default."""
+        when its episodes are over: in training at the end of the run (a rollout worker's episodes share one loop
+        across steps) or after a failed rollout call, in evaluation at the end of an episode. Nothing by default."""
 
     def step(self, state: dict[str, Any], response: str) -> EnvStep:
         raise TypeError(f"{type(self).__name__} is a ChatClientEnv: its episodes run through `rollout`, not `step`.")
