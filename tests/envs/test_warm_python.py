@@ -1,0 +1,149 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""verl/envs/warm_python.py: a script run through the warm server behaves as `python script.py` does (arguments,
+environment, working directory, standard streams, exit status, errors), signals and the runtime's kill of the
+launcher's group reach the script and what it started, and without a server the launcher runs the script itself."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from verl.envs.warm_python import LAUNCHER, WarmPython, script_imports
+
+
+SCRIPT = """
+import json, os, sys
+import json as again
+from email import message  # imported by the server beforehand
+line = sys.stdin.readline()
+print(json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "var": os.environ.get("MY_VAR"), "stdin": line.strip(),
+                  "path0": sys.path[0], "name": __name__}))
+print("to stderr", file=sys.stderr)
+mode = os.environ.get("MODE", "")
+if mode == "raise":
+    raise KeyError("boom")
+if mode == "message":
+    sys.exit("a message")
+sys.exit(int(os.environ.get("CODE", "0")))
+"""
+
+SLEEPER = """
+import os, subprocess, sys, time
+child = subprocess.Popen(["sleep", "60"])
+with open(sys.argv[1], "w") as f:
+    f.write(f"{os.getpid()} {child.pid}")
+time.sleep(60)
+"""
+
+
+@pytest.fixture
+def warm(tmp_path):
+    servers = WarmPython()
+    yield servers
+    servers.close()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is gone for this purpose
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def wait_gone(pids: list[int], timeout: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(alive(pid) for pid in pids):
+        time.sleep(0.05)
+    return [pid for pid in pids if alive(pid)]
+
+
+def test_the_imports_of_a_script_are_found_wherever_they_are():
+    source = "import os, json as j\nfrom a.b import c\nfrom . import rel\ndef f():\n    import inner\n"
+    assert script_imports(source) == ["os", "json", "a.b", "inner"]
+
+
+@pytest.mark.parametrize("mode", ["", "raise", "message"])
+def test_a_script_runs_as_a_plain_python_runs_it(warm, tmp_path, mode):
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "script.py").write_text(SCRIPT)
+    command = warm.command("script.py", str(tmp_path / "work"))
+    assert command[1:3] == ["-S", LAUNCHER]
+    env = {**os.environ, "MY_VAR": "x", "CODE": "3", "MODE": mode}
+    results = []
+    for argv in (command, [sys.executable, "script.py"]):
+        result = subprocess.run(
+            [*argv, "a", "b c"], input="hello\n", capture_output=True, text=True, cwd=tmp_path / "work", env=env
+        )
+        results.append(result)
+    warm_run, plain = results
+    assert warm_run.returncode == plain.returncode == {"": 3, "raise": 1, "message": 1}[mode]
+    assert json.loads(warm_run.stdout) == json.loads(plain.stdout)
+    assert json.loads(warm_run.stdout)["argv"] == ["script.py", "a", "b c"]
+    assert json.loads(warm_run.stdout)["name"] == "__main__"
+    if mode == "raise":
+        assert "KeyError: 'boom'" in warm_run.stderr and "KeyError: 'boom'" in plain.stderr
+    else:
+        assert warm_run.stderr == plain.stderr
+
+
+def _start_sleeper(warm, tmp_path) -> tuple[subprocess.Popen, int, int]:
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    pid_file = tmp_path / "pids"
+    launcher = subprocess.Popen(
+        [*warm.command("sleeper.py", str(tmp_path)), str(pid_file)], cwd=tmp_path, start_new_session=True
+    )
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    script, grandchild = map(int, pid_file.read_text().split())
+    assert script != launcher.pid  # the script runs in the server's fork, not in the launcher
+    return launcher, script, grandchild
+
+
+def test_a_terminated_launcher_passes_the_signal_on_and_exits_as_the_script_did(warm, tmp_path):
+    launcher, script, grandchild = _start_sleeper(warm, tmp_path)
+    launcher.terminate()
+    assert launcher.wait(10) == 128 + signal.SIGTERM
+    assert wait_gone([script, grandchild]) == []
+
+
+def test_killing_the_launchers_group_kills_the_script_and_what_it_started(warm, tmp_path):
+    """verifiers' subprocess runtime ends a cancelled program with SIGKILL to its process group."""
+    launcher, script, grandchild = _start_sleeper(warm, tmp_path)
+    os.killpg(launcher.pid, signal.SIGKILL)
+    launcher.wait(10)
+    assert wait_gone([script, grandchild]) == []
+
+
+def test_without_its_server_the_launcher_runs_the_script_itself(warm, tmp_path):
+    (tmp_path / "script.py").write_text(SCRIPT)
+    command = warm.command("script.py", str(tmp_path))
+    warm.close()  # the server is gone; a runtime may still hold the command
+    result = subprocess.run([*command, "z"], input="", capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0 and json.loads(result.stdout)["argv"] == ["script.py", "z"]
+
+
+def test_copies_of_a_script_share_one_server(warm, tmp_path):
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "script.py").write_text(SCRIPT)
+    first, second = (warm.command("script.py", str(tmp_path / name)) for name in ("one", "two"))
+    assert first == second and len(warm._servers) == 1

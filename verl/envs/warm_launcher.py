@@ -1,0 +1,81 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The launcher of a script run by a warm Python server (verl/envs/warm_python.py); standard library only, run as
+`python -S warm_launcher.py SOCKET SCRIPT [ARGS...]`.
+
+It hands the server its arguments, environment, working directory and standard streams, passes the signals it gets
+to the child, and exits with the child's status (128 + N when a signal N ended it). Without a server it runs the
+script itself.
+"""
+
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+
+
+def _plain(script_and_args: list) -> None:
+    os.execv(sys.executable, [sys.executable, *script_and_args])
+
+
+def _read_int(connection: socket.socket):
+    data = b""
+    while len(data) < 4:
+        try:
+            chunk = connection.recv(4 - len(data))
+        except InterruptedError:
+            continue
+        if not chunk:
+            return None
+        data += chunk
+    return struct.unpack("!i", data)[0]
+
+
+def main() -> None:
+    address, script_and_args = sys.argv[1], sys.argv[2:]
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        connection.connect(address)
+    except OSError:
+        connection.close()
+        _plain(script_and_args)
+    request = json.dumps({"argv": script_and_args, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+    socket.send_fds(connection, [struct.pack("!I", len(request))], [0, 1, 2])
+    connection.sendall(request)
+    pid = _read_int(connection)
+    if pid is None:  # the server could not start the child: nothing ran yet
+        connection.close()
+        _plain(script_and_args)
+
+    forwarded = [signal.SIGKILL]
+
+    def forward(number, frame) -> None:
+        forwarded[0] = number
+        try:
+            connection.sendall(struct.pack("!i", number))
+        except OSError:
+            pass
+
+    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(number, forward)
+    code = _read_int(connection)
+    if code is None:  # the child ended without a status: a signal killed it (the one passed on, if any)
+        code = 128 + forwarded[0]
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

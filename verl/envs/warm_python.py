@@ -1,0 +1,242 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Python scripts started in a second instead of seconds: a fork server that has imported what they import.
+
+verifiers runs every episode's harness as a Python program of its own (its chat program imports openai, MCP and
+httpx: about 1.2 s of CPU before it sends a request). `WarmPython` keeps one server process per trainer process that
+has imported a script's modules once; the command it gives the runtime is a small launcher (plain Python without
+site-packages, milliseconds to start) that hands the server its arguments, environment, working directory and
+standard streams, and the server forks a child that runs the script as `python script.py ...` would, with those.
+
+The launcher stands for the child toward the runtime: its exit status is the child's, a signal it gets (the runtime's
+terminate) is passed on to the child's process group, and when the launcher dies (the runtime's SIGKILL of its
+group) the child's group is killed too. Where the server cannot be reached, the launcher runs the script itself.
+
+    python -m verl.envs.warm_python SOCKET SCRIPT   # the server (started by WarmPython, not by hand)
+"""
+
+import ast
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+from typing import Any
+
+
+logger = logging.getLogger(__name__)
+
+LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_launcher.py")
+"""The launcher script (standard library only: it runs with `python -S`)."""
+START_TIMEOUT_S = 120.0
+"""Longest the server may take to import the script's modules before `command` falls back to a plain start."""
+
+
+def script_imports(source: str) -> list[str]:
+    """The absolute modules `source` imports anywhere (top level or inside functions), in order."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module)
+    return list(dict.fromkeys(names))
+
+
+class WarmPython:
+    """One fork server for one script (its modules imported), started on first use; `command(path)` is what to run
+    in its place. The server ends with this process (or `close`)."""
+
+    def __init__(self) -> None:
+        self._servers: dict[str, tuple[subprocess.Popen, str]] = {}
+        self._lock = threading.Lock()
+        self._dir: str | None = None
+
+    def command(self, path: str, cwd: str | None = None) -> list[str]:
+        """The command that runs the script at `path` (relative to `cwd`, where the command will run) through the
+        server of its content: `[python, -S, launcher, socket, path]` (arguments follow), or `[python, path]` where
+        the server did not start. Copies of one script (each runtime writes its own) share a server."""
+        with open(os.path.join(cwd or os.getcwd(), path), "rb") as f:
+            key = hashlib.sha256(f.read()).hexdigest()
+        with self._lock:
+            if key not in self._servers:
+                self._servers[key] = self._start(os.path.abspath(os.path.join(cwd or os.getcwd(), path)))
+            process, address = self._servers[key]
+        if process.poll() is not None:
+            return [sys.executable, path]
+        return [sys.executable, "-S", LAUNCHER, address, path]
+
+    def _start(self, path: str) -> tuple[subprocess.Popen, str]:
+        if self._dir is None:
+            self._dir = tempfile.mkdtemp(prefix="verl-warm-")
+        address = os.path.join(self._dir, f"{len(self._servers)}.sock")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "verl.envs.warm_python", address, path],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            close_fds=True,
+        )
+        ready = process.stdout.readline() if process.stdout is not None else b""  # after its imports
+        if ready.strip() != b"ready":
+            logger.warning("The warm Python server for %s did not start; its script starts plainly.", path)
+            with contextlib.suppress(OSError):
+                process.kill()
+            process.wait()
+        return process, address
+
+    def close(self) -> None:
+        with self._lock:
+            servers, self._servers = self._servers, {}
+        for process, address in servers.values():
+            with contextlib.suppress(OSError):
+                process.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(5)
+            with contextlib.suppress(OSError):
+                os.unlink(address)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the server
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this process when the process that started it ends (a trainer killed by Ray)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _receive(connection: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    """One request: a length-prefixed JSON header {"argv", "env", "cwd"} with the launcher's 3 standard streams."""
+    header, fds, _, _ = socket.recv_fds(connection, 4, 3)
+    (size,) = struct.unpack("!I", header)
+    body = b""
+    while len(body) < size:
+        chunk = connection.recv(size - len(body))
+        if not chunk:
+            raise ConnectionError("the launcher went away")
+        body += chunk
+    return json.loads(body), fds
+
+
+def _watch_launcher(connection: socket.socket) -> None:
+    """In the child: a signal number from the launcher goes to this child's process group; the launcher's end
+    (EOF) kills the group."""
+    while True:
+        try:
+            data = connection.recv(4)
+        except OSError:
+            data = b""
+        if len(data) < 4:
+            os.killpg(0, signal.SIGKILL)
+            return
+        (number,) = struct.unpack("!i", data)
+        with contextlib.suppress(OSError):
+            os.killpg(0, number)
+
+
+def _run_child(connection: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
+    """The forked child: become the script's process, run it, report its exit status, exit."""
+    import runpy
+
+    os.setsid()  # a group of its own, which the launcher's signals reach
+    for signal_number in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+        signal.signal(signal_number, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    argv = request["argv"]
+    sys.argv = list(argv)
+    sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+    connection.sendall(struct.pack("!i", os.getpid()))
+    threading.Thread(target=_watch_launcher, args=(connection,), daemon=True).start()
+    code = 0
+    try:
+        runpy.run_path(argv[0], run_name="__main__")
+    except SystemExit as done:
+        if done.code is None:
+            code = 0
+        elif isinstance(done.code, int):
+            code = done.code
+        else:
+            print(done.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    import atexit
+
+    with contextlib.suppress(Exception):
+        atexit._run_exitfuncs()  # what the script registered, as at a plain interpreter's exit
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    with contextlib.suppress(OSError):
+        connection.sendall(struct.pack("!i", code & 0xFF))
+    os._exit(code & 0xFF)
+
+
+def serve(address: str, script: str) -> None:
+    """Import the modules `script` imports (those this Python has), then fork a child per launcher connection."""
+    import importlib
+
+    _die_with_parent()
+    with open(script, encoding="utf-8") as f:
+        modules = script_imports(f.read())
+    for name in modules:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(address)
+    listener.bind(address)
+    listener.listen(64)
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    while True:
+        connection, _ = listener.accept()
+        try:
+            request, fds = _receive(connection)
+        except (OSError, ValueError, ConnectionError):
+            connection.close()
+            continue
+        if os.fork() == 0:
+            listener.close()
+            try:
+                _run_child(connection, request, fds)
+            finally:
+                os._exit(1)
+        connection.close()
+        for fd in fds:
+            os.close(fd)
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], sys.argv[2])
