@@ -27,6 +27,8 @@ import pytest
 from verl.envs.warm_python import LAUNCHER, WarmPython, script_imports
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 SCRIPT = """
 import json, os, sys
 import json as again
@@ -147,3 +149,23 @@ def test_copies_of_a_script_share_one_server(warm, tmp_path):
         (tmp_path / name / "script.py").write_text(SCRIPT)
     first, second = (warm.command("script.py", str(tmp_path / name)) for name in ("one", "two"))
     assert first == second and len(warm._servers) == 1
+
+
+def test_a_server_ends_with_the_process_that_started_it(tmp_path):
+    (tmp_path / "script.py").write_text(SCRIPT)
+    starter = (
+        "import sys, time\n"
+        f"sys.path.insert(0, {REPO!r})\n"
+        "from verl.envs.warm_python import WarmPython\n"
+        "servers = WarmPython()\n"
+        f"servers.command('script.py', {str(tmp_path)!r})\n"
+        "(process, _), = servers._servers.values()\n"
+        "print(process.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", starter], stdout=subprocess.PIPE, text=True)
+    server = int(parent.stdout.readline())
+    assert alive(server)
+    parent.kill()  # as Ray kills a worker: no atexit, no close
+    parent.wait()
+    assert wait_gone([server]) == []

@@ -46,8 +46,8 @@ logger = logging.getLogger(__name__)
 
 LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_launcher.py")
 """The launcher script (standard library only: it runs with `python -S`)."""
-START_TIMEOUT_S = 120.0
-"""Longest the server may take to import the script's modules before `command` falls back to a plain start."""
+PARENT_CHECK_S = 1.0
+"""How often an idle server checks that the process which started it is still there (it ends with it)."""
 
 
 def script_imports(source: str) -> list[str]:
@@ -116,14 +116,6 @@ class WarmPython:
 
 # ----------------------------------------------------------------------------------------------------------------
 # the server
-
-
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when the process that started it ends (a trainer killed by Ray)."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _receive(connection: socket.socket) -> tuple[dict[str, Any], list[int]]:
@@ -206,7 +198,7 @@ def serve(address: str, script: str) -> None:
     """Import the modules `script` imports (those this Python has), then fork a child per launcher connection."""
     import importlib
 
-    _die_with_parent()
+    parent = os.getppid()
     with open(script, encoding="utf-8") as f:
         modules = script_imports(f.read())
     for name in modules:
@@ -220,8 +212,15 @@ def serve(address: str, script: str) -> None:
     listener.listen(64)
     sys.stdout.write("ready\n")
     sys.stdout.flush()
+    listener.settimeout(PARENT_CHECK_S)
     while True:
-        connection, _ = listener.accept()
+        try:
+            connection, _ = listener.accept()
+        except TimeoutError:
+            if os.getppid() != parent:  # the trainer process that started it is gone
+                return
+            continue
+        connection.settimeout(None)
         try:
             request, fds = _receive(connection)
         except (OSError, ValueError, ConnectionError):
