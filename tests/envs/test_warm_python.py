@@ -35,7 +35,7 @@ import json as again
 from email import message  # imported by the server beforehand
 line = sys.stdin.readline()
 print(json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "var": os.environ.get("MY_VAR"), "stdin": line.strip(),
-                  "path0": sys.path[0], "name": __name__}))
+                  "path0": sys.path[0], "name": __name__, "extra": "/tmp/extra-path" in sys.path}))
 print("to stderr", file=sys.stderr)
 mode = os.environ.get("MODE", "")
 if mode == "raise":
@@ -88,7 +88,8 @@ def test_a_script_runs_as_a_plain_python_runs_it(warm, tmp_path, mode):
     (tmp_path / "work" / "script.py").write_text(SCRIPT)
     command = warm.command("script.py", str(tmp_path / "work"))
     assert command[1:3] == ["-S", LAUNCHER]
-    env = {**os.environ, "MY_VAR": "x", "CODE": "3", "MODE": mode}
+    pythonpath = os.pathsep.join(filter(None, ["/tmp/extra-path", os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "MY_VAR": "x", "CODE": "3", "MODE": mode, "PYTHONPATH": pythonpath}
     results = []
     for argv in (command, [sys.executable, "script.py"]):
         result = subprocess.run(
@@ -99,7 +100,7 @@ def test_a_script_runs_as_a_plain_python_runs_it(warm, tmp_path, mode):
     assert warm_run.returncode == plain.returncode == {"": 3, "raise": 1, "message": 1}[mode]
     assert json.loads(warm_run.stdout) == json.loads(plain.stdout)
     assert json.loads(warm_run.stdout)["argv"] == ["script.py", "a", "b c"]
-    assert json.loads(warm_run.stdout)["name"] == "__main__"
+    assert json.loads(warm_run.stdout)["name"] == "__main__" and json.loads(warm_run.stdout)["extra"]
     if mode == "raise":
         assert "KeyError: 'boom'" in warm_run.stderr and "KeyError: 'boom'" in plain.stderr
     else:

@@ -164,6 +164,8 @@ def _run_child(connection: socket.socket, request: dict[str, Any], fds: list[int
     argv = request["argv"]
     sys.argv = list(argv)
     sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+    extra = [entry for entry in request["env"].get("PYTHONPATH", "").split(os.pathsep) if entry]
+    sys.path[1:1] = [entry for entry in extra if entry not in sys.path]  # as a fresh interpreter would put them
     connection.sendall(struct.pack("!i", os.getpid()))
     threading.Thread(target=_watch_launcher, args=(connection,), daemon=True).start()
     code = 0
