@@ -85,6 +85,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="a learnable reward (the response holds a digit), lr 1e-3, validation every --val-freq steps on held-out "
         "prompts; plots validation accuracy against trained samples for each mode to --plot",
     )
+    parser.add_argument(
+        "--reward-delay-ms",
+        type=float,
+        default=0.0,
+        help="each sample's score waits this long more (a sandbox or a remote check), to show what streamed rewards "
+        "(worker.reward.stream) take off the step",
+    )
     parser.add_argument("--val-freq", type=int, default=2)
     parser.add_argument("--plot", default=None, help="--learning: the PNG to write (default: WORKDIR/learning.png)")
     args = parser.parse_args(argv)
@@ -165,6 +172,19 @@ def compute_score(sample):
     accuracy = float(any(character.isdigit() for character in sample["response"]))
     return {"overall": accuracy, "accuracy": accuracy}
 '''
+
+
+def slow_reward_override(args: argparse.Namespace) -> str:
+    """--reward-delay-ms: bench_grpo's reward, each sample's score taking the delay more (a sleep: a remote check
+    that costs no CPU here)."""
+    path = os.path.join(args.workdir, "slow_reward.py")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(bench_grpo.REWARD_SOURCE)
+        f.write(
+            f"\n\n_score = compute_score\n\n\ndef compute_score(sample):\n    import time\n\n"
+            f"    time.sleep({args.reward_delay_ms / 1000.0!r})\n    return _score(sample)\n"
+        )
+    return f"worker.reward.reward_function={path}:compute_score"
 
 
 def learning_overrides(args: argparse.Namespace, paths: dict[str, str]) -> list[str]:
@@ -261,6 +281,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     paths = bench_grpo.write_workload(args.workdir, rows)
     if args.learning:
         args.ours_override = [*learning_overrides(args, paths), *args.ours_override]
+    if args.reward_delay_ms > 0:
+        args.ours_override = [slow_reward_override(args), *args.ours_override]
     runs: list[dict[str, Any]] = []
     for repeat in range(args.repeats):
         for mode, staleness, correction in args.modes:
