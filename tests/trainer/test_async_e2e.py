@@ -309,3 +309,42 @@ def test_a_reward_model_on_its_own_pool_and_a_judge_stream_beside_the_engines(wo
         assert row["reward/overall"] == pytest.approx(expected, abs=1e-5)
         assert "reward_model/truncated_ratio" in row
     assert_reward_model_scores(workspace, rm_dir, "streamed_models", [1, 2])
+
+
+def test_kill_9_of_an_asynchronous_run_resumes_without_losing_or_repeating_a_prompt(workspace):
+    """The driver of a colocated run with max_staleness=1 is killed with SIGKILL after its third checkpoint (the
+    engines hold the next step's prompts, maybe half generated, and later steps may be done but not saved); the next
+    run resumes from the last complete checkpoint, regenerates the prompts that were in flight, and over steps 1-6
+    every prompt is trained exactly once, n samples each."""
+    import subprocess
+    import sys
+    import time
+
+    from verl.trainer.checkpointing import CheckpointTracker, is_complete
+
+    root = workspace["root"]
+    args = run_args(workspace, "killed", "worker.rollout.mode=colocated", "worker.rollout.max_staleness=1")
+    args += ["trainer.save_freq=1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, "-m", "verl.trainer.main", *args, "trainer.max_steps=40"]
+    proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    save = root / "killed"
+    deadline = time.monotonic() + 300
+    try:
+        while (
+            not (save / "checkpoint_tracker.json").exists() or CheckpointTracker.load(str(save)).last_global_step < 3
+        ):
+            assert proc.poll() is None, proc.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, "no third checkpoint within 300 s"
+            time.sleep(0.2)
+    finally:
+        proc.kill()
+        proc.communicate()
+    last = CheckpointTracker.load(str(save)).last_global_step
+    assert last >= 3 and is_complete(str(save / f"global_step_{last}"))
+    run_ppo(load_config([*args, f"trainer.max_steps={last + 3}"]))
+    log = read_log(save)
+    assert max(log) == last + 3 and log[last + 1]["async/staleness_max"] <= 1.0
+    trained = [record["prompt"] for step in range(1, last + 4) for record in read_rollouts(save, step)]
+    counts = Counter(trained)
+    assert set(counts.values()) == {2} and len(counts) == 4 * (last + 3), "a prompt was lost, or trained twice"
