@@ -77,8 +77,14 @@ class WorkerGroups:
 
         handles = []
         for group in (self.actor, self.rollout):
-            if group is not None:
+            if group is None:
+                continue
+            try:
                 handles += group.submit("close_rollout_envs").handles
+            except Exception as err:  # a group half built when the run failed: its processes go anyway
+                logger.warning("Could not ask a worker group to close its rollout environment: %s", err)
+        if not handles:
+            return
         ready, _ = ray.wait(handles, num_returns=len(handles), timeout=ENV_CLOSE_TIMEOUT_S)
         for handle in ready:
             try:
