@@ -471,3 +471,27 @@ def test_asynchronous_episodes_that_fail_stop_the_call_naming_them_and_leave_the
             hung.release.set()
         engine.env, engine.config.env_step_timeout_s = step_env, timeout
         engine.request_loop.turns = None
+
+
+def test_asynchronous_client_episodes_release_what_they_share_when_the_rollout_closes(rollout):
+    """The asynchronous request loop's client episodes live across calls on their event loop; `close_envs` (the
+    workers' close_rollout_envs at the end of a run) releases what they shared, once, and stops that loop."""
+    engine, _ = rollout
+    prompts = _prompts(engine.tokenizer, ["Guess a number.", "Pick one."], 48)
+    step_env = engine.env
+    engine.request_loop.turns = None
+    try:
+        env = _with_env(engine, "ClientCountdown")
+        output = _async_call(engine, prompts)
+        assert list(output.non_tensor_batch["env_turns"]) == [3] * 4
+        turns = engine.request_loop.turns
+        assert turns is not None and getattr(env, "releases", 0) == 0  # kept for the next step's episodes
+        engine.close_envs()
+        assert env.releases == 1 and engine.request_loop.turns is None
+        deadline = time.monotonic() + 10
+        while turns.loop.is_running() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not turns.loop.is_running()
+    finally:
+        engine.env = step_env
+        engine.request_loop.turns = None
