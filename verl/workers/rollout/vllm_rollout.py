@@ -357,9 +357,9 @@ class VLLMRollout:
         self.validate_calls = 0
         # mode=colocated: the samples admitted and not yet returned, kept across calls (generate_async)
         self._taken_version: int | None = None
+        """poll_async: the version whose groups this rank has returned (one batch per step)."""
         self._client_loop: tuple[asyncio.AbstractEventLoop, ChatClientEnv] | None = None
         """The event loop the client-style episodes of `generate_sequences` run on, across calls, and its env."""
-        """poll_async: the version whose groups this rank has returned (one batch per step)."""
         self.request_loop = RequestLoop(
             self.inference_engine, partial(vllm_compat.render_prompt, self.inference_engine)
         )
