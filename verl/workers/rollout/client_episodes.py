@@ -121,24 +121,15 @@ class ClientEpisodes:
         self.working_since = [0.0] * len(episodes)
         """Per episode: when its coroutine last got control back (its start, or the answer to its request)."""
 
-    def run(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def run(self, loop: asyncio.AbstractEventLoop) -> None:
         """Every episode to its end (in place), on `loop`, which then keeps what the episodes shared (a verifiers
         taskset's tool servers) for the next call's episodes; the environment releases it when a call fails or when
-        the loop's owner says (`VLLMRollout.close_envs`). Without a loop: a loop of this call's own, released and
-        closed at its end."""
-        own = loop is None
-        loop = asyncio.new_event_loop() if own else loop
+        the loop's owner says (`VLLMRollout.close_envs`)."""
         try:
             loop.run_until_complete(self._main())
         except BaseException:
             loop.run_until_complete(release_within(self.env, CLOSE_TIMEOUT_S))
             raise
-        else:
-            if own:
-                loop.run_until_complete(release_within(self.env, CLOSE_TIMEOUT_S))
-        finally:
-            if own:
-                loop.close()
 
     async def _main(self) -> None:
         self.changed = asyncio.Event()
@@ -288,7 +279,7 @@ def run_client_episodes(
     episodes: list[Episode],
     prompts: list[list[dict[str, Any]]],
     model: str,
-    loop: asyncio.AbstractEventLoop | None = None,
+    loop: asyncio.AbstractEventLoop,
 ) -> None:
     """Run `env.rollout` for every episode (prompt messages `prompts[i]`) on the engine (see `ClientEpisodes`)."""
     ClientEpisodes(runner, env, episodes, prompts, model).run(loop)

@@ -24,6 +24,7 @@ import gc
 import logging
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -62,6 +63,22 @@ _DTYPES.update({"fp32": "float32", "float32": "float32"})
 CPU_DEFAULT_KV_CACHE_MB = 256
 POLL_ENGINE_STEPS = 32
 """poll_async: most engine steps per call (a count, not a time, so tensor-parallel peers step alike)."""
+
+
+@dataclass(frozen=True)
+class _AsyncCall:
+    """The settings of one generate_async / poll_async call on this rank."""
+
+    tp_rank: int
+    tp_size: int
+    quota: int
+    version: int
+    max_staleness: int | None
+    budget: int
+    n: int
+    make_params: Callable[[int, int | None], Any]
+
+
 # SamplingParams fields a caller may not override per call: the padded shapes depend on them.
 _FIXED_SAMPLING_KEYS = {"max_tokens", "detokenize", "output_kind"}
 
@@ -549,20 +566,12 @@ class VLLMRollout:
         every admitted group completes in this call). The unfinished samples stay in this process, aborted in the
         engine, until the next call.
         """
-        tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
-        prompts, seed_rank = gather_tensor_parallel_prompts(prompts, self.rank, tp_group, tp_size)
-        meta = prompts.meta_info
-        quota, version = int(meta["quota"]) * tp_size, int(meta["version"])
-        budget = self.call_response_length(meta)
-        n, greedy, make_params = self.async_sampling(meta)
+        call = self._start_async_call(prompts)
         with preserved_rng_state(), self._cleared_on_error():
-            if len(prompts) > 0:
-                self.admit(prompts, version, budget, seed_rank, n, greedy)
-            staleness = meta.get("max_staleness")
-            groups = self.request_loop.run(quota, version, make_params, None if staleness is None else int(staleness))
-        output = self.groups_to_rollout(groups, n, budget)
+            groups = self.request_loop.run(call.quota, call.version, call.make_params, call.max_staleness)
+        output = self.groups_to_rollout(groups, call.n, call.budget)
         output.meta_info["in_flight_groups"] = self.request_loop.in_flight
-        return output.chunk(tp_size)[tp_rank] if tp_size > 1 else output
+        return output.chunk(call.tp_size)[call.tp_rank] if call.tp_size > 1 else output
 
     def poll_async(self, prompts: DataProto) -> dict[str, Any]:
         """`generate_async` in slices, so the driver can score groups while the engine generates (streamed rewards,
@@ -571,36 +580,46 @@ class VLLMRollout:
         are there (then None for the rest of the step), and "complete", the groups completed since the last call
         (copies, the step's own included; on tensor-parallel rank 0 only), or None. The engine's requests stay in it
         between calls, so the steps taken are those of one `generate_async` call."""
-        tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
-        prompts, seed_rank = gather_tensor_parallel_prompts(prompts, self.rank, tp_group, tp_size)
-        meta = prompts.meta_info
-        quota, version = int(meta["quota"]) * tp_size, int(meta["version"])
-        budget = self.call_response_length(meta)
-        n, greedy, make_params = self.async_sampling(meta)
+        call = self._start_async_call(prompts)
         loop = self.request_loop
         groups = None
-        with self._cleared_on_error():
-            if len(prompts) > 0:
-                self.admit(prompts, version, budget, seed_rank, n, greedy)
-            if self._taken_version != version:
-                staleness = meta.get("max_staleness")
-                with preserved_rng_state():
-                    groups = loop.run(
-                        quota,
-                        version,
-                        make_params,
-                        None if staleness is None else int(staleness),
-                        max_engine_steps=POLL_ENGINE_STEPS,
-                    )
+        if self._taken_version != call.version:
+            with preserved_rng_state(), self._cleared_on_error():
+                groups = loop.run(
+                    call.quota, call.version, call.make_params, call.max_staleness, max_engine_steps=POLL_ENGINE_STEPS
+                )
         fresh = loop.newly_complete(groups)
         batch = None
         if groups is not None:
-            self._taken_version = version
-            batch = self.groups_to_rollout(groups, n, budget)
+            self._taken_version = call.version
+            batch = self.groups_to_rollout(groups, call.n, call.budget)
             batch.meta_info["in_flight_groups"] = loop.in_flight
-            batch = batch.chunk(tp_size)[tp_rank] if tp_size > 1 else batch
-        complete = self.groups_to_rollout(fresh, n, budget) if fresh and tp_rank == 0 else None
+            batch = batch.chunk(call.tp_size)[call.tp_rank] if call.tp_size > 1 else batch
+        complete = self.groups_to_rollout(fresh, call.n, call.budget) if fresh and call.tp_rank == 0 else None
         return {"batch": batch, "complete": complete}
+
+    def _start_async_call(self, prompts: DataProto) -> "_AsyncCall":
+        """What generate_async and poll_async begin with: the tensor-parallel group's prompts gathered, the call's
+        settings read from their meta_info, and the rows admitted (a failed admission clears the request loop)."""
+        tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
+        prompts, seed_rank = gather_tensor_parallel_prompts(prompts, self.rank, tp_group, tp_size)
+        meta = prompts.meta_info
+        staleness = meta.get("max_staleness")
+        n, greedy, make_params = self.async_sampling(meta)
+        call = _AsyncCall(
+            tp_rank=tp_rank,
+            tp_size=tp_size,
+            quota=int(meta["quota"]) * tp_size,
+            version=int(meta["version"]),
+            max_staleness=None if staleness is None else int(staleness),
+            budget=self.call_response_length(meta),
+            n=n,
+            make_params=make_params,
+        )
+        if len(prompts) > 0:
+            with self._cleared_on_error():
+                self.admit(prompts, call.version, call.budget, seed_rank, n, greedy)
+        return call
 
     def close_envs(self) -> None:
         """End what the environment's episodes share across rollout calls (a verifiers taskset's tool servers): the
