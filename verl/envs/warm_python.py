@@ -32,6 +32,7 @@ import hashlib
 import json
 import logging
 import os
+import select
 import signal
 import socket
 import struct
@@ -46,6 +47,8 @@ logger = logging.getLogger(__name__)
 
 LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_launcher.py")
 """The launcher script (standard library only: it runs with `python -S`)."""
+START_TIMEOUT_S = 120.0
+"""Longest a server may take to import a script's modules; past it the script starts plainly."""
 PARENT_CHECK_S = 1.0
 """How often an idle server checks that the process which started it is still there (it ends with it)."""
 
@@ -94,8 +97,8 @@ class WarmPython:
             stdout=subprocess.PIPE,
             close_fds=True,
         )
-        ready = process.stdout.readline() if process.stdout is not None else b""  # after its imports
-        if ready.strip() != b"ready":
+        ready, _, _ = select.select([process.stdout], [], [], START_TIMEOUT_S)  # it says so after its imports
+        if not ready or process.stdout.readline().strip() != b"ready":
             logger.warning("The warm Python server for %s did not start; its script starts plainly.", path)
             with contextlib.suppress(OSError):
                 process.kill()
