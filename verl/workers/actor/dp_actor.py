@@ -53,18 +53,30 @@ def token_head(
 
     With `use_torch_compile` on CUDA it is compiled (dynamic shapes: the token count changes every micro-batch), which
     fuses the float32 upcast, temperature scaling, log-softmax gather and entropy into fewer passes over the logits.
+    The compiled head gets the temperature as a 0-d float32 tensor on the logits' device: given the Python float,
+    torch.compile makes it a float64 CPU tensor input, which the graph of an update saves for its backward; that
+    needs a CPU kernel, and Inductor's first CPU kernel in a process probes the host's C++ toolchain in a child
+    Python (a minute on an H200 machine under torch 2.11, and a hang in the LoRA worker test).
     """
 
-    def head(logits: torch.Tensor, labels: torch.Tensor, temperature: float, with_entropy: bool) -> dict:
+    def head(
+        logits: torch.Tensor, labels: torch.Tensor, temperature: float | torch.Tensor, with_entropy: bool
+    ) -> dict:
         logits = logits.float() / temperature
         out = {"log_probs": log_probs_from_logits(logits, labels)}
         if with_entropy:
             out["entropy"] = entropy_from_logits(logits)
         return out
 
-    if use_torch_compile and device_utils.get_device_type() == "cuda":
-        return torch.compile(head, dynamic=True)
-    return head
+    if not (use_torch_compile and device_utils.get_device_type() == "cuda"):
+        return head
+    compiled = torch.compile(head, dynamic=True)
+
+    def on_device(logits: torch.Tensor, labels: torch.Tensor, temperature: float, with_entropy: bool) -> dict:
+        # new_full fills on the device: no host-to-device copy, so no host sync between micro-batches
+        return compiled(logits, labels, logits.new_full((), float(temperature), dtype=torch.float32), with_entropy)
+
+    return on_device
 
 
 # ---------------------------------------------------------------------------------------------- actor
