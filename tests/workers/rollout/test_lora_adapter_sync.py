@@ -22,6 +22,7 @@ pass the same check with its image probe (transformers' `model.language_model` n
 """
 
 import os
+import re
 
 import pytest
 import torch
@@ -220,6 +221,7 @@ def test_adapter_sync_for_a_vision_language_model(tmp_path):
     from verl.models.config import LoraConfig
     from verl.models.lora import apply_lora
     from verl.workers.rollout.config import RolloutConfig
+    from verl.workers.rollout.vllm_compat import lora_base_layer_names
     from verl.workers.rollout.vllm_rollout import VLLMRollout
     from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager, probe_log_prob_gap
 
@@ -241,6 +243,29 @@ def test_adapter_sync_for_a_vision_language_model(tmp_path):
     rollout = VLLMRollout(model_dir, config, processor.tokenizer, processor, lora_rank=RANK)
     manager = FSDPVLLMShardingManager(actor, rollout, verify=True)
     assert not any("visual" in name for name in manager.adapter_names)
+
+    # vLLM before 0.32 loads base weights into its LoRA-wrapped layers only under `.base_layer.` names (the GPU path;
+    # this CPU engine reloads in place, which resolves them itself): against this engine's module tree, exactly the
+    # language model's seven adapted projections are renamed, never the vision tower's q/k/v or gate/up/down
+    names = sorted(manager.names.values())
+    projection = re.compile(r"(^|\.)layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.(weight|bias)$")
+    expected = {name for name in names if projection.search(name) and "visual" not in name}
+    assert any(re.search(r"visual\..*mlp\.(gate|up|down)_proj\.weight$", name) for name in names)
+    pairs = [(name, torch.empty(0)) for name in names]
+
+    def renamed(wrappers_load: bool | None):
+        return lambda model: [name for name, _ in lora_base_layer_names(model, pairs, wrappers_load)]
+
+    (old_vllm,) = rollout.inference_engine.apply_model(renamed(False))
+    assert {name for name, new in zip(names, old_vllm) if new != name} == expected and len(
+        expected
+    ) % 10 == 0  # 7 weights, 3 biases a layer
+    assert all(
+        new == name.replace(".weight", ".base_layer.weight").replace(".bias", ".base_layer.bias")
+        for name, new in zip(names, old_vllm)
+        if name in expected
+    )
+    assert rollout.inference_engine.apply_model(renamed(None)) == [names]  # 0.32: the wrappers load them themselves
     assert manager.adapter_names["model.language_model.layers.0.mlp.down_proj.lora_B.default.weight"] == (
         "base_model.model.model.layers.0.mlp.down_proj.lora_B.weight"
     )

@@ -21,7 +21,7 @@ Tested with the vLLM versions in `TESTED_VLLM_VERSIONS`.
 """
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -104,7 +104,43 @@ def load_weights(llm: Any, weights: Iterable[tuple[str, torch.Tensor]], in_place
         silence_rotary_reload_warning()
         llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
     else:
-        llm.apply_model(lambda model: model.load_weights(iter(weights)))
+        llm.apply_model(lambda model: model.load_weights(lora_base_layer_names(model, weights)))
+
+
+def lora_base_layer_names(
+    model: Any, weights: Iterable[tuple[str, torch.Tensor]], wrappers_load: bool | None = None
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """`weights` with the checkpoint names of the linear layers vLLM wrapped for LoRA pointed at their base layers.
+
+    With LoRA enabled (`rollout.lora_sync=adapters`) vLLM replaces each adapted linear layer (q/k/v, o, gate/up,
+    down) by a wrapper that holds the original as `base_layer`. From vLLM 0.32 the wrapper loads checkpoint weights
+    into it; before (0.26 was checked) the model's `load_weights` stops at the wrapper ("no module or parameter
+    named ...qkv_proj.weight"), so `x.q_proj.weight` must arrive as `x.q_proj.base_layer.weight`, which the model's
+    own q/k/v stacking then maps to the wrapper's base layer. A wrapped layer is matched by the last three parts of
+    its module path and its (unfused) layer name (`layers.0.self_attn` + `q_proj`), which checkpoint and engine
+    names share for Qwen2 and the language models of Qwen2.5-VL and Qwen3-VL; a vision tower is never wrapped
+    (its `blocks.N` paths match nothing). `wrappers_load` overrides the version check (for tests).
+    """
+    try:
+        from vllm.lora.layers import BaseLayerWithLoRA
+    except ImportError:  # a vLLM without LoRA layers
+        yield from weights
+        return
+    if wrappers_load is None:
+        wrappers_load = callable(vars(BaseLayerWithLoRA).get("load_weights"))
+    packed = getattr(model, "packed_modules_mapping", None) or {}
+    wrapped = set()
+    if not wrappers_load:
+        for path, module in model.named_modules():
+            if isinstance(module, BaseLayerWithLoRA):
+                *parents, leaf = path.split(".")
+                wrapped.update((*parents[-3:], part) for part in packed.get(leaf, [leaf]))
+    for name, tensor in weights:
+        module_path, _, parameter = name.rpartition(".")
+        *parents, leaf = module_path.split(".")
+        if (*parents[-3:], leaf) in wrapped:
+            name = f"{module_path}.base_layer.{parameter}"
+        yield name, tensor
 
 
 def reset_caches_after_weight_update(llm: Any) -> None:
