@@ -17,7 +17,14 @@ Run them on a CUDA machine with `pytest tests/gpu -rs`; `-m "not gpu"` leaves th
 
 A failure's traceback is written as soon as the test fails, not only in pytest's end-of-run summary: GPU sessions
 run under a hard deadline, and a run stopped at it must still show why the tests before it failed.
+
+vLLM's sleep mode allows one engine per process at a time ("CuMem allocator can only be used for one instance per
+process"): after each test its engine is let go (the failed test's traceback, which pytest keeps for post-mortem
+debugging, held it) and collected, so the next test can start its own.
 """
+
+import gc
+import sys
 
 import pytest
 import torch
@@ -48,3 +55,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytes
             reporter.write_line("\n".join(captured.splitlines()[-60:]))
         reporter.write(f"{'!' * 20} end of {report.nodeid}\n", flush=True)
     return report
+
+
+@pytest.fixture(autouse=True)
+def _release_engines():
+    """After each test: drop the references a failure's traceback keeps and collect, so its engine's memory is freed
+    before the next test builds one."""
+    yield
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        if hasattr(sys, name):
+            setattr(sys, name, None)
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
