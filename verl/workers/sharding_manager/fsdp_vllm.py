@@ -256,6 +256,7 @@ def sync_weights(
     names: dict[str, str] | None = None,
     in_place_reload: bool | None = None,
     merge_lora: bool = True,
+    caches_empty: bool = False,
 ) -> dict[str, float]:
     """Stream the actor's full weights into `llm` (a `vllm.LLM`) and reset its caches; returns sync figures.
     `merge_lora=False` sends a LoRA actor's base weights without its adapters.
@@ -263,7 +264,9 @@ def sync_weights(
     Collective over the FSDP mesh: every rank must call it. `in_place_reload` defaults to True on CPU, where the
     engine's `reload_weights` is the only working path; on GPU the model's `load_weights` runs on the woken engine.
     The cache resets are required: cached KV blocks or vision embeddings of the old weights would otherwise be reused,
-    giving silently wrong outputs (see vllm_compat.reset_caches_after_weight_update).
+    giving silently wrong outputs (see vllm_compat.reset_caches_after_weight_update). `caches_empty=True` skips them
+    where nothing ran since the engine's caches were cleared (vLLM's sleep clears them): the prefix-cache reset walks
+    every KV block of the cache, 0.06 s of a 0.14 s sync profiled on an H200 at gpu_memory_utilization=0.3.
     """
     names = names if names is not None else checkpoint_names(fsdp_module)
     in_place_reload = (not on_gpu()) if in_place_reload is None else in_place_reload
@@ -272,21 +275,28 @@ def sync_weights(
     with torch.no_grad():
         weights = iter_full_weights(fsdp_module, dtype, names, stats, merge_lora)
         vllm_compat.load_weights(llm, weights, in_place_reload)
-    vllm_compat.reset_caches_after_weight_update(llm)
+    if not caches_empty:
+        vllm_compat.reset_caches_after_weight_update(llm)
     stats["seconds"] = time.perf_counter() - start
     return stats
 
 
 def sync_adapters(
-    fsdp_module: nn.Module, adapter: EngineAdapter, dtype: torch.dtype, names: dict[str, str]
+    fsdp_module: nn.Module,
+    adapter: EngineAdapter,
+    dtype: torch.dtype,
+    names: dict[str, str],
+    caches_empty: bool = False,
 ) -> dict[str, float]:
     """Gather the actor's LoRA adapters and load them into the engine as a new adapter (`adapter.request`); returns
-    sync figures as `sync_weights` does. Collective over the FSDP mesh: every rank must call it."""
+    sync figures as `sync_weights` does (`caches_empty` as there). Collective over the FSDP mesh: every rank must call
+    it."""
     stats = {"num_params": 0, "bytes": 0, "max_param_bytes": 0, "gather_seconds": 0.0}
     start = time.perf_counter()
     with torch.no_grad():
         adapter.load(iter_adapter_weights(fsdp_module, dtype, names, stats))
-    vllm_compat.reset_caches_after_weight_update(adapter.llm)
+    if not caches_empty:
+        vllm_compat.reset_caches_after_weight_update(adapter.llm)
     stats["seconds"] = time.perf_counter() - start
     return stats
 
@@ -419,16 +429,17 @@ class FSDPVLLMShardingManager:
         `lora_sync=adapters` the base weights the first time and the adapters every time (the engine keeps its base
         weights between rollouts: on the GPU it sleeps at level 1 then); its metrics."""
         dtype = self.rollout.torch_dtype
+        # with sleep mode the engine slept since its last request, and vLLM's sleep cleared its caches
+        empty = self.rollout.sleep_mode
+        llm = self.rollout.inference_engine
         if self.adapter is None:
-            parts = [sync_weights(self.module, self.rollout.inference_engine, dtype, self.names)]
+            parts = [sync_weights(self.module, llm, dtype, self.names, caches_empty=empty)]
         else:
             parts = []
             if not self._base_synced:
-                parts.append(
-                    sync_weights(self.module, self.rollout.inference_engine, dtype, self.names, merge_lora=False)
-                )
+                parts.append(sync_weights(self.module, llm, dtype, self.names, merge_lora=False, caches_empty=empty))
                 self._base_synced = True
-            parts.append(sync_adapters(self.module, self.adapter, dtype, self.adapter_names))
+            parts.append(sync_adapters(self.module, self.adapter, dtype, self.adapter_names, caches_empty=empty))
             self.rollout.lora_request = self.adapter.request
         metrics = {
             "timing_s/sync_weights": sum(part["seconds"] for part in parts),
