@@ -158,7 +158,8 @@ def bench_sync(args: argparse.Namespace, model_dir: str, rollout: Any) -> dict[s
     from torch.distributed.fsdp import fully_shard
     from transformers import AutoModelForCausalLM
 
-    from verl.workers.sharding_manager.fsdp_vllm import checkpoint_names, iter_full_weights, sync_weights
+    from verl.workers.sharding_manager.engine_layout import LayoutError
+    from verl.workers.sharding_manager.fsdp_vllm import checkpoint_names, engine_copy, iter_full_weights, sync_weights
 
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     actor = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)  # fp32 master weights
@@ -181,6 +182,24 @@ def bench_sync(args: argparse.Namespace, model_dir: str, rollout: Any) -> dict[s
     for _ in range(args.repeats - 1):
         sync_times.append(_time(lambda: sync_weights(actor, rollout.inference_engine, rollout.torch_dtype, names)))
         copy_times.append(_time(plain_copy))
+
+    # the same sync without the cache reset (what a sleep-mode engine does), and the direct copy (weight_sync=direct)
+    llm = rollout.inference_engine
+    variants = {"sync_no_reset_s": None}
+    try:
+        variants["sync_direct_s"] = engine_copy(actor, llm, names)
+    except (LayoutError, RuntimeError) as error:
+        print(f"direct copy not available here: {error}")
+    variant_s: dict[str, float] = {}
+    for key, copy in variants.items():
+
+        def sync(copy=copy) -> None:
+            sync_weights(actor, llm, rollout.torch_dtype, names, caches_empty=True, copy=copy)
+
+        sync()  # warm-up
+        variant_s[key] = min(_time(sync) for _ in range(args.repeats))
+    if "sync_direct_s" in variants:  # leave the engine as vLLM's loader fills it, for the generation benchmark
+        sync_weights(actor, llm, rollout.torch_dtype, names)
 
     def gather_only() -> None:  # the actor side alone: every parameter gathered, cast and dropped
         stats = {"num_params": 0, "bytes": 0, "max_param_bytes": 0}
@@ -207,13 +226,20 @@ def bench_sync(args: argparse.Namespace, model_dir: str, rollout: Any) -> dict[s
         f"weight sync: {sync_s * 1e3:.1f} ms (of which gathering {gather_s * 1e3:.1f} ms; the rest is vLLM's reload "
         f"and weight repacking) vs plain state-dict copy {copy_s * 1e3:.2f} ms ({size_mb:.1f} MiB)"
     )
-    return {
+    for key, seconds in variant_s.items():
+        what = "direct copy, no cache reset" if key == "sync_direct_s" else "vLLM's loader, no cache reset"
+        print(f"  {what}: {seconds * 1e3:.1f} ms = {seconds / copy_s:.1f}x the plain copy")
+    figures = {
         "sync_weights_s": sync_s,
         "sync_gather_only_s": gather_s,
         "plain_copy_s": copy_s,
         "sync_vs_copy": sync_s / copy_s,
         "weights_mib": size_mb,
+        **variant_s,
     }
+    if "sync_direct_s" in variant_s:
+        figures["direct_vs_copy"] = variant_s["sync_direct_s"] / copy_s
+    return figures
 
 
 def main() -> None:

@@ -393,6 +393,35 @@ def test_lora_actor_rollout_ref_on_cuda(workspace, tmp_path):
     assert torch.equal(reloaded, after), (reloaded - after).abs().max()
 
 
+def test_direct_weight_copy_equals_vllms_loader_on_cuda(workspace):
+    """rollout.weight_sync=direct on CUDA: the first sync copies into the engine's own parameters and is checked
+    against the actor without verify_weight_sync; every engine parameter then equals, bit for bit, what vLLM's loader
+    writes from the same actor."""
+    pytest.importorskip("vllm", reason="needs vLLM's GPU build (pip install vllm)")
+    from verl.workers.fsdp_workers import FSDPWorker
+    from verl.workers.rollout import vllm_compat
+    from verl.workers.sharding_manager.fsdp_vllm import sync_weights
+
+    config = worker_config(workspace, "worker.rollout.weight_sync=direct")
+    worker = FSDPWorker(config, "actor_rollout", device="cuda")
+    worker.init_model()
+    manager = worker.sharding_manager
+    assert manager.direct is not None and not manager.verify
+    synced = worker.prepare_rollout_engine()
+    assert synced["rollout/weight_sync_mean_gap"] < 0.1, synced  # the check of the first direct copy
+    llm = worker.rollout.inference_engine
+    direct = {name: param.detach().clone() for name, param in vllm_compat.engine_parameters(llm).items()}
+    sync_weights(manager.module, llm, worker.rollout.torch_dtype, manager.names)  # vLLM's loader
+    loaded = vllm_compat.engine_parameters(llm)
+    assert direct.keys() == loaded.keys()
+    for name, tensor in direct.items():
+        assert torch.equal(tensor, loaded[name]), name
+    worker.release_rollout_engine()
+    second = worker.prepare_rollout_engine()
+    assert "rollout/weight_sync_mean_gap" not in second  # checked once per run
+    worker.release_rollout_engine()
+
+
 def test_lora_adapter_sync_on_cuda(workspace):
     """rollout.lora_sync=adapters on CUDA: the bf16 base goes to the engine once and survives its sleep (level 1),
     the adapters follow every update; the weight check (engine probe with the LoRA request) passes before and after

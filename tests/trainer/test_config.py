@@ -544,6 +544,26 @@ def test_lora_sync_adapters_needs_language_model_adapters(files):
         load_config([*base_args(files), f"{lora}.rank=8", "worker.rollout.lora_sync=adapter"])
 
 
+def test_weight_sync_direct_is_refused_where_it_is_not_built(files, monkeypatch):
+    """rollout.weight_sync=direct copies into a CUDA engine's own parameters: refused on the CPU (the engine repacks
+    its linear weights), with tensor-parallel engines, LoRA adapter syncs and the disaggregated pool; the key named."""
+    direct = "worker.rollout.weight_sync=direct"
+    assert load_config(base_args(files)).worker.rollout.weight_sync == "loader"
+    with pytest.raises(ConfigError, match=r"weight_sync=direct: it needs CUDA: the CPU engine repacks"):
+        load_config([*base_args(files), direct])
+    with pytest.raises(ConfigError, match=r"'worker.rollout.weight_sync' is 'copy'"):
+        load_config([*base_args(files), "worker.rollout.weight_sync=copy"])
+    monkeypatch.setattr("verl.trainer.config.is_cuda_available", lambda: True)
+    cuda = [*base_args(files), "trainer.device=cuda", "trainer.n_gpus_per_node=1", direct]
+    config = load_config([*cuda, "worker.rollout.tensor_parallel_size=1"])
+    assert config.worker.rollout.weight_sync == "direct"
+    with pytest.raises(ConfigError, match=r"weight_sync=direct: tensor_parallel_size=2 shards"):
+        load_config([*base_args(files), "trainer.device=cuda", "trainer.n_gpus_per_node=2", direct])
+    lora = ["worker.actor.model.lora.rank=8", "worker.rollout.lora_sync=adapters"]
+    with pytest.raises(ConfigError, match=r"weight_sync=direct: with lora_sync=adapters .* set worker.rollout.weigh"):
+        load_config([*cuda, "worker.rollout.tensor_parallel_size=1", *lora])
+
+
 def test_ulysses_sizes_are_checked_against_devices_heads_and_model_kind(files):
     import json
 

@@ -77,3 +77,42 @@ def test_a_layout_it_does_not_know_is_refused_by_name():
         {"a.qkv.weight": (8, 4), "a.norm.weight": (4,)},
     )
     assert gaps == ["a.qkv.weight: rows [(0, 4), (6, 2)] do not tile its 8 rows", "a.norm.weight: no actor parameter"]
+
+
+def test_the_direct_copy_refuses_the_cpu_engines_repacked_weights_by_name(engine_and_actor):
+    from verl.workers.sharding_manager.engine_layout import EngineCopy, LayoutError
+
+    engine, packed, actor, tied = engine_and_actor
+    with pytest.raises(LayoutError, match=r"qkv_proj.weight \(shape \[0\]\) cannot take the actor's .*q_proj.weight"):
+        EngineCopy(lambda: engine, packed, {k: v.shape for k, v in actor.items()}, tied)
+
+
+def test_the_direct_copy_writes_what_vllms_loader_wrote(engine_and_actor):
+    """Into zeroed stand-ins of the engine's parameters with the GPU engine's shapes (the fused weights as rows, where
+    the CPU engine repacked them), the copy of the actor's tensors reproduces every value vLLM's loader put in the
+    CPU engine (embeddings, norms, the fused q/k/v biases), and stacks each fused weight's parts in order."""
+    from verl.workers.sharding_manager.engine_layout import EngineCopy
+
+    engine, packed, actor, tied = engine_and_actor
+    shapes = {k: v.shape for k, v in actor.items()}
+    placements = engine_placements(shapes, engine, packed, tied)
+    rows: dict[str, int] = {}
+    for placement in placements.values():
+        rows[placement.engine_name] = max(rows.get(placement.engine_name, 0), placement.offset + placement.rows)
+    inner = {name: shapes[name][1:] for name in placements}
+    stand_ins = {}
+    for name, tensor in engine.items():
+        if tensor.numel():
+            stand_ins[name] = torch.zeros_like(tensor)
+        else:  # repacked on the CPU: the GPU engine's (rows, in) weight
+            part = next(actor_name for actor_name, p in placements.items() if p.engine_name == name)
+            stand_ins[name] = torch.zeros(rows[name], *inner[part])
+    copy = EngineCopy(lambda: stand_ins, packed, shapes, tied)
+    written = copy.copy(actor.items())
+    assert written == set(engine)
+    for name, tensor in engine.items():
+        if tensor.numel():
+            assert torch.equal(stand_ins[name], tensor), name
+    fused = stand_ins["model.layers.0.mlp.gate_up_proj.weight"]
+    expected = torch.cat([actor["model.layers.0.mlp.gate_proj.weight"], actor["model.layers.0.mlp.up_proj.weight"]])
+    assert torch.equal(fused, expected)

@@ -563,6 +563,7 @@ def check_cross_section(config: PPOConfig) -> None:
         )
     _check_async(config)
     _check_lora_sync(config)
+    _check_weight_sync(config)
     for role, section in (("actor", worker.actor), ("critic", worker.critic)):
         if section.ulysses_size != 1:
             _check_ulysses(config, role, section)
@@ -675,6 +676,25 @@ def _check_rollout_pool(config: PPOConfig) -> None:
             "disaggregated every rollout process is one engine on one GPU (tensor-parallel engines across the "
             "rollout pool are not built yet); set it to 1."
         )
+
+
+def _check_weight_sync(config: PPOConfig) -> None:
+    """rollout.weight_sync=direct copies into the engine's own parameters: built for one engine per process on CUDA
+    holding merged weights (engine_layout)."""
+    rollout = config.worker.rollout
+    if rollout.weight_sync != "direct":
+        return
+    why = None
+    if config.trainer.device == "cpu" or not is_cuda_available():
+        why = "it needs CUDA: the CPU engine repacks its linear weights, so only vLLM's loader can fill them"
+    elif rollout.mode == "disaggregated":
+        why = "with mode=disaggregated the rollout pool receives the weights by broadcast"
+    elif rollout.tensor_parallel_size > 1:
+        why = f"tensor_parallel_size={rollout.tensor_parallel_size} shards the engine's parameters (not built)"
+    elif rollout.lora_sync == "adapters":
+        why = "with lora_sync=adapters the engine's linear layers are LoRA wrappers (use lora_sync=merged)"
+    if why:
+        raise ConfigError(f"worker.rollout.weight_sync=direct: {why}; set worker.rollout.weight_sync=loader.")
 
 
 def _check_lora_sync(config: PPOConfig) -> None:

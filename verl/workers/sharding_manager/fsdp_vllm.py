@@ -37,6 +37,7 @@ from verl.models.lora import base_name, is_adapter_param, lora_merge_plan, merge
 from verl.utils import device as device_utils
 from verl.workers.rollout import vllm_compat
 from verl.workers.rollout.vllm_rollout import VLLMRollout, on_gpu
+from verl.workers.sharding_manager.engine_layout import EngineCopy, LayoutError
 from verl.workers.sharding_manager.lora_adapters import EngineAdapter, adapter_checkpoint_names, peft_config_of
 
 
@@ -257,6 +258,7 @@ def sync_weights(
     in_place_reload: bool | None = None,
     merge_lora: bool = True,
     caches_empty: bool = False,
+    copy: EngineCopy | None = None,
 ) -> dict[str, float]:
     """Stream the actor's full weights into `llm` (a `vllm.LLM`) and reset its caches; returns sync figures.
     `merge_lora=False` sends a LoRA actor's base weights without its adapters.
@@ -266,7 +268,9 @@ def sync_weights(
     The cache resets are required: cached KV blocks or vision embeddings of the old weights would otherwise be reused,
     giving silently wrong outputs (see vllm_compat.reset_caches_after_weight_update). `caches_empty=True` skips them
     where nothing ran since the engine's caches were cleared (vLLM's sleep clears them): the prefix-cache reset walks
-    every KV block of the cache, 0.06 s of a 0.14 s sync profiled on an H200 at gpu_memory_utilization=0.3.
+    every KV block of the cache, 0.06 s of a 0.14 s sync profiled on an H200 at gpu_memory_utilization=0.3. With
+    `copy` (rollout.weight_sync=direct) the tensors are copied into the engine's parameters instead of going through
+    vLLM's loader.
     """
     names = names if names is not None else checkpoint_names(fsdp_module)
     in_place_reload = (not on_gpu()) if in_place_reload is None else in_place_reload
@@ -274,11 +278,28 @@ def sync_weights(
     start = time.perf_counter()
     with torch.no_grad():
         weights = iter_full_weights(fsdp_module, dtype, names, stats, merge_lora)
-        vllm_compat.load_weights(llm, weights, in_place_reload)
+        if copy is not None:
+            copy.copy(weights)
+            device_utils.synchronize()  # the copies are queued: the sync's time includes them
+        else:
+            vllm_compat.load_weights(llm, weights, in_place_reload)
     if not caches_empty:
         vllm_compat.reset_caches_after_weight_update(llm)
     stats["seconds"] = time.perf_counter() - start
     return stats
+
+
+def engine_copy(fsdp_module: nn.Module, llm: Any, names: dict[str, str]) -> EngineCopy:
+    """The direct weight copy (rollout.weight_sync=direct) from `fsdp_module` into `llm`'s parameters; raises
+    LayoutError (the engine's layout does not take the actor's tensors by rows) or RuntimeError (the engine runs in
+    another process), naming why."""
+    shapes = {
+        names[name]: tuple(param.shape)
+        for name, param in fsdp_module.named_parameters(remove_duplicate=False)
+        if name in names
+    }
+    tied = bool(getattr(getattr(fsdp_module, "config", None), "tie_word_embeddings", False))
+    return EngineCopy(lambda: vllm_compat.engine_parameters(llm), vllm_compat.packed_modules(llm), shapes, tied)
 
 
 def sync_adapters(
@@ -396,6 +417,20 @@ class FSDPVLLMShardingManager:
             parameters = [name for name, _ in module.named_parameters(remove_duplicate=False)]
             self.adapter_names = adapter_checkpoint_names(parameters, self.names)
             self.adapter = EngineAdapter(rollout.inference_engine, peft_config_of(module))
+        # rollout.weight_sync=direct: the copy into the engine's parameters, checked against the actor once
+        self.direct = self._engine_copy() if rollout.config.weight_sync == "direct" else None
+        self._direct_checked = False
+
+    def _engine_copy(self) -> EngineCopy | None:
+        """The direct copy's placements for this actor and engine, or None (with a warning naming why) where the
+        engine does not take the actor's tensors by rows: the sync then uses vLLM's loader."""
+        try:
+            return engine_copy(self.module, self.rollout.inference_engine, self.names)
+        except (LayoutError, RuntimeError) as error:
+            logger.warning(
+                "worker.rollout.weight_sync=direct: %s The weights go through vLLM's loader instead.", error
+            )
+            return None
 
     def prepare(self) -> dict[str, float]:
         """Save the RNG, wake the engine (GPU), sync the weights, optionally verify them; returns metrics.
@@ -416,7 +451,9 @@ class FSDPVLLMShardingManager:
             device_utils.empty_cache()
         if self.rollout.sleep_mode:
             llm.wake_up(tags=["kv_cache"])
-        if self.verify:  # a debugging aid: with offloading it brings the shards back once more for the probe
+        # a debugging aid, and the first direct copy of a run: with offloading the shards come back for the probe
+        if self.verify or (self.direct is not None and not self._direct_checked):
+            self._direct_checked = True
             if self.offload_params:
                 load_fsdp_model(self.module, self.device)
             metrics.update(self.check_weights())
@@ -433,7 +470,7 @@ class FSDPVLLMShardingManager:
         empty = self.rollout.sleep_mode
         llm = self.rollout.inference_engine
         if self.adapter is None:
-            parts = [sync_weights(self.module, llm, dtype, self.names, caches_empty=empty)]
+            parts = [sync_weights(self.module, llm, dtype, self.names, caches_empty=empty, copy=self.direct)]
         else:
             parts = []
             if not self._base_synced:
@@ -460,7 +497,8 @@ class FSDPVLLMShardingManager:
                 f"Weight sync check failed: the engine's probe log-probs differ from the actor's by {mean_gap:.3g} on "
                 f"average (max {max_gap:.3g}, tolerance {tolerance}); the engine does not hold the actor's weights. "
                 "Check the parameter names (fsdp_vllm.checkpoint_names) and vLLM's warnings about weights it failed "
-                "to load (with rollout.lora_sync=adapters: the adapter names, lora_adapters.adapter_checkpoint_names)."
+                "to load (with rollout.lora_sync=adapters: the adapter names, lora_adapters.adapter_checkpoint_names; "
+                "with rollout.weight_sync=direct: set it to loader)."
             )
         return {"rollout/weight_sync_mean_gap": mean_gap, "rollout/weight_sync_max_gap": max_gap}
 
