@@ -233,6 +233,40 @@ def test_weights_streamed_to_the_engine_equal_per_parameter_gathers_on_cuda(work
             assert streamed[names[name]].dtype == dtype and torch.equal(streamed[names[name]], expected), name
 
 
+def test_mixture_of_experts_weights_reach_the_engine_on_cuda(workspace):
+    """A tiny Qwen3-MoE actor (fused experts in transformers, per-expert tensors in the checkpoint): the sync streams
+    every expert's projections, and vLLM's MoE layers then compute what the actor computes (the weight check, before
+    and after the experts change). Mixture-of-experts actors stay refused at validation until this has passed."""
+    pytest.importorskip("vllm", reason="needs vLLM's GPU build (pip install vllm)")
+    from verl.data.tokenizer import get_tokenizer
+    from verl.models.config import FSDPConfig, ModelConfig
+    from verl.models.fsdp import build_device_mesh, create_fsdp_model
+    from verl.workers.rollout.config import RolloutConfig
+    from verl.workers.rollout.vllm_rollout import VLLMRollout
+    from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager
+
+    model_dir = get_or_build_tiny_model("qwen3_moe", str(workspace["root"] / "models"))
+    device = torch.device("cuda", torch.cuda.current_device())
+    actor = create_fsdp_model(
+        ModelConfig(model_path=model_dir), FSDPConfig(), build_device_mesh(1, -1, "cuda"), device
+    )
+    config = RolloutConfig(
+        dtype="bf16", gpu_memory_utilization=0.3, tensor_parallel_size=1, prompt_length=32, response_length=16
+    )
+    rollout = VLLMRollout(model_dir, config, get_tokenizer(model_dir), None)
+    manager = FSDPVLLMShardingManager(actor, rollout, verify=True)
+    first = manager.prepare()
+    assert first["rollout/weight_sync_mean_gap"] < 0.1, first
+    manager.release()
+    with torch.no_grad():  # new expert weights: a stale MoE layer in the engine would now fail the check
+        for name, param in actor.named_parameters():
+            if ".mlp.experts." in name:
+                param.mul_(-1.5)
+    second = manager.prepare()
+    assert second["rollout/weight_sync_mean_gap"] < 0.1, second
+    manager.release()
+
+
 def test_lora_update_after_a_reference_first_forward_on_cuda(workspace):
     """An on-policy LoRA step computes the reference log-probs (adapters off) before any other forward of the actor:
     FSDP2 then sets up the bf16 compute / fp32 gradients of the adapters, and the update must still work."""

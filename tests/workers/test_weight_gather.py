@@ -91,3 +91,33 @@ def _run(rank: int, world_size: int, port: int, model_dir: str) -> None:
 
 def test_unit_gathers_equal_per_parameter_gathers(tmp_path):
     spawn(_run, 2, get_or_build_tiny_model("qwen2", str(tmp_path / "models")))
+
+
+def _run_moe(rank: int, world_size: int, port: int, model_dir: str) -> None:
+    """A mixture-of-experts actor (transformers fuses each layer's experts into two tensors): the stream sends what
+    `save_pretrained` writes, every expert's gate, up and down projection under its checkpoint name (the names
+    vLLM's Qwen3-MoE loads), bit for bit."""
+    init_rank(rank, world_size, port)
+    from safetensors.torch import load_file
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from verl.models.config import FSDPConfig, ModelConfig
+    from verl.models.fsdp import create_fsdp_model
+
+    checkpoint = load_file(f"{model_dir}/model.safetensors")
+    assert "model.layers.0.mlp.experts.3.down_proj.weight" in checkpoint
+    mesh = init_device_mesh("cpu", (world_size,))
+    model = create_fsdp_model(ModelConfig(model_path=model_dir), FSDPConfig(), mesh, torch.device("cpu"))
+    assert any(name.endswith("mlp.experts.gate_up_proj") for name, _ in model.named_parameters())
+    streamed, _ = _streamed(model, torch.float32)
+    expected = {name: tensor for name, tensor in checkpoint.items() if name != "lm_head.weight"} | {
+        "lm_head.weight": checkpoint["model.embed_tokens.weight"]  # tied: streamed under both names
+    }
+    assert set(streamed) == set(expected), sorted(set(streamed) ^ set(expected))[:6]
+    for name, tensor in expected.items():
+        assert torch.equal(streamed[name], tensor), name
+    dist.destroy_process_group()
+
+
+def test_a_mixture_of_experts_actor_streams_every_experts_checkpoint_tensor(tmp_path):
+    spawn(_run_moe, 2, get_or_build_tiny_model("qwen3_moe", str(tmp_path / "models")))

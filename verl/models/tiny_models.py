@@ -41,13 +41,15 @@ if TYPE_CHECKING:  # torch and transformers load lazily: the CLI checks its argu
     from transformers import PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
 
 
-ModelKind = Literal["qwen2", "qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen2_rm"]
-MODEL_KINDS: tuple[str, ...] = ("qwen2", "qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen2_rm")
+ModelKind = Literal["qwen2", "qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen2_rm", "qwen3_moe"]
+MODEL_KINDS: tuple[str, ...] = ("qwen2", "qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen2_rm", "qwen3_moe")
 VL_KINDS: tuple[str, ...] = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl")
 PATCH_SIZES: dict[str, int] = {"qwen3_vl": 16}
 """Vision patch size of a VL kind other than Qwen2(.5)-VL's 14 pixels."""
 REWARD_KINDS: tuple[str, ...] = ("qwen2_rm",)
 """Kinds with a one-label score head (sequence classification) instead of an LM head; they get no generation config."""
+MOE_EXPERTS, MOE_EXPERTS_PER_TOKEN = 4, 2
+"""qwen3_moe: experts per layer (every layer sparse), and experts routed per token."""
 
 # Bump when the output of the builder changes, so cached directories (get_or_build_tiny_model) are rebuilt.
 BUILDER_VERSION = 2
@@ -304,11 +306,23 @@ def _mrope_section(head_dim: int) -> list[int]:
 
 
 def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "PreTrainedConfig":
-    from transformers import Qwen2_5_VLConfig, Qwen2Config, Qwen2VLConfig, Qwen3VLConfig
+    from transformers import Qwen2_5_VLConfig, Qwen2Config, Qwen2VLConfig, Qwen3MoeConfig, Qwen3VLConfig
 
     text = _text_config_kwargs(spec, tokenizer)
     if spec.kind == "qwen2":
         return Qwen2Config(rope_parameters={"rope_type": "default", "rope_theta": 1e6}, **text)
+    if spec.kind == "qwen3_moe":  # Qwen3-30B-A3B's layout, small: every layer sparse, q/k norms, explicit head_dim
+        return Qwen3MoeConfig(
+            rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+            head_dim=spec.hidden_size // spec.num_heads,
+            num_experts=MOE_EXPERTS,
+            num_experts_per_tok=MOE_EXPERTS_PER_TOKEN,
+            moe_intermediate_size=spec.intermediate_size // MOE_EXPERTS_PER_TOKEN,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+            norm_topk_prob=True,
+            **text,
+        )
     if spec.kind == "qwen2_rm":
         # One label: the scalar reward. pad_token_id (set above) is how the HF head finds each row's last token.
         return Qwen2Config(rope_parameters={"rope_type": "default", "rope_theta": 1e6}, num_labels=1, **text)
@@ -367,6 +381,7 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
         Qwen2ForCausalLM,
         Qwen2ForSequenceClassification,
         Qwen2VLForConditionalGeneration,
+        Qwen3MoeForCausalLM,
         Qwen3VLForConditionalGeneration,
     )
 
@@ -377,6 +392,7 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
         "qwen2_vl": Qwen2VLForConditionalGeneration,
         "qwen3_vl": Qwen3VLForConditionalGeneration,
         "qwen2_rm": Qwen2ForSequenceClassification,
+        "qwen3_moe": Qwen3MoeForCausalLM,
     }[spec.kind]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)

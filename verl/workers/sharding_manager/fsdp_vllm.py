@@ -60,24 +60,36 @@ def checkpoint_names(module: nn.Module) -> dict[str, str]:
 
     transformers 5 renames some architectures' modules at load time (Qwen2-VL: `model.layers` is stored but the
     module is `model.language_model.layers`, `visual` becomes `model.visual`) and reverts that on save. The same
-    reversal is applied here, one name at a time; a conversion that fuses several checkpoint tensors into one
-    parameter cannot be streamed per parameter and raises NotImplementedError.
+    reversal is applied here, one name at a time. A parameter that transformers fused from several checkpoint tensors
+    (a mixture-of-experts layer's experts, one tensor per layer) keeps its own name here: the stream splits it into
+    the checkpoint's tensors (`fused_parameters`).
     """
     from transformers.core_model_loading import revert_weight_conversion
 
     mapping = {}
-    for name, _ in module.named_parameters(remove_duplicate=False):
+    for name, param in module.named_parameters(remove_duplicate=False):
         if is_adapter_param(name):  # LoRA: merged into its base weight, which keeps the base model's name
             continue
         clean = base_name(_strip_wrappers(name))
-        reverted = revert_weight_conversion(module, {clean: torch.empty(0, device="meta")})
-        if len(reverted) != 1:
-            raise NotImplementedError(
-                f"Parameter {clean!r} maps to {len(reverted)} checkpoint tensors {sorted(reverted)}; streaming "
-                "weights into vLLM supports only renamed parameters. Use a model without fused-weight conversions."
-            )
-        mapping[name] = next(iter(reverted))
+        reverted = revert_weight_conversion(module, {clean: torch.empty(param.shape, device="meta")})
+        mapping[name] = next(iter(reverted)) if len(reverted) == 1 else clean
     return mapping
+
+
+def fused_parameters(module: nn.Module, names: dict[str, str]) -> dict[str, str]:
+    """The parameters among `names` that transformers fused from several checkpoint tensors, each with its name as
+    transformers' conversion knows it (e.g. `model.layers.0.mlp.experts.gate_up_proj`, from every expert's gate and
+    up projections)."""
+    from transformers.core_model_loading import revert_weight_conversion
+
+    fused = {}
+    for name, param in module.named_parameters(remove_duplicate=False):
+        if name not in names:
+            continue
+        clean = base_name(_strip_wrappers(name))
+        if len(revert_weight_conversion(module, {clean: torch.empty(param.shape, device="meta")})) > 1:
+            fused[name] = clean
+    return fused
 
 
 def _full(param: torch.Tensor) -> torch.Tensor:
@@ -106,6 +118,7 @@ class _StreamPlan(NamedTuple):
     units: list[tuple[FSDPModule | None, list[_Slot]]]  # FSDP units (outermost first) and what each gathers
     merge_plan: dict[str, tuple[str, str, float]]  # LoRA: base weight -> (A, B, scaling)
     exact: set[str]  # names that are never taken from a rounded all-gather (LoRA factors and bases)
+    fused: dict[str, str]  # parameters sent as several checkpoint tensors (fused_parameters)
 
 
 def _stream_plan(module: nn.Module, names: dict[str, str]) -> _StreamPlan:
@@ -130,7 +143,10 @@ def _stream_plan(module: nn.Module, names: dict[str, str]) -> _StreamPlan:
         (owned[max(owners, key=lambda i: len(units[i][0]))] if owners else loose).append(slot)
     plan: list[tuple[FSDPModule | None, list[_Slot]]] = [(unit, owned[i]) for i, (_, unit) in enumerate(units)]
     return _StreamPlan(
-        [(unit, group) for unit, group in plan if group] + ([(None, loose)] if loose else []), merge_plan, exact
+        [(unit, group) for unit, group in plan if group] + ([(None, loose)] if loose else []),
+        merge_plan,
+        exact,
+        fused_parameters(module, {name: names[name] for name in needed if name in names}),
     )
 
 
@@ -212,9 +228,13 @@ def iter_full_weights(
     collective per parameter. A tied parameter (the embedding reused as lm_head) is sent under each of its names: on
     CPU vLLM keeps a repacked copy of lm_head for its matmul that only a load of `lm_head.weight` refreshes. A LoRA
     layer's weight is sent merged (W + scaling x B @ A, under the base model's name), or with `merge_lora=False` as
-    the base weight alone; its adapters are not sent on their own. The time spent here (gathering, casting, merging)
-    is added to `stats["gather_seconds"]`, so the engine's share of a sync is the rest.
+    the base weight alone; its adapters are not sent on their own. A parameter transformers fused from several
+    checkpoint tensors (mixture-of-experts experts) is sent as those tensors, split by transformers' own reverse
+    conversion (what `save_pretrained` writes, the names vLLM loads). The time spent here (gathering, casting,
+    merging, splitting) is added to `stats["gather_seconds"]`, so the engine's share of a sync is the rest.
     """
+    from transformers.core_model_loading import revert_weight_conversion
+
     plan = _cached_stream_plan(module, names)
     clock = time.perf_counter()
     for group, full in _gathered(plan, dtype):
@@ -225,9 +245,13 @@ def iter_full_weights(
             if merge_lora and name in plan.merge_plan:
                 a_name, b_name, scaling = plan.merge_plan[name]
                 tensor = merge_weight(tensor, full(a_name), full(b_name), scaling)
-            tensor = _counted(tensor.detach().to(dtype), stats, clock)
-            yield names[name], tensor
-            clock = time.perf_counter()
+            if name in plan.fused:
+                pieces = revert_weight_conversion(module, {plan.fused[name]: tensor.detach()}).items()
+            else:
+                pieces = [(names[name], tensor)]
+            for checkpoint_name, piece in pieces:
+                yield checkpoint_name, _counted(piece.detach().to(dtype), stats, clock)
+                clock = time.perf_counter()
     stats["gather_seconds"] = stats.get("gather_seconds", 0.0) + time.perf_counter() - clock
 
 
