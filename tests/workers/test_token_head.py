@@ -15,7 +15,7 @@
 
 On CUDA `token_head` compiles the head; torch.compile turns a Python float argument into a float64 CPU tensor input,
 which an update's graph saves for its backward, so Inductor needed a CPU kernel in every GPU update (its host
-toolchain probe stalled the first update a minute, and hung the LoRA worker test). Here the CUDA branch is built on
+toolchain probe stalled the first update, or hung it: docs/gpu.md). Here the CUDA branch is built on
 the CPU with a backend that records the graphs, to check what reaches them, and the results and gradients are
 compared with the eager head's.
 """

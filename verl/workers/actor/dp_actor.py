@@ -56,7 +56,7 @@ def token_head(
     The compiled head gets the temperature as a 0-d float32 tensor on the logits' device: given the Python float,
     torch.compile makes it a float64 CPU tensor input, which the graph of an update saves for its backward; that
     needs a CPU kernel, and Inductor's first CPU kernel in a process probes the host's C++ toolchain in a child
-    Python (a minute on an H200 machine under torch 2.11, and a hang in the LoRA worker test).
+    Python, which stalled the first update on a GPU machine, or hung it (docs/gpu.md).
     """
 
     def head(

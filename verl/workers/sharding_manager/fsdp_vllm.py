@@ -292,7 +292,7 @@ def sync_weights(
     The cache resets are required: cached KV blocks or vision embeddings of the old weights would otherwise be reused,
     giving silently wrong outputs (see vllm_compat.reset_caches_after_weight_update). `caches_empty=True` skips them
     where nothing ran since the engine's caches were cleared (vLLM's sleep clears them): the prefix-cache reset walks
-    every KV block of the cache, 0.06 s of a 0.14 s sync profiled on an H200 at gpu_memory_utilization=0.3. With
+    every KV block of the cache, the largest single cost of a sync on a GPU (docs/gpu.md). With
     `copy` (rollout.weight_sync=direct) the tensors are copied into the engine's parameters instead of going through
     vLLM's loader.
     """
