@@ -238,6 +238,7 @@ def test_mixture_of_experts_weights_reach_the_engine_on_cuda(workspace):
     every expert's projections, and vLLM's MoE layers then compute what the actor computes (the weight check, before
     and after the experts change). Mixture-of-experts actors stay refused at validation until this has passed."""
     pytest.importorskip("vllm", reason="needs vLLM's GPU build (pip install vllm)")
+    pytest.importorskip("vllm._moe_C", reason="needs vLLM's MoE kernels (vllm/_moe_C), missing from this install")
     from verl.data.tokenizer import get_tokenizer
     from verl.models.config import FSDPConfig, ModelConfig
     from verl.models.fsdp import build_device_mesh, create_fsdp_model
