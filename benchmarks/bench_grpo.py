@@ -754,6 +754,21 @@ def trl_step_split(events: list[dict[str, Any]], skip: int = SKIP_STEPS) -> dict
 # ---------------------------------------------------------------------------------------------- report
 
 
+def finished_steps(log: str) -> list[dict[str, Any]]:
+    """Each step a run of ours logged (its phase seconds, as `step_split`, and its update MFU), whatever stopped it."""
+    try:
+        rows = [row for row in read_jsonl(log) if "timing_s/step" in row]
+    except (OSError, ValueError):
+        return []
+    steps = []
+    for row in rows:
+        figures = {"step": row["step"], "phase_s": {key: round(value, 4) for key, value in step_split([row]).items()}}
+        if "perf/mfu_actor" in row:
+            figures["mfu_actor"] = round(row["perf/mfu_actor"], 4)
+        steps.append(figures)
+    return steps
+
+
 def run_figures(side: str, result: RunResult, samples: int) -> dict[str, Any]:
     """The figures of one run, or an "error" with the tail of its stderr."""
     figures: dict[str, Any] = {
@@ -775,6 +790,12 @@ def run_figures(side: str, result: RunResult, samples: int) -> dict[str, Any]:
     try:
         if result.returncode != 0:
             reason = "timed out" if result.timed_out else f"exited with {result.returncode}"
+            if side == "ours":  # the steps it finished still say where their time went (a GPU session's deadline)
+                figures["steps_before_it_stopped"] = finished_steps(
+                    os.path.join(run_dir, "ckpt", "experiment_log.jsonl")
+                )
+                for row in figures["steps_before_it_stopped"]:
+                    print(f"[{side}] step {row['step']} before it stopped: {json.dumps(row)}", flush=True)
             raise RuntimeError(f"{side} run {reason}.")
         if side == "ours":
             rows = read_jsonl(os.path.join(run_dir, "ckpt", "experiment_log.jsonl"))

@@ -186,6 +186,42 @@ def test_a_failed_run_reports_its_stderr_tail(bench: ModuleType, tmp_path: Path)
     assert figures["peak_pss_gb_by_process"] == {"python": 0.6}
 
 
+def test_a_timed_out_run_of_ours_still_reports_the_steps_it_finished(bench: ModuleType, tmp_path: Path) -> None:
+    (tmp_path / "ckpt").mkdir()
+    rows = [
+        {
+            "step": 1,
+            "timing_s/step": 66.8,
+            "timing_s/gen": 4.8,
+            "timing_s/update_actor": 62.0,
+            "perf/mfu_actor": 0.002,
+        },
+        {"step": 2, "timing_s/step": 9.4, "timing_s/gen": 3.9, "timing_s/update_actor": 5.6, "perf/mfu_actor": 0.026},
+    ]
+    (tmp_path / "ckpt" / "experiment_log.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (tmp_path / "stderr.log").write_text("Received SIGTERM\n")
+    result = bench.RunResult(
+        side="ours",
+        returncode=-15,
+        launch_time=0.0,
+        wall_s=180.0,
+        peak_rss_bytes=10**9,
+        peak_pss_bytes=10**9,
+        peak_processes=3,
+        peak_by_name={},
+        peak_pss_by_name={},
+        stdout_path=str(tmp_path / "stdout.log"),
+        stderr_path=str(tmp_path / "stderr.log"),
+        timed_out=True,
+    )
+    figures = bench.run_figures("ours", result, samples=128)
+    assert figures["error"].startswith("ours run timed out.")
+    steps = figures["steps_before_it_stopped"]
+    assert [row["step"] for row in steps] == [1, 2]
+    assert steps[1]["phase_s"]["update_actor"] == 5.6 and steps[1]["mfu_actor"] == 0.026
+    assert steps[0]["phase_s"]["gen"] == 4.8 and steps[0]["phase_s"]["step"] == 66.8
+
+
 def test_cuda_command_fits_one_gpu(bench: ModuleType, tmp_path: Path) -> None:
     """--device cuda: one engine per GPU and vLLM sized by its memory share, not by the CPU's KV budget."""
     paths = {"ours": "train.jsonl", "reward": "reward.py"}
