@@ -66,5 +66,12 @@ def _release_engines():
         if hasattr(sys, name):
             setattr(sys, name, None)
     gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    if not torch.cuda.is_available():
+        return
+    torch.cuda.empty_cache()
+    allocator = getattr(sys.modules.get("vllm.device_allocator.cumem"), "CuMemAllocator", None)
+    if allocator is not None and allocator.instance is not None and allocator.instance.get_current_usage() > 0:
+        sys.stderr.write(
+            f"tests/gpu: {allocator.instance.get_current_usage() / 2**30:.2f} GiB of the previous test's vLLM engine "
+            "are still held after collection; the next test that builds an engine will fail to start\n"
+        )
