@@ -58,7 +58,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytes
 
 
 @pytest.fixture(autouse=True)
-def _release_engines():
+def _release_engines(request: pytest.FixtureRequest):
     """After each test: drop the references a failure's traceback keeps and collect, so its engine's memory is freed
     before the next test builds one."""
     yield
@@ -71,7 +71,9 @@ def _release_engines():
     torch.cuda.empty_cache()
     allocator = getattr(sys.modules.get("vllm.device_allocator.cumem"), "CuMemAllocator", None)
     if allocator is not None and allocator.instance is not None and allocator.instance.get_current_usage() > 0:
-        sys.stderr.write(
-            f"tests/gpu: {allocator.instance.get_current_usage() / 2**30:.2f} GiB of the previous test's vLLM engine "
-            "are still held after collection; the next test that builds an engine will fail to start\n"
-        )
+        reporter = request.config.pluginmanager.getplugin("terminalreporter")  # shown even for a passed test
+        if reporter is not None:
+            reporter.write_line(
+                f"tests/gpu: {allocator.instance.get_current_usage() / 2**30:.2f} GiB of {request.node.nodeid}'s vLLM "
+                "engine are still held after collection; the next test that builds an engine will fail to start"
+            )
