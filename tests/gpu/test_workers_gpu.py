@@ -268,6 +268,33 @@ def test_mixture_of_experts_weights_reach_the_engine_on_cuda(workspace):
     manager.release()
 
 
+def test_the_compiled_token_head_builds_no_cpu_kernel_on_cuda(monkeypatch):
+    """The update's compiled head (forward and backward, bf16 logits) runs on the GPU alone: a CPU kernel would make
+    Inductor probe the host's C++ toolchain, which stalled or hung the first update (docs/gpu.md). The probe is made
+    to fail here, so the test fails at once instead of waiting."""
+    import torch._inductor.cpu_vec_isa as cpu_vec_isa
+
+    from verl.workers.actor.dp_actor import token_head
+
+    def no_cpu_kernel():
+        raise AssertionError("Inductor built a CPU kernel for the compiled token head")
+
+    monkeypatch.setattr(cpu_vec_isa, "pick_vec_isa", no_cpu_kernel)
+    torch._dynamo.reset()
+    head, eager = token_head(True), token_head(False)
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    for rows in (96, 130):
+        logits = torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16, generator=generator)
+        labels = torch.randint(0, 1024, (rows,), device="cuda", generator=generator)
+        got_logits, want_logits = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+        got, want = head(got_logits, labels, 0.7, True), eager(want_logits, labels, 0.7, True)
+        (got["log_probs"].sum() + got["entropy"].sum()).backward()
+        (want["log_probs"].sum() + want["entropy"].sum()).backward()
+        torch.testing.assert_close(got["log_probs"], want["log_probs"], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(got_logits.grad.float(), want_logits.grad.float(), rtol=2e-2, atol=2e-3)
+    torch._dynamo.reset()
+
+
 def test_lora_update_after_a_reference_first_forward_on_cuda(workspace):
     """An on-policy LoRA step computes the reference log-probs (adapters off) before any other forward of the actor:
     FSDP2 then sets up the bf16 compute / fp32 gradients of the adapters, and the update must still work."""
