@@ -64,15 +64,12 @@ def checkpoint_names(module: nn.Module) -> dict[str, str]:
     (a mixture-of-experts layer's experts, one tensor per layer) keeps its own name here: the stream splits it into
     the checkpoint's tensors (`fused_parameters`).
     """
-    from transformers.core_model_loading import revert_weight_conversion
-
     mapping = {}
     for name, param in module.named_parameters(remove_duplicate=False):
         if is_adapter_param(name):  # LoRA: merged into its base weight, which keeps the base model's name
             continue
-        clean = base_name(_strip_wrappers(name))
-        reverted = revert_weight_conversion(module, {clean: torch.empty(param.shape, device="meta")})
-        mapping[name] = next(iter(reverted)) if len(reverted) == 1 else clean
+        clean, reverted = _reverted_names(module, name, param)
+        mapping[name] = reverted[0] if len(reverted) == 1 else clean
     return mapping
 
 
@@ -80,16 +77,22 @@ def fused_parameters(module: nn.Module, names: dict[str, str]) -> dict[str, str]
     """The parameters among `names` that transformers fused from several checkpoint tensors, each with its name as
     transformers' conversion knows it (e.g. `model.layers.0.mlp.experts.gate_up_proj`, from every expert's gate and
     up projections)."""
-    from transformers.core_model_loading import revert_weight_conversion
-
     fused = {}
     for name, param in module.named_parameters(remove_duplicate=False):
-        if name not in names:
-            continue
-        clean = base_name(_strip_wrappers(name))
-        if len(revert_weight_conversion(module, {clean: torch.empty(param.shape, device="meta")})) > 1:
-            fused[name] = clean
+        if name in names:
+            clean, reverted = _reverted_names(module, name, param)
+            if len(reverted) > 1:
+                fused[name] = clean
     return fused
+
+
+def _reverted_names(module: nn.Module, name: str, param: torch.Tensor) -> tuple[str, list[str]]:
+    """A parameter's name without wrapper prefixes, and the checkpoint names transformers' reverse conversion gives
+    it (one for a renamed parameter, several for a fused one); shapes only, no data."""
+    from transformers.core_model_loading import revert_weight_conversion
+
+    clean = base_name(_strip_wrappers(name))
+    return clean, list(revert_weight_conversion(module, {clean: torch.empty(param.shape, device="meta")}))
 
 
 def _full(param: torch.Tensor) -> torch.Tensor:
@@ -146,7 +149,7 @@ def _stream_plan(module: nn.Module, names: dict[str, str]) -> _StreamPlan:
         [(unit, group) for unit, group in plan if group] + ([(None, loose)] if loose else []),
         merge_plan,
         exact,
-        fused_parameters(module, {name: names[name] for name in needed if name in names}),
+        fused_parameters(module, names),
     )
 
 
