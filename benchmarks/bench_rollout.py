@@ -20,9 +20,14 @@
    is compared. Target: ratio >= 0.9.
 2. Weight sync: `sync_weights` from an FSDP2-sharded actor (a world of one gloo rank, so the DTensor gather path
    runs) into the engine, versus a plain copy of the same state dict into preallocated tensors.
+3. With `--step-scaling 1,4,16,64`: what one decode step of the engine costs with that many sequences running, as
+   the asynchronous request loop asks for them (a seed each, the sampled token's log-prob). Asynchronous rollouts
+   run new prompts beside the long tail of earlier ones; that is nearly free where the cost is flat in the count
+   (a GPU's memory-bound decode) and buys little where it grows with it (docs/async.md).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_rollout.py [--prompts 32 --n 8 --response-length 64 --repeats 3]
     OMP_NUM_THREADS=1 python benchmarks/bench_rollout.py --layers 24 --profile-sync sync.txt   # 0.5B's layer count
+    OMP_NUM_THREADS=1 python benchmarks/bench_rollout.py --step-scaling 1,4,16,64,128 --repeats 2
     python benchmarks/bench_rollout.py --model 0.5b --prompts 64 --n 8 --response-length 512   # on a GPU
 
 On CUDA both engines run in bf16 with the same `--gpu-memory-utilization` (and `--eager` for both, if given), the
@@ -154,6 +159,37 @@ def bench_generation(args: argparse.Namespace, model_dir: str, rollout: Any, pro
     }
 
 
+def bench_step_scaling(args: argparse.Namespace, rollout: Any, counts: list[int]) -> dict[str, Any]:
+    """Milliseconds per decode step with each count of sequences running: the time of `long` minus that of `short`
+    tokens per sequence (which cancels the prefill and the call's overhead) over the steps between, best of
+    --repeats."""
+    from vllm import SamplingParams
+
+    llm = rollout.inference_engine
+    short, long = 8, 8 + args.response_length
+    prompt = list(range(100, 100 + 32))
+
+    def run(count: int, tokens: int) -> float:
+        params = [
+            SamplingParams(max_tokens=tokens, ignore_eos=True, temperature=1.0, seed=i, logprobs=0, detokenize=False)
+            for i in range(count)
+        ]
+        prompts = [{"prompt_token_ids": [1 + i % 50] + prompt} for i in range(count)]  # no shared prefix
+        return _time(lambda: llm.generate(prompts, params, use_tqdm=False))
+
+    run(max(counts), short)  # warm-up
+    step_ms: dict[str, float] = {}
+    for count in counts:
+        best = min(run(count, long) - run(count, short) for _ in range(args.repeats))
+        step_ms[str(count)] = 1000 * best / (long - short)
+    base = step_ms[str(counts[0])]
+    print("decode step (ms) by running sequences: " + ", ".join(f"{c}: {ms:.2f}" for c, ms in step_ms.items()))
+    return {
+        "step_ms_by_sequences": step_ms,
+        "step_cost_vs_fewest": {count: ms / base for count, ms in step_ms.items()},
+    }
+
+
 def bench_sync(args: argparse.Namespace, model_dir: str, rollout: Any) -> dict[str, float]:
     from torch.distributed.fsdp import fully_shard
     from transformers import AutoModelForCausalLM
@@ -256,6 +292,12 @@ def main() -> None:
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.3, help="each engine's share (CUDA)")
     parser.add_argument("--eager", action="store_true", help="CUDA: no CUDA graphs in either engine")
     parser.add_argument("--profile-sync", default=None, metavar="PATH", help="write a cProfile of one sync to PATH")
+    parser.add_argument(
+        "--step-scaling",
+        default=None,
+        metavar="COUNTS",
+        help="comma-separated sequence counts: time one decode step at each (skips the other measurements)",
+    )
     args = parser.parse_args()
 
     from transformers import AutoTokenizer
@@ -297,6 +339,12 @@ def main() -> None:
         rollout.inference_engine.wake_up()
     print(f"engine: +{rss_engine:.0f} MiB RSS (vLLM import + engine, {config.kv_cache_memory_mb} MiB KV cache)")
     prompts = _prompts(tokenizer, args.prompts, prompt_length)
+    if args.step_scaling:
+        counts = sorted(int(count) for count in args.step_scaling.split(","))
+        figures = {"device": torch.cuda.get_device_name(0) if cuda else "cpu", "decode_tokens": args.response_length}
+        figures.update(bench_step_scaling(args, rollout, counts))
+        print(json.dumps(figures))
+        return
     figures: dict[str, Any] = {
         "workload": {"prompts": args.prompts, "n": args.n, "response_length": args.response_length},
         "model": os.path.basename(model_dir.rstrip("/")),
