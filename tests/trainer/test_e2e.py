@@ -125,7 +125,10 @@ def read_log(path) -> list[dict]:
 
 
 def test_grpo_text_run_trains_and_checkpoints(workspace):
-    config = load_config(text_args(workspace, "grpo_text", "algorithm.use_kl_loss=true"))
+    """The two CPU ranks run one tensor-parallel engine (as GPU runs do by default), and every weight sync is checked:
+    the sharded engine's log-probs equal the actor's."""
+    tensor_parallel = ("worker.rollout.tensor_parallel_size=2", "worker.rollout.verify_weight_sync=true")
+    config = load_config(text_args(workspace, "grpo_text", "algorithm.use_kl_loss=true", *tensor_parallel))
     val_metrics = run_ppo(config)
     save_dir = workspace["root"] / "grpo_text"
     rows = read_log(save_dir)
@@ -141,9 +144,11 @@ def test_grpo_text_run_trains_and_checkpoints(workspace):
         "perf/throughput",
         "perf/mfu_actor",
         "reward/accuracy",
+        "rollout/weight_sync_mean_gap",
     ):
         assert key in steps[-1], key
     assert 0 < steps[-1]["perf/mfu_actor"] < 1
+    assert all(row["rollout/weight_sync_mean_gap"] <= 1e-3 for row in steps)
     assert "val/reward_score" in val_metrics
     logged = {key for row in rows for key in row} | set(val_metrics)
     assert undocumented_metrics(logged) == []

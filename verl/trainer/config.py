@@ -499,6 +499,10 @@ def fill_derived(config: PPOConfig) -> PPOConfig:
         rollout.n_gpus_per_node = rollout.n_gpus_per_node or 1
     if rollout.max_model_len is None:
         rollout.max_model_len = rollout.prompt_length + rollout.response_length
+    if rollout.tensor_parallel_size is None:
+        on_gpus = config.trainer.device != "cpu" and is_cuda_available()
+        sharded = rollout.mode == "sync" or (rollout.mode == "colocated" and not rollout.env)  # where > 1 is built
+        rollout.tensor_parallel_size = 2 if on_gpus and sharded and config.trainer.world_size() % 2 == 0 else 1
     return config
 
 
@@ -622,8 +626,7 @@ def _check_async(config: PPOConfig) -> None:
         )
     if rollout.mode == "disaggregated":
         _check_rollout_pool(config)
-    on_gpus = config.trainer.device != "cpu" and is_cuda_available()
-    if rollout.env and rollout.tensor_parallel_size > 1 and on_gpus:
+    if rollout.env and rollout.tensor_parallel_size > 1:
         raise ConfigError(
             f"worker.rollout.env with worker.rollout.mode={rollout.mode} and worker.rollout.tensor_parallel_size="
             f"{rollout.tensor_parallel_size}: an episode's turns follow its environment's timing, which the peers of a "
@@ -670,10 +673,10 @@ def _check_rollout_pool(config: PPOConfig) -> None:
             f"prompts per step, which must split evenly over the {engines} engines of the rollout pool "
             "(worker.rollout.nnodes x worker.rollout.n_gpus_per_node)."
         )
-    if rollout.tensor_parallel_size > 1 and config.trainer.device != "cpu" and is_cuda_available():
+    if rollout.tensor_parallel_size > 1:
         raise ConfigError(
             f"worker.rollout.tensor_parallel_size={rollout.tensor_parallel_size}: with worker.rollout.mode="
-            "disaggregated every rollout process is one engine on one GPU (tensor-parallel engines across the "
+            "disaggregated every rollout process is one engine on one device (tensor-parallel engines across the "
             "rollout pool are not built yet); set it to 1."
         )
 

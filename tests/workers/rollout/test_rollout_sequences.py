@@ -113,10 +113,13 @@ def _config(**overrides) -> RolloutConfig:
 
 
 def test_cpu_engine_kwargs() -> None:
-    kwargs = build_engine_kwargs("/models/x", _config(dtype="bf16", tensor_parallel_size=2), multimodal=False)
+    kwargs = build_engine_kwargs("/models/x", _config(dtype="bf16"), multimodal=False)
     assert kwargs["model"] == "/models/x"
     assert kwargs["load_format"] == "dummy"
     assert kwargs["dtype"] == "float32" and kwargs["enforce_eager"] and kwargs["tensor_parallel_size"] == 1
+    # an explicit tensor-parallel size is honoured on CPU too: it needs the processes' torch.distributed world
+    with pytest.raises(ValueError, match=r"rollout.tensor_parallel_size=2 needs torch.distributed"):
+        build_engine_kwargs("/models/x", _config(tensor_parallel_size=2), multimodal=False)
     assert kwargs["max_model_len"] == 128
     assert kwargs["kv_cache_memory_bytes"] == 256 * 2**20
     assert kwargs["logprobs_mode"] == "processed_logprobs"

@@ -20,7 +20,10 @@ chat rendering the server shares with `LLM.chat`, and loading a LoRA adapter int
 Tested with the vLLM versions in `TESTED_VLLM_VERSIONS`.
 """
 
+import contextlib
+import glob
 import logging
+import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -286,3 +289,54 @@ def load_lora_adapter(llm: Any, request: Any, previous_id: int | None) -> None:
         raise RuntimeError(f"vLLM did not load the LoRA adapter {request.lora_name!r} from {request.lora_path}.")
     if previous_id is not None and previous_id != request.lora_int_id:
         engine.remove_lora(previous_id)
+
+
+SHM_DIR = "/dev/shm"
+
+
+def cpu_shm_segment() -> str | None:
+    """The shared-memory file of this rank's vLLM-cpu tensor-parallel all-reduce, or None where the engine has none
+    (a GPU engine, tensor_parallel_size=1, a vLLM that falls back to torch.distributed).
+
+    vLLM-cpu names the segment after the distributed init method, which is "env://" for every external-launcher
+    engine: one name per machine and group (e.g. /dev/shm/-tp:0-[0-1]-cpushm_0), created exclusively. A segment
+    left by a killed run would make the next engine fail with "create shm in SHMManager failed. errno: 17"."""
+    from vllm.distributed import parallel_state
+
+    try:
+        group = parallel_state.get_tp_group()
+    except AssertionError:
+        return None
+    if group.world_size == 1:
+        return None
+    shm = getattr(group.device_communicator, "dist_module", None)
+    name = getattr(shm, "group_name", None)
+    if not isinstance(name, str) or not hasattr(shm, "handle"):
+        return None
+    # shm_open drops the leading slashes of a name; vLLM's manager appends the rank
+    return os.path.join(SHM_DIR, f"{name.lstrip('/')}_{group.rank_in_group}")
+
+
+def remove_stale_cpu_shm_segments(tensor_parallel_size: int, rank: int) -> list[str]:
+    """Before this rank builds a tensor-parallel CPU engine: remove the segments of its group's name that a run
+    killed while building its engine left (release_cpu_shm_segment removes the names of every engine that got
+    built). Returns the paths removed."""
+    first = rank - rank % tensor_parallel_size
+    ranks = "-".join(str(peer) for peer in range(first, first + tensor_parallel_size))
+    stale = glob.glob(os.path.join(SHM_DIR, f"-tp:*-[[]{ranks}[]]-cpushm_{rank % tensor_parallel_size}"))
+    for path in stale:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    return stale
+
+
+def release_cpu_shm_segment() -> str | None:
+    """Remove the name of this rank's all-reduce segment once the engine is built: every peer has mapped it by then
+    (vLLM joins them behind a barrier), the mappings stay valid, and nothing is left in /dev/shm when the process
+    dies, however it dies. Returns the path removed."""
+    path = cpu_shm_segment()
+    if path is None:
+        return None
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    return path

@@ -221,7 +221,7 @@ def _gpu_kwargs(config: RolloutConfig) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "dtype": _DTYPES[config.dtype],
         "enforce_eager": config.enforce_eager,
-        "tensor_parallel_size": config.tensor_parallel_size,
+        "tensor_parallel_size": config.tensor_parallel_size or 1,
         "gpu_memory_utilization": config.gpu_memory_utilization,
         "enable_sleep_mode": vllm_compat.sleep_mode_available(),
         "disable_custom_all_reduce": True,
@@ -245,7 +245,7 @@ def _cpu_kwargs(config: RolloutConfig, max_model_len: int) -> dict[str, Any]:
     return {
         "dtype": "float32",  # no fast bf16 kernels without AVX512-BF16/AMX (docs/performance.md)
         "enforce_eager": True,  # torch.compile costs far more at each engine start than it gains
-        "tensor_parallel_size": 1,  # every rank is its own engine
+        "tensor_parallel_size": config.tensor_parallel_size or 1,  # > 1: vLLM's shared-memory all-reduce
         # Without an explicit size vLLM reserves gpu_memory_utilization of the host's RAM for the KV cache.
         "kv_cache_memory_bytes": kv_cache_mb * 2**20,
         "enable_chunked_prefill": False,
@@ -350,8 +350,13 @@ class VLLMRollout:
         # (the imported modules and the trained model, which live as long as the process anyway) leaves them out of
         # those collections, which shortens engine start-up (docs/performance.md).
         gc.freeze()
+        cpu_tensor_parallel = not on_gpu() and engine_kwargs["tensor_parallel_size"] > 1
+        if cpu_tensor_parallel:  # a killed run's all-reduce segment would stop this engine's start
+            vllm_compat.remove_stale_cpu_shm_segments(engine_kwargs["tensor_parallel_size"], dist.get_rank())
         with preserved_rng_state():
             self.inference_engine = LLM(**engine_kwargs)
+        if cpu_tensor_parallel:  # every peer has mapped it: nothing is left in /dev/shm however the process ends
+            vllm_compat.release_cpu_shm_segment()
         vllm_compat.restore_set_num_threads(set_num_threads, num_threads)
         self.torch_dtype = getattr(torch, engine_kwargs["dtype"])
         self.max_model_len = engine_kwargs["max_model_len"]

