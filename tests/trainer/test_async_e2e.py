@@ -251,14 +251,19 @@ def test_multi_turn_episodes_run_asynchronously(workspace):
 
 def test_client_style_episodes_run_asynchronously(workspace):
     """The game as a ChatClientEnv: each episode's coroutine asks for its turns through the request loop, across step
-    boundaries."""
+    boundaries, on one tensor-parallel engine over the two ranks (the first runs the episodes, the other repeats its
+    engine calls)."""
     root = workspace["root"]
     stale = ("worker.rollout.mode=colocated", "worker.rollout.max_staleness=1", "trainer.max_steps=3")
+    stale += ("worker.rollout.tensor_parallel_size=2",)
     run_ppo(load_config(game_run_args(workspace, "client_async", *stale, client=True)))
     log = read_log(root / "client_async")
     assert_game_steps(log, [1, 2, 3])
     for row in log.values():
         assert row["env/guesses/mean"] == row["env/turns/mean"]  # every model turn reached the coroutine
+        # the sharded engine's log-probs are the actor's up to the staleness (measured: 3e-12 to 5e-7; peers out of
+        # step would sample from garbage)
+        assert row["rollout_corr/k3_kl"] < 1e-3
 
 
 def assert_reward_model_scores(ws, rm_dir, name: str, steps: list[int]) -> None:

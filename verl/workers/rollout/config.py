@@ -68,8 +68,8 @@ class RolloutConfig:
     tensor_parallel_size: int | None = None
     """vLLM tensor-parallel degree, carved out of the training world: each group of this many processes runs one
     engine together (the same requests, each process a shard of the weights). Unset: 2 on GPUs where the world is
-    even (EasyR1's default), else 1; 1 on CPU, where one engine per process is fastest, and wherever > 1 is not
-    built (mode=disaggregated, asynchronous multi-turn episodes). On CPU a value > 1 shards the engine over the
+    even (EasyR1's default), else 1; 1 on CPU, where one engine per process is fastest, and with mode=disaggregated
+    (its pool's engines are one device each; > 1 is refused there). On CPU a value > 1 shards the engine over the
     group's processes (gloo and vLLM's shared-memory all-reduce), for checking tensor-parallel runs on a laptop."""
     max_model_len: int | None = None
     """Longest sequence the engine accepts; defaults to prompt + response length."""

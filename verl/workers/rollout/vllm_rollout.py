@@ -44,6 +44,7 @@ from verl.workers.rollout.async_client_episodes import ClientTurns
 from verl.workers.rollout.async_episodes import EpisodeTurns
 from verl.workers.rollout.client_episodes import CLOSE_TIMEOUT_S, release_within, run_client_episodes
 from verl.workers.rollout.config import RolloutConfig
+from verl.workers.rollout.engine_mirror import EngineLeader, follow
 from verl.workers.rollout.multi_turn import (
     ChatContinuation,
     Episode,
@@ -395,6 +396,19 @@ class VLLMRollout:
             self.continuation = ChatContinuation(tokenizer)
             self.image_tokens = ImageTokens(processor, tokenizer) if self.multimodal else None
             self.model_path = model_path
+        self.engine_leader: EngineLeader | None = None
+        """Asynchronous episodes on a tensor-parallel engine, the group's first process: the loop's engine calls go
+        to its peers (engine_mirror)."""
+        self.follows = False
+        """Asynchronous episodes on a tensor-parallel engine, a peer: it repeats the first process's engine calls."""
+        tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
+        if self.env is not None and tp_size > 1:
+            if tp_rank == 0:
+                render = partial(vllm_compat.render_prompt, self.inference_engine)
+                self.engine_leader = EngineLeader(self.inference_engine, render, tp_group)
+                self.request_loop = RequestLoop(self.engine_leader, lambda prompt: prompt)  # the leader renders
+            else:
+                self.follows = True
 
     @property
     def lora_request(self) -> Any:
@@ -571,11 +585,16 @@ class VLLMRollout:
         every admitted group completes in this call). The unfinished samples stay in this process, aborted in the
         engine, until the next call.
         """
-        call = self._start_async_call(prompts)
-        with preserved_rng_state(), self._cleared_on_error():
-            groups = self.request_loop.run(call.quota, call.version, call.make_params, call.max_staleness)
-        output = self.groups_to_rollout(groups, call.n, call.budget)
-        output.meta_info["in_flight_groups"] = self.request_loop.in_flight
+        if self.follows:
+            call = self._start_async_call(prompts)
+            return self._follow().chunk(call.tp_size)[call.tp_rank]
+        with self._leading():
+            call = self._start_async_call(prompts)
+            with preserved_rng_state(), self._cleared_on_error():
+                groups = self.request_loop.run(call.quota, call.version, call.make_params, call.max_staleness)
+            output = self.groups_to_rollout(groups, call.n, call.budget)
+            output.meta_info["in_flight_groups"] = self.request_loop.in_flight
+            self._end_leading(output)
         return output.chunk(call.tp_size)[call.tp_rank] if call.tp_size > 1 else output
 
     def poll_async(self, prompts: DataProto) -> dict[str, Any]:
@@ -585,23 +604,56 @@ class VLLMRollout:
         are there (then None for the rest of the step), and "complete", the groups completed since the last call
         (copies, the step's own included; on tensor-parallel rank 0 only), or None. The engine's requests stay in it
         between calls, so the steps taken are those of one `generate_async` call."""
-        call = self._start_async_call(prompts)
+        if self.follows:
+            call = self._start_async_call(prompts)
+            batch = self._follow()
+            return {"batch": None if batch is None else batch.chunk(call.tp_size)[call.tp_rank], "complete": None}
         loop = self.request_loop
         groups = None
-        if self._taken_version != call.version:
-            with preserved_rng_state(), self._cleared_on_error():
-                groups = loop.run(
-                    call.quota, call.version, call.make_params, call.max_staleness, max_engine_steps=POLL_ENGINE_STEPS
-                )
-        fresh = loop.newly_complete(groups)
-        batch = None
-        if groups is not None:
-            self._taken_version = call.version
-            batch = self.groups_to_rollout(groups, call.n, call.budget)
-            batch.meta_info["in_flight_groups"] = loop.in_flight
-            batch = batch.chunk(call.tp_size)[call.tp_rank] if call.tp_size > 1 else batch
+        with self._leading():
+            call = self._start_async_call(prompts)
+            if self._taken_version != call.version:
+                with preserved_rng_state(), self._cleared_on_error():
+                    groups = loop.run(
+                        call.quota,
+                        call.version,
+                        call.make_params,
+                        call.max_staleness,
+                        max_engine_steps=POLL_ENGINE_STEPS,
+                    )
+            fresh = loop.newly_complete(groups)
+            batch = None
+            if groups is not None:
+                self._taken_version = call.version
+                batch = self.groups_to_rollout(groups, call.n, call.budget)
+                batch.meta_info["in_flight_groups"] = loop.in_flight
+            self._end_leading(batch)
+        if batch is not None and call.tp_size > 1:
+            batch = batch.chunk(call.tp_size)[call.tp_rank]
         complete = self.groups_to_rollout(fresh, call.n, call.budget) if fresh and call.tp_rank == 0 else None
         return {"batch": batch, "complete": complete}
+
+    def _follow(self) -> Any:
+        """A peer's asynchronous call (engine_mirror): the first process's engine calls, repeated, and its result."""
+        tp_group = vllm_compat.tensor_parallel_cpu_group()[0]
+        render = partial(vllm_compat.render_prompt, self.inference_engine)
+        with preserved_rng_state():
+            return follow(self.inference_engine, render, tp_group, lambda: self.lora_request)
+
+    @contextlib.contextmanager
+    def _leading(self) -> Iterator[None]:
+        """The first process's asynchronous call: a failure ends its peers' call with the error (they would wait for
+        its next engine step otherwise)."""
+        try:
+            yield
+        except BaseException as error:
+            if self.engine_leader is not None:
+                self.engine_leader.end(error=error)
+            raise
+
+    def _end_leading(self, result: Any) -> None:
+        if self.engine_leader is not None:
+            self.engine_leader.end(result)
 
     def _start_async_call(self, prompts: DataProto) -> "_AsyncCall":
         """What generate_async and poll_async begin with: the tensor-parallel group's prompts gathered, the call's
@@ -621,7 +673,9 @@ class VLLMRollout:
             n=n,
             make_params=make_params,
         )
-        if len(prompts) > 0:
+        if len(prompts) > 0 and self.follows:  # its group's first process runs the loop; seeds follow the call count
+            self.generate_calls += 1
+        elif len(prompts) > 0:
             with self._cleared_on_error():
                 self.admit(prompts, call.version, call.budget, seed_rank, n, greedy)
         return call
@@ -662,7 +716,7 @@ class VLLMRollout:
         n, greedy = kwargs.pop("n"), kwargs["temperature"] < 1e-6
         for key in ("seed", "max_tokens", "output_kind"):
             kwargs.pop(key, None)
-        if self.env is not None and self.request_loop.turns is None:  # multi-turn: a request is one model turn
+        if self.env is not None and self.request_loop.turns is None and not self.follows:  # a request: one model turn
             runner = self._turn_runner({**kwargs, "n": n}, self.config.response_length)
             if isinstance(self.env, ChatClientEnv):  # the episodes' coroutines ask for each turn themselves
                 self.request_loop.turns = ClientTurns(runner, self.env, self.model_path)

@@ -1,0 +1,107 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""One request loop for a tensor-parallel engine whose requests follow outside timing (asynchronous multi-turn and
+client-style episodes).
+
+The processes of a tensor-parallel engine must add, abort and step the same requests in the same order, or vLLM's
+collectives mismatch. A single-turn request loop gets that by running the same loop on every peer. An episode's next
+turn, though, is ready when its environment says so, which differs from process to process. So the group's first
+process runs the loop and the environments (`EngineLeader`). Before each engine step it sends the peers the engine
+calls made since the last step. The peers (`follow`) only repeat those calls and step, and get the call's result at
+the end. The messages travel on the tensor-parallel group's gloo group, one per engine step.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import torch.distributed as dist
+
+
+_STEP = "step"
+_END = "end"
+
+
+class PeerStopped(RuntimeError):
+    """The group's first process failed during the call; its peers stop with its error."""
+
+
+def _broadcast(message: Any, group: Any, src: int) -> Any:
+    box = [message]
+    dist.broadcast_object_list(box, src=src, group=group)
+    return box[0]
+
+
+class EngineLeader:
+    """The engine as the request loop sees it (`.llm_engine`) on the group's first process: every call goes to the
+    real engine and is recorded; `step` first sends the calls recorded since the last step to the peers.
+
+    Requests are recorded with their prompt before rendering (`render` makes the engine input; each peer renders its
+    own copy) and with whether they carry the LoRA adapter (each peer adds its own, the same adapter)."""
+
+    def __init__(self, llm: Any, render: Callable[[dict[str, Any]], Any], group: Any) -> None:
+        self.engine = llm.llm_engine
+        self.render = render
+        self.group = group
+        self.src = dist.get_global_rank(group, 0)
+        self._calls: list[tuple[Any, ...]] = []
+
+    @property
+    def llm_engine(self) -> "EngineLeader":
+        return self
+
+    def add_request(self, request_id: str, prompt: dict[str, Any], params: Any, lora_request: Any = None) -> None:
+        self._calls.append(("add", request_id, prompt, params, lora_request is not None))
+        self.engine.add_request(request_id, self.render(prompt), params, lora_request=lora_request)
+
+    def abort_request(self, request_ids: list[str]) -> None:
+        self._calls.append(("abort", list(request_ids)))
+        self.engine.abort_request(list(request_ids))
+
+    def has_unfinished_requests(self) -> bool:
+        return self.engine.has_unfinished_requests()
+
+    def step(self) -> list[Any]:
+        _broadcast((*self._calls, (_STEP,)), self.group, self.src)
+        self._calls = []
+        return self.engine.step()
+
+    def end(self, result: Any = None, error: BaseException | None = None) -> None:
+        """The call is over: the peers repeat the last calls (aborts of the unfinished requests) and return `result`,
+        or raise PeerStopped with `error`."""
+        failure = None if error is None else f"{type(error).__name__}: {error}"
+        _broadcast((*self._calls, (_END, result, failure)), self.group, self.src)
+        self._calls = []
+
+
+def follow(llm: Any, render: Callable[[dict[str, Any]], Any], group: Any, lora_request: Callable[[], Any]) -> Any:
+    """On a peer: repeat the first process's engine calls and steps until it ends the call; return its result."""
+    engine = llm.llm_engine
+    src = dist.get_global_rank(group, 0)
+    while True:
+        for call in _broadcast(None, group, src):
+            kind = call[0]
+            if kind == "add":
+                _, request_id, prompt, params, with_lora = call
+                engine.add_request(
+                    request_id, render(prompt), params, lora_request=lora_request() if with_lora else None
+                )
+            elif kind == "abort":
+                engine.abort_request(call[1])
+            elif kind == _STEP:
+                engine.step()
+            else:
+                _, result, failure = call
+                if failure is not None:
+                    raise PeerStopped(f"The first process of this tensor-parallel engine failed: {failure}")
+                return result
