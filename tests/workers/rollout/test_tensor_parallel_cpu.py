@@ -162,6 +162,14 @@ def _episodes_worker(rank: int, world_size: int, port: int, model_dir: str, env_
         prompts.meta_info.update(quota=len(prompts), version=version)
         return prompts, rollout.generate_async(prompts)
 
+    # 0. mode=sync: both processes run the same episodes, one batched engine call per turn.
+    prompts = _prompts(tokenizer, rank, 48)
+    prompts.non_tensor_batch["ground_truth"] = np.array([str(7 + rank + i) for i in range(3)], dtype=object)
+    output = rollout.generate_sequences(prompts)
+    assert list(output.non_tensor_batch["env_turns"]) == [3.0] * 6
+    assert torch.equal(output.batch["prompts"], prompts.batch["input_ids"].repeat_interleave(2, dim=0))
+    assert _log_prob_gap(output, _actor_log_probs(actor, output)) <= 1e-3
+
     # 1. Episodes whose environment steps take their own time (on the first process only): every episode plays its
     #    three turns, each rank gets its own rows back, and the engine's log-probs of the model's tokens are the
     #    actor's (a peer out of step with the first process would compute garbage or hang).
