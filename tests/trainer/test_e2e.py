@@ -354,15 +354,19 @@ LORA = (
 
 
 def test_lora_run_with_adapter_sync(workspace):
-    """worker.rollout.lora_sync=adapters through the trainer (Ray workers, 2 CPU ranks): every step's weight check
-    passes with the engine's LoRA request, and the training steps' syncs send the adapters alone (the base weights
+    """worker.rollout.lora_sync=adapters through the trainer (Ray workers, 2 CPU ranks sharing one tensor-parallel
+    engine): every step's weight check passes with the engine's LoRA request, and the training steps' syncs send the adapters alone (the base weights
     went with the first sync, the validation's before step 1)."""
     root = workspace["root"]
     (root / "variety_reward.py").write_text(
         "def compute_score(sample):\n    return {'overall': len(set(sample['response'])) / 16.0}\n"
     )
     lora = (*LORA, f"worker.reward.reward_function={root / 'variety_reward.py'}:compute_score")
-    run_ppo(load_config(text_args(workspace, "lora_adapters", *lora, "worker.rollout.lora_sync=adapters")))
+    adapters = (
+        "worker.rollout.lora_sync=adapters",
+        "worker.rollout.tensor_parallel_size=2",
+    )  # vLLM's LoRA layers, sharded
+    run_ppo(load_config(text_args(workspace, "lora_adapters", *lora, *adapters)))
     steps = {row["step"]: row for row in read_log(root / "lora_adapters") if "actor/pg_loss" in row}
     assert sorted(steps) == [1, 2]
     assert all(row["rollout/weight_sync_mean_gap"] < 1e-3 for row in steps.values()), steps
