@@ -362,10 +362,7 @@ def test_lora_run_with_adapter_sync(workspace):
         "def compute_score(sample):\n    return {'overall': len(set(sample['response'])) / 16.0}\n"
     )
     lora = (*LORA, f"worker.reward.reward_function={root / 'variety_reward.py'}:compute_score")
-    adapters = (
-        "worker.rollout.lora_sync=adapters",
-        "worker.rollout.tensor_parallel_size=2",
-    )  # vLLM's LoRA layers, sharded
+    adapters = ("worker.rollout.lora_sync=adapters", "worker.rollout.tensor_parallel_size=2")
     run_ppo(load_config(text_args(workspace, "lora_adapters", *lora, *adapters)))
     steps = {row["step"]: row for row in read_log(root / "lora_adapters") if "actor/pg_loss" in row}
     assert sorted(steps) == [1, 2]
