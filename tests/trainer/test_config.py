@@ -829,25 +829,21 @@ def test_reward_models_and_judges_stream_where_their_processes_are_free(files):
 
 
 def test_asynchronous_episodes_with_tensor_parallel_engines(files):
-    """Colocated: the group's first process runs the episodes and its peers repeat its engine calls (engine_mirror),
-    so any size is accepted; a disaggregated pool's engines are one device each, with or without episodes."""
+    """The group's first process runs the episodes and its peers repeat its engine calls (engine_mirror), in both
+    asynchronous modes; a rollout pool's engine spans processes of one of its nodes."""
     args = [*base_args(files), "worker.rollout.env=examples/envs/guess_number.py:GuessNumber"]
     colocated = load_config([*args, "worker.rollout.mode=colocated", "worker.rollout.tensor_parallel_size=2"])
     assert colocated.worker.rollout.tensor_parallel_size == 2
-    with pytest.raises(ConfigError, match="tensor-parallel engines across the rollout pool are not built yet"):
-        load_config(
-            [
-                *args,
-                "worker.rollout.mode=disaggregated",
-                "worker.rollout.tensor_parallel_size=2",
-                "trainer.n_gpus_per_node=1",
-            ]
-        )
+    pool = [*args, "worker.rollout.mode=disaggregated", "worker.rollout.tensor_parallel_size=2"]
+    pool += ["trainer.n_gpus_per_node=1"]
+    with pytest.raises(ConfigError, match=r"tensor_parallel_size=2 must divide worker.rollout.n_gpus_per_node=1"):
+        load_config(pool)
+    assert load_config([*pool, "worker.rollout.n_gpus_per_node=2"]).worker.rollout.tensor_parallel_size == 2
 
 
 def test_the_tensor_parallel_default_follows_the_device_and_the_mode(files, monkeypatch):
-    """Unset: 1 on CPU (one engine per process); on GPUs 2 where the world is even, except for a disaggregated
-    pool (one device per engine). An explicit size is kept on every device; a disaggregated pool refuses > 1."""
+    """Unset: 1 on CPU (one engine per process); on GPUs 2 where the engines' processes (the world, or a node of
+    the rollout pool) are even in number. An explicit size is kept on every device."""
     import verl.trainer.config as trainer_config
 
     def size(*extra: str) -> int:
@@ -855,8 +851,8 @@ def test_the_tensor_parallel_default_follows_the_device_and_the_mode(files, monk
 
     assert size() == 1
     assert size("worker.rollout.tensor_parallel_size=2") == 2  # the CPU shards the engine as asked
-    with pytest.raises(ConfigError, match="tensor-parallel engines across the rollout pool are not built yet"):
-        size("worker.rollout.mode=disaggregated", "worker.rollout.tensor_parallel_size=2", "trainer.n_gpus_per_node=1")
+    pool = ("worker.rollout.mode=disaggregated", "trainer.n_gpus_per_node=1")
+    assert size(*pool, "worker.rollout.n_gpus_per_node=2", "worker.rollout.tensor_parallel_size=2") == 2
     monkeypatch.setattr(trainer_config, "is_cuda_available", lambda: True)  # what a GPU machine answers
     gpu = ("trainer.device=auto",)
     assert size(*gpu) == 2
@@ -864,4 +860,5 @@ def test_the_tensor_parallel_default_follows_the_device_and_the_mode(files, monk
     assert size(*gpu, "worker.rollout.mode=colocated") == 2
     episodes = "worker.rollout.env=examples/envs/guess_number.py:GuessNumber"
     assert size(*gpu, "worker.rollout.mode=colocated", episodes) == 2
-    assert size(*gpu, "worker.rollout.mode=disaggregated", "trainer.n_gpus_per_node=1") == 1
+    assert size(*gpu, *pool) == 1
+    assert size(*gpu, *pool, "worker.rollout.n_gpus_per_node=2") == 2

@@ -105,6 +105,35 @@ def test_engine_generates_while_training_within_the_staleness_bound_and_resumes(
     assert set(counts.values()) == {2} and len(counts) == 16, "a prompt was trained twice or in part"
 
 
+def test_a_tensor_parallel_engine_over_two_rollout_processes(workspace):
+    """One engine over the rollout pool's two processes (tensor_parallel_size=2): the first admits and polls for
+    both and the other repeats its engine calls, weight loads and validation calls, so the sharded engine samples
+    what the trainer scores (its log-probs are the actor's up to the staleness), within the bound, every prompt
+    once."""
+    root = workspace["root"]
+    pool = (
+        "worker.rollout.mode=disaggregated",
+        "worker.rollout.n_gpus_per_node=2",
+        "worker.rollout.tensor_parallel_size=2",
+        "worker.rollout.max_staleness=1",
+        f"data.val_files={root / 'train.jsonl'}",
+        "trainer.val_freq=2",
+        "trainer.max_steps=3",
+    )
+    args = [arg for arg in run_args(workspace, "disagg_tp", *pool) if not arg.startswith("trainer.n_gpus_per_node=")]
+    run_ppo(load_config([*args, "trainer.n_gpus_per_node=1"]))
+    log = read_log(root / "disagg_tp")
+    assert sorted(log) == [1, 2, 3]
+    for step, row in log.items():
+        assert 0.0 <= row["async/staleness_mean"] <= row["async/staleness_max"] <= 1.0 + 1e-9
+        assert row["rollout_corr/k3_kl"] < 0.05, (step, row["rollout_corr/k3_kl"])
+    assert all(row["perf/sync_weights_gb"] > 0 for row in log.values() if "perf/sync_weights_gb" in row)
+    assert "val/reward_score" in log[2]  # validation ran on the sharded engine
+    trained = Counter(record["prompt"] for step in (1, 2, 3) for record in read_rollouts(root / "disagg_tp", step))
+    assert set(trained.values()) == {2} and len(trained) == 12, "a prompt was trained twice or in part"
+    assert engine_counts(root / "disagg_tp" / "global_step_3") == [3, 3]  # both processes count the admissions
+
+
 def test_multi_turn_episodes_on_a_rollout_pool_of_two_engines(workspace):
     """The guess-the-number game on two engines: each admits and completes its share of the groups."""
     from tests.trainer.test_async_e2e import assert_game_steps, game_run_args

@@ -501,8 +501,8 @@ def fill_derived(config: PPOConfig) -> PPOConfig:
         rollout.max_model_len = rollout.prompt_length + rollout.response_length
     if rollout.tensor_parallel_size is None:
         on_gpus = config.trainer.device != "cpu" and is_cuda_available()
-        sharded = rollout.mode != "disaggregated"  # a rollout pool's engines are one device each
-        rollout.tensor_parallel_size = 2 if on_gpus and sharded and config.trainer.world_size() % 2 == 0 else 1
+        processes = rollout.n_gpus_per_node if rollout.mode == "disaggregated" else config.trainer.world_size()
+        rollout.tensor_parallel_size = 2 if on_gpus and processes % 2 == 0 else 1
     return config
 
 
@@ -666,11 +666,11 @@ def _check_rollout_pool(config: PPOConfig) -> None:
             f"prompts per step, which must split evenly over the {engines} engines of the rollout pool "
             "(worker.rollout.nnodes x worker.rollout.n_gpus_per_node)."
         )
-    if rollout.tensor_parallel_size > 1:
+    if rollout.n_gpus_per_node % rollout.tensor_parallel_size != 0:
         raise ConfigError(
-            f"worker.rollout.tensor_parallel_size={rollout.tensor_parallel_size}: with worker.rollout.mode="
-            "disaggregated every rollout process is one engine on one device (tensor-parallel engines across the "
-            "rollout pool are not built yet); set it to 1."
+            f"worker.rollout.tensor_parallel_size={rollout.tensor_parallel_size} must divide "
+            f"worker.rollout.n_gpus_per_node={rollout.n_gpus_per_node}: a tensor-parallel engine's processes share one "
+            "node of the rollout pool."
         )
 
 

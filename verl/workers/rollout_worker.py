@@ -20,14 +20,21 @@ prompts, `poll` waits for a step's complete groups (earliest deadline first, as 
 `receive_weights` takes the trainer's broadcast while generation goes on and then has the engine thread load it
 between two engine steps (the running samples stop, keep their tokens and continue under the new weights), and
 `generate_sequences` (validation) runs between two steps too. Only the engine thread touches the engine.
+
+A tensor-parallel engine (rollout.tensor_parallel_size > 1) spans that many consecutive processes of the pool. Its
+first process runs the engine thread and the request loop for the group: the others hand it their share of each
+admission, take their share of each batch from it, and run a follower thread that repeats its engine calls, weight
+loads and validation calls (verl/workers/rollout/engine_mirror.py), so the peers' engines stay in step.
 """
 
+import contextlib
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from functools import partial
 from typing import Any
 
 import torch.distributed as dist
@@ -39,6 +46,7 @@ from verl.single_controller.base.worker import Worker
 from verl.utils import device as device_utils
 from verl.workers import weight_transfer
 from verl.workers.config import WorkerConfig
+from verl.workers.rollout.engine_mirror import STOP, follow
 
 
 logger = logging.getLogger(__name__)
@@ -47,6 +55,9 @@ _POLL_S = 1.0
 """How often a waiting call checks that the engine thread is still alive."""
 _ENV_WAIT_S = 0.05
 """With only environment steps running, how long the engine thread waits for one before looking again."""
+_HEARTBEAT_S = 30.0
+"""A tensor-parallel engine's idle first process tells its peers it is alive this often (a follower waiting in a
+collective longer than the process group's timeout would fail)."""
 
 
 class RolloutWorker(Worker):
@@ -71,6 +82,15 @@ class RolloutWorker(Worker):
         self._window_start = time.perf_counter()
         self._thread: threading.Thread | None = None
         self._taken_version: int | None = None
+        self.tp_rank, self.tp_size = 0, 1
+        self.data_group: Any = None
+        """Tensor-parallel engine: the group's gloo group for the calls' data (admissions, batches), apart from the
+        engine threads' own."""
+        self._weights: tuple[Callable[[], Any], Future] | None = None
+        """A follower: the load of the weights its receive took and its result, for the follower thread to run when
+        the first process loads."""
+        self._validation: tuple[Callable[[], Any], Future] | None = None
+        """A follower: its validation call and its result, for the follower thread to run when the first process does."""
 
     # ------------------------------------------------------------------------------------------------ setup
 
@@ -87,7 +107,15 @@ class RolloutWorker(Worker):
         )
         self.rollout = VLLMRollout(model.model_path, self.config.rollout, tokenizer, processor, colocated=False)
         self.n, self.greedy, self.make_params = self.rollout.async_sampling({})
-        self._thread = threading.Thread(target=self._engine_loop, name="rollout-engine", daemon=True)
+        tp_size = self.config.rollout.tensor_parallel_size or 1
+        if tp_size > 1:
+            self.tp_rank, self.tp_size = dist.get_rank() % tp_size, tp_size
+            for first in range(0, dist.get_world_size(), tp_size):  # every process creates every group, in order
+                group = dist.new_group(list(range(first, first + tp_size)), backend="gloo")
+                if first <= dist.get_rank() < first + tp_size:
+                    self.data_group = group
+        target = self._follow_loop if self.rollout.follows else self._engine_loop
+        self._thread = threading.Thread(target=target, name="rollout-engine", daemon=True)
         self._thread.start()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -119,15 +147,24 @@ class RolloutWorker(Worker):
         weights, stats = weight_transfer.receive_weights(self.transfer_group, self.device)
         received = time.perf_counter()
 
-        def load() -> float:
+        def load(weights: list[Any] = weights) -> float:
             paused = time.perf_counter()
             self.rollout.request_loop.suspend()  # the running samples continue from their tokens after the load
+            if self.rollout.engine_leader is not None:  # the peers load their own copy at this same point
+                self.rollout.engine_leader.send("load")
             vllm_compat.load_weights(self.rollout.inference_engine, iter(weights), in_place_reload=not on_gpu())
             vllm_compat.reset_caches_after_weight_update(self.rollout.inference_engine)
             self.version = version
             return time.perf_counter() - paused
 
-        pause = self._in_engine_thread(load)
+        if self.rollout.follows:  # the follower thread loads them when the first process does
+            loaded: Future = Future()
+            with self._cond:
+                self._weights = (load, loaded)
+                self._cond.notify_all()
+            pause = self._wait(loaded)
+        else:
+            pause = self._in_engine_thread(load)
         return {
             "timing_s/sync_weights_receive": received - start,
             "timing_s/sync_weights_load": pause,
@@ -143,7 +180,7 @@ class RolloutWorker(Worker):
             self._stop = True
             self._cond.notify_all()
         if self._thread is not None:
-            self._thread.join(timeout=30)
+            self._thread.join(timeout=30)  # a follower's thread ends with its first process's STOP
         if getattr(self, "rollout", None) is not None:
             self.rollout.close_envs()
 
@@ -167,6 +204,15 @@ class RolloutWorker(Worker):
             raise RuntimeError("The rollout engine has no weights yet: the trainer sends them before the first step.")
         meta = prompts.meta_info
         budget = self.rollout.call_response_length(meta)
+        if self.tp_size > 1:  # the first process admits the group's prompts, seeded as its own
+            parts: list[Any] = [None] * self.tp_size
+            dist.all_gather_object(parts, prompts, group=self.data_group)
+            if self.rollout.follows:
+                with self._cond:
+                    self._raise_if_failed()
+                    self.rollout.generate_calls += 1  # the seeds' count, saved with checkpoints, as the first's
+                    return 0
+            prompts = DataProto.concat(parts)
         with self._cond:
             self._raise_if_failed()
             self.rollout.admit(prompts, int(meta["version"]), budget, dist.get_rank(), self.n, self.greedy)
@@ -187,6 +233,35 @@ class RolloutWorker(Worker):
           "batch"), for the driver to score while generation goes on; else None;
         - "metrics": the engine's busy share since the last batch and the groups it holds, with the batch.
         """
+        if self.tp_size > 1:  # the first process polls for the group; each process returns its share of the batch
+            result: dict[str, Any] = {}
+            if not self.rollout.follows:
+                result = self._poll(quota * self.tp_size, version, max_staleness, meta_info, wait_s, stream)
+            box = [{"batch": result.get("batch"), "error": result.get("error")}]  # what the peers need
+            dist.broadcast_object_list(box, src=dist.get_global_rank(self.data_group, 0), group=self.data_group)
+            if box[0]["error"] is not None:
+                raise RuntimeError(box[0]["error"])
+            batch = box[0]["batch"]
+            return {
+                "batch": None if batch is None else batch.chunk(self.tp_size)[self.tp_rank],
+                "complete": result.get("complete"),
+                "metrics": result.get("metrics") or {},
+            }
+        return self._poll(quota, version, max_staleness, meta_info, wait_s, stream)
+
+    def _poll(
+        self, quota: int, version: int, max_staleness: int, meta_info: dict[str, Any], wait_s: float, stream: bool
+    ) -> dict[str, Any]:
+        if self.tp_size > 1:  # the peers wait for this answer: a failure goes to them too
+            try:
+                return self._poll_engine(quota, version, max_staleness, meta_info, wait_s, stream)
+            except Exception as error:
+                return {"error": f"The first process of this tensor-parallel engine failed: {error!r}"}
+        return self._poll_engine(quota, version, max_staleness, meta_info, wait_s, stream)
+
+    def _poll_engine(
+        self, quota: int, version: int, max_staleness: int, meta_info: dict[str, Any], wait_s: float, stream: bool
+    ) -> dict[str, Any]:
         loop = self.rollout.request_loop
         width = self.rollout.call_response_length(meta_info)
         take = self._taken_version != version
@@ -229,8 +304,16 @@ class RolloutWorker(Worker):
 
         def generate() -> DataProto:
             self.rollout.request_loop.suspend()
+            if self.rollout.engine_leader is not None:  # the peers make the same (collective) call at this point
+                self.rollout.engine_leader.send("generate")
             return self.rollout.generate_sequences(prompts)
 
+        if self.rollout.follows:  # the follower thread makes the call when the first process does
+            output: Future = Future()
+            with self._cond:
+                self._validation = (generate, output)
+                self._cond.notify_all()
+            return self._wait(output)
         return self._in_engine_thread(generate)
 
     # ------------------------------------------------------------------------------------------------ engine thread
@@ -238,6 +321,15 @@ class RolloutWorker(Worker):
     def _raise_if_failed(self) -> None:
         if self._error is not None:
             raise RuntimeError(f"The rollout engine's thread failed: {self._error!r}") from self._error
+
+    def _wait(self, future: Future) -> Any:
+        """`future`'s result, failing as soon as the engine thread has failed."""
+        while True:
+            try:
+                return future.result(timeout=_POLL_S)
+            except TimeoutError:
+                with self._cond:
+                    self._raise_if_failed()
 
     def _in_engine_thread(self, fn: Callable[[], Any]) -> Any:
         """Run `fn` in the engine thread between two engine steps; its result (or its exception)."""
@@ -254,7 +346,9 @@ class RolloutWorker(Worker):
                     self._raise_if_failed()
 
     def _engine_loop(self) -> None:
-        loop, engine = self.rollout.request_loop, self.rollout.inference_engine.llm_engine
+        loop = self.rollout.request_loop
+        engine = loop.llm.llm_engine  # a tensor-parallel engine's first process: the engine_mirror leader
+        leader = self.rollout.engine_leader
         turns = loop.turns  # multi-turn episodes: environment steps run beside the engine
 
         def env_pending() -> bool:
@@ -262,6 +356,7 @@ class RolloutWorker(Worker):
 
         try:
             while True:
+                heartbeat = False
                 with self._cond:
                     while (
                         not (self._stop or self._tasks or self._submit_needed or engine.has_unfinished_requests())
@@ -269,11 +364,18 @@ class RolloutWorker(Worker):
                     ):
                         self._idle = True
                         self._cond.notify_all()
-                        self._cond.wait()
+                        if not self._cond.wait(_HEARTBEAT_S) and leader is not None:
+                            heartbeat = True
+                            break
                     self._idle = False
                     if self._stop:
+                        if leader is not None:
+                            leader.send(STOP)
                         return
                     tasks, self._tasks = self._tasks, []
+                if heartbeat:
+                    leader.send("noop")
+                    continue
                 for fn, future in tasks:
                     try:
                         future.set_result(fn())
@@ -301,9 +403,51 @@ class RolloutWorker(Worker):
                         self._cond.notify_all()
         except BaseException as err:
             logger.exception("The rollout engine's thread failed.")
+            if leader is not None:  # its peers wait for its next call
+                with contextlib.suppress(Exception):
+                    leader.end(error=err)
             with self._cond:
                 self._error = err
                 for _, future in self._tasks:
                     future.set_exception(err)
                 self._tasks = []
+                self._cond.notify_all()
+
+    def _follow_loop(self) -> None:
+        """A tensor-parallel engine's peer: repeat the first process's engine calls, and run this process's weight
+        load and validation call where the first process runs its own (engine_mirror)."""
+        from verl.workers.rollout import vllm_compat
+
+        def posted(name: str) -> tuple[Callable[[], Any], Future]:
+            with self._cond:
+                while getattr(self, name) is None and not self._stop:
+                    self._cond.wait(_POLL_S)
+                item = getattr(self, name)
+                setattr(self, name, None)
+            if item is None:
+                raise RuntimeError("The rollout worker closed while its engine's first process waited for it.")
+            return item
+
+        def run(name: str) -> None:
+            fn, result = posted(name)
+            try:
+                result.set_result(fn())
+            except BaseException as err:
+                result.set_exception(err)
+                raise
+
+        rollout = self.rollout
+        handlers = {"load": lambda: run("_weights"), "generate": lambda: run("_validation"), "noop": lambda: None}
+        try:
+            follow(
+                rollout.inference_engine,
+                partial(vllm_compat.render_prompt, rollout.inference_engine),
+                vllm_compat.tensor_parallel_cpu_group()[0],
+                lambda: rollout.lora_request,
+                handlers,
+            )
+        except BaseException as err:
+            logger.exception("The rollout engine's follower thread failed.")
+            with self._cond:
+                self._error = err
                 self._cond.notify_all()

@@ -30,6 +30,8 @@ import torch.distributed as dist
 
 _STEP = "step"
 _END = "end"
+STOP = "stop"
+"""The peers' `follow` returns: the engine is shut down (a rollout pool's worker closing)."""
 
 
 class PeerStopped(RuntimeError):
@@ -76,6 +78,12 @@ class EngineLeader:
         self._calls = []
         return self.engine.step()
 
+    def send(self, kind: str, *args: Any) -> None:
+        """Have the peers run their handler for `kind` (see `follow`) at this point between two engine steps, after
+        the calls recorded so far: a weight load, a blocking generate call (validation), STOP."""
+        _broadcast((*self._calls, (kind, *args)), self.group, self.src)
+        self._calls = []
+
     def end(self, result: Any = None, error: BaseException | None = None) -> None:
         """The call is over: the peers repeat the last calls (aborts of the unfinished requests) and return `result`,
         or raise PeerStopped with `error`."""
@@ -84,8 +92,15 @@ class EngineLeader:
         self._calls = []
 
 
-def follow(llm: Any, render: Callable[[dict[str, Any]], Any], group: Any, lora_request: Callable[[], Any]) -> Any:
-    """On a peer: repeat the first process's engine calls and steps until it ends the call; return its result."""
+def follow(
+    llm: Any,
+    render: Callable[[dict[str, Any]], Any],
+    group: Any,
+    lora_request: Callable[[], Any],
+    handlers: dict[str, Callable[..., Any]] | None = None,
+) -> Any:
+    """On a peer: repeat the first process's engine calls and steps until it ends the call (return its result) or
+    sends STOP (return None); other messages run their entry of `handlers` with the message's arguments."""
     engine = llm.llm_engine
     src = dist.get_global_rank(group, 0)
     while True:
@@ -100,8 +115,12 @@ def follow(llm: Any, render: Callable[[dict[str, Any]], Any], group: Any, lora_r
                 engine.abort_request(call[1])
             elif kind == _STEP:
                 engine.step()
-            else:
+            elif kind == _END:
                 _, result, failure = call
                 if failure is not None:
                     raise PeerStopped(f"The first process of this tensor-parallel engine failed: {failure}")
                 return result
+            elif kind == STOP:
+                return None
+            else:
+                (handlers or {})[kind](*call[1:])

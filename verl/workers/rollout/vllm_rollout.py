@@ -303,8 +303,8 @@ class VLLMRollout:
     """Generates responses for a DataProto of prompts with an in-process vLLM engine.
 
     With torch.distributed initialized the engine uses vLLM's `external_launcher` executor, which carves its
-    tensor-parallel groups out of the existing world instead of spawning processes; on the CPU every rank is an
-    independent engine of tensor-parallel size 1. On GPU the engine sleeps between rollouts (`sleep_level`). On the CPU
+    tensor-parallel groups out of the existing world instead of spawning processes (on the CPU too, where the default
+    size is 1: every rank its own engine). On GPU the engine sleeps between rollouts (`sleep_level`). On the CPU
     it has no sleep mode and stays up beside the actor with a float32 copy of the weights and a KV cache allocated in
     full at start (`rollout.kv_cache_memory_mb`): size that cache to what one rollout needs, at most
     max_num_seqs x (prompt_length + response_length) tokens.
@@ -397,12 +397,12 @@ class VLLMRollout:
             self.image_tokens = ImageTokens(processor, tokenizer) if self.multimodal else None
             self.model_path = model_path
         self.engine_leader: EngineLeader | None = None
-        """Asynchronous episodes on a tensor-parallel engine, the group's first process: the loop's engine calls go
-        to its peers (engine_mirror)."""
+        """Asynchronous episodes or a rollout pool's engine (colocated=False), tensor-parallel, on the group's first
+        process: the request loop's engine calls go to its peers (engine_mirror)."""
         self.follows = False
-        """Asynchronous episodes on a tensor-parallel engine, a peer: it repeats the first process's engine calls."""
+        """The same on a peer: it repeats the first process's engine calls."""
         tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
-        if self.env is not None and tp_size > 1:
+        if tp_size > 1 and (self.env is not None or not colocated):  # a rollout pool's engine follows outside calls
             if tp_rank == 0:
                 render = partial(vllm_compat.render_prompt, self.inference_engine)
                 self.engine_leader = EngineLeader(self.inference_engine, render, tp_group)
