@@ -12,7 +12,7 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """worker.rollout.mode=disaggregated on GPUs: the weight broadcast over NCCL, and GRPO steps with the trainer on one
-GPU and its engine on another (both need two CUDA devices; never run yet)."""
+GPU and its engine on another, or one engine over two GPUs (two or three CUDA devices; never run yet)."""
 
 import json
 import os
@@ -75,6 +75,17 @@ def test_weight_transfer_over_nccl():
 def test_disaggregated_grpo_steps_on_two_gpus(tmp_path):
     """One trainer GPU, one engine GPU, one version of staleness: the engine generates while the trainer trains and
     gets each update's weights over NCCL."""
+    _disaggregated_run(tmp_path, 2, "worker.rollout.n_gpus_per_node=1", "worker.rollout.tensor_parallel_size=1")
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 3, reason="needs three CUDA devices")
+def test_a_tensor_parallel_engine_on_two_gpus_of_the_rollout_pool(tmp_path):
+    """One trainer GPU and one engine over two GPUs (the first steps the request loop, the other repeats its engine
+    calls, weight loads and validation): the same checks, as tests/trainer/test_disaggregated_e2e.py on the CPU."""
+    _disaggregated_run(tmp_path, 3, "worker.rollout.n_gpus_per_node=2", "worker.rollout.tensor_parallel_size=2")
+
+
+def _disaggregated_run(tmp_path, gpus: int, *pool: str) -> None:
     pytest.importorskip("vllm", reason="needs vLLM's GPU build (pip install vllm)")
     ray = pytest.importorskip("ray", reason="needs Ray (pip install ray)")
     from verl.trainer.config import load_config
@@ -87,7 +98,7 @@ def test_disaggregated_grpo_steps_on_two_gpus(tmp_path):
     with open(tmp_path / "train.jsonl", "w") as f:
         for i in range(32):
             f.write(json.dumps({"prompt": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n")
-    ray.init(address="local", num_gpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_gpus=gpus, include_dashboard=False, log_to_driver=False)
     try:
         config = load_config(
             [
@@ -99,9 +110,8 @@ def test_disaggregated_grpo_steps_on_two_gpus(tmp_path):
                 f"worker.actor.model.model_path={model}",
                 "worker.rollout.n=2",
                 "worker.rollout.gpu_memory_utilization=0.3",
-                "worker.rollout.tensor_parallel_size=1",
                 "worker.rollout.mode=disaggregated",
-                "worker.rollout.n_gpus_per_node=1",
+                *pool,
                 "worker.rollout.max_staleness=1",
                 f"worker.reward.reward_function={tmp_path / 'reward.py'}:compute_score",
                 "trainer.device=cuda",
