@@ -11,15 +11,18 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""One request loop for a tensor-parallel engine whose requests follow outside timing (asynchronous multi-turn and
-client-style episodes).
+"""One request loop for a tensor-parallel engine whose requests follow outside timing: asynchronous multi-turn and
+client-style episodes, and every engine of a disaggregated rollout pool (admissions, weight loads and validation
+calls reach its processes at their own moments).
 
 The processes of a tensor-parallel engine must add, abort and step the same requests in the same order, or vLLM's
 collectives mismatch. A single-turn request loop gets that by running the same loop on every peer. An episode's next
 turn, though, is ready when its environment says so, which differs from process to process. So the group's first
 process runs the loop and the environments (`EngineLeader`). Before each engine step it sends the peers the engine
-calls made since the last step. The peers (`follow`) only repeat those calls and step, and get the call's result at
-the end. The messages travel on the tensor-parallel group's gloo group, one per engine step.
+calls made since the last step, and any other engine work (a weight load, a validation call) at the point between
+two steps where it does its own. The peers (`follow`) only repeat those calls, step, and run their own copy of that
+work; they get a call's result at its end. The messages travel on the tensor-parallel group's gloo group, one per
+engine step.
 """
 
 from collections.abc import Callable
@@ -122,5 +125,7 @@ def follow(
                 return result
             elif kind == STOP:
                 return None
+            elif handlers and kind in handlers:
+                handlers[kind](*call[1:])
             else:
-                (handlers or {})[kind](*call[1:])
+                raise RuntimeError(f"This tensor-parallel peer has no handler for the engine work {kind!r}; a bug.")
