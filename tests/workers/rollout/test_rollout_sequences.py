@@ -112,7 +112,10 @@ def _config(**overrides) -> RolloutConfig:
     return dataclasses.replace(RolloutConfig(prompt_length=100, response_length=28), **overrides)
 
 
-def test_cpu_engine_kwargs() -> None:
+def test_cpu_engine_kwargs(monkeypatch) -> None:
+    import verl.workers.rollout.vllm_rollout as vllm_rollout
+
+    monkeypatch.setattr(vllm_rollout.dist, "is_initialized", lambda: False)  # an earlier test's group may be left
     kwargs = build_engine_kwargs("/models/x", _config(dtype="bf16"), multimodal=False)
     assert kwargs["model"] == "/models/x"
     assert kwargs["load_format"] == "dummy"
