@@ -198,3 +198,30 @@ def test_groups_at_the_staleness_bound_complete_whatever_the_quota(rollout) -> N
     with pytest.raises(ValueError, match="cannot all train by their deadlines at 1 groups per step"):
         rollout.generate_async(too_many)
     rollout.request_loop.clear()
+
+
+def test_polls_hand_each_group_over_as_it_completes_and_end_as_one_call(rollout) -> None:
+    """poll_async (streamed rewards) returns as soon as a group completes, with that group for scoring, instead of
+    after a fixed count of engine steps; the batch it ends with equals one generate_async call's."""
+    rollout.request_loop.clear()
+    prompts = _prompts(rollout.tokenizer, 3, offset=60)
+    prompts.non_tensor_batch["max_response_tokens"] = np.array([3, 12, 30], dtype=object)
+    prompts.meta_info.update(quota=3, version=0)
+    rollout.generate_calls = 0
+    expected = rollout.generate_async(prompts.select(deepcopy=True))
+    rollout.generate_calls = 0
+    rollout._taken_version = None
+    handed, calls, batch = [], 0, None
+    first = prompts.select(deepcopy=True)
+    while batch is None:
+        result = rollout.poll_async(first if calls == 0 else first[:0])
+        calls += 1
+        if result["complete"] is not None:
+            handed.append(list(dict.fromkeys(result["complete"].non_tensor_batch["uid"])))
+        batch = result["batch"]
+    # the short group alone, then the middle one alone; the last completes the quota and comes with the batch
+    assert handed == [["p60"], ["p61"], ["p62"]], handed
+    assert calls == 3
+    for key in ("responses", "response_mask", "rollout_log_probs"):
+        assert torch.equal(batch.batch[key], expected.batch[key]), key
+    assert rollout.request_loop.in_flight == 0

@@ -162,13 +162,15 @@ class RequestLoop:
         make_params: Callable[[int, int | None], Any],
         max_staleness: int | None = None,
         max_engine_steps: int | None = None,
+        hand_over: bool = False,
     ) -> list[Group] | None:
         """Step the engine until `quota` groups are complete and returning them keeps every group within its
         deadline (admission version + `max_staleness`); return them, removed from the loop. Unfinished samples are
         aborted, their tokens kept for the next call. `max_staleness=None`: every group is due now, as in a
         synchronous rollout. With `max_engine_steps`, return None once that many engine steps did not get there:
         the requests stay in the engine and the next call goes on from where this one stopped (the same steps an
-        unbroken call would take)."""
+        unbroken call would take); with `hand_over` as well, return None as soon as a group completes that the step
+        cannot take yet, so that the caller can score it while the rest generate."""
         self.check_quota(quota, version, max_staleness)
         if self.pick(quota, version, max_staleness) is None:
             self.submit(version, make_params)
@@ -178,7 +180,7 @@ class RequestLoop:
             while engine.has_unfinished_requests() or (self.turns is not None and self.turns.pending):
                 if finished_groups and self.pick(quota, version, max_staleness) is not None:
                     break
-                if max_engine_steps is not None and steps >= max_engine_steps:
+                if max_engine_steps is not None and (steps >= max_engine_steps or (hand_over and finished_groups)):
                     return None
                 steps += 1
                 if self.turns is not None:  # environment steps run meanwhile; their episodes continue here

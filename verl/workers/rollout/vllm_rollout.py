@@ -62,8 +62,9 @@ logger = logging.getLogger(__name__)
 _DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16"}
 _DTYPES.update({"fp32": "float32", "float32": "float32"})
 CPU_DEFAULT_KV_CACHE_MB = 256
-POLL_ENGINE_STEPS = 32
-"""poll_async: most engine steps per call (a count, not a time, so tensor-parallel peers step alike)."""
+POLL_ENGINE_STEPS = 256
+"""poll_async: most engine steps per call (a count, not a time, so tensor-parallel peers step alike); a call also
+returns as soon as a group completes (for the driver to score it)."""
 
 
 @dataclass(frozen=True)
@@ -599,8 +600,8 @@ class VLLMRollout:
 
     def poll_async(self, prompts: DataProto) -> dict[str, Any]:
         """`generate_async` in slices, so the driver can score groups while the engine generates (streamed rewards,
-        docs/async.md): admit `prompts` (the step's first call; later calls carry no rows), then step the engine at
-        most POLL_ENGINE_STEPS times. Returns "batch", this step's groups as `generate_async` returns them once they
+        docs/async.md): admit `prompts` (the step's first call; later calls carry no rows), then step the engine until a
+        group completes, at most POLL_ENGINE_STEPS times. Returns "batch", this step's groups as `generate_async` returns them once they
         are there (then None for the rest of the step), and "complete", the groups completed since the last call
         (copies, the step's own included; on tensor-parallel rank 0 only), or None. The engine's requests stay in it
         between calls, so the steps taken are those of one `generate_async` call."""
@@ -620,6 +621,7 @@ class VLLMRollout:
                         call.make_params,
                         call.max_staleness,
                         max_engine_steps=POLL_ENGINE_STEPS,
+                        hand_over=True,
                     )
             fresh = loop.newly_complete(groups)
             batch = None
