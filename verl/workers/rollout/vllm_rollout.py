@@ -600,11 +600,12 @@ class VLLMRollout:
 
     def poll_async(self, prompts: DataProto) -> dict[str, Any]:
         """`generate_async` in slices, so the driver can score groups while the engine generates (streamed rewards,
-        docs/async.md): admit `prompts` (the step's first call; later calls carry no rows), then step the engine until a
-        group completes, at most POLL_ENGINE_STEPS times. Returns "batch", this step's groups as `generate_async` returns them once they
-        are there (then None for the rest of the step), and "complete", the groups completed since the last call
-        (copies, the step's own included; on tensor-parallel rank 0 only), or None. The engine's requests stay in it
-        between calls, so the steps taken are those of one `generate_async` call."""
+        docs/async.md): admit `prompts` (the step's first call; later calls carry no rows), then step the engine
+        until a group completes, at most POLL_ENGINE_STEPS times. Returns "batch", this step's groups as
+        `generate_async` returns them once they are there (then None for the rest of the step), and "complete", the
+        groups completed since the last call (copies, the step's own included; on tensor-parallel rank 0 only), or
+        None. The engine's requests stay in it between calls, so the steps taken are those of one `generate_async`
+        call."""
         if self.follows:
             call = self._start_async_call(prompts)
             batch = self._follow()
