@@ -90,7 +90,8 @@ class RolloutWorker(Worker):
         """A follower: the load of the weights its receive took and its result, for the follower thread to run when
         the first process loads."""
         self._validation: tuple[Callable[[], Any], Future] | None = None
-        """A follower: its validation call and its result, for the follower thread to run when the first process does."""
+        """A follower: its validation call and its result, for the follower thread to run when the first process
+        does."""
 
     # ------------------------------------------------------------------------------------------------ setup
 
