@@ -1,0 +1,102 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""engine_mirror's protocol over a real two-process gloo group: the peer repeats the first process's engine calls in
+their order (steps, requests with their rendered prompts and adapters, aborts, other work between steps), returns
+the call's result, stops with the first process's error, and refuses work it has no handler for. The engine here is
+a recorder of the calls it gets; the vLLM engines' own run is tests/workers/rollout/test_tensor_parallel_cpu.py."""
+
+import pytest
+
+from tests.workers.fsdp_testing import init_rank, spawn
+
+
+class _Recorder:
+    """What the mirror drives: `llm.llm_engine` with vLLM's request methods, each call recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+        self.llm_engine = self
+
+    def add_request(self, request_id, prompt, params, lora_request=None):
+        self.calls.append(("add", request_id, prompt, params, lora_request))
+
+    def abort_request(self, request_ids):
+        self.calls.append(("abort", list(request_ids)))
+
+    def has_unfinished_requests(self):
+        return True
+
+    def step(self):
+        self.calls.append(("step",))
+        return []
+
+
+def _script(leader) -> None:
+    """The first process's side: a call with two steps and work between them, then a failed call, then STOP."""
+    leader.add_request("r0", {"prompt_token_ids": [1, 2]}, {"max_tokens": 3})
+    leader.add_request("r1", {"prompt_token_ids": [3]}, {"max_tokens": 1}, lora_request="adapter")
+    leader.step()
+    leader.send("load", 7)
+    leader.abort_request(["r0"])
+    leader.step()
+    leader.end({"batch": "rows"})
+    leader.add_request("r2", {"prompt_token_ids": [4]}, {"max_tokens": 2})
+    leader.end(error=KeyError("no tool"))
+    leader.send("noop")
+    leader.send("unheard of")
+
+
+def _member(rank: int, world_size: int, port: int) -> None:
+    init_rank(rank, world_size, port)
+    import torch.distributed as dist
+
+    from verl.workers.rollout.engine_mirror import STOP, EngineLeader, PeerStopped, follow
+
+    group = dist.new_group([0, 1], backend="gloo")
+    engine = _Recorder()
+
+    def render(prompt):
+        return ("rendered", tuple(prompt["prompt_token_ids"]))
+
+    if rank == 0:
+        _script(EngineLeader(engine, render, group))
+        EngineLeader(engine, render, group).send(STOP)
+        calls = engine.calls
+    else:
+        loads = []
+        handlers = {"load": loads.append, "noop": lambda: None}
+        assert follow(engine, render, group, lambda: "adapter", handlers) == {"batch": "rows"}
+        assert loads == [7]
+        with pytest.raises(PeerStopped, match=r"failed: KeyError: 'no tool'"):
+            follow(engine, render, group, lambda: "adapter", handlers)
+        with pytest.raises(RuntimeError, match=r"no handler for the engine work 'unheard of'"):
+            follow(engine, render, group, lambda: "adapter", handlers)
+        assert follow(engine, render, group, lambda: "adapter", handlers) is None  # STOP
+        calls = engine.calls
+    # the same engine calls in the same order on both, rendered prompts and the adapter included
+    gathered = [None, None]
+    dist.all_gather_object(gathered, calls, group=group)
+    assert gathered[0] == gathered[1]
+    assert gathered[0] == [
+        ("add", "r0", ("rendered", (1, 2)), {"max_tokens": 3}, None),
+        ("add", "r1", ("rendered", (3,)), {"max_tokens": 1}, "adapter"),
+        ("step",),
+        ("abort", ["r0"]),
+        ("step",),
+        ("add", "r2", ("rendered", (4,)), {"max_tokens": 2}, None),
+    ]
+
+
+def test_the_peer_repeats_the_first_processs_engine_calls_and_ends_with_it():
+    spawn(_member, 2)
