@@ -373,7 +373,10 @@ class RolloutWorker(Worker):
                         if leader is not None:
                             leader.send(STOP)
                         return
-                    tasks, self._tasks = self._tasks, []
+                    if heartbeat:  # the work that may have come meanwhile waits for the next round
+                        tasks = []
+                    else:
+                        tasks, self._tasks = self._tasks, []
                 if heartbeat:
                     leader.send("noop")
                     continue
