@@ -842,8 +842,8 @@ def test_asynchronous_episodes_with_tensor_parallel_engines(files):
 
 
 def test_the_tensor_parallel_default_follows_the_device_and_the_mode(files, monkeypatch):
-    """Unset: 1 on CPU (one engine per process); on GPUs 2 where the engines' processes (the world, or a node of
-    the rollout pool) are even in number. An explicit size is kept on every device."""
+    """Unset: 1 on CPU (one engine per process) and for a disaggregated rollout pool; on GPUs 2 where the training
+    world is even. An explicit size is kept on every device."""
     import verl.trainer.config as trainer_config
 
     def size(*extra: str) -> int:
@@ -861,4 +861,4 @@ def test_the_tensor_parallel_default_follows_the_device_and_the_mode(files, monk
     episodes = "worker.rollout.env=examples/envs/guess_number.py:GuessNumber"
     assert size(*gpu, "worker.rollout.mode=colocated", episodes) == 2
     assert size(*gpu, *pool) == 1
-    assert size(*gpu, *pool, "worker.rollout.n_gpus_per_node=2") == 2
+    assert size(*gpu, *pool, "worker.rollout.n_gpus_per_node=2") == 1  # a pool: one engine per process unless set

@@ -501,8 +501,8 @@ def fill_derived(config: PPOConfig) -> PPOConfig:
         rollout.max_model_len = rollout.prompt_length + rollout.response_length
     if rollout.tensor_parallel_size is None:
         on_gpus = config.trainer.device != "cpu" and is_cuda_available()
-        processes = rollout.n_gpus_per_node if rollout.mode == "disaggregated" else config.trainer.world_size()
-        rollout.tensor_parallel_size = 2 if on_gpus and processes % 2 == 0 else 1
+        sharded = on_gpus and rollout.mode != "disaggregated"  # a rollout pool: one engine per process unless set
+        rollout.tensor_parallel_size = 2 if sharded and config.trainer.world_size() % 2 == 0 else 1
     return config
 
 
