@@ -96,6 +96,8 @@ def _member(rank: int, world_size: int, port: int) -> None:
         ("step",),
         ("add", "r2", ("rendered", (4,)), {"max_tokens": 2}, None),
     ]
+    dist.barrier()
+    dist.destroy_process_group()  # both ranks' gloo groups end together (one left alive at exit may abort)
 
 
 def test_the_peer_repeats_the_first_processs_engine_calls_and_ends_with_it():
