@@ -122,6 +122,7 @@ def _run(rank: int, world_size: int, port: int, model_dir: str) -> None:
     counter.take()
     model(input_ids=micro_batches[0]).logits.mean().backward()
     assert counter.take()[1] == units
+    dist.barrier()  # both ranks end their group together (one ending first aborted the other's exit once)
     dist.destroy_process_group()
 
 
