@@ -339,12 +339,7 @@ class RolloutWorker(Worker):
             self._raise_if_failed()
             self._tasks.append((fn, future))
             self._cond.notify_all()
-        while True:
-            try:
-                return future.result(timeout=_POLL_S)
-            except TimeoutError:
-                with self._cond:
-                    self._raise_if_failed()
+        return self._wait(future)
 
     def _engine_loop(self) -> None:
         loop = self.rollout.request_loop
@@ -373,9 +368,7 @@ class RolloutWorker(Worker):
                         if leader is not None:
                             leader.send(STOP)
                         return
-                    if heartbeat:  # the work that may have come meanwhile waits for the next round
-                        tasks = []
-                    else:
+                    if not heartbeat:  # else the work that may have come meanwhile waits for the next round
                         tasks, self._tasks = self._tasks, []
                 if heartbeat:
                     leader.send("noop")

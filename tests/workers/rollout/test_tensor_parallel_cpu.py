@@ -33,16 +33,28 @@ def _segments(ranks: str) -> list[str]:
     return glob.glob(f"/dev/shm/-tp:*-[[]{ranks}[]]-cpushm_*")
 
 
-def _tensor_parallel_worker(rank: int, world_size: int, port: int, model_dir: str) -> None:
-    init_rank(rank, world_size, port)
-    import torch.distributed as dist
+def _actor_and_config(model_dir: str, **rollout: object) -> tuple:
+    """This rank's FSDP-sharded tiny actor, its tokenizer, and a TP=2 fp32 RolloutConfig with `rollout` on top."""
     from torch.distributed.device_mesh import init_device_mesh
     from transformers import AutoTokenizer
 
     from verl.models.config import FSDPConfig, ModelConfig
     from verl.models.fsdp import create_fsdp_model
-    from verl.workers.rollout import vllm_compat
     from verl.workers.rollout.config import RolloutConfig
+
+    mesh = init_device_mesh("cpu", (2,))
+    actor = create_fsdp_model(ModelConfig(model_path=model_dir), FSDPConfig(), mesh, torch.device("cpu"))
+    actor.eval()
+    settings = dict(n=2, temperature=1.0, dtype="fp32", kv_cache_memory_mb=32, tensor_parallel_size=2)
+    settings.update(max_num_batched_tokens=512, calculate_log_probs=True, prompt_length=48)
+    return actor, AutoTokenizer.from_pretrained(model_dir), RolloutConfig(**{**settings, **rollout})
+
+
+def _tensor_parallel_worker(rank: int, world_size: int, port: int, model_dir: str) -> None:
+    init_rank(rank, world_size, port)
+    import torch.distributed as dist
+
+    from verl.workers.rollout import vllm_compat
     from verl.workers.rollout.vllm_rollout import VLLMRollout
     from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager
 
@@ -52,25 +64,8 @@ def _tensor_parallel_worker(rank: int, world_size: int, port: int, model_dir: st
         f.write(b"\0" * 64)
     dist.barrier()
 
-    actor = create_fsdp_model(
-        ModelConfig(model_path=model_dir), FSDPConfig(), init_device_mesh("cpu", (2,)), torch.device("cpu")
-    )
-    actor.eval()
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    prompt_length, response_length = 48, 16
-    config = RolloutConfig(
-        n=2,
-        temperature=1.0,
-        seed=3,
-        dtype="fp32",
-        kv_cache_memory_mb=32,
-        tensor_parallel_size=2,
-        max_num_batched_tokens=512,
-        calculate_log_probs=True,
-        verify_weight_sync=True,
-        prompt_length=prompt_length,
-        response_length=response_length,
-    )
+    actor, tokenizer, config = _actor_and_config(model_dir, seed=3, verify_weight_sync=True, response_length=16)
+    prompt_length = config.prompt_length
     rollout = VLLMRollout(model_dir, config, tokenizer, None)
 
     # 1. One engine over both ranks: each holds half of the attention output projection's input columns.
@@ -118,31 +113,15 @@ def _episodes_worker(rank: int, world_size: int, port: int, model_dir: str, env_
     init_rank(rank, world_size, port)
     import numpy as np
     import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    from transformers import AutoTokenizer
 
     from verl.envs import load_environment
-    from verl.models.config import FSDPConfig, ModelConfig
-    from verl.models.fsdp import create_fsdp_model
-    from verl.workers.rollout.config import RolloutConfig
     from verl.workers.rollout.engine_mirror import PeerStopped
     from verl.workers.rollout.vllm_rollout import VLLMRollout
     from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager
 
-    mesh = init_device_mesh("cpu", (2,))
-    actor = create_fsdp_model(ModelConfig(model_path=model_dir), FSDPConfig(), mesh, torch.device("cpu"))
-    actor.eval()
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    config = RolloutConfig(
-        n=2,
-        temperature=1.0,
+    actor, tokenizer, config = _actor_and_config(
+        model_dir,
         seed=5,
-        dtype="fp32",
-        kv_cache_memory_mb=32,
-        tensor_parallel_size=2,
-        max_num_batched_tokens=512,
-        calculate_log_probs=True,
-        prompt_length=48,
         response_length=96,
         env=f"{env_file}:SlowCountdown",
         env_kwargs={"rounds": 3, "concurrent_steps": 2},
