@@ -23,6 +23,7 @@ import os
 import pathlib
 import socket
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -643,6 +644,7 @@ def test_colocated_async_rollout_across_sleep_and_wake_on_cuda(workspace):
     freed) and continue after the next wake and sync; every group comes back once, within the staleness bound."""
     pytest.importorskip("vllm", reason="needs vLLM's GPU build (pip install vllm)")
     from verl.workers.fsdp_workers import FSDPWorker
+    from verl.workers.rollout.request_loop import RolloutRequest
 
     config = worker_config(workspace, "worker.rollout.mode=colocated", "worker.rollout.max_staleness=1")
     worker = FSDPWorker(config, "actor_rollout_ref", device="cuda")
@@ -651,18 +653,17 @@ def test_colocated_async_rollout_across_sleep_and_wake_on_cuda(workspace):
     tensors = {key: rows[key][:, :32] for key in ("input_ids", "attention_mask", "position_ids")}
     prompts = DataProto.from_dict(tensors=tensors, non_tensors={"uid": np.array([f"g{i}" for i in range(4)])})
     eos = {"logit_bias": {int(worker.tokenizer.eos_token_id): 4.0}}  # the random model stops early, at random
-    prompts.meta_info.update(quota=2, version=0, max_staleness=1, **eos)
+    request = RolloutRequest(quota=2, version=0, max_staleness=1, sampling=eos)
     worker.prepare_rollout_engine()
-    first = worker.generate_sequences_async(prompts)
+    first = worker.generate_sequences_async(prompts, request)
     released = worker.release_rollout_engine()
     assert released.get("perf/vllm_freed_gb", 0) > 0, released
     assert len(first) == 4 and worker.rollout.request_loop.in_flight == 2
     rest = DataProto.from_dict(
         tensors={key: value[:0] for key, value in tensors.items()}, non_tensors={"uid": np.array([], dtype=object)}
     )
-    rest.meta_info.update(quota=2, version=1, max_staleness=1, **eos)
     worker.prepare_rollout_engine()
-    second = worker.generate_sequences_async(rest)
+    second = worker.generate_sequences_async(rest, replace(request, version=1))
     worker.release_rollout_engine()
     uids = list(first.non_tensor_batch["uid"]) + list(second.non_tensor_batch["uid"])
     assert sorted(uids) == sorted([f"g{i}" for i in range(4)] * 2)

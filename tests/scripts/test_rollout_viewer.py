@@ -24,7 +24,6 @@ import re
 import shutil
 import subprocess
 import sys
-import types
 
 import numpy as np
 import pytest
@@ -181,15 +180,14 @@ CALCULATOR = os.path.join(REPO, "examples", "envs", "calculator.py")
 
 
 def tool_episodes(tokenizer, turns: list[list[str]], max_turns: int = 2):
-    """Episodes of the calculator's Multiplier environment as the multi-turn rollout runs them (its TurnRunner and
-    step loop), the engine replaced by scripted turns: episode i's model turns are `turns[i]`."""
+    """Episodes of the calculator's Multiplier environment as the request loop's episode hooks play them (the
+    TurnRunner's token rules, then the environment's step), the engine replaced by scripted turns: episode i's model
+    turns are `turns[i]`."""
     from verl.envs import load_environment
-    from verl.workers.rollout.multi_turn import ChatContinuation, Episode, TurnRunner, run_episodes
+    from verl.workers.rollout.multi_turn import ChatContinuation, Episode, TurnRunner, apply_step
 
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     runner = TurnRunner(
-        engine=None,
-        sampling={},
         budget=256,
         max_turns=max_turns,
         eos_token_ids={eos},
@@ -197,20 +195,15 @@ def tool_episodes(tokenizer, turns: list[list[str]], max_turns: int = 2):
         tokenizer=tokenizer,
         with_logprobs=False,
     )
-
-    def generate(episodes, limits):
-        index = {id(e): i for i, e in enumerate(all_episodes)}
-        return [
-            types.SimpleNamespace(
-                token_ids=tokenizer.encode(turns[index[id(e)]][e.turns], add_special_tokens=False) + [eos]
-            )
-            for e in episodes
-        ]
-
-    runner.generate = generate
     env = load_environment(f"{CALCULATOR}:Multiplier")
     all_episodes = [Episode(prompt_input={"prompt_token_ids": [0]}, state=env.reset({}), seed=None) for _ in turns]
-    run_episodes(runner, env, all_episodes)
+    for episode, script in zip(all_episodes, turns):
+        while not episode.done:
+            ids = tokenizer.encode(script[episode.turns], add_special_tokens=False) + [eos]
+            turn_end = runner.add_model_tokens(episode, ids, None, runner.turn_limit(episode))
+            if turn_end is None:
+                break
+            apply_step(runner, episode, env.step(episode.state, episode.last_turn), turn_end)
     return all_episodes
 
 

@@ -38,6 +38,7 @@ from verl.trainer.config import reward_stream_obstacle
 from verl.trainer.metrics import append_metrics, applicable_values
 from verl.trainer.ray_trainer import RayPPOTrainer
 from verl.workers.reward.manager import place_scores, valid_response_mask
+from verl.workers.rollout.request_loop import RolloutRequest
 
 
 logger = logging.getLogger(__name__)
@@ -151,21 +152,27 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
     def _make_batch_data(self, metrics: dict[str, list[float]]) -> DataProto:
         version = self.global_step - 1  # weight updates the engine's weights carry
         prompts = self._admit(version)
-        prompts.meta_info.update(quota=self.config.data.rollout_batch_size // self.actor_rollout_ref_wg.world_size)
+        request = self._async_request(version, self.actor_rollout_ref_wg.world_size)
         if self.stream_rewards:  # the engines stop every few steps to hand over complete groups
             calls = [prompts]
 
             def poll() -> list[dict[str, Any]]:
                 rows = calls.pop() if calls else prompts[:0]  # the prompts on the first call only
-                return self.actor_rollout_ref_wg.poll_sequences_async(rows)
+                return self.actor_rollout_ref_wg.poll_sequences_async(rows, request)
 
             batch = self._collect_polls(poll, metrics)
         else:
-            batch = self.actor_rollout_ref_wg.generate_sequences_async(prompts)
+            batch = self.actor_rollout_ref_wg.generate_sequences_async(prompts, request)
         in_flight = batch.meta_info.pop("in_flight_groups", None)
         if in_flight is not None:
             append_metrics(metrics, {"async/in_flight_groups_rank0": float(in_flight)})
         return self._trained(batch, version, metrics)
+
+    def _async_request(self, version: int, engines: int) -> RolloutRequest:
+        """The step's request: each of the `engines` data-parallel ranks returns its share of the batch's groups, each
+        group within the staleness bound."""
+        quota = self.config.data.rollout_batch_size // engines
+        return self._rollout_request(version=version, quota=quota, max_staleness=self.admission.max_staleness)
 
     def _collect_polls(self, poll: Callable[[], list[dict[str, Any]]], metrics: dict[str, list[float]]) -> DataProto:
         """Poll the engines (`poll()`: one {"batch", "complete", "metrics"} per rank) until each has returned its part
@@ -201,7 +208,7 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
 
     def _admit(self, version: int) -> DataProto:
         """The prompts this step admits (the in-flight ones of a resumed run first), with their uids, recorded as in
-        flight; meta_info carries the stage, `version` and `max_staleness`."""
+        flight."""
         batch_size = self.config.data.rollout_batch_size
         parts = [self._readmit] if self._readmit is not None else []
         self._readmit = None
@@ -219,10 +226,7 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
                 f"Step {self.global_step} admitted no prompts: {self.admission.admitted} admitted at version {version} "
                 f"with worker.rollout.max_staleness={self.admission.max_staleness}; this is a bug in the admission."
             )
-        prompts = DataProto.concat(parts)
-        prompts.meta_info.update(self._stage_meta())
-        prompts.meta_info.update(version=version, max_staleness=self.admission.max_staleness)
-        return prompts
+        return DataProto.concat(parts)
 
     def _trained(self, batch: DataProto, version: int, metrics: dict[str, list[float]]) -> DataProto:
         """`batch`'s prompts are no longer in flight; its staleness metrics."""

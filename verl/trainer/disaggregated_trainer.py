@@ -83,13 +83,11 @@ class DisaggregatedRayPPOTrainer(AsyncRayPPOTrainer):
         engines = self.rollout_wg.world_size
         if len(prompts) % engines != 0:
             raise RuntimeError(f"{len(prompts)} admitted prompts do not split over the {engines} rollout engines.")
-        self.rollout_wg.admit(prompts)
-        quota = self.config.data.rollout_batch_size // engines
-        stage = self._stage_meta()
+        request = self._async_request(version, engines)
+        self.rollout_wg.admit(prompts, request)
 
         def poll() -> list[dict[str, Any]]:
-            staleness = self.admission.max_staleness
-            return self.rollout_wg.poll(quota, version, staleness, stage, _POLL_WAIT_S, self.stream_rewards)
+            return self.rollout_wg.poll(request, _POLL_WAIT_S, self.stream_rewards)
 
         return self._trained(self._collect_polls(poll, metrics), version, metrics)
 

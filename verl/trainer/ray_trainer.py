@@ -29,6 +29,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import Future, wait
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -68,6 +69,7 @@ from verl.trainer.scoring import BatchScorer
 from verl.utils.checkpoint.fsdp_checkpoint_manager import storage_error
 from verl.utils.checkpoint.integrity import write_record as write_integrity_record
 from verl.utils.seqlen_balancing import balance_batch
+from verl.workers.rollout.request_loop import RolloutRequest
 
 
 logger = logging.getLogger(__name__)
@@ -205,12 +207,14 @@ class RayPPOTrainer:
             self._data_iter = iter(self.train_dataloader)
             return next(self._data_iter)
 
-    def _stage_meta(self) -> dict[str, int]:
-        """The generation meta_info of this step's stage of data.response_length_schedule (empty without one)."""
+    def _rollout_request(self, **fields: Any) -> RolloutRequest:
+        """This step's request to the rollout engines: its stage of data.response_length_schedule (the rollout's
+        response length without one) and `fields`."""
         data = self.config.data
-        if not data.response_length_schedule:
-            return {}
-        return {"response_length": response_length_at(data.response_length_schedule, self.global_step, 0)}
+        length = None
+        if data.response_length_schedule:
+            length = response_length_at(data.response_length_schedule, self.global_step, 0)
+        return RolloutRequest(response_length=length, **fields)
 
     def _generate(self, prompts: DataProto, metrics: dict[str, list[float]]) -> DataProto:
         """n responses per prompt, joined with the prompt columns (and the remax greedy baseline)."""
@@ -219,13 +223,12 @@ class RayPPOTrainer:
             [f"{self.global_step}-{i}-{time.monotonic_ns()}" for i in range(len(prompts))], dtype=object
         )
         gen_batch = split_generation_inputs(prompts, all_columns=bool(self.config.worker.rollout.env))
-        gen_batch.meta_info.update(self._stage_meta())
-        output = self.rollout_wg.generate_sequences(gen_batch)
+        request = self._rollout_request()
+        output = self.rollout_wg.generate_sequences(gen_batch, request)
         append_metrics(metrics, output.meta_info.pop("metrics", {}))
         if core_algos.estimator_needs_greedy_baseline(self.config.algorithm.adv_estimator):
-            greedy = gen_batch.select(deepcopy=True)
-            greedy.meta_info.update(temperature=0.0, n=1)
-            baseline = self.rollout_wg.generate_sequences(greedy)
+            greedy = replace(request, sampling={"temperature": 0.0, "n": 1})
+            baseline = self.rollout_wg.generate_sequences(gen_batch.select(deepcopy=True), greedy)
             baseline = prompts.select(deepcopy=True).union(baseline)
             scores, _ = self.scorer.score(baseline)
             prompts.batch["reward_baselines"] = scores.sum(-1)
@@ -404,7 +407,7 @@ class RayPPOTrainer:
             if self.entropy_ctrl is not None:  # the coefficient of the next step, from this step's entropy
                 self.entropy_ctrl.update(float(np.mean(output.meta_info["metrics"]["actor/entropy_loss"])))
         if self.config.data.response_length_schedule:
-            append_metrics(metrics, {"rollout/response_length_limit": self._stage_meta()["response_length"]})
+            append_metrics(metrics, {"rollout/response_length_limit": self._rollout_request().response_length})
         return batch, reduce_metrics(metrics)
 
     def _correct_off_policy(self, batch: DataProto, metrics: dict[str, list[float]]) -> None:
@@ -438,8 +441,7 @@ class RayPPOTrainer:
         if self.val_dataloader is None:
             return {}
         wg = self.rollout_wg
-        overrides = dict(self.config.worker.rollout.val_override_config)
-        n = int(overrides.get("n", 1))
+        n = int(self.config.worker.rollout.val_override_config.get("n", 1))  # one sample per prompt unless set
         scores: list[float] = []
         metrics = new_metric_store()
         samples: list[tuple[str, str, str, float]] = []
@@ -447,8 +449,7 @@ class RayPPOTrainer:
         for batch in self.val_dataloader:
             batch.non_tensor_batch["uid"] = np.array([f"val-{i}" for i in range(len(batch))], dtype=object)
             gen_batch = split_generation_inputs(batch, all_columns=bool(self.config.worker.rollout.env))
-            gen_batch.meta_info.update({**self._stage_meta(), **overrides, "n": n, "validate": True})
-            output = wg.generate_sequences(gen_batch)
+            output = wg.generate_sequences(gen_batch, self._rollout_request(validate=True, sampling={"n": n}))
             output.meta_info.pop("metrics", None)
             batch = join_rollout(batch, output, n)
             reward_tensor, reward_metrics = self.scorer.score(batch)

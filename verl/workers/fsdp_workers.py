@@ -55,6 +55,7 @@ from verl.utils.optim import build_lr_scheduler, build_optimizer
 from verl.workers.actor.dp_actor import DataParallelPPOActor, process_multi_modal_inputs
 from verl.workers.config import WorkerConfig
 from verl.workers.critic.dp_critic import DataParallelPPOCritic
+from verl.workers.rollout.request_loop import RolloutRequest
 
 
 logger = logging.getLogger(__name__)
@@ -217,20 +218,22 @@ class FSDPWorker(Worker):
             self.rollout.close_envs()
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    def generate_sequences(self, prompts: DataProto) -> DataProto:
-        return self.rollout.generate_sequences(prompts)
+    def generate_sequences(self, prompts: DataProto, request: RolloutRequest | None = None) -> DataProto:
+        """n responses for each of this rank's prompts, all run to completion (a synchronous step by default, or
+        validation)."""
+        return self.rollout.generate_sequences(prompts, request)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    def generate_sequences_async(self, prompts: DataProto) -> DataProto:
-        """Admit this rank's share of `prompts` and return `meta_info["quota"]` complete groups (the colocated
+    def generate_sequences_async(self, prompts: DataProto, request: RolloutRequest) -> DataProto:
+        """Admit this rank's share of `prompts` and return `request.quota` complete groups (the colocated
         asynchronous rollout, `VLLMRollout.generate_async`)."""
-        return self.rollout.generate_async(prompts)
+        return self.rollout.generate_async(prompts, request)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_METRIC)
-    def poll_sequences_async(self, prompts: DataProto) -> dict[str, Any]:
+    def poll_sequences_async(self, prompts: DataProto, request: RolloutRequest) -> dict[str, Any]:
         """`generate_sequences_async` in slices, for streamed rewards (`VLLMRollout.poll_async`): this rank's share of
         `prompts` on the step's first call, none after; returns {"batch", "complete"}."""
-        return self.rollout.poll_async(prompts)
+        return self.rollout.poll_async(prompts, request)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def weight_transfer_address(self) -> tuple[str, int]:

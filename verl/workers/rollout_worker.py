@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -47,6 +48,7 @@ from verl.utils import device as device_utils
 from verl.workers import weight_transfer
 from verl.workers.config import WorkerConfig
 from verl.workers.rollout.engine_mirror import STOP, follow
+from verl.workers.rollout.request_loop import RolloutRequest
 
 
 logger = logging.getLogger(__name__)
@@ -107,7 +109,9 @@ class RolloutWorker(Worker):
             model.tokenizer_path, trust_remote_code=model.trust_remote_code, override_chat_template=template
         )
         self.rollout = VLLMRollout(model.model_path, self.config.rollout, tokenizer, processor, colocated=False)
-        self.n, self.greedy, self.make_params = self.rollout.async_sampling({})
+        self.n, self.greedy, self.make_params, _ = self.rollout.request_sampling(
+            RolloutRequest(), self.rollout.request_loop
+        )
         tp_size = self.config.rollout.tensor_parallel_size or 1
         if tp_size > 1:
             self.tp_rank, self.tp_size = dist.get_rank() % tp_size, tp_size
@@ -198,13 +202,12 @@ class RolloutWorker(Worker):
             self.rollout.generate_calls = int(per_rank[dist.get_rank()])
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_METRIC)
-    def admit(self, prompts: DataProto) -> int:
-        """Admit this rank's share of `prompts` at `meta_info["version"]` (each response capped by this step's
-        response length); returns the groups in flight here."""
+    def admit(self, prompts: DataProto, request: RolloutRequest) -> int:
+        """Admit this rank's share of `prompts` at `request.version` (each response capped by this step's response
+        length); returns the groups in flight here."""
         if self.version is None:
             raise RuntimeError("The rollout engine has no weights yet: the trainer sends them before the first step.")
-        meta = prompts.meta_info
-        budget = self.rollout.call_response_length(meta)
+        budget = self.rollout.call_response_length(request)
         if self.tp_size > 1:  # the first process admits the group's prompts, seeded as its own
             parts: list[Any] = [None] * self.tp_size
             dist.all_gather_object(parts, prompts, group=self.data_group)
@@ -216,20 +219,18 @@ class RolloutWorker(Worker):
             prompts = DataProto.concat(parts)
         with self._cond:
             self._raise_if_failed()
-            self.rollout.admit(prompts, int(meta["version"]), budget, dist.get_rank(), self.n, self.greedy)
+            self.rollout.admit(prompts, request.version, budget, dist.get_rank(), self.n, self.greedy)
             self._submit_needed = True
             self._cond.notify_all()
             return self.rollout.request_loop.in_flight
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def poll(
-        self, quota: int, version: int, max_staleness: int, meta_info: dict[str, Any], wait_s: float, stream: bool
-    ) -> dict[str, Any]:
+    def poll(self, request: RolloutRequest, wait_s: float, stream: bool) -> dict[str, Any]:
         """Wait up to `wait_s` seconds for the step's groups and return what there is:
 
-        - "batch": once `quota` groups are complete and taking them keeps every other group within its deadline
-          (admission version + max_staleness, earliest deadline first), those groups, oldest first, as the rollout
-          columns of `VLLMRollout.generate_async` (taken once per `version`; None until then and after);
+        - "batch": once `request.quota` groups are complete and taking them keeps every other group within its deadline
+          (admission version + request.max_staleness, earliest deadline first), those groups, oldest first, as the rollout
+          columns of `VLLMRollout.generate_async` (taken once per `request.version`; None until then and after);
         - "complete": with `stream`, the groups completed since the last call (copies: they stay for a later
           "batch"), for the driver to score while generation goes on; else None;
         - "metrics": the engine's busy share since the last batch and the groups it holds, with the batch.
@@ -237,7 +238,7 @@ class RolloutWorker(Worker):
         if self.tp_size > 1:  # the first process polls for the group; each process returns its share of the batch
             result: dict[str, Any] = {}
             if not self.rollout.follows:
-                result = self._poll(quota * self.tp_size, version, max_staleness, meta_info, wait_s, stream)
+                result = self._poll(replace(request, quota=request.quota * self.tp_size), wait_s, stream)
             box = [{"batch": result.get("batch"), "error": result.get("error")}]  # what the peers need
             dist.broadcast_object_list(box, src=dist.get_global_rank(self.data_group, 0), group=self.data_group)
             if box[0]["error"] is not None:
@@ -248,23 +249,20 @@ class RolloutWorker(Worker):
                 "complete": result.get("complete"),
                 "metrics": result.get("metrics") or {},
             }
-        return self._poll(quota, version, max_staleness, meta_info, wait_s, stream)
+        return self._poll(request, wait_s, stream)
 
-    def _poll(
-        self, quota: int, version: int, max_staleness: int, meta_info: dict[str, Any], wait_s: float, stream: bool
-    ) -> dict[str, Any]:
+    def _poll(self, request: RolloutRequest, wait_s: float, stream: bool) -> dict[str, Any]:
         if self.tp_size > 1:  # the peers wait for this answer: a failure goes to them too
             try:
-                return self._poll_engine(quota, version, max_staleness, meta_info, wait_s, stream)
+                return self._poll_engine(request, wait_s, stream)
             except Exception as error:
                 return {"error": f"The first process of this tensor-parallel engine failed: {error!r}"}
-        return self._poll_engine(quota, version, max_staleness, meta_info, wait_s, stream)
+        return self._poll_engine(request, wait_s, stream)
 
-    def _poll_engine(
-        self, quota: int, version: int, max_staleness: int, meta_info: dict[str, Any], wait_s: float, stream: bool
-    ) -> dict[str, Any]:
+    def _poll_engine(self, request: RolloutRequest, wait_s: float, stream: bool) -> dict[str, Any]:
         loop = self.rollout.request_loop
-        width = self.rollout.call_response_length(meta_info)
+        quota, version, max_staleness = request.quota, request.version, request.max_staleness
+        width = self.rollout.call_response_length(request)
         take = self._taken_version != version
         deadline = time.monotonic() + (wait_s if take else 0.0)  # a rank whose batch is taken answers at once
         with self._cond:
@@ -299,7 +297,7 @@ class RolloutWorker(Worker):
         }
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    def generate_sequences(self, prompts: DataProto) -> DataProto:
+    def generate_sequences(self, prompts: DataProto, request: RolloutRequest) -> DataProto:
         """One blocking rollout (validation), between two engine steps: the asynchronous samples stop meanwhile and
         continue after it."""
 
@@ -307,7 +305,7 @@ class RolloutWorker(Worker):
             self.rollout.request_loop.suspend()
             if self.rollout.engine_leader is not None:  # the peers make the same (collective) call at this point
                 self.rollout.engine_leader.send("generate")
-            return self.rollout.generate_sequences(prompts)
+            return self.rollout.generate_sequences(prompts, request)
 
         if self.rollout.follows:  # the follower thread makes the call when the first process does
             output: Future = Future()

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from tests.workers.fsdp_testing import init_rank, spawn
 from verl.models.tiny_models import get_or_build_tiny_model
+from verl.workers.rollout.request_loop import RolloutRequest
 
 
 RANK, ALPHA = 8, 16
@@ -201,8 +202,7 @@ def _adapter_worker(rank: int, world_size: int, port: int, model_dir: str) -> No
 
     # 4. The colocated request loop adds its requests with the adapter too.
     asynchronous = prompts.select(deepcopy=True)
-    asynchronous.meta_info.update(quota=len(prompts), version=1)
-    output = rollout.generate_async(asynchronous)
+    output = rollout.generate_async(asynchronous, RolloutRequest(quota=len(prompts), version=1))
     assert _log_prob_gap(output, _actor_log_probs(actor, output)) <= 1e-3
     manager.release()
 

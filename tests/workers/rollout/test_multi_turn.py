@@ -24,6 +24,7 @@ import torch
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.protocol import DataProto
 from verl.utils.torch_functional import positions_from_mask
+from verl.workers.rollout.request_loop import RolloutRequest
 
 
 pytestmark = pytest.mark.slow
@@ -156,14 +157,13 @@ def rollout(tmp_path_factory):
     )
     engine = VLLMRollout(model_dir, config, get_tokenizer(model_dir))
     calls = []
-    generate = engine.inference_engine.generate
+    render = engine.call_loop.render
 
-    def recording_generate(inputs, params, **kwargs):  # the real engine; the test only keeps what it was given
-        outputs = generate(inputs, params, **kwargs)
-        calls.append(([list(item["prompt_token_ids"]) for item in inputs], outputs))
-        return outputs
+    def recording_render(prompt):  # the real engine; the test only keeps the token ids of each request
+        calls.append(list(prompt["prompt_token_ids"]))
+        return render(prompt)
 
-    engine.inference_engine.generate = recording_generate
+    engine.call_loop.render = recording_render
     return engine, calls
 
 
@@ -196,8 +196,7 @@ def test_turns_masks_and_token_identity(rollout):
     tokenizer = engine.tokenizer
     prompts = _prompts(tokenizer, ["Guess a number.", "Pick one."], 48)
     output = engine.generate_sequences(prompts)
-    assert len(output) == 4 and len(calls) >= 2  # one generate call per turn, all episodes together
-    assert [len(inputs) for inputs, _ in calls] == sorted((len(i) for i, _ in calls), reverse=True)  # drop-outs
+    assert len(output) == 4 and len(calls) == int(output.non_tensor_batch["env_turns"].sum())  # a request a turn
     responses, mask = output.batch["responses"], output.batch["response_mask"]
     valid = output.batch["attention_mask"][:, -responses.shape[1] :]
     turns = output.non_tensor_batch["env_turns"]
@@ -206,7 +205,7 @@ def test_turns_masks_and_token_identity(rollout):
         row_mask = mask[row][valid[row].bool()].tolist()
         prompt_ids = prompts.batch["input_ids"][row // 2][prompts.batch["attention_mask"][row // 2].bool()].tolist()
         # the engine's last input for this episode is the prompt plus every token of the response before that turn
-        last_inputs = [inp for inputs, _ in calls for inp in inputs if inp[: len(prompt_ids)] == prompt_ids]
+        last_inputs = [inp for inp in calls if inp[: len(prompt_ids)] == prompt_ids]
         assert any(ids[: len(inp) - len(prompt_ids)] == inp[len(prompt_ids) :] for inp in last_inputs)
         # segments: model turns (mask 1, at most 4 tokens each) alternate with environment turns (mask 0)
         segments, start = [], 0
@@ -248,8 +247,8 @@ def _with_env(engine, spec: str, **kwargs):
 
 
 def test_a_client_style_environment_gives_the_step_loops_episodes(rollout):
-    """The same game as a ChatClientEnv: its requests of all episodes are batched per turn, and with the same seeds
-    the trainer gets exactly the token ids, masks and counts of the step-driven loop."""
+    """The same game as a ChatClientEnv: with the same seeds the trainer gets exactly the token ids, masks and counts
+    of the step-driven episodes."""
     engine, calls = rollout
     prompts = _prompts(engine.tokenizer, ["Guess a number.", "Pick one."], 48)
     step_env = engine.env
@@ -262,7 +261,7 @@ def test_a_client_style_environment_gives_the_step_loops_episodes(rollout):
         output = engine.generate_sequences(prompts)
     finally:
         engine.env = step_env
-    assert len(calls) == 3 and [len(inputs) for inputs, _ in calls] == [4, 4, 4]  # one call per turn, all episodes
+    assert len(calls) == 3 * 4  # one request per turn of each episode
     for key in ("responses", "response_mask", "attention_mask", "position_ids", "input_ids"):
         assert torch.equal(output.batch[key], expected.batch[key]), key
     assert list(output.non_tensor_batch["env_turns"]) == list(expected.non_tensor_batch["env_turns"]) == [3] * 4
@@ -275,14 +274,18 @@ def test_a_client_style_environment_gives_the_step_loops_episodes(rollout):
         assert engine.tokenizer.decode(tokens, skip_special_tokens=True) == "".join(text for text, _ in replies)
         assert output.non_tensor_batch["last_turn"][row] == replies[-1][0]
         assert {finish for _, finish in replies} <= {"stop", "length"}
-    # what the episodes shared (a verifiers taskset's tool servers) stays for the next call, on the same loop
+    # what the episodes shared (a verifiers taskset's tool servers) stays for the next call, on the same hooks
     engine.env = env
     try:
-        loop = engine._client_loop[0]
+        turns = engine.call_loop.turns
         engine.generate_sequences(prompts)
-        assert engine._client_loop[0] is loop and getattr(env, "releases", 0) == 0
+        assert engine.call_loop.turns is turns and getattr(env, "releases", 0) == 0
         engine.close_envs()  # the run's end: released once
-        assert env.releases == 1 and engine._client_loop is None and loop.is_closed()
+        assert env.releases == 1 and engine.call_loop.turns is None
+        deadline = time.monotonic() + 10
+        while turns.loop.is_running() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not turns.loop.is_running()
     finally:
         engine.env = step_env
 
@@ -414,8 +417,7 @@ def _async_call(engine, prompts: DataProto) -> DataProto:
     """One colocated-asynchronous call (generate_async) that completes every group of `prompts`."""
     prompts = prompts.select(deepcopy=True)
     prompts.non_tensor_batch["uid"] = np.array([f"u{i}" for i in range(len(prompts))], dtype=object)
-    prompts.meta_info.update(quota=len(prompts), version=0)
-    return engine.generate_async(prompts)
+    return engine.generate_async(prompts, RolloutRequest(quota=len(prompts)))
 
 
 def _assert_clean_after_error(engine, prompts: DataProto, step_env) -> None:

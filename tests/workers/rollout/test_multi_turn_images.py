@@ -92,13 +92,13 @@ def vl_rollout(tmp_path_factory):
     model = Qwen2_5_VLForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32).eval()
     sync_weights(model, rollout.inference_engine)  # the engine starts with dummy weights
     calls = []
-    generate = rollout.inference_engine.generate
+    render = rollout.call_loop.render
 
-    def recording_generate(inputs, params, **kwargs):  # the real engine; the test only keeps what it was given
-        calls.append([dict(item) for item in inputs])
-        return generate(inputs, params, **kwargs)
+    def recording_render(prompt):  # the real engine; the test only keeps each request's input
+        calls.append(dict(prompt))
+        return render(prompt)
 
-    rollout.inference_engine.generate = recording_generate
+    rollout.call_loop.render = recording_render
     return rollout, processor, model, calls
 
 
@@ -149,9 +149,11 @@ def test_environment_images_reach_engine_and_trainer_alike(vl_rollout):
     episodes_env_images = {"a": 1, "b": 2}
     prompt_images = {"a": 0, "b": 1}
 
-    # The engine's second turn: one placeholder per image in the token ids, the images themselves as media.
-    assert len(calls) == 2
-    for item in calls[1]:
+    # The engine's second turns (the requests after each sample's first): one placeholder per image in the token ids,
+    # the images themselves as media.
+    second_turns = calls[2 * N :]
+    assert second_turns and len(calls) == int(output.non_tensor_batch["env_turns"].sum())
+    for item in second_turns:
         placeholders = item["prompt_token_ids"].count(image_token)
         images = (item.get("multi_modal_data") or {}).get("image", [])
         assert placeholders == len(images) and len(images) in (1, 3)

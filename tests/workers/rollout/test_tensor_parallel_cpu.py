@@ -27,6 +27,7 @@ from tests.workers.fsdp_testing import init_rank, spawn
 from tests.workers.rollout.test_lora_adapter_sync import _actor_log_probs, _log_prob_gap, _prompts
 from tests.workers.rollout.test_multi_turn import ENV
 from verl.models.tiny_models import get_or_build_tiny_model
+from verl.workers.rollout.request_loop import RolloutRequest
 
 
 def _segments(ranks: str) -> list[str]:
@@ -95,8 +96,7 @@ def _tensor_parallel_worker(rank: int, world_size: int, port: int, model_dir: st
 
     # 4. The asynchronous request loop: the group's quota is both ranks' prompts, and each rank's part is its own.
     asynchronous = prompts.select(deepcopy=True)
-    asynchronous.meta_info.update(quota=len(prompts), version=1)
-    again = rollout.generate_async(asynchronous)
+    again = rollout.generate_async(asynchronous, RolloutRequest(quota=len(prompts), version=1))
     assert list(again.non_tensor_batch["uid"]) == [uid for uid in prompts.non_tensor_batch["uid"] for _ in range(2)]
     assert _log_prob_gap(again, _actor_log_probs(actor, again)) <= 1e-3
     manager.release()
@@ -138,8 +138,7 @@ def _episodes_worker(rank: int, world_size: int, port: int, model_dir: str, env_
         prompts.non_tensor_batch["ground_truth"] = np.array([str(7 + rank + i) for i in range(3)], dtype=object)
         questions = [f"What is {5 * rank + i} + {i + 2}?" for i in range(3)]  # _prompts' conversations
         prompts.non_tensor_batch["prompt_content"] = np.array(questions, dtype=object)
-        prompts.meta_info.update(quota=len(prompts), version=version)
-        return prompts, rollout.generate_async(prompts)
+        return prompts, rollout.generate_async(prompts, RolloutRequest(quota=len(prompts), version=version))
 
     # 0. mode=sync: both processes run the same episodes, one batched engine call per turn.
     prompts = _prompts(tokenizer, rank, 48)

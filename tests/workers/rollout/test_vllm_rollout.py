@@ -21,6 +21,7 @@ the mrope position ids and log-probs with images.
 
 import os
 import socket
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -30,10 +31,13 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from verl.workers.rollout.request_loop import RolloutRequest
+
 
 pytestmark = pytest.mark.slow
 
 WORLD_SIZE = 2
+GREEDY = RolloutRequest(sampling={"temperature": 0.0, "n": 1})
 
 
 def _free_port() -> int:
@@ -196,26 +200,19 @@ def _text_worker(rank: int, port: int, model_dir: str) -> None:
     rng_before = torch.get_rng_state()
     metrics = manager.prepare()
     assert metrics["rollout/weight_sync_mean_gap"] < 1e-4, metrics
-    greedy_prompts = prompts[:]
-    greedy_prompts.meta_info = {"temperature": 0.0, "n": 1}
-    greedy = rollout.generate_sequences(greedy_prompts)
+    greedy = rollout.generate_sequences(prompts, GREEDY)
     reference = _full_copy(actor, Qwen2ForCausalLM, model_dir)
     expected = _hf_greedy(reference, prompts, response_length, eos_ids, tokenizer.pad_token_id)
     assert [_valid_response(greedy, i) for i in range(len(prompts))] == expected
     assert greedy.non_tensor_batch["uid"].tolist() == prompts.non_tensor_batch["uid"].tolist()
-    validation_prompts = prompts[:]
-    validation_prompts.meta_info = {"validate": True}  # val_override_config: greedy, one sample
-    validation = rollout.generate_sequences(validation_prompts)
+    validation = rollout.generate_sequences(prompts, RolloutRequest(validate=True))  # val_override_config: greedy, n=1
     assert torch.equal(validation.batch["responses"], greedy.batch["responses"])
     # A stage of data.response_length_schedule: responses stop at (and are padded to) the stage's length.
-    staged_prompts = prompts[:]
-    staged_prompts.meta_info = {"temperature": 0.0, "n": 1, "response_length": 5}
-    staged = rollout.generate_sequences(staged_prompts)
+    staged = rollout.generate_sequences(prompts, replace(GREEDY, response_length=5))
     assert staged.batch["responses"].shape[-1] == 5 and staged.batch["input_ids"].shape[-1] == prompt_length + 5
     assert torch.equal(staged.batch["responses"], greedy.batch["responses"][:, :5])
-    staged_prompts.meta_info["response_length"] = response_length + 1
     with pytest.raises(ValueError, match=r"response_length.*rollout.response_length=24"):
-        rollout.generate_sequences(staged_prompts)
+        rollout.generate_sequences(prompts, replace(GREEDY, response_length=response_length + 1))
 
     # 2. Sampled tokens: vLLM's log-probs equal the actor's recomputed ones, at temperature 1 and 0.7.
     sampled_call = rollout.generate_calls
@@ -224,9 +221,7 @@ def _text_worker(rank: int, port: int, model_dir: str) -> None:
     assert sampled.non_tensor_batch["uid"].tolist() == np.repeat(prompts.non_tensor_batch["uid"], 4).tolist()
     assert torch.equal(sampled.batch["prompts"], prompts.batch["input_ids"].repeat_interleave(4, dim=0))
     _check_log_probs(sampled, _actor_log_probs(actor, sampled, 1.0))
-    cooled_prompts = prompts[:]
-    cooled_prompts.meta_info = {"temperature": 0.7}
-    cooled = rollout.generate_sequences(cooled_prompts)
+    cooled = rollout.generate_sequences(prompts, RolloutRequest(sampling={"temperature": 0.7}))
     _check_log_probs(cooled, _actor_log_probs(actor, cooled, 0.7))
 
     # 3. Seeds: the same call index reproduces the samples; samples of one prompt differ; later calls differ.
@@ -259,7 +254,7 @@ def _text_worker(rank: int, port: int, model_dir: str) -> None:
     metrics = manager.prepare()
     assert metrics["rollout/weight_sync_mean_gap"] < 1e-4, metrics
     assert 0 < metrics["timing_s/sync_weights_gather"] < metrics["timing_s/sync_weights"]  # the rest is the engine's
-    greedy_after = rollout.generate_sequences(greedy_prompts)
+    greedy_after = rollout.generate_sequences(prompts, GREEDY)
     reference_after = _full_copy(actor, Qwen2ForCausalLM, model_dir)
     expected_after = _hf_greedy(reference_after, prompts, response_length, eos_ids, tokenizer.pad_token_id)
     assert [_valid_response(greedy_after, i) for i in range(len(prompts))] == expected_after
@@ -398,9 +393,7 @@ def _vl_worker(rank: int, port: int, model_dir: str) -> None:
     assert metrics["rollout/weight_sync_mean_gap"] < 1e-4, metrics
 
     # Greedy with one and two images per prompt equals Hugging Face generate with the actor's weights.
-    greedy_prompts = prompts[:]
-    greedy_prompts.meta_info = {"temperature": 0.0, "n": 1}
-    greedy = rollout.generate_sequences(greedy_prompts)
+    greedy = rollout.generate_sequences(prompts, GREEDY)
     reference = _full_copy(actor, AutoModelForImageTextToText, model_dir)
     eos_ids = sorted(rollout.eos_token_ids)
     for row, inputs in enumerate(hf_inputs):

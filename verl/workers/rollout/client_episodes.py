@@ -11,21 +11,29 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Episodes of a ChatClientEnv (verl.envs.client_env) on the rollout engine.
+"""Client-style episodes (a `ChatClientEnv`, e.g. a verifiers taskset) in the request loop, in every mode.
 
-All episodes' `rollout` coroutines run on one event loop, each with a client answered by the engine; whenever every
-running episode waits for the model, their requests go to the engine as one batched generate call.
+Each sample's episode is the environment's `rollout` coroutine, running on an event loop of its own thread for as long
+as the episode lasts (across steps): its client's `create` hands the request to the request loop and awaits the
+reply. The request loop (in its engine thread) checks the request (the first must render to the prompt; a later one
+must repeat the conversation and add the environment's messages, which become an environment turn, loss mask 0),
+submits it as one engine request among all the others, and answers the coroutine when the turn is done. So an
+episode busy in a tool never holds the others back, and a turn stopped at a step boundary continues under the next
+weights; the episode's sample is complete when its coroutine returns.
 """
 
 import asyncio
 import logging
+import threading
 import time
 import types
 import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 from verl.envs.client_env import ChatClientEnv, EpisodeOver
-from verl.workers.rollout.multi_turn import Episode, TurnRunner
+from verl.workers.rollout.multi_turn import Episode, TurnHooks, TurnRunner
+from verl.workers.rollout.request_loop import Group, Sample
 
 
 logger = logging.getLogger(__name__)
@@ -67,7 +75,7 @@ def _reply(text: str, finish_reason: str, model: str, prompt_tokens: int, comple
 
 
 class _Completions:
-    def __init__(self, driver: "ClientEpisodes", index: int) -> None:
+    def __init__(self, driver: "_Driver", index: int) -> None:
         self._driver, self._index = driver, index
 
     async def create(
@@ -91,146 +99,8 @@ class _Completions:
 class EngineChatClient:
     """The `client.chat.completions.create(...)` of one episode, answered by the rollout engine."""
 
-    def __init__(self, driver: "ClientEpisodes", index: int) -> None:
+    def __init__(self, driver: "_Driver", index: int) -> None:
         self.chat = types.SimpleNamespace(completions=_Completions(driver, index))
-
-
-class ClientEpisodes:
-    """Runs the `rollout` coroutines of a batch of episodes against the engine (`multi_turn.TurnRunner`'s turns).
-
-    The messages of a request are checked against what the episode's tokens already hold, so the sequence the
-    trainer gets is exactly what the engine saw: the first request must render (chat template, generation prompt) to
-    the prompt's token ids; a later one must repeat the previous request and the reply it got, and whatever follows
-    is rendered as an environment turn (loss mask 0).
-    """
-
-    def __init__(
-        self,
-        runner: TurnRunner,
-        env: ChatClientEnv,
-        episodes: list[Episode],
-        prompts: list[list[dict[str, Any]]],
-        model: str,
-    ) -> None:
-        self.runner, self.env, self.episodes, self.prompts, self.model = runner, env, episodes, prompts, model
-        self.sent: list[list[dict[str, Any]] | None] = [None] * len(episodes)
-        """Per episode: the last request's messages plus the reply it got (what the next request must repeat)."""
-        self.turn_end: list[str] = [""] * len(episodes)
-        self.pending: dict[int, tuple[int, asyncio.Future]] = {}
-        self.changed: asyncio.Event | None = None
-        self.working_since = [0.0] * len(episodes)
-        """Per episode: when its coroutine last got control back (its start, or the answer to its request)."""
-
-    def run(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Every episode to its end (in place), on `loop`, which then keeps what the episodes shared (a verifiers
-        taskset's tool servers) for the next call's episodes; the environment releases it when a call fails or when
-        the loop's owner says (`VLLMRollout.close_envs`)."""
-        try:
-            loop.run_until_complete(self._main())
-        except BaseException:
-            loop.run_until_complete(release_within(self.env, CLOSE_TIMEOUT_S))
-            raise
-
-    async def _main(self) -> None:
-        self.changed = asyncio.Event()
-        self.working_since = [time.monotonic()] * len(self.episodes)
-        tasks = [asyncio.ensure_future(self._episode(index)) for index in range(len(self.episodes))]
-        for task in tasks:
-            task.add_done_callback(lambda _: self.changed.set())
-        try:
-            while True:
-                for task in tasks:
-                    if task.done() and task.exception() is not None:
-                        raise task.exception()
-                live = sum(not task.done() for task in tasks)
-                if not live:
-                    return
-                if len(self.pending) < live:  # some episode is still working (e.g. running a tool)
-                    self.changed.clear()
-                    await self._wait_for_change(tasks)
-                    continue
-                self._answer_pending()
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _wait_for_change(self, tasks: list[asyncio.Future]) -> None:
-        """Until an episode sends a request or ends; a TimeoutError once one has worked (between two model requests)
-        longer than the runner's env_step_timeout_s. A coroutine that blocks the event loop itself (a synchronous
-        sleep or call) cannot be interrupted: only awaits are."""
-        timeout = self.runner.env_step_timeout_s
-        if timeout <= 0:
-            await self.changed.wait()
-            return
-        working = [index for index, task in enumerate(tasks) if not task.done() and index not in self.pending]
-        first = min(working, key=lambda index: self.working_since[index])
-        try:
-            remaining = self.working_since[first] + timeout - time.monotonic()
-            await asyncio.wait_for(self.changed.wait(), max(remaining, 0.0))
-        except asyncio.TimeoutError:
-            raise self.runner.env_timeout_error(first, self.episodes[first].turns) from None
-
-    async def _episode(self, index: int) -> None:
-        episode = self.episodes[index]
-        client = EngineChatClient(self, index)
-        try:
-            await self.env.rollout(client, self.model, [dict(m) for m in self.prompts[index]], episode.state)
-        except EpisodeOver:
-            pass
-        except Exception as error:
-            raise RuntimeError(
-                f"{type(self.env).__name__}.rollout failed in episode {index} (turn {episode.turns + 1}): "
-                f"{type(error).__name__}: {error}"
-            ) from error
-        finally:
-            episode.done = True
-
-    def _answer_pending(self) -> None:
-        order = sorted(self.pending)
-        requests, self.pending = self.pending, {}
-        episodes = [self.episodes[index] for index in order]
-        limits = [requests[index][0] for index in order]
-        for index, episode, completion, limit in zip(order, episodes, self.runner.generate(episodes, limits), limits):
-            before = len(episode.prompt_input["prompt_token_ids"]) + len(episode.engine_ids), len(episode.ids)
-            turn_end = self.runner.add_model_turn(episode, completion, limit)
-            self.turn_end[index] = turn_end or ""
-            text = episode.last_turn
-            self.sent[index] = self.sent[index] + [{"role": "assistant", "content": text}]
-            finish = "stop" if turn_end else "length"
-            reply = _reply(text, finish, self.model, before[0], len(episode.ids) - before[1])
-            requests[index][1].set_result(reply)
-            self.working_since[index] = time.monotonic()
-
-    async def request(self, index: int, messages: Any, max_tokens: int | None, tools: Any) -> Any:
-        episode = self.episodes[index]
-        if index in self.pending:
-            raise ValueError(f"Episode {index} sent a request while its previous one was unanswered; await each.")
-        if episode.done or episode.turns >= self.runner.max_turns:
-            raise EpisodeOver(
-                f"episode {index} has no model turns left (rollout.max_turns={self.runner.max_turns} or the response "
-                "budget)"
-            )
-        messages = _plain_messages(messages, index)
-        if self.sent[index] is None:
-            self._check_prompt(index, messages, tools)
-        else:
-            self._add_environment_messages(index, messages)
-        self.sent[index] = messages
-        if max_tokens is not None and max_tokens < 1:
-            raise ValueError(f"Episode {index}: max_tokens={max_tokens} must be positive.")
-        future = asyncio.get_running_loop().create_future()
-        self.pending[index] = (self.runner.turn_limit(episode, max_tokens), future)
-        self.changed.set()
-        return await future
-
-    def _check_prompt(self, index: int, messages: list[dict[str, Any]], tools: Any) -> None:
-        check_first_request(self.runner, self.episodes[index], index, messages, tools)
-
-    def _add_environment_messages(self, index: int, messages: list[dict[str, Any]]) -> None:
-        add_environment_messages(
-            self.runner, self.episodes[index], index, self.sent[index], messages, self.turn_end[index]
-        )
 
 
 def check_first_request(
@@ -273,18 +143,6 @@ def add_environment_messages(
         raise EpisodeOver(f"episode {index}: the response budget is spent")
 
 
-def run_client_episodes(
-    runner: TurnRunner,
-    env: ChatClientEnv,
-    episodes: list[Episode],
-    prompts: list[list[dict[str, Any]]],
-    model: str,
-    loop: asyncio.AbstractEventLoop,
-) -> None:
-    """Run `env.rollout` for every episode (prompt messages `prompts[i]`) on the engine (see `ClientEpisodes`)."""
-    ClientEpisodes(runner, env, episodes, prompts, model).run(loop)
-
-
 CLOSE_TIMEOUT_S = 10.0
 """Longest an environment's `release` may take when its episodes' loop closes (a hung one is left, with a warning)."""
 
@@ -296,3 +154,195 @@ async def release_within(env: ChatClientEnv, timeout_s: float) -> None:
         await asyncio.wait_for(env.release(), timeout_s)
     except Exception as err:
         logger.warning("%s.release did not finish cleanly: %s: %s", type(env).__name__, type(err).__name__, err)
+
+
+@dataclass
+class _Conversation:
+    """What the request loop knows of one client episode."""
+
+    group: Group
+    sample: Sample
+    sent: list[dict[str, Any]] | None = None
+    """The last request's messages plus the reply it got (what the next request must repeat)."""
+    turn_end: str = ""
+    request: tuple[asyncio.Future, int] | None = None
+    """The request waiting for the engine: the coroutine's future and the turn's token limit."""
+    working_since: float = field(default_factory=time.monotonic)
+    """When the coroutine last got control back (its start, or its latest reply)."""
+    done: bool = False
+
+
+class _Driver:
+    """What `EngineChatClient` calls (`request`), for one episode: the request goes to the request loop."""
+
+    def __init__(self, turns: "ClientTurns", conversation: _Conversation) -> None:
+        self.turns, self.conversation = turns, conversation
+
+    async def request(self, index: int, messages: Any, max_tokens: int | None, tools: Any) -> Any:
+        future = asyncio.get_running_loop().create_future()
+        self.turns.post(("request", self.conversation, messages, max_tokens, tools, future))
+        return await future
+
+
+class ClientTurns(TurnHooks):
+    """The request loop's hooks (see `multi_turn.EpisodeTurns`) for client-style episodes."""
+
+    def __init__(self, runner: TurnRunner, env: ChatClientEnv, model: str) -> None:
+        super().__init__(runner)
+        self.env, self.model = env, model
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name="client-episodes", daemon=True).start()
+        self.conversations: dict[int, _Conversation] = {}
+        """id(sample) -> its episode's conversation, while its coroutine runs."""
+        self._inbox: list[tuple] = []
+        self._lock = threading.Lock()
+        self._posted = threading.Event()
+
+    # ------------------------------------------------------------------ the coroutines' thread
+
+    def post(self, event: tuple) -> None:
+        with self._lock:
+            self._inbox.append(event)
+        self._posted.set()
+
+    def start(self, group: Group, sample: Sample, messages: list[dict[str, Any]]) -> None:
+        """Start the episode of `sample` from the prompt's `messages`."""
+        conversation = _Conversation(group, sample)
+        self.conversations[id(sample)] = conversation
+        asyncio.run_coroutine_threadsafe(self._episode(conversation, [dict(m) for m in messages]), self.loop)
+
+    async def _episode(self, conversation: _Conversation, messages: list[dict[str, Any]]) -> None:
+        client = EngineChatClient(_Driver(self, conversation), conversation.sample.index)
+        error = None
+        try:
+            await self.env.rollout(client, self.model, messages, conversation.sample.episode.state)
+        except EpisodeOver:
+            pass
+        except Exception as err:
+            error = RuntimeError(
+                f"{type(self.env).__name__}.rollout failed in episode {conversation.sample.index} (turn "
+                f"{conversation.sample.episode.turns + 1}): {type(err).__name__}: {err}"
+            )
+            error.__cause__ = err
+        self.post(("done", conversation, error))
+
+    def _answer(self, future: asyncio.Future, reply: Any = None, error: BaseException | None = None) -> None:
+        def settle() -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(reply)
+
+        self.loop.call_soon_threadsafe(settle)
+
+    # ------------------------------------------------------------------ the request loop's hooks
+
+    @property
+    def pending(self) -> int:
+        """Episodes whose coroutines are at work (none of their requests in the engine or ready for it)."""
+        return sum(not c.done and c.request is None for c in self.conversations.values())
+
+    def waiting(self, sample: Sample) -> bool:
+        conversation = self.conversations.get(id(sample))
+        return conversation is None or conversation.request is None
+
+    def _turn_limit(self, group: Group, sample: Sample) -> int:
+        _, limit = self.conversations[id(sample)].request
+        return limit
+
+    def turn_done(self, group: Group, sample: Sample) -> bool:
+        """The model's turn is complete: add it and answer the coroutine; the episode ends when the coroutine does."""
+        conversation = self.conversations[id(sample)]
+        episode = sample.episode
+        future, _ = conversation.request
+        conversation.request = None
+        prompt_tokens = len(episode.prompt_input["prompt_token_ids"]) + len(episode.engine_ids)
+        before = len(episode.ids)
+        turn_end = self._end_model_turn(group, sample)
+        conversation.turn_end = turn_end or ""
+        text = episode.last_turn
+        conversation.sent = conversation.sent + [{"role": "assistant", "content": text}]
+        finish = "stop" if turn_end else "length"
+        reply = _reply(text, finish, self.model, prompt_tokens, len(episode.ids) - before)
+        conversation.working_since = time.monotonic()
+        self._answer(future, reply)
+        return False
+
+    def poll(self) -> tuple[bool, bool]:
+        """Take the coroutines' new requests (checked, their environment messages added) and finished episodes;
+        (whether a group became complete, whether a request is ready for the engine). An episode's error, or its
+        work past worker.rollout.env_step_timeout_s, stops the rollout."""
+        with self._lock:
+            events, self._inbox = self._inbox, []
+            self._posted.clear()
+        completed, ready = False, False
+        for event in events:
+            if event[0] == "done":
+                _, conversation, error = event
+                if error is not None:
+                    raise error
+                conversation.done = True
+                conversation.sample.episode.done = True
+                conversation.sample.finished = True
+                del self.conversations[id(conversation.sample)]
+                completed = completed or conversation.group.complete
+                continue
+            _, conversation, messages, max_tokens, tools, future = event
+            try:
+                limit = self._check(conversation, messages, max_tokens, tools)
+            except (EpisodeOver, ValueError) as err:  # the coroutine gets it, from its client's create
+                self._answer(future, error=err)
+                continue
+            conversation.request = (future, limit)
+            ready = True
+        timeout = self.runner.env_step_timeout_s
+        if timeout > 0:
+            now = time.monotonic()
+            for conversation in self.conversations.values():
+                if conversation.request is None and now - conversation.working_since > timeout:
+                    raise self.runner.env_timeout_error(conversation.sample.index, conversation.sample.episode.turns)
+        return completed, ready
+
+    def _check(self, conversation: _Conversation, messages: Any, max_tokens: int | None, tools: Any) -> int:
+        sample, episode = conversation.sample, conversation.sample.episode
+        runner = self._for(conversation.group)
+        if episode.done or episode.turns >= runner.max_turns:
+            raise EpisodeOver(
+                f"episode {sample.index} has no model turns left (rollout.max_turns={runner.max_turns} or the "
+                "response budget)"
+            )
+        messages = _plain_messages(messages, sample.index)
+        if conversation.sent is None:
+            check_first_request(runner, episode, sample.index, messages, tools)
+        else:
+            before = len(episode.ids)
+            add_environment_messages(runner, episode, sample.index, conversation.sent, messages, conversation.turn_end)
+            sample.episode_versions += [-1] * (len(episode.ids) - before)  # environment tokens
+        conversation.sent = messages
+        if max_tokens is not None and max_tokens < 1:
+            raise ValueError(f"Episode {sample.index}: max_tokens={max_tokens} must be positive.")
+        return runner.turn_limit(episode, max_tokens)
+
+    def close(self) -> None:
+        """Cancel every episode's coroutine, let the environment release what its episodes shared, and stop the
+        event loop's thread (waiting at most CLOSE_TIMEOUT_S for the release)."""
+
+        async def cancel_all() -> None:
+            tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await release_within(self.env, CLOSE_TIMEOUT_S)
+
+        self.conversations.clear()
+        try:
+            asyncio.run_coroutine_threadsafe(cancel_all(), self.loop).result(2 * CLOSE_TIMEOUT_S)
+        except Exception:  # a coroutine that ignores its cancellation must not hold the shutdown
+            logger.warning("Closing the client episodes of %s did not finish cleanly.", type(self.env).__name__)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+    def wait(self, timeout_s: float) -> None:
+        """Until a coroutine posts a request or ends (or `timeout_s`)."""
+        self._posted.wait(timeout_s)

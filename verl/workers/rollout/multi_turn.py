@@ -11,16 +11,25 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Multi-turn rollouts: all episodes of a batch advance together on the engine, one batched generate call per turn.
+"""Multi-turn episodes in the request loop (worker.rollout.env), in every mode.
+
+Each sample of the request loop plays one `Episode`: a request is one model turn. When a turn's request finishes, the
+environment's step runs on a thread of its own while the engine keeps stepping the other requests; its messages
+become the episode's next environment turn (loss mask 0) and the next model turn is submitted (`EpisodeTurns`; a
+client-style environment drives its turns itself, verl.workers.rollout.client_episodes). A turn stopped at a step
+boundary keeps its tokens and continues after the weight sync like a single-turn sample, so an episode's turns (and
+even one turn) may span policy versions; each model token records its version, environment tokens record -1.
 
 Each episode keeps the engine's own token ids for the model's turns (loss mask 1) and the chat template's rendering
 of the environment's messages (loss mask 0), so the engine and later the actor, reference and critic see one and the
-same token sequence: nothing is decoded and re-tokenized.
+same token sequence: nothing is decoded and re-tokenized. Turn t of an episode samples with seed + 7919 t, whichever
+other requests share the engine with it.
 """
 
 import dataclasses
-import threading
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from typing import Any
 
 import numpy as np
@@ -29,6 +38,7 @@ import torch
 from verl.envs.base import Environment, EnvStep
 from verl.protocol import to_object_array
 from verl.trainer.rollout_dump import transcript_messages
+from verl.workers.rollout.request_loop import Group, Sample, resume_seed
 
 
 _MARKER = "\u2063verl-turn-end\u2063"
@@ -175,17 +185,11 @@ class Episode:
 
 @dataclasses.dataclass
 class TurnRunner:
-    """What every turn of a batch of episodes needs: the engine, the sampling settings and the token rules.
+    """The token rules of an episode's turns: `add_model_tokens` and `add_environment_turn` append a model turn
+    (loss mask 1) or the environment's messages (loss mask 0) to an episode and end it when the response budget is
+    spent. The step-style hooks (`EpisodeTurns`) and the client-style ones (`client_episodes.ClientTurns`) both use
+    them."""
 
-    `generate` runs one batched engine call for some episodes; `add_model_turn` and `add_environment_turn` append a
-    model turn (loss mask 1) or the environment's messages (loss mask 0) to an episode and end it when the response
-    budget is spent. The step-driven loop (`run_episodes`) and the client-driven one (verl.workers.rollout.
-    client_episodes) are both made of these.
-    """
-
-    engine: Any
-    sampling: dict[str, Any]
-    """SamplingParams fields of the rollout (no n, no max_tokens)."""
     budget: int
     """Tokens after the prompt, all turns together (the rollout's response length)."""
     max_turns: int
@@ -193,7 +197,6 @@ class TurnRunner:
     continuation: ChatContinuation
     tokenizer: Any
     with_logprobs: bool
-    log_prob_of: Any = None
     max_tokens_per_turn: int | None = None
     image_tokens: ImageTokens | None = None
     """A VL model's image expansion; images in the environment's messages need it."""
@@ -204,8 +207,6 @@ class TurnRunner:
     requests) before the rollout stops with an error naming it; <= 0 waits forever."""
     env_name: str = "the environment"
     """How errors name the environment (worker.rollout.env)."""
-    lora_request: Any = None
-    """rollout.lora_sync=adapters: the actor's current adapter, passed with every engine call."""
 
     def env_timeout_error(self, episode_index: int, turns: int) -> TimeoutError:
         return TimeoutError(
@@ -219,27 +220,6 @@ class TurnRunner:
         room = self.budget - len(episode.ids)
         limits = [room] + [limit for limit in (self.max_tokens_per_turn, requested) if limit]
         return min(limits)
-
-    def generate(self, episodes: list[Episode], limits: list[int]) -> list[Any]:
-        """One batched engine call: each episode's next turn of at most `limits[i]` tokens; the completions."""
-        from vllm import SamplingParams
-
-        params = []
-        for episode, limit in zip(episodes, limits):
-            seed = None if episode.seed is None else episode.seed + 7919 * episode.turns
-            params.append(SamplingParams(**{**self.sampling, "n": 1, "max_tokens": limit}, seed=seed))
-        outputs = self.engine.generate(
-            [episode.engine_input() for episode in episodes], params, use_tqdm=False, lora_request=self.lora_request
-        )
-        return [output.outputs[0] for output in outputs]
-
-    def add_model_turn(self, episode: Episode, completion: Any, limit: int) -> str | None:
-        """Append the model's turn (a vLLM completion); see `add_model_tokens`."""
-        new = list(completion.token_ids)[:limit]
-        logprobs = None
-        if self.with_logprobs:
-            logprobs = [self.log_prob_of(entry, t) for entry, t in zip(completion.logprobs, new)]
-        return self.add_model_tokens(episode, new, logprobs, limit)
 
     def add_model_tokens(
         self, episode: Episode, new: list[int], logprobs: list[float] | None, limit: int
@@ -310,32 +290,6 @@ def episode_columns(episodes: list[Episode]) -> dict[str, np.ndarray]:
     return columns
 
 
-def run_episodes(runner: TurnRunner, env: Environment, episodes: list[Episode]) -> None:
-    """Advance every episode to its end (in place); one batched `engine.generate` per turn.
-
-    A model turn ends with an end-of-turn token, or after `max_tokens_per_turn` tokens (then the template's whole
-    closing text is added, as environment tokens); a turn cut by the response budget ends the episode (truncated).
-    The environment's steps of a turn run in up to `env.concurrent_steps` threads; their results are applied in the
-    episodes' order, so the outcome does not depend on which step finishes first. A step that runs longer than
-    `runner.env_step_timeout_s` stops the rollout with a TimeoutError naming the episode and turn.
-    """
-    workers = max(1, int(getattr(env, "concurrent_steps", 1)))
-    index = {id(episode): position for position, episode in enumerate(episodes)}
-    for turn in range(runner.max_turns):
-        active = [episode for episode in episodes if not episode.done]
-        if not active:
-            break
-        limits = [runner.turn_limit(episode) for episode in active]
-        going_on = []
-        for episode, completion, limit in zip(active, runner.generate(active, limits), limits):
-            turn_end = runner.add_model_turn(episode, completion, limit)
-            if turn_end is not None:
-                going_on.append((episode, turn_end))
-        steps = _run_steps(runner, env, [episode for episode, _ in going_on], workers, index, turn + 1)
-        for (episode, turn_end), result in zip(going_on, steps):
-            apply_step(runner, episode, result, turn_end)
-
-
 def apply_step(runner: TurnRunner, episode: Episode, result: EnvStep, turn_end: str) -> None:
     """The environment's answer to the model's latest turn: the episode ends (its messages kept as cut) when the
     environment says so or its model turns are spent, else they become its next environment turn."""
@@ -346,74 +300,6 @@ def apply_step(runner: TurnRunner, episode: Episode, result: EnvStep, turn_end: 
         record_messages(episode, result.messages, cut=True)
         return
     runner.add_environment_turn(episode, result.messages, turn_end)
-
-
-def _run_steps(
-    runner: TurnRunner, env: Environment, episodes: list[Episode], workers: int, index: dict[int, int], turn: int
-) -> list[EnvStep]:
-    """`env.step` for each episode's latest turn, in order. One at a time in this thread when neither concurrency
-    nor a timeout asks for threads; else on up to `workers` daemon threads (a hung step cannot keep the process
-    alive), each step timed from its own start."""
-    if workers == 1 and runner.env_step_timeout_s <= 0:
-        return [env.step(episode.state, episode.last_turn) for episode in episodes]
-    calls = [_StepCall(env, episode) for episode in episodes]
-    queue = list(reversed(calls))  # list.pop is atomic: the threads share it without a lock
-    for _ in range(min(workers, len(calls))):
-        threading.Thread(target=_run_queued, args=(queue,), name="env-step", daemon=True).start()
-    results = []
-    for episode, call in zip(episodes, calls):
-        if not call.wait(runner.env_step_timeout_s):
-            raise runner.env_timeout_error(index[id(episode)], turn)
-        results.append(call.result())
-    return results
-
-
-def _run_queued(queue: list["_StepCall"]) -> None:
-    while True:
-        try:
-            call = queue.pop()
-        except IndexError:
-            return
-        call.run()
-
-
-class _StepCall:
-    """One `env.step` call, run by one of the step threads; the rollout's thread waits for it."""
-
-    def __init__(self, env: Environment, episode: Episode) -> None:
-        self.env, self.episode = env, episode
-        self._outcome: tuple[EnvStep | None, BaseException | None] = (None, None)
-        self._started: float | None = None
-        self._finished = threading.Event()
-
-    def run(self) -> None:
-        self._started = time.monotonic()
-        try:
-            self._outcome = (self.env.step(self.episode.state, self.episode.last_turn), None)
-        except BaseException as error:  # re-raised in the rollout's thread
-            self._outcome = (None, error)
-        finally:
-            self._finished.set()
-
-    def wait(self, timeout_s: float) -> bool:
-        """Wait for the step; False once it has run longer than `timeout_s` (<= 0: wait forever)."""
-        while True:
-            started = self._started
-            if timeout_s <= 0 or started is None:  # not started yet: its time has not begun
-                if self._finished.wait(None if timeout_s <= 0 else min(timeout_s, 1.0)):
-                    return True
-                continue
-            remaining = started + timeout_s - time.monotonic()
-            if self._finished.wait(max(remaining, 0.0)):
-                return True
-            if remaining <= 0:
-                return False
-
-    def result(self) -> EnvStep:
-        step, error = self._outcome
-        if error is not None:
-            raise error
-        return step
 
 
 def _check_images(image_tokens: ImageTokens | None, episode: Episode, count: int, max_images: int) -> None:
@@ -428,3 +314,130 @@ def _check_images(image_tokens: ImageTokens | None, episode: Episode, count: int
             f"An episode would hold {total} images (prompt and environment turns) but rollout.limit_images="
             f"{max_images}; raise worker.rollout.limit_images."
         )
+
+
+TURN_SEED_STRIDE = 7919
+"""Turn t of an episode samples with `seed + 7919 t`."""
+
+
+@dataclasses.dataclass
+class _Step:
+    future: Future
+    started: float
+    group: Group
+    sample: Sample
+    turn_end: str
+
+
+class TurnHooks:
+    """What the request loop's multi-turn hooks share: a request is the rest of the sample's current model turn, and a
+    finished request adds that turn to the episode. Subclasses say when a turn begins and how long it may be
+    (`_turn_limit`) and what happens after it (`turn_done`)."""
+
+    def __init__(self, runner: TurnRunner) -> None:
+        self.runner = runner
+        self._runners: dict[int, TurnRunner] = {}
+
+    def _for(self, group: Group) -> TurnRunner:
+        """The runner of a group: its response budget is the group's (the step's response length when it was
+        admitted, or its row's own cap)."""
+        if group.budget not in self._runners:
+            self._runners[group.budget] = dataclasses.replace(self.runner, budget=group.budget)
+        return self._runners[group.budget]
+
+    def _turn_limit(self, group: Group, sample: Sample) -> int:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop what runs beside the engine for the episodes (the request loop drops them)."""
+
+    def request(self, group: Group, sample: Sample) -> tuple[dict[str, Any], int, int | None]:
+        """(engine input, max tokens, seed) of the sample's next request: its turn from the start, or the rest of a
+        turn stopped at a step boundary."""
+        episode = sample.episode
+        if not sample.tokens:
+            sample.turn_limit = self._turn_limit(group, sample)
+        prompt = episode.engine_input()
+        prompt["prompt_token_ids"] = prompt["prompt_token_ids"] + sample.tokens
+        seed = None if episode.seed is None else episode.seed + TURN_SEED_STRIDE * episode.turns
+        if sample.tokens:
+            seed = resume_seed(seed, len(sample.tokens))
+        return prompt, sample.turn_limit - len(sample.tokens), seed
+
+    def _end_model_turn(self, group: Group, sample: Sample) -> str | None:
+        """Add the sample's finished turn to its episode (see `TurnRunner.add_model_tokens`; model tokens keep their
+        versions) and clear it for the next one."""
+        episode = sample.episode
+        before = len(episode.ids)
+        logprobs = sample.logprobs if self.runner.with_logprobs else None
+        turn_end = self._for(group).add_model_tokens(episode, sample.tokens, logprobs, sample.turn_limit)
+        sample.episode_versions += sample.versions[: len(episode.ids) - before]
+        sample.tokens, sample.logprobs, sample.versions = [], [], []
+        return turn_end
+
+
+class EpisodeTurns(TurnHooks):
+    """The request loop's multi-turn hooks: what a sample's next request is, what happens when a turn ends, and the
+    environment steps running meanwhile (at most `env.concurrent_steps` at a time)."""
+
+    def __init__(self, runner: TurnRunner, env: Environment) -> None:
+        super().__init__(runner)
+        self.env = env
+        self.pool = ThreadPoolExecutor(max(1, int(getattr(env, "concurrent_steps", 1))), thread_name_prefix="env-step")
+        self.steps: dict[int, _Step] = {}
+        """id(sample) -> its environment step in flight."""
+
+    @property
+    def pending(self) -> int:
+        return len(self.steps)
+
+    def waiting(self, sample: Sample) -> bool:
+        return id(sample) in self.steps
+
+    def _turn_limit(self, group: Group, sample: Sample) -> int:
+        return self._for(group).turn_limit(sample.episode)
+
+    def turn_done(self, group: Group, sample: Sample) -> bool:
+        """The sample's model turn is complete: add it to the episode; True when the episode is over, else its
+        environment step starts."""
+        turn_end = self._end_model_turn(group, sample)
+        if turn_end is None:
+            return True
+        episode = sample.episode
+        future = self.pool.submit(self.env.step, episode.state, episode.last_turn)
+        self.steps[id(sample)] = _Step(future, time.monotonic(), group, sample, turn_end)
+        return False
+
+    def poll(self) -> tuple[bool, bool]:
+        """Apply the environment steps that have finished; (whether a group became complete, whether a sample is
+        ready for its next request). A step past worker.rollout.env_step_timeout_s raises TimeoutError."""
+        completed, ready = False, False
+        timeout = self.runner.env_step_timeout_s
+        for key, step in list(self.steps.items()):
+            if not step.future.done():
+                if timeout > 0 and time.monotonic() - step.started > timeout:
+                    raise self.runner.env_timeout_error(step.sample.index, step.sample.episode.turns)
+                continue
+            del self.steps[key]
+            episode = step.sample.episode
+            before = len(episode.ids)
+            apply_step(self._for(step.group), episode, step.future.result(), step.turn_end)
+            step.sample.episode_versions += [-1] * (len(episode.ids) - before)  # environment tokens
+            if episode.done:
+                step.sample.finished = True
+                completed = completed or step.group.complete
+            else:
+                ready = True
+        return completed, ready
+
+    def close(self) -> None:
+        """Steps not yet started are cancelled; one still running (a hung tool) cannot be stopped from here and ends
+        on its own, its result unread."""
+        self.steps.clear()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def wait(self, timeout_s: float) -> None:
+        """Until an environment step finishes (or `timeout_s`)."""
+        futures = [step.future for step in self.steps.values()]
+        if futures:
+            wait_futures(futures, timeout=timeout_s, return_when=FIRST_COMPLETED)

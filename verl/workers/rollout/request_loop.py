@@ -11,16 +11,17 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The engine's request loop for colocated asynchronous rollouts (docs/async.md).
+"""The engine's request loop, the one way this project generates (docs/async.md), and the request that drives it.
 
-Instead of one blocking `LLM.generate`, admitted prompts become one engine request per sample and the engine is
-stepped until `quota` groups (all n samples of a prompt) are complete. The unfinished requests are then aborted with
-their tokens, log-probs and the policy version of every token kept here; the next call resubmits each of them as
-prompt + its tokens so far (the prefix is prefilled again) next to the newly admitted prompts. Nothing is dropped:
-a slow sample only continues, under newer weights, and its tokens record which version produced them.
+Admitted prompts become one engine request per sample and the engine is stepped until `quota` groups (all n samples
+of a prompt) are complete. A synchronous step or a validation call runs every group to completion; an asynchronous
+one returns the groups due and aborts the unfinished requests, their tokens, log-probs and the policy version of
+every token kept here: the next call resubmits each of them as prompt + its tokens so far (the prefix is prefilled
+again) next to the newly admitted prompts. Nothing is dropped: a slow sample only continues, under newer weights,
+and its tokens record which version produced them. Multi-turn episodes are hooks of the loop (`turns`).
 
 Requests are added in the order and with the seeds `LLM.generate` would give the n samples of each prompt (seed + j
-for sample j), so a call that runs every group to completion samples exactly what the synchronous rollout samples.
+for sample j), so a call that runs every group to completion samples exactly what `LLM.generate` samples.
 """
 
 from collections.abc import Callable
@@ -29,6 +30,25 @@ from itertools import count
 from typing import Any
 
 import numpy as np
+
+
+@dataclass(frozen=True)
+class RolloutRequest:
+    """What the driver asks of the rollout engines in one call, the same in both placements (colocated with the actor
+    or a rollout pool). The defaults are a synchronous training step's."""
+
+    version: int = 0
+    """Weight updates the engine's weights carry: the policy version its tokens are tagged with."""
+    quota: int | None = None
+    """Complete groups to return per data-parallel rank; None: every prompt of the call, run to completion."""
+    max_staleness: int | None = None
+    """Each group trains by its admission version + max_staleness; None: every group is due now (synchronous)."""
+    response_length: int | None = None
+    """Most tokens per response, a stage of data.response_length_schedule; None: rollout.response_length."""
+    validate: bool = False
+    """A validation call: rollout.val_override_config applies and seeds come from the validation stream."""
+    sampling: dict[str, Any] = field(default_factory=dict)
+    """vLLM SamplingParams overrides for this call (the ReMax greedy pass: temperature=0, n=1)."""
 
 
 @dataclass
@@ -45,7 +65,7 @@ class Sample:
     resumed: int = 0
     """How many times it was stopped at a step boundary and continued after a weight sync."""
     episode: Any = None
-    """Multi-turn (verl.workers.rollout.async_episodes): the Episode it plays; `tokens`, `logprobs` and `versions`
+    """Multi-turn (verl.workers.rollout.multi_turn): the Episode it plays; `tokens`, `logprobs` and `versions`
     then hold the current model turn only."""
     episode_versions: list[int] = field(default_factory=list)
     """Multi-turn: the policy version of every token of the episode's response (-1 for environment tokens)."""
@@ -99,11 +119,14 @@ class RequestLoop:
     them.
     """
 
-    def __init__(self, llm: Any, render: Callable[[dict[str, Any]], Any]) -> None:
+    def __init__(self, llm: Any, render: Callable[[dict[str, Any]], Any], name: str = "loop") -> None:
         self.llm = llm
         self.render = render
+        self.name = name
+        """Prefixes its request ids: loops that share an engine never reuse one another's ids."""
         self.turns: Any = None
-        """Multi-turn episodes: an `async_episodes.EpisodeTurns` (set by the rollout when it has an environment)."""
+        """Multi-turn episodes: a `multi_turn.EpisodeTurns` or `client_episodes.ClientTurns` (set by the rollout when
+        it has an environment)."""
         self.lora_request: Any = None
         """The `LoRARequest` every request is added with (rollout.lora_sync=adapters; set by the rollout)."""
         self.groups: dict[int, Group] = {}
@@ -124,9 +147,8 @@ class RequestLoop:
         episodes: list[Any] | None = None,
     ) -> Group:
         key = next(self._keys)
-        samples = [Sample(seed=seed) for seed in seeds]
+        samples = [Sample(seed=seed, index=j) for j, seed in enumerate(seeds)]
         for j, sample in enumerate(samples):
-            sample.index = j
             sample.episode = episodes[j] if episodes is not None else None
         self.groups[key] = group = Group(key, prompt, payload, version, samples, budget)
         return group
@@ -257,7 +279,7 @@ class RequestLoop:
             for sample in group.samples:
                 if sample.finished or id(sample) in running:
                     continue
-                request_id = f"async-{next(self._request_ids)}"
+                request_id = f"{self.name}-{next(self._request_ids)}"
                 if sample.episode is not None:
                     if self.turns.waiting(sample):  # its environment step is running
                         continue

@@ -18,7 +18,6 @@ Each rank builds its own engine with dummy weights; the FSDP actor's weights are
 code; their differences are decided once, in `build_engine_kwargs`.
 """
 
-import asyncio
 import contextlib
 import gc
 import logging
@@ -40,20 +39,18 @@ from verl.protocol import DataProto, to_object_array
 from verl.utils import device, quiet
 from verl.workers.actor.forward import process_media
 from verl.workers.rollout import vllm_compat
-from verl.workers.rollout.async_client_episodes import ClientTurns
-from verl.workers.rollout.async_episodes import EpisodeTurns
-from verl.workers.rollout.client_episodes import CLOSE_TIMEOUT_S, release_within, run_client_episodes
+from verl.workers.rollout.client_episodes import ClientTurns
 from verl.workers.rollout.config import RolloutConfig
 from verl.workers.rollout.engine_mirror import EngineLeader, follow
 from verl.workers.rollout.multi_turn import (
     ChatContinuation,
     Episode,
+    EpisodeTurns,
     ImageTokens,
     TurnRunner,
     episode_columns,
-    run_episodes,
 )
-from verl.workers.rollout.request_loop import RequestLoop
+from verl.workers.rollout.request_loop import RequestLoop, RolloutRequest
 from verl.workers.rollout.sequences import extend_position_ids, pad_rows, response_mask_through_eos
 
 
@@ -382,12 +379,11 @@ class VLLMRollout:
         # mode=colocated: the samples admitted and not yet returned, kept across calls (generate_async)
         self._taken_version: int | None = None
         """poll_async: the version whose groups this rank has returned (one batch per step)."""
-        self._client_loop: tuple[asyncio.AbstractEventLoop, ChatClientEnv] | None = None
-        """The event loop the client-style episodes of `generate_sequences` run on, across calls, and its env."""
-        self.request_loop = RequestLoop(
-            self.inference_engine, partial(vllm_compat.render_prompt, self.inference_engine)
-        )
-        self.lora_request = None
+        render = partial(vllm_compat.render_prompt, self.inference_engine)
+        self.request_loop = RequestLoop(self.inference_engine, render, "async")
+        """The groups of the asynchronous calls (generate_async, poll_async, a rollout pool), kept across calls."""
+        self.call_loop = RequestLoop(self.inference_engine, render, "call")
+        """The groups of one `generate_sequences` call (a synchronous step, validation), all run to completion in it."""
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.eos_token_ids = self._eos_token_ids(model_path)
         self._base_sampling = self._base_sampling_kwargs()
@@ -398,18 +394,21 @@ class VLLMRollout:
             self.image_tokens = ImageTokens(processor, tokenizer) if self.multimodal else None
             self.model_path = model_path
         self.engine_leader: EngineLeader | None = None
-        """Asynchronous episodes or a rollout pool's engine (colocated=False), tensor-parallel, on the group's first
-        process: the request loop's engine calls go to its peers (engine_mirror)."""
+        """Episodes or a rollout pool's engine (colocated=False), tensor-parallel, on the group's first process: the
+        request loop's engine calls go to its peers (engine_mirror). Single-turn calls of colocated engines need no
+        leader: every peer runs the same requests with the same seeds."""
         self.follows = False
         """The same on a peer: it repeats the first process's engine calls."""
         tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
         if tp_size > 1 and (self.env is not None or not colocated):  # a rollout pool's engine follows outside calls
             if tp_rank == 0:
-                render = partial(vllm_compat.render_prompt, self.inference_engine)
                 self.engine_leader = EngineLeader(self.inference_engine, render, tp_group)
-                self.request_loop = RequestLoop(self.engine_leader, lambda prompt: prompt)  # the leader renders
+                self.request_loop = RequestLoop(self.engine_leader, lambda prompt: prompt, "async")  # leader renders
+                if self.env is not None:
+                    self.call_loop = RequestLoop(self.engine_leader, lambda prompt: prompt, "call")
             else:
                 self.follows = True
+        self.lora_request = None
 
     @property
     def lora_request(self) -> Any:
@@ -421,6 +420,7 @@ class VLLMRollout:
     def lora_request(self, request: Any) -> None:
         self._lora_request = request
         self.request_loop.lora_request = request
+        self.call_loop.lora_request = request
 
     # ------------------------------------------------------------------ setup helpers
 
@@ -463,29 +463,25 @@ class VLLMRollout:
 
     # ------------------------------------------------------------------ sampling parameters
 
-    def sampling_kwargs(self, meta_info: dict[str, Any]) -> dict[str, Any]:
-        """Config sampling settings overridden for this call.
-
-        With `meta_info["validate"]` true, `rollout.val_override_config` applies first; then any meta_info key that
-        names a vLLM SamplingParams field (e.g. temperature=0 and n=1 for the remax greedy pass). Other meta_info
-        keys are ignored.
-        """
+    def sampling_kwargs(self, request: RolloutRequest) -> dict[str, Any]:
+        """Config sampling settings overridden for this call: `rollout.val_override_config` for a validation call,
+        then the request's own `sampling` (e.g. temperature=0 and n=1 for the remax greedy pass)."""
         from vllm import SamplingParams
 
         fields = {name for name in SamplingParams.__struct_fields__ if not name.startswith("_")}
-        overrides = dict(self.config.val_override_config) if meta_info.get("validate", False) else {}
-        overrides.update({key: value for key, value in meta_info.items() if key in fields})
+        overrides = dict(self.config.val_override_config) if request.validate else {}
+        overrides.update(request.sampling)
         unknown = sorted(set(overrides) - fields)
         if unknown:
             raise ValueError(
-                f"rollout.val_override_config has keys {unknown} that are not vLLM SamplingParams fields; "
-                "use e.g. temperature, top_p, top_k or n."
+                f"Sampling overrides {unknown} (rollout.val_override_config or the rollout request) are not vLLM "
+                "SamplingParams fields; use e.g. temperature, top_p, top_k or n."
             )
         fixed = sorted(set(overrides) & _FIXED_SAMPLING_KEYS)
         if fixed:
             raise ValueError(
                 f"Sampling overrides {fixed} cannot change per call (max_tokens is rollout.response_length); "
-                "remove them from meta_info / val_override_config."
+                "remove them from rollout.val_override_config."
             )
         kwargs = {**self._base_sampling, **overrides}
         if kwargs.get("top_k") == -1:
@@ -532,73 +528,65 @@ class VLLMRollout:
             inputs.append(item)
         return inputs
 
-    def generate_sequences(self, prompts: DataProto) -> DataProto:
+    def generate_sequences(self, prompts: DataProto, request: RolloutRequest | None = None) -> DataProto:
         """Sample n responses per prompt; returns the rollout columns of docs/data_flow.md, rows repeated n times.
 
         Input: `input_ids`, `attention_mask`, `position_ids` (left-padded prompts) and the non-tensors
         `raw_prompt_ids` / `multi_modal_data`. Output: prompts, responses, input_ids, attention_mask, response_mask,
         position_ids (and rollout_log_probs with rollout.calculate_log_probs), plus every input non-tensor column,
         each row repeated n times interleaved (a a b b).
-        """
-        from vllm import SamplingParams
 
+        The request loop runs every admitted group to completion in this call (staleness 0: the same requests, seeds
+        and steps as `LLM.generate`), on a loop of its own, so that the groups an asynchronous run holds in flight
+        stay out of a validation call. `request` (a synchronous step's by default) gives the response length, the
+        sampling overrides and whether this is validation (seeds from the validation stream); its quota, version and
+        staleness do not apply.
+        """
+        request = request or RolloutRequest()
         tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
         prompts, seed_rank = gather_tensor_parallel_prompts(prompts, self.rank, tp_group, tp_size)
-        kwargs = self.sampling_kwargs(prompts.meta_info)
-        response_length = self.call_response_length(prompts.meta_info)
-        kwargs["max_tokens"] = response_length
-        inputs = self._engine_inputs(prompts)
-        base_seed = kwargs.pop("seed", None)
-        base_seed = self.config.seed if base_seed is None else int(base_seed)
-        validate = bool(prompts.meta_info.get("validate", False))
-        call_index = self.validate_calls if validate else self.generate_calls
-        if kwargs["temperature"] < 1e-6:  # greedy: seeds would only cost per-request generators
-            seeds: list[int | None] = [None] * len(inputs)
-        else:
-            seeds = list(request_seeds(base_seed, seed_rank, call_index, len(inputs), stream=int(validate)))
-        budgets = row_budgets(prompts, response_length)
-        params = [SamplingParams(**{**kwargs, "max_tokens": b}, seed=seed) for seed, b in zip(seeds, budgets)]
-        if validate:
-            self.validate_calls += 1
-        else:
-            self.generate_calls += 1
-        if self.env is not None:
-            with preserved_rng_state():
-                output = self._run_episodes(prompts, inputs, kwargs, seeds, response_length)
-            return output.chunk(tp_size)[tp_rank] if tp_size > 1 else output
-        with preserved_rng_state():
-            outputs = self.inference_engine.generate(
-                inputs, params, use_tqdm=not self.config.disable_tqdm, lora_request=self.lora_request
-            )
-        output = self._to_dataproto(prompts, outputs, kwargs["n"], response_length)
+        loop, validate = self.call_loop, request.validate
+        n, greedy, make_params, base_seed = self.request_sampling(request, loop)
+        budget = self.call_response_length(request)
+        if self.follows and self.env is not None:  # the group's first process runs the episodes
+            self._count_call(validate)
+            return self._follow().chunk(tp_size)[tp_rank]
+        leader = self.engine_leader if loop.llm is self.engine_leader else None
+        with self._leading(leader):
+            with preserved_rng_state(), self._cleared_on_error(loop):
+                self.admit(prompts, 0, budget, seed_rank, n, greedy, loop=loop, validate=validate, base_seed=base_seed)
+                groups = loop.run(len(prompts), 0, make_params)
+            output = self.groups_to_rollout(groups, n, budget)
+            output.pop(batch_keys=["rollout_versions", "rollout_resumed"])  # one policy version, nothing resumed
+            self._end_leading(leader, output)
         return output.chunk(tp_size)[tp_rank] if tp_size > 1 else output
 
-    def generate_async(self, prompts: DataProto) -> DataProto:
+    def generate_async(self, prompts: DataProto, request: RolloutRequest) -> DataProto:
         """Colocated asynchronous rollout (docs/async.md): admit `prompts` (possibly none) into the engine's request
         loop, resume the samples stopped at the last step boundary, and step the engine until
-        `meta_info["quota"]` groups of this rank are complete; return those groups, oldest first, as the rollout
+        `request.quota` groups of this rank are complete; return those groups, oldest first, as the rollout
         columns of `generate_sequences` plus `rollout_versions` (the policy version of each response token, -1 on
         padding) and `rollout_resumed` (how often each sample was stopped and continued).
 
-        `meta_info["version"]` is the number of weight updates the engine's weights carry; with
-        `meta_info["max_staleness"]` = k, every group trains by its admission version + k: the call returns the
+        `request.version` is the number of weight updates the engine's weights carry; with
+        `request.max_staleness` = k, every group trains by its admission version + k: the call returns the
         complete groups with the earliest deadlines and runs past the quota when a group's deadline needs it (unset:
         every admitted group completes in this call). The unfinished samples stay in this process, aborted in the
         engine, until the next call.
         """
         if self.follows:
-            call = self._start_async_call(prompts)
+            call = self._start_async_call(prompts, request)
             return self._follow().chunk(call.tp_size)[call.tp_rank]
-        with self._leading():
-            call = self._start_async_call(prompts)
-            with preserved_rng_state(), self._cleared_on_error():
+        with self._leading(self.engine_leader):
+            call = self._start_async_call(prompts, request)
+            with preserved_rng_state(), self._cleared_on_error(self.request_loop):
                 groups = self.request_loop.run(call.quota, call.version, call.make_params, call.max_staleness)
             output = self.groups_to_rollout(groups, call.n, call.budget)
             output.meta_info["in_flight_groups"] = self.request_loop.in_flight
-            self._end_leading(output)
+            self._end_leading(self.engine_leader, output)
         return output.chunk(call.tp_size)[call.tp_rank] if call.tp_size > 1 else output
 
-    def poll_async(self, prompts: DataProto) -> dict[str, Any]:
+    def poll_async(self, prompts: DataProto, request: RolloutRequest) -> dict[str, Any]:
         """`generate_async` in slices, so the driver can score groups while the engine generates (streamed rewards,
         docs/async.md): admit `prompts` (the step's first call; later calls carry no rows), then step the engine
         until a group completes, at most POLL_ENGINE_STEPS times. Returns "batch", this step's groups as
@@ -607,15 +595,15 @@ class VLLMRollout:
         None. The engine's requests stay in it between calls, so the steps taken are those of one `generate_async`
         call."""
         if self.follows:
-            call = self._start_async_call(prompts)
+            call = self._start_async_call(prompts, request)
             batch = self._follow()
             return {"batch": None if batch is None else batch.chunk(call.tp_size)[call.tp_rank], "complete": None}
         loop = self.request_loop
         groups = None
-        with self._leading():
-            call = self._start_async_call(prompts)
+        with self._leading(self.engine_leader):
+            call = self._start_async_call(prompts, request)
             if self._taken_version != call.version:
-                with preserved_rng_state(), self._cleared_on_error():
+                with preserved_rng_state(), self._cleared_on_error(loop):
                     groups = loop.run(
                         call.quota,
                         call.version,
@@ -630,7 +618,7 @@ class VLLMRollout:
                 self._taken_version = call.version
                 batch = self.groups_to_rollout(groups, call.n, call.budget)
                 batch.meta_info["in_flight_groups"] = loop.in_flight
-            self._end_leading(batch)
+            self._end_leading(self.engine_leader, batch)
         if batch is not None and call.tp_size > 1:
             batch = batch.chunk(call.tp_size)[call.tp_rank]
         complete = self.groups_to_rollout(fresh, call.n, call.budget) if fresh and call.tp_rank == 0 else None
@@ -643,103 +631,131 @@ class VLLMRollout:
         with preserved_rng_state():
             return follow(self.inference_engine, render, tp_group, lambda: self.lora_request)
 
+    @staticmethod
     @contextlib.contextmanager
-    def _leading(self) -> Iterator[None]:
-        """The first process's asynchronous call: a failure ends its peers' call with the error (they would wait for
-        its next engine step otherwise)."""
+    def _leading(leader: EngineLeader | None) -> Iterator[None]:
+        """The first process's call on an engine its peers follow: a failure ends their call with the error (they
+        would wait for its next engine step otherwise)."""
         try:
             yield
         except BaseException as error:
-            if self.engine_leader is not None:
-                self.engine_leader.end(error=error)
+            if leader is not None:
+                leader.end(error=error)
             raise
 
-    def _end_leading(self, result: Any) -> None:
-        if self.engine_leader is not None:
-            self.engine_leader.end(result)
+    @staticmethod
+    def _end_leading(leader: EngineLeader | None, result: Any) -> None:
+        if leader is not None:
+            leader.end(result)
 
-    def _start_async_call(self, prompts: DataProto) -> "_AsyncCall":
+    def _count_call(self, validate: bool) -> None:
+        """A call that admits prompts uses up one call index of its seed stream (on every peer alike, so that a
+        resumed worker restores the same count)."""
+        if validate:
+            self.validate_calls += 1
+        else:
+            self.generate_calls += 1
+
+    def _start_async_call(self, prompts: DataProto, request: RolloutRequest) -> "_AsyncCall":
         """What generate_async and poll_async begin with: the tensor-parallel group's prompts gathered, the call's
-        settings read from their meta_info, and the rows admitted (a failed admission clears the request loop)."""
+        settings read from the request, and the rows admitted (a failed admission clears the request loop)."""
         tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
         prompts, seed_rank = gather_tensor_parallel_prompts(prompts, self.rank, tp_group, tp_size)
-        meta = prompts.meta_info
-        staleness = meta.get("max_staleness")
-        n, greedy, make_params = self.async_sampling(meta)
+        if request.quota is None:
+            raise ValueError("An asynchronous rollout call needs the request's quota of groups.")
+        n, greedy, make_params, base_seed = self.request_sampling(request, self.request_loop)
         call = _AsyncCall(
             tp_rank=tp_rank,
             tp_size=tp_size,
-            quota=int(meta["quota"]) * tp_size,
-            version=int(meta["version"]),
-            max_staleness=None if staleness is None else int(staleness),
-            budget=self.call_response_length(meta),
+            quota=request.quota * tp_size,
+            version=request.version,
+            max_staleness=request.max_staleness,
+            budget=self.call_response_length(request),
             n=n,
             make_params=make_params,
         )
         if len(prompts) > 0 and self.follows:  # its group's first process runs the loop; seeds follow the call count
-            self.generate_calls += 1
+            self._count_call(validate=False)
         elif len(prompts) > 0:
-            with self._cleared_on_error():
-                self.admit(prompts, call.version, call.budget, seed_rank, n, greedy)
+            with self._cleared_on_error(self.request_loop):
+                self.admit(prompts, call.version, call.budget, seed_rank, n, greedy, base_seed=base_seed)
         return call
 
     def close_envs(self) -> None:
         """End what the environment's episodes share across rollout calls (a verifiers taskset's tool servers): the
-        client episodes' event loop of `generate_sequences` and the asynchronous request loop's episode hooks. At the
-        end of a run (the workers' `close_rollout_envs`); a later call starts them again."""
-        if self._client_loop is not None:
-            (loop, env), self._client_loop = self._client_loop, None
-            try:
-                loop.run_until_complete(release_within(env, CLOSE_TIMEOUT_S))
-            finally:
-                loop.close()
-        turns, self.request_loop.turns = self.request_loop.turns, None
-        if turns is not None:
-            turns.close()
+        episode hooks of both request loops. At the end of a run (the workers' `close_rollout_envs`); a later call
+        starts them again."""
+        for loop in (self.call_loop, self.request_loop):
+            turns, loop.turns = loop.turns, None
+            if turns is not None:
+                turns.close()
 
     @contextlib.contextmanager
-    def _cleared_on_error(self) -> Iterator[None]:
-        """A failed asynchronous call (an environment's error or timeout, the engine's) leaves the request loop empty
-        and the engine without requests: the run stops on the error, and nothing of the call runs on into a later
-        one (validation, a test's next call)."""
+    def _cleared_on_error(self, loop: RequestLoop) -> Iterator[None]:
+        """A failed call (an environment's error or timeout, the engine's) leaves its request loop empty and the
+        engine without requests: the run stops on the error, and nothing of the call runs on into a later one
+        (validation, a test's next call)."""
         try:
             yield
         except BaseException:
-            self.request_loop.clear()
-            self._taken_version = None
+            loop.clear()
+            if loop is self.request_loop:
+                self._taken_version = None
             raise
 
-    def async_sampling(self, meta_info: dict[str, Any]) -> tuple[int, bool, Callable[[int, int | None], Any]]:
-        """Samples per prompt, whether sampling is greedy, and the SamplingParams of one request of the request loop (one sample, DELTA outputs,
-        its own token budget and seed) for the sampling settings of `meta_info`."""
+    def request_sampling(
+        self, request: RolloutRequest, loop: RequestLoop
+    ) -> tuple[int, bool, Callable[[int, int | None], Any], int]:
+        """Samples per prompt, whether sampling is greedy, the SamplingParams of one request of `loop` (one sample,
+        DELTA outputs, its own token budget and seed), and the base of the call's seeds, for the sampling settings
+        of `request`. With an environment, `loop` gets its episode hooks here (once)."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        kwargs = self.sampling_kwargs(meta_info)  # quota, version and max_staleness are no sampling fields: ignored
+        kwargs = self.sampling_kwargs(request)
         n, greedy = kwargs.pop("n"), kwargs["temperature"] < 1e-6
-        for key in ("seed", "max_tokens", "output_kind"):
+        base_seed = kwargs.pop("seed", None)
+        base_seed = self.config.seed if base_seed is None else int(base_seed)
+        for key in ("max_tokens", "output_kind"):
             kwargs.pop(key, None)
-        if self.env is not None and self.request_loop.turns is None and not self.follows:  # a request: one model turn
-            runner = self._turn_runner({**kwargs, "n": n}, self.config.response_length)
+        if self.env is not None and not self.follows and getattr(loop.turns, "env", None) is not self.env:
+            if loop.turns is not None:  # another environment's hooks (a test swaps them): its shared resources end
+                loop.turns.close()
+            runner = self._turn_runner()  # a request: one model turn
             if isinstance(self.env, ChatClientEnv):  # the episodes' coroutines ask for each turn themselves
-                self.request_loop.turns = ClientTurns(runner, self.env, self.model_path)
+                loop.turns = ClientTurns(runner, self.env, self.model_path)
             else:
-                self.request_loop.turns = EpisodeTurns(runner, self.env)
+                loop.turns = EpisodeTurns(runner, self.env)
 
         def make_params(max_tokens: int, seed: int | None) -> Any:
             return SamplingParams(**kwargs, n=1, max_tokens=max_tokens, seed=seed, output_kind=RequestOutputKind.DELTA)
 
-        return n, greedy, make_params
+        return n, greedy, make_params, base_seed
 
-    def admit(self, prompts: DataProto, version: int, budget: int, seed_rank: int, n: int, greedy: bool) -> None:
-        """Admit `prompts` into the request loop at policy `version`: n samples each, seeded as `LLM.generate` seeds
-        the n samples of a request, each response capped at `budget` (or its row's own cap)."""
+    def admit(
+        self,
+        prompts: DataProto,
+        version: int,
+        budget: int,
+        seed_rank: int,
+        n: int,
+        greedy: bool,
+        loop: RequestLoop | None = None,
+        validate: bool = False,
+        base_seed: int | None = None,
+    ) -> None:
+        """Admit `prompts` into `loop` (the asynchronous request loop by default) at policy `version`: n samples
+        each, seeded as `LLM.generate` seeds the n samples of a request (from the validation stream with `validate`),
+        each response capped at `budget` (or its row's own cap)."""
+        loop = loop or self.request_loop
         inputs = self._engine_inputs(prompts)
-        if greedy:
+        if greedy:  # seeds would only cost per-request generators
             seeds: list[int | None] = [None] * len(inputs)
         else:
-            seeds = list(request_seeds(self.config.seed, seed_rank, self.generate_calls, len(inputs)))
-        self.generate_calls += 1
+            call_index = self.validate_calls if validate else self.generate_calls
+            base = self.config.seed if base_seed is None else base_seed
+            seeds = list(request_seeds(base, seed_rank, call_index, len(inputs), stream=int(validate)))
+        self._count_call(validate)
         budgets = row_budgets(prompts, budget)
         episodes = self._new_episodes(prompts, inputs, n, seeds) if self.env is not None else None
         client = isinstance(self.env, ChatClientEnv)
@@ -747,12 +763,12 @@ class VLLMRollout:
         for row, item in enumerate(inputs):
             sample_seeds = [None if seeds[row] is None else seeds[row] + j for j in range(n)]
             group_episodes = episodes[row * n : (row + 1) * n] if episodes is not None else None
-            group = self.request_loop.admit(
-                item, prompts[row : row + 1], sample_seeds, version, budgets[row], group_episodes
-            )
+            group = loop.admit(item, prompts[row : row + 1], sample_seeds, version, budgets[row], group_episodes)
+            for j, sample in enumerate(group.samples):  # environment errors name a sample by its place in the call
+                sample.index = row * n + j
             if client:  # each episode's coroutine starts now and asks for its turns itself
                 for sample in group.samples:
-                    self.request_loop.turns.start(group, sample, messages[row])
+                    loop.turns.start(group, sample, messages[row])
 
     def groups_to_rollout(self, groups: list[Any], n: int, width: int) -> DataProto:
         """The rollout columns of complete request-loop groups (responses padded to `width`), plus
@@ -784,55 +800,20 @@ class VLLMRollout:
                 episodes.append(Episode(prompt_input=item, state=self.env.reset(dict(fields)), seed=seed))
         return episodes
 
-    def _turn_runner(self, kwargs: dict[str, Any], response_length: int) -> TurnRunner:
+    def _turn_runner(self) -> TurnRunner:
         return TurnRunner(
-            engine=self.inference_engine,
-            sampling={key: value for key, value in kwargs.items() if key not in ("n", "max_tokens")},
-            budget=response_length,
+            budget=self.config.response_length,
             max_turns=self.config.max_turns,
             eos_token_ids=self.eos_token_ids,
             continuation=self.continuation,
             tokenizer=self.tokenizer,
             with_logprobs=self.config.calculate_log_probs,
-            log_prob_of=vllm_compat.sampled_token_logprob,
             max_tokens_per_turn=self.config.max_tokens_per_turn,
             image_tokens=self.image_tokens,
             max_images=self.config.limit_images,
             env_step_timeout_s=self.config.env_step_timeout_s,
             env_name=f"{type(self.env).__name__} (worker.rollout.env)",
-            lora_request=self.lora_request,
         )
-
-    def _run_episodes(
-        self,
-        prompts: DataProto,
-        inputs: list[dict[str, Any]],
-        kwargs: dict[str, Any],
-        seeds: list[int | None],
-        response_length: int,
-    ) -> DataProto:
-        """n multi-turn episodes per prompt against `self.env`; the same columns as a single-turn rollout, with the
-        environment's tokens in the response (loss mask 0) and per-episode env_* counts."""
-        n = kwargs["n"]
-        episodes = self._new_episodes(prompts, inputs, n, seeds)
-        runner = self._turn_runner(kwargs, response_length)
-        if isinstance(self.env, ChatClientEnv):
-            messages = self._prompt_messages(prompts, inputs)
-            if self._client_loop is not None and self._client_loop[1] is not self.env:
-                self.close_envs()  # another environment's (a test swaps them): its shared resources end
-            if self._client_loop is None:
-                self._client_loop = (asyncio.new_event_loop(), self.env)
-            run_client_episodes(
-                runner,
-                self.env,
-                episodes,
-                [messages[row] for row in range(len(inputs)) for _ in range(n)],
-                self.model_path,
-                loop=self._client_loop[0],
-            )
-        else:
-            run_episodes(runner, self.env, episodes)
-        return self._episodes_rollout(prompts, episodes, n, response_length)
 
     def _episodes_rollout(self, prompts: DataProto, episodes: list, n: int, response_length: int) -> DataProto:
         """The rollout columns of finished episodes, n per prompt row in order."""
@@ -910,32 +891,20 @@ class VLLMRollout:
         non_tensors["multi_modal_data"] = to_object_array(new_media)
         non_tensors["multi_modal_inputs"] = to_object_array(model_inputs)
 
-    def call_response_length(self, meta_info: dict[str, Any]) -> int:
-        """Most tokens per response for this call: meta_info["response_length"] (a stage of
+    def call_response_length(self, request: RolloutRequest) -> int:
+        """Most tokens per response for this call: the request's `response_length` (a stage of
         data.response_length_schedule) or rollout.response_length. Responses are padded to it, so the actor's
         micro-batch token budgets (rows x padded width) follow the stage."""
         limit = self.config.response_length
-        value = meta_info.get("response_length")
+        value = request.response_length
         if value is None:
             return limit
         if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= limit:
             raise ValueError(
-                f"meta_info['response_length']={value!r} must be an int in [1, rollout.response_length={limit}] (the "
+                f"The rollout request's response_length={value!r} must be an int in [1, rollout.response_length={limit}] (the "
                 "engine was sized for data.max_response_length)."
             )
         return value
-
-    def _to_dataproto(self, prompts: DataProto, outputs: list[Any], n: int, response_length: int) -> DataProto:
-        tokens, logprobs = [], []
-        for output in outputs:
-            for completion in output.outputs:
-                ids = list(completion.token_ids)[:response_length]
-                tokens.append(ids)
-                if self.config.calculate_log_probs:
-                    logprobs.append(
-                        [vllm_compat.sampled_token_logprob(entry, t) for entry, t in zip(completion.logprobs, ids)]
-                    )
-        return self._rollout_from_tokens(prompts, tokens, logprobs, n, response_length)
 
     def _rollout_from_tokens(
         self, prompts: DataProto, tokens: list[list[int]], logprobs: list[list[float]], n: int, response_length: int
