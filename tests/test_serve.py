@@ -42,8 +42,8 @@ from verl.serve import (
     forced_tool_calls,
     make_server,
 )
-from verl.serve_completions import check_completion
-from verl.serve_loop import EngineLoop
+from verl.serve.completions import check_completion
+from verl.serve.engine_loop import EngineLoop
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -17,9 +17,9 @@
 
 It serves `GET /v1/models`, `GET /health`, `POST /v1/chat/completions` (streamed or not, with structured tool calls
 read by the parser training uses, or forced by tool_choice "required" or a named function; response_format, logprobs,
-logit_bias) and `POST /v1/completions` (verl.serve_completions) with the training engine's settings. Concurrent
-requests share the engine's batches (verl.serve_loop: one thread steps the engine). It binds to 127.0.0.1 unless
---host says otherwise and has no authentication: do not expose it.
+logit_bias) and `POST /v1/completions` (verl.serve.completions) with the training engine's settings. Concurrent
+requests share the engine's batches (verl.serve.engine_loop: one thread steps the engine). It binds to 127.0.0.1
+unless --host says otherwise and has no authentication: do not expose it.
 """
 
 import argparse
@@ -28,17 +28,16 @@ import json
 import logging
 import os
 import signal
-import sys
 import time
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from verl import serve_completions
 from verl.envs.tools import assistant_message, tool_call
-from verl.serve_loop import EngineLoop
-from verl.serve_requests import RequestError, check_model, number, ranked, sampling_options
+from verl.serve import completions
+from verl.serve.engine_loop import EngineLoop
+from verl.serve.request_checks import RequestError, check_model, number, ranked, sampling_options
 
 
 logger = logging.getLogger(__name__)
@@ -332,9 +331,9 @@ class ChatEngine:
 
     Each request is rendered as `LLM.chat` renders it (`LLM._preprocess_chat_one`: vLLM's renderer, which its OpenAI
     server uses too; tool-call arguments reach the template as dicts) and added to the engine with delta outputs.
-    One thread owns the engine (verl.serve_loop.EngineLoop: `LLMEngine.add_request`, `step`, `abort_request`) and
-    steps it while it holds any request: a stream sends tokens as they are made, and a non-streamed reply is the
-    same text gathered.
+    One thread owns the engine (verl.serve.engine_loop.EngineLoop: `LLMEngine.add_request`, `step`,
+    `abort_request`) and steps it while it holds any request: a stream sends tokens as they are made, and a
+    non-streamed reply is the same text gathered.
     """
 
     def __init__(self, model: str, name: str, max_model_len: int, kv_cache_mb: int | None, dtype: str) -> None:
@@ -535,8 +534,8 @@ def make_handler(engine: ChatEngine) -> type[BaseHTTPRequestHandler]:
             routes = {
                 "/v1/chat/completions": (engine.complete, engine.stream),
                 "/v1/completions": (
-                    lambda request: serve_completions.complete(engine, request),
-                    lambda request: serve_completions.stream(engine, request),
+                    lambda request: completions.complete(engine, request),
+                    lambda request: completions.stream(engine, request),
                 ),
             }
             if self.path.rstrip("/") not in routes:
@@ -602,7 +601,9 @@ def make_server(engine: ChatEngine, host: str, port: int) -> Server:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m verl.serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", required=True, help="a Hugging Face model directory (e.g. the merged checkpoint)")
     parser.add_argument("--served-model-name", default=None, help="the model id clients send (default: --model)")
     parser.add_argument("--host", default="127.0.0.1")
@@ -634,7 +635,3 @@ def main(argv: list[str] | None = None) -> int:
 
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from verl.serve_requests import RequestError, check_model, number, ranked, sampling_options
+from verl.serve.request_checks import RequestError, check_model, number, ranked, sampling_options
 
 
 def check_completion(request: Any, served_name: str) -> tuple[list[str | list[int]], dict[str, Any]]:
