@@ -31,9 +31,9 @@ import torch
 from PIL import Image, ImageDraw
 from repo_files import load_repo_file
 
+from verl.data.rollout_dump import dump_rollouts
 from verl.models.tiny_models import build_tokenizer
 from verl.protocol import DataProto, to_object_array
-from verl.trainer.rollout_dump import dump_rollouts
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -36,10 +36,10 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
+from verl.data.rollout_dump import message_record, message_text, transcript_messages, write_image
 from verl.envs.base import Environment
 from verl.envs.client_env import ChatClientEnv, EpisodeOver
 from verl.envs.loader import load_environment
-from verl.trainer.rollout_dump import message_record, message_text, transcript_messages, write_image
 
 
 IMAGE_MARKER = "<image>"
@@ -127,7 +127,7 @@ class EpisodeResult:
     info: dict[str, float]
     """The environment's episode_info."""
     messages: list[dict[str, Any]]
-    """The whole conversation, the prompt first, in the rollout records' form (verl.trainer.rollout_dump.
+    """The whole conversation, the prompt first, in the rollout records' form (verl.data.rollout_dump.
     transcript_messages): image parts as {"type": "image", "index": i} into `images`; messages the episode ended
     before the model saw them marked "cut"."""
     images: list[Any]
@@ -317,7 +317,7 @@ def reward_sample(index: int, setup: EpisodeSetup, result: EpisodeResult) -> dic
 def episode_record(
     index: int, setup: EpisodeSetup, result: EpisodeResult, scores: dict[str, float], paths: list[str]
 ) -> dict[str, Any]:
-    """The episode in the rollout records' format (verl.trainer.rollout_dump.rollout_records; "step" and
+    """The episode in the rollout records' format (verl.data.rollout_dump.rollout_records; "step" and
     "advantage" are training's), plus "row" and "done"."""
     records = [message_record(m, lambda part: _path_at(paths, part)) for m in result.messages]
     model_turns = [m["content"] for m in records if m["role"] == "assistant"]

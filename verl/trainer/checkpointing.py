@@ -23,11 +23,10 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
-from typing import IO, Any
 
 from verl.utils.checkpoint.integrity import damage
+from verl.utils.files import atomic_write
 
 
 logger = logging.getLogger(__name__)
@@ -41,22 +40,6 @@ EASYR1_TRACKER_KEYS = frozenset({"best_global_step", "best_val_reward_score", "l
 
 class CheckpointSaveError(RuntimeError):
     """A checkpoint could not be written; the previous one is intact and still the latest."""
-
-
-def atomic_write(path: str, write: Callable[[IO[Any]], None], binary: bool = False, sync: bool = True) -> None:
-    """Write a file through `.<name>.tmp` renamed into place: readers see the old file or the new one. `sync` also
-    flushes it to the disk before the rename (checkpoints; not needed for files a crash may lose)."""
-    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp")
-    try:
-        with open(tmp, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
-            write(f)
-            if sync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 @dataclass

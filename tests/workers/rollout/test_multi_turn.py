@@ -374,7 +374,7 @@ def test_each_episodes_conversation_reaches_the_rollout_records(rollout, tmp_pat
     reply to the last allowed turn is kept, marked cut; the rollout dump writes them as each record's messages."""
     import json
 
-    from verl.trainer.rollout_dump import dump_rollouts
+    from verl.data.rollout_dump import dump_rollouts
 
     engine, _ = rollout
     tokenizer = engine.tokenizer

@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.data.rollout_dump import transcript_messages
 from verl.envs.base import Environment, EnvStep
 from verl.protocol import to_object_array
-from verl.trainer.rollout_dump import transcript_messages
 from verl.workers.rollout.request_loop import Group, Sample, resume_seed
 
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from verl.data.multimodal import open_image
 from verl.envs.tools import parse_tool_calls
-from verl.trainer.checkpointing import atomic_write
+from verl.utils.files import atomic_write
 
 
 if TYPE_CHECKING:  # verl.protocol loads torch: `python -m verl.envs.evaluate` imports this module without it

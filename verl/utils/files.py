@@ -1,0 +1,34 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Writing files so that a reader never sees half of one (checkpoint bookkeeping, rollout dumps)."""
+
+import os
+from collections.abc import Callable
+from typing import IO, Any
+
+
+def atomic_write(path: str, write: Callable[[IO[Any]], None], binary: bool = False, sync: bool = True) -> None:
+    """Write a file through `.<name>.tmp` renamed into place: readers see the old file or the new one. `sync` also
+    flushes it to the disk before the rename (checkpoints; not needed for files a crash may lose)."""
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp")
+    try:
+        with open(tmp, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+            write(f)
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
