@@ -22,10 +22,14 @@ video backend that may be missing on the machine; a video travels as a uint8 arr
 import io
 import math
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
+
+
+if TYPE_CHECKING:  # `python -m verl.envs.evaluate` imports this module (verl.data.rollout_dump) without torch
+    import torch
 
 
 ImageValue = str | bytes | bytearray | dict | Image.Image
@@ -223,6 +227,20 @@ def processor_inputs(
         return_tensors="pt",
         **kwargs,
     )
+
+
+def process_media(multi_modal_data: dict[str, Any], processor: Any) -> dict[str, "torch.Tensor"]:
+    """The processor's model inputs (pixel values and grids) for one row's {"images": [...], "videos": [...]}."""
+    inputs: dict[str, torch.Tensor] = {}
+    images = multi_modal_data.get("images")
+    if images:
+        out = processor.image_processor(images=list(images), return_tensors="pt")
+        inputs.update(pixel_values=out["pixel_values"], image_grid_thw=out["image_grid_thw"])
+    videos = multi_modal_data.get("videos")
+    if videos:
+        out = processor.video_processor(videos=list(videos), return_tensors="pt")
+        inputs.update(pixel_values_videos=out["pixel_values_videos"], video_grid_thw=out["video_grid_thw"])
+    return inputs
 
 
 def count_image_tokens(processor: Any, sizes: list[tuple[int, int]]) -> list[int] | None:

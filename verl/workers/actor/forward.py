@@ -33,6 +33,7 @@ import torch.distributed as dist
 from torch import nn
 
 from verl.algorithms.core_algos import loss_token_counts
+from verl.data.multimodal import process_media
 from verl.models import ulysses
 from verl.models.packed_attention import packed_sequence_kwargs
 from verl.protocol import DataProto, to_object_array
@@ -78,20 +79,6 @@ def process_multi_modal_inputs(data: DataProto, processor: Any) -> None:
             cache[key] = process_media(multi_modal_data or {}, processor)
         rows.append(cache[key])
     data.non_tensor_batch["multi_modal_inputs"] = to_object_array(rows)
-
-
-def process_media(multi_modal_data: dict[str, Any], processor: Any) -> dict[str, torch.Tensor]:
-    """The processor's model inputs (pixel values and grids) for one row's {"images": [...], "videos": [...]}."""
-    inputs: dict[str, torch.Tensor] = {}
-    images = multi_modal_data.get("images")
-    if images:
-        out = processor.image_processor(images=list(images), return_tensors="pt")
-        inputs.update(pixel_values=out["pixel_values"], image_grid_thw=out["image_grid_thw"])
-    videos = multi_modal_data.get("videos")
-    if videos:
-        out = processor.video_processor(videos=list(videos), return_tensors="pt")
-        inputs.update(pixel_values_videos=out["pixel_values_videos"], video_grid_thw=out["video_grid_thw"])
-    return inputs
 
 
 def _batch_multi_modal_inputs(micro: DataProto, device: torch.device) -> dict[str, torch.Tensor]:

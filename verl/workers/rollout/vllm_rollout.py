@@ -31,13 +31,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from verl.data.multimodal import DEFAULT_VIDEO_FPS, video_metadata
+from verl.data.multimodal import DEFAULT_VIDEO_FPS, process_media, video_metadata
 from verl.envs import load_environment
 from verl.envs.client_env import ChatClientEnv
 from verl.models.rope_index import RopeIndex, load_model_config
 from verl.protocol import DataProto, to_object_array
 from verl.utils import device, quiet
-from verl.workers.actor.forward import process_media
 from verl.workers.rollout import vllm_compat
 from verl.workers.rollout.client_episodes import ClientTurns
 from verl.workers.rollout.config import RolloutConfig
