@@ -14,9 +14,9 @@
 """Disaggregated asynchronous RL (worker.rollout.mode=disaggregated, docs/async.md): the `gen` phase of a step when
 the engines have a resource pool of their own.
 
-The rollout pool's engines (verl.workers.rollout_worker) generate without pause. A step sends the weights of the
-last update to them if they lack them (a broadcast over the weight-transfer group while they keep generating; they
-load it between two engine steps), admits prompts under the staleness bound exactly as colocated mode does
+The rollout pool's engines (verl.workers.rollout.rollout_worker) generate without pause. A step sends the weights of
+the last update to them if they lack them (a broadcast over the weight-transfer group while they keep generating;
+they load it between two engine steps), admits prompts under the staleness bound exactly as colocated mode does
 (`Admission`), and takes the step's complete groups (earliest deadline first); while the trainer pool trains on them,
 the engines go on with the groups in flight and the ones admitted for later steps. Checkpoints keep the in-flight
 prompts, regenerated on resume, as in colocated mode, and each engine's count of admissions (its requests' seeds

@@ -131,7 +131,7 @@ def create_worker_groups(config: PPOConfig, device: str) -> WorkerGroups:
         groups.actor, groups.critic = _init_models(views, actor_role)
         rollout = config.worker.rollout
         if rollout.mode == "disaggregated":  # the engines on a pool of their own
-            from verl.workers.rollout_worker import RolloutWorker
+            from verl.workers.rollout.rollout_worker import RolloutWorker
 
             nodes = [rollout.n_gpus_per_node] * rollout.nnodes
             engine_cls = RayClassWithInitArgs(RolloutWorker, config=config.worker, device=device)

@@ -76,8 +76,8 @@ class FSDPWorker(Worker):
         if self.device.type == "cuda":  # vLLM's external launcher picks its device from LOCAL_RANK: make it this one
             os.environ["LOCAL_RANK"] = str(self.device.index)
         self.has_actor = role in ("actor_rollout_ref", "actor_rollout")
-        # mode=disaggregated: the engines are the rollout pool's (verl.workers.rollout_worker); the actor sends them
-        # its weights over a collective group of their own (`send_weights`)
+        # mode=disaggregated: the engines are the rollout pool's (verl.workers.rollout.rollout_worker); the actor sends
+        # them its weights over a collective group of their own (`send_weights`)
         self.has_rollout = self.has_actor and config.rollout.mode != "disaggregated"
         self.transfer_group: Any = None
         self.has_ref = role in ("actor_rollout_ref", "ref")

@@ -11,7 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Rollout: the vLLM engine in SPMD mode (vllm_rollout.py), its config, and the vLLM adapter (vllm_compat.py).
+"""Rollout: the vLLM engine in SPMD mode (vllm_rollout.py), its config, and the vLLM adapter (vllm_compat.py); the
+rollout pool's engine process in mode=disaggregated (rollout_worker.py).
 
 `VLLMRollout` is imported lazily: importing this package (e.g. for RolloutConfig) must not import vLLM.
 """
