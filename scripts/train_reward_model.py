@@ -18,7 +18,7 @@
     torchrun --nproc-per-node 8 scripts/train_reward_model.py ...      (several processes, one per GPU)
 
 Each jsonl row is {"prompt": str, "chosen": str, "rejected": str}. The conversations are laid out as the trainer's
-reward-model worker lays them out (verl.workers.reward.model_worker: the RM's chat template over [user, assistant],
+reward-model worker lays them out (verl.rewards.model_worker: the RM's chat template over [user, assistant],
 truncated from the left to --max-length, the score read at the last token), so what is trained here is what the
 worker scores. The model is sharded with FSDP2 over torch.distributed, as the trainer's models are: a plain `python`
 run makes a one-process gloo group itself (fp32 on the CPU); under torchrun each process takes its rank's device.
@@ -109,8 +109,8 @@ def _accuracy(model: Any, chosen: list[list[int]], rejected: list[list[int]], pa
     import torch
     import torch.distributed as dist
 
+    from verl.rewards.model_worker import score_rows
     from verl.utils import device as device_utils
-    from verl.workers.reward.model_worker import score_rows
 
     rank, world = dist.get_rank(), dist.get_world_size()
     device = device_utils.get_local_device()
@@ -141,15 +141,15 @@ def train(args: argparse.Namespace, train_pairs: list[dict[str, str]], val_pairs
     from verl.data.tokenizer import get_tokenizer
     from verl.models.config import FSDPConfig
     from verl.models.fsdp import clip_grad_norm, get_full_state_dict
-    from verl.utils import device as device_utils
-    from verl.utils.optim import OptimConfig, build_optimizer
-    from verl.workers.reward.model_worker import (
+    from verl.rewards.model_worker import (
         build_fsdp_reward_model,
         last_token_scores,
         load_reward_model_config,
         pad_right,
         tokenize_conversations,
     )
+    from verl.utils import device as device_utils
+    from verl.utils.optim import OptimConfig, build_optimizer
 
     start = time.perf_counter()
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -235,8 +235,8 @@ def _rollout(dataset: RLHFDataset, responses: list[str], n: int) -> DataProto:
 
 @pytest.mark.parametrize("num_cpus", [1, 2])
 def test_list_and_dict_answers_reach_the_reward_function_unchanged(tmp_path, text_tokenizer, num_cpus):
+    from verl.rewards.manager import FunctionRewardManager, build_reward_inputs
     from verl.workers.config import RewardConfig
-    from verl.workers.reward.manager import FunctionRewardManager, build_reward_inputs
 
     dataset = RLHFDataset(STRUCTURED_ROWS, text_tokenizer, max_prompt_length=64)
     assert _answers(dataset) == STRUCTURED_ANSWERS

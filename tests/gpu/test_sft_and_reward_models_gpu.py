@@ -101,8 +101,8 @@ def test_reward_model_worker_scores_on_cuda(models):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from verl.protocol import DataProto
+    from verl.rewards.model_worker import RewardModelWorker, render_conversation
     from verl.workers.config import RewardModelConfig
-    from verl.workers.reward.model_worker import RewardModelWorker, render_conversation
 
     worker = RewardModelWorker(RewardModelConfig(model_path=models["rm"], micro_batch_size=2), models["text"], "cuda")
     worker.init_model()
@@ -138,7 +138,7 @@ def test_reward_model_worker_scores_on_cuda(models):
 
 def test_judge_grades_on_the_gpu(models):
     pytest.importorskip("vllm", reason="needs vLLM's GPU build (pip install vllm)")
-    from verl.workers.reward.judge import JudgeActor, JudgeConfig
+    from verl.rewards.llm_judge import JudgeActor, JudgeConfig
 
     judge = JudgeActor(JudgeConfig(model_path=models["text"], gpu_memory_utilization=0.2, max_tokens=8))
     try:

@@ -27,7 +27,7 @@ import torch
 
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.protocol import DataProto
-from verl.trainer.scoring import BatchScorer
+from verl.rewards.scoring import BatchScorer
 from verl.workers.config import RewardConfig
 
 
@@ -45,7 +45,7 @@ def compute_score(sample):
 
 
 class FixedJudge:
-    """A stand-in for JudgeActor's `grade` (the real judge runs in tests/workers/reward/test_judge.py): the
+    """A stand-in for JudgeActor's `grade` (the real judge runs in tests/rewards/test_llm_judge.py): the
     combination only reads its three columns."""
 
     def grade(self, prompts: list[str], responses: list[str], ground_truths: list) -> dict[str, list[float]]:
@@ -59,7 +59,7 @@ class FixedJudge:
 def test_rule_and_judge_scores_combine_with_their_weights(local_ray, tmp_path) -> None:
     from transformers import AutoTokenizer
 
-    from verl.workers.reward.ray_actor import ActorReward, create_reward_actor
+    from verl.rewards.ray_actor import ActorReward, create_reward_actor
 
     model = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
     tokenizer = AutoTokenizer.from_pretrained(model)

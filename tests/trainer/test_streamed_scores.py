@@ -26,10 +26,10 @@ import pytest
 import torch
 
 from verl.protocol import DataProto
+from verl.rewards.manager import place_scores
+from verl.rewards.scoring import BatchScorer
 from verl.trainer.async_trainer import StreamedScores
-from verl.trainer.scoring import BatchScorer
 from verl.workers.config import RewardConfig
-from verl.workers.reward.manager import place_scores
 
 
 class Runner:

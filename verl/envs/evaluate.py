@@ -355,7 +355,7 @@ def load_scorer(args: argparse.Namespace) -> Any:
     if not args.reward and not rubric:
         return None
     from verl.rewards.function import RewardFunctionLoadError
-    from verl.workers.reward.manager import RewardSettings, create_reward_manager
+    from verl.rewards.manager import RewardSettings, create_reward_manager
 
     if not isinstance(rubric, dict) or not all(
         isinstance(part, dict) and "function" in part for part in rubric.values()

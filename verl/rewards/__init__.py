@@ -11,6 +11,11 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Rewards that stand apart from the workers: loading a `path/to/file.py:function` reward and checking its output,
-the code sandbox and math answer grading.
+"""The reward side of a run.
+
+Loading a `path/to/file.py:function` reward and checking its output (function.py); the managers that score batches
+with reward functions (manager.py), in this process, a process pool or a Ray actor (local.py, parallel.py,
+ray_actor.py); the LLM judge (llm_judge.py) and the reward model worker (model_worker.py); the combination of rule,
+reward-model and judge scores into a batch's reward (scoring.py); math answer grading (math_grading.py) and the code
+sandbox (sandbox/).
 """

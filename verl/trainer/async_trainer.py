@@ -33,11 +33,11 @@ import numpy as np
 import torch
 
 from verl.protocol import DataProto
+from verl.rewards.manager import place_scores, valid_response_mask
 from verl.trainer.checkpointing import atomic_write
 from verl.trainer.config import reward_stream_obstacle
 from verl.trainer.metrics import append_metrics, applicable_values
 from verl.trainer.ray_trainer import RayPPOTrainer
-from verl.workers.reward.manager import place_scores, valid_response_mask
 from verl.workers.rollout.request_loop import RolloutRequest
 
 

@@ -646,7 +646,7 @@ def reward_stream_obstacle(reward: Any, mode: str) -> str | None:
     if reward.stream:
         return None
     from verl.rewards.function import load_reward_function
-    from verl.workers.reward.manager import RewardSettings
+    from verl.rewards.manager import RewardSettings
 
     settings = RewardSettings.from_config(reward)
     specs = list(settings.functions().values()) + [

@@ -42,6 +42,7 @@ from verl.algorithms import core_algos, rollout_correction, user_functions
 from verl.algorithms.schedules import EntropyController, response_length_at
 from verl.data.rollout_dump import decode_texts, dump_rollouts
 from verl.protocol import DataProto
+from verl.rewards.scoring import BatchScorer
 from verl.trainer.checkpointing import (
     CheckpointSaveError,
     CheckpointTracker,
@@ -65,7 +66,6 @@ from verl.trainer.metrics import (
     reduce_metrics,
 )
 from verl.trainer.preemption import StopRequest, TrainingInterrupted
-from verl.trainer.scoring import BatchScorer
 from verl.utils.checkpoint.fsdp_checkpoint_manager import storage_error
 from verl.utils.checkpoint.integrity import write_record as write_integrity_record
 from verl.utils.seqlen_balancing import balance_batch

@@ -23,6 +23,8 @@ from typing import Any
 
 from verl.algorithms.advantages import estimator_needs_critic
 from verl.data.tokenizer import get_processor, get_tokenizer
+from verl.rewards.local import LocalReward
+from verl.rewards.ray_actor import ActorReward, create_reward_actor, stop_actor
 from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
 from verl.single_controller.ray.resource import RayResourcePool
 from verl.trainer.async_trainer import AsyncRayPPOTrainer
@@ -38,8 +40,6 @@ from verl.utils.config import config_to_dict
 from verl.utils.device import resolve_device_type
 from verl.utils.logger import Tracker
 from verl.utils.logger.backends import check_logger_services
-from verl.workers.reward.local import LocalReward
-from verl.workers.reward.ray_actor import ActorReward, create_reward_actor, stop_actor
 
 
 logger = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ def create_worker_groups(config: PPOConfig, device: str) -> WorkerGroups:
         reward_model = config.worker.reward.model
         roles = {}
         if reward_model.model_path:
-            from verl.workers.reward.model_worker import RewardModelWorker
+            from verl.rewards.model_worker import RewardModelWorker
 
             roles["reward_model"] = RayClassWithInitArgs(
                 RewardModelWorker,
@@ -237,7 +237,7 @@ def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
             else:
                 reward_fn = LocalReward(reward, model.tokenizer_path, model.trust_remote_code)
         if reward.judge.enabled:
-            from verl.workers.reward.judge import create_judge_actor
+            from verl.rewards.llm_judge import create_judge_actor
 
             try:
                 judge = create_judge_actor(reward.judge)

@@ -31,6 +31,7 @@ from verl.models.config import (
     refuse_mixture_of_experts,
 )
 from verl.rewards.function import RewardFunctionLoadError, check_reward_function
+from verl.rewards.llm_judge import JudgeConfig
 from verl.utils.config import (
     ConfigError,
     require_choice,
@@ -42,7 +43,6 @@ from verl.utils.config import (
 from verl.utils.optim import OptimConfig
 from verl.workers.actor.config import ActorConfig
 from verl.workers.critic.config import CriticConfig
-from verl.workers.reward.judge import JudgeConfig
 from verl.workers.rollout.config import RolloutConfig
 
 

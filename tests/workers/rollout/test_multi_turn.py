@@ -226,7 +226,7 @@ def test_turns_masks_and_token_identity(rollout):
 
 
 def test_rewards_see_the_whole_conversation(rollout):
-    from verl.workers.reward.manager import build_reward_inputs
+    from verl.rewards.manager import build_reward_inputs
 
     engine, _ = rollout
     tokenizer = engine.tokenizer

@@ -26,7 +26,7 @@ import torch
 
 from verl.data.tokenizer import get_tokenizer
 from verl.protocol import DataProto
-from verl.workers.reward.manager import RewardSettings, create_reward_manager
+from verl.rewards.manager import RewardSettings, create_reward_manager
 
 
 class LocalReward:

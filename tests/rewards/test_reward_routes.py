@@ -18,9 +18,9 @@ import math
 import pytest
 
 from verl.rewards.function import RewardFunctionError
+from verl.rewards.manager import RewardSettings, RoutedRewardManager, create_reward_manager
 from verl.trainer.metrics import applicable_values, reduce_metrics
 from verl.workers.config import RewardConfig
-from verl.workers.reward.manager import RewardSettings, RoutedRewardManager, create_reward_manager
 
 
 MATH = """
@@ -102,7 +102,7 @@ def score(sample):
 
 
 def test_a_rubric_combines_its_parts_by_weight(make_batch, write_reward_file, tokenizer) -> None:
-    from verl.workers.reward.manager import RubricRewardManager
+    from verl.rewards.manager import RubricRewardManager
 
     config = RewardConfig(
         reward_function=f"{write_reward_file(MATH, 'm.py')}:score",  # one more part, "reward", weight 1

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from verl.protocol import DataProto
-from verl.workers.reward.manager import place_scores
+from verl.rewards.manager import place_scores
 
 
 @dataclass

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from verl.workers.reward.judge import (
+from verl.rewards.llm_judge import (
     DEFAULT_TEMPLATE,
     JudgeConfig,
     build_engine_kwargs,

@@ -33,9 +33,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, Qwen
 from verl.models import tiny_models
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.protocol import DataProto
-from verl.single_controller.base import Dispatch, Worker, register
-from verl.utils import device as device_utils
-from verl.workers.reward.model_worker import (
+from verl.rewards.model_worker import (
     RewardModelConfig,
     RewardModelWorker,
     last_token_scores,
@@ -45,6 +43,8 @@ from verl.workers.reward.model_worker import (
     tokenize_conversations,
     truncate_left,
 )
+from verl.single_controller.base import Dispatch, Worker, register
+from verl.utils import device as device_utils
 
 
 ray = pytest.importorskip("ray")
@@ -60,7 +60,7 @@ from verl.single_controller.ray import (  # noqa: E402
 # Ray workers cannot import pytest's test modules; ship this module's worker class by value.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(REPO, "scripts", "train_reward_model.py")
 SMALL = {"hidden_size": 64, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1, "intermediate_size": 128}
 """Tiny-model sizes for these tests: ~30x less compute than the default tiny model, same tokenizer and template."""

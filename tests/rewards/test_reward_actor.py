@@ -20,9 +20,9 @@ import ray
 import torch
 
 from verl.rewards.function import RewardFunctionError, RewardFunctionLoadError
+from verl.rewards.manager import FunctionRewardManager
+from verl.rewards.ray_actor import create_reward_actor
 from verl.workers.config import RewardConfig
-from verl.workers.reward.manager import FunctionRewardManager
-from verl.workers.reward.ray_actor import create_reward_actor
 
 
 pytestmark = pytest.mark.slow

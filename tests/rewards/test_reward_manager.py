@@ -25,8 +25,8 @@ import pytest
 import torch
 
 from verl.rewards.function import RewardFunctionError, RewardFunctionLoadError
+from verl.rewards.manager import FunctionRewardManager, build_reward_inputs, place_scores
 from verl.workers.config import RewardConfig
-from verl.workers.reward.manager import FunctionRewardManager, build_reward_inputs, place_scores
 
 
 LENGTH_REWARD = """
@@ -336,7 +336,7 @@ def test_pool_workers_exit_with_their_parent(write_reward_file, tmp_path) -> Non
     script.write_text(
         "import multiprocessing, os\n"
         "from verl.rewards.function import load_reward_function\n"
-        "from verl.workers.reward.parallel import SequentialPool\n"
+        "from verl.rewards.parallel import SequentialPool\n"
         "if __name__ == '__main__':\n"
         f"    pool = SequentialPool(load_reward_function({path!r}), 2)\n"
         "    assert pool.score([{}] * 4) == [{'overall': 1.0}] * 4\n"

@@ -38,7 +38,7 @@ from verl.rewards.function import (
     score_batch,
     score_sequential,
 )
-from verl.workers.reward.parallel import SequentialPool
+from verl.rewards.parallel import SequentialPool
 
 
 logger = logging.getLogger(__name__)

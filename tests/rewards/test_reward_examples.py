@@ -21,7 +21,7 @@ import pytest
 from verl.rewards.function import load_reward_function
 
 
-ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "..")
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
 def example(name: str, **kwargs):

@@ -23,12 +23,12 @@ import pytest
 import torch
 
 from verl.rewards.function import RewardFunctionError
+from verl.rewards.local import LocalReward
+from verl.rewards.manager import FunctionRewardManager
+from verl.rewards.scoring import BatchScorer
 from verl.trainer.config import ConfigError, PPOConfig, validate_config
 from verl.trainer.ray_trainer import RayPPOTrainer
-from verl.trainer.scoring import BatchScorer
 from verl.workers.config import RewardConfig
-from verl.workers.reward.local import LocalReward
-from verl.workers.reward.manager import FunctionRewardManager
 
 
 REWARD = """
