@@ -153,16 +153,13 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
         version = self.global_step - 1  # weight updates the engine's weights carry
         prompts = self._admit(version)
         request = self._async_request(version, self.actor_rollout_ref_wg.world_size)
-        if self.stream_rewards:  # the engines stop every few steps to hand over complete groups
-            calls = [prompts]
+        calls = [prompts]
 
-            def poll() -> list[dict[str, Any]]:
-                rows = calls.pop() if calls else prompts[:0]  # the prompts on the first call only
-                return self.actor_rollout_ref_wg.poll_sequences_async(rows, request)
+        def poll() -> list[dict[str, Any]]:  # with streamed rewards the engines stop to hand over complete groups
+            rows = calls.pop() if calls else prompts[:0]  # the prompts on the first call only
+            return self.actor_rollout_ref_wg.generate_sequences_async(rows, request)
 
-            batch = self._collect_polls(poll, metrics)
-        else:
-            batch = self.actor_rollout_ref_wg.generate_sequences_async(prompts, request)
+        batch = self._collect_polls(poll, metrics)
         in_flight = batch.meta_info.pop("in_flight_groups", None)
         if in_flight is not None:
             append_metrics(metrics, {"async/in_flight_groups_rank0": float(in_flight)})
@@ -172,7 +169,8 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
         """The step's request: each of the `engines` data-parallel ranks returns its share of the batch's groups, each
         group within the staleness bound."""
         quota = self.config.data.rollout_batch_size // engines
-        return self._rollout_request(version=version, quota=quota, max_staleness=self.admission.max_staleness)
+        staleness = self.admission.max_staleness
+        return self._rollout_request(version=version, quota=quota, max_staleness=staleness, stream=self.stream_rewards)
 
     def _collect_polls(self, poll: Callable[[], list[dict[str, Any]]], metrics: dict[str, list[float]]) -> DataProto:
         """Poll the engines (`poll()`: one {"batch", "complete", "metrics"} per rank) until each has returned its part
