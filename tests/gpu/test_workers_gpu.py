@@ -655,7 +655,7 @@ def test_colocated_async_rollout_across_sleep_and_wake_on_cuda(workspace):
     eos = {"logit_bias": {int(worker.tokenizer.eos_token_id): 4.0}}  # the random model stops early, at random
     request = RolloutRequest(quota=2, version=0, max_staleness=1, sampling=eos)
     worker.prepare_rollout_engine()
-    first = worker.generate_sequences_async(prompts, request)
+    first = worker.generate_sequences_async(prompts, request)["batch"]
     released = worker.release_rollout_engine()
     assert released.get("perf/vllm_freed_gb", 0) > 0, released
     assert len(first) == 4 and worker.rollout.request_loop.in_flight == 2
@@ -663,7 +663,7 @@ def test_colocated_async_rollout_across_sleep_and_wake_on_cuda(workspace):
         tensors={key: value[:0] for key, value in tensors.items()}, non_tensors={"uid": np.array([], dtype=object)}
     )
     worker.prepare_rollout_engine()
-    second = worker.generate_sequences_async(rest, replace(request, version=1))
+    second = worker.generate_sequences_async(rest, replace(request, version=1))["batch"]
     worker.release_rollout_engine()
     uids = list(first.non_tensor_batch["uid"]) + list(second.non_tensor_batch["uid"])
     assert sorted(uids) == sorted([f"g{i}" for i in range(4)] * 2)

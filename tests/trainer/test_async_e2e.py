@@ -143,6 +143,33 @@ def test_max_staleness_zero_equals_the_synchronous_trainer(workspace):
     assert_same_actor_weights(root / "sync" / "global_step_3", root / "async0" / "global_step_3")
 
 
+def test_remax_baselines_in_both_asynchronous_modes(workspace):
+    """The ReMax greedy baseline in the asynchronous modes: one greedy call on the step's prompts, after its groups
+    are in. Colocated at max_staleness=0 it trains bit for bit like mode=sync; a rollout pool one step ahead trains
+    with the baselines of its own greedy calls."""
+    root = workspace["root"]
+    remax = ("algorithm.adv_estimator=remax", "trainer.max_steps=2")
+    run_ppo(load_config(run_args(workspace, "remax_sync", *remax)))
+    run_ppo(load_config(run_args(workspace, "remax_async0", *remax, "worker.rollout.mode=colocated")))
+    sync, async0 = read_log(root / "remax_sync"), read_log(root / "remax_async0")
+    assert sorted(async0) == [1, 2]
+    for step in (1, 2):
+        for key in ("critic/score/mean", "critic/advantages/mean", "actor/pg_loss", "actor/grad_norm"):
+            assert async0[step][key] == sync[step][key], (step, key)
+    assert_same_actor_weights(root / "remax_sync" / "global_step_2", root / "remax_async0" / "global_step_2")
+    # a constant reward: the baseline (the greedy response's reward) equals every sample's, so no sample is preferred
+    constant = root / "constant.py"
+    constant.write_text("def compute_score(sample):\n    return {'overall': 1.0}\n")
+    pool = ("worker.rollout.mode=disaggregated", "worker.rollout.n_gpus_per_node=1", "worker.rollout.max_staleness=1")
+    args = run_args(workspace, "remax_pool", *remax, *pool, f"worker.reward.reward_function={constant}:compute_score")
+    args = [arg for arg in args if not arg.startswith(("trainer.n_gpus_per_node=", "worker.reward.reward_function="))]
+    args += ["trainer.n_gpus_per_node=1", f"worker.reward.reward_function={constant}:compute_score"]
+    run_ppo(load_config(args))
+    log = read_log(root / "remax_pool")
+    assert sorted(log) == [1, 2]
+    assert all(row["critic/advantages/mean"] == 0.0 and row["actor/pg_loss"] == 0.0 for row in log.values())
+
+
 def test_stale_samples_train_and_resume_without_losing_a_prompt(workspace):
     root = workspace["root"]
     stale = ("worker.rollout.mode=colocated", "worker.rollout.max_staleness=1", "trainer.save_freq=1")

@@ -739,8 +739,8 @@ def test_sft_shares_the_trainer_keys_and_their_checks(tmp_path):
             r"algorithm.online_filtering=true is not built for worker.rollout.mode=colocated",
         ),
         (
-            ["worker.rollout.mode=colocated", "algorithm.adv_estimator=remax", "worker.rollout.n=1"],
-            r"adv_estimator=remax is not built for worker.rollout.mode=colocated",
+            ["worker.rollout.mode=colocated", "data.mini_rollout_batch_size=2"],
+            r"data.mini_rollout_batch_size is not built for worker.rollout.mode=colocated",
         ),
         (
             ["worker.rollout.mode=colocated", "data.rollout_batch_size=3", "worker.actor.global_batch_size=3"],

@@ -32,12 +32,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.algorithms import core_algos
 from verl.protocol import DataProto
 from verl.rewards.manager import place_scores, valid_response_mask
 from verl.trainer.checkpointing import atomic_write
 from verl.trainer.config import reward_stream_obstacle
 from verl.trainer.metrics import append_metrics, applicable_values
-from verl.trainer.ray_trainer import RayPPOTrainer
+from verl.trainer.ray_trainer import RayPPOTrainer, split_generation_inputs
 from verl.workers.rollout.request_loop import RolloutRequest
 
 
@@ -153,16 +154,13 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
         version = self.global_step - 1  # weight updates the engine's weights carry
         prompts = self._admit(version)
         request = self._async_request(version, self.actor_rollout_ref_wg.world_size)
-        if self.stream_rewards:  # the engines stop every few steps to hand over complete groups
-            calls = [prompts]
+        calls = [prompts]
 
-            def poll() -> list[dict[str, Any]]:
-                rows = calls.pop() if calls else prompts[:0]  # the prompts on the first call only
-                return self.actor_rollout_ref_wg.poll_sequences_async(rows, request)
+        def poll() -> list[dict[str, Any]]:  # with streamed rewards the engines stop to hand over complete groups
+            rows = calls.pop() if calls else prompts[:0]  # the prompts on the first call only
+            return self.actor_rollout_ref_wg.generate_sequences_async(rows, request)
 
-            batch = self._collect_polls(poll, metrics)
-        else:
-            batch = self.actor_rollout_ref_wg.generate_sequences_async(prompts, request)
+        batch = self._collect_polls(poll, metrics)
         in_flight = batch.meta_info.pop("in_flight_groups", None)
         if in_flight is not None:
             append_metrics(metrics, {"async/in_flight_groups_rank0": float(in_flight)})
@@ -172,7 +170,19 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
         """The step's request: each of the `engines` data-parallel ranks returns its share of the batch's groups, each
         group within the staleness bound."""
         quota = self.config.data.rollout_batch_size // engines
-        return self._rollout_request(version=version, quota=quota, max_staleness=self.admission.max_staleness)
+        staleness = self.admission.max_staleness
+        return self._rollout_request(version=version, quota=quota, max_staleness=staleness, stream=self.stream_rewards)
+
+    def _add_greedy_baselines(self, batch: DataProto) -> None:
+        """ReMax: each row's baseline, the reward of its prompt's greedy response under the engines' weights of this
+        step (its samples may be up to max_staleness versions older), from one greedy call on the batch's prompts."""
+        uids = list(dict.fromkeys(batch.non_tensor_batch["uid"]))
+        prompts = DataProto.concat([self.in_flight[uid] for uid in uids]).select(deepcopy=True)
+        gen_batch = split_generation_inputs(prompts, all_columns=bool(self.config.worker.rollout.env))
+        values = self._greedy_baselines(prompts, gen_batch)
+        per_prompt = dict(zip(uids, values.tolist()))
+        baselines = [per_prompt[uid] for uid in batch.non_tensor_batch["uid"]]
+        batch.batch["reward_baselines"] = torch.tensor(baselines, dtype=values.dtype)
 
     def _collect_polls(self, poll: Callable[[], list[dict[str, Any]]], metrics: dict[str, list[float]]) -> DataProto:
         """Poll the engines (`poll()`: one {"batch", "complete", "metrics"} per rank) until each has returned its part
@@ -229,7 +239,10 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
         return DataProto.concat(parts)
 
     def _trained(self, batch: DataProto, version: int, metrics: dict[str, list[float]]) -> DataProto:
-        """`batch`'s prompts are no longer in flight; its staleness metrics."""
+        """`batch`'s prompts are no longer in flight; its staleness metrics (and its ReMax baselines, from the greedy
+        responses of its prompts)."""
+        if core_algos.estimator_needs_greedy_baseline(self.config.algorithm.adv_estimator):
+            self._add_greedy_baselines(batch)
         for uid in dict.fromkeys(batch.non_tensor_batch["uid"]):
             self.in_flight.pop(uid, None)
         versions, resumed = batch.batch["rollout_versions"], batch.batch["rollout_resumed"]

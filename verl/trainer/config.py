@@ -602,9 +602,6 @@ def _check_async(config: PPOConfig) -> None:
         return
     refused = {
         "algorithm.online_filtering=true": algorithm.online_filtering,
-        f"algorithm.adv_estimator={algorithm.adv_estimator}": _algorithms().estimator_needs_greedy_baseline(
-            algorithm.adv_estimator
-        ),
         "data.mini_rollout_batch_size": config.data.mini_rollout_batch_size is not None,
     }
     for key, used in refused.items():

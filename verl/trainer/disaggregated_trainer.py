@@ -87,7 +87,7 @@ class DisaggregatedRayPPOTrainer(AsyncRayPPOTrainer):
         self.rollout_wg.admit(prompts, request)
 
         def poll() -> list[dict[str, Any]]:
-            return self.rollout_wg.poll(request, _POLL_WAIT_S, self.stream_rewards)
+            return self.rollout_wg.poll(request, _POLL_WAIT_S)
 
         return self._trained(self._collect_polls(poll, metrics), version, metrics)
 

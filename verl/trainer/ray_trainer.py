@@ -29,7 +29,6 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import Future, wait
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -223,16 +222,19 @@ class RayPPOTrainer:
             [f"{self.global_step}-{i}-{time.monotonic_ns()}" for i in range(len(prompts))], dtype=object
         )
         gen_batch = split_generation_inputs(prompts, all_columns=bool(self.config.worker.rollout.env))
-        request = self._rollout_request()
-        output = self.rollout_wg.generate_sequences(gen_batch, request)
+        output = self.rollout_wg.generate_sequences(gen_batch, self._rollout_request())
         append_metrics(metrics, output.meta_info.pop("metrics", {}))
         if core_algos.estimator_needs_greedy_baseline(self.config.algorithm.adv_estimator):
-            greedy = replace(request, sampling={"temperature": 0.0, "n": 1})
-            baseline = self.rollout_wg.generate_sequences(gen_batch.select(deepcopy=True), greedy)
-            baseline = prompts.select(deepcopy=True).union(baseline)
-            scores, _ = self.scorer.score(baseline)
-            prompts.batch["reward_baselines"] = scores.sum(-1)
+            prompts.batch["reward_baselines"] = self._greedy_baselines(prompts, gen_batch)
         return join_rollout(prompts, output, n)
+
+    def _greedy_baselines(self, prompts: DataProto, gen_batch: DataProto) -> torch.Tensor:
+        """The ReMax baseline of each prompt: the reward of its greedy response under the engines' weights now.
+        `gen_batch` holds the prompts' generation inputs, split from `prompts` (`split_generation_inputs`)."""
+        greedy = self._rollout_request(sampling={"temperature": 0.0, "n": 1})
+        output = self.rollout_wg.generate_sequences(gen_batch.select(deepcopy=True), greedy)
+        scores, _ = self.scorer.score(prompts.select(deepcopy=True).union(output))
+        return scores.sum(-1)
 
     def _make_batch_data(self, metrics: dict[str, list[float]]) -> DataProto:
         """Generate until the step has rollout_batch_size prompts' worth of samples (several rounds with online

@@ -223,17 +223,12 @@ class FSDPWorker(Worker):
         validation)."""
         return self.rollout.generate_sequences(prompts, request)
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    def generate_sequences_async(self, prompts: DataProto, request: RolloutRequest) -> DataProto:
-        """Admit this rank's share of `prompts` and return `request.quota` complete groups (the colocated
-        asynchronous rollout, `VLLMRollout.generate_async`)."""
-        return self.rollout.generate_async(prompts, request)
-
     @register(dispatch_mode=Dispatch.DP_COMPUTE_METRIC)
-    def poll_sequences_async(self, prompts: DataProto, request: RolloutRequest) -> dict[str, Any]:
-        """`generate_sequences_async` in slices, for streamed rewards (`VLLMRollout.poll_async`): this rank's share of
-        `prompts` on the step's first call, none after; returns {"batch", "complete"}."""
-        return self.rollout.poll_async(prompts, request)
+    def generate_sequences_async(self, prompts: DataProto, request: RolloutRequest) -> dict[str, Any]:
+        """The colocated asynchronous rollout (`VLLMRollout.generate_async`): admit this rank's share of `prompts`
+        (the step's first call; a poll after it carries none) and return {"batch": `request.quota` complete groups
+        once they are there, "complete": with `request.stream`, the groups completed since the last poll}."""
+        return self.rollout.generate_async(prompts, request)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def weight_transfer_address(self) -> tuple[str, int]:

@@ -18,6 +18,8 @@ returns the oldest complete groups and keeps the unfinished samples, which conti
 tokens, their tokens tagged with the version that sampled them; every admitted group comes back exactly once.
 """
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -85,7 +87,7 @@ def test_a_call_that_completes_every_group_equals_the_synchronous_rollout(rollou
     rollout.generate_calls = 0
     expected = rollout.generate_sequences(prompts.select(deepcopy=True))
     rollout.generate_calls = 0
-    output = rollout.generate_async(prompts, RolloutRequest(quota=4))
+    output = rollout.generate_async(prompts, RolloutRequest(quota=4))["batch"]
     assert rollout.request_loop.in_flight == 0
     for key in ("prompts", "responses", "input_ids", "attention_mask", "response_mask", "position_ids"):
         assert torch.equal(output.batch[key], expected.batch[key]), key
@@ -106,14 +108,14 @@ def _early_stops(rollout, **fields) -> RolloutRequest:
 def test_unfinished_samples_continue_from_their_tokens_after_a_version_change(rollout) -> None:
     rollout.request_loop.clear()
     first = _prompts(rollout.tokenizer, 6, offset=10)
-    out = rollout.generate_async(first, _early_stops(rollout, quota=1, version=3, max_staleness=5))
+    out = rollout.generate_async(first, _early_stops(rollout, quota=1, version=3, max_staleness=5))["batch"]
     assert len(out) == N and rollout.request_loop.in_flight == 5
     stopped = [s for g in rollout.request_loop.groups.values() for s in g.samples if not s.finished and s.tokens]
     assert stopped, "no sample was stopped mid-response; the quota should end the call early"
     before = {id(sample): list(sample.tokens) for sample in stopped}
 
     second = _prompts(rollout.tokenizer, 2, offset=20)
-    out2 = rollout.generate_async(second, _early_stops(rollout, quota=3, version=4, max_staleness=5))
+    out2 = rollout.generate_async(second, _early_stops(rollout, quota=3, version=4, max_staleness=5))["batch"]
     assert len(out2) == 3 * N
     returned = list(out.non_tensor_batch["uid"]) + list(out2.non_tensor_batch["uid"])
     # oldest complete groups first: the second call's prompts wait behind the first call's
@@ -124,7 +126,7 @@ def test_unfinished_samples_continue_from_their_tokens_after_a_version_change(ro
         non_tensors={"uid": []},
     )
     request = _early_stops(rollout, quota=rollout.request_loop.in_flight, version=5, max_staleness=5)
-    out3 = rollout.generate_async(rest, request)
+    out3 = rollout.generate_async(rest, request)["batch"]
     returned += list(out3.non_tensor_batch["uid"])
     admitted = [f"p{i}" for i in range(10, 16)] + ["p20", "p21"]
     assert sorted(dict.fromkeys(returned)) == sorted(admitted)  # every group exactly once (n rows each)
@@ -152,7 +154,7 @@ def test_a_quota_above_the_admitted_groups_is_an_error(rollout) -> None:
     rollout.request_loop.clear()
     prompts = _prompts(rollout.tokenizer, 2, offset=30)
     with pytest.raises(ValueError, match="cannot complete 3"):
-        rollout.generate_async(prompts, RolloutRequest(quota=3))
+        rollout.generate_async(prompts, RolloutRequest(quota=3))["batch"]
     rollout.request_loop.clear()
 
 
@@ -161,7 +163,7 @@ def test_per_row_response_budgets_hold_in_both_modes(rollout) -> None:
     prompts = _prompts(rollout.tokenizer, 3, offset=40)
     prompts.non_tensor_batch["max_response_tokens"] = np.array([4, None, 9], dtype=object)
     synced = rollout.generate_sequences(prompts.select(deepcopy=True))
-    streamed = rollout.generate_async(prompts, RolloutRequest(quota=3))
+    streamed = rollout.generate_async(prompts, RolloutRequest(quota=3))["batch"]
     for output in (synced, streamed):
         lengths = output.batch["response_mask"].sum(-1).tolist()
         assert max(lengths[0:2]) <= 4 and max(lengths[4:6]) <= 9, lengths
@@ -179,12 +181,12 @@ def test_groups_at_the_staleness_bound_complete_whatever_the_quota(rollout) -> N
     old = _prompts(rollout.tokenizer, 2, offset=50)
     old.non_tensor_batch["max_response_tokens"] = np.array([2, RESPONSE_LENGTH], dtype=object)
     old_request = RolloutRequest(quota=1, version=3, max_staleness=1)
-    assert list(rollout.generate_async(old, old_request).non_tensor_batch["uid"]) == ["p50"] * N
+    assert list(rollout.generate_async(old, old_request)["batch"].non_tensor_batch["uid"]) == ["p50"] * N
     (left,) = rollout.request_loop.groups.values()
     assert left.admitted_version == 3 and not left.complete
     new = _prompts(rollout.tokenizer, 3, offset=60)
     new.non_tensor_batch["max_response_tokens"] = np.array([2] * 3, dtype=object)
-    out = rollout.generate_async(new, RolloutRequest(quota=2, version=4, max_staleness=1))
+    out = rollout.generate_async(new, RolloutRequest(quota=2, version=4, max_staleness=1))["batch"]
     assert list(dict.fromkeys(out.non_tensor_batch["uid"])) == ["p51", "p60"]  # the old group first, then the oldest
     assert all(group.admitted_version == 4 for group in rollout.request_loop.groups.values())
     lengths = out.batch["response_mask"].sum(-1).tolist()
@@ -192,25 +194,26 @@ def test_groups_at_the_staleness_bound_complete_whatever_the_quota(rollout) -> N
     too_many = _prompts(rollout.tokenizer, 4, offset=70)
     request = RolloutRequest(quota=1, version=9, max_staleness=1)
     with pytest.raises(ValueError, match="cannot all train by their deadlines at 1 groups per step"):
-        rollout.generate_async(too_many, request)
+        rollout.generate_async(too_many, request)["batch"]
     rollout.request_loop.clear()
 
 
 def test_polls_hand_each_group_over_as_it_completes_and_end_as_one_call(rollout) -> None:
-    """poll_async (streamed rewards) returns as soon as a group completes, with that group for scoring, instead of
-    after a fixed count of engine steps; the batch it ends with equals one generate_async call's."""
+    """A streaming generate_async call (streamed rewards: a poll) returns as soon as a group completes, with that
+    group for scoring, instead of after a fixed count of engine steps; the batch the polls end with equals one
+    blocking call's."""
     rollout.request_loop.clear()
     prompts = _prompts(rollout.tokenizer, 3, offset=60)
     prompts.non_tensor_batch["max_response_tokens"] = np.array([3, 12, 30], dtype=object)
     request = RolloutRequest(quota=3)
     rollout.generate_calls = 0
-    expected = rollout.generate_async(prompts.select(deepcopy=True), request)
+    expected = rollout.generate_async(prompts.select(deepcopy=True), request)["batch"]
     rollout.generate_calls = 0
     rollout._taken_version = None
     handed, calls, batch = [], 0, None
     first = prompts.select(deepcopy=True)
     while batch is None:
-        result = rollout.poll_async(first if calls == 0 else first[:0], request)
+        result = rollout.generate_async(first if calls == 0 else first[:0], replace(request, stream=True))
         calls += 1
         if result["complete"] is not None:
             handed.append(list(dict.fromkeys(result["complete"].non_tensor_batch["uid"])))

@@ -202,7 +202,7 @@ def _adapter_worker(rank: int, world_size: int, port: int, model_dir: str) -> No
 
     # 4. The colocated request loop adds its requests with the adapter too.
     asynchronous = prompts.select(deepcopy=True)
-    output = rollout.generate_async(asynchronous, RolloutRequest(quota=len(prompts), version=1))
+    output = rollout.generate_async(asynchronous, RolloutRequest(quota=len(prompts), version=1))["batch"]
     assert _log_prob_gap(output, _actor_log_probs(actor, output)) <= 1e-3
     manager.release()
 

@@ -417,7 +417,7 @@ def _async_call(engine, prompts: DataProto) -> DataProto:
     """One colocated-asynchronous call (generate_async) that completes every group of `prompts`."""
     prompts = prompts.select(deepcopy=True)
     prompts.non_tensor_batch["uid"] = np.array([f"u{i}" for i in range(len(prompts))], dtype=object)
-    return engine.generate_async(prompts, RolloutRequest(quota=len(prompts)))
+    return engine.generate_async(prompts, RolloutRequest(quota=len(prompts)))["batch"]
 
 
 def _assert_clean_after_error(engine, prompts: DataProto, step_env) -> None:

@@ -96,7 +96,7 @@ def _tensor_parallel_worker(rank: int, world_size: int, port: int, model_dir: st
 
     # 4. The asynchronous request loop: the group's quota is both ranks' prompts, and each rank's part is its own.
     asynchronous = prompts.select(deepcopy=True)
-    again = rollout.generate_async(asynchronous, RolloutRequest(quota=len(prompts), version=1))
+    again = rollout.generate_async(asynchronous, RolloutRequest(quota=len(prompts), version=1))["batch"]
     assert list(again.non_tensor_batch["uid"]) == [uid for uid in prompts.non_tensor_batch["uid"] for _ in range(2)]
     assert _log_prob_gap(again, _actor_log_probs(actor, again)) <= 1e-3
     manager.release()
@@ -138,7 +138,7 @@ def _episodes_worker(rank: int, world_size: int, port: int, model_dir: str, env_
         prompts.non_tensor_batch["ground_truth"] = np.array([str(7 + rank + i) for i in range(3)], dtype=object)
         questions = [f"What is {5 * rank + i} + {i + 2}?" for i in range(3)]  # _prompts' conversations
         prompts.non_tensor_batch["prompt_content"] = np.array(questions, dtype=object)
-        return prompts, rollout.generate_async(prompts, RolloutRequest(quota=len(prompts), version=version))
+        return prompts, rollout.generate_async(prompts, RolloutRequest(quota=len(prompts), version=version))["batch"]
 
     # 0. mode=sync: both processes run the same episodes, one batched engine call per turn.
     prompts = _prompts(tokenizer, rank, 48)

@@ -49,6 +49,9 @@ class RolloutRequest:
     """A validation call: rollout.val_override_config applies and seeds come from the validation stream."""
     sampling: dict[str, Any] = field(default_factory=dict)
     """vLLM SamplingParams overrides for this call (the ReMax greedy pass: temperature=0, n=1)."""
+    stream: bool = False
+    """An asynchronous call hands over each group as it completes, for the driver to score while the engines generate
+    (worker.reward.stream): the call is then a poll, repeated until the step's groups are there."""
 
 
 @dataclass

@@ -225,20 +225,20 @@ class RolloutWorker(Worker):
             return self.rollout.request_loop.in_flight
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def poll(self, request: RolloutRequest, wait_s: float, stream: bool) -> dict[str, Any]:
+    def poll(self, request: RolloutRequest, wait_s: float) -> dict[str, Any]:
         """Wait up to `wait_s` seconds for the step's groups and return what there is:
 
         - "batch": once `request.quota` groups are complete and taking them keeps every other group within its deadline
           (admission version + request.max_staleness, earliest deadline first), those groups, oldest first, as the rollout
           columns of `VLLMRollout.generate_async` (taken once per `request.version`; None until then and after);
-        - "complete": with `stream`, the groups completed since the last call (copies: they stay for a later
+        - "complete": with `request.stream`, the groups completed since the last call (copies: they stay for a later
           "batch"), for the driver to score while generation goes on; else None;
         - "metrics": the engine's busy share since the last batch and the groups it holds, with the batch.
         """
         if self.tp_size > 1:  # the first process polls for the group; each process returns its share of the batch
             result: dict[str, Any] = {}
             if not self.rollout.follows:
-                result = self._poll(replace(request, quota=request.quota * self.tp_size), wait_s, stream)
+                result = self._poll(replace(request, quota=request.quota * self.tp_size), wait_s)
             box = [{"batch": result.get("batch"), "error": result.get("error")}]  # what the peers need
             dist.broadcast_object_list(box, src=dist.get_global_rank(self.data_group, 0), group=self.data_group)
             if box[0]["error"] is not None:
@@ -249,19 +249,19 @@ class RolloutWorker(Worker):
                 "complete": result.get("complete"),
                 "metrics": result.get("metrics") or {},
             }
-        return self._poll(request, wait_s, stream)
+        return self._poll(request, wait_s)
 
-    def _poll(self, request: RolloutRequest, wait_s: float, stream: bool) -> dict[str, Any]:
+    def _poll(self, request: RolloutRequest, wait_s: float) -> dict[str, Any]:
         if self.tp_size > 1:  # the peers wait for this answer: a failure goes to them too
             try:
-                return self._poll_engine(request, wait_s, stream)
+                return self._poll_engine(request, wait_s)
             except Exception as error:
                 return {"error": f"The first process of this tensor-parallel engine failed: {error!r}"}
-        return self._poll_engine(request, wait_s, stream)
+        return self._poll_engine(request, wait_s)
 
-    def _poll_engine(self, request: RolloutRequest, wait_s: float, stream: bool) -> dict[str, Any]:
+    def _poll_engine(self, request: RolloutRequest, wait_s: float) -> dict[str, Any]:
         loop = self.rollout.request_loop
-        quota, version, max_staleness = request.quota, request.version, request.max_staleness
+        quota, version, max_staleness, stream = request.quota, request.version, request.max_staleness, request.stream
         width = self.rollout.call_response_length(request)
         take = self._taken_version != version
         deadline = time.monotonic() + (wait_s if take else 0.0)  # a rank whose batch is taken answers at once

@@ -59,13 +59,13 @@ _DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float
 _DTYPES.update({"fp32": "float32", "float32": "float32"})
 CPU_DEFAULT_KV_CACHE_MB = 256
 POLL_ENGINE_STEPS = 256
-"""poll_async: most engine steps per call (a count, not a time, so tensor-parallel peers step alike); a call also
-returns as soon as a group completes (for the driver to score it)."""
+"""A streaming generate_async call (a poll): most engine steps per call (a count, not a time, so tensor-parallel peers
+step alike); a call also returns as soon as a group completes (for the driver to score it)."""
 
 
 @dataclass(frozen=True)
 class _AsyncCall:
-    """The settings of one generate_async / poll_async call on this rank."""
+    """The settings of one generate_async call on this rank."""
 
     tp_rank: int
     tp_size: int
@@ -377,10 +377,10 @@ class VLLMRollout:
         self.validate_calls = 0
         # mode=colocated: the samples admitted and not yet returned, kept across calls (generate_async)
         self._taken_version: int | None = None
-        """poll_async: the version whose groups this rank has returned (one batch per step)."""
+        """generate_async: the version whose groups this rank has returned (one batch per step)."""
         render = partial(vllm_compat.render_prompt, self.inference_engine)
         self.request_loop = RequestLoop(self.inference_engine, render, "async")
-        """The groups of the asynchronous calls (generate_async, poll_async, a rollout pool), kept across calls."""
+        """The groups of the asynchronous calls (generate_async, a rollout pool), kept across calls."""
         self.call_loop = RequestLoop(self.inference_engine, render, "call")
         """The groups of one `generate_sequences` call (a synchronous step, validation), all run to completion in it."""
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -560,58 +560,39 @@ class VLLMRollout:
             self._end_leading(leader, output)
         return output.chunk(tp_size)[tp_rank] if tp_size > 1 else output
 
-    def generate_async(self, prompts: DataProto, request: RolloutRequest) -> DataProto:
+    def generate_async(self, prompts: DataProto, request: RolloutRequest) -> dict[str, Any]:
         """Colocated asynchronous rollout (docs/async.md): admit `prompts` (possibly none) into the engine's request
-        loop, resume the samples stopped at the last step boundary, and step the engine until
-        `request.quota` groups of this rank are complete; return those groups, oldest first, as the rollout
-        columns of `generate_sequences` plus `rollout_versions` (the policy version of each response token, -1 on
-        padding) and `rollout_resumed` (how often each sample was stopped and continued).
+        loop, resume the samples stopped at the last step boundary, and step the engine until `request.quota` groups
+        of this rank are complete. Returns "batch": those groups, oldest first, as the rollout columns of
+        `generate_sequences` plus `rollout_versions` (the policy version of each response token, -1 on padding) and
+        `rollout_resumed` (how often each sample was stopped and continued); and "complete": None.
 
-        `request.version` is the number of weight updates the engine's weights carry; with
-        `request.max_staleness` = k, every group trains by its admission version + k: the call returns the
-        complete groups with the earliest deadlines and runs past the quota when a group's deadline needs it (unset:
-        every admitted group completes in this call). The unfinished samples stay in this process, aborted in the
-        engine, until the next call.
+        `request.version` is the number of weight updates the engine's weights carry; with `request.max_staleness` =
+        k, every group trains by its admission version + k: the call returns the complete groups with the earliest
+        deadlines and runs past the quota when a group's deadline needs it (unset: every admitted group completes in
+        this call). The unfinished samples stay in this process, aborted in the engine, until the next call.
+
+        With `request.stream` (streamed rewards) the call is a poll: it also returns as soon as a group completes,
+        after at most POLL_ENGINE_STEPS engine steps, with "batch" None until the step's groups are there (and after
+        they were taken, for the rest of the step) and "complete" the groups completed since the last call (copies,
+        the step's own included; on tensor-parallel rank 0 only), for the driver to score while the engine goes on.
+        The engine's requests stay in it between polls, so a step's polls take exactly the engine steps of one call.
         """
-        if self.follows:
-            call = self._start_async_call(prompts, request)
-            return self._follow().chunk(call.tp_size)[call.tp_rank]
-        with self._leading(self.engine_leader):
-            call = self._start_async_call(prompts, request)
-            with preserved_rng_state(), self._cleared_on_error(self.request_loop):
-                groups = self.request_loop.run(call.quota, call.version, call.make_params, call.max_staleness)
-            output = self.groups_to_rollout(groups, call.n, call.budget)
-            output.meta_info["in_flight_groups"] = self.request_loop.in_flight
-            self._end_leading(self.engine_leader, output)
-        return output.chunk(call.tp_size)[call.tp_rank] if call.tp_size > 1 else output
-
-    def poll_async(self, prompts: DataProto, request: RolloutRequest) -> dict[str, Any]:
-        """`generate_async` in slices, so the driver can score groups while the engine generates (streamed rewards,
-        docs/async.md): admit `prompts` (the step's first call; later calls carry no rows), then step the engine
-        until a group completes, at most POLL_ENGINE_STEPS times. Returns "batch", this step's groups as
-        `generate_async` returns them once they are there (then None for the rest of the step), and "complete", the
-        groups completed since the last call (copies, the step's own included; on tensor-parallel rank 0 only), or
-        None. The engine's requests stay in it between calls, so the steps taken are those of one `generate_async`
-        call."""
         if self.follows:
             call = self._start_async_call(prompts, request)
             batch = self._follow()
             return {"batch": None if batch is None else batch.chunk(call.tp_size)[call.tp_rank], "complete": None}
-        loop = self.request_loop
+        loop, stream = self.request_loop, request.stream
         groups = None
         with self._leading(self.engine_leader):
             call = self._start_async_call(prompts, request)
-            if self._taken_version != call.version:
+            if not stream or self._taken_version != call.version:  # a poll after the step's batch only hands over
+                steps = POLL_ENGINE_STEPS if stream else None
                 with preserved_rng_state(), self._cleared_on_error(loop):
                     groups = loop.run(
-                        call.quota,
-                        call.version,
-                        call.make_params,
-                        call.max_staleness,
-                        max_engine_steps=POLL_ENGINE_STEPS,
-                        hand_over=True,
+                        call.quota, call.version, call.make_params, call.max_staleness, steps, hand_over=stream
                     )
-            fresh = loop.newly_complete(groups)
+            fresh = loop.newly_complete(groups) if stream else []
             batch = None
             if groups is not None:
                 self._taken_version = call.version
@@ -656,7 +637,7 @@ class VLLMRollout:
             self.generate_calls += 1
 
     def _start_async_call(self, prompts: DataProto, request: RolloutRequest) -> "_AsyncCall":
-        """What generate_async and poll_async begin with: the tensor-parallel group's prompts gathered, the call's
+        """What generate_async begins with: the tensor-parallel group's prompts gathered, the call's
         settings read from the request, and the rows admitted (a failed admission clears the request loop)."""
         tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
         prompts, seed_rank = gather_tensor_parallel_prompts(prompts, self.rank, tp_group, tp_size)
