@@ -92,6 +92,9 @@ class Group:
     samples: list[Sample]
     budget: int
     """Most tokens of each of its responses."""
+    rendered: Any = None
+    """The prompt as the engine takes it, rendered once for the group's first requests (as `LLM.generate` renders a
+    prompt once for its n samples): rendering a prompt with images runs the model's processor."""
 
     @property
     def complete(self) -> bool:
@@ -295,13 +298,18 @@ class RequestLoop:
                     self.active[request_id] = (group, sample)
                     added += 1
                     continue
-                prompt = dict(group.prompt)
                 if sample.tokens:  # continue from its tokens: the prefix is prefilled under the new weights
+                    prompt = dict(group.prompt)
                     prompt["prompt_token_ids"] = list(group.prompt["prompt_token_ids"]) + sample.tokens
                     sample.resumed += 1
+                    engine_input = self.render(prompt)
+                else:
+                    if group.rendered is None:
+                        group.rendered = self.render(dict(group.prompt))
+                    engine_input = dict(group.rendered)
                 seed = sample.seed if not sample.tokens else resume_seed(sample.seed, len(sample.tokens))
                 params = make_params(group.budget - len(sample.tokens), seed)
-                engine.add_request(request_id, self.render(prompt), params, lora_request=self.lora_request)
+                engine.add_request(request_id, engine_input, params, lora_request=self.lora_request)
                 self.active[request_id] = (group, sample)
                 added += 1
         return added
