@@ -224,3 +224,19 @@ def test_polls_hand_each_group_over_as_it_completes_and_end_as_one_call(rollout)
     for key in ("responses", "response_mask", "rollout_log_probs"):
         assert torch.equal(batch.batch[key], expected.batch[key]), key
     assert rollout.request_loop.in_flight == 0
+
+
+def test_a_synchronous_call_shows_its_progress_unless_disabled(rollout, capsys) -> None:
+    """rollout.disable_tqdm=false: a generate_sequences call counts its finished samples on a progress bar."""
+    prompts = _prompts(rollout.tokenizer, 3, offset=80)
+    try:
+        rollout.config.disable_tqdm = False
+        rollout.generate_sequences(prompts.select(deepcopy=True))
+        shown = capsys.readouterr().err
+        rollout.config.disable_tqdm = True
+        rollout.generate_sequences(prompts.select(deepcopy=True))
+        hidden = capsys.readouterr().err
+    finally:
+        rollout.config.disable_tqdm = True
+    assert f"{3 * N}/{3 * N}" in shown and "generate" in shown
+    assert "generate:" not in hidden and rollout.call_loop.progress is None

@@ -80,7 +80,7 @@ class RolloutConfig:
     """Most sequences the engine runs concurrently; unset: vLLM's default for the device (1024 on GPUs of 70 GB and
     more except the A100, 256 on other GPUs and on the CPU)."""
     disable_tqdm: bool = True
-    """Hide vLLM's progress bar."""
+    """Hide the progress bar of each synchronous or validation rollout call (samples finished out of the call's)."""
     calculate_log_probs: bool = False
     """Also return the log-probs of the sampled tokens from vLLM."""
     verify_weight_sync: bool = False

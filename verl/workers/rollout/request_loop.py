@@ -140,6 +140,8 @@ class RequestLoop:
         """The engine's requests: request id -> its group and sample."""
         self._keys = count()
         self._request_ids = count()
+        self.progress: Any = None
+        """A progress bar (tqdm) that counts finished samples, while a caller shows one (rollout.disable_tqdm)."""
         self._reported: set[int] = set()
         """Complete groups handed over for scoring (`newly_complete`) and still in the loop."""
 
@@ -337,6 +339,8 @@ class RequestLoop:
                 if sample.episode is not None and not self.turns.turn_done(group, sample):
                     continue  # the environment answers the turn; the episode goes on
                 sample.finished = True
+                if self.progress is not None:
+                    self.progress.update(1)
                 finished_groups = finished_groups or group.complete
         return finished_groups
 

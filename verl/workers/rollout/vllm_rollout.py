@@ -554,7 +554,8 @@ class VLLMRollout:
         with self._leading(leader):
             with preserved_rng_state(), self._cleared_on_error(loop):
                 self.admit(prompts, 0, budget, seed_rank, n, greedy, loop=loop, validate=validate, base_seed=base_seed)
-                groups = loop.run(len(prompts), 0, make_params)
+                with self._progress(loop, len(prompts) * n):
+                    groups = loop.run(len(prompts), 0, make_params)
             output = self.groups_to_rollout(groups, n, budget)
             output.pop(batch_keys=["rollout_versions", "rollout_resumed"])  # one policy version, nothing resumed
             self._end_leading(leader, output)
@@ -610,6 +611,21 @@ class VLLMRollout:
         render = partial(vllm_compat.render_prompt, self.inference_engine)
         with preserved_rng_state():
             return follow(self.inference_engine, render, tp_group, lambda: self.lora_request)
+
+    @contextlib.contextmanager
+    def _progress(self, loop: RequestLoop, total: int) -> Iterator[None]:
+        """A progress bar of the call's finished samples unless rollout.disable_tqdm."""
+        if self.config.disable_tqdm:
+            yield
+            return
+        from tqdm import tqdm
+
+        loop.progress = tqdm(total=total, desc="generate", unit="sample")
+        try:
+            yield
+        finally:
+            loop.progress.close()
+            loop.progress = None
 
     @staticmethod
     @contextlib.contextmanager
