@@ -236,7 +236,7 @@ class ScriptedEngine(ChatEngine):
         self.pieces, self.prompt_tokens, self.aborted = pieces, prompt_tokens, []
         self.steps = []
         self.llm = SimpleNamespace(llm_engine=self)
-        self.loop = EngineLoop(self)  # the server's engine loop, stepping this engine
+        self.loop = EngineLoop(self.llm)  # the server's engine loop, stepping this engine
 
     def _submit(self, request):
         options = check_request(request, self.name)

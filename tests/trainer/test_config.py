@@ -842,8 +842,8 @@ def test_asynchronous_episodes_with_tensor_parallel_engines(files):
 
 
 def test_the_tensor_parallel_default_follows_the_device_and_the_mode(files, monkeypatch):
-    """Unset: 1 on CPU (one engine per process), for a disaggregated rollout pool and for asynchronous episodes; on
-    GPUs 2 where the training world is even. An explicit size is kept on every device."""
+    """Unset: 1 on CPU (one engine per process) and for a disaggregated rollout pool; on GPUs 2 where the training
+    world is even, episodes or not. An explicit size is kept on every device."""
     import verl.trainer.config as trainer_config
 
     def size(*extra: str) -> int:
@@ -859,7 +859,7 @@ def test_the_tensor_parallel_default_follows_the_device_and_the_mode(files, monk
     assert size(*gpu, "trainer.n_gpus_per_node=1") == 1
     assert size(*gpu, "worker.rollout.mode=colocated") == 2
     episodes = "worker.rollout.env=examples/envs/guess_number.py:GuessNumber"
-    assert size(*gpu, "worker.rollout.mode=colocated", episodes) == 1  # opt-in there (engine_mirror)
-    assert size(*gpu, "worker.rollout.mode=colocated", episodes, "worker.rollout.tensor_parallel_size=2") == 2
+    assert size(*gpu, "worker.rollout.mode=colocated", episodes) == 2
+    assert size(*gpu, "worker.rollout.mode=colocated", episodes, "worker.rollout.tensor_parallel_size=1") == 1
     assert size(*gpu, *pool) == 1
     assert size(*gpu, *pool, "worker.rollout.n_gpus_per_node=2") == 1  # a pool: one engine per process unless set

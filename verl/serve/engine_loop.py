@@ -14,8 +14,9 @@
 """The one thread that owns `verl.serve`'s engine, so that concurrent HTTP requests share its batches.
 
 vLLM's `LLMEngine` is not thread-safe and batches only the requests it holds at a step. The loop thread takes new
-requests and aborts from an inbox, steps the engine while it holds any request, and hands each step's outputs to
-the queue of the request they belong to; HTTP handler threads only submit and read their own queue.
+requests and aborts from an inbox, steps the engine while it holds any request (through the request loop's `step`,
+the project's one engine loop, whose outputs of requests added from outside come back here), and hands each step's
+outputs to the queue of the request they belong to; HTTP handler threads only submit and read their own queue.
 """
 
 import logging
@@ -31,14 +32,19 @@ T = TypeVar("T")
 
 
 class EngineLoop:
-    """Steps `engine` (an `LLMEngine`: add_request, step, abort_request, has_unfinished_requests) on its own thread.
+    """Steps `llm`'s engine (a `vllm.LLM`'s `llm_engine`: add_request, step, abort_request, has_unfinished_requests)
+    on its own thread.
 
     Requests are added by functions run on the loop's thread (`submit`), so rendering and tokenizing share the
     engine's thread too: its tokenizer is never used from two threads at once.
     """
 
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
+    def __init__(self, llm: Any) -> None:
+        from verl.workers.rollout.request_loop import RequestLoop
+
+        self.engine = llm.llm_engine
+        self.requests = RequestLoop(llm, render=lambda prompt: prompt, name="serve")
+        self.requests.outside = self._route
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._routes: dict[str, queue.SimpleQueue] = {}
         """The output queue of each request id the engine holds."""
@@ -91,13 +97,16 @@ class EngineLoop:
         """Take the inbox's commands (waiting for one while the engine holds nothing), then one engine step."""
         self._take(block=not self.engine.has_unfinished_requests())
         if not self._stopped and self.engine.has_unfinished_requests():
-            for output in self.engine.step():
-                outbox = self._routes.get(output.request_id)
-                if outbox is None:  # aborted while the step ran
-                    continue
-                if output.finished:
-                    del self._routes[output.request_id]
-                outbox.put(output)
+            self.requests.step()
+
+    def _route(self, output: Any) -> None:
+        """One step's output to the queue of its request."""
+        outbox = self._routes.get(output.request_id)
+        if outbox is None:  # aborted while the step ran
+            return
+        if output.finished:
+            del self._routes[output.request_id]
+        outbox.put(output)
 
     def _take(self, block: bool) -> None:
         """Carry out the commands in the inbox: wait for one first when `block` (the engine holds nothing)."""

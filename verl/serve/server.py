@@ -356,7 +356,7 @@ class ChatEngine:
         self.llm = LLM(**kwargs)
         self.name = name
         self.max_model_len = max_model_len
-        self.loop = EngineLoop(self.llm.llm_engine)
+        self.loop = EngineLoop(self.llm)
 
     def close(self) -> None:
         """Stop the engine (on a GPU vLLM runs its engine core in a child process that would outlive us)."""

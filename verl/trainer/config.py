@@ -501,9 +501,7 @@ def fill_derived(config: PPOConfig) -> PPOConfig:
         rollout.max_model_len = rollout.prompt_length + rollout.response_length
     if rollout.tensor_parallel_size is None:
         on_gpus = config.trainer.device != "cpu" and is_cuda_available()
-        # opt-in where the first process drives its peers (engine_mirror) until a GPU run has checked it: a rollout
-        # pool, asynchronous episodes
-        sharded = on_gpus and rollout.mode != "disaggregated" and not (rollout.mode == "colocated" and rollout.env)
+        sharded = on_gpus and rollout.mode != "disaggregated"  # a rollout pool: one engine per process unless set
         rollout.tensor_parallel_size = 2 if sharded and config.trainer.world_size() % 2 == 0 else 1
     return config
 

@@ -68,10 +68,11 @@ class RolloutConfig:
     tensor_parallel_size: int | None = None
     """vLLM tensor-parallel degree, carved out of the training world: each group of this many processes runs one
     engine together (the same requests, each process a shard of the weights); with mode=disaggregated, out of the
-    rollout pool's processes of a node. Unset: 2 on GPUs where the training world is even (EasyR1's default), else
-    1; 1 on CPU, where one engine per process is fastest, and where the first process of an engine drives its peers
-    (a disaggregated rollout pool, asynchronous episodes: set it to shard those). On CPU a value > 1 shards the engine over the group's processes (gloo and vLLM's shared-memory
-    all-reduce), for checking tensor-parallel runs on a laptop."""
+    rollout pool's processes of a node. The group's first process runs the request loop and its peers repeat its
+    engine calls. Unset: 2 on GPUs where the training world is even (EasyR1's default), else 1; 1 on CPU, where one
+    engine per process is fastest, and in a disaggregated rollout pool (set it to shard those). On CPU a value > 1
+    shards the engine over the group's processes (gloo and vLLM's shared-memory all-reduce), for checking
+    tensor-parallel runs on a laptop."""
     max_model_len: int | None = None
     """Longest sequence the engine accepts; defaults to prompt + response length."""
     max_num_batched_tokens: int = 8192

@@ -11,18 +11,17 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""One request loop for a tensor-parallel engine whose requests follow outside timing: asynchronous multi-turn and
-client-style episodes, and every engine of a disaggregated rollout pool (admissions, weight loads and validation
-calls reach its processes at their own moments).
+"""One request loop for a tensor-parallel engine, in every mode: the group's first process runs it and its peers
+repeat its engine calls.
 
 The processes of a tensor-parallel engine must add, abort and step the same requests in the same order, or vLLM's
-collectives mismatch. A single-turn request loop gets that by running the same loop on every peer. An episode's next
-turn, though, is ready when its environment says so, which differs from process to process. So the group's first
-process runs the loop and the environments (`EngineLeader`). Before each engine step it sends the peers the engine
-calls made since the last step, and any other engine work (a weight load, a validation call) at the point between
-two steps where it does its own. The peers (`follow`) only repeat those calls, step, and run their own copy of that
-work; they get a call's result at its end. The messages travel on the tensor-parallel group's gloo group, one per
-engine step.
+collectives mismatch, and their calls come at different moments: an episode's next turn is ready when its
+environment says so, a rollout pool's admissions, weight loads and validation calls reach each process on its own.
+So the group's first process runs the request loop and the environments (`EngineLeader`, the engine as its loop
+sees it). Before each engine step it sends the peers the engine calls made since the last step, and any other
+engine work (a weight load, a validation call) at the point between two steps where it does its own. The peers
+(`follow`) only repeat those calls and run their own copy of that work; they get a call's result at its end. The
+messages travel on the tensor-parallel group's gloo group, one per engine step.
 """
 
 from collections.abc import Callable
@@ -31,7 +30,6 @@ from typing import Any
 import torch.distributed as dist
 
 
-_STEP = "step"
 _END = "end"
 STOP = "stop"
 """The peers' `follow` returns: the engine is shut down (a rollout pool's worker closing)."""
@@ -70,15 +68,14 @@ class EngineLeader:
         self.engine.add_request(request_id, self.render(prompt), params, lora_request=lora_request)
 
     def abort_request(self, request_ids: list[str]) -> None:
-        self._calls.append(("abort", list(request_ids)))
+        self._calls.append(("abort_request", list(request_ids)))
         self.engine.abort_request(list(request_ids))
 
     def has_unfinished_requests(self) -> bool:
         return self.engine.has_unfinished_requests()
 
     def step(self) -> list[Any]:
-        _broadcast((*self._calls, (_STEP,)), self.group, self.src)
-        self._calls = []
+        self.send("step")
         return self.engine.step()
 
     def send(self, kind: str, *args: Any) -> None:
@@ -102,8 +99,9 @@ def follow(
     lora_request: Callable[[], Any],
     handlers: dict[str, Callable[..., Any]] | None = None,
 ) -> Any:
-    """On a peer: repeat the first process's engine calls and steps until it ends the call (return its result) or
-    sends STOP (return None); other messages run their entry of `handlers` with the message's arguments."""
+    """On a peer: repeat the first process's engine calls (by name; its requests rendered here) until it ends the
+    call (return its result) or sends STOP (return None); other messages run their entry of `handlers` with the
+    message's arguments."""
     engine = llm.llm_engine
     src = dist.get_global_rank(group, 0)
     while True:
@@ -114,10 +112,8 @@ def follow(
                 engine.add_request(
                     request_id, render(prompt), params, lora_request=lora_request() if with_lora else None
                 )
-            elif kind == "abort":
-                engine.abort_request(call[1])
-            elif kind == _STEP:
-                engine.step()
+            elif kind in ("abort_request", "step"):
+                getattr(engine, kind)(*call[1:])
             elif kind == _END:
                 _, result, failure = call
                 if failure is not None:

@@ -24,6 +24,7 @@ Requests are added in the order and with the seeds `LLM.generate` would give the
 for sample j), so a call that runs every group to completion samples exactly what `LLM.generate` samples.
 """
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import count
@@ -120,9 +121,9 @@ class RequestLoop:
     engine input into what `LLMEngine.add_request` takes.
 
     `run` is the colocated rollout's blocking call. Its pieces (`submit`, `step` = one engine step + `record`,
-    `suspend`, `pick`, `pop`) also serve a loop that steps the engine continuously in its own thread (the
-    disaggregated rollout worker): every method but `record` and `pick` touches the engine, so only that thread calls
-    them.
+    `suspend`, `pick`, `pop`) also serve a thread that steps the engine continuously (the disaggregated rollout
+    worker, `verl.serve`): every method but `record` and `pick` touches the engine, so only that thread calls them.
+    `step` is the one place in the project that steps an engine.
     """
 
     def __init__(self, llm: Any, render: Callable[[dict[str, Any]], Any], name: str = "loop") -> None:
@@ -144,6 +145,11 @@ class RequestLoop:
         """A progress bar (tqdm) that counts finished samples, while a caller shows one (rollout.disable_tqdm)."""
         self._reported: set[int] = set()
         """Complete groups handed over for scoring (`newly_complete`) and still in the loop."""
+        self.lock: Any = contextlib.nullcontext()
+        """Held while a step's outputs are recorded: the lock of a thread stepping the engine while others read the
+        groups (the rollout pool's worker)."""
+        self.outside: Callable[[Any], None] | None = None
+        """Where the outputs of requests the caller added to the engine itself go (`verl.serve`'s clients)."""
 
     def admit(
         self,
@@ -316,15 +322,20 @@ class RequestLoop:
                 added += 1
         return added
 
-    def step(self, version: int) -> bool:
+    def step(self, version: int = 0) -> bool:
         """One engine step, its outputs recorded under policy `version`; whether a group became complete."""
-        return self.record(self.llm.llm_engine.step(), version)
+        outputs = self.llm.llm_engine.step()
+        with self.lock:
+            return self.record(outputs, version)
 
     def record(self, outputs: list[Any], version: int) -> bool:
         """Append one engine step's outputs (DELTA) to their samples, tokens tagged with `version`; whether a group
         became complete."""
         finished_groups = False
         for output in outputs:
+            if output.request_id not in self.active and self.outside is not None:
+                self.outside(output)
+                continue
             group, sample = self.active[output.request_id]
             for completion in output.outputs:
                 ids = list(completion.token_ids)

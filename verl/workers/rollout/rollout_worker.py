@@ -348,6 +348,7 @@ class RolloutWorker(Worker):
         def env_pending() -> bool:
             return turns is not None and turns.pending > 0
 
+        loop.lock = self._cond  # the driver's calls read the groups the engine thread records
         try:
             while True:
                 heartbeat = False
@@ -391,10 +392,10 @@ class RolloutWorker(Worker):
                         turns.wait(_ENV_WAIT_S)
                     continue
                 start = time.perf_counter()
-                outputs = engine.step()
+                completed = loop.step(self.version)
                 with self._cond:
                     self._busy_s += time.perf_counter() - start
-                    if loop.record(outputs, self.version):
+                    if completed:
                         self._cond.notify_all()
         except BaseException as err:
             logger.exception("The rollout engine's thread failed.")

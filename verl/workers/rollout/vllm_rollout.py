@@ -393,20 +393,16 @@ class VLLMRollout:
             self.image_tokens = ImageTokens(processor, tokenizer) if self.multimodal else None
             self.model_path = model_path
         self.engine_leader: EngineLeader | None = None
-        """Episodes or a rollout pool's engine (colocated=False), tensor-parallel, on the group's first process: the
-        request loop's engine calls go to its peers (engine_mirror). Single-turn calls of colocated engines need no
-        leader: every peer runs the same requests with the same seeds."""
+        """A tensor-parallel engine's first process: its request loops' engine calls go to its peers too
+        (engine_mirror), in every mode."""
         self.follows = False
-        """The same on a peer: it repeats the first process's engine calls."""
+        """A tensor-parallel engine's other processes: they repeat the first process's engine calls."""
         tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
-        if tp_size > 1 and (self.env is not None or not colocated):  # a rollout pool's engine follows outside calls
-            if tp_rank == 0:
-                self.engine_leader = EngineLeader(self.inference_engine, render, tp_group)
-                self.request_loop = RequestLoop(self.engine_leader, lambda prompt: prompt, "async")  # leader renders
-                if self.env is not None:
-                    self.call_loop = RequestLoop(self.engine_leader, lambda prompt: prompt, "call")
-            else:
-                self.follows = True
+        if tp_size > 1 and tp_rank == 0:
+            self.engine_leader = EngineLeader(self.inference_engine, render, tp_group)
+            self.request_loop = RequestLoop(self.engine_leader, lambda prompt: prompt, "async")  # the leader renders
+            self.call_loop = RequestLoop(self.engine_leader, lambda prompt: prompt, "call")
+        self.follows = tp_size > 1 and tp_rank > 0
         self.lora_request = None
 
     @property
@@ -547,10 +543,10 @@ class VLLMRollout:
         loop, validate = self.call_loop, request.validate
         n, greedy, make_params, base_seed = self.request_sampling(request, loop)
         budget = self.call_response_length(request)
-        if self.follows and self.env is not None:  # the group's first process runs the episodes
+        if self.follows:  # the group's first process runs the loop
             self._count_call(validate)
             return self._follow().chunk(tp_size)[tp_rank]
-        leader = self.engine_leader if loop.llm is self.engine_leader else None
+        leader = self.engine_leader
         with self._leading(leader):
             with preserved_rng_state(), self._cleared_on_error(loop):
                 self.admit(prompts, 0, budget, seed_rank, n, greedy, loop=loop, validate=validate, base_seed=base_seed)
