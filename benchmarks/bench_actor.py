@@ -253,7 +253,7 @@ def make_batch(args: argparse.Namespace, pad_id: int, vocab: int) -> DataProto:
         "response_mask": response_mask,
         "advantages": torch.randn(response_mask.shape, generator=generator) * response_mask,
     }
-    return DataProto.from_dict(tensors=tensors, meta_info={"temperature": args.temperature})
+    return DataProto.from_dict(tensors=tensors)
 
 
 def build_model_and_optimizer(
@@ -309,7 +309,7 @@ class ProjectActor:
         return self.actor.compute_log_probs(data, self.temperature)
 
     def update(self, data: DataProto) -> None:
-        self.actor.update_policy(data)
+        self.actor.update_policy(data, self.temperature)
 
 
 class BareLoop:

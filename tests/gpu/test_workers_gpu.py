@@ -33,6 +33,7 @@ import torch.multiprocessing as mp
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.protocol import DataProto
 from verl.utils.torch_functional import log_probs_from_logits, positions_from_mask
+from verl.workers.config import UpdateRequest
 
 
 VOCAB = 2000
@@ -127,7 +128,7 @@ def text_batch(seed: int, rows: int = 8, prompt_len: int = 32, response_len: int
         "values": torch.randn(shape, generator=generator) * response_mask,
         "returns": torch.randn(shape, generator=generator) * response_mask,
     }
-    return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
+    return DataProto.from_dict(tensors=tensors)
 
 
 def hf_log_probs(model_path: str, data: DataProto) -> torch.Tensor:
@@ -209,7 +210,7 @@ def test_critic_and_reference_rpcs_on_cuda(workspace):
     assert all(param.device.type == "cpu" for param in critic.critic_module.parameters())  # offloaded between phases
     values = critic.compute_values(data).batch["values"]
     assert values.device.type == "cpu" and torch.isfinite(values).all()
-    metrics = critic.update_critic(data).meta_info["metrics"]
+    metrics = critic.update_critic(data, UpdateRequest(1)).meta_info["metrics"]
     assert all(torch.isfinite(torch.tensor(value)) for value in metrics.values()), metrics
     assert all(param.device.type == "cpu" for param in critic.critic_module.parameters())
 
@@ -318,8 +319,7 @@ def test_lora_update_after_a_reference_first_forward_on_cuda(workspace):
     with adapters_disabled(model):
         reference = actor.compute_log_probs(data, 1.0)
     data.batch["advantages"] = data.batch["response_mask"].float()  # raise every sampled token
-    data.meta_info["temperature"] = 1.0
-    metrics = actor.update_policy(data)  # on-policy: the old log-probs are the forward's own
+    metrics = actor.update_policy(data, 1.0)  # on-policy: the old log-probs are the forward's own
     assert torch.isfinite(torch.tensor(metrics["actor/grad_norm"])) and metrics["actor/grad_norm"] > 0, metrics
     after = actor.compute_log_probs(data, 1.0)
     gain = ((after - reference) * data.batch["response_mask"]).sum()
@@ -348,15 +348,15 @@ def test_actor_checkpoint_round_trip_on_cuda(workspace, tmp_path):
 
     data = text_batch(0).to(device)
     model, optimizer, actor = build()
-    actor.update_policy(data)
+    actor.update_policy(data, 1.0)
     FSDPCheckpointManager(model, optimizer).save(str(tmp_path / "ckpt"), extra_state={"step": 1})
     expected = actor.compute_log_probs(data, 1.0)
-    next_metrics = actor.update_policy(data)
+    next_metrics = actor.update_policy(data, 1.0)
 
     fresh_model, fresh_optimizer, fresh_actor = build()
     assert FSDPCheckpointManager(fresh_model, fresh_optimizer).load(str(tmp_path / "ckpt")) == {"step": 1}
     assert torch.equal(fresh_actor.compute_log_probs(data, 1.0), expected)
-    fresh_metrics = fresh_actor.update_policy(data)
+    fresh_metrics = fresh_actor.update_policy(data, 1.0)
     assert fresh_metrics["actor/pg_loss"] == next_metrics["actor/pg_loss"]  # the same weights, the same forward
     # CUDA's embedding backward adds with atomics, in any order: gradients agree to rounding, not bit for bit
     assert fresh_metrics["actor/grad_norm"] == pytest.approx(next_metrics["actor/grad_norm"], rel=1e-4)
@@ -395,7 +395,7 @@ def test_actor_rollout_ref_step_on_cuda(workspace, tmp_path):
     assert (old - ref).abs().max() < 0.1  # nothing trained yet: actor (bf16 compute) and ref (bf16) agree
     rollout = rollout.union(DataProto.from_dict(tensors={"old_log_probs": old, "ref_log_probs": ref}))
     rollout.batch["advantages"] = torch.randn(old.shape) * rollout.batch["response_mask"]
-    update = worker.update_actor(rollout).meta_info["metrics"]
+    update = worker.update_actor(rollout, UpdateRequest(1)).meta_info["metrics"]
     assert update["actor/grad_norm"] > 0 and torch.isfinite(torch.tensor(update["actor/pg_loss"]))
     optimizer_devices = {
         value.device.type
@@ -441,7 +441,7 @@ def test_lora_actor_rollout_ref_on_cuda(workspace, tmp_path):
     assert torch.equal(old, ref), (old - ref).abs().max()  # zero-initialised lora_B: the adapted model is the base
     rollout = rollout.union(DataProto.from_dict(tensors={"old_log_probs": old, "ref_log_probs": ref}))
     rollout.batch["advantages"] = torch.randn(old.shape) * rollout.batch["response_mask"]
-    update = worker.update_actor(rollout).meta_info["metrics"]
+    update = worker.update_actor(rollout, UpdateRequest(1)).meta_info["metrics"]
     assert update["actor/grad_norm"] > 0, update
     after = worker.compute_log_probs(rollout).batch["old_log_probs"]
     assert (after - old).abs().max() > 0
@@ -514,7 +514,7 @@ def test_lora_adapter_sync_on_cuda(workspace):
     old = worker.compute_log_probs(rollout).batch["old_log_probs"]
     rollout = rollout.union(DataProto.from_dict(tensors={"old_log_probs": old}))
     rollout.batch["advantages"] = torch.randn(old.shape) * rollout.batch["response_mask"]
-    worker.update_actor(rollout)
+    worker.update_actor(rollout, UpdateRequest(1))
     assert (worker.compute_log_probs(rollout).batch["old_log_probs"] - old).abs().max() > 0  # the adapters moved
     second = worker.prepare_rollout_engine()
     assert second["rollout/weight_sync_mean_gap"] < 0.1, second  # base kept through sleep, new adapter loaded
@@ -596,7 +596,7 @@ def _two_rank_rpcs(rank: int, world_size: int, port: int, text_model: str, root:
     data = text_batch(0).chunk(world_size)[rank]
     critic = FSDPWorker(config, "critic", device="cuda")
     critic.init_model()
-    metrics = critic.update_critic(data).meta_info["metrics"]
+    metrics = critic.update_critic(data, UpdateRequest(1)).meta_info["metrics"]
     assert all(torch.isfinite(torch.tensor(value)) for value in metrics.values())
     ref = FSDPWorker(config, "ref", device="cuda")
     ref.init_model()

@@ -112,7 +112,7 @@ def make_text_batch(
         "response_mask": attention_mask[:, prompt_len:].clone(),
     }
     _training_columns(batch, generator)
-    return DataProto.from_dict(tensors=batch, meta_info={"temperature": 0.7})
+    return DataProto.from_dict(tensors=batch)
 
 
 def make_vl_batch(
@@ -168,7 +168,7 @@ def make_vl_batch(
     }
     _training_columns(batch, generator)
     non_tensors = {"multi_modal_data": [None if image is None else {"images": [image]} for image in images]}
-    return DataProto.from_dict(tensors=batch, non_tensors=non_tensors, meta_info={"temperature": 0.7})
+    return DataProto.from_dict(tensors=batch, non_tensors=non_tensors)
 
 
 def reference_outputs(model: torch.nn.Module, data: DataProto, temperature: float) -> dict[str, torch.Tensor]:

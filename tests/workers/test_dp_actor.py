@@ -141,7 +141,7 @@ def check_gradients(model, local, full, ref_model, modes=MODES, loss_avg_modes=(
                 padding_free, dynamic, loss_avg_mode=loss_avg_mode, fsdp=FSDPConfig(gather_once_per_pass=gather_once)
             )
             actor = DataParallelPPOActor(config, model, optimizer, rollout_n=1)
-            metrics = actor.update_policy(local)
+            metrics = actor.update_policy(local, TEMPERATURE)
             assert np.isfinite(metrics["actor/grad_norm"]) and metrics["actor/kl_loss"] > 0
             assert metrics["actor/pg_clipfrac"] > 0
             got = {key: value for key, value in optimizer.grads.items() if value is not None}
@@ -168,7 +168,7 @@ def check_updates(model_config, local, rank: int, fsdp_size: int) -> None:
     optimizer = build_optimizer(model, OptimConfig(lr=2e-5, weight_decay=0.0))
     actor = DataParallelPPOActor(actor_config(True, True, entropy_coeff=0.0, use_kl_loss=False), model, optimizer)
     local.batch["old_log_probs"] = actor.compute_log_probs(local, TEMPERATURE)
-    losses = [actor.update_policy(local)["actor/pg_loss"] for _ in range(4)]
+    losses = [actor.update_policy(local, TEMPERATURE)["actor/pg_loss"] for _ in range(4)]
     assert losses[-1] < losses[0] - 1e-3, losses
     assert all(b < a for a, b in zip(losses, losses[1:])), losses
 
@@ -186,7 +186,7 @@ def check_updates(model_config, local, rank: int, fsdp_size: int) -> None:
     before = [param.detach().clone() for param in model.parameters()]
     poisoned = local[np.arange(len(local))]
     poisoned.batch["advantages"][0, 0] = float("nan")
-    metrics = actor.update_policy(poisoned)
+    metrics = actor.update_policy(poisoned, TEMPERATURE)
     assert not np.isfinite(metrics["actor/grad_norm"])
     assert all(torch.equal(a.to_local(), b.to_local()) for a, b in zip(before, model.parameters()))
 
@@ -264,7 +264,7 @@ def _run_vl_actor(rank: int, world_size: int, port: int, model_dir: str) -> None
     assert not any(id(param) in tower_ids for group in optimizer.param_groups for param in group["params"])
     before = {name: param.detach().clone() for name, param in frozen.named_parameters()}
     actor = DataParallelPPOActor(actor_config(True, True, use_kl_loss=False), frozen, optimizer)
-    actor.update_policy(local)
+    actor.update_policy(local, TEMPERATURE)
     for name, param in frozen.named_parameters():
         same = torch.equal(param.to_local(), before[name].to_local())
         assert same == (id(param) in tower_ids), f"{name}: frozen={id(param) in tower_ids} but unchanged={same}"
@@ -303,7 +303,7 @@ def test_single_process_actor_matches_hf_in_every_mode_and_trains(model_root: st
     data.batch["old_log_probs"] = reference["log_probs"]
     config = actor_config(True, True, global_batch_size=6, entropy_coeff=0.0, use_kl_loss=False)
     actor = DataParallelPPOActor(config, model, build_optimizer(model, OptimConfig(lr=2e-5, weight_decay=0.0)))
-    first, second = (actor.update_policy(data) for _ in range(2))
+    first, second = (actor.update_policy(data, TEMPERATURE) for _ in range(2))
     assert second["actor/pg_loss"] < first["actor/pg_loss"]
     assert first["actor/ppo_kl"] == pytest.approx(0.0, abs=1e-6) and first["actor/lr"] == 2e-5
     assert set(first) >= {
@@ -333,10 +333,9 @@ def test_on_policy_update_without_old_log_probs_has_the_same_loss_and_gradient(m
         actor = DataParallelPPOActor(config, model, optimizer)
         batch = data.select(batch_keys=["input_ids", "attention_mask", "position_ids", "responses", "response_mask"])
         batch.batch["advantages"] = data.batch["advantages"]
-        batch.meta_info["temperature"] = TEMPERATURE
         if with_old:
             batch.batch["old_log_probs"] = actor.compute_log_probs(batch, TEMPERATURE)
-        metrics = actor.update_policy(batch)
+        metrics = actor.update_policy(batch, TEMPERATURE)
         results.append((metrics, {name: grad.clone() for name, grad in optimizer.grads.items() if grad is not None}))
     (with_old, grads_old), (without, grads_new) = results
     assert without["actor/pg_loss"] == pytest.approx(with_old["actor/pg_loss"], rel=1e-5, abs=1e-7)
@@ -346,7 +345,7 @@ def test_on_policy_update_without_old_log_probs_has_the_same_loss_and_gradient(m
     with pytest.raises(KeyError, match="off-policy"):  # two epochs need the behaviour policy's log-probs
         DataParallelPPOActor(
             dataclasses.replace(config, ppo_epochs=2), model, recording_optimizer(model)
-        ).update_policy(batch)
+        ).update_policy(batch, TEMPERATURE)
 
 
 def test_dense_micro_batches_run_padded_where_the_device_asks_for_it(model_root: str, monkeypatch) -> None:
@@ -370,8 +369,7 @@ def test_dense_micro_batches_run_padded_where_the_device_asks_for_it(model_root:
         optimizer = recording_optimizer(model)
         actor = DataParallelPPOActor(config, model, optimizer)
         data.batch["old_log_probs"] = log_probs = actor.compute_log_probs(data, TEMPERATURE)
-        data.meta_info["temperature"] = TEMPERATURE
-        actor.update_policy(data)
+        actor.update_policy(data, TEMPERATURE)
         return log_probs, {name: grad for name, grad in optimizer.grads.items() if grad is not None}
 
     packed = run(dense)
@@ -388,9 +386,9 @@ def test_dense_micro_batches_run_padded_where_the_device_asks_for_it(model_root:
     assert calls == []
 
 
-def test_entropy_coeff_from_meta_info_replaces_the_configured_one(model_root: str) -> None:
+def test_the_steps_entropy_coeff_replaces_the_configured_one(model_root: str) -> None:
     """Adaptive entropy control sends each step's coefficient: it is the one applied, and the entropy reported is the
-    exact one even at coefficient 0 (without the key, coefficient 0 reports the -log p estimate)."""
+    exact one even at coefficient 0 (without it, coefficient 0 reports the -log p estimate)."""
     from verl.models.config import ModelConfig
     from verl.models.loading import build_model
     from verl.workers.actor.dp_actor import DataParallelPPOActor
@@ -411,10 +409,7 @@ def test_entropy_coeff_from_meta_info_replaces_the_configured_one(model_root: st
         )
         batch = data.select(batch_keys=["input_ids", "attention_mask", "position_ids", "responses", "response_mask"])
         batch.batch["advantages"] = data.batch["advantages"]
-        batch.meta_info["temperature"] = TEMPERATURE
-        if meta_coeff is not None:
-            batch.meta_info["entropy_coeff"] = meta_coeff
-        metrics = actor.update_policy(batch)
+        metrics = actor.update_policy(batch, TEMPERATURE, entropy_coeff=meta_coeff)
         return metrics, {name: grad.clone() for name, grad in optimizer.grads.items() if grad is not None}
 
     configured, grads_configured = update(0.05, None)
@@ -441,10 +436,8 @@ def test_actor_input_errors_name_the_missing_key(model_root: str) -> None:
     actor = DataParallelPPOActor(actor_config(False, False, global_batch_size=2), model, recording_optimizer(model))
     with pytest.raises(KeyError, match="position_ids"):
         actor.compute_log_probs(data.select(batch_keys=["input_ids", "attention_mask", "responses"]), 1.0)
-    with pytest.raises(KeyError, match="temperature"):
-        actor.update_policy(data.select(meta_info_keys=[]))
     with pytest.raises(RuntimeError, match="optimizer"):
-        DataParallelPPOActor(actor_config(False, False), model).update_policy(data)
+        DataParallelPPOActor(actor_config(False, False), model).update_policy(data, TEMPERATURE)
     empty = DataProto.from_dict(data.batch.to_dict(), {"multi_modal_data": [None, None]}, data.meta_info)
     assert actor.compute_log_probs(empty, 1.0).shape == data.batch["responses"].shape  # text rows need nothing
     image = {"images": [Image.new("RGB", (56, 56))]}

@@ -58,11 +58,10 @@ def _run(rank: int, world_size: int, port: int, model_dir: str, checkpoint_dir: 
     initial = get_full_state_dict(model, rank0_only=False)
 
     data = make_text_batch(seed=rank, batch_size=4)
-    data.meta_info["temperature"] = 1.0
     before = actor.compute_log_probs(data, 1.0)
     data.batch["old_log_probs"] = before
     data.batch["advantages"] = torch.where(data.batch["response_mask"].bool(), 1.0, 0.0)  # raise every sampled token
-    losses = [actor.update_policy(data)["actor/pg_loss"] for _ in range(4)]
+    losses = [actor.update_policy(data, 1.0)["actor/pg_loss"] for _ in range(4)]
     assert losses[-1] < losses[0] - 1e-3, losses
     after = actor.compute_log_probs(data, 1.0)
     with adapters_disabled(model):

@@ -62,7 +62,7 @@ def _run(rank: int, world_size: int, port: int, model_dir: str) -> None:
             log_probs, entropy = actor.compute_log_probs(full, TEMPERATURE, calculate_entropy=True)
             assert (log_probs - reference["log_probs"]).abs().max().item() <= 1e-5, name
             assert (entropy - reference["entropy"]).abs().max().item() <= 1e-4, name
-            metrics = actor.update_policy(full)
+            metrics = actor.update_policy(full, TEMPERATURE)
             assert np.isfinite(metrics["actor/grad_norm"]) and metrics["actor/kl_loss"] > 0
             got = {key: value for key, value in optimizer.grads.items() if value is not None}
             assert set(got) == set(expected), set(got) ^ set(expected)
@@ -143,7 +143,7 @@ def _run_vl(rank: int, world_size: int, port: int, model_dir: str) -> None:
     actor = DataParallelPPOActor(config, model, optimizer, rollout_n=1, sp_group=group)
     log_probs = actor.compute_log_probs(full, TEMPERATURE)
     assert (log_probs - reference["log_probs"]).abs().max().item() <= 1e-5
-    actor.update_policy(full)
+    actor.update_policy(full, TEMPERATURE)
     got = {key: value for key, value in optimizer.grads.items() if value is not None}
     assert set(got) == set(expected), set(got) ^ set(expected)
     assert any("visual" in key for key in got)  # the vision tower trains through the split language model

@@ -68,6 +68,7 @@ from verl.trainer.preemption import StopRequest, TrainingInterrupted
 from verl.utils.checkpoint.fsdp_checkpoint_manager import storage_error
 from verl.utils.checkpoint.integrity import write_record as write_integrity_record
 from verl.utils.seqlen_balancing import balance_batch
+from verl.workers.config import UpdateRequest
 from verl.workers.rollout.request_loop import RolloutRequest
 
 
@@ -350,10 +351,7 @@ class RayPPOTrainer:
             batch = self._make_batch_data(metrics)
             append_metrics(metrics, self.rollout_wg.release_rollout_engine() or {})
         self._balance_batch(batch, metrics)
-        batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
-        batch.meta_info["temperature"] = self.config.worker.rollout.temperature
-        batch.meta_info["global_step"] = self.global_step  # names the step in a user function's errors (workers)
-        user_functions.set_training_step(self.global_step)  # and in the driver's (estimator, KL, correction)
+        user_functions.set_training_step(self.global_step)  # names it in the driver's errors (estimator, KL, ...)
 
         pending = None
         if "token_level_scores" not in batch.batch.keys():
@@ -398,13 +396,12 @@ class RayPPOTrainer:
 
         if self.use_critic:
             with timer("update_critic", timing_raw):
-                output = self.critic_wg.update_critic(batch)
+                output = self.critic_wg.update_critic(batch, UpdateRequest(self.global_step))
                 append_metrics(metrics, output.meta_info["metrics"])
         if self.global_step >= self.config.trainer.critic_warmup:
-            if self.entropy_ctrl is not None:
-                batch.meta_info["entropy_coeff"] = self.entropy_ctrl.coef
+            coef = None if self.entropy_ctrl is None else self.entropy_ctrl.coef
             with timer("update_actor", timing_raw):
-                output = wg.update_actor(self._actor_update_batch(batch))
+                output = wg.update_actor(self._actor_update_batch(batch), UpdateRequest(self.global_step, coef))
                 append_metrics(metrics, output.meta_info["metrics"])
             if self.entropy_ctrl is not None:  # the coefficient of the next step, from this step's entropy
                 self.entropy_ctrl.update(float(np.mean(output.meta_info["metrics"]["actor/entropy_loss"])))

@@ -261,6 +261,16 @@ class RewardConfig:
                 raise ConfigError(f"{key}: {err}") from None
 
 
+@dataclass(frozen=True)
+class UpdateRequest:
+    """What the driver tells the workers' update of one step (`update_actor`, `update_critic`)."""
+
+    global_step: int
+    """The training step, named in a user function's errors."""
+    entropy_coeff: float | None = None
+    """Adaptive entropy control's coefficient for this step (algorithm.entropy_controller); None: actor.entropy_coeff."""
+
+
 @dataclass
 class WorkerConfig:
     hybrid_engine: bool = True

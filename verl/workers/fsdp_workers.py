@@ -27,6 +27,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import torch
@@ -53,7 +54,7 @@ from verl.utils import device as device_utils
 from verl.utils.checkpoint import FSDPCheckpointManager
 from verl.utils.optim import build_lr_scheduler, build_optimizer
 from verl.workers.actor.dp_actor import DataParallelPPOActor, process_multi_modal_inputs
-from verl.workers.config import WorkerConfig
+from verl.workers.config import UpdateRequest, WorkerConfig
 from verl.workers.critic.dp_critic import DataParallelPPOCritic
 from verl.workers.rollout.request_loop import RolloutRequest
 
@@ -296,10 +297,8 @@ class FSDPWorker(Worker):
         return own_rows(DataProto.from_dict(tensors={name: output}), sp_group)
 
     def _log_probs(self, model: DataParallelPPOActor) -> Callable[[DataProto], torch.Tensor]:
-        """`model`'s log-probs of a batch at its sampling temperature (meta_info's, else the rollout's)."""
-        return lambda rows: model.compute_log_probs(
-            rows, temperature=float(rows.meta_info.get("temperature", self.config.rollout.temperature))
-        )
+        """`model`'s log-probs of a batch at the rollout's sampling temperature."""
+        return lambda rows: model.compute_log_probs(rows, temperature=self.config.rollout.temperature)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_probs(self, data: DataProto) -> DataProto:
@@ -327,28 +326,37 @@ class FSDPWorker(Worker):
         update: Callable[[DataProto], dict[str, float]],
         resident: contextlib.AbstractContextManager,
         lr_scheduler: Any,
+        request: UpdateRequest,
     ) -> DataProto:
         """An update phase: the batch's media inputs built, the rows of this rank's sequence-parallel group gathered,
         `update` run on them inside `resident`, then one lr-scheduler step; the metrics, `<role>/lr` the step's."""
         process_multi_modal_inputs(data, self.processor)
         data = gather_rows(data, sp_group)
-        with resident, training_step(data.meta_info.get("global_step")):  # named in a user function's errors
+        with resident, training_step(request.global_step):  # named in a user function's errors
             metrics = update(data)
         metrics[f"{role}/lr"] = lr_scheduler.get_last_lr()[0]
         lr_scheduler.step()
         return DataProto(meta_info={"metrics": metrics})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    def update_actor(self, data: DataProto) -> DataProto:
-        data.meta_info.setdefault("temperature", self.config.rollout.temperature)
+    def update_actor(self, data: DataProto, request: UpdateRequest) -> DataProto:
         resident = self._resident(self.actor_module, self.config.actor.offload, self.actor_optimizer)
-        return self._update(data, self.sp_group, "actor", self.actor.update_policy, resident, self.actor_lr_scheduler)
+        update = partial(
+            self.actor.update_policy, temperature=self.config.rollout.temperature, entropy_coeff=request.entropy_coeff
+        )
+        return self._update(data, self.sp_group, "actor", update, resident, self.actor_lr_scheduler, request)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
-    def update_critic(self, data: DataProto) -> DataProto:
+    def update_critic(self, data: DataProto, request: UpdateRequest) -> DataProto:
         resident = self._resident(self.critic_module, self.config.critic.offload, self.critic_optimizer)
         return self._update(
-            data, self.critic_sp_group, "critic", self.critic.update_critic, resident, self.critic_lr_scheduler
+            data,
+            self.critic_sp_group,
+            "critic",
+            self.critic.update_critic,
+            resident,
+            self.critic_lr_scheduler,
+            request,
         )
 
     # ------------------------------------------------------------------------------------------------ checkpoints

@@ -146,24 +146,23 @@ class DataParallelPPOActor:
         out = self.passes.compute(data, self._token_head(temperature, calculate_entropy))
         return (out["log_probs"], out["entropy"]) if calculate_entropy else out["log_probs"]
 
-    def update_policy(self, data: DataProto) -> dict[str, float]:
+    def update_policy(
+        self, data: DataProto, temperature: float, entropy_coeff: float | None = None
+    ) -> dict[str, float]:
         """PPO update: ppo_epochs passes over mini-batches, one optimizer step each; returns mean metrics.
 
-        Needs advantages, response_mask (and ref_log_probs with use_kl_loss), meta_info["temperature"] and
-        old_log_probs, except for an on-policy update (one epoch, one mini-batch): there the behaviour policy is the
+        `temperature` is the rollout's sampling temperature; `entropy_coeff` (adaptive entropy control's, for this
+        step) replaces actor.entropy_coeff, and the entropy is then computed exactly, even at 0. Needs advantages,
+        response_mask (and ref_log_probs with use_kl_loss) and old_log_probs, except for an on-policy update (one epoch, one mini-batch): there the behaviour policy is the
         current one, so its log-probs are the forward's own, detached (ratio 1, the same loss and gradient), and the
         separate old-log-prob forward can be skipped. A step whose gradient norm is not finite is skipped (gradients
         dropped, weights unchanged). Loss metrics are the mini-batch values over all ranks (identical on every rank).
         """
         if self.optimizer is None:
             raise RuntimeError("update_policy needs an optimizer; this actor was built without one (reference?).")
-        if "temperature" not in data.meta_info:
-            raise KeyError("update_policy needs meta_info['temperature'] (the rollout temperature); set it.")
         config = self.config
-        temperature = data.meta_info["temperature"]
-        # Adaptive entropy control sends this step's coefficient; the entropy is then computed exactly, even at 0.
-        adaptive_entropy = "entropy_coeff" in data.meta_info
-        entropy_coeff = float(data.meta_info.get("entropy_coeff", config.entropy_coeff))
+        adaptive_entropy = entropy_coeff is not None
+        entropy_coeff = float(config.entropy_coeff if entropy_coeff is None else entropy_coeff)
         use_kl_loss = config.use_kl_loss and not config.disable_kl
         extra_keys = ("advantages", "response_mask")
         if "old_log_probs" in data.batch.keys():
