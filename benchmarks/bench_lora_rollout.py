@@ -158,7 +158,7 @@ def bench_sync(args: argparse.Namespace) -> dict:
     from verl.utils import device as device_utils
     from verl.workers.rollout.config import RolloutConfig
     from verl.workers.rollout.vllm_rollout import VLLMRollout
-    from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager
+    from verl.workers.weight_sync.colocated import FSDPVLLMShardingManager
 
     size = {"hidden_size": args.hidden_size} if args.hidden_size else {}
     if args.hidden_size:  # keep the MLP at twice the width, as the default tiny model has it

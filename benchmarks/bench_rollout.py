@@ -18,8 +18,9 @@
    directory (only chunked prefill is off in both, which seeded requests need on CPU), without and with one seed
    per request. Runs alternate (ours, bare, ours, bare, ...) so a busy machine slows both alike; the best run of each
    is compared. Target: ratio >= 0.9.
-2. Weight sync: `sync_weights` from an FSDP2-sharded actor (a world of one gloo rank, so the DTensor gather path
-   runs) into the engine, versus a plain copy of the same state dict into preallocated tensors.
+2. Weight sync: the colocated sync (vLLM's loader, then the cache reset) from an FSDP2-sharded actor (a world of one
+   gloo rank, so the DTensor gather path runs) into the engine, versus a plain copy of the same state dict into
+   preallocated tensors.
 3. With `--step-scaling 1,4,16,64`: what one decode step of the engine costs with that many sequences running, as
    the asynchronous request loop asks for them (a seed each, the sampled token's log-prob). Asynchronous rollouts
    run new prompts beside the long tail of earlier ones; that is nearly free where the cost is flat in the count
@@ -194,8 +195,11 @@ def bench_sync(args: argparse.Namespace, model_dir: str, rollout: Any) -> dict[s
     from torch.distributed.fsdp import fully_shard
     from transformers import AutoModelForCausalLM
 
-    from verl.workers.sharding_manager.engine_layout import LayoutError
-    from verl.workers.sharding_manager.fsdp_vllm import checkpoint_names, engine_copy, iter_full_weights, sync_weights
+    from verl.workers.rollout import vllm_compat
+    from verl.workers.weight_sync import sync
+    from verl.workers.weight_sync.gather import checkpoint_names, iter_full_weights
+    from verl.workers.weight_sync.opt_in import LayoutError, engine_copy
+    from verl.workers.weight_sync.sinks import EngineLoader
 
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     actor = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)  # fp32 master weights
@@ -211,31 +215,38 @@ def bench_sync(args: argparse.Namespace, model_dir: str, rollout: Any) -> dict[s
         for name, tensor in state.items():
             targets[name].copy_(tensor)
 
-    sync_weights(actor, rollout.inference_engine, rollout.torch_dtype, names)  # warm-up
+    llm = rollout.inference_engine
+    loader = EngineLoader(llm)
+
+    def sync_weights(sink: Any = loader, reset: bool = True) -> None:  # the colocated sync of a CPU engine
+        sync(sink, iter_full_weights, actor, rollout.torch_dtype, names)
+        if reset:
+            vllm_compat.reset_caches_after_weight_update(llm)
+
+    sync_weights()  # warm-up
     plain_copy()
-    sync_times = [_time(lambda: sync_weights(actor, rollout.inference_engine, rollout.torch_dtype, names))]
+    sync_times = [_time(sync_weights)]
     copy_times = [_time(plain_copy)]
     for _ in range(args.repeats - 1):
-        sync_times.append(_time(lambda: sync_weights(actor, rollout.inference_engine, rollout.torch_dtype, names)))
+        sync_times.append(_time(sync_weights))
         copy_times.append(_time(plain_copy))
 
     # the same sync without the cache reset (what a sleep-mode engine does), and the direct copy (weight_sync=direct)
-    llm = rollout.inference_engine
-    variants = {"sync_no_reset_s": None}
+    variants: dict[str, Any] = {"sync_no_reset_s": loader}
     try:
         variants["sync_direct_s"] = engine_copy(actor, llm, names)
     except (LayoutError, RuntimeError) as error:
         print(f"direct copy not available here: {error}")
     variant_s: dict[str, float] = {}
-    for key, copy in variants.items():
+    for key, sink in variants.items():
 
-        def sync(copy=copy) -> None:
-            sync_weights(actor, llm, rollout.torch_dtype, names, caches_empty=True, copy=copy)
+        def sync_variant(sink: Any = sink) -> None:
+            sync_weights(sink, reset=False)
 
-        sync()  # warm-up
-        variant_s[key] = min(_time(sync) for _ in range(args.repeats))
+        sync_variant()  # warm-up
+        variant_s[key] = min(_time(sync_variant) for _ in range(args.repeats))
     if "sync_direct_s" in variants:  # leave the engine as vLLM's loader fills it, for the generation benchmark
-        sync_weights(actor, llm, rollout.torch_dtype, names)
+        sync_weights()
 
     def gather_only() -> None:  # the actor side alone: every parameter gathered, cast and dropped
         stats = {"num_params": 0, "bytes": 0, "max_param_bytes": 0}
@@ -249,7 +260,7 @@ def bench_sync(args: argparse.Namespace, model_dir: str, rollout: Any) -> dict[s
         import pstats
 
         profiler = cProfile.Profile()
-        profiler.runcall(sync_weights, actor, rollout.inference_engine, rollout.torch_dtype, names)
+        profiler.runcall(sync_weights)
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(40)
         pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(40)

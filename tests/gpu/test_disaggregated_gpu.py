@@ -37,16 +37,16 @@ def _weights(device: str) -> list[tuple[str, torch.Tensor]]:
 
 
 def _member(rank: int, port: int, queue: "mp.Queue") -> None:
-    from verl.workers import weight_transfer
+    from verl.workers.weight_sync.sinks import PoolBroadcast, create_group, receive_weights
 
     device = torch.device("cuda", rank)
     torch.cuda.set_device(device)
-    group = weight_transfer.create_group("127.0.0.1", port, rank, 2, "nccl", timeout_s=120)
+    group = create_group("127.0.0.1", port, rank, 2, "nccl", timeout_s=120)
     if rank == 0:
-        weight_transfer.send_weights(group, iter(_weights(f"cuda:{rank}")), 2**20, device)
+        PoolBroadcast(group, 2**20, device).load(iter(_weights(f"cuda:{rank}")))
         queue.put(None)
     else:
-        received, stats = weight_transfer.receive_weights(group, device)
+        received, stats = receive_weights(group, device)
         queue.put([(name, tensor.cpu()) for name, tensor in received])
 
 

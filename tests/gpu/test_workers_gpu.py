@@ -220,7 +220,7 @@ def test_weights_streamed_to_the_engine_equal_per_parameter_gathers_on_cuda(work
     be bit for bit the master weights cast to bf16; for a float32 engine the float32 masters themselves."""
     from verl.models.config import FSDPConfig, ModelConfig
     from verl.models.fsdp import build_device_mesh, create_fsdp_model
-    from verl.workers.sharding_manager.fsdp_vllm import checkpoint_names, iter_full_weights
+    from verl.workers.weight_sync.gather import checkpoint_names, iter_full_weights
 
     device = torch.device("cuda", torch.cuda.current_device())
     model = create_fsdp_model(
@@ -246,7 +246,7 @@ def test_mixture_of_experts_weights_reach_the_engine_on_cuda(workspace):
     from verl.models.fsdp import build_device_mesh, create_fsdp_model
     from verl.workers.rollout.config import RolloutConfig
     from verl.workers.rollout.vllm_rollout import VLLMRollout
-    from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager
+    from verl.workers.weight_sync.colocated import FSDPVLLMShardingManager
 
     model_dir = get_or_build_tiny_model("qwen3_moe", str(workspace["root"] / "models"))
     device = torch.device("cuda", torch.cuda.current_device())
@@ -463,18 +463,21 @@ def test_direct_weight_copy_equals_vllms_loader_on_cuda(workspace):
     pytest.importorskip("vllm", reason="needs vLLM's GPU build (pip install vllm)")
     from verl.workers.fsdp_workers import FSDPWorker
     from verl.workers.rollout import vllm_compat
-    from verl.workers.sharding_manager.fsdp_vllm import sync_weights
+    from verl.workers.weight_sync import sync
+    from verl.workers.weight_sync.gather import iter_full_weights
+    from verl.workers.weight_sync.opt_in import EngineCopy
+    from verl.workers.weight_sync.sinks import EngineLoader
 
     config = worker_config(workspace, "worker.rollout.weight_sync=direct")
     worker = FSDPWorker(config, "actor_rollout", device="cuda")
     worker.init_model()
     manager = worker.sharding_manager
-    assert manager.direct is not None and not manager.verify
+    assert isinstance(manager.sink, EngineCopy) and not manager.verify
     synced = worker.prepare_rollout_engine()
     assert synced["rollout/weight_sync_mean_gap"] < 0.1, synced  # the check of the first direct copy
     llm = worker.rollout.inference_engine
     direct = {name: param.detach().clone() for name, param in vllm_compat.engine_parameters(llm).items()}
-    sync_weights(manager.module, llm, worker.rollout.torch_dtype, manager.names)  # vLLM's loader
+    sync(EngineLoader(llm), iter_full_weights, manager.module, worker.rollout.torch_dtype, manager.names)
     loaded = vllm_compat.engine_parameters(llm)
     assert direct.keys() == loaded.keys()
     for name, tensor in direct.items():

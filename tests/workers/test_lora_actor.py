@@ -39,7 +39,7 @@ def _run(rank: int, world_size: int, port: int, model_dir: str, checkpoint_dir: 
     from verl.utils.optim import OptimConfig, build_optimizer
     from verl.workers.actor.config import ActorConfig
     from verl.workers.actor.dp_actor import DataParallelPPOActor
-    from verl.workers.sharding_manager.fsdp_vllm import checkpoint_names, iter_full_weights
+    from verl.workers.weight_sync.gather import checkpoint_names, iter_full_weights
 
     def build():
         model_config = ModelConfig(

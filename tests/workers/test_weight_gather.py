@@ -35,7 +35,7 @@ def _streamed(model: torch.nn.Module, dtype: torch.dtype) -> tuple[dict[str, tor
     """iter_full_weights' output by checkpoint name, and how many single-parameter all-gathers it made."""
     from torch.distributed.tensor import DTensor
 
-    from verl.workers.sharding_manager.fsdp_vllm import checkpoint_names, iter_full_weights
+    from verl.workers.weight_sync.gather import checkpoint_names, iter_full_weights
 
     stats = {"num_params": 0, "bytes": 0, "max_param_bytes": 0}
     with mock.patch.object(DTensor, "full_tensor", autospec=True, side_effect=DTensor.full_tensor) as per_param:

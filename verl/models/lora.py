@@ -16,7 +16,7 @@
 The adapters are peft's LoRA layers injected in place, so the model keeps its Hugging Face class and FSDP2 shards it
 as any other; only `lora_A` / `lora_B` train. The rollout engine receives merged weights (W + alpha / rank x B @ A)
 under the original names, so generation runs at the base model's speed, or with `worker.rollout.lora_sync=adapters`
-the adapters in peft's layout (verl/workers/sharding_manager/lora_adapters.py); checkpoints hold the adapter only.
+the adapters in peft's layout (verl/workers/weight_sync/opt_in.py); checkpoints hold the adapter only.
 """
 
 import contextlib

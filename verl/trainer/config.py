@@ -673,7 +673,7 @@ def _check_rollout_pool(config: PPOConfig) -> None:
 
 def _check_weight_sync(config: PPOConfig) -> None:
     """rollout.weight_sync=direct copies into the engine's own parameters: built for one engine per process on CUDA
-    holding merged weights (engine_layout)."""
+    holding merged weights (weight_sync/opt_in.py)."""
     rollout = config.worker.rollout
     if rollout.weight_sync != "direct":
         return

@@ -181,7 +181,7 @@ class FSDPWorker(Worker):
         if self.has_rollout:
             # imported here: a critic-only process never pays for vLLM
             from verl.workers.rollout.vllm_rollout import VLLMRollout
-            from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager
+            from verl.workers.weight_sync.colocated import FSDPVLLMShardingManager
 
             self.rollout = VLLMRollout(
                 config.actor.model.model_path,
@@ -244,35 +244,29 @@ class FSDPWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_weight_transfer(self, host: str, port: int, world_size: int, backend: str) -> None:
         """Rank 0 joins the weight-transfer group as its member 0, hosting its store at host:port."""
-        from verl.workers import weight_transfer
+        from verl.workers.weight_sync.sinks import create_group
 
         if dist.get_rank() == 0:
-            self.transfer_group = weight_transfer.create_group(host, port, 0, world_size, backend)
+            self.transfer_group = create_group(host, port, 0, world_size, backend)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def send_weights(self, dtype: str, bucket_mb: int) -> dict[str, float]:
         """Gather the actor's full weights (every rank: one all-gather per FSDP unit) and broadcast them from rank 0
         to the rollout engines in buckets of `bucket_mb` MiB, cast to the engines' `dtype`."""
-        from verl.workers import weight_transfer
-        from verl.workers.sharding_manager.fsdp_vllm import checkpoint_names, iter_full_weights
+        from verl.workers.weight_sync import sync
+        from verl.workers.weight_sync.gather import checkpoint_names, iter_full_weights
+        from verl.workers.weight_sync.sinks import PoolBroadcast
 
         names = getattr(self, "_weight_names", None) or checkpoint_names(self.actor_module)
         self._weight_names = names
-        stats = {"num_params": 0, "bytes": 0, "max_param_bytes": 0, "gather_seconds": 0.0}
+        sink = PoolBroadcast(self.transfer_group, bucket_mb * 2**20, self.device)  # no group on ranks > 0
         start = time.perf_counter()
-        with self._resident(self.actor_module, self.config.actor.offload), torch.no_grad():
-            weights = iter_full_weights(self.actor_module, getattr(torch, dtype), names, stats)
-            if self.transfer_group is not None:
-                sent = weight_transfer.send_weights(self.transfer_group, weights, bucket_mb * 2**20, self.device)
-                broadcast = sent.seconds
-            else:
-                for _ in weights:  # the other ranks take part in the gathers only
-                    pass
-                broadcast = 0.0
+        with self._resident(self.actor_module, self.config.actor.offload):
+            stats = sync(sink, iter_full_weights, self.actor_module, getattr(torch, dtype), names)
         return {
             "timing_s/sync_weights": time.perf_counter() - start,
             "timing_s/sync_weights_gather": stats["gather_seconds"],
-            "timing_s/sync_weights_broadcast": broadcast,
+            "timing_s/sync_weights_broadcast": stats["broadcast_seconds"],
             "perf/sync_weights_gb": stats["bytes"] / 2**30,
         }
 

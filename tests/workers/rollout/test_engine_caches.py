@@ -83,7 +83,8 @@ def test_weight_sync_direct_falls_back_to_the_loader_where_the_engine_repacks(ro
     import torch
     from transformers import AutoModelForCausalLM
 
-    from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager, probe_log_prob_gap
+    from verl.workers.weight_sync.colocated import FSDPVLLMShardingManager, probe_log_prob_gap
+    from verl.workers.weight_sync.sinks import EngineLoader
 
     actor = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     with torch.no_grad():  # weights the engine does not hold yet
@@ -91,9 +92,9 @@ def test_weight_sync_direct_falls_back_to_the_loader_where_the_engine_repacks(ro
     config = rollout.config
     rollout.config = dataclasses.replace(config, weight_sync="direct")
     try:
-        with caplog.at_level(logging.WARNING, logger="verl.workers.sharding_manager.fsdp_vllm"):
+        with caplog.at_level(logging.WARNING, logger="verl.workers.weight_sync.colocated"):
             manager = FSDPVLLMShardingManager(actor, rollout)
-        assert manager.direct is None
+        assert isinstance(manager.sink, EngineLoader)
         assert "weight_sync=direct: The engine parameter model.layers.0.self_attn.qkv_proj.weight" in caplog.text
         assert "through vLLM's loader instead" in caplog.text
         manager.prepare()

@@ -60,8 +60,8 @@ def test_the_peft_folder_is_the_actors_adapter(tmp_path):
 
     from verl.models.config import LoraConfig
     from verl.models.lora import adapter_config_dict, apply_lora
-    from verl.workers.sharding_manager.fsdp_vllm import checkpoint_names
-    from verl.workers.sharding_manager.lora_adapters import (
+    from verl.workers.weight_sync.gather import checkpoint_names
+    from verl.workers.weight_sync.opt_in import (
         adapter_checkpoint_names,
         engine_adapter_config,
         write_peft_adapter,
@@ -146,7 +146,7 @@ def _adapter_worker(rank: int, world_size: int, port: int, model_dir: str) -> No
     from verl.models.fsdp import create_fsdp_model
     from verl.workers.rollout.config import RolloutConfig
     from verl.workers.rollout.vllm_rollout import VLLMRollout
-    from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager, probe_log_prob_gap
+    from verl.workers.weight_sync.colocated import FSDPVLLMShardingManager, probe_log_prob_gap
 
     model_config = ModelConfig(model_path=model_dir, lora=LoraConfig(rank=RANK, alpha=ALPHA))
     actor = create_fsdp_model(model_config, FSDPConfig(), init_device_mesh("cpu", (world_size,)), torch.device("cpu"))
@@ -223,7 +223,7 @@ def test_adapter_sync_for_a_vision_language_model(tmp_path):
     from verl.workers.rollout.config import RolloutConfig
     from verl.workers.rollout.vllm_compat import lora_base_layer_names
     from verl.workers.rollout.vllm_rollout import VLLMRollout
-    from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager, probe_log_prob_gap
+    from verl.workers.weight_sync.colocated import FSDPVLLMShardingManager, probe_log_prob_gap
 
     model_dir = get_or_build_tiny_model("qwen2_5_vl", str(tmp_path / "models"))
     actor = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()

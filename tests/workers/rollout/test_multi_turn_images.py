@@ -65,7 +65,9 @@ def vl_rollout(tmp_path_factory):
 
     from verl.workers.rollout.config import RolloutConfig
     from verl.workers.rollout.vllm_rollout import VLLMRollout
-    from verl.workers.sharding_manager.fsdp_vllm import sync_weights
+    from verl.workers.weight_sync import sync
+    from verl.workers.weight_sync.gather import checkpoint_names, iter_full_weights
+    from verl.workers.weight_sync.sinks import EngineLoader
 
     root = tmp_path_factory.mktemp("multi_turn_images")
     model_dir = get_or_build_tiny_model("qwen2_5_vl", str(root / "models"))
@@ -90,7 +92,8 @@ def vl_rollout(tmp_path_factory):
     )
     rollout = VLLMRollout(model_dir, config, processor.tokenizer, processor)
     model = Qwen2_5_VLForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32).eval()
-    sync_weights(model, rollout.inference_engine)  # the engine starts with dummy weights
+    loader = EngineLoader(rollout.inference_engine)  # the engine starts with dummy weights
+    sync(loader, iter_full_weights, model, torch.float32, checkpoint_names(model))
     calls = []
     render = rollout.call_loop.render
 

@@ -222,7 +222,7 @@ def test_checkpoint_names_match_the_saved_checkpoint(kind: str, tmp_path_factory
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     from verl.models.tiny_models import get_or_build_tiny_model
-    from verl.workers.sharding_manager.fsdp_vllm import checkpoint_names
+    from verl.workers.weight_sync.gather import checkpoint_names
 
     model_dir = get_or_build_tiny_model(kind, str(tmp_path_factory.mktemp("names")))
     model_class = AutoModelForImageTextToText if kind != "qwen2" else AutoModelForCausalLM

@@ -57,7 +57,7 @@ def _tensor_parallel_worker(rank: int, world_size: int, port: int, model_dir: st
 
     from verl.workers.rollout import vllm_compat
     from verl.workers.rollout.vllm_rollout import VLLMRollout
-    from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager
+    from verl.workers.weight_sync.colocated import FSDPVLLMShardingManager
 
     # what a run killed while its engine started leaves behind: vLLM would refuse to create the segment again
     stale = f"/dev/shm/-tp:0-[0-1]-cpushm_{rank}"
@@ -117,7 +117,7 @@ def _episodes_worker(rank: int, world_size: int, port: int, model_dir: str, env_
     from verl.envs import load_environment
     from verl.workers.rollout.engine_mirror import PeerStopped
     from verl.workers.rollout.vllm_rollout import VLLMRollout
-    from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager
+    from verl.workers.weight_sync.colocated import FSDPVLLMShardingManager
 
     actor, tokenizer, config = _actor_and_config(
         model_dir,

@@ -166,7 +166,10 @@ def _text_worker(rank: int, port: int, model_dir: str) -> None:
 
     from verl.workers.rollout.config import RolloutConfig
     from verl.workers.rollout.vllm_rollout import VLLMRollout
-    from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager, sync_weights
+    from verl.workers.weight_sync import sync
+    from verl.workers.weight_sync.colocated import FSDPVLLMShardingManager
+    from verl.workers.weight_sync.gather import iter_full_weights
+    from verl.workers.weight_sync.sinks import EngineLoader
 
     _init_rank(rank, port)
     torch.manual_seed(1234)
@@ -265,7 +268,7 @@ def _text_worker(rank: int, port: int, model_dir: str) -> None:
     # 5. A second, fresh engine given the same weights samples the same tokens: a run is reproducible from
     #    rollout.seed alone, whatever the engine's history.
     fresh = VLLMRollout(model_dir, config, tokenizer, None)
-    sync_weights(actor, fresh.inference_engine)
+    sync(EngineLoader(fresh.inference_engine), iter_full_weights, actor, torch.float32, manager.names)
     rollout.generate_calls = fresh.generate_calls = 5
     first, second = rollout.generate_sequences(prompts), fresh.generate_sequences(prompts)
     assert torch.equal(first.batch["responses"], second.batch["responses"])
@@ -365,7 +368,7 @@ def _vl_worker(rank: int, port: int, model_dir: str) -> None:
 
     from verl.workers.rollout.config import RolloutConfig
     from verl.workers.rollout.vllm_rollout import VLLMRollout
-    from verl.workers.sharding_manager.fsdp_vllm import FSDPVLLMShardingManager
+    from verl.workers.weight_sync.colocated import FSDPVLLMShardingManager
 
     _init_rank(rank, port)
     actor = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32)

@@ -45,10 +45,10 @@ from verl.protocol import DataProto
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.base.worker import Worker
 from verl.utils import device as device_utils
-from verl.workers import weight_transfer
 from verl.workers.config import WorkerConfig
 from verl.workers.rollout.engine_mirror import STOP, follow
 from verl.workers.rollout.request_loop import RolloutRequest
+from verl.workers.weight_sync import sinks
 
 
 logger = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class RolloutWorker(Worker):
     def init_weight_transfer(self, host: str, port: int, world_size: int, backend: str) -> str:
         """Join the weight-transfer group as member 1 + rank (the trainer's rank 0 is member 0); returns the dtype
         the engine wants its weights in."""
-        self.transfer_group = weight_transfer.create_group(host, port, 1 + dist.get_rank(), world_size, backend)
+        self.transfer_group = sinks.create_group(host, port, 1 + dist.get_rank(), world_size, backend)
         return str(self.rollout.torch_dtype).removeprefix("torch.")
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -146,10 +146,9 @@ class RolloutWorker(Worker):
         """Take the trainer's broadcast (generation goes on meanwhile), then load it between two engine steps; from
         then on every token is sampled under `version`. Returns the transfer's figures."""
         from verl.workers.rollout import vllm_compat
-        from verl.workers.rollout.vllm_rollout import on_gpu
 
         start = time.perf_counter()
-        weights, stats = weight_transfer.receive_weights(self.transfer_group, self.device)
+        weights, stats = sinks.receive_weights(self.transfer_group, self.device)
         received = time.perf_counter()
 
         def load(weights: list[Any] = weights) -> float:
@@ -157,7 +156,7 @@ class RolloutWorker(Worker):
             self.rollout.request_loop.suspend()  # the running samples continue from their tokens after the load
             if self.rollout.engine_leader is not None:  # the peers load their own copy at this same point
                 self.rollout.engine_leader.send("load")
-            vllm_compat.load_weights(self.rollout.inference_engine, iter(weights), in_place_reload=not on_gpu())
+            sinks.EngineLoader(self.rollout.inference_engine).load(iter(weights))
             vllm_compat.reset_caches_after_weight_update(self.rollout.inference_engine)
             self.version = version
             return time.perf_counter() - paused

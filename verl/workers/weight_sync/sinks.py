@@ -11,23 +11,49 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Weights from the training pool to rollout engines in other processes (worker.rollout.mode=disaggregated).
+"""The sinks that have run on a GPU: vLLM's loader into this process's engine, and the broadcast to the rollout pool.
 
-The training pool's rank 0 and every rollout process form one collective group of their own (a TCP store on the
-trainer's node; gloo on the CPU, NCCL on GPUs), outside each pool's torch.distributed world. After an update the
-trainer streams its full weights, packed into buckets of `weight_bucket_mb`, by broadcast from rank 0; each bucket
-is one header (sizes, dtype, last-bucket flag), one small name/shape table and one flat tensor of the weights, so
-the receivers need no manifest agreed beforehand and any model the actor gathers can be sent.
+`EngineLoader` hands the weights to vLLM's own per-parameter loader (vllm_compat.load_weights); the colocated sync
+and the rollout pool's receive both load through it. The caller resets the engine's caches afterwards
+(vllm_compat.reset_caches_after_weight_update), once per sync, unless the engine slept since its last request.
+
+`PoolBroadcast` (rollout.mode=disaggregated) sends them to rollout engines in other processes: the training pool's
+rank 0 and every rollout process form one collective group of their own (`create_group`: a TCP store on the trainer's
+node; gloo on the CPU, NCCL on GPUs), outside each pool's torch.distributed world. The weights go packed into buckets
+of `weight_bucket_mb`, by broadcast from rank 0; each bucket is one header (sizes, dtype, last-bucket flag), one small
+name/shape table and one flat tensor of the weights, so the receivers (`receive_weights`) need no manifest agreed
+beforehand and any model the actor gathers can be sent.
 """
 
 import datetime
 import json
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from verl.workers.rollout import vllm_compat
+from verl.workers.weight_sync import Weights
+
+
+class EngineLoader:
+    """vLLM's loader into `llm` (a `vllm.LLM` whose engine runs in this process).
+
+    On the CPU the worker's `reload_weights` is the only working path (in place, re-running vLLM's post-load
+    processing); on GPU the model's `load_weights` runs on the woken engine.
+    """
+
+    def __init__(self, llm: Any) -> None:
+        from verl.workers.rollout.vllm_rollout import on_gpu
+
+        self.llm = llm
+        self.in_place_reload = not on_gpu()
+
+    def load(self, weights: Weights) -> dict[str, float]:
+        vllm_compat.load_weights(self.llm, weights, self.in_place_reload)
+        return {}
 
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -94,31 +120,43 @@ def _send_bucket(
     stats.bytes += flat.numel() * flat.element_size()
 
 
-def send_weights(
-    group: dist.ProcessGroup, weights: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int, device: torch.device
-) -> TransferStats:
-    """Broadcast (name, tensor) pairs from rank 0 in buckets of at most `bucket_bytes` (a larger tensor goes alone);
-    a bucket holds one dtype. Ends with the last-bucket flag, so the receivers know when to stop."""
-    stats = TransferStats()
-    bucket: list[tuple[str, torch.Tensor]] = []
-    size = 0
-    for name, tensor in weights:
-        nbytes = tensor.numel() * tensor.element_size()
-        if tensor.dtype not in DTYPES:
-            raise TypeError(f"Cannot send weight {name} of dtype {tensor.dtype}; the engine dtypes are {DTYPES}.")
-        if bucket and (size + nbytes > bucket_bytes or tensor.dtype != bucket[0][1].dtype):
-            _send_bucket(group, bucket, False, device, stats)
-            bucket, size = [], 0
-        bucket.append((name, tensor.detach()))
-        size += nbytes
-    _send_bucket(group, bucket, True, device, stats)
-    return stats
+class PoolBroadcast:
+    """The broadcast from the trainer's rank 0 to the rollout pool over `group` (None on the other ranks: they take
+    part in the gathers only), in buckets of at most `bucket_bytes` (a larger tensor goes alone) on `device`."""
+
+    def __init__(self, group: dist.ProcessGroup | None, bucket_bytes: int, device: torch.device) -> None:
+        self.group = group
+        self.bucket_bytes = bucket_bytes
+        self.device = device
+
+    def load(self, weights: Weights) -> dict[str, float]:
+        """Broadcast (name, tensor) pairs; a bucket holds one dtype. Ends with the last-bucket flag, so the receivers
+        know when to stop. Returns the broadcast's figures (broadcast_seconds: on the sender, also waiting for the
+        receivers)."""
+        if self.group is None:
+            for _ in weights:
+                pass
+            return {"broadcast_seconds": 0.0}
+        stats = TransferStats()
+        bucket: list[tuple[str, torch.Tensor]] = []
+        size = 0
+        for name, tensor in weights:
+            nbytes = tensor.numel() * tensor.element_size()
+            if tensor.dtype not in DTYPES:
+                raise TypeError(f"Cannot send weight {name} of dtype {tensor.dtype}; the engine dtypes are {DTYPES}.")
+            if bucket and (size + nbytes > self.bucket_bytes or tensor.dtype != bucket[0][1].dtype):
+                _send_bucket(self.group, bucket, False, self.device, stats)
+                bucket, size = [], 0
+            bucket.append((name, tensor.detach()))
+            size += nbytes
+        _send_bucket(self.group, bucket, True, self.device, stats)
+        return {"broadcast_seconds": stats.seconds, "broadcast_buckets": stats.buckets, "broadcast_bytes": stats.bytes}
 
 
 def receive_weights(
     group: dist.ProcessGroup, device: torch.device
 ) -> tuple[list[tuple[str, torch.Tensor]], TransferStats]:
-    """Receive what `send_weights` broadcast: every (name, tensor) of the transfer, as views of the buckets on
+    """Receive what `PoolBroadcast` broadcast: every (name, tensor) of the transfer, as views of the buckets on
     `device`, in the order they were sent."""
     stats = TransferStats()
     weights: list[tuple[str, torch.Tensor]] = []

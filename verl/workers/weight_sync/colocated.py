@@ -1,0 +1,258 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""HybridEngine: the FSDP2 actor's weights into this process's vLLM engine before every rollout, and the engine put
+away after it.
+
+The manager picks its sink once, from the config: vLLM's loader (sinks.EngineLoader), or the opt-in direct copy
+(rollout.weight_sync=direct, opt_in.EngineCopy). With LoRA the engine gets merged weights, or
+(`rollout.lora_sync=adapters`) the base weights once through the loader and then only the adapters
+(opt_in.EngineAdapter). On GPU the engine sleeps between rollouts; on the CPU it stays up. A probe (`check_weights`)
+compares the engine's log-probs with the actor's: on request, and after the first direct copy of a run.
+"""
+
+import logging
+import time
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from verl.models.fsdp import load_fsdp_model, offload_fsdp_model
+from verl.utils import device as device_utils
+from verl.workers.rollout import vllm_compat
+from verl.workers.rollout.vllm_rollout import VLLMRollout
+from verl.workers.weight_sync import WeightSink, sync
+from verl.workers.weight_sync.gather import checkpoint_names, iter_adapter_weights, iter_full_weights
+from verl.workers.weight_sync.opt_in import (
+    EngineAdapter,
+    EngineCopy,
+    LayoutError,
+    adapter_checkpoint_names,
+    engine_copy,
+    peft_config_of,
+)
+from verl.workers.weight_sync.sinks import EngineLoader
+
+
+logger = logging.getLogger(__name__)
+
+# Fixed probe text for the weight check; any short text that tokenizes to a dozen tokens will do.
+_PROBE_TEXT = "What is 12 + 30? Let us think step by step, then write the final answer."
+
+
+def _probe_image() -> Any:
+    """A fixed 56x56 gradient image (4 vision tokens after Qwen2-VL's 28-pixel merging)."""
+    from PIL import Image
+
+    ramp = torch.arange(56, dtype=torch.uint8) * 4
+    pixels = torch.stack([ramp.expand(56, 56), ramp.expand(56, 56).T, 255 - ramp.expand(56, 56)], dim=-1)
+    return Image.fromarray(pixels.numpy())
+
+
+def probe_inputs(rollout: VLLMRollout) -> list[tuple[dict[str, Any], dict[str, torch.Tensor]]]:
+    """(engine prompt, actor forward kwargs) pairs for the weight check: a text probe, and an image probe for VLMs.
+
+    The image probe exercises the vision tower, which a text-only probe would leave unchecked.
+    """
+    tokenizer = rollout.tokenizer
+    ids = tokenizer.encode(_PROBE_TEXT, add_special_tokens=False)
+    probes = [({"prompt_token_ids": ids}, {"input_ids": torch.tensor([ids])})]
+    if rollout.multimodal:
+        image = _probe_image()
+        messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": _PROBE_TEXT}]}]
+        text = rollout.processor.apply_chat_template(messages, add_generation_prompt=True)
+        actor_inputs = dict(rollout.processor(text=[text], images=[image], return_tensors="pt"))
+        raw_ids = tokenizer.encode(text, add_special_tokens=False)
+        probes.append(({"prompt_token_ids": raw_ids, "multi_modal_data": {"image": [image]}}, actor_inputs))
+    return probes
+
+
+def probe_log_prob_gap(module: nn.Module, rollout: VLLMRollout) -> tuple[float, float]:
+    """(mean, max) abs difference between the engine's and the actor's log-probs of the probe prompts' tokens.
+
+    Both score the same token ids (prompt log-probs, no sampling), so any gap beyond numerics means the engine does
+    not hold the actor's weights; with `lora_sync=adapters` the engine scores with the current adapter. The actor
+    forward is collective under FSDP: every rank must call this.
+    """
+    from vllm import SamplingParams
+
+    params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
+    device = device_utils.get_local_device()  # not the parameters': FSDP's own CPU offload keeps them on the host
+    gaps = []
+    for engine_input, actor_inputs in probe_inputs(rollout):
+        output = rollout.inference_engine.generate(
+            [engine_input], params, use_tqdm=False, lora_request=rollout.lora_request
+        )[0]
+        ids = actor_inputs["input_ids"][0].tolist()
+        if list(output.prompt_token_ids) != ids:
+            raise RuntimeError(
+                f"Weight sync check: the engine expanded the probe prompt to {len(output.prompt_token_ids)} tokens "
+                f"but the processor to {len(ids)}; the engine and the actor do not see the same input."
+            )
+        engine = torch.tensor(
+            [vllm_compat.sampled_token_logprob(entry, t) for entry, t in zip(output.prompt_logprobs[1:], ids[1:])]
+        )
+        actor_inputs = {key: value.to(device) for key, value in actor_inputs.items()}
+        actor_inputs.setdefault("attention_mask", torch.ones_like(actor_inputs["input_ids"]))
+        with torch.no_grad():
+            logits = module(**actor_inputs, use_cache=False).logits[0, :-1].float()
+        targets = actor_inputs["input_ids"][0, 1:].unsqueeze(-1)
+        actor = F.log_softmax(logits, dim=-1).gather(-1, targets).squeeze(-1).cpu()
+        gaps.append((engine - actor).abs())
+    gap = torch.cat(gaps)
+    return float(gap.mean()), float(gap.max())
+
+
+class FSDPVLLMShardingManager:
+    """Brings the actor's weights into the rollout engine before generation and puts the engine away after.
+
+    Use `prepare()` / `release()` (each returns metrics) or the manager as a context manager. The RNG states
+    (Python, numpy, torch) are saved in `prepare` and restored in `release`, so generation never shifts the
+    trainer's random streams.
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        rollout: VLLMRollout,
+        verify: bool | None = None,
+        *,
+        offload_params: bool = False,
+        device: torch.device | None = None,
+    ) -> None:
+        self.module = module
+        self.rollout = rollout
+        self.offload_params = offload_params
+        self.device = device if device is not None else device_utils.get_local_device()
+        self.verify = rollout.config.verify_weight_sync if verify is None else verify
+        self.names = checkpoint_names(module)
+        self.freed_bytes = 0
+        self._rng_state: dict[str, Any] | None = None
+        self.sink = self._pick_sink()
+        self._unchecked = isinstance(self.sink, EngineCopy)  # the first direct copy of a run is checked
+        # lora_sync=adapters: the engine's adapter, and whether it holds the (frozen) base weights yet
+        self.adapter: EngineAdapter | None = None
+        self._base_synced = False
+        if rollout.config.lora_sync == "adapters":
+            parameters = [name for name, _ in module.named_parameters(remove_duplicate=False)]
+            self.adapter_names = adapter_checkpoint_names(parameters, self.names)
+            self.adapter = EngineAdapter(rollout.inference_engine, peft_config_of(module))
+
+    def _pick_sink(self) -> WeightSink:
+        """vLLM's loader, or with weight_sync=direct the copy into the engine's own parameters where the engine takes
+        the actor's tensors by rows (elsewhere a warning naming why, and the loader)."""
+        llm = self.rollout.inference_engine
+        if self.rollout.config.weight_sync == "direct":
+            try:
+                return engine_copy(self.module, llm, self.names)
+            except (LayoutError, RuntimeError) as error:
+                logger.warning(
+                    "worker.rollout.weight_sync=direct: %s The weights go through vLLM's loader instead.", error
+                )
+        return EngineLoader(llm)
+
+    def prepare(self) -> dict[str, float]:
+        """Save the RNG, wake the engine (GPU), sync the weights, optionally verify them; returns metrics.
+
+        With `offload_params` the actor's shards come to the device for the sync (and the check) and go back to CPU
+        memory before the KV cache is allocated, so the cache can use the memory they held.
+        """
+        self._rng_state = device_utils.get_rng_state()
+        llm = self.rollout.inference_engine
+        if self.offload_params:
+            load_fsdp_model(self.module, self.device)
+        if self.rollout.sleep_mode:
+            device_utils.empty_cache()
+            llm.wake_up(tags=["weights"])
+        metrics = self._sync()
+        if self.offload_params:
+            offload_fsdp_model(self.module)
+            device_utils.empty_cache()
+        if self.rollout.sleep_mode:
+            llm.wake_up(tags=["kv_cache"])
+        # a debugging aid, and the first direct copy of a run: with offloading the shards come back for the probe
+        if self.verify or self._unchecked:
+            self._unchecked = False
+            if self.offload_params:
+                load_fsdp_model(self.module, self.device)
+            metrics.update(self.check_weights())
+            if self.offload_params:
+                offload_fsdp_model(self.module)
+        return metrics
+
+    def _sync(self) -> dict[str, float]:
+        """The weight sync of `prepare`, gather -> sink: every weight (merged with a LoRA actor's adapters), or with
+        `lora_sync=adapters` the base weights the first time and the adapters every time (the engine keeps its base
+        weights between rollouts: on the GPU it sleeps at level 1 then); its metrics."""
+        dtype = self.rollout.torch_dtype
+        start = time.perf_counter()
+        parts = []
+        if self.adapter is None or not self._base_synced:
+            merge = self.adapter is None
+            parts.append(sync(self.sink, iter_full_weights, self.module, dtype, self.names, merge_lora=merge))
+            self._base_synced = True
+        if self.adapter is not None:
+            parts.append(sync(self.adapter, iter_adapter_weights, self.module, dtype, self.adapter_names))
+            self.rollout.lora_request = self.adapter.request
+        # cached KV blocks or vision embeddings of the old weights would otherwise be reused, giving silently wrong
+        # outputs; with sleep mode the engine slept since its last request, and vLLM's sleep cleared them (the
+        # prefix-cache reset walks every KV block: the largest single cost of a sync on a GPU, docs/gpu.md)
+        if not self.rollout.sleep_mode:
+            vllm_compat.reset_caches_after_weight_update(self.rollout.inference_engine)
+        metrics = {
+            "timing_s/sync_weights": time.perf_counter() - start,
+            "timing_s/sync_weights_gather": sum(part["gather_seconds"] for part in parts),
+            "perf/sync_weights_gb": sum(part["bytes"] for part in parts) / 2**30,
+            "perf/sync_weights_max_param_mb": max(part["max_param_bytes"] for part in parts) / 2**20,
+        }
+        if self.adapter is not None:
+            metrics["timing_s/sync_adapters"] = parts[-1]["seconds"]
+        return metrics
+
+    def check_weights(self) -> dict[str, float]:
+        """Compare engine and actor log-probs on a fixed probe; raise RuntimeError when they disagree."""
+        mean_gap, max_gap = probe_log_prob_gap(self.module, self.rollout)
+        tolerance = 1e-3 if self.rollout.torch_dtype == torch.float32 else 0.1  # 16-bit engines drift ~2e-2 mean
+        if not mean_gap <= tolerance:
+            raise RuntimeError(
+                f"Weight sync check failed: the engine's probe log-probs differ from the actor's by {mean_gap:.3g} on "
+                f"average (max {max_gap:.3g}, tolerance {tolerance}); the engine does not hold the actor's weights. "
+                "Check the parameter names (weight_sync.gather.checkpoint_names) and vLLM's warnings about weights it "
+                "failed to load (with rollout.lora_sync=adapters: the adapter names, "
+                "weight_sync.opt_in.adapter_checkpoint_names; "
+                "with rollout.weight_sync=direct: set it to loader)."
+            )
+        return {"rollout/weight_sync_mean_gap": mean_gap, "rollout/weight_sync_max_gap": max_gap}
+
+    def release(self) -> dict[str, float]:
+        """Put the engine to sleep (GPU; reports the freed memory) and restore the RNG states; returns metrics."""
+        metrics: dict[str, float] = {}
+        if self.rollout.sleep_mode:
+            free_before = torch.cuda.mem_get_info()[0]
+            self.rollout.inference_engine.sleep(level=self.rollout.sleep_level)
+            device_utils.empty_cache()
+            self.freed_bytes = torch.cuda.mem_get_info()[0] - free_before
+            metrics["perf/vllm_freed_gb"] = self.freed_bytes / 2**30
+        if self._rng_state is not None:
+            device_utils.set_rng_state(self._rng_state)
+            self._rng_state = None
+        return metrics
+
+    def __enter__(self) -> "FSDPVLLMShardingManager":
+        self.prepare()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
