@@ -713,6 +713,14 @@ def test_sft_shares_the_trainer_keys_and_their_checks(tmp_path):
             ["worker.rollout.mode=disaggregated", "worker.rollout.weight_bucket_mb=0"],
             r"worker.rollout.weight_bucket_mb' must be positive",
         ),
+        (  # an explicit zero is not "unset": it sizes no pool at all
+            ["worker.rollout.mode=disaggregated", "worker.rollout.nnodes=0"],
+            r"worker.rollout.nnodes' must be positive, got 0",
+        ),
+        (
+            ["worker.rollout.mode=disaggregated", "worker.rollout.n_gpus_per_node=0"],
+            r"worker.rollout.n_gpus_per_node' must be positive, got 0",
+        ),
         (
             ["worker.reward.stream=true"],
             r"worker.reward.stream=true scores groups .*asynchronous modes .* only; with mode=sync",

@@ -495,8 +495,8 @@ def fill_derived(config: PPOConfig) -> PPOConfig:
     if rollout.mode != "sync":  # the behaviour policy is recorded: every token's engine log-prob
         rollout.calculate_log_probs = True
     if rollout.mode == "disaggregated":
-        rollout.nnodes = rollout.nnodes or 1
-        rollout.n_gpus_per_node = rollout.n_gpus_per_node or 1
+        rollout.nnodes = 1 if rollout.nnodes is None else rollout.nnodes  # an explicit 0 is refused at validation
+        rollout.n_gpus_per_node = 1 if rollout.n_gpus_per_node is None else rollout.n_gpus_per_node
     if rollout.max_model_len is None:
         rollout.max_model_len = rollout.prompt_length + rollout.response_length
     if rollout.tensor_parallel_size is None:
