@@ -713,6 +713,10 @@ def test_sft_shares_the_trainer_keys_and_their_checks(tmp_path):
             ["worker.rollout.mode=disaggregated", "worker.rollout.weight_bucket_mb=0"],
             r"worker.rollout.weight_bucket_mb' must be positive",
         ),
+        (
+            ["worker.rollout.max_model_len=9000"],
+            r"max_num_batched_tokens=8192 must be at least worker.rollout.max_model_len=9000 on the CPU",
+        ),
         (  # an explicit zero is not "unset": it sizes no pool at all
             ["worker.rollout.mode=disaggregated", "worker.rollout.nnodes=0"],
             r"worker.rollout.nnodes' must be positive, got 0",

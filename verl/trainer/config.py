@@ -565,6 +565,13 @@ def check_cross_section(config: PPOConfig) -> None:
             f"worker.rollout.max_model_len={rollout.max_model_len} must be at least "
             f"data.max_prompt_length + data.max_response_length = {needed}."
         )
+    on_cpu = config.trainer.device == "cpu" or not is_cuda_available()
+    if on_cpu and rollout.max_model_len is not None and rollout.max_num_batched_tokens < rollout.max_model_len:
+        raise ConfigError(  # else the engine refuses it as it starts, after Ray did
+            f"worker.rollout.max_num_batched_tokens={rollout.max_num_batched_tokens} must be at least "
+            f"worker.rollout.max_model_len={rollout.max_model_len} on the CPU, where the engine prefills a prompt in "
+            "one step: raise max_num_batched_tokens or lower max_model_len."
+        )
     _check_async(config)
     _check_lora_sync(config)
     _check_weight_sync(config)
