@@ -318,7 +318,8 @@ class BaseTrainerConfig:
 @dataclass
 class TrainerConfig(BaseTrainerConfig):
     max_try_make_batch: int = 20
-    """Generation rounds allowed to fill one step under online filtering; <= 0 means unlimited."""
+    """Generation rounds allowed to fill one step under online filtering (in every rollout mode); <= 0 means
+    unlimited."""
     critic_warmup: int = 0
     """Steps during which only the critic is trained."""
     val_freq: int = -1
