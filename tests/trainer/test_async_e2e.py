@@ -143,6 +143,52 @@ def test_max_staleness_zero_equals_the_synchronous_trainer(workspace):
     assert_same_actor_weights(root / "sync" / "global_step_3", root / "async0" / "global_step_3")
 
 
+PARITY = "def compute_score(sample):\n    return {'overall': float(len(sample['response']) % 2)}\n"
+"""A reward that varies within some groups only (the parity of the response's length): online filtering drops the
+others."""
+
+
+def filtering_args(ws, name: str, *extra: str) -> list[str]:
+    """run_args with online filtering (DAPO's dynamic sampling) and the parity reward."""
+    parity = ws["root"] / "parity.py"
+    parity.write_text(PARITY)
+    args = [arg for arg in run_args(ws, name, *extra) if not arg.startswith("worker.reward.reward_function=")]
+    return [*args, "algorithm.online_filtering=true", f"worker.reward.reward_function={parity}:compute_score"]
+
+
+def assert_filtered_steps(path, steps: list[int], groups: int) -> None:
+    """Each step trained exactly `groups` groups, each of rewards that vary, and some round dropped groups."""
+    for step in steps:
+        rewards: dict[str, set[float]] = {}
+        for record in read_rollouts(path, step):
+            rewards.setdefault(record["uid"], set()).add(record["reward"])
+        assert len(rewards) == groups and all(len(values) > 1 for values in rewards.values()), (step, rewards)
+    log = read_log(path)
+    assert min(log[step]["online_filtering/kept_ratio"] for step in steps) < 1.0
+
+
+def test_online_filtering_at_staleness_zero_equals_the_synchronous_trainer(workspace):
+    """Rounds of data.mini_rollout_batch_size prompts until a step keeps rollout_batch_size groups whose rewards vary
+    (the surplus of the last round dropped): at max_staleness=0 colocated mode admits, generates and filters the
+    same rounds as mode=sync, bit for bit."""
+    root = workspace["root"]
+    rounds = ("trainer.max_steps=2", "data.mini_rollout_batch_size=2")
+    run_ppo(load_config(filtering_args(workspace, "filter_sync", *rounds)))
+    run_ppo(load_config(filtering_args(workspace, "filter_async0", *rounds, "worker.rollout.mode=colocated")))
+    sync, async0 = read_log(root / "filter_sync"), read_log(root / "filter_async0")
+    assert sorted(async0) == [1, 2]
+    for step in (1, 2):
+        for key in ("critic/score/mean", "online_filtering/kept_ratio", "actor/pg_loss", "actor/grad_norm"):
+            assert async0[step][key] == sync[step][key], (step, key)
+        assert async0[step]["async/staleness_max"] == 0.0
+        strip = [{k: v for k, v in r.items() if k != "uid"} for r in read_rollouts(root / "filter_sync", step)]
+        assert [
+            {k: v for k, v in r.items() if k != "uid"} for r in read_rollouts(root / "filter_async0", step)
+        ] == strip
+    assert_filtered_steps(root / "filter_async0", [1, 2], groups=4)
+    assert_same_actor_weights(root / "filter_sync" / "global_step_2", root / "filter_async0" / "global_step_2")
+
+
 def test_remax_baselines_in_both_asynchronous_modes(workspace):
     """The ReMax greedy baseline in the asynchronous modes: one greedy call on the step's prompts, after its groups
     are in. Colocated at max_staleness=0 it trains bit for bit like mode=sync; a rollout pool one step ahead trains

@@ -707,7 +707,7 @@ def test_sft_shares_the_trainer_keys_and_their_checks(tmp_path):
         ),
         (
             ["worker.rollout.mode=disaggregated", "worker.rollout.n_gpus_per_node=3"],
-            r"data.rollout_batch_size=8 prompts per step, which must split evenly over the 3 engines",
+            r"data.rollout_batch_size=8 prompts per round, which must split evenly over the 3 engines",
         ),
         (
             ["worker.rollout.mode=disaggregated", "worker.rollout.weight_bucket_mb=0"],
@@ -742,21 +742,21 @@ def test_sft_shares_the_trainer_keys_and_their_checks(tmp_path):
             ],
             r"lora_sync=adapters is built for engines in the trainer's processes",
         ),
-        (
-            ["worker.rollout.mode=disaggregated", "algorithm.online_filtering=true"],
-            r"algorithm.online_filtering=true is not built for worker.rollout.mode=disaggregated",
+        (  # a round's prompts are admitted and taken rank by rank
+            ["worker.rollout.mode=colocated", "data.mini_rollout_batch_size=3"],
+            r"admits data.mini_rollout_batch_size=3 prompts per round, which must split evenly over the 2 devices",
         ),
         (
-            ["worker.rollout.mode=colocated", "algorithm.online_filtering=true"],
-            r"algorithm.online_filtering=true is not built for worker.rollout.mode=colocated",
-        ),
-        (
-            ["worker.rollout.mode=colocated", "data.mini_rollout_batch_size=2"],
-            r"data.mini_rollout_batch_size is not built for worker.rollout.mode=colocated",
+            [
+                "worker.rollout.mode=disaggregated",
+                "worker.rollout.n_gpus_per_node=4",
+                "data.mini_rollout_batch_size=2",
+            ],
+            r"data.mini_rollout_batch_size=2 prompts per round, which must split evenly over the 4 engines",
         ),
         (
             ["worker.rollout.mode=colocated", "data.rollout_batch_size=3", "worker.actor.global_batch_size=3"],
-            r"admits data.rollout_batch_size=3 prompts per step, which must split evenly over the 2 devices",
+            r"admits data.rollout_batch_size=3 prompts per round, which must split evenly over the 2 devices",
         ),
         (
             [
@@ -793,6 +793,14 @@ def test_async_mode_records_rollout_log_probs_and_picks_a_correction(files):
         [*base_args(files), "worker.rollout.mode=colocated", "algorithm.rollout_correction.mode=icepop"]
     )
     assert chosen.algorithm.rollout_correction.mode == "icepop"
+
+
+def test_online_filtering_and_rounds_run_in_every_mode(files):
+    """Online filtering and data.mini_rollout_batch_size are accepted in both asynchronous modes too."""
+    filtering = ["algorithm.online_filtering=true", "data.mini_rollout_batch_size=4"]
+    for mode in ("sync", "colocated", "disaggregated"):
+        config = load_config([*base_args(files), *filtering, f"worker.rollout.mode={mode}"])
+        assert config.algorithm.online_filtering and config.data.mini_rollout_batch_size == 4
 
 
 def test_greedy_sampling_with_one_response_is_accepted(files):

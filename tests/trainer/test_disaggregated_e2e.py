@@ -105,6 +105,26 @@ def test_engine_generates_while_training_within_the_staleness_bound_and_resumes(
     assert set(counts.values()) == {2} and len(counts) == 16, "a prompt was trained twice or in part"
 
 
+def test_online_filtering_tops_steps_up_within_the_staleness_bound(workspace):
+    """A rollout pool one version ahead with online filtering and rounds of 2 prompts: every step trains exactly
+    rollout_batch_size groups whose rewards vary, taken round by round from the engine (new prompts admitted in
+    place of the dropped groups), every group within max_staleness, no prompt trained twice. The rewards do not
+    stream here: each round is scored when taken (colocated mode's test streams them)."""
+    from tests.trainer.test_async_e2e import assert_filtered_steps, filtering_args
+
+    root = workspace["root"]
+    pool = (*DISAGGREGATED, "worker.rollout.max_staleness=1", "data.mini_rollout_batch_size=2", "trainer.max_steps=3")
+    pool = (*pool, "worker.reward.stream=false")
+    run_ppo(load_config(one_process(filtering_args(workspace, "disagg_filter", *pool))))
+    log = read_log(root / "disagg_filter")
+    assert sorted(log) == [1, 2, 3]
+    assert undocumented_metrics({name for row in log.values() for name in row}) == []
+    assert all(row["async/staleness_max"] <= 1.0 for row in log.values())
+    assert_filtered_steps(root / "disagg_filter", [1, 2, 3], groups=4)
+    trained = Counter(record["prompt"] for step in (1, 2, 3) for record in read_rollouts(root / "disagg_filter", step))
+    assert set(trained.values()) == {2} and len(trained) == 12, "a prompt was trained twice or in part"
+
+
 def test_a_tensor_parallel_engine_over_two_rollout_processes(workspace):
     """One engine over the rollout pool's two processes (tensor_parallel_size=2): the first admits and polls for
     both and the other repeats its engine calls, weight loads and validation calls, so the sharded engine samples

@@ -13,15 +13,18 @@
 # limitations under the License.
 """Colocated asynchronous RL (worker.rollout.mode=colocated, docs/async.md): the `gen` phase of a step, asynchronous.
 
-Each step admits prompts while the staleness bound allows (`Admission`), then the workers' engines run their request
-loops until the step's groups are complete; unfinished samples stop with their tokens and continue after the weight
-sync. Everything after `gen` is the synchronous trainer's step. With max_staleness=0 exactly one batch is admitted
-per step and every group completes before training, so batches, losses and weights equal mode=sync.
+A step runs the synchronous trainer's generation rounds (`_fill_batch`: one round, or with online filtering as many
+as it takes to keep rollout_batch_size prompts' groups). Each round admits prompts while the staleness bound allows
+(`Admission`), then the workers' engines run their request loops until the round's groups are complete; unfinished
+samples stop with their tokens and continue after the weight sync. Everything after `gen` is the synchronous trainer's
+step. With max_staleness=0 exactly one round is admitted per round taken and every group completes before training,
+so batches, losses and weights equal mode=sync.
 
 In-flight prompts are saved with each checkpoint and regenerated from their start on resume (their partial tokens
 and the engine's state are not saved): no prompt is lost or trained twice.
 """
 
+import itertools
 import logging
 import os
 import time
@@ -36,8 +39,8 @@ from verl.algorithms import core_algos
 from verl.protocol import DataProto
 from verl.rewards.manager import place_scores, valid_response_mask
 from verl.trainer.checkpointing import atomic_write
-from verl.trainer.config import reward_stream_obstacle
-from verl.trainer.metrics import append_metrics, applicable_values
+from verl.trainer.config import reward_stream_obstacle, round_size
+from verl.trainer.metrics import append_metrics
 from verl.trainer.ray_trainer import RayPPOTrainer, split_generation_inputs
 from verl.workers.rollout.request_loop import RolloutRequest
 
@@ -50,18 +53,20 @@ IN_FLIGHT_FILE = "async_in_flight.pt"
 
 @dataclass
 class Admission:
-    """Staleness bounded by pacing admission (as AReaL and SkyRL do): at policy version v (updates done), the prompts
-    ever admitted (trained + in flight) stay within (max_staleness + v + 1) x batch_size. With max_staleness=0 a
-    step admits exactly the batch it trains; no prompt is ever dropped or requeued for being slow."""
+    """Staleness bounded by pacing admission (as AReaL and SkyRL do): at most (max_staleness + 1) rounds of
+    round_size prompts are in flight (admitted and not yet taken from the engines). Each round takes round_size
+    groups, earliest deadline first, and a step takes one round or more, so a group admitted at version a is taken by
+    version a + max_staleness. A taken group leaves the count whether it trains or online filtering drops it (so
+    does the surplus of a step's last round): a dropped group is consumed like a trained one. Without online
+    filtering this is the rule "prompts ever admitted <= (max_staleness + v + 1) x rollout_batch_size at version v".
+    No prompt is ever dropped or requeued for being slow."""
 
-    batch_size: int
+    round_size: int
     max_staleness: int
-    admitted: int = 0
 
-    def batches_to_admit(self, version: int) -> int:
-        """Whole batches that may be admitted now (each step consumes one batch of groups)."""
-        limit = (self.max_staleness + version + 1) * self.batch_size
-        return max(0, (limit - self.admitted) // self.batch_size)
+    def rounds_to_admit(self, in_flight: int) -> int:
+        """Whole rounds of prompts that may be admitted with `in_flight` prompts in flight."""
+        return max(0, ((self.max_staleness + 1) * self.round_size - in_flight) // self.round_size)
 
 
 def staleness_metrics(versions: torch.Tensor, resumed: torch.Tensor, version: int) -> dict[str, float]:
@@ -141,7 +146,7 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         rollout = self.config.worker.rollout
-        self.admission = Admission(self.config.data.rollout_batch_size, rollout.max_staleness)
+        self.admission = Admission(round_size(self.config.data)[1], rollout.max_staleness)
         self.in_flight: dict[str, DataProto] = {}
         """Prompt rows admitted and not yet trained, by uid (saved with checkpoints)."""
         self._readmit: DataProto | None = None
@@ -152,8 +157,18 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
 
     def _make_batch_data(self, metrics: dict[str, list[float]]) -> DataProto:
         version = self.global_step - 1  # weight updates the engine's weights carry
+        rounds = itertools.count()
+        batch = self._fill_batch(lambda: self._take_round(version, next(rounds), metrics), metrics)
+        versions, resumed = batch.batch["rollout_versions"], batch.batch["rollout_resumed"]
+        append_metrics(metrics, staleness_metrics(versions, resumed, version))
+        append_metrics(metrics, {"async/in_flight_prompts": float(len(self.in_flight))})
+        return batch
+
+    def _take_round(self, version: int, round_index: int, metrics: dict[str, list[float]]) -> DataProto:
+        """One generation round: admit what the staleness bound allows, then take the round's complete groups from
+        the engines (scored as they complete when the rewards stream)."""
         prompts = self._admit(version)
-        request = self._async_request(version, self.actor_rollout_ref_wg.world_size)
+        request = self._async_request(version, round_index, self.actor_rollout_ref_wg.world_size)
         calls = [prompts]
 
         def poll() -> list[dict[str, Any]]:  # with streamed rewards the engines stop to hand over complete groups
@@ -164,14 +179,16 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
         in_flight = batch.meta_info.pop("in_flight_groups", None)
         if in_flight is not None:
             append_metrics(metrics, {"async/in_flight_groups_rank0": float(in_flight)})
-        return self._trained(batch, version, metrics)
+        return self._taken(batch)
 
-    def _async_request(self, version: int, engines: int) -> RolloutRequest:
-        """The step's request: each of the `engines` data-parallel ranks returns its share of the batch's groups, each
-        group within the staleness bound."""
-        quota = self.config.data.rollout_batch_size // engines
+    def _async_request(self, version: int, round_index: int, engines: int) -> RolloutRequest:
+        """Round `round_index` of the step's requests: each of the `engines` data-parallel ranks returns its share of
+        the round's groups, each group within the staleness bound."""
+        quota = self.admission.round_size // engines
         staleness = self.admission.max_staleness
-        return self._rollout_request(version=version, quota=quota, max_staleness=staleness, stream=self.stream_rewards)
+        return self._rollout_request(
+            version=version, quota=quota, max_staleness=staleness, stream=self.stream_rewards, round=round_index
+        )
 
     def _add_greedy_baselines(self, batch: DataProto) -> None:
         """ReMax: each row's baseline, the reward of its prompt's greedy response under the engines' weights of this
@@ -210,44 +227,38 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
         ready, scores, columns, model_metrics = self.streamed.take(batch)
         for piece_metrics in model_metrics:  # reward_model/truncated_ratio, score_mean: averaged over the pieces
             append_metrics(metrics, piece_metrics)
-        batch.batch["token_level_scores"] = scores
+        batch.batch["token_level_scores"] = scores  # the reward/* metrics: of the step's batch (`_fill_batch`)
         batch.non_tensor_batch.update({f"reward/{k}": np.array(v, dtype=object) for k, v in columns.items()})
-        append_metrics(metrics, applicable_values({f"reward/{k}": v for k, v in columns.items()}))
         append_metrics(metrics, {"async/rewards_ready_share": ready})
-        self._check_reward_spread(scores)
 
     def _admit(self, version: int) -> DataProto:
-        """The prompts this step admits (the in-flight ones of a resumed run first), with their uids, recorded as in
+        """The prompts this round admits (the in-flight ones of a resumed run first), with their uids, recorded as in
         flight."""
-        batch_size = self.config.data.rollout_batch_size
         parts = [self._readmit] if self._readmit is not None else []
         self._readmit = None
-        for _ in range(self.admission.batches_to_admit(version)):
+        for _ in range(self.admission.rounds_to_admit(len(self.in_flight))):
             prompts = self._next_batch()
             prompts.non_tensor_batch["uid"] = np.array(
                 [f"{self.global_step}-{i}-{time.monotonic_ns()}" for i in range(len(prompts))], dtype=object
             )
             for row, uid in enumerate(prompts.non_tensor_batch["uid"]):
                 self.in_flight[uid] = prompts[row : row + 1]
-            self.admission.admitted += batch_size
             parts.append(prompts)
         if not parts:
             raise RuntimeError(
-                f"Step {self.global_step} admitted no prompts: {self.admission.admitted} admitted at version {version} "
+                f"Step {self.global_step} admitted no prompts: {len(self.in_flight)} in flight at version {version} "
                 f"with worker.rollout.max_staleness={self.admission.max_staleness}; this is a bug in the admission."
             )
         return DataProto.concat(parts)
 
-    def _trained(self, batch: DataProto, version: int, metrics: dict[str, list[float]]) -> DataProto:
-        """`batch`'s prompts are no longer in flight; its staleness metrics (and its ReMax baselines, from the greedy
-        responses of its prompts)."""
+    def _taken(self, batch: DataProto) -> DataProto:
+        """`batch`, a round's groups taken from the engines, with its ReMax baselines (from the greedy responses of
+        its prompts, before online filtering, as mode=sync computes them); its prompts are no longer in flight,
+        whether they train or are dropped, so admission may replace them."""
         if core_algos.estimator_needs_greedy_baseline(self.config.algorithm.adv_estimator):
             self._add_greedy_baselines(batch)
         for uid in dict.fromkeys(batch.non_tensor_batch["uid"]):
             self.in_flight.pop(uid, None)
-        versions, resumed = batch.batch["rollout_versions"], batch.batch["rollout_resumed"]
-        append_metrics(metrics, staleness_metrics(versions, resumed, version))
-        append_metrics(metrics, {"async/in_flight_prompts": float(len(self.in_flight))})
         return batch
 
     # ------------------------------------------------------------------------------------------------ checkpoints
@@ -265,13 +276,9 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
             return None
         in_flight_file = os.path.join(path, IN_FLIGHT_FILE)
         rows = torch.load(in_flight_file, weights_only=False) if os.path.isfile(in_flight_file) else None
-        batch_size = self.config.data.rollout_batch_size
-        # every trained step consumed one batch; the in-flight prompts are admitted again, from their start
-        self.admission.admitted = self.global_step * batch_size
-        if rows is not None and len(rows) > 0:
+        if rows is not None and len(rows) > 0:  # admitted again, from their start
             self._readmit = rows
             self.in_flight = {uid: rows[i : i + 1] for i, uid in enumerate(rows.non_tensor_batch["uid"])}
-            self.admission.admitted += len(rows)
         logger.info(
             "Asynchronous rollout resumed at step %d with %d in-flight prompts to regenerate.",
             self.global_step,

@@ -103,7 +103,10 @@ class DataConfig:
     rollout_batch_size: int = 512
     """Prompts per training step."""
     mini_rollout_batch_size: int | None = None
-    """Prompts per generation round when online filtering needs several rounds to fill a step."""
+    """Prompts per generation round (the data loader's batch); unset: rollout_batch_size. A step runs rounds until it
+    has rollout_batch_size prompts' groups (those algorithm.online_filtering keeps) and drops the last round's
+    surplus, as EasyR1 does. In the asynchronous modes a round is also the unit of admission and of what a step takes
+    from the engines at once: at most (worker.rollout.max_staleness + 1) rounds of prompts are in flight."""
     val_batch_size: int = -1
     """Prompts per validation batch; -1 puts the whole validation set in one batch."""
     format_prompt: str | None = None
@@ -315,7 +318,8 @@ class BaseTrainerConfig:
 @dataclass
 class TrainerConfig(BaseTrainerConfig):
     max_try_make_batch: int = 20
-    """Generation rounds allowed to fill one step under online filtering; <= 0 means unlimited."""
+    """Generation rounds allowed to fill one step under online filtering (in every rollout mode); <= 0 means
+    unlimited."""
     critic_warmup: int = 0
     """Steps during which only the critic is trained."""
     val_freq: int = -1
@@ -605,15 +609,6 @@ def _check_async(config: PPOConfig) -> None:
             raise ConfigError(f"worker.reward.stream=true cannot stream this reward: {reason}. Remove the key.")
     if rollout.mode == "sync":
         return
-    refused = {
-        "algorithm.online_filtering=true": algorithm.online_filtering,
-        "data.mini_rollout_batch_size": config.data.mini_rollout_batch_size is not None,
-    }
-    for key, used in refused.items():
-        if used:
-            raise ConfigError(
-                f"{key} is not built for worker.rollout.mode={rollout.mode} yet; use worker.rollout.mode=sync with it."
-            )
     schedule = config.data.response_length_schedule
     lengths = [schedule[step] for step in sorted(schedule)] if schedule else []
     if any(later < earlier for earlier, later in zip(lengths, lengths[1:])):
@@ -623,13 +618,21 @@ def _check_async(config: PPOConfig) -> None:
             "stages must not shrink: make the lengths non-decreasing."
         )
     world = config.trainer.world_size()
-    if config.data.rollout_batch_size % world != 0:
+    key, prompts = round_size(config.data)
+    if prompts % world != 0:
         raise ConfigError(
-            f"worker.rollout.mode={rollout.mode} admits data.rollout_batch_size={config.data.rollout_batch_size} "
-            f"prompts per step, which must split evenly over the {world} devices."
+            f"worker.rollout.mode={rollout.mode} admits {key}={prompts} prompts per round, which must split evenly "
+            f"over the {world} devices."
         )
     if rollout.mode == "disaggregated":
         _check_rollout_pool(config)
+
+
+def round_size(data: DataConfig) -> tuple[str, int]:
+    """The key and number of prompts of a generation round (data.mini_rollout_batch_size, or rollout_batch_size)."""
+    if data.mini_rollout_batch_size is not None:
+        return "data.mini_rollout_batch_size", data.mini_rollout_batch_size
+    return "data.rollout_batch_size", data.rollout_batch_size
 
 
 def reward_stream_obstacle(reward: Any, mode: str) -> str | None:
@@ -664,11 +667,11 @@ def _check_rollout_pool(config: PPOConfig) -> None:
     """mode=disaggregated: the rollout pool's engines, each a process of its own."""
     rollout = config.worker.rollout
     engines = rollout.pool_size()
-    if config.data.rollout_batch_size % engines != 0:
+    key, prompts = round_size(config.data)
+    if prompts % engines != 0:
         raise ConfigError(
-            f"worker.rollout.mode=disaggregated admits data.rollout_batch_size={config.data.rollout_batch_size} "
-            f"prompts per step, which must split evenly over the {engines} engines of the rollout pool "
-            "(worker.rollout.nnodes x worker.rollout.n_gpus_per_node)."
+            f"worker.rollout.mode=disaggregated admits {key}={prompts} prompts per round, which must split evenly "
+            f"over the {engines} engines of the rollout pool (worker.rollout.nnodes x worker.rollout.n_gpus_per_node)."
         )
     if rollout.n_gpus_per_node % rollout.tensor_parallel_size != 0:
         raise ConfigError(

@@ -153,8 +153,8 @@ def create_dataloader(
 ) -> tuple[StatefulDataLoader, StatefulDataLoader | None]:
     """(train loader, validation loader or None when data.val_files is empty).
 
-    Train batches hold data.mini_rollout_batch_size prompts when it is set (online filtering draws several per
-    step), else data.rollout_batch_size; the last incomplete batch of an epoch is dropped. Validation is not
+    Train batches hold data.mini_rollout_batch_size prompts when it is set (a generation round; a step draws as many
+    as it needs), else data.rollout_batch_size; the last incomplete batch of an epoch is dropped. Validation is not
     shuffled and data.val_batch_size=-1 puts the whole set in one batch.
     """
     meta_info = {"min_pixels": config.min_pixels, "max_pixels": config.max_pixels, "video_fps": config.video_fps}

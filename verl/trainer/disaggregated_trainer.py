@@ -17,10 +17,11 @@ the engines have a resource pool of their own.
 The rollout pool's engines (verl.workers.rollout.rollout_worker) generate without pause. A step sends the weights of
 the last update to them if they lack them (a broadcast over the weight-transfer group while they keep generating;
 they load it between two engine steps), admits prompts under the staleness bound exactly as colocated mode does
-(`Admission`), and takes the step's complete groups (earliest deadline first); while the trainer pool trains on them,
-the engines go on with the groups in flight and the ones admitted for later steps. Checkpoints keep the in-flight
-prompts, regenerated on resume, as in colocated mode, and each engine's count of admissions (its requests' seeds
-follow it, as the colocated workers' do through their own checkpoint).
+(`Admission`), and takes the step's complete groups (earliest deadline first; round by round as colocated mode does,
+when online filtering tops the step up); while the trainer pool trains on them, the engines go on with the groups in
+flight and the ones admitted for later steps. Checkpoints keep the in-flight prompts, regenerated on resume, as in
+colocated mode, and each engine's count of admissions (its requests' seeds follow it, as the colocated workers' do
+through their own checkpoint).
 """
 
 import json
@@ -76,20 +77,19 @@ class DisaggregatedRayPPOTrainer(AsyncRayPPOTrainer):
             append_metrics(metrics, sent_metrics)
             append_metrics(metrics, received_metrics)
 
-    def _make_batch_data(self, metrics: dict[str, list[float]]) -> DataProto:
-        version = self.global_step - 1  # weight updates the trained policy carries
-        self.sync_engines(version, metrics)
+    def _take_round(self, version: int, round_index: int, metrics: dict[str, list[float]]) -> DataProto:
+        self.sync_engines(version, metrics)  # once a step: `version` is the trained policy's
         prompts = self._admit(version)
         engines = self.rollout_wg.world_size
         if len(prompts) % engines != 0:
             raise RuntimeError(f"{len(prompts)} admitted prompts do not split over the {engines} rollout engines.")
-        request = self._async_request(version, engines)
+        request = self._async_request(version, round_index, engines)
         self.rollout_wg.admit(prompts, request)
 
         def poll() -> list[dict[str, Any]]:
             return self.rollout_wg.poll(request, _POLL_WAIT_S)
 
-        return self._trained(self._collect_polls(poll, metrics), version, metrics)
+        return self._taken(self._collect_polls(poll, metrics))
 
     def _write_checkpoint(self, path: str) -> None:
         super()._write_checkpoint(path)

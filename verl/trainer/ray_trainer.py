@@ -26,7 +26,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, wait
 from contextlib import contextmanager
 from typing import Any
@@ -238,50 +238,68 @@ class RayPPOTrainer:
         return scores.sum(-1)
 
     def _make_batch_data(self, metrics: dict[str, list[float]]) -> DataProto:
-        """Generate until the step has rollout_batch_size prompts' worth of samples (several rounds with online
-        filtering, which drops groups whose mean reward lies outside (filter_low, filter_high))."""
+        """The step's samples, from rounds of data-loader batches generated to completion (`_fill_batch`)."""
+        return self._fill_batch(lambda: self._generate(self._next_batch(), metrics), metrics)
+
+    def _fill_batch(self, generate_round: Callable[[], DataProto], metrics: dict[str, list[float]]) -> DataProto:
+        """Run generation rounds (`generate_round()`: one round's groups, of data.mini_rollout_batch_size prompts, or
+        rollout_batch_size) until the step has rollout_batch_size prompts' groups, then drop the last round's surplus
+        (as EasyR1 and DAPO do). With online filtering a round keeps only the groups `_filter_groups` keeps, and
+        trainer.max_try_make_batch bounds the rounds. Every rollout mode fills its steps here; the asynchronous ones
+        take each round's groups from their engines."""
         algo, data = self.config.algorithm, self.config.data
-        n = self.config.worker.rollout.n
-        target = data.rollout_batch_size * n
+        target = data.rollout_batch_size * self.config.worker.rollout.n
+        limit = self.config.trainer.max_try_make_batch
         kept: list[DataProto] = []
         num_kept, tries = 0, 0
         while num_kept < target:
             tries += 1
-            limit = self.config.trainer.max_try_make_batch
             if algo.online_filtering and limit > 0 and tries > limit:
                 raise RuntimeError(
-                    f"Online filtering kept {num_kept // n} of {data.rollout_batch_size} prompts after {limit} "
-                    f"generation rounds (trainer.max_try_make_batch); widen algorithm.filter_low/filter_high, "
-                    "raise trainer.max_try_make_batch, or set it <= 0 for no limit."
+                    f"Online filtering kept {num_kept // self.config.worker.rollout.n} of {data.rollout_batch_size} "
+                    f"prompts after {limit} generation rounds (trainer.max_try_make_batch); widen "
+                    "algorithm.filter_low/filter_high, raise trainer.max_try_make_batch, or set it <= 0 for no limit."
                 )
-            batch = self._generate(self._next_batch(), metrics)
-            if not algo.online_filtering:
-                return batch
+            batch = generate_round()
+            if algo.online_filtering:
+                batch = self._filter_groups(batch, metrics)
+            if batch is not None:
+                kept.append(batch)
+                num_kept += len(batch)
+        batch = kept[0] if len(kept) == 1 and len(kept[0]) == target else DataProto.concat(kept)[:target]
+        if "token_level_scores" in batch.batch.keys():  # scored during gen: online filtering, streamed rewards
+            columns = [key for key in batch.non_tensor_batch if key.startswith("reward/")]
+            for key in columns:
+                append_metrics(metrics, applicable_values({key: [float(v) for v in batch.non_tensor_batch[key]]}))
+            if not algo.online_filtering:  # a filtered batch has no group of equal rewards
+                self._check_reward_spread(batch.batch["token_level_scores"])
+        return batch
+
+    def _filter_groups(self, batch: DataProto, metrics: dict[str, list[float]]) -> DataProto | None:
+        """Online filtering (DAPO's dynamic sampling): the groups of `batch` whose mean algorithm.filter_key lies
+        inside (filter_low, filter_high), None if there is none; `batch` is scored here unless its rewards were
+        streamed. Logs online_filtering/kept_ratio."""
+        algo = self.config.algorithm
+        if "token_level_scores" not in batch.batch.keys():
             scores, reward_metrics = self.scorer.score(batch)
             batch.batch["token_level_scores"] = scores
             batch.non_tensor_batch.update(
                 {f"reward/{k}": np.array(v, dtype=object) for k, v in reward_metrics.items()}
             )
-            if algo.filter_key not in reward_metrics:
-                raise KeyError(
-                    f"algorithm.filter_key='{algo.filter_key}' is not a key the reward function returns "
-                    f"({sorted(reward_metrics)})."
-                )
-            keep = core_algos.filter_groups_by_reward(
-                np.asarray(reward_metrics[algo.filter_key], dtype=np.float64),
-                batch.non_tensor_batch["uid"],
-                algo.filter_low,
-                algo.filter_high,
+        column = f"reward/{algo.filter_key}"
+        if column not in batch.non_tensor_batch:
+            names = sorted(key.removeprefix("reward/") for key in batch.non_tensor_batch if key.startswith("reward/"))
+            raise KeyError(
+                f"algorithm.filter_key='{algo.filter_key}' is not a key the reward function returns ({names})."
             )
-            append_metrics(metrics, {"online_filtering/kept_ratio": len(keep) / len(batch)})
-            if len(keep) > 0:
-                kept.append(batch[np.asarray(keep)])
-                num_kept += len(keep)
-        batch = DataProto.concat(kept)[:target]
-        reward_columns = [key for key in batch.non_tensor_batch if key.startswith("reward/")]
-        for key in reward_columns:
-            append_metrics(metrics, applicable_values({key: [float(v) for v in batch.non_tensor_batch[key]]}))
-        return batch
+        keep = core_algos.filter_groups_by_reward(
+            np.asarray(batch.non_tensor_batch[column], dtype=np.float64),
+            batch.non_tensor_batch["uid"],
+            algo.filter_low,
+            algo.filter_high,
+        )
+        append_metrics(metrics, {"online_filtering/kept_ratio": len(keep) / len(batch)})
+        return batch[np.asarray(keep)] if len(keep) > 0 else None
 
     def _balance_batch(self, batch: DataProto, metrics: dict[str, list[float]]) -> None:
         """Reorder samples so every data-parallel rank gets a similar number of tokens (in place)."""

@@ -226,6 +226,30 @@ def test_polls_hand_each_group_over_as_it_completes_and_end_as_one_call(rollout)
     assert rollout.request_loop.in_flight == 0
 
 
+def test_polls_take_one_batch_per_round_of_a_version(rollout) -> None:
+    """Online filtering tops a step up with more rounds at one version: a poll hands over one batch per (version,
+    round), the next round's from the groups still in the loop."""
+    rollout.request_loop.clear()
+    rollout._taken_version = None
+    prompts = _prompts(rollout.tokenizer, 2, offset=70)
+    request = RolloutRequest(quota=1, version=0, max_staleness=1, stream=True)
+
+    def take(request: RolloutRequest, rows: DataProto) -> DataProto:
+        for _ in range(100):
+            batch = rollout.generate_async(rows, request)["batch"]
+            rows = rows[:0]
+            if batch is not None:
+                return batch
+        raise AssertionError("no batch after 100 polls")
+
+    first = take(request, prompts)
+    assert rollout.generate_async(prompts[:0], request)["batch"] is None  # the round's batch is taken
+    second = take(replace(request, round=1), prompts[:0])
+    uids = [list(dict.fromkeys(batch.non_tensor_batch["uid"])) for batch in (first, second)]
+    assert sorted(uids) == [["p70"], ["p71"]], uids
+    assert rollout.request_loop.in_flight == 0
+
+
 def test_a_synchronous_call_shows_its_progress_unless_disabled(rollout, capsys) -> None:
     """rollout.disable_tqdm=false: a generate_sequences call counts its finished samples on a progress bar."""
     prompts = _prompts(rollout.tokenizer, 3, offset=80)

@@ -126,9 +126,10 @@ class RolloutConfig:
     always recorded in both asynchronous modes."""
     max_staleness: int = 0
     """mode=colocated or disaggregated: how many policy versions a sample may lag behind the one it trains, enforced
-    by pacing admission (prompts admitted <= (max_staleness + version + 1) x data.rollout_batch_size). 0 makes every
-    step wait for all its samples: in colocated mode the same batches, losses and weights as mode=sync; in
-    disaggregated mode the engines then idle while the trainer trains (use 1 or more to overlap them)."""
+    by pacing admission (at most max_staleness + 1 rounds of data.mini_rollout_batch_size, or rollout_batch_size,
+    prompts in flight; a group online filtering drops is consumed like a trained one). 0 makes every step wait for
+    all its samples: in colocated mode the same batches, losses and weights as mode=sync; in disaggregated mode the
+    engines then idle while the trainer trains (use 1 or more to overlap them)."""
     nnodes: int | None = None
     """mode=disaggregated: nodes of the rollout pool (default 1). Refused in the other modes, whose engines live in
     the training processes."""

@@ -53,6 +53,14 @@ class RolloutRequest:
     stream: bool = False
     """An asynchronous call hands over each group as it completes, for the driver to score while the engines generate
     (worker.reward.stream): the call is then a poll, repeated until the step's groups are there."""
+    round: int = 0
+    """An asynchronous step's generation round (online filtering tops a step up with more rounds, each `quota`
+    groups): an engine hands over one batch per `batch_key`."""
+
+    @property
+    def batch_key(self) -> tuple[int, int]:
+        """The batch this request takes: (version, round)."""
+        return self.version, self.round
 
 
 @dataclass

@@ -83,7 +83,7 @@ class RolloutWorker(Worker):
         self._busy_s = 0.0
         self._window_start = time.perf_counter()
         self._thread: threading.Thread | None = None
-        self._taken_version: int | None = None
+        self._taken_version: tuple[int, int] | None = None  # the RolloutRequest.batch_key of the last batch taken
         self.tp_rank, self.tp_size = 0, 1
         self.data_group: Any = None
         """Tensor-parallel engine: the group's gloo group for the calls' data (admissions, batches), apart from the
@@ -229,7 +229,7 @@ class RolloutWorker(Worker):
 
         - "batch": once `request.quota` groups are complete and taking them keeps every other group within its deadline
           (admission version + request.max_staleness, earliest deadline first), those groups, oldest first, as the rollout
-          columns of `VLLMRollout.generate_async` (taken once per `request.version`; None until then and after);
+          columns of `VLLMRollout.generate_async` (taken once per `request.batch_key`; None until then and after);
         - "complete": with `request.stream`, the groups completed since the last call (copies: they stay for a later
           "batch"), for the driver to score while generation goes on; else None;
         - "metrics": the engine's busy share since the last batch and the groups it holds, with the batch.
@@ -262,7 +262,7 @@ class RolloutWorker(Worker):
         loop = self.rollout.request_loop
         quota, version, max_staleness, stream = request.quota, request.version, request.max_staleness, request.stream
         width = self.rollout.call_response_length(request)
-        take = self._taken_version != version
+        take = self._taken_version != request.batch_key
         deadline = time.monotonic() + (wait_s if take else 0.0)  # a rank whose batch is taken answers at once
         with self._cond:
             self._raise_if_failed()
@@ -284,7 +284,7 @@ class RolloutWorker(Worker):
             fresh = loop.newly_complete(groups) if stream else []
             metrics: dict[str, float] = {}
             if groups is not None:
-                self._taken_version = version
+                self._taken_version = request.batch_key
                 now = time.perf_counter()
                 metrics["async/engine_busy_share"] = self._busy_s / max(now - self._window_start, 1e-9)
                 metrics["async/in_flight_groups"] = float(loop.in_flight)

@@ -376,8 +376,8 @@ class VLLMRollout:
         self.generate_calls = 0
         self.validate_calls = 0
         # mode=colocated: the samples admitted and not yet returned, kept across calls (generate_async)
-        self._taken_version: int | None = None
-        """generate_async: the version whose groups this rank has returned (one batch per step)."""
+        self._taken_version: tuple[int, int] | None = None
+        """generate_async: the `RolloutRequest.batch_key` whose groups this rank has returned (one batch per round)."""
         render = partial(vllm_compat.render_prompt, self.inference_engine)
         self.request_loop = RequestLoop(self.inference_engine, render, "async")
         """The groups of the asynchronous calls (generate_async, a rollout pool), kept across calls."""
@@ -583,7 +583,7 @@ class VLLMRollout:
         groups = None
         with self._leading(self.engine_leader):
             call = self._start_async_call(prompts, request)
-            if not stream or self._taken_version != call.version:  # a poll after the step's batch only hands over
+            if not stream or self._taken_version != request.batch_key:  # a poll after the round's batch hands over
                 steps = POLL_ENGINE_STEPS if stream else None
                 with preserved_rng_state(), self._cleared_on_error(loop):
                     groups = loop.run(
@@ -592,7 +592,7 @@ class VLLMRollout:
             fresh = loop.newly_complete(groups) if stream else []
             batch = None
             if groups is not None:
-                self._taken_version = call.version
+                self._taken_version = request.batch_key
                 batch = self.groups_to_rollout(groups, call.n, call.budget)
                 batch.meta_info["in_flight_groups"] = loop.in_flight
             self._end_leading(self.engine_leader, batch)

@@ -1,0 +1,100 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The generation rounds every rollout mode fills a step with (`RayPPOTrainer._fill_batch`) and the admission that
+counts a dropped group as consumed (`Admission`), on hand-made rounds; the trainers run them end to end in
+test_e2e.py, test_async_e2e.py and test_disaggregated_e2e.py."""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from verl.protocol import DataProto
+from verl.trainer.async_trainer import Admission
+from verl.trainer.config import PPOConfig
+from verl.trainer.metrics import new_metric_store
+from verl.trainer.ray_trainer import RayPPOTrainer
+
+
+N = 2
+MIXED, FLAT = (0.0, 1.0), (1.0, 1.0)
+
+
+def trainer(rollout_batch_size: int, online_filtering: bool, max_try: int = 20) -> RayPPOTrainer:
+    """A driver with only what `_fill_batch` reads (no workers)."""
+    config = PPOConfig()
+    config.data.rollout_batch_size = rollout_batch_size
+    config.worker.rollout.n = N
+    config.algorithm.online_filtering = online_filtering
+    config.trainer.max_try_make_batch = max_try
+    driver = RayPPOTrainer.__new__(RayPPOTrainer)
+    driver.config, driver.global_step, driver.flat_reward_steps = config, 1, 0
+    return driver
+
+
+def rounds(*groups_per_round: tuple[tuple[float, ...], ...]):
+    """A generate_round that returns the given rounds, scored (as streamed rewards are), then fails."""
+    uids = itertools.count()
+    it = iter(groups_per_round)
+
+    def generate_round() -> DataProto:
+        groups = next(it)
+        names = [f"g{next(uids)}" for _ in groups]
+        rewards = [reward for group in groups for reward in group]
+        return DataProto.from_dict(
+            tensors={"token_level_scores": torch.tensor(rewards).unsqueeze(-1)},
+            non_tensors={
+                "uid": np.array([name for name in names for _ in range(N)], dtype=object),
+                "reward/overall": np.array(rewards, dtype=object),
+            },
+        )
+
+    return generate_round
+
+
+def uids(batch: DataProto) -> list[str]:
+    return list(dict.fromkeys(batch.non_tensor_batch["uid"]))
+
+
+def test_filtered_rounds_top_the_step_up_and_drop_the_surplus():
+    metrics = new_metric_store()
+    generate = rounds((MIXED, FLAT), (FLAT, FLAT), (MIXED, MIXED))
+    batch = trainer(rollout_batch_size=2, online_filtering=True)._fill_batch(generate, metrics)
+    assert uids(batch) == ["g0", "g4"]  # g5, the last round's surplus, is dropped
+    assert metrics["online_filtering/kept_ratio"] == [0.5, 0.0, 1.0]
+    assert metrics["reward/overall"] == [0.0, 1.0, 0.0, 1.0]  # the trained samples only
+
+
+def test_rounds_fill_the_step_without_filtering_too():
+    """data.mini_rollout_batch_size below rollout_batch_size: rounds until the step is full, as in EasyR1."""
+    batch = trainer(rollout_batch_size=3, online_filtering=False)._fill_batch(
+        rounds((FLAT, MIXED), (MIXED, FLAT)), new_metric_store()
+    )
+    assert uids(batch) == ["g0", "g1", "g2"]
+
+
+def test_max_try_make_batch_bounds_the_rounds():
+    driver = trainer(rollout_batch_size=2, online_filtering=True, max_try=2)
+    with pytest.raises(RuntimeError, match=r"kept 1 of 2 prompts after 2 generation rounds"):
+        driver._fill_batch(rounds((MIXED, FLAT), (FLAT, FLAT), (MIXED, MIXED)), new_metric_store())
+
+
+def test_a_dropped_group_is_consumed_like_a_trained_one():
+    """At most max_staleness + 1 rounds in flight, whatever happened to the groups taken out."""
+    admission = Admission(round_size=4, max_staleness=1)
+    assert admission.rounds_to_admit(0) == 2
+    assert admission.rounds_to_admit(8) == 0
+    assert admission.rounds_to_admit(4) == 1  # a round taken (trained or dropped): one more admitted
+    assert admission.rounds_to_admit(6) == 0  # never more than (max_staleness + 1) x round_size in flight
