@@ -175,11 +175,7 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
             rows = calls.pop() if calls else prompts[:0]  # the prompts on the first call only
             return self.actor_rollout_ref_wg.generate_sequences_async(rows, request)
 
-        batch = self._collect_polls(poll, metrics)
-        in_flight = batch.meta_info.pop("in_flight_groups", None)
-        if in_flight is not None:
-            append_metrics(metrics, {"async/in_flight_groups_rank0": float(in_flight)})
-        return self._taken(batch)
+        return self._taken(self._collect_polls(poll, metrics))
 
     def _async_request(self, version: int, round_index: int, engines: int) -> RolloutRequest:
         """Round `round_index` of the step's requests: each of the `engines` data-parallel ranks returns its share of
@@ -216,7 +212,6 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
                     parts[rank] = result["batch"]
                     append_metrics(metrics, result.get("metrics") or {})
         batch = DataProto.concat(parts)
-        batch.meta_info.update(parts[0].meta_info)
         if self.stream_rewards:
             self._attach_streamed_scores(batch, metrics)
         return batch

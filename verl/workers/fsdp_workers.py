@@ -228,7 +228,7 @@ class FSDPWorker(Worker):
     def generate_sequences_async(self, prompts: DataProto, request: RolloutRequest) -> dict[str, Any]:
         """The colocated asynchronous rollout (`VLLMRollout.generate_async`): admit this rank's share of `prompts`
         (the step's first call; a poll after it carries none) and return {"batch": `request.quota` complete groups
-        once they are there, "complete": with `request.stream`, the groups completed since the last poll}."""
+        once they are there, "complete": with `request.stream`, the groups completed since the last poll, "metrics"}."""
         return self.rollout.generate_async(prompts, request)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

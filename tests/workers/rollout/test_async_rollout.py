@@ -108,8 +108,10 @@ def _early_stops(rollout, **fields) -> RolloutRequest:
 def test_unfinished_samples_continue_from_their_tokens_after_a_version_change(rollout) -> None:
     rollout.request_loop.clear()
     first = _prompts(rollout.tokenizer, 6, offset=10)
-    out = rollout.generate_async(first, _early_stops(rollout, quota=1, version=3, max_staleness=5))["batch"]
+    result = rollout.generate_async(first, _early_stops(rollout, quota=1, version=3, max_staleness=5))
+    out = result["batch"]
     assert len(out) == N and rollout.request_loop.in_flight == 5
+    assert result["metrics"] == {"async/in_flight_groups": 5.0}
     stopped = [s for g in rollout.request_loop.groups.values() for s in g.samples if not s.finished and s.tokens]
     assert stopped, "no sample was stopped mid-response; the quota should end the call early"
     before = {id(sample): list(sample.tokens) for sample in stopped}

@@ -562,7 +562,8 @@ class VLLMRollout:
         loop, resume the samples stopped at the last step boundary, and step the engine until `request.quota` groups
         of this rank are complete. Returns "batch": those groups, oldest first, as the rollout columns of
         `generate_sequences` plus `rollout_versions` (the policy version of each response token, -1 on padding) and
-        `rollout_resumed` (how often each sample was stopped and continued); and "complete": None.
+        `rollout_resumed` (how often each sample was stopped and continued); "complete": None; and "metrics": with the
+        batch, the groups the engine still holds (`async/in_flight_groups`).
 
         `request.version` is the number of weight updates the engine's weights carry; with `request.max_staleness` =
         k, every group trains by its admission version + k: the call returns the complete groups with the earliest
@@ -580,7 +581,7 @@ class VLLMRollout:
             batch = self._follow()
             return {"batch": None if batch is None else batch.chunk(call.tp_size)[call.tp_rank], "complete": None}
         loop, stream = self.request_loop, request.stream
-        groups = None
+        groups, metrics = None, {}
         with self._leading(self.engine_leader):
             call = self._start_async_call(prompts, request)
             if not stream or self._taken_version != request.batch_key:  # a poll after the round's batch hands over
@@ -594,12 +595,12 @@ class VLLMRollout:
             if groups is not None:
                 self._taken_version = request.batch_key
                 batch = self.groups_to_rollout(groups, call.n, call.budget)
-                batch.meta_info["in_flight_groups"] = loop.in_flight
+                metrics["async/in_flight_groups"] = float(loop.in_flight)
             self._end_leading(self.engine_leader, batch)
         if batch is not None and call.tp_size > 1:
             batch = batch.chunk(call.tp_size)[call.tp_rank]
         complete = self.groups_to_rollout(fresh, call.n, call.budget) if fresh and call.tp_rank == 0 else None
-        return {"batch": batch, "complete": complete}
+        return {"batch": batch, "complete": complete, "metrics": metrics}
 
     def _follow(self) -> Any:
         """A peer's asynchronous call (engine_mirror): the first process's engine calls, repeated, and its result."""
