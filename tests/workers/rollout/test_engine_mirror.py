@@ -46,6 +46,9 @@ def _script(leader) -> None:
     """The first process's side: a call with two steps and work between them, then a failed call, then STOP."""
     leader.add_request("r0", {"prompt_token_ids": [1, 2]}, {"max_tokens": 3})
     leader.add_request("r1", {"prompt_token_ids": [3]}, {"max_tokens": 1}, lora_request="adapter")
+    group_tokens = [5, 6]  # a group's n requests share their prompt's token list: rendered once
+    leader.add_request("g0", {"prompt_token_ids": group_tokens}, {"seed": 0})
+    leader.add_request("g1", {"prompt_token_ids": group_tokens}, {"seed": 1})
     leader.step()
     leader.send("load", 7)
     leader.abort_request(["r0"])
@@ -66,7 +69,10 @@ def _member(rank: int, world_size: int, port: int) -> None:
     group = dist.new_group([0, 1], backend="gloo")
     engine = _Recorder()
 
+    renders = []
+
     def render(prompt):
+        renders.append(tuple(prompt["prompt_token_ids"]))
         return ("rendered", tuple(prompt["prompt_token_ids"]))
 
     if rank == 0:
@@ -91,11 +97,14 @@ def _member(rank: int, world_size: int, port: int) -> None:
     assert gathered[0] == [
         ("add", "r0", ("rendered", (1, 2)), {"max_tokens": 3}, None),
         ("add", "r1", ("rendered", (3,)), {"max_tokens": 1}, "adapter"),
+        ("add", "g0", ("rendered", (5, 6)), {"seed": 0}, None),
+        ("add", "g1", ("rendered", (5, 6)), {"seed": 1}, None),
         ("step",),
         ("abort", ["r0"]),
         ("step",),
         ("add", "r2", ("rendered", (4,)), {"max_tokens": 2}, None),
     ]
+    assert renders == [(1, 2), (3,), (5, 6), (4,)]  # the group's prompt once, on both processes
     dist.barrier()
     dist.destroy_process_group()  # both ranks' gloo groups end together (one left alive at exit may abort)
 

@@ -39,6 +39,23 @@ class PeerStopped(RuntimeError):
     """The group's first process failed during the call; its peers stop with its error."""
 
 
+class _RenderOnce:
+    """`render` run once for the requests that share a prompt, as `LLM.generate` renders a prompt once for its n
+    samples (rendering a prompt with images runs the model's processor). A group's n requests share their prompt's
+    token list, on the first process and, since a broadcast message is pickled as one object, on its peers too."""
+
+    def __init__(self, render: Callable[[dict[str, Any]], Any]) -> None:
+        self.render = render
+        self._tokens: Any = None
+        self._rendered: Any = None
+
+    def __call__(self, prompt: dict[str, Any]) -> Any:
+        tokens = prompt.get("prompt_token_ids")
+        if tokens is None or tokens is not self._tokens:
+            self._tokens, self._rendered = tokens, self.render(prompt)
+        return dict(self._rendered) if isinstance(self._rendered, dict) else self._rendered
+
+
 def _broadcast(message: Any, group: Any, src: int) -> Any:
     box = [message]
     dist.broadcast_object_list(box, src=src, group=group)
@@ -54,7 +71,7 @@ class EngineLeader:
 
     def __init__(self, llm: Any, render: Callable[[dict[str, Any]], Any], group: Any) -> None:
         self.engine = llm.llm_engine
-        self.render = render
+        self.render = _RenderOnce(render)
         self.group = group
         self.src = dist.get_global_rank(group, 0)
         self._calls: list[tuple[Any, ...]] = []
@@ -104,6 +121,7 @@ def follow(
     message's arguments."""
     engine = llm.llm_engine
     src = dist.get_global_rank(group, 0)
+    render = _RenderOnce(render)
     while True:
         for call in _broadcast(None, group, src):
             kind = call[0]
