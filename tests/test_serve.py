@@ -42,6 +42,7 @@ from verl.serve import (
     forced_tool_calls,
     make_server,
 )
+from verl.serve.chat import sampling_params
 from verl.serve.completions import check_completion
 from verl.serve.engine_loop import EngineLoop
 
@@ -69,27 +70,41 @@ def request(**fields):
     return {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], **fields}
 
 
-def test_a_valid_request_gives_its_sampling_options():
-    assert check_request(request(), "tiny") == {}
-    options = check_request(request(max_tokens=5, temperature=0.5, top_p=0.9, n=2, seed=3, stop="\n"), "tiny")
-    assert options == {"max_tokens": 5, "temperature": 0.5, "top_p": 0.9, "n": 2, "seed": 3, "stop": ["\n"]}
-    assert check_request(request(max_completion_tokens=7), "tiny") == {"max_tokens": 7}
+def params(**fields):
+    """The SamplingParams of a chat request with `fields` (max_tokens 16 where unset)."""
+    checked = check_request(request(**fields), "tiny")
+    return sampling_params(checked, checked.max_completion_tokens or checked.max_tokens or 16, {})
+
+
+def test_every_sampling_field_reaches_the_sampling_params():
+    got = params(max_tokens=5, temperature=0.5, top_p=0.9, n=2, seed=3, stop="\n")
+    assert (got.max_tokens, got.temperature, got.top_p, got.n, got.seed, got.stop) == (5, 0.5, 0.9, 2, 3, ["\n"])
+    assert params(max_completion_tokens=7).max_tokens == 7
+    got = params(frequency_penalty=0.5, presence_penalty=-0.5, repetition_penalty=1.3, top_k=4, min_p=0.1)
+    assert (got.frequency_penalty, got.presence_penalty, got.repetition_penalty, got.top_k, got.min_p) == (
+        0.5, -0.5, 1.3, 4, 0.1)  # fmt: skip
+    got = params(min_tokens=2, ignore_eos=True, stop_token_ids=[5], bad_words=["x"], allowed_token_ids=[1, 2])
+    assert (got.min_tokens, got.ignore_eos, got.stop_token_ids, got.bad_words, got.allowed_token_ids) == (
+        2, True, [5], ["x"], [1, 2])  # fmt: skip
+    got = params(logprobs=True, top_logprobs=3, logit_bias={"5": -100, "7": 2.5})
+    assert got.logprobs == 3 and got.logit_bias == {5: -100.0, 7: 2.5}
+    assert params(logprobs=True).logprobs == 0 and params().logprobs is None  # the chosen token's alone; none
+    assert check_request({"messages": [{"role": "user", "content": "Hi"}]}, "tiny").model is None
     streamed = request(stream=True, stream_options={"include_usage": True}, tools=TOOLS, tool_choice="auto")
-    assert check_request(streamed, "tiny") == {}
+    assert check_request(streamed, "tiny").stream_options.include_usage
 
 
-def test_new_fields_become_sampling_options_and_no_model_is_the_served_one():
-    options = check_request(request(logprobs=True, top_logprobs=3, logit_bias={"5": -100, "7": 2.5}), "tiny")
-    assert options == {"logprobs": 3, "logit_bias": {5: -100.0, 7: 2.5}}
-    assert check_request(request(logprobs=True), "tiny") == {"logprobs": 0}  # the chosen token's alone
-    assert check_request({"messages": [{"role": "user", "content": "Hi"}]}, "tiny") == {}
-    prompts, options = check_completion({"prompt": [[1, 2], [3]], "max_tokens": 0, "echo": True, "logprobs": 1}, "x")
-    assert prompts == [[1, 2], [3]] and options == {"max_tokens": 0, "logprobs": 1}
+def test_completion_requests_are_read_into_vllms_model():
+    checked, prompts = check_completion({"prompt": [[1, 2], [3]], "max_tokens": 0, "echo": True, "logprobs": 1}, "x")
+    assert prompts == [[1, 2], [3]] and (checked.max_tokens, checked.logprobs, checked.echo) == (0, 1, True)
+    got = sampling_params(check_completion({"prompt": "Hi", "top_k": 2, "repetition_penalty": 1.2}, "x")[0], 4, {})
+    assert (got.top_k, got.repetition_penalty) == (2, 1.2)
     for body, message in [
-        ({}, "'prompt' must be a string, a list of strings, a list of token ids or a list of such lists"),
-        ({"prompt": [[1, "a"]]}, "'prompt' lists of token ids must hold integers only."),
+        ({}, "'prompt': Either prompt or prompt_embeds must be provided"),
+        ({"prompt": [[1, "a"]]}, "'prompt[0]'"),
         ({"prompt": "Hi", "max_tokens": 0}, "'max_tokens' of 0 needs 'echo': true"),
-        ({"prompt": "Hi", "echo": "yes"}, "'echo' must be a boolean, got 'yes'."),
+        ({"prompt": "Hi", "echo": "maybe"}, "'echo': Input should be a valid boolean"),
+        ({"prompt": "Hi", "suffix": "!"}, "'suffix' is not supported by this server"),
     ]:
         with pytest.raises(RequestError, match=re.escape(message)):
             check_completion(body, "tiny")
@@ -104,37 +119,41 @@ def test_an_unknown_model_is_a_404_naming_the_served_one():
 @pytest.mark.parametrize(
     "fields, message",
     [
-        ({"max_tokens": "5"}, "'max_tokens' must be an integer, got '5'."),
-        ({"max_tokens": 0}, "'max_tokens' must be >= 1, got 0."),
-        ({"n": True}, "'n' must be an integer, got True."),
-        ({"temperature": "hot"}, "'temperature' must be a number, got 'hot'."),
-        ({"temperature": 3}, "'temperature' must be between 0 and 2, got 3."),
-        ({"top_p": 1.5}, "'top_p' must be between 0 and 1, got 1.5."),
-        ({"stop": [1]}, "'stop' must be a string or a list of strings, got [1]."),
+        ({"max_tokens": "five"}, "'max_tokens': Input should be a valid integer"),
+        ({"n": 0}, "'n' must be >= 1, got 0."),
+        ({"temperature": "hot"}, "'temperature': Input should be a valid number"),
+        ({"stop": [1]}, "'stop"),
         ({"messages": []}, "'messages' must be a non-empty list"),
-        ({"messages": ["Hi"]}, "'messages[0]' must be an object with a string 'role'."),
-        ({"stream": "yes"}, "'stream' must be a boolean, got 'yes'."),
-        ({"stream_options": {"include_usage": True}}, "'stream_options' can only be set with stream=true."),
-        ({"stream": True, "stream_options": {"include_usage": 1}}, "'stream_options' must be an object with"),
-        ({"tools": {"add": {}}}, "'tools' must be a list of function tools"),
-        ({"tools": [{"type": "function"}]}, "'tools[0]' must be a {type: 'function', function: {name, ...}} object."),
-        ({"tools": [{"type": "function", "function": {}}]}, "'tools[0].function' must have a string 'name'."),
-        ({"tools": TOOLS, "tool_choice": "any"}, "tool_choice 'any' is not one of 'auto', 'none', 'required' or"),
-        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "mul"}}}, "tool_choice names the"),
-        ({"tool_choice": "auto"}, "'tool_choice' needs 'tools'."),
-        ({"top_logprobs": 2}, "'top_logprobs' needs 'logprobs': true."),
-        ({"logprobs": True, "top_logprobs": 21}, "'top_logprobs' must be between 0 and 20, got 21."),
-        ({"logit_bias": {"a": 1}}, "'logit_bias' keys must be integer token ids, got 'a'."),
-        ({"logit_bias": {"5": 101}}, "'logit_bias[5]' must be a number between -100 and 100, got 101."),
-        ({"response_format": {"type": "xml"}}, "'response_format' must be {type: 'text' | 'json_object' | 'json_"),
-        ({"response_format": {"type": "json_schema"}}, "'response_format.json_schema' must be an object with a JSON"),
-        ({"response_format": {"type": "json_object"}, "tools": TOOLS, "tool_choice": "required"}, "'response_format'"),
+        ({"messages": ["Hi"]}, "'messages[0]': Input should be a valid dictionary, got 'Hi'."),
+        ({"stream": "maybe"}, "'stream': Input should be a valid boolean"),
+        ({"stream_options": {"include_usage": True}}, "'stream_options': Stream options can only be defined when"),
+        ({"tools": {"add": {}}}, "'tools'"),
+        ({"tools": [{"type": "function"}]}, "'tools[0].function': Field required."),
+        ({"tools": TOOLS, "tool_choice": "any"}, "'tool_choice': Invalid value for `tool_choice`: any!"),
+        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "mul"}}}, "'tool_choice"),
+        ({"tool_choice": "auto"}, "'tool_choice': When using `tool_choice`, `tools` must be set."),
+        ({"top_logprobs": 2}, "'top_logprobs': when using `top_logprobs`, `logprobs` must be set to true."),
+        ({"response_format": {"type": "xml"}}, "'response_format"),
+        ({"response_format": {"type": "json_schema"}}, "'response_format': When response_format type is"),
+        ({"echo": True}, "'echo' is not supported by this server; leave it out or send its default."),
+        ({"use_beam_search": True}, "'use_beam_search' is not supported by this server"),
+        ({"chat_template": "{{ x }}"}, "'chat_template' is not supported by this server"),
+        ({"stream": True, "stream_options": {"continuous_usage_stats": True}}, "'stream_options.continuous_usage_"),
+        ({"frobnicate": 1}, "'frobnicate' is not a field this server knows; leave it out."),
     ],
 )
-def test_bad_fields_are_named_in_one_line(fields, message):
+def test_bad_or_unsupported_fields_are_named_in_one_line(fields, message):
     with pytest.raises(RequestError) as error:
-        check_request(request(**fields), "tiny")
+        checked = check_request(request(**fields), "tiny")
+        forced_tool_calls(checked)
     assert str(error.value).startswith(message) and "\n" not in str(error.value) and error.value.status == 400
+
+
+def test_defaults_and_labels_are_accepted():
+    """Fields a client sends at their default (lm-eval, the Agents SDK) or that only label the request."""
+    checked = check_request(request(echo=False, use_beam_search=False, priority=0, user="me", metadata={"a": "b"},
+                                    store=False, parallel_tool_calls=True), "tiny")  # fmt: skip
+    assert checked.user == "me"
 
 
 def test_tool_call_blocks_become_structured_calls():
@@ -196,12 +215,16 @@ def test_streamed_content_adds_up_to_the_message_content(text):
 
 
 def test_a_forced_tool_choice_holds_the_reply_to_a_schema():
-    named = request(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "add"}})
-    assert forced_tool_calls(named) == ("add", TOOLS[0]["function"]["parameters"])
-    assert forced_tool_calls(request(tools=TOOLS, tool_choice="auto")) is None
+    def forced(**fields):
+        return forced_tool_calls(check_request(request(**fields), "tiny"))
+
+    assert forced(tools=TOOLS, tool_choice=NAMED) == ("add", TOOLS[0]["function"]["parameters"])
+    assert forced(tools=TOOLS, tool_choice="auto") is None
+    assert "maxItems" not in forced(tools=TOOLS, tool_choice="required")[1]
+    assert forced(tools=TOOLS, tool_choice="required", parallel_tool_calls=False)[1]["maxItems"] == 1
     defs = {"$defs": {"n": {"type": "integer"}}, "properties": {"x": {"$ref": "#/$defs/n"}}}
     tools = [*TOOLS, {"type": "function", "function": {"name": "neg", "parameters": defs}}]
-    function, schema = forced_tool_calls(request(tools=tools, tool_choice="required"))
+    function, schema = forced(tools=tools, tool_choice="required")
     assert function == "" and schema["type"] == "array" and schema["minItems"] == 1
     assert schema["$defs"] == {"n": {"type": "integer"}}  # lifted to the root, where the ref points
     names = [option["properties"]["name"]["enum"] for option in schema["items"]["anyOf"]]
@@ -232,15 +255,14 @@ class ScriptedEngine(ChatEngine):
     """ChatEngine over a fake vLLM engine whose steps write the given pieces (per choice), for the HTTP layer."""
 
     def __init__(self, pieces, prompt_tokens=7):
-        self.name, self.max_model_len, self.lock, self.delay = "tiny", 512, threading.Lock(), 0.0
+        self.name, self.max_model_len, self.defaults, self.delay = "tiny", 512, {}, 0.0
         self.pieces, self.prompt_tokens, self.aborted = pieces, prompt_tokens, []
         self.steps = []
         self.llm = SimpleNamespace(llm_engine=self)
         self.loop = EngineLoop(self.llm)  # the server's engine loop, stepping this engine
 
     def _submit(self, request):
-        options = check_request(request, self.name)
-        reply = Reply("chatcmpl-scripted", self.prompt_tokens, options.get("n", 1), bool(request.get("tools")))
+        reply = Reply("chatcmpl-scripted", self.prompt_tokens, request.n, bool(request.tools))
         self.steps = [
             [
                 completion(text, index, "stop" if step == len(self.pieces) - 1 else None)
@@ -273,16 +295,24 @@ def scripted_server():
 
     def start(pieces):
         engine = ScriptedEngine(pieces)
-        server = make_server(engine, "127.0.0.1", 0)
-        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+        server, url = serve(engine)
         servers.append((server, engine))
-        return engine, f"http://127.0.0.1:{server.server_address[1]}/v1"
+        return engine, url
 
     yield start
     for server, engine in servers:
         server.shutdown()
-        server.server_close()
         engine.loop.stop()
+
+
+def serve(engine):
+    """Serve `engine` on a free port from a thread: (the server, its base URL) once it answers."""
+    server = make_server(engine, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    deadline = time.monotonic() + 30
+    while not server.uvicorn.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return server, f"http://127.0.0.1:{server.server_address[1]}/v1"
 
 
 def test_the_openai_client_reads_tool_calls_streamed_or_not(scripted_server):
@@ -455,11 +485,9 @@ def live(tiny_model):
         return abort(request_ids, *args, **kwargs)
 
     core.step, core.abort_request = counted_step, recorded_abort
-    server = make_server(engine, "127.0.0.1", 0)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1", seen, core
+    server, url = serve(engine)
+    yield url, seen, core
     server.shutdown()
-    server.server_close()
     engine.close()
 
 
