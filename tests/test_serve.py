@@ -375,6 +375,59 @@ def test_several_choices_stream_side_by_side(scripted_server):
     assert sum(choice.finish_reason == "stop" for chunk in chunks for choice in chunk.choices) == 2
 
 
+def test_a_chunked_request_body_is_read_whole(scripted_server):
+    """A body sent with Transfer-Encoding: chunked (no Content-Length: httpx with a generator, a streaming proxy)."""
+    import httpx
+
+    _, url = scripted_server(["a", "b"])
+    data = json.dumps(request(max_tokens=2)).encode()
+
+    def pieces():
+        for start in range(0, len(data), 7):
+            yield data[start : start + 7]
+
+    reply = httpx.post(f"{url}/chat/completions", content=pieces(), headers={"Content-Type": "application/json"})
+    assert reply.request.headers["Transfer-Encoding"] == "chunked" and "Content-Length" not in reply.request.headers
+    assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"] == "ab"
+    refused = httpx.post(f"{url}/chat/completions", content=iter([b'{"messages": ', b"[]}"]))
+    assert refused.status_code == 400 and refused.json()["error"]["message"].startswith("'messages' must be")
+    assert httpx.post(f"{url}/nowhere", json={}).status_code == 404
+
+
+TOOLS_FLAT = [{"type": "function", **TOOLS[0]["function"]}]
+"""TOOLS as the Responses API writes function tools."""
+
+
+def test_the_responses_api_reads_text_and_tool_calls_streamed_or_not(scripted_server):
+    from openai import OpenAI
+
+    _, url = scripted_server(["Let", " me", " add.", "\n<tool", "_call>", '\n{"name": "add", ', '"arguments": {"a": 1, "b": 2}}', "\n</tool_call>"])  # fmt: skip
+    client = OpenAI(base_url=url, api_key="unused")
+    reply = client.responses.create(model="tiny", input="1+2?", tools=TOOLS_FLAT, instructions="Be brief.")
+    assert reply.status == "completed" and [item.type for item in reply.output] == ["message", "function_call"]
+    assert reply.output_text == "Let me add.\n" and reply.output[0].content[0].type == "output_text"
+    call = reply.output[1]
+    assert call.name == "add" and json.loads(call.arguments) == {"a": 1, "b": 2} and call.call_id.startswith("call_")
+    assert (reply.usage.input_tokens, reply.usage.output_tokens, reply.usage.total_tokens) == (7, 8, 15)
+    events = list(client.responses.create(model="tiny", input="1+2?", tools=TOOLS_FLAT, stream=True))
+    kinds = [event.type for event in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    text = "".join(event.delta for event in events if event.type == "response.output_text.delta")
+    assert text == "Let me add.\n" and kinds.count("response.output_text.delta") > 1  # piece by piece
+    assert kinds.index("response.output_text.done") < kinds.index("response.function_call_arguments.done")
+    (done,) = [event for event in events if event.type == "response.function_call_arguments.done"]
+    assert json.loads(done.arguments) == {"a": 1, "b": 2}
+    final = events[-1].response
+    assert [item.type for item in final.output] == ["message", "function_call"] and final.usage.total_tokens == 15
+    assert final.output_text == "Let me add.\n"
+    # what is refused is named
+    status, body = post_json(f"{url}/responses", {"input": "Hi", "previous_response_id": "resp_1"})
+    assert status == 400 and body["error"]["message"].startswith("'previous_response_id' is not supported")
+    status, body = post_json(f"{url}/responses", {"input": "Hi", "tools": [{"type": "web_search"}]})
+    assert status == 400 and "only function tools" in body["error"]["message"]
+
+
 def test_a_client_that_leaves_a_stream_aborts_its_request(scripted_server):
     engine, url = scripted_server([str(i) for i in range(1000)])
     engine.delay = 0.01  # a token every 10 ms: the client is gone long before the end
@@ -486,7 +539,7 @@ def live(tiny_model):
 
     core.step, core.abort_request = counted_step, recorded_abort
     server, url = serve(engine)
-    yield url, seen, core
+    yield url, seen, core, engine.llm
     server.shutdown()
     engine.close()
 
@@ -511,7 +564,7 @@ def in_threads(call, arguments):
 def test_concurrent_requests_share_the_engine(live):
     """20 requests at once all get their own greedy reply, the one each gets alone, and the engine held several at
     a time (one engine loop batches them; a lock around each request would keep its count at 1)."""
-    url, seen, core = live
+    url, seen, core, _ = live
     cases = [request(messages=[{"role": "user", "content": f"Count to {i}."}], max_tokens=8, temperature=0.0)
              for i in range(20)]  # fmt: skip
     alone = [post(url, case)[2] for case in cases[:3]]
@@ -529,7 +582,7 @@ def test_concurrent_requests_share_the_engine(live):
 
 @pytest.mark.slow
 def test_a_stream_that_is_left_is_aborted_while_the_others_finish(live):
-    url, seen, core = live
+    url, seen, core, _ = live
     address = urllib.parse.urlsplit(url)
     connection = http.client.HTTPConnection(address.hostname, address.port, timeout=60)
     body = request(stream=True, max_tokens=400, temperature=1.0, seed=1)
@@ -863,3 +916,70 @@ def compare_logprobs_and_completions(ours, vllms):
                 assert (top is None) == (vllm_top is None) and (
                     top is None or top == pytest.approx(vllm_top, abs=1e-4)
                 )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"repetition_penalty": 2.0},
+        {"frequency_penalty": 2.0},
+        {"presence_penalty": 2.0},
+        {"top_k": 2, "temperature": 1.0, "seed": 3},
+        {"min_p": 0.3, "temperature": 1.0, "seed": 3},
+        {"allowed_token_ids": [11, 12, 13, 14]},
+        {"bad_words": ["QuXX"], "temperature": 1.0, "seed": 3},
+    ],
+)
+def test_each_sampling_field_changes_the_reply_as_in_vllm(live, fields):
+    """A field changes the engine's tokens (against the same request without it) to exactly what vLLM's own
+    LLM.generate makes with it in SamplingParams, through /v1/completions and /v1/chat/completions."""
+    from vllm import SamplingParams
+
+    url, _, _, llm = live
+    base = {"temperature": 0.0, "max_tokens": 12, "logit_bias": EOS}
+    ids = [11, 12, 13, 14, 15, 16, 17, 18]
+    body = {**base, **fields}
+    got = post_json(f"{url}/completions", {"prompt": ids, **body})[1]["choices"][0]["text"]
+    without = {**base, **{key: fields[key] for key in ("temperature", "seed") if key in fields}}
+    plain = post_json(f"{url}/completions", {"prompt": ids, **without})[1]["choices"][0]["text"]
+    bias = {int(token): value for token, value in body.pop("logit_bias").items()} or None
+    (expected,) = llm.generate([{"prompt_token_ids": ids}], SamplingParams(**body, logit_bias=bias), use_tqdm=False)
+    assert got == expected.outputs[0].text and got != plain, (got, plain)
+    chat = post(url, request(**body, logit_bias={str(token): value for token, value in (bias or {}).items()}))[2]
+    assert (
+        chat["choices"][0]["message"]["content"]
+        == post(url, request(**body, logit_bias=bias or {}))[2]["choices"][0]["message"]["content"]
+    )  # honoured the same way on chat requests (deterministic: the same text twice)
+
+
+@pytest.mark.slow
+def test_the_responses_api_on_the_engine(live):
+    """Structured output through text.format, streamed and not; tool_choice "required" with text.format (the Agents
+    SDK's typed output with a forced tool): the call first, then the typed answer once its output is in."""
+    from openai import OpenAI
+
+    url, _, core, _ = live
+    client = OpenAI(base_url=url, api_key="unused")
+    tokenizer = core.get_tokenizer()  # JSON may have any whitespace, which a random model writes on and on
+    spaces = {str(token): -100 for token in range(len(tokenizer)) if not tokenizer.decode([token]).strip()}
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    schema["additionalProperties"] = False
+    text = {"format": {"type": "json_schema", "name": "answer", "schema": schema, "strict": True}}
+    fields = {"model": "tiny", "temperature": 0.0, "max_output_tokens": 60, "extra_body": {"logit_bias": spaces}}
+    reply = client.responses.create(input="Is 2 + 2 four?", text=text, **fields)
+    assert reply.status == "completed" and set(json.loads(reply.output_text)) == {"ok"}
+    events = list(client.responses.create(input="Is 2 + 2 four?", text=text, stream=True, **fields))
+    assert events[-1].type == "response.completed" and events[-1].response.output_text == reply.output_text
+    assert "".join(event.delta for event in events if event.type == "response.output_text.delta") == reply.output_text
+    asked = [{"role": "user", "content": "What is 1 + 2?"}]
+    forced = client.responses.create(input=asked, tools=TOOLS_FLAT, tool_choice="required", text=text, **fields)
+    assert forced.output and {item.type for item in forced.output} == {"function_call"}
+    for call in forced.output:
+        arguments = json.loads(call.arguments)
+        assert call.name == "add" and set(arguments) == {"a", "b"} and all(type(v) is int for v in arguments.values())
+    history = [*asked, *(item.model_dump(exclude_none=True) for item in forced.output)]
+    history += [{"type": "function_call_output", "call_id": item.call_id, "output": "3"} for item in forced.output]
+    answer = client.responses.create(input=history, tools=TOOLS_FLAT, text=text, **fields)
+    assert answer.usage.input_tokens > forced.usage.input_tokens and set(json.loads(answer.output_text)) == {"ok"}
+    assert [item.type for item in answer.output] == ["message"]

@@ -90,6 +90,11 @@ def make_app(engine: Any) -> Any:
     from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException
 
+    # vLLM's request models take seconds to import: before serving, not in the first request
+    import vllm.entrypoints.openai.chat_completion.protocol  # noqa: F401
+    import vllm.entrypoints.openai.completion.protocol  # noqa: F401
+    import vllm.entrypoints.openai.responses.utils  # noqa: F401
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS
