@@ -25,7 +25,7 @@ from typing import Any
 
 from verl.envs.tools import assistant_message, tool_call
 from verl.serve.engine_loop import EngineLoop
-from verl.serve.request_checks import RequestError, parse, ranked
+from verl.serve.request_checks import RequestError, check_logit_bias, parse, ranked
 
 
 TOOL_CALL_TAG = "<tool_call>"
@@ -48,6 +48,7 @@ def check_request(body: Any, served_name: str) -> Any:
     request = parse(ChatCompletionRequest, body, served_name, CHAT_FIELDS)
     if request.stream_options is not None and request.stream_options.continuous_usage_stats:
         raise RequestError("'stream_options.continuous_usage_stats' is not supported by this server; leave it out.")
+    check_logit_bias(request.logit_bias)
     if not request.messages:
         raise RequestError("'messages' must be a non-empty list of {role, content} objects.")
     if request.n is not None and request.n < 1:

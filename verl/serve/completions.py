@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from verl.serve.chat import sampling_params
-from verl.serve.request_checks import RequestError, parse, ranked
+from verl.serve.request_checks import RequestError, check_logit_bias, parse, ranked
 
 
 COMPLETION_FIELDS = {
@@ -53,6 +53,7 @@ def check_completion(body: Any, served_name: str) -> tuple[Any, list[str | list[
             "'prompt' must be a string, a list of strings, a list of token ids or a list of such lists, got "
             f"{prompt!r}."
         )
+    check_logit_bias(request.logit_bias)
     if request.stream_options is not None and request.stream_options.continuous_usage_stats:
         raise RequestError("'stream_options.continuous_usage_stats' is not supported by this server; leave it out.")
     if request.max_tokens is not None and request.max_tokens < 0:

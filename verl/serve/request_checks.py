@@ -90,6 +90,16 @@ def parse(model: type[M], body: Any, served_name: str, honoured: set[str]) -> M:
     return request
 
 
+def check_logit_bias(bias: dict[str, float] | None) -> None:
+    """A RequestError unless `logit_bias` maps integer token ids to numbers from -100 to 100, as OpenAI's API takes
+    it (vLLM's server would clamp what is outside)."""
+    for token, value in (bias or {}).items():
+        if not token.lstrip("-").isdigit():
+            raise RequestError(f"'logit_bias' keys must be integer token ids, got {token!r}.")
+        if not -100 <= value <= 100:
+            raise RequestError(f"'logit_bias[{token}]' must be a number between -100 and 100, got {value!r}.")
+
+
 def ranked(alternatives: dict[int, Any], top: int) -> list[tuple[int, Any]]:
     """The `top` most likely (token id, vLLM Logprob) of a position, most likely first (the engine also returns the
     sampled token, whatever its rank)."""

@@ -85,15 +85,13 @@ async def _stream(events: Iterator[dict[str, Any]], named: bool = False) -> Any:
 def make_app(engine: Any) -> Any:
     """The FastAPI app of `engine` (a chat.ChatEngine)."""
     import anyio
+    import vllm.entrypoints.openai.chat_completion.protocol  # noqa: F401 - vLLM's request models take seconds to
+    import vllm.entrypoints.openai.completion.protocol  # noqa: F401 - import: here, not in the first request
+    import vllm.entrypoints.openai.responses.utils  # noqa: F401
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, Response
     from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException
-
-    # vLLM's request models take seconds to import: before serving, not in the first request
-    import vllm.entrypoints.openai.chat_completion.protocol  # noqa: F401
-    import vllm.entrypoints.openai.completion.protocol  # noqa: F401
-    import vllm.entrypoints.openai.responses.utils  # noqa: F401
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
