@@ -14,11 +14,11 @@
 """Concurrent chat requests: `python -m verl.serve` against vLLM's own OpenAI server on the same tiny model.
 
 Each server is started alone (fp32, eager, its engine in the server's process, the same KV cache), warmed up, then
-sent `--concurrent` chat requests at once (greedy, `--max-tokens` each, distinct prompts) `--rounds` times; the
-figure is the median wall time of a round, from the first request sent to the last reply read. A server that
-answered one request at a time would take about `--concurrent` times its single-request latency, also reported.
+sent each `--concurrent` count of chat requests at once (greedy, `--max-tokens` each, distinct prompts) `--rounds`
+times; the figure is the median wall time of a round, from the first request sent to the last reply read. A server
+that answered one request at a time would take about that count times its single-request latency, also reported.
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_serve.py [--concurrent 20 --max-tokens 16 --rounds 5]
+    OMP_NUM_THREADS=1 python benchmarks/bench_serve.py [--concurrent 20,100 --max-tokens 16 --rounds 5]
 
 The last line printed is one JSON object with the figures.
 """
@@ -129,17 +129,19 @@ def measure(name: str, command: list[str], env: dict[str, str], url: str, args: 
             single = statistics.median(
                 _timed(lambda: chat(client, url, 1, args.max_tokens)) for _ in range(args.rounds)
             )
-        round_trip(url, args.concurrent, args.max_tokens)  # warm-up at the batch size
-        rounds = [round_trip(url, args.concurrent, args.max_tokens) for _ in range(args.rounds)]
+        figures: dict[str, Any] = {"start_s": started, "single_s": single}
+        print(f"{name:>5}: one request alone {single:.3f} s, started in {started:.0f} s", flush=True)
+        for concurrent in args.concurrent:
+            round_trip(url, concurrent, args.max_tokens)  # warm-up at the batch size
+            rounds = [round_trip(url, concurrent, args.max_tokens) for _ in range(args.rounds)]
+            figures[str(concurrent)] = {"concurrent_s": statistics.median(rounds), "rounds_s": rounds}
+            print(
+                f"{name:>5}: {concurrent} concurrent requests in {statistics.median(rounds):.3f} s (median of "
+                f"{args.rounds}; rounds {', '.join(f'{value:.3f}' for value in rounds)})",
+                flush=True,
+            )
     finally:
         stop(proc)
-    figures = {"start_s": started, "single_s": single, "concurrent_s": statistics.median(rounds), "rounds_s": rounds}
-    print(
-        f"{name:>5}: {args.concurrent} concurrent requests in {figures['concurrent_s']:.3f} s (median of "
-        f"{args.rounds}; rounds {', '.join(f'{value:.3f}' for value in rounds)}), one alone {single:.3f} s, "
-        f"started in {started:.0f} s",
-        flush=True,
-    )
     return figures
 
 
@@ -151,13 +153,14 @@ def _timed(call: Any) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--concurrent", type=int, default=20)
+    parser.add_argument("--concurrent", default="20,100", help="counts of requests sent at once, comma-separated")
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--kv-cache-mb", type=int, default=64)
     parser.add_argument("--model-root", default=os.path.join(tempfile.gettempdir(), "bench_serve_models"))
     parser.add_argument("--sides", default="ours,vllm", help="which servers to measure, comma-separated")
     args = parser.parse_args(argv)
+    args.concurrent = [int(count) for count in args.concurrent.split(",")]
 
     from verl.models.tiny_models import get_or_build_tiny_model
 
@@ -178,8 +181,11 @@ def main(argv: list[str] | None = None) -> int:
         command += ["--kv-cache-memory-bytes", str(args.kv_cache_mb * 2**20)]
         results["vllm"] = measure("vllm", command, env, f"http://127.0.0.1:{port}/v1", args)
     if "ours" in results and "vllm" in results:
-        results["ratio"] = results["ours"]["concurrent_s"] / results["vllm"]["concurrent_s"]
-        print(f"ours / vLLM's server, {args.concurrent} concurrent requests: {results['ratio']:.2f}x", flush=True)
+        results["ratio"] = {}
+        for count in map(str, args.concurrent):
+            ratio = results["ours"][count]["concurrent_s"] / results["vllm"][count]["concurrent_s"]
+            results["ratio"][count] = ratio
+            print(f"ours / vLLM's server, {count} concurrent requests: {ratio:.2f}x", flush=True)
     print(json.dumps(results))
     return 0
 

@@ -11,7 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""`python -m verl.serve` under clients nobody here wrote: the OpenAI Agents SDK's `output_type=` and LangChain's
+"""`python -m verl.serve` under clients nobody here wrote: the OpenAI Agents SDK's `output_type=` (on chat
+completions, and on its default Responses model with a forced tool call first) and LangChain's
 `with_structured_output()` get a typed answer from the tiny model (the server holds the reply to the schema).
 
 The clients need openai 3.x, past the verifiers extra's pin, so they live in a venv of their own (built once under
@@ -57,6 +58,25 @@ settings = ModelSettings(temperature=0.0, max_tokens=40, extra_body={"logit_bias
 agent = Agent(name="judge", instructions="Answer.", model=model, output_type=Answer, model_settings=settings)
 out["agents"] = Runner.run_sync(agent, "Is 2 + 2 four?").final_output.model_dump()
 
+from agents import OpenAIResponsesModel, function_tool
+
+calls = []
+
+
+@function_tool
+def add(a: int, b: int) -> int:
+    'Add two integers.'
+    calls.append((a, b))
+    return a + b
+
+
+# The SDK's default model (the Responses API), typed output with a forced tool: the call, then the typed answer
+model = OpenAIResponsesModel(model="tiny", openai_client=AsyncOpenAI(base_url=url, api_key="unused"))
+forced = ModelSettings(temperature=0.0, max_tokens=120, tool_choice="required", extra_body={"logit_bias": bias})
+agent = Agent(name="adder", instructions="Add.", model=model, output_type=Answer, tools=[add], model_settings=forced)
+out["agents_responses"] = Runner.run_sync(agent, "Is 1 + 2 three?").final_output.model_dump()
+out["tool_calls"] = len(calls)
+
 from langchain_openai import ChatOpenAI
 
 chat = ChatOpenAI(model="tiny", base_url=url, api_key="unused", temperature=0.0, max_tokens=40, logit_bias=bias)
@@ -94,6 +114,7 @@ def test_the_agents_sdk_and_langchain_get_typed_answers(server, tiny_model, clie
     )
     assert done.returncode == 0, done.stderr[-3000:]
     answers = json.loads(done.stdout.strip().splitlines()[-1])
-    assert set(answers) == {"agents", "langchain"}
+    assert answers.pop("tool_calls") >= 1  # the forced tool ran before the typed answer
+    assert set(answers) == {"agents", "agents_responses", "langchain"}
     for name, answer in answers.items():
         assert set(answer) == {"ok"} and isinstance(answer["ok"], bool), (name, answer)

@@ -42,6 +42,7 @@ from verl.serve import (
     forced_tool_calls,
     make_server,
 )
+from verl.serve.chat import sampling_params
 from verl.serve.completions import check_completion
 from verl.serve.engine_loop import EngineLoop
 
@@ -69,27 +70,41 @@ def request(**fields):
     return {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], **fields}
 
 
-def test_a_valid_request_gives_its_sampling_options():
-    assert check_request(request(), "tiny") == {}
-    options = check_request(request(max_tokens=5, temperature=0.5, top_p=0.9, n=2, seed=3, stop="\n"), "tiny")
-    assert options == {"max_tokens": 5, "temperature": 0.5, "top_p": 0.9, "n": 2, "seed": 3, "stop": ["\n"]}
-    assert check_request(request(max_completion_tokens=7), "tiny") == {"max_tokens": 7}
+def params(**fields):
+    """The SamplingParams of a chat request with `fields` (max_tokens 16 where unset)."""
+    checked = check_request(request(**fields), "tiny")
+    return sampling_params(checked, checked.max_completion_tokens or checked.max_tokens or 16, {})
+
+
+def test_every_sampling_field_reaches_the_sampling_params():
+    got = params(max_tokens=5, temperature=0.5, top_p=0.9, n=2, seed=3, stop="\n")
+    assert (got.max_tokens, got.temperature, got.top_p, got.n, got.seed, got.stop) == (5, 0.5, 0.9, 2, 3, ["\n"])
+    assert params(max_completion_tokens=7).max_tokens == 7
+    got = params(frequency_penalty=0.5, presence_penalty=-0.5, repetition_penalty=1.3, top_k=4, min_p=0.1)
+    assert (got.frequency_penalty, got.presence_penalty, got.repetition_penalty, got.top_k, got.min_p) == (
+        0.5, -0.5, 1.3, 4, 0.1)  # fmt: skip
+    got = params(min_tokens=2, ignore_eos=True, stop_token_ids=[5], bad_words=["x"], allowed_token_ids=[1, 2])
+    assert (got.min_tokens, got.ignore_eos, got.stop_token_ids, got.bad_words, got.allowed_token_ids) == (
+        2, True, [5], ["x"], [1, 2])  # fmt: skip
+    got = params(logprobs=True, top_logprobs=3, logit_bias={"5": -100, "7": 2.5})
+    assert got.logprobs == 3 and got.logit_bias == {5: -100.0, 7: 2.5}
+    assert params(logprobs=True).logprobs == 0 and params().logprobs is None  # the chosen token's alone; none
+    assert check_request({"messages": [{"role": "user", "content": "Hi"}]}, "tiny").model is None
     streamed = request(stream=True, stream_options={"include_usage": True}, tools=TOOLS, tool_choice="auto")
-    assert check_request(streamed, "tiny") == {}
+    assert check_request(streamed, "tiny").stream_options.include_usage
 
 
-def test_new_fields_become_sampling_options_and_no_model_is_the_served_one():
-    options = check_request(request(logprobs=True, top_logprobs=3, logit_bias={"5": -100, "7": 2.5}), "tiny")
-    assert options == {"logprobs": 3, "logit_bias": {5: -100.0, 7: 2.5}}
-    assert check_request(request(logprobs=True), "tiny") == {"logprobs": 0}  # the chosen token's alone
-    assert check_request({"messages": [{"role": "user", "content": "Hi"}]}, "tiny") == {}
-    prompts, options = check_completion({"prompt": [[1, 2], [3]], "max_tokens": 0, "echo": True, "logprobs": 1}, "x")
-    assert prompts == [[1, 2], [3]] and options == {"max_tokens": 0, "logprobs": 1}
+def test_completion_requests_are_read_into_vllms_model():
+    checked, prompts = check_completion({"prompt": [[1, 2], [3]], "max_tokens": 0, "echo": True, "logprobs": 1}, "x")
+    assert prompts == [[1, 2], [3]] and (checked.max_tokens, checked.logprobs, checked.echo) == (0, 1, True)
+    got = sampling_params(check_completion({"prompt": "Hi", "top_k": 2, "repetition_penalty": 1.2}, "x")[0], 4, {})
+    assert (got.top_k, got.repetition_penalty) == (2, 1.2)
     for body, message in [
-        ({}, "'prompt' must be a string, a list of strings, a list of token ids or a list of such lists"),
-        ({"prompt": [[1, "a"]]}, "'prompt' lists of token ids must hold integers only."),
+        ({}, "'prompt': Either prompt or prompt_embeds must be provided"),
+        ({"prompt": [[1, "a"]]}, "'prompt[0]'"),
         ({"prompt": "Hi", "max_tokens": 0}, "'max_tokens' of 0 needs 'echo': true"),
-        ({"prompt": "Hi", "echo": "yes"}, "'echo' must be a boolean, got 'yes'."),
+        ({"prompt": "Hi", "echo": "maybe"}, "'echo': Input should be a valid boolean"),
+        ({"prompt": "Hi", "suffix": "!"}, "'suffix' is not supported by this server"),
     ]:
         with pytest.raises(RequestError, match=re.escape(message)):
             check_completion(body, "tiny")
@@ -104,37 +119,43 @@ def test_an_unknown_model_is_a_404_naming_the_served_one():
 @pytest.mark.parametrize(
     "fields, message",
     [
-        ({"max_tokens": "5"}, "'max_tokens' must be an integer, got '5'."),
-        ({"max_tokens": 0}, "'max_tokens' must be >= 1, got 0."),
-        ({"n": True}, "'n' must be an integer, got True."),
-        ({"temperature": "hot"}, "'temperature' must be a number, got 'hot'."),
-        ({"temperature": 3}, "'temperature' must be between 0 and 2, got 3."),
-        ({"top_p": 1.5}, "'top_p' must be between 0 and 1, got 1.5."),
-        ({"stop": [1]}, "'stop' must be a string or a list of strings, got [1]."),
+        ({"max_tokens": "five"}, "'max_tokens': Input should be a valid integer"),
+        ({"n": 0}, "'n' must be >= 1, got 0."),
+        ({"temperature": "hot"}, "'temperature': Input should be a valid number"),
+        ({"stop": [1]}, "'stop"),
         ({"messages": []}, "'messages' must be a non-empty list"),
-        ({"messages": ["Hi"]}, "'messages[0]' must be an object with a string 'role'."),
-        ({"stream": "yes"}, "'stream' must be a boolean, got 'yes'."),
-        ({"stream_options": {"include_usage": True}}, "'stream_options' can only be set with stream=true."),
-        ({"stream": True, "stream_options": {"include_usage": 1}}, "'stream_options' must be an object with"),
-        ({"tools": {"add": {}}}, "'tools' must be a list of function tools"),
-        ({"tools": [{"type": "function"}]}, "'tools[0]' must be a {type: 'function', function: {name, ...}} object."),
-        ({"tools": [{"type": "function", "function": {}}]}, "'tools[0].function' must have a string 'name'."),
-        ({"tools": TOOLS, "tool_choice": "any"}, "tool_choice 'any' is not one of 'auto', 'none', 'required' or"),
-        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "mul"}}}, "tool_choice names the"),
-        ({"tool_choice": "auto"}, "'tool_choice' needs 'tools'."),
-        ({"top_logprobs": 2}, "'top_logprobs' needs 'logprobs': true."),
-        ({"logprobs": True, "top_logprobs": 21}, "'top_logprobs' must be between 0 and 20, got 21."),
+        ({"messages": ["Hi"]}, "'messages[0]': Input should be a valid dictionary, got 'Hi'."),
+        ({"stream": "maybe"}, "'stream': Input should be a valid boolean"),
+        ({"stream_options": {"include_usage": True}}, "'stream_options': Stream options can only be defined when"),
+        ({"tools": {"add": {}}}, "'tools'"),
+        ({"tools": [{"type": "function"}]}, "'tools[0].function': Field required."),
+        ({"tools": TOOLS, "tool_choice": "any"}, "'tool_choice': Invalid value for `tool_choice`: any!"),
+        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "mul"}}}, "'tool_choice"),
+        ({"tool_choice": "auto"}, "'tool_choice': When using `tool_choice`, `tools` must be set."),
+        ({"top_logprobs": 2}, "'top_logprobs': when using `top_logprobs`, `logprobs` must be set to true."),
+        ({"response_format": {"type": "xml"}}, "'response_format"),
+        ({"response_format": {"type": "json_schema"}}, "'response_format': When response_format type is"),
+        ({"echo": True}, "'echo' is not supported by this server; leave it out or send its default."),
+        ({"use_beam_search": True}, "'use_beam_search' is not supported by this server"),
+        ({"chat_template": "{{ x }}"}, "'chat_template' is not supported by this server"),
+        ({"stream": True, "stream_options": {"continuous_usage_stats": True}}, "'stream_options.continuous_usage_"),
+        ({"frobnicate": 1}, "'frobnicate' is not a field this server knows; leave it out."),
         ({"logit_bias": {"a": 1}}, "'logit_bias' keys must be integer token ids, got 'a'."),
-        ({"logit_bias": {"5": 101}}, "'logit_bias[5]' must be a number between -100 and 100, got 101."),
-        ({"response_format": {"type": "xml"}}, "'response_format' must be {type: 'text' | 'json_object' | 'json_"),
-        ({"response_format": {"type": "json_schema"}}, "'response_format.json_schema' must be an object with a JSON"),
-        ({"response_format": {"type": "json_object"}, "tools": TOOLS, "tool_choice": "required"}, "'response_format'"),
+        ({"logit_bias": {"5": 101}}, "'logit_bias[5]' must be a number between -100 and 100, got 101.0."),
     ],
 )
-def test_bad_fields_are_named_in_one_line(fields, message):
+def test_bad_or_unsupported_fields_are_named_in_one_line(fields, message):
     with pytest.raises(RequestError) as error:
-        check_request(request(**fields), "tiny")
+        checked = check_request(request(**fields), "tiny")
+        forced_tool_calls(checked)
     assert str(error.value).startswith(message) and "\n" not in str(error.value) and error.value.status == 400
+
+
+def test_defaults_and_labels_are_accepted():
+    """Fields a client sends at their default (lm-eval, the Agents SDK) or that only label the request."""
+    checked = check_request(request(echo=False, use_beam_search=False, priority=0, user="me", metadata={"a": "b"},
+                                    store=False, parallel_tool_calls=True), "tiny")  # fmt: skip
+    assert checked.user == "me"
 
 
 def test_tool_call_blocks_become_structured_calls():
@@ -196,12 +217,16 @@ def test_streamed_content_adds_up_to_the_message_content(text):
 
 
 def test_a_forced_tool_choice_holds_the_reply_to_a_schema():
-    named = request(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "add"}})
-    assert forced_tool_calls(named) == ("add", TOOLS[0]["function"]["parameters"])
-    assert forced_tool_calls(request(tools=TOOLS, tool_choice="auto")) is None
+    def forced(**fields):
+        return forced_tool_calls(check_request(request(**fields), "tiny"))
+
+    assert forced(tools=TOOLS, tool_choice=NAMED) == ("add", TOOLS[0]["function"]["parameters"])
+    assert forced(tools=TOOLS, tool_choice="auto") is None
+    assert "maxItems" not in forced(tools=TOOLS, tool_choice="required")[1]
+    assert forced(tools=TOOLS, tool_choice="required", parallel_tool_calls=False)[1]["maxItems"] == 1
     defs = {"$defs": {"n": {"type": "integer"}}, "properties": {"x": {"$ref": "#/$defs/n"}}}
     tools = [*TOOLS, {"type": "function", "function": {"name": "neg", "parameters": defs}}]
-    function, schema = forced_tool_calls(request(tools=tools, tool_choice="required"))
+    function, schema = forced(tools=tools, tool_choice="required")
     assert function == "" and schema["type"] == "array" and schema["minItems"] == 1
     assert schema["$defs"] == {"n": {"type": "integer"}}  # lifted to the root, where the ref points
     names = [option["properties"]["name"]["enum"] for option in schema["items"]["anyOf"]]
@@ -232,15 +257,14 @@ class ScriptedEngine(ChatEngine):
     """ChatEngine over a fake vLLM engine whose steps write the given pieces (per choice), for the HTTP layer."""
 
     def __init__(self, pieces, prompt_tokens=7):
-        self.name, self.max_model_len, self.lock, self.delay = "tiny", 512, threading.Lock(), 0.0
+        self.name, self.max_model_len, self.defaults, self.delay = "tiny", 512, {}, 0.0
         self.pieces, self.prompt_tokens, self.aborted = pieces, prompt_tokens, []
         self.steps = []
         self.llm = SimpleNamespace(llm_engine=self)
         self.loop = EngineLoop(self.llm)  # the server's engine loop, stepping this engine
 
     def _submit(self, request):
-        options = check_request(request, self.name)
-        reply = Reply("chatcmpl-scripted", self.prompt_tokens, options.get("n", 1), bool(request.get("tools")))
+        reply = Reply("chatcmpl-scripted", self.prompt_tokens, request.n, bool(request.tools))
         self.steps = [
             [
                 completion(text, index, "stop" if step == len(self.pieces) - 1 else None)
@@ -273,16 +297,24 @@ def scripted_server():
 
     def start(pieces):
         engine = ScriptedEngine(pieces)
-        server = make_server(engine, "127.0.0.1", 0)
-        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+        server, url = serve(engine)
         servers.append((server, engine))
-        return engine, f"http://127.0.0.1:{server.server_address[1]}/v1"
+        return engine, url
 
     yield start
     for server, engine in servers:
         server.shutdown()
-        server.server_close()
         engine.loop.stop()
+
+
+def serve(engine):
+    """Serve `engine` on a free port from a thread: (the server, its base URL) once it answers."""
+    server = make_server(engine, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    deadline = time.monotonic() + 30
+    while not server.uvicorn.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return server, f"http://127.0.0.1:{server.server_address[1]}/v1"
 
 
 def test_the_openai_client_reads_tool_calls_streamed_or_not(scripted_server):
@@ -343,6 +375,59 @@ def test_several_choices_stream_side_by_side(scripted_server):
             text[choice.index] += choice.delta.content or ""
     assert text == {0: "abc", 1: "abc"}
     assert sum(choice.finish_reason == "stop" for chunk in chunks for choice in chunk.choices) == 2
+
+
+def test_a_chunked_request_body_is_read_whole(scripted_server):
+    """A body sent with Transfer-Encoding: chunked (no Content-Length: httpx with a generator, a streaming proxy)."""
+    import httpx
+
+    _, url = scripted_server(["a", "b"])
+    data = json.dumps(request(max_tokens=2)).encode()
+
+    def pieces():
+        for start in range(0, len(data), 7):
+            yield data[start : start + 7]
+
+    reply = httpx.post(f"{url}/chat/completions", content=pieces(), headers={"Content-Type": "application/json"})
+    assert reply.request.headers["Transfer-Encoding"] == "chunked" and "Content-Length" not in reply.request.headers
+    assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"] == "ab"
+    refused = httpx.post(f"{url}/chat/completions", content=iter([b'{"messages": ', b"[]}"]))
+    assert refused.status_code == 400 and refused.json()["error"]["message"].startswith("'messages' must be")
+    assert httpx.post(f"{url}/nowhere", json={}).status_code == 404
+
+
+TOOLS_FLAT = [{"type": "function", **TOOLS[0]["function"]}]
+"""TOOLS as the Responses API writes function tools."""
+
+
+def test_the_responses_api_reads_text_and_tool_calls_streamed_or_not(scripted_server):
+    from openai import OpenAI
+
+    _, url = scripted_server(["Let", " me", " add.", "\n<tool", "_call>", '\n{"name": "add", ', '"arguments": {"a": 1, "b": 2}}', "\n</tool_call>"])  # fmt: skip
+    client = OpenAI(base_url=url, api_key="unused")
+    reply = client.responses.create(model="tiny", input="1+2?", tools=TOOLS_FLAT, instructions="Be brief.")
+    assert reply.status == "completed" and [item.type for item in reply.output] == ["message", "function_call"]
+    assert reply.output_text == "Let me add.\n" and reply.output[0].content[0].type == "output_text"
+    call = reply.output[1]
+    assert call.name == "add" and json.loads(call.arguments) == {"a": 1, "b": 2} and call.call_id.startswith("call_")
+    assert (reply.usage.input_tokens, reply.usage.output_tokens, reply.usage.total_tokens) == (7, 8, 15)
+    events = list(client.responses.create(model="tiny", input="1+2?", tools=TOOLS_FLAT, stream=True))
+    kinds = [event.type for event in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    text = "".join(event.delta for event in events if event.type == "response.output_text.delta")
+    assert text == "Let me add.\n" and kinds.count("response.output_text.delta") > 1  # piece by piece
+    assert kinds.index("response.output_text.done") < kinds.index("response.function_call_arguments.done")
+    (done,) = [event for event in events if event.type == "response.function_call_arguments.done"]
+    assert json.loads(done.arguments) == {"a": 1, "b": 2}
+    final = events[-1].response
+    assert [item.type for item in final.output] == ["message", "function_call"] and final.usage.total_tokens == 15
+    assert final.output_text == "Let me add.\n"
+    # what is refused is named
+    status, body = post_json(f"{url}/responses", {"input": "Hi", "previous_response_id": "resp_1"})
+    assert status == 400 and body["error"]["message"].startswith("'previous_response_id' is not supported")
+    status, body = post_json(f"{url}/responses", {"input": "Hi", "tools": [{"type": "web_search"}]})
+    assert status == 400 and "only function tools" in body["error"]["message"]
 
 
 def test_a_client_that_leaves_a_stream_aborts_its_request(scripted_server):
@@ -455,11 +540,9 @@ def live(tiny_model):
         return abort(request_ids, *args, **kwargs)
 
     core.step, core.abort_request = counted_step, recorded_abort
-    server = make_server(engine, "127.0.0.1", 0)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1", seen, core
+    server, url = serve(engine)
+    yield url, seen, core, engine.llm
     server.shutdown()
-    server.server_close()
     engine.close()
 
 
@@ -483,7 +566,7 @@ def in_threads(call, arguments):
 def test_concurrent_requests_share_the_engine(live):
     """20 requests at once all get their own greedy reply, the one each gets alone, and the engine held several at
     a time (one engine loop batches them; a lock around each request would keep its count at 1)."""
-    url, seen, core = live
+    url, seen, core, _ = live
     cases = [request(messages=[{"role": "user", "content": f"Count to {i}."}], max_tokens=8, temperature=0.0)
              for i in range(20)]  # fmt: skip
     alone = [post(url, case)[2] for case in cases[:3]]
@@ -501,7 +584,7 @@ def test_concurrent_requests_share_the_engine(live):
 
 @pytest.mark.slow
 def test_a_stream_that_is_left_is_aborted_while_the_others_finish(live):
-    url, seen, core = live
+    url, seen, core, _ = live
     address = urllib.parse.urlsplit(url)
     connection = http.client.HTTPConnection(address.hostname, address.port, timeout=60)
     body = request(stream=True, max_tokens=400, temperature=1.0, seed=1)
@@ -572,7 +655,9 @@ def test_logprobs_come_back_in_openais_shape(live):
     assert streamed == entries
     assert client.chat.completions.create(**fields).choices[0].logprobs is None
     status, _, body = post(live[0], request(top_logprobs=2))
-    assert status == 400 and body["error"]["message"] == "'top_logprobs' needs 'logprobs': true."
+    assert status == 400 and body["error"]["message"].startswith(
+        "'top_logprobs': when using `top_logprobs`, `logprobs`"
+    )
 
 
 @pytest.mark.slow
@@ -835,3 +920,70 @@ def compare_logprobs_and_completions(ours, vllms):
                 assert (top is None) == (vllm_top is None) and (
                     top is None or top == pytest.approx(vllm_top, abs=1e-4)
                 )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"repetition_penalty": 2.0},
+        {"frequency_penalty": 2.0},
+        {"presence_penalty": 2.0},
+        {"top_k": 2, "temperature": 1.0, "seed": 3},
+        {"min_p": 0.3, "temperature": 1.0, "seed": 3},
+        {"allowed_token_ids": [11, 12, 13, 14]},
+        {"bad_words": ["QuXX"], "temperature": 1.0, "seed": 3},
+    ],
+)
+def test_each_sampling_field_changes_the_reply_as_in_vllm(live, fields):
+    """A field changes the engine's tokens (against the same request without it) to exactly what vLLM's own
+    LLM.generate makes with it in SamplingParams, through /v1/completions and /v1/chat/completions."""
+    from vllm import SamplingParams
+
+    url, _, _, llm = live
+    base = {"temperature": 0.0, "max_tokens": 12, "logit_bias": EOS}
+    ids = [11, 12, 13, 14, 15, 16, 17, 18]
+    body = {**base, **fields}
+    got = post_json(f"{url}/completions", {"prompt": ids, **body})[1]["choices"][0]["text"]
+    without = {**base, **{key: fields[key] for key in ("temperature", "seed") if key in fields}}
+    plain = post_json(f"{url}/completions", {"prompt": ids, **without})[1]["choices"][0]["text"]
+    bias = {int(token): value for token, value in body.pop("logit_bias").items()} or None
+    (expected,) = llm.generate([{"prompt_token_ids": ids}], SamplingParams(**body, logit_bias=bias), use_tqdm=False)
+    assert got == expected.outputs[0].text and got != plain, (got, plain)
+    chat = post(url, request(**body, logit_bias={str(token): value for token, value in (bias or {}).items()}))[2]
+    assert (
+        chat["choices"][0]["message"]["content"]
+        == post(url, request(**body, logit_bias=bias or {}))[2]["choices"][0]["message"]["content"]
+    )  # honoured the same way on chat requests (deterministic: the same text twice)
+
+
+@pytest.mark.slow
+def test_the_responses_api_on_the_engine(live):
+    """Structured output through text.format, streamed and not; tool_choice "required" with text.format (the Agents
+    SDK's typed output with a forced tool): the call first, then the typed answer once its output is in."""
+    from openai import OpenAI
+
+    url, _, core, _ = live
+    client = OpenAI(base_url=url, api_key="unused")
+    tokenizer = core.get_tokenizer()  # JSON may have any whitespace, which a random model writes on and on
+    spaces = {str(token): -100 for token in range(len(tokenizer)) if not tokenizer.decode([token]).strip()}
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    schema["additionalProperties"] = False
+    text = {"format": {"type": "json_schema", "name": "answer", "schema": schema, "strict": True}}
+    fields = {"model": "tiny", "temperature": 0.0, "max_output_tokens": 60, "extra_body": {"logit_bias": spaces}}
+    reply = client.responses.create(input="Is 2 + 2 four?", text=text, **fields)
+    assert reply.status == "completed" and set(json.loads(reply.output_text)) == {"ok"}
+    events = list(client.responses.create(input="Is 2 + 2 four?", text=text, stream=True, **fields))
+    assert events[-1].type == "response.completed" and events[-1].response.output_text == reply.output_text
+    assert "".join(event.delta for event in events if event.type == "response.output_text.delta") == reply.output_text
+    asked = [{"role": "user", "content": "What is 1 + 2?"}]
+    forced = client.responses.create(input=asked, tools=TOOLS_FLAT, tool_choice="required", text=text, **fields)
+    assert forced.output and {item.type for item in forced.output} == {"function_call"}
+    for call in forced.output:
+        arguments = json.loads(call.arguments)
+        assert call.name == "add" and set(arguments) == {"a", "b"} and all(type(v) is int for v in arguments.values())
+    history = [*asked, *(item.model_dump(exclude_none=True) for item in forced.output)]
+    history += [{"type": "function_call_output", "call_id": item.call_id, "output": "3"} for item in forced.output]
+    answer = client.responses.create(input=history, tools=TOOLS_FLAT, text=text, **fields)
+    assert answer.usage.input_tokens > forced.usage.input_tokens and set(json.loads(answer.output_text)) == {"ok"}
+    assert [item.type for item in answer.output] == ["message"]

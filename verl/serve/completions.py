@@ -23,39 +23,44 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from verl.serve.request_checks import RequestError, check_model, number, ranked, sampling_options
+from verl.serve.chat import sampling_params
+from verl.serve.request_checks import RequestError, check_logit_bias, parse, ranked
 
 
-def check_completion(request: Any, served_name: str) -> tuple[list[str | list[int]], dict[str, Any]]:
-    """(the prompts, the sampling options) of a completions request, or a RequestError naming the first bad field."""
-    check_model(request, served_name)
-    prompt = request.get("prompt")
+COMPLETION_FIELDS = {
+    "prompt", "model", "echo", "max_tokens", "n", "seed", "stop", "stop_token_ids", "stream", "stream_options",
+    "temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty",
+    "logit_bias", "logprobs", "response_format", "structured_outputs", "ignore_eos", "min_tokens",
+    "include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens", "allowed_token_ids",
+    "bad_words",
+}  # fmt: skip
+"""The completions request fields this server carries out; the rest of vLLM's CompletionRequest is refused unless
+left at its default."""
+
+
+def check_completion(body: Any, served_name: str) -> tuple[Any, list[str | list[int]]]:
+    """(`body` as vLLM's CompletionRequest, its prompts), or a RequestError naming the first bad field."""
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+
+    request = parse(CompletionRequest, body, served_name, COMPLETION_FIELDS)
+    prompt = request.prompt
     if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and all(type(t) is int for t in prompt)):
         prompts = [prompt]
-    elif isinstance(prompt, list) and prompt and all(isinstance(item, str) for item in prompt):
+    elif isinstance(prompt, list) and prompt and all(isinstance(item, (str, list)) and item for item in prompt):
         prompts = list(prompt)
-    elif isinstance(prompt, list) and prompt and all(isinstance(item, list) and item for item in prompt):
-        prompts = list(prompt)
-        if not all(type(token) is int for item in prompts for token in item):
-            raise RequestError("'prompt' lists of token ids must hold integers only.")
     else:
         raise RequestError(
             "'prompt' must be a string, a list of strings, a list of token ids or a list of such lists, got "
             f"{prompt!r}."
         )
-    for key in ("echo", "stream"):
-        if request.get(key) is not None and not isinstance(request[key], bool):
-            raise RequestError(f"'{key}' must be a boolean, got {request[key]!r}.")
-    stream_options = request.get("stream_options")
-    if stream_options is not None and (not request.get("stream") or not isinstance(stream_options, dict)):
-        raise RequestError("'stream_options' must be an object and can only be set with stream=true.")
-    max_tokens = number(request, "max_tokens", True, 0)
-    if max_tokens == 0 and not request.get("echo"):
+    check_logit_bias(request.logit_bias)
+    if request.stream_options is not None and request.stream_options.continuous_usage_stats:
+        raise RequestError("'stream_options.continuous_usage_stats' is not supported by this server; leave it out.")
+    if request.max_tokens is not None and request.max_tokens < 0:
+        raise RequestError(f"'max_tokens' must be >= 0, got {request.max_tokens}.")
+    if request.max_tokens == 0 and not request.echo:
         raise RequestError("'max_tokens' of 0 needs 'echo': true (the reply is then the prompt alone).")
-    options = {**sampling_options(request), "logprobs": number(request, "logprobs", True, 0, 20)}
-    if max_tokens is not None:
-        options["max_tokens"] = max_tokens
-    return prompts, {key: value for key, value in options.items() if value is not None}
+    return request, prompts
 
 
 def _top(alternatives: dict[int, Any], token_id: int, top: int) -> dict[str, float]:
@@ -165,19 +170,16 @@ class Completion:
         return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
 
 
-def _submit(engine: Any, request: dict[str, Any]) -> tuple[list[str], Completion]:
-    """Check `request`, tokenize its prompts and add them to the engine (on the engine loop's thread)."""
-    from vllm import SamplingParams
-    from vllm.sampling_params import RequestOutputKind
-
-    prompts, options = check_completion(request, engine.name)
+def _submit(engine: Any, request: Any, prompts: list[str | list[int]]) -> tuple[list[str], Completion]:
+    """Tokenize a checked request's prompts (check_completion) and add them to the engine (on the engine loop's
+    thread)."""
     tokenizer = engine.llm.get_tokenizer()
     rendered = []
     for prompt in prompts:
         ids = tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         text = prompt if isinstance(prompt, str) else tokenizer.decode(ids)
         room = engine.max_model_len - len(ids)
-        wanted = options.get("max_tokens", room)
+        wanted = room if request.max_tokens is None else request.max_tokens
         if room < 1 or wanted > room:
             raise RequestError(
                 f"This model's maximum context length is {engine.max_model_len} tokens. However, you requested "
@@ -185,17 +187,13 @@ def _submit(engine: Any, request: dict[str, Any]) -> tuple[list[str], Completion
                 "length of the prompt or completion."
             )
         rendered.append((ids, text, tokenizer.decode(ids[:1]), max(wanted, 1)))
-    top, echo = options.get("logprobs"), bool(request.get("echo"))
-    completion = Completion([prompt[:3] for prompt in rendered], options.get("n", 1), echo, top)
-    completion.generate = options.get("max_tokens") != 0
-    options.pop("max_tokens", None)
-    if echo and top is not None:
-        options["prompt_logprobs"] = top
+    completion = Completion([prompt[:3] for prompt in rendered], request.n, bool(request.echo), request.logprobs)
+    completion.generate = request.max_tokens != 0
     ids = completion.request_ids()
     added = []
     try:
         for request_id, (prompt_ids, _, _, max_tokens) in zip(ids, rendered):
-            params = SamplingParams(**options, max_tokens=max_tokens, output_kind=RequestOutputKind.DELTA)
+            params = sampling_params(request, max_tokens, engine.defaults)  # echo with logprobs: prompt_logprobs
             engine.llm.llm_engine.add_request(request_id, {"prompt_token_ids": prompt_ids}, params)
             added.append(request_id)
     except Exception:
@@ -205,9 +203,9 @@ def _submit(engine: Any, request: dict[str, Any]) -> tuple[list[str], Completion
     return ids, completion
 
 
-def complete(engine: Any, request: dict[str, Any]) -> dict[str, Any]:
+def complete(engine: Any, request: Any, prompts: list[str | list[int]]) -> dict[str, Any]:
     """The text_completion object of a non-streamed request."""
-    completion, outputs = engine.loop.submit(lambda: _submit(engine, request))
+    completion, outputs = engine.loop.submit(lambda: _submit(engine, request, prompts))
     for output in outputs:
         for _ in completion.take(output):
             pass
@@ -222,15 +220,15 @@ def complete(engine: Any, request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def stream(engine: Any, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def stream(engine: Any, request: Any, prompts: list[str | list[int]]) -> Iterator[dict[str, Any]]:
     """The text_completion chunks of a streamed request: each choice's pieces as the engine makes them (the prompt
     first with echo), the last with its finish_reason, then the usage with stream_options.include_usage. The
     request is checked and in the engine when this returns."""
-    completion, outputs = engine.loop.submit(lambda: _submit(engine, request))
+    completion, outputs = engine.loop.submit(lambda: _submit(engine, request, prompts))
     return _chunks(engine, request, completion, outputs)
 
 
-def _chunks(engine: Any, request: dict, completion: Completion, outputs: Iterator) -> Iterator[dict[str, Any]]:
+def _chunks(engine: Any, request: Any, completion: Completion, outputs: Iterator) -> Iterator[dict[str, Any]]:
     header = {"id": completion.id, "object": "text_completion", "created": completion.created, "model": engine.name}
     offsets = [0] * len(completion.choices)
     try:
@@ -243,7 +241,7 @@ def _chunks(engine: Any, request: dict, completion: Completion, outputs: Iterato
                 piece = {"index": choice.index, "text": text, "logprobs": logprobs}
                 piece.update(finish_reason=choice.finish_reason, stop_reason=choice.stop_reason)
                 yield {**header, "choices": [piece]}
-        if (request.get("stream_options") or {}).get("include_usage"):
+        if request.stream_options and request.stream_options.include_usage:
             yield {**header, "choices": [], "usage": completion.usage()}
     finally:
         outputs.close()

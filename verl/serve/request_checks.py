@@ -11,10 +11,19 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The request fields verl.serve's chat and text completions share: their checks (a RequestError names the field, as
-OpenAI's 400s do), the sampling options they map to, and the ranking of alternative tokens for `logprobs`."""
+"""Reading a request body into vLLM's typed OpenAI request models, as vLLM's server reads it, with one rule more:
+a field the server does not carry out is refused with a 400 naming it (vLLM's server ignores unknown fields and
+some of its own), so no setting is ever silently dropped."""
 
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+
+M = TypeVar("M", bound=BaseModel)
+
+INFORMATIONAL = {"user", "metadata", "safety_identifier", "prompt_cache_key"}
+"""Fields that only label a request (OpenAI logs them): accepted, nothing to carry out."""
 
 
 class RequestError(ValueError):
@@ -25,67 +34,70 @@ class RequestError(ValueError):
         self.status, self.kind = status, kind
 
 
-def number(request: dict[str, Any], key: str, integer: bool, low: float, high: float | None = None) -> Any:
-    value = request.get(key)
-    if value is None:
-        return None
-    wanted = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, wanted):
-        raise RequestError(f"'{key}' must be {'an integer' if integer else 'a number'}, got {value!r}.")
-    if value < low or (high is not None and value > high):
-        bounds = f">= {low:g}" if high is None else f"between {low:g} and {high:g}"
-        raise RequestError(f"'{key}' must be {bounds}, got {value!r}.")
-    return value
+def _path(location: tuple[Any, ...]) -> str:
+    """`messages[0].role` for pydantic's ('messages', 0, 'ChatCompletionUserMessageParam', 'role'): the union
+    members' and validators' tags are left out."""
+    path = ""
+    for part in location:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif not any(mark in part for mark in "[(-") and part[:1].islower() and part not in ("str", "int", "list"):
+            path += f".{part}" if path else part
+    return path
 
 
-def check_model(request: Any, served_name: str) -> None:
-    """A RequestError unless `request` is a JSON object for the served model: an unknown `model` is a 404 naming
-    the served one; no `model` means the served one (as vLLM's server answers)."""
-    if not isinstance(request, dict):
+def _message(error: ValidationError) -> str:
+    """One line naming the first bad field of a failed validation."""
+    first = error.errors(include_url=False)[0]
+    message = first["msg"].removeprefix("Value error, ").rstrip(".")
+    path = _path(first["loc"])
+    if not path:
+        return f"{message}."
+    shown = repr(first.get("input"))
+    got = f", got {shown}" if len(shown) <= 80 and first["type"] != "missing" else ""
+    return f"'{path}': {message}{got}."
+
+
+def parse(model: type[M], body: Any, served_name: str, honoured: set[str]) -> M:
+    """`body` as a `model` request for the served model, or a RequestError naming the first bad field: an unknown
+    `model` is a 404 naming the served one (no `model` means the served one, as vLLM's server answers); a field
+    outside `honoured` (and INFORMATIONAL) set to anything but its default is refused."""
+    if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object.")
-    model = request.get("model")
-    if model is not None and model != served_name:
+    name = body.get("model")
+    if name is not None and name != served_name:
         raise RequestError(
-            f"The model {model!r} does not exist; this server serves {served_name!r}.", 404, "NotFoundError"
+            f"The model {name!r} does not exist; this server serves {served_name!r}.", 404, "NotFoundError"
         )
+    try:
+        request = model.model_validate(body)
+    except ValidationError as error:
+        raise RequestError(_message(error)) from None
+    except Exception as error:  # vLLM's own checks (VLLMValidationError, naming the field in `parameter`)
+        message, field = str(error.args[0] if error.args else error), getattr(error, "parameter", None)
+        raise RequestError(f"'{field}': {message}" if field else message) from None
+    fields = type(request).model_fields
+    allowed = honoured | INFORMATIONAL
+    for key in body:
+        if key in allowed:
+            continue
+        if key not in fields:
+            if key == "store" and not body[key]:  # nothing is stored either way
+                continue
+            raise RequestError(f"'{key}' is not a field this server knows; leave it out.")
+        if getattr(request, key) != fields[key].get_default(call_default_factory=True):
+            raise RequestError(f"'{key}' is not supported by this server; leave it out or send its default.")
+    return request
 
 
-def logit_bias(request: dict[str, Any]) -> dict[int, float] | None:
-    """The request's `logit_bias` as {token id: bias}: keys are token ids (JSON strings of integers), values
-    numbers from -100 to 100, as OpenAI's API takes them."""
-    bias = request.get("logit_bias")
-    if bias is None:
-        return None
-    if not isinstance(bias, dict):
-        raise RequestError(f"'logit_bias' must be an object of token ids to biases, got {bias!r}.")
-    parsed = {}
-    for token, value in bias.items():
-        try:
-            token_id = int(token)
-        except ValueError:
-            raise RequestError(f"'logit_bias' keys must be integer token ids, got {token!r}.") from None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not -100 <= value <= 100:
+def check_logit_bias(bias: dict[str, float] | None) -> None:
+    """A RequestError unless `logit_bias` maps integer token ids to numbers from -100 to 100, as OpenAI's API takes
+    it (vLLM's server would clamp what is outside)."""
+    for token, value in (bias or {}).items():
+        if not token.lstrip("-").isdigit():
+            raise RequestError(f"'logit_bias' keys must be integer token ids, got {token!r}.")
+        if not -100 <= value <= 100:
             raise RequestError(f"'logit_bias[{token}]' must be a number between -100 and 100, got {value!r}.")
-        parsed[token_id] = float(value)
-    return parsed
-
-
-def sampling_options(request: dict[str, Any]) -> dict[str, Any]:
-    """SamplingParams keywords of the fields chat and text completions share (None where unset)."""
-    options = {
-        "temperature": number(request, "temperature", False, 0.0, 2.0),
-        "top_p": number(request, "top_p", False, 0.0, 1.0),
-        "n": number(request, "n", True, 1),
-        "seed": number(request, "seed", True, -(2**63)),
-        "logit_bias": logit_bias(request),
-    }
-    stop = request.get("stop")
-    if stop is not None:
-        stop = [stop] if isinstance(stop, str) else stop
-        if not isinstance(stop, list) or not all(isinstance(item, str) for item in stop):
-            raise RequestError(f"'stop' must be a string or a list of strings, got {request['stop']!r}.")
-        options["stop"] = stop
-    return {key: value for key, value in options.items() if value is not None}
 
 
 def ranked(alternatives: dict[int, Any], top: int) -> list[tuple[int, Any]]:

@@ -1,0 +1,424 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""OpenAI's chat completions (`POST /v1/chat/completions`) on verl.serve's engine: the request read into vLLM's
+typed ChatCompletionRequest and turned into SamplingParams as vLLM's server does it (every sampling field it honours),
+tool calls read by the parser training uses or forced by tool_choice, streamed or whole replies.
+"""
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from verl.envs.tools import assistant_message, tool_call
+from verl.serve.engine_loop import EngineLoop
+from verl.serve.request_checks import RequestError, check_logit_bias, parse, ranked
+
+
+TOOL_CALL_TAG = "<tool_call>"
+
+CHAT_FIELDS = {
+    "messages", "model", "max_tokens", "max_completion_tokens", "n", "seed", "stop", "stop_token_ids", "stream",
+    "stream_options", "temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
+    "repetition_penalty", "logit_bias", "logprobs", "top_logprobs", "response_format", "structured_outputs",
+    "tools", "tool_choice", "parallel_tool_calls", "ignore_eos", "min_tokens", "include_stop_str_in_output",
+    "skip_special_tokens", "spaces_between_special_tokens", "allowed_token_ids", "bad_words",
+}  # fmt: skip
+"""The chat request fields this server carries out (SamplingParams, rendering, the reply's shape); the rest of vLLM's
+ChatCompletionRequest is refused unless left at its default."""
+
+
+def check_request(body: Any, served_name: str) -> Any:
+    """`body` as vLLM's ChatCompletionRequest, or a RequestError naming the first bad or unsupported field."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    request = parse(ChatCompletionRequest, body, served_name, CHAT_FIELDS)
+    if request.stream_options is not None and request.stream_options.continuous_usage_stats:
+        raise RequestError("'stream_options.continuous_usage_stats' is not supported by this server; leave it out.")
+    check_logit_bias(request.logit_bias)
+    if not request.messages:
+        raise RequestError("'messages' must be a non-empty list of {role, content} objects.")
+    if request.n is not None and request.n < 1:
+        raise RequestError(f"'n' must be >= 1, got {request.n}.")
+    return request
+
+
+def forced_tool_calls(request: Any) -> tuple[str, dict[str, Any]] | None:
+    """(the function a named tool_choice forces, or "" for "required"; the JSON schema the reply is held to), or
+    None where tool_choice forces no call.
+
+    As vLLM's server does it: a named function's reply is its arguments object (the function's `parameters`
+    schema); a "required" reply is a non-empty JSON array of {name, parameters} objects, one per call. The engine's
+    structured outputs keep the text to the schema, so even a model never trained to call tools calls one. With
+    parallel_tool_calls false the array holds one call.
+    """
+    choice = request.tool_choice
+    if choice != "required" and getattr(choice, "function", None) is None:
+        return None
+    empty = {"type": "object", "properties": {}}
+    parameters = {tool.function.name: tool.function.parameters or empty for tool in request.tools}
+    if choice != "required":
+        if choice.function.name not in parameters:
+            raise RequestError(f"tool_choice names the function {choice.function.name!r}, which is not in 'tools'.")
+        return choice.function.name, parameters[choice.function.name]
+    shared: dict[str, Any] = {}  # every tool's "$defs", lifted to the root, where their "#/$defs/..." refs point
+    calls = []
+    for name, schema in parameters.items():
+        schema = dict(schema)
+        for key, definition in (schema.pop("$defs", None) or {}).items():
+            if shared.setdefault(key, definition) != definition:
+                raise RequestError(f"tools define '$defs/{key}' differently; tool_choice 'required' needs one schema.")
+        properties = {"name": {"type": "string", "enum": [name]}, "parameters": schema}
+        calls.append({"properties": properties, "required": ["name", "parameters"]})
+    schema = {"type": "array", "minItems": 1, "items": {"type": "object", "anyOf": calls}}
+    if request.parallel_tool_calls is False:
+        schema["maxItems"] = 1
+    return "", {**schema, "$defs": shared} if shared else schema
+
+
+def forced_tool_message(text: str, finish_reason: str | None, function: str) -> tuple[dict[str, Any], str]:
+    """The assistant message and finish_reason of a reply held to `forced_tool_calls`' schema (`function` as it
+    returned it): the calls as `tool_calls`, content "" (vLLM's server answers so); finish_reason "tool_calls" for a
+    finished "required" reply and the engine's for a named one (OpenAI's convention). Text cut off by max_tokens
+    that is no longer JSON gives no calls."""
+    if function:
+        calls = [(function, text)] if text.strip() else []
+    else:
+        try:
+            items = json.loads(text)
+        except ValueError:
+            items = []
+        calls = [
+            (item["name"], json.dumps(item.get("parameters") or {}, ensure_ascii=False))
+            for item in (items if isinstance(items, list) else [])
+            if isinstance(item, dict) and isinstance(item.get("name"), str)
+        ]
+    message = _reply_message("")
+    message["tool_calls"] = [tool_call(name, arguments) for name, arguments in calls]
+    finish_reason = finish_reason or "stop"
+    return message, "tool_calls" if not function and finish_reason == "stop" else finish_reason
+
+
+def reads_tool_calls(request: Any) -> bool:
+    """Whether the reply's tool calls become structured `tool_calls`: the request has tools and tool_choice is not
+    "none"."""
+    return bool(request.tools) and request.tool_choice != "none"
+
+
+def _reply_message(content: str) -> dict[str, Any]:
+    """An assistant message with the keys vLLM's server writes (refusal, annotations, audio, function_call: null)."""
+    return {"role": "assistant", "content": content, "refusal": None, "annotations": None, "audio": None,
+            "function_call": None}  # fmt: skip
+
+
+def chat_message(text: str, finish_reason: str | None, tools: bool) -> tuple[dict[str, Any], str]:
+    """The OpenAI assistant message of a generated `text` and its choice's finish_reason ("stop" or "length" as the
+    engine ended it).
+
+    With `tools`, the `<tool_call>` blocks that verl.envs.tools reads as calls (as training does) become `tool_calls`
+    with JSON-string arguments, the content is the text around them (null when only whitespace is left) and the
+    finish_reason is "tool_calls". A malformed block stays in the content, as vLLM's hermes parser leaves it.
+    """
+    message = _reply_message(text)
+    message.update(assistant_message(text, tools))
+    return message, "tool_calls" if "tool_calls" in message else finish_reason or "stop"
+
+
+def _partial_tag(text: str) -> int:
+    """Length of the longest end of `text` that could be the start of a `<tool_call>` tag."""
+    for size in range(min(len(text), len(TOOL_CALL_TAG) - 1), 0, -1):
+        if TOOL_CALL_TAG.startswith(text[-size:]):
+            return size
+    return 0
+
+
+def token_logprob(logprob: Any) -> dict[str, Any]:
+    """OpenAI's {token, logprob, bytes} of a vLLM Logprob (the engine's decoded token; -inf as -9999.0)."""
+    token = logprob.decoded_token or ""
+    return {"token": token, "logprob": max(logprob.logprob, -9999.0), "bytes": list(token.encode("utf-8", "replace"))}
+
+
+def chat_logprob(token_id: int, alternatives: dict[int, Any], top: int) -> dict[str, Any]:
+    """The chat `logprobs.content` entry of one generated token: the token and the `top` most likely ones."""
+    entries = [token_logprob(logprob) for _, logprob in ranked(alternatives, top)]
+    return {**token_logprob(alternatives[token_id]), "top_logprobs": entries}
+
+
+class ChoiceText:
+    """One choice's text as the engine extends it, and what a stream may send of its content so far.
+
+    With tools, text from a `<tool_call>` tag on (or a tag still forming) waits for the end, when chat_message
+    decides what is content; so does content that is only whitespace (it may end as null). The content streamed then
+    adds up to the message content of the same text, token for token.
+    """
+
+    def __init__(
+        self, tools: bool, forced: str | None = None, top_logprobs: int | None = None, parallel: bool = True
+    ) -> None:
+        self.tools, self.forced, self.top_logprobs, self.parallel = tools, forced, top_logprobs, parallel
+        self.text, self.sent, self.tokens = "", 0, 0
+        self.logprobs: list[dict[str, Any]] = []
+        """The chat `logprobs.content` entries so far (with top_logprobs set: the request asked for them)."""
+        self.logprobs_sent = 0
+        self.ended = False
+        """Whether a stream has sent this choice's end."""
+        self.finish_reason: str | None = None
+        self.stop_reason: int | str | None = None
+
+    def add(self, completion: Any) -> str:
+        """Take one step's new text of this choice (a vLLM CompletionOutput delta): the content to send now."""
+        self.text += completion.text
+        self.tokens += len(completion.token_ids)
+        if self.top_logprobs is not None:
+            for token_id, alternatives in zip(completion.token_ids, completion.logprobs or []):
+                self.logprobs.append(chat_logprob(token_id, alternatives, self.top_logprobs))
+        if completion.finish_reason is not None:
+            self.finish_reason, self.stop_reason = completion.finish_reason, completion.stop_reason
+        limit = len(self.text)
+        if self.forced is not None:  # JSON held to the tool schema: calls, sent whole at the end
+            limit = 0
+        elif self.tools:
+            tag = self.text.find(TOOL_CALL_TAG)
+            limit = tag if tag >= 0 else limit - _partial_tag(self.text)
+            if not self.text[:limit].strip():
+                limit = 0
+        piece = self.text[self.sent : limit] if limit > self.sent else ""
+        self.sent = max(self.sent, limit)
+        return piece
+
+    def take_logprobs(self) -> dict[str, Any] | None:
+        """A stream chunk's `logprobs`: the entries of the tokens since the last chunk that had some (None when the
+        request asked for none)."""
+        if self.top_logprobs is None:
+            return None
+        entries, self.logprobs_sent = self.logprobs[self.logprobs_sent :], len(self.logprobs)
+        return {"content": entries}
+
+    def message(self) -> tuple[dict[str, Any], str, str]:
+        """(message, finish_reason, the content not streamed yet) of the finished choice."""
+        if self.forced is not None:
+            message, finish_reason = forced_tool_message(self.text, self.finish_reason, self.forced)
+        else:
+            message, finish_reason = chat_message(self.text, self.finish_reason, self.tools)
+        if not self.parallel and message.get("tool_calls"):  # parallel_tool_calls false: the first call alone
+            message["tool_calls"] = message["tool_calls"][:1]
+        content = message["content"] or ""
+        if content[: self.sent] != self.text[: self.sent]:  # cannot happen: the content starts with what was sent
+            raise AssertionError("streamed content is not a prefix of the message content")
+        return message, finish_reason, content[self.sent :]
+
+
+class Reply:
+    """A request the engine holds: its id, creation time, choices and prompt tokens."""
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_tokens: int,
+        n: int,
+        tools: bool,
+        forced: str | None = None,
+        top_logprobs: int | None = None,
+        parallel: bool = True,
+    ) -> None:
+        self.id, self.created = request_id, int(time.time())
+        self.prompt_tokens = prompt_tokens
+        self.choices = [ChoiceText(tools, forced, top_logprobs, parallel) for _ in range(n)]
+
+    def usage(self) -> dict[str, Any]:
+        completion = sum(choice.tokens for choice in self.choices)
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "total_tokens": self.prompt_tokens + completion,
+            "completion_tokens": completion,
+        }
+
+
+def sampling_params(request: Any, max_tokens: int, defaults: dict[str, Any]) -> Any:
+    """The SamplingParams vLLM's server makes of a chat or completions `request` (every penalty, top_k, min_p, ...;
+    the model's generation defaults under what the request sets), with delta outputs for a stream."""
+    return request.to_sampling_params(max_tokens, defaults)
+
+
+class ChatEngine:
+    """A vLLM engine answering chat completion requests token by token, all it holds in one batch.
+
+    Each request is rendered as `LLM.chat` renders it (`LLM._preprocess_chat_one`: vLLM's renderer, which its OpenAI
+    server uses too; tool-call arguments reach the template as dicts) and added to the engine with delta outputs.
+    One thread owns the engine (verl.serve.engine_loop.EngineLoop: `LLMEngine.add_request`, `step`,
+    `abort_request`) and steps it while it holds any request: a stream sends tokens as they are made, and a
+    non-streamed reply is the same text gathered.
+    """
+
+    def __init__(self, model: str, name: str, max_model_len: int, kv_cache_mb: int | None, dtype: str) -> None:
+        from verl.utils import device
+
+        on_cpu = device.get_device_type() == "cpu"
+        if on_cpu:
+            # The engine lives in this process, as in training: vLLM's default on the CPU is an engine-core process
+            # and a worker process besides this one, each importing vLLM and torch again (slower to start, and 3
+            # copies of the libraries in memory; docs/performance.md). One thread steps it for every request.
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        from vllm import LLM
+
+        kwargs: dict[str, Any] = {"model": model, "max_model_len": max_model_len, "seed": 0}
+        if on_cpu:
+            kwargs.update(dtype="float32" if dtype == "auto" else dtype, enforce_eager=True)
+            kwargs["kv_cache_memory_bytes"] = (kv_cache_mb or 256) * 2**20
+        else:
+            kwargs["dtype"] = dtype
+        self.llm = LLM(**kwargs)
+        self.name = name
+        self.max_model_len = max_model_len
+        self.defaults = self.llm.llm_engine.model_config.get_diff_sampling_param()
+        """The model's generation-config sampling defaults, under what a request sets (as vLLM's server)."""
+        self.loop = EngineLoop(self.llm)
+
+    def close(self) -> None:
+        """Stop the engine (on a GPU vLLM runs its engine core in a child process that would outlive us)."""
+        self.loop.stop()
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None:
+            core.shutdown()
+
+    def _submit(self, request: Any) -> Reply:
+        """Render a checked `request` (check_request) and add it to the engine (on the engine loop's thread)."""
+        from vllm.sampling_params import StructuredOutputsParams
+
+        from verl.workers.rollout import vllm_compat
+
+        tools = reads_tool_calls(request)
+        tool_dicts = [tool.model_dump() for tool in request.tools] if request.tools else None  # as vLLM's server
+        prompt = vllm_compat.render_chat(self.llm, request.messages, tool_dicts)
+        prompt_ids = prompt.get("prompt_token_ids") if isinstance(prompt, dict) else None
+        prompt_tokens = None if prompt_ids is None else len(prompt_ids)
+        room = self.max_model_len if prompt_tokens is None else self.max_model_len - prompt_tokens
+        if room < 1:
+            raise RequestError(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, your request has "
+                f"{prompt_tokens} input tokens. Reduce the length of the messages."
+            )
+        wanted = request.max_completion_tokens or request.max_tokens or room
+        if prompt_tokens is not None and wanted > room:
+            raise RequestError(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
+                f"{prompt_tokens + wanted} tokens ({prompt_tokens} in the messages, {wanted} in the completion). "
+                "Reduce the length of the messages or completion."
+            )
+        params = sampling_params(request, wanted, self.defaults)
+        forced = forced_tool_calls(request)
+        if forced is not None:  # the tools' schema, not response_format: that holds the answer after the calls
+            params.structured_outputs = StructuredOutputsParams(json=forced[1])
+        if tools:  # as vLLM's hermes parser asks: a model may write its tool-call tags as special tokens
+            params.skip_special_tokens = False
+        function = None if forced is None else forced[0]
+        reply = Reply(
+            f"chatcmpl-{uuid.uuid4().hex}", prompt_tokens or 0, params.n, tools, function, params.logprobs,
+            request.parallel_tool_calls is not False,
+        )  # fmt: skip
+        self.llm.llm_engine.add_request(reply.id, prompt, params)
+        return reply
+
+    def _run(self, request: Any) -> Iterator[tuple[Reply, ChoiceText | None, str]]:
+        """Yields (reply, None, "") once the engine holds the request, then (reply, choice, content to send) for
+        each step of each choice. Closing the iterator early aborts the request."""
+
+        def add() -> tuple[list[str], Reply]:
+            reply = self._submit(request)
+            return [reply.id], reply
+
+        reply, outputs = self.loop.submit(add)
+        try:
+            yield reply, None, ""
+            for output in outputs:
+                reply.prompt_tokens = len(output.prompt_token_ids or []) or reply.prompt_tokens
+                for completion in output.outputs:
+                    choice = reply.choices[completion.index]
+                    yield reply, choice, choice.add(completion)
+        finally:
+            outputs.close()
+
+    def complete(self, request: Any) -> dict[str, Any]:
+        """The chat.completion object of a non-streamed request."""
+        run = self._run(request)
+        reply, _, _ = next(run)
+        for _ in run:
+            pass
+        choices = []
+        for index, choice in enumerate(reply.choices):
+            message, finish_reason, _ = choice.message()
+            choices.append(
+                {
+                    "index": index,
+                    "message": message,
+                    "logprobs": None if choice.top_logprobs is None else {"content": choice.logprobs},
+                    "finish_reason": finish_reason,
+                    "stop_reason": choice.stop_reason,
+                }
+            )
+        usage = {**reply.usage(), "prompt_tokens_details": None, "completion_tokens_details": None}
+        return {
+            "id": reply.id,
+            "object": "chat.completion",
+            "created": reply.created,
+            "model": self.name,
+            "choices": choices,
+            "service_tier": None,
+            "system_fingerprint": None,
+            "usage": usage,
+        }
+
+    def stream(self, request: Any) -> Iterator[dict[str, Any]]:
+        """The chat.completion.chunk objects of a streamed request: each choice's role, its content as the engine
+        makes it, its tool calls once the choice has ended (they are read from its whole text), a chunk with its
+        finish_reason, and the usage after all choices (with stream_options.include_usage). The request is checked
+        and in the engine once the first chunk is out."""
+        run = self._run(request)
+        reply, _, _ = next(run)
+        include_usage = bool(request.stream_options and request.stream_options.include_usage)
+
+        def chunk(index: int, delta: dict[str, Any], logprobs: bool = True, **ending: Any) -> dict[str, Any]:
+            """A chunk of one choice; with `logprobs`, those of its tokens not sent yet (when the request asked)."""
+            sent = reply.choices[index].take_logprobs() if logprobs else None
+            choice = {"index": index, "delta": delta, "logprobs": sent, "finish_reason": None, **ending}
+            return self._chunk(reply, [choice])
+
+        try:
+            for index in range(len(reply.choices)):
+                yield chunk(index, {"role": "assistant", "content": ""}, logprobs=False)
+            for _, choice, piece in run:
+                index = reply.choices.index(choice)
+                if piece:
+                    yield chunk(index, {"content": piece})
+                if choice.finish_reason is None or choice.ended:
+                    continue
+                choice.ended = True
+                message, finish_reason, rest = choice.message()
+                if rest:
+                    yield chunk(index, {"content": rest})
+                if message.get("tool_calls"):
+                    calls = [{"index": number, **call} for number, call in enumerate(message["tool_calls"])]
+                    yield chunk(index, {"tool_calls": calls})
+                left = choice.logprobs_sent < len(choice.logprobs)  # tokens held back and sent as no content
+                yield chunk(index, {}, left, finish_reason=finish_reason, stop_reason=choice.stop_reason)
+            if include_usage:
+                yield self._chunk(reply, [], usage=reply.usage())
+        finally:
+            run.close()
+
+    def _chunk(self, reply: Reply, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        chunk = {"id": reply.id, "object": "chat.completion.chunk", "created": reply.created, "model": self.name}
+        return {**chunk, "choices": choices, **extra}
