@@ -546,3 +546,48 @@ def test_a_sample_s_cases_share_one_time_budget() -> None:
     assert all(result.status == "timeout" for result in results[3:]), statuses
     spent = sum(result.wall_s for result in results)
     assert spent <= limits.sample_wall_s + 1.0, spent  # the reported wall times add up to the budget, not 12 x 1 s
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Round three (issue 55): the case's own text, kernel-wide channels, kernel memory no cgroup charges, the trainer's
+# cost per sample.
+
+READS_ITS_CASE = textwrap.dedent(
+    """
+    import os, re, sys
+    text = os.pread(0, 1 << 16, 0).decode("utf-8", "replace")  # the case's stdin file: its suffix comes first
+    try:
+        text += sys._getframe(1).f_locals.get("suffix", "")  # the suffix, in the frame that runs the program
+    except Exception:
+        pass
+    expected = [found for found in re.findall(r"lambda: \\((.*?)\\n\\)", text) if not found.startswith("f(")]
+    def f(x):
+        return eval(expected[-1]) if expected else None
+    """
+)
+CONSTANT_ARITHMETIC = {
+    "fn_name": "f",
+    "asserts": [
+        "assert f(3) == 2 ** 10",
+        "assert f(5) == 10 ** 9 + 7",
+        "assert f(1) == [0] * 4",
+        "assert f(2) == 1 / 3",
+        "assert f(4) == list(range(3)) and f(4)[::-1] == [2, 1, 0][:3]",
+        "assert math.isclose(f(6), math.sqrt(2) * 2)",
+    ],
+}
+
+
+def test_an_expected_side_never_runs_in_the_program_s_process(code_reward: ModuleType) -> None:
+    """Constant arithmetic on the expected side (`2 ** 10`, `10 ** 9 + 7`, `[0] * 4`, `1 / 3`) is evaluated in the
+    trainer: a program that reads its case's suffix (its stdin file from offset 0, the caller's frame) finds only the
+    expression under test, while a program that knows the answers still passes."""
+    honest = "import math\ndef f(x):\n    return {3: 2**10, 5: 10**9 + 7, 1: [0] * 4, 2: 1 / 3, 4: [0, 1, 2], 6: 2 * 2**0.5}[x]\n"
+    for assertion in CONSTANT_ARITHMETIC["asserts"]:
+        check = judge.parse_assert(assertion)
+        assert all(expression.startswith("f(") for expression in check.expressions), check
+    passed, cheated = code_reward.compute_score(
+        [_sample(honest, CONSTANT_ARITHMETIC), _sample(READS_ITS_CASE, CONSTANT_ARITHMETIC)], max_workers=2
+    )
+    assert passed["overall"] == 1.0, passed
+    assert cheated["overall"] == 0.0, cheated
