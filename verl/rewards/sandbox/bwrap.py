@@ -122,7 +122,8 @@ def command(bwrap: str, scratch: str, privileged: bool, tmpfs_bytes: int, seccom
         argv += ["--symlink", links[index], links[index + 1]]
     for path in covered:
         argv += ["--tmpfs", path, "--remount-ro", path]
-    argv += ["--proc", "/proc", "--dev", "/dev"]
+    # /proc/sys hidden: its counters (AIO events, ptys, ...) are machine-wide, a channel between concurrent runs.
+    argv += ["--proc", "/proc", "--tmpfs", "/proc/sys", "--remount-ro", "/proc/sys", "--dev", "/dev"]
     for path in ("/tmp", "/dev/shm", WORKDIR):
         argv += ["--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", path]
         made.add(path)

@@ -42,6 +42,7 @@ from verl.rewards.sandbox.runner import (
     _run,
     _start_interpreter,
     _workspace,
+    read_only_copy,
 )
 
 
@@ -296,7 +297,10 @@ def _run_harness_in(
         for (stdin_file, _), (stdin, suffix) in zip(files, cases):
             encoded = suffix.encode("utf-8")
             stdin_file.write(b"%d\n%s%s" % (len(encoded), encoded, stdin.encode("utf-8")))
-            stdin_file.seek(0)
+            stdin_file.flush()
+        stdin_ends = [read_only_copy(stdin_file) for stdin_file, _ in files]
+        for fd in stdin_ends:
+            stack.callback(os.close, fd)
         read_end, write_end = os.pipe()
         stack.callback(os.close, read_end)
         outputs, stdout_ends = [], []
@@ -306,7 +310,7 @@ def _run_harness_in(
             stack.callback(outputs[-1].close)
             stdout_ends.append(output_write)
         descriptors = [
-            (stdin.fileno(), stdout, stderr.fileno()) for (stdin, stderr), stdout in zip(files, stdout_ends)
+            (stdin, stdout, stderr.fileno()) for stdin, (_, stderr), stdout in zip(stdin_ends, files, stdout_ends)
         ]
         # No file: the manifest is descriptor numbers and limits, on the harness's command line.
         manifest = f"{float(limits.wall_s)!r} {budget!r} {write_end} " + " ".join(
