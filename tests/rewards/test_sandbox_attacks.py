@@ -20,6 +20,8 @@ import json
 import os
 import sys
 import textwrap
+import time
+import tracemalloc
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -28,7 +30,7 @@ import pytest
 from repo_files import load_repo_file
 
 from verl.rewards import sandbox
-from verl.rewards.sandbox import SandboxLimits, bwrap, cgroups, judge, run_python, run_python_cases
+from verl.rewards.sandbox import SandboxLimits, SandboxResult, bwrap, cgroups, judge, run_python, run_python_cases
 
 
 pytestmark = pytest.mark.skipif(
@@ -723,3 +725,22 @@ def test_an_inode_flood_is_charged_to_the_run() -> None:
     program = "import os\nfor i in range(10 ** 7):\n    os.mkdir('/tmp/d%d' % i)\n"
     result = run_python(program, limits=SandboxLimits(memory_mb=32, wall_s=60.0, cpu_s=60.0))
     assert result.status == "memory_limit", (result.status, result.stderr[-500:])
+
+
+def test_the_trainer_s_cost_per_sample_is_bounded_by_bytes_not_system_calls() -> None:
+    """A program doing 10^5 one-byte writes costs the trainer a read per 4 KiB or per 10 ms, not one per write;
+    a 1 MiB non-ASCII output is compared as the bytes it is, never decoded to a str of up to 4 bytes a character."""
+    program = "import os\nfor _ in range(100000):\n    os.write(1, b'x')\n"
+    started = time.process_time()
+    [result] = run_python_cases(program, [""], SandboxLimits(wall_s=60.0))
+    assert (result.status, len(result.stdout_bytes)) == ("ok", 100000), result.stderr
+    assert time.process_time() - started < 0.5
+    wide = SandboxResult("ok", 0, ("\U0001f600" + "x" * (2**20 - 8)).encode(), "", 0.1)
+    case = judge.Case(expected_stdout="x")
+    tracemalloc.start()
+    try:
+        assert judge.outcome(case, wide) == "num_wrong_answer"
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2.5 * 2**20, peak

@@ -221,6 +221,12 @@ def normalize_output(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.splitlines()).rstrip("\n")
 
 
+def _normalize_bytes(output: bytes) -> bytes:
+    """normalize_output on the program's bytes, never decoded: a str of non-ASCII text can take four times the
+    memory. Both sides are compared so, as bytes: only ASCII whitespace and line breaks (\n, \r) count."""
+    return b"\n".join(line.rstrip() for line in output.splitlines()).rstrip(b"\n")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The check kept in the trainer: a small tree over literals and the values the sandbox printed.
 
@@ -750,6 +756,7 @@ def outcome(case: Case, result: SandboxResult) -> str | None:
     if result.status == "ok":
         if case.check is not None:
             return _judge(case.check, result.stdout_bytes)
-        passed = normalize_output(result.stdout) == normalize_output(case.expected_stdout or "")
+        expected = (case.expected_stdout or "").encode("utf-8", "surrogatepass")
+        passed = _normalize_bytes(result.stdout_bytes) == _normalize_bytes(expected)
         return None if passed else "num_wrong_answer"
     return _FAILURES.get(result.status, "num_runtime_error")
