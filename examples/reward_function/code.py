@@ -23,7 +23,7 @@ whose closing fence is missing (a truncated response) does not count, one closed
 ground_truth is a dict, or a JSON string of one, in one of three forms:
     {"inputs": ["1 2\\n", ...], "outputs": ["3\\n", ...]}
         stdin/stdout pairs: the program reads inputs[i] on stdin and passes when its stdout equals outputs[i],
-        ignoring trailing whitespace on each line and trailing blank lines.
+        ignoring trailing ASCII whitespace on each line and trailing blank lines.
     {"fn_name": "add", "inputs": [[1, 2], ...], "outputs": [3, ...]}
         call-based: inputs[i] is the list of positional arguments, outputs[i] the JSON value add must return
         (a tuple matches a JSON list).

@@ -250,6 +250,23 @@ def test_the_scratch_directory_is_fresh_and_removed(mode: str) -> None:
         assert first.stdout.splitlines()[0] != second.stdout.splitlines()[0]
 
 
+def test_a_trainer_tmpdir_under_the_program_s_working_directory_is_no_matter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trainer's TMPDIR (where scratch folders are made) lies under the folder the sandbox mounts as the program's
+    working directory: the scratch folder is mounted at a fixed path of its own, so the working directory stays empty
+    and every case runs (before, bwrap made the scratch path's parents in that tmpfs and every case scored 0)."""
+    monkeypatch.setattr(bwrap, "WORKDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    code = "import os\nprint(os.getcwd(), os.listdir('.'), input())\n"
+    results = sandbox.run_python_cases(code, ["1\n", "2\n", "3\n"])
+    assert [(result.status, result.stdout) for result in results] == [
+        ("ok", f"{tmp_path} [] {index}\n") for index in (1, 2, 3)
+    ], results[0].stderr
+    assert run_python(code, "4\n").stdout == f"{tmp_path} [] 4\n"
+
+
 HOSTILE_TREE = """
 import os, resource
 outside = {outside!r}

@@ -20,6 +20,8 @@ import json
 import os
 import sys
 import textwrap
+import time
+import tracemalloc
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -28,7 +30,7 @@ import pytest
 from repo_files import load_repo_file
 
 from verl.rewards import sandbox
-from verl.rewards.sandbox import SandboxLimits, bwrap, cgroups, judge, run_python, run_python_cases
+from verl.rewards.sandbox import SandboxLimits, SandboxResult, bwrap, cgroups, judge, run_python, run_python_cases
 
 
 pytestmark = pytest.mark.skipif(
@@ -546,3 +548,199 @@ def test_a_sample_s_cases_share_one_time_budget() -> None:
     assert all(result.status == "timeout" for result in results[3:]), statuses
     spent = sum(result.wall_s for result in results)
     assert spent <= limits.sample_wall_s + 1.0, spent  # the reported wall times add up to the budget, not 12 x 1 s
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Round three (issue 55): the case's own text, kernel-wide channels, kernel memory no cgroup charges, the trainer's
+# cost per sample.
+
+READS_ITS_CASE = textwrap.dedent(
+    """
+    import os, re, sys
+    text = os.pread(0, 1 << 16, 0).decode("utf-8", "replace")  # the case's stdin file: its suffix comes first
+    try:
+        text += sys._getframe(1).f_locals.get("suffix", "")  # the suffix, in the frame that runs the program
+    except Exception:
+        pass
+    expected = [found for found in re.findall(r"lambda: \\((.*?)\\n\\)", text) if not found.startswith("f(")]
+    def f(x):
+        return eval(expected[-1]) if expected else None
+    """
+)
+CONSTANT_ARITHMETIC = {
+    "fn_name": "f",
+    "asserts": [
+        "assert f(3) == 2 ** 10",
+        "assert f(5) == 10 ** 9 + 7",
+        "assert f(1) == [0] * 4",
+        "assert f(2) == 1 / 3",
+        "assert f(4) == list(range(3)) and f(4)[::-1] == [2, 1, 0][:3]",
+        "assert math.isclose(f(6), math.sqrt(2) * 2)",
+    ],
+}
+
+
+def test_an_expected_side_never_runs_in_the_program_s_process(code_reward: ModuleType) -> None:
+    """Constant arithmetic on the expected side (`2 ** 10`, `10 ** 9 + 7`, `[0] * 4`, `1 / 3`) is evaluated in the
+    trainer: a program that reads its case's suffix (its stdin file from offset 0, the caller's frame) finds only the
+    expression under test, while a program that knows the answers still passes."""
+    honest = "import math\ndef f(x):\n    return {3: 2**10, 5: 10**9 + 7, 1: [0] * 4, 2: 1 / 3, 4: [0, 1, 2], 6: 2 * 2**0.5}[x]\n"
+    for assertion in CONSTANT_ARITHMETIC["asserts"]:
+        check = judge.parse_assert(assertion)
+        assert all(expression.startswith("f(") for expression in check.expressions), check
+    passed, cheated = code_reward.compute_score(
+        [_sample(honest, CONSTANT_ARITHMETIC), _sample(READS_ITS_CASE, CONSTANT_ARITHMETIC)], max_workers=2
+    )
+    assert passed["overall"] == 1.0, passed
+    assert cheated["overall"] == 0.0, cheated
+
+
+HONEST_PROGRAMS = [
+    (HONEST_SUM, BIG_SUM),
+    (
+        "from concurrent.futures import ThreadPoolExecutor\nn = int(input())\n"
+        "with ThreadPoolExecutor(4) as pool:\n    print(sum(pool.map(lambda i: i * i, range(n))))\n",
+        {"inputs": ["1000\n"], "outputs": ["332833500\n"]},
+    ),
+    (
+        "import multiprocessing as mp\ndef square(i):\n    return i * i\nif __name__ == '__main__':\n"
+        "    with mp.get_context('fork').Pool(2) as pool:\n        print(sum(pool.map(square, range(int(input())))))\n",
+        {"inputs": ["100\n"], "outputs": ["328350\n"]},
+    ),
+    (
+        "import subprocess, sys\nout = subprocess.run([sys.executable, '-c', 'print(6 * 7)'], capture_output=True)\n"
+        "print(out.stdout.decode().strip(), input())\n",
+        {"inputs": ["x\n"], "outputs": ["42 x\n"]},
+    ),
+    (
+        "import os, sqlite3, tempfile\ndb = sqlite3.connect(':memory:')\ndb.execute('create table t (x)')\n"
+        "db.executemany('insert into t values (?)', [(i,) for i in range(100)])\n"
+        "with tempfile.TemporaryFile() as scratch:\n    os.posix_fallocate(scratch.fileno(), 0, 4096)\n"
+        "    scratch.write(b'y' * 10)\nprint(db.execute('select sum(x) from t').fetchone()[0])\n"
+        "print('\\n'.join('line %d' % i for i in range(20000)))\n",
+        {"inputs": [""], "outputs": ["4950\n" + "\n".join(f"line {i}" for i in range(20000)) + "\n"]},
+    ),
+]
+
+
+def test_honest_programs_pass_under_the_policy_and_are_not_slowed() -> None:
+    """Threads (clone3 answers ENOSYS: glibc falls back to clone), a fork pool, a subprocess, sqlite3 in memory, a
+    temporary file with posix_fallocate (emulated once fallocate is refused) and 200 KB of output all pass, in CPU
+    seconds of their own (wall time on a shared machine says little: runs have the lowest CPU weight)."""
+    cases = [judge.parse_test_cases(truth, "honest")[0] for _, truth in HONEST_PROGRAMS]
+    jobs = [(program, [case.stdin]) for (program, _), case in zip(HONEST_PROGRAMS, cases)]
+    results = [result for [result] in sandbox.run_many_cases(jobs, SandboxLimits(wall_s=30.0), max_workers=2)]
+    assert [judge.outcome(case, result) for case, result in zip(cases, results)] == [None] * len(cases), [
+        result.stderr[-300:] for result in results
+    ]
+    assert all(result.cpu_s < 2.0 for result in results), [result.cpu_s for result in results]
+
+
+KERNEL_CALLS = SYSCALL + textwrap.dedent(
+    """
+    import errno, fcntl, os, socket
+    took = []
+    def attempt(name, call):
+        try:
+            result = call()
+        except OSError:
+            return
+        if result is None or result >= 0:
+            took.append(name)
+    def syscall(*args):
+        result = libc.syscall(*args)
+        if result < 0:
+            raise OSError(ctypes.get_errno(), "")
+        if result == 0 and args[0] == NR["clone"]:  # the child of a clone that went through
+            os._exit(0)
+        return result
+    """
+)
+NR = {"x86_64": {"clone": 56, "unshare": 272, "fanotify_init": 300, "io_setup": 206, "io_uring_setup": 425,
+                 "fallocate": 285},
+      "aarch64": {"clone": 220, "unshare": 97, "fanotify_init": 262, "io_setup": 0, "io_uring_setup": 425,
+                  "fallocate": 47}}  # fmt: skip
+
+
+def _kernel_calls(body: str) -> str:
+    return f"NR = {NR.get(os.uname().machine, NR['x86_64'])!r}\n" + KERNEL_CALLS + textwrap.dedent(body)
+
+
+@pytest.mark.skipif(os.uname().machine not in NR, reason="system call numbers known for x86_64 and aarch64 only")
+def test_machine_wide_channels_are_closed() -> None:
+    """fanotify, dnotify (F_NOTIFY) and leases on the shared read-only files, and the machine-wide counters of
+    /proc/sys (AIO events, ptys): a concurrent run's activity could be read from each. All refused or hidden."""
+    program = _kernel_calls(
+        """
+        attempt("fanotify_init", lambda: syscall(NR["fanotify_init"], 0, 0))
+        directory = os.open(os.path.dirname(os.__file__), os.O_RDONLY)
+        attempt("F_NOTIFY", lambda: fcntl.fcntl(directory, 1026, 0x80000001))  # DN_MULTISHOT | DN_ACCESS
+        with open(os.__file__, "rb") as shared:
+            attempt("F_SETLEASE", lambda: fcntl.fcntl(shared, 1024, fcntl.F_RDLCK))
+        for counter in ("/proc/sys/fs/aio-nr", "/proc/sys/kernel/pty/nr", "/proc/sys/fs/inode-nr"):
+            attempt(counter, lambda: len(open(counter).read()))
+        attempt("listing /proc/sys", lambda: len(os.listdir("/proc/sys")) or -1)
+        print("took", took)
+        """
+    )
+    [first, second] = run_python_cases(program, ["", ""])
+    for result in (first, second, run_python(program)):
+        assert (result.status, result.stdout) == ("ok", "took []\n"), result.stderr
+
+
+@pytest.mark.skipif(os.uname().machine not in NR, reason="system call numbers known for x86_64 and aarch64 only")
+def test_kernel_memory_no_cgroup_charges_is_refused() -> None:
+    """A user and network namespace of the program's own (and with it packet sockets, whose ring buffers no cgroup
+    charges), loopback TCP buffers (uncharged under cgroup v1), AIO contexts (a machine-wide budget the trainer
+    needs too) and io_uring, blocks allocated past the size limit on the trainer's files (fallocate KEEP_SIZE on
+    stderr, a write to stdin): all refused, under both isolation modes."""
+    program = _kernel_calls(
+        """
+        attempt("unshare(NEWUSER)", lambda: syscall(NR["unshare"], 0x10000000))
+        attempt("unshare(NEWNET)", lambda: syscall(NR["unshare"], 0x40000000))
+        attempt("clone(NEWUSER)", lambda: os.waitpid(syscall(NR["clone"], 0x10000000 | 17, 0, 0, 0, 0), 0) and None)
+        families = {"AF_PACKET": (17, socket.SOCK_RAW), "AF_INET": (socket.AF_INET, socket.SOCK_STREAM),
+                    "AF_INET6": (socket.AF_INET6, socket.SOCK_STREAM), "AF_NETLINK": (16, socket.SOCK_RAW)}
+        for name, (family, kind) in families.items():
+            attempt(name, lambda: socket.socket(family, kind).close())
+        attempt("io_setup", lambda: syscall(NR["io_setup"], 64, ctypes.byref(ctypes.c_ulong(0))))
+        attempt("io_uring_setup", lambda: syscall(NR["io_uring_setup"], 8, ctypes.create_string_buffer(128)))
+        attempt("fallocate(KEEP_SIZE) on stderr", lambda: syscall(NR["fallocate"], 2, 1, 0, 1 << 30))
+        attempt("write to stdin", lambda: os.write(0, b"x"))
+        left, right = socket.socketpair()  # AF_UNIX stays (multiprocessing, asyncio)
+        print("took", took)
+        """
+    )
+    for mode in ("bwrap", "namespaces"):
+        result = run_python(program, limits=SandboxLimits(isolation=mode))
+        assert (result.status, result.stdout) == ("ok", "took []\n"), (mode, result.stderr)
+    [result] = run_python_cases(program, [""])
+    assert (result.status, result.stdout) == ("ok", "took []\n"), result.stderr
+
+
+@needs_cgroup
+def test_an_inode_flood_is_charged_to_the_run() -> None:
+    """Empty files and directories take no tmpfs blocks, only inodes and dentries: kernel memory the run's cgroup
+    is charged for, so a flood ends at memory_mb instead of taking the host's memory."""
+    program = "import os\nfor i in range(10 ** 7):\n    os.mkdir('/tmp/d%d' % i)\n"
+    result = run_python(program, limits=SandboxLimits(memory_mb=32, wall_s=60.0, cpu_s=60.0))
+    assert result.status == "memory_limit", (result.status, result.stderr[-500:])
+
+
+def test_the_trainer_s_cost_per_sample_is_bounded_by_bytes_not_system_calls() -> None:
+    """A program doing 10^5 one-byte writes costs the trainer a read per 4 KiB or per 10 ms, not one per write;
+    a 1 MiB non-ASCII output is compared as the bytes it is, never decoded to a str of up to 4 bytes a character."""
+    program = "import os\nfor _ in range(100000):\n    os.write(1, b'x')\n"
+    started = time.process_time()
+    [result] = run_python_cases(program, [""], SandboxLimits(wall_s=60.0))
+    assert (result.status, len(result.stdout_bytes)) == ("ok", 100000), result.stderr
+    assert time.process_time() - started < 0.5
+    wide = SandboxResult("ok", 0, ("\U0001f600" + "x" * (2**20 - 8)).encode(), "", 0.1)
+    case = judge.Case(expected_stdout="x")
+    tracemalloc.start()
+    try:
+        assert judge.outcome(case, wide) == "num_wrong_answer"
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2.5 * 2**20, peak

@@ -26,7 +26,8 @@ Modules, in the order a run meets them:
 - runner: one run (`run_python`, `run_many`) and the isolation probe (`isolation`).
 - harness, bootstrap: all cases of one program in one process (`run_python_cases`, `run_many_cases`): the trainer's
   side and the first code of every sandboxed interpreter.
-- judge: the code reward's test cases, the suffix that prints a case's values and the comparison in the trainer.
+- judge, constants: the code reward's test cases, the suffix that prints a case's values and the comparison in the
+  trainer; expected sides written as constant arithmetic, evaluated in the trainer.
 - fusion: the remote backend (a Sandbox Fusion service).
 """
 

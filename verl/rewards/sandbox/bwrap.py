@@ -15,7 +15,7 @@
 
 The program gets a root of its own holding only the system's /usr (and the /bin, /lib, /lib64 and /sbin beside it),
 the base Python interpreter and its standard library (its site-packages covered by an empty directory), all
-read-only, plus its scratch folder (read-only), a working directory, /tmp and /dev/shm of its own (tmpfs, capped,
+read-only, plus its scratch folder (read-only, at SCRATCH), a working directory, /tmp and /dev/shm of its own (tmpfs, capped,
 gone with the run), a minimal
 /dev and a /proc of its own PID namespace. It runs as an unprivileged uid in new PID, network (empty), IPC, UTS and
 cgroup namespaces (and a user namespace when the trainer is not root), dies with its parent, and has no controlling
@@ -31,9 +31,12 @@ import sysconfig
 
 SYSTEM_DIRECTORIES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 UID = 65534
+"""The uid and gid the program has inside its user namespace ("nobody")."""
 WORKDIR = "/work"
 """The program's working directory: a tmpfs capped like /tmp (the scratch folder it starts in is read-only)."""
-"""The uid and gid the program has inside its user namespace ("nobody")."""
+SCRATCH = "/run/verl-scratch"
+"""Where the run's scratch folder is mounted, whatever its host path: a host path under WORKDIR (a TMPDIR below the
+trainer's own /work) would have bwrap make its parents inside the WORKDIR tmpfs, which the harness must find empty."""
 INSTALL_HINT = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora/RHEL: dnf install bubblewrap; "
     "conda: conda install -c conda-forge bubblewrap); a trainer that is not root also needs unprivileged user "
@@ -119,12 +122,13 @@ def command(bwrap: str, scratch: str, privileged: bool, tmpfs_bytes: int, seccom
         argv += ["--symlink", links[index], links[index + 1]]
     for path in covered:
         argv += ["--tmpfs", path, "--remount-ro", path]
-    argv += ["--proc", "/proc", "--dev", "/dev"]
+    # /proc/sys hidden: its counters (AIO events, ptys, ...) are machine-wide, a channel between concurrent runs.
+    argv += ["--proc", "/proc", "--tmpfs", "/proc/sys", "--remount-ro", "/proc/sys", "--dev", "/dev"]
     for path in ("/tmp", "/dev/shm", WORKDIR):
         argv += ["--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", path]
         made.add(path)
     # The scratch folder holds the program and the harness's instructions, read by the bootstrap before it moves
     # to WORKDIR: read-only, so what a program writes lands in memory the run's cgroup counts, not on the disk.
-    argv += [*parents(scratch), "--ro-bind", scratch, scratch, "--chdir", scratch, "--setenv", "VERL_SANDBOX_WORKDIR"]
+    argv += [*parents(SCRATCH), "--ro-bind", scratch, SCRATCH, "--chdir", SCRATCH, "--setenv", "VERL_SANDBOX_WORKDIR"]
     argv += [WORKDIR, "--"]
     return argv

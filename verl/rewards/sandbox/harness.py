@@ -42,6 +42,7 @@ from verl.rewards.sandbox.runner import (
     _run,
     _start_interpreter,
     _workspace,
+    read_only_copy,
 )
 
 
@@ -53,6 +54,13 @@ CASES_PER_PROCESS = 32
 HARNESS_GRACE_S = 2.0
 """run_python_cases: seconds the harness may take beyond wall_s for a case (or its start-up) before the trainer
 gives up on it, kills the process and counts the running case as a timeout."""
+
+
+TRICKLE_BYTES = 4096
+TRICKLE_REST_S = 0.01
+"""A case's stdout that gave fewer than TRICKLE_BYTES at a read is not read again for TRICKLE_REST_S: a program
+doing millions of one-byte writes then costs the trainer a read per 4 KiB or per 10 ms, not one per write (with
+the GIL held). A writer that fills the pipe (64 KiB) waits at most that long."""
 
 
 CaseSpec = str | tuple[str, str]
@@ -201,15 +209,18 @@ class _Output:
         self.fd: int | None = read_end
         self.limit = limit
         self.data = bytearray()
+        self.last = 0
         os.set_blocking(read_end, False)
 
     def read(self) -> bool:
-        """Take what the pipe holds now; False once it is closed (end of file or the limit reached)."""
+        """Take what the pipe holds now (its size in `last`); False once it is closed (end of file or the limit)."""
+        self.last = 0
         while self.fd is not None:
             try:
                 chunk = os.read(self.fd, 65536)
             except BlockingIOError:
                 return True
+            self.last += len(chunk)
             self.data += chunk[: self.limit - len(self.data)]
             if not chunk or len(self.data) >= self.limit:
                 self.close()
@@ -236,16 +247,27 @@ def _watch(read_end: int, count: int, wall_s: float, outputs: Sequence[_Output] 
     for fd in readers:
         poller.register(fd, select.POLLIN)
     pending = b""
+    resting: dict[int, float] = {}  # outputs that trickle, and when to poll them again
     while True:
-        remaining = deadline - time.monotonic()
+        now = time.monotonic()
+        for fd, until in list(resting.items()):
+            if until <= now:
+                poller.register(fd, select.POLLIN)
+                del resting[fd]
+        remaining = deadline - now
         if remaining <= 0:
             watch.stalled = True
             return watch
-        events = poller.poll(math.ceil(remaining * 1000))
+        events = poller.poll(math.ceil(min([remaining, *(until - now for until in resting.values())]) * 1000))
         for fd, _ in events:
-            if fd in readers and not readers[fd].read():
+            if fd not in readers:
+                continue
+            if not readers[fd].read():
                 poller.unregister(fd)
                 del readers[fd]
+            elif readers[fd].last < TRICKLE_BYTES:  # the kernel gathers the next bytes in the pipe meanwhile
+                poller.unregister(fd)
+                resting[fd] = time.monotonic() + TRICKLE_REST_S
         if not any(fd == read_end for fd, _ in events):
             continue
         chunk = os.read(read_end, 65536)
@@ -296,7 +318,10 @@ def _run_harness_in(
         for (stdin_file, _), (stdin, suffix) in zip(files, cases):
             encoded = suffix.encode("utf-8")
             stdin_file.write(b"%d\n%s%s" % (len(encoded), encoded, stdin.encode("utf-8")))
-            stdin_file.seek(0)
+            stdin_file.flush()
+        stdin_ends = [read_only_copy(stdin_file) for stdin_file, _ in files]
+        for fd in stdin_ends:
+            stack.callback(os.close, fd)
         read_end, write_end = os.pipe()
         stack.callback(os.close, read_end)
         outputs, stdout_ends = [], []
@@ -306,7 +331,7 @@ def _run_harness_in(
             stack.callback(outputs[-1].close)
             stdout_ends.append(output_write)
         descriptors = [
-            (stdin.fileno(), stdout, stderr.fileno()) for (stdin, stderr), stdout in zip(files, stdout_ends)
+            (stdin, stdout, stderr.fileno()) for stdin, (_, stderr), stdout in zip(stdin_ends, files, stdout_ends)
         ]
         # No file: the manifest is descriptor numbers and limits, on the harness's command line.
         manifest = f"{float(limits.wall_s)!r} {budget!r} {write_end} " + " ".join(

@@ -23,8 +23,9 @@ type's own methods so that no method of the program's runs (a Counter is the dic
 int), and NumPy scalars as their Python value; anything else (a custom object) becomes a "not a plain value" marker
 that fails the case. The trainer parses that line (the only one, ending the output) and makes the comparison itself, so an expected literal
 (`== 3`, `math.isclose(..., 2.5)`, `abs(... - 2.5) < 1e-6`) never enters the program's process, and a program that
-exits before the line is printed fails. An expected value that is not a literal (`assert f(x) == g(y)`) is evaluated in the sandbox too, as its own value: a program that tampers
-with its interpreter could influence that side. docs/rewards.md, "How a case is judged", has the rules.
+exits before the line is printed fails. An expected value written as constant arithmetic (`2 ** 10`, `[0] * 4`,
+`math.sqrt(2)`) is evaluated in the trainer too (constants.py): the program can read its own case's suffix. Only an
+expected side that names the program's objects (`assert f(x) == g(y)`) is evaluated in the sandbox, as its own value. docs/rewards.md, "How a case is judged", has the rules.
 """
 
 import ast
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 from keyword import iskeyword
 from typing import Any
 
+from verl.rewards.sandbox import constants
 from verl.rewards.sandbox.limits import SandboxResult
 
 
@@ -217,6 +219,12 @@ def extract_code(response: str) -> str | None:
 def normalize_output(text: str) -> str:
     """Output as compared: trailing whitespace of each line and trailing blank lines dropped."""
     return "\n".join(line.rstrip() for line in text.splitlines()).rstrip("\n")
+
+
+def _normalize_bytes(output: bytes) -> bytes:
+    """normalize_output on the program's bytes, never decoded: a str of non-ASCII text can take four times the
+    memory. Both sides are compared so, as bytes: only ASCII whitespace and line breaks (\n, \r) count."""
+    return b"\n".join(line.rstrip() for line in output.splitlines()).rstrip(b"\n")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -444,30 +452,20 @@ class Case:
 # From the ground truth to checks.
 
 _NOT_LITERAL = object()
-_LITERAL_CALLS: dict[str, Callable[[Any], Any]] = {"float": float, "frozenset": frozenset}
 _SINGLETONS = (None, True, False)
 
 
 def _literal(node: ast.expr) -> Any:
-    """The value of a literal (what ast.literal_eval accepts, or float("inf"), frozenset({...})), else _NOT_LITERAL."""
+    """The value of a literal or a constant expression (`2 ** 10`, `[0] * 4`, `float("inf")`: constants.py), else
+    _NOT_LITERAL. An expected side is evaluated here, in the trainer: a case's suffix is readable by the program."""
     try:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         pass
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id in _LITERAL_CALLS
-        and len(node.args) == 1
-        and not node.keywords
-    ):
-        argument = _literal(node.args[0])
-        if argument is not _NOT_LITERAL:
-            try:
-                return _LITERAL_CALLS[node.func.id](argument)
-            except (ValueError, TypeError):
-                pass
-    return _NOT_LITERAL
+    try:
+        return constants.evaluate(node)
+    except constants.NotConstant:
+        return _NOT_LITERAL
 
 
 def _is_singleton(node: ast.expr) -> bool:
@@ -549,7 +547,10 @@ def parse_assert(assertion: str) -> Check:
     if not statements or not all(isinstance(statement, ast.Assert) for statement in statements):
         raise ValueError("is not an assert statement (or several)")
     expressions: list[str] = []
-    tests = [_translate(statement.test, expressions) for statement in statements]
+    try:
+        tests = [_translate(statement.test, expressions) for statement in statements]
+    except constants.TooLarge as error:
+        raise ValueError(f"computes a constant too large to evaluate in the trainer ({error})") from None
     test = tests[0] if len(tests) == 1 else BoolOp(True, tuple(tests))
     return Check(tuple(expressions), test, assertion)
 
@@ -755,6 +756,7 @@ def outcome(case: Case, result: SandboxResult) -> str | None:
     if result.status == "ok":
         if case.check is not None:
             return _judge(case.check, result.stdout_bytes)
-        passed = normalize_output(result.stdout) == normalize_output(case.expected_stdout or "")
+        expected = (case.expected_stdout or "").encode("utf-8", "surrogatepass")
+        passed = _normalize_bytes(result.stdout_bytes) == _normalize_bytes(expected)
         return None if passed else "num_wrong_answer"
     return _FAILURES.get(result.status, "num_runtime_error")

@@ -302,6 +302,12 @@ def _program_exit_code(setup: _ChildSetup, returncode: int) -> int:
     return 128 - returncode if setup.bwrap and 128 < returncode < 128 + signal.NSIG else returncode
 
 
+def read_only_copy(file: IO[bytes]) -> int:
+    """A new read-only descriptor of `file` (unlinked or not), at its start: what a program gets as stdin, so it can
+    neither write to a file of the trainer's nor allocate blocks on it."""
+    return os.open(f"/proc/self/fd/{file.fileno()}", os.O_RDONLY | os.O_CLOEXEC)
+
+
 def _read_head(file: IO[bytes], limit: int) -> tuple[bytes, int]:
     size = os.fstat(file.fileno()).st_size
     file.seek(0)
@@ -430,8 +436,12 @@ def _run_in(
         tempfile.TemporaryFile(dir=scratch) as stderr_file,
     ):
         stdin_file.write(stdin.encode("utf-8"))
-        stdin_file.seek(0)
-        interpreter = _start_interpreter(scratch, code, setup, stdin_file, (stdout_file, stderr_file))
+        stdin_file.flush()
+        read_only = read_only_copy(stdin_file)
+        try:
+            interpreter = _start_interpreter(scratch, code, setup, read_only, (stdout_file, stderr_file))
+        finally:
+            os.close(read_only)
         timed_out = True
         try:
             timed_out = not wait_for_exit(interpreter.process.pid, limits.wall_s)

@@ -11,21 +11,32 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""A seccomp filter for sandboxed programs: the system calls of the channels that outlive a run or cross between
-concurrent runs although every namespace is private, refused with EPERM.
+"""A seccomp filter for sandboxed programs, in the spirit of Docker's default profile: the system calls of the
+channels that outlive a run or cross between concurrent runs although every namespace is private, and of the kernel
+memory no cgroup charges to the run, refused.
 
 - Kernel keyrings (`add_key`, `request_key`, `keyctl`): a uid's user keyring outlives its processes, and a named
   session keyring can be joined by another uid's process, so a run could hand its answers to a later or concurrent
   one. Docker's default profile refuses these three calls too.
-- File locks (`flock`, and `fcntl`'s F_GETLK/F_SETLK/F_SETLKW and their F_OFD_ forms): a lock belongs to the inode,
-  and the read-only system files are the same inodes in every run, so one run's locks are visible to another.
-- inotify (`inotify_init`, `inotify_init1`, `inotify_add_watch`): a watch on a shared read-only file sees another
-  run open or read it.
+- File locks (`flock`, and `fcntl`'s F_GETLK/F_SETLK/F_SETLKW and their F_OFD_ forms), leases (F_SETLEASE,
+  F_GETLEASE) and dnotify (F_NOTIFY): a lock, lease or watch belongs to the inode, and the read-only system files
+  are the same inodes in every run, so one run sees another's.
+- inotify and fanotify (`inotify_init`, `inotify_init1`, `inotify_add_watch`, `fanotify_init`, `fanotify_mark`): a
+  watch on a shared read-only file sees another run open or read it.
+- New namespaces (`unshare`, and `clone` with a CLONE_NEW* flag; `setns`): a program in a user namespace of its own
+  has capabilities there, and with them packet sockets whose ring buffers no cgroup charges. `clone3` answers
+  ENOSYS (its flags are behind a pointer a filter cannot read), so glibc falls back to `clone`, as under Docker.
+- Sockets other than AF_UNIX (`socket`): the network namespace is empty but has a loopback, whose TCP buffers
+  cgroup v1 does not charge; AF_PACKET is the ring buffers above.
+- AIO and io_uring (`io_setup`, `io_submit`, ...; `io_uring_setup`, ...): the AIO event budget is machine-wide (the
+  trainer's own `io_setup` fails once a run takes it), and its counter in /proc/sys shows other runs' use.
+- `fallocate` answers EOPNOTSUPP (glibc's posix_fallocate then writes, within RLIMIT_FSIZE): with FALLOC_FL_KEEP_SIZE
+  it would allocate blocks past the size limit on the trainer's files the program writes (its stderr).
 
 The filter is classic BPF (the format bubblewrap's `--seccomp FD` and `prctl(PR_SET_SECCOMP)` take), assembled here
-because it is a dozen instructions: check the architecture (any other is killed: its system call numbers differ),
-refuse x32 calls on x86_64, refuse the calls above, and allow everything else. Machines other than x86_64 and
-aarch64 get no filter (`program()` returns b"" and the isolation report says so).
+because it is a few dozen instructions: check the architecture (any other is killed: its system call numbers
+differ), refuse x32 calls on x86_64, refuse the calls above, and allow everything else. Machines other than x86_64
+and aarch64 get no filter (`program()` returns b"" and the isolation report says so).
 """
 
 import errno
@@ -35,19 +46,25 @@ import struct
 
 # struct seccomp_data: int nr; __u32 arch; __u64 instruction_pointer; __u64 args[6] (little-endian machines only).
 _NR_OFFSET, _ARCH_OFFSET = 0, 4
+_ARG0_LOW_OFFSET = 16  # the low 32 bits of args[0] (clone's and unshare's flags, socket's family)
 _ARG1_LOW_OFFSET = 16 + 8 * 1  # the low 32 bits of args[1] (fcntl's command)
 # Classic BPF opcodes (linux/filter.h) and seccomp return values (linux/seccomp.h).
 _LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS: load the 32-bit word at offset k of seccomp_data
 _JEQ_K = 0x15  # BPF_JMP | BPF_JEQ | BPF_K: if A == k skip jt instructions, else skip jf
 _JGE_K = 0x35  # BPF_JMP | BPF_JGE | BPF_K
+_JSET_K = 0x45  # BPF_JMP | BPF_JSET | BPF_K: if A & k
 _RET_K = 0x06  # BPF_RET | BPF_K
 _RET_ALLOW = 0x7FFF0000
 _RET_ERRNO = 0x00050000
 _RET_KILL_PROCESS = 0x80000000
 _X32_SYSCALL_BIT = 0x40000000
 
-_LOCK_COMMANDS = (5, 6, 7, 36, 37, 38)
-"""fcntl's F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW (the same on every Linux machine)."""
+_FCNTL_COMMANDS = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026)
+"""fcntl's F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW, F_SETLEASE, F_GETLEASE, F_NOTIFY (the
+same on every Linux machine)."""
+_NEW_NAMESPACES = 0x7E020080
+"""CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME."""
+_AF_UNIX = 1
 
 # AUDIT_ARCH_* and the system call numbers (asm/unistd.h) of each supported machine.
 _MACHINES = {
@@ -62,8 +79,25 @@ _MACHINES = {
             "inotify_init": 253,
             "inotify_init1": 294,
             "inotify_add_watch": 254,
+            "fanotify_init": 300,
+            "fanotify_mark": 301,
+            "setns": 308,
+            "io_setup": 206,
+            "io_destroy": 207,
+            "io_getevents": 208,
+            "io_submit": 209,
+            "io_cancel": 210,
+            "io_pgetevents": 333,
+            "io_uring_setup": 425,
+            "io_uring_enter": 426,
+            "io_uring_register": 427,
         },
         "fcntl": 72,
+        "clone": 56,
+        "unshare": 272,
+        "socket": 41,
+        "clone3": 435,
+        "fallocate": 285,
     },
     "aarch64": {
         "arch": 0xC00000B7,
@@ -75,12 +109,31 @@ _MACHINES = {
             "flock": 32,
             "inotify_init1": 26,
             "inotify_add_watch": 27,
+            "fanotify_init": 262,
+            "fanotify_mark": 263,
+            "setns": 268,
+            "io_setup": 0,
+            "io_destroy": 1,
+            "io_submit": 2,
+            "io_cancel": 3,
+            "io_getevents": 4,
+            "io_pgetevents": 292,
+            "io_uring_setup": 425,
+            "io_uring_enter": 426,
+            "io_uring_register": 427,
         },
         "fcntl": 25,
+        "clone": 220,
+        "unshare": 97,
+        "socket": 198,
+        "clone3": 435,
+        "fallocate": 47,
     },
 }
-REFUSED = ("add_key", "request_key", "keyctl", "flock", "inotify_init", "inotify_init1", "inotify_add_watch")
-"""The system calls the filter refuses (those a machine has), besides fcntl's lock commands."""
+REFUSED = tuple(dict.fromkeys(name for spec in _MACHINES.values() for name in spec["refused"]))
+"""The system calls the filter refuses outright (those a machine has), besides fcntl's lock, lease and notify
+commands, clone and unshare with a namespace flag, sockets other than AF_UNIX, clone3 (ENOSYS) and fallocate
+(EOPNOTSUPP)."""
 
 
 def _assemble(instructions: list[tuple[int, str | int, str | int, int | str]]) -> bytes:
@@ -115,13 +168,32 @@ def program(machine: str | None = None) -> bytes:
     if spec["x32"]:
         code.append((_JGE_K, "refuse", 0, _X32_SYSCALL_BIT))
     code += [(_JEQ_K, "refuse", 0, number) for number in spec["refused"].values()]
-    code += [(_JEQ_K, 0, "allow", spec["fcntl"]), (_LD_W_ABS, 0, 0, _ARG1_LOW_OFFSET)]
-    code += [(_JEQ_K, "refuse", 0, command) for command in _LOCK_COMMANDS]
     code += [
+        (_JEQ_K, "unimplemented", 0, spec["clone3"]),
+        (_JEQ_K, "unsupported", 0, spec["fallocate"]),
+        (_JEQ_K, "flags", 0, spec["clone"]),
+        (_JEQ_K, "flags", 0, spec["unshare"]),
+        (_JEQ_K, "family", 0, spec["socket"]),
+        (_JEQ_K, 0, "allow", spec["fcntl"]),
+        (_LD_W_ABS, 0, 0, _ARG1_LOW_OFFSET),
+    ]
+    code += [(_JEQ_K, "refuse", 0, command) for command in _FCNTL_COMMANDS[:-1]]
+    code += [
+        (_JEQ_K, "refuse", "allow", _FCNTL_COMMANDS[-1]),
+        ("label", "flags"),
+        (_LD_W_ABS, 0, 0, _ARG0_LOW_OFFSET),
+        (_JSET_K, "refuse", "allow", _NEW_NAMESPACES),
+        ("label", "family"),
+        (_LD_W_ABS, 0, 0, _ARG0_LOW_OFFSET),
+        (_JEQ_K, "allow", "refuse", _AF_UNIX),
         ("label", "allow"),
         (_RET_K, 0, 0, _RET_ALLOW),
         ("label", "refuse"),
         (_RET_K, 0, 0, _RET_ERRNO | errno.EPERM),
+        ("label", "unimplemented"),
+        (_RET_K, 0, 0, _RET_ERRNO | errno.ENOSYS),
+        ("label", "unsupported"),
+        (_RET_K, 0, 0, _RET_ERRNO | errno.EOPNOTSUPP),
         ("label", "kill"),
         (_RET_K, 0, 0, _RET_KILL_PROCESS),
     ]
