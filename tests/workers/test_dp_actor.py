@@ -318,6 +318,30 @@ def test_single_process_actor_matches_hf_in_every_mode_and_trains(model_root: st
     }
 
 
+def test_hybrid_linear_attention_actor_packs_exactly(model_root: str, tmp_path) -> None:
+    """Qwen3.5's language model (Gated DeltaNet and full-attention layers) through build_model: the actor packs its
+    rows (the layers restart at every boundary) and gets the padded forward's log-probs in every mode; a model whose
+    Gated DeltaNet layers are the stock ones is kept on padded rows."""
+    from transformers import Qwen3_5ForCausalLM
+
+    from verl.models.config import ModelConfig
+    from verl.models.gated_deltanet import packed_linear_attention_layers
+    from verl.models.loading import build_model
+    from verl.workers.actor.dp_actor import DataParallelPPOActor
+
+    text_dir = str(tmp_path / "qwen3_5_text")  # the published checkpoints are VLMs; their language model alone
+    Qwen3_5ForCausalLM.from_pretrained(get_or_build_tiny_model("qwen3_5", model_root)).save_pretrained(text_dir)
+    model = build_model(ModelConfig(model_path=text_dir))
+    assert packed_linear_attention_layers(model) == 3
+    data = make_text_batch(seed=5, batch_size=6)
+    with torch.no_grad():
+        reference = reference_outputs(model, data, TEMPERATURE)
+    check_log_probs(model, data, reference)
+
+    stock = Qwen3_5ForCausalLM.from_pretrained(text_dir, attn_implementation="varlen")
+    assert not DataParallelPPOActor(actor_config(True, False), stock).padding_free
+
+
 def test_on_policy_update_without_old_log_probs_has_the_same_loss_and_gradient(model_root: str) -> None:
     """One epoch over one mini-batch: the update's own detached log-probs replace the separate old forward."""
     from verl.models.config import ModelConfig
