@@ -41,11 +41,14 @@ import torch
 from torch import nn
 
 from verl.models import ulysses
+from verl.models.config import SEQUENCE_PARALLEL_REFUSAL
 
 
 __all__ = [
     "GATED_DELTANET_CLASSES",
     "PackedGatedDeltaNet",
+    "has_recurrent_layers",
+    "SEQUENCE_PARALLEL_REFUSAL",
     "linear_attention_is_exact",
     "packed_linear_attention_layers",
     "use_packed_linear_attention",
@@ -101,9 +104,8 @@ class PackedGatedDeltaNet(nn.Module):
             return super().forward(hidden_states, cache_params=cache_params, attention_mask=attention_mask, **kwargs)
         if ulysses.active_group() is not None:
             raise NotImplementedError(
-                f"{type(self).__name__}: Ulysses sequence parallelism splits the packed row across ranks, but a Gated "
-                "DeltaNet layer's recurrence and convolution run along the whole sequence; set "
-                "worker.actor.ulysses_size=1 for hybrid linear-attention models."
+                f"{type(self).__name__}: {SEQUENCE_PARALLEL_REFUSAL}; set worker.actor.ulysses_size=1 for hybrid "
+                "linear-attention models."
             )
         if hidden_states.is_cuda and _varlen_kernels_installed():
             return self._varlen_kernel_forward(hidden_states, cu_seqlens, kwargs)
@@ -177,11 +179,18 @@ def packed_linear_attention_layers(model: nn.Module) -> int:
     return sum(isinstance(module, PackedGatedDeltaNet) for module in model.modules())
 
 
+def _is_recurrent(module: nn.Module) -> bool:
+    return isinstance(module, PackedGatedDeltaNet) or any(
+        part in type(module).__name__ for part in _RECURRENT_LAYER_NAMES
+    )
+
+
 def linear_attention_is_exact(model: nn.Module) -> bool:
     """False when `model` has a token mixer that carries state along the row (Gated DeltaNet, Mamba, ...) without
     the packed-exact forward: packing its sequences into one row would leak that state across their boundaries."""
-    for module in model.modules():
-        name = type(module).__name__
-        if any(part in name for part in _RECURRENT_LAYER_NAMES) and not isinstance(module, PackedGatedDeltaNet):
-            return False
-    return True
+    return all(isinstance(module, PackedGatedDeltaNet) for module in model.modules() if _is_recurrent(module))
+
+
+def has_recurrent_layers(model: nn.Module) -> bool:
+    """Whether `model` has a token mixer that carries state along the row (Gated DeltaNet, Mamba, ...)."""
+    return any(_is_recurrent(module) for module in model.modules())
