@@ -156,7 +156,9 @@ def test_bad_boundaries_and_sequence_parallelism_are_refused(model_root: str, mo
     ids = torch.randint(0, VOCAB, (1, 10))
     with pytest.raises(ValueError, match="cu_seq_lens_q=.*packed_sequence_kwargs"):
         model(input_ids=ids, use_cache=False, **packed_sequence_kwargs([4, 4]))
-    with pytest.raises(ValueError, match=r"actor.ulysses_size=2: Ulysses .* Gated DeltaNet"):
+    with pytest.raises(
+        ValueError, match=r"actor.ulysses_size=2: the model has linear_attention layers. Ulysses .* Gated DeltaNet"
+    ):
         ulysses.check_split(model, 2, padding_free=True, role="actor")  # the worker's check, for hub ids
     monkeypatch.setattr(ulysses, "_GROUP", object())  # as inside ulysses.sequence_parallel(group)
     with pytest.raises(NotImplementedError, match="Ulysses.*ulysses_size=1"):

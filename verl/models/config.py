@@ -207,6 +207,6 @@ SEQUENCE_PARALLEL_REFUSAL = (
 """Why a model with recurrent layers cannot be split; the config check and the worker both name it."""
 
 
-def recurrent_layer_types(text_config: dict[str, Any]) -> list[str]:
-    """The recurrent entries (linear attention, mamba) of a text config's `layer_types`, as read from config.json."""
-    return sorted({kind for kind in text_config.get("layer_types") or () if kind in RECURRENT_LAYER_TYPES})
+def recurrent_layer_types(layer_types: Any) -> list[str]:
+    """The recurrent entries (linear attention, mamba) of a text config's `layer_types` (None for none)."""
+    return sorted({kind for kind in layer_types or () if kind in RECURRENT_LAYER_TYPES})

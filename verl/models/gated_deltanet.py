@@ -47,7 +47,6 @@ from verl.models.config import SEQUENCE_PARALLEL_REFUSAL
 __all__ = [
     "GATED_DELTANET_CLASSES",
     "PackedGatedDeltaNet",
-    "has_recurrent_layers",
     "SEQUENCE_PARALLEL_REFUSAL",
     "linear_attention_is_exact",
     "packed_linear_attention_layers",
@@ -189,8 +188,3 @@ def linear_attention_is_exact(model: nn.Module) -> bool:
     """False when `model` has a token mixer that carries state along the row (Gated DeltaNet, Mamba, ...) without
     the packed-exact forward: packing its sequences into one row would leak that state across their boundaries."""
     return all(isinstance(module, PackedGatedDeltaNet) for module in model.modules() if _is_recurrent(module))
-
-
-def has_recurrent_layers(model: nn.Module) -> bool:
-    """Whether `model` has a token mixer that carries state along the row (Gated DeltaNet, Mamba, ...)."""
-    return any(_is_recurrent(module) for module in model.modules())

@@ -741,7 +741,7 @@ def _check_ulysses(config: PPOConfig, role: str, section: Any) -> None:
     if model_config is None:
         return  # a hub id: the worker checks the heads when it loads the config
     text = model_config.get("text_config", model_config)
-    recurrent = recurrent_layer_types(text)
+    recurrent = recurrent_layer_types(text.get("layer_types"))
     if recurrent:
         raise ConfigError(
             f"{key}={size}: the model has {'/'.join(recurrent)} layers. {SEQUENCE_PARALLEL_REFUSAL}; set {key}=1."
