@@ -23,9 +23,11 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch: 2 threads on a shared 2-core box are 3-5x slower
 
+import numpy as np
 import pytest
 import torch
-from transformers import AutoModelForImageTextToText
+from PIL import Image
+from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from verl.models import gated_deltanet, ulysses
 from verl.models.gated_deltanet import (
@@ -92,6 +94,47 @@ def test_packed_forward_equals_separate_forwards(model_root: str, kind: str) -> 
         assert _gaps(_separate_logits(model, sequences), separate) == [0.0] * len(LENGTHS)  # unpacked: stock path
     assert stock[0] <= EXACT and min(stock[1:]) > LEAK, f"the stock layer should leak across boundaries: {stock}"
     assert max(fixed) <= EXACT, f"packed vs separate logits, per sequence: {fixed} (stock layer: {stock})"
+
+
+def _image(height: int, width: int, seed: int) -> Image.Image:
+    return Image.fromarray(np.random.default_rng(seed).integers(0, 255, (height, width, 3), dtype=np.uint8))
+
+
+def test_packed_forward_with_images_equals_separate_forwards(model_root: str) -> None:
+    """Image and text-only prompts in one row: mrope positions from the model's own get_rope_index per sequence, the
+    text positions restarting, the images' features scattered into the packed row."""
+    path = get_or_build_tiny_model("qwen3_5", model_root)
+    model, processor = _load(path), AutoProcessor.from_pretrained(path)
+    samples = [("A picture", _image(64, 96, 0)), ("Only words, no picture at all", None), ("More", _image(128, 64, 1))]
+    inputs = []
+    for text, image in samples:
+        content = ([{"type": "image"}] if image else []) + [{"type": "text", "text": text}]
+        messages = [{"role": "user", "content": content}]
+        prompt = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        inputs.append(processor(text=[prompt], images=[image] if image else None, return_tensors="pt"))
+    lengths = [x["input_ids"].shape[1] for x in inputs]
+    rope = [
+        model.model.get_rope_index(x["input_ids"], x["mm_token_type_ids"], x.get("image_grid_thw"))[0] for x in inputs
+    ]
+    text_positions = torch.cat([torch.arange(n) for n in lengths]).view(1, 1, -1)
+    with_images = [x for x in inputs if "pixel_values" in x]
+    packed_inputs = {
+        "input_ids": torch.cat([x["input_ids"][0] for x in inputs])[None],
+        "position_ids": torch.cat([text_positions, torch.cat(rope, dim=-1)]),  # (4, 1, T)
+        "pixel_values": torch.cat([x["pixel_values"] for x in with_images]),
+        "image_grid_thw": torch.cat([x["image_grid_thw"] for x in with_images]),
+        **packed_sequence_kwargs(lengths),
+    }
+    use_packed_linear_attention(model)
+    with torch.no_grad():
+        separate = [model(input_ids=x["input_ids"], **_image_inputs(x), use_cache=False).logits[0] for x in inputs]
+        packed = model(**packed_inputs, use_cache=False).logits[0]
+    gaps = _gaps(list(packed.split(lengths)), separate)
+    assert max(gaps) <= EXACT, f"packed vs separate logits, per sequence: {gaps}"
+
+
+def _image_inputs(inputs: dict) -> dict:
+    return {key: inputs[key] for key in ("pixel_values", "image_grid_thw", "mm_token_type_ids") if key in inputs}
 
 
 def test_packed_gradients_equal_separate_gradients(model_root: str) -> None:

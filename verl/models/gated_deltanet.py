@@ -34,7 +34,6 @@ Every other call (padded batches, decoding with a cache, rows without boundaries
 
 import functools
 import importlib
-import importlib.util
 from typing import Any
 
 import torch
@@ -81,9 +80,14 @@ def _stock_classes() -> tuple[type, ...]:
 
 @functools.lru_cache(maxsize=1)
 def _varlen_kernels_installed() -> bool:
-    """Whether the kernels that take sequence boundaries are importable: flash-linear-attention's chunked gated delta
-    rule (`cu_seqlens`) and causal-conv1d's convolution (`seq_idx`), the ones transformers' layer then calls."""
-    return all(importlib.util.find_spec(name) is not None for name in ("fla", "causal_conv1d"))
+    """Whether the kernels that take sequence boundaries import: flash-linear-attention's chunked gated delta rule
+    (`cu_seqlens`) and causal-conv1d's convolution (`seq_idx`). transformers' layer calls them when they import (it
+    imports them the same way); where either does not, its torch fallback would drop the boundaries."""
+    kernels = (("fla.ops.gated_delta_rule", "chunk_gated_delta_rule"), ("causal_conv1d", "causal_conv1d_fn"))
+    try:
+        return all(callable(getattr(importlib.import_module(module), name)) for module, name in kernels)
+    except Exception:  # not installed, or a broken install (a CUDA or ABI mismatch fails on import)
+        return False
 
 
 class PackedGatedDeltaNet(nn.Module):
