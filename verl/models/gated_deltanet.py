@@ -137,10 +137,11 @@ class PackedGatedDeltaNet(nn.Module):
         lengths = [b - a for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
         if len(lengths) == 1:  # one sequence: nothing to restart
             return super().forward(hidden_states, **_without_boundaries(kwargs))
-        valid = torch.arange(max(lengths), device=hidden_states.device) < torch.tensor(
-            lengths, device=hidden_states.device
-        ).unsqueeze(1)  # (N, L), row-major order of the valid cells = packing order
-        rows = hidden_states.new_zeros(len(lengths), max(lengths), hidden_states.shape[-1])
+        device, width = hidden_states.device, max(lengths)
+        sizes = torch.tensor(lengths, device=device)
+        # (N, L): which cells of the padded batch hold tokens; their row-major order is the packed order
+        valid = torch.arange(width, device=device).unsqueeze(0) < sizes.unsqueeze(1)
+        rows = hidden_states.new_zeros(len(lengths), width, hidden_states.shape[-1])
         rows = rows.index_put((valid,), hidden_states[0])
         output = super().forward(rows, attention_mask=valid.to(hidden_states.dtype), **_without_boundaries(kwargs))
         return output[valid].unsqueeze(0)
