@@ -172,6 +172,7 @@ def test_size_is_adjustable_and_spec_is_recorded(tmp_path):
         ({"num_heads": 4, "num_kv_heads": 3}, "num_kv_heads=3"),
         ({"vocab_size": 100}, "vocab_size=100"),
         ({"min_pixels": 10, "max_pixels": 5}, "min_pixels=10"),
+        ({"kind": "qwen3_5", "hidden_size": 128, "num_heads": 8, "num_kv_heads": 2}, "kind=qwen3_5: hidden_size=128"),
     ],
 )
 def test_invalid_spec_names_the_option(options, message):
@@ -183,6 +184,24 @@ def test_unknown_option_is_rejected(tmp_path):
     with pytest.raises(TypeError, match="hidden_dim.*valid options are: .*hidden_size"):
         build_tiny_model(str(tmp_path / "x"), hidden_dim=64)
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("kind", ["qwen3_5", "qwen3_5_moe"])
+def test_qwen3_5_kinds_have_the_published_hybrid_layout(kind, tiny_cache):
+    """As the Qwen3.5 checkpoints: a VLM whose decoder has three Gated DeltaNet layers to one full-attention layer,
+    linear-attention head dim 128 (vLLM's CPU kernel needs it), rope on a quarter of the full-attention head dim."""
+    model_dir = get_or_build_tiny_model(kind, tiny_cache)
+    with open(os.path.join(model_dir, "config.json")) as f:
+        config = json.load(f)
+    text = config["text_config"]
+    classes = {"qwen3_5": "Qwen3_5ForConditionalGeneration", "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration"}
+    assert config["model_type"] == kind and config["architectures"] == [classes[kind]]
+    assert text["layer_types"] == ["linear_attention"] * 3 + ["full_attention"]
+    assert text["linear_key_head_dim"] == text["linear_value_head_dim"] == 128
+    assert text["linear_num_value_heads"] == 2 * text["linear_num_key_heads"]
+    assert text["rope_parameters"]["partial_rotary_factor"] == 0.25 and text["rope_parameters"]["mrope_interleaved"]
+    assert ("num_experts" in text) == (kind == "qwen3_5_moe")
+    assert AutoProcessor.from_pretrained(model_dir).image_processor.patch_size == 16
 
 
 # ---------------------------------------------------------------------------------------------- determinism and CLI
@@ -249,12 +268,12 @@ def test_get_or_build_reuses_the_cached_dir_and_replaces_a_stale_one(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- vision-language models
-@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen2_vl", "qwen3_vl"])
+@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_5"])
 def test_vl_processor_expands_images_as_the_model_config_says(kind, tiny_cache):
     model_dir = get_or_build_tiny_model(kind, tiny_cache)
     processor = AutoProcessor.from_pretrained(model_dir)  # the standard path (needs the torchvision shim on CPU)
-    names = {"qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen2_vl": "Qwen2VLProcessor", "qwen3_vl": "Qwen3VLProcessor"}
-    assert type(processor).__name__ == names[kind]
+    names = {"qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen2_vl": "Qwen2VLProcessor"}
+    assert type(processor).__name__ == names.get(kind, "Qwen3VLProcessor")  # Qwen3.5 ships Qwen3-VL's
     model = AutoModelForImageTextToText.from_pretrained(model_dir)
     config = model.config
     merge = config.vision_config.spatial_merge_size

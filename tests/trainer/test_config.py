@@ -587,6 +587,18 @@ def test_ulysses_sizes_are_checked_against_devices_heads_and_model_kind(files):
         load_config([*base_args(files), "worker.actor.ulysses_size=4", "trainer.n_gpus_per_node=4"])
 
 
+def test_ulysses_is_refused_for_hybrid_linear_attention_models(files):
+    """Qwen3.5's Gated DeltaNet layers run along the whole row: a rank's slice of it cannot be computed alone."""
+    import json
+
+    (files / "model").mkdir(exist_ok=True)
+    text = {"num_attention_heads": 4, "num_key_value_heads": 2, "layer_types": ["linear_attention", "full_attention"]}
+    (files / "model" / "config.json").write_text(json.dumps({"model_type": "qwen3_5_text", **text}))
+    with pytest.raises(ConfigError, match=r"ulysses_size=2: the model has linear_attention layers.*Gated DeltaNet"):
+        load_config([*base_args(files), "worker.actor.ulysses_size=2"])
+    assert load_config(base_args(files)).worker.actor.ulysses_size == 1
+
+
 def test_easyr1_ulysses_example_keys(files):
     """EasyR1's sequence-parallel example: 8 GPUs, ulysses_size 8, a hub model (checked by the workers)."""
     args = [*base_args(files), "trainer.n_gpus_per_node=8", "worker.actor.ulysses_size=8"]

@@ -192,3 +192,21 @@ def read_model_config(key: str, path: str | None) -> dict[str, Any] | None:
             return json.load(file)
     except (OSError, ValueError) as err:
         raise ConfigError(f"{key}: cannot read '{config_file}' as JSON: {err}.") from None
+
+
+# ---------------------------------------------------------------------------------------------- hybrid models
+
+RECURRENT_LAYER_TYPES = ("linear_attention", "mamba")
+"""Entries of a text config's `layer_types` whose layers carry state along the row."""
+
+SEQUENCE_PARALLEL_REFUSAL = (
+    "Ulysses sequence parallelism gives each rank a slice of the packed row, but a Gated DeltaNet (linear "
+    "attention) layer's convolution and recurrence run along the whole sequence, and this project's Ulysses only "
+    "exchanges the full-attention layers' heads"
+)
+"""Why a model with recurrent layers cannot be split; the config check and the worker both name it."""
+
+
+def recurrent_layer_types(layer_types: Any) -> list[str]:
+    """The recurrent entries (linear attention, mamba) of a text config's `layer_types` (None for none)."""
+    return sorted({kind for kind in layer_types or () if kind in RECURRENT_LAYER_TYPES})

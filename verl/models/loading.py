@@ -27,6 +27,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageText
 from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
 from verl.models.config import ModelConfig
+from verl.models.gated_deltanet import use_packed_linear_attention
 from verl.models.packed_attention import PACKED_ATTENTION, register_packed_attention
 from verl.models.rope_index import MROPE_MODEL_CLASSES
 from verl.models.structure import get_language_model, get_vision_tower
@@ -104,7 +105,9 @@ def build_model(
 
     `device="cpu"` loads the pretrained weights; `device="meta"` builds the same module tree without any weights
     (for rank-0 initialisation, where only rank 0 reads the checkpoint). The KV cache is switched off: training
-    never uses it, and with it on, packed sequences are silently attended across their boundaries.
+    never uses it, and with it on, packed sequences are silently attended across their boundaries. Gated DeltaNet
+    layers (Qwen3.5) get the forward that restarts their convolution and recurrence at every packed boundary
+    (`verl.models.gated_deltanet`).
     """
     config = load_model_config(model_config)
     check_supported_model(config, model_config.model_path)
@@ -120,6 +123,7 @@ def build_model(
         raise ValueError(f"build_model device must be 'cpu' or 'meta', got {device!r}; FSDP moves it later.")
     model.config.use_cache = False
     model.config.get_text_config().use_cache = False
+    use_packed_linear_attention(model)
     if value_head:
         add_value_head(model)
     return model

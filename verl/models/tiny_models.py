@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Tiny random-init Qwen2 / Qwen2.5-VL / Qwen2-VL / Qwen2 reward model directories, built offline.
+"""Tiny random-init Qwen2 / Qwen2.5-VL / Qwen2-VL / Qwen3-VL / Qwen3.5 / Qwen2 reward model directories, built offline.
 
 Tests, the CPU quickstart and the benchmarks need real model directories that `from_pretrained` and `vllm.LLM` load,
 and no model can be downloaded on our machines. Everything is a pure function of the spec (same seed and sizes,
@@ -41,15 +41,31 @@ if TYPE_CHECKING:  # torch and transformers load lazily: the CLI checks its argu
     from transformers import PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
 
 
-ModelKind = Literal["qwen2", "qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen2_rm", "qwen3_moe"]
-MODEL_KINDS: tuple[str, ...] = ("qwen2", "qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen2_rm", "qwen3_moe")
-VL_KINDS: tuple[str, ...] = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl")
-PATCH_SIZES: dict[str, int] = {"qwen3_vl": 16}
+ModelKind = Literal["qwen2", "qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen2_rm", "qwen3_moe", "qwen3_5", "qwen3_5_moe"]
+MODEL_KINDS: tuple[str, ...] = (
+    "qwen2",
+    "qwen2_5_vl",
+    "qwen2_vl",
+    "qwen3_vl",
+    "qwen2_rm",
+    "qwen3_moe",
+    "qwen3_5",
+    "qwen3_5_moe",
+)
+VL_KINDS: tuple[str, ...] = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_5", "qwen3_5_moe")
+HYBRID_KINDS: tuple[str, ...] = ("qwen3_5", "qwen3_5_moe")
+"""Kinds whose decoder mixes Gated DeltaNet (linear attention) layers with full attention, as Qwen3.5 does."""
+PATCH_SIZES: dict[str, int] = {"qwen3_vl": 16, "qwen3_5": 16, "qwen3_5_moe": 16}
 """Vision patch size of a VL kind other than Qwen2(.5)-VL's 14 pixels."""
 REWARD_KINDS: tuple[str, ...] = ("qwen2_rm",)
 """Kinds with a one-label score head (sequence classification) instead of an LM head; they get no generation config."""
 MOE_EXPERTS, MOE_EXPERTS_PER_TOKEN = 4, 2
-"""qwen3_moe: experts per layer (every layer sparse), and experts routed per token."""
+"""qwen3_moe, qwen3_5_moe: experts per layer (every layer sparse), and experts routed per token."""
+LINEAR_HEAD_DIM, LINEAR_KEY_HEADS, LINEAR_VALUE_HEADS = 128, 1, 2
+"""qwen3_5 kinds: the Gated DeltaNet layers' head dim (Qwen3.5's own 128, which vLLM's CPU kernel needs) and heads
+(two value heads per key head, as in Qwen3.5, so the grouped path runs)."""
+FULL_ATTENTION_INTERVAL = 4
+"""qwen3_5 kinds: every fourth decoder layer is full attention, the others Gated DeltaNet (Qwen3.5's pattern)."""
 
 # Bump when the output of the builder changes, so cached directories (get_or_build_tiny_model) are rebuilt.
 BUILDER_VERSION = 2
@@ -195,8 +211,9 @@ class TinyModelSpec:
     """Everything that determines a tiny model directory; the same spec always gives the same files."""
 
     kind: str = "qwen2"
-    """Model family: qwen2 (text), qwen2_5_vl, qwen2_vl or qwen3_vl (with a vision tower), qwen2_rm (qwen2 with a
-    score head)."""
+    """Model family: qwen2 (text), qwen3_moe (text, mixture of experts), qwen2_5_vl, qwen2_vl or qwen3_vl (with a
+    vision tower), qwen3_5 or qwen3_5_moe (vision tower, hybrid Gated DeltaNet / full-attention decoder, as the
+    published Qwen3.5 checkpoints), qwen2_rm (qwen2 with a score head)."""
     seed: int = 0
     """Seed of the weight initialisation (the tokenizer does not depend on it)."""
     vocab_size: int = 2048
@@ -249,6 +266,11 @@ class TinyModelSpec:
             raise ValueError(
                 f"hidden_size={self.hidden_size} / num_heads={self.num_heads} must give a head dim that is a "
                 "multiple of 8 (the multimodal rope splits half of it in three); e.g. hidden_size=256, num_heads=4."
+            )
+        if self.kind in HYBRID_KINDS and (self.hidden_size // self.num_heads) % 32:
+            raise ValueError(
+                f"kind={self.kind}: hidden_size={self.hidden_size} / num_heads={self.num_heads} must give a head dim "
+                "that is a multiple of 32 (rope covers a quarter of it, split in three); e.g. 256 / 4."
             )
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads={self.num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}.")
@@ -328,6 +350,8 @@ def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> 
         return Qwen2Config(rope_parameters={"rope_type": "default", "rope_theta": 1e6}, num_labels=1, **text)
     head_dim = spec.hidden_size // spec.num_heads
     text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": _mrope_section(head_dim)}
+    if spec.kind in HYBRID_KINDS:
+        return _qwen3_5_config(spec, tokenizer, text, head_dim)
     if spec.kind == "qwen3_vl":  # Qwen3-VL interleaves the three rope sections over the frequencies
         text.update(head_dim=head_dim)
         text["rope_parameters"]["mrope_interleaved"] = True
@@ -372,6 +396,66 @@ def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> 
     return Qwen2VLConfig(text_config=text, vision_config=vision, **common)
 
 
+def _qwen3_5_config(
+    spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase", text: dict[str, Any], head_dim: int
+) -> "PreTrainedConfig":
+    """Qwen3.5's layout, small: Gated DeltaNet layers with three of every four full-attention layers replaced, rope on
+    a quarter of the head dim (interleaved mrope), gated full attention, and a Qwen3-VL style vision tower."""
+    from transformers import Qwen3_5Config, Qwen3_5MoeConfig
+
+    rotary_dim = head_dim // 4  # partial_rotary_factor 0.25, as Qwen3.5 (64 of its 256)
+    text["rope_parameters"] = {
+        "rope_type": "default",
+        "rope_theta": 1e7,
+        "partial_rotary_factor": 0.25,
+        "mrope_section": _mrope_section(rotary_dim),
+        "mrope_interleaved": True,
+    }
+    text.update(
+        head_dim=head_dim,
+        layer_types=[
+            "full_attention" if (i + 1) % FULL_ATTENTION_INTERVAL == 0 else "linear_attention"
+            for i in range(spec.num_layers)
+        ],
+        linear_conv_kernel_dim=4,
+        linear_key_head_dim=LINEAR_HEAD_DIM,
+        linear_value_head_dim=LINEAR_HEAD_DIM,
+        linear_num_key_heads=LINEAR_KEY_HEADS,
+        linear_num_value_heads=LINEAR_VALUE_HEADS,
+    )
+    if spec.kind == "qwen3_5_moe":  # every layer sparse, with a shared expert, as Qwen3.5-35B-A3B
+        text.update(
+            num_experts=MOE_EXPERTS,
+            num_experts_per_tok=MOE_EXPERTS_PER_TOKEN,
+            moe_intermediate_size=spec.intermediate_size // MOE_EXPERTS_PER_TOKEN,
+            shared_expert_intermediate_size=spec.intermediate_size // MOE_EXPERTS_PER_TOKEN,
+        )
+        del text["intermediate_size"]
+    ids = _special_ids(tokenizer)
+    vision = {
+        "depth": spec.vision_depth,
+        "hidden_size": spec.vision_hidden_size,
+        "intermediate_size": 2 * spec.vision_hidden_size,
+        "num_heads": spec.vision_num_heads,
+        "patch_size": PATCH_SIZES[spec.kind],
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "out_hidden_size": spec.hidden_size,
+        "num_position_embeddings": 64,
+        "initializer_range": spec.initializer_range,
+    }
+    config_class = Qwen3_5MoeConfig if spec.kind == "qwen3_5_moe" else Qwen3_5Config
+    return config_class(
+        text_config=text,
+        vision_config=vision,
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=True,
+    )
+
+
 def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "PreTrainedModel":
     """A randomly initialised float32 model for `spec`; the caller's global torch RNG is left untouched."""
     import torch
@@ -381,6 +465,8 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
         Qwen2ForCausalLM,
         Qwen2ForSequenceClassification,
         Qwen2VLForConditionalGeneration,
+        Qwen3_5ForConditionalGeneration,
+        Qwen3_5MoeForConditionalGeneration,
         Qwen3MoeForCausalLM,
         Qwen3VLForConditionalGeneration,
     )
@@ -393,6 +479,8 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
         "qwen3_vl": Qwen3VLForConditionalGeneration,
         "qwen2_rm": Qwen2ForSequenceClassification,
         "qwen3_moe": Qwen3MoeForCausalLM,
+        "qwen3_5": Qwen3_5ForConditionalGeneration,
+        "qwen3_5_moe": Qwen3_5MoeForConditionalGeneration,
     }[spec.kind]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
@@ -422,7 +510,7 @@ def build_processor(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -
 
     size = {"shortest_edge": spec.min_pixels, "longest_edge": spec.max_pixels}
     patches = {"patch_size": PATCH_SIZES.get(spec.kind, 14), "temporal_patch_size": 2, "merge_size": 2}
-    if spec.kind == "qwen3_vl":
+    if spec.kind in ("qwen3_vl", *HYBRID_KINDS):  # Qwen3.5 ships Qwen3-VL's processor
         return Qwen3VLProcessor(
             image_processor=Qwen2VLImageProcessor(size=size, **patches),
             tokenizer=tokenizer,

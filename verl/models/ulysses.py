@@ -25,6 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from verl.models.config import SEQUENCE_PARALLEL_REFUSAL, recurrent_layer_types
 from verl.models.structure import get_language_model
 from verl.protocol import DataProto
 
@@ -40,6 +41,12 @@ def check_split(module: Any, sp_size: int, padding_free: bool, role: str) -> Non
     if sp_size == 1:
         return
     text_config = module.config.get_text_config() if hasattr(module, "config") else None
+    recurrent = recurrent_layer_types(getattr(text_config, "layer_types", None))
+    if recurrent:
+        raise ValueError(
+            f"{role}.ulysses_size={sp_size}: the model has {'/'.join(recurrent)} layers. {SEQUENCE_PARALLEL_REFUSAL}; "
+            "set it to 1."
+        )
     for name in ("num_attention_heads", "num_key_value_heads"):
         heads = getattr(text_config, name, None)
         if heads is not None and heads % sp_size != 0:

@@ -33,7 +33,7 @@ from typing import Any
 from verl.algorithms.rollout_correction import CorrectionSettings
 from verl.algorithms.schedules import check_response_length_schedule
 from verl.algorithms.user_functions import is_user_spec, require_algorithm
-from verl.models.config import read_model_config
+from verl.models.config import SEQUENCE_PARALLEL_REFUSAL, read_model_config, recurrent_layer_types
 from verl.utils.config import (
     ConfigError,
     load_yaml,
@@ -741,6 +741,11 @@ def _check_ulysses(config: PPOConfig, role: str, section: Any) -> None:
     if model_config is None:
         return  # a hub id: the worker checks the heads when it loads the config
     text = model_config.get("text_config", model_config)
+    recurrent = recurrent_layer_types(text.get("layer_types"))
+    if recurrent:
+        raise ConfigError(
+            f"{key}={size}: the model has {'/'.join(recurrent)} layers. {SEQUENCE_PARALLEL_REFUSAL}; set {key}=1."
+        )
     for name in ("num_attention_heads", "num_key_value_heads"):
         heads = text.get(name)
         if heads is not None and heads % size != 0:

@@ -35,6 +35,7 @@ from torch import nn
 from verl.algorithms.core_algos import loss_token_counts
 from verl.data.multimodal import process_media
 from verl.models import ulysses
+from verl.models.gated_deltanet import linear_attention_is_exact
 from verl.models.packed_attention import packed_sequence_kwargs
 from verl.protocol import DataProto, to_object_array
 from verl.utils import device as device_utils
@@ -101,9 +102,12 @@ def _batch_multi_modal_inputs(micro: DataProto, device: torch.device) -> dict[st
 
 
 def packing_is_exact(module: nn.Module) -> bool:
-    """Whether the model's attention runs packed sequences exactly with a varlen kernel (see PACKING_EXACT_ATTENTION)."""
+    """Whether the model runs packed sequences exactly: its attention with a varlen kernel (see
+    PACKING_EXACT_ATTENTION), and its recurrent token mixers, if any (Qwen3.5's Gated DeltaNet), restarting at every
+    boundary (verl.models.gated_deltanet)."""
     config = getattr(module, "config", None)
-    return getattr(config, "_attn_implementation", None) in PACKING_EXACT_ATTENTION
+    exact_attention = getattr(config, "_attn_implementation", None) in PACKING_EXACT_ATTENTION
+    return exact_attention and linear_attention_is_exact(module)
 
 
 UPDATE_MICRO_BATCH_DEFAULTS = {"cpu": 8, "cuda": 4}
