@@ -210,3 +210,22 @@ SEQUENCE_PARALLEL_REFUSAL = (
 def recurrent_layer_types(layer_types: Any) -> list[str]:
     """The recurrent entries (linear attention, mamba) of a text config's `layer_types` (None for none)."""
     return sorted({kind for kind in layer_types or () if kind in RECURRENT_LAYER_TYPES})
+
+
+def model_recurrent_layer_types(path: str | None) -> list[str]:
+    """The recurrent layer types of the model at `path` (a local directory, or a Hub id whose config.json is in the
+    local Hugging Face cache, as it is once the worker has loaded the model); [] for none or no config found."""
+    model_config = read_model_config("model_path", path)
+    if model_config is None and path and not os.path.isdir(path):
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(path, "config.json")
+        except ValueError:  # not a repository id
+            cached = None
+        if isinstance(cached, str):
+            model_config = read_model_config("model_path", os.path.dirname(cached))
+    if model_config is None:
+        return []
+    text = model_config.get("text_config") or model_config
+    return recurrent_layer_types(text.get("layer_types"))

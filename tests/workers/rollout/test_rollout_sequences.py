@@ -20,6 +20,7 @@ import os
 import pytest
 import torch
 
+from verl.workers.rollout import vllm_compat
 from verl.workers.rollout.config import RolloutConfig
 from verl.workers.rollout.sequences import extend_position_ids, pad_rows, response_mask_through_eos
 from verl.workers.rollout.vllm_rollout import build_engine_kwargs, request_seeds
@@ -132,6 +133,44 @@ def test_cpu_engine_kwargs(monkeypatch) -> None:
     assert vl["limit_mm_per_prompt"] == {"image": 3}
     assert vl["kv_cache_memory_bytes"] == 64 * 2**20
     assert vl["mm_device_do_normalize"] is False and vl["mm_processor_cache_gb"] == 0
+
+
+def test_cpu_engine_kwargs_of_a_hybrid_model(monkeypatch, tmp_path) -> None:
+    """A model with Gated DeltaNet layers (Qwen3.5) gets the CPU engine settings vLLM's GDN layers need, whatever
+    rollout.dtype says: bf16 and no prefix caching (vllm_compat.cpu_hybrid_engine_kwargs); a dense model keeps
+    float32 and vLLM's default prefix caching. The family is read from the text config's layer_types."""
+    import json
+
+    import verl.workers.rollout.vllm_rollout as vllm_rollout
+
+    monkeypatch.setattr(vllm_rollout.dist, "is_initialized", lambda: False)
+    layers = ["linear_attention", "linear_attention", "linear_attention", "full_attention"]
+    hybrid, dense = tmp_path / "hybrid", tmp_path / "dense"
+    hybrid.mkdir(), dense.mkdir()
+    (hybrid / "config.json").write_text(json.dumps({"model_type": "qwen3_5", "text_config": {"layer_types": layers}}))
+    (dense / "config.json").write_text(json.dumps({"model_type": "qwen3", "layer_types": ["full_attention"] * 4}))
+    for dtype in ("fp32", "bf16"):
+        kwargs = build_engine_kwargs(str(hybrid), _config(dtype=dtype), multimodal=True)
+        assert kwargs["dtype"] == "bfloat16" and kwargs["enable_prefix_caching"] is False
+        assert kwargs["enable_chunked_prefill"] is False and kwargs["enforce_eager"]
+        plain = build_engine_kwargs(str(dense), _config(dtype=dtype), multimodal=False)
+        assert plain["dtype"] == "float32" and "enable_prefix_caching" not in plain
+
+
+def test_cpu_hybrid_engine_settings_are_what_vllm_needs() -> None:
+    """The reasons behind vllm_compat.cpu_hybrid_engine_kwargs, read from the installed vLLM: its CPU Gated DeltaNet
+    kernel asserts bf16, and its mamba prefix caching ("align" mode) asserts chunked prefill. A vLLM that drops either
+    fails here: then the CPU engine may run hybrid models in float32, or with prefix caching."""
+    import inspect
+
+    from vllm.model_executor.layers.mamba.ops.cpu import gdn_attention
+    from vllm.model_executor.models.config import MambaModelConfig
+
+    assert 'mixed_qkv.dtype == torch.bfloat16, "CPU GDN attention requires BF16."' in inspect.getsource(
+        gdn_attention.cpu_gdn_attention_core
+    )
+    assert "Chunked prefill is required for mamba cache mode" in inspect.getsource(MambaModelConfig)
+    assert vllm_compat.cpu_hybrid_engine_kwargs() == {"dtype": "bfloat16", "enable_prefix_caching": False}
 
 
 def test_lora_adapter_engine_kwargs() -> None:

