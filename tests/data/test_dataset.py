@@ -42,7 +42,7 @@ PIXELS = {"min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 16}
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("tiny_models"))
-    return {kind: get_or_build_tiny_model(kind, root) for kind in ("qwen2", "qwen2_5_vl", "qwen2_vl", "qwen3_vl")}
+    return {kind: get_or_build_tiny_model(kind, root) for kind in ("qwen2", "qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_5")}
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def text_tokenizer(model_dirs):
     return get_tokenizer(model_dirs["qwen2"])
 
 
-@pytest.fixture(scope="module", params=["qwen2_5_vl", "qwen2_vl", "qwen3_vl"])
+@pytest.fixture(scope="module", params=["qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_5"])
 def vl(request, model_dirs):
     """(kind, tokenizer, processor, model) of a tiny VLM; the model is only used for its own get_rope_index."""
     import transformers
@@ -60,6 +60,7 @@ def vl(request, model_dirs):
         "qwen2_5_vl": transformers.Qwen2_5_VLForConditionalGeneration,
         "qwen2_vl": transformers.Qwen2VLForConditionalGeneration,
         "qwen3_vl": transformers.Qwen3VLForConditionalGeneration,
+        "qwen3_5": transformers.Qwen3_5ForConditionalGeneration,  # Qwen3-VL's processor, its own rope index class
     }[request.param]
     model = model_class.from_pretrained(path)
     return request.param, get_tokenizer(path), get_processor(path), model

@@ -31,8 +31,10 @@ from verl.utils.config import ConfigError, require_choice, require_path
 ATTN_IMPLEMENTATIONS: tuple[str, ...] = ("auto", "varlen", "flash_attention_2", "flash_attention_3", "sdpa", "eager")
 """Values of model.attn_implementation."""
 
-VISION_LANGUAGE_MODEL_TYPES: tuple[str, ...] = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
-"""Vision-language model types the trainer supports (3-D rope index, vision-tower hooks); others are refused."""
+VISION_LANGUAGE_MODEL_TYPES: tuple[str, ...] = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5")
+"""Vision-language model types the trainer supports (3-D rope index, vision-tower hooks); others are refused.
+qwen3_5 is dense Qwen3.5 (Gated DeltaNet hybrid, Qwen3-VL's processor); qwen3_5_moe stays refused with the other
+mixture-of-experts models (refuse_mixture_of_experts)."""
 
 TORCH_DTYPES: tuple[str | None, ...] = (None, "fp32", "bf16", "fp16")
 """Values of fsdp.torch_dtype."""
