@@ -42,7 +42,10 @@ PIXELS = {"min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 16}
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("tiny_models"))
-    return {kind: get_or_build_tiny_model(kind, root) for kind in ("qwen2", "qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_5")}
+    return {
+        kind: get_or_build_tiny_model(kind, root)
+        for kind in ("qwen2", "qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_5")
+    }
 
 
 @pytest.fixture(scope="module")
