@@ -12,8 +12,8 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """A video prompt reaches the engine as the dataset built it: vLLM expands the one video placeholder into the same
-tokens (Qwen3-VL: with each frame's timestamp written in) as the dataset's input_ids, so the policy is trained on
-the prompt it generated from."""
+tokens (Qwen3-VL and Qwen3.5: with each frame's timestamp written in) as the dataset's input_ids, so the policy is
+trained on the prompt it generated from."""
 
 import os
 
@@ -26,7 +26,7 @@ from verl.models.tiny_models import get_or_build_tiny_model
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 
-@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen3_vl"])
+@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen3_vl", "qwen3_5"])
 def test_the_engine_expands_a_video_prompt_as_the_dataset_does(kind, tmp_path):
     from vllm import SamplingParams
 
@@ -60,6 +60,6 @@ def test_the_engine_expands_a_video_prompt_as_the_dataset_does(kind, tmp_path):
     assert list(output.prompt_token_ids) == expected
     video_tokens = sum(token == processor.video_token_id for token in expected)
     assert video_tokens == 8 // 2 * 4  # 8 frames in 4 temporal patches of 2, 2x2 merged tokens each at this size
-    if kind == "qwen3_vl":  # the timestamps of the temporal patches are text in the prompt
+    if kind != "qwen2_5_vl":  # Qwen3-VL, Qwen3.5: the timestamps of the temporal patches are text in the prompt
         text = tokenizer.decode(expected)
         assert "<0.1 seconds>" in text or "<0.2 seconds>" in text, text
