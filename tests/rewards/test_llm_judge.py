@@ -195,6 +195,17 @@ def test_engine_kwargs_per_device() -> None:
     assert build_engine_kwargs(JudgeConfig(model_path="j", dtype="fp32"), on_gpu=True)["dtype"] == "float32"
 
 
+def test_a_hybrid_judge_gets_the_rollouts_cpu_settings(tmp_path) -> None:
+    """A Qwen3.5 judge on the CPU: bf16 and no prefix caching, as the rollout's engine (vLLM's CPU Gated DeltaNet)."""
+    import json
+
+    text_config = {"layer_types": ["linear_attention", "full_attention"]}
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3_5", "text_config": text_config}))
+    cpu = build_engine_kwargs(JudgeConfig(model_path=str(tmp_path)), on_gpu=False)
+    assert cpu["dtype"] == "bfloat16" and cpu["enable_prefix_caching"] is False
+    assert build_engine_kwargs(JudgeConfig(model_path=str(tmp_path)), on_gpu=True)["dtype"] == "bfloat16"
+
+
 def test_create_judge_actor_checks_before_starting_anything() -> None:
     with pytest.raises(ValueError, match="model_path is unset"):
         create_judge_actor(JudgeConfig())

@@ -259,9 +259,14 @@ def build_engine_kwargs(config: JudgeConfig, on_gpu: bool) -> dict[str, Any]:
     """The `vllm.LLM` arguments of the judge on this device.
 
     CPU follows the rollout's settings (verl/workers/rollout/vllm_rollout.py): float32, eager and an explicit KV
-    cache, without which vLLM tries to reserve most of the host's RAM. Chunked prefill stays at vLLM's default: the
-    rollout turns it off on CPU only because its requests are seeded, and the judge's are not.
+    cache, without which vLLM tries to reserve most of the host's RAM; a hybrid linear-attention judge (Qwen3.5) gets
+    the rollout's settings for those (bf16, prefix caching off: vllm_compat.cpu_hybrid_engine_kwargs). Chunked
+    prefill stays at vLLM's default: the rollout turns it off on CPU only because its requests are seeded, and the
+    judge's are not.
     """
+    from verl.models.config import model_recurrent_layer_types
+    from verl.workers.rollout import vllm_compat
+
     kwargs: dict[str, Any] = {
         "model": config.model_path,
         "seed": 0,
@@ -279,6 +284,8 @@ def build_engine_kwargs(config: JudgeConfig, on_gpu: bool) -> dict[str, Any]:
         kwargs["dtype"] = "float32"
         kwargs["enforce_eager"] = True
         kwargs["kv_cache_memory_bytes"] = config.kv_cache_memory_mb * 2**20
+        if model_recurrent_layer_types(config.model_path):
+            kwargs.update(vllm_compat.cpu_hybrid_engine_kwargs())
     return kwargs
 
 
