@@ -105,9 +105,39 @@ def load_weights(llm: Any, weights: Iterable[tuple[str, torch.Tensor]], in_place
     """
     if in_place_reload:
         silence_rotary_reload_warning()
-        llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
+        (kernels,) = llm.apply_model(forget_moe_kernels)
+        try:
+            llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
+        finally:
+            for method, kernel in kernels:  # a reload that failed before rebuilding them keeps the old kernels
+                if method.moe_kernel is None:
+                    method.moe_kernel = kernel
     else:
         llm.apply_model(lambda model: model.load_weights(lora_base_layer_names(model, weights)))
+
+
+def forget_moe_kernels(model: torch.nn.Module) -> list[tuple[Any, Any]]:
+    """Make vLLM's next weight processing of `model`'s unquantized MoE layers a first load; returns (quant method, its
+    old kernel) pairs, to put back should the reload fail.
+
+    vLLM 0.32's `UnquantizedFusedMoEMethod._setup_kernel` treats any call with a kernel already built as a weight
+    update: it copies the loaded weights in and skips `fused_experts.process_weights_after_loading`, which on the CPU
+    (`CPUUnquantizedExperts`) pads and prepacks the experts into the grouped-gemm layout. The in-place reload then
+    copies the unpacked weights into the prepacked parameters, and the engine's experts compute garbage (1.2 nats per
+    token off the actor on a tiny Qwen3-MoE, the same weights synced). Without a kernel, the reload's processing runs
+    as at start-up: the kernel is rebuilt (cheap: no weights of its own) and the experts are prepacked, and vLLM's
+    layer-wise reloader copies the prepacked tensors into the engine's parameters.
+    tests/workers/rollout/test_moe_engine_sync.py fails when vLLM stops needing this.
+    """
+    from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
+
+    forgotten = []
+    for module in model.modules():
+        method = getattr(module, "quant_method", None)
+        if isinstance(method, UnquantizedFusedMoEMethod) and method.moe_kernel is not None:
+            forgotten.append((method, method.moe_kernel))
+            method.moe_kernel = None
+    return forgotten
 
 
 def engine_parameters(llm: Any) -> dict[str, torch.Tensor]:
