@@ -18,7 +18,8 @@ The manager picks its sink once, from the config: vLLM's loader (sinks.EngineLoa
 (rollout.weight_sync=direct, opt_in.EngineCopy). With LoRA the engine gets merged weights, or
 (`rollout.lora_sync=adapters`) the base weights once through the loader and then only the adapters
 (opt_in.EngineAdapter). On GPU the engine sleeps between rollouts; on the CPU it stays up. A probe (`check_weights`)
-compares the engine's log-probs with the actor's: on request, and after the first direct copy of a run.
+compares the engine's log-probs with the actor's: on request, and after the first direct copy of a run or the first
+sync of a mixture-of-experts actor.
 """
 
 import logging
@@ -29,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from verl.models.config import expert_count, refuse_unchecked_experts
 from verl.models.fsdp import load_fsdp_model, offload_fsdp_model
 from verl.utils import device as device_utils
 from verl.workers.rollout import vllm_compat
@@ -140,8 +142,14 @@ class FSDPVLLMShardingManager:
         self.names = checkpoint_names(module)
         self.freed_bytes = 0
         self._rng_state: dict[str, Any] | None = None
+        model_config = getattr(module, "config", None)
+        model_config = model_config.to_dict() if model_config is not None else {}
+        refuse_unchecked_experts("The actor", model_config)  # a hub id: not checked at validation
+        self.mixture_of_experts = expert_count(model_config) is not None
         self.sink = self._pick_sink()
-        self._unchecked = isinstance(self.sink, EngineCopy)  # the first direct copy of a run is checked
+        # the first direct copy of a run is checked, and the first sync of a mixture of experts (vLLM's MoE layers
+        # reprocess their weights per backend: tests/workers/rollout/test_moe_engine_sync.py checks the CPU's)
+        self._unchecked = isinstance(self.sink, EngineCopy) or self.mixture_of_experts
         # lora_sync=adapters: the engine's adapter, and whether it holds the (frozen) base weights yet
         self.adapter: EngineAdapter | None = None
         self._base_synced = False
