@@ -157,6 +157,33 @@ def test_grpo_text_run_trains_and_checkpoints(workspace):
     assert tracker["last_global_step"] == 2
 
 
+def test_grpo_mixture_of_experts_run(workspace):
+    """A tiny Qwen3-MoE actor over two ranks with one tensor-parallel engine (the experts split between them): every
+    weight sync is checked, the second after an update of the experts and routers, and the routers' load balance is
+    logged per step."""
+    root = workspace["root"]
+    moe_model = get_or_build_tiny_model("qwen3_moe", str(root / "models"))
+    (root / "variety_reward.py").write_text(  # rewards that differ within a group: the update moves the weights
+        "def compute_score(sample):\n    return {'overall': len(set(sample['response'])) / 16.0}\n"
+    )
+    args = text_args(
+        workspace,
+        "grpo_moe",
+        f"worker.actor.model.model_path={moe_model}",
+        f"worker.reward.reward_function={root / 'variety_reward.py'}:compute_score",
+        "worker.rollout.tensor_parallel_size=2",
+        "worker.rollout.verify_weight_sync=true",
+    )
+    run_ppo(load_config(args))
+    steps = [row for row in read_log(root / "grpo_moe") if "critic/score/mean" in row]
+    assert [row["step"] for row in steps] == [1, 2]
+    assert all(row["rollout/weight_sync_max_gap"] <= 1e-3 for row in steps), steps
+    for row in steps:
+        assert math.isfinite(row["actor/grad_norm"]) and row["actor/grad_norm"] > 0
+        assert 1.0 <= row["moe/load_imbalance/mean"] <= row["moe/load_imbalance/max"]
+        assert math.isfinite(row["moe/aux_loss"]) and 0.0 <= row["moe/unused_experts"] < 1.0
+
+
 VL_PIXELS = {"qwen2_5_vl": 3136, "qwen3_vl": 4096}
 """Image area of each tiny VL kind in these runs: 4 image tokens (56 x 56 with 14-pixel patches, 64 x 64 with 16)."""
 
