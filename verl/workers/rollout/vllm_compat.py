@@ -14,9 +14,10 @@
 """Every place where the rollout relies on vLLM beyond its documented `LLM` API, so a vLLM upgrade is checked here.
 
 Each function's docstring says what it relies on and why: the in-place `reload_weights` RPC (on CPU the only way to
-update a live engine), cache resets after a weight update, the tensor-parallel gloo group, the buffers the dummy
-loader randomizes, `torch.set_num_threads` restored after vLLM's CPU worker replaces it, sleep-mode availability, the
-chat rendering the server shares with `LLM.chat`, and loading a LoRA adapter into a running engine.
+update a live engine; its MoE layers' kernels are dropped first, so their experts are prepacked again), cache resets
+after a weight update, the tensor-parallel gloo group, the buffers the dummy loader randomizes, `torch.set_num_threads`
+restored after vLLM's CPU worker replaces it, sleep-mode availability, the chat rendering the server shares with
+`LLM.chat`, and loading a LoRA adapter into a running engine.
 Tested with the vLLM versions in `TESTED_VLLM_VERSIONS`.
 """
 
@@ -100,7 +101,8 @@ def load_weights(llm: Any, weights: Iterable[tuple[str, torch.Tensor]], in_place
 
     `weights` is consumed lazily inside the engine (in-process executor), so only the tensors of the layer being
     loaded are alive at a time. `in_place_reload=True` (required on CPU) goes through the worker's `reload_weights`,
-    which re-runs vLLM's post-load weight processing; False calls the model's own `load_weights` (GPU, after the
+    which re-runs vLLM's post-load weight processing (for unquantized MoE layers as at start-up:
+    `forget_moe_kernels`); False calls the model's own `load_weights` (GPU, after the
     weights were woken up).
     """
     if in_place_reload:
