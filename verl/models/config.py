@@ -179,12 +179,21 @@ def expert_count(model_config: dict[str, Any]) -> tuple[str, int] | None:
     return None
 
 
-def refuse_mixture_of_experts(key: str, path: str | None) -> None:
+def refuse_mixture_of_experts(key: str, path: str | None, lora_rank: int = 0) -> None:
     """Raise NotImplementedError where the local model at `path` is a mixture of experts of a type not in
-    MIXTURE_OF_EXPERTS_MODEL_TYPES (a hub id is checked by the weight sync, when the actor is loaded)."""
+    MIXTURE_OF_EXPERTS_MODEL_TYPES (a hub id is checked by the weight sync, when the actor is loaded), or one trained
+    with LoRA adapters (`lora_rank` > 0): neither the merged nor the adapter sync of an MoE actor has been checked."""
     model_config = read_model_config(key, path)
-    if model_config is not None:
-        refuse_unchecked_experts(f"{key}='{path}'", model_config)
+    if model_config is None:
+        return
+    refuse_unchecked_experts(f"{key}='{path}'", model_config)
+    experts = expert_count(model_config)
+    if experts is not None and lora_rank > 0:
+        raise NotImplementedError(
+            f"{key}='{path}' is a mixture-of-experts model ({model_config.get('model_type')!r}, {experts[0]}="
+            f"{experts[1]}) and the actor has LoRA adapters (lora.rank={lora_rank}): the weight sync of an MoE actor "
+            "with adapters (merged or as adapters) has not been checked. Train all weights (lora.rank=0)."
+        )
 
 
 def refuse_unchecked_experts(what: str, model_config: dict[str, Any]) -> None:
