@@ -304,9 +304,9 @@ def test_unsupported_vision_language_models_are_refused_by_name(files):
     assert load_config(base_args(files)).worker.actor.model.model_path == str(files / "model")
 
 
-def test_dense_qwen3_5_is_accepted_and_its_mixture_of_experts_refused(files):
-    """Dense Qwen3.5 (Gated DeltaNet hybrid, images) is supported; Qwen3.5-MoE stays refused with the other MoE
-    actors, naming the model type."""
+def test_qwen3_5_dense_and_mixture_of_experts_are_accepted(files):
+    """Qwen3.5 (Gated DeltaNet hybrid, images), dense and MoE, is supported; its MoE with LoRA adapters is refused,
+    as every MoE actor's is."""
     import json
 
     text = {"layer_types": ["linear_attention"] * 3 + ["full_attention"]}
@@ -315,8 +315,9 @@ def test_dense_qwen3_5_is_accepted_and_its_mixture_of_experts_refused(files):
     assert load_config(base_args(files)).worker.actor.model.model_path == str(files / "model")
     moe = {"model_type": "qwen3_5_moe", "vision_config": {}, "text_config": {**text, "num_experts": 4}}
     (files / "model" / "config.json").write_text(json.dumps(moe))
-    with pytest.raises(NotImplementedError, match="qwen3_5_moe"):
-        load_config(base_args(files))
+    assert load_config(base_args(files)).worker.actor.model.model_path == str(files / "model")
+    with pytest.raises(NotImplementedError, match="'qwen3_5_moe'.*LoRA adapters"):
+        load_config([*base_args(files), "worker.actor.model.lora.rank=8"])
 
 
 def test_supported_vision_language_types_match_the_rope_index():

@@ -31,10 +31,9 @@ from verl.utils.config import ConfigError, require_choice, require_path
 ATTN_IMPLEMENTATIONS: tuple[str, ...] = ("auto", "varlen", "flash_attention_2", "flash_attention_3", "sdpa", "eager")
 """Values of model.attn_implementation."""
 
-VISION_LANGUAGE_MODEL_TYPES: tuple[str, ...] = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5")
+VISION_LANGUAGE_MODEL_TYPES: tuple[str, ...] = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "qwen3_5_moe")
 """Vision-language model types the trainer supports (3-D rope index, vision-tower hooks); others are refused.
-qwen3_5 is dense Qwen3.5 (Gated DeltaNet hybrid, Qwen3-VL's processor); qwen3_5_moe stays refused with the other
-mixture-of-experts models (refuse_mixture_of_experts)."""
+qwen3_5 and qwen3_5_moe are Qwen3.5 (Gated DeltaNet hybrid, Qwen3-VL's processor), dense and mixture of experts."""
 
 TORCH_DTYPES: tuple[str | None, ...] = (None, "fp32", "bf16", "fp16")
 """Values of fsdp.torch_dtype."""
@@ -165,7 +164,7 @@ def check_offload(prefix: str, fsdp: FSDPConfig, offload: OffloadConfig) -> None
 EXPERT_COUNT_KEYS: tuple[str, ...] = ("num_experts", "num_local_experts", "n_routed_experts")
 """config.json keys that give a mixture-of-experts model's expert count (Qwen-MoE, Mixtral, DeepSeek)."""
 
-MIXTURE_OF_EXPERTS_MODEL_TYPES: tuple[str, ...] = ("qwen3_moe",)
+MIXTURE_OF_EXPERTS_MODEL_TYPES: tuple[str, ...] = ("qwen3_moe", "qwen3_5_moe")
 """Mixture-of-experts model types an actor may be: the engine after a weight sync computes what the actor computes
 (tests/workers/rollout/test_moe_engine_sync.py on the CPU; on a GPU the first sync of a run is checked). Others are
 refused: their expert layouts (shared experts, expert biases, vision towers) have not been checked."""

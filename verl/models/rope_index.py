@@ -28,7 +28,8 @@ MROPE_MODEL_CLASSES: dict[str, str] = {
     "qwen2_vl": "Qwen2VLModel",
     "qwen2_5_vl": "Qwen2_5_VLModel",
     "qwen3_vl": "Qwen3VLModel",
-    "qwen3_5": "Qwen3_5Model",  # dense Qwen3.5: Qwen3-VL's rope index (timestamps between video frames)
+    "qwen3_5": "Qwen3_5Model",  # Qwen3.5: Qwen3-VL's rope index (timestamps between video frames)
+    "qwen3_5_moe": "Qwen3_5MoeModel",
 }
 # Values of mm_token_type_ids, as the processors emit them.
 TEXT_TOKEN, IMAGE_TOKEN, VIDEO_TOKEN = 0, 1, 2

@@ -36,10 +36,12 @@ def model_dir(tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def rollout(model_dir):
     from verl.data.tokenizer import get_tokenizer
+    from verl.workers.rollout import vllm_compat
     from verl.workers.rollout.config import RolloutConfig
     from verl.workers.rollout.vllm_rollout import VLLMRollout
 
     config = RolloutConfig(n=1, prompt_length=64, response_length=8, kv_cache_memory_mb=32, max_num_batched_tokens=512)
+    vllm_compat.forget_dense_parallel_groups()  # a dense engine of an earlier test module left vLLM's groups
     return VLLMRollout(model_dir, config, get_tokenizer(model_dir))
 
 

@@ -17,7 +17,8 @@ Each function's docstring says what it relies on and why: the in-place `reload_w
 update a live engine; its MoE layers' kernels are dropped first, so their experts are prepacked again), cache resets
 after a weight update, the tensor-parallel gloo group, the buffers the dummy loader randomizes, `torch.set_num_threads`
 restored after vLLM's CPU worker replaces it, sleep-mode availability, the chat rendering the server shares with
-`LLM.chat`, and loading a LoRA adapter into a running engine.
+`LLM.chat`, loading a LoRA adapter into a running engine, what the CPU engine needs for hybrid linear-attention models
+(Qwen3.5), and the parallel groups a dense engine leaves behind.
 Tested with the vLLM versions in `TESTED_VLLM_VERSIONS`.
 """
 
@@ -71,6 +72,24 @@ def sleep_mode_available() -> bool:
     from vllm.platforms import current_platform
 
     return bool(current_platform.is_sleep_mode_available())
+
+
+def forget_dense_parallel_groups() -> bool:
+    """Drop vLLM's model-parallel groups where an earlier engine of this process left them without an expert-parallel
+    group; True if dropped. Call it before building a mixture-of-experts engine in a process that may have built a
+    dense one (the test suite does; a worker builds one engine).
+
+    vLLM 0.32 keeps its parallel groups at module level after an engine is gone, creates the expert-parallel group
+    only for a mixture-of-experts model, and skips creating any group when some are there: a mixture-of-experts engine
+    built after a dense one fails with "expert parallel group is not initialized". Without the groups the next engine
+    creates its own. tests/workers/rollout/test_hybrid_engine.py fails when vLLM no longer leaves them so.
+    """
+    from vllm.distributed import parallel_state
+
+    if not parallel_state.model_parallel_is_initialized() or parallel_state._EP is not None:
+        return False
+    parallel_state.destroy_model_parallel()
+    return True
 
 
 def cpu_hybrid_engine_kwargs() -> dict[str, Any]:
