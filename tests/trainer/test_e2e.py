@@ -290,6 +290,70 @@ def test_grpo_vl_run_with_images(workspace, kind):
     assert len(os.listdir(rollouts / "images" / "step_2")) == 4
 
 
+@pytest.mark.parametrize("kind", ["qwen3_5", "qwen3_5_moe"])
+def test_qwen3_5_checkpoint_merges_and_loads_in_vllm(workspace, kind):
+    """The Qwen3.5 runs' checkpoints (the test above) merged to Hugging Face format: exactly the trained weights, and
+    vLLM reads the merged model from disk (its own loader, not a weight sync) to the actor's log-probs within bf16
+    tolerance, the vision tower included."""
+    import subprocess
+    import sys
+    from unittest import mock
+
+    import torch
+    import torch.nn.functional as F
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from vllm import LLM, SamplingParams
+
+    from verl.workers.rollout import vllm_compat
+    from verl.workers.weight_sync.colocated import _probe_image
+
+    root = workspace["root"]
+    actor_dir, target = root / f"grpo_vl_{kind}" / "global_step_2" / "actor", root / f"merged_{kind}"
+    merger = [sys.executable, os.path.join(REPO, "scripts", "model_merger.py"), "--dtype", "fp32"]
+    merger += ["--local_dir", str(actor_dir), "--target_dir", str(target)]
+    proc = subprocess.run(merger, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    merged = AutoModelForImageTextToText.from_pretrained(target, dtype=torch.float32).eval()
+    flat = root / f"flat_{kind}.pt"
+    dcp_to_torch_save(str(actor_dir), str(flat))
+    trained = torch.load(flat, weights_only=False)["model"]
+    merged_state = merged.state_dict()
+    assert set(trained) <= set(merged_state)
+    assert all(torch.equal(merged_state[name], tensor) for name, tensor in trained.items())
+
+    processor = AutoProcessor.from_pretrained(target)
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What shape is this?"}]}]
+    text = processor.apply_chat_template(messages, add_generation_prompt=True)
+    inputs = processor(text=[text], images=[_probe_image()], return_tensors="pt")
+    with torch.no_grad():
+        logits = merged(**inputs, use_cache=False).logits[0, :-1]
+    ids = inputs["input_ids"][0]
+    actor = F.log_softmax(logits.float(), dim=-1).gather(-1, ids[1:, None])[:, 0]
+    vllm_compat.forget_dense_parallel_groups()  # a mixture of experts after a dense engine of this process
+    with mock.patch.dict(os.environ, {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}):
+        llm = LLM(
+            model=str(target),
+            enforce_eager=True,
+            max_model_len=256,
+            kv_cache_memory_bytes=32 * 2**20,
+            seed=0,
+            limit_mm_per_prompt={"image": 1},
+            **vllm_compat.cpu_hybrid_engine_kwargs(),  # bf16, no prefix caching: the CPU engine of Qwen3.5
+        )
+    raw_ids = processor.tokenizer.encode(text, add_special_tokens=False)
+    prompt = {"prompt_token_ids": raw_ids, "multi_modal_data": {"image": [_probe_image()]}}
+    params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
+    (output,) = llm.generate([prompt], params, use_tqdm=False)
+    assert list(output.prompt_token_ids) == ids.tolist()
+    engine = torch.tensor(
+        [vllm_compat.sampled_token_logprob(entry, t) for entry, t in zip(output.prompt_logprobs[1:], ids[1:].tolist())]
+    )
+    gap = (engine - actor).abs()
+    assert gap.mean() <= 0.1, (float(gap.mean()), float(gap.max()))
+    del llm
+
+
 def test_model_merger_matches_checkpoint_and_loads_in_vllm(workspace):
     """Needs the checkpoint of the GRPO run above (the tests of this module run in order)."""
     import subprocess
