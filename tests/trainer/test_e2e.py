@@ -293,8 +293,8 @@ def test_grpo_vl_run_with_images(workspace, kind):
 @pytest.mark.parametrize("kind", ["qwen3_5", "qwen3_5_moe"])
 def test_qwen3_5_checkpoint_merges_and_loads_in_vllm(workspace, kind):
     """The Qwen3.5 runs' checkpoints (the test above) merged to Hugging Face format: exactly the trained weights, and
-    vLLM reads the merged model from disk (its own loader, not a weight sync) to the actor's log-probs within bf16
-    tolerance, the vision tower included."""
+    vLLM reads the merged model from disk (its own loader, not a weight sync) to the actor's log-probs up to bf16, the
+    vision tower included."""
     import subprocess
     import sys
     from unittest import mock
@@ -349,8 +349,11 @@ def test_qwen3_5_checkpoint_merges_and_loads_in_vllm(workspace, kind):
     engine = torch.tensor(
         [vllm_compat.sampled_token_logprob(entry, t) for entry, t in zip(output.prompt_logprobs[1:], ids[1:].tolist())]
     )
+    # measured: mean 0.033, median 0.030 (dense); mean 0.086, median 0.035 (MoE: its bf16 routers chose other experts
+    # at 2 of the 37 tokens, 1.2 nats off there; Hugging Face's bf16 forward is 0.043 from the fp32 one); weights read
+    # wrongly would put most tokens far off
     gap = (engine - actor).abs()
-    assert gap.mean() <= 0.1, (float(gap.mean()), float(gap.max()))
+    assert gap.median() <= 0.06 and gap.mean() <= (0.1 if kind == "qwen3_5" else 0.15), (gap.mean(), gap.median())
     del llm
 
 
