@@ -240,31 +240,35 @@ def vl_data(root, name: str, kind: str = "qwen2_5_vl") -> tuple[str, str]:
     return data_dir, get_or_build_tiny_model(kind, str(root / "models"), min_pixels=pixels, max_pixels=pixels)
 
 
-@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen3_vl", "qwen3_5", "qwen3_5_moe"])
-def test_grpo_vl_run_with_images(workspace, kind):
-    """qwen3_5, qwen3_5_moe: Qwen3.5's Gated DeltaNet hybrid, dense and MoE, its engine in bf16 on the CPU (the weight
-    check's 16-bit tolerance)."""
-    root = workspace["root"]
-    data_dir, vl_model = vl_data(root, f"vl_data_{kind}", kind)
-    name = "grpo_vl" if kind == "qwen2_5_vl" else f"grpo_vl_{kind}"
-    args = text_args(workspace, name, "algorithm.use_kl_loss=true")
+def vl_args(workspace, kind: str, name: str, reward_function: str, *extra: str) -> list[str]:
+    """The text run's arguments for the tiny VL `kind` on the shape-counting rows with images (vl_data)."""
+    data_dir, vl_model = vl_data(workspace["root"], f"vl_data_{kind}", kind)
+    args = text_args(workspace, name, "algorithm.use_kl_loss=true", *extra)
     overrides = {
         "data.train_files": f"{data_dir}/train.jsonl",
         "data.val_files": f"{data_dir}/val.jsonl",
         "worker.actor.model.model_path": vl_model,
-        "worker.reward.reward_function": f"{REPO}/examples/reward_function/count_shapes.py:compute_score",
+        "worker.reward.reward_function": reward_function,
     }
     args = [arg for arg in args if arg.split("=")[0] not in overrides]
     args += [f"{key}={value}" for key, value in overrides.items()]
-    args += [
+    return args + [
         "data.prompt_key=problem",
         f"data.image_dir={data_dir}/images",
         f"data.min_pixels={VL_PIXELS[kind]}",
         f"data.max_pixels={VL_PIXELS[kind]}",
         "worker.rollout.limit_images=1",
-        f"trainer.rollout_data_dir={root / f'{name}_rollouts'}",
-        "trainer.rollout_data_freq=2",
     ]
+
+
+@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen3_vl", "qwen3_5", "qwen3_5_moe"])
+def test_grpo_vl_run_with_images(workspace, kind):
+    """qwen3_5, qwen3_5_moe: Qwen3.5's Gated DeltaNet hybrid, dense and MoE, its engine in bf16 on the CPU (the weight
+    check's 16-bit tolerance)."""
+    root = workspace["root"]
+    name = "grpo_vl" if kind == "qwen2_5_vl" else f"grpo_vl_{kind}"
+    args = vl_args(workspace, kind, name, f"{REPO}/examples/reward_function/count_shapes.py:compute_score")
+    args += [f"trainer.rollout_data_dir={root / f'{name}_rollouts'}", "trainer.rollout_data_freq=2"]
     if kind.startswith("qwen3_5"):  # the bf16 engine against the fp32 actor, text and image probes, at every sync
         args.append("worker.rollout.verify_weight_sync=true")
     run_ppo(load_config(args))
@@ -355,6 +359,23 @@ def test_qwen3_5_checkpoint_merges_and_loads_in_vllm(workspace, kind):
     gap = (engine - actor).abs()
     assert gap.median() <= 0.06 and gap.mean() <= (0.1 if kind == "qwen3_5" else 0.15), (gap.mean(), gap.median())
     del llm
+
+
+def test_qwen3_5_resume_gives_the_same_next_step(workspace):
+    """A Qwen3.5 run with images stopped after two steps and resumed takes the step a straight run takes: the bf16
+    engine's samples, the rewards, the update. Rewards that differ within a group, so the update moves the weights."""
+    root = workspace["root"]
+    reward = root / "variety_reward.py"
+    reward.write_text("def compute_score(sample):\n    return {'overall': len(set(sample['response'])) / 16.0}\n")
+    common = (f"{reward}:compute_score",)
+    run_ppo(load_config(vl_args(workspace, "qwen3_5", "straight_qwen3_5", *common, "trainer.max_steps=3")))
+    run_ppo(load_config(vl_args(workspace, "qwen3_5", "interrupted_qwen3_5", *common, "trainer.max_steps=2")))
+    run_ppo(load_config(vl_args(workspace, "qwen3_5", "interrupted_qwen3_5", *common, "trainer.max_steps=3")))
+    straight = {row["step"]: row for row in read_log(root / "straight_qwen3_5") if "actor/pg_loss" in row}
+    resumed = [row for row in read_log(root / "interrupted_qwen3_5") if row["step"] == 3 and "actor/pg_loss" in row]
+    assert len(resumed) == 1 and straight[3]["actor/grad_norm"] > 0
+    for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm"):
+        assert resumed[0][key] == pytest.approx(straight[3][key], rel=1e-4, abs=1e-6), key
 
 
 def test_model_merger_matches_checkpoint_and_loads_in_vllm(workspace):
