@@ -669,7 +669,8 @@ def _kernel_calls(body: str) -> str:
 @pytest.mark.skipif(os.uname().machine not in NR, reason="system call numbers known for x86_64 and aarch64 only")
 def test_machine_wide_channels_are_closed() -> None:
     """fanotify, dnotify (F_NOTIFY) and leases on the shared read-only files, and the machine-wide counters of
-    /proc/sys (AIO events, ptys): a concurrent run's activity could be read from each. All refused or hidden."""
+    /proc/sys (AIO events, ptys): a concurrent run's activity could be read from each. All refused or hidden; and no
+    pty can be taken (each counts against the machine's limit, which no cgroup charges)."""
     program = _kernel_calls(
         """
         attempt("fanotify_init", lambda: syscall(NR["fanotify_init"], 0, 0))
@@ -680,6 +681,7 @@ def test_machine_wide_channels_are_closed() -> None:
         for counter in ("/proc/sys/fs/aio-nr", "/proc/sys/kernel/pty/nr", "/proc/sys/fs/inode-nr"):
             attempt(counter, lambda: len(open(counter).read()))
         attempt("listing /proc/sys", lambda: len(os.listdir("/proc/sys")) or -1)
+        attempt("openpty", lambda: os.openpty() and None)
         print("took", took)
         """
     )

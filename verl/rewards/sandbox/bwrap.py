@@ -123,7 +123,9 @@ def command(bwrap: str, scratch: str, privileged: bool, tmpfs_bytes: int, seccom
     for path in covered:
         argv += ["--tmpfs", path, "--remount-ro", path]
     # /proc/sys hidden: its counters (AIO events, ptys, ...) are machine-wide, a channel between concurrent runs.
+    # No ptys: each one a program opens counts against the machine's limit (kernel/pty/max), which no cgroup charges.
     argv += ["--proc", "/proc", "--tmpfs", "/proc/sys", "--remount-ro", "/proc/sys", "--dev", "/dev"]
+    argv += ["--ro-bind", "/dev/null", "/dev/pts/ptmx"]
     for path in ("/tmp", "/dev/shm", WORKDIR):
         argv += ["--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", path]
         made.add(path)
