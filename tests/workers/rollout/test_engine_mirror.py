@@ -42,22 +42,44 @@ class _Recorder:
         return []
 
 
-def _script(leader) -> None:
+class _Loop:
+    """The first process's request loop as far as the mirror sees it (RequestLoop's `_add`, `suspend`, `step`):
+    each engine call recorded for the peers, then made on its own engine with its own rendering."""
+
+    def __init__(self, engine, render, leader) -> None:
+        self.engine, self.render, self.leader = engine, render, leader
+
+    def add(self, request_id, prompt, params, lora_request=None):
+        self.leader.record("add", request_id, prompt, params, lora_request is not None)
+        self.engine.add_request(request_id, self.render(prompt), params, lora_request=lora_request)
+
+    def abort(self, request_ids):
+        self.leader.record("abort_request", request_ids)
+        self.engine.abort_request(request_ids)
+
+    def step(self):
+        self.leader.send("step")
+        self.engine.step()
+
+
+def _script(loop) -> None:
     """The first process's side: a call with two steps and work between them, then a failed call, then STOP."""
-    leader.add_request("r0", {"prompt_token_ids": [1, 2]}, {"max_tokens": 3})
-    leader.add_request("r1", {"prompt_token_ids": [3]}, {"max_tokens": 1}, lora_request="adapter")
-    group_tokens = [5, 6]  # a group's n requests share their prompt's token list: rendered once
-    leader.add_request("g0", {"prompt_token_ids": group_tokens}, {"seed": 0})
-    leader.add_request("g1", {"prompt_token_ids": group_tokens}, {"seed": 1})
-    leader.step()
-    leader.send("load", 7)
-    leader.abort_request(["r0"])
-    leader.step()
-    leader.end({"batch": "rows"})
-    leader.add_request("r2", {"prompt_token_ids": [4]}, {"max_tokens": 2})
-    leader.end(error=KeyError("no tool"))
-    leader.send("noop")
-    leader.send("unheard of")
+    loop.add("r0", {"prompt_token_ids": [1, 2]}, {"max_tokens": 3})
+    loop.add("r1", {"prompt_token_ids": [3]}, {"max_tokens": 1}, lora_request="adapter")
+    group_prompt = {"prompt_token_ids": [5, 6]}  # a group's requests are recorded with one prompt: rendered once
+    loop.engine.add_request("g0", ("rendered", (5, 6)), {"seed": 0}, lora_request=None)
+    loop.leader.record("add", "g0", group_prompt, {"seed": 0}, False)
+    loop.engine.add_request("g1", ("rendered", (5, 6)), {"seed": 1}, lora_request=None)
+    loop.leader.record("add", "g1", group_prompt, {"seed": 1}, False)
+    loop.step()
+    loop.leader.send("load", 7)
+    loop.abort(["r0"])
+    loop.step()
+    loop.leader.end({"batch": "rows"})
+    loop.add("r2", {"prompt_token_ids": [4]}, {"max_tokens": 2})
+    loop.leader.end(error=KeyError("no tool"))
+    loop.leader.send("noop")
+    loop.leader.send("unheard of")
 
 
 def _member(rank: int, world_size: int, port: int) -> None:
@@ -76,8 +98,8 @@ def _member(rank: int, world_size: int, port: int) -> None:
         return ("rendered", tuple(prompt["prompt_token_ids"]))
 
     if rank == 0:
-        _script(EngineLeader(engine, render, group))
-        EngineLeader(engine, render, group).send(STOP)
+        _script(_Loop(engine, render, EngineLeader(group)))
+        EngineLeader(group).send(STOP)
         calls = engine.calls
     else:
         loads = []
@@ -104,7 +126,8 @@ def _member(rank: int, world_size: int, port: int) -> None:
         ("step",),
         ("add", "r2", ("rendered", (4,)), {"max_tokens": 2}, None),
     ]
-    assert renders == [(1, 2), (3,), (5, 6), (4,)]  # the group's prompt once, on both processes
+    if rank == 1:
+        assert renders == [(1, 2), (3,), (5, 6), (4,)]  # the peer renders the group's shared prompt once
     dist.barrier()
     dist.destroy_process_group()  # both ranks' gloo groups end together (one left alive at exit may abort)
 

@@ -17,8 +17,8 @@ repeat its engine calls.
 The processes of a tensor-parallel engine must add, abort and step the same requests in the same order, or vLLM's
 collectives mismatch, and their calls come at different moments: an episode's next turn is ready when its
 environment says so, a rollout pool's admissions, weight loads and validation calls reach each process on its own.
-So the group's first process runs the request loop and the environments (`EngineLeader`, the engine as its loop
-sees it). Before each engine step it sends the peers the engine calls made since the last step, and any other
+So the group's first process runs the request loop and the environments; the loop records its engine calls in an
+`EngineLeader`. Before each engine step it sends the peers the engine calls made since the last step, and any other
 engine work (a weight load, a validation call) at the point between two steps where it does its own. The peers
 (`follow`) only repeat those calls and run their own copy of that work; they get a call's result at its end. The
 messages travel on the tensor-parallel group's gloo group, one per engine step.
@@ -40,9 +40,10 @@ class PeerStopped(RuntimeError):
 
 
 class _RenderOnce:
-    """`render` run once for the requests that share a prompt, as `LLM.generate` renders a prompt once for its n
-    samples (rendering a prompt with images runs the model's processor). A group's n requests share their prompt's
-    token list, on the first process and, since a broadcast message is pickled as one object, on its peers too."""
+    """A peer's `render`, run once for the requests that share a prompt, as the first process's request loop renders
+    a group's prompt once for its n samples (rendering a prompt with images runs the model's processor). A group's
+    requests are recorded with one prompt object, and a broadcast message is pickled as one object, so they arrive
+    sharing it."""
 
     def __init__(self, render: Callable[[dict[str, Any]], Any]) -> None:
         self.render = render
@@ -51,7 +52,7 @@ class _RenderOnce:
 
     def __call__(self, prompt: dict[str, Any]) -> Any:
         tokens = prompt.get("prompt_token_ids")
-        if tokens is None or tokens is not self._tokens:
+        if tokens is None or tokens is not self._tokens:  # the prompt's token list: the group's requests share it
             self._tokens, self._rendered = tokens, self.render(prompt)
         return dict(self._rendered) if isinstance(self._rendered, dict) else self._rendered
 
@@ -63,37 +64,20 @@ def _broadcast(message: Any, group: Any, src: int) -> Any:
 
 
 class EngineLeader:
-    """The engine as the request loop sees it (`.llm_engine`) on the group's first process: every call goes to the
-    real engine and is recorded; `step` first sends the calls recorded since the last step to the peers.
-
-    Requests are recorded with their prompt before rendering (`render` makes the engine input; each peer renders its
+    """The group's first process's side: the request loop (`RequestLoop.mirror`) records each engine call it makes
+    here; `send` passes the calls recorded so far to the peers, with what they run next (an engine step, a weight
+    load, a validation call, STOP). Requests are recorded with their prompt before rendering (each peer renders its
     own copy) and with whether they carry the LoRA adapter (each peer adds its own, the same adapter)."""
 
-    def __init__(self, llm: Any, render: Callable[[dict[str, Any]], Any], group: Any) -> None:
-        self.engine = llm.llm_engine
-        self.render = _RenderOnce(render)
+    def __init__(self, group: Any) -> None:
         self.group = group
         self.src = dist.get_global_rank(group, 0)
         self._calls: list[tuple[Any, ...]] = []
 
-    @property
-    def llm_engine(self) -> "EngineLeader":
-        return self
-
-    def add_request(self, request_id: str, prompt: dict[str, Any], params: Any, lora_request: Any = None) -> None:
-        self._calls.append(("add", request_id, prompt, params, lora_request is not None))
-        self.engine.add_request(request_id, self.render(prompt), params, lora_request=lora_request)
-
-    def abort_request(self, request_ids: list[str]) -> None:
-        self._calls.append(("abort_request", list(request_ids)))
-        self.engine.abort_request(list(request_ids))
-
-    def has_unfinished_requests(self) -> bool:
-        return self.engine.has_unfinished_requests()
-
-    def step(self) -> list[Any]:
-        self.send("step")
-        return self.engine.step()
+    def record(self, *call: Any) -> None:
+        """An engine call the first process made: ("add", request_id, prompt, params, with_lora) or
+        ("abort_request", request_ids)."""
+        self._calls.append(call)
 
     def send(self, kind: str, *args: Any) -> None:
         """Have the peers run their handler for `kind` (see `follow`) at this point between two engine steps, after

@@ -134,11 +134,16 @@ class RequestLoop:
     `step` is the one place in the project that steps an engine.
     """
 
-    def __init__(self, llm: Any, render: Callable[[dict[str, Any]], Any], name: str = "loop") -> None:
+    def __init__(
+        self, llm: Any, render: Callable[[dict[str, Any]], Any], name: str = "loop", mirror: Any = None
+    ) -> None:
         self.llm = llm
         self.render = render
         self.name = name
         """Prefixes its request ids: loops that share an engine never reuse one another's ids."""
+        self.mirror = mirror
+        """A tensor-parallel engine's first process: the `engine_mirror.EngineLeader` that records each engine call
+        for the engine's other processes to repeat."""
         self.turns: Any = None
         """Multi-turn episodes: a `multi_turn.EpisodeTurns` or `client_episodes.ClientTurns` (set by the rollout when
         it has an environment)."""
@@ -294,7 +299,6 @@ class RequestLoop:
     def submit(self, version: int, make_params: Callable[[int, int | None], Any]) -> int:
         """Add every unfinished sample that is not running to the engine, continuing from its tokens (the prefix is
         prefilled under the current weights); returns how many were added."""
-        engine = self.llm.llm_engine
         running = {id(sample) for _, sample in self.active.values()}
         added = 0
         for group in self.groups.values():
@@ -308,10 +312,7 @@ class RequestLoop:
                     if sample.tokens:
                         sample.resumed += 1
                     prompt, max_tokens, seed = self.turns.request(group, sample)
-                    engine.add_request(
-                        request_id, self.render(prompt), make_params(max_tokens, seed), lora_request=self.lora_request
-                    )
-                    self.active[request_id] = (group, sample)
+                    self._add(request_id, prompt, self.render(prompt), make_params(max_tokens, seed), group, sample)
                     added += 1
                     continue
                 if sample.tokens:  # continue from its tokens: the prefix is prefilled under the new weights
@@ -320,18 +321,29 @@ class RequestLoop:
                     sample.resumed += 1
                     engine_input = self.render(prompt)
                 else:
+                    prompt = group.prompt  # one object for the group's requests: the peers render it once too
                     if group.rendered is None:
                         group.rendered = self.render(dict(group.prompt))
                     engine_input = dict(group.rendered)
                 seed = sample.seed if not sample.tokens else resume_seed(sample.seed, len(sample.tokens))
                 params = make_params(group.budget - len(sample.tokens), seed)
-                engine.add_request(request_id, engine_input, params, lora_request=self.lora_request)
-                self.active[request_id] = (group, sample)
+                self._add(request_id, prompt, engine_input, params, group, sample)
                 added += 1
         return added
 
+    def _add(
+        self, request_id: str, prompt: dict[str, Any], engine_input: Any, params: Any, group: Group, sample: Sample
+    ) -> None:
+        """Add one request to the engine (and record it for a mirror's peers, which render `prompt` themselves)."""
+        if self.mirror is not None:
+            self.mirror.record("add", request_id, prompt, params, self.lora_request is not None)
+        self.llm.llm_engine.add_request(request_id, engine_input, params, lora_request=self.lora_request)
+        self.active[request_id] = (group, sample)
+
     def step(self, version: int = 0) -> bool:
         """One engine step, its outputs recorded under policy `version`; whether a group became complete."""
+        if self.mirror is not None:  # the peers step with it, after the calls recorded since the last step
+            self.mirror.send("step")
         outputs = self.llm.llm_engine.step()
         with self.lock:
             return self.record(outputs, version)
@@ -366,5 +378,7 @@ class RequestLoop:
     def suspend(self) -> None:
         """Abort the engine's requests; their samples keep their tokens and continue at the next `submit`."""
         if self.active:
+            if self.mirror is not None:
+                self.mirror.record("abort_request", list(self.active))
             self.llm.llm_engine.abort_request(list(self.active))
         self.active.clear()

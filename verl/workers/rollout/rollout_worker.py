@@ -340,7 +340,7 @@ class RolloutWorker(Worker):
 
     def _engine_loop(self) -> None:
         loop = self.rollout.request_loop
-        engine = loop.llm.llm_engine  # a tensor-parallel engine's first process: the engine_mirror leader
+        engine = loop.llm.llm_engine
         leader = self.rollout.engine_leader
         turns = loop.turns  # multi-turn episodes: environment steps run beside the engine
 

@@ -412,9 +412,9 @@ class VLLMRollout:
         """A tensor-parallel engine's other processes: they repeat the first process's engine calls."""
         tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
         if tp_size > 1 and tp_rank == 0:
-            self.engine_leader = EngineLeader(self.inference_engine, render, tp_group)
-            self.request_loop = RequestLoop(self.engine_leader, lambda prompt: prompt, "async")  # the leader renders
-            self.call_loop = RequestLoop(self.engine_leader, lambda prompt: prompt, "call")
+            self.engine_leader = EngineLeader(tp_group)
+            self.request_loop = RequestLoop(self.inference_engine, render, "async", mirror=self.engine_leader)
+            self.call_loop = RequestLoop(self.inference_engine, render, "call", mirror=self.engine_leader)
         self.follows = tp_size > 1 and tp_rank > 0
         self.lora_request = None
 
