@@ -21,6 +21,7 @@ import datasets
 import numpy as np
 import pytest
 import torch
+from families import FAMILIES, vl_kinds
 from media_files import write_video
 from PIL import Image
 
@@ -42,10 +43,7 @@ PIXELS = {"min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 16}
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("tiny_models"))
-    return {
-        kind: get_or_build_tiny_model(kind, root)
-        for kind in ("qwen2", "qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_5")
-    }
+    return {kind: get_or_build_tiny_model(kind, root) for kind in ("qwen2", *vl_kinds("processor"))}
 
 
 @pytest.fixture(scope="module")
@@ -53,19 +51,13 @@ def text_tokenizer(model_dirs):
     return get_tokenizer(model_dirs["qwen2"])
 
 
-@pytest.fixture(scope="module", params=["qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_5"])
+@pytest.fixture(scope="module", params=vl_kinds("processor"))
 def vl(request, model_dirs):
     """(kind, tokenizer, processor, model) of a tiny VLM; the model is only used for its own get_rope_index."""
     import transformers
 
     path = model_dirs[request.param]
-    model_class = {
-        "qwen2_5_vl": transformers.Qwen2_5_VLForConditionalGeneration,
-        "qwen2_vl": transformers.Qwen2VLForConditionalGeneration,
-        "qwen3_vl": transformers.Qwen3VLForConditionalGeneration,
-        "qwen3_5": transformers.Qwen3_5ForConditionalGeneration,  # Qwen3-VL's processor, its own rope index class
-    }[request.param]
-    model = model_class.from_pretrained(path)
+    model = getattr(transformers, FAMILIES[request.param].hf_class).from_pretrained(path)
     return request.param, get_tokenizer(path), get_processor(path), model
 
 

@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from families import vl_kinds
 from PIL import Image
 from transformers import (
     AttentionInterface,
@@ -361,7 +362,7 @@ def _vl_batch(model: torch.nn.Module, processor, prompt_len: int = 48, response_
     return input_ids, attention_mask, position_ids, dict(vision)
 
 
-@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen3_vl"])
+@pytest.mark.parametrize("kind", vl_kinds("packed"))
 def test_vl_packed_forward_equals_padded_sdpa(model_root: str, packed_calls: list[int], kind: str) -> None:
     path = get_or_build_tiny_model(kind, model_root)
     processor = AutoProcessor.from_pretrained(path)

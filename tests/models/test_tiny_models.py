@@ -27,6 +27,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from families import vl_kinds
 from PIL import Image
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 
@@ -268,7 +269,7 @@ def test_get_or_build_reuses_the_cached_dir_and_replaces_a_stale_one(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- vision-language models
-@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_5"])
+@pytest.mark.parametrize("kind", vl_kinds("processor"))
 def test_vl_processor_expands_images_as_the_model_config_says(kind, tiny_cache):
     model_dir = get_or_build_tiny_model(kind, tiny_cache)
     processor = AutoProcessor.from_pretrained(model_dir)  # the standard path (needs the torchvision shim on CPU)
@@ -300,7 +301,7 @@ def test_vl_processor_expands_images_as_the_model_config_says(kind, tiny_cache):
     assert generated.shape == (3, inputs["input_ids"].shape[1] + 4)
 
 
-@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen2_vl", "qwen3_vl"])
+@pytest.mark.parametrize("kind", vl_kinds("video"))
 def test_vl_processor_handles_video(kind, tiny_cache):
     model_dir = get_or_build_tiny_model(kind, tiny_cache)
     processor = AutoProcessor.from_pretrained(model_dir)
@@ -394,7 +395,7 @@ def test_vllm_chat_uses_the_template_and_stops_at_im_end(engine):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["qwen2_5_vl", "qwen2_vl", "qwen3_vl"], indirect=True)
+@pytest.mark.parametrize("engine", vl_kinds("engine"), indirect=True)
 def test_vllm_generates_with_an_image_like_hf(engine):
     model_dir, llm = engine.model_dir, engine.llm
     processor = AutoProcessor.from_pretrained(model_dir)

@@ -24,6 +24,7 @@ import pathlib
 import re
 
 import pytest
+from families import FAMILIES, vl_kinds
 
 from tests.repo_files import load_repo_file
 from verl.models.tiny_models import CHAT_TEMPLATE, get_or_build_tiny_model
@@ -226,17 +227,13 @@ def test_mixture_of_experts_checkpoint_merges_and_loads_in_vllm(workspace):
     del llm
 
 
-VL_PIXELS = {"qwen2_5_vl": 3136, "qwen3_vl": 4096, "qwen3_5": 4096, "qwen3_5_moe": 4096}
-"""Image area of each tiny VL kind in these runs: 4 image tokens (56 x 56 with 14-pixel patches, 64 x 64 with 16)."""
-
-
 def vl_data(root, name: str, kind: str = "qwen2_5_vl") -> tuple[str, str]:
     """(data directory, tiny VL model): the CPU quickstart's shape-counting rows, 8 train and 4 val."""
     make_data = load_repo_file("examples/cpu_quickstart/make_data.py", "quickstart_make_data")
     data_dir = str(root / name)
     make_data.write_split(data_dir, "train", 8, seed=0)
     make_data.write_split(data_dir, "val", 4, seed=1)
-    pixels = VL_PIXELS[kind]
+    pixels = FAMILIES[kind].pixels
     return data_dir, get_or_build_tiny_model(kind, str(root / "models"), min_pixels=pixels, max_pixels=pixels)
 
 
@@ -255,13 +252,13 @@ def vl_args(workspace, kind: str, name: str, reward_function: str, *extra: str) 
     return args + [
         "data.prompt_key=problem",
         f"data.image_dir={data_dir}/images",
-        f"data.min_pixels={VL_PIXELS[kind]}",
-        f"data.max_pixels={VL_PIXELS[kind]}",
+        f"data.min_pixels={FAMILIES[kind].pixels}",
+        f"data.max_pixels={FAMILIES[kind].pixels}",
         "worker.rollout.limit_images=1",
     ]
 
 
-@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen3_vl", "qwen3_5", "qwen3_5_moe"])
+@pytest.mark.parametrize("kind", vl_kinds("grpo"))
 def test_grpo_vl_run_with_images(workspace, kind):
     """qwen3_5, qwen3_5_moe: Qwen3.5's Gated DeltaNet hybrid, dense and MoE, its engine in bf16 on the CPU (the weight
     check's 16-bit tolerance)."""

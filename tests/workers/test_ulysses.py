@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
+from families import vl_kinds
 from fsdp_testing import init_rank, make_text_batch, reference_outputs, spawn
 from test_dp_actor import TEMPERATURE, actor_config, recording_optimizer, reference_grads
 
@@ -154,7 +155,7 @@ def _run_vl(rank: int, world_size: int, port: int, model_dir: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen3_vl"])  # Qwen3-VL: deepstack features split with the row
+@pytest.mark.parametrize("kind", vl_kinds("ulysses"))  # Qwen3-VL: deepstack features split with the row
 def test_ulysses_vl_two_ranks_equal_one_process(tmp_path, kind):
     spawn(_run_vl, WORLD_SIZE, get_or_build_tiny_model(kind, str(tmp_path / "models")))
 

@@ -18,6 +18,7 @@ trained on the prompt it generated from."""
 import os
 
 import pytest
+from families import vl_kinds
 from media_files import write_video
 
 from verl.models.tiny_models import get_or_build_tiny_model
@@ -26,7 +27,7 @@ from verl.models.tiny_models import get_or_build_tiny_model
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 
-@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen3_vl", "qwen3_5"])
+@pytest.mark.parametrize("kind", vl_kinds("engine_video"))
 def test_the_engine_expands_a_video_prompt_as_the_dataset_does(kind, tmp_path):
     from vllm import SamplingParams
 

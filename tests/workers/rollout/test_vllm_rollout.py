@@ -30,6 +30,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from families import vl_kinds
 
 from verl.workers.rollout.request_loop import RolloutRequest
 
@@ -425,6 +426,6 @@ def _vl_worker(rank: int, port: int, model_dir: str) -> None:
     manager.release()
 
 
-@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen3_vl"])
+@pytest.mark.parametrize("kind", vl_kinds("hybrid_engine"))
 def test_vl_rollout_hybrid_engine(model_root: str, kind: str) -> None:
     _spawn(_vl_worker, _model_dir(kind, model_root))

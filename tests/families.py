@@ -1,0 +1,95 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The vision-language families the tests check, one row each: every family test parametrizes over `vl_kinds(check)`,
+so a family added here gets every check its row claims, and a check it cannot pass is a False with the reason."""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Family:
+    kind: str
+    """Tiny model kind (verl.models.tiny_models)."""
+    pixels: int
+    """Image area the runs use: a few image tokens (e.g. 56 x 56 with 14-pixel patches, 64 x 64 with 16)."""
+    hf_class: str
+    """transformers class of the whole model (image-text-to-text)."""
+    processor: bool = True
+    """The processor expands an image as the model config says, and the dataset's rows (position ids) match the
+    model's own (test_tiny_models, test_dataset)."""
+    video: bool = True
+    """The processor and the model take a video (test_tiny_models)."""
+    engine: bool = True
+    """The vLLM CPU engine greedy-decodes an image prompt as transformers does (test_tiny_models)."""
+    engine_video: bool = True
+    """The engine expands a video prompt as the dataset does (test_video_prompts)."""
+    packed: bool = True
+    """The packed (varlen) forward with images equals the padded one (test_packed_attention)."""
+    ulysses: bool = True
+    """Ulysses sequence parallelism on two ranks equals one process (test_ulysses)."""
+    hybrid_engine: bool = True
+    """The FSDP actor's weights synced into a vLLM engine give the actor's log-probs with images (test_vllm_rollout)."""
+    grpo: bool = True
+    """A two-step GRPO run with images, checkpointed, rollouts dumped (test_e2e)."""
+
+
+FAMILIES: dict[str, Family] = {
+    family.kind: family
+    for family in (
+        Family("qwen2_5_vl", 3136, "Qwen2_5_VLForConditionalGeneration"),
+        Family("qwen3_vl", 4096, "Qwen3VLForConditionalGeneration"),
+        # Qwen2-VL: the slow checks run on Qwen2.5-VL, its successor with the same text model and rope index.
+        Family(
+            "qwen2_vl",
+            3136,
+            "Qwen2VLForConditionalGeneration",
+            engine_video=False,
+            packed=False,
+            ulysses=False,
+            hybrid_engine=False,
+            grpo=False,
+        ),
+        # Qwen3.5: the Gated DeltaNet hybrid with Qwen3-VL's processor. Its CPU engine runs in bf16, so greedy tokens
+        # are not compared with fp32 transformers (the GRPO run checks the log-probs at every sync instead); its
+        # packed forward is checked in test_gated_deltanet; Ulysses is refused at validation (the recurrence needs
+        # the whole row).
+        Family(
+            "qwen3_5",
+            4096,
+            "Qwen3_5ForConditionalGeneration",
+            video=False,
+            engine=False,
+            packed=False,
+            ulysses=False,
+            hybrid_engine=False,
+        ),
+        Family(
+            "qwen3_5_moe",
+            4096,
+            "Qwen3_5MoeForConditionalGeneration",
+            processor=False,  # Qwen3.5's processor, checked on qwen3_5
+            video=False,
+            engine=False,
+            engine_video=False,
+            packed=False,
+            ulysses=False,
+            hybrid_engine=False,
+        ),
+    )
+}
+
+
+def vl_kinds(check: str) -> list[str]:
+    """The kinds whose row has `check` (a Family field) true."""
+    return [kind for kind, family in FAMILIES.items() if getattr(family, check)]
