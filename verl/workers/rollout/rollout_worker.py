@@ -28,9 +28,7 @@ loads and validation calls (verl/workers/rollout/engine_mirror.py), so the peers
 """
 
 import contextlib
-import logging
 import os
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -47,16 +45,13 @@ from verl.single_controller.base.worker import Worker
 from verl.utils import device as device_utils
 from verl.workers.config import WorkerConfig
 from verl.workers.rollout.engine_mirror import STOP, follow
+from verl.workers.rollout.engine_thread import EngineThread
 from verl.workers.rollout.request_loop import RolloutRequest
 from verl.workers.weight_sync import sinks
 
 
-logger = logging.getLogger(__name__)
-
 _POLL_S = 1.0
 """How often a waiting call checks that the engine thread is still alive."""
-_ENV_WAIT_S = 0.05
-"""With only environment steps running, how long the engine thread waits for one before looking again."""
 _HEARTBEAT_S = 30.0
 """A tensor-parallel engine's idle first process tells its peers it is alive this often (a follower waiting in a
 collective longer than the process group's timeout would fail)."""
@@ -74,15 +69,10 @@ class RolloutWorker(Worker):
         self.transfer_group: Any = None
         self.version: int | None = None
         """Weight updates the engine's weights carry; None until the first weights arrive."""
-        self._cond = threading.Condition()
-        self._tasks: list[tuple[Callable[[], Any], Future]] = []
+        self.engine: EngineThread | None = None
+        """The thread that owns the engine: steps it (or, a tensor-parallel peer, follows its first process)."""
         self._submit_needed = False
-        self._stop = False
-        self._idle = True
-        self._error: BaseException | None = None
-        self._busy_s = 0.0
         self._window_start = time.perf_counter()
-        self._thread: threading.Thread | None = None
         self._taken_version: tuple[int, int] | None = None  # the RolloutRequest.batch_key of the last batch taken
         self.tp_rank, self.tp_size = 0, 1
         self.data_group: Any = None
@@ -119,9 +109,17 @@ class RolloutWorker(Worker):
                 group = dist.new_group(list(range(first, first + tp_size)), backend="gloo")
                 if first <= dist.get_rank() < first + tp_size:
                     self.data_group = group
-        target = self._follow_loop if self.rollout.follows else self._engine_loop
-        self._thread = threading.Thread(target=target, name="rollout-engine", daemon=True)
-        self._thread.start()
+        leader = self.rollout.engine_leader
+        self.engine = EngineThread(
+            self.rollout.request_loop,
+            prepare=self._prepare_step,
+            has_work=lambda: (self._submit_needed and self.version is not None) or self._env_pending(),
+            on_idle=None if leader is None else lambda: leader.send("noop"),
+            idle_s=_HEARTBEAT_S,
+            on_stop=self._end_peers,
+            name="rollout-engine",
+        )
+        self.engine.start(self._follow_loop if self.rollout.follows else None)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_weight_transfer(self, host: str, port: int, world_size: int, backend: str) -> str:
@@ -153,22 +151,15 @@ class RolloutWorker(Worker):
 
         def load(weights: list[Any] = weights) -> float:
             paused = time.perf_counter()
-            self.rollout.request_loop.suspend()  # the running samples continue from their tokens after the load
+            self._suspend()  # the running samples continue from their tokens after the load
             if self.rollout.engine_leader is not None:  # the peers load their own copy at this same point
                 self.rollout.engine_leader.send("load")
             sinks.EngineLoader(self.rollout.inference_engine).load(iter(weights))
             vllm_compat.reset_caches_after_weight_update(self.rollout.inference_engine)
-            self.version = version
+            self.version = self.engine.version = version
             return time.perf_counter() - paused
 
-        if self.rollout.follows:  # the follower thread loads them when the first process does
-            loaded: Future = Future()
-            with self._cond:
-                self._weights = (load, loaded)
-                self._cond.notify_all()
-            pause = self._wait(loaded)
-        else:
-            pause = self._in_engine_thread(load)
+        pause = self._on_engine_thread(load, "_weights")
         return {
             "timing_s/sync_weights_receive": received - start,
             "timing_s/sync_weights_load": pause,
@@ -180,11 +171,8 @@ class RolloutWorker(Worker):
     def close_rollout_envs(self) -> None:
         """Stop the engine thread, then end what the environment's episodes share (`VLLMRollout.close_envs`): at the
         end of a run, before the process is killed, so that no tool server outlives it."""
-        with self._cond:
-            self._stop = True
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout=30)  # a follower's thread ends with its first process's STOP
+        if self.engine is not None:
+            self.engine.stop()  # a follower's thread ends with its first process's STOP
         if getattr(self, "rollout", None) is not None:
             self.rollout.close_envs()
 
@@ -192,12 +180,12 @@ class RolloutWorker(Worker):
 
     def generate_calls(self) -> int:
         """Admissions so far: the requests' seeds follow this count (saved with the trainer's checkpoints)."""
-        with self._cond:
+        with self.engine.cond:
             return self.rollout.generate_calls
 
     def restore_generate_calls(self, per_rank: list[int]) -> None:
         """A resumed run's count, this rank's entry of `per_rank`."""
-        with self._cond:
+        with self.engine.cond:
             self.rollout.generate_calls = int(per_rank[dist.get_rank()])
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_METRIC)
@@ -211,16 +199,16 @@ class RolloutWorker(Worker):
             parts: list[Any] = [None] * self.tp_size
             dist.all_gather_object(parts, prompts, group=self.data_group)
             if self.rollout.follows:
-                with self._cond:
-                    self._raise_if_failed()
+                with self.engine.cond:
+                    self.engine.raise_if_failed()
                     self.rollout.generate_calls += 1  # the seeds' count, saved with checkpoints, as the first's
                     return 0
             prompts = DataProto.concat(parts)
-        with self._cond:
-            self._raise_if_failed()
+        with self.engine.cond:
+            self.engine.raise_if_failed()
             self.rollout.admit(prompts, request.version, budget, dist.get_rank(), self.n, self.greedy)
             self._submit_needed = True
-            self._cond.notify_all()
+            self.engine.cond.notify_all()
             return self.rollout.request_loop.in_flight
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -264,8 +252,8 @@ class RolloutWorker(Worker):
         width = self.rollout.call_response_length(request)
         take = self._taken_version != request.batch_key
         deadline = time.monotonic() + (wait_s if take else 0.0)  # a rank whose batch is taken answers at once
-        with self._cond:
-            self._raise_if_failed()
+        with self.engine.cond:
+            self.engine.raise_if_failed()
             if take:
                 loop.check_quota(quota, version, max_staleness)
             while True:
@@ -273,22 +261,22 @@ class RolloutWorker(Worker):
                 left = deadline - time.monotonic()
                 if picked is not None or (stream and loop.has_newly_complete()) or left <= 0:
                     break
-                if take and self._idle and not self._tasks and not self._submit_needed:
+                if take and self.engine.idle and not self._submit_needed:
                     raise RuntimeError(
                         f"The rollout engine is idle with {loop.in_flight} groups in flight and cannot complete "
                         f"{quota} of them; this is a bug in the admission."
                     )
-                self._cond.wait(min(left, _POLL_S))
-                self._raise_if_failed()
+                self.engine.cond.wait(min(left, _POLL_S))
+                self.engine.raise_if_failed()
             groups = loop.pop(picked) if picked is not None else None
             fresh = loop.newly_complete(groups) if stream else []
             metrics: dict[str, float] = {}
             if groups is not None:
                 self._taken_version = request.batch_key
                 now = time.perf_counter()
-                metrics["async/engine_busy_share"] = self._busy_s / max(now - self._window_start, 1e-9)
+                metrics["async/engine_busy_share"] = self.engine.busy_s / max(now - self._window_start, 1e-9)
                 metrics["async/in_flight_groups"] = float(loop.in_flight)
-                self._busy_s, self._window_start = 0.0, now
+                self.engine.busy_s, self._window_start = 0.0, now
         return {
             "batch": None if groups is None else self.rollout.groups_to_rollout(groups, self.n, width),
             "complete": self.rollout.groups_to_rollout(fresh, self.n, width) if fresh else None,
@@ -301,112 +289,61 @@ class RolloutWorker(Worker):
         continue after it."""
 
         def generate() -> DataProto:
-            self.rollout.request_loop.suspend()
+            self._suspend()
             if self.rollout.engine_leader is not None:  # the peers make the same (collective) call at this point
                 self.rollout.engine_leader.send("generate")
             return self.rollout.generate_sequences(prompts, request)
 
-        if self.rollout.follows:  # the follower thread makes the call when the first process does
-            output: Future = Future()
-            with self._cond:
-                self._validation = (generate, output)
-                self._cond.notify_all()
-            return self._wait(output)
-        return self._in_engine_thread(generate)
+        return self._on_engine_thread(generate, "_validation")
 
     # ------------------------------------------------------------------------------------------------ engine thread
 
-    def _raise_if_failed(self) -> None:
-        if self._error is not None:
-            raise RuntimeError(f"The rollout engine's thread failed: {self._error!r}") from self._error
+    def _on_engine_thread(self, fn: Callable[[], Any], slot: str) -> Any:
+        """Run `fn` on the engine thread between two engine steps; a follower's thread runs it (posted in `slot`)
+        when the first process runs its own, so that the peers' engines make the same calls at the same point."""
+        if not self.rollout.follows:
+            return self.engine.call(fn)
+        result: Future = Future()
+        with self.engine.cond:
+            setattr(self, slot, (fn, result))
+            self.engine.cond.notify_all()
+        return self.engine.wait(result)
 
-    def _wait(self, future: Future) -> Any:
-        """`future`'s result, failing as soon as the engine thread has failed."""
-        while True:
-            try:
-                return future.result(timeout=_POLL_S)
-            except TimeoutError:
-                with self._cond:
-                    self._raise_if_failed()
+    def _suspend(self) -> None:
+        """Stop the running requests (on the engine thread); the next step submits them again from their tokens."""
+        self.rollout.request_loop.suspend()
+        self._submit_needed = True
 
-    def _in_engine_thread(self, fn: Callable[[], Any]) -> Any:
-        """Run `fn` in the engine thread between two engine steps; its result (or its exception)."""
-        future: Future = Future()
-        with self._cond:
-            self._raise_if_failed()
-            self._tasks.append((fn, future))
-            self._cond.notify_all()
-        return self._wait(future)
-
-    def _engine_loop(self) -> None:
+    def _prepare_step(self) -> bool:
+        """Before each engine step (under the engine's lock; admissions on other threads add episodes): poll the
+        environment steps, submit what was admitted or is ready for its next turn; whether only environment steps
+        are running."""
         loop = self.rollout.request_loop
-        engine = loop.llm.llm_engine
+        turns = loop.turns
+        if turns is not None:
+            completed, ready = turns.poll()
+            self._submit_needed = self._submit_needed or ready
+            if completed:
+                self.engine.cond.notify_all()
+        if self._submit_needed and self.version is not None:
+            loop.submit(self.version, self.make_params)
+            self._submit_needed = False
+        return self._env_pending()
+
+    def _env_pending(self) -> bool:
+        turns = self.rollout.request_loop.turns
+        return turns is not None and turns.pending > 0
+
+    def _end_peers(self, error: BaseException | None) -> None:
+        """The engine thread stops: a tensor-parallel first process tells its peers (they wait for its next call)."""
         leader = self.rollout.engine_leader
-        turns = loop.turns  # multi-turn episodes: environment steps run beside the engine
-
-        def env_pending() -> bool:
-            return turns is not None and turns.pending > 0
-
-        loop.lock = self._cond  # the driver's calls read the groups the engine thread records
-        try:
-            while True:
-                heartbeat = False
-                with self._cond:
-                    while (
-                        not (self._stop or self._tasks or self._submit_needed or engine.has_unfinished_requests())
-                        and not env_pending()
-                    ):
-                        self._idle = True
-                        self._cond.notify_all()
-                        if not self._cond.wait(_HEARTBEAT_S) and leader is not None:
-                            heartbeat = True
-                            break
-                    self._idle = False
-                    if self._stop:
-                        if leader is not None:
-                            leader.send(STOP)
-                        return
-                    if not heartbeat:  # else the work that may have come meanwhile waits for the next round
-                        tasks, self._tasks = self._tasks, []
-                if heartbeat:
-                    leader.send("noop")
-                    continue
-                for fn, future in tasks:
-                    try:
-                        future.set_result(fn())
-                    except BaseException as err:  # the caller gets it; the loop goes on
-                        future.set_exception(err)
-                with self._cond:  # admissions (another thread) add episodes: the hooks run under the lock
-                    if turns is not None:
-                        completed, ready = turns.poll()
-                        self._submit_needed = self._submit_needed or ready
-                        if completed:
-                            self._cond.notify_all()
-                    if (tasks or self._submit_needed) and self.version is not None:
-                        loop.submit(self.version, self.make_params)
-                        self._submit_needed = False
-                    waiting_for_env = env_pending()
-                if not engine.has_unfinished_requests():
-                    if waiting_for_env:
-                        turns.wait(_ENV_WAIT_S)
-                    continue
-                start = time.perf_counter()
-                completed = loop.step(self.version)
-                with self._cond:
-                    self._busy_s += time.perf_counter() - start
-                    if completed:
-                        self._cond.notify_all()
-        except BaseException as err:
-            logger.exception("The rollout engine's thread failed.")
-            if leader is not None:  # its peers wait for its next call
-                with contextlib.suppress(Exception):
-                    leader.end(error=err)
-            with self._cond:
-                self._error = err
-                for _, future in self._tasks:
-                    future.set_exception(err)
-                self._tasks = []
-                self._cond.notify_all()
+        if leader is None:
+            return
+        with contextlib.suppress(Exception):
+            if error is None:
+                leader.send(STOP)
+            else:
+                leader.end(error=error)
 
     def _follow_loop(self) -> None:
         """A tensor-parallel engine's peer: repeat the first process's engine calls, and run this process's weight
@@ -414,9 +351,9 @@ class RolloutWorker(Worker):
         from verl.workers.rollout import vllm_compat
 
         def posted(name: str) -> tuple[Callable[[], Any], Future]:
-            with self._cond:
-                while getattr(self, name) is None and not self._stop:
-                    self._cond.wait(_POLL_S)
+            with self.engine.cond:
+                while getattr(self, name) is None and not self.engine.stopping:
+                    self.engine.cond.wait(_POLL_S)
                 item = getattr(self, name)
                 setattr(self, name, None)
             if item is None:
@@ -433,16 +370,10 @@ class RolloutWorker(Worker):
 
         rollout = self.rollout
         handlers = {"load": lambda: run("_weights"), "generate": lambda: run("_validation"), "noop": lambda: None}
-        try:
-            follow(
-                rollout.inference_engine,
-                partial(vllm_compat.render_prompt, rollout.inference_engine),
-                vllm_compat.tensor_parallel_cpu_group()[0],
-                lambda: rollout.lora_request,
-                handlers,
-            )
-        except BaseException as err:
-            logger.exception("The rollout engine's follower thread failed.")
-            with self._cond:
-                self._error = err
-                self._cond.notify_all()
+        follow(
+            rollout.inference_engine,
+            partial(vllm_compat.render_prompt, rollout.inference_engine),
+            vllm_compat.tensor_parallel_cpu_group()[0],
+            lambda: rollout.lora_request,
+            handlers,
+        )

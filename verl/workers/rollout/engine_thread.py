@@ -1,0 +1,196 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The one thread that owns an engine which other threads call into: the rollout pool's worker and `verl.serve`.
+
+vLLM's `LLMEngine` is not thread-safe. The thread steps the engine through its request loop (`RequestLoop.step`) while
+the engine holds requests, and runs the work other threads post (`call`, `post`) between two steps, so no other
+thread ever touches the engine. `cond` guards what both sides read (the loop's groups: the loop records a step's
+outputs under it). A tensor-parallel engine's follower runs its own target on the same thread object, for the same
+error handling.
+"""
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+
+logger = logging.getLogger(__name__)
+
+_POLL_S = 1.0
+"""How often a waiting caller checks that the thread is still alive."""
+
+
+class EngineThread:
+    """Steps `loop`'s engine on a thread of its own (see the module docstring).
+
+    - `prepare()`, under `cond` before each step: the owner's bookkeeping (submit admitted samples, poll environment
+      steps); it returns True when only environment steps are running, and the thread then waits on them
+      (`loop.turns.wait`) instead of stepping.
+    - `has_work()`, under `cond`: work beside the engine's requests that should wake the thread.
+    - `on_idle()`, every `idle_s` seconds that pass without work (a tensor-parallel leader's heartbeat).
+    - `recover(error)`: a failed step is handed to it and the thread goes on (the server answers the requests it held
+      with the error); without it the thread stops, and every later call raises the error.
+    """
+
+    def __init__(
+        self,
+        loop: Any,
+        prepare: Callable[[], bool] = lambda: False,
+        has_work: Callable[[], bool] = lambda: False,
+        on_idle: Callable[[], None] | None = None,
+        idle_s: float | None = None,
+        recover: Callable[[BaseException], None] | None = None,
+        on_stop: Callable[[BaseException | None], None] = lambda error: None,
+        name: str = "engine",
+    ) -> None:
+        self.loop = loop
+        self.cond = threading.Condition()
+        if loop is not None:
+            loop.lock = self.cond  # other threads read the groups the steps record
+        self.prepare, self.has_work, self.on_idle, self.idle_s = prepare, has_work, on_idle, idle_s
+        self.recover, self.on_stop = recover, on_stop
+        self.version = 0
+        """The policy version the steps' tokens are tagged with."""
+        self._idle = True
+        self.error: BaseException | None = None
+        self.busy_s = 0.0
+        """Seconds spent in engine steps (the owner reads and resets it under `cond`)."""
+        self._tasks: list[tuple[Callable[[], Any], Future]] = []
+        self._stop = False
+        self.thread = threading.Thread(target=self._guarded, name=f"{name}-thread", daemon=True)
+        self._target: Callable[[], None] = self._run
+
+    def start(self, target: Callable[[], None] | None = None) -> "EngineThread":
+        """Start stepping (or run `target` instead: a follower's loop)."""
+        self._target = target or self._run
+        self.thread.start()
+        return self
+
+    # ------------------------------------------------------------------------------------------------ callers
+
+    @property
+    def idle(self) -> bool:
+        """Waiting for work, none posted (read under `cond`)."""
+        return self._idle and not self._tasks
+
+    @property
+    def stopping(self) -> bool:
+        """`stop` was called."""
+        return self._stop
+
+    def raise_if_failed(self) -> None:
+        if self.error is not None:
+            raise RuntimeError(f"The engine thread failed: {self.error!r}") from self.error
+
+    def wake(self) -> None:
+        """Tell the thread that `has_work` may have become true."""
+        with self.cond:
+            self.cond.notify_all()
+
+    def post(self, fn: Callable[[], Any]) -> Future:
+        """Run `fn` on the thread between two engine steps; its result (or exception) comes in the future."""
+        future: Future = Future()
+        with self.cond:
+            self.raise_if_failed()
+            self._tasks.append((fn, future))
+            self.cond.notify_all()
+        return future
+
+    def wait(self, future: Future) -> Any:
+        """`future`'s result, failing as soon as the thread has failed."""
+        while True:
+            try:
+                return future.result(timeout=_POLL_S)
+            except TimeoutError:
+                with self.cond:
+                    self.raise_if_failed()
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn` on the thread between two engine steps and return its result."""
+        return self.wait(self.post(fn))
+
+    def stop(self) -> None:
+        """End the thread after the work already posted."""
+        with self.cond:
+            self._stop = True
+            self.cond.notify_all()
+        if self.thread.is_alive():
+            self.thread.join(timeout=30)
+
+    def fail(self, error: BaseException) -> None:
+        """Record the thread's failure: every waiting and later call raises it."""
+        with self.cond:
+            self.error = error
+            for _, future in self._tasks:
+                future.set_exception(error)
+            self._tasks = []
+            self.cond.notify_all()
+
+    # ------------------------------------------------------------------------------------------------ the thread
+
+    def _guarded(self) -> None:
+        try:
+            self._target()
+        except BaseException as error:
+            logger.exception("The engine thread failed.")
+            self.on_stop(error)
+            self.fail(error)
+
+    def _run(self) -> None:
+        engine = self.loop.llm.llm_engine
+        while True:
+            idle_tick = False
+            with self.cond:
+                while not (self._stop or self._tasks or self.has_work() or engine.has_unfinished_requests()):
+                    self._idle = True
+                    self.cond.notify_all()
+                    if not self.cond.wait(self.idle_s) and self.on_idle is not None:
+                        idle_tick = True
+                        break
+                self._idle = False
+                if self._stop:
+                    self.on_stop(None)
+                    return
+                if not idle_tick:
+                    tasks, self._tasks = self._tasks, []
+            if idle_tick:  # the work that came meanwhile waits for the next round
+                self.on_idle()
+                continue
+            for fn, future in tasks:
+                try:
+                    future.set_result(fn())
+                except BaseException as error:  # the caller gets it; the thread goes on
+                    future.set_exception(error)
+            with self.cond:
+                waiting_for_env = self.prepare()
+            if not engine.has_unfinished_requests():
+                if waiting_for_env:
+                    self.loop.turns.wait(0.05)
+                continue
+            start = time.perf_counter()
+            try:
+                completed = self.loop.step(self.version)
+            except Exception as error:
+                if self.recover is None:
+                    raise
+                logger.exception("An engine step failed; the requests it held are aborted.")
+                self.recover(error)
+                continue
+            with self.cond:
+                self.busy_s += time.perf_counter() - start
+                if completed:
+                    self.cond.notify_all()
