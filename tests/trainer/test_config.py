@@ -615,6 +615,19 @@ def test_ulysses_sizes_are_checked_against_devices_heads_and_model_kind(files):
         load_config([*base_args(files), "worker.actor.ulysses_size=4", "trainer.n_gpus_per_node=4"])
 
 
+def test_a_tensor_parallel_engine_must_divide_the_gated_deltanet_heads(files):
+    """vLLM checks the attention heads against the engine's size itself, not Qwen3.5's linear-attention heads: a tiny
+    model with one key head failed in the engine's first forward with a reshape error."""
+    import json
+
+    (files / "model").mkdir(exist_ok=True)
+    text = {"num_attention_heads": 4, "linear_num_key_heads": 1, "linear_num_value_heads": 2}
+    (files / "model" / "config.json").write_text(json.dumps({"model_type": "qwen3_5", "text_config": text}))
+    load_config([*base_args(files), "worker.rollout.tensor_parallel_size=1"])
+    with pytest.raises(ConfigError, match=r"tensor_parallel_size=2 must divide the model's linear_num_key_heads=1"):
+        load_config([*base_args(files), "worker.rollout.tensor_parallel_size=2"])
+
+
 def test_ulysses_is_refused_for_hybrid_linear_attention_models(files):
     """Qwen3.5's Gated DeltaNet layers run along the whole row: a rank's slice of it cannot be computed alone."""
     import json

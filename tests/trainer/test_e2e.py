@@ -260,14 +260,16 @@ def vl_args(workspace, kind: str, name: str, reward_function: str, *extra: str) 
 
 @pytest.mark.parametrize("kind", vl_kinds("grpo"))
 def test_grpo_vl_run_with_images(workspace, kind):
-    """qwen3_5, qwen3_5_moe: Qwen3.5's Gated DeltaNet hybrid, dense and MoE, its engine in bf16 on the CPU (the weight
-    check's 16-bit tolerance)."""
+    """qwen3_5, qwen3_5_moe: Qwen3.5's Gated DeltaNet hybrid, dense (on a tensor-parallel engine) and MoE, its engine
+    in bf16 on the CPU (the weight check's 16-bit tolerance)."""
     root = workspace["root"]
     name = "grpo_vl" if kind == "qwen2_5_vl" else f"grpo_vl_{kind}"
     args = vl_args(workspace, kind, name, f"{REPO}/examples/reward_function/count_shapes.py:compute_score")
     args += [f"trainer.rollout_data_dir={root / f'{name}_rollouts'}", "trainer.rollout_data_freq=2"]
     if kind.startswith("qwen3_5"):  # the bf16 engine against the fp32 actor, text and image probes, at every sync
         args.append("worker.rollout.verify_weight_sync=true")
+    if kind == "qwen3_5":  # one engine over both ranks: each computes half of the Gated DeltaNet heads
+        args.append("worker.rollout.tensor_parallel_size=2")
     run_ppo(load_config(args))
     steps = [row for row in read_log(root / name) if "critic/score/mean" in row]
     assert [row["step"] for row in steps] == [1, 2]

@@ -61,14 +61,14 @@ REWARD_KINDS: tuple[str, ...] = ("qwen2_rm",)
 """Kinds with a one-label score head (sequence classification) instead of an LM head; they get no generation config."""
 MOE_EXPERTS, MOE_EXPERTS_PER_TOKEN = 4, 2
 """qwen3_moe, qwen3_5_moe: experts per layer (every layer sparse), and experts routed per token."""
-LINEAR_HEAD_DIM, LINEAR_KEY_HEADS, LINEAR_VALUE_HEADS = 128, 1, 2
+LINEAR_HEAD_DIM, LINEAR_KEY_HEADS, LINEAR_VALUE_HEADS = 128, 2, 4
 """qwen3_5 kinds: the Gated DeltaNet layers' head dim (Qwen3.5's own 128, which vLLM's CPU kernel needs) and heads
 (two value heads per key head, as in Qwen3.5, so the grouped path runs)."""
 FULL_ATTENTION_INTERVAL = 4
 """qwen3_5 kinds: every fourth decoder layer is full attention, the others Gated DeltaNet (Qwen3.5's pattern)."""
 
 # Bump when the output of the builder changes, so cached directories (get_or_build_tiny_model) are rebuilt.
-BUILDER_VERSION = 2
+BUILDER_VERSION = 3
 SPEC_FILE = "tiny_model_spec.json"
 
 # Qwen2's special tokens, appended after the BPE vocabulary in this order, as in Qwen (151643, 151644, ...).

@@ -583,6 +583,7 @@ def check_cross_section(config: PPOConfig) -> None:
         if section.ulysses_size != 1:
             _check_ulysses(config, role, section)
     _check_batch_sizes(config)
+    _check_engine_heads(config)
 
 
 def _check_async(config: PPOConfig) -> None:
@@ -751,6 +752,23 @@ def _check_ulysses(config: PPOConfig, role: str, section: Any) -> None:
         if heads is not None and heads % size != 0:
             raise ConfigError(
                 f"{key}={size} must divide the model's {name}={heads} (each rank attends with a share of the heads)."
+            )
+
+
+def _check_engine_heads(config: PPOConfig) -> None:
+    """A tensor-parallel engine gives each process a share of the heads; vLLM checks the attention heads itself, but
+    not a Gated DeltaNet layer's (Qwen3.5), which fails deep in its first forward."""
+    size = config.worker.rollout.tensor_parallel_size
+    model_config = read_model_config("worker.actor.model.model_path", config.worker.actor.model.model_path)
+    if size <= 1 or model_config is None:
+        return
+    text = model_config.get("text_config", model_config)
+    for name in ("num_attention_heads", "linear_num_key_heads", "linear_num_value_heads"):
+        heads = text.get(name)
+        if heads is not None and heads % size != 0:
+            raise ConfigError(
+                f"worker.rollout.tensor_parallel_size={size} must divide the model's {name}={heads} (each engine "
+                "process computes a share of the heads); choose a size that divides it."
             )
 
 
