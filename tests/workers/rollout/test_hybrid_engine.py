@@ -34,9 +34,8 @@ from verl.models.tiny_models import get_or_build_tiny_model
 BF16_MEAN_GAP = 0.1
 """The weight check's tolerance for 16-bit engines (FSDPVLLMShardingManager.check_weights); measured 0.033."""
 BF16_NEAR_TIE = {"qwen3_5": 0.1, "qwen3_5_moe": 0.3}
-"""Greedy: where the engine's token is not the fp32 actor's argmax, it trails it by at most this log-prob (a bf16
-near-tie); measured 0.037 at most, 0.22 for the mixture of experts (whose bf16 routers choose other experts for 2% of
-the tokens: rollout/weight_sync_routing_mismatch)."""
+"""Greedy: where the engine's token is not the actor's argmax, it trails it by at most this log-prob (a bf16
+near-tie); measured 0.032 at most against the fp32 actor, 0.20 for the mixture of experts against the actor in bf16."""
 PROMPTS = ("What is 12 + 30? Let us think step by step.", "Count to five.", "The capital of France is")
 
 
@@ -104,14 +103,18 @@ def test_weight_check_and_greedy_match_the_actor_at_bf16(actor_and_rollout) -> N
     assert 0 < metrics["rollout/weight_sync_mean_gap"] <= BF16_MEAN_GAP, metrics
     tokenizer = rollout.tokenizer
     params = SamplingParams(max_tokens=16, temperature=0.0, detokenize=False)
+    # A router's choice is discrete: on near-tied router logits the fp32 and bf16 routers pick other experts, a gap
+    # that no log-prob tolerance bounds (measured 1.07 on one token of 48), so the mixture of experts is scored by
+    # the actor in the engine's dtype.
+    scorer = copy.deepcopy(actor).to(rollout.torch_dtype) if actor.config.model_type == "qwen3_5_moe" else actor
     exact = 0
     for text in PROMPTS:
         ids = tokenizer.encode(text, add_special_tokens=False)
         (output,) = rollout.inference_engine.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)
         tokens = list(output.outputs[0].token_ids)
         assert len(tokens) == 16
-        with torch.no_grad():  # the fp32 actor's scores along the engine's greedy path
-            logits = actor(input_ids=torch.tensor([ids + tokens]), use_cache=False).logits[0, len(ids) - 1 : -1]
+        with torch.no_grad():  # the actor's scores along the engine's greedy path
+            logits = scorer(input_ids=torch.tensor([ids + tokens]), use_cache=False).logits[0, len(ids) - 1 : -1]
         log_probs = F.log_softmax(logits.float(), dim=-1)
         trailing = log_probs.max(-1).values - log_probs.gather(-1, torch.tensor(tokens)[:, None])[:, 0]
         assert trailing.max() <= BF16_NEAR_TIE[actor.config.model_type], (text, trailing.tolist())
