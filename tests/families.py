@@ -42,6 +42,8 @@ class Family:
     """The FSDP actor's weights synced into a vLLM engine give the actor's log-probs with images (test_vllm_rollout)."""
     grpo: bool = True
     """A two-step GRPO run with images, checkpointed, rollouts dumped (test_e2e)."""
+    env_images: bool = True
+    """Images an environment returns reach the engine and the trainer alike (test_multi_turn_images)."""
 
 
 FAMILIES: dict[str, Family] = {
@@ -59,6 +61,7 @@ FAMILIES: dict[str, Family] = {
             ulysses=False,
             hybrid_engine=False,
             grpo=False,
+            env_images=False,
         ),
         # Qwen3.5: the Gated DeltaNet hybrid with Qwen3-VL's processor. Its CPU engine runs in bf16, so greedy tokens
         # are not compared with fp32 transformers (the GRPO run checks the log-probs at every sync instead); its
@@ -85,6 +88,7 @@ FAMILIES: dict[str, Family] = {
             packed=False,
             ulysses=False,
             hybrid_engine=False,
+            env_images=False,
         ),
     )
 }
