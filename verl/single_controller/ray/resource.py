@@ -193,11 +193,6 @@ class RayResourcePool:
         """One bundle per rank, in rank order (node IP, then bundle index)."""
         return list(self._slots)
 
-    @property
-    def placement_groups(self) -> list[PlacementGroup]:
-        """The placement groups in rank order."""
-        return list(self._placement_groups)
-
     def actor_options(self) -> dict[str, float]:
         """Resources one actor of one worker group takes from its bundle."""
         options = {"num_cpus": self.bundle["CPU"] / self.max_colocate_count}

@@ -66,10 +66,6 @@ def write_record(step_path: str) -> None:
     os.replace(tmp, os.path.join(step_path, INTEGRITY_FILE))
 
 
-def has_record(step_path: str) -> bool:
-    return os.path.isfile(os.path.join(step_path, INTEGRITY_FILE))
-
-
 def damage(step_path: str, under: str = "") -> str | None:
     """What is wrong with step `step_path` against its record (only the files under `under`, e.g. "actor", when
     given): a missing, truncated, grown or changed file, or an unreadable record; None when it matches, or when

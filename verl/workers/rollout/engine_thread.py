@@ -96,11 +96,6 @@ class EngineThread:
         if self.error is not None:
             raise RuntimeError(f"The engine thread failed: {self.error!r}") from self.error
 
-    def wake(self) -> None:
-        """Tell the thread that `has_work` may have become true."""
-        with self.cond:
-            self.cond.notify_all()
-
     def post(self, fn: Callable[[], Any]) -> Future:
         """Run `fn` on the thread between two engine steps; its result (or exception) comes in the future."""
         future: Future = Future()
