@@ -526,8 +526,13 @@ class RLHFDataset(Dataset):
             )
         else:
             position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        # Both keys whenever the row has media (docs/data_flow.md); None for a text-only row.
-        multi_modal_data = {"images": images, "videos": videos} if images or videos else None
+        # Both keys whenever the row has media (docs/data_flow.md), and the rate its videos were sampled at; None for a
+        # text-only row.
+        multi_modal_data = None
+        if images or videos:
+            multi_modal_data = {"images": images, "videos": videos}
+            if videos:
+                multi_modal_data["video_fps"] = self.video_fps
         example = {column: prompt.row.get(column) for column in self.extra_columns}
         example.update(
             input_ids=input_ids,

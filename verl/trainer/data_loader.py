@@ -28,7 +28,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
 
 from verl.data.dataset import RLHFDataset
-from verl.protocol import DataProto, collate_fn
+from verl.protocol import collate_fn
 from verl.trainer.config import DataConfig
 
 
@@ -37,18 +37,6 @@ logger = logging.getLogger(__name__)
 # torchdata's StatefulDataLoader calls torch.set_vital, deprecated in torch 2.13: one warning per epoch and per
 # validation, on every run, about nothing the user can change.
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
-
-
-class BatchCollator:
-    """collate_fn plus the batch-wide meta_info; a class (not a closure) so loader worker processes can pickle it."""
-
-    def __init__(self, meta_info: dict[str, Any]) -> None:
-        self.meta_info = meta_info
-
-    def __call__(self, features: list[dict[str, Any]]) -> DataProto:
-        batch = collate_fn(features)
-        batch.meta_info.update(self.meta_info)
-        return batch
 
 
 def reset_stop_signals(worker_id: int) -> None:
@@ -157,8 +145,6 @@ def create_dataloader(
     as it needs), else data.rollout_batch_size; the last incomplete batch of an epoch is dropped. Validation is not
     shuffled and data.val_batch_size=-1 puts the whole set in one batch.
     """
-    meta_info = {"min_pixels": config.min_pixels, "max_pixels": config.max_pixels, "video_fps": config.video_fps}
-    collator = BatchCollator(meta_info)
     train_dataset = build_dataset(config.train_files, config, tokenizer, processor, model_config, limit_images, tools)
     batch_size = config.mini_rollout_batch_size or config.rollout_batch_size
     key = "data.mini_rollout_batch_size" if config.mini_rollout_batch_size else "data.rollout_batch_size"
@@ -172,7 +158,7 @@ def create_dataloader(
     else:
         sampler = SequentialSampler(train_dataset)
     num_workers = loader_workers(config.dataloader_num_workers, train_dataset)
-    train_dataloader = _loader(train_dataset, batch_size, num_workers, collator, sampler=sampler, drop_last=True)
+    train_dataloader = _loader(train_dataset, batch_size, num_workers, sampler=sampler, drop_last=True)
     if not config.val_files:
         return train_dataloader, None
     val_dataset = build_dataset(config.val_files, config, tokenizer, processor, model_config, limit_images, tools)
@@ -183,17 +169,17 @@ def create_dataloader(
     val_workers = (
         loader_workers(config.dataloader_num_workers, val_dataset) if len(val_dataset) > val_batch_size else 0
     )
-    val_dataloader = _loader(val_dataset, val_batch_size, val_workers, collator, shuffle=False, drop_last=False)
+    val_dataloader = _loader(val_dataset, val_batch_size, val_workers, shuffle=False, drop_last=False)
     return train_dataloader, val_dataloader
 
 
-def _loader(dataset: Any, batch_size: int, num_workers: int, collator: Any, **kwargs: Any) -> StatefulDataLoader:
+def _loader(dataset: Any, batch_size: int, num_workers: int, **kwargs: Any) -> StatefulDataLoader:
     """A resumable loader; its worker processes (if any) leave Ctrl-C and SIGTERM to the trainer."""
     return StatefulDataLoader(
         dataset,
         batch_size=batch_size,
         num_workers=num_workers,
         worker_init_fn=reset_stop_signals if num_workers else None,
-        collate_fn=collator,
+        collate_fn=collate_fn,
         **kwargs,
     )

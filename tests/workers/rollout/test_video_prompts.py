@@ -47,7 +47,7 @@ def test_the_engine_expands_a_video_prompt_as_the_dataset_does(kind, tmp_path):
     )  # fmt: skip
     example = dataset[0]
     batch: DataProto = collate_fn([example])
-    batch.meta_info["video_fps"] = 4.0
+    assert batch.non_tensor_batch["multi_modal_data"][0]["video_fps"] == 4.0  # the rate the engine is told
     config = RolloutConfig(
         n=1, dtype="fp32", kv_cache_memory_mb=32, tensor_parallel_size=1, max_num_batched_tokens=1024,
         prompt_length=256, response_length=4,

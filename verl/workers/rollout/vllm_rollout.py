@@ -526,7 +526,7 @@ class VLLMRollout:
                 if data.get("images"):
                     engine_data["image"] = list(data["images"])
                 if data.get("videos"):
-                    fps = prompts.meta_info.get("video_fps") or DEFAULT_VIDEO_FPS
+                    fps = data.get("video_fps") or DEFAULT_VIDEO_FPS
                     # vLLM takes (frames, metadata); sampled already, so the engine must not sample again
                     metadata = [{**video_metadata(video, fps), "do_sample_frames": False} for video in data["videos"]]
                     engine_data["video"] = list(zip(data["videos"], metadata))
