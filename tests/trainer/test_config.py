@@ -278,7 +278,8 @@ def test_an_unchecked_mixture_of_experts_actor_is_refused_before_ray(files):
     moe = {"model_type": "qwen2_moe", "num_experts": 60, "num_experts_per_tok": 4}
     (files / "model" / "config.json").write_text(json.dumps(moe))
     with pytest.raises(
-        NotImplementedError, match=r"worker.actor.model.model_path=.*'qwen2_moe', num_experts=60.*qwen3_moe"
+        NotImplementedError,
+        match=r"worker.actor.model.model_path=.*'qwen2_moe', num_experts=60.*the nearest supported one is 'qwen3_moe'",
     ):
         load_config(base_args(files))
     mixtral = {"model_type": "mixtral", "num_local_experts": 8}
@@ -299,6 +300,9 @@ def test_unsupported_vision_language_models_are_refused_by_name(files):
 
     (files / "model" / "config.json").write_text(json.dumps({"model_type": "llava", "vision_config": {}}))
     with pytest.raises(NotImplementedError, match=r"'llava' vision-language model.*qwen2_5_vl, qwen3_vl"):
+        load_config(base_args(files))
+    (files / "model" / "config.json").write_text(json.dumps({"model_type": "qwen2_5_omni", "vision_config": {}}))
+    with pytest.raises(NotImplementedError, match=r"'qwen2_5_omni'.*the nearest supported one is 'qwen2_5_vl'"):
         load_config(base_args(files))
     (files / "model" / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl", "vision_config": {}}))
     assert load_config(base_args(files)).worker.actor.model.model_path == str(files / "model")

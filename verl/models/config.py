@@ -107,9 +107,17 @@ class ModelConfig:
         if "vision_config" in model_config and model_type not in VISION_LANGUAGE_MODEL_TYPES:
             raise NotImplementedError(
                 f"{key}='{self.model_path}' is a {model_type!r} vision-language model, which is not supported yet (its "
-                "position ids and vision tower differ); supported vision-language models: "
-                f"{', '.join(VISION_LANGUAGE_MODEL_TYPES)}."
+                f"position ids and vision tower differ){nearest(model_type, VISION_LANGUAGE_MODEL_TYPES)}; supported "
+                f"vision-language models: {', '.join(VISION_LANGUAGE_MODEL_TYPES)}."
             )
+
+
+def nearest(model_type: Any, supported: tuple[str, ...]) -> str:
+    """ ", the nearest supported one is X" for a model type whose name is close to a supported one's, else ""."""
+    import difflib
+
+    close = difflib.get_close_matches(str(model_type), supported, n=1, cutoff=0.5)
+    return f", the nearest supported one is {close[0]!r}" if close else ""
 
 
 @dataclass
@@ -207,8 +215,8 @@ def refuse_unchecked_experts(what: str, model_config: dict[str, Any]) -> None:
         raise NotImplementedError(
             f"{what} is a mixture-of-experts model ({model_type!r}, {name}={count}), which the actor does not support "
             "yet: the rollout engine's weight sync is checked for "
-            f"{', '.join(MIXTURE_OF_EXPERTS_MODEL_TYPES)} only (its experts, router and layout). Use one of those or a "
-            "dense model."
+            f"{', '.join(MIXTURE_OF_EXPERTS_MODEL_TYPES)} only (its experts, router and layout)"
+            f"{nearest(model_type, MIXTURE_OF_EXPERTS_MODEL_TYPES)}. Use one of those or a dense model."
         )
 
 
