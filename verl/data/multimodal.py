@@ -244,7 +244,8 @@ def process_media(multi_modal_data: dict[str, Any], processor: Any) -> dict[str,
 
 
 def count_image_tokens(processor: Any, sizes: list[tuple[int, int]]) -> list[int] | None:
-    """Image tokens each (width, height) image expands to, without decoding pixels; None if the processor can't say.
+    """Tokens each (width, height) image's placeholder expands to (its image tokens and any the processor writes
+    around them), without decoding pixels; None if the processor can't say.
 
     Uses the processor's own token arithmetic (the same that vLLM relies on), so it agrees with a full run.
     """
@@ -256,4 +257,8 @@ def count_image_tokens(processor: Any, sizes: list[tuple[int, int]]) -> list[int
     except NotImplementedError:
         return None
     tokens = getattr(data, "num_image_tokens", None)
-    return [int(t) for t in tokens] if tokens is not None else None
+    if tokens is None:
+        return None
+    # Gemma 4's processor writes <|image> and <image|> around the soft tokens it puts in place of the placeholder
+    around = sum(1 for name in ("boi_token", "eoi_token") if getattr(processor, name, None))
+    return [int(t) + around for t in tokens]
