@@ -98,7 +98,6 @@ FAMILIES: dict[str, Family] = {
             image_placeholder="<|image|>",
             video=False,
             engine_video=False,
-            packed=False,
             ulysses=False,
             hybrid_engine=False,
             grpo=False,

@@ -229,17 +229,29 @@ def processor_inputs(
     )
 
 
+MEDIA_MODEL_INPUTS: tuple[str, ...] = (
+    "pixel_values",
+    "image_grid_thw",
+    "image_position_ids",
+    "pixel_values_videos",
+    "video_grid_thw",
+)
+"""The image and video processors' outputs that the models take: Qwen's patches and grids, Gemma 4's padded patches
+and their positions (its per-image soft-token counts are not a model input)."""
+
+
 def process_media(multi_modal_data: dict[str, Any], processor: Any) -> dict[str, "torch.Tensor"]:
-    """The processor's model inputs (pixel values and grids) for one row's {"images": [...], "videos": [...]}."""
+    """The processor's model inputs (pixel values and grids or patch positions) for one row's
+    {"images": [...], "videos": [...]}."""
     inputs: dict[str, torch.Tensor] = {}
     images = multi_modal_data.get("images")
     if images:
         out = processor.image_processor(images=list(images), return_tensors="pt")
-        inputs.update(pixel_values=out["pixel_values"], image_grid_thw=out["image_grid_thw"])
+        inputs.update({key: value for key, value in out.items() if key in MEDIA_MODEL_INPUTS})
     videos = multi_modal_data.get("videos")
     if videos:
         out = processor.video_processor(videos=list(videos), return_tensors="pt")
-        inputs.update(pixel_values_videos=out["pixel_values_videos"], video_grid_thw=out["video_grid_thw"])
+        inputs.update({key: value for key, value in out.items() if key in MEDIA_MODEL_INPUTS})
     return inputs
 
 
