@@ -28,6 +28,8 @@ class Family:
     """transformers class of the whole model (image-text-to-text)."""
     image_placeholder: str = "<|vision_start|><|image_pad|><|vision_end|>"
     """What the chat template writes for one image, before the processor expands it."""
+    max_prompt_length: int = 64
+    """data.max_prompt_length of the GRPO run: an image prompt of `pixels` fits."""
     processor: bool = True
     """The processor expands an image as the model config says, and the dataset's rows (position ids) match the
     model's own (test_tiny_models, test_dataset)."""
@@ -96,10 +98,10 @@ FAMILIES: dict[str, Family] = {
             9216,
             "Gemma4ForConditionalGeneration",
             image_placeholder="<|image|>",
+            max_prompt_length=128,  # 64 soft tokens for a 96 x 96 image
             video=False,
             engine_video=False,
             ulysses=False,
-            hybrid_engine=False,
             grpo=False,
         ),
     )
