@@ -91,8 +91,9 @@ FAMILIES: dict[str, Family] = {
             ulysses=False,
             hybrid_engine=False,
         ),
-        # Gemma 4 (E2B/E4B layout): 1-D rope, sliding-window and full-attention layers, per-layer embeddings, final
-        # logit soft-capping; every image scaled to at most 70 soft tokens.
+        # Gemma 4 (E2B/E4B layout): 1-D rope, sliding-window and full-attention layers, KV sharing, per-layer
+        # embeddings, final logit soft-capping; every image scaled to at most 70 soft tokens. Videos are not wired
+        # (its processor's timestamps and video soft tokens); Ulysses is refused at validation (sliding windows).
         Family(
             "gemma4",
             9216,
@@ -102,7 +103,6 @@ FAMILIES: dict[str, Family] = {
             video=False,
             engine_video=False,
             ulysses=False,
-            grpo=False,
         ),
     )
 }

@@ -11,6 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
+import functools
 import io
 import json
 import logging
@@ -414,10 +415,9 @@ def test_multi_image_row_places_images_at_their_markers(vl):
 
 def test_video_row_is_sampled_at_video_fps_and_matches_the_model_rope_index(tmp_path, vl):
     kind, tokenizer, processor, model = vl
-    if kind == "gemma4":
-        pytest.skip("Gemma 4's videos are not supported yet (tests/families.py)")
     write_video(str(tmp_path / "clip.mp4"), num_frames=16, rate=8)  # 2 seconds
-    dataset = RLHFDataset(
+    make = functools.partial(
+        RLHFDataset,
         [{"prompt": "What happens in <video>?", "answer": "fade", "videos": ["clip.mp4"]}],
         tokenizer,
         processor,
@@ -426,6 +426,11 @@ def test_video_row_is_sampled_at_video_fps_and_matches_the_model_rope_index(tmp_
         max_prompt_length=128,
         **PIXELS,
     )
+    if kind == "gemma4":  # refused when the row is read, naming the row and the key
+        with pytest.raises(DatasetRowError, match="key 'videos': videos are supported for the Qwen-VL family only"):
+            make()[0]
+        return
+    dataset = make()
     example = dataset[0]
     video = example["multi_modal_data"]["videos"][0]
     assert video.dtype == np.uint8 and video.shape[0] == 8 and video.shape[-1] == 3  # 2 s at 4 fps

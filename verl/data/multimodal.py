@@ -251,6 +251,11 @@ def process_media(multi_modal_data: dict[str, Any], processor: Any) -> dict[str,
     videos = multi_modal_data.get("videos")
     if videos:
         out = processor.video_processor(videos=list(videos), return_tensors="pt")
+        if "video_grid_thw" not in out:
+            raise NotImplementedError(
+                f"Videos are supported for the Qwen-VL family only, not with {type(processor).__name__} (Gemma 4: "
+                "its processor's frame timestamps and video soft tokens are not wired); send the frames as images."
+            )
         inputs.update({key: value for key, value in out.items() if key in MEDIA_MODEL_INPUTS})
     return inputs
 

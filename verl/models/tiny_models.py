@@ -283,7 +283,8 @@ class TinyModelSpec:
     kind: str = "qwen2"
     """Model family: qwen2 (text), qwen3_moe (text, mixture of experts), qwen2_5_vl, qwen2_vl or qwen3_vl (with a
     vision tower), qwen3_5 or qwen3_5_moe (vision tower, hybrid Gated DeltaNet / full-attention decoder, as the
-    published Qwen3.5 checkpoints), qwen2_rm (qwen2 with a score head)."""
+    published Qwen3.5 checkpoints), gemma4 (Gemma 4 E2B's layout with a vision tower, Gemma's tokens and chat
+    format), qwen2_rm (qwen2 with a score head)."""
     seed: int = 0
     """Seed of the weight initialisation (the tokenizer does not depend on it)."""
     vocab_size: int = 2048
