@@ -178,7 +178,9 @@ def _dummy_vision_features(model: nn.Module, tower: nn.Module, device: torch.dev
         return getattr(output, "pooler_output", output)  # after the merger, so every tower weight is used
     size, kernel = tower.config.patch_size, tower.config.pooling_kernel_size
     pixels = torch.zeros(1, kernel * kernel, 3 * size * size, dtype=next(tower.parameters()).dtype, device=device)
-    rows, columns = torch.meshgrid(torch.arange(kernel, device=device), torch.arange(kernel, device=device))
+    rows, columns = torch.meshgrid(
+        torch.arange(kernel, device=device), torch.arange(kernel, device=device), indexing="ij"
+    )
     positions = torch.stack([columns, rows], dim=-1).reshape(1, kernel * kernel, 2)
     return torch.cat(model.get_image_features(pixels, positions).pooler_output)
 
