@@ -205,6 +205,32 @@ def test_qwen3_5_kinds_have_the_published_hybrid_layout(kind, tiny_cache):
     assert AutoProcessor.from_pretrained(model_dir).image_processor.patch_size == 16
 
 
+def test_gemma4_kind_has_the_e2b_layout_and_gemma_tokens(tiny_cache):
+    """As Gemma 4 E2B: sliding and full attention alternating (full ones with twice the head dim), the second half
+    of the layers sharing keys and values, per-layer inputs, soft-capped logits, causal image attention; <pad> is
+    token 0 (vLLM embeds token 0 at image positions, transformers the pad token); vLLM's image token count (the
+    vision config's default_output_length) is the processor's budget; its processor loads (it needs an audio
+    feature extractor even for images) and renders Gemma's turns."""
+    model_dir = get_or_build_tiny_model("gemma4", tiny_cache)
+    with open(os.path.join(model_dir, "config.json")) as f:
+        config = json.load(f)
+    text = config["text_config"]
+    assert config["architectures"] == ["Gemma4ForConditionalGeneration"] and config["audio_config"] is None
+    assert text["layer_types"] == ["sliding_attention", "full_attention"] * 2 and text["num_kv_shared_layers"] == 2
+    assert text["per_layer_config"] == {"1": {"head_dim": 128}, "3": {"head_dim": 128}} and text["head_dim"] == 64
+    assert text["sliding_window"] == 32
+    assert text["hidden_size_per_layer_input"] > 0 and text["final_logit_softcapping"] == 30.0
+    assert text.get("use_bidirectional_attention") is None
+    processor = AutoProcessor.from_pretrained(model_dir)
+    tokenizer = processor.tokenizer
+    assert text["pad_token_id"] == tokenizer.pad_token_id == 0 and tokenizer.convert_ids_to_tokens(0) == "<pad>"
+    assert config["vision_config"]["default_output_length"] == processor.image_processor.max_soft_tokens == 70
+    assert type(processor.feature_extractor).__name__ == "Gemma4AudioFeatureExtractor"
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": " What is this? "}]}]
+    prompt = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert prompt == "<bos><|turn>user\n<|image|>What is this?<turn|>\n<|turn>model\n"
+
+
 # ---------------------------------------------------------------------------------------------- determinism and CLI
 def test_same_seed_gives_identical_files_and_other_seed_other_weights(tmp_path):
     size = {"hidden_size": 64, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "intermediate_size": 64}
