@@ -15,6 +15,7 @@
 so a family added here gets every check its row claims, and a check it cannot pass is a False with the reason."""
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,10 @@ class Family:
     """Image area the runs use: a few image tokens (e.g. 56 x 56 with 14-pixel patches, 64 x 64 with 16)."""
     hf_class: str
     """transformers class of the whole model (image-text-to-text)."""
+    image_placeholder: str = "<|vision_start|><|image_pad|><|vision_end|>"
+    """What the chat template writes for one image, before the processor expands it."""
+    max_prompt_length: int = 64
+    """data.max_prompt_length of the GRPO run: an image prompt of `pixels` fits."""
     processor: bool = True
     """The processor expands an image as the model config says, and the dataset's rows (position ids) match the
     model's own (test_tiny_models, test_dataset)."""
@@ -90,8 +95,30 @@ FAMILIES: dict[str, Family] = {
             hybrid_engine=False,
             env_images=False,
         ),
+        # Gemma 4 (E2B/E4B layout): 1-D rope, sliding-window and full-attention layers, KV sharing, per-layer
+        # embeddings, final logit soft-capping; every image scaled to at most 70 soft tokens. Videos are not wired
+        # (its processor's timestamps and video soft tokens); Ulysses is refused at validation (sliding windows).
+        Family(
+            "gemma4",
+            9216,
+            "Gemma4ForConditionalGeneration",
+            image_placeholder="<|image|>",
+            max_prompt_length=128,  # 64 soft tokens for a 96 x 96 image
+            video=False,
+            engine_video=False,
+            ulysses=False,
+            env_images=False,  # refused: environment images are expanded for Qwen-style processors only
+        ),
     )
 }
+
+
+def image_token_counts(inputs: Any) -> list[int]:
+    """Tokens each image of a processor output expands to: Qwen's patch grid over the 2 x 2 merge, or Gemma 4's
+    patches (position ids of -1 are padding) over its 3 x 3 pooling."""
+    if "image_grid_thw" in inputs:
+        return (inputs["image_grid_thw"].prod(-1) // 4).tolist()
+    return ((inputs["image_position_ids"][..., 0] >= 0).sum(-1) // 9).tolist()
 
 
 def vl_kinds(check: str) -> list[str]:

@@ -29,7 +29,7 @@ from verl.models.tiny_models import count_parameters, get_or_build_tiny_model
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory) -> dict[str, str]:
     root = str(tmp_path_factory.mktemp("tiny_models"))
-    return {kind: get_or_build_tiny_model(kind, root) for kind in ("qwen2", "qwen2_5_vl")}
+    return {kind: get_or_build_tiny_model(kind, root) for kind in ("qwen2", "qwen2_5_vl", "gemma4")}
 
 
 def test_model_class_is_detected_from_the_config(model_dirs):
@@ -109,14 +109,16 @@ def test_config_overrides_and_path_errors(model_dirs, tmp_path):
         load_model_config(ModelConfig())
 
 
-def test_text_only_forward_runs_the_vision_tower_without_changing_the_output(model_dirs):
-    """The FSDP lockstep hook: a text-only forward still runs the tower (zero gradient), with identical logits."""
+@pytest.mark.parametrize("kind", ["qwen2_5_vl", "gemma4"])
+def test_text_only_forward_runs_the_vision_tower_without_changing_the_output(model_dirs, kind):
+    """The FSDP lockstep hook: a text-only forward still runs the tower (zero gradient), with identical logits; Gemma
+    4's image embedder, outside its tower, runs too."""
     text = build_model(ModelConfig(model_path=model_dirs["qwen2"], enable_gradient_checkpointing=False))
     assert not run_vision_tower_in_every_forward(text)
-    model = build_model(ModelConfig(model_path=model_dirs["qwen2_5_vl"], enable_gradient_checkpointing=False))
+    model = build_model(ModelConfig(model_path=model_dirs[kind], enable_gradient_checkpointing=False))
     tower = get_vision_tower(model)
     calls = []
-    tower.register_forward_hook(lambda module, args, output: calls.append(args[0].shape))
+    tower.register_forward_hook(lambda module, args, output: calls.append(1))
     input_ids = torch.randint(0, 2000, (2, 7), generator=torch.Generator().manual_seed(0))
     expected = model(input_ids=input_ids).logits
     assert calls == []
@@ -124,6 +126,7 @@ def test_text_only_forward_runs_the_vision_tower_without_changing_the_output(mod
     logits = model(input_ids=input_ids).logits
     assert len(calls) == 1 and torch.equal(logits, expected)
     logits.sum().backward()
-    grads = [param.grad for param in tower.parameters()]
-    assert all(grad is not None and not grad.any() for grad in grads)  # every tower weight took part, with 0
+    vision = [*tower.parameters(), *(model.model.embed_vision.parameters() if kind == "gemma4" else ())]
+    grads = [param.grad for param in vision]
+    assert all(grad is not None and not grad.any() for grad in grads)  # every vision weight took part, with 0
     assert model.get_input_embeddings().weight.grad.abs().sum() > 0

@@ -37,6 +37,7 @@ from transformers import (
 )
 from transformers.masking_utils import create_causal_mask
 
+from verl.data.multimodal import process_media
 from verl.models import packed_attention
 from verl.models.packed_attention import (
     PACKED_ATTENTION,
@@ -335,31 +336,37 @@ def test_cuda_branch_glue_with_a_stand_in_kernel(monkeypatch: pytest.MonkeyPatch
 # ---------------------------------------------------------------------------------------------- Qwen2.5-VL
 
 
-def _vl_batch(model: torch.nn.Module, processor, prompt_len: int = 48, response_len: int = 6):
+def _vl_batch(model: torch.nn.Module, processor, response_len: int = 6):
     """Three rollout rows (two with an image of different sizes, one text-only): left-padded prompts, right-padded
-    responses, mrope positions (3, B, L) from the model's own get_rope_index, and the images' pixel values."""
+    responses, positions from the model's own get_rope_index (mrope (3, B, L)) or 0, 1, 2, ... (1-D rope, (B, L)),
+    and the images' model inputs as the trainer makes them."""
     rng = np.random.default_rng(0)
     rows, images = [], []
     for row, size in enumerate([(56, 84), None, (84, 56)]):
-        if size is None:
-            text = "<|im_start|>user\ncount the circles<|im_end|>\n"
-        else:
+        content = [{"type": "text", "text": "count the circles"}]
+        if size is not None:
             images.append(Image.fromarray(rng.integers(0, 256, (*size, 3), dtype=np.uint8)))
-            text = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>what color<|im_end|>\n"
-        prompt = processor(text=[text], images=[images[-1]] if size else None, return_tensors="pt")["input_ids"][0]
-        response = torch.from_numpy(rng.integers(0, VOCAB, response_len - row))
+            content = [{"type": "image"}, {"type": "text", "text": "what color"}]
+        text = processor.apply_chat_template([{"role": "user", "content": content}], tokenize=False)
+        prompt = processor(
+            text=[text], images=[images[-1]] if size else None, add_special_tokens=False, return_tensors="pt"
+        )["input_ids"][0]
+        response = torch.from_numpy(rng.integers(16, VOCAB, response_len - row))  # above every special token
         rows.append((prompt, response))
+    prompt_len = max(len(prompt) for prompt, _ in rows) + 2
     input_ids = torch.full((3, prompt_len + response_len), processor.tokenizer.pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros_like(input_ids)
     for row, (prompt, response) in enumerate(rows):
         input_ids[row, prompt_len - len(prompt) : prompt_len + len(response)] = torch.cat([prompt, response])
         attention_mask[row, prompt_len - len(prompt) : prompt_len + len(response)] = 1
-    vision = processor.image_processor(images=images, return_tensors="pt")
+    vision = process_media({"images": images}, processor)
+    if not hasattr(model.model, "get_rope_index"):
+        return input_ids, attention_mask, positions_from_mask(attention_mask), vision
     mm_token_type_ids = (input_ids == model.config.image_token_id).int()
     position_ids, _ = model.model.get_rope_index(
         input_ids, mm_token_type_ids, vision["image_grid_thw"], attention_mask=attention_mask
     )
-    return input_ids, attention_mask, position_ids, dict(vision)
+    return input_ids, attention_mask, position_ids, vision
 
 
 @pytest.mark.parametrize("kind", vl_kinds("packed"))
@@ -369,16 +376,26 @@ def test_vl_packed_forward_equals_padded_sdpa(model_root: str, packed_calls: lis
     models = {name: _load(path, name, AutoModelForImageTextToText) for name in (PACKED_ATTENTION, "sdpa")}
     input_ids, attention_mask, position_ids, vision = _vl_batch(models["sdpa"], processor)
     packed_ids, text_positions, indices = _pack(input_ids, attention_mask)
-    # as the trainer: (4, 1, T) = text positions (they mark the packing) + the 3 mrope rows
-    mrope = torch.cat([text_positions, position_ids.reshape(3, -1)[:, indices]]).unsqueeze(1)
+    packed_positions = text_positions
+    if position_ids.dim() == 3:  # as the trainer: (4, 1, T) = text positions (they mark the packing) + 3 mrope rows
+        packed_positions = torch.cat([text_positions, position_ids.reshape(3, -1)[:, indices]]).unsqueeze(1)
+    text_config = models["sdpa"].config.get_text_config()
+    # the per-sequence path runs the full-attention layers; sliding-window ones (Gemma 4) take sdpa with their mask
+    layer_types = getattr(text_config, "layer_types", None) or ["full_attention"] * text_config.num_hidden_layers
+    full_layers = sum(kind == "full_attention" for kind in layer_types)
     with torch.no_grad():
         reference = _padded_log_probs(models["sdpa"], input_ids, attention_mask, position_ids=position_ids, **vision)
         for with_kwargs in (False, True):
             packed = _packed_log_probs(
-                models[PACKED_ATTENTION], input_ids, attention_mask, with_kwargs, position_ids=mrope, **vision
+                models[PACKED_ATTENTION],
+                input_ids,
+                attention_mask,
+                with_kwargs,
+                position_ids=packed_positions,
+                **vision,
             )
             assert (packed - reference).abs().max() < 1e-5, f"with_kwargs={with_kwargs}"
-        assert packed_calls == [len(indices)] * 2 * models[PACKED_ATTENTION].config.text_config.num_hidden_layers
+        assert packed_calls == [len(indices)] * 2 * full_layers
         # transformers 5.19 drops the text's boundary kwargs before the vision encoder (accepts_precomputed_kwargs);
         # where they do reach it, its non-causal per-image calls ignore them (test_non_causal_call_ignores_...).
         kwargs = packed_sequence_kwargs(attention_mask.sum(-1))

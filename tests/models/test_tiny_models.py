@@ -27,7 +27,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from families import vl_kinds
+from families import FAMILIES, image_token_counts, vl_kinds
 from PIL import Image
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 
@@ -205,6 +205,32 @@ def test_qwen3_5_kinds_have_the_published_hybrid_layout(kind, tiny_cache):
     assert AutoProcessor.from_pretrained(model_dir).image_processor.patch_size == 16
 
 
+def test_gemma4_kind_has_the_e2b_layout_and_gemma_tokens(tiny_cache):
+    """As Gemma 4 E2B: sliding and full attention alternating (full ones with twice the head dim), the second half
+    of the layers sharing keys and values, per-layer inputs, soft-capped logits, causal image attention; <pad> is
+    token 0 (vLLM embeds token 0 at image positions, transformers the pad token); vLLM's image token count (the
+    vision config's default_output_length) is the processor's budget; its processor loads (it needs an audio
+    feature extractor even for images) and renders Gemma's turns."""
+    model_dir = get_or_build_tiny_model("gemma4", tiny_cache)
+    with open(os.path.join(model_dir, "config.json")) as f:
+        config = json.load(f)
+    text = config["text_config"]
+    assert config["architectures"] == ["Gemma4ForConditionalGeneration"] and config["audio_config"] is None
+    assert text["layer_types"] == ["sliding_attention", "full_attention"] * 2 and text["num_kv_shared_layers"] == 2
+    assert text["per_layer_config"] == {"1": {"head_dim": 128}, "3": {"head_dim": 128}} and text["head_dim"] == 64
+    assert text["sliding_window"] == 32
+    assert text["hidden_size_per_layer_input"] > 0 and text["final_logit_softcapping"] == 30.0
+    assert text.get("use_bidirectional_attention") is None
+    processor = AutoProcessor.from_pretrained(model_dir)
+    tokenizer = processor.tokenizer
+    assert text["pad_token_id"] == tokenizer.pad_token_id == 0 and tokenizer.convert_ids_to_tokens(0) == "<pad>"
+    assert config["vision_config"]["default_output_length"] == processor.image_processor.max_soft_tokens == 70
+    assert type(processor.feature_extractor).__name__ == "Gemma4AudioFeatureExtractor"
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": " What is this? "}]}]
+    prompt = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert prompt == "<bos><|turn>user\n<|image|>What is this?<turn|>\n<|turn>model\n"
+
+
 # ---------------------------------------------------------------------------------------------- determinism and CLI
 def test_same_seed_gives_identical_files_and_other_seed_other_weights(tmp_path):
     size = {"hidden_size": 64, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "intermediate_size": 64}
@@ -273,22 +299,24 @@ def test_get_or_build_reuses_the_cached_dir_and_replaces_a_stale_one(tmp_path):
 def test_vl_processor_expands_images_as_the_model_config_says(kind, tiny_cache):
     model_dir = get_or_build_tiny_model(kind, tiny_cache)
     processor = AutoProcessor.from_pretrained(model_dir)  # the standard path (needs the torchvision shim on CPU)
-    names = {"qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen2_vl": "Qwen2VLProcessor"}
+    names = {"qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen2_vl": "Qwen2VLProcessor", "gemma4": "Gemma4Processor"}
     assert type(processor).__name__ == names.get(kind, "Qwen3VLProcessor")  # Qwen3.5 ships Qwen3-VL's
     model = AutoModelForImageTextToText.from_pretrained(model_dir)
     config = model.config
-    merge = config.vision_config.spatial_merge_size
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is this?"}]}]
     prompt = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    assert prompt.count("<|image_pad|>") == 1
+    assert prompt.count(FAMILIES[kind].image_placeholder) == 1
     images = [_image(90, 120), _image(480, 640, seed=1), _image(20, 20, seed=2)]
-    inputs = processor(text=[prompt] * 3, images=images, padding=True, padding_side="left", return_tensors="pt")
-    expected = (inputs["image_grid_thw"].prod(dim=-1) // merge**2).tolist()
+    nested = [[image] for image in images]  # one image per prompt (Gemma 4 takes no flat list for several prompts)
+    inputs = processor(text=[prompt] * 3, images=nested, padding=True, padding_side="left", return_tensors="pt")
+    expected = image_token_counts(inputs)
     assert (inputs["input_ids"] == config.image_token_id).sum(dim=-1).tolist() == expected
-    # 90x120 -> 84x112 pixels -> 6x8 patches of 14 -> 12 tokens after the 2x2 merge (Qwen3-VL: 96x128, patches of 16)
-    assert expected[0] == 12
-    assert 4 <= min(expected) and max(expected) <= 64  # min_pixels / max_pixels bound the cost of any image
-    assert inputs["pixel_values"].shape[0] == int(inputs["image_grid_thw"].prod(dim=-1).sum())
+    if kind == "gemma4":  # every image scaled to the 70-token budget: 90x120 -> 336x432 pixels -> 7x9 tokens of 48
+        assert expected[0] == 63 and max(expected) <= 70
+    else:  # 90x120 -> 84x112 pixels -> 6x8 patches of 14 -> 12 tokens after the 2x2 merge (Qwen3-VL: 96x128, 16)
+        assert expected[0] == 12
+        assert 4 <= min(expected) and max(expected) <= 64  # min_pixels / max_pixels bound the cost of any image
+        assert inputs["pixel_values"].shape[0] == int(inputs["image_grid_thw"].prod(dim=-1).sum())
     with torch.no_grad():
         logits = model(**inputs).logits
     assert logits.shape == (*inputs["input_ids"].shape, config.text_config.vocab_size)

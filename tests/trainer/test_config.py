@@ -324,11 +324,40 @@ def test_qwen3_5_dense_and_mixture_of_experts_are_accepted(files):
         load_config([*base_args(files), "worker.actor.model.lora.rank=8"])
 
 
+def test_gemma4_is_accepted_unless_its_attention_or_pad_token_differs_from_the_engine(files):
+    """Gemma 4 with causal attention over images and pad token 0 is supported; bidirectional image attention and a
+    pad token other than 0 with per-layer embeddings are refused, naming the key; Ulysses is refused (sliding
+    windows)."""
+    import json
+
+    text = {"layer_types": ["sliding_attention", "full_attention"], "hidden_size_per_layer_input": 256}
+    gemma4 = {"model_type": "gemma4", "vision_config": {}, "text_config": text}
+    (files / "model" / "config.json").write_text(json.dumps(gemma4))
+    assert load_config(base_args(files)).worker.actor.model.model_path == str(files / "model")
+    with pytest.raises(ConfigError, match=r"ulysses_size=2: the model \('gemma4'\) has sliding-window layers"):
+        load_config([*base_args(files), "worker.actor.ulysses_size=2"])
+    for change, message in (
+        ({"use_bidirectional_attention": "vision"}, "use_bidirectional_attention='vision'"),
+        ({"pad_token_id": 3}, r"text_config.pad_token_id=3.*Set text_config.pad_token_id to 0"),
+    ):
+        config = {**gemma4, "text_config": {**text, **change}}
+        (files / "model" / "config.json").write_text(json.dumps(config))
+        with pytest.raises(NotImplementedError, match=message):
+            load_config(base_args(files))
+
+
 def test_supported_vision_language_types_match_the_rope_index():
+    """Every type with a 3-D rope index is accepted; an accepted type without one has none in transformers either
+    (1-D positions, Gemma 4)."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
     from verl.models.config import VISION_LANGUAGE_MODEL_TYPES
     from verl.models.rope_index import MROPE_MODEL_CLASSES
 
-    assert set(VISION_LANGUAGE_MODEL_TYPES) == set(MROPE_MODEL_CLASSES)
+    assert set(MROPE_MODEL_CLASSES) <= set(VISION_LANGUAGE_MODEL_TYPES)
+    for model_type in set(VISION_LANGUAGE_MODEL_TYPES) - set(MROPE_MODEL_CLASSES):
+        assert not hasattr(getattr(transformers, MODEL_MAPPING_NAMES[model_type]), "get_rope_index"), model_type
 
 
 def test_every_field_has_a_docstring():

@@ -229,22 +229,40 @@ def processor_inputs(
     )
 
 
+MEDIA_MODEL_INPUTS: tuple[str, ...] = (
+    "pixel_values",
+    "image_grid_thw",
+    "image_position_ids",
+    "pixel_values_videos",
+    "video_grid_thw",
+)
+"""The image and video processors' outputs that the models take: Qwen's patches and grids, Gemma 4's padded patches
+and their positions (its per-image soft-token counts are not a model input)."""
+
+
 def process_media(multi_modal_data: dict[str, Any], processor: Any) -> dict[str, "torch.Tensor"]:
-    """The processor's model inputs (pixel values and grids) for one row's {"images": [...], "videos": [...]}."""
+    """The processor's model inputs (pixel values and grids or patch positions) for one row's
+    {"images": [...], "videos": [...]}."""
     inputs: dict[str, torch.Tensor] = {}
     images = multi_modal_data.get("images")
     if images:
         out = processor.image_processor(images=list(images), return_tensors="pt")
-        inputs.update(pixel_values=out["pixel_values"], image_grid_thw=out["image_grid_thw"])
+        inputs.update({key: value for key, value in out.items() if key in MEDIA_MODEL_INPUTS})
     videos = multi_modal_data.get("videos")
     if videos:
         out = processor.video_processor(videos=list(videos), return_tensors="pt")
-        inputs.update(pixel_values_videos=out["pixel_values_videos"], video_grid_thw=out["video_grid_thw"])
+        if "video_grid_thw" not in out:
+            raise NotImplementedError(
+                f"Videos are supported for the Qwen-VL family only, not with {type(processor).__name__} (Gemma 4: "
+                "its processor's frame timestamps and video soft tokens are not wired); send the frames as images."
+            )
+        inputs.update({key: value for key, value in out.items() if key in MEDIA_MODEL_INPUTS})
     return inputs
 
 
 def count_image_tokens(processor: Any, sizes: list[tuple[int, int]]) -> list[int] | None:
-    """Image tokens each (width, height) image expands to, without decoding pixels; None if the processor can't say.
+    """Tokens each (width, height) image's placeholder expands to (its image tokens and any the processor writes
+    around them), without decoding pixels; None if the processor can't say.
 
     Uses the processor's own token arithmetic (the same that vLLM relies on), so it agrees with a full run.
     """
@@ -256,4 +274,8 @@ def count_image_tokens(processor: Any, sizes: list[tuple[int, int]]) -> list[int
     except NotImplementedError:
         return None
     tokens = getattr(data, "num_image_tokens", None)
-    return [int(t) for t in tokens] if tokens is not None else None
+    if tokens is None:
+        return None
+    # Gemma 4's processor writes <|image> and <image|> around the soft tokens it puts in place of the placeholder
+    around = sum(1 for name in ("boi_token", "eoi_token") if getattr(processor, name, None))
+    return [int(t) + around for t in tokens]

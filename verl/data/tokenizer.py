@@ -124,9 +124,12 @@ def get_processor(
 
 
 def _set_pixel_bounds(processor: "ProcessorMixin", path: str, min_pixels: int | None, max_pixels: int | None) -> None:
-    """Set the resize bounds of the image and video processors (Qwen2-VL family: size shortest/longest edge)."""
+    """Set the resize bounds of the image and video processors (Qwen2-VL family: size shortest/longest edge); none
+    for a processor that scales each image to a token budget of its own (Gemma 4's max_soft_tokens)."""
     subs = [getattr(processor, name, None) for name in ("image_processor", "video_processor")]
     subs = [sub for sub in subs if sub is not None and "longest_edge" in (getattr(sub, "size", None) or {})]
+    if not subs and getattr(getattr(processor, "image_processor", None), "max_soft_tokens", None):
+        return  # Gemma 4 scales every image to its soft-token budget; the dataset's resize bounds only the decoding
     if not subs:
         raise ValueError(
             f"min_pixels/max_pixels were given but the processor of {path!r} ({type(processor).__name__}) has no "

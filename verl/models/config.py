@@ -31,9 +31,17 @@ from verl.utils.config import ConfigError, require_choice, require_path
 ATTN_IMPLEMENTATIONS: tuple[str, ...] = ("auto", "varlen", "flash_attention_2", "flash_attention_3", "sdpa", "eager")
 """Values of model.attn_implementation."""
 
-VISION_LANGUAGE_MODEL_TYPES: tuple[str, ...] = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "qwen3_5_moe")
+VISION_LANGUAGE_MODEL_TYPES: tuple[str, ...] = (
+    "qwen2_vl",
+    "qwen2_5_vl",
+    "qwen3_vl",
+    "qwen3_5",
+    "qwen3_5_moe",
+    "gemma4",
+)
 """Vision-language model types the trainer supports (3-D rope index, vision-tower hooks); others are refused.
-qwen3_5 and qwen3_5_moe are Qwen3.5 (Gated DeltaNet hybrid, Qwen3-VL's processor), dense and mixture of experts."""
+qwen3_5 and qwen3_5_moe are Qwen3.5 (Gated DeltaNet hybrid, Qwen3-VL's processor), dense and mixture of experts;
+gemma4 is Gemma 4 with causal attention over image tokens (see refuse_unchecked_gemma4)."""
 
 TORCH_DTYPES: tuple[str | None, ...] = (None, "fp32", "bf16", "fp16")
 """Values of fsdp.torch_dtype."""
@@ -110,6 +118,30 @@ class ModelConfig:
                 f"position ids and vision tower differ){nearest(model_type, VISION_LANGUAGE_MODEL_TYPES)}; supported "
                 f"vision-language models: {', '.join(VISION_LANGUAGE_MODEL_TYPES)}."
             )
+        if model_type == "gemma4":
+            refuse_unchecked_gemma4(f"{key}='{self.model_path}'", model_config)
+
+
+def refuse_unchecked_gemma4(what: str, model_config: dict[str, Any]) -> None:
+    """Raise NotImplementedError naming `what` where a Gemma 4 config.json's content needs what the trainer does not do:
+    bidirectional attention over image tokens (the actor's forward is causal, so its log-probs would not be the
+    engine's), or per-layer input embeddings with a pad token other than 0 (transformers embeds the pad token at
+    image positions, vLLM token 0, so the two would differ)."""
+    text = model_config.get("text_config") or {}
+    bidirectional = text.get("use_bidirectional_attention")
+    if bidirectional:
+        raise NotImplementedError(
+            f"{what} is a Gemma 4 model with use_bidirectional_attention={bidirectional!r}: its image tokens attend "
+            "to each other in both directions, which the actor's forward (causal, packed or padded) does not "
+            "reproduce. Use a Gemma 4 model with causal attention (E2B, E4B)."
+        )
+    pad_token_id = text.get("pad_token_id", 0)
+    if text.get("hidden_size_per_layer_input") and pad_token_id != 0:
+        raise NotImplementedError(
+            f"{what} is a Gemma 4 model with per-layer input embeddings and text_config.pad_token_id={pad_token_id}: "
+            "at image positions transformers embeds the pad token and vLLM token 0, so the actor's log-probs would "
+            "not be the engine's. Set text_config.pad_token_id to 0 (Gemma's <pad>)."
+        )
 
 
 def nearest(model_type: Any, supported: tuple[str, ...]) -> str:
@@ -243,6 +275,12 @@ SEQUENCE_PARALLEL_REFUSAL = (
     "exchanges the full-attention layers' heads"
 )
 """Why a model with recurrent layers cannot be split; the config check and the worker both name it."""
+
+SLIDING_WINDOW_SEQUENCE_PARALLEL_REFUSAL = (
+    "Ulysses sequence parallelism gives each rank a slice of the packed row, and a sliding-window layer's mask "
+    "(Gemma 4) would be built for that slice while its attention runs over the whole row"
+)
+"""Why a model with sliding-window layers cannot be split; the config check and the worker both name it."""
 
 
 def recurrent_layer_types(layer_types: Any) -> list[str]:

@@ -26,10 +26,9 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, PretrainedConfig
 from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
-from verl.models.config import ModelConfig
+from verl.models.config import VISION_LANGUAGE_MODEL_TYPES, ModelConfig, refuse_unchecked_gemma4
 from verl.models.gated_deltanet import use_packed_linear_attention
 from verl.models.packed_attention import PACKED_ATTENTION, register_packed_attention
-from verl.models.rope_index import MROPE_MODEL_CLASSES
 from verl.models.structure import get_language_model, get_vision_tower
 
 
@@ -86,11 +85,13 @@ def resolve_attn_implementation(requested: str = "auto") -> str:
 
 def check_supported_model(config: PretrainedConfig, model_path: str | None) -> None:
     """Refuse a vision-language model family the trainer has no position ids and vision-tower support for."""
-    if is_vision_language(config) and config.model_type not in MROPE_MODEL_CLASSES:
+    if is_vision_language(config) and config.model_type not in VISION_LANGUAGE_MODEL_TYPES:
         raise NotImplementedError(
             f"Model '{model_path}' is a {config.model_type!r} vision-language model, which is not supported yet; "
-            f"supported vision-language models: {', '.join(MROPE_MODEL_CLASSES)}."
+            f"supported vision-language models: {', '.join(VISION_LANGUAGE_MODEL_TYPES)}."
         )
+    if config.model_type == "gemma4":  # a hub model's config is first read here
+        refuse_unchecked_gemma4(f"Model '{model_path}'", config.to_dict())
 
 
 def build_model(
@@ -168,6 +169,22 @@ def dummy_vision_inputs(tower: nn.Module, device: torch.device) -> tuple[torch.T
     return pixels, grid_thw
 
 
+def _dummy_vision_features(model: nn.Module, tower: nn.Module, device: torch.device) -> torch.Tensor:
+    """Features of the smallest image, through every vision weight: a Qwen-VL tower with its merger, or Gemma 4's
+    tower and the embedder outside it that projects the pooled patches (one soft token of k x k black patches)."""
+    if hasattr(tower, "patch_embed"):
+        pixels, grid_thw = dummy_vision_inputs(tower, device)
+        output = tower(pixels, grid_thw=grid_thw)
+        return getattr(output, "pooler_output", output)  # after the merger, so every tower weight is used
+    size, kernel = tower.config.patch_size, tower.config.pooling_kernel_size
+    pixels = torch.zeros(1, kernel * kernel, 3 * size * size, dtype=next(tower.parameters()).dtype, device=device)
+    rows, columns = torch.meshgrid(
+        torch.arange(kernel, device=device), torch.arange(kernel, device=device), indexing="ij"
+    )
+    positions = torch.stack([columns, rows], dim=-1).reshape(1, kernel * kernel, 2)
+    return torch.cat(model.get_image_features(pixels, positions).pooler_output)
+
+
 def run_vision_tower_in_every_forward(model: nn.Module) -> bool:
     """Make every forward of a vision-language model run its vision tower, with a dummy image if it has none.
 
@@ -180,10 +197,11 @@ def run_vision_tower_in_every_forward(model: nn.Module) -> bool:
     tower, language_model = get_vision_tower(model), get_language_model(model)
     if tower is None or language_model is None:
         return False
-    if not all(hasattr(tower, name) for name in ("patch_embed", "spatial_merge_size")):
+    qwen = all(hasattr(tower, name) for name in ("patch_embed", "spatial_merge_size"))
+    if not qwen and not hasattr(tower, "patch_embedder"):
         raise NotImplementedError(
             f"{type(model).__name__}: mixing text-only and image batches across ranks needs a dummy input for the "
-            f"vision tower {type(tower).__name__}, which is only written for the Qwen2-VL family."
+            f"vision tower {type(tower).__name__}, which is only written for the Qwen2-VL family and Gemma 4."
         )
     ran = {"tower": False}
 
@@ -202,9 +220,7 @@ def run_vision_tower_in_every_forward(model: nn.Module) -> bool:
                 f"{type(model).__name__} calls its language model without inputs_embeds, so a text-only batch cannot "
                 "run the vision tower on a dummy image; FSDP ranks with and without images would deadlock."
             )
-        pixels, grid_thw = dummy_vision_inputs(tower, embeds.device)
-        output = tower(pixels, grid_thw=grid_thw)
-        features = getattr(output, "pooler_output", output)  # after the merger, so every tower weight is used
+        features = _dummy_vision_features(getattr(model, "model", model), tower, embeds.device)
         kwargs["inputs_embeds"] = embeds + 0.0 * features.sum().to(embeds.dtype)
         return args, kwargs
 

@@ -11,7 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Tiny random-init Qwen2 / Qwen2.5-VL / Qwen2-VL / Qwen3-VL / Qwen3.5 / Qwen2 reward model directories, built offline.
+"""Tiny random-init Qwen2 / Qwen2.5-VL / Qwen2-VL / Qwen3-VL / Qwen3.5 / Gemma 4 / Qwen2 reward model directories, built
+offline.
 
 Tests, the CPU quickstart and the benchmarks need real model directories that `from_pretrained` and `vllm.LLM` load,
 and no model can be downloaded on our machines. Everything is a pure function of the spec (same seed and sizes,
@@ -41,7 +42,9 @@ if TYPE_CHECKING:  # torch and transformers load lazily: the CLI checks its argu
     from transformers import PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
 
 
-ModelKind = Literal["qwen2", "qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen2_rm", "qwen3_moe", "qwen3_5", "qwen3_5_moe"]
+ModelKind = Literal[
+    "qwen2", "qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen2_rm", "qwen3_moe", "qwen3_5", "qwen3_5_moe", "gemma4"
+]
 MODEL_KINDS: tuple[str, ...] = (
     "qwen2",
     "qwen2_5_vl",
@@ -51,11 +54,12 @@ MODEL_KINDS: tuple[str, ...] = (
     "qwen3_moe",
     "qwen3_5",
     "qwen3_5_moe",
+    "gemma4",
 )
-VL_KINDS: tuple[str, ...] = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_5", "qwen3_5_moe")
+VL_KINDS: tuple[str, ...] = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_5", "qwen3_5_moe", "gemma4")
 HYBRID_KINDS: tuple[str, ...] = ("qwen3_5", "qwen3_5_moe")
 """Kinds whose decoder mixes Gated DeltaNet (linear attention) layers with full attention, as Qwen3.5 does."""
-PATCH_SIZES: dict[str, int] = {"qwen3_vl": 16, "qwen3_5": 16, "qwen3_5_moe": 16}
+PATCH_SIZES: dict[str, int] = {"qwen3_vl": 16, "qwen3_5": 16, "qwen3_5_moe": 16, "gemma4": 16}
 """Vision patch size of a VL kind other than Qwen2(.5)-VL's 14 pixels."""
 REWARD_KINDS: tuple[str, ...] = ("qwen2_rm",)
 """Kinds with a one-label score head (sequence classification) instead of an LM head; they get no generation config."""
@@ -119,6 +123,51 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
+# gemma4: Gemma's special tokens, placed first as in Gemma's vocabulary (<pad> 0, <eos> 1, <bos> 2): transformers
+# embeds the pad id where vLLM embeds token 0 for the per-layer inputs at image positions. The processor expands
+# each <|image|> of the template to <|image> + <|image|> x soft tokens + <image|>.
+GEMMA_SPECIAL_TOKENS: tuple[str, ...] = (
+    "<pad>",
+    "<eos>",
+    "<bos>",
+    "<unk>",
+    "<|turn>",
+    "<turn|>",
+    "<|image>",
+    "<image|>",
+    "<|image|>",
+    "<|video|>",
+    "<|audio>",
+    "<audio|>",
+    "<|audio|>",
+)
+GEMMA_NAMED_TOKENS: dict[str, str] = {
+    "image": "<|image|>",
+    "boi": "<|image>",
+    "eoi": "<image|>",
+    "audio": "<|audio|>",
+    "boa": "<|audio>",
+    "eoa": "<audio|>",
+}
+"""gemma4: the tokenizer's named tokens (`tokenizer.image_token`, ...) that Gemma 4's processor reads."""
+GEMMA_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "<|turn>{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] | trim }}"
+    "{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}<|image|>"
+    "{% elif content['type'] == 'video' or 'video' in content %}<|video|>"
+    "{% elif 'text' in content %}{{ content['text'] | trim }}"
+    "{% endif %}{% endfor %}{% endif %}<turn|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|turn>model\n{% endif %}"
+)
+GEMMA_SLIDING_WINDOW = 32
+"""gemma4: tokens a sliding-window layer sees, smaller than an image prompt so the window really cuts."""
+GEMMA_PER_LAYER_INPUT_SIZE = 16
+"""gemma4: width of each layer's per-layer input embedding (E2B: 256)."""
+GEMMA_MAX_SOFT_TOKENS = 70
+"""gemma4: image soft tokens per image, the smallest budget Gemma 4's processor offers (it scales every image to it)."""
+
 # Qwen2's pre-tokenizer: contractions, letter runs, single digits, punctuation runs, newlines, spaces.
 _PRETOKENIZE_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -172,8 +221,9 @@ def _train_bpe(bpe_vocab_size: int) -> tuple[str, str]:
     return json.dumps(model["vocab"]), json.dumps(merges)
 
 
-def build_tokenizer(vocab_size: int = 2048) -> "PreTrainedTokenizerBase":
-    """A Qwen2Tokenizer with a locally trained byte-level BPE of `vocab_size` tokens plus Qwen's special tokens.
+def build_tokenizer(vocab_size: int = 2048, kind: str = "qwen2") -> "PreTrainedTokenizerBase":
+    """A Qwen2Tokenizer with a locally trained byte-level BPE of `vocab_size` tokens plus Qwen's special tokens
+    (gemma4: Gemma 4's special tokens first, its named image/audio tokens and chat format).
 
     The BPE training is cached in-process, so building several models costs one training.
     A new tokenizer object is returned every call, so callers may modify it freely.
@@ -189,9 +239,29 @@ def build_tokenizer(vocab_size: int = 2048) -> "PreTrainedTokenizerBase":
             f"vocab_size={vocab_size} is more than the synthetic corpus supports ({len(vocab)} tokens); "
             f"use vocab_size <= {len(vocab)}."
         )
+    merges = [tuple(merge) for merge in json.loads(merges_json)]
+    if kind == "gemma4":
+        vocab = {
+            **{token: i for i, token in enumerate(GEMMA_SPECIAL_TOKENS)},
+            **{token: i + len(GEMMA_SPECIAL_TOKENS) for token, i in vocab.items()},
+        }
+        tokenizer = Qwen2Tokenizer(
+            vocab=vocab,
+            merges=merges,
+            errors="replace",
+            unk_token="<unk>",
+            bos_token="<bos>",
+            eos_token="<turn|>",  # as Gemma-it: generation ends at the end of the model's turn
+            pad_token="<pad>",
+            **{f"{name}_token": token for name, token in GEMMA_NAMED_TOKENS.items()},
+        )
+        tokenizer.add_special_tokens({"additional_special_tokens": list(GEMMA_SPECIAL_TOKENS[3:])})
+        tokenizer.chat_template = GEMMA_CHAT_TEMPLATE
+        tokenizer.model_max_length = 8192
+        return tokenizer
     tokenizer = Qwen2Tokenizer(
         vocab=vocab,
-        merges=[tuple(merge) for merge in json.loads(merges_json)],
+        merges=merges,
         unk_token=None,
         bos_token=None,
         eos_token="<|endoftext|>",
@@ -213,7 +283,8 @@ class TinyModelSpec:
     kind: str = "qwen2"
     """Model family: qwen2 (text), qwen3_moe (text, mixture of experts), qwen2_5_vl, qwen2_vl or qwen3_vl (with a
     vision tower), qwen3_5 or qwen3_5_moe (vision tower, hybrid Gated DeltaNet / full-attention decoder, as the
-    published Qwen3.5 checkpoints), qwen2_rm (qwen2 with a score head)."""
+    published Qwen3.5 checkpoints), gemma4 (Gemma 4 E2B's layout with a vision tower, Gemma's tokens and chat
+    format), qwen2_rm (qwen2 with a score head)."""
     seed: int = 0
     """Seed of the weight initialisation (the tokenizer does not depend on it)."""
     vocab_size: int = 2048
@@ -330,6 +401,8 @@ def _mrope_section(head_dim: int) -> list[int]:
 def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "PreTrainedConfig":
     from transformers import Qwen2_5_VLConfig, Qwen2Config, Qwen2VLConfig, Qwen3MoeConfig, Qwen3VLConfig
 
+    if spec.kind == "gemma4":
+        return _gemma4_config(spec, tokenizer)
     text = _text_config_kwargs(spec, tokenizer)
     if spec.kind == "qwen2":
         return Qwen2Config(rope_parameters={"rope_type": "default", "rope_theta": 1e6}, **text)
@@ -456,10 +529,77 @@ def _qwen3_5_config(
     )
 
 
+def _gemma4_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "PreTrainedConfig":
+    """Gemma 4 E2B/E4B's layout, small: sliding-window layers alternating with full-attention layers of twice the head
+    dim (proportional rope on a quarter of it), the second half of the layers reusing the keys and values of the
+    last earlier layer of their type, per-layer input embeddings, final logit soft-capping, causal attention over
+    image tokens, and a vision tower whose 3 x 3 pooled patches are the soft tokens; no audio tower."""
+    from transformers import Gemma4Config
+
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in GEMMA_SPECIAL_TOKENS}
+    vocab_size = (len(tokenizer) + 63) // 64 * 64
+    head_dim = spec.hidden_size // spec.num_heads
+    layer_types = ["full_attention" if i % 2 else "sliding_attention" for i in range(spec.num_layers)]
+    layer_types[-1] = "full_attention"  # Gemma 4's last layer is always global
+    text = {
+        "vocab_size": vocab_size,
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
+        "num_hidden_layers": spec.num_layers,
+        "num_attention_heads": spec.num_heads,
+        "num_key_value_heads": spec.num_kv_heads,
+        "head_dim": head_dim,
+        "global_head_dim": 2 * head_dim,
+        "layer_types": layer_types,
+        "sliding_window": GEMMA_SLIDING_WINDOW,
+        "num_kv_shared_layers": spec.num_layers // 2 if spec.num_layers >= 4 else 0,
+        "hidden_size_per_layer_input": GEMMA_PER_LAYER_INPUT_SIZE,
+        "vocab_size_per_layer_input": vocab_size,
+        "final_logit_softcapping": 30.0,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "rms_norm_eps": 1e-6,
+        # A quarter of the usual range: every sublayer output is normalised, and the embedding (scaled by
+        # sqrt(hidden_size)) at the usual range outweighs them all, so greedy decoding repeated the last token.
+        "initializer_range": spec.initializer_range / 4,
+        "tie_word_embeddings": True,
+        "pad_token_id": ids["<pad>"],
+        "bos_token_id": ids["<bos>"],
+        "eos_token_id": ids["<eos>"],
+    }
+    vision = {
+        "hidden_size": spec.vision_hidden_size,
+        "intermediate_size": 2 * spec.vision_hidden_size,
+        "num_hidden_layers": spec.vision_depth,
+        "num_attention_heads": spec.vision_num_heads,
+        "num_key_value_heads": spec.vision_num_heads,
+        "head_dim": spec.vision_hidden_size // spec.vision_num_heads,
+        "patch_size": PATCH_SIZES["gemma4"],
+        "pooling_kernel_size": 3,
+        "position_embedding_size": 256,  # patch rows/columns of the widest image (70 soft tokens in one row: 210)
+        "default_output_length": GEMMA_MAX_SOFT_TOKENS,  # vLLM counts an image's tokens with it, as the processor
+        "initializer_range": spec.initializer_range,
+    }
+    return Gemma4Config(
+        text_config=text,
+        vision_config=vision,
+        audio_config=None,
+        image_token_id=ids["<|image|>"],
+        boi_token_id=ids["<|image>"],
+        eoi_token_id=ids["<image|>"],
+        video_token_id=ids["<|video|>"],
+        audio_token_id=ids["<|audio|>"],
+        boa_token_id=ids["<|audio>"],
+        eoa_token_index=ids["<audio|>"],
+        initializer_range=spec.initializer_range,
+        tie_word_embeddings=True,
+    )
+
+
 def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "PreTrainedModel":
     """A randomly initialised float32 model for `spec`; the caller's global torch RNG is left untouched."""
     import torch
     from transformers import (
+        Gemma4ForConditionalGeneration,
         GenerationConfig,
         Qwen2_5_VLForConditionalGeneration,
         Qwen2ForCausalLM,
@@ -481,14 +621,22 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
         "qwen3_moe": Qwen3MoeForCausalLM,
         "qwen3_5": Qwen3_5ForConditionalGeneration,
         "qwen3_5_moe": Qwen3_5MoeForConditionalGeneration,
+        "gemma4": Gemma4ForConditionalGeneration,
     }[spec.kind]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
         model = model_class(config).to(torch.float32)
     if spec.is_reward_model:  # nothing is generated from a reward model: no generation config to write
         return model.eval()
-    ids = _special_ids(tokenizer)
     # Only the stop tokens: sampling defaults here would silently become vLLM's defaults too.
+    if spec.kind == "gemma4":  # as Gemma-it: the end of the model's turn or <eos>
+        model.generation_config = GenerationConfig(
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=[tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<eos>")],
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        return model.eval()
+    ids = _special_ids(tokenizer)
     model.generation_config = GenerationConfig(
         bos_token_id=ids["<|endoftext|>"],
         eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
@@ -508,6 +656,8 @@ def build_processor(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -
         Qwen3VLVideoProcessor,
     )
 
+    if spec.kind == "gemma4":
+        return _gemma4_processor(tokenizer)
     size = {"shortest_edge": spec.min_pixels, "longest_edge": spec.max_pixels}
     patches = {"patch_size": PATCH_SIZES.get(spec.kind, 14), "temporal_patch_size": 2, "merge_size": 2}
     if spec.kind in ("qwen3_vl", *HYBRID_KINDS):  # Qwen3.5 ships Qwen3-VL's processor
@@ -524,6 +674,22 @@ def build_processor(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -
         # cap_pixels_per_frame: bound a long video's total cost as qwen-vl-utils does (the default from v5.22 on)
         video_processor=Qwen2VLVideoProcessor(size=size, cap_pixels_per_frame=True, **patches),
         chat_template=CHAT_TEMPLATE,
+    )
+
+
+def _gemma4_processor(tokenizer: "PreTrainedTokenizerBase") -> "ProcessorMixin":
+    """Gemma 4's processor at its smallest image budget. It takes an audio feature extractor even for images (its
+    constructor requires one), so the directory gets Gemma 4's default one."""
+    from transformers import Gemma4AudioFeatureExtractor, Gemma4ImageProcessor, Gemma4Processor, Gemma4VideoProcessor
+
+    budget = {"patch_size": PATCH_SIZES["gemma4"], "pooling_kernel_size": 3, "max_soft_tokens": GEMMA_MAX_SOFT_TOKENS}
+    return Gemma4Processor(
+        feature_extractor=Gemma4AudioFeatureExtractor(),
+        image_processor=Gemma4ImageProcessor(**budget),
+        tokenizer=tokenizer,
+        video_processor=Gemma4VideoProcessor(**budget),
+        chat_template=GEMMA_CHAT_TEMPLATE,
+        image_seq_length=GEMMA_MAX_SOFT_TOKENS,
     )
 
 
@@ -557,7 +723,7 @@ def build_tiny_model(output_dir: str, kind: ModelKind = "qwen2", seed: int = 0, 
     created if needed; files of an earlier build in it are overwritten.
     """
     spec = _make_spec(kind, seed, size)
-    tokenizer = build_tokenizer(spec.vocab_size)
+    tokenizer = build_tokenizer(spec.vocab_size, spec.kind)
     model = build_model(spec, tokenizer)
     os.makedirs(output_dir, exist_ok=True)
     with _progress_bars_disabled():
@@ -631,7 +797,11 @@ def count_parameters(model_dir: str) -> dict[str, int]:
                     for dim in f.get_slice(key).get_shape():
                         numel *= dim
                     total += numel
-                    vision += numel if key.startswith(("visual.", "model.visual.")) else 0
+                    vision += (
+                        numel
+                        if key.startswith(("visual.", "model.visual.", "model.vision_tower.", "model.embed_vision."))
+                        else 0
+                    )
     return {"total": total, "vision": vision}
 
 

@@ -25,7 +25,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from verl.models.config import SEQUENCE_PARALLEL_REFUSAL, recurrent_layer_types
+from verl.models.config import (
+    SEQUENCE_PARALLEL_REFUSAL,
+    SLIDING_WINDOW_SEQUENCE_PARALLEL_REFUSAL,
+    recurrent_layer_types,
+)
 from verl.models.structure import get_language_model
 from verl.protocol import DataProto
 
@@ -46,6 +50,11 @@ def check_split(module: Any, sp_size: int, padding_free: bool, role: str) -> Non
         raise ValueError(
             f"{role}.ulysses_size={sp_size}: the model has {'/'.join(recurrent)} layers. {SEQUENCE_PARALLEL_REFUSAL}; "
             "set it to 1."
+        )
+    if "sliding_attention" in (getattr(text_config, "layer_types", None) or ()):
+        raise ValueError(
+            f"{role}.ulysses_size={sp_size}: the model has sliding-window layers. "
+            f"{SLIDING_WINDOW_SEQUENCE_PARALLEL_REFUSAL}; set it to 1."
         )
     for name in ("num_attention_heads", "num_key_value_heads"):
         heads = getattr(text_config, name, None)

@@ -33,7 +33,12 @@ from typing import Any
 from verl.algorithms.rollout_correction import CorrectionSettings
 from verl.algorithms.schedules import check_response_length_schedule
 from verl.algorithms.user_functions import is_user_spec, require_algorithm
-from verl.models.config import SEQUENCE_PARALLEL_REFUSAL, read_model_config, recurrent_layer_types
+from verl.models.config import (
+    SEQUENCE_PARALLEL_REFUSAL,
+    SLIDING_WINDOW_SEQUENCE_PARALLEL_REFUSAL,
+    read_model_config,
+    recurrent_layer_types,
+)
 from verl.utils.config import (
     ConfigError,
     load_yaml,
@@ -746,6 +751,11 @@ def _check_ulysses(config: PPOConfig, role: str, section: Any) -> None:
     if recurrent:
         raise ConfigError(
             f"{key}={size}: the model has {'/'.join(recurrent)} layers. {SEQUENCE_PARALLEL_REFUSAL}; set {key}=1."
+        )
+    if "sliding_attention" in (text.get("layer_types") or ()):
+        raise ConfigError(
+            f"{key}={size}: the model ({model_config.get('model_type')!r}) has sliding-window layers. "
+            f"{SLIDING_WINDOW_SEQUENCE_PARALLEL_REFUSAL}; set {key}=1."
         )
     for name in ("num_attention_heads", "num_key_value_heads"):
         heads = text.get(name)

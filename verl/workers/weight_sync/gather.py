@@ -215,7 +215,8 @@ def _counted(tensor: torch.Tensor, stats: dict[str, float], since: float) -> tor
 def iter_full_weights(
     module: nn.Module, dtype: torch.dtype, names: dict[str, str], stats: dict[str, float], merge_lora: bool = True
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield (checkpoint name, full tensor in `dtype`) one parameter at a time; count bytes into `stats`.
+    """Yield (checkpoint name, full tensor in `dtype`) one parameter at a time, then the checkpoint's buffers
+    (`checkpoint_buffers`); count bytes into `stats`.
 
     Parameters are gathered one FSDP unit (a decoder layer, the root) at a time, one all-gather each, rather than one
     collective per parameter. A tied parameter (the embedding reused as lm_head) is sent under each of its names: on
@@ -245,7 +246,22 @@ def iter_full_weights(
             for checkpoint_name, piece in pieces:
                 yield checkpoint_name, _counted(piece.detach().to(dtype), stats, clock)
                 clock = time.perf_counter()
+    for checkpoint_name, buffer in checkpoint_buffers(module):
+        yield checkpoint_name, _counted(buffer.detach().to(dtype), stats, clock)
+        clock = time.perf_counter()
     stats["gather_seconds"] = stats.get("gather_seconds", 0.0) + time.perf_counter() - clock
+
+
+def checkpoint_buffers(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """(checkpoint name, tensor) of the persistent buffers the checkpoint holds besides the parameters (Gemma 4's
+    per-layer `layer_scalar`). They are not trained, but an engine started with dummy weights holds noise there until
+    they are sent; FSDP does not shard buffers, so every rank has them whole."""
+    return [
+        (_reverted_names(module, f"{prefix}.{name}" if prefix else name, buffer)[1][0], buffer)
+        for prefix, owner in module.named_modules()
+        for name, buffer in owner.named_buffers(recurse=False)
+        if name not in owner._non_persistent_buffers_set
+    ]
 
 
 def iter_adapter_weights(
