@@ -25,6 +25,8 @@ class Family:
     """Image area the runs use: a few image tokens (e.g. 56 x 56 with 14-pixel patches, 64 x 64 with 16)."""
     hf_class: str
     """transformers class of the whole model (image-text-to-text)."""
+    image_placeholder: str = "<|vision_start|><|image_pad|><|vision_end|>"
+    """What the chat template writes for an image part (the processor expands its image token)."""
     processor: bool = True
     """The processor expands an image as the model config says, and the dataset's rows (position ids) match the
     model's own (test_tiny_models, test_dataset)."""
@@ -86,6 +88,7 @@ FAMILIES: dict[str, Family] = {
             ulysses=False,
             hybrid_engine=False,
         ),
+        Family("glm4v", 3136, "Glm4vForConditionalGeneration", "<|begin_of_image|><|image|><|end_of_image|>"),
     )
 }
 

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from families import vl_kinds
+from families import FAMILIES, vl_kinds
 from PIL import Image
 from transformers import (
     AttentionInterface,
@@ -335,7 +335,7 @@ def test_cuda_branch_glue_with_a_stand_in_kernel(monkeypatch: pytest.MonkeyPatch
 # ---------------------------------------------------------------------------------------------- Qwen2.5-VL
 
 
-def _vl_batch(model: torch.nn.Module, processor, prompt_len: int = 48, response_len: int = 6):
+def _vl_batch(model: torch.nn.Module, processor, kind: str, prompt_len: int = 48, response_len: int = 6):
     """Three rollout rows (two with an image of different sizes, one text-only): left-padded prompts, right-padded
     responses, mrope positions (3, B, L) from the model's own get_rope_index, and the images' pixel values."""
     rng = np.random.default_rng(0)
@@ -345,7 +345,7 @@ def _vl_batch(model: torch.nn.Module, processor, prompt_len: int = 48, response_
             text = "<|im_start|>user\ncount the circles<|im_end|>\n"
         else:
             images.append(Image.fromarray(rng.integers(0, 256, (*size, 3), dtype=np.uint8)))
-            text = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>what color<|im_end|>\n"
+            text = f"<|im_start|>user\n{FAMILIES[kind].image_placeholder}what color<|im_end|>\n"
         prompt = processor(text=[text], images=[images[-1]] if size else None, return_tensors="pt")["input_ids"][0]
         response = torch.from_numpy(rng.integers(0, VOCAB, response_len - row))
         rows.append((prompt, response))
@@ -367,7 +367,7 @@ def test_vl_packed_forward_equals_padded_sdpa(model_root: str, packed_calls: lis
     path = get_or_build_tiny_model(kind, model_root)
     processor = AutoProcessor.from_pretrained(path)
     models = {name: _load(path, name, AutoModelForImageTextToText) for name in (PACKED_ATTENTION, "sdpa")}
-    input_ids, attention_mask, position_ids, vision = _vl_batch(models["sdpa"], processor)
+    input_ids, attention_mask, position_ids, vision = _vl_batch(models["sdpa"], processor, kind)
     packed_ids, text_positions, indices = _pack(input_ids, attention_mask)
     # as the trainer: (4, 1, T) = text positions (they mark the packing) + the 3 mrope rows
     mrope = torch.cat([text_positions, position_ids.reshape(3, -1)[:, indices]]).unsqueeze(1)

@@ -27,10 +27,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from families import vl_kinds
+from families import FAMILIES, vl_kinds
 from PIL import Image
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 
+from verl.models.rope_index import VIDEO_TOKEN, RopeIndex
 from verl.models.tiny_models import (
     CHAT_TEMPLATE,
     SPEC_FILE,
@@ -273,14 +274,19 @@ def test_get_or_build_reuses_the_cached_dir_and_replaces_a_stale_one(tmp_path):
 def test_vl_processor_expands_images_as_the_model_config_says(kind, tiny_cache):
     model_dir = get_or_build_tiny_model(kind, tiny_cache)
     processor = AutoProcessor.from_pretrained(model_dir)  # the standard path (needs the torchvision shim on CPU)
-    names = {"qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen2_vl": "Qwen2VLProcessor"}
+    names = {
+        "qwen2_5_vl": "Qwen2_5_VLProcessor",
+        "qwen2_vl": "Qwen2VLProcessor",
+        "glm4v": "Glm4vProcessor",
+        "glm4v_moe": "Glm4vProcessor",
+    }
     assert type(processor).__name__ == names.get(kind, "Qwen3VLProcessor")  # Qwen3.5 ships Qwen3-VL's
     model = AutoModelForImageTextToText.from_pretrained(model_dir)
     config = model.config
     merge = config.vision_config.spatial_merge_size
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is this?"}]}]
     prompt = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    assert prompt.count("<|image_pad|>") == 1
+    assert prompt.count(FAMILIES[kind].image_placeholder) == 1
     images = [_image(90, 120), _image(480, 640, seed=1), _image(20, 20, seed=2)]
     inputs = processor(text=[prompt] * 3, images=images, padding=True, padding_side="left", return_tensors="pt")
     expected = (inputs["image_grid_thw"].prod(dim=-1) // merge**2).tolist()
@@ -309,10 +315,11 @@ def test_vl_processor_handles_video(kind, tiny_cache):
     messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "What happens?"}]}]
     prompt = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     frames = [np.asarray(_image(64, 96, seed=i)) for i in range(4)]
-    inputs = processor(text=[prompt], videos=[frames], return_tensors="pt")
+    inputs = processor(text=[prompt], videos=[frames], do_sample_frames=False, return_tensors="pt")  # as the dataset
     grid = inputs["video_grid_thw"][0].tolist()
     assert grid[0] == 2  # 4 frames, 2 per temporal patch
-    assert int((inputs["input_ids"] == model.config.video_token_id).sum()) == grid[0] * grid[1] * grid[2] // 4
+    video_tokens = RopeIndex(model.config).mm_token_type_ids(inputs["input_ids"][0]) == VIDEO_TOKEN  # GLM: image ids
+    assert int(video_tokens.sum()) == grid[0] * grid[1] * grid[2] // 4
     with torch.no_grad():
         assert torch.isfinite(model(**inputs).logits).all()
 
