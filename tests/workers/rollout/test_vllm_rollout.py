@@ -347,8 +347,12 @@ def _vl_prompts(processor: Any, actor: torch.nn.Module, rank: int, prompt_length
     return prompts, hf_inputs
 
 
-def _vl_actor_log_probs(actor: torch.nn.Module, output: Any, hf_inputs: list[dict], n: int) -> torch.Tensor:
-    """Actor log-probs row by row (each row has its own images), with the rollout's position ids."""
+def _vl_actor_log_probs(
+    actor: torch.nn.Module, output: Any, hf_inputs: list[dict], n: int, banned: list[int]
+) -> torch.Tensor:
+    """Actor log-probs row by row (each row has its own images), with the rollout's position ids; the `banned`
+    placeholder tokens get the engine's -100 logit bias, so both normalise over the same tokens (a tiny random model
+    puts about 1e-3 of its mass on them)."""
     log_probs = []
     for row in range(len(output)):
         vision = {k: v for k, v in hf_inputs[row // n].items() if k in ("pixel_values", "image_grid_thw")}
@@ -360,6 +364,7 @@ def _vl_actor_log_probs(actor: torch.nn.Module, output: Any, hf_inputs: list[dic
                 use_cache=False,
                 **vision,
             ).logits
+        logits[..., banned] -= 100.0
         log_probs.append(_response_log_probs(logits, output.batch["responses"][row : row + 1], 1.0))
     return torch.cat(log_probs)
 
@@ -409,7 +414,7 @@ def _vl_worker(rank: int, port: int, model_dir: str) -> None:
         assert _valid_response(greedy, row) == expected, row
 
     # Position ids over prompt + response equal the model's own rope index of the whole sequence.
-    image_token = tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    image_token = processor.image_token_id
     for row, inputs in enumerate(hf_inputs):
         full_ids, mask = greedy.batch["input_ids"][row : row + 1], greedy.batch["attention_mask"][row : row + 1]
         expected_positions, _ = actor.model.get_rope_index(
@@ -422,7 +427,8 @@ def _vl_worker(rank: int, port: int, model_dir: str) -> None:
     sampled = rollout.generate_sequences(prompts)
     assert len(sampled) == 2 * len(prompts)
     assert not (torch.isin(sampled.batch["responses"], torch.tensor([image_token]))).any()
-    _check_log_probs(sampled, _vl_actor_log_probs(actor, sampled, hf_inputs, 2))
+    banned = [image_token, tokenizer.convert_tokens_to_ids(processor.video_token)]
+    _check_log_probs(sampled, _vl_actor_log_probs(actor, sampled, hf_inputs, 2, banned))
     manager.release()
 
 
