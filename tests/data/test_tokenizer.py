@@ -113,6 +113,14 @@ def test_get_processor_sets_pixel_bounds(vl_dir):
         get_processor(vl_dir, min_pixels=5000, max_pixels=100)
 
 
+def test_pixel_bounds_are_one_images_area_for_glm(tiny_cache):
+    """GLM-4.1V's resize counts an image as its two frames: the bounds still mean one image's area, as for Qwen."""
+    processor = get_processor(get_or_build_tiny_model("glm4v", tiny_cache), min_pixels=3136, max_pixels=3136)
+    images = [Image.fromarray(np.zeros((size, size, 3), dtype=np.uint8)) for size in (28, 56, 112)]
+    grids = processor.image_processor(images=images, return_tensors="pt")["image_grid_thw"]
+    assert grids.tolist() == [[1, 4, 4]] * 3  # 56 x 56 pixels: 4 x 4 patches of 14
+
+
 def test_get_processor_overrides_the_chat_template(vl_dir):
     processor = get_processor(vl_dir, override_chat_template=TEMPLATE)
     assert processor.apply_chat_template(MESSAGES, tokenize=False) == "[user] hi\n"

@@ -261,18 +261,20 @@ def vl_args(workspace, kind: str, name: str, reward_function: str, *extra: str) 
 @pytest.mark.parametrize("kind", vl_kinds("grpo"))
 def test_grpo_vl_run_with_images(workspace, kind):
     """qwen3_5, qwen3_5_moe: Qwen3.5's Gated DeltaNet hybrid, dense and MoE, its engine in bf16 on the CPU (the weight
-    check's 16-bit tolerance)."""
+    check's 16-bit tolerance); glm4v, glm4v_moe: GLM-4.1V and GLM-4.5V, their fp32 engines checked at every sync."""
     root = workspace["root"]
     name = "grpo_vl" if kind == "qwen2_5_vl" else f"grpo_vl_{kind}"
     args = vl_args(workspace, kind, name, f"{REPO}/examples/reward_function/count_shapes.py:compute_score")
     args += [f"trainer.rollout_data_dir={root / f'{name}_rollouts'}", "trainer.rollout_data_freq=2"]
-    if kind.startswith("qwen3_5"):  # the bf16 engine against the fp32 actor, text and image probes, at every sync
+    if kind.startswith(("qwen3_5", "glm4v")):  # the engine against the actor, text and image probes, at every sync
         args.append("worker.rollout.verify_weight_sync=true")
     run_ppo(load_config(args))
     steps = [row for row in read_log(root / name) if "critic/score/mean" in row]
     assert [row["step"] for row in steps] == [1, 2]
     if kind.startswith("qwen3_5"):  # measured 0.03-0.05 mean (bf16 rounding); the 16-bit tolerance is 0.1 mean
         assert all(row["rollout/weight_sync_mean_gap"] <= 0.1 for row in steps), steps
+    if kind.startswith("glm4v"):  # fp32 engine and actor
+        assert all(row["rollout/weight_sync_mean_gap"] <= 1e-4 for row in steps), steps
     if kind == "qwen3_5_moe":  # the routers' load balance, and the engine's routing of the probe (2-3% differ: bf16)
         assert all(
             1.0 <= row["moe/load_imbalance/mean"] and row["rollout/weight_sync_routing_mismatch"] < 0.1
