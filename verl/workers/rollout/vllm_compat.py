@@ -178,7 +178,9 @@ def forget_moe_kernels(model: torch.nn.Module) -> list[tuple[Any, Any]]:
 @contextlib.contextmanager
 def engine_router_logits(llm: Any) -> Iterator[list[list[torch.Tensor]]]:
     """Inside: the router logits (tokens, experts) that each MoE layer of the engine's model computes, a list per layer
-    in layer order, one tensor per forward; no lists for a dense model.
+    in layer order, one tensor per forward; no lists for a dense model. A router with an expert-score correction bias
+    (GLM-4.5V's: experts chosen by sigmoid(logits) + bias) gives those scores instead, so the top-k of either is
+    the engine's choice of experts.
 
     Relies on vLLM 0.32's MoE blocks computing their router logits with a `GateLinear` module (Qwen3-MoE's
     `mlp.gate`), called from Python in every forward of an eager engine (the CPU's; a CUDA graph replays without
@@ -199,8 +201,11 @@ def engine_router_logits(llm: Any) -> Iterator[list[list[torch.Tensor]]]:
                 captured.append(calls)
 
                 def hook(_module: Any, _inputs: Any, output: Any, calls: list[torch.Tensor] = calls) -> None:
-                    logits = output[0] if isinstance(output, tuple) else output
-                    calls.append(logits.detach().float().cpu())
+                    logits = (output[0] if isinstance(output, tuple) else output).detach().float()
+                    bias = getattr(_module, "e_score_correction_bias", None)
+                    if bias is not None:
+                        logits = logits.sigmoid() + bias.detach().float()
+                    calls.append(logits.cpu())
 
                 handles.append(module.register_forward_hook(hook))
         return handles
