@@ -89,6 +89,7 @@ FAMILIES: dict[str, Family] = {
             hybrid_engine=False,
         ),
         Family("glm4v", 3136, "Glm4vForConditionalGeneration", "<|begin_of_image|><|image|><|end_of_image|>"),
+        Family("glm4v_moe", 3136, "Glm4vMoeForConditionalGeneration", "<|begin_of_image|><|image|><|end_of_image|>"),
     )
 }
 
