@@ -110,3 +110,50 @@ def test_vllm_still_leaves_the_cpu_experts_unpacked_after_a_plain_reload(rollout
         vllm_compat.load_weights(llm, iter_full_weights(actor, torch.float32, names, _stats()), in_place_reload=True)
         vllm_compat.reset_caches_after_weight_update(llm)
     assert probe_log_prob_gap(actor, rollout)[0] <= TOLERANCE
+
+
+_ENGINE_WITH_AND_WITHOUT_OVERRIDES = """
+import sys
+from vllm import LLM
+from verl.workers.rollout.config import RolloutConfig
+from verl.workers.rollout.vllm_rollout import build_engine_kwargs
+config = RolloutConfig(n=1, prompt_length=64, response_length=8, kv_cache_memory_mb=32, max_num_batched_tokens=512)
+kwargs = build_engine_kwargs(sys.argv[1], config, multimodal=True)
+print("overrides", kwargs["hf_overrides"])
+LLM(**kwargs)
+print("built with the overrides")
+del kwargs["hf_overrides"]
+try:
+    LLM(**kwargs)
+    print("built without them")
+except AttributeError as error:
+    print("failed without them:", error)
+"""
+
+
+def test_a_glm4v_moe_config_without_head_dim_gets_it_as_an_engine_override(tmp_path) -> None:
+    """transformers writes GLM-4.5V's text config without head_dim and use_qk_norm unless they were given, and vLLM
+    reads both: the rollout passes transformers' values (hidden / heads, no q/k norm) as hf_overrides. When vLLM
+    builds the engine without them, `vllm_compat.missing_config_overrides` can go."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    source = get_or_build_tiny_model("glm4v_moe", str(tmp_path / "models"))
+    target = str(tmp_path / "written_without")
+    shutil.copytree(source, target)
+    with open(os.path.join(target, "config.json")) as file:
+        config = json.load(file)
+    assert (config["text_config"].pop("head_dim"), config["text_config"].pop("use_qk_norm")) == (64, False)
+    with open(os.path.join(target, "config.json"), "w") as file:
+        json.dump(config, file)
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "PYTHONPATH": repo}
+    script = [sys.executable, "-c", _ENGINE_WITH_AND_WITHOUT_OVERRIDES, target]
+    proc = subprocess.run(script, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "overrides {'text_config': {'head_dim': 64, 'use_qk_norm': False}}" in proc.stdout
+    assert "built with the overrides" in proc.stdout
+    assert "failed without them: 'Glm4vMoeTextConfig' object has no attribute 'head_dim'" in proc.stdout, proc.stdout

@@ -104,6 +104,27 @@ def cpu_hybrid_engine_kwargs() -> dict[str, Any]:
     return {"dtype": "bfloat16", "enable_prefix_caching": False}
 
 
+def missing_config_overrides(model_config: dict[str, Any] | None) -> dict[str, Any]:
+    """`hf_overrides` for config fields vLLM 0.32 reads that a config.json (its content, None for a hub id) lacks, set
+    to the values transformers computes with; {} when nothing is missing.
+
+    GLM-4.5V (glm4v_moe): vLLM's text model reads `text_config.head_dim` and `use_qk_norm` and fails at start without
+    them ("'Glm4vMoeTextConfig' object has no attribute 'head_dim'"). transformers' Glm4vMoeTextConfig defines neither,
+    so a config it writes lacks both unless they were given (the published checkpoints have them: 128, false), while
+    its attention takes hidden_size / num_attention_heads as the head dim and has no q/k norm.
+    tests/workers/rollout/test_moe_engine_sync.py fails when vLLM no longer needs them.
+    """
+    if not model_config or model_config.get("model_type") != "glm4v_moe":
+        return {}
+    text = model_config.get("text_config") or {}
+    missing: dict[str, Any] = {}
+    if "head_dim" not in text:
+        missing["head_dim"] = text["hidden_size"] // text["num_attention_heads"]
+    if "use_qk_norm" not in text:
+        missing["use_qk_norm"] = False
+    return {"text_config": missing} if missing else {}
+
+
 class _RotaryReloadFilter(logging.Filter):
     """Drops vLLM 0.32's "RotaryEmbedding: Failed to load weights" warning of every in-place reload.
 
