@@ -109,6 +109,17 @@ FAMILIES: dict[str, Family] = {
             ulysses=False,
             env_images=False,  # refused: environment images are expanded for Qwen-style processors only
         ),
+        Family("glm4v", 3136, "Glm4vForConditionalGeneration", "<|begin_of_image|><|image|><|end_of_image|>"),
+        # GLM-4.5V: GLM-4.1V's processor and rope index code (checked on glm4v; both passed here too), an MoE decoder
+        Family(
+            "glm4v_moe",
+            3136,
+            "Glm4vMoeForConditionalGeneration",
+            "<|begin_of_image|><|image|><|end_of_image|>",
+            processor=False,
+            video=False,
+            env_images=False,  # GLM-4.1V's path, checked on glm4v
+        ),
     )
 }
 

@@ -29,6 +29,7 @@ from PIL import Image
 from verl.data.dataset import DatasetRowError, PromptTooLongError, RLHFDataset
 from verl.data.multimodal import load_video, resize_image, resized_size
 from verl.data.tokenizer import get_processor, get_tokenizer
+from verl.models.rope_index import VIDEO_TOKEN, RopeIndex
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.protocol import DataProto, collate_fn
 from verl.trainer.data_loader import MEDIA_LOADER_WORKERS, loader_workers
@@ -397,7 +398,8 @@ def test_multi_image_row_places_images_at_their_markers(vl):
     )
     example = dataset[0]
     placeholder = FAMILIES[kind].image_placeholder
-    parts = [placeholder if part == "<image>" else part for part in ("Compare ", "<image>", " with ", "<image>")]
+    parts = ("Compare ", "<image>", " with ", "<image>", ", then ", "<image>", ".")
+    parts = [placeholder if part == "<image>" else part for part in parts]
     if kind == "gemma4":  # Gemma 4's template strips the text around an image
         parts = [part.strip() for part in parts]
     assert "".join(parts) in example["prompt_text"]
@@ -442,7 +444,8 @@ def test_video_row_is_sampled_at_video_fps_and_matches_the_model_rope_index(tmp_
     assert torch.equal(example["position_ids"], positions)
     video_tokens = int(inputs["video_grid_thw"][0].prod()) // 4
     assert example["raw_prompt_ids"].count(processor.video_token_id) == 1
-    assert int((example["input_ids"] == processor.video_token_id).sum()) == video_tokens
+    video_token_types = RopeIndex(model.config).mm_token_type_ids(example["input_ids"])  # GLM: frames of image ids
+    assert int((video_token_types == VIDEO_TOKEN).sum()) == video_tokens
     assert dataset.prompt_lengths == [int(example["attention_mask"].sum())]
     if kind == "qwen2_5_vl":  # 2 frames per temporal patch at 4 fps = 0.5 s, times tokens_per_second=2
         times = sorted(set(example["position_ids"][0][example["input_ids"] == processor.video_token_id].tolist()))

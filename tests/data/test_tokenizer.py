@@ -113,16 +113,6 @@ def test_get_processor_sets_pixel_bounds(vl_dir):
         get_processor(vl_dir, min_pixels=5000, max_pixels=100)
 
 
-def test_gemma4_processor_keeps_its_soft_token_budget_under_pixel_bounds(tiny_cache):
-    """Gemma 4 scales every image to its own soft-token budget: the data's pixel bounds (set by default) leave its
-    processor as it is, where a processor with neither kind of bound is refused."""
-    processor = get_processor(get_or_build_tiny_model("gemma4", tiny_cache), min_pixels=3136, max_pixels=12544)
-    assert type(processor).__name__ == "Gemma4Processor" and processor.image_processor.max_soft_tokens == 70
-    image = Image.fromarray(np.zeros((480, 640, 3), dtype=np.uint8))
-    inputs = processor(text=["<|image|>"], images=[image], return_tensors="pt")
-    assert int((inputs["input_ids"] == processor.image_token_id).sum()) == 63  # 7 x 9 soft tokens of 48 pixels
-
-
 def test_get_processor_overrides_the_chat_template(vl_dir):
     processor = get_processor(vl_dir, override_chat_template=TEMPLATE)
     assert processor.apply_chat_template(MESSAGES, tokenize=False) == "[user] hi\n"

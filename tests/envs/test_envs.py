@@ -176,6 +176,25 @@ def test_continuation_is_what_the_template_writes_between_turns():
     assert tokenizer.decode(continuation.ids(messages, ""), skip_special_tokens=False).startswith(turn_end)
 
 
+def test_glm_continuation_does_not_repeat_the_role_token_that_ended_the_turn():
+    tokenizer = build_tokenizer(kind="glm4v")
+    continuation = ChatContinuation(tokenizer)
+    messages = [{"role": "user", "content": "higher"}]
+    history = [{"role": "user", "content": "Guess."}, {"role": "assistant", "content": "50"}, *messages]
+    full = tokenizer.apply_chat_template(history, tokenize=False, add_generation_prompt=True)
+    assert full == "[gMASK]<sop><|user|>\nGuess.<|assistant|>\n50<|user|>\nhigher<|assistant|>\n"
+    # the model stopped at <|user|> (GLM's end of turn): the continuation starts after it
+    assert (
+        tokenizer.decode(continuation.ids(messages, "<|user|>"), skip_special_tokens=False)
+        == "\nhigher<|assistant|>\n"
+    )
+    # stopped at <|endoftext|>, or cut by the turn limit: the next message opens with its role token
+    assert (
+        tokenizer.decode(continuation.ids(messages, ""), skip_special_tokens=False)
+        == "<|user|>\nhigher<|assistant|>\n"
+    )
+
+
 def test_tool_schemas_reach_the_prompt_and_env_keys_are_checked(tmp_path):
     import json
 

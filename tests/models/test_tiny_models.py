@@ -31,6 +31,7 @@ from families import FAMILIES, image_token_counts, vl_kinds
 from PIL import Image
 from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer
 
+from verl.models.rope_index import VIDEO_TOKEN, RopeIndex
 from verl.models.tiny_models import (
     CHAT_TEMPLATE,
     SPEC_FILE,
@@ -299,7 +300,13 @@ def test_get_or_build_reuses_the_cached_dir_and_replaces_a_stale_one(tmp_path):
 def test_vl_processor_expands_images_as_the_model_config_says(kind, tiny_cache):
     model_dir = get_or_build_tiny_model(kind, tiny_cache)
     processor = AutoProcessor.from_pretrained(model_dir)  # the standard path (needs the torchvision shim on CPU)
-    names = {"qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen2_vl": "Qwen2VLProcessor", "gemma4": "Gemma4Processor"}
+    names = {
+        "qwen2_5_vl": "Qwen2_5_VLProcessor",
+        "qwen2_vl": "Qwen2VLProcessor",
+        "gemma4": "Gemma4Processor",
+        "glm4v": "Glm4vProcessor",
+        "glm4v_moe": "Glm4vProcessor",
+    }
     assert type(processor).__name__ == names.get(kind, "Qwen3VLProcessor")  # Qwen3.5 ships Qwen3-VL's
     model = AutoModelForImageTextToText.from_pretrained(model_dir)
     config = model.config
@@ -337,10 +344,11 @@ def test_vl_processor_handles_video(kind, tiny_cache):
     messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "What happens?"}]}]
     prompt = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     frames = [np.asarray(_image(64, 96, seed=i)) for i in range(4)]
-    inputs = processor(text=[prompt], videos=[frames], return_tensors="pt")
+    inputs = processor(text=[prompt], videos=[frames], do_sample_frames=False, return_tensors="pt")  # as the dataset
     grid = inputs["video_grid_thw"][0].tolist()
     assert grid[0] == 2  # 4 frames, 2 per temporal patch
-    assert int((inputs["input_ids"] == model.config.video_token_id).sum()) == grid[0] * grid[1] * grid[2] // 4
+    video_tokens = RopeIndex(model.config).mm_token_type_ids(inputs["input_ids"][0]) == VIDEO_TOKEN  # GLM: image ids
+    assert int(video_tokens.sum()) == grid[0] * grid[1] * grid[2] // 4
     with torch.no_grad():
         assert torch.isfinite(model(**inputs).logits).all()
 

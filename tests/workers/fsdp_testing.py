@@ -123,8 +123,10 @@ def make_vl_batch(
     prompt_len: int = 40,
     response_len: int = 8,
     text_only_rows: tuple[int, ...] = (),
+    image_placeholder: str = "<|vision_start|><|image_pad|><|vision_end|>",
 ) -> DataProto:
-    """A Qwen2.5-VL rollout batch: one random image per prompt, mrope position_ids (B, 3, L), raw images.
+    """A Qwen2.5-VL rollout batch (another family's with its chat template's `image_placeholder`): one random image per
+    prompt, mrope position_ids (B, 3, L), raw images.
 
     Prompts go through the processor (which expands the image placeholder to the image's token count); the 3-D
     positions come from the model's own get_rope_index over prompt + response, as the rollout would continue them.
@@ -144,7 +146,7 @@ def make_vl_batch(
             image = None
             text = f"<|im_start|>user\n{words}<|im_end|>\n"
         else:
-            text = f"<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>{words}<|im_end|>\n"
+            text = f"<|im_start|>user\n{image_placeholder}{words}<|im_end|>\n"
         encoded = processor(text=[text], images=None if image is None else [image], return_tensors="pt")
         prompt = encoded["input_ids"][0].tolist()
         if len(prompt) > prompt_len:

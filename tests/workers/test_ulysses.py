@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-from families import vl_kinds
+from families import FAMILIES, vl_kinds
 from fsdp_testing import init_rank, make_text_batch, reference_outputs, spawn
 from test_dp_actor import TEMPERATURE, actor_config, recording_optimizer, reference_grads
 
@@ -117,7 +117,7 @@ def _check_critic(model_dir: str, group, full) -> None:
         torch.testing.assert_close(optimizer.grads[name], expected, rtol=1e-4, atol=atol, msg=name)
 
 
-def _run_vl(rank: int, world_size: int, port: int, model_dir: str) -> None:
+def _run_vl(rank: int, world_size: int, port: int, model_dir: str, kind: str) -> None:
     """A tiny VLM: every rank embeds the whole row with its images, the language model runs split."""
     init_rank(rank, world_size, port)
     from fsdp_testing import make_vl_batch
@@ -134,7 +134,10 @@ def _run_vl(rank: int, world_size: int, port: int, model_dir: str) -> None:
     mesh = build_device_mesh(world_size, -1, "cpu")
     model = create_fsdp_model(ModelConfig(model_path=model_dir), FSDPConfig(), mesh, torch.device("cpu"))
     ref_model = build_model(ModelConfig(model_path=model_dir, enable_gradient_checkpointing=False))
-    full = make_vl_batch(ref_model, processor, seed=0, batch_size=4, text_only_rows=(3,))
+    placeholder = FAMILIES[kind].image_placeholder
+    full = make_vl_batch(
+        ref_model, processor, seed=0, batch_size=4, text_only_rows=(3,), image_placeholder=placeholder
+    )
     process_multi_modal_inputs(full, processor)
     with torch.no_grad():
         reference = reference_outputs(ref_model, full, TEMPERATURE)
@@ -157,7 +160,7 @@ def _run_vl(rank: int, world_size: int, port: int, model_dir: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", vl_kinds("ulysses"))  # Qwen3-VL: deepstack features split with the row
 def test_ulysses_vl_two_ranks_equal_one_process(tmp_path, kind):
-    spawn(_run_vl, WORLD_SIZE, get_or_build_tiny_model(kind, str(tmp_path / "models")))
+    spawn(_run_vl, WORLD_SIZE, get_or_build_tiny_model(kind, str(tmp_path / "models")), kind)
 
 
 @pytest.mark.slow

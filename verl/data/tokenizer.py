@@ -136,8 +136,10 @@ def _set_pixel_bounds(processor: "ProcessorMixin", path: str, min_pixels: int | 
             "pixel bounds to set; leave them unset for this model."
         )
     for sub in subs:
-        low = min_pixels if min_pixels is not None else sub.size["shortest_edge"]
-        high = max_pixels if max_pixels is not None else sub.size["longest_edge"]
+        # GLM-4.1V's resize bounds the pixels of a temporal patch (an image counts as its two frames)
+        frames = getattr(sub, "temporal_patch_size", 1) if ".glm4v." in type(sub).__module__ else 1
+        low = min_pixels * frames if min_pixels is not None else sub.size["shortest_edge"]
+        high = max_pixels * frames if max_pixels is not None else sub.size["longest_edge"]
         if not 0 < low <= high:
             raise ValueError(f"min_pixels={low} and max_pixels={high} for {path!r} need 0 < min_pixels <= max_pixels.")
         # `size` is a dict or a frozen SizeDict (transformers 5): rebuild it rather than mutate it

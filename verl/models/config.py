@@ -38,10 +38,13 @@ VISION_LANGUAGE_MODEL_TYPES: tuple[str, ...] = (
     "qwen3_5",
     "qwen3_5_moe",
     "gemma4",
+    "glm4v",
+    "glm4v_moe",
 )
 """Vision-language model types the trainer supports (3-D rope index, vision-tower hooks); others are refused.
 qwen3_5 and qwen3_5_moe are Qwen3.5 (Gated DeltaNet hybrid, Qwen3-VL's processor), dense and mixture of experts;
-gemma4 is Gemma 4 with causal attention over image tokens (see refuse_unchecked_gemma4)."""
+gemma4 is Gemma 4 with causal attention over image tokens (see refuse_unchecked_gemma4); glm4v and glm4v_moe are
+GLM-4.1V and GLM-4.5V (Qwen2-VL's vision pipeline with GLM's tokens and tower)."""
 
 TORCH_DTYPES: tuple[str | None, ...] = (None, "fp32", "bf16", "fp16")
 """Values of fsdp.torch_dtype."""
@@ -204,9 +207,10 @@ def check_offload(prefix: str, fsdp: FSDPConfig, offload: OffloadConfig) -> None
 EXPERT_COUNT_KEYS: tuple[str, ...] = ("num_experts", "num_local_experts", "n_routed_experts")
 """config.json keys that give a mixture-of-experts model's expert count (Qwen-MoE, Mixtral, DeepSeek)."""
 
-MIXTURE_OF_EXPERTS_MODEL_TYPES: tuple[str, ...] = ("qwen3_moe", "qwen3_5_moe")
+MIXTURE_OF_EXPERTS_MODEL_TYPES: tuple[str, ...] = ("qwen3_moe", "qwen3_5_moe", "glm4v_moe")
 """Mixture-of-experts model types an actor may be: the engine after a weight sync computes what the actor computes
-(tests/workers/rollout/test_moe_engine_sync.py on the CPU; on a GPU the first sync of a run is checked). Others are
+(tests/workers/rollout/test_moe_engine_sync.py on the CPU; on a GPU the first sync of a run is checked). glm4v_moe
+(GLM-4.5V) has a shared expert and an expert-score correction bias (a buffer the weight sync sends too). Others are
 refused: their expert layouts (shared experts, expert biases, vision towers) have not been checked."""
 
 

@@ -11,7 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The 3-D rope index (time, height, width) of Qwen2-VL, Qwen2.5-VL and Qwen3-VL, computed by the model's own code.
+"""The 3-D rope index (time, height, width) of Qwen2-VL, Qwen2.5-VL, Qwen3-VL and GLM-4.1V, computed by the model's own
+code.
 
 Position ids computed in the dataset must be exactly what the model would compute, so rather than re-implement that
 arithmetic (which changed across transformers releases) we call the model class's own `get_rope_index` on a small
@@ -30,6 +31,8 @@ MROPE_MODEL_CLASSES: dict[str, str] = {
     "qwen3_vl": "Qwen3VLModel",
     "qwen3_5": "Qwen3_5Model",  # Qwen3.5: Qwen3-VL's rope index (timestamps between video frames)
     "qwen3_5_moe": "Qwen3_5MoeModel",
+    "glm4v": "Glm4vModel",  # GLM-4.1V: one rope group per video frame (timestamps between frames)
+    "glm4v_moe": "Glm4vMoeModel",
 }
 # Values of mm_token_type_ids, as the processors emit them.
 TEXT_TOKEN, IMAGE_TOKEN, VIDEO_TOKEN = 0, 1, 2
@@ -65,12 +68,21 @@ class RopeIndex:
         self._model = _ModelStandIn(getattr(transformers, MROPE_MODEL_CLASSES[model_type]), model_config)
         self.image_token_id = model_config.image_token_id
         self.video_token_id = model_config.video_token_id
+        # GLM-4.1V writes a video's frames with the image token, between these two markers
+        self.video_span = (
+            getattr(model_config, "video_start_token_id", None),
+            getattr(model_config, "video_end_token_id", None),
+        )
 
     def mm_token_type_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         """0 for text, 1 for image tokens, 2 for video tokens (what the processor calls mm_token_type_ids)."""
         types = torch.full_like(input_ids, TEXT_TOKEN)
         types[input_ids == self.image_token_id] = IMAGE_TOKEN
         types[input_ids == self.video_token_id] = VIDEO_TOKEN
+        start, end = self.video_span
+        if start is not None and end is not None:
+            in_video = torch.cumsum(input_ids == start, dim=-1) > torch.cumsum(input_ids == end, dim=-1)
+            types[(input_ids == self.image_token_id) & in_video] = VIDEO_TOKEN
         return types
 
     def __call__(

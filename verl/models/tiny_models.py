@@ -11,8 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Tiny random-init Qwen2 / Qwen2.5-VL / Qwen2-VL / Qwen3-VL / Qwen3.5 / Gemma 4 / Qwen2 reward model directories, built
-offline.
+"""Tiny random-init Qwen2 / Qwen2.5-VL / Qwen2-VL / Qwen3-VL / Qwen3.5 / Gemma 4 / GLM-4.1V / GLM-4.5V / Qwen2 reward
+model directories, built offline.
 
 Tests, the CPU quickstart and the benchmarks need real model directories that `from_pretrained` and `vllm.LLM` load,
 and no model can be downloaded on our machines. Everything is a pure function of the spec (same seed and sizes,
@@ -43,7 +43,17 @@ if TYPE_CHECKING:  # torch and transformers load lazily: the CLI checks its argu
 
 
 ModelKind = Literal[
-    "qwen2", "qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen2_rm", "qwen3_moe", "qwen3_5", "qwen3_5_moe", "gemma4"
+    "qwen2",
+    "qwen2_5_vl",
+    "qwen2_vl",
+    "qwen3_vl",
+    "qwen2_rm",
+    "qwen3_moe",
+    "qwen3_5",
+    "qwen3_5_moe",
+    "gemma4",
+    "glm4v",
+    "glm4v_moe",
 ]
 MODEL_KINDS: tuple[str, ...] = (
     "qwen2",
@@ -55,16 +65,29 @@ MODEL_KINDS: tuple[str, ...] = (
     "qwen3_5",
     "qwen3_5_moe",
     "gemma4",
+    "glm4v",
+    "glm4v_moe",
 )
-VL_KINDS: tuple[str, ...] = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_5", "qwen3_5_moe", "gemma4")
+VL_KINDS: tuple[str, ...] = (
+    "qwen2_5_vl",
+    "qwen2_vl",
+    "qwen3_vl",
+    "qwen3_5",
+    "qwen3_5_moe",
+    "gemma4",
+    "glm4v",
+    "glm4v_moe",
+)
 HYBRID_KINDS: tuple[str, ...] = ("qwen3_5", "qwen3_5_moe")
 """Kinds whose decoder mixes Gated DeltaNet (linear attention) layers with full attention, as Qwen3.5 does."""
 PATCH_SIZES: dict[str, int] = {"qwen3_vl": 16, "qwen3_5": 16, "qwen3_5_moe": 16, "gemma4": 16}
 """Vision patch size of a VL kind other than Qwen2(.5)-VL's 14 pixels."""
+GLM_KINDS: tuple[str, ...] = ("glm4v", "glm4v_moe")
+"""GLM-4.1V (dense) and GLM-4.5V (mixture of experts): GLM's chat format and image tokens, partial rotary mrope."""
 REWARD_KINDS: tuple[str, ...] = ("qwen2_rm",)
 """Kinds with a one-label score head (sequence classification) instead of an LM head; they get no generation config."""
 MOE_EXPERTS, MOE_EXPERTS_PER_TOKEN = 4, 2
-"""qwen3_moe, qwen3_5_moe: experts per layer (every layer sparse), and experts routed per token."""
+"""qwen3_moe, qwen3_5_moe, glm4v_moe: routed experts per sparse layer, and experts routed per token."""
 LINEAR_HEAD_DIM, LINEAR_KEY_HEADS, LINEAR_VALUE_HEADS = 128, 2, 4
 """qwen3_5 kinds: the Gated DeltaNet layers' head dim (Qwen3.5's own 128, which vLLM's CPU kernel needs) and heads
 (two value heads per key head, as in Qwen3.5, so the grouped path runs)."""
@@ -167,6 +190,39 @@ GEMMA_PER_LAYER_INPUT_SIZE = 16
 """gemma4: width of each layer's per-layer input embedding (E2B: 256)."""
 GEMMA_MAX_SOFT_TOKENS = 70
 """gemma4: image soft tokens per image, the smallest budget Gemma 4's processor offers (it scales every image to it)."""
+# GLM-4.1V's special tokens (chat roles, the [gMASK]<sop> prefix, image and video markers), appended after Qwen's.
+GLM_SPECIAL_TOKENS: tuple[str, ...] = (
+    "[gMASK]",
+    "<sop>",
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",
+    "<|observation|>",
+    "<|begin_of_image|>",
+    "<|end_of_image|>",
+    "<|begin_of_video|>",
+    "<|end_of_video|>",
+    "<|image|>",
+    "<|video|>",
+)
+GLM_STOP_TOKENS: tuple[str, ...] = ("<|endoftext|>", "<|user|>", "<|observation|>")
+"""Where a GLM turn ends (GLM-4.1V's generation config): the model stops by opening the next user or tool turn."""
+
+# GLM-4.1V's chat format, small: `[gMASK]<sop>`, then `<|role|>\n` before each message (tool results are
+# `<|observation|>`); no end-of-message token. An image part is `<|begin_of_image|><|image|><|end_of_image|>`, which
+# the processor expands to the image's tokens; a video part is `<|begin_of_video|><|video|><|end_of_video|>`.
+GLM_CHAT_TEMPLATE = (
+    "[gMASK]<sop>{% for message in messages %}"
+    "<|{{ 'observation' if message['role'] == 'tool' else message['role'] }}|>\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for content in message['content'] %}"
+    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
+    "<|begin_of_image|><|image|><|end_of_image|>"
+    "{% elif content['type'] == 'video' or 'video' in content %}<|begin_of_video|><|video|><|end_of_video|>"
+    "{% elif 'text' in content %}{{ content['text'] }}"
+    "{% endif %}{% endfor %}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
 
 # Qwen2's pre-tokenizer: contractions, letter runs, single digits, punctuation runs, newlines, spaces.
 _PRETOKENIZE_REGEX = (
@@ -222,8 +278,9 @@ def _train_bpe(bpe_vocab_size: int) -> tuple[str, str]:
 
 
 def build_tokenizer(vocab_size: int = 2048, kind: str = "qwen2") -> "PreTrainedTokenizerBase":
-    """A Qwen2Tokenizer with a locally trained byte-level BPE of `vocab_size` tokens plus Qwen's special tokens
-    (gemma4: Gemma 4's special tokens first, its named image/audio tokens and chat format).
+    """A Qwen2Tokenizer with a locally trained byte-level BPE of `vocab_size` tokens plus Qwen's special tokens (and
+    GLM's, with GLM's chat template and end of turn, for a GLM `kind`; gemma4: Gemma 4's special tokens first, its
+    named image/audio tokens and chat format).
 
     The BPE training is cached in-process, so building several models costs one training.
     A new tokenizer object is returned every call, so callers may modify it freely.
@@ -272,6 +329,10 @@ def build_tokenizer(vocab_size: int = 2048, kind: str = "qwen2") -> "PreTrainedT
     # as in Qwen-Instruct: generation ends at <|im_end|>, padding uses <|endoftext|>
     tokenizer.eos_token = "<|im_end|>"
     tokenizer.chat_template = CHAT_TEMPLATE
+    if kind in GLM_KINDS:  # GLM-4.1V: eos and padding are <|endoftext|>; a turn also ends at the next role token
+        tokenizer.add_special_tokens({"additional_special_tokens": list(SPECIAL_TOKENS + GLM_SPECIAL_TOKENS)})
+        tokenizer.eos_token = "<|endoftext|>"
+        tokenizer.chat_template = GLM_CHAT_TEMPLATE
     tokenizer.model_max_length = 8192
     return tokenizer
 
@@ -284,7 +345,7 @@ class TinyModelSpec:
     """Model family: qwen2 (text), qwen3_moe (text, mixture of experts), qwen2_5_vl, qwen2_vl or qwen3_vl (with a
     vision tower), qwen3_5 or qwen3_5_moe (vision tower, hybrid Gated DeltaNet / full-attention decoder, as the
     published Qwen3.5 checkpoints), gemma4 (Gemma 4 E2B's layout with a vision tower, Gemma's tokens and chat
-    format), qwen2_rm (qwen2 with a score head)."""
+    format), glm4v or glm4v_moe (GLM-4.1V, GLM-4.5V), qwen2_rm (qwen2 with a score head)."""
     seed: int = 0
     """Seed of the weight initialisation (the tokenizer does not depend on it)."""
     vocab_size: int = 2048
@@ -369,7 +430,8 @@ class TinyModelSpec:
 
 
 def _special_ids(tokenizer: "PreTrainedTokenizerBase") -> dict[str, int]:
-    return {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
+    vocab = tokenizer.get_vocab()
+    return {token: vocab[token] for token in SPECIAL_TOKENS + GLM_SPECIAL_TOKENS if token in vocab}
 
 
 def _text_config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> dict[str, Any]:
@@ -425,6 +487,8 @@ def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> 
     text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": _mrope_section(head_dim)}
     if spec.kind in HYBRID_KINDS:
         return _qwen3_5_config(spec, tokenizer, text, head_dim)
+    if spec.kind in GLM_KINDS:
+        return _glm4v_config(spec, tokenizer, text, head_dim)
     if spec.kind == "qwen3_vl":  # Qwen3-VL interleaves the three rope sections over the frequencies
         text.update(head_dim=head_dim)
         text["rope_parameters"]["mrope_interleaved"] = True
@@ -595,12 +659,75 @@ def _gemma4_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") ->
     )
 
 
+def _glm4v_config(
+    spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase", text: dict[str, Any], head_dim: int
+) -> "PreTrainedConfig":
+    """GLM-4.1V's layout, small (GLM-4.5V's for glm4v_moe): rope on half the head dim, biased q/k/v, an untied
+    output head, and GLM's vision tower (learned position embeddings, a convolution that merges 2x2 patches)."""
+    from transformers import Glm4vConfig, Glm4vMoeConfig
+
+    ids = _special_ids(tokenizer)
+    text["rope_parameters"] = {
+        "rope_type": "default",
+        "rope_theta": 10000.0,
+        "partial_rotary_factor": 0.5,
+        "mrope_section": _mrope_section(head_dim // 2),
+    }
+    # attention_bias: vLLM reads it (transformers' GLM-4.1V hard-codes the bias); head_dim and use_qk_norm: vLLM's
+    # GLM-4.5V reads both and transformers' text config does not define them, so they are saved as given.
+    text.update(
+        attention_bias=True,
+        head_dim=head_dim,
+        tie_word_embeddings=False,
+        eos_token_id=[ids[token] for token in GLM_STOP_TOKENS],
+    )
+    if spec.kind == "glm4v_moe":  # GLM-4.5V: a dense first layer, then routed experts plus one shared expert
+        text.update(
+            use_qk_norm=False,
+            n_routed_experts=MOE_EXPERTS,
+            num_experts_per_tok=MOE_EXPERTS_PER_TOKEN,
+            moe_intermediate_size=spec.intermediate_size // MOE_EXPERTS_PER_TOKEN,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+            n_group=1,
+            topk_group=1,
+            norm_topk_prob=True,
+            routed_scaling_factor=1.0,
+        )
+    vision = {
+        "depth": spec.vision_depth,
+        "hidden_size": spec.vision_hidden_size,
+        "intermediate_size": 2 * spec.vision_hidden_size,
+        "num_heads": spec.vision_num_heads,
+        "patch_size": 14,
+        "image_size": 112,  # an 8 x 8 grid of learned positions, interpolated to each image's grid
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "out_hidden_size": spec.hidden_size,
+        "initializer_range": spec.initializer_range,
+    }
+    config_class = Glm4vMoeConfig if spec.kind == "glm4v_moe" else Glm4vConfig
+    return config_class(
+        text_config=text,
+        vision_config=vision,
+        image_token_id=ids["<|image|>"],
+        video_token_id=ids["<|video|>"],
+        image_start_token_id=ids["<|begin_of_image|>"],
+        image_end_token_id=ids["<|end_of_image|>"],
+        video_start_token_id=ids["<|begin_of_video|>"],
+        video_end_token_id=ids["<|end_of_video|>"],
+        tie_word_embeddings=False,
+    )
+
+
 def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "PreTrainedModel":
     """A randomly initialised float32 model for `spec`; the caller's global torch RNG is left untouched."""
     import torch
     from transformers import (
         Gemma4ForConditionalGeneration,
         GenerationConfig,
+        Glm4vForConditionalGeneration,
+        Glm4vMoeForConditionalGeneration,
         Qwen2_5_VLForConditionalGeneration,
         Qwen2ForCausalLM,
         Qwen2ForSequenceClassification,
@@ -622,6 +749,8 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
         "qwen3_5": Qwen3_5ForConditionalGeneration,
         "qwen3_5_moe": Qwen3_5MoeForConditionalGeneration,
         "gemma4": Gemma4ForConditionalGeneration,
+        "glm4v": Glm4vForConditionalGeneration,
+        "glm4v_moe": Glm4vMoeForConditionalGeneration,
     }[spec.kind]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
@@ -637,9 +766,10 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
         )
         return model.eval()
     ids = _special_ids(tokenizer)
+    stop_tokens = GLM_STOP_TOKENS if spec.kind in GLM_KINDS else ("<|im_end|>", "<|endoftext|>")
     model.generation_config = GenerationConfig(
         bos_token_id=ids["<|endoftext|>"],
-        eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
+        eos_token_id=[ids[token] for token in stop_tokens],
         pad_token_id=ids["<|endoftext|>"],
     )
     return model.eval()
@@ -660,6 +790,17 @@ def build_processor(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -
         return _gemma4_processor(tokenizer)
     size = {"shortest_edge": spec.min_pixels, "longest_edge": spec.max_pixels}
     patches = {"patch_size": PATCH_SIZES.get(spec.kind, 14), "temporal_patch_size": 2, "merge_size": 2}
+    if spec.kind in GLM_KINDS:
+        from transformers import Glm4vImageProcessor, Glm4vProcessor, Glm4vVideoProcessor
+
+        # GLM's resize counts an image as two frames (its temporal patch) against the budget
+        size = {name: 2 * pixels for name, pixels in size.items()}
+        return Glm4vProcessor(
+            image_processor=Glm4vImageProcessor(size=size, **patches),
+            tokenizer=tokenizer,
+            video_processor=Glm4vVideoProcessor(size=size, **patches),
+            chat_template=GLM_CHAT_TEMPLATE,
+        )
     if spec.kind in ("qwen3_vl", *HYBRID_KINDS):  # Qwen3.5 ships Qwen3-VL's processor
         return Qwen3VLProcessor(
             image_processor=Qwen2VLImageProcessor(size=size, **patches),

@@ -18,9 +18,11 @@ trained on the prompt it generated from."""
 import os
 
 import pytest
+import torch
 from families import vl_kinds
 from media_files import write_video
 
+from verl.models.rope_index import VIDEO_TOKEN, RopeIndex, load_model_config
 from verl.models.tiny_models import get_or_build_tiny_model
 
 
@@ -59,8 +61,11 @@ def test_the_engine_expands_a_video_prompt_as_the_dataset_does(kind, tmp_path):
     )
     expected = example["input_ids"][example["attention_mask"].bool()].tolist()
     assert list(output.prompt_token_ids) == expected
-    video_tokens = sum(token == processor.video_token_id for token in expected)
+    token_types = RopeIndex(load_model_config(model_dir)).mm_token_type_ids(torch.tensor(expected))
+    video_tokens = int((token_types == VIDEO_TOKEN).sum())  # GLM writes a video's frames with the image token
     assert video_tokens == 8 // 2 * 4  # 8 frames in 4 temporal patches of 2, 2x2 merged tokens each at this size
-    if kind != "qwen2_5_vl":  # Qwen3-VL, Qwen3.5: the timestamps of the temporal patches are text in the prompt
-        text = tokenizer.decode(expected)
+    text = tokenizer.decode(expected)
+    if kind in ("glm4v", "glm4v_moe"):  # GLM: each temporal patch is an image followed by its second (0, 0, 1, 1)
+        assert text.count("<|end_of_image|>1<|begin_of_image|>") == 1, text
+    elif kind != "qwen2_5_vl":  # Qwen3-VL, Qwen3.5: the timestamps of the temporal patches are text in the prompt
         assert "<0.1 seconds>" in text or "<0.2 seconds>" in text, text

@@ -356,8 +356,12 @@ def _rope_positions(actor: torch.nn.Module, input_ids: torch.Tensor, mask: torch
     return position_ids[:, 0]
 
 
-def _vl_actor_log_probs(actor: torch.nn.Module, output: Any, hf_inputs: list[dict], n: int) -> torch.Tensor:
-    """Actor log-probs row by row (each row has its own images), with the rollout's position ids."""
+def _vl_actor_log_probs(
+    actor: torch.nn.Module, output: Any, hf_inputs: list[dict], n: int, banned: list[int]
+) -> torch.Tensor:
+    """Actor log-probs row by row (each row has its own images), with the rollout's position ids; the `banned`
+    placeholder tokens get the engine's -100 logit bias, so both normalise over the same tokens (a tiny random model
+    puts about 1e-3 of its mass on them)."""
     from verl.data.multimodal import MEDIA_MODEL_INPUTS
 
     log_probs = []
@@ -372,6 +376,7 @@ def _vl_actor_log_probs(actor: torch.nn.Module, output: Any, hf_inputs: list[dic
                 use_cache=False,
                 **vision,
             ).logits
+        logits[..., banned] -= 100.0
         log_probs.append(_response_log_probs(logits, output.batch["responses"][row : row + 1], 1.0))
     return torch.cat(log_probs)
 
@@ -432,7 +437,8 @@ def _vl_worker(rank: int, port: int, model_dir: str) -> None:
     sampled = rollout.generate_sequences(prompts)
     assert len(sampled) == 2 * len(prompts)
     assert not (torch.isin(sampled.batch["responses"], torch.tensor([image_token]))).any()
-    _check_log_probs(sampled, _vl_actor_log_probs(actor, sampled, hf_inputs, 2))
+    banned = [image_token, tokenizer.convert_tokens_to_ids(processor.video_token)]
+    _check_log_probs(sampled, _vl_actor_log_probs(actor, sampled, hf_inputs, 2, banned))
     manager.release()
 
 

@@ -47,9 +47,9 @@ _MARKER = "\u2063verl-turn-end\u2063"
 class ChatContinuation:
     """Token ids that the chat template puts between the end of a model turn and the start of the next one.
 
-    The template closes an assistant message (Qwen: `<|im_end|>\\n`), renders the environment's messages (a user
-    reply, tool results) and opens the next assistant turn. The model's generated turn already ends with its
-    end-of-turn token, so only the rest of the closing text is added.
+    The template closes an assistant message (Qwen: `<|im_end|>\\n`; GLM writes nothing), renders the environment's
+    messages (a user reply, tool results) and opens the next assistant turn. The model's generated turn already ends
+    with its end-of-turn token (GLM's is the next message's role token, `<|user|>`), which is not written twice.
     """
 
     def __init__(self, tokenizer: Any, chat_template: str | None = None) -> None:
@@ -77,10 +77,11 @@ class ChatContinuation:
                 "The chat template renders a conversation differently once messages are added after it; the "
                 "environment's turn cannot be appended token for token."
             )
-        closing = self.closing
-        if turn_end_text and closing.startswith(turn_end_text):
-            closing = closing[len(turn_end_text) :]
-        return self.tokenizer.encode(closing + after[len(before) :], add_special_tokens=False)
+        text = self.closing + after[len(before) :]
+        # Qwen's end-of-turn token closes the message; GLM's model ends its turn by opening the next one (<|user|>)
+        if turn_end_text and text.startswith(turn_end_text):
+            text = text[len(turn_end_text) :]
+        return self.tokenizer.encode(text, add_special_tokens=False)
 
 
 def message_images(messages: list[dict[str, Any]]) -> list[Any]:

@@ -104,6 +104,27 @@ def cpu_hybrid_engine_kwargs() -> dict[str, Any]:
     return {"dtype": "bfloat16", "enable_prefix_caching": False}
 
 
+def missing_config_overrides(model_config: dict[str, Any] | None) -> dict[str, Any]:
+    """`hf_overrides` for config fields vLLM 0.32 reads that a config.json (its content, None for a hub id) lacks, set
+    to the values transformers computes with; {} when nothing is missing.
+
+    GLM-4.5V (glm4v_moe): vLLM's text model reads `text_config.head_dim` and `use_qk_norm` and fails at start without
+    them ("'Glm4vMoeTextConfig' object has no attribute 'head_dim'"). transformers' Glm4vMoeTextConfig defines neither,
+    so a config it writes lacks both unless they were given (the published checkpoints have them: 128, false), while
+    its attention takes hidden_size / num_attention_heads as the head dim and has no q/k norm.
+    tests/workers/rollout/test_moe_engine_sync.py fails when vLLM no longer needs them.
+    """
+    if not model_config or model_config.get("model_type") != "glm4v_moe":
+        return {}
+    text = model_config.get("text_config") or {}
+    missing: dict[str, Any] = {}
+    if "head_dim" not in text:
+        missing["head_dim"] = text["hidden_size"] // text["num_attention_heads"]
+    if "use_qk_norm" not in text:
+        missing["use_qk_norm"] = False
+    return {"text_config": missing} if missing else {}
+
+
 class _RotaryReloadFilter(logging.Filter):
     """Drops vLLM 0.32's "RotaryEmbedding: Failed to load weights" warning of every in-place reload.
 
@@ -178,7 +199,9 @@ def forget_moe_kernels(model: torch.nn.Module) -> list[tuple[Any, Any]]:
 @contextlib.contextmanager
 def engine_router_logits(llm: Any) -> Iterator[list[list[torch.Tensor]]]:
     """Inside: the router logits (tokens, experts) that each MoE layer of the engine's model computes, a list per layer
-    in layer order, one tensor per forward; no lists for a dense model.
+    in layer order, one tensor per forward; no lists for a dense model. A router with an expert-score correction bias
+    (GLM-4.5V's: experts chosen by sigmoid(logits) + bias) gives those scores instead, so the top-k of either is
+    the engine's choice of experts.
 
     Relies on vLLM 0.32's MoE blocks computing their router logits with a `GateLinear` module (Qwen3-MoE's
     `mlp.gate`), called from Python in every forward of an eager engine (the CPU's; a CUDA graph replays without
@@ -199,8 +222,11 @@ def engine_router_logits(llm: Any) -> Iterator[list[list[torch.Tensor]]]:
                 captured.append(calls)
 
                 def hook(_module: Any, _inputs: Any, output: Any, calls: list[torch.Tensor] = calls) -> None:
-                    logits = output[0] if isinstance(output, tuple) else output
-                    calls.append(logits.detach().float().cpu())
+                    logits = (output[0] if isinstance(output, tuple) else output).detach().float()
+                    bias = getattr(_module, "e_score_correction_bias", None)
+                    if bias is not None:
+                        logits = logits.sigmoid() + bias.detach().float()
+                    calls.append(logits.cpu())
 
                 handles.append(module.register_forward_hook(hook))
         return handles

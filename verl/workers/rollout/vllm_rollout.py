@@ -34,7 +34,7 @@ import torch.distributed as dist
 from verl.data.multimodal import DEFAULT_VIDEO_FPS, process_media, video_metadata
 from verl.envs import load_environment
 from verl.envs.client_env import ChatClientEnv
-from verl.models.config import model_recurrent_layer_types
+from verl.models.config import model_recurrent_layer_types, read_model_config
 from verl.models.rope_index import RopeIndex, load_model_config
 from verl.protocol import DataProto, to_object_array
 from verl.utils import device, quiet
@@ -189,6 +189,9 @@ def build_engine_kwargs(
     }
     if config.max_num_seqs is not None:  # else vLLM's default for the device: 1024 on an H100, 256 on the CPU
         kwargs["max_num_seqs"] = config.max_num_seqs
+    overrides = vllm_compat.missing_config_overrides(read_model_config("worker.actor.model.model_path", model_path))
+    if overrides:  # a GLM-4.5V config written by transformers: the fields vLLM reads, as transformers computes them
+        kwargs["hf_overrides"] = overrides
     kwargs.update(_gpu_kwargs(config) if on_gpu() else _cpu_kwargs(config, max_model_len, model_path))
     if dist.is_initialized():
         kwargs["distributed_executor_backend"] = "external_launcher"

@@ -45,8 +45,19 @@ def _strip_wrappers(name: str) -> str:
     return name
 
 
+def _saved_tensors(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) of what `save_pretrained` writes: every parameter, then the persistent buffers (GLM-4.5V's
+    routers keep their expert-score correction bias in one; the engine must get it)."""
+    yield from module.named_parameters(remove_duplicate=False)
+    for name, buffer in module.named_buffers(remove_duplicate=False):
+        owner_name, _, leaf = name.rpartition(".")
+        if leaf not in module.get_submodule(owner_name)._non_persistent_buffers_set:
+            yield name, buffer
+
+
 def checkpoint_names(module: nn.Module) -> dict[str, str]:
-    """Map each parameter name of `module` to the name it has in a saved checkpoint, which is what vLLM loads.
+    """Map each parameter (and persistent buffer) name of `module` to the name it has in a saved checkpoint, which is
+    what vLLM loads.
 
     transformers 5 renames some architectures' modules at load time (Qwen2-VL: `model.layers` is stored but the
     module is `model.language_model.layers`, `visual` becomes `model.visual`) and reverts that on save. The same
@@ -55,7 +66,7 @@ def checkpoint_names(module: nn.Module) -> dict[str, str]:
     the checkpoint's tensors (`fused_parameters`).
     """
     mapping = {}
-    for name, param in module.named_parameters(remove_duplicate=False):
+    for name, param in _saved_tensors(module):
         if is_adapter_param(name):  # LoRA: merged into its base weight, which keeps the base model's name
             continue
         clean, reverted = _reverted_names(module, name, param)
@@ -68,7 +79,7 @@ def fused_parameters(module: nn.Module, names: dict[str, str]) -> dict[str, str]
     transformers' conversion knows it (e.g. `model.layers.0.mlp.experts.gate_up_proj`, from every expert's gate and
     up projections)."""
     fused = {}
-    for name, param in module.named_parameters(remove_duplicate=False):
+    for name, param in _saved_tensors(module):
         if name in names:
             clean, reverted = _reverted_names(module, name, param)
             if len(reverted) > 1:
@@ -121,7 +132,7 @@ def _stream_plan(module: nn.Module, names: dict[str, str]) -> _StreamPlan:
     not sharded at all) come last, under None. Parameters are looked up through their owning module at each use,
     so the plan holds no tensor and stays valid when offloading or loading a checkpoint replaces them.
     """
-    params = [name for name, _ in module.named_parameters(remove_duplicate=False)]
+    params = [name for name, _ in _saved_tensors(module)]
     merge_plan = lora_merge_plan(module) if any(is_adapter_param(name) for name in params) else {}
     exact = {name for base, (a_name, b_name, _) in merge_plan.items() for name in (base, a_name, b_name)}
     needed = [name for name in params if name in names]
@@ -215,8 +226,8 @@ def _counted(tensor: torch.Tensor, stats: dict[str, float], since: float) -> tor
 def iter_full_weights(
     module: nn.Module, dtype: torch.dtype, names: dict[str, str], stats: dict[str, float], merge_lora: bool = True
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield (checkpoint name, full tensor in `dtype`) one parameter at a time, then the checkpoint's buffers
-    (`checkpoint_buffers`); count bytes into `stats`.
+    """Yield (checkpoint name, full tensor in `dtype`) one parameter (or persistent buffer) at a time; count bytes
+    into `stats`.
 
     Parameters are gathered one FSDP unit (a decoder layer, the root) at a time, one all-gather each, rather than one
     collective per parameter. A tied parameter (the embedding reused as lm_head) is sent under each of its names: on
@@ -246,22 +257,7 @@ def iter_full_weights(
             for checkpoint_name, piece in pieces:
                 yield checkpoint_name, _counted(piece.detach().to(dtype), stats, clock)
                 clock = time.perf_counter()
-    for checkpoint_name, buffer in checkpoint_buffers(module):
-        yield checkpoint_name, _counted(buffer.detach().to(dtype), stats, clock)
-        clock = time.perf_counter()
     stats["gather_seconds"] = stats.get("gather_seconds", 0.0) + time.perf_counter() - clock
-
-
-def checkpoint_buffers(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
-    """(checkpoint name, tensor) of the persistent buffers the checkpoint holds besides the parameters (Gemma 4's
-    per-layer `layer_scalar`). They are not trained, but an engine started with dummy weights holds noise there until
-    they are sent; FSDP does not shard buffers, so every rank has them whole."""
-    return [
-        (_reverted_names(module, f"{prefix}.{name}" if prefix else name, buffer)[1][0], buffer)
-        for prefix, owner in module.named_modules()
-        for name, buffer in owner.named_buffers(recurse=False)
-        if name not in owner._non_persistent_buffers_set
-    ]
 
 
 def iter_adapter_weights(
