@@ -670,7 +670,8 @@ def _kernel_calls(body: str) -> str:
 def test_machine_wide_channels_are_closed() -> None:
     """fanotify, dnotify (F_NOTIFY) and leases on the shared read-only files, and the machine-wide counters of
     /proc/sys (AIO events, ptys): a concurrent run's activity could be read from each. All refused or hidden; and no
-    pty can be taken (each counts against the machine's limit, which no cgroup charges)."""
+    pty can be taken (each counts against the machine's limit, which no cgroup charges). Under both isolation
+    modes: the weaker one covers /proc/sys and the pty multiplexers in a mount namespace of the run's own."""
     program = _kernel_calls(
         """
         attempt("fanotify_init", lambda: syscall(NR["fanotify_init"], 0, 0))
@@ -685,9 +686,9 @@ def test_machine_wide_channels_are_closed() -> None:
         print("took", took)
         """
     )
-    [first, second] = run_python_cases(program, ["", ""])
-    for result in (first, second, run_python(program)):
-        assert (result.status, result.stdout) == ("ok", "took []\n"), result.stderr
+    for limits in (SandboxLimits(), SandboxLimits(isolation="namespaces")):
+        for result in (*run_python_cases(program, ["", ""], limits), run_python(program, limits=limits)):
+            assert (result.status, result.stdout) == ("ok", "took []\n"), (limits.isolation, result.stderr)
 
 
 @pytest.mark.skipif(os.uname().machine not in NR, reason="system call numbers known for x86_64 and aarch64 only")
@@ -695,7 +696,10 @@ def test_kernel_memory_no_cgroup_charges_is_refused() -> None:
     """A user and network namespace of the program's own (and with it packet sockets, whose ring buffers no cgroup
     charges), loopback TCP buffers (uncharged under cgroup v1), AIO contexts (a machine-wide budget the trainer
     needs too) and io_uring, blocks allocated past the size limit on the trainer's files (fallocate KEEP_SIZE on
-    stderr, a write to stdin): all refused, under both isolation modes."""
+    stderr, a write to stdin): all refused, under both isolation modes. AF_UNIX sockets stay, but their buffers
+    cannot be raised (8 MiB a descriptor at this machine's wmem_max) and RLIMIT_NOFILE bounds their number: the
+    data they can queue, charged to no cgroup where the run has none, is at most ~230 KiB x max_open_files a
+    process."""
     program = _kernel_calls(
         """
         attempt("unshare(NEWUSER)", lambda: syscall(NR["unshare"], 0x10000000))
@@ -710,6 +714,16 @@ def test_kernel_memory_no_cgroup_charges_is_refused() -> None:
         attempt("fallocate(KEEP_SIZE) on stderr", lambda: syscall(NR["fallocate"], 2, 1, 0, 1 << 30))
         attempt("write to stdin", lambda: os.write(0, b"x"))
         left, right = socket.socketpair()  # AF_UNIX stays (multiprocessing, asyncio)
+        for option in ("SO_SNDBUF", "SO_RCVBUF"):
+            attempt(option, lambda: left.setsockopt(socket.SOL_SOCKET, getattr(socket, option), 1 << 22))
+        pairs = []
+        try:
+            while len(pairs) < 1000:  # empty pairs: a few MiB of the host's memory even where nothing stops them
+                pairs.append(socket.socketpair())
+        except OSError:
+            pass
+        if len(pairs) > 32:  # 64 descriptors at most, three of them stdin, stdout and stderr
+            took.append(f"{len(pairs)} socket pairs")
         print("took", took)
         """
     )

@@ -41,6 +41,8 @@ _NETWORK_EVENTS = {
     "pty.spawn",
 }
 _NETWORK_SYMBOLS = {"socket", "connect", "bind", "sendto", "sendmsg", "getaddrinfo", "syscall"}
+OPEN_FILES_ENV = "VERL_SANDBOX_OPEN_FILES"
+"""The program's RLIMIT_NOFILE, set once only its own descriptors are left (a case's: 0, 1 and 2)."""
 
 
 def _namespace(name):
@@ -493,6 +495,7 @@ def _main():
     os.environ.pop("PWD", None)  # bwrap sets it; a run's environment is only what the trainer gives
     manifest = _manifest(sys.argv[4]) if len(sys.argv) > 4 else None
     workdir = os.environ.pop("VERL_SANDBOX_WORKDIR", "")  # under bwrap: the scratch folder is read-only
+    open_files = int(os.environ.pop(OPEN_FILES_ENV, "0"))
     path = os.path.join(workdir or os.getcwd(), program)
     sys.argv = [path]
     with open(program, "rb") as file:
@@ -510,6 +513,10 @@ def _main():
         case = _harness(source, path, manifest, own_pids or not shared_uid)
     if network or (shared_uid and not own_pids):
         _install_guard(network, shared_uid and not own_pids)
+    if open_files:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
     if manifest is not None:
         _run_case(source, path, *case)
     else:

@@ -261,6 +261,8 @@ def _start_interpreter(
     home = bwrap.WORKDIR if setup.bwrap else scratch  # under bwrap: a tmpfs counted in the run's memory
     env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8", "HOME": home, "TMPDIR": home}
     env[MARKER_ENV] = sandbox_id
+    if setup.open_files:
+        env[bootstrap.OPEN_FILES_ENV] = str(setup.open_files)
     filter_fd = None
     if setup.bwrap:  # a user of its own in its own PID namespace: the harness may kill(-1)
         privileged = setup.uid is not None
@@ -382,6 +384,7 @@ def _child_setup(
         bwrap=plan.bwrap,
         cgroup_procs=cgroup.procs_files() if cgroup is not None else (),
         tmpfs_bytes=limits.memory_mb * 2**20,
+        open_files=_limit(resource.RLIMIT_NOFILE, limits.max_open_files)[0],
     )
 
 
