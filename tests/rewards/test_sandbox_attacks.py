@@ -15,6 +15,7 @@
 (bubblewrap, with a cgroup per run where one can be made): what a program sees, what it leaves, what it can hold."""
 
 import dataclasses
+import errno
 import glob
 import json
 import os
@@ -30,7 +31,16 @@ import pytest
 from repo_files import load_repo_file
 
 from verl.rewards import sandbox
-from verl.rewards.sandbox import SandboxLimits, SandboxResult, bwrap, cgroups, judge, run_python, run_python_cases
+from verl.rewards.sandbox import (
+    SandboxLimits,
+    SandboxResult,
+    bwrap,
+    cgroups,
+    judge,
+    run_python,
+    run_python_cases,
+    runner,
+)
 
 
 pytestmark = pytest.mark.skipif(
@@ -741,6 +751,20 @@ def test_an_inode_flood_is_charged_to_the_run() -> None:
     program = "import os\nfor i in range(10 ** 7):\n    os.mkdir('/tmp/d%d' % i)\n"
     result = run_python(program, limits=SandboxLimits(memory_mb=32, wall_s=60.0, cpu_s=60.0))
     assert result.status == "memory_limit", (result.status, result.stderr[-500:])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a non-root trainer's bwrap sandbox cannot remount its tmpfs")
+def test_an_inode_flood_is_bounded_where_the_run_has_no_cgroup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no cgroup can be made (a root trainer in a container whose cgroup folders are read-only), the bootstrap
+    remounts the run's tmpfs with nr_inodes: the flood ends at memory_mb x 64 inodes, not at the host's memory."""
+    sandbox.isolation()  # probed with the cgroups this machine has
+    monkeypatch.setattr(cgroups, "available", lambda: None)
+    program = "import os\nn = 0\ntry:\n    while n < 20000:\n        os.mkdir('/tmp/d%d' % n)\n        n += 1\n"
+    program += "except OSError as error:\n    print(error.errno)\nprint(n)\n"
+    limits = SandboxLimits(memory_mb=32)
+    for result in (run_python(program, limits=limits), *run_python_cases(program, [""], limits)):
+        assert result.status == "ok", result.stderr
+        assert result.stdout.split() == [str(errno.ENOSPC), str(32 * runner.TMPFS_INODES_PER_MB - 1)]
 
 
 def test_the_trainer_s_cost_per_sample_is_bounded_by_bytes_not_system_calls() -> None:

@@ -131,6 +131,9 @@ class _ChildSetup:
     """The run's cgroup.procs files, joined first (the run's total memory, processes and CPU rate)."""
     tmpfs_bytes: int = 0
     """Under bwrap: the size of the run's private /tmp and of its /dev/shm."""
+    tmpfs_inodes: int = 0
+    """Under bwrap as root, where the run has no cgroup: the inodes each private tmpfs may hold (bwrap has no such
+    option; the bootstrap remounts them before it drops to the uid). A cgroup charges inodes to the run instead."""
     open_files: int = 0
     """RLIMIT_NOFILE, set by the bootstrap just before the program's code (not here: the harness holds a few
     descriptors per case, whose numbers are the trainer's)."""

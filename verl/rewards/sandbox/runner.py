@@ -56,6 +56,9 @@ PROGRAM_NAME = "solution.py"
 
 CGROUP_OVERHEAD_MB = 64
 """Memory a run's cgroup allows beyond memory_mb, for the sandbox's own processes (bwrap, the harness)."""
+TMPFS_INODES_PER_MB = 64
+"""Inodes of each private tmpfs per MiB of memory_mb where no cgroup charges them (about 1 KiB of kernel memory
+each: 64 MiB per tmpfs at the default memory_mb)."""
 
 # A signal from a crash of the program itself is a runtime error; any other unexplained signal is "killed".
 _CRASH_SIGNALS = frozenset(
@@ -263,6 +266,8 @@ def _start_interpreter(
     env[MARKER_ENV] = sandbox_id
     if setup.open_files:
         env[bootstrap.OPEN_FILES_ENV] = str(setup.open_files)
+    if setup.tmpfs_inodes:
+        env[bootstrap.TMPFS_INODES_ENV] = str(setup.tmpfs_inodes)
     filter_fd = None
     if setup.bwrap:  # a user of its own in its own PID namespace: the harness may kill(-1)
         privileged = setup.uid is not None
@@ -385,6 +390,9 @@ def _child_setup(
         cgroup_procs=cgroup.procs_files() if cgroup is not None else (),
         tmpfs_bytes=limits.memory_mb * 2**20,
         open_files=_limit(resource.RLIMIT_NOFILE, limits.max_open_files)[0],
+        tmpfs_inodes=limits.memory_mb * TMPFS_INODES_PER_MB
+        if plan.bwrap and uid is not None and cgroup is None
+        else 0,
     )
 
 
