@@ -69,9 +69,9 @@ class SandboxLimits:
     otherwise cost cases x wall_s). Not applied by the remote sandbox_fusion service."""
     max_open_files: int = 64
     """Descriptors each of the program's processes may hold (RLIMIT_NOFILE, set just before its code runs). It bounds
-    the kernel memory no cgroup charges to the run: the data queued in AF_UNIX sockets (at most the default socket
-    buffer, about 210 KiB, per descriptor: the seccomp filter refuses raising SO_SNDBUF/SO_RCVBUF). 64 covers a pool
-    of 15 worker processes or 10 subprocesses with 3 pipes each."""
+    the data a run can queue in AF_UNIX sockets where no cgroup charges it (at most the default socket buffer, about
+    210 KiB, per descriptor: the seccomp filter refuses raising SO_SNDBUF/SO_RCVBUF). 64 covers a pool of 15 worker
+    processes or 10 subprocesses with 3 pipes each."""
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_MODES:

@@ -372,6 +372,7 @@ def _child_setup(
     """The child's setup; with `harness`, one more process in the budget, so each case's program gets the same."""
     cpu_soft = max(1, math.ceil(limits.cpu_s))
     cpu_soft, cpu_hard = _limit(resource.RLIMIT_CPU, cpu_soft)[0], _limit(resource.RLIMIT_CPU, cpu_soft + 1)[1]
+    inodes_uncharged = bool(plan.bwrap) and uid is not None and cgroup is None  # the bootstrap is root: it remounts
     return _ChildSetup(
         uid=uid,
         privileged_unshare=plan.privileged_unshare,
@@ -390,9 +391,7 @@ def _child_setup(
         cgroup_procs=cgroup.procs_files() if cgroup is not None else (),
         tmpfs_bytes=limits.memory_mb * 2**20,
         open_files=_limit(resource.RLIMIT_NOFILE, limits.max_open_files)[0],
-        tmpfs_inodes=limits.memory_mb * TMPFS_INODES_PER_MB
-        if plan.bwrap and uid is not None and cgroup is None
-        else 0,
+        tmpfs_inodes=limits.memory_mb * TMPFS_INODES_PER_MB if inodes_uncharged else 0,
     )
 
 

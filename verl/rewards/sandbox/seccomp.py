@@ -28,9 +28,10 @@ memory no cgroup charges to the run, refused.
   ENOSYS (its flags are behind a pointer a filter cannot read), so glibc falls back to `clone`, as under Docker.
 - Sockets other than AF_UNIX (`socket`): the network namespace is empty but has a loopback, whose TCP buffers
   cgroup v1 does not charge; AF_PACKET is the ring buffers above.
-- Raising a socket's buffers (`setsockopt` SO_SNDBUF, SO_RCVBUF and their FORCE forms): no cgroup charges the data
-  queued in an AF_UNIX socket, at most its send buffer (wmem_max, often 4 MiB, doubled), so each descriptor would
-  pin up to 8 MiB; at the default (about 210 KiB) RLIMIT_NOFILE bounds the total (SandboxLimits.max_open_files).
+- Raising a socket's buffers (`setsockopt` SO_SNDBUF, SO_RCVBUF and their FORCE forms): an AF_UNIX socket queues up
+  to its send buffer (wmem_max, often 4 MiB, doubled), charged to no cgroup where the run has none (or where the
+  kernel does not charge socket buffers); at the default (about 210 KiB) RLIMIT_NOFILE bounds the total
+  (SandboxLimits.max_open_files).
 - AIO and io_uring (`io_setup`, `io_submit`, ...; `io_uring_setup`, ...): the AIO event budget is machine-wide (the
   trainer's own `io_setup` fails once a run takes it), and its counter in /proc/sys shows other runs' use.
 - `fallocate` answers EOPNOTSUPP (glibc's posix_fallocate then writes, within RLIMIT_FSIZE): with FALLOC_FL_KEEP_SIZE
