@@ -74,7 +74,7 @@ REWARD_TYPE = "batch"
 def check_setup(isolation: str = "bwrap", sandbox_endpoint: str = "", **limits: Any) -> None:
     """Before training: the limits are valid and the sandbox can run a program here (bubblewrap installed and
     allowed, or the named weaker mode); raises with what to install or set otherwise."""
-    known = ("wall_s", "cpu_s", "memory_mb", "output_kb", "max_processes", "nice", "sample_wall_s")
+    known = ("wall_s", "cpu_s", "memory_mb", "output_kb", "max_processes", "nice", "sample_wall_s", "max_open_files")
     SandboxLimits(**{k: v for k, v in limits.items() if k in known}, isolation=isolation, endpoint=sandbox_endpoint)
     if isolation != "sandbox_fusion":
         isolation_of(isolation)  # probes once: SandboxUnavailable says what is missing
@@ -93,6 +93,7 @@ def compute_score(
     isolation: str = "bwrap",
     sandbox_endpoint: str = "",
     sample_wall_s: float = 20.0,
+    max_open_files: int = 64,
 ) -> list[dict[str, float]]:
     """Score a batch: every case of every sample runs in the sandbox, `max_workers` samples at a time.
 
@@ -100,7 +101,16 @@ def compute_score(
     `sandbox_endpoint`, a remote service): docs/rewards.md, "Threat model". `sample_wall_s` bounds the wall time of
     all of one sample's cases together (the cases left once it is spent count as timeouts)."""
     limits = SandboxLimits(
-        wall_s, cpu_s, memory_mb, output_kb, max_processes, nice, isolation, sandbox_endpoint, sample_wall_s
+        wall_s,
+        cpu_s,
+        memory_mb,
+        output_kb,
+        max_processes,
+        nice,
+        isolation,
+        sandbox_endpoint,
+        sample_wall_s,
+        max_open_files,
     )
     node_budget = max(1024, int(output_kb * 1024) // 4)  # every node prints at least 4 bytes ("null", ",[]")
     cases = [

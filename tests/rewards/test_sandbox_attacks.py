@@ -15,6 +15,7 @@
 (bubblewrap, with a cgroup per run where one can be made): what a program sees, what it leaves, what it can hold."""
 
 import dataclasses
+import errno
 import glob
 import json
 import os
@@ -30,7 +31,16 @@ import pytest
 from repo_files import load_repo_file
 
 from verl.rewards import sandbox
-from verl.rewards.sandbox import SandboxLimits, SandboxResult, bwrap, cgroups, judge, run_python, run_python_cases
+from verl.rewards.sandbox import (
+    SandboxLimits,
+    SandboxResult,
+    bwrap,
+    cgroups,
+    judge,
+    run_python,
+    run_python_cases,
+    runner,
+)
 
 
 pytestmark = pytest.mark.skipif(
@@ -670,7 +680,8 @@ def _kernel_calls(body: str) -> str:
 def test_machine_wide_channels_are_closed() -> None:
     """fanotify, dnotify (F_NOTIFY) and leases on the shared read-only files, and the machine-wide counters of
     /proc/sys (AIO events, ptys): a concurrent run's activity could be read from each. All refused or hidden; and no
-    pty can be taken (each counts against the machine's limit, which no cgroup charges)."""
+    pty can be taken (each counts against the machine's limit, which no cgroup charges). Under both isolation
+    modes: the weaker one covers /proc/sys and the pty multiplexers in a mount namespace of the run's own."""
     program = _kernel_calls(
         """
         attempt("fanotify_init", lambda: syscall(NR["fanotify_init"], 0, 0))
@@ -685,9 +696,9 @@ def test_machine_wide_channels_are_closed() -> None:
         print("took", took)
         """
     )
-    [first, second] = run_python_cases(program, ["", ""])
-    for result in (first, second, run_python(program)):
-        assert (result.status, result.stdout) == ("ok", "took []\n"), result.stderr
+    for limits in (SandboxLimits(), SandboxLimits(isolation="namespaces")):
+        for result in (*run_python_cases(program, ["", ""], limits), run_python(program, limits=limits)):
+            assert (result.status, result.stdout) == ("ok", "took []\n"), (limits.isolation, result.stderr)
 
 
 @pytest.mark.skipif(os.uname().machine not in NR, reason="system call numbers known for x86_64 and aarch64 only")
@@ -695,7 +706,10 @@ def test_kernel_memory_no_cgroup_charges_is_refused() -> None:
     """A user and network namespace of the program's own (and with it packet sockets, whose ring buffers no cgroup
     charges), loopback TCP buffers (uncharged under cgroup v1), AIO contexts (a machine-wide budget the trainer
     needs too) and io_uring, blocks allocated past the size limit on the trainer's files (fallocate KEEP_SIZE on
-    stderr, a write to stdin): all refused, under both isolation modes."""
+    stderr, a write to stdin): all refused, under both isolation modes. AF_UNIX sockets stay, but their buffers
+    cannot be raised (8 MiB a descriptor at this machine's wmem_max) and RLIMIT_NOFILE bounds their number: the
+    data they can queue, charged to no cgroup where the run has none, is at most ~230 KiB x max_open_files a
+    process."""
     program = _kernel_calls(
         """
         attempt("unshare(NEWUSER)", lambda: syscall(NR["unshare"], 0x10000000))
@@ -710,6 +724,16 @@ def test_kernel_memory_no_cgroup_charges_is_refused() -> None:
         attempt("fallocate(KEEP_SIZE) on stderr", lambda: syscall(NR["fallocate"], 2, 1, 0, 1 << 30))
         attempt("write to stdin", lambda: os.write(0, b"x"))
         left, right = socket.socketpair()  # AF_UNIX stays (multiprocessing, asyncio)
+        for option in ("SO_SNDBUF", "SO_RCVBUF"):
+            attempt(option, lambda: left.setsockopt(socket.SOL_SOCKET, getattr(socket, option), 1 << 22))
+        pairs = []
+        try:
+            while len(pairs) < 1000:  # empty pairs: a few MiB of the host's memory even where nothing stops them
+                pairs.append(socket.socketpair())
+        except OSError:
+            pass
+        if len(pairs) > 32:  # 64 descriptors at most, three of them stdin, stdout and stderr
+            took.append(f"{len(pairs)} socket pairs")
         print("took", took)
         """
     )
@@ -727,6 +751,20 @@ def test_an_inode_flood_is_charged_to_the_run() -> None:
     program = "import os\nfor i in range(10 ** 7):\n    os.mkdir('/tmp/d%d' % i)\n"
     result = run_python(program, limits=SandboxLimits(memory_mb=32, wall_s=60.0, cpu_s=60.0))
     assert result.status == "memory_limit", (result.status, result.stderr[-500:])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a non-root trainer's bwrap sandbox cannot remount its tmpfs")
+def test_an_inode_flood_is_bounded_where_the_run_has_no_cgroup(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no cgroup can be made (a root trainer in a container whose cgroup folders are read-only), the bootstrap
+    remounts the run's tmpfs with nr_inodes: the flood ends at memory_mb x 64 inodes, not at the host's memory."""
+    sandbox.isolation()  # probed with the cgroups this machine has
+    monkeypatch.setattr(cgroups, "available", lambda: None)
+    program = "import os\nn = 0\ntry:\n    while n < 20000:\n        os.mkdir('/tmp/d%d' % n)\n        n += 1\n"
+    program += "except OSError as error:\n    print(error.errno)\nprint(n)\n"
+    limits = SandboxLimits(memory_mb=32)
+    for result in (run_python(program, limits=limits), *run_python_cases(program, [""], limits)):
+        assert result.status == "ok", result.stderr
+        assert result.stdout.split() == [str(errno.ENOSPC), str(32 * runner.TMPFS_INODES_PER_MB - 1)]
 
 
 def test_the_trainer_s_cost_per_sample_is_bounded_by_bytes_not_system_calls() -> None:

@@ -41,6 +41,12 @@ _NETWORK_EVENTS = {
     "pty.spawn",
 }
 _NETWORK_SYMBOLS = {"socket", "connect", "bind", "sendto", "sendmsg", "getaddrinfo", "syscall"}
+OPEN_FILES_ENV = "VERL_SANDBOX_OPEN_FILES"
+"""The program's RLIMIT_NOFILE, set once only its own descriptors are left (a case's: 0, 1 and 2)."""
+TMPFS_INODES_ENV = "VERL_SANDBOX_TMPFS_INODES"
+"""Under bwrap as root: the inodes of each private tmpfs, remounted before the bootstrap drops to the run's uid."""
+TMPFS = ("/tmp", "/dev/shm")
+"""The private tmpfs bwrap mounts besides the working directory (bwrap.py)."""
 
 
 def _namespace(name):
@@ -231,6 +237,17 @@ def _prctl(option, value):
     function.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     if function(option, value, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(%d, %d)" % (option, value))
+
+
+def _limit_inodes(count, paths):
+    # bwrap mounted them nosuid and nodev; a remount changes nr_inodes alone (size and mode stay).
+    import ctypes
+
+    mount = ctypes.CDLL(None, use_errno=True).mount
+    mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+    for path in paths:
+        if mount(None, path.encode(), None, 0x20 | 0x2 | 0x4, b"nr_inodes=%d" % count) != 0:  # MS_REMOUNT, ...
+            raise OSError(ctypes.get_errno(), "remount %s with nr_inodes" % path)
 
 
 def _state():
@@ -484,6 +501,10 @@ def _harness(source, path, manifest, kill_all):
 
 def _main():
     host_network, program, user = sys.argv[1], sys.argv[2], sys.argv[3]
+    workdir = os.environ.pop("VERL_SANDBOX_WORKDIR", "")  # under bwrap: the scratch folder is read-only
+    inodes = int(os.environ.pop(TMPFS_INODES_ENV, "0"))
+    if inodes:
+        _limit_inodes(inodes, (*TMPFS, workdir))
     if user.startswith("u"):  # started as root by bwrap: become the run's dedicated uid before any of its code
         uid = int(user[1:])
         os.setgroups([])
@@ -492,7 +513,7 @@ def _main():
     shared_uid = user == "1"
     os.environ.pop("PWD", None)  # bwrap sets it; a run's environment is only what the trainer gives
     manifest = _manifest(sys.argv[4]) if len(sys.argv) > 4 else None
-    workdir = os.environ.pop("VERL_SANDBOX_WORKDIR", "")  # under bwrap: the scratch folder is read-only
+    open_files = int(os.environ.pop(OPEN_FILES_ENV, "0"))
     path = os.path.join(workdir or os.getcwd(), program)
     sys.argv = [path]
     with open(program, "rb") as file:
@@ -510,6 +531,10 @@ def _main():
         case = _harness(source, path, manifest, own_pids or not shared_uid)
     if network or (shared_uid and not own_pids):
         _install_guard(network, shared_uid and not own_pids)
+    if open_files:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
     if manifest is not None:
         _run_case(source, path, *case)
     else:

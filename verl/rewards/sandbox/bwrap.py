@@ -28,6 +28,8 @@ import shutil
 import sys
 import sysconfig
 
+from verl.rewards.sandbox import bootstrap
+
 
 SYSTEM_DIRECTORIES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 UID = 65534
@@ -126,7 +128,7 @@ def command(bwrap: str, scratch: str, privileged: bool, tmpfs_bytes: int, seccom
     # No ptys: each one a program opens counts against the machine's limit (kernel/pty/max), which no cgroup charges.
     argv += ["--proc", "/proc", "--tmpfs", "/proc/sys", "--remount-ro", "/proc/sys", "--dev", "/dev"]
     argv += ["--ro-bind", "/dev/null", "/dev/pts/ptmx"]
-    for path in ("/tmp", "/dev/shm", WORKDIR):
+    for path in (*bootstrap.TMPFS, WORKDIR):
         argv += ["--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", path]
         made.add(path)
     # The scratch folder holds the program and the harness's instructions, read by the bootstrap before it moves

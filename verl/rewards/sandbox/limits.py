@@ -67,6 +67,11 @@ class SandboxLimits:
     case gets what is left, at most wall_s, and the cases left once it is spent time out without running. It bounds
     what one sample costs whatever its number of cases (a program that sleeps just under wall_s in every case would
     otherwise cost cases x wall_s). Not applied by the remote sandbox_fusion service."""
+    max_open_files: int = 64
+    """Descriptors each of the program's processes may hold (RLIMIT_NOFILE, set just before its code runs). It bounds
+    the data a run can queue in AF_UNIX sockets where no cgroup charges it (at most the default socket buffer, about
+    210 KiB, per descriptor: the seccomp filter refuses raising SO_SNDBUF/SO_RCVBUF). 64 covers a pool of 15 worker
+    processes or 10 subprocesses with 3 pipes each."""
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_MODES:
@@ -84,7 +89,7 @@ class SandboxLimits:
             if spec.name in ("isolation", "endpoint"):
                 continue
             value = getattr(self, spec.name)
-            whole = spec.name in ("memory_mb", "output_kb", "max_processes", "nice")
+            whole = spec.name in ("memory_mb", "output_kb", "max_processes", "max_open_files", "nice")
             kind = (int,) if whole else (int, float)
             if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value) or value <= 0:
                 raise ValueError(

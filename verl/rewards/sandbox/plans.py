@@ -37,7 +37,13 @@ _CLONE_NEWPID = 0x20000000
 _CLONE_NEWNET = 0x40000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
-_UNPRIVILEGED_UNSHARE = (_CLONE_NEWUSER | _CLONE_NEWNET | _CLONE_NEWPID, _CLONE_NEWUSER | _CLONE_NEWNET)
+_UNPRIVILEGED_UNSHARE = tuple(
+    _CLONE_NEWUSER | _CLONE_NEWNS | flags for flags in (_CLONE_NEWNET | _CLONE_NEWPID, _CLONE_NEWNET)
+)
+_PTMX = tuple(
+    dict.fromkeys(os.fsencode(os.path.realpath(p)) for p in ("/dev/ptmx", "/dev/pts/ptmx") if os.path.exists(p))
+)
+"""Where a pty is opened on this machine (each counts against kernel/pty/max, which no cgroup charges)."""
 
 
 def _load_libc() -> tuple[Any, Any]:
@@ -125,6 +131,12 @@ class _ChildSetup:
     """The run's cgroup.procs files, joined first (the run's total memory, processes and CPU rate)."""
     tmpfs_bytes: int = 0
     """Under bwrap: the size of the run's private /tmp and of its /dev/shm."""
+    tmpfs_inodes: int = 0
+    """Under bwrap as root, where the run has no cgroup: the inodes each private tmpfs may hold (bwrap has no such
+    option; the bootstrap remounts them before it drops to the uid). A cgroup charges inodes to the run instead."""
+    open_files: int = 0
+    """RLIMIT_NOFILE, set by the bootstrap just before the program's code (not here: the harness holds a few
+    descriptors per case, whose numbers are the trainer's)."""
 
     def __call__(self) -> None:
         for path in self.cgroup_procs:
@@ -136,7 +148,7 @@ class _ChildSetup:
         os.nice(self.nice)
         done = self._unshare(self.privileged_unshare)
         if done & _CLONE_NEWNS:
-            self._reexpose_interpreter()
+            self._cover(reexpose=True)
         for which, soft, hard in self.rlimits:
             resource.setrlimit(which, (soft, hard))
         if self.uid is not None and not self.bwrap:  # under bwrap the bootstrap drops to the uid, once inside
@@ -144,7 +156,10 @@ class _ChildSetup:
             os.setgid(self.uid)
             os.setuid(self.uid)
         if not done & _CLONE_NEWNET:
-            done |= self._unshare(self.unprivileged_unshare)
+            unshared = self._unshare(self.unprivileged_unshare)
+            if unshared & _CLONE_NEWNS:
+                self._cover(reexpose=False)
+            done |= unshared
         own_budget = self.uid is not None or bool(done & _CLONE_NEWUSER)
         # the supervisor and the namespace's init, or bwrap and its init
         nproc = self.max_processes + (2 if done & _CLONE_NEWPID or self.bwrap else 0)
@@ -168,12 +183,18 @@ class _ChildSetup:
                 return flags
         return 0
 
-    def _reexpose_interpreter(self) -> None:
-        """Cover each directory the uid cannot enter with an empty tmpfs and bind the interpreter back under it."""
+    def _cover(self, reexpose: bool) -> None:
+        """In the run's own mount namespace, as bwrap does: /proc/sys (machine-wide counters, a channel between
+        concurrent runs) an empty read-only tmpfs, and the pty multiplexers /dev/null, so that no pty can be taken
+        from the machine's limit; with `reexpose`, each directory the dedicated uid cannot enter an empty tmpfs with
+        the interpreter bound back under it."""
         _mount(None, b"/", None, _MS_REC | _MS_PRIVATE)  # nothing below may propagate to the host
-        for hidden, paths in self.reexpose:
+        flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+        _mount(b"tmpfs", b"/proc/sys", b"tmpfs", flags | _MS_RDONLY, b"size=4k")
+        for path in _PTMX:
+            _mount(b"/dev/null", path, None, _MS_BIND)
+        for hidden, paths in self.reexpose if reexpose else ():
             handles = [os.open(path, os.O_PATH | os.O_DIRECTORY) for path in paths]  # reachable once covered
-            flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
             _mount(b"tmpfs", hidden, b"tmpfs", flags, b"mode=0755,size=1m")
             for path, handle in zip(paths, handles):
                 os.makedirs(path, mode=0o755, exist_ok=True)
@@ -238,7 +259,5 @@ def _candidate_plans(mode: str = "namespaces") -> list[_Plan]:
         return [_Plan(dedicated_uid=os.geteuid() == 0, unprivileged_unshare=(), bwrap=found)]
     if os.geteuid() != 0:
         return [_Plan(dedicated_uid=False)]
-    reexpose = _hidden_directories()
-    mount = _CLONE_NEWNS if reexpose else 0
-    privileged = (mount | _CLONE_NEWNET | _CLONE_NEWPID, mount | _CLONE_NEWNET)
-    return [_Plan(True, privileged, _UNPRIVILEGED_UNSHARE, reexpose), _Plan(dedicated_uid=False)]
+    privileged = (_CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID, _CLONE_NEWNS | _CLONE_NEWNET)
+    return [_Plan(True, privileged, _UNPRIVILEGED_UNSHARE, _hidden_directories()), _Plan(dedicated_uid=False)]

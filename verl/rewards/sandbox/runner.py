@@ -56,6 +56,9 @@ PROGRAM_NAME = "solution.py"
 
 CGROUP_OVERHEAD_MB = 64
 """Memory a run's cgroup allows beyond memory_mb, for the sandbox's own processes (bwrap, the harness)."""
+TMPFS_INODES_PER_MB = 64
+"""Inodes of each private tmpfs per MiB of memory_mb where no cgroup charges them (about 1 KiB of kernel memory
+each: 64 MiB per tmpfs at the default memory_mb)."""
 
 # A signal from a crash of the program itself is a runtime error; any other unexplained signal is "killed".
 _CRASH_SIGNALS = frozenset(
@@ -261,6 +264,10 @@ def _start_interpreter(
     home = bwrap.WORKDIR if setup.bwrap else scratch  # under bwrap: a tmpfs counted in the run's memory
     env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8", "HOME": home, "TMPDIR": home}
     env[MARKER_ENV] = sandbox_id
+    if setup.open_files:
+        env[bootstrap.OPEN_FILES_ENV] = str(setup.open_files)
+    if setup.tmpfs_inodes:
+        env[bootstrap.TMPFS_INODES_ENV] = str(setup.tmpfs_inodes)
     filter_fd = None
     if setup.bwrap:  # a user of its own in its own PID namespace: the harness may kill(-1)
         privileged = setup.uid is not None
@@ -365,6 +372,7 @@ def _child_setup(
     """The child's setup; with `harness`, one more process in the budget, so each case's program gets the same."""
     cpu_soft = max(1, math.ceil(limits.cpu_s))
     cpu_soft, cpu_hard = _limit(resource.RLIMIT_CPU, cpu_soft)[0], _limit(resource.RLIMIT_CPU, cpu_soft + 1)[1]
+    inodes_uncharged = bool(plan.bwrap) and uid is not None and cgroup is None  # the bootstrap is root: it remounts
     return _ChildSetup(
         uid=uid,
         privileged_unshare=plan.privileged_unshare,
@@ -382,6 +390,8 @@ def _child_setup(
         bwrap=plan.bwrap,
         cgroup_procs=cgroup.procs_files() if cgroup is not None else (),
         tmpfs_bytes=limits.memory_mb * 2**20,
+        open_files=_limit(resource.RLIMIT_NOFILE, limits.max_open_files)[0],
+        tmpfs_inodes=limits.memory_mb * TMPFS_INODES_PER_MB if inodes_uncharged else 0,
     )
 
 

@@ -28,6 +28,10 @@ memory no cgroup charges to the run, refused.
   ENOSYS (its flags are behind a pointer a filter cannot read), so glibc falls back to `clone`, as under Docker.
 - Sockets other than AF_UNIX (`socket`): the network namespace is empty but has a loopback, whose TCP buffers
   cgroup v1 does not charge; AF_PACKET is the ring buffers above.
+- Raising a socket's buffers (`setsockopt` SO_SNDBUF, SO_RCVBUF and their FORCE forms): an AF_UNIX socket queues up
+  to its send buffer (wmem_max, often 4 MiB, doubled), charged to no cgroup where the run has none (or where the
+  kernel does not charge socket buffers); at the default (about 210 KiB) RLIMIT_NOFILE bounds the total
+  (SandboxLimits.max_open_files).
 - AIO and io_uring (`io_setup`, `io_submit`, ...; `io_uring_setup`, ...): the AIO event budget is machine-wide (the
   trainer's own `io_setup` fails once a run takes it), and its counter in /proc/sys shows other runs' use.
 - `fallocate` answers EOPNOTSUPP (glibc's posix_fallocate then writes, within RLIMIT_FSIZE): with FALLOC_FL_KEEP_SIZE
@@ -47,7 +51,8 @@ import struct
 # struct seccomp_data: int nr; __u32 arch; __u64 instruction_pointer; __u64 args[6] (little-endian machines only).
 _NR_OFFSET, _ARCH_OFFSET = 0, 4
 _ARG0_LOW_OFFSET = 16  # the low 32 bits of args[0] (clone's and unshare's flags, socket's family)
-_ARG1_LOW_OFFSET = 16 + 8 * 1  # the low 32 bits of args[1] (fcntl's command)
+_ARG1_LOW_OFFSET = 16 + 8 * 1  # the low 32 bits of args[1] (fcntl's command, setsockopt's level)
+_ARG2_LOW_OFFSET = 16 + 8 * 2  # the low 32 bits of args[2] (setsockopt's option)
 # Classic BPF opcodes (linux/filter.h) and seccomp return values (linux/seccomp.h).
 _LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS: load the 32-bit word at offset k of seccomp_data
 _JEQ_K = 0x15  # BPF_JMP | BPF_JEQ | BPF_K: if A == k skip jt instructions, else skip jf
@@ -65,6 +70,9 @@ same on every Linux machine)."""
 _NEW_NAMESPACES = 0x7E020080
 """CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME."""
 _AF_UNIX = 1
+_SOL_SOCKET = 1
+_SOCKET_BUFFERS = (7, 8, 32, 33)
+"""SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE (asm-generic, which x86_64 and aarch64 use)."""
 
 # AUDIT_ARCH_* and the system call numbers (asm/unistd.h) of each supported machine.
 _MACHINES = {
@@ -96,6 +104,7 @@ _MACHINES = {
         "clone": 56,
         "unshare": 272,
         "socket": 41,
+        "setsockopt": 54,
         "clone3": 435,
         "fallocate": 285,
     },
@@ -126,14 +135,15 @@ _MACHINES = {
         "clone": 220,
         "unshare": 97,
         "socket": 198,
+        "setsockopt": 208,
         "clone3": 435,
         "fallocate": 47,
     },
 }
 REFUSED = tuple(dict.fromkeys(name for spec in _MACHINES.values() for name in spec["refused"]))
 """The system calls the filter refuses outright (those a machine has), besides fcntl's lock, lease and notify
-commands, clone and unshare with a namespace flag, sockets other than AF_UNIX, clone3 (ENOSYS) and fallocate
-(EOPNOTSUPP)."""
+commands, clone and unshare with a namespace flag, sockets other than AF_UNIX, setsockopt raising a socket's
+buffers, clone3 (ENOSYS) and fallocate (EOPNOTSUPP)."""
 
 
 def _assemble(instructions: list[tuple[int, str | int, str | int, int | str]]) -> bytes:
@@ -174,6 +184,7 @@ def program(machine: str | None = None) -> bytes:
         (_JEQ_K, "flags", 0, spec["clone"]),
         (_JEQ_K, "flags", 0, spec["unshare"]),
         (_JEQ_K, "family", 0, spec["socket"]),
+        (_JEQ_K, "level", 0, spec["setsockopt"]),
         (_JEQ_K, 0, "allow", spec["fcntl"]),
         (_LD_W_ABS, 0, 0, _ARG1_LOW_OFFSET),
     ]
@@ -186,6 +197,12 @@ def program(machine: str | None = None) -> bytes:
         ("label", "family"),
         (_LD_W_ABS, 0, 0, _ARG0_LOW_OFFSET),
         (_JEQ_K, "allow", "refuse", _AF_UNIX),
+        ("label", "level"),
+        (_LD_W_ABS, 0, 0, _ARG1_LOW_OFFSET),
+        (_JEQ_K, 0, "allow", _SOL_SOCKET),
+        (_LD_W_ABS, 0, 0, _ARG2_LOW_OFFSET),
+        *[(_JEQ_K, "refuse", 0, option) for option in _SOCKET_BUFFERS[:-1]],
+        (_JEQ_K, "refuse", "allow", _SOCKET_BUFFERS[-1]),
         ("label", "allow"),
         (_RET_K, 0, 0, _RET_ALLOW),
         ("label", "refuse"),
