@@ -648,7 +648,7 @@ def test_honest_programs_pass_under_the_policy_and_are_not_slowed() -> None:
 
 KERNEL_CALLS = SYSCALL + textwrap.dedent(
     """
-    import errno, fcntl, os, socket
+    import errno, fcntl, os, socket, struct
     took = []
     def attempt(name, call):
         try:
@@ -667,9 +667,9 @@ KERNEL_CALLS = SYSCALL + textwrap.dedent(
     """
 )
 NR = {"x86_64": {"clone": 56, "unshare": 272, "fanotify_init": 300, "io_setup": 206, "io_uring_setup": 425,
-                 "fallocate": 285},
+                 "fallocate": 285, "userfaultfd": 323, "perf_event_open": 298},
       "aarch64": {"clone": 220, "unshare": 97, "fanotify_init": 262, "io_setup": 0, "io_uring_setup": 425,
-                  "fallocate": 47}}  # fmt: skip
+                  "fallocate": 47, "userfaultfd": 282, "perf_event_open": 241}}  # fmt: skip
 
 
 def _kernel_calls(body: str) -> str:
@@ -723,6 +723,9 @@ def test_kernel_memory_no_cgroup_charges_is_refused() -> None:
         attempt("io_uring_setup", lambda: syscall(NR["io_uring_setup"], 8, ctypes.create_string_buffer(128)))
         attempt("fallocate(KEEP_SIZE) on stderr", lambda: syscall(NR["fallocate"], 2, 1, 0, 1 << 30))
         attempt("write to stdin", lambda: os.write(0, b"x"))
+        attempt("userfaultfd", lambda: syscall(NR["userfaultfd"], 1))  # UFFD_USER_MODE_ONLY: open to any uid
+        counter = ctypes.create_string_buffer(struct.pack("IIQ", 1, 64, 0), 64)  # a software clock, this process
+        attempt("perf_event_open", lambda: syscall(NR["perf_event_open"], counter, 0, -1, -1, 0))
         left, right = socket.socketpair()  # AF_UNIX stays (multiprocessing, asyncio)
         for option in ("SO_SNDBUF", "SO_RCVBUF"):
             attempt(option, lambda: left.setsockopt(socket.SOL_SOCKET, getattr(socket, option), 1 << 22))

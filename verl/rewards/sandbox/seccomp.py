@@ -34,6 +34,10 @@ memory no cgroup charges to the run, refused.
   (SandboxLimits.max_open_files).
 - AIO and io_uring (`io_setup`, `io_submit`, ...; `io_uring_setup`, ...): the AIO event budget is machine-wide (the
   trainer's own `io_setup` fails once a run takes it), and its counter in /proc/sys shows other runs' use.
+- `perf_event_open`, `bpf` and `userfaultfd`: performance counters (their ring buffers are locked memory under a
+  per-user budget that concurrent runs share), eBPF programs and page-fault handling in user space, which Docker's
+  default profile refuses too; no program a judge runs needs them, and userfaultfd is a common step of kernel
+  exploits (an unprivileged process may take one in user-mode-only form).
 - `fallocate` answers EOPNOTSUPP (glibc's posix_fallocate then writes, within RLIMIT_FSIZE): with FALLOC_FL_KEEP_SIZE
   it would allocate blocks past the size limit on the trainer's files the program writes (its stderr).
 
@@ -99,6 +103,9 @@ _MACHINES = {
             "io_uring_setup": 425,
             "io_uring_enter": 426,
             "io_uring_register": 427,
+            "perf_event_open": 298,
+            "bpf": 321,
+            "userfaultfd": 323,
         },
         "fcntl": 72,
         "clone": 56,
@@ -130,6 +137,9 @@ _MACHINES = {
             "io_uring_setup": 425,
             "io_uring_enter": 426,
             "io_uring_register": 427,
+            "perf_event_open": 241,
+            "bpf": 280,
+            "userfaultfd": 282,
         },
         "fcntl": 25,
         "clone": 220,
