@@ -86,6 +86,19 @@ FAMILIES: dict[str, Family] = {
             ulysses=False,
             hybrid_engine=False,
         ),
+        # InternVL (Hugging Face format, Qwen2 decoder, 1-D rope): vLLM runs it through its InternS1 class.
+        Family(
+            "internvl",
+            3136,
+            "InternVLForConditionalGeneration",
+            processor=False,
+            video=False,
+            engine_video=False,
+            packed=False,
+            ulysses=False,
+            hybrid_engine=False,
+            grpo=False,
+        ),
     )
 }
 

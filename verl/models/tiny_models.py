@@ -41,7 +41,9 @@ if TYPE_CHECKING:  # torch and transformers load lazily: the CLI checks its argu
     from transformers import PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
 
 
-ModelKind = Literal["qwen2", "qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen2_rm", "qwen3_moe", "qwen3_5", "qwen3_5_moe"]
+ModelKind = Literal[
+    "qwen2", "qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen2_rm", "qwen3_moe", "qwen3_5", "qwen3_5_moe", "internvl"
+]
 MODEL_KINDS: tuple[str, ...] = (
     "qwen2",
     "qwen2_5_vl",
@@ -51,8 +53,9 @@ MODEL_KINDS: tuple[str, ...] = (
     "qwen3_moe",
     "qwen3_5",
     "qwen3_5_moe",
+    "internvl",
 )
-VL_KINDS: tuple[str, ...] = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_5", "qwen3_5_moe")
+VL_KINDS: tuple[str, ...] = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_5", "qwen3_5_moe", "internvl")
 HYBRID_KINDS: tuple[str, ...] = ("qwen3_5", "qwen3_5_moe")
 """Kinds whose decoder mixes Gated DeltaNet (linear attention) layers with full attention, as Qwen3.5 does."""
 PATCH_SIZES: dict[str, int] = {"qwen3_vl": 16, "qwen3_5": 16, "qwen3_5_moe": 16}
@@ -66,6 +69,23 @@ LINEAR_HEAD_DIM, LINEAR_KEY_HEADS, LINEAR_VALUE_HEADS = 128, 1, 2
 (two value heads per key head, as in Qwen3.5, so the grouped path runs)."""
 FULL_ATTENTION_INTERVAL = 4
 """qwen3_5 kinds: every fourth decoder layer is full attention, the others Gated DeltaNet (Qwen3.5's pattern)."""
+
+INTERNVL_TILE = 56
+"""internvl: the vision tower's tile side (14-pixel patches, pixel shuffle 0.5: 4 image tokens a tile)."""
+INTERNVL_MAX_TILES = 4
+"""internvl: most tiles an image is cut into (InternVL's max_patches, 12 in the published processors)."""
+MEDIA_TOKENS: dict[str, dict[str, str]] = {
+    "internvl": {
+        "start_image_token": "<img>",
+        "end_image_token": "</img>",
+        "context_image_token": "<IMG_CONTEXT>",
+        "video_token": "<video>",
+    },
+}
+"""Named special tokens a kind's processor reads from its tokenizer (appended after Qwen's, in this order)."""
+MEDIA_PLACEHOLDERS: dict[str, tuple[str, str]] = {"internvl": ("<IMG_CONTEXT>\n", "<video>\n")}
+"""What the chat template writes for an image and a video part in a kind other than Qwen's (the processor expands
+it)."""
 
 # Bump when the output of the builder changes, so cached directories (get_or_build_tiny_model) are rebuilt.
 BUILDER_VERSION = 2
@@ -172,8 +192,19 @@ def _train_bpe(bpe_vocab_size: int) -> tuple[str, str]:
     return json.dumps(model["vocab"]), json.dumps(merges)
 
 
-def build_tokenizer(vocab_size: int = 2048) -> "PreTrainedTokenizerBase":
-    """A Qwen2Tokenizer with a locally trained byte-level BPE of `vocab_size` tokens plus Qwen's special tokens.
+def chat_template(kind: str) -> str:
+    """CHAT_TEMPLATE with the image and video parts written as `kind`'s processor expects them."""
+    if kind not in MEDIA_PLACEHOLDERS:
+        return CHAT_TEMPLATE
+    image, video = MEDIA_PLACEHOLDERS[kind]
+    return CHAT_TEMPLATE.replace("<|vision_start|><|image_pad|><|vision_end|>", image).replace(
+        "<|vision_start|><|video_pad|><|vision_end|>", video
+    )
+
+
+def build_tokenizer(vocab_size: int = 2048, kind: str = "qwen2") -> "PreTrainedTokenizerBase":
+    """A Qwen2Tokenizer with a locally trained byte-level BPE of `vocab_size` tokens plus Qwen's special tokens
+    (and `kind`'s MEDIA_TOKENS, with its chat template).
 
     The BPE training is cached in-process, so building several models costs one training.
     A new tokenizer object is returned every call, so callers may modify it freely.
@@ -197,11 +228,13 @@ def build_tokenizer(vocab_size: int = 2048) -> "PreTrainedTokenizerBase":
         eos_token="<|endoftext|>",
         pad_token="<|endoftext|>",
         errors="replace",
+        **MEDIA_TOKENS.get(kind, {}),
     )
-    tokenizer.add_special_tokens({"additional_special_tokens": list(SPECIAL_TOKENS)})
+    media_tokens = list(MEDIA_TOKENS.get(kind, {}).values())
+    tokenizer.add_special_tokens({"additional_special_tokens": [*SPECIAL_TOKENS, *media_tokens]})
     # as in Qwen-Instruct: generation ends at <|im_end|>, padding uses <|endoftext|>
     tokenizer.eos_token = "<|im_end|>"
-    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.chat_template = chat_template(kind)
     tokenizer.model_max_length = 8192
     return tokenizer
 
@@ -348,6 +381,8 @@ def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> 
     if spec.kind == "qwen2_rm":
         # One label: the scalar reward. pad_token_id (set above) is how the HF head finds each row's last token.
         return Qwen2Config(rope_parameters={"rope_type": "default", "rope_theta": 1e6}, num_labels=1, **text)
+    if spec.kind == "internvl":
+        return _internvl_config(spec, tokenizer, text)
     head_dim = spec.hidden_size // spec.num_heads
     text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": _mrope_section(head_dim)}
     if spec.kind in HYBRID_KINDS:
@@ -394,6 +429,33 @@ def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> 
         return Qwen2_5_VLConfig(text_config=text, vision_config=vision, **common)
     vision.update(embed_dim=spec.vision_hidden_size, hidden_size=spec.hidden_size, mlp_ratio=2)
     return Qwen2VLConfig(text_config=text, vision_config=vision, **common)
+
+
+def _internvl_config(
+    spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase", text: dict[str, Any]
+) -> "PreTrainedConfig":
+    """InternVL3-hf's layout, small: an InternViT tower on one tile, pixel shuffle (0.5), an MLP projector and a Qwen2
+    decoder with plain 1-D rope."""
+    from transformers import InternVLConfig
+
+    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6}
+    vision = {
+        "hidden_size": spec.vision_hidden_size,
+        "num_hidden_layers": spec.vision_depth,
+        "num_attention_heads": spec.vision_num_heads,
+        "intermediate_size": 2 * spec.vision_hidden_size,
+        "image_size": INTERNVL_TILE,
+        "patch_size": 14,
+        "initializer_range": spec.initializer_range,
+    }
+    return InternVLConfig(
+        text_config={"model_type": "qwen2", **text},
+        vision_config=vision,
+        image_token_id=tokenizer.convert_tokens_to_ids(MEDIA_TOKENS["internvl"]["context_image_token"]),
+        image_seq_length=(INTERNVL_TILE // 14) ** 2 // 4,
+        downsample_ratio=0.5,
+        tie_word_embeddings=True,
+    )
 
 
 def _qwen3_5_config(
@@ -469,6 +531,7 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
         Qwen3_5MoeForConditionalGeneration,
         Qwen3MoeForCausalLM,
         Qwen3VLForConditionalGeneration,
+        InternVLForConditionalGeneration,
     )
 
     config = _model_config(spec, tokenizer)
@@ -481,6 +544,7 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
         "qwen3_moe": Qwen3MoeForCausalLM,
         "qwen3_5": Qwen3_5ForConditionalGeneration,
         "qwen3_5_moe": Qwen3_5MoeForConditionalGeneration,
+        "internvl": InternVLForConditionalGeneration,
     }[spec.kind]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
@@ -508,6 +572,8 @@ def build_processor(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -
         Qwen3VLVideoProcessor,
     )
 
+    if spec.kind == "internvl":
+        return _internvl_processor(tokenizer)
     size = {"shortest_edge": spec.min_pixels, "longest_edge": spec.max_pixels}
     patches = {"patch_size": PATCH_SIZES.get(spec.kind, 14), "temporal_patch_size": 2, "merge_size": 2}
     if spec.kind in ("qwen3_vl", *HYBRID_KINDS):  # Qwen3.5 ships Qwen3-VL's processor
@@ -524,6 +590,22 @@ def build_processor(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -
         # cap_pixels_per_frame: bound a long video's total cost as qwen-vl-utils does (the default from v5.22 on)
         video_processor=Qwen2VLVideoProcessor(size=size, cap_pixels_per_frame=True, **patches),
         chat_template=CHAT_TEMPLATE,
+    )
+
+
+def _internvl_processor(tokenizer: "PreTrainedTokenizerBase") -> "ProcessorMixin":
+    """InternVL's processor: an image is cut into up to INTERNVL_MAX_TILES tiles of the tile size by its aspect ratio,
+    plus a thumbnail when there are several (crop_to_patches, the processor's default and vLLM's), and each tile
+    becomes image_seq_length context tokens between <img> and </img>."""
+    from transformers import GotOcr2ImageProcessor, InternVLProcessor, InternVLVideoProcessor
+
+    tile = {"height": INTERNVL_TILE, "width": INTERNVL_TILE}
+    return InternVLProcessor(
+        image_processor=GotOcr2ImageProcessor(size=tile, crop_to_patches=True, max_patches=INTERNVL_MAX_TILES),
+        tokenizer=tokenizer,
+        video_processor=InternVLVideoProcessor(size=tile),
+        image_seq_length=(INTERNVL_TILE // 14) ** 2 // 4,
+        chat_template=chat_template("internvl"),
     )
 
 
@@ -557,7 +639,7 @@ def build_tiny_model(output_dir: str, kind: ModelKind = "qwen2", seed: int = 0, 
     created if needed; files of an earlier build in it are overwritten.
     """
     spec = _make_spec(kind, seed, size)
-    tokenizer = build_tokenizer(spec.vocab_size)
+    tokenizer = build_tokenizer(spec.vocab_size, kind)
     model = build_model(spec, tokenizer)
     os.makedirs(output_dir, exist_ok=True)
     with _progress_bars_disabled():
