@@ -25,8 +25,9 @@ from collections import Counter
 
 import pytest
 import torch
+from families import FAMILIES
 
-from tests.trainer.test_e2e import REPO, VL_PIXELS, undocumented_metrics, vl_data
+from tests.trainer.test_e2e import REPO, undocumented_metrics, vl_data
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.trainer.config import load_config
 from verl.trainer.runner import run_ppo
@@ -261,8 +262,8 @@ def test_image_prompts_continue_across_weight_syncs(workspace):
         f"data.train_files={data_dir}/train.jsonl",
         "data.prompt_key=problem",
         f"data.image_dir={data_dir}/images",
-        f"data.min_pixels={VL_PIXELS['qwen2_5_vl']}",
-        f"data.max_pixels={VL_PIXELS['qwen2_5_vl']}",
+        f"data.min_pixels={FAMILIES['qwen2_5_vl'].pixels}",
+        f"data.max_pixels={FAMILIES['qwen2_5_vl'].pixels}",
         "data.max_prompt_length=128",
         f"worker.actor.model.model_path={vl_model}",
         "worker.rollout.limit_images=1",

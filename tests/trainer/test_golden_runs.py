@@ -30,10 +30,11 @@ import pathlib
 
 import pytest
 import torch
+from families import FAMILIES
 
 from tests.trainer.test_async_e2e import actor_weights, build_workspace, read_log, run_args
 from tests.trainer.test_disaggregated_e2e import DISAGGREGATED, one_process
-from tests.trainer.test_e2e import VL_PIXELS, game_args, vl_data
+from tests.trainer.test_e2e import game_args, vl_data
 from verl.trainer.config import load_config
 from verl.trainer.runner import run_ppo
 
@@ -76,8 +77,8 @@ def vl_args(ws, name: str) -> list[str]:
         + [
             "data.prompt_key=problem",
             f"data.image_dir={data_dir}/images",
-            f"data.min_pixels={VL_PIXELS['qwen2_5_vl']}",
-            f"data.max_pixels={VL_PIXELS['qwen2_5_vl']}",
+            f"data.min_pixels={FAMILIES['qwen2_5_vl'].pixels}",
+            f"data.max_pixels={FAMILIES['qwen2_5_vl'].pixels}",
             "worker.rollout.limit_images=1",
         ]
     )
