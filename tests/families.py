@@ -94,9 +94,7 @@ FAMILIES: dict[str, Family] = {
             processor=False,
             video=False,
             engine_video=False,
-            packed=False,
             ulysses=False,
-            hybrid_engine=False,
             grpo=False,
         ),
     )

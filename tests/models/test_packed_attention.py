@@ -45,7 +45,8 @@ from verl.models.packed_attention import (
     packed_sequence_kwargs,
     register_packed_attention,
 )
-from verl.models.tiny_models import get_or_build_tiny_model
+from verl.data.multimodal import process_media
+from verl.models.tiny_models import MEDIA_PLACEHOLDERS, get_or_build_tiny_model
 from verl.utils.torch_functional import positions_from_mask, unpad_input
 
 
@@ -335,9 +336,11 @@ def test_cuda_branch_glue_with_a_stand_in_kernel(monkeypatch: pytest.MonkeyPatch
 # ---------------------------------------------------------------------------------------------- Qwen2.5-VL
 
 
-def _vl_batch(model: torch.nn.Module, processor, prompt_len: int = 48, response_len: int = 6):
+def _vl_batch(model: torch.nn.Module, processor, kind: str, prompt_len: int = 48, response_len: int = 6):
     """Three rollout rows (two with an image of different sizes, one text-only): left-padded prompts, right-padded
-    responses, mrope positions (3, B, L) from the model's own get_rope_index, and the images' pixel values."""
+    responses, mrope positions (3, B, L) from the model's own get_rope_index (1-D rope: (B, L) over the valid
+    tokens), and the images' model inputs as the trainer makes them."""
+    image_part = MEDIA_PLACEHOLDERS.get(kind, ("<|vision_start|><|image_pad|><|vision_end|>",))[0]
     rng = np.random.default_rng(0)
     rows, images = [], []
     for row, size in enumerate([(56, 84), None, (84, 56)]):
@@ -345,7 +348,7 @@ def _vl_batch(model: torch.nn.Module, processor, prompt_len: int = 48, response_
             text = "<|im_start|>user\ncount the circles<|im_end|>\n"
         else:
             images.append(Image.fromarray(rng.integers(0, 256, (*size, 3), dtype=np.uint8)))
-            text = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>what color<|im_end|>\n"
+            text = f"<|im_start|>user\n{image_part}what color<|im_end|>\n"
         prompt = processor(text=[text], images=[images[-1]] if size else None, return_tensors="pt")["input_ids"][0]
         response = torch.from_numpy(rng.integers(0, VOCAB, response_len - row))
         rows.append((prompt, response))
@@ -354,7 +357,9 @@ def _vl_batch(model: torch.nn.Module, processor, prompt_len: int = 48, response_
     for row, (prompt, response) in enumerate(rows):
         input_ids[row, prompt_len - len(prompt) : prompt_len + len(response)] = torch.cat([prompt, response])
         attention_mask[row, prompt_len - len(prompt) : prompt_len + len(response)] = 1
-    vision = processor.image_processor(images=images, return_tensors="pt")
+    vision = process_media({"images": images}, processor)
+    if not hasattr(model.model, "get_rope_index"):
+        return input_ids, attention_mask, (attention_mask.cumsum(-1) - 1).clamp(min=0), vision
     mm_token_type_ids = (input_ids == model.config.image_token_id).int()
     position_ids, _ = model.model.get_rope_index(
         input_ids, mm_token_type_ids, vision["image_grid_thw"], attention_mask=attention_mask
@@ -367,10 +372,12 @@ def test_vl_packed_forward_equals_padded_sdpa(model_root: str, packed_calls: lis
     path = get_or_build_tiny_model(kind, model_root)
     processor = AutoProcessor.from_pretrained(path)
     models = {name: _load(path, name, AutoModelForImageTextToText) for name in (PACKED_ATTENTION, "sdpa")}
-    input_ids, attention_mask, position_ids, vision = _vl_batch(models["sdpa"], processor)
+    input_ids, attention_mask, position_ids, vision = _vl_batch(models["sdpa"], processor, kind)
     packed_ids, text_positions, indices = _pack(input_ids, attention_mask)
-    # as the trainer: (4, 1, T) = text positions (they mark the packing) + the 3 mrope rows
-    mrope = torch.cat([text_positions, position_ids.reshape(3, -1)[:, indices]]).unsqueeze(1)
+    # as the trainer: (4, 1, T) = text positions (they mark the packing) + the 3 mrope rows; 1-D rope: the text's
+    mrope = text_positions
+    if position_ids.dim() == 3:
+        mrope = torch.cat([text_positions, position_ids.reshape(3, -1)[:, indices]]).unsqueeze(1)
     with torch.no_grad():
         reference = _padded_log_probs(models["sdpa"], input_ids, attention_mask, position_ids=position_ids, **vision)
         for with_kwargs in (False, True):
@@ -383,7 +390,7 @@ def test_vl_packed_forward_equals_padded_sdpa(model_root: str, packed_calls: lis
         # where they do reach it, its non-causal per-image calls ignore them (test_non_causal_call_ignores_...).
         kwargs = packed_sequence_kwargs(attention_mask.sum(-1))
         features = {
-            name: torch.cat(model.model.get_image_features(**vision, **kwargs).pooler_output)
+            name: torch.cat(list(model.model.get_image_features(**vision, **kwargs).pooler_output))
             for name, model in models.items()
         }
     assert torch.equal(features[PACKED_ATTENTION], features["sdpa"])

@@ -229,13 +229,21 @@ def processor_inputs(
     )
 
 
+TEXT_INPUTS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
+"""What a processor returns of the text; `process_media` keeps the rest (the media's model inputs)."""
+
+
 def process_media(multi_modal_data: dict[str, Any], processor: Any) -> dict[str, "torch.Tensor"]:
-    """The processor's model inputs (pixel values and grids) for one row's {"images": [...], "videos": [...]}."""
+    """The processor's model inputs (pixel values and grids) for one row's {"images": [...], "videos": [...]}.
+
+    Images go through the processor itself, on a text of one placeholder per image, not through its image processor
+    alone: the processor's own image settings (InternVL's tiling, which its image processor's defaults lack) apply,
+    as they did when the prompt was encoded and as they do in vLLM."""
     inputs: dict[str, torch.Tensor] = {}
     images = multi_modal_data.get("images")
     if images:
-        out = processor.image_processor(images=list(images), return_tensors="pt")
-        inputs.update(pixel_values=out["pixel_values"], image_grid_thw=out["image_grid_thw"])
+        out = processor(text=[processor.image_token * len(images)], images=list(images), return_tensors="pt")
+        inputs.update({key: value for key, value in out.items() if key not in TEXT_INPUTS})
     videos = multi_modal_data.get("videos")
     if videos:
         out = processor.video_processor(videos=list(videos), return_tensors="pt")

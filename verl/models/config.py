@@ -31,9 +31,17 @@ from verl.utils.config import ConfigError, require_choice, require_path
 ATTN_IMPLEMENTATIONS: tuple[str, ...] = ("auto", "varlen", "flash_attention_2", "flash_attention_3", "sdpa", "eager")
 """Values of model.attn_implementation."""
 
-VISION_LANGUAGE_MODEL_TYPES: tuple[str, ...] = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "qwen3_5_moe")
+VISION_LANGUAGE_MODEL_TYPES: tuple[str, ...] = (
+    "qwen2_vl",
+    "qwen2_5_vl",
+    "qwen3_vl",
+    "qwen3_5",
+    "qwen3_5_moe",
+    "internvl",
+)
 """Vision-language model types the trainer supports (3-D rope index, vision-tower hooks); others are refused.
-qwen3_5 and qwen3_5_moe are Qwen3.5 (Gated DeltaNet hybrid, Qwen3-VL's processor), dense and mixture of experts."""
+qwen3_5 and qwen3_5_moe are Qwen3.5 (Gated DeltaNet hybrid, Qwen3-VL's processor), dense and mixture of experts;
+internvl (Hugging Face format, e.g. InternVL3-*-hf) takes plain 1-D positions."""
 
 TORCH_DTYPES: tuple[str | None, ...] = (None, "fp32", "bf16", "fp16")
 """Values of fsdp.torch_dtype."""

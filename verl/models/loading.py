@@ -26,10 +26,9 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, PretrainedConfig
 from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
-from verl.models.config import ModelConfig
+from verl.models.config import VISION_LANGUAGE_MODEL_TYPES, ModelConfig
 from verl.models.gated_deltanet import use_packed_linear_attention
 from verl.models.packed_attention import PACKED_ATTENTION, register_packed_attention
-from verl.models.rope_index import MROPE_MODEL_CLASSES
 from verl.models.structure import get_language_model, get_vision_tower
 
 
@@ -86,10 +85,10 @@ def resolve_attn_implementation(requested: str = "auto") -> str:
 
 def check_supported_model(config: PretrainedConfig, model_path: str | None) -> None:
     """Refuse a vision-language model family the trainer has no position ids and vision-tower support for."""
-    if is_vision_language(config) and config.model_type not in MROPE_MODEL_CLASSES:
+    if is_vision_language(config) and config.model_type not in VISION_LANGUAGE_MODEL_TYPES:
         raise NotImplementedError(
             f"Model '{model_path}' is a {config.model_type!r} vision-language model, which is not supported yet; "
-            f"supported vision-language models: {', '.join(MROPE_MODEL_CLASSES)}."
+            f"supported vision-language models: {', '.join(VISION_LANGUAGE_MODEL_TYPES)}."
         )
 
 
@@ -168,6 +167,26 @@ def dummy_vision_inputs(tower: nn.Module, device: torch.device) -> tuple[torch.T
     return pixels, grid_thw
 
 
+def dummy_image_features(model: nn.Module, tower: nn.Module, device: torch.device) -> torch.Tensor:
+    """The vision features of the smallest image the model takes, through every weight that image features use: a
+    Qwen-VL tower's (its merger included) on one merged token, or a tiling model's (InternVL) tower and projector
+    (`get_image_features`) on one black tile."""
+    if all(hasattr(tower, name) for name in ("patch_embed", "spatial_merge_size")):
+        pixels, grid_thw = dummy_vision_inputs(tower, device)
+        output = tower(pixels, grid_thw=grid_thw)
+    elif model.config.model_type == "internvl":
+        vision = model.config.vision_config
+        dtype = next(tower.parameters()).dtype
+        pixels = torch.zeros(1, vision.num_channels, *vision.image_size, dtype=dtype, device=device)
+        output = model.get_image_features(pixel_values=pixels)
+    else:
+        raise NotImplementedError(
+            f"{type(model).__name__}: mixing text-only and image batches across ranks needs a dummy input for the "
+            f"vision tower {type(tower).__name__}, which is only written for the Qwen2-VL family and InternVL."
+        )
+    return getattr(output, "pooler_output", output)  # after the merger / projector, so every weight is used
+
+
 def run_vision_tower_in_every_forward(model: nn.Module) -> bool:
     """Make every forward of a vision-language model run its vision tower, with a dummy image if it has none.
 
@@ -180,11 +199,6 @@ def run_vision_tower_in_every_forward(model: nn.Module) -> bool:
     tower, language_model = get_vision_tower(model), get_language_model(model)
     if tower is None or language_model is None:
         return False
-    if not all(hasattr(tower, name) for name in ("patch_embed", "spatial_merge_size")):
-        raise NotImplementedError(
-            f"{type(model).__name__}: mixing text-only and image batches across ranks needs a dummy input for the "
-            f"vision tower {type(tower).__name__}, which is only written for the Qwen2-VL family."
-        )
     ran = {"tower": False}
 
     def on_model(module: nn.Module, args: tuple) -> None:
@@ -202,9 +216,7 @@ def run_vision_tower_in_every_forward(model: nn.Module) -> bool:
                 f"{type(model).__name__} calls its language model without inputs_embeds, so a text-only batch cannot "
                 "run the vision tower on a dummy image; FSDP ranks with and without images would deadlock."
             )
-        pixels, grid_thw = dummy_vision_inputs(tower, embeds.device)
-        output = tower(pixels, grid_thw=grid_thw)
-        features = getattr(output, "pooler_output", output)  # after the merger, so every tower weight is used
+        features = dummy_image_features(model, tower, embeds.device)
         kwargs["inputs_embeds"] = embeds + 0.0 * features.sum().to(embeds.dtype)
         return args, kwargs
 

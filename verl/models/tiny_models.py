@@ -523,6 +523,7 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
     import torch
     from transformers import (
         GenerationConfig,
+        InternVLForConditionalGeneration,
         Qwen2_5_VLForConditionalGeneration,
         Qwen2ForCausalLM,
         Qwen2ForSequenceClassification,
@@ -531,7 +532,6 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
         Qwen3_5MoeForConditionalGeneration,
         Qwen3MoeForCausalLM,
         Qwen3VLForConditionalGeneration,
-        InternVLForConditionalGeneration,
     )
 
     config = _model_config(spec, tokenizer)

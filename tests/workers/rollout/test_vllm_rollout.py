@@ -32,6 +32,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from families import vl_kinds
 
+from verl.data.multimodal import TEXT_INPUTS
+from verl.workers.actor.forward import _position_ids_for_model
 from verl.workers.rollout.request_loop import RolloutRequest
 
 
@@ -316,20 +318,14 @@ def _vl_prompts(processor: Any, actor: torch.nn.Module, rank: int, prompt_length
         content = [{"type": "image"} for _ in images] + [{"type": "text", "text": question}]
         text = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
         inputs = processor(text=[text], images=images or None, return_tensors="pt")
-        position_ids, _ = actor.model.get_rope_index(
-            inputs["input_ids"],
-            inputs["mm_token_type_ids"],
-            image_grid_thw=inputs.get("image_grid_thw"),
-            attention_mask=inputs["attention_mask"],
-        )
         rows.append(inputs["input_ids"][0].tolist())
-        positions.append(position_ids[:, 0])  # (3, L)
+        positions.append(_model_positions(actor, inputs["input_ids"], inputs["attention_mask"], inputs))
         hf_inputs.append(dict(inputs))
         multi_modal.append({"images": images} if images else None)
     input_ids, mask = _left_pad(rows, prompt_length, processor.tokenizer.pad_token_id)
-    position_ids = torch.zeros(len(rows), 3, prompt_length, dtype=torch.long)
+    position_ids = torch.zeros(len(rows), *positions[0].shape[:-1], prompt_length, dtype=torch.long)
     for i, pos in enumerate(positions):
-        position_ids[i, :, prompt_length - pos.shape[1] :] = pos
+        position_ids[i, ..., prompt_length - pos.shape[-1] :] = pos
     raw_prompt_ids = [
         processor.tokenizer.encode(
             processor.apply_chat_template(
@@ -347,16 +343,30 @@ def _vl_prompts(processor: Any, actor: torch.nn.Module, rank: int, prompt_length
     return prompts, hf_inputs
 
 
+def _model_positions(
+    actor: torch.nn.Module, input_ids: torch.Tensor, mask: torch.Tensor, inputs: dict
+) -> torch.Tensor:
+    """The model's own positions of one sequence (1, L): its 3-D rope index (3, L), or 0, 1, 2, ... over the valid
+    tokens (L,) for a model with 1-D rope (InternVL)."""
+    if not hasattr(actor.model, "get_rope_index"):
+        return (mask[0].cumsum(-1) - 1).clamp(min=0)
+    image_tokens = (input_ids == actor.config.image_token_id).int()
+    positions, _ = actor.model.get_rope_index(
+        input_ids, image_tokens, image_grid_thw=inputs.get("image_grid_thw"), attention_mask=mask
+    )
+    return positions[:, 0]
+
+
 def _vl_actor_log_probs(actor: torch.nn.Module, output: Any, hf_inputs: list[dict], n: int) -> torch.Tensor:
     """Actor log-probs row by row (each row has its own images), with the rollout's position ids."""
     log_probs = []
     for row in range(len(output)):
-        vision = {k: v for k, v in hf_inputs[row // n].items() if k in ("pixel_values", "image_grid_thw")}
+        vision = {k: v for k, v in hf_inputs[row // n].items() if k not in TEXT_INPUTS}
         with torch.no_grad():
             logits = actor(
                 input_ids=output.batch["input_ids"][row : row + 1],
                 attention_mask=output.batch["attention_mask"][row : row + 1],
-                position_ids=output.batch["position_ids"][row : row + 1].transpose(0, 1),
+                position_ids=_position_ids_for_model(output.batch["position_ids"][row : row + 1]),
                 use_cache=False,
                 **vision,
             ).logits
@@ -409,14 +419,12 @@ def _vl_worker(rank: int, port: int, model_dir: str) -> None:
         assert _valid_response(greedy, row) == expected, row
 
     # Position ids over prompt + response equal the model's own rope index of the whole sequence.
-    image_token = tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    image_token = actor.config.image_token_id
     for row, inputs in enumerate(hf_inputs):
         full_ids, mask = greedy.batch["input_ids"][row : row + 1], greedy.batch["attention_mask"][row : row + 1]
-        expected_positions, _ = actor.model.get_rope_index(
-            full_ids, (full_ids == image_token).int(), image_grid_thw=inputs.get("image_grid_thw"), attention_mask=mask
-        )
+        expected_positions = _model_positions(actor, full_ids, mask, inputs)
         valid = mask[0].bool()
-        assert torch.equal(greedy.batch["position_ids"][row][:, valid], expected_positions[:, 0][:, valid]), row
+        assert torch.equal(greedy.batch["position_ids"][row][..., valid], expected_positions[..., valid]), row
 
     # Sampled log-probs (with images) match the actor's.
     sampled = rollout.generate_sequences(prompts)
