@@ -95,7 +95,6 @@ FAMILIES: dict[str, Family] = {
             video=False,
             engine_video=False,
             ulysses=False,
-            grpo=False,
         ),
     )
 }

@@ -37,6 +37,7 @@ from transformers import (
 )
 from transformers.masking_utils import create_causal_mask
 
+from verl.data.multimodal import process_media
 from verl.models import packed_attention
 from verl.models.packed_attention import (
     PACKED_ATTENTION,
@@ -45,7 +46,6 @@ from verl.models.packed_attention import (
     packed_sequence_kwargs,
     register_packed_attention,
 )
-from verl.data.multimodal import process_media
 from verl.models.tiny_models import MEDIA_PLACEHOLDERS, get_or_build_tiny_model
 from verl.utils.torch_functional import positions_from_mask, unpad_input
 
