@@ -91,7 +91,6 @@ FAMILIES: dict[str, Family] = {
             "internvl",
             3136,
             "InternVLForConditionalGeneration",
-            processor=False,
             video=False,
             engine_video=False,
             ulysses=False,

@@ -33,6 +33,7 @@ from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, Auto
 
 from verl.models.tiny_models import (
     CHAT_TEMPLATE,
+    INTERNVL_TILE,
     SPEC_FILE,
     SPECIAL_TOKENS,
     TinyModelSpec,
@@ -273,22 +274,28 @@ def test_get_or_build_reuses_the_cached_dir_and_replaces_a_stale_one(tmp_path):
 def test_vl_processor_expands_images_as_the_model_config_says(kind, tiny_cache):
     model_dir = get_or_build_tiny_model(kind, tiny_cache)
     processor = AutoProcessor.from_pretrained(model_dir)  # the standard path (needs the torchvision shim on CPU)
-    names = {"qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen2_vl": "Qwen2VLProcessor"}
+    names = {"qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen2_vl": "Qwen2VLProcessor", "internvl": "InternVLProcessor"}
     assert type(processor).__name__ == names.get(kind, "Qwen3VLProcessor")  # Qwen3.5 ships Qwen3-VL's
     model = AutoModelForImageTextToText.from_pretrained(model_dir)
     config = model.config
-    merge = config.vision_config.spatial_merge_size
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is this?"}]}]
     prompt = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    assert prompt.count("<|image_pad|>") == 1
+    assert prompt.count(processor.image_token) == 1
     images = [_image(90, 120), _image(480, 640, seed=1), _image(20, 20, seed=2)]
     inputs = processor(text=[prompt] * 3, images=images, padding=True, padding_side="left", return_tensors="pt")
-    expected = (inputs["image_grid_thw"].prod(dim=-1) // merge**2).tolist()
+    if kind == "internvl":  # tiles by aspect ratio (a thumbnail when several), image_seq_length tokens each
+        tiles = processor._get_num_multimodal_tokens(image_sizes=[image.size[::-1] for image in images])
+        expected = [config.image_seq_length * count for count in tiles.num_image_patches]
+        assert tiles.num_image_patches == [5, 5, 1]  # 4:3 -> 2 x 2 tiles (the nearest ratio) + a thumbnail
+        assert inputs["pixel_values"].shape == (11, 3, INTERNVL_TILE, INTERNVL_TILE)
+    else:
+        merge = config.vision_config.spatial_merge_size
+        expected = (inputs["image_grid_thw"].prod(dim=-1) // merge**2).tolist()
+        # 90x120 -> 84x112 pixels -> 6x8 patches of 14 -> 12 tokens after the 2x2 merge (Qwen3-VL: 96x128, 16)
+        assert expected[0] == 12
+        assert 4 <= min(expected) and max(expected) <= 64  # min_pixels / max_pixels bound the cost of any image
+        assert inputs["pixel_values"].shape[0] == int(inputs["image_grid_thw"].prod(dim=-1).sum())
     assert (inputs["input_ids"] == config.image_token_id).sum(dim=-1).tolist() == expected
-    # 90x120 -> 84x112 pixels -> 6x8 patches of 14 -> 12 tokens after the 2x2 merge (Qwen3-VL: 96x128, patches of 16)
-    assert expected[0] == 12
-    assert 4 <= min(expected) and max(expected) <= 64  # min_pixels / max_pixels bound the cost of any image
-    assert inputs["pixel_values"].shape[0] == int(inputs["image_grid_thw"].prod(dim=-1).sum())
     with torch.no_grad():
         logits = model(**inputs).logits
     assert logits.shape == (*inputs["input_ids"].shape, config.text_config.vocab_size)

@@ -247,6 +247,11 @@ def process_media(multi_modal_data: dict[str, Any], processor: Any) -> dict[str,
     videos = multi_modal_data.get("videos")
     if videos:
         out = processor.video_processor(videos=list(videos), return_tensors="pt")
+        if "video_grid_thw" not in out:
+            raise NotImplementedError(
+                f"Videos are only supported for the Qwen-VL processors (pixel_values_videos and video_grid_thw), not "
+                f"{type(processor).__name__}; send the video's frames as images."
+            )
         inputs.update(pixel_values_videos=out["pixel_values_videos"], video_grid_thw=out["video_grid_thw"])
     return inputs
 

@@ -124,14 +124,11 @@ def get_processor(
 
 
 def _set_pixel_bounds(processor: "ProcessorMixin", path: str, min_pixels: int | None, max_pixels: int | None) -> None:
-    """Set the resize bounds of the image and video processors (Qwen2-VL family: size shortest/longest edge)."""
+    """Set the resize bounds of the image and video processors (Qwen2-VL family: size shortest/longest edge). A
+    processor that resizes to fixed tiles (InternVL) has none and keeps its own; the dataset's resize into the bounds
+    still applies before it."""
     subs = [getattr(processor, name, None) for name in ("image_processor", "video_processor")]
     subs = [sub for sub in subs if sub is not None and "longest_edge" in (getattr(sub, "size", None) or {})]
-    if not subs:
-        raise ValueError(
-            f"min_pixels/max_pixels were given but the processor of {path!r} ({type(processor).__name__}) has no "
-            "pixel bounds to set; leave them unset for this model."
-        )
     for sub in subs:
         low = min_pixels if min_pixels is not None else sub.size["shortest_edge"]
         high = max_pixels if max_pixels is not None else sub.size["longest_edge"]

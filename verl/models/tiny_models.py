@@ -42,7 +42,16 @@ if TYPE_CHECKING:  # torch and transformers load lazily: the CLI checks its argu
 
 
 ModelKind = Literal[
-    "qwen2", "qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen2_rm", "qwen3_moe", "qwen3_5", "qwen3_5_moe", "internvl"
+    "qwen2",
+    "qwen2_5_vl",
+    "qwen2_vl",
+    "qwen3_vl",
+    "qwen2_rm",
+    "qwen3_moe",
+    "qwen3_5",
+    "qwen3_5_moe",
+    "internvl",
+    "llava_onevision",
 ]
 MODEL_KINDS: tuple[str, ...] = (
     "qwen2",
@@ -54,8 +63,17 @@ MODEL_KINDS: tuple[str, ...] = (
     "qwen3_5",
     "qwen3_5_moe",
     "internvl",
+    "llava_onevision",
 )
-VL_KINDS: tuple[str, ...] = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl", "qwen3_5", "qwen3_5_moe", "internvl")
+VL_KINDS: tuple[str, ...] = (
+    "qwen2_5_vl",
+    "qwen2_vl",
+    "qwen3_vl",
+    "qwen3_5",
+    "qwen3_5_moe",
+    "internvl",
+    "llava_onevision",
+)
 HYBRID_KINDS: tuple[str, ...] = ("qwen3_5", "qwen3_5_moe")
 """Kinds whose decoder mixes Gated DeltaNet (linear attention) layers with full attention, as Qwen3.5 does."""
 PATCH_SIZES: dict[str, int] = {"qwen3_vl": 16, "qwen3_5": 16, "qwen3_5_moe": 16}
@@ -74,6 +92,11 @@ INTERNVL_TILE = 56
 """internvl: the vision tower's tile side (14-pixel patches, pixel shuffle 0.5: 4 image tokens a tile)."""
 INTERNVL_MAX_TILES = 4
 """internvl: most tiles an image is cut into (InternVL's max_patches, 12 in the published processors)."""
+ONEVISION_TILE = 56
+"""llava_onevision: the SigLIP tower's input side (14-pixel patches: 16 tokens a tile); anyres grids of up to 2 x 2
+tiles (ONEVISION_GRIDS) add the tiles' tokens and a newline token per row."""
+ONEVISION_GRIDS = [[56, 56], [56, 112], [112, 56], [112, 112]]
+"""llava_onevision: the anyres resolutions (image_grid_pinpoints) an image is fitted to."""
 MEDIA_TOKENS: dict[str, dict[str, str]] = {
     "internvl": {
         "start_image_token": "<img>",
@@ -81,9 +104,13 @@ MEDIA_TOKENS: dict[str, dict[str, str]] = {
         "context_image_token": "<IMG_CONTEXT>",
         "video_token": "<video>",
     },
+    "llava_onevision": {"image_token": "<image>", "video_token": "<video>"},
 }
 """Named special tokens a kind's processor reads from its tokenizer (appended after Qwen's, in this order)."""
-MEDIA_PLACEHOLDERS: dict[str, tuple[str, str]] = {"internvl": ("<IMG_CONTEXT>\n", "<video>\n")}
+MEDIA_PLACEHOLDERS: dict[str, tuple[str, str]] = {
+    "internvl": ("<IMG_CONTEXT>\n", "<video>\n"),
+    "llava_onevision": ("<image>\n", "<video>\n"),
+}
 """What the chat template writes for an image and a video part in a kind other than Qwen's (the processor expands
 it)."""
 
@@ -383,6 +410,8 @@ def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> 
         return Qwen2Config(rope_parameters={"rope_type": "default", "rope_theta": 1e6}, num_labels=1, **text)
     if spec.kind == "internvl":
         return _internvl_config(spec, tokenizer, text)
+    if spec.kind == "llava_onevision":
+        return _onevision_config(spec, tokenizer, text)
     head_dim = spec.hidden_size // spec.num_heads
     text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": _mrope_section(head_dim)}
     if spec.kind in HYBRID_KINDS:
@@ -458,6 +487,38 @@ def _internvl_config(
     )
 
 
+def _onevision_config(
+    spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase", text: dict[str, Any]
+) -> "PreTrainedConfig":
+    """LLaVA-OneVision's layout, small: a SigLIP tower, anyres tiling with a newline token per row, an MLP projector
+    and a Qwen2 decoder with plain 1-D rope."""
+    from transformers import LlavaOnevisionConfig
+
+    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6}
+    vision = {
+        "model_type": "siglip_vision_model",
+        "hidden_size": spec.vision_hidden_size,
+        "num_hidden_layers": spec.vision_depth,
+        "num_attention_heads": spec.vision_num_heads,
+        "intermediate_size": 2 * spec.vision_hidden_size,
+        "image_size": ONEVISION_TILE,
+        "patch_size": 14,
+        "vision_use_head": False,  # as the published checkpoints: the features come from the last layer, unpooled
+    }
+    tokens = MEDIA_TOKENS["llava_onevision"]
+    return LlavaOnevisionConfig(
+        text_config={"model_type": "qwen2", **text},
+        vision_config=vision,
+        image_token_index=tokenizer.convert_tokens_to_ids(tokens["image_token"]),
+        video_token_index=tokenizer.convert_tokens_to_ids(tokens["video_token"]),
+        image_grid_pinpoints=ONEVISION_GRIDS,
+        vision_feature_select_strategy="full",
+        vision_feature_layer=-1,
+        vision_aspect_ratio="anyres_max_9",
+        tie_word_embeddings=True,
+    )
+
+
 def _qwen3_5_config(
     spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase", text: dict[str, Any], head_dim: int
 ) -> "PreTrainedConfig":
@@ -524,6 +585,7 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
     from transformers import (
         GenerationConfig,
         InternVLForConditionalGeneration,
+        LlavaOnevisionForConditionalGeneration,
         Qwen2_5_VLForConditionalGeneration,
         Qwen2ForCausalLM,
         Qwen2ForSequenceClassification,
@@ -545,6 +607,7 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
         "qwen3_5": Qwen3_5ForConditionalGeneration,
         "qwen3_5_moe": Qwen3_5MoeForConditionalGeneration,
         "internvl": InternVLForConditionalGeneration,
+        "llava_onevision": LlavaOnevisionForConditionalGeneration,
     }[spec.kind]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
@@ -574,6 +637,8 @@ def build_processor(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -
 
     if spec.kind == "internvl":
         return _internvl_processor(tokenizer)
+    if spec.kind == "llava_onevision":
+        return _onevision_processor(tokenizer)
     size = {"shortest_edge": spec.min_pixels, "longest_edge": spec.max_pixels}
     patches = {"patch_size": PATCH_SIZES.get(spec.kind, 14), "temporal_patch_size": 2, "merge_size": 2}
     if spec.kind in ("qwen3_vl", *HYBRID_KINDS):  # Qwen3.5 ships Qwen3-VL's processor
@@ -606,6 +671,23 @@ def _internvl_processor(tokenizer: "PreTrainedTokenizerBase") -> "ProcessorMixin
         video_processor=InternVLVideoProcessor(size=tile),
         image_seq_length=(INTERNVL_TILE // 14) ** 2 // 4,
         chat_template=chat_template("internvl"),
+    )
+
+
+def _onevision_processor(tokenizer: "PreTrainedTokenizerBase") -> "ProcessorMixin":
+    """LLaVA-OneVision's processor: an image is fitted to the best ONEVISION_GRIDS resolution and cut into tiles,
+    with the whole image resized to one tile first (anyres)."""
+    from transformers import LlavaOnevisionImageProcessor, LlavaOnevisionProcessor, LlavaOnevisionVideoProcessor
+
+    tile = {"height": ONEVISION_TILE, "width": ONEVISION_TILE}
+    return LlavaOnevisionProcessor(
+        image_processor=LlavaOnevisionImageProcessor(size=tile, image_grid_pinpoints=ONEVISION_GRIDS),
+        tokenizer=tokenizer,
+        video_processor=LlavaOnevisionVideoProcessor(size=tile),
+        num_image_tokens=(ONEVISION_TILE // 14) ** 2,
+        vision_feature_select_strategy="full",
+        vision_aspect_ratio="anyres_max_9",
+        chat_template=chat_template("llava_onevision"),
     )
 
 
