@@ -95,6 +95,16 @@ FAMILIES: dict[str, Family] = {
             engine_video=False,
             ulysses=False,
         ),
+        # LLaVA-OneVision (Qwen2 decoder, 1-D rope, anyres tiles); vLLM loads transformers 5's tower names through
+        # vllm_compat.load_transformers_tower_names.
+        Family(
+            "llava_onevision",
+            3136,
+            "LlavaOnevisionForConditionalGeneration",
+            video=False,
+            engine_video=False,
+            ulysses=False,
+        ),
     )
 }
 

@@ -397,7 +397,7 @@ def test_multi_image_row_places_images_at_their_markers(vl):
         [{"prompt": "Compare <image> with <image>, then <image>.", "answer": "a", "images": images}],
         tokenizer,
         processor,
-        max_prompt_length=160,
+        max_prompt_length=256,
         **PIXELS,
     )
     example = dataset[0]

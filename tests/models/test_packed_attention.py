@@ -336,7 +336,7 @@ def test_cuda_branch_glue_with_a_stand_in_kernel(monkeypatch: pytest.MonkeyPatch
 # ---------------------------------------------------------------------------------------------- Qwen2.5-VL
 
 
-def _vl_batch(model: torch.nn.Module, processor, kind: str, prompt_len: int = 48, response_len: int = 6):
+def _vl_batch(model: torch.nn.Module, processor, kind: str, response_len: int = 6):
     """Three rollout rows (two with an image of different sizes, one text-only): left-padded prompts, right-padded
     responses, mrope positions (3, B, L) from the model's own get_rope_index (1-D rope: (B, L) over the valid
     tokens), and the images' model inputs as the trainer makes them."""
@@ -352,6 +352,7 @@ def _vl_batch(model: torch.nn.Module, processor, kind: str, prompt_len: int = 48
         prompt = processor(text=[text], images=[images[-1]] if size else None, return_tensors="pt")["input_ids"][0]
         response = torch.from_numpy(rng.integers(0, VOCAB, response_len - row))
         rows.append((prompt, response))
+    prompt_len = max(len(prompt) for prompt, _ in rows) + 2  # left padding in every row
     input_ids = torch.full((3, prompt_len + response_len), processor.tokenizer.pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros_like(input_ids)
     for row, (prompt, response) in enumerate(rows):

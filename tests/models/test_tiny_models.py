@@ -42,6 +42,7 @@ from verl.models.tiny_models import (
     count_parameters,
     get_or_build_tiny_model,
 )
+from verl.workers.rollout import vllm_compat
 
 
 SYSTEM = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
@@ -274,7 +275,12 @@ def test_get_or_build_reuses_the_cached_dir_and_replaces_a_stale_one(tmp_path):
 def test_vl_processor_expands_images_as_the_model_config_says(kind, tiny_cache):
     model_dir = get_or_build_tiny_model(kind, tiny_cache)
     processor = AutoProcessor.from_pretrained(model_dir)  # the standard path (needs the torchvision shim on CPU)
-    names = {"qwen2_5_vl": "Qwen2_5_VLProcessor", "qwen2_vl": "Qwen2VLProcessor", "internvl": "InternVLProcessor"}
+    names = {
+        "qwen2_5_vl": "Qwen2_5_VLProcessor",
+        "qwen2_vl": "Qwen2VLProcessor",
+        "internvl": "InternVLProcessor",
+        "llava_onevision": "LlavaOnevisionProcessor",
+    }
     assert type(processor).__name__ == names.get(kind, "Qwen3VLProcessor")  # Qwen3.5 ships Qwen3-VL's
     model = AutoModelForImageTextToText.from_pretrained(model_dir)
     config = model.config
@@ -288,6 +294,12 @@ def test_vl_processor_expands_images_as_the_model_config_says(kind, tiny_cache):
         expected = [config.image_seq_length * count for count in tiles.num_image_patches]
         assert tiles.num_image_patches == [5, 5, 1]  # 4:3 -> 2 x 2 tiles (the nearest ratio) + a thumbnail
         assert inputs["pixel_values"].shape == (11, 3, INTERNVL_TILE, INTERNVL_TILE)
+    elif kind == "llava_onevision":  # anyres: the base tile's 16 tokens + the grid's, unpadded, with a newline a row
+        expected = processor._get_num_multimodal_tokens(image_sizes=[image.size[::-1] for image in images])
+        expected = expected.num_image_tokens
+        assert expected == [70, 70, 36]  # 90x120 and 480x640 -> the 2 x 2 grid; 20x20 -> one tile
+        assert inputs["pixel_values"].shape == (3, 5, 3, 56, 56)  # (images, most tiles: 4 + the base, ...)
+        assert inputs["image_sizes"].tolist() == [[90, 120], [480, 640], [20, 20]]
     else:
         merge = config.vision_config.spatial_merge_size
         expected = (inputs["image_grid_thw"].prod(dim=-1) // merge**2).tolist()
@@ -329,6 +341,7 @@ def _tiny_engine(model_dir: str, is_vl: bool):
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: no extra processes
     from vllm import LLM
 
+    vllm_compat.load_transformers_tower_names()  # as the rollout does: LLaVA-OneVision's tower as transformers saves it
     mm = {"limit_mm_per_prompt": {"image": 1, "video": 0}} if is_vl else {}
     return LLM(
         model=model_dir,

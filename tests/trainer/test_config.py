@@ -325,7 +325,7 @@ def test_supported_vision_language_types_match_the_rope_index():
     from verl.models.rope_index import MROPE_MODEL_CLASSES
 
     # every 3-D rope family is supported; the others take plain 1-D positions
-    assert set(VISION_LANGUAGE_MODEL_TYPES) - set(MROPE_MODEL_CLASSES) == {"internvl"}
+    assert set(VISION_LANGUAGE_MODEL_TYPES) - set(MROPE_MODEL_CLASSES) == {"internvl", "llava_onevision"}
     assert set(MROPE_MODEL_CLASSES) <= set(VISION_LANGUAGE_MODEL_TYPES)
 
 

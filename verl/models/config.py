@@ -38,10 +38,11 @@ VISION_LANGUAGE_MODEL_TYPES: tuple[str, ...] = (
     "qwen3_5",
     "qwen3_5_moe",
     "internvl",
+    "llava_onevision",
 )
 """Vision-language model types the trainer supports (3-D rope index, vision-tower hooks); others are refused.
 qwen3_5 and qwen3_5_moe are Qwen3.5 (Gated DeltaNet hybrid, Qwen3-VL's processor), dense and mixture of experts;
-internvl (Hugging Face format, e.g. InternVL3-*-hf) takes plain 1-D positions."""
+internvl (Hugging Face format, e.g. InternVL3-*-hf) and llava_onevision take plain 1-D positions."""
 
 TORCH_DTYPES: tuple[str | None, ...] = (None, "fp32", "bf16", "fp16")
 """Values of fsdp.torch_dtype."""

@@ -174,17 +174,26 @@ def dummy_image_features(model: nn.Module, tower: nn.Module, device: torch.devic
     if all(hasattr(tower, name) for name in ("patch_embed", "spatial_merge_size")):
         pixels, grid_thw = dummy_vision_inputs(tower, device)
         output = tower(pixels, grid_thw=grid_thw)
-    elif model.config.model_type == "internvl":
+    elif model.config.model_type in ("internvl", "llava_onevision"):
         vision = model.config.vision_config
+        size = vision.image_size if isinstance(vision.image_size, (list, tuple)) else (vision.image_size,) * 2
+        kwargs, tiles = {}, 1
+        if model.config.model_type == "llava_onevision":  # a tile-sized image: its anyres grid and the base tile
+            from transformers.models.llava_onevision.modeling_llava_onevision import image_size_to_num_patches
+
+            kwargs["image_sizes"] = torch.tensor([size], device=device)
+            tiles = image_size_to_num_patches(size, model.config.image_grid_pinpoints, size[0])
         dtype = next(tower.parameters()).dtype
-        pixels = torch.zeros(1, vision.num_channels, *vision.image_size, dtype=dtype, device=device)
-        output = model.get_image_features(pixel_values=pixels)
+        pixels = torch.zeros(tiles, vision.num_channels, *size, dtype=dtype, device=device)
+        output = model.get_image_features(pixel_values=pixels, **kwargs)
     else:
         raise NotImplementedError(
             f"{type(model).__name__}: mixing text-only and image batches across ranks needs a dummy input for the "
-            f"vision tower {type(tower).__name__}, which is only written for the Qwen2-VL family and InternVL."
+            f"vision tower {type(tower).__name__}, which is only written for the Qwen2-VL family, InternVL and "
+            "LLaVA-OneVision."
         )
-    return getattr(output, "pooler_output", output)  # after the merger / projector, so every weight is used
+    features = getattr(output, "pooler_output", output)  # after the merger / projector, so every weight is used
+    return torch.cat([part.flatten() for part in features]) if isinstance(features, (list, tuple)) else features
 
 
 def run_vision_tower_in_every_forward(model: nn.Module) -> bool:
