@@ -25,6 +25,8 @@ class Family:
     """Image area the runs use: a few image tokens (e.g. 56 x 56 with 14-pixel patches, 64 x 64 with 16)."""
     hf_class: str
     """transformers class of the whole model (image-text-to-text)."""
+    prompt_length: int = 64
+    """data.max_prompt_length of the GRPO run: the question and the image's tokens."""
     processor: bool = True
     """The processor expands an image as the model config says, and the dataset's rows (position ids) match the
     model's own (test_tiny_models, test_dataset)."""
@@ -101,6 +103,7 @@ FAMILIES: dict[str, Family] = {
             "llava_onevision",
             3136,
             "LlavaOnevisionForConditionalGeneration",
+            prompt_length=128,  # anyres: a 56 x 56 image is 36 tokens
             video=False,
             engine_video=False,
             ulysses=False,

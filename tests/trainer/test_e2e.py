@@ -246,6 +246,7 @@ def vl_args(workspace, kind: str, name: str, reward_function: str, *extra: str) 
         "data.val_files": f"{data_dir}/val.jsonl",
         "worker.actor.model.model_path": vl_model,
         "worker.reward.reward_function": reward_function,
+        "data.max_prompt_length": FAMILIES[kind].prompt_length,
     }
     args = [arg for arg in args if arg.split("=")[0] not in overrides]
     args += [f"{key}={value}" for key, value in overrides.items()]

@@ -124,13 +124,17 @@ def make_vl_batch(
     response_len: int = 8,
     text_only_rows: tuple[int, ...] = (),
 ) -> DataProto:
-    """A Qwen2.5-VL rollout batch: one random image per prompt, mrope position_ids (B, 3, L), raw images.
+    """A VL rollout batch: one random image per prompt, mrope position_ids (B, 3, L) (1-D rope families: (B, L)),
+    raw images.
 
     Prompts go through the processor (which expands the image placeholder to the image's token count); the 3-D
     positions come from the model's own get_rope_index over prompt + response, as the rollout would continue them.
     The rows in `text_only_rows` have no image (multi_modal_data None), as in a mixed text and image dataset.
+    `prompt_len` grows to the longest prompt (LLaVA-OneVision's tiles cost many tokens).
     """
     from PIL import Image
+
+    from verl.models.tiny_models import MEDIA_PLACEHOLDERS
 
     generator = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
@@ -144,25 +148,35 @@ def make_vl_batch(
             image = None
             text = f"<|im_start|>user\n{words}<|im_end|>\n"
         else:
-            text = f"<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>{words}<|im_end|>\n"
+            image_part = MEDIA_PLACEHOLDERS.get(
+                model.config.model_type, ("<|vision_start|><|image_pad|><|vision_end|>",)
+            )
+            text = f"<|im_start|>user\n{image_part[0]}{words}<|im_end|>\n"
         encoded = processor(text=[text], images=None if image is None else [image], return_tensors="pt")
         prompt = encoded["input_ids"][0].tolist()
-        if len(prompt) > prompt_len:
-            raise ValueError(f"test prompt of {len(prompt)} tokens exceeds prompt_len={prompt_len}")
         length = response_len if row == 0 else int(torch.randint(1, response_len + 1, (1,), generator=generator))
         prompts.append(prompt)
         responses.append(torch.randint(0, VOCAB, (length,), generator=generator).tolist())
         images.append(image)
+    prompt_len = max(prompt_len, *(len(prompt) for prompt in prompts))
     input_ids, attention_mask = _layout(prompts, responses, prompt_len, response_len, pad)
-    image_token = model.config.image_token_id
-    mm_token_type_ids = (input_ids == image_token).int()
-    with_image = [image for image in images if image is not None]
-    grids = processor.image_processor(images=with_image, return_tensors="pt")["image_grid_thw"] if with_image else None
-    position_ids, _ = model.model.get_rope_index(input_ids, mm_token_type_ids, grids, attention_mask=attention_mask)
+    if hasattr(model.model, "get_rope_index"):
+        image_token = model.config.image_token_id
+        mm_token_type_ids = (input_ids == image_token).int()
+        with_image = [image for image in images if image is not None]
+        grids = (
+            processor.image_processor(images=with_image, return_tensors="pt")["image_grid_thw"] if with_image else None
+        )
+        position_ids, _ = model.model.get_rope_index(
+            input_ids, mm_token_type_ids, grids, attention_mask=attention_mask
+        )
+        position_ids = position_ids.transpose(0, 1).contiguous()
+    else:
+        position_ids = positions_from_mask(attention_mask)
     batch = {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
-        "position_ids": position_ids.transpose(0, 1).contiguous(),
+        "position_ids": position_ids,
         "responses": input_ids[:, prompt_len:].clone(),
         "response_mask": attention_mask[:, prompt_len:].clone(),
     }
@@ -179,17 +193,28 @@ def reference_outputs(model: torch.nn.Module, data: DataProto, temperature: floa
     batch = data.batch
     response_len = batch["responses"].shape[-1]
     position_ids = batch["position_ids"]
-    kwargs = {}
-    if "multi_modal_inputs" in data.non_tensor_batch:
-        rows = [row for row in data.non_tensor_batch["multi_modal_inputs"] if row]
-        kwargs = {key: torch.cat([row[key] for row in rows]) for key in (rows[0] if rows else {})}
-    logits = model(
-        input_ids=batch["input_ids"],
-        attention_mask=batch["attention_mask"],
-        position_ids=position_ids.transpose(0, 1) if position_ids.dim() == 3 else position_ids,
-        use_cache=False,
-        **kwargs,
-    ).logits
+    if "multi_modal_inputs" in data.non_tensor_batch:  # row by row, each with its own images
+        logits = torch.cat(
+            [
+                model(
+                    input_ids=batch["input_ids"][row : row + 1],
+                    attention_mask=batch["attention_mask"][row : row + 1],
+                    position_ids=position_ids[row : row + 1].transpose(0, 1)
+                    if position_ids.dim() == 3
+                    else position_ids[row : row + 1],
+                    use_cache=False,
+                    **(inputs or {}),
+                ).logits
+                for row, inputs in enumerate(data.non_tensor_batch["multi_modal_inputs"])
+            ]
+        )
+    else:
+        logits = model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            position_ids=position_ids,
+            use_cache=False,
+        ).logits
     logits = logits[:, -response_len - 1 : -1].float()
     valid = batch["attention_mask"][:, -response_len:].float()
     if logits.shape[-1] == 1:  # a value model: its single channel is the value

@@ -320,8 +320,9 @@ def test_text_actor_matches_hf_and_trains(model_root: str) -> None:
 
 
 @pytest.mark.slow
-def test_vl_actor_matches_hf_and_freezes_vision_tower(model_root: str) -> None:
-    spawn(_run_vl_actor, WORLD_SIZE, get_or_build_tiny_model("qwen2_5_vl", model_root))
+@pytest.mark.parametrize("kind", ["qwen2_5_vl", "llava_onevision"])  # LLaVA-OneVision: rows of different tile counts
+def test_vl_actor_matches_hf_and_freezes_vision_tower(model_root: str, kind: str) -> None:
+    spawn(_run_vl_actor, WORLD_SIZE, get_or_build_tiny_model(kind, model_root))
 
 
 @pytest.mark.slow

@@ -11,7 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Tiny random-init Qwen2 / Qwen2.5-VL / Qwen2-VL / Qwen3-VL / Qwen3.5 / Qwen2 reward model directories, built offline.
+"""Tiny random-init Qwen2 / Qwen2.5-VL / Qwen2-VL / Qwen3-VL / Qwen3.5 / InternVL / LLaVA-OneVision / Qwen2 reward model
+directories, built offline.
 
 Tests, the CPU quickstart and the benchmarks need real model directories that `from_pretrained` and `vllm.LLM` load,
 and no model can be downloaded on our machines. Everything is a pure function of the spec (same seed and sizes,

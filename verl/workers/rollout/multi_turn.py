@@ -124,6 +124,11 @@ class ImageTokens:
                 f"{len(images)} images; give each image its own content part."
             )
         inputs = self.image_processor(images=list(images), return_tensors="pt")
+        if "image_grid_thw" not in inputs:
+            raise NotImplementedError(
+                f"Images returned by an environment are expanded for the Qwen-VL processors only (merged patches, 3-D "
+                f"rope), not {type(self.image_processor).__name__}; end the episode's images at the prompt."
+            )
         counts = (inputs["image_grid_thw"].prod(-1) // self.merge_size**2).tolist()
         expanded: list[int] = []
         start = 0
