@@ -95,7 +95,6 @@ FAMILIES: dict[str, Family] = {
             "InternVLForConditionalGeneration",
             video=False,
             engine_video=False,
-            ulysses=False,
         ),
         # LLaVA-OneVision (Qwen2 decoder, 1-D rope, anyres tiles); vLLM loads transformers 5's tower names through
         # vllm_compat.load_transformers_tower_names.
@@ -106,7 +105,6 @@ FAMILIES: dict[str, Family] = {
             prompt_length=128,  # anyres: a 56 x 56 image is 36 tokens
             video=False,
             engine_video=False,
-            ulysses=False,
         ),
     )
 }
