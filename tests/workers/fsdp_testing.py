@@ -185,6 +185,14 @@ def make_vl_batch(
     return DataProto.from_dict(tensors=batch, non_tensors=non_tensors)
 
 
+def grad_atol(expected: dict[str, torch.Tensor], key: str) -> float:
+    """The fp32 noise allowed in gradient `key`: 1e-5 of its scale (packed attention sums in another order). A key
+    projection's bias has a zero gradient in exact arithmetic (softmax ignores a shift of every score): its noise is
+    judged by the scale of the projection's weight."""
+    scale_key = key.replace(".bias", ".weight") if key.endswith("k_proj.bias") else key
+    return 1e-5 * expected[scale_key].abs().max().item() + 1e-9
+
+
 def reference_outputs(model: torch.nn.Module, data: DataProto, temperature: float) -> dict[str, torch.Tensor]:
     """Plain single-process Hugging Face forward on the padded batch: response log-probs and entropy, or values.
 
