@@ -437,3 +437,30 @@ def _vl_worker(rank: int, port: int, model_dir: str) -> None:
 @pytest.mark.parametrize("kind", vl_kinds("hybrid_engine"))
 def test_vl_rollout_hybrid_engine(model_root: str, kind: str) -> None:
     _spawn(_vl_worker, _model_dir(kind, model_root))
+
+
+def test_llava_onevision_engine_maps_the_tower_names_transformers_saves() -> None:
+    """vLLM's own mapper leaves transformers 5's SigLIP names (no `vision_model.` level) unmapped, to no module of its
+    model; with vllm_compat's rule they, the published names and the module names all reach the right modules."""
+    from vllm.model_executor.models.llava_onevision import LlavaOnevisionForConditionalGeneration
+    from vllm.model_executor.models.utils import WeightsMapper
+
+    from verl.workers.rollout import vllm_compat
+
+    vllm_compat.load_transformers_tower_names()
+    mapper = LlavaOnevisionForConditionalGeneration.hf_to_vllm_mapper
+    assert set(mapper.orig_to_new_regex) == {vllm_compat.SIGLIP_WITHOUT_VISION_MODEL}  # vLLM has no regex of its own
+    own = WeightsMapper(orig_to_new_prefix=mapper.orig_to_new_prefix, orig_to_new_substr=mapper.orig_to_new_substr)
+    saved = "vision_tower.encoder.layers.0.mlp.fc1.weight"
+    assert own.map_name(saved) == saved  # vLLM alone: a name no module of its model has
+    expected = {
+        saved: "vision_tower.vision_model.encoder.layers.0.mlp.fc1.weight",
+        "model.vision_tower.embeddings.patch_embedding.weight": "vision_tower.vision_model.embeddings.patch_embedding.weight",
+        "vision_tower.vision_model.post_layernorm.bias": "vision_tower.vision_model.post_layernorm.bias",  # published
+        "model.language_model.layers.0.mlp.up_proj.weight": "language_model.model.layers.0.mlp.up_proj.weight",
+        "model.image_newline": "image_newline",
+        "lm_head.weight": "language_model.lm_head.weight",
+    }
+    assert {name: mapper.map_name(name) for name in expected} == expected
+    vllm_compat.load_transformers_tower_names()
+    assert LlavaOnevisionForConditionalGeneration.hf_to_vllm_mapper is mapper  # once
