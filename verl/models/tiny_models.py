@@ -796,7 +796,11 @@ def count_parameters(model_dir: str) -> dict[str, int]:
                     for dim in f.get_slice(key).get_shape():
                         numel *= dim
                     total += numel
-                    vision += numel if key.startswith(("visual.", "model.visual.")) else 0
+                    vision += (
+                        numel
+                        if key.startswith(("visual.", "model.visual.", "vision_tower.", "model.vision_tower."))
+                        else 0
+                    )
     return {"total": total, "vision": vision}
 
 
