@@ -120,6 +120,28 @@ FAMILIES: dict[str, Family] = {
             video=False,
             env_images=False,  # GLM-4.1V's path, checked on glm4v
         ),
+        # InternVL (Hugging Face format, Qwen2 decoder, 1-D rope): vLLM runs it through its InternS1 class.
+        Family(
+            "internvl",
+            3136,
+            "InternVLForConditionalGeneration",
+            image_placeholder="<IMG_CONTEXT>\n",
+            video=False,
+            engine_video=False,
+            env_images=False,  # refused: environment images are expanded for Qwen-style processors only
+        ),
+        # LLaVA-OneVision (Qwen2 decoder, 1-D rope, anyres tiles); vLLM loads transformers 5's tower names through
+        # vllm_compat.load_transformers_tower_names.
+        Family(
+            "llava_onevision",
+            3136,
+            "LlavaOnevisionForConditionalGeneration",
+            image_placeholder="<image>\n",
+            max_prompt_length=128,  # anyres: a 56 x 56 image is 36 tokens
+            video=False,
+            engine_video=False,
+            env_images=False,  # refused: environment images are expanded for Qwen-style processors only
+        ),
     )
 }
 

@@ -403,7 +403,7 @@ def test_vl_packed_forward_equals_padded_sdpa(model_root: str, packed_calls: lis
         # where they do reach it, its non-causal per-image calls ignore them (test_non_causal_call_ignores_...).
         kwargs = packed_sequence_kwargs(attention_mask.sum(-1))
         features = {
-            name: torch.cat(model.model.get_image_features(**vision, **kwargs).pooler_output)
+            name: torch.cat(list(model.model.get_image_features(**vision, **kwargs).pooler_output))
             for name, model in models.items()
         }
     assert torch.equal(features[PACKED_ATTENTION], features["sdpa"])

@@ -34,6 +34,7 @@ from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, Auto
 from verl.models.rope_index import VIDEO_TOKEN, RopeIndex
 from verl.models.tiny_models import (
     CHAT_TEMPLATE,
+    INTERNVL_TILE,
     SPEC_FILE,
     SPECIAL_TOKENS,
     TinyModelSpec,
@@ -42,6 +43,7 @@ from verl.models.tiny_models import (
     count_parameters,
     get_or_build_tiny_model,
 )
+from verl.workers.rollout import vllm_compat
 
 
 SYSTEM = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
@@ -306,6 +308,8 @@ def test_vl_processor_expands_images_as_the_model_config_says(kind, tiny_cache):
         "gemma4": "Gemma4Processor",
         "glm4v": "Glm4vProcessor",
         "glm4v_moe": "Glm4vProcessor",
+        "internvl": "InternVLProcessor",
+        "llava_onevision": "LlavaOnevisionProcessor",
     }
     assert type(processor).__name__ == names.get(kind, "Qwen3VLProcessor")  # Qwen3.5 ships Qwen3-VL's
     model = AutoModelForImageTextToText.from_pretrained(model_dir)
@@ -316,14 +320,26 @@ def test_vl_processor_expands_images_as_the_model_config_says(kind, tiny_cache):
     images = [_image(90, 120), _image(480, 640, seed=1), _image(20, 20, seed=2)]
     nested = [[image] for image in images]  # one image per prompt (Gemma 4 takes no flat list for several prompts)
     inputs = processor(text=[prompt] * 3, images=nested, padding=True, padding_side="left", return_tensors="pt")
-    expected = image_token_counts(inputs)
-    assert (inputs["input_ids"] == config.image_token_id).sum(dim=-1).tolist() == expected
-    if kind == "gemma4":  # every image scaled to the 70-token budget: 90x120 -> 336x432 pixels -> 7x9 tokens of 48
+    if kind == "internvl":  # tiles by aspect ratio (a thumbnail when several), image_seq_length tokens each
+        tiles = processor._get_num_multimodal_tokens(image_sizes=[image.size[::-1] for image in images])
+        expected = [config.image_seq_length * count for count in tiles.num_image_patches]
+        assert tiles.num_image_patches == [5, 5, 1]  # 4:3 -> 2 x 2 tiles (the nearest ratio) + a thumbnail
+        assert inputs["pixel_values"].shape == (11, 3, INTERNVL_TILE, INTERNVL_TILE)
+    elif kind == "llava_onevision":  # anyres: the base tile's 16 tokens + the grid's, unpadded, with a newline a row
+        expected = processor._get_num_multimodal_tokens(image_sizes=[image.size[::-1] for image in images])
+        expected = expected.num_image_tokens
+        assert expected == [70, 70, 36]  # 90x120 and 480x640 -> the 2 x 2 grid; 20x20 -> one tile
+        assert inputs["pixel_values"].shape == (3, 5, 3, 56, 56)  # (images, most tiles: 4 + the base, ...)
+        assert inputs["image_sizes"].tolist() == [[90, 120], [480, 640], [20, 20]]
+    elif kind == "gemma4":  # every image scaled to the 70-token budget: 90x120 -> 336x432 pixels -> 7x9 tokens of 48
+        expected = image_token_counts(inputs)
         assert expected[0] == 63 and max(expected) <= 70
     else:  # 90x120 -> 84x112 pixels -> 6x8 patches of 14 -> 12 tokens after the 2x2 merge (Qwen3-VL: 96x128, 16)
+        expected = image_token_counts(inputs)
         assert expected[0] == 12
         assert 4 <= min(expected) and max(expected) <= 64  # min_pixels / max_pixels bound the cost of any image
         assert inputs["pixel_values"].shape[0] == int(inputs["image_grid_thw"].prod(dim=-1).sum())
+    assert (inputs["input_ids"] == config.image_token_id).sum(dim=-1).tolist() == expected
     with torch.no_grad():
         logits = model(**inputs).logits
     assert logits.shape == (*inputs["input_ids"].shape, config.text_config.vocab_size)
@@ -358,6 +374,7 @@ def _tiny_engine(model_dir: str, is_vl: bool):
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: no extra processes
     from vllm import LLM
 
+    vllm_compat.load_transformers_tower_names()  # as the rollout does: LLaVA-OneVision's tower as transformers saves it
     mm = {"limit_mm_per_prompt": {"image": 1, "video": 0}} if is_vl else {}
     return LLM(
         model=model_dir,

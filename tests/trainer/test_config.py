@@ -355,7 +355,9 @@ def test_supported_vision_language_types_match_the_rope_index():
     from verl.models.config import VISION_LANGUAGE_MODEL_TYPES
     from verl.models.rope_index import MROPE_MODEL_CLASSES
 
+    # every 3-D rope family is supported; the others take plain 1-D positions (no get_rope_index in transformers)
     assert set(MROPE_MODEL_CLASSES) <= set(VISION_LANGUAGE_MODEL_TYPES)
+    assert set(VISION_LANGUAGE_MODEL_TYPES) - set(MROPE_MODEL_CLASSES) == {"gemma4", "internvl", "llava_onevision"}
     for model_type in set(VISION_LANGUAGE_MODEL_TYPES) - set(MROPE_MODEL_CLASSES):
         assert not hasattr(getattr(transformers, MODEL_MAPPING_NAMES[model_type]), "get_rope_index"), model_type
 

@@ -123,17 +123,20 @@ def make_vl_batch(
     prompt_len: int = 40,
     response_len: int = 8,
     text_only_rows: tuple[int, ...] = (),
-    image_placeholder: str = "<|vision_start|><|image_pad|><|vision_end|>",
+    image_placeholder: str | None = None,
 ) -> DataProto:
-    """A Qwen2.5-VL rollout batch (another family's with its chat template's `image_placeholder`): one random image per
-    prompt, mrope position_ids (B, 3, L), raw images.
+    """A VL rollout batch: one random image per prompt, mrope position_ids (B, 3, L) (1-D rope families: (B, L)),
+    raw images; the chat text writes `image_placeholder` for the image (default: the family's, tests/families.py).
 
     Prompts go through the processor (which expands the image placeholder to the image's token count); the 3-D
     positions come from the model's own get_rope_index over prompt + response, as the rollout would continue them.
     The rows in `text_only_rows` have no image (multi_modal_data None), as in a mixed text and image dataset.
+    `prompt_len` grows to the longest prompt (LLaVA-OneVision's tiles cost many tokens).
     """
+    from families import FAMILIES
     from PIL import Image
 
+    placeholder = image_placeholder or FAMILIES[model.config.model_type].image_placeholder
     generator = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
     pad = processor.tokenizer.pad_token_id
@@ -146,31 +149,46 @@ def make_vl_batch(
             image = None
             text = f"<|im_start|>user\n{words}<|im_end|>\n"
         else:
-            text = f"<|im_start|>user\n{image_placeholder}{words}<|im_end|>\n"
+            text = f"<|im_start|>user\n{placeholder}{words}<|im_end|>\n"
         encoded = processor(text=[text], images=None if image is None else [image], return_tensors="pt")
         prompt = encoded["input_ids"][0].tolist()
-        if len(prompt) > prompt_len:
-            raise ValueError(f"test prompt of {len(prompt)} tokens exceeds prompt_len={prompt_len}")
         length = response_len if row == 0 else int(torch.randint(1, response_len + 1, (1,), generator=generator))
         prompts.append(prompt)
         responses.append(torch.randint(0, VOCAB, (length,), generator=generator).tolist())
         images.append(image)
+    prompt_len = max(prompt_len, *(len(prompt) for prompt in prompts))
     input_ids, attention_mask = _layout(prompts, responses, prompt_len, response_len, pad)
-    image_token = model.config.image_token_id
-    mm_token_type_ids = (input_ids == image_token).int()
-    with_image = [image for image in images if image is not None]
-    grids = processor.image_processor(images=with_image, return_tensors="pt")["image_grid_thw"] if with_image else None
-    position_ids, _ = model.model.get_rope_index(input_ids, mm_token_type_ids, grids, attention_mask=attention_mask)
+    if hasattr(model.model, "get_rope_index"):
+        image_token = model.config.image_token_id
+        mm_token_type_ids = (input_ids == image_token).int()
+        with_image = [image for image in images if image is not None]
+        grids = (
+            processor.image_processor(images=with_image, return_tensors="pt")["image_grid_thw"] if with_image else None
+        )
+        position_ids, _ = model.model.get_rope_index(
+            input_ids, mm_token_type_ids, grids, attention_mask=attention_mask
+        )
+        position_ids = position_ids.transpose(0, 1).contiguous()
+    else:
+        position_ids = positions_from_mask(attention_mask)
     batch = {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
-        "position_ids": position_ids.transpose(0, 1).contiguous(),
+        "position_ids": position_ids,
         "responses": input_ids[:, prompt_len:].clone(),
         "response_mask": attention_mask[:, prompt_len:].clone(),
     }
     _training_columns(batch, generator)
     non_tensors = {"multi_modal_data": [None if image is None else {"images": [image]} for image in images]}
     return DataProto.from_dict(tensors=batch, non_tensors=non_tensors)
+
+
+def grad_atol(expected: dict[str, torch.Tensor], key: str) -> float:
+    """The fp32 noise allowed in gradient `key`: 1e-5 of its scale (packed attention sums in another order). A key
+    projection's bias has a zero gradient in exact arithmetic (softmax ignores a shift of every score): its noise is
+    judged by the scale of the projection's weight."""
+    scale_key = key.replace(".bias", ".weight") if key.endswith("k_proj.bias") else key
+    return 1e-5 * expected[scale_key].abs().max().item() + 1e-9
 
 
 def reference_outputs(model: torch.nn.Module, data: DataProto, temperature: float) -> dict[str, torch.Tensor]:
@@ -181,17 +199,28 @@ def reference_outputs(model: torch.nn.Module, data: DataProto, temperature: floa
     batch = data.batch
     response_len = batch["responses"].shape[-1]
     position_ids = batch["position_ids"]
-    kwargs = {}
-    if "multi_modal_inputs" in data.non_tensor_batch:
-        rows = [row for row in data.non_tensor_batch["multi_modal_inputs"] if row]
-        kwargs = {key: torch.cat([row[key] for row in rows]) for key in (rows[0] if rows else {})}
-    logits = model(
-        input_ids=batch["input_ids"],
-        attention_mask=batch["attention_mask"],
-        position_ids=position_ids.transpose(0, 1) if position_ids.dim() == 3 else position_ids,
-        use_cache=False,
-        **kwargs,
-    ).logits
+    if "multi_modal_inputs" in data.non_tensor_batch:  # row by row, each with its own images
+        logits = torch.cat(
+            [
+                model(
+                    input_ids=batch["input_ids"][row : row + 1],
+                    attention_mask=batch["attention_mask"][row : row + 1],
+                    position_ids=position_ids[row : row + 1].transpose(0, 1)
+                    if position_ids.dim() == 3
+                    else position_ids[row : row + 1],
+                    use_cache=False,
+                    **(inputs or {}),
+                ).logits
+                for row, inputs in enumerate(data.non_tensor_batch["multi_modal_inputs"])
+            ]
+        )
+    else:
+        logits = model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            position_ids=position_ids,
+            use_cache=False,
+        ).logits
     logits = logits[:, -response_len - 1 : -1].float()
     valid = batch["attention_mask"][:, -response_len:].float()
     if logits.shape[-1] == 1:  # a value model: its single channel is the value

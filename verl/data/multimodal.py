@@ -229,34 +229,33 @@ def processor_inputs(
     )
 
 
-MEDIA_MODEL_INPUTS: tuple[str, ...] = (
-    "pixel_values",
-    "image_grid_thw",
-    "image_position_ids",
-    "pixel_values_videos",
-    "video_grid_thw",
-)
-"""The image and video processors' outputs that the models take: Qwen's patches and grids, Gemma 4's padded patches
-and their positions (its per-image soft-token counts are not a model input)."""
+TEXT_INPUTS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
+"""What a processor returns of the text; `process_media` keeps the rest (the media's model inputs) but what the
+processor itself names unused (Gemma 4's per-image soft-token counts)."""
 
 
 def process_media(multi_modal_data: dict[str, Any], processor: Any) -> dict[str, "torch.Tensor"]:
-    """The processor's model inputs (pixel values and grids or patch positions) for one row's
-    {"images": [...], "videos": [...]}."""
+    """The processor's model inputs (pixel values and grids, tiles or patch positions) for one row's
+    {"images": [...], "videos": [...]}.
+
+    Images go through the processor itself, on a text of one placeholder per image, not through its image processor
+    alone: the processor's own image settings (InternVL's tiling, which its image processor's defaults lack) apply,
+    as they did when the prompt was encoded and as they do in vLLM."""
     inputs: dict[str, torch.Tensor] = {}
+    dropped = {*TEXT_INPUTS, *getattr(processor, "unused_input_names", ())}
     images = multi_modal_data.get("images")
     if images:
-        out = processor.image_processor(images=list(images), return_tensors="pt")
-        inputs.update({key: value for key, value in out.items() if key in MEDIA_MODEL_INPUTS})
+        out = processor(text=[processor.image_token * len(images)], images=list(images), return_tensors="pt")
+        inputs.update({key: value for key, value in out.items() if key not in dropped})
     videos = multi_modal_data.get("videos")
     if videos:
         out = processor.video_processor(videos=list(videos), return_tensors="pt")
         if "video_grid_thw" not in out:
             raise NotImplementedError(
-                f"Videos are supported for the Qwen-VL family only, not with {type(processor).__name__} (Gemma 4: "
-                "its processor's frame timestamps and video soft tokens are not wired); send the frames as images."
+                f"Videos are only supported for the Qwen-VL and GLM-4.xV processors (pixel_values_videos and "
+                f"video_grid_thw), not {type(processor).__name__}; send the video's frames as images."
             )
-        inputs.update({key: value for key, value in out.items() if key in MEDIA_MODEL_INPUTS})
+        inputs.update(pixel_values_videos=out["pixel_values_videos"], video_grid_thw=out["video_grid_thw"])
     return inputs
 
 

@@ -124,17 +124,11 @@ def get_processor(
 
 
 def _set_pixel_bounds(processor: "ProcessorMixin", path: str, min_pixels: int | None, max_pixels: int | None) -> None:
-    """Set the resize bounds of the image and video processors (Qwen2-VL family: size shortest/longest edge); none
-    for a processor that scales each image to a token budget of its own (Gemma 4's max_soft_tokens)."""
+    """Set the resize bounds of the image and video processors (Qwen2-VL family: size shortest/longest edge). A
+    processor that resizes to fixed tiles (InternVL) or scales each image to a token budget of its own (Gemma 4's
+    max_soft_tokens) has none and keeps its own; the dataset's resize into the bounds still applies before it."""
     subs = [getattr(processor, name, None) for name in ("image_processor", "video_processor")]
     subs = [sub for sub in subs if sub is not None and "longest_edge" in (getattr(sub, "size", None) or {})]
-    if not subs and getattr(getattr(processor, "image_processor", None), "max_soft_tokens", None):
-        return  # Gemma 4 scales every image to its soft-token budget; the dataset's resize bounds only the decoding
-    if not subs:
-        raise ValueError(
-            f"min_pixels/max_pixels were given but the processor of {path!r} ({type(processor).__name__}) has no "
-            "pixel bounds to set; leave them unset for this model."
-        )
     for sub in subs:
         # GLM-4.1V's resize bounds the pixels of a temporal patch (an image counts as its two frames)
         frames = getattr(sub, "temporal_patch_size", 1) if ".glm4v." in type(sub).__module__ else 1

@@ -169,20 +169,40 @@ def dummy_vision_inputs(tower: nn.Module, device: torch.device) -> tuple[torch.T
     return pixels, grid_thw
 
 
-def _dummy_vision_features(model: nn.Module, tower: nn.Module, device: torch.device) -> torch.Tensor:
-    """Features of the smallest image, through every vision weight: a Qwen-VL tower with its merger, or Gemma 4's
-    tower and the embedder outside it that projects the pooled patches (one soft token of k x k black patches)."""
-    if hasattr(tower, "patch_embed"):
+def dummy_image_features(model: nn.Module, tower: nn.Module, device: torch.device) -> torch.Tensor:
+    """The vision features of the smallest image the model takes, through every weight that image features use: a
+    Qwen-VL tower's (its merger included) on one merged token, a tiling model's (InternVL, LLaVA-OneVision) tower and
+    projector (`get_image_features`) on one black tile, or Gemma 4's tower and the embedder outside it that projects
+    the pooled patches (one soft token of k x k black patches)."""
+    if all(hasattr(tower, name) for name in ("patch_embed", "spatial_merge_size")):
         pixels, grid_thw = dummy_vision_inputs(tower, device)
         output = tower(pixels, grid_thw=grid_thw)
-        return getattr(output, "pooler_output", output)  # after the merger, so every tower weight is used
-    size, kernel = tower.config.patch_size, tower.config.pooling_kernel_size
-    pixels = torch.zeros(1, kernel * kernel, 3 * size * size, dtype=next(tower.parameters()).dtype, device=device)
-    rows, columns = torch.meshgrid(
-        torch.arange(kernel, device=device), torch.arange(kernel, device=device), indexing="ij"
-    )
-    positions = torch.stack([columns, rows], dim=-1).reshape(1, kernel * kernel, 2)
-    return torch.cat(model.get_image_features(pixels, positions).pooler_output)
+    elif model.config.model_type in TILING_MODEL_TYPES:
+        vision = model.config.vision_config
+        size = vision.image_size if isinstance(vision.image_size, (list, tuple)) else (vision.image_size,) * 2
+        kwargs, tiles = {}, 1
+        if model.config.model_type == "llava_onevision":  # a tile-sized image: its anyres grid and the base tile
+            from transformers.models.llava_onevision.modeling_llava_onevision import image_size_to_num_patches
+
+            kwargs["image_sizes"] = torch.tensor([size], device=device)
+            tiles = image_size_to_num_patches(size, model.config.image_grid_pinpoints, size[0])
+        dtype = next(tower.parameters()).dtype
+        pixels = torch.zeros(tiles, vision.num_channels, *size, dtype=dtype, device=device)
+        output = model.get_image_features(pixel_values=pixels, **kwargs)
+    else:  # Gemma 4 (checked when the hooks are installed)
+        size, kernel = tower.config.patch_size, tower.config.pooling_kernel_size
+        pixels = torch.zeros(1, kernel * kernel, 3 * size * size, dtype=next(tower.parameters()).dtype, device=device)
+        rows, columns = torch.meshgrid(
+            torch.arange(kernel, device=device), torch.arange(kernel, device=device), indexing="ij"
+        )
+        positions = torch.stack([columns, rows], dim=-1).reshape(1, kernel * kernel, 2)
+        output = getattr(model, "model", model).get_image_features(pixels, positions)
+    features = getattr(output, "pooler_output", output)  # after the merger / projector, so every weight is used
+    return torch.cat([part.flatten() for part in features]) if isinstance(features, (list, tuple)) else features
+
+
+TILING_MODEL_TYPES = ("internvl", "llava_onevision")
+"""Vision-language models whose images are tiles through a tower and a projector (`get_image_features`)."""
 
 
 def run_vision_tower_in_every_forward(model: nn.Module) -> bool:
@@ -198,10 +218,12 @@ def run_vision_tower_in_every_forward(model: nn.Module) -> bool:
     if tower is None or language_model is None:
         return False
     qwen = all(hasattr(tower, name) for name in ("patch_embed", "spatial_merge_size"))
-    if not qwen and not hasattr(tower, "patch_embedder"):
+    tiling = getattr(model.config, "model_type", None) in TILING_MODEL_TYPES
+    if not (qwen or tiling or hasattr(tower, "patch_embedder")):
         raise NotImplementedError(
             f"{type(model).__name__}: mixing text-only and image batches across ranks needs a dummy input for the "
-            f"vision tower {type(tower).__name__}, which is only written for the Qwen2-VL family and Gemma 4."
+            f"vision tower {type(tower).__name__}, which is only written for the Qwen2-VL family, InternVL, "
+            "LLaVA-OneVision and Gemma 4."
         )
     ran = {"tower": False}
 
@@ -220,7 +242,7 @@ def run_vision_tower_in_every_forward(model: nn.Module) -> bool:
                 f"{type(model).__name__} calls its language model without inputs_embeds, so a text-only batch cannot "
                 "run the vision tower on a dummy image; FSDP ranks with and without images would deadlock."
             )
-        features = _dummy_vision_features(getattr(model, "model", model), tower, embeds.device)
+        features = dummy_image_features(model, tower, embeds.device)
         kwargs["inputs_embeds"] = embeds + 0.0 * features.sum().to(embeds.dtype)
         return args, kwargs
 

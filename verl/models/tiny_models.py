@@ -11,8 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Tiny random-init Qwen2 / Qwen2.5-VL / Qwen2-VL / Qwen3-VL / Qwen3.5 / Gemma 4 / GLM-4.1V / GLM-4.5V / Qwen2 reward
-model directories, built offline.
+"""Tiny random-init Qwen2 / Qwen2.5-VL / Qwen2-VL / Qwen3-VL / Qwen3.5 / Gemma 4 / GLM-4.1V / GLM-4.5V / InternVL /
+LLaVA-OneVision / Qwen2 reward model directories, built offline.
 
 Tests, the CPU quickstart and the benchmarks need real model directories that `from_pretrained` and `vllm.LLM` load,
 and no model can be downloaded on our machines. Everything is a pure function of the spec (same seed and sizes,
@@ -54,6 +54,8 @@ ModelKind = Literal[
     "gemma4",
     "glm4v",
     "glm4v_moe",
+    "internvl",
+    "llava_onevision",
 ]
 MODEL_KINDS: tuple[str, ...] = (
     "qwen2",
@@ -67,6 +69,8 @@ MODEL_KINDS: tuple[str, ...] = (
     "gemma4",
     "glm4v",
     "glm4v_moe",
+    "internvl",
+    "llava_onevision",
 )
 VL_KINDS: tuple[str, ...] = (
     "qwen2_5_vl",
@@ -77,6 +81,8 @@ VL_KINDS: tuple[str, ...] = (
     "gemma4",
     "glm4v",
     "glm4v_moe",
+    "internvl",
+    "llava_onevision",
 )
 HYBRID_KINDS: tuple[str, ...] = ("qwen3_5", "qwen3_5_moe")
 """Kinds whose decoder mixes Gated DeltaNet (linear attention) layers with full attention, as Qwen3.5 does."""
@@ -93,6 +99,32 @@ LINEAR_HEAD_DIM, LINEAR_KEY_HEADS, LINEAR_VALUE_HEADS = 128, 2, 4
 (two value heads per key head, as in Qwen3.5, so the grouped path runs)."""
 FULL_ATTENTION_INTERVAL = 4
 """qwen3_5 kinds: every fourth decoder layer is full attention, the others Gated DeltaNet (Qwen3.5's pattern)."""
+
+INTERNVL_TILE = 56
+"""internvl: the vision tower's tile side (14-pixel patches, pixel shuffle 0.5: 4 image tokens a tile)."""
+INTERNVL_MAX_TILES = 4
+"""internvl: most tiles an image is cut into (InternVL's max_patches, 12 in the published processors)."""
+ONEVISION_TILE = 56
+"""llava_onevision: the SigLIP tower's input side (14-pixel patches: 16 tokens a tile); anyres grids of up to 2 x 2
+tiles (ONEVISION_GRIDS) add the tiles' tokens and a newline token per row."""
+ONEVISION_GRIDS = [[56, 56], [56, 112], [112, 56], [112, 112]]
+"""llava_onevision: the anyres resolutions (image_grid_pinpoints) an image is fitted to."""
+MEDIA_TOKENS: dict[str, dict[str, str]] = {
+    "internvl": {
+        "start_image_token": "<img>",
+        "end_image_token": "</img>",
+        "context_image_token": "<IMG_CONTEXT>",
+        "video_token": "<video>",
+    },
+    "llava_onevision": {"image_token": "<image>", "video_token": "<video>"},
+}
+"""Named special tokens a kind's processor reads from its tokenizer (appended after Qwen's, in this order)."""
+MEDIA_PLACEHOLDERS: dict[str, tuple[str, str]] = {
+    "internvl": ("<IMG_CONTEXT>\n", "<video>\n"),
+    "llava_onevision": ("<image>\n", "<video>\n"),
+}
+"""What the chat template writes for an image and a video part in a kind other than Qwen's (the processor expands
+it)."""
 
 # Bump when the output of the builder changes, so cached directories (get_or_build_tiny_model) are rebuilt.
 BUILDER_VERSION = 3
@@ -277,10 +309,20 @@ def _train_bpe(bpe_vocab_size: int) -> tuple[str, str]:
     return json.dumps(model["vocab"]), json.dumps(merges)
 
 
+def chat_template(kind: str) -> str:
+    """CHAT_TEMPLATE with the image and video parts written as `kind`'s processor expects them."""
+    if kind not in MEDIA_PLACEHOLDERS:
+        return CHAT_TEMPLATE
+    image, video = MEDIA_PLACEHOLDERS[kind]
+    return CHAT_TEMPLATE.replace("<|vision_start|><|image_pad|><|vision_end|>", image).replace(
+        "<|vision_start|><|video_pad|><|vision_end|>", video
+    )
+
+
 def build_tokenizer(vocab_size: int = 2048, kind: str = "qwen2") -> "PreTrainedTokenizerBase":
     """A Qwen2Tokenizer with a locally trained byte-level BPE of `vocab_size` tokens plus Qwen's special tokens (and
-    GLM's, with GLM's chat template and end of turn, for a GLM `kind`; gemma4: Gemma 4's special tokens first, its
-    named image/audio tokens and chat format).
+    `kind`'s MEDIA_TOKENS, with its chat template; GLM's, with GLM's chat template and end of turn, for a GLM `kind`;
+    gemma4: Gemma 4's special tokens first, its named image/audio tokens and chat format).
 
     The BPE training is cached in-process, so building several models costs one training.
     A new tokenizer object is returned every call, so callers may modify it freely.
@@ -324,11 +366,13 @@ def build_tokenizer(vocab_size: int = 2048, kind: str = "qwen2") -> "PreTrainedT
         eos_token="<|endoftext|>",
         pad_token="<|endoftext|>",
         errors="replace",
+        **MEDIA_TOKENS.get(kind, {}),
     )
-    tokenizer.add_special_tokens({"additional_special_tokens": list(SPECIAL_TOKENS)})
+    media_tokens = list(MEDIA_TOKENS.get(kind, {}).values())
+    tokenizer.add_special_tokens({"additional_special_tokens": [*SPECIAL_TOKENS, *media_tokens]})
     # as in Qwen-Instruct: generation ends at <|im_end|>, padding uses <|endoftext|>
     tokenizer.eos_token = "<|im_end|>"
-    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.chat_template = chat_template(kind)
     if kind in GLM_KINDS:  # GLM-4.1V: eos and padding are <|endoftext|>; a turn also ends at the next role token
         tokenizer.add_special_tokens({"additional_special_tokens": list(SPECIAL_TOKENS + GLM_SPECIAL_TOKENS)})
         tokenizer.eos_token = "<|endoftext|>"
@@ -483,6 +527,10 @@ def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> 
     if spec.kind == "qwen2_rm":
         # One label: the scalar reward. pad_token_id (set above) is how the HF head finds each row's last token.
         return Qwen2Config(rope_parameters={"rope_type": "default", "rope_theta": 1e6}, num_labels=1, **text)
+    if spec.kind == "internvl":
+        return _internvl_config(spec, tokenizer, text)
+    if spec.kind == "llava_onevision":
+        return _onevision_config(spec, tokenizer, text)
     head_dim = spec.hidden_size // spec.num_heads
     text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": _mrope_section(head_dim)}
     if spec.kind in HYBRID_KINDS:
@@ -531,6 +579,65 @@ def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> 
         return Qwen2_5_VLConfig(text_config=text, vision_config=vision, **common)
     vision.update(embed_dim=spec.vision_hidden_size, hidden_size=spec.hidden_size, mlp_ratio=2)
     return Qwen2VLConfig(text_config=text, vision_config=vision, **common)
+
+
+def _internvl_config(
+    spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase", text: dict[str, Any]
+) -> "PreTrainedConfig":
+    """InternVL3-hf's layout, small: an InternViT tower on one tile, pixel shuffle (0.5), an MLP projector and a Qwen2
+    decoder with plain 1-D rope."""
+    from transformers import InternVLConfig
+
+    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6}
+    vision = {
+        "hidden_size": spec.vision_hidden_size,
+        "num_hidden_layers": spec.vision_depth,
+        "num_attention_heads": spec.vision_num_heads,
+        "intermediate_size": 2 * spec.vision_hidden_size,
+        "image_size": INTERNVL_TILE,
+        "patch_size": 14,
+        "initializer_range": spec.initializer_range,
+    }
+    return InternVLConfig(
+        text_config={"model_type": "qwen2", **text},
+        vision_config=vision,
+        image_token_id=tokenizer.convert_tokens_to_ids(MEDIA_TOKENS["internvl"]["context_image_token"]),
+        image_seq_length=(INTERNVL_TILE // 14) ** 2 // 4,
+        downsample_ratio=0.5,
+        tie_word_embeddings=True,
+    )
+
+
+def _onevision_config(
+    spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase", text: dict[str, Any]
+) -> "PreTrainedConfig":
+    """LLaVA-OneVision's layout, small: a SigLIP tower, anyres tiling with a newline token per row, an MLP projector
+    and a Qwen2 decoder with plain 1-D rope."""
+    from transformers import LlavaOnevisionConfig
+
+    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6}
+    vision = {
+        "model_type": "siglip_vision_model",
+        "hidden_size": spec.vision_hidden_size,
+        "num_hidden_layers": spec.vision_depth,
+        "num_attention_heads": spec.vision_num_heads,
+        "intermediate_size": 2 * spec.vision_hidden_size,
+        "image_size": ONEVISION_TILE,
+        "patch_size": 14,
+        "vision_use_head": False,  # as the published checkpoints: the features come from the last layer, unpooled
+    }
+    tokens = MEDIA_TOKENS["llava_onevision"]
+    return LlavaOnevisionConfig(
+        text_config={"model_type": "qwen2", **text},
+        vision_config=vision,
+        image_token_index=tokenizer.convert_tokens_to_ids(tokens["image_token"]),
+        video_token_index=tokenizer.convert_tokens_to_ids(tokens["video_token"]),
+        image_grid_pinpoints=ONEVISION_GRIDS,
+        vision_feature_select_strategy="full",
+        vision_feature_layer=-1,
+        vision_aspect_ratio="anyres_max_9",
+        tie_word_embeddings=True,
+    )
 
 
 def _qwen3_5_config(
@@ -728,6 +835,8 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
         GenerationConfig,
         Glm4vForConditionalGeneration,
         Glm4vMoeForConditionalGeneration,
+        InternVLForConditionalGeneration,
+        LlavaOnevisionForConditionalGeneration,
         Qwen2_5_VLForConditionalGeneration,
         Qwen2ForCausalLM,
         Qwen2ForSequenceClassification,
@@ -751,6 +860,8 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
         "gemma4": Gemma4ForConditionalGeneration,
         "glm4v": Glm4vForConditionalGeneration,
         "glm4v_moe": Glm4vMoeForConditionalGeneration,
+        "internvl": InternVLForConditionalGeneration,
+        "llava_onevision": LlavaOnevisionForConditionalGeneration,
     }[spec.kind]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
@@ -788,6 +899,10 @@ def build_processor(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -
 
     if spec.kind == "gemma4":
         return _gemma4_processor(tokenizer)
+    if spec.kind == "internvl":
+        return _internvl_processor(tokenizer)
+    if spec.kind == "llava_onevision":
+        return _onevision_processor(tokenizer)
     size = {"shortest_edge": spec.min_pixels, "longest_edge": spec.max_pixels}
     patches = {"patch_size": PATCH_SIZES.get(spec.kind, 14), "temporal_patch_size": 2, "merge_size": 2}
     if spec.kind in GLM_KINDS:
@@ -831,6 +946,39 @@ def _gemma4_processor(tokenizer: "PreTrainedTokenizerBase") -> "ProcessorMixin":
         video_processor=Gemma4VideoProcessor(**budget),
         chat_template=GEMMA_CHAT_TEMPLATE,
         image_seq_length=GEMMA_MAX_SOFT_TOKENS,
+    )
+
+
+def _internvl_processor(tokenizer: "PreTrainedTokenizerBase") -> "ProcessorMixin":
+    """InternVL's processor: an image is cut into up to INTERNVL_MAX_TILES tiles of the tile size by its aspect ratio,
+    plus a thumbnail when there are several (crop_to_patches, the processor's default and vLLM's), and each tile
+    becomes image_seq_length context tokens between <img> and </img>."""
+    from transformers import GotOcr2ImageProcessor, InternVLProcessor, InternVLVideoProcessor
+
+    tile = {"height": INTERNVL_TILE, "width": INTERNVL_TILE}
+    return InternVLProcessor(
+        image_processor=GotOcr2ImageProcessor(size=tile, crop_to_patches=True, max_patches=INTERNVL_MAX_TILES),
+        tokenizer=tokenizer,
+        video_processor=InternVLVideoProcessor(size=tile),
+        image_seq_length=(INTERNVL_TILE // 14) ** 2 // 4,
+        chat_template=chat_template("internvl"),
+    )
+
+
+def _onevision_processor(tokenizer: "PreTrainedTokenizerBase") -> "ProcessorMixin":
+    """LLaVA-OneVision's processor: an image is fitted to the best ONEVISION_GRIDS resolution and cut into tiles,
+    with the whole image resized to one tile first (anyres)."""
+    from transformers import LlavaOnevisionImageProcessor, LlavaOnevisionProcessor, LlavaOnevisionVideoProcessor
+
+    tile = {"height": ONEVISION_TILE, "width": ONEVISION_TILE}
+    return LlavaOnevisionProcessor(
+        image_processor=LlavaOnevisionImageProcessor(size=tile, image_grid_pinpoints=ONEVISION_GRIDS),
+        tokenizer=tokenizer,
+        video_processor=LlavaOnevisionVideoProcessor(size=tile),
+        num_image_tokens=(ONEVISION_TILE // 14) ** 2,
+        vision_feature_select_strategy="full",
+        vision_aspect_ratio="anyres_max_9",
+        chat_template=chat_template("llava_onevision"),
     )
 
 
@@ -940,7 +1088,9 @@ def count_parameters(model_dir: str) -> dict[str, int]:
                     total += numel
                     vision += (
                         numel
-                        if key.startswith(("visual.", "model.visual.", "model.vision_tower.", "model.embed_vision."))
+                        if key.startswith(
+                            ("visual.", "model.visual.", "vision_tower.", "model.vision_tower.", "model.embed_vision.")
+                        )
                         else 0
                     )
     return {"total": total, "vision": vision}

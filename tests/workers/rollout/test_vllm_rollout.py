@@ -32,6 +32,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from families import vl_kinds
 
+from verl.data.multimodal import TEXT_INPUTS
+from verl.workers.actor.forward import _position_ids_for_model
 from verl.workers.rollout.request_loop import RolloutRequest
 
 
@@ -317,7 +319,7 @@ def _vl_prompts(processor: Any, actor: torch.nn.Module, rank: int, prompt_length
         text = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
         inputs = processor(text=[text], images=images or None, return_tensors="pt")
         rows.append(inputs["input_ids"][0].tolist())
-        positions.append(_rope_positions(actor, inputs["input_ids"], inputs["attention_mask"], inputs))
+        positions.append(_model_positions(actor, inputs["input_ids"], inputs["attention_mask"], inputs))
         hf_inputs.append(dict(inputs))
         multi_modal.append({"images": images} if images else None)
     input_ids, mask = _left_pad(rows, prompt_length, processor.tokenizer.pad_token_id)
@@ -341,19 +343,18 @@ def _vl_prompts(processor: Any, actor: torch.nn.Module, rank: int, prompt_length
     return prompts, hf_inputs
 
 
-def _rope_positions(actor: torch.nn.Module, input_ids: torch.Tensor, mask: torch.Tensor, inputs: dict) -> torch.Tensor:
-    """The model's own positions of one row: its 3-D rope index (3, L) (Qwen), or 0, 1, 2, ... over the valid tokens
-    (L,) (1-D rope, Gemma 4)."""
+def _model_positions(
+    actor: torch.nn.Module, input_ids: torch.Tensor, mask: torch.Tensor, inputs: dict
+) -> torch.Tensor:
+    """The model's own positions of one sequence (1, L): its 3-D rope index (3, L), or 0, 1, 2, ... over the valid
+    tokens (L,) for a model with 1-D rope (InternVL)."""
     if not hasattr(actor.model, "get_rope_index"):
         return (mask[0].cumsum(-1) - 1).clamp(min=0)
-    image_token_id = actor.config.image_token_id
-    position_ids, _ = actor.model.get_rope_index(
-        input_ids,
-        (input_ids == image_token_id).int(),
-        image_grid_thw=inputs.get("image_grid_thw"),
-        attention_mask=mask,
+    image_tokens = (input_ids == actor.config.image_token_id).int()
+    positions, _ = actor.model.get_rope_index(
+        input_ids, image_tokens, image_grid_thw=inputs.get("image_grid_thw"), attention_mask=mask
     )
-    return position_ids[:, 0]
+    return positions[:, 0]
 
 
 def _vl_actor_log_probs(
@@ -362,17 +363,14 @@ def _vl_actor_log_probs(
     """Actor log-probs row by row (each row has its own images), with the rollout's position ids; the `banned`
     placeholder tokens get the engine's -100 logit bias, so both normalise over the same tokens (a tiny random model
     puts about 1e-3 of its mass on them)."""
-    from verl.data.multimodal import MEDIA_MODEL_INPUTS
-
     log_probs = []
     for row in range(len(output)):
-        vision = {k: v for k, v in hf_inputs[row // n].items() if k in MEDIA_MODEL_INPUTS}
-        position_ids = output.batch["position_ids"][row : row + 1]
+        vision = {k: v for k, v in hf_inputs[row // n].items() if k not in TEXT_INPUTS}
         with torch.no_grad():
             logits = actor(
                 input_ids=output.batch["input_ids"][row : row + 1],
                 attention_mask=output.batch["attention_mask"][row : row + 1],
-                position_ids=position_ids.transpose(0, 1) if position_ids.dim() == 3 else position_ids,
+                position_ids=_position_ids_for_model(output.batch["position_ids"][row : row + 1]),
                 use_cache=False,
                 **vision,
             ).logits
@@ -426,10 +424,10 @@ def _vl_worker(rank: int, port: int, model_dir: str) -> None:
         assert _valid_response(greedy, row) == expected, row
 
     # Position ids over prompt + response equal the model's own rope index of the whole sequence.
-    image_token = processor.image_token_id
+    image_token = actor.config.image_token_id
     for row, inputs in enumerate(hf_inputs):
         full_ids, mask = greedy.batch["input_ids"][row : row + 1], greedy.batch["attention_mask"][row : row + 1]
-        expected_positions = _rope_positions(actor, full_ids, mask, inputs)
+        expected_positions = _model_positions(actor, full_ids, mask, inputs)
         valid = mask[0].bool()
         assert torch.equal(greedy.batch["position_ids"][row][..., valid], expected_positions[..., valid]), row
 
@@ -445,3 +443,30 @@ def _vl_worker(rank: int, port: int, model_dir: str) -> None:
 @pytest.mark.parametrize("kind", vl_kinds("hybrid_engine"))
 def test_vl_rollout_hybrid_engine(model_root: str, kind: str) -> None:
     _spawn(_vl_worker, _model_dir(kind, model_root))
+
+
+def test_llava_onevision_engine_maps_the_tower_names_transformers_saves() -> None:
+    """vLLM's own mapper leaves transformers 5's SigLIP names (no `vision_model.` level) unmapped, to no module of its
+    model; with vllm_compat's rule they, the published names and the module names all reach the right modules."""
+    from vllm.model_executor.models.llava_onevision import LlavaOnevisionForConditionalGeneration
+    from vllm.model_executor.models.utils import WeightsMapper
+
+    from verl.workers.rollout import vllm_compat
+
+    vllm_compat.load_transformers_tower_names()
+    mapper = LlavaOnevisionForConditionalGeneration.hf_to_vllm_mapper
+    assert set(mapper.orig_to_new_regex) == {vllm_compat.SIGLIP_WITHOUT_VISION_MODEL}  # vLLM has no regex of its own
+    own = WeightsMapper(orig_to_new_prefix=mapper.orig_to_new_prefix, orig_to_new_substr=mapper.orig_to_new_substr)
+    saved = "vision_tower.encoder.layers.0.mlp.fc1.weight"
+    assert own.map_name(saved) == saved  # vLLM alone: a name no module of its model has
+    expected = {
+        saved: "vision_tower.vision_model.encoder.layers.0.mlp.fc1.weight",
+        "model.vision_tower.embeddings.patch_embedding.weight": "vision_tower.vision_model.embeddings.patch_embedding.weight",
+        "vision_tower.vision_model.post_layernorm.bias": "vision_tower.vision_model.post_layernorm.bias",  # published
+        "model.language_model.layers.0.mlp.up_proj.weight": "language_model.model.layers.0.mlp.up_proj.weight",
+        "model.image_newline": "image_newline",
+        "lm_head.weight": "language_model.lm_head.weight",
+    }
+    assert {name: mapper.map_name(name) for name in expected} == expected
+    vllm_compat.load_transformers_tower_names()
+    assert LlavaOnevisionForConditionalGeneration.hf_to_vllm_mapper is mapper  # once

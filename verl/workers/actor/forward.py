@@ -95,7 +95,17 @@ def _batch_multi_modal_inputs(micro: DataProto, device: torch.device) -> dict[st
     for row in micro.non_tensor_batch["multi_modal_inputs"]:
         for key, value in (row or {}).items():
             parts[key].append(value)
-    return {key: torch.cat(values, dim=0).to(device, non_blocking=True) for key, values in parts.items()}
+    return {key: _concat_rows(values).to(device, non_blocking=True) for key, values in parts.items()}
+
+
+def _concat_rows(values: list[torch.Tensor]) -> torch.Tensor:
+    """The rows' tensors of one input end to end. LLaVA-OneVision's pixel values (images, tiles, 3, H, W) are first
+    zero-padded to the most tiles of any row, as its processor pads a batch: the model takes each image's own tile
+    count from `image_sizes` and `batch_num_images`."""
+    if values[0].dim() == 5:
+        most = max(value.shape[1] for value in values)
+        values = [torch.nn.functional.pad(value, (0, 0, 0, 0, 0, 0, 0, most - value.shape[1])) for value in values]
+    return torch.cat(values, dim=0)
 
 
 # ---------------------------------------------------------------------------------------------- batching

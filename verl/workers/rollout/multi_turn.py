@@ -127,8 +127,8 @@ class ImageTokens:
         inputs = self.image_processor(images=list(images), return_tensors="pt")
         if "image_grid_thw" not in inputs:
             raise NotImplementedError(
-                f"Images from an environment turn are expanded for the Qwen-VL family only (patch grids, 3-D rope "
-                f"index), not with {type(self.image_processor).__name__} (Gemma 4); send images in the prompt."
+                f"Images returned by an environment are expanded for the Qwen-VL and GLM-4.xV processors only (merged "
+                f"patches, 3-D rope), not {type(self.image_processor).__name__}; end the episode's images at the prompt."
             )
         counts = (inputs["image_grid_thw"].prod(-1) // self.merge_size**2).tolist()
         expanded: list[int] = []

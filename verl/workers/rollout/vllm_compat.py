@@ -18,7 +18,8 @@ update a live engine; its MoE layers' kernels are dropped first, so their expert
 after a weight update, the tensor-parallel gloo group, the buffers the dummy loader randomizes, `torch.set_num_threads`
 restored after vLLM's CPU worker replaces it, sleep-mode availability, the chat rendering the server shares with
 `LLM.chat`, loading a LoRA adapter into a running engine, what the CPU engine needs for hybrid linear-attention models
-(Qwen3.5), and the parallel groups a dense engine leaves behind.
+(Qwen3.5), the parallel groups a dense engine leaves behind, and LLaVA-OneVision's tower names as transformers 5
+saves them.
 Tested with the vLLM versions in `TESTED_VLLM_VERSIONS`.
 """
 
@@ -26,6 +27,7 @@ import contextlib
 import glob
 import logging
 import os
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -65,6 +67,30 @@ def engine_accepts(name: str) -> bool:
     from vllm.engine.arg_utils import EngineArgs
 
     return name in {item.name for item in dataclasses.fields(EngineArgs)}
+
+
+SIGLIP_WITHOUT_VISION_MODEL = re.compile(r"^(model\.)?vision_tower\.(?!vision_model\.)")
+"""A LLaVA-OneVision tower weight as transformers 5 names it: no `vision_model.` level (published: with it)."""
+
+
+def load_transformers_tower_names() -> None:
+    """Let vLLM's LLaVA-OneVision load its SigLIP tower under the names transformers 5 saves; idempotent (vLLM 0.32).
+
+    transformers 5.19 builds the tower without SigLIP's `vision_model` level and saves it so (`vision_tower.encoder.`,
+    `vision_tower.embeddings.`; the published checkpoints say `vision_tower.vision_model.encoder.`), and the weight
+    sync's names are those same checkpoint names. vLLM's class maps checkpoint names to its modules with its own
+    `hf_to_vllm_mapper`, which knows only the published names and stops with "There is no module or parameter named
+    'vision_tower.embeddings'". One more rule in that mapper adds the missing level, leaving the published names as
+    they are, so a directory transformers wrote (a tiny model, a merged checkpoint) and the weight sync both load.
+    tests/workers/rollout/test_vllm_rollout.py fails when vLLM's mapper changes.
+    """
+    from vllm.model_executor.models.llava_onevision import LlavaOnevisionForConditionalGeneration as model_class
+    from vllm.model_executor.models.utils import WeightsMapper
+
+    mapper = model_class.hf_to_vllm_mapper
+    if SIGLIP_WITHOUT_VISION_MODEL not in mapper.orig_to_new_regex:
+        rule = WeightsMapper(orig_to_new_regex={SIGLIP_WITHOUT_VISION_MODEL: "vision_tower.vision_model."})
+        model_class.hf_to_vllm_mapper = rule | mapper
 
 
 def sleep_mode_available() -> bool:

@@ -340,6 +340,7 @@ class VLLMRollout:
         from vllm import LLM
 
         vllm_compat.warn_if_untested()
+        vllm_compat.load_transformers_tower_names()
         self.config = config
         self.tokenizer = tokenizer
         self.processor = processor

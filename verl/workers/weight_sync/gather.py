@@ -87,12 +87,21 @@ def fused_parameters(module: nn.Module, names: dict[str, str]) -> dict[str, str]
     return fused
 
 
+ENGINE_MAPS_MODULE_NAMES: tuple[str, ...] = ("internvl", "llava_onevision")
+"""Model types whose parameters go to the engine under their module names: vLLM's class maps those itself
+(`model.language_model.`, `model.vision_tower.`, ... in its hf_to_vllm_mapper), while transformers 5.19 reverts them
+only for a model that from_pretrained loaded. The actor of an FSDP run is built on the meta device (rank-0
+initialisation), and its reverted names are found in no checkpoint (`model.language_model.model.layers.`)."""
+
+
 def _reverted_names(module: nn.Module, name: str, param: torch.Tensor) -> tuple[str, list[str]]:
     """A parameter's name without wrapper prefixes, and the checkpoint names transformers' reverse conversion gives
     it (one for a renamed parameter, several for a fused one); shapes only, no data."""
     from transformers.core_model_loading import revert_weight_conversion
 
     clean = base_name(_strip_wrappers(name))
+    if getattr(getattr(module, "config", None), "model_type", None) in ENGINE_MAPS_MODULE_NAMES:
+        return clean, [clean]
     return clean, list(revert_weight_conversion(module, {clean: torch.empty(param.shape, device="meta")}))
 
 
