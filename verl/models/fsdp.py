@@ -38,6 +38,7 @@ from verl.models.loading import (
     run_vision_tower_in_every_forward,
 )
 from verl.models.lora import apply_lora
+from verl.models.transformers_compat import keep_output_capture
 from verl.utils.torch_compat import drop_unreduced_grads, reset_iteration
 
 
@@ -138,21 +139,6 @@ def apply_fsdp2(model: nn.Module, mesh: DeviceMesh, fsdp_config: FSDPConfig, is_
         fully_shard(module, **kwargs)
         keep_output_capture(module, model_class)
     return model
-
-
-def keep_output_capture(module: nn.Module, model_class: type) -> None:
-    """Let a submodel that `fully_shard` gave an FSDP subclass still record its layers' outputs (transformers 5.19).
-
-    transformers records `output_hidden_states` through hooks chosen by the model's class, looked up by the class's
-    name in a registry filled when the model is built (`output_capturing._CAN_RECORD_REGISTRY`); fully_shard then swaps
-    the class, so the lookup misses and `hidden_states` comes back None. LLaVA-OneVision's SigLIP tower is read that way
-    (`get_image_features` takes `hidden_states[vision_feature_layer]`): without this its sharded forward fails.
-    tests/workers/test_dp_actor.py (llava_onevision) fails when transformers changes this."""
-    from transformers.utils import output_capturing
-
-    flags = output_capturing._CAN_RECORD_REGISTRY.get(str(model_class))
-    if flags is not None:
-        output_capturing._CAN_RECORD_REGISTRY[str(type(module))] = flags
 
 
 @torch.no_grad()

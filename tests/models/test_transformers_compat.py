@@ -1,0 +1,37 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""verl.models.transformers_compat: each entry's reason, checked against the installed transformers."""
+
+import torch
+
+from verl.models.tiny_models import get_or_build_tiny_model
+from verl.models.transformers_compat import keep_output_capture
+
+
+def test_a_tower_whose_class_is_swapped_records_hidden_states_only_with_keep_output_capture(tmp_path) -> None:
+    """As fully_shard does, swap a SigLIP tower's class for a subclass: transformers finds no capture flags for the
+    new class and returns no hidden states (what LLaVA-OneVision's image features read) until the flags are copied.
+    When transformers stops keying its registry by class name, the first assertion fails and the entry can go."""
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(get_or_build_tiny_model("llava_onevision", str(tmp_path)))
+    tower = model.model.vision_tower
+    size = model.config.vision_config.image_size
+    pixels = torch.zeros(1, 3, size, size)
+    assert tower(pixels, output_hidden_states=True).hidden_states is not None
+    original = type(tower)
+    tower.__class__ = type(f"Sharded{original.__name__}", (original,), {})
+    assert tower(pixels, output_hidden_states=True).hidden_states is None  # the class lookup misses
+    keep_output_capture(tower, original)
+    assert tower(pixels, output_hidden_states=True).hidden_states is not None
