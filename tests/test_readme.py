@@ -67,3 +67,30 @@ def test_the_tools_demo_paragraph_quotes_its_warm_start_steps():
     paragraph = " ".join(README[README.index("`make demo-tools` runs") :].split("\n\n")[0].split())
     assert re.search(rf"`examples/cpu_tools/sft.yaml`, {steps} steps\); then {grpo} GRPO steps", paragraph)
     assert "sandbox" not in paragraph  # the code demo's figures belong to the code demo
+
+
+def test_the_supported_models_table_says_what_the_family_tests_run():
+    """docs/gpu.md's table of vision-language families has a row per tests/families.py row, and each column says
+    "yes" exactly for the families whose test of that column runs."""
+    from families import FAMILIES, vl_kinds
+
+    columns = [
+        "processor",
+        "video",
+        "engine",
+        "engine_video",
+        "packed",
+        "ulysses",
+        "hybrid_engine",
+        "env_images",
+        "grpo",
+    ]
+    docs = (REPO / "docs" / "gpu.md").read_text()
+    rows = {}
+    for line in docs.splitlines():
+        match = re.match(r"\| [^|]+ \| `(\w+)` \|(.*)\|$", line)
+        if match:
+            rows[match.group(1)] = [cell.strip() for cell in match.group(2).split("|")][: len(columns)]
+    assert sorted(rows) == sorted(FAMILIES)
+    for index, check in enumerate(columns):
+        assert sorted(kind for kind, cells in rows.items() if cells[index] == "yes") == sorted(vl_kinds(check)), check
