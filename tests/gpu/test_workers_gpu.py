@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
+from families import FAMILIES, vl_kinds
 
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.protocol import DataProto
@@ -527,9 +528,10 @@ def test_lora_adapter_sync_on_cuda(workspace):
     worker.release_rollout_engine()
 
 
-@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen3_vl"])
+@pytest.mark.parametrize("kind", vl_kinds("grpo"))
 def test_grpo_step_on_the_tiny_vl_model(workspace, kind):
-    """One end-to-end GRPO step through Ray on one GPU: images in prompts, vLLM sleep/wake, FSDP update."""
+    """One end-to-end GRPO step through Ray on one GPU: images in prompts, vLLM sleep/wake, FSDP update (every family
+    of tests/families.py with a GRPO run on the CPU; pick some with -k, each takes minutes)."""
     pytest.importorskip("vllm", reason="needs vLLM's GPU build (pip install vllm)")
     ray = pytest.importorskip("ray", reason="needs Ray (pip install ray)")
     import importlib.util
@@ -546,7 +548,7 @@ def test_grpo_step_on_the_tiny_vl_model(workspace, kind):
     root = workspace["root"]
     data_dir = str(root / f"vl_data_{kind}")
     make_data.write_split(data_dir, "train", 8, seed=0)
-    pixels = {"qwen2_5_vl": 3136, "qwen3_vl": 4096}[kind]  # 4 image tokens with 14- and 16-pixel patches
+    pixels = FAMILIES[kind].pixels  # a few image tokens
     vl_model = (
         workspace["vl_model"]
         if kind == "qwen2_5_vl"
@@ -561,7 +563,7 @@ def test_grpo_step_on_the_tiny_vl_model(workspace, kind):
                 f"data.image_dir={data_dir}/images",
                 f"data.min_pixels={pixels}",
                 f"data.max_pixels={pixels}",
-                "data.max_prompt_length=128",
+                f"data.max_prompt_length={max(128, FAMILIES[kind].max_prompt_length)}",
                 "data.max_response_length=16",
                 "data.rollout_batch_size=4",
                 "worker.actor.global_batch_size=4",
