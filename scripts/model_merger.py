@@ -279,6 +279,36 @@ def upload(folder: str, repo_id: str, private: bool = False) -> str:
     return str(url)
 
 
+def engine_loading_note(target: str) -> str | None:
+    """What a plain vLLM needs to load the merged model at `target`, where it cannot as written; None where it can.
+
+    transformers 5 saves LLaVA-OneVision's SigLIP tower without SigLIP's `vision_model` level, and vLLM 0.32 maps only
+    the published names (`vision_tower.vision_model.*`) to its modules."""
+    import json
+
+    from safetensors import safe_open
+
+    config_file = os.path.join(target, "config.json")
+    if not os.path.isfile(config_file):
+        return None
+    with open(config_file) as f:
+        if json.load(f).get("model_type") != "llava_onevision":
+            return None
+    names = []
+    for file in sorted(os.listdir(target)):
+        if file.endswith(".safetensors"):
+            with safe_open(os.path.join(target, file), "pt") as weights:
+                names += [name for name in weights.keys() if ".vision_tower.encoder." in f".{name}"]
+    if not names:
+        return None
+    return (
+        f"its vision tower is saved as {names[0]!r} and {len(names) - 1} more names without SigLIP's 'vision_model' "
+        "level, as transformers 5 writes it; vLLM 0.32 expects 'vision_tower.vision_model.*' and stops with 'There is "
+        "no module or parameter named ...'. In Python, call verl.workers.rollout.vllm_compat."
+        "load_transformers_tower_names() before building the vllm.LLM (the trainer does), or rename those keys."
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--local_dir", required=True, help="the global_step_N/actor checkpoint directory")
@@ -306,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"model_merger: {err}", file=sys.stderr)
         return 2
     print(f"Hugging Face {'adapter' if args.adapter_only else 'model'} written to {target}")
+    note = engine_loading_note(target)
+    if note:
+        print(f"model_merger: note: {note}", file=sys.stderr)
     if args.hf_upload_path is not None:
         try:
             url = upload(target, args.hf_upload_path, args.hf_private)

@@ -185,3 +185,14 @@ def test_a_truncated_shard_is_named_by_the_merger(checkpoint, tmp_path) -> None:
     assert proc.returncode == 2
     assert f"Checkpoint '{step / 'actor'}' is damaged: {shard} is 100 bytes, truncated from the" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_merged_model_vllm_cannot_load_as_written_gets_a_note_naming_the_keys(tmp_path) -> None:
+    """LLaVA-OneVision as transformers 5 saves it (what the merger writes): the note names the tower's keys and the
+    call that lets vLLM load them; a model vLLM loads as written gets none."""
+    from verl.models.tiny_models import get_or_build_tiny_model
+
+    note = merger.engine_loading_note(get_or_build_tiny_model("llava_onevision", str(tmp_path)))
+    assert note is not None and "'vision_tower.vision_model.*'" in note and "load_transformers_tower_names" in note
+    assert "vision_tower.encoder." in note
+    assert merger.engine_loading_note(get_or_build_tiny_model("qwen2", str(tmp_path))) is None
