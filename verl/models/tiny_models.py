@@ -35,7 +35,9 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
+
+from verl.models.config import VISION_LANGUAGE_MODEL_TYPES
 
 
 if TYPE_CHECKING:  # torch and transformers load lazily: the CLI checks its arguments before the slow imports
@@ -57,33 +59,9 @@ ModelKind = Literal[
     "internvl",
     "llava_onevision",
 ]
-MODEL_KINDS: tuple[str, ...] = (
-    "qwen2",
-    "qwen2_5_vl",
-    "qwen2_vl",
-    "qwen3_vl",
-    "qwen2_rm",
-    "qwen3_moe",
-    "qwen3_5",
-    "qwen3_5_moe",
-    "gemma4",
-    "glm4v",
-    "glm4v_moe",
-    "internvl",
-    "llava_onevision",
-)
-VL_KINDS: tuple[str, ...] = (
-    "qwen2_5_vl",
-    "qwen2_vl",
-    "qwen3_vl",
-    "qwen3_5",
-    "qwen3_5_moe",
-    "gemma4",
-    "glm4v",
-    "glm4v_moe",
-    "internvl",
-    "llava_onevision",
-)
+MODEL_KINDS: tuple[str, ...] = get_args(ModelKind)
+VL_KINDS: tuple[str, ...] = VISION_LANGUAGE_MODEL_TYPES
+"""Each vision-language kind is named after its model type: one of every type the trainer supports."""
 HYBRID_KINDS: tuple[str, ...] = ("qwen3_5", "qwen3_5_moe")
 """Kinds whose decoder mixes Gated DeltaNet (linear attention) layers with full attention, as Qwen3.5 does."""
 PATCH_SIZES: dict[str, int] = {"qwen3_vl": 16, "qwen3_5": 16, "qwen3_5_moe": 16, "gemma4": 16}
