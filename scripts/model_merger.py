@@ -40,6 +40,8 @@ import re
 import sys
 from typing import Any
 
+from verl.models.transformers_compat import write_checkpoint_layout
+
 
 HF_SUBDIR = "huggingface"
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
@@ -155,6 +157,7 @@ def merge_lora(
             target.copy_(merge_weight(target, state[a_name], state[b_name], scaling))
     model.to(getattr(torch, torch_dtype_name(dtype)))
     model.save_pretrained(target_dir, safe_serialization=True)
+    write_checkpoint_layout(target_dir)  # Qwen3-VL-MoE's experts as its checkpoints store them
     _copy_side_files(hf_dir, target_dir, skip=("config.json", "adapter_config.json"))
     return target_dir
 
@@ -239,6 +242,7 @@ def merge(
         )
     model.tie_weights()
     model.save_pretrained(target_dir, safe_serialization=True)
+    write_checkpoint_layout(target_dir)  # Qwen3-VL-MoE's experts as its checkpoints store them
     _copy_side_files(hf_dir, target_dir, skip=("config.json",))
     return target_dir
 

@@ -56,6 +56,15 @@ FAMILIES: dict[str, Family] = {
     for family in (
         Family("qwen2_5_vl", 3136, "Qwen2_5_VLForConditionalGeneration"),
         Family("qwen3_vl", 4096, "Qwen3VLForConditionalGeneration"),
+        # Qwen3-VL-MoE (Qwen3-VL-30B-A3B): Qwen3-VL's processor and rope index (checked on qwen3_vl), MoE decoder
+        Family(
+            "qwen3_vl_moe",
+            4096,
+            "Qwen3VLMoeForConditionalGeneration",
+            processor=False,
+            video=False,
+            env_images=False,  # Qwen3-VL's path, checked on qwen3_vl
+        ),
         # Qwen2-VL: the slow checks run on Qwen2.5-VL, its successor with the same text model and rope index.
         Family(
             "qwen2_vl",

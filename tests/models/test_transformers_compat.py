@@ -35,3 +35,26 @@ def test_a_tower_whose_class_is_swapped_records_hidden_states_only_with_keep_out
     assert tower(pixels, output_hidden_states=True).hidden_states is None  # the class lookup misses
     keep_output_capture(tower, original)
     assert tower(pixels, output_hidden_states=True).hidden_states is not None
+
+
+def test_qwen3_vl_moe_experts_are_saved_in_the_module_layout_and_loaded_from_the_checkpoint_layout(tmp_path) -> None:
+    """The tiny Qwen3-VL-MoE is written in its checkpoints' layout (experts transposed) and transformers loads it back
+    exactly, but transformers' own reverse conversion (what save_pretrained writes) keeps the module's layout. When it
+    transposes back itself, the last assertion fails and TRANSPOSED_EXPERT_CHECKPOINTS can go."""
+    from safetensors import safe_open
+    from transformers import AutoModelForImageTextToText
+    from transformers.core_model_loading import revert_weight_conversion
+
+    from verl.models.transformers_compat import checkpoint_layout
+
+    model_dir = get_or_build_tiny_model("qwen3_vl_moe", str(tmp_path))
+    model = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32)
+    name = "model.language_model.layers.0.mlp.experts.gate_up_proj"
+    module_tensor = model.get_parameter(name)
+    with safe_open(f"{model_dir}/model.safetensors", "pt") as f:
+        stored = f.get_tensor(name)
+    experts, width, hidden = module_tensor.shape  # (experts, 2 x moe width, hidden) in the module
+    assert stored.shape == (experts, hidden, width)
+    assert torch.equal(checkpoint_layout("qwen3_vl_moe", name, module_tensor), stored)
+    assert torch.equal(checkpoint_layout("qwen3_moe", name, module_tensor), module_tensor)
+    assert revert_weight_conversion(model, {name: module_tensor.detach()})[name].shape == module_tensor.shape

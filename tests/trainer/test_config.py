@@ -978,9 +978,10 @@ def test_the_weight_sync_refuses_an_unchecked_mixture_of_experts_from_its_config
     its text_config)."""
     from verl.models.config import expert_count, refuse_unchecked_experts
 
-    vlm = {"model_type": "qwen3_vl_moe", "text_config": {"num_experts": 128}}
-    assert expert_count(vlm) == ("num_experts", 128)
-    with pytest.raises(NotImplementedError, match=r"The actor is a mixture-of-experts model \('qwen3_vl_moe'"):
+    vlm = {"model_type": "kimi_vl", "text_config": {"model_type": "deepseek_v3", "n_routed_experts": 64}}
+    assert expert_count(vlm) == ("n_routed_experts", 64)
+    with pytest.raises(NotImplementedError, match=r"The actor is a mixture-of-experts model \('kimi_vl'"):
         refuse_unchecked_experts("The actor", vlm)
     refuse_unchecked_experts("The actor", {"model_type": "qwen3_moe", "num_experts": 4})
+    refuse_unchecked_experts("The actor", {"model_type": "qwen3_vl_moe", "text_config": {"num_local_experts": 4}})
     assert expert_count({"model_type": "qwen2", "num_experts": 0}) is None

@@ -35,6 +35,7 @@ VISION_LANGUAGE_MODEL_TYPES: tuple[str, ...] = (
     "qwen2_vl",
     "qwen2_5_vl",
     "qwen3_vl",
+    "qwen3_vl_moe",
     "qwen3_5",
     "qwen3_5_moe",
     "gemma4",
@@ -210,7 +211,7 @@ def check_offload(prefix: str, fsdp: FSDPConfig, offload: OffloadConfig) -> None
 EXPERT_COUNT_KEYS: tuple[str, ...] = ("num_experts", "num_local_experts", "n_routed_experts")
 """config.json keys that give a mixture-of-experts model's expert count (Qwen-MoE, Mixtral, DeepSeek)."""
 
-MIXTURE_OF_EXPERTS_MODEL_TYPES: tuple[str, ...] = ("qwen3_moe", "qwen3_5_moe", "glm4v_moe")
+MIXTURE_OF_EXPERTS_MODEL_TYPES: tuple[str, ...] = ("qwen3_moe", "qwen3_vl_moe", "qwen3_5_moe", "glm4v_moe")
 """Mixture-of-experts model types an actor may be: the engine after a weight sync computes what the actor computes
 (tests/workers/rollout/test_moe_engine_sync.py on the CPU; on a GPU the first sync of a run is checked). glm4v_moe
 (GLM-4.5V) has a shared expert and an expert-score correction bias (a buffer the weight sync sends too). Others are

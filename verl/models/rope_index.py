@@ -29,6 +29,7 @@ MROPE_MODEL_CLASSES: dict[str, str] = {
     "qwen2_vl": "Qwen2VLModel",
     "qwen2_5_vl": "Qwen2_5_VLModel",
     "qwen3_vl": "Qwen3VLModel",
+    "qwen3_vl_moe": "Qwen3VLMoeModel",  # Qwen3-VL's rope index, MoE text model
     "qwen3_5": "Qwen3_5Model",  # Qwen3.5: Qwen3-VL's rope index (timestamps between video frames)
     "qwen3_5_moe": "Qwen3_5MoeModel",
     "glm4v": "Glm4vModel",  # GLM-4.1V: one rope group per video frame (timestamps between frames)

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from verl.models.config import VISION_LANGUAGE_MODEL_TYPES
+from verl.models.transformers_compat import write_checkpoint_layout
 
 
 if TYPE_CHECKING:  # torch and transformers load lazily: the CLI checks its arguments before the slow imports
@@ -49,6 +50,7 @@ ModelKind = Literal[
     "qwen2_5_vl",
     "qwen2_vl",
     "qwen3_vl",
+    "qwen3_vl_moe",
     "qwen2_rm",
     "qwen3_moe",
     "qwen3_5",
@@ -64,14 +66,14 @@ VL_KINDS: tuple[str, ...] = VISION_LANGUAGE_MODEL_TYPES
 """Each vision-language kind is named after its model type: one of every type the trainer supports."""
 HYBRID_KINDS: tuple[str, ...] = ("qwen3_5", "qwen3_5_moe")
 """Kinds whose decoder mixes Gated DeltaNet (linear attention) layers with full attention, as Qwen3.5 does."""
-PATCH_SIZES: dict[str, int] = {"qwen3_vl": 16, "qwen3_5": 16, "qwen3_5_moe": 16, "gemma4": 16}
+PATCH_SIZES: dict[str, int] = {"qwen3_vl": 16, "qwen3_vl_moe": 16, "qwen3_5": 16, "qwen3_5_moe": 16, "gemma4": 16}
 """Vision patch size of a VL kind other than Qwen2(.5)-VL's 14 pixels."""
 GLM_KINDS: tuple[str, ...] = ("glm4v", "glm4v_moe")
 """GLM-4.1V (dense) and GLM-4.5V (mixture of experts): GLM's chat format and image tokens, partial rotary mrope."""
 REWARD_KINDS: tuple[str, ...] = ("qwen2_rm",)
 """Kinds with a one-label score head (sequence classification) instead of an LM head; they get no generation config."""
 MOE_EXPERTS, MOE_EXPERTS_PER_TOKEN = 4, 2
-"""qwen3_moe, qwen3_5_moe, glm4v_moe: routed experts per sparse layer, and experts routed per token."""
+"""qwen3_moe, qwen3_vl_moe, qwen3_5_moe, glm4v_moe: routed experts per sparse layer, and experts routed per token."""
 LINEAR_HEAD_DIM, LINEAR_KEY_HEADS, LINEAR_VALUE_HEADS = 128, 2, 4
 """qwen3_5 kinds: the Gated DeltaNet layers' head dim (Qwen3.5's own 128, which vLLM's CPU kernel needs) and heads
 (two value heads per key head, as in Qwen3.5, so the grouped path runs)."""
@@ -364,8 +366,8 @@ class TinyModelSpec:
     """Everything that determines a tiny model directory; the same spec always gives the same files."""
 
     kind: str = "qwen2"
-    """Model family: qwen2 (text), qwen3_moe (text, mixture of experts), qwen2_5_vl, qwen2_vl or qwen3_vl (with a
-    vision tower), qwen3_5 or qwen3_5_moe (vision tower, hybrid Gated DeltaNet / full-attention decoder, as the
+    """Model family: qwen2 (text), qwen3_moe (text, mixture of experts), qwen2_5_vl, qwen2_vl, qwen3_vl or
+    qwen3_vl_moe (with a vision tower; Qwen3-VL-30B-A3B's experts for the last), qwen3_5 or qwen3_5_moe (vision tower, hybrid Gated DeltaNet / full-attention decoder, as the
     published Qwen3.5 checkpoints), gemma4 (Gemma 4 E2B's layout with a vision tower, Gemma's tokens and chat
     format), glm4v or glm4v_moe (GLM-4.1V, GLM-4.5V), qwen2_rm (qwen2 with a score head)."""
     seed: int = 0
@@ -483,23 +485,34 @@ def _mrope_section(head_dim: int) -> list[int]:
 
 
 def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "PreTrainedConfig":
-    from transformers import Qwen2_5_VLConfig, Qwen2Config, Qwen2VLConfig, Qwen3MoeConfig, Qwen3VLConfig
+    from transformers import (
+        Qwen2_5_VLConfig,
+        Qwen2Config,
+        Qwen2VLConfig,
+        Qwen3MoeConfig,
+        Qwen3VLConfig,
+        Qwen3VLMoeConfig,
+    )
 
     if spec.kind == "gemma4":
         return _gemma4_config(spec, tokenizer)
     text = _text_config_kwargs(spec, tokenizer)
     if spec.kind == "qwen2":
         return Qwen2Config(rope_parameters={"rope_type": "default", "rope_theta": 1e6}, **text)
-    if spec.kind == "qwen3_moe":  # Qwen3-30B-A3B's layout, small: every layer sparse, q/k norms, explicit head_dim
+    # Qwen3-30B-A3B's experts, small (its text model is Qwen3-VL-30B-A3B's too): every layer sparse
+    experts = {
+        "num_experts": MOE_EXPERTS,
+        "num_experts_per_tok": MOE_EXPERTS_PER_TOKEN,
+        "moe_intermediate_size": spec.intermediate_size // MOE_EXPERTS_PER_TOKEN,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+    }
+    if spec.kind == "qwen3_moe":  # q/k norms, explicit head_dim
         return Qwen3MoeConfig(
             rope_parameters={"rope_type": "default", "rope_theta": 1e6},
             head_dim=spec.hidden_size // spec.num_heads,
-            num_experts=MOE_EXPERTS,
-            num_experts_per_tok=MOE_EXPERTS_PER_TOKEN,
-            moe_intermediate_size=spec.intermediate_size // MOE_EXPERTS_PER_TOKEN,
-            decoder_sparse_step=1,
-            mlp_only_layers=[],
             norm_topk_prob=True,
+            **experts,
             **text,
         )
     if spec.kind == "qwen2_rm":
@@ -515,8 +528,12 @@ def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> 
         return _qwen3_5_config(spec, tokenizer, text, head_dim)
     if spec.kind in GLM_KINDS:
         return _glm4v_config(spec, tokenizer, text, head_dim)
-    if spec.kind == "qwen3_vl":  # Qwen3-VL interleaves the three rope sections over the frequencies
+    if spec.kind in ("qwen3_vl", "qwen3_vl_moe"):  # Qwen3-VL interleaves the three rope sections over the frequencies
         text.update(head_dim=head_dim)
+    if spec.kind == "qwen3_vl_moe":  # transformers' router always normalises the top-k; vLLM reads the flag
+        # 3/4 of the width (768 of 2048 in Qwen3-VL-30B-A3B): no square expert matrix, whose transposed checkpoint
+        # layout transformers could not tell from its own (transformers_compat.TRANSPOSED_EXPERT_CHECKPOINTS)
+        text.update({**experts, "norm_topk_prob": True, "moe_intermediate_size": 3 * spec.hidden_size // 4})
         text["rope_parameters"]["mrope_interleaved"] = True
     ids = _special_ids(tokenizer)
     # The top-level VL config does not keep bos/eos/pad: they live in text_config (set above).
@@ -535,7 +552,7 @@ def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> 
         "temporal_patch_size": 2,
         "initializer_range": spec.initializer_range,
     }
-    if spec.kind == "qwen3_vl":
+    if spec.kind in ("qwen3_vl", "qwen3_vl_moe"):
         vision.update(
             patch_size=PATCH_SIZES["qwen3_vl"],
             hidden_size=spec.vision_hidden_size,
@@ -544,7 +561,8 @@ def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> 
             num_position_embeddings=64,  # an 8 x 8 grid of learned positions, interpolated to each image's grid
             deepstack_visual_indexes=[0],  # the first block's features also go into the first decoder layer
         )
-        return Qwen3VLConfig(text_config=text, vision_config=vision, **common)
+        config_class = Qwen3VLMoeConfig if spec.kind == "qwen3_vl_moe" else Qwen3VLConfig
+        return config_class(text_config=text, vision_config=vision, **common)
     if spec.kind == "qwen2_5_vl":
         vision.update(
             hidden_size=spec.vision_hidden_size,
@@ -823,6 +841,7 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
         Qwen3_5MoeForConditionalGeneration,
         Qwen3MoeForCausalLM,
         Qwen3VLForConditionalGeneration,
+        Qwen3VLMoeForConditionalGeneration,
     )
 
     config = _model_config(spec, tokenizer)
@@ -831,6 +850,7 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
         "qwen2_5_vl": Qwen2_5_VLForConditionalGeneration,
         "qwen2_vl": Qwen2VLForConditionalGeneration,
         "qwen3_vl": Qwen3VLForConditionalGeneration,
+        "qwen3_vl_moe": Qwen3VLMoeForConditionalGeneration,
         "qwen2_rm": Qwen2ForSequenceClassification,
         "qwen3_moe": Qwen3MoeForCausalLM,
         "qwen3_5": Qwen3_5ForConditionalGeneration,
@@ -894,7 +914,7 @@ def build_processor(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -
             video_processor=Glm4vVideoProcessor(size=size, **patches),
             chat_template=GLM_CHAT_TEMPLATE,
         )
-    if spec.kind in ("qwen3_vl", *HYBRID_KINDS):  # Qwen3.5 ships Qwen3-VL's processor
+    if spec.kind in ("qwen3_vl", "qwen3_vl_moe", *HYBRID_KINDS):  # Qwen3.5 ships Qwen3-VL's processor
         return Qwen3VLProcessor(
             image_processor=Qwen2VLImageProcessor(size=size, **patches),
             tokenizer=tokenizer,
@@ -995,6 +1015,7 @@ def build_tiny_model(output_dir: str, kind: ModelKind = "qwen2", seed: int = 0, 
     os.makedirs(output_dir, exist_ok=True)
     with _progress_bars_disabled():
         model.save_pretrained(output_dir)
+        write_checkpoint_layout(output_dir)
         tokenizer.save_pretrained(output_dir)
         if spec.is_vl:
             build_processor(spec, tokenizer).save_pretrained(output_dir)

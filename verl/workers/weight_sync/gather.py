@@ -32,6 +32,7 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
 from verl.models.lora import base_name, is_adapter_param, lora_merge_plan, merge_weight
+from verl.models.transformers_compat import checkpoint_layout
 from verl.workers.rollout.vllm_rollout import on_gpu
 
 
@@ -244,12 +245,14 @@ def iter_full_weights(
     layer's weight is sent merged (W + scaling x B @ A, under the base model's name), or with `merge_lora=False` as
     the base weight alone; its adapters are not sent on their own. A parameter transformers fused from several
     checkpoint tensors (mixture-of-experts experts) is sent as those tensors, split by transformers' own reverse
-    conversion (what `save_pretrained` writes, the names vLLM loads). The time spent here (gathering, casting,
+    conversion (what `save_pretrained` writes, the names vLLM loads); one its checkpoints store transposed
+    (transformers_compat.checkpoint_layout) is sent transposed. The time spent here (gathering, casting,
     merging, splitting) is added to `stats["gather_seconds"]`, so the engine's share of a sync is the rest.
     """
     from transformers.core_model_loading import revert_weight_conversion
 
     plan = _cached_stream_plan(module, names)
+    model_type = getattr(getattr(module, "config", None), "model_type", None)
     clock = time.perf_counter()
     for group, full in _gathered(plan, dtype):
         for name in group:
@@ -261,8 +264,8 @@ def iter_full_weights(
                 tensor = merge_weight(tensor, full(a_name), full(b_name), scaling)
             if name in plan.fused:
                 pieces = revert_weight_conversion(module, {plan.fused[name]: tensor.detach()}).items()
-            else:
-                pieces = [(names[name], tensor)]
+            else:  # Qwen3-VL-MoE's experts: transposed, as its checkpoints store them
+                pieces = [(names[name], checkpoint_layout(model_type, names[name], tensor))]
             for checkpoint_name, piece in pieces:
                 yield checkpoint_name, _counted(piece.detach().to(dtype), stats, clock)
                 clock = time.perf_counter()
