@@ -262,7 +262,8 @@ def vl_args(workspace, kind: str, name: str, reward_function: str, *extra: str) 
 @pytest.mark.parametrize("kind", vl_kinds("grpo"))
 def test_grpo_vl_run_with_images(workspace, kind):
     """qwen3_5, qwen3_5_moe: Qwen3.5's Gated DeltaNet hybrid, dense (on a tensor-parallel engine) and MoE, its engine
-    in bf16 on the CPU (the weight check's 16-bit tolerance); glm4v, glm4v_moe: GLM-4.1V and GLM-4.5V; gemma4: Gemma 4.
+    in bf16 on the CPU (the weight check's 16-bit tolerance); glm4v, glm4v_moe: GLM-4.1V and GLM-4.5V; gemma4: Gemma 4;
+    qwen3_vl_moe: Qwen3-VL-MoE (fp32, experts synced in its checkpoints' transposed layout).
     Every family but Qwen2.5-VL has its engine checked against the actor at every sync."""
     root = workspace["root"]
     name = "grpo_vl" if kind == "qwen2_5_vl" else f"grpo_vl_{kind}"
@@ -279,9 +280,9 @@ def test_grpo_vl_run_with_images(workspace, kind):
         assert all(row["rollout/weight_sync_mean_gap"] <= 1e-4 for row in steps), steps
     if kind.startswith("qwen3_5"):  # measured 0.03-0.05 mean (bf16 rounding); the 16-bit tolerance is 0.1 mean
         assert all(row["rollout/weight_sync_mean_gap"] <= 0.1 for row in steps), steps
-    if kind.startswith("glm4v"):  # fp32 engine and actor
+    if kind.startswith("glm4v") or kind == "qwen3_vl_moe":  # fp32 engine and actor
         assert all(row["rollout/weight_sync_mean_gap"] <= 1e-4 for row in steps), steps
-    if kind == "glm4v_moe":  # the routers' load balance, and the engine's routing of the probe equals the actor's
+    if kind in ("glm4v_moe", "qwen3_vl_moe"):  # the routers' load balance; the engine routes the probe as the actor
         assert all(
             1.0 <= row["moe/load_imbalance/mean"] and row["rollout/weight_sync_routing_mismatch"] == 0.0
             for row in steps
@@ -304,11 +305,12 @@ def test_grpo_vl_run_with_images(workspace, kind):
     assert len(os.listdir(rollouts / "images" / "step_2")) == 4
 
 
-@pytest.mark.parametrize("kind", ["qwen3_5", "qwen3_5_moe", "gemma4"])
+@pytest.mark.parametrize("kind", ["qwen3_5", "qwen3_5_moe", "gemma4", "qwen3_vl_moe"])
 def test_qwen3_5_checkpoint_merges_and_loads_in_vllm(workspace, kind):
     """The Qwen3.5 runs' checkpoints (the test above) merged to Hugging Face format: exactly the trained weights, and
     vLLM reads the merged model from disk (its own loader, not a weight sync) to the actor's log-probs up to bf16, the
-    vision tower included. Gemma 4's too, in fp32."""
+    vision tower included. Gemma 4's and Qwen3-VL-MoE's too (its experts written transposed, as vLLM reads them), in
+    fp32."""
     import subprocess
     import sys
     from unittest import mock
@@ -368,7 +370,7 @@ def test_qwen3_5_checkpoint_merges_and_loads_in_vllm(workspace, kind):
     # at 2 of the 37 tokens, 1.2 nats off there; Hugging Face's bf16 forward is 0.043 from the fp32 one); weights read
     # wrongly would put most tokens far off
     gap = (engine - actor).abs()
-    if kind == "gemma4":  # fp32: measured 9e-7 mean, 4e-6 max
+    if kind in ("gemma4", "qwen3_vl_moe"):  # fp32: measured 9e-7 mean, 4e-6 max (Gemma 4)
         assert gap.max() <= 1e-4, gap.max()
     else:
         assert gap.median() <= 0.06 and gap.mean() <= (0.1 if kind == "qwen3_5" else 0.15), (gap.mean(), gap.median())
