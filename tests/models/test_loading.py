@@ -60,8 +60,8 @@ def test_unsupported_vision_language_families_are_refused(model_dirs):
 
     config = AutoConfig.from_pretrained(model_dirs["qwen2_5_vl"])
     check_supported_model(config, "tiny")  # supported: no error
-    config.model_type = "kimi_vl"  # not supported
-    with pytest.raises(NotImplementedError, match="'kimi_vl' vision-language model"):
+    config.model_type = "ernie4_5_vl_moe"  # not supported
+    with pytest.raises(NotImplementedError, match="'ernie4_5_vl_moe' vision-language model"):
         check_supported_model(config, "tiny")
 
 
