@@ -16,6 +16,7 @@ as gathering each parameter on its own, bit for bit, with and without a bf16 mix
 
 from unittest import mock
 
+import pytest
 import torch
 import torch.distributed as dist
 from fsdp_testing import init_rank, make_text_batch, spawn
@@ -96,7 +97,7 @@ def test_unit_gathers_equal_per_parameter_gathers(tmp_path):
 def _run_moe(rank: int, world_size: int, port: int, model_dir: str) -> None:
     """A mixture-of-experts actor (transformers fuses each layer's experts into two tensors): the stream sends what
     `save_pretrained` writes, every expert's gate, up and down projection under its checkpoint name (the names
-    vLLM's Qwen3-MoE loads), bit for bit."""
+    vLLM's Qwen3-MoE loads), bit for bit; Qwen3-VL-MoE's fused experts as its checkpoints store them (transposed)."""
     init_rank(rank, world_size, port)
     from safetensors.torch import load_file
     from torch.distributed.device_mesh import init_device_mesh
@@ -105,13 +106,14 @@ def _run_moe(rank: int, world_size: int, port: int, model_dir: str) -> None:
     from verl.models.fsdp import create_fsdp_model
 
     checkpoint = load_file(f"{model_dir}/model.safetensors")
-    assert "model.layers.0.mlp.experts.3.down_proj.weight" in checkpoint
+    assert any(".mlp.experts." in name for name in checkpoint)
     mesh = init_device_mesh("cpu", (world_size,))
     model = create_fsdp_model(ModelConfig(model_path=model_dir), FSDPConfig(), mesh, torch.device("cpu"))
     assert any(name.endswith("mlp.experts.gate_up_proj") for name, _ in model.named_parameters())
     streamed, _ = _streamed(model, torch.float32)
+    (embedding,) = [name for name in checkpoint if name.endswith("embed_tokens.weight")]
     expected = {name: tensor for name, tensor in checkpoint.items() if name != "lm_head.weight"} | {
-        "lm_head.weight": checkpoint["model.embed_tokens.weight"]  # tied: streamed under both names
+        "lm_head.weight": checkpoint[embedding]  # tied: streamed under both names
     }
     assert set(streamed) == set(expected), sorted(set(streamed) ^ set(expected))[:6]
     for name, tensor in expected.items():
@@ -119,5 +121,6 @@ def _run_moe(rank: int, world_size: int, port: int, model_dir: str) -> None:
     dist.destroy_process_group()
 
 
-def test_a_mixture_of_experts_actor_streams_every_experts_checkpoint_tensor(tmp_path):
-    spawn(_run_moe, 2, get_or_build_tiny_model("qwen3_moe", str(tmp_path / "models")))
+@pytest.mark.parametrize("kind", ["qwen3_moe", "qwen3_vl_moe"])
+def test_a_mixture_of_experts_actor_streams_every_experts_checkpoint_tensor(tmp_path, kind):
+    spawn(_run_moe, 2, get_or_build_tiny_model(kind, str(tmp_path / "models")))
