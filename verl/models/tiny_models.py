@@ -369,7 +369,8 @@ class TinyModelSpec:
     """Model family: qwen2 (text), qwen3_moe (text, mixture of experts), qwen2_5_vl, qwen2_vl, qwen3_vl or
     qwen3_vl_moe (with a vision tower; Qwen3-VL-30B-A3B's experts for the last), qwen3_5 or qwen3_5_moe (vision
     tower, hybrid Gated DeltaNet / full-attention decoder, as the published Qwen3.5 checkpoints), gemma4 (Gemma 4
-    E2B's layout with a vision tower, Gemma's tokens and chat format), glm4v or glm4v_moe (GLM-4.1V, GLM-4.5V), qwen2_rm (qwen2 with a score head)."""
+    E2B's layout with a vision tower, Gemma's tokens and chat format), glm4v or glm4v_moe (GLM-4.1V, GLM-4.5V),
+    qwen2_rm (qwen2 with a score head)."""
     seed: int = 0
     """Seed of the weight initialisation (the tokenizer does not depend on it)."""
     vocab_size: int = 2048
