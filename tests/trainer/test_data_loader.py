@@ -25,7 +25,7 @@ from verl.data.tokenizer import get_tokenizer
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.protocol import DataProto
 from verl.trainer.config import DataConfig
-from verl.trainer.data_loader import create_dataloader, load_loader_state, reset_stop_signals, saved_num_workers
+from verl.trainer.data_loader import create_dataloader, init_loader_worker, load_loader_state, saved_num_workers
 
 
 NUM_ROWS = 10
@@ -198,7 +198,7 @@ def test_a_position_resumes_with_the_worker_count_it_was_saved_with(
 
 def test_validation_uses_workers_only_when_it_has_several_batches(files, tokenizer):
     train, val = create_dataloader(_config(files, dataloader_num_workers=2), tokenizer, None)
-    assert train.num_workers == 2 and train.worker_init_fn is reset_stop_signals
+    assert train.num_workers == 2 and train.worker_init_fn is init_loader_worker
     assert val.num_workers == 0  # data.val_batch_size=-1: one batch, nothing to prepare ahead
     _, val = create_dataloader(_config(files, dataloader_num_workers=2, val_batch_size=2), tokenizer, None)
     assert val.num_workers == 2
@@ -207,11 +207,42 @@ def test_validation_uses_workers_only_when_it_has_several_batches(files, tokeniz
 
 def test_loader_workers_leave_ctrl_c_to_the_driver_and_end_on_sigterm():
     previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    threads = torch.get_num_threads()
     try:
         signal.signal(signal.SIGTERM, lambda signum, frame: None)  # as the fit loop's StopRequest installs it
-        reset_stop_signals(0)
+        init_loader_worker(0)
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # how torch ends a worker that does not stop
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        torch._C.set_num_threads(threads)
+
+
+class _ParallelRows(torch.utils.data.Dataset):
+    """Rows whose making runs torch ops large enough to be split over threads (an image processor's rescale)."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return (torch.rand(2000, 2000) * 2.0).to(torch.float64).sum()
+
+
+def test_loader_workers_run_parallel_ops_after_a_vllm_engine_replaced_set_num_threads(monkeypatch):
+    """A worker forked from a process with an OpenMP pool of several threads hangs in its first parallel op unless it
+    runs on one thread; the loader's own torch.set_num_threads(1) is a no-op once a vLLM engine was built in the
+    process (vLLM's CPU worker replaces it). Measured: without init_loader_worker the loader timed out."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    threads = torch.get_num_threads()
+    torch._C.set_num_threads(2)
+    try:
+        (torch.rand(4000, 4000) * 3.0).sum()  # the parent's pool of two threads
+        monkeypatch.setattr(torch, "set_num_threads", lambda count: None)  # as vLLM's CPU worker leaves it
+        loader = StatefulDataLoader(
+            _ParallelRows(), batch_size=2, num_workers=2, worker_init_fn=init_loader_worker, timeout=60
+        )
+        assert [batch.shape for batch in loader] == [(2,), (2,)]
+    finally:
+        torch._C.set_num_threads(threads)

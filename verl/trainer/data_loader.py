@@ -39,14 +39,20 @@ logger = logging.getLogger(__name__)
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
 
 
-def reset_stop_signals(worker_id: int) -> None:
-    """In each loader worker: Ctrl-C is the driver's to handle, and SIGTERM ends the worker.
+def init_loader_worker(worker_id: int) -> None:
+    """In each loader worker: one torch thread; Ctrl-C is the driver's to handle, and SIGTERM ends the worker.
+
+    A worker is forked from the driver, whose OpenMP pool it cannot use: its first parallel torch op (an image
+    processor's rescale of a large image) would wait in libgomp forever. The loader sets one thread through
+    `torch.set_num_threads`, which a vLLM engine built in the same process replaces with a no-op, so the worker sets
+    it through torch's own implementation.
 
     Workers forked while the fit loop runs would inherit the driver's SIGINT/SIGTERM handlers
     (verl/trainer/preemption.py): each would log the stop message, and torch could not end a stuck worker with
     SIGTERM. Ctrl-C reaches the whole terminal process group; a worker ending on it would fail the driver's next
     batch in the middle of its checkpoint-and-stop, so the workers ignore it until the driver closes the loader.
     """
+    torch._C.set_num_threads(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
@@ -74,7 +80,7 @@ def load_loader_state(loader: StatefulDataLoader, state: dict[str, Any]) -> None
             loader.num_workers,
         )
         loader.num_workers = saved
-        loader.worker_init_fn = reset_stop_signals if saved else None
+        loader.worker_init_fn = init_loader_worker if saved else None
         if saved and loader.prefetch_factor is None:  # left unset by a loader built without workers
             loader.prefetch_factor = 2
     loader.load_state_dict(state)
@@ -179,7 +185,7 @@ def _loader(dataset: Any, batch_size: int, num_workers: int, **kwargs: Any) -> S
         dataset,
         batch_size=batch_size,
         num_workers=num_workers,
-        worker_init_fn=reset_stop_signals if num_workers else None,
+        worker_init_fn=init_loader_worker if num_workers else None,
         collate_fn=collate_fn,
         **kwargs,
     )
