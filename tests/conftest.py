@@ -126,6 +126,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
     yield
     _rearm_faulthandler(item.config)
+    # A vLLM engine built in this process (a test's own, not the rollout's, which restores it) leaves
+    # torch.set_num_threads a no-op, which later tests' data-loader workers rely on (verl.trainer.data_loader)
+    import torch
+
+    torch.set_num_threads = torch._C.set_num_threads
 
 
 class SmallDisk:
