@@ -47,12 +47,14 @@ def _strip_wrappers(name: str) -> str:
 
 
 def _saved_tensors(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, tensor) of what `save_pretrained` writes: every parameter, then the persistent buffers (GLM-4.5V's
-    routers keep their expert-score correction bias in one; the engine must get it)."""
+    """(name, tensor) of what `save_pretrained` writes and the engine needs: every parameter, then the persistent
+    floating-point buffers (GLM-4.5V's routers keep their expert-score correction bias in one, Gemma 4 its layer
+    scalars; the engine must get them). Integer buffers (position or index tables) are constants the engine builds
+    itself, and the stream casts what it sends to the engine's dtype."""
     yield from module.named_parameters(remove_duplicate=False)
     for name, buffer in module.named_buffers(remove_duplicate=False):
         owner_name, _, leaf = name.rpartition(".")
-        if leaf not in module.get_submodule(owner_name)._non_persistent_buffers_set:
+        if buffer.is_floating_point() and leaf not in module.get_submodule(owner_name)._non_persistent_buffers_set:
             yield name, buffer
 
 
