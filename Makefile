@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml Makefile | $(VENV)/bin/python
 	touch $(STAMP)
 
 test: install
-	$(PY) -m pytest tests -q -rs --durations=25 $(PYTEST_ARGS); rc=$$?; \
+	$(PY) -m pytest tests -q -rfEs --durations=25 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
 test-fast: install
