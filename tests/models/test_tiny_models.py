@@ -208,6 +208,17 @@ def test_qwen3_5_kinds_have_the_published_hybrid_layout(kind, tiny_cache):
     assert AutoProcessor.from_pretrained(model_dir).image_processor.patch_size == 16
 
 
+@pytest.mark.parametrize("kind", ["qwen3_vl", "qwen3_vl_moe"])
+def test_qwen3_vl_kinds_interleave_their_rope_sections(kind, tiny_cache):
+    """Qwen3-VL's text rope interleaves its three sections: transformers always does, vLLM only where the config says
+    so (`mrope_interleaved`); without the flag the engine's positions differ from the actor's at every image."""
+    model_dir = get_or_build_tiny_model(kind, tiny_cache)
+    with open(os.path.join(model_dir, "config.json")) as f:
+        text = json.load(f)["text_config"]
+    assert text["rope_parameters"]["mrope_interleaved"] is True
+    assert ("moe_intermediate_size" in text) == (kind == "qwen3_vl_moe")
+
+
 def test_gemma4_kind_has_the_e2b_layout_and_gemma_tokens(tiny_cache):
     """As Gemma 4 E2B: sliding and full attention alternating (full ones with twice the head dim), the second half
     of the layers sharing keys and values, per-layer inputs, soft-capped logits, causal image attention; <pad> is

@@ -531,11 +531,11 @@ def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> 
         return _glm4v_config(spec, tokenizer, text, head_dim)
     if spec.kind in ("qwen3_vl", "qwen3_vl_moe"):  # Qwen3-VL interleaves the three rope sections over the frequencies
         text.update(head_dim=head_dim)
+        text["rope_parameters"]["mrope_interleaved"] = True
     if spec.kind == "qwen3_vl_moe":  # transformers' router always normalises the top-k; vLLM reads the flag
         # 3/4 of the width (768 of 2048 in Qwen3-VL-30B-A3B): no square expert matrix, whose transposed checkpoint
         # layout transformers could not tell from its own (transformers_compat.TRANSPOSED_EXPERT_CHECKPOINTS)
         text.update({**experts, "norm_topk_prob": True, "moe_intermediate_size": 3 * spec.hidden_size // 4})
-        text["rope_parameters"]["mrope_interleaved"] = True
     ids = _special_ids(tokenizer)
     # The top-level VL config does not keep bos/eos/pad: they live in text_config (set above).
     common = {
