@@ -1,16 +1,5 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
-#
-# Licensed under the Apache License, Version 2.0 (the "License");
-# you may not use this file except in compliance with the License.
-# You may obtain a copy of the License at
-#
-#     http://www.apache.org/licenses/LICENSE-2.0
-#
-# Unless required by applicable law or agreed to in writing, software
-# distributed under the License is distributed on an "AS IS" BASIS,
-# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-# See the License for the specific language governing permissions and
-# limitations under the License.
+# SPDX-License-Identifier: Apache-2.0
 """Concurrent chat requests: `python -m verl.serve` against vLLM's own OpenAI server on the same tiny model.
 
 Each server is started alone (fp32, eager, its engine in the server's process, the same KV cache), warmed up, then

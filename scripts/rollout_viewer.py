@@ -1,17 +1,6 @@
 #!/usr/bin/env python3
 # Copyright 2026 The verl-compact Authors. All rights reserved.
-#
-# Licensed under the Apache License, Version 2.0 (the "License");
-# you may not use this file except in compliance with the License.
-# You may obtain a copy of the License at
-#
-#     http://www.apache.org/licenses/LICENSE-2.0
-#
-# Unless required by applicable law or agreed to in writing, software
-# distributed under the License is distributed on an "AS IS" BASIS,
-# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-# See the License for the specific language governing permissions and
-# limitations under the License.
+# SPDX-License-Identifier: Apache-2.0
 """Turn the rollouts a run wrote to trainer.rollout_data_dir into one self-contained HTML page.
 
 python scripts/rollout_viewer.py ROLLOUT_DIR [-o page.html]     (default: ROLLOUT_DIR/index.html)

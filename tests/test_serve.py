@@ -1,16 +1,5 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
-#
-# Licensed under the Apache License, Version 2.0 (the "License");
-# you may not use this file except in compliance with the License.
-# You may obtain a copy of the License at
-#
-#     http://www.apache.org/licenses/LICENSE-2.0
-#
-# Unless required by applicable law or agreed to in writing, software
-# distributed under the License is distributed on an "AS IS" BASIS,
-# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-# See the License for the specific language governing permissions and
-# limitations under the License.
+# SPDX-License-Identifier: Apache-2.0
 """`verl.serve` against the OpenAI chat-completions API: request checks, tool calls read by training's parser,
 streaming, usage. A scripted engine serves fixed texts over HTTP to the openai client (a random tiny model writes no
 tool call); the tiny model behind `python -m verl.serve` checks the real engine, and the same requests to vLLM's own

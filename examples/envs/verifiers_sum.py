@@ -1,16 +1,5 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
-#
-# Licensed under the Apache License, Version 2.0 (the "License");
-# you may not use this file except in compliance with the License.
-# You may obtain a copy of the License at
-#
-#     http://www.apache.org/licenses/LICENSE-2.0
-#
-# Unless required by applicable law or agreed to in writing, software
-# distributed under the License is distributed on an "AS IS" BASIS,
-# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-# See the License for the specific language governing permissions and
-# limitations under the License.
+# SPDX-License-Identifier: Apache-2.0
 """A `verifiers` (0.4) taskset with a tool: add two numbers with the `calc_add` tool, answer in <answer></answer>.
 
 verifiers serves the tool (an MCP server: `python -m verifiers_sum`), its harness calls it and its rewards score the

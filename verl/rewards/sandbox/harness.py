@@ -1,16 +1,5 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
-#
-# Licensed under the Apache License, Version 2.0 (the "License");
-# you may not use this file except in compliance with the License.
-# You may obtain a copy of the License at
-#
-#     http://www.apache.org/licenses/LICENSE-2.0
-#
-# Unless required by applicable law or agreed to in writing, software
-# distributed under the License is distributed on an "AS IS" BASIS,
-# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
-# See the License for the specific language governing permissions and
-# limitations under the License.
+# SPDX-License-Identifier: Apache-2.0
 """Several cases of one program in one sandboxed process: the trainer's side of the harness (bootstrap.py runs the
 other side). The harness compiles the program once and forks a child per case; it reports through a pipe no process
 of the program can reach, and the trainer reads the cases' outputs from files the harness hands each case.
