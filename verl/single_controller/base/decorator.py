@@ -2,9 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """`@register`: how a worker method's arguments are split across ranks and how the results come back.
 
-A worker class declares each remote method once, with its dispatch mode (`Dispatch`) next to its signature; the
-driver-side WorkerGroup builds a proxy per method: dispatch -> execute -> collect. Dispatch and collect are plain
-functions of the world size and the arguments, so they are tested without any processes.
+The driver-side WorkerGroup builds a proxy per registered method: dispatch -> execute -> collect. Dispatch and
+collect are plain functions of the world size and the arguments (testable without processes).
 """
 
 import functools
@@ -71,11 +70,10 @@ def register(
 ) -> Callable[[F], F]:
     """Mark a worker method as callable through a WorkerGroup.
 
-    blocking=False makes the group method return a future at once (its `.get()` gives the collected result), so
-    the driver can start work on several groups before waiting on any. Inside the worker process the function runs
-    as written, behind the device boundary: its DataProto arguments arrive on the worker's `device` (e.g. cuda:0)
-    and its DataProto result goes back on the CPU, so worker code never moves a batch itself and the driver never
-    receives device tensors. Workers without a `device` attribute, or on the CPU, are called unchanged.
+    blocking=False makes the group method return a future at once (`.get()` gives the collected result). In the
+    worker, DataProto arguments arrive on `self.device` and a DataProto result goes back on the CPU (workers on the
+    CPU or without `device` are called unchanged), so worker code never moves a batch and the driver never gets
+    device tensors.
     """
     if not isinstance(dispatch_mode, Dispatch):
         raise TypeError(f"register(dispatch_mode=...) needs a Dispatch member, got {dispatch_mode!r}.")
@@ -128,10 +126,8 @@ def get_register_spec(func: Any) -> RegisterSpec | None:
 
 
 def registered_methods(cls: type) -> dict[str, RegisterSpec]:
-    """Every `@register` method of `cls` and its bases, by name (a subclass override wins).
-
-    The class dictionaries are read directly, so properties and other descriptors are never evaluated.
-    """
+    """Every `@register` method of `cls` and its bases, by name (a subclass override wins); reads the class dicts,
+    so descriptors are never evaluated."""
     methods: dict[str, RegisterSpec] = {}
     for klass in reversed(cls.__mro__):
         for name, attr in vars(klass).items():
@@ -201,10 +197,8 @@ def _concat_lists(outputs: list[Any]) -> list[Any]:
 
 
 def _dispatch_dp_compute(world_size: int, args: tuple, kwargs: dict) -> DispatchPlan:
-    """Split every `list` argument into world_size contiguous slices; the first `length % world_size` get one more.
-
-    Only real `list`s are split (tuples, arrays and everything else go to every rank unchanged), so the caller
-    controls the split by the argument's type. Concatenating the per-rank lists restores the input order.
+    """Split every `list` argument into world_size contiguous slices (the first `length % world_size` get one more);
+    anything else, tuples included, goes to every rank unchanged. Concatenating the results restores the order.
     """
     lengths = {len(value) for value in (*args, *kwargs.values()) if isinstance(value, list)}
     if len(lengths) > 1:
@@ -225,11 +219,8 @@ def _dispatch_dp_compute(world_size: int, args: tuple, kwargs: dict) -> Dispatch
 
 
 def _split_protos(world_size: int, args: tuple, kwargs: dict) -> tuple[list[tuple], list[dict], int, int]:
-    """Pad every DataProto argument to a multiple of world_size and chunk it; other arguments are broadcast.
-
-    Returns the per-rank arguments, the number of padding rows and the padded length. Padding repeats rows from
-    the start of the batch, so the workers always see full, valid rows; the collect step drops their results.
-    """
+    """Pad every DataProto argument to a multiple of world_size (repeating rows from the start, so workers see valid
+    rows) and chunk it; other arguments are broadcast. Returns per-rank arguments, padding rows, padded length."""
     named = [(f"argument {i}", value) for i, value in enumerate(args)] + [(repr(k), v) for k, v in kwargs.items()]
     protos = [(name, value) for name, value in named if isinstance(value, DataProto)]
     lengths = {len(value) for _, value in protos}
@@ -258,9 +249,8 @@ def _split_protos(world_size: int, args: tuple, kwargs: dict) -> tuple[list[tupl
 def _concat_and_unpad(outputs: list[Any], pad_size: int, padded_length: int) -> DataProto | None:
     """Concatenate the per-rank DataProtos in rank order and drop the rows computed for padding.
 
-    A worker may return k rows per input row (e.g. k samples per prompt, repeated interleaved); the padding rows
-    are the last ones of the last rank's chunk, so their k * pad_size result rows are the last ones too.
-    Results without rows (metrics carried in meta_info) need no unpadding.
+    A worker may return k rows per input row (k samples per prompt, interleaved): the padding's k * pad_size rows
+    are then the last ones. Results without rows (metrics in meta_info) need no unpadding.
     """
     if all(output is None for output in outputs):
         return None

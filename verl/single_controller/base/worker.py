@@ -1,11 +1,9 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""The base class of every process a WorkerGroup starts: who am I in the group, and where is the rendezvous.
+"""The base class of every process a WorkerGroup starts: its rank in the group and the rendezvous.
 
-The group launcher sets the torchrun-style environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-MASTER_ADDR, MASTER_PORT) before the process constructs its worker, so a subclass can call
-`torch.distributed.init_process_group(backend)` with the default `env://` rendezvous in its `__init__`.
-MASTER_ADDR is the IP of rank 0's node and MASTER_PORT a port that was free there when the group was created.
+The launcher sets the torchrun-style environment (DIST_ENV_VARS) before the worker is constructed, so `__init__` may
+call `init_process_group` with `env://`; MASTER_PORT was free on rank 0's node when the group was created.
 """
 
 import dataclasses
@@ -18,7 +16,7 @@ from verl.single_controller.base.decorator import Dispatch, register
 
 
 DIST_ENV_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-"""The environment variables a launcher sets for every rank (the names torch.distributed and torchrun use)."""
+"""The environment variables a launcher sets for every rank (torchrun's names)."""
 
 
 class WorkerEnvError(RuntimeError):
@@ -30,17 +28,13 @@ class DistEnv:
     """A rank's place in its group, as the launcher's environment variables give it."""
 
     rank: int
-    """Global rank in [0, world_size)."""
     world_size: int
-    """Number of ranks in the group."""
     local_rank: int
-    """Rank among the group's processes on this node (bundle index in this node's placement group)."""
+    """Rank among the group's processes on this node."""
     local_world_size: int
-    """Number of the group's processes on this node."""
     master_addr: str
-    """IP of rank 0's node: the address of the torch.distributed rendezvous store."""
+    """IP of rank 0's node: the rendezvous store's address."""
     master_port: int
-    """Port of the rendezvous store on `master_addr`."""
 
 
 @dataclass(frozen=True)
@@ -52,10 +46,7 @@ class RankInfo(DistEnv):
 
 
 def get_free_port(host: str = "") -> int:
-    """A TCP port that is free on this machine right now (the OS picks it by binding port 0).
-
-    Binding on all interfaces ("") checks the port is free on every address the rendezvous store might use.
-    """
+    """A TCP port free on this machine right now, bound on all interfaces ("") by default."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
@@ -77,8 +68,7 @@ def _read_env_int(name: str) -> int:
 class Worker:
     """Rank bookkeeping shared by every worker; subclasses add the `@register` methods the driver calls.
 
-    The values are read once from the environment at construction, so a worker in a plain process (e.g. a unit
-    test) can set the variables itself before constructing it. They are read-only: the fields of `DistEnv`.
+    Read once from the environment at construction (a test may set the variables first); read-only.
     """
 
     def __init__(self) -> None:

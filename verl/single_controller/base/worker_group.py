@@ -2,9 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """WorkerGroup: the driver's handle on N worker processes, with one proxy method per `@register` method.
 
-`wg.compute_values(batch)` dispatches the arguments (decorator.py), starts the method on every rank (or rank 0)
-through the backend's `_execute_async`, and collects the results. The backend (Ray in ray/base.py) only
-implements how to start a call on a rank and how to wait for the results; everything else lives here.
+A call dispatches the arguments (decorator.py), starts the method on every rank (or rank 0) and collects the results.
+A backend (Ray: ray/base.py) only implements starting a call on a rank and waiting for the results.
 """
 
 from collections.abc import Callable, Sequence
@@ -14,10 +13,8 @@ from verl.single_controller.base.decorator import Execute, RegisterSpec, plan_di
 
 
 class WorkerGroupFuture:
-    """The pending result of a non-blocking group call; `get()` waits for every rank and collects.
-
-    It may be passed straight into another group call as an argument; it is then resolved first.
-    """
+    """The pending result of a non-blocking group call; `get()` waits for every rank and collects (once, cached).
+    Passed as an argument to another group call, it is resolved first."""
 
     def __init__(self, handles: list[Any], wait: Callable[[list[Any]], list[Any]], collect: Callable[[list], Any]):
         self.handles = handles
@@ -28,7 +25,6 @@ class WorkerGroupFuture:
         self._result: Any = None
 
     def get(self) -> Any:
-        """Block until every rank has finished; return the collected result (computed once, then cached)."""
         if not self._done:
             self._result = self._collect(self._wait(self.handles))
             self._done = True
@@ -43,10 +39,8 @@ def _resolve_futures(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 
 class WorkerGroup:
-    """Backend-independent part of a worker group: method binding, dispatch, execute mode, collect, futures.
-
-    Subclasses set `_world_size` and implement `_execute_async` and `_wait`.
-    """
+    """Backend-independent part of a worker group; subclasses set `_world_size` and implement `_execute_async` and
+    `_wait`."""
 
     _world_size: int = 0
     _method_prefix: str = ""
@@ -54,7 +48,6 @@ class WorkerGroup:
 
     @property
     def world_size(self) -> int:
-        """Number of ranks (worker processes) in the group."""
         return self._world_size
 
     def _execute_async(self, method_name: str, ranks: Sequence[int], args: list[tuple], kwargs: list[dict]) -> list:
@@ -66,10 +59,8 @@ class WorkerGroup:
         raise NotImplementedError
 
     def _bind_worker_methods(self, worker_cls: type) -> list[str]:
-        """Add a proxy for every `@register` method of `worker_cls` to this group; return the proxied names.
-
-        Proxy `name` calls the remote method `self._method_prefix + name` (the prefix is set for colocated roles).
-        """
+        """Add a proxy for every `@register` method of `worker_cls`, calling `self._method_prefix + name` remotely;
+        return the proxied names."""
         bound = []
         for name, spec in registered_methods(worker_cls).items():
             if hasattr(self, name):
@@ -83,8 +74,7 @@ class WorkerGroup:
         return bound
 
     def submit(self, method_name: str, *args: Any, **kwargs: Any) -> WorkerGroupFuture:
-        """Start a registered worker method as its proxy would (same dispatch and collect) and return its future at
-        once, whether or not the method is registered as blocking: for a caller that overlaps it with other work."""
+        """Start a registered method as its proxy would and return its future at once, even for a blocking one."""
         registered = getattr(self, "_registered", {})
         if method_name not in registered:
             raise AttributeError(f"{method_name!r} is not a registered method of this worker group's workers.")
@@ -111,11 +101,8 @@ class WorkerGroup:
         return WorkerGroupFuture(handles, self._wait, collect=plan.collect)
 
     def execute_all(self, method_name: str, *args: Any, **kwargs: Any) -> list[Any]:
-        """Call a worker method on every rank with the same arguments; wait for the list of results.
-
-        Any method of a plain worker class works, registered or not; a colocated role's view reaches only the
-        role's registered methods (the ones the colocated class forwards).
-        """
+        """Call a worker method on every rank with the same arguments; wait for the list of results. Any method of a
+        plain worker class works; a colocated role's view reaches only the role's registered methods."""
         return self.execute_all_async(method_name, *args, **kwargs).get()
 
     def execute_all_async(self, method_name: str, *args: Any, **kwargs: Any) -> WorkerGroupFuture:

@@ -2,10 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """RayWorkerGroup: one Ray actor per bundle of a resource pool, driven through the `@register` methods.
 
-The group picks rank 0's rendezvous port before any actor exists, creates every rank's actor at once with a
-torchrun-style environment, and waits for every constructor, so a failing one raises here. On a single machine the
-ranks meet through a file store on loopback (docs/reliability.md); `create_colocated_worker_cls` puts several roles
-in one process.
+`create_colocated_worker_cls` puts several roles in one process. Single-machine rendezvous: docs/reliability.md.
 """
 
 import os
@@ -100,11 +97,8 @@ def pick_free_port_on_node(node_id: str, timeout_s: float = 60.0) -> int:
 
 
 def _wait_constructed(workers: list[ActorHandle]) -> None:
-    """Return once every actor's constructor has finished; raise the first constructor error as soon as it occurs.
-
-    Waiting on the ranks one by one (ray.get of the whole list) could block on a rank that waits in
-    init_process_group for the rank that failed.
-    """
+    """Return once every constructor has finished; raise the first constructor error as soon as it occurs (ray.get
+    of the whole list could block on a rank waiting in init_process_group for the failed one)."""
     pending = [worker.__ray_ready__.remote() for worker in workers]
     while pending:
         ready, pending = ray.wait(pending, num_returns=1)
@@ -114,17 +108,14 @@ def _wait_constructed(workers: list[ActorHandle]) -> None:
 class RayWorkerGroup(WorkerGroup):
     """A group of Ray actors, one per bundle of `resource_pool`, in the pool's rank order.
 
-    Every `@register` method of the worker class becomes a method of the group: `wg.method(...)` dispatches the
-    arguments, runs on all ranks (or rank 0) and collects the results; non-blocking methods return a
-    WorkerGroupFuture.
+    Every `@register` method of the worker class becomes a group method that dispatches the arguments, runs on all
+    ranks (or rank 0) and collects the results; non-blocking ones return a WorkerGroupFuture.
 
-    Start-up: a free port is picked on rank 0's node (by the driver if it runs there, else by a zero-CPU task on that
-    node) before any actor exists, because `init_process_group` in the constructors blocks until every rank joins;
-    every rank's actor is then created with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
-    MASTER_PORT set, and the group waits until every constructor has returned. When every rank runs on the driver's
-    node, the ranks meet through a file store (VERL_DIST_INIT_METHOD, read by `verl.utils.device.init_distributed`)
-    instead of torch's TCPStore, MASTER_ADDR is 127.0.0.1, and gloo and nccl use the loopback interface
-    (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME, unless already set).
+    Rank 0's rendezvous port is picked on its node before any actor exists (constructors block in
+    `init_process_group` until every rank joins); actors get a torchrun-style environment (RANK, WORLD_SIZE,
+    LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and the group waits for every constructor. When every
+    rank is on the driver's node, ranks meet through a file store (VERL_DIST_INIT_METHOD) on loopback, and gloo and
+    nccl use the loopback interface unless GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME are set.
     """
 
     def __init__(
@@ -187,8 +178,7 @@ class RayWorkerGroup(WorkerGroup):
     def _wait(self, handles: list[Any]) -> list[Any]:
         """Results in rank order; a rank whose process died fails the call at once, naming the group and the rank.
 
-        Results are taken as they come (ray.wait), not in rank order: the ranks that are alive may be blocked in a
-        collective with the dead one and would only return at the collective's timeout.
+        Taken as they come (ray.wait): live ranks blocked in a collective with the dead one return only at timeout.
         """
         ranks = {ref: rank for rank, ref in enumerate(handles)}
         pending = list(handles)
@@ -199,8 +189,7 @@ class RayWorkerGroup(WorkerGroup):
             except ray.exceptions.ActorDiedError as err:
                 raise self._died(ranks[ready[0]], err) from None
             except ray.exceptions.RayTaskError:
-                # A collective fails on the live ranks as soon as a peer's process is gone ("connection closed by
-                # peer"), often before Ray reports the death: give the other ranks a moment, and name a dead one.
+                # A peer's death often fails the collective before Ray reports it: give the others a moment to show it.
                 done, _ = ray.wait(pending, num_returns=len(pending), timeout=_PEER_DEATH_GRACE_S)
                 for ref in done:
                     try:
@@ -222,7 +211,6 @@ class RayWorkerGroup(WorkerGroup):
 
     @property
     def workers(self) -> list[ActorHandle]:
-        """The actor handles in rank order."""
         return list(self._workers)
 
     @property
@@ -241,10 +229,8 @@ class RayWorkerGroup(WorkerGroup):
         return self._master_port
 
     def spawn(self, prefix_set: Iterable[str]) -> dict[str, "RayWorkerGroup"]:
-        """Per-role views of a colocated group: `views[role].method(...)` calls that role's instance everywhere.
-
-        The views share this group's actors; killing is done through this (the owning) group.
-        """
+        """Per-role views of a colocated group sharing its actors: `views[role].method(...)` calls that role's
+        instance everywhere. Kill through this (the owning) group."""
         roles: dict[str, type] | None = getattr(self._worker_cls, COLOCATED_ROLES_ATTR, None)
         if roles is None:
             raise TypeError(
@@ -304,9 +290,8 @@ def _colocated_init(self: Any, role_inits: dict[str, tuple[tuple, dict]]) -> Non
 def create_colocated_worker_cls(class_dict: dict[str, RayClassWithInitArgs | type]) -> RayClassWithInitArgs:
     """One worker class whose every process holds one instance per role (e.g. actor_rollout_ref and critic).
 
-    Each role's `@register` method `m` becomes `{role}_m` with the same dispatch mode; use
-    `RayWorkerGroup.spawn(roles)` to call them by their plain names. The roles share the process, so they share
-    its environment (rank, rendezvous) and, on GPU, its device.
+    Each role's `@register` method `m` becomes `{role}_m`; `RayWorkerGroup.spawn(roles)` gives plain names back.
+    The roles share the process: its environment (rank, rendezvous) and, on GPU, its device.
     """
     if not class_dict:
         raise ValueError("create_colocated_worker_cls needs at least one role, e.g. {'actor_rollout_ref': cls}.")

@@ -2,9 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Resource pools: one STRICT_PACK placement group per node, checked against the cluster before anything waits.
 
-Ray would leave a placement group that can never fit pending forever, so the pool first compares the request with
-the nodes Ray reports and fails at once with both in the message. Rank order is derived from where the groups
-landed (node IP, then bundle index), so a restarted job on the same cluster gives every node the same ranks.
+Ray would leave an impossible placement group pending forever, so the request is compared with the nodes first.
+Ranks follow where the groups landed (node IP, then bundle index), stable across restarts on the same cluster.
 """
 
 import ipaddress
@@ -34,7 +33,6 @@ class NodeResources:
     gpus: float
 
     def describe(self) -> str:
-        """Short form for error messages, e.g. '10.0.0.1 (CPU 32, GPU 8)'."""
         return f"{self.ip} (CPU {self.cpus:g}, GPU {self.gpus:g})"
 
 
@@ -89,10 +87,8 @@ def _fits(node_free: dict[str, float], need: dict[str, float]) -> bool:
 
 
 def check_resources(process_on_nodes: Sequence[int], bundle: dict[str, float], nodes: Sequence[NodeResources]) -> None:
-    """Raise InsufficientResourcesError unless every per-node group of bundles fits on some node at once.
-
-    Several groups may share a big node (Ray allows it). Groups are placed largest first, each on the first
-    node with room; with groups of equal size, as pools normally have, this finds a placement whenever one exists.
+    """Raise InsufficientResourcesError unless every per-node group of bundles fits on some node at once (groups may
+    share a big node). Placed largest first, first fit: exact for equal-size groups, as pools normally have.
     """
     capacity = [{"CPU": node.cpus, "GPU": node.gpus} for node in nodes]
     demands = [{key: value * count for key, value in bundle.items()} for count in process_on_nodes]
@@ -133,12 +129,11 @@ def _ip_sort_key(ip: str) -> tuple[int, Any]:
 
 
 class RayResourcePool:
-    """Placement groups for `sum(process_on_nodes)` ranks, one STRICT_PACK group per node.
+    """Placement groups for `sum(process_on_nodes)` ranks, one STRICT_PACK group per node; built and awaited in the
+    constructor.
 
-    The constructor checks the request against the cluster, creates the groups and waits until they are ready.
-    `max_colocate_count` is how many separate worker groups (separate processes) may share one bundle; each of
-    their actors then takes 1/max_colocate_count of the bundle. Roles that share one process instead (see
-    `create_colocated_worker_cls`) need no extra share.
+    `max_colocate_count`: how many separate worker groups (processes) may share one bundle, each actor taking
+    1/max_colocate_count of it. Roles sharing one process (`create_colocated_worker_cls`) need no extra share.
     """
 
     def __init__(
@@ -190,10 +185,8 @@ class RayResourcePool:
         return options
 
     def acquire_share(self, group_name: str) -> None:
-        """Book one of the `max_colocate_count` shares of every bundle for a worker group.
-
-        A group beyond that count would wait forever for its actors to be scheduled, so it fails here instead.
-        """
+        """Book one of the `max_colocate_count` shares of every bundle for a worker group; one group too many fails
+        here instead of waiting forever for its actors."""
         if len(self._groups) >= self.max_colocate_count:
             raise InsufficientResourcesError(
                 f"Cannot start worker group {group_name!r}: the resource pool is shared by max_colocate_count="
@@ -255,10 +248,8 @@ class PlacedGroup:
 
 
 def order_slots(groups: Sequence[PlacedGroup]) -> list[BundleSlot]:
-    """Rank order of the bundles: by node IP (numerically), then bundle index; local ranks count per node.
-
-    Groups on the same IP (several groups on one big node, or simulated nodes) keep their creation order. Local
-    ranks are counted across all groups on a node, so two groups sharing a node never both get LOCAL_RANK 0.
+    """Rank order of the bundles: by node IP (numerically), then bundle index; groups on one IP keep their creation
+    order. Local ranks count across all groups on a node, so two never both get LOCAL_RANK 0.
     """
     ordered = sorted(groups, key=lambda group: _ip_sort_key(group.node_ip))
     per_node: dict[str, int] = {}
