@@ -2,9 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """DataProto: the one container that travels between the Ray driver and its workers.
 
-It holds ``batch`` (a TensorDict of row-aligned tensors), ``non_tensor_batch`` (numpy object arrays with the same
-rows: strings, ground truths, images) and ``meta_info`` (batch-level settings). Every row operation applies to the
-tensors and the non-tensors alike, so a row never loses its prompt or its ground truth.
+``batch`` (a TensorDict of row-aligned tensors), ``non_tensor_batch`` (numpy object arrays with the same rows) and
+``meta_info`` (batch-level settings). Row operations apply to tensors and non-tensors alike.
 """
 
 import copy
@@ -34,9 +33,7 @@ Index = int | np.integer | slice | Sequence[int] | Sequence[bool] | np.ndarray |
 def to_object_array(values: np.ndarray | Sequence[Any]) -> np.ndarray:
     """Turn a list or array into a 1-row-per-element numpy object array.
 
-    ``np.array(list_of_lists, dtype=object)`` would build a 2-D array when the inner lists happen to have equal
-    lengths, so rows would silently become arrays; filling an empty object array element by element keeps each row
-    exactly the Python object it was.
+    Filled element by element: ``np.array(lists, dtype=object)`` would build a 2-D array from equal-length lists.
     """
     if isinstance(values, np.ndarray):
         return values if values.dtype == object else values.astype(object)
@@ -47,11 +44,7 @@ def to_object_array(values: np.ndarray | Sequence[Any]) -> np.ndarray:
 
 
 def _values_equal(a: Any, b: Any) -> bool:
-    """Equality that works for tensors, arrays, containers of them and plain objects.
-
-    Used by ``union`` to decide whether a key present on both sides is a real conflict; ``==`` alone is ambiguous
-    for tensors and arrays.
-    """
+    """Equality for tensors, arrays, containers of them and plain objects (``union``'s conflict check)."""
     if a is b:
         return True
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
@@ -79,10 +72,7 @@ def _values_equal(a: Any, b: Any) -> bool:
 
 
 def _normalize_index(item: Index, length: int) -> slice | np.ndarray:
-    """Turn any supported row index into a slice or an int64 array of row positions.
-
-    Boolean masks become positions here, so tensors (torch) and non-tensors (numpy) are indexed identically.
-    """
+    """Turn any supported row index into a slice or an int64 array of row positions (bool masks become positions)."""
     if isinstance(item, slice):
         if item.step is not None and item.step < 0:  # torch tensors cannot take negative-step slices
             return np.ascontiguousarray(np.arange(length)[item])
@@ -115,10 +105,9 @@ def _normalize_index(item: Index, length: int) -> slice | np.ndarray:
 def _tensor_to_state(tensor: torch.Tensor) -> Any:
     """Encode a tensor so that pickling it stays zero-copy.
 
-    Pickling a torch tensor serializes its whole storage through ``torch.save`` into an in-band bytes object, so
-    a chunk that is a view of a big batch would ship the entire batch. A numpy view of just the rows is pickled by
-    protocol 5 as an out-of-band buffer, which Ray writes straight into its object store. bfloat16 has no numpy
-    dtype, so it travels as its int16 bit pattern. Tensors numpy cannot hold (GPU, autograd) pickle as they are.
+    A pickled tensor ships its whole storage in-band (a chunk would ship the entire batch); a numpy view of just the
+    rows goes out-of-band with pickle protocol 5, straight into Ray's object store. bfloat16 travels as int16 bits;
+    tensors numpy cannot hold (GPU, autograd) pickle as they are.
     """
     if tensor.device.type != "cpu" or tensor.requires_grad:
         return tensor
@@ -131,11 +120,7 @@ def _tensor_to_state(tensor: torch.Tensor) -> Any:
 
 
 def _tensor_from_state(state: Any) -> torch.Tensor:
-    """Decode what ``_tensor_to_state`` produced.
-
-    Ray hands back arrays that map its read-only shared memory; a torch tensor over them would crash on the first
-    in-place op, so those are copied once into private memory. Arrays from a plain pickle are writable and reused.
-    """
+    """Decode what ``_tensor_to_state`` produced; read-only (Ray shared-memory) arrays are copied once first."""
     if isinstance(state, torch.Tensor):
         return state
     _, array, dtype = state
@@ -175,11 +160,8 @@ def _column_from_state(state: dict[str, Any]) -> np.ndarray:
 
 @dataclass(repr=False, eq=False)
 class DataProtoItem:
-    """One row of a DataProto, as returned by ``dp[i]`` for an integer ``i``.
-
-    ``batch`` is a TensorDict with an empty batch size (each tensor lost its row dimension), ``non_tensor_batch``
-    maps each key to that row's Python object, and ``meta_info`` is the parent's (shared, not copied).
-    """
+    """One row of a DataProto (``dp[i]`` for an int ``i``): tensors without the row dimension, each non-tensor's row
+    object, and the parent's ``meta_info`` (shared, not copied)."""
 
     batch: TensorDict | None = None
     non_tensor_batch: dict[str, Any] = field(default_factory=dict)
@@ -190,12 +172,9 @@ class DataProtoItem:
 class DataProto:
     """Rows of tensors and non-tensors that move together, plus batch-level ``meta_info``.
 
-    The constructor checks consistency (see ``check_consistency``); build one with ``from_dict``,
-    ``from_single_dict`` or ``collate_fn`` to get lists converted to object arrays for you.
-
-    Copy semantics, so callers know when writes leak: ``dp[slice]``, ``chunk`` and ``split`` return views that share
-    memory with the parent; integer-array and boolean-mask indexing, ``repeat``, ``concat`` and padding copy.
-    ``union``, ``pop``, ``reorder``, ``rename`` and ``to`` change ``self`` in place (and return it where useful).
+    Build with ``from_dict``, ``from_single_dict`` or ``collate_fn`` (lists become object arrays). Copy semantics:
+    ``dp[slice]``, ``chunk`` and ``split`` return views; int-array and mask indexing, ``repeat``, ``concat`` and padding
+    copy; ``union``, ``pop``, ``reorder``, ``rename`` and ``to`` change ``self`` in place.
     """
 
     batch: TensorDict | None = None
@@ -260,11 +239,8 @@ class DataProto:
     # ------------------------------------------------------------------ validation and introspection
 
     def check_consistency(self) -> None:
-        """Check that every column has one entry per row and that non-tensors are numpy object arrays.
-
-        Called after construction and after every in-place change, so a bad column fails where it was added
-        instead of deep inside a worker.
-        """
+        """Check that every column has one entry per row and non-tensors are numpy object arrays (run after every
+        change, so a bad column fails where it was added)."""
         if self.batch is not None:
             if not isinstance(self.batch, TensorDict):
                 raise ValueError(f"DataProto.batch must be a TensorDict or None, got {type(self.batch).__name__}.")
@@ -363,11 +339,7 @@ class DataProto:
         meta_info_keys: list[str] | None = None,
         deepcopy: bool = False,
     ) -> "DataProto":
-        """A new DataProto with a subset of keys (``None`` keeps every key of that kind).
-
-        Without ``deepcopy`` the columns are shared with ``self``; with it, tensors are cloned and non-tensors and
-        meta_info deep-copied so the result can be modified freely.
-        """
+        """A new DataProto with a subset of keys (``None``: all of that kind); shared columns unless ``deepcopy``."""
         batch_keys = self._batch_keys() if batch_keys is None else list(batch_keys)
         non_tensor_batch_keys = list(self.non_tensor_batch) if non_tensor_batch_keys is None else non_tensor_batch_keys
         meta_info_keys = list(self.meta_info) if meta_info_keys is None else list(meta_info_keys)
@@ -389,9 +361,8 @@ class DataProto:
     ) -> "DataProto":
         """Remove the given keys from ``self`` and return them as a new DataProto (``None`` pops nothing).
 
-        The result keeps the row count and carries a copy of the remaining ``meta_info`` plus the popped meta keys,
-        so a popped generation batch still knows e.g. the sampling settings. All keys are checked before anything is
-        removed, so a typo leaves ``self`` untouched.
+        The result keeps the row count and carries the remaining ``meta_info`` plus the popped meta keys. Keys are
+        checked before anything is removed.
         """
         batch_keys, non_tensor_batch_keys = list(batch_keys or []), list(non_tensor_batch_keys or [])
         meta_info_keys = list(meta_info_keys or [])
@@ -408,8 +379,7 @@ class DataProto:
     def union(self, other: "DataProto") -> "DataProto":
         """Add ``other``'s columns and meta_info to ``self`` in place and return ``self``.
 
-        Both must have the same number of rows. A key on both sides must hold identical values (it is usually the
-        same column coming back from a worker); different values raise ValueError naming the key.
+        Same row count required; a key on both sides must hold identical values, else ValueError naming it.
         """
         if len(self) != len(other):
             raise ValueError(
@@ -473,11 +443,8 @@ class DataProto:
 
     @staticmethod
     def concat(data: list["DataProto"]) -> "DataProto":
-        """Stack DataProtos row-wise; meta_info comes from the first.
-
-        Pieces without any column (empty DataProtos) are skipped, so an accumulator may start empty. All other
-        pieces must have the same tensor and non-tensor keys.
-        """
+        """Stack DataProtos row-wise; meta_info comes from the first. Keyless (empty) pieces are skipped; the others
+        must have the same keys."""
         if len(data) == 0:
             raise ValueError("DataProto.concat got an empty list; pass at least one DataProto.")
         meta_info = dict(data[0].meta_info)
@@ -516,10 +483,7 @@ class DataProto:
         return [self[i * size : (i + 1) * size] for i in range(chunks)]
 
     def split(self, split_size: int) -> list["DataProto"]:
-        """Split into pieces (views) of ``split_size`` rows; the last one may be smaller.
-
-        Like ``torch.split``, an empty DataProto gives one empty piece, so ``concat(split(x))`` always gives x back.
-        """
+        """Split into pieces (views) of ``split_size`` rows, the last maybe smaller; empty gives one empty piece."""
         if not isinstance(split_size, int) or split_size <= 0:
             raise ValueError(f"split needs a positive split_size, got {split_size!r}.")
         if len(self) == 0:
@@ -548,10 +512,8 @@ class DataProto:
         self.check_consistency()
 
     def pad_to_divisor(self, divisor: int) -> tuple["DataProto", int]:
-        """Pad with rows repeated from the start until the length divides ``divisor``; return (data, pad_size).
-
-        Works even when more rows are missing than exist (rows cycle). Undo with ``unpad_dataproto``.
-        """
+        """Pad with rows cycled from the start until the length divides ``divisor``; return (data, pad_size).
+        Undo with ``unpad_dataproto``."""
         if not isinstance(divisor, int) or divisor <= 0:
             raise ValueError(f"pad_to_divisor needs a positive divisor, got {divisor!r}.")
         pad_size = -len(self) % divisor
@@ -569,11 +531,10 @@ class DataProto:
     # ------------------------------------------------------------------ persistence and transport
 
     def save_to_disk(self, path: str | os.PathLike) -> None:
-        """Write to ``path`` in a form that ``torch.load(weights_only=True)`` reads: no code runs when it is loaded.
+        """Write to ``path`` so that ``torch.load(weights_only=True)`` reads it: no code runs when it is loaded.
 
-        Tensors are stored as tensors; non-tensor columns and meta_info as plain values (str, numbers, bool, None,
-        lists, tuples, dicts with str keys). A batch holding other objects (PIL images, numpy arrays inside a column)
-        is pickled whole instead, and loading that file needs ``trusted=True``.
+        Non-tensors and meta_info are stored as plain values; a batch holding other objects (PIL images, arrays in a
+        column) is pickled whole instead, and loading it needs ``trusted=True``.
         """
         columns = {key: _column_state(value) for key, value in self.non_tensor_batch.items()}
         if all(state is not None for state in columns.values()) and _is_plain(self.meta_info):
@@ -590,8 +551,7 @@ class DataProto:
     ) -> "DataProto":
         """Read a file written by ``save_to_disk``; ``map_location`` moves GPU-saved tensors, e.g. to "cpu".
 
-        Only tensors and plain values are read unless ``trusted``: a file that holds other Python objects could run
-        code when unpickled, so it is refused with a message unless you made it or trust where it came from.
+        A file with objects beyond tensors and plain values could run code when unpickled: refused unless ``trusted``.
         """
         if not os.path.isfile(path):
             raise FileNotFoundError(f"No DataProto file at {os.fspath(path)!r}; check the path.")
@@ -614,10 +574,7 @@ class DataProto:
         return data
 
     def __getstate__(self) -> dict[str, Any]:
-        """Plain state for pickling: tensors as numpy views (out-of-band with pickle protocol 5) plus batch size.
-
-        See ``_tensor_to_state`` for why this avoids the copies that pickling a TensorDict of tensors would make.
-        """
+        """Plain state for pickling: tensors as numpy views (out-of-band, see ``_tensor_to_state``) plus batch size."""
         batch_state = None
         if self.batch is not None:
             batch_state = {
@@ -655,10 +612,8 @@ def unpad_dataproto(data: DataProto, pad_size: int) -> DataProto:
 
 
 def collate_fn(features: list[dict[str, Any]]) -> DataProto:
-    """Collate dataset rows into a DataProto: tensor columns are stacked, everything else becomes an object array.
-
-    Used as the data loader's ``collate_fn``; tensors in one column must have the same shape (pad in the dataset).
-    """
+    """The data loader's ``collate_fn``: tensor columns are stacked (same shape: pad in the dataset), everything else
+    becomes an object array."""
     if len(features) == 0:
         raise ValueError("collate_fn got no rows; the data loader must yield at least one row per batch.")
     keys = list(features[0])

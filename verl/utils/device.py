@@ -1,11 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""The one place that knows whether we compute on CUDA or on the CPU.
-
-Everything else asks this module for the device, the collective backend (nccl or gloo), RNG states, memory
-numbers and cache flushes, so the training code reads the same on a laptop and on a GPU cluster. The choice comes
-from `trainer.device` (auto | cpu | cuda) and is made once per process with `set_device_type`; until then "auto"
-applies (CUDA when a GPU is visible).
+"""The one place that knows whether we compute on CUDA or on the CPU: device, collective backend, RNG states, memory
+numbers and cache flushes. The choice (`trainer.device`: auto | cpu | cuda) is made once per process with
+`set_device_type`; until then "auto" applies.
 """
 
 import os
@@ -26,7 +23,6 @@ _device_type: str | None = None
 
 
 def is_cuda_available() -> bool:
-    """True when torch sees at least one CUDA device."""
     return torch.cuda.is_available()
 
 
@@ -45,7 +41,7 @@ def resolve_device_type(requested: str = "auto") -> str:
 
 
 def set_device_type(requested: str = "auto") -> str:
-    """Fix the device type of this process (call once, early, e.g. in the worker constructor); returns it."""
+    """Fix the device type of this process (once, early, e.g. in the worker constructor); returns it."""
     global _device_type
     _device_type = resolve_device_type(requested)
     return _device_type
@@ -57,26 +53,19 @@ def get_device_type() -> str:
 
 
 def is_cpu() -> bool:
-    """True when this process computes on the CPU."""
     return get_device_type() == "cpu"
 
 
 def get_dist_backend(device_type: str | None = None) -> str:
-    """The torch.distributed backend: gloo on the CPU; on CUDA nccl for device tensors and gloo for host tensors.
-
-    With "cpu:gloo,cuda:nccl" a collective runs on the backend of its tensor's device, so small bookkeeping
-    reductions (token counts, metric sums, micro-batch counts) may stay on the host, as they do on the CPU, and
-    there is one code path for both devices. Sub-groups (device meshes) inherit the pair.
+    """The torch.distributed backend: gloo on the CPU; on CUDA "cpu:gloo,cuda:nccl", so small bookkeeping
+    reductions stay on the host as on the CPU (one code path). Sub-groups inherit the pair.
     """
     return "cpu:gloo,cuda:nccl" if (device_type or get_device_type()) == "cuda" else "gloo"
 
 
 def get_local_device(local_rank: int | None = None) -> torch.device:
-    """The device this rank computes on: the CPU, or its GPU among those the process sees.
-
-    Under torchrun every process sees all of the node's GPUs and takes cuda:<LOCAL_RANK>. Ray instead restricts
-    each worker to its own GPU (CUDA_VISIBLE_DEVICES), where that GPU is cuda:0 whatever the local rank; hence the
-    index is the local rank modulo the number of visible devices.
+    """The device this rank computes on: the CPU, or cuda:<LOCAL_RANK modulo the visible devices> (torchrun shows
+    every GPU; Ray shows each worker its own GPU as cuda:0).
     """
     if get_device_type() == "cpu":
         return torch.device("cpu")
@@ -87,12 +76,10 @@ def get_local_device(local_rank: int | None = None) -> torch.device:
 
 def init_distributed(timeout_seconds: float = 600.0) -> None:
     """Initialise the default process group from RANK and WORLD_SIZE, meeting through VERL_DIST_INIT_METHOD when a
-    worker group set it (a file store on a single machine, which listens on no port) or else env:// (MASTER_ADDR,
-    MASTER_PORT: torch's TCPStore on rank 0).
+    worker group set it (a file store) or else env:// (MASTER_ADDR, MASTER_PORT).
 
-    On CUDA the rank is bound to its local GPU first, so nccl communicators land on the right device. The timeout
-    bounds how long a collective waits for a dead peer (gloo's default is 30 minutes, which turns a crash of one
-    rank into a silent hang of the others).
+    On CUDA the rank is bound to its GPU first, so nccl communicators land there. The timeout bounds how long a
+    collective waits for a dead peer (gloo's default, 30 minutes, turns a crash into a silent hang).
     """
     if dist.is_initialized():
         return
@@ -131,7 +118,7 @@ def empty_cache() -> None:
 def memory_stats() -> dict[str, float]:
     """Memory numbers in GiB for the perf metrics: device allocated/reserved peaks on CUDA, host RSS everywhere."""
     gib = 1024**3
-    # ru_maxrss is in KiB on Linux: the peak resident set size of this process.
+    # ru_maxrss is in KiB on Linux
     stats = {"cpu_max_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / gib}
     if get_device_type() == "cuda":
         stats["max_memory_allocated_gb"] = torch.cuda.max_memory_allocated() / gib
@@ -174,8 +161,8 @@ _peak_flops: float | None = None
 
 
 def measure_peak_flops(size: int | None = None, repeats: int = 10) -> float:
-    """Dense matmul FLOP/s this process reaches on its device, in the training compute dtype (bf16 on CUDA, fp32 on
-    the CPU); measured once per process (a fraction of a second) and cached. The denominator of the MFU metrics."""
+    """Dense matmul FLOP/s of this device in the training compute dtype (bf16 on CUDA, fp32 on CPU), measured once
+    per process and cached: the denominator of the MFU metrics."""
     global _peak_flops
     if _peak_flops is None:
         device = get_local_device()

@@ -16,10 +16,8 @@ class NotPythonFileError(ImportError):
 def import_file(path: str, prefix: str) -> ModuleType:
     """Execute the file at `path` as a fresh module named `prefix` + a hash of its absolute path.
 
-    Registering it in sys.modules while it runs lets dataclasses and pickling inside the file find their module;
-    the path-derived name keeps two files (say, a train and a val reward) from replacing each other. Raises
-    NotPythonFileError when the file cannot be read as Python, and whatever executing it raises (the module is then
-    unregistered); callers turn both into errors that name their config key.
+    It is registered in sys.modules while it runs (dataclasses and pickling find it); the path-derived name keeps two
+    files apart. Raises NotPythonFileError, or whatever executing it raises (then unregistered).
     """
     module_name = prefix + hashlib.sha1(os.path.abspath(path).encode("utf-8")).hexdigest()[:12]
     spec = importlib.util.spec_from_file_location(module_name, path)

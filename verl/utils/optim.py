@@ -2,12 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Optimizers and learning-rate schedules built from an OptimConfig.
 
-Two optimizers: torch's AdamW (fp32 master weights, the default) and `BF16AdamW` for pure-bf16 training, whose
-moments live in bf16 and whose updates are Kahan-compensated. Without the compensation a bf16 weight of magnitude 1
-cannot move by less than 2^-8 per step, so the small steps of RL fine-tuning (lr ~ 1e-6) would be rounded away.
-
-Schedules are a linear warmup followed by a constant or a cosine decay to `min_lr_ratio * lr`, stepped once per
-optimizer update call.
+torch's AdamW (fp32 master weights, the default) or `BF16AdamW` for pure-bf16 training, with bf16 moments and
+Kahan-compensated updates (else a bf16 weight near 1 cannot move by less than 2^-8, and RL's small steps round away).
+Schedules: linear warmup, then constant or cosine decay to `min_lr_ratio * lr`, stepped once per update call.
 """
 
 import math
@@ -53,11 +50,9 @@ class OptimConfig:
 
 
 class BF16AdamW(torch.optim.Optimizer):
-    """AdamW whose moments are stored in the parameter dtype, with Kahan-compensated parameter updates.
-
-    The update is computed in float32 from the stored moments, then added to the parameter together with the
-    rounding error left over by the previous step (kept in a `compensation` buffer of the parameter dtype), so
-    increments far below the bf16 resolution still accumulate. Works on plain tensors and on FSDP2 DTensors.
+    """AdamW with moments in the parameter dtype and Kahan-compensated updates: the float32 update plus the previous
+    step's rounding error (a `compensation` buffer) is added, so increments below bf16 resolution still accumulate.
+    Works on plain tensors and FSDP2 DTensors.
     """
 
     def __init__(
@@ -106,10 +101,7 @@ class BF16AdamW(torch.optim.Optimizer):
 
 
 def build_optimizer(module: torch.nn.Module, config: OptimConfig) -> torch.optim.Optimizer:
-    """The optimizer named by `config.strategy` over the trainable parameters of `module`.
-
-    Frozen parameters (e.g. a frozen vision tower) get no optimizer state at all.
-    """
+    """The optimizer named by `config.strategy` over the trainable parameters of `module` (frozen ones get no state)."""
     params = [param for param in module.parameters() if param.requires_grad]
     if not params:
         raise ValueError("The model has no trainable parameters; check freeze_vision_tower and the model path.")
@@ -117,8 +109,7 @@ def build_optimizer(module: torch.nn.Module, config: OptimConfig) -> torch.optim
     if len(betas) != 2:
         raise ValueError(f"optim.betas must have two values (beta1, beta2), got {list(config.betas)}.")
     if config.strategy == "adamw":
-        # On the CPU torch's default is its per-parameter loop; the fused kernel took 4 ms instead of 38 ms per step
-        # on the tiny model's FSDP2 shards (same result to float32 rounding). CUDA keeps torch's default (foreach).
+        # On the CPU the fused kernel is much faster than torch's per-parameter default; CUDA keeps foreach.
         fused = is_cpu() and all(param.device.type == "cpu" for param in params)
         return torch.optim.AdamW(
             params, lr=config.lr, betas=betas, weight_decay=config.weight_decay, fused=True if fused else None
@@ -131,9 +122,8 @@ def build_optimizer(module: torch.nn.Module, config: OptimConfig) -> torch.optim
 class WarmupDecaySchedule:
     """LR multiplier: linear warmup to 1 over `warmup_steps`, then constant or cosine down to `min_lr_ratio`.
 
-    Warmup step s (0-based) uses (s + 1) / warmup_steps, so the first update already moves the weights. The cosine
-    reaches min_lr_ratio at `training_steps` and stays there. A plain object (not a closure), so LambdaLR's
-    state_dict can save it and a checkpoint restores the schedule exactly.
+    Warmup step s uses (s + 1) / warmup_steps, so the first update already moves the weights; the cosine reaches
+    min_lr_ratio at `training_steps` and stays. A plain object, so LambdaLR's state_dict saves it for checkpoints.
     """
 
     def __init__(self, kind: str, warmup_steps: int, training_steps: int, min_lr_ratio: float) -> None:

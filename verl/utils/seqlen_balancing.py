@@ -2,9 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Balanced partitions of sequences by token count: across data-parallel ranks and into micro-batches.
 
-RL responses vary from a few tokens to the maximum length, so splitting by sample count leaves one rank with several
-times the work of another. Karmarkar-Karp largest differencing splits items into groups of nearly equal token sums,
-with equal item counts (`balance_batch`) or without (token-budget micro-batches, `dynamic_micro_batches`).
+Response lengths vary widely, so splitting by sample count unbalances the work. Karmarkar-Karp largest differencing
+splits items into groups of nearly equal token sums, with equal item counts (`balance_batch`) or without
+(`dynamic_micro_batches`).
 """
 
 import heapq
@@ -21,11 +21,9 @@ from verl.protocol import DataProto
 def karmarkar_karp(sizes: Sequence[int], k: int, equal_size: bool = False) -> list[list[int]]:
     """Split item indices into k groups with nearly equal size sums (largest differencing method).
 
-    Each state is a k-way partial partition; the two states with the largest spread (max - min sum) are merged by
-    joining the largest group of one with the smallest of the other, which cancels their imbalance. With
-    `equal_size` the items are first grouped k at a time in sorted order, one per group, so every merge keeps the
-    counts equal (needs len(sizes) % k == 0). Groups are returned with their indices sorted; no group is empty
-    when len(sizes) >= k.
+    The two partial partitions with the largest spread are merged, largest group of one with smallest of the other.
+    `equal_size` seeds items k at a time in sorted order so counts stay equal (needs len(sizes) % k == 0). Indices
+    in a group are sorted; no group is empty when len(sizes) >= k.
     """
     n = len(sizes)
     if k < 1 or k > n:
@@ -73,10 +71,8 @@ def dynamic_micro_batches(
 ) -> list[list[int]]:
     """Split samples into the fewest balanced micro-batches whose token sums stay within `max_token_len`.
 
-    The count starts at ceil(total / budget) and grows until every Karmarkar-Karp group fits. Under
-    torch.distributed every rank then uses the largest count of the group, because FSDP runs a collective in every
-    forward: all ranks must do the same number of them. The micro-batches are ordered by decreasing token count
-    (the longest first, so a memory problem shows at once); `restore_order` undoes the permutation.
+    Under torch.distributed every rank uses the group's largest count: FSDP runs collectives in every forward, so all
+    ranks must run as many. Ordered longest first (a memory problem shows at once); `restore_order` undoes it.
     """
     lens = [int(x) for x in (seq_lens.tolist() if isinstance(seq_lens, torch.Tensor) else seq_lens)]
     if not lens:
@@ -108,10 +104,9 @@ def padded_micro_batches(
 ) -> list[list[int]]:
     """Micro-batches for a padded forward: rows of similar length together, each within `max_token_len` padded tokens.
 
-    A padded micro-batch costs rows x (longest prompt + longest response) of its rows, padding included, so rows
-    are taken longest first and a micro-batch grows while that product fits the budget. Under torch.distributed every
-    rank then splits its most expensive micro-batches until it has the group's largest count (FSDP needs the same
-    number of forwards everywhere). Ordered most expensive first; `restore_order` undoes the permutation.
+    Cost is rows x (longest prompt + longest response); rows are taken longest first while the cost fits. Every rank
+    then splits its most expensive micro-batches up to the group's largest count (as FSDP needs). Ordered most
+    expensive first; `restore_order` undoes the permutation.
     """
     prompts = [int(x) for x in (prompt_lens.tolist() if isinstance(prompt_lens, torch.Tensor) else prompt_lens)]
     responses = [
@@ -168,12 +163,9 @@ def restore_order(partitions: Sequence[Sequence[int]]) -> torch.Tensor:
 
 
 def balance_batch(data: DataProto, world_size: int, key: str = "attention_mask") -> dict[str, float]:
-    """Reorder `data` in place so each of the `world_size` equal chunks holds a similar number of tokens.
-
-    The worker group later splits the batch into contiguous chunks, one per data-parallel rank; this reorders the
-    rows so chunk r is the r-th balanced partition. Rows within a chunk keep their relative order. Returns the
-    `global_seqlen/*` metrics: token counts per rank before (min, max, minmax_diff) and after (balanced_min,
-    balanced_max) balancing, and the mean.
+    """Reorder `data` in place so each of the `world_size` contiguous chunks (one per rank) holds a similar number of
+    tokens; rows within a chunk keep their relative order. Returns the `global_seqlen/*` metrics (per-rank tokens
+    before and after balancing, and the mean).
     """
     if len(data) % world_size != 0:
         raise ValueError(

@@ -2,12 +2,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """Every place where the trainer relies on torch beyond its public API, so a torch upgrade is checked here only.
 
-- FSDP2 has no public call that forgets the gradients accumulated on unsharded parameters while gradient sync is off;
-  after an error in the middle of a gradient-accumulation pass they would be added into the next reduction.
-  `drop_unreduced_grads` clears them through FSDP's internal state (`_get_fsdp_state`, `_fsdp_param_groups`).
-- `FSDPModule.reset_iter_state` (the public recovery after an error mid-forward or mid-backward) is new in torch
-  2.12; on older torch `reset_iteration` does nothing more than the resharding the caller does anyway, and says so.
-tests/utils/test_torch_compat.py fails when either of these changes in torch.
+- `drop_unreduced_grads`: FSDP2 has no public call to forget gradients accumulated on unsharded parameters while
+  gradient sync is off (after an error mid-accumulation they would join the next reduction); uses
+  `_get_fsdp_state`, `_fsdp_param_groups`.
+- `FSDPModule.reset_iter_state` is new in torch 2.12; on older torch `reset_iteration` does nothing beyond the
+  caller's resharding, and says so.
 """
 
 import logging

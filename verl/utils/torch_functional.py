@@ -2,20 +2,16 @@
 # SPDX-License-Identifier: Apache-2.0
 """Token-level tensor helpers for the workers: log-probs and entropy from logits, padding removal and restoration.
 
-Log-probs of sampled tokens are the quantity PPO is most sensitive to (the ratio exp(log pi - log pi_old) multiplies
-every gradient), so they are always computed in float32, however the model computes: a bf16 log-softmax over a
-150k vocabulary is off by ~1e-2.
+Log-probs are always computed in float32, whatever the model's dtype: PPO's ratio exp(log pi - log pi_old) scales
+every gradient, and a bf16 log-softmax over a large vocabulary is too coarse.
 """
 
 import torch
 
 
 def log_probs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """log softmax(logits)[labels] in float32, for logits (..., V) and integer labels (...).
-
-    Computed as logit[label] - logsumexp(logits), which never materialises the full (..., V) log-softmax.
-    Divide the logits by the sampling temperature before calling, so the result is the log-prob of the
-    distribution the tokens were sampled from.
+    """log softmax(logits)[labels] in float32, for logits (..., V) and integer labels (...), as logit[label] -
+    logsumexp(logits) (no full log-softmax). Divide the logits by the sampling temperature first.
     """
     logits = logits.float()
     picked = torch.gather(logits, -1, labels.long().unsqueeze(-1)).squeeze(-1)
@@ -30,10 +26,8 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
 
 
 def unpad_input(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Flat indices (into a (B*L,) view) of the valid tokens of a (B, L) mask, in row-major order.
-
-    Concatenating the valid tokens of every row gives the packed (padding-free) sequence; `pad_input` puts values
-    computed on it back at these indices.
+    """Flat indices (into a (B*L,) view) of the valid tokens of a (B, L) mask, in row-major order: the packed
+    sequence's tokens; `pad_input` puts values computed on it back.
     """
     return torch.nonzero(attention_mask.reshape(-1), as_tuple=False).flatten()
 
@@ -46,10 +40,8 @@ def pad_input(packed: torch.Tensor, indices: torch.Tensor, batch_size: int, seq_
 
 
 def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Position of each token within its row's valid tokens (0, 1, 2, ...), 0 on padding.
-
-    Left-padded prompts followed by right-padded responses give contiguous valid regions, so these are the text
-    positions the model saw during generation, and they restart at 0 for every sequence once packed.
+    """Position of each token within its row's valid tokens (0, 1, 2, ...), 0 on padding: the positions the model saw
+    in generation (left-padded prompt, right-padded response), restarting at 0 per sequence once packed.
     """
     mask = attention_mask.long()
     return ((mask.cumsum(dim=-1) - 1) * mask).clamp(min=0)

@@ -1,14 +1,11 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""The directories a run writes outside its checkpoint folder, for a home that cannot be written (a Kubernetes pod
-with a read-only root, a locked-down cluster account).
+"""The directories a run writes outside its checkpoint folder, for a home that cannot be written (a read-only pod).
 
-`datasets` caches every file it parses under `~/.cache/huggingface/datasets`, vLLM and Triton keep compiled kernels
-under `~/.cache/vllm` and `~/.triton`, and a Ray started here saves its authentication token in `~/.ray/auth_token`.
-Each reads its place from an environment variable when it is imported, so `use_writable_dirs` runs in the entry
-points before any of them is: a default place that cannot be written is moved under a private folder of the
-temporary directory, with a warning naming the variable that chooses it; a place the user chose that cannot be
-written is an error naming the variable.
+datasets (`~/.cache/huggingface/datasets`), vLLM and Triton (`~/.cache/vllm`, `~/.triton`) and Ray (`~/.ray/auth_token`)
+read their place from an environment variable at import, so `use_writable_dirs` runs in the entry points first: an
+unwritable default moves under a private temporary folder, with a warning naming the variable; an unwritable place
+the user chose is an error naming the variable.
 """
 
 import logging
@@ -55,8 +52,7 @@ def unwritable_reason(directory: str) -> str | None:
 
 
 def cache_error(directory: str, variable: str, reason: str, what: str) -> str:
-    """The message for `what`'s cache `directory` (named by `variable`, or by default when empty) that cannot be
-    written."""
+    """The message for `what`'s unwritable cache `directory` (named by `variable`, or by default when empty)."""
     chosen = f"set by {variable}" if variable else "the default"
     return (
         f"{what} needs to write to {directory} ({chosen}), which cannot be written ({reason}): "
@@ -95,8 +91,8 @@ def _move_if_unwritable(default: str, variable: str, what: str, subdir: str, als
 
 
 def use_writable_dirs(starts_ray: bool) -> None:
-    """Before datasets, vLLM, Triton and Ray are imported: every directory they write by default can be written,
-    or is moved (see the module's docstring). `starts_ray`: this process starts its own Ray (no RAY_ADDRESS)."""
+    """Before datasets, vLLM, Triton and Ray are imported: check or move every directory they write by default.
+    `starts_ray`: this process starts its own Ray (no RAY_ADDRESS)."""
     if not os.environ.get("HF_DATASETS_CACHE") and (os.environ.get("HF_HOME") or os.environ.get("XDG_CACHE_HOME")):
         directory, variable = datasets_cache_dir()
         reason = unwritable_reason(directory)
@@ -113,8 +109,8 @@ def use_writable_dirs(starts_ray: bool) -> None:
 
 
 def _ray_token_path() -> None:
-    """Ray (token authentication on by default) saves a new token in ~/.ray/auth_token; where that cannot be written,
-    a token is written under the fallback root and RAY_AUTH_TOKEN_PATH names it (authentication stays on)."""
+    """Where ~/.ray/auth_token cannot be written, write Ray's token under the fallback root and name it in
+    RAY_AUTH_TOKEN_PATH (authentication stays on)."""
     if any(os.environ.get(name) for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")):
         return
     default = os.path.join(os.path.expanduser("~"), ".ray")

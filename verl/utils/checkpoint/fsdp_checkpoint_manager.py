@@ -2,9 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Save and restore one FSDP2 role (model, optimizer, LR schedule, RNG, extra state) with torch.distributed.checkpoint.
 
-DCP stores every tensor by its name and global shape, so a checkpoint written by 2 ranks loads on 1 (or 8). Writes go
-to `<path>.tmp`, renamed to `<path>` only when all ranks have finished, so a crash mid-save never leaves a directory
-that looks complete. A directory holds the DCP shards and `huggingface/` (config, generation config, tokenizer).
+DCP stores tensors by name and global shape, so any number of ranks can load. Writes go to `<path>.tmp`, renamed
+only when all ranks have finished, so a crash mid-save never leaves a complete-looking directory. Beside the shards:
+`huggingface/` (config, generation config, tokenizer).
 """
 
 import contextlib
@@ -40,7 +40,7 @@ _TRAINER_KEY = "trainer_state"
 
 @dataclasses.dataclass
 class _PickledState:
-    """A value DCP stores as one pickled blob (not flattened into keys), e.g. the LR schedule and extra state."""
+    """A value DCP stores as one pickled blob, not flattened into keys (LR schedule, extra state)."""
 
     value: Any = None
 
@@ -110,11 +110,8 @@ def _probe_write(directory: str, size: int = 1 << 20) -> OSError | None:
 
 
 def _attempt(run: bool, fn: Any, directory: str) -> OSError | None:
-    """Call fn() when `run`; return the storage error it raised (other errors propagate).
-
-    torch's zip writer reports a short write (a full disk) as a RuntimeError ("unexpected pos ..."), not an
-    OSError: a failure without an OSError counts as a storage error when a probe write in `directory` fails too.
-    """
+    """Call fn() when `run`; return the storage error it raised (others propagate). torch's zip writer reports a full
+    disk as a RuntimeError, so a failure counts as a storage error too when a probe write in `directory` fails."""
     if not run:
         return None
     try:
@@ -145,10 +142,8 @@ def has_checkpoint(path: str) -> bool:
 class FSDPCheckpointManager:
     """Checkpoints of one role: an FSDP2 model and optionally its optimizer, LR scheduler, tokenizer and processor.
 
-    All ranks call `save` and `load` together (they are collective). The tokenizer and processor are only written
-    beside the shards (a processor saves its tokenizer too), never read back. The LR schedule and the extra state are
-    the same on every rank and saved once; RNG states are saved per rank (a rank that has none in the checkpoint,
-    because it did not exist then, keeps its own).
+    `save` and `load` are collective. Tokenizer and processor are written, never read back. LR schedule and extra
+    state are saved once; RNG states per rank (a rank missing from the checkpoint keeps its own).
     """
 
     def __init__(
@@ -178,12 +173,9 @@ class FSDPCheckpointManager:
     def save(self, path: str, extra_state: dict[str, Any] | None = None, save_model_only: bool = False) -> None:
         """Write the checkpoint to `path` (replacing an older one there) via `<path>.tmp` and a rename.
 
-        `save_model_only` keeps just the weights (and the HF files): smaller, but training cannot resume from it.
-        `extra_state` is any picklable dict (global step, dataloader state, ...) returned by `load`.
-
-        A write that fails on any rank for a storage reason (disk full, read-only or unwritable path) raises
-        `CheckpointWriteError` on every rank, after the staging directory is removed: whatever was at `path` before
-        is untouched.
+        `save_model_only` keeps just the weights (training cannot resume from it). `extra_state` is any picklable
+        dict, returned by `load`. A storage failure on any rank raises `CheckpointWriteError` on every rank after the
+        staging directory is removed; what was at `path` is untouched.
         """
         path = os.path.abspath(path)
         staging = path + ".tmp"
@@ -241,8 +233,7 @@ class FSDPCheckpointManager:
     def load(self, path: str, model_only: bool = False) -> dict[str, Any]:
         """Restore the state saved at `path` (by any number of ranks) and return its extra_state ({} if none).
 
-        With `model_only` only the weights are read (e.g. to start a new run from trained weights). Resuming with an
-        optimizer from a checkpoint written with save_model_only is an error, since the optimizer state is missing.
+        `model_only` reads only the weights; resuming an optimizer from a save_model_only checkpoint is an error.
         """
         path = os.path.abspath(path)
         if not has_checkpoint(path):

@@ -2,12 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """The integrity record of a checkpoint step: what every file of `global_step_N/` was when the save finished.
 
-A checkpoint that looks complete can still be damaged afterwards: a shard truncated by a copy or sync that stopped,
-a quota hit while moving the folder, a file lost on a network disk. Resuming from it failed deep inside
-torch.distributed.checkpoint on the workers, naming neither the step nor the file. The save writes
-`integrity.json` last (before the tracker): the size of every file, and a CRC-32 of the small ones (metadata, trainer
-and data-loader state, configs; reading back every shard of a large model at each save and resume would cost
-minutes). `damage` compares a step with its record before Ray starts.
+A checkpoint damaged afterwards (a truncated copy, a quota hit, a lost file) used to fail deep inside DCP on the
+workers, naming neither step nor file. The save writes `integrity.json` last (before the tracker): every file's size,
+and a CRC-32 of the small ones (hashing every shard would cost minutes). `damage` checks a step before Ray starts.
 """
 
 import json
@@ -56,9 +53,8 @@ def write_record(step_path: str) -> None:
 
 
 def damage(step_path: str, under: str = "") -> str | None:
-    """What is wrong with step `step_path` against its record (only the files under `under`, e.g. "actor", when
-    given): a missing, truncated, grown or changed file, or an unreadable record; None when it matches, or when
-    the step has no record (written before records existed)."""
+    """What is wrong with step `step_path` against its record (only files under `under`, e.g. "actor", if given): a
+    missing, truncated, grown or changed file, or an unreadable record; None when it matches or has no record."""
     record_path = os.path.join(step_path, INTEGRITY_FILE)
     if not os.path.isfile(record_path):
         return None

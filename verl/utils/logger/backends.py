@@ -1,8 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""One class per logging backend. wandb and swanlab follow their own configuration (mode variables, API keys,
-`wandb login` / `swanlab login`) and fall back to offline / local files only without credentials, saying which;
-mlflow writes to a local SQLite file unless MLFLOW_TRACKING_URI is set; TensorBoard writes event files."""
+"""One class per logging backend. wandb and swanlab follow their own configuration (mode variables, API keys, login)
+and fall back to offline / local only without credentials, saying so; mlflow writes to a local SQLite file unless
+MLFLOW_TRACKING_URI is set; TensorBoard writes event files."""
 
 import json
 import logging
@@ -56,8 +56,8 @@ CONSOLE_KEYS: tuple[str, ...] = (
 
 
 def _shorten(text: Any, width: int, keep_end: bool = False) -> str:
-    """`text` on one line (whitespace runs collapsed), cut to `width` characters at the end or, with keep_end, at
-    the start (where a chat prompt has its template's system part, the question being at the end)."""
+    """`text` on one line (whitespace collapsed), cut to `width` characters at the end or, with keep_end, at the start
+    (a chat prompt's question is at its end)."""
     flat = " ".join(str(text).split())
     if len(flat) <= width:
         return flat
@@ -65,8 +65,8 @@ def _shorten(text: Any, width: int, keep_end: bool = False) -> str:
 
 
 class ConsoleBackend(Backend):
-    """For a person to read: one short line per step (CONSOLE_KEYS), one per validation (the val/ metrics) and one
-    per logged validation sample (shortened; the file logger keeps the whole text)."""
+    """For a person to read: one short line per step (CONSOLE_KEYS), per validation and per logged validation sample
+    (shortened; the file logger keeps the whole text)."""
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         scalars = _sorted_scalars(metrics)
@@ -179,7 +179,7 @@ REACH_TIMEOUT_S = 5.0
 
 def unreachable(url: str, timeout_s: float = REACH_TIMEOUT_S) -> str | None:
     """None when a TCP connection to `url`'s host opens within `timeout_s`; else why not. The lookup runs in a daemon
-    thread: without a name server, getaddrinfo can block for far longer than any socket timeout."""
+    thread: without a name server getaddrinfo can block far longer than any socket timeout."""
     parsed = urlparse(url)
     host, port = parsed.hostname or url, parsed.port or (80 if parsed.scheme == "http" else 443)
     outcome: list[str | None] = []
@@ -201,9 +201,8 @@ def unreachable(url: str, timeout_s: float = REACH_TIMEOUT_S) -> str | None:
 
 def check_logger_services(loggers: list[str]) -> None:
     """Before Ray starts: wandb or swanlab about to log online (credentials found, no mode set) whose service cannot be
-    reached is switched to offline logging (WANDB_MODE / SWANLAB_MODE) with a warning, instead of failing minutes
-    later when the tracker starts (wandb: a DNS error after the workers started; swanlab: blaming the key). A mode the
-    user set to online explicitly is an error naming the variable."""
+    reached is switched to offline (WANDB_MODE / SWANLAB_MODE) with a warning, instead of failing minutes later. A mode
+    the user set to online explicitly is an error naming the variable."""
     services = [
         ("wandb", "WANDB_MODE", wandb_mode, ("online",), os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai"),
         (
