@@ -6,8 +6,8 @@
     actor_rollout       the same without a reference (algorithm.disable_kl)
     critic              the value model (FSDP2 + optimizer), for gae
 
-Each registered method is one RPC of docs/data_flow.md. With offloading, parameters and optimizer states live in CPU
-memory between phases and come to the device only for the phase that uses them (`_resident`).
+Each registered method is one RPC of docs/data_flow.md. With offloading, parameters and optimizer states come to the
+device only for the phase that uses them (`_resident`).
 """
 
 import contextlib
@@ -66,8 +66,7 @@ class FSDPWorker(Worker):
         if self.device.type == "cuda":  # vLLM's external launcher picks its device from LOCAL_RANK: make it this one
             os.environ["LOCAL_RANK"] = str(self.device.index)
         self.has_actor = role in ("actor_rollout_ref", "actor_rollout")
-        # mode=disaggregated: the engines are the rollout pool's (verl.workers.rollout.rollout_worker); the actor sends
-        # them its weights over a collective group of their own (`send_weights`)
+        # mode=disaggregated: the engines are the rollout pool's; the actor sends them its weights (`send_weights`)
         self.has_rollout = self.has_actor and config.rollout.mode != "disaggregated"
         self.transfer_group: Any = None
         self.has_ref = role in ("actor_rollout_ref", "ref")
@@ -202,28 +201,25 @@ class FSDPWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def close_rollout_envs(self) -> None:
-        """End what the rollout environment's episodes share across steps (`VLLMRollout.close_envs`): at the end of
-        a run, before the process is killed, so that no tool server outlives it."""
+        """End what the rollout environment's episodes share (`VLLMRollout.close_envs`) at the end of a run, so no
+        tool server outlives it."""
         if self.has_rollout and getattr(self, "rollout", None) is not None:
             self.rollout.close_envs()
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def generate_sequences(self, prompts: DataProto, request: RolloutRequest | None = None) -> DataProto:
-        """n responses for each of this rank's prompts, all run to completion (a synchronous step by default, or
-        validation)."""
+        """n responses for each of this rank's prompts, run to completion (synchronous step or validation)."""
         return self.rollout.generate_sequences(prompts, request)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_METRIC)
     def generate_sequences_async(self, prompts: DataProto, request: RolloutRequest) -> dict[str, Any]:
         """The colocated asynchronous rollout (`VLLMRollout.generate_async`): admit this rank's share of `prompts`
-        (the step's first call; a poll after it carries none) and return {"batch": `request.quota` complete groups
-        once they are there, "complete": with `request.stream`, the groups completed since the last poll, "metrics"}."""
+        (on the step's first call) and return {"batch", "complete", "metrics"} as `RolloutWorker.poll` does."""
         return self.rollout.generate_async(prompts, request)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def weight_transfer_address(self) -> tuple[str, int]:
-        """Where rank 0 will host the weight-transfer group's store (mode=disaggregated): this node's IP and a port
-        free on it now."""
+        """Where rank 0 will host the weight-transfer group's store: this node's IP and a port free on it now."""
         import ray
 
         from verl.single_controller.base.worker import get_free_port
@@ -240,8 +236,8 @@ class FSDPWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def send_weights(self, dtype: str, bucket_mb: int) -> dict[str, float]:
-        """Gather the actor's full weights (every rank: one all-gather per FSDP unit) and broadcast them from rank 0
-        to the rollout engines in buckets of `bucket_mb` MiB, cast to the engines' `dtype`."""
+        """Gather the actor's full weights (collective) and broadcast them from rank 0 to the rollout engines in
+        buckets of `bucket_mb` MiB, cast to the engines' `dtype`."""
         from verl.workers.weight_sync import sync
         from verl.workers.weight_sync.gather import checkpoint_names, iter_full_weights
         from verl.workers.weight_sync.sinks import PoolBroadcast
@@ -269,8 +265,8 @@ class FSDPWorker(Worker):
         forward: Callable[[DataProto], torch.Tensor],
         *contexts: contextlib.AbstractContextManager,
     ) -> DataProto:
-        """An experience phase: the batch's media inputs built, the rows of this rank's sequence-parallel group
-        gathered, `forward` run on them inside `contexts` (entered in order), this rank's rows of it kept as `name`."""
+        """An experience phase: media inputs built, the sequence-parallel group's rows gathered, `forward` run inside
+        `contexts` (in order), this rank's rows kept as `name`."""
         process_multi_modal_inputs(data, self.processor)
         data = gather_rows(data, sp_group)
         with contextlib.ExitStack() as stack:
@@ -280,7 +276,6 @@ class FSDPWorker(Worker):
         return own_rows(DataProto.from_dict(tensors={name: output}), sp_group)
 
     def _log_probs(self, model: DataParallelPPOActor) -> Callable[[DataProto], torch.Tensor]:
-        """`model`'s log-probs of a batch at the rollout's sampling temperature."""
         return lambda rows: model.compute_log_probs(rows, temperature=self.config.rollout.temperature)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
@@ -311,8 +306,8 @@ class FSDPWorker(Worker):
         lr_scheduler: Any,
         request: UpdateRequest,
     ) -> DataProto:
-        """An update phase: the batch's media inputs built, the rows of this rank's sequence-parallel group gathered,
-        `update` run on them inside `resident`, then one lr-scheduler step; the metrics, `<role>/lr` the step's."""
+        """An update phase: as `_forward_rows`, then `update` inside `resident` and one lr-scheduler step; returns the
+        metrics, `<role>/lr` the step's."""
         process_multi_modal_inputs(data, self.processor)
         data = gather_rows(data, sp_group)
         with resident, training_step(request.global_step):  # named in a user function's errors

@@ -2,15 +2,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """The passes of micro-batches one data-parallel rank runs through its FSDP2 model, shared by the actor and the critic.
 
-`MicroBatchPasses.compute` is the no-grad pass (log-probs, values): rows back in their original order.
-`MicroBatchPasses.update` is the PPO update: ppo_epochs x mini-batches, each one gradient accumulation over its
-micro-batches and one optimizer step. The caller gives only its per-micro-batch loss; the loss scaling, the FSDP
-gather-once-per-pass handling, the skipped non-finite step and the metric reduction over ranks live here.
+`compute` is the no-grad pass (log-probs, values), rows back in their original order. `update` is the PPO update:
+ppo_epochs x mini-batches, each a gradient accumulation and one optimizer step; the caller gives only its
+per-micro-batch loss.
 
-Loss normalisation: every micro-batch loss is divided by the token (or sequence) count of the whole mini-batch
-summed over all micro-batches and all data-parallel ranks, and multiplied by the world size before `backward`
-(FSDP averages gradients over ranks). The accumulated gradient is then the gradient of the mini-batch loss,
-however the mini-batch was split.
+Each micro-batch loss is divided by the whole mini-batch's token (or sequence) count over all micro-batches and
+ranks, and multiplied by the world size before `backward` (FSDP averages over ranks), so the accumulated gradient is
+the mini-batch loss's, however it was split.
 """
 
 import logging
@@ -55,11 +53,8 @@ def _world_size(group: dist.ProcessGroup | None) -> int:
 
 
 class MicroBatchPasses:
-    """One rank's micro-batch passes through `module` for `role` ("actor" or "critic": the config section it names
-    in errors and the prefix of its lr and grad_norm metrics).
-
-    `rollout_n` (samples per prompt) turns `config.global_batch_size` (prompts) into samples: each optimizer step
-    takes global_batch_size x rollout_n / data-parallel size samples on every rank.
+    """One rank's micro-batch passes through `module` for `role` ("actor" or "critic": named in errors and metrics).
+    Each optimizer step takes global_batch_size (prompts) x `rollout_n` / data-parallel size samples per rank.
     """
 
     def __init__(
@@ -79,7 +74,7 @@ class MicroBatchPasses:
         self.group = group
         self.world_size = _world_size(group)
         self.sp_group = sp_group
-        """Ulysses: the ranks that share each row (they hold the same rows; see verl.models.ulysses); None for 1."""
+        """Ulysses: the ranks that share each row (verl.models.ulysses); None for 1."""
         self.sp_size = _world_size(sp_group) if sp_group is not None else 1
         if self.sp_size != config.ulysses_size:
             raise ValueError(
@@ -107,8 +102,7 @@ class MicroBatchPasses:
             return forward_response(self.module, micro, self.padding_free, head)
 
     def compute(self, data: DataProto, head: Head) -> dict[str, torch.Tensor]:
-        """`head`'s outputs (B, R) over the whole batch, in the original row order; micro-batches follow
-        micro_batch_size_per_device_for_experience (fixed, or the token budget with dynamic_batching)."""
+        """`head`'s outputs (B, R) over the whole batch, in the original row order."""
         micro_batches, order = make_micro_batches(
             select_model_inputs(data, ()),
             self.config.micro_batch_size_per_device_for_experience,
@@ -130,11 +124,9 @@ class MicroBatchPasses:
         summed_metrics: Sequence[SummedMetric],
         constant_metrics: dict[str, float] | None = None,
     ) -> dict[str, float]:
-        """ppo_epochs passes over the mini-batches of `data`, one optimizer step each; the mean of each mini-batch's
-        `summed_metrics`, `<role>/grad_norm` and `constant_metrics`, and `<role>/lr`.
-
-        A step whose gradient norm is not finite is skipped (gradients dropped, weights unchanged). Loss metrics are
-        the mini-batch values over all ranks (identical on every rank).
+        """ppo_epochs passes over the mini-batches of `data`, one optimizer step each (skipped when the gradient
+        norm is not finite); returns the mean of each mini-batch's `summed_metrics` (over all ranks),
+        `<role>/grad_norm`, `constant_metrics`, and `<role>/lr`.
         """
         self.module.train()
         metrics: dict[str, list[float]] = defaultdict(list)
@@ -166,8 +158,7 @@ class MicroBatchPasses:
         token_count, seq_count = global_loss_counts(micro_batches, self.group)
         # the ranks of a sequence-parallel group hold the same rows: count them once
         token_count, seq_count = token_count / self.sp_size, seq_count / self.sp_size
-        # Loss shares and token-weighted token means, summed on the device (no host sync between micro-batches, so
-        # the device never waits for the host to launch the next backward), then across ranks.
+        # summed on the device (no host sync between micro-batches), then across ranks
         sums = torch.zeros(len(summed_metrics), dtype=torch.float64, device=device_utils.get_local_device())
         self.optimizer.zero_grad(set_to_none=True)
         with self._pass() as before_backward:

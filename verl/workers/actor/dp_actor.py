@@ -1,11 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""The data-parallel PPO actor: log-probs, entropy and policy updates on an FSDP2-sharded model.
-
-It also serves as the reference policy (no optimizer: only `compute_log_probs`). Turning a DataProto into model
-inputs (micro-batches, padded or packed forwards, vision inputs) lives in `verl.workers.actor.forward`; the passes
-of micro-batches (gradient accumulation, loss scaling, the optimizer step) in `verl.workers.micro_batch_passes`.
-Both are shared with the critic; this module holds only the policy's head and loss.
+"""The data-parallel PPO actor: log-probs, entropy and policy updates on an FSDP2-sharded model; also the reference
+policy (no optimizer). Model inputs live in `actor.forward` and micro-batch passes in `workers.micro_batch_passes`,
+both shared with the critic; this module holds only the policy's head and loss.
 """
 
 import logging
@@ -42,12 +39,10 @@ def token_head(
 ) -> Callable[[torch.Tensor, torch.Tensor, float, bool], dict[str, torch.Tensor]]:
     """The function from response-predicting logits (N, V) to float32 log-probs (and entropy) of the labels (N,).
 
-    With `use_torch_compile` on CUDA it is compiled (dynamic shapes: the token count changes every micro-batch), which
-    fuses the float32 upcast, temperature scaling, log-softmax gather and entropy into fewer passes over the logits.
-    The compiled head gets the temperature as a 0-d float32 tensor on the logits' device: given the Python float,
-    torch.compile makes it a float64 CPU tensor input, which the graph of an update saves for its backward; that
-    needs a CPU kernel, and Inductor's first CPU kernel in a process probes the host's C++ toolchain in a child
-    Python, which stalled the first update on a GPU machine, or hung it (docs/gpu.md).
+    With `use_torch_compile` on CUDA it is compiled (dynamic shapes) to fuse the upcast, temperature, log-softmax and
+    entropy. The temperature goes in as a 0-d float32 tensor on the logits' device: as a Python float it would become
+    a CPU tensor saved for the backward, whose CPU kernel makes Inductor probe the host toolchain, stalling or hanging
+    the first update (docs/gpu.md).
     """
 
     def head(
@@ -82,15 +77,13 @@ _SUMMED_METRICS: tuple[SummedMetric, ...] = (
     *((f"actor/{name}", True) for name in _POLICY_TOKEN_METRICS),
 )
 """Update metrics as (name, is_token_mean); actor/kl_loss only with the KL loss. Loss metrics are shares of the
-mini-batch loss, so their sum over micro-batches and ranks is the mini-batch loss; token means are summed weighted by
-token count, then divided."""
+mini-batch loss (summed over micro-batches and ranks); token means are summed weighted by token count, then divided."""
 
 
 class DataParallelPPOActor:
     """Log-probs and PPO updates for one data-parallel rank of an FSDP2 policy (or, without optimizer, a reference).
 
-    `rollout_n` (samples per prompt) turns `config.global_batch_size` (prompts) into samples: each optimizer step
-    takes global_batch_size x rollout_n / world_size samples on every rank.
+    Each optimizer step takes global_batch_size (prompts) x `rollout_n` / world_size samples on every rank.
     """
 
     def __init__(
@@ -108,7 +101,7 @@ class DataParallelPPOActor:
         self.optimizer = optimizer
         self.passes = MicroBatchPasses("actor", config, module, optimizer, rollout_n, group, sp_group)
         self.padding_free = self.passes.padding_free
-        # unset (a config built without the loader): the policy loss's own aggregation, as the loader would fill in
+        # unset (a config built without the loader): the policy loss's own aggregation
         self.loss_avg_mode = config.loss_avg_mode or default_loss_avg_mode(config.loss_type)
         if config.padding_free and not self.padding_free:
             logger.warning(
@@ -130,11 +123,8 @@ class DataParallelPPOActor:
     def compute_log_probs(
         self, data: DataProto, temperature: float, calculate_entropy: bool = False
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Log-probs (B, R) of the response tokens at `temperature`; with `calculate_entropy`, (log_probs, entropy).
-
-        Micro-batches follow micro_batch_size_per_device_for_experience (fixed, or the token budget with
-        dynamic_batching); the rows come back in their original order. Padding positions are 0.
-        """
+        """Log-probs (B, R) of the response tokens at `temperature`, 0 on padding, in the original row order; with
+        `calculate_entropy`, (log_probs, entropy)."""
         self.module.eval()
         out = self.passes.compute(data, self._token_head(temperature, calculate_entropy))
         return (out["log_probs"], out["entropy"]) if calculate_entropy else out["log_probs"]
@@ -144,12 +134,11 @@ class DataParallelPPOActor:
     ) -> dict[str, float]:
         """PPO update: ppo_epochs passes over mini-batches, one optimizer step each; returns mean metrics.
 
-        `temperature` is the rollout's sampling temperature; `entropy_coeff` (adaptive entropy control's, for this
-        step) replaces actor.entropy_coeff, and the entropy is then computed exactly, even at 0. Needs advantages,
-        response_mask (and ref_log_probs with use_kl_loss) and old_log_probs, except for an on-policy update (one epoch, one mini-batch): there the behaviour policy is the
-        current one, so its log-probs are the forward's own, detached (ratio 1, the same loss and gradient), and the
-        separate old-log-prob forward can be skipped. A step whose gradient norm is not finite is skipped (gradients
-        dropped, weights unchanged). Loss metrics are the mini-batch values over all ranks (identical on every rank).
+        `temperature` is the rollout's; `entropy_coeff` (adaptive entropy control) replaces actor.entropy_coeff and
+        makes the entropy exact, even at 0. Needs advantages, response_mask (ref_log_probs with use_kl_loss) and
+        old_log_probs, except on-policy (one epoch, one mini-batch), where the forward's own detached log-probs give
+        the same loss and gradient. A step with a non-finite gradient norm is skipped. Loss metrics are the mini-batch
+        values over all ranks.
         """
         if self.optimizer is None:
             raise RuntimeError("update_policy needs an optimizer; this actor was built without one (reference?).")

@@ -2,14 +2,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """From a DataProto of rollouts to per-response-token model outputs: shared by the actor, the reference and the critic.
 
-- `process_multi_modal_inputs` turns raw images/videos into pixel values once per prompt;
-- `make_micro_batches` splits by a fixed sample count or by a token budget (same count on every rank, original order
-  restorable). Packed micro-batches are balanced by valid tokens; padded ones are grouped by length and budgeted by
-  the tokens a padded forward really computes (rows x the micro-batch's trimmed width);
-- `forward_response` runs the model padded (columns that are padding in every row of the micro-batch trimmed) or
-  padding-free (all sequences packed into one row, only where the attention kernel is a varlen one), and returns
-  per-response-token outputs (B, R), zero on padding. Only the logits at response-predicting positions are computed,
-  and they are never copied.
+`process_multi_modal_inputs` makes pixel values once per prompt; `make_micro_batches` splits by rows or by a token
+budget (same count on every rank, order restorable); `forward_response` runs the model padded (all-padding columns
+trimmed) or packed (one row, only with a varlen attention kernel) and returns (B, R) values, zero on padding. Only
+the logits at response-predicting positions are computed.
 """
 
 from collections import defaultdict
@@ -36,20 +32,18 @@ MODEL_INPUT_KEYS: tuple[str, ...] = ("input_ids", "attention_mask", "position_id
 """Tensor columns every forward needs (docs/data_flow.md)."""
 
 PACKING_EXACT_ATTENTION: tuple[str, ...] = ("varlen", "flash_attention_2", "flash_attention_3")
-"""Attention implementations with a variable-length kernel: packed sequences are exact and cost only their own
-tokens. sdpa and eager are exact too, but through a dense T x T block-diagonal mask over the whole packed row, which
-is slower than padding; with them the forward runs padded."""
+"""Attention implementations with a variable-length kernel, where packed sequences are exact and cost only their own
+tokens (sdpa and eager would need a dense block-diagonal mask, slower than padding: they run padded)."""
 
 
 # ---------------------------------------------------------------------------------------------- vision inputs
 
 
 def process_multi_modal_inputs(data: DataProto, processor: Any) -> None:
-    """Add the non-tensor column `multi_modal_inputs`: per row, the processor's tensors for its images and videos.
+    """Add the non-tensor column `multi_modal_inputs`: per row, the processor's tensors for its `multi_modal_data`.
 
-    Rows come from `multi_modal_data` ({"images": [...], "videos": [...]} or None). Rows that share a `uid` share
-    the prompt and hence the images, so each prompt is processed once. A batch that already has the column is left
-    as is, which lets a worker process once and reuse the result for old log-probs, reference and update.
+    Rows sharing a `uid` share the prompt, so each prompt is processed once; a batch that has the column already is
+    left as is (processed once per step, reused by old log-probs, reference and update).
     """
     if "multi_modal_data" not in data.non_tensor_batch or "multi_modal_inputs" in data.non_tensor_batch:
         return
@@ -88,9 +82,8 @@ def _batch_multi_modal_inputs(micro: DataProto, device: torch.device) -> dict[st
 
 
 def _concat_rows(values: list[torch.Tensor]) -> torch.Tensor:
-    """The rows' tensors of one input end to end. LLaVA-OneVision's pixel values (images, tiles, 3, H, W) are first
-    zero-padded to the most tiles of any row, as its processor pads a batch: the model takes each image's own tile
-    count from `image_sizes` and `batch_num_images`."""
+    """The rows' tensors of one input end to end; 5-D pixel values (LLaVA-OneVision's tiles) are zero-padded to the
+    most tiles of any row first, as its processor pads a batch."""
     if values[0].dim() == 5:
         most = max(value.shape[1] for value in values)
         values = [torch.nn.functional.pad(value, (0, 0, 0, 0, 0, 0, 0, most - value.shape[1])) for value in values]
@@ -101,9 +94,8 @@ def _concat_rows(values: list[torch.Tensor]) -> torch.Tensor:
 
 
 def packing_is_exact(module: nn.Module) -> bool:
-    """Whether the model runs packed sequences exactly: its attention with a varlen kernel (see
-    PACKING_EXACT_ATTENTION), and its recurrent token mixers, if any (Qwen3.5's Gated DeltaNet), restarting at every
-    boundary (verl.models.gated_deltanet)."""
+    """Whether the model runs packed sequences exactly: varlen attention (PACKING_EXACT_ATTENTION) and recurrent
+    mixers (Qwen3.5's Gated DeltaNet) that restart at every boundary."""
     config = getattr(module, "config", None)
     exact_attention = getattr(config, "_attn_implementation", None) in PACKING_EXACT_ATTENTION
     return exact_attention and linear_attention_is_exact(module)
@@ -113,14 +105,12 @@ UPDATE_MICRO_BATCH_DEFAULTS = {"cpu": 8, "cuda": 4}
 """Rows per update micro-batch when the config leaves it unset, by device (see ActorConfig's docstring)."""
 
 CPU_PER_MICRO_BATCH_GATHER_DEFAULT = 16
-"""The CPU's default when every micro-batch gathers the parameters itself (fsdp.gather_once_per_pass off): larger
-micro-batches spread those collectives over more rows."""
+"""The CPU's default with fsdp.gather_once_per_pass off: larger micro-batches spread the per-micro-batch gathers."""
 
 
 def update_micro_batch_size(configured: int | None, samples: int, dynamic: bool, gather_once: bool = True) -> int:
-    """The configured update micro-batch size, or this device's default; without dynamic batching, the default is
-    lowered to the largest size that divides `samples` (the rows of a mini-batch on this rank). `gather_once` is
-    whether the pass gathers the parameters once (fsdp.gather_once_per_pass resolved)."""
+    """The configured update micro-batch size, or this device's default (`gather_once`: fsdp.gather_once_per_pass
+    resolved); without dynamic batching the default is lowered to a divisor of `samples` (this rank's mini-batch)."""
     if configured is not None:
         return configured
     device_type = device_utils.get_device_type()
@@ -141,10 +131,9 @@ def make_micro_batches(
 ) -> tuple[list[DataProto], torch.Tensor | None]:
     """Split into micro-batches of `micro_batch_size` rows, or dynamically by a token budget.
 
-    The dynamic budget is micro_batch_size x the padded length, so a micro-batch never costs more than a fixed one
-    would. Packed micro-batches (`padded=False`) count valid tokens; padded ones count rows x their trimmed width,
-    which is what a padded forward computes. Returns the micro-batches and, for the dynamic case, the permutation
-    that restores the original row order of outputs concatenated in micro-batch order.
+    The budget is micro_batch_size x the padded length, so a micro-batch never costs more than a fixed one. Packed
+    micro-batches count valid tokens, padded ones rows x trimmed width. Returns the micro-batches and, when dynamic,
+    the permutation restoring the original row order of concatenated outputs.
     """
     if micro_batch_size < 1:
         raise ValueError(f"micro_batch_size_per_device must be positive, got {micro_batch_size}.")
@@ -196,17 +185,13 @@ def _position_ids_for_model(position_ids: torch.Tensor) -> torch.Tensor:
 
 
 DENSE_ROWS_RUN_PADDED: frozenset[str] = frozenset({"cuda"})
-"""Devices where a packed micro-batch with no padding in the columns a padded forward computes (every row with the
-same prompt length and the same response length) runs as padded rows instead. On CUDA with bf16 such full rows run
-faster padded (sdpa with no mask takes cuDNN's fused kernel) than packed (torch's varlen kernel), for the update and
-for log-probs; with any padding in the micro-batch the packed row wins. On the CPU the two are even on full rows, and
-the per-sequence packed path stays."""
+"""Devices where a packed micro-batch without padding in its computed columns runs as padded rows instead: on CUDA
+such full rows run faster padded (cuDNN's fused sdpa) than packed; on the CPU the two are even."""
 
 
 def runs_padded(micro: DataProto, padding_free: bool) -> bool:
-    """Whether `forward_response` runs this micro-batch as padded rows: always without `padding_free`; with it, only
-    on a DENSE_ROWS_RUN_PADDED device, outside Ulysses sequence parallelism, when no row has padding between the
-    first and the last column that some row uses."""
+    """Whether `forward_response` runs this micro-batch padded: always without `padding_free`; with it, only on a
+    DENSE_ROWS_RUN_PADDED device, outside Ulysses, when no row has padding within the computed columns."""
     return _padded_columns(micro, padding_free) is not None
 
 
@@ -226,10 +211,8 @@ def _padded_columns(micro: DataProto, padding_free: bool) -> tuple[int, int] | N
 def forward_response(module: nn.Module, micro: DataProto, padding_free: bool, head: Head) -> dict[str, torch.Tensor]:
     """Run the model on a micro-batch and apply `head` to the outputs at the positions predicting response tokens.
 
-    `head(logits, labels)` gets the model outputs at those positions (N, V) and the response tokens they predict
-    (N,), and returns per-token values (N,). The result maps each name to a (B, R) tensor (R = response width),
-    zero where the response token is padding, identical in the padded and the padding-free modes (a padding-free
-    micro-batch without padding may run padded, see `runs_padded`).
+    `head(logits (N, V), labels (N,))` returns per-token values (N,). The result maps each name to a (B, R) tensor,
+    zero where the response token is padding, identical in padded and packed modes.
     """
     extra = _batch_multi_modal_inputs(micro, micro.batch["input_ids"].device)
     columns = _padded_columns(micro, padding_free)
@@ -249,8 +232,8 @@ def _trimmed_columns(attention_mask: torch.Tensor, response_len: int) -> tuple[i
 def _forward_padded(
     module: nn.Module, micro: DataProto, head: Head, extra: dict, columns: tuple[int, int]
 ) -> dict[str, torch.Tensor]:
-    """Padded rows, cut to the columns that hold a valid token in some row (left-padded prompts, right-padded
-    responses), with only the response-predicting positions sent through the LM head."""
+    """Padded rows cut to the `columns` with a valid token in some row; only response-predicting positions reach the
+    LM head."""
     batch = micro.batch
     attention_mask, responses = batch["attention_mask"], batch["responses"]
     num_rows, seq_len = attention_mask.shape
@@ -279,8 +262,8 @@ def _forward_padded(
 
 
 def _forward_packed(module: nn.Module, micro: DataProto, head: Head, extra: dict) -> dict[str, torch.Tensor]:
-    """All valid tokens in one row, positions restarting at 0 per sequence, no attention mask and no KV cache; the
-    varlen kernel reads the sequence boundaries from `cu_seq_lens_*`."""
+    """All valid tokens in one row, positions restarting per sequence, no attention mask or KV cache; the varlen
+    kernel reads the boundaries from `cu_seq_lens_*`."""
     batch = micro.batch
     input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
     position_ids, responses = batch["position_ids"], batch["responses"]
@@ -334,12 +317,11 @@ def _sequence_parallel_values(
     group: dist.ProcessGroup,
     extra: dict,
 ) -> dict[str, torch.Tensor]:
-    """`head`'s values at the kept positions of a packed row that the ranks of `group` share (Ulysses): the row is
-    padded to a multiple of the group size (the padding is a sequence of its own, so nothing attends to it), each rank
-    runs its slice, and the per-token values are gathered so that every rank returns those of the whole row.
+    """`head`'s values at the kept positions of a packed row shared by the ranks of `group` (Ulysses).
 
-    A text model gets its slice of the token ids; a VLM (mrope `positions` (4, 1, T), or vision inputs in `extra`)
-    gets the whole row, embeds it with its images, and its language model takes the slice (a ulysses hook)."""
+    The row is padded to a multiple of the group size (the padding is a sequence of its own), each rank runs its
+    slice, and the values are gathered so every rank returns the whole row's. A VLM (mrope or vision inputs) gets the
+    whole row to embed with its images, and its language model takes the slice (a ulysses hook)."""
     size, rank = dist.get_world_size(group), dist.get_rank(group)
     total = packed_ids.shape[1]
     pad = -total % size

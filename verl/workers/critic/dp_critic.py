@@ -2,11 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """The data-parallel PPO critic: token values and clipped value-loss updates on an FSDP2-sharded value model.
 
-The value model is the policy architecture with a scalar head (`verl.models.loading.add_value_head`). The value
-of response token t is read at the position that predicts it (the state before the token is generated), exactly
-where the actor reads the token's log-prob, so values and log-probs line up for GAE. Batching, padding-free packing,
-loss normalisation and the update's passes are the actor's (`verl.workers.actor.forward`,
-`verl.workers.micro_batch_passes`); this module holds only the value head and loss.
+The value model is the policy with a scalar head (`verl.models.loading.add_value_head`). Token t's value is read where
+the actor reads its log-prob (the position predicting it), so they line up for GAE. Batching and update passes are
+the actor's (`actor.forward`, `workers.micro_batch_passes`); this module holds only the value head and loss.
 """
 
 import torch
@@ -34,10 +32,7 @@ def _value_head(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.T
 
 
 class DataParallelPPOCritic:
-    """Values and PPO value updates for one data-parallel rank of an FSDP2 critic.
-
-    `rollout_n` turns `config.global_batch_size` (prompts) into samples, as for the actor.
-    """
+    """Values and PPO value updates for one data-parallel rank of an FSDP2 critic (`rollout_n` as for the actor)."""
 
     def __init__(
         self,
@@ -62,10 +57,8 @@ class DataParallelPPOCritic:
         return self.passes.compute(data, _value_head)["values"]
 
     def update_critic(self, data: DataProto) -> dict[str, float]:
-        """Clipped value-loss updates over ppo_epochs x mini-batches (needs values and returns); mean metrics.
-
-        A step with a non-finite gradient norm is skipped. critic/vf_loss is the mini-batch loss over all ranks;
-        vf_clipfrac and vpred_mean are token means over all ranks.
+        """Clipped value-loss updates over ppo_epochs x mini-batches (needs values and returns); mean metrics over all
+        ranks. A step with a non-finite gradient norm is skipped.
         """
         if self.optimizer is None:
             raise RuntimeError("update_critic needs an optimizer; this critic was built without one.")

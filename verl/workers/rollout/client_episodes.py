@@ -2,13 +2,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """Client-style episodes (a `ChatClientEnv`, e.g. a verifiers taskset) in the request loop, in every mode.
 
-Each sample's episode is the environment's `rollout` coroutine, running on an event loop of its own thread for as long
-as the episode lasts (across steps): its client's `create` hands the request to the request loop and awaits the
-reply. The request loop (in its engine thread) checks the request (the first must render to the prompt; a later one
-must repeat the conversation and add the environment's messages, which become an environment turn, loss mask 0),
-submits it as one engine request among all the others, and answers the coroutine when the turn is done. So an
-episode busy in a tool never holds the others back, and a turn stopped at a step boundary continues under the next
-weights; the episode's sample is complete when its coroutine returns.
+Each episode is the environment's `rollout` coroutine, on an event loop thread for as long as it lasts (across
+steps); its client's `create` hands each request to the request loop, which checks it (the first must render to the
+prompt; a later one must repeat the conversation and add environment messages, loss mask 0), submits it as one engine
+request among the others, and answers when the turn is done. A busy episode never holds the others back.
 """
 
 import asyncio
@@ -133,12 +130,12 @@ def add_environment_messages(
 
 
 CLOSE_TIMEOUT_S = 10.0
-"""Longest an environment's `release` may take when its episodes' loop closes (a hung one is left, with a warning)."""
+"""Longest an environment's `release` may take when its episodes' loop closes (a hung one is left with a warning)."""
 
 
 async def release_within(env: ChatClientEnv, timeout_s: float) -> None:
-    """`env.release()`, given up after `timeout_s` with a warning: a release that fails or hangs must not hide the
-    error that ended the episodes, nor hold a shutdown."""
+    """`env.release()`, given up after `timeout_s` with a warning, so it can neither hide the error that ended the
+    episodes nor hold a shutdown."""
     try:
         await asyncio.wait_for(env.release(), timeout_s)
     except Exception as err:
@@ -260,9 +257,8 @@ class ClientTurns(TurnHooks):
         return False
 
     def poll(self) -> tuple[bool, bool]:
-        """Take the coroutines' new requests (checked, their environment messages added) and finished episodes;
-        (whether a group became complete, whether a request is ready for the engine). An episode's error, or its
-        work past worker.rollout.env_step_timeout_s, stops the rollout."""
+        """Take the coroutines' new requests (checked, environment messages added) and finished episodes; (a group
+        became complete, a request is ready). An episode's error, or work past env_step_timeout_s, stops the rollout."""
         with self._lock:
             events, self._inbox = self._inbox, []
             self._posted.clear()
@@ -315,8 +311,8 @@ class ClientTurns(TurnHooks):
         return runner.turn_limit(episode, max_tokens)
 
     def close(self) -> None:
-        """Cancel every episode's coroutine, let the environment release what its episodes shared, and stop the
-        event loop's thread (waiting at most CLOSE_TIMEOUT_S for the release)."""
+        """Cancel every coroutine, let the environment release what its episodes shared (at most CLOSE_TIMEOUT_S),
+        and stop the event loop's thread."""
 
         async def cancel_all() -> None:
             tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]

@@ -4,13 +4,10 @@
 repeat its engine calls.
 
 The processes of a tensor-parallel engine must add, abort and step the same requests in the same order, or vLLM's
-collectives mismatch, and their calls come at different moments: an episode's next turn is ready when its
-environment says so, a rollout pool's admissions, weight loads and validation calls reach each process on its own.
-So the group's first process runs the request loop and the environments; the loop records its engine calls in an
-`EngineLeader`. Before each engine step it sends the peers the engine calls made since the last step, and any other
-engine work (a weight load, a validation call) at the point between two steps where it does its own. The peers
-(`follow`) only repeat those calls and run their own copy of that work; they get a call's result at its end. The
-messages travel on the tensor-parallel group's gloo group, one per engine step.
+collectives mismatch; yet turns, admissions, weight loads and validation calls reach each process at its own moment.
+So the first process runs the request loop and environments and records its engine calls in an `EngineLeader`;
+before each step it sends the peers the calls since the last one (one gloo message per step), plus any other engine
+work at the point it does its own. The peers (`follow`) only repeat those calls and run their own copy of the work.
 """
 
 from collections.abc import Callable
@@ -29,10 +26,9 @@ class PeerStopped(RuntimeError):
 
 
 class _RenderOnce:
-    """A peer's `render`, run once for the requests that share a prompt, as the first process's request loop renders
-    a group's prompt once for its n samples (rendering a prompt with images runs the model's processor). A group's
-    requests are recorded with one prompt object, and a broadcast message is pickled as one object, so they arrive
-    sharing it."""
+    """A peer's `render`, run once for the requests sharing a prompt (as the first process renders a group's prompt
+    once: images run the processor). A group's requests share one prompt object, and a message is pickled as one
+    object, so they arrive sharing it."""
 
     def __init__(self, render: Callable[[dict[str, Any]], Any]) -> None:
         self.render = render
@@ -53,10 +49,9 @@ def _broadcast(message: Any, group: Any, src: int) -> Any:
 
 
 class EngineLeader:
-    """The group's first process's side: the request loop (`RequestLoop.mirror`) records each engine call it makes
-    here; `send` passes the calls recorded so far to the peers, with what they run next (an engine step, a weight
-    load, a validation call, STOP). Requests are recorded with their prompt before rendering (each peer renders its
-    own copy) and with whether they carry the LoRA adapter (each peer adds its own, the same adapter)."""
+    """The first process's side: the request loop (`RequestLoop.mirror`) records each engine call here; `send` passes
+    the recorded calls to the peers with what they run next. Requests are recorded before rendering (each peer renders
+    its own) and with whether they carry the LoRA adapter (each peer adds its own)."""
 
     def __init__(self, group: Any) -> None:
         self.group = group
@@ -69,8 +64,7 @@ class EngineLeader:
         self._calls.append(call)
 
     def send(self, kind: str, *args: Any) -> None:
-        """Have the peers run their handler for `kind` (see `follow`) at this point between two engine steps, after
-        the calls recorded so far: a weight load, a blocking generate call (validation), STOP."""
+        """Have the peers run their handler for `kind` (see `follow`) here, after the calls recorded so far."""
         _broadcast((*self._calls, (kind, *args)), self.group, self.src)
         self._calls = []
 
@@ -89,9 +83,8 @@ def follow(
     lora_request: Callable[[], Any],
     handlers: dict[str, Callable[..., Any]] | None = None,
 ) -> Any:
-    """On a peer: repeat the first process's engine calls (by name; its requests rendered here) until it ends the
-    call (return its result) or sends STOP (return None); other messages run their entry of `handlers` with the
-    message's arguments."""
+    """On a peer: repeat the first process's engine calls (rendering its requests here) until it ends the call
+    (return its result) or sends STOP (return None); other messages run their entry of `handlers`."""
     engine = llm.llm_engine
     src = dist.get_global_rank(group, 0)
     render = _RenderOnce(render)

@@ -2,11 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """The one thread that owns an engine which other threads call into: the rollout pool's worker and `verl.serve`.
 
-vLLM's `LLMEngine` is not thread-safe. The thread steps the engine through its request loop (`RequestLoop.step`) while
-the engine holds requests, and runs the work other threads post (`call`, `post`) between two steps, so no other
-thread ever touches the engine. `cond` guards what both sides read (the loop's groups: the loop records a step's
-outputs under it). A tensor-parallel engine's follower runs its own target on the same thread object, for the same
-error handling.
+vLLM's `LLMEngine` is not thread-safe: the thread steps the engine through its request loop and runs work other
+threads post (`call`, `post`) between two steps. `cond` guards what both sides read (the loop records each step's
+outputs under it). A tensor-parallel follower runs its own target on the same thread object, for the same errors.
 """
 
 import logging
@@ -26,13 +24,12 @@ _POLL_S = 1.0
 class EngineThread:
     """Steps `loop`'s engine on a thread of its own (see the module docstring).
 
-    - `prepare()`, under `cond` before each step: the owner's bookkeeping (submit admitted samples, poll environment
-      steps); it returns True when only environment steps are running, and the thread then waits on them
-      (`loop.turns.wait`) instead of stepping.
+    - `prepare()`, under `cond` before each step: the owner's bookkeeping; True when only environment steps are
+      running, and the thread then waits on them instead of stepping.
     - `has_work()`, under `cond`: work beside the engine's requests that should wake the thread.
-    - `on_idle()`, every `idle_s` seconds that pass without work (a tensor-parallel leader's heartbeat).
-    - `recover(error)`: a failed step is handed to it and the thread goes on (the server answers the requests it held
-      with the error); without it the thread stops, and every later call raises the error.
+    - `on_idle()`, every `idle_s` seconds without work (a tensor-parallel leader's heartbeat).
+    - `recover(error)`: gets a failed step and the thread goes on; without it the thread stops and every later call
+      raises the error.
     """
 
     def __init__(
@@ -78,7 +75,6 @@ class EngineThread:
 
     @property
     def stopping(self) -> bool:
-        """`stop` was called."""
         return self._stop
 
     def raise_if_failed(self) -> None:

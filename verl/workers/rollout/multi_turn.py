@@ -2,17 +2,14 @@
 # SPDX-License-Identifier: Apache-2.0
 """Multi-turn episodes in the request loop (worker.rollout.env), in every mode.
 
-Each sample of the request loop plays one `Episode`: a request is one model turn. When a turn's request finishes, the
-environment's step runs on a thread of its own while the engine keeps stepping the other requests; its messages
-become the episode's next environment turn (loss mask 0) and the next model turn is submitted (`EpisodeTurns`; a
-client-style environment drives its turns itself, verl.workers.rollout.client_episodes). A turn stopped at a step
-boundary keeps its tokens and continues after the weight sync like a single-turn sample, so an episode's turns (and
-even one turn) may span policy versions; each model token records its version, environment tokens record -1.
+Each sample plays one `Episode`; a request is one model turn. When a turn finishes, the environment's step runs on a
+thread while the engine steps the other requests, and its messages become the next environment turn (loss mask 0)
+(`EpisodeTurns`; client-style environments drive their turns themselves: client_episodes). Turns may span policy
+versions like single-turn samples: model tokens record their version, environment tokens -1.
 
-Each episode keeps the engine's own token ids for the model's turns (loss mask 1) and the chat template's rendering
-of the environment's messages (loss mask 0), so the engine and later the actor, reference and critic see one and the
-same token sequence: nothing is decoded and re-tokenized. Turn t of an episode samples with seed + 7919 t, whichever
-other requests share the engine with it.
+Episodes keep the engine's own token ids for model turns and the chat template's rendering of the environment's
+messages, so engine, actor, reference and critic see one token sequence (nothing is re-tokenized). Turn t samples
+with seed + 7919 t.
 """
 
 import dataclasses
@@ -34,11 +31,10 @@ _MARKER = "\u2063verl-turn-end\u2063"
 
 
 class ChatContinuation:
-    """Token ids that the chat template puts between the end of a model turn and the start of the next one.
+    """Token ids the chat template puts between the end of a model turn and the start of the next one.
 
-    The template closes an assistant message (Qwen: `<|im_end|>\\n`; GLM writes nothing), renders the environment's
-    messages (a user reply, tool results) and opens the next assistant turn. The model's generated turn already ends
-    with its end-of-turn token (GLM's is the next message's role token, `<|user|>`), which is not written twice.
+    That is the template's closing of the assistant message, the environment's messages and the next assistant
+    opening, minus the model's own end-of-turn token (Qwen: `<|im_end|>`; GLM's is the next role token, `<|user|>`).
     """
 
     def __init__(self, tokenizer: Any, chat_template: str | None = None) -> None:
@@ -67,7 +63,7 @@ class ChatContinuation:
                 "environment's turn cannot be appended token for token."
             )
         text = self.closing + after[len(before) :]
-        # Qwen's end-of-turn token closes the message; GLM's model ends its turn by opening the next one (<|user|>)
+        # GLM's model ends its turn by opening the next one (<|user|>)
         if turn_end_text and text.startswith(turn_end_text):
             text = text[len(turn_end_text) :]
         return self.tokenizer.encode(text, add_special_tokens=False)
@@ -132,19 +128,17 @@ class ImageTokens:
 @dataclasses.dataclass
 class Episode:
     """One of the n samples of a prompt. It ends when the environment says so, when the model stops without its
-    end-of-turn token (truncated), after `max_turns` model turns, or when the response budget (the rollout's response
-    length, shared by all turns) is spent; finished episodes drop out of the next generate call. An episode keeps two
-    views of its tokens: `engine_ids` (one placeholder per environment image, as the engine is given it) and `ids`
-    (the placeholders expanded to the image's patch tokens, what the actor gets; the budget counts these)."""
+    end-of-turn token (truncated), after `max_turns` model turns, or when the response budget (shared by all turns)
+    is spent. `engine_ids` has one placeholder per environment image, as the engine takes it; `ids` has them expanded
+    to patch tokens, as the actor takes it (the budget counts these)."""
 
     prompt_input: dict[str, Any]
     """The engine input of the prompt (token ids and any images)."""
     state: dict[str, Any]
     seed: int | None
     ids: list[int] = dataclasses.field(default_factory=list)
-    """Everything after the prompt: model and environment tokens (images expanded to their patch tokens)."""
+    """Everything after the prompt: model and environment tokens."""
     engine_ids: list[int] = dataclasses.field(default_factory=list)
-    """The same as the engine is given it: one placeholder per environment image."""
     images: list[Any] = dataclasses.field(default_factory=list)
     """Images of the environment's messages, in order."""
     image_inputs: list[dict[str, torch.Tensor]] = dataclasses.field(default_factory=list)
@@ -161,10 +155,9 @@ class Episode:
     last_turn: str = ""
     """The decoded text of the model's latest turn (its final answer once the episode is done)."""
     messages: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    """The conversation after the prompt, for the rollout records: each model turn ({"role": "assistant",
-    "content": its decoded text}) and the environment's messages as it sent them, image parts replaced by
-    {"type": "image", "index": i} (the image's place in the sample's images, the prompt's first); messages the
-    episode ended before showing to the model are kept with "cut": True."""
+    """The conversation after the prompt, for the rollout records: model turns as assistant messages, the
+    environment's as sent, image parts replaced by {"type": "image", "index": i} (prompt images first); messages
+    never shown to the model carry "cut": True."""
 
     def engine_input(self) -> dict[str, Any]:
         item = {**self.prompt_input, "prompt_token_ids": list(self.prompt_input["prompt_token_ids"]) + self.engine_ids}
@@ -180,10 +173,8 @@ class Episode:
 
 @dataclasses.dataclass
 class TurnRunner:
-    """The token rules of an episode's turns: `add_model_tokens` and `add_environment_turn` append a model turn
-    (loss mask 1) or the environment's messages (loss mask 0) to an episode and end it when the response budget is
-    spent. The step-style hooks (`EpisodeTurns`) and the client-style ones (`client_episodes.ClientTurns`) both use
-    them."""
+    """The token rules of an episode's turns: append a model turn (loss mask 1) or the environment's messages (loss
+    mask 0) and end the episode when the budget is spent; used by `EpisodeTurns` and `client_episodes.ClientTurns`."""
 
     budget: int
     """Tokens after the prompt, all turns together (the rollout's response length)."""
@@ -198,8 +189,8 @@ class TurnRunner:
     max_images: int = 0
     """The engine's limit of images per sequence (prompt and environment images together); 0: none."""
     env_step_timeout_s: float = 0.0
-    """Longest one environment step may take (a `step` call, or a client-style episode's work between two model
-    requests) before the rollout stops with an error naming it; <= 0 waits forever."""
+    """Longest one environment step (or a client-style episode's work between two model requests) may take before
+    the rollout stops with an error; <= 0 waits forever."""
     env_name: str = "the environment"
     """How errors name the environment (worker.rollout.env)."""
 
@@ -219,9 +210,8 @@ class TurnRunner:
     def add_model_tokens(
         self, episode: Episode, new: list[int], logprobs: list[float] | None, limit: int
     ) -> str | None:
-        """Append the model's turn of `new` tokens (at most `limit`, the turn's limit when it began); returns the text
-        that closed it ("" when the turn limit cut it), or None when the budget cut it (or it was empty): then the
-        episode is over, truncated."""
+        """Append the model's turn (at most `limit` tokens); returns the text that closed it ("" when the turn limit
+        cut it), or None when the budget cut it or it was empty: the episode is then over, truncated."""
         new = new[:limit]
         cut_by_turn_limit = limit < self.budget - len(episode.ids) and len(new) == limit
         episode.ids += new
@@ -239,8 +229,8 @@ class TurnRunner:
         return self.tokenizer.decode(new[-1:], skip_special_tokens=False) if ended else ""
 
     def add_environment_turn(self, episode: Episode, messages: list[dict[str, Any]], turn_end: str) -> bool:
-        """Append the environment's messages (rendered by the chat template, up to the opening of the next model
-        turn); False, with the episode over and truncated, when they leave no room for another model turn."""
+        """Append the environment's messages (up to the opening of the next model turn); False, with the episode over
+        and truncated, when they leave no room for another model turn."""
         env_ids = self.continuation.ids(messages, turn_end)
         engine_env_ids, images, inputs = env_ids, message_images(messages), None
         if images:
@@ -263,9 +253,8 @@ class TurnRunner:
 
 
 def record_messages(episode: Episode, messages: list[dict[str, Any]], cut: bool) -> None:
-    """Add the environment's `messages` to the episode's conversation; `cut` ones (never shown to the model) are
-    marked and their tool results counted in `cut_tool_messages`. Call it before the shown messages' images join
-    `episode.images`."""
+    """Add the environment's `messages` to the episode's conversation (`cut`: never shown; tool results counted).
+    Call before the shown messages' images join `episode.images`."""
     first_image = episode.prompt_images() + len(episode.images)
     episode.messages += transcript_messages(messages, first_image, cut)
     if cut:
@@ -273,9 +262,8 @@ def record_messages(episode: Episode, messages: list[dict[str, Any]], cut: bool)
 
 
 def episode_columns(episodes: list[Episode]) -> dict[str, np.ndarray]:
-    """The per-episode non-tensor columns of a multi-turn rollout besides episode_info's: env_turns, env_tool_calls,
-    env_tool_errors, env_cut_tool_messages, env_truncated (floats), last_turn (the final answer) and
-    episode_messages (the conversation after the prompt, see `Episode.messages`)."""
+    """The per-episode non-tensor columns besides episode_info's: env_* counters (floats), last_turn (the final
+    answer) and episode_messages (see `Episode.messages`)."""
     columns = {
         f"env_{name}": np.array([float(getattr(e, name)) for e in episodes], dtype=np.float64)
         for name in ("turns", "tool_calls", "tool_errors", "cut_tool_messages", "truncated")
@@ -286,8 +274,8 @@ def episode_columns(episodes: list[Episode]) -> dict[str, np.ndarray]:
 
 
 def apply_step(runner: TurnRunner, episode: Episode, result: EnvStep, turn_end: str) -> None:
-    """The environment's answer to the model's latest turn: the episode ends (its messages kept as cut) when the
-    environment says so or its model turns are spent, else they become its next environment turn."""
+    """Apply the environment's answer: the episode ends (messages kept as cut) when the environment says so or its
+    model turns are spent, else they become its next environment turn."""
     episode.tool_calls += result.tool_calls
     episode.tool_errors += result.tool_errors
     if result.done or episode.turns >= runner.max_turns:
@@ -312,7 +300,6 @@ def _check_images(image_tokens: ImageTokens | None, episode: Episode, count: int
 
 
 TURN_SEED_STRIDE = 7919
-"""Turn t of an episode samples with `seed + 7919 t`."""
 
 
 @dataclasses.dataclass
@@ -325,17 +312,15 @@ class _Step:
 
 
 class TurnHooks:
-    """What the request loop's multi-turn hooks share: a request is the rest of the sample's current model turn, and a
-    finished request adds that turn to the episode. Subclasses say when a turn begins and how long it may be
-    (`_turn_limit`) and what happens after it (`turn_done`)."""
+    """Shared multi-turn hooks of the request loop: a request is the rest of the sample's current model turn.
+    Subclasses give the turn's limit (`_turn_limit`) and what follows it (`turn_done`)."""
 
     def __init__(self, runner: TurnRunner) -> None:
         self.runner = runner
         self._runners: dict[int, TurnRunner] = {}
 
     def _for(self, group: Group) -> TurnRunner:
-        """The runner of a group: its response budget is the group's (the step's response length when it was
-        admitted, or its row's own cap)."""
+        """The runner whose budget is the group's (the step's response length at admission, or the row's cap)."""
         if group.budget not in self._runners:
             self._runners[group.budget] = dataclasses.replace(self.runner, budget=group.budget)
         return self._runners[group.budget]
@@ -347,8 +332,7 @@ class TurnHooks:
         """Stop what runs beside the engine for the episodes (the request loop drops them)."""
 
     def request(self, group: Group, sample: Sample) -> tuple[dict[str, Any], int, int | None]:
-        """(engine input, max tokens, seed) of the sample's next request: its turn from the start, or the rest of a
-        turn stopped at a step boundary."""
+        """(engine input, max tokens, seed) of the sample's next request: its turn, or the rest of a stopped one."""
         episode = sample.episode
         if not sample.tokens:
             sample.turn_limit = self._turn_limit(group, sample)
@@ -360,8 +344,7 @@ class TurnHooks:
         return prompt, sample.turn_limit - len(sample.tokens), seed
 
     def _end_model_turn(self, group: Group, sample: Sample) -> str | None:
-        """Add the sample's finished turn to its episode (see `TurnRunner.add_model_tokens`; model tokens keep their
-        versions) and clear it for the next one."""
+        """Add the sample's finished turn to its episode (model tokens keep their versions) and clear it."""
         episode = sample.episode
         before = len(episode.ids)
         logprobs = sample.logprobs if self.runner.with_logprobs else None
@@ -372,8 +355,7 @@ class TurnHooks:
 
 
 class EpisodeTurns(TurnHooks):
-    """The request loop's multi-turn hooks: what a sample's next request is, what happens when a turn ends, and the
-    environment steps running meanwhile (at most `env.concurrent_steps` at a time)."""
+    """The step-style hooks: environment steps run on a pool of `env.concurrent_steps` threads meanwhile."""
 
     def __init__(self, runner: TurnRunner, env: Environment) -> None:
         super().__init__(runner)
@@ -393,8 +375,8 @@ class EpisodeTurns(TurnHooks):
         return self._for(group).turn_limit(sample.episode)
 
     def turn_done(self, group: Group, sample: Sample) -> bool:
-        """The sample's model turn is complete: add it to the episode; True when the episode is over, else its
-        environment step starts."""
+        """Add the finished model turn to the episode; True when the episode is over, else its environment step
+        starts."""
         turn_end = self._end_model_turn(group, sample)
         if turn_end is None:
             return True
@@ -404,8 +386,8 @@ class EpisodeTurns(TurnHooks):
         return False
 
     def poll(self) -> tuple[bool, bool]:
-        """Apply the environment steps that have finished; (whether a group became complete, whether a sample is
-        ready for its next request). A step past worker.rollout.env_step_timeout_s raises TimeoutError."""
+        """Apply finished environment steps; (a group became complete, a sample is ready for its next request).
+        A step past worker.rollout.env_step_timeout_s raises TimeoutError."""
         completed, ready = False, False
         timeout = self.runner.env_step_timeout_s
         for key, step in list(self.steps.items()):
@@ -426,8 +408,7 @@ class EpisodeTurns(TurnHooks):
         return completed, ready
 
     def close(self) -> None:
-        """Steps not yet started are cancelled; one still running (a hung tool) cannot be stopped from here and ends
-        on its own, its result unread."""
+        """Cancel steps not yet started; a running one (a hung tool) cannot be stopped and ends on its own, unread."""
         self.steps.clear()
         self.pool.shutdown(wait=False, cancel_futures=True)
 

@@ -2,15 +2,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """The engine's request loop, the one way this project generates (docs/async.md), and the request that drives it.
 
-Admitted prompts become one engine request per sample and the engine is stepped until `quota` groups (all n samples
-of a prompt) are complete. A synchronous step or a validation call runs every group to completion; an asynchronous
-one returns the groups due and aborts the unfinished requests, their tokens, log-probs and the policy version of
-every token kept here: the next call resubmits each of them as prompt + its tokens so far (the prefix is prefilled
-again) next to the newly admitted prompts. Nothing is dropped: a slow sample only continues, under newer weights,
-and its tokens record which version produced them. Multi-turn episodes are hooks of the loop (`turns`).
+Each admitted prompt becomes one engine request per sample; the engine is stepped until `quota` groups (all n samples
+of a prompt) are complete. A synchronous or validation call runs every group to completion; an asynchronous one
+aborts the unfinished requests, keeping their tokens, log-probs and per-token policy versions, and resubmits them next
+call as prompt + tokens so far. Nothing is dropped. Multi-turn episodes are hooks of the loop (`turns`).
 
-Requests are added in the order and with the seeds `LLM.generate` would give the n samples of each prompt (seed + j
-for sample j), so a call that runs every group to completion samples exactly what `LLM.generate` samples.
+Requests get the order and seeds `LLM.generate` would give (seed + j for sample j), so a call that runs every group to
+completion samples exactly what `LLM.generate` samples.
 """
 
 import contextlib
@@ -24,8 +22,8 @@ import numpy as np
 
 @dataclass(frozen=True)
 class RolloutRequest:
-    """What the driver asks of the rollout engines in one call, the same in both placements (colocated with the actor
-    or a rollout pool). The defaults are a synchronous training step's."""
+    """What the driver asks of the rollout engines in one call, colocated or in a rollout pool; the defaults are a
+    synchronous training step's."""
 
     version: int = 0
     """Weight updates the engine's weights carry: the policy version its tokens are tagged with."""
@@ -40,15 +38,14 @@ class RolloutRequest:
     sampling: dict[str, Any] = field(default_factory=dict)
     """vLLM SamplingParams overrides for this call (the ReMax greedy pass: temperature=0, n=1)."""
     stream: bool = False
-    """An asynchronous call hands over each group as it completes, for the driver to score while the engines generate
-    (worker.reward.stream): the call is then a poll, repeated until the step's groups are there."""
+    """Asynchronous: hand over each group as it completes, for the driver to score while the engines generate
+    (worker.reward.stream); the call is then a poll, repeated until the step's groups are there."""
     round: int = 0
-    """An asynchronous step's generation round (online filtering tops a step up with more rounds, each `quota`
-    groups): an engine hands over one batch per `batch_key`."""
+    """An asynchronous step's generation round (online filtering adds rounds of `quota` groups): an engine hands over
+    one batch per `batch_key`."""
 
     @property
     def batch_key(self) -> tuple[int, int]:
-        """The batch this request takes: (version, round)."""
         return self.version, self.round
 
 
@@ -66,8 +63,7 @@ class Sample:
     resumed: int = 0
     """How many times it was stopped at a step boundary and continued after a weight sync."""
     episode: Any = None
-    """Multi-turn (verl.workers.rollout.multi_turn): the Episode it plays; `tokens`, `logprobs` and `versions`
-    then hold the current model turn only."""
+    """Multi-turn: the Episode it plays; `tokens`, `logprobs` and `versions` then hold the current model turn only."""
     episode_versions: list[int] = field(default_factory=list)
     """Multi-turn: the policy version of every token of the episode's response (-1 for environment tokens)."""
     turn_limit: int = 0
@@ -91,8 +87,8 @@ class Group:
     budget: int
     """Most tokens of each of its responses."""
     rendered: Any = None
-    """The prompt as the engine takes it, rendered once for the group's first requests (as `LLM.generate` renders a
-    prompt once for its n samples): rendering a prompt with images runs the model's processor."""
+    """The prompt rendered once for the group's first requests (as `LLM.generate` does for its n samples): rendering
+    images runs the model's processor."""
 
     @property
     def complete(self) -> bool:
@@ -114,13 +110,11 @@ _ENV_WAIT_S = 0.05
 class RequestLoop:
     """Admitted groups of one engine, kept across calls (see the module docstring).
 
-    `make_params(max_tokens, seed)` builds one request's SamplingParams (n=1, DELTA outputs); `render(prompt)` turns an
-    engine input into what `LLMEngine.add_request` takes.
-
-    `run` is the colocated rollout's blocking call. Its pieces (`submit`, `step` = one engine step + `record`,
-    `suspend`, `pick`, `pop`) also serve a thread that steps the engine continuously (the disaggregated rollout
-    worker, `verl.serve`): every method but `record` and `pick` touches the engine, so only that thread calls them.
-    `step` is the one place in the project that steps an engine.
+    `make_params(max_tokens, seed)` builds one request's SamplingParams (n=1, DELTA outputs); `render(prompt)` makes
+    what `LLMEngine.add_request` takes. `run` is the colocated rollout's blocking call; its pieces (`submit`, `step`,
+    `suspend`, `pick`, `pop`) also serve a thread that steps the engine continuously (rollout pool, `verl.serve`).
+    Every method but `record` and `pick` touches the engine, so only that thread calls them. `step` is the one place
+    in the project that steps an engine.
     """
 
     def __init__(
@@ -131,11 +125,10 @@ class RequestLoop:
         self.name = name
         """Prefixes its request ids: loops that share an engine never reuse one another's ids."""
         self.mirror = mirror
-        """A tensor-parallel engine's first process: the `engine_mirror.EngineLeader` that records each engine call
-        for the engine's other processes to repeat."""
+        """A tensor-parallel engine's first process: the `engine_mirror.EngineLeader` recording engine calls for the
+        other processes to repeat."""
         self.turns: Any = None
-        """Multi-turn episodes: a `multi_turn.EpisodeTurns` or `client_episodes.ClientTurns` (set by the rollout when
-        it has an environment)."""
+        """Multi-turn: a `multi_turn.EpisodeTurns` or `client_episodes.ClientTurns` (set by the rollout)."""
         self.lora_request: Any = None
         """The `LoRARequest` every request is added with (rollout.lora_sync=adapters; set by the rollout)."""
         self.groups: dict[int, Group] = {}
@@ -144,12 +137,11 @@ class RequestLoop:
         self._keys = count()
         self._request_ids = count()
         self.progress: Any = None
-        """A progress bar (tqdm) that counts finished samples, while a caller shows one (rollout.disable_tqdm)."""
+        """A tqdm bar counting finished samples, while a caller shows one."""
         self._reported: set[int] = set()
         """Complete groups handed over for scoring (`newly_complete`) and still in the loop."""
         self.lock: Any = contextlib.nullcontext()
-        """Held while a step's outputs are recorded: the lock of a thread stepping the engine while others read the
-        groups (the rollout pool's worker)."""
+        """Held while a step's outputs are recorded, for threads that read the groups meanwhile (rollout pool)."""
         self.outside: Callable[[Any], None] | None = None
         """Where the outputs of requests the caller added to the engine itself go (`verl.serve`'s clients)."""
 
@@ -175,9 +167,8 @@ class RequestLoop:
         return len(self.groups)
 
     def clear(self) -> None:
-        """Drop every group and abort the engine's requests; the multi-turn hooks are closed and dropped (their
-        episodes' threads and coroutines stop). After a failed call, so that no request of it runs on into the
-        next call; the trainer regenerates the dropped prompts from its checkpoint."""
+        """Drop every group, abort the engine's requests and close the multi-turn hooks, after a failed call, so none of
+        its requests runs on into the next; the trainer regenerates the dropped prompts from its checkpoint."""
         self.suspend()
         self.groups.clear()
         self._reported.clear()
@@ -186,8 +177,7 @@ class RequestLoop:
             turns.close()
 
     def deadlines(self, version: int, max_staleness: int | None) -> dict[int, int]:
-        """The version by which each group must train: admission + `max_staleness` (None: now, as in a synchronous
-        rollout)."""
+        """The version by which each group must train: admission + `max_staleness` (None: now)."""
         return {
             key: version if max_staleness is None else group.admitted_version + max_staleness
             for key, group in self.groups.items()
@@ -203,12 +193,10 @@ class RequestLoop:
         hand_over: bool = False,
     ) -> list[Group] | None:
         """Step the engine until `quota` groups are complete and returning them keeps every group within its
-        deadline (admission version + `max_staleness`); return them, removed from the loop. Unfinished samples are
-        aborted, their tokens kept for the next call. `max_staleness=None`: every group is due now, as in a
-        synchronous rollout. With `max_engine_steps`, return None once that many engine steps did not get there:
-        the requests stay in the engine and the next call goes on from where this one stopped (the same steps an
-        unbroken call would take); with `hand_over` as well, return None as soon as a group completes that the step
-        cannot take yet, so that the caller can score it while the rest generate."""
+        deadline; return them, removed from the loop. Unfinished samples are aborted, their tokens kept for the next
+        call. With `max_engine_steps`, return None after that many steps: requests stay in the engine and the next
+        call goes on as an unbroken one would; with `hand_over` too, return None as soon as a group completes that the
+        step cannot take yet, so the caller can score it while the rest generate."""
         self.check_quota(quota, version, max_staleness)
         if self.pick(quota, version, max_staleness) is None:
             self.submit(version, make_params)
@@ -278,16 +266,15 @@ class RequestLoop:
         return fresh
 
     def _feasible(self, picked: list[int], deadline: dict[int, int], quota: int, version: int) -> bool:
-        """Whether, with `picked` trained at `version`, the other groups can each train by its deadline at `quota`
-        groups per later step (earliest deadline first): for every deadline d, the groups left with deadlines <= d
-        fit in the (d - version) x quota slots of the steps version + 1 .. d."""
+        """Whether, with `picked` trained at `version`, the others can each train by their deadline at `quota` groups
+        per later step: for every deadline d, the groups left due by d fit in (d - version) x quota slots."""
         chosen = set(picked)
         left = sorted(deadline[key] for key in self.groups if key not in chosen)
         return all(count <= (due - version) * quota for count, due in enumerate(left, start=1))
 
     def submit(self, version: int, make_params: Callable[[int, int | None], Any]) -> int:
-        """Add every unfinished sample that is not running to the engine, continuing from its tokens (the prefix is
-        prefilled under the current weights); returns how many were added."""
+        """Add every unfinished, not running sample to the engine, continuing from its tokens (prefix prefilled under
+        the current weights); returns how many were added."""
         running = {id(sample) for _, sample in self.active.values()}
         added = 0
         for group in self.groups.values():

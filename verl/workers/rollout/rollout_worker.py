@@ -2,18 +2,15 @@
 # SPDX-License-Identifier: Apache-2.0
 """RolloutWorker: one process of the rollout pool in worker.rollout.mode=disaggregated (docs/async.md).
 
-It holds a vLLM engine and nothing to train. An engine thread steps the engine without pause through the request
-loop (verl/workers/rollout/request_loop.py) while the driver's calls arrive on the actor's own thread: `admit` adds
-prompts, `poll` waits for a step's complete groups (earliest deadline first, as in colocated mode) and takes them
-(and hands over each group as soon as it is complete, so the driver can score it while generation goes on),
-`receive_weights` takes the trainer's broadcast while generation goes on and then has the engine thread load it
-between two engine steps (the running samples stop, keep their tokens and continue under the new weights), and
-`generate_sequences` (validation) runs between two steps too. Only the engine thread touches the engine.
+It holds a vLLM engine and nothing to train. An engine thread steps the engine without pause through the request loop
+while the driver's calls arrive on the actor's thread: `admit` adds prompts, `poll` takes a step's complete groups
+(and hands over each as it completes, for scoring meanwhile), `receive_weights` takes the trainer's broadcast during
+generation and loads it between two engine steps, and `generate_sequences` (validation) runs between two steps too.
+Only the engine thread touches the engine.
 
-A tensor-parallel engine (rollout.tensor_parallel_size > 1) spans that many consecutive processes of the pool. Its
-first process runs the engine thread and the request loop for the group: the others hand it their share of each
-admission, take their share of each batch from it, and run a follower thread that repeats its engine calls, weight
-loads and validation calls (verl/workers/rollout/engine_mirror.py), so the peers' engines stay in step.
+A tensor-parallel engine spans that many consecutive processes. The first runs the engine thread and request loop for
+the group; the others hand it their admissions, take their share of each batch, and repeat its engine calls, weight
+loads and validation calls on a follower thread (engine_mirror.py).
 """
 
 import contextlib
@@ -42,8 +39,8 @@ from verl.workers.weight_sync import sinks
 _POLL_S = 1.0
 """How often a waiting call checks that the engine thread is still alive."""
 _HEARTBEAT_S = 30.0
-"""A tensor-parallel engine's idle first process tells its peers it is alive this often (a follower waiting in a
-collective longer than the process group's timeout would fail)."""
+"""How often an idle tensor-parallel first process tells its peers it is alive (a follower waiting in a collective
+past the process group's timeout would fail)."""
 
 
 class RolloutWorker(Worker):
@@ -59,20 +56,17 @@ class RolloutWorker(Worker):
         self.version: int | None = None
         """Weight updates the engine's weights carry; None until the first weights arrive."""
         self.engine: EngineThread | None = None
-        """The thread that owns the engine: steps it (or, a tensor-parallel peer, follows its first process)."""
+        """The thread that owns the engine (a tensor-parallel peer's follows its first process)."""
         self._submit_needed = False
         self._window_start = time.perf_counter()
         self._taken_version: tuple[int, int] | None = None  # the RolloutRequest.batch_key of the last batch taken
         self.tp_rank, self.tp_size = 0, 1
         self.data_group: Any = None
-        """Tensor-parallel engine: the group's gloo group for the calls' data (admissions, batches), apart from the
-        engine threads' own."""
+        """Tensor-parallel: the group's gloo group for admissions and batches, apart from the engine threads' own."""
         self._weights: tuple[Callable[[], Any], Future] | None = None
-        """A follower: the load of the weights its receive took and its result, for the follower thread to run when
-        the first process loads."""
+        """A follower: the weight load its receive took and its result, run when the first process loads."""
         self._validation: tuple[Callable[[], Any], Future] | None = None
-        """A follower: its validation call and its result, for the follower thread to run when the first process
-        does."""
+        """A follower: its validation call and its result, run when the first process runs its own."""
 
     # ------------------------------------------------------------------------------------------------ setup
 
@@ -112,8 +106,7 @@ class RolloutWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_weight_transfer(self, host: str, port: int, world_size: int, backend: str) -> str:
-        """Join the weight-transfer group as member 1 + rank (the trainer's rank 0 is member 0); returns the dtype
-        the engine wants its weights in."""
+        """Join the weight-transfer group as member 1 + rank (trainer rank 0 is member 0); returns the engine dtype."""
         self.transfer_group = sinks.create_group(host, port, 1 + dist.get_rank(), world_size, backend)
         return str(self.rollout.torch_dtype).removeprefix("torch.")
 
@@ -130,8 +123,8 @@ class RolloutWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def receive_weights(self, version: int) -> dict[str, float]:
-        """Take the trainer's broadcast (generation goes on meanwhile), then load it between two engine steps; from
-        then on every token is sampled under `version`. Returns the transfer's figures."""
+        """Take the trainer's broadcast (generation goes on), then load it between two engine steps; from then on
+        tokens are sampled under `version`. Returns the transfer's figures."""
         from verl.workers.rollout import vllm_compat
 
         start = time.perf_counter()
@@ -158,8 +151,8 @@ class RolloutWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def close_rollout_envs(self) -> None:
-        """Stop the engine thread, then end what the environment's episodes share (`VLLMRollout.close_envs`): at the
-        end of a run, before the process is killed, so that no tool server outlives it."""
+        """Stop the engine thread and end what the episodes share (`VLLMRollout.close_envs`) at the end of a run, so no
+        tool server outlives it."""
         if self.engine is not None:
             self.engine.stop()  # a follower's thread ends with its first process's STOP
         if getattr(self, "rollout", None) is not None:
@@ -179,8 +172,7 @@ class RolloutWorker(Worker):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_METRIC)
     def admit(self, prompts: DataProto, request: RolloutRequest) -> int:
-        """Admit this rank's share of `prompts` at `request.version` (each response capped by this step's response
-        length); returns the groups in flight here."""
+        """Admit this rank's share of `prompts` at `request.version`; returns the groups in flight here."""
         if self.version is None:
             raise RuntimeError("The rollout engine has no weights yet: the trainer sends them before the first step.")
         budget = self.rollout.call_response_length(request)
@@ -204,11 +196,9 @@ class RolloutWorker(Worker):
     def poll(self, request: RolloutRequest, wait_s: float) -> dict[str, Any]:
         """Wait up to `wait_s` seconds for the step's groups and return what there is:
 
-        - "batch": once `request.quota` groups are complete and taking them keeps every other group within its deadline
-          (admission version + request.max_staleness, earliest deadline first), those groups, oldest first, as the rollout
-          columns of `VLLMRollout.generate_async` (taken once per `request.batch_key`; None until then and after);
-        - "complete": with `request.stream`, the groups completed since the last call (copies: they stay for a later
-          "batch"), for the driver to score while generation goes on; else None;
+        - "batch": once `request.quota` groups can be taken within every group's deadline (as `RequestLoop.pick`),
+          those groups as `VLLMRollout.generate_async`'s columns, once per `request.batch_key`; else None;
+        - "complete": with `request.stream`, copies of the groups completed since the last call; else None;
         - "metrics": the engine's busy share since the last batch and the groups it holds, with the batch.
         """
         if self.tp_size > 1:  # the first process polls for the group; each process returns its share of the batch
@@ -274,8 +264,7 @@ class RolloutWorker(Worker):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def generate_sequences(self, prompts: DataProto, request: RolloutRequest) -> DataProto:
-        """One blocking rollout (validation), between two engine steps: the asynchronous samples stop meanwhile and
-        continue after it."""
+        """One blocking rollout (validation) between two engine steps; the asynchronous samples continue after it."""
 
         def generate() -> DataProto:
             self._suspend()
@@ -288,8 +277,8 @@ class RolloutWorker(Worker):
     # ------------------------------------------------------------------------------------------------ engine thread
 
     def _on_engine_thread(self, fn: Callable[[], Any], slot: str) -> Any:
-        """Run `fn` on the engine thread between two engine steps; a follower's thread runs it (posted in `slot`)
-        when the first process runs its own, so that the peers' engines make the same calls at the same point."""
+        """Run `fn` on the engine thread between two engine steps; a follower posts it in `slot` so its thread runs it
+        where the first process runs its own."""
         if not self.rollout.follows:
             return self.engine.call(fn)
         result: Future = Future()
@@ -304,9 +293,8 @@ class RolloutWorker(Worker):
         self._submit_needed = True
 
     def _prepare_step(self) -> bool:
-        """Before each engine step (under the engine's lock; admissions on other threads add episodes): poll the
-        environment steps, submit what was admitted or is ready for its next turn; whether only environment steps
-        are running."""
+        """Before each engine step (under the lock): poll environment steps and submit what was admitted or is ready
+        for its next turn; returns whether only environment steps are running."""
         loop = self.rollout.request_loop
         turns = loop.turns
         if turns is not None:
@@ -324,7 +312,7 @@ class RolloutWorker(Worker):
         return turns is not None and turns.pending > 0
 
     def _end_peers(self, error: BaseException | None) -> None:
-        """The engine thread stops: a tensor-parallel first process tells its peers (they wait for its next call)."""
+        """The engine thread stops: a tensor-parallel first process tells its waiting peers."""
         leader = self.rollout.engine_leader
         if leader is None:
             return
@@ -335,8 +323,8 @@ class RolloutWorker(Worker):
                 leader.end(error=error)
 
     def _follow_loop(self) -> None:
-        """A tensor-parallel engine's peer: repeat the first process's engine calls, and run this process's weight
-        load and validation call where the first process runs its own (engine_mirror)."""
+        """A tensor-parallel peer: repeat the first process's engine calls, running this process's weight load and
+        validation call where the first runs its own (engine_mirror)."""
         from verl.workers.rollout import vllm_compat
 
         def posted(name: str) -> tuple[Callable[[], Any], Future]:

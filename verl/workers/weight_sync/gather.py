@@ -2,11 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """The source of every weight sync: the FSDP2 actor's parameters as full tensors under their checkpoint names.
 
-Parameters are gathered one FSDP unit at a time (one all-gather each), cast to the engine's dtype and renamed to the
-names of a saved checkpoint, which is what vLLM loads; the unit is resharded before the next is gathered, so the extra
-memory is about one gathered layer. `iter_full_weights` yields every weight (a LoRA layer's merged with its adapters),
-`iter_adapter_weights` the LoRA factors alone (rollout.lora_sync=adapters); `verl.workers.weight_sync.sync` streams
-either into a sink.
+Parameters are gathered one FSDP unit at a time (one all-gather each, resharded before the next: about one gathered
+layer of extra memory), cast to the engine's dtype and renamed to the checkpoint names vLLM loads.
+`iter_full_weights` yields every weight (LoRA merged), `iter_adapter_weights` the LoRA factors alone.
 """
 
 import functools
@@ -36,10 +34,9 @@ def _strip_wrappers(name: str) -> str:
 
 
 def _saved_tensors(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, tensor) of what `save_pretrained` writes and the engine needs: every parameter, then the persistent
-    floating-point buffers (GLM-4.5V's routers keep their expert-score correction bias in one, Gemma 4 its layer
-    scalars; the engine must get them). Integer buffers (position or index tables) are constants the engine builds
-    itself, and the stream casts what it sends to the engine's dtype."""
+    """(name, tensor) of what `save_pretrained` writes and the engine needs: parameters, then persistent
+    floating-point buffers (e.g. GLM-4.5V's expert-score correction bias). Integer buffers (position or index tables)
+    are left out: the engine builds them itself, and the stream would cast them to its dtype."""
     yield from module.named_parameters(remove_duplicate=False)
     for name, buffer in module.named_buffers(remove_duplicate=False):
         owner_name, _, leaf = name.rpartition(".")
@@ -48,14 +45,11 @@ def _saved_tensors(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
 
 
 def checkpoint_names(module: nn.Module) -> dict[str, str]:
-    """Map each parameter (and persistent buffer) name of `module` to the name it has in a saved checkpoint, which is
-    what vLLM loads.
+    """Map each parameter (and persistent buffer) name of `module` to its name in a saved checkpoint (what vLLM loads).
 
-    transformers 5 renames some architectures' modules at load time (Qwen2-VL: `model.layers` is stored but the
-    module is `model.language_model.layers`, `visual` becomes `model.visual`) and reverts that on save. The same
-    reversal is applied here, one name at a time. A parameter that transformers fused from several checkpoint tensors
-    (a mixture-of-experts layer's experts, one tensor per layer) keeps its own name here: the stream splits it into
-    the checkpoint's tensors (`fused_parameters`).
+    Reverses transformers 5's load-time renames (Qwen2-VL's `model.language_model.layers` is stored as
+    `model.layers`). A parameter fused from several checkpoint tensors (MoE experts) keeps its own name: the stream
+    splits it (`fused_parameters`).
     """
     mapping = {}
     for name, param in _saved_tensors(module):
@@ -68,8 +62,7 @@ def checkpoint_names(module: nn.Module) -> dict[str, str]:
 
 def fused_parameters(module: nn.Module, names: dict[str, str]) -> dict[str, str]:
     """The parameters among `names` that transformers fused from several checkpoint tensors, each with its name as
-    transformers' conversion knows it (e.g. `model.layers.0.mlp.experts.gate_up_proj`, from every expert's gate and
-    up projections)."""
+    transformers' conversion knows it (e.g. `...mlp.experts.gate_up_proj`)."""
     fused = {}
     for name, param in _saved_tensors(module):
         if name in names:
@@ -80,15 +73,14 @@ def fused_parameters(module: nn.Module, names: dict[str, str]) -> dict[str, str]
 
 
 ENGINE_MAPS_MODULE_NAMES: tuple[str, ...] = ("internvl", "llava_onevision")
-"""Model types whose parameters go to the engine under their module names: vLLM's class maps those itself
-(`model.language_model.`, `model.vision_tower.`, ... in its hf_to_vllm_mapper), while transformers 5.19 reverts them
-only for a model that from_pretrained loaded. The actor of an FSDP run is built on the meta device (rank-0
-initialisation), and its reverted names are found in no checkpoint (`model.language_model.model.layers.`)."""
+"""Model types sent under their module names: vLLM's hf_to_vllm_mapper maps those itself, while transformers reverts
+them only for a model from_pretrained loaded (an FSDP actor is built on the meta device), giving names no checkpoint
+has."""
 
 
 def _reverted_names(module: nn.Module, name: str, param: torch.Tensor) -> tuple[str, list[str]]:
-    """A parameter's name without wrapper prefixes, and the checkpoint names transformers' reverse conversion gives
-    it (one for a renamed parameter, several for a fused one); shapes only, no data."""
+    """A parameter's name without wrapper prefixes, and its checkpoint names from transformers' reverse conversion (one,
+    or several for a fused one); shapes only, no data."""
     from transformers.core_model_loading import revert_weight_conversion
 
     clean = base_name(_strip_wrappers(name))
@@ -127,11 +119,9 @@ class _StreamPlan(NamedTuple):
 
 
 def _stream_plan(module: nn.Module, names: dict[str, str]) -> _StreamPlan:
-    """Which FSDP unit gathers which of the streamed parameters, found once per module and set of names.
-
-    A parameter belongs to the innermost unit whose module contains it. Names outside every unit (a module that is
-    not sharded at all) come last, under None. Parameters are looked up through their owning module at each use,
-    so the plan holds no tensor and stays valid when offloading or loading a checkpoint replaces them.
+    """Which FSDP unit gathers which of the streamed parameters: the innermost unit containing it; names outside every
+    unit come last, under None. The plan holds no tensor (looked up through the owner at each use), so it stays valid
+    when offloading or checkpoint loading replaces parameters.
     """
     params = [name for name, _ in _saved_tensors(module)]
     merge_plan = lora_merge_plan(module) if any(is_adapter_param(name) for name in params) else {}
@@ -184,11 +174,9 @@ def _unit_tensor(gathered: torch.Tensor, master: torch.Tensor, exact: bool, dtyp
 def _gathered(plan: _StreamPlan, dtype: torch.dtype) -> Iterator[tuple[list[str], Callable[[str], torch.Tensor]]]:
     """(parameter names, name -> full tensor) for one FSDP unit at a time, gathered by one all-gather (`unshard`).
 
-    FSDP2 gathers a unit's parameters in its compute dtype. A gathered tensor is used when that loses nothing: it is
-    in the parameter's own dtype, or in the target `dtype` (the same rounding as casting the full tensor) and the
-    name is not in `plan.exact` (LoRA factors and bases, merged in float32). Any other parameter is gathered on its
-    own, in its own dtype. Each unit is resharded before the next one is gathered, so the extra memory is about one
-    gathered unit. Collective: every rank must ask for the same tensors in the same order.
+    FSDP2 gathers in the compute dtype; that tensor is used when it loses nothing (the parameter's own dtype, or the
+    target `dtype` for a name not in `plan.exact`), else the parameter is gathered on its own. Collective: every rank
+    must ask for the same tensors in the same order.
     """
     for unit, group in plan.units:
         slots = {slot.name: slot for slot in group}
@@ -227,18 +215,13 @@ def _counted(tensor: torch.Tensor, stats: dict[str, float], since: float) -> tor
 def iter_full_weights(
     module: nn.Module, dtype: torch.dtype, names: dict[str, str], stats: dict[str, float], merge_lora: bool = True
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield (checkpoint name, full tensor in `dtype`) one parameter (or persistent buffer) at a time; count bytes
-    into `stats`.
+    """Yield (checkpoint name, full tensor in `dtype`) one parameter (or persistent buffer) at a time; count into
+    `stats`.
 
-    Parameters are gathered one FSDP unit (a decoder layer, the root) at a time, one all-gather each, rather than one
-    collective per parameter. A tied parameter (the embedding reused as lm_head) is sent under each of its names: on
-    CPU vLLM keeps a repacked copy of lm_head for its matmul that only a load of `lm_head.weight` refreshes. A LoRA
-    layer's weight is sent merged (W + scaling x B @ A, under the base model's name), or with `merge_lora=False` as
-    the base weight alone; its adapters are not sent on their own. A parameter transformers fused from several
-    checkpoint tensors (mixture-of-experts experts) is sent as those tensors, split by transformers' own reverse
-    conversion (what `save_pretrained` writes, the names vLLM loads); one its checkpoints store transposed
-    (transformers_compat.checkpoint_layout) is sent transposed. The time spent here (gathering, casting,
-    merging, splitting) is added to `stats["gather_seconds"]`, so the engine's share of a sync is the rest.
+    A tied parameter is sent under each of its names (on CPU vLLM's repacked lm_head is refreshed only by loading
+    `lm_head.weight`). A LoRA layer's weight is sent merged (W + scaling x B @ A) under the base name, or with
+    `merge_lora=False` as the base alone. A fused parameter (MoE experts) is split by transformers' reverse conversion;
+    one stored transposed (checkpoint_layout) is sent transposed. Time spent here goes to `stats["gather_seconds"]`.
     """
     from transformers.core_model_loading import revert_weight_conversion
 
@@ -266,11 +249,9 @@ def iter_full_weights(
 def iter_adapter_weights(
     module: nn.Module, dtype: torch.dtype, names: dict[str, str], stats: dict[str, float]
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield (PEFT name, full tensor in `dtype`) for every LoRA factor; `names` maps the factors to their PEFT names
-    (opt_in.adapter_checkpoint_names). Collective, one all-gather per FSDP unit as `iter_full_weights`.
-
-    The factors are taken from the unit's gather in the compute dtype when that is `dtype`: the engine holds its
-    adapters in its own dtype, so this rounds them as loading would.
+    """Yield (PEFT name, full tensor in `dtype`) for every LoRA factor (`names`: opt_in.adapter_checkpoint_names).
+    Collective, like `iter_full_weights`. Factors come from the unit's gather in `dtype` when it is the compute dtype:
+    the engine rounds its adapters to its dtype anyway.
     """
     plan = _cached_stream_plan(module, names)._replace(exact=set())
     clock = time.perf_counter()

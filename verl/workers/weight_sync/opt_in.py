@@ -2,26 +2,17 @@
 # SPDX-License-Identifier: Apache-2.0
 """The opt-in sinks that have never run on a GPU: the direct copy and the adapters-only LoRA sync.
 
-`worker.rollout.weight_sync=direct` (`EngineCopy`) copies the actor's tensors into the engine's own parameters
-instead of calling vLLM's per-parameter loader (docs/gpu.md): vLLM fuses some projections into one parameter (its
-model's `packed_modules_mapping`, e.g. q/k/v into qkv_proj and gate/up into gate_up_proj), their parts stacked along
-dim 0 in the mapping's order; every other parameter keeps its name, and a tied output head has no parameter of its
-own. The placements are computed once per actor from names and shapes; each sync then copies every tensor into its
-rows. The CPU engine repacks its linear weights (their parameters are empty), so there the layout is refused and the
-copy is checked on a GPU; text models with one engine per process (tensor_parallel_size=1) only (a vision-language
-model's names also go through vLLM's `hf_to_vllm_mapper`).
+`weight_sync=direct` (`EngineCopy`, docs/gpu.md) copies the actor's tensors into the engine's own parameters instead
+of calling vLLM's per-parameter loader. vLLM fuses some projections (its `packed_modules_mapping`: q/k/v into
+qkv_proj, gate/up into gate_up_proj), parts stacked along dim 0 in the mapping's order; a tied head has no parameter.
+Placements are computed once from names and shapes. Text models with tensor_parallel_size=1 only; the CPU engine
+repacks its linear weights, so there the layout is refused.
 
-`worker.rollout.lora_sync=adapters` (`EngineAdapter`): the actor's LoRA adapters go into the engine through vLLM's
-LoRA support. A merged sync sends every adapted weight in full (W + alpha / rank x B @ A) before each rollout; with
-adapters only rank x (in + out) numbers per adapted layer travel, and the frozen base weights go to the engine once
-(through vLLM's loader). vLLM 0.32 loads an adapter only from a PEFT folder (adapter_config.json +
-adapter_model.safetensors), so each sync writes one to a fresh folder under the process's temporary directory
-(TMPDIR) and loads it under a new adapter id: vLLM keys its adapter cache and its prefix cache by that id, so nothing
-computed with the previous adapter is reused. The folder is deleted as soon as the engine has read it: vLLM keeps the
-adapter in memory and, serving this one adapter (max_loras=1), never reads it again; so a worker that is killed
-leaves no files behind. The PEFT names are the base weights' checkpoint names
-(`base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight`), the names vLLM's loader expects; it packs q/k/v
-and gate/up adapters into its fused layers itself.
+`lora_sync=adapters` (`EngineAdapter`): only the LoRA factors travel each sync; the frozen base goes once through
+vLLM's loader. vLLM loads adapters only from a PEFT folder, so each sync writes one under TMPDIR, loads it under a new
+id (vLLM keys its adapter and prefix caches by id, so nothing from the old adapter is reused) and deletes it at once
+(vLLM keeps the one adapter in memory), leaving no files if the worker is killed. PEFT names are the base weights'
+checkpoint names; vLLM packs q/k/v and gate/up adapters itself.
 """
 
 import json
@@ -55,11 +46,8 @@ def engine_placements(
     packed: Mapping[str, Sequence[str]],
     tied_head: bool,
 ) -> dict[str, Placement]:
-    """The placement of every actor parameter (a tied `lm_head.weight` has none and is left out).
-
-    Raises KeyError naming an actor parameter that lands on no engine parameter: a model the mapping does not know,
-    for which the sync must keep vLLM's loader.
-    """
+    """The placement of every actor parameter (a tied `lm_head.weight` has none); KeyError naming one that lands on
+    no engine parameter (an unknown model: vLLM's loader must sync it)."""
     names = set(engine_names)
     part_of = {part: (fused, list(parts)) for fused, parts in packed.items() for part in parts}
     placements: dict[str, Placement] = {}
@@ -85,8 +73,8 @@ def engine_placements(
 
 
 def layout_gaps(placements: Mapping[str, Placement], engine_shapes: Mapping[str, Sequence[int]]) -> list[str]:
-    """Engine parameters the placements do not fill exactly: none of the actor's lands there, or (where the engine
-    parameter has rows, unlike the CPU engine's repacked linear weights) the parts do not tile its rows."""
+    """Engine parameters the placements do not fill exactly: none lands there, or (where it has rows, unlike the CPU
+    engine's repacked weights) the parts do not tile its rows."""
     rows: dict[str, list[tuple[int, int]]] = {}
     for placement in placements.values():
         rows.setdefault(placement.engine_name, []).append((placement.offset, placement.rows))
@@ -129,9 +117,8 @@ def _check_rows(
 class EngineCopy:
     """The direct weight copy into one engine's parameters (see the module docstring).
 
-    `parameters` returns the engine model's live parameters by name (looked up at each sync: cheap, and never stale
-    across the engine's sleep and wake); `packed` is its `packed_modules_mapping`. Raises LayoutError, naming the
-    parameter, where the actor's tensors do not fit the engine's by rows.
+    `parameters()` returns the engine's live parameters by name (looked up each sync: never stale across sleep and
+    wake); `packed` is its `packed_modules_mapping`. Raises LayoutError where the tensors do not fit by rows.
     """
 
     def __init__(
@@ -155,8 +142,8 @@ class EngineCopy:
 
     @torch.no_grad()
     def load(self, weights: Weights) -> dict[str, float]:
-        """Copy each (actor name, full tensor) into its rows of the engine's parameters, and wait for the copies
-        (queued on the device's current stream), so a sync's time includes them."""
+        """Copy each (actor name, full tensor) into its rows of the engine's parameters and wait for the copies, so
+        a sync's time includes them."""
         engine = self.parameters()
         for name, tensor in weights:
             if name in self.skipped:
@@ -170,8 +157,8 @@ class EngineCopy:
 
 
 def engine_copy(fsdp_module: torch.nn.Module, llm: Any, names: dict[str, str]) -> EngineCopy:
-    """The direct weight copy from `fsdp_module` into `llm`'s parameters; raises LayoutError (the engine's layout
-    does not take the actor's tensors by rows) or RuntimeError (the engine runs in another process), naming why."""
+    """The direct weight copy from `fsdp_module` into `llm`; raises LayoutError or RuntimeError (engine in another
+    process), naming why."""
     shapes = {
         names[name]: tuple(param.shape)
         for name, param in fsdp_module.named_parameters(remove_duplicate=False)
@@ -187,12 +174,8 @@ _PEFT_PREFIX = "base_model.model."
 
 
 def adapter_checkpoint_names(parameter_names: list[str], names: dict[str, str]) -> dict[str, str]:
-    """Map each LoRA factor among `parameter_names` (the FSDP module's names) to its PEFT saved name.
-
-    `names` maps base parameters to their checkpoint names (`gather.checkpoint_names`); a factor takes the name of
-    the weight it adapts, so the renames transformers applies at load time (Qwen2-VL's `model.language_model`) are
-    reverted for the adapters as for the weights.
-    """
+    """Map each LoRA factor among `parameter_names` to its PEFT name, from the checkpoint name of the weight it adapts
+    (`names`: `gather.checkpoint_names`), so transformers' load-time renames are reverted as for the weights."""
     mapping = {}
     for name in parameter_names:
         if not is_adapter_param(name):
@@ -207,8 +190,7 @@ def adapter_checkpoint_names(parameter_names: list[str], names: dict[str, str]) 
 
 
 def engine_adapter_config(peft_config: dict[str, Any]) -> dict[str, Any]:
-    """The adapter_config.json for the engine: the actor's peft config (rank, alpha, rsLoRA: vLLM scales the adapter
-    as peft does) marked for inference."""
+    """The actor's peft config (vLLM scales the adapter as peft does) marked for inference."""
     config = dict(peft_config)
     config["inference_mode"] = True
     return config
@@ -229,10 +211,8 @@ def write_peft_adapter(directory: str, config: dict[str, Any], tensors: Iterable
 
 
 class EngineAdapter:
-    """The one LoRA adapter an engine serves, replaced at each sync (see the module docstring).
-
-    `request` is the `LoRARequest` every generate call must pass; None until the first `load`.
-    """
+    """The one LoRA adapter an engine serves, replaced at each sync; `request` is the `LoRARequest` every generate
+    call must pass (None until the first `load`)."""
 
     def __init__(self, llm: Any, peft_config: dict[str, Any]) -> None:
         self.llm = llm
@@ -241,8 +221,7 @@ class EngineAdapter:
         self._next_id = 1
 
     def load(self, weights: Weights) -> dict[str, float]:
-        """Write `weights` (PEFT name, tensor) as a new adapter, load it into the engine under a new id and make it
-        `request`; the engine drops the previous one."""
+        """Write `weights` (PEFT name, tensor) as a new adapter and load it under a new id; the engine drops the old."""
         from vllm.lora.request import LoRARequest
 
         adapter_id = self._next_id

@@ -2,16 +2,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """The sinks that have run on a GPU: vLLM's loader into this process's engine, and the broadcast to the rollout pool.
 
-`EngineLoader` hands the weights to vLLM's own per-parameter loader (vllm_compat.load_weights); the colocated sync
-and the rollout pool's receive both load through it. The caller resets the engine's caches afterwards
-(vllm_compat.reset_caches_after_weight_update), once per sync, unless the engine slept since its last request.
+`EngineLoader` hands the weights to vLLM's own loader (vllm_compat.load_weights), for the colocated sync and the pool's
+receive; the caller resets the engine's caches once per sync, unless the engine slept since its last request.
 
-`PoolBroadcast` (rollout.mode=disaggregated) sends them to rollout engines in other processes: the training pool's
-rank 0 and every rollout process form one collective group of their own (`create_group`: a TCP store on the trainer's
-node; gloo on the CPU, NCCL on GPUs), outside each pool's torch.distributed world. The weights go packed into buckets
-of `weight_bucket_mb`, by broadcast from rank 0; each bucket is one header (sizes, dtype, last-bucket flag), one small
-name/shape table and one flat tensor of the weights, so the receivers (`receive_weights`) need no manifest agreed
-beforehand and any model the actor gathers can be sent.
+`PoolBroadcast` (mode=disaggregated): the trainer's rank 0 and every rollout process form a group of their own
+(`create_group`: TCP store on the trainer's node; gloo on CPU, NCCL on GPU), outside each pool's world. Weights are
+broadcast in buckets of `weight_bucket_mb`, each a header, a name/shape table and one flat tensor, so receivers need
+no manifest agreed beforehand.
 """
 
 import datetime
@@ -28,11 +25,8 @@ from verl.workers.weight_sync import Weights
 
 
 class EngineLoader:
-    """vLLM's loader into `llm` (a `vllm.LLM` whose engine runs in this process).
-
-    On the CPU the worker's `reload_weights` is the only working path (in place, re-running vLLM's post-load
-    processing); on GPU the model's `load_weights` runs on the woken engine.
-    """
+    """vLLM's loader into `llm` (engine in this process): in place via `reload_weights` on the CPU (the only working
+    path), the model's `load_weights` on the woken GPU engine."""
 
     def __init__(self, llm: Any) -> None:
         from verl.workers.rollout.vllm_rollout import on_gpu
@@ -55,8 +49,8 @@ _HEADER = 4
 def create_group(
     host: str, port: int, rank: int, world_size: int, backend: str, timeout_s: float = 1800.0
 ) -> dist.ProcessGroup:
-    """Join the weight-transfer group: rank 0 (the trainer) hosts the TCP store at host:port, the rollout processes
-    connect to it. Blocks until all `world_size` members have joined."""
+    """Join the weight-transfer group (rank 0, the trainer, hosts the TCP store at host:port); blocks until all
+    `world_size` members have joined."""
     timeout = datetime.timedelta(seconds=timeout_s)
     store = dist.TCPStore(host, port, world_size, rank == 0, timeout=timeout, wait_for_workers=False)
     if backend == "nccl":
@@ -70,8 +64,6 @@ def create_group(
 
 @dataclass
 class TransferStats:
-    """What one transfer moved and how long its collectives took."""
-
     num_tensors: int = 0
     bytes: int = 0
     buckets: int = 0
@@ -119,9 +111,8 @@ class PoolBroadcast:
         self.device = device
 
     def load(self, weights: Weights) -> dict[str, float]:
-        """Broadcast (name, tensor) pairs; a bucket holds one dtype. Ends with the last-bucket flag, so the receivers
-        know when to stop. Returns the broadcast's figures (broadcast_seconds: on the sender, also waiting for the
-        receivers)."""
+        """Broadcast (name, tensor) pairs, one dtype per bucket, the last flagged; returns the broadcast's figures
+        (broadcast_seconds: on the sender, also waiting for the receivers)."""
         if self.group is None:
             for _ in weights:
                 pass
@@ -145,8 +136,7 @@ class PoolBroadcast:
 def receive_weights(
     group: dist.ProcessGroup, device: torch.device
 ) -> tuple[list[tuple[str, torch.Tensor]], TransferStats]:
-    """Receive what `PoolBroadcast` broadcast: every (name, tensor) of the transfer, as views of the buckets on
-    `device`, in the order they were sent."""
+    """Receive what `PoolBroadcast` sent: every (name, tensor), as views of the buckets on `device`, in order."""
     stats = TransferStats()
     weights: list[tuple[str, torch.Tensor]] = []
     while True:
