@@ -1,10 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""`@register`: how a worker method's arguments are split across ranks and how the results come back.
-
-The driver-side WorkerGroup builds a proxy per registered method: dispatch -> execute -> collect. Dispatch and
-collect are plain functions of the world size and the arguments (testable without processes).
-"""
+"""`@register`: how a worker method's arguments are split across ranks and how the results come back. The driver's
+WorkerGroup proxies each registered method: dispatch -> execute -> collect (plain functions, testable alone)."""
 
 import functools
 from collections.abc import Callable
@@ -54,8 +51,6 @@ class Execute(Enum):
 
 @dataclass(frozen=True)
 class RegisterSpec:
-    """What `@register` recorded about one worker method."""
-
     dispatch_mode: Dispatch
     execute_mode: Execute
     blocking: bool
@@ -68,13 +63,9 @@ _RANK_ZERO_COMPATIBLE = (Dispatch.ONE_TO_ALL, Dispatch.RANK_ZERO)
 def register(
     dispatch_mode: Dispatch = Dispatch.ALL_TO_ALL, execute_mode: Execute = Execute.ALL, blocking: bool = True
 ) -> Callable[[F], F]:
-    """Mark a worker method as callable through a WorkerGroup.
-
-    blocking=False makes the group method return a future at once (`.get()` gives the collected result). In the
-    worker, DataProto arguments arrive on `self.device` and a DataProto result goes back on the CPU (workers on the
-    CPU or without `device` are called unchanged), so worker code never moves a batch and the driver never gets
-    device tensors.
-    """
+    """Mark a worker method as callable through a WorkerGroup; blocking=False makes it return a future at once.
+    In the worker, DataProto arguments arrive on `self.device` and a DataProto result goes back on the CPU (CPU
+    workers are called unchanged), so worker code never moves a batch and the driver never gets device tensors."""
     if not isinstance(dispatch_mode, Dispatch):
         raise TypeError(f"register(dispatch_mode=...) needs a Dispatch member, got {dispatch_mode!r}.")
     if not isinstance(execute_mode, Execute):
@@ -247,10 +238,8 @@ def _split_protos(world_size: int, args: tuple, kwargs: dict) -> tuple[list[tupl
 
 
 def _concat_and_unpad(outputs: list[Any], pad_size: int, padded_length: int) -> DataProto | None:
-    """Concatenate the per-rank DataProtos in rank order and drop the rows computed for padding.
-
-    A worker may return k rows per input row (k samples per prompt, interleaved): the padding's k * pad_size rows
-    are then the last ones. Results without rows (metrics in meta_info) need no unpadding.
+    """Concatenate the per-rank DataProtos in rank order and drop the rows computed for padding: with k rows returned
+    per input row (k samples per prompt, interleaved), the last k * pad_size. Results without rows need no unpadding.
     """
     if all(output is None for output in outputs):
         return None

@@ -106,7 +106,6 @@ class WorkerGroup:
         return self.execute_all_async(method_name, *args, **kwargs).get()
 
     def execute_all_async(self, method_name: str, *args: Any, **kwargs: Any) -> WorkerGroupFuture:
-        """Non-blocking `execute_all`."""
         args, kwargs = _resolve_futures(args, kwargs)
         ranks = range(self.world_size)
         remote_name = self._method_prefix + method_name
@@ -121,5 +120,4 @@ class WorkerGroup:
 
 
 def _first(outputs: list[Any]) -> Any:
-    """Collect for calls that ran on rank 0 alone."""
     return outputs[0]

@@ -1,9 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""RayWorkerGroup: one Ray actor per bundle of a resource pool, driven through the `@register` methods.
-
-`create_colocated_worker_cls` puts several roles in one process. Single-machine rendezvous: docs/reliability.md.
-"""
+"""RayWorkerGroup: one Ray actor per bundle of a resource pool, driven through the `@register` methods;
+`create_colocated_worker_cls` puts several roles in one process. Single-machine rendezvous: docs/reliability.md."""
 
 import os
 import socket
@@ -106,16 +104,13 @@ def _wait_constructed(workers: list[ActorHandle]) -> None:
 
 
 class RayWorkerGroup(WorkerGroup):
-    """A group of Ray actors, one per bundle of `resource_pool`, in the pool's rank order.
-
-    Every `@register` method of the worker class becomes a group method that dispatches the arguments, runs on all
-    ranks (or rank 0) and collects the results; non-blocking ones return a WorkerGroupFuture.
+    """A group of Ray actors, one per bundle of `resource_pool`, in the pool's rank order; each `@register` method of
+    the worker class becomes a group method (non-blocking ones return a WorkerGroupFuture).
 
     Rank 0's rendezvous port is picked on its node before any actor exists (constructors block in
-    `init_process_group` until every rank joins); actors get a torchrun-style environment (RANK, WORLD_SIZE,
-    LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and the group waits for every constructor. When every
-    rank is on the driver's node, ranks meet through a file store (VERL_DIST_INIT_METHOD) on loopback, and gloo and
-    nccl use the loopback interface unless GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME are set.
+    `init_process_group` until every rank joins); actors get a torchrun-style environment and the group waits for
+    every constructor. With every rank on the driver's node, ranks meet through a file store (VERL_DIST_INIT_METHOD),
+    and gloo and nccl use the loopback interface unless GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME are set.
     """
 
     def __init__(
@@ -176,10 +171,8 @@ class RayWorkerGroup(WorkerGroup):
         ]
 
     def _wait(self, handles: list[Any]) -> list[Any]:
-        """Results in rank order; a rank whose process died fails the call at once, naming the group and the rank.
-
-        Taken as they come (ray.wait): live ranks blocked in a collective with the dead one return only at timeout.
-        """
+        """Results in rank order, taken as they come (ray.wait): a rank whose process died fails the call at once,
+        naming it, instead of live ranks blocking in a collective with it until the timeout."""
         ranks = {ref: rank for rank, ref in enumerate(handles)}
         pending = list(handles)
         while pending:
@@ -288,11 +281,9 @@ def _colocated_init(self: Any, role_inits: dict[str, tuple[tuple, dict]]) -> Non
 
 
 def create_colocated_worker_cls(class_dict: dict[str, RayClassWithInitArgs | type]) -> RayClassWithInitArgs:
-    """One worker class whose every process holds one instance per role (e.g. actor_rollout_ref and critic).
-
-    Each role's `@register` method `m` becomes `{role}_m`; `RayWorkerGroup.spawn(roles)` gives plain names back.
-    The roles share the process: its environment (rank, rendezvous) and, on GPU, its device.
-    """
+    """One worker class whose every process holds one instance per role (e.g. actor_rollout_ref and critic), sharing
+    its environment and device; each role's `@register` method `m` becomes `{role}_m` (`RayWorkerGroup.spawn` gives
+    plain names back)."""
     if not class_dict:
         raise ValueError("create_colocated_worker_cls needs at least one role, e.g. {'actor_rollout_ref': cls}.")
     roles: dict[str, type] = {}

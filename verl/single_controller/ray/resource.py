@@ -1,10 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Resource pools: one STRICT_PACK placement group per node, checked against the cluster before anything waits.
-
-Ray would leave an impossible placement group pending forever, so the request is compared with the nodes first.
-Ranks follow where the groups landed (node IP, then bundle index), stable across restarts on the same cluster.
-"""
+"""Resource pools: one STRICT_PACK placement group per node, checked against the cluster first (Ray would leave an
+impossible group pending forever). Ranks follow where the groups landed (node IP, then bundle index)."""
 
 import ipaddress
 from collections.abc import Sequence
@@ -87,9 +84,8 @@ def _fits(node_free: dict[str, float], need: dict[str, float]) -> bool:
 
 
 def check_resources(process_on_nodes: Sequence[int], bundle: dict[str, float], nodes: Sequence[NodeResources]) -> None:
-    """Raise InsufficientResourcesError unless every per-node group of bundles fits on some node at once (groups may
-    share a big node). Placed largest first, first fit: exact for equal-size groups, as pools normally have.
-    """
+    """Raise InsufficientResourcesError unless every per-node group of bundles fits on some node at once (several may
+    share a big node); largest first, first fit, exact for equal-size groups as pools normally have."""
     capacity = [{"CPU": node.cpus, "GPU": node.gpus} for node in nodes]
     demands = [{key: value * count for key, value in bundle.items()} for count in process_on_nodes]
     problem = None
@@ -129,12 +125,9 @@ def _ip_sort_key(ip: str) -> tuple[int, Any]:
 
 
 class RayResourcePool:
-    """Placement groups for `sum(process_on_nodes)` ranks, one STRICT_PACK group per node; built and awaited in the
-    constructor.
-
-    `max_colocate_count`: how many separate worker groups (processes) may share one bundle, each actor taking
-    1/max_colocate_count of it. Roles sharing one process (`create_colocated_worker_cls`) need no extra share.
-    """
+    """Placement groups for `sum(process_on_nodes)` ranks, one STRICT_PACK group per node, ready on return.
+    `max_colocate_count`: separate worker groups (processes) that may share one bundle, each actor taking that
+    fraction of it; roles sharing one process (`create_colocated_worker_cls`) need no extra share."""
 
     def __init__(
         self,
@@ -169,7 +162,6 @@ class RayResourcePool:
 
     @property
     def world_size(self) -> int:
-        """Number of bundles, i.e. ranks of a worker group on this pool."""
         return sum(self.process_on_nodes)
 
     @property
@@ -239,8 +231,6 @@ class RayResourcePool:
 
 @dataclass(frozen=True)
 class PlacedGroup:
-    """A ready placement group and the node it landed on."""
-
     placement_group: PlacementGroup
     bundle_count: int
     node_id: str
@@ -249,8 +239,7 @@ class PlacedGroup:
 
 def order_slots(groups: Sequence[PlacedGroup]) -> list[BundleSlot]:
     """Rank order of the bundles: by node IP (numerically), then bundle index; groups on one IP keep their creation
-    order. Local ranks count across all groups on a node, so two never both get LOCAL_RANK 0.
-    """
+    order. Local ranks count across all groups on a node, so two never both get LOCAL_RANK 0."""
     ordered = sorted(groups, key=lambda group: _ip_sort_key(group.node_ip))
     per_node: dict[str, int] = {}
     for group in ordered:
