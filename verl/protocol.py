@@ -1,10 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""DataProto: the one container that travels between the Ray driver and its workers.
-
-``batch`` (a TensorDict of row-aligned tensors), ``non_tensor_batch`` (numpy object arrays with the same rows) and
-``meta_info`` (batch-level settings). Row operations apply to tensors and non-tensors alike.
-"""
+"""DataProto: the one container between the Ray driver and its workers: ``batch`` (a TensorDict of row-aligned
+tensors), ``non_tensor_batch`` (numpy object arrays, same rows) and ``meta_info`` (batch-level settings). Row
+operations apply to tensors and non-tensors alike."""
 
 import copy
 import os
@@ -31,10 +29,8 @@ Index = int | np.integer | slice | Sequence[int] | Sequence[bool] | np.ndarray |
 
 
 def to_object_array(values: np.ndarray | Sequence[Any]) -> np.ndarray:
-    """Turn a list or array into a 1-row-per-element numpy object array.
-
-    Filled element by element: ``np.array(lists, dtype=object)`` would build a 2-D array from equal-length lists.
-    """
+    """A 1-row-per-element numpy object array, filled element by element (``np.array(lists, dtype=object)`` would
+    make equal-length lists 2-D)."""
     if isinstance(values, np.ndarray):
         return values if values.dtype == object else values.astype(object)
     out = np.empty(len(values), dtype=object)
@@ -103,12 +99,9 @@ def _normalize_index(item: Index, length: int) -> slice | np.ndarray:
 
 
 def _tensor_to_state(tensor: torch.Tensor) -> Any:
-    """Encode a tensor so that pickling it stays zero-copy.
-
-    A pickled tensor ships its whole storage in-band (a chunk would ship the entire batch); a numpy view of just the
-    rows goes out-of-band with pickle protocol 5, straight into Ray's object store. bfloat16 travels as int16 bits;
-    tensors numpy cannot hold (GPU, autograd) pickle as they are.
-    """
+    """Encode a tensor so that pickling it stays zero-copy: a pickled tensor ships its whole storage in-band (a chunk
+    would ship the entire batch), a numpy view of its rows goes out-of-band (pickle 5) into Ray's object store.
+    bfloat16 travels as int16 bits; tensors numpy cannot hold (GPU, autograd) pickle as they are."""
     if tensor.device.type != "cpu" or tensor.requires_grad:
         return tensor
     if tensor.dtype == torch.bfloat16:
@@ -170,12 +163,10 @@ class DataProtoItem:
 
 @dataclass(repr=False, eq=False)
 class DataProto:
-    """Rows of tensors and non-tensors that move together, plus batch-level ``meta_info``.
-
-    Build with ``from_dict``, ``from_single_dict`` or ``collate_fn`` (lists become object arrays). Copy semantics:
-    ``dp[slice]``, ``chunk`` and ``split`` return views; int-array and mask indexing, ``repeat``, ``concat`` and padding
-    copy; ``union``, ``pop``, ``reorder``, ``rename`` and ``to`` change ``self`` in place.
-    """
+    """Rows of tensors and non-tensors that move together, plus batch-level ``meta_info``; build with ``from_dict``,
+    ``from_single_dict`` or ``collate_fn``. ``dp[slice]``, ``chunk`` and ``split`` return views; int-array and mask
+    indexing, ``repeat``, ``concat`` and padding copy; ``union``, ``pop``, ``reorder``, ``rename`` and ``to`` change
+    ``self`` in place."""
 
     batch: TensorDict | None = None
     non_tensor_batch: dict[str, np.ndarray] = field(default_factory=dict)
@@ -359,11 +350,8 @@ class DataProto:
         non_tensor_batch_keys: list[str] | None = None,
         meta_info_keys: list[str] | None = None,
     ) -> "DataProto":
-        """Remove the given keys from ``self`` and return them as a new DataProto (``None`` pops nothing).
-
-        The result keeps the row count and carries the remaining ``meta_info`` plus the popped meta keys. Keys are
-        checked before anything is removed.
-        """
+        """Remove the given keys (all checked first) and return them as a new DataProto with the same rows, carrying the
+        remaining ``meta_info`` plus the popped meta keys (``None`` pops nothing)."""
         batch_keys, non_tensor_batch_keys = list(batch_keys or []), list(non_tensor_batch_keys or [])
         meta_info_keys = list(meta_info_keys or [])
         self._check_keys(batch_keys, non_tensor_batch_keys, meta_info_keys)
@@ -377,10 +365,8 @@ class DataProto:
         return DataProto(batch=batch, non_tensor_batch=non_tensor_batch, meta_info={**self.meta_info, **popped_meta})
 
     def union(self, other: "DataProto") -> "DataProto":
-        """Add ``other``'s columns and meta_info to ``self`` in place and return ``self``.
-
-        Same row count required; a key on both sides must hold identical values, else ValueError naming it.
-        """
+        """Add ``other``'s columns and meta_info (same rows) to ``self`` in place and return it; a key on both sides
+        must hold identical values, else ValueError naming it."""
         if len(self) != len(other):
             raise ValueError(
                 f"Cannot union DataProtos with {len(self)} and {len(other)} rows; both must have the same rows."
@@ -531,11 +517,9 @@ class DataProto:
     # ------------------------------------------------------------------ persistence and transport
 
     def save_to_disk(self, path: str | os.PathLike) -> None:
-        """Write to ``path`` so that ``torch.load(weights_only=True)`` reads it: no code runs when it is loaded.
-
-        Non-tensors and meta_info are stored as plain values; a batch holding other objects (PIL images, arrays in a
-        column) is pickled whole instead, and loading it needs ``trusted=True``.
-        """
+        """Write to ``path`` so that ``torch.load(weights_only=True)`` reads it (no code runs on load): non-tensors and
+        meta_info as plain values. A batch holding other objects (PIL images, arrays in a column) is pickled whole,
+        and loading it needs ``trusted=True``."""
         columns = {key: _column_state(value) for key, value in self.non_tensor_batch.items()}
         if all(state is not None for state in columns.values()) and _is_plain(self.meta_info):
             tensors = dict(self.batch.items()) if self.batch is not None else {}
@@ -549,10 +533,8 @@ class DataProto:
     def load_from_disk(
         path: str | os.PathLike, map_location: str | torch.device | None = None, trusted: bool = False
     ) -> "DataProto":
-        """Read a file written by ``save_to_disk``; ``map_location`` moves GPU-saved tensors, e.g. to "cpu".
-
-        A file with objects beyond tensors and plain values could run code when unpickled: refused unless ``trusted``.
-        """
+        """Read a file written by ``save_to_disk`` (``map_location``: e.g. "cpu"); one holding objects beyond tensors
+        and plain values could run code when unpickled, so it is refused unless ``trusted``."""
         if not os.path.isfile(path):
             raise FileNotFoundError(f"No DataProto file at {os.fspath(path)!r}; check the path.")
         try:

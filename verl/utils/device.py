@@ -1,9 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """The one place that knows whether we compute on CUDA or on the CPU: device, collective backend, RNG states, memory
-numbers and cache flushes. The choice (`trainer.device`: auto | cpu | cuda) is made once per process with
-`set_device_type`; until then "auto" applies.
-"""
+numbers, cache flushes. `set_device_type` fixes it once per process (`trainer.device`); until then "auto" applies."""
 
 import os
 import random
@@ -57,16 +55,14 @@ def is_cpu() -> bool:
 
 
 def get_dist_backend(device_type: str | None = None) -> str:
-    """The torch.distributed backend: gloo on the CPU; on CUDA "cpu:gloo,cuda:nccl", so small bookkeeping
-    reductions stay on the host as on the CPU (one code path). Sub-groups inherit the pair.
-    """
+    """The torch.distributed backend: gloo on the CPU; on CUDA "cpu:gloo,cuda:nccl", so small bookkeeping reductions
+    stay on the host (one code path); sub-groups inherit the pair."""
     return "cpu:gloo,cuda:nccl" if (device_type or get_device_type()) == "cuda" else "gloo"
 
 
 def get_local_device(local_rank: int | None = None) -> torch.device:
     """The device this rank computes on: the CPU, or cuda:<LOCAL_RANK modulo the visible devices> (torchrun shows
-    every GPU; Ray shows each worker its own GPU as cuda:0).
-    """
+    every GPU; Ray shows each worker its own GPU as cuda:0)."""
     if get_device_type() == "cpu":
         return torch.device("cpu")
     if local_rank is None:
@@ -75,12 +71,9 @@ def get_local_device(local_rank: int | None = None) -> torch.device:
 
 
 def init_distributed(timeout_seconds: float = 600.0) -> None:
-    """Initialise the default process group from RANK and WORLD_SIZE, meeting through VERL_DIST_INIT_METHOD when a
-    worker group set it (a file store) or else env:// (MASTER_ADDR, MASTER_PORT).
-
-    On CUDA the rank is bound to its GPU first, so nccl communicators land there. The timeout bounds how long a
-    collective waits for a dead peer (gloo's default, 30 minutes, turns a crash into a silent hang).
-    """
+    """Initialise the default process group from RANK and WORLD_SIZE, through VERL_DIST_INIT_METHOD if a worker group
+    set it (a file store), else env://. On CUDA the rank is bound to its GPU first (nccl communicators land there).
+    The timeout bounds waits for a dead peer (gloo's 30-minute default turns a crash into a silent hang)."""
     if dist.is_initialized():
         return
     init_method = os.environ.get("VERL_DIST_INIT_METHOD")
@@ -128,7 +121,6 @@ def memory_stats() -> dict[str, float]:
 
 
 def manual_seed(seed: int) -> None:
-    """Seed python, numpy, torch and (on CUDA) every GPU generator."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)

@@ -1,11 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Optimizers and learning-rate schedules built from an OptimConfig.
-
-torch's AdamW (fp32 master weights, the default) or `BF16AdamW` for pure-bf16 training, with bf16 moments and
-Kahan-compensated updates (else a bf16 weight near 1 cannot move by less than 2^-8, and RL's small steps round away).
-Schedules: linear warmup, then constant or cosine decay to `min_lr_ratio * lr`, stepped once per update call.
-"""
+"""Optimizers and learning-rate schedules built from an OptimConfig: torch's AdamW (fp32 master weights, default) or
+`BF16AdamW` for pure-bf16 training. Schedules: linear warmup, then constant or cosine decay to `min_lr_ratio * lr`."""
 
 import math
 from dataclasses import dataclass, field
@@ -50,10 +46,9 @@ class OptimConfig:
 
 
 class BF16AdamW(torch.optim.Optimizer):
-    """AdamW with moments in the parameter dtype and Kahan-compensated updates: the float32 update plus the previous
-    step's rounding error (a `compensation` buffer) is added, so increments below bf16 resolution still accumulate.
-    Works on plain tensors and FSDP2 DTensors.
-    """
+    """AdamW with moments in the parameter dtype and Kahan-compensated updates: the previous step's rounding error is
+    added back (a `compensation` buffer), else a bf16 weight near 1 cannot move by less than 2^-8 and RL's small
+    steps round away. Works on plain tensors and FSDP2 DTensors."""
 
     def __init__(
         self,
@@ -120,11 +115,8 @@ def build_optimizer(module: torch.nn.Module, config: OptimConfig) -> torch.optim
 
 
 class WarmupDecaySchedule:
-    """LR multiplier: linear warmup to 1 over `warmup_steps`, then constant or cosine down to `min_lr_ratio`.
-
-    Warmup step s uses (s + 1) / warmup_steps, so the first update already moves the weights; the cosine reaches
-    min_lr_ratio at `training_steps` and stays. A plain object, so LambdaLR's state_dict saves it for checkpoints.
-    """
+    """LR multiplier: linear warmup to 1 ((s + 1) / warmup_steps, so the first update moves the weights), then
+    constant or cosine down to `min_lr_ratio` at `training_steps`. A plain object, so LambdaLR's state_dict saves it."""
 
     def __init__(self, kind: str, warmup_steps: int, training_steps: int, min_lr_ratio: float) -> None:
         self.kind = kind

@@ -1,11 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Balanced partitions of sequences by token count: across data-parallel ranks and into micro-batches.
-
-Response lengths vary widely, so splitting by sample count unbalances the work. Karmarkar-Karp largest differencing
-splits items into groups of nearly equal token sums, with equal item counts (`balance_batch`) or without
-(`dynamic_micro_batches`).
-"""
+"""Balanced partitions of sequences by token count, across data-parallel ranks and into micro-batches (response
+lengths vary widely): Karmarkar-Karp largest differencing, with equal item counts (`balance_batch`) or without
+(`dynamic_micro_batches`)."""
 
 import heapq
 import math
@@ -19,12 +16,9 @@ from verl.protocol import DataProto
 
 
 def karmarkar_karp(sizes: Sequence[int], k: int, equal_size: bool = False) -> list[list[int]]:
-    """Split item indices into k groups with nearly equal size sums (largest differencing method).
-
-    The two partial partitions with the largest spread are merged, largest group of one with smallest of the other.
-    `equal_size` seeds items k at a time in sorted order so counts stay equal (needs len(sizes) % k == 0). Indices
-    in a group are sorted; no group is empty when len(sizes) >= k.
-    """
+    """Split item indices into k groups with nearly equal size sums: the two partial partitions with the largest
+    spread are merged, largest group of one with smallest of the other. `equal_size` seeds items k at a time in sorted
+    order (needs len(sizes) % k == 0). Indices in a group are sorted; no group is empty when len(sizes) >= k."""
     n = len(sizes)
     if k < 1 or k > n:
         raise ValueError(f"Cannot split {n} items into {k} non-empty groups; use 1 <= k <= {n}.")
@@ -69,11 +63,9 @@ def dynamic_micro_batches(
     max_token_len: int,
     group: dist.ProcessGroup | None = None,
 ) -> list[list[int]]:
-    """Split samples into the fewest balanced micro-batches whose token sums stay within `max_token_len`.
-
-    Under torch.distributed every rank uses the group's largest count: FSDP runs collectives in every forward, so all
-    ranks must run as many. Ordered longest first (a memory problem shows at once); `restore_order` undoes it.
-    """
+    """Split samples into the fewest balanced micro-batches whose token sums stay within `max_token_len`, with the
+    group's largest count on every rank (FSDP runs collectives in every forward). Longest first (a memory problem
+    shows at once); `restore_order` undoes the permutation."""
     lens = [int(x) for x in (seq_lens.tolist() if isinstance(seq_lens, torch.Tensor) else seq_lens)]
     if not lens:
         raise ValueError("dynamic_micro_batches got no samples; every rank needs at least one.")
@@ -102,12 +94,9 @@ def padded_micro_batches(
     max_token_len: int,
     group: dist.ProcessGroup | None = None,
 ) -> list[list[int]]:
-    """Micro-batches for a padded forward: rows of similar length together, each within `max_token_len` padded tokens.
-
-    Cost is rows x (longest prompt + longest response); rows are taken longest first while the cost fits. Every rank
-    then splits its most expensive micro-batches up to the group's largest count (as FSDP needs). Ordered most
-    expensive first; `restore_order` undoes the permutation.
-    """
+    """Micro-batches for a padded forward, each costing rows x (longest prompt + longest response) <= `max_token_len`:
+    rows taken longest first; every rank then splits its most expensive ones up to the group's largest count (as FSDP
+    needs). Most expensive first; `restore_order` undoes the permutation."""
     prompts = [int(x) for x in (prompt_lens.tolist() if isinstance(prompt_lens, torch.Tensor) else prompt_lens)]
     responses = [
         int(x) for x in (response_lens.tolist() if isinstance(response_lens, torch.Tensor) else response_lens)
@@ -164,9 +153,7 @@ def restore_order(partitions: Sequence[Sequence[int]]) -> torch.Tensor:
 
 def balance_batch(data: DataProto, world_size: int, key: str = "attention_mask") -> dict[str, float]:
     """Reorder `data` in place so each of the `world_size` contiguous chunks (one per rank) holds a similar number of
-    tokens; rows within a chunk keep their relative order. Returns the `global_seqlen/*` metrics (per-rank tokens
-    before and after balancing, and the mean).
-    """
+    tokens, rows keeping their relative order; returns the `global_seqlen/*` metrics (before, after, mean)."""
     if len(data) % world_size != 0:
         raise ValueError(
             f"balance_batch got {len(data)} samples for {world_size} ranks; the batch must split evenly (pad it or "

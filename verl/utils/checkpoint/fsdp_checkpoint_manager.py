@@ -1,11 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Save and restore one FSDP2 role (model, optimizer, LR schedule, RNG, extra state) with torch.distributed.checkpoint.
-
-DCP stores tensors by name and global shape, so any number of ranks can load. Writes go to `<path>.tmp`, renamed
-only when all ranks have finished, so a crash mid-save never leaves a complete-looking directory. Beside the shards:
-`huggingface/` (config, generation config, tokenizer).
-"""
+"""Save and restore one FSDP2 role (model, optimizer, LR schedule, RNG, extra state) with torch.distributed.checkpoint,
+loadable on any number of ranks. Writes go to `<path>.tmp`, renamed once all ranks have finished, so a crash mid-save
+never leaves a complete-looking directory. `huggingface/` beside the shards holds config and tokenizer."""
 
 import contextlib
 import dataclasses
@@ -141,10 +138,8 @@ def has_checkpoint(path: str) -> bool:
 
 class FSDPCheckpointManager:
     """Checkpoints of one role: an FSDP2 model and optionally its optimizer, LR scheduler, tokenizer and processor.
-
-    `save` and `load` are collective. Tokenizer and processor are written, never read back. LR schedule and extra
-    state are saved once; RNG states per rank (a rank missing from the checkpoint keeps its own).
-    """
+    `save` and `load` are collective. Tokenizer and processor are written, never read. LR schedule and extra state
+    (the same on every rank) are saved once, RNG states per rank (a rank missing from the checkpoint keeps its own)."""
 
     def __init__(
         self,
@@ -171,12 +166,9 @@ class FSDPCheckpointManager:
         return {name: value for name, value in model_state.items() if is_adapter_param(name)}
 
     def save(self, path: str, extra_state: dict[str, Any] | None = None, save_model_only: bool = False) -> None:
-        """Write the checkpoint to `path` (replacing an older one there) via `<path>.tmp` and a rename.
-
-        `save_model_only` keeps just the weights (training cannot resume from it). `extra_state` is any picklable
-        dict, returned by `load`. A storage failure on any rank raises `CheckpointWriteError` on every rank after the
-        staging directory is removed; what was at `path` is untouched.
-        """
+        """Write the checkpoint to `path` (replacing an older one) via `<path>.tmp` and a rename. `save_model_only`:
+        weights only (no resuming). `extra_state`: any picklable dict, returned by `load`. A storage failure on any rank
+        raises `CheckpointWriteError` on every rank, staging removed, `path` untouched."""
         path = os.path.abspath(path)
         staging = path + ".tmp"
         parent = os.path.dirname(path)
@@ -231,10 +223,8 @@ class FSDPCheckpointManager:
             save_adapter_config(self.model, hf_dir)
 
     def load(self, path: str, model_only: bool = False) -> dict[str, Any]:
-        """Restore the state saved at `path` (by any number of ranks) and return its extra_state ({} if none).
-
-        `model_only` reads only the weights; resuming an optimizer from a save_model_only checkpoint is an error.
-        """
+        """Restore the state at `path` and return its extra_state ({} if none); `model_only` reads only the weights
+        (resuming an optimizer from a save_model_only checkpoint is an error)."""
         path = os.path.abspath(path)
         if not has_checkpoint(path):
             raise FileNotFoundError(
