@@ -1,14 +1,11 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""The passes of micro-batches one data-parallel rank runs through its FSDP2 model, shared by the actor and the critic.
+"""The passes of micro-batches one data-parallel rank runs through its FSDP2 model, shared by actor and critic:
+`compute` (no grad, rows in original order) and `update` (ppo_epochs x mini-batches, each one gradient accumulation
+and optimizer step, the caller giving only its per-micro-batch loss).
 
-`compute` is the no-grad pass (log-probs, values), rows back in their original order. `update` is the PPO update:
-ppo_epochs x mini-batches, each a gradient accumulation and one optimizer step; the caller gives only its
-per-micro-batch loss.
-
-Each micro-batch loss is divided by the whole mini-batch's token (or sequence) count over all micro-batches and
-ranks, and multiplied by the world size before `backward` (FSDP averages over ranks), so the accumulated gradient is
-the mini-batch loss's, however it was split.
+Each micro-batch loss is divided by the whole mini-batch's token (or sequence) count over all ranks and multiplied by
+the world size (FSDP averages over ranks), so the gradient is the mini-batch loss's, however it was split.
 """
 
 import logging
@@ -124,10 +121,8 @@ class MicroBatchPasses:
         summed_metrics: Sequence[SummedMetric],
         constant_metrics: dict[str, float] | None = None,
     ) -> dict[str, float]:
-        """ppo_epochs passes over the mini-batches of `data`, one optimizer step each (skipped when the gradient
-        norm is not finite); returns the mean of each mini-batch's `summed_metrics` (over all ranks),
-        `<role>/grad_norm`, `constant_metrics`, and `<role>/lr`.
-        """
+        """ppo_epochs passes over the mini-batches of `data`, one optimizer step each (skipped on a non-finite gradient
+        norm); returns the mean of the `summed_metrics` (over all ranks), grad_norm, `constant_metrics` and lr."""
         self.module.train()
         metrics: dict[str, list[float]] = defaultdict(list)
         for _ in range(self.config.ppo_epochs):

@@ -37,13 +37,10 @@ logger = logging.getLogger(__name__)
 def token_head(
     use_torch_compile: bool,
 ) -> Callable[[torch.Tensor, torch.Tensor, float, bool], dict[str, torch.Tensor]]:
-    """The function from response-predicting logits (N, V) to float32 log-probs (and entropy) of the labels (N,).
-
-    With `use_torch_compile` on CUDA it is compiled (dynamic shapes) to fuse the upcast, temperature, log-softmax and
-    entropy. The temperature goes in as a 0-d float32 tensor on the logits' device: as a Python float it would become
-    a CPU tensor saved for the backward, whose CPU kernel makes Inductor probe the host toolchain, stalling or hanging
-    the first update (docs/gpu.md).
-    """
+    """The function from response-predicting logits (N, V) to float32 log-probs (and entropy) of the labels (N,),
+    compiled with `use_torch_compile` on CUDA. The compiled head takes the temperature as a 0-d float32 tensor on the
+    logits' device: a Python float becomes a CPU tensor saved for backward, whose CPU kernel makes Inductor probe the
+    host toolchain, stalling or hanging the first update (docs/gpu.md)."""
 
     def head(
         logits: torch.Tensor, labels: torch.Tensor, temperature: float | torch.Tensor, with_entropy: bool
@@ -81,10 +78,8 @@ mini-batch loss (summed over micro-batches and ranks); token means are summed we
 
 
 class DataParallelPPOActor:
-    """Log-probs and PPO updates for one data-parallel rank of an FSDP2 policy (or, without optimizer, a reference).
-
-    Each optimizer step takes global_batch_size (prompts) x `rollout_n` / world_size samples on every rank.
-    """
+    """Log-probs and PPO updates for one data-parallel rank of an FSDP2 policy (or, without optimizer, a reference);
+    each optimizer step takes global_batch_size (prompts) x `rollout_n` / world_size samples per rank."""
 
     def __init__(
         self,
@@ -136,9 +131,8 @@ class DataParallelPPOActor:
 
         `temperature` is the rollout's; `entropy_coeff` (adaptive entropy control) replaces actor.entropy_coeff and
         makes the entropy exact, even at 0. Needs advantages, response_mask (ref_log_probs with use_kl_loss) and
-        old_log_probs, except on-policy (one epoch, one mini-batch), where the forward's own detached log-probs give
-        the same loss and gradient. A step with a non-finite gradient norm is skipped. Loss metrics are the mini-batch
-        values over all ranks.
+        old_log_probs, except on-policy (one epoch, one mini-batch), where the forward's detached log-probs give the
+        same loss and gradient.
         """
         if self.optimizer is None:
             raise RuntimeError("update_policy needs an optimizer; this actor was built without one (reference?).")

@@ -1,12 +1,9 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""From a DataProto of rollouts to per-response-token model outputs: shared by the actor, the reference and the critic.
-
-`process_multi_modal_inputs` makes pixel values once per prompt; `make_micro_batches` splits by rows or by a token
-budget (same count on every rank, order restorable); `forward_response` runs the model padded (all-padding columns
-trimmed) or packed (one row, only with a varlen attention kernel) and returns (B, R) values, zero on padding. Only
-the logits at response-predicting positions are computed.
-"""
+"""From a DataProto of rollouts to per-response-token model outputs, for the actor, the reference and the critic:
+`make_micro_batches` splits by rows or by a token budget (same count on every rank, order restorable);
+`forward_response` runs padded (all-padding columns trimmed) or packed (one row, varlen attention only) and returns
+(B, R) values, zero on padding, computing logits only at response-predicting positions."""
 
 from collections import defaultdict
 from collections.abc import Callable
@@ -40,11 +37,8 @@ tokens (sdpa and eager would need a dense block-diagonal mask, slower than paddi
 
 
 def process_multi_modal_inputs(data: DataProto, processor: Any) -> None:
-    """Add the non-tensor column `multi_modal_inputs`: per row, the processor's tensors for its `multi_modal_data`.
-
-    Rows sharing a `uid` share the prompt, so each prompt is processed once; a batch that has the column already is
-    left as is (processed once per step, reused by old log-probs, reference and update).
-    """
+    """Add the non-tensor column `multi_modal_inputs`: per row, the processor's tensors for its `multi_modal_data`,
+    once per prompt (`uid`); a batch that has the column already is left as is (reused by later phases)."""
     if "multi_modal_data" not in data.non_tensor_batch or "multi_modal_inputs" in data.non_tensor_batch:
         return
     if processor is None:
@@ -129,12 +123,9 @@ def make_micro_batches(
     group: dist.ProcessGroup | None = None,
     padded: bool = False,
 ) -> tuple[list[DataProto], torch.Tensor | None]:
-    """Split into micro-batches of `micro_batch_size` rows, or dynamically by a token budget.
-
-    The budget is micro_batch_size x the padded length, so a micro-batch never costs more than a fixed one. Packed
-    micro-batches count valid tokens, padded ones rows x trimmed width. Returns the micro-batches and, when dynamic,
-    the permutation restoring the original row order of concatenated outputs.
-    """
+    """Split into micro-batches of `micro_batch_size` rows, or dynamically by a budget of micro_batch_size x padded
+    length tokens (valid tokens when packed, rows x trimmed width when padded); returns them and, when dynamic, the
+    permutation restoring the original order of concatenated outputs."""
     if micro_batch_size < 1:
         raise ValueError(f"micro_batch_size_per_device must be positive, got {micro_batch_size}.")
     if not dynamic:
@@ -209,11 +200,8 @@ def _padded_columns(micro: DataProto, padding_free: bool) -> tuple[int, int] | N
 
 
 def forward_response(module: nn.Module, micro: DataProto, padding_free: bool, head: Head) -> dict[str, torch.Tensor]:
-    """Run the model on a micro-batch and apply `head` to the outputs at the positions predicting response tokens.
-
-    `head(logits (N, V), labels (N,))` returns per-token values (N,). The result maps each name to a (B, R) tensor,
-    zero where the response token is padding, identical in padded and packed modes.
-    """
+    """Run the model on a micro-batch and apply `head(logits (N, V), labels (N,)) -> values (N,)` at the positions
+    predicting response tokens; returns name -> (B, R), zero on padding, the same in padded and packed modes."""
     extra = _batch_multi_modal_inputs(micro, micro.batch["input_ids"].device)
     columns = _padded_columns(micro, padding_free)
     if columns is not None:
@@ -317,11 +305,9 @@ def _sequence_parallel_values(
     group: dist.ProcessGroup,
     extra: dict,
 ) -> dict[str, torch.Tensor]:
-    """`head`'s values at the kept positions of a packed row shared by the ranks of `group` (Ulysses).
-
-    The row is padded to a multiple of the group size (the padding is a sequence of its own), each rank runs its
-    slice, and the values are gathered so every rank returns the whole row's. A VLM (mrope or vision inputs) gets the
-    whole row to embed with its images, and its language model takes the slice (a ulysses hook)."""
+    """`head`'s values at the kept positions of a packed row shared by the ranks of `group` (Ulysses): the row is
+    padded to a multiple of the group size (as a sequence of its own), each rank runs its slice, and the values are
+    gathered. A VLM gets the whole row to embed its images; its language model takes the slice (a ulysses hook)."""
     size, rank = dist.get_world_size(group), dist.get_rank(group)
     total = packed_ids.shape[1]
     pad = -total % size

@@ -144,8 +144,6 @@ async def release_within(env: ChatClientEnv, timeout_s: float) -> None:
 
 @dataclass
 class _Conversation:
-    """What the request loop knows of one client episode."""
-
     group: Group
     sample: Sample
     sent: list[dict[str, Any]] | None = None
@@ -192,7 +190,6 @@ class ClientTurns(TurnHooks):
         self._posted.set()
 
     def start(self, group: Group, sample: Sample, messages: list[dict[str, Any]]) -> None:
-        """Start the episode of `sample` from the prompt's `messages`."""
         conversation = _Conversation(group, sample)
         self.conversations[id(sample)] = conversation
         asyncio.run_coroutine_threadsafe(self._episode(conversation, [dict(m) for m in messages]), self.loop)

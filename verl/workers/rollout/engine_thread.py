@@ -1,11 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""The one thread that owns an engine which other threads call into: the rollout pool's worker and `verl.serve`.
-
-vLLM's `LLMEngine` is not thread-safe: the thread steps the engine through its request loop and runs work other
-threads post (`call`, `post`) between two steps. `cond` guards what both sides read (the loop records each step's
-outputs under it). A tensor-parallel follower runs its own target on the same thread object, for the same errors.
-"""
+"""The one thread that owns an engine which other threads call into (rollout pool worker, `verl.serve`): vLLM's
+`LLMEngine` is not thread-safe. The thread steps it through its request loop and runs posted work (`call`, `post`)
+between steps; `cond` guards what both sides read. A tensor-parallel follower runs its own target on it."""
 
 import logging
 import threading
@@ -100,7 +97,6 @@ class EngineThread:
                     self.raise_if_failed()
 
     def call(self, fn: Callable[[], Any]) -> Any:
-        """Run `fn` on the thread between two engine steps and return its result."""
         return self.wait(self.post(fn))
 
     def stop(self) -> None:

@@ -2,14 +2,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """Multi-turn episodes in the request loop (worker.rollout.env), in every mode.
 
-Each sample plays one `Episode`; a request is one model turn. When a turn finishes, the environment's step runs on a
-thread while the engine steps the other requests, and its messages become the next environment turn (loss mask 0)
-(`EpisodeTurns`; client-style environments drive their turns themselves: client_episodes). Turns may span policy
-versions like single-turn samples: model tokens record their version, environment tokens -1.
-
-Episodes keep the engine's own token ids for model turns and the chat template's rendering of the environment's
-messages, so engine, actor, reference and critic see one token sequence (nothing is re-tokenized). Turn t samples
-with seed + 7919 t.
+Each sample plays one `Episode`; a request is one model turn. A finished turn's environment step runs on a thread while
+the engine steps the others, and its messages become the next environment turn (`EpisodeTurns`; client-style
+environments drive their own turns: client_episodes). Model tokens record their policy version, environment tokens -1.
+The engine's own token ids and the chat template's rendering of the environment's messages make one sequence for
+engine, actor, reference and critic (nothing is re-tokenized). Turn t samples with seed + 7919 t.
 """
 
 import dataclasses
@@ -31,11 +28,9 @@ _MARKER = "\u2063verl-turn-end\u2063"
 
 
 class ChatContinuation:
-    """Token ids the chat template puts between the end of a model turn and the start of the next one.
-
-    That is the template's closing of the assistant message, the environment's messages and the next assistant
-    opening, minus the model's own end-of-turn token (Qwen: `<|im_end|>`; GLM's is the next role token, `<|user|>`).
-    """
+    """Token ids the chat template puts between a model turn and the next: the assistant message's closing, the
+    environment's messages and the next assistant opening, minus the model's own end-of-turn token (Qwen:
+    `<|im_end|>`; GLM's is the next role token, `<|user|>`)."""
 
     def __init__(self, tokenizer: Any, chat_template: str | None = None) -> None:
         self.tokenizer = tokenizer
@@ -52,8 +47,8 @@ class ChatContinuation:
         )
 
     def ids(self, messages: list[dict[str, Any]], turn_end_text: str) -> list[int]:
-        """The ids after a model turn that ended with `turn_end_text` (its decoded end-of-turn token), up to and
-        including the opening of the next assistant turn."""
+        """The ids after a model turn ended by `turn_end_text` (its decoded end-of-turn token), through the next
+        assistant opening."""
         history = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
         before = self._render(history, False)
         after = self._render(history + list(messages), True)
@@ -133,23 +128,21 @@ class Episode:
     to patch tokens, as the actor takes it (the budget counts these)."""
 
     prompt_input: dict[str, Any]
-    """The engine input of the prompt (token ids and any images)."""
     state: dict[str, Any]
     seed: int | None
     ids: list[int] = dataclasses.field(default_factory=list)
     """Everything after the prompt: model and environment tokens."""
     engine_ids: list[int] = dataclasses.field(default_factory=list)
     images: list[Any] = dataclasses.field(default_factory=list)
-    """Images of the environment's messages, in order."""
     image_inputs: list[dict[str, torch.Tensor]] = dataclasses.field(default_factory=list)
-    """Their model inputs (pixel_values, image_grid_thw), one dict per environment turn with images."""
+    """Model inputs (pixel_values, image_grid_thw) of the environment's images, one dict per turn with images."""
     loss_mask: list[int] = dataclasses.field(default_factory=list)
     logprobs: list[float] = dataclasses.field(default_factory=list)
     turns: int = 0
     tool_calls: int = 0
     tool_errors: int = 0
     cut_tool_messages: int = 0
-    """Tool results the episode ended before showing to the model (the response budget or max_turns was spent)."""
+    """Tool results the episode ended before showing to the model (budget or max_turns spent)."""
     truncated: bool = False
     done: bool = False
     last_turn: str = ""
@@ -185,14 +178,13 @@ class TurnRunner:
     with_logprobs: bool
     max_tokens_per_turn: int | None = None
     image_tokens: ImageTokens | None = None
-    """A VL model's image expansion; images in the environment's messages need it."""
+    """A VL model's image expansion (needed for images in environment messages)."""
     max_images: int = 0
     """The engine's limit of images per sequence (prompt and environment images together); 0: none."""
     env_step_timeout_s: float = 0.0
     """Longest one environment step (or a client-style episode's work between two model requests) may take before
     the rollout stops with an error; <= 0 waits forever."""
     env_name: str = "the environment"
-    """How errors name the environment (worker.rollout.env)."""
 
     def env_timeout_error(self, episode_index: int, turns: int) -> TimeoutError:
         return TimeoutError(
@@ -375,8 +367,7 @@ class EpisodeTurns(TurnHooks):
         return self._for(group).turn_limit(sample.episode)
 
     def turn_done(self, group: Group, sample: Sample) -> bool:
-        """Add the finished model turn to the episode; True when the episode is over, else its environment step
-        starts."""
+        """Add the finished model turn; True when the episode is over, else its environment step starts."""
         turn_end = self._end_model_turn(group, sample)
         if turn_end is None:
             return True

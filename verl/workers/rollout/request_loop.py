@@ -2,13 +2,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """The engine's request loop, the one way this project generates (docs/async.md), and the request that drives it.
 
-Each admitted prompt becomes one engine request per sample; the engine is stepped until `quota` groups (all n samples
-of a prompt) are complete. A synchronous or validation call runs every group to completion; an asynchronous one
-aborts the unfinished requests, keeping their tokens, log-probs and per-token policy versions, and resubmits them next
-call as prompt + tokens so far. Nothing is dropped. Multi-turn episodes are hooks of the loop (`turns`).
-
-Requests get the order and seeds `LLM.generate` would give (seed + j for sample j), so a call that runs every group to
-completion samples exactly what `LLM.generate` samples.
+Each admitted prompt becomes one engine request per sample; the engine steps until `quota` groups (a prompt's n
+samples) are complete. An asynchronous call aborts unfinished requests, keeping their tokens, log-probs and per-token
+versions, and resubmits them next call as prompt + tokens so far; nothing is dropped. Requests get `LLM.generate`'s
+order and seeds (seed + j for sample j), so running every group to completion samples exactly as it does.
 """
 
 import contextlib
@@ -38,11 +35,10 @@ class RolloutRequest:
     sampling: dict[str, Any] = field(default_factory=dict)
     """vLLM SamplingParams overrides for this call (the ReMax greedy pass: temperature=0, n=1)."""
     stream: bool = False
-    """Asynchronous: hand over each group as it completes, for the driver to score while the engines generate
-    (worker.reward.stream); the call is then a poll, repeated until the step's groups are there."""
+    """Asynchronous: hand over each group as it completes, to be scored while the engines generate (the call is then
+    a poll)."""
     round: int = 0
-    """An asynchronous step's generation round (online filtering adds rounds of `quota` groups): an engine hands over
-    one batch per `batch_key`."""
+    """An asynchronous step's generation round (online filtering adds rounds); one batch per `batch_key`."""
 
     @property
     def batch_key(self) -> tuple[int, int]:
@@ -54,32 +50,29 @@ class Sample:
     """One response being generated: its tokens so far, their engine log-probs and policy versions."""
 
     seed: int | None
-    """The sampling seed of its first request (seed + j of the prompt, as vLLM gives sample j)."""
+    """The sampling seed of its first request (seed + j, as vLLM gives sample j)."""
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     """The policy version (weight updates done) under which each token was sampled."""
     finished: bool = False
     resumed: int = 0
-    """How many times it was stopped at a step boundary and continued after a weight sync."""
+    """Times it was stopped at a step boundary and continued after a weight sync."""
     episode: Any = None
     """Multi-turn: the Episode it plays; `tokens`, `logprobs` and `versions` then hold the current model turn only."""
     episode_versions: list[int] = field(default_factory=list)
-    """Multi-turn: the policy version of every token of the episode's response (-1 for environment tokens)."""
+    """Multi-turn: the policy version of every token of the episode's response (-1: environment tokens)."""
     turn_limit: int = 0
     """Multi-turn: the token limit of the current model turn, fixed when it began."""
     index: int = 0
-    """Its place among the samples admitted by one call (named in environment errors)."""
+    """Its place among the samples admitted by one call (named in errors)."""
 
 
 @dataclass
 class Group:
-    """The n samples of one admitted prompt."""
-
     key: int
     """Admission order: older groups are returned first."""
     prompt: dict[str, Any]
-    """The engine input (prompt_token_ids, multimodal data)."""
     payload: Any
     """What the caller keeps with the prompt (its one-row DataProto)."""
     admitted_version: int
@@ -87,8 +80,7 @@ class Group:
     budget: int
     """Most tokens of each of its responses."""
     rendered: Any = None
-    """The prompt rendered once for the group's first requests (as `LLM.generate` does for its n samples): rendering
-    images runs the model's processor."""
+    """The prompt rendered once for the group's first requests, as `LLM.generate` does (images run the processor)."""
 
     @property
     def complete(self) -> bool:
@@ -96,8 +88,7 @@ class Group:
 
 
 def resume_seed(seed: int | None, generated: int) -> int | None:
-    """A fresh seed for a sample continued after `generated` tokens: reusing its first seed would replay the random
-    draws of its opening tokens."""
+    """A fresh seed for a sample continued after `generated` tokens (its first seed would replay its opening draws)."""
     if seed is None:
         return None
     return int(np.random.SeedSequence([seed, generated]).generate_state(1, dtype=np.uint64)[0]) >> 2
@@ -110,11 +101,10 @@ _ENV_WAIT_S = 0.05
 class RequestLoop:
     """Admitted groups of one engine, kept across calls (see the module docstring).
 
-    `make_params(max_tokens, seed)` builds one request's SamplingParams (n=1, DELTA outputs); `render(prompt)` makes
-    what `LLMEngine.add_request` takes. `run` is the colocated rollout's blocking call; its pieces (`submit`, `step`,
-    `suspend`, `pick`, `pop`) also serve a thread that steps the engine continuously (rollout pool, `verl.serve`).
-    Every method but `record` and `pick` touches the engine, so only that thread calls them. `step` is the one place
-    in the project that steps an engine.
+    `make_params(max_tokens, seed)` builds one request's SamplingParams (n=1, DELTA); `render(prompt)` makes what
+    `add_request` takes. `run` is the colocated rollout's blocking call; its pieces also serve a thread that steps
+    the engine continuously (rollout pool, `verl.serve`), the only caller of every method but `record` and `pick`.
+    `step` is the one place in the project that steps an engine.
     """
 
     def __init__(
@@ -125,21 +115,19 @@ class RequestLoop:
         self.name = name
         """Prefixes its request ids: loops that share an engine never reuse one another's ids."""
         self.mirror = mirror
-        """A tensor-parallel engine's first process: the `engine_mirror.EngineLeader` recording engine calls for the
-        other processes to repeat."""
+        """Tensor-parallel first process: the `engine_mirror.EngineLeader` recording engine calls for the peers."""
         self.turns: Any = None
         """Multi-turn: a `multi_turn.EpisodeTurns` or `client_episodes.ClientTurns` (set by the rollout)."""
         self.lora_request: Any = None
         """The `LoRARequest` every request is added with (rollout.lora_sync=adapters; set by the rollout)."""
         self.groups: dict[int, Group] = {}
         self.active: dict[str, tuple[Group, Sample]] = {}
-        """The engine's requests: request id -> its group and sample."""
         self._keys = count()
         self._request_ids = count()
         self.progress: Any = None
         """A tqdm bar counting finished samples, while a caller shows one."""
         self._reported: set[int] = set()
-        """Complete groups handed over for scoring (`newly_complete`) and still in the loop."""
+        """Complete groups handed over for scoring and still in the loop."""
         self.lock: Any = contextlib.nullcontext()
         """Held while a step's outputs are recorded, for threads that read the groups meanwhile (rollout pool)."""
         self.outside: Callable[[Any], None] | None = None
@@ -163,12 +151,11 @@ class RequestLoop:
 
     @property
     def in_flight(self) -> int:
-        """Admitted groups not yet returned."""
         return len(self.groups)
 
     def clear(self) -> None:
-        """Drop every group, abort the engine's requests and close the multi-turn hooks, after a failed call, so none of
-        its requests runs on into the next; the trainer regenerates the dropped prompts from its checkpoint."""
+        """After a failed call: drop every group, abort the engine's requests and close the multi-turn hooks, so none
+        runs on into the next call (the trainer regenerates from its checkpoint)."""
         self.suspend()
         self.groups.clear()
         self._reported.clear()
@@ -192,11 +179,10 @@ class RequestLoop:
         max_engine_steps: int | None = None,
         hand_over: bool = False,
     ) -> list[Group] | None:
-        """Step the engine until `quota` groups are complete and returning them keeps every group within its
-        deadline; return them, removed from the loop. Unfinished samples are aborted, their tokens kept for the next
-        call. With `max_engine_steps`, return None after that many steps: requests stay in the engine and the next
-        call goes on as an unbroken one would; with `hand_over` too, return None as soon as a group completes that the
-        step cannot take yet, so the caller can score it while the rest generate."""
+        """Step the engine until `quota` groups are complete and taking them keeps every group within its deadline;
+        return them, removed. Unfinished samples are aborted, tokens kept. With `max_engine_steps`, return None after
+        that many steps (requests stay; the next call goes on as an unbroken one); with `hand_over`, also as soon as a
+        group completes that the step cannot take yet, for the caller to score."""
         self.check_quota(quota, version, max_staleness)
         if self.pick(quota, version, max_staleness) is None:
             self.submit(version, make_params)
@@ -240,8 +226,8 @@ class RequestLoop:
             )
 
     def pick(self, quota: int, version: int, max_staleness: int | None) -> list[int] | None:
-        """The keys of the `quota` complete groups with the earliest deadlines (ties by admission), if training them
-        at `version` keeps every other group within its deadline; else None: the engine must run on."""
+        """The keys of the `quota` complete groups with the earliest deadlines, if training them at `version` keeps
+        every other group within its deadline; else None."""
         deadline = self.deadlines(version, max_staleness)
         complete = sorted((deadline[key], key) for key, group in self.groups.items() if group.complete)
         picked = [key for _, key in complete[:quota]]
@@ -252,12 +238,11 @@ class RequestLoop:
         return [self.groups.pop(key) for key in sorted(keys)]
 
     def has_newly_complete(self) -> bool:
-        """Whether a complete group in the loop was not handed over yet (`newly_complete`)."""
         return any(group.complete and group.key not in self._reported for group in self.groups.values())
 
     def newly_complete(self, taken: list[Group] | None = None) -> list[Group]:
-        """The complete groups not handed over before, for scoring while generation goes on (streamed rewards): those
-        in the loop and those just `taken` out of it (`pop`); each is handed over once."""
+        """The complete groups not handed over before (those in the loop and those just `taken`), each once, for
+        scoring while generation goes on."""
         taken = taken or []
         fresh = [group for group in self.groups.values() if group.complete and group.key not in self._reported]
         fresh += [group for group in taken if group.key not in self._reported]
@@ -273,8 +258,7 @@ class RequestLoop:
         return all(count <= (due - version) * quota for count, due in enumerate(left, start=1))
 
     def submit(self, version: int, make_params: Callable[[int, int | None], Any]) -> int:
-        """Add every unfinished, not running sample to the engine, continuing from its tokens (prefix prefilled under
-        the current weights); returns how many were added."""
+        """Add every unfinished, not running sample to the engine, continuing from its tokens; returns how many."""
         running = {id(sample) for _, sample in self.active.values()}
         added = 0
         for group in self.groups.values():
@@ -325,8 +309,7 @@ class RequestLoop:
             return self.record(outputs, version)
 
     def record(self, outputs: list[Any], version: int) -> bool:
-        """Append one engine step's outputs (DELTA) to their samples, tokens tagged with `version`; whether a group
-        became complete."""
+        """Append one step's (DELTA) outputs to their samples, tagged `version`; whether a group became complete."""
         finished_groups = False
         for output in outputs:
             if output.request_id not in self.active and self.outside is not None:

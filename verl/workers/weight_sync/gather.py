@@ -1,11 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""The source of every weight sync: the FSDP2 actor's parameters as full tensors under their checkpoint names.
-
-Parameters are gathered one FSDP unit at a time (one all-gather each, resharded before the next: about one gathered
-layer of extra memory), cast to the engine's dtype and renamed to the checkpoint names vLLM loads.
-`iter_full_weights` yields every weight (LoRA merged), `iter_adapter_weights` the LoRA factors alone.
-"""
+"""The source of every weight sync: the FSDP2 actor's parameters as full tensors under their checkpoint names (what
+vLLM loads), cast to the engine's dtype, gathered one FSDP unit at a time (one all-gather each, resharded before the
+next). `iter_full_weights` yields every weight (LoRA merged), `iter_adapter_weights` the LoRA factors alone."""
 
 import functools
 import time
@@ -45,12 +42,9 @@ def _saved_tensors(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
 
 
 def checkpoint_names(module: nn.Module) -> dict[str, str]:
-    """Map each parameter (and persistent buffer) name of `module` to its name in a saved checkpoint (what vLLM loads).
-
-    Reverses transformers 5's load-time renames (Qwen2-VL's `model.language_model.layers` is stored as
-    `model.layers`). A parameter fused from several checkpoint tensors (MoE experts) keeps its own name: the stream
-    splits it (`fused_parameters`).
-    """
+    """Map each parameter (and persistent buffer) name to its checkpoint name, reversing transformers 5's load-time
+    renames (Qwen2-VL: `model.language_model.layers` is stored as `model.layers`). A fused parameter (MoE experts)
+    keeps its own name; the stream splits it (`fused_parameters`)."""
     mapping = {}
     for name, param in _saved_tensors(module):
         if is_adapter_param(name):  # LoRA: merged into its base weight, which keeps the base model's name
@@ -119,10 +113,8 @@ class _StreamPlan(NamedTuple):
 
 
 def _stream_plan(module: nn.Module, names: dict[str, str]) -> _StreamPlan:
-    """Which FSDP unit gathers which of the streamed parameters: the innermost unit containing it; names outside every
-    unit come last, under None. The plan holds no tensor (looked up through the owner at each use), so it stays valid
-    when offloading or checkpoint loading replaces parameters.
-    """
+    """Which FSDP unit (the innermost containing it; None for none, last) gathers which streamed parameter. Holds no
+    tensor (looked up through the owner at each use), so offloading or checkpoint loading never makes it stale."""
     params = [name for name, _ in _saved_tensors(module)]
     merge_plan = lora_merge_plan(module) if any(is_adapter_param(name) for name in params) else {}
     exact = {name for base, (a_name, b_name, _) in merge_plan.items() for name in (base, a_name, b_name)}
@@ -172,12 +164,9 @@ def _unit_tensor(gathered: torch.Tensor, master: torch.Tensor, exact: bool, dtyp
 
 
 def _gathered(plan: _StreamPlan, dtype: torch.dtype) -> Iterator[tuple[list[str], Callable[[str], torch.Tensor]]]:
-    """(parameter names, name -> full tensor) for one FSDP unit at a time, gathered by one all-gather (`unshard`).
-
-    FSDP2 gathers in the compute dtype; that tensor is used when it loses nothing (the parameter's own dtype, or the
-    target `dtype` for a name not in `plan.exact`), else the parameter is gathered on its own. Collective: every rank
-    must ask for the same tensors in the same order.
-    """
+    """(parameter names, name -> full tensor) per FSDP unit, gathered by one all-gather (`unshard`) in the compute
+    dtype, used where that loses nothing (the parameter's dtype, or `dtype` outside `plan.exact`); others are gathered
+    alone. Collective: every rank must ask for the same tensors in the same order."""
     for unit, group in plan.units:
         slots = {slot.name: slot for slot in group}
         masters = {slot.name: getattr(slot.owner, slot.leaf) for slot in group}  # before the unit is gathered
@@ -215,14 +204,12 @@ def _counted(tensor: torch.Tensor, stats: dict[str, float], since: float) -> tor
 def iter_full_weights(
     module: nn.Module, dtype: torch.dtype, names: dict[str, str], stats: dict[str, float], merge_lora: bool = True
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield (checkpoint name, full tensor in `dtype`) one parameter (or persistent buffer) at a time; count into
-    `stats`.
+    """Yield (checkpoint name, full tensor in `dtype`) one parameter (or buffer) at a time; count into `stats`.
 
-    A tied parameter is sent under each of its names (on CPU vLLM's repacked lm_head is refreshed only by loading
-    `lm_head.weight`). A LoRA layer's weight is sent merged (W + scaling x B @ A) under the base name, or with
-    `merge_lora=False` as the base alone. A fused parameter (MoE experts) is split by transformers' reverse conversion;
-    one stored transposed (checkpoint_layout) is sent transposed. Time spent here goes to `stats["gather_seconds"]`.
-    """
+    A tied parameter goes under each name (vLLM's CPU lm_head copy is refreshed only by `lm_head.weight`). LoRA
+    weights go merged (W + scaling x B @ A) under the base name, or as the base alone (`merge_lora=False`). Fused
+    parameters (MoE experts) are split by transformers' reverse conversion; one stored transposed is sent transposed
+    (checkpoint_layout)."""
     from transformers.core_model_loading import revert_weight_conversion
 
     plan = _cached_stream_plan(module, names)
@@ -249,10 +236,8 @@ def iter_full_weights(
 def iter_adapter_weights(
     module: nn.Module, dtype: torch.dtype, names: dict[str, str], stats: dict[str, float]
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield (PEFT name, full tensor in `dtype`) for every LoRA factor (`names`: opt_in.adapter_checkpoint_names).
-    Collective, like `iter_full_weights`. Factors come from the unit's gather in `dtype` when it is the compute dtype:
-    the engine rounds its adapters to its dtype anyway.
-    """
+    """Yield (PEFT name, full tensor in `dtype`) for every LoRA factor (`names`: opt_in.adapter_checkpoint_names);
+    collective. Factors come from the gather in the compute dtype (the engine rounds them to its dtype anyway)."""
     plan = _cached_stream_plan(module, names)._replace(exact=set())
     clock = time.perf_counter()
     for group, full in _gathered(plan, dtype):

@@ -2,17 +2,14 @@
 # SPDX-License-Identifier: Apache-2.0
 """The opt-in sinks that have never run on a GPU: the direct copy and the adapters-only LoRA sync.
 
-`weight_sync=direct` (`EngineCopy`, docs/gpu.md) copies the actor's tensors into the engine's own parameters instead
-of calling vLLM's per-parameter loader. vLLM fuses some projections (its `packed_modules_mapping`: q/k/v into
-qkv_proj, gate/up into gate_up_proj), parts stacked along dim 0 in the mapping's order; a tied head has no parameter.
-Placements are computed once from names and shapes. Text models with tensor_parallel_size=1 only; the CPU engine
+`weight_sync=direct` (`EngineCopy`, docs/gpu.md) copies the actor's tensors into the engine's own parameters, not
+through vLLM's loader; fused projections (`packed_modules_mapping`: q/k/v, gate/up) stack their parts along dim 0 in
+the mapping's order, and a tied head has no parameter. Text models with tensor_parallel_size=1 only; the CPU engine
 repacks its linear weights, so there the layout is refused.
 
-`lora_sync=adapters` (`EngineAdapter`): only the LoRA factors travel each sync; the frozen base goes once through
-vLLM's loader. vLLM loads adapters only from a PEFT folder, so each sync writes one under TMPDIR, loads it under a new
-id (vLLM keys its adapter and prefix caches by id, so nothing from the old adapter is reused) and deletes it at once
-(vLLM keeps the one adapter in memory), leaving no files if the worker is killed. PEFT names are the base weights'
-checkpoint names; vLLM packs q/k/v and gate/up adapters itself.
+`lora_sync=adapters` (`EngineAdapter`): the base goes once through the loader, then only LoRA factors. vLLM loads
+adapters only from a PEFT folder: each sync writes one under TMPDIR, loads it under a new id (vLLM keys its adapter
+and prefix caches by id) and deletes it at once (vLLM keeps the adapter in memory), so a killed worker leaves no files.
 """
 
 import json
@@ -115,11 +112,8 @@ def _check_rows(
 
 
 class EngineCopy:
-    """The direct weight copy into one engine's parameters (see the module docstring).
-
-    `parameters()` returns the engine's live parameters by name (looked up each sync: never stale across sleep and
-    wake); `packed` is its `packed_modules_mapping`. Raises LayoutError where the tensors do not fit by rows.
-    """
+    """The direct weight copy into one engine's parameters; `parameters()` gives them live by name (looked up each
+    sync: never stale across sleep and wake). Raises LayoutError where the tensors do not fit by rows."""
 
     def __init__(
         self,
