@@ -1,12 +1,10 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """Advantage estimators, selected by `algorithm.adv_estimator` through a registry.
-
 Every estimator takes (B, L) `token_level_rewards` and `response_mask` (plus group ids `index`, critic `values`, ...
 as needed) and returns `(advantages, returns)`, both (B, L) and zero outside the mask. Outcome estimators use the
 score s_i = sum_t r_it (so a KL penalty in the reward is included); `index` (the `uid` column) groups the responses to
-one prompt.
-"""
+one prompt."""
 
 import functools
 import inspect
@@ -37,10 +35,8 @@ for an estimator that lacks the keyword."""
 
 def register_adv_estimator(name: str, *, grouped: bool = False) -> Callable[[AdvantageFn], AdvantageFn]:
     """Register an advantage estimator under `name` (the value of `algorithm.adv_estimator`).
-
     `grouped` marks a baseline from the other responses to the same prompt (takes `index`): validation then requires
-    `worker.rollout.n > 1`.
-    """
+    `worker.rollout.n > 1`."""
 
     def decorator(fn: AdvantageFn) -> AdvantageFn:
         if name in _ADV_ESTIMATORS:
@@ -88,10 +84,8 @@ def adv_estimator_parameters(name: str) -> tuple[str, ...]:
 @torch.no_grad()
 def compute_advantage_return(adv_estimator: str, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the estimator with the keyword arguments it accepts, so one call site serves all of them.
-
     Options it does not take were refused at config validation unless default; a missing required input raises
-    ValueError.
-    """
+    ValueError."""
     fn = get_adv_estimator(adv_estimator)
     params = inspect.signature(fn).parameters
     missing = [
@@ -123,10 +117,8 @@ def _group_sum(values: torch.Tensor, inverse: torch.Tensor, num_groups: int) -> 
 @dataclass(frozen=True)
 class _ScoreGroups:
     """Response scores s_i and their groups, with per-sample group statistics, all (B,).
-
     float64 keeps (s - mean) exactly 0 in groups of identical scores (a float32 residue over a tiny std would be a
-    spurious advantage).
-    """
+    spurious advantage)."""
 
     scores: torch.Tensor
     inverse: torch.Tensor
@@ -176,10 +168,8 @@ def compute_gae_advantage_return(
     lam: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalized Advantage Estimation (Schulman et al. 2016, arXiv 1506.02438) with critic values.
-
     delta_t = r_t + gamma * V_{t+1} - V_t, A_t = delta_t + gamma * lam * A_{t+1}, R_t = A_t + V_t. Masked positions
-    are skipped (value and running advantage carry over them), so padding never leaks in. Advantages are whitened.
-    """
+    are skipped (value and running advantage carry over them), so padding never leaks in. Advantages are whitened."""
     mask = response_mask.to(values.dtype)
     next_value = torch.zeros_like(values[:, 0])
     running = torch.zeros_like(values[:, 0])
@@ -203,10 +193,8 @@ def compute_grpo_outcome_advantage(
     eps: float = 1e-6,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GRPO group-normalised outcome advantage (Shao et al. 2024, arXiv 2402.03300).
-
     A_i = (s_i - mean_g(s)) / (std_g(s) + eps); `norm_adv_by_std_in_grpo=False` gives Dr.GRPO (arXiv 2503.20783),
-    A_i = s_i - mean_g(s), which does not up-weight prompts whose rewards barely vary.
-    """
+    A_i = s_i - mean_g(s), which does not up-weight prompts whose rewards barely vary."""
     groups = _score_groups(token_level_rewards, index)
     advantages = groups.scores - groups.means
     if norm_adv_by_std_in_grpo:
@@ -223,10 +211,8 @@ def compute_grpo_passk_outcome_advantage(
     eps: float = 1e-6,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pass@k advantage: credit only the best response of each group (Tang et al. 2025, arXiv 2503.19595).
-
     The leave-one-out baseline of max_i s_i is the max of the others, so only the argmax (first in batch order on
-    ties) gets A = (s_max - s_second) / (std_g(s) + eps), or no std division with `norm_adv_by_std_in_grpo=False`.
-    """
+    ties) gets A = (s_max - s_second) / (std_g(s) + eps), or no std division with `norm_adv_by_std_in_grpo=False`."""
     groups = _score_groups(token_level_rewards, index)
     scores, inverse, num_groups = groups.scores, groups.inverse, groups.num_groups
     neg_inf = torch.full((num_groups,), -torch.inf, dtype=scores.dtype, device=scores.device)
@@ -252,9 +238,7 @@ def compute_rloo_outcome_advantage(
     index: GroupIds,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE leave-one-out (Kool et al. 2019; Ahmadian et al. 2024, arXiv 2402.14740).
-
-    A_i = s_i - mean of the other responses' scores in the group (a baseline independent of the sample: unbiased).
-    """
+    A_i = s_i - mean of the other responses' scores in the group (a baseline independent of the sample: unbiased)."""
     groups = _score_groups(token_level_rewards, index)
     others_mean = (groups.means * groups.counts - groups.scores) / (groups.counts - 1).clamp(min=1)
     advantages = _except_singletons(groups, groups.scores - others_mean)
@@ -268,9 +252,7 @@ def compute_opo_outcome_advantage(
     index: GroupIds,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """OPO, on-policy RL with the optimal reward baseline (Hao et al. 2025, arXiv 2505.23585).
-
-    A_i = s_i - b_g with the length-weighted baseline b_g = sum_j |y_j| s_j / sum_j |y_j| (|y_j| response tokens).
-    """
+    A_i = s_i - b_g with the length-weighted baseline b_g = sum_j |y_j| s_j / sum_j |y_j| (|y_j| response tokens)."""
     groups = _score_groups(token_level_rewards, index)
     lengths = response_mask.sum(dim=-1).double()
     weighted_sums = _group_sum(lengths * groups.scores, groups.inverse, groups.num_groups)
@@ -286,9 +268,7 @@ def compute_gpg_outcome_advantage(
     index: GroupIds,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GPG, group policy gradient (Chu et al. 2025, arXiv 2504.02546).
-
-    A_i = alpha (s_i - mean_g(s)), alpha = B / max(M, 1), M the number of responses with a non-zero score (as verl).
-    """
+    A_i = alpha (s_i - mean_g(s)), alpha = B / max(M, 1), M the number of responses with a non-zero score (as verl)."""
     groups = _score_groups(token_level_rewards, index)
     alpha = groups.scores.shape[0] / max(int(torch.count_nonzero(groups.scores).item()), 1)
     advantages = _except_singletons(groups, alpha * (groups.scores - groups.means))
@@ -297,10 +277,8 @@ def compute_gpg_outcome_advantage(
 
 def _discounted_returns(token_level_rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
     """Discounted reward-to-go over response tokens, G_t = r_t + gamma * G_next.
-
     Masked positions are skipped (return 0, running value carried), so an interior hole (a tool output in a
-    multi-turn response) does not cut earlier tokens off from a later reward.
-    """
+    multi-turn response) does not cut earlier tokens off from a later reward."""
     returns = torch.zeros_like(token_level_rewards)
     running = torch.zeros_like(token_level_rewards[:, 0])
     for t in reversed(range(token_level_rewards.shape[1])):
@@ -341,10 +319,8 @@ def compute_remax_outcome_advantage(
     reward_baselines: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """ReMax (Li et al. 2023, arXiv 2310.10505): REINFORCE with a greedy response's score as baseline.
-
     A_t = R_t - b_i, R the reward-to-go (`_discounted_returns`, gamma 1) and `reward_baselines` b (B,) the score of a
-    greedy (temperature 0) response to the same prompt. Returns are R.
-    """
+    greedy (temperature 0) response to the same prompt. Returns are R."""
     mask = response_mask.to(token_level_rewards.dtype)
     returns = _discounted_returns(token_level_rewards, mask, gamma=1.0)
     baselines = torch.as_tensor(reward_baselines, dtype=returns.dtype, device=returns.device)

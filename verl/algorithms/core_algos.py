@@ -2,8 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Entropy and value losses, explained variance and the DAPO group filter; also the one import surface of
 `advantages.py`, `policy_losses.py`, `kl.py` and `masked_ops.py` (each holds a registry config validation reads).
-All pure torch on (B, L) right-padded responses masked by `response_mask`.
-"""
+All pure torch on (B, L) right-padded responses masked by `response_mask`."""
 
 from collections.abc import Sequence
 from typing import Any
@@ -121,9 +120,7 @@ def compute_entropy_loss(
     max_response_length: int | None = None,
 ) -> torch.Tensor:
     """Token entropies (B, L) aggregated like the policy loss, for the entropy bonus (pg_loss - entropy_coef * this).
-
-    DAPO (arXiv 2503.14476) sets the coefficient to 0: with clip-higher it tends to make the entropy explode.
-    """
+    DAPO (arXiv 2503.14476) sets the coefficient to 0: with clip-higher it tends to make the entropy explode."""
     return agg_loss(entropy, response_mask, loss_avg_mode, global_token_count, global_seq_count, max_response_length)
 
 
@@ -139,8 +136,7 @@ def compute_value_loss(
     max_response_length: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped value loss of PPO (arXiv 1707.06347): 1/2 max((V - R)^2, (V_clip - R)^2) per token, aggregated by
-    `agg_loss`, with V_clip = V_old + clip(V - V_old, -c, c). Metrics: `vf_clipfrac`, `vpred_mean`.
-    """
+    `agg_loss`, with V_clip = V_old + clip(V - V_old, -c, c). Metrics: `vf_clipfrac`, `vpred_mean`."""
     vpreds, returns, values = vpreds.float(), returns.float(), values.float()
     vpreds_clipped = values + (vpreds - values).clamp(-cliprange_value, cliprange_value)
     unclipped_loss = (vpreds - returns).square()
@@ -172,9 +168,8 @@ def filter_groups_by_reward(
     low: float,
     high: float,
 ) -> np.ndarray:
-    """DAPO dynamic sampling (arXiv 2503.14476): indices, in order, of the samples whose group's mean score is strictly
-    in (low, high); a NaN mean is dropped. Groups with all-equal rewards have zero advantage and only dilute the batch.
-    """
+    """DAPO dynamic sampling (arXiv 2503.14476): in order, the indices of samples whose group's mean score is strictly
+    in (low, high) (NaN dropped); all-equal groups have zero advantage and only dilute the batch."""
     if isinstance(scores_by_sample, torch.Tensor):
         scores_by_sample = scores_by_sample.detach().float().cpu().numpy()
     scores = np.asarray(scores_by_sample, dtype=np.float64).reshape(-1)

@@ -2,8 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """KL(pi || pi_ref) to the reference policy: per-token estimators (Schulman 2020,
 http://joschu.net/blog/kl-approx.html), coefficient controllers, and its two uses: an actor loss term
-(`compute_kl_loss`) or a reward penalty (`apply_kl_penalty`).
-"""
+(`compute_kl_loss`) or a reward penalty (`apply_kl_penalty`)."""
 
 import functools
 from collections.abc import Callable
@@ -78,14 +77,12 @@ def _full(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
 
 def compute_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, kl_penalty: str) -> torch.Tensor:
     """Per-token estimate of KL(pi || pi_ref) from tokens sampled from pi; x = log pi - log pi_ref.
-
     - "kl"/"k1": x. Unbiased, high variance. "abs": |x|.
     - "mse"/"k2": x^2 / 2. Biased, low variance; its gradient is an unbiased estimate of the KL's gradient.
     - "low_var_kl"/"k3": exp(-x) - 1 + x. Unbiased, non-negative, low variance; clamped for numerical safety.
     - "full": the exact KL from (B, L, vocab) log-distributions.
     - "<name>+": the value of <name> with the gradient of k2 (Tang and Munos 2025, arXiv 2506.09477): k1 and k3 as
-      losses have the wrong gradient.
-    """
+      losses have the wrong gradient."""
     if kl_penalty not in _KL_PENALTIES and not register_if_spec("kl_penalty", kl_penalty):
         names = ", ".join(registered_kl_penalties())
         raise ValueError(
@@ -139,10 +136,8 @@ class FixedKLController(KLController):
 
 class AdaptiveKLController(KLController):
     """Proportional controller steering the KL towards a target (Ziegler et al. 2019, arXiv 1909.08593).
-
     beta <- beta * (1 + e * n_steps / horizon) with e = clip(KL / target - 1, -0.2, 0.2); the clip keeps a noisy KL
-    from blowing the coefficient up.
-    """
+    from blowing the coefficient up."""
 
     def __init__(self, init_kl_coef: float, target_kl: float, horizon: float) -> None:
         if target_kl <= 0 or horizon <= 0:
@@ -177,10 +172,8 @@ def apply_kl_penalty(
     kl_penalty: str,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """KL as a reward penalty (arXiv 1909.08593): r_t = score_t - beta * KL_t, beta = `kl_ctrl.value`.
-
     The controller is then updated with the batch KL (mean over responses of the token-mean KL). Returns the rewards
-    and metrics `actor/kl_penalty` (batch KL) and `actor/kl_coef` (beta applied).
-    """
+    and metrics `actor/kl_penalty` (batch KL) and `actor/kl_coef` (beta applied)."""
     mask = response_mask.to(torch.float32)
     kld = compute_kl(log_probs, ref_log_probs, kl_penalty) * mask
     beta = kl_ctrl.value

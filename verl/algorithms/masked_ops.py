@@ -1,10 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """Masked statistics over right-padded response tokens, and the loss aggregation modes.
-
 `agg_loss` decides how tokens and sequences are weighted, which is where GRPO, DAPO and Dr.GRPO differ: a wrong
-normaliser silently changes the algorithm.
-"""
+normaliser silently changes the algorithm."""
 
 import functools
 from collections.abc import Callable
@@ -47,9 +45,7 @@ def masked_whiten(
     values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8
 ) -> torch.Tensor:
     """(v - mean) / sqrt(var + eps) over the masked entries (`shift_mean=False` adds the mean back).
-
-    Entries outside the mask are transformed too; callers multiply by the mask.
-    """
+    Entries outside the mask are transformed too; callers multiply by the mask."""
     mean = masked_mean(values, mask)
     whitened = (values - mean) * torch.rsqrt(masked_var(values, mask) + eps)
     return whitened if shift_mean else whitened + mean
@@ -153,8 +149,7 @@ def agg_loss(
     over micro-batches and ranks) so that the micro-batch losses sum to the mini-batch loss however it was split; a
     worker multiplies by the world size before `backward` to undo the DP gradient average. Seq-mean modes need
     sequences unsplit. `max_response_length` should be the configured constant (default: the padded width L, which
-    varies under dynamic batching).
-    """
+    varies under dynamic batching)."""
     if loss_avg_mode not in _LOSS_AVG_MODES and not register_if_spec("loss_avg_mode", loss_avg_mode):
         modes = ", ".join(_LOSS_AVG_MODES)
         raise ValueError(

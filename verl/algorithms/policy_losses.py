@@ -1,10 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """Policy-gradient losses, selected by `actor.loss_type` through a registry.
-
 A loss maps log(pi / pi_old), advantages and clip settings to a (B, L) per-token loss plus masks of the tokens a bound
-held; `compute_policy_loss` aggregates it and derives the clip-fraction metrics (docs/metrics.md).
-"""
+held; `compute_policy_loss` aggregates it and derives the clip-fraction metrics (docs/metrics.md)."""
 
 import functools
 from collections.abc import Callable
@@ -20,7 +18,7 @@ LOG_RATIO_CLAMP = 20.0
 """|log(pi / pi_old)| clamp before exp: one far off-policy token must not give inf or NaN gradients."""
 
 GSPO_LOG_RATIO_MAX = 10.0
-"""Upper clamp of GSPO's sequence log-ratio (verl's bound)."""
+"""Upper clamp of GSPO's sequence log-ratio (verl's bound); above it the ratio has no gradient."""
 
 DEFAULT_LOSS_AVG_MODE = "token-mean"
 
@@ -35,11 +33,13 @@ class PolicyLossInputs:
     """log(pi / pi_old) per token, not clamped."""
     advantages: torch.Tensor
     mask: torch.Tensor
+    """1 on response tokens, 0 on padding."""
     clip_ratio_low: float
     """eps_l: the ratio is clipped at 1 - eps_l."""
     clip_ratio_high: float
     """eps_h: the ratio is clipped at 1 + eps_h."""
     clip_ratio_dual: float
+    """Dual-clip constant C (A < 0)."""
     tau_positive: float
     """SAPO gate temperature for A > 0 (`tau_negative` for the rest)."""
     tau_negative: float
@@ -66,10 +66,8 @@ _POLICY_LOSS_AVG_MODES: dict[str, str] = {}
 
 def register_policy_loss(name: str, *, loss_avg_mode: str | None = None) -> Callable[[PolicyLossFn], PolicyLossFn]:
     """Register a policy loss under `name` (a value of `actor.loss_type`).
-
     `loss_avg_mode`, if the loss is defined with one, becomes its default `actor.loss_avg_mode` (another one logs a
-    warning at validation).
-    """
+    warning at validation)."""
 
     def decorator(fn: PolicyLossFn) -> PolicyLossFn:
         if name in _POLICY_LOSSES:
@@ -119,10 +117,8 @@ def _ppo_loss(x: PolicyLossInputs) -> PolicyLossTerms:
 
 def _gspo_ratio(x: PolicyLossInputs, per_token_gradient: bool) -> torch.Tensor:
     """GSPO's sequence ratio s_i = exp(mean_t log(pi / pi_old)), broadcast over its tokens.
-
     "gspo" differentiates through s_i; "gspo_token" uses sg(s_i) * pi / sg(pi), same value but a per-token gradient
-    (allowing per-token advantages).
-    """
+    (allowing per-token advantages)."""
     seq_log_ratio = masked_mean(x.log_ratio, x.mask, dim=-1).unsqueeze(-1)
     if per_token_gradient:
         log_ratio = seq_log_ratio.detach() + x.log_probs - x.log_probs.detach()
@@ -203,8 +199,7 @@ def compute_policy_loss(
 
     Metrics (verl's names, detached 0-dim tensors on the device so callers sum them without a host sync):
     `pg_clipfrac` (either bound), `pg_clipfrac_higher`, `pg_clipfrac_lower` (dual clip C), and `ppo_kl` (k1 estimate
-    of KL(pi_old || pi)).
-    """
+    of KL(pi_old || pi))."""
     if loss_type not in _POLICY_LOSSES and not register_if_spec("policy_loss", loss_type):
         raise ValueError(
             f"Unknown actor.loss_type {loss_type!r}; choose one of {', '.join(_POLICY_LOSSES)}, or your own function as 'path/to/file.py:function'."

@@ -1,12 +1,10 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """Rollout correction: importance weights and rejection between the rollout engine's policy and the trainer's.
-
 The engine samples from pi_rollout (its own kernels and precision, maybe older weights); the trainer recomputes the
 log-probs as pi_old, so the data is off-policy (Yao et al. 2025, https://fengyao.notion.site/off-policy-rl). With
 rho_t = pi_old(y_t) / pi_rollout(y_t), the modes reweight tokens or sequences by rho or reject them outside a band;
-each mode names its counterpart in verl 0.9.1 (`rollout_is`, `rollout_rs`) and any difference.
-"""
+each mode names its counterpart in verl 0.9.1 (`rollout_is`, `rollout_rs`) and any difference."""
 
 import inspect
 import math
@@ -28,8 +26,7 @@ METRIC_PREFIX = "rollout_corr/"
 
 @dataclass
 class CorrectionSettings:
-    """`algorithm.rollout_correction`: the mode and its bounds; every ratio is pi_old / pi_rollout. Its field
-    docstrings are also the CLI help of `RolloutCorrectionConfig`."""
+    """`algorithm.rollout_correction`; every ratio is pi_old / pi_rollout. The field docstrings are CLI help."""
 
     mode: str = "none"
     """One of `CORRECTION_MODES`, a mode registered with `register_correction_mode`, or a user's
@@ -51,8 +48,7 @@ class CorrectionSettings:
     """geo_rs: a sequence whose geometric-mean ratio is above this is rejected."""
 
     def validate(self, prefix: str = "algorithm.rollout_correction") -> None:
-        """Raise ValueError naming the key of an unknown mode, a non-positive cap or bound, or a band with low >= high;
-        every field is checked, whatever the mode."""
+        """Raise ValueError naming the key of an unknown mode, a non-positive cap or bound, or a band low >= high."""
         if self.mode not in _MODES and not register_if_spec("rollout_correction", self.mode):
             raise ValueError(
                 f"Unknown {prefix}.mode {self.mode!r}; choose one of {', '.join(_MODES)}, or your own function as "
@@ -149,11 +145,8 @@ the tokens kept in the loss, or None to keep all)."""
 
 
 def register_correction_mode(name: str) -> Callable[[CorrectionFn], CorrectionFn]:
-    """Register an off-policy correction under `name` (a value of `algorithm.rollout_correction.mode`).
-
-    Weight-0 tokens stay in the loss normaliser (counted in `masked_share`, like icepop's); tokens outside the returned
-    mask leave it (like seq_mis' rejects).
-    """
+    """Register an off-policy correction under `name` (a value of `algorithm.rollout_correction.mode`). Weight-0
+    tokens stay in the loss normaliser (and `masked_share`); tokens outside the returned mask leave it."""
 
     def decorator(fn: CorrectionFn) -> CorrectionFn:
         if name in _MODES:
@@ -171,7 +164,6 @@ def register_correction_mode(name: str) -> Callable[[CorrectionFn], CorrectionFn
 
 
 def registered_correction_modes() -> tuple[str, ...]:
-    """Names of all correction modes, built-in first."""
     return tuple(_MODES)
 
 
@@ -230,31 +222,24 @@ def compute_rollout_correction(
     response_mask: torch.Tensor,
 ) -> CorrectionResult:
     """Weights and mask that correct the policy loss for the rollout/trainer mismatch, by `settings.mode`.
-
-    Inputs (B, L), padding any value. log rho_t = clamp(old_t - rollout_t, +-20), S = sum_t log rho_t, n the length,
-    C = is_cap:
+    Inputs (B, L), padding any value; log rho_t clamped to +-20, S = sum_t log rho_t, n the length, C = is_cap:
 
     - "none": w_t = 1. "bypass": the caller trains with old := rollout log-probs (verl's `bypass_mode`), so PPO's
       ratio already corrects; w_t = 1, metrics only.
     - "tis": token truncated IS (verl rollout_is="token"): w_t = min(rho_t, C).
-    - "icepop": IcePop (arXiv 2510.18855): w_t = rho_t inside [mask_low, mask_high], else 0; the token stays in the
-      mask, as in the paper and verl.
+    - "icepop": IcePop (arXiv 2510.18855): w_t = rho_t inside [mask_low, mask_high], else 0 (kept in the mask).
     - "seq_is": sequence truncated IS (verl rollout_is="sequence"): w_t = min(exp(S), C).
-    - "seq_mis": verl's `decoupled_seq_is_rs`: a sequence with exp(S) outside [seq_low, seq_high] leaves the mask, the
-      others get min(exp(S), C). verl's k1 bounds "a_b" bound exp(-S), so seq_low = 1 / b, seq_high = 1 / a.
-    - "geo_rs": verl's Geo-RS (rollout_rs="seq_mean_k1"): rejects sequences with g = exp(S / n) outside
-      [geo_low, geo_high] (verl's "a_b" bound 1 / g likewise); w_t = 1 on the rest.
+    - "seq_mis": verl's `decoupled_seq_is_rs`: exp(S) outside [seq_low, seq_high] leaves the mask, the rest get
+      min(exp(S), C). verl's k1 bounds "a_b" bound exp(-S): seq_low = 1 / b, seq_high = 1 / a.
+    - "geo_rs": verl's Geo-RS (rollout_rs="seq_mean_k1"): rejects g = exp(S / n) outside [geo_low, geo_high]
+      (verl's "a_b" bound 1 / g likewise); w_t = 1 on the rest.
     - "decoupled": decoupled PPO (AReaL, arXiv 2505.24298): old_log_probs is the proximal policy, rollout_log_probs
-      the behaviour one; w_t = rho_t up to C (`behav_imp_weight_cap`), else 0 and kept in the mask (AReaL filters
-      rather than truncates; truncation is "tis").
+      the behaviour one; w_t = rho_t up to C (`behav_imp_weight_cap`), else 0 and kept in the mask (AReaL filters).
 
-    Bounds are inclusive (as verl and AReaL), sequence bounds compared in log space. Unlike verl: S sums clamped token
-    log-ratios, and rollout_is_batch_normalize, k2 / k3 / max rejection and combined criteria are not offered.
-
-    Metrics over the input mask's tokens (0 if empty): `rollout_corr/is_ratio_mean` and `is_ratio_max` of the ratio
-    the mode acts on, `truncated_share` (held by C), `masked_share` (weight 0: rejected or filtered), and those of
-    `mismatch_metrics`.
-    """
+    Bounds are inclusive (as verl, AReaL), sequence bounds compared in log space. Unlike verl: S sums clamped token
+    log-ratios; no rollout_is_batch_normalize, k2 / k3 / max rejection or combined criteria. Metrics (0 for an empty
+    mask): `rollout_corr/is_ratio_mean`, `is_ratio_max` (of the ratio the mode acts on), `truncated_share`,
+    `masked_share` (weight 0) and those of `mismatch_metrics`."""
     settings.validate()
     lr = _log_ratios(old_log_probs, rollout_log_probs, response_mask)
     terms = _MODES[settings.mode](lr, settings)
@@ -294,12 +279,10 @@ def mismatch_metrics(
     old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, response_mask: torch.Tensor
 ) -> dict[str, float]:
     """How far the trainer's pi_old is from the rollout policy, over response tokens (0 for an empty mask).
-
     - `rollout_corr/k3_kl`: token mean of k3 = r - 1 - log r, r = pi_old / pi_rollout: an unbiased, non-negative
       estimate of KL(pi_rollout || pi_old), since tokens come from pi_rollout (verl's, without the clamp).
     - `rollout_corr/log_ppl_diff`: mean over non-empty responses of log(PPL_old / PPL_rollout), verl's sign: positive
-      when the trainer finds the tokens less likely than the engine did (verl averages empty ones in as 0).
-    """
+      when the trainer finds the tokens less likely than the engine did (verl averages empty ones in as 0)."""
     return _mismatch_metrics(_log_ratios(old_log_probs, rollout_log_probs, response_mask))
 
 

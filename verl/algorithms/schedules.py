@@ -2,8 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Settings that change during training (Skywork-OR1, arXiv 2505.22312): the staged response length and the adaptive
 entropy coefficient. The stage is a pure function of the global step, so a resume needs nothing saved; the entropy
-coefficient is checkpointed. Config keys: README.md's "Reasoning runs".
-"""
+coefficient is checkpointed. Config keys: README.md's "Reasoning runs"."""
 
 from typing import Any
 

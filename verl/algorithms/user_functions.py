@@ -1,14 +1,10 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""An algorithm from the user's own file: `path/to/file.py:function` wherever a registered name is accepted.
-
-Five kinds: advantage estimator, policy loss, KL estimator, loss aggregation, off-policy correction. Each registry
-module declares its kind here (`add_kind`), so this module imports none of them. The function is imported once per
-process, its signature checked, and registered under the spec string itself, so lookups find it unchanged. The driver
-registers during config validation; a Ray worker, which never validates, on its first lookup (`register_if_spec`).
-Wrappers check the outputs and name file, function and step on failure (`Where`). Signatures: README.md's "Your own
-algorithm".
-"""
+"""An algorithm from the user's own file: `path/to/file.py:function` wherever a registered name is accepted (five
+kinds: advantage estimator, policy loss, KL estimator, loss aggregation, off-policy correction; each registry module
+declares its kind via `add_kind`). The function is imported once per process, its signature checked, and registered
+under the spec itself: the driver at config validation, a Ray worker on its first lookup (`register_if_spec`). Wrappers
+check outputs, naming file, function and step (`Where`). Signatures: README.md's "Your own algorithm"."""
 
 import contextlib
 import importlib
