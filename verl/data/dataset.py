@@ -1,11 +1,9 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """RLHFDataset: prompt rows (text, images, videos) turned into left-padded token ids for rollout and training.
-
 Every row is checked (every image fully decoded once, since a truncated file has a valid header) when the dataset is
 built, so bad rows fail before training, naming file, row and key; data.skip_bad_rows=true skips them instead, then
-and at load time. docs/data_flow.md lists the keys of a row.
-"""
+and at load time. docs/data_flow.md lists the keys of a row."""
 
 import logging
 import multiprocessing
@@ -97,8 +95,7 @@ class RLHFDataset(Dataset):
     5. position ids: the 3-D rope index for Qwen2-VL-style models, else 0, 1, 2, ... over real tokens.
 
     `data_source`: a file, a directory, a `name@split` dataset or a list of dicts. `model_config` (for the rope
-    index) defaults to the one in the processor's directory.
-    """
+    index) defaults to the one in the processor's directory."""
 
     def __init__(
         self,
@@ -272,8 +269,7 @@ class RLHFDataset(Dataset):
         return len(self._encode(index, prompt)["input_ids"])
 
     def _count_image_tokens(self, index: int, sizes: list[tuple[int, int]]) -> list[int] | None:
-        """The processor's image tokens per image; a size it refuses (e.g. Qwen-VL aspect ratio >= 200) is a row
-        error."""
+        """The processor's image tokens per image; a size it refuses (Qwen-VL: aspect ratio >= 200) is a row error."""
         try:
             return count_image_tokens(self.processor, sizes)
         except ValueError as error:

@@ -1,11 +1,9 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """Images and videos as the dataset stores them, turned into what the processor, the workers and vLLM take.
-
 Every image and video frame is resized to the pixel budget once and the resized pixels are shipped, so all processors
 and vLLM agree on the number of image tokens. Videos are decoded here with PyAV at a fixed frame rate (no optional
-video backend needed) and travel as uint8 arrays (frames, height, width, 3).
-"""
+video backend needed) and travel as uint8 arrays (frames, height, width, 3)."""
 
 import io
 import math
@@ -53,10 +51,8 @@ def resolve_path(path: str, base_dir: str | None) -> str:
 
 def open_image(value: ImageValue, image_dir: str | None = None) -> Image.Image:
     """Open an image given as a path (relative to image_dir), bytes, a {"bytes", "path"} dict or a PIL image.
-
     Reads only the header (`.load()` decodes). Raises FileNotFoundError, TypeError (unsupported value) or
-    UnidentifiedImageError.
-    """
+    UnidentifiedImageError."""
     if isinstance(value, Image.Image):
         return value
     if isinstance(value, dict):  # Hugging Face `Image` feature without decoding, e.g. parquet written by datasets
@@ -132,10 +128,8 @@ def load_video(
     path: str, fps: float, min_pixels: int | None, max_pixels: int | None, video_dir: str | None = None
 ) -> np.ndarray:
     """Decode a video with PyAV into uint8 RGB frames (num_frames, height, width, 3) at exactly `fps`, resized.
-
     Frame k is the latest source frame at or before time k / fps (slower sources repeat frames), so the processor can be
-    told the rate is `fps`. Decoding streams; only kept frames are converted.
-    """
+    told the rate is `fps`. Decoding streams; only kept frames are converted."""
     import av  # imported here: only video datasets need it
 
     if fps <= 0:
@@ -190,8 +184,7 @@ def processor_inputs(
     video_fps: float = DEFAULT_VIDEO_FPS,
 ) -> dict[str, Any]:
     """Run a multimodal processor on one rendered prompt and its resized images and videos (no resampling, the real
-    frame rate passed). Workers rebuilding pixels from `multi_modal_data` call this too, to get the dataset's tokens.
-    """
+    frame rate passed). Workers rebuilding pixels from `multi_modal_data` call this too, to get the dataset's tokens."""
     kwargs: dict[str, Any] = {}
     if videos:
         kwargs["video_metadata"] = [video_metadata(video, video_fps) for video in videos]
@@ -212,7 +205,6 @@ TEXT_INPUTS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_i
 
 def process_media(multi_modal_data: dict[str, Any], processor: Any) -> dict[str, "torch.Tensor"]:
     """The processor's model inputs (pixel values, grids, tiles or patch positions) for one row's media.
-
     Images go through the full processor on a text of placeholders, not its image processor alone, so its own image
     settings (InternVL's tiling) apply as when the prompt was encoded and in vLLM."""
     inputs: dict[str, torch.Tensor] = {}

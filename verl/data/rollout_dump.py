@@ -2,8 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Training rollouts on disk (trainer.rollout_data_dir) as `step_N.jsonl` plus `images/step_N/`, for
 `scripts/rollout_viewer.py` and grepping; README.md's "Seeing the rollouts" lists the fields. Multi-turn samples
-also hold `messages`, in the record format `python -m verl.envs.evaluate --output` writes too.
-"""
+also hold `messages`, in the record format `python -m verl.envs.evaluate --output` writes too."""
 
 import io
 import json
@@ -198,8 +197,7 @@ def rollout_records(batch: "DataProto", step: int, tokenizer: Any, image_paths: 
     "advantage", "response_length", "images"}, plus "messages" and "env" for a multi-turn episode.
 
     `reward` is the reward function's score (before any KL penalty), `scores` all its keys, `advantage` the mean
-    over valid tokens. Image paths are relative to the dump directory; videos are not written.
-    """
+    over valid tokens. Image paths are relative to the dump directory; videos are not written."""
     prompts, responses = decode_texts(batch, tokenizer)
     mask = batch.batch["response_mask"].float()
     lengths = mask.sum(-1)
@@ -237,10 +235,8 @@ def rollout_records(batch: "DataProto", step: int, tokenizer: Any, image_paths: 
 
 def dump_rollouts(batch: "DataProto", step: int, out_dir: str, tokenizer: Any) -> str:
     """Write one step's rollouts to `out_dir/step_{step}.jsonl` (images under `images/step_{step}`); returns the path.
-
     Needs tensors prompts, responses, response_mask, token_level_scores and the uid column; optional columns are
-    written when present.
-    """
+    written when present."""
     os.makedirs(out_dir, exist_ok=True)
     image_paths = _write_images(batch, step, out_dir)
     records = rollout_records(batch, step, tokenizer, image_paths)

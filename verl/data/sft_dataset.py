@@ -1,11 +1,9 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """Conversations for supervised fine-tuning: chat template, tokens, and the exact mask of the assistant's tokens.
-
 The loss covers only what the assistant wrote (turn content and end-of-turn token, not template scaffolding); a
 template whose prefix renderings are not prefixes of the whole is refused. Examples use the RL actor's batch layout,
-so its forward runs unchanged. Every row (messages, images, length) is checked before Ray starts, not hours in.
-"""
+so its forward runs unchanged. Every row (messages, images, length) is checked before Ray starts, not hours in."""
 
 import logging
 from dataclasses import dataclass
@@ -234,10 +232,8 @@ class SFTDataset(torch.utils.data.Dataset):
 
     def encode(self, index: int) -> dict[str, Any]:
         """input_ids, the assistant mask (1 = learned), the images and vision inputs.
-
         Assistant turn i's mask spans from the end of rendered `messages[:i]` plus generation prompt to the end of
-        rendered `messages[:i + 1]`, trailing whitespace excluded.
-        """
+        rendered `messages[:i + 1]`, trailing whitespace excluded."""
         conversation = self._conversation(index)
         messages = conversation.messages
         images = [

@@ -1,8 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """Where dataset rows come from: local files, directories, Hugging Face datasets, or Python lists. A `RowSource`
-remembers each row's file, so errors name the file and the row's index inside it.
-"""
+remembers each row's file, so errors name the file and the row's index inside it."""
 
 import bisect
 import os
@@ -209,8 +208,7 @@ def _memory_source(rows: Sequence[Any]) -> RowSource:
 
 def load_source(spec: str | Sequence[dict[str, Any]]) -> RowSource:
     """Load rows from a file (.jsonl/.json/.parquet/.csv), a directory (every such file, sorted, or a saved
-    dataset), `name@split` (datasets.load_dataset; `name` may be local) or a list of dicts.
-    """
+    dataset), `name@split` (datasets.load_dataset; `name` may be local) or a list of dicts."""
     if not isinstance(spec, str):
         return _memory_source(spec)
     if not spec:

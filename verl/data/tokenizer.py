@@ -1,10 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """Load the tokenizer and (for vision-language models) the processor of a model directory or Hub id.
-
 Unlike the bare Auto classes: a missing local path is an error naming it (not a confusing Hub failure), and the
-processor is None only for a model that has none, while a broken processor config raises.
-"""
+processor is None only for a model that has none, while a broken processor config raises."""
 
 import logging
 import os
