@@ -2,8 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """FSDP2 in one place: device mesh, sharding (`create_fsdp_model`), rank-0 weight loading, offloading between phases
 and the micro-batch pass that gathers parameters once. Rank 0 alone reads the checkpoint and streams it into the
-shards. On CUDA parameters stay fp32 and compute runs in `mp_param_dtype`; on the CPU everything is fp32.
-"""
+shards. On CUDA parameters stay fp32 and compute runs in `mp_param_dtype`; on the CPU everything is fp32."""
 
 import contextlib
 import logging
@@ -77,9 +76,8 @@ def _mixed_precision(fsdp_config: FSDPConfig, is_cpu: bool) -> MixedPrecisionPol
 
 
 def _shard_units(model: nn.Module) -> list[nn.Module]:
-    """Modules that get their own FSDP unit, innermost first: the `_no_split_modules` classes (decoder layers, vision
-    blocks), then the vision tower (own all-gather for its embedding and merger; a frozen tower stays out of the root).
-    """
+    """Modules with their own FSDP unit, innermost first: `_no_split_modules` classes (decoder layers, vision blocks),
+    then the vision tower (own all-gather for embedding and merger; a frozen tower stays out of the root)."""
     names = set(getattr(model, "_no_split_modules", None) or [])
     if not names:
         raise ValueError(
@@ -97,10 +95,8 @@ def _shard_units(model: nn.Module) -> list[nn.Module]:
 
 def apply_fsdp2(model: nn.Module, mesh: DeviceMesh, fsdp_config: FSDPConfig, is_cpu: bool) -> nn.Module:
     """Shard `model` in place with FSDP2: each unit of `_shard_units`, then the root (embeddings, heads, final norm).
-
     `enable_full_shard=False` keeps parameters gathered between forward and backward (ZeRO-2 style). CPU offload
-    pins memory only with an accelerator.
-    """
+    pins memory only with an accelerator."""
     if not is_cpu and fsdp_config.mp_buffer_dtype:
         buffer_dtype = to_torch_dtype(fsdp_config.mp_buffer_dtype, "mp_buffer_dtype")
         for module in model.modules():
@@ -160,11 +156,9 @@ def create_fsdp_model(
     with_lora: bool = True,
 ) -> nn.Module:
     """Build, freeze, checkpoint and shard the model of one role; the weights are read once, by rank 0.
-
     `dtype` overrides the parameter dtype (default from `fsdp_config.torch_dtype`). Without `enable_rank0_init` or
     in a single process, every rank loads the checkpoint. LoRA adapters (`model_config.lora.rank > 0`, `with_lora`)
-    are injected before sharding and alone train.
-    """
+    are injected before sharding and alone train."""
     is_cpu = device.type == "cpu"
     dtype = dtype or param_dtype(fsdp_config)
     build = {"value_head": value_head, "dtype": dtype, "attn_implementation": attn_implementation}
@@ -240,12 +234,10 @@ def micro_batch_pass(
     module: nn.Module, gather_once: bool, reshard_after_forward: bool
 ) -> Iterator[Callable[[bool], None]]:
     """One pass of micro-batches (gradient accumulation, or no-grad) through an FSDP2 `module`.
-
     Yields `before_backward(is_last)`, to call before each backward. With `gather_once` each unit stays gathered
     after its first forward, gradients accumulate unsharded and only the last backward reduce-scatters: every rank
     must run the same number of micro-batches. Afterwards all units are resharded and `reshard_after_forward`
-    restored; on error the unreduced gradients are dropped.
-    """
+    restored; on error the unreduced gradients are dropped."""
     if not gather_once or not isinstance(module, FSDPModule):
 
         def before_backward(is_last: bool) -> None:

@@ -9,8 +9,7 @@ transformers' layer does so only with its CUDA kernels and the boundaries passed
 `use_packed_linear_attention(model)` swaps each layer's class for a subclass whose forward, on a packed row (given
 `cu_seq_lens_q` from `packed_attention.packed_sequence_kwargs`), runs the layer's own forward either once with
 `cu_seqlens` and `seq_idx` (CUDA, flash-linear-attention and causal-conv1d installed), or over the sequences as a
-right-padded batch, packed back after. Every other call is the layer's own forward.
-"""
+right-padded batch, packed back after. Every other call is the layer's own forward."""
 
 import functools
 import importlib

@@ -2,8 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Build the Hugging Face models the workers train: policy / reference (causal LM or image-text-to-text) and critic
 (the same model with a scalar value head in the LM head slot, so text and VLM critics share one path). Models can be
-built on the meta device for `verl.models.fsdp` to fill from rank 0.
-"""
+built on the meta device for `verl.models.fsdp` to fill from rank 0."""
 
 import logging
 import os
@@ -86,11 +85,9 @@ def build_model(
     attn_implementation: str | None = None,
 ) -> nn.Module:
     """The policy (or, with `value_head`, the critic) model described by `model_config`.
-
     `device="cpu"` loads the weights; `"meta"` builds the module tree only (rank-0 init). The KV cache is switched off:
     with it on, packed sequences silently attend across their boundaries. Gated DeltaNet layers get the packed-exact
-    forward (`verl.models.gated_deltanet`).
-    """
+    forward (`verl.models.gated_deltanet`)."""
     config = load_model_config(model_config)
     check_supported_model(config, model_config.model_path)
     model_class = _auto_class(config)
@@ -184,11 +181,9 @@ TILING_MODEL_TYPES = ("internvl", "llava_onevision")
 
 def run_vision_tower_in_every_forward(model: nn.Module) -> bool:
     """Make every forward of a vision-language model run its vision tower, on a dummy image if it has none.
-
     Under FSDP a rank with a text-only micro-batch would skip the tower's all-gathers while others wait: a hang. A
     hook before the language model runs the tower on a dummy image if it has not run and adds 0 x its output, so all
-    ranks issue the same collectives in the same order. Returns False (nothing done) for a text model.
-    """
+    ranks issue the same collectives in the same order. Returns False (nothing done) for a text model."""
     tower, language_model = get_vision_tower(model), get_language_model(model)
     if tower is None or language_model is None:
         return False

@@ -1,11 +1,9 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """Low-rank adapters (LoRA): injection, switching off, merging and the peft file layout.
-
 peft's LoRA layers are injected in place, so the model keeps its HF class and FSDP2 shards it as usual; only
 `lora_A` / `lora_B` train. The engine gets merged weights (W + alpha / rank x B @ A) under the original names, or
-with `worker.rollout.lora_sync=adapters` the adapters in peft's layout; checkpoints hold the adapter only.
-"""
+with `worker.rollout.lora_sync=adapters` the adapters in peft's layout; checkpoints hold the adapter only."""
 
 import contextlib
 import json

@@ -1,11 +1,9 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """Per-step metrics of how evenly a mixture-of-experts actor spreads an update's tokens over its experts.
-
 The routers are the modules transformers records `router_logits` from; their output (logits, top-k weights, top-k
 ids) gives the experts actually used. Only forwards inside `collecting()` count, so gradient checkpointing's re-run
-in backward does not count tokens twice.
-"""
+in backward does not count tokens twice."""
 
 import contextlib
 from collections.abc import Iterator
@@ -80,11 +78,9 @@ class RouterStats:
 
     def metrics(self, group: dist.ProcessGroup | None = None, device: torch.device | None = None) -> dict[str, float]:
         """Since the last call, over all ranks of `group`, per layer then over layers:
-
         - `moe/load_imbalance/mean|max`: busiest expert's count over the mean count (1 is even);
         - `moe/aux_loss`: the Switch / Qwen-MoE load-balancing loss, top-k when even (logged, not trained on);
-        - `moe/unused_experts`: share of (layer, expert) pairs that got no token.
-        """
+        - `moe/unused_experts`: share of (layer, expert) pairs that got no token."""
         if not self.routers or self._experts == 0:
             return {}
         experts = self._experts

@@ -1,11 +1,9 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """Exact attention for packed (padding-free) sequences, registered with transformers as `attn_implementation="varlen"`.
-
 The trainer packs a micro-batch's tokens into one row whose `position_ids` restart at 0 per sequence. transformers'
 "sdpa" would build a dense T x T block-diagonal mask; "varlen" runs causal attention inside each sequence without it
-and hands every other case (padding, decoding, non-causal) to sdpa unchanged. Kernels: docs/gpu.md.
-"""
+and hands every other case (padding, decoding, non-causal) to sdpa unchanged. Kernels: docs/gpu.md."""
 
 import functools
 import inspect
@@ -41,7 +39,6 @@ _MAX_FLASH_HEAD_DIM = 256
 
 def packed_sequence_kwargs(lengths: torch.Tensor | Sequence[int]) -> dict[str, Any]:
     """Model kwargs giving the varlen attention the boundaries of the sequences packed into one row.
-
     `lengths` (N,): token counts in order. Returns `cu_seq_lens_q/k` (N+1,) int32 offsets and `max_length_q/k`, which
     transformers forwards to every layer's attention; this saves a per-layer derivation (and sync) from `position_ids`.
     """
@@ -81,8 +78,7 @@ def packed_attention_mask(
 ) -> torch.Tensor | None:
     """No mask for a causal batch without padding or KV cache, so a packed row never gets a T x T mask (the forward
     recovers packing from `position_ids` or `cu_seq_lens_q`). Anything else (padding, cache offset, sliding or chunked
-    window, `use_vmap`, bidirectional) goes to transformers' `sdpa_mask` unchanged.
-    """
+    window, `use_vmap`, bidirectional) goes to transformers' `sdpa_mask` unchanged."""
     plain = (
         attention_mask is None
         and q_length == kv_length
@@ -122,11 +118,9 @@ def packed_attention_forward(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """transformers attention function: q (B, H, L, D), k/v (B, H_kv, L, D) -> output (B, L, H, D) and no weights.
-
     A packed row (batch 1, no mask, causal, no KV cache, boundaries known) attends inside each sequence; all else is
     `sdpa_attention_forward`. Under Ulysses each rank holds a slice of the row: q, k, v are exchanged so each rank
-    attends over the whole row for its share of heads, and the output is exchanged back.
-    """
+    attends over the whole row for its share of heads, and the output is exchanged back."""
     group = ulysses.active_group()
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     if group is not None and causal:  # the language model's attention; a vision tower's is never split

@@ -1,10 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """The 3-D rope index (time, height, width) of Qwen2-VL, Qwen2.5-VL, Qwen3-VL and GLM-4.1V, by the model's own code.
-
 Dataset position ids must equal the model's, so rather than re-implement that arithmetic (which changes across
-transformers releases) the model class's `get_rope_index` runs on a weightless stand-in.
-"""
+transformers releases) the model class's `get_rope_index` runs on a weightless stand-in."""
 
 from typing import Any
 

@@ -8,7 +8,6 @@ from typing import Any
 
 def keep_output_capture(module: Any, model_class: type) -> None:
     """Let a submodel that `fully_shard` gave an FSDP subclass still record its layers' outputs (transformers 5.19).
-
     transformers finds its output-capture hooks by class name (`_CAN_RECORD_REGISTRY`); fully_shard swaps the class,
     so `hidden_states` would come back None, and e.g. LLaVA-OneVision's `get_image_features` fails."""
     from transformers.utils import output_capturing

@@ -1,10 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """Ulysses sequence parallelism: each packed row is split across the ranks of a sequence-parallel group.
-
 Each rank runs embeddings, MLPs and norms on its slice; around attention an all-to-all trades (token slice, all heads)
-for (all tokens, a share of heads), so activations shrink by the group size and attention stays exact.
-"""
+for (all tokens, a share of heads), so activations shrink by the group size and attention stays exact."""
 
 import contextlib
 from collections.abc import Iterator
