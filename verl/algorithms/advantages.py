@@ -1,15 +1,10 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """Advantage estimators, selected by `algorithm.adv_estimator` through a registry.
-
-Every estimator takes (B, L) `token_level_rewards` and `response_mask` (plus what it needs: group ids, critic
-values, ...) and returns `(advantages, returns)`, both (B, L) and zero outside the response mask. The outcome
-estimators use the score of a response, s_i = sum_t r_it, which with an outcome reward is the reward itself and with
-a KL penalty in the reward also includes the penalty. Group ids (`index`, the `uid` column) mark the responses
-sampled for the same prompt. The grouped outcome estimators share their first steps (`_score_groups`: scores, groups,
-group statistics) and their last (`_outcome_advantages`: one value per response spread over its tokens); each
-states only its own per-response advantage.
-"""
+Every estimator takes (B, L) `token_level_rewards` and `response_mask` (plus group ids `index`, critic `values`, ...
+as needed) and returns `(advantages, returns)`, both (B, L) and zero outside the mask. Outcome estimators use the
+score s_i = sum_t r_it (so a KL penalty in the reward is included); `index` (the `uid` column) groups the responses to
+one prompt."""
 
 import functools
 import inspect
@@ -31,21 +26,17 @@ _ADV_ESTIMATORS: dict[str, AdvantageFn] = {}
 _GROUPED_ADV_ESTIMATORS: set[str] = set()
 
 ESTIMATOR_INPUTS: tuple[str, ...] = ("token_level_rewards", "response_mask", "index", "values", "reward_baselines")
-"""The tensors the trainer passes an estimator under these keywords, where it has them (`compute_advantage_return`):
-index for every batch, values with a critic, reward_baselines for an estimator that takes them."""
+"""Tensors the trainer passes an estimator by these keywords, where it has them (`compute_advantage_return`)."""
 
 ESTIMATOR_OPTIONS: tuple[str, ...] = ("gamma", "lam", "norm_adv_by_std_in_grpo")
-"""`algorithm.*` options the trainer passes to the estimator under the same keyword. An estimator without that
-keyword cannot honour the option, so config validation refuses a non-default value for it."""
+"""`algorithm.*` options passed to the estimator by the same keyword; config validation refuses a non-default value
+for an estimator that lacks the keyword."""
 
 
 def register_adv_estimator(name: str, *, grouped: bool = False) -> Callable[[AdvantageFn], AdvantageFn]:
     """Register an advantage estimator under `name` (the value of `algorithm.adv_estimator`).
-
-    `grouped` marks an estimator whose baseline comes from the other responses to the same prompt (it takes
-    `index`): validation then requires `worker.rollout.n > 1`. Config validation reads this registry, so a
-    registered estimator can be selected without further changes.
-    """
+    `grouped` marks a baseline from the other responses to the same prompt (takes `index`): validation then requires
+    `worker.rollout.n > 1`."""
 
     def decorator(fn: AdvantageFn) -> AdvantageFn:
         if name in _ADV_ESTIMATORS:
@@ -59,8 +50,7 @@ def register_adv_estimator(name: str, *, grouped: bool = False) -> Callable[[Adv
 
 
 def get_adv_estimator(name: str) -> AdvantageFn:
-    """The estimator registered under `name`, or loaded from the user's file when `name` is "file.py:function";
-    an unknown name raises ValueError listing the valid ones."""
+    """The estimator `name`, or one loaded from "file.py:function"; an unknown name raises ValueError."""
     if name not in _ADV_ESTIMATORS and not register_if_spec("adv_estimator", name):
         raise ValueError(
             f"Unknown algorithm.adv_estimator {name!r}; choose one of {', '.join(sorted(_ADV_ESTIMATORS))}, or your own function as 'path/to/file.py:function'."
@@ -69,40 +59,33 @@ def get_adv_estimator(name: str) -> AdvantageFn:
 
 
 def registered_adv_estimators() -> tuple[str, ...]:
-    """Names of all registered estimators, in registration order."""
     return tuple(_ADV_ESTIMATORS)
 
 
 def is_grouped_adv_estimator(name: str) -> bool:
-    """Whether the estimator `name` compares the responses to the same prompt (and so needs rollout.n > 1)."""
+    """Whether the estimator compares responses to the same prompt (needs rollout.n > 1)."""
     return name in _GROUPED_ADV_ESTIMATORS
 
 
 def estimator_needs_critic(name: str) -> bool:
-    """Whether the estimator `name` takes critic `values` (gae, or a user's estimator that does): a critic trains."""
+    """Whether the estimator takes critic `values`: a critic then trains."""
     return "values" in adv_estimator_parameters(name)
 
 
 def estimator_needs_greedy_baseline(name: str) -> bool:
-    """Whether the estimator `name` takes `reward_baselines` (remax, or a user's estimator that does): each prompt
-    also gets a greedy response, whose score is the baseline."""
+    """Whether the estimator takes `reward_baselines`: each prompt then also gets a greedy response as baseline."""
     return "reward_baselines" in adv_estimator_parameters(name)
 
 
 def adv_estimator_parameters(name: str) -> tuple[str, ...]:
-    """The keyword arguments the estimator `name` takes (inputs such as `index`, and options such as `gamma`)."""
     return tuple(inspect.signature(get_adv_estimator(name)).parameters)
 
 
 @torch.no_grad()
 def compute_advantage_return(adv_estimator: str, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run the estimator `adv_estimator` with the keyword arguments it accepts.
-
-    The trainer passes everything it has (rewards, mask, index, values, reward_baselines and the
-    `ESTIMATOR_OPTIONS`); each estimator takes only its own inputs, so one call site serves all of them. Options an
-    estimator does not take are refused at config validation unless they hold their default, so nothing the user
-    set is dropped here. A missing required input raises ValueError naming it.
-    """
+    """Run the estimator with the keyword arguments it accepts, so one call site serves all of them.
+    Options it does not take were refused at config validation unless default; a missing required input raises
+    ValueError."""
     fn = get_adv_estimator(adv_estimator)
     params = inspect.signature(fn).parameters
     missing = [
@@ -116,7 +99,7 @@ def compute_advantage_return(adv_estimator: str, **kwargs: Any) -> tuple[torch.T
 
 
 def _group_inverse(index: GroupIds, batch_size: int, device: torch.device) -> tuple[torch.Tensor, int]:
-    """Map group ids (any hashable: str uids, ints) to dense group numbers 0..G-1, in order of first appearance."""
+    """Map group ids (any hashable) to dense numbers 0..G-1, in order of first appearance."""
     ids = index.tolist() if isinstance(index, (np.ndarray, torch.Tensor)) else list(index)
     if len(ids) != batch_size:
         raise ValueError(
@@ -133,28 +116,22 @@ def _group_sum(values: torch.Tensor, inverse: torch.Tensor, num_groups: int) -> 
 
 @dataclass(frozen=True)
 class _ScoreGroups:
-    """The scores s_i = sum_t r_it of a batch's responses and their groups, with per-sample group statistics.
-
-    All (B,) float64: float64 keeps (s - mean) exactly 0 in groups of identical scores, where a float32 residue
-    divided by a tiny std would otherwise turn into a spurious advantage.
-    """
+    """Response scores s_i and their groups, with per-sample group statistics, all (B,).
+    float64 keeps (s - mean) exactly 0 in groups of identical scores (a float32 residue over a tiny std would be a
+    spurious advantage)."""
 
     scores: torch.Tensor
-    """The score s_i of each response."""
     inverse: torch.Tensor
-    """The dense group number (0..G-1) of each sample."""
+    """Dense group number (0..G-1) of each sample."""
     num_groups: int
     counts: torch.Tensor
-    """The size of each sample's group."""
     means: torch.Tensor
-    """The mean score of each sample's group."""
     stds: torch.Tensor
-    """The unbiased std of each sample's group's scores (0 for a singleton group)."""
+    """Unbiased std of the group's scores (0 for a singleton group)."""
 
 
 def _score_groups(token_level_rewards: torch.Tensor, index: GroupIds) -> _ScoreGroups:
-    """The first steps of every outcome estimator that compares a response with its group: scores from the token
-    rewards, group ids made dense, and each group's size, mean and std broadcast back to its samples."""
+    """Shared first step of the grouped outcome estimators: scores, dense groups, group size/mean/std per sample."""
     scores = token_level_rewards.sum(dim=-1).double()
     inverse, num_groups = _group_inverse(index, scores.shape[0], scores.device)
     counts = _group_sum(torch.ones_like(scores), inverse, num_groups)
@@ -167,9 +144,8 @@ def _score_groups(token_level_rewards: torch.Tensor, index: GroupIds) -> _ScoreG
 def _outcome_advantages(
     per_response: torch.Tensor, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, whiten: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The last step of every outcome estimator: one advantage per response (B,) put on each of its tokens, in the
-    rewards' dtype, zero outside the mask (with `whiten`, then whitened over all response tokens of the batch);
-    returned as (advantages, returns), the returns equal to the advantages."""
+    """Shared last step of the outcome estimators: one advantage per response put on its tokens, in the rewards' dtype
+    (optionally whitened over the batch's response tokens); returns equal the advantages."""
     dtype = token_level_rewards.dtype
     mask = response_mask.to(dtype)
     advantages = per_response.to(dtype).unsqueeze(-1) * mask
@@ -179,7 +155,7 @@ def _outcome_advantages(
 
 
 def _except_singletons(groups: _ScoreGroups, advantages: torch.Tensor) -> torch.Tensor:
-    """`advantages`, with 0 for the responses that are alone in their group (nothing to compare them with)."""
+    """`advantages`, with 0 for responses alone in their group."""
     return torch.where(groups.counts > 1, advantages, torch.zeros_like(groups.scores))
 
 
@@ -192,12 +168,8 @@ def compute_gae_advantage_return(
     lam: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalized Advantage Estimation (Schulman et al. 2016, arXiv 1506.02438) with critic values.
-
-    delta_t = r_t + gamma * V_{t+1} - V_t,  A_t = delta_t + gamma * lam * A_{t+1},  returns R_t = A_t + V_t,
-    with V and A taken as 0 after the last response token. Masked positions are skipped (the next value and the
-    running advantage carry over them), so padding values never leak in. The returns are the critic's targets; the
-    advantages are then whitened over all response tokens of the batch.
-    """
+    delta_t = r_t + gamma * V_{t+1} - V_t, A_t = delta_t + gamma * lam * A_{t+1}, R_t = A_t + V_t. Masked positions
+    are skipped (value and running advantage carry over them), so padding never leaks in. Advantages are whitened."""
     mask = response_mask.to(values.dtype)
     next_value = torch.zeros_like(values[:, 0])
     running = torch.zeros_like(values[:, 0])
@@ -220,13 +192,9 @@ def compute_grpo_outcome_advantage(
     norm_adv_by_std_in_grpo: bool = True,
     eps: float = 1e-6,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """GRPO group-normalised outcome advantage (Shao et al. 2024, DeepSeekMath, arXiv 2402.03300).
-
-    A_i = (s_i - mean_g(s)) / (std_g(s) + eps) for every token of response i in group g, with the unbiased std.
-    `norm_adv_by_std_in_grpo=False` gives Dr.GRPO (Liu et al. 2025, arXiv 2503.20783): A_i = s_i - mean_g(s),
-    which avoids up-weighting prompts whose rewards barely vary. A group with one response gets advantage 0
-    (s_i - mean = 0). Returns equal the advantages.
-    """
+    """GRPO group-normalised outcome advantage (Shao et al. 2024, arXiv 2402.03300).
+    A_i = (s_i - mean_g(s)) / (std_g(s) + eps); `norm_adv_by_std_in_grpo=False` gives Dr.GRPO (arXiv 2503.20783),
+    A_i = s_i - mean_g(s), which does not up-weight prompts whose rewards barely vary."""
     groups = _score_groups(token_level_rewards, index)
     advantages = groups.scores - groups.means
     if norm_adv_by_std_in_grpo:
@@ -243,12 +211,8 @@ def compute_grpo_passk_outcome_advantage(
     eps: float = 1e-6,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pass@k advantage: credit only the best response of each group (Tang et al. 2025, arXiv 2503.19595).
-
-    For the objective max_i s_i over a group of k = n samples, the leave-one-out baseline of sample i is the max
-    of the others, so only the argmax gets a non-zero advantage: A = (s_max - s_second) / (std_g(s) + eps), or
-    s_max - s_second with `norm_adv_by_std_in_grpo=False`; all other responses get 0. Ties go to the first
-    response in batch order (and then s_max = s_second gives 0). Singleton groups get 0.
-    """
+    The leave-one-out baseline of max_i s_i is the max of the others, so only the argmax (first in batch order on
+    ties) gets A = (s_max - s_second) / (std_g(s) + eps), or no std division with `norm_adv_by_std_in_grpo=False`."""
     groups = _score_groups(token_level_rewards, index)
     scores, inverse, num_groups = groups.scores, groups.inverse, groups.num_groups
     neg_inf = torch.full((num_groups,), -torch.inf, dtype=scores.dtype, device=scores.device)
@@ -274,11 +238,7 @@ def compute_rloo_outcome_advantage(
     index: GroupIds,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE leave-one-out (Kool et al. 2019; Ahmadian et al. 2024, arXiv 2402.14740).
-
-    A_i = s_i - (1 / (n - 1)) * sum_{j != i} s_j over the n responses of the group: the baseline of each sample is
-    the mean of the others, so it is independent of the sample and the estimate stays unbiased. Singleton groups
-    get 0. Returns equal the advantages.
-    """
+    A_i = s_i - mean of the other responses' scores in the group (a baseline independent of the sample: unbiased)."""
     groups = _score_groups(token_level_rewards, index)
     others_mean = (groups.means * groups.counts - groups.scores) / (groups.counts - 1).clamp(min=1)
     advantages = _except_singletons(groups, groups.scores - others_mean)
@@ -292,11 +252,7 @@ def compute_opo_outcome_advantage(
     index: GroupIds,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """OPO, on-policy RL with the optimal reward baseline (Hao et al. 2025, arXiv 2505.23585).
-
-    With exactly on-policy updates the variance-minimising baseline weighs each response by its length, so the
-    baseline of group g is the length-weighted mean score b_g = sum_j |y_j| s_j / sum_j |y_j| (|y_j| = response
-    tokens) and A_i = s_i - b_g. Singleton groups get 0. Returns equal the advantages.
-    """
+    A_i = s_i - b_g with the length-weighted baseline b_g = sum_j |y_j| s_j / sum_j |y_j| (|y_j| response tokens)."""
     groups = _score_groups(token_level_rewards, index)
     lengths = response_mask.sum(dim=-1).double()
     weighted_sums = _group_sum(lengths * groups.scores, groups.inverse, groups.num_groups)
@@ -311,12 +267,8 @@ def compute_gpg_outcome_advantage(
     response_mask: torch.Tensor,
     index: GroupIds,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """GPG, group policy gradient (Chu et al. 2025, arXiv 2504.02546): group-centred scores, rescaled, no std.
-
-    A_i = alpha (s_i - mean_g(s)) with alpha = B / max(M, 1), B the batch size and M the number of responses with a
-    non-zero score (verl's count; with 0/1 rewards, the correct ones). Singleton groups get 0. Returns equal the
-    advantages.
-    """
+    """GPG, group policy gradient (Chu et al. 2025, arXiv 2504.02546).
+    A_i = alpha (s_i - mean_g(s)), alpha = B / max(M, 1), M the number of responses with a non-zero score (as verl)."""
     groups = _score_groups(token_level_rewards, index)
     alpha = groups.scores.shape[0] / max(int(torch.count_nonzero(groups.scores).item()), 1)
     advantages = _except_singletons(groups, alpha * (groups.scores - groups.means))
@@ -324,12 +276,9 @@ def compute_gpg_outcome_advantage(
 
 
 def _discounted_returns(token_level_rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
-    """The discounted reward-to-go over response tokens: G_t = r_t + gamma * G_t', t' the next response token.
-
-    Masked positions are skipped, as in GAE: their rewards are ignored, their return is 0, and the running return
-    carries over them unchanged. So an interior hole in the mask (a tool output inside a multi-turn response) does
-    not cut the tokens before it off from the reward after it, while trailing padding stays 0.
-    """
+    """Discounted reward-to-go over response tokens, G_t = r_t + gamma * G_next.
+    Masked positions are skipped (return 0, running value carried), so an interior hole (a tool output in a
+    multi-turn response) does not cut earlier tokens off from a later reward."""
     returns = torch.zeros_like(token_level_rewards)
     running = torch.zeros_like(token_level_rewards[:, 0])
     for t in reversed(range(token_level_rewards.shape[1])):
@@ -345,12 +294,8 @@ def compute_reinforce_plus_plus_outcome_advantage(
     response_mask: torch.Tensor,
     gamma: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """REINFORCE++ (Hu 2025, arXiv 2501.03262): whitened discounted returns, no critic and no groups.
-
-    G_t = r_t + gamma * G_t' over the response's own tokens, t' the next response token (masked positions, padding
-    or interior holes, are skipped: see `_discounted_returns`); the advantage is G whitened over all response tokens
-    of the batch, A = (G - mean) / sqrt(var + 1e-8). Returns are the raw G.
-    """
+    """REINFORCE++ (Hu 2025, arXiv 2501.03262): discounted returns (`_discounted_returns`) whitened over the batch's
+    response tokens; no critic, no groups. Returns are the raw G."""
     mask = response_mask.to(token_level_rewards.dtype)
     returns = _discounted_returns(token_level_rewards, mask, gamma)
     return masked_whiten(returns, mask) * mask, returns
@@ -362,11 +307,7 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
     response_mask: torch.Tensor,
     index: GroupIds,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """REINFORCE++ with a group baseline (Hu 2025, arXiv 2501.03262, "REINFORCE++-baseline").
-
-    Subtract the group mean score, A_i = s_i - mean_g(s), broadcast it over the response, then whiten over all
-    response tokens of the batch (a global, not per-group, scale). Returns equal the advantages.
-    """
+    """REINFORCE++-baseline (Hu 2025, arXiv 2501.03262): A_i = s_i - mean_g(s), then whitened over the whole batch."""
     groups = _score_groups(token_level_rewards, index)
     return _outcome_advantages(groups.scores - groups.means, token_level_rewards, response_mask, whiten=True)
 
@@ -377,13 +318,9 @@ def compute_remax_outcome_advantage(
     response_mask: torch.Tensor,
     reward_baselines: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """ReMax (Li et al. 2023, arXiv 2310.10505): REINFORCE with the greedy response's reward as the baseline.
-
-    R_t = sum_{k >= t} r_k over response tokens (the reward-to-go, carried over masked holes as in
-    `_discounted_returns`; the score s_i on every token for an outcome reward) and
-    A_t = R_t - b_i, where b_i (`reward_baselines`, shape (B,)) is the score of a greedy (temperature 0) response to
-    the same prompt. Returns are R.
-    """
+    """ReMax (Li et al. 2023, arXiv 2310.10505): REINFORCE with a greedy response's score as baseline.
+    A_t = R_t - b_i, R the reward-to-go (`_discounted_returns`, gamma 1) and `reward_baselines` b (B,) the score of a
+    greedy (temperature 0) response to the same prompt. Returns are R."""
     mask = response_mask.to(token_level_rewards.dtype)
     returns = _discounted_returns(token_level_rewards, mask, gamma=1.0)
     baselines = torch.as_tensor(reward_baselines, dtype=returns.dtype, device=returns.device)

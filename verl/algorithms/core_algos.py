@@ -1,11 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""The RL math: entropy and value losses, explained variance and the DAPO group filter.
-
-It is also the one import surface for the sibling modules, each with the registry that config validation reads:
-`advantages.py`, `policy_losses.py`, `kl.py`, `masked_ops.py`; adding an estimator or a loss is one registered
-function there. Everything is pure torch on (B, L) tensors of right-padded responses, masked by `response_mask`.
-"""
+"""Entropy and value losses, explained variance and the DAPO group filter; also the one import surface of
+`advantages.py`, `policy_losses.py`, `kl.py` and `masked_ops.py` (each holds a registry config validation reads).
+All pure torch on (B, L) right-padded responses masked by `response_mask`."""
 
 from collections.abc import Sequence
 from typing import Any
@@ -122,12 +119,8 @@ def compute_entropy_loss(
     global_seq_count: Count | None = None,
     max_response_length: int | None = None,
 ) -> torch.Tensor:
-    """Token entropies (B, L) aggregated like the policy loss, for the entropy bonus.
-
-    The actor minimises pg_loss - entropy_coef * this (Williams and Peng 1991; Mnih et al. 2016, arXiv 1602.01783),
-    which keeps the policy from collapsing early. DAPO (arXiv 2503.14476) drops it (coefficient 0) because with
-    clip-higher it tends to make the entropy explode.
-    """
+    """Token entropies (B, L) aggregated like the policy loss, for the entropy bonus (pg_loss - entropy_coef * this).
+    DAPO (arXiv 2503.14476) sets the coefficient to 0: with clip-higher it tends to make the entropy explode."""
     return agg_loss(entropy, response_mask, loss_avg_mode, global_token_count, global_seq_count, max_response_length)
 
 
@@ -142,13 +135,8 @@ def compute_value_loss(
     global_seq_count: Count | None = None,
     max_response_length: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Clipped value loss of PPO (Schulman et al. 2017, arXiv 1707.06347; OpenAI baselines ppo2).
-
-    V_clip = V_old + clip(V - V_old, -c, c) and l = 1/2 max((V - R)^2, (V_clip - R)^2) per token, aggregated with
-    `agg_loss`: the critic cannot gain by moving its prediction more than c away from the value used to compute
-    the advantages. Metrics: `vf_clipfrac` (share of tokens where the clipped term is the larger one) and
-    `vpred_mean`.
-    """
+    """Clipped value loss of PPO (arXiv 1707.06347): 1/2 max((V - R)^2, (V_clip - R)^2) per token, aggregated by
+    `agg_loss`, with V_clip = V_old + clip(V - V_old, -c, c). Metrics: `vf_clipfrac`, `vpred_mean`."""
     vpreds, returns, values = vpreds.float(), returns.float(), values.float()
     vpreds_clipped = values + (vpreds - values).clamp(-cliprange_value, cliprange_value)
     unclipped_loss = (vpreds - returns).square()
@@ -166,10 +154,7 @@ def compute_value_loss(
 
 @torch.no_grad()
 def explained_variance(returns: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> float:
-    """1 - Var[R - V] / Var[R] over the masked tokens: 1 is a perfect critic, 0 is no better than a constant.
-
-    NaN when the returns do not vary (the ratio is undefined), so a logger shows a gap instead of a fake value.
-    """
+    """1 - Var[R - V] / Var[R] over the masked tokens; NaN when the returns do not vary (a logger then shows a gap)."""
     returns, values = returns.float(), values.float()
     var_returns = masked_var(returns, mask, unbiased=False).item()
     if var_returns == 0.0:
@@ -183,12 +168,8 @@ def filter_groups_by_reward(
     low: float,
     high: float,
 ) -> np.ndarray:
-    """DAPO dynamic sampling (Yu et al. 2025, arXiv 2503.14476): keep the groups whose mean score is in (low, high).
-
-    A group where every response gets the same reward (all right or all wrong) has zero group-relative advantage
-    and only dilutes the batch. Returns the indices of the samples of the kept groups, in their original order.
-    The bounds are strict; a NaN mean is dropped.
-    """
+    """DAPO dynamic sampling (arXiv 2503.14476): in order, the indices of samples whose group's mean score is strictly
+    in (low, high) (NaN dropped); all-equal groups have zero advantage and only dilute the batch."""
     if isinstance(scores_by_sample, torch.Tensor):
         scores_by_sample = scores_by_sample.detach().float().cpu().numpy()
     scores = np.asarray(scores_by_sample, dtype=np.float64).reshape(-1)

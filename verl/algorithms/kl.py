@@ -1,12 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""KL divergence to the reference policy: per-token estimators, coefficient controllers, and its two uses.
-
-The KL(pi || pi_ref) is estimated per sampled token from the two log-probs (Schulman 2020, "Approximating KL
-Divergence", http://joschu.net/blog/kl-approx.html). It enters training either as a loss term of the actor
-(`use_kl_loss`, see `compute_kl_loss`) or as a penalty subtracted from the token rewards (`apply_kl_penalty`), whose
-coefficient a controller may adapt.
-"""
+"""KL(pi || pi_ref) to the reference policy: per-token estimators (Schulman 2020,
+http://joschu.net/blog/kl-approx.html), coefficient controllers, and its two uses: an actor loss term
+(`compute_kl_loss`) or a reward penalty (`apply_kl_penalty`)."""
 
 import functools
 from collections.abc import Callable
@@ -22,17 +18,13 @@ KLFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """(log_probs, ref_log_probs) -> per-token estimate of KL(pi || pi_ref)."""
 
 _KL_PENALTIES: dict[str, tuple[KLFn, bool]] = {}
-"""name -> (estimator, whether the name is the straight-through form "<base>+")."""
+"""name -> (estimator, whether it is the straight-through form "<base>+")."""
 
 KL_CONTROLLER_TYPES: tuple[str, ...] = ("fixed", "adaptive")
-"""Values of `algorithm.kl_type` (controller of the KL coefficient when the KL is a penalty in the reward)."""
 
 
 def register_kl_penalty(*names: str, straight_through: bool = True) -> Callable[[KLFn], KLFn]:
-    """Register a KL estimator under `names` (aliases), and "<name>+" for each unless `straight_through` is False.
-
-    Config validation reads this registry, so a registered estimator can be selected as `algorithm.kl_penalty`.
-    """
+    """Register a KL estimator under `names` (aliases), and "<name>+" for each unless `straight_through` is False."""
 
     def decorator(fn: KLFn) -> KLFn:
         variants = [(name, False) for name in names] + [(f"{name}+", True) for name in names if straight_through]
@@ -46,7 +38,7 @@ def register_kl_penalty(*names: str, straight_through: bool = True) -> Callable[
 
 
 def registered_kl_penalties() -> tuple[str, ...]:
-    """Values `algorithm.kl_penalty` accepts: the base estimators, then their straight-through forms."""
+    """Values `algorithm.kl_penalty` accepts: base estimators, then straight-through forms."""
     return tuple(name for name, (_, plus) in _KL_PENALTIES.items() if not plus) + tuple(
         name for name, (_, plus) in _KL_PENALTIES.items() if plus
     )
@@ -85,18 +77,12 @@ def _full(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
 
 def compute_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, kl_penalty: str) -> torch.Tensor:
     """Per-token estimate of KL(pi || pi_ref) from tokens sampled from pi; x = log pi - log pi_ref.
-
-    - "kl"/"k1": x. Unbiased, high variance, can be negative.
-    - "abs": |x|.
-    - "mse"/"k2": x^2 / 2. Biased, low variance; its gradient x * grad(log pi) is an unbiased estimate of the
-      gradient of KL(pi || pi_ref) (Tang and Munos 2025, arXiv 2506.09477).
-    - "low_var_kl"/"k3": exp(-x) - 1 + x = r - 1 - log r with r = pi_ref / pi. Unbiased, non-negative, low
-      variance (Schulman 2020). -x is clamped to [-20, 20] and the result to [-10, 10] for numerical safety.
-    - "full": the exact KL, sum_v pi(v) (log pi(v) - log pi_ref(v)), from (B, L, vocab) log-distributions.
-    - "<name>+" (straight-through, e.g. "k3+"): the value of <name> with the gradient of k2. k1 and k3 have the right
-      expected value, but their gradients as a loss are not the gradient of the KL; the straight-through form keeps
-      the logged value and fixes the gradient (Tang and Munos 2025, arXiv 2506.09477).
-    """
+    - "kl"/"k1": x. Unbiased, high variance. "abs": |x|.
+    - "mse"/"k2": x^2 / 2. Biased, low variance; its gradient is an unbiased estimate of the KL's gradient.
+    - "low_var_kl"/"k3": exp(-x) - 1 + x. Unbiased, non-negative, low variance; clamped for numerical safety.
+    - "full": the exact KL from (B, L, vocab) log-distributions.
+    - "<name>+": the value of <name> with the gradient of k2 (Tang and Munos 2025, arXiv 2506.09477): k1 and k3 as
+      losses have the wrong gradient."""
     if kl_penalty not in _KL_PENALTIES and not register_if_spec("kl_penalty", kl_penalty):
         names = ", ".join(registered_kl_penalties())
         raise ValueError(
@@ -121,11 +107,7 @@ def compute_kl_loss(
     global_seq_count: Count | None = None,
     max_response_length: int | None = None,
 ) -> torch.Tensor:
-    """The KL loss term of the actor (`use_kl_loss`): `agg_loss(compute_kl(...))`; the actor adds kl_coef times it.
-
-    Used by GRPO (Shao et al. 2024, arXiv 2402.03300), typically with "low_var_kl" (k3), which keeps the reward
-    free of the penalty. It is aggregated like the policy loss, so the same global counts apply.
-    """
+    """The actor's KL loss term (`use_kl_loss`, as GRPO, usually with k3): `agg_loss(compute_kl(...))`."""
     kld = compute_kl(log_probs, ref_log_probs, kl_penalty)
     return agg_loss(kld, response_mask, loss_avg_mode, global_token_count, global_seq_count, max_response_length)
 
@@ -137,32 +119,25 @@ class KLController:
         self.value = float(kl_coef)
 
     def update(self, current_kl: float, n_steps: int) -> None:
-        """Adjust `value` given the KL observed on a batch of `n_steps` samples."""
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, float]:
-        """The coefficient, for checkpoints: an adapted coefficient must survive a resume."""
+        """For checkpoints: an adapted coefficient must survive a resume."""
         return {"value": self.value}
 
     def load_state_dict(self, state: dict[str, float]) -> None:
-        """Restore the coefficient saved by `state_dict`."""
         self.value = float(state["value"])
 
 
 class FixedKLController(KLController):
-    """A constant KL coefficient."""
-
     def update(self, current_kl: float, n_steps: int) -> None:
-        """Does nothing: the coefficient is fixed."""
+        """Fixed: nothing to do."""
 
 
 class AdaptiveKLController(KLController):
-    """Proportional controller that steers the observed KL towards a target (Ziegler et al. 2019, arXiv 1909.08593).
-
-    After each batch: e = clip(KL / target - 1, -0.2, 0.2) and beta <- beta * (1 + e * n_steps / horizon), where
-    n_steps is the number of samples in the batch. The clip bounds the change per step, so a noisy KL estimate
-    cannot blow the coefficient up. The coefficient is state: a resumed run must restore it (`state_dict`).
-    """
+    """Proportional controller steering the KL towards a target (Ziegler et al. 2019, arXiv 1909.08593).
+    beta <- beta * (1 + e * n_steps / horizon) with e = clip(KL / target - 1, -0.2, 0.2); the clip keeps a noisy KL
+    from blowing the coefficient up."""
 
     def __init__(self, init_kl_coef: float, target_kl: float, horizon: float) -> None:
         if target_kl <= 0 or horizon <= 0:
@@ -175,13 +150,11 @@ class AdaptiveKLController(KLController):
         self.horizon = float(horizon)
 
     def update(self, current_kl: float, n_steps: int) -> None:
-        """Scale the coefficient up when the KL is above the target and down when below."""
         proportional_error = float(np.clip(current_kl / self.target - 1.0, -0.2, 0.2))
         self.value *= 1.0 + proportional_error * n_steps / self.horizon
 
 
 def get_kl_controller(kl_type: str, kl_coef: float, kl_target: float, kl_horizon: float) -> KLController:
-    """Build the controller named by `algorithm.kl_type` ("fixed" or "adaptive")."""
     if kl_type == "fixed":
         return FixedKLController(kl_coef)
     if kl_type == "adaptive":
@@ -198,13 +171,9 @@ def apply_kl_penalty(
     kl_ctrl: KLController,
     kl_penalty: str,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """KL as a reward penalty (Ziegler et al. 2019, arXiv 1909.08593; Ouyang et al. 2022, arXiv 2203.02155).
-
-    r_t = score_t - beta * KL_t on every response token, with beta = `kl_ctrl.value` and KL_t from `compute_kl`
-    (old policy vs reference). Then the controller is updated with the batch KL, the mean over responses of the
-    per-response token-mean KL, and n_steps = batch size. Returns the rewards and the metrics
-    `actor/kl_penalty` (that batch KL) and `actor/kl_coef` (the beta that was applied).
-    """
+    """KL as a reward penalty (arXiv 1909.08593): r_t = score_t - beta * KL_t, beta = `kl_ctrl.value`.
+    The controller is then updated with the batch KL (mean over responses of the token-mean KL). Returns the rewards
+    and metrics `actor/kl_penalty` (batch KL) and `actor/kl_coef` (beta applied)."""
     mask = response_mask.to(torch.float32)
     kld = compute_kl(log_probs, ref_log_probs, kl_penalty) * mask
     beta = kl_ctrl.value

@@ -1,11 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Masked statistics over response tokens and the loss aggregation modes.
-
-Responses are right-padded to a common length, so every reduction over tokens must ignore the padding. The
-aggregation in `agg_loss` also decides how each token and each sequence is weighted in the loss, which is where
-GRPO, DAPO and Dr.GRPO differ; getting the normaliser wrong silently changes the algorithm.
-"""
+"""Masked statistics over right-padded response tokens, and the loss aggregation modes.
+`agg_loss` decides how tokens and sequences are weighted, which is where GRPO, DAPO and Dr.GRPO differ: a wrong
+normaliser silently changes the algorithm."""
 
 import functools
 from collections.abc import Callable
@@ -19,27 +16,20 @@ Count = float | int | torch.Tensor
 
 
 def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """Sum of `values` where `mask` is set (over `dim`, or over everything when `dim` is None)."""
+    """Sum of `values` where `mask` is set (over `dim`, or everything when None)."""
     masked = values * mask.to(values.dtype)
     return masked.sum() if dim is None else masked.sum(dim=dim)
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """Mean of `values` over the positions where `mask` is set: sum(v * m) / sum(m).
-
-    An all-zero mask gives 0 rather than NaN, because an empty micro-batch or an empty response must not poison the
-    metrics or the loss of the rest of the batch.
-    """
+    """sum(v * m) / sum(m); an all-zero mask gives 0, not NaN, so an empty response cannot poison the batch."""
     mask = mask.to(values.dtype)
     count = mask.sum() if dim is None else mask.sum(dim=dim)
     return masked_sum(values, mask, dim) / count.clamp(min=torch.finfo(values.dtype).tiny)
 
 
 def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
-    """Variance of the masked entries: sum(m * (v - mean)^2) / (n - 1) with n = sum(m) (or / n if not unbiased).
-
-    With a single unmasked entry the Bessel correction is skipped (the variance is 0 either way).
-    """
+    """Masked variance, unbiased unless `unbiased` is False (no Bessel correction for a single entry)."""
     mask = mask.to(values.dtype)
     count = mask.sum()
     if count.item() == 0:
@@ -54,22 +44,16 @@ def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) 
 def masked_whiten(
     values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8
 ) -> torch.Tensor:
-    """Whiten over the masked entries: (v - mean) / sqrt(var + eps), with the unbiased masked variance.
-
-    With `shift_mean=False` the mean is added back, so only the scale changes. Entries outside the mask are
-    transformed too; callers multiply by the mask afterwards.
-    """
+    """(v - mean) / sqrt(var + eps) over the masked entries (`shift_mean=False` adds the mean back).
+    Entries outside the mask are transformed too; callers multiply by the mask."""
     mean = masked_mean(values, mask)
     whitened = (values - mean) * torch.rsqrt(masked_var(values, mask) + eps)
     return whitened if shift_mean else whitened + mean
 
 
 def loss_token_counts(response_mask: torch.Tensor) -> tuple[float, float]:
-    """The (token count, sequence count) of one micro-batch, as `agg_loss` counts them.
-
-    A worker sums these over the micro-batches of a mini-batch and all-reduces them across ranks, then passes the
-    totals as `global_token_count` / `global_seq_count`. A sequence counts when it has at least one response token.
-    """
+    """(token count, sequence count with >= 1 response token) of one micro-batch; a worker sums them over the
+    mini-batch and ranks and passes them to `agg_loss` as `global_token_count` / `global_seq_count`."""
     mask = response_mask.to(torch.float32)
     return mask.sum().item(), (mask.sum(dim=-1) > 0).sum().item()
 
@@ -83,17 +67,14 @@ def _check_count(name: str, count: Count | None) -> None:
 
 
 LossAggFn = Callable[[torch.Tensor, torch.Tensor, Count, Count, int], torch.Tensor]
-"""(per-sequence masked token sums (B,), per-sequence token counts (B,), token count N, sequence count S,
-max_response_length) -> the aggregated loss."""
+"""(per-sequence masked token sums (B,), per-sequence token counts (B,), tokens N, sequences S, max_response_length)
+-> the aggregated loss."""
 
 _LOSS_AVG_MODES: dict[str, LossAggFn] = {}
 
 
 def register_loss_avg_mode(name: str) -> Callable[[LossAggFn], LossAggFn]:
-    """Register a loss aggregation under `name` (a value of `actor.loss_avg_mode` and `critic.loss_avg_mode`).
-
-    Config validation reads this registry, so a registered mode can be selected without further changes.
-    """
+    """Register a loss aggregation under `name` (a value of `actor.loss_avg_mode` / `critic.loss_avg_mode`)."""
 
     def decorator(fn: LossAggFn) -> LossAggFn:
         if name in _LOSS_AVG_MODES:
@@ -105,7 +86,6 @@ def register_loss_avg_mode(name: str) -> Callable[[LossAggFn], LossAggFn]:
 
 
 def registered_loss_avg_modes() -> tuple[str, ...]:
-    """Names of all registered loss aggregations, in registration order."""
     return tuple(_LOSS_AVG_MODES)
 
 
@@ -141,7 +121,7 @@ def _seq_mean_token_sum_norm(
 
 
 def _divisor(count: Count, like: torch.Tensor) -> Count:
-    """A count from this micro-batch (a tensor) may be 0 for an empty micro-batch: clamp it so the loss is 0."""
+    """A micro-batch's own count (a tensor) may be 0: clamp so an empty micro-batch's loss is 0."""
     if isinstance(count, torch.Tensor):
         return count.to(device=like.device, dtype=like.dtype).clamp(min=1.0)
     return count
@@ -157,28 +137,19 @@ def agg_loss(
 ) -> torch.Tensor:
     """Reduce a (B, L) per-token loss to a scalar according to `loss_avg_mode`.
 
-    With token losses l_it, mask m_it, per-sequence token count T_i = sum_t m_it, N tokens and S sequences:
+    With mask m_it, T_i = sum_t m_it, N tokens and S sequences:
 
-    - "token-mean":              sum_it m_it l_it / N        (DAPO, arXiv 2503.14476: every token weighs the same)
-    - "token-sum":               sum_it m_it l_it            (no normaliser: the loss grows with the batch's tokens;
-      verl's token-sum)
-    - "seq-mean-token-mean":     sum_i (sum_t m_it l_it / T_i) / S   (GRPO, arXiv 2402.03300: every sequence
-      weighs the same, so tokens of long responses weigh less)
-    - "seq-mean-token-sum":      sum_i sum_t m_it l_it / S
-    - "seq-mean-token-sum-norm": sum_it m_it l_it / (S * max_response_length)   (Dr.GRPO, arXiv 2503.20783: a
-      constant normaliser removes the length bias of 1/T_i)
+    - "token-mean":              sum m l / N                 (DAPO: every token weighs the same)
+    - "token-sum":               sum m l                     (no normaliser)
+    - "seq-mean-token-mean":     sum_i (sum_t m l / T_i) / S (GRPO: every sequence weighs the same)
+    - "seq-mean-token-sum":      sum m l / S
+    - "seq-mean-token-sum-norm": sum m l / (S * max_response_length) (Dr.GRPO: no 1/T_i length bias)
 
-    N and S default to the counts of this micro-batch. When a mini-batch is split into micro-batches (and across
-    data-parallel ranks), pass the counts of the whole mini-batch as `global_token_count` / `global_seq_count`
-    (see `loss_token_counts`): then each micro-batch returns its share, and the sum of the micro-batch losses over
-    all micro-batches and ranks equals the loss of the full mini-batch, with the same gradient, however the batch
-    was split. (Data-parallel frameworks average gradients over ranks, so a worker multiplies this share by the
-    world size before `backward` to turn that average back into the sum.) Sequences must not be split across
-    micro-batches for the seq-mean modes.
-
-    `max_response_length` should be the configured maximum (a constant); it defaults to the padded width L, which
-    changes with the micro-batch under dynamic batching. More modes can be added with `register_loss_avg_mode`.
-    """
+    N and S default to this micro-batch's counts. Pass the whole mini-batch's counts (`loss_token_counts`, summed
+    over micro-batches and ranks) so that the micro-batch losses sum to the mini-batch loss however it was split; a
+    worker multiplies by the world size before `backward` to undo the DP gradient average. Seq-mean modes need
+    sequences unsplit. `max_response_length` should be the configured constant (default: the padded width L, which
+    varies under dynamic batching)."""
     if loss_avg_mode not in _LOSS_AVG_MODES and not register_if_spec("loss_avg_mode", loss_avg_mode):
         modes = ", ".join(_LOSS_AVG_MODES)
         raise ValueError(

@@ -1,11 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """Policy-gradient losses, selected by `actor.loss_type` through a registry.
-
-A loss turns the token log-ratios log(pi / pi_old), the advantages and the actor's clip settings into a (B, L)
-per-token loss plus the masks of the tokens a bound held; `compute_policy_loss` aggregates the loss with `agg_loss`
-and turns the masks into the clip-fraction metrics (named as in verl, see docs/metrics.md).
-"""
+A loss maps log(pi / pi_old), advantages and clip settings to a (B, L) per-token loss plus masks of the tokens a bound
+held; `compute_policy_loss` aggregates it and derives the clip-fraction metrics (docs/metrics.md)."""
 
 import functools
 from collections.abc import Callable
@@ -18,13 +15,12 @@ from verl.algorithms.user_functions import Kind, Where, add_kind, check_position
 
 
 LOG_RATIO_CLAMP = 20.0
-"""|log(pi / pi_old)| is clamped before exp: one wildly off-policy token must not give inf or NaN gradients."""
+"""|log(pi / pi_old)| clamp before exp: one far off-policy token must not give inf or NaN gradients."""
 
 GSPO_LOG_RATIO_MAX = 10.0
-"""Upper clamp of GSPO's sequence log-ratio (verl's bound): a sequence ratio above e^10 is held there (no gradient)."""
+"""Upper clamp of GSPO's sequence log-ratio (verl's bound); above it the ratio has no gradient."""
 
 DEFAULT_LOSS_AVG_MODE = "token-mean"
-"""The aggregation of a loss that was not registered with one of its own."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +32,6 @@ class PolicyLossInputs:
     log_ratio: torch.Tensor
     """log(pi / pi_old) per token, not clamped."""
     advantages: torch.Tensor
-    """Advantage of every token."""
     mask: torch.Tensor
     """1 on response tokens, 0 on padding."""
     clip_ratio_low: float
@@ -44,23 +39,21 @@ class PolicyLossInputs:
     clip_ratio_high: float
     """eps_h: the ratio is clipped at 1 + eps_h."""
     clip_ratio_dual: float
-    """Dual-clip constant C."""
+    """Dual-clip constant C (A < 0)."""
     tau_positive: float
-    """SAPO gate temperature for positive advantages."""
+    """SAPO gate temperature for A > 0 (`tau_negative` for the rest)."""
     tau_negative: float
-    """SAPO gate temperature for the other advantages."""
 
 
 @dataclass(frozen=True)
 class PolicyLossTerms:
-    """A policy loss's (B, L) per-token loss and (B, L) boolean masks of the tokens its bounds held (None: none)."""
+    """A policy loss's (B, L) per-token loss and boolean masks of the tokens its bounds held (None: none)."""
 
     loss_mat: torch.Tensor
-    """Per-token loss, aggregated by `agg_loss`."""
     clipped_higher: torch.Tensor | None = None
-    """Tokens held at the upper bound 1 + eps_h."""
+    """Held at 1 + eps_h."""
     clipped_lower: torch.Tensor | None = None
-    """Tokens held at the lower bound 1 - eps_l."""
+    """Held at 1 - eps_l."""
     clipped_dual: torch.Tensor | None = None
     """Negative-advantage tokens held by the dual clip C."""
 
@@ -73,11 +66,8 @@ _POLICY_LOSS_AVG_MODES: dict[str, str] = {}
 
 def register_policy_loss(name: str, *, loss_avg_mode: str | None = None) -> Callable[[PolicyLossFn], PolicyLossFn]:
     """Register a policy loss under `name` (a value of `actor.loss_type`).
-
-    `loss_avg_mode` is the aggregation the loss is defined with, if it has one: it becomes the loss's default for
-    `actor.loss_avg_mode`, and choosing another logs a warning at validation. Config validation reads this registry,
-    so a registered loss can be selected without further changes.
-    """
+    `loss_avg_mode`, if the loss is defined with one, becomes its default `actor.loss_avg_mode` (another one logs a
+    warning at validation)."""
 
     def decorator(fn: PolicyLossFn) -> PolicyLossFn:
         if name in _POLICY_LOSSES:
@@ -91,17 +81,16 @@ def register_policy_loss(name: str, *, loss_avg_mode: str | None = None) -> Call
 
 
 def registered_policy_losses() -> tuple[str, ...]:
-    """Names of all registered policy losses, in registration order."""
     return tuple(_POLICY_LOSSES)
 
 
 def policy_loss_avg_mode(loss_type: str) -> str | None:
-    """The aggregation the policy loss `loss_type` is defined with, or None when it has none of its own."""
+    """The aggregation the loss is defined with, or None."""
     return _POLICY_LOSS_AVG_MODES.get(loss_type)
 
 
 def default_loss_avg_mode(loss_type: str) -> str:
-    """`actor.loss_avg_mode` when the user leaves it unset: the loss's own aggregation, else token-mean."""
+    """`actor.loss_avg_mode` when unset: the loss's own aggregation, else token-mean."""
     return _POLICY_LOSS_AVG_MODES.get(loss_type, DEFAULT_LOSS_AVG_MODE)
 
 
@@ -110,7 +99,7 @@ def _token_ratio(x: PolicyLossInputs) -> torch.Tensor:
 
 
 def _clipped_surrogate(ratio: torch.Tensor, x: PolicyLossInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """max(-A r, -A clip(r, 1 - eps_l, 1 + eps_h)) and the masks of the tokens held at the upper / lower bound."""
+    """max(-A r, -A clip(r, 1 - eps_l, 1 + eps_h)) and the masks of tokens held at the upper / lower bound."""
     low, high = 1.0 - x.clip_ratio_low, 1.0 + x.clip_ratio_high
     loss_mat = torch.maximum(-x.advantages * ratio, -x.advantages * ratio.clamp(low, high))
     return loss_mat, (x.advantages > 0) & (ratio > high), (x.advantages < 0) & (ratio < low)
@@ -118,7 +107,7 @@ def _clipped_surrogate(ratio: torch.Tensor, x: PolicyLossInputs) -> tuple[torch.
 
 @register_policy_loss("default")
 def _ppo_loss(x: PolicyLossInputs) -> PolicyLossTerms:
-    """PPO clip with clip-higher, and the dual clip for negative advantages: l = min(l, -A C) where A < 0."""
+    """PPO clip with clip-higher, plus the dual clip min(l, -A C) where A < 0."""
     ratio = _token_ratio(x)
     loss_mat, higher, lower = _clipped_surrogate(ratio, x)
     dual = (x.advantages < 0) & (ratio > x.clip_ratio_dual)
@@ -127,12 +116,9 @@ def _ppo_loss(x: PolicyLossInputs) -> PolicyLossTerms:
 
 
 def _gspo_ratio(x: PolicyLossInputs, per_token_gradient: bool) -> torch.Tensor:
-    """GSPO's sequence ratio s_i = exp(mean_t log(pi / pi_old)), broadcast over the tokens of each sequence.
-
-    "gspo" differentiates through s_i, so each token gets gradient s_i / |y_i| times its sequence's loss;
-    "gspo_token" uses s_it = sg(s_i) * pi(y_t) / sg(pi(y_t)), equal in value to s_i but with a per-token gradient,
-    which allows per-token advantages. The log-ratio is clamped to [-20, 10] (verl's upper bound).
-    """
+    """GSPO's sequence ratio s_i = exp(mean_t log(pi / pi_old)), broadcast over its tokens.
+    "gspo" differentiates through s_i; "gspo_token" uses sg(s_i) * pi / sg(pi), same value but a per-token gradient
+    (allowing per-token advantages)."""
     seq_log_ratio = masked_mean(x.log_ratio, x.mask, dim=-1).unsqueeze(-1)
     if per_token_gradient:
         log_ratio = seq_log_ratio.detach() + x.log_probs - x.log_probs.detach()
@@ -199,32 +185,21 @@ def compute_policy_loss(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Policy-gradient loss of one micro-batch, aggregated with `agg_loss` (see there for the global counts).
 
-    `token_weights` (B, L), detached, multiply the per-token loss before aggregation: the importance weights of an
-    off-policy correction (`verl.algorithms.rollout_correction`); None leaves the loss as it is.
+    `token_weights` (B, L), detached, scale the per-token loss (off-policy importance weights from
+    `verl.algorithms.rollout_correction`). With r = pi / pi_old (log clamped), advantage A, the per-token loss:
 
-    With ratio r = pi / pi_old = exp(clamp(log_probs - old_log_probs, +-20)), advantage A, eps_l = clip_ratio_low,
-    eps_h = clip_ratio_high, the per-token loss is:
+    - "default": PPO (arXiv 1707.06347) with clip-higher (DAPO, arXiv 2503.14476) and dual clip (arXiv 1912.09729):
+      l = max(-A r, -A clip(r, 1 - eps_l, 1 + eps_h)), and l = min(l, -A C) for A < 0, C = clip_ratio_dual.
+    - "gspo" / "gspo_token" (arXiv 2507.18071): the same surrogate, no dual clip, on the sequence ratio
+      (`_gspo_ratio`).
+    - "cispo" (MiniMax-M1, arXiv 2506.13585): l = -sg(clip(r, 1 - eps_l, 1 + eps_h)) A log pi, so clipped tokens
+      still get a gradient.
+    - "sapo" (arXiv 2511.20347): l = -A (4 / tau) sigmoid(tau (r - 1)), tau = tau_positive for A > 0 else
+      tau_negative: a smooth gate instead of a hard clip; defined with seq-mean-token-mean.
 
-    - "default" (PPO, Schulman et al. 2017, arXiv 1707.06347) with clip-higher (DAPO, Yu et al. 2025,
-      arXiv 2503.14476) and dual clip (Ye et al. 2020, arXiv 1912.09729):
-      l = max(-A r, -A clip(r, 1 - eps_l, 1 + eps_h)), and for A < 0 additionally l = min(l, -A C) with
-      C = clip_ratio_dual. So the effective ratio is min(r, 1 + eps_h) for A > 0 and min(max(r, 1 - eps_l), C) for
-      A < 0, and the gradient is 0 wherever a bound is active.
-    - "gspo" / "gspo_token" (GSPO, Zheng et al. 2025, arXiv 2507.18071): the same clipped surrogate, without dual
-      clip, on the sequence ratio s_i = exp(mean_t log(pi / pi_old)), its log clamped at 10 (see `_gspo_ratio`).
-    - "cispo" (CISPO, MiniMax-M1, arXiv 2506.13585): l = -sg(clip(r, 1 - eps_l, 1 + eps_h)) A log pi. The ratio only
-      weights the gradient (clipped, stop-gradient), so clipped tokens still contribute a gradient.
-    - "sapo" (SAPO, Gao et al. 2025, arXiv 2511.20347): l = -A (4 / tau) sigmoid(tau (r - 1)), tau = tau_positive
-      for A > 0 and tau_negative otherwise. A smooth gate instead of a hard clip: with g = sigmoid(tau (r - 1)) the
-      gradient is -A 4 g (1 - g) r grad(log pi), the plain policy gradient at r = 1, decaying smoothly off-policy
-      (faster for negative advantages, since tau_negative > tau_positive). The paper's objective is
-      seq-mean-token-mean, the default of `actor.loss_avg_mode` for sapo.
-
-    Metrics (token means over this micro-batch, verl's names): `pg_clipfrac` (share of tokens held at either clip
-    bound, 1 + eps_h or 1 - eps_l), `pg_clipfrac_higher` (at the upper bound only), `pg_clipfrac_lower` (held by the
-    dual clip C), and `ppo_kl`, the k1 estimate of KL(pi_old || pi), mean(log pi_old - log pi). They are detached
-    0-dim tensors on the loss's device, so that a caller can add them up over micro-batches without a host sync.
-    """
+    Metrics (verl's names, detached 0-dim tensors on the device so callers sum them without a host sync):
+    `pg_clipfrac` (either bound), `pg_clipfrac_higher`, `pg_clipfrac_lower` (dual clip C), and `ppo_kl` (k1 estimate
+    of KL(pi_old || pi))."""
     if loss_type not in _POLICY_LOSSES and not register_if_spec("policy_loss", loss_type):
         raise ValueError(
             f"Unknown actor.loss_type {loss_type!r}; choose one of {', '.join(_POLICY_LOSSES)}, or your own function as 'path/to/file.py:function'."

@@ -1,16 +1,10 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """Rollout correction: importance weights and rejection between the rollout engine's policy and the trainer's.
-
-The inference engine samples responses from pi_rollout (its own kernels and precision, possibly older weights) and
-returns the log-probs of the sampled tokens; the trainer recomputes them as pi_old. The two differ, so the training
-data is off-policy for pi_old (Yao et al. 2025, "Your efficient RL framework secretly brings you off-policy RL
-training", https://fengyao.notion.site/off-policy-rl). With rho_t = pi_old(y_t) / pi_rollout(y_t) per token, the
-modes of `compute_rollout_correction` reweight tokens or sequences by rho (truncated importance sampling), or reject
-them where rho leaves a band; `mismatch_metrics` reports how far apart the two policies are. verl 0.9.1 implements
-the same corrections in verl/trainer/ppo/rollout_corr_helper.py (`rollout_is`, `rollout_rs`); each mode names its
-verl counterpart and any difference.
-"""
+The engine samples from pi_rollout (its own kernels and precision, maybe older weights); the trainer recomputes the
+log-probs as pi_old, so the data is off-policy (Yao et al. 2025, https://fengyao.notion.site/off-policy-rl). With
+rho_t = pi_old(y_t) / pi_rollout(y_t), the modes reweight tokens or sequences by rho or reject them outside a band;
+each mode names its counterpart in verl 0.9.1 (`rollout_is`, `rollout_rs`) and any difference."""
 
 import inspect
 import math
@@ -26,15 +20,13 @@ from verl.algorithms.user_functions import Kind, Where, add_kind, check_keyword_
 
 
 CORRECTION_MODES: tuple[str, ...] = ("none", "bypass", "tis", "icepop", "seq_is", "seq_mis", "geo_rs", "decoupled")
-"""Values of `algorithm.rollout_correction.mode`; see `compute_rollout_correction` for each."""
 
 METRIC_PREFIX = "rollout_corr/"
-"""Prefix of every metric of this module (verl's)."""
 
 
 @dataclass
 class CorrectionSettings:
-    """`algorithm.rollout_correction`: the mode and its bounds. Every ratio is pi_old / pi_rollout."""
+    """`algorithm.rollout_correction`; every ratio is pi_old / pi_rollout. The field docstrings are CLI help."""
 
     mode: str = "none"
     """One of `CORRECTION_MODES`, a mode registered with `register_correction_mode`, or a user's
@@ -56,8 +48,7 @@ class CorrectionSettings:
     """geo_rs: a sequence whose geometric-mean ratio is above this is rejected."""
 
     def validate(self, prefix: str = "algorithm.rollout_correction") -> None:
-        """Raise ValueError naming the key (`prefix`.field) of an unknown mode, a non-positive cap or bound, or a
-        band whose low end is not below its high end. All fields are checked, whatever the mode."""
+        """Raise ValueError naming the key of an unknown mode, a non-positive cap or bound, or a band low >= high."""
         if self.mode not in _MODES and not register_if_spec("rollout_correction", self.mode):
             raise ValueError(
                 f"Unknown {prefix}.mode {self.mode!r}; choose one of {', '.join(_MODES)}, or your own function as "
@@ -75,37 +66,35 @@ class CorrectionSettings:
 
 @dataclass(frozen=True)
 class CorrectionResult:
-    """What the actor applies: loss_t * weights_t, aggregated over `mask`; and the metrics to log."""
+    """What the actor applies: loss_t * weights_t, aggregated over `mask`, plus the metrics to log."""
 
     weights: torch.Tensor
-    """(B, L) float32, detached: multiplies the per-token policy loss. 0 on padding and on rejected tokens."""
+    """(B, L) float32, detached; 0 on padding and rejected tokens."""
     mask: torch.Tensor
-    """(B, L) float32: the response mask without the sequences that seq_mis / geo_rs rejected. Tokens that icepop
-    and decoupled filter keep their 1 here (weight 0): their papers count them in the loss normaliser."""
+    """(B, L) float32 response mask without the sequences seq_mis / geo_rs rejected. Tokens icepop and decoupled
+    filter stay (weight 0): their papers count them in the loss normaliser."""
     metrics: dict[str, float]
-    """`rollout_corr/...` floats, see `compute_rollout_correction`."""
 
 
 @dataclass(frozen=True)
 class _LogRatios:
-    """log rho of a batch, float32, with padding set to 0 before anything is exponentiated or summed."""
+    """log rho of a batch, float32, padding set to 0 before any exp or sum."""
 
     raw: torch.Tensor
-    """(B, L) log pi_old - log pi_rollout, not clamped."""
+    """Not clamped."""
     token: torch.Tensor
-    """(B, L) log rho_t: `raw` clamped to +-LOG_RATIO_CLAMP."""
+    """`raw` clamped to +-LOG_RATIO_CLAMP."""
     seq: torch.Tensor
-    """(B, 1) S = sum_t log rho_t over the response (of the clamped token values)."""
+    """(B, 1) S = sum_t of the clamped `token`."""
     n_tokens: torch.Tensor
     """(B, 1) response length."""
     mask: torch.Tensor
-    """(B, L) float32 response mask."""
 
     def token_ratio(self) -> torch.Tensor:
         return self.token.exp()
 
     def seq_ratio(self) -> torch.Tensor:
-        """exp(S), S clamped to +-LOG_RATIO_CLAMP, broadcast to (B, L)."""
+        """exp(S), S clamped, broadcast to (B, L)."""
         return self.seq.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).exp().expand_as(self.token)
 
 
@@ -125,18 +114,17 @@ def _log_ratios(
 
 @dataclass(frozen=True)
 class _ModeTerms:
-    """What a mode decides, per token, before padding is masked."""
+    """What a mode decides per token, before padding is masked; all (B, L)."""
 
     ratio: torch.Tensor
-    """(B, L) the raw ratio the mode acts on: rho_t, or its sequence's ratio on every token (for the metrics)."""
+    """The raw ratio the mode acts on (rho_t, or the sequence ratio on every token), for the metrics."""
     weights: torch.Tensor
-    """(B, L) the weight."""
     truncated: torch.Tensor | None = None
-    """(B, L) bool: tokens whose weight the cap C held."""
+    """Tokens whose weight the cap C held."""
     filtered: torch.Tensor | None = None
-    """(B, L) bool: tokens given weight 0 that stay in the mask (icepop, decoupled)."""
+    """Weight 0 but kept in the mask (icepop, decoupled)."""
     rejected: torch.Tensor | None = None
-    """(B, L) bool: tokens whose sequence leaves the mask (seq_mis, geo_rs)."""
+    """Removed from the mask with their sequence (seq_mis, geo_rs)."""
 
 
 _ModeFn = Callable[[_LogRatios, CorrectionSettings], _ModeTerms]
@@ -152,16 +140,13 @@ def _mode(*names: str) -> Callable[[_ModeFn], _ModeFn]:
 
 
 CorrectionFn = Callable[[torch.Tensor, torch.Tensor, CorrectionSettings], tuple[torch.Tensor, torch.Tensor | None]]
-"""(log rho (B, L), clamped, 0 on padding; response mask (B, L); settings) -> (weights (B, L), the (B, L) bool mask of
-the tokens kept in the loss, or None to keep them all)."""
+"""(log rho (B, L) clamped and 0 on padding, response mask (B, L), settings) -> (weights (B, L), bool mask (B, L) of
+the tokens kept in the loss, or None to keep all)."""
 
 
 def register_correction_mode(name: str) -> Callable[[CorrectionFn], CorrectionFn]:
-    """Register an off-policy correction under `name` (a value of `algorithm.rollout_correction.mode`).
-
-    Tokens given weight 0 stay in the loss normaliser (and count in `masked_share`, as icepop's do); tokens outside
-    the returned mask leave it (as seq_mis' rejected sequences do). The metrics use the token ratio rho_t.
-    """
+    """Register an off-policy correction under `name` (a value of `algorithm.rollout_correction.mode`). Weight-0
+    tokens stay in the loss normaliser (and `masked_share`); tokens outside the returned mask leave it."""
 
     def decorator(fn: CorrectionFn) -> CorrectionFn:
         if name in _MODES:
@@ -179,7 +164,6 @@ def register_correction_mode(name: str) -> Callable[[CorrectionFn], CorrectionFn
 
 
 def registered_correction_modes() -> tuple[str, ...]:
-    """Names of all registered correction modes, built-in first."""
     return tuple(_MODES)
 
 
@@ -238,43 +222,24 @@ def compute_rollout_correction(
     response_mask: torch.Tensor,
 ) -> CorrectionResult:
     """Weights and mask that correct the policy loss for the rollout/trainer mismatch, by `settings.mode`.
+    Inputs (B, L), padding any value; log rho_t clamped to +-20, S = sum_t log rho_t, n the length, C = is_cap:
 
-    Inputs are (B, L); padding may hold any value (it is set to 0 before exp and sums). With
-    log rho_t = clamp(old_t - rollout_t, +-20), S = sum_t log rho_t over the response, n its length, C = is_cap:
+    - "none": w_t = 1. "bypass": the caller trains with old := rollout log-probs (verl's `bypass_mode`), so PPO's
+      ratio already corrects; w_t = 1, metrics only.
+    - "tis": token truncated IS (verl rollout_is="token"): w_t = min(rho_t, C).
+    - "icepop": IcePop (arXiv 2510.18855): w_t = rho_t inside [mask_low, mask_high], else 0 (kept in the mask).
+    - "seq_is": sequence truncated IS (verl rollout_is="sequence"): w_t = min(exp(S), C).
+    - "seq_mis": verl's `decoupled_seq_is_rs`: exp(S) outside [seq_low, seq_high] leaves the mask, the rest get
+      min(exp(S), C). verl's k1 bounds "a_b" bound exp(-S): seq_low = 1 / b, seq_high = 1 / a.
+    - "geo_rs": verl's Geo-RS (rollout_rs="seq_mean_k1"): rejects g = exp(S / n) outside [geo_low, geo_high]
+      (verl's "a_b" bound 1 / g likewise); w_t = 1 on the rest.
+    - "decoupled": decoupled PPO (AReaL, arXiv 2505.24298): old_log_probs is the proximal policy, rollout_log_probs
+      the behaviour one; w_t = rho_t up to C (`behav_imp_weight_cap`), else 0 and kept in the mask (AReaL filters).
 
-    - "none": w_t = 1, mask unchanged.
-    - "bypass": the caller trains with old := rollout log-probs (no recompute, verl's `bypass_mode`), so the PPO
-      ratio pi / pi_rollout already corrects; w_t = 1, mask unchanged, only the metrics.
-    - "tis": token truncated IS (Yao et al. 2025; verl rollout_is="token" with a float threshold C):
-      w_t = min(rho_t, C).
-    - "icepop": IcePop (Ring-1T, "Every Step Evolves", arXiv 2510.18855; verl rollout_is="token" with threshold
-      "mask_low_mask_high"): w_t = rho_t if mask_low <= rho_t <= mask_high, else 0. The token stays in the mask,
-      as in the paper (its normaliser 1 / |y_i| counts every response token) and verl (response_mask unchanged).
-    - "seq_is": sequence truncated IS (verl rollout_is="sequence"): w_t = min(exp(S), C) on every token.
-    - "seq_mis": sequence masked IS (verl's Seq-MIS preset `decoupled_seq_is_rs`: rollout_is="sequence" plus
-      rollout_rs="seq_sum_k1"): a sequence with exp(S) outside [seq_low, seq_high] leaves the mask; the others get
-      w_t = min(exp(S), C), truncated as in verl. verl's k1 bounds "a_b" apply to exp(-S) = prod pi_rollout / pi_old,
-      so they equal seq_low = 1 / b, seq_high = 1 / a here (the same for the default 0.5 / 2.0).
-    - "geo_rs": geometric-mean rejection (verl's Geo-RS, rollout_rs="seq_mean_k1"): g = exp(S / n); a sequence with g
-      outside [geo_low, geo_high] leaves the mask; w_t = 1 on the others. verl bounds exp(-S / n) = 1 / g, so its
-      "a_b" equals geo_low = 1 / b, geo_high = 1 / a.
-    - "decoupled": decoupled PPO (AReaL, Fu et al. 2025, arXiv 2505.24298). old_log_probs is the proximal policy
-      (recomputed by the trainer) and the caller's loss ratio is pi / pi_old as usual; rollout_log_probs is the
-      behaviour policy. The behaviour weight is w_t = rho_t for rho_t <= C and 0 above it, with C AReaL's
-      `behav_imp_weight_cap`: AReaL filters those tokens (weight 0, still counted in the loss normaliser, so they
-      stay in the mask here) rather than truncating them; truncation is "tis".
-
-    Both bound comparisons are inclusive, as in verl and AReaL; the sequence bounds are compared in log space.
-    Differences from verl: S sums token log-ratios clamped to +-20 (verl's rollout_rs does the same, its
-    rollout_is="sequence" clamps only the sum), and the verl options rollout_is_batch_normalize, the k2 / k3 / max
-    rejection criteria and combinations of several criteria are not offered.
-
-    Metrics, over the tokens of the input response_mask (0 when it is empty):
-    `rollout_corr/is_ratio_mean` and `is_ratio_max` of the ratio the mode acts on (rho_t for none, bypass, tis,
-    icepop, decoupled; exp(S) for seq_is, seq_mis; g for geo_rs; a sequence ratio counts once per token),
-    `truncated_share` (tokens whose weight C held), `masked_share` (tokens given weight 0: rejected with their
-    sequence, or filtered by icepop / decoupled), and those of `mismatch_metrics`.
-    """
+    Bounds are inclusive (as verl, AReaL), sequence bounds compared in log space. Unlike verl: S sums clamped token
+    log-ratios; no rollout_is_batch_normalize, k2 / k3 / max rejection or combined criteria. Metrics (0 for an empty
+    mask): `rollout_corr/is_ratio_mean`, `is_ratio_max` (of the ratio the mode acts on), `truncated_share`,
+    `masked_share` (weight 0) and those of `mismatch_metrics`."""
     settings.validate()
     lr = _log_ratios(old_log_probs, rollout_log_probs, response_mask)
     terms = _MODES[settings.mode](lr, settings)
@@ -313,16 +278,11 @@ def _mismatch_metrics(lr: _LogRatios) -> dict[str, float]:
 def mismatch_metrics(
     old_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, response_mask: torch.Tensor
 ) -> dict[str, float]:
-    """How far the trainer's pi_old is from the rollout policy, over the response tokens (0 for an empty mask).
-
-    - `rollout_corr/k3_kl`: token mean of k3 = r - 1 - log r with r = pi_old / pi_rollout (log r clamped to +-20).
-      The tokens were sampled from pi_rollout, so E[r] = 1 and E[k3] = E[log(pi_rollout / pi_old)]: it estimates
-      KL(pi_rollout || pi_old) per token (Schulman 2020, http://joschu.net/blog/kl-approx.html), unbiased and
-      non-negative. verl's `k3_kl` is the same, without the clamp.
-    - `rollout_corr/log_ppl_diff`: mean over responses of mean_t(log pi_rollout - log pi_old) =
-      log(PPL_old / PPL_rollout) of the response, verl's sign: positive when the trainer finds the sampled tokens
-      less likely than the engine did. Empty responses are left out of the mean (verl averages them in as 0).
-    """
+    """How far the trainer's pi_old is from the rollout policy, over response tokens (0 for an empty mask).
+    - `rollout_corr/k3_kl`: token mean of k3 = r - 1 - log r, r = pi_old / pi_rollout: an unbiased, non-negative
+      estimate of KL(pi_rollout || pi_old), since tokens come from pi_rollout (verl's, without the clamp).
+    - `rollout_corr/log_ppl_diff`: mean over non-empty responses of log(PPL_old / PPL_rollout), verl's sign: positive
+      when the trainer finds the tokens less likely than the engine did (verl averages empty ones in as 0)."""
     return _mismatch_metrics(_log_ratios(old_log_probs, rollout_log_probs, response_mask))
 
 

@@ -1,17 +1,14 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Settings that change as training goes on: the staged response length and the adaptive entropy coefficient.
-
-Both follow Skywork-OR1 (arXiv 2505.22312). The stage is a pure function of the global step, so a resumed run
-continues in the right stage without saving anything; the entropy coefficient is saved with the checkpoint.
-README.md's "Reasoning runs" describes the config keys.
-"""
+"""Settings that change during training (Skywork-OR1, arXiv 2505.22312): the staged response length and the adaptive
+entropy coefficient. The stage is a pure function of the global step, so a resume needs nothing saved; the entropy
+coefficient is checkpointed. Config keys: README.md's "Reasoning runs"."""
 
 from typing import Any
 
 
 def check_response_length_schedule(schedule: dict[int, int], max_response_length: int) -> str | None:
-    """An error message for a schedule that cannot work, or None. Empty schedules are valid (no stages)."""
+    """An error message for a schedule that cannot work, or None (an empty schedule is valid)."""
     if not schedule:
         return None
     for step, length in schedule.items():
@@ -32,7 +29,7 @@ def check_response_length_schedule(schedule: dict[int, int], max_response_length
 
 
 def response_length_at(schedule: dict[int, int], step: int, default: int) -> int:
-    """The response length of the stage that `step` is in (the stage with the largest start <= step)."""
+    """The length of the stage `step` is in (largest start <= step)."""
     if not schedule:
         return default
     started = [start for start in schedule if start <= step]
@@ -40,11 +37,7 @@ def response_length_at(schedule: dict[int, int], step: int, default: int) -> int
 
 
 class EntropyController:
-    """The entropy bonus' coefficient, adapted to keep the policy's token entropy near a target.
-
-    After each step with measured entropy e: coef += delta if e < target, coef -= delta if e > target, then clipped
-    to [min_coef, max_coef].
-    """
+    """The entropy bonus' coefficient, stepped by +-delta towards a target entropy, clipped to [min_coef, max_coef]."""
 
     def __init__(self, init_coef: float, target: float, delta: float, min_coef: float, max_coef: float) -> None:
         self.coef = min(max(init_coef, min_coef), max_coef)

@@ -1,17 +1,10 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""An algorithm from the user's own file: `path/to/file.py:function` wherever a registered name is accepted.
-
-Five kinds of function can come from a file: an advantage estimator, a policy loss, a KL estimator, a loss
-aggregation and an off-policy correction. Each registry module declares its kind here (`add_kind`: the signature it
-expects and how to register a function wrapped with its output checks), so this module imports none of them.
-`register_user_function` imports the file (once per process), checks that the function's signature fits the kind,
-and registers it in that kind's registry under the spec string itself; every code path that looks a name up then
-finds it unchanged. The driver registers during config validation; a Ray worker process, which never validates,
-registers the first time the name is looked up (`register_if_spec`, called by each registry on a miss). The wrappers
-check what the function returns (shape, dtype, finiteness) and name the file, the function and the training step
-when it fails (`Where`). README.md's "Your own algorithm" gives each kind's signature.
-"""
+"""An algorithm from the user's own file: `path/to/file.py:function` wherever a registered name is accepted (five
+kinds: advantage estimator, policy loss, KL estimator, loss aggregation, off-policy correction; each registry module
+declares its kind via `add_kind`). The function is imported once per process, its signature checked, and registered
+under the spec itself: the driver at config validation, a Ray worker on its first lookup (`register_if_spec`). Wrappers
+check outputs, naming file, function and step (`Where`). Signatures: README.md's "Your own algorithm"."""
 
 import contextlib
 import importlib
@@ -48,15 +41,14 @@ class Kind:
     key: str
     """The config key that selects it (the first, where several do)."""
     signature: str
-    """The expected signature, shown in every error about it."""
+    """Shown in every error about it."""
     check: Callable[[inspect.Signature], str | None]
-    """The problem with a function's signature for this kind, or None when it fits."""
+    """The problem with a function's signature for this kind, or None."""
     register: Callable[[str, Callable[..., Any], "Where"], None]
-    """Register the function, wrapped with its output checks (`Where`), under the spec in the kind's registry."""
+    """Register the function, wrapped with its output checks, under the spec."""
 
 
 KINDS: dict[str, Kind] = {}
-"""Kind name -> Kind; each registry module adds its own when it is imported."""
 
 _KIND_MODULES: dict[str, str] = {
     "adv_estimator": "verl.algorithms.advantages",
@@ -65,12 +57,11 @@ _KIND_MODULES: dict[str, str] = {
     "loss_avg_mode": "verl.algorithms.masked_ops",
     "rollout_correction": "verl.algorithms.rollout_correction",
 }
-"""The registry module of each kind, imported by name when a spec is registered before it (it imports this one)."""
+"""Imported by name when a spec is registered before its registry module (which imports this one)."""
 
 _MODULES: dict[str, ModuleType] = {}
-"""Absolute path -> the imported module: each file runs once per process, whichever kinds it provides."""
+"""Absolute path -> module: each file runs once per process."""
 _REGISTERED: dict[tuple[str, str], Callable[..., Any]] = {}
-"""(kind, spec) -> the user's function, registered in the kind's registry under the spec."""
 _step: int | None = None
 
 
@@ -80,14 +71,14 @@ def is_user_spec(value: Any) -> bool:
 
 
 def set_training_step(step: int | None) -> None:
-    """Record the training step this process works on, for the messages of run-time errors."""
+    """Record the training step this process works on, for run-time error messages."""
     global _step
     _step = step
 
 
 @contextlib.contextmanager
 def training_step(step: int | None) -> Iterator[None]:
-    """`set_training_step` for the duration of a block (a worker's update), restoring the previous step after."""
+    """`set_training_step` for the duration of a block, restoring the previous step after."""
     previous = _step
     set_training_step(step)
     try:
@@ -130,7 +121,6 @@ def _import(path: str, spec: str, key: str) -> ModuleType:
 
 
 def add_kind(name: str, kind: Kind) -> None:
-    """Declare a kind of user function (a registry module does, for its own registry)."""
     KINDS[name] = kind
 
 
@@ -168,11 +158,8 @@ def load_user_function(kind_name: str, spec: str, key: str | None = None) -> tup
 
 
 def register_user_function(kind_name: str, spec: str, key: str | None = None) -> None:
-    """Load `spec` as a `kind_name` function and register it under `spec` in that kind's registry (once per process).
-
-    Raises AlgorithmFunctionLoadError naming `key` (the kind's config key by default) when the file or the function
-    is missing or its signature does not fit the kind.
-    """
+    """Load `spec` as a `kind_name` function and register it under `spec` (once per process); raises
+    AlgorithmFunctionLoadError naming `key` (default: the kind's key) when it cannot be loaded or does not fit."""
     if (kind_name, spec) in _REGISTERED:
         return
     kind = _kind(kind_name)
@@ -182,11 +169,8 @@ def register_user_function(kind_name: str, spec: str, key: str | None = None) ->
 
 
 def register_if_spec(kind_name: str, name: str) -> bool:
-    """For a registry that does not know `name`: register it if it is a file spec (True), else False.
-
-    This is how a Ray worker process, which never ran config validation, finds the user's function the first time
-    it looks the name up.
-    """
+    """For a registry that does not know `name`: register it if it is a file spec (True), else False. This is how
+    a Ray worker, which never validated the config, finds the user's function."""
     if not is_user_spec(name):
         return False
     register_user_function(kind_name, name)
@@ -276,9 +260,8 @@ class Where:
 
 
 def require_algorithm(section: Any, prefix: str, name: str, kind_name: str, choices: tuple[str, ...]) -> None:
-    """Config validation of a key that takes a registered name or a user's file: the name is one of `choices`, or
-    the file loads, has the function, and its signature fits `kind_name` (then it is registered in this process).
-    Raises ConfigError naming `prefix` + `name`."""
+    """Config validation of a key taking a registered name (one of `choices`) or a user's file (loaded, checked
+    against `kind_name` and registered here); raises ConfigError naming `prefix` + `name`."""
     from verl.utils.config import ConfigError
 
     value, key = getattr(section, name), prefix + name

@@ -1,13 +1,9 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """RLHFDataset: prompt rows (text, images, videos) turned into left-padded token ids for rollout and training.
-
-Every row is checked when the dataset is built, so a bad row or a prompt that does not fit fails before training
-starts, with the file, the row and the key in the message: every image is decoded once, in full (a truncated file
-has a valid header), and its pixels are dropped again; a video is decoded too, to count its tokens. With
-data.skip_bad_rows=true bad rows are skipped instead, both then and when a row that passed goes bad before its batch
-is built. docs/data_flow.md lists the keys a row ends up with.
-"""
+Every row is checked (every image fully decoded once, since a truncated file has a valid header) when the dataset is
+built, so bad rows fail before training, naming file, row and key; data.skip_bad_rows=true skips them instead, then
+and at load time. docs/data_flow.md lists the keys of a row."""
 
 import logging
 import multiprocessing
@@ -41,7 +37,7 @@ from verl.models.rope_index import RopeIndex, load_model_config, uses_mrope
 
 logger = logging.getLogger(__name__)
 
-# Keys the dataset itself produces (and `uid`, which the driver adds): a column with one of these names would clash.
+# Keys the dataset produces (and `uid`, added by the driver): a column with one of these names would clash.
 RESERVED_COLUMNS = (
     "input_ids",
     "attention_mask",
@@ -62,7 +58,7 @@ class DatasetRowError(ValueError):
 
 
 class PromptTooLongError(DatasetRowError):
-    """A prompt longer than max_prompt_length (image tokens included) while filter_overlong_prompts is off."""
+    """Longer than max_prompt_length (image tokens included) while filter_overlong_prompts is off."""
 
 
 def _read_text_file(path: str, config_key: str) -> str:
@@ -78,34 +74,28 @@ class _Prompt:
 
     row: dict[str, Any]
     text: str
-    """The rendered chat prompt (with one placeholder per image/video)."""
+    """The rendered chat prompt (one placeholder per image/video)."""
     images: list[Any]
     """Raw image values as stored (paths, bytes, dicts or PIL images)."""
     videos: list[str]
     ground_truth: str | list[Any] | dict[str, Any]
-    """The answer column: a number becomes its string; a string, list or dict is passed on unchanged."""
+    """The answer column: a number becomes a string; string, list or dict pass unchanged."""
     content: str = ""
-    """The user message before the chat template (after data.format_prompt), for scorers with their own template
-    (reward models, judges)."""
+    """The user message after data.format_prompt, before the chat template (for reward models and judges)."""
 
 
 class RLHFDataset(Dataset):
-    """Prompts for RL; docs/data_flow.md lists the output. One row goes through these steps:
+    """Prompts for RL (output: docs/data_flow.md). Per row:
 
-    1. the prompt column is rendered through the `format_prompt` Jinja template, which sees `content` (the prompt)
-       and every other column of the row;
-    2. `<image>` / `<video>` markers split the text into content parts, one media part per marker (rows with media
-       but no markers get their media in front of the text);
-    3. the chat template (the tokenizer's, the processor's, or `override_chat_template`) renders the conversation;
-    4. the processor (for a VLM) or the tokenizer turns it into ids, with every image placeholder expanded to the
-       image's real number of tokens; the ids are left-padded to max_prompt_length, never truncated;
-    5. position ids: the model's own 3-D rope index for Qwen2-VL / Qwen2.5-VL, else 0, 1, 2, ... over real tokens.
+    1. the prompt is rendered through the `format_prompt` Jinja template (sees `content` and every other column);
+    2. `<image>` / `<video>` markers split it into content parts (media without markers go in front of the text);
+    3. the chat template (tokenizer's, processor's, or `override_chat_template`) renders the conversation;
+    4. the processor or tokenizer makes ids, image placeholders expanded; left-padded to max_prompt_length, never
+       truncated (overlong prompts, image tokens counted, are filtered or rejected);
+    5. position ids: the 3-D rope index for Qwen2-VL-style models, else 0, 1, 2, ... over real tokens.
 
-    Overlong prompts are counted with their image tokens and filtered (or rejected); bad rows fail (or are skipped).
-
-    `data_source` is a local file, a directory, a `name@split` dataset or a list of dicts. `model_config` is
-    needed for the rope index of Qwen2-VL models; when it is None it is read from the processor's directory.
-    """
+    `data_source`: a file, a directory, a `name@split` dataset or a list of dicts. `model_config` (for the rope
+    index) defaults to the one in the processor's directory."""
 
     def __init__(
         self,
@@ -134,7 +124,7 @@ class RLHFDataset(Dataset):
     ) -> None:
         self.tokenizer = tokenizer
         self.tools = tools
-        """JSON schemas of the rollout environment's tools, rendered into every prompt by the chat template."""
+        """Tool JSON schemas the chat template renders into every prompt."""
         self.processor = processor
         self.prompt_key, self.answer_key, self.image_key, self.video_key = prompt_key, answer_key, image_key, video_key
         self.image_dir = os.path.expanduser(image_dir) if image_dir else None
@@ -143,9 +133,9 @@ class RLHFDataset(Dataset):
         self.min_pixels, self.max_pixels = min_pixels, max_pixels
         self.skip_bad_rows = skip_bad_rows
         self._image_sizes: dict[str, tuple[int, int]] = {}
-        """(width, height) of the image files the scan decoded, by path: an image that many rows share is read once."""
+        """(width, height) by path, from the scan: an image many rows share is decoded once."""
         self._failed_rows: set[int] = set()
-        """Rows that passed the scan but failed when loaded, with skip_bad_rows on (known to this process)."""
+        """Rows that passed the scan but failed when loaded (skip_bad_rows on; this process only)."""
         self.limit_images = limit_images
         self.allow_paths_outside_image_dir = allow_paths_outside_image_dir
         if image_dir and not os.path.isdir(self.image_dir):
@@ -173,7 +163,7 @@ class RLHFDataset(Dataset):
 
     @property
     def has_media(self) -> bool:
-        """Whether the data has an image or a video column (its rows may need decoding)."""
+        """Whether the data has an image or video column."""
         return self.image_key in self.source.columns or self.video_key in self.source.columns
 
     def _compile_format_template(self) -> Any:
@@ -188,8 +178,7 @@ class RLHFDataset(Dataset):
             ) from None
 
     def __getstate__(self) -> dict[str, Any]:
-        """Picklable for data-loader workers started by spawn or forkserver: a compiled Jinja template is not, so
-        it is compiled again from its source on the other side."""
+        """A compiled Jinja template does not pickle (spawn/forkserver loader workers): it is recompiled there."""
         return {**self.__dict__, "format_template": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -215,7 +204,7 @@ class RLHFDataset(Dataset):
             )
 
     def _scan(self, filter_overlong: bool, workers: int) -> tuple[list[int], list[int]]:
-        """Validate every row and measure its prompt; return the kept row indices and their prompt lengths."""
+        """Validate and measure every row; return the kept row indices and their prompt lengths."""
         results = _scan_rows(self, range(len(self.source)), workers)
         kept, lengths, bad, overlong = [], [], [], []
         for index, (length, error) in enumerate(results):
@@ -266,7 +255,7 @@ class RLHFDataset(Dataset):
         )
 
     def prompt_length(self, index: int) -> int:
-        """Tokens of row `index`'s prompt after image-token expansion, reading image headers only where possible."""
+        """Prompt tokens of row `index` after image-token expansion (image headers only where possible)."""
         prompt = self._prepare(index)
         raw_ids = self.tokenizer.encode(prompt.text, add_special_tokens=False)
         if not prompt.images and not prompt.videos:
@@ -280,8 +269,7 @@ class RLHFDataset(Dataset):
         return len(self._encode(index, prompt)["input_ids"])
 
     def _count_image_tokens(self, index: int, sizes: list[tuple[int, int]]) -> list[int] | None:
-        """The processor's image tokens per image of row `index`; a size it refuses (Qwen-VL's aspect ratio of 200 or
-        more, e.g. a 4000x8 banner) is an error naming the row and the image."""
+        """The processor's image tokens per image; a size it refuses (Qwen-VL: aspect ratio >= 200) is a row error."""
         try:
             return count_image_tokens(self.processor, sizes)
         except ValueError as error:
@@ -327,7 +315,7 @@ class RLHFDataset(Dataset):
         raise self._error(index, key, f"expected a list, got {type(value).__name__}")
 
     def _prepare(self, index: int) -> _Prompt:
-        """Validate row `index` and render its chat prompt (no pixels are decoded)."""
+        """Validate row `index` and render its chat prompt (no pixels decoded)."""
         row = self.source.row(index)
         prompt = row.get(self.prompt_key)
         if prompt is None:
@@ -341,7 +329,7 @@ class RLHFDataset(Dataset):
             raise self._error(index, self.answer_key, "the answer is missing (null)")
         if isinstance(answer, (int, float)):
             answer = str(answer)
-        # Lists and dicts (several accepted answers, structured labels) reach the reward function as they are.
+        # Lists and dicts (several answers, structured labels) reach the reward function as they are.
         if not isinstance(answer, (str, list, dict)):
             raise self._error(
                 index,
@@ -388,7 +376,7 @@ class RLHFDataset(Dataset):
             ) from None
 
     def _content(self, index: int, text: str, num_images: int, num_videos: int) -> str | list[dict[str, Any]]:
-        """The user message content: the text, or text and media parts placed by the <image>/<video> markers."""
+        """The user content: the text, or text and media parts placed by the markers."""
         if self.processor is None:
             return text  # a text model: markers are plain text
         markers = {"<image>": (self.image_key, num_images), "<video>": (self.video_key, num_videos)}
@@ -422,8 +410,8 @@ class RLHFDataset(Dataset):
         return prefix + parts
 
     def _image_size(self, index: int, position: int, value: Any) -> tuple[int, int]:
-        """The (width, height) image `position` of row `index` gets after resizing. The image is decoded in full,
-        once per file: a truncated or corrupt image has a valid header and would otherwise fail only in its batch."""
+        """The (width, height) after resizing; decoded in full once per file, since a truncated image has a valid
+        header and would otherwise fail only in its batch."""
         try:
             width, height = image_size(value, self.image_dir, self._image_sizes)
         except IMAGE_ERRORS as error:
@@ -473,8 +461,8 @@ class RLHFDataset(Dataset):
         return len(self.indices)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        """Example `index`; with skip_bad_rows on, a row that fails now (a file changed or went missing since the
-        scan) is skipped with a warning and the next good row takes its place, so the batch stays full."""
+        """Example `index`; with skip_bad_rows, a row that fails now (changed since the scan) is skipped with a
+        warning and the next good row takes its place, so the batch stays full."""
         if not self.skip_bad_rows:
             return self._example(self.indices[index])
         for offset in range(len(self.indices)):
@@ -518,8 +506,7 @@ class RLHFDataset(Dataset):
             )
         else:
             position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        # Both keys whenever the row has media (docs/data_flow.md), and the rate its videos were sampled at; None for a
-        # text-only row.
+        # Both keys whenever the row has media (docs/data_flow.md), plus the video rate; None for text-only rows.
         multi_modal_data = None
         if images or videos:
             multi_modal_data = {"images": images, "videos": videos}
@@ -566,10 +553,8 @@ def _scan_chunk(indices: list[int]) -> list[tuple[int | None, str | None]]:
 
 
 def _scan_rows(dataset: RLHFDataset, indices: range, workers: int) -> list[tuple[int | None, str | None]]:
-    """(prompt length, error message) per row; with workers > 1 the rows are split over forked processes.
-
-    Fork shares the dataset (tokenizer, processor, rows) with the workers without pickling it.
-    """
+    """(prompt length, error) per row; workers > 1 split rows over forked processes (fork shares the dataset
+    without pickling)."""
     if workers <= 1 or len(indices) < 2 * workers:
         return [_scan_one(dataset, index) for index in indices]
     global _SCANNED_DATASET

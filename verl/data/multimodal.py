@@ -1,12 +1,9 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """Images and videos as the dataset stores them, turned into what the processor, the workers and vLLM take.
-
-The dataset resizes every image (and every video frame) to the pixel budget once and ships the resized pixels to
-the workers, so the processor in the driver, the processor in each worker and vLLM all see the same pixels and
-agree on the number of image tokens. Videos are decoded here with PyAV at a fixed frame rate rather than through a
-video backend that may be missing on the machine; a video travels as a uint8 array (frames, height, width, 3).
-"""
+Every image and video frame is resized to the pixel budget once and the resized pixels are shipped, so all processors
+and vLLM agree on the number of image tokens. Videos are decoded here with PyAV at a fixed frame rate (no optional
+video backend needed) and travel as uint8 arrays (frames, height, width, 3)."""
 
 import io
 import math
@@ -25,10 +22,8 @@ ImageValue = str | bytes | bytearray | dict | Image.Image
 
 
 def resized_size(width: int, height: int, min_pixels: int | None, max_pixels: int | None) -> tuple[int, int]:
-    """The (width, height) an image gets so that its area lies in [min_pixels, max_pixels], aspect kept.
-
-    Rounding goes outwards from the budget (floor when shrinking, ceil when growing), so the bound is really met.
-    """
+    """(width, height) with area in [min_pixels, max_pixels], aspect kept; rounding goes outwards from the budget
+    (floor when shrinking, ceil when growing) so the bound is really met."""
     area = width * height
     if max_pixels is not None and area > max_pixels:
         scale = math.sqrt(max_pixels / area)
@@ -40,14 +35,14 @@ def resized_size(width: int, height: int, min_pixels: int | None, max_pixels: in
 
 
 def resize_image(image: Image.Image, min_pixels: int | None, max_pixels: int | None) -> Image.Image:
-    """An RGB copy of `image` scaled into the pixel budget (unchanged size if it already fits)."""
+    """An RGB copy of `image` scaled into the pixel budget (unchanged if it fits)."""
     image = image.convert("RGB") if image.mode != "RGB" else image
     size = resized_size(image.width, image.height, min_pixels, max_pixels)
     return image.resize(size, Image.Resampling.BICUBIC) if size != image.size else image
 
 
 def resolve_path(path: str, base_dir: str | None) -> str:
-    """`path` itself when absolute (or when no base_dir is set), else joined onto base_dir."""
+    """`path` when absolute or base_dir unset, else joined onto base_dir."""
     path = os.path.expanduser(path)
     if base_dir and not os.path.isabs(path):
         return os.path.join(base_dir, path)
@@ -55,11 +50,9 @@ def resolve_path(path: str, base_dir: str | None) -> str:
 
 
 def open_image(value: ImageValue, image_dir: str | None = None) -> Image.Image:
-    """Open an image given as a path (relative to image_dir), bytes, a {"bytes": ..., "path": ...} dict or a PIL image.
-
-    PIL reads only the header here; call `.load()` (or resize) to decode the pixels. Raises FileNotFoundError for a
-    missing file, TypeError for an unsupported value and PIL.UnidentifiedImageError for data that is no image.
-    """
+    """Open an image given as a path (relative to image_dir), bytes, a {"bytes", "path"} dict or a PIL image.
+    Reads only the header (`.load()` decodes). Raises FileNotFoundError, TypeError (unsupported value) or
+    UnidentifiedImageError."""
     if isinstance(value, Image.Image):
         return value
     if isinstance(value, dict):  # Hugging Face `Image` feature without decoding, e.g. parquet written by datasets
@@ -83,25 +76,24 @@ def open_image(value: ImageValue, image_dir: str | None = None) -> Image.Image:
 
 
 IMAGE_ERRORS = (OSError, TypeError, ValueError, UnidentifiedImageError, Image.DecompressionBombError)
-"""What opening or decoding a bad image raises: a missing or corrupt file, an unsupported value, data that is no image,
-and an image over PIL's pixel limit (Image.MAX_IMAGE_PIXELS: a 20000x20000 PNG of a few KB is common in scraped data;
-decoded, it would take more than a gigabyte)."""
+"""What opening or decoding a bad image raises, including an image over PIL's MAX_IMAGE_PIXELS (a tiny PNG can decode
+to gigabytes)."""
 
 
 def check_image(value: ImageValue, image_dir: str | None = None) -> tuple[int, int]:
-    """The (width, height) of an image whose pixels were all decoded: a truncated or corrupt file, whose header
-    alone looks fine, fails here (OSError) rather than when its batch is built. The pixels are not kept."""
+    """(width, height) after decoding all pixels (not kept), so a truncated file whose header looks fine fails here,
+    not when its batch is built."""
     image = open_image(value, image_dir)
     try:
         image.load()
         return image.size
     finally:
-        if image is not value:  # we opened it: release the file and the pixels now, not at garbage collection
+        if image is not value:  # we opened it: release file and pixels now, not at garbage collection
             image.close()
 
 
 def image_size(value: ImageValue, image_dir: str | None, cache: dict[str, tuple[int, int]]) -> tuple[int, int]:
-    """`check_image`, once per file path: a dataset may name one picture in many rows; `cache` keeps the sizes."""
+    """`check_image`, once per path (`cache`): many rows may name one picture."""
     path = value if isinstance(value, str) else None
     if path is not None and path in cache:
         return cache[path]
@@ -112,8 +104,7 @@ def image_size(value: ImageValue, image_dir: str | None, cache: dict[str, tuple[
 
 
 def unreadable_image(position: int, value: Any, error: Exception) -> str:
-    """What an error says of image `position` that failed to open or decode: the cause, with the image's path
-    when the value has one and the cause does not name it already."""
+    """The error text for image `position`: the cause, prefixed with its path if the cause does not name it."""
     if isinstance(value, dict) and value.get("bytes") is None:
         value = value.get("path")
     reason = str(error).rstrip(". ")
@@ -136,13 +127,9 @@ def load_image(
 def load_video(
     path: str, fps: float, min_pixels: int | None, max_pixels: int | None, video_dir: str | None = None
 ) -> np.ndarray:
-    """Decode a video file with PyAV into frames at exactly `fps` frames per second of video time.
-
-    Frame k shows the video at time k / fps: the latest source frame at or before that time (a source slower than
-    `fps` repeats frames), so the processor may be told the rate is `fps` and its temporal positions stay right.
-    Returns uint8 RGB frames (num_frames, height, width, 3), each resized into the pixel budget. Decoding is
-    streamed and only kept frames are converted, so memory holds the output, not the video.
-    """
+    """Decode a video with PyAV into uint8 RGB frames (num_frames, height, width, 3) at exactly `fps`, resized.
+    Frame k is the latest source frame at or before time k / fps (slower sources repeat frames), so the processor can be
+    told the rate is `fps`. Decoding streams; only kept frames are converted."""
     import av  # imported here: only video datasets need it
 
     if fps <= 0:
@@ -179,13 +166,11 @@ def load_video(
 
 
 DEFAULT_VIDEO_FPS = 2.0
-"""Frames per second a video is sampled at unless data.video_fps says otherwise."""
 
 
 def video_metadata(frames: np.ndarray, fps: float) -> dict[str, Any]:
-    """What a processor (Hugging Face's or vLLM's) is told of a video already sampled by `load_video` at `fps`: its
-    frames are all the frames there are (frame i at i / fps seconds), so it must not sample again. Qwen2.5-VL takes
-    the temporal spacing of its rope index from `fps`; Qwen3-VL writes each frame's timestamp into the prompt from
+    """What a processor is told of a video `load_video` sampled at `fps`: all frames are given (frame i at i / fps),
+    so it must not resample. Qwen2.5-VL's rope spacing comes from `fps`; Qwen3-VL's prompt timestamps from
     `frames_indices` and `fps`."""
     count = len(frames)
     return {"total_num_frames": count, "fps": fps, "frames_indices": list(range(count))}
@@ -198,12 +183,8 @@ def processor_inputs(
     videos: list[np.ndarray] | None = None,
     video_fps: float = DEFAULT_VIDEO_FPS,
 ) -> dict[str, Any]:
-    """Run a multimodal processor on one rendered prompt and its (already resized) images and videos.
-
-    The frames were sampled by `load_video`, so the processor must not sample again, and it is told the real
-    frame rate: Qwen2.5-VL derives the temporal spacing of its rope index (second_per_grid_ts) from it. Workers that
-    rebuild pixel values from `multi_modal_data` should call this too, so they get the same tokens as the dataset.
-    """
+    """Run a multimodal processor on one rendered prompt and its resized images and videos (no resampling, the real
+    frame rate passed). Workers rebuilding pixels from `multi_modal_data` call this too, to get the dataset's tokens."""
     kwargs: dict[str, Any] = {}
     if videos:
         kwargs["video_metadata"] = [video_metadata(video, video_fps) for video in videos]
@@ -219,17 +200,13 @@ def processor_inputs(
 
 
 TEXT_INPUTS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
-"""What a processor returns of the text; `process_media` keeps the rest (the media's model inputs) but what the
-processor itself names unused (Gemma 4's per-image soft-token counts)."""
+"""A processor's text outputs; `process_media` keeps the rest, except what the processor names unused (Gemma 4)."""
 
 
 def process_media(multi_modal_data: dict[str, Any], processor: Any) -> dict[str, "torch.Tensor"]:
-    """The processor's model inputs (pixel values and grids, tiles or patch positions) for one row's
-    {"images": [...], "videos": [...]}.
-
-    Images go through the processor itself, on a text of one placeholder per image, not through its image processor
-    alone: the processor's own image settings (InternVL's tiling, which its image processor's defaults lack) apply,
-    as they did when the prompt was encoded and as they do in vLLM."""
+    """The processor's model inputs (pixel values, grids, tiles or patch positions) for one row's media.
+    Images go through the full processor on a text of placeholders, not its image processor alone, so its own image
+    settings (InternVL's tiling) apply as when the prompt was encoded and in vLLM."""
     inputs: dict[str, torch.Tensor] = {}
     dropped = {*TEXT_INPUTS, *getattr(processor, "unused_input_names", ())}
     images = multi_modal_data.get("images")
@@ -249,11 +226,8 @@ def process_media(multi_modal_data: dict[str, Any], processor: Any) -> dict[str,
 
 
 def count_image_tokens(processor: Any, sizes: list[tuple[int, int]]) -> list[int] | None:
-    """Tokens each (width, height) image's placeholder expands to (its image tokens and any the processor writes
-    around them), without decoding pixels; None if the processor can't say.
-
-    Uses the processor's own token arithmetic (the same that vLLM relies on), so it agrees with a full run.
-    """
+    """Tokens each (width, height) image's placeholder expands to (with any the processor writes around them), by
+    the processor's own arithmetic (as vLLM), without decoding pixels; None if it can't say."""
     count = getattr(processor, "_get_num_multimodal_tokens", None)
     if count is None or not sizes:
         return None

@@ -1,11 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Training rollouts on disk (trainer.rollout_data_dir), for `scripts/rollout_viewer.py` and for grepping.
-
-Each dumped step is `step_N.jsonl`, one line per sample, with images under `images/step_N/`; README.md's "Seeing the
-rollouts" lists the fields. A multi-turn sample also holds its conversation (`messages`), in the record format that
-`python -m verl.envs.evaluate --output` writes too.
-"""
+"""Training rollouts on disk (trainer.rollout_data_dir) as `step_N.jsonl` plus `images/step_N/`, for
+`scripts/rollout_viewer.py` and grepping; README.md's "Seeing the rollouts" lists the fields. Multi-turn samples
+also hold `messages`, in the record format `python -m verl.envs.evaluate --output` writes too."""
 
 import io
 import json
@@ -26,19 +23,18 @@ if TYPE_CHECKING:  # verl.protocol loads torch: `python -m verl.envs.evaluate` i
 
 
 REWARD_COLUMN_PREFIX = "reward/"
-"""Non-tensor columns `reward/<key>` hold the reward function's per-sample values for the dump."""
+"""Non-tensor columns `reward/<key>`: the reward function's per-sample values."""
 PNG_MODES = ("1", "L", "LA", "P", "RGB", "RGBA")
-"""PIL modes PNG stores as they are; other images are converted to RGB."""
+"""PIL modes PNG stores as they are; others are converted to RGB."""
 MESSAGES_COLUMN = "episode_messages"
-"""Non-tensor column of a multi-turn rollout: each episode's messages after the prompt (verl.workers.rollout.
-multi_turn.Episode.messages), image parts as {"type": "image", "index": i} into the sample's images."""
+"""Non-tensor column of a multi-turn rollout: each episode's messages after the prompt, image parts as
+{"type": "image", "index": i} into the sample's images."""
 ENV_COLUMN_PREFIX = "env_"
-"""Non-tensor columns `env_<name>` hold an episode's counts and `episode_info` numbers."""
+"""Non-tensor columns `env_<name>`: an episode's counts and `episode_info` numbers."""
 
 
 def decode_texts(batch: "DataProto", tokenizer: Any) -> tuple[list[str], list[str]]:
-    """(prompts, responses) of a rollout batch as text: special and padding tokens skipped, responses cut to
-    their valid tokens (response_mask)."""
+    """(prompts, responses) as text, special tokens skipped, responses cut to their response_mask."""
     prompts = tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True)
     responses = [
         tokenizer.decode(ids[mask.bool()], skip_special_tokens=True)
@@ -48,7 +44,7 @@ def decode_texts(batch: "DataProto", tokenizer: Any) -> tuple[list[str], list[st
 
 
 def _number(value: Any) -> float | None:
-    """A JSON-safe float: None for NaN and infinities (JSON has no spelling for them)."""
+    """A JSON-safe float: None for NaN and infinities."""
     value = float(value)
     return value if math.isfinite(value) else None
 
@@ -78,7 +74,6 @@ def write_image(value: Any, out_dir: str, relative: str) -> str:
 
 
 def message_text(content: Any) -> str:
-    """The text of a chat message's content: the string, or its text parts joined."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -89,8 +84,8 @@ def message_text(content: Any) -> str:
 
 
 def _tool_calls(message: Mapping[str, Any], text: str) -> list[dict[str, Any]]:
-    """An assistant turn's calls: OpenAI-style `tool_calls` when the message has them, else the `<tool_call>` blocks
-    of its text as verl.envs.parse_tool_calls reads them ({"error": ...} for a malformed one)."""
+    """An assistant turn's calls: OpenAI-style `tool_calls`, else the `<tool_call>` blocks of its text
+    ({"error": ...} for a malformed one)."""
     calls = []
     for call in message.get("tool_calls") or []:
         function = call.get("function", call) if isinstance(call, Mapping) else {}
@@ -107,10 +102,9 @@ def _tool_calls(message: Mapping[str, Any], text: str) -> list[dict[str, Any]]:
 
 
 def message_record(message: Mapping[str, Any], image_path: Callable[[Mapping[str, Any]], str | None]) -> dict:
-    """A chat message as rollout records hold it: {"role", "content" (its text), "images" (paths, when it shows
-    any), "tool_calls" (an assistant turn's calls, when it makes any: {"name", "arguments"} or {"error"}), "cut"
-    (true for environment messages the episode ended before showing to the model)}. `image_path` gives the path of
-    an image part (None: not written)."""
+    """A chat message as a record: {"role", "content" (text), "images" (if any), "tool_calls" (an assistant's, if
+    any), "cut" (environment messages the episode ended before showing)}; `image_path` maps an image part to its
+    path (None: not written)."""
     content = message.get("content")
     record: dict[str, Any] = {"role": str(message.get("role")), "content": message_text(content)}
     if isinstance(content, list):
@@ -127,9 +121,8 @@ def message_record(message: Mapping[str, Any], image_path: Callable[[Mapping[str
 
 
 def transcript_messages(messages: list[Any], first_image: int, cut: bool = False) -> list[dict[str, Any]]:
-    """Chat messages as the episode_messages column holds them: role and content, each image part replaced by
-    {"type": "image", "index": i}, numbered in order from `first_image` (the place of the image in the sample's
-    images); `cut` ones (never shown to the model) are marked "cut" and their images get no index."""
+    """Messages as the episode_messages column holds them: image parts become {"type": "image", "index": i},
+    numbered from `first_image`; `cut` messages are marked and their images get no index."""
     position = first_image
     entries = []
     for message in messages:
@@ -155,9 +148,8 @@ def transcript_messages(messages: list[Any], first_image: int, cut: bool = False
 
 
 def conversation_records(prompt: str, messages: list[Mapping[str, Any]], paths: list[str]) -> list[dict]:
-    """The "messages" of a record: the prompt as the user's first message (with the prompt's images), then the
-    episode's `messages` (transcript_messages' form) as `message_record`s. `paths` are the sample's image files,
-    the prompt's first, then the environment's."""
+    """A record's "messages": the prompt as the first user message (with its images), then the episode's messages
+    as `message_record`s. `paths`: the sample's image files, the prompt's first."""
 
     def image_path(part: Mapping[str, Any]) -> str | None:
         position = part.get("index")
@@ -177,9 +169,8 @@ def _env_numbers(columns: Mapping[str, np.ndarray], index: int) -> dict[str, flo
 
 
 def _write_images(batch: "DataProto", step: int, out_dir: str) -> list[list[str]]:
-    """Every sample's images as PNG files; returns their relative paths. An image shared by several samples (a
-    prompt's picture, shared by the responses of its uid) is written once; a multi-turn environment's images, which
-    follow the prompt's in a sample's list, are each sample's own."""
+    """Write every sample's images as PNG; returns their relative paths. A prompt's image, shared by the responses
+    of its uid, is written once; environment images are each sample's own."""
     media = batch.non_tensor_batch.get("multi_modal_data")
     uids = batch.non_tensor_batch["uid"]
     groups: dict[Any, int] = {}
@@ -202,17 +193,11 @@ def _write_images(batch: "DataProto", step: int, out_dir: str) -> list[list[str]
 
 
 def rollout_records(batch: "DataProto", step: int, tokenizer: Any, image_paths: list[list[str]]) -> list[dict]:
-    """The JSON records of one step's samples: {"step", "uid", "prompt", "response", "ground_truth", "reward",
-    "scores", "advantage", "response_length", "images"}, and for a multi-turn episode also "messages" (the
-    conversation, see `message_record`; the prompt is the first, as a user message) and "env" (its counts and
-    episode_info: turns, tool_calls, tool_errors, cut_tool_messages, truncated, ...).
+    """One step's JSON records: {"step", "uid", "prompt", "response", "ground_truth", "reward", "scores",
+    "advantage", "response_length", "images"}, plus "messages" and "env" for a multi-turn episode.
 
-    `reward` is the reward function's score (the sum of token_level_scores, before any KL penalty); `scores` holds
-    every key the reward function returned; `advantage` is the mean advantage over the response's valid tokens;
-    `response` is the text of the model's tokens (in a multi-turn episode, its turns one after the other).
-    Image paths are relative to the dump directory; the responses to one prompt (one uid) share its image files.
-    Videos are not written.
-    """
+    `reward` is the reward function's score (before any KL penalty), `scores` all its keys, `advantage` the mean
+    over valid tokens. Image paths are relative to the dump directory; videos are not written."""
     prompts, responses = decode_texts(batch, tokenizer)
     mask = batch.batch["response_mask"].float()
     lengths = mask.sum(-1)
@@ -249,13 +234,9 @@ def rollout_records(batch: "DataProto", step: int, tokenizer: Any, image_paths: 
 
 
 def dump_rollouts(batch: "DataProto", step: int, out_dir: str, tokenizer: Any) -> str:
-    """Write one training step's rollouts to `out_dir/step_{step}.jsonl` (images under `out_dir/images/step_{step}`)
-    and return the JSONL path.
-
-    The batch needs the tensors prompts, responses, response_mask and token_level_scores, and the non-tensor uid;
-    advantages, ground_truth, multi_modal_data, the `reward/<key>` columns and a multi-turn rollout's
-    episode_messages, prompt_content and `env_<name>` columns are written when present.
-    """
+    """Write one step's rollouts to `out_dir/step_{step}.jsonl` (images under `images/step_{step}`); returns the path.
+    Needs tensors prompts, responses, response_mask, token_level_scores and the uid column; optional columns are
+    written when present."""
     os.makedirs(out_dir, exist_ok=True)
     image_paths = _write_images(batch, step, out_dir)
     records = rollout_records(batch, step, tokenizer, image_paths)

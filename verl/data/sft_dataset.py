@@ -1,14 +1,9 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """Conversations for supervised fine-tuning: chat template, tokens, and the exact mask of the assistant's tokens.
-
-The loss covers only what the assistant wrote (each turn's content and its end-of-turn token, not the template's
-scaffolding); a template whose renderings of a conversation's prefixes are not prefixes of its rendering is refused
-with the row named. Examples are laid out as the RL actor's batches, so the actor's forward runs unchanged.
-
-Every row is checked when the dataset is built, before Ray starts: its messages, its images (decoded in full once)
-and its length in tokens against data.max_length, so no bad row is first found when its batch is built, hours in.
-"""
+The loss covers only what the assistant wrote (turn content and end-of-turn token, not template scaffolding); a
+template whose prefix renderings are not prefixes of the whole is refused. Examples use the RL actor's batch layout,
+so its forward runs unchanged. Every row (messages, images, length) is checked before Ray starts, not hours in."""
 
 import logging
 from dataclasses import dataclass
@@ -47,11 +42,11 @@ class Conversation:
     messages: list[dict[str, Any]]
     images: list[Any]
     tools: list[dict[str, Any]] | None = None
-    """The tools' JSON schemas the chat template describes (the row's tools_key column)."""
+    """Tool JSON schemas the chat template describes (the row's tools_key column)."""
 
 
 class SFTDataset(torch.utils.data.Dataset):
-    """Tokenized conversations with their assistant masks; rows are checked once, when the dataset is built."""
+    """Tokenized conversations with their assistant masks."""
 
     def __init__(self, source: Any, tokenizer: Any, processor: Any, config: Any, model_config: Any = None) -> None:
         self.source: RowSource = load_source(source)
@@ -64,7 +59,7 @@ class SFTDataset(torch.utils.data.Dataset):
         if len(self.source) == 0:
             raise SFTDataError(f"{self.source.description} has no rows.")
         self._image_sizes: dict[str, tuple[int, int]] = {}
-        """(width, height) of the image files the check decoded, by path: an image rows share is decoded once."""
+        """(width, height) by path, for the check: an image rows share is decoded once."""
         self._check_rows()  # every row, before training starts
         self._image_sizes = {}
 
@@ -137,10 +132,9 @@ class SFTDataset(torch.utils.data.Dataset):
     # ------------------------------------------------------------------------------------------------ checking
 
     def _check_rows(self, chunk: int = 256) -> None:
-        """Every row's messages, its images (decoded in full), and its length in tokens (chat template and image
-        tokens included) against data.max_length: with data.truncation=error a longer conversation is an error
-        naming the row and its length; with right, one that would keep no assistant token is. Rows are tokenized in
-        chunks, in one tokenizer call each."""
+        """Check every row's messages, images (decoded in full) and token length against data.max_length: over it is
+        an error with data.truncation=error, and with right when no assistant token would remain. Tokenized in
+        chunks, one tokenizer call each."""
         for start in range(0, len(self.source), chunk):
             indices = range(start, min(start + chunk, len(self.source)))
             conversations = [self._conversation(index) for index in indices]
@@ -204,7 +198,7 @@ class SFTDataset(torch.utils.data.Dataset):
             )
 
     def _structured(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """With a processor, <image> markers become image parts of the content (the processor's template form)."""
+        """With a processor, <image> markers become image content parts."""
         if self.processor is None:
             return messages
         out = []
@@ -227,7 +221,7 @@ class SFTDataset(torch.utils.data.Dataset):
         )
 
     def _ids(self, text: str, images: list[Any]) -> tuple[list[int], dict[str, Any]]:
-        """Token ids of `text` with the image placeholders expanded for `images` (the processor's own count)."""
+        """Token ids of `text`, image placeholders expanded by the processor."""
         if self.processor is None:
             return self.tokenizer.encode(text, add_special_tokens=False), {}
         count = text.count(getattr(self.processor, "image_token", "<|image_pad|>"))
@@ -237,12 +231,9 @@ class SFTDataset(torch.utils.data.Dataset):
     # ------------------------------------------------------------------------------------------------ encoding
 
     def encode(self, index: int) -> dict[str, Any]:
-        """input_ids, the assistant mask over them (1 = a token the loss learns), the images and vision inputs.
-
-        For assistant turn i the mask covers the tokens from the end of the rendered `messages[:i]` with the generation
-        prompt (`<|im_start|>assistant\\n` in Qwen's template) to the end of the rendered `messages[:i + 1]`, trailing
-        whitespace excluded.
-        """
+        """input_ids, the assistant mask (1 = learned), the images and vision inputs.
+        Assistant turn i's mask spans from the end of rendered `messages[:i]` plus generation prompt to the end of
+        rendered `messages[:i + 1]`, trailing whitespace excluded."""
         conversation = self._conversation(index)
         messages = conversation.messages
         images = [
@@ -290,8 +281,8 @@ class SFTDataset(torch.utils.data.Dataset):
         return {"input_ids": ids, "loss_mask": mask, "images": images, "encoded": encoded}
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        """The example in the RL actor's layout (docs/data_flow.md): the "prompt" is the first token, the "response"
-        the rest, right-padded to data.max_length - 1, and `response_mask` marks the assistant tokens."""
+        """The example in the RL actor's layout (docs/data_flow.md): "prompt" is the first token, "response" the rest
+        right-padded to data.max_length - 1, `response_mask` the assistant tokens."""
         example = self.encode(index)
         ids = torch.tensor(example["input_ids"], dtype=torch.long)
         length = len(ids)
@@ -323,7 +314,7 @@ class SFTDataset(torch.utils.data.Dataset):
 
 
 def collate_sft(examples: list[dict[str, Any]]) -> Any:
-    """A DataProto batch of SFT examples (tensors stacked, images as a non-tensor column)."""
+    """A DataProto batch of SFT examples (images as a non-tensor column)."""
     tensors = {
         key: torch.stack([example[key] for example in examples]) for key in examples[0] if key != "multi_modal_data"
     }

@@ -1,10 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Where dataset rows come from: local files, directories of files, Hugging Face datasets, or Python lists.
-
-A `RowSource` remembers which file every row came from, so an error about a bad row can name the file and the row's
-index inside that file rather than an index into the concatenation.
-"""
+"""Where dataset rows come from: local files, directories, Hugging Face datasets, or Python lists. A `RowSource`
+remembers each row's file, so errors name the file and the row's index inside it."""
 
 import bisect
 import os
@@ -25,11 +22,9 @@ class RowSource:
     """Rows plus where they came from: `parts[k] = (description, first row index)` in increasing order."""
 
     rows: Any
-    """A datasets.Dataset or a list of dicts; `rows[i]` is a dict of column -> value."""
+    """A datasets.Dataset or a list of dicts."""
     parts: list[tuple[str, int]]
-    """One (description, start) per file, e.g. ("file 'data/a.jsonl'", 0), ("file 'data/b.jsonl'", 120)."""
     columns: list[str]
-    """Column names, in the order the source gives them."""
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -52,7 +47,7 @@ class RowSource:
 
 
 def _is_saved_dataset(path: str) -> bool:
-    """A directory written by Dataset.save_to_disk / DatasetDict.save_to_disk."""
+    """A directory written by (Dataset|DatasetDict).save_to_disk."""
     if os.path.isfile(os.path.join(path, "dataset_dict.json")):
         return True
     return os.path.isfile(os.path.join(path, "state.json")) and os.path.isfile(os.path.join(path, "dataset_info.json"))
@@ -99,8 +94,8 @@ def _load_file(path: str) -> Any:
 
 
 def _check_utf8(path: str) -> None:
-    """A text dataset file must be UTF-8: `datasets` passes other bytes through to its rows, and the first read of such
-    a row fails with a UnicodeDecodeError naming neither file nor row. Read in blocks that end at a line's end."""
+    """Refuse a non-UTF-8 text file, naming line and row (`datasets` would pass the bytes on and fail later, naming
+    neither). Reads blocks that end at a line's end."""
     offset = lines_before = 0
     with open(path, "rb") as f:
         while block := f.read(1 << 24) + f.readline():
@@ -120,14 +115,13 @@ def _check_utf8(path: str) -> None:
 
 
 def _rows_before(path: str, offset: int) -> int:
-    """The rows of a JSONL file (its non-blank lines) in its first `offset` bytes."""
+    """The rows (non-blank lines) of a JSONL file in its first `offset` bytes."""
     with open(path, "rb") as f:
         return sum(1 for line in f.read(offset).split(b"\n") if line.strip())
 
 
 def _check_datasets_cache() -> None:
-    """`datasets` writes every file it parses to its cache first: a cache it cannot write (a read-only home) is named,
-    rather than blamed on the dataset file."""
+    """Name an unwritable `datasets` cache (it writes every parsed file there) rather than blame the dataset file."""
     import datasets
 
     directory = datasets.config.HF_DATASETS_CACHE
@@ -141,7 +135,7 @@ _NO_ROWS = "Dataset file {path!r} has no rows (e.g. an empty list, blank lines o
 
 
 def _is_blank(path: str) -> bool:
-    """An empty file, or one of whitespace only (looked at when it is small: a large file is not blank)."""
+    """Empty or whitespace-only (only small files are read)."""
     size = os.path.getsize(path)
     if size > 65536:
         return False
@@ -213,17 +207,8 @@ def _memory_source(rows: Sequence[Any]) -> RowSource:
 
 
 def load_source(spec: str | Sequence[dict[str, Any]]) -> RowSource:
-    """Load rows from a file, a directory, a `name@split` dataset or a list of dicts.
-
-        train.jsonl / train.json / train.parquet / train.csv   one local file
-        data/                                                  every such file under the directory, in sorted order
-        data/ (written by Dataset.save_to_disk)                a saved dataset
-        name@split                                             datasets.load_dataset(name, split=split); `name` may
-                                                               be a local dataset directory or script (offline)
-        [{"prompt": ..., "answer": ...}, ...]                  rows in memory (tests, notebooks)
-
-    Each row keeps the file it came from (`RowSource.parts`).
-    """
+    """Load rows from a file (.jsonl/.json/.parquet/.csv), a directory (every such file, sorted, or a saved
+    dataset), `name@split` (datasets.load_dataset; `name` may be local) or a list of dicts."""
     if not isinstance(spec, str):
         return _memory_source(spec)
     if not spec:

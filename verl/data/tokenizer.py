@@ -1,11 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """Load the tokenizer and (for vision-language models) the processor of a model directory or Hub id.
-
-Two things differ from calling the Auto classes directly: a missing local path is an error that names it (instead
-of a Hub lookup that fails with a confusing message, or a None), and a text-only model gets `None` as its processor
-only when it really has none, while a broken processor config still raises.
-"""
+Unlike the bare Auto classes: a missing local path is an error naming it (not a confusing Hub failure), and the
+processor is None only for a model that has none, while a broken processor config raises."""
 
 import logging
 import os
@@ -20,9 +17,9 @@ if TYPE_CHECKING:  # the processor classes import the image stack (torchvision, 
 
 logger = logging.getLogger(__name__)
 
-# Files of which a tokenizer directory has at least one (fast tokenizers, BPE vocabularies, sentencepiece models).
+# A tokenizer directory has at least one of these.
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "vocab.txt")
-# Files whose presence means the model has a multimodal processor (image, video or a processor of its own).
+# Any of these means the model has a multimodal processor.
 _PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "video_preprocessor_config.json")
 
 
@@ -39,7 +36,7 @@ def _check_model_path(path: str, what: str) -> None:
 
 
 def _read_chat_template(override_chat_template: str) -> str:
-    """Accept the template text itself or the path of a .jinja file holding it."""
+    """The template text itself, or read from a .jinja file."""
     if override_chat_template.endswith(".jinja"):
         if not os.path.isfile(override_chat_template):
             raise FileNotFoundError(
@@ -54,10 +51,8 @@ def _read_chat_template(override_chat_template: str) -> str:
 def get_tokenizer(
     path: str, trust_remote_code: bool = False, override_chat_template: str | None = None, **kwargs: Any
 ) -> PreTrainedTokenizerBase:
-    """AutoTokenizer for `path`, with an optional replacement chat template and a pad token guaranteed.
-
-    RL batches are padded, so a tokenizer without a pad token gets its eos token as pad (with a warning).
-    """
+    """AutoTokenizer for `path`, with an optional chat template; a tokenizer without a pad token gets its eos as pad
+    (RL batches are padded)."""
     _check_model_path(path, "Tokenizer")
     if os.path.isdir(path) and not any(os.path.isfile(os.path.join(path, name)) for name in _TOKENIZER_FILES):
         raise FileNotFoundError(
@@ -86,12 +81,9 @@ def get_processor(
     max_pixels: int | None = None,
     **kwargs: Any,
 ) -> "ProcessorMixin | None":
-    """AutoProcessor for a multimodal model, or None for a text-only one.
-
-    `min_pixels` / `max_pixels` override the image processor's resize bounds (the area an image is scaled into,
-    which fixes how many image tokens it costs). A local directory without any processor config is text-only and
-    gives None without trying to load; a processor config that fails to load raises.
-    """
+    """AutoProcessor for a multimodal model, or None for a text-only one (a local directory without processor
+    config; one that fails to load raises). `min_pixels` / `max_pixels` override the resize bounds, which fix an
+    image's token count."""
     _check_model_path(path, "Processor")
     if os.path.isdir(path) and not any(os.path.isfile(os.path.join(path, name)) for name in _PROCESSOR_FILES):
         return None
@@ -113,9 +105,8 @@ def get_processor(
 
 
 def _set_pixel_bounds(processor: "ProcessorMixin", path: str, min_pixels: int | None, max_pixels: int | None) -> None:
-    """Set the resize bounds of the image and video processors (Qwen2-VL family: size shortest/longest edge). A
-    processor that resizes to fixed tiles (InternVL) or scales each image to a token budget of its own (Gemma 4's
-    max_soft_tokens) has none and keeps its own; the dataset's resize into the bounds still applies before it."""
+    """Set the image and video processors' resize bounds (Qwen2-VL family). Processors with fixed tiles (InternVL)
+    or their own token budget (Gemma 4) keep theirs; the dataset's resize still applies before."""
     subs = [getattr(processor, name, None) for name in ("image_processor", "video_processor")]
     subs = [sub for sub in subs if sub is not None and "longest_edge" in (getattr(sub, "size", None) or {})]
     for sub in subs:

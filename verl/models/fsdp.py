@@ -1,11 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""FSDP2 in one place: the device mesh, sharding a model (`create_fsdp_model`), rank-0 weight loading, offloading
-between phases and the micro-batch pass that gathers parameters once.
-
-The checkpoint is read once, by rank 0, and streamed into the shards; no rank holds a second full copy. On CUDA the
-parameters stay fp32 and compute runs in `mp_param_dtype`; on the CPU everything is fp32 (bf16 is emulated there).
-"""
+"""FSDP2 in one place: device mesh, sharding (`create_fsdp_model`), rank-0 weight loading, offloading between phases
+and the micro-batch pass that gathers parameters once. Rank 0 alone reads the checkpoint and streams it into the
+shards. On CUDA parameters stay fp32 and compute runs in `mp_param_dtype`; on the CPU everything is fp32."""
 
 import contextlib
 import logging
@@ -44,7 +41,7 @@ _DTYPES = {
 
 
 def to_torch_dtype(name: str | torch.dtype, key: str = "dtype") -> torch.dtype:
-    """torch dtype for a config string such as "bf16" or "float32"; `key` names the config field in errors."""
+    """torch dtype for a config string such as "bf16"; `key` names the config field in errors."""
     if isinstance(name, torch.dtype):
         return name
     if name not in _DTYPES:
@@ -53,16 +50,13 @@ def to_torch_dtype(name: str | torch.dtype, key: str = "dtype") -> torch.dtype:
 
 
 def param_dtype(fsdp_config: FSDPConfig) -> torch.dtype:
-    """Storage dtype of the parameters: fp32 master weights unless `torch_dtype` asks for pure low precision."""
+    """fp32 master weights unless `torch_dtype` asks for pure low precision."""
     return torch.float32 if fsdp_config.torch_dtype is None else to_torch_dtype(fsdp_config.torch_dtype, "torch_dtype")
 
 
 def build_device_mesh(world_size: int, fsdp_size: int, device_type: str) -> DeviceMesh:
-    """A 1-D ("fsdp",) mesh over all ranks, or a 2-D ("ddp", "fsdp") HSDP mesh when 0 < fsdp_size < world_size.
-
-    HSDP shards within groups of fsdp_size ranks (usually one node, where the links are fast) and replicates across
-    groups, so the parameter all-gathers never cross the slow inter-node network.
-    """
+    """A 1-D ("fsdp",) mesh, or a 2-D ("ddp", "fsdp") HSDP mesh when 0 < fsdp_size < world_size: sharding within
+    groups (usually a node) keeps the all-gathers off the slow inter-node network."""
     if fsdp_size <= 0 or fsdp_size >= world_size:
         return init_device_mesh(device_type, (world_size,), mesh_dim_names=("fsdp",))
     if world_size % fsdp_size != 0:
@@ -82,12 +76,8 @@ def _mixed_precision(fsdp_config: FSDPConfig, is_cpu: bool) -> MixedPrecisionPol
 
 
 def _shard_units(model: nn.Module) -> list[nn.Module]:
-    """Modules that get their own FSDP unit, innermost first: decoder layers, vision blocks, the vision tower.
-
-    The layer classes come from the model's `_no_split_modules` (the decoder layer and vision block of HF models).
-    Wrapping the vision tower too gives its patch embedding and merger their own all-gather, and keeps a frozen
-    tower out of the root unit.
-    """
+    """Modules with their own FSDP unit, innermost first: `_no_split_modules` classes (decoder layers, vision blocks),
+    then the vision tower (own all-gather for embedding and merger; a frozen tower stays out of the root)."""
     names = set(getattr(model, "_no_split_modules", None) or [])
     if not names:
         raise ValueError(
@@ -104,12 +94,9 @@ def _shard_units(model: nn.Module) -> list[nn.Module]:
 
 
 def apply_fsdp2(model: nn.Module, mesh: DeviceMesh, fsdp_config: FSDPConfig, is_cpu: bool) -> nn.Module:
-    """Shard `model` in place with FSDP2 `fully_shard`: each decoder layer, vision block, vision tower, then the root.
-
-    The root unit holds what is left (embeddings, tied LM head or value head, final norm). `enable_full_shard=False`
-    keeps the parameters gathered between forward and backward (ZeRO-2 style: more memory, fewer all-gathers).
-    CPU offload uses unpinned memory on the CPU, where pinning needs an accelerator.
-    """
+    """Shard `model` in place with FSDP2: each unit of `_shard_units`, then the root (embeddings, heads, final norm).
+    `enable_full_shard=False` keeps parameters gathered between forward and backward (ZeRO-2 style). CPU offload
+    pins memory only with an accelerator."""
     if not is_cpu and fsdp_config.mp_buffer_dtype:
         buffer_dtype = to_torch_dtype(fsdp_config.mp_buffer_dtype, "mp_buffer_dtype")
         for module in model.modules():
@@ -132,11 +119,8 @@ def apply_fsdp2(model: nn.Module, mesh: DeviceMesh, fsdp_config: FSDPConfig, is_
 
 @torch.no_grad()
 def load_weights_from_rank0(model: nn.Module, full_model: nn.Module | None, device: torch.device) -> None:
-    """Fill a meta-initialised, sharded `model` with the weights of rank 0's `full_model` (None on other ranks).
-
-    Parameters and persistent buffers are broadcast tensor by tensor and each rank keeps only its shard;
-    non-persistent buffers (rotary frequencies), which are not in any state dict, are broadcast separately.
-    """
+    """Fill a meta-initialised sharded `model` from rank 0's `full_model` (None elsewhere), tensor by tensor, each
+    rank keeping its shard; non-persistent buffers (rotary frequencies) are broadcast separately."""
     rank = dist.get_rank()
     if rank == 0 and full_model is None:
         raise ValueError("load_weights_from_rank0 needs the loaded model on rank 0.")
@@ -153,9 +137,8 @@ def load_weights_from_rank0(model: nn.Module, full_model: nn.Module | None, devi
 
 
 def store_frozen_in(model: nn.Module, dtype: torch.dtype) -> None:
-    """Keep the frozen floating-point parameters of `model` in `dtype` (the compute dtype): with LoRA on GPU the base
-    weights are never updated, so fp32 master copies would only double their memory. FSDP2 needs one dtype among the
-    trainable parameters of a unit only, and all-gathers everything in the mixed-precision compute dtype anyway."""
+    """Keep frozen floating-point parameters in `dtype` (the compute dtype): LoRA's base weights never update, so fp32
+    masters would only double their memory (FSDP2 needs one dtype among a unit's trainable parameters only)."""
     for param in model.parameters():
         if not param.requires_grad and param.is_floating_point():
             param.data = param.data.to(dtype)
@@ -173,12 +156,9 @@ def create_fsdp_model(
     with_lora: bool = True,
 ) -> nn.Module:
     """Build, freeze, checkpoint and shard the model of one role; the weights are read once, by rank 0.
-
-    `dtype` overrides the parameter dtype (e.g. bf16 for a frozen reference model on GPU); by default it follows
-    `fsdp_config.torch_dtype`. With `enable_rank0_init` off, or in a single process, every rank loads the
-    checkpoint itself and shards it. With `model_config.lora.rank > 0` (and `with_lora`) LoRA adapters are injected
-    before sharding and only they train (see verl.models.lora).
-    """
+    `dtype` overrides the parameter dtype (default from `fsdp_config.torch_dtype`). Without `enable_rank0_init` or
+    in a single process, every rank loads the checkpoint. LoRA adapters (`model_config.lora.rank > 0`, `with_lora`)
+    are injected before sharding and alone train."""
     is_cpu = device.type == "cpu"
     dtype = dtype or param_dtype(fsdp_config)
     build = {"value_head": value_head, "dtype": dtype, "attn_implementation": attn_implementation}
@@ -215,8 +195,8 @@ def create_fsdp_model(
 def load_rank0_weights(
     model: nn.Module, full_model: nn.Module | None, fsdp_config: FSDPConfig, device: torch.device
 ) -> None:
-    """Fill a sharded meta-device `model` from rank 0's `full_model` (None elsewhere), onto the parameter device
-    (the host with CPU offload; buffers always on `device`, where the forward uses them)."""
+    """`load_weights_from_rank0` onto the parameter device (the host with CPU offload); buffers always go to
+    `device`, where the forward uses them."""
     param_device = torch.device("cpu") if fsdp_config.enable_cpu_offload else device
     load_weights_from_rank0(model, full_model, param_device)
     if param_device != device:  # CPU offload keeps parameters on the host, but buffers are used on the device
@@ -226,7 +206,7 @@ def load_rank0_weights(
 
 
 def get_full_state_dict(model: nn.Module, rank0_only: bool = True) -> dict[str, torch.Tensor]:
-    """The unsharded CPU state dict: on rank 0 only (others get {}) or, with rank0_only=False, on every rank."""
+    """The unsharded CPU state dict on rank 0 ({} elsewhere), or on every rank with rank0_only=False."""
     if rank0_only:
         return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     state = {}
@@ -237,15 +217,14 @@ def get_full_state_dict(model: nn.Module, rank0_only: bool = True) -> dict[str, 
 
 
 def reshard(module: nn.Module) -> None:
-    """Free the gathered parameters of every FSDP unit of `module` (left by a forward without backward, or by a pass
-    that kept them gathered)."""
+    """Free the gathered parameters of every FSDP unit of `module`."""
     for submodule in module.modules():
         if isinstance(submodule, FSDPModule):
             submodule.reshard()
 
 
 def gathers_once_per_pass(fsdp_config: FSDPConfig, device_type: str) -> bool:
-    """`fsdp.gather_once_per_pass` resolved for a device: unset (None) means on for the CPU only."""
+    """`fsdp.gather_once_per_pass` for a device: None means on for the CPU only."""
     setting = fsdp_config.gather_once_per_pass
     return device_type == "cpu" if setting is None else bool(setting)
 
@@ -254,16 +233,11 @@ def gathers_once_per_pass(fsdp_config: FSDPConfig, device_type: str) -> bool:
 def micro_batch_pass(
     module: nn.Module, gather_once: bool, reshard_after_forward: bool
 ) -> Iterator[Callable[[bool], None]]:
-    """One pass of micro-batches through an FSDP2 `module`: a mini-batch's gradient accumulation, or a no-grad pass.
-
-    Yields `before_backward(is_last)`, to call before each micro-batch's backward. With `gather_once` the first
-    forward all-gathers each unit and the parameters stay gathered until the pass ends; gradients accumulate
-    unsharded (in the reduce dtype) and only the last micro-batch's backward reduce-scatters them. Every rank must
-    run the same number of micro-batches, as FSDP needs anyway. Without `gather_once`, FSDP behaves per micro-batch
-    as configured. Either way every unit is sharded again when the pass ends, and the module's `reshard_after_forward`
-    (fsdp.enable_full_shard) is restored. After an error inside a gathered pass the gradients it accumulated are
-    dropped (they were never reduced), so the next pass starts clean.
-    """
+    """One pass of micro-batches (gradient accumulation, or no-grad) through an FSDP2 `module`.
+    Yields `before_backward(is_last)`, to call before each backward. With `gather_once` each unit stays gathered
+    after its first forward, gradients accumulate unsharded and only the last backward reduce-scatters: every rank
+    must run the same number of micro-batches. Afterwards all units are resharded and `reshard_after_forward`
+    restored; on error the unreduced gradients are dropped."""
     if not gather_once or not isinstance(module, FSDPModule):
 
         def before_backward(is_last: bool) -> None:
@@ -294,11 +268,7 @@ def micro_batch_pass(
 
 
 def clip_grad_norm(model: nn.Module, max_norm: float) -> torch.Tensor:
-    """Clip the gradients of a sharded model to `max_norm` and return the global norm (a plain scalar tensor).
-
-    Under FSDP2 the gradients are DTensors, so the norm is computed across shards and returned as a DTensor; it
-    is materialised here so callers can test it for finiteness.
-    """
+    """Clip gradients to `max_norm`; returns the global norm materialised from its DTensor (for finiteness tests)."""
     params = [param for param in model.parameters() if param.grad is not None]
     norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
     return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
@@ -306,12 +276,8 @@ def clip_grad_norm(model: nn.Module, max_norm: float) -> torch.Tensor:
 
 @torch.no_grad()
 def offload_fsdp_model(model: nn.Module) -> None:
-    """Move the parameter shards and buffers to CPU memory between phases; a no-op for a model already there.
-
-    `Module.to` is what FSDP2 supports for this: its `_apply` re-registers the moved shards, so the next forward
-    gathers them normally once `load_fsdp_model` has brought them back. Gradients are always freed between phases
-    (the optimizer step sets them to None), so only parameters and buffers move.
-    """
+    """Move parameter shards and buffers to CPU between phases (gradients are already None after the step).
+    `Module.to` is FSDP2's supported way: it re-registers the moved shards."""
     if isinstance(model, FSDPModule):
         model.reshard()
     model.to("cpu")
@@ -319,19 +285,18 @@ def offload_fsdp_model(model: nn.Module) -> None:
 
 @torch.no_grad()
 def load_fsdp_model(model: nn.Module, device: torch.device) -> None:
-    """Bring offloaded parameter shards and buffers back to `device`; a no-op when already there."""
+    """Bring offloaded parameter shards and buffers back to `device`."""
     model.to(device)
 
 
 @torch.no_grad()
 def offload_optimizer(optimizer: torch.optim.Optimizer) -> None:
-    """Move the optimizer states (Adam moments) to CPU memory; a no-op on the CPU."""
+    """Move the optimizer states (Adam moments) to CPU memory."""
     _move_optimizer_state(optimizer, torch.device("cpu"))
 
 
 @torch.no_grad()
 def load_optimizer(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
-    """Bring the optimizer states back to `device` before the update."""
     _move_optimizer_state(optimizer, device)
 
 

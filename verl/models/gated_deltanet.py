@@ -2,24 +2,14 @@
 # SPDX-License-Identifier: Apache-2.0
 """Exact Gated DeltaNet (linear attention) layers for packed (padding-free) sequences, as in Qwen3.5.
 
-A Gated DeltaNet layer runs a causal depthwise convolution and then a recurrence (the gated delta rule) along the
-row. In a packed row both must restart at every sequence boundary, or each sequence reads the convolution window and
-the recurrent state its predecessor left. transformers' layer only does that where its CUDA kernels are installed
-and are handed the boundaries: its CPU fallbacks drop `cu_seqlens`, and nothing derives the convolution's `seq_idx`,
-so every sequence after the first is wrong (by several logits on the tiny Qwen3.5).
+The layer's causal convolution and gated delta recurrence must restart at every sequence boundary of a packed row.
+transformers' layer does so only with its CUDA kernels and the boundaries passed (its CPU fallbacks drop
+`cu_seqlens`, and nothing derives the convolution's `seq_idx`), so later sequences come out wrong.
 
-`use_packed_linear_attention(model)` gives each Gated DeltaNet layer of a model this module's forward (the layer's
-class becomes a subclass of its own; parameters, state-dict keys and `isinstance` checks are unchanged). For a packed
-row, recognised by the `cu_seq_lens_q` that `packed_attention.packed_sequence_kwargs` supplies, it runs:
-
-- on CUDA with flash-linear-attention and causal-conv1d installed, the layer's own forward once over the row, with
-  `cu_seqlens` for the recurrence and `seq_idx` for the convolution, which those kernels honour;
-- otherwise the layer's own forward over the sequences laid out as a right-padded batch (one row each, padding
-  masked), so the convolution and the recurrence start from zero in every sequence and each one's outputs are
-  those of its separate forward; the tokens are then packed back into one row.
-
-Every other call (padded batches, decoding with a cache, rows without boundaries) is the layer's own forward.
-"""
+`use_packed_linear_attention(model)` swaps each layer's class for a subclass whose forward, on a packed row (given
+`cu_seq_lens_q` from `packed_attention.packed_sequence_kwargs`), runs the layer's own forward either once with
+`cu_seqlens` and `seq_idx` (CUDA, flash-linear-attention and causal-conv1d installed), or over the sequences as a
+right-padded batch, packed back after. Every other call is the layer's own forward."""
 
 import functools
 import importlib
@@ -45,13 +35,11 @@ GATED_DELTANET_CLASSES: tuple[tuple[str, str], ...] = (
     ("transformers.models.qwen3_5.modeling_qwen3_5", "Qwen3_5GatedDeltaNet"),
     ("transformers.models.qwen3_5_moe.modeling_qwen3_5_moe", "Qwen3_5MoeGatedDeltaNet"),
 )
-"""(module, class) of the transformers Gated DeltaNet layers this module makes exact. Each takes
-`forward(hidden_states, cache_params=None, attention_mask=None, **kwargs)`, zeroes the hidden states where the 2-D
-`attention_mask` is 0, and passes `cu_seq_lens_q` (as `cu_seqlens`) and its other kwargs to its kernels."""
+"""(module, class) of the transformers Gated DeltaNet layers made exact; each zeroes hidden states where the 2-D
+`attention_mask` is 0 and passes `cu_seq_lens_q` (as `cu_seqlens`) and other kwargs to its kernels."""
 
 _RECURRENT_LAYER_NAMES = ("GatedDeltaNet", "DeltaNet", "Mamba", "LinearAttention")
-"""Class-name parts of token mixers that carry state along the row; a model with one this module has not made exact
-cannot be packed."""
+"""Class-name parts of state-carrying token mixers; one not made exact forbids packing."""
 
 _BOUNDARY_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
 
@@ -69,9 +57,8 @@ def _stock_classes() -> tuple[type, ...]:
 
 @functools.lru_cache(maxsize=1)
 def _varlen_kernels_installed() -> bool:
-    """Whether the kernels that take sequence boundaries import: flash-linear-attention's chunked gated delta rule
-    (`cu_seqlens`) and causal-conv1d's convolution (`seq_idx`). transformers' layer calls them when they import (it
-    imports them the same way); where either does not, its torch fallback would drop the boundaries."""
+    """Whether flash-linear-attention's gated delta rule (`cu_seqlens`) and causal-conv1d (`seq_idx`) import, as
+    transformers imports them; otherwise its torch fallback would drop the boundaries."""
     kernels = (("fla.ops.gated_delta_rule", "chunk_gated_delta_rule"), ("causal_conv1d", "causal_conv1d_fn"))
     try:
         return all(callable(getattr(importlib.import_module(module), name)) for module, name in kernels)
@@ -80,9 +67,8 @@ def _varlen_kernels_installed() -> bool:
 
 
 class PackedGatedDeltaNet(nn.Module):
-    """Mixin put in front of a transformers Gated DeltaNet class: its forward restarts the convolution and the
-    recurrence at the boundaries of a packed row (see the module docstring); anything else goes to the layer's own
-    forward unchanged."""
+    """Mixin in front of a transformers Gated DeltaNet class: restarts convolution and recurrence at a packed row's
+    boundaries; anything else goes to the layer's own forward."""
 
     def forward(
         self,
@@ -106,7 +92,6 @@ class PackedGatedDeltaNet(nn.Module):
     def _varlen_kernel_forward(
         self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor, kwargs: dict[str, Any]
     ) -> torch.Tensor:
-        """The layer's own forward over the row, with the boundaries its CUDA kernels take."""
         length = hidden_states.shape[1]
         cu_seqlens = cu_seqlens.to(device=hidden_states.device, dtype=torch.long)
         kwargs = {**kwargs, "cu_seq_lens_q": cu_seqlens, "seq_idx": _sequence_index(cu_seqlens, length)}
@@ -115,7 +100,6 @@ class PackedGatedDeltaNet(nn.Module):
     def _padded_forward(
         self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor, kwargs: dict[str, Any]
     ) -> torch.Tensor:
-        """The layer's own forward over the sequences as a right-padded batch, packed back into one row."""
         length = hidden_states.shape[1]
         bounds = cu_seqlens.tolist()
         if bounds[0] != 0 or bounds[-1] != length or any(b < a for a, b in zip(bounds[:-1], bounds[1:])):
@@ -141,7 +125,7 @@ def _without_boundaries(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _sequence_index(cu_seqlens: torch.Tensor, length: int) -> torch.Tensor:
-    """(1, T) int32: the index of the sequence each token of the packed row belongs to (causal-conv1d's seq_idx)."""
+    """(1, T) int32 sequence index of each token of the packed row (causal-conv1d's seq_idx)."""
     starts = torch.zeros(length + 1, dtype=torch.int32, device=cu_seqlens.device)
     starts.index_add_(0, cu_seqlens[1:-1], torch.ones_like(cu_seqlens[1:-1], dtype=torch.int32))
     return starts[:length].cumsum(0, dtype=torch.int32).unsqueeze(0)
@@ -153,11 +137,8 @@ def _packed_class(stock: type) -> type:
 
 
 def use_packed_linear_attention(model: nn.Module) -> int:
-    """Give every Gated DeltaNet layer of `model` the packed-exact forward; returns how many layers it changed.
-
-    Only the layer's class changes (to a subclass of its own), so parameters, buffers, state-dict keys, FSDP wrapping
-    and weight loading are as before. Calling it again changes nothing.
-    """
+    """Give every Gated DeltaNet layer the packed-exact forward (idempotent); returns how many it changed. Only the
+    class changes, so parameters, state-dict keys, FSDP wrapping and weight loading are as before."""
     stock = _stock_classes()
     count = 0
     for module in model.modules():
@@ -168,7 +149,6 @@ def use_packed_linear_attention(model: nn.Module) -> int:
 
 
 def packed_linear_attention_layers(model: nn.Module) -> int:
-    """The number of layers of `model` that run the packed-exact Gated DeltaNet forward."""
     return sum(isinstance(module, PackedGatedDeltaNet) for module in model.modules())
 
 
@@ -179,6 +159,6 @@ def _is_recurrent(module: nn.Module) -> bool:
 
 
 def linear_attention_is_exact(model: nn.Module) -> bool:
-    """False when `model` has a token mixer that carries state along the row (Gated DeltaNet, Mamba, ...) without
-    the packed-exact forward: packing its sequences into one row would leak that state across their boundaries."""
+    """False when a state-carrying token mixer (Gated DeltaNet, Mamba, ...) lacks the packed-exact forward: packing
+    would leak its state across sequence boundaries."""
     return all(isinstance(module, PackedGatedDeltaNet) for module in model.modules() if _is_recurrent(module))

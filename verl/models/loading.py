@@ -1,11 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Build the Hugging Face models the workers train: policy / reference (causal LM or image-text-to-text) and critic.
-
-The critic is the same model with its LM head replaced by a scalar value head (`VALUE_HEAD`), so one code path serves
-text and vision-language critics alike. Models can be built on the meta device and sharded by `verl.models.fsdp`,
-which loads the weights read once by rank 0.
-"""
+"""Build the Hugging Face models the workers train: policy / reference (causal LM or image-text-to-text) and critic
+(the same model with a scalar value head in the LM head slot, so text and VLM critics share one path). Models can be
+built on the meta device for `verl.models.fsdp` to fill from rank 0."""
 
 import logging
 import os
@@ -24,14 +21,14 @@ from verl.models.structure import get_language_model, get_vision_tower
 logger = logging.getLogger(__name__)
 
 VALUE_HEAD = "lm_head"
-"""Attribute that holds the critic's value head: the LM head slot, so the forward returns (B, L, 1) "logits"."""
+"""The critic's value head sits in the LM head slot, so the forward returns (B, L, 1) "logits"."""
 
 VALUE_HEAD_SEED = 0
-"""Seed of the value head's initialisation: every rank that builds the critic itself gets the same head."""
+"""Every rank that builds the critic itself gets the same head."""
 
 
 def load_model_config(model_config: ModelConfig) -> PretrainedConfig:
-    """AutoConfig of `model_config.model_path` with `override_config` applied; a missing local path is an error."""
+    """AutoConfig of `model_config.model_path` with `override_config` applied."""
     path = model_config.model_path
     if not path:
         raise ValueError("model.model_path is not set; point it at a Hugging Face model directory or Hub id.")
@@ -43,7 +40,7 @@ def load_model_config(model_config: ModelConfig) -> PretrainedConfig:
 
 
 def is_vision_language(config: PretrainedConfig) -> bool:
-    """True for image-text-to-text models (a vision tower feeding a language model), judged from the config."""
+    """True for image-text-to-text models, judged from the config."""
     return config.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES and hasattr(config, "vision_config")
 
 
@@ -52,12 +49,8 @@ def _auto_class(config: PretrainedConfig) -> type:
 
 
 def resolve_attn_implementation(requested: str = "auto") -> str:
-    """The transformers attention implementation for `model.attn_implementation`.
-
-    auto and varlen give the project's packed-sequence attention (registered with transformers on first use):
-    torch's varlen kernel on CUDA, one sdpa call per sequence elsewhere, sdpa for padded rows. flash_attention_2/3
-    need the flash-attn package; sdpa and eager are passed through.
-    """
+    """The transformers attention implementation for `model.attn_implementation`: auto and varlen give the project's
+    packed-sequence attention (registered on first use); flash_attention_2/3 need flash-attn; others pass through."""
     if requested in ("auto", "varlen"):
         register_packed_attention()
         return PACKED_ATTENTION
@@ -73,7 +66,7 @@ def resolve_attn_implementation(requested: str = "auto") -> str:
 
 
 def check_supported_model(config: PretrainedConfig, model_path: str | None) -> None:
-    """Refuse a vision-language model family the trainer has no position ids and vision-tower support for."""
+    """Refuse a vision-language family without position-id and vision-tower support."""
     if is_vision_language(config) and config.model_type not in VISION_LANGUAGE_MODEL_TYPES:
         raise NotImplementedError(
             f"Model '{model_path}' is a {config.model_type!r} vision-language model, which is not supported yet; "
@@ -92,13 +85,9 @@ def build_model(
     attn_implementation: str | None = None,
 ) -> nn.Module:
     """The policy (or, with `value_head`, the critic) model described by `model_config`.
-
-    `device="cpu"` loads the pretrained weights; `device="meta"` builds the same module tree without any weights
-    (for rank-0 initialisation, where only rank 0 reads the checkpoint). The KV cache is switched off: training
-    never uses it, and with it on, packed sequences are silently attended across their boundaries. Gated DeltaNet
-    layers (Qwen3.5) get the forward that restarts their convolution and recurrence at every packed boundary
-    (`verl.models.gated_deltanet`).
-    """
+    `device="cpu"` loads the weights; `"meta"` builds the module tree only (rank-0 init). The KV cache is switched off:
+    with it on, packed sequences silently attend across their boundaries. Gated DeltaNet layers get the packed-exact
+    forward (`verl.models.gated_deltanet`)."""
     config = load_model_config(model_config)
     check_supported_model(config, model_config.model_path)
     model_class = _auto_class(config)
@@ -120,11 +109,8 @@ def build_model(
 
 
 def add_value_head(model: nn.Module) -> nn.Module:
-    """Replace the LM head by a Linear(hidden, 1) value head, untying it from the embeddings first.
-
-    The head is initialised like the model's other linear layers (normal, std = initializer_range, zero bias) from a
-    fixed seed, so ranks that build it independently agree. On the meta device it stays empty until loaded.
-    """
+    """Replace the LM head by a Linear(hidden, 1) value head, untied from the embeddings, initialised like the model's
+    linear layers from a fixed seed so independently building ranks agree (left empty on the meta device)."""
     config = model.config
     text_config = config.get_text_config()
     for cfg in {id(config): config, id(text_config): text_config}.values():
@@ -149,7 +135,7 @@ def add_value_head(model: nn.Module) -> nn.Module:
 
 
 def dummy_vision_inputs(tower: nn.Module, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The smallest input a Qwen-VL vision tower accepts: one merged token (merge x merge black patches)."""
+    """The smallest input a Qwen-VL vision tower accepts: one merged token of black patches."""
     embed, merge = tower.patch_embed, tower.spatial_merge_size
     patch_dim = embed.in_channels * embed.temporal_patch_size * embed.patch_size**2
     dtype = next(tower.parameters()).dtype
@@ -159,10 +145,9 @@ def dummy_vision_inputs(tower: nn.Module, device: torch.device) -> tuple[torch.T
 
 
 def dummy_image_features(model: nn.Module, tower: nn.Module, device: torch.device) -> torch.Tensor:
-    """The vision features of the smallest image the model takes, through every weight that image features use: a
-    Qwen-VL tower's (its merger included) on one merged token, a tiling model's (InternVL, LLaVA-OneVision) tower and
-    projector (`get_image_features`) on one black tile, or Gemma 4's tower and the embedder outside it that projects
-    the pooled patches (one soft token of k x k black patches)."""
+    """Vision features of the smallest image, through every weight image features use: a Qwen-VL tower (and merger)
+    on one merged token, a tiling model's tower and projector on one black tile, or Gemma 4's tower and embedder on
+    one soft token."""
     if all(hasattr(tower, name) for name in ("patch_embed", "spatial_merge_size")):
         pixels, grid_thw = dummy_vision_inputs(tower, device)
         output = tower(pixels, grid_thw=grid_thw)
@@ -195,14 +180,10 @@ TILING_MODEL_TYPES = ("internvl", "llava_onevision")
 
 
 def run_vision_tower_in_every_forward(model: nn.Module) -> bool:
-    """Make every forward of a vision-language model run its vision tower, with a dummy image if it has none.
-
-    Under FSDP each rank all-gathers the tower's parameters when the tower runs (and reduces its gradients after
-    backward). A rank whose micro-batch is text only would skip those collectives while a rank with images waits in
-    them: the job hangs. A hook before the language model runs the tower on a dummy image when the tower has not run
-    in this forward and adds 0 x its output to the input embeddings, so every rank issues the same collectives in the
-    same order and the tower gets a (zero) gradient. Returns False, doing nothing, for a text model.
-    """
+    """Make every forward of a vision-language model run its vision tower, on a dummy image if it has none.
+    Under FSDP a rank with a text-only micro-batch would skip the tower's all-gathers while others wait: a hang. A
+    hook before the language model runs the tower on a dummy image if it has not run and adds 0 x its output, so all
+    ranks issue the same collectives in the same order. Returns False (nothing done) for a text model."""
     tower, language_model = get_vision_tower(model), get_language_model(model)
     if tower is None or language_model is None:
         return False
@@ -242,7 +223,7 @@ def run_vision_tower_in_every_forward(model: nn.Module) -> bool:
 
 
 def freeze_vision_tower(model: nn.Module) -> int:
-    """Stop gradients into the vision encoder; returns the number of frozen parameters (an error on text models)."""
+    """Stop gradients into the vision encoder; returns the number of frozen parameters."""
     tower = get_vision_tower(model)
     if tower is None:
         raise ValueError(
@@ -257,5 +238,5 @@ def freeze_vision_tower(model: nn.Module) -> int:
 
 
 def enable_gradient_checkpointing(model: nn.Module) -> None:
-    """Recompute each decoder layer in the backward pass (non-reentrant, which works with FSDP2 and frozen inputs)."""
+    """Recompute each decoder layer in backward (non-reentrant: works with FSDP2 and frozen inputs)."""
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

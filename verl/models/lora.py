@@ -1,12 +1,9 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Low-rank adapters (LoRA) on the trained model: injection, switching off, merging and the peft file layout.
-
-The adapters are peft's LoRA layers injected in place, so the model keeps its Hugging Face class and FSDP2 shards it
-as any other; only `lora_A` / `lora_B` train. The rollout engine receives merged weights (W + alpha / rank x B @ A)
-under the original names, so generation runs at the base model's speed, or with `worker.rollout.lora_sync=adapters`
-the adapters in peft's layout (verl/workers/weight_sync/opt_in.py); checkpoints hold the adapter only.
-"""
+"""Low-rank adapters (LoRA): injection, switching off, merging and the peft file layout.
+peft's LoRA layers are injected in place, so the model keeps its HF class and FSDP2 shards it as usual; only
+`lora_A` / `lora_B` train. The engine gets merged weights (W + alpha / rank x B @ A) under the original names, or
+with `worker.rollout.lora_sync=adapters` the adapters in peft's layout; checkpoints hold the adapter only."""
 
 import contextlib
 import json
@@ -22,13 +19,12 @@ from verl.models.config import LoraConfig
 
 
 ADAPTER_NAME = "default"
-"""peft's adapter name; one adapter per model."""
 
 ADAPTER_CONFIG_FILE = "adapter_config.json"
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
 
 LORA_INIT_SEED = 1234
-"""Seed of the lora_A initialisation: ranks that build the model independently get the same adapters."""
+"""Ranks that build the model independently get the same adapters."""
 
 _VISION_TOWER_PATTERN = r".*(visual|vision_tower|vision_model).*"
 _LORA_PARAM = re.compile(rf"^(?P<prefix>.*)\.lora_(?P<part>[AB])\.{ADAPTER_NAME}\.weight$")
@@ -55,11 +51,8 @@ def _peft_config(lora: LoraConfig, vision_language: bool, base_model_path: str |
 
 
 def apply_lora(model: nn.Module, lora: LoraConfig, vision_language: bool, base_model_path: str | None) -> int:
-    """Inject LoRA adapters into `model` in place and freeze everything else; returns the adapter parameter count.
-
-    Works on the meta device (rank-0 initialisation: the adapters are filled from rank 0 with the weights) and on
-    real weights, where lora_A is drawn from a fixed seed (lora_B starts at zero, so the model is unchanged).
-    """
+    """Inject LoRA adapters in place and freeze everything else; returns the adapter parameter count. On real weights
+    lora_A comes from a fixed seed (lora_B is zero, so the model is unchanged); on meta they come from rank 0."""
     from peft import inject_adapter_in_model
 
     peft_config = _peft_config(lora, vision_language, base_model_path)
@@ -92,17 +85,15 @@ def is_adapter_param(name: str) -> bool:
 
 @contextlib.contextmanager
 def adapters_disabled(model: nn.Module) -> Iterator[None]:
-    """Run the base model: every LoRA layer of `model` skips its adapter inside the block (the reference policy)."""
+    """Inside the block every LoRA layer skips its adapter: the base model (the reference policy)."""
     from peft.tuners.tuners_utils import BaseTunerLayer
 
     layers = [module for module in model.modules() if isinstance(module, BaseTunerLayer)]
     trainable = [param for param in model.parameters() if param.requires_grad]
     for layer in layers:
         layer.enable_adapters(False)
-    # peft also freezes the adapters; undo that. FSDP2 picks a unit's gradient dtypes from the parameters that need
-    # gradients at the model's first forward: if that forward is the reference's (an on-policy update skips the old
-    # log-probs), frozen adapters would leave it none, and their bf16 gradients would later fail to reach the fp32
-    # adapters. The block runs without gradients anyway (log-probs), and the disabled adapters are not used.
+    # peft also freezes the adapters: undo it. FSDP2 takes a unit's gradient dtypes from the parameters needing
+    # gradients at the first forward; if that is the reference's, the fp32 adapters would later get bf16 gradients.
     for param in trainable:
         param.requires_grad_(True)
     try:
@@ -113,12 +104,12 @@ def adapters_disabled(model: nn.Module) -> Iterator[None]:
 
 
 def base_name(name: str) -> str:
-    """The name a base-model parameter has without adapters (`q_proj.base_layer.weight` -> `q_proj.weight`)."""
+    """`q_proj.base_layer.weight` -> `q_proj.weight`."""
     return name.replace(".base_layer.", ".")
 
 
 def lora_merge_plan(model: nn.Module) -> dict[str, tuple[str, str, float]]:
-    """base weight parameter name -> (lora_A name, lora_B name, scaling) for every adapted layer of `model`."""
+    """base weight name -> (lora_A name, lora_B name, scaling) for every adapted layer."""
     plan = {}
     for name, _ in model.named_parameters(remove_duplicate=False):
         match = _LORA_PARAM.match(name)
@@ -135,7 +126,7 @@ def lora_merge_plan(model: nn.Module) -> dict[str, tuple[str, str, float]]:
 
 
 def lora_merge_plan_from_names(state: dict[str, Any]) -> dict[str, tuple[str, str]]:
-    """plain model weight name -> (lora_A name, lora_B name) for every adapter in a state dict of adapter tensors."""
+    """plain weight name -> (lora_A name, lora_B name) for every adapter in a state dict."""
     plan = {}
     for name in state:
         match = _LORA_PARAM.match(name)
@@ -146,13 +137,13 @@ def lora_merge_plan_from_names(state: dict[str, Any]) -> dict[str, tuple[str, st
 
 
 def merge_weight(base: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor, scaling: float) -> torch.Tensor:
-    """W + scaling x B @ A, computed in float32 and returned in the base weight's dtype."""
+    """W + scaling x B @ A, computed in float32, returned in the base dtype."""
     delta = (lora_b.float() @ lora_a.float()) * scaling
     return (base.float() + delta).to(base.dtype)
 
 
 def merged_state_dict(state: dict[str, torch.Tensor], scaling: float) -> dict[str, torch.Tensor]:
-    """A full state dict with adapters (peft names) -> the plain model's state dict with the adapters merged in."""
+    """A state dict with adapters (peft names) -> the plain model's, adapters merged in."""
     merged = {}
     for name, tensor in state.items():
         if _LORA_PARAM.match(name):
@@ -167,7 +158,7 @@ def merged_state_dict(state: dict[str, torch.Tensor], scaling: float) -> dict[st
 
 
 def peft_adapter_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The adapter tensors of `state` under peft's saved names (`base_model.model.<layer>.lora_A.weight`)."""
+    """The adapter tensors of `state` under peft's saved names."""
     adapter = {}
     for name, tensor in state.items():
         match = _LORA_PARAM.match(name)

@@ -1,13 +1,9 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""The actor's routers, watched: how evenly a mixture-of-experts actor spreads the tokens of an update over its
-experts, as per-step metrics.
-
-The routers are the modules transformers records `router_logits` from (`_can_record_outputs`), whose output is
-(logits, top-k weights, top-k expert ids), as Qwen3-MoE's `Qwen3MoeTopKRouter` returns: the ids are the experts the
-actor used, not recomputed. Only the forwards inside `collecting()` count, so gradient checkpointing's re-run of a
-layer inside the backward does not count its tokens twice.
-"""
+"""Per-step metrics of how evenly a mixture-of-experts actor spreads an update's tokens over its experts.
+The routers are the modules transformers records `router_logits` from; their output (logits, top-k weights, top-k
+ids) gives the experts actually used. Only forwards inside `collecting()` count, so gradient checkpointing's re-run
+in backward does not count tokens twice."""
 
 import contextlib
 from collections.abc import Iterator
@@ -19,8 +15,7 @@ from torch import nn
 
 
 def router_modules(module: nn.Module) -> list[nn.Module]:
-    """The routers of `module` (one per sparse layer, in layer order); empty for a dense model or one whose router
-    transformers does not record."""
+    """The routers of `module` in layer order; empty for a dense model or an unrecorded router."""
     recorders = {}
     for sub in module.modules():
         recorded = getattr(type(sub), "_can_record_outputs", None) or {}
@@ -35,12 +30,9 @@ def router_modules(module: nn.Module) -> list[nn.Module]:
 
 
 class RouterStats:
-    """Per-layer token counts and router probabilities of `module`'s experts over the forwards in `collecting()`;
-    `metrics()` sums them over `group` (every rank must call it) and starts over.
-
-    `collecting(mask)`: with padded rows (`mask` = the micro-batch's attention mask, one router row per position)
-    padding is left out; packed rows hold real tokens only.
-    """
+    """Per-layer expert token counts and router probabilities over the forwards in `collecting(mask)` (`mask`: the
+    attention mask of padded rows, so padding is left out); `metrics()` sums them over `group` (every rank must call
+    it) and starts over."""
 
     def __init__(self, module: nn.Module) -> None:
         self.routers = router_modules(module)
@@ -85,14 +77,10 @@ class RouterStats:
         return hook
 
     def metrics(self, group: dist.ProcessGroup | None = None, device: torch.device | None = None) -> dict[str, float]:
-        """Over the tokens since the last call (all ranks of `group`), per layer then over layers:
-
-        - `moe/load_imbalance/mean|max`: the busiest expert's token count over the mean count (1 is even; experts
-          / top-k when one expert takes every token);
-        - `moe/aux_loss`: the load-balancing loss of Switch and Qwen-MoE, experts x sum over experts of (share of
-          routed slots x mean router probability), averaged over layers: top-k when even (not added to the loss);
-        - `moe/unused_experts`: the share of (layer, expert) pairs that got no token.
-        """
+        """Since the last call, over all ranks of `group`, per layer then over layers:
+        - `moe/load_imbalance/mean|max`: busiest expert's count over the mean count (1 is even);
+        - `moe/aux_loss`: the Switch / Qwen-MoE load-balancing loss, top-k when even (logged, not trained on);
+        - `moe/unused_experts`: share of (layer, expert) pairs that got no token."""
         if not self.routers or self._experts == 0:
             return {}
         experts = self._experts

@@ -1,12 +1,9 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """Exact attention for packed (padding-free) sequences, registered with transformers as `attn_implementation="varlen"`.
-
-The trainer packs a micro-batch's valid tokens into one row whose `position_ids` restart at 0 for every sequence.
-transformers' "sdpa" then builds a dense T x T block-diagonal mask (O(T^2) memory); "varlen" never builds it and
-runs causal attention inside each sequence, and hands every other case (padding, decoding, non-causal attention)
-to transformers' sdpa unchanged. docs/gpu.md explains the kernels it uses and when.
-"""
+The trainer packs a micro-batch's tokens into one row whose `position_ids` restart at 0 per sequence. transformers'
+"sdpa" would build a dense T x T block-diagonal mask; "varlen" runs causal attention inside each sequence without it
+and hands every other case (padding, decoding, non-causal) to sdpa unchanged. Kernels: docs/gpu.md."""
 
 import functools
 import inspect
@@ -32,7 +29,6 @@ __all__ = [
 ]
 
 PACKED_ATTENTION = "varlen"
-"""The `attn_implementation` name under which this module registers itself with transformers."""
 
 _VARLEN_DTYPES = (torch.float16, torch.bfloat16)
 _MAX_FLASH_HEAD_DIM = 256
@@ -42,12 +38,9 @@ _MAX_FLASH_HEAD_DIM = 256
 
 
 def packed_sequence_kwargs(lengths: torch.Tensor | Sequence[int]) -> dict[str, Any]:
-    """Model kwargs that give the varlen attention the boundaries of the sequences packed into one row.
-
-    `lengths` (N,) are the token counts of the packed sequences in order (e.g. `attention_mask.sum(-1)` of the
-    padded batch). Returns `cu_seq_lens_q/k` (N+1,) int32 cumulative offsets on the device of `lengths` and
-    `max_length_q/k` (int), the names transformers forwards to the attention function of every layer. Passing them
-    to `model(...)` saves the per-layer derivation from `position_ids` (one sync per forward instead of per layer).
+    """Model kwargs giving the varlen attention the boundaries of the sequences packed into one row.
+    `lengths` (N,): token counts in order. Returns `cu_seq_lens_q/k` (N+1,) int32 offsets and `max_length_q/k`, which
+    transformers forwards to every layer's attention; this saves a per-layer derivation (and sync) from `position_ids`.
     """
     lengths = torch.as_tensor(lengths)
     if lengths.dim() != 1 or lengths.is_floating_point():
@@ -65,7 +58,7 @@ def packed_sequence_kwargs(lengths: torch.Tensor | Sequence[int]) -> dict[str, A
 
 
 def register_packed_attention() -> None:
-    """Register the attention and mask functions as `attn_implementation="varlen"`; calling it again is a no-op."""
+    """Register as `attn_implementation="varlen"` (idempotent)."""
     AttentionInterface.register(PACKED_ATTENTION, packed_attention_forward)
     AttentionMaskInterface.register(PACKED_ATTENTION, packed_attention_mask)
 
@@ -83,13 +76,9 @@ def packed_attention_mask(
     attention_mask: torch.Tensor | None = None,
     **kwargs: Any,
 ) -> torch.Tensor | None:
-    """No mask for a causal batch without padding and without KV cache, so a packed row never gets a T x T mask.
-
-    In that case the only structure beyond plain causality is packing, which `packed_attention_forward` recovers from
-    `position_ids` or `cu_seq_lens_q`. Every other case goes to transformers' `sdpa_mask` with the same arguments:
-    a padding mask, a cache offset, a sliding or chunked window (`local_size`), overlaid mask functions (`use_vmap`),
-    and bidirectional masks (only `create_bidirectional_mask` passes `allow_is_bidirectional_skip`).
-    """
+    """No mask for a causal batch without padding or KV cache, so a packed row never gets a T x T mask (the forward
+    recovers packing from `position_ids` or `cu_seq_lens_q`). Anything else (padding, cache offset, sliding or chunked
+    window, `use_vmap`, bidirectional) goes to transformers' `sdpa_mask` unchanged."""
     plain = (
         attention_mask is None
         and q_length == kv_length
@@ -129,12 +118,9 @@ def packed_attention_forward(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """transformers attention function: q (B, H, L, D), k/v (B, H_kv, L, D) -> output (B, L, H, D) and no weights.
-
-    A packed row (batch 1, no mask, causal, no KV cache, sequence boundaries known) runs causal attention inside each
-    sequence; everything else is `sdpa_attention_forward` with the same arguments. Under Ulysses sequence parallelism
-    (verl.models.ulysses) each rank holds a slice of the row: q, k and v are exchanged so that each rank attends over
-    the whole row for its share of the heads, and the output is exchanged back.
-    """
+    A packed row (batch 1, no mask, causal, no KV cache, boundaries known) attends inside each sequence; all else is
+    `sdpa_attention_forward`. Under Ulysses each rank holds a slice of the row: q, k, v are exchanged so each rank
+    attends over the whole row for its share of heads, and the output is exchanged back."""
     group = ulysses.active_group()
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     if group is not None and causal:  # the language model's attention; a vision tower's is never split
@@ -177,11 +163,8 @@ def _attention(
 
 
 def _segments(length: int, kwargs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, int | None, int | None] | None:
-    """(cu_seq_q, cu_seq_k, max_q, max_k) of a packed row, from the caller's kwargs or from `position_ids`.
-
-    None when the row is a single sequence (plain causal attention). The max lengths are None when unknown; only the
-    CUDA kernel needs them.
-    """
+    """(cu_seq_q, cu_seq_k, max_q, max_k) of a packed row, from kwargs or `position_ids`; None for a single sequence.
+    The max lengths may be None (only the CUDA kernel needs them)."""
     cu_seq_q = kwargs.get("cu_seq_lens_q")
     if cu_seq_q is not None:
         cu_seq_k = kwargs.get("cu_seq_lens_k")
@@ -248,8 +231,7 @@ def _bounds(cu_seq: torch.Tensor, name: str, length: int) -> list[int]:
 
 @functools.lru_cache(maxsize=1)
 def _varlen_parameters() -> frozenset[str]:
-    """Parameter names of torch's varlen_attn, empty where this torch has none. Its keywords have changed across
-    releases (causal as `is_causal` or as `window_size=(-1, 0)`; `enable_gqa` is recent), so callers check them."""
+    """Parameter names of torch's varlen_attn (empty if absent); its keywords changed across releases."""
     try:
         from torch.nn.attention.varlen import varlen_attn
     except ImportError:
@@ -266,8 +248,7 @@ def _is_ampere_or_newer(device_index: int) -> bool:
 
 
 def _can_use_varlen(query: torch.Tensor) -> bool:
-    """Whether torch's flash varlen kernel takes these inputs: CUDA sm80+, fp16/bf16, head dim <= 256, and a
-    varlen_attn with a `scale` and a way to ask for causal attention."""
+    """Whether torch's flash varlen kernel takes these inputs (CUDA sm80+, fp16/bf16, head dim <= 256, usable API)."""
     if not (query.is_cuda and query.dtype in _VARLEN_DTYPES and query.shape[-1] <= _MAX_FLASH_HEAD_DIM):
         return False
     parameters = _varlen_parameters()
@@ -286,7 +267,7 @@ def _varlen_forward(
     max_k: int | None,
     scaling: float | None,
 ) -> torch.Tensor:
-    """All sequences in one flash varlen call on (T, H, D) tensors: (1, T, H, D)."""
+    """All sequences in one flash varlen call: (1, T, H, D)."""
     from torch.nn.attention.varlen import varlen_attn
 
     parameters = _varlen_parameters()

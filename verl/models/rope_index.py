@@ -1,12 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""The 3-D rope index (time, height, width) of Qwen2-VL, Qwen2.5-VL, Qwen3-VL and GLM-4.1V, computed by the model's own
-code.
-
-Position ids computed in the dataset must be exactly what the model would compute, so rather than re-implement that
-arithmetic (which changed across transformers releases) we call the model class's own `get_rope_index` on a small
-stand-in object that has only what it reads: no weights are created.
-"""
+"""The 3-D rope index (time, height, width) of Qwen2-VL, Qwen2.5-VL, Qwen3-VL and GLM-4.1V, by the model's own code.
+Dataset position ids must equal the model's, so rather than re-implement that arithmetic (which changes across
+transformers releases) the model class's `get_rope_index` runs on a weightless stand-in."""
 
 from typing import Any
 
@@ -29,12 +25,12 @@ TEXT_TOKEN, IMAGE_TOKEN, VIDEO_TOKEN = 0, 1, 2
 
 
 def uses_mrope(model_config: Any) -> bool:
-    """Whether the model takes (3, L) position ids (Qwen2-VL family)."""
+    """Whether the model takes (3, L) position ids."""
     return getattr(model_config, "model_type", None) in MROPE_MODEL_CLASSES
 
 
 class _ModelStandIn:
-    """Just what get_rope_index uses of a model: `config` and `get_vision_position_ids`; picklable, no weights."""
+    """What get_rope_index uses of a model: `config` and `get_vision_position_ids`; picklable, no weights."""
 
     def __init__(self, model_class: type, config: Any) -> None:
         self.model_class = model_class
@@ -45,7 +41,7 @@ class _ModelStandIn:
 
 
 class RopeIndex:
-    """Callable that gives the (3, L) position ids of one left-padded prompt, as the model's get_rope_index does."""
+    """The (3, L) position ids of one left-padded prompt, as the model's get_rope_index gives them."""
 
     def __init__(self, model_config: Any) -> None:
         import transformers
@@ -65,7 +61,7 @@ class RopeIndex:
         )
 
     def mm_token_type_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """0 for text, 1 for image tokens, 2 for video tokens (what the processor calls mm_token_type_ids)."""
+        """The processor's mm_token_type_ids: 0 text, 1 image, 2 video."""
         types = torch.full_like(input_ids, TEXT_TOKEN)
         types[input_ids == self.image_token_id] = IMAGE_TOKEN
         types[input_ids == self.video_token_id] = VIDEO_TOKEN
@@ -83,7 +79,7 @@ class RopeIndex:
         video_grid_thw: torch.Tensor | None = None,
         second_per_grid_ts: torch.Tensor | list[float] | None = None,
     ) -> torch.Tensor:
-        """Position ids (3, L) for one sequence (L,); padding positions get 0, as in the model."""
+        """Position ids (3, L) for one sequence (L,); padding gets 0, as in the model."""
         if second_per_grid_ts is not None and not isinstance(second_per_grid_ts, torch.Tensor):
             second_per_grid_ts = torch.tensor(second_per_grid_ts, dtype=torch.float32)
         position_ids, _ = self._model.model_class.get_rope_index(
@@ -99,7 +95,7 @@ class RopeIndex:
 
 
 def load_model_config(path: str, trust_remote_code: bool = False) -> Any:
-    """The model config of a model directory or Hub id (for the rope index); raises naming the path."""
+    """The config of a model directory or Hub id; raises naming the path."""
     from transformers import AutoConfig
 
     try:

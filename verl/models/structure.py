@@ -1,9 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Where a Hugging Face model keeps its parts: the vision tower and the language model of a vision-language model.
-
-Kept apart from model loading so that the attention and sequence-parallel code can find the parts without importing
-the loaders (which import them)."""
+"""Where a Hugging Face VLM keeps its vision tower and language model; apart from the loaders so that attention and
+sequence-parallel code can use it without importing them (they import those)."""
 
 from torch import nn
 
@@ -12,7 +10,7 @@ _VISION_TOWER_NAMES = ("visual", "vision_tower", "vision_model")
 
 
 def get_vision_tower(model: nn.Module) -> nn.Module | None:
-    """The vision encoder of a vision-language model (`visual` in Qwen2-VL), or None for a text model."""
+    """The vision encoder of a vision-language model, or None for a text model."""
     for owner in (model, getattr(model, "model", None)):
         for name in _VISION_TOWER_NAMES:
             tower = getattr(owner, name, None) if owner is not None else None
@@ -22,7 +20,7 @@ def get_vision_tower(model: nn.Module) -> nn.Module | None:
 
 
 def get_language_model(model: nn.Module) -> nn.Module | None:
-    """The text decoder a vision-language model feeds its image embeddings into (`language_model`), or None."""
+    """The text decoder a vision-language model feeds its image embeddings into, or None."""
     for owner in (getattr(model, "model", None), model):
         language_model = getattr(owner, "language_model", None) if owner is not None else None
         if isinstance(language_model, nn.Module):

@@ -1,11 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Ulysses sequence parallelism: each packed sequence row is split across the ranks of a sequence-parallel group.
-
-Every rank runs embeddings, MLPs and norms on its slice of the row; around attention an all-to-all trades (slice of
-tokens, all heads) for (all tokens, a share of the heads), so activations per rank shrink by the group size and
-attention stays exact. `gather_rows` / `own_rows` move a group's rows in and out of that layout.
-"""
+"""Ulysses sequence parallelism: each packed row is split across the ranks of a sequence-parallel group.
+Each rank runs embeddings, MLPs and norms on its slice; around attention an all-to-all trades (token slice, all heads)
+for (all tokens, a share of heads), so activations shrink by the group size and attention stays exact."""
 
 import contextlib
 from collections.abc import Iterator
@@ -24,13 +21,12 @@ from verl.protocol import DataProto
 
 
 _GROUP: dist.ProcessGroup | None = None
-"""The sequence-parallel group of this process while `sequence_parallel` is active (None otherwise)."""
+"""This process's group while `sequence_parallel` is active."""
 
 
 def check_split(module: Any, sp_size: int, padding_free: bool, role: str) -> None:
-    """Raise ValueError unless `role`'s model can be split over `sp_size` ranks: the group must divide its attention
-    and key/value heads (all-to-all hands each rank whole heads), and its rows must be packed (padding_free on a
-    varlen kernel). Nothing to check for one rank."""
+    """Raise ValueError unless `role`'s model can be split over `sp_size` ranks: no recurrent or sliding-window
+    layers, the group divides the attention and KV heads (each rank gets whole heads), and rows are packed."""
     if sp_size == 1:
         return
     text_config = module.config.get_text_config() if hasattr(module, "config") else None
@@ -57,10 +53,8 @@ def check_split(module: Any, sp_size: int, padding_free: bool, role: str) -> Non
 
 
 def new_sequence_parallel_group(ulysses_size: int) -> dist.ProcessGroup | None:
-    """Create the groups of `ulysses_size` consecutive ranks (collective: every rank calls it); return this rank's.
-
-    None for ulysses_size 1. The groups take the default group's backends (gloo for CPU tensors, nccl for CUDA ones).
-    """
+    """Create the groups of `ulysses_size` consecutive ranks and return this rank's (None for 1). Collective: every
+    rank must call it. The groups take the default group's backends."""
     if ulysses_size == 1:
         return None
     world, rank = dist.get_world_size(), dist.get_rank()
@@ -86,23 +80,19 @@ def sequence_parallel(group: dist.ProcessGroup | None) -> Iterator[None]:
 
 
 def active_group() -> dist.ProcessGroup | None:
-    """The sequence-parallel group of the running forward, or None."""
     return _GROUP
 
 
 # ---------------------------------------------------------------------------------------------- vision-language models
 
 _LANGUAGE_MODEL_SLICE: slice | None = None
-"""While set, the language model of a VLM gets only this slice of its input embeddings and position ids."""
+"""While set, a VLM's language model gets only this slice of its input embeddings and position ids."""
 
 
 @contextlib.contextmanager
 def language_model_slice(model: Any, local: slice) -> Iterator[None]:
-    """A VLM builds the input embeddings of the whole row (its vision features scattered into the image tokens);
-    within the block, the language model then receives this rank's `local` slice of them (and of the position ids).
-
-    The slicing is a pre-hook on the language model, installed once per model.
-    """
+    """Within the block, a VLM's language model (via a pre-hook installed once) receives only this rank's `local`
+    slice of the whole row's input embeddings (vision features already scattered in) and position ids."""
     global _LANGUAGE_MODEL_SLICE
     language_model = get_language_model(model)
     if language_model is None:
@@ -143,8 +133,7 @@ def _slice_language_model_inputs(module: Any, args: tuple, kwargs: dict) -> tupl
 
 
 def _all_to_all(x: torch.Tensor, scatter_dim: int, gather_dim: int, group: dist.ProcessGroup) -> torch.Tensor:
-    """Split `x` into group-size chunks along `scatter_dim`, send chunk i to rank i, concatenate the received chunks
-    along `gather_dim`."""
+    """Chunk `x` along `scatter_dim`, send chunk i to rank i, concatenate the received chunks along `gather_dim`."""
     size = dist.get_world_size(group)
     inputs = [chunk.contiguous() for chunk in x.chunk(size, dim=scatter_dim)]
     outputs = [torch.empty_like(inputs[0]) for _ in range(size)]
@@ -172,13 +161,13 @@ def seq_to_heads(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
 
 
 def heads_to_seq(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
-    """(B, T, H/n, D) attention output -> (B, T/n, H, D): every head again, for this rank's slice of the row."""
+    """(B, T, H/n, D) attention output -> (B, T/n, H, D): all heads for this rank's slice."""
     return _AllToAll.apply(x, 1, 2, group)
 
 
 class _GatherSlices(torch.autograd.Function):
-    """Forward: every rank contributes its slice (dim 0); all get the concatenation. Backward: each rank keeps the
-    gradient of its own slice (every rank computes the same loss from the gathered tensor)."""
+    """All-gather of slices along dim 0; backward keeps each rank's own slice of the gradient (every rank computes the
+    same loss from the gathered tensor)."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
@@ -201,7 +190,7 @@ def gather_slices(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
 
 
 def gather_rows(data: Any, group: dist.ProcessGroup | None) -> Any:
-    """The DataProto rows of every rank of `group`, in rank order (each rank's own rows when group is None)."""
+    """The DataProto rows of every rank of `group`, in rank order (own rows when group is None)."""
     if group is None:
         return data
     device = data.batch.device if data.batch is not None else None

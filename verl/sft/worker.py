@@ -1,12 +1,9 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """SFTWorker: one process of supervised fine-tuning, an FSDP2-sharded model with its optimizer.
-
-It trains on batches laid out as the RL actor's (verl/data/sft_dataset.py), through the actor's own forward:
-the same packing without cross-sample attention, dynamic micro-batches and vision inputs. The loss is the mean
-negative log-likelihood of the assistant tokens of the whole global batch (every token weighs the same, whichever
-rank and micro-batch it is in). Checkpoints have the RL actor's layout, so scripts/model_merger.py exports them.
-"""
+It trains on batches in the RL actor's layout through the actor's own forward (packing, dynamic micro-batches,
+vision inputs). The loss is the mean NLL of the assistant tokens over the whole global batch (every token weighs the
+same). Checkpoints have the RL actor's layout, so scripts/model_merger.py exports them."""
 
 import dataclasses
 import logging
@@ -48,8 +45,8 @@ logger = logging.getLogger(__name__)
 
 class SFTWorker(Worker):
     def __init__(self, config: Any, device: str = "auto", override_chat_template: str | None = None) -> None:
-        """`override_chat_template`: the template file the data was rendered with (data.override_chat_template); the
-        checkpoints and the Hugging Face export carry it, so the RL trainer renders prompts the same way."""
+        """`override_chat_template`: the data's template file; checkpoints and the HF export carry it, so the RL
+        trainer renders prompts the same way."""
         super().__init__()
         self.config = config
         self.override_chat_template = override_chat_template
@@ -81,8 +78,8 @@ class SFTWorker(Worker):
         )
 
     def _nll(self, data: DataProto, train: bool) -> tuple[float, float]:
-        """Sum of the assistant tokens' negative log-likelihoods on this rank and the global token count; with
-        `train`, backward of this rank's share of the global mean."""
+        """This rank's summed assistant-token NLL and the global token count; with `train`, backward of this rank's
+        share of the global mean."""
         process_multi_modal_inputs(data, self.processor)
         config = self.config
         micro_batches, _ = make_micro_batches(
@@ -108,7 +105,7 @@ class SFTWorker(Worker):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_METRIC)
     def train_batch(self, data: DataProto) -> dict[str, float]:
-        """One optimizer step on the global batch; returns its mean loss, gradient norm and learning rate."""
+        """One optimizer step on the global batch; returns mean loss, gradient norm and learning rate."""
         self.module.train()
         self.optimizer.zero_grad(set_to_none=True)
         total, tokens = self._nll(data, train=True)
@@ -131,7 +128,7 @@ class SFTWorker(Worker):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_METRIC)
     def eval_batch(self, data: DataProto) -> dict[str, float]:
-        """This rank's summed negative log-likelihood and the batch's global assistant-token count."""
+        """This rank's summed NLL and the batch's global assistant-token count."""
         self.module.eval()
         total, tokens = self._nll(data, train=False)
         return {"nll_sum": total, "tokens": tokens}
@@ -146,8 +143,7 @@ class SFTWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def export_hf_model(self, path: str) -> None:
-        """Write the trained weights as a Hugging Face model directory (rank 0), loadable with from_pretrained and as
-        the RL trainer's worker.actor.model.model_path."""
+        """Write the weights as a Hugging Face model directory (rank 0), usable as the RL trainer's model_path."""
         state = get_full_state_dict(self.module)  # collective; the full tensors land on rank 0
         if dist.get_rank() == 0:
             model = build_model(self.config.model, device="meta")

@@ -1,17 +1,10 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """Colocated asynchronous RL (worker.rollout.mode=colocated, docs/async.md): the `gen` phase of a step, asynchronous.
-
-A step runs the synchronous trainer's generation rounds (`_fill_batch`: one round, or with online filtering as many
-as it takes to keep rollout_batch_size prompts' groups). Each round admits prompts while the staleness bound allows
-(`Admission`), then the workers' engines run their request loops until the round's groups are complete; unfinished
-samples stop with their tokens and continue after the weight sync. Everything after `gen` is the synchronous trainer's
-step. With max_staleness=0 exactly one round is admitted per round taken and every group completes before training,
-so batches, losses and weights equal mode=sync.
-
-In-flight prompts are saved with each checkpoint and regenerated from their start on resume (their partial tokens
-and the engine's state are not saved): no prompt is lost or trained twice.
-"""
+A step runs the synchronous trainer's generation rounds (`_fill_batch`). Each round admits prompts as the staleness
+bound allows (`Admission`); the engines run until the round's groups are complete, unfinished samples keep their
+tokens across the weight sync. The rest of the step is synchronous. max_staleness=0 reproduces mode=sync exactly.
+In-flight prompts are checkpointed and regenerated from the start on resume: none is lost or trained twice."""
 
 import itertools
 import logging
@@ -37,30 +30,26 @@ from verl.workers.rollout.request_loop import RolloutRequest
 logger = logging.getLogger(__name__)
 
 IN_FLIGHT_FILE = "async_in_flight.pt"
-"""The prompts admitted but not yet trained, in a checkpoint directory."""
+"""Prompts admitted but not yet trained, in a checkpoint directory."""
 
 
 @dataclass
 class Admission:
-    """Staleness bounded by pacing admission (as AReaL and SkyRL do): at most (max_staleness + 1) rounds of
-    round_size prompts are in flight (admitted and not yet taken from the engines). Each round takes round_size
-    groups, earliest deadline first, and a step takes one round or more, so a group admitted at version a is taken by
-    version a + max_staleness. A taken group leaves the count whether it trains or online filtering drops it (so
-    does the surplus of a step's last round): a dropped group is consumed like a trained one. Without online
-    filtering this is the rule "prompts ever admitted <= (max_staleness + v + 1) x rollout_batch_size at version v".
-    No prompt is ever dropped or requeued for being slow."""
+    """Staleness bounded by pacing admission (as AReaL, SkyRL): at most max_staleness + 1 rounds of round_size prompts
+    are in flight. Rounds take groups earliest deadline first, so a group admitted at version a is taken by version
+    a + max_staleness. A taken group leaves the count whether trained or dropped by online filtering. No prompt is
+    dropped or requeued for being slow."""
 
     round_size: int
     max_staleness: int
 
     def rounds_to_admit(self, in_flight: int) -> int:
-        """Whole rounds of prompts that may be admitted with `in_flight` prompts in flight."""
         return max(0, ((self.max_staleness + 1) * self.round_size - in_flight) // self.round_size)
 
 
 def staleness_metrics(versions: torch.Tensor, resumed: torch.Tensor, version: int) -> dict[str, float]:
-    """async/staleness_{mean,max} (versions behind the trained policy, over response tokens; a sequence counts by its
-    oldest token), async/resumed_share (samples continued after a weight sync)."""
+    """async/staleness_{mean,max} (versions behind, over response tokens; a sequence counts by its oldest token) and
+    async/resumed_share (samples continued after a weight sync)."""
     valid = versions >= 0
     behind = (version - versions).clamp(min=0).float()
     per_sequence = torch.where(valid, behind, torch.zeros_like(behind)).amax(dim=-1)
@@ -74,16 +63,14 @@ def staleness_metrics(versions: torch.Tensor, resumed: torch.Tensor, version: in
 
 
 class StreamedScores:
-    """Rewards launched group by group as the engines complete them (worker.reward.stream): each group is scored with
-    the others completed at the same time, by every part of the run's reward (rule functions, a reward model, a
-    judge: `BatchScorer`), and a step's batch gathers its rows' scores back."""
+    """Rewards launched group by group as the engines complete them (worker.reward.stream), by every part of the
+    run's reward (`BatchScorer`); a step's batch gathers its rows' scores back."""
 
     def __init__(self, scorer: Any) -> None:
         self.scorer = scorer
         self.pending: dict[str, tuple[int, list[int]]] = {}
-        """uid -> (the launched piece holding its group, the group's rows in that piece)."""
+        """uid -> (launch number of its piece, the group's rows in that piece)."""
         self._pieces: dict[int, tuple[DataProto, Any]] = {}
-        """A launched piece and its PendingReward, by launch number."""
         self._results: dict[int, tuple[torch.Tensor, dict[str, list[float]]]] = {}
         self._launched = 0
 
@@ -98,8 +85,8 @@ class StreamedScores:
             self.pending[uid] = (key, uid_rows)
 
     def take(self, batch: DataProto) -> tuple[float, torch.Tensor, dict[str, list[float]], list[dict[str, float]]]:
-        """(share of the batch's groups already scored, token-level scores, columns, the reward model's metrics of
-        each piece scored) of `batch`, whose groups were all launched; their entries are dropped."""
+        """(share of the batch's groups already scored, token-level scores, columns, reward-model metrics per piece)
+        for `batch`, whose groups were all launched; their entries are dropped."""
         uids = list(dict.fromkeys(batch.non_tensor_batch["uid"]))
         missing = [uid for uid in uids if uid not in self.pending]
         if missing:
@@ -130,18 +117,18 @@ class StreamedScores:
 
 
 class AsyncRayPPOTrainer(RayPPOTrainer):
-    """RayPPOTrainer whose `gen` phase is the colocated asynchronous rollout (module docstring)."""
+    """RayPPOTrainer whose `gen` phase is the colocated asynchronous rollout."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         rollout = self.config.worker.rollout
         self.admission = Admission(round_size(self.config.data)[1], rollout.max_staleness)
         self.in_flight: dict[str, DataProto] = {}
-        """Prompt rows admitted and not yet trained, by uid (saved with checkpoints)."""
+        """Prompt rows admitted and not yet trained, by uid (checkpointed)."""
         self._readmit: DataProto | None = None
         reward = self.config.worker.reward
         self.stream_rewards = reward.stream is not False and reward_stream_obstacle(reward, rollout.mode) is None
-        """Score each group as soon as it is complete (worker.reward.stream), while the engines generate."""
+        """Score each group as soon as it is complete, while the engines generate."""
         self.streamed = StreamedScores(self.scorer) if self.stream_rewards else None
 
     def _make_batch_data(self, metrics: dict[str, list[float]]) -> DataProto:
@@ -154,8 +141,7 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
         return batch
 
     def _take_round(self, version: int, round_index: int, metrics: dict[str, list[float]]) -> DataProto:
-        """One generation round: admit what the staleness bound allows, then take the round's complete groups from
-        the engines (scored as they complete when the rewards stream)."""
+        """One generation round: admit what the staleness bound allows, take the round's complete groups."""
         prompts = self._admit(version)
         request = self._async_request(version, round_index, self.actor_rollout_ref_wg.world_size)
         calls = [prompts]
@@ -167,8 +153,7 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
         return self._taken(self._collect_polls(poll, metrics))
 
     def _async_request(self, version: int, round_index: int, engines: int) -> RolloutRequest:
-        """Round `round_index` of the step's requests: each of the `engines` data-parallel ranks returns its share of
-        the round's groups, each group within the staleness bound."""
+        """Round `round_index`'s request: each of the `engines` DP ranks returns its share of the round's groups."""
         quota = self.admission.round_size // engines
         staleness = self.admission.max_staleness
         return self._rollout_request(
@@ -176,8 +161,7 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
         )
 
     def _add_greedy_baselines(self, batch: DataProto) -> None:
-        """ReMax: each row's baseline, the reward of its prompt's greedy response under the engines' weights of this
-        step (its samples may be up to max_staleness versions older), from one greedy call on the batch's prompts."""
+        """ReMax baselines: one greedy call on the batch's prompts with this step's engine weights."""
         uids = list(dict.fromkeys(batch.non_tensor_batch["uid"]))
         prompts = DataProto.concat([self.in_flight[uid] for uid in uids]).select(deepcopy=True)
         gen_batch = split_generation_inputs(prompts, all_columns=bool(self.config.worker.rollout.env))
@@ -187,9 +171,8 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
         batch.batch["reward_baselines"] = torch.tensor(baselines, dtype=values.dtype)
 
     def _collect_polls(self, poll: Callable[[], list[dict[str, Any]]], metrics: dict[str, list[float]]) -> DataProto:
-        """Poll the engines (`poll()`: one {"batch", "complete", "metrics"} per rank) until each has returned its part
-        of the step's batch, launching the scoring of every group they hand over as complete; the batch, rank by
-        rank, with its streamed scores."""
+        """Poll the engines (one {"batch", "complete", "metrics"} per rank) until each returned its part, launching
+        the scoring of every complete group handed over; returns the batch, rank by rank, with streamed scores."""
         parts: list[DataProto | None] | None = None
         while parts is None or any(part is None for part in parts):
             results = poll()
@@ -206,8 +189,7 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
         return batch
 
     def _attach_streamed_scores(self, batch: DataProto, metrics: dict[str, list[float]]) -> None:
-        """The step's rewards from the scores launched group by group (waiting for those still running), as the
-        step's reward phase would have set them."""
+        """Set the step's rewards from the streamed scores (waiting for any still running)."""
         ready, scores, columns, model_metrics = self.streamed.take(batch)
         for piece_metrics in model_metrics:  # reward_model/truncated_ratio, score_mean: averaged over the pieces
             append_metrics(metrics, piece_metrics)
@@ -216,8 +198,7 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
         append_metrics(metrics, {"async/rewards_ready_share": ready})
 
     def _admit(self, version: int) -> DataProto:
-        """The prompts this round admits (the in-flight ones of a resumed run first), with their uids, recorded as in
-        flight."""
+        """The prompts this round admits (a resumed run's in-flight ones first), given uids and recorded in flight."""
         parts = [self._readmit] if self._readmit is not None else []
         self._readmit = None
         for _ in range(self.admission.rounds_to_admit(len(self.in_flight))):
@@ -236,9 +217,8 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
         return DataProto.concat(parts)
 
     def _taken(self, batch: DataProto) -> DataProto:
-        """`batch`, a round's groups taken from the engines, with its ReMax baselines (from the greedy responses of
-        its prompts, before online filtering, as mode=sync computes them); its prompts are no longer in flight,
-        whether they train or are dropped, so admission may replace them."""
+        """`batch` with its ReMax baselines (before online filtering, as mode=sync); its prompts leave the in-flight
+        count, trained or dropped, so admission may replace them."""
         if core_algos.estimator_needs_greedy_baseline(self.config.algorithm.adv_estimator):
             self._add_greedy_baselines(batch)
         for uid in dict.fromkeys(batch.non_tensor_batch["uid"]):

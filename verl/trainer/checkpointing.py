@@ -1,11 +1,9 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Checkpoint bookkeeping of the driver: where the latest and best checkpoints are, and which to delete.
-
-Under trainer.save_checkpoint_path each `global_step_N/` holds the workers' roles (`actor/`, `critic/`), the
-dataloader state and `trainer_state.json`; `checkpoint_tracker.json` names the latest and best steps. The tracker is
-replaced atomically and written last, so a crash during a save never names a half-written checkpoint as the latest.
-"""
+"""The driver's checkpoint bookkeeping: latest and best checkpoints, and which to delete.
+Each `global_step_N/` under trainer.save_checkpoint_path holds the roles (`actor/`, `critic/`), the dataloader state
+and `trainer_state.json`; `checkpoint_tracker.json` names the latest and best steps and is replaced atomically, last,
+so a crash mid-save never names a half-written checkpoint."""
 
 import json
 import logging
@@ -22,8 +20,7 @@ logger = logging.getLogger(__name__)
 
 TRACKER_FILE = "checkpoint_tracker.json"
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
-# Keys of the tracker EasyR1 writes under the same file name, next to checkpoints in its own format (per-rank
-# torch.save files, not torch.distributed.checkpoint); verl names its tracker latest_checkpointed_iteration.txt.
+# Keys of EasyR1's tracker (same file name, checkpoints in its own per-rank format).
 EASYR1_TRACKER_KEYS = frozenset({"best_global_step", "best_val_reward_score", "last_global_step", "last_actor_path"})
 
 
@@ -63,7 +60,6 @@ class CheckpointTracker:
 
     @staticmethod
     def _foreign_message(path: str, unknown: list[str]) -> str:
-        """Why a tracker that another tool wrote stops the run, and what to do instead."""
         if set(unknown) <= EASYR1_TRACKER_KEYS:
             writer = f"was written by EasyR1 (its keys {unknown} are not this trainer's)"
         else:
@@ -97,19 +93,15 @@ def saved_steps(save_root: str) -> list[int]:
 
 
 def is_complete(path: str) -> bool:
-    """Whether a global_step_N directory holds a resumable checkpoint: the actor's (renamed into place only once
-    written) and the trainer state (written after every worker's part)."""
+    """A resumable checkpoint: the actor's directory (renamed into place once written) and the trainer state
+    (written after every worker's part)."""
     return os.path.isdir(os.path.join(path, "actor")) and os.path.isfile(os.path.join(path, "trainer_state.json"))
 
 
 def find_last_checkpoint(save_root: str) -> str | None:
-    """The newest complete checkpoint under `save_root`, or None when there is no checkpoint at all.
-
-    Normally that is the step the tracker names. Without a tracker (deleted, or lost in a crash after the step was
-    written), or with one naming a step that is gone or incomplete, the newest complete global_step_N is used, with
-    a warning: a run never restarts from step 0 over existing checkpoints. Step directories none of which is
-    complete are an error naming them, since starting over would overwrite them.
-    """
+    """The newest complete checkpoint under `save_root`, or None when there is none.
+    Normally the tracker's step; without a usable tracker the newest complete and intact global_step_N, with a
+    warning, so a run never restarts from 0 over existing checkpoints; if none is complete that is an error."""
     steps = saved_steps(save_root)
     complete = [step for step in steps if is_complete(step_dir(save_root, step))]
     tracker = CheckpointTracker.load(save_root)
@@ -152,8 +144,7 @@ def find_last_checkpoint(save_root: str) -> str | None:
 
 
 def _intact_steps(save_root: str, complete: list[int]) -> list[int]:
-    """The steps of `complete` that match their integrity record, checked from the newest down to the first intact
-    one; each damaged step is warned about, naming its file (it is left on disk as it is)."""
+    """`complete` up to its newest step matching its integrity record; damaged steps are warned about, left on disk."""
     for position in range(len(complete) - 1, -1, -1):
         step = complete[position]
         problem = damage(step_dir(save_root, step))
@@ -164,8 +155,8 @@ def _intact_steps(save_root: str, complete: list[int]) -> list[int]:
 
 
 def resume_path(load_checkpoint_path: str | None, find_last: bool, save_root: str) -> str | None:
-    """The checkpoint a run starts from: the explicit path, else (with find_last) the newest complete and intact
-    one. An explicit path that does not match its integrity record is an error naming the file."""
+    """The checkpoint a run starts from: the explicit path (an error if damaged), else with find_last the newest
+    complete and intact one."""
     if load_checkpoint_path is not None:
         problem = damage(load_checkpoint_path)
         if problem is not None:
@@ -185,12 +176,8 @@ def step_of(path: str) -> int:
 
 
 def remove_obsolete_checkpoints(save_root: str, save_limit: int, tracker: CheckpointTracker) -> list[int]:
-    """Keep the newest `save_limit` checkpoints plus the best by validation score and the one the tracker names as
-    the latest; return the removed steps.
-
-    Only checkpoints that hold weights count towards the limit, so leftovers of interrupted saves never push out
-    the only usable checkpoint (they are removed once they are older than the latest).
-    """
+    """Keep the newest `save_limit` checkpoints with weights, the best one and the tracker's latest; return the
+    removed steps. Leftovers of interrupted saves never count towards the limit (removed once older than the latest)."""
     if save_limit <= 0:
         return []
     steps = saved_steps(save_root)
@@ -205,7 +192,7 @@ def remove_obsolete_checkpoints(save_root: str, save_limit: int, tracker: Checkp
 
 
 def discard_failed_save(save_root: str, step: int, tracker: CheckpointTracker) -> None:
-    """Remove what a failed save of `step` left behind (freeing the space it took), unless the tracker names that
-    step as the latest: then it is an earlier complete save of the same step, which the workers replace atomically."""
+    """Remove what a failed save of `step` left, unless the tracker names that step (then it is an earlier complete
+    save the workers replace atomically)."""
     if step != tracker.last_global_step:
         shutil.rmtree(step_dir(save_root, step), ignore_errors=True)

@@ -1,10 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""The train and validation data loaders, whose position can be saved in a checkpoint and restored.
-
-The train loader is a torchdata StatefulDataLoader over a seeded, stateful RandomSampler, so a resumed run continues
-with exactly the batch the interrupted run would have drawn next, in any epoch.
-"""
+"""Train and validation data loaders whose position is checkpointed: a StatefulDataLoader over a seeded, stateful
+RandomSampler, so a resumed run draws exactly the batch the interrupted one would have next."""
 
 import logging
 import signal
@@ -23,42 +20,30 @@ from verl.trainer.config import DataConfig
 
 logger = logging.getLogger(__name__)
 
-# torchdata's StatefulDataLoader calls torch.set_vital, deprecated in torch 2.13: one warning per epoch and per
-# validation, on every run, about nothing the user can change.
+# torchdata's StatefulDataLoader calls torch.set_vital, deprecated in torch 2.13: a warning per epoch, not actionable.
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
 
 
 def init_loader_worker(worker_id: int) -> None:
     """In each loader worker: one torch thread; Ctrl-C is the driver's to handle, and SIGTERM ends the worker.
-
-    A worker is forked from the driver, whose OpenMP pool it cannot use: its first parallel torch op (an image
-    processor's rescale of a large image) would wait in libgomp forever. The loader sets one thread through
-    `torch.set_num_threads`, which a vLLM engine built in the same process replaces with a no-op, so the worker sets
-    it through torch's own implementation.
-
-    Workers forked while the fit loop runs would inherit the driver's SIGINT/SIGTERM handlers
-    (verl/trainer/preemption.py): each would log the stop message, and torch could not end a stuck worker with
-    SIGTERM. Ctrl-C reaches the whole terminal process group; a worker ending on it would fail the driver's next
-    batch in the middle of its checkpoint-and-stop, so the workers ignore it until the driver closes the loader.
-    """
+    A forked worker cannot use the driver's OpenMP pool (its first parallel op would hang in libgomp); the thread
+    count is set through torch's own implementation since a vLLM engine in the process no-ops
+    `torch.set_num_threads`. Forked workers would also inherit the driver's preemption handlers: SIGTERM is reset so
+    torch can end a stuck worker, and SIGINT ignored so Ctrl-C cannot break the driver's checkpoint-and-stop."""
     torch._C.set_num_threads(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def saved_num_workers(state: dict[str, Any]) -> int:
-    """The worker count a StatefulDataLoader state_dict was saved with (0: loaded in the driver process); torchdata
-    0.11 keeps a multi-process loader's position under '_snapshot', one '_worker_snapshots' entry per worker."""
+    """The worker count a StatefulDataLoader state was saved with (0: in the driver process; torchdata 0.11 layout)."""
     snapshot = state.get("_snapshot")
     return 0 if snapshot is None else len(snapshot["_worker_snapshots"])
 
 
 def load_loader_state(loader: StatefulDataLoader, state: dict[str, Any]) -> None:
-    """Put `loader` at the position saved in `state`.
-
-    torchdata resumes a position only with the worker count it was saved with, so a run resumed with another
-    data.dataloader_num_workers keeps the saved count (with a warning) rather than fail or lose its place.
-    """
+    """Put `loader` at the saved position; torchdata resumes only with the saved worker count, so that count is kept
+    (with a warning) rather than fail or lose the place."""
     saved = saved_num_workers(state)
     if saved != loader.num_workers:
         logger.warning(
@@ -84,11 +69,8 @@ def build_dataset(
     limit_images: int = 0,
     tools: list[dict[str, Any]] | None = None,
 ) -> RLHFDataset:
-    """An RLHFDataset for `source` with every rendering and filtering option taken from the data config.
-
-    `limit_images` is the rollout engine's images-per-prompt limit (worker.rollout.limit_images; 0 for none): a row
-    with more images is a data error found here, not in the engine's first generate call.
-    """
+    """An RLHFDataset for `source` with the data config's options. `limit_images` (worker.rollout.limit_images, 0 for
+    none) makes a row with more images a data error here rather than in the engine."""
     return RLHFDataset(
         source,
         tokenizer,
@@ -115,12 +97,11 @@ def build_dataset(
 
 
 MEDIA_LOADER_WORKERS = 2
-"""Data-loader processes when data.dataloader_num_workers is unset and the data has images or videos."""
 
 
 def loader_workers(configured: int | None, dataset: Any) -> int:
-    """data.dataloader_num_workers, or when unset: MEDIA_LOADER_WORKERS for data with an image or video column, else
-    0 (text prompts are rendered and tokenized in milliseconds; a worker process would only hold memory)."""
+    """data.dataloader_num_workers, or when unset MEDIA_LOADER_WORKERS for data with media, else 0 (text is cheap;
+    a worker would only hold memory)."""
     if configured is not None:
         return configured
     return MEDIA_LOADER_WORKERS if getattr(dataset, "has_media", False) else 0
@@ -134,12 +115,9 @@ def create_dataloader(
     limit_images: int = 0,
     tools: list[dict[str, Any]] | None = None,
 ) -> tuple[StatefulDataLoader, StatefulDataLoader | None]:
-    """(train loader, validation loader or None when data.val_files is empty).
-
-    Train batches hold data.mini_rollout_batch_size prompts when it is set (a generation round; a step draws as many
-    as it needs), else data.rollout_batch_size; the last incomplete batch of an epoch is dropped. Validation is not
-    shuffled and data.val_batch_size=-1 puts the whole set in one batch.
-    """
+    """(train loader, validation loader or None without data.val_files).
+    Train batches hold data.mini_rollout_batch_size prompts if set (one generation round), else rollout_batch_size;
+    an epoch's last incomplete batch is dropped. Validation is unshuffled; val_batch_size=-1 means one batch."""
     train_dataset = build_dataset(config.train_files, config, tokenizer, processor, model_config, limit_images, tools)
     batch_size = config.mini_rollout_batch_size or config.rollout_batch_size
     key = "data.mini_rollout_batch_size" if config.mini_rollout_batch_size else "data.rollout_batch_size"
@@ -169,7 +147,7 @@ def create_dataloader(
 
 
 def _loader(dataset: Any, batch_size: int, num_workers: int, **kwargs: Any) -> StatefulDataLoader:
-    """A resumable loader; its worker processes (if any) leave Ctrl-C and SIGTERM to the trainer."""
+    """A resumable loader; its workers leave Ctrl-C and SIGTERM to the trainer."""
     return StatefulDataLoader(
         dataset,
         batch_size=batch_size,

@@ -3,15 +3,10 @@
 """Disaggregated asynchronous RL (worker.rollout.mode=disaggregated, docs/async.md): the `gen` phase of a step when
 the engines have a resource pool of their own.
 
-The rollout pool's engines (verl.workers.rollout.rollout_worker) generate without pause. A step sends the weights of
-the last update to them if they lack them (a broadcast over the weight-transfer group while they keep generating;
-they load it between two engine steps), admits prompts under the staleness bound exactly as colocated mode does
-(`Admission`), and takes the step's complete groups (earliest deadline first; round by round as colocated mode does,
-when online filtering tops the step up); while the trainer pool trains on them, the engines go on with the groups in
-flight and the ones admitted for later steps. Checkpoints keep the in-flight prompts, regenerated on resume, as in
-colocated mode, and each engine's count of admissions (its requests' seeds follow it, as the colocated workers' do
-through their own checkpoint).
-"""
+The rollout pool's engines generate without pause. A step sends them the last update's weights if they lack them
+(broadcast while they generate, loaded between engine steps), admits prompts under the staleness bound and takes
+complete groups as colocated mode does; the engines go on while the trainer trains. Checkpoints keep the in-flight
+prompts and each engine's admission count (its requests' seeds follow it)."""
 
 import json
 import os
@@ -24,24 +19,24 @@ from verl.trainer.metrics import append_metrics
 
 
 _POLL_WAIT_S = 0.5
-"""Longest an engine holds a poll before answering (the driver launches the scoring of new groups in between)."""
+"""Longest an engine holds a poll (the driver launches scoring of new groups in between)."""
 ENGINES_FILE = "rollout_engines.json"
-"""The rollout pool's counters in a checkpoint directory: {"generate_calls": [one per engine]}."""
+"""{"generate_calls": [one per engine]} in a checkpoint directory."""
 
 
 class DisaggregatedRayPPOTrainer(AsyncRayPPOTrainer):
-    """AsyncRayPPOTrainer whose engines are the rollout pool's group `rollout_wg` (module docstring)."""
+    """AsyncRayPPOTrainer whose engines are the rollout pool's group `rollout_wg`."""
 
     def __init__(self, *args: Any, rollout_wg: Any, device: str = "cpu", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.rollout_wg = rollout_wg
         self.transfer_backend = "nccl" if device == "cuda" else "gloo"
         self.engine_version: int | None = None
-        """Weight updates the engines' weights carry (None: they hold no weights yet)."""
+        """Weight updates the engines' weights carry (None: no weights yet)."""
         self.engine_dtype: str | None = None
 
     def _connect(self) -> None:
-        """Form the weight-transfer group: the trainer's rank 0 and every rollout process (all join at once)."""
+        """Form the weight-transfer group of the trainer's rank 0 and every rollout process (all join at once)."""
         host, port = self.actor_rollout_ref_wg.weight_transfer_address()[0]
         world_size = 1 + self.rollout_wg.world_size
         args = (host, port, world_size, self.transfer_backend)

@@ -12,18 +12,18 @@ from verl.protocol import DataProto
 
 
 def reduce_metrics(metrics: dict[str, list[float]]) -> dict[str, float]:
-    """Mean of every list of values (per-rank or per-micro-batch metrics)."""
+    """Mean of every list of values (per rank or micro-batch)."""
     return {key: float(np.mean(values)) for key, values in metrics.items() if len(values) > 0}
 
 
 def applicable_values(columns: dict[str, list[float]]) -> dict[str, list[float]]:
-    """Per-sample reward columns without their NaNs: a routed reward (worker.reward.routes) marks a key that a row's
-    function does not return as NaN, so each key's mean is over the rows it applies to."""
+    """Reward columns without NaNs: a routed reward marks keys a row's function lacks as NaN, so each key's mean is
+    over the rows it applies to."""
     return {key: [v for v in values if v == v] for key, values in columns.items()}
 
 
 def append_metrics(store: dict[str, list[float]], new: dict[str, Any] | list[dict[str, Any]]) -> None:
-    """Add values (or lists of values) by key; a list of dicts (one per rank) adds each rank's values."""
+    """Add values (or lists) by key; a list of dicts (one per rank) adds each."""
     if isinstance(new, list):
         for per_rank in new:
             append_metrics(store, per_rank or {})
@@ -44,7 +44,6 @@ def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
 
 
 def compute_data_metrics(batch: DataProto, use_critic: bool) -> dict[str, float]:
-    """Scores, rewards, advantages, returns, values and prompt/response lengths of the batch."""
     response_mask = batch.batch["response_mask"].bool()
     max_response_length = batch.batch["responses"].shape[-1]
     prompt_mask = batch.batch["attention_mask"][:, :-max_response_length].bool()
@@ -72,8 +71,8 @@ def compute_data_metrics(batch: DataProto, use_critic: bool) -> dict[str, float]
 
 
 def compute_env_metrics(batch: DataProto) -> dict[str, float]:
-    """Means of the episodes' model turns, tool calls, tool errors and truncations; {} for single-turn rollouts.
-    Environment tokens are in the response but not in response_length (which counts the model's tokens)."""
+    """Means of the episodes' turns, tool calls, tool errors and truncations ({} for single-turn). Environment tokens
+    are in the response but not in response_length (the model's tokens)."""
     metrics = {}
     for key, column in batch.non_tensor_batch.items():  # the counts above and the environment's episode_info
         if key.startswith("env_") and len(column):
@@ -86,7 +85,7 @@ def compute_env_metrics(batch: DataProto) -> dict[str, float]:
 
 
 def compute_timing_metrics(batch: DataProto, timing_raw: dict[str, float]) -> dict[str, float]:
-    """timing_s/<phase> and timing_per_token_ms/<phase> (per prompt+response token for the model phases)."""
+    """timing_s/<phase> and timing_per_token_ms/<phase> (per token for the model phases)."""
     response_tokens = batch.batch["response_mask"].sum().item()
     all_tokens = batch.batch["attention_mask"].sum().item()
     tokens_of_phase = {
@@ -115,8 +114,7 @@ def compute_throughput_metrics(batch: DataProto, timing_raw: dict[str, float], n
 
 
 def compute_actor_mfu(num_tokens: float, num_params: float, seconds: float, peak_flops: float) -> float:
-    """Model FLOPs utilisation of an update: 6 * params * tokens (forward + backward; recomputation by gradient
-    checkpointing and attention FLOPs not counted) per second over the device's peak FLOP/s."""
+    """Model FLOPs utilisation: 6 * params * tokens (no recompute or attention FLOPs) per second over peak FLOP/s."""
     if seconds <= 0 or peak_flops <= 0:
         return 0.0
     return 6.0 * num_params * num_tokens / seconds / peak_flops
@@ -125,8 +123,7 @@ def compute_actor_mfu(num_tokens: float, num_params: float, seconds: float, peak
 def compute_mfu_metrics(
     batch: DataProto, timing_raw: dict[str, float], num_devices: int, flops: dict[str, dict[str, float]]
 ) -> dict[str, float]:
-    """perf/mfu_actor and perf/mfu_critic: each update's model FLOPs (all tokens of the batch, every PPO epoch) over
-    its wall time x the devices x one device's measured peak. `flops` maps "actor"/"critic" to the worker's
+    """perf/mfu_actor and perf/mfu_critic over every PPO epoch; `flops` maps "actor"/"critic" to the worker's
     `flops_info` plus the role's "ppo_epochs"."""
     tokens = float(batch.batch["attention_mask"].sum().item())
     metrics = {}

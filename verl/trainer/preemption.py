@@ -3,16 +3,11 @@
 """Stopping a run on SIGTERM / SIGINT / SIGHUP (Slurm preemption, Ctrl-C, a closed terminal) without losing the work
 since the last checkpoint.
 
-In the fit loop (`StopRequest`) the first signal only raises a flag; the loop checks it between steps, saves a
-checkpoint if the grace period (`trainer.signal_grace_s`) has not run out, and raises `TrainingInterrupted`, so the
-runner's cleanup shuts the workers down and the CLI exits with 128 + the signal number. A second signal restores the
-default behaviour and re-raises the signal: the process stops at once.
-
-Around the whole run (`RunSignals`: data checks, Ray's and the engines' start, the end), where there is no step to
-finish, the first signal raises `TrainingInterrupted` at once, so the workers are shut down; a signal while the run
-is stopping (shutting its workers down) exits at once with 128 + its number, leaving what is left of the run's
-processes to the reaper (verl/trainer/reaper.py), rather than unwinding Ray's teardown from inside a signal handler.
-"""
+In the fit loop (`StopRequest`) the first signal sets a flag; between steps the loop saves a checkpoint if within
+`trainer.signal_grace_s` and raises `TrainingInterrupted` (the CLI exits 128 + signal). A second signal stops at once.
+Around the whole run (`RunSignals`) the first signal raises `TrainingInterrupted` at once so workers are shut down; a
+signal while stopping exits at once, leaving leftovers to verl/trainer/reaper.py rather than unwinding Ray's
+teardown inside a signal handler."""
 
 import logging
 import os
@@ -31,9 +26,8 @@ HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class TrainingInterrupted(BaseException):
-    """The run stopped on a signal after step `step` (None: outside the fit loop); `checkpoint` is the directory saved
-    then (None if none). A BaseException, as KeyboardInterrupt is: raised from a signal handler anywhere in the run's
-    start, no `except Exception` in our code or a library's may swallow it."""
+    """The run stopped on a signal after step `step` (None: outside the fit loop), saving `checkpoint` (or None).
+    A BaseException, like KeyboardInterrupt, so no `except Exception` anywhere may swallow it."""
 
     def __init__(self, signum: int, step: int | None, checkpoint: str | None) -> None:
         name = signal.Signals(signum).name
@@ -47,7 +41,7 @@ class TrainingInterrupted(BaseException):
 
 
 class StopRequest:
-    """Records the first SIGTERM/SIGINT (signal number and time); used as a context manager around the fit loop."""
+    """Records the first signal (number and time); a context manager around the fit loop."""
 
     def __init__(self, grace_s: float) -> None:
         self.grace_s = grace_s
@@ -90,8 +84,8 @@ class StopRequest:
 
 
 class RunSignals:
-    """The signals of `HANDLED_SIGNALS` around a whole run (see the module's docstring); `StopRequest` takes them over
-    in the fit loop and gives them back after it. Call `stopping()` once the run is ending (shutting down)."""
+    """The signals around a whole run; `StopRequest` takes them over in the fit loop. Call `stopping()` once the
+    run is shutting down."""
 
     def __init__(self) -> None:
         self.is_stopping = False

@@ -5,9 +5,7 @@
     gen -> balance -> reward (async) -> old (off-policy only) -> ref -> values -> adv -> update_critic
         -> update_actor -> dump_rollouts -> validation -> save_checkpoint -> metrics
 
-The driver holds no model: it moves DataProto batches between worker groups, computes advantages with
-`core_algos`, and keeps the bookkeeping (steps, checkpoints, loggers, progress bar).
-"""
+The driver holds no model: it moves DataProto batches between worker groups and computes advantages."""
 
 import copy
 import json
@@ -65,7 +63,7 @@ logger = logging.getLogger(__name__)
 
 GEN_TENSOR_KEYS = ("input_ids", "attention_mask", "position_ids")
 GEN_NON_TENSOR_KEYS = ("raw_prompt_ids", "multi_modal_data", "max_response_tokens")
-"""Non-tensor columns the engine reads (`max_response_tokens`: a row's own response cap, where the data has one)."""
+"""Non-tensor columns the engine reads (`max_response_tokens`: a row's own response cap, if any)."""
 
 
 @contextmanager
@@ -76,8 +74,8 @@ def timer(name: str, timing_raw: dict[str, float]) -> Iterator[None]:
 
 
 def split_generation_inputs(batch: DataProto, all_columns: bool = False) -> DataProto:
-    """Pop the prompt tensors (replaced by prompt+response after generation) and share the raw prompt columns (with
-    `all_columns`, every non-tensor column: a multi-turn environment starts its episodes from the whole row)."""
+    """Pop the prompt tensors (generation returns prompt+response) and share the raw prompt columns (every non-tensor
+    column with `all_columns`: a multi-turn environment starts from the whole row)."""
     tensors = [key for key in GEN_TENSOR_KEYS if key in batch.batch.keys()]
     non_tensors = [key for key in batch.non_tensor_batch if all_columns or key in GEN_NON_TENSOR_KEYS]
     gen_batch = batch.select(batch_keys=[], non_tensor_batch_keys=non_tensors)
@@ -86,9 +84,8 @@ def split_generation_inputs(batch: DataProto, all_columns: bool = False) -> Data
 
 
 def join_rollout(prompts: DataProto, output: DataProto, n: int) -> DataProto:
-    """The prompts' columns (each row repeated n times) joined with the rollout's. When a multi-turn environment sent
-    images, the rollout's media column holds each episode's images (the prompt's and the environment's) and comes
-    with their model inputs (`multi_modal_inputs`): it replaces the prompts' media column."""
+    """The prompts' columns (each row repeated n times) joined with the rollout's; an environment's images
+    (`multi_modal_inputs` present) replace the prompts' media column."""
     repeated = prompts.repeat(n, interleave=True)
     if "multi_modal_inputs" in output.non_tensor_batch:
         repeated.non_tensor_batch.pop("multi_modal_data", None)
@@ -96,7 +93,7 @@ def join_rollout(prompts: DataProto, output: DataProto, n: int) -> DataProto:
 
 
 def count_training_steps(config: PPOConfig, batches_per_epoch: int) -> int:
-    """trainer.max_steps, or the steps that total_epochs passes over the data take."""
+    """trainer.max_steps, or the steps total_epochs over the data take."""
     trainer, data = config.trainer, config.data
     if trainer.max_steps is not None:
         return trainer.max_steps
@@ -105,7 +102,7 @@ def count_training_steps(config: PPOConfig, batches_per_epoch: int) -> int:
 
 
 def reward_sources(reward: Any) -> str:
-    """What scores a run, for messages: its reward function (or routes, or rubric), reward model and judge."""
+    """What scores a run, for messages."""
     sources = []
     if reward.reward_function:
         sources.append(f"reward function {reward.reward_function}")
@@ -121,7 +118,7 @@ def reward_sources(reward: Any) -> str:
 
 
 class RayPPOTrainer:
-    """Drives the worker groups. Worker groups and the reward runner are created by `runner.py` and passed in."""
+    """Drives the worker groups, which `runner.py` creates and passes in."""
 
     def __init__(
         self,
@@ -155,8 +152,8 @@ class RayPPOTrainer:
         self.use_reference = not algo.disable_kl
         self.kl_in_reward = self.use_reference and not algo.use_kl_loss
         actor = config.worker.actor
-        # One epoch over one mini-batch is on-policy: the update's own forward gives the old log-probs (detached),
-        # so the separate forward is skipped, unless the KL penalty in the reward needs them first.
+        # One epoch over one mini-batch is on-policy: the update's own forward gives the old log-probs, so the
+        # separate forward is skipped unless the KL penalty in the reward needs them first.
         self.correction = algo.rollout_correction
         self.needs_old_log_probs = (
             actor.ppo_epochs != 1 or actor.global_batch_size < config.data.rollout_batch_size or self.kl_in_reward
@@ -197,8 +194,7 @@ class RayPPOTrainer:
             return next(self._data_iter)
 
     def _rollout_request(self, **fields: Any) -> RolloutRequest:
-        """This step's request to the rollout engines: its stage of data.response_length_schedule (the rollout's
-        response length without one) and `fields`."""
+        """This step's engine request: its data.response_length_schedule stage (if any) and `fields`."""
         data = self.config.data
         length = None
         if data.response_length_schedule:
@@ -206,7 +202,7 @@ class RayPPOTrainer:
         return RolloutRequest(response_length=length, **fields)
 
     def _generate(self, prompts: DataProto, metrics: dict[str, list[float]]) -> DataProto:
-        """n responses per prompt, joined with the prompt columns (and the remax greedy baseline)."""
+        """n responses per prompt, joined with the prompt columns (and the ReMax greedy baseline)."""
         n = self.config.worker.rollout.n
         prompts.non_tensor_batch["uid"] = np.array(
             [f"{self.global_step}-{i}-{time.monotonic_ns()}" for i in range(len(prompts))], dtype=object
@@ -219,23 +215,20 @@ class RayPPOTrainer:
         return join_rollout(prompts, output, n)
 
     def _greedy_baselines(self, prompts: DataProto, gen_batch: DataProto) -> torch.Tensor:
-        """The ReMax baseline of each prompt: the reward of its greedy response under the engines' weights now.
-        `gen_batch` holds the prompts' generation inputs, split from `prompts` (`split_generation_inputs`)."""
+        """ReMax baseline per prompt: the reward of its greedy response under the engines' current weights."""
         greedy = self._rollout_request(sampling={"temperature": 0.0, "n": 1})
         output = self.rollout_wg.generate_sequences(gen_batch.select(deepcopy=True), greedy)
         scores, _ = self.scorer.score(prompts.select(deepcopy=True).union(output))
         return scores.sum(-1)
 
     def _make_batch_data(self, metrics: dict[str, list[float]]) -> DataProto:
-        """The step's samples, from rounds of data-loader batches generated to completion (`_fill_batch`)."""
+        """The step's samples, from rounds generated to completion (`_fill_batch`)."""
         return self._fill_batch(lambda: self._generate(self._next_batch(), metrics), metrics)
 
     def _fill_batch(self, generate_round: Callable[[], DataProto], metrics: dict[str, list[float]]) -> DataProto:
-        """Run generation rounds (`generate_round()`: one round's groups, of data.mini_rollout_batch_size prompts, or
-        rollout_batch_size) until the step has rollout_batch_size prompts' groups, then drop the last round's surplus
-        (as EasyR1 and DAPO do). With online filtering a round keeps only the groups `_filter_groups` keeps, and
-        trainer.max_try_make_batch bounds the rounds. Every rollout mode fills its steps here; the asynchronous ones
-        take each round's groups from their engines."""
+        """Run `generate_round()` until the step has rollout_batch_size prompts' groups, then drop the last round's
+        surplus (as EasyR1, DAPO). Online filtering keeps only `_filter_groups`' groups, within
+        trainer.max_try_make_batch rounds. Every rollout mode fills its steps here."""
         algo, data = self.config.algorithm, self.config.data
         target = data.rollout_batch_size * self.config.worker.rollout.n
         limit = self.config.trainer.max_try_make_batch
@@ -265,9 +258,8 @@ class RayPPOTrainer:
         return batch
 
     def _filter_groups(self, batch: DataProto, metrics: dict[str, list[float]]) -> DataProto | None:
-        """Online filtering (DAPO's dynamic sampling): the groups of `batch` whose mean algorithm.filter_key lies
-        inside (filter_low, filter_high), None if there is none; `batch` is scored here unless its rewards were
-        streamed. Logs online_filtering/kept_ratio."""
+        """DAPO's dynamic sampling: the groups whose mean algorithm.filter_key lies in (filter_low, filter_high), or
+        None; scores `batch` unless already scored."""
         algo = self.config.algorithm
         if "token_level_scores" not in batch.batch.keys():
             scores, reward_metrics = self.scorer.score(batch)
@@ -291,7 +283,7 @@ class RayPPOTrainer:
         return batch[np.asarray(keep)] if len(keep) > 0 else None
 
     def _balance_batch(self, batch: DataProto, metrics: dict[str, list[float]]) -> None:
-        """Reorder samples so every data-parallel rank gets a similar number of tokens (in place)."""
+        """Reorder samples (in place) so every DP rank gets a similar number of tokens."""
         world = self.actor_rollout_ref_wg.world_size
         if world > 1 and len(batch) % world == 0:
             append_metrics(metrics, balance_batch(batch, world))
@@ -314,8 +306,7 @@ class RayPPOTrainer:
         batch.batch["advantages"], batch.batch["returns"] = advantages, returns
 
     def _get_reward(self, reward_ref: Any) -> Any:
-        """The rule-based reward's result (a Future of run_in=driver or an ObjectRef of run_in=actor), or a
-        TimeoutError naming the function once worker.reward.timeout_s has passed."""
+        """The rule-based reward's result (Future or ObjectRef), or a TimeoutError after worker.reward.timeout_s."""
         reward = self.config.worker.reward
         timeout = reward.timeout_s if reward.timeout_s > 0 else None
         if isinstance(reward_ref, Future):  # the function's own errors (a TimeoutError too) come out of result()
@@ -333,8 +324,7 @@ class RayPPOTrainer:
         )
 
     def _check_reward_spread(self, scores: torch.Tensor) -> None:
-        """Warn when every sample of a step got the same reward: group advantages are then all zero and the step
-        trains nothing (a task too hard or too easy, or a reward function that ignores the response)."""
+        """Warn when all samples of a step got the same reward: advantages are all zero, the step trains nothing."""
         totals = scores.sum(dim=-1)
         if len(totals) > 1 and bool((totals == totals[0]).all()):
             self.flat_reward_steps += 1
@@ -417,9 +407,8 @@ class RayPPOTrainer:
         return batch, reduce_metrics(metrics)
 
     def _correct_off_policy(self, batch: DataProto, metrics: dict[str, list[float]]) -> None:
-        """algorithm.rollout_correction: importance weights (and rejections) of the engine's sampling policy against
-        the trained one, kept in `rollout_is_weights` / `rollout_loss_mask` for the actor's update (docs/async.md).
-        With bypass the engine's log-probs become the old policy."""
+        """algorithm.rollout_correction (docs/async.md): sets `rollout_is_weights` / `rollout_loss_mask` for the
+        actor's update; with bypass the engine's log-probs become the old policy."""
         rollout_log_probs = batch.batch["rollout_log_probs"]
         if self.correction.mode == "bypass" and "old_log_probs" not in batch.batch.keys():
             batch.batch["old_log_probs"] = rollout_log_probs.clone()
@@ -432,8 +421,8 @@ class RayPPOTrainer:
 
     @staticmethod
     def _actor_update_batch(batch: DataProto) -> DataProto:
-        """The batch the actor trains on: with an off-policy correction, the tokens it rejected are out of the loss
-        (`rollout_loss_mask` as the response mask); the batch itself keeps every token for its metrics."""
+        """With an off-policy correction, the actor trains with `rollout_loss_mask` as response mask; the batch keeps
+        every token for its metrics."""
         if "rollout_loss_mask" not in batch.batch.keys():
             return batch
         update = batch.select(deepcopy=False)
@@ -487,9 +476,8 @@ class RayPPOTrainer:
     # ------------------------------------------------------------------------------------------------ checkpoints
 
     def _save_checkpoint(self, val_score: float | None) -> None:
-        """Write global_step_N and only then name it the latest. A save that fails for a storage reason (disk full,
-        read-only or unwritable path) removes its partial files and raises CheckpointSaveError: the previous
-        checkpoint stays intact and latest, and the next run resumes from it."""
+        """Write global_step_N, then name it the latest. A storage failure (disk full, unwritable) removes the partial
+        files and raises CheckpointSaveError; the previous checkpoint stays latest."""
         trainer = self.config.trainer
         root = trainer.save_checkpoint_path
         path = step_dir(root, self.global_step)
@@ -532,8 +520,7 @@ class RayPPOTrainer:
             atomic_write(os.path.join(path, "trainer_state.json"), lambda f: json.dump(state, f))
 
     def _load_checkpoint(self) -> str | None:
-        """Resume from the checkpoint the config names (or the latest); returns its path, None if nothing was
-        resumed."""
+        """Resume from the configured (or latest) checkpoint; returns its path, or None."""
         trainer = self.config.trainer
         path = resume_path(trainer.load_checkpoint_path, trainer.find_last_checkpoint, trainer.save_checkpoint_path)
         if path is None:
@@ -565,8 +552,7 @@ class RayPPOTrainer:
             self._close_data_iter()
 
     def _close_data_iter(self) -> None:
-        """End the loader's worker processes now: left to interpreter exit, multiprocessing's atexit hook terminates
-        them and torch's SIGCHLD handler reports each as killed, a traceback at the end of every finished run."""
+        """End the loader workers now: at interpreter exit torch would report each as killed, with a traceback."""
         data_iter, self._data_iter = self._data_iter, None
         shutdown = getattr(data_iter, "_shutdown_workers", None)
         if shutdown is not None:
@@ -611,7 +597,7 @@ class RayPPOTrainer:
         return val_metrics
 
     def _stop(self, stop: StopRequest, val_metrics: dict[str, float], unsaved: bool) -> None:
-        """Save the steps since the last checkpoint (if the grace period allows), then raise TrainingInterrupted."""
+        """Save the steps since the last checkpoint (if within the grace period), then raise TrainingInterrupted."""
         if unsaved and stop.within_grace():
             self._save_checkpoint(val_metrics.get("val/reward_score"))
             unsaved = False

@@ -28,7 +28,7 @@ def start_reaper(interval: float = 1.0, grace: float = 3.0) -> subprocess.Popen:
 
 
 def _descendants(driver: psutil.Process) -> dict[int, float]:
-    """pid -> start time of every descendant of `driver` but this reaper (a pid may be reused: the time tells)."""
+    """pid -> start time (which guards against pid reuse) of every descendant of `driver` but this reaper."""
     found = {}
     try:
         for process in driver.children(recursive=True):
@@ -51,7 +51,7 @@ def _alive(pid: int, started: float) -> psutil.Process | None:
 
 
 def end_processes(processes: list[psutil.Process], grace: float) -> int:
-    """SIGTERM each process, SIGKILL those still alive after `grace` s; return how many there were."""
+    """SIGTERM each process, SIGKILL those alive after `grace` s; return how many there were."""
     for process in processes:
         try:
             process.terminate()
@@ -68,7 +68,7 @@ def end_processes(processes: list[psutil.Process], grace: float) -> int:
 
 
 def reap(left: dict[int, float], grace: float) -> int:
-    """End every process of `left` (pid -> start time) that is still running; return how many there were."""
+    """End every still-running process of `left` (pid -> start time); return how many there were."""
     return end_processes([process for pid, started in left.items() if (process := _alive(pid, started))], grace)
 
 

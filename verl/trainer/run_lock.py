@@ -1,14 +1,11 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""One run per checkpoint folder: a run holds a lock on `<save_checkpoint_path>/.run.lock` from before Ray starts to
-its end, so a second run started on the same folder refuses at once, naming the holder's pid and host, instead of
-interleaving its steps and overwriting the first run's checkpoints.
+"""One run per checkpoint folder: from before Ray starts to its end a run holds `<save_checkpoint_path>/.run.lock`,
+so a second run on the folder refuses at once (naming the holder's pid and host) rather than overwrite checkpoints.
 
-The lock is a POSIX record lock (`fcntl.lockf`, which NFS supports): the kernel drops it when the holding process
-dies, however it dies, so the lock of a dead run is taken over by the next run without any clean-up. On a file system
-without locks the file's pid and host decide: a holder on this host that is no longer running is taken over; a holder
-on another host must be removed by hand (the message says which file).
-"""
+It is a POSIX record lock (`fcntl.lockf`, NFS-safe) that the kernel drops when the holder dies, so no clean-up is
+needed. Without file-system locks the recorded pid and host decide: a dead holder on this host is taken over; one on
+another host must be removed by hand (the message names the file)."""
 
 import errno
 import fcntl
@@ -42,7 +39,7 @@ def _process_alive(pid: int) -> bool:
 
 
 class RunLock:
-    """Held by the driver of a run on its checkpoint folder; a context manager (`with RunLock(folder):`)."""
+    """The driver's lock on its checkpoint folder; a context manager."""
 
     def __init__(self, folder: str) -> None:
         self.folder = folder
@@ -104,7 +101,7 @@ class RunLock:
         self._fd = fd
 
     def _check_holder_without_locks(self, holder: dict[str, Any]) -> None:
-        """A file system without record locks: refuse while the recorded holder may still be running."""
+        """Without record locks: refuse while the recorded holder may still be running."""
         pid, host = holder.get("pid"), holder.get("host")
         if not pid:
             return
@@ -117,7 +114,7 @@ class RunLock:
         )
 
     def release(self) -> None:
-        """Give the lock up (the file stays; it records no holder)."""
+        """Give the lock up (the file stays, recording no holder)."""
         if self._fd is None:
             return
         fd, self._fd = self._fd, None

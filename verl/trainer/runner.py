@@ -1,10 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Start or join Ray, build the worker groups, reward runner, data loaders and loggers, then train.
-
-Ray is started locally unless RAY_ADDRESS names a cluster (or Ray is already initialised, as in tests). The
-resource check runs before any model loads: a config asking for more devices than the cluster has fails at once.
-"""
+"""Start or join Ray (RAY_ADDRESS, or already initialised), build the worker groups, reward runner, data loaders and
+loggers, then train. The resource check runs before any model loads."""
 
 import logging
 from dataclasses import dataclass, field
@@ -34,12 +31,12 @@ from verl.utils.logger.backends import check_logger_services
 logger = logging.getLogger(__name__)
 
 ENV_CLOSE_TIMEOUT_S = 30.0
-"""Longest a run's end waits for the workers to close their rollout environments."""
+"""Longest a run's end waits for workers to close their rollout environments."""
 
 
 @dataclass
 class WorkerGroups:
-    """The run's worker groups and the resource pools under them; `shutdown` frees all of them."""
+    """The run's worker groups and resource pools; `shutdown` frees all of them."""
 
     actor: Any
     critic: Any | None = None
@@ -49,7 +46,7 @@ class WorkerGroups:
     owned: list[tuple[Any, Any]] = field(default_factory=list)
     """(group, pool) pairs, in creation order."""
     rollout_env: bool = False
-    """The rollout runs an environment (worker.rollout.env): its shared resources end before the processes do."""
+    """worker.rollout.env is set: its shared resources end before the processes do."""
 
     def shutdown(self) -> None:
         if self.rollout_env:
@@ -59,9 +56,8 @@ class WorkerGroups:
             pool.remove()
 
     def _close_rollout_envs(self) -> None:
-        """Ask the engines' processes to end what their environment's episodes share (tool servers, which a killed
-        process would leave running); best effort, within ENV_CLOSE_TIMEOUT_S (a worker stuck in a failed step
-        cannot answer)."""
+        """Ask the engines' processes to end their environments' shared resources (tool servers a killed process
+        would leave running); best effort within ENV_CLOSE_TIMEOUT_S."""
         import ray
 
         handles = []
@@ -83,10 +79,9 @@ class WorkerGroups:
 
 
 def create_worker_groups(config: PPOConfig, device: str) -> WorkerGroups:
-    """One colocated process per device holding the actor+rollout(+ref) role and, for gae, the critic role; with
-    worker.reward.model.model_path the reward model's role too, or its own group on its own devices when
-    worker.reward.model.n_gpus_per_node > 0. With worker.rollout.mode=disaggregated the actor role has no engine and
-    the engines are a group of their own (worker.rollout.nnodes x n_gpus_per_node processes)."""
+    """One colocated process per device with the actor+rollout(+ref) role, the critic for gae, and the reward model
+    (or its own group on its own devices when its n_gpus_per_node > 0). With mode=disaggregated the engines are a
+    group of their own."""
     from verl.workers.fsdp_workers import FSDPWorker  # imports vLLM: only when training really starts
 
     trainer = config.trainer
@@ -154,8 +149,8 @@ def _init_models(views: dict[str, Any], actor_role: str) -> tuple[Any, Any | Non
 
 
 def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any]:
-    """Everything that needs no Ray and no model, so its errors come first: the checkpoint to resume from (looked up
-    now, loaded later), tokenizer, processor and both data loaders (every row is checked while they are built)."""
+    """What needs no Ray and no model, so its errors come first: the checkpoint to resume from (looked up only),
+    tokenizer, processor and data loaders (every row checked)."""
     trainer_config = config.trainer
     resume_path(
         trainer_config.load_checkpoint_path, trainer_config.find_last_checkpoint, trainer_config.save_checkpoint_path
@@ -188,18 +183,16 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any]:
 
 
 def run_ppo(config: PPOConfig) -> dict[str, float]:
-    """Train. The run holds its checkpoint folder (one run per folder) from here to its end; what can fail without
-    workers (the data, the checkpoint to resume from) is checked before any worker starts, and before Ray starts
-    unless the caller started it already."""
+    """Train, holding the checkpoint folder (one run per folder) to the end; what can fail without workers is checked
+    before any worker (and Ray, unless already started) starts."""
     lock = RunLock(config.trainer.save_checkpoint_path)
     try:
         lock.acquire()
     except CheckpointFolderInUse as err:
         raise SetupError(str(err)) from None
     try:
-        # SIGTERM, SIGINT or SIGHUP while the run starts or ends stops it at once with TrainingInterrupted (the fit
-        # loop finishes its step first): Ray's own SIGTERM handler, which start_ray keeps from replacing this one,
-        # would kill its daemons under the driver (exit -6 and a C++ stack dump)
+        # A signal while the run starts or ends stops it at once (the fit loop finishes its step first); Ray's own
+        # SIGTERM handler would kill its daemons under the driver
         with RunSignals().installed() as signals:
             return _train(config, signals)
     finally:
@@ -215,8 +208,7 @@ def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
     init_ray(config, device)
     total_steps = count_training_steps(config, len(train_dataloader))
     config.worker.actor.optim.training_steps = config.worker.critic.optim.training_steps = total_steps
-    # One reward runner serves training and validation: validation never overlaps a training step's reward, and a
-    # second reward actor would cost its own process (memory and start-up time).
+    # One reward runner serves training and validation (they never overlap; a second actor costs a process).
     model, reward = config.worker.actor.model, config.worker.reward
     reward_fn = judge = None
     try:
@@ -280,7 +272,7 @@ def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
 
 
 def checkpoint_plan(config: PPOConfig) -> str:
-    """One line for the console: where checkpoints (and the file logger's files) go, what they hold and when."""
+    """One console line: where checkpoints go, what they hold and when."""
     trainer = config.trainer
     when = f"every {trainer.save_freq} steps and at the end" if trainer.save_freq > 0 else "at the end"
     what = "model weights only" if trainer.save_model_only else "model, optimizer and data-loader state"
@@ -288,8 +280,7 @@ def checkpoint_plan(config: PPOConfig) -> str:
 
 
 def _release(reward_fn: LocalReward | ActorReward | None, judge: Any | None) -> None:
-    """Stop the reward runner's processes and the judge actor, at the end of a run, maybe after its error: that
-    error is the one to report."""
+    """Stop the reward runner's processes and the judge actor, maybe after the run's error (the one to report)."""
     if reward_fn is not None:
         try:
             reward_fn.close()
