@@ -2,12 +2,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """A remote backend for the code sandbox: Sandbox Fusion's HTTP `/run_code` service (`isolation="sandbox_fusion"`).
 
-On a cluster the programs can run on a shared Sandbox Fusion deployment instead of the trainer's nodes. Each case
-is one POST of the program followed by its code suffix, with its stdin, the wall limit (`run_timeout`) and the
-memory limit (`memory_limit_MB`); the reply's run status and exit code become the same `SandboxResult` statuses as a
-local run. Isolation, the process count, output size and CPU limits are the service's own; a request the service
-cannot serve (connection refused, HTTP error, "SandboxError") is retried, then raises SandboxUnavailable naming the
-endpoint, so a broken deployment stops training rather than scoring every program 0.
+Each case is one POST of the program plus its code suffix, with its stdin and the wall and memory limits; the reply
+becomes the same `SandboxResult` statuses as a local run. Isolation and the other limits are the service's. A
+request the service cannot serve is retried, then raises SandboxUnavailable, so a broken deployment stops training
+rather than scoring every program 0.
 """
 
 import json
