@@ -1,8 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Reading a request body into vLLM's typed OpenAI request models, as vLLM's server reads it, with one rule more:
-a field the server does not carry out is refused with a 400 naming it (vLLM's server ignores unknown fields and
-some of its own), so no setting is ever silently dropped."""
+"""Request bodies read into vLLM's typed OpenAI models as vLLM's server reads them, except that a field this server
+does not carry out is refused with a 400 naming it: no setting is silently dropped."""
 
 from typing import Any, TypeVar
 
@@ -48,9 +47,8 @@ def _message(error: ValidationError) -> str:
 
 
 def parse(model: type[M], body: Any, served_name: str, honoured: set[str]) -> M:
-    """`body` as a `model` request for the served model, or a RequestError naming the first bad field: an unknown
-    `model` is a 404 naming the served one (no `model` means the served one, as vLLM's server answers); a field
-    outside `honoured` (and INFORMATIONAL) set to anything but its default is refused."""
+    """`body` as a `model` request, or a RequestError naming the first bad field: an unknown `model` is a 404 (none
+    means the served one); a field outside `honoured` and INFORMATIONAL must be absent or its default."""
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object.")
     name = body.get("model")

@@ -1,12 +1,11 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""OpenAI's Responses API (`POST /v1/responses`, the OpenAI Agents SDK's default model) on verl.serve's chat engine.
+"""OpenAI's Responses API (`POST /v1/responses`, the Agents SDK's default) on verl.serve's chat engine.
 
-A request is read into vLLM's typed ResponsesRequest, its input items become chat messages (vLLM's own conversion),
-and it runs as the chat request it amounts to: function tools, tool_choice, `text.format` as response_format,
-sampling fields. The chat reply becomes output items (the message's text, then each function call), streamed as
-the Responses API's events. With `text.format` and a forced tool_choice the calls come first (the tools' schema
-holds that reply) and the typed answer in the request after the calls' outputs, as the Agents SDK runs it.
+A request runs as the chat request it amounts to (input items as messages by vLLM's conversion, function tools,
+`text.format` as response_format); the reply becomes output items (text, then function calls), or the Responses
+API's events when streamed. With `text.format` and a forced tool_choice the calls come first and the typed answer
+in a later request, as the Agents SDK runs it.
 """
 
 import itertools
@@ -136,10 +135,9 @@ def complete(engine: Any, request: Any, chat: Any) -> dict[str, Any]:
 
 
 def stream(engine: Any, request: Any, chat: Any) -> Iterator[dict[str, Any]]:
-    """The Responses API's events of a streamed request: response.created and .in_progress once the engine holds
-    it; the message's output_item.added, content_part.added, output_text.delta per piece, then its .done events; each
-    function call's output_item.added, function_call_arguments.delta and .done, output_item.done; and
-    response.completed (or response.incomplete) with the whole response and its usage."""
+    """The Responses API's events of a streamed request: response.created and .in_progress; the message's .added,
+    output_text.delta per piece and .done events; each function call's events; and response.completed (or
+    .incomplete) with the whole response and its usage."""
     chunks = engine.stream(chat)
     first = next(chunks)  # the request is checked and in the engine
     response_id, created = f"resp_{first['id'].removeprefix('chatcmpl-')}", int(time.time())
