@@ -25,8 +25,7 @@ CHAT_FIELDS = {
     "tools", "tool_choice", "parallel_tool_calls", "ignore_eos", "min_tokens", "include_stop_str_in_output",
     "skip_special_tokens", "spaces_between_special_tokens", "allowed_token_ids", "bad_words",
 }  # fmt: skip
-"""The chat request fields this server carries out (SamplingParams, rendering, the reply's shape); the rest of vLLM's
-ChatCompletionRequest is refused unless left at its default."""
+"""The chat request fields this server carries out; any other must be absent or its default."""
 
 
 def check_request(body: Any, served_name: str) -> Any:
@@ -94,8 +93,7 @@ def forced_tool_message(text: str, finish_reason: str | None, function: str) -> 
 
 
 def reads_tool_calls(request: Any) -> bool:
-    """Whether the reply's tool calls become structured `tool_calls`: the request has tools and tool_choice is not
-    "none"."""
+    """Whether the reply's tool calls become `tool_calls`: the request has tools and tool_choice is not "none"."""
     return bool(request.tools) and request.tool_choice != "none"
 
 
@@ -173,8 +171,7 @@ class ChoiceText:
         return piece
 
     def take_logprobs(self) -> dict[str, Any] | None:
-        """A stream chunk's `logprobs`: the entries of the tokens since the last chunk that had some (None when the
-        request asked for none)."""
+        """A stream chunk's `logprobs`: entries since the last chunk that had some (None when none were asked)."""
         if self.top_logprobs is None:
             return None
         entries, self.logprobs_sent = self.logprobs[self.logprobs_sent :], len(self.logprobs)
@@ -221,8 +218,7 @@ class Reply:
 
 
 def sampling_params(request: Any, max_tokens: int, defaults: dict[str, Any]) -> Any:
-    """The SamplingParams vLLM's server makes of a chat or completions `request` (every penalty, top_k, min_p, ...;
-    the model's generation defaults under what the request sets), with delta outputs for a stream."""
+    """The SamplingParams vLLM's server makes of a chat or completions `request`, over the model's defaults."""
     return request.to_sampling_params(max_tokens, defaults)
 
 

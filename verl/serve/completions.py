@@ -22,8 +22,7 @@ COMPLETION_FIELDS = {
     "include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens", "allowed_token_ids",
     "bad_words",
 }  # fmt: skip
-"""The completions request fields this server carries out; the rest of vLLM's CompletionRequest is refused unless
-left at its default."""
+"""The completions request fields this server carries out; any other must be absent or its default."""
 
 
 def check_completion(body: Any, served_name: str) -> tuple[Any, list[str | list[int]]]:
@@ -158,8 +157,7 @@ class Completion:
 
 
 def _submit(engine: Any, request: Any, prompts: list[str | list[int]]) -> tuple[list[str], Completion]:
-    """Tokenize a checked request's prompts (check_completion) and add them to the engine (on the engine loop's
-    thread)."""
+    """Tokenize a checked request's prompts and add them to the engine (on the engine loop's thread)."""
     tokenizer = engine.llm.get_tokenizer()
     rendered = []
     for prompt in prompts:

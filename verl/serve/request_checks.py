@@ -23,8 +23,7 @@ class RequestError(ValueError):
 
 
 def _path(location: tuple[Any, ...]) -> str:
-    """`messages[0].role` for pydantic's ('messages', 0, 'ChatCompletionUserMessageParam', 'role'): the union
-    members' and validators' tags are left out."""
+    """`messages[0].role` for pydantic's ('messages', 0, 'ChatCompletionUserMessageParam', 'role'): tags left out."""
     path = ""
     for part in location:
         if isinstance(part, int):
@@ -78,8 +77,7 @@ def parse(model: type[M], body: Any, served_name: str, honoured: set[str]) -> M:
 
 
 def check_logit_bias(bias: dict[str, float] | None) -> None:
-    """A RequestError unless `logit_bias` maps integer token ids to numbers from -100 to 100, as OpenAI's API takes
-    it (vLLM's server would clamp what is outside)."""
+    """A RequestError unless `logit_bias` maps integer token ids to numbers in [-100, 100] (as OpenAI's API)."""
     for token, value in (bias or {}).items():
         if not token.lstrip("-").isdigit():
             raise RequestError(f"'logit_bias' keys must be integer token ids, got {token!r}.")
@@ -88,7 +86,6 @@ def check_logit_bias(bias: dict[str, float] | None) -> None:
 
 
 def ranked(alternatives: dict[int, Any], top: int) -> list[tuple[int, Any]]:
-    """The `top` most likely (token id, vLLM Logprob) of a position, most likely first (the engine also returns the
-    sampled token, whatever its rank)."""
+    """The `top` most likely (token id, vLLM Logprob) of a position, best first (the sampled token may be extra)."""
     best = [(logprob.rank, token_id) for token_id, logprob in alternatives.items() if logprob.rank <= top]
     return [(token_id, alternatives[token_id]) for _, token_id in sorted(best)]

@@ -23,8 +23,7 @@ RESPONSE_FIELDS = {
     "stop", "frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias", "tools", "tool_choice",
     "parallel_tool_calls", "text", "stream", "include", "top_logprobs", "store",
 }  # fmt: skip
-"""The Responses request fields this server carries out; the rest of vLLM's ResponsesRequest (background,
-previous_response_id, reasoning, ...) is refused unless left at its default."""
+"""The Responses request fields this server carries out; any other must be absent or its default."""
 
 SAMPLING = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "frequency_penalty", "presence_penalty",
             "repetition_penalty", "logit_bias", "parallel_tool_calls", "stream")  # fmt: skip
@@ -51,8 +50,7 @@ def _tools(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_response(body: Any, served_name: str) -> tuple[Any, Any]:
-    """(`body` as vLLM's ResponsesRequest, the ChatCompletionRequest it runs as), or a RequestError naming the first
-    bad or unsupported field."""
+    """(`body` as vLLM's ResponsesRequest, the ChatCompletionRequest it runs as), or a RequestError."""
     from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
     from vllm.entrypoints.openai.responses.utils import construct_input_messages
 

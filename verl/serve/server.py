@@ -30,8 +30,7 @@ THREADS = 1024
 
 
 def error_body(error: Exception) -> tuple[int, dict[str, Any]]:
-    """HTTP status and OpenAI error object of a refused or failed request: the engine's own validation errors (vLLM
-    raises ValueError or its *ValidationError) are 400s, as vLLM's server answers them."""
+    """HTTP status and OpenAI error object of a failed request; vLLM's validation errors are 400s, as in its server."""
     if isinstance(error, RequestError):
         return error.status, {"error": {"message": str(error), "type": error.kind}}
     invalid = isinstance(error, (ValueError, TypeError, KeyError)) or "Validation" in type(error).__name__

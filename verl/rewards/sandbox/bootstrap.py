@@ -1,14 +1,14 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 # ruff: noqa: UP031 - %-formatting in the records the harness writes (fixed layouts, read by harness.py)
-"""The first code of every sandboxed interpreter (runner.py sends it as source to `python -I -c`): standard library
-only, as the sandbox cannot import this package. The trainer imports it for `wait_for_exit` and `kill_group`.
+"""The first code of every sandboxed interpreter (sent as source to `python -I -c`; standard library only). The
+trainer imports it for `wait_for_exit` and `kill_group`.
 
-It reads and deletes the program (the program cannot read its harness from the scratch directory), installs an audit
+It reads and deletes the program (which then cannot read its harness from the scratch directory), installs an audit
 hook where the network (or, with a shared uid and no PID namespace, the trainer's processes) is not otherwise
-isolated, and runs the program as __main__. In a new PID namespace it forks an init that forks the program, reaps
-orphans and relays the exit status; when init exits the kernel kills what is left. Given a manifest, the harness
-(_harness) takes the program's place and forks a child per case (_run_case).
+isolated, and runs the program as __main__. In a new PID namespace an init forks the program, reaps orphans and
+relays its exit status; the kernel kills what is left when init exits. Given a manifest, the harness (_harness)
+forks a child per case (_run_case) instead.
 """
 
 import os

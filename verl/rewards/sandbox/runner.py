@@ -150,11 +150,8 @@ def _isolation(mode: str = "bwrap") -> _Isolation:
 
 
 def isolation(mode: str = "bwrap") -> dict[str, str]:
-    """The isolation runs of `mode` get on this machine: {"network", "user", "processes", "filesystem", "limits"}.
-
-    Probed once per process and mode by running a tiny program under the strongest plan that works here; raises
-    SandboxUnavailable (with what to install or allow) when none does. "sandbox_fusion" is the remote service's.
-    """
+    """The isolation runs of `mode` get here: {"network", "user", "processes", "filesystem", "limits"}, probed once
+    with the strongest plan that works; SandboxUnavailable (saying what to install or allow) when none does."""
     if mode == "sandbox_fusion":
         return dict.fromkeys(("network", "user", "processes", "filesystem", "limits"), "sandbox-fusion service")
     return dict(_isolation(mode).report)
@@ -214,8 +211,8 @@ class _Interpreter:
     def end(
         self, uid: int | None, cgroup: cgroups.RunCgroup | None = None
     ) -> tuple[int, resource.struct_rusage, float]:
-        """Kill the interpreter's process group, reap the interpreter, then kill every process the run left (its
-        cgroup's, else of the dedicated `uid` or marked); the interpreter's exit code, resource usage, reaping time."""
+        """Kill the interpreter's group, reap it, then kill every process the run left (by cgroup, else `uid` or
+        marker); returns the exit code, resource usage and reaping time."""
         kill_group(self.process.pid)  # before reaping, while the group id cannot have been reused
         if cgroup is not None:
             cgroup.kill_all()
@@ -448,8 +445,7 @@ def _run_in(
 
 
 def _remove_tree(path: str) -> None:
-    """Remove the scratch directory whatever the program left in it, never following a link and never raising
-    (see `empty_directory`)."""
+    """Remove the scratch directory whatever the program left there, never following links or raising."""
     emptied = empty_directory(path)
     with suppress(OSError):
         os.rmdir(path)
@@ -476,8 +472,7 @@ def _check_workers(max_workers: int) -> None:
 def run_many(
     jobs: Sequence[tuple[str, str]], limits: SandboxLimits | None = None, max_workers: int = 4
 ) -> list[SandboxResult]:
-    """Run (code, stdin) jobs, `max_workers` at a time (threads: each only waits on its subprocess); results in
-    the order of `jobs`."""
+    """Run (code, stdin) jobs, `max_workers` threads at a time; results in the order of `jobs`."""
     _check_workers(max_workers)
     limits = limits or SandboxLimits()
     if not jobs:
