@@ -123,7 +123,6 @@ class EpisodeResult:
     completion_tokens: int = 0
     """Tokens of the model's turns as the endpoint counted them (0 when it reports no usage)."""
     last_turn: str = ""
-    """The model's final turn."""
 
 
 def _new_counts() -> dict[str, Any]:

@@ -1,12 +1,9 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Python scripts started fast: a fork server that has already imported what they import (verifiers runs each
-episode's harness as its own heavy-importing program).
-
-`WarmPython` keeps a server per script; the runtime runs a small launcher (warm_launcher.py) that hands the server
-its arguments, environment, cwd and streams, and the server forks a child that runs the script as `python script.py`
-would. The launcher stands for the child: it exits with its status, passes signals to its process group, and its
-death kills that group. The server is `python -m verl.envs.warm_python SOCKET SCRIPT` (started by WarmPython).
+"""Python scripts (verifiers' per-episode harness programs) started fast, by a fork server that has imported their
+modules: a small launcher (warm_launcher.py) hands it its arguments, environment, cwd and streams, and it forks a
+child that runs the script as `python script.py` would. The launcher stands for the child (its exit status, signals
+passed to its group, its death kills the group). Server: `python -m verl.envs.warm_python SOCKET SCRIPT`.
 """
 
 import ast

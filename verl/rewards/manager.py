@@ -223,7 +223,6 @@ class FunctionRewardManager(RewardManager):
         )
 
     def score(self, samples: list[Mapping[str, Any]]) -> dict[str, list[float]]:
-        """Checked scores of `samples` as columns: key -> one float per sample."""
         if self.function.reward_type == "batch":
             raw = score_batch(self.function, samples)
         elif self._pool is not None:

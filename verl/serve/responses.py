@@ -1,11 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""OpenAI's Responses API (`POST /v1/responses`, the Agents SDK's default) on verl.serve's chat engine.
-
-A request runs as the chat request it amounts to (input items as messages by vLLM's conversion, function tools,
-`text.format` as response_format); the reply becomes output items (text, then function calls), or the Responses
-API's events when streamed. With `text.format` and a forced tool_choice the calls come first and the typed answer
-in a later request, as the Agents SDK runs it.
+"""OpenAI's Responses API (`POST /v1/responses`, the Agents SDK's default) on verl.serve's chat engine: a request runs
+as the chat request it amounts to (`text.format` as response_format; with a forced tool_choice the calls come first,
+the typed answer in a later request), its reply as output items or, streamed, the Responses API's events.
 """
 
 import itertools

@@ -4,11 +4,8 @@
 
 A program may loop, allocate all memory, print without end, fork-bomb, daemonize, open connections or try to copy a
 sibling's answer: each run gets its own root (bubblewrap), new namespaces, an unprivileged uid, a cgroup and rlimits,
-and everything it started is killed at its end. docs/rewards.md, "Threat model", says what holds each attack.
-
-Modules: limits (what a run gets and gives back), plans (this machine's isolation, the child's setup), slots (a uid
-per concurrent run), bwrap, cgroups, runner (one run; the isolation probe), harness and bootstrap (all cases of a
-program in one process), judge and constants (the code reward's cases and comparison), fusion (remote backend).
+and everything it started is killed at its end. docs/rewards.md, "Threat model", says what holds each attack. One run
+is runner.py's; all cases of a program in one process harness.py's; the code reward's judging judge.py's.
 """
 
 from verl.rewards.sandbox.harness import CASES_PER_PROCESS, CaseSpec, run_many_cases, run_python_cases

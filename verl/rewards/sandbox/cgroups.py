@@ -1,11 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""One control group per sandbox run: limits on the run's processes together (an RLIMIT is per process, so forks
-multiply it).
-
-A cgroup bounds the run's total memory (tmpfs files included), process count and CPU rate, counts its OOM kills and
-CPU time, and lists its processes for the final kill. cgroup v2 and v1 (memory, pids, cpu) are handled; where neither
-is writable, `available()` says so and runs fall back to per-process limits.
+"""One control group (v2, or v1 memory/pids/cpu) per sandbox run: it bounds the run's total memory (tmpfs included),
+process count and CPU rate, which per-process RLIMITs cannot, counts its OOM kills and CPU time, and lists its
+processes for the final kill. Where none is writable, `available()` says so and runs keep per-process limits.
 """
 
 import contextlib

@@ -1,11 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Expected values written as constant expressions (`2 ** 10`, `[0] * 4`, `math.sqrt(2)`), evaluated in the trainer.
-
-Why: a case's suffix is readable by the program, so an expected side evaluated in the sandbox could be returned
-without solving anything. This extends `ast.literal_eval` to arithmetic, subscripts and a few pure calls over
-constants (never the program's names). Sizes are checked before each operation, so a ground truth such as
-`2 ** 10 ** 12` raises TooLarge instead of stalling the trainer.
+"""Expected values written as constant expressions (`2 ** 10`, `[0] * 4`, `math.sqrt(2)`), evaluated in the trainer,
+as a case's suffix is readable by the program. `ast.literal_eval` plus arithmetic, subscripts and a few pure calls,
+sizes checked before each operation, so `2 ** 10 ** 12` raises TooLarge instead of stalling the trainer.
 """
 
 import ast

@@ -1,11 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""A remote backend for the code sandbox: Sandbox Fusion's HTTP `/run_code` service (`isolation="sandbox_fusion"`).
-
-Each case is one POST of the program plus its code suffix, with its stdin and the wall and memory limits; the reply
-becomes the same `SandboxResult` statuses as a local run. Isolation and the other limits are the service's. A
-request the service cannot serve is retried, then raises SandboxUnavailable, so a broken deployment stops training
-rather than scoring every program 0.
+"""A remote code sandbox: Sandbox Fusion's HTTP `/run_code` service (`isolation="sandbox_fusion"`). One POST per
+case (with the wall and memory limits; isolation and other limits are the service's), mapped to SandboxResult. A
+request it cannot serve is retried, then raises SandboxUnavailable: a broken service stops training, not scores 0.
 """
 
 import json

@@ -157,7 +157,6 @@ def _not_run(limits: SandboxLimits) -> SandboxResult:
 def _run_harness(
     code: str, cases: list[tuple[str, str]], limits: SandboxLimits, plan: _Plan, budget: float
 ) -> list[SandboxResult]:
-    """One harness process under `plan`, in its own workspace."""
     with _workspace(limits, plan, harness=True) as (scratch, setup, cgroup):
         return _run_harness_in(scratch, code, cases, limits, setup, cgroup, budget)
 

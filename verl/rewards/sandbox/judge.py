@@ -1,15 +1,12 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""What decides a code sample's test cases: the ground truth's forms parsed, the program found in the response, the
-suffix the sandbox runs after it, and the comparison made in the trainer (examples/reward_function/code.py).
+"""A code sample's test cases: ground-truth forms parsed, the program found in the response, the suffix the sandbox
+runs after it, and the comparison in the trainer (examples/reward_function/code.py; rules in docs/rewards.md).
 
-Why the judge is outside the program: a check in the program's process can be fooled (an __eq__ that is always True,
-reading the expected value from the caller's frame, exiting first). So the sandbox only evaluates each expression
-under test (`add(1, 2)`) and prints its value on a final line, serialised strictly through the builtin types' own
-methods (no method of the program's runs; NumPy scalars as Python values; anything else fails the case). The trainer
-parses that line and compares, so expected literals and constant arithmetic (constants.py) never enter the program's
-process; only an expected side naming the program's objects (`f(x) == g(y)`) is evaluated there. docs/rewards.md,
-"How a case is judged", has the rules.
+The check is outside the program, which could fool one in its own process (an always-True __eq__, reading the
+expected value from the caller's frame, exiting first): the sandbox only prints each tested expression's value,
+serialised strictly through the builtin types' own methods (anything else fails the case), and the trainer compares;
+only an expected side naming the program's objects (`f(x) == g(y)`) is evaluated in the sandbox.
 """
 
 import ast

@@ -401,7 +401,6 @@ def _workspace(
 
 
 def _run(code: str, stdin: str, limits: SandboxLimits, plan: _Plan) -> SandboxResult:
-    """One run under `plan`, in its own workspace."""
     with _workspace(limits, plan) as (scratch, setup, cgroup):
         return _run_in(scratch, code, stdin, limits, setup, cgroup)
 
