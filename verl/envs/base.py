@@ -1,10 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Environments for multi-turn rollouts: what answers the model between its turns.
-
-After each model turn, `step` gets the text the model wrote and returns the messages the environment adds (a user
-reply, tool results) or says the episode is done; the rollout (`verl.workers.rollout.multi_turn`) appends their
-tokens with a zero loss mask. README.md's "Multi-turn and tool-use rollouts" shows how to write and configure one.
+"""Environments for multi-turn rollouts: after each model turn, `step` returns the messages to add (user replies,
+tool results; appended with a zero loss mask by verl.workers.rollout.multi_turn) or ends the episode. README.md's
+"Multi-turn and tool-use rollouts" shows how to write and configure one.
 """
 
 import dataclasses
@@ -28,16 +26,14 @@ class EnvStep:
 class Environment:
     """The interface. One instance serves every episode of a worker; per-episode data lives in the `state` dict.
 
-    With `worker.rollout.tensor_parallel_size` > 1 in `mode=sync`, the processes of one engine each run the same
-    episodes with their own instance and must feed the engine the same tokens: replies must follow from the row and
-    the model's text alone (no unseeded randomness, no outside state that could differ between the processes). The
-    asynchronous modes run the episodes on the group's first process only (verl.workers.rollout.engine_mirror).
+    With tensor_parallel_size > 1 in `mode=sync`, each process of an engine runs the same episodes and must feed the
+    same tokens: replies must follow from the row and the model's text alone (no unseeded randomness or
+    process-local state). Asynchronous modes run episodes on the group's first process only.
     """
 
     concurrent_steps: int = 1
-    """How many episodes' `step` calls may run at once (in threads) after a turn; 1 runs them one by one. Raise it
-    when a step waits on something outside Python (a tool's subprocess, a remote call) and `step` keeps its data in
-    `state`: ToolEnv does (8)."""
+    """How many episodes' `step` calls may run at once (threads). Raise it when a step waits outside Python (a
+    subprocess, a remote call) and keeps its data in `state`."""
 
     def reset(self, row: dict[str, Any]) -> dict[str, Any]:
         """The state of a new episode for a dataset `row` (its prompt text, `ground_truth` and other columns, and
@@ -55,7 +51,7 @@ class Environment:
 
 
 class SingleTurnEnv(Environment):
-    """Today's behaviour: one model turn, nothing added."""
+    """One model turn, nothing added."""
 
     def step(self, state: dict[str, Any], response: str) -> EnvStep:
         return EnvStep(messages=[], done=True)

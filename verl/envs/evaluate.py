@@ -116,15 +116,13 @@ class EpisodeResult:
     info: dict[str, float]
     """The environment's episode_info."""
     messages: list[dict[str, Any]]
-    """The whole conversation, the prompt first, in the rollout records' form (verl.data.rollout_dump.
-    transcript_messages): image parts as {"type": "image", "index": i} into `images`; messages the episode ended
-    before the model saw them marked "cut"."""
+    """The conversation in the rollout records' form (rollout_dump.transcript_messages): image parts index into
+    `images`; messages the model never saw are marked "cut"."""
     images: list[Any]
     """The images the model was shown (PIL), in order: the prompt's first."""
     completion_tokens: int = 0
     """Tokens of the model's turns as the endpoint counted them (0 when it reports no usage)."""
     last_turn: str = ""
-    """The model's final turn."""
 
 
 def _new_counts() -> dict[str, Any]:
@@ -147,11 +145,8 @@ def _usage_tokens(reply: Any) -> int:
 
 
 def reply_turn(message: Any) -> tuple[str, list[dict[str, Any]]]:
-    """(the model's turn as text, its structured tool calls as {"name", "arguments"}) of a reply's message.
-
-    An endpoint with a tool parser (`verl.serve` or vLLM given `tools`) moves the `<tool_call>` blocks out of the
-    content into `tool_calls`; they are written back as blocks after the content, so the environment reads the turn
-    as in training and the next request carries the model's calls as text, as training's sequence does."""
+    """(the model's turn as text, its tool calls as {"name", "arguments"}) of a reply's message. Calls an endpoint
+    parsed into `tool_calls` are written back as `<tool_call>` blocks, so the turn reads as in training."""
     text, calls = message.content or "", []
     for call in getattr(message, "tool_calls", None) or []:
         function = getattr(call, "function", None)
@@ -169,10 +164,8 @@ def reply_turn(message: Any) -> tuple[str, list[dict[str, Any]]]:
 
 
 def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeResult:
-    """One episode through `client.chat.completions`; returns its counts, episode_info and the conversation.
-
-    The environment's messages after the last turn (--max-turns spent, or given with done) are kept marked cut, as
-    in training; the tool results among them are counted in cut_tool_messages."""
+    """One episode through `client.chat.completions`. Messages after the last turn are kept marked cut, as in
+    training (their tool results counted in cut_tool_messages)."""
     state = env.reset({**setup.row, "prompt_images": list(setup.images)})  # as training gives them
     messages: list[dict[str, Any]] = [prompt_message(setup.prompt, setup.images)]
     schemas = getattr(env, "tool_schemas", None)
@@ -206,10 +199,9 @@ def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeRe
 
 
 def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any) -> EpisodeResult:
-    """One episode of a ChatClientEnv: its `rollout` with a client from `make_client()` (an async OpenAI-style
-    client, made inside the episode's event loop); requests get `setup.sampling` and count as turns, and after
-    `setup.max_turns` of them the next one ends the episode (its new messages are kept, marked cut). Text prompts
-    only, as in training; image parts the episode itself sends are passed on as data URLs."""
+    """One episode of a ChatClientEnv: its `rollout` with an async client from `make_client()` (made in the
+    episode's loop). Requests get `setup.sampling`; one past `setup.max_turns` ends the episode (its new messages
+    kept, marked cut). Text prompts only, as in training."""
     if setup.images:
         raise NotImplementedError(
             f"{type(env).__name__} is a ChatClientEnv, which runs text prompts only (as in training); this row has "
@@ -265,10 +257,8 @@ def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any
 
 
 def as_written(messages: list[Any], written: list[dict[str, Any]]) -> list[Any]:
-    """`messages` with the model's earlier replies, the last len(written) assistant turns, as the model wrote them: a
-    client may send back a turn whose tool calls an endpoint parsed out of its text as `content: ""` plus
-    `tool_calls`, and the records keep the model's own text, as training's do. Assistant turns before those (a
-    few-shot example in the prompt) stay as they are."""
+    """`messages` with the last len(written) assistant turns replaced by the model's own text (a client may send
+    them back with parsed `tool_calls`); earlier ones (few-shot examples) stay."""
     turns = [
         i for i, message in enumerate(messages) if isinstance(message, dict) and message.get("role") == "assistant"
     ]
@@ -283,10 +273,9 @@ def after_prompt(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def reward_sample(index: int, setup: EpisodeSetup, result: EpisodeResult) -> dict[str, Any]:
-    """The episode as a reward function gets it in training (verl.rewards.function.RewardInput): `response` is the
-    text of every message after the prompt that the model saw, one per line (training decodes the chat template's
-    rendering instead); `response_length` the endpoint's completion tokens; extra_info the row's other columns,
-    env_<count> and env_<episode_info key>, last_turn and episode_messages."""
+    """The episode as a reward function gets it in training (RewardInput): `response` is the seen messages after the
+    prompt, one per line; `response_length` the endpoint's completion tokens; extra_info the row's other columns,
+    env_<count>, env_<episode_info key>, last_turn and episode_messages."""
     shown = [message for message in after_prompt(result.messages) if not message.get("cut")]
     extra = {key: value for key, value in setup.row.items() if key != "ground_truth"}
     counts = {key: value for key, value in result.counts.items() if key != "done"}
@@ -366,10 +355,8 @@ def accuracy_key(keys: list[str]) -> str | None:
 
 
 def summarize(results: list[dict[str, Any]], scores: list[dict[str, float]]) -> dict[str, Any]:
-    """The last printed line: the episode count, the mean of every number of the episodes' lines (`<name>/mean`),
-    and with a reward the mean of each reward key (`reward/<key>/mean`, over the episodes that have it) and
-    `accuracy`: the mean of the reward's accuracy key (`accuracy_key`), else the share of episodes with
-    overall > 0."""
+    """The last printed line: the episode count, `<name>/mean` of every number of the episodes' lines and, with a
+    reward, `reward/<key>/mean` and `accuracy` (of `accuracy_key`, else the share with overall > 0)."""
     count = max(len(results), 1)
     totals: dict[str, float] = {}
     for result in results:

@@ -1,10 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""`worker.rollout.env=path/to/env.py:ClassName` -> an Environment instance, with errors that name the key.
-
-A verifiers taskset is named as `path/to/taskset.py:TasksetClass` or `verifiers:<taskset id>` (an installed one) and
-runs as a verl.envs.verifiers_env.VerifiersEnv, `env_kwargs` being the rest of verifiers' [env] block.
-"""
+"""`worker.rollout.env=path/to/env.py:ClassName` -> an Environment instance, with errors that name the key. A
+verifiers taskset (`path/to/taskset.py:TasksetClass` or `verifiers:<taskset id>`) runs as a VerifiersEnv."""
 
 import os
 import sys

@@ -1,12 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Parsers for structured model turns: XML-style fields such as <think>...</think><answer>...</answer>.
-
-    parser = XMLParser(("think", "answer"))
-    parser.parse("<think>2 + 2</think><answer>4</answer>")   # {"think": "2 + 2", "answer": "4"}
-    parser.format_score(text)                                 # 1.0 when every field appears once, in order
-
-Tool calls have their own parser (verl.envs.tools.parse_tool_calls).
+"""Parsers for structured model turns: XML-style fields such as <think>...</think><answer>...</answer>, e.g.
+`XMLParser(("think", "answer")).parse(text)`. Tool calls have their own parser (verl.envs.tools.parse_tool_calls).
 """
 
 import re

@@ -1,11 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Tool use: the model calls plain Python functions in its chat template's native format; results come back as
-tool messages.
-
-The calls are Qwen's (and Hermes') `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks; each function's
-JSON schema (from its signature and docstring) goes into the prompt through `tool_schemas()`. `python_tool` runs
-code in `verl.rewards.sandbox`; README.md's "Multi-turn and tool-use rollouts" describes time limits and concurrency.
+"""Tool use: the model calls plain Python functions with Qwen/Hermes `<tool_call>{"name": ..., "arguments": {...}}
+</tool_call>` blocks and gets tool messages back. A function's JSON schema (from its signature and docstring) goes
+into the prompt via `tool_schemas()`. README.md's "Multi-turn and tool-use rollouts" covers limits and concurrency.
 """
 
 import json
@@ -19,8 +16,7 @@ from verl.envs.base import EnvStep, MultiTurnEnv
 
 
 TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>|<tool_call>\s*(.*?)\s*$", re.DOTALL)
-"""A closed `<tool_call>` block, or a final one without its closing tag (a turn that ended on the call, as vLLM's
-hermes parser reads it)."""
+"""A closed `<tool_call>` block, or a final unclosed one (as vLLM's hermes parser reads it)."""
 MAX_RESULT_CHARS = 2000
 """Longest tool result handed back to the model (a longer one is cut, with a note)."""
 
@@ -32,8 +28,7 @@ def parse_tool_calls(text: str) -> list[dict[str, Any] | str]:
 
 
 def find_tool_calls(text: str) -> list[tuple[tuple[int, int], dict[str, Any] | str]]:
-    """parse_tool_calls with each block's (start, end) in `text`, for callers that keep the text around the calls
-    (`verl.serve` returns it as the message content)."""
+    """parse_tool_calls with each block's (start, end) in `text`, for callers that keep the text around the calls."""
     return [(match.span(), _read_call(match.group(1) or match.group(2) or "")) for match in TOOL_CALL.finditer(text)]
 
 
@@ -70,12 +65,9 @@ def python_tool(code: str) -> str:
 
 
 class ToolEnv(MultiTurnEnv):
-    """Calls the model's tools until a turn has no tool call. Subclass it with `tools`, or pass them.
-
-    A tool that raises returns "Error: ..." to the model. Plain function tools run in the worker process, each call
-    in its own thread; one that has not returned after `tool_timeout_s` is reported as timed out and the episode goes
-    on (the thread cannot be stopped: give tools code that returns, or run untrusted work in the sandbox).
-    """
+    """Calls the model's tools until a turn has no tool call; subclass it with `tools`, or pass them. A tool that
+    raises returns "Error: ..."; each call runs in a thread of the worker, reported as timed out after
+    `tool_timeout_s` (the thread cannot be stopped: run untrusted work in the sandbox)."""
 
     tools: tuple[Callable[..., Any], ...] = ()
     tool_timeout_s: float = 30.0
@@ -151,12 +143,9 @@ def tool_call(name: str, arguments: str) -> dict[str, Any]:
 
 
 def assistant_message(text: str, tools: bool) -> dict[str, Any]:
-    """The OpenAI assistant message of a generated `text` (verl.serve's replies, the verifiers bridge's).
-
-    With `tools`, the well-formed `<tool_call>` blocks this module reads as calls (as training does) become
-    `tool_calls` (ids `call_<hex>`, JSON-string arguments) and the content is the text around them (None when only
-    whitespace is left); a malformed block stays in the content, as vLLM's hermes parser leaves it.
-    """
+    """The OpenAI assistant message of a generated `text`. With `tools`, well-formed `<tool_call>` blocks become
+    `tool_calls` and the content is the text around them (None if only whitespace); a malformed block stays in it,
+    as vLLM's hermes parser leaves it."""
     calls, rest, end = [], [], 0
     for (start, stop), call in find_tool_calls(text) if tools else ():
         if isinstance(call, str):

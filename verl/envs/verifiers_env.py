@@ -59,17 +59,14 @@ def import_verifiers(name: str) -> Any:
 
 
 def _harness_module() -> types.ModuleType:
-    """A module exporting LocalChatHarness, importable by the id HARNESS_ID (verifiers resolves harnesses by module
-    name). The harness is verifiers' `null` harness; only the program's interpreter differs: verifiers would build a
-    uv environment for it (downloading its packages), while this Python has them already (they come with
-    verifiers)."""
+    """A module exporting LocalChatHarness, importable as HARNESS_ID: verifiers' `null` harness run by this Python,
+    which has its packages, instead of a uv environment verifiers would build."""
     from verifiers.v1.errors import HarnessError
     from verifiers.v1.harnesses.null import NullHarness
 
     class ThisPython:
-        """The runtime, except that a PEP 723 script runs with this Python instead of a uv environment of its own,
-        started by a warm Python server that has imported its modules (verl/envs/warm_python.py; off with
-        VERL_WARM_PYTHON=0): the chat program then starts in milliseconds instead of a second of imports."""
+        """The runtime, except that a PEP 723 script runs with this Python, through a warm Python server
+        (warm_python.py; off with VERL_WARM_PYTHON=0) instead of a uv environment."""
 
         def __init__(self, runtime: Any) -> None:
             self._runtime = runtime
@@ -155,9 +152,8 @@ def _text(content: Any, where: str) -> str:
 
 
 def text_message(text: str, finish_reason: str | None, tools: bool) -> tuple[dict[str, Any], str | None]:
-    """The assistant message of a turn written as text, and its finish_reason, as `verl.serve` answers: with `tools`,
-    the `<tool_call>` blocks training's parser reads become `tool_calls` (JSON-string arguments), the content is the
-    text around them (null when only whitespace) and the finish_reason "tool_calls"; a malformed block stays text."""
+    """tools.assistant_message of `text` and its finish_reason ("tool_calls" when it has calls), as `verl.serve`
+    answers."""
     message = assistant_message(text, tools)
     return message, "tool_calls" if "tool_calls" in message else finish_reason
 
@@ -167,15 +163,12 @@ def _error_body(message: str, code: str | None = None) -> dict[str, Any]:
 
 
 class Bridge:
-    """An OpenAI-style chat endpoint on 127.0.0.1 for one episode: each request the harness sends is asked of
-    `client` (`client.chat.completions.create`), and the reply goes back in the OpenAI shape (SSE when streamed).
+    """An OpenAI-style chat endpoint on 127.0.0.1 for one episode, relaying the harness's requests to `client`.
 
-    The assistant turns of a request are replaced by the turns as the client gave them, so a request to the client
-    repeats the conversation exactly (training checks it token by token). A reply whose tool calls are text
-    (`<tool_call>` blocks, as the engine writes them) reaches the harness with structured `tool_calls`, as
-    `verl.serve` returns them. When the client raises EpisodeOver (turns or response budget spent) the harness gets a
-    context-length error, on which verifiers' chat program ends its run cleanly and the episode is scored as far as
-    it went; any other error is kept in `error` and the request fails.
+    A request's assistant turns are replaced by the client's own, so the conversation repeats exactly (training
+    checks it token by token); text tool calls reach the harness as `tool_calls`, as `verl.serve` returns them. On
+    EpisodeOver the harness gets a context-length error, ends cleanly and is scored as far as it went; any other
+    error is kept in `error` and the request fails.
     """
 
     def __init__(self, client: Any) -> None:
@@ -253,8 +246,7 @@ class Bridge:
         }
 
     def client_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The request's messages for the client: its assistant turns as the client gave them, other contents as
-        text."""
+        """The request's messages for the client: assistant turns as the client gave them, other contents as text."""
         out, turn = [], 0
         for position, message in enumerate(messages):
             if message.get("role") == "assistant":
@@ -338,13 +330,11 @@ class _ProbeClient:
 
 
 class VerifiersEnv(ChatClientEnv):
-    """A verifiers taskset's episodes as a ChatClientEnv (one agent seat: SingleAgentEnv or an env with one role).
+    """A verifiers taskset's episodes as a ChatClientEnv (single agent seat).
 
-    `taskset` is the taskset's id (an installed taskset package), a path to a .py file exporting one (its folder is
-    put on the import path, PYTHONPATH included, so that verifiers and its tool servers import it by its name), or
-    the taskset config block with the id under "id"; `config` holds the rest of verifiers' `[env]` block (e.g.
-    `agent={"max_turns": 4}`). The seat's harness defaults to HARNESS_ID in the subprocess runtime. Retries are
-    refused: a retried rollout would ask the model again from the start.
+    `taskset`: an installed taskset's id, a .py file exporting one (its folder goes on the import path and
+    PYTHONPATH), or its config block with the id under "id"; `config`: the rest of verifiers' `[env]` block. The
+    harness defaults to HARNESS_ID; retries are refused (a retry would restart the model's conversation).
     """
 
     def __init__(self, taskset: str | Mapping[str, Any], **config: Any) -> None:
@@ -411,10 +401,8 @@ class VerifiersEnv(ChatClientEnv):
         return self.vf.load_environment(self.config)
 
     async def _serving_env(self) -> Any:
-        """The verifiers env the running event loop's episodes share, serving: the taskset's shared tool servers
-        (`Taskset.toolsets`) start once for them, as in verifiers' own evaluations, where they would start with every
-        episode if each had an env of its own. Per-rollout tool servers (`Task.toolsets`) still start per episode.
-        `release` ends it."""
+        """The serving verifiers env the running loop's episodes share, so the taskset's shared tool servers start
+        once (per-task ones still start per episode); `release` ends it."""
         key = id(asyncio.get_running_loop())
         entry = self._served.setdefault(key, [None, None, asyncio.Lock()])
         async with entry[2]:  # concurrent first episodes: one of them starts the serving
@@ -497,8 +485,7 @@ class VerifiersEnv(ChatClientEnv):
         return dict(state.get("info", {}))
 
     def tool_schemas(self) -> list[dict[str, Any]] | None:
-        """The tools the harness offers the model (the trainer renders them into the dataset's prompts); found by
-        running an unscored episode of the first task whose one model turn is empty."""
+        """The tools the harness offers the model, found by an unscored probe episode of the first task."""
         if not self._probed:
             self._tools = self._probe_tools()
             self._probed = True

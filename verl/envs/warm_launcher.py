@@ -1,11 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""The launcher of a script run by a warm Python server (verl/envs/warm_python.py); standard library only, run as
-`python -S warm_launcher.py SOCKET SCRIPT [ARGS...]`.
-
-It hands the server its arguments, environment, working directory and standard streams, passes the signals it gets
-to the child, and exits with the child's status (128 + N when a signal N ended it). Without a server it runs the
-script itself.
+"""The launcher of a script run by a warm Python server (warm_python.py): `python -S warm_launcher.py SOCKET SCRIPT
+[ARGS...]`, standard library only. It hands the server its arguments, environment, cwd and standard streams, passes
+signals on, and exits with the child's status (128 + N for signal N); without a server it runs the script itself.
 """
 
 import json

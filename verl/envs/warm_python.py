@@ -1,18 +1,9 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Python scripts started in a second instead of seconds: a fork server that has imported what they import.
-
-verifiers runs every episode's harness as a Python program of its own (its chat program imports openai, MCP and
-httpx: about 1.2 s of CPU before it sends a request). `WarmPython` keeps one server process per trainer process that
-has imported a script's modules once; the command it gives the runtime is a small launcher (plain Python without
-site-packages, milliseconds to start) that hands the server its arguments, environment, working directory and
-standard streams, and the server forks a child that runs the script as `python script.py ...` would, with those.
-
-The launcher stands for the child toward the runtime: its exit status is the child's, a signal it gets (the runtime's
-terminate) is passed on to the child's process group, and when the launcher dies (the runtime's SIGKILL of its
-group) the child's group is killed too. Where the server cannot be reached, the launcher runs the script itself.
-
-    python -m verl.envs.warm_python SOCKET SCRIPT   # the server (started by WarmPython, not by hand)
+"""Python scripts (verifiers' per-episode harness programs) started fast, by a fork server that has imported their
+modules: a small launcher (warm_launcher.py) hands it its arguments, environment, cwd and streams, and it forks a
+child that runs the script as `python script.py` would. The launcher stands for the child (its exit status, signals
+passed to its group, its death kills the group). Server: `python -m verl.envs.warm_python SOCKET SCRIPT`.
 """
 
 import ast
@@ -63,9 +54,8 @@ class WarmPython:
         self._dir: str | None = None
 
     def command(self, path: str, cwd: str | None = None) -> list[str]:
-        """The command that runs the script at `path` (relative to `cwd`, where the command will run) through the
-        server of its content: `[python, -S, launcher, socket, path]` (arguments follow), or `[python, path]` where
-        the server did not start. Copies of one script (each runtime writes its own) share a server."""
+        """The command running the script at `path` (relative to `cwd`) through the server of its content (copies
+        share one): `[python, -S, launcher, socket, path]`, or `[python, path]` where the server did not start."""
         with open(os.path.join(cwd or os.getcwd(), path), "rb") as f:
             key = hashlib.sha256(f.read()).hexdigest()
         with self._lock:
@@ -124,8 +114,7 @@ def _receive(connection: socket.socket) -> tuple[dict[str, Any], list[int]]:
 
 
 def _watch_launcher(connection: socket.socket) -> None:
-    """In the child: a signal number from the launcher goes to this child's process group; the launcher's end
-    (EOF) kills the group."""
+    """In the child: pass the launcher's signals to this process group; the launcher's end (EOF) kills the group."""
     while True:
         try:
             data = connection.recv(4)

@@ -1,9 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""A user's reward function: loaded from `path/to/file.py:function`, called, and its output checked.
-
-Users always write this piece themselves, so every way it can go wrong is reported with the function, the file and
-the sample named. It imports nothing heavy (no torch, no Ray): the config validator calls `check_reward_function`
+"""A user's reward function: loaded from `path/to/file.py:function`, called, and its output checked; every error
+names the function, file and sample. Nothing heavy is imported: the config validator calls `check_reward_function`
 before Ray starts. README.md's "Reward functions" describes `REWARD_TYPE` and how it is inferred.
 """
 
@@ -77,11 +75,8 @@ class RewardFunctionError(RuntimeError):
 
 
 def parse_reward_function_spec(spec: str) -> tuple[str, str]:
-    """Split "path/to/file.py:function" into (path, function); the function defaults to `main`.
-
-    Only a colon followed by a Python identifier separates the function, so a path that itself contains a colon
-    (rare, but legal on POSIX) still works when the function is given.
-    """
+    """Split "path/to/file.py:function" into (path, function); the function defaults to `main`. Only a colon before
+    an identifier separates them, so a path containing a colon still works."""
     if not isinstance(spec, str) or not spec.strip():
         raise RewardFunctionLoadError(
             f"{CONFIG_KEY} must be a string 'path/to/file.py:function', got {spec!r}; set it to your reward file."
@@ -103,7 +98,6 @@ class RewardFunction:
     path: str
     """Absolute path of the file the function was loaded from."""
     name: str
-    """The function's name in that file."""
     reward_type: str
     """"sequential" (one sample per call) or "batch" (the whole list in one call)."""
     function: Callable[..., Any]
@@ -145,11 +139,8 @@ class RewardFunction:
 
 
 def _import_file(path: str, spec: str) -> Any:
-    """Execute the file as a fresh module registered under a name derived from its path.
-
-    Registering it in sys.modules while it runs lets dataclasses and pickling inside the user's file find their
-    module; the path-derived name keeps two reward files (say, train and val) from replacing each other.
-    """
+    """Execute the file as a fresh module registered in sys.modules (for dataclasses and pickling) under a name
+    derived from its path, so two reward files (train and val) never replace each other."""
     try:
         return import_file(path, "verl_reward_")
     except NotPythonFileError:
@@ -276,10 +267,8 @@ def load_reward_function(spec: str, kwargs: Mapping[str, Any] | None = None) -> 
 def check_reward_function(spec: str, kwargs: Mapping[str, Any] | None = None) -> None:
     """Raise RewardFunctionLoadError if `spec` cannot be loaded with `kwargs`; for the config validator.
 
-    This runs the file's top-level code once (imports and definitions), which is what catches syntax errors and
-    missing packages before Ray starts. A file may also define `check_setup(**kwargs)`: it is called here with the
-    reward's kwargs, to check what the function needs from the machine (a sandbox, a service) before training; an
-    exception it raises stops the run with its message.
+    Runs the file's top-level code once (catching syntax errors and missing packages before Ray starts), then the
+    file's optional `check_setup(**kwargs)`, whose exception stops the run with its message.
     """
     loaded = load_reward_function(spec, kwargs)
     setup = loaded.function.__globals__.get("check_setup")
@@ -328,8 +317,7 @@ def score_batch(function: RewardFunction, samples: Sequence[Mapping[str, Any]]) 
 
 
 def _reason(error: BaseException) -> str:
-    """The exception's message; for SystemExit, that the code exited, which a reward function must never do (the
-    trainer would stop as if it had succeeded, with sys.exit(0))."""
+    """The exception's message; for SystemExit, that the function exited (sys.exit(0) would end the run as success)."""
     if isinstance(error, SystemExit):
         return (
             f"it called sys.exit({error.code!r}) (or exit(), or ran code that did), and a reward function must return "
@@ -353,11 +341,8 @@ def _as_float(value: Any) -> float | None:
 def check_scores(
     function: RewardFunction, scores: Any, samples: Sequence[Mapping[str, Any]]
 ) -> dict[str, list[float]]:
-    """Check one dict of finite floats with `overall` per sample; return the scores as columns (key -> list).
-
-    Every sample must return the same keys, because each key becomes a metric whose values line up with the
-    batch (online filtering reads its key per sample); return 0.0 for a key that does not apply to a sample.
-    """
+    """Check one dict of finite floats with `overall` per sample; return the scores as columns (key -> list). Every
+    sample must return the same keys: each becomes a metric aligned with the batch."""
     if not isinstance(scores, (list, tuple)):
         raise RewardFunctionError(
             f"{function.label} returned a {type(scores).__name__} for a batch of {len(samples)} samples; a batch "

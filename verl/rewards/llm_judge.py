@@ -2,9 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """A generative judge: an LLM in its own Ray actor grades each response, and the grade is parsed from its answer.
 
-The judge is a different model from the policy and is never trained, so it does not belong in the FSDP workers'
-hybrid engine: it is one vLLM engine, built once, that the trainer calls with a whole batch while the workers do
-other work. docs/rewards.md describes its prompt template, grade parsing and settings.
+The judge is never trained, so it is not in the workers' hybrid engine but one vLLM engine of its own, called with
+whole batches. docs/rewards.md describes its template, grade parsing and settings.
 """
 
 import contextlib
@@ -44,8 +43,7 @@ Judge whether the response answers the question correctly and completely\
 {% if ground_truth is not none %}, comparing it with the reference answer{% endif %}. \
 Explain briefly, then end with a last line of the form "Grade: N", where N is a number from {{ min_grade }} \
 (worst) to {{ max_grade }} (best)."""
-"""The template used when `worker.reward.judge.template` is unset; it asks for "Grade: N" on the last line, which the
-default grade_pattern reads."""
+"""The template when `worker.reward.judge.template` is unset; its "Grade: N" is what the default grade_pattern reads."""
 
 _DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16"}
 _DTYPES.update({"fp32": "float32", "float32": "float32"})
@@ -143,8 +141,7 @@ class JudgeConfig:
 
 
 def _environment() -> ImmutableSandboxedEnvironment:
-    """A sandbox (a template file cannot reach Python internals), strict about undefined names (a typo fails loudly
-    instead of rendering as nothing), and with block tags that do not leave their own line breaks behind."""
+    """A sandboxed Jinja environment, strict about undefined names (a typo fails loudly), trimming block tags."""
     return ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 
 
@@ -245,14 +242,9 @@ def score_answers(answers: list[str | None], config: JudgeConfig) -> dict[str, l
 
 
 def build_engine_kwargs(config: JudgeConfig, on_gpu: bool) -> dict[str, Any]:
-    """The `vllm.LLM` arguments of the judge on this device.
-
-    CPU follows the rollout's settings (verl/workers/rollout/vllm_rollout.py): float32, eager and an explicit KV
-    cache, without which vLLM tries to reserve most of the host's RAM; a hybrid linear-attention judge (Qwen3.5) gets
-    the rollout's settings for those (bf16, prefix caching off: vllm_compat.cpu_hybrid_engine_kwargs). Chunked
-    prefill stays at vLLM's default: the rollout turns it off on CPU only because its requests are seeded, and the
-    judge's are not.
-    """
+    """The `vllm.LLM` arguments of the judge on this device. On CPU, the rollout's settings: float32, eager, an
+    explicit KV cache (else vLLM reserves most of the RAM), and vllm_compat's for hybrid linear-attention models;
+    chunked prefill stays on (the rollout turns it off only for its seeded requests)."""
     from verl.models.config import model_recurrent_layer_types
     from verl.workers.rollout import vllm_compat
 
@@ -279,16 +271,12 @@ def build_engine_kwargs(config: JudgeConfig, on_gpu: bool) -> dict[str, Any]:
 
 
 class JudgeActor:
-    """One vLLM engine serving the judge model; wrap it with `ray.remote` (see `create_judge_actor`).
-
-    The engine is built once here and every `grade` call sends its whole batch in one `generate` call, so vLLM
-    batches the judge prompts itself.
-    """
+    """One vLLM engine serving the judge model (wrap it with `ray.remote`: `create_judge_actor`); each `grade` call
+    is one `generate` of the whole batch."""
 
     def __init__(self, config: JudgeConfig, on_gpu: bool | None = None) -> None:
-        """`on_gpu`: whether the engine runs on a GPU; None decides by CUDA being visible (a judge built in-process).
-        `create_judge_actor` decides by the actor's num_gpus instead: Ray leaves every GPU visible to an actor that
-        holds none, so a CPU judge would otherwise land on GPU 0, beside the workers' engines."""
+        """`on_gpu`: None decides by CUDA being visible; `create_judge_actor` passes num_gpus > 0 instead, as Ray
+        leaves every GPU visible to an actor that holds none."""
         from verl.data.tokenizer import get_tokenizer
         from verl.utils import quiet
         from verl.utils.device import is_cuda_available
@@ -300,7 +288,7 @@ class JudgeActor:
         self.config = config
         self.on_gpu = is_cuda_available() if on_gpu is None else on_gpu
         if not self.on_gpu:
-            # The engine must live in this process (no EngineCore subprocess competing for the actor's CPUs).
+            # in this process: no EngineCore subprocess competing for the actor's CPUs
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
             if config.dtype not in ("auto", "fp32", "float32"):
                 logger.info("worker.reward.judge.dtype=%s: the CPU judge runs in float32.", config.dtype)
@@ -369,12 +357,9 @@ class JudgeActor:
 
 
 def create_judge_actor(config: JudgeConfig, name: str | None = None) -> Any:
-    """Start a JudgeActor in Ray with the config's CPUs and GPUs; returns its handle.
-
-    The config is checked here first, so a bad value raises in the caller instead of killing the actor. On CPU
-    (num_gpus=0) the actor's environment keeps vLLM in-process and gives it one compute thread per CPU it holds
-    (more threads than cores slow vLLM's small per-step ops down several-fold).
-    """
+    """Start a JudgeActor in Ray with the config's CPUs and GPUs (config checked here, so errors raise in the
+    caller); returns its handle. On CPU, vLLM stays in-process with one compute thread per CPU the actor holds
+    (oversubscribed threads slow it down)."""
     import ray
 
     from verl.utils.device import is_cuda_available

@@ -1,11 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""The rule-based reward in the trainer's own process (`worker.reward.run_in=driver`, the default).
-
-Each batch is scored in its own daemon thread, so scoring overlaps the workers' log-prob and value passes as the
-reward Ray actor's does, without that actor's process and start-up (docs/performance.md). A reward function that
-hangs past worker.reward.timeout_s stops the run with an error.
-"""
+"""The rule-based reward in the trainer's own process (`worker.reward.run_in=driver`, the default): each batch is
+scored in a daemon thread, overlapping the workers' passes without an actor's start-up (docs/performance.md). A
+function that hangs past worker.reward.timeout_s stops the run."""
 
 import threading
 from concurrent.futures import Future
@@ -22,7 +19,7 @@ class LocalReward:
     """The reward manager of `config` (RewardConfig's attributes), scoring batches in background threads."""
 
     def __init__(self, config: Any, tokenizer_path: str, trust_remote_code: bool = False) -> None:
-        # A tokenizer of its own: the trainer's thread may encode prompts while this one decodes responses.
+        # its own tokenizer: the trainer's thread may encode while this one decodes
         tokenizer = get_tokenizer(tokenizer_path, trust_remote_code=trust_remote_code)
         self.manager = create_reward_manager(RewardSettings.from_config(config), tokenizer)
 

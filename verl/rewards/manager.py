@@ -2,10 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """From a rollout batch to rewards: build each sample's input, score it, check it, place it on the tokens.
 
-The reward function sees the whole sample (response, its length, ground truth, prompt, images and videos, uid and
-every other column of the dataset row), because users keep needing more than the response and the answer: mixed
-tasks, prompt-dependent checks, judges that look at the image. The scalar `overall` becomes the token-level score
-at the last valid response token; every returned key becomes a metric.
+The function sees the whole sample (RewardInput: response, prompt, ground truth, images, uid and every other column).
+`overall` becomes the score at the last valid response token; every returned key becomes a metric.
 """
 
 import logging
@@ -37,7 +35,7 @@ _GROUND_TRUTH_KEY = "ground_truth"
 _UID_KEY = "uid"
 _MULTI_MODAL_KEY = "multi_modal_data"
 _PROMPT_TEXT_KEYS = ("prompt_text", "raw_prompt")
-# Non-tensor columns that the pipeline adds for the model, not the dataset; a reward function has no use for them.
+# Non-tensor columns the pipeline adds for the model, hidden from reward functions.
 _PIPELINE_KEYS = frozenset({"raw_prompt_ids", "multi_modal_inputs", "prompt_content"})
 
 
@@ -137,17 +135,14 @@ def _prompt_texts(data: DataProto, tokenizer: Any, prompt_key: str | None) -> li
 
 
 def _response_tokens(data: DataProto) -> torch.Tensor:
-    """Every valid token of the responses: the model's and, in multi-turn episodes, the environment's (which the
-    loss mask leaves out) alike."""
+    """Every valid response token: the model's and, in multi-turn episodes, the environment's (out of the loss)."""
     response_length = data.batch["responses"].shape[-1]
     return data.batch["attention_mask"][:, -response_length:].bool() | valid_response_mask(data)
 
 
 def build_reward_inputs(data: DataProto, tokenizer: Any, skip_special_tokens: bool = True) -> list[RewardInput]:
-    """One RewardInput per sample of a rollout batch (tensors prompts/responses/response_mask/attention_mask).
-
-    `response` is the decoded text of the whole response (in a multi-turn episode: every model turn and every
-    environment turn between them); `response_length` counts the model's tokens."""
+    """One RewardInput per sample of a rollout batch. `response` decodes the whole response (environment turns
+    included); `response_length` counts the model's tokens."""
     responses = data.batch["responses"]
     tokens = _response_tokens(data)
     texts = tokenizer.batch_decode(
@@ -178,10 +173,8 @@ def build_reward_inputs(data: DataProto, tokenizer: Any, skip_special_tokens: bo
 
 
 def place_scores(overall: list[float], response_mask: torch.Tensor) -> torch.Tensor:
-    """A (batch, response_length) float32 tensor with each score at its row's last valid response token.
-
-    An empty response (no valid token) gets its score at position 0, so the sum over tokens is still the score.
-    """
+    """A (batch, response_length) float32 tensor with each score at its row's last valid response token (position 0
+    for an empty response, so the sum over tokens is still the score)."""
     positions = torch.arange(response_mask.shape[-1], device=response_mask.device)
     last = (response_mask.long() * positions).argmax(dim=-1)
     reward_tensor = torch.zeros(response_mask.shape, dtype=torch.float32, device=response_mask.device)
@@ -191,8 +184,7 @@ def place_scores(overall: list[float], response_mask: torch.Tensor) -> torch.Ten
 
 
 class RewardManager:
-    """What every manager does with a rollout batch: build the samples' reward inputs, `score` them, and place each
-    row's `overall` on its last valid response token. Subclasses say how samples are scored."""
+    """Builds a batch's reward inputs, `score`s them (subclasses) and places each `overall` on its last token."""
 
     settings: RewardSettings
     tokenizer: Any
@@ -231,7 +223,6 @@ class FunctionRewardManager(RewardManager):
         )
 
     def score(self, samples: list[Mapping[str, Any]]) -> dict[str, list[float]]:
-        """Checked scores of `samples` as columns: key -> one float per sample."""
         if self.function.reward_type == "batch":
             raw = score_batch(self.function, samples)
         elif self._pool is not None:
@@ -247,12 +238,9 @@ class FunctionRewardManager(RewardManager):
 
 
 class RoutedRewardManager(RewardManager):
-    """Scores a mixed batch: each row by the function of its route (the value of its `route_key` column).
-
-    The columns returned are the union of every route's keys. A key that a row's function does not return is NaN
-    for that row (never a made-up 0.0), so per-key means are taken over the rows that have the key; `overall` is
-    present for every row, and `<route>/overall` holds each route's own reward (NaN on the other routes' rows).
-    """
+    """Scores a mixed batch: each row by the function of its route (its `route_key` column). Columns are the union
+    of the routes' keys, NaN on rows whose function lacks the key (so means skip them); `<route>/overall` holds each
+    route's reward."""
 
     def __init__(self, settings: RewardSettings, tokenizer: Any) -> None:
         self.settings = settings
@@ -301,11 +289,8 @@ class RoutedRewardManager(RewardManager):
 
 
 class RubricRewardManager(RewardManager):
-    """Scores every sample with each part of a rubric and combines them: overall = sum of weight x part overall.
-
-    Each part's keys are logged as `<part>/<key>` (its own `overall` included), so a dashboard shows format,
-    correctness and tool use side by side.
-    """
+    """Scores every sample with each rubric part: overall = sum of weight x part overall; each part's keys are
+    logged as `<part>/<key>`."""
 
     def __init__(self, settings: RewardSettings, tokenizer: Any) -> None:
         self.settings = settings

@@ -1,11 +1,10 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Math answers graded by math-verify (Hugging Face's maintained verifier), with a hard time limit per sample.
+"""Math answers graded by math-verify, with a hard time limit per sample.
 
-Sympy can run forever on an adversarial answer, and math-verify's own SIGALRM time limits work only in a main
-thread, so they are off and verification runs in a pool of persistent spawned worker processes (`VerifierPool`):
-a worker that exceeds `timeout_s` is killed and replaced, and only that sample's verdict is "timeout".
-docs/rewards.md describes the verdicts and what math-verify decides on common cases.
+Sympy can run forever on an adversarial answer and math-verify's SIGALRM limits work only in a main thread, so
+verification runs in persistent spawned workers (`VerifierPool`): one that exceeds `timeout_s` is killed and
+replaced, and only its sample is "timeout". docs/rewards.md describes the verdicts.
 """
 
 import atexit
@@ -31,7 +30,7 @@ DEFAULT_TIMEOUT_S = 5.0
 DEFAULT_MAX_WORKERS = 2
 START_METHODS = ("spawn", "forkserver")
 WORKER_START_TIMEOUT_S = 120.0
-"""How long a new worker may take to import math_verify before the pool gives up (a loaded machine can be slow)."""
+"""How long a new worker may take to import math_verify before the pool gives up."""
 CLOSE_WAIT_S = 2.0
 """How long close() waits for a verify_many running in another thread before killing its workers anyway."""
 INSTALL_HINT = "pip install 'math-verify[antlr4_13_2]>=0.9.0,<0.10'"
@@ -41,11 +40,10 @@ _BRACE_TOKEN = re.compile(r"\\.|[{}]", re.DOTALL)
 """What brace matching looks at: a backslash with the character it escapes (so \\{ is no brace), or a brace."""
 _NON_SPACE = re.compile(r"\S")
 _ANSWER_MARKER = re.compile(r"answer\s*(?::|is\b:?)", re.IGNORECASE)
-# Digit groups joined by TeX's thin space or braced comma ("1\\,000", "1{,}000"): one number in any LaTeX source.
-# Groups after a decimal point ("0.123\\,4") are left alone.
+# Digit groups joined by TeX's thin space or braced comma ("1\\,000", "1{,}000"), not after a decimal point.
 _TEX_THOUSANDS = re.compile(r"(?<![\d.])\d{1,3}(?:(?:\\,|\{,\})\d{3})+(?!\d)")
 _TEX_SEPARATOR = re.compile(r"\\,|\{,\}")
-# A point that ends a number ("5.", "x = 5.", "5.\\%"), but not "5.5", "5.x" or a repeating decimal "0.\\overline{3}".
+# A point that ends a number ("5.", "5.\\%"), but not "5.5", "5.x" or "0.\\overline{3}".
 _TRAILING_POINT = re.compile(r"(?<=\d)\.(?![\dA-Za-z.]|\\(?:overline|dot))")
 _VARNOTHING = re.compile(r"\\varnothing(?![A-Za-z])")
 # Math-mode delimiters around a whole answer: "$x$", "$$x$$", "\(x\)", "\[x\]".
@@ -72,17 +70,12 @@ class VerifierStartError(RuntimeError):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Answer extraction (pure string work in the calling process, outside any time limit: linear in the length)
+# Answer extraction (in the calling process, without a time limit: everything here is linear in the length)
 
 
 def _box_spans(text: str) -> list[tuple[int, int] | None]:
-    """Where the content of every \\boxed{...} / \\fbox{...} starts and ends, in order; None for a box whose braces
-    never close (a cut-off response).
-
-    One pass over the braces with a stack, and positions instead of copies, so the time is linear in the length of
-    the text however many boxes are open or nested. Escaped braces (\\{ and \\}, TeX's literal braces as in
-    \\boxed{\\{1, 2\\}}) do not count, like in TeX.
-    """
+    """(start, end) of the content of every \\boxed{...} / \\fbox{...}, in order; None for one never closed. One pass
+    with a stack; escaped braces (\\{, \\}) do not count, as in TeX."""
     box_index = {match.end() - 1: index for index, match in enumerate(_BOX_COMMAND.finditer(text))}
     spans: list[tuple[int, int] | None] = [None] * len(box_index)
     open_braces: list[int] = []
@@ -97,24 +90,18 @@ def _box_spans(text: str) -> list[tuple[int, int] | None]:
 
 
 def last_boxed(text: str) -> str | None:
-    """The content of the last complete, non-blank \\boxed{...} or \\fbox{...}; None when there is none.
-
-    A box left open (the response was cut at the length limit) or an empty box is skipped, so an earlier complete
-    box still counts. Linear in the length of the text (see `_box_spans`).
-    """
+    """The content of the last complete, non-blank \\boxed{...} or \\fbox{...} (an open or empty one is skipped);
+    None when there is none."""
     for span in reversed(_box_spans(text)):
-        # Blank boxes hold no braces, so they do not overlap and the searches below add up to one pass at most.
+        # blank boxes hold no braces, so they never overlap: the searches add up to one pass
         if span is not None and _NON_SPACE.search(text, *span):
             return text[span[0] : span[1]].strip()
     return None
 
 
 def strip_math_delimiters(text: str) -> str:
-    """Remove one pair of "$...$", "$$...$$", "\\(...\\)" or "\\[...\\]" around the whole text, and outer spaces.
-
-    Only a pair that encloses everything counts: "$a$ and $b$" is two math spans with text between, not one, and is
-    returned unchanged.
-    """
+    """Remove one pair of "$...$", "$$...$$", "\\(...\\)" or "\\[...\\]" enclosing the whole text ("$a$ and $b$"
+    stays), and outer spaces."""
     text = text.strip()
     for opening, closing in _DELIMITERS:
         if len(text) >= len(opening) + len(closing) and text.startswith(opening) and text.endswith(closing):
@@ -127,9 +114,8 @@ def strip_math_delimiters(text: str) -> str:
 def _answer_line(text: str) -> str | None:
     """The rest of the line after the last "Answer:" / "answer is" that has any text after it; None if none."""
     for match in reversed(list(_ANSWER_MARKER.finditer(text))):
-        # Only up to the end of the line is copied: slicing to the end of the text for every marker is quadratic.
-        # A marker's line is read again only for an earlier marker on the same line, whose line then holds the
-        # later "answer" and is never blank, so this is one pass over the text.
+        # Copy only to the end of the line (to the end of the text would be quadratic); a line is reread only for
+        # an earlier marker on it, which then is never blank, so this stays one pass.
         line_end = text.find("\n", match.end())
         line = text[match.end() : line_end if line_end >= 0 else len(text)].strip()
         line = strip_math_delimiters(line.rstrip(".").strip())
@@ -139,11 +125,8 @@ def _answer_line(text: str) -> str | None:
 
 
 def extract_answer(response: str) -> str | None:
-    """The final answer of a response: the last \\boxed{}/\\fbox{}, else the "Answer:" line; None when neither exists.
-
-    Models trained with a boxed prompt almost always box; the "Answer:" fallback keeps DAPO-style prompts usable
-    with the same reward. The trailing full stop of an "Answer:" line and math delimiters around it are dropped.
-    """
+    """The final answer of a response: the last \\boxed{}/\\fbox{}, else the "Answer:" line (DAPO-style prompts;
+    its full stop and math delimiters dropped); None when neither exists."""
     boxed = last_boxed(response)
     if boxed is not None:
         return boxed
@@ -151,34 +134,23 @@ def extract_answer(response: str) -> str | None:
 
 
 def normalize_ground_truth(ground_truth: str) -> str:
-    """The dataset's answer without its wrapping: "$\\frac12$", "\\boxed{\\frac12}" and "\\frac12" all give "\\frac12".
-
-    Datasets store the answer in any of these forms; math_verify should see the same bare text either way.
-    """
+    """The dataset's answer unwrapped: "$\\frac12$", "\\boxed{\\frac12}" and "\\frac12" all give "\\frac12"."""
     text = strip_math_delimiters(str(ground_truth))
     boxed = last_boxed(text)
     return strip_math_delimiters(boxed) if boxed is not None else text
 
 
 def normalize_equivalents(answer: str) -> str:
-    """Rewrite spellings math_verify gets wrong into ones it reads as meant: "1\\,000" and "1{,}000" -> "1000" (it
-    reads a thin space as a product, 1*0), "5." -> "5" (unparsable to it), "\\varnothing" -> "\\emptyset" (to it a
-    symbol named varnothing).
-
-    A bare "1,000" is left to math_verify, which reads it as 1000 when it is the whole answer and as elements
-    elsewhere ("(1,000, 2)" is a triple). Regular expressions without nested repetition: linear in the length.
-    """
+    """Rewrite spellings math_verify misreads: "1\\,000" and "1{,}000" -> "1000" (not a product), "5." -> "5",
+    "\\varnothing" -> "\\emptyset". A bare "1,000" is left to math_verify, which reads it by context."""
     answer = _TEX_THOUSANDS.sub(lambda match: _TEX_SEPARATOR.sub("", match.group()), answer)
     answer = _TRAILING_POINT.sub("", answer)
     return _VARNOTHING.sub(r"\\emptyset", answer)
 
 
 def as_boxed_latex(answer: str) -> str:
-    """The text math_verify.parse is given for one side: the bare answer, its equivalents normalized, in \\boxed{}.
-
-    Boxing makes math_verify read the whole answer as LaTeX (its boxed extraction), so "[1,2)" becomes an interval
-    and "\\text{yes}" a symbol, instead of the plain-expression fallback picking a number out of the text.
-    """
+    """What math_verify.parse gets for one side: the normalized answer in \\boxed{}, so it is read whole as LaTeX
+    ("[1,2)" an interval) rather than a number picked out of it."""
     return "\\boxed{" + normalize_equivalents(strip_math_delimiters(answer)) + "}"
 
 
@@ -187,12 +159,8 @@ def as_boxed_latex(answer: str) -> str:
 
 
 def grade_in_process(answer: str, ground_truth: str) -> Verdict:
-    """Verify one pair here, with math_verify's signal-based timeouts off; the pool's workers call this.
-
-    Without a time limit this can run forever on adversarial input: call it only in a process that someone else
-    kills (a `VerifierPool` worker), or on inputs you trust. The ground truth is math_verify's `gold` argument,
-    which is not symmetric: the gold decides whether "x = 2" is compared as an equation or as its value 2.
-    """
+    """Verify one pair here, without time limits: only in a process someone else kills (a `VerifierPool` worker) or
+    on trusted inputs. The ground truth is math_verify's (asymmetric) `gold`: it decides how "x = 2" compares."""
     from math_verify import parse, verify
 
     gold = parse(as_boxed_latex(normalize_ground_truth(ground_truth)), parsing_timeout=None)
@@ -203,11 +171,7 @@ def grade_in_process(answer: str, ground_truth: str) -> Verdict:
 
 
 def _exit_when_orphaned(parent_pid: int) -> None:
-    """Worker thread: exit the worker when its parent process is gone, even in the middle of a hung verification.
-
-    An idle worker notices a dead parent by the end of its pipe; a busy one does not read the pipe, so this thread
-    checks once a second (sympy's Python code releases the GIL often enough for that).
-    """
+    """Worker thread: exit when the parent is gone, even during a hung verification (a busy worker reads no pipe)."""
     while True:
         time.sleep(1.0)
         if os.getppid() != parent_pid:
@@ -215,16 +179,13 @@ def _exit_when_orphaned(parent_pid: int) -> None:
 
 
 def _worker_main(conn: Connection) -> None:
-    """A worker process: import math_verify once, say "ready", then answer (answer, ground truth) tasks one by one.
-
-    Messages: the pool sends a (answer, ground_truth) tuple or None (stop); the worker replies ("ready", "") once,
-    ("failed", reason) when it cannot start, and then a verdict value per task.
-    """
+    """A worker process. The pool sends (answer, ground_truth) tuples or None (stop); the worker replies ("ready", "")
+    once math_verify is imported, or ("failed", reason), then a verdict value per task."""
     parent_pid = os.getppid()  # before anything slow, so a parent that dies during start-up is noticed too
     # Ctrl-C in a terminal reaches the whole process group; the parent decides what happens to its workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        # The timeouts are off on purpose (the pool kills a hung worker); math_verify warns about that once a process.
+        # silence math_verify's warning that its timeouts are off (on purpose: the pool kills a hung worker)
         for name in ("math_verify", "latex2sympy2_extended"):
             logging.getLogger(name).setLevel(logging.ERROR)
         grade_in_process("\\frac{1}{2}", "0.5")  # imports math_verify and warms its parser caches
@@ -296,12 +257,9 @@ def _shut_down(state: _PoolState) -> None:
 
 
 class VerifierPool:
-    """Persistent math_verify worker processes that grade pairs with a time limit per pair.
-
-    Use as a context manager, or call close(); a pool that is neither closed nor reachable still stops its workers
-    when it is garbage-collected or the interpreter exits. Calls are serialized by a lock, so one pool may be shared
-    by threads. Workers start on the first call, not here, so creating a pool costs nothing.
-    """
+    """Persistent math_verify workers grading pairs with a time limit per pair. Close it (or use it as a context
+    manager); garbage collection and interpreter exit stop its workers too. Calls are serialized by a lock; workers
+    start on the first call."""
 
     def __init__(self, max_workers: int = DEFAULT_MAX_WORKERS, start_method: str = "spawn") -> None:
         if max_workers < 1:
@@ -334,12 +292,8 @@ class VerifierPool:
         return [worker.process.pid for worker in self._workers]
 
     def close(self) -> None:
-        """Stop all workers; idempotent. A closed pool refuses new work.
-
-        A verify_many running in another thread is not waited for beyond CLOSE_WAIT_S (close also runs at
-        interpreter exit, which must not hang on a verification that never ends): its workers are killed and it
-        raises.
-        """
+        """Stop all workers; idempotent; a closed pool refuses new work. A verify_many in another thread is waited
+        for at most CLOSE_WAIT_S (exit must not hang), then its workers are killed and it raises."""
         self._state.closed = True
         acquired = self._lock.acquire(timeout=CLOSE_WAIT_S)
         try:
@@ -384,12 +338,8 @@ class VerifierPool:
     def verify_many(
         self, pairs: Iterable[tuple[str | None, str]], timeout_s: float = DEFAULT_TIMEOUT_S
     ) -> list[Verdict]:
-        """One verdict per (response answer, ground truth) pair, in order; None as the answer means "unparsable".
-
-        timeout_s is per pair and counts from the moment its worker receives it, so neither a worker's start-up
-        nor the queue ahead of a pair is charged to it. A pair that runs longer is "timeout", its worker is killed
-        and replaced, and the other pairs go on in the remaining workers.
-        """
+        """One verdict per (response answer, ground truth) pair, in order; a None answer is "unparsable". timeout_s
+        is per pair, from when its worker receives it; a pair over it is "timeout" and its worker is replaced."""
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}.")
         pairs = list(pairs)
@@ -474,11 +424,8 @@ _shared_lock = threading.Lock()
 
 
 def get_shared_pool(max_workers: int | None = None) -> VerifierPool:
-    """The process-wide pool, started on first use and reused; a different max_workers replaces it.
-
-    Reward functions are called every training step, and the train and validation reward files are loaded as
-    separate modules, so keeping the pool here rather than in the reward file starts the workers once per process.
-    """
+    """The process-wide pool (shared by the train and val reward modules), started on first use; a different
+    max_workers replaces it."""
     global _shared_pool
     with _shared_lock:
         pool = _shared_pool

@@ -1,10 +1,9 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""RewardModelWorker: scores (prompt, response) pairs with a sequence-classification reward model under FSDP2.
+"""RewardModelWorker: scores (prompt, response) pairs with a sequence-classification reward model (RM) under FSDP2.
 
-The reward model (RM) usually has another tokenizer and chat template than the policy, so the worker turns each row
-back into text and renders it with the RM's own template, as `scripts/train_reward_model.py` does in training
-(`render_conversation`, `tokenize_conversations`, `last_token_scores`). docs/rewards.md has its settings.
+Each row is turned back into text and rendered with the RM's own chat template, exactly as
+`scripts/train_reward_model.py` does in training. docs/rewards.md has its settings.
 """
 
 import logging
@@ -45,15 +44,12 @@ FALLBACK_TEMPLATE = "User: {prompt}\n\nAssistant: {response}"
 
 
 # ---------------------------------------------------------------------------------------------- text -> scores
-# Shared by the worker and scripts/train_reward_model.py: training and scoring must lay the text out identically.
+# Shared with scripts/train_reward_model.py: training and scoring must lay the text out identically.
 
 
 def render_conversation(tokenizer: PreTrainedTokenizerBase, prompt: str, response: str) -> str:
-    """The text the RM scores: [user: prompt, assistant: response] through the RM tokenizer's chat template.
-
-    No generation prompt is added: the assistant turn is complete, and the template's end-of-turn tokens are part
-    of what the score is read after. A tokenizer without a chat template gets FALLBACK_TEMPLATE.
-    """
+    """The text the RM scores: [user: prompt, assistant: response] through the RM's chat template (or
+    FALLBACK_TEMPLATE), without a generation prompt: the score is read after the end-of-turn tokens."""
     if not getattr(tokenizer, "chat_template", None):
         return FALLBACK_TEMPLATE.format(prompt=prompt, response=response)
     messages = [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}]
@@ -61,11 +57,7 @@ def render_conversation(tokenizer: PreTrainedTokenizerBase, prompt: str, respons
 
 
 def truncate_left(ids: list[int], max_length: int) -> tuple[list[int], bool]:
-    """The last `max_length` ids, and whether any were dropped.
-
-    The RM reads its score at the final token, so the end of the conversation must survive; what is lost is the
-    start (system prompt, the beginning of a long user message).
-    """
+    """The last `max_length` ids (the score is read at the end), and whether any were dropped."""
     if max_length < 1:
         raise ValueError(f"max_length={max_length} must be positive.")
     if len(ids) <= max_length:
@@ -76,10 +68,8 @@ def truncate_left(ids: list[int], max_length: int) -> tuple[list[int], bool]:
 def tokenize_conversations(
     tokenizer: PreTrainedTokenizerBase, prompts: list[str], responses: list[str], max_length: int
 ) -> tuple[list[list[int]], int]:
-    """RM token ids of each rendered (prompt, response), truncated from the left; returns them and the count cut.
-
-    Special tokens are not added again: the chat template already holds them (a second BOS would change scores).
-    """
+    """RM token ids of each rendered (prompt, response), truncated from the left, and the count cut. No special
+    tokens are added: the template holds them."""
     if len(prompts) != len(responses):
         raise ValueError(f"Got {len(prompts)} prompts but {len(responses)} responses; pass one response per prompt.")
     rows, truncated = [], 0
@@ -94,11 +84,8 @@ def tokenize_conversations(
 
 
 def pad_right(rows: list[list[int]], pad_token_id: int, device: torch.device | None = None) -> dict[str, torch.Tensor]:
-    """input_ids and attention_mask of right-padded rows: each row's valid tokens start at position 0.
-
-    Right padding keeps the default position ids (0, 1, ...) right for every valid token, so no position ids are
-    passed, and each row's last valid token is at attention_mask.sum() - 1.
-    """
+    """input_ids and attention_mask of right-padded rows (default position ids stay right; the last valid token is
+    at attention_mask.sum() - 1)."""
     width = max(len(row) for row in rows)
     input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -111,12 +98,9 @@ def pad_right(rows: list[list[int]], pad_token_id: int, device: torch.device | N
 def last_token_scores(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Label-0 score (float32, shape (B,)) at each right-padded row's last valid token, differentiable.
 
-    HF sequence-classification heads pick the rightmost token that is not pad_token_id, which is wrong when the
-    conversation itself ends in that id (some templates end turns with the pad/eos token) or when the rows were
-    padded with another id. So a hook on the `score` head replaces every position's output by the output at
-    attention_mask.sum() - 1: whichever position HF then pools, it is the right one. The value must still leave
-    through the model's output (not be captured by the hook): FSDP2 gathers the parameters for the backward pass
-    from hooks on the module's outputs. A head under another name falls back to HF's own pooling.
+    HF's heads pool the rightmost non-pad token, wrong when a turn ends in the pad id. So a hook on the `score` head
+    puts the output at attention_mask.sum() - 1 in every position; it still leaves through the model's output, on
+    which FSDP2 hooks its backward gathers. A head under another name falls back to HF's pooling.
     """
     last = attention_mask.sum(dim=-1) - 1
     rows = torch.arange(input_ids.shape[0], device=input_ids.device)
@@ -139,12 +123,9 @@ def last_token_scores(model: nn.Module, input_ids: torch.Tensor, attention_mask:
 def score_rows(
     model: nn.Module, rows: list[list[int]], pad_token_id: int, micro_batch_size: int, device: torch.device
 ) -> torch.Tensor:
-    """Scores (float32, on the CPU) of token-id rows, in micro-batches of similar lengths, without gradients.
-
-    Rows are sorted by length so a micro-batch carries little padding; the scores come back in the input order.
-    Every FSDP rank must run the same number of forwards (each forward all-gathers the parameters), so a rank
-    with fewer micro-batches than another runs one-token dummy forwards until they match.
-    """
+    """Scores (float32, CPU) of token-id rows in input order, in length-sorted micro-batches, without gradients.
+    Every FSDP rank must run the same number of forwards (each all-gathers), so a rank with fewer micro-batches runs
+    one-token dummy forwards."""
     order = sorted(range(len(rows)), key=lambda index: -len(rows[index]))
     batches = [order[start : start + micro_batch_size] for start in range(0, len(order), micro_batch_size)]
     count = len(batches)
@@ -169,12 +150,9 @@ def score_rows(
 def load_reward_model_config(
     path: str, trust_remote_code: bool = False, from_lm: bool = False, pad_token_id: int | None = None
 ) -> PretrainedConfig:
-    """The RM's config, checked: a one-label sequence-classification text model with a pad token id.
-
-    `from_lm` accepts a causal LM (or any text model) and gives it one label: transformers then initialises the score
-    head when the weights are loaded (scripts/train_reward_model.py --init-from-lm). Otherwise a checkpoint of
-    another architecture is refused, since loading it as an RM would silently score with a random head.
-    """
+    """The RM's config, checked: a one-label sequence-classification text model with a pad token id. `from_lm` gives
+    any text model one label (a fresh score head, --init-from-lm); otherwise another architecture is refused, as it
+    would silently score with a random head."""
     config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     if is_vision_language(config) or hasattr(config, "vision_config"):
         raise NotImplementedError(
@@ -207,12 +185,8 @@ def build_fsdp_reward_model(
     dtype: torch.dtype,
     trust_remote_code: bool = False,
 ) -> nn.Module:
-    """Load the RM and shard it with FSDP2 over all ranks, as the actor's models are (verl.models.fsdp).
-
-    With fsdp.enable_rank0_init and several ranks, only rank 0 reads the checkpoint; the others build the module on
-    the meta device and receive their shards by broadcast. A head that the checkpoint lacks (a causal LM loaded with
-    one label) is initialised by transformers on the rank that loads, so all ranks end up with the same head.
-    """
+    """Load the RM and shard it with FSDP2 over all ranks (verl.models.fsdp). With fsdp.enable_rank0_init only rank 0
+    reads the checkpoint (and initialises a missing head); the others get their shards by broadcast."""
     world_size = dist.get_world_size()
     mesh = build_device_mesh(world_size, fsdp_config.fsdp_size, device.type)
     kwargs = {"config": config, "dtype": dtype, "attn_implementation": RM_ATTN_IMPLEMENTATION}
@@ -303,11 +277,8 @@ class RewardModelWorker(Worker):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_rm_score(self, data: DataProto) -> DataProto:
-        """rm_scores (float32, one per row) and metrics over the whole batch (all ranks), in meta_info["metrics"].
-
-        The driver keeps only rank 0's meta_info, so the metrics are summed over the ranks here. The rows that
-        data-parallel dispatch repeats to pad the batch to a multiple of the world size count in them too.
-        """
+        """rm_scores (float32, one per row) and meta_info["metrics"], summed over ranks here as the driver keeps only
+        rank 0's meta_info (dispatch's padding rows count too)."""
         if self.module is None:
             raise RuntimeError("RewardModelWorker.compute_rm_score was called before init_model.")
         config = self.config

@@ -1,12 +1,10 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Run a sequential reward function over several CPUs with a pool of worker processes.
+"""Run a sequential reward function over several CPUs with a pool of worker processes (threads would share the GIL).
 
-Reward functions are mostly pure Python, so threads would serialize on the GIL. The workers are spawned, not forked
-(forking a multithreaded process can deadlock the child), and each loads the function again from its file, so only
-the samples and scores cross processes. A script of one's own that calls `run_ppo` needs the
-`if __name__ == "__main__":` guard, because each worker imports the script's main module. Closing the pool never
-waits on a worker stuck in the function (a hang the trainer's timeout gave up on): it is killed after a short grace.
+Workers are spawned (forking a multithreaded process can deadlock) and load the function from its file, so only
+samples and scores cross processes; a script calling `run_ppo` needs an `if __name__ == "__main__":` guard. Closing
+kills a worker stuck in the function after a short grace.
 """
 
 import multiprocessing
@@ -41,19 +39,15 @@ def _exit_with_parent() -> None:
 def _init_worker(spec: str, kwargs: dict[str, Any], pids: Any) -> None:
     global _worker_function
     pids.put(os.getpid())  # so that the pool can kill a worker stuck in the function
-    # Ctrl-C in a terminal reaches the whole process group, the trainer's spawned workers too: the trainer decides
-    # (it saves a checkpoint, then closes the pool), and a worker dying on its own would only print a traceback.
+    # Ctrl-C reaches the whole process group; the trainer decides (checkpoint, then close the pool).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_with_parent, name="exit-with-parent", daemon=True).start()
     _worker_function = load_reward_function(spec, kwargs)
 
 
 def _score_chunk(start: int, samples: list[Mapping[str, Any]]) -> list[Any]:
-    """Score samples[start:start+len] in a worker; an error keeps its original exception when that can be pickled.
-
-    Exceptions cross processes without their __cause__, so the user's exception is carried as an attribute and
-    chained again in the parent (see SequentialPool.score).
-    """
+    """Score samples[start:start+len] in a worker. An error carries the user's exception as `original` (when it
+    pickles), since __cause__ does not cross processes; SequentialPool.score chains it again."""
     assert _worker_function is not None, "the pool initializer did not run"
     try:
         return score_sequential(_worker_function, samples, start=start)

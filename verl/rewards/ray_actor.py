@@ -1,10 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""The reward Ray actor: scoring runs beside the old/ref log-prob passes instead of blocking the driver.
-
-The trainer launches `actor.compute_reward.remote(batch)` right after generation and calls `ray.get` on the
-reference only when it needs the scores (advantages), so a slow reward function (sympy, a judge) overlaps with the
-GPU work. The actor reserves `num_cpus` CPUs, which a sequential function uses as parallel worker processes.
+"""The reward Ray actor (`worker.reward.run_in=actor`): launched right after generation and awaited only for the
+advantages, so a slow reward overlaps the GPU work. It reserves `num_cpus` CPUs, a sequential function's workers.
 """
 
 from typing import Any
@@ -62,11 +59,8 @@ def stop_actor(actor: Any) -> None:
 def create_reward_actor(
     config: Any, tokenizer_path: str, trust_remote_code: bool = False, name: str | None = None
 ) -> Any:
-    """Start a RewardActor with `config.num_cpus` CPUs; `config` has RewardConfig's attributes.
-
-    The function is loaded once here first, so a bad spec raises RewardFunctionLoadError in the caller instead of
-    killing the actor. Only plain values (RewardSettings) are sent to the actor, which then needs no config classes.
-    """
+    """Start a RewardActor with `config.num_cpus` CPUs (`config`: RewardConfig's attributes). The functions are
+    loaded here first, so a bad spec raises in the caller; the actor gets plain RewardSettings."""
     settings = RewardSettings.from_config(config)
     for spec, kwargs in settings.functions().values():
         check_reward_function(spec, kwargs)

@@ -5,8 +5,8 @@
     overall = worker.reward.rule_weight x rule + worker.reward.model.weight x rm_score
               + worker.reward.judge.weight x judge_score
 
-Each part is optional; the rule functions and the judge are asked first and score while the reward model runs.
-Every part is logged under its own key next to the combined `overall` (docs/metrics.md).
+Each part is optional; the rule functions and judge score while the reward model runs. Each part is logged under its
+own key beside `overall` (docs/metrics.md).
 """
 
 from collections.abc import Callable
@@ -95,9 +95,8 @@ class BatchScorer:
         return prompts, responses, [t.item() if isinstance(t, np.generic) else t for t in truths]
 
     def launch(self, batch: DataProto, wait_for_model: bool = True) -> PendingReward:
-        """Start every part of the reward of `batch`. The reward model runs now, on its worker processes, and is
-        waited for unless `wait_for_model` is False (streamed rewards: the workers are free while the engines
-        generate, and `collect` waits for it)."""
+        """Start every part of `batch`'s reward; the reward model is waited for unless `wait_for_model` is False
+        (streamed rewards: `collect` waits for it)."""
         pending = PendingReward()
         if self.rule_runner is not None:
             pending.rule = self.rule_runner.submit(batch)

@@ -1,8 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""OpenAI's chat completions (`POST /v1/chat/completions`) on verl.serve's engine: the request read into vLLM's
-typed ChatCompletionRequest and turned into SamplingParams as vLLM's server does it (every sampling field it honours),
-tool calls read by the parser training uses or forced by tool_choice, streamed or whole replies.
+"""OpenAI's chat completions (`POST /v1/chat/completions`) on verl.serve's engine: requests read and turned into
+SamplingParams as vLLM's server does, tool calls read by training's parser or forced by tool_choice, streamed or not.
 """
 
 import json
@@ -26,8 +25,7 @@ CHAT_FIELDS = {
     "tools", "tool_choice", "parallel_tool_calls", "ignore_eos", "min_tokens", "include_stop_str_in_output",
     "skip_special_tokens", "spaces_between_special_tokens", "allowed_token_ids", "bad_words",
 }  # fmt: skip
-"""The chat request fields this server carries out (SamplingParams, rendering, the reply's shape); the rest of vLLM's
-ChatCompletionRequest is refused unless left at its default."""
+"""The chat request fields this server carries out; any other must be absent or its default."""
 
 
 def check_request(body: Any, served_name: str) -> Any:
@@ -47,13 +45,8 @@ def check_request(body: Any, served_name: str) -> Any:
 
 def forced_tool_calls(request: Any) -> tuple[str, dict[str, Any]] | None:
     """(the function a named tool_choice forces, or "" for "required"; the JSON schema the reply is held to), or
-    None where tool_choice forces no call.
-
-    As vLLM's server does it: a named function's reply is its arguments object (the function's `parameters`
-    schema); a "required" reply is a non-empty JSON array of {name, parameters} objects, one per call. The engine's
-    structured outputs keep the text to the schema, so even a model never trained to call tools calls one. With
-    parallel_tool_calls false the array holds one call.
-    """
+    None. As vLLM's server: a named function's reply is its arguments object; a "required" reply a non-empty array
+    of {name, parameters} (one item with parallel_tool_calls false), enforced by structured outputs."""
     choice = request.tool_choice
     if choice != "required" and getattr(choice, "function", None) is None:
         return None
@@ -79,10 +72,8 @@ def forced_tool_calls(request: Any) -> tuple[str, dict[str, Any]] | None:
 
 
 def forced_tool_message(text: str, finish_reason: str | None, function: str) -> tuple[dict[str, Any], str]:
-    """The assistant message and finish_reason of a reply held to `forced_tool_calls`' schema (`function` as it
-    returned it): the calls as `tool_calls`, content "" (vLLM's server answers so); finish_reason "tool_calls" for a
-    finished "required" reply and the engine's for a named one (OpenAI's convention). Text cut off by max_tokens
-    that is no longer JSON gives no calls."""
+    """The message (calls as `tool_calls`, content "") and finish_reason of a reply held to `forced_tool_calls`'
+    schema: "tool_calls" for a finished "required" reply, else the engine's. Cut-off, non-JSON text gives no calls."""
     if function:
         calls = [(function, text)] if text.strip() else []
     else:
@@ -102,8 +93,7 @@ def forced_tool_message(text: str, finish_reason: str | None, function: str) -> 
 
 
 def reads_tool_calls(request: Any) -> bool:
-    """Whether the reply's tool calls become structured `tool_calls`: the request has tools and tool_choice is not
-    "none"."""
+    """Whether the reply's tool calls become `tool_calls`: the request has tools and tool_choice is not "none"."""
     return bool(request.tools) and request.tool_choice != "none"
 
 
@@ -114,13 +104,8 @@ def _reply_message(content: str) -> dict[str, Any]:
 
 
 def chat_message(text: str, finish_reason: str | None, tools: bool) -> tuple[dict[str, Any], str]:
-    """The OpenAI assistant message of a generated `text` and its choice's finish_reason ("stop" or "length" as the
-    engine ended it).
-
-    With `tools`, the `<tool_call>` blocks that verl.envs.tools reads as calls (as training does) become `tool_calls`
-    with JSON-string arguments, the content is the text around them (null when only whitespace is left) and the
-    finish_reason is "tool_calls". A malformed block stays in the content, as vLLM's hermes parser leaves it.
-    """
+    """The OpenAI assistant message of a generated `text` and its finish_reason; with `tools`, as
+    verl.envs.tools.assistant_message reads the calls, and finish_reason "tool_calls" when there are any."""
     message = _reply_message(text)
     message.update(assistant_message(text, tools))
     return message, "tool_calls" if "tool_calls" in message else finish_reason or "stop"
@@ -147,12 +132,9 @@ def chat_logprob(token_id: int, alternatives: dict[int, Any], top: int) -> dict[
 
 
 class ChoiceText:
-    """One choice's text as the engine extends it, and what a stream may send of its content so far.
-
-    With tools, text from a `<tool_call>` tag on (or a tag still forming) waits for the end, when chat_message
-    decides what is content; so does content that is only whitespace (it may end as null). The content streamed then
-    adds up to the message content of the same text, token for token.
-    """
+    """One choice's text as the engine extends it, and what a stream may send of its content so far. With tools,
+    text from a (possibly partial) `<tool_call>` tag on, and whitespace-only content, wait for the end, so the
+    streamed content adds up to the final message content."""
 
     def __init__(
         self, tools: bool, forced: str | None = None, top_logprobs: int | None = None, parallel: bool = True
@@ -189,8 +171,7 @@ class ChoiceText:
         return piece
 
     def take_logprobs(self) -> dict[str, Any] | None:
-        """A stream chunk's `logprobs`: the entries of the tokens since the last chunk that had some (None when the
-        request asked for none)."""
+        """A stream chunk's `logprobs`: entries since the last chunk that had some (None when none were asked)."""
         if self.top_logprobs is None:
             return None
         entries, self.logprobs_sent = self.logprobs[self.logprobs_sent :], len(self.logprobs)
@@ -237,29 +218,21 @@ class Reply:
 
 
 def sampling_params(request: Any, max_tokens: int, defaults: dict[str, Any]) -> Any:
-    """The SamplingParams vLLM's server makes of a chat or completions `request` (every penalty, top_k, min_p, ...;
-    the model's generation defaults under what the request sets), with delta outputs for a stream."""
+    """The SamplingParams vLLM's server makes of a chat or completions `request`, over the model's defaults."""
     return request.to_sampling_params(max_tokens, defaults)
 
 
 class ChatEngine:
-    """A vLLM engine answering chat completion requests token by token, all it holds in one batch.
-
-    Each request is rendered as `LLM.chat` renders it (`LLM._preprocess_chat_one`: vLLM's renderer, which its OpenAI
-    server uses too; tool-call arguments reach the template as dicts) and added to the engine with delta outputs.
-    One thread owns the engine (verl.serve.engine_loop.EngineLoop: `LLMEngine.add_request`, `step`,
-    `abort_request`) and steps it while it holds any request: a stream sends tokens as they are made, and a
-    non-streamed reply is the same text gathered.
-    """
+    """A vLLM engine answering chat completion requests, all it holds in one batch. Requests are rendered as
+    `LLM.chat` renders them and added with delta outputs; one thread owns the engine (engine_loop.EngineLoop)."""
 
     def __init__(self, model: str, name: str, max_model_len: int, kv_cache_mb: int | None, dtype: str) -> None:
         from verl.utils import device
 
         on_cpu = device.get_device_type() == "cpu"
         if on_cpu:
-            # The engine lives in this process, as in training: vLLM's default on the CPU is an engine-core process
-            # and a worker process besides this one, each importing vLLM and torch again (slower to start, and 3
-            # copies of the libraries in memory; docs/performance.md). One thread steps it for every request.
+            # the engine in this process, as in training, not in extra processes that import vLLM and torch again
+            # (docs/performance.md)
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         from vllm import LLM
 
@@ -371,10 +344,9 @@ class ChatEngine:
         }
 
     def stream(self, request: Any) -> Iterator[dict[str, Any]]:
-        """The chat.completion.chunk objects of a streamed request: each choice's role, its content as the engine
-        makes it, its tool calls once the choice has ended (they are read from its whole text), a chunk with its
-        finish_reason, and the usage after all choices (with stream_options.include_usage). The request is checked
-        and in the engine once the first chunk is out."""
+        """The chat.completion.chunk objects of a streamed request: each choice's role, content as made, tool calls
+        once it ended, a finish_reason chunk, then usage (with include_usage). The request is checked and in the
+        engine once the first chunk is out."""
         run = self._run(request)
         reply, _, _ = next(run)
         include_usage = bool(request.stream_options and request.stream_options.include_usage)

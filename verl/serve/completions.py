@@ -2,9 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """OpenAI's text completions (`POST /v1/completions`) on verl.serve's engine, with no chat template.
 
-Prompts are strings or token ids, one or a list; with `echo` the prompt comes back before the completion, and with
-`logprobs` too its tokens' log-probabilities: `echo: true, max_tokens: 0, logprobs: k` is how lm-eval's
-`local-completions` model scores a continuation (vLLM's server answers it so, from the engine's prompt_logprobs).
+Prompts are strings or token ids, one or a list; `echo` returns the prompt first, with its logprobs when asked:
+`echo: true, max_tokens: 0, logprobs: k` is how lm-eval's `local-completions` scores a continuation.
 """
 
 import time
@@ -23,8 +22,7 @@ COMPLETION_FIELDS = {
     "include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens", "allowed_token_ids",
     "bad_words",
 }  # fmt: skip
-"""The completions request fields this server carries out; the rest of vLLM's CompletionRequest is refused unless
-left at its default."""
+"""The completions request fields this server carries out; any other must be absent or its default."""
 
 
 def check_completion(body: Any, served_name: str) -> tuple[Any, list[str | list[int]]]:
@@ -59,8 +57,7 @@ def _top(alternatives: dict[int, Any], token_id: int, top: int) -> dict[str, flo
 
 
 class CompletionChoice:
-    """One choice (a prompt's sample) as the engine extends it: text, tokens and, when asked, logprob entries
-    (token text, logprob, top_logprobs)."""
+    """One choice (a prompt's sample) as the engine extends it: text, tokens and, when asked, logprob entries."""
 
     def __init__(self, index: int, top: int | None) -> None:
         self.index, self.top = index, top
@@ -160,8 +157,7 @@ class Completion:
 
 
 def _submit(engine: Any, request: Any, prompts: list[str | list[int]]) -> tuple[list[str], Completion]:
-    """Tokenize a checked request's prompts (check_completion) and add them to the engine (on the engine loop's
-    thread)."""
+    """Tokenize a checked request's prompts and add them to the engine (on the engine loop's thread)."""
     tokenizer = engine.llm.get_tokenizer()
     rendered = []
     for prompt in prompts:
@@ -210,9 +206,8 @@ def complete(engine: Any, request: Any, prompts: list[str | list[int]]) -> dict[
 
 
 def stream(engine: Any, request: Any, prompts: list[str | list[int]]) -> Iterator[dict[str, Any]]:
-    """The text_completion chunks of a streamed request: each choice's pieces as the engine makes them (the prompt
-    first with echo), the last with its finish_reason, then the usage with stream_options.include_usage. The
-    request is checked and in the engine when this returns."""
+    """The text_completion chunks of a streamed request (the prompt first with echo; the usage last, with
+    include_usage). The request is checked and in the engine when this returns."""
     completion, outputs = engine.loop.submit(lambda: _submit(engine, request, prompts))
     return _chunks(engine, request, completion, outputs)
 

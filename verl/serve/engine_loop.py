@@ -1,11 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""`verl.serve`'s engine: concurrent HTTP requests share its batches.
-
-The engine thread (verl.workers.rollout.engine_thread, as in the rollout pool) adds the requests and steps the
-engine; this routes each step's outputs to the queue of the request they belong to, so HTTP handler threads only
-submit and read their own queue.
-"""
+"""`verl.serve`'s engine, shared by concurrent HTTP requests: one engine thread (verl.workers.rollout.engine_thread)
+adds requests and steps it, and each step's outputs are routed to their request's queue."""
 
 import logging
 import queue
@@ -22,11 +18,8 @@ T = TypeVar("T")
 
 
 class EngineLoop:
-    """Routes the outputs of `llm`'s engine (a `vllm.LLM`'s `llm_engine`), stepped by its engine thread.
-
-    Requests are added by functions run on that thread (`submit`), so rendering and tokenizing share the engine's
-    thread too: its tokenizer is never used from two threads at once.
-    """
+    """Routes the outputs of `llm`'s engine, stepped by its engine thread. Requests are added on that thread
+    (`submit`), so the tokenizer is never used from two threads at once."""
 
     def __init__(self, llm: Any) -> None:
         self.engine = llm.llm_engine
@@ -37,10 +30,9 @@ class EngineLoop:
         self.thread = EngineThread(loop, recover=self._fail_all, name="serve").start()
 
     def submit(self, add: Callable[[], tuple[list[str], T]]) -> tuple[T, Iterator[Any]]:
-        """Run `add` on the engine thread: it checks a request and adds it to the engine as the request ids it
-        returns, with a value for the caller. Returns (that value, the engine's outputs of those ids as the steps
-        make them, until each has finished); closing the outputs early aborts the unfinished ids. An error of
-        `add` is raised here, one of a step from the outputs."""
+        """Run `add` (which adds a request, returning its ids and a value) on the engine thread. Returns (the value,
+        an iterator of those ids' outputs until each finishes); closing it early aborts them. `add`'s error raises
+        here, a step's from the iterator."""
         outbox: queue.SimpleQueue = queue.SimpleQueue()
 
         def added() -> tuple[list[str], T]:

@@ -1,8 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Reading a request body into vLLM's typed OpenAI request models, as vLLM's server reads it, with one rule more:
-a field the server does not carry out is refused with a 400 naming it (vLLM's server ignores unknown fields and
-some of its own), so no setting is ever silently dropped."""
+"""Request bodies read into vLLM's typed OpenAI models as vLLM's server reads them, except that a field this server
+does not carry out is refused with a 400 naming it: no setting is silently dropped."""
 
 from typing import Any, TypeVar
 
@@ -24,8 +23,7 @@ class RequestError(ValueError):
 
 
 def _path(location: tuple[Any, ...]) -> str:
-    """`messages[0].role` for pydantic's ('messages', 0, 'ChatCompletionUserMessageParam', 'role'): the union
-    members' and validators' tags are left out."""
+    """`messages[0].role` for pydantic's ('messages', 0, 'ChatCompletionUserMessageParam', 'role'): tags left out."""
     path = ""
     for part in location:
         if isinstance(part, int):
@@ -48,9 +46,8 @@ def _message(error: ValidationError) -> str:
 
 
 def parse(model: type[M], body: Any, served_name: str, honoured: set[str]) -> M:
-    """`body` as a `model` request for the served model, or a RequestError naming the first bad field: an unknown
-    `model` is a 404 naming the served one (no `model` means the served one, as vLLM's server answers); a field
-    outside `honoured` (and INFORMATIONAL) set to anything but its default is refused."""
+    """`body` as a `model` request, or a RequestError naming the first bad field: an unknown `model` is a 404 (none
+    means the served one); a field outside `honoured` and INFORMATIONAL must be absent or its default."""
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object.")
     name = body.get("model")
@@ -80,8 +77,7 @@ def parse(model: type[M], body: Any, served_name: str, honoured: set[str]) -> M:
 
 
 def check_logit_bias(bias: dict[str, float] | None) -> None:
-    """A RequestError unless `logit_bias` maps integer token ids to numbers from -100 to 100, as OpenAI's API takes
-    it (vLLM's server would clamp what is outside)."""
+    """A RequestError unless `logit_bias` maps integer token ids to numbers in [-100, 100] (as OpenAI's API)."""
     for token, value in (bias or {}).items():
         if not token.lstrip("-").isdigit():
             raise RequestError(f"'logit_bias' keys must be integer token ids, got {token!r}.")
@@ -90,7 +86,6 @@ def check_logit_bias(bias: dict[str, float] | None) -> None:
 
 
 def ranked(alternatives: dict[int, Any], top: int) -> list[tuple[int, Any]]:
-    """The `top` most likely (token id, vLLM Logprob) of a position, most likely first (the engine also returns the
-    sampled token, whatever its rank)."""
+    """The `top` most likely (token id, vLLM Logprob) of a position, best first (the sampled token may be extra)."""
     best = [(logprob.rank, token_id) for token_id, logprob in alternatives.items() if logprob.rank <= top]
     return [(token_id, alternatives[token_id]) for _, token_id in sorted(best)]

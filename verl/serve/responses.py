@@ -1,12 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""OpenAI's Responses API (`POST /v1/responses`, the OpenAI Agents SDK's default model) on verl.serve's chat engine.
-
-A request is read into vLLM's typed ResponsesRequest, its input items become chat messages (vLLM's own conversion),
-and it runs as the chat request it amounts to: function tools, tool_choice, `text.format` as response_format,
-sampling fields. The chat reply becomes output items (the message's text, then each function call), streamed as
-the Responses API's events. With `text.format` and a forced tool_choice the calls come first (the tools' schema
-holds that reply) and the typed answer in the request after the calls' outputs, as the Agents SDK runs it.
+"""OpenAI's Responses API (`POST /v1/responses`, the Agents SDK's default) on verl.serve's chat engine: a request runs
+as the chat request it amounts to (`text.format` as response_format; with a forced tool_choice the calls come first,
+the typed answer in a later request), its reply as output items or, streamed, the Responses API's events.
 """
 
 import itertools
@@ -24,8 +20,7 @@ RESPONSE_FIELDS = {
     "stop", "frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias", "tools", "tool_choice",
     "parallel_tool_calls", "text", "stream", "include", "top_logprobs", "store",
 }  # fmt: skip
-"""The Responses request fields this server carries out; the rest of vLLM's ResponsesRequest (background,
-previous_response_id, reasoning, ...) is refused unless left at its default."""
+"""The Responses request fields this server carries out; any other must be absent or its default."""
 
 SAMPLING = ("temperature", "top_p", "top_k", "min_p", "seed", "stop", "frequency_penalty", "presence_penalty",
             "repetition_penalty", "logit_bias", "parallel_tool_calls", "stream")  # fmt: skip
@@ -52,8 +47,7 @@ def _tools(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_response(body: Any, served_name: str) -> tuple[Any, Any]:
-    """(`body` as vLLM's ResponsesRequest, the ChatCompletionRequest it runs as), or a RequestError naming the first
-    bad or unsupported field."""
+    """(`body` as vLLM's ResponsesRequest, the ChatCompletionRequest it runs as), or a RequestError."""
     from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
     from vllm.entrypoints.openai.responses.utils import construct_input_messages
 
@@ -136,10 +130,9 @@ def complete(engine: Any, request: Any, chat: Any) -> dict[str, Any]:
 
 
 def stream(engine: Any, request: Any, chat: Any) -> Iterator[dict[str, Any]]:
-    """The Responses API's events of a streamed request: response.created and .in_progress once the engine holds
-    it; the message's output_item.added, content_part.added, output_text.delta per piece, then its .done events; each
-    function call's output_item.added, function_call_arguments.delta and .done, output_item.done; and
-    response.completed (or response.incomplete) with the whole response and its usage."""
+    """The Responses API's events of a streamed request: response.created and .in_progress; the message's .added,
+    output_text.delta per piece and .done events; each function call's events; and response.completed (or
+    .incomplete) with the whole response and its usage."""
     chunks = engine.stream(chat)
     first = next(chunks)  # the request is checked and in the engine
     response_id, created = f"resp_{first['id'].removeprefix('chatcmpl-')}", int(time.time())

@@ -26,13 +26,11 @@ from verl.serve.request_checks import RequestError
 logger = logging.getLogger(__name__)
 
 THREADS = 1024
-"""Handler threads waiting on the engine at once (anyio's default of 40 would hold a 41st request out of the engine's
-batch until one of the first ends)."""
+"""Handler threads waiting on the engine at once (anyio's default, 40, would cap the engine's batch)."""
 
 
 def error_body(error: Exception) -> tuple[int, dict[str, Any]]:
-    """HTTP status and OpenAI error object of a refused or failed request: the engine's own validation errors (vLLM
-    raises ValueError or its *ValidationError) are 400s, as vLLM's server answers them."""
+    """HTTP status and OpenAI error object of a failed request; vLLM's validation errors are 400s, as in its server."""
     if isinstance(error, RequestError):
         return error.status, {"error": {"message": str(error), "type": error.kind}}
     invalid = isinstance(error, (ValueError, TypeError, KeyError)) or "Validation" in type(error).__name__
@@ -47,9 +45,8 @@ def _event(body: dict[str, Any], named: bool) -> bytes:
 
 
 async def _stream(events: Iterator[dict[str, Any]], named: bool = False) -> Any:
-    """A 200 event stream of `events`, whose first is made before answering: an error before it is a plain HTTP
-    error, one after it an error event (as vLLM's server sends it). Chat and completions streams end with `data:
-    [DONE]`; a client that leaves closes `events`, which aborts its request."""
+    """A 200 event stream of `events`; an error before the first event is a plain HTTP error, after it an error
+    event (as vLLM's server). Unnamed streams end with `data: [DONE]`; a client leaving aborts its request."""
     from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
     from starlette.responses import StreamingResponse
 

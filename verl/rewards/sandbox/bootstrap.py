@@ -1,11 +1,14 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 # ruff: noqa: UP031 - %-formatting in the records the harness writes (fixed layouts, read by harness.py)
-"""The first code of every sandboxed interpreter (runner.py runs it with `python -I -c`).
+"""The first code of every sandboxed interpreter (sent as source to `python -I -c`; standard library only). The
+trainer imports it for `wait_for_exit` and `kill_group`.
 
-It must stand alone: the sandbox's interpreter has no access to this package (isolated mode, a minimal
-environment), so it imports only the standard library, and it is sent as source text. The trainer imports it too,
-for the process wait and kill it shares with the harness (`wait_for_exit`, `kill_group`); importing it runs nothing.
+It reads and deletes the program (which then cannot read its harness from the scratch directory), installs an audit
+hook where the network (or, with a shared uid and no PID namespace, the trainer's processes) is not otherwise
+isolated, and runs the program as __main__. In a new PID namespace an init forks the program, reaps orphans and
+relays its exit status; the kernel kills what is left when init exits. Given a manifest, the harness (_harness)
+forks a child per case (_run_case) instead.
 """
 
 import os
@@ -197,7 +200,7 @@ def _flush(status):
 
 def _finish(status, module):
     # End like the interpreter (threads joined, atexit, streams flushed, the program's objects finalized), but
-    # without tearing down the heap the harness left: that alone would touch every copy-on-write page (~10 ms).
+    # leave the harness's heap alone: tearing it down would touch every copy-on-write page.
     import atexit
     import gc
 
@@ -240,9 +243,8 @@ def _limit_inodes(count, paths):
 
 
 def _state():
-    # What a case could change about the harness from outside (same uid: prlimit, setpriority, sched_setaffinity)
-    # and every later case would inherit: when it differs from the start, the harness stops and the trainer runs
-    # the remaining cases in a fresh process.
+    # What a case could change in the harness from outside (prlimit, setpriority, sched_setaffinity): when it
+    # differs from the start, the harness stops and the remaining cases run in a fresh process.
     import resource
 
     limits = [resource.getrlimit(getattr(resource, name)) for name in sorted(dir(resource)) if name[:7] == "RLIMIT_"]
@@ -250,11 +252,8 @@ def _state():
 
 
 def wait_for_exit(pid: int, timeout: float) -> bool:
-    """Wait up to `timeout` seconds for the child `pid` to exit, without reaping it; False on timeout.
-
-    Not reaping keeps the pid (and so the process group id) reserved until the group has been killed. The trainer
-    (runner.py) waits for the sandboxed interpreter with it, and the harness here for each case.
-    """
+    """Wait up to `timeout` seconds for the child `pid` to exit, without reaping it (so its pid and group id stay
+    reserved until the group is killed); False on timeout."""
     import select
     import time
 
@@ -313,10 +312,9 @@ def _children():
 
 
 def _end_case(child, kill_all):
-    # Kill the case's process group and everything else the case started, reap it all; (status, CPU seconds).
-    # kill(-1) reaches, in one step, every process this one may signal except itself and the namespace's init: in
-    # an own PID namespace or as a dedicated uid that is exactly what the case left. Otherwise (the trainer's own
-    # uid, no PID namespace) only this process's children are killed, round after round as orphans arrive.
+    # Kill and reap everything the case started; (status, CPU seconds). In an own PID namespace or as a dedicated
+    # uid, kill(-1) reaches exactly that in one step; otherwise this process's children are killed, round after
+    # round as orphans arrive.
     import time
 
     kill_group(child)
@@ -346,11 +344,9 @@ def _end_case(child, kill_all):
 
 
 def empty_directory(path):
-    # Remove everything inside `path`, however deep, without recursion and without following a symbolic link: each
-    # subdirectory is moved up into `path` before it is emptied, so the tree is never deeper than two levels and at
-    # most two directories are open at once (a program may leave a tree 10^4 deep, or lower the open-file limit).
-    # Directories the program closed are opened up first (after lstat says they are directories: a link is only
-    # unlinked, never followed). Errors are skipped; True when `path` is empty afterwards.
+    # Remove everything inside `path` without recursion or following links: each subdirectory is moved up into
+    # `path` before it is emptied, so at most two directories are open at once however deep the tree (a program
+    # may also lower the open-file limit). Closed directories are opened up first. True when `path` ends empty.
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         os.chmod(path, 0o700)
@@ -405,8 +401,8 @@ def empty_directory(path):
 
 
 def _read_suffix(fd):
-    # A case's stdin file starts with its code suffix: its length in bytes on a line, then the suffix; the stdin
-    # the program reads follows. Only the case's own child reads it, so the harness never holds another case's code.
+    # A case's stdin file: the suffix's length in bytes on a line, the suffix, then the program's stdin. Only the
+    # case's child reads it, so the harness never holds another case's code.
     header = b""
     while not header.endswith(b"\n"):
         byte = os.read(fd, 1)
@@ -430,11 +426,9 @@ def _manifest(text):
 
 
 def _harness(source, path, manifest, kill_all):
-    # Runs the cases one after another, each in a forked child; returns only in a child, which then runs its case.
-    # Only this process writes the result pipe: children close it before any of the program's code runs, and
-    # PR_SET_DUMPABLE=0 keeps processes of the same uid from ptrace, /proc/<pid>/mem and /proc/<pid>/fd on it.
-    # `budget` is the wall time all the cases may take together: a case gets what is left of it, at most `wall`,
-    # and once it is spent no case starts.
+    # Runs the cases in turn, each in a forked child; returns only in a child, which then runs its case. Only this
+    # process writes the result pipe: children close it first, and PR_SET_DUMPABLE=0 keeps same-uid processes from
+    # ptrace and /proc/<pid>/{mem,fd}. A case gets what is left of `budget`, at most `wall`.
     import gc
     import time
 

@@ -2,13 +2,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """The bubblewrap (`bwrap`) command line a sandboxed program starts under: what it can see and which namespaces.
 
-The program gets a root of its own holding only the system's /usr (and the /bin, /lib, /lib64 and /sbin beside it),
-the base Python interpreter and its standard library (its site-packages covered by an empty directory), all
-read-only, plus its scratch folder (read-only, at SCRATCH), a working directory, /tmp and /dev/shm of its own (tmpfs, capped,
-gone with the run), a minimal
-/dev and a /proc of its own PID namespace. It runs as an unprivileged uid in new PID, network (empty), IPC, UTS and
-cgroup namespaces (and a user namespace when the trainer is not root), dies with its parent, and has no controlling
-terminal. No dataset, project, home or host process is visible.
+Its own root holds, read-only, only the system's /usr (with /bin, /lib, /lib64, /sbin), the base interpreter and its
+standard library (site-packages covered) and its scratch folder (at SCRATCH); plus a working directory, /tmp and
+/dev/shm of its own (capped tmpfs), a minimal /dev and its PID namespace's /proc. It runs as an unprivileged uid in
+new PID, network (empty), IPC, UTS and cgroup namespaces (and a user namespace when the trainer is not root), dies
+with its parent and has no controlling terminal. No dataset, project, home or host process is visible.
 """
 
 import functools
@@ -26,8 +24,8 @@ UID = 65534
 WORKDIR = "/work"
 """The program's working directory: a tmpfs capped like /tmp (the scratch folder it starts in is read-only)."""
 SCRATCH = "/run/verl-scratch"
-"""Where the run's scratch folder is mounted, whatever its host path: a host path under WORKDIR (a TMPDIR below the
-trainer's own /work) would have bwrap make its parents inside the WORKDIR tmpfs, which the harness must find empty."""
+"""Where the run's scratch folder is mounted, whatever its host path (one under WORKDIR would make bwrap put its
+parents in the WORKDIR tmpfs, which the harness must find empty)."""
 INSTALL_HINT = (
     "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora/RHEL: dnf install bubblewrap; "
     "conda: conda install -c conda-forge bubblewrap); a trainer that is not root also needs unprivileged user "
@@ -79,13 +77,12 @@ def _layout() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
 
 
 def command(bwrap: str, scratch: str, privileged: bool, tmpfs_bytes: int, seccomp_fd: int | None = None) -> list[str]:
-    """bwrap and its options, up to and including "--": append the interpreter and its arguments.
+    """bwrap and its options up to "--"; append the interpreter and its arguments.
 
-    `privileged` (a root trainer): bwrap makes the namespaces with root's rights and the bootstrap then becomes the
-    run's dedicated unprivileged uid, a real host uid, so RLIMIT_NPROC counts the run's processes and the files it
-    writes belong to it. Otherwise a user namespace maps the program's uid (nobody) to the trainer's own, without
-    capabilities. /tmp and /dev/shm are each capped at `tmpfs_bytes`. `seccomp_fd`: a descriptor bwrap reads the
-    program's seccomp filter from (seccomp.py), installed just before the interpreter starts.
+    `privileged` (a root trainer): the bootstrap then becomes the run's dedicated host uid, so RLIMIT_NPROC counts
+    the run's processes and its files belong to it; otherwise a user namespace maps nobody to the trainer's uid,
+    without capabilities. /tmp and /dev/shm are capped at `tmpfs_bytes`. `seccomp_fd`: where bwrap reads the
+    seccomp filter (seccomp.py) it installs just before the interpreter starts.
     """
     binds, links, covered = _layout()
     argv = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
@@ -113,15 +110,15 @@ def command(bwrap: str, scratch: str, privileged: bool, tmpfs_bytes: int, seccom
         argv += ["--symlink", links[index], links[index + 1]]
     for path in covered:
         argv += ["--tmpfs", path, "--remount-ro", path]
-    # /proc/sys hidden: its counters (AIO events, ptys, ...) are machine-wide, a channel between concurrent runs.
-    # No ptys: each one a program opens counts against the machine's limit (kernel/pty/max), which no cgroup charges.
+    # /proc/sys hidden: its machine-wide counters are a channel between runs. No ptys: they count against a
+    # machine-wide limit (kernel/pty/max) no cgroup charges.
     argv += ["--proc", "/proc", "--tmpfs", "/proc/sys", "--remount-ro", "/proc/sys", "--dev", "/dev"]
     argv += ["--ro-bind", "/dev/null", "/dev/pts/ptmx"]
     for path in (*bootstrap.TMPFS, WORKDIR):
         argv += ["--perms", "1777", "--size", str(tmpfs_bytes), "--tmpfs", path]
         made.add(path)
-    # The scratch folder holds the program and the harness's instructions, read by the bootstrap before it moves
-    # to WORKDIR: read-only, so what a program writes lands in memory the run's cgroup counts, not on the disk.
+    # The scratch folder (program, harness instructions) is read-only: writes land in WORKDIR's tmpfs, which the
+    # run's cgroup counts, not on disk.
     argv += [*parents(SCRATCH), "--ro-bind", scratch, SCRATCH, "--chdir", SCRATCH, "--setenv", "VERL_SANDBOX_WORKDIR"]
     argv += [WORKDIR, "--"]
     return argv

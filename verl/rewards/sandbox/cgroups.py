@@ -1,12 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""One control group per sandbox run: limits on the run's processes taken together, not one by one.
-
-An RLIMIT is per process, so four forks of 700 MB each hold 2.8 GB under a 1 GB RLIMIT_AS. A cgroup bounds the run's
-total memory (its tmpfs files included), its process count and its CPU rate, counts its OOM kills and its CPU time,
-and lists its processes for the final kill. cgroup v2 (a writable unified hierarchy) and v1 (memory, pids and cpu
-controllers) are both handled; where neither is writable (not root, no delegation) `available()` says so and runs
-fall back to per-process limits.
+"""One control group (v2, or v1 memory/pids/cpu) per sandbox run: it bounds the run's total memory (tmpfs included),
+process count and CPU rate, which per-process RLIMITs cannot, counts its OOM kills and CPU time, and lists its
+processes for the final kill. Where none is writable, `available()` says so and runs keep per-process limits.
 """
 
 import contextlib
@@ -26,15 +22,14 @@ GROUP = "verl-sandbox"
 V1_CONTROLLERS = ("memory", "pids", "cpu")
 CPU_WEIGHT_V2 = 1
 CPU_SHARES_V1 = 2
-"""The lowest CPU weight (v2 cpu.weight, 1 to 10000, 100 for a nice-0 task) and shares (v1, 2 to 262144, 1024),
-given to the folder of all runs: together they weigh 1/100 (1/512) of one of the trainer's nice-0 processes."""
+"""The lowest CPU weight (v2 cpu.weight; a nice-0 task has 100) and shares (v1; 1024), given to the folder of all
+runs, so all runs together weigh less than one nice-0 trainer process."""
 V1_OPTIONAL = ("cpuacct",)
 """Used where mounted (the run's CPU time); where it is co-mounted with cpu ("cpu,cpuacct") the cpu group has it."""
 
 
 def _lowest_weight(path: str, value: int) -> None:
-    """Give the folder of all runs the lowest CPU weight, so that the runs together weigh less than one nice-0 task
-    of the trainer (nice only orders a run's processes among themselves: the group is what competes)."""
+    """Set the runs' folder's CPU weight (nice only orders processes within the group: the group competes)."""
     try:
         _write(path, str(value))
     except OSError as error:
@@ -229,7 +224,7 @@ class RunCgroup:
             time.sleep(0.002)
 
     def remove(self) -> None:
-        """Remove the run's cgroups (once their processes are gone; an exited-but-unreaped one keeps it a moment)."""
+        """Remove the run's cgroups, retrying while an exited but unreaped process keeps one busy."""
         for path in self.paths.values():
             for attempt in range(100):
                 try:

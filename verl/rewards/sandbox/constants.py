@@ -1,13 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Expected values written as constant expressions (`2 ** 10`, `10 ** 9 + 7`, `[0] * 4`, `1 / 3`, `math.sqrt(2)`,
-`list(range(5))`), evaluated in the trainer.
-
-Why: whatever a case's suffix holds is readable by the program before it runs (it is the program's own process), so
-an expected side evaluated in the sandbox can be read and returned without solving anything. `ast.literal_eval`
-takes only literals; this extends it to arithmetic, subscripts and a few pure calls over constants, and nothing
-that names the program's objects. Sizes are checked before each operation (an int of `MAX_BITS`, a sequence of
-`MAX_ITEMS`), so a ground truth cannot make the trainer compute `2 ** 10 ** 12`: such a value raises TooLarge.
+"""Expected values written as constant expressions (`2 ** 10`, `[0] * 4`, `math.sqrt(2)`), evaluated in the trainer,
+as a case's suffix is readable by the program. `ast.literal_eval` plus arithmetic, subscripts and a few pure calls,
+sizes checked before each operation, so `2 ** 10 ** 12` raises TooLarge instead of stalling the trainer.
 """
 
 import ast
@@ -18,7 +13,7 @@ from typing import Any
 
 
 MAX_BITS = 1 << 20
-"""The largest int a constant expression may make (about 315,000 decimal digits)."""
+"""The largest int a constant expression may make, in bits."""
 MAX_ITEMS = 1 << 20
 """The longest str, bytes, list, tuple, set, dict or range a constant expression may make."""
 MAX_DEPTH = 100
@@ -28,7 +23,7 @@ MAX_FACTORIAL = 10_000
 
 
 class NotConstant(Exception):
-    """The expression names something or does something this evaluator does not do: it runs in the sandbox."""
+    """Not a constant expression this evaluator handles: it runs in the sandbox."""
 
 
 class TooLarge(ValueError):
@@ -147,7 +142,7 @@ MATH_FUNCTIONS: dict[str, Callable[..., Any]] = {
     },
     **{name: _bounded(getattr(math, name)) for name in ("factorial", "comb", "perm")},
 }
-"""Pure functions of the math module a constant expression may call (`math.sqrt(2)`), on constant arguments."""
+"""Pure math functions a constant expression may call on constants (`math.sqrt(2)`)."""
 BUILTINS: dict[str, Callable[..., Any]] = {
     "float": float,
     "int": int,
@@ -166,7 +161,7 @@ BUILTINS: dict[str, Callable[..., Any]] = {
     "frozenset": frozenset,
     "range": _range,
 }
-"""Builtins a constant expression may call, on constant arguments (never the program's: the names are read here)."""
+"""Builtins a constant expression may call on constants (looked up here, never in the program)."""
 
 
 def evaluate(node: ast.expr, depth: int = 0) -> Any:
@@ -222,8 +217,7 @@ def _index(node: ast.expr, depth: int) -> Any:
 
 
 def _apply(function: Callable[..., Any], *args: Any) -> Any:
-    """function(*args), its size checked; an error of the arithmetic (1 / 0, a float overflow) is NotConstant, so
-    the expression keeps its old place in the sandbox, where it fails the case as it always did."""
+    """function(*args), size-checked; an arithmetic error (1 / 0) is NotConstant: the sandbox then fails the case."""
     try:
         return _sized(function(*args))
     except (TooLarge, NotConstant):

@@ -1,13 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""A remote backend for the code sandbox: Sandbox Fusion's HTTP `/run_code` service (`isolation="sandbox_fusion"`).
-
-On a cluster the programs can run on a shared Sandbox Fusion deployment instead of the trainer's nodes. Each case
-is one POST of the program followed by its code suffix, with its stdin, the wall limit (`run_timeout`) and the
-memory limit (`memory_limit_MB`); the reply's run status and exit code become the same `SandboxResult` statuses as a
-local run. Isolation, the process count, output size and CPU limits are the service's own; a request the service
-cannot serve (connection refused, HTTP error, "SandboxError") is retried, then raises SandboxUnavailable naming the
-endpoint, so a broken deployment stops training rather than scoring every program 0.
+"""A remote code sandbox: Sandbox Fusion's HTTP `/run_code` service (`isolation="sandbox_fusion"`). One POST per
+case (with the wall and memory limits; isolation and other limits are the service's), mapped to SandboxResult. A
+request it cannot serve is retried, then raises SandboxUnavailable: a broken service stops training, not scores 0.
 """
 
 import json

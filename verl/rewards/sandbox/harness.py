@@ -47,9 +47,8 @@ gives up on it, kills the process and counts the running case as a timeout."""
 
 TRICKLE_BYTES = 4096
 TRICKLE_REST_S = 0.01
-"""A case's stdout that gave fewer than TRICKLE_BYTES at a read is not read again for TRICKLE_REST_S: a program
-doing millions of one-byte writes then costs the trainer a read per 4 KiB or per 10 ms, not one per write (with
-the GIL held). A writer that fills the pipe (64 KiB) waits at most that long."""
+"""A case's stdout that gave fewer than TRICKLE_BYTES at a read rests TRICKLE_REST_S, so tiny writes cost the trainer
+a read per TRICKLE_BYTES or per rest, not one per write; a writer that fills the pipe waits at most that long."""
 
 
 CaseSpec = str | tuple[str, str]
@@ -76,34 +75,22 @@ def _case_specs(cases: Sequence[CaseSpec]) -> list[tuple[str, str]]:
 def run_python_cases(code: str, cases: Sequence[CaseSpec], limits: SandboxLimits | None = None) -> list[SandboxResult]:
     """Run `code` once per case, all cases in one sandboxed process; one result per case, in order.
 
-    Starting a sandboxed interpreter (and isolating and cleaning up after it) costs far more than a small program
-    runs, so the interpreter starts once per CASES_PER_PROCESS cases, under the same isolation as `run_python`; a
-    harness in it compiles the code once, then forks one child per case. Each child gets the case's stdin, a stdout pipe
-    and a stderr file of its own (capped at output_kb), its own process group, a fresh RLIMIT_CPU count (the limit
-    is per process) and the memory limit for itself, and runs the code, then the case's code suffix (an assert, a
-    call; compiled apart from the code but numbered as if appended to it), as `__main__`, ending as an interpreter
-    would (threads joined, atexit, flushed streams). After each case, at its end or at wall_s, the harness kills
-    the case's processes (its group, then every process the case left), reaps them and empties the scratch
-    directory, so every case starts from the harness's state before the first one: globals, modules, files in the
-    working directory and processes do not carry over. Files in /tmp and /dev/shm do (docs/rewards.md).
+    A sandboxed interpreter costs far more to start than a small program runs, so one starts per CASES_PER_PROCESS
+    cases, isolated as in `run_python`; its harness compiles the code once and forks a child per case. A child gets
+    the case's stdin, its own stdout pipe (read by the trainer as it runs), stderr file (capped at output_kb),
+    process group, RLIMIT_CPU count and memory limit, and runs the code then the case's suffix (compiled apart,
+    numbered as if appended) as `__main__`, ending as an interpreter would. After each case the harness kills and
+    reaps its processes and empties the scratch directory: globals, modules, working-directory files and processes
+    do not carry over (files in /tmp and /dev/shm do: docs/rewards.md). Only a case's child reads its suffix. All
+    cases together take at most limits.sample_wall_s.
 
-    Each case's stdout is a pipe the trainer reads as the case runs (the program cannot seek it or read it back);
-    its code suffix is read by that case's child alone, from the head of its stdin file, so neither the harness
-    nor any file holds another case's input. All the cases together take at most limits.sample_wall_s.
-
-    Results come through a pipe only the harness holds: children close it before the code runs, and the harness
-    makes itself undumpable, so no process of the uid can reach its descriptors or memory. What a case prints is
-    never parsed. A case that kills or stops the harness counts as "killed" or "timeout" itself; the cases after
-    it run in a fresh process, as do the cases after one that changes the harness's limits.
-
-    Statuses are classified as in `run_python`, per case. Differences from one `run_python` per case: `wall_s`
-    counts from the fork (the interpreter's start-up is not in it); `cpu_s` adds the reaped processes of the case;
-    memory_mb includes the harness's extra modules (about 1.5 MiB of address space); the cases of one process share
-    the hash seed and the dedicated uid; at a case's end only the program's own globals are finalized (not every
-    module); and the code and a suffix are compiled separately, so a suffix cannot complete a statement the code
-    leaves open. Where programs run as the trainer's
-    own uid (no dedicated uid), the trainer's descriptors of the other cases' files are as reachable through /proc
-    as the trainer's memory already is (a process of the same uid).
+    Results come through a pipe only the undumpable harness holds; what a case prints is never parsed. A case that
+    kills or stops the harness counts as "killed" or "timeout", and later cases run in a fresh process (as after
+    one that changes the harness's limits). Statuses are classified per case as in `run_python`, except: `wall_s`
+    counts from the fork; `cpu_s` adds the case's reaped processes; memory_mb includes the harness's modules; a
+    process's cases share the hash seed and uid; only the program's globals are finalized; a suffix cannot complete
+    a statement the code leaves open. Without a dedicated uid, the trainer's descriptors of other cases' files are
+    reachable through /proc, as its memory already is.
     """
     if not isinstance(code, str):
         raise TypeError(f"code must be a string, got {type(code).__name__}.")
@@ -170,7 +157,6 @@ def _not_run(limits: SandboxLimits) -> SandboxResult:
 def _run_harness(
     code: str, cases: list[tuple[str, str]], limits: SandboxLimits, plan: _Plan, budget: float
 ) -> list[SandboxResult]:
-    """One harness process under `plan`, in its own workspace."""
     with _workspace(limits, plan, harness=True) as (scratch, setup, cgroup):
         return _run_harness_in(scratch, code, cases, limits, setup, cgroup, budget)
 
@@ -190,9 +176,8 @@ class _Watch:
 
 
 class _Output:
-    """A case's stdout: a pipe the trainer reads while the case runs, so the program can neither seek back over what
-    it wrote nor read it; the first `limit` bytes are kept (bytes: nothing is decoded here), then the pipe is closed
-    and a program that writes on gets EPIPE (and is classified "output_limit")."""
+    """A case's stdout: a pipe the trainer reads while the case runs (the program cannot seek or read it back). The
+    first `limit` bytes are kept, then the pipe is closed: writing on gets EPIPE ("output_limit")."""
 
     def __init__(self, read_end: int, limit: int) -> None:
         self.fd: int | None = read_end
@@ -299,9 +284,8 @@ def _run_harness_in(
     """Run the harness on `cases` within `budget` wall seconds in all; results of a non-empty prefix of them (the rest
     is for a fresh process, or timed out when the budget is spent)."""
     with ExitStack() as stack:
-        # Unlinked files, as in _run_in: the program sees an empty scratch directory, and they are the trainer's
-        # (owned by it, mode 0600), reachable only through the descriptors the harness hands each case. A case's
-        # stdin file starts with its code suffix (bootstrap.py's _read_suffix), read by that case's child alone.
+        # Unlinked files of the trainer's (mode 0600), reachable only through the descriptors each case gets. A
+        # case's stdin file starts with its code suffix (bootstrap.py's _read_suffix).
         files = [[stack.enter_context(tempfile.TemporaryFile(dir=scratch)) for _ in range(2)] for _ in cases]
         log = stack.enter_context(tempfile.TemporaryFile(dir=scratch))  # the harness's own stdout and stderr
         for (stdin_file, _), (stdin, suffix) in zip(files, cases):
@@ -322,7 +306,7 @@ def _run_harness_in(
         descriptors = [
             (stdin, stdout, stderr.fileno()) for stdin, (_, stderr), stdout in zip(stdin_ends, files, stdout_ends)
         ]
-        # No file: the manifest is descriptor numbers and limits, on the harness's command line.
+        # the manifest: limits and descriptor numbers, on the harness's command line
         manifest = f"{float(limits.wall_s)!r} {budget!r} {write_end} " + " ".join(
             ",".join(map(str, fds)) for fds in descriptors
         )
@@ -365,8 +349,7 @@ def _run_harness_in(
                 case_returncode, timed_out, wall, cpu = report
                 status_name = _classify(timed_out, case_returncode, cpu, limits, largest, stderr, oom)
             elif watch.running_since is not None or not watch.reports:
-                # The harness died, was stopped or missed its deadline during this case (or before the first):
-                # the case is charged with what ended the process, and never passes.
+                # the harness ended during this case (or before the first): charged to the case, which never passes
                 case_returncode, cpu = returncode, 0.0
                 wall = ended - (interpreter.start if watch.running_since is None else watch.running_since)
                 status_name = _classify(watch.stalled, returncode, cpu, limits, largest, stderr, oom)

@@ -1,20 +1,12 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""What decides a code sample's test cases: the ground truth's forms parsed, the program found in the response,
-the suffix the sandbox runs after the program, and the comparison made in the trainer (examples/reward_function/code.py).
+"""A code sample's test cases: ground-truth forms parsed, the program found in the response, the suffix the sandbox
+runs after it, and the comparison in the trainer (examples/reward_function/code.py; rules in docs/rewards.md).
 
-Why the judge is outside the program: a check run in the program's own process can be fooled by the program (an
-object whose __eq__ always returns True, code that reads the expected value or a secret token from the caller's
-frame, an exit before the check). So in the value forms the sandbox only evaluates each expression under test
-after the program (`add(1, 2)`) and prints its value, serialised strictly: builtin types (int, float, bool, str,
-None, bytes, complex, list, tuple, dict, set, frozenset, nested) and their subclasses, read through the builtin
-type's own methods so that no method of the program's runs (a Counter is the dict it holds, an int subclass the
-int), and NumPy scalars as their Python value; anything else (a custom object) becomes a "not a plain value" marker
-that fails the case. The trainer parses that line (the only one, ending the output) and makes the comparison itself, so an expected literal
-(`== 3`, `math.isclose(..., 2.5)`, `abs(... - 2.5) < 1e-6`) never enters the program's process, and a program that
-exits before the line is printed fails. An expected value written as constant arithmetic (`2 ** 10`, `[0] * 4`,
-`math.sqrt(2)`) is evaluated in the trainer too (constants.py): the program can read its own case's suffix. Only an
-expected side that names the program's objects (`assert f(x) == g(y)`) is evaluated in the sandbox, as its own value. docs/rewards.md, "How a case is judged", has the rules.
+The check is outside the program, which could fool one in its own process (an always-True __eq__, reading the
+expected value from the caller's frame, exiting first): the sandbox only prints each tested expression's value,
+serialised strictly through the builtin types' own methods (anything else fails the case), and the trainer compares;
+only an expected side naming the program's objects (`f(x) == g(y)`) is evaluated in the sandbox.
 """
 
 import ast
@@ -60,12 +52,10 @@ _FAILURES = {
     "process_limit": "num_process_limit",
 }
 
-# The case suffix of the value forms: runs after the program, in its namespace, and prints one line, VALUE_MARKER
-# then a JSON list with one tagged value per expression under test. It reaches types through literals rather than
-# names the program could have rebound, encodes values through the builtin types' own methods (a subclass's
-# overrides never run; only a NumPy scalar's `item()` is called), iteratively, with a node budget, writes with
-# os.write and leaves with os._exit(0), so no thread, atexit handler or finalizer of the program runs after the line. All of this is best effort against a program that has
-# tampered with its interpreter; what makes the judge sound is that expected literals are not in here.
+# The value forms' case suffix: runs after the program, in its namespace, and prints VALUE_MARKER then a JSON list
+# of one tagged value per expression. It reaches types through literals (not rebindable names), encodes iteratively
+# with a node budget, writes with os.write and leaves with os._exit(0), so nothing of the program runs after the
+# line. This is best effort against a tampered interpreter; the judge is sound because no expected literal is here.
 _JUDGE = """
 
 def _verl_judge_factory(budget):
@@ -172,11 +162,8 @@ del _verl_judge_factory
 def extract_code(response: str) -> str | None:
     """The last fenced Python (or untagged) code block of the response, dedented; None if there is none.
 
-    An opening fence starts a line (indented, as inside a list, is fine), may name the language and ends its line;
-    the block ends at the next fence, even one that follows code on the same line, as small models often write it,
-    and the search for the next opening fence resumes on the line after. One pass over the response, each character
-    looked at a bounded number of times (the response comes from the model, before any sandbox: a regular expression
-    with backtracking took seconds on an unclosed fence)."""
+    An opening fence starts a line (indented is fine), may name the language and ends its line; the block ends at
+    the next fence, even one after code on the same line. Linear in the response (untrusted: no backtracking regex)."""
     last = None
     start, end = 0, len(response)
     while start < end:
@@ -211,8 +198,7 @@ def normalize_output(text: str) -> str:
 
 
 def _normalize_bytes(output: bytes) -> bytes:
-    """normalize_output on the program's bytes, never decoded: a str of non-ASCII text can take four times the
-    memory. Both sides are compared so, as bytes: only ASCII whitespace and line breaks (\n, \r) count."""
+    """normalize_output on undecoded bytes (only ASCII whitespace and line breaks count); both sides compare so."""
     return b"\n".join(line.rstrip() for line in output.splitlines()).rstrip(b"\n")
 
 
@@ -233,8 +219,8 @@ class _NotPlain(Exception):
 
 
 Node = Any
-"""A node of the check (Literal, Value, Compare, BoolOp, Not, IsClose, AbsDifference, Builtin); a plain alias, not a string
-annotation, because dataclasses look string annotations up in sys.modules, where a loaded reward file is not."""
+"""A node of the check (Literal, Value, Compare, BoolOp, Not, IsClose, AbsDifference, Builtin); a plain alias, as
+dataclasses look string annotations up in sys.modules, where a loaded reward file is not."""
 
 
 @dataclass(frozen=True)
@@ -293,8 +279,7 @@ class AbsDifference:
 
 @dataclass(frozen=True)
 class Builtin:
-    """A builtin applied in the trainer to its arguments' values (see TRAINER_BUILTINS): in `assert set(f(x)) ==
-    set((4, 5))` a program that rebinds `set` changes neither side."""
+    """A builtin applied in the trainer to its arguments' values (TRAINER_BUILTINS): rebinding `set` changes nothing."""
 
     name: str
     args: tuple[Node, ...]
@@ -334,8 +319,7 @@ TRAINER_BUILTINS: dict[str, Callable[..., Any]] = {
     "str": str,
     "bool": bool,
 }
-"""Builtins that a test calls without keywords (`set(f(x))`, `sorted(...)`, `len(...)`) are applied here, in the
-trainer, to the values of their arguments, never looked up in the program's namespace."""
+"""Builtins a test calls without keywords (`set(f(x))`), applied in the trainer, never looked up in the program."""
 
 
 def _untuple(value: Any) -> Any:
@@ -445,8 +429,7 @@ _SINGLETONS = (None, True, False)
 
 
 def _literal(node: ast.expr) -> Any:
-    """The value of a literal or a constant expression (`2 ** 10`, `[0] * 4`, `float("inf")`: constants.py), else
-    _NOT_LITERAL. An expected side is evaluated here, in the trainer: a case's suffix is readable by the program."""
+    """The value of a literal or constant expression (constants.py), else _NOT_LITERAL."""
     try:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
@@ -669,11 +652,8 @@ def _decode(item: Any, depth: int = 0) -> Any:
 
 
 def _few_collisions(keys: list[Any]) -> list[Any]:
-    """`keys`, once it is clear that no more than MAX_COLLISIONS of them share a hash; _Failed otherwise.
-
-    Counting the hashes is linear: a hash is an int below 2**61 that hashes to itself, so the count's own table
-    has no collisions to speak of. Only then are the keys put in a set or dict (which is quadratic in the largest
-    group of equal hashes)."""
+    """`keys` if at most MAX_COLLISIONS of them share a hash, else _Failed. Counting hashes is linear (a hash hashes
+    to itself), unlike building a set or dict of colliding keys."""
     if len(keys) > MAX_COLLISIONS:
         counts = Counter(map(hash, keys))
         if max(counts.values()) > MAX_COLLISIONS:
@@ -682,11 +662,8 @@ def _few_collisions(keys: list[Any]) -> list[Any]:
 
 
 def _judge_line(stdout: bytes) -> bytes | None:
-    """The judge's line: the one line of `stdout` that holds VALUE_MARKER, starting a line and ending the output.
-
-    The judge writes "\\n", the marker, the values and "\\n", and leaves at once; stdout is a pipe the program cannot
-    seek or read back. So a marker anywhere else (the program printed a line of its own, before or after the
-    judge's, or a thread of it wrote after the judge) means the line cannot be the judge's alone: None."""
+    """The judge's line: the only line of `stdout` holding VALUE_MARKER, which must end the output (the judge
+    leaves right after it); None otherwise, as the line then may not be the judge's alone."""
     marker = VALUE_MARKER.encode("ascii")
     if stdout.count(marker) != 1:
         return None

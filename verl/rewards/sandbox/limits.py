@@ -42,25 +42,20 @@ class SandboxLimits:
     max_processes: int = 16
     """Processes and threads the program may have at once, itself included (RLIMIT_NPROC)."""
     nice: int = 10
-    """Scheduling niceness added to the program's (1 to 19): sandboxed programs yield the CPU to the trainer's
-    processes, so many samples running at once slow the training step only by the CPU the trainer leaves idle."""
+    """Niceness added to the program's (1 to 19), so sandboxed programs yield the CPU to the trainer."""
     isolation: str = "bwrap"
-    """"bwrap": bubblewrap namespaces and a minimal read-only root (refused with instructions where bwrap or user
-    namespaces are missing); "namespaces": the weaker built-in mode (dedicated uid, empty network and PID namespaces
-    where available), in which the program can read the host's world-readable files; "sandbox_fusion": a remote
-    Sandbox Fusion service at `endpoint`. See ISOLATION_MODES."""
+    """One of ISOLATION_MODES. "bwrap" is refused, with instructions, where bwrap or user namespaces are missing;
+    under "namespaces" the program can read the host's world-readable files."""
     endpoint: str = ""
     """isolation="sandbox_fusion": the service's base URL (http://host:port), to which /run_code is posted."""
     sample_wall_s: float = 20.0
-    """Wall-clock seconds all the cases of one program may take together (run_python_cases, run_many_cases): each
-    case gets what is left, at most wall_s, and the cases left once it is spent time out without running. It bounds
-    what one sample costs whatever its number of cases (a program that sleeps just under wall_s in every case would
-    otherwise cost cases x wall_s). Not applied by the remote sandbox_fusion service."""
+    """Wall-clock seconds all cases of one program may take together: each case gets what is left (at most wall_s),
+    and cases left once it is spent time out unrun. Bounds a sample's cost whatever its case count; not applied by
+    sandbox_fusion."""
     max_open_files: int = 64
-    """Descriptors each of the program's processes may hold (RLIMIT_NOFILE, set just before its code runs). It bounds
-    the data a run can queue in AF_UNIX sockets where no cgroup charges it (at most the default socket buffer, about
-    210 KiB, per descriptor: the seccomp filter refuses raising SO_SNDBUF/SO_RCVBUF). 64 covers a pool of 15 worker
-    processes or 10 subprocesses with 3 pipes each."""
+    """RLIMIT_NOFILE of each of the program's processes (set just before its code runs). It also bounds what a run
+    can queue in AF_UNIX sockets where no cgroup charges it: one default socket buffer per descriptor, as seccomp
+    refuses raising SO_SNDBUF/SO_RCVBUF."""
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_MODES:
@@ -98,8 +93,7 @@ class SandboxResult:
     returncode: int
     """Exit code, or minus the signal number that ended the run."""
     stdout_bytes: bytes
-    """At most output_kb KiB of stdout, as the program wrote it (kept as bytes: a str of non-ASCII text can take four
-    times the memory; `stdout` decodes it)."""
+    """At most output_kb KiB of stdout, as bytes (smaller than a str of non-ASCII text; `stdout` decodes it)."""
     stderr: str
     """The last STDERR_TAIL_BYTES of stderr."""
     wall_s: float
@@ -113,7 +107,7 @@ class SandboxResult:
 
     @property
     def stdout(self) -> str:
-        """stdout_bytes decoded as UTF-8 (invalid bytes replaced), anew at each access."""
+        """stdout_bytes decoded as UTF-8 (invalid bytes replaced), on each access."""
         return self.stdout_bytes.decode("utf-8", "replace")
 
 

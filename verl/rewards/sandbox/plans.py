@@ -1,8 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """How runs are isolated on this machine: the candidate plans, and what a run's first process does between fork
-and exec (its cgroup, niceness, namespaces, rlimits and uid) under the weaker built-in mode or before bwrap starts.
-"""
+and exec (cgroup, niceness, namespaces, rlimits, uid), in the built-in mode or before bwrap starts."""
 
 import ctypes
 import logging
@@ -59,7 +58,7 @@ class _SockFprog(ctypes.Structure):
 
 
 def _load_seccomp() -> tuple[Any, Any, Any]:
-    """libc's prctl and the filter as struct sock_fprog, made once here (the child may not allocate them)."""
+    """libc's prctl and the filter as struct sock_fprog, made once here (the child may not allocate)."""
     if not SECCOMP_FILTER:
         return None, None, None
     try:
@@ -96,13 +95,10 @@ class _Plan:
 class _ChildSetup:
     """What the child does between fork and exec (subprocess's preexec_fn), decided beforehand in the parent.
 
-    This runs in a forked copy of a possibly multi-threaded trainer, where another thread may have held any lock at
-    the moment of the fork, so it only makes system calls (os, resource, and libc through ctypes functions looked
-    up at import), imports nothing and logs nothing. The order matters: namespaces that need root (CLONE_NEWNET,
-    CLONE_NEWPID, CLONE_NEWNS and its mounts) come before dropping to the dedicated uid, and an unprivileged user
-    namespace after it, because a process that has left the initial user namespace can no longer switch to another
-    uid there. RLIMIT_NPROC comes last: a user namespace created before it keeps the parent's limit for the uid as a
-    whole and counts the run's processes apart, so the run gets a budget of its own.
+    It runs in a fork of a possibly multi-threaded trainer (any lock may be held), so it only makes system calls:
+    no imports, no logging. Order matters: root-only namespaces (NEWNET, NEWPID, NEWNS and its mounts) come before
+    dropping to the dedicated uid, an unprivileged user namespace after it (outside the initial user namespace a
+    process can no longer switch uid); RLIMIT_NPROC comes last, so a user namespace gives the run its own budget.
     """
 
     uid: int | None
@@ -117,15 +113,14 @@ class _ChildSetup:
     bwrap: str = ""
     """Start the interpreter under this bwrap (which makes the namespaces), or directly ("")."""
     cgroup_procs: tuple[bytes, ...] = ()
-    """The run's cgroup.procs files, joined first (the run's total memory, processes and CPU rate)."""
+    """The run's cgroup.procs files, joined first."""
     tmpfs_bytes: int = 0
     """Under bwrap: the size of the run's private /tmp and of its /dev/shm."""
     tmpfs_inodes: int = 0
-    """Under bwrap as root, where the run has no cgroup: the inodes each private tmpfs may hold (bwrap has no such
-    option; the bootstrap remounts them before it drops to the uid). A cgroup charges inodes to the run instead."""
+    """Under bwrap as root without a cgroup (which would charge them): inodes per private tmpfs, set by the
+    bootstrap's remount (bwrap has no such option)."""
     open_files: int = 0
-    """RLIMIT_NOFILE, set by the bootstrap just before the program's code (not here: the harness holds a few
-    descriptors per case, whose numbers are the trainer's)."""
+    """RLIMIT_NOFILE, set by the bootstrap just before the program's code (the harness needs more descriptors)."""
 
     def __call__(self) -> None:
         for path in self.cgroup_procs:
@@ -173,10 +168,9 @@ class _ChildSetup:
         return 0
 
     def _cover(self, reexpose: bool) -> None:
-        """In the run's own mount namespace, as bwrap does: /proc/sys (machine-wide counters, a channel between
-        concurrent runs) an empty read-only tmpfs, and the pty multiplexers /dev/null, so that no pty can be taken
-        from the machine's limit; with `reexpose`, each directory the dedicated uid cannot enter an empty tmpfs with
-        the interpreter bound back under it."""
+        """As bwrap does, in the run's mount namespace: hide /proc/sys (machine-wide counters: a channel between
+        runs) and bind /dev/null over the pty multiplexers (ptys count against a machine-wide limit); with
+        `reexpose`, cover each directory the uid cannot enter with a tmpfs holding only the interpreter."""
         _mount(None, b"/", None, _MS_REC | _MS_PRIVATE)  # nothing below may propagate to the host
         flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
         _mount(b"tmpfs", b"/proc/sys", b"tmpfs", flags | _MS_RDONLY, b"size=4k")
@@ -244,7 +238,7 @@ def _candidate_plans(mode: str = "namespaces") -> list[_Plan]:
                 f"{bwrap.INSTALL_HINT}. Or opt into the weaker built-in mode, in which programs can read the host's "
                 "files: reward_function_kwargs isolation=namespaces (docs/rewards.md, 'Threat model')."
             )
-        # root: bwrap makes the namespaces, the bootstrap then becomes a dedicated uid (see bwrap.command)
+        # as root, bwrap makes the namespaces and the bootstrap then becomes a dedicated uid (bwrap.command)
         return [_Plan(dedicated_uid=os.geteuid() == 0, unprivileged_unshare=(), bwrap=found)]
     if os.geteuid() != 0:
         return [_Plan(dedicated_uid=False)]

@@ -1,9 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""One sandboxed run: its workspace (uid slot, cgroup, scratch directory), the interpreter started under bwrap or the
-built-in namespaces, its end (every process it started killed, whatever happened) and its status; the isolation
-probe that picks the plan; `run_python` and `run_many`.
-"""
+"""One sandboxed run (`run_python`, `run_many`): its workspace (uid slot, cgroup, scratch directory), the interpreter
+under bwrap or the built-in namespaces, its end (every process it started killed) and its status; and the isolation
+probe that picks the plan."""
 
 import contextlib
 import json
@@ -46,8 +45,7 @@ PROGRAM_NAME = "solution.py"
 CGROUP_OVERHEAD_MB = 64
 """Memory a run's cgroup allows beyond memory_mb, for the sandbox's own processes (bwrap, the harness)."""
 TMPFS_INODES_PER_MB = 64
-"""Inodes of each private tmpfs per MiB of memory_mb where no cgroup charges them (about 1 KiB of kernel memory
-each: 64 MiB per tmpfs at the default memory_mb)."""
+"""Inodes of each private tmpfs per MiB of memory_mb, where no cgroup charges them (each costs kernel memory)."""
 
 # A signal from a crash of the program itself is a runtime error; any other unexplained signal is "killed".
 _CRASH_SIGNALS = frozenset(
@@ -56,14 +54,7 @@ _CRASH_SIGNALS = frozenset(
 _MEMORY_ERRORS = re.compile(r"\bMemoryError\b|Cannot allocate memory|\[Errno 12\]|std::bad_alloc")
 _PROCESS_ERRORS = re.compile(r"BlockingIOError: \[Errno 11\]|Resource temporarily unavailable|can't start new thread")
 
-# The child's first code. It reads and deletes the program (so the program cannot read its own test harness from
-# the scratch directory), installs the audit hook where the network (or, with a shared uid and no PID namespace,
-# the trainer's processes) is not isolated otherwise, and runs the program as __main__. In a new PID namespace it
-# forks that namespace's init, which forks the program and reaps every orphan, and relays the program's exit status
-# or signal through a pipe; when init exits the kernel kills whatever is left in the namespace. Given a manifest
-# (run_python_cases), the program's place is taken by the harness (_harness), and each case's child, forked from
-# it, installs the hook and runs the program (_run_case); the supervisor and init close the manifest's descriptors.
-_BOOTSTRAP = Path(bootstrap.__file__).read_text(encoding="utf-8")
+_BOOTSTRAP = Path(bootstrap.__file__).read_text(encoding="utf-8")  # the child's first code (bootstrap.py)
 
 # Run in a sandbox by `isolation()` to see which namespaces a run actually ends up in.
 _PROBE = """
@@ -159,11 +150,8 @@ def _isolation(mode: str = "bwrap") -> _Isolation:
 
 
 def isolation(mode: str = "bwrap") -> dict[str, str]:
-    """The isolation runs of `mode` get on this machine: {"network", "user", "processes", "filesystem", "limits"}.
-
-    Probed once per process and mode by running a tiny program under the strongest plan that works here; raises
-    SandboxUnavailable (with what to install or allow) when none does. "sandbox_fusion" is the remote service's.
-    """
+    """The isolation runs of `mode` get here: {"network", "user", "processes", "filesystem", "limits"}, probed once
+    with the strongest plan that works; SandboxUnavailable (saying what to install or allow) when none does."""
     if mode == "sandbox_fusion":
         return dict.fromkeys(("network", "user", "processes", "filesystem", "limits"), "sandbox-fusion service")
     return dict(_isolation(mode).report)
@@ -223,8 +211,8 @@ class _Interpreter:
     def end(
         self, uid: int | None, cgroup: cgroups.RunCgroup | None = None
     ) -> tuple[int, resource.struct_rusage, float]:
-        """Kill the interpreter's process group, reap the interpreter, then kill every process the run left (its
-        cgroup's, else of the dedicated `uid` or marked); the interpreter's exit code, resource usage, reaping time."""
+        """Kill the interpreter's group, reap it, then kill every process the run left (by cgroup, else `uid` or
+        marker); returns the exit code, resource usage and reaping time."""
         kill_group(self.process.pid)  # before reaping, while the group id cannot have been reused
         if cgroup is not None:
             cgroup.kill_all()
@@ -245,8 +233,8 @@ def _start_interpreter(
     manifest: tuple[str, ...] = (),
     pass_fds: tuple[int, ...] = (),
 ) -> _Interpreter:
-    """Write `code` into the scratch directory and start the sandboxed interpreter on it, through the bootstrap
-    (given a manifest, the harness's descriptors and limits, as the harness), in a session of its own, set up by `setup` before it runs."""
+    """Write `code` into the scratch directory and start the sandboxed interpreter on it through the bootstrap (as
+    the harness, given a manifest), in a session of its own, set up by `setup`."""
     sandbox_id = uuid.uuid4().hex
     with open(os.path.join(scratch, PROGRAM_NAME), "w", encoding="utf-8") as program:
         program.write(code)
@@ -299,8 +287,7 @@ def _program_exit_code(setup: _ChildSetup, returncode: int) -> int:
 
 
 def read_only_copy(file: IO[bytes]) -> int:
-    """A new read-only descriptor of `file` (unlinked or not), at its start: what a program gets as stdin, so it can
-    neither write to a file of the trainer's nor allocate blocks on it."""
+    """A new read-only descriptor of `file`, at its start: a program's stdin, so it cannot write the trainer's file."""
     return os.open(f"/proc/self/fd/{file.fileno()}", os.O_RDONLY | os.O_CLOEXEC)
 
 
@@ -388,8 +375,7 @@ def _child_setup(
 def _workspace(
     limits: SandboxLimits, plan: _Plan, harness: bool = False
 ) -> Iterator[tuple[str, _ChildSetup, cgroups.RunCgroup | None]]:
-    """A uid slot (with a dedicated uid), a cgroup (where one can be made) and a scratch directory for one process,
-    given back whatever happens."""
+    """A uid slot (with a dedicated uid), a cgroup (where possible) and a scratch directory, always given back."""
     slot = scratch = cgroup = None
     try:
         if plan.dedicated_uid:
@@ -415,7 +401,6 @@ def _workspace(
 
 
 def _run(code: str, stdin: str, limits: SandboxLimits, plan: _Plan) -> SandboxResult:
-    """One run under `plan`, in its own workspace."""
     with _workspace(limits, plan) as (scratch, setup, cgroup):
         return _run_in(scratch, code, stdin, limits, setup, cgroup)
 
@@ -459,8 +444,7 @@ def _run_in(
 
 
 def _remove_tree(path: str) -> None:
-    """Remove the scratch directory whatever the program left in it (trees of any depth, links, closed permissions),
-    never following a link and never raising into the reward (see `empty_directory`)."""
+    """Remove the scratch directory whatever the program left there, never following links or raising."""
     emptied = empty_directory(path)
     with suppress(OSError):
         os.rmdir(path)
@@ -469,11 +453,8 @@ def _remove_tree(path: str) -> None:
 
 
 def run_python(code: str, stdin: str = "", limits: SandboxLimits | None = None) -> SandboxResult:
-    """Run `code` as a Python program with `stdin` as its standard input, under `limits` (defaults if None).
-
-    Returns once the program and every process it started are gone; raises only when no program can be started
-    at all on this machine (see `isolation()`).
-    """
+    """Run `code` as a Python program on `stdin` under `limits` (defaults if None), once every process it started
+    is gone; raises only when no program can start on this machine (see `isolation()`)."""
     if not isinstance(code, str) or not isinstance(stdin, str):
         raise TypeError(f"code and stdin must be strings, got {type(code).__name__} and {type(stdin).__name__}.")
     limits = limits or SandboxLimits()
@@ -490,10 +471,7 @@ def _check_workers(max_workers: int) -> None:
 def run_many(
     jobs: Sequence[tuple[str, str]], limits: SandboxLimits | None = None, max_workers: int = 4
 ) -> list[SandboxResult]:
-    """Run (code, stdin) jobs, `max_workers` at a time, and return their results in the order of `jobs`.
-
-    Threads suffice: each only waits on its subprocess, so the GIL is not the bottleneck.
-    """
+    """Run (code, stdin) jobs, `max_workers` threads at a time; results in the order of `jobs`."""
     _check_workers(max_workers)
     limits = limits or SandboxLimits()
     if not jobs:

@@ -1,39 +1,30 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""A seccomp filter for sandboxed programs, in the spirit of Docker's default profile: the system calls of the
-channels that outlive a run or cross between concurrent runs although every namespace is private, and of the kernel
-memory no cgroup charges to the run, refused.
+"""A seccomp filter for sandboxed programs, in the spirit of Docker's default profile. It refuses the calls of
+channels that outlive a run or cross between concurrent runs despite private namespaces, and of kernel memory no
+cgroup charges:
 
-- Kernel keyrings (`add_key`, `request_key`, `keyctl`): a uid's user keyring outlives its processes, and a named
-  session keyring can be joined by another uid's process, so a run could hand its answers to a later or concurrent
-  one. Docker's default profile refuses these three calls too.
-- File locks (`flock`, and `fcntl`'s F_GETLK/F_SETLK/F_SETLKW and their F_OFD_ forms), leases (F_SETLEASE,
-  F_GETLEASE) and dnotify (F_NOTIFY): a lock, lease or watch belongs to the inode, and the read-only system files
-  are the same inodes in every run, so one run sees another's.
-- inotify and fanotify (`inotify_init`, `inotify_init1`, `inotify_add_watch`, `fanotify_init`, `fanotify_mark`): a
-  watch on a shared read-only file sees another run open or read it.
-- New namespaces (`unshare`, and `clone` with a CLONE_NEW* flag; `setns`): a program in a user namespace of its own
-  has capabilities there, and with them packet sockets whose ring buffers no cgroup charges. `clone3` answers
-  ENOSYS (its flags are behind a pointer a filter cannot read), so glibc falls back to `clone`, as under Docker.
-- Sockets other than AF_UNIX (`socket`): the network namespace is empty but has a loopback, whose TCP buffers
-  cgroup v1 does not charge; AF_PACKET is the ring buffers above.
-- Raising a socket's buffers (`setsockopt` SO_SNDBUF, SO_RCVBUF and their FORCE forms): an AF_UNIX socket queues up
-  to its send buffer (wmem_max, often 4 MiB, doubled), charged to no cgroup where the run has none (or where the
-  kernel does not charge socket buffers); at the default (about 210 KiB) RLIMIT_NOFILE bounds the total
-  (SandboxLimits.max_open_files).
-- AIO and io_uring (`io_setup`, `io_submit`, ...; `io_uring_setup`, ...): the AIO event budget is machine-wide (the
-  trainer's own `io_setup` fails once a run takes it), and its counter in /proc/sys shows other runs' use.
-- `perf_event_open`, `bpf` and `userfaultfd`: performance counters (their ring buffers are locked memory under a
-  per-user budget that concurrent runs share), eBPF programs and page-fault handling in user space, which Docker's
-  default profile refuses too; no program a judge runs needs them, and userfaultfd is a common step of kernel
-  exploits (an unprivileged process may take one in user-mode-only form).
-- `fallocate` answers EOPNOTSUPP (glibc's posix_fallocate then writes, within RLIMIT_FSIZE): with FALLOC_FL_KEEP_SIZE
-  it would allocate blocks past the size limit on the trainer's files the program writes (its stderr).
+- Keyrings (`add_key`, `request_key`, `keyctl`): a uid's keyring outlives its processes and a named session keyring
+  can be joined by another uid, so a run could hand its answers to another (Docker refuses them too).
+- File locks (`flock`; `fcntl` F_GETLK/F_SETLK/F_SETLKW and F_OFD_ forms), leases (F_SETLEASE, F_GETLEASE) and
+  dnotify (F_NOTIFY): they belong to the inode, and read-only system files are the same inodes in every run.
+- inotify and fanotify: a watch on a shared read-only file sees another run open or read it.
+- New namespaces (`unshare`, `clone` with a CLONE_NEW* flag, `setns`): an own user namespace grants capabilities,
+  hence packet sockets whose ring buffers no cgroup charges. `clone3` answers ENOSYS (its flags are behind a
+  pointer), so glibc falls back to `clone`.
+- Sockets other than AF_UNIX: cgroup v1 does not charge the loopback's TCP buffers; AF_PACKET as above.
+- Raising socket buffers (`setsockopt` SO_SNDBUF/SO_RCVBUF and FORCE forms): an AF_UNIX socket queues up to its send
+  buffer, uncharged without a cgroup; at the default size RLIMIT_NOFILE bounds the total (max_open_files).
+- AIO and io_uring: the AIO event budget is machine-wide (a run could starve the trainer's `io_setup`), and its
+  /proc/sys counter shows other runs' use.
+- `perf_event_open` (ring buffers in a per-user locked-memory budget runs share), `bpf` and `userfaultfd` (a common
+  kernel-exploit step): no judged program needs them, and Docker refuses them too.
+- `fallocate` answers EOPNOTSUPP (glibc then writes, within RLIMIT_FSIZE): FALLOC_FL_KEEP_SIZE would allocate past
+  the size limit on the trainer's files the program writes (its stderr).
 
-The filter is classic BPF (the format bubblewrap's `--seccomp FD` and `prctl(PR_SET_SECCOMP)` take), assembled here
-because it is a few dozen instructions: check the architecture (any other is killed: its system call numbers
-differ), refuse x32 calls on x86_64, refuse the calls above, and allow everything else. Machines other than x86_64
-and aarch64 get no filter (`program()` returns b"" and the isolation report says so).
+The filter is classic BPF (bwrap's `--seccomp FD`, `prctl(PR_SET_SECCOMP)`): another architecture is killed (its
+call numbers differ), x32 calls on x86_64 and the calls above are refused, the rest allowed. Only x86_64 and aarch64
+get a filter; elsewhere `program()` returns b"" and the isolation report says so.
 """
 
 import errno
@@ -58,8 +49,7 @@ _RET_KILL_PROCESS = 0x80000000
 _X32_SYSCALL_BIT = 0x40000000
 
 _FCNTL_COMMANDS = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026)
-"""fcntl's F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW, F_SETLEASE, F_GETLEASE, F_NOTIFY (the
-same on every Linux machine)."""
+"""fcntl's F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW, F_SETLEASE, F_GETLEASE, F_NOTIFY."""
 _NEW_NAMESPACES = 0x7E020080
 """CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME."""
 _AF_UNIX = 1
@@ -140,15 +130,12 @@ _MACHINES = {
     },
 }
 REFUSED = tuple(dict.fromkeys(name for spec in _MACHINES.values() for name in spec["refused"]))
-"""The system calls the filter refuses outright (those a machine has), besides fcntl's lock, lease and notify
-commands, clone and unshare with a namespace flag, sockets other than AF_UNIX, setsockopt raising a socket's
-buffers, clone3 (ENOSYS) and fallocate (EOPNOTSUPP)."""
+"""The system calls refused outright on some machine (the argument-dependent rules come on top)."""
 
 
 def _assemble(instructions: list[tuple[int, str | int, str | int, int | str]]) -> bytes:
-    """struct sock_filter[] from (code, jump-if-true, jump-if-false, k) rows whose jumps may name labels.
-
-    A row ("label", name) marks the next instruction; a jump to a label becomes the count of instructions skipped."""
+    """struct sock_filter[] from (code, jump-if-true, jump-if-false, k) rows; a row ("label", name) marks the next
+    instruction, and a jump naming a label becomes the count of instructions skipped."""
     rows, labels = [], {}
     for row in instructions:
         if row[0] == "label":

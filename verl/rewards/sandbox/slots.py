@@ -1,8 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Dedicated uids for concurrent runs (as root): one slot per run, claimed with a lock file so that several trainer
-processes on one machine never share a uid, and every process of a uid killed in one step.
-"""
+"""Dedicated uids for concurrent runs (as root): one slot per run, claimed with a lock file so that trainer processes
+on one machine never share a uid; every process of a uid is killed in one step."""
 
 import fcntl
 import functools
@@ -34,11 +33,8 @@ SLOT_DIRECTORIES = ("/run/verl-sandbox-slots", "/tmp/verl-sandbox-slots")
 
 @dataclass(frozen=True)
 class _KillAllOfUid:
-    """preexec_fn of a helper that becomes `uid` and sends SIGKILL to every process of it, then exits unexecuted.
-
-    kill(-1) as that uid reaches all its processes in one atomic step, so even a fork bomb that left the session
-    cannot outrun it; only system calls are made (see _ChildSetup).
-    """
+    """preexec_fn of a helper that becomes `uid`, SIGKILLs all its processes and exits without exec: kill(-1) is
+    atomic, so even a fork bomb cannot outrun it. Only system calls (see _ChildSetup)."""
 
     uid: int
 
@@ -53,16 +49,9 @@ class _KillAllOfUid:
         os._exit(0)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Slots: one dedicated uid per concurrent run, across every process on the machine.
-
-
 class _Slots:
-    """Claims uid slots with flock on one lock file per slot, so that several trainer processes never share a uid.
-
-    A slot's uid must exist in no user database and have no process left, zombies included (a zombie counts against
-    RLIMIT_NPROC until something reaps it, and in a container whose PID 1 does not reap, nothing will).
-    """
+    """Claims uid slots with flock on one lock file per slot. A slot's uid must be in no user database and have no
+    process left, zombies included (they count against RLIMIT_NPROC, and a container's PID 1 may never reap them)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -70,7 +59,7 @@ class _Slots:
         self._directory = ""
 
     def _lock_directory(self) -> str:
-        """A fixed, machine-wide path (not TMPDIR, which Ray and users change per process) owned by this uid."""
+        """A fixed machine-wide path owned by this uid (not TMPDIR, which varies per process)."""
         if not self._directory:
             for directory in SLOT_DIRECTORIES:
                 try:
@@ -104,7 +93,7 @@ class _Slots:
                 except BlockingIOError:
                     os.close(handle)
                     continue
-                if uid in busy:  # left over by a run that crashed: clear it, or leave the slot if zombies remain
+                if uid in busy:  # a crashed run's leftovers: clear them, or skip the slot if zombies remain
                     _kill_all_of_uid(uid)
                     if uid in _uids_with_processes():
                         os.close(handle)
