@@ -3,9 +3,7 @@
 """Tiny random-init Qwen2 / Qwen2.5-VL / Qwen2-VL / Qwen3-VL / Qwen3.5 / Gemma 4 / GLM-4.1V / GLM-4.5V / InternVL /
 LLaVA-OneVision / Qwen2 reward model directories, built offline.
 
-Tests, the CPU quickstart and the benchmarks need real model directories that `from_pretrained` and `vllm.LLM` load,
-and no model can be downloaded on our machines. Everything is a pure function of the spec (same seed and sizes,
-bitwise-identical weights and tokenizer).
+For tests, the CPU quickstart and benchmarks (nothing can be downloaded); the files are a pure function of the spec.
 
     python -m verl.models.tiny_models --kind qwen2_5_vl --output /tmp/tiny-vl --seed 0
 """
@@ -52,7 +50,7 @@ ModelKind = Literal[
 ]
 MODEL_KINDS: tuple[str, ...] = get_args(ModelKind)
 VL_KINDS: tuple[str, ...] = VISION_LANGUAGE_MODEL_TYPES
-"""Each vision-language kind is named after its model type: one of every type the trainer supports."""
+"""One vision-language kind per model type the trainer supports, named after it."""
 HYBRID_KINDS: tuple[str, ...] = ("qwen3_5", "qwen3_5_moe")
 """Kinds whose decoder mixes Gated DeltaNet (linear attention) layers with full attention, as Qwen3.5 does."""
 PATCH_SIZES: dict[str, int] = {"qwen3_vl": 16, "qwen3_vl_moe": 16, "qwen3_5": 16, "qwen3_5_moe": 16, "gemma4": 16}
@@ -64,20 +62,18 @@ REWARD_KINDS: tuple[str, ...] = ("qwen2_rm",)
 MOE_EXPERTS, MOE_EXPERTS_PER_TOKEN = 4, 2
 """qwen3_moe, qwen3_vl_moe, qwen3_5_moe, glm4v_moe: routed experts per sparse layer, and experts routed per token."""
 LINEAR_HEAD_DIM, LINEAR_KEY_HEADS, LINEAR_VALUE_HEADS = 128, 2, 4
-"""qwen3_5 kinds: the Gated DeltaNet layers' head dim (Qwen3.5's own 128, which vLLM's CPU kernel needs) and heads
-(two value heads per key head, as in Qwen3.5, so the grouped path runs)."""
+"""qwen3_5 kinds: Gated DeltaNet head dim (128, which vLLM's CPU kernel needs) and key/value heads (grouped path)."""
 FULL_ATTENTION_INTERVAL = 4
 """qwen3_5 kinds: every fourth decoder layer is full attention, the others Gated DeltaNet (Qwen3.5's pattern)."""
 
 INTERNVL_TILE = 56
 """internvl: the vision tower's tile side (14-pixel patches, pixel shuffle 0.5: 4 image tokens a tile)."""
 INTERNVL_MAX_TILES = 4
-"""internvl: most tiles an image is cut into (InternVL's max_patches, 12 in the published processors)."""
+"""internvl: most tiles an image is cut into (the processor's max_patches)."""
 ONEVISION_TILE = 56
-"""llava_onevision: the SigLIP tower's input side (14-pixel patches: 16 tokens a tile); anyres grids of up to 2 x 2
-tiles (ONEVISION_GRIDS) add the tiles' tokens and a newline token per row."""
+"""llava_onevision: the SigLIP tower's input side (14-pixel patches: 16 tokens a tile)."""
 ONEVISION_GRIDS = [[56, 56], [56, 112], [112, 56], [112, 112]]
-"""llava_onevision: the anyres resolutions (image_grid_pinpoints) an image is fitted to."""
+"""llava_onevision: the anyres resolutions (image_grid_pinpoints, up to 2 x 2 tiles) an image is fitted to."""
 MEDIA_TOKENS: dict[str, dict[str, str]] = {
     "internvl": {
         "start_image_token": "<img>",
@@ -92,8 +88,7 @@ MEDIA_PLACEHOLDERS: dict[str, tuple[str, str]] = {
     "internvl": ("<IMG_CONTEXT>\n", "<video>\n"),
     "llava_onevision": ("<image>\n", "<video>\n"),
 }
-"""What the chat template writes for an image and a video part in a kind other than Qwen's (the processor expands
-it)."""
+"""What a non-Qwen kind's chat template writes for an image and a video part (the processor expands it)."""
 
 # Bump when the output of the builder changes, so cached directories (get_or_build_tiny_model) are rebuilt.
 BUILDER_VERSION = 3
@@ -117,9 +112,8 @@ SPECIAL_TOKENS: tuple[str, ...] = (
     "<|video_pad|>",
 )
 
-# With `tools`, their schemas go into the system message and calls are <tool_call> JSON blocks (as in Qwen2.5).
-# Qwen2-VL-Instruct style: `content` is a string, or a list of {"type": "image" | "video" | "text", ...} parts.
-# Each image/video part becomes one placeholder pad token that the processor expands to the real token count.
+# Qwen2-VL-Instruct style: `content` is a string or a list of image/video/text parts, each image/video one pad token
+# that the processor expands. `tools` go into the system message; calls are <tool_call> JSON blocks (as in Qwen2.5).
 CHAT_TEMPLATE = (
     "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
     "{% for message in messages %}"
@@ -147,9 +141,8 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
-# gemma4: Gemma's special tokens, placed first as in Gemma's vocabulary (<pad> 0, <eos> 1, <bos> 2): transformers
-# embeds the pad id where vLLM embeds token 0 for the per-layer inputs at image positions. The processor expands
-# each <|image|> of the template to <|image> + <|image|> x soft tokens + <image|>.
+# gemma4: Gemma's special tokens first, as in its vocabulary (<pad> 0): transformers embeds the pad id where vLLM
+# embeds token 0 for the per-layer inputs at image positions. The processor expands <|image|> to the soft tokens.
 GEMMA_SPECIAL_TOKENS: tuple[str, ...] = (
     "<pad>",
     "<eos>",
@@ -190,7 +183,7 @@ GEMMA_SLIDING_WINDOW = 32
 GEMMA_PER_LAYER_INPUT_SIZE = 16
 """gemma4: width of each layer's per-layer input embedding (E2B: 256)."""
 GEMMA_MAX_SOFT_TOKENS = 70
-"""gemma4: image soft tokens per image, the smallest budget Gemma 4's processor offers (it scales every image to it)."""
+"""gemma4: soft tokens per image, the smallest budget Gemma 4's processor offers (it scales every image to it)."""
 # GLM-4.1V's special tokens (chat roles, the [gMASK]<sop> prefix, image and video markers), appended after Qwen's.
 GLM_SPECIAL_TOKENS: tuple[str, ...] = (
     "[gMASK]",
@@ -209,9 +202,7 @@ GLM_SPECIAL_TOKENS: tuple[str, ...] = (
 GLM_STOP_TOKENS: tuple[str, ...] = ("<|endoftext|>", "<|user|>", "<|observation|>")
 """Where a GLM turn ends (GLM-4.1V's generation config): the model stops by opening the next user or tool turn."""
 
-# GLM-4.1V's chat format, small: `[gMASK]<sop>`, then `<|role|>\n` before each message (tool results are
-# `<|observation|>`); no end-of-message token. An image part is `<|begin_of_image|><|image|><|end_of_image|>`, which
-# the processor expands to the image's tokens; a video part is `<|begin_of_video|><|video|><|end_of_video|>`.
+# GLM-4.1V's chat format, small: `[gMASK]<sop>`, then `<|role|>\n` per message (tools: observation), no end token.
 GLM_CHAT_TEMPLATE = (
     "[gMASK]<sop>{% for message in messages %}"
     "<|{{ 'observation' if message['role'] == 'tool' else message['role'] }}|>\n"
@@ -239,10 +230,8 @@ _CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,;:!?(
 
 
 def _synthetic_corpus(num_lines: int = 4000, seed: int = 0) -> Iterator[str]:
-    """Prose-like word salad, arithmetic in the reasoning format the RL examples use, and random characters.
-
-    The corpus is generated, not read from disk, so the tokenizer is the same on every machine.
-    """
+    """Word salad, arithmetic in the RL examples' reasoning format and random characters; generated, not read from
+    disk, so the tokenizer is the same on every machine."""
     rng = random.Random(seed)
     for _ in range(num_lines):
         pick = rng.random()
@@ -289,13 +278,9 @@ def chat_template(kind: str) -> str:
 
 
 def build_tokenizer(vocab_size: int = 2048, kind: str = "qwen2") -> "PreTrainedTokenizerBase":
-    """A Qwen2Tokenizer with a locally trained byte-level BPE of `vocab_size` tokens plus Qwen's special tokens (and
-    `kind`'s MEDIA_TOKENS, with its chat template; GLM's, with GLM's chat template and end of turn, for a GLM `kind`;
-    gemma4: Gemma 4's special tokens first, its named image/audio tokens and chat format).
-
-    The BPE training is cached in-process, so building several models costs one training.
-    A new tokenizer object is returned every call, so callers may modify it freely.
-    """
+    """A Qwen2Tokenizer: a locally trained byte-level BPE of `vocab_size` tokens, Qwen's special tokens, `kind`'s
+    MEDIA_TOKENS and chat template (GLM kinds and gemma4: their own tokens, template and end of turn). The BPE is
+    trained once per process; each call returns a new tokenizer, free to modify."""
     from transformers import Qwen2Tokenizer
 
     if vocab_size < 257:
@@ -355,36 +340,28 @@ class TinyModelSpec:
     """Everything that determines a tiny model directory; the same spec always gives the same files."""
 
     kind: str = "qwen2"
-    """Model family: qwen2 (text), qwen3_moe (text, mixture of experts), qwen2_5_vl, qwen2_vl, qwen3_vl or
-    qwen3_vl_moe (with a vision tower; Qwen3-VL-30B-A3B's experts for the last), qwen3_5 or qwen3_5_moe (vision
-    tower, hybrid Gated DeltaNet / full-attention decoder, as the published Qwen3.5 checkpoints), gemma4 (Gemma 4
-    E2B's layout with a vision tower, Gemma's tokens and chat format), glm4v or glm4v_moe (GLM-4.1V, GLM-4.5V),
-    qwen2_rm (qwen2 with a score head)."""
+    """Model family (MODEL_KINDS): text qwen2, qwen3_moe and qwen2_rm (a score head); the rest have a vision tower.
+    qwen3_5 kinds have a hybrid Gated DeltaNet / full-attention decoder; gemma4 is Gemma 4 E2B's layout."""
     seed: int = 0
     """Seed of the weight initialisation (the tokenizer does not depend on it)."""
     vocab_size: int = 2048
-    """Size of the trained BPE vocabulary (257 to about 12800); the 14 special tokens come on top and the
-    embedding is padded to a multiple of 64."""
+    """Trained BPE vocabulary (257 to about 12800), special tokens excluded; the embedding pads to a multiple of 64."""
     hidden_size: int = 256
     """Width of the language model."""
     num_layers: int = 4
-    """Number of decoder layers."""
     num_heads: int = 4
     """Attention heads; hidden_size / num_heads is the head dim and must be a multiple of 8 (mrope sections)."""
     num_kv_heads: int = 2
     """Key/value heads (grouped-query attention, as in Qwen2)."""
     intermediate_size: int = 512
-    """Width of the MLP."""
     vision_hidden_size: int = 64
-    """Width of the vision tower (VL kinds only)."""
+    """Width of the vision tower; the vision_* fields apply to VL kinds only."""
     vision_depth: int = 2
-    """Number of vision blocks (VL kinds only)."""
     vision_num_heads: int = 2
-    """Vision attention heads (VL kinds only)."""
     max_position_embeddings: int = 8192
     """Longest sequence the config admits; vLLM's max_model_len must not exceed it."""
     initializer_range: float = 0.08
-    """Std of the random init, larger than the usual 0.02 so greedy argmax is rarely a near-tie (HF vs vLLM)."""
+    """Std of the random init, above the usual 0.02 so greedy argmax is rarely a near-tie between HF and vLLM."""
     min_pixels: int = 28 * 28 * 4
     """Smallest image area after resizing: at least 4 image tokens."""
     max_pixels: int = 28 * 28 * 64
@@ -489,7 +466,7 @@ def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> 
     text = _text_config_kwargs(spec, tokenizer)
     if spec.kind == "qwen2":
         return Qwen2Config(rope_parameters={"rope_type": "default", "rope_theta": 1e6}, **text)
-    # Qwen3-30B-A3B's experts, small (its text model is Qwen3-VL-30B-A3B's too): every layer sparse
+    # Qwen3-30B-A3B's experts, small: every layer sparse
     experts = {
         "num_experts": MOE_EXPERTS,
         "num_experts_per_tok": MOE_EXPERTS_PER_TOKEN,
@@ -522,8 +499,7 @@ def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> 
         text.update(head_dim=head_dim)
         text["rope_parameters"]["mrope_interleaved"] = True
     if spec.kind == "qwen3_vl_moe":  # transformers' router always normalises the top-k; vLLM reads the flag
-        # 3/4 of the width (768 of 2048 in Qwen3-VL-30B-A3B): no square expert matrix, whose transposed checkpoint
-        # layout transformers could not tell from its own (transformers_compat.TRANSPOSED_EXPERT_CHECKPOINTS)
+        # 3/4 width: a square expert matrix's transposed checkpoint layout would be ambiguous (transformers_compat)
         text.update({**experts, "norm_topk_prob": True, "moe_intermediate_size": 3 * spec.hidden_size // 4})
     ids = _special_ids(tokenizer)
     # The top-level VL config does not keep bos/eos/pad: they live in text_config (set above).
@@ -687,10 +663,9 @@ def _qwen3_5_config(
 
 
 def _gemma4_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "PreTrainedConfig":
-    """Gemma 4 E2B/E4B's layout, small: sliding-window layers alternating with full-attention layers of twice the head
-    dim (proportional rope on a quarter of it), the second half of the layers reusing the keys and values of the
-    last earlier layer of their type, per-layer input embeddings, final logit soft-capping, causal attention over
-    image tokens, and a vision tower whose 3 x 3 pooled patches are the soft tokens; no audio tower."""
+    """Gemma 4 E2B/E4B's layout, small: sliding-window and full-attention (twice the head dim) layers alternating, the
+    second half sharing earlier layers' keys and values, per-layer input embeddings, logit soft-capping, a vision
+    tower whose 3 x 3 pooled patches are the soft tokens; no audio tower."""
     from transformers import Gemma4Config
 
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in GEMMA_SPECIAL_TOKENS}
@@ -715,8 +690,7 @@ def _gemma4_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") ->
         "final_logit_softcapping": 30.0,
         "max_position_embeddings": spec.max_position_embeddings,
         "rms_norm_eps": 1e-6,
-        # A quarter of the usual range: every sublayer output is normalised, and the embedding (scaled by
-        # sqrt(hidden_size)) at the usual range outweighs them all, so greedy decoding repeated the last token.
+        # a quarter, else the sqrt(hidden_size)-scaled embedding outweighs the normalised sublayers (greedy repeats)
         "initializer_range": spec.initializer_range / 4,
         "tie_word_embeddings": True,
         "pad_token_id": ids["<pad>"],
@@ -915,15 +889,14 @@ def build_processor(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -
     return processor_class(
         image_processor=Qwen2VLImageProcessor(size=size, **patches),
         tokenizer=tokenizer,
-        # cap_pixels_per_frame: bound a long video's total cost as qwen-vl-utils does (the default from v5.22 on)
+        # cap_pixels_per_frame: bound a long video's total cost as qwen-vl-utils does
         video_processor=Qwen2VLVideoProcessor(size=size, cap_pixels_per_frame=True, **patches),
         chat_template=CHAT_TEMPLATE,
     )
 
 
 def _gemma4_processor(tokenizer: "PreTrainedTokenizerBase") -> "ProcessorMixin":
-    """Gemma 4's processor at its smallest image budget. It takes an audio feature extractor even for images (its
-    constructor requires one), so the directory gets Gemma 4's default one."""
+    """Gemma 4's processor at its smallest image budget (with the default audio feature extractor it requires)."""
     from transformers import Gemma4AudioFeatureExtractor, Gemma4ImageProcessor, Gemma4Processor, Gemma4VideoProcessor
 
     budget = {"patch_size": PATCH_SIZES["gemma4"], "pooling_kernel_size": 3, "max_soft_tokens": GEMMA_MAX_SOFT_TOKENS}
@@ -938,9 +911,8 @@ def _gemma4_processor(tokenizer: "PreTrainedTokenizerBase") -> "ProcessorMixin":
 
 
 def _internvl_processor(tokenizer: "PreTrainedTokenizerBase") -> "ProcessorMixin":
-    """InternVL's processor: an image is cut into up to INTERNVL_MAX_TILES tiles of the tile size by its aspect ratio,
-    plus a thumbnail when there are several (crop_to_patches, the processor's default and vLLM's), and each tile
-    becomes image_seq_length context tokens between <img> and </img>."""
+    """InternVL's processor: an image becomes up to INTERNVL_MAX_TILES tiles by aspect ratio plus a thumbnail (as vLLM
+    crops), each tile image_seq_length context tokens between <img> and </img>."""
     from transformers import GotOcr2ImageProcessor, InternVLProcessor, InternVLVideoProcessor
 
     tile = {"height": INTERNVL_TILE, "width": INTERNVL_TILE}
@@ -994,11 +966,8 @@ def _progress_bars_disabled():
 
 
 def build_tiny_model(output_dir: str, kind: ModelKind = "qwen2", seed: int = 0, **size: Any) -> str:
-    """Write a complete tiny model directory (weights, configs, tokenizer, processor) and return its path.
-
-    `size` takes any TinyModelSpec field (hidden_size=128, num_layers=2, vocab_size=4096, ...). The directory is
-    created if needed; files of an earlier build in it are overwritten.
-    """
+    """Write a complete tiny model directory (weights, configs, tokenizer, processor) and return its path. `size`: any
+    TinyModelSpec field. An earlier build's files in it are overwritten."""
     spec = _make_spec(kind, seed, size)
     tokenizer = build_tokenizer(spec.vocab_size, spec.kind)
     model = build_model(spec, tokenizer)
@@ -1023,13 +992,9 @@ def _read_spec(model_dir: str) -> dict[str, Any] | None:
 
 
 def get_or_build_tiny_model(kind: ModelKind, cache_root: str, seed: int = 0, **size: Any) -> str:
-    """Build a tiny model into cache_root once and reuse it afterwards (for test sessions, demos, benchmarks).
-
-    The default spec of a kind lives in `cache_root/<kind>`; other seeds or sizes get a directory suffixed with a
-    hash of the spec. The build goes to a temporary directory that is renamed into place, so a crash or a
-    concurrent builder never leaves a half-written directory behind; a directory written by another builder
-    version is replaced.
-    """
+    """Build a tiny model into `cache_root/<kind>` (other specs: suffixed with a hash) once and reuse it. Builds are
+    renamed into place, so a crash or a concurrent builder never leaves a half-written directory; a directory of
+    another builder version is replaced."""
     spec = _make_spec(kind, seed, size)
     wanted = spec.to_dict()
     name = kind

