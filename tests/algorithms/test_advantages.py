@@ -59,7 +59,8 @@ def per_sequence(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def test_registry_lists_every_estimator_and_marks_the_grouped_ones() -> None:
-    names = registered_adv_estimators()
+    # the built-ins: a user's 'file.py:function' joins the registry when a run (another test) names it
+    names = [name for name in registered_adv_estimators() if ".py:" not in name]
     assert set(names) >= {"gae", "grpo", "grpo_passk", "rloo", "opo", "gpg", "reinforce_plus_plus", "remax"}
     for name in names:
         assert callable(get_adv_estimator(name))
