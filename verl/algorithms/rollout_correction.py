@@ -163,10 +163,6 @@ def register_correction_mode(name: str) -> Callable[[CorrectionFn], CorrectionFn
     return decorator
 
 
-def registered_correction_modes() -> tuple[str, ...]:
-    return tuple(_MODES)
-
-
 @_mode("none", "bypass")
 def _no_correction(lr: _LogRatios, s: CorrectionSettings) -> _ModeTerms:
     return _ModeTerms(lr.token_ratio(), torch.ones_like(lr.token))
