@@ -50,10 +50,11 @@ class PolicyLossTerms:
     """A policy loss's (B, L) per-token loss and boolean masks of the tokens its bounds held (None: none)."""
 
     loss_mat: torch.Tensor
+    """Per-token loss, aggregated by `agg_loss`."""
     clipped_higher: torch.Tensor | None = None
-    """Held at 1 + eps_h."""
+    """Tokens held at the upper bound 1 + eps_h."""
     clipped_lower: torch.Tensor | None = None
-    """Held at 1 - eps_l."""
+    """Tokens held at the lower bound 1 - eps_l."""
     clipped_dual: torch.Tensor | None = None
     """Negative-advantage tokens held by the dual clip C."""
 

@@ -81,7 +81,7 @@ class _LogRatios:
     """log rho of a batch, float32, padding set to 0 before any exp or sum."""
 
     raw: torch.Tensor
-    """Not clamped."""
+    """(B, L) log pi_old - log pi_rollout, not clamped."""
     token: torch.Tensor
     """`raw` clamped to +-LOG_RATIO_CLAMP."""
     seq: torch.Tensor
