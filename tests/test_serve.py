@@ -31,7 +31,6 @@ from verl.serve import (
     forced_tool_calls,
     make_server,
 )
-from verl.serve.chat import sampling_params
 from verl.serve.completions import check_completion
 from verl.serve.engine_loop import EngineLoop
 
@@ -62,7 +61,7 @@ def request(**fields):
 def params(**fields):
     """The SamplingParams of a chat request with `fields` (max_tokens 16 where unset)."""
     checked = check_request(request(**fields), "tiny")
-    return sampling_params(checked, checked.max_completion_tokens or checked.max_tokens or 16, {})
+    return checked.to_sampling_params(checked.max_completion_tokens or checked.max_tokens or 16, {})
 
 
 def test_every_sampling_field_reaches_the_sampling_params():
@@ -86,7 +85,7 @@ def test_every_sampling_field_reaches_the_sampling_params():
 def test_completion_requests_are_read_into_vllms_model():
     checked, prompts = check_completion({"prompt": [[1, 2], [3]], "max_tokens": 0, "echo": True, "logprobs": 1}, "x")
     assert prompts == [[1, 2], [3]] and (checked.max_tokens, checked.logprobs, checked.echo) == (0, 1, True)
-    got = sampling_params(check_completion({"prompt": "Hi", "top_k": 2, "repetition_penalty": 1.2}, "x")[0], 4, {})
+    got = check_completion({"prompt": "Hi", "top_k": 2, "repetition_penalty": 1.2}, "x")[0].to_sampling_params(4, {})
     assert (got.top_k, got.repetition_penalty) == (2, 1.2)
     for body, message in [
         ({}, "'prompt': Either prompt or prompt_embeds must be provided"),

@@ -217,11 +217,6 @@ class Reply:
         }
 
 
-def sampling_params(request: Any, max_tokens: int, defaults: dict[str, Any]) -> Any:
-    """The SamplingParams vLLM's server makes of a chat or completions `request`, over the model's defaults."""
-    return request.to_sampling_params(max_tokens, defaults)
-
-
 class ChatEngine:
     """A vLLM engine answering chat completion requests, all it holds in one batch. Requests are rendered as
     `LLM.chat` renders them and added with delta outputs; one thread owns the engine (engine_loop.EngineLoop)."""
@@ -280,7 +275,7 @@ class ChatEngine:
                 f"{prompt_tokens + wanted} tokens ({prompt_tokens} in the messages, {wanted} in the completion). "
                 "Reduce the length of the messages or completion."
             )
-        params = sampling_params(request, wanted, self.defaults)
+        params = request.to_sampling_params(wanted, self.defaults)  # as vLLM's server, over the model's defaults
         forced = forced_tool_calls(request)
         if forced is not None:  # the tools' schema, not response_format: that holds the answer after the calls
             params.structured_outputs = StructuredOutputsParams(json=forced[1])

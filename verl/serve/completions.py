@@ -11,7 +11,6 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from verl.serve.chat import sampling_params
 from verl.serve.request_checks import RequestError, check_logit_bias, parse, ranked
 
 
@@ -50,10 +49,15 @@ def check_completion(body: Any, served_name: str) -> tuple[Any, list[str | list[
     return request, prompts
 
 
-def _top(alternatives: dict[int, Any], token_id: int, top: int) -> dict[str, float]:
-    """A completions `top_logprobs` entry: the sampled token and the `top` most likely, by their text."""
-    best = [(token_id, alternatives[token_id]), *ranked(alternatives, top)]
-    return {logprob.decoded_token or "": max(logprob.logprob, -9999.0) for _, logprob in best}
+def _entries(token_ids: list[int], positions: list[dict[int, Any]], top: int) -> list[tuple[str, float, dict]]:
+    """The logprob entries of tokens, from each position's vLLM Logprobs: (its text, its logprob, `top_logprobs`:
+    the token and the `top` most likely, by their text; -inf as -9999.0)."""
+    entries = []
+    for token_id, alternatives in zip(token_ids, positions):
+        best = [alternatives[token_id], *(logprob for _, logprob in ranked(alternatives, top))]
+        texts = [(logprob.decoded_token or "", max(logprob.logprob, -9999.0)) for logprob in best]
+        entries.append((*texts[0], dict(texts)))
+    return entries
 
 
 class CompletionChoice:
@@ -71,16 +75,7 @@ class CompletionChoice:
         self.tokens += len(completion.token_ids)
         self.finish_reason = completion.finish_reason or self.finish_reason
         self.stop_reason = completion.stop_reason if completion.finish_reason else self.stop_reason
-        entries = []
-        if self.top is not None:
-            for token_id, alternatives in zip(completion.token_ids, completion.logprobs or []):
-                chosen = alternatives[token_id]
-                entry = (
-                    chosen.decoded_token or "",
-                    max(chosen.logprob, -9999.0),
-                    _top(alternatives, token_id, self.top),
-                )
-                entries.append(entry)
+        entries = [] if self.top is None else _entries(completion.token_ids, completion.logprobs or [], self.top)
         self.entries += entries
         return completion.text, entries
 
@@ -119,13 +114,8 @@ class Completion:
         prompt = int(output.request_id.rsplit("-", 1)[1])
         if output.prompt_logprobs and self.top is not None:
             ids, _, first = self.prompts[prompt]
-            entries = [(first, None, None)]
-            for token_id, alternatives in zip(ids[1:], output.prompt_logprobs[1:]):
-                chosen = alternatives[token_id]
-                entries.append(
-                    (chosen.decoded_token or "", max(chosen.logprob, -9999.0), _top(alternatives, token_id, self.top))
-                )
-            self.prompt_entries[prompt] = entries
+            later = _entries(ids[1:], output.prompt_logprobs[1:], self.top)
+            self.prompt_entries[prompt] = [(first, None, None), *later]
         for completion in output.outputs:
             choice = self.choices[prompt * self.n + completion.index]
             echo = self.echo and not choice.text and not choice.tokens
@@ -178,7 +168,7 @@ def _submit(engine: Any, request: Any, prompts: list[str | list[int]]) -> tuple[
     added = []
     try:
         for request_id, (prompt_ids, _, _, max_tokens) in zip(ids, rendered):
-            params = sampling_params(request, max_tokens, engine.defaults)  # echo with logprobs: prompt_logprobs
+            params = request.to_sampling_params(max_tokens, engine.defaults)  # echo with logprobs: prompt_logprobs
             engine.llm.llm_engine.add_request(request_id, {"prompt_token_ids": prompt_ids}, params)
             added.append(request_id)
     except Exception:
