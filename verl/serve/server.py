@@ -99,18 +99,19 @@ def make_app(engine: Any) -> Any:
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": engine.name, "object": "model", "owned_by": "verl"}]}
 
-    def route(check: Callable[[Any, str], Any], complete: Callable, stream: Callable, named: bool = False) -> Callable:
+    def route(
+        check: Callable[[Any, str], tuple], complete: Callable, stream: Callable, named: bool = False
+    ) -> Callable:
         async def answer(request: Request) -> Any:
             try:
                 try:
                     body = json.loads(await request.body() or b"{}")
                 except ValueError as error:
                     raise RequestError(f"the request body is not JSON: {error}.") from None
-                checked = check(body, engine.name)
-                typed = checked[0] if isinstance(checked, tuple) else checked
-                if typed.stream:
-                    return await _stream(stream(engine, *_tuple(checked)), named)
-                return JSONResponse(await run_in_threadpool(complete, engine, *_tuple(checked)))
+                checked = check(body, engine.name)  # (the typed request, what else its answer takes)
+                if checked[0].stream:
+                    return await _stream(stream(engine, *checked), named)
+                return JSONResponse(await run_in_threadpool(complete, engine, *checked))
             except Exception as error:  # say what went wrong, keep serving
                 if not isinstance(error, RequestError):
                     logger.exception("a request failed")
@@ -119,14 +120,11 @@ def make_app(engine: Any) -> Any:
 
         return answer
 
-    app.post("/v1/chat/completions")(route(chat.check_request, lambda e, r: e.complete(r), lambda e, r: e.stream(r)))
+    chat_route = route(lambda b, n: (chat.check_request(b, n),), lambda e, r: e.complete(r), lambda e, r: e.stream(r))
+    app.post("/v1/chat/completions")(chat_route)
     app.post("/v1/completions")(route(completions.check_completion, completions.complete, completions.stream))
     app.post("/v1/responses")(route(responses.check_response, responses.complete, responses.stream, named=True))
     return app
-
-
-def _tuple(value: Any) -> tuple:
-    return value if isinstance(value, tuple) else (value,)
 
 
 class Server:
