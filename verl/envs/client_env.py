@@ -5,9 +5,16 @@ runs a whole episode, the client being the rollout engine in training (verl.work
 endpoint in `python -m verl.envs.evaluate`. README.md's "Multi-turn and tool-use rollouts" has an example.
 """
 
+import types
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from verl.envs.base import Environment, EnvStep
+
+
+def chat_client(create: Callable[..., Awaitable[Any]]) -> Any:
+    """An OpenAI-style async client whose `chat.completions.create(**request)` is `create`."""
+    return types.SimpleNamespace(chat=types.SimpleNamespace(completions=types.SimpleNamespace(create=create)))
 
 
 class EpisodeOver(Exception):

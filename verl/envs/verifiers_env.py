@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import hashlib
 import importlib
 import json
@@ -27,11 +28,10 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from verl.envs.client_env import ChatClientEnv, EpisodeOver
+from verl.envs.client_env import ChatClientEnv, EpisodeOver, chat_client
 from verl.envs.tools import assistant_message
 
 
-INSTALL_HINT = "pip install -e '.[verifiers]'"
 TASK_COLUMN = "verifiers_task"
 """The dataset column holding a row's verifiers task data (JSON), written by `export`."""
 HARNESS_ID = "verl_local_chat"
@@ -41,17 +41,6 @@ OVER_MESSAGE = "This episode's maximum context length is reached"
 """What the harness is told when the episode's turns or response budget are spent (a context-length error)."""
 FORWARDED = ("max_tokens", "max_completion_tokens", "temperature", "top_p", "stop", "seed", "tool_choice")
 """Request fields the harness may set that go on to the episode's client (training applies its own sampling)."""
-
-
-def import_verifiers(name: str) -> Any:
-    """`verifiers.v1`, or a ValueError naming the environment and the extra to install."""
-    try:
-        return importlib.import_module("verifiers.v1")
-    except ImportError as error:
-        raise ValueError(
-            f"{name} is a verifiers environment, but the verifiers package cannot be imported ({error}); install it "
-            f"with `{INSTALL_HINT}`."
-        ) from None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -107,34 +96,25 @@ def _harness_module() -> types.ModuleType:
     return module
 
 
-_WARM: Any = None
-
-
+@functools.cache
 def _warm_python() -> Any:
     """This process's warm Python servers (one per harness program), closed at its exit."""
-    global _WARM
-    if _WARM is None:
-        import atexit
+    import atexit
 
-        from verl.envs.warm_python import WarmPython
+    from verl.envs.warm_python import WarmPython
 
-        _WARM = WarmPython()
-        atexit.register(_WARM.close)
-    return _WARM
-
-
-class _EpisodeEnds(logging.Filter):
-    """Drops verifiers' warning about the context-length error that ends an episode on its budget (expected)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return OVER_MESSAGE not in record.getMessage()
+    warm = WarmPython()
+    atexit.register(warm.close)
+    return warm
 
 
 def register_harness() -> None:
-    """Make HARNESS_ID importable (once per process)."""
+    """Make HARNESS_ID importable (once per process); drop verifiers' warning about the context-length error that
+    ends an episode on its budget (expected)."""
     if HARNESS_ID not in sys.modules:
         sys.modules[HARNESS_ID] = _harness_module()
-        logging.getLogger("verifiers.v1.interception.server").addFilter(_EpisodeEnds())
+        server_log = logging.getLogger("verifiers.v1.interception.server")
+        server_log.addFilter(lambda record: OVER_MESSAGE not in record.getMessage())
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -149,13 +129,6 @@ def _text(content: Any, where: str) -> str:
     if all(isinstance(part, dict) and part.get("type") == "text" for part in parts):
         return "".join(part.get("text", "") for part in parts)
     raise NotImplementedError(f"{where} has content parts other than text; verifiers environments run text only.")
-
-
-def text_message(text: str, finish_reason: str | None, tools: bool) -> tuple[dict[str, Any], str | None]:
-    """tools.assistant_message of `text` and its finish_reason ("tool_calls" when it has calls), as `verl.serve`
-    answers."""
-    message = assistant_message(text, tools)
-    return message, "tool_calls" if "tool_calls" in message else finish_reason
 
 
 def _error_body(message: str, code: str | None = None) -> dict[str, Any]:
@@ -227,14 +200,12 @@ class Bridge:
         choice = reply.choices[0]
         text = choice.message.content or ""
         calls = [call.model_dump(exclude_none=True) for call in getattr(choice.message, "tool_calls", None) or []]
+        self.turns.append({"role": "assistant", "content": text, **({"tool_calls": calls} if calls else {})})
         if calls:  # the endpoint parsed them
             message = {"role": "assistant", "content": choice.message.content, "tool_calls": calls}
-            finish = choice.finish_reason
-            self.turns.append({"role": "assistant", "content": text, "tool_calls": calls})
-        else:
-            tools = bool(body.get("tools")) and body.get("tool_choice") != "none"
-            message, finish = text_message(text, choice.finish_reason, tools)
-            self.turns.append({"role": "assistant", "content": text})
+        else:  # text tool calls read as `verl.serve` reads them
+            message = assistant_message(text, bool(body.get("tools")) and body.get("tool_choice") != "none")
+        finish = "tool_calls" if "tool_calls" in message and not calls else choice.finish_reason  # as verl.serve
         usage = getattr(reply, "usage", None)
         return {
             "id": getattr(reply, "id", None) or f"chatcmpl-{uuid.uuid4().hex}",
@@ -305,7 +276,8 @@ def task_row(task: Any) -> dict[str, Any]:
 # the environment
 
 
-def _probe_reply(model: str) -> Any:
+async def _probe_reply(*, model: str | None = None, **_: Any) -> Any:
+    """The probe episode's answer to every request: an empty final turn."""
     from openai.types.chat import ChatCompletion
 
     return ChatCompletion.model_validate(
@@ -313,20 +285,10 @@ def _probe_reply(model: str) -> Any:
             "id": "chatcmpl-probe",
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": model,
+            "model": model or "probe",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "stop"}],
         }
     )
-
-
-class _ProbeClient:
-    """Answers every request with an empty final turn."""
-
-    def __init__(self) -> None:
-        self.chat = types.SimpleNamespace(completions=self)
-
-    async def create(self, *, model: str | None = None, **_: Any) -> Any:
-        return _probe_reply(model or "probe")
 
 
 class VerifiersEnv(ChatClientEnv):
@@ -341,7 +303,13 @@ class VerifiersEnv(ChatClientEnv):
         block = {"id": taskset} if isinstance(taskset, str) else dict(taskset)
         ident = str(block.get("id") or "")
         self.name = f"verifiers taskset {ident!r}"
-        self.vf = vf = import_verifiers(self.name)
+        try:
+            self.vf = vf = importlib.import_module("verifiers.v1")
+        except ImportError as error:
+            raise ValueError(
+                f"{self.name} is a verifiers environment, but the verifiers package cannot be imported ({error}); "
+                "install it with `pip install -e '.[verifiers]'`."
+            ) from None
         if ident.endswith(".py"):
             block["id"] = ident = self._import_file(ident)
         register_harness()
@@ -487,8 +455,7 @@ class VerifiersEnv(ChatClientEnv):
     def tool_schemas(self) -> list[dict[str, Any]] | None:
         """The tools the harness offers the model, found by an unscored probe episode of the first task."""
         if not self._probed:
-            self._tools = self._probe_tools()
-            self._probed = True
+            self._tools, self._probed = self._probe_tools(), True
         return self._tools
 
     def _probe_tools(self) -> list[dict[str, Any]] | None:
@@ -502,7 +469,9 @@ class VerifiersEnv(ChatClientEnv):
         async def probe() -> tuple[Any, Bridge]:
             data = task.data.model_dump(mode="json")
             try:
-                return await self.run_task(_ProbeClient(), "probe", data, task_prompt(task.data), scored=False)
+                return await self.run_task(
+                    chat_client(_probe_reply), "probe", data, task_prompt(task.data), scored=False
+                )
             finally:
                 await self.release()
 
