@@ -21,13 +21,12 @@ import json
 import math
 import os
 import sys
-import types
 from dataclasses import dataclass
 from typing import Any
 
 from verl.data.rollout_dump import message_record, message_text, transcript_messages, write_image
 from verl.envs.base import Environment
-from verl.envs.client_env import ChatClientEnv, EpisodeOver
+from verl.envs.client_env import ChatClientEnv, EpisodeOver, chat_client
 from verl.envs.loader import load_environment
 
 
@@ -140,14 +139,14 @@ def _images_of(messages: list[dict[str, Any]]) -> list[Any]:
     ]
 
 
-def _usage_tokens(reply: Any) -> int:
-    return int(getattr(getattr(reply, "usage", None), "completion_tokens", None) or 0)
-
-
-def reply_turn(message: Any) -> tuple[str, list[dict[str, Any]]]:
-    """(the model's turn as text, its tool calls as {"name", "arguments"}) of a reply's message. Calls an endpoint
-    parsed into `tool_calls` are written back as `<tool_call>` blocks, so the turn reads as in training."""
-    text, calls = message.content or "", []
+def reply_turn(reply: Any, counts: dict[str, Any]) -> tuple[str, list[dict[str, Any]], int]:
+    """(the model's turn as text, its tool calls as {"name", "arguments"}, its completion tokens or 0) of a reply;
+    sets counts["truncated"]. Calls an endpoint parsed into `tool_calls` are written back as `<tool_call>` blocks,
+    so the turn reads as in training."""
+    choice = reply.choices[0]
+    counts["truncated"] = choice.finish_reason == "length"
+    message, calls = choice.message, []
+    text = message.content or ""
     for call in getattr(message, "tool_calls", None) or []:
         function = getattr(call, "function", None)
         if function is None:
@@ -160,7 +159,7 @@ def reply_turn(message: Any) -> tuple[str, list[dict[str, Any]]]:
         calls.append({"name": function.name, "arguments": arguments})
         block = json.dumps({"name": function.name, "arguments": arguments}, ensure_ascii=False)
         text += ("\n" if text else "") + f"<tool_call>\n{block}\n</tool_call>"
-    return text, calls
+    return text, calls, int(getattr(getattr(reply, "usage", None), "completion_tokens", None) or 0)
 
 
 def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeResult:
@@ -177,10 +176,8 @@ def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeRe
     for turn in range(setup.max_turns):
         wire = to_openai_messages(messages, urls)
         reply = client.chat.completions.create(model=setup.model, messages=wire, **setup.sampling, **extra)
-        choice = reply.choices[0]
-        text, calls = reply_turn(choice.message)
-        tokens += _usage_tokens(reply)
-        counts["truncated"] = choice.finish_reason == "length"
+        text, calls, used = reply_turn(reply, counts)
+        tokens += used
         messages.append({"role": "assistant", "content": text})
         transcript += transcript_messages([{**messages[-1], "tool_calls": calls}], 0)
         counts["turns"] += 1
@@ -217,27 +214,23 @@ def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any
     async def episode() -> None:
         client = make_client()
 
-        class Completions:
-            async def create(self, **request: Any) -> Any:
-                sent = list(request.get("messages", []))
-                if counts["turns"] >= setup.max_turns:
-                    refused[:] = sent
-                    raise EpisodeOver(f"--max-turns={setup.max_turns} requests were answered")
-                counts["turns"] += 1
-                request = {**request, "messages": to_openai_messages(sent)}
-                reply = await client.chat.completions.create(**{**request, **setup.sampling})
-                choice = reply.choices[0]
-                usage["tokens"] += _usage_tokens(reply)
-                usage["text"], calls = reply_turn(choice.message)
-                counts["truncated"] = choice.finish_reason == "length"
-                turn = {"role": "assistant", "content": usage["text"], "tool_calls": calls}
-                seen[:] = [*as_written(sent, written), turn]
-                written.append(turn)
-                return reply
+        async def create(**request: Any) -> Any:
+            sent = list(request.get("messages", []))
+            if counts["turns"] >= setup.max_turns:
+                refused[:] = sent
+                raise EpisodeOver(f"--max-turns={setup.max_turns} requests were answered")
+            counts["turns"] += 1
+            request = {**request, "messages": to_openai_messages(sent)}
+            reply = await client.chat.completions.create(**{**request, **setup.sampling})
+            usage["text"], calls, used = reply_turn(reply, counts)
+            usage["tokens"] += used
+            turn = {"role": "assistant", "content": usage["text"], "tool_calls": calls}
+            seen[:] = [*as_written(sent, written), turn]
+            written.append(turn)
+            return reply
 
-        counting = types.SimpleNamespace(chat=types.SimpleNamespace(completions=Completions()))
         try:
-            await env.rollout(counting, setup.model, [{"role": "user", "content": setup.prompt}], state)
+            await env.rollout(chat_client(create), setup.model, [{"role": "user", "content": setup.prompt}], state)
         finally:
             await env.release()
 
@@ -372,10 +365,8 @@ def summarize(results: list[dict[str, Any]], scores: list[dict[str, float]]) -> 
         values = [score[key] for score in scores if key in score and math.isfinite(score[key])]
         means[key] = sum(values) / len(values) if values else None
     chosen = accuracy_key(keys)
-    if chosen is not None:
-        summary["accuracy"] = means[chosen]
-    else:
-        summary["accuracy"] = sum(score.get("overall", 0.0) > 0 for score in scores) / len(scores)
+    solved = sum(score.get("overall", 0.0) > 0 for score in scores) / len(scores)
+    summary["accuracy"] = means[chosen] if chosen is not None else solved
     summary.update({f"reward/{key}/mean": value for key, value in means.items()})
     return summary
 
