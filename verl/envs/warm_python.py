@@ -152,11 +152,9 @@ def _run_child(connection: socket.socket, request: dict[str, Any], fds: list[int
     code = 0
     try:
         runpy.run_path(argv[0], run_name="__main__")
-    except SystemExit as done:
-        if done.code is None:
-            code = 0
-        elif isinstance(done.code, int):
-            code = done.code
+    except SystemExit as done:  # as the interpreter exits: None is 0, another non-int is printed and 1
+        if done.code is None or isinstance(done.code, int):
+            code = done.code or 0
         else:
             print(done.code, file=sys.stderr)
             code = 1
