@@ -13,7 +13,7 @@ from typing import Any
 
 from verl.envs.tools import assistant_message, tool_call
 from verl.serve.engine_loop import EngineLoop
-from verl.serve.request_checks import RequestError, check_logit_bias, parse, ranked
+from verl.serve.request_checks import RequestError, check_options, parse, ranked
 
 
 TOOL_CALL_TAG = "<tool_call>"
@@ -33,9 +33,7 @@ def check_request(body: Any, served_name: str) -> Any:
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
     request = parse(ChatCompletionRequest, body, served_name, CHAT_FIELDS)
-    if request.stream_options is not None and request.stream_options.continuous_usage_stats:
-        raise RequestError("'stream_options.continuous_usage_stats' is not supported by this server; leave it out.")
-    check_logit_bias(request.logit_bias)
+    check_options(request)
     if not request.messages:
         raise RequestError("'messages' must be a non-empty list of {role, content} objects.")
     if request.n is not None and request.n < 1:

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from verl.serve.request_checks import RequestError, check_logit_bias, parse, ranked
+from verl.serve.request_checks import RequestError, check_options, parse, ranked
 
 
 COMPLETION_FIELDS = {
@@ -39,9 +39,7 @@ def check_completion(body: Any, served_name: str) -> tuple[Any, list[str | list[
             "'prompt' must be a string, a list of strings, a list of token ids or a list of such lists, got "
             f"{prompt!r}."
         )
-    check_logit_bias(request.logit_bias)
-    if request.stream_options is not None and request.stream_options.continuous_usage_stats:
-        raise RequestError("'stream_options.continuous_usage_stats' is not supported by this server; leave it out.")
+    check_options(request)
     if request.max_tokens is not None and request.max_tokens < 0:
         raise RequestError(f"'max_tokens' must be >= 0, got {request.max_tokens}.")
     if request.max_tokens == 0 and not request.echo:

@@ -76,9 +76,12 @@ def parse(model: type[M], body: Any, served_name: str, honoured: set[str]) -> M:
     return request
 
 
-def check_logit_bias(bias: dict[str, float] | None) -> None:
-    """A RequestError unless `logit_bias` maps integer token ids to numbers in [-100, 100] (as OpenAI's API)."""
-    for token, value in (bias or {}).items():
+def check_options(request: Any) -> None:
+    """A RequestError for what chat and completions requests both refuse: continuous usage stats in a stream, or a
+    `logit_bias` other than integer token ids mapped to numbers in [-100, 100] (as OpenAI's API)."""
+    if request.stream_options is not None and request.stream_options.continuous_usage_stats:
+        raise RequestError("'stream_options.continuous_usage_stats' is not supported by this server; leave it out.")
+    for token, value in (request.logit_bias or {}).items():
         if not token.lstrip("-").isdigit():
             raise RequestError(f"'logit_bias' keys must be integer token ids, got {token!r}.")
         if not -100 <= value <= 100:
