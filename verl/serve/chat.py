@@ -89,11 +89,6 @@ def forced_tool_message(text: str, finish_reason: str | None, function: str) -> 
     return message, "tool_calls" if not function and finish_reason == "stop" else finish_reason
 
 
-def reads_tool_calls(request: Any) -> bool:
-    """Whether the reply's tool calls become `tool_calls`: the request has tools and tool_choice is not "none"."""
-    return bool(request.tools) and request.tool_choice != "none"
-
-
 def _reply_message(content: str) -> dict[str, Any]:
     """An assistant message with the keys vLLM's server writes (refusal, annotations, audio, function_call: null)."""
     return {"role": "assistant", "content": content, "refusal": None, "annotations": None, "audio": None,
@@ -122,12 +117,6 @@ def token_logprob(logprob: Any) -> dict[str, Any]:
     return {"token": token, "logprob": max(logprob.logprob, -9999.0), "bytes": list(token.encode("utf-8", "replace"))}
 
 
-def chat_logprob(token_id: int, alternatives: dict[int, Any], top: int) -> dict[str, Any]:
-    """The chat `logprobs.content` entry of one generated token: the token and the `top` most likely ones."""
-    entries = [token_logprob(logprob) for _, logprob in ranked(alternatives, top)]
-    return {**token_logprob(alternatives[token_id]), "top_logprobs": entries}
-
-
 class ChoiceText:
     """One choice's text as the engine extends it, and what a stream may send of its content so far. With tools,
     text from a (possibly partial) `<tool_call>` tag on, and whitespace-only content, wait for the end, so the
@@ -152,7 +141,8 @@ class ChoiceText:
         self.tokens += len(completion.token_ids)
         if self.top_logprobs is not None:
             for token_id, alternatives in zip(completion.token_ids, completion.logprobs or []):
-                self.logprobs.append(chat_logprob(token_id, alternatives, self.top_logprobs))
+                top = [token_logprob(logprob) for _, logprob in ranked(alternatives, self.top_logprobs)]
+                self.logprobs.append({**token_logprob(alternatives[token_id]), "top_logprobs": top})
         if completion.finish_reason is not None:
             self.finish_reason, self.stop_reason = completion.finish_reason, completion.stop_reason
         limit = len(self.text)
@@ -251,7 +241,7 @@ class ChatEngine:
 
         from verl.workers.rollout import vllm_compat
 
-        tools = reads_tool_calls(request)
+        tools = bool(request.tools) and request.tool_choice != "none"  # the reply's calls become `tool_calls`
         tool_dicts = [tool.model_dump() for tool in request.tools] if request.tools else None  # as vLLM's server
         prompt = vllm_compat.render_chat(self.llm, request.messages, tool_dicts)
         prompt_ids = prompt.get("prompt_token_ids") if isinstance(prompt, dict) else None
