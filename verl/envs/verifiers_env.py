@@ -163,10 +163,8 @@ class Bridge:
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         try:
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            port = runner.addresses[0][1]
-            yield f"http://127.0.0.1:{port}/v1"
+            await web.TCPSite(runner, "127.0.0.1", 0).start()
+            yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
         finally:
             await runner.cleanup()
 
@@ -179,8 +177,7 @@ class Bridge:
             raw = await self.ask(body)
         except EpisodeOver as over:
             self.over = over
-            message = f"{OVER_MESSAGE}: {over}"
-            return web.json_response(_error_body(message, "context_length_exceeded"), status=400)
+            return web.json_response(_error_body(f"{OVER_MESSAGE}: {over}", "context_length_exceeded"), status=400)
         except Exception as error:  # the harness gets a 400 (not retried); rollout() raises the error itself
             self.error = error
             return web.json_response(_error_body(f"{type(error).__name__}: {error}"), status=400)
@@ -505,10 +502,9 @@ def rubric_reward(sample: dict[str, Any]) -> dict[str, float]:
             "rubric_reward scores verifiers episodes: the sample has no env_reward (worker.rollout.env must be a "
             "verifiers taskset)."
         )
-    scores = {"overall": float(info["env_reward"])}
     prefix = "env_reward_"
-    scores.update({key[len(prefix) :]: float(value) for key, value in info.items() if key.startswith(prefix)})
-    return scores
+    named = {key[len(prefix) :]: float(value) for key, value in info.items() if key.startswith(prefix)}
+    return {"overall": float(info["env_reward"]), **named}
 
 
 def export(env: VerifiersEnv, output: str, limit: int | None = None) -> int:
