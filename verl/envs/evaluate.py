@@ -240,12 +240,11 @@ def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any
     except EpisodeOver:
         pass
     conversation = seen or [{"role": "user", "content": setup.prompt}]
-    transcript = transcript_messages(conversation, 0)
+    transcript, images = transcript_messages(conversation, 0), _images_of(conversation)
     if len(refused) > len(seen):
         late = refused[len(seen) :]
-        transcript += transcript_messages(late, len(_images_of(conversation)), cut=True)
+        transcript += transcript_messages(late, len(images), cut=True)
         counts["cut_tool_messages"] += sum(m.get("role") == "tool" for m in late if isinstance(m, dict))
-    images = _images_of(conversation)
     return EpisodeResult(counts, env.episode_info(state), transcript, images, usage["tokens"], usage["text"])
 
 
