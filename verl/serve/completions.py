@@ -117,19 +117,17 @@ class Completion:
         for completion in output.outputs:
             choice = self.choices[prompt * self.n + completion.index]
             echo = self.echo and not choice.text and not choice.tokens
-            text, entries = choice.add(completion)
-            if not self.generate:
-                text, entries = "", []
-            if echo:
-                text, entries = self.prompts[prompt][1] + text, self.prompt_entries[prompt] + entries
-            yield choice, text, entries
+            yield choice, *self._shown(prompt, *choice.add(completion), echo)
+
+    def _shown(self, prompt: int, text: str, entries: list, echo: bool) -> tuple[str, list]:
+        """What a choice shows of its `text` and logprob `entries`: none of them for max_tokens 0, and with `echo`,
+        the prompt and its entries first."""
+        if not self.generate:
+            text, entries = "", []
+        return (self.prompts[prompt][1] + text, self.prompt_entries[prompt] + entries) if echo else (text, entries)
 
     def choice_object(self, choice: CompletionChoice) -> dict[str, Any]:
-        prompt = choice.index // self.n
-        text = choice.text if self.generate else ""
-        entries = choice.entries if self.generate else []
-        if self.echo:
-            text, entries = self.prompts[prompt][1] + text, self.prompt_entries[prompt] + entries
+        text, entries = self._shown(choice.index // self.n, choice.text, choice.entries, self.echo)
         return {
             "index": choice.index,
             "text": text,
