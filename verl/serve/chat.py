@@ -208,19 +208,15 @@ class ChatEngine:
     def __init__(self, model: str, name: str, max_model_len: int, kv_cache_mb: int | None, dtype: str) -> None:
         from verl.utils import device
 
-        on_cpu = device.get_device_type() == "cpu"
-        if on_cpu:
+        kwargs: dict[str, Any] = {"model": model, "max_model_len": max_model_len, "seed": 0, "dtype": dtype}
+        if device.get_device_type() == "cpu":
             # the engine in this process, as in training, not in extra processes that import vLLM and torch again
-            # (docs/performance.md)
+            # (docs/performance.md); set before vLLM is imported
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        from vllm import LLM
-
-        kwargs: dict[str, Any] = {"model": model, "max_model_len": max_model_len, "seed": 0}
-        if on_cpu:
             kwargs.update(dtype="float32" if dtype == "auto" else dtype, enforce_eager=True)
             kwargs["kv_cache_memory_bytes"] = (kv_cache_mb or 256) * 2**20
-        else:
-            kwargs["dtype"] = dtype
+        from vllm import LLM
+
         self.llm = LLM(**kwargs)
         self.name = name
         self.max_model_len = max_model_len
