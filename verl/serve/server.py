@@ -99,9 +99,7 @@ def make_app(engine: Any) -> Any:
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": engine.name, "object": "model", "owned_by": "verl"}]}
 
-    def route(
-        check: Callable[[Any, str], tuple], complete: Callable, stream: Callable, named: bool = False
-    ) -> Callable:
+    def route(check: Callable[..., tuple], complete: Callable, stream: Callable, named: bool = False) -> Callable:
         async def answer(request: Request) -> Any:
             try:
                 try:
