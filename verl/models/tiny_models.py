@@ -29,7 +29,7 @@ from verl.models.transformers_compat import write_checkpoint_layout
 
 
 if TYPE_CHECKING:  # torch and transformers load lazily: the CLI checks its arguments before the slow imports
-    from transformers import PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
 
 
 ModelKind = Literal[
@@ -49,6 +49,23 @@ ModelKind = Literal[
     "llava_onevision",
 ]
 MODEL_KINDS: tuple[str, ...] = get_args(ModelKind)
+MODEL_CLASSES: dict[str, str] = {
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
+    "qwen2_vl": "Qwen2VLForConditionalGeneration",
+    "qwen3_vl": "Qwen3VLForConditionalGeneration",
+    "qwen3_vl_moe": "Qwen3VLMoeForConditionalGeneration",
+    "qwen2_rm": "Qwen2ForSequenceClassification",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+    "qwen3_5": "Qwen3_5ForConditionalGeneration",
+    "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
+    "gemma4": "Gemma4ForConditionalGeneration",
+    "glm4v": "Glm4vForConditionalGeneration",
+    "glm4v_moe": "Glm4vMoeForConditionalGeneration",
+    "internvl": "InternVLForConditionalGeneration",
+    "llava_onevision": "LlavaOnevisionForConditionalGeneration",
+}
+"""The transformers model class of each kind; its `config_class` takes the kind's `_config_kwargs`."""
 VL_KINDS: tuple[str, ...] = VISION_LANGUAGE_MODEL_TYPES
 """One vision-language kind per model type the trainer supports, named after it."""
 HYBRID_KINDS: tuple[str, ...] = ("qwen3_5", "qwen3_5_moe")
@@ -451,21 +468,13 @@ def _mrope_section(head_dim: int) -> list[int]:
     return [temporal, height, head_dim // 2 - temporal - height]
 
 
-def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "PreTrainedConfig":
-    from transformers import (
-        Qwen2_5_VLConfig,
-        Qwen2Config,
-        Qwen2VLConfig,
-        Qwen3MoeConfig,
-        Qwen3VLConfig,
-        Qwen3VLMoeConfig,
-    )
-
+def _config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> dict[str, Any]:
+    """Keyword arguments of the config class of `spec.kind`'s model class."""
     if spec.kind == "gemma4":
         return _gemma4_config(spec, tokenizer)
     text = _text_config_kwargs(spec, tokenizer)
     if spec.kind == "qwen2":
-        return Qwen2Config(rope_parameters={"rope_type": "default", "rope_theta": 1e6}, **text)
+        return {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6}, **text}
     # Qwen3-30B-A3B's experts, small: every layer sparse
     experts = {
         "num_experts": MOE_EXPERTS,
@@ -475,16 +484,16 @@ def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> 
         "mlp_only_layers": [],
     }
     if spec.kind == "qwen3_moe":  # q/k norms, explicit head_dim
-        return Qwen3MoeConfig(
-            rope_parameters={"rope_type": "default", "rope_theta": 1e6},
-            head_dim=spec.hidden_size // spec.num_heads,
-            norm_topk_prob=True,
+        return {
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1e6},
+            "head_dim": spec.hidden_size // spec.num_heads,
+            "norm_topk_prob": True,
             **experts,
             **text,
-        )
+        }
     if spec.kind == "qwen2_rm":
         # One label: the scalar reward. pad_token_id (set above) is how the HF head finds each row's last token.
-        return Qwen2Config(rope_parameters={"rope_type": "default", "rope_theta": 1e6}, num_labels=1, **text)
+        return {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6}, "num_labels": 1, **text}
     if spec.kind == "internvl":
         return _internvl_config(spec, tokenizer, text)
     if spec.kind == "llava_onevision":
@@ -527,8 +536,7 @@ def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> 
             num_position_embeddings=64,  # an 8 x 8 grid of learned positions, interpolated to each image's grid
             deepstack_visual_indexes=[0],  # the first block's features also go into the first decoder layer
         )
-        config_class = Qwen3VLMoeConfig if spec.kind == "qwen3_vl_moe" else Qwen3VLConfig
-        return config_class(text_config=text, vision_config=vision, **common)
+        return {"text_config": text, "vision_config": vision, **common}
     if spec.kind == "qwen2_5_vl":
         vision.update(
             hidden_size=spec.vision_hidden_size,
@@ -538,18 +546,16 @@ def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> 
             fullatt_block_indexes=[spec.vision_depth - 1],
             tokens_per_second=2,
         )
-        return Qwen2_5_VLConfig(text_config=text, vision_config=vision, **common)
+        return {"text_config": text, "vision_config": vision, **common}
     vision.update(embed_dim=spec.vision_hidden_size, hidden_size=spec.hidden_size, mlp_ratio=2)
-    return Qwen2VLConfig(text_config=text, vision_config=vision, **common)
+    return {"text_config": text, "vision_config": vision, **common}
 
 
 def _internvl_config(
     spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase", text: dict[str, Any]
-) -> "PreTrainedConfig":
+) -> dict[str, Any]:
     """InternVL3-hf's layout, small: an InternViT tower on one tile, pixel shuffle (0.5), an MLP projector and a Qwen2
     decoder with plain 1-D rope."""
-    from transformers import InternVLConfig
-
     text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6}
     vision = {
         "hidden_size": spec.vision_hidden_size,
@@ -560,7 +566,7 @@ def _internvl_config(
         "patch_size": 14,
         "initializer_range": spec.initializer_range,
     }
-    return InternVLConfig(
+    return dict(
         text_config={"model_type": "qwen2", **text},
         vision_config=vision,
         image_token_id=tokenizer.convert_tokens_to_ids(MEDIA_TOKENS["internvl"]["context_image_token"]),
@@ -572,11 +578,9 @@ def _internvl_config(
 
 def _onevision_config(
     spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase", text: dict[str, Any]
-) -> "PreTrainedConfig":
+) -> dict[str, Any]:
     """LLaVA-OneVision's layout, small: a SigLIP tower, anyres tiling with a newline token per row, an MLP projector
     and a Qwen2 decoder with plain 1-D rope."""
-    from transformers import LlavaOnevisionConfig
-
     text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6}
     vision = {
         "model_type": "siglip_vision_model",
@@ -589,7 +593,7 @@ def _onevision_config(
         "vision_use_head": False,  # as the published checkpoints: the features come from the last layer, unpooled
     }
     tokens = MEDIA_TOKENS["llava_onevision"]
-    return LlavaOnevisionConfig(
+    return dict(
         text_config={"model_type": "qwen2", **text},
         vision_config=vision,
         image_token_index=tokenizer.convert_tokens_to_ids(tokens["image_token"]),
@@ -604,11 +608,9 @@ def _onevision_config(
 
 def _qwen3_5_config(
     spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase", text: dict[str, Any], head_dim: int
-) -> "PreTrainedConfig":
+) -> dict[str, Any]:
     """Qwen3.5's layout, small: Gated DeltaNet layers with three of every four full-attention layers replaced, rope on
     a quarter of the head dim (interleaved mrope), gated full attention, and a Qwen3-VL style vision tower."""
-    from transformers import Qwen3_5Config, Qwen3_5MoeConfig
-
     rotary_dim = head_dim // 4  # partial_rotary_factor 0.25, as Qwen3.5 (64 of its 256)
     text["rope_parameters"] = {
         "rope_type": "default",
@@ -650,8 +652,7 @@ def _qwen3_5_config(
         "num_position_embeddings": 64,
         "initializer_range": spec.initializer_range,
     }
-    config_class = Qwen3_5MoeConfig if spec.kind == "qwen3_5_moe" else Qwen3_5Config
-    return config_class(
+    return dict(
         text_config=text,
         vision_config=vision,
         image_token_id=ids["<|image_pad|>"],
@@ -662,12 +663,10 @@ def _qwen3_5_config(
     )
 
 
-def _gemma4_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "PreTrainedConfig":
+def _gemma4_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> dict[str, Any]:
     """Gemma 4 E2B/E4B's layout, small: sliding-window and full-attention (twice the head dim) layers alternating, the
     second half sharing earlier layers' keys and values, per-layer input embeddings, logit soft-capping, a vision
     tower whose 3 x 3 pooled patches are the soft tokens; no audio tower."""
-    from transformers import Gemma4Config
-
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in GEMMA_SPECIAL_TOKENS}
     vocab_size = (len(tokenizer) + 63) // 64 * 64
     head_dim = spec.hidden_size // spec.num_heads
@@ -710,7 +709,7 @@ def _gemma4_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") ->
         "default_output_length": GEMMA_MAX_SOFT_TOKENS,  # vLLM counts an image's tokens with it, as the processor
         "initializer_range": spec.initializer_range,
     }
-    return Gemma4Config(
+    return dict(
         text_config=text,
         vision_config=vision,
         audio_config=None,
@@ -728,11 +727,9 @@ def _gemma4_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") ->
 
 def _glm4v_config(
     spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase", text: dict[str, Any], head_dim: int
-) -> "PreTrainedConfig":
+) -> dict[str, Any]:
     """GLM-4.1V's layout, small (GLM-4.5V's for glm4v_moe): rope on half the head dim, biased q/k/v, an untied
     output head, and GLM's vision tower (learned position embeddings, a convolution that merges 2x2 patches)."""
-    from transformers import Glm4vConfig, Glm4vMoeConfig
-
     ids = _special_ids(tokenizer)
     text["rope_parameters"] = {
         "rope_type": "default",
@@ -773,8 +770,7 @@ def _glm4v_config(
         "out_hidden_size": spec.hidden_size,
         "initializer_range": spec.initializer_range,
     }
-    config_class = Glm4vMoeConfig if spec.kind == "glm4v_moe" else Glm4vConfig
-    return config_class(
+    return dict(
         text_config=text,
         vision_config=vision,
         image_token_id=ids["<|image|>"],
@@ -790,41 +786,10 @@ def _glm4v_config(
 def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "PreTrainedModel":
     """A randomly initialised float32 model for `spec`; the caller's global torch RNG is left untouched."""
     import torch
-    from transformers import (
-        Gemma4ForConditionalGeneration,
-        GenerationConfig,
-        Glm4vForConditionalGeneration,
-        Glm4vMoeForConditionalGeneration,
-        InternVLForConditionalGeneration,
-        LlavaOnevisionForConditionalGeneration,
-        Qwen2_5_VLForConditionalGeneration,
-        Qwen2ForCausalLM,
-        Qwen2ForSequenceClassification,
-        Qwen2VLForConditionalGeneration,
-        Qwen3_5ForConditionalGeneration,
-        Qwen3_5MoeForConditionalGeneration,
-        Qwen3MoeForCausalLM,
-        Qwen3VLForConditionalGeneration,
-        Qwen3VLMoeForConditionalGeneration,
-    )
+    import transformers
 
-    config = _model_config(spec, tokenizer)
-    model_class = {
-        "qwen2": Qwen2ForCausalLM,
-        "qwen2_5_vl": Qwen2_5_VLForConditionalGeneration,
-        "qwen2_vl": Qwen2VLForConditionalGeneration,
-        "qwen3_vl": Qwen3VLForConditionalGeneration,
-        "qwen3_vl_moe": Qwen3VLMoeForConditionalGeneration,
-        "qwen2_rm": Qwen2ForSequenceClassification,
-        "qwen3_moe": Qwen3MoeForCausalLM,
-        "qwen3_5": Qwen3_5ForConditionalGeneration,
-        "qwen3_5_moe": Qwen3_5MoeForConditionalGeneration,
-        "gemma4": Gemma4ForConditionalGeneration,
-        "glm4v": Glm4vForConditionalGeneration,
-        "glm4v_moe": Glm4vMoeForConditionalGeneration,
-        "internvl": InternVLForConditionalGeneration,
-        "llava_onevision": LlavaOnevisionForConditionalGeneration,
-    }[spec.kind]
+    model_class = getattr(transformers, MODEL_CLASSES[spec.kind])
+    config = model_class.config_class(**_config_kwargs(spec, tokenizer))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
         model = model_class(config).to(torch.float32)
@@ -832,7 +797,7 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
         return model.eval()
     # Only the stop tokens: sampling defaults here would silently become vLLM's defaults too.
     if spec.kind == "gemma4":  # as Gemma-it: the end of the model's turn or <eos>
-        model.generation_config = GenerationConfig(
+        model.generation_config = transformers.GenerationConfig(
             bos_token_id=tokenizer.bos_token_id,
             eos_token_id=[tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<eos>")],
             pad_token_id=tokenizer.pad_token_id,
@@ -840,7 +805,7 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
         return model.eval()
     ids = _special_ids(tokenizer)
     stop_tokens = GLM_STOP_TOKENS if spec.kind in GLM_KINDS else ("<|im_end|>", "<|endoftext|>")
-    model.generation_config = GenerationConfig(
+    model.generation_config = transformers.GenerationConfig(
         bos_token_id=ids["<|endoftext|>"],
         eos_token_id=[ids[token] for token in stop_tokens],
         pad_token_id=ids["<|endoftext|>"],
