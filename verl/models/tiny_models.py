@@ -432,18 +432,21 @@ class TinyModelSpec:
         """Whether the model scores sequences (one logit at the last token) rather than generating them."""
         return self.kind in REWARD_KINDS
 
+    @property
+    def head_dim(self) -> int:
+        """Width of one attention head of the language model."""
+        return self.hidden_size // self.num_heads
+
     def to_dict(self) -> dict[str, Any]:
         """The spec as written to tiny_model_spec.json; the builder version marks caches of older builders stale."""
         return {"builder_version": BUILDER_VERSION, **dataclasses.asdict(self)}
 
 
-def _special_ids(tokenizer: "PreTrainedTokenizerBase") -> dict[str, int]:
-    vocab = tokenizer.get_vocab()
-    return {token: vocab[token] for token in SPECIAL_TOKENS + GLM_SPECIAL_TOKENS if token in vocab}
-
-
 def _text_config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> dict[str, Any]:
-    ids = _special_ids(tokenizer)
+    """The decoder fields every kind shares; bos, eos and pad as in Qwen-Instruct (gemma4: Gemma's own)."""
+    ids = tokenizer.get_vocab()
+    gemma = spec.kind == "gemma4"
+    bos, eos, pad = ("<bos>", "<eos>", "<pad>") if gemma else ("<|endoftext|>", "<|im_end|>", "<|endoftext|>")
     return {
         "vocab_size": (len(tokenizer) + 63) // 64 * 64,  # padded like Qwen's embeddings (151936 > 151665 tokens)
         "hidden_size": spec.hidden_size,
@@ -455,9 +458,18 @@ def _text_config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase
         "rms_norm_eps": 1e-6,
         "initializer_range": spec.initializer_range,
         "tie_word_embeddings": True,
-        "bos_token_id": ids["<|endoftext|>"],
-        "eos_token_id": ids["<|im_end|>"],
-        "pad_token_id": ids["<|endoftext|>"],
+        "bos_token_id": ids[bos],
+        "eos_token_id": ids[eos],
+        "pad_token_id": ids[pad],
+    }
+
+
+def _experts(spec: TinyModelSpec, count_key: str = "num_experts") -> dict[str, int]:
+    """The routed experts of a mixture-of-experts kind (`count_key`: the config's name for their number)."""
+    return {
+        count_key: MOE_EXPERTS,
+        "num_experts_per_tok": MOE_EXPERTS_PER_TOKEN,
+        "moe_intermediate_size": spec.intermediate_size // MOE_EXPERTS_PER_TOKEN,
     }
 
 
@@ -470,93 +482,77 @@ def _mrope_section(head_dim: int) -> list[int]:
 
 def _config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> dict[str, Any]:
     """Keyword arguments of the config class of `spec.kind`'s model class."""
-    if spec.kind == "gemma4":
-        return _gemma4_config(spec, tokenizer)
     text = _text_config_kwargs(spec, tokenizer)
-    if spec.kind == "qwen2":
-        return {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6}, **text}
-    # Qwen3-30B-A3B's experts, small: every layer sparse
-    experts = {
-        "num_experts": MOE_EXPERTS,
-        "num_experts_per_tok": MOE_EXPERTS_PER_TOKEN,
-        "moe_intermediate_size": spec.intermediate_size // MOE_EXPERTS_PER_TOKEN,
-        "decoder_sparse_step": 1,
-        "mlp_only_layers": [],
-    }
+    ids = tokenizer.get_vocab()
+    if spec.kind == "gemma4":
+        return _gemma4_config(spec, ids, text)
+    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6}
+    # Qwen3-30B-A3B's experts, small: every layer sparse. transformers' router always normalises the top-k; vLLM
+    # reads the flag.
+    qwen3_experts = {**_experts(spec), "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True}
+    if spec.kind in ("qwen2", "qwen2_rm"):
+        # qwen2_rm: one label, the scalar reward. pad_token_id is how the HF head finds each row's last token.
+        return {**text, "num_labels": 1} if spec.is_reward_model else text
     if spec.kind == "qwen3_moe":  # q/k norms, explicit head_dim
-        return {
-            "rope_parameters": {"rope_type": "default", "rope_theta": 1e6},
-            "head_dim": spec.hidden_size // spec.num_heads,
-            "norm_topk_prob": True,
-            **experts,
-            **text,
-        }
-    if spec.kind == "qwen2_rm":
-        # One label: the scalar reward. pad_token_id (set above) is how the HF head finds each row's last token.
-        return {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6}, "num_labels": 1, **text}
+        return {**text, **qwen3_experts, "head_dim": spec.head_dim}
     if spec.kind == "internvl":
-        return _internvl_config(spec, tokenizer, text)
+        return _internvl_config(spec, ids, text)
     if spec.kind == "llava_onevision":
-        return _onevision_config(spec, tokenizer, text)
-    head_dim = spec.hidden_size // spec.num_heads
-    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": _mrope_section(head_dim)}
-    if spec.kind in HYBRID_KINDS:
-        return _qwen3_5_config(spec, tokenizer, text, head_dim)
+        return _onevision_config(spec, ids, text)
+    text["rope_parameters"]["mrope_section"] = _mrope_section(spec.head_dim)
+    vision = {
+        "depth": spec.vision_depth,
+        "num_heads": spec.vision_num_heads,
+        "hidden_size": spec.vision_hidden_size,
+        "intermediate_size": 2 * spec.vision_hidden_size,
+        "out_hidden_size": spec.hidden_size,
+        "patch_size": PATCH_SIZES.get(spec.kind, 14),
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "initializer_range": spec.initializer_range,
+    }
     if spec.kind in GLM_KINDS:
-        return _glm4v_config(spec, tokenizer, text, head_dim)
-    if spec.kind in ("qwen3_vl", "qwen3_vl_moe"):  # Qwen3-VL interleaves the three rope sections over the frequencies
-        text.update(head_dim=head_dim)
+        return _glm4v_config(spec, ids, text, vision)
+    if spec.kind in HYBRID_KINDS:
+        _qwen3_5_text(spec, text)
+        vision["num_position_embeddings"] = 64
+    elif spec.kind in (
+        "qwen3_vl",
+        "qwen3_vl_moe",
+    ):  # Qwen3-VL interleaves the three rope sections over the frequencies
+        text.update(head_dim=spec.head_dim)
         text["rope_parameters"]["mrope_interleaved"] = True
-    if spec.kind == "qwen3_vl_moe":  # transformers' router always normalises the top-k; vLLM reads the flag
-        # 3/4 width: a square expert matrix's transposed checkpoint layout would be ambiguous (transformers_compat)
-        text.update({**experts, "norm_topk_prob": True, "moe_intermediate_size": 3 * spec.hidden_size // 4})
-    ids = _special_ids(tokenizer)
-    # The top-level VL config does not keep bos/eos/pad: they live in text_config (set above).
-    common = {
+        if spec.kind == "qwen3_vl_moe":
+            # 3/4 width: a square expert matrix's transposed checkpoint layout would be ambiguous (transformers_compat)
+            text.update({**qwen3_experts, "moe_intermediate_size": 3 * spec.hidden_size // 4})
+        vision.update(
+            num_position_embeddings=64,  # an 8 x 8 grid of learned positions, interpolated to each image's grid
+            deepstack_visual_indexes=[0],  # the first block's features also go into the first decoder layer
+        )
+    elif spec.kind == "qwen2_5_vl":
+        vision.update(
+            window_size=112,  # 4x4 merged patches per attention window
+            fullatt_block_indexes=[spec.vision_depth - 1],
+            tokens_per_second=2,
+        )
+    else:  # Qwen2-VL names the tower's width embed_dim and its output width hidden_size
+        del vision["intermediate_size"], vision["out_hidden_size"]
+        vision.update(embed_dim=spec.vision_hidden_size, hidden_size=spec.hidden_size, mlp_ratio=2)
+    # The top-level VL config does not keep bos/eos/pad: they live in text_config.
+    return {
+        "text_config": text,
+        "vision_config": vision,
         "image_token_id": ids["<|image_pad|>"],
         "video_token_id": ids["<|video_pad|>"],
         "vision_start_token_id": ids["<|vision_start|>"],
         "vision_end_token_id": ids["<|vision_end|>"],
         "tie_word_embeddings": True,
     }
-    vision = {
-        "depth": spec.vision_depth,
-        "num_heads": spec.vision_num_heads,
-        "patch_size": 14,
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "initializer_range": spec.initializer_range,
-    }
-    if spec.kind in ("qwen3_vl", "qwen3_vl_moe"):
-        vision.update(
-            patch_size=PATCH_SIZES["qwen3_vl"],
-            hidden_size=spec.vision_hidden_size,
-            intermediate_size=2 * spec.vision_hidden_size,
-            out_hidden_size=spec.hidden_size,
-            num_position_embeddings=64,  # an 8 x 8 grid of learned positions, interpolated to each image's grid
-            deepstack_visual_indexes=[0],  # the first block's features also go into the first decoder layer
-        )
-        return {"text_config": text, "vision_config": vision, **common}
-    if spec.kind == "qwen2_5_vl":
-        vision.update(
-            hidden_size=spec.vision_hidden_size,
-            intermediate_size=2 * spec.vision_hidden_size,
-            out_hidden_size=spec.hidden_size,
-            window_size=112,  # 4x4 merged patches per attention window
-            fullatt_block_indexes=[spec.vision_depth - 1],
-            tokens_per_second=2,
-        )
-        return {"text_config": text, "vision_config": vision, **common}
-    vision.update(embed_dim=spec.vision_hidden_size, hidden_size=spec.hidden_size, mlp_ratio=2)
-    return {"text_config": text, "vision_config": vision, **common}
 
 
-def _internvl_config(
-    spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase", text: dict[str, Any]
-) -> dict[str, Any]:
+def _internvl_config(spec: TinyModelSpec, ids: dict[str, int], text: dict[str, Any]) -> dict[str, Any]:
     """InternVL3-hf's layout, small: an InternViT tower on one tile, pixel shuffle (0.5), an MLP projector and a Qwen2
     decoder with plain 1-D rope."""
-    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6}
     vision = {
         "hidden_size": spec.vision_hidden_size,
         "num_hidden_layers": spec.vision_depth,
@@ -569,19 +565,16 @@ def _internvl_config(
     return dict(
         text_config={"model_type": "qwen2", **text},
         vision_config=vision,
-        image_token_id=tokenizer.convert_tokens_to_ids(MEDIA_TOKENS["internvl"]["context_image_token"]),
+        image_token_id=ids[MEDIA_TOKENS["internvl"]["context_image_token"]],
         image_seq_length=(INTERNVL_TILE // 14) ** 2 // 4,
         downsample_ratio=0.5,
         tie_word_embeddings=True,
     )
 
 
-def _onevision_config(
-    spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase", text: dict[str, Any]
-) -> dict[str, Any]:
+def _onevision_config(spec: TinyModelSpec, ids: dict[str, int], text: dict[str, Any]) -> dict[str, Any]:
     """LLaVA-OneVision's layout, small: a SigLIP tower, anyres tiling with a newline token per row, an MLP projector
     and a Qwen2 decoder with plain 1-D rope."""
-    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6}
     vision = {
         "model_type": "siglip_vision_model",
         "hidden_size": spec.vision_hidden_size,
@@ -596,8 +589,8 @@ def _onevision_config(
     return dict(
         text_config={"model_type": "qwen2", **text},
         vision_config=vision,
-        image_token_index=tokenizer.convert_tokens_to_ids(tokens["image_token"]),
-        video_token_index=tokenizer.convert_tokens_to_ids(tokens["video_token"]),
+        image_token_index=ids[tokens["image_token"]],
+        video_token_index=ids[tokens["video_token"]],
         image_grid_pinpoints=ONEVISION_GRIDS,
         vision_feature_select_strategy="full",
         vision_feature_layer=-1,
@@ -606,21 +599,19 @@ def _onevision_config(
     )
 
 
-def _qwen3_5_config(
-    spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase", text: dict[str, Any], head_dim: int
-) -> dict[str, Any]:
-    """Qwen3.5's layout, small: Gated DeltaNet layers with three of every four full-attention layers replaced, rope on
-    a quarter of the head dim (interleaved mrope), gated full attention, and a Qwen3-VL style vision tower."""
-    rotary_dim = head_dim // 4  # partial_rotary_factor 0.25, as Qwen3.5 (64 of its 256)
+def _qwen3_5_text(spec: TinyModelSpec, text: dict[str, Any]) -> None:
+    """Qwen3.5's decoder, small, into `text`: Gated DeltaNet layers with three of every four full-attention layers
+    replaced, rope on a quarter of the head dim (interleaved mrope), gated full attention (its vision tower is
+    Qwen3-VL's)."""
     text["rope_parameters"] = {
         "rope_type": "default",
         "rope_theta": 1e7,
-        "partial_rotary_factor": 0.25,
-        "mrope_section": _mrope_section(rotary_dim),
+        "partial_rotary_factor": 0.25,  # as Qwen3.5 (64 of its 256)
+        "mrope_section": _mrope_section(spec.head_dim // 4),
         "mrope_interleaved": True,
     }
     text.update(
-        head_dim=head_dim,
+        head_dim=spec.head_dim,
         layer_types=[
             "full_attention" if (i + 1) % FULL_ATTENTION_INTERVAL == 0 else "linear_attention"
             for i in range(spec.num_layers)
@@ -632,70 +623,28 @@ def _qwen3_5_config(
         linear_num_value_heads=LINEAR_VALUE_HEADS,
     )
     if spec.kind == "qwen3_5_moe":  # every layer sparse, with a shared expert, as Qwen3.5-35B-A3B
-        text.update(
-            num_experts=MOE_EXPERTS,
-            num_experts_per_tok=MOE_EXPERTS_PER_TOKEN,
-            moe_intermediate_size=spec.intermediate_size // MOE_EXPERTS_PER_TOKEN,
-            shared_expert_intermediate_size=spec.intermediate_size // MOE_EXPERTS_PER_TOKEN,
-        )
+        text.update(_experts(spec), shared_expert_intermediate_size=spec.intermediate_size // MOE_EXPERTS_PER_TOKEN)
         del text["intermediate_size"]
-    ids = _special_ids(tokenizer)
-    vision = {
-        "depth": spec.vision_depth,
-        "hidden_size": spec.vision_hidden_size,
-        "intermediate_size": 2 * spec.vision_hidden_size,
-        "num_heads": spec.vision_num_heads,
-        "patch_size": PATCH_SIZES[spec.kind],
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "out_hidden_size": spec.hidden_size,
-        "num_position_embeddings": 64,
-        "initializer_range": spec.initializer_range,
-    }
-    return dict(
-        text_config=text,
-        vision_config=vision,
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=True,
-    )
 
 
-def _gemma4_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> dict[str, Any]:
+def _gemma4_config(spec: TinyModelSpec, ids: dict[str, int], text: dict[str, Any]) -> dict[str, Any]:
     """Gemma 4 E2B/E4B's layout, small: sliding-window and full-attention (twice the head dim) layers alternating, the
     second half sharing earlier layers' keys and values, per-layer input embeddings, logit soft-capping, a vision
     tower whose 3 x 3 pooled patches are the soft tokens; no audio tower."""
-    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in GEMMA_SPECIAL_TOKENS}
-    vocab_size = (len(tokenizer) + 63) // 64 * 64
-    head_dim = spec.hidden_size // spec.num_heads
     layer_types = ["full_attention" if i % 2 else "sliding_attention" for i in range(spec.num_layers)]
     layer_types[-1] = "full_attention"  # Gemma 4's last layer is always global
-    text = {
-        "vocab_size": vocab_size,
-        "hidden_size": spec.hidden_size,
-        "intermediate_size": spec.intermediate_size,
-        "num_hidden_layers": spec.num_layers,
-        "num_attention_heads": spec.num_heads,
-        "num_key_value_heads": spec.num_kv_heads,
-        "head_dim": head_dim,
-        "global_head_dim": 2 * head_dim,
-        "layer_types": layer_types,
-        "sliding_window": GEMMA_SLIDING_WINDOW,
-        "num_kv_shared_layers": spec.num_layers // 2 if spec.num_layers >= 4 else 0,
-        "hidden_size_per_layer_input": GEMMA_PER_LAYER_INPUT_SIZE,
-        "vocab_size_per_layer_input": vocab_size,
-        "final_logit_softcapping": 30.0,
-        "max_position_embeddings": spec.max_position_embeddings,
-        "rms_norm_eps": 1e-6,
+    text.update(
+        head_dim=spec.head_dim,
+        global_head_dim=2 * spec.head_dim,
+        layer_types=layer_types,
+        sliding_window=GEMMA_SLIDING_WINDOW,
+        num_kv_shared_layers=spec.num_layers // 2 if spec.num_layers >= 4 else 0,
+        hidden_size_per_layer_input=GEMMA_PER_LAYER_INPUT_SIZE,
+        vocab_size_per_layer_input=text["vocab_size"],
+        final_logit_softcapping=30.0,
         # a quarter, else the sqrt(hidden_size)-scaled embedding outweighs the normalised sublayers (greedy repeats)
-        "initializer_range": spec.initializer_range / 4,
-        "tie_word_embeddings": True,
-        "pad_token_id": ids["<pad>"],
-        "bos_token_id": ids["<bos>"],
-        "eos_token_id": ids["<eos>"],
-    }
+        initializer_range=spec.initializer_range / 4,
+    )
     vision = {
         "hidden_size": spec.vision_hidden_size,
         "intermediate_size": 2 * spec.vision_hidden_size,
@@ -726,31 +675,28 @@ def _gemma4_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") ->
 
 
 def _glm4v_config(
-    spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase", text: dict[str, Any], head_dim: int
+    spec: TinyModelSpec, ids: dict[str, int], text: dict[str, Any], vision: dict[str, Any]
 ) -> dict[str, Any]:
     """GLM-4.1V's layout, small (GLM-4.5V's for glm4v_moe): rope on half the head dim, biased q/k/v, an untied
     output head, and GLM's vision tower (learned position embeddings, a convolution that merges 2x2 patches)."""
-    ids = _special_ids(tokenizer)
     text["rope_parameters"] = {
         "rope_type": "default",
         "rope_theta": 10000.0,
         "partial_rotary_factor": 0.5,
-        "mrope_section": _mrope_section(head_dim // 2),
+        "mrope_section": _mrope_section(spec.head_dim // 2),
     }
     # attention_bias: vLLM reads it (transformers' GLM-4.1V hard-codes the bias); head_dim and use_qk_norm: vLLM's
     # GLM-4.5V reads both and transformers' text config does not define them, so they are saved as given.
     text.update(
         attention_bias=True,
-        head_dim=head_dim,
+        head_dim=spec.head_dim,
         tie_word_embeddings=False,
         eos_token_id=[ids[token] for token in GLM_STOP_TOKENS],
     )
     if spec.kind == "glm4v_moe":  # GLM-4.5V: a dense first layer, then routed experts plus one shared expert
         text.update(
+            _experts(spec, "n_routed_experts"),
             use_qk_norm=False,
-            n_routed_experts=MOE_EXPERTS,
-            num_experts_per_tok=MOE_EXPERTS_PER_TOKEN,
-            moe_intermediate_size=spec.intermediate_size // MOE_EXPERTS_PER_TOKEN,
             n_shared_experts=1,
             first_k_dense_replace=1,
             n_group=1,
@@ -758,21 +704,9 @@ def _glm4v_config(
             norm_topk_prob=True,
             routed_scaling_factor=1.0,
         )
-    vision = {
-        "depth": spec.vision_depth,
-        "hidden_size": spec.vision_hidden_size,
-        "intermediate_size": 2 * spec.vision_hidden_size,
-        "num_heads": spec.vision_num_heads,
-        "patch_size": 14,
-        "image_size": 112,  # an 8 x 8 grid of learned positions, interpolated to each image's grid
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "out_hidden_size": spec.hidden_size,
-        "initializer_range": spec.initializer_range,
-    }
     return dict(
         text_config=text,
-        vision_config=vision,
+        vision_config={**vision, "image_size": 112},  # an 8 x 8 grid of learned positions, interpolated per image
         image_token_id=ids["<|image|>"],
         video_token_id=ids["<|video|>"],
         image_start_token_id=ids["<|begin_of_image|>"],
@@ -803,7 +737,7 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
             pad_token_id=tokenizer.pad_token_id,
         )
         return model.eval()
-    ids = _special_ids(tokenizer)
+    ids = tokenizer.get_vocab()
     stop_tokens = GLM_STOP_TOKENS if spec.kind in GLM_KINDS else ("<|im_end|>", "<|endoftext|>")
     model.generation_config = transformers.GenerationConfig(
         bos_token_id=ids["<|endoftext|>"],
