@@ -731,18 +731,14 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
         return model.eval()
     # Only the stop tokens: sampling defaults here would silently become vLLM's defaults too.
     if spec.kind == "gemma4":  # as Gemma-it: the end of the model's turn or <eos>
-        model.generation_config = transformers.GenerationConfig(
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=[tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<eos>")],
-            pad_token_id=tokenizer.pad_token_id,
-        )
-        return model.eval()
-    ids = tokenizer.get_vocab()
-    stop_tokens = GLM_STOP_TOKENS if spec.kind in GLM_KINDS else ("<|im_end|>", "<|endoftext|>")
+        stop_tokens = ("<turn|>", "<eos>")
+    else:
+        stop_tokens = GLM_STOP_TOKENS if spec.kind in GLM_KINDS else ("<|im_end|>", "<|endoftext|>")
+    text = config.get_text_config()
     model.generation_config = transformers.GenerationConfig(
-        bos_token_id=ids["<|endoftext|>"],
-        eos_token_id=[ids[token] for token in stop_tokens],
-        pad_token_id=ids["<|endoftext|>"],
+        bos_token_id=text.bos_token_id,
+        eos_token_id=tokenizer.convert_tokens_to_ids(list(stop_tokens)),
+        pad_token_id=text.pad_token_id,
     )
     return model.eval()
 
