@@ -284,8 +284,18 @@ def _train_bpe(bpe_vocab_size: int) -> tuple[str, str]:
     return json.dumps(model["vocab"]), json.dumps(merges)
 
 
+def _check_vocab_size(vocab_size: int) -> None:
+    if vocab_size < 257:
+        raise ValueError(f"vocab_size={vocab_size} is too small: byte-level BPE needs at least 257; e.g. 2048.")
+
+
 def chat_template(kind: str) -> str:
-    """CHAT_TEMPLATE with the image and video parts written as `kind`'s processor expects them."""
+    """`kind`'s chat template: CHAT_TEMPLATE with the image and video parts written as its processor expects them
+    (GLM kinds and gemma4: their own)."""
+    if kind == "gemma4":
+        return GEMMA_CHAT_TEMPLATE
+    if kind in GLM_KINDS:
+        return GLM_CHAT_TEMPLATE
     if kind not in MEDIA_PLACEHOLDERS:
         return CHAT_TEMPLATE
     image, video = MEDIA_PLACEHOLDERS[kind]
@@ -300,8 +310,7 @@ def build_tokenizer(vocab_size: int = 2048, kind: str = "qwen2") -> "PreTrainedT
     trained once per process; each call returns a new tokenizer, free to modify."""
     from transformers import Qwen2Tokenizer
 
-    if vocab_size < 257:
-        raise ValueError(f"vocab_size={vocab_size} is too small: byte-level BPE needs at least 257; e.g. 2048.")
+    _check_vocab_size(vocab_size)
     vocab_json, merges_json = _train_bpe(vocab_size)
     vocab = json.loads(vocab_json)
     if len(vocab) < vocab_size:  # the synthetic corpus ran out of pairs to merge
@@ -309,45 +318,28 @@ def build_tokenizer(vocab_size: int = 2048, kind: str = "qwen2") -> "PreTrainedT
             f"vocab_size={vocab_size} is more than the synthetic corpus supports ({len(vocab)} tokens); "
             f"use vocab_size <= {len(vocab)}."
         )
-    merges = [tuple(merge) for merge in json.loads(merges_json)]
-    if kind == "gemma4":
+    if kind == "gemma4":  # Gemma's special tokens first, as in its vocabulary; as Gemma-it, eos ends the model's turn
         vocab = {
             **{token: i for i, token in enumerate(GEMMA_SPECIAL_TOKENS)},
             **{token: i + len(GEMMA_SPECIAL_TOKENS) for token, i in vocab.items()},
         }
-        tokenizer = Qwen2Tokenizer(
-            vocab=vocab,
-            merges=merges,
-            errors="replace",
-            unk_token="<unk>",
-            bos_token="<bos>",
-            eos_token="<turn|>",  # as Gemma-it: generation ends at the end of the model's turn
-            pad_token="<pad>",
-            **{f"{name}_token": token for name, token in GEMMA_NAMED_TOKENS.items()},
-        )
-        tokenizer.add_special_tokens({"additional_special_tokens": list(GEMMA_SPECIAL_TOKENS[3:])})
-        tokenizer.chat_template = GEMMA_CHAT_TEMPLATE
-        tokenizer.model_max_length = 8192
-        return tokenizer
+        named = {"unk_token": "<unk>", "bos_token": "<bos>", "eos_token": "<turn|>", "pad_token": "<pad>"}
+        named.update({f"{name}_token": token for name, token in GEMMA_NAMED_TOKENS.items()})
+        added, eos = GEMMA_SPECIAL_TOKENS[3:], "<turn|>"
+    else:  # Qwen's special tokens after the BPE vocabulary (then the kind's media or GLM tokens)
+        media = MEDIA_TOKENS.get(kind, {})
+        named = {"unk_token": None, "bos_token": None, "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"}
+        named.update(media)
+        added = SPECIAL_TOKENS + (GLM_SPECIAL_TOKENS if kind in GLM_KINDS else tuple(media.values()))
+        # as in Qwen-Instruct: generation ends at <|im_end|>, padding uses <|endoftext|>; GLM-4.1V: eos and padding
+        # are <|endoftext|> (a turn also ends at the next role token)
+        eos = "<|endoftext|>" if kind in GLM_KINDS else "<|im_end|>"
     tokenizer = Qwen2Tokenizer(
-        vocab=vocab,
-        merges=merges,
-        unk_token=None,
-        bos_token=None,
-        eos_token="<|endoftext|>",
-        pad_token="<|endoftext|>",
-        errors="replace",
-        **MEDIA_TOKENS.get(kind, {}),
+        vocab=vocab, merges=[tuple(merge) for merge in json.loads(merges_json)], errors="replace", **named
     )
-    media_tokens = list(MEDIA_TOKENS.get(kind, {}).values())
-    tokenizer.add_special_tokens({"additional_special_tokens": [*SPECIAL_TOKENS, *media_tokens]})
-    # as in Qwen-Instruct: generation ends at <|im_end|>, padding uses <|endoftext|>
-    tokenizer.eos_token = "<|im_end|>"
+    tokenizer.add_special_tokens({"additional_special_tokens": list(added)})
+    tokenizer.eos_token = eos
     tokenizer.chat_template = chat_template(kind)
-    if kind in GLM_KINDS:  # GLM-4.1V: eos and padding are <|endoftext|>; a turn also ends at the next role token
-        tokenizer.add_special_tokens({"additional_special_tokens": list(SPECIAL_TOKENS + GLM_SPECIAL_TOKENS)})
-        tokenizer.eos_token = "<|endoftext|>"
-        tokenizer.chat_template = GLM_CHAT_TEMPLATE
     tokenizer.model_max_length = 8192
     return tokenizer
 
@@ -398,10 +390,7 @@ class TinyModelSpec:
         for name in (*positive, "vision_depth", "vision_num_heads", "max_position_embeddings"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be a positive integer.")
-        if self.vocab_size < 257:
-            raise ValueError(
-                f"vocab_size={self.vocab_size} is too small: byte-level BPE needs at least 257; e.g. 2048."
-            )
+        _check_vocab_size(self.vocab_size)
         if self.hidden_size % self.num_heads or (self.hidden_size // self.num_heads) % 8:
             raise ValueError(
                 f"hidden_size={self.hidden_size} / num_heads={self.num_heads} must give a head dim that is a "
