@@ -733,96 +733,55 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
 
 
 def build_processor(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "ProcessorMixin":
-    """The Qwen2-VL / Qwen2.5-VL / Qwen3-VL processor with image and video processors sized by spec.min/max_pixels."""
-    from transformers import (
-        Qwen2_5_VLProcessor,
-        Qwen2VLImageProcessor,
-        Qwen2VLProcessor,
-        Qwen2VLVideoProcessor,
-        Qwen3VLProcessor,
-        Qwen3VLVideoProcessor,
-    )
+    """The processor AutoProcessor gives `spec.kind`, with the tokenizer's chat template and image and video
+    processors sized by spec.min/max_pixels (internvl, llava_onevision: by their tile; gemma4: its image budget)."""
+    import transformers as hf
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
 
-    if spec.kind == "gemma4":
-        return _gemma4_processor(tokenizer)
-    if spec.kind == "internvl":
-        return _internvl_processor(tokenizer)
-    if spec.kind == "llava_onevision":
-        return _onevision_processor(tokenizer)
     size = {"shortest_edge": spec.min_pixels, "longest_edge": spec.max_pixels}
     patches = {"patch_size": PATCH_SIZES.get(spec.kind, 14), "temporal_patch_size": 2, "merge_size": 2}
-    if spec.kind in GLM_KINDS:
-        from transformers import Glm4vImageProcessor, Glm4vProcessor, Glm4vVideoProcessor
-
+    extra: dict[str, Any] = {}
+    if spec.kind == "gemma4":  # the smallest image budget, with the default audio feature extractor it requires
+        budget = {
+            "patch_size": patches["patch_size"],
+            "pooling_kernel_size": 3,
+            "max_soft_tokens": GEMMA_MAX_SOFT_TOKENS,
+        }
+        image, video = hf.Gemma4ImageProcessor(**budget), hf.Gemma4VideoProcessor(**budget)
+        extra = {"feature_extractor": hf.Gemma4AudioFeatureExtractor(), "image_seq_length": GEMMA_MAX_SOFT_TOKENS}
+    elif spec.kind == "internvl":
+        # an image becomes up to INTERNVL_MAX_TILES tiles by aspect ratio plus a thumbnail (as vLLM crops), each tile
+        # image_seq_length context tokens between <img> and </img>
+        tile = {"height": INTERNVL_TILE, "width": INTERNVL_TILE}
+        image = hf.GotOcr2ImageProcessor(size=tile, crop_to_patches=True, max_patches=INTERNVL_MAX_TILES)
+        video = hf.InternVLVideoProcessor(size=tile)
+        extra = {"image_seq_length": (INTERNVL_TILE // 14) ** 2 // 4}
+    elif spec.kind == "llava_onevision":
+        # an image is fitted to the best ONEVISION_GRIDS resolution and cut into tiles, with the whole image resized
+        # to one tile first (anyres)
+        tile = {"height": ONEVISION_TILE, "width": ONEVISION_TILE}
+        image = hf.LlavaOnevisionImageProcessor(size=tile, image_grid_pinpoints=ONEVISION_GRIDS)
+        video = hf.LlavaOnevisionVideoProcessor(size=tile)
+        extra = {
+            "num_image_tokens": (ONEVISION_TILE // 14) ** 2,
+            "vision_feature_select_strategy": "full",
+            "vision_aspect_ratio": "anyres_max_9",
+        }
+    elif spec.kind in GLM_KINDS:
         # GLM's resize counts an image as two frames (its temporal patch) against the budget
         size = {name: 2 * pixels for name, pixels in size.items()}
-        return Glm4vProcessor(
-            image_processor=Glm4vImageProcessor(size=size, **patches),
-            tokenizer=tokenizer,
-            video_processor=Glm4vVideoProcessor(size=size, **patches),
-            chat_template=GLM_CHAT_TEMPLATE,
-        )
-    if spec.kind in ("qwen3_vl", "qwen3_vl_moe", *HYBRID_KINDS):  # Qwen3.5 ships Qwen3-VL's processor
-        return Qwen3VLProcessor(
-            image_processor=Qwen2VLImageProcessor(size=size, **patches),
-            tokenizer=tokenizer,
-            video_processor=Qwen3VLVideoProcessor(size=size, **patches),
-            chat_template=CHAT_TEMPLATE,
-        )
-    processor_class = Qwen2_5_VLProcessor if spec.kind == "qwen2_5_vl" else Qwen2VLProcessor
-    return processor_class(
-        image_processor=Qwen2VLImageProcessor(size=size, **patches),
+        image, video = hf.Glm4vImageProcessor(size=size, **patches), hf.Glm4vVideoProcessor(size=size, **patches)
+    elif spec.kind in ("qwen3_vl", "qwen3_vl_moe", *HYBRID_KINDS):  # Qwen3.5 ships Qwen3-VL's processor
+        image, video = hf.Qwen2VLImageProcessor(size=size, **patches), hf.Qwen3VLVideoProcessor(size=size, **patches)
+    else:  # cap_pixels_per_frame: bound a long video's total cost as qwen-vl-utils does
+        image = hf.Qwen2VLImageProcessor(size=size, **patches)
+        video = hf.Qwen2VLVideoProcessor(size=size, cap_pixels_per_frame=True, **patches)
+    return getattr(hf, PROCESSOR_MAPPING_NAMES[spec.kind])(
+        image_processor=image,
         tokenizer=tokenizer,
-        # cap_pixels_per_frame: bound a long video's total cost as qwen-vl-utils does
-        video_processor=Qwen2VLVideoProcessor(size=size, cap_pixels_per_frame=True, **patches),
-        chat_template=CHAT_TEMPLATE,
-    )
-
-
-def _gemma4_processor(tokenizer: "PreTrainedTokenizerBase") -> "ProcessorMixin":
-    """Gemma 4's processor at its smallest image budget (with the default audio feature extractor it requires)."""
-    from transformers import Gemma4AudioFeatureExtractor, Gemma4ImageProcessor, Gemma4Processor, Gemma4VideoProcessor
-
-    budget = {"patch_size": PATCH_SIZES["gemma4"], "pooling_kernel_size": 3, "max_soft_tokens": GEMMA_MAX_SOFT_TOKENS}
-    return Gemma4Processor(
-        feature_extractor=Gemma4AudioFeatureExtractor(),
-        image_processor=Gemma4ImageProcessor(**budget),
-        tokenizer=tokenizer,
-        video_processor=Gemma4VideoProcessor(**budget),
-        chat_template=GEMMA_CHAT_TEMPLATE,
-        image_seq_length=GEMMA_MAX_SOFT_TOKENS,
-    )
-
-
-def _internvl_processor(tokenizer: "PreTrainedTokenizerBase") -> "ProcessorMixin":
-    """InternVL's processor: an image becomes up to INTERNVL_MAX_TILES tiles by aspect ratio plus a thumbnail (as vLLM
-    crops), each tile image_seq_length context tokens between <img> and </img>."""
-    from transformers import GotOcr2ImageProcessor, InternVLProcessor, InternVLVideoProcessor
-
-    tile = {"height": INTERNVL_TILE, "width": INTERNVL_TILE}
-    return InternVLProcessor(
-        image_processor=GotOcr2ImageProcessor(size=tile, crop_to_patches=True, max_patches=INTERNVL_MAX_TILES),
-        tokenizer=tokenizer,
-        video_processor=InternVLVideoProcessor(size=tile),
-        image_seq_length=(INTERNVL_TILE // 14) ** 2 // 4,
-        chat_template=chat_template("internvl"),
-    )
-
-
-def _onevision_processor(tokenizer: "PreTrainedTokenizerBase") -> "ProcessorMixin":
-    """LLaVA-OneVision's processor: an image is fitted to the best ONEVISION_GRIDS resolution and cut into tiles,
-    with the whole image resized to one tile first (anyres)."""
-    from transformers import LlavaOnevisionImageProcessor, LlavaOnevisionProcessor, LlavaOnevisionVideoProcessor
-
-    tile = {"height": ONEVISION_TILE, "width": ONEVISION_TILE}
-    return LlavaOnevisionProcessor(
-        image_processor=LlavaOnevisionImageProcessor(size=tile, image_grid_pinpoints=ONEVISION_GRIDS),
-        tokenizer=tokenizer,
-        video_processor=LlavaOnevisionVideoProcessor(size=tile),
-        num_image_tokens=(ONEVISION_TILE // 14) ** 2,
-        vision_feature_select_strategy="full",
-        vision_aspect_ratio="anyres_max_9",
-        chat_template=chat_template("llava_onevision"),
+        video_processor=video,
+        chat_template=tokenizer.chat_template,
+        **extra,
     )
 
 
