@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import math
 import os
 import random
 import shutil
@@ -391,12 +392,12 @@ class TinyModelSpec:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be a positive integer.")
         _check_vocab_size(self.vocab_size)
-        if self.hidden_size % self.num_heads or (self.hidden_size // self.num_heads) % 8:
+        if self.hidden_size % self.num_heads or self.head_dim % 8:
             raise ValueError(
                 f"hidden_size={self.hidden_size} / num_heads={self.num_heads} must give a head dim that is a "
                 "multiple of 8 (the multimodal rope splits half of it in three); e.g. hidden_size=256, num_heads=4."
             )
-        if self.kind in HYBRID_KINDS and (self.hidden_size // self.num_heads) % 32:
+        if self.kind in HYBRID_KINDS and self.head_dim % 32:
             raise ValueError(
                 f"kind={self.kind}: hidden_size={self.hidden_size} / num_heads={self.num_heads} must give a head dim "
                 "that is a multiple of 32 (rope covers a quarter of it, split in three); e.g. 256 / 4."
@@ -874,22 +875,16 @@ def count_parameters(model_dir: str) -> dict[str, int]:
     """Parameter counts of a saved tiny model: total and the vision tower's (0 for text models)."""
     from safetensors import safe_open
 
+    towers = ("visual.", "model.visual.", "vision_tower.", "model.vision_tower.", "model.embed_vision.")
     total = vision = 0
     for file in sorted(os.listdir(model_dir)):
         if file.endswith(".safetensors"):
             with safe_open(os.path.join(model_dir, file), framework="pt") as f:
                 for key in f.keys():
-                    numel = 1
-                    for dim in f.get_slice(key).get_shape():
-                        numel *= dim
+                    numel = math.prod(f.get_slice(key).get_shape())
                     total += numel
-                    vision += (
-                        numel
-                        if key.startswith(
-                            ("visual.", "model.visual.", "vision_tower.", "model.vision_tower.", "model.embed_vision.")
-                        )
-                        else 0
-                    )
+                    if key.startswith(towers):
+                        vision += numel
     return {"total": total, "vision": vision}
 
 
