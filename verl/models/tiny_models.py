@@ -895,15 +895,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kind", choices=MODEL_KINDS, default="qwen2", help="model family (default: qwen2)")
     parser.add_argument("--output", required=True, help="directory to write (created if missing)")
     parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed (default: 0)")
-    for field in dataclasses.fields(TinyModelSpec):
-        if field.name in ("kind", "seed"):
-            continue
-        parser.add_argument(
-            "--" + field.name.replace("_", "-"),
-            type=type(getattr(defaults, field.name)),
-            default=getattr(defaults, field.name),
-            help=f"(default: {getattr(defaults, field.name)})",
-        )
+    for name, default in dataclasses.asdict(defaults).items():
+        if name not in ("kind", "seed"):
+            option = "--" + name.replace("_", "-")
+            parser.add_argument(option, type=type(default), default=default, help=f"(default: {default})")
     args = vars(parser.parse_args(argv))
     kind, output, seed = args.pop("kind"), args.pop("output"), args.pop("seed")
     start = time.perf_counter()
