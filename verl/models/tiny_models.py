@@ -506,12 +506,9 @@ def _config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") ->
     if spec.kind in HYBRID_KINDS:
         _qwen3_5_text(spec, text)
         vision["num_position_embeddings"] = 64
-    elif spec.kind in (
-        "qwen3_vl",
-        "qwen3_vl_moe",
-    ):  # Qwen3-VL interleaves the three rope sections over the frequencies
-        text.update(head_dim=spec.head_dim)
-        text["rope_parameters"]["mrope_interleaved"] = True
+    elif spec.kind in ("qwen3_vl", "qwen3_vl_moe"):
+        text["head_dim"] = spec.head_dim
+        text["rope_parameters"]["mrope_interleaved"] = True  # the three rope sections interleave over the frequencies
         if spec.kind == "qwen3_vl_moe":
             # 3/4 width: a square expert matrix's transposed checkpoint layout would be ambiguous (transformers_compat)
             text.update({**qwen3_experts, "moe_intermediate_size": 3 * spec.hidden_size // 4})
