@@ -125,9 +125,9 @@ def packed_attention_forward(
     group = ulysses.active_group()
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     if group is not None and causal:  # the language model's attention; a vision tower's is never split
-        query, key, value = (ulysses.seq_to_heads(tensor, group) for tensor in (query, key, value))
+        query, key, value = (ulysses.exchange(tensor, group) for tensor in (query, key, value))
         output, _ = _attention(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
-        return ulysses.heads_to_seq(output, group), None
+        return ulysses.exchange(output, group), None
     return _attention(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
 
 
