@@ -235,11 +235,9 @@ def _varlen_parameters() -> frozenset[str]:
     """Parameter names of torch's varlen_attn (empty if absent); its keywords changed across releases."""
     try:
         from torch.nn.attention.varlen import varlen_attn
-    except ImportError:
-        return frozenset()
-    try:
+
         return frozenset(inspect.signature(varlen_attn).parameters)
-    except (TypeError, ValueError):
+    except (ImportError, TypeError, ValueError):  # no varlen_attn, or no signature to read
         return frozenset()
 
 
