@@ -147,13 +147,11 @@ def packed_linear_attention_layers(model: nn.Module) -> int:
     return sum(isinstance(module, PackedGatedDeltaNet) for module in model.modules())
 
 
-def _is_recurrent(module: nn.Module) -> bool:
-    return isinstance(module, PackedGatedDeltaNet) or any(
-        part in type(module).__name__ for part in _RECURRENT_LAYER_NAMES
-    )
-
-
 def linear_attention_is_exact(model: nn.Module) -> bool:
     """False when a state-carrying token mixer (Gated DeltaNet, Mamba, ...) lacks the packed-exact forward: packing
     would leak its state across sequence boundaries."""
-    return all(isinstance(module, PackedGatedDeltaNet) for module in model.modules() if _is_recurrent(module))
+    return all(
+        isinstance(module, PackedGatedDeltaNet)
+        for module in model.modules()
+        if any(part in type(module).__name__ for part in _RECURRENT_LAYER_NAMES)
+    )
