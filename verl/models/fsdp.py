@@ -118,13 +118,17 @@ def apply_fsdp2(model: nn.Module, mesh: DeviceMesh, fsdp_config: FSDPConfig, is_
 
 
 @torch.no_grad()
-def load_weights_from_rank0(model: nn.Module, full_model: nn.Module | None, device: torch.device) -> None:
+def load_rank0_weights(
+    model: nn.Module, full_model: nn.Module | None, fsdp_config: FSDPConfig, device: torch.device
+) -> None:
     """Fill a meta-initialised sharded `model` from rank 0's `full_model` (None elsewhere), tensor by tensor, each
-    rank keeping its shard; non-persistent buffers (rotary frequencies) are broadcast separately."""
+    rank keeping its shard on the parameter device (the host with CPU offload); non-persistent buffers (rotary
+    frequencies) are broadcast separately, and always go to `device`, where the forward uses them."""
     rank = dist.get_rank()
     if rank == 0 and full_model is None:
-        raise ValueError("load_weights_from_rank0 needs the loaded model on rank 0.")
-    model.to_empty(device=device)
+        raise ValueError("load_rank0_weights needs the loaded model on rank 0.")
+    param_device = torch.device("cpu") if fsdp_config.enable_cpu_offload else device
+    model.to_empty(device=param_device)
     full_state = full_model.state_dict() if rank == 0 else {}
     set_model_state_dict(
         model, full_state, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=True)
@@ -134,6 +138,10 @@ def load_weights_from_rank0(model: nn.Module, full_model: nn.Module | None, devi
         if rank == 0:
             buffer.copy_(full_buffers[name])
         dist.broadcast(buffer, src=0)
+    if param_device != device:  # CPU offload keeps parameters on the host, but buffers are used on the device
+        for module in model.modules():
+            for name, buffer in module.named_buffers(recurse=False):
+                setattr(module, name, buffer.to(device))
 
 
 def store_frozen_in(model: nn.Module, dtype: torch.dtype) -> None:
@@ -190,19 +198,6 @@ def create_fsdp_model(
         load_rank0_weights(model, full_model, fsdp_config, device)
         del full_model
     return model
-
-
-def load_rank0_weights(
-    model: nn.Module, full_model: nn.Module | None, fsdp_config: FSDPConfig, device: torch.device
-) -> None:
-    """`load_weights_from_rank0` onto the parameter device (the host with CPU offload); buffers always go to
-    `device`, where the forward uses them."""
-    param_device = torch.device("cpu") if fsdp_config.enable_cpu_offload else device
-    load_weights_from_rank0(model, full_model, param_device)
-    if param_device != device:  # CPU offload keeps parameters on the host, but buffers are used on the device
-        for module in model.modules():
-            for name, buffer in module.named_buffers(recurse=False):
-                setattr(module, name, buffer.to(device))
 
 
 def get_full_state_dict(model: nn.Module, rank0_only: bool = True) -> dict[str, torch.Tensor]:
@@ -292,15 +287,12 @@ def load_fsdp_model(model: nn.Module, device: torch.device) -> None:
 @torch.no_grad()
 def offload_optimizer(optimizer: torch.optim.Optimizer) -> None:
     """Move the optimizer states (Adam moments) to CPU memory."""
-    _move_optimizer_state(optimizer, torch.device("cpu"))
+    load_optimizer(optimizer, torch.device("cpu"))
 
 
 @torch.no_grad()
 def load_optimizer(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
-    _move_optimizer_state(optimizer, device)
-
-
-def _move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    """Move the optimizer states to `device`."""
     for state in optimizer.state.values():
         for key, value in state.items():
             if isinstance(value, torch.Tensor) and value.dim() > 0 and value.device != device:

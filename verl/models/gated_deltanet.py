@@ -20,6 +20,7 @@ from torch import nn
 
 from verl.models import ulysses
 from verl.models.config import SEQUENCE_PARALLEL_REFUSAL
+from verl.models.packed_attention import packed_bounds
 
 
 __all__ = [
@@ -100,13 +101,7 @@ class PackedGatedDeltaNet(nn.Module):
     def _padded_forward(
         self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor, kwargs: dict[str, Any]
     ) -> torch.Tensor:
-        length = hidden_states.shape[1]
-        bounds = cu_seqlens.tolist()
-        if bounds[0] != 0 or bounds[-1] != length or any(b < a for a, b in zip(bounds[:-1], bounds[1:])):
-            raise ValueError(
-                f"cu_seq_lens_q={bounds} does not split the packed row of {length} tokens: it must rise from 0 to "
-                f"{length}; build it with verl.models.packed_attention.packed_sequence_kwargs(lengths)."
-            )
+        bounds = packed_bounds(cu_seqlens, "cu_seq_lens_q", hidden_states.shape[1])
         lengths = [b - a for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
         if len(lengths) == 1:  # one sequence: nothing to restart
             return super().forward(hidden_states, **_without_boundaries(kwargs))
@@ -152,13 +147,11 @@ def packed_linear_attention_layers(model: nn.Module) -> int:
     return sum(isinstance(module, PackedGatedDeltaNet) for module in model.modules())
 
 
-def _is_recurrent(module: nn.Module) -> bool:
-    return isinstance(module, PackedGatedDeltaNet) or any(
-        part in type(module).__name__ for part in _RECURRENT_LAYER_NAMES
-    )
-
-
 def linear_attention_is_exact(model: nn.Module) -> bool:
     """False when a state-carrying token mixer (Gated DeltaNet, Mamba, ...) lacks the packed-exact forward: packing
     would leak its state across sequence boundaries."""
-    return all(isinstance(module, PackedGatedDeltaNet) for module in model.modules() if _is_recurrent(module))
+    return all(
+        isinstance(module, PackedGatedDeltaNet)
+        for module in model.modules()
+        if any(part in type(module).__name__ for part in _RECURRENT_LAYER_NAMES)
+    )

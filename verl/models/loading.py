@@ -44,10 +44,6 @@ def is_vision_language(config: PretrainedConfig) -> bool:
     return config.model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES and hasattr(config, "vision_config")
 
 
-def _auto_class(config: PretrainedConfig) -> type:
-    return AutoModelForImageTextToText if is_vision_language(config) else AutoModelForCausalLM
-
-
 def resolve_attn_implementation(requested: str = "auto") -> str:
     """The transformers attention implementation for `model.attn_implementation`: auto and varlen give the project's
     packed-sequence attention (registered on first use); flash_attention_2/3 need flash-attn; others pass through."""
@@ -90,7 +86,7 @@ def build_model(
     forward (`verl.models.gated_deltanet`)."""
     config = load_model_config(model_config)
     check_supported_model(config, model_config.model_path)
-    model_class = _auto_class(config)
+    model_class = AutoModelForImageTextToText if is_vision_language(config) else AutoModelForCausalLM
     attn = resolve_attn_implementation(attn_implementation or model_config.attn_implementation)
     kwargs = {"dtype": dtype, "attn_implementation": attn, "trust_remote_code": model_config.trust_remote_code}
     if device == "meta":
@@ -134,23 +130,16 @@ def add_value_head(model: nn.Module) -> nn.Module:
     return model
 
 
-def dummy_vision_inputs(tower: nn.Module, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The smallest input a Qwen-VL vision tower accepts: one merged token of black patches."""
-    embed, merge = tower.patch_embed, tower.spatial_merge_size
-    patch_dim = embed.in_channels * embed.temporal_patch_size * embed.patch_size**2
-    dtype = next(tower.parameters()).dtype
-    pixels = torch.zeros(merge * merge, patch_dim, dtype=dtype, device=device)
-    grid_thw = torch.tensor([[1, merge, merge]], dtype=torch.long, device=device)
-    return pixels, grid_thw
-
-
 def dummy_image_features(model: nn.Module, tower: nn.Module, device: torch.device) -> torch.Tensor:
     """Vision features of the smallest image, through every weight image features use: a Qwen-VL tower (and merger)
-    on one merged token, a tiling model's tower and projector on one black tile, or Gemma 4's tower and embedder on
-    one soft token."""
+    on one merged token of black patches, a tiling model's tower and projector on one black tile, or Gemma 4's tower
+    and embedder on one soft token."""
+    dtype = next(tower.parameters()).dtype
     if all(hasattr(tower, name) for name in ("patch_embed", "spatial_merge_size")):
-        pixels, grid_thw = dummy_vision_inputs(tower, device)
-        output = tower(pixels, grid_thw=grid_thw)
+        embed, merge = tower.patch_embed, tower.spatial_merge_size
+        patch_dim = embed.in_channels * embed.temporal_patch_size * embed.patch_size**2
+        pixels = torch.zeros(merge * merge, patch_dim, dtype=dtype, device=device)
+        output = tower(pixels, grid_thw=torch.tensor([[1, merge, merge]], dtype=torch.long, device=device))
     elif model.config.model_type in TILING_MODEL_TYPES:
         vision = model.config.vision_config
         size = vision.image_size if isinstance(vision.image_size, (list, tuple)) else (vision.image_size,) * 2
@@ -160,12 +149,11 @@ def dummy_image_features(model: nn.Module, tower: nn.Module, device: torch.devic
 
             kwargs["image_sizes"] = torch.tensor([size], device=device)
             tiles = image_size_to_num_patches(size, model.config.image_grid_pinpoints, size[0])
-        dtype = next(tower.parameters()).dtype
         pixels = torch.zeros(tiles, vision.num_channels, *size, dtype=dtype, device=device)
         output = model.get_image_features(pixel_values=pixels, **kwargs)
     else:  # Gemma 4 (checked when the hooks are installed)
         size, kernel = tower.config.patch_size, tower.config.pooling_kernel_size
-        pixels = torch.zeros(1, kernel * kernel, 3 * size * size, dtype=next(tower.parameters()).dtype, device=device)
+        pixels = torch.zeros(1, kernel * kernel, 3 * size * size, dtype=dtype, device=device)
         rows, columns = torch.meshgrid(
             torch.arange(kernel, device=device), torch.arange(kernel, device=device), indexing="ij"
         )

@@ -68,7 +68,7 @@ def apply_lora(model: nn.Module, lora: LoraConfig, vision_language: bool, base_m
     model.lora_peft_config = peft_config  # read by save_adapter_config
     trainable = 0
     for name, param in model.named_parameters():
-        is_adapter = _LORA_PARAM.match(name) is not None
+        is_adapter = is_adapter_param(name)
         param.requires_grad_(is_adapter)
         trainable += param.numel() if is_adapter else 0
     if trainable == 0:
@@ -144,16 +144,9 @@ def merge_weight(base: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor,
 
 def merged_state_dict(state: dict[str, torch.Tensor], scaling: float) -> dict[str, torch.Tensor]:
     """A state dict with adapters (peft names) -> the plain model's, adapters merged in."""
-    merged = {}
-    for name, tensor in state.items():
-        if _LORA_PARAM.match(name):
-            continue
-        if name.endswith(".base_layer.weight"):
-            prefix = name[: -len(".base_layer.weight")]
-            a_name, b_name = f"{prefix}.lora_A.{ADAPTER_NAME}.weight", f"{prefix}.lora_B.{ADAPTER_NAME}.weight"
-            if a_name in state:
-                tensor = merge_weight(tensor, state[a_name], state[b_name], scaling)
-        merged[base_name(name)] = tensor
+    merged = {base_name(name): tensor for name, tensor in state.items() if not is_adapter_param(name)}
+    for name, (a_name, b_name) in lora_merge_plan_from_names(state).items():
+        merged[name] = merge_weight(merged[name], state[a_name], state[b_name], scaling)
     return merged
 
 

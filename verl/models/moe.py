@@ -16,17 +16,14 @@ from torch import nn
 
 def router_modules(module: nn.Module) -> list[nn.Module]:
     """The routers of `module` in layer order; empty for a dense model or an unrecorded router."""
-    recorders = {}
     for sub in module.modules():
         recorded = getattr(type(sub), "_can_record_outputs", None) or {}
         if "router_logits" in recorded:
-            recorders = recorded
-            break
-    recorder = recorders.get("router_logits")
-    router_class = getattr(recorder, "target_class", None)
-    if router_class is None:
-        return []
-    return [sub for sub in module.modules() if isinstance(sub, router_class)]
+            router_class = getattr(recorded["router_logits"], "target_class", None)
+            if router_class is None:
+                return []
+            return [child for child in module.modules() if isinstance(child, router_class)]
+    return []
 
 
 class RouterStats:

@@ -24,6 +24,7 @@ __all__ = [
     "PACKED_ATTENTION",
     "packed_attention_forward",
     "packed_attention_mask",
+    "packed_bounds",
     "packed_sequence_kwargs",
     "register_packed_attention",
 ]
@@ -124,9 +125,9 @@ def packed_attention_forward(
     group = ulysses.active_group()
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     if group is not None and causal:  # the language model's attention; a vision tower's is never split
-        query, key, value = (ulysses.seq_to_heads(tensor, group) for tensor in (query, key, value))
+        query, key, value = (ulysses.exchange(tensor, group) for tensor in (query, key, value))
         output, _ = _attention(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
-        return ulysses.heads_to_seq(output, group), None
+        return ulysses.exchange(output, group), None
     return _attention(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
 
 
@@ -191,8 +192,8 @@ def _per_sequence_forward(
     scaling: float | None,
 ) -> torch.Tensor:
     """One causal `scaled_dot_product_attention` per sequence, concatenated: (1, T, H, D)."""
-    bounds = _bounds(cu_seq_q, "cu_seq_lens_q", query.shape[2])
-    if cu_seq_k is not cu_seq_q and _bounds(cu_seq_k, "cu_seq_lens_k", key.shape[2]) != bounds:
+    bounds = packed_bounds(cu_seq_q, "cu_seq_lens_q", query.shape[2])
+    if cu_seq_k is not cu_seq_q and packed_bounds(cu_seq_k, "cu_seq_lens_k", key.shape[2]) != bounds:
         raise ValueError("cu_seq_lens_k differs from cu_seq_lens_q: packed self-attention needs the same boundaries.")
     gqa = query.shape[1] != key.shape[1]
     if gqa and query.shape[-1] > _MAX_FLASH_HEAD_DIM:  # as transformers: GQA in sdpa only where a fused kernel has it
@@ -216,7 +217,7 @@ def _per_sequence_forward(
     return torch.cat(outputs, dim=1)
 
 
-def _bounds(cu_seq: torch.Tensor, name: str, length: int) -> list[int]:
+def packed_bounds(cu_seq: torch.Tensor, name: str, length: int) -> list[int]:
     bounds = cu_seq.tolist()
     if bounds[0] != 0 or bounds[-1] != length or any(b < a for a, b in zip(bounds[:-1], bounds[1:])):
         raise ValueError(
@@ -234,11 +235,9 @@ def _varlen_parameters() -> frozenset[str]:
     """Parameter names of torch's varlen_attn (empty if absent); its keywords changed across releases."""
     try:
         from torch.nn.attention.varlen import varlen_attn
-    except ImportError:
-        return frozenset()
-    try:
+
         return frozenset(inspect.signature(varlen_attn).parameters)
-    except (TypeError, ValueError):
+    except (ImportError, TypeError, ValueError):  # no varlen_attn, or no signature to read
         return frozenset()
 
 

@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import math
 import os
 import random
 import shutil
@@ -29,7 +30,7 @@ from verl.models.transformers_compat import write_checkpoint_layout
 
 
 if TYPE_CHECKING:  # torch and transformers load lazily: the CLI checks its arguments before the slow imports
-    from transformers import PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin
 
 
 ModelKind = Literal[
@@ -49,6 +50,23 @@ ModelKind = Literal[
     "llava_onevision",
 ]
 MODEL_KINDS: tuple[str, ...] = get_args(ModelKind)
+MODEL_CLASSES: dict[str, str] = {
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
+    "qwen2_vl": "Qwen2VLForConditionalGeneration",
+    "qwen3_vl": "Qwen3VLForConditionalGeneration",
+    "qwen3_vl_moe": "Qwen3VLMoeForConditionalGeneration",
+    "qwen2_rm": "Qwen2ForSequenceClassification",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+    "qwen3_5": "Qwen3_5ForConditionalGeneration",
+    "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
+    "gemma4": "Gemma4ForConditionalGeneration",
+    "glm4v": "Glm4vForConditionalGeneration",
+    "glm4v_moe": "Glm4vMoeForConditionalGeneration",
+    "internvl": "InternVLForConditionalGeneration",
+    "llava_onevision": "LlavaOnevisionForConditionalGeneration",
+}
+"""The transformers model class of each kind; its `config_class` takes the kind's `_config_kwargs`."""
 VL_KINDS: tuple[str, ...] = VISION_LANGUAGE_MODEL_TYPES
 """One vision-language kind per model type the trainer supports, named after it."""
 HYBRID_KINDS: tuple[str, ...] = ("qwen3_5", "qwen3_5_moe")
@@ -267,8 +285,18 @@ def _train_bpe(bpe_vocab_size: int) -> tuple[str, str]:
     return json.dumps(model["vocab"]), json.dumps(merges)
 
 
+def _check_vocab_size(vocab_size: int) -> None:
+    if vocab_size < 257:
+        raise ValueError(f"vocab_size={vocab_size} is too small: byte-level BPE needs at least 257; e.g. 2048.")
+
+
 def chat_template(kind: str) -> str:
-    """CHAT_TEMPLATE with the image and video parts written as `kind`'s processor expects them."""
+    """`kind`'s chat template: CHAT_TEMPLATE with the image and video parts written as its processor expects them
+    (GLM kinds and gemma4: their own)."""
+    if kind == "gemma4":
+        return GEMMA_CHAT_TEMPLATE
+    if kind in GLM_KINDS:
+        return GLM_CHAT_TEMPLATE
     if kind not in MEDIA_PLACEHOLDERS:
         return CHAT_TEMPLATE
     image, video = MEDIA_PLACEHOLDERS[kind]
@@ -283,8 +311,7 @@ def build_tokenizer(vocab_size: int = 2048, kind: str = "qwen2") -> "PreTrainedT
     trained once per process; each call returns a new tokenizer, free to modify."""
     from transformers import Qwen2Tokenizer
 
-    if vocab_size < 257:
-        raise ValueError(f"vocab_size={vocab_size} is too small: byte-level BPE needs at least 257; e.g. 2048.")
+    _check_vocab_size(vocab_size)
     vocab_json, merges_json = _train_bpe(vocab_size)
     vocab = json.loads(vocab_json)
     if len(vocab) < vocab_size:  # the synthetic corpus ran out of pairs to merge
@@ -292,45 +319,28 @@ def build_tokenizer(vocab_size: int = 2048, kind: str = "qwen2") -> "PreTrainedT
             f"vocab_size={vocab_size} is more than the synthetic corpus supports ({len(vocab)} tokens); "
             f"use vocab_size <= {len(vocab)}."
         )
-    merges = [tuple(merge) for merge in json.loads(merges_json)]
-    if kind == "gemma4":
+    if kind == "gemma4":  # Gemma's special tokens first, as in its vocabulary; as Gemma-it, eos ends the model's turn
         vocab = {
             **{token: i for i, token in enumerate(GEMMA_SPECIAL_TOKENS)},
             **{token: i + len(GEMMA_SPECIAL_TOKENS) for token, i in vocab.items()},
         }
-        tokenizer = Qwen2Tokenizer(
-            vocab=vocab,
-            merges=merges,
-            errors="replace",
-            unk_token="<unk>",
-            bos_token="<bos>",
-            eos_token="<turn|>",  # as Gemma-it: generation ends at the end of the model's turn
-            pad_token="<pad>",
-            **{f"{name}_token": token for name, token in GEMMA_NAMED_TOKENS.items()},
-        )
-        tokenizer.add_special_tokens({"additional_special_tokens": list(GEMMA_SPECIAL_TOKENS[3:])})
-        tokenizer.chat_template = GEMMA_CHAT_TEMPLATE
-        tokenizer.model_max_length = 8192
-        return tokenizer
+        named = {"unk_token": "<unk>", "bos_token": "<bos>", "eos_token": "<turn|>", "pad_token": "<pad>"}
+        named.update({f"{name}_token": token for name, token in GEMMA_NAMED_TOKENS.items()})
+        added, eos = GEMMA_SPECIAL_TOKENS[3:], "<turn|>"
+    else:  # Qwen's special tokens after the BPE vocabulary (then the kind's media or GLM tokens)
+        media = MEDIA_TOKENS.get(kind, {})
+        named = {"unk_token": None, "bos_token": None, "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"}
+        named.update(media)
+        added = SPECIAL_TOKENS + (GLM_SPECIAL_TOKENS if kind in GLM_KINDS else tuple(media.values()))
+        # as in Qwen-Instruct: generation ends at <|im_end|>, padding uses <|endoftext|>; GLM-4.1V: eos and padding
+        # are <|endoftext|> (a turn also ends at the next role token)
+        eos = "<|endoftext|>" if kind in GLM_KINDS else "<|im_end|>"
     tokenizer = Qwen2Tokenizer(
-        vocab=vocab,
-        merges=merges,
-        unk_token=None,
-        bos_token=None,
-        eos_token="<|endoftext|>",
-        pad_token="<|endoftext|>",
-        errors="replace",
-        **MEDIA_TOKENS.get(kind, {}),
+        vocab=vocab, merges=[tuple(merge) for merge in json.loads(merges_json)], errors="replace", **named
     )
-    media_tokens = list(MEDIA_TOKENS.get(kind, {}).values())
-    tokenizer.add_special_tokens({"additional_special_tokens": [*SPECIAL_TOKENS, *media_tokens]})
-    # as in Qwen-Instruct: generation ends at <|im_end|>, padding uses <|endoftext|>
-    tokenizer.eos_token = "<|im_end|>"
+    tokenizer.add_special_tokens({"additional_special_tokens": list(added)})
+    tokenizer.eos_token = eos
     tokenizer.chat_template = chat_template(kind)
-    if kind in GLM_KINDS:  # GLM-4.1V: eos and padding are <|endoftext|>; a turn also ends at the next role token
-        tokenizer.add_special_tokens({"additional_special_tokens": list(SPECIAL_TOKENS + GLM_SPECIAL_TOKENS)})
-        tokenizer.eos_token = "<|endoftext|>"
-        tokenizer.chat_template = GLM_CHAT_TEMPLATE
     tokenizer.model_max_length = 8192
     return tokenizer
 
@@ -381,16 +391,13 @@ class TinyModelSpec:
         for name in (*positive, "vision_depth", "vision_num_heads", "max_position_embeddings"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be a positive integer.")
-        if self.vocab_size < 257:
-            raise ValueError(
-                f"vocab_size={self.vocab_size} is too small: byte-level BPE needs at least 257; e.g. 2048."
-            )
-        if self.hidden_size % self.num_heads or (self.hidden_size // self.num_heads) % 8:
+        _check_vocab_size(self.vocab_size)
+        if self.hidden_size % self.num_heads or self.head_dim % 8:
             raise ValueError(
                 f"hidden_size={self.hidden_size} / num_heads={self.num_heads} must give a head dim that is a "
                 "multiple of 8 (the multimodal rope splits half of it in three); e.g. hidden_size=256, num_heads=4."
             )
-        if self.kind in HYBRID_KINDS and (self.hidden_size // self.num_heads) % 32:
+        if self.kind in HYBRID_KINDS and self.head_dim % 32:
             raise ValueError(
                 f"kind={self.kind}: hidden_size={self.hidden_size} / num_heads={self.num_heads} must give a head dim "
                 "that is a multiple of 32 (rope covers a quarter of it, split in three); e.g. 256 / 4."
@@ -415,18 +422,21 @@ class TinyModelSpec:
         """Whether the model scores sequences (one logit at the last token) rather than generating them."""
         return self.kind in REWARD_KINDS
 
+    @property
+    def head_dim(self) -> int:
+        """Width of one attention head of the language model."""
+        return self.hidden_size // self.num_heads
+
     def to_dict(self) -> dict[str, Any]:
         """The spec as written to tiny_model_spec.json; the builder version marks caches of older builders stale."""
         return {"builder_version": BUILDER_VERSION, **dataclasses.asdict(self)}
 
 
-def _special_ids(tokenizer: "PreTrainedTokenizerBase") -> dict[str, int]:
-    vocab = tokenizer.get_vocab()
-    return {token: vocab[token] for token in SPECIAL_TOKENS + GLM_SPECIAL_TOKENS if token in vocab}
-
-
 def _text_config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> dict[str, Any]:
-    ids = _special_ids(tokenizer)
+    """The decoder fields every kind shares; bos, eos and pad as in Qwen-Instruct (gemma4: Gemma's own)."""
+    ids = tokenizer.get_vocab()
+    gemma = spec.kind == "gemma4"
+    bos, eos, pad = ("<bos>", "<eos>", "<pad>") if gemma else ("<|endoftext|>", "<|im_end|>", "<|endoftext|>")
     return {
         "vocab_size": (len(tokenizer) + 63) // 64 * 64,  # padded like Qwen's embeddings (151936 > 151665 tokens)
         "hidden_size": spec.hidden_size,
@@ -438,9 +448,18 @@ def _text_config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase
         "rms_norm_eps": 1e-6,
         "initializer_range": spec.initializer_range,
         "tie_word_embeddings": True,
-        "bos_token_id": ids["<|endoftext|>"],
-        "eos_token_id": ids["<|im_end|>"],
-        "pad_token_id": ids["<|endoftext|>"],
+        "bos_token_id": ids[bos],
+        "eos_token_id": ids[eos],
+        "pad_token_id": ids[pad],
+    }
+
+
+def _experts(spec: TinyModelSpec, count_key: str = "num_experts") -> dict[str, int]:
+    """The routed experts of a mixture-of-experts kind (`count_key`: the config's name for their number)."""
+    return {
+        count_key: MOE_EXPERTS,
+        "num_experts_per_tok": MOE_EXPERTS_PER_TOKEN,
+        "moe_intermediate_size": spec.intermediate_size // MOE_EXPERTS_PER_TOKEN,
     }
 
 
@@ -451,106 +470,76 @@ def _mrope_section(head_dim: int) -> list[int]:
     return [temporal, height, head_dim // 2 - temporal - height]
 
 
-def _model_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "PreTrainedConfig":
-    from transformers import (
-        Qwen2_5_VLConfig,
-        Qwen2Config,
-        Qwen2VLConfig,
-        Qwen3MoeConfig,
-        Qwen3VLConfig,
-        Qwen3VLMoeConfig,
-    )
-
-    if spec.kind == "gemma4":
-        return _gemma4_config(spec, tokenizer)
+def _config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> dict[str, Any]:
+    """Keyword arguments of the config class of `spec.kind`'s model class."""
     text = _text_config_kwargs(spec, tokenizer)
-    if spec.kind == "qwen2":
-        return Qwen2Config(rope_parameters={"rope_type": "default", "rope_theta": 1e6}, **text)
-    # Qwen3-30B-A3B's experts, small: every layer sparse
-    experts = {
-        "num_experts": MOE_EXPERTS,
-        "num_experts_per_tok": MOE_EXPERTS_PER_TOKEN,
-        "moe_intermediate_size": spec.intermediate_size // MOE_EXPERTS_PER_TOKEN,
-        "decoder_sparse_step": 1,
-        "mlp_only_layers": [],
-    }
+    ids = tokenizer.get_vocab()
+    if spec.kind == "gemma4":
+        return _gemma4_config(spec, ids, text)
+    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6}
+    # Qwen3-30B-A3B's experts, small: every layer sparse. transformers' router always normalises the top-k; vLLM
+    # reads the flag.
+    qwen3_experts = {**_experts(spec), "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True}
+    if spec.kind in ("qwen2", "qwen2_rm"):
+        # qwen2_rm: one label, the scalar reward. pad_token_id is how the HF head finds each row's last token.
+        return {**text, "num_labels": 1} if spec.is_reward_model else text
     if spec.kind == "qwen3_moe":  # q/k norms, explicit head_dim
-        return Qwen3MoeConfig(
-            rope_parameters={"rope_type": "default", "rope_theta": 1e6},
-            head_dim=spec.hidden_size // spec.num_heads,
-            norm_topk_prob=True,
-            **experts,
-            **text,
-        )
-    if spec.kind == "qwen2_rm":
-        # One label: the scalar reward. pad_token_id (set above) is how the HF head finds each row's last token.
-        return Qwen2Config(rope_parameters={"rope_type": "default", "rope_theta": 1e6}, num_labels=1, **text)
+        return {**text, **qwen3_experts, "head_dim": spec.head_dim}
     if spec.kind == "internvl":
-        return _internvl_config(spec, tokenizer, text)
+        return _internvl_config(spec, ids, text)
     if spec.kind == "llava_onevision":
-        return _onevision_config(spec, tokenizer, text)
-    head_dim = spec.hidden_size // spec.num_heads
-    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": _mrope_section(head_dim)}
-    if spec.kind in HYBRID_KINDS:
-        return _qwen3_5_config(spec, tokenizer, text, head_dim)
+        return _onevision_config(spec, ids, text)
+    text["rope_parameters"]["mrope_section"] = _mrope_section(spec.head_dim)
+    vision = {
+        "depth": spec.vision_depth,
+        "num_heads": spec.vision_num_heads,
+        "hidden_size": spec.vision_hidden_size,
+        "intermediate_size": 2 * spec.vision_hidden_size,
+        "out_hidden_size": spec.hidden_size,
+        "patch_size": PATCH_SIZES.get(spec.kind, 14),
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "initializer_range": spec.initializer_range,
+    }
     if spec.kind in GLM_KINDS:
-        return _glm4v_config(spec, tokenizer, text, head_dim)
-    if spec.kind in ("qwen3_vl", "qwen3_vl_moe"):  # Qwen3-VL interleaves the three rope sections over the frequencies
-        text.update(head_dim=head_dim)
-        text["rope_parameters"]["mrope_interleaved"] = True
-    if spec.kind == "qwen3_vl_moe":  # transformers' router always normalises the top-k; vLLM reads the flag
-        # 3/4 width: a square expert matrix's transposed checkpoint layout would be ambiguous (transformers_compat)
-        text.update({**experts, "norm_topk_prob": True, "moe_intermediate_size": 3 * spec.hidden_size // 4})
-    ids = _special_ids(tokenizer)
-    # The top-level VL config does not keep bos/eos/pad: they live in text_config (set above).
-    common = {
+        return _glm4v_config(spec, ids, text, vision)
+    if spec.kind in HYBRID_KINDS:
+        _qwen3_5_text(spec, text)
+        vision["num_position_embeddings"] = 64
+    elif spec.kind in ("qwen3_vl", "qwen3_vl_moe"):
+        text["head_dim"] = spec.head_dim
+        text["rope_parameters"]["mrope_interleaved"] = True  # the three rope sections interleave over the frequencies
+        if spec.kind == "qwen3_vl_moe":
+            # 3/4 width: a square expert matrix's transposed checkpoint layout would be ambiguous (transformers_compat)
+            text.update({**qwen3_experts, "moe_intermediate_size": 3 * spec.hidden_size // 4})
+        vision.update(
+            num_position_embeddings=64,  # an 8 x 8 grid of learned positions, interpolated to each image's grid
+            deepstack_visual_indexes=[0],  # the first block's features also go into the first decoder layer
+        )
+    elif spec.kind == "qwen2_5_vl":
+        vision.update(
+            window_size=112,  # 4x4 merged patches per attention window
+            fullatt_block_indexes=[spec.vision_depth - 1],
+            tokens_per_second=2,
+        )
+    else:  # Qwen2-VL names the tower's width embed_dim and its output width hidden_size
+        del vision["intermediate_size"], vision["out_hidden_size"]
+        vision.update(embed_dim=spec.vision_hidden_size, hidden_size=spec.hidden_size, mlp_ratio=2)
+    # The top-level VL config does not keep bos/eos/pad: they live in text_config.
+    return {
+        "text_config": text,
+        "vision_config": vision,
         "image_token_id": ids["<|image_pad|>"],
         "video_token_id": ids["<|video_pad|>"],
         "vision_start_token_id": ids["<|vision_start|>"],
         "vision_end_token_id": ids["<|vision_end|>"],
         "tie_word_embeddings": True,
     }
-    vision = {
-        "depth": spec.vision_depth,
-        "num_heads": spec.vision_num_heads,
-        "patch_size": 14,
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "initializer_range": spec.initializer_range,
-    }
-    if spec.kind in ("qwen3_vl", "qwen3_vl_moe"):
-        vision.update(
-            patch_size=PATCH_SIZES["qwen3_vl"],
-            hidden_size=spec.vision_hidden_size,
-            intermediate_size=2 * spec.vision_hidden_size,
-            out_hidden_size=spec.hidden_size,
-            num_position_embeddings=64,  # an 8 x 8 grid of learned positions, interpolated to each image's grid
-            deepstack_visual_indexes=[0],  # the first block's features also go into the first decoder layer
-        )
-        config_class = Qwen3VLMoeConfig if spec.kind == "qwen3_vl_moe" else Qwen3VLConfig
-        return config_class(text_config=text, vision_config=vision, **common)
-    if spec.kind == "qwen2_5_vl":
-        vision.update(
-            hidden_size=spec.vision_hidden_size,
-            intermediate_size=2 * spec.vision_hidden_size,
-            out_hidden_size=spec.hidden_size,
-            window_size=112,  # 4x4 merged patches per attention window
-            fullatt_block_indexes=[spec.vision_depth - 1],
-            tokens_per_second=2,
-        )
-        return Qwen2_5_VLConfig(text_config=text, vision_config=vision, **common)
-    vision.update(embed_dim=spec.vision_hidden_size, hidden_size=spec.hidden_size, mlp_ratio=2)
-    return Qwen2VLConfig(text_config=text, vision_config=vision, **common)
 
 
-def _internvl_config(
-    spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase", text: dict[str, Any]
-) -> "PreTrainedConfig":
+def _internvl_config(spec: TinyModelSpec, ids: dict[str, int], text: dict[str, Any]) -> dict[str, Any]:
     """InternVL3-hf's layout, small: an InternViT tower on one tile, pixel shuffle (0.5), an MLP projector and a Qwen2
     decoder with plain 1-D rope."""
-    from transformers import InternVLConfig
-
-    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6}
     vision = {
         "hidden_size": spec.vision_hidden_size,
         "num_hidden_layers": spec.vision_depth,
@@ -560,24 +549,19 @@ def _internvl_config(
         "patch_size": 14,
         "initializer_range": spec.initializer_range,
     }
-    return InternVLConfig(
+    return dict(
         text_config={"model_type": "qwen2", **text},
         vision_config=vision,
-        image_token_id=tokenizer.convert_tokens_to_ids(MEDIA_TOKENS["internvl"]["context_image_token"]),
+        image_token_id=ids[MEDIA_TOKENS["internvl"]["context_image_token"]],
         image_seq_length=(INTERNVL_TILE // 14) ** 2 // 4,
         downsample_ratio=0.5,
         tie_word_embeddings=True,
     )
 
 
-def _onevision_config(
-    spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase", text: dict[str, Any]
-) -> "PreTrainedConfig":
+def _onevision_config(spec: TinyModelSpec, ids: dict[str, int], text: dict[str, Any]) -> dict[str, Any]:
     """LLaVA-OneVision's layout, small: a SigLIP tower, anyres tiling with a newline token per row, an MLP projector
     and a Qwen2 decoder with plain 1-D rope."""
-    from transformers import LlavaOnevisionConfig
-
-    text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6}
     vision = {
         "model_type": "siglip_vision_model",
         "hidden_size": spec.vision_hidden_size,
@@ -589,11 +573,11 @@ def _onevision_config(
         "vision_use_head": False,  # as the published checkpoints: the features come from the last layer, unpooled
     }
     tokens = MEDIA_TOKENS["llava_onevision"]
-    return LlavaOnevisionConfig(
+    return dict(
         text_config={"model_type": "qwen2", **text},
         vision_config=vision,
-        image_token_index=tokenizer.convert_tokens_to_ids(tokens["image_token"]),
-        video_token_index=tokenizer.convert_tokens_to_ids(tokens["video_token"]),
+        image_token_index=ids[tokens["image_token"]],
+        video_token_index=ids[tokens["video_token"]],
         image_grid_pinpoints=ONEVISION_GRIDS,
         vision_feature_select_strategy="full",
         vision_feature_layer=-1,
@@ -602,23 +586,19 @@ def _onevision_config(
     )
 
 
-def _qwen3_5_config(
-    spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase", text: dict[str, Any], head_dim: int
-) -> "PreTrainedConfig":
-    """Qwen3.5's layout, small: Gated DeltaNet layers with three of every four full-attention layers replaced, rope on
-    a quarter of the head dim (interleaved mrope), gated full attention, and a Qwen3-VL style vision tower."""
-    from transformers import Qwen3_5Config, Qwen3_5MoeConfig
-
-    rotary_dim = head_dim // 4  # partial_rotary_factor 0.25, as Qwen3.5 (64 of its 256)
+def _qwen3_5_text(spec: TinyModelSpec, text: dict[str, Any]) -> None:
+    """Qwen3.5's decoder, small, into `text`: Gated DeltaNet layers with three of every four full-attention layers
+    replaced, rope on a quarter of the head dim (interleaved mrope), gated full attention (its vision tower is
+    Qwen3-VL's)."""
     text["rope_parameters"] = {
         "rope_type": "default",
         "rope_theta": 1e7,
-        "partial_rotary_factor": 0.25,
-        "mrope_section": _mrope_section(rotary_dim),
+        "partial_rotary_factor": 0.25,  # as Qwen3.5 (64 of its 256)
+        "mrope_section": _mrope_section(spec.head_dim // 4),
         "mrope_interleaved": True,
     }
     text.update(
-        head_dim=head_dim,
+        head_dim=spec.head_dim,
         layer_types=[
             "full_attention" if (i + 1) % FULL_ATTENTION_INTERVAL == 0 else "linear_attention"
             for i in range(spec.num_layers)
@@ -630,73 +610,28 @@ def _qwen3_5_config(
         linear_num_value_heads=LINEAR_VALUE_HEADS,
     )
     if spec.kind == "qwen3_5_moe":  # every layer sparse, with a shared expert, as Qwen3.5-35B-A3B
-        text.update(
-            num_experts=MOE_EXPERTS,
-            num_experts_per_tok=MOE_EXPERTS_PER_TOKEN,
-            moe_intermediate_size=spec.intermediate_size // MOE_EXPERTS_PER_TOKEN,
-            shared_expert_intermediate_size=spec.intermediate_size // MOE_EXPERTS_PER_TOKEN,
-        )
+        text.update(_experts(spec), shared_expert_intermediate_size=spec.intermediate_size // MOE_EXPERTS_PER_TOKEN)
         del text["intermediate_size"]
-    ids = _special_ids(tokenizer)
-    vision = {
-        "depth": spec.vision_depth,
-        "hidden_size": spec.vision_hidden_size,
-        "intermediate_size": 2 * spec.vision_hidden_size,
-        "num_heads": spec.vision_num_heads,
-        "patch_size": PATCH_SIZES[spec.kind],
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "out_hidden_size": spec.hidden_size,
-        "num_position_embeddings": 64,
-        "initializer_range": spec.initializer_range,
-    }
-    config_class = Qwen3_5MoeConfig if spec.kind == "qwen3_5_moe" else Qwen3_5Config
-    return config_class(
-        text_config=text,
-        vision_config=vision,
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=True,
-    )
 
 
-def _gemma4_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "PreTrainedConfig":
+def _gemma4_config(spec: TinyModelSpec, ids: dict[str, int], text: dict[str, Any]) -> dict[str, Any]:
     """Gemma 4 E2B/E4B's layout, small: sliding-window and full-attention (twice the head dim) layers alternating, the
     second half sharing earlier layers' keys and values, per-layer input embeddings, logit soft-capping, a vision
     tower whose 3 x 3 pooled patches are the soft tokens; no audio tower."""
-    from transformers import Gemma4Config
-
-    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in GEMMA_SPECIAL_TOKENS}
-    vocab_size = (len(tokenizer) + 63) // 64 * 64
-    head_dim = spec.hidden_size // spec.num_heads
     layer_types = ["full_attention" if i % 2 else "sliding_attention" for i in range(spec.num_layers)]
     layer_types[-1] = "full_attention"  # Gemma 4's last layer is always global
-    text = {
-        "vocab_size": vocab_size,
-        "hidden_size": spec.hidden_size,
-        "intermediate_size": spec.intermediate_size,
-        "num_hidden_layers": spec.num_layers,
-        "num_attention_heads": spec.num_heads,
-        "num_key_value_heads": spec.num_kv_heads,
-        "head_dim": head_dim,
-        "global_head_dim": 2 * head_dim,
-        "layer_types": layer_types,
-        "sliding_window": GEMMA_SLIDING_WINDOW,
-        "num_kv_shared_layers": spec.num_layers // 2 if spec.num_layers >= 4 else 0,
-        "hidden_size_per_layer_input": GEMMA_PER_LAYER_INPUT_SIZE,
-        "vocab_size_per_layer_input": vocab_size,
-        "final_logit_softcapping": 30.0,
-        "max_position_embeddings": spec.max_position_embeddings,
-        "rms_norm_eps": 1e-6,
+    text.update(
+        head_dim=spec.head_dim,
+        global_head_dim=2 * spec.head_dim,
+        layer_types=layer_types,
+        sliding_window=GEMMA_SLIDING_WINDOW,
+        num_kv_shared_layers=spec.num_layers // 2 if spec.num_layers >= 4 else 0,
+        hidden_size_per_layer_input=GEMMA_PER_LAYER_INPUT_SIZE,
+        vocab_size_per_layer_input=text["vocab_size"],
+        final_logit_softcapping=30.0,
         # a quarter, else the sqrt(hidden_size)-scaled embedding outweighs the normalised sublayers (greedy repeats)
-        "initializer_range": spec.initializer_range / 4,
-        "tie_word_embeddings": True,
-        "pad_token_id": ids["<pad>"],
-        "bos_token_id": ids["<bos>"],
-        "eos_token_id": ids["<eos>"],
-    }
+        initializer_range=spec.initializer_range / 4,
+    )
     vision = {
         "hidden_size": spec.vision_hidden_size,
         "intermediate_size": 2 * spec.vision_hidden_size,
@@ -710,7 +645,7 @@ def _gemma4_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") ->
         "default_output_length": GEMMA_MAX_SOFT_TOKENS,  # vLLM counts an image's tokens with it, as the processor
         "initializer_range": spec.initializer_range,
     }
-    return Gemma4Config(
+    return dict(
         text_config=text,
         vision_config=vision,
         audio_config=None,
@@ -727,33 +662,28 @@ def _gemma4_config(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") ->
 
 
 def _glm4v_config(
-    spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase", text: dict[str, Any], head_dim: int
-) -> "PreTrainedConfig":
+    spec: TinyModelSpec, ids: dict[str, int], text: dict[str, Any], vision: dict[str, Any]
+) -> dict[str, Any]:
     """GLM-4.1V's layout, small (GLM-4.5V's for glm4v_moe): rope on half the head dim, biased q/k/v, an untied
     output head, and GLM's vision tower (learned position embeddings, a convolution that merges 2x2 patches)."""
-    from transformers import Glm4vConfig, Glm4vMoeConfig
-
-    ids = _special_ids(tokenizer)
     text["rope_parameters"] = {
         "rope_type": "default",
         "rope_theta": 10000.0,
         "partial_rotary_factor": 0.5,
-        "mrope_section": _mrope_section(head_dim // 2),
+        "mrope_section": _mrope_section(spec.head_dim // 2),
     }
     # attention_bias: vLLM reads it (transformers' GLM-4.1V hard-codes the bias); head_dim and use_qk_norm: vLLM's
     # GLM-4.5V reads both and transformers' text config does not define them, so they are saved as given.
     text.update(
         attention_bias=True,
-        head_dim=head_dim,
+        head_dim=spec.head_dim,
         tie_word_embeddings=False,
         eos_token_id=[ids[token] for token in GLM_STOP_TOKENS],
     )
     if spec.kind == "glm4v_moe":  # GLM-4.5V: a dense first layer, then routed experts plus one shared expert
         text.update(
+            _experts(spec, "n_routed_experts"),
             use_qk_norm=False,
-            n_routed_experts=MOE_EXPERTS,
-            num_experts_per_tok=MOE_EXPERTS_PER_TOKEN,
-            moe_intermediate_size=spec.intermediate_size // MOE_EXPERTS_PER_TOKEN,
             n_shared_experts=1,
             first_k_dense_replace=1,
             n_group=1,
@@ -761,22 +691,9 @@ def _glm4v_config(
             norm_topk_prob=True,
             routed_scaling_factor=1.0,
         )
-    vision = {
-        "depth": spec.vision_depth,
-        "hidden_size": spec.vision_hidden_size,
-        "intermediate_size": 2 * spec.vision_hidden_size,
-        "num_heads": spec.vision_num_heads,
-        "patch_size": 14,
-        "image_size": 112,  # an 8 x 8 grid of learned positions, interpolated to each image's grid
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-        "out_hidden_size": spec.hidden_size,
-        "initializer_range": spec.initializer_range,
-    }
-    config_class = Glm4vMoeConfig if spec.kind == "glm4v_moe" else Glm4vConfig
-    return config_class(
+    return dict(
         text_config=text,
-        vision_config=vision,
+        vision_config={**vision, "image_size": 112},  # an 8 x 8 grid of learned positions, interpolated per image
         image_token_id=ids["<|image|>"],
         video_token_id=ids["<|video|>"],
         image_start_token_id=ids["<|begin_of_image|>"],
@@ -790,41 +707,10 @@ def _glm4v_config(
 def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "PreTrainedModel":
     """A randomly initialised float32 model for `spec`; the caller's global torch RNG is left untouched."""
     import torch
-    from transformers import (
-        Gemma4ForConditionalGeneration,
-        GenerationConfig,
-        Glm4vForConditionalGeneration,
-        Glm4vMoeForConditionalGeneration,
-        InternVLForConditionalGeneration,
-        LlavaOnevisionForConditionalGeneration,
-        Qwen2_5_VLForConditionalGeneration,
-        Qwen2ForCausalLM,
-        Qwen2ForSequenceClassification,
-        Qwen2VLForConditionalGeneration,
-        Qwen3_5ForConditionalGeneration,
-        Qwen3_5MoeForConditionalGeneration,
-        Qwen3MoeForCausalLM,
-        Qwen3VLForConditionalGeneration,
-        Qwen3VLMoeForConditionalGeneration,
-    )
+    import transformers
 
-    config = _model_config(spec, tokenizer)
-    model_class = {
-        "qwen2": Qwen2ForCausalLM,
-        "qwen2_5_vl": Qwen2_5_VLForConditionalGeneration,
-        "qwen2_vl": Qwen2VLForConditionalGeneration,
-        "qwen3_vl": Qwen3VLForConditionalGeneration,
-        "qwen3_vl_moe": Qwen3VLMoeForConditionalGeneration,
-        "qwen2_rm": Qwen2ForSequenceClassification,
-        "qwen3_moe": Qwen3MoeForCausalLM,
-        "qwen3_5": Qwen3_5ForConditionalGeneration,
-        "qwen3_5_moe": Qwen3_5MoeForConditionalGeneration,
-        "gemma4": Gemma4ForConditionalGeneration,
-        "glm4v": Glm4vForConditionalGeneration,
-        "glm4v_moe": Glm4vMoeForConditionalGeneration,
-        "internvl": InternVLForConditionalGeneration,
-        "llava_onevision": LlavaOnevisionForConditionalGeneration,
-    }[spec.kind]
+    model_class = getattr(transformers, MODEL_CLASSES[spec.kind])
+    config = model_class.config_class(**_config_kwargs(spec, tokenizer))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
         model = model_class(config).to(torch.float32)
@@ -832,113 +718,68 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
         return model.eval()
     # Only the stop tokens: sampling defaults here would silently become vLLM's defaults too.
     if spec.kind == "gemma4":  # as Gemma-it: the end of the model's turn or <eos>
-        model.generation_config = GenerationConfig(
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=[tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<eos>")],
-            pad_token_id=tokenizer.pad_token_id,
-        )
-        return model.eval()
-    ids = _special_ids(tokenizer)
-    stop_tokens = GLM_STOP_TOKENS if spec.kind in GLM_KINDS else ("<|im_end|>", "<|endoftext|>")
-    model.generation_config = GenerationConfig(
-        bos_token_id=ids["<|endoftext|>"],
-        eos_token_id=[ids[token] for token in stop_tokens],
-        pad_token_id=ids["<|endoftext|>"],
+        stop_tokens = ("<turn|>", "<eos>")
+    else:
+        stop_tokens = GLM_STOP_TOKENS if spec.kind in GLM_KINDS else ("<|im_end|>", "<|endoftext|>")
+    text = config.get_text_config()
+    model.generation_config = transformers.GenerationConfig(
+        bos_token_id=text.bos_token_id,
+        eos_token_id=tokenizer.convert_tokens_to_ids(list(stop_tokens)),
+        pad_token_id=text.pad_token_id,
     )
     return model.eval()
 
 
 def build_processor(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "ProcessorMixin":
-    """The Qwen2-VL / Qwen2.5-VL / Qwen3-VL processor with image and video processors sized by spec.min/max_pixels."""
-    from transformers import (
-        Qwen2_5_VLProcessor,
-        Qwen2VLImageProcessor,
-        Qwen2VLProcessor,
-        Qwen2VLVideoProcessor,
-        Qwen3VLProcessor,
-        Qwen3VLVideoProcessor,
-    )
+    """The processor AutoProcessor gives `spec.kind`, with the tokenizer's chat template and image and video
+    processors sized by spec.min/max_pixels (internvl, llava_onevision: by their tile; gemma4: its image budget)."""
+    import transformers as hf
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
 
-    if spec.kind == "gemma4":
-        return _gemma4_processor(tokenizer)
-    if spec.kind == "internvl":
-        return _internvl_processor(tokenizer)
-    if spec.kind == "llava_onevision":
-        return _onevision_processor(tokenizer)
     size = {"shortest_edge": spec.min_pixels, "longest_edge": spec.max_pixels}
     patches = {"patch_size": PATCH_SIZES.get(spec.kind, 14), "temporal_patch_size": 2, "merge_size": 2}
-    if spec.kind in GLM_KINDS:
-        from transformers import Glm4vImageProcessor, Glm4vProcessor, Glm4vVideoProcessor
-
+    extra: dict[str, Any] = {}
+    if spec.kind == "gemma4":  # the smallest image budget, with the default audio feature extractor it requires
+        budget = {
+            "patch_size": patches["patch_size"],
+            "pooling_kernel_size": 3,
+            "max_soft_tokens": GEMMA_MAX_SOFT_TOKENS,
+        }
+        image, video = hf.Gemma4ImageProcessor(**budget), hf.Gemma4VideoProcessor(**budget)
+        extra = {"feature_extractor": hf.Gemma4AudioFeatureExtractor(), "image_seq_length": GEMMA_MAX_SOFT_TOKENS}
+    elif spec.kind == "internvl":
+        # an image becomes up to INTERNVL_MAX_TILES tiles by aspect ratio plus a thumbnail (as vLLM crops), each tile
+        # image_seq_length context tokens between <img> and </img>
+        tile = {"height": INTERNVL_TILE, "width": INTERNVL_TILE}
+        image = hf.GotOcr2ImageProcessor(size=tile, crop_to_patches=True, max_patches=INTERNVL_MAX_TILES)
+        video = hf.InternVLVideoProcessor(size=tile)
+        extra = {"image_seq_length": (INTERNVL_TILE // 14) ** 2 // 4}
+    elif spec.kind == "llava_onevision":
+        # an image is fitted to the best ONEVISION_GRIDS resolution and cut into tiles, with the whole image resized
+        # to one tile first (anyres)
+        tile = {"height": ONEVISION_TILE, "width": ONEVISION_TILE}
+        image = hf.LlavaOnevisionImageProcessor(size=tile, image_grid_pinpoints=ONEVISION_GRIDS)
+        video = hf.LlavaOnevisionVideoProcessor(size=tile)
+        extra = {
+            "num_image_tokens": (ONEVISION_TILE // 14) ** 2,
+            "vision_feature_select_strategy": "full",
+            "vision_aspect_ratio": "anyres_max_9",
+        }
+    elif spec.kind in GLM_KINDS:
         # GLM's resize counts an image as two frames (its temporal patch) against the budget
         size = {name: 2 * pixels for name, pixels in size.items()}
-        return Glm4vProcessor(
-            image_processor=Glm4vImageProcessor(size=size, **patches),
-            tokenizer=tokenizer,
-            video_processor=Glm4vVideoProcessor(size=size, **patches),
-            chat_template=GLM_CHAT_TEMPLATE,
-        )
-    if spec.kind in ("qwen3_vl", "qwen3_vl_moe", *HYBRID_KINDS):  # Qwen3.5 ships Qwen3-VL's processor
-        return Qwen3VLProcessor(
-            image_processor=Qwen2VLImageProcessor(size=size, **patches),
-            tokenizer=tokenizer,
-            video_processor=Qwen3VLVideoProcessor(size=size, **patches),
-            chat_template=CHAT_TEMPLATE,
-        )
-    processor_class = Qwen2_5_VLProcessor if spec.kind == "qwen2_5_vl" else Qwen2VLProcessor
-    return processor_class(
-        image_processor=Qwen2VLImageProcessor(size=size, **patches),
+        image, video = hf.Glm4vImageProcessor(size=size, **patches), hf.Glm4vVideoProcessor(size=size, **patches)
+    elif spec.kind in ("qwen3_vl", "qwen3_vl_moe", *HYBRID_KINDS):  # Qwen3.5 ships Qwen3-VL's processor
+        image, video = hf.Qwen2VLImageProcessor(size=size, **patches), hf.Qwen3VLVideoProcessor(size=size, **patches)
+    else:  # cap_pixels_per_frame: bound a long video's total cost as qwen-vl-utils does
+        image = hf.Qwen2VLImageProcessor(size=size, **patches)
+        video = hf.Qwen2VLVideoProcessor(size=size, cap_pixels_per_frame=True, **patches)
+    return getattr(hf, PROCESSOR_MAPPING_NAMES[spec.kind])(
+        image_processor=image,
         tokenizer=tokenizer,
-        # cap_pixels_per_frame: bound a long video's total cost as qwen-vl-utils does
-        video_processor=Qwen2VLVideoProcessor(size=size, cap_pixels_per_frame=True, **patches),
-        chat_template=CHAT_TEMPLATE,
-    )
-
-
-def _gemma4_processor(tokenizer: "PreTrainedTokenizerBase") -> "ProcessorMixin":
-    """Gemma 4's processor at its smallest image budget (with the default audio feature extractor it requires)."""
-    from transformers import Gemma4AudioFeatureExtractor, Gemma4ImageProcessor, Gemma4Processor, Gemma4VideoProcessor
-
-    budget = {"patch_size": PATCH_SIZES["gemma4"], "pooling_kernel_size": 3, "max_soft_tokens": GEMMA_MAX_SOFT_TOKENS}
-    return Gemma4Processor(
-        feature_extractor=Gemma4AudioFeatureExtractor(),
-        image_processor=Gemma4ImageProcessor(**budget),
-        tokenizer=tokenizer,
-        video_processor=Gemma4VideoProcessor(**budget),
-        chat_template=GEMMA_CHAT_TEMPLATE,
-        image_seq_length=GEMMA_MAX_SOFT_TOKENS,
-    )
-
-
-def _internvl_processor(tokenizer: "PreTrainedTokenizerBase") -> "ProcessorMixin":
-    """InternVL's processor: an image becomes up to INTERNVL_MAX_TILES tiles by aspect ratio plus a thumbnail (as vLLM
-    crops), each tile image_seq_length context tokens between <img> and </img>."""
-    from transformers import GotOcr2ImageProcessor, InternVLProcessor, InternVLVideoProcessor
-
-    tile = {"height": INTERNVL_TILE, "width": INTERNVL_TILE}
-    return InternVLProcessor(
-        image_processor=GotOcr2ImageProcessor(size=tile, crop_to_patches=True, max_patches=INTERNVL_MAX_TILES),
-        tokenizer=tokenizer,
-        video_processor=InternVLVideoProcessor(size=tile),
-        image_seq_length=(INTERNVL_TILE // 14) ** 2 // 4,
-        chat_template=chat_template("internvl"),
-    )
-
-
-def _onevision_processor(tokenizer: "PreTrainedTokenizerBase") -> "ProcessorMixin":
-    """LLaVA-OneVision's processor: an image is fitted to the best ONEVISION_GRIDS resolution and cut into tiles,
-    with the whole image resized to one tile first (anyres)."""
-    from transformers import LlavaOnevisionImageProcessor, LlavaOnevisionProcessor, LlavaOnevisionVideoProcessor
-
-    tile = {"height": ONEVISION_TILE, "width": ONEVISION_TILE}
-    return LlavaOnevisionProcessor(
-        image_processor=LlavaOnevisionImageProcessor(size=tile, image_grid_pinpoints=ONEVISION_GRIDS),
-        tokenizer=tokenizer,
-        video_processor=LlavaOnevisionVideoProcessor(size=tile),
-        num_image_tokens=(ONEVISION_TILE // 14) ** 2,
-        vision_feature_select_strategy="full",
-        vision_aspect_ratio="anyres_max_9",
-        chat_template=chat_template("llava_onevision"),
+        video_processor=video,
+        chat_template=tokenizer.chat_template,
+        **extra,
     )
 
 
@@ -1031,22 +872,16 @@ def count_parameters(model_dir: str) -> dict[str, int]:
     """Parameter counts of a saved tiny model: total and the vision tower's (0 for text models)."""
     from safetensors import safe_open
 
+    towers = ("visual.", "model.visual.", "vision_tower.", "model.vision_tower.", "model.embed_vision.")
     total = vision = 0
     for file in sorted(os.listdir(model_dir)):
         if file.endswith(".safetensors"):
             with safe_open(os.path.join(model_dir, file), framework="pt") as f:
                 for key in f.keys():
-                    numel = 1
-                    for dim in f.get_slice(key).get_shape():
-                        numel *= dim
+                    numel = math.prod(f.get_slice(key).get_shape())
                     total += numel
-                    vision += (
-                        numel
-                        if key.startswith(
-                            ("visual.", "model.visual.", "vision_tower.", "model.vision_tower.", "model.embed_vision.")
-                        )
-                        else 0
-                    )
+                    if key.startswith(towers):
+                        vision += numel
     return {"total": total, "vision": vision}
 
 
@@ -1057,15 +892,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kind", choices=MODEL_KINDS, default="qwen2", help="model family (default: qwen2)")
     parser.add_argument("--output", required=True, help="directory to write (created if missing)")
     parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed (default: 0)")
-    for field in dataclasses.fields(TinyModelSpec):
-        if field.name in ("kind", "seed"):
-            continue
-        parser.add_argument(
-            "--" + field.name.replace("_", "-"),
-            type=type(getattr(defaults, field.name)),
-            default=getattr(defaults, field.name),
-            help=f"(default: {getattr(defaults, field.name)})",
-        )
+    for name, default in dataclasses.asdict(defaults).items():
+        if name not in ("kind", "seed"):
+            option = "--" + name.replace("_", "-")
+            parser.add_argument(option, type=type(default), default=default, help=f"(default: {default})")
     args = vars(parser.parse_args(argv))
     kind, output, seed = args.pop("kind"), args.pop("output"), args.pop("seed")
     start = time.perf_counter()

@@ -155,13 +155,9 @@ class _AllToAll(torch.autograd.Function):
         return _all_to_all(grad, gather_dim, scatter_dim, ctx.group), None, None, None
 
 
-def seq_to_heads(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
-    """(B, H, T/n, D) on each of n ranks -> (B, H/n, T, D): the whole row for a share of the heads."""
-    return _AllToAll.apply(x, 1, 2, group)
-
-
-def heads_to_seq(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
-    """(B, T, H/n, D) attention output -> (B, T/n, H, D): all heads for this rank's slice."""
+def exchange(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+    """Dim 1 scattered over the n ranks, dim 2 gathered: q, k or v (B, H, T/n, D) -> (B, H/n, T, D), the whole row
+    for a share of the heads; the attention output (B, T, H/n, D) -> (B, T/n, H, D), all heads for this rank's slice."""
     return _AllToAll.apply(x, 1, 2, group)
 
 
