@@ -122,16 +122,33 @@ def _prompt_key(data: DataProto) -> str | None:
     return None
 
 
-def _prompt_texts(data: DataProto, tokenizer: Any, prompt_key: str | None) -> list[str]:
-    """The prompt text from its dataset column when there is one, else decoded from the left-padded prompt ids."""
-    if prompt_key is not None:
-        return list(data.non_tensor_batch[prompt_key])
+def decode_prompts(data: DataProto, tokenizer: Any, skip_special_tokens: bool) -> list[str]:
+    """Each row's left-padded prompt ids, padding dropped, as text."""
     prompts = data.batch["prompts"]
     prompt_mask = data.batch["attention_mask"][:, : prompts.shape[-1]].bool()
-    # Special tokens are kept: they are part of what the model saw (chat markers, image placeholders).
     return tokenizer.batch_decode(
-        [ids[mask].tolist() for ids, mask in zip(prompts, prompt_mask)], skip_special_tokens=False
+        [ids[mask].tolist() for ids, mask in zip(prompts, prompt_mask)], skip_special_tokens=skip_special_tokens
     )
+
+
+def decode_responses(
+    data: DataProto, tokenizer: Any, mask: torch.Tensor | None = None, skip_special_tokens: bool = True
+) -> list[str]:
+    """Each row's response tokens under `mask` (default: `valid_response_mask`) as text."""
+    mask = valid_response_mask(data) if mask is None else mask
+    return tokenizer.batch_decode(
+        [ids[row].tolist() for ids, row in zip(data.batch["responses"], mask)], skip_special_tokens=skip_special_tokens
+    )
+
+
+def user_messages(data: DataProto, tokenizer: Any) -> list[str]:
+    """Each row's user message, for a reward model or judge: its `prompt_content` (the dataset's text before the chat
+    template) where it holds text, else its prompt ids decoded without special tokens."""
+    contents = data.non_tensor_batch.get("prompt_content", [None] * len(data))
+    if all(isinstance(text, str) for text in contents):
+        return list(contents)
+    decoded = decode_prompts(data, tokenizer, skip_special_tokens=True)
+    return [text if isinstance(text, str) else fallback for text, fallback in zip(contents, decoded)]
 
 
 def _response_tokens(data: DataProto) -> torch.Tensor:
@@ -143,15 +160,13 @@ def _response_tokens(data: DataProto) -> torch.Tensor:
 def build_reward_inputs(data: DataProto, tokenizer: Any, skip_special_tokens: bool = True) -> list[RewardInput]:
     """One RewardInput per sample of a rollout batch. `response` decodes the whole response (environment turns
     included); `response_length` counts the model's tokens."""
-    responses = data.batch["responses"]
-    tokens = _response_tokens(data)
-    texts = tokenizer.batch_decode(
-        [ids[row_mask].tolist() for ids, row_mask in zip(responses, tokens)], skip_special_tokens=skip_special_tokens
-    )
+    columns = data.non_tensor_batch
+    texts = decode_responses(data, tokenizer, _response_tokens(data), skip_special_tokens)
     lengths = valid_response_mask(data).sum(dim=-1).tolist()
     prompt_key = _prompt_key(data)
-    prompts = _prompt_texts(data, tokenizer, prompt_key)
-    columns = data.non_tensor_batch
+    # The prompt text from its dataset column, else decoded with special tokens: they are part of what the model saw
+    # (chat markers, image placeholders).
+    prompts = list(columns[prompt_key]) if prompt_key else decode_prompts(data, tokenizer, skip_special_tokens=False)
     used = {_GROUND_TRUTH_KEY, _UID_KEY, _MULTI_MODAL_KEY, prompt_key} | _PIPELINE_KEYS
     extra_keys = [key for key in columns if key not in used]
 
