@@ -199,10 +199,23 @@ def place_scores(overall: list[float], response_mask: torch.Tensor) -> torch.Ten
 
 
 class RewardManager:
-    """Builds a batch's reward inputs, `score`s them (subclasses) and places each `overall` on its last token."""
+    """Builds a batch's reward inputs, `score`s them (subclasses) and places each `overall` on its last token. One
+    that combines functions keeps a FunctionRewardManager per function (`functions`: key -> (spec, kwargs))."""
 
-    settings: RewardSettings
-    tokenizer: Any
+    def __init__(
+        self,
+        settings: RewardSettings,
+        tokenizer: Any,
+        functions: Mapping[str | None, tuple[str, dict[str, Any]]] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.tokenizer = tokenizer
+        self.managers = {
+            key: FunctionRewardManager(
+                RewardSettings(spec, kwargs, settings.skip_special_tokens, settings.num_cpus), tokenizer
+            )
+            for key, (spec, kwargs) in (functions or {}).items()
+        }
 
     def score(self, samples: list[Mapping[str, Any]]) -> dict[str, list[float]]:
         """Checked scores of `samples` as columns: key -> one float per sample."""
@@ -216,15 +229,17 @@ class RewardManager:
 
     def close(self) -> None:
         """Stop the worker processes scoring started, if any."""
-        raise NotImplementedError
+        for manager in self.managers.values():
+            manager.close()
 
 
 class FunctionRewardManager(RewardManager):
     """Scores rollout batches with a user's reward function (sequential ones in parallel over `num_cpus`)."""
 
     def __init__(self, config: Any, tokenizer: Any) -> None:
-        self.settings = config if isinstance(config, RewardSettings) else RewardSettings.from_config(config)
-        self.tokenizer = tokenizer
+        super().__init__(
+            config if isinstance(config, RewardSettings) else RewardSettings.from_config(config), tokenizer
+        )
         self.function = load_reward_function(self.settings.reward_function, self.settings.reward_function_kwargs)
         self._pool: SequentialPool | None = None
         if self.function.reward_type == "sequential" and self.settings.num_cpus > 1:
@@ -258,14 +273,7 @@ class RoutedRewardManager(RewardManager):
     route's reward."""
 
     def __init__(self, settings: RewardSettings, tokenizer: Any) -> None:
-        self.settings = settings
-        self.tokenizer = tokenizer
-        self.managers = {
-            route: FunctionRewardManager(
-                RewardSettings(spec, kwargs, settings.skip_special_tokens, settings.num_cpus), tokenizer
-            )
-            for route, (spec, kwargs) in settings.functions().items()
-        }
+        super().__init__(settings, tokenizer, settings.functions())
 
     def _route_of(self, sample: Mapping[str, Any], index: int) -> str | None:
         value = sample["extra_info"].get(self.settings.route_key)
@@ -298,42 +306,26 @@ class RoutedRewardManager(RewardManager):
                     column[index] = value
         return columns
 
-    def close(self) -> None:
-        for manager in self.managers.values():
-            manager.close()
-
 
 class RubricRewardManager(RewardManager):
     """Scores every sample with each rubric part: overall = sum of weight x part overall; each part's keys are
     logged as `<part>/<key>`."""
 
     def __init__(self, settings: RewardSettings, tokenizer: Any) -> None:
-        self.settings = settings
-        self.tokenizer = tokenizer
-        self.parts = {
-            name: (
-                FunctionRewardManager(
-                    RewardSettings(spec, kwargs, settings.skip_special_tokens, settings.num_cpus), tokenizer
-                ),
-                weight,
-            )
-            for name, (spec, kwargs, weight) in settings.rubric_parts().items()
-        }
+        parts = settings.rubric_parts()
+        super().__init__(settings, tokenizer, {name: (spec, kwargs) for name, (spec, kwargs, _) in parts.items()})
+        self.weights = {name: weight for name, (_, _, weight) in parts.items()}
 
     def score(self, samples: list[Mapping[str, Any]]) -> dict[str, list[float]]:
         columns: dict[str, list[float]] = {"overall": [0.0] * len(samples)}
-        for name, (manager, weight) in self.parts.items():
+        for name, manager in self.managers.items():
             scored = manager.score(samples)
             for key, values in scored.items():
                 columns[f"{name}/{key}"] = list(values)
             columns["overall"] = [
-                total + weight * value for total, value in zip(columns["overall"], scored["overall"])
+                total + self.weights[name] * value for total, value in zip(columns["overall"], scored["overall"])
             ]
         return columns
-
-    def close(self) -> None:
-        for manager, _ in self.parts.values():
-            manager.close()
 
 
 def create_reward_manager(settings: RewardSettings, tokenizer: Any) -> RewardManager:
