@@ -8,7 +8,6 @@ and at load time. docs/data_flow.md lists the keys of a row."""
 import logging
 import multiprocessing
 import os
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +21,7 @@ from torch.utils.data import Dataset
 from verl.data.multimodal import (
     DEFAULT_VIDEO_FPS,
     IMAGE_ERRORS,
+    content_parts,
     count_image_tokens,
     image_size,
     load_image,
@@ -49,7 +49,6 @@ RESERVED_COLUMNS = (
     "prompt_content",
     "uid",
 )
-MEDIA_MARKER = re.compile(r"(<image>|<video>)")
 _SKIP_HINT = "fix the row, or set data.skip_bad_rows=true to skip bad rows"
 
 
@@ -401,13 +400,7 @@ class RLHFDataset(Dataset):
                 )
         if not prefix and num_images == 0 and num_videos == 0:
             return text
-        parts = []
-        for piece in MEDIA_MARKER.split(text):
-            if piece in markers:
-                parts.append({"type": piece[1:-1]})
-            elif piece:
-                parts.append({"type": "text", "text": piece})
-        return prefix + parts
+        return prefix + content_parts(text, markers)
 
     def _image_size(self, index: int, position: int, value: Any) -> tuple[int, int]:
         """The (width, height) after resizing; decoded in full once per file, since a truncated image has a valid

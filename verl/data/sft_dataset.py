@@ -14,6 +14,7 @@ import torch
 
 from verl.data.multimodal import (
     IMAGE_ERRORS,
+    content_parts,
     count_image_tokens,
     image_size,
     load_image,
@@ -201,17 +202,7 @@ class SFTDataset(torch.utils.data.Dataset):
         """With a processor, <image> markers become image content parts."""
         if self.processor is None:
             return messages
-        out = []
-        for message in messages:
-            pieces = message["content"].split(IMAGE_MARKER)
-            content: list[dict[str, Any]] = []
-            for position, piece in enumerate(pieces):
-                if position > 0:
-                    content.append({"type": "image"})
-                if piece:
-                    content.append({"type": "text", "text": piece})
-            out.append({"role": message["role"], "content": content})
-        return out
+        return [{"role": m["role"], "content": content_parts(m["content"], (IMAGE_MARKER,))} for m in messages]
 
     def _render(self, messages: list[dict[str, Any]], generation_prompt: bool, tools: Any = None) -> str:
         renderer = self.processor if self.processor is not None else self.tokenizer
