@@ -269,13 +269,17 @@ class RLHFDataset(Dataset):
 
     def _count_image_tokens(self, index: int, sizes: list[tuple[int, int]]) -> list[int] | None:
         """The processor's image tokens per image; a size it refuses (Qwen-VL: aspect ratio >= 200) is a row error."""
-        try:
-            return count_image_tokens(self.processor, sizes)
-        except ValueError as error:
-            position = next((p for p, size in enumerate(sizes) if not _counts(self.processor, size)), 0)
-            width, height = sizes[position]
-            problem = f"the processor refuses image {position} ({width}x{height} pixels after resizing to data.max_pixels): {error}"
-            raise self._error(index, self.image_key, problem) from None
+        counts: list[int] = []
+        for position, (width, height) in enumerate(sizes):
+            try:
+                count = count_image_tokens(self.processor, [(width, height)])
+            except ValueError as error:
+                problem = f"the processor refuses image {position} ({width}x{height} pixels after resizing to data.max_pixels): {error}"
+                raise self._error(index, self.image_key, problem) from None
+            if count is None:
+                return None
+            counts += count
+        return counts
 
     # ------------------------------------------------------------------------------------------------------------
     # one row
@@ -523,14 +527,6 @@ class RLHFDataset(Dataset):
 # the construction-time scan, optionally in forked worker processes
 
 
-def _counts(processor: Any, size: tuple[int, int]) -> bool:
-    try:
-        count_image_tokens(processor, [size])
-    except ValueError:
-        return False
-    return True
-
-
 _SCANNED_DATASET: RLHFDataset | None = None
 
 
@@ -541,22 +537,19 @@ def _scan_one(dataset: RLHFDataset, index: int) -> tuple[int | None, str | None]
         return None, str(error)
 
 
-def _scan_chunk(indices: list[int]) -> list[tuple[int | None, str | None]]:
-    return [_scan_one(_SCANNED_DATASET, index) for index in indices]
+def _scan_shared(index: int) -> tuple[int | None, str | None]:
+    return _scan_one(_SCANNED_DATASET, index)
 
 
 def _scan_rows(dataset: RLHFDataset, indices: range, workers: int) -> list[tuple[int | None, str | None]]:
     """(prompt length, error) per row; workers > 1 split rows over forked processes (fork shares the dataset
-    without pickling)."""
+    without pickling), a few chunks each."""
     if workers <= 1 or len(indices) < 2 * workers:
         return [_scan_one(dataset, index) for index in indices]
     global _SCANNED_DATASET
     _SCANNED_DATASET = dataset
-    chunk_size = max(1, len(indices) // (workers * 4))
-    chunks = [list(indices[start : start + chunk_size]) for start in range(0, len(indices), chunk_size)]
     try:
         with multiprocessing.get_context("fork").Pool(workers) as pool:
-            results = pool.map(_scan_chunk, chunks)
+            return pool.map(_scan_shared, indices, chunksize=max(1, len(indices) // (workers * 4)))
     finally:
         _SCANNED_DATASET = None
-    return [result for chunk in results for result in chunk]
