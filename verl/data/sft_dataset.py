@@ -72,6 +72,14 @@ class SFTDataset(torch.utils.data.Dataset):
     def _error(self, index: int, key: str, message: str) -> SFTDataError:
         return SFTDataError(f"{self.source.where(index)}, key '{key}': {message}.")
 
+    def _too_long(self, index: int, key: str, length: int) -> SFTDataError:
+        return self._error(
+            index,
+            key,
+            f"the conversation has {length} tokens, more than data.max_length={self.max_length}; raise it, or set "
+            "data.truncation=right",
+        )
+
     def _conversation(self, index: int) -> Conversation:
         row = self.source.row(index)
         config = self.config
@@ -177,12 +185,7 @@ class SFTDataset(torch.utils.data.Dataset):
     def _check_overlong(self, index: int, conversation: Conversation, length: int, extra: list[int]) -> None:
         key = self.config.prompt_key or self.config.messages_key
         if self.config.truncation == "error":
-            raise self._error(
-                index,
-                key,
-                f"the conversation has {length} tokens, more than data.max_length={self.max_length}; raise it, "
-                "or set data.truncation=right",
-            )
+            raise self._too_long(index, key, length)
         messages = conversation.messages
         first = next(turn for turn, message in enumerate(messages) if message["role"] == "assistant")
         prefix = self._render(messages[:first], generation_prompt=True, tools=conversation.tools)
@@ -260,12 +263,7 @@ class SFTDataset(torch.utils.data.Dataset):
                 mask[position] = 1
         if len(ids) > self.max_length:
             if self.config.truncation == "error":
-                raise self._error(
-                    index,
-                    self.config.messages_key,
-                    f"the conversation has {len(ids)} tokens, more than data.max_length={self.max_length}; raise it, "
-                    "or set data.truncation=right",
-                )
+                raise self._too_long(index, self.config.messages_key, len(ids))
             ids, mask = ids[: self.max_length], mask[: self.max_length]
         if sum(mask[1:]) == 0:
             raise self._error(index, self.config.messages_key, "no assistant token is left to learn from")
