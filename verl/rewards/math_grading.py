@@ -128,10 +128,7 @@ def _answer_line(text: str) -> str | None:
 def extract_answer(response: str) -> str | None:
     """The final answer of a response: the last \\boxed{}/\\fbox{}, else the "Answer:" line (DAPO-style prompts;
     its full stop and math delimiters dropped); None when neither exists."""
-    boxed = last_boxed(response)
-    if boxed is not None:
-        return boxed
-    return _answer_line(response)
+    return last_boxed(response) or _answer_line(response)  # a box found is never empty
 
 
 def normalize_ground_truth(ground_truth: str) -> str:
