@@ -8,7 +8,6 @@ and at load time. docs/data_flow.md lists the keys of a row."""
 import logging
 import multiprocessing
 import os
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +21,7 @@ from torch.utils.data import Dataset
 from verl.data.multimodal import (
     DEFAULT_VIDEO_FPS,
     IMAGE_ERRORS,
+    content_parts,
     count_image_tokens,
     image_size,
     load_image,
@@ -49,7 +49,6 @@ RESERVED_COLUMNS = (
     "prompt_content",
     "uid",
 )
-MEDIA_MARKER = re.compile(r"(<image>|<video>)")
 _SKIP_HINT = "fix the row, or set data.skip_bad_rows=true to skip bad rows"
 
 
@@ -270,13 +269,17 @@ class RLHFDataset(Dataset):
 
     def _count_image_tokens(self, index: int, sizes: list[tuple[int, int]]) -> list[int] | None:
         """The processor's image tokens per image; a size it refuses (Qwen-VL: aspect ratio >= 200) is a row error."""
-        try:
-            return count_image_tokens(self.processor, sizes)
-        except ValueError as error:
-            position = next((p for p, size in enumerate(sizes) if not _counts(self.processor, size)), 0)
-            width, height = sizes[position]
-            problem = f"the processor refuses image {position} ({width}x{height} pixels after resizing to data.max_pixels): {error}"
-            raise self._error(index, self.image_key, problem) from None
+        counts: list[int] = []
+        for position, (width, height) in enumerate(sizes):
+            try:
+                count = count_image_tokens(self.processor, [(width, height)])
+            except ValueError as error:
+                problem = f"the processor refuses image {position} ({width}x{height} pixels after resizing to data.max_pixels): {error}"
+                raise self._error(index, self.image_key, problem) from None
+            if count is None:
+                return None
+            counts += count
+        return counts
 
     # ------------------------------------------------------------------------------------------------------------
     # one row
@@ -401,13 +404,7 @@ class RLHFDataset(Dataset):
                 )
         if not prefix and num_images == 0 and num_videos == 0:
             return text
-        parts = []
-        for piece in MEDIA_MARKER.split(text):
-            if piece in markers:
-                parts.append({"type": piece[1:-1]})
-            elif piece:
-                parts.append({"type": "text", "text": piece})
-        return prefix + parts
+        return prefix + content_parts(text, markers)
 
     def _image_size(self, index: int, position: int, value: Any) -> tuple[int, int]:
         """The (width, height) after resizing; decoded in full once per file, since a truncated image has a valid
@@ -530,14 +527,6 @@ class RLHFDataset(Dataset):
 # the construction-time scan, optionally in forked worker processes
 
 
-def _counts(processor: Any, size: tuple[int, int]) -> bool:
-    try:
-        count_image_tokens(processor, [size])
-    except ValueError:
-        return False
-    return True
-
-
 _SCANNED_DATASET: RLHFDataset | None = None
 
 
@@ -548,22 +537,19 @@ def _scan_one(dataset: RLHFDataset, index: int) -> tuple[int | None, str | None]
         return None, str(error)
 
 
-def _scan_chunk(indices: list[int]) -> list[tuple[int | None, str | None]]:
-    return [_scan_one(_SCANNED_DATASET, index) for index in indices]
+def _scan_shared(index: int) -> tuple[int | None, str | None]:
+    return _scan_one(_SCANNED_DATASET, index)
 
 
 def _scan_rows(dataset: RLHFDataset, indices: range, workers: int) -> list[tuple[int | None, str | None]]:
     """(prompt length, error) per row; workers > 1 split rows over forked processes (fork shares the dataset
-    without pickling)."""
+    without pickling), a few chunks each."""
     if workers <= 1 or len(indices) < 2 * workers:
         return [_scan_one(dataset, index) for index in indices]
     global _SCANNED_DATASET
     _SCANNED_DATASET = dataset
-    chunk_size = max(1, len(indices) // (workers * 4))
-    chunks = [list(indices[start : start + chunk_size]) for start in range(0, len(indices), chunk_size)]
     try:
         with multiprocessing.get_context("fork").Pool(workers) as pool:
-            results = pool.map(_scan_chunk, chunks)
+            return pool.map(_scan_shared, indices, chunksize=max(1, len(indices) // (workers * 4)))
     finally:
         _SCANNED_DATASET = None
-    return [result for chunk in results for result in chunk]

@@ -8,6 +8,8 @@ video backend needed) and travel as uint8 arrays (frames, height, width, 3)."""
 import io
 import math
 import os
+import re
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,6 +34,17 @@ def resized_size(width: int, height: int, min_pixels: int | None, max_pixels: in
         scale = math.sqrt(min_pixels / area)
         return math.ceil(width * scale), math.ceil(height * scale)
     return width, height
+
+
+def content_parts(text: str, markers: Collection[str]) -> list[dict[str, Any]]:
+    """`text` as chat content parts: {"type": "image"} for each `<image>` in `markers` (likewise `<video>`), text
+    parts between them."""
+    pattern = "(" + "|".join(map(re.escape, markers)) + ")"
+    return [
+        {"type": piece[1:-1]} if piece in markers else {"type": "text", "text": piece}
+        for piece in re.split(pattern, text)
+        if piece
+    ]
 
 
 def resize_image(image: Image.Image, min_pixels: int | None, max_pixels: int | None) -> Image.Image:

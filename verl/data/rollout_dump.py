@@ -4,7 +4,6 @@
 `scripts/rollout_viewer.py` and grepping; README.md's "Seeing the rollouts" lists the fields. Multi-turn samples
 also hold `messages`, in the record format `python -m verl.envs.evaluate --output` writes too."""
 
-import io
 import json
 import math
 import os
@@ -53,23 +52,13 @@ def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def _write_atomic(path: str, data: bytes) -> None:
-    atomic_write(path, lambda f: f.write(data), binary=True, sync=False)
-
-
-def _png_bytes(value: Any) -> bytes:
-    image = open_image(value)
-    if image.mode not in PNG_MODES:
-        image = image.convert("RGB")
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
 def write_image(value: Any, out_dir: str, relative: str) -> str:
     """Write an image (PIL, path, bytes) as PNG to `out_dir/relative`; returns `relative`."""
     os.makedirs(os.path.join(out_dir, os.path.dirname(relative)), exist_ok=True)
-    _write_atomic(os.path.join(out_dir, relative), _png_bytes(value))
+    image = open_image(value)
+    if image.mode not in PNG_MODES:
+        image = image.convert("RGB")
+    atomic_write(os.path.join(out_dir, relative), lambda f: image.save(f, format="PNG"), binary=True, sync=False)
     return relative
 
 
@@ -242,5 +231,6 @@ def dump_rollouts(batch: "DataProto", step: int, out_dir: str, tokenizer: Any) -
     records = rollout_records(batch, step, tokenizer, image_paths)
     lines = "".join(json.dumps(record, ensure_ascii=False, default=str) + "\n" for record in records)
     path = os.path.join(out_dir, f"step_{step}.jsonl")
-    _write_atomic(path, lines.encode("utf-8"))  # last: once the JSONL exists, its images do too
+    # last: once the JSONL exists, its images do too
+    atomic_write(path, lambda f: f.write(lines.encode("utf-8")), binary=True, sync=False)
     return path

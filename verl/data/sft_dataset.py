@@ -14,6 +14,7 @@ import torch
 
 from verl.data.multimodal import (
     IMAGE_ERRORS,
+    content_parts,
     count_image_tokens,
     image_size,
     load_image,
@@ -70,6 +71,14 @@ class SFTDataset(torch.utils.data.Dataset):
 
     def _error(self, index: int, key: str, message: str) -> SFTDataError:
         return SFTDataError(f"{self.source.where(index)}, key '{key}': {message}.")
+
+    def _too_long(self, index: int, key: str, length: int) -> SFTDataError:
+        return self._error(
+            index,
+            key,
+            f"the conversation has {length} tokens, more than data.max_length={self.max_length}; raise it, or set "
+            "data.truncation=right",
+        )
 
     def _conversation(self, index: int) -> Conversation:
         row = self.source.row(index)
@@ -176,12 +185,7 @@ class SFTDataset(torch.utils.data.Dataset):
     def _check_overlong(self, index: int, conversation: Conversation, length: int, extra: list[int]) -> None:
         key = self.config.prompt_key or self.config.messages_key
         if self.config.truncation == "error":
-            raise self._error(
-                index,
-                key,
-                f"the conversation has {length} tokens, more than data.max_length={self.max_length}; raise it, "
-                "or set data.truncation=right",
-            )
+            raise self._too_long(index, key, length)
         messages = conversation.messages
         first = next(turn for turn, message in enumerate(messages) if message["role"] == "assistant")
         prefix = self._render(messages[:first], generation_prompt=True, tools=conversation.tools)
@@ -201,17 +205,7 @@ class SFTDataset(torch.utils.data.Dataset):
         """With a processor, <image> markers become image content parts."""
         if self.processor is None:
             return messages
-        out = []
-        for message in messages:
-            pieces = message["content"].split(IMAGE_MARKER)
-            content: list[dict[str, Any]] = []
-            for position, piece in enumerate(pieces):
-                if position > 0:
-                    content.append({"type": "image"})
-                if piece:
-                    content.append({"type": "text", "text": piece})
-            out.append({"role": message["role"], "content": content})
-        return out
+        return [{"role": m["role"], "content": content_parts(m["content"], (IMAGE_MARKER,))} for m in messages]
 
     def _render(self, messages: list[dict[str, Any]], generation_prompt: bool, tools: Any = None) -> str:
         renderer = self.processor if self.processor is not None else self.tokenizer
@@ -269,12 +263,7 @@ class SFTDataset(torch.utils.data.Dataset):
                 mask[position] = 1
         if len(ids) > self.max_length:
             if self.config.truncation == "error":
-                raise self._error(
-                    index,
-                    self.config.messages_key,
-                    f"the conversation has {len(ids)} tokens, more than data.max_length={self.max_length}; raise it, "
-                    "or set data.truncation=right",
-                )
+                raise self._too_long(index, self.config.messages_key, len(ids))
             ids, mask = ids[: self.max_length], mask[: self.max_length]
         if sum(mask[1:]) == 0:
             raise self._error(index, self.config.messages_key, "no assistant token is left to learn from")

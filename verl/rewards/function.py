@@ -169,22 +169,6 @@ def _check_kwargs(function: Callable[..., Any], kwargs: Mapping[str, Any], label
         ) from error
 
 
-def _first_parameter(function: Callable[..., Any]) -> inspect.Parameter | None:
-    """The parameter that receives the sample(s), with its annotation evaluated where that is possible."""
-    try:
-        try:
-            signature = inspect.signature(function, eval_str=True)
-        except Exception:  # a string annotation naming something undefined: keep the annotations as strings
-            signature = inspect.signature(function)
-    except (TypeError, ValueError):
-        return None
-    for parameter in signature.parameters.values():
-        if parameter.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
-            return parameter
-        return None  # *args or keyword-only first: nothing to read
-    return None
-
-
 def _annotation_kind(annotation: Any) -> str | None:
     """The reward type an annotation names: batch for a list or sequence, sequential for a dict, else None."""
     if annotation is inspect.Parameter.empty:
@@ -202,10 +186,19 @@ def _annotation_kind(annotation: Any) -> str | None:
 
 
 def _signature_reward_type(function: Callable[..., Any]) -> str | None:
-    """The reward type the first parameter's name and annotation agree on, or None when they say nothing or clash."""
-    parameter = _first_parameter(function)
-    if parameter is None:
+    """The reward type that the first parameter's name and annotation (evaluated where that is possible) agree on, or
+    None when they say nothing or clash."""
+    try:
+        try:
+            signature = inspect.signature(function, eval_str=True)
+        except Exception:  # a string annotation naming something undefined: keep the annotations as strings
+            signature = inspect.signature(function)
+    except (TypeError, ValueError):
         return None
+    parameter = next(iter(signature.parameters.values()), None)
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if parameter is None or parameter.kind not in positional:
+        return None  # no parameter, or *args or keyword-only first: nothing to read
     kinds = {_PARAMETER_NAMES.get(parameter.name), _annotation_kind(parameter.annotation)} - {None}
     return kinds.pop() if len(kinds) == 1 else None
 

@@ -16,12 +16,17 @@ from verl.rewards.manager import RewardSettings, create_reward_manager
 
 
 class LocalReward:
-    """The reward manager of `config` (RewardConfig's attributes), scoring batches in background threads."""
+    """The reward manager of `config` (RewardConfig's attributes, or RewardSettings), scoring batches in background
+    threads; in a Ray actor (ray_actor.RewardActor), its `compute_reward` is called remotely."""
 
     def __init__(self, config: Any, tokenizer_path: str, trust_remote_code: bool = False) -> None:
         # its own tokenizer: the trainer's thread may encode while this one decodes
         tokenizer = get_tokenizer(tokenizer_path, trust_remote_code=trust_remote_code)
         self.manager = create_reward_manager(RewardSettings.from_config(config), tokenizer)
+
+    def compute_reward(self, data: DataProto) -> tuple[torch.Tensor, dict[str, list[float]]]:
+        """(token-level scores (batch, response_length) float32, metrics key -> per-sample values)."""
+        return self.manager.compute_reward(data)
 
     def submit(self, data: DataProto) -> "Future[tuple[torch.Tensor, dict[str, list[float]]]]":
         """Start scoring `data`; the future gives what `manager.compute_reward` returns, or raises its error."""
@@ -30,7 +35,7 @@ class LocalReward:
 
         def score() -> None:
             try:
-                future.set_result(self.manager.compute_reward(data))
+                future.set_result(self.compute_reward(data))
             except BaseException as err:  # delivered to the trainer's thread by future.result()
                 future.set_exception(err)
 
@@ -38,5 +43,5 @@ class LocalReward:
         return future
 
     def close(self) -> None:
-        """Stop the worker processes of the parallel pool, if any."""
+        """Stop the worker processes of the parallel pool, if any; call before killing an actor for a clean exit."""
         self.manager.close()

@@ -122,16 +122,33 @@ def _prompt_key(data: DataProto) -> str | None:
     return None
 
 
-def _prompt_texts(data: DataProto, tokenizer: Any, prompt_key: str | None) -> list[str]:
-    """The prompt text from its dataset column when there is one, else decoded from the left-padded prompt ids."""
-    if prompt_key is not None:
-        return list(data.non_tensor_batch[prompt_key])
+def decode_prompts(data: DataProto, tokenizer: Any, skip_special_tokens: bool) -> list[str]:
+    """Each row's left-padded prompt ids, padding dropped, as text."""
     prompts = data.batch["prompts"]
     prompt_mask = data.batch["attention_mask"][:, : prompts.shape[-1]].bool()
-    # Special tokens are kept: they are part of what the model saw (chat markers, image placeholders).
     return tokenizer.batch_decode(
-        [ids[mask].tolist() for ids, mask in zip(prompts, prompt_mask)], skip_special_tokens=False
+        [ids[mask].tolist() for ids, mask in zip(prompts, prompt_mask)], skip_special_tokens=skip_special_tokens
     )
+
+
+def decode_responses(
+    data: DataProto, tokenizer: Any, mask: torch.Tensor | None = None, skip_special_tokens: bool = True
+) -> list[str]:
+    """Each row's response tokens under `mask` (default: `valid_response_mask`) as text."""
+    mask = valid_response_mask(data) if mask is None else mask
+    return tokenizer.batch_decode(
+        [ids[row].tolist() for ids, row in zip(data.batch["responses"], mask)], skip_special_tokens=skip_special_tokens
+    )
+
+
+def user_messages(data: DataProto, tokenizer: Any) -> list[str]:
+    """Each row's user message, for a reward model or judge: its `prompt_content` (the dataset's text before the chat
+    template) where it holds text, else its prompt ids decoded without special tokens."""
+    contents = data.non_tensor_batch.get("prompt_content", [None] * len(data))
+    if all(isinstance(text, str) for text in contents):
+        return list(contents)
+    decoded = decode_prompts(data, tokenizer, skip_special_tokens=True)
+    return [text if isinstance(text, str) else fallback for text, fallback in zip(contents, decoded)]
 
 
 def _response_tokens(data: DataProto) -> torch.Tensor:
@@ -143,15 +160,13 @@ def _response_tokens(data: DataProto) -> torch.Tensor:
 def build_reward_inputs(data: DataProto, tokenizer: Any, skip_special_tokens: bool = True) -> list[RewardInput]:
     """One RewardInput per sample of a rollout batch. `response` decodes the whole response (environment turns
     included); `response_length` counts the model's tokens."""
-    responses = data.batch["responses"]
-    tokens = _response_tokens(data)
-    texts = tokenizer.batch_decode(
-        [ids[row_mask].tolist() for ids, row_mask in zip(responses, tokens)], skip_special_tokens=skip_special_tokens
-    )
+    columns = data.non_tensor_batch
+    texts = decode_responses(data, tokenizer, _response_tokens(data), skip_special_tokens)
     lengths = valid_response_mask(data).sum(dim=-1).tolist()
     prompt_key = _prompt_key(data)
-    prompts = _prompt_texts(data, tokenizer, prompt_key)
-    columns = data.non_tensor_batch
+    # The prompt text from its dataset column, else decoded with special tokens: they are part of what the model saw
+    # (chat markers, image placeholders).
+    prompts = list(columns[prompt_key]) if prompt_key else decode_prompts(data, tokenizer, skip_special_tokens=False)
     used = {_GROUND_TRUTH_KEY, _UID_KEY, _MULTI_MODAL_KEY, prompt_key} | _PIPELINE_KEYS
     extra_keys = [key for key in columns if key not in used]
 
@@ -184,10 +199,23 @@ def place_scores(overall: list[float], response_mask: torch.Tensor) -> torch.Ten
 
 
 class RewardManager:
-    """Builds a batch's reward inputs, `score`s them (subclasses) and places each `overall` on its last token."""
+    """Builds a batch's reward inputs, `score`s them (subclasses) and places each `overall` on its last token. One
+    that combines functions keeps a FunctionRewardManager per function (`functions`: key -> (spec, kwargs))."""
 
-    settings: RewardSettings
-    tokenizer: Any
+    def __init__(
+        self,
+        settings: RewardSettings,
+        tokenizer: Any,
+        functions: Mapping[str | None, tuple[str, dict[str, Any]]] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.tokenizer = tokenizer
+        self.managers = {
+            key: FunctionRewardManager(
+                RewardSettings(spec, kwargs, settings.skip_special_tokens, settings.num_cpus), tokenizer
+            )
+            for key, (spec, kwargs) in (functions or {}).items()
+        }
 
     def score(self, samples: list[Mapping[str, Any]]) -> dict[str, list[float]]:
         """Checked scores of `samples` as columns: key -> one float per sample."""
@@ -201,15 +229,17 @@ class RewardManager:
 
     def close(self) -> None:
         """Stop the worker processes scoring started, if any."""
-        raise NotImplementedError
+        for manager in self.managers.values():
+            manager.close()
 
 
 class FunctionRewardManager(RewardManager):
     """Scores rollout batches with a user's reward function (sequential ones in parallel over `num_cpus`)."""
 
     def __init__(self, config: Any, tokenizer: Any) -> None:
-        self.settings = config if isinstance(config, RewardSettings) else RewardSettings.from_config(config)
-        self.tokenizer = tokenizer
+        super().__init__(
+            config if isinstance(config, RewardSettings) else RewardSettings.from_config(config), tokenizer
+        )
         self.function = load_reward_function(self.settings.reward_function, self.settings.reward_function_kwargs)
         self._pool: SequentialPool | None = None
         if self.function.reward_type == "sequential" and self.settings.num_cpus > 1:
@@ -243,14 +273,7 @@ class RoutedRewardManager(RewardManager):
     route's reward."""
 
     def __init__(self, settings: RewardSettings, tokenizer: Any) -> None:
-        self.settings = settings
-        self.tokenizer = tokenizer
-        self.managers = {
-            route: FunctionRewardManager(
-                RewardSettings(spec, kwargs, settings.skip_special_tokens, settings.num_cpus), tokenizer
-            )
-            for route, (spec, kwargs) in settings.functions().items()
-        }
+        super().__init__(settings, tokenizer, settings.functions())
 
     def _route_of(self, sample: Mapping[str, Any], index: int) -> str | None:
         value = sample["extra_info"].get(self.settings.route_key)
@@ -283,42 +306,26 @@ class RoutedRewardManager(RewardManager):
                     column[index] = value
         return columns
 
-    def close(self) -> None:
-        for manager in self.managers.values():
-            manager.close()
-
 
 class RubricRewardManager(RewardManager):
     """Scores every sample with each rubric part: overall = sum of weight x part overall; each part's keys are
     logged as `<part>/<key>`."""
 
     def __init__(self, settings: RewardSettings, tokenizer: Any) -> None:
-        self.settings = settings
-        self.tokenizer = tokenizer
-        self.parts = {
-            name: (
-                FunctionRewardManager(
-                    RewardSettings(spec, kwargs, settings.skip_special_tokens, settings.num_cpus), tokenizer
-                ),
-                weight,
-            )
-            for name, (spec, kwargs, weight) in settings.rubric_parts().items()
-        }
+        parts = settings.rubric_parts()
+        super().__init__(settings, tokenizer, {name: (spec, kwargs) for name, (spec, kwargs, _) in parts.items()})
+        self.weights = {name: weight for name, (_, _, weight) in parts.items()}
 
     def score(self, samples: list[Mapping[str, Any]]) -> dict[str, list[float]]:
         columns: dict[str, list[float]] = {"overall": [0.0] * len(samples)}
-        for name, (manager, weight) in self.parts.items():
+        for name, manager in self.managers.items():
             scored = manager.score(samples)
             for key, values in scored.items():
                 columns[f"{name}/{key}"] = list(values)
             columns["overall"] = [
-                total + weight * value for total, value in zip(columns["overall"], scored["overall"])
+                total + self.weights[name] * value for total, value in zip(columns["overall"], scored["overall"])
             ]
         return columns
-
-    def close(self) -> None:
-        for manager, _ in self.parts.values():
-            manager.close()
 
 
 def create_reward_manager(settings: RewardSettings, tokenizer: Any) -> RewardManager:

@@ -11,7 +11,6 @@ import atexit
 import enum
 import logging
 import multiprocessing
-import os
 import re
 import signal
 import threading
@@ -22,6 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
+
+from verl.rewards.parallel import exit_with_parent
 
 
 logger = logging.getLogger(__name__)
@@ -127,10 +128,7 @@ def _answer_line(text: str) -> str | None:
 def extract_answer(response: str) -> str | None:
     """The final answer of a response: the last \\boxed{}/\\fbox{}, else the "Answer:" line (DAPO-style prompts;
     its full stop and math delimiters dropped); None when neither exists."""
-    boxed = last_boxed(response)
-    if boxed is not None:
-        return boxed
-    return _answer_line(response)
+    return last_boxed(response) or _answer_line(response)  # a box found is never empty
 
 
 def normalize_ground_truth(ground_truth: str) -> str:
@@ -170,18 +168,9 @@ def grade_in_process(answer: str, ground_truth: str) -> Verdict:
     return Verdict.CORRECT if verify(gold, parsed, timeout_seconds=None) else Verdict.WRONG
 
 
-def _exit_when_orphaned(parent_pid: int) -> None:
-    """Worker thread: exit when the parent is gone, even during a hung verification (a busy worker reads no pipe)."""
-    while True:
-        time.sleep(1.0)
-        if os.getppid() != parent_pid:
-            os._exit(0)
-
-
 def _worker_main(conn: Connection) -> None:
     """A worker process. The pool sends (answer, ground_truth) tuples or None (stop); the worker replies ("ready", "")
     once math_verify is imported, or ("failed", reason), then a verdict value per task."""
-    parent_pid = os.getppid()  # before anything slow, so a parent that dies during start-up is noticed too
     # Ctrl-C in a terminal reaches the whole process group; the parent decides what happens to its workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -193,7 +182,8 @@ def _worker_main(conn: Connection) -> None:
         conn.send(("failed", f"{type(error).__name__}: {error}"))
         conn.close()
         return
-    threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
+    # exit when the parent is gone, even during a hung verification (a busy worker reads no pipe)
+    threading.Thread(target=exit_with_parent, daemon=True).start()
     conn.send(("ready", ""))
     while True:
         try:
@@ -220,11 +210,11 @@ class _Worker:
 
     process: Any
     conn: Connection
-    started_at: float
+    deadline: float
+    """When its start-up (until ready) or its current task times out."""
     ready: bool = False
     task: int | None = None
     """Index (in the current verify_many call) of the pair it is verifying, or None when idle."""
-    deadline: float = 0.0
 
 
 @dataclass
@@ -309,7 +299,7 @@ class VerifierPool:
         )
         process.start()
         child_conn.close()  # the parent keeps only its own end, so a dead worker reads as EOF
-        return _Worker(process, parent_conn, time.monotonic())
+        return _Worker(process, parent_conn, deadline=time.monotonic() + WORKER_START_TIMEOUT_S)
 
     def _replace(self, worker: _Worker) -> None:
         """Kill `worker` and put a freshly started one in its place (none once the pool is closed)."""
@@ -343,13 +333,8 @@ class VerifierPool:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}.")
         pairs = list(pairs)
-        verdicts: list[Verdict | None] = [None] * len(pairs)
-        pending: deque[int] = deque()
-        for index, (answer, _) in enumerate(pairs):
-            if answer is None:
-                verdicts[index] = Verdict.UNPARSABLE
-            else:
-                pending.append(index)
+        verdicts: list[Verdict | None] = [Verdict.UNPARSABLE if answer is None else None for answer, _ in pairs]
+        pending = deque(index for index, verdict in enumerate(verdicts) if verdict is None)
         if not pending:
             return verdicts  # type: ignore[return-value]
         with self._lock:
@@ -376,8 +361,7 @@ class VerifierPool:
     def _wait_and_collect(self, verdicts: list[Verdict | None], timeout_s: float) -> None:
         """Wait for the next message or deadline; record verdicts, finish start-ups, replace timed-out workers."""
         now = time.monotonic()
-        deadlines = [worker.deadline for worker in self._workers if worker.task is not None]
-        deadlines += [worker.started_at + WORKER_START_TIMEOUT_S for worker in self._workers if not worker.ready]
+        deadlines = [worker.deadline for worker in self._workers if worker.task is not None or not worker.ready]
         workers = list(self._workers)  # close() from another thread may empty the list while this waits
         ready = wait([worker.conn for worker in workers], timeout=max(0.0, min(deadlines) - now))
         if self.closed:
@@ -412,7 +396,7 @@ class VerifierPool:
                 )
                 verdicts[worker.task] = Verdict.TIMEOUT
                 self._replace(worker)
-            elif not worker.ready and now >= worker.started_at + WORKER_START_TIMEOUT_S:
+            elif not worker.ready and now >= worker.deadline:
                 self._start_failed(f"it did not import math_verify within {WORKER_START_TIMEOUT_S:.0f} s")
 
 

@@ -8,9 +8,7 @@ Each row is turned back into text and rendered with the RM's own chat template, 
 
 import logging
 import math
-from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -28,6 +26,7 @@ from verl.models.fsdp import (
 )
 from verl.models.loading import is_vision_language
 from verl.protocol import DataProto
+from verl.rewards.manager import decode_responses, user_messages
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.base.worker import Worker
 from verl.utils import device as device_utils
@@ -210,15 +209,6 @@ def build_fsdp_reward_model(
 # ---------------------------------------------------------------------------------------------- the worker
 
 
-def _as_text(value: Any) -> str | None:
-    """A prompt_content cell as text, or None when it holds none (then the prompt ids are decoded)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, np.ndarray) and value.ndim == 0 and isinstance(value.item(), str):
-        return value.item()
-    return None
-
-
 class RewardModelWorker(Worker):
     """A frozen, FSDP2-sharded sequence-classification RM; `compute_rm_score` gives one score per rollout row."""
 
@@ -255,26 +245,6 @@ class RewardModelWorker(Worker):
         module.requires_grad_(False)
         self.module = module.eval()
 
-    def _prompt_texts(self, data: DataProto) -> list[str]:
-        """The user message of each row: `prompt_content` where the dataset gave it, else the decoded prompt ids."""
-        contents = data.non_tensor_batch.get("prompt_content")
-        texts: list[str | None] = [None] * len(data) if contents is None else [_as_text(value) for value in contents]
-        missing = [index for index, text in enumerate(texts) if text is None]
-        if missing:
-            prompts = data.batch["prompts"]
-            prompt_mask = data.batch["attention_mask"][:, : prompts.shape[1]].bool()
-            for index in missing:
-                ids = prompts[index][prompt_mask[index]].tolist()
-                texts[index] = self.policy_tokenizer.decode(ids, skip_special_tokens=True)
-        return texts  # type: ignore[return-value]
-
-    def _response_texts(self, data: DataProto) -> list[str]:
-        responses, mask = data.batch["responses"], data.batch["response_mask"].bool()
-        return [
-            self.policy_tokenizer.decode(responses[index][mask[index]].tolist(), skip_special_tokens=True)
-            for index in range(len(data))
-        ]
-
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_rm_score(self, data: DataProto) -> DataProto:
         """rm_scores (float32, one per row) and meta_info["metrics"], summed over ranks here as the driver keeps only
@@ -286,7 +256,10 @@ class RewardModelWorker(Worker):
         truncated = 0
         if len(data) > 0:
             rows, truncated = tokenize_conversations(
-                self.rm_tokenizer, self._prompt_texts(data), self._response_texts(data), config.max_length
+                self.rm_tokenizer,
+                user_messages(data, self.policy_tokenizer),
+                decode_responses(data, self.policy_tokenizer),
+                config.max_length,
             )
         gather_once = gathers_once_per_pass(config.fsdp, self.device_type)
         with micro_batch_pass(self.module, gather_once, config.fsdp.enable_full_shard):

@@ -28,8 +28,9 @@ CLOSE_GRACE_S = 5.0
 """How long `SequentialPool.close` lets its workers finish what they are doing before it kills them."""
 
 
-def _exit_with_parent() -> None:
-    """Exit when the parent process dies, so a killed reward actor (ray.kill) leaves no orphaned workers behind."""
+def exit_with_parent() -> None:
+    """A worker process's thread: exit when the parent process dies, so a killed parent (a reward actor's ray.kill, a
+    SIGKILL) leaves no orphaned workers behind."""
     parent = multiprocessing.parent_process()
     if parent is not None:
         multiprocessing.connection.wait([parent.sentinel])
@@ -41,7 +42,7 @@ def _init_worker(spec: str, kwargs: dict[str, Any], pids: Any) -> None:
     pids.put(os.getpid())  # so that the pool can kill a worker stuck in the function
     # Ctrl-C reaches the whole process group; the trainer decides (checkpoint, then close the pool).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    threading.Thread(target=_exit_with_parent, name="exit-with-parent", daemon=True).start()
+    threading.Thread(target=exit_with_parent, name="exit-with-parent", daemon=True).start()
     _worker_function = load_reward_function(spec, kwargs)
 
 

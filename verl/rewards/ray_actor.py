@@ -7,29 +7,16 @@ advantages, so a slow reward overlaps the GPU work. It reserves `num_cpus` CPUs,
 from typing import Any
 
 import ray
-import torch
 
-from verl.data.tokenizer import get_tokenizer
 from verl.protocol import DataProto
 from verl.rewards.function import check_reward_function
-from verl.rewards.manager import RewardSettings, create_reward_manager
+from verl.rewards.local import LocalReward
+from verl.rewards.manager import RewardSettings
 
 
-@ray.remote
-class RewardActor:
-    """Holds the tokenizer and the loaded reward function; one per run, scoring training and validation batches."""
-
-    def __init__(self, settings: RewardSettings, tokenizer_path: str, trust_remote_code: bool = False) -> None:
-        tokenizer = get_tokenizer(tokenizer_path, trust_remote_code=trust_remote_code)
-        self.manager = create_reward_manager(settings, tokenizer)
-
-    def compute_reward(self, data: DataProto) -> tuple[torch.Tensor, dict[str, list[float]]]:
-        """(token-level scores (batch, response_length) float32, metrics key -> per-sample values)."""
-        return self.manager.compute_reward(data)
-
-    def close(self) -> None:
-        """Stop the worker processes of the parallel pool; call before killing the actor for a clean exit."""
-        self.manager.close()
+RewardActor = ray.remote(LocalReward)
+"""The reward actor: one per run, holding the tokenizer and the loaded functions, scoring training and validation
+batches."""
 
 
 class ActorReward:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from verl.protocol import DataProto
-from verl.rewards.manager import place_scores
+from verl.rewards.manager import decode_responses, place_scores, user_messages, valid_response_mask
 
 
 @dataclass
@@ -48,13 +48,6 @@ def _finished(handle: Any) -> bool:
     return bool(finished)
 
 
-def _response_mask(batch: DataProto) -> torch.Tensor:
-    if "response_mask" in batch.batch.keys():
-        return batch.batch["response_mask"].bool()
-    width = batch.batch["responses"].shape[-1]
-    return batch.batch["attention_mask"][:, -width:].bool()
-
-
 class BatchScorer:
     def __init__(
         self,
@@ -78,21 +71,13 @@ class BatchScorer:
         return self.reward_model_wg is not None or self.judge_actor is not None
 
     def _judge_inputs(self, batch: DataProto) -> tuple[list[str], list[str], list[Any]]:
-        mask = _response_mask(batch)
-        responses = self.tokenizer.batch_decode(
-            [ids[row].tolist() for ids, row in zip(batch.batch["responses"], mask)], skip_special_tokens=True
-        )
         columns = batch.non_tensor_batch
-        if "prompt_content" in columns:
-            prompts = [str(text) for text in columns["prompt_content"]]
-        else:
-            width = batch.batch["responses"].shape[-1]
-            prompt_mask = batch.batch["attention_mask"][:, :-width].bool()
-            prompts = self.tokenizer.batch_decode(
-                [ids[row].tolist() for ids, row in zip(batch.batch["prompts"], prompt_mask)], skip_special_tokens=True
-            )
         truths = list(columns["ground_truth"]) if "ground_truth" in columns else [None] * len(batch)
-        return prompts, responses, [t.item() if isinstance(t, np.generic) else t for t in truths]
+        return (
+            user_messages(batch, self.tokenizer),
+            decode_responses(batch, self.tokenizer),
+            [t.item() if isinstance(t, np.generic) else t for t in truths],
+        )
 
     def launch(self, batch: DataProto, wait_for_model: bool = True) -> PendingReward:
         """Start every part of `batch`'s reward; the reward model is waited for unless `wait_for_model` is False
@@ -117,7 +102,6 @@ class BatchScorer:
 
     def collect(self, batch: DataProto, pending: PendingReward) -> tuple[torch.Tensor, dict[str, list[float]]]:
         """(token-level scores (B, R), columns key -> per-sample values) of a launched batch."""
-        mask = _response_mask(batch)
         rule_scores, columns = None, {}
         if pending.rule is not None:
             rule_scores, columns = self.get(pending.rule)
@@ -139,7 +123,7 @@ class BatchScorer:
             columns.update({key: list(values) for key, values in judged.items()})
             overall += self.config.judge.weight * torch.tensor(judged["judge_score"], dtype=torch.float32)
         columns["overall"] = overall.tolist()
-        return place_scores(columns["overall"], mask), columns
+        return place_scores(columns["overall"], valid_response_mask(batch)), columns
 
     def score(self, batch: DataProto) -> tuple[torch.Tensor, dict[str, list[float]]]:
         return self.collect(batch, self.launch(batch))
