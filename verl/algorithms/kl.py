@@ -39,19 +39,11 @@ def register_kl_penalty(*names: str, straight_through: bool = True) -> Callable[
 
 def registered_kl_penalties() -> tuple[str, ...]:
     """Values `algorithm.kl_penalty` accepts: base estimators, then straight-through forms."""
-    return tuple(name for name, (_, plus) in _KL_PENALTIES.items() if not plus) + tuple(
-        name for name, (_, plus) in _KL_PENALTIES.items() if plus
-    )
+    return tuple(sorted(_KL_PENALTIES, key=lambda name: _KL_PENALTIES[name][1]))  # stable: registration order
 
 
-@register_kl_penalty("kl", "k1")
-def _k1(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
-    return log_probs - ref_log_probs
-
-
-@register_kl_penalty("abs")
-def _abs(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
-    return (log_probs - ref_log_probs).abs()
+register_kl_penalty("kl", "k1")(lambda log_probs, ref_log_probs: log_probs - ref_log_probs)
+register_kl_penalty("abs")(lambda log_probs, ref_log_probs: (log_probs - ref_log_probs).abs())
 
 
 @register_kl_penalty("mse", "k2")
@@ -93,7 +85,7 @@ def compute_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor, kl_penalty:
     value = estimator(log_probs, ref_log_probs)
     if not straight_through:
         return value
-    surrogate = 0.5 * (log_probs - ref_log_probs).square()
+    surrogate = _k2(log_probs, ref_log_probs)
     return surrogate - surrogate.detach() + value.detach()
 
 

@@ -15,17 +15,11 @@ from verl.algorithms.user_functions import Kind, Where, add_kind, check_position
 Count = float | int | torch.Tensor
 
 
-def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """Sum of `values` where `mask` is set (over `dim`, or everything when None)."""
-    masked = values * mask.to(values.dtype)
-    return masked.sum() if dim is None else masked.sum(dim=dim)
-
-
 def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """sum(v * m) / sum(m); an all-zero mask gives 0, not NaN, so an empty response cannot poison the batch."""
+    """sum(v * m) / sum(m) over `dim` (everything when None); an all-zero mask gives 0, not NaN, so an empty response
+    cannot poison the batch."""
     mask = mask.to(values.dtype)
-    count = mask.sum() if dim is None else mask.sum(dim=dim)
-    return masked_sum(values, mask, dim) / count.clamp(min=torch.finfo(values.dtype).tiny)
+    return (values * mask).sum(dim=dim) / mask.sum(dim=dim).clamp(min=torch.finfo(values.dtype).tiny)
 
 
 def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
@@ -70,7 +64,14 @@ LossAggFn = Callable[[torch.Tensor, torch.Tensor, Count, Count, int], torch.Tens
 """(per-sequence masked token sums (B,), per-sequence token counts (B,), tokens N, sequences S, max_response_length)
 -> the aggregated loss."""
 
-_LOSS_AVG_MODES: dict[str, LossAggFn] = {}
+_LOSS_AVG_MODES: dict[str, LossAggFn] = {
+    "token-mean": lambda sums, lengths, tokens, seqs, max_len: sums.sum() / tokens,
+    "token-sum": lambda sums, lengths, tokens, seqs, max_len: sums.sum(),
+    "seq-mean-token-mean": lambda sums, lengths, tokens, seqs, max_len: (sums / lengths.clamp(min=1.0)).sum() / seqs,
+    "seq-mean-token-sum": lambda sums, lengths, tokens, seqs, max_len: sums.sum() / seqs,
+    "seq-mean-token-sum-norm": lambda sums, lengths, tokens, seqs, max_len: (sums / float(max_len)).sum() / seqs,
+}
+"""The built-in aggregations (formulas in `agg_loss`); `register_loss_avg_mode` adds more."""
 
 
 def register_loss_avg_mode(name: str) -> Callable[[LossAggFn], LossAggFn]:
@@ -87,37 +88,6 @@ def register_loss_avg_mode(name: str) -> Callable[[LossAggFn], LossAggFn]:
 
 def registered_loss_avg_modes() -> tuple[str, ...]:
     return tuple(_LOSS_AVG_MODES)
-
-
-@register_loss_avg_mode("token-mean")
-def _token_mean(sums: torch.Tensor, lengths: torch.Tensor, tokens: Count, seqs: Count, max_len: int) -> torch.Tensor:
-    return sums.sum() / tokens
-
-
-@register_loss_avg_mode("token-sum")
-def _token_sum(sums: torch.Tensor, lengths: torch.Tensor, tokens: Count, seqs: Count, max_len: int) -> torch.Tensor:
-    return sums.sum()
-
-
-@register_loss_avg_mode("seq-mean-token-mean")
-def _seq_mean_token_mean(
-    sums: torch.Tensor, lengths: torch.Tensor, tokens: Count, seqs: Count, max_len: int
-) -> torch.Tensor:
-    return (sums / lengths.clamp(min=1.0)).sum() / seqs
-
-
-@register_loss_avg_mode("seq-mean-token-sum")
-def _seq_mean_token_sum(
-    sums: torch.Tensor, lengths: torch.Tensor, tokens: Count, seqs: Count, max_len: int
-) -> torch.Tensor:
-    return sums.sum() / seqs
-
-
-@register_loss_avg_mode("seq-mean-token-sum-norm")
-def _seq_mean_token_sum_norm(
-    sums: torch.Tensor, lengths: torch.Tensor, tokens: Count, seqs: Count, max_len: int
-) -> torch.Tensor:
-    return (sums / float(max_len)).sum() / seqs
 
 
 def _divisor(count: Count, like: torch.Tensor) -> Count:

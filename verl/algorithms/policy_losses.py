@@ -116,8 +116,8 @@ def _ppo_loss(x: PolicyLossInputs) -> PolicyLossTerms:
     return PolicyLossTerms(loss_mat, higher, lower, dual)
 
 
-def _gspo_ratio(x: PolicyLossInputs, per_token_gradient: bool) -> torch.Tensor:
-    """GSPO's sequence ratio s_i = exp(mean_t log(pi / pi_old)), broadcast over its tokens.
+def _gspo_loss(x: PolicyLossInputs, per_token_gradient: bool) -> PolicyLossTerms:
+    """The clipped surrogate on GSPO's sequence ratio s_i = exp(mean_t log(pi / pi_old)), broadcast over its tokens.
     "gspo" differentiates through s_i; "gspo_token" uses sg(s_i) * pi / sg(pi), same value but a per-token gradient
     (allowing per-token advantages)."""
     seq_log_ratio = masked_mean(x.log_ratio, x.mask, dim=-1).unsqueeze(-1)
@@ -125,19 +125,11 @@ def _gspo_ratio(x: PolicyLossInputs, per_token_gradient: bool) -> torch.Tensor:
         log_ratio = seq_log_ratio.detach() + x.log_probs - x.log_probs.detach()
     else:
         log_ratio = seq_log_ratio.expand_as(x.log_ratio)
-    return torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, GSPO_LOG_RATIO_MAX))
+    return PolicyLossTerms(*_clipped_surrogate(torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, GSPO_LOG_RATIO_MAX)), x))
 
 
-@register_policy_loss("gspo")
-def _gspo_loss(x: PolicyLossInputs) -> PolicyLossTerms:
-    loss_mat, higher, lower = _clipped_surrogate(_gspo_ratio(x, per_token_gradient=False), x)
-    return PolicyLossTerms(loss_mat, higher, lower)
-
-
-@register_policy_loss("gspo_token")
-def _gspo_token_loss(x: PolicyLossInputs) -> PolicyLossTerms:
-    loss_mat, higher, lower = _clipped_surrogate(_gspo_ratio(x, per_token_gradient=True), x)
-    return PolicyLossTerms(loss_mat, higher, lower)
+register_policy_loss("gspo")(functools.partial(_gspo_loss, per_token_gradient=False))
+register_policy_loss("gspo_token")(functools.partial(_gspo_loss, per_token_gradient=True))
 
 
 @register_policy_loss("cispo")
@@ -192,7 +184,7 @@ def compute_policy_loss(
     - "default": PPO (arXiv 1707.06347) with clip-higher (DAPO, arXiv 2503.14476) and dual clip (arXiv 1912.09729):
       l = max(-A r, -A clip(r, 1 - eps_l, 1 + eps_h)), and l = min(l, -A C) for A < 0, C = clip_ratio_dual.
     - "gspo" / "gspo_token" (arXiv 2507.18071): the same surrogate, no dual clip, on the sequence ratio
-      (`_gspo_ratio`).
+      (`_gspo_loss`).
     - "cispo" (MiniMax-M1, arXiv 2506.13585): l = -sg(clip(r, 1 - eps_l, 1 + eps_h)) A log pi, so clipped tokens
       still get a gradient.
     - "sapo" (arXiv 2511.20347): l = -A (4 / tau) sigmoid(tau (r - 1)), tau = tau_positive for A > 0 else

@@ -84,14 +84,13 @@ class _LogRatios:
     """(B, L) log pi_old - log pi_rollout, not clamped."""
     token: torch.Tensor
     """`raw` clamped to +-LOG_RATIO_CLAMP."""
+    rho: torch.Tensor
+    """exp(`token`): the token ratio rho_t (1 on padding)."""
     seq: torch.Tensor
     """(B, 1) S = sum_t of the clamped `token`."""
     n_tokens: torch.Tensor
     """(B, 1) response length."""
     mask: torch.Tensor
-
-    def token_ratio(self) -> torch.Tensor:
-        return self.token.exp()
 
     def seq_ratio(self) -> torch.Tensor:
         """exp(S), S clamped, broadcast to (B, L)."""
@@ -109,7 +108,7 @@ def _log_ratios(
     mask = (response_mask != 0).float()
     raw = torch.where(mask > 0, old_log_probs.float() - rollout_log_probs.float(), 0.0)
     token = raw.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    return _LogRatios(raw, token, token.sum(-1, keepdim=True), mask.sum(-1, keepdim=True), mask)
+    return _LogRatios(raw, token, token.exp(), token.sum(-1, keepdim=True), mask.sum(-1, keepdim=True), mask)
 
 
 @dataclass(frozen=True)
@@ -155,7 +154,7 @@ def register_correction_mode(name: str) -> Callable[[CorrectionFn], CorrectionFn
         def mode(lr: _LogRatios, s: CorrectionSettings) -> _ModeTerms:
             weights, kept = fn(lr.token, lr.mask, s)
             rejected = None if kept is None else ~kept & (lr.mask > 0)
-            return _ModeTerms(lr.token_ratio(), weights, filtered=weights == 0, rejected=rejected)
+            return _ModeTerms(lr.rho, weights, filtered=weights == 0, rejected=rejected)
 
         _MODES[name] = mode
         return fn
@@ -163,28 +162,20 @@ def register_correction_mode(name: str) -> Callable[[CorrectionFn], CorrectionFn
     return decorator
 
 
-@_mode("none", "bypass")
-def _no_correction(lr: _LogRatios, s: CorrectionSettings) -> _ModeTerms:
-    return _ModeTerms(lr.token_ratio(), torch.ones_like(lr.token))
+def _capped(ratio: torch.Tensor, s: CorrectionSettings) -> _ModeTerms:
+    """Weight min(ratio, C)."""
+    return _ModeTerms(ratio, ratio.clamp(max=s.is_cap), truncated=ratio > s.is_cap)
 
 
-@_mode("tis")
-def _token_tis(lr: _LogRatios, s: CorrectionSettings) -> _ModeTerms:
-    rho = lr.token_ratio()
-    return _ModeTerms(rho, rho.clamp(max=s.is_cap), truncated=rho > s.is_cap)
-
-
-@_mode("icepop")
-def _icepop(lr: _LogRatios, s: CorrectionSettings) -> _ModeTerms:
-    rho = lr.token_ratio()
-    outside = (rho < s.mask_low) | (rho > s.mask_high)
+def _filtered(rho: torch.Tensor, outside: torch.Tensor) -> _ModeTerms:
+    """Weight rho_t, but 0 (kept in the mask) where `outside`."""
     return _ModeTerms(rho, torch.where(outside, 0.0, rho), filtered=outside)
 
 
-@_mode("seq_is")
-def _seq_tis(lr: _LogRatios, s: CorrectionSettings) -> _ModeTerms:
-    ratio = lr.seq_ratio()
-    return _ModeTerms(ratio, ratio.clamp(max=s.is_cap), truncated=ratio > s.is_cap)
+_mode("none", "bypass")(lambda lr, s: _ModeTerms(lr.rho, torch.ones_like(lr.token)))
+_mode("tis")(lambda lr, s: _capped(lr.rho, s))
+_mode("icepop")(lambda lr, s: _filtered(lr.rho, (lr.rho < s.mask_low) | (lr.rho > s.mask_high)))
+_mode("seq_is")(lambda lr, s: _capped(lr.seq_ratio(), s))
 
 
 @_mode("seq_mis")
@@ -203,11 +194,7 @@ def _geo_rs(lr: _LogRatios, s: CorrectionSettings) -> _ModeTerms:
     return _ModeTerms(mean_log_ratio.exp().expand_as(lr.token), torch.ones_like(lr.token), rejected=rejected)
 
 
-@_mode("decoupled")
-def _decoupled(lr: _LogRatios, s: CorrectionSettings) -> _ModeTerms:
-    rho = lr.token_ratio()
-    over_cap = rho > s.is_cap
-    return _ModeTerms(rho, torch.where(over_cap, 0.0, rho), filtered=over_cap)
+_mode("decoupled")(lambda lr, s: _filtered(lr.rho, lr.rho > s.is_cap))
 
 
 @torch.no_grad()
@@ -239,13 +226,13 @@ def compute_rollout_correction(
     settings.validate()
     lr = _log_ratios(old_log_probs, rollout_log_probs, response_mask)
     terms = _MODES[settings.mode](lr, settings)
-    mask = lr.mask if terms.rejected is None else torch.where(terms.rejected, 0.0, lr.mask)
-    weights = torch.where(mask > 0, terms.weights, 0.0)
     no_token = torch.zeros_like(lr.token, dtype=torch.bool)
-    truncated = no_token if terms.truncated is None else terms.truncated
-    zeroed = no_token
-    for dropped in (terms.filtered, terms.rejected):
-        zeroed = zeroed if dropped is None else zeroed | dropped
+    truncated, filtered, rejected = (
+        no_token if tokens is None else tokens for tokens in (terms.truncated, terms.filtered, terms.rejected)
+    )
+    mask = torch.where(rejected, 0.0, lr.mask)
+    weights = torch.where(mask > 0, terms.weights, 0.0)
+    zeroed = filtered | rejected
     ratio = torch.where(lr.mask > 0, terms.ratio, 0.0)  # ratios are > 0, so the max of a non-empty mask ignores this
     stats = torch.stack(
         [

@@ -76,12 +76,17 @@ class FSDPWorker(Worker):
     # ------------------------------------------------------------------------------------------------ setup
 
     def _build_trainable(self, section: Any, value_head: bool) -> tuple[torch.nn.Module, Any, Any]:
+        """The trained model (actor or critic), its optimizer, lr scheduler and checkpoint manager."""
         mesh = build_device_mesh(dist.get_world_size(), section.fsdp.fsdp_size, self.device_type)
         module = create_fsdp_model(section.model, section.fsdp, mesh, self.device, value_head=value_head)
         optimizer = build_optimizer(module, section.optim)
         if section.offload.offload_params:
             offload_fsdp_model(module)
-        return module, optimizer, build_lr_scheduler(optimizer, section.optim)
+        lr_scheduler = build_lr_scheduler(optimizer, section.optim)
+        self.checkpoint_manager = FSDPCheckpointManager(
+            module, optimizer, lr_scheduler, self.tokenizer, self.processor, adapter_only=section.model.lora.rank > 0
+        )
+        return module, optimizer, lr_scheduler
 
     @contextlib.contextmanager
     def _resident(self, module: torch.nn.Module, offload: OffloadConfig, optimizer: Any = None) -> Iterator[None]:
@@ -105,13 +110,9 @@ class FSDPWorker(Worker):
         config = self.config
         section = config.critic if self.has_critic else config.actor
         model = section.model
-        template = config.override_chat_template
-        self.tokenizer = get_tokenizer(
-            model.tokenizer_path, trust_remote_code=model.trust_remote_code, override_chat_template=template
-        )
-        self.processor = get_processor(
-            model.tokenizer_path, trust_remote_code=model.trust_remote_code, override_chat_template=template
-        )
+        options = dict(trust_remote_code=model.trust_remote_code, override_chat_template=config.override_chat_template)
+        self.tokenizer = get_tokenizer(model.tokenizer_path, **options)
+        self.processor = get_processor(model.tokenizer_path, **options)
         n = config.rollout.n
         # Ulysses: ranks of a group share each row of the actor's and reference's forwards (verl.models.ulysses)
         self.sp_group = None
@@ -125,23 +126,12 @@ class FSDPWorker(Worker):
             self.critic = DataParallelPPOCritic(
                 config.critic, self.critic_module, self.critic_optimizer, rollout_n=n, sp_group=self.critic_sp_group
             )
-            self.checkpoint_manager = FSDPCheckpointManager(
-                self.critic_module, self.critic_optimizer, self.critic_lr_scheduler, self.tokenizer, self.processor
-            )
         if self.has_actor:
             self.actor_module, self.actor_optimizer, self.actor_lr_scheduler = self._build_trainable(
                 config.actor, value_head=False
             )
             self.actor = DataParallelPPOActor(
                 config.actor, self.actor_module, self.actor_optimizer, rollout_n=n, sp_group=self.sp_group
-            )
-            self.checkpoint_manager = FSDPCheckpointManager(
-                self.actor_module,
-                self.actor_optimizer,
-                self.actor_lr_scheduler,
-                self.tokenizer,
-                self.processor,
-                adapter_only=config.actor.model.lora.rank > 0,
             )
         self.ref_is_actor_base = self.has_ref and self.has_actor and config.actor.model.lora.rank > 0
         if self.ref_is_actor_base:
@@ -160,11 +150,8 @@ class FSDPWorker(Worker):
             self.ref_module, self.ref_offload = ref_module, config.ref.offload
         if self.has_ref:
             ref_config = copy.deepcopy(config.actor)
-            ref_config.micro_batch_size_per_device_for_experience = (
-                config.ref.micro_batch_size_per_device_for_experience
-            )
-            ref_config.padding_free, ref_config.dynamic_batching = config.ref.padding_free, config.ref.dynamic_batching
-            ref_config.fsdp = config.ref.fsdp
+            for key in ("micro_batch_size_per_device_for_experience", "padding_free", "dynamic_batching", "fsdp"):
+                setattr(ref_config, key, getattr(config.ref, key))
             self.ref = DataParallelPPOActor(ref_config, self.ref_module, None, rollout_n=n, sp_group=self.sp_group)
         if self.has_rollout:
             # imported here: a critic-only process never pays for vLLM
@@ -297,20 +284,18 @@ class FSDPWorker(Worker):
     # ------------------------------------------------------------------------------------------------ updates
 
     def _update(
-        self,
-        data: DataProto,
-        sp_group: dist.ProcessGroup | None,
-        role: str,
-        update: Callable[[DataProto], dict[str, float]],
-        resident: contextlib.AbstractContextManager,
-        lr_scheduler: Any,
-        request: UpdateRequest,
+        self, data: DataProto, update: Callable[[DataProto], dict[str, float]], request: UpdateRequest
     ) -> DataProto:
-        """An update phase: as `_forward_rows`, then `update` inside `resident` and one lr-scheduler step; returns the
-        metrics, `<role>/lr` the step's."""
+        """An update phase of this worker's trained model (the critic or the actor): as `_forward_rows`, then `update`
+        with the model and its optimizer resident and one lr-scheduler step; returns the metrics, `<role>/lr` the
+        step's."""
+        if self.has_critic:
+            role, sp_group, lr_scheduler = "critic", self.critic_sp_group, self.critic_lr_scheduler
+        else:
+            role, sp_group, lr_scheduler = "actor", self.sp_group, self.actor_lr_scheduler
         process_multi_modal_inputs(data, self.processor)
         data = gather_rows(data, sp_group)
-        with resident, training_step(request.global_step):  # named in a user function's errors
+        with self._trained_resident(), training_step(request.global_step):  # named in a user function's errors
             metrics = update(data)
         metrics[f"{role}/lr"] = lr_scheduler.get_last_lr()[0]
         lr_scheduler.step()
@@ -318,29 +303,20 @@ class FSDPWorker(Worker):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_actor(self, data: DataProto, request: UpdateRequest) -> DataProto:
-        resident = self._resident(self.actor_module, self.config.actor.offload, self.actor_optimizer)
         update = partial(
             self.actor.update_policy, temperature=self.config.rollout.temperature, entropy_coeff=request.entropy_coeff
         )
-        return self._update(data, self.sp_group, "actor", update, resident, self.actor_lr_scheduler, request)
+        return self._update(data, update, request)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto, request: UpdateRequest) -> DataProto:
-        resident = self._resident(self.critic_module, self.config.critic.offload, self.critic_optimizer)
-        return self._update(
-            data,
-            self.critic_sp_group,
-            "critic",
-            self.critic.update_critic,
-            resident,
-            self.critic_lr_scheduler,
-            request,
-        )
+        return self._update(data, self.critic.update_critic, request)
 
     # ------------------------------------------------------------------------------------------------ checkpoints
 
-    def _checkpointed(self) -> contextlib.AbstractContextManager:
-        """The trained module and its optimizer on the device while a checkpoint is written or read."""
+    def _trained_resident(self) -> contextlib.AbstractContextManager:
+        """The trained module and its optimizer on the device for an update, or while a checkpoint is written or
+        read."""
         if self.has_critic:
             return self._resident(self.critic_module, self.config.critic.offload, self.critic_optimizer)
         return self._resident(self.actor_module, self.config.actor.offload, self.actor_optimizer)
@@ -349,14 +325,14 @@ class FSDPWorker(Worker):
     def save_checkpoint(self, path: str, save_model_only: bool = False) -> None:
         # the rollout's call counter seeds its requests: restoring it makes a resumed run sample as an unbroken one
         extra = {"rollout_generate_calls": self.rollout.generate_calls} if self.has_rollout else {}
-        with self._checkpointed():
+        with self._trained_resident():
             self.checkpoint_manager.save(path, extra_state=extra, save_model_only=save_model_only)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, path: str) -> None:
         if not os.path.isdir(path):
             raise FileNotFoundError(f"Checkpoint directory '{path}' does not exist.")
-        with self._checkpointed():
+        with self._trained_resident():
             extra = self.checkpoint_manager.load(path)
         if self.has_rollout and "rollout_generate_calls" in extra:
             self.rollout.generate_calls = extra["rollout_generate_calls"]

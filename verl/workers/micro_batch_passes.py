@@ -36,13 +36,13 @@ from verl.workers.critic.config import CriticConfig
 
 logger = logging.getLogger(__name__)
 
-MicroBatchLoss = Callable[[DataProto, float, float], tuple[torch.Tensor, torch.Tensor]]
+MicroBatchLoss = Callable[[DataProto, float, float], tuple[torch.Tensor, dict[str, torch.Tensor]]]
 """(micro-batch, mini-batch token count, mini-batch sequence count) -> (the micro-batch's share of the mini-batch
-loss, its float64 contributions to the summed metrics, in their order)."""
+loss, its values of the summed metrics by name; others are ignored)."""
 
 SummedMetric = tuple[str, bool]
-"""(name, is_token_mean): a loss share (summed over micro-batches and ranks), or a token mean summed weighted by
-the micro-batch's token count and divided by the mini-batch's."""
+"""(name, is_token_mean): a loss share (summed over micro-batches and ranks), or the micro-batch's token mean,
+summed weighted by its response-token count and divided by the mini-batch's."""
 
 
 def _world_size(group: dist.ProcessGroup | None) -> int:
@@ -98,8 +98,10 @@ class MicroBatchPasses:
         with ulysses.sequence_parallel(self.sp_group):
             return forward_response(self.module, micro, self.padding_free, head)
 
+    @torch.no_grad()
     def compute(self, data: DataProto, head: Head) -> dict[str, torch.Tensor]:
-        """`head`'s outputs (B, R) over the whole batch, in the original row order."""
+        """`head`'s outputs (B, R) over the whole batch, in the original row order, the model in eval mode."""
+        self.module.eval()
         micro_batches, order = make_micro_batches(
             select_model_inputs(data, ()),
             self.config.micro_batch_size_per_device_for_experience,
@@ -160,10 +162,12 @@ class MicroBatchPasses:
             for index, micro in enumerate(micro_batches):
                 # the backward too: gradient checkpointing re-runs each layer's forward (its attention) inside it
                 with ulysses.sequence_parallel(self.sp_group):
-                    loss, micro_sums = micro_batch_loss(micro, token_count, seq_count)
+                    loss, values = micro_batch_loss(micro, token_count, seq_count)
                     before_backward(index == len(micro_batches) - 1)
                     (loss * self.world_size).backward()  # FSDP averages gradients over ranks; the shares must add up
-                sums += micro_sums
+                tokens = micro.batch["response_mask"].sum()  # a token mean counts by the micro-batch's tokens
+                micro_sums = [values[name].detach() * (tokens if mean else 1) for name, mean in summed_metrics]
+                sums += torch.stack(micro_sums).double()
         grad_norm = self._optimizer_step()
         sums = sums.cpu()  # the host's backend (gloo) reduces these few numbers
         if dist.is_available() and dist.is_initialized():

@@ -8,6 +8,7 @@ both shared with the critic; this module holds only the policy's head and loss.
 import logging
 from collections.abc import Callable
 from contextlib import nullcontext
+from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -109,18 +110,13 @@ class DataParallelPPOActor:
         self.router_stats = RouterStats(module) if optimizer is not None else None
 
     def _token_head(self, temperature: float, calculate_entropy: bool) -> Head:
-        def head(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
-            return self._head(logits, labels, temperature, calculate_entropy)
+        return partial(self._head, temperature=temperature, with_entropy=calculate_entropy)
 
-        return head
-
-    @torch.no_grad()
     def compute_log_probs(
         self, data: DataProto, temperature: float, calculate_entropy: bool = False
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Log-probs (B, R) of the response tokens at `temperature`, 0 on padding, in the original row order; with
         `calculate_entropy`, (log_probs, entropy)."""
-        self.module.eval()
         out = self.passes.compute(data, self._token_head(temperature, calculate_entropy))
         return (out["log_probs"], out["entropy"]) if calculate_entropy else out["log_probs"]
 
@@ -152,20 +148,15 @@ class DataParallelPPOActor:
             extra_keys += ("ref_log_probs",)
         if "rollout_is_weights" in data.batch.keys():  # algorithm.rollout_correction
             extra_keys += ("rollout_is_weights",)
-        summed = tuple(metric for metric in _SUMMED_METRICS if use_kl_loss or metric[0] != "actor/kl_loss")
-
-        def micro_batch_loss(
-            micro: DataProto, token_count: float, seq_count: float
-        ) -> tuple[torch.Tensor, torch.Tensor]:
-            loss, values = self._micro_batch_loss(
-                micro, temperature, token_count, seq_count, entropy_coeff, adaptive_entropy
-            )
-            return loss, torch.stack([values[name].detach().double() for name, _ in summed])
-
         metrics = self.passes.update(
             select_model_inputs(data, extra_keys),
-            micro_batch_loss,
-            summed,
+            partial(
+                self._micro_batch_loss,
+                temperature=temperature,
+                entropy_coeff=entropy_coeff,
+                exact_entropy=adaptive_entropy,
+            ),
+            tuple(metric for metric in _SUMMED_METRICS if use_kl_loss or metric[0] != "actor/kl_loss"),
             constant_metrics={"actor/kl_coef": config.kl_coef} if use_kl_loss else None,
         )
         if adaptive_entropy:
@@ -177,13 +168,14 @@ class DataParallelPPOActor:
     def _micro_batch_loss(
         self,
         micro: DataProto,
-        temperature: float,
         token_count: float,
         seq_count: float,
+        *,
+        temperature: float,
         entropy_coeff: float,
-        exact_entropy: bool = False,
+        exact_entropy: bool,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """This micro-batch's share of the mini-batch loss, and its contributions to the `_SUMMED_METRICS` by name."""
+        """This micro-batch's share of the mini-batch loss, and its values of the `_SUMMED_METRICS` by name."""
         config = self.config
         batch = micro.batch
         response_mask = batch["response_mask"]
@@ -220,15 +212,13 @@ class DataParallelPPOActor:
                 loss = loss - entropy_coeff * entropy_loss
         else:  # -log p of the sampled tokens estimates the entropy for free (on-policy samples)
             entropy_loss = agg_loss(-log_probs.detach(), response_mask, **agg)
-        kl_loss = torch.zeros((), device=log_probs.device)
-        if config.use_kl_loss and not config.disable_kl:
-            kl_loss = compute_kl_loss(log_probs, batch["ref_log_probs"], response_mask, config.kl_penalty, **agg)
-            loss = loss + config.kl_coef * kl_loss
-        tokens = response_mask.sum()
         values = {
             "actor/pg_loss": pg_loss,
             "actor/entropy_loss": entropy_loss,
-            "actor/kl_loss": kl_loss,
-            **{f"actor/{name}": pg_metrics[name] * tokens for name in _POLICY_TOKEN_METRICS},
+            **{f"actor/{name}": pg_metrics[name] for name in _POLICY_TOKEN_METRICS},
         }
+        if config.use_kl_loss and not config.disable_kl:
+            kl_loss = compute_kl_loss(log_probs, batch["ref_log_probs"], response_mask, config.kl_penalty, **agg)
+            loss = loss + config.kl_coef * kl_loss
+            values["actor/kl_loss"] = kl_loss
         return loss, values

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch import nn
 
 from verl.algorithms.core_algos import loss_token_counts
@@ -80,7 +81,7 @@ def _concat_rows(values: list[torch.Tensor]) -> torch.Tensor:
     most tiles of any row first, as its processor pads a batch."""
     if values[0].dim() == 5:
         most = max(value.shape[1] for value in values)
-        values = [torch.nn.functional.pad(value, (0, 0, 0, 0, 0, 0, 0, most - value.shape[1])) for value in values]
+        values = [F.pad(value, (0, 0, 0, 0, 0, 0, 0, most - value.shape[1])) for value in values]
     return torch.cat(values, dim=0)
 
 
@@ -241,12 +242,8 @@ def _forward_padded(
     logits = output.logits  # (B, kept, V), contiguous: flattening it is a view
     values = head(logits.reshape(-1, logits.shape[-1]), responses[:, :kept].reshape(-1))
     response_valid = attention_mask[:, -response_len:].bool()
-    result = {}
-    for name, value in values.items():
-        full = value.new_zeros(num_rows, response_len)
-        full[:, :kept] = value.reshape(num_rows, kept)
-        result[name] = full * response_valid
-    return result
+    zeros_after = (0, response_len - kept)  # the response columns not computed
+    return {name: F.pad(value.reshape(num_rows, kept), zeros_after) * response_valid for name, value in values.items()}
 
 
 def _forward_packed(module: nn.Module, micro: DataProto, head: Head, extra: dict) -> dict[str, torch.Tensor]:

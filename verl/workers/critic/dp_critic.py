@@ -48,12 +48,9 @@ class DataParallelPPOCritic:
         self.module = module
         self.optimizer = optimizer
         self.passes = MicroBatchPasses("critic", config, module, optimizer, rollout_n, group, sp_group)
-        self.padding_free = self.passes.padding_free
 
-    @torch.no_grad()
     def compute_values(self, data: DataProto) -> torch.Tensor:
         """Values (B, R) of the response tokens, 0 where the response is padding; rows in the original order."""
-        self.module.eval()
         return self.passes.compute(data, _value_head)["values"]
 
     def update_critic(self, data: DataProto) -> dict[str, float]:
@@ -67,8 +64,8 @@ class DataParallelPPOCritic:
 
     def _micro_batch_loss(
         self, micro: DataProto, token_count: float, seq_count: float
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """This micro-batch's share of the mini-batch value loss, and its contributions to the `_SUMMED_METRICS`."""
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """This micro-batch's share of the mini-batch value loss, and its values of the `_SUMMED_METRICS` by name."""
         batch = micro.batch
         response_mask = batch["response_mask"]
         vpreds = self.passes.forward(micro, _value_head)["values"]
@@ -83,6 +80,4 @@ class DataParallelPPOCritic:
             global_seq_count=seq_count,
             max_response_length=response_mask.shape[-1],
         )
-        tokens = response_mask.sum()
-        micro_sums = [vf_loss.detach(), vf_metrics["vf_clipfrac"] * tokens, vf_metrics["vpred_mean"] * tokens]
-        return vf_loss, torch.stack(micro_sums).double()
+        return vf_loss, {"critic/vf_loss": vf_loss, **{f"critic/{name}": value for name, value in vf_metrics.items()}}
