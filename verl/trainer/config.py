@@ -17,6 +17,7 @@ that tie sections together are `check_cross_section`. `BaseTrainerConfig` is the
 import logging
 import os
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from verl.algorithms.rollout_correction import CorrectionSettings
@@ -387,20 +388,9 @@ DERIVED_KEYS: dict[str, str] = {
 
 def _copy_derived(config: PPOConfig) -> None:
     """Every key of DERIVED_KEYS from its source."""
-    data, algorithm, worker = config.data, config.algorithm, config.worker
-    actor, ref, rollout = worker.actor, worker.ref, worker.rollout
-    rollout.prompt_length = data.max_prompt_length
-    rollout.response_length = data.max_response_length
-    rollout.trust_remote_code = actor.model.trust_remote_code
-    actor.use_kl_loss = algorithm.use_kl_loss
-    actor.kl_penalty = algorithm.kl_penalty
-    actor.kl_coef = algorithm.kl_coef
-    actor.disable_kl = algorithm.disable_kl
-    ref.micro_batch_size_per_device_for_experience = actor.micro_batch_size_per_device_for_experience
-    ref.padding_free = actor.padding_free
-    ref.dynamic_batching = actor.dynamic_batching
-    ref.ulysses_size = actor.ulysses_size
-    worker.override_chat_template = data.override_chat_template
+    for key, source in DERIVED_KEYS.items():
+        section, _, name = key.rpartition(".")
+        setattr(attrgetter(section)(config), name, attrgetter(source)(config))
 
 
 def _absolutize(path: str | None) -> str | None:
@@ -409,54 +399,48 @@ def _absolutize(path: str | None) -> str | None:
     return path
 
 
-def _absolutize_local_paths(config: PPOConfig) -> None:
-    """Ray workers may run in another directory: make every existing local path absolute."""
-    data = config.data
-    for key in ("train_files", "val_files", "image_dir", "format_prompt", "override_chat_template"):
-        setattr(data, key, _absolutize(getattr(data, key)))
-    for model in (config.worker.actor.model, config.worker.critic.model):
-        model.model_path = _absolutize(model.model_path)
-        model.tokenizer_path = _absolutize(model.tokenizer_path)
-    reward = config.worker.reward
-    reward.reward_function = _absolutize_function(reward.reward_function)
+def _absolutize_function(spec: str | None, default: str | None = "main") -> str | None:
+    """ "path/to/file.py:function" with the path made absolute; a bare "path/to/file.py" gets `default` as its
+    function (None: it stays bare)."""
+    if not spec or ".py" not in spec:
+        return spec
+    path, sep, function = spec.rpartition(":")
+    if not sep or not path.endswith(".py"):
+        path, function = spec, default
+    return _absolutize(path) if function is None else f"{_absolutize(path)}:{function}"
+
+
+def _absolutize_paths(config: PPOConfig) -> None:
+    """Ray workers may run in another directory: make every existing local path absolute, the paths of the
+    "file.py:function" specs included (a registered algorithm name stays as it is)."""
+    algorithm, worker = config.algorithm, config.worker
+    reward = worker.reward
+    for section, keys in (
+        (config.data, ("train_files", "val_files", "image_dir", "format_prompt", "override_chat_template")),
+        (worker.actor.model, ("model_path", "tokenizer_path")),
+        (worker.critic.model, ("model_path", "tokenizer_path")),
+        (reward.model, ("model_path", "tokenizer_path")),
+        (reward.judge, ("model_path", "template")),
+        (config.trainer, ("load_checkpoint_path",)),
+    ):
+        for key in keys:
+            setattr(section, key, _absolutize(getattr(section, key)))
+    for section, key in ((reward, "reward_function"), (worker.rollout, "env")):
+        setattr(section, key, _absolutize_function(getattr(section, key)))
     reward.routes = {route: _absolutize_function(spec) for route, spec in reward.routes.items()}
     for part in reward.rubric.values():
         if isinstance(part, dict) and isinstance(part.get("function"), str):
             part["function"] = _absolutize_function(part["function"])
-    reward.judge.model_path = _absolutize(reward.judge.model_path)
-    reward.model.model_path = _absolutize(reward.model.model_path)
-    reward.model.tokenizer_path = _absolutize(reward.model.tokenizer_path)
-    reward.judge.template = _absolutize(reward.judge.template)
-    config.trainer.load_checkpoint_path = _absolutize(config.trainer.load_checkpoint_path)
-    config.worker.override_chat_template = _absolutize(config.worker.override_chat_template)
-
-
-def _absolutize_algorithm_functions(config: PPOConfig) -> None:
-    """The keys that take a user's "file.py:function" (a registered name stays as it is), their paths absolute."""
-    algorithm, worker = config.algorithm, config.worker
-    sections = [
+    for section, key in (
         (algorithm, "adv_estimator"),
         (algorithm, "kl_penalty"),
         (algorithm.rollout_correction, "mode"),
         (worker.actor, "loss_type"),
         (worker.actor, "loss_avg_mode"),
         (worker.critic, "loss_avg_mode"),
-    ]
-    for section, key in sections:
-        spec = getattr(section, key)
-        if is_user_spec(spec):
-            path, sep, function = spec.rpartition(":")
-            setattr(section, key, f"{_absolutize(path)}:{function}" if sep else _absolutize(spec))
-
-
-def _absolutize_function(spec: str | None) -> str | None:
-    """ "path/to/file.py:function" with the path made absolute (the function defaults to main)."""
-    if not spec or ".py" not in spec:
-        return spec
-    path, sep, function = spec.rpartition(":")
-    if not sep or not path.endswith(".py"):
-        path, function = spec, "main"
-    return f"{_absolutize(path)}:{function}"
+    ):
+        if is_user_spec(getattr(section, key)):
+            setattr(section, key, _absolutize_function(getattr(section, key), default=None))
 
 
 def _rename_easyr1_values(config: PPOConfig) -> None:
@@ -476,17 +460,15 @@ def _rename_easyr1_values(config: PPOConfig) -> None:
 def fill_derived(config: PPOConfig) -> PPOConfig:
     """Copy every derived key from its source and default the keys and paths that depend on other keys."""
     _rename_easyr1_values(config)
-    _absolutize_algorithm_functions(config)  # before _copy_derived copies algorithm.kl_penalty to the actor
+    _absolutize_paths(config)  # before _copy_derived copies them (algorithm.kl_penalty to the actor, ...)
     actor = config.worker.actor
     if actor.loss_avg_mode is None:
         actor.loss_avg_mode = _algorithms().default_loss_avg_mode(actor.loss_type)
     _copy_derived(config)
     for model in (config.worker.actor.model, config.worker.critic.model):
         model.tokenizer_path = model.tokenizer_path or model.model_path
-    _absolutize_local_paths(config)
     config.trainer.fill_checkpoint_path()
     rollout = config.worker.rollout
-    rollout.env = _absolutize_function(rollout.env)
     correction = config.algorithm.rollout_correction
     if correction.mode == "auto":
         correction.mode = "tis" if rollout.mode != "sync" and rollout.max_staleness > 0 else "none"
