@@ -535,16 +535,13 @@ def check_cross_section(config: PPOConfig) -> None:
             "worker.critic.model.model_path (usually the actor's model path)."
         )
     needed = data.max_prompt_length + data.max_response_length
-    if rollout.max_num_batched_tokens < needed:
-        raise ConfigError(
-            f"worker.rollout.max_num_batched_tokens={rollout.max_num_batched_tokens} must be at least "
-            f"data.max_prompt_length + data.max_response_length = {needed}."
-        )
-    if rollout.max_model_len is not None and rollout.max_model_len < needed:
-        raise ConfigError(
-            f"worker.rollout.max_model_len={rollout.max_model_len} must be at least "
-            f"data.max_prompt_length + data.max_response_length = {needed}."
-        )
+    for key in ("max_num_batched_tokens", "max_model_len"):
+        value = getattr(rollout, key)
+        if value is not None and value < needed:
+            raise ConfigError(
+                f"worker.rollout.{key}={value} must be at least "
+                f"data.max_prompt_length + data.max_response_length = {needed}."
+            )
     on_cpu = config.trainer.device == "cpu" or not is_cuda_available()
     if on_cpu and rollout.max_model_len is not None and rollout.max_num_batched_tokens < rollout.max_model_len:
         raise ConfigError(  # else the engine refuses it as it starts, after Ray did
@@ -594,15 +591,24 @@ def _check_async(config: PPOConfig) -> None:
             f"worker.rollout.mode={rollout.mode} a response started under a stage continues under the next, so the "
             "stages must not shrink: make the lengths non-decreasing."
         )
-    world = config.trainer.world_size()
+    world, engines = config.trainer.world_size(), rollout.pool_size()
+    over = [(world, f"the {world} devices")]
+    if rollout.mode == "disaggregated":  # the rollout pool's engines, each a process of its own
+        pool = "(worker.rollout.nnodes x worker.rollout.n_gpus_per_node)"
+        over.append((engines, f"the {engines} engines of the rollout pool {pool}"))
     key, prompts = round_size(config.data)
-    if prompts % world != 0:
+    for count, what in over:
+        if prompts % count != 0:
+            raise ConfigError(
+                f"worker.rollout.mode={rollout.mode} admits {key}={prompts} prompts per round, which must split "
+                f"evenly over {what}."
+            )
+    if rollout.mode == "disaggregated" and rollout.n_gpus_per_node % rollout.tensor_parallel_size != 0:
         raise ConfigError(
-            f"worker.rollout.mode={rollout.mode} admits {key}={prompts} prompts per round, which must split evenly "
-            f"over the {world} devices."
+            f"worker.rollout.tensor_parallel_size={rollout.tensor_parallel_size} must divide "
+            f"worker.rollout.n_gpus_per_node={rollout.n_gpus_per_node}: a tensor-parallel engine's processes share one "
+            "node of the rollout pool."
         )
-    if rollout.mode == "disaggregated":
-        _check_rollout_pool(config)
 
 
 def round_size(data: DataConfig) -> tuple[str, int]:
@@ -638,24 +644,6 @@ def reward_stream_obstacle(reward: Any, mode: str) -> str | None:
         if load_reward_function(spec, kwargs).reward_type != "sequential":
             return f"{spec} is a batch function (set worker.reward.stream=true to give it the groups as they complete)"
     return None
-
-
-def _check_rollout_pool(config: PPOConfig) -> None:
-    """mode=disaggregated: the rollout pool's engines, each a process of its own."""
-    rollout = config.worker.rollout
-    engines = rollout.pool_size()
-    key, prompts = round_size(config.data)
-    if prompts % engines != 0:
-        raise ConfigError(
-            f"worker.rollout.mode=disaggregated admits {key}={prompts} prompts per round, which must split evenly "
-            f"over the {engines} engines of the rollout pool (worker.rollout.nnodes x worker.rollout.n_gpus_per_node)."
-        )
-    if rollout.n_gpus_per_node % rollout.tensor_parallel_size != 0:
-        raise ConfigError(
-            f"worker.rollout.tensor_parallel_size={rollout.tensor_parallel_size} must divide "
-            f"worker.rollout.n_gpus_per_node={rollout.n_gpus_per_node}: a tensor-parallel engine's processes share one "
-            "node of the rollout pool."
-        )
 
 
 def _check_weight_sync(config: PPOConfig) -> None:
@@ -789,7 +777,7 @@ def _check_batch_sizes(config: PPOConfig) -> None:
                 f"{key} x worker.rollout.n = {prompts * rollout.n} must be divisible "
                 f"by the {world} devices (trainer.nnodes x trainer.n_gpus_per_node)."
             )
-    if rollout.mode != "disaggregated" and world % rollout.tensor_parallel_size != 0:  # else: _check_rollout_pool
+    if rollout.mode != "disaggregated" and world % rollout.tensor_parallel_size != 0:  # else: _check_async
         raise ConfigError(
             f"worker.rollout.tensor_parallel_size={rollout.tensor_parallel_size} must divide the "
             f"{world} devices (trainer.nnodes x trainer.n_gpus_per_node)."
