@@ -510,14 +510,11 @@ def validate_config(config: PPOConfig) -> None:
     """Every check that needs no model and no cluster: each section's own values, the rules across sections, then
     the files the sections name (loading reward functions and environments once). Raises ConfigError naming the key
     to change."""
-    config.data.validate("data.")
-    config.algorithm.validate("algorithm.")
-    config.worker.validate("worker.")
-    config.trainer.validate("trainer.")
+    for name in ("data", "algorithm", "worker", "trainer"):
+        getattr(config, name).validate(f"{name}.")
     check_cross_section(config)
-    config.data.check_files("data.")
-    config.worker.check_files("worker.")
-    config.trainer.check_files("trainer.")
+    for name in ("data", "worker", "trainer"):
+        getattr(config, name).check_files(f"{name}.")
 
 
 def check_cross_section(config: PPOConfig) -> None:

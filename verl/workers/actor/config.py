@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl.algorithms.user_functions import require_algorithm
-from verl.models.config import FSDPConfig, ModelConfig, OffloadConfig, check_offload
+from verl.models.config import FSDPConfig, ModelConfig, OffloadConfig, check_offload, refuse_mixture_of_experts
 from verl.utils.config import ConfigError, require_choice, require_positive
 from verl.utils.optim import OptimConfig
 
@@ -141,3 +141,4 @@ rank and splits it before its language model."""
         if not self.model.model_path:
             raise ConfigError(f"{prefix}model.model_path is empty; give a local model directory or a hub id.")
         self.model.check_files(f"{prefix}model.")
+        refuse_mixture_of_experts(f"{prefix}model.model_path", self.model.model_path, self.model.lora.rank)
