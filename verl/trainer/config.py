@@ -489,14 +489,11 @@ def fill_derived(config: PPOConfig) -> PPOConfig:
 def load_config(argv: list[str]) -> PPOConfig:
     """Build the PPOConfig from `config=FILE` plus dotlist overrides; raise ConfigError on any bad key or value."""
     overrides = parse_dotlist(argv)
-    sources: list[tuple[str, dict]] = []
     config_file = overrides.pop("config", None)
-    if config_file is not None:
-        file_values = load_yaml(str(config_file))
-        set_keys(file_values, DERIVED_KEYS, f"config file '{config_file}'")
-        sources.append((f"config file '{config_file}'", file_values))
-    set_keys(overrides, DERIVED_KEYS, "command line")
+    sources = [] if config_file is None else [(f"config file '{config_file}'", load_yaml(str(config_file)))]
     sources.append(("command line", overrides))
+    for source_name, values in sources:
+        set_keys(values, DERIVED_KEYS, source_name)
     config = fill_derived(merge_config(PPOConfig, sources))
     validate_config(config)
     return config
