@@ -762,13 +762,11 @@ def _check_batch_sizes(config: PPOConfig) -> None:
                 f"{key}.micro_batch_size_per_device_for_update={micro} must divide the {per_device} samples each "
                 f"device gets per update ({key}.global_batch_size x rollout.n / devices)."
             )
-    for key, prompts in (
-        ("data.rollout_batch_size", data.rollout_batch_size),
-        ("data.mini_rollout_batch_size", data.mini_rollout_batch_size),
-    ):
+    for key in ("rollout_batch_size", "mini_rollout_batch_size"):
+        prompts = getattr(data, key)
         if prompts is not None and (prompts * rollout.n) % world != 0:
             raise ConfigError(
-                f"{key} x worker.rollout.n = {prompts * rollout.n} must be divisible "
+                f"data.{key} x worker.rollout.n = {prompts * rollout.n} must be divisible "
                 f"by the {world} devices (trainer.nnodes x trainer.n_gpus_per_node)."
             )
     if rollout.mode != "disaggregated" and world % rollout.tensor_parallel_size != 0:  # else: _check_async
