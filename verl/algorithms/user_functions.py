@@ -61,7 +61,8 @@ _KIND_MODULES: dict[str, str] = {
 
 _MODULES: dict[str, ModuleType] = {}
 """Absolute path -> module: each file runs once per process."""
-_REGISTERED: dict[tuple[str, str], Callable[..., Any]] = {}
+_REGISTERED: set[tuple[str, str]] = set()
+"""(kind, spec) of every function registered in this process."""
 _step: int | None = None
 
 
@@ -130,8 +131,12 @@ def _kind(name: str) -> Kind:
     return KINDS[name]
 
 
-def load_user_function(kind_name: str, spec: str, key: str | None = None) -> tuple[Callable[..., Any], str, str]:
-    """(function, absolute path, function name) of `spec`, its signature checked against the kind `kind_name`."""
+def register_user_function(kind_name: str, spec: str, key: str | None = None) -> None:
+    """Load `spec` as a `kind_name` function, its signature checked against the kind, and register it under `spec`
+    (once per process); raises AlgorithmFunctionLoadError naming `key` (default: the kind's key) when it cannot be
+    loaded or does not fit."""
+    if (kind_name, spec) in _REGISTERED:
+        return
     kind = _kind(kind_name)
     key = key or kind.key
     path, name = _parse(kind, spec, key)
@@ -154,18 +159,8 @@ def load_user_function(kind_name: str, spec: str, key: str | None = None) -> tup
             f"{key}={spec!r}: {name} in {path} cannot be used as the {kind.label}: {problem}. Expected signature "
             f"of the {kind.label}: {kind.signature}."
         )
-    return function, path, name
-
-
-def register_user_function(kind_name: str, spec: str, key: str | None = None) -> None:
-    """Load `spec` as a `kind_name` function and register it under `spec` (once per process); raises
-    AlgorithmFunctionLoadError naming `key` (default: the kind's key) when it cannot be loaded or does not fit."""
-    if (kind_name, spec) in _REGISTERED:
-        return
-    kind = _kind(kind_name)
-    function, path, name = load_user_function(kind_name, spec, key)
-    kind.register(spec, function, Where(kind, key or kind.key, path, name))
-    _REGISTERED[(kind_name, spec)] = function
+    kind.register(spec, function, Where(kind, key, path, name))
+    _REGISTERED.add((kind_name, spec))
 
 
 def register_if_spec(kind_name: str, name: str) -> bool:

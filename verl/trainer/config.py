@@ -17,6 +17,7 @@ that tie sections together are `check_cross_section`. `BaseTrainerConfig` is the
 import logging
 import os
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from verl.algorithms.rollout_correction import CorrectionSettings
@@ -387,20 +388,9 @@ DERIVED_KEYS: dict[str, str] = {
 
 def _copy_derived(config: PPOConfig) -> None:
     """Every key of DERIVED_KEYS from its source."""
-    data, algorithm, worker = config.data, config.algorithm, config.worker
-    actor, ref, rollout = worker.actor, worker.ref, worker.rollout
-    rollout.prompt_length = data.max_prompt_length
-    rollout.response_length = data.max_response_length
-    rollout.trust_remote_code = actor.model.trust_remote_code
-    actor.use_kl_loss = algorithm.use_kl_loss
-    actor.kl_penalty = algorithm.kl_penalty
-    actor.kl_coef = algorithm.kl_coef
-    actor.disable_kl = algorithm.disable_kl
-    ref.micro_batch_size_per_device_for_experience = actor.micro_batch_size_per_device_for_experience
-    ref.padding_free = actor.padding_free
-    ref.dynamic_batching = actor.dynamic_batching
-    ref.ulysses_size = actor.ulysses_size
-    worker.override_chat_template = data.override_chat_template
+    for key, source in DERIVED_KEYS.items():
+        section, _, name = key.rpartition(".")
+        setattr(attrgetter(section)(config), name, attrgetter(source)(config))
 
 
 def _absolutize(path: str | None) -> str | None:
@@ -409,54 +399,48 @@ def _absolutize(path: str | None) -> str | None:
     return path
 
 
-def _absolutize_local_paths(config: PPOConfig) -> None:
-    """Ray workers may run in another directory: make every existing local path absolute."""
-    data = config.data
-    for key in ("train_files", "val_files", "image_dir", "format_prompt", "override_chat_template"):
-        setattr(data, key, _absolutize(getattr(data, key)))
-    for model in (config.worker.actor.model, config.worker.critic.model):
-        model.model_path = _absolutize(model.model_path)
-        model.tokenizer_path = _absolutize(model.tokenizer_path)
-    reward = config.worker.reward
-    reward.reward_function = _absolutize_function(reward.reward_function)
+def _absolutize_function(spec: str | None, default: str | None = "main") -> str | None:
+    """ "path/to/file.py:function" with the path made absolute; a bare "path/to/file.py" gets `default` as its
+    function (None: it stays bare)."""
+    if not spec or ".py" not in spec:
+        return spec
+    path, sep, function = spec.rpartition(":")
+    if not sep or not path.endswith(".py"):
+        path, function = spec, default
+    return _absolutize(path) if function is None else f"{_absolutize(path)}:{function}"
+
+
+def _absolutize_paths(config: PPOConfig) -> None:
+    """Ray workers may run in another directory: make every existing local path absolute, the paths of the
+    "file.py:function" specs included (a registered algorithm name stays as it is)."""
+    algorithm, worker = config.algorithm, config.worker
+    reward = worker.reward
+    for section, keys in (
+        (config.data, ("train_files", "val_files", "image_dir", "format_prompt", "override_chat_template")),
+        (worker.actor.model, ("model_path", "tokenizer_path")),
+        (worker.critic.model, ("model_path", "tokenizer_path")),
+        (reward.model, ("model_path", "tokenizer_path")),
+        (reward.judge, ("model_path", "template")),
+        (config.trainer, ("load_checkpoint_path",)),
+    ):
+        for key in keys:
+            setattr(section, key, _absolutize(getattr(section, key)))
+    for section, key in ((reward, "reward_function"), (worker.rollout, "env")):
+        setattr(section, key, _absolutize_function(getattr(section, key)))
     reward.routes = {route: _absolutize_function(spec) for route, spec in reward.routes.items()}
     for part in reward.rubric.values():
         if isinstance(part, dict) and isinstance(part.get("function"), str):
             part["function"] = _absolutize_function(part["function"])
-    reward.judge.model_path = _absolutize(reward.judge.model_path)
-    reward.model.model_path = _absolutize(reward.model.model_path)
-    reward.model.tokenizer_path = _absolutize(reward.model.tokenizer_path)
-    reward.judge.template = _absolutize(reward.judge.template)
-    config.trainer.load_checkpoint_path = _absolutize(config.trainer.load_checkpoint_path)
-    config.worker.override_chat_template = _absolutize(config.worker.override_chat_template)
-
-
-def _absolutize_algorithm_functions(config: PPOConfig) -> None:
-    """The keys that take a user's "file.py:function" (a registered name stays as it is), their paths absolute."""
-    algorithm, worker = config.algorithm, config.worker
-    sections = [
+    for section, key in (
         (algorithm, "adv_estimator"),
         (algorithm, "kl_penalty"),
         (algorithm.rollout_correction, "mode"),
         (worker.actor, "loss_type"),
         (worker.actor, "loss_avg_mode"),
         (worker.critic, "loss_avg_mode"),
-    ]
-    for section, key in sections:
-        spec = getattr(section, key)
-        if is_user_spec(spec):
-            path, sep, function = spec.rpartition(":")
-            setattr(section, key, f"{_absolutize(path)}:{function}" if sep else _absolutize(spec))
-
-
-def _absolutize_function(spec: str | None) -> str | None:
-    """ "path/to/file.py:function" with the path made absolute (the function defaults to main)."""
-    if not spec or ".py" not in spec:
-        return spec
-    path, sep, function = spec.rpartition(":")
-    if not sep or not path.endswith(".py"):
-        path, function = spec, "main"
-    return f"{_absolutize(path)}:{function}"
+    ):
+        if is_user_spec(getattr(section, key)):
+            setattr(section, key, _absolutize_function(getattr(section, key), default=None))
 
 
 def _rename_easyr1_values(config: PPOConfig) -> None:
@@ -476,17 +460,15 @@ def _rename_easyr1_values(config: PPOConfig) -> None:
 def fill_derived(config: PPOConfig) -> PPOConfig:
     """Copy every derived key from its source and default the keys and paths that depend on other keys."""
     _rename_easyr1_values(config)
-    _absolutize_algorithm_functions(config)  # before _copy_derived copies algorithm.kl_penalty to the actor
+    _absolutize_paths(config)  # before _copy_derived copies them (algorithm.kl_penalty to the actor, ...)
     actor = config.worker.actor
     if actor.loss_avg_mode is None:
         actor.loss_avg_mode = _algorithms().default_loss_avg_mode(actor.loss_type)
     _copy_derived(config)
     for model in (config.worker.actor.model, config.worker.critic.model):
         model.tokenizer_path = model.tokenizer_path or model.model_path
-    _absolutize_local_paths(config)
     config.trainer.fill_checkpoint_path()
     rollout = config.worker.rollout
-    rollout.env = _absolutize_function(rollout.env)
     correction = config.algorithm.rollout_correction
     if correction.mode == "auto":
         correction.mode = "tis" if rollout.mode != "sync" and rollout.max_staleness > 0 else "none"
@@ -507,14 +489,11 @@ def fill_derived(config: PPOConfig) -> PPOConfig:
 def load_config(argv: list[str]) -> PPOConfig:
     """Build the PPOConfig from `config=FILE` plus dotlist overrides; raise ConfigError on any bad key or value."""
     overrides = parse_dotlist(argv)
-    sources: list[tuple[str, dict]] = []
     config_file = overrides.pop("config", None)
-    if config_file is not None:
-        file_values = load_yaml(str(config_file))
-        set_keys(file_values, DERIVED_KEYS, f"config file '{config_file}'")
-        sources.append((f"config file '{config_file}'", file_values))
-    set_keys(overrides, DERIVED_KEYS, "command line")
+    sources = [] if config_file is None else [(f"config file '{config_file}'", load_yaml(str(config_file)))]
     sources.append(("command line", overrides))
+    for source_name, values in sources:
+        set_keys(values, DERIVED_KEYS, source_name)
     config = fill_derived(merge_config(PPOConfig, sources))
     validate_config(config)
     return config
@@ -528,14 +507,11 @@ def validate_config(config: PPOConfig) -> None:
     """Every check that needs no model and no cluster: each section's own values, the rules across sections, then
     the files the sections name (loading reward functions and environments once). Raises ConfigError naming the key
     to change."""
-    config.data.validate("data.")
-    config.algorithm.validate("algorithm.")
-    config.worker.validate("worker.")
-    config.trainer.validate("trainer.")
+    for name in ("data", "algorithm", "worker", "trainer"):
+        getattr(config, name).validate(f"{name}.")
     check_cross_section(config)
-    config.data.check_files("data.")
-    config.worker.check_files("worker.")
-    config.trainer.check_files("trainer.")
+    for name in ("data", "worker", "trainer"):
+        getattr(config, name).check_files(f"{name}.")
 
 
 def check_cross_section(config: PPOConfig) -> None:
@@ -553,16 +529,13 @@ def check_cross_section(config: PPOConfig) -> None:
             "worker.critic.model.model_path (usually the actor's model path)."
         )
     needed = data.max_prompt_length + data.max_response_length
-    if rollout.max_num_batched_tokens < needed:
-        raise ConfigError(
-            f"worker.rollout.max_num_batched_tokens={rollout.max_num_batched_tokens} must be at least "
-            f"data.max_prompt_length + data.max_response_length = {needed}."
-        )
-    if rollout.max_model_len is not None and rollout.max_model_len < needed:
-        raise ConfigError(
-            f"worker.rollout.max_model_len={rollout.max_model_len} must be at least "
-            f"data.max_prompt_length + data.max_response_length = {needed}."
-        )
+    for key in ("max_num_batched_tokens", "max_model_len"):
+        value = getattr(rollout, key)
+        if value is not None and value < needed:
+            raise ConfigError(
+                f"worker.rollout.{key}={value} must be at least "
+                f"data.max_prompt_length + data.max_response_length = {needed}."
+            )
     on_cpu = config.trainer.device == "cpu" or not is_cuda_available()
     if on_cpu and rollout.max_model_len is not None and rollout.max_num_batched_tokens < rollout.max_model_len:
         raise ConfigError(  # else the engine refuses it as it starts, after Ray did
@@ -612,15 +585,24 @@ def _check_async(config: PPOConfig) -> None:
             f"worker.rollout.mode={rollout.mode} a response started under a stage continues under the next, so the "
             "stages must not shrink: make the lengths non-decreasing."
         )
-    world = config.trainer.world_size()
+    world, engines = config.trainer.world_size(), rollout.pool_size()
+    over = [(world, f"the {world} devices")]
+    if rollout.mode == "disaggregated":  # the rollout pool's engines, each a process of its own
+        pool = "(worker.rollout.nnodes x worker.rollout.n_gpus_per_node)"
+        over.append((engines, f"the {engines} engines of the rollout pool {pool}"))
     key, prompts = round_size(config.data)
-    if prompts % world != 0:
+    for count, what in over:
+        if prompts % count != 0:
+            raise ConfigError(
+                f"worker.rollout.mode={rollout.mode} admits {key}={prompts} prompts per round, which must split "
+                f"evenly over {what}."
+            )
+    if rollout.mode == "disaggregated" and rollout.n_gpus_per_node % rollout.tensor_parallel_size != 0:
         raise ConfigError(
-            f"worker.rollout.mode={rollout.mode} admits {key}={prompts} prompts per round, which must split evenly "
-            f"over the {world} devices."
+            f"worker.rollout.tensor_parallel_size={rollout.tensor_parallel_size} must divide "
+            f"worker.rollout.n_gpus_per_node={rollout.n_gpus_per_node}: a tensor-parallel engine's processes share one "
+            "node of the rollout pool."
         )
-    if rollout.mode == "disaggregated":
-        _check_rollout_pool(config)
 
 
 def round_size(data: DataConfig) -> tuple[str, int]:
@@ -656,24 +638,6 @@ def reward_stream_obstacle(reward: Any, mode: str) -> str | None:
         if load_reward_function(spec, kwargs).reward_type != "sequential":
             return f"{spec} is a batch function (set worker.reward.stream=true to give it the groups as they complete)"
     return None
-
-
-def _check_rollout_pool(config: PPOConfig) -> None:
-    """mode=disaggregated: the rollout pool's engines, each a process of its own."""
-    rollout = config.worker.rollout
-    engines = rollout.pool_size()
-    key, prompts = round_size(config.data)
-    if prompts % engines != 0:
-        raise ConfigError(
-            f"worker.rollout.mode=disaggregated admits {key}={prompts} prompts per round, which must split evenly "
-            f"over the {engines} engines of the rollout pool (worker.rollout.nnodes x worker.rollout.n_gpus_per_node)."
-        )
-    if rollout.n_gpus_per_node % rollout.tensor_parallel_size != 0:
-        raise ConfigError(
-            f"worker.rollout.tensor_parallel_size={rollout.tensor_parallel_size} must divide "
-            f"worker.rollout.n_gpus_per_node={rollout.n_gpus_per_node}: a tensor-parallel engine's processes share one "
-            "node of the rollout pool."
-        )
 
 
 def _check_weight_sync(config: PPOConfig) -> None:
@@ -798,16 +762,14 @@ def _check_batch_sizes(config: PPOConfig) -> None:
                 f"{key}.micro_batch_size_per_device_for_update={micro} must divide the {per_device} samples each "
                 f"device gets per update ({key}.global_batch_size x rollout.n / devices)."
             )
-    for key, prompts in (
-        ("data.rollout_batch_size", data.rollout_batch_size),
-        ("data.mini_rollout_batch_size", data.mini_rollout_batch_size),
-    ):
+    for key in ("rollout_batch_size", "mini_rollout_batch_size"):
+        prompts = getattr(data, key)
         if prompts is not None and (prompts * rollout.n) % world != 0:
             raise ConfigError(
-                f"{key} x worker.rollout.n = {prompts * rollout.n} must be divisible "
+                f"data.{key} x worker.rollout.n = {prompts * rollout.n} must be divisible "
                 f"by the {world} devices (trainer.nnodes x trainer.n_gpus_per_node)."
             )
-    if rollout.mode != "disaggregated" and world % rollout.tensor_parallel_size != 0:  # else: _check_rollout_pool
+    if rollout.mode != "disaggregated" and world % rollout.tensor_parallel_size != 0:  # else: _check_async
         raise ConfigError(
             f"worker.rollout.tensor_parallel_size={rollout.tensor_parallel_size} must divide the "
             f"{world} devices (trainer.nnodes x trainer.n_gpus_per_node)."

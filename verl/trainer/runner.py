@@ -112,7 +112,11 @@ def create_worker_groups(config: PPOConfig, device: str) -> WorkerGroups:
         groups.reward_model = views.get("reward_model", groups.reward_model)
         if groups.reward_model is not None:  # before the actor, so the engine sizes its cache against what is left
             groups.reward_model.init_model()
-        groups.actor, groups.critic = _init_models(views, actor_role)
+        critic, actor = views.get("critic"), views[actor_role]
+        if critic is not None:  # before the actor, so the vLLM engine sizes its cache against the real free memory
+            critic.init_model()
+        actor.init_model()
+        groups.actor, groups.critic = actor, critic
         rollout = config.worker.rollout
         if rollout.mode == "disaggregated":  # the engines on a pool of their own
             from verl.workers.rollout.rollout_worker import RolloutWorker
@@ -139,15 +143,6 @@ def _new_group(groups: WorkerGroups, nodes: list[int], device: str, name: str, c
     return group
 
 
-def _init_models(views: dict[str, Any], actor_role: str) -> tuple[Any, Any | None]:
-    critic_wg = views.get("critic")
-    if critic_wg is not None:
-        critic_wg.init_model()  # before the actor, so the vLLM engine sizes its cache against the real free memory
-    actor_wg = views[actor_role]
-    actor_wg.init_model()
-    return actor_wg, critic_wg
-
-
 def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any]:
     """What needs no Ray and no model, so its errors come first: the checkpoint to resume from (looked up only),
     tokenizer, processor and data loaders (every row checked)."""
@@ -156,19 +151,10 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any]:
         trainer_config.load_checkpoint_path, trainer_config.find_last_checkpoint, trainer_config.save_checkpoint_path
     )
     check_logger_services(trainer_config.logger)  # an unreachable wandb / swanlab logs offline, said now
-    model = config.worker.actor.model
-    tokenizer = get_tokenizer(
-        model.tokenizer_path,
-        trust_remote_code=model.trust_remote_code,
-        override_chat_template=config.data.override_chat_template,
-    )
-    processor = get_processor(
-        model.tokenizer_path,
-        trust_remote_code=model.trust_remote_code,
-        override_chat_template=config.data.override_chat_template,
-        min_pixels=config.data.min_pixels,
-        max_pixels=config.data.max_pixels,
-    )
+    model, data = config.worker.actor.model, config.data
+    options = {"trust_remote_code": model.trust_remote_code, "override_chat_template": data.override_chat_template}
+    tokenizer = get_tokenizer(model.tokenizer_path, **options)
+    processor = get_processor(model.tokenizer_path, **options, min_pixels=data.min_pixels, max_pixels=data.max_pixels)
     rollout = config.worker.rollout
     tools = None
     if rollout.env:  # a tool environment describes its tools in every prompt, through the chat template
@@ -177,7 +163,7 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any]:
         schemas = getattr(load_environment(rollout.env, rollout.env_kwargs), "tool_schemas", None)
         tools = schemas() if schemas is not None else None
     train_dataloader, val_dataloader = create_dataloader(
-        config.data, tokenizer, processor, limit_images=rollout.limit_images, tools=tools
+        data, tokenizer, processor, limit_images=rollout.limit_images, tools=tools
     )
     return train_dataloader, val_dataloader, tokenizer, processor
 
@@ -240,9 +226,7 @@ def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
         )
         try:
             mode = config.worker.rollout.mode
-            extra: dict[str, Any] = {}
-            if mode == "disaggregated":
-                extra = {"rollout_wg": workers.rollout, "device": device}
+            extra = {"rollout_wg": workers.rollout, "device": device} if mode == "disaggregated" else {}
             trainer_class = {
                 "sync": RayPPOTrainer,
                 "colocated": AsyncRayPPOTrainer,

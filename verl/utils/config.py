@@ -15,21 +15,18 @@ import difflib
 import math
 import os
 import re
+import types
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 
 class ConfigError(ValueError):
     """A configuration key or value is wrong; the message names the key and what to change."""
-
-
-def _field_type(cls: type, name: str) -> Any:
-    return typing.get_type_hints(cls)[name]
 
 
 def _is_dataclass_type(tp: Any) -> bool:
@@ -38,7 +35,7 @@ def _is_dataclass_type(tp: Any) -> bool:
 
 def _unwrap_optional(tp: Any) -> Any:
     args = [a for a in typing.get_args(tp) if a is not type(None)]
-    if typing.get_origin(tp) in (typing.Union, getattr(__import__("types"), "UnionType", None)) and len(args) == 1:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1:
         return args[0]
     return tp
 
@@ -56,7 +53,7 @@ def check_keys(schema: type, user: Mapping, prefix: str = "") -> None:
             hint = f" Did you mean '{prefix}{close[0]}'?" if close else ""
             valid = ", ".join(sorted(fields))
             raise ConfigError(f"Unknown config key '{path}'.{hint} Valid keys under '{prefix or '<root>'}': {valid}.")
-        field_type = _unwrap_optional(_field_type(schema, key))
+        field_type = _unwrap_optional(typing.get_type_hints(schema)[key])
         if _is_dataclass_type(field_type):
             if isinstance(value, Mapping):
                 check_keys(field_type, value, prefix=f"{path}.")
@@ -70,12 +67,6 @@ def check_keys(schema: type, user: Mapping, prefix: str = "") -> None:
 def type_name(tp: Any) -> str:
     """`int`, `str | None`, `list[str]`: a type as a user writes it."""
     return tp.__name__ if isinstance(tp, type) else str(tp).replace("typing.", "")
-
-
-def _to_container(cfg: Any) -> Any:
-    if isinstance(cfg, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(cfg, resolve=True)
-    return cfg
 
 
 def _expected_type_name(schema: type, full_key: str) -> str:
@@ -155,7 +146,7 @@ def parse_dotlist(args: Sequence[str]) -> dict[str, Any]:
         if "=" not in arg:
             raise ConfigError(f"Command-line argument '{arg}' is not of the form key=value (e.g. data.seed=1).")
     try:
-        return _to_container(OmegaConf.from_dotlist(list(args)))
+        return OmegaConf.to_container(OmegaConf.from_dotlist(list(args)), resolve=True)
     except OmegaConfBaseException as err:
         raise ConfigError(f"Cannot parse the command-line overrides: {str(err).splitlines()[0]}.") from None
 
@@ -228,13 +219,11 @@ def require_choice(section: Any, prefix: str, name: str, choices: Sequence[Any])
             )
 
 
-def is_hub_dataset(spec: str) -> bool:
-    """`name@split` names a Hugging Face dataset unless a local path of that name exists."""
-    return "@" in spec and not os.path.exists(spec)
-
-
-def check_path(key: str, path: str | None, kind: str = "path", allow_hub: bool = False) -> None:
-    """An unset path passes; a set one must exist (as a file or directory for those kinds), or be a hub id."""
+def require_path(section: Any, prefix: str, name: str, kind: str = "path", allow_hub: bool = False) -> None:
+    """The named path field of `section` is unset or exists (as a file or directory for those kinds), or is a hub id
+    with `allow_hub`."""
+    ((_, path),) = _values(section, [name])
+    key = f"{prefix}{name}"
     if not path:
         return
     if allow_hub and not path.startswith((".", "/", "~")) and not os.path.exists(path):
@@ -247,16 +236,10 @@ def check_path(key: str, path: str | None, kind: str = "path", allow_hub: bool =
         raise ConfigError(f"Config key '{key}' points to '{path}', which is not a file.")
 
 
-def require_path(section: Any, prefix: str, name: str, kind: str = "path", allow_hub: bool = False) -> None:
-    """The named path field of `section` is unset or exists (see `check_path`)."""
-    ((_, value),) = _values(section, [name])
-    check_path(f"{prefix}{name}", value, kind, allow_hub)
-
-
 def require_data_files(section: Any, prefix: str, *names: str) -> None:
     """Each named dataset field is unset, an existing local file or directory, or a hub dataset as name@split."""
     for name, spec in _values(section, names):
-        if spec and not is_hub_dataset(spec) and not os.path.exists(spec):
+        if spec and "@" not in spec and not os.path.exists(spec):  # name@split: a Hugging Face dataset
             raise ConfigError(
                 f"Config key '{prefix}{name}' points to '{spec}', which does not exist; give a local "
                 "file or directory, or a Hugging Face dataset as name@split."

@@ -17,7 +17,6 @@ from verl.models.config import (
     OffloadConfig,
     check_offload,
     read_model_config,
-    refuse_mixture_of_experts,
 )
 from verl.rewards.function import RewardFunctionLoadError, check_reward_function
 from verl.rewards.llm_judge import JudgeConfig
@@ -285,16 +284,9 @@ class WorkerConfig:
                 f"{prefix}hybrid_engine=false (rollout on separate workers) is not implemented; the actor, rollout "
                 "and reference share each device. Set it to true."
             )
-        self.actor.validate(f"{prefix}actor.")
-        self.critic.validate(f"{prefix}critic.")
-        self.ref.validate(f"{prefix}ref.")
-        self.reward.validate(f"{prefix}reward.")
-        self.rollout.validate(f"{prefix}rollout.")
+        for name in ("actor", "critic", "ref", "reward", "rollout"):
+            getattr(self, name).validate(f"{prefix}{name}.")
 
     def check_files(self, prefix: str) -> None:
-        self.actor.check_files(f"{prefix}actor.")
-        actor_model = self.actor.model
-        refuse_mixture_of_experts(f"{prefix}actor.model.model_path", actor_model.model_path, actor_model.lora.rank)
-        self.critic.check_files(f"{prefix}critic.")
-        self.reward.check_files(f"{prefix}reward.")
-        self.rollout.check_files(f"{prefix}rollout.")
+        for name in ("actor", "critic", "reward", "rollout"):
+            getattr(self, name).check_files(f"{prefix}{name}.")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl.algorithms.user_functions import require_algorithm
-from verl.models.config import FSDPConfig, ModelConfig, OffloadConfig, check_offload
+from verl.models.config import FSDPConfig, ModelConfig, OffloadConfig, check_offload, refuse_mixture_of_experts
 from verl.utils.config import ConfigError, require_choice, require_positive
 from verl.utils.optim import OptimConfig
 
@@ -33,11 +33,20 @@ POSITIVE_UPDATE_FIELDS: tuple[str, ...] = (
 """The batch sizes, clipping threshold and epochs of a trained model's section (actor and critic): all positive."""
 
 
-def check_update_fields(section: Any, prefix: str) -> None:
+def validate_trained_section(section: Any, prefix: str) -> None:
     """The checks the actor's and the critic's sections (ActorConfig, CriticConfig) share: positive
-    POSITIVE_UPDATE_FIELDS, a known strategy."""
+    POSITIVE_UPDATE_FIELDS, a known strategy and loss_avg_mode (unset: the loader fills in the policy loss's own),
+    and their model, optimizer, FSDP and offload sections."""
+    from verl.algorithms import core_algos  # the registries, with their torch code: imported on first use
+
     require_positive(section, prefix, *POSITIVE_UPDATE_FIELDS)
     require_choice(section, prefix, "strategy", STRATEGIES)
+    if section.loss_avg_mode is not None:
+        require_algorithm(section, prefix, "loss_avg_mode", "loss_avg_mode", core_algos.registered_loss_avg_modes())
+    section.model.validate(f"{prefix}model.")
+    section.optim.validate(f"{prefix}optim.")
+    section.fsdp.validate(f"{prefix}fsdp.")
+    check_offload(prefix, section.fsdp, section.offload)
 
 
 @dataclass
@@ -114,14 +123,8 @@ rank and splits it before its language model."""
     def validate(self, prefix: str) -> None:
         from verl.algorithms import core_algos  # the registries, with their torch code: imported on first use
 
-        check_update_fields(self, prefix)
+        validate_trained_section(self, prefix)
         require_algorithm(self, prefix, "loss_type", "policy_loss", core_algos.registered_policy_losses())
-        if self.loss_avg_mode is not None:  # unset: the loader fills in the policy loss's own
-            require_algorithm(self, prefix, "loss_avg_mode", "loss_avg_mode", core_algos.registered_loss_avg_modes())
-        self.model.validate(f"{prefix}model.")
-        self.optim.validate(f"{prefix}optim.")
-        self.fsdp.validate(f"{prefix}fsdp.")
-        check_offload(prefix, self.fsdp, self.offload)
         defined = core_algos.policy_loss_avg_mode(self.loss_type)
         if defined is not None and self.loss_avg_mode is not None and self.loss_avg_mode != defined:
             logger.warning(  # a policy loss defined with its own aggregation (sapo) may use another one
@@ -138,3 +141,4 @@ rank and splits it before its language model."""
         if not self.model.model_path:
             raise ConfigError(f"{prefix}model.model_path is empty; give a local model directory or a hub id.")
         self.model.check_files(f"{prefix}model.")
+        refuse_mixture_of_experts(f"{prefix}model.model_path", self.model.model_path, self.model.lora.rank)

@@ -8,10 +8,9 @@ batch sizes, its model being required by gae) are `verl.trainer.config`'s.
 
 from dataclasses import dataclass, field
 
-from verl.algorithms.user_functions import require_algorithm
-from verl.models.config import FSDPConfig, ModelConfig, OffloadConfig, check_offload
+from verl.models.config import FSDPConfig, ModelConfig, OffloadConfig
 from verl.utils.optim import OptimConfig
-from verl.workers.actor.config import check_update_fields
+from verl.workers.actor.config import validate_trained_section
 
 
 @dataclass
@@ -50,19 +49,12 @@ class CriticConfig:
     """Offloading between phases."""
 
     def validate(self, prefix: str) -> None:
-        from verl.algorithms import core_algos  # the registries, with their torch code: imported on first use
-
-        check_update_fields(self, prefix)
-        require_algorithm(self, prefix, "loss_avg_mode", "loss_avg_mode", core_algos.registered_loss_avg_modes())
-        self.model.validate(f"{prefix}model.")
+        validate_trained_section(self, prefix)
         if self.model.lora.rank > 0:
             raise NotImplementedError(
                 f"{prefix}model.lora.rank={self.model.lora.rank}: LoRA is implemented for the actor only; set it to 0 "
                 "(the critic trains all weights)."
             )
-        self.optim.validate(f"{prefix}optim.")
-        self.fsdp.validate(f"{prefix}fsdp.")
-        check_offload(prefix, self.fsdp, self.offload)
 
     def check_files(self, prefix: str) -> None:
         self.model.check_files(f"{prefix}model.")

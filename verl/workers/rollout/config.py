@@ -168,15 +168,8 @@ class RolloutConfig:
             )
 
     def validate(self, prefix: str) -> None:
-        require_positive(
-            self,
-            prefix,
-            "n",
-            "tensor_parallel_size",
-            "kv_cache_memory_mb",
-            "max_num_seqs",
-            "max_num_batched_tokens",
-        )
+        positive = ("n", "tensor_parallel_size", "kv_cache_memory_mb", "max_num_seqs", "max_num_batched_tokens")
+        require_positive(self, prefix, *positive)
         require_non_negative(self, prefix, "seed")
         require_choice(self, prefix, "name", NAMES)
         require_choice(self, prefix, "dtype", DTYPES)
