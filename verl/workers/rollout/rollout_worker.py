@@ -78,9 +78,7 @@ class RolloutWorker(Worker):
             model.tokenizer_path, trust_remote_code=model.trust_remote_code, override_chat_template=template
         )
         self.rollout = VLLMRollout(model.model_path, self.config.rollout, tokenizer, processor, colocated=False)
-        self.n, self.greedy, self.make_params, _ = self.rollout.request_sampling(
-            RolloutRequest(), self.rollout.request_loop
-        )
+        self.n, _, self.make_params, _ = self.rollout.request_sampling(RolloutRequest(), self.rollout.request_loop)
         tp_size = self.config.rollout.tensor_parallel_size or 1
         if tp_size > 1:
             self.tp_rank, self.tp_size = dist.get_rank() % tp_size, tp_size
@@ -171,7 +169,6 @@ class RolloutWorker(Worker):
         """Admit this rank's share of `prompts` at `request.version`; returns the groups in flight here."""
         if self.version is None:
             raise RuntimeError("The rollout engine has no weights yet: the trainer sends them before the first step.")
-        budget = self.rollout.call_response_length(request)
         if self.tp_size > 1:  # the first process admits the group's prompts, seeded as its own
             parts: list[Any] = [None] * self.tp_size
             dist.all_gather_object(parts, prompts, group=self.data_group)
@@ -183,7 +180,7 @@ class RolloutWorker(Worker):
             prompts = DataProto.concat(parts)
         with self.engine.cond:
             self.engine.raise_if_failed()
-            self.rollout.admit(prompts, request.version, budget, dist.get_rank(), self.n, self.greedy)
+            self.rollout.admit(prompts, request, dist.get_rank())
             self._submit_needed = True
             self.engine.cond.notify_all()
             return self.rollout.request_loop.in_flight

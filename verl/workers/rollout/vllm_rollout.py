@@ -9,7 +9,7 @@ import gc
 import logging
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -47,20 +47,6 @@ _DTYPES.update({"fp32": "float32", "float32": "float32"})
 CPU_DEFAULT_KV_CACHE_MB = 256
 POLL_ENGINE_STEPS = 256
 """Most engine steps of one streaming generate_async poll (a count, not a time: tensor-parallel peers step alike)."""
-
-
-@dataclass(frozen=True)
-class _AsyncCall:
-    """The settings of one generate_async call on this rank."""
-
-    tp_rank: int
-    tp_size: int
-    quota: int
-    version: int
-    max_staleness: int | None
-    budget: int
-    n: int
-    make_params: Callable[[int, int | None], Any]
 
 
 # SamplingParams fields a caller may not override per call: the padded shapes depend on them.
@@ -343,11 +329,6 @@ class VLLMRollout:
         self.validate_calls = 0
         self._taken_version: tuple[int, int] | None = None
         """generate_async: the `RolloutRequest.batch_key` whose groups this rank has returned (one batch per round)."""
-        render = partial(vllm_compat.render_prompt, self.inference_engine)
-        self.request_loop = RequestLoop(self.inference_engine, render, "async")
-        """The groups of the asynchronous calls (generate_async, a rollout pool), kept across calls."""
-        self.call_loop = RequestLoop(self.inference_engine, render, "call")
-        """The groups of one `generate_sequences` call (a synchronous step, validation), all run to completion in it."""
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.eos_token_ids = self._eos_token_ids(model_path)
         self._base_sampling = self._base_sampling_kwargs()
@@ -357,16 +338,16 @@ class VLLMRollout:
             self.continuation = ChatContinuation(tokenizer)
             self.image_tokens = ImageTokens(processor, tokenizer) if self.multimodal else None
             self.model_path = model_path
-        self.engine_leader: EngineLeader | None = None
-        """A tensor-parallel engine's first process: its request loops mirror their engine calls to the peers."""
-        self.follows = False
-        """A tensor-parallel engine's other processes: they repeat the first process's engine calls."""
         tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
-        if tp_size > 1 and tp_rank == 0:
-            self.engine_leader = EngineLeader(tp_group)
-            self.request_loop = RequestLoop(self.inference_engine, render, "async", mirror=self.engine_leader)
-            self.call_loop = RequestLoop(self.inference_engine, render, "call", mirror=self.engine_leader)
+        self.engine_leader = EngineLeader(tp_group) if tp_size > 1 and tp_rank == 0 else None
+        """A tensor-parallel engine's first process: its request loops mirror their engine calls to the peers."""
         self.follows = tp_size > 1 and tp_rank > 0
+        """A tensor-parallel engine's other processes: they repeat the first process's engine calls."""
+        render = partial(vllm_compat.render_prompt, self.inference_engine)
+        self.request_loop = RequestLoop(self.inference_engine, render, "async", mirror=self.engine_leader)
+        """The groups of the asynchronous calls (generate_async, a rollout pool), kept across calls."""
+        self.call_loop = RequestLoop(self.inference_engine, render, "call", mirror=self.engine_leader)
+        """The groups of one `generate_sequences` call (a synchronous step, validation), all run to completion in it."""
         self.lora_request = None
 
     @property
@@ -491,25 +472,7 @@ class VLLMRollout:
         `LLM.generate` would), on a request loop of its own so an asynchronous run's in-flight groups stay out of it.
         `request` gives the response length, sampling overrides and `validate`; its quota, version and staleness don't
         apply."""
-        request = request or RolloutRequest()
-        tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
-        prompts, seed_rank = gather_tensor_parallel_prompts(prompts, self.rank, tp_group, tp_size)
-        loop, validate = self.call_loop, request.validate
-        n, greedy, make_params, base_seed = self.request_sampling(request, loop)
-        budget = self.call_response_length(request)
-        if self.follows:  # the group's first process runs the loop
-            self._count_call(validate)
-            return self._follow().chunk(tp_size)[tp_rank]
-        leader = self.engine_leader
-        with self._leading(leader):
-            with preserved_rng_state(), self._cleared_on_error(loop):
-                self.admit(prompts, 0, budget, seed_rank, n, greedy, loop=loop, validate=validate, base_seed=base_seed)
-                with self._progress(loop, len(prompts) * n):
-                    groups = loop.run(len(prompts), 0, make_params)
-            output = self.groups_to_rollout(groups, n, budget)
-            output.pop(batch_keys=["rollout_versions", "rollout_resumed"])  # one policy version, nothing resumed
-            self._end_leading(leader, output)
-        return output.chunk(tp_size)[tp_rank] if tp_size > 1 else output
+        return self._generate(prompts, replace(request or RolloutRequest(), quota=None, stream=False))["batch"]
 
     def generate_async(self, prompts: DataProto, request: RolloutRequest) -> dict[str, Any]:
         """Colocated asynchronous rollout (docs/async.md): admit `prompts` (possibly none), resume the samples stopped
@@ -526,69 +489,85 @@ class VLLMRollout:
         completed since the last call (copies; tensor-parallel rank 0 only) for the driver to score. A step's polls
         take exactly the engine steps of one call.
         """
-        if self.follows:
-            call = self._start_async_call(prompts, request)
+        if request.quota is None:
+            raise ValueError("An asynchronous rollout call needs the request's quota of groups.")
+        return self._generate(prompts, request)
+
+    def _generate(self, prompts: DataProto, request: RolloutRequest) -> dict[str, Any]:
+        """One call of either kind: `request.quota` None runs every group of `prompts` to completion on the call loop
+        (`generate_sequences`, without the versions), else the asynchronous loop (`generate_async`). A tensor-parallel
+        group's first process runs the loop for the group's prompts; its peers follow it and take their share."""
+        tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
+        prompts, seed_rank = gather_tensor_parallel_prompts(prompts, self.rank, tp_group, tp_size)
+        synchronous = request.quota is None
+        loop = self.call_loop if synchronous else self.request_loop
+        n, _, make_params, _ = self.request_sampling(request, loop)
+        budget = self.call_response_length(request)
+        admits = synchronous or len(prompts) > 0  # a synchronous call uses up its seed index even without prompts
+        batch, groups, fresh, metrics = None, None, [], {}
+        if self.follows:  # seeds follow the call count, as on the first process
+            if admits:
+                self._count_call(request.validate)
             batch = self._follow()
-            return {"batch": None if batch is None else batch.chunk(call.tp_size)[call.tp_rank], "complete": None}
-        loop, stream = self.request_loop, request.stream
-        groups, metrics = None, {}
-        with self._leading(self.engine_leader):
-            call = self._start_async_call(prompts, request)
-            if not stream or self._taken_version != request.batch_key:  # a poll after the round's batch hands over
-                steps = POLL_ENGINE_STEPS if stream else None
-                with preserved_rng_state(), self._cleared_on_error(loop):
-                    groups = loop.run(
-                        call.quota, call.version, call.make_params, call.max_staleness, steps, hand_over=stream
-                    )
-            fresh = loop.newly_complete(groups) if stream else []
-            batch = None
-            if groups is not None:
-                self._taken_version = request.batch_key
-                batch = self.groups_to_rollout(groups, call.n, call.budget)
-                metrics["async/in_flight_groups"] = float(loop.in_flight)
-            self._end_leading(self.engine_leader, batch)
-        if batch is not None and call.tp_size > 1:
-            batch = batch.chunk(call.tp_size)[call.tp_rank]
-        complete = self.groups_to_rollout(fresh, call.n, call.budget) if fresh and call.tp_rank == 0 else None
+        else:
+            with self._leading(loop):
+                with preserved_rng_state():
+                    if admits:
+                        self.admit(prompts, request, seed_rank, loop)
+                    if synchronous:
+                        with self._progress(loop, len(prompts) * n):
+                            groups = loop.run(len(prompts), request.version, make_params)
+                    elif not request.stream or self._taken_version != request.batch_key:  # a round's batch goes once
+                        steps, quota = POLL_ENGINE_STEPS if request.stream else None, request.quota * tp_size
+                        groups = loop.run(
+                            quota, request.version, make_params, request.max_staleness, steps, hand_over=request.stream
+                        )
+                fresh = loop.newly_complete(groups) if request.stream else []
+                if groups is not None:
+                    batch = self.groups_to_rollout(groups, n, budget)
+                    if synchronous:  # one policy version, nothing resumed
+                        batch.pop(batch_keys=["rollout_versions", "rollout_resumed"])
+                    else:
+                        self._taken_version = request.batch_key
+                        metrics["async/in_flight_groups"] = float(loop.in_flight)
+                if self.engine_leader is not None:
+                    self.engine_leader.end(batch)
+        if batch is not None and tp_size > 1:
+            batch = batch.chunk(tp_size)[tp_rank]
+        complete = self.groups_to_rollout(fresh, n, budget) if fresh and tp_rank == 0 else None
         return {"batch": batch, "complete": complete, "metrics": metrics}
 
     def _follow(self) -> Any:
-        """A peer's asynchronous call (engine_mirror): the first process's engine calls, repeated, and its result."""
+        """A peer's call (engine_mirror): the first process's engine calls, repeated, and its result."""
         tp_group = vllm_compat.tensor_parallel_cpu_group()[0]
-        render = partial(vllm_compat.render_prompt, self.inference_engine)
         with preserved_rng_state():
-            return follow(self.inference_engine, render, tp_group, lambda: self.lora_request)
+            return follow(self.inference_engine, self.call_loop.render, tp_group, lambda: self.lora_request)
 
     @contextlib.contextmanager
     def _progress(self, loop: RequestLoop, total: int) -> Iterator[None]:
         """A progress bar of the call's finished samples unless rollout.disable_tqdm."""
-        if self.config.disable_tqdm:
-            yield
-            return
         from tqdm import tqdm
 
-        loop.progress = tqdm(total=total, desc="generate", unit="sample")
+        loop.progress = tqdm(total=total, desc="generate", unit="sample", disable=self.config.disable_tqdm)
         try:
             yield
         finally:
             loop.progress.close()
             loop.progress = None
 
-    @staticmethod
     @contextlib.contextmanager
-    def _leading(leader: EngineLeader | None) -> Iterator[None]:
-        """The first process's call on a followed engine: a failure ends the peers' call too (else they would hang)."""
+    def _leading(self, loop: RequestLoop) -> Iterator[None]:
+        """The first process's call: a failure empties `loop` and the engine, so nothing of it runs on into a later
+        call, and ends the peers' call too (else they would hang)."""
         try:
             yield
         except BaseException as error:
-            if leader is not None:
-                leader.end(error=error)
+            loop.clear()
+            if loop is self.request_loop:
+                self._taken_version = None
+            if self.engine_leader is not None:
+                self.engine_leader.end(error=error)
             raise
-
-    @staticmethod
-    def _end_leading(leader: EngineLeader | None, result: Any) -> None:
-        if leader is not None:
-            leader.end(result)
 
     def _count_call(self, validate: bool) -> None:
         """Use up one call index of the seed stream (on every peer alike, so a resumed worker restores the count)."""
@@ -597,30 +576,6 @@ class VLLMRollout:
         else:
             self.generate_calls += 1
 
-    def _start_async_call(self, prompts: DataProto, request: RolloutRequest) -> "_AsyncCall":
-        """Gather the group's prompts, read the call's settings and admit the rows (a failure clears the loop)."""
-        tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
-        prompts, seed_rank = gather_tensor_parallel_prompts(prompts, self.rank, tp_group, tp_size)
-        if request.quota is None:
-            raise ValueError("An asynchronous rollout call needs the request's quota of groups.")
-        n, greedy, make_params, base_seed = self.request_sampling(request, self.request_loop)
-        call = _AsyncCall(
-            tp_rank=tp_rank,
-            tp_size=tp_size,
-            quota=request.quota * tp_size,
-            version=request.version,
-            max_staleness=request.max_staleness,
-            budget=self.call_response_length(request),
-            n=n,
-            make_params=make_params,
-        )
-        if len(prompts) > 0 and self.follows:  # its group's first process runs the loop; seeds follow the call count
-            self._count_call(validate=False)
-        elif len(prompts) > 0:
-            with self._cleared_on_error(self.request_loop):
-                self.admit(prompts, call.version, call.budget, seed_rank, n, greedy, base_seed=base_seed)
-        return call
-
     def close_envs(self) -> None:
         """At a run's end, end what environment episodes share across calls (e.g. tool servers); a later call restarts
         them."""
@@ -628,17 +583,6 @@ class VLLMRollout:
             turns, loop.turns = loop.turns, None
             if turns is not None:
                 turns.close()
-
-    @contextlib.contextmanager
-    def _cleared_on_error(self, loop: RequestLoop) -> Iterator[None]:
-        """A failed call empties its request loop and the engine, so nothing of it runs on into a later call."""
-        try:
-            yield
-        except BaseException:
-            loop.clear()
-            if loop is self.request_loop:
-                self._taken_version = None
-            raise
 
     def request_sampling(
         self, request: RolloutRequest, loop: RequestLoop
@@ -669,27 +613,20 @@ class VLLMRollout:
         return n, greedy, make_params, base_seed
 
     def admit(
-        self,
-        prompts: DataProto,
-        version: int,
-        budget: int,
-        seed_rank: int,
-        n: int,
-        greedy: bool,
-        loop: RequestLoop | None = None,
-        validate: bool = False,
-        base_seed: int | None = None,
+        self, prompts: DataProto, request: RolloutRequest, seed_rank: int, loop: RequestLoop | None = None
     ) -> None:
-        """Admit `prompts` into `loop` (default: the asynchronous one) at policy `version`: n samples each, seeded as
-        `LLM.generate` would (validation stream with `validate`), each capped at `budget` or its row's own cap."""
+        """Admit `prompts` into `loop` (default: the asynchronous one) at policy `request.version`: n samples each,
+        seeded as `LLM.generate` would (validation stream with `request.validate`), each capped at the call's response
+        length or its row's own cap."""
         loop = loop or self.request_loop
+        n, greedy, _, base_seed = self.request_sampling(request, loop)
+        validate, budget = request.validate, self.call_response_length(request)
         inputs = self._engine_inputs(prompts)
         if greedy:  # seeds would only cost per-request generators
             seeds: list[int | None] = [None] * len(inputs)
         else:
             call_index = self.validate_calls if validate else self.generate_calls
-            base = self.config.seed if base_seed is None else base_seed
-            seeds = list(request_seeds(base, seed_rank, call_index, len(inputs), stream=int(validate)))
+            seeds = list(request_seeds(base_seed, seed_rank, call_index, len(inputs), stream=int(validate)))
         self._count_call(validate)
         budgets = row_budgets(prompts, budget)
         episodes = self._new_episodes(prompts, inputs, n, seeds) if self.env is not None else None
@@ -698,7 +635,9 @@ class VLLMRollout:
         for row, item in enumerate(inputs):
             sample_seeds = [None if seeds[row] is None else seeds[row] + j for j in range(n)]
             group_episodes = episodes[row * n : (row + 1) * n] if episodes is not None else None
-            group = loop.admit(item, prompts[row : row + 1], sample_seeds, version, budgets[row], group_episodes)
+            group = loop.admit(
+                item, prompts[row : row + 1], sample_seeds, request.version, budgets[row], group_episodes
+            )
             for j, sample in enumerate(group.samples):  # environment errors name a sample by its place in the call
                 sample.index = row * n + j
             if client:  # each episode's coroutine starts now
