@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import replace
-from functools import partial
 from typing import Any
 
 import torch.distributed as dist
@@ -26,7 +25,7 @@ from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.base.worker import Worker
 from verl.utils import device as device_utils
 from verl.workers.config import WorkerConfig
-from verl.workers.rollout.engine_mirror import STOP, follow
+from verl.workers.rollout.engine_mirror import STOP
 from verl.workers.rollout.engine_thread import EngineThread
 from verl.workers.rollout.request_loop import RolloutRequest
 from verl.workers.weight_sync import sinks
@@ -192,8 +191,11 @@ class RolloutWorker(Worker):
         copies of the groups completed since the last call) and "metrics" (busy share, groups held)."""
         if self.tp_size > 1:  # the first process polls for the group; each process returns its share of the batch
             result: dict[str, Any] = {}
-            if not self.rollout.follows:
-                result = self._poll(replace(request, quota=request.quota * self.tp_size), wait_s)
+            if not self.rollout.follows:  # the peers wait for this answer: a failure goes to them too
+                try:
+                    result = self._poll(replace(request, quota=request.quota * self.tp_size), wait_s)
+                except Exception as error:
+                    result = {"error": f"The first process of this tensor-parallel engine failed: {error!r}"}
             box = [{"batch": result.get("batch"), "error": result.get("error")}]  # what the peers need
             dist.broadcast_object_list(box, src=dist.get_global_rank(self.data_group, 0), group=self.data_group)
             if box[0]["error"] is not None:
@@ -207,14 +209,6 @@ class RolloutWorker(Worker):
         return self._poll(request, wait_s)
 
     def _poll(self, request: RolloutRequest, wait_s: float) -> dict[str, Any]:
-        if self.tp_size > 1:  # the peers wait for this answer: a failure goes to them too
-            try:
-                return self._poll_engine(request, wait_s)
-            except Exception as error:
-                return {"error": f"The first process of this tensor-parallel engine failed: {error!r}"}
-        return self._poll_engine(request, wait_s)
-
-    def _poll_engine(self, request: RolloutRequest, wait_s: float) -> dict[str, Any]:
         loop = self.rollout.request_loop
         quota, version, max_staleness, stream = request.quota, request.version, request.max_staleness, request.stream
         width = self.rollout.call_response_length(request)
@@ -314,7 +308,6 @@ class RolloutWorker(Worker):
     def _follow_loop(self) -> None:
         """A tensor-parallel peer: repeat the first process's engine calls, running this process's weight load and
         validation call where the first runs its own (engine_mirror)."""
-        from verl.workers.rollout import vllm_compat
 
         def posted(name: str) -> tuple[Callable[[], Any], Future]:
             with self.engine.cond:
@@ -334,12 +327,5 @@ class RolloutWorker(Worker):
                 result.set_exception(err)
                 raise
 
-        rollout = self.rollout
         handlers = {"load": lambda: run("_weights"), "generate": lambda: run("_validation"), "noop": lambda: None}
-        follow(
-            rollout.inference_engine,
-            partial(vllm_compat.render_prompt, rollout.inference_engine),
-            vllm_compat.tensor_parallel_cpu_group()[0],
-            lambda: rollout.lora_request,
-            handlers,
-        )
+        self.rollout.follow_leader(handlers)

@@ -61,24 +61,6 @@ def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def _rollout_tensors(
-    prompts: DataProto, rows: torch.Tensor, responses: torch.Tensor, response_mask: torch.Tensor, valid: torch.Tensor
-) -> dict[str, torch.Tensor]:
-    """The rollout columns (docs/data_flow.md), on the host: prompt rows `rows` joined with right-padded `responses`;
-    `valid` marks the response tokens attended to, `response_mask` those the loss counts (multi-turn: no env tokens)."""
-    prompt_batch = prompts.batch.to("cpu")
-    prompt_ids = prompt_batch["input_ids"][rows]
-    prompt_mask = prompt_batch["attention_mask"][rows]
-    return {
-        "prompts": prompt_ids,
-        "responses": responses,
-        "input_ids": torch.cat([prompt_ids, responses], dim=-1),
-        "attention_mask": torch.cat([prompt_mask, valid.to(prompt_mask.dtype)], dim=-1),
-        "response_mask": response_mask,
-        "position_ids": extend_position_ids(prompt_batch["position_ids"][rows], responses.shape[-1]),
-    }
-
-
 SLEEP_LEVEL = 2
 """vLLM sleep level between rollouts on GPU: 2 frees the weights without a host copy (level 1 would copy them to pinned
 host memory at each sleep, only for the next weight sync to overwrite them)."""
@@ -508,7 +490,8 @@ class VLLMRollout:
         if self.follows:  # seeds follow the call count, as on the first process
             if admits:
                 self._count_call(request.validate)
-            batch = self._follow()
+            with preserved_rng_state():
+                batch = self.follow_leader()
         else:
             with self._leading(loop):
                 with preserved_rng_state():
@@ -537,11 +520,11 @@ class VLLMRollout:
         complete = self.groups_to_rollout(fresh, n, budget) if fresh and tp_rank == 0 else None
         return {"batch": batch, "complete": complete, "metrics": metrics}
 
-    def _follow(self) -> Any:
-        """A peer's call (engine_mirror): the first process's engine calls, repeated, and its result."""
+    def follow_leader(self, handlers: dict[str, Callable[..., Any]] | None = None) -> Any:
+        """A tensor-parallel peer: repeat the first process's engine calls until it ends the call, and return its
+        result (`engine_mirror.follow`, with `handlers` for other engine work)."""
         tp_group = vllm_compat.tensor_parallel_cpu_group()[0]
-        with preserved_rng_state():
-            return follow(self.inference_engine, self.call_loop.render, tp_group, lambda: self.lora_request)
+        return follow(self.inference_engine, self.call_loop.render, tp_group, lambda: self.lora_request, handlers)
 
     @contextlib.contextmanager
     def _progress(self, loop: RequestLoop, total: int) -> Iterator[None]:
@@ -645,21 +628,47 @@ class VLLMRollout:
                     loop.turns.start(group, sample, messages[row])
 
     def groups_to_rollout(self, groups: list[Any], n: int, width: int) -> DataProto:
-        """The rollout columns of complete groups (responses padded to `width`), `rollout_versions` (each response
-        token's policy version, -1 on padding) and `rollout_resumed` (how often each sample was stopped and resumed)."""
+        """The rollout columns (docs/data_flow.md) of complete groups, on the host: each group's prompt row n times
+        joined with its responses right-padded to `width`, `rollout_versions` (each response token's policy version,
+        -1 on padding) and `rollout_resumed` (how often each sample was stopped and resumed). Episodes: the attention
+        mask covers every response token, `response_mask` (the loss) the model's only; their columns join."""
         samples = [sample for group in groups for sample in group.samples]
-        rows = DataProto.concat([group.payload for group in groups])
-        if self.env is not None:
-            output = self._episodes_rollout(rows, [s.episode for s in samples], n, width)
-            versions = pad_rows([s.episode_versions for s in samples], width, -1, torch.long)
+        prompts = DataProto.concat([group.payload for group in groups])
+        episodes = [sample.episode for sample in samples] if self.env is not None else None
+        if episodes is None:
+            responses = pad_rows([s.tokens for s in samples], width, self.pad_token_id, torch.long)
+            lengths = torch.tensor([len(s.tokens) for s in samples], dtype=torch.long)
+            response_mask = valid = response_mask_through_eos(responses, lengths, self.eos_token_ids)
+            logprobs, versions = [s.logprobs for s in samples], [s.versions for s in samples]
         else:
-            output = self._rollout_from_tokens(
-                rows, [s.tokens for s in samples], [s.logprobs for s in samples], n, width
-            )
-            versions = pad_rows([s.versions for s in samples], width, -1, torch.long)
-        output.batch["rollout_versions"] = versions.masked_fill(output.batch["response_mask"] == 0, -1)
-        output.batch["rollout_resumed"] = torch.tensor([s.resumed for s in samples], dtype=torch.long)
-        return output
+            responses = pad_rows([e.ids for e in episodes], width, self.pad_token_id, torch.long)
+            response_mask = pad_rows([e.loss_mask for e in episodes], width, 0, torch.long)
+            valid = pad_rows([[1] * len(e.ids) for e in episodes], width, 0, torch.long)
+            logprobs, versions = [e.logprobs for e in episodes], [s.episode_versions for s in samples]
+        rows = torch.arange(len(prompts)).repeat_interleave(n)
+        prompt_batch = prompts.batch.to("cpu")
+        prompt_ids, prompt_mask = prompt_batch["input_ids"][rows], prompt_batch["attention_mask"][rows]
+        tensors = {
+            "prompts": prompt_ids,
+            "responses": responses,
+            "input_ids": torch.cat([prompt_ids, responses], dim=-1),
+            "attention_mask": torch.cat([prompt_mask, valid.to(prompt_mask.dtype)], dim=-1),
+            "response_mask": response_mask,
+            "position_ids": extend_position_ids(prompt_batch["position_ids"][rows], width),
+        }
+        if self.config.calculate_log_probs:
+            tensors["rollout_log_probs"] = pad_rows(logprobs, width, 0.0, torch.float32) * response_mask
+        non_tensors = {key: value[rows.numpy()] for key, value in prompts.non_tensor_batch.items()}
+        if episodes is not None:
+            if any(episode.images for episode in episodes):
+                self._add_environment_images(episodes, rows, tensors, non_tensors)
+            non_tensors.update(episode_columns(episodes))  # env_turns, ..., last_turn (the final answer), messages
+            infos = [self.env.episode_info(e.state) for e in episodes]
+            for name in sorted({key for info in infos for key in info}):
+                non_tensors[f"env_{name}"] = np.array([float(info.get(name, np.nan)) for info in infos], np.float64)
+        tensors["rollout_versions"] = pad_rows(versions, width, -1, torch.long).masked_fill(response_mask == 0, -1)
+        tensors["rollout_resumed"] = torch.tensor([s.resumed for s in samples], dtype=torch.long)
+        return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
 
     def _new_episodes(self, prompts: DataProto, inputs: list[dict[str, Any]], n: int, seeds: list[int | None]) -> list:
         """n episodes per prompt row, each with the environment's state for its row (`env.reset`)."""
@@ -688,27 +697,6 @@ class VLLMRollout:
             env_step_timeout_s=self.config.env_step_timeout_s,
             env_name=f"{type(self.env).__name__} (worker.rollout.env)",
         )
-
-    def _episodes_rollout(self, prompts: DataProto, episodes: list, n: int, response_length: int) -> DataProto:
-        """The rollout columns of finished episodes, n per prompt row in order."""
-        columns = prompts.non_tensor_batch
-        responses = pad_rows([e.ids for e in episodes], response_length, self.pad_token_id, torch.long)
-        response_mask = pad_rows([e.loss_mask for e in episodes], response_length, 0, torch.long)
-        valid = pad_rows([[1] * len(e.ids) for e in episodes], response_length, 0, torch.long)
-        rows = torch.arange(len(prompts)).repeat_interleave(n)
-        tensors = _rollout_tensors(prompts, rows, responses, response_mask, valid)
-        if self.config.calculate_log_probs:
-            logprobs = pad_rows([e.logprobs for e in episodes], response_length, 0.0, torch.float32)
-            tensors["rollout_log_probs"] = logprobs * response_mask
-        index = rows.numpy()
-        non_tensors = {key: value[index] for key, value in columns.items()}
-        if any(episode.images for episode in episodes):
-            self._add_environment_images(episodes, rows, tensors, non_tensors)
-        non_tensors.update(episode_columns(episodes))  # env_turns, ..., last_turn (the final answer), episode_messages
-        infos = [self.env.episode_info(e.state) for e in episodes]
-        for name in sorted({key for info in infos for key in info}):
-            non_tensors[f"env_{name}"] = np.array([float(info.get(name, np.nan)) for info in infos], dtype=np.float64)
-        return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
 
     @staticmethod
     def _prompt_messages(prompts: DataProto, inputs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -777,18 +765,3 @@ class VLLMRollout:
                 "engine was sized for data.max_response_length)."
             )
         return value
-
-    def _rollout_from_tokens(
-        self, prompts: DataProto, tokens: list[list[int]], logprobs: list[list[float]], n: int, response_length: int
-    ) -> DataProto:
-        """The rollout columns of n samples per prompt row from their token ids (and engine log-probs)."""
-        responses = pad_rows(tokens, response_length, self.pad_token_id, torch.long)
-        lengths = torch.tensor([len(ids) for ids in tokens], dtype=torch.long)
-        response_mask = response_mask_through_eos(responses, lengths, self.eos_token_ids)
-        rows = torch.arange(len(prompts)).repeat_interleave(n)
-        tensors = _rollout_tensors(prompts, rows, responses, response_mask, response_mask)
-        if self.config.calculate_log_probs:
-            tensors["rollout_log_probs"] = pad_rows(logprobs, response_length, 0.0, torch.float32) * response_mask
-        index = rows.numpy()
-        non_tensors = {key: value[index] for key, value in prompts.non_tensor_batch.items()}
-        return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
