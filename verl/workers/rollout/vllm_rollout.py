@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from tqdm import tqdm
 
 from verl.data.multimodal import DEFAULT_VIDEO_FPS, process_media, video_metadata
 from verl.envs import load_environment
@@ -91,10 +92,6 @@ def preserved_rng_state() -> Iterator[None]:
         yield
     finally:
         device.set_rng_state(state)
-
-
-def is_multimodal(processor: Any) -> bool:
-    return processor is not None and getattr(processor, "image_processor", None) is not None
 
 
 def build_engine_kwargs(
@@ -227,13 +224,6 @@ def request_seeds(base_seed: int, rank: int, call_index: int, num_requests: int,
     return [int(seed) >> 2 for seed in sequence.generate_state(num_requests, dtype=np.uint64)]
 
 
-def _set_launcher_env() -> None:
-    """The external launcher reads RANK and LOCAL_RANK from the environment; fill them from torch.distributed."""
-    os.environ.setdefault("RANK", str(dist.get_rank()))
-    if "LOCAL_RANK" not in os.environ:
-        os.environ["LOCAL_RANK"] = str(torch.cuda.current_device() if on_gpu() else dist.get_rank())
-
-
 class VLLMRollout:
     """Generates responses for a DataProto of prompts with an in-process vLLM engine.
 
@@ -263,7 +253,7 @@ class VLLMRollout:
         self.config = config
         self.tokenizer = tokenizer
         self.processor = processor
-        self.multimodal = is_multimodal(processor)
+        self.multimodal = processor is not None and getattr(processor, "image_processor", None) is not None
         engine_kwargs = build_engine_kwargs(model_path, config, self.multimodal, lora_rank)
         if not colocated:
             engine_kwargs.pop("enable_sleep_mode", None)
@@ -277,8 +267,9 @@ class VLLMRollout:
                 else "bf16 is much slower here",
             )
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine must live in this process to share weights
-        if dist.is_initialized():
-            _set_launcher_env()
+        if dist.is_initialized():  # the external launcher reads RANK and LOCAL_RANK from the environment
+            os.environ.setdefault("RANK", str(dist.get_rank()))
+            os.environ.setdefault("LOCAL_RANK", str(torch.cuda.current_device() if on_gpu() else dist.get_rank()))
         set_num_threads, num_threads = torch.set_num_threads, torch.get_num_threads()
         # the long-lived heap stays out of the full collections vLLM runs while building: a faster start
         gc.freeze()
@@ -497,9 +488,11 @@ class VLLMRollout:
                 with preserved_rng_state():
                     if admits:
                         self.admit(prompts, request, seed_rank, loop)
-                    if synchronous:
-                        with self._progress(loop, len(prompts) * n):
+                    if synchronous:  # its finished samples on a progress bar unless rollout.disable_tqdm
+                        total, disable = len(prompts) * n, self.config.disable_tqdm
+                        with tqdm(total=total, desc="generate", unit="sample", disable=disable) as loop.progress:
                             groups = loop.run(len(prompts), request.version, make_params)
+                        loop.progress = None
                     elif not request.stream or self._taken_version != request.batch_key:  # a round's batch goes once
                         steps, quota = POLL_ENGINE_STEPS if request.stream else None, request.quota * tp_size
                         groups = loop.run(
@@ -525,18 +518,6 @@ class VLLMRollout:
         result (`engine_mirror.follow`, with `handlers` for other engine work)."""
         tp_group = vllm_compat.tensor_parallel_cpu_group()[0]
         return follow(self.inference_engine, self.call_loop.render, tp_group, lambda: self.lora_request, handlers)
-
-    @contextlib.contextmanager
-    def _progress(self, loop: RequestLoop, total: int) -> Iterator[None]:
-        """A progress bar of the call's finished samples unless rollout.disable_tqdm."""
-        from tqdm import tqdm
-
-        loop.progress = tqdm(total=total, desc="generate", unit="sample", disable=self.config.disable_tqdm)
-        try:
-            yield
-        finally:
-            loop.progress.close()
-            loop.progress = None
 
     @contextlib.contextmanager
     def _leading(self, loop: RequestLoop) -> Iterator[None]:
@@ -605,26 +586,22 @@ class VLLMRollout:
         n, greedy, _, base_seed = self.request_sampling(request, loop)
         validate, budget = request.validate, self.call_response_length(request)
         inputs = self._engine_inputs(prompts)
-        if greedy:  # seeds would only cost per-request generators
-            seeds: list[int | None] = [None] * len(inputs)
-        else:
+        seeds: list[list[int | None]] = [[None] * n for _ in inputs]  # greedy: seeds would only cost generators
+        if not greedy:  # sample j of a row seeds with its row's seed + j
             call_index = self.validate_calls if validate else self.generate_calls
-            seeds = list(request_seeds(base_seed, seed_rank, call_index, len(inputs), stream=int(validate)))
+            row_seeds = request_seeds(base_seed, seed_rank, call_index, len(inputs), stream=int(validate))
+            seeds = [[seed + j for j in range(n)] for seed in row_seeds]
         self._count_call(validate)
         budgets = row_budgets(prompts, budget)
-        episodes = self._new_episodes(prompts, inputs, n, seeds) if self.env is not None else None
+        episodes = self._new_episodes(prompts, inputs, seeds) if self.env is not None else None
         client = isinstance(self.env, ChatClientEnv)
         messages = self._prompt_messages(prompts, inputs) if client else None
         for row, item in enumerate(inputs):
-            sample_seeds = [None if seeds[row] is None else seeds[row] + j for j in range(n)]
             group_episodes = episodes[row * n : (row + 1) * n] if episodes is not None else None
-            group = loop.admit(
-                item, prompts[row : row + 1], sample_seeds, request.version, budgets[row], group_episodes
-            )
+            group = loop.admit(item, prompts[row : row + 1], seeds[row], request.version, budgets[row], group_episodes)
             for j, sample in enumerate(group.samples):  # environment errors name a sample by its place in the call
                 sample.index = row * n + j
-            if client:  # each episode's coroutine starts now
-                for sample in group.samples:
+                if client:  # each episode's coroutine starts now
                     loop.turns.start(group, sample, messages[row])
 
     def groups_to_rollout(self, groups: list[Any], n: int, width: int) -> DataProto:
@@ -670,16 +647,15 @@ class VLLMRollout:
         tensors["rollout_resumed"] = torch.tensor([s.resumed for s in samples], dtype=torch.long)
         return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
 
-    def _new_episodes(self, prompts: DataProto, inputs: list[dict[str, Any]], n: int, seeds: list[int | None]) -> list:
-        """n episodes per prompt row, each with the environment's state for its row (`env.reset`)."""
+    def _new_episodes(self, prompts: DataProto, inputs: list[dict[str, Any]], seeds: list[list[int | None]]) -> list:
+        """One episode per sample seed of each prompt row, with the environment's state for its row (`env.reset`)."""
         columns = prompts.non_tensor_batch
         episodes = []
         for row, item in enumerate(inputs):
             fields = {key: _plain(value[row]) for key, value in columns.items() if key not in _ENGINE_ONLY_COLUMNS}
             media = columns["multi_modal_data"][row] if "multi_modal_data" in columns else None
             fields["prompt_images"] = list((media or {}).get("images") or [])  # the pictures as the model sees them
-            for sample in range(n):
-                seed = None if seeds[row] is None else seeds[row] + sample
+            for seed in seeds[row]:
                 episodes.append(Episode(prompt_input=item, state=self.env.reset(dict(fields)), seed=seed))
         return episodes
 
