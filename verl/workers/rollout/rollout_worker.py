@@ -58,10 +58,9 @@ class RolloutWorker(Worker):
         self.tp_rank, self.tp_size = 0, 1
         self.data_group: Any = None
         """Tensor-parallel: the group's gloo group for admissions and batches, apart from the engine threads' own."""
-        self._weights: tuple[Callable[[], Any], Future] | None = None
-        """A follower: the weight load its receive took and its result, run when the first process loads."""
-        self._validation: tuple[Callable[[], Any], Future] | None = None
-        """A follower: its validation call and its result, run when the first process runs its own."""
+        self._posted: dict[str, tuple[Callable[[], Any], Future]] = {}
+        """A follower: its weight load ("load") or validation call ("generate") and its result, run when the first
+        process runs its own."""
 
     # ------------------------------------------------------------------------------------------------ setup
 
@@ -134,7 +133,7 @@ class RolloutWorker(Worker):
             self.version = self.engine.version = version
             return time.perf_counter() - paused
 
-        pause = self._on_engine_thread(load, "_weights")
+        pause = self._on_engine_thread(load, "load")
         return {
             "timing_s/sync_weights_receive": received - start,
             "timing_s/sync_weights_load": pause,
@@ -255,18 +254,18 @@ class RolloutWorker(Worker):
                 self.rollout.engine_leader.send("generate")
             return self.rollout.generate_sequences(prompts, request)
 
-        return self._on_engine_thread(generate, "_validation")
+        return self._on_engine_thread(generate, "generate")
 
     # ------------------------------------------------------------------------------------------------ engine thread
 
-    def _on_engine_thread(self, fn: Callable[[], Any], slot: str) -> Any:
-        """Run `fn` on the engine thread between two engine steps; a follower posts it in `slot` so its thread runs it
-        where the first process runs its own."""
+    def _on_engine_thread(self, fn: Callable[[], Any], kind: str) -> Any:
+        """Run `fn` on the engine thread between two engine steps; a follower posts it as `kind` (the engine work the
+        first process sends) so its thread runs it where the first process runs its own."""
         if not self.rollout.follows:
             return self.engine.call(fn)
         result: Future = Future()
         with self.engine.cond:
-            setattr(self, slot, (fn, result))
+            self._posted[kind] = (fn, result)
             self.engine.cond.notify_all()
         return self.engine.wait(result)
 
@@ -309,23 +308,22 @@ class RolloutWorker(Worker):
         """A tensor-parallel peer: repeat the first process's engine calls, running this process's weight load and
         validation call where the first runs its own (engine_mirror)."""
 
-        def posted(name: str) -> tuple[Callable[[], Any], Future]:
+        def posted(kind: str) -> tuple[Callable[[], Any], Future]:
             with self.engine.cond:
-                while getattr(self, name) is None and not self.engine.stopping:
+                while kind not in self._posted and not self.engine.stopping:
                     self.engine.cond.wait(_POLL_S)
-                item = getattr(self, name)
-                setattr(self, name, None)
+                item = self._posted.pop(kind, None)
             if item is None:
                 raise RuntimeError("The rollout worker closed while its engine's first process waited for it.")
             return item
 
-        def run(name: str) -> None:
-            fn, result = posted(name)
+        def run(kind: str) -> None:
+            fn, result = posted(kind)
             try:
                 result.set_result(fn())
             except BaseException as err:
                 result.set_exception(err)
                 raise
 
-        handlers = {"load": lambda: run("_weights"), "generate": lambda: run("_validation"), "noop": lambda: None}
+        handlers = {"load": lambda: run("load"), "generate": lambda: run("generate"), "noop": lambda: None}
         self.rollout.follow_leader(handlers)
