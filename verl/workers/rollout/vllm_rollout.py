@@ -9,13 +9,14 @@ import gc
 import logging
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from tqdm import tqdm
 
 from verl.data.multimodal import DEFAULT_VIDEO_FPS, process_media, video_metadata
 from verl.envs import load_environment
@@ -49,20 +50,6 @@ POLL_ENGINE_STEPS = 256
 """Most engine steps of one streaming generate_async poll (a count, not a time: tensor-parallel peers step alike)."""
 
 
-@dataclass(frozen=True)
-class _AsyncCall:
-    """The settings of one generate_async call on this rank."""
-
-    tp_rank: int
-    tp_size: int
-    quota: int
-    version: int
-    max_staleness: int | None
-    budget: int
-    n: int
-    make_params: Callable[[int, int | None], Any]
-
-
 # SamplingParams fields a caller may not override per call: the padded shapes depend on them.
 _FIXED_SAMPLING_KEYS = {"max_tokens", "detokenize", "output_kind"}
 
@@ -73,24 +60,6 @@ _ENGINE_ONLY_COLUMNS = {"raw_prompt_ids", "multi_modal_data", "multi_modal_input
 
 def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
-
-
-def _rollout_tensors(
-    prompts: DataProto, rows: torch.Tensor, responses: torch.Tensor, response_mask: torch.Tensor, valid: torch.Tensor
-) -> dict[str, torch.Tensor]:
-    """The rollout columns (docs/data_flow.md), on the host: prompt rows `rows` joined with right-padded `responses`;
-    `valid` marks the response tokens attended to, `response_mask` those the loss counts (multi-turn: no env tokens)."""
-    prompt_batch = prompts.batch.to("cpu")
-    prompt_ids = prompt_batch["input_ids"][rows]
-    prompt_mask = prompt_batch["attention_mask"][rows]
-    return {
-        "prompts": prompt_ids,
-        "responses": responses,
-        "input_ids": torch.cat([prompt_ids, responses], dim=-1),
-        "attention_mask": torch.cat([prompt_mask, valid.to(prompt_mask.dtype)], dim=-1),
-        "response_mask": response_mask,
-        "position_ids": extend_position_ids(prompt_batch["position_ids"][rows], responses.shape[-1]),
-    }
 
 
 SLEEP_LEVEL = 2
@@ -123,10 +92,6 @@ def preserved_rng_state() -> Iterator[None]:
         yield
     finally:
         device.set_rng_state(state)
-
-
-def is_multimodal(processor: Any) -> bool:
-    return processor is not None and getattr(processor, "image_processor", None) is not None
 
 
 def build_engine_kwargs(
@@ -259,13 +224,6 @@ def request_seeds(base_seed: int, rank: int, call_index: int, num_requests: int,
     return [int(seed) >> 2 for seed in sequence.generate_state(num_requests, dtype=np.uint64)]
 
 
-def _set_launcher_env() -> None:
-    """The external launcher reads RANK and LOCAL_RANK from the environment; fill them from torch.distributed."""
-    os.environ.setdefault("RANK", str(dist.get_rank()))
-    if "LOCAL_RANK" not in os.environ:
-        os.environ["LOCAL_RANK"] = str(torch.cuda.current_device() if on_gpu() else dist.get_rank())
-
-
 class VLLMRollout:
     """Generates responses for a DataProto of prompts with an in-process vLLM engine.
 
@@ -295,7 +253,7 @@ class VLLMRollout:
         self.config = config
         self.tokenizer = tokenizer
         self.processor = processor
-        self.multimodal = is_multimodal(processor)
+        self.multimodal = processor is not None and getattr(processor, "image_processor", None) is not None
         engine_kwargs = build_engine_kwargs(model_path, config, self.multimodal, lora_rank)
         if not colocated:
             engine_kwargs.pop("enable_sleep_mode", None)
@@ -309,8 +267,9 @@ class VLLMRollout:
                 else "bf16 is much slower here",
             )
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine must live in this process to share weights
-        if dist.is_initialized():
-            _set_launcher_env()
+        if dist.is_initialized():  # the external launcher reads RANK and LOCAL_RANK from the environment
+            os.environ.setdefault("RANK", str(dist.get_rank()))
+            os.environ.setdefault("LOCAL_RANK", str(torch.cuda.current_device() if on_gpu() else dist.get_rank()))
         set_num_threads, num_threads = torch.set_num_threads, torch.get_num_threads()
         # the long-lived heap stays out of the full collections vLLM runs while building: a faster start
         gc.freeze()
@@ -343,11 +302,6 @@ class VLLMRollout:
         self.validate_calls = 0
         self._taken_version: tuple[int, int] | None = None
         """generate_async: the `RolloutRequest.batch_key` whose groups this rank has returned (one batch per round)."""
-        render = partial(vllm_compat.render_prompt, self.inference_engine)
-        self.request_loop = RequestLoop(self.inference_engine, render, "async")
-        """The groups of the asynchronous calls (generate_async, a rollout pool), kept across calls."""
-        self.call_loop = RequestLoop(self.inference_engine, render, "call")
-        """The groups of one `generate_sequences` call (a synchronous step, validation), all run to completion in it."""
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.eos_token_ids = self._eos_token_ids(model_path)
         self._base_sampling = self._base_sampling_kwargs()
@@ -357,16 +311,16 @@ class VLLMRollout:
             self.continuation = ChatContinuation(tokenizer)
             self.image_tokens = ImageTokens(processor, tokenizer) if self.multimodal else None
             self.model_path = model_path
-        self.engine_leader: EngineLeader | None = None
-        """A tensor-parallel engine's first process: its request loops mirror their engine calls to the peers."""
-        self.follows = False
-        """A tensor-parallel engine's other processes: they repeat the first process's engine calls."""
         tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
-        if tp_size > 1 and tp_rank == 0:
-            self.engine_leader = EngineLeader(tp_group)
-            self.request_loop = RequestLoop(self.inference_engine, render, "async", mirror=self.engine_leader)
-            self.call_loop = RequestLoop(self.inference_engine, render, "call", mirror=self.engine_leader)
+        self.engine_leader = EngineLeader(tp_group) if tp_size > 1 and tp_rank == 0 else None
+        """A tensor-parallel engine's first process: its request loops mirror their engine calls to the peers."""
         self.follows = tp_size > 1 and tp_rank > 0
+        """A tensor-parallel engine's other processes: they repeat the first process's engine calls."""
+        render = partial(vllm_compat.render_prompt, self.inference_engine)
+        self.request_loop = RequestLoop(self.inference_engine, render, "async", mirror=self.engine_leader)
+        """The groups of the asynchronous calls (generate_async, a rollout pool), kept across calls."""
+        self.call_loop = RequestLoop(self.inference_engine, render, "call", mirror=self.engine_leader)
+        """The groups of one `generate_sequences` call (a synchronous step, validation), all run to completion in it."""
         self.lora_request = None
 
     @property
@@ -491,25 +445,7 @@ class VLLMRollout:
         `LLM.generate` would), on a request loop of its own so an asynchronous run's in-flight groups stay out of it.
         `request` gives the response length, sampling overrides and `validate`; its quota, version and staleness don't
         apply."""
-        request = request or RolloutRequest()
-        tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
-        prompts, seed_rank = gather_tensor_parallel_prompts(prompts, self.rank, tp_group, tp_size)
-        loop, validate = self.call_loop, request.validate
-        n, greedy, make_params, base_seed = self.request_sampling(request, loop)
-        budget = self.call_response_length(request)
-        if self.follows:  # the group's first process runs the loop
-            self._count_call(validate)
-            return self._follow().chunk(tp_size)[tp_rank]
-        leader = self.engine_leader
-        with self._leading(leader):
-            with preserved_rng_state(), self._cleared_on_error(loop):
-                self.admit(prompts, 0, budget, seed_rank, n, greedy, loop=loop, validate=validate, base_seed=base_seed)
-                with self._progress(loop, len(prompts) * n):
-                    groups = loop.run(len(prompts), 0, make_params)
-            output = self.groups_to_rollout(groups, n, budget)
-            output.pop(batch_keys=["rollout_versions", "rollout_resumed"])  # one policy version, nothing resumed
-            self._end_leading(leader, output)
-        return output.chunk(tp_size)[tp_rank] if tp_size > 1 else output
+        return self._generate(prompts, replace(request or RolloutRequest(), quota=None, stream=False))["batch"]
 
     def generate_async(self, prompts: DataProto, request: RolloutRequest) -> dict[str, Any]:
         """Colocated asynchronous rollout (docs/async.md): admit `prompts` (possibly none), resume the samples stopped
@@ -526,69 +462,76 @@ class VLLMRollout:
         completed since the last call (copies; tensor-parallel rank 0 only) for the driver to score. A step's polls
         take exactly the engine steps of one call.
         """
-        if self.follows:
-            call = self._start_async_call(prompts, request)
-            batch = self._follow()
-            return {"batch": None if batch is None else batch.chunk(call.tp_size)[call.tp_rank], "complete": None}
-        loop, stream = self.request_loop, request.stream
-        groups, metrics = None, {}
-        with self._leading(self.engine_leader):
-            call = self._start_async_call(prompts, request)
-            if not stream or self._taken_version != request.batch_key:  # a poll after the round's batch hands over
-                steps = POLL_ENGINE_STEPS if stream else None
-                with preserved_rng_state(), self._cleared_on_error(loop):
-                    groups = loop.run(
-                        call.quota, call.version, call.make_params, call.max_staleness, steps, hand_over=stream
-                    )
-            fresh = loop.newly_complete(groups) if stream else []
-            batch = None
-            if groups is not None:
-                self._taken_version = request.batch_key
-                batch = self.groups_to_rollout(groups, call.n, call.budget)
-                metrics["async/in_flight_groups"] = float(loop.in_flight)
-            self._end_leading(self.engine_leader, batch)
-        if batch is not None and call.tp_size > 1:
-            batch = batch.chunk(call.tp_size)[call.tp_rank]
-        complete = self.groups_to_rollout(fresh, call.n, call.budget) if fresh and call.tp_rank == 0 else None
+        if request.quota is None:
+            raise ValueError("An asynchronous rollout call needs the request's quota of groups.")
+        return self._generate(prompts, request)
+
+    def _generate(self, prompts: DataProto, request: RolloutRequest) -> dict[str, Any]:
+        """One call of either kind: `request.quota` None runs every group of `prompts` to completion on the call loop
+        (`generate_sequences`, without the versions), else the asynchronous loop (`generate_async`). A tensor-parallel
+        group's first process runs the loop for the group's prompts; its peers follow it and take their share."""
+        tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
+        prompts, seed_rank = gather_tensor_parallel_prompts(prompts, self.rank, tp_group, tp_size)
+        synchronous = request.quota is None
+        loop = self.call_loop if synchronous else self.request_loop
+        n, _, make_params, _ = self.request_sampling(request, loop)
+        budget = self.call_response_length(request)
+        admits = synchronous or len(prompts) > 0  # a synchronous call uses up its seed index even without prompts
+        batch, groups, fresh, metrics = None, None, [], {}
+        if self.follows:  # seeds follow the call count, as on the first process
+            if admits:
+                self._count_call(request.validate)
+            with preserved_rng_state():
+                batch = self.follow_leader()
+        else:
+            with self._leading(loop):
+                with preserved_rng_state():
+                    if admits:
+                        self.admit(prompts, request, seed_rank, loop)
+                    if synchronous:  # its finished samples on a progress bar unless rollout.disable_tqdm
+                        total, disable = len(prompts) * n, self.config.disable_tqdm
+                        with tqdm(total=total, desc="generate", unit="sample", disable=disable) as loop.progress:
+                            groups = loop.run(len(prompts), request.version, make_params)
+                        loop.progress = None
+                    elif not request.stream or self._taken_version != request.batch_key:  # a round's batch goes once
+                        steps, quota = POLL_ENGINE_STEPS if request.stream else None, request.quota * tp_size
+                        groups = loop.run(
+                            quota, request.version, make_params, request.max_staleness, steps, hand_over=request.stream
+                        )
+                fresh = loop.newly_complete(groups) if request.stream else []
+                if groups is not None:
+                    batch = self.groups_to_rollout(groups, n, budget)
+                    if synchronous:  # one policy version, nothing resumed
+                        batch.pop(batch_keys=["rollout_versions", "rollout_resumed"])
+                    else:
+                        self._taken_version = request.batch_key
+                        metrics["async/in_flight_groups"] = float(loop.in_flight)
+                if self.engine_leader is not None:
+                    self.engine_leader.end(batch)
+        if batch is not None and tp_size > 1:
+            batch = batch.chunk(tp_size)[tp_rank]
+        complete = self.groups_to_rollout(fresh, n, budget) if fresh and tp_rank == 0 else None
         return {"batch": batch, "complete": complete, "metrics": metrics}
 
-    def _follow(self) -> Any:
-        """A peer's asynchronous call (engine_mirror): the first process's engine calls, repeated, and its result."""
+    def follow_leader(self, handlers: dict[str, Callable[..., Any]] | None = None) -> Any:
+        """A tensor-parallel peer: repeat the first process's engine calls until it ends the call, and return its
+        result (`engine_mirror.follow`, with `handlers` for other engine work)."""
         tp_group = vllm_compat.tensor_parallel_cpu_group()[0]
-        render = partial(vllm_compat.render_prompt, self.inference_engine)
-        with preserved_rng_state():
-            return follow(self.inference_engine, render, tp_group, lambda: self.lora_request)
+        return follow(self.inference_engine, self.call_loop.render, tp_group, lambda: self.lora_request, handlers)
 
     @contextlib.contextmanager
-    def _progress(self, loop: RequestLoop, total: int) -> Iterator[None]:
-        """A progress bar of the call's finished samples unless rollout.disable_tqdm."""
-        if self.config.disable_tqdm:
-            yield
-            return
-        from tqdm import tqdm
-
-        loop.progress = tqdm(total=total, desc="generate", unit="sample")
-        try:
-            yield
-        finally:
-            loop.progress.close()
-            loop.progress = None
-
-    @staticmethod
-    @contextlib.contextmanager
-    def _leading(leader: EngineLeader | None) -> Iterator[None]:
-        """The first process's call on a followed engine: a failure ends the peers' call too (else they would hang)."""
+    def _leading(self, loop: RequestLoop) -> Iterator[None]:
+        """The first process's call: a failure empties `loop` and the engine, so nothing of it runs on into a later
+        call, and ends the peers' call too (else they would hang)."""
         try:
             yield
         except BaseException as error:
-            if leader is not None:
-                leader.end(error=error)
+            loop.clear()
+            if loop is self.request_loop:
+                self._taken_version = None
+            if self.engine_leader is not None:
+                self.engine_leader.end(error=error)
             raise
-
-    @staticmethod
-    def _end_leading(leader: EngineLeader | None, result: Any) -> None:
-        if leader is not None:
-            leader.end(result)
 
     def _count_call(self, validate: bool) -> None:
         """Use up one call index of the seed stream (on every peer alike, so a resumed worker restores the count)."""
@@ -597,30 +540,6 @@ class VLLMRollout:
         else:
             self.generate_calls += 1
 
-    def _start_async_call(self, prompts: DataProto, request: RolloutRequest) -> "_AsyncCall":
-        """Gather the group's prompts, read the call's settings and admit the rows (a failure clears the loop)."""
-        tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
-        prompts, seed_rank = gather_tensor_parallel_prompts(prompts, self.rank, tp_group, tp_size)
-        if request.quota is None:
-            raise ValueError("An asynchronous rollout call needs the request's quota of groups.")
-        n, greedy, make_params, base_seed = self.request_sampling(request, self.request_loop)
-        call = _AsyncCall(
-            tp_rank=tp_rank,
-            tp_size=tp_size,
-            quota=request.quota * tp_size,
-            version=request.version,
-            max_staleness=request.max_staleness,
-            budget=self.call_response_length(request),
-            n=n,
-            make_params=make_params,
-        )
-        if len(prompts) > 0 and self.follows:  # its group's first process runs the loop; seeds follow the call count
-            self._count_call(validate=False)
-        elif len(prompts) > 0:
-            with self._cleared_on_error(self.request_loop):
-                self.admit(prompts, call.version, call.budget, seed_rank, n, greedy, base_seed=base_seed)
-        return call
-
     def close_envs(self) -> None:
         """At a run's end, end what environment episodes share across calls (e.g. tool servers); a later call restarts
         them."""
@@ -628,17 +547,6 @@ class VLLMRollout:
             turns, loop.turns = loop.turns, None
             if turns is not None:
                 turns.close()
-
-    @contextlib.contextmanager
-    def _cleared_on_error(self, loop: RequestLoop) -> Iterator[None]:
-        """A failed call empties its request loop and the engine, so nothing of it runs on into a later call."""
-        try:
-            yield
-        except BaseException:
-            loop.clear()
-            if loop is self.request_loop:
-                self._taken_version = None
-            raise
 
     def request_sampling(
         self, request: RolloutRequest, loop: RequestLoop
@@ -669,69 +577,85 @@ class VLLMRollout:
         return n, greedy, make_params, base_seed
 
     def admit(
-        self,
-        prompts: DataProto,
-        version: int,
-        budget: int,
-        seed_rank: int,
-        n: int,
-        greedy: bool,
-        loop: RequestLoop | None = None,
-        validate: bool = False,
-        base_seed: int | None = None,
+        self, prompts: DataProto, request: RolloutRequest, seed_rank: int, loop: RequestLoop | None = None
     ) -> None:
-        """Admit `prompts` into `loop` (default: the asynchronous one) at policy `version`: n samples each, seeded as
-        `LLM.generate` would (validation stream with `validate`), each capped at `budget` or its row's own cap."""
+        """Admit `prompts` into `loop` (default: the asynchronous one) at policy `request.version`: n samples each,
+        seeded as `LLM.generate` would (validation stream with `request.validate`), each capped at the call's response
+        length or its row's own cap."""
         loop = loop or self.request_loop
+        n, greedy, _, base_seed = self.request_sampling(request, loop)
+        validate, budget = request.validate, self.call_response_length(request)
         inputs = self._engine_inputs(prompts)
-        if greedy:  # seeds would only cost per-request generators
-            seeds: list[int | None] = [None] * len(inputs)
-        else:
+        seeds: list[list[int | None]] = [[None] * n for _ in inputs]  # greedy: seeds would only cost generators
+        if not greedy:  # sample j of a row seeds with its row's seed + j
             call_index = self.validate_calls if validate else self.generate_calls
-            base = self.config.seed if base_seed is None else base_seed
-            seeds = list(request_seeds(base, seed_rank, call_index, len(inputs), stream=int(validate)))
+            row_seeds = request_seeds(base_seed, seed_rank, call_index, len(inputs), stream=int(validate))
+            seeds = [[seed + j for j in range(n)] for seed in row_seeds]
         self._count_call(validate)
         budgets = row_budgets(prompts, budget)
-        episodes = self._new_episodes(prompts, inputs, n, seeds) if self.env is not None else None
+        episodes = self._new_episodes(prompts, inputs, seeds) if self.env is not None else None
         client = isinstance(self.env, ChatClientEnv)
         messages = self._prompt_messages(prompts, inputs) if client else None
         for row, item in enumerate(inputs):
-            sample_seeds = [None if seeds[row] is None else seeds[row] + j for j in range(n)]
             group_episodes = episodes[row * n : (row + 1) * n] if episodes is not None else None
-            group = loop.admit(item, prompts[row : row + 1], sample_seeds, version, budgets[row], group_episodes)
+            group = loop.admit(item, prompts[row : row + 1], seeds[row], request.version, budgets[row], group_episodes)
             for j, sample in enumerate(group.samples):  # environment errors name a sample by its place in the call
                 sample.index = row * n + j
-            if client:  # each episode's coroutine starts now
-                for sample in group.samples:
+                if client:  # each episode's coroutine starts now
                     loop.turns.start(group, sample, messages[row])
 
     def groups_to_rollout(self, groups: list[Any], n: int, width: int) -> DataProto:
-        """The rollout columns of complete groups (responses padded to `width`), `rollout_versions` (each response
-        token's policy version, -1 on padding) and `rollout_resumed` (how often each sample was stopped and resumed)."""
+        """The rollout columns (docs/data_flow.md) of complete groups, on the host: each group's prompt row n times
+        joined with its responses right-padded to `width`, `rollout_versions` (each response token's policy version,
+        -1 on padding) and `rollout_resumed` (how often each sample was stopped and resumed). Episodes: the attention
+        mask covers every response token, `response_mask` (the loss) the model's only; their columns join."""
         samples = [sample for group in groups for sample in group.samples]
-        rows = DataProto.concat([group.payload for group in groups])
-        if self.env is not None:
-            output = self._episodes_rollout(rows, [s.episode for s in samples], n, width)
-            versions = pad_rows([s.episode_versions for s in samples], width, -1, torch.long)
+        prompts = DataProto.concat([group.payload for group in groups])
+        episodes = [sample.episode for sample in samples] if self.env is not None else None
+        if episodes is None:
+            responses = pad_rows([s.tokens for s in samples], width, self.pad_token_id, torch.long)
+            lengths = torch.tensor([len(s.tokens) for s in samples], dtype=torch.long)
+            response_mask = valid = response_mask_through_eos(responses, lengths, self.eos_token_ids)
+            logprobs, versions = [s.logprobs for s in samples], [s.versions for s in samples]
         else:
-            output = self._rollout_from_tokens(
-                rows, [s.tokens for s in samples], [s.logprobs for s in samples], n, width
-            )
-            versions = pad_rows([s.versions for s in samples], width, -1, torch.long)
-        output.batch["rollout_versions"] = versions.masked_fill(output.batch["response_mask"] == 0, -1)
-        output.batch["rollout_resumed"] = torch.tensor([s.resumed for s in samples], dtype=torch.long)
-        return output
+            responses = pad_rows([e.ids for e in episodes], width, self.pad_token_id, torch.long)
+            response_mask = pad_rows([e.loss_mask for e in episodes], width, 0, torch.long)
+            valid = pad_rows([[1] * len(e.ids) for e in episodes], width, 0, torch.long)
+            logprobs, versions = [e.logprobs for e in episodes], [s.episode_versions for s in samples]
+        rows = torch.arange(len(prompts)).repeat_interleave(n)
+        prompt_batch = prompts.batch.to("cpu")
+        prompt_ids, prompt_mask = prompt_batch["input_ids"][rows], prompt_batch["attention_mask"][rows]
+        tensors = {
+            "prompts": prompt_ids,
+            "responses": responses,
+            "input_ids": torch.cat([prompt_ids, responses], dim=-1),
+            "attention_mask": torch.cat([prompt_mask, valid.to(prompt_mask.dtype)], dim=-1),
+            "response_mask": response_mask,
+            "position_ids": extend_position_ids(prompt_batch["position_ids"][rows], width),
+        }
+        if self.config.calculate_log_probs:
+            tensors["rollout_log_probs"] = pad_rows(logprobs, width, 0.0, torch.float32) * response_mask
+        non_tensors = {key: value[rows.numpy()] for key, value in prompts.non_tensor_batch.items()}
+        if episodes is not None:
+            if any(episode.images for episode in episodes):
+                self._add_environment_images(episodes, rows, tensors, non_tensors)
+            non_tensors.update(episode_columns(episodes))  # env_turns, ..., last_turn (the final answer), messages
+            infos = [self.env.episode_info(e.state) for e in episodes]
+            for name in sorted({key for info in infos for key in info}):
+                non_tensors[f"env_{name}"] = np.array([float(info.get(name, np.nan)) for info in infos], np.float64)
+        tensors["rollout_versions"] = pad_rows(versions, width, -1, torch.long).masked_fill(response_mask == 0, -1)
+        tensors["rollout_resumed"] = torch.tensor([s.resumed for s in samples], dtype=torch.long)
+        return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
 
-    def _new_episodes(self, prompts: DataProto, inputs: list[dict[str, Any]], n: int, seeds: list[int | None]) -> list:
-        """n episodes per prompt row, each with the environment's state for its row (`env.reset`)."""
+    def _new_episodes(self, prompts: DataProto, inputs: list[dict[str, Any]], seeds: list[list[int | None]]) -> list:
+        """One episode per sample seed of each prompt row, with the environment's state for its row (`env.reset`)."""
         columns = prompts.non_tensor_batch
         episodes = []
         for row, item in enumerate(inputs):
             fields = {key: _plain(value[row]) for key, value in columns.items() if key not in _ENGINE_ONLY_COLUMNS}
             media = columns["multi_modal_data"][row] if "multi_modal_data" in columns else None
             fields["prompt_images"] = list((media or {}).get("images") or [])  # the pictures as the model sees them
-            for sample in range(n):
-                seed = None if seeds[row] is None else seeds[row] + sample
+            for seed in seeds[row]:
                 episodes.append(Episode(prompt_input=item, state=self.env.reset(dict(fields)), seed=seed))
         return episodes
 
@@ -749,27 +673,6 @@ class VLLMRollout:
             env_step_timeout_s=self.config.env_step_timeout_s,
             env_name=f"{type(self.env).__name__} (worker.rollout.env)",
         )
-
-    def _episodes_rollout(self, prompts: DataProto, episodes: list, n: int, response_length: int) -> DataProto:
-        """The rollout columns of finished episodes, n per prompt row in order."""
-        columns = prompts.non_tensor_batch
-        responses = pad_rows([e.ids for e in episodes], response_length, self.pad_token_id, torch.long)
-        response_mask = pad_rows([e.loss_mask for e in episodes], response_length, 0, torch.long)
-        valid = pad_rows([[1] * len(e.ids) for e in episodes], response_length, 0, torch.long)
-        rows = torch.arange(len(prompts)).repeat_interleave(n)
-        tensors = _rollout_tensors(prompts, rows, responses, response_mask, valid)
-        if self.config.calculate_log_probs:
-            logprobs = pad_rows([e.logprobs for e in episodes], response_length, 0.0, torch.float32)
-            tensors["rollout_log_probs"] = logprobs * response_mask
-        index = rows.numpy()
-        non_tensors = {key: value[index] for key, value in columns.items()}
-        if any(episode.images for episode in episodes):
-            self._add_environment_images(episodes, rows, tensors, non_tensors)
-        non_tensors.update(episode_columns(episodes))  # env_turns, ..., last_turn (the final answer), episode_messages
-        infos = [self.env.episode_info(e.state) for e in episodes]
-        for name in sorted({key for info in infos for key in info}):
-            non_tensors[f"env_{name}"] = np.array([float(info.get(name, np.nan)) for info in infos], dtype=np.float64)
-        return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
 
     @staticmethod
     def _prompt_messages(prompts: DataProto, inputs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -838,18 +741,3 @@ class VLLMRollout:
                 "engine was sized for data.max_response_length)."
             )
         return value
-
-    def _rollout_from_tokens(
-        self, prompts: DataProto, tokens: list[list[int]], logprobs: list[list[float]], n: int, response_length: int
-    ) -> DataProto:
-        """The rollout columns of n samples per prompt row from their token ids (and engine log-probs)."""
-        responses = pad_rows(tokens, response_length, self.pad_token_id, torch.long)
-        lengths = torch.tensor([len(ids) for ids in tokens], dtype=torch.long)
-        response_mask = response_mask_through_eos(responses, lengths, self.eos_token_ids)
-        rows = torch.arange(len(prompts)).repeat_interleave(n)
-        tensors = _rollout_tensors(prompts, rows, responses, response_mask, response_mask)
-        if self.config.calculate_log_probs:
-            tensors["rollout_log_probs"] = pad_rows(logprobs, response_length, 0.0, torch.float32) * response_mask
-        index = rows.numpy()
-        non_tensors = {key: value[index] for key, value in prompts.non_tensor_batch.items()}
-        return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)

@@ -13,6 +13,7 @@ no manifest agreed beforehand.
 
 import datetime
 import json
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -151,9 +152,7 @@ def receive_weights(
             _broadcast(group, flat, stats)
         offset = 0
         for name, shape in table:
-            count = 1
-            for dim in shape:
-                count *= dim
+            count = math.prod(shape)
             weights.append((name, flat[offset : offset + count].view(shape)))
             offset += count
         stats.buckets += 1
