@@ -18,15 +18,14 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 
-from verl.rewards.sandbox import cgroups, fusion
+from verl.rewards.sandbox import fusion
 from verl.rewards.sandbox.bootstrap import wait_for_exit
 from verl.rewards.sandbox.limits import STDERR_TAIL_BYTES, SandboxLimits, SandboxResult
-from verl.rewards.sandbox.plans import _ChildSetup, _Plan
+from verl.rewards.sandbox.plans import _Plan
 from verl.rewards.sandbox.runner import (
     _check_workers,
     _classify,
     _isolation,
-    _program_exit_code,
     _read_tail,
     _run,
     _start_interpreter,
@@ -154,13 +153,6 @@ def _not_run(limits: SandboxLimits) -> SandboxResult:
     return SandboxResult("timeout", -9, b"", reason, 0.0)
 
 
-def _run_harness(
-    code: str, cases: list[tuple[str, str]], limits: SandboxLimits, plan: _Plan, budget: float
-) -> list[SandboxResult]:
-    with _workspace(limits, plan, harness=True) as (scratch, setup, cgroup):
-        return _run_harness_in(scratch, code, cases, limits, setup, cgroup, budget)
-
-
 @dataclass
 class _Watch:
     """What the trainer learned from the harness's result pipe."""
@@ -272,18 +264,13 @@ def _watch(read_end: int, count: int, wall_s: float, outputs: Sequence[_Output] 
             deadline = time.monotonic() + budget
 
 
-def _run_harness_in(
-    scratch: str,
-    code: str,
-    cases: list[tuple[str, str]],
-    limits: SandboxLimits,
-    setup: _ChildSetup,
-    cgroup: cgroups.RunCgroup | None = None,
-    budget: float = math.inf,
+def _run_harness(
+    code: str, cases: list[tuple[str, str]], limits: SandboxLimits, plan: _Plan, budget: float
 ) -> list[SandboxResult]:
     """Run the harness on `cases` within `budget` wall seconds in all; results of a non-empty prefix of them (the rest
     is for a fresh process, or timed out when the budget is spent)."""
     with ExitStack() as stack:
+        scratch, setup, cgroup = stack.enter_context(_workspace(limits, plan, harness=True))
         # Unlinked files of the trainer's (mode 0600), reachable only through the descriptors each case gets. A
         # case's stdin file starts with its code suffix (bootstrap.py's _read_suffix).
         files = [[stack.enter_context(tempfile.TemporaryFile(dir=scratch)) for _ in range(2)] for _ in cases]
@@ -324,8 +311,7 @@ def _run_harness_in(
             if not watch.stalled:
                 wait_for_exit(interpreter.process.pid, HARNESS_GRACE_S)
         finally:
-            returncode, _, ended = interpreter.end(setup.uid, cgroup)
-            returncode = _program_exit_code(setup, returncode)
+            returncode, _, ended = interpreter.end(setup, cgroup)
         for output in outputs:  # every writer is gone now: what is left in the pipes
             output.read()
         oom = cgroup is not None and cgroup.oom_kills() > 0

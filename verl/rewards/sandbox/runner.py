@@ -209,19 +209,22 @@ class _Interpreter:
     """When the interpreter was started (monotonic clock)."""
 
     def end(
-        self, uid: int | None, cgroup: cgroups.RunCgroup | None = None
+        self, setup: _ChildSetup, cgroup: cgroups.RunCgroup | None = None
     ) -> tuple[int, resource.struct_rusage, float]:
-        """Kill the interpreter's group, reap it, then kill every process the run left (by cgroup, else `uid` or
-        marker); returns the exit code, resource usage and reaping time."""
+        """Kill the interpreter's group, reap it, then kill every process the run left (by cgroup, else the run's uid
+        or marker); returns the program's exit code (bwrap's 128 + N, how it reports death by signal N, read back as
+        -N), resource usage and reaping time."""
         kill_group(self.process.pid)  # before reaping, while the group id cannot have been reused
         if cgroup is not None:
             cgroup.kill_all()
         _, status, usage = os.wait4(self.process.pid, 0)
         reaped = time.monotonic()
-        self.process.returncode = os.waitstatus_to_exitcode(status)
+        self.process.returncode = returncode = os.waitstatus_to_exitcode(status)
         if cgroup is None or not cgroup.kill_all():
-            _clean_up(self.sandbox_id, uid, self.since)
-        return self.process.returncode, usage, reaped
+            _clean_up(self.sandbox_id, setup.uid, self.since)
+        if setup.bwrap and 128 < returncode < 128 + signal.NSIG:
+            returncode = 128 - returncode
+        return returncode, usage, reaped
 
 
 def _start_interpreter(
@@ -279,11 +282,6 @@ def _start_interpreter(
         if filter_fd is not None:
             os.close(filter_fd)
     return _Interpreter(process, sandbox_id, since, start)
-
-
-def _program_exit_code(setup: _ChildSetup, returncode: int) -> int:
-    """The interpreter's exit code, with bwrap's 128 + N (how it reports death by signal N) read back as -N."""
-    return 128 - returncode if setup.bwrap and 128 < returncode < 128 + signal.NSIG else returncode
 
 
 def read_only_copy(file: IO[bytes]) -> int:
@@ -401,20 +399,9 @@ def _workspace(
 
 
 def _run(code: str, stdin: str, limits: SandboxLimits, plan: _Plan) -> SandboxResult:
-    with _workspace(limits, plan) as (scratch, setup, cgroup):
-        return _run_in(scratch, code, stdin, limits, setup, cgroup)
-
-
-def _run_in(
-    scratch: str,
-    code: str,
-    stdin: str,
-    limits: SandboxLimits,
-    setup: _ChildSetup,
-    cgroup: cgroups.RunCgroup | None = None,
-) -> SandboxResult:
     # Unlinked files: the program sees an empty scratch directory, and a full pipe can never block it.
     with (
+        _workspace(limits, plan) as (scratch, setup, cgroup),
         tempfile.TemporaryFile(dir=scratch) as stdin_file,
         tempfile.TemporaryFile(dir=scratch) as stdout_file,
         tempfile.TemporaryFile(dir=scratch) as stderr_file,
@@ -430,15 +417,14 @@ def _run_in(
         try:
             timed_out = not wait_for_exit(interpreter.process.pid, limits.wall_s)
         finally:
-            returncode, usage, reaped = interpreter.end(setup.uid, cgroup)
-            returncode = _program_exit_code(setup, returncode)
+            returncode, usage, reaped = interpreter.end(setup, cgroup)
             wall = reaped - interpreter.start
         stdout, stdout_size = _read_head(stdout_file, limits.output_kb * 1024)
         stderr, stderr_size = _read_tail(stderr_file, STDERR_TAIL_BYTES)
-    cpu = usage.ru_utime + usage.ru_stime
-    if cgroup is not None:  # under bwrap the program's CPU time does not reach the trainer's rusage
-        cpu = max(cpu, cgroup.cpu_seconds())
-    oom = cgroup is not None and cgroup.oom_kills() > 0
+        cpu = usage.ru_utime + usage.ru_stime
+        if cgroup is not None:  # under bwrap the program's CPU time does not reach the trainer's rusage
+            cpu = max(cpu, cgroup.cpu_seconds())
+        oom = cgroup is not None and cgroup.oom_kills() > 0
     status_name = _classify(timed_out, returncode, cpu, limits, max(stdout_size, stderr_size), stderr, oom)
     return SandboxResult(status_name, returncode, stdout, stderr, wall, cpu, interpreter.sandbox_id, setup.uid)
 
