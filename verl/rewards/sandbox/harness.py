@@ -95,7 +95,7 @@ def run_python_cases(code: str, cases: Sequence[CaseSpec], limits: SandboxLimits
         raise TypeError(f"code must be a string, got {type(code).__name__}.")
     limits = limits or SandboxLimits()
     if limits.isolation == "sandbox_fusion":
-        return fusion.run_cases([(code, _case_specs(cases))], limits, max_workers=1)[0]
+        return [fusion.run_case(code + suffix, stdin, limits) for stdin, suffix in _case_specs(cases)]
     return _run_cases(code, _case_specs(cases), limits, _isolation(limits.isolation).plan)
 
 
@@ -108,19 +108,19 @@ def run_many_cases(
     specs = [(code, _case_specs(cases)) for code, cases in jobs]
     if not any(cases for _, cases in specs):
         return [[] for _ in specs]
-    if limits.isolation == "sandbox_fusion":
-        return fusion.run_cases(specs, limits, max_workers)
-    plan = _isolation(limits.isolation).plan  # probe once, before the threads race for it
+    if limits.isolation == "sandbox_fusion":  # one request per case, max_workers at a time
+        per_chunk, run = 1, lambda code, cases: [fusion.run_case(code + cases[0][1], cases[0][0], limits)]
+    else:
+        plan = _isolation(limits.isolation).plan  # probe once, before the threads race for it
+        per_chunk, run = CASES_PER_PROCESS, lambda code, cases: _run_cases(code, cases, limits, plan)
     chunks = [
-        (index, code, cases[start : start + CASES_PER_PROCESS])
+        (index, code, cases[start : start + per_chunk])
         for index, (code, cases) in enumerate(specs)
-        for start in range(0, len(cases), CASES_PER_PROCESS)
+        for start in range(0, len(cases), per_chunk)
     ]
     results: list[list[SandboxResult]] = [[] for _ in specs]
     with ThreadPoolExecutor(max_workers=min(max_workers, len(chunks)), thread_name_prefix="sandbox") as pool:
-        for (index, _, _), chunk_results in zip(
-            chunks, pool.map(lambda chunk: _run_cases(chunk[1], chunk[2], limits, plan), chunks)
-        ):
+        for (index, _, _), chunk_results in zip(chunks, pool.map(lambda chunk: run(chunk[1], chunk[2]), chunks)):
             results[index].extend(chunk_results)
     return results
 
