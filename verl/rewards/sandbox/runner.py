@@ -28,9 +28,9 @@ from typing import IO
 import psutil
 
 from verl.rewards.sandbox import bootstrap, bwrap, cgroups, fusion
-from verl.rewards.sandbox.bootstrap import empty_directory, kill_group, wait_for_exit
+from verl.rewards.sandbox.bootstrap import _namespace, empty_directory, kill_group, wait_for_exit
 from verl.rewards.sandbox.limits import STDERR_TAIL_BYTES, SandboxLimits, SandboxResult, SandboxUnavailable
-from verl.rewards.sandbox.plans import SECCOMP_FILTER, _candidate_plans, _ChildSetup, _namespace, _Plan
+from verl.rewards.sandbox.plans import SECCOMP_FILTER, _candidate_plans, _ChildSetup, _Plan
 from verl.rewards.sandbox.slots import _SLOTS, UID_BASE, _kill_all_of_uid, _tasks_of_current_uid
 
 
@@ -256,13 +256,11 @@ def _start_interpreter(
             os.write(write_end, SECCOMP_FILTER)
             os.close(write_end)
             pass_fds = (*pass_fds, filter_fd)
-        command = bwrap.command(setup.bwrap, scratch, privileged, setup.tmpfs_bytes, filter_fd)
-        args = [*command, bwrap.interpreter()]
+        command = [*bwrap.command(setup.bwrap, scratch, privileged, setup.tmpfs_bytes, filter_fd), bwrap.interpreter()]
         user = f"u{setup.uid}" if privileged else "0"
-        args += ["-I", "-c", _BOOTSTRAP, _namespace("net"), PROGRAM_NAME, user, *manifest]
     else:
-        shared_uid = "1" if setup.uid is None else "0"
-        args = [sys.executable, "-I", "-c", _BOOTSTRAP, _namespace("net"), PROGRAM_NAME, shared_uid, *manifest]
+        command, user = [sys.executable], "1" if setup.uid is None else "0"  # "1": the uid is shared
+    args = [*command, "-I", "-c", _BOOTSTRAP, _namespace("net"), PROGRAM_NAME, user, *manifest]
     since = time.time() - 5.0  # psutil's create_time may be off by a second (boot time in whole seconds)
     start = time.monotonic()
     try:
