@@ -287,12 +287,6 @@ def read_only_copy(file: IO[bytes]) -> int:
     return os.open(f"/proc/self/fd/{file.fileno()}", os.O_RDONLY | os.O_CLOEXEC)
 
 
-def _read_head(file: IO[bytes], limit: int) -> tuple[bytes, int]:
-    size = os.fstat(file.fileno()).st_size
-    file.seek(0)
-    return file.read(limit), size
-
-
 def _read_tail(file: IO[bytes], limit: int) -> tuple[str, int]:
     size = os.fstat(file.fileno()).st_size
     file.seek(max(0, size - limit))
@@ -417,7 +411,9 @@ def _run(code: str, stdin: str, limits: SandboxLimits, plan: _Plan) -> SandboxRe
         finally:
             returncode, usage, reaped = interpreter.end(setup, cgroup)
             wall = reaped - interpreter.start
-        stdout, stdout_size = _read_head(stdout_file, limits.output_kb * 1024)
+        stdout_size = os.fstat(stdout_file.fileno()).st_size
+        stdout_file.seek(0)  # the program's writes moved the offset it shares with the trainer's descriptor
+        stdout = stdout_file.read(limits.output_kb * 1024)
         stderr, stderr_size = _read_tail(stderr_file, STDERR_TAIL_BYTES)
         cpu = usage.ru_utime + usage.ru_stime
         if cgroup is not None:  # under bwrap the program's CPU time does not reach the trainer's rusage
