@@ -320,17 +320,11 @@ def _end_case(child, kill_all):
     kill_group(child)
     status, cpu = None, 0.0
     while True:
-        if kill_all:
+        for pid in [-1] if kill_all else _children():
             try:
-                os.kill(-1, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        else:
-            for pid in _children():
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
         try:
             pid, wait_status, usage = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:

@@ -173,28 +173,27 @@ class RunCgroup:
     def _file(self, v1_controller: str, name: str) -> str:
         return os.path.join(self.paths["" if self.version == "v2" else v1_controller], name)
 
-    def oom_kills(self) -> int:
-        """Processes of the run the kernel killed for its memory limit."""
-        name = "memory.events" if self.version == "v2" else "memory.oom_control"
+    def _field(self, v1_controller: str, name: str, key: str) -> int:
+        """The value on the `key` line of a "key value" file of the run's cgroup (0 where it cannot be read)."""
         try:
-            for line in _read(self._file("memory", name)).splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
+            for line in _read(self._file(v1_controller, name)).splitlines():
+                field, _, value = line.partition(" ")
+                if field == key:
                     return int(value)
         except (OSError, ValueError):
             pass
         return 0
 
+    def oom_kills(self) -> int:
+        """Processes of the run the kernel killed for its memory limit."""
+        return self._field("memory", "memory.events" if self.version == "v2" else "memory.oom_control", "oom_kill")
+
     def cpu_seconds(self) -> float:
         """CPU time the run's processes used so far, all of them together (0.0 where it is not accounted)."""
+        if self.version == "v2":
+            return self._field("", "cpu.stat", "usage_usec") / 1e6
+        controller = "cpuacct" if "cpuacct" in self.paths else "cpu"
         try:
-            if self.version == "v2":
-                for line in _read(self._file("", "cpu.stat")).splitlines():
-                    key, _, value = line.partition(" ")
-                    if key == "usage_usec":
-                        return int(value) / 1e6
-                return 0.0
-            controller = "cpuacct" if "cpuacct" in self.paths else "cpu"
             return int(_read(os.path.join(self.paths[controller], "cpuacct.usage"))) / 1e9
         except (OSError, ValueError):
             return 0.0

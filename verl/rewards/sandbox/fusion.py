@@ -10,8 +10,6 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from verl.rewards.sandbox.limits import STDERR_TAIL_BYTES, SandboxLimits, SandboxResult, SandboxUnavailable
@@ -85,17 +83,3 @@ def run_case(code: str, stdin: str, limits: SandboxLimits) -> SandboxResult:
         cpu_s=float((run or {}).get("cpu_time") or 0.0),
         sandbox_id=uuid.uuid4().hex,
     )
-
-
-def run_cases(
-    jobs: Sequence[tuple[str, Sequence[tuple[str, str]]]], limits: SandboxLimits, max_workers: int
-) -> list[list[SandboxResult]]:
-    """Every (code, [(stdin, suffix)]) job's cases, one request each, `max_workers` requests at a time."""
-    flat = [(index, code + suffix, stdin) for index, (code, cases) in enumerate(jobs) for stdin, suffix in cases]
-    results: list[list[SandboxResult]] = [[] for _ in jobs]
-    if not flat:
-        return results
-    with ThreadPoolExecutor(max_workers=min(max_workers, len(flat)), thread_name_prefix="sandbox-fusion") as pool:
-        for (index, _, _), result in zip(flat, pool.map(lambda item: run_case(item[1], item[2], limits), flat)):
-            results[index].append(result)
-    return results

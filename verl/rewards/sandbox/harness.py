@@ -18,15 +18,14 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 
-from verl.rewards.sandbox import cgroups, fusion
+from verl.rewards.sandbox import fusion
 from verl.rewards.sandbox.bootstrap import wait_for_exit
 from verl.rewards.sandbox.limits import STDERR_TAIL_BYTES, SandboxLimits, SandboxResult
-from verl.rewards.sandbox.plans import _ChildSetup, _Plan
+from verl.rewards.sandbox.plans import _Plan
 from verl.rewards.sandbox.runner import (
     _check_workers,
     _classify,
     _isolation,
-    _program_exit_code,
     _read_tail,
     _run,
     _start_interpreter,
@@ -96,7 +95,7 @@ def run_python_cases(code: str, cases: Sequence[CaseSpec], limits: SandboxLimits
         raise TypeError(f"code must be a string, got {type(code).__name__}.")
     limits = limits or SandboxLimits()
     if limits.isolation == "sandbox_fusion":
-        return fusion.run_cases([(code, _case_specs(cases))], limits, max_workers=1)[0]
+        return [fusion.run_case(code + suffix, stdin, limits) for stdin, suffix in _case_specs(cases)]
     return _run_cases(code, _case_specs(cases), limits, _isolation(limits.isolation).plan)
 
 
@@ -109,19 +108,19 @@ def run_many_cases(
     specs = [(code, _case_specs(cases)) for code, cases in jobs]
     if not any(cases for _, cases in specs):
         return [[] for _ in specs]
-    if limits.isolation == "sandbox_fusion":
-        return fusion.run_cases(specs, limits, max_workers)
-    plan = _isolation(limits.isolation).plan  # probe once, before the threads race for it
+    if limits.isolation == "sandbox_fusion":  # one request per case, max_workers at a time
+        per_chunk, run = 1, lambda code, cases: [fusion.run_case(code + cases[0][1], cases[0][0], limits)]
+    else:
+        plan = _isolation(limits.isolation).plan  # probe once, before the threads race for it
+        per_chunk, run = CASES_PER_PROCESS, lambda code, cases: _run_cases(code, cases, limits, plan)
     chunks = [
-        (index, code, cases[start : start + CASES_PER_PROCESS])
+        (index, code, cases[start : start + per_chunk])
         for index, (code, cases) in enumerate(specs)
-        for start in range(0, len(cases), CASES_PER_PROCESS)
+        for start in range(0, len(cases), per_chunk)
     ]
     results: list[list[SandboxResult]] = [[] for _ in specs]
     with ThreadPoolExecutor(max_workers=min(max_workers, len(chunks)), thread_name_prefix="sandbox") as pool:
-        for (index, _, _), chunk_results in zip(
-            chunks, pool.map(lambda chunk: _run_cases(chunk[1], chunk[2], limits, plan), chunks)
-        ):
+        for (index, _, _), chunk_results in zip(chunks, pool.map(lambda chunk: run(chunk[1], chunk[2]), chunks)):
             results[index].extend(chunk_results)
     return results
 
@@ -152,13 +151,6 @@ def _run_cases(code: str, cases: list[tuple[str, str]], limits: SandboxLimits, p
 def _not_run(limits: SandboxLimits) -> SandboxResult:
     reason = f"not run: the program's cases had used up their time budget (sample_wall_s={limits.sample_wall_s})"
     return SandboxResult("timeout", -9, b"", reason, 0.0)
-
-
-def _run_harness(
-    code: str, cases: list[tuple[str, str]], limits: SandboxLimits, plan: _Plan, budget: float
-) -> list[SandboxResult]:
-    with _workspace(limits, plan, harness=True) as (scratch, setup, cgroup):
-        return _run_harness_in(scratch, code, cases, limits, setup, cgroup, budget)
 
 
 @dataclass
@@ -272,18 +264,13 @@ def _watch(read_end: int, count: int, wall_s: float, outputs: Sequence[_Output] 
             deadline = time.monotonic() + budget
 
 
-def _run_harness_in(
-    scratch: str,
-    code: str,
-    cases: list[tuple[str, str]],
-    limits: SandboxLimits,
-    setup: _ChildSetup,
-    cgroup: cgroups.RunCgroup | None = None,
-    budget: float = math.inf,
+def _run_harness(
+    code: str, cases: list[tuple[str, str]], limits: SandboxLimits, plan: _Plan, budget: float
 ) -> list[SandboxResult]:
     """Run the harness on `cases` within `budget` wall seconds in all; results of a non-empty prefix of them (the rest
     is for a fresh process, or timed out when the budget is spent)."""
     with ExitStack() as stack:
+        scratch, setup, cgroup = stack.enter_context(_workspace(limits, plan, harness=True))
         # Unlinked files of the trainer's (mode 0600), reachable only through the descriptors each case gets. A
         # case's stdin file starts with its code suffix (bootstrap.py's _read_suffix).
         files = [[stack.enter_context(tempfile.TemporaryFile(dir=scratch)) for _ in range(2)] for _ in cases]
@@ -324,8 +311,7 @@ def _run_harness_in(
             if not watch.stalled:
                 wait_for_exit(interpreter.process.pid, HARNESS_GRACE_S)
         finally:
-            returncode, _, ended = interpreter.end(setup.uid, cgroup)
-            returncode = _program_exit_code(setup, returncode)
+            returncode, _, ended = interpreter.end(setup, cgroup)
         for output in outputs:  # every writer is gone now: what is left in the pipes
             output.read()
         oom = cgroup is not None and cgroup.oom_kills() > 0

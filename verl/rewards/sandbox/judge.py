@@ -486,14 +486,12 @@ def _translate(node: ast.expr, expressions: list[str]) -> Node:
         tolerances = {named.arg: named.value for named in node.keywords}
         if set(tolerances) <= {"rel_tol", "abs_tol"}:
             a, b = (_translate(arg, expressions) for arg in node.args)
-            return IsClose(
-                a,
-                b,
-                *(
-                    _translate(tolerances[name], expressions) if name in tolerances else default
-                    for name, default in (("rel_tol", Literal(1e-09)), ("abs_tol", Literal(0.0)))
-                ),
-            )
+            named = {
+                name: _translate(tolerances[name], expressions)
+                for name in ("rel_tol", "abs_tol")
+                if name in tolerances
+            }
+            return IsClose(a, b, **named)
     elif _calls(node, "abs") and len(node.args) == 1 and not node.keywords:
         [argument] = node.args
         if isinstance(argument, ast.BinOp) and isinstance(argument.op, ast.Sub):
@@ -596,11 +594,10 @@ def parse_test_cases(ground_truth: Any, where: str) -> list[Case]:
                 f"{where}: ground_truth has {len(inputs)} inputs but "
                 f"{len(outputs) if isinstance(outputs, list) else repr(outputs)[:200]} outputs."
             )
+        calls = [_call_source(fn_name, arguments) for arguments in inputs]
         return [
             Case(check=Check((call,), Compare((Value(0), Literal(expected)), ("==",), loose=True), f"{call} == ..."))
-            for call, expected in (
-                (_call_source(fn_name, arguments), expected) for arguments, expected in zip(inputs, outputs)
-            )
+            for call, expected in zip(calls, outputs)
         ]
     if "inputs" in ground_truth or "outputs" in ground_truth:
         inputs = _string_list(ground_truth.get("inputs"), "inputs", where)

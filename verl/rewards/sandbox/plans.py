@@ -34,20 +34,22 @@ _PTMX = tuple(
 """Where a pty is opened on this machine (each counts against kernel/pty/max, which no cgroup charges)."""
 
 
-def _load_libc() -> tuple[Any, Any]:
-    """libc's unshare and mount, looked up once here: the child may not load anything between fork and exec."""
+def _load_libc() -> tuple[Any, Any, Any]:
+    """libc's unshare, mount and prctl, looked up once here: the child may not load anything between fork and exec."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        unshare, mount = libc.unshare, libc.mount
+        unshare, mount, prctl = libc.unshare, libc.mount, libc.prctl
     except (OSError, AttributeError):  # not Linux
-        return None, None
+        return None, None, None
     unshare.argtypes, unshare.restype = [ctypes.c_int], ctypes.c_int
     mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
     mount.restype = ctypes.c_int
-    return unshare, mount
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return unshare, mount, prctl
 
 
-_UNSHARE, _MOUNT = _load_libc()
+_UNSHARE, _MOUNT, _PRCTL = _load_libc()
 
 SECCOMP_FILTER = seccomp.program()
 """The filter every sandboxed interpreter starts under (seccomp.py); b"" on a machine it has no filter for."""
@@ -57,22 +59,9 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def _load_seccomp() -> tuple[Any, Any, Any]:
-    """libc's prctl and the filter as struct sock_fprog, made once here (the child may not allocate)."""
-    if not SECCOMP_FILTER:
-        return None, None, None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None, None, None
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    instructions = ctypes.create_string_buffer(SECCOMP_FILTER, len(SECCOMP_FILTER))
-    fprog = _SockFprog(len(SECCOMP_FILTER) // 8, ctypes.addressof(instructions))
-    return prctl, fprog, instructions
-
-
-_PRCTL, _FPROG, _FILTER_BUFFER = _load_seccomp()
+# The filter as struct sock_fprog, made once here (the child may not allocate).
+_FILTER_BUFFER = ctypes.create_string_buffer(SECCOMP_FILTER, len(SECCOMP_FILTER))
+_FPROG = _SockFprog(len(SECCOMP_FILTER) // 8, ctypes.addressof(_FILTER_BUFFER))
 _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 38, 22, 2
 
 
@@ -152,7 +141,7 @@ class _ChildSetup:
         if hard != resource.RLIM_INFINITY:
             nproc = min(nproc, hard)
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-        if not self.bwrap and _PRCTL is not None:  # under bwrap, bwrap installs the filter
+        if not self.bwrap and _PRCTL is not None and SECCOMP_FILTER:  # under bwrap, bwrap installs the filter
             no_new_privileges = _PRCTL(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
             if no_new_privileges or _PRCTL(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(_FPROG), 0, 0):
                 raise OSError(ctypes.get_errno(), "prctl refused the sandbox's seccomp filter")
@@ -190,13 +179,6 @@ def _mount(source: bytes | None, target: bytes, fstype: bytes | None, flags: int
     if _MOUNT is None or _MOUNT(source, target, fstype, flags, data) != 0:
         error = ctypes.get_errno()
         raise OSError(error, f"mount {source!r} on {target!r}: {os.strerror(error)}")
-
-
-def _namespace(name: str) -> str:
-    try:
-        return os.readlink(f"/proc/self/ns/{name}")
-    except OSError:
-        return ""
 
 
 def _interpreter_directories() -> list[str]:

@@ -28,9 +28,9 @@ from typing import IO
 import psutil
 
 from verl.rewards.sandbox import bootstrap, bwrap, cgroups, fusion
-from verl.rewards.sandbox.bootstrap import empty_directory, kill_group, wait_for_exit
+from verl.rewards.sandbox.bootstrap import _namespace, empty_directory, kill_group, wait_for_exit
 from verl.rewards.sandbox.limits import STDERR_TAIL_BYTES, SandboxLimits, SandboxResult, SandboxUnavailable
-from verl.rewards.sandbox.plans import SECCOMP_FILTER, _candidate_plans, _ChildSetup, _namespace, _Plan
+from verl.rewards.sandbox.plans import SECCOMP_FILTER, _candidate_plans, _ChildSetup, _Plan
 from verl.rewards.sandbox.slots import _SLOTS, UID_BASE, _kill_all_of_uid, _tasks_of_current_uid
 
 
@@ -209,19 +209,22 @@ class _Interpreter:
     """When the interpreter was started (monotonic clock)."""
 
     def end(
-        self, uid: int | None, cgroup: cgroups.RunCgroup | None = None
+        self, setup: _ChildSetup, cgroup: cgroups.RunCgroup | None = None
     ) -> tuple[int, resource.struct_rusage, float]:
-        """Kill the interpreter's group, reap it, then kill every process the run left (by cgroup, else `uid` or
-        marker); returns the exit code, resource usage and reaping time."""
+        """Kill the interpreter's group, reap it, then kill every process the run left (by cgroup, else the run's uid
+        or marker); returns the program's exit code (bwrap's 128 + N, how it reports death by signal N, read back as
+        -N), resource usage and reaping time."""
         kill_group(self.process.pid)  # before reaping, while the group id cannot have been reused
         if cgroup is not None:
             cgroup.kill_all()
         _, status, usage = os.wait4(self.process.pid, 0)
         reaped = time.monotonic()
-        self.process.returncode = os.waitstatus_to_exitcode(status)
+        self.process.returncode = returncode = os.waitstatus_to_exitcode(status)
         if cgroup is None or not cgroup.kill_all():
-            _clean_up(self.sandbox_id, uid, self.since)
-        return self.process.returncode, usage, reaped
+            _clean_up(self.sandbox_id, setup.uid, self.since)
+        if setup.bwrap and 128 < returncode < 128 + signal.NSIG:
+            returncode = 128 - returncode
+        return returncode, usage, reaped
 
 
 def _start_interpreter(
@@ -253,13 +256,11 @@ def _start_interpreter(
             os.write(write_end, SECCOMP_FILTER)
             os.close(write_end)
             pass_fds = (*pass_fds, filter_fd)
-        command = bwrap.command(setup.bwrap, scratch, privileged, setup.tmpfs_bytes, filter_fd)
-        args = [*command, bwrap.interpreter()]
+        command = [*bwrap.command(setup.bwrap, scratch, privileged, setup.tmpfs_bytes, filter_fd), bwrap.interpreter()]
         user = f"u{setup.uid}" if privileged else "0"
-        args += ["-I", "-c", _BOOTSTRAP, _namespace("net"), PROGRAM_NAME, user, *manifest]
     else:
-        shared_uid = "1" if setup.uid is None else "0"
-        args = [sys.executable, "-I", "-c", _BOOTSTRAP, _namespace("net"), PROGRAM_NAME, shared_uid, *manifest]
+        command, user = [sys.executable], "1" if setup.uid is None else "0"  # "1": the uid is shared
+    args = [*command, "-I", "-c", _BOOTSTRAP, _namespace("net"), PROGRAM_NAME, user, *manifest]
     since = time.time() - 5.0  # psutil's create_time may be off by a second (boot time in whole seconds)
     start = time.monotonic()
     try:
@@ -281,20 +282,9 @@ def _start_interpreter(
     return _Interpreter(process, sandbox_id, since, start)
 
 
-def _program_exit_code(setup: _ChildSetup, returncode: int) -> int:
-    """The interpreter's exit code, with bwrap's 128 + N (how it reports death by signal N) read back as -N."""
-    return 128 - returncode if setup.bwrap and 128 < returncode < 128 + signal.NSIG else returncode
-
-
 def read_only_copy(file: IO[bytes]) -> int:
     """A new read-only descriptor of `file`, at its start: a program's stdin, so it cannot write the trainer's file."""
     return os.open(f"/proc/self/fd/{file.fileno()}", os.O_RDONLY | os.O_CLOEXEC)
-
-
-def _read_head(file: IO[bytes], limit: int) -> tuple[bytes, int]:
-    size = os.fstat(file.fileno()).st_size
-    file.seek(0)
-    return file.read(limit), size
 
 
 def _read_tail(file: IO[bytes], limit: int) -> tuple[str, int]:
@@ -401,20 +391,9 @@ def _workspace(
 
 
 def _run(code: str, stdin: str, limits: SandboxLimits, plan: _Plan) -> SandboxResult:
-    with _workspace(limits, plan) as (scratch, setup, cgroup):
-        return _run_in(scratch, code, stdin, limits, setup, cgroup)
-
-
-def _run_in(
-    scratch: str,
-    code: str,
-    stdin: str,
-    limits: SandboxLimits,
-    setup: _ChildSetup,
-    cgroup: cgroups.RunCgroup | None = None,
-) -> SandboxResult:
     # Unlinked files: the program sees an empty scratch directory, and a full pipe can never block it.
     with (
+        _workspace(limits, plan) as (scratch, setup, cgroup),
         tempfile.TemporaryFile(dir=scratch) as stdin_file,
         tempfile.TemporaryFile(dir=scratch) as stdout_file,
         tempfile.TemporaryFile(dir=scratch) as stderr_file,
@@ -430,15 +409,16 @@ def _run_in(
         try:
             timed_out = not wait_for_exit(interpreter.process.pid, limits.wall_s)
         finally:
-            returncode, usage, reaped = interpreter.end(setup.uid, cgroup)
-            returncode = _program_exit_code(setup, returncode)
+            returncode, usage, reaped = interpreter.end(setup, cgroup)
             wall = reaped - interpreter.start
-        stdout, stdout_size = _read_head(stdout_file, limits.output_kb * 1024)
+        stdout_size = os.fstat(stdout_file.fileno()).st_size
+        stdout_file.seek(0)  # the program's writes moved the offset it shares with the trainer's descriptor
+        stdout = stdout_file.read(limits.output_kb * 1024)
         stderr, stderr_size = _read_tail(stderr_file, STDERR_TAIL_BYTES)
-    cpu = usage.ru_utime + usage.ru_stime
-    if cgroup is not None:  # under bwrap the program's CPU time does not reach the trainer's rusage
-        cpu = max(cpu, cgroup.cpu_seconds())
-    oom = cgroup is not None and cgroup.oom_kills() > 0
+        cpu = usage.ru_utime + usage.ru_stime
+        if cgroup is not None:  # under bwrap the program's CPU time does not reach the trainer's rusage
+            cpu = max(cpu, cgroup.cpu_seconds())
+        oom = cgroup is not None and cgroup.oom_kills() > 0
     status_name = _classify(timed_out, returncode, cpu, limits, max(stdout_size, stderr_size), stderr, oom)
     return SandboxResult(status_name, returncode, stdout, stderr, wall, cpu, interpreter.sandbox_id, setup.uid)
 

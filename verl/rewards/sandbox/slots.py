@@ -23,8 +23,6 @@ import psutil
 logger = logging.getLogger(__name__)
 
 
-MARKER_ENV = "VERL_SANDBOX_ID"
-"""Environment variable carried by every process of a run: how cleanup finds processes that left its session."""
 UID_BASE = 60000
 """As root, run slot N runs as uid and gid UID_BASE + N (uids that exist in the user database are skipped)."""
 MAX_SLOTS = 1000
