@@ -258,14 +258,11 @@ def _concat_and_unpad(outputs: list[Any], pad_size: int, padded_length: int) -> 
     return unpad_dataproto(merged, pad_size * (len(merged) // padded_length))
 
 
-def _dispatch_dp_compute_proto(world_size: int, args: tuple, kwargs: dict) -> DispatchPlan:
+def _dispatch_dp_compute_proto(world_size: int, args: tuple, kwargs: dict, merge: bool = True) -> DispatchPlan:
+    """DataProto chunks per rank; the results merged into one DataProto, or with merge=False a per-rank list."""
     per_args, per_kwargs, pad_size, padded_length = _split_protos(world_size, args, kwargs)
-    return DispatchPlan(per_args, per_kwargs, lambda outputs: _concat_and_unpad(outputs, pad_size, padded_length))
-
-
-def _dispatch_dp_compute_metric(world_size: int, args: tuple, kwargs: dict) -> DispatchPlan:
-    per_args, per_kwargs, _, _ = _split_protos(world_size, args, kwargs)
-    return DispatchPlan(per_args, per_kwargs, collect=list)
+    collect = (lambda outputs: _concat_and_unpad(outputs, pad_size, padded_length)) if merge else list
+    return DispatchPlan(per_args, per_kwargs, collect)
 
 
 _DISPATCH_FNS: dict[Dispatch, Callable[[int, tuple, dict], DispatchPlan]] = {
@@ -273,7 +270,7 @@ _DISPATCH_FNS: dict[Dispatch, Callable[[int, tuple, dict], DispatchPlan]] = {
     Dispatch.ALL_TO_ALL: _dispatch_all_to_all,
     Dispatch.DP_COMPUTE: _dispatch_dp_compute,
     Dispatch.DP_COMPUTE_PROTO: _dispatch_dp_compute_proto,
-    Dispatch.DP_COMPUTE_METRIC: _dispatch_dp_compute_metric,
+    Dispatch.DP_COMPUTE_METRIC: functools.partial(_dispatch_dp_compute_proto, merge=False),
     Dispatch.RANK_ZERO: functools.partial(_dispatch_one_to_all, collect=operator.itemgetter(0)),
 }
 
