@@ -58,11 +58,6 @@ def _pick_free_port() -> int:
     return get_free_port()
 
 
-def _all_on_this_node(slots: list[Any]) -> bool:
-    here = ray.get_runtime_context().get_node_id()
-    return all(slot.node_id == here for slot in slots)
-
-
 def loopback_interface() -> str | None:
     """Name of the loopback network interface (lo on Linux, lo0 on macOS), or None if there is none."""
     names = [name for _, name in socket.if_nameindex()]
@@ -128,7 +123,8 @@ class RayWorkerGroup(WorkerGroup):
             raise ValueError("The resource pool has no bundles (was it removed?); create a new RayResourcePool.")
         self._world_size = len(slots)
         self._master_port = pick_free_port_on_node(slots[0].node_id, port_timeout_s)
-        self._local_env = loopback_rendezvous_env() if _all_on_this_node(slots) else {}
+        here = ray.get_runtime_context().get_node_id()
+        self._local_env = loopback_rendezvous_env() if all(slot.node_id == here for slot in slots) else {}
         self._master_addr = self._local_env.get("MASTER_ADDR", slots[0].node_ip)
         self._bind_worker_methods(self._worker_cls)  # name clashes fail before any actor starts
         self._resource_pool: RayResourcePool | None = resource_pool
