@@ -145,10 +145,7 @@ def _column_state(column: np.ndarray) -> dict[str, Any] | None:
 
 
 def _column_from_state(state: dict[str, Any]) -> np.ndarray:
-    column = np.empty(len(state["values"]), dtype=object)
-    for i, value in enumerate(state["values"]):  # element by element: a list value stays one element
-        column[i] = value
-    return column.reshape(state["shape"])
+    return to_object_array(state["values"]).reshape(state["shape"])
 
 
 @dataclass(repr=False, eq=False)

@@ -45,18 +45,9 @@ def build_datasets(config: SFTConfig) -> tuple[SFTDataset, SFTDataset | None, An
     from verl.models.rope_index import load_model_config
 
     model, data = config.worker.model, config.data
-    tokenizer = get_tokenizer(
-        model.tokenizer_path,
-        trust_remote_code=model.trust_remote_code,
-        override_chat_template=data.override_chat_template,
-    )
-    processor = get_processor(
-        model.tokenizer_path,
-        trust_remote_code=model.trust_remote_code,
-        override_chat_template=data.override_chat_template,
-        min_pixels=data.min_pixels,
-        max_pixels=data.max_pixels,
-    )
+    options = {"trust_remote_code": model.trust_remote_code, "override_chat_template": data.override_chat_template}
+    tokenizer = get_tokenizer(model.tokenizer_path, **options)
+    processor = get_processor(model.tokenizer_path, **options, min_pixels=data.min_pixels, max_pixels=data.max_pixels)
     model_config = load_model_config(model.model_path, model.trust_remote_code)
     train = SFTDataset(data.train_files, tokenizer, processor, data, model_config)
     val = SFTDataset(data.val_files, tokenizer, processor, data, model_config) if data.val_files else None
@@ -94,7 +85,6 @@ def run_sft(config: SFTConfig) -> dict[str, float]:
 
 
 def _train(config: SFTConfig) -> dict[str, float]:
-
     from verl.sft.worker import SFTWorker
     from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup
     from verl.single_controller.ray.resource import RayResourcePool
@@ -185,11 +175,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         run_sft(config)
-    except ConfigError as err:  # one that only running finds
-        print(f"Config error: {err}", file=sys.stderr)
-        return 2
-    except (SFTDataError, CheckpointFolderInUse) as err:
-        print(f"Error: {err}", file=sys.stderr)
+    except (ConfigError, SFTDataError, CheckpointFolderInUse) as err:  # a ConfigError: one that only running finds
+        print(f"{'Config error' if isinstance(err, ConfigError) else 'Error'}: {err}", file=sys.stderr)
         return 2
     return 0
 

@@ -59,13 +59,9 @@ class SFTWorker(Worker):
         config = self.config
         model = config.model
         tokenizer_path = model.tokenizer_path or model.model_path
-        template = self.override_chat_template
-        self.tokenizer = get_tokenizer(
-            tokenizer_path, trust_remote_code=model.trust_remote_code, override_chat_template=template
-        )
-        self.processor = get_processor(
-            tokenizer_path, trust_remote_code=model.trust_remote_code, override_chat_template=template
-        )
+        options = {"trust_remote_code": model.trust_remote_code, "override_chat_template": self.override_chat_template}
+        self.tokenizer = get_tokenizer(tokenizer_path, **options)
+        self.processor = get_processor(tokenizer_path, **options)
         mesh = build_device_mesh(dist.get_world_size(), config.fsdp.fsdp_size, self.device_type)
         self.module = create_fsdp_model(model, config.fsdp, mesh, self.device)
         optim = dataclasses.replace(config.optim, training_steps=training_steps)

@@ -60,40 +60,12 @@ def load_loader_state(loader: StatefulDataLoader, state: dict[str, Any]) -> None
     loader.load_state_dict(state)
 
 
-def build_dataset(
-    source: str,
-    config: DataConfig,
-    tokenizer: Any,
-    processor: Any,
-    model_config: Any = None,
-    limit_images: int = 0,
-    tools: list[dict[str, Any]] | None = None,
-) -> RLHFDataset:
-    """An RLHFDataset for `source` with the data config's options. `limit_images` (worker.rollout.limit_images, 0 for
-    none) makes a row with more images a data error here rather than in the engine."""
-    return RLHFDataset(
-        source,
-        tokenizer,
-        processor,
-        prompt_key=config.prompt_key,
-        answer_key=config.answer_key,
-        image_key=config.image_key,
-        video_key=config.video_key,
-        image_dir=config.image_dir,
-        video_fps=config.video_fps,
-        max_prompt_length=config.max_prompt_length,
-        format_prompt=config.format_prompt,
-        override_chat_template=config.override_chat_template,
-        min_pixels=config.min_pixels,
-        max_pixels=config.max_pixels,
-        filter_overlong_prompts=config.filter_overlong_prompts,
-        filter_overlong_prompts_workers=config.filter_overlong_prompts_workers,
-        skip_bad_rows=config.skip_bad_rows,
-        model_config=model_config,
-        limit_images=limit_images,
-        allow_paths_outside_image_dir=config.allow_paths_outside_image_dir,
-        tools=tools,
-    )
+_DATASET_OPTIONS = (
+    "prompt_key answer_key image_key video_key image_dir video_fps max_prompt_length format_prompt "
+    "override_chat_template min_pixels max_pixels filter_overlong_prompts filter_overlong_prompts_workers "
+    "skip_bad_rows allow_paths_outside_image_dir"
+).split()
+"""The DataConfig fields RLHFDataset takes under the same names."""
 
 
 MEDIA_LOADER_WORKERS = 2
@@ -117,8 +89,17 @@ def create_dataloader(
 ) -> tuple[StatefulDataLoader, StatefulDataLoader | None]:
     """(train loader, validation loader or None without data.val_files).
     Train batches hold data.mini_rollout_batch_size prompts if set (one generation round), else rollout_batch_size;
-    an epoch's last incomplete batch is dropped. Validation is unshuffled; val_batch_size=-1 means one batch."""
-    train_dataset = build_dataset(config.train_files, config, tokenizer, processor, model_config, limit_images, tools)
+    an epoch's last incomplete batch is dropped. Validation is unshuffled; val_batch_size=-1 means one batch.
+    `limit_images` (worker.rollout.limit_images, 0 for none) makes a row with more images a data error here rather
+    than in the engine."""
+
+    def build_dataset(source: str) -> RLHFDataset:
+        options = {name: getattr(config, name) for name in _DATASET_OPTIONS}
+        return RLHFDataset(
+            source, tokenizer, processor, model_config=model_config, limit_images=limit_images, tools=tools, **options
+        )
+
+    train_dataset = build_dataset(config.train_files)
     batch_size = config.mini_rollout_batch_size or config.rollout_batch_size
     key = "data.mini_rollout_batch_size" if config.mini_rollout_batch_size else "data.rollout_batch_size"
     if len(train_dataset) < batch_size:
@@ -134,7 +115,7 @@ def create_dataloader(
     train_dataloader = _loader(train_dataset, batch_size, num_workers, sampler=sampler, drop_last=True)
     if not config.val_files:
         return train_dataloader, None
-    val_dataset = build_dataset(config.val_files, config, tokenizer, processor, model_config, limit_images, tools)
+    val_dataset = build_dataset(config.val_files)
     val_batch_size = len(val_dataset) if config.val_batch_size == -1 else config.val_batch_size
     if val_batch_size <= 0:
         raise ValueError(f"data.val_batch_size must be positive or -1 (the whole set), got {config.val_batch_size}.")

@@ -88,15 +88,8 @@ def compute_timing_metrics(batch: DataProto, timing_raw: dict[str, float]) -> di
     """timing_s/<phase> and timing_per_token_ms/<phase> (per token for the model phases)."""
     response_tokens = batch.batch["response_mask"].sum().item()
     all_tokens = batch.batch["attention_mask"].sum().item()
-    tokens_of_phase = {
-        "gen": response_tokens,
-        "ref": all_tokens,
-        "old": all_tokens,
-        "values": all_tokens,
-        "adv": all_tokens,
-        "update_critic": all_tokens,
-        "update_actor": all_tokens,
-    }
+    model_phases = ("ref", "old", "values", "adv", "update_critic", "update_actor")
+    tokens_of_phase = {"gen": response_tokens, **dict.fromkeys(model_phases, all_tokens)}
     metrics = {f"timing_s/{name}": seconds for name, seconds in timing_raw.items()}
     for name, tokens in tokens_of_phase.items():
         if name in timing_raw and tokens > 0:
@@ -113,17 +106,11 @@ def compute_throughput_metrics(batch: DataProto, timing_raw: dict[str, float], n
     return metrics
 
 
-def compute_actor_mfu(num_tokens: float, num_params: float, seconds: float, peak_flops: float) -> float:
-    """Model FLOPs utilisation: 6 * params * tokens (no recompute or attention FLOPs) per second over peak FLOP/s."""
-    if seconds <= 0 or peak_flops <= 0:
-        return 0.0
-    return 6.0 * num_params * num_tokens / seconds / peak_flops
-
-
 def compute_mfu_metrics(
     batch: DataProto, timing_raw: dict[str, float], num_devices: int, flops: dict[str, dict[str, float]]
 ) -> dict[str, float]:
-    """perf/mfu_actor and perf/mfu_critic over every PPO epoch; `flops` maps "actor"/"critic" to the worker's
+    """perf/mfu_actor and perf/mfu_critic over every PPO epoch (model FLOPs utilisation: 6 * params * tokens, no
+    recompute or attention FLOPs, per second over peak FLOP/s); `flops` maps "actor"/"critic" to the worker's
     `flops_info` plus the role's "ppo_epochs"."""
     tokens = float(batch.batch["attention_mask"].sum().item())
     metrics = {}
@@ -131,8 +118,8 @@ def compute_mfu_metrics(
         seconds = timing_raw.get(f"update_{role}", 0.0)
         if seconds > 0:
             peak = info["peak_flops"] * num_devices
-            epoch_tokens = tokens * info["ppo_epochs"]
-            metrics[f"perf/mfu_{role}"] = compute_actor_mfu(epoch_tokens, info["num_params"], seconds, peak)
+            flops_done = 6.0 * info["num_params"] * (tokens * info["ppo_epochs"])
+            metrics[f"perf/mfu_{role}"] = flops_done / seconds / peak if peak > 0 else 0.0
     return metrics
 
 

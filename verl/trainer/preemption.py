@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -23,6 +23,20 @@ from types import FrameType
 logger = logging.getLogger(__name__)
 
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+@contextmanager
+def _handling(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    """Route HANDLED_SIGNALS to `handler` while the block runs (main thread only; elsewhere it is a no-op)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, handler) for signum in HANDLED_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, earlier in previous.items():
+            signal.signal(signum, earlier)
 
 
 class TrainingInterrupted(BaseException):
@@ -47,7 +61,6 @@ class StopRequest:
         self.grace_s = grace_s
         self.signum: int | None = None
         self.received_at: float | None = None
-        self._previous: dict[int, object] = {}
 
     @property
     def requested(self) -> bool:
@@ -71,16 +84,8 @@ class StopRequest:
 
     @contextmanager
     def installed(self) -> Iterator["StopRequest"]:
-        """Handle the signals while the block runs (main thread only; elsewhere it is a no-op)."""
-        if threading.current_thread() is not threading.main_thread():
+        with _handling(self._handle):
             yield self
-            return
-        self._previous = {signum: signal.signal(signum, self._handle) for signum in HANDLED_SIGNALS}
-        try:
-            yield self
-        finally:
-            for signum, handler in self._previous.items():
-                signal.signal(signum, handler)
 
 
 class RunSignals:
@@ -103,13 +108,5 @@ class RunSignals:
 
     @contextmanager
     def installed(self) -> Iterator["RunSignals"]:
-        """Handle the signals while the block runs (main thread only; elsewhere it is a no-op)."""
-        if threading.current_thread() is not threading.main_thread():
+        with _handling(self._handle):
             yield self
-            return
-        previous = {signum: signal.signal(signum, self._handle) for signum in HANDLED_SIGNALS}
-        try:
-            yield self
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)

@@ -10,6 +10,7 @@ descendants it noted, then SIGKILL after `grace` seconds (docs/reliability.md).
 """
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -30,15 +31,11 @@ def start_reaper(interval: float = 1.0, grace: float = 3.0) -> subprocess.Popen:
 def _descendants(driver: psutil.Process) -> dict[int, float]:
     """pid -> start time (which guards against pid reuse) of every descendant of `driver` but this reaper."""
     found = {}
-    try:
+    with contextlib.suppress(psutil.Error):
         for process in driver.children(recursive=True):
-            try:
+            with contextlib.suppress(psutil.Error):
                 if process.pid != os.getpid():
                     found[process.pid] = process.create_time()
-            except psutil.Error:
-                continue
-    except psutil.Error:
-        pass
     return found
 
 
@@ -53,16 +50,12 @@ def _alive(pid: int, started: float) -> psutil.Process | None:
 def end_processes(processes: list[psutil.Process], grace: float) -> int:
     """SIGTERM each process, SIGKILL those alive after `grace` s; return how many there were."""
     for process in processes:
-        try:
+        with contextlib.suppress(psutil.Error):
             process.terminate()
-        except psutil.Error:
-            pass
     _, alive = psutil.wait_procs(processes, timeout=grace)
     for process in alive:
-        try:
+        with contextlib.suppress(psutil.Error):
             process.kill()
-        except psutil.Error:
-            pass
     psutil.wait_procs(alive, timeout=grace)
     return len(processes)
 

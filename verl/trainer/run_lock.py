@@ -17,6 +17,8 @@ import time
 from types import TracebackType
 from typing import Any
 
+import psutil
+
 
 logger = logging.getLogger(__name__)
 
@@ -26,16 +28,6 @@ _NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS}
 
 class CheckpointFolderInUse(RuntimeError):
     """Another run holds the checkpoint folder."""
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 class RunLock:
@@ -106,7 +98,7 @@ class RunLock:
         if not pid:
             return
         if host == socket.gethostname():
-            if pid != os.getpid() and _process_alive(int(pid)):
+            if pid != os.getpid() and psutil.pid_exists(int(pid)):
                 raise self._refuse(holder, "")
             return
         raise self._refuse(

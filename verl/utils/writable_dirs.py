@@ -25,10 +25,6 @@ def _cache_home() -> str:
     return os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
 
 
-def _hf_home() -> str:
-    return os.environ.get("HF_HOME") or os.path.join(_cache_home(), "huggingface")
-
-
 def datasets_cache_dir() -> tuple[str, str]:
     """Where `datasets` caches parsed files, and the variable that named it (the most specific one set)."""
     if os.environ.get("HF_DATASETS_CACHE"):
@@ -36,7 +32,8 @@ def datasets_cache_dir() -> tuple[str, str]:
     chosen_by = (
         "HF_HOME" if os.environ.get("HF_HOME") else "XDG_CACHE_HOME" if os.environ.get("XDG_CACHE_HOME") else ""
     )
-    return os.path.join(_hf_home(), "datasets"), chosen_by
+    hf_home = os.environ.get("HF_HOME") or os.path.join(_cache_home(), "huggingface")
+    return os.path.join(hf_home, "datasets"), chosen_by
 
 
 def unwritable_reason(directory: str) -> str | None:

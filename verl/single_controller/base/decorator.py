@@ -4,6 +4,7 @@
 WorkerGroup proxies each registered method: dispatch -> execute -> collect (plain functions, testable alone)."""
 
 import functools
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -146,33 +147,34 @@ class DispatchPlan:
     collect: Collect
 
 
-def _broadcast(world_size: int, args: tuple, kwargs: dict) -> tuple[list[tuple], list[dict]]:
-    return [args] * world_size, [kwargs] * world_size
+def _per_rank(
+    world_size: int, args: tuple, kwargs: dict, part: Callable[[Any, int], Any]
+) -> tuple[list[tuple], list[dict]]:
+    """Every rank's arguments: `part(value, rank)` of each of the call's arguments."""
+    per_args = [tuple(part(value, rank) for value in args) for rank in range(world_size)]
+    per_kwargs = [{key: part(value, rank) for key, value in kwargs.items()} for rank in range(world_size)]
+    return per_args, per_kwargs
 
 
-def _dispatch_one_to_all(world_size: int, args: tuple, kwargs: dict) -> DispatchPlan:
-    per_args, per_kwargs = _broadcast(world_size, args, kwargs)
-    return DispatchPlan(per_args, per_kwargs, collect=list)
+def _named(args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
+    """The call's arguments with the names error messages give them."""
+    return [(f"argument {i}", value) for i, value in enumerate(args)] + [(repr(k), v) for k, v in kwargs.items()]
 
 
-def _dispatch_rank_zero(world_size: int, args: tuple, kwargs: dict) -> DispatchPlan:
-    per_args, per_kwargs = _broadcast(world_size, args, kwargs)
-    return DispatchPlan(per_args, per_kwargs, collect=lambda outputs: outputs[0])
+def _dispatch_one_to_all(world_size: int, args: tuple, kwargs: dict, collect: Collect = list) -> DispatchPlan:
+    return DispatchPlan([args] * world_size, [kwargs] * world_size, collect)
 
 
 def _dispatch_all_to_all(world_size: int, args: tuple, kwargs: dict) -> DispatchPlan:
     """Every argument already holds one item per rank (the caller decided the split)."""
-    named = [(f"argument {i}", value) for i, value in enumerate(args)] + [(repr(k), v) for k, v in kwargs.items()]
-    for name, value in named:
+    for name, value in _named(args, kwargs):
         if not isinstance(value, list | tuple) or len(value) != world_size:
             got = f"a {type(value).__name__} of length {len(value)}" if hasattr(value, "__len__") else repr(value)
             raise ValueError(
                 f"Dispatch.ALL_TO_ALL needs every argument to be a list with one item per rank ({world_size}); "
                 f"{name} is {got}. Use Dispatch.ONE_TO_ALL to send the same value to every rank."
             )
-    per_args = [tuple(value[rank] for value in args) for rank in range(world_size)]
-    per_kwargs = [{key: value[rank] for key, value in kwargs.items()} for rank in range(world_size)]
-    return DispatchPlan(per_args, per_kwargs, collect=list)
+    return DispatchPlan(*_per_rank(world_size, args, kwargs, lambda value, rank: value[rank]), collect=list)
 
 
 def _concat_lists(outputs: list[Any]) -> list[Any]:
@@ -204,16 +206,13 @@ def _dispatch_dp_compute(world_size: int, args: tuple, kwargs: dict) -> Dispatch
     def part(value: Any, rank: int) -> Any:
         return value[bounds[rank] : bounds[rank + 1]] if isinstance(value, list) else value
 
-    per_args = [tuple(part(value, rank) for value in args) for rank in range(world_size)]
-    per_kwargs = [{key: part(value, rank) for key, value in kwargs.items()} for rank in range(world_size)]
-    return DispatchPlan(per_args, per_kwargs, collect=_concat_lists)
+    return DispatchPlan(*_per_rank(world_size, args, kwargs, part), collect=_concat_lists)
 
 
 def _split_protos(world_size: int, args: tuple, kwargs: dict) -> tuple[list[tuple], list[dict], int, int]:
     """Pad every DataProto argument to a multiple of world_size (repeating rows from the start, so workers see valid
     rows) and chunk it; other arguments are broadcast. Returns per-rank arguments, padding rows, padded length."""
-    named = [(f"argument {i}", value) for i, value in enumerate(args)] + [(repr(k), v) for k, v in kwargs.items()]
-    protos = [(name, value) for name, value in named if isinstance(value, DataProto)]
+    protos = [(name, value) for name, value in _named(args, kwargs) if isinstance(value, DataProto)]
     lengths = {len(value) for _, value in protos}
     if len(lengths) > 1:
         described = ", ".join(f"{name} has {len(value)} rows" for name, value in protos)
@@ -230,10 +229,9 @@ def _split_protos(world_size: int, args: tuple, kwargs: dict) -> tuple[list[tupl
         padded_length = len(padded)
         return padded.chunk(world_size)
 
-    split_args = [split(value) for value in args]
+    split_args = tuple(split(value) for value in args)
     split_kwargs = {key: split(value) for key, value in kwargs.items()}
-    per_args = [tuple(chunks[rank] for chunks in split_args) for rank in range(world_size)]
-    per_kwargs = [{key: chunks[rank] for key, chunks in split_kwargs.items()} for rank in range(world_size)]
+    per_args, per_kwargs = _per_rank(world_size, split_args, split_kwargs, lambda chunks, rank: chunks[rank])
     return per_args, per_kwargs, pad_size, padded_length
 
 
@@ -260,14 +258,11 @@ def _concat_and_unpad(outputs: list[Any], pad_size: int, padded_length: int) -> 
     return unpad_dataproto(merged, pad_size * (len(merged) // padded_length))
 
 
-def _dispatch_dp_compute_proto(world_size: int, args: tuple, kwargs: dict) -> DispatchPlan:
+def _dispatch_dp_compute_proto(world_size: int, args: tuple, kwargs: dict, merge: bool = True) -> DispatchPlan:
+    """DataProto chunks per rank; the results merged into one DataProto, or with merge=False a per-rank list."""
     per_args, per_kwargs, pad_size, padded_length = _split_protos(world_size, args, kwargs)
-    return DispatchPlan(per_args, per_kwargs, lambda outputs: _concat_and_unpad(outputs, pad_size, padded_length))
-
-
-def _dispatch_dp_compute_metric(world_size: int, args: tuple, kwargs: dict) -> DispatchPlan:
-    per_args, per_kwargs, _, _ = _split_protos(world_size, args, kwargs)
-    return DispatchPlan(per_args, per_kwargs, collect=list)
+    collect = (lambda outputs: _concat_and_unpad(outputs, pad_size, padded_length)) if merge else list
+    return DispatchPlan(per_args, per_kwargs, collect)
 
 
 _DISPATCH_FNS: dict[Dispatch, Callable[[int, tuple, dict], DispatchPlan]] = {
@@ -275,8 +270,8 @@ _DISPATCH_FNS: dict[Dispatch, Callable[[int, tuple, dict], DispatchPlan]] = {
     Dispatch.ALL_TO_ALL: _dispatch_all_to_all,
     Dispatch.DP_COMPUTE: _dispatch_dp_compute,
     Dispatch.DP_COMPUTE_PROTO: _dispatch_dp_compute_proto,
-    Dispatch.DP_COMPUTE_METRIC: _dispatch_dp_compute_metric,
-    Dispatch.RANK_ZERO: _dispatch_rank_zero,
+    Dispatch.DP_COMPUTE_METRIC: functools.partial(_dispatch_dp_compute_proto, merge=False),
+    Dispatch.RANK_ZERO: functools.partial(_dispatch_one_to_all, collect=operator.itemgetter(0)),
 }
 
 

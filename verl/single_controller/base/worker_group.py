@@ -6,10 +6,11 @@ A call dispatches the arguments (decorator.py), starts the method on every rank 
 A backend (Ray: ray/base.py) only implements starting a call on a rank and waiting for the results.
 """
 
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from verl.single_controller.base.decorator import Execute, RegisterSpec, plan_dispatch, registered_methods
+from verl.single_controller.base.decorator import Dispatch, Execute, RegisterSpec, plan_dispatch, registered_methods
 
 
 class WorkerGroupFuture:
@@ -58,10 +59,8 @@ class WorkerGroup:
         """Wait for the handles from `_execute_async`; return their results in the same order."""
         raise NotImplementedError
 
-    def _bind_worker_methods(self, worker_cls: type) -> list[str]:
-        """Add a proxy for every `@register` method of `worker_cls`, calling `self._method_prefix + name` remotely;
-        return the proxied names."""
-        bound = []
+    def _bind_worker_methods(self, worker_cls: type) -> None:
+        """Add a proxy for every `@register` method of `worker_cls`, calling `self._method_prefix + name` remotely."""
         for name, spec in registered_methods(worker_cls).items():
             if hasattr(self, name):
                 raise AttributeError(
@@ -70,8 +69,6 @@ class WorkerGroup:
                 )
             setattr(self, name, self._make_proxy(self._method_prefix + name, spec))
             self._registered = {**getattr(self, "_registered", {}), name: (self._method_prefix + name, spec)}
-            bound.append(name)
-        return bound
 
     def submit(self, method_name: str, *args: Any, **kwargs: Any) -> WorkerGroupFuture:
         """Start a registered method as its proxy would and return its future at once, even for a blocking one."""
@@ -96,7 +93,7 @@ class WorkerGroup:
         plan = plan_dispatch(spec.dispatch_mode, self.world_size, args, kwargs)
         if spec.execute_mode is Execute.RANK_ZERO:
             handles = self._execute_async(remote_name, [0], plan.args[:1], plan.kwargs[:1])
-            return WorkerGroupFuture(handles, self._wait, collect=_first)
+            return WorkerGroupFuture(handles, self._wait, collect=operator.itemgetter(0))
         handles = self._execute_async(remote_name, range(self.world_size), plan.args, plan.kwargs)
         return WorkerGroupFuture(handles, self._wait, collect=plan.collect)
 
@@ -106,18 +103,13 @@ class WorkerGroup:
         return self.execute_all_async(method_name, *args, **kwargs).get()
 
     def execute_all_async(self, method_name: str, *args: Any, **kwargs: Any) -> WorkerGroupFuture:
-        args, kwargs = _resolve_futures(args, kwargs)
-        ranks = range(self.world_size)
-        remote_name = self._method_prefix + method_name
-        handles = self._execute_async(remote_name, ranks, [args] * self.world_size, [kwargs] * self.world_size)
-        return WorkerGroupFuture(handles, self._wait, collect=list)
+        return self._call_async(self._method_prefix + method_name, _EVERY_RANK, *args, **kwargs)
 
     def execute_rank_zero(self, method_name: str, *args: Any, **kwargs: Any) -> Any:
         """Call any worker method on rank 0 only and return its result."""
-        args, kwargs = _resolve_futures(args, kwargs)
-        handles = self._execute_async(self._method_prefix + method_name, [0], [args], [kwargs])
-        return WorkerGroupFuture(handles, self._wait, _first).get()
+        return self._call_async(self._method_prefix + method_name, _RANK_ZERO_ONLY, *args, **kwargs).get()
 
 
-def _first(outputs: list[Any]) -> Any:
-    return outputs[0]
+# How execute_all / execute_rank_zero call methods that need not be registered.
+_EVERY_RANK = RegisterSpec(Dispatch.ONE_TO_ALL, Execute.ALL, blocking=True)
+_RANK_ZERO_ONLY = RegisterSpec(Dispatch.ONE_TO_ALL, Execute.RANK_ZERO, blocking=True)

@@ -3,6 +3,7 @@
 """RayWorkerGroup: one Ray actor per bundle of a resource pool, driven through the `@register` methods;
 `create_colocated_worker_cls` puts several roles in one process. Single-machine rendezvous: docs/reliability.md."""
 
+import contextlib
 import os
 import socket
 import tempfile
@@ -55,11 +56,6 @@ class RayClassWithInitArgs:
 def _pick_free_port() -> int:
     """Runs on rank 0's node: the port must be free where the rendezvous store will listen."""
     return get_free_port()
-
-
-def _all_on_this_node(slots: list[Any]) -> bool:
-    here = ray.get_runtime_context().get_node_id()
-    return all(slot.node_id == here for slot in slots)
 
 
 def loopback_interface() -> str | None:
@@ -126,10 +122,10 @@ class RayWorkerGroup(WorkerGroup):
         if not slots:
             raise ValueError("The resource pool has no bundles (was it removed?); create a new RayResourcePool.")
         self._world_size = len(slots)
-        self._master_addr = slots[0].node_ip
         self._master_port = pick_free_port_on_node(slots[0].node_id, port_timeout_s)
-        self._local_env = loopback_rendezvous_env() if _all_on_this_node(slots) else {}
-        self._master_addr = self._local_env.get("MASTER_ADDR", self._master_addr)
+        here = ray.get_runtime_context().get_node_id()
+        self._local_env = loopback_rendezvous_env() if all(slot.node_id == here for slot in slots) else {}
+        self._master_addr = self._local_env.get("MASTER_ADDR", slots[0].node_ip)
         self._bind_worker_methods(self._worker_cls)  # name clashes fail before any actor starts
         self._resource_pool: RayResourcePool | None = resource_pool
         self._owns_workers = True
@@ -178,27 +174,25 @@ class RayWorkerGroup(WorkerGroup):
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
             try:
-                ray.get(ready[0])
-            except ray.exceptions.ActorDiedError as err:
-                raise self._died(ranks[ready[0]], err) from None
+                self._result(ready[0], ranks[ready[0]])
             except ray.exceptions.RayTaskError:
                 # A peer's death often fails the collective before Ray reports it: give the others a moment to show it.
                 done, _ = ray.wait(pending, num_returns=len(pending), timeout=_PEER_DEATH_GRACE_S)
                 for ref in done:
-                    try:
-                        ray.get(ref)
-                    except ray.exceptions.ActorDiedError as died:
-                        raise self._died(ranks[ref], died) from None
-                    except ray.exceptions.RayTaskError:
-                        pass
+                    with contextlib.suppress(ray.exceptions.RayTaskError):
+                        self._result(ref, ranks[ref])
                 raise
         return ray.get(handles)
 
-    def _died(self, rank: int, err: BaseException) -> WorkerDiedError:
-        return WorkerDiedError(
-            f"Worker {self._name_prefix} rank {rank} died (killed, or out of memory: check the "
-            f"node's memory and `dmesg`); the run cannot continue. Ray said: {err}"
-        )
+    def _result(self, ref: Any, rank: int) -> Any:
+        """ray.get(ref); a dead worker process fails it with a WorkerDiedError naming `rank`."""
+        try:
+            return ray.get(ref)
+        except ray.exceptions.ActorDiedError as err:
+            raise WorkerDiedError(
+                f"Worker {self._name_prefix} rank {rank} died (killed, or out of memory: check the "
+                f"node's memory and `dmesg`); the run cannot continue. Ray said: {err}"
+            ) from None
 
     # ------------------------------------------------------------------ public
 

@@ -46,16 +46,16 @@ def _rng_key(rank: int) -> str:
     return f"rng_state_rank_{rank}"
 
 
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
 def _rank() -> int:
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
-def _no_dist() -> bool:
-    return not (dist.is_available() and dist.is_initialized())
+    return dist.get_rank() if _distributed() else 0
 
 
 def _barrier() -> None:
-    if dist.is_available() and dist.is_initialized():
+    if _distributed():
         dist.barrier()
 
 
@@ -126,7 +126,7 @@ def _attempt(run: bool, fn: Any, directory: str) -> OSError | None:
 def _any_failed(error: OSError | None) -> bool:
     """Whether any rank hit a storage error (collective: every rank calls it at the same point)."""
     failed = torch.tensor([0 if error is None else 1])
-    if dist.is_available() and dist.is_initialized():
+    if _distributed():
         dist.all_reduce(failed, op=dist.ReduceOp.MAX)  # a CPU tensor: the gloo part of the process group
     return bool(failed.item())
 
@@ -175,7 +175,7 @@ class FSDPCheckpointManager:
         error = _attempt(_rank() == 0, lambda: _fresh_dir(staging), parent)
         if not _any_failed(error):
             state = self._state_to_save(extra_state, save_model_only)
-            error = _attempt(True, lambda: dcp.save(state, checkpoint_id=staging, no_dist=_no_dist()), parent)
+            error = _attempt(True, lambda: dcp.save(state, checkpoint_id=staging, no_dist=not _distributed()), parent)
         if not _any_failed(error):
             error = _attempt(_rank() == 0, lambda: self._save_hf_files(os.path.join(staging, HF_SUBDIR)), parent)
         if _any_failed(error):
@@ -185,23 +185,24 @@ class FSDPCheckpointManager:
             reason = f"{error.strerror or error}" if error is not None else "another rank failed to write its part"
             raise CheckpointWriteError(error.errno if error is not None else 0, f"Could not write {path!r}: {reason}")
         if _rank() == 0:
+            old = path + ".old"
+            shutil.rmtree(old, ignore_errors=True)
             if os.path.exists(path):
-                old = path + ".old"
-                shutil.rmtree(old, ignore_errors=True)
                 os.rename(path, old)
-                os.rename(staging, path)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.rename(staging, path)
+            os.rename(staging, path)
+            shutil.rmtree(old, ignore_errors=True)
         _barrier()
         logger.info("Saved checkpoint to %s.", path)
 
+    def _live_state(self, with_optimizer: bool) -> dict[str, Any]:
+        """The model's (with_optimizer: and the optimizer's) state dicts, which DCP writes from or loads into."""
+        if not with_optimizer:
+            return {"model": self._model_part(get_model_state_dict(self.model))}
+        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        return {"model": self._model_part(model_state), "optimizer": optim_state}
+
     def _state_to_save(self, extra_state: dict[str, Any] | None, save_model_only: bool) -> dict[str, Any]:
-        if save_model_only or self.optimizer is None:
-            state: dict[str, Any] = {"model": self._model_part(get_model_state_dict(self.model))}
-        else:
-            model_state, optim_state = get_state_dict(self.model, self.optimizer)
-            state = {"model": self._model_part(model_state), "optimizer": optim_state}
+        state = self._live_state(with_optimizer=not save_model_only and self.optimizer is not None)
         if not save_model_only:
             scheduler = self.lr_scheduler.state_dict() if self.lr_scheduler is not None else None
             state[_TRAINER_KEY] = _PickledState({"lr_scheduler": scheduler, "extra_state": dict(extra_state or {})})
@@ -249,17 +250,13 @@ class FSDPCheckpointManager:
                 + ": set worker.actor.model.lora as the checkpoint's run did, or start from a fresh "
                 "trainer.save_checkpoint_path."
             )
-        if load_optimizer:
-            model_state, optim_state = get_state_dict(self.model, self.optimizer)
-            state: dict[str, Any] = {"model": self._model_part(model_state), "optimizer": optim_state}
-        else:
-            state = {"model": self._model_part(get_model_state_dict(self.model))}
+        state = self._live_state(with_optimizer=load_optimizer)
         rng_key = _rng_key(_rank())
         if not model_only:
             for key in (_TRAINER_KEY, rng_key):
                 if key in saved_keys:
                     state[key] = _PickledState()
-        dcp.load(state, checkpoint_id=path, no_dist=_no_dist())
+        dcp.load(state, checkpoint_id=path, no_dist=not _distributed())
         options = StateDictOptions(strict=not self.adapter_only)  # adapters only: the base weights stay as loaded
         if load_optimizer:
             set_state_dict(

@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Tracker: fans metrics and validation generations out to the backends named in trainer.logger."""
 
+from collections.abc import Callable
 from typing import Any
 
 from verl.utils.logger.backends import (
@@ -18,25 +19,19 @@ from verl.utils.logger.backends import (
 
 class Tracker:
     def __init__(self, loggers: list[str], project: str, experiment: str, log_dir: str, config: dict[str, Any]):
+        factories: dict[str, Callable[[], Backend]] = {
+            "console": ConsoleBackend,
+            "file": lambda: FileBackend(log_dir, config),
+            "tensorboard": lambda: TensorBoardBackend(log_dir, project, experiment),
+            "wandb": lambda: WandbBackend(log_dir, project, experiment, config),
+            "swanlab": lambda: SwanlabBackend(log_dir, project, experiment, config),
+            "mlflow": lambda: MlflowBackend(log_dir, project, experiment, config),
+        }
         self.backends: dict[str, Backend] = {}
         for name in loggers:
-            if name == "console":
-                self.backends[name] = ConsoleBackend()
-            elif name == "file":
-                self.backends[name] = FileBackend(log_dir, config)
-            elif name == "tensorboard":
-                self.backends[name] = TensorBoardBackend(log_dir, project, experiment)
-            elif name == "wandb":
-                self.backends[name] = WandbBackend(log_dir, project, experiment, config)
-            elif name == "swanlab":
-                self.backends[name] = SwanlabBackend(log_dir, project, experiment, config)
-            elif name == "mlflow":
-                self.backends[name] = MlflowBackend(log_dir, project, experiment, config)
-            else:
-                raise ValueError(
-                    f"Unknown logger '{name}' in trainer.logger; choose from console, file, "
-                    "tensorboard, wandb, swanlab, mlflow."
-                )
+            if name not in factories:
+                raise ValueError(f"Unknown logger '{name}' in trainer.logger; choose from {', '.join(factories)}.")
+            self.backends[name] = factories[name]()
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         for backend in self.backends.values():
