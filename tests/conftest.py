@@ -6,6 +6,7 @@ import faulthandler
 import os
 import shutil
 import subprocess
+import sys
 import textwrap
 import time
 import warnings
@@ -112,9 +113,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, None, None]:
     yield
     _rearm_faulthandler(item.config)
+    rank_pools = sys.modules.get("tests.workers.fsdp_testing")
+    if rank_pools is not None and (nextitem is None or _module_of(nextitem) != _module_of(item)):
+        rank_pools.close_pools()  # a module's rank processes (fsdp_testing.spawn) serve that module only
     # A vLLM engine built in this process (a test's own, not the rollout's, which restores it) leaves
     # torch.set_num_threads a no-op, which later tests' data-loader workers rely on (verl.trainer.data_loader)
     import torch

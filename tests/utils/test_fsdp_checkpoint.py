@@ -2,20 +2,19 @@
 # SPDX-License-Identifier: Apache-2.0
 """FSDP2 checkpoints: a bitwise round trip on 2 gloo ranks, then resharding 2 -> 1 and training on.
 
-Rank processes come from torch.multiprocessing.spawn; the training step is a plain next-token loss, so this test
-depends only on the model, optimizer, schedule and checkpoint code.
+Rank processes come from the tests' rank pool (tests/workers/fsdp_testing.spawn); the training step is a plain
+next-token loss, so this test depends only on the model, optimizer, schedule and checkpoint code.
 """
 
 import math
 import os
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 
+from tests.workers.fsdp_testing import spawn
 from verl.models.tiny_models import get_or_build_tiny_model
 
 
@@ -23,14 +22,6 @@ pytestmark = pytest.mark.slow
 
 SEQ_LEN = 16
 ROWS_PER_RANK = 2
-
-
-def _spawn(fn, world_size: int, *args) -> None:  # noqa: ANN001
-    with socket.socket() as sock:  # a free port, chosen by the OS
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    mp.spawn(fn, args=(world_size, port, *args), nprocs=world_size, join=True)
 
 
 def _init(rank: int, world_size: int, port: int) -> None:
@@ -168,5 +159,5 @@ def _run_one_rank(rank: int, world_size: int, port: int, model_dir: str, ckpt_ro
 def test_checkpoint_round_trip_and_reshard_two_to_one(tmp_path) -> None:
     model_dir = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
     ckpt_root = str(tmp_path / "checkpoints")
-    _spawn(_run_two_ranks, 2, model_dir, ckpt_root)
-    _spawn(_run_one_rank, 1, model_dir, ckpt_root)
+    spawn(_run_two_ranks, 2, model_dir, ckpt_root)
+    spawn(_run_one_rank, 1, model_dir, ckpt_root)

@@ -3,20 +3,13 @@
 """`micro_batch_pass` on 2 gloo ranks with the tiny Qwen2: the same gradients with one all-gather and one
 reduce-scatter per FSDP unit per pass, and FSDP's own behaviour back after the pass, also after an error."""
 
-import os
-import sys
-
 import pytest
 import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "workers"))
-
-from fsdp_testing import accumulate_over_pass, init_rank, spawn  # noqa: E402
-
-from verl.models.tiny_models import get_or_build_tiny_model  # noqa: E402
+from tests.workers.fsdp_testing import accumulate_over_pass, init_rank, spawn
+from verl.models.tiny_models import get_or_build_tiny_model
 
 
 WORLD_SIZE = 2

@@ -1,13 +1,18 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Helpers for the multi-process FSDP2 tests: spawning gloo ranks and building rollout-shaped batches.
+"""Helpers for the multi-process FSDP2 tests: gloo rank processes and rollout-shaped batches.
 
-Spawned ranks import this module by name (pytest puts tests/workers on sys.path and spawn passes sys.path on), so
+The rank processes of a test module are kept from one test to the next (`spawn`): each imports torch, transformers
+and often vLLM (about 8 s of CPU a process on 2 cores), so a module pays that once, not once per test. Ranks import
+this module by name (pytest puts tests/workers on sys.path and the spawn start method passes sys.path on), so
 everything a rank runs must be a top-level function.
 """
 
+import atexit
 import os
+import queue
 import socket
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -29,12 +34,87 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+class RankPool:
+    """`world_size` rank processes that run test functions one after another, each call on every rank at once."""
+
+    def __init__(self, world_size: int) -> None:
+        context = mp.get_context("spawn")
+        self.world_size = world_size
+        self.results = context.Queue()
+        self.jobs = [context.SimpleQueue() for _ in range(world_size)]
+        self.processes = [
+            context.Process(target=_serve, args=(rank, world_size, jobs, self.results), name=f"rank{rank}")
+            for rank, jobs in enumerate(self.jobs)
+        ]
+        for process in self.processes:
+            process.start()
+
+    def run(self, fn: Callable[..., None], args: tuple) -> None:
+        """fn(rank, world_size, port, *args) on every rank. The first rank to fail (or die) fails the call and closes
+        the pool, killing its peers (perhaps blocked in a collective); so does an interrupt or a test timeout."""
+        port = free_port()  # a fresh one per call: a test may have destroyed the process group
+        for jobs in self.jobs:
+            jobs.put((fn, port, args))
+        try:
+            for _ in range(self.world_size):
+                rank, error = self._next_result()
+                if error is not None:
+                    raise RuntimeError(f"{fn.__name__} failed on rank {rank}:\n{error}")
+        except BaseException:
+            self.close()
+            raise
+
+    def _next_result(self) -> tuple[int, str | None]:
+        while True:
+            try:
+                return self.results.get(timeout=1.0)
+            except queue.Empty:
+                dead = [process for process in self.processes if not process.is_alive()]
+                if dead:
+                    raise RuntimeError(f"rank process {dead[0].name} died (exit code {dead[0].exitcode})") from None
+
+    def close(self) -> None:
+        for jobs, process in zip(self.jobs, self.processes):
+            if process.is_alive():
+                process.kill()
+            process.join()
+            jobs.close()
+        self.results.close()
+        if _POOLS.get(self.world_size) is self:
+            del _POOLS[self.world_size]
+
+
+def _serve(rank: int, world_size: int, jobs: Any, results: Any) -> None:
+    while (job := jobs.get()) is not None:
+        fn, port, args = job
+        try:
+            fn(rank, world_size, port, *args)
+        except BaseException:
+            results.put((rank, traceback.format_exc()))
+        else:
+            results.put((rank, None))
+
+
+_POOLS: dict[int, RankPool] = {}
+
+
 def spawn(fn: Callable[..., None], world_size: int, *args: Any) -> None:
-    """Run fn(rank, world_size, port, *args) in `world_size` fresh processes; a failing rank fails the call."""
+    """Run fn(rank, world_size, port, *args) on the `world_size` gloo ranks of the pool (started on first use and
+    closed at the end of the test module, by tests/conftest.py); a failing rank fails the call."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    mp.spawn(fn, args=(world_size, free_port(), *args), nprocs=world_size, join=True)
+    if world_size not in _POOLS:
+        _POOLS[world_size] = RankPool(world_size)
+    _POOLS[world_size].run(fn, args)
+
+
+def close_pools() -> None:
+    for pool in list(_POOLS.values()):
+        pool.close()
+
+
+atexit.register(close_pools)
 
 
 def init_rank(rank: int, world_size: int, port: int) -> None:

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-from fsdp_testing import grad_atol, init_rank, make_text_batch, make_vl_batch, reference_outputs, spawn
 
+from tests.workers.fsdp_testing import grad_atol, init_rank, make_text_batch, make_vl_batch, reference_outputs, spawn
 from verl.algorithms.core_algos import compute_entropy_loss, compute_kl_loss, compute_policy_loss
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.protocol import DataProto

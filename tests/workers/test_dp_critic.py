@@ -10,8 +10,8 @@ import dataclasses
 import pytest
 import torch
 import torch.distributed as dist
-from fsdp_testing import init_rank, make_text_batch, make_vl_batch, reference_outputs, spawn
 
+from tests.workers.fsdp_testing import init_rank, make_text_batch, make_vl_batch, reference_outputs, spawn
 from verl.algorithms.core_algos import compute_gae_advantage_return
 from verl.models.tiny_models import get_or_build_tiny_model
 

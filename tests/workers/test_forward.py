@@ -4,8 +4,8 @@
 
 import pytest
 import torch
-from fsdp_testing import make_text_batch, reference_outputs
 
+from tests.workers.fsdp_testing import make_text_batch, reference_outputs
 from verl.models.config import ModelConfig
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.protocol import DataProto

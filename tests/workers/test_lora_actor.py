@@ -9,8 +9,8 @@ streamed to the engine are the merged ones; an adapter-only checkpoint restores 
 import pytest
 import torch
 import torch.distributed as dist
-from fsdp_testing import init_rank, make_text_batch, spawn
 
+from tests.workers.fsdp_testing import init_rank, make_text_batch, spawn
 from verl.models.tiny_models import get_or_build_tiny_model
 
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.distributed as dist
 from families import FAMILIES, vl_kinds
-from fsdp_testing import grad_atol, init_rank, make_text_batch, reference_outputs, spawn
 from test_dp_actor import TEMPERATURE, actor_config, recording_optimizer, reference_grads
 
+from tests.workers.fsdp_testing import grad_atol, init_rank, make_text_batch, reference_outputs, spawn
 from verl.models.tiny_models import get_or_build_tiny_model
 
 
@@ -109,8 +109,7 @@ def _check_critic(model_dir: str, group, full) -> None:
 def _run_vl(rank: int, world_size: int, port: int, model_dir: str, kind: str) -> None:
     """A tiny VLM: every rank embeds the whole row with its images, the language model runs split."""
     init_rank(rank, world_size, port)
-    from fsdp_testing import make_vl_batch
-
+    from tests.workers.fsdp_testing import make_vl_batch
     from verl.data.tokenizer import get_processor
     from verl.models.config import FSDPConfig, ModelConfig
     from verl.models.fsdp import build_device_mesh, create_fsdp_model

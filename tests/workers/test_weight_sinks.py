@@ -5,7 +5,8 @@ group, in fresh processes, outside any torch.distributed world, as the trainer a
 
 import torch
 import torch.multiprocessing as mp
-from fsdp_testing import free_port
+
+from tests.workers.fsdp_testing import free_port
 
 
 def _weights() -> list[tuple[str, torch.Tensor]]:

@@ -2,14 +2,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """The hybrid engine end to end on CPU: 2 gloo ranks, each an FSDP2-sharded tiny actor plus its own vLLM engine.
 
-Engine starts are expensive (about 13 s to import vLLM plus 4 s per engine), so each spawned run checks many things:
-the text run covers greedy equality with Hugging Face, log-prob agreement at two temperatures, seeds, an actor
-update followed by a new sync, the weight check and the RNG; the VL run covers images (one and two per prompt),
-the mrope position ids and log-probs with images.
+Engine starts are expensive (about 13 s to import vLLM plus 4 s per engine), so the module's two rank processes serve
+every run and each run checks many things: the text run covers greedy equality with Hugging Face, log-prob agreement
+at two temperatures, seeds, an actor update followed by a new sync, the weight check and the RNG; the VL run covers
+images (one and two per prompt), the mrope position ids and log-probs with images.
 """
 
 import os
-import socket
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -21,6 +20,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from families import vl_kinds
 
+from tests.workers.fsdp_testing import spawn
 from verl.data.multimodal import TEXT_INPUTS
 from verl.workers.actor.forward import _position_ids_for_model
 from verl.workers.rollout.request_loop import RolloutRequest
@@ -32,22 +32,12 @@ WORLD_SIZE = 2
 GREEDY = RolloutRequest(sampling={"temperature": 0.0, "n": 1})
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _spawn(fn: Any, *args: Any) -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")  # inherited by the children before they import torch
-    torch.multiprocessing.spawn(fn, args=(_free_port(), *args), nprocs=WORLD_SIZE, join=True)
-
-
-def _init_rank(rank: int, port: int) -> None:
+def _init_rank(rank: int, world_size: int, port: int) -> None:
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2"
     )
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE, timeout=timedelta(seconds=600))
+    if not dist.is_initialized():  # the module's rank processes run one test after another
+        dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=600))
 
 
 def _shard(model: torch.nn.Module, layers: torch.nn.ModuleList) -> torch.nn.Module:
@@ -153,7 +143,7 @@ def _actor_log_probs(actor: torch.nn.Module, output: Any, temperature: float) ->
     return _response_log_probs(logits, output.batch["responses"], temperature)
 
 
-def _text_worker(rank: int, port: int, model_dir: str) -> None:
+def _text_worker(rank: int, world_size: int, port: int, model_dir: str) -> None:
     from transformers import AutoTokenizer, Qwen2ForCausalLM
 
     from verl.workers.rollout.config import RolloutConfig
@@ -163,7 +153,7 @@ def _text_worker(rank: int, port: int, model_dir: str) -> None:
     from verl.workers.weight_sync.gather import iter_full_weights
     from verl.workers.weight_sync.sinks import EngineLoader
 
-    _init_rank(rank, port)
+    _init_rank(rank, world_size, port)
     torch.manual_seed(1234)
     actor = Qwen2ForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     actor = _shard(actor, actor.model.layers)
@@ -279,7 +269,7 @@ def _model_dir(kind: str, root: str) -> str:
 
 
 def test_text_rollout_hybrid_engine(model_root: str) -> None:
-    _spawn(_text_worker, _model_dir("qwen2", model_root))
+    spawn(_text_worker, WORLD_SIZE, _model_dir("qwen2", model_root))
 
 
 # ---------------------------------------------------------------------------------------------------- VL run
@@ -368,14 +358,14 @@ def _vl_actor_log_probs(
     return torch.cat(log_probs)
 
 
-def _vl_worker(rank: int, port: int, model_dir: str) -> None:
+def _vl_worker(rank: int, world_size: int, port: int, model_dir: str) -> None:
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     from verl.workers.rollout.config import RolloutConfig
     from verl.workers.rollout.vllm_rollout import VLLMRollout
     from verl.workers.weight_sync.colocated import FSDPVLLMShardingManager
 
-    _init_rank(rank, port)
+    _init_rank(rank, world_size, port)
     actor = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32)
     actor = _shard(actor, actor.model.language_model.layers)
     processor = AutoProcessor.from_pretrained(model_dir)
@@ -431,7 +421,7 @@ def _vl_worker(rank: int, port: int, model_dir: str) -> None:
 
 @pytest.mark.parametrize("kind", vl_kinds("hybrid_engine"))
 def test_vl_rollout_hybrid_engine(model_root: str, kind: str) -> None:
-    _spawn(_vl_worker, _model_dir(kind, model_root))
+    spawn(_vl_worker, WORLD_SIZE, _model_dir(kind, model_root))
 
 
 def test_llava_onevision_engine_maps_the_tower_names_transformers_saves() -> None:
