@@ -8,7 +8,6 @@ both check them the same way. Each section validates its own fields; `validate_s
 sections (the batch over the devices).
 """
 
-import os
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -16,9 +15,9 @@ from verl.models.config import FSDPConfig, ModelConfig
 from verl.trainer.config import BaseTrainerConfig
 from verl.utils.config import (
     ConfigError,
-    load_yaml,
+    absolute_path,
+    command_line_sources,
     merge_config,
-    parse_dotlist,
     require_dataset_files,
     require_positive,
 )
@@ -142,12 +141,6 @@ class SFTConfig:
     """Devices, steps, logging and checkpoints."""
 
 
-def _absolute(path: str | None) -> str | None:
-    if not path or "@" in path and not os.path.exists(path):
-        return path
-    return os.path.abspath(path) if os.path.exists(path) else path
-
-
 def validate_sft_config(config: SFTConfig) -> None:
     """Every check that needs no model and no cluster: each section's values, the batch over the devices, then the
     files the sections name; raises ConfigError naming the key."""
@@ -167,18 +160,12 @@ def validate_sft_config(config: SFTConfig) -> None:
 
 def load_sft_config(argv: list[str]) -> SFTConfig:
     """Build the SFTConfig from `config=FILE` plus dotlist overrides; raise ConfigError on any bad key or value."""
-    overrides = parse_dotlist(argv)
-    sources: list[tuple[str, dict]] = []
-    config_file = overrides.pop("config", None)
-    if config_file is not None:
-        sources.append((f"config file '{config_file}'", load_yaml(str(config_file))))
-    sources.append(("command line", overrides))
-    config = merge_config(SFTConfig, sources)
+    config = merge_config(SFTConfig, command_line_sources(argv))
     data, model, trainer = config.data, config.worker.model, config.trainer
     for key in ("train_files", "val_files", "image_dir", "override_chat_template"):
-        setattr(data, key, _absolute(getattr(data, key)))
-    model.model_path = _absolute(model.model_path)
-    model.tokenizer_path = _absolute(model.tokenizer_path) or model.model_path
+        setattr(data, key, absolute_path(getattr(data, key)))
+    model.model_path = absolute_path(model.model_path)
+    model.tokenizer_path = absolute_path(model.tokenizer_path) or model.model_path
     trainer.fill_checkpoint_path()
     validate_sft_config(config)
     return config

@@ -31,9 +31,9 @@ from verl.models.config import (
 )
 from verl.utils.config import (
     ConfigError,
-    load_yaml,
+    absolute_path,
+    command_line_sources,
     merge_config,
-    parse_dotlist,
     require_choice,
     require_dataset_files,
     require_non_negative,
@@ -393,12 +393,6 @@ def _copy_derived(config: PPOConfig) -> None:
         setattr(attrgetter(section)(config), name, attrgetter(source)(config))
 
 
-def _absolutize(path: str | None) -> str | None:
-    if path and os.path.exists(os.path.expanduser(path)):
-        return os.path.abspath(os.path.expanduser(path))
-    return path
-
-
 def _absolutize_function(spec: str | None, default: str | None = "main") -> str | None:
     """ "path/to/file.py:function" with the path made absolute; a bare "path/to/file.py" gets `default` as its
     function (None: it stays bare)."""
@@ -407,7 +401,7 @@ def _absolutize_function(spec: str | None, default: str | None = "main") -> str 
     path, sep, function = spec.rpartition(":")
     if not sep or not path.endswith(".py"):
         path, function = spec, default
-    return _absolutize(path) if function is None else f"{_absolutize(path)}:{function}"
+    return absolute_path(path) if function is None else f"{absolute_path(path)}:{function}"
 
 
 def _absolutize_paths(config: PPOConfig) -> None:
@@ -424,7 +418,7 @@ def _absolutize_paths(config: PPOConfig) -> None:
         (config.trainer, ("load_checkpoint_path",)),
     ):
         for key in keys:
-            setattr(section, key, _absolutize(getattr(section, key)))
+            setattr(section, key, absolute_path(getattr(section, key)))
     for section, key in ((reward, "reward_function"), (worker.rollout, "env")):
         setattr(section, key, _absolutize_function(getattr(section, key)))
     reward.routes = {route: _absolutize_function(spec) for route, spec in reward.routes.items()}
@@ -488,10 +482,7 @@ def fill_derived(config: PPOConfig) -> PPOConfig:
 
 def load_config(argv: list[str]) -> PPOConfig:
     """Build the PPOConfig from `config=FILE` plus dotlist overrides; raise ConfigError on any bad key or value."""
-    overrides = parse_dotlist(argv)
-    config_file = overrides.pop("config", None)
-    sources = [] if config_file is None else [(f"config file '{config_file}'", load_yaml(str(config_file)))]
-    sources.append(("command line", overrides))
+    sources = command_line_sources(argv)
     for source_name, values in sources:
         set_keys(values, DERIVED_KEYS, source_name)
     config = fill_derived(merge_config(PPOConfig, sources))

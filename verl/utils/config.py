@@ -167,6 +167,21 @@ def load_yaml(path: str) -> dict[str, Any]:
     return data
 
 
+def command_line_sources(argv: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
+    """The values of `config=FILE` (when given), then the other `key=value` arguments, each named for its errors."""
+    overrides = parse_dotlist(argv)
+    config_file = overrides.pop("config", None)
+    sources = [] if config_file is None else [(f"config file '{config_file}'", load_yaml(str(config_file)))]
+    return [*sources, ("command line", overrides)]
+
+
+def absolute_path(path: str | None) -> str | None:
+    """An existing local path made absolute (Ray workers may run in another directory); anything else as it is."""
+    if path and os.path.exists(os.path.expanduser(path)):
+        return os.path.abspath(os.path.expanduser(path))
+    return path
+
+
 def set_keys(user: Mapping, derived: Mapping[str, str], source_name: str) -> None:
     """Reject user settings of derived keys, naming the key to set instead."""
     for key, source_key in derived.items():
