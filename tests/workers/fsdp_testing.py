@@ -4,8 +4,8 @@
 
 The rank processes of a test module are kept from one test to the next (`spawn`): each imports torch, transformers
 and often vLLM (about 8 s of CPU a process on 2 cores), so a module pays that once, not once per test. Ranks import
-this module by name (pytest puts tests/workers on sys.path and the spawn start method passes sys.path on), so
-everything a rank runs must be a top-level function.
+the test function's module by name (the spawn start method passes sys.path on), so everything a rank runs must be a
+top-level function; import this module as `tests.workers.fsdp_testing`, so that one pool registry serves them all.
 """
 
 import atexit

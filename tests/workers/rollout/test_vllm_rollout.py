@@ -34,7 +34,11 @@ GREEDY = RolloutRequest(sampling={"temperature": 0.0, "n": 1})
 
 def _init_rank(rank: int, world_size: int, port: int) -> None:
     os.environ.update(
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2"
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
     )
     if not dist.is_initialized():  # the module's rank processes run one test after another
         dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=600))
