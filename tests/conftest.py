@@ -85,12 +85,24 @@ def _module_of(item: pytest.Item) -> str:
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run the modules that use `local_ray` one after another, where the first of them is, so that one Ray session
-    serves them all (a Ray costs ~7 s to start and stop); every other module keeps its place."""
+    serves them all (a Ray costs ~7 s to start and stop); every other module keeps its place.
+
+    Under pytest-xdist (`make test`: two processes, whole modules each, in this order) the heaviest modules go first,
+    so that no long module starts last while the other process has nothing left: those that use `local_ray` (the
+    training runs; each process then keeps one Ray for them), then by their number of `slow` tests."""
     shared = {_module_of(item) for item in items if SHARED_RAY_FIXTURE in getattr(item, "fixturenames", ())}
     _SharedRay.modules = frozenset(shared)
     by_module: dict[str, list[pytest.Item]] = {}
     for item in items:
         by_module.setdefault(_module_of(item), []).append(item)
+    if hasattr(config, "workerinput"):  # an xdist worker; every worker computes the same order, as xdist requires
+        slow = {
+            module: sum(item.get_closest_marker("slow") is not None for item in its)
+            for module, its in by_module.items()
+        }
+        heaviest_first = sorted(by_module, key=lambda module: (module not in shared, -slow[module]))
+        items[:] = [item for module in heaviest_first for item in by_module[module]]
+        return
     ordered: list[pytest.Item] = []
     for module, module_items in by_module.items():
         if module not in shared:
