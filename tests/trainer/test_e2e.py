@@ -16,6 +16,7 @@ import pytest
 from families import FAMILIES, vl_kinds
 
 from tests.repo_files import load_repo_file
+from verl.algorithms import user_functions
 from verl.models.tiny_models import CHAT_TEMPLATE, get_or_build_tiny_model
 from verl.trainer.config import load_config
 from verl.trainer.runner import run_ppo
@@ -120,6 +121,7 @@ def test_grpo_text_run_trains_and_checkpoints(workspace):
     tensor_parallel = ("worker.rollout.tensor_parallel_size=2", "worker.rollout.verify_weight_sync=true")
     config = load_config(text_args(workspace, "grpo_text", "algorithm.use_kl_loss=true", *tensor_parallel))
     val_metrics = run_ppo(config)
+    assert user_functions._step is None  # the run's last step no longer named in this process's errors
     save_dir = workspace["root"] / "grpo_text"
     rows = read_log(save_dir)
     steps = [row for row in rows if "critic/score/mean" in row]

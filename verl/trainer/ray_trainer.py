@@ -546,8 +546,9 @@ class RayPPOTrainer:
     # ------------------------------------------------------------------------------------------------ the loop
 
     def fit(self) -> dict[str, float]:
-        try:
-            return self._fit()
+        try:  # the step that run-time errors name is this run's, and no longer set once it ends (a sweep runs several)
+            with user_functions.training_step(None):
+                return self._fit()
         finally:
             self._close_data_iter()
 
