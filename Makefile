@@ -31,13 +31,13 @@ $(STAMP): pyproject.toml Makefile | $(VENV)/bin/python
 # Two pytest processes (pytest-xdist), each running whole modules, heaviest first (tests/conftest.py): one process
 # alone leaves a core idle whenever a test waits on a single process. PYTEST_WORKERS=0 runs in one process.
 PYTEST_WORKERS ?= 2
+XDIST = -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 test: install
-	$(PY) -m pytest tests -q -rfEs --durations=25 -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
-		$(PYTEST_ARGS); rc=$$?; \
+	$(PY) -m pytest tests -q -rfEs --durations=25 $(XDIST) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
 test-fast: install
-	$(PY) -m pytest tests -q -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest tests -q -m "not slow" $(XDIST) $(PYTEST_ARGS)
 
 demo: install
 	bash examples/cpu_quickstart.sh

@@ -11,6 +11,8 @@ than the cluster has fails at once with both sizes in the message, which is what
 is larger than the cluster.
 """
 
+import os
+import subprocess
 import sys
 
 import pytest
@@ -184,3 +186,18 @@ def test_node_share_larger_than_any_node_fails_fast(two_node_cluster):
         InsufficientResourcesError, match=r"no single node has 2 CPU for one node's share.*2 node\(s\)"
     ):
         RayResourcePool([2], use_gpu=False)
+
+
+def test_a_run_without_ray_address_starts_a_ray_of_its_own_beside_a_started_cluster(two_node_cluster):
+    """The cluster's head recorded its address where `ray start` does (Ray's address file, which a bare `ray.init()`
+    joins): the trainer's `start_ray` without RAY_ADDRESS still starts a Ray of its own, sized for the run, instead of
+    joining it (which failed deep inside Ray: "num_cpus ... must not be provided")."""
+    code = (
+        "import ray\nfrom verl.trainer.ray_setup import start_ray\nstart_ray('cpu', 3)\n"
+        "print(ray.get_runtime_context().gcs_address, ray.cluster_resources()['CPU'])\n"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    address, cpus = proc.stdout.split()[-2:]
+    assert address != two_node_cluster.address and float(cpus) >= 3

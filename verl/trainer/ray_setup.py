@@ -78,7 +78,9 @@ def _start_local_ray(device: str, cpu_slots: int, runtime_env: dict) -> None:
     # (kept across exec, as with nohup); the driver handles it as SIGTERM (verl/trainer/preemption.py).
     hangup = signal.signal(signal.SIGHUP, signal.SIG_IGN) if _main_thread() else None
     try:
-        ray.init(num_cpus=num_cpus, runtime_env=runtime_env, include_dashboard=False)
+        # address="local": a Ray of its own even where `ray start` recorded a cluster (Ray's address file, which a
+        # bare ray.init() would join, failing on num_cpus); RAY_ADDRESS joins one
+        ray.init(address="local", num_cpus=num_cpus, runtime_env=runtime_env, include_dashboard=False)
     finally:
         if hangup is not None:
             signal.signal(signal.SIGHUP, hangup)
