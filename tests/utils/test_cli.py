@@ -16,7 +16,7 @@ LISTENING_PORTS = textwrap.dedent("""
     if sys.argv[1] == "loopback":
         keep_local_ray_on_loopback(1)
     import psutil, ray
-    ray.init(num_cpus=1, include_dashboard=False)
+    ray.init(address="local", num_cpus=1, include_dashboard=False)  # as the trainer does: not a `ray start` cluster
     time.sleep(3)  # the metrics servers start after ray.init returns
     addresses = set()
     for process in [psutil.Process(), *psutil.Process().children(recursive=True)]:
