@@ -28,8 +28,9 @@ def _rearm_faulthandler(config: pytest.Config) -> None:
 
 
 # Ray runs its worker processes at nice 15. With two pytest processes side by side (`make test`), the other one's
-# processes (nice 0) would starve a training run's workers for minutes (measured: a two-step run's first step took
-# 5.5 min), so every Ray a test starts (here, in the trainer, in a subprocess) keeps its workers at nice 0.
+# processes (nice 0) starve a training run's workers (measured: beside two busy processes a run's workers were still
+# loading their model after 200 s), so every Ray a test starts (here, in the trainer, in a subprocess) keeps its
+# workers at nice 0.
 os.environ.setdefault("RAY_worker_niceness", "0")
 
 SHARED_RAY_FIXTURE = "local_ray"
