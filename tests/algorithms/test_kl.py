@@ -48,7 +48,9 @@ def test_estimator_value_and_gradient(kl_penalty: str) -> None:
 
 
 def test_registry_lists_base_estimators_then_straight_through_forms() -> None:
-    assert registered_kl_penalties() == (
+    # the built-ins: a module run before in the same process may have registered a user's 'file.py:function'
+    built_in = tuple(name for name in registered_kl_penalties() if ".py:" not in name)
+    assert built_in == (
         *("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full"),
         *("kl+", "k1+", "abs+", "mse+", "k2+", "low_var_kl+", "k3+"),  # "full" has no straight-through form
     )
