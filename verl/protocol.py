@@ -21,6 +21,7 @@ __all__ = [
     "DataProtoItem",
     "collate_fn",
     "pad_dataproto_to_divisor",
+    "plain_value",
     "to_object_array",
     "unpad_dataproto",
 ]
@@ -37,6 +38,11 @@ def to_object_array(values: np.ndarray | Sequence[Any]) -> np.ndarray:
     for i, value in enumerate(values):
         out[i] = value
     return out
+
+
+def plain_value(value: Any) -> Any:
+    """A NumPy scalar read from an object column as the Python scalar (user code compares it with == and json)."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _values_equal(a: Any, b: Any) -> bool:

@@ -14,6 +14,7 @@ import numpy as np
 
 from verl.data.multimodal import open_image
 from verl.envs.tools import parse_tool_calls
+from verl.protocol import plain_value
 from verl.utils.files import atomic_write
 
 
@@ -46,10 +47,6 @@ def _number(value: Any) -> float | None:
     """A JSON-safe float: None for NaN and infinities."""
     value = float(value)
     return value if math.isfinite(value) else None
-
-
-def _plain(value: Any) -> Any:
-    return value.item() if isinstance(value, np.generic) else value
 
 
 def write_image(value: Any, out_dir: str, relative: str) -> str:
@@ -204,7 +201,7 @@ def rollout_records(batch: "DataProto", step: int, tokenizer: Any, image_paths: 
             "uid": str(columns["uid"][i]),
             "prompt": prompts[i],
             "response": responses[i],
-            "ground_truth": _plain(truths[i]) if truths is not None else None,
+            "ground_truth": plain_value(truths[i]) if truths is not None else None,
             "reward": _number(rewards[i]),
             "scores": {key[len(REWARD_COLUMN_PREFIX) :]: _number(columns[key][i]) for key in score_keys},
             "advantage": None if advantages[i] is None else _number(advantages[i]),

@@ -11,10 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
-from verl.protocol import DataProto
+from verl.protocol import DataProto, plain_value
 from verl.rewards.function import (
     CONFIG_KEY,
     RewardFunctionError,
@@ -101,11 +100,6 @@ class RewardSettings:
         return specs
 
 
-def _plain(value: Any) -> Any:
-    """NumPy scalars from object arrays become Python scalars, so user code can compare them with == and json."""
-    return value.item() if isinstance(value, np.generic) else value
-
-
 def valid_response_mask(data: DataProto) -> torch.Tensor:
     if "response_mask" in data.batch.keys():
         return data.batch["response_mask"].bool()
@@ -171,7 +165,7 @@ def build_reward_inputs(data: DataProto, tokenizer: Any, skip_special_tokens: bo
     extra_keys = [key for key in columns if key not in used]
 
     def column(key: str, index: int) -> Any:
-        return _plain(columns[key][index]) if key in columns else None
+        return plain_value(columns[key][index]) if key in columns else None
 
     return [
         RewardInput(
@@ -181,7 +175,7 @@ def build_reward_inputs(data: DataProto, tokenizer: Any, skip_special_tokens: bo
             prompt=prompts[i],
             multi_modal_data=column(_MULTI_MODAL_KEY, i),
             uid=column(_UID_KEY, i),
-            extra_info={key: _plain(columns[key][i]) for key in extra_keys},
+            extra_info={key: plain_value(columns[key][i]) for key in extra_keys},
         )
         for i in range(len(data))
     ]

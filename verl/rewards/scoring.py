@@ -13,10 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
-from verl.protocol import DataProto
+from verl.protocol import DataProto, plain_value
 from verl.rewards.manager import decode_responses, place_scores, user_messages, valid_response_mask
 
 
@@ -76,7 +75,7 @@ class BatchScorer:
         return (
             user_messages(batch, self.tokenizer),
             decode_responses(batch, self.tokenizer),
-            [t.item() if isinstance(t, np.generic) else t for t in truths],
+            [plain_value(t) for t in truths],
         )
 
     def launch(self, batch: DataProto, wait_for_model: bool = True) -> PendingReward:

@@ -23,7 +23,7 @@ from verl.envs import load_environment
 from verl.envs.client_env import ChatClientEnv
 from verl.models.config import model_recurrent_layer_types, read_model_config
 from verl.models.rope_index import RopeIndex, load_model_config
-from verl.protocol import DataProto, to_object_array
+from verl.protocol import DataProto, plain_value, to_object_array
 from verl.utils import device, quiet
 from verl.workers.rollout import vllm_compat
 from verl.workers.rollout.client_episodes import ClientTurns
@@ -56,10 +56,6 @@ _FIXED_SAMPLING_KEYS = {"max_tokens", "detokenize", "output_kind"}
 
 _ENGINE_ONLY_COLUMNS = {"raw_prompt_ids", "multi_modal_data", "multi_modal_inputs"}
 """Non-tensor columns an environment's `reset` does not get (the engine's token ids and media)."""
-
-
-def _plain(value: Any) -> Any:
-    return value.item() if isinstance(value, np.generic) else value
 
 
 SLEEP_LEVEL = 2
@@ -652,7 +648,9 @@ class VLLMRollout:
         columns = prompts.non_tensor_batch
         episodes = []
         for row, item in enumerate(inputs):
-            fields = {key: _plain(value[row]) for key, value in columns.items() if key not in _ENGINE_ONLY_COLUMNS}
+            fields = {
+                key: plain_value(value[row]) for key, value in columns.items() if key not in _ENGINE_ONLY_COLUMNS
+            }
             media = columns["multi_modal_data"][row] if "multi_modal_data" in columns else None
             fields["prompt_images"] = list((media or {}).get("images") or [])  # the pictures as the model sees them
             for seed in seeds[row]:
