@@ -363,7 +363,7 @@ class ToolServers:
     """The example taskset's tool server processes (`python -m verifiers_sum`) seen while the block runs."""
 
     def __enter__(self) -> "ToolServers":
-        self.seen: set[int] = set()
+        self.seen: dict[int, str] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
@@ -374,19 +374,25 @@ class ToolServers:
         self._thread.join()
 
     @staticmethod
-    def _servers() -> list[int]:
+    def _servers() -> dict[int, str]:
+        """pid -> who started it (the parent's pid and command line), for a failure message."""
         import psutil
 
-        found = []
-        for process in psutil.process_iter(["pid", "cmdline"]):
+        found = {}
+        for process in psutil.process_iter(["pid", "ppid", "cmdline"]):
             cmdline = process.info["cmdline"] or []
             if "-m" in cmdline and "verifiers_sum" in cmdline:
-                found.append(process.info["pid"])
+                try:
+                    parent = " ".join(psutil.Process(process.info["ppid"]).cmdline())[:200]
+                except psutil.Error:
+                    parent = "gone"
+                found[process.info["pid"]] = f"started by {process.info['ppid']} ({parent})"
         return found
 
     def _watch(self) -> None:
         while not self._stop.wait(0.2):
-            self.seen.update(self._servers())
+            for pid, parent in self._servers().items():
+                self.seen.setdefault(pid, parent)
 
     def alive(self) -> list[int]:
         return [pid for pid in self._servers() if pid in self.seen]
