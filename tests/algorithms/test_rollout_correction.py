@@ -113,7 +113,8 @@ def assert_matches(result: rc.CorrectionResult, expected: dict) -> None:
 
 
 def test_every_mode_is_implemented() -> None:
-    assert set(rc._MODES) == set(CORRECTION_MODES)
+    # the built-ins: a module run before in the same process may have registered a user's 'file.py:function'
+    assert {mode for mode in rc._MODES if ".py:" not in mode} == set(CORRECTION_MODES)
 
 
 @pytest.mark.parametrize("mode", CORRECTION_MODES)

@@ -3,6 +3,8 @@
 """The broadcast to the rollout pool (verl.workers.weight_sync.sinks): a sender and two receivers in their own gloo
 group, in fresh processes, outside any torch.distributed world, as the trainer and rollout processes are."""
 
+import io
+
 import torch
 import torch.multiprocessing as mp
 
@@ -29,7 +31,10 @@ def _member(rank: int, port: int, queue: "mp.Queue") -> None:
             queue.put((rank, sent["broadcast_buckets"], sent["broadcast_bytes"], None))
         else:
             received, stats = receive_weights(group, torch.device("cpu"))
-            queue.put((rank, stats.buckets, stats.bytes, [(name, tensor.clone()) for name, tensor in received]))
+            # as bytes: a tensor put in the queue travels as a handle into this process, gone once it exits
+            buffer = io.BytesIO()
+            torch.save([(name, tensor.clone()) for name, tensor in received], buffer)
+            queue.put((rank, stats.buckets, stats.bytes, buffer.getvalue()))
 
 
 def test_buckets_arrive_whole_in_order_with_their_dtypes_at_every_receiver():
@@ -53,6 +58,7 @@ def test_buckets_arrive_whole_in_order_with_their_dtypes_at_every_receiver():
         if rank == 0:
             continue
         assert (got_buckets, got_bytes) == (buckets, total)
+        received = torch.load(io.BytesIO(received))
         assert [name for name, _ in received] == [name for name, _ in expected]
         for (_, got), (_, want) in zip(received, expected):
             assert got.dtype == want.dtype and got.shape == want.shape
