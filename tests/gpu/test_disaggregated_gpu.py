@@ -3,6 +3,7 @@
 """worker.rollout.mode=disaggregated on GPUs: the weight broadcast over NCCL, and GRPO steps with the trainer on one
 GPU and its engine on another, or one engine over two GPUs (two or three CUDA devices; never run yet)."""
 
+import io
 import json
 import os
 
@@ -36,7 +37,9 @@ def _member(rank: int, port: int, queue: "mp.Queue") -> None:
         queue.put(None)
     else:
         received, stats = receive_weights(group, device)
-        queue.put([(name, tensor.cpu()) for name, tensor in received])
+        buffer = io.BytesIO()  # as bytes: a queued tensor is a handle into this process, gone once it exits
+        torch.save([(name, tensor.cpu()) for name, tensor in received], buffer)
+        queue.put(buffer.getvalue())
 
 
 @two_gpus
@@ -53,7 +56,7 @@ def test_weight_transfer_over_nccl():
     for process in processes:
         process.join(timeout=60)
         assert process.exitcode == 0
-    (received,) = [result for result in results if result is not None]
+    (received,) = [torch.load(io.BytesIO(result)) for result in results if result is not None]
     expected = _weights("cpu")
     assert [name for name, _ in received] == [name for name, _ in expected]
     for (_, got), (_, want) in zip(received, expected):
