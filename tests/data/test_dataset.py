@@ -559,6 +559,21 @@ def test_overlong_prompts_count_image_tokens_and_are_filtered_or_rejected(vl25, 
         RLHFDataset(rows, tokenizer, processor, max_prompt_length=limit, filter_overlong_prompts=False, **PIXELS)
 
 
+def test_forked_scan_workers_end_quietly_under_the_runs_signal_handlers(text_tokenizer, capfd):
+    """The run installs its preemption handlers before it loads the data; the scan's forked workers must not inherit
+    them, or each one that the pool's shutdown sends SIGTERM prints "Stopped by SIGTERM" (it did, in most scans)."""
+    from verl.trainer.preemption import RunSignals
+
+    rows = [{"prompt": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(64)]
+    with RunSignals().installed():
+        scans = [
+            RLHFDataset(rows, text_tokenizer, max_prompt_length=64, filter_overlong_prompts_workers=2)
+            for _ in range(10)
+        ]
+    assert all(len(scan) == len(rows) for scan in scans)
+    assert "Stopped by" not in capfd.readouterr().err
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # bad rows
 

@@ -33,6 +33,7 @@ from verl.data.multimodal import (
 )
 from verl.data.sources import RowSource, load_source
 from verl.models.rope_index import RopeIndex, load_model_config, uses_mrope
+from verl.utils.child_signals import reset_child_signals, signals_held
 
 
 logger = logging.getLogger(__name__)
@@ -549,7 +550,9 @@ def _scan_rows(dataset: RLHFDataset, indices: range, workers: int) -> list[tuple
     global _SCANNED_DATASET
     _SCANNED_DATASET = dataset
     try:
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
+        with signals_held():  # the workers and the pool's thread that replaces dead ones
+            pool = multiprocessing.get_context("fork").Pool(workers, initializer=reset_child_signals)
+        with pool:
             return pool.map(_scan_shared, indices, chunksize=max(1, len(indices) // (workers * 4)))
     finally:
         _SCANNED_DATASET = None

@@ -4,7 +4,6 @@
 RandomSampler, so a resumed run draws exactly the batch the interrupted one would have next."""
 
 import logging
-import signal
 import warnings
 from typing import Any
 
@@ -16,6 +15,7 @@ from torchdata.stateful_dataloader.sampler import RandomSampler
 from verl.data.dataset import RLHFDataset
 from verl.protocol import collate_fn
 from verl.trainer.config import DataConfig
+from verl.utils.child_signals import reset_child_signals
 
 
 logger = logging.getLogger(__name__)
@@ -29,10 +29,9 @@ def init_loader_worker(worker_id: int) -> None:
     A forked worker cannot use the driver's OpenMP pool (its first parallel op would hang in libgomp); the thread
     count is set through torch's own implementation since a vLLM engine in the process no-ops
     `torch.set_num_threads`. Forked workers would also inherit the driver's preemption handlers: SIGTERM is reset so
-    torch can end a stuck worker, and SIGINT ignored so Ctrl-C cannot break the driver's checkpoint-and-stop."""
+    torch can end a stuck worker, and SIGINT and SIGHUP ignored so they cannot break the driver's checkpoint-and-stop."""
     torch._C.set_num_threads(1)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    reset_child_signals()
 
 
 def saved_num_workers(state: dict[str, Any]) -> int:
