@@ -21,6 +21,15 @@ MOVED_VARIABLES = ("HF_DATASETS_CACHE", "HF_HOME", "XDG_CACHE_HOME", "VLLM_CACHE
 RAY_VARIABLES = ("RAY_TMPDIR", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 
 
+def _unset(monkeypatch: pytest.MonkeyPatch, names: tuple[str, ...]) -> None:
+    """Unset `names` for the test, and unset again at its end whatever the test set (monkeypatch.delenv of an unset
+    variable records nothing, so what `use_writable_dirs` sets, RAY_AUTH_TOKEN_PATH among them, reached later tests:
+    a Ray started afterwards in the process failed with InvalidAuthToken)."""
+    for name in names:
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+
+
 @pytest.fixture
 def unwritable_home(tmp_path, monkeypatch):
     home = tmp_path / "home"
@@ -29,8 +38,7 @@ def unwritable_home(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
     monkeypatch.setattr(tempfile, "tempdir", None)  # tempfile caches the directory it chose: choose again
     (tmp_path / "tmp").mkdir()
-    for name in MOVED_VARIABLES + RAY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
+    _unset(monkeypatch, MOVED_VARIABLES + RAY_VARIABLES)
     return home
 
 
@@ -88,7 +96,6 @@ def test_a_directory_the_user_chose_that_cannot_be_written_is_an_error(unwritabl
 
 def test_a_writable_home_changes_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
-    for name in MOVED_VARIABLES + RAY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
+    _unset(monkeypatch, MOVED_VARIABLES + RAY_VARIABLES)
     use_writable_dirs(starts_ray=True)
     assert not any(os.environ.get(name) for name in MOVED_VARIABLES + RAY_VARIABLES)
