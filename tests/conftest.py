@@ -130,13 +130,28 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     _SharedRay.stop()
 
 
+def _release_process_group() -> None:
+    """End the process group a module left in this process (a vLLM engine built here joins a world of one and never
+    leaves it), so that the next module, whichever runs next, starts outside any: `init_process_group` would fail
+    ("initialize the default process group twice") and `init_distributed` would skip its checks."""
+    parallel_state = sys.modules.get("vllm.distributed.parallel_state")
+    if parallel_state is not None:  # vLLM's own groups first, or a later engine would reuse the ended ones
+        parallel_state.destroy_model_parallel()
+        parallel_state.destroy_distributed_environment()
+    distributed = sys.modules.get("torch.distributed")
+    if distributed is not None and distributed.is_available() and distributed.is_initialized():
+        distributed.destroy_process_group()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, None, None]:
     yield
     _rearm_faulthandler(item.config)
-    rank_pools = sys.modules.get("tests.workers.fsdp_testing")
-    if rank_pools is not None and (nextitem is None or _module_of(nextitem) != _module_of(item)):
-        rank_pools.close_pools()  # a module's rank processes (fsdp_testing.spawn) serve that module only
+    if nextitem is None or _module_of(nextitem) != _module_of(item):
+        rank_pools = sys.modules.get("tests.workers.fsdp_testing")
+        if rank_pools is not None:
+            rank_pools.close_pools()  # a module's rank processes (fsdp_testing.spawn) serve that module only
+        _release_process_group()
     # A vLLM engine built in this process (a test's own, not the rollout's, which restores it) leaves
     # torch.set_num_threads a no-op, which later tests' data-loader workers rely on (verl.trainer.data_loader)
     import torch
