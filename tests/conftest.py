@@ -4,6 +4,7 @@
 
 import faulthandler
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -89,18 +90,36 @@ def _module_of(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--shuffle-modules",
+        type=int,
+        default=None,
+        metavar="SEED",
+        help="run the test modules in an order shuffled with SEED (a module's tests keep theirs), to find a test that "
+        "depends on what an earlier module left in its process",
+    )
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run the modules that use `local_ray` one after another, where the first of them is, so that one Ray session
     serves them all (a Ray costs ~7 s to start and stop); every other module keeps its place.
 
     Under pytest-xdist (`make test`: two processes, whole modules each, in this order) the heaviest modules go first,
     so that no long module starts last while the other process has nothing left: those that use `local_ray` (the
-    training runs; each process then keeps one Ray for them), then by their number of `slow` tests."""
+    training runs; each process then keeps one Ray for them), then by their number of `slow` tests. With
+    `--shuffle-modules SEED` the modules run in a shuffled order instead."""
     shared = {_module_of(item) for item in items if SHARED_RAY_FIXTURE in getattr(item, "fixturenames", ())}
     _SharedRay.modules = frozenset(shared)
     by_module: dict[str, list[pytest.Item]] = {}
     for item in items:
         by_module.setdefault(_module_of(item), []).append(item)
+    seed = config.getoption("--shuffle-modules")
+    if seed is not None:  # every xdist worker shuffles alike, as xdist requires
+        modules = list(by_module)
+        random.Random(seed).shuffle(modules)
+        items[:] = [item for module in modules for item in by_module[module]]
+        return
     if hasattr(config, "workerinput"):  # an xdist worker; every worker computes the same order, as xdist requires
         slow = {
             module: sum(item.get_closest_marker("slow") is not None for item in its)
