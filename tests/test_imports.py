@@ -13,7 +13,6 @@ import importlib
 import multiprocessing
 import os
 import pathlib
-import signal
 import sys
 import traceback
 
@@ -123,17 +122,22 @@ def _import_alone(name: str) -> str | None:
 def test_every_module_imports_on_its_own():
     for heavy in ("torch", "transformers", "ray", "tensordict", "PIL.Image", "datasets"):
         importlib.import_module(heavy)
+    # A Python SIGTERM handler (Ray's, once a test in this process started Ray) never runs in a child that the pool's
+    # thread forks, so the pool's terminate would wait for ever on it: the children reset their signals, as the
+    # trainer's forked workers do.
+    from verl.utils.child_signals import reset_child_signals, signals_held
+
     leftovers = [module for module in sys.modules if module == "verl" or module.startswith("verl.")]
     saved = {module: sys.modules.pop(module) for module in leftovers}  # the children start without any verl module
-    # A Python SIGTERM handler (Ray's, once a test in this process started Ray) never runs in a child that the pool's
-    # thread forks, so the pool's terminate would wait for ever on that child: the default disposition ends it.
-    handler = signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
         names = sorted(package_modules())
-        with multiprocessing.get_context("fork").Pool(min(2, os.cpu_count() or 1), maxtasksperchild=1) as pool:
+        with signals_held():
+            pool = multiprocessing.get_context("fork").Pool(
+                min(2, os.cpu_count() or 1), maxtasksperchild=1, initializer=reset_child_signals
+            )
+        with pool:
             errors = dict(zip(names, pool.map(_import_alone, names, chunksize=1)))
     finally:
-        signal.signal(signal.SIGTERM, handler)
         sys.modules.update(saved)
     failed = {name: error for name, error in errors.items() if error}
     assert not failed, "\n".join(f"{name}:\n{error}" for name, error in failed.items())
