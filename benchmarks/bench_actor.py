@@ -47,7 +47,6 @@ import os
 import platform
 import resource
 import shutil
-import socket
 import sys
 import tempfile
 import time
@@ -58,7 +57,6 @@ from typing import Any
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch: more threads than free cores only contend
 
 import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
 
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -140,19 +138,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--warmup must be >= 0, got {args.warmup}.")
     args.device_type = device_type
     return args
-
-
-def init_single_rank(device_type: str) -> bool:
-    """A world of one rank (gloo, plus nccl for CUDA tensors); returns whether this call created it."""
-    device_utils.set_device_type(device_type)
-    if dist.is_initialized():
-        return False
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
-    device_utils.init_distributed(timeout_seconds=300)
-    return True
 
 
 def build_sized_model(name: str, root: str, device: torch.device) -> str:
@@ -530,8 +515,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from verl.models.fsdp import build_device_mesh
 
     hf_logging.disable_progress_bar()  # one "Loading weights" bar per model build
-    created_group = init_single_rank(args.device_type)
-    try:
+    device_utils.set_device_type(args.device_type)
+    with device_utils.one_process_group(timeout_seconds=300):  # gloo, plus nccl for CUDA tensors
         device = device_utils.get_local_device()
         mesh = build_device_mesh(1, -1, args.device_type)
         model_dir = model_directory(args, device)
@@ -539,9 +524,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         data = make_batch(args, tokenizer.pad_token_id, vocab=tokenizer.pad_token_id).to(device)
         results = {side: run_side(side, args, model_dir, mesh, device, data) for side in SIDES}
         figures = summarize(args, data, results)
-    finally:
-        if created_group:
-            dist.destroy_process_group()
     print_table(figures)
     rounded = {key: float(f"{value:.6g}") if isinstance(value, float) else value for key, value in figures.items()}
     print(json.dumps(rounded))

@@ -21,6 +21,7 @@ check's log-prob gap (the engine computes the actor's model either way). This pa
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -118,10 +119,16 @@ def main(argv: list[str] | None = None) -> int:
     if not parts or parts - {"generation", "sync"}:
         parser.error(f"--parts={args.parts!r}: give generation, sync or both")
     result: dict = {"bench": "lora_rollout", "rank": args.rank, "alpha": args.alpha}
-    if "sync" in parts:
-        result.update(bench_sync(args))
-    if "generation" in parts:
-        result.update(bench_generation(args))
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported
+    with contextlib.ExitStack() as stack:
+        if "sync" in parts:  # the actor's one FSDP rank (CPU); the generation part then runs inside its group too
+            from verl.utils import device as device_utils
+
+            device_utils.set_device_type("cpu")
+            stack.enter_context(device_utils.one_process_group(timeout_seconds=300))
+            result.update(bench_sync(args))
+        if "generation" in parts:
+            result.update(bench_generation(args))
     print(
         json.dumps(
             {key: float(f"{value:.5g}") if isinstance(value, float) else value for key, value in result.items()}
@@ -132,10 +139,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def bench_sync(args: argparse.Namespace) -> dict:
     """merged against adapters syncs of one LoRA actor, each into its own engine (see the module docstring)."""
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    import socket
-
     import torch
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import distribute_tensor
@@ -144,7 +148,6 @@ def bench_sync(args: argparse.Namespace) -> dict:
     from verl.models.config import FSDPConfig, LoraConfig, ModelConfig
     from verl.models.fsdp import create_fsdp_model
     from verl.models.tiny_models import get_or_build_tiny_model
-    from verl.utils import device as device_utils
     from verl.workers.rollout.config import RolloutConfig
     from verl.workers.rollout.vllm_rollout import VLLMRollout
     from verl.workers.weight_sync.colocated import FSDPVLLMShardingManager
@@ -155,12 +158,6 @@ def bench_sync(args: argparse.Namespace) -> dict:
     if args.layers:
         size["num_layers"] = args.layers
     model_dir = get_or_build_tiny_model("qwen2", os.path.join(args.workdir, "models"), **size)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
-    device_utils.set_device_type("cpu")
-    device_utils.init_distributed(timeout_seconds=300)
     model_config = ModelConfig(model_path=model_dir, lora=LoraConfig(rank=args.rank, alpha=args.alpha))
     actor = create_fsdp_model(model_config, FSDPConfig(), init_device_mesh("cpu", (1,)), torch.device("cpu"))
     generator = torch.Generator().manual_seed(0)

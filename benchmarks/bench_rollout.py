@@ -30,7 +30,6 @@ The last line printed is one JSON object with the figures.
 import argparse
 import json
 import os
-import socket
 import sys
 import tempfile
 import time
@@ -49,16 +48,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from verl.models.tiny_models import get_or_build_tiny_model  # noqa: E402
 from verl.protocol import DataProto  # noqa: E402
 from verl.workers.rollout.config import RolloutConfig  # noqa: E402
-
-
-def _init_single_rank() -> None:
-    from verl.utils import device as device_utils
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
-    device_utils.init_distributed(timeout_seconds=300)  # gloo on CPU, cpu:gloo,cuda:nccl on CUDA
 
 
 def _synchronize() -> None:
@@ -302,8 +291,6 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
-    from verl.workers.rollout.vllm_rollout import VLLMRollout
-
     cuda = torch.cuda.is_available()
     root = os.path.join(tempfile.gettempdir(), "verl_bench")
     if args.model_dir:
@@ -315,8 +302,17 @@ def main() -> None:
         from bench_actor import build_sized_model
 
         model_dir = build_sized_model(args.model, root, torch.device("cuda" if cuda else "cpu"))
-    _init_single_rank()
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    from verl.utils import device as device_utils
+
+    with device_utils.one_process_group(timeout_seconds=300):  # gloo on CPU, cpu:gloo,cuda:nccl on CUDA
+        run(args, model_dir, AutoTokenizer.from_pretrained(model_dir))
+
+
+def run(args: argparse.Namespace, model_dir: str, tokenizer: Any) -> None:
+    """Build our engine on `model_dir` and measure what `args` asks for, printing the figures (one JSON line last)."""
+    from verl.workers.rollout.vllm_rollout import VLLMRollout
+
+    cuda = torch.cuda.is_available()
     prompt_length = 64
     device_settings: dict[str, Any] = (
         {"dtype": "bf16", "gpu_memory_utilization": args.gpu_memory_utilization, "enforce_eager": args.eager}

@@ -25,9 +25,7 @@ import json
 import math
 import os
 import random
-import shutil
 import sys
-import tempfile
 import time
 from typing import Any
 
@@ -74,23 +72,6 @@ def read_pairs(path: str) -> list[dict[str, str]]:
     if not pairs:
         raise PairFileError(f"{path}: no rows; it needs at least one prompt/chosen/rejected pair.")
     return pairs
-
-
-def _init_process_group(device: str) -> str | None:
-    """Join torchrun's group, or make a one-process group meeting through a file (no port is opened).
-
-    Returns the temporary directory of that file store (removed at the end), or None under torchrun.
-    """
-    from verl.utils import device as device_utils
-
-    device_utils.set_device_type(device)
-    store_dir = None
-    if "RANK" not in os.environ:
-        store_dir = tempfile.mkdtemp(prefix="train_reward_model_")
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
-        os.environ["VERL_DIST_INIT_METHOD"] = f"file://{os.path.join(store_dir, 'store')}"
-    device_utils.init_distributed()
-    return store_dir
 
 
 def _accuracy(model: Any, chosen: list[list[int]], rejected: list[list[int]], pad_id: int, micro: int) -> float:
@@ -278,15 +259,13 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch.distributed as dist
 
-    store_dir = _init_process_group(args.device)
-    try:
+    from verl.utils import device as device_utils
+
+    device_utils.set_device_type(args.device)
+    with device_utils.one_process_group():  # torchrun's group, or this process alone
         results = train(args, train_pairs, val_pairs)
         if dist.get_rank() == 0:
             print(json.dumps(results), flush=True)
-    finally:
-        dist.destroy_process_group()
-        if store_dir is not None:
-            shutil.rmtree(store_dir, ignore_errors=True)
     return 0
 
 

@@ -3,33 +3,20 @@
 """Supervised fine-tuning, the reward-model worker and the LLM judge on CUDA (world size 1, nccl): bf16 mixed
 precision, batches in and results out on the CPU, the judge's engine on the GPU."""
 
-import os
-import socket
-
 import pytest
 import torch
 
 from verl.models.tiny_models import get_or_build_tiny_model
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    root = str(tmp_path_factory.mktemp("gpu_sft"))
-    if not torch.distributed.is_initialized():
-        os.environ.update(
-            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0"
-        )
-        from verl.utils import device
+    from verl.utils import device
 
-        device.set_device_type("cuda")
-        device.init_distributed(timeout_seconds=120)
-    return {"text": get_or_build_tiny_model("qwen2", root), "rm": get_or_build_tiny_model("qwen2_rm", root)}
+    root = str(tmp_path_factory.mktemp("gpu_sft"))
+    device.set_device_type("cuda")
+    with device.one_process_group(timeout_seconds=120):
+        yield {"text": get_or_build_tiny_model("qwen2", root), "rm": get_or_build_tiny_model("qwen2_rm", root)}
 
 
 def conversations(count: int) -> list[dict]:

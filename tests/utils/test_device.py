@@ -57,3 +57,30 @@ def test_rng_state_round_trip_covers_python_numpy_torch():
     device.set_rng_state(state)
     second = (random.random(), np.random.rand(), torch.rand(2))
     assert first[:2] == second[:2] and torch.equal(first[2], second[2])
+
+
+def test_one_process_group_is_a_world_of_one_and_leaves_nothing_behind(monkeypatch):
+    import os
+
+    import torch.distributed as dist
+
+    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "VERL_DIST_INIT_METHOD", "MASTER_PORT")
+    for name in names:  # setenv first: delenv of an unset variable records nothing to restore
+        monkeypatch.setenv(name, "x")
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "7")  # a value of the caller's, put back on exit
+    device.set_device_type("cpu")
+    assert not dist.is_initialized()
+    with device.one_process_group(timeout_seconds=60):
+        assert (dist.get_rank(), dist.get_world_size(), dist.get_backend()) == (0, 1, "gloo")
+        store = os.environ["VERL_DIST_INIT_METHOD"]
+        assert store.startswith("file://") and "MASTER_PORT" not in os.environ  # no port opened
+        tensor = torch.ones(2)
+        dist.all_reduce(tensor)
+        assert tensor.tolist() == [1.0, 1.0]
+        with device.one_process_group():  # a group that is up is used as it is
+            assert dist.get_world_size() == 1
+        assert dist.is_initialized()
+    assert not dist.is_initialized()
+    assert {name: os.environ.get(name) for name in names} == dict.fromkeys(names) | {"LOCAL_WORLD_SIZE": "7"}
+    assert not os.path.exists(os.path.dirname(store.removeprefix("file://")))  # the store's folder is gone

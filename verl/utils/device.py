@@ -3,10 +3,13 @@
 """The one place that knows whether we compute on CUDA or on the CPU: device, collective backend, RNG states, memory
 numbers, cache flushes. `set_device_type` fixes it once per process (`trainer.device`); until then "auto" applies."""
 
+import contextlib
 import os
 import random
 import resource
+import tempfile
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -94,6 +97,36 @@ def init_distributed(timeout_seconds: float = 600.0) -> None:
         )
     else:
         dist.init_process_group(backend=get_dist_backend(), timeout=timeout)
+
+
+_ONE_PROCESS_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "VERL_DIST_INIT_METHOD")
+
+
+@contextlib.contextmanager
+def one_process_group(timeout_seconds: float = 600.0) -> Iterator[None]:
+    """This process as a world of its own (rank 0 of 1, meeting through a file store: no port is opened), for a script
+    or benchmark run outside a worker group; on exit the group is ended and the environment restored. Where a group
+    is up already it is used as it is; under torchrun (RANK set) this process joins torchrun's group and ends it on
+    exit."""
+    if dist.is_initialized():
+        yield
+        return
+    saved = {name: os.environ.get(name) for name in _ONE_PROCESS_ENV}
+    with tempfile.TemporaryDirectory(prefix="verl_process_group_") as store_dir:
+        if "RANK" not in os.environ:
+            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+            os.environ["VERL_DIST_INIT_METHOD"] = f"file://{os.path.join(store_dir, 'store')}"
+        try:
+            init_distributed(timeout_seconds)
+            yield
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 def synchronize() -> None:
