@@ -77,6 +77,8 @@ def _load_checkpoint_tensors(local_dir: str) -> dict[str, Any]:
     import torch
     import torch.distributed.checkpoint as dcp
 
+    from verl.utils import quiet
+
     saved = dcp.FileSystemReader(local_dir).read_metadata().state_dict_metadata
     model_keys = [key[len("model.") :] for key in saved if key.startswith("model.")]
     # the metadata knows every tensor's full shape: allocate full tensors, then let DCP fill them from all shards
@@ -86,7 +88,8 @@ def _load_checkpoint_tensors(local_dir: str) -> dict[str, Any]:
             for key in model_keys
         }
     }
-    dcp.load(state, checkpoint_id=local_dir, no_dist=True)
+    with quiet.one_process_checkpoint_io():
+        dcp.load(state, checkpoint_id=local_dir, no_dist=True)
     return state["model"]
 
 

@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -52,6 +53,7 @@ def checkpoint(tmp_path_factory) -> tuple[str, dict[str, torch.Tensor]]:
     from transformers import AutoModelForCausalLM
 
     from verl.models.tiny_models import build_tiny_model
+    from verl.utils import quiet
 
     root = tmp_path_factory.mktemp("merger")
     model_dir = build_tiny_model(
@@ -60,7 +62,8 @@ def checkpoint(tmp_path_factory) -> tuple[str, dict[str, torch.Tensor]]:
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     weights = {key: value.clone() for key, value in model.state_dict().items()}
     actor = root / "global_step_1" / "actor"
-    dcp.save({"model": model.state_dict()}, checkpoint_id=str(actor), no_dist=True)
+    with quiet.one_process_checkpoint_io():
+        dcp.save({"model": model.state_dict()}, checkpoint_id=str(actor), no_dist=True)
     shutil.copytree(model_dir, actor / "huggingface", ignore=shutil.ignore_patterns("*.safetensors"))
     return str(actor), weights
 
@@ -115,6 +118,21 @@ def test_default_is_bf16_and_fp32_is_exact(checkpoint, tmp_path) -> None:
         assert torch.equal(tensor, weights[key].to(torch.bfloat16)), key
         assert exact[key].dtype == torch.float32 and torch.equal(exact[key], weights[key]), key
     assert os.path.isfile(tmp_path / "bf16" / "tokenizer_config.json")  # the trainer's files are copied along
+
+
+def test_merging_says_nothing_of_process_groups_unless_verbose(checkpoint, tmp_path, monkeypatch) -> None:
+    """torch warns at every checkpoint load in one process, even one that asks for one process (no_dist=True): the
+    merger silences that message alone, and VERL_VERBOSE=1 shows it again."""
+    actor, _ = checkpoint
+    shown = {}
+    for verbose in ("0", "1"):
+        monkeypatch.setenv("VERL_VERBOSE", verbose)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            merger.merge(actor, str(tmp_path / f"verbose_{verbose}"), dtype="fp32")
+        shown[verbose] = [str(w.message) for w in caught if "torch.distributed is" in str(w.message)]
+    assert shown["0"] == []
+    assert any("assuming the intent is to load in a single process" in message for message in shown["1"])
 
 
 @pytest.mark.parametrize(

@@ -111,6 +111,18 @@ def install_worker_filters() -> None:
     )
 
 
+@contextlib.contextmanager
+def one_process_checkpoint_io() -> Iterator[None]:
+    """For a torch.distributed.checkpoint save or load that asks for one process (`no_dist=True`, e.g. the model
+    merger): torch warns then that it is "assuming the intent is to load in a single process" all the same."""
+    with warnings.catch_warnings():
+        if not verbose():
+            warnings.filterwarnings(
+                "ignore", message=r"torch\.distributed is (disabled, )?unavailable or uninitialized"
+            )
+        yield
+
+
 def worker_env_vars() -> dict[str, str]:
     """Environment variables for every Ray worker: VERL_VERBOSE passed on, or HF progress bars off (unless the user
     set HF_HUB_DISABLE_PROGRESS_BARS)."""

@@ -23,7 +23,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from verl.utils import device
+from verl.utils import device, quiet
 
 
 logger = logging.getLogger(__name__)
@@ -48,6 +48,12 @@ def _rng_key(rank: int) -> str:
 
 def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized()
+
+
+def _dcp(method: Any, state: dict[str, Any], path: str) -> None:
+    """dcp.save or dcp.load of `state` at `path`, by every rank of the group or, outside one, by this process alone."""
+    with quiet.one_process_checkpoint_io():
+        method(state, checkpoint_id=path, no_dist=not _distributed())
 
 
 def _rank() -> int:
@@ -175,7 +181,7 @@ class FSDPCheckpointManager:
         error = _attempt(_rank() == 0, lambda: _fresh_dir(staging), parent)
         if not _any_failed(error):
             state = self._state_to_save(extra_state, save_model_only)
-            error = _attempt(True, lambda: dcp.save(state, checkpoint_id=staging, no_dist=not _distributed()), parent)
+            error = _attempt(True, lambda: _dcp(dcp.save, state, staging), parent)
         if not _any_failed(error):
             error = _attempt(_rank() == 0, lambda: self._save_hf_files(os.path.join(staging, HF_SUBDIR)), parent)
         if _any_failed(error):
@@ -256,7 +262,7 @@ class FSDPCheckpointManager:
             for key in (_TRAINER_KEY, rng_key):
                 if key in saved_keys:
                     state[key] = _PickledState()
-        dcp.load(state, checkpoint_id=path, no_dist=not _distributed())
+        _dcp(dcp.load, state, path)
         options = StateDictOptions(strict=not self.adapter_only)  # adapters only: the base weights stay as loaded
         if load_optimizer:
             set_state_dict(
