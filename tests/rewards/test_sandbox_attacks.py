@@ -526,14 +526,40 @@ def test_code_extraction_is_linear_on_unclosed_fences() -> None:
 
 @needs_cgroup
 def test_the_runs_together_weigh_less_than_one_of_the_trainer_s_processes() -> None:
-    """The folder of all runs' cgroups has the lowest CPU weight, so spinning programs take the CPU the trainer
-    leaves idle (nice only orders a run's own processes: the cgroup is what competes with the trainer)."""
+    """The folder of all runs' cgroups weighs a quarter of one nice-0 process, so spinning programs take at most that
+    share from a busy trainer (nice only orders a run's own processes: the cgroup is what competes with the trainer)."""
     run_python("pass")  # the layout is made with the first run
     layout = cgroups._layout()
     if layout.version == "v2":
-        assert cgroups._read(os.path.join(layout.bases[""], "cpu.weight")).strip() == "1"
+        assert cgroups._read(os.path.join(layout.bases[""], "cpu.weight")).strip() == "25"  # a nice-0 task: 100
     else:
-        assert cgroups._read(os.path.join(layout.bases["cpu"], "cpu.shares")).strip() == "2"
+        assert cgroups._read(os.path.join(layout.bases["cpu"], "cpu.shares")).strip() == "256"  # a nice-0 task: 1024
+
+
+def _spin(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+@needs_cgroup
+def test_an_honest_program_finishes_beside_a_trainer_that_keeps_every_core_busy() -> None:
+    """One busy process per core stands for a trainer generating while programs are judged: a program of ~0.2 CPU
+    seconds still finishes well inside wall_s (at the lowest weight, 1/512 of a process, it got ~1% of a core and
+    timed out)."""
+    import multiprocessing
+
+    busy = [multiprocessing.Process(target=_spin, args=(60.0,)) for _ in range(os.cpu_count() or 1)]
+    for process in busy:
+        process.start()
+    try:
+        time.sleep(0.5)
+        result = run_python("x = 0\nfor i in range(2 * 10**6):\n    x += i\nprint(x)", "", SandboxLimits(wall_s=10.0))
+    finally:
+        for process in busy:
+            process.kill()
+            process.join()
+    assert (result.status, result.stdout) == ("ok", f"{sum(range(2 * 10**6))}\n"), (result.status, result.wall_s)
 
 
 def test_a_sample_s_cases_share_one_time_budget() -> None:
@@ -625,7 +651,7 @@ HONEST_PROGRAMS = [
 def test_honest_programs_pass_under_the_policy_and_are_not_slowed() -> None:
     """Threads (clone3 answers ENOSYS: glibc falls back to clone), a fork pool, a subprocess, sqlite3 in memory, a
     temporary file with posix_fallocate (emulated once fallocate is refused) and 200 KB of output all pass, in CPU
-    seconds of their own (wall time on a shared machine says little: runs have the lowest CPU weight)."""
+    seconds of their own (wall time on a shared machine says little: runs weigh a quarter of one process)."""
     cases = [judge.parse_test_cases(truth, "honest")[0] for _, truth in HONEST_PROGRAMS]
     jobs = [(program, [case.stdin]) for (program, _), case in zip(HONEST_PROGRAMS, cases)]
     results = [result for [result] in sandbox.run_many_cases(jobs, SandboxLimits(wall_s=30.0), max_workers=2)]

@@ -20,15 +20,17 @@ ROOT = "/sys/fs/cgroup"
 GROUP = "verl-sandbox"
 """Runs' cgroups go in this folder under the trainer's own cgroup of each hierarchy (created once, left empty)."""
 V1_CONTROLLERS = ("memory", "pids", "cpu")
-CPU_WEIGHT_V2 = 1
-CPU_SHARES_V1 = 2
-"""The lowest CPU weight (v2 cpu.weight; a nice-0 task has 100) and shares (v1; 1024), given to the folder of all
-runs, so all runs together weigh less than one nice-0 trainer process."""
+CPU_WEIGHT_V2 = 25
+CPU_SHARES_V1 = 256
+"""The CPU weight (v2 cpu.weight; a nice-0 task has 100) and shares (v1; 1024) of the folder of all runs: together
+they weigh a quarter of one nice-0 trainer process. While the trainer keeps every core busy, spinning programs take at
+most that share from it, and honest ones still get enough CPU to finish within their wall limits (the lowest weight,
+1/100, starved them into timeouts: docs/rewards.md)."""
 V1_OPTIONAL = ("cpuacct",)
 """Used where mounted (the run's CPU time); where it is co-mounted with cpu ("cpu,cpuacct") the cpu group has it."""
 
 
-def _lowest_weight(path: str, value: int) -> None:
+def _folder_weight(path: str, value: int) -> None:
     """Set the runs' folder's CPU weight (nice only orders processes within the group: the group competes)."""
     try:
         _write(path, str(value))
@@ -86,7 +88,7 @@ class _Layout:
         if missing:
             raise OSError(f"{base} lacks the controllers {sorted(missing)} (not delegated to this user?)")
         _write(os.path.join(base, "cgroup.subtree_control"), " ".join(f"+{name}" for name in sorted(wanted)))
-        _lowest_weight(os.path.join(base, "cpu.weight"), CPU_WEIGHT_V2)
+        _folder_weight(os.path.join(base, "cpu.weight"), CPU_WEIGHT_V2)
         self.version, self.bases = "v2", {"": base}
 
     def _legacy(self) -> None:
@@ -103,7 +105,7 @@ class _Layout:
                 with contextlib.suppress(OSError):
                     bases[controller] = _base(mount, controller)
                     os.makedirs(bases[controller], exist_ok=True)
-        _lowest_weight(os.path.join(bases["cpu"], "cpu.shares"), CPU_SHARES_V1)
+        _folder_weight(os.path.join(bases["cpu"], "cpu.shares"), CPU_SHARES_V1)
         self.version, self.bases = "v1", bases
 
 
