@@ -364,9 +364,15 @@ def test_closing_the_pool_does_not_wait_on_a_hung_function(make_batch, write_rew
     manager = manager_for(f"{path}:score", tokenizer, num_cpus=2)
     _, metrics = manager.compute_reward(make_batch(["Q"] * 2, ["a", "b"]))
     workers = {int(pid) for pid in metrics["pid"]}
-    scoring = threading.Thread(
-        target=manager.compute_reward, args=(make_batch(["Q"] * 2, ["hang", "b"]),), daemon=True
-    )
+    ended: list[BaseException] = []
+
+    def score_the_hung_batch() -> None:
+        try:
+            manager.compute_reward(make_batch(["Q"] * 2, ["hang", "b"]))
+        except BaseException as error:  # the call the close cut short
+            ended.append(error)
+
+    scoring = threading.Thread(target=score_the_hung_batch, daemon=True)
     scoring.start()
     time.sleep(2)  # the hung chunk is inside the function now
     closing = threading.Thread(target=manager.close, daemon=True)
@@ -375,6 +381,7 @@ def test_closing_the_pool_does_not_wait_on_a_hung_function(make_batch, write_rew
     assert not closing.is_alive(), "closing the pool waited on the hung reward function"
     scoring.join(timeout=30)
     assert not scoring.is_alive()
+    assert [type(error) for error in ended] == [RewardFunctionError]  # an error, neither a hang nor scores
     assert not any(_alive(pid) for pid in workers)
 
 
