@@ -27,9 +27,9 @@ own verdict (verl/rewards/sandbox/judge.py; docs/rewards.md, "How a case is judg
 The samples of the batch run in parallel through `run_many_cases` (max_workers at a time): a sample's cases share one
 sandboxed interpreter, which forks a fresh child per case, so each case still runs alone under the limits (wall_s,
 cpu_s, memory_mb, output_kb, max_processes; see verl.rewards.sandbox.run_python_cases) and cannot see what the
-others did, without paying an interpreter start per case. Where the sandbox can make cgroups, all programs together
-weigh a quarter of one trainer process for the CPU (else they run at `nice` 10): beside a busy trainer they take at
-most that share, and still get enough CPU to finish within their limits.
+others did, without paying an interpreter start per case. All programs together weigh a quarter of one trainer process
+for the CPU (their cgroups' folder; where no cgroup can be made, their `nice` of 10 ranks them below the trainer):
+beside a busy trainer they take at most that share, and still get enough CPU to finish within their limits.
 
 Scores per sample:
     overall: the pass rate, or with all_or_nothing 1.0 when every case passes and 0.0 otherwise.
