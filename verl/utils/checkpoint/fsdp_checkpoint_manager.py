@@ -51,9 +51,13 @@ def _distributed() -> bool:
 
 
 def _dcp(method: Any, state: dict[str, Any], path: str) -> None:
-    """dcp.save or dcp.load of `state` at `path`, by every rank of the group or, outside one, by this process alone."""
+    """dcp.save or dcp.load of `state` at `path`, by every rank of the group or, outside one, by this process alone
+    (torch's warning that it assumes one process silenced only then: the filter is process-wide while it lasts)."""
+    if _distributed():
+        method(state, checkpoint_id=path)
+        return
     with quiet.one_process_checkpoint_io():
-        method(state, checkpoint_id=path, no_dist=not _distributed())
+        method(state, checkpoint_id=path, no_dist=True)
 
 
 def _rank() -> int:
