@@ -8,6 +8,7 @@ same checks under the plans this machine would fall back to, so they keep workin
 
 import os
 import socket
+import subprocess
 import tempfile
 import textwrap
 import time
@@ -21,6 +22,7 @@ from verl.rewards import sandbox
 from verl.rewards.sandbox import (
     SandboxLimits,
     SandboxResult,
+    bootstrap,
     bwrap,
     harness,
     isolation,
@@ -176,6 +178,95 @@ def test_a_busy_loop_ends_at_the_wall_limit() -> None:
     assert time.monotonic() - started < 1.0 + 3.0
     sleeping = run_python("import time\ntime.sleep(60)\n", limits=SandboxLimits(wall_s=1.0))
     assert sleeping.status == "timeout" and 1.0 <= sleeping.wall_s < 1.0 + 5.0  # not the program's 60 s
+
+
+def _spin(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+def test_a_process_s_wait_for_a_cpu_is_read_from_the_kernel() -> None:
+    """Three processes spin on one core (equal shares): each waits about two thirds of the time; a sleeping process,
+    a gone one and a tree that keeps the core busy itself have lost nothing to others."""
+    import multiprocessing
+
+    affinity = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(affinity)})  # the spinning processes inherit it
+    try:
+        spinning = [multiprocessing.Process(target=_spin, args=(3.0,)) for _ in range(3)]
+        for process in spinning:
+            process.start()
+    finally:
+        os.sched_setaffinity(0, affinity)
+    sleeping = subprocess.Popen(["sleep", "10"])
+    try:
+        started = time.monotonic()
+        time.sleep(1.0)
+        elapsed = time.monotonic() - started
+        waits = [bootstrap.cpu_wait([process.pid], elapsed) for process in spinning]
+        assert all(elapsed * 0.4 < wait <= elapsed for wait in waits), (elapsed, waits)
+        assert bootstrap.cpu_wait([sleeping.pid], elapsed) < 0.05
+        assert bootstrap.cpu_wait([os.getpid()], 0.0) == 0.0  # at most the elapsed time less the CPU time used
+    finally:
+        for process in spinning:
+            process.kill()
+            process.join()
+        sleeping.kill()
+        sleeping.wait()
+    assert bootstrap.cpu_wait([spinning[0].pid], 1.0) == 0.0  # gone
+
+
+def test_a_wall_limit_stretches_by_the_wait_up_to_the_cap() -> None:
+    sleeping = subprocess.Popen(["sleep", "10"])
+    try:
+        for waited, least in ((lambda elapsed: 0.0, 0.2), (lambda elapsed: 0.3, 0.5), (lambda elapsed: 99.0, 0.8)):
+            started = time.monotonic()
+            assert not bootstrap.wait_for_exit(sleeping.pid, 0.2, waited)
+            assert least <= time.monotonic() - started < least + 1.0
+        exiting = subprocess.Popen(["sleep", "0.4"])
+        assert bootstrap.wait_for_exit(exiting.pid, 0.2, lambda elapsed: 0.5)  # ends within the stretched limit
+        exiting.wait()
+    finally:
+        sleeping.kill()
+        sleeping.wait()
+
+
+def test_the_wall_limit_does_not_count_the_time_spent_waiting_for_a_cpu() -> None:
+    """Two busy processes share the program's only core, so a program of ~0.1 CPU seconds takes longer than wall_s in
+    wall time (at the folder's quarter weight it gets about a fifth of the core); it passes all the same, alone and as
+    a harness's cases (its run-queue wait does not count)."""
+    import multiprocessing
+
+    program = "x = 0\nfor i in range(10**6):\n    x += i\nprint(x)\n"
+    limits = SandboxLimits(wall_s=0.3)
+    affinity = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(affinity)})  # the runs and the busy processes inherit it
+    busy = [multiprocessing.Process(target=_spin, args=(30.0,)) for _ in range(2)]
+    try:
+        for process in busy:
+            process.start()
+        time.sleep(0.3)
+        results = [run_python(program, "", limits), *sandbox.run_python_cases(program, ["", ""], limits)]
+    finally:
+        os.sched_setaffinity(0, affinity)
+        for process in busy:
+            process.kill()
+            process.join()
+    seen = [(result.status, round(result.wall_s, 2), round(result.cpu_s, 2)) for result in results]
+    assert [(result.status, result.stdout) for result in results] == [("ok", f"{sum(range(10**6))}\n")] * 3, seen
+
+
+def test_a_program_that_keeps_its_core_busy_with_its_own_processes_gains_no_time() -> None:
+    """Four processes of one program wait for each other, which does not stretch wall_s: the wait counts only as far
+    as the run's CPU time leaves room for it, so the run uses at most about wall_s of CPU (counting all the wait, it
+    ran to WAIT_CAP x wall_s, 2 s of CPU)."""
+    program = "import os\nfor _ in range(3):\n    if os.fork() == 0:\n        break\nwhile True:\n    pass\n"
+    limits = SandboxLimits(wall_s=0.5)
+    results = [run_python(program, "", limits), *sandbox.run_python_cases(program, ["", ""], limits)]
+    seen = [(result.status, round(result.wall_s, 2), round(result.cpu_s, 2)) for result in results]
+    assert [result.status for result in results] == ["timeout"] * 3, seen
+    assert all(result.cpu_s < limits.wall_s + 0.25 for result in results), seen
 
 
 def test_cpu_limit() -> None:
@@ -670,13 +761,24 @@ def watch_records(records: bytes, close: bool = True) -> harness._Watch:
 
 
 def test_the_trainer_accepts_only_the_harness_protocol(monkeypatch: pytest.MonkeyPatch) -> None:
-    finished = watch_records(b"S 0\nD 0 -9 1 2.5 0.25\nS 1\n")
+    finished = watch_records(b"S 0\nW 0 0.5\nD 0 -9 1 2.5 0.25 0.5\nS 1\n")
     assert (finished.reports, finished.running_since is not None, finished.stalled) == (
-        [(-9, True, 2.5, 0.25)],
+        [(-9, True, 2.5, 0.25, 0.5)],
         True,
         False,
     )
-    for invalid in (b"D 0 0 0 0.1 0.1\n", b"S 1\n", b"S 0\nS 0\n", b"S 0\nD 1 0 0 0.1 0.1\n", b"S 3\n", b"ok\n"):
+    for invalid in (
+        b"D 0 0 0 0.1 0.1 0\n",
+        b"S 1\n",
+        b"S 0\nS 0\n",
+        b"S 0\nD 1 0 0 0.1 0.1 0\n",
+        b"S 0\nD 0 0 0 0.1 0.1\n",
+        b"S 3\n",
+        b"W 0 0.1\nS 0\nD 0 0 0 0.1 0.1 0\n",
+        b"S 0\nW 1 0.1\nD 0 0 0 0.1 0.1 0\n",
+        b"S 0\nW 0 nan\nD 0 0 0 0.1 0.1 0\n",
+        b"ok\n",
+    ):
         assert watch_records(invalid).reports == [], invalid
     assert watch_records(b"U OSError(1)\n").refused == "OSError(1)"
     assert watch_records(b"S 0\nU late\n").refused == ""
@@ -684,6 +786,11 @@ def test_the_trainer_accepts_only_the_harness_protocol(monkeypatch: pytest.Monke
     started = time.monotonic()
     stalled = watch_records(b"S 0\n", close=False)
     assert stalled.stalled and stalled.running_since is not None and time.monotonic() - started < 5.0
+    # a case that waited for a CPU: the deadline stretches by the wait, at most (WAIT_CAP - 1) x wall_s (0.1 here)
+    for waited, least in ((b"0.2", 0.2 + 0.2), (b"9", 0.2 + 0.3)):
+        started = time.monotonic()
+        stalled = watch_records(b"S 0\nW 0 %s\n" % waited, close=False)
+        assert stalled.stalled and least - 0.02 <= time.monotonic() - started < least + 3.0, waited
 
 
 def test_cases_run_one_process_each_where_the_harness_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

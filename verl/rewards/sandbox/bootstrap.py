@@ -251,13 +251,66 @@ def _state():
     return limits, os.getpriority(os.PRIO_PROCESS, 0), os.sched_getaffinity(0)
 
 
-def wait_for_exit(pid: int, timeout: float) -> bool:
+WAIT_CAP = 4.0
+"""A run's wall limit stretches by the time it waited for a CPU, to at most WAIT_CAP times the limit."""
+
+
+def child_pids(pid):
+    """The children of process `pid` (a number or "self"), as numbered in this /proc; [] where the kernel does not
+    list them."""
+    found = []
+    try:
+        for task in os.listdir("/proc/%s/task" % pid):
+            with open("/proc/%s/task/%s/children" % (pid, task), "rb") as file:
+                found.extend(int(child) for child in file.read().split())
+    except (OSError, ValueError):
+        pass
+    return found
+
+
+def cpu_wait(pids, elapsed):
+    """Seconds of `elapsed` that the processes `pids` and their descendants (the first 256) lost to other processes:
+    the longest run-queue delay of one of their main threads (/proc/<pid>/schedstat), at most `elapsed` less the CPU
+    time they used (/proc/<pid>/stat), so a run that keeps its core busy with its own threads or processes gains
+    nothing; 0.0 where /proc does not tell."""
+    longest, used, pending, seen = 0, 0, list(pids), 0
+    while pending and seen < 256:
+        pid, seen = pending.pop(), seen + 1
+        try:
+            with open("/proc/%d/schedstat" % pid, "rb") as file:
+                delay = int(file.read().split()[1])
+            with open("/proc/%d/stat" % pid, "rb") as file:
+                stat = file.read()
+            used += sum(int(ticks) for ticks in stat[stat.rfind(b")") + 2 :].split()[11:15])  # u/s time, children's
+        except (OSError, IndexError, ValueError):
+            continue
+        longest = max(longest, delay)
+        pending.extend(child_pids(pid))
+    return max(0.0, min(longest / 1e9, elapsed - used / os.sysconf("SC_CLK_TCK")))
+
+
+def wait_for_exit(pid: int, timeout: float, waited=None) -> bool:
     """Wait up to `timeout` seconds for the child `pid` to exit, without reaping it (so its pid and group id stay
-    reserved until the group is killed); False on timeout."""
+    reserved until the group is killed); False on timeout. With `waited` (a function of the seconds elapsed giving
+    those the run lost waiting for a CPU: cpu_wait), that time does not count: the limit is on the time the run could
+    run, and stretches to at most WAIT_CAP x `timeout` of wall time."""
+    import time
+
+    start, limit = time.monotonic(), timeout
+    while not _exits_by(pid, start + limit):
+        if waited is None:
+            return False
+        stretched = timeout + min(waited(time.monotonic() - start), (WAIT_CAP - 1) * timeout)
+        if stretched - limit < 0.01:  # no new wait to allow for (or too little to wait for again)
+            return False
+        limit = stretched
+    return True
+
+
+def _exits_by(pid, deadline):
     import select
     import time
 
-    deadline = time.monotonic() + timeout
     try:
         handle = os.pidfd_open(pid)
     except (AttributeError, OSError):
@@ -422,12 +475,13 @@ def _manifest(text):
 def _harness(source, path, manifest, kill_all):
     # Runs the cases in turn, each in a forked child; returns only in a child, which then runs its case. Only this
     # process writes the result pipe: children close it first, and PR_SET_DUMPABLE=0 keeps same-uid processes from
-    # ptrace and /proc/<pid>/{mem,fd}. A case gets what is left of `budget`, at most `wall`.
+    # ptrace and /proc/<pid>/{mem,fd}. A case gets what is left of `budget`, at most `wall`; neither counts the time
+    # the case's processes waited for a CPU (up to WAIT_CAP times each), which its record reports.
     import gc
     import time
 
     wall, budget, results, cases = manifest
-    deadline = time.monotonic() + budget
+    deadline, stretch = time.monotonic() + budget, (WAIT_CAP - 1) * budget
     try:
         _prctl(4, 0)  # PR_SET_DUMPABLE
         _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
@@ -466,12 +520,20 @@ def _harness(source, path, manifest, kill_all):
             os.setpgid(child, child)
         except OSError:
             pass
-        timed_out = not wait_for_exit(child, case_wall)
+
+        def waited(elapsed, index=index):  # the trainer stretches its deadline for the case as this one does
+            seconds = cpu_wait(child_pids("self"), elapsed)
+            os.write(results, b"W %d %.6f\n" % (index, seconds))
+            return seconds
+
+        timed_out = not wait_for_exit(child, case_wall, waited)
         elapsed = time.monotonic() - started
+        waited = min(cpu_wait(child_pids("self"), elapsed), stretch)
+        deadline, stretch = deadline + waited, stretch - waited
         status, cpu = _end_case(child, kill_all)
         returncode = -9 if status is None else os.waitstatus_to_exitcode(status)
         empty_directory(scratch)
-        record = "D %d %d %d %.6f %.6f\n" % (index, returncode, timed_out, elapsed, cpu)
+        record = "D %d %d %d %.6f %.6f %.6f\n" % (index, returncode, timed_out, elapsed, cpu, waited)
         os.write(results, record.encode())
     os._exit(0)
 

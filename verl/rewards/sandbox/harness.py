@@ -19,7 +19,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 
 from verl.rewards.sandbox import fusion
-from verl.rewards.sandbox.bootstrap import wait_for_exit
+from verl.rewards.sandbox.bootstrap import WAIT_CAP, wait_for_exit
 from verl.rewards.sandbox.limits import STDERR_TAIL_BYTES, SandboxLimits, SandboxResult
 from verl.rewards.sandbox.plans import _Plan
 from verl.rewards.sandbox.runner import (
@@ -40,8 +40,9 @@ logger = logging.getLogger(__name__)
 CASES_PER_PROCESS = 32
 """run_python_cases runs at most this many cases in one process (each holds three open files in the trainer)."""
 HARNESS_GRACE_S = 2.0
-"""run_python_cases: seconds the harness may take beyond wall_s for a case (or its start-up) before the trainer
-gives up on it, kills the process and counts the running case as a timeout."""
+"""run_python_cases: seconds the harness may take beyond its longest case (wall_s stretched by the case's waits for a
+CPU, at most WAIT_CAP x wall_s) or its start-up before the trainer gives up on it, kills the process and counts the
+running case as a timeout."""
 
 
 TRICKLE_BYTES = 4096
@@ -133,7 +134,7 @@ def _run_cases(code: str, cases: list[tuple[str, str]], limits: SandboxLimits, p
     """All `cases`, CASES_PER_PROCESS per process, within limits.sample_wall_s in all; a process that stops early
     leaves the rest to a fresh one, and the cases left when the budget is spent are timed out without running."""
     results: list[SandboxResult] = []
-    deadline = time.monotonic() + limits.sample_wall_s
+    deadline, stretch = time.monotonic() + limits.sample_wall_s, (WAIT_CAP - 1) * limits.sample_wall_s
     while len(results) < len(cases):
         budget = deadline - time.monotonic()
         if budget <= 0:
@@ -144,7 +145,10 @@ def _run_cases(code: str, cases: list[tuple[str, str]], limits: SandboxLimits, p
             results.append(_run(code + suffix, stdin, replace(limits, wall_s=min(limits.wall_s, budget)), plan))
             continue
         chunk = cases[len(results) : len(results) + CASES_PER_PROCESS]
-        results.extend(_run_harness(code, chunk, limits, plan, budget))
+        chunk_results, waited = _run_harness(code, chunk, limits, plan, budget)
+        results.extend(chunk_results)
+        waited = min(waited, stretch)  # as the harness stretched its own budget
+        deadline, stretch = deadline + waited, stretch - waited
     return results
 
 
@@ -157,8 +161,8 @@ def _not_run(limits: SandboxLimits) -> SandboxResult:
 class _Watch:
     """What the trainer learned from the harness's result pipe."""
 
-    reports: list[tuple[int, bool, float, float]]
-    """(returncode, timed out, wall seconds, CPU seconds) of each finished case, in order."""
+    reports: list[tuple[int, bool, float, float, float]]
+    """(returncode, timed out, wall seconds, CPU seconds, seconds waited for a CPU) of each finished case, in order."""
     running_since: float | None = None
     """When the case after the reported ones started (trainer's clock), if it did and did not finish."""
     stalled: bool = False
@@ -201,8 +205,10 @@ class _Output:
 def _watch(read_end: int, count: int, wall_s: float, outputs: Sequence[_Output] = ()) -> _Watch:
     """Read the harness's records until it closes the pipe or misses a deadline, and the cases' `outputs` meanwhile.
 
-    Records, in this order only: "S i" (case i starts), "D i returncode timed_out wall cpu" (case i ended), or
-    "U reason" alone. Each must come within wall_s + HARNESS_GRACE_S of the previous one (or of the start).
+    Records, in this order only: "S i" (case i starts), "W i waited" (case i has lost `waited` seconds waiting for a
+    CPU: its time limit stretches), "D i returncode timed_out wall cpu waited" (case i ended), or "U reason" alone.
+    Each must come within wall_s + HARNESS_GRACE_S of the previous one (or of the start), a case's end within that of
+    its start plus what it waited (at most (WAIT_CAP - 1) x wall_s).
     """
     watch = _Watch(reports=[])
     budget = wall_s + HARNESS_GRACE_S
@@ -251,10 +257,17 @@ def _watch(read_end: int, count: int, wall_s: float, outputs: Sequence[_Output] 
                     if watch.running_since is not None:
                         raise ValueError("two starts")
                     watch.running_since = time.monotonic()
-                elif fields[0] == "D" and len(fields) == 6 and int(fields[1]) == index:
+                elif fields[0] == "W" and len(fields) == 3 and int(fields[1]) == index:
+                    waited = float(fields[2])
+                    if watch.running_since is None or not waited >= 0:
+                        raise ValueError("a wait outside a case")
+                    deadline = watch.running_since + budget + min(waited, (WAIT_CAP - 1) * wall_s)
+                    continue
+                elif fields[0] == "D" and len(fields) == 7 and int(fields[1]) == index:
                     if watch.running_since is None:
                         raise ValueError("an end without a start")
-                    watch.reports.append((int(fields[2]), fields[3] == "1", float(fields[4]), float(fields[5])))
+                    wall, cpu, waited = (float(field) for field in fields[4:])
+                    watch.reports.append((int(fields[2]), fields[3] == "1", wall, cpu, waited))
                     watch.running_since = None
                 else:
                     raise ValueError("unexpected record")
@@ -266,9 +279,10 @@ def _watch(read_end: int, count: int, wall_s: float, outputs: Sequence[_Output] 
 
 def _run_harness(
     code: str, cases: list[tuple[str, str]], limits: SandboxLimits, plan: _Plan, budget: float
-) -> list[SandboxResult]:
-    """Run the harness on `cases` within `budget` wall seconds in all; results of a non-empty prefix of them (the rest
-    is for a fresh process, or timed out when the budget is spent)."""
+) -> tuple[list[SandboxResult], float]:
+    """Run the harness on `cases` within `budget` wall seconds in all (not counting their waits for a CPU); results
+    of a non-empty prefix of them (the rest is for a fresh process, or timed out when the budget is spent), and the
+    seconds the reported cases waited."""
     with ExitStack() as stack:
         scratch, setup, cgroup = stack.enter_context(_workspace(limits, plan, harness=True))
         # Unlinked files of the trainer's (mode 0600), reachable only through the descriptors each case gets. A
@@ -325,14 +339,14 @@ def _run_harness(
                 "Sandbox harness cannot protect its results here (%s): one process per case.", watch.refused
             )
             _HARNESS_REFUSED.set()
-            return []
+            return [], 0.0
         results = []
         for (_, stderr_file), output, report in zip(files, outputs, [*watch.reports, None]):
             stdout = bytes(output.data)
             stderr, stderr_size = _read_tail(stderr_file, STDERR_TAIL_BYTES)
             largest = max(len(stdout), stderr_size)
             if report is not None:
-                case_returncode, timed_out, wall, cpu = report
+                case_returncode, timed_out, wall, cpu, _ = report
                 status_name = _classify(timed_out, case_returncode, cpu, limits, largest, stderr, oom)
             elif watch.running_since is not None or not watch.reports:
                 # the harness ended during this case (or before the first): charged to the case, which never passes
@@ -347,4 +361,4 @@ def _run_harness(
                     status_name, case_returncode, stdout, stderr, wall, cpu, interpreter.sandbox_id, setup.uid
                 )
             )
-    return results
+    return results, sum(report[4] for report in watch.reports)

@@ -32,7 +32,9 @@ class SandboxLimits:
     """Limits of one run; every value must be positive."""
 
     wall_s: float = 10.0
-    """Wall-clock seconds before the run is killed ("timeout")."""
+    """Seconds the run may take before it is killed ("timeout"), not counting what it lost waiting for a CPU while
+    other processes kept the cores busy (its processes' run-queue delay, at most its wall time less its CPU time), up
+    to 4 x wall_s of wall time (bootstrap.WAIT_CAP)."""
     cpu_s: float = 5.0
     """CPU seconds per process (RLIMIT_CPU, rounded up to whole seconds): SIGXCPU, then SIGKILL a second later."""
     memory_mb: int = 1024
@@ -49,8 +51,8 @@ class SandboxLimits:
     endpoint: str = ""
     """isolation="sandbox_fusion": the service's base URL (http://host:port), to which /run_code is posted."""
     sample_wall_s: float = 20.0
-    """Wall-clock seconds all cases of one program may take together: each case gets what is left (at most wall_s),
-    and cases left once it is spent time out unrun. Bounds a sample's cost whatever its case count; not applied by
+    """Seconds all cases of one program may take together, counted as wall_s is: each case gets what is left (at most
+    wall_s), and cases left once it is spent time out unrun. Bounds a sample's cost whatever its case count; not applied by
     sandbox_fusion."""
     max_open_files: int = 64
     """RLIMIT_NOFILE of each of the program's processes (set just before its code runs). It also bounds what a run
