@@ -1,5 +1,6 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
+import os
 import random
 
 import numpy as np
@@ -46,6 +47,17 @@ def test_init_distributed_names_missing_environment(monkeypatch):
     device.set_device_type("cpu")
     with pytest.raises(RuntimeError, match="RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT"):
         device.init_distributed()
+
+
+def test_environment_defaults_set_only_what_is_missing_and_take_it_away_again(monkeypatch):
+    monkeypatch.setenv("VERL_TEST_KEPT", "mine")
+    monkeypatch.delenv("VERL_TEST_ADDED", raising=False)
+    with device.environment_defaults({"VERL_TEST_KEPT": "theirs", "VERL_TEST_ADDED": "1"}):
+        assert (os.environ["VERL_TEST_KEPT"], os.environ["VERL_TEST_ADDED"]) == ("mine", "1")
+    assert os.environ["VERL_TEST_KEPT"] == "mine" and "VERL_TEST_ADDED" not in os.environ
+    with pytest.raises(KeyError), device.environment_defaults({"VERL_TEST_ADDED": "1"}):
+        raise KeyError("the block failed")
+    assert "VERL_TEST_ADDED" not in os.environ
 
 
 def test_rng_state_round_trip_covers_python_numpy_torch():

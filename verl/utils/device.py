@@ -99,7 +99,17 @@ def init_distributed(timeout_seconds: float = 600.0) -> None:
         dist.init_process_group(backend=get_dist_backend(), timeout=timeout)
 
 
-_ONE_PROCESS_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "VERL_DIST_INIT_METHOD")
+@contextlib.contextmanager
+def environment_defaults(values: dict[str, str]) -> Iterator[None]:
+    """Set each of `values` that the environment lacks, for the block only: on exit the names it set are removed
+    again (a process that builds an engine or a group and goes on keeps no rank of a world it has left)."""
+    added = [name for name in values if name not in os.environ]
+    os.environ.update({name: values[name] for name in added})
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 @contextlib.contextmanager
@@ -111,22 +121,16 @@ def one_process_group(timeout_seconds: float = 600.0) -> Iterator[None]:
     if dist.is_initialized():
         yield
         return
-    saved = {name: os.environ.get(name) for name in _ONE_PROCESS_ENV}
     with tempfile.TemporaryDirectory(prefix="verl_process_group_") as store_dir:
-        if "RANK" not in os.environ:
-            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
-            os.environ["VERL_DIST_INIT_METHOD"] = f"file://{os.path.join(store_dir, 'store')}"
-        try:
-            init_distributed(timeout_seconds)
-            yield
-        finally:
-            if dist.is_initialized():
-                dist.destroy_process_group()
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+        world = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+        world["VERL_DIST_INIT_METHOD"] = f"file://{os.path.join(store_dir, 'store')}"
+        with environment_defaults({} if "RANK" in os.environ else world):
+            try:
+                init_distributed(timeout_seconds)
+                yield
+            finally:
+                if dist.is_initialized():
+                    dist.destroy_process_group()
 
 
 def synchronize() -> None:

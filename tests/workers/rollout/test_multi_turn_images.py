@@ -6,6 +6,7 @@ position ids are the model's own rope index over the whole episode, and a Huggin
 sequence with the rollout's `multi_modal_inputs` gives the engine's log-probs for every model token (to fp32 noise, or
 bf16's where the family's CPU engine runs in bf16: Qwen3.5)."""
 
+import os
 from typing import Any
 
 import numpy as np
@@ -83,6 +84,9 @@ def vl_rollout(request, tmp_path_factory):
         max_tokens_per_turn=6,
     )
     rollout = VLLMRollout(model_dir, config, processor.tokenizer, processor)
+    # the previous family's engine left this process in a world of one: vLLM's launcher read the rank from the
+    # environment while this engine was built, and the environment holds none now (a later group would take it)
+    assert [name for name in ("RANK", "LOCAL_RANK") if name in os.environ] == []
     model_class = getattr(transformers, FAMILIES[request.param].hf_class)
     model = model_class.from_pretrained(model_dir, dtype=torch.float32).eval()
     loader = EngineLoader(rollout.inference_engine)  # the engine starts with dummy weights

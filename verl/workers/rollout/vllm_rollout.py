@@ -263,16 +263,17 @@ class VLLMRollout:
                 else "bf16 is much slower here",
             )
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine must live in this process to share weights
-        if dist.is_initialized():  # the external launcher reads RANK and LOCAL_RANK from the environment
-            os.environ.setdefault("RANK", str(dist.get_rank()))
-            os.environ.setdefault("LOCAL_RANK", str(torch.cuda.current_device() if on_gpu() else dist.get_rank()))
+        launcher = {}  # the external launcher reads RANK and LOCAL_RANK from the environment, while it builds
+        if dist.is_initialized():
+            launcher = {"RANK": str(dist.get_rank())}
+            launcher["LOCAL_RANK"] = str(torch.cuda.current_device() if on_gpu() else dist.get_rank())
         set_num_threads, num_threads = torch.set_num_threads, torch.get_num_threads()
         # the long-lived heap stays out of the full collections vLLM runs while building: a faster start
         gc.freeze()
         cpu_tensor_parallel = not on_gpu() and engine_kwargs["tensor_parallel_size"] > 1
         if cpu_tensor_parallel:  # a killed run's all-reduce segment would stop this engine's start
             vllm_compat.remove_stale_cpu_shm_segments(engine_kwargs["tensor_parallel_size"], dist.get_rank())
-        with preserved_rng_state():
+        with preserved_rng_state(), device.environment_defaults(launcher):
             self.inference_engine = LLM(**engine_kwargs)
         if cpu_tensor_parallel:  # every peer has mapped it: nothing is left in /dev/shm however the process ends
             vllm_compat.release_cpu_shm_segment()
