@@ -528,12 +528,12 @@ def _harness(source, path, manifest, kill_all):
 
         timed_out = not wait_for_exit(child, case_wall, waited)
         elapsed = time.monotonic() - started
-        waited = min(cpu_wait(child_pids("self"), elapsed), stretch)
-        deadline, stretch = deadline + waited, stretch - waited
+        lost = min(cpu_wait(child_pids("self"), elapsed), stretch)  # the budget stretches by it too
+        deadline, stretch = deadline + lost, stretch - lost
         status, cpu = _end_case(child, kill_all)
         returncode = -9 if status is None else os.waitstatus_to_exitcode(status)
         empty_directory(scratch)
-        record = "D %d %d %d %.6f %.6f %.6f\n" % (index, returncode, timed_out, elapsed, cpu, waited)
+        record = "D %d %d %d %.6f %.6f %.6f\n" % (index, returncode, timed_out, elapsed, cpu, lost)
         os.write(results, record.encode())
     os._exit(0)
 
