@@ -186,15 +186,25 @@ def _spin(seconds: float) -> None:
         pass
 
 
+def _spin_in_a_thread(seconds: float) -> None:
+    import threading
+
+    thread = threading.Thread(target=_spin, args=(seconds,))
+    thread.start()
+    thread.join()  # the main thread sleeps meanwhile
+
+
 def test_a_process_s_wait_for_a_cpu_is_read_from_the_kernel() -> None:
-    """Three processes spin on one core (equal shares): each waits about two thirds of the time; a sleeping process,
-    a gone one and a tree that keeps the core busy itself have lost nothing to others."""
+    """Three processes spin on one core (equal shares), the third in a thread while its main thread sleeps: each
+    waits about two thirds of the time; a sleeping process, a gone one and a tree that keeps the core busy itself
+    have lost nothing to others."""
     import multiprocessing
 
     affinity = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(affinity)})  # the spinning processes inherit it
     try:
-        spinning = [multiprocessing.Process(target=_spin, args=(3.0,)) for _ in range(3)]
+        spinning = [multiprocessing.Process(target=_spin, args=(3.0,)) for _ in range(2)]
+        spinning.append(multiprocessing.Process(target=_spin_in_a_thread, args=(3.0,)))
         for process in spinning:
             process.start()
     finally:

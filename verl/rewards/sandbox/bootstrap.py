@@ -270,21 +270,21 @@ def child_pids(pid):
 
 def cpu_wait(pids, elapsed):
     """Seconds of `elapsed` that the processes `pids` and their descendants (the first 256) lost to other processes:
-    the longest run-queue delay of one of their main threads (/proc/<pid>/schedstat), at most `elapsed` less the CPU
-    time they used (/proc/<pid>/stat), so a run that keeps its core busy with its own threads or processes gains
-    nothing; 0.0 where /proc does not tell."""
+    the longest run-queue delay of one of their threads (/proc/<pid>/task/<tid>/schedstat), at most `elapsed` less
+    the CPU time they used (/proc/<pid>/stat), so a run that keeps its core busy with its own threads or processes
+    gains nothing; 0.0 where /proc does not tell."""
     longest, used, pending, seen = 0, 0, list(pids), 0
     while pending and seen < 256:
         pid, seen = pending.pop(), seen + 1
         try:
-            with open("/proc/%d/schedstat" % pid, "rb") as file:
-                delay = int(file.read().split()[1])
             with open("/proc/%d/stat" % pid, "rb") as file:
                 stat = file.read()
             used += sum(int(ticks) for ticks in stat[stat.rfind(b")") + 2 :].split()[11:15])  # u/s time, children's
+            for task in os.listdir("/proc/%d/task" % pid):
+                with open("/proc/%d/task/%s/schedstat" % (pid, task), "rb") as file:
+                    longest = max(longest, int(file.read().split()[1]))
         except (OSError, IndexError, ValueError):
             continue
-        longest = max(longest, delay)
         pending.extend(child_pids(pid))
     return max(0.0, min(longest / 1e9, elapsed - used / os.sysconf("SC_CLK_TCK")))
 
