@@ -268,42 +268,77 @@ def child_pids(pid):
     return found
 
 
-def cpu_wait(pids, elapsed):
-    """Seconds of `elapsed` that the processes `pids` and their descendants (the first 256) lost to other processes:
-    the longest run-queue delay of one of their threads (/proc/<pid>/task/<tid>/schedstat), at most `elapsed` less
-    the CPU time they used (/proc/<pid>/stat), so a run that keeps its core busy with its own threads or processes
-    gains nothing; 0.0 where /proc does not tell."""
-    longest, used, pending, seen = 0, 0, list(pids), 0
-    while pending and seen < 256:
-        pid, seen = pending.pop(), seen + 1
-        try:
-            with open("/proc/%d/stat" % pid, "rb") as file:
-                stat = file.read()
-            used += sum(int(ticks) for ticks in stat[stat.rfind(b")") + 2 :].split()[11:15])  # u/s time, children's
-            for task in os.listdir("/proc/%d/task" % pid):
-                with open("/proc/%d/task/%s/schedstat" % (pid, task), "rb") as file:
-                    longest = max(longest, int(file.read().split()[1]))
-        except (OSError, IndexError, ValueError):
-            continue
-        pending.extend(child_pids(pid))
-    return max(0.0, min(longest / 1e9, elapsed - used / os.sysconf("SC_CLK_TCK")))
+class CpuWait:
+    """The seconds of `elapsed` that a run lost waiting for a CPU, as a function of `elapsed` (call it as the run goes
+    on): the longest wait of one thread of the processes `roots()` and their descendants (the first 256), at most
+    `elapsed` less the CPU time they used (/proc/<pid>/stat), so a run that keeps its core busy with its own threads
+    or processes gains nothing; 0.0 where /proc does not tell. `report`, if given, is called with each answer.
+
+    A thread's wait is its run-queue delay (/proc/<pid>/task/<tid>/schedstat), which the kernel adds only when the
+    thread next gets a CPU; so a thread found runnable at two calls without having run in between (its CPU time and
+    delay unchanged) also counts the time between them. `runnable` says whether a thread was runnable at the last
+    call (a wait not yet counted may be under way), `used` the CPU seconds the processes had used."""
+
+    def __init__(self, roots, report=None):
+        self.roots, self.report, self.runnable, self.used, self._threads = roots, report, False, 0.0, {}
+
+    def __call__(self, elapsed):
+        import time
+
+        now, longest, used, pending, seen, threads = time.monotonic(), 0.0, 0, list(self.roots()), 0, {}
+        while pending and seen < 256:
+            pid, seen = pending.pop(), seen + 1
+            try:
+                with open("/proc/%d/stat" % pid, "rb") as file:
+                    stat = file.read()
+                used += sum(int(ticks) for ticks in stat[stat.rfind(b")") + 2 :].split()[11:15])  # u/s, children's
+                for task in os.listdir("/proc/%d/task" % pid):
+                    with open("/proc/%d/task/%s/schedstat" % (pid, task), "rb") as file:
+                        ran, delay = (int(field) for field in file.read().split()[:2])
+                    with open("/proc/%d/task/%s/stat" % (pid, task), "rb") as file:
+                        stat = file.read()
+                    runnable = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"R"
+                    key, queued = (pid, task), 0.0
+                    before = self._threads.get(key)
+                    if runnable and before is not None and before[:3] == (ran, delay, True):
+                        queued = before[3] + now - before[4]  # runnable throughout, and has not run since
+                    threads[key] = (ran, delay, runnable, queued, now)
+                    longest = max(longest, delay / 1e9 + queued)
+            except (OSError, IndexError, ValueError):
+                continue
+            pending.extend(child_pids(pid))
+        self._threads, self.runnable = threads, any(thread[2] for thread in threads.values())
+        self.used = used / os.sysconf("SC_CLK_TCK")
+        seconds = max(0.0, min(longest, elapsed - self.used))
+        if self.report is not None:
+            self.report(seconds)
+        return seconds
+
+
+PROBE_S = 0.05
+"""How long a run that is runnable at its deadline, with no new wait counted, is watched again for a wait under way."""
 
 
 def wait_for_exit(pid: int, timeout: float, waited=None) -> bool:
     """Wait up to `timeout` seconds for the child `pid` to exit, without reaping it (so its pid and group id stay
-    reserved until the group is killed); False on timeout. With `waited` (a function of the seconds elapsed giving
-    those the run lost waiting for a CPU: cpu_wait), that time does not count: the limit is on the time the run could
-    run, and stretches to at most WAIT_CAP x `timeout` of wall time."""
+    reserved until the group is killed); False on timeout. With `waited` (a CpuWait for the run), the time the run
+    lost waiting for a CPU does not count: the limit is on the time the run could run, and stretches to at most
+    WAIT_CAP x `timeout` of wall time, and not past the run's having used `timeout` seconds of CPU."""
     import time
 
-    start, limit = time.monotonic(), timeout
-    while not _exits_by(pid, start + limit):
+    start, lost, probe = time.monotonic(), 0.0, 0.0
+    while not _exits_by(pid, start + timeout + lost + probe):
         if waited is None:
             return False
-        stretched = timeout + min(waited(time.monotonic() - start), (WAIT_CAP - 1) * timeout)
-        if stretched - limit < 0.01:  # no new wait to allow for (or too little to wait for again)
-            return False
-        limit = stretched
+        now = min(waited(time.monotonic() - start), (WAIT_CAP - 1) * timeout)
+        if waited.used >= timeout:
+            return False  # it has had the limit's time of CPU (a run on several cores, or its own quota, waits too)
+        if now - lost >= 0.01:
+            lost, probe = now, 0.0
+        elif probe or not waited.runnable or now >= (WAIT_CAP - 1) * timeout - 0.01:
+            return False  # no new wait after a look again, or nothing runnable, or the cap is reached
+        else:  # runnable, so a wait the kernel counts only when the run next gets a CPU may be under way
+            probe = time.monotonic() - start - timeout - lost + PROBE_S
     return True
 
 
@@ -521,14 +556,13 @@ def _harness(source, path, manifest, kill_all):
         except OSError:
             pass
 
-        def waited(elapsed, index=index):  # the trainer stretches its deadline for the case as this one does
-            seconds = cpu_wait(child_pids("self"), elapsed)
+        def report(seconds, index=index):  # the trainer stretches its deadline for the case as this one does
             os.write(results, b"W %d %.6f\n" % (index, seconds))
-            return seconds
 
+        waited = CpuWait(lambda: child_pids("self"), report)
         timed_out = not wait_for_exit(child, case_wall, waited)
         elapsed = time.monotonic() - started
-        lost = min(cpu_wait(child_pids("self"), elapsed), stretch)  # the budget stretches by it too
+        lost = min(waited(elapsed), stretch)  # the budget stretches by it too
         deadline, stretch = deadline + lost, stretch - lost
         status, cpu = _end_case(child, kill_all)
         returncode = -9 if status is None else os.waitstatus_to_exitcode(status)

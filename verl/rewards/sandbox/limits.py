@@ -34,7 +34,7 @@ class SandboxLimits:
     wall_s: float = 10.0
     """Seconds the run may take before it is killed ("timeout"), not counting what it lost waiting for a CPU while
     other processes kept the cores busy (its processes' run-queue delay, at most its wall time less its CPU time), up
-    to 4 x wall_s of wall time (bootstrap.WAIT_CAP)."""
+    to 4 x wall_s of wall time (bootstrap.WAIT_CAP) and not past wall_s seconds of CPU."""
     cpu_s: float = 5.0
     """CPU seconds per process (RLIMIT_CPU, rounded up to whole seconds): SIGXCPU, then SIGKILL a second later."""
     memory_mb: int = 1024

@@ -28,7 +28,7 @@ from typing import IO
 import psutil
 
 from verl.rewards.sandbox import bootstrap, bwrap, cgroups, fusion
-from verl.rewards.sandbox.bootstrap import _namespace, cpu_wait, empty_directory, kill_group, wait_for_exit
+from verl.rewards.sandbox.bootstrap import CpuWait, _namespace, empty_directory, kill_group, wait_for_exit
 from verl.rewards.sandbox.limits import STDERR_TAIL_BYTES, SandboxLimits, SandboxResult, SandboxUnavailable
 from verl.rewards.sandbox.plans import SECCOMP_FILTER, _candidate_plans, _ChildSetup, _Plan
 from verl.rewards.sandbox.slots import _SLOTS, UID_BASE, _kill_all_of_uid, _tasks_of_current_uid
@@ -408,7 +408,7 @@ def _run(code: str, stdin: str, limits: SandboxLimits, plan: _Plan) -> SandboxRe
         timed_out = True
         try:
             pid = interpreter.process.pid
-            timed_out = not wait_for_exit(pid, limits.wall_s, lambda elapsed: cpu_wait([pid], elapsed))
+            timed_out = not wait_for_exit(pid, limits.wall_s, CpuWait(lambda: [pid]))
         finally:
             returncode, usage, reaped = interpreter.end(setup, cgroup)
             wall = reaped - interpreter.start
