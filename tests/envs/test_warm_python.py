@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from tests.processes import alive, wait_gone
 from verl.envs.warm_python import LAUNCHER, WarmPython, script_imports
 
 
@@ -48,22 +49,6 @@ def warm(tmp_path):
     servers = WarmPython()
     yield servers
     servers.close()
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:  # a zombie is gone for this purpose
-        return f.read().split(")")[-1].split()[0] != "Z"
-
-
-def wait_gone(pids: list[int], timeout: float = 10.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(alive(pid) for pid in pids):
-        time.sleep(0.05)
-    return [pid for pid in pids if alive(pid)]
 
 
 def test_the_imports_of_a_script_are_found_wherever_they_are():

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import math_verify
 import pytest
 
+from tests.processes import wait_gone
 from verl.rewards import math_grading
 from verl.rewards.math_grading import (
     Verdict,
@@ -251,7 +252,7 @@ def test_killed_worker_process_is_gone(pool: VerifierPool) -> None:
     assert pool.verify(SLOW_ANSWER, "1", timeout_s=1.0) == Verdict.TIMEOUT
     replaced = before - set(pool.worker_pids)
     assert len(replaced) == 1
-    assert not _alive(replaced.pop())
+    assert wait_gone([replaced.pop()], 5) == []
 
 
 def test_close_stops_workers_and_refuses_work() -> None:
@@ -259,7 +260,7 @@ def test_close_stops_workers_and_refuses_work() -> None:
         assert pool.verify("2", "2") == C
         pids = pool.worker_pids
     assert pool.closed and pool.worker_pids == []
-    assert not any(_alive(pid) for pid in pids)
+    assert wait_gone(pids, 5) == []
     pool.close()  # idempotent
     with pytest.raises(RuntimeError, match="closed"):
         pool.verify("2", "2")
@@ -280,7 +281,7 @@ def test_no_worker_survives_interpreter_exit() -> None:
     assert result.returncode == 0, result.stderr
     pids = [int(pid) for pid in result.stdout.split()]
     assert len(pids) == 2
-    assert not any(_alive(pid) for pid in pids)
+    assert wait_gone(pids, 5) == []
 
 
 BUSY_SCRIPT = f"""
@@ -306,7 +307,7 @@ def test_no_hung_worker_survives_its_parent(ending: str) -> None:
     assert time.monotonic() - started < 30.0
     assert result.returncode == (-9 if ending == "sigkill" else 0), result.stderr
     (pid,) = [int(pid) for pid in result.stdout.split()]
-    assert not _alive(pid)
+    assert wait_gone([pid], 5) == []
 
 
 def test_shared_pool_is_reused_and_resized() -> None:
@@ -440,20 +441,6 @@ def test_strip_math_delimiters_removes_one_pair() -> None:
 
 
 # --------------------------------------------------------------------------------------------------------------------
-
-
-def _alive(pid: int) -> bool:
-    """Whether a process with this id exists and is not a zombie."""
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline:  # a killed or exiting process may take a moment to be reaped
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return False
-        except FileNotFoundError:
-            return False
-        time.sleep(0.1)
-    return True
 
 
 def _repo_root() -> str:

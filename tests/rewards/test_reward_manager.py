@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.processes import alive, wait_gone
 from verl.rewards.function import RewardFunctionError, RewardFunctionLoadError
 from verl.rewards.manager import FunctionRewardManager, build_reward_inputs, place_scores
 from verl.workers.config import RewardConfig
@@ -203,7 +204,7 @@ def test_pool_workers_leave_ctrl_c_to_the_trainer(make_batch, write_reward_file,
         for pid in workers:
             os.kill(pid, signal.SIGINT)
         time.sleep(0.5)
-        assert all(_alive(pid) for pid in workers)
+        assert all(alive(pid) for pid in workers)
         _, after = manager.compute_reward(batch)
         assert after["overall"] == [1.0] * 4
     finally:
@@ -335,19 +336,7 @@ def test_pool_workers_exit_with_their_parent(write_reward_file, tmp_path) -> Non
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=True)
     worker_pids = [int(pid) for pid in result.stdout.split()]
     assert len(worker_pids) >= 2  # the two workers (and possibly the resource tracker)
-    deadline = time.monotonic() + 30
-    while any(_alive(pid) for pid in worker_pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(_alive(pid) for pid in worker_pids)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:  # a zombie waiting for init to reap it is gone for our purposes
-        return f.read().split(")")[-1].split()[0] != "Z"
+    assert wait_gone(worker_pids, 30) == []
 
 
 def test_closing_the_pool_does_not_wait_on_a_hung_function(make_batch, write_reward_file, tokenizer) -> None:
@@ -382,7 +371,7 @@ def test_closing_the_pool_does_not_wait_on_a_hung_function(make_batch, write_rew
     scoring.join(timeout=30)
     assert not scoring.is_alive()
     assert [type(error) for error in ended] == [RewardFunctionError]  # an error, neither a hang nor scores
-    assert not any(_alive(pid) for pid in workers)
+    assert wait_gone(workers, 10) == []
 
 
 EXITS_ON_NO = """
