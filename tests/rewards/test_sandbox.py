@@ -173,10 +173,13 @@ def test_programs_run_at_a_lower_priority_than_the_trainer() -> None:
 
 
 def test_a_busy_loop_ends_at_the_wall_limit() -> None:
-    started = time.monotonic()
+    """Killed once it has had wall_s of time on a CPU, long before its 5 s CPU limit. On a busy machine that takes
+    more wall time (up to WAIT_CAP x wall_s: measured 9.8 s in all beside two busy processes and another test
+    process), so the CPU time it used is what shows the wall limit ended it."""
     result = run_python("while True:\n    pass\n", limits=SandboxLimits(wall_s=1.0, cpu_s=5.0))
-    assert result.status in ("timeout", "cpu_limit")
-    assert time.monotonic() - started < 1.0 + 3.0
+    assert result.status == "timeout", (result.status, result.wall_s, result.cpu_s)
+    assert result.cpu_s < 1.0 + 0.5, result
+    assert result.cpu_s > 0.5 or result.wall_s >= 0.95 * bootstrap.WAIT_CAP * 1.0, result  # not cut short
     sleeping = run_python("import time\ntime.sleep(60)\n", limits=SandboxLimits(wall_s=1.0))
     assert sleeping.status == "timeout" and 1.0 <= sleeping.wall_s < 1.0 + 5.0  # not the program's 60 s
 
@@ -622,7 +625,15 @@ def test_cases_fail_one_by_one_and_the_others_pass() -> None:
     assert 15 * 1024 < len(by_case["flood"].stdout.encode()) <= 16 * 1024
     assert (by_case["signal"].returncode, by_case["exit"].returncode) == (-15, 4)
     assert 2.0 <= by_case["sleep"].wall_s < 2.0 + 4.0 and by_case["spin"].cpu_s >= 0.9
-    assert len({result.sandbox_id for result in results}) == 1, "all cases ran in one process"
+    # all cases in one process; where the machine is very busy, the trainer may give up once on a harness that did
+    # not get a CPU between two cases (seen once beside two busy processes and another test process), and a fresh
+    # one runs the rest (the statuses above are the same either way); never a process per case
+    ids = list(dict.fromkeys(result.sandbox_id for result in results))
+    seen = [
+        (case, result.status, ids.index(result.sandbox_id), round(result.wall_s, 2))
+        for case, result in zip(cases, results)
+    ]
+    assert len(ids) == 1 or (len(ids) == 2 and os.getloadavg()[0] > 2.0), seen
     # Two wall limits (sleep and, at worst, the bomb), one CPU limit, and a little for everything else.
     assert elapsed < 2 * 2.0 + 1.0 + 10.0
     assert processes_of(results[0]) == [] and descendants() == before
