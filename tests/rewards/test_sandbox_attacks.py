@@ -23,6 +23,7 @@ from verl.rewards import sandbox
 from verl.rewards.sandbox import (
     SandboxLimits,
     SandboxResult,
+    bootstrap,
     bwrap,
     cgroups,
     judge,
@@ -572,7 +573,9 @@ def test_a_sample_s_cases_share_one_time_budget() -> None:
     assert statuses.count("ok") <= 3 and statuses.count("timeout") >= 9, statuses
     assert all(result.status == "timeout" for result in results[3:]), statuses
     spent = sum(result.wall_s for result in results)
-    assert spent <= limits.sample_wall_s + 1.0, spent  # the reported wall times add up to the budget, not 12 x 1 s
+    # the reported wall times add up to the budget, not 12 x 1 s; the budget stretches by the cases' waits for a CPU
+    # (at most WAIT_CAP x: 4.78 s was seen beside two busy processes and another test process)
+    assert spent <= limits.sample_wall_s * bootstrap.WAIT_CAP + 1.0 < 12 * limits.wall_s, spent
 
 
 # ---------------------------------------------------------------------------------------------------------------
