@@ -296,8 +296,7 @@ class CpuWait:
                     with open("/proc/%d/task/%s/schedstat" % (pid, task), "rb") as file:
                         ran, delay = (int(field) for field in file.read().split()[:2])
                     with open("/proc/%d/task/%s/stat" % (pid, task), "rb") as file:
-                        stat = file.read()
-                    runnable = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"R"
+                        runnable = file.read().rsplit(b")", 1)[1][1:2] == b"R"
                     key, queued = (pid, task), 0.0
                     before = self._threads.get(key)
                     if runnable and before is not None and before[:3] == (ran, delay, True):
@@ -330,12 +329,12 @@ def wait_for_exit(pid: int, timeout: float, waited=None) -> bool:
     while not _exits_by(pid, start + timeout + lost + probe):
         if waited is None:
             return False
-        now = min(waited(time.monotonic() - start), (WAIT_CAP - 1) * timeout)
+        wait = min(waited(time.monotonic() - start), (WAIT_CAP - 1) * timeout)
         if waited.used >= timeout:
             return False  # it has had the limit's time of CPU (a run on several cores, or its own quota, waits too)
-        if now - lost >= 0.01:
-            lost, probe = now, 0.0
-        elif probe or not waited.runnable or now >= (WAIT_CAP - 1) * timeout - 0.01:
+        if wait - lost >= 0.01:
+            lost, probe = wait, 0.0
+        elif probe or not waited.runnable or wait >= (WAIT_CAP - 1) * timeout - 0.01:
             return False  # no new wait after a look again, or nothing runnable, or the cap is reached
         else:  # runnable, so a wait the kernel counts only when the run next gets a CPU may be under way
             probe = time.monotonic() - start - timeout - lost + PROBE_S
