@@ -277,15 +277,19 @@ class CpuWait:
     A thread's wait is its run-queue delay (/proc/<pid>/task/<tid>/schedstat), which the kernel adds only when the
     thread next gets a CPU; so a thread found runnable at two calls without having run in between (its CPU time and
     delay unchanged) also counts the time between them. `runnable` says whether a thread was runnable at the last
-    call (a wait not yet counted may be under way), `used` the CPU seconds the processes had used."""
+    call (a wait not yet counted may be under way), `used` the CPU seconds the processes had used. With `from_now`,
+    waits and CPU time count from its creation on, for processes that ran before it."""
 
-    def __init__(self, roots, report=None):
+    def __init__(self, roots, report=None, from_now=False):
         self.roots, self.report, self.runnable, self.used, self._threads = roots, report, False, 0.0, {}
+        self._base = None if from_now else {}  # each thread's wait, and the CPU time used, at creation
+        if from_now:
+            self(0.0)
 
     def __call__(self, elapsed):
         import time
 
-        now, longest, used, pending, seen, threads = time.monotonic(), 0.0, 0, list(self.roots()), 0, {}
+        now, used, pending, seen, threads, waits = time.monotonic(), 0, list(self.roots()), 0, {}, {}
         while pending and seen < 256:
             pid, seen = pending.pop(), seen + 1
             try:
@@ -302,12 +306,15 @@ class CpuWait:
                     if runnable and before is not None and before[:3] == (ran, delay, True):
                         queued = before[3] + now - before[4]  # runnable throughout, and has not run since
                     threads[key] = (ran, delay, runnable, queued, now)
-                    longest = max(longest, delay / 1e9 + queued)
+                    waits[key] = delay / 1e9 + queued
             except (OSError, IndexError, ValueError):
                 continue
             pending.extend(child_pids(pid))
         self._threads, self.runnable = threads, any(thread[2] for thread in threads.values())
-        self.used = used / os.sysconf("SC_CLK_TCK")
+        if self._base is None:
+            self._base = dict(waits, used=used)
+        longest = max([waits[key] - self._base.get(key, 0.0) for key in waits], default=0.0)
+        self.used = (used - self._base.get("used", 0)) / os.sysconf("SC_CLK_TCK")
         seconds = max(0.0, min(longest, elapsed - self.used))
         if self.report is not None:
             self.report(seconds)
@@ -318,26 +325,48 @@ PROBE_S = 0.05
 """How long a run that is runnable at its deadline, with no new wait counted, is watched again for a wait under way."""
 
 
+class Stretch:
+    """A deadline `limit` seconds after `start` that moves on by the time the run `waited` (a CpuWait) loses waiting
+    for a CPU, to at most WAIT_CAP x `limit` after `start`, and not once the run has used `limit` seconds of CPU."""
+
+    def __init__(self, limit, waited=None, start=None):
+        import time
+
+        self.limit, self.waited, self.lost, self.probe = limit, waited, 0.0, 0.0
+        self.start = time.monotonic() if start is None else start
+
+    @property
+    def deadline(self):
+        return self.start + self.limit + self.lost + self.probe
+
+    def extend(self):
+        """Called at the deadline: whether it moved on (a new wait was counted, or a runnable run gets a look again
+        PROBE_S later for a wait the kernel has not yet counted)."""
+        import time
+
+        if self.waited is None:
+            return False
+        cap = (WAIT_CAP - 1) * self.limit
+        wait = min(self.waited(time.monotonic() - self.start), cap)
+        if self.waited.used >= self.limit:
+            return False  # it has had the limit's time of CPU (a run on several cores, or its own quota, waits too)
+        if wait - self.lost >= 0.01:
+            self.lost, self.probe = wait, 0.0
+        elif self.probe or not self.waited.runnable or wait >= cap - 0.01:
+            return False  # no new wait after a look again, or nothing runnable, or the cap is reached
+        else:  # runnable, so a wait the kernel counts only when the run next gets a CPU may be under way
+            self.probe = time.monotonic() - self.deadline + PROBE_S
+        return True
+
+
 def wait_for_exit(pid: int, timeout: float, waited=None) -> bool:
     """Wait up to `timeout` seconds for the child `pid` to exit, without reaping it (so its pid and group id stay
     reserved until the group is killed); False on timeout. With `waited` (a CpuWait for the run), the time the run
-    lost waiting for a CPU does not count: the limit is on the time the run could run, and stretches to at most
-    WAIT_CAP x `timeout` of wall time, and not past the run's having used `timeout` seconds of CPU."""
-    import time
-
-    start, lost, probe = time.monotonic(), 0.0, 0.0
-    while not _exits_by(pid, start + timeout + lost + probe):
-        if waited is None:
+    lost waiting for a CPU does not count (a Stretch of the limit)."""
+    stretch = Stretch(timeout, waited)
+    while not _exits_by(pid, stretch.deadline):
+        if not stretch.extend():
             return False
-        wait = min(waited(time.monotonic() - start), (WAIT_CAP - 1) * timeout)
-        if waited.used >= timeout:
-            return False  # it has had the limit's time of CPU (a run on several cores, or its own quota, waits too)
-        if wait - lost >= 0.01:
-            lost, probe = wait, 0.0
-        elif probe or not waited.runnable or wait >= (WAIT_CAP - 1) * timeout - 0.01:
-            return False  # no new wait after a look again, or nothing runnable, or the cap is reached
-        else:  # runnable, so a wait the kernel counts only when the run next gets a CPU may be under way
-            probe = time.monotonic() - start - timeout - lost + PROBE_S
     return True
 
 

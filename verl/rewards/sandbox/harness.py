@@ -19,7 +19,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 
 from verl.rewards.sandbox import fusion
-from verl.rewards.sandbox.bootstrap import WAIT_CAP, wait_for_exit
+from verl.rewards.sandbox.bootstrap import WAIT_CAP, CpuWait, Stretch, wait_for_exit
 from verl.rewards.sandbox.limits import STDERR_TAIL_BYTES, SandboxLimits, SandboxResult
 from verl.rewards.sandbox.plans import _Plan
 from verl.rewards.sandbox.runner import (
@@ -42,7 +42,7 @@ CASES_PER_PROCESS = 32
 HARNESS_GRACE_S = 2.0
 """run_python_cases: seconds the harness may take beyond its longest case (wall_s stretched by the case's waits for a
 CPU, at most WAIT_CAP x wall_s) or its start-up before the trainer gives up on it, kills the process and counts the
-running case as a timeout."""
+running case as a timeout; the trainer's deadline stretches too while the harness itself waits for a CPU."""
 
 
 TRICKLE_BYTES = 4096
@@ -202,17 +202,21 @@ class _Output:
             self.fd = None
 
 
-def _watch(read_end: int, count: int, wall_s: float, outputs: Sequence[_Output] = ()) -> _Watch:
+def _watch(
+    read_end: int, count: int, wall_s: float, outputs: Sequence[_Output] = (), harness: int | None = None
+) -> _Watch:
     """Read the harness's records until it closes the pipe or misses a deadline, and the cases' `outputs` meanwhile.
 
     Records, in this order only: "S i" (case i starts), "W i waited" (case i has lost `waited` seconds waiting for a
     CPU: its time limit stretches), "D i returncode timed_out wall cpu waited" (case i ended), or "U reason" alone.
     Each must come within wall_s + HARNESS_GRACE_S of the previous one (or of the start), a case's end within that of
-    its start plus what it waited (at most (WAIT_CAP - 1) x wall_s).
+    its start plus what it waited (at most (WAIT_CAP - 1) x wall_s). A deadline missed while the process `harness`
+    or its descendants wait for a CPU (a harness that gets none cannot write) moves on by that wait (a Stretch).
     """
     watch = _Watch(reports=[])
     budget = wall_s + HARNESS_GRACE_S
     deadline = time.monotonic() + budget
+    late: Stretch | None = None  # the missed deadline, moving on while the harness waits for a CPU
     poller = select.poll()
     poller.register(read_end, select.POLLIN)
     readers = {output.fd: output for output in outputs if output.fd is not None}
@@ -226,10 +230,15 @@ def _watch(read_end: int, count: int, wall_s: float, outputs: Sequence[_Output] 
             if until <= now:
                 poller.register(fd, select.POLLIN)
                 del resting[fd]
-        remaining = deadline - now
+        remaining = (deadline if late is None else late.deadline) - now
         if remaining <= 0:
-            watch.stalled = True
-            return watch
+            if late is None:
+                looks = None if harness is None else CpuWait(lambda: [harness], from_now=True)
+                late = Stretch(budget, looks, start=deadline - budget)
+            if not late.extend():
+                watch.stalled = True
+                return watch
+            continue
         events = poller.poll(math.ceil(min([remaining, *(until - now for until in resting.values())]) * 1000))
         for fd, _ in events:
             if fd not in readers:
@@ -261,7 +270,7 @@ def _watch(read_end: int, count: int, wall_s: float, outputs: Sequence[_Output] 
                     waited = float(fields[2])
                     if watch.running_since is None or not waited >= 0:
                         raise ValueError("a wait outside a case")
-                    deadline = watch.running_since + budget + min(waited, (WAIT_CAP - 1) * wall_s)
+                    deadline, late = watch.running_since + budget + min(waited, (WAIT_CAP - 1) * wall_s), None
                     continue
                 elif fields[0] == "D" and len(fields) == 7 and int(fields[1]) == index:
                     if watch.running_since is None:
@@ -274,7 +283,7 @@ def _watch(read_end: int, count: int, wall_s: float, outputs: Sequence[_Output] 
             except (IndexError, ValueError) as error:
                 logger.warning("Sandbox harness sent %r (%s); its process is stopped.", line[:200], error)
                 return watch
-            deadline = time.monotonic() + budget
+            deadline, late = time.monotonic() + budget, None
 
 
 def _run_harness(
@@ -321,7 +330,7 @@ def _run_harness(
                 os.close(fd)
         watch = _Watch(reports=[], stalled=True)
         try:
-            watch = _watch(read_end, len(cases), limits.wall_s, outputs)
+            watch = _watch(read_end, len(cases), limits.wall_s, outputs, interpreter.process.pid)
             if not watch.stalled:
                 wait_for_exit(interpreter.process.pid, HARNESS_GRACE_S)
         finally:
