@@ -25,6 +25,7 @@ from verl.rewards.sandbox import (
     SandboxResult,
     bootstrap,
     bwrap,
+    cgroups,
     harness,
     isolation,
     plans,
@@ -123,6 +124,14 @@ def test_isolation_is_probed_once_and_named() -> None:
     if os.geteuid() == 0:
         assert weaker["user"] == "dedicated-uid", "root must get a dedicated uid on this kind of machine"
         assert report["limits"] == weaker["limits"] == "cgroup v1 per run" or "v2" in report["limits"]
+
+
+def test_the_report_says_why_runs_get_no_cgroup(monkeypatch: pytest.MonkeyPatch) -> None:
+    layout = cgroups._Layout.__new__(cgroups._Layout)
+    layout.version, layout.bases, layout.reason = "", {}, "PermissionError: [Errno 13] /sys/fs/cgroup/x"
+    monkeypatch.setattr(cgroups, "_LAYOUT", layout)
+    monkeypatch.setattr(runner, "_ISOLATIONS", {})
+    assert isolation()["limits"] == "per process (no writable cgroup: PermissionError: [Errno 13] /sys/fs/cgroup/x)"
 
 
 def test_without_bubblewrap_untrusted_code_is_refused_unless_the_weaker_mode_is_named(monkeypatch) -> None:

@@ -131,6 +131,7 @@ def available() -> str:
 
 
 def unavailable_reason() -> str:
+    """Why no run gets a cgroup here (the error met making the runs' folder), "" where they do."""
     return _layout().reason
 
 

@@ -89,7 +89,11 @@ def _probe(plan: _Plan) -> dict[str, str] | None:
         logger.debug("sandbox plan %s failed the probe: %s %s", plan, result.status, result.stderr[-500:])
         return None
     seen = json.loads(result.stdout)
-    limits = f"cgroup {cgroups.available()} per run" if cgroups.available() else "per process (no writable cgroup)"
+    limits = (
+        f"cgroup {cgroups.available()} per run"
+        if cgroups.available()
+        else f"per process (no writable cgroup: {cgroups.unavailable_reason()})"
+    )
     if plan.bwrap:
         return {
             "network": "netns",
