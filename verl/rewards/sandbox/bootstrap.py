@@ -282,7 +282,7 @@ class CpuWait:
 
     def __init__(self, roots, report=None, from_now=False):
         self.roots, self.report, self.runnable, self.used, self._threads = roots, report, False, 0.0, {}
-        self._base = None if from_now else {}  # each thread's wait, and the CPU time used, at creation
+        self._base, self._used0 = (None if from_now else {}), 0  # each thread's wait and the CPU ticks at creation
         if from_now:
             self(0.0)
 
@@ -312,9 +312,9 @@ class CpuWait:
             pending.extend(child_pids(pid))
         self._threads, self.runnable = threads, any(thread[2] for thread in threads.values())
         if self._base is None:
-            self._base = dict(waits, used=used)
+            self._base, self._used0 = waits, used
         longest = max([waits[key] - self._base.get(key, 0.0) for key in waits], default=0.0)
-        self.used = (used - self._base.get("used", 0)) / os.sysconf("SC_CLK_TCK")
+        self.used = (used - self._used0) / os.sysconf("SC_CLK_TCK")
         seconds = max(0.0, min(longest, elapsed - self.used))
         if self.report is not None:
             self.report(seconds)
