@@ -859,7 +859,7 @@ def watch_records(records: bytes, close: bool = True) -> harness._Watch:
 
 
 def test_the_trainer_accepts_only_the_harness_protocol(monkeypatch: pytest.MonkeyPatch) -> None:
-    finished = watch_records(b"S 0\nW 0 0.5\nD 0 -9 1 2.5 0.25 0.5\nS 1\n")
+    finished = watch_records(b"S 0\nD 0 -9 1 2.5 0.25 0.5\nS 1\n")
     assert (finished.reports, finished.running_since is not None, finished.stalled) == (
         [(-9, True, 2.5, 0.25, 0.5)],
         True,
@@ -872,9 +872,7 @@ def test_the_trainer_accepts_only_the_harness_protocol(monkeypatch: pytest.Monke
         b"S 0\nD 1 0 0 0.1 0.1 0\n",
         b"S 0\nD 0 0 0 0.1 0.1\n",
         b"S 3\n",
-        b"W 0 0.1\nS 0\nD 0 0 0 0.1 0.1 0\n",
-        b"S 0\nW 1 0.1\nD 0 0 0 0.1 0.1 0\n",
-        b"S 0\nW 0 nan\nD 0 0 0 0.1 0.1 0\n",
+        b"S 0\nW 0 0.1\nD 0 0 0 0.1 0.1 0\n",  # waits are the trainer's own look, not the harness's word
         b"ok\n",
     ):
         assert watch_records(invalid).reports == [], invalid
@@ -884,11 +882,6 @@ def test_the_trainer_accepts_only_the_harness_protocol(monkeypatch: pytest.Monke
     started = time.monotonic()
     stalled = watch_records(b"S 0\n", close=False)
     assert stalled.stalled and stalled.running_since is not None and time.monotonic() - started < 5.0
-    # a case that waited for a CPU: the deadline stretches by the wait, at most (WAIT_CAP - 1) x wall_s (0.1 here)
-    for waited, least in ((b"0.2", 0.2 + 0.2), (b"9", 0.2 + 0.3)):
-        started = time.monotonic()
-        stalled = watch_records(b"S 0\nW 0 %s\n" % waited, close=False)
-        assert stalled.stalled and least - 0.02 <= time.monotonic() - started < least + 3.0, waited
 
 
 def watch_a_harness(program: str, crowd: int) -> tuple[harness._Watch, float]:
@@ -916,14 +909,20 @@ def watch_a_harness(program: str, crowd: int) -> tuple[harness._Watch, float]:
 
 
 def test_the_trainer_waits_for_a_harness_that_waits_for_a_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A harness that gets little CPU may not write its records in time. One that needs 0.2 CPU seconds, on a core
-    it shares with 8 busy processes (about 1/9 of it), is not given up on at the trainer's 1 s deadline: the deadline
-    moves on while it waits (up to WAIT_CAP x 1 s), and its record comes. A harness that runs and writes nothing is
-    given up on (at the deadline where the machine is idle, by WAIT_CAP x 1 s where it is busy)."""
+    """A case that gets little CPU takes longer than its limit (which stretches by its wait), and a harness that gets
+    none cannot write its records. The trainer reads the harness's processes itself: on a core shared with 8 busy
+    processes (about 1/9 of it) a case (the harness's child) that needs 0.1 CPU seconds, and then the harness's own
+    0.1 CPU seconds, are not given up on at the trainer's 1 s deadline: it moves on while they wait (up to WAIT_CAP x
+    1 s), and the record comes. A harness that runs and writes nothing is given up on (at the deadline where the
+    machine is idle, by WAIT_CAP x 1 s where it is busy)."""
     monkeypatch.setattr(harness, "HARNESS_GRACE_S", 0.9)  # each record within 1 s of the last
+    spin = "while time.process_time() < 0.1:\n    pass\n"
     program = (
-        "import os, time\nos.write(fd, b'S 0\\n')\nwhile time.process_time() < 0.2:\n    pass\n"
-        "os.write(fd, b'D 0 0 0 0.1 0.1 0\\n')\n"
+        "import os, time\nos.write(fd, b'S 0\\n')\nif os.fork() == 0:\n    "
+        + spin.replace("\n ", "\n     ")
+        + "    os._exit(0)\nos.wait()\n"
+        + spin
+        + "os.write(fd, b'D 0 0 0 0.1 0.1 0\\n')\n"
     )
     watch, elapsed = watch_a_harness(program, crowd=8)
     assert (watch.stalled, watch.reports) == (False, [(0, False, 0.1, 0.1, 0.0)]), elapsed

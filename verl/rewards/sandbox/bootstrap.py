@@ -272,7 +272,7 @@ class CpuWait:
     """The seconds of `elapsed` that a run lost waiting for a CPU, as a function of `elapsed` (call it as the run goes
     on): the longest wait of one thread of the processes `roots()` and their descendants (the first 256), at most
     `elapsed` less the CPU time they used (/proc/<pid>/stat), so a run that keeps its core busy with its own threads
-    or processes gains nothing; 0.0 where /proc does not tell. `report`, if given, is called with each answer.
+    or processes gains nothing; 0.0 where /proc does not tell.
 
     A thread's wait is its run-queue delay (/proc/<pid>/task/<tid>/schedstat), which the kernel adds only when the
     thread next gets a CPU; so a thread found runnable at two calls without having run in between (its CPU time and
@@ -280,8 +280,8 @@ class CpuWait:
     call (a wait not yet counted may be under way), `used` the CPU seconds the processes had used. With `from_now`,
     waits and CPU time count from its creation on, for processes that ran before it."""
 
-    def __init__(self, roots, report=None, from_now=False):
-        self.roots, self.report, self.runnable, self.used, self._threads = roots, report, False, 0.0, {}
+    def __init__(self, roots, from_now=False):
+        self.roots, self.runnable, self.used, self._threads = roots, False, 0.0, {}
         self._base, self._used0 = (None if from_now else {}), 0  # each thread's wait and the CPU ticks at creation
         if from_now:
             self(0.0)
@@ -315,10 +315,7 @@ class CpuWait:
             self._base, self._used0 = waits, used
         longest = max([waits[key] - self._base.get(key, 0.0) for key in waits], default=0.0)
         self.used = (used - self._used0) / os.sysconf("SC_CLK_TCK")
-        seconds = max(0.0, min(longest, elapsed - self.used))
-        if self.report is not None:
-            self.report(seconds)
-        return seconds
+        return max(0.0, min(longest, elapsed - self.used))
 
 
 PROBE_S = 0.05
@@ -583,11 +580,7 @@ def _harness(source, path, manifest, kill_all):
             os.setpgid(child, child)
         except OSError:
             pass
-
-        def report(seconds, index=index):  # the trainer stretches its deadline for the case as this one does
-            os.write(results, b"W %d %.6f\n" % (index, seconds))
-
-        waited = CpuWait(lambda: child_pids("self"), report)
+        waited = CpuWait(lambda: child_pids("self"))
         timed_out = not wait_for_exit(child, case_wall, waited)
         elapsed = time.monotonic() - started
         lost = min(waited(elapsed), stretch)  # the budget stretches by it too

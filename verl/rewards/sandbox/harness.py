@@ -42,7 +42,7 @@ CASES_PER_PROCESS = 32
 HARNESS_GRACE_S = 2.0
 """run_python_cases: seconds the harness may take beyond its longest case (wall_s stretched by the case's waits for a
 CPU, at most WAIT_CAP x wall_s) or its start-up before the trainer gives up on it, kills the process and counts the
-running case as a timeout; the trainer's deadline stretches too while the harness itself waits for a CPU."""
+running case as a timeout; the trainer's deadline stretches too while the harness's processes wait for a CPU."""
 
 
 TRICKLE_BYTES = 4096
@@ -207,16 +207,18 @@ def _watch(
 ) -> _Watch:
     """Read the harness's records until it closes the pipe or misses a deadline, and the cases' `outputs` meanwhile.
 
-    Records, in this order only: "S i" (case i starts), "W i waited" (case i has lost `waited` seconds waiting for a
-    CPU: its time limit stretches), "D i returncode timed_out wall cpu waited" (case i ended), or "U reason" alone.
-    Each must come within wall_s + HARNESS_GRACE_S of the previous one (or of the start), a case's end within that of
-    its start plus what it waited (at most (WAIT_CAP - 1) x wall_s). A deadline missed while the process `harness`
-    or its descendants wait for a CPU (a harness that gets none cannot write) moves on by that wait (a Stretch).
+    Records, in this order only: "S i" (case i starts), "D i returncode timed_out wall cpu waited" (case i ended), or
+    "U reason" alone. Each must come within wall_s + HARNESS_GRACE_S of the previous one (or of the start), plus the
+    time the process `harness` or its descendants (the running case) lost waiting for a CPU since then, as the case's
+    own limit stretches: a Stretch, up to WAIT_CAP times (a starved harness cannot write).
     """
     watch = _Watch(reports=[])
     budget = wall_s + HARNESS_GRACE_S
-    deadline = time.monotonic() + budget
-    late: Stretch | None = None  # the missed deadline, moving on while the harness waits for a CPU
+
+    def from_now() -> Stretch:  # the deadline after a record (or the start), moving on by the waits from then on
+        return Stretch(budget, None if harness is None else CpuWait(lambda: [harness], from_now=True))
+
+    deadline = from_now()
     poller = select.poll()
     poller.register(read_end, select.POLLIN)
     readers = {output.fd: output for output in outputs if output.fd is not None}
@@ -230,12 +232,9 @@ def _watch(
             if until <= now:
                 poller.register(fd, select.POLLIN)
                 del resting[fd]
-        remaining = (deadline if late is None else late.deadline) - now
+        remaining = deadline.deadline - now
         if remaining <= 0:
-            if late is None:
-                looks = None if harness is None else CpuWait(lambda: [harness], from_now=True)
-                late = Stretch(budget, looks, start=deadline - budget)
-            if not late.extend():
+            if not deadline.extend():
                 watch.stalled = True
                 return watch
             continue
@@ -266,12 +265,6 @@ def _watch(
                     if watch.running_since is not None:
                         raise ValueError("two starts")
                     watch.running_since = time.monotonic()
-                elif fields[0] == "W" and len(fields) == 3 and int(fields[1]) == index:
-                    waited = float(fields[2])
-                    if watch.running_since is None or not waited >= 0:
-                        raise ValueError("a wait outside a case")
-                    deadline, late = watch.running_since + budget + min(waited, (WAIT_CAP - 1) * wall_s), None
-                    continue
                 elif fields[0] == "D" and len(fields) == 7 and int(fields[1]) == index:
                     if watch.running_since is None:
                         raise ValueError("an end without a start")
@@ -283,7 +276,7 @@ def _watch(
             except (IndexError, ValueError) as error:
                 logger.warning("Sandbox harness sent %r (%s); its process is stopped.", line[:200], error)
                 return watch
-            deadline, late = time.monotonic() + budget, None
+            deadline = from_now()
 
 
 def _run_harness(
