@@ -7,6 +7,7 @@ back from the file logger and the checkpoint directory.
 """
 
 import json
+import logging
 import math
 import os
 import pathlib
@@ -115,12 +116,16 @@ def read_log(path) -> list[dict]:
         return [json.loads(line) for line in f]
 
 
-def test_grpo_text_run_trains_and_checkpoints(workspace):
+def test_grpo_text_run_trains_and_checkpoints(workspace, caplog):
     """The two CPU ranks run one tensor-parallel engine (as GPU runs do by default), and every weight sync is checked:
     the sharded engine's log-probs equal the actor's."""
     tensor_parallel = ("worker.rollout.tensor_parallel_size=2", "worker.rollout.verify_weight_sync=true")
     config = load_config(text_args(workspace, "grpo_text", "algorithm.use_kl_loss=true", *tensor_parallel))
-    val_metrics = run_ppo(config)
+    with caplog.at_level(logging.INFO, logger="verl.trainer.ray_trainer"):
+        val_metrics = run_ppo(config)
+    val_prompts = sum(1 for _ in open(config.data.val_files))
+    for step in (0, 2):  # before training and at the end, each announced (it may take minutes)
+        assert f"Validation at step {step}: {val_prompts} prompts x 1 sample(s), in 1 batch(es)." in caplog.text
     assert user_functions._step is None  # the run's last step no longer named in this process's errors
     save_dir = workspace["root"] / "grpo_text"
     rows = read_log(save_dir)

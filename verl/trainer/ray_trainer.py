@@ -440,6 +440,13 @@ class RayPPOTrainer:
         scores: list[float] = []
         metrics = new_metric_store()
         samples: list[tuple[str, str, str, float]] = []
+        logger.info(  # a large validation set takes minutes, with nothing else on the console meanwhile
+            "Validation at step %d: %d prompts x %d sample(s), in %d batch(es).",
+            self.global_step,
+            len(self.val_dataloader.dataset),
+            n,
+            len(self.val_dataloader),
+        )
         wg.prepare_rollout_engine()
         for batch in self.val_dataloader:
             batch.non_tensor_batch["uid"] = np.array([f"val-{i}" for i in range(len(batch))], dtype=object)
