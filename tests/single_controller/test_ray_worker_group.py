@@ -23,6 +23,7 @@ from verl.single_controller.ray import (  # noqa: E402
     RayWorkerGroup,
     create_colocated_worker_cls,
 )
+from verl.utils import stall_report  # noqa: E402
 
 
 pytestmark = pytest.mark.slow
@@ -193,7 +194,8 @@ def pool(ray_cluster):
 
 @pytest.fixture(scope="module")
 def dispatch_wg(pool):
-    wg = RayWorkerGroup(pool, RayClassWithInitArgs(DispatchWorker, offset=0.5), name_prefix="dispatch")
+    env = stall_report.env(600)  # the driver's environment for the group's workers (trainer.stall_report_s)
+    wg = RayWorkerGroup(pool, RayClassWithInitArgs(DispatchWorker, offset=0.5), name_prefix="dispatch", env=env)
     yield wg
     wg.shutdown()
 
@@ -207,9 +209,12 @@ def test_ranks_environment_and_order(dispatch_wg):
     # every rank runs on this machine: the rendezvous address is loopback
     assert {(info.master_addr, info.master_port) for info in infos} == {("127.0.0.1", dispatch_wg.master_port)}
     assert dispatch_wg.master_port > 0 and infos[0].pid != infos[1].pid
-    # The job's runtime_env variables reach the workers next to the rank variables.
-    env = dispatch_wg.env("RANK", "WG_PREFIX", "VERL_SC_TEST")
-    assert env == [{"RANK": str(rank), "WG_PREFIX": "dispatch", "VERL_SC_TEST": "job"} for rank in range(2)]
+    # The job's runtime_env variables and the group's own reach the workers next to the rank variables.
+    env = dispatch_wg.env("RANK", "WG_PREFIX", "VERL_SC_TEST", stall_report.ENV)
+    assert env == [
+        {"RANK": str(rank), "WG_PREFIX": "dispatch", "VERL_SC_TEST": "job", stall_report.ENV: "600.0"}
+        for rank in range(2)
+    ]
     assert ray.get(ray.get_actor("dispatch_rank1").get_rank_info.remote()).rank == 1
 
 

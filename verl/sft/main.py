@@ -23,6 +23,7 @@ from verl.data.sft_dataset import SFTDataError, SFTDataset, collate_sft
 from verl.sft.config import SFTConfig, load_sft_config
 from verl.trainer.checkpointing import CheckpointTracker, atomic_write, find_last_checkpoint, step_dir
 from verl.trainer.run_lock import CheckpointFolderInUse, RunLock
+from verl.utils import stall_report
 from verl.utils.checkpoint.integrity import write_record as write_integrity_record
 from verl.utils.cli import keep_local_ray_on_loopback, load_config_or_exit, use_writable_dirs_or_exit
 from verl.utils.config import ConfigError, config_to_dict
@@ -114,6 +115,7 @@ def _train(config: SFTConfig) -> dict[str, float]:
             SFTWorker, config=config.worker, device=device, override_chat_template=data.override_chat_template
         ),
         name_prefix=trainer.experiment_name,
+        env=stall_report.env(trainer.stall_report_s),
     )
     root = trainer.save_checkpoint_path
     tracker = Tracker(trainer.logger, trainer.project_name, trainer.experiment_name, root, config_to_dict(config))

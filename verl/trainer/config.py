@@ -293,6 +293,10 @@ class BaseTrainerConfig:
     """Checkpoint every this many steps (and always at the end); -1 saves only at the end."""
     save_checkpoint_path: str | None = None
     """Checkpoint root; defaults to checkpoints/<project_name>/<experiment_name>."""
+    stall_report_s: float = 1800.0
+    """When a call into a worker (generate, update, save, ...) has run this many seconds, the worker prints it and
+    where each of its threads is (Python stacks) to its log, which the driver's console shows, and again each time
+    as long again passes; the call goes on. For a run that seems stuck. 0: never."""
 
     def world_size(self) -> int:
         """Devices (on CPU: worker processes) over all nodes."""
@@ -306,6 +310,7 @@ class BaseTrainerConfig:
 
     def validate(self, prefix: str) -> None:
         require_positive(self, prefix, "total_epochs", "max_steps", "nnodes", "n_gpus_per_node")
+        require_non_negative(self, prefix, "stall_report_s")
         require_choice(self, prefix, "device", DEVICES)
         require_choice(self, prefix, "logger", LOGGERS)
 

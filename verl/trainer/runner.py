@@ -22,6 +22,7 @@ from verl.trainer.preemption import RunSignals
 from verl.trainer.ray_setup import SetupError, init_ray
 from verl.trainer.ray_trainer import RayPPOTrainer, count_training_steps
 from verl.trainer.run_lock import CheckpointFolderInUse, RunLock
+from verl.utils import stall_report
 from verl.utils.config import config_to_dict
 from verl.utils.device import resolve_device_type
 from verl.utils.logger import Tracker
@@ -47,6 +48,8 @@ class WorkerGroups:
     """(group, pool) pairs, in creation order."""
     rollout_env: bool = False
     """worker.rollout.env is set: its shared resources end before the processes do."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment variables of every worker (trainer.stall_report_s)."""
 
     def shutdown(self) -> None:
         if self.rollout_env:
@@ -85,7 +88,9 @@ def create_worker_groups(config: PPOConfig, device: str) -> WorkerGroups:
     from verl.workers.fsdp_workers import FSDPWorker  # imports vLLM: only when training really starts
 
     trainer = config.trainer
-    groups = WorkerGroups(actor=None, rollout_env=bool(config.worker.rollout.env))
+    groups = WorkerGroups(
+        actor=None, rollout_env=bool(config.worker.rollout.env), env=stall_report.env(trainer.stall_report_s)
+    )
     try:
         reward_model = config.worker.reward.model
         roles = {}
@@ -135,7 +140,7 @@ def _new_group(groups: WorkerGroups, nodes: list[int], device: str, name: str, c
     """A resource pool of `nodes` processes per node and a group of `cls` on it, recorded in `groups`."""
     pool = RayResourcePool(process_on_nodes=nodes, use_gpu=device == "cuda", name_prefix=name)
     try:
-        group = RayWorkerGroup(pool, cls, name_prefix=name)
+        group = RayWorkerGroup(pool, cls, name_prefix=name, env=groups.env)
     except BaseException:
         pool.remove()
         raise

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import torch
 
 from verl.protocol import DataProto, pad_dataproto_to_divisor, unpad_dataproto
+from verl.utils import stall_report
 
 
 REGISTER_ATTR = "__verl_register__"
@@ -94,19 +95,22 @@ def _proto_to(data: DataProto, device: torch.device) -> DataProto:
 
 
 def _on_worker_device(func: F) -> F:
-    """Wrap a worker method so DataProto arguments arrive on `self.device` and a DataProto result leaves on the CPU."""
+    """Wrap a worker method so DataProto arguments arrive on `self.device` and a DataProto result leaves on the CPU,
+    and a call that runs long is reported (`verl.utils.stall_report`)."""
 
     @functools.wraps(func)
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        device = getattr(self, "device", None)
-        if not isinstance(device, torch.device) or device.type == "cpu":
-            return func(self, *args, **kwargs)
-        args = tuple(_proto_to(value, device) if isinstance(value, DataProto) else value for value in args)
-        kwargs = {
-            key: _proto_to(value, device) if isinstance(value, DataProto) else value for key, value in kwargs.items()
-        }
-        result = func(self, *args, **kwargs)
-        return _proto_to(result, torch.device("cpu")) if isinstance(result, DataProto) else result
+        with stall_report.watched(f"{type(self).__name__}.{func.__name__}"):  # trainer.stall_report_s
+            device = getattr(self, "device", None)
+            if not isinstance(device, torch.device) or device.type == "cpu":
+                return func(self, *args, **kwargs)
+            args = tuple(_proto_to(value, device) if isinstance(value, DataProto) else value for value in args)
+            kwargs = {
+                key: _proto_to(value, device) if isinstance(value, DataProto) else value
+                for key, value in kwargs.items()
+            }
+            result = func(self, *args, **kwargs)
+            return _proto_to(result, torch.device("cpu")) if isinstance(result, DataProto) else result
 
     return method  # type: ignore[return-value]
 

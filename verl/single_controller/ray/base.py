@@ -115,6 +115,7 @@ class RayWorkerGroup(WorkerGroup):
         ray_cls_with_init: RayClassWithInitArgs,
         name_prefix: str | None = None,
         port_timeout_s: float = 60.0,
+        env: dict[str, str] | None = None,
     ) -> None:
         self._name_prefix = name_prefix or f"wg_{uuid.uuid4().hex[:8]}"
         self._worker_cls = ray_cls_with_init.cls
@@ -143,6 +144,7 @@ class RayWorkerGroup(WorkerGroup):
                     "MASTER_PORT": str(self._master_port),
                     "WG_PREFIX": self._name_prefix,
                     **self._local_env,
+                    **(env or {}),
                 }
                 worker = actor_cls.options(
                     **resource_pool.actor_options(),
