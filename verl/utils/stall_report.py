@@ -83,7 +83,8 @@ def _report_loop() -> None:
 
 def _print_stacks() -> None:
     names = {thread.ident: thread.name for thread in threading.enumerate()}
-    for ident, frame in sys._current_frames().items():
+    main = threading.main_thread().ident
+    for ident, frame in sorted(sys._current_frames().items(), key=lambda item: item[0] != main):  # main first
         if ident != threading.get_ident():  # not this reporter's own
             print(f"Thread {names.get(ident, ident)} (most recent call last):", file=sys.stderr)
             traceback.print_stack(frame, file=sys.stderr)
