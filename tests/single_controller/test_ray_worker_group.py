@@ -167,6 +167,16 @@ class ListeningWorker(Worker):
         return self.opened, self.total, os.environ.get("VERL_DIST_INIT_METHOD", "")
 
 
+class StallingWorker(Worker):
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def stall(self, seconds: float) -> str:
+        """Sleep, then return the end of this worker's stderr (a file of Ray's, which its log shows)."""
+        time.sleep(seconds)
+        sys.stderr.flush()
+        with open(os.readlink("/proc/self/fd/2"), errors="replace") as f:
+            return f.read()[-20000:]
+
+
 def make_batch(rows: int) -> DataProto:
     return DataProto.from_dict(tensors={"x": torch.arange(rows, dtype=torch.float32)})
 
@@ -216,6 +226,19 @@ def test_ranks_environment_and_order(dispatch_wg):
         for rank in range(2)
     ]
     assert ray.get(ray.get_actor("dispatch_rank1").get_rank_info.remote()).rank == 1
+
+
+def test_a_long_call_is_reported_in_each_worker_s_log(pool):
+    """trainer.stall_report_s through a real group: the driver's environment reaches each worker, whose report of the
+    running call (its name and stack) is in the worker's log."""
+    wg = RayWorkerGroup(pool, RayClassWithInitArgs(StallingWorker), name_prefix="stalling", env=stall_report.env(0.2))
+    try:
+        logs = wg.stall(1.0)
+    finally:
+        wg.shutdown()
+    for log in logs:
+        assert "[verl stall report] StallingWorker.stall has run for" in log, log[-2000:]
+        assert "in stall\n    time.sleep(seconds)" in log, log[-2000:]
 
 
 def test_dp_compute_proto_pads_and_broadcasts(dispatch_wg):
