@@ -323,14 +323,14 @@ PROBE_S = 0.05
 
 
 class Stretch:
-    """A deadline `limit` seconds after `start` that moves on by the time the run `waited` (a CpuWait) loses waiting
-    for a CPU, to at most WAIT_CAP x `limit` after `start`, and not once the run has used `limit` seconds of CPU."""
+    """A deadline `limit` seconds from its creation that moves on by the time the run `waited` (a CpuWait) loses
+    waiting for a CPU, to at most WAIT_CAP x `limit`, and not once the run has used `limit` seconds of CPU."""
 
-    def __init__(self, limit, waited=None, start=None):
+    def __init__(self, limit, waited=None):
         import time
 
         self.limit, self.waited, self.lost, self.probe = limit, waited, 0.0, 0.0
-        self.start = time.monotonic() if start is None else start
+        self.start = time.monotonic()
 
     @property
     def deadline(self):
