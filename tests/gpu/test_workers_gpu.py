@@ -580,6 +580,8 @@ def test_grpo_step_on_the_tiny_vl_model(workspace, kind):
         steps = [row for row in map(json.loads, f) if "actor/pg_loss" in row]
     assert [row["step"] for row in steps] == [1]
     assert torch.isfinite(torch.tensor(steps[0]["actor/grad_norm"]))
+    # the step allocated CUDA memory, and what torch reserved covers it
+    assert 0 < steps[0]["perf/max_memory_allocated_gb"] <= steps[0]["perf/max_memory_reserved_gb"]
 
 
 def _two_rank_rpcs(rank: int, world_size: int, port: int, text_model: str, root: str) -> None:

@@ -145,6 +145,9 @@ def test_grpo_text_run_trains_and_checkpoints(workspace, caplog):
     ):
         assert key in steps[-1], key
     assert 0 < steps[-1]["perf/mfu_actor"] < 1
+    # a worker holds torch, vLLM and two copies of the tiny model: more than 0.3 GiB, less than the machine uses
+    assert all(0.3 < row["perf/cpu_max_rss_gb"] < row["perf/cpu_memory_used_gb"] for row in steps), steps
+    assert "perf/max_memory_allocated_gb" not in steps[-1]  # CUDA only
     assert all(row["rollout/weight_sync_mean_gap"] <= 1e-3 for row in steps)
     assert "val/reward_score" in val_metrics
     logged = {key for row in rows for key in row} | set(val_metrics)

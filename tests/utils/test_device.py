@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.workers.fsdp_testing import init_rank, spawn
 from verl.utils import device
 
 
@@ -37,8 +38,32 @@ def test_cpu_device_uses_gloo_and_cpu_no_ops():
     assert device.get_dist_backend() == "gloo" and device.get_dist_backend("cuda") == "cpu:gloo,cuda:nccl"
     device.synchronize()
     device.empty_cache()
-    stats = device.memory_stats()
-    assert list(stats) == ["cpu_max_rss_gb"] and stats["cpu_max_rss_gb"] > 0
+    stats = device.memory_metrics()  # no CUDA figures; no group: this process's own
+    assert sorted(stats) == ["perf/cpu_max_rss_gb", "perf/cpu_memory_used_gb"]
+    assert 0 < stats["perf/cpu_max_rss_gb"] < stats["perf/cpu_memory_used_gb"]
+
+
+def _memory_metrics_rank(rank: int, world_size: int, port: int) -> None:
+    import resource
+
+    import torch.distributed as dist
+
+    init_rank(rank, world_size, port)
+    # rank 1's peak outgrows the other's by ~0.25 GiB (bytes filled, so that its pages are resident)
+    ballast = b"x" * ((256 * 2**20 + resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024) if rank == 1 else 0)
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30
+    stats = device.memory_metrics()
+    peaks = [None] * world_size
+    dist.all_gather_object(peaks, own)
+    both = [None] * world_size
+    dist.all_gather_object(both, stats)
+    assert both[0] == both[1] and stats["perf/cpu_max_rss_gb"] >= max(peaks) > min(peaks) + 0.2, (peaks, both)
+    del ballast
+    dist.destroy_process_group()
+
+
+def test_memory_metrics_are_the_largest_over_the_ranks():
+    spawn(_memory_metrics_rank, 2)
 
 
 def test_init_distributed_names_missing_environment(monkeypatch):

@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 import numpy as np
+import psutil
 import torch
 import torch.distributed as dist
 
@@ -145,15 +146,26 @@ def empty_cache() -> None:
         torch.cuda.empty_cache()
 
 
-def memory_stats() -> dict[str, float]:
-    """Memory numbers in GiB for the perf metrics: device allocated/reserved peaks on CUDA, host RSS everywhere."""
+def memory_metrics() -> dict[str, float]:
+    """The step's memory figures in GiB, each the largest over the ranks of the process group (a collective: every
+    rank calls it): `perf/max_memory_allocated_gb` and `perf/max_memory_reserved_gb`, the peaks of torch's CUDA
+    allocator since the previous call (everything this process did in between: generation, log-probs, the update;
+    CUDA only); `perf/cpu_memory_used_gb`, the host's used memory; `perf/cpu_max_rss_gb`, the process's peak resident
+    memory since it started."""
     gib = 1024**3
-    # ru_maxrss is in KiB on Linux
-    stats = {"cpu_max_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / gib}
+    stats = {
+        "perf/cpu_memory_used_gb": psutil.virtual_memory().used / gib,
+        # ru_maxrss is in KiB on Linux
+        "perf/cpu_max_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / gib,
+    }
     if get_device_type() == "cuda":
-        stats["max_memory_allocated_gb"] = torch.cuda.max_memory_allocated() / gib
-        stats["max_memory_reserved_gb"] = torch.cuda.max_memory_reserved() / gib
-        stats["memory_allocated_gb"] = torch.cuda.memory_allocated() / gib
+        stats["perf/max_memory_allocated_gb"] = torch.cuda.max_memory_allocated() / gib
+        stats["perf/max_memory_reserved_gb"] = torch.cuda.max_memory_reserved() / gib
+        torch.cuda.reset_peak_memory_stats()
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        values = torch.tensor(list(stats.values()), dtype=torch.float64)
+        dist.all_reduce(values, op=dist.ReduceOp.MAX)
+        stats = dict(zip(stats, values.tolist()))
     return stats
 
 

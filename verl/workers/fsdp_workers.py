@@ -288,7 +288,7 @@ class FSDPWorker(Worker):
     ) -> DataProto:
         """An update phase of this worker's trained model (the critic or the actor): as `_forward_rows`, then `update`
         with the model and its optimizer resident and one lr-scheduler step; returns the metrics, `<role>/lr` the
-        step's."""
+        step's, and for the actor the step's memory figures (`memory_metrics`)."""
         if self.has_critic:
             role, sp_group, lr_scheduler = "critic", self.critic_sp_group, self.critic_lr_scheduler
         else:
@@ -299,6 +299,8 @@ class FSDPWorker(Worker):
             metrics = update(data)
         metrics[f"{role}/lr"] = lr_scheduler.get_last_lr()[0]
         lr_scheduler.step()
+        if role == "actor":
+            metrics.update(device_utils.memory_metrics())
         return DataProto(meta_info={"metrics": metrics})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)

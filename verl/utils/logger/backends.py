@@ -48,6 +48,7 @@ CONSOLE_KEYS: tuple[str, ...] = (
     "timing_s/step",
     "perf/throughput",
     "perf/mfu_actor",
+    "perf/max_memory_allocated_gb",
     "train/loss",
     "train/grad_norm",
     "train/lr",
