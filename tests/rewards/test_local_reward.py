@@ -47,9 +47,10 @@ def tokenizer_dir(tmp_path_factory, tokenizer) -> str:
     return str(path)
 
 
-def trainer_state(timeout_s: float) -> SimpleNamespace:
+def trainer_state(timeout_s: float, runner: LocalReward | None = None) -> SimpleNamespace:
     reward = SimpleNamespace(reward_function="reward.py:score", timeout_s=timeout_s)
-    return SimpleNamespace(global_step=7, config=SimpleNamespace(worker=SimpleNamespace(reward=reward)))
+    config = SimpleNamespace(worker=SimpleNamespace(reward=reward))
+    return SimpleNamespace(global_step=7, config=config, reward_fn=runner)
 
 
 def collect(state: SimpleNamespace, runner: LocalReward, batch) -> tuple[torch.Tensor, dict[str, list[float]]]:
@@ -93,11 +94,15 @@ def test_errors_and_hangs_reach_the_trainer_named(tokenizer_dir, make_batch, wri
     with pytest.raises(RewardFunctionError, match="raised TimeoutError on sample 0"):
         collect(state, runner, make_batch(["Q"], ["late"]))
 
-    state = trainer_state(0.5)
+    state = trainer_state(0.5, runner)
     start = time.monotonic()
-    with pytest.raises(TimeoutError, match=r"reward.py:score did not score step 7's batch within .*=0.5 s"):
+    with pytest.raises(TimeoutError, match=r"reward.py:score did not score step 7's batch within .*=0.5 s") as info:
         collect(state, runner, make_batch(["Q"], ["hang"]))
     assert time.monotonic() - start < 10
+    # the error shows where the function waits: the scoring thread's stack, down to the hanging line
+    where = str(info.value).split("Where it was when the time ran out:\n")[1]
+    assert where.startswith("Thread reward (most recent call last):") and "in score" in where, where
+    assert where.rstrip().endswith("time.sleep(60)") and where.count("Thread ") == 1, where
     hung = [thread for thread in threading.enumerate() if thread.name == "reward"]
     assert hung and all(thread.daemon for thread in hung)  # the process can still exit
 

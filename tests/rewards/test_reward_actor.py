@@ -3,6 +3,7 @@
 """The reward Ray actor, for real: a local Ray instance, the tiny tokenizer on disk, a parallel sequential function."""
 
 import os
+import time
 
 import pytest
 import ray
@@ -10,7 +11,7 @@ import torch
 
 from verl.rewards.function import RewardFunctionError, RewardFunctionLoadError
 from verl.rewards.manager import FunctionRewardManager
-from verl.rewards.ray_actor import create_reward_actor
+from verl.rewards.ray_actor import ActorReward, create_reward_actor
 from verl.workers.config import RewardConfig
 
 
@@ -75,6 +76,32 @@ def test_actor_scores_asynchronously_with_a_process_pool(
     finally:
         ray.get(actor.close.remote())
         ray.kill(actor)
+
+
+def test_a_hung_function_says_where_it_waits_and_does_not_hold_up_the_close(
+    ray_local, tokenizer_dir, make_batch, write_reward_file
+) -> None:
+    path = write_reward_file("""
+        import time
+
+        def score(sample):
+            time.sleep(600)  # hangs
+            return {"overall": 1.0}
+    """)
+    reward = ActorReward(create_reward_actor(RewardConfig(reward_function=f"{path}:score"), tokenizer_dir))
+    try:
+        assert reward.where() == ""  # nothing is being scored
+        pending = reward.submit(make_batch(["Q"], ["a"]))
+        deadline, where = time.monotonic() + 60, ""
+        while "time.sleep" not in where and time.monotonic() < deadline:  # answered while the batch is scored
+            time.sleep(0.2)
+            where = reward.where()
+        assert "in score" in where and where.rstrip().endswith("time.sleep(600)  # hangs"), where
+        assert ray.wait([pending], timeout=0)[0] == []  # still scoring
+    finally:
+        start = time.monotonic()
+        reward.close()
+    assert time.monotonic() - start < 10  # the close did not wait behind the hung call
 
 
 def test_bad_spec_fails_in_the_caller(ray_local, tokenizer_dir, write_reward_file) -> None:

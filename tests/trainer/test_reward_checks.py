@@ -14,7 +14,10 @@ from verl.workers.config import RewardConfig
 def driver(step: int = 3, reward: RewardConfig | None = None) -> SimpleNamespace:
     reward = reward or RewardConfig(reward_function="rewards/task.py:score")
     return SimpleNamespace(
-        flat_reward_steps=0, global_step=step, config=SimpleNamespace(worker=SimpleNamespace(reward=reward))
+        flat_reward_steps=0,
+        global_step=step,
+        config=SimpleNamespace(worker=SimpleNamespace(reward=reward)),
+        reward_fn=None,
     )
 
 

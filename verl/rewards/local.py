@@ -13,6 +13,7 @@ import torch
 from verl.data.tokenizer import get_tokenizer
 from verl.protocol import DataProto
 from verl.rewards.manager import RewardSettings, create_reward_manager
+from verl.utils import stall_report
 
 
 class LocalReward:
@@ -23,10 +24,22 @@ class LocalReward:
         # its own tokenizer: the trainer's thread may encode while this one decodes
         tokenizer = get_tokenizer(tokenizer_path, trust_remote_code=trust_remote_code)
         self.manager = create_reward_manager(RewardSettings.from_config(config), tokenizer)
+        self.scoring: set[int] = set()
+        """The threads in `compute_reward` now."""
 
     def compute_reward(self, data: DataProto) -> tuple[torch.Tensor, dict[str, list[float]]]:
         """(token-level scores (batch, response_length) float32, metrics key -> per-sample values)."""
-        return self.manager.compute_reward(data)
+        self.scoring.add(threading.get_ident())
+        try:
+            return self.manager.compute_reward(data)
+        finally:
+            self.scoring.discard(threading.get_ident())
+
+    def where(self) -> str:
+        """Where the batches being scored are now: the Python stack of each thread in `compute_reward` ("" when
+        none); with `num_cpus` > 1 the function runs in the pool's processes and the stack ends where it waits for
+        them."""
+        return stall_report.format_stacks(self.scoring)
 
     def submit(self, data: DataProto) -> "Future[tuple[torch.Tensor, dict[str, list[float]]]]":
         """Start scoring `data`; the future gives what `manager.compute_reward` returns, or raises its error."""

@@ -14,13 +14,14 @@ from verl.rewards.local import LocalReward
 from verl.rewards.manager import RewardSettings
 
 
-RewardActor = ray.remote(LocalReward)
+RewardActor = ray.remote(concurrency_groups={"control": 1})(LocalReward)
 """The reward actor: one per run, holding the tokenizer and the loaded functions, scoring training and validation
-batches."""
+batches one at a time; `where` and `close` run beside a batch being scored (the "control" group's thread), so a hung
+function neither hides where it waits nor holds up the run's end."""
 
 
 class ActorReward:
-    """A RewardActor behind the same two methods as `LocalReward` (worker.reward.run_in=actor)."""
+    """A RewardActor behind `LocalReward`'s `submit`, `where` and `close` (worker.reward.run_in=actor)."""
 
     def __init__(self, actor: Any) -> None:
         self.actor = actor
@@ -29,15 +30,23 @@ class ActorReward:
         """Start scoring `data`; returns the ObjectRef of what `compute_reward` returns."""
         return self.actor.compute_reward.remote(data)
 
+    def where(self, timeout_s: float = 30.0) -> str:
+        """`LocalReward.where` of the actor, or why it did not answer."""
+        try:
+            return ray.get(self.actor.where.options(concurrency_group="control").remote(), timeout=timeout_s)
+        except Exception as error:  # the actor may be gone or stuck beyond answering: the caller reports the hang anyway
+            return f"(the reward actor did not say: {type(error).__name__}: {error})\n"
+
     def close(self) -> None:
-        stop_actor(self.actor)
+        stop_actor(self.actor, concurrency_group="control")
 
 
-def stop_actor(actor: Any) -> None:
-    """Let an actor with a `close` method (the reward or judge actor) stop its own processes, then kill it; an actor
-    that is gone already is fine."""
+def stop_actor(actor: Any, concurrency_group: str | None = None) -> None:
+    """Let an actor with a `close` method (the reward or judge actor) stop its own processes (its `close` run in
+    `concurrency_group` where given), then kill it; an actor that is gone already is fine."""
+    close = actor.close if concurrency_group is None else actor.close.options(concurrency_group=concurrency_group)
     try:
-        ray.get(actor.close.remote(), timeout=30)
+        ray.get(close.remote(), timeout=30)
     except Exception:  # the actor may already be gone; killing it is what matters
         pass
     ray.kill(actor)

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -82,10 +82,17 @@ def _report_loop() -> None:
 
 
 def _print_stacks() -> None:
+    print(format_stacks(), file=sys.stderr, end="", flush=True)
+
+
+def format_stacks(idents: Iterable[int] | None = None) -> str:
+    """The Python stacks of this process's threads `idents` (default: all but the caller's), the main thread first,
+    each headed by its name, as a traceback prints them; a thread that has ended meanwhile is left out."""
     names = {thread.ident: thread.name for thread in threading.enumerate()}
-    main = threading.main_thread().ident
+    main, wanted = threading.main_thread().ident, None if idents is None else set(idents)
+    text = []
     for ident, frame in sorted(sys._current_frames().items(), key=lambda item: item[0] != main):  # main first
-        if ident != threading.get_ident():  # not this reporter's own
-            print(f"Thread {names.get(ident, ident)} (most recent call last):", file=sys.stderr)
-            traceback.print_stack(frame, file=sys.stderr)
-    sys.stderr.flush()
+        if (ident != threading.get_ident()) if wanted is None else (ident in wanted):
+            text.append(f"Thread {names.get(ident, ident)} (most recent call last):\n")
+            text.extend(traceback.format_stack(frame))
+    return "".join(text)
