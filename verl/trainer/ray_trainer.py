@@ -321,8 +321,7 @@ class RayPPOTrainer:
         raise TimeoutError(
             f"The reward function {reward.reward_function} did not score step {self.global_step}'s batch within "
             f"worker.reward.timeout_s={reward.timeout_s:g} s; it may hang (a loop, a lock, a network call). "
-            "Fix it, or raise the timeout."
-            + (f" Where it was when the time ran out:\n{where}" if where else "")
+            "Fix it, or raise the timeout." + (f" Where it was when the time ran out:\n{where}" if where else "")
         )
 
     def _check_reward_spread(self, scores: torch.Tensor) -> None:
