@@ -48,19 +48,19 @@ def tokenizer_dir(tmp_path_factory, tokenizer) -> str:
 
 
 def trainer_state(timeout_s: float, runner: LocalReward | None = None) -> SimpleNamespace:
-    reward = SimpleNamespace(reward_function="reward.py:score", timeout_s=timeout_s)
-    config = SimpleNamespace(worker=SimpleNamespace(reward=reward))
+    config = SimpleNamespace(worker=SimpleNamespace(reward=RewardConfig(reward_function="reward.py:score")))
+    config.worker.reward.timeout_s = timeout_s
     return SimpleNamespace(global_step=7, config=config, reward_fn=runner)
 
 
 def collect(state: SimpleNamespace, runner: LocalReward, batch) -> tuple[torch.Tensor, dict[str, list[float]]]:
     """Score `batch` as the trainer does: launch, then collect through RayPPOTrainer._get_reward."""
-    scorer = BatchScorer(state.config.worker.reward, None, runner, None, None, lambda ref: get(state, ref))
+    scorer = BatchScorer(state.config.worker.reward, None, runner, None, None, lambda ref, part: get(state, ref, part))
     return scorer.collect(batch, scorer.launch(batch))
 
 
-def get(state: SimpleNamespace, ref):
-    return RayPPOTrainer._get_reward(state, ref)
+def get(state: SimpleNamespace, ref, part: str):
+    return RayPPOTrainer._get_reward(state, ref, part)
 
 
 @pytest.mark.parametrize("num_cpus", [1, 2])

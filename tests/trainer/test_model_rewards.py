@@ -75,7 +75,7 @@ def test_rule_and_judge_scores_combine_with_their_weights(local_ray, tmp_path) -
     rule_actor = ActorReward(create_reward_actor(config, model))
     judge = ray.remote(FixedJudge).remote()
     try:
-        scorer = BatchScorer(config, tokenizer, rule_actor, None, judge, ray.get)
+        scorer = BatchScorer(config, tokenizer, rule_actor, None, judge, lambda handle, part: ray.get(handle))
         scores, columns = scorer.score(batch)
     finally:
         rule_actor.close()

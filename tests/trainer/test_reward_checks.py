@@ -75,12 +75,19 @@ def test_a_hanging_reward_function_is_cut_off_and_named():
         # A result that arrives within the timeout is returned. The timeout is generous here: the first task also
         # starts a Ray worker process, which took over a second on a loaded CI machine.
         state.config.worker.reward.timeout_s = 60.0
-        assert RayPPOTrainer._get_reward(state, scores_fast.remote()) == "scored"
+        assert RayPPOTrainer._get_reward(state, scores_fast.remote(), "rule") == "scored"
         state.config.worker.reward.timeout_s = 1.0
         start = time.monotonic()
         with pytest.raises(TimeoutError, match=r"rewards/task.py:score did not score step 5's batch within .*=1 s"):
-            RayPPOTrainer._get_reward(state, hangs.remote())
+            RayPPOTrainer._get_reward(state, hangs.remote(), "rule")
         assert time.monotonic() - start < 10
+        # a hung judge is named as the judge, not as the functions (which may have finished, or be routes)
+        state.config.worker.reward.judge.model_path = "models/judge"
+        state.config.worker.reward.reward_function, state.config.worker.reward.routes = None, {"math": "m.py:f"}
+        with pytest.raises(TimeoutError, match=r"^The judge models/judge did not score step 5's batch within"):
+            RayPPOTrainer._get_reward(state, hangs.remote(), "judge")
+        with pytest.raises(TimeoutError, match=r"^The routed reward functions math: m.py:f did not score step 5's"):
+            RayPPOTrainer._get_reward(state, hangs.remote(), "rule")
     finally:
         ray.shutdown()
 

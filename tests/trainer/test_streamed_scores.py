@@ -38,7 +38,7 @@ class Runner:
         return future
 
 
-def get(future: Future):
+def get(future: Future, part: str):
     return future.result()
 
 
@@ -92,7 +92,7 @@ def test_ready_share_counts_groups_still_scoring():
     runner = Slow()
     waits = []
 
-    def get(future: Future):
+    def get(future: Future, part: str):
         if not future.done():
             waits.append(future)
             runner.finish()

@@ -55,15 +55,16 @@ class BatchScorer:
         rule_runner: Any | None,
         reward_model_wg: Any | None,
         judge_actor: Any | None,
-        get: Callable[[Any], Any],
+        get: Callable[[Any, str], Any],
     ) -> None:
         if rule_runner is None and reward_model_wg is None and judge_actor is None:
             raise ValueError("No reward: set worker.reward.reward_function (or routes), a reward model or a judge.")
         self.config = reward_config
         self.tokenizer = tokenizer
-        # the rule-based functions: a LocalReward or an ActorReward (both have submit(batch) and close())
+        # the rule-based functions: a LocalReward or an ActorReward (both have submit(batch), where() and close())
         self.rule_runner, self.reward_model_wg, self.judge_actor = rule_runner, reward_model_wg, judge_actor
         self.get = get
+        """get(handle, part): a part's ("rule", "judge") result, waited for as the trainer does (its timeout)."""
 
     @property
     def combines(self) -> bool:
@@ -103,7 +104,7 @@ class BatchScorer:
         """(token-level scores (B, R), columns key -> per-sample values) of a launched batch."""
         rule_scores, columns = None, {}
         if pending.rule is not None:
-            rule_scores, columns = self.get(pending.rule)
+            rule_scores, columns = self.get(pending.rule, "rule")
             columns = {key: list(values) for key, values in columns.items()}
         if not self.combines:
             return rule_scores, columns
@@ -118,7 +119,7 @@ class BatchScorer:
             columns["rm_score"] = pending.rm_scores.tolist()
             overall += self.config.model.weight * pending.rm_scores
         if pending.judge is not None:
-            judged = self.get(pending.judge)
+            judged = self.get(pending.judge, "judge")
             columns.update({key: list(values) for key, values in judged.items()})
             overall += self.config.judge.weight * torch.tensor(judged["judge_score"], dtype=torch.float32)
         columns["overall"] = overall.tolist()

@@ -101,20 +101,21 @@ def count_training_steps(config: PPOConfig, batches_per_epoch: int) -> int:
     return max(1, batches_per_epoch * prompts_per_batch // data.rollout_batch_size) * trainer.total_epochs
 
 
+def reward_parts(reward: Any) -> dict[str, str]:
+    """What scores a run, for messages, by part: "rule" (the functions), "model", "judge"; those the run has."""
+    rules = [f"reward function {reward.reward_function}"] if reward.reward_function else []
+    if reward.routes:
+        rules.append("routed reward functions " + ", ".join(f"{key}: {spec}" for key, spec in reward.routes.items()))
+    if reward.rubric:
+        rules.append("rubric " + ", ".join(reward.rubric))
+    parts = {"rule": " + ".join(rules), "model": reward.model.model_path, "judge": reward.judge.model_path}
+    names = {"rule": "", "model": "reward model ", "judge": "judge "}
+    return {part: names[part] + text for part, text in parts.items() if text}
+
+
 def reward_sources(reward: Any) -> str:
     """What scores a run, for messages."""
-    sources = []
-    if reward.reward_function:
-        sources.append(f"reward function {reward.reward_function}")
-    if reward.routes:
-        sources.append("routed reward functions " + ", ".join(f"{key}: {spec}" for key, spec in reward.routes.items()))
-    if reward.rubric:
-        sources.append("rubric " + ", ".join(reward.rubric))
-    if reward.model.model_path:
-        sources.append(f"reward model {reward.model.model_path}")
-    if reward.judge.model_path:
-        sources.append(f"judge {reward.judge.model_path}")
-    return " + ".join(sources) or "no reward source"
+    return " + ".join(reward_parts(reward).values()) or "no reward source"
 
 
 class RayPPOTrainer:
@@ -305,21 +306,22 @@ class RayPPOTrainer:
         advantages, returns = core_algos.compute_advantage_return(algo.adv_estimator, **kwargs)
         batch.batch["advantages"], batch.batch["returns"] = advantages, returns
 
-    def _get_reward(self, reward_ref: Any) -> Any:
-        """The rule-based reward's result (Future or ObjectRef), or a TimeoutError after worker.reward.timeout_s."""
+    def _get_reward(self, handle: Any, part: str) -> Any:
+        """A reward part's result, or a TimeoutError naming the part after worker.reward.timeout_s: `part` "rule" (the
+        functions' Future or ObjectRef; the error shows where they wait) or "judge" (the judge actor's ObjectRef)."""
         reward = self.config.worker.reward
         timeout = reward.timeout_s if reward.timeout_s > 0 else None
-        if isinstance(reward_ref, Future):  # the function's own errors (a TimeoutError too) come out of result()
-            if wait([reward_ref], timeout=timeout).done:
-                return reward_ref.result()
+        if isinstance(handle, Future):  # the function's own errors (a TimeoutError too) come out of result()
+            if wait([handle], timeout=timeout).done:
+                return handle.result()
         else:
             try:
-                return ray.get(reward_ref, timeout=timeout)
+                return ray.get(handle, timeout=timeout)
             except ray.exceptions.GetTimeoutError:
                 pass
-        where = self.reward_fn.where() if self.reward_fn is not None else ""
+        where = self.reward_fn.where() if part == "rule" and self.reward_fn is not None else ""
         raise TimeoutError(
-            f"The reward function {reward.reward_function} did not score step {self.global_step}'s batch within "
+            f"The {reward_parts(reward).get(part, part)} did not score step {self.global_step}'s batch within "
             f"worker.reward.timeout_s={reward.timeout_s:g} s; it may hang (a loop, a lock, a network call). "
             "Fix it, or raise the timeout." + (f" Where it was when the time ran out:\n{where}" if where else "")
         )
