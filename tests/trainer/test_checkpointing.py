@@ -9,11 +9,15 @@ from verl.trainer.checkpointing import (
     TRACKER_FILE,
     CheckpointTracker,
     atomic_write,
+    checkpoint_size_estimate,
+    directory_bytes,
     discard_failed_save,
     find_last_checkpoint,
     remove_obsolete_checkpoints,
     resume_path,
+    saved_parameters,
     saved_steps,
+    space_warning,
     step_dir,
     step_of,
 )
@@ -225,6 +229,7 @@ def test_the_trainer_records_every_file_of_a_step_before_the_tracker(tmp_path):
     state = SimpleNamespace(
         config=SimpleNamespace(trainer=trainer_config),
         global_step=1,
+        total_steps=1,
         ckpt_tracker=CheckpointTracker(),
         actor_rollout_ref_wg=Worker(),
         use_critic=False,
@@ -239,3 +244,28 @@ def test_the_trainer_records_every_file_of_a_step_before_the_tracker(tmp_path):
     assert sorted(files) == ["actor/__0_0.distcp", "dataloader.pt", "trainer_state.json"]
     assert files["actor/__0_0.distcp"]["size"] == 100
     assert CheckpointTracker.load(str(tmp_path)).last_global_step == 1
+
+
+def test_a_checkpoint_s_size_is_estimated_from_the_model_files(tmp_path):
+    from verl.models.tiny_models import count_parameters, get_or_build_tiny_model
+
+    model = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
+    params = count_parameters(model)["total"]
+    assert saved_parameters(model) == params > 10**6
+    assert saved_parameters(str(tmp_path)) is None  # a folder without weights
+    assert saved_parameters("no-such-org/no-such-model") is None  # not in the local Hub cache
+    assert checkpoint_size_estimate([(model, 4)], save_model_only=True) == 4 * params
+    assert checkpoint_size_estimate([(model, 4), (model, 2)], save_model_only=False) == 3 * 6 * params
+    assert checkpoint_size_estimate([(model, 4), (str(tmp_path), 4)], save_model_only=True) is None
+
+
+def test_space_warning_when_the_next_checkpoint_would_not_fit(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "one").write_bytes(b"x" * 1000)
+    (tmp_path / "two").write_bytes(b"x" * 24)
+    assert directory_bytes(str(tmp_path)) == 1024
+    not_made = str(tmp_path / "not" / "made" / "yet")  # the free space of the disk it will be on
+    assert space_warning(not_made, 1024, "A checkpoint") is None
+    warning = space_warning(not_made, 2**60, "A checkpoint")
+    assert warning.startswith(f"A checkpoint takes {2**30:.2f} GiB, and ") and f"free at {not_made}: " in warning
+    assert "trainer.save_limit" in warning

@@ -799,24 +799,31 @@ def test_vl_multi_turn_run_with_images_from_the_environment(workspace):
     assert any(len(record["images"]) == 2 for record in records)  # the prompt's picture and the environment's
 
 
-def test_full_disk_at_a_save_keeps_the_previous_checkpoint(workspace, small_disk):
-    """The second step's save hits a really full disk (a tmpfs sized to hold one checkpoint and a half): the run
-    stops with an error naming the cause, the partial step is gone and step 1 is intact and still the latest."""
+def test_full_disk_at_a_save_keeps_the_previous_checkpoint(workspace, small_disk, caplog):
+    """The third step's save hits a really full disk (a tmpfs sized to hold two checkpoints and a half): the save
+    before it warns that the next will not fit, the run stops with an error naming the cause, the partial step is
+    gone and step 2 is intact and still the latest."""
     from verl.trainer.checkpointing import CheckpointSaveError, find_last_checkpoint, is_complete, saved_steps
 
     disk = small_disk(256 * 1024)
     root = os.path.join(disk.path, "run")
     args = ("trainer.val_before_train=false", f"trainer.save_checkpoint_path={root}", "trainer.save_freq=1")
-    run_ppo(load_config(text_args(workspace, "full_disk", *args, "trainer.max_steps=1")))
+    with caplog.at_level(logging.WARNING):
+        run_ppo(load_config(text_args(workspace, "full_disk", *args, "trainer.max_steps=1")))
+    assert "would not fit" not in caplog.text and "next save would fail" not in caplog.text  # room for many
     one_checkpoint = disk.used_kib()
-    disk.resize(one_checkpoint * 3 // 2)
-    with pytest.raises(CheckpointSaveError, match="No space left on device") as failure:
-        run_ppo(load_config(text_args(workspace, "full_disk", *args, "trainer.max_steps=2")))
-    assert "global_step_1 is intact and still the latest" in str(failure.value)
-    assert saved_steps(root) == [1]  # the partial global_step_2 is removed, its space freed
-    assert json.loads(open(os.path.join(root, "checkpoint_tracker.json")).read())["last_global_step"] == 1
-    assert find_last_checkpoint(root) == os.path.join(root, "global_step_1")
-    assert is_complete(os.path.join(root, "global_step_1"))
+    disk.resize(one_checkpoint * 5 // 2)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING), pytest.raises(CheckpointSaveError, match="No space left") as failure:
+        run_ppo(load_config(text_args(workspace, "full_disk", *args, "trainer.max_steps=3")))
+    step_2 = os.path.join(root, "global_step_2")
+    warnings = [r.getMessage() for r in caplog.records if "the next save would fail" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].startswith(f"Checkpoint {step_2} takes "), warnings  # after step 2's
+    assert "global_step_2 is intact and still the latest" in str(failure.value)
+    assert saved_steps(root) == [1, 2]  # the partial global_step_3 is removed, its space freed
+    assert json.loads(open(os.path.join(root, "checkpoint_tracker.json")).read())["last_global_step"] == 2
+    assert find_last_checkpoint(root) == step_2
+    assert is_complete(step_2)
 
 
 def test_staged_response_length_and_adaptive_entropy_resume(workspace):

@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """What the runner hands Ray and prints before training, checked without starting Ray."""
 
+import logging
 import os
 import time
 
@@ -40,6 +41,28 @@ def test_the_checkpoint_plan_names_the_directory_what_and_when():
     )
     config.trainer.save_freq, config.trainer.save_model_only = -1, True
     assert runner.checkpoint_plan(config) == "Checkpoints go to /runs/exp (model weights only, at the end)."
+    assert runner.checkpoint_plan(config, 3 * 2**29) == (
+        "Checkpoints go to /runs/exp (model weights only, at the end; about 1.50 GiB each)."
+    )
+
+
+def test_a_run_whose_checkpoint_will_not_fit_is_warned_at_its_start(tmp_path, small_disk, caplog):
+    from verl.models.tiny_models import count_parameters, get_or_build_tiny_model
+
+    model = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
+    config = PPOConfig()
+    config.worker.actor.model.model_path = config.worker.critic.model.model_path = model
+    config.trainer.save_checkpoint_path = os.path.join(small_disk(4096).path, "run")  # 4 MiB free
+    expected = 3 * 4 * count_parameters(model)["total"]  # fp32 weights and AdamW's two moments
+    assert runner.checkpoint_size(config) == expected
+    with caplog.at_level(logging.INFO, logger="verl.trainer.runner"):
+        runner.log_checkpoint_plan(config)
+    assert f"about {expected / 2**30:.2f} GiB each" in caplog.text
+    assert f"One checkpoint of this run takes {expected / 2**30:.2f} GiB, and 0.00 GiB are free at" in caplog.text
+    config.algorithm.adv_estimator = "gae"  # the critic's checkpoint too
+    assert runner.checkpoint_size(config) == 2 * expected
+    config.worker.actor.model.lora.rank = 8  # adapters only: too small to matter, not estimated
+    assert runner.checkpoint_size(config) is None
 
 
 @pytest.mark.parametrize(("variable", "user_value"), [("TASK_EVENTS_ENV", "1000"), ("PRESTART_ENV", "1")])

@@ -7,6 +7,7 @@ so a crash mid-save never names a half-written checkpoint."""
 
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -196,3 +197,59 @@ def discard_failed_save(save_root: str, step: int, tracker: CheckpointTracker) -
     save the workers replace atomically)."""
     if step != tracker.last_global_step:
         shutil.rmtree(step_dir(save_root, step), ignore_errors=True)
+
+
+def free_bytes(path: str) -> int:
+    """Free space on the disk that holds `path` (or its nearest existing parent, for a folder not made yet)."""
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return shutil.disk_usage(path).free
+
+
+def directory_bytes(path: str) -> int:
+    """The size of the files under `path`."""
+    return sum(os.path.getsize(os.path.join(folder, name)) for folder, _, names in os.walk(path) for name in names)
+
+
+def saved_parameters(model_path: str) -> int | None:
+    """Parameters in the safetensors files of a model directory, or of a Hub id already in the local cache (read from
+    the files' headers, no tensor); None where there are none to read."""
+    from safetensors import safe_open
+
+    directory = model_path
+    if not os.path.isdir(directory):
+        try:
+            from huggingface_hub import snapshot_download
+
+            directory = snapshot_download(model_path, local_files_only=True, allow_patterns=["*.safetensors"])
+        except Exception:  # not a Hub id, or not downloaded yet: the workers will say which when they load it
+            return None
+    total = 0
+    for file in os.listdir(directory):
+        if file.endswith(".safetensors"):
+            with safe_open(os.path.join(directory, file), framework="pt") as f:
+                total += sum(math.prod(f.get_slice(key).get_shape()) for key in f.keys())
+    return total or None
+
+
+def checkpoint_size_estimate(models: list[tuple[str, int]], save_model_only: bool) -> int | None:
+    """About how many bytes a checkpoint takes: each trained model's (path, bytes per parameter) parameters, three
+    times over with the optimizer state (AdamW's two moments); None when a model's parameters cannot be counted."""
+    counts = [saved_parameters(path) for path, _ in models]
+    if None in counts:
+        return None
+    return sum(count * size * (1 if save_model_only else 3) for count, (_, size) in zip(counts, models))
+
+
+def space_warning(save_root: str, size: int, what: str) -> str | None:
+    """A warning when the disk of `save_root` has less than `size` bytes free: `what` (the next checkpoint, said as
+    the caller knows its size) would not fit."""
+    free = free_bytes(save_root)
+    if free >= size:
+        return None
+    return (
+        f"{what} takes {size / 2**30:.2f} GiB, and {free / 2**30:.2f} GiB are free at {save_root}: the next save would "
+        "fail (the run then stops, its latest checkpoint intact). Free space now, lower trainer.save_limit, or set "
+        "trainer.save_checkpoint_path to a larger disk."
+    )

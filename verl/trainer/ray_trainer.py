@@ -33,9 +33,11 @@ from verl.trainer.checkpointing import (
     CheckpointSaveError,
     CheckpointTracker,
     atomic_write,
+    directory_bytes,
     discard_failed_save,
     remove_obsolete_checkpoints,
     resume_path,
+    space_warning,
     step_dir,
     step_of,
 )
@@ -512,6 +514,11 @@ class RayPPOTrainer:
         self.ckpt_tracker = tracker
         remove_obsolete_checkpoints(root, trainer.save_limit, self.ckpt_tracker)
         logger.info("Saved checkpoint %s", path)
+        warning = self.global_step < self.total_steps and space_warning(
+            root, directory_bytes(path), f"Checkpoint {path}"
+        )
+        if warning:
+            logger.warning(warning)
 
     def _write_checkpoint(self, path: str) -> None:
         trainer = self.config.trainer

@@ -14,7 +14,7 @@ from verl.rewards.ray_actor import ActorReward, create_reward_actor, stop_actor
 from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
 from verl.single_controller.ray.resource import RayResourcePool
 from verl.trainer.async_trainer import AsyncRayPPOTrainer
-from verl.trainer.checkpointing import resume_path
+from verl.trainer.checkpointing import checkpoint_size_estimate, resume_path, space_warning
 from verl.trainer.config import PPOConfig
 from verl.trainer.data_loader import create_dataloader
 from verl.trainer.disaggregated_trainer import DisaggregatedRayPPOTrainer
@@ -196,6 +196,7 @@ def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
         train_dataloader, val_dataloader, tokenizer, processor = _prepare_inputs(config)
     except (ValueError, TypeError, OSError, RuntimeError) as err:  # user errors: the data, the checkpoint directory
         raise SetupError(str(err)) from err
+    log_checkpoint_plan(config)
     init_ray(config, device)
     total_steps = count_training_steps(config, len(train_dataloader))
     config.worker.actor.optim.training_steps = config.worker.critic.optim.training_steps = total_steps
@@ -220,7 +221,6 @@ def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
         _release(reward_fn, judge)
         raise
     trainer_config = config.trainer
-    logger.info(checkpoint_plan(config))
     try:  # free the devices and CPUs at the end, so a caller (a sweep, a test) can start the next run in this Ray
         tracker = Tracker(
             trainer_config.logger,
@@ -260,12 +260,36 @@ def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
         _release(reward_fn, judge)
 
 
-def checkpoint_plan(config: PPOConfig) -> str:
-    """One console line: where checkpoints go, what they hold and when."""
+def checkpoint_plan(config: PPOConfig, size: int | None = None) -> str:
+    """One console line: where checkpoints go, what they hold, when, and about how large each is (`size`, bytes)."""
     trainer = config.trainer
     when = f"every {trainer.save_freq} steps and at the end" if trainer.save_freq > 0 else "at the end"
     what = "model weights only" if trainer.save_model_only else "model, optimizer and data-loader state"
-    return f"Checkpoints go to {trainer.save_checkpoint_path} ({what}, {when})."
+    about = f"; about {size / 2**30:.2f} GiB each" if size else ""
+    return f"Checkpoints go to {trainer.save_checkpoint_path} ({what}, {when}{about})."
+
+
+def log_checkpoint_plan(config: PPOConfig) -> None:
+    """The checkpoint plan's line, and a warning when one checkpoint would not fit in the free space where it goes."""
+    size = checkpoint_size(config)
+    logger.info(checkpoint_plan(config, size))
+    warning = size and space_warning(config.trainer.save_checkpoint_path, size, "One checkpoint of this run")
+    if warning:
+        logger.warning(warning)
+
+
+def checkpoint_size(config: PPOConfig) -> int | None:
+    """About how many bytes one checkpoint of the run takes (`checkpoint_size_estimate` of the actor, and the critic
+    with gae); None for LoRA (its checkpoints hold the adapters only) or where a model's files cannot be read."""
+    from verl.models.fsdp import param_dtype
+
+    roles = [config.worker.actor] + (
+        [config.worker.critic] if estimator_needs_critic(config.algorithm.adv_estimator) else []
+    )
+    if any(role.model.lora.rank > 0 for role in roles):
+        return None
+    models = [(role.model.model_path, param_dtype(role.fsdp).itemsize) for role in roles]
+    return checkpoint_size_estimate(models, config.trainer.save_model_only)
 
 
 def _release(reward_fn: LocalReward | ActorReward | None, judge: Any | None) -> None:
