@@ -112,3 +112,13 @@ def test_many_worker_calls_do_not_grow_the_gcs(monkeypatch):
         assert _private_mib(gcs) - before < 10, (before, _private_mib(gcs))
     finally:
         ray.shutdown()
+
+
+def test_a_nearly_full_disk_under_ray_s_temp_folder_is_warned_about(small_disk, monkeypatch):
+    disk = small_disk(4096)
+    monkeypatch.setenv("RAY_TMPDIR", disk.path)
+    assert ray_setup.ray_temp_disk_warning() is None  # empty
+    with open(os.path.join(disk.path, "ballast"), "wb") as f:
+        f.write(b"x" * (3900 * 1024))
+    warning = ray_setup.ray_temp_disk_warning()
+    assert warning.startswith(f"The disk of Ray's temp folder {disk.path} is 9") and "RAY_TMPDIR" in warning, warning

@@ -3,7 +3,9 @@
 """Starting (or joining) Ray for a run: the workers' environment and setup hook, and the reaper that ends the run's
 processes if the driver is killed."""
 
+import logging
 import os
+import shutil
 import signal
 import threading
 
@@ -13,6 +15,13 @@ from verl.trainer.config import PPOConfig
 from verl.trainer.reaper import start_reaper
 from verl.utils import quiet
 from verl.utils.worker_setup import WORKER_SETUP_HOOK
+
+
+logger = logging.getLogger(__name__)
+
+FULL_DISK_WARNING_SHARE = 0.9
+"""How full the disk of Ray's temp folder may be before a local Ray's start warns (Ray refuses new objects past
+95%)."""
 
 
 class SetupError(RuntimeError):
@@ -74,6 +83,9 @@ def _start_local_ray(device: str, cpu_slots: int, runtime_env: dict) -> None:
     os.environ.setdefault(TASK_EVENTS_ENV, "0")
     os.environ.setdefault(PRESTART_ENV, "0")
     start_reaper()  # after a kill -9 of this process, nothing of the run outlives it by more than a few seconds
+    warning = ray_temp_disk_warning()
+    if warning:
+        logger.warning(warning)
     # A closed terminal's SIGHUP would kill Ray's daemons before the driver could save: they start with it ignored
     # (kept across exec, as with nohup); the driver handles it as SIGTERM (verl/trainer/preemption.py).
     hangup = signal.signal(signal.SIGHUP, signal.SIG_IGN) if _main_thread() else None
@@ -84,6 +96,20 @@ def _start_local_ray(device: str, cpu_slots: int, runtime_env: dict) -> None:
     finally:
         if hangup is not None:
             signal.signal(signal.SIGHUP, hangup)
+
+
+def ray_temp_disk_warning() -> str | None:
+    """A warning when the disk of the folder where a local Ray keeps its sessions (objects spilled from memory, logs)
+    is more than FULL_DISK_WARNING_SHARE full: past 95% Ray refuses new objects and the run fails."""
+    folder = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"  # where Ray puts ray/session_*
+    usage = shutil.disk_usage(folder)
+    if usage.used < FULL_DISK_WARNING_SHARE * usage.total:
+        return None
+    return (
+        f"The disk of Ray's temp folder {folder} is {100 * usage.used / usage.total:.0f}% full "
+        f"({usage.free / 2**30:.1f} GiB free): past 95% Ray refuses new objects and the run fails. Free space, or "
+        "point RAY_TMPDIR at a larger disk."
+    )
 
 
 def _main_thread() -> bool:
