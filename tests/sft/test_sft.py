@@ -227,6 +227,29 @@ def read_steps(save) -> dict[int, dict]:
 
 
 @pytest.mark.slow
+def test_a_full_disk_stops_sft_with_one_line_and_keeps_the_latest_checkpoint(
+    models, tmp_path, local_ray, small_disk, capsys
+) -> None:
+    from verl.sft.main import main
+    from verl.trainer.checkpointing import find_last_checkpoint, saved_steps
+
+    write_conversations(tmp_path / "train.jsonl", 48, seed=0)
+    write_conversations(tmp_path / "val.jsonl", 7, seed=1)
+    disk = small_disk(256 * 1024)
+    root = os.path.join(disk.path, "run")
+    args = sft_args(tmp_path, models["text"], root, "trainer.save_freq=1", "trainer.save_limit=1")
+    assert main([*args, "trainer.max_steps=2"]) == 0
+    assert saved_steps(root) == [2]  # trainer.save_limit=1
+    disk.resize(disk.used_kib() * 3 // 2)  # room for half a checkpoint more
+    assert main([*args, "trainer.max_steps=3"]) == 1
+    error = capsys.readouterr().err
+    assert "Error: Could not save the checkpoint of step 3: " in error and "No space left on device" in error, error
+    assert "global_step_2 is intact and still the latest" in error and "Traceback" not in error
+    assert saved_steps(root) == [2]  # the partial step 3 is removed
+    assert find_last_checkpoint(root) == os.path.join(root, "global_step_2")
+
+
+@pytest.mark.slow
 def test_sft_runs_lower_the_loss_resume_exactly_and_export_for_rl(models, tmp_path, local_ray) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

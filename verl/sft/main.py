@@ -21,10 +21,15 @@ import torch
 
 from verl.data.sft_dataset import SFTDataError, SFTDataset, collate_sft
 from verl.sft.config import SFTConfig, load_sft_config
-from verl.trainer.checkpointing import CheckpointTracker, atomic_write, find_last_checkpoint, step_dir
+from verl.trainer.checkpointing import (
+    CheckpointSaveError,
+    CheckpointTracker,
+    atomic_write,
+    find_last_checkpoint,
+    save_step,
+)
 from verl.trainer.run_lock import CheckpointFolderInUse, RunLock
 from verl.utils import stall_report
-from verl.utils.checkpoint.integrity import write_record as write_integrity_record
 from verl.utils.cli import keep_local_ray_on_loopback, load_config_or_exit, use_writable_dirs_or_exit
 from verl.utils.config import ConfigError, config_to_dict
 
@@ -140,11 +145,11 @@ def _train(config: SFTConfig) -> dict[str, float]:
             if val is not None and ((trainer.val_freq > 0 and step % trainer.val_freq == 0) or is_last):
                 metrics.update(validate(group, val, data.val_batch_size))
             if (trainer.save_freq > 0 and step % trainer.save_freq == 0) or is_last:
-                save(group, root, step, ckpt_tracker, metrics.get("val/loss"))
+                ckpt_tracker = save(group, trainer, step, ckpt_tracker, metrics.get("val/loss"), not is_last)
                 last_saved = step
             tracker.log(metrics, step=step)
         if last_saved != step:
-            save(group, root, step, ckpt_tracker, metrics.get("val/loss"))
+            save(group, trainer, step, ckpt_tracker, metrics.get("val/loss"), False)
         if trainer.export_hf_model:
             group.export_hf_model(os.path.join(root, "huggingface"))
             logger.info("Exported the model to %s", os.path.join(root, "huggingface"))
@@ -155,14 +160,19 @@ def _train(config: SFTConfig) -> dict[str, float]:
         pool.remove()
 
 
-def save(group: Any, root: str, step: int, ckpt_tracker: CheckpointTracker, val_loss: float | None) -> None:
-    path = step_dir(root, step)
-    os.makedirs(path, exist_ok=True)
-    group.save_checkpoint(os.path.join(path, "actor"))
-    atomic_write(os.path.join(path, "trainer_state.json"), lambda f: json.dump({"global_step": step}, f))
-    write_integrity_record(path)  # checked when a run resumes (verl.utils.checkpoint.integrity)
-    ckpt_tracker.record(step, None if val_loss is None else -val_loss)  # the tracker's best is the highest score
-    ckpt_tracker.save(root)
+def save(
+    group: Any, trainer: Any, step: int, tracker: CheckpointTracker, val_loss: float | None, more: bool
+) -> CheckpointTracker:
+    """`save_step` of the model, optimizer and step count; the tracker's best is the lowest validation loss. Returns
+    the new tracker."""
+
+    def write(path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+        group.save_checkpoint(os.path.join(path, "actor"))
+        atomic_write(os.path.join(path, "trainer_state.json"), lambda f: json.dump({"global_step": step}, f))
+
+    score = None if val_loss is None else -val_loss
+    return save_step(trainer.save_checkpoint_path, step, tracker, score, write, trainer.save_limit, more)
 
 
 USAGE = "usage: python -m verl.sft.main config=path/to/sft.yaml [section.key=value ...] [--dry-run] [--help-config]"
@@ -180,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, SFTDataError, CheckpointFolderInUse) as err:  # a ConfigError: one that only running finds
         print(f"{'Config error' if isinstance(err, ConfigError) else 'Error'}: {err}", file=sys.stderr)
         return 2
+    except CheckpointSaveError as err:  # disk full or unwritable: the previous checkpoint is intact and latest
+        print(f"Error: {err}", file=sys.stderr)
+        return 1
     return 0
 
 

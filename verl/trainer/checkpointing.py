@@ -5,15 +5,17 @@ Each `global_step_N/` under trainer.save_checkpoint_path holds the roles (`actor
 and `trainer_state.json`; `checkpoint_tracker.json` names the latest and best steps and is replaced atomically, last,
 so a crash mid-save never names a half-written checkpoint."""
 
+import copy
 import json
 import logging
 import math
 import os
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 
-from verl.utils.checkpoint.integrity import damage
+from verl.utils.checkpoint.integrity import damage, write_record
 from verl.utils.files import atomic_write
 
 
@@ -174,6 +176,51 @@ def step_of(path: str) -> int:
     if match is None:
         raise ValueError(f"Checkpoint path '{path}' must end with global_step_N.")
     return int(match.group(1))
+
+
+def save_step(
+    save_root: str,
+    step: int,
+    tracker: CheckpointTracker,
+    score: float | None,
+    write: Callable[[str], None],
+    save_limit: int = -1,
+    more_to_come: bool = False,
+) -> CheckpointTracker:
+    """Save `step` as global_step_N, the one way both trainers save: `write(path)` writes its files, then their
+    integrity record (what resuming checks them against), then the tracker names it the latest, last, so a crash
+    mid-save never names a partial step. A storage failure (disk full, unwritable) removes the partial files and
+    raises CheckpointSaveError, the previous checkpoint intact and latest. Then checkpoints past `save_limit` go, and
+    with `more_to_come` a warning says when the disk has no room for another. Returns the tracker naming the step."""
+    path = step_dir(save_root, step)
+    if os.path.isdir(path) and step != tracker.last_global_step:
+        shutil.rmtree(path)  # left by an interrupted save or a run resumed from an earlier step: not a mix
+    saved = copy.deepcopy(tracker)
+    saved.record(step, score)
+    try:
+        write(path)
+        write_record(path)
+        saved.save(save_root)
+    except Exception as err:
+        from verl.utils.checkpoint.fsdp_checkpoint_manager import storage_error
+
+        cause = storage_error(err)
+        if cause is None:
+            raise
+        discard_failed_save(save_root, step, tracker)
+        last = tracker.last_global_step
+        previous = f"{step_dir(save_root, last)} is intact and still the latest" if last else "no earlier checkpoint"
+        raise CheckpointSaveError(
+            f"Could not save the checkpoint of step {step}: {cause.strerror or cause} ({cause.filename or path}); "
+            f"{previous}. Free space, or set trainer.save_checkpoint_path to a writable directory, and run again to "
+            "resume."
+        ) from err
+    remove_obsolete_checkpoints(save_root, save_limit, saved)
+    logger.info("Saved checkpoint %s", path)
+    warning = more_to_come and space_warning(save_root, directory_bytes(path), f"Checkpoint {path}")
+    if warning:
+        logger.warning(warning)
+    return saved
 
 
 def remove_obsolete_checkpoints(save_root: str, save_limit: int, tracker: CheckpointTracker) -> list[int]:

@@ -293,6 +293,8 @@ class BaseTrainerConfig:
     """Checkpoint every this many steps (and always at the end); -1 saves only at the end."""
     save_checkpoint_path: str | None = None
     """Checkpoint root; defaults to checkpoints/<project_name>/<experiment_name>."""
+    save_limit: int = -1
+    """Checkpoints kept (the best by validation score, in SFT by validation loss, is always kept); -1 keeps all."""
     stall_report_s: float = 1800.0
     """When a call into a worker (generate, update, save, ...) has run this many seconds, the worker prints it and
     where each of its threads is (Python stacks) to its log, which the driver's console shows, and again each time
@@ -337,8 +339,6 @@ class TrainerConfig(BaseTrainerConfig):
     scripts/rollout_viewer.py. None writes none."""
     rollout_data_freq: int = 1
     """With rollout_data_dir: dump the rollouts of every this many steps."""
-    save_limit: int = -1
-    """Checkpoints kept (the best by validation score is always kept); -1 keeps all."""
     save_model_only: bool = False
     """Save only the model weights, not the optimizer and trainer state."""
     signal_grace_s: float = 300.0

@@ -7,11 +7,9 @@
 
 The driver holds no model: it moves DataProto batches between worker groups and computes advantages."""
 
-import copy
 import json
 import logging
 import os
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, wait
@@ -30,14 +28,10 @@ from verl.data.rollout_dump import decode_texts, dump_rollouts
 from verl.protocol import DataProto
 from verl.rewards.scoring import BatchScorer
 from verl.trainer.checkpointing import (
-    CheckpointSaveError,
     CheckpointTracker,
     atomic_write,
-    directory_bytes,
-    discard_failed_save,
-    remove_obsolete_checkpoints,
     resume_path,
-    space_warning,
+    save_step,
     step_dir,
     step_of,
 )
@@ -54,8 +48,6 @@ from verl.trainer.metrics import (
     reduce_metrics,
 )
 from verl.trainer.preemption import StopRequest, TrainingInterrupted
-from verl.utils.checkpoint.fsdp_checkpoint_manager import storage_error
-from verl.utils.checkpoint.integrity import write_record as write_integrity_record
 from verl.utils.seqlen_balancing import balance_batch
 from verl.workers.config import UpdateRequest
 from verl.workers.rollout.request_loop import RolloutRequest
@@ -488,42 +480,21 @@ class RayPPOTrainer:
     # ------------------------------------------------------------------------------------------------ checkpoints
 
     def _save_checkpoint(self, val_score: float | None) -> None:
-        """Write global_step_N, then name it the latest. A storage failure (disk full, unwritable) removes the partial
-        files and raises CheckpointSaveError; the previous checkpoint stays latest."""
+        """global_step_N of the roles, the data-loader and trainer state (`save_step`)."""
         trainer = self.config.trainer
-        root = trainer.save_checkpoint_path
-        path = step_dir(root, self.global_step)
-        tracker = copy.deepcopy(self.ckpt_tracker)
-        tracker.record(self.global_step, val_score)
-        try:
-            self._write_checkpoint(path)
-            write_integrity_record(path)  # what resuming checks the step's files against (before Ray starts)
-            tracker.save(root)  # last: only now is this checkpoint the latest (a failure leaves the old tracker)
-        except Exception as err:
-            cause = storage_error(err)
-            if cause is None:
-                raise
-            discard_failed_save(root, self.global_step, self.ckpt_tracker)
-            last = self.ckpt_tracker.last_global_step
-            previous = f"{step_dir(root, last)} is intact and still the latest" if last else "no earlier checkpoint"
-            raise CheckpointSaveError(
-                f"Could not save the checkpoint of step {self.global_step}: {cause.strerror or cause} "
-                f"({cause.filename or path}); {previous}. Free space, or set trainer.save_checkpoint_path to a "
-                "writable directory, and run again to resume."
-            ) from err
-        self.ckpt_tracker = tracker
-        remove_obsolete_checkpoints(root, trainer.save_limit, self.ckpt_tracker)
-        logger.info("Saved checkpoint %s", path)
-        warning = self.global_step < self.total_steps and space_warning(
-            root, directory_bytes(path), f"Checkpoint {path}"
+        more_to_come = self.global_step < self.total_steps
+        self.ckpt_tracker = save_step(
+            trainer.save_checkpoint_path,
+            self.global_step,
+            self.ckpt_tracker,
+            val_score,
+            self._write_checkpoint,
+            trainer.save_limit,
+            more_to_come,
         )
-        if warning:
-            logger.warning(warning)
 
     def _write_checkpoint(self, path: str) -> None:
         trainer = self.config.trainer
-        if os.path.isdir(path) and self.global_step != self.ckpt_tracker.last_global_step:
-            shutil.rmtree(path)  # left by an interrupted save or a run resumed from an earlier step: not a mix
         os.makedirs(path, exist_ok=True)
         self.actor_rollout_ref_wg.save_checkpoint(os.path.join(path, "actor"), trainer.save_model_only)
         if self.use_critic:
