@@ -34,9 +34,7 @@ class ActorReward:
         """`LocalReward.where` of the actor, or why it did not answer."""
         try:
             return ray.get(self.actor.where.options(concurrency_group="control").remote(), timeout=timeout_s)
-        except (
-            Exception
-        ) as error:  # the actor may be gone or stuck beyond answering: the caller reports the hang anyway
+        except Exception as error:  # the actor may be gone, or stuck beyond answering: the hang is reported anyway
             return f"(the reward actor did not say: {type(error).__name__}: {error})\n"
 
     def close(self) -> None:
