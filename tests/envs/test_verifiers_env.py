@@ -364,6 +364,7 @@ class ToolServers:
 
     def __enter__(self) -> "ToolServers":
         self.seen: dict[int, str] = {}
+        self.parents: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
@@ -374,8 +375,8 @@ class ToolServers:
         self._thread.join()
 
     @staticmethod
-    def _servers() -> dict[int, str]:
-        """pid -> who started it (the parent's pid and command line), for a failure message."""
+    def _servers() -> dict[int, tuple[int, str]]:
+        """pid -> (parent pid, who started it: the parent's pid and command line, for a failure message)."""
         import psutil
 
         found = {}
@@ -386,13 +387,19 @@ class ToolServers:
                     parent = " ".join(psutil.Process(process.info["ppid"]).cmdline())[:200]
                 except psutil.Error:
                     parent = "gone"
-                found[process.info["pid"]] = f"started by {process.info['ppid']} ({parent})"
+                found[process.info["pid"]] = (process.info["ppid"], f"started by {process.info['ppid']} ({parent})")
         return found
 
     def _watch(self) -> None:
         while not self._stop.wait(0.2):
-            for pid, parent in self._servers().items():
+            for pid, (ppid, parent) in self._servers().items():
                 self.seen.setdefault(pid, parent)
+                self.parents.setdefault(pid, ppid)
+
+    def started(self) -> list[int]:
+        """The servers started from outside: a process a server forked (which carries its command line until it
+        execs, as a subprocess the server runs does) is the server's own, not another server."""
+        return [pid for pid in self.seen if self.parents[pid] not in self.seen]
 
     def alive(self) -> list[int]:
         return [pid for pid in self._servers() if pid in self.seen]
@@ -419,7 +426,7 @@ def test_one_grpo_step_in_a_verifiers_taskset(name, tasksets, local_ray):
         # the taskset's shared tool server: the driver's probe for the tool schemas, then one per rollout worker for
         # the whole run (not one per step: 5 over 2 steps), and none left once the run is over (the workers close
         # their environments before they are killed)
-        assert 2 <= len(servers.seen) <= 3, servers.seen
+        assert 2 <= len(servers.started()) <= 3, servers.seen
         assert servers.alive() == []
     with open(root / name / "experiment_log.jsonl") as f:
         steps = [row for row in map(json.loads, f) if "actor/pg_loss" in row]
