@@ -9,7 +9,7 @@ import pytest
 import ray
 import torch
 
-from verl.rewards.function import RewardFunctionError, RewardFunctionLoadError
+from verl.rewards.function import RewardFunctionError, RewardFunctionLoadError, user_error_message
 from verl.rewards.manager import FunctionRewardManager
 from verl.rewards.ray_actor import ActorReward, create_reward_actor
 from verl.workers.config import RewardConfig
@@ -73,6 +73,10 @@ def test_actor_scores_asynchronously_with_a_process_pool(
         with pytest.raises(RewardFunctionError, match="raised ValueError on sample 1") as info:
             ray.get(actor.compute_reward.remote(bad_batch), timeout=120)
         assert info.value.sample_index == 1
+        # through a pool process and Ray, the message a person sees still ends where the function raised
+        message = user_error_message(info.value)
+        assert message.startswith("reward function 'score' in ") and "ray::" not in message, message
+        assert message.endswith('raise ValueError("exploded")\nValueError: exploded'), message
     finally:
         ray.get(actor.close.remote())
         ray.kill(actor)

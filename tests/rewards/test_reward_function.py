@@ -152,7 +152,7 @@ def test_undeclared_batch_function_that_raises_is_told_to_set_reward_type(write_
         score_sequential(function, SAMPLES)
     message = str(info.value)
     assert f'set REWARD_TYPE = "batch" in {path}' in message
-    assert "no REWARD_TYPE in the file" in message and message.endswith(".")
+    assert "no REWARD_TYPE in the file" in message and message.splitlines()[-1].startswith("TypeError: ")
 
 
 def test_undeclared_batch_function_that_returns_a_list_is_told_to_set_reward_type(write_reward_file) -> None:
@@ -286,6 +286,11 @@ def test_exception_in_sequential_function_names_the_sample(write_reward_file) ->
     assert info.value.sample_index == 4
     assert isinstance(info.value.__cause__, ValueError)
     assert str(info.value.__cause__) == "cannot parse"
+    # the message carries where the function raised (it crosses processes, where a traceback does not): the user's
+    # frames only, from the function down to the raising line
+    where = str(info.value).split("where it raised (most recent call last):\n")[1]
+    assert where.startswith(f'  File "{path}", line 4, in score') and "verl" + os.sep not in where, where
+    assert where.endswith('raise ValueError("cannot parse")\nValueError: cannot parse'), where
 
 
 def test_exception_in_batch_function(write_reward_file) -> None:
@@ -294,6 +299,9 @@ def test_exception_in_batch_function(write_reward_file) -> None:
     with pytest.raises(RewardFunctionError, match="raised ZeroDivisionError on a batch of 2 samples") as info:
         score_batch(function, SAMPLES)
     assert isinstance(info.value.__cause__, ZeroDivisionError)
+    message = str(info.value)  # where it raised, in the function's file
+    assert f'File "{path}", line 3, in score\n    return 1 / 0\n' in message, message
+    assert message.endswith("ZeroDivisionError: division by zero") and "verl" + os.sep not in message, message
 
 
 def test_sys_exit_while_importing_or_checking_the_file_is_a_load_error(write_reward_file) -> None:

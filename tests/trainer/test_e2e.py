@@ -849,3 +849,18 @@ def test_staged_response_length_and_adaptive_entropy_resume(workspace):
     assert steps[0]["response_length/max"] <= 3
     assert [row["actor/entropy_coeff"] for row in steps] == pytest.approx([0.0, 0.01, 0.02])
     assert all(0 < row["actor/entropy_loss"] < 100 for row in steps)
+
+
+def test_a_failing_reward_function_stops_the_cli_with_where_it_raised(workspace, capsys):
+    """No traceback of the trainer's own code: one error line naming the function and the sample, then the
+    function's own frames down to the raising line."""
+    from verl.trainer.main import main
+
+    reward = workspace["root"] / "raising_reward.py"
+    reward.write_text("def compute_score(sample):\n    return {'overall': 1.0 / len(sample['nothing'])}\n")
+    args = (f"worker.reward.reward_function={reward}:compute_score", "trainer.val_before_train=false")
+    assert main(text_args(workspace, "raising_reward", *args)) == 1
+    err = capsys.readouterr().err
+    message = err[err.index("Error: reward function 'compute_score' in ") :]
+    assert "raised KeyError on sample 0" in message and "Traceback" not in err, err
+    assert f'File "{reward}", line 2, in compute_score' in message and message.rstrip().endswith("KeyError: 'nothing'")

@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     keep_local_ray_on_loopback(max(config.trainer.nnodes, config.worker.reward.model.nnodes))
     if use_writable_dirs_or_exit() is not None:
         return 2
+    from verl.rewards.function import RewardFunctionError, RewardTimeoutError, user_error_message
     from verl.trainer.checkpointing import CheckpointSaveError
     from verl.trainer.preemption import TrainingInterrupted
     from verl.trainer.ray_setup import SetupError
@@ -55,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except CheckpointSaveError as err:  # disk full or unwritable: the previous checkpoint is intact and latest
         print(f"Error: {err}", file=sys.stderr)
+        return 1
+    except (RewardFunctionError, RewardTimeoutError) as err:  # the user's reward: its message says where and why
+        print(f"Error: {user_error_message(err)}", file=sys.stderr)
         return 1
     except TrainingInterrupted as err:  # preemption or Ctrl-C: the workers are gone, the checkpoint is on disk
         print(str(err), file=sys.stderr)

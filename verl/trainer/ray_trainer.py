@@ -26,6 +26,7 @@ from verl.algorithms import core_algos, rollout_correction, user_functions
 from verl.algorithms.schedules import EntropyController, response_length_at
 from verl.data.rollout_dump import decode_texts, dump_rollouts
 from verl.protocol import DataProto
+from verl.rewards.function import RewardTimeoutError
 from verl.rewards.scoring import BatchScorer
 from verl.trainer.checkpointing import (
     CheckpointTracker,
@@ -173,7 +174,6 @@ class RayPPOTrainer:
         self.ckpt_tracker = CheckpointTracker()
         self.total_steps = count_training_steps(config, len(train_dataloader))
         self._data_iter: Iterator | None = None
-        self.last_val_metrics: dict[str, float] = {}
         self.flat_reward_steps = 0
 
     # ------------------------------------------------------------------------------------------------ data
@@ -301,7 +301,7 @@ class RayPPOTrainer:
         batch.batch["advantages"], batch.batch["returns"] = advantages, returns
 
     def _get_reward(self, handle: Any, part: str) -> Any:
-        """A reward part's result, or a TimeoutError naming the part after worker.reward.timeout_s: `part` "rule" (the
+        """A reward part's result, or a RewardTimeoutError naming the part after worker.reward.timeout_s: `part` "rule" (the
         functions' Future or ObjectRef; the error shows where they wait) or "judge" (the judge actor's ObjectRef)."""
         reward = self.config.worker.reward
         timeout = reward.timeout_s if reward.timeout_s > 0 else None
@@ -314,7 +314,7 @@ class RayPPOTrainer:
             except ray.exceptions.GetTimeoutError:
                 pass
         where = self.reward_fn.where() if part == "rule" and self.reward_fn is not None else ""
-        raise TimeoutError(
+        raise RewardTimeoutError(
             f"The {reward_parts(reward).get(part, part)} did not score step {self.global_step}'s batch within "
             f"worker.reward.timeout_s={reward.timeout_s:g} s; it may hang (a loop, a lock, a network call). "
             "Fix it, or raise the timeout." + (f" Where it was when the time ran out:\n{where}" if where else "")
@@ -567,8 +567,9 @@ class RayPPOTrainer:
         # a resumed run's own step is saved (and was validated if it was the last): not again at the end
         last_saved = last_validated = self.global_step if resumed else -1
         first_step = self.global_step
-        # logging_redirect_tqdm: log lines (steps, validations, warnings) print above the bar, not through it
-        with StopRequest(trainer.signal_grace_s).installed() as stop, logging_redirect_tqdm():
+        # logging_redirect_tqdm: log lines (steps, validations, warnings) print above the bar, not through it; the bar
+        # ends its line also when a step fails, so the error prints on a line of its own
+        with StopRequest(trainer.signal_grace_s).installed() as stop, logging_redirect_tqdm(), progress:
             while self.global_step < self.total_steps:
                 if stop.requested:
                     progress.close()
@@ -577,7 +578,6 @@ class RayPPOTrainer:
                 last_saved, last_validated, val_metrics = self._fit_step(
                     progress, num_devices, last_saved, last_validated, val_metrics
                 )
-        progress.close()
         if last_validated != self.global_step and self.val_dataloader is not None:
             val_metrics = self.validate()
             self.tracker.log(val_metrics, step=self.global_step)
