@@ -4,6 +4,7 @@
 FSDP2 gloo workers, tiny models) that lower the loss, resume exactly and export a model the RL trainer loads."""
 
 import json
+import logging
 import os
 import random
 import subprocess
@@ -228,7 +229,7 @@ def read_steps(save) -> dict[int, dict]:
 
 @pytest.mark.slow
 def test_a_full_disk_stops_sft_with_one_line_and_keeps_the_latest_checkpoint(
-    models, tmp_path, local_ray, small_disk, capsys
+    models, tmp_path, local_ray, small_disk, capsys, caplog
 ) -> None:
     from verl.sft.main import main
     from verl.trainer.checkpointing import find_last_checkpoint, saved_steps
@@ -241,7 +242,9 @@ def test_a_full_disk_stops_sft_with_one_line_and_keeps_the_latest_checkpoint(
     assert main([*args, "trainer.max_steps=2"]) == 0
     assert saved_steps(root) == [2]  # trainer.save_limit=1
     disk.resize(disk.used_kib() * 3 // 2)  # room for half a checkpoint more
-    assert main([*args, "trainer.max_steps=3"]) == 1
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.checkpointing"):
+        assert main([*args, "trainer.max_steps=3"]) == 1
+    assert "One checkpoint of this run takes " in caplog.text  # said at the start
     error = capsys.readouterr().err
     assert "Error: Could not save the checkpoint of step 3: " in error and "No space left on device" in error, error
     assert "global_step_2 is intact and still the latest" in error and "Traceback" not in error

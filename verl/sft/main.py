@@ -25,8 +25,10 @@ from verl.trainer.checkpointing import (
     CheckpointSaveError,
     CheckpointTracker,
     atomic_write,
+    checkpoint_size_estimate,
     find_last_checkpoint,
     save_step,
+    warn_if_one_will_not_fit,
 )
 from verl.trainer.run_lock import CheckpointFolderInUse, RunLock
 from verl.utils import stall_report
@@ -91,6 +93,7 @@ def run_sft(config: SFTConfig) -> dict[str, float]:
 
 
 def _train(config: SFTConfig) -> dict[str, float]:
+    from verl.models.fsdp import param_dtype
     from verl.sft.worker import SFTWorker
     from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup
     from verl.single_controller.ray.resource import RayResourcePool
@@ -108,6 +111,8 @@ def _train(config: SFTConfig) -> dict[str, float]:
         check_logger_services(trainer.logger)  # an unreachable wandb / swanlab logs offline, said before Ray starts
     except ValueError as err:  # online logging asked for explicitly, and its service cannot be reached
         raise ConfigError(str(err)) from None
+    model = (config.worker.model.model_path, param_dtype(config.worker.fsdp).itemsize)
+    warn_if_one_will_not_fit(trainer.save_checkpoint_path, checkpoint_size_estimate([model], save_model_only=False))
     start_ray(device, trainer.nnodes * trainer.n_gpus_per_node)
     pool = RayResourcePool(
         process_on_nodes=[trainer.n_gpus_per_node] * trainer.nnodes,

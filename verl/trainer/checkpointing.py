@@ -289,6 +289,13 @@ def checkpoint_size_estimate(models: list[tuple[str, int]], save_model_only: boo
     return sum(count * size * (1 if save_model_only else 3) for count, (_, size) in zip(counts, models))
 
 
+def warn_if_one_will_not_fit(save_root: str, size: int | None) -> None:
+    """At a run's start: a warning when one checkpoint of about `size` bytes (None: unknown) would not fit."""
+    warning = size and space_warning(save_root, size, "One checkpoint of this run")
+    if warning:
+        logger.warning(warning)
+
+
 def space_warning(save_root: str, size: int, what: str) -> str | None:
     """A warning when the disk of `save_root` has less than `size` bytes free: `what` (the next checkpoint, said as
     the caller knows its size) would not fit."""
