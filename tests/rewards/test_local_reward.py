@@ -112,3 +112,19 @@ def test_run_in_is_validated():
     config.worker.reward.run_in = "process"
     with pytest.raises(ConfigError, match="worker.reward.run_in' is 'process'; choose one of: driver, actor"):
         validate_config(config)
+
+
+def test_a_hang_in_the_pool_says_where_each_process_waits(tokenizer_dir, make_batch, write_reward_file):
+    path = write_reward_file(REWARD)
+    runner = LocalReward(RewardConfig(reward_function=f"{path}:score", num_cpus=2), tokenizer_dir)
+    try:
+        with pytest.raises(TimeoutError, match="did not score step 7's batch") as info:
+            collect(trainer_state(10.0, runner), runner, make_batch(["Q", "Q"], ["hang", "hang"]))
+        where = str(info.value).split("Where it was when the time ran out:\n")[1]
+        assert where.startswith("Thread reward (most recent call last):"), where  # the trainer's side: the pool
+        processes = where.split("Reward pool process ")[1:]
+        assert len(processes) == 2, where  # each worker, in the function: faulthandler's lines, innermost first
+        line = REWARD.splitlines().index("        time.sleep(60)") + 1
+        assert all(process.splitlines()[1].strip() == f'File "{path}", line {line} in score' for process in processes)
+    finally:
+        runner.close()

@@ -37,9 +37,9 @@ class LocalReward:
 
     def where(self) -> str:
         """Where the batches being scored are now: the Python stack of each thread in `compute_reward` ("" when
-        none); with `num_cpus` > 1 the function runs in the pool's processes and the stack ends where it waits for
-        them."""
-        return stall_report.format_stacks(self.scoring)
+        none) and, with `num_cpus` > 1, of each process of the pool the function runs in."""
+        threads = stall_report.format_stacks(self.scoring)
+        return threads + self.manager.where() if threads else ""
 
     def submit(self, data: DataProto) -> "Future[tuple[torch.Tensor, dict[str, list[float]]]]":
         """Start scoring `data`; the future gives what `manager.compute_reward` returns, or raises its error."""

@@ -226,6 +226,10 @@ class RewardManager:
         for manager in self.managers.values():
             manager.close()
 
+    def where(self) -> str:
+        """Where the parallel pools' processes are now (their stacks), if any."""
+        return "".join(manager.where() for manager in self.managers.values())
+
 
 class FunctionRewardManager(RewardManager):
     """Scores rollout batches with a user's reward function (sequential ones in parallel over `num_cpus`)."""
@@ -259,6 +263,9 @@ class FunctionRewardManager(RewardManager):
         """Stop the worker processes of the parallel pool, if any."""
         if self._pool is not None:
             self._pool.close()
+
+    def where(self) -> str:
+        return self._pool.where() if self._pool is not None else ""
 
 
 class RoutedRewardManager(RewardManager):

@@ -7,11 +7,14 @@ samples and scores cross processes; a script calling `run_ppo` needs an `if __na
 kills a worker stuck in the function after a short grace.
 """
 
+import faulthandler
 import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -23,6 +26,10 @@ from verl.rewards.function import RewardFunction, RewardFunctionError, load_rewa
 
 
 _worker_function: RewardFunction | None = None
+_stack_file: Any = None  # where a worker writes its Python stack on STACK_SIGNAL
+
+STACK_SIGNAL = signal.SIGUSR1
+"""Makes a worker write where it is (faulthandler) to its file in the pool's stacks folder (`SequentialPool.where`)."""
 
 CLOSE_GRACE_S = 5.0
 """How long `SequentialPool.close` lets its workers finish what they are doing before it kills them."""
@@ -37,9 +44,11 @@ def exit_with_parent() -> None:
         os._exit(1)
 
 
-def _init_worker(spec: str, kwargs: dict[str, Any], pids: Any) -> None:
-    global _worker_function
-    pids.put(os.getpid())  # so that the pool can kill a worker stuck in the function
+def _init_worker(spec: str, kwargs: dict[str, Any], pids: Any, stacks_dir: str) -> None:
+    global _worker_function, _stack_file
+    pids.put(os.getpid())  # so that the pool can kill a worker stuck in the function, or ask where it is
+    _stack_file = open(os.path.join(stacks_dir, str(os.getpid())), "a")  # appends: `where` empties it before asking
+    faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=False)
     # Ctrl-C reaches the whole process group; the trainer decides (checkpoint, then close the pool).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=exit_with_parent, name="exit-with-parent", daemon=True).start()
@@ -78,18 +87,46 @@ class SequentialPool:
         self.num_workers = num_workers
         self._executor: ProcessPoolExecutor | None = None
         self._pids: Any = None  # the workers report their pids here as they start
+        self._known_pids: set[int] = set()
+        self._stacks_dir: str | None = None
 
     def _get_executor(self) -> ProcessPoolExecutor:
         if self._executor is None:  # started on first use, so an actor that never scores spawns nothing
             context = multiprocessing.get_context("spawn")
-            self._pids = context.SimpleQueue()
+            self._pids, self._known_pids = context.SimpleQueue(), set()
+            self._stacks_dir = tempfile.mkdtemp(prefix="verl_reward_pool_")
             self._executor = ProcessPoolExecutor(
                 max_workers=self.num_workers,
                 mp_context=context,
                 initializer=_init_worker,
-                initargs=(self.function.spec, self.function.kwargs, self._pids),
+                initargs=(self.function.spec, self.function.kwargs, self._pids, self._stacks_dir),
             )
         return self._executor
+
+    def _worker_pids(self) -> set[int]:
+        while not self._pids.empty():
+            self._known_pids.add(self._pids.get())
+        return self._known_pids
+
+    def where(self, wait_s: float = 2.0) -> str:
+        """Where each worker process is now: its Python stack, as faulthandler writes it (most recent call first),
+        within `wait_s`; "" before the pool started."""
+        if self._executor is None:
+            return ""
+        asked = []
+        for pid in sorted(self._worker_pids()):
+            path = os.path.join(self._stacks_dir, str(pid))
+            try:
+                open(path, "w").close()  # the worker appends after what it wrote last time
+                os.kill(pid, STACK_SIGNAL)
+                asked.append((pid, path))
+            except OSError:  # a worker that has exited
+                continue
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and not all(os.path.getsize(path) for _, path in asked):
+            time.sleep(0.05)
+        time.sleep(0.05)  # let a dump under way finish
+        return "".join(f"Reward pool process {pid}: " + open(path).read() for pid, path in asked)
 
     def score(self, samples: Sequence[Mapping[str, Any]]) -> list[Any]:
         """The function's raw outputs for `samples`, in order; errors name the sample as inline scoring does."""
@@ -127,9 +164,7 @@ class SequentialPool:
             return
         executor, self._executor = self._executor, None
         executor.shutdown(wait=False, cancel_futures=True)
-        pids = set()
-        while not self._pids.empty():
-            pids.add(self._pids.get())
+        pids = self._worker_pids()
         workers = [child for child in multiprocessing.active_children() if child.pid in pids]
         deadline = time.monotonic() + grace_s
         for worker in workers:
@@ -140,3 +175,4 @@ class SequentialPool:
                 worker.join()
         executor.shutdown(wait=True)  # returns at once now: every worker has exited
         self._pids.close()
+        shutil.rmtree(self._stacks_dir, ignore_errors=True)
