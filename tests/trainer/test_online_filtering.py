@@ -12,9 +12,10 @@ import torch
 
 from verl.protocol import DataProto
 from verl.trainer.async_trainer import Admission
+from verl.trainer.checkpointing import CheckpointTracker
 from verl.trainer.config import PPOConfig
 from verl.trainer.metrics import new_metric_store
-from verl.trainer.ray_trainer import RayPPOTrainer
+from verl.trainer.ray_trainer import OnlineFilteringError, RayPPOTrainer
 
 
 N = 2
@@ -30,6 +31,7 @@ def trainer(rollout_batch_size: int, online_filtering: bool, max_try: int = 20) 
     config.trainer.max_try_make_batch = max_try
     driver = RayPPOTrainer.__new__(RayPPOTrainer)
     driver.config, driver.global_step, driver.flat_reward_steps = config, 1, 0
+    driver.ckpt_tracker = CheckpointTracker()
     return driver
 
 
@@ -76,8 +78,14 @@ def test_rounds_fill_the_step_without_filtering_too():
 
 def test_max_try_make_batch_bounds_the_rounds():
     driver = trainer(rollout_batch_size=2, online_filtering=True, max_try=2)
-    with pytest.raises(RuntimeError, match=r"kept 1 of 2 prompts after 2 generation rounds"):
+    driver.config.trainer.save_checkpoint_path = "/runs/dapo"
+    with pytest.raises(OnlineFilteringError, match=r"kept 1 of 2 prompts after 2 generation rounds .* in step 1;"):
         driver._fill_batch(rounds((MIXED, FLAT), (FLAT, FLAT), (MIXED, MIXED)), new_metric_store())
+    driver.ckpt_tracker.last_global_step = 40  # says what to resume from
+    with pytest.raises(
+        OnlineFilteringError, match=r"The run stops; /runs/dapo/global_step_40 is the latest to resume"
+    ):
+        driver._fill_batch(rounds((FLAT, FLAT), (FLAT, FLAT), (MIXED, MIXED)), new_metric_store())
 
 
 def test_a_dropped_group_is_consumed_like_a_trained_one():

@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     from verl.trainer.checkpointing import CheckpointSaveError
     from verl.trainer.preemption import TrainingInterrupted
     from verl.trainer.ray_setup import SetupError
+    from verl.trainer.ray_trainer import OnlineFilteringError
 
     try:
         run(config)
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     except CheckpointSaveError as err:  # disk full or unwritable: the previous checkpoint is intact and latest
         print(f"Error: {err}", file=sys.stderr)
         return 1
-    except (RewardFunctionError, RewardTimeoutError) as err:  # the user's reward: its message says where and why
+    except (RewardFunctionError, RewardTimeoutError, OnlineFilteringError) as err:  # its message says where and why
         print(f"Error: {user_error_message(err)}", file=sys.stderr)
         return 1
     except TrainingInterrupted as err:  # preemption or Ctrl-C: the workers are gone, the checkpoint is on disk

@@ -113,6 +113,10 @@ def reward_sources(reward: Any) -> str:
     return " + ".join(reward_parts(reward).values()) or "no reward source"
 
 
+class OnlineFilteringError(RuntimeError):
+    """Online filtering could not fill a step within trainer.max_try_make_batch rounds."""
+
+
 class RayPPOTrainer:
     """Drives the worker groups, which `runner.py` creates and passes in."""
 
@@ -232,10 +236,13 @@ class RayPPOTrainer:
         while num_kept < target:
             tries += 1
             if algo.online_filtering and limit > 0 and tries > limit:
-                raise RuntimeError(
+                last = self.ckpt_tracker.last_global_step
+                latest = f"{step_dir(self.config.trainer.save_checkpoint_path, last)} is" if last else "no checkpoint"
+                raise OnlineFilteringError(
                     f"Online filtering kept {num_kept // self.config.worker.rollout.n} of {data.rollout_batch_size} "
-                    f"prompts after {limit} generation rounds (trainer.max_try_make_batch); widen "
-                    "algorithm.filter_low/filter_high, raise trainer.max_try_make_batch, or set it <= 0 for no limit."
+                    f"prompts after {limit} generation rounds (trainer.max_try_make_batch) in step "
+                    f"{self.global_step}; widen algorithm.filter_low/filter_high, raise trainer.max_try_make_batch, "
+                    f"or set it <= 0 for no limit. The run stops; {latest} the latest to resume from."
                 )
             batch = generate_round()
             if algo.online_filtering:
