@@ -9,9 +9,10 @@ import pytest
 import ray
 import torch
 
-from verl.rewards.function import RewardFunctionError, RewardFunctionLoadError, user_error_message
+from verl.rewards.function import RewardFunctionError, RewardFunctionLoadError
 from verl.rewards.manager import FunctionRewardManager
 from verl.rewards.ray_actor import ActorReward, create_reward_actor
+from verl.utils.module_loading import user_error_message
 from verl.workers.config import RewardConfig
 
 

@@ -8,6 +8,21 @@ tool results; appended with a zero loss mask by verl.workers.rollout.multi_turn)
 import dataclasses
 from typing import Any
 
+from verl.utils.module_loading import user_traceback
+
+
+class EnvCodeError(RuntimeError):
+    """An environment's own code raised (its `reset`, `step` or `episode_info`); the message names the environment,
+    the hook and the episode, and ends with where the code raised, so it reads whole after crossing Ray."""
+
+
+def env_code_error(env: str, hook: str, where: str, error: BaseException) -> EnvCodeError:
+    """The EnvCodeError for `error`, raised by environment `env`'s `hook` (for `where`: the row or episode)."""
+    return EnvCodeError(
+        f"{env}: {hook} raised {type(error).__name__} {where}: {error}. Fix the environment; where it raised (most "
+        f"recent call last):\n{user_traceback(error)}"
+    )
+
 
 @dataclasses.dataclass
 class EnvStep:

@@ -11,7 +11,6 @@ import logging
 import math
 import numbers
 import os
-import traceback
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from typing import Any, TypedDict
 import numpy as np
 
 from verl.utils.config import masked
-from verl.utils.module_loading import NotPythonFileError, import_file
+from verl.utils.module_loading import NotPythonFileError, import_file, user_traceback
 
 
 logger = logging.getLogger(__name__)
@@ -78,22 +77,6 @@ class RewardFunctionError(RuntimeError):
 
 class RewardTimeoutError(TimeoutError):
     """A reward part (the functions, the judge) did not score a batch within worker.reward.timeout_s."""
-
-
-def user_error_message(error: BaseException) -> str:
-    """The message of a reward error for a person: the reward error's own text, also when it reached the driver
-    wrapped in Ray's task error (whose text adds the worker's whole stack)."""
-    original = getattr(error, "cause", None)  # ray.exceptions.RayTaskError: the worker's own exception
-    return str(original if isinstance(original, BaseException) else error)
-
-
-def _where_it_raised(error: BaseException) -> str:
-    """The traceback of `error` from the first frame outside this package (the user's code), as Python prints it."""
-    frames = traceback.extract_tb(error.__traceback__)
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    first = next((i for i, frame in enumerate(frames) if not frame.filename.startswith(package + os.sep)), 0)
-    lines = traceback.format_list(frames[first:]) + traceback.format_exception_only(type(error), error)
-    return "".join(lines).rstrip("\n")
 
 
 def parse_reward_function_spec(spec: str) -> tuple[str, str]:
@@ -313,7 +296,7 @@ def score_sequential(function: RewardFunction, samples: Sequence[Mapping[str, An
                 f"{function.label} raised {type(error).__name__} on sample {index}{_uid_note(sample)}: "
                 f"{_reason(error)}. "
                 + (f"{function.batch_hint()} Otherwise fix" if looks_batch else "Fix")
-                + f" the function; where it raised (most recent call last):\n{_where_it_raised(error)}",
+                + f" the function; where it raised (most recent call last):\n{user_traceback(error)}",
                 sample_index=index,
             ) from error
     return scores
@@ -327,7 +310,7 @@ def score_batch(function: RewardFunction, samples: Sequence[Mapping[str, Any]]) 
         raise RewardFunctionError(
             f"{function.label} (REWARD_TYPE='batch') raised {type(error).__name__} on a batch of {len(samples)} "
             f"samples (which sample is unknown to the caller): {_reason(error)}. Fix the function; where it raised "
-            f"(most recent call last):\n{_where_it_raised(error)}"
+            f"(most recent call last):\n{user_traceback(error)}"
         ) from error
 
 

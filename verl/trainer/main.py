@@ -44,11 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     keep_local_ray_on_loopback(max(config.trainer.nnodes, config.worker.reward.model.nnodes))
     if use_writable_dirs_or_exit() is not None:
         return 2
-    from verl.rewards.function import RewardFunctionError, RewardTimeoutError, user_error_message
+    from verl.envs.base import EnvCodeError
+    from verl.rewards.function import RewardFunctionError, RewardTimeoutError
     from verl.trainer.checkpointing import CheckpointSaveError
     from verl.trainer.preemption import TrainingInterrupted
     from verl.trainer.ray_setup import SetupError
     from verl.trainer.ray_trainer import OnlineFilteringError
+    from verl.utils.module_loading import user_error_message
 
     try:
         run(config)
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     except CheckpointSaveError as err:  # disk full or unwritable: the previous checkpoint is intact and latest
         print(f"Error: {err}", file=sys.stderr)
         return 1
-    except (RewardFunctionError, RewardTimeoutError, OnlineFilteringError) as err:  # its message says where and why
+    except (RewardFunctionError, RewardTimeoutError, EnvCodeError, OnlineFilteringError) as err:  # says where, why
         print(f"Error: {user_error_message(err)}", file=sys.stderr)
         return 1
     except TrainingInterrupted as err:  # preemption or Ctrl-C: the workers are gone, the checkpoint is on disk

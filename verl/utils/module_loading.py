@@ -1,11 +1,14 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Import a user's Python file (a reward function, an environment) as a module of its own."""
+"""Import a user's Python file (a reward function, an environment) as a module of its own, and say where its code
+failed."""
 
 import hashlib
 import importlib.util
 import os
 import sys
+import sysconfig
+import traceback
 from types import ModuleType
 
 
@@ -31,3 +34,22 @@ def import_file(path: str, prefix: str) -> ModuleType:
         sys.modules.pop(module_name, None)
         raise
     return module
+
+
+def user_traceback(error: BaseException) -> str:
+    """The traceback of `error` from the first frame of the user's code (outside this package, Python's own library
+    and installed packages), as Python prints it: put in an error's message, where the user's code raised crosses
+    processes and Ray, which a traceback does not."""
+    frames = traceback.extract_tb(error.__traceback__)
+    paths = sysconfig.get_paths()
+    ours = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))), paths["stdlib"], paths["purelib"])
+    first = next((i for i, frame in enumerate(frames) if not frame.filename.startswith(ours)), 0)
+    lines = traceback.format_list(frames[first:]) + traceback.format_exception_only(type(error), error)
+    return "".join(lines).rstrip("\n")
+
+
+def user_error_message(error: BaseException) -> str:
+    """The message of an error about a user's code for a person: its own text, also when it reached the driver
+    wrapped in Ray's task error (whose text adds the worker's whole stack)."""
+    original = getattr(error, "cause", None)  # ray.exceptions.RayTaskError: the worker's own exception
+    return str(original if isinstance(original, BaseException) else error)

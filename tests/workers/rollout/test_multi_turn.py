@@ -4,6 +4,7 @@
 call, the environment's replies are in the response with loss mask 0, token for token what the chat template
 renders, and the ids the actor gets are exactly the ids the engine was given and produced (no re-tokenization)."""
 
+import os
 import time
 
 import numpy as np
@@ -60,6 +61,32 @@ class SlowCountdown(Countdown):
         with self.lock:
             self.running -= 1
         return super().step(state, response)
+
+
+class FailingCountdown(Countdown):
+    """Countdown whose `fail_in` hook (reset, env_response or episode_info) raises a KeyError on episode 1."""
+
+    def __init__(self, rounds=2, fail_in="reset"):
+        super().__init__(rounds)
+        self.fail_in, self.episodes = fail_in, 0
+
+    def _maybe_fail(self, hook, state):
+        if hook == self.fail_in and state["episode"] == 1:
+            return state["no_such_key"]
+
+    def reset(self, row):
+        self.episodes += 1
+        state = {"row": row, "turn": 0, "episode": self.episodes - 1}
+        self._maybe_fail("reset", state)
+        return state
+
+    def env_response(self, state, response):
+        self._maybe_fail("env_response", state)
+        return super().env_response(state, response)
+
+    def episode_info(self, state):
+        self._maybe_fail("episode_info", state)
+        return {}
 
 
 class HangingCountdown(Countdown):
@@ -317,6 +344,30 @@ def test_environment_steps_run_concurrently_with_the_same_outcome(rollout):
     for output in outputs[1:]:
         for key in ("responses", "response_mask", "attention_mask"):
             assert torch.equal(outputs[0].batch[key], output.batch[key]), key
+
+
+@pytest.mark.parametrize(("fail_in", "hook"), [("reset", "reset"), ("env_response", "step"), ("episode_info",) * 2])
+def test_an_environment_that_raises_is_named_with_where_it_raised(rollout, fail_in, hook):
+    """The error names the environment, the hook and the episode, and ends with the environment's own frames (it
+    crosses Ray whole; the CLI prints it alone)."""
+    from verl.envs.base import EnvCodeError
+
+    engine, _ = rollout
+    prompts = _prompts(engine.tokenizer, ["Guess a number.", "Pick one."], 48)
+    step_env = engine.env
+    try:
+        _with_env(engine, "FailingCountdown", fail_in=fail_in)
+        pattern = rf"FailingCountdown \(worker.rollout.env\): {hook} raised KeyError .*: 'no_such_key'. Fix the env"
+        with pytest.raises(EnvCodeError, match=pattern) as info:
+            engine.generate_sequences(prompts)
+        where = str(info.value).split("where it raised (most recent call last):\n")[1].splitlines()
+        env_file = engine.config.env.rpartition(":")[0]
+        assert where[0].startswith(f'  File "{env_file}"') and where[0].endswith(f"in {fail_in}"), where
+        assert where[-1] == "KeyError: 'no_such_key'" and not any("verl" + os.sep in line for line in where), where
+        _with_env(engine, "Countdown")
+        assert list(engine.generate_sequences(prompts).non_tensor_batch["env_turns"]) == [3] * 4  # the engine goes on
+    finally:
+        engine.env = step_env
 
 
 @pytest.mark.parametrize("workers", [1, 4])

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from verl.data.rollout_dump import transcript_messages
-from verl.envs.base import Environment, EnvStep
+from verl.envs.base import Environment, EnvStep, env_code_error
 from verl.protocol import to_object_array
 from verl.workers.rollout.request_loop import Group, Sample, resume_seed
 
@@ -387,7 +387,12 @@ class EpisodeTurns(TurnHooks):
             del self.steps[key]
             episode = step.sample.episode
             before = len(episode.ids)
-            apply_step(self._for(step.group), episode, step.future.result(), step.turn_end)
+            try:
+                result = step.future.result()
+            except Exception as error:  # the environment's own code: named, with where it raised
+                where = f"on episode {step.sample.index} after model turn {episode.turns}"
+                raise env_code_error(self.runner.env_name, "step", where, error) from error
+            apply_step(self._for(step.group), episode, result, step.turn_end)
             step.sample.episode_versions += [-1] * (len(episode.ids) - before)  # environment tokens
             if episode.done:
                 step.sample.finished = True

@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from verl.data.multimodal import DEFAULT_VIDEO_FPS, process_media, video_metadata
 from verl.envs import load_environment
+from verl.envs.base import env_code_error
 from verl.envs.client_env import ChatClientEnv
 from verl.models.config import model_recurrent_layer_types, read_model_config
 from verl.models.rope_index import RopeIndex, load_model_config
@@ -637,7 +638,7 @@ class VLLMRollout:
             if any(episode.images for episode in episodes):
                 self._add_environment_images(episodes, rows, tensors, non_tensors)
             non_tensors.update(episode_columns(episodes))  # env_turns, ..., last_turn (the final answer), messages
-            infos = [self.env.episode_info(e.state) for e in episodes]
+            infos = [self._env_call("episode_info", f"for episode {i}", e.state) for i, e in enumerate(episodes)]
             for name in sorted({key for info in infos for key in info}):
                 non_tensors[f"env_{name}"] = np.array([float(info.get(name, np.nan)) for info in infos], np.float64)
         tensors["rollout_versions"] = pad_rows(versions, width, -1, torch.long).masked_fill(response_mask == 0, -1)
@@ -655,8 +656,20 @@ class VLLMRollout:
             media = columns["multi_modal_data"][row] if "multi_modal_data" in columns else None
             fields["prompt_images"] = list((media or {}).get("images") or [])  # the pictures as the model sees them
             for seed in seeds[row]:
-                episodes.append(Episode(prompt_input=item, state=self.env.reset(dict(fields)), seed=seed))
+                state = self._env_call("reset", f"for prompt row {row}", dict(fields))
+                episodes.append(Episode(prompt_input=item, state=state, seed=seed))
         return episodes
+
+    def _env_call(self, hook: str, where: str, *args: Any) -> Any:
+        """`self.env.<hook>(*args)`; what the environment's own code raises becomes an EnvCodeError naming it."""
+        try:
+            return getattr(self.env, hook)(*args)
+        except Exception as error:
+            raise env_code_error(self._env_name, hook, where, error) from error
+
+    @property
+    def _env_name(self) -> str:
+        return f"{type(self.env).__name__} (worker.rollout.env)"
 
     def _turn_runner(self) -> TurnRunner:
         return TurnRunner(
@@ -670,7 +683,7 @@ class VLLMRollout:
             image_tokens=self.image_tokens,
             max_images=self.config.limit_images,
             env_step_timeout_s=self.config.env_step_timeout_s,
-            env_name=f"{type(self.env).__name__} (worker.rollout.env)",
+            env_name=self._env_name,
         )
 
     @staticmethod
