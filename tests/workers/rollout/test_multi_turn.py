@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from verl.envs.base import EnvCodeError
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.protocol import DataProto
 from verl.utils.torch_functional import positions_from_mask
@@ -350,7 +351,6 @@ def test_environment_steps_run_concurrently_with_the_same_outcome(rollout):
 def test_an_environment_that_raises_is_named_with_where_it_raised(rollout, fail_in, hook):
     """The error names the environment, the hook and the episode, and ends with the environment's own frames (it
     crosses Ray whole; the CLI prints it alone)."""
-    from verl.envs.base import EnvCodeError
 
     engine, _ = rollout
     prompts = _prompts(engine.tokenizer, ["Guess a number.", "Pick one."], 48)
@@ -487,7 +487,10 @@ def test_asynchronous_episodes_that_fail_stop_the_call_naming_them_and_leave_the
     try:
         if failure == "raises":
             _with_env(engine, "ClientCountdown", raise_episode=1)
-            expected = (RuntimeError, r"ClientCountdown.rollout failed in episode \d \(turn 2\): KeyError: 'no tool'")
+            expected = (
+                EnvCodeError,
+                r"ClientCountdown \(worker.rollout.env\): rollout raised KeyError in episode \d \(turn 2\): 'no tool'",
+            )
         elif failure == "hangs":
             _with_env(engine, "ClientCountdown", hang_episode=3)
             expected = (

@@ -17,6 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl.envs.base import env_code_error
 from verl.envs.client_env import ChatClientEnv, EpisodeOver
 from verl.workers.rollout.multi_turn import Episode, TurnHooks, TurnRunner
 from verl.workers.rollout.request_loop import Group, Sample
@@ -193,10 +194,9 @@ class ClientTurns(TurnHooks):
         except EpisodeOver:
             pass
         except Exception as err:
-            error = RuntimeError(
-                f"{type(self.env).__name__}.rollout failed in episode {conversation.sample.index} (turn "
-                f"{conversation.sample.episode.turns + 1}): {type(err).__name__}: {err}"
-            )
+            sample = conversation.sample
+            where = f"in episode {sample.index} (turn {sample.episode.turns + 1})"
+            error = env_code_error(self.runner.env_name, "rollout", where, err)
             error.__cause__ = err
         self.post(("done", conversation, error))
 
