@@ -103,6 +103,11 @@ def test_errors_and_hangs_reach_the_trainer_named(tokenizer_dir, make_batch, wri
     where = str(info.value).split("Where it was when the time ran out:\n")[1]
     assert where.startswith("Thread reward (most recent call last):") and "in score" in where, where
     assert where.rstrip().endswith("time.sleep(60)") and where.count("Thread ") == 1, where
+    lines = where.splitlines()  # from the function on: no frame of the trainer, threading or Ray
+    line = REWARD.splitlines().index("        time.sleep(60)") + 1
+    assert (
+        len(lines) == 3 and lines[1].startswith('  File "') and lines[1].endswith(f'reward.py", line {line}, in score')
+    )
     hung = [thread for thread in threading.enumerate() if thread.name == "reward"]
     assert hung and all(thread.daemon for thread in hung)  # the process can still exit
 

@@ -36,9 +36,9 @@ class LocalReward:
             self.scoring.discard(threading.get_ident())
 
     def where(self) -> str:
-        """Where the batches being scored are now: the Python stack of each thread in `compute_reward` ("" when
-        none) and, with `num_cpus` > 1, of each process of the pool the function runs in."""
-        threads = stall_report.format_stacks(self.scoring)
+        """Where the batches being scored are now: the Python stack of each thread in `compute_reward` from the
+        reward code on ("" when none) and, with `num_cpus` > 1, of each process of the pool the function runs in."""
+        threads = stall_report.format_stacks(self.scoring, user_code_only=True)
         return threads + self.manager.where() if threads else ""
 
     def submit(self, data: DataProto) -> "Future[tuple[torch.Tensor, dict[str, list[float]]]]":

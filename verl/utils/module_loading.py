@@ -40,12 +40,17 @@ def user_traceback(error: BaseException) -> str:
     """The traceback of `error` from the first frame of the user's code (outside this package, Python's own library
     and installed packages), as Python prints it: put in an error's message, where the user's code raised crosses
     processes and Ray, which a traceback does not."""
-    frames = traceback.extract_tb(error.__traceback__)
+    lines = traceback.format_list(user_frames(traceback.extract_tb(error.__traceback__)))
+    return "".join(lines + traceback.format_exception_only(type(error), error)).rstrip("\n")
+
+
+def user_frames(frames: traceback.StackSummary) -> list[traceback.FrameSummary]:
+    """`frames` (outermost first) from the first of the user's code: outside this package, Python's own library and
+    installed packages; all of them where none is."""
     paths = sysconfig.get_paths()
     ours = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))), paths["stdlib"], paths["purelib"])
     first = next((i for i, frame in enumerate(frames) if not frame.filename.startswith(ours)), 0)
-    lines = traceback.format_list(frames[first:]) + traceback.format_exception_only(type(error), error)
-    return "".join(lines).rstrip("\n")
+    return list(frames[first:])
 
 
 def user_error_message(error: BaseException) -> str:

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from verl.utils.module_loading import user_frames
+
 
 ENV = "VERL_STALL_REPORT_S"
 """Seconds after which a worker call is reported (unset or 0: never); the driver sets it for its worker groups."""
@@ -85,14 +87,16 @@ def _print_stacks() -> None:
     print(format_stacks(), file=sys.stderr, end="", flush=True)
 
 
-def format_stacks(idents: Iterable[int] | None = None) -> str:
+def format_stacks(idents: Iterable[int] | None = None, user_code_only: bool = False) -> str:
     """The Python stacks of this process's threads `idents` (default: all but the caller's), the main thread first,
-    each headed by its name, as a traceback prints them; a thread that has ended meanwhile is left out."""
+    each headed by its name, as a traceback prints them; a thread that has ended meanwhile is left out. With
+    `user_code_only`, each stack from its first frame of the user's code (`module_loading.user_frames`)."""
     names = {thread.ident: thread.name for thread in threading.enumerate()}
     main, wanted = threading.main_thread().ident, None if idents is None else set(idents)
     text = []
     for ident, frame in sorted(sys._current_frames().items(), key=lambda item: item[0] != main):  # main first
         if (ident != threading.get_ident()) if wanted is None else (ident in wanted):
             text.append(f"Thread {names.get(ident, ident)} (most recent call last):\n")
-            text.extend(traceback.format_stack(frame))
+            stack = traceback.extract_stack(frame)
+            text.extend(traceback.format_list(user_frames(stack) if user_code_only else stack))
     return "".join(text)
