@@ -16,6 +16,11 @@ class EnvCodeError(RuntimeError):
     the hook and the episode, and ends with where the code raised, so it reads whole after crossing Ray."""
 
 
+class EnvStepTimeoutError(TimeoutError):
+    """An environment step (or a client-style episode's work between two model requests) ran past
+    worker.rollout.env_step_timeout_s."""
+
+
 def env_code_error(env: str, hook: str, where: str, error: BaseException) -> EnvCodeError:
     """The EnvCodeError for `error`, raised by environment `env`'s `hook` (for `where`: the row or episode)."""
     return EnvCodeError(

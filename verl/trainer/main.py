@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     keep_local_ray_on_loopback(max(config.trainer.nnodes, config.worker.reward.model.nnodes))
     if use_writable_dirs_or_exit() is not None:
         return 2
-    from verl.envs.base import EnvCodeError
+    from verl.envs.base import EnvCodeError, EnvStepTimeoutError
     from verl.rewards.function import RewardFunctionError, RewardTimeoutError
     from verl.trainer.checkpointing import CheckpointSaveError
     from verl.trainer.preemption import TrainingInterrupted
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     except CheckpointSaveError as err:  # disk full or unwritable: the previous checkpoint is intact and latest
         print(f"Error: {err}", file=sys.stderr)
         return 1
-    except (RewardFunctionError, RewardTimeoutError, EnvCodeError, OnlineFilteringError) as err:  # says where, why
+    except (RewardFunctionError, RewardTimeoutError, EnvCodeError, EnvStepTimeoutError, OnlineFilteringError) as err:
         print(f"Error: {user_error_message(err)}", file=sys.stderr)
         return 1
     except TrainingInterrupted as err:  # preemption or Ctrl-C: the workers are gone, the checkpoint is on disk

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from verl.envs.base import EnvCodeError
+from verl.envs.base import EnvCodeError, EnvStepTimeoutError
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.protocol import DataProto
 from verl.utils.torch_functional import positions_from_mask
@@ -380,11 +380,16 @@ def test_a_hung_environment_step_stops_the_rollout_naming_it(rollout, workers):
     try:
         started = time.monotonic()
         with pytest.raises(
-            TimeoutError,
+            EnvStepTimeoutError,
             match=r"HangingCountdown \(worker.rollout.env\): episode 2 did not finish its environment step after model turn 1 within worker.rollout.env_step_timeout_s=0.5 s",
-        ):
+        ) as info:
             engine.generate_sequences(prompts)
         assert time.monotonic() - started < 30
+        # where the step waits, from the environment's code on
+        where = str(info.value).split("Where the step was when the time ran out:\n")[1].splitlines()
+        env_file = engine.config.env.rpartition(":")[0]
+        assert where[1].startswith(f'  File "{env_file}"') and where[1].endswith("in step"), where
+        assert where[2].strip() == "self.release.wait(120)", where
     finally:
         env.release.set()  # the hung step's thread ends
         engine.env, engine.config.env_step_timeout_s = step_env, timeout

@@ -10,6 +10,7 @@ engine, actor, reference and critic (nothing is re-tokenized). Turn t samples wi
 """
 
 import dataclasses
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
@@ -19,8 +20,9 @@ import numpy as np
 import torch
 
 from verl.data.rollout_dump import transcript_messages
-from verl.envs.base import Environment, EnvStep, env_code_error
+from verl.envs.base import Environment, EnvStep, EnvStepTimeoutError, env_code_error
 from verl.protocol import to_object_array
+from verl.utils import stall_report
 from verl.workers.rollout.request_loop import Group, Sample, resume_seed
 
 
@@ -184,12 +186,14 @@ class TurnRunner:
     the rollout stops with an error; <= 0 waits forever."""
     env_name: str = "the environment"
 
-    def env_timeout_error(self, episode_index: int, turns: int) -> TimeoutError:
-        return TimeoutError(
+    def env_timeout_error(self, episode_index: int, turns: int, where: str = "") -> EnvStepTimeoutError:
+        """The error of a step past env_step_timeout_s; `where`: the step thread's stack, if known."""
+        return EnvStepTimeoutError(
             f"{self.env_name}: episode {episode_index} did not finish its environment step after model turn "
             f"{turns} within worker.rollout.env_step_timeout_s={self.env_step_timeout_s:g} s, so the rollout stops "
             "here instead of hanging. Give whatever the step waits on (a subprocess, a remote call) its own timeout, "
             "or raise worker.rollout.env_step_timeout_s (<= 0 waits forever)."
+            + (f" Where the step was when the time ran out:\n{where}" if where else "")
         )
 
     def turn_limit(self, episode: Episode, requested: int | None = None) -> int:
@@ -294,11 +298,13 @@ TURN_SEED_STRIDE = 7919
 
 @dataclasses.dataclass
 class _Step:
-    future: Future
     started: float
     group: Group
     sample: Sample
     turn_end: str
+    future: Future | None = None
+    thread: int | None = None
+    """The pool thread running the step, once it started (its stack is shown if the step times out)."""
 
 
 class TurnHooks:
@@ -370,8 +376,14 @@ class EpisodeTurns(TurnHooks):
         if turn_end is None:
             return True
         episode = sample.episode
-        future = self.pool.submit(self.env.step, episode.state, episode.last_turn)
-        self.steps[id(sample)] = _Step(future, time.monotonic(), group, sample, turn_end)
+        step = _Step(time.monotonic(), group, sample, turn_end)
+
+        def run() -> EnvStep:
+            step.thread = threading.get_ident()
+            return self.env.step(episode.state, episode.last_turn)
+
+        step.future = self.pool.submit(run)
+        self.steps[id(sample)] = step
         return False
 
     def poll(self) -> tuple[bool, bool]:
@@ -382,7 +394,8 @@ class EpisodeTurns(TurnHooks):
         for key, step in list(self.steps.items()):
             if not step.future.done():
                 if timeout > 0 and time.monotonic() - step.started > timeout:
-                    raise self.runner.env_timeout_error(step.sample.index, step.sample.episode.turns)
+                    where = stall_report.format_stacks([step.thread], user_code_only=True) if step.thread else ""
+                    raise self.runner.env_timeout_error(step.sample.index, step.sample.episode.turns, where)
                 continue
             del self.steps[key]
             episode = step.sample.episode
