@@ -308,8 +308,9 @@ class RayPPOTrainer:
         batch.batch["advantages"], batch.batch["returns"] = advantages, returns
 
     def _get_reward(self, handle: Any, part: str) -> Any:
-        """A reward part's result, or a RewardTimeoutError naming the part after worker.reward.timeout_s: `part` "rule" (the
-        functions' Future or ObjectRef; the error shows where they wait) or "judge" (the judge actor's ObjectRef)."""
+        """A reward part's result, or a RewardTimeoutError naming the part after worker.reward.timeout_s: `part` is
+        "rule" (the functions' Future or ObjectRef; the error shows where they wait) or "judge" (the judge actor's
+        ObjectRef)."""
         reward = self.config.worker.reward
         timeout = reward.timeout_s if reward.timeout_s > 0 else None
         if isinstance(handle, Future):  # the function's own errors (a TimeoutError too) come out of result()
