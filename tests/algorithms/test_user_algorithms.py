@@ -238,6 +238,8 @@ def write_bad_functions(path) -> str:
         "    return -x.advantages\n"
         "def negative(log_ratio, response_mask):\n"
         "    return -torch.ones_like(log_ratio)\n"
+        "def raises(x):\n"
+        "    return x.log_ratio[x.missing]\n"
         "def no_scalar(token_sums, token_counts, num_tokens, num_seqs, max_response_length):\n"
         "    return token_sums\n"
     )
@@ -272,6 +274,12 @@ def test_wrong_shape_or_non_finite_output_names_file_function_and_step(files):
         AlgorithmFunctionError, match="negative .* returned negative weights .* outside a training step"
     ):
         compute_rollout_correction(settings, torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(2, 3))
+    # a function that raises is named too, and the message ends with its own frames (it crosses Ray whole)
+    with training_step(4), pytest.raises(AlgorithmFunctionError, match=r"raises in .* raised AttributeError") as error:
+        compute_policy_loss(*args, f"{path}:raises", 0.2, 0.3, 3.0, "token-mean")
+    where = str(error.value).split("Where it raised (most recent call last):\n")[1].splitlines()
+    assert where[0] == f'  File "{path}", line 11, in raises' and where[-1].startswith("AttributeError: "), where
+    assert "at training step 4" in str(error.value)
 
 
 # ------------------------------------------------------------------------------------------------ the examples

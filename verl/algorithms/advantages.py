@@ -342,7 +342,7 @@ def _check_user_estimator(signature: inspect.Signature) -> str | None:
 def _register_user_estimator(spec: str, function: AdvantageFn, where: Where) -> None:
     @functools.wraps(function)  # keeps the signature: the trainer passes the inputs the function names
     def checked(**inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        out = function(**inputs)
+        out = where.call(function, **inputs)
         if not isinstance(out, (tuple, list)) or len(out) != 2:
             raise where.fail(f"returned a {type(out).__name__}, not a tuple (advantages, returns)")
         shape = tuple(inputs["token_level_rewards"].shape)

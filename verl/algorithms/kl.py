@@ -178,7 +178,7 @@ def apply_kl_penalty(
 def _register_user_kl(spec: str, function: KLFn, where: Where) -> None:
     @functools.wraps(function)
     def checked(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
-        return where.tensor(function(log_probs, ref_log_probs), "the KL", tuple(log_probs.shape))
+        return where.tensor(where.call(function, log_probs, ref_log_probs), "the KL", tuple(log_probs.shape))
 
     register_kl_penalty(spec, straight_through=False)(checked)
 

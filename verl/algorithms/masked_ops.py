@@ -144,7 +144,8 @@ def agg_loss(
 def _register_user_agg(spec: str, function: LossAggFn, where: Where) -> None:
     @functools.wraps(function)
     def checked(sums: torch.Tensor, lengths: torch.Tensor, tokens: Count, seqs: Count, max_len: int) -> torch.Tensor:
-        return where.tensor(function(sums, lengths, tokens, seqs, max_len), "the aggregated loss", ())
+        out = where.call(function, sums, lengths, tokens, seqs, max_len)
+        return where.tensor(out, "the aggregated loss", ())
 
     register_loss_avg_mode(spec)(checked)
 

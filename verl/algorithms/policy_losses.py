@@ -229,7 +229,7 @@ def compute_policy_loss(
 def _register_user_loss(spec: str, function: Callable[..., PolicyLossTerms | torch.Tensor], where: Where) -> None:
     @functools.wraps(function)
     def checked(x: PolicyLossInputs) -> PolicyLossTerms:
-        out = function(x)
+        out = where.call(function, x)
         terms = PolicyLossTerms(out) if isinstance(out, torch.Tensor) else out
         if not isinstance(terms, PolicyLossTerms):
             raise where.fail(f"returned a {type(out).__name__}, not a PolicyLossTerms or a (B, L) tensor")

@@ -282,7 +282,7 @@ def _register_user_correction(spec: str, function: Callable[..., Any], where: Wh
         log_ratio: torch.Tensor, response_mask: torch.Tensor, settings: CorrectionSettings
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         available = {**asdict(settings), "log_ratio": log_ratio, "response_mask": response_mask}
-        out = function(**{name: available[name] for name in wanted if name in available})
+        out = where.call(function, **{name: available[name] for name in wanted if name in available})
         weights, kept = out if isinstance(out, (tuple, list)) and len(out) == 2 else (out, None)
         shape = tuple(log_ratio.shape)
         weights = where.tensor(weights, "the weights", shape)

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from verl.utils.module_loading import NotPythonFileError, import_file
+from verl.utils.module_loading import NotPythonFileError, import_file, user_traceback
 
 
 class AlgorithmFunctionLoadError(ValueError):
@@ -226,12 +226,21 @@ class Where:
     path: str
     name: str
 
-    def fail(self, problem: str) -> AlgorithmFunctionError:
+    def fail(self, problem: str, traceback: str = "") -> AlgorithmFunctionError:
         step = f"training step {_step}" if _step is not None else "a call outside a training step"
         return AlgorithmFunctionError(
             f"The {self.kind.label} {self.name} in {self.path} ({self.key}) {problem} at {step}; fix the "
             "function (README.md, 'Your own algorithm', gives what each kind must return)."
+            + (f" Where it raised (most recent call last):\n{traceback}" if traceback else "")
         )
+
+    def call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """`function(*args, **kwargs)`; what it raises becomes an AlgorithmFunctionError naming it, with its own
+        frames (the message crosses Ray whole)."""
+        try:
+            return function(*args, **kwargs)
+        except Exception as error:
+            raise self.fail(f"raised {type(error).__name__} ({error})", user_traceback(error)) from error
 
     def tensor(self, value: Any, what: str, shape: tuple[int, ...], floating: bool = True) -> torch.Tensor:
         """`value` checked to be a tensor of `shape` (float and finite, or bool when not `floating`)."""

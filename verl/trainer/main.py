@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     keep_local_ray_on_loopback(max(config.trainer.nnodes, config.worker.reward.model.nnodes))
     if use_writable_dirs_or_exit() is not None:
         return 2
+    from verl.algorithms.user_functions import AlgorithmFunctionError
     from verl.envs.base import EnvCodeError, EnvStepTimeoutError
     from verl.rewards.function import RewardFunctionError, RewardTimeoutError
     from verl.trainer.checkpointing import CheckpointSaveError
@@ -52,6 +53,14 @@ def main(argv: list[str] | None = None) -> int:
     from verl.trainer.ray_trainer import OnlineFilteringError
     from verl.utils.module_loading import user_error_message
 
+    user_code = (
+        RewardFunctionError,
+        RewardTimeoutError,
+        EnvCodeError,
+        EnvStepTimeoutError,
+        AlgorithmFunctionError,
+        OnlineFilteringError,
+    )
     try:
         run(config)
     except SetupError as err:
@@ -60,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     except CheckpointSaveError as err:  # disk full or unwritable: the previous checkpoint is intact and latest
         print(f"Error: {err}", file=sys.stderr)
         return 1
-    except (RewardFunctionError, RewardTimeoutError, EnvCodeError, EnvStepTimeoutError, OnlineFilteringError) as err:
+    except user_code as err:  # the user's code (or its settings) failed: the message names it and says where
         print(f"Error: {user_error_message(err)}", file=sys.stderr)
         return 1
     except TrainingInterrupted as err:  # preemption or Ctrl-C: the workers are gone, the checkpoint is on disk
