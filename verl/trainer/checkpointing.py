@@ -217,9 +217,8 @@ def save_step(
         ) from err
     remove_obsolete_checkpoints(save_root, save_limit, saved)
     logger.info("Saved checkpoint %s", path)
-    warning = more_to_come and space_warning(save_root, directory_bytes(path), f"Checkpoint {path}")
-    if warning:
-        logger.warning(warning)
+    if more_to_come:
+        warn_if_no_room(save_root, directory_bytes(path), f"Checkpoint {path}")
     return saved
 
 
@@ -289,9 +288,9 @@ def checkpoint_size_estimate(models: list[tuple[str, int]], save_model_only: boo
     return sum(count * size * (1 if save_model_only else 3) for count, (_, size) in zip(counts, models))
 
 
-def warn_if_one_will_not_fit(save_root: str, size: int | None) -> None:
-    """At a run's start: a warning when one checkpoint of about `size` bytes (None: unknown) would not fit."""
-    warning = size and space_warning(save_root, size, "One checkpoint of this run")
+def warn_if_no_room(save_root: str, size: int | None, what: str = "One checkpoint of this run") -> None:
+    """Log `space_warning` when a checkpoint of `size` bytes (None: unknown, nothing said) would not fit."""
+    warning = size and space_warning(save_root, size, what)
     if warning:
         logger.warning(warning)
 

@@ -14,7 +14,7 @@ from verl.rewards.ray_actor import ActorReward, create_reward_actor, stop_actor
 from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
 from verl.single_controller.ray.resource import RayResourcePool
 from verl.trainer.async_trainer import AsyncRayPPOTrainer
-from verl.trainer.checkpointing import checkpoint_size_estimate, resume_path, warn_if_one_will_not_fit
+from verl.trainer.checkpointing import checkpoint_size_estimate, resume_path, warn_if_no_room
 from verl.trainer.config import PPOConfig
 from verl.trainer.data_loader import create_dataloader
 from verl.trainer.disaggregated_trainer import DisaggregatedRayPPOTrainer
@@ -273,7 +273,7 @@ def log_checkpoint_plan(config: PPOConfig) -> None:
     """The checkpoint plan's line, and a warning when one checkpoint would not fit in the free space where it goes."""
     size = checkpoint_size(config)
     logger.info(checkpoint_plan(config, size))
-    warn_if_one_will_not_fit(config.trainer.save_checkpoint_path, size)
+    warn_if_no_room(config.trainer.save_checkpoint_path, size)
 
 
 def checkpoint_size(config: PPOConfig) -> int | None:
