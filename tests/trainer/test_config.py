@@ -213,6 +213,20 @@ def test_missing_paths_are_errors(files, override, pattern):
         load_config([*base_args(files), *override])
 
 
+def test_output_folders_must_be_creatable_and_are_not_created_by_the_check(files):
+    (files / "notes.txt").write_text("")
+    for key in ("trainer.save_checkpoint_path", "trainer.rollout_data_dir"):
+        with pytest.raises(ConfigError, match=rf"'{key}' is '.*notes.txt', which is a file; give a writable"):
+            load_config([*base_args(files), f"{key}={files / 'notes.txt'}"])
+        with pytest.raises(ConfigError, match=rf"'{key}' is .*which cannot be created: '.*notes.txt' is a file"):
+            load_config([*base_args(files), f"{key}={files / 'notes.txt' / 'deeper' / 'run'}"])
+    nested = files / "new" / "deeper"
+    config = load_config(
+        [*base_args(files), f"trainer.save_checkpoint_path={nested}", f"trainer.rollout_data_dir={nested}/rollouts"]
+    )
+    assert config.trainer.save_checkpoint_path == str(nested) and not (files / "new").exists()
+
+
 def test_reward_function_must_be_defined(files):
     with pytest.raises(ConfigError, match=r"reward_function=.*has no function 'nope'"):
         load_config([*base_args(files), f"worker.reward.reward_function={files / 'reward.py'}:nope"])
@@ -768,6 +782,11 @@ def test_sft_shares_the_trainer_keys_and_their_checks(tmp_path):
         load_sft_config([*base, "trainer.logger=[neptune]"])
     with pytest.raises(ConfigError, match=r"'worker.optim.strategy' is 'sgd'"):
         load_sft_config([*base, "worker.optim.strategy=sgd"])
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(
+        ConfigError, match=r"'trainer.save_checkpoint_path' is '.*a_file/run', which cannot be created"
+    ):
+        load_sft_config([*base, f"trainer.save_checkpoint_path={tmp_path / 'a_file' / 'run'}"])
 
 
 @pytest.mark.parametrize(

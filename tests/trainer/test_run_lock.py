@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from verl.trainer.run_lock import LOCK_FILE, CheckpointFolderInUse, RunLock
+from verl.trainer.run_lock import LOCK_FILE, CheckpointFolderError, CheckpointFolderInUse, RunLock
 
 
 def hold(folder) -> subprocess.Popen:
@@ -47,6 +47,20 @@ def test_a_second_run_refuses_naming_the_holder_and_takes_over_once_it_is_dead(t
     assert (folder / LOCK_FILE).read_text() == ""  # released: no holder recorded
     with RunLock(str(folder)):  # and free again
         pass
+
+
+def test_a_folder_that_cannot_be_made_is_refused_naming_the_key(tmp_path):
+    # what the config's check cannot see: a place whose parent is a writable-looking directory that refuses new
+    # folders (as under /proc), or a parent that is a file
+    (tmp_path / "a_file").write_text("")
+    for folder, reason in (
+        ("/proc/verl-no-such-run", "No such file or directory"),
+        (tmp_path / "a_file" / "run", "Not a directory"),
+    ):
+        with pytest.raises(CheckpointFolderError, match="trainer.save_checkpoint_path") as error:
+            RunLock(str(folder)).acquire()
+        assert f"The checkpoint folder {folder} cannot be used: {reason}" in str(error.value)
+        assert not isinstance(error.value, CheckpointFolderInUse)
 
 
 def test_the_trainer_refuses_a_held_folder_before_anything_starts(tmp_path):

@@ -156,6 +156,7 @@ def validate_sft_config(config: SFTConfig) -> None:
         )
     data.check_files("data.")
     worker.check_files("worker.")
+    trainer.check_files("trainer.")
 
 
 def load_sft_config(argv: list[str]) -> SFTConfig:

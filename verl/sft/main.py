@@ -30,7 +30,7 @@ from verl.trainer.checkpointing import (
     save_step,
     warn_if_no_room,
 )
-from verl.trainer.run_lock import CheckpointFolderInUse, RunLock
+from verl.trainer.run_lock import CheckpointFolderError, RunLock
 from verl.utils import stall_report
 from verl.utils.cli import keep_local_ray_on_loopback, load_config_or_exit, use_writable_dirs_or_exit
 from verl.utils.config import ConfigError, config_to_dict
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         run_sft(config)
-    except (ConfigError, SFTDataError, CheckpointFolderInUse) as err:  # a ConfigError: one that only running finds
+    except (ConfigError, SFTDataError, CheckpointFolderError) as err:  # a ConfigError: one that only running finds
         print(f"{'Config error' if isinstance(err, ConfigError) else 'Error'}: {err}", file=sys.stderr)
         return 2
     except CheckpointSaveError as err:  # disk full or unwritable: the previous checkpoint is intact and latest

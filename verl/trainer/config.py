@@ -39,6 +39,7 @@ from verl.utils.config import (
     require_non_negative,
     require_path,
     require_positive,
+    require_writable_dir,
     set_keys,
 )
 from verl.utils.device import is_cuda_available
@@ -316,6 +317,9 @@ class BaseTrainerConfig:
         require_choice(self, prefix, "device", DEVICES)
         require_choice(self, prefix, "logger", LOGGERS)
 
+    def check_files(self, prefix: str) -> None:
+        require_writable_dir(self, prefix, "save_checkpoint_path")
+
 
 @dataclass
 class TrainerConfig(BaseTrainerConfig):
@@ -355,6 +359,8 @@ class TrainerConfig(BaseTrainerConfig):
         require_positive(self, prefix, "rollout_data_freq")
 
     def check_files(self, prefix: str) -> None:
+        super().check_files(prefix)
+        require_writable_dir(self, prefix, "rollout_data_dir")
         path = self.load_checkpoint_path
         if path:
             require_path(self, prefix, "load_checkpoint_path", "directory")

@@ -26,7 +26,11 @@ LOCK_FILE = ".run.lock"
 _NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS}
 
 
-class CheckpointFolderInUse(RuntimeError):
+class CheckpointFolderError(RuntimeError):
+    """The checkpoint folder cannot be used: it cannot be created or written, or another run holds it."""
+
+
+class CheckpointFolderInUse(CheckpointFolderError):
     """Another run holds the checkpoint folder."""
 
 
@@ -63,9 +67,16 @@ class RunLock:
         )
 
     def acquire(self) -> None:
-        """Take the lock, or raise CheckpointFolderInUse naming the run that holds it."""
-        os.makedirs(self.folder, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        """Take the lock, or raise CheckpointFolderInUse naming the run that holds it (CheckpointFolderError when the
+        folder cannot be created or written)."""
+        try:
+            os.makedirs(self.folder, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise CheckpointFolderError(
+                f"The checkpoint folder {self.folder} cannot be used: {err.strerror or err} "
+                f"({err.filename or self.folder}). Set trainer.save_checkpoint_path to a writable folder."
+            ) from None
         try:
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

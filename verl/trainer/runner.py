@@ -21,7 +21,7 @@ from verl.trainer.disaggregated_trainer import DisaggregatedRayPPOTrainer
 from verl.trainer.preemption import RunSignals
 from verl.trainer.ray_setup import SetupError, init_ray
 from verl.trainer.ray_trainer import RayPPOTrainer, count_training_steps
-from verl.trainer.run_lock import CheckpointFolderInUse, RunLock
+from verl.trainer.run_lock import CheckpointFolderError, RunLock
 from verl.utils import stall_report
 from verl.utils.config import config_to_dict
 from verl.utils.device import resolve_device_type
@@ -179,7 +179,7 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
     lock = RunLock(config.trainer.save_checkpoint_path)
     try:
         lock.acquire()
-    except CheckpointFolderInUse as err:
+    except CheckpointFolderError as err:
         raise SetupError(str(err)) from None
     try:
         # A signal while the run starts or ends stops it at once (the fit loop finishes its step first); Ray's own

@@ -251,6 +251,29 @@ def require_path(section: Any, prefix: str, name: str, kind: str = "path", allow
         raise ConfigError(f"Config key '{key}' points to '{path}', which is not a file.")
 
 
+def require_writable_dir(section: Any, prefix: str, name: str) -> None:
+    """The named output-folder field of `section` is unset, or a directory this process can create and write in
+    (checked without creating anything: the nearest existing folder on its path must be a writable directory)."""
+    ((_, path),) = _values(section, [name])
+    if not path:
+        return
+    full = os.path.abspath(os.path.expanduser(path))
+    existing = full
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        reason = "is a file" if existing == full else f"cannot be created: '{existing}' is a file"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        reason = (
+            "this user cannot write in"
+            if existing == full
+            else f"cannot be created: this user cannot write in '{existing}'"
+        )
+    else:
+        return
+    raise ConfigError(f"Config key '{prefix}{name}' is '{path}', which {reason}; give a writable directory.")
+
+
 def require_data_files(section: Any, prefix: str, *names: str) -> None:
     """Each named dataset field is unset, an existing local file or directory, or a hub dataset as name@split."""
     for name, spec in _values(section, names):
