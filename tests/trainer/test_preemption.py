@@ -63,8 +63,17 @@ def _trainer_command(tmp_path) -> tuple[list[str], dict[str, str], object]:
     return [sys.executable, "-m", "verl.trainer.main", *args], env, save
 
 
-def _start_and_wait_for_a_step(command: list[str], env: dict[str, str], save) -> subprocess.Popen:
-    proc = subprocess.Popen([*command, "trainer.max_steps=40"], cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+def _start_and_wait_for_a_step(
+    command: list[str], env: dict[str, str], save, process_group: int | None = None
+) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [*command, "trainer.max_steps=40"],
+        cwd=REPO,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        process_group=process_group,
+    )
     log = save / "experiment_log.jsonl"
     deadline = time.monotonic() + 300
     while not (log.exists() and any("actor/pg_loss" in line for line in log.read_text().splitlines())):
@@ -91,10 +100,16 @@ def test_sigkill_of_the_driver_leaves_no_process_of_the_run(tmp_path):
 
 @pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_and_the_next_run_resumes(tmp_path):
+    """The signal goes to the launcher's whole process group, as `timeout` or `kill -- -PGID` send it: Ray's daemons
+    and workers and the data loader's workers (two here) used to get it too and die, and the driver hung 60 s in
+    Ray's client and saved nothing; they now live in groups of their own, so the driver alone gets it."""
     command, env, save = _trainer_command(tmp_path)
     log = save / "experiment_log.jsonl"
-    proc = _start_and_wait_for_a_step(command, env, save)
-    proc.send_signal(signal.SIGTERM)
+    launcher = subprocess.Popen(["sleep", "600"], process_group=0)  # leads the group, like `timeout` or a shell
+    proc = _start_and_wait_for_a_step([*command, "data.dataloader_num_workers=2"], env, save, launcher.pid)
+    assert os.getpgid(proc.pid) == launcher.pid
+    os.killpg(launcher.pid, signal.SIGTERM)
+    assert launcher.wait(timeout=10) == -signal.SIGTERM
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
     stopped = [line for line in stderr.splitlines() if line.startswith("Stopped by SIGTERM")]

@@ -8,6 +8,8 @@ import os
 import shutil
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import ray
 
@@ -82,7 +84,6 @@ def _start_local_ray(device: str, cpu_slots: int, runtime_env: dict) -> None:
     # no idle prestarted worker (every actor needs its own process); unless the user set the variables.
     os.environ.setdefault(TASK_EVENTS_ENV, "0")
     os.environ.setdefault(PRESTART_ENV, "0")
-    start_reaper()  # after a kill -9 of this process, nothing of the run outlives it by more than a few seconds
     warning = ray_temp_disk_warning()
     if warning:
         logger.warning(warning)
@@ -90,12 +91,36 @@ def _start_local_ray(device: str, cpu_slots: int, runtime_env: dict) -> None:
     # (kept across exec, as with nohup); the driver handles it as SIGTERM (verl/trainer/preemption.py).
     hangup = signal.signal(signal.SIGHUP, signal.SIG_IGN) if _main_thread() else None
     try:
-        # address="local": a Ray of its own even where `ray start` recorded a cluster (Ray's address file, which a
-        # bare ray.init() would join, failing on num_cpus); RAY_ADDRESS joins one
-        ray.init(address="local", num_cpus=num_cpus, runtime_env=runtime_env, include_dashboard=False)
+        with own_process_group():
+            start_reaper()  # after a kill -9 of this process, nothing of the run outlives it by more than a few seconds
+            # address="local": a Ray of its own even where `ray start` recorded a cluster (Ray's address file, which a
+            # bare ray.init() would join, failing on num_cpus); RAY_ADDRESS joins one
+            ray.init(address="local", num_cpus=num_cpus, runtime_env=runtime_env, include_dashboard=False)
     finally:
         if hangup is not None:
             signal.signal(signal.SIGHUP, hangup)
+
+
+@contextmanager
+def own_process_group() -> Iterator[None]:
+    """The processes started in the block (Ray's daemons, and through them its workers) get a process group of their
+    own: a signal to the driver's whole group (`timeout`, `kill -- -PGID`, a launcher script's) reaches the driver
+    alone, which finishes its step and saves before it stops them; before, Ray's daemons and workers died at once and
+    the driver hung. Where the driver leads its group (started straight from an interactive shell) it cannot leave
+    the group and come back, so nothing changes: Ctrl-C and a closed terminal are handled anyway (Ray's daemons block
+    SIGINT and start with SIGHUP ignored)."""
+    group = os.getpgrp()
+    if group == os.getpid():
+        yield
+        return
+    os.setpgid(0, 0)  # a new group whose number is this process's id
+    try:
+        yield
+    finally:
+        try:
+            os.setpgid(0, group)
+        except OSError as err:  # the launcher's group is gone (it exited): stay in the new one
+            logger.debug("Could not return to process group %d: %s", group, err)
 
 
 def ray_temp_disk_warning() -> str | None:

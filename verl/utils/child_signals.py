@@ -7,6 +7,7 @@ A forked child inherits the driver's Python handlers: the preemption handlers (v
 thread never runs a Python handler at all, so it outlives SIGTERM and the pool's shutdown waits on it for ever.
 """
 
+import os
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,8 +17,10 @@ DRIVER_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def reset_child_signals() -> None:
-    """In a forked child: SIGTERM ends it (how a pool stops its workers); Ctrl-C and a closed terminal reach the whole
-    process group and are the driver's to handle (it checkpoints, then stops its children)."""
+    """In a forked child: SIGTERM ends it (how a pool stops its workers); a signal to the driver's whole process group
+    (Ctrl-C, a closed terminal, `timeout`) is the driver's to handle (it checkpoints, then stops its children), so the
+    child leaves that group and ignores the terminal's signals."""
+    os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
