@@ -242,9 +242,11 @@ def test_a_full_disk_stops_sft_with_one_line_and_keeps_the_latest_checkpoint(
     assert main([*args, "trainer.max_steps=2"]) == 0
     assert saved_steps(root) == [2]  # trainer.save_limit=1
     disk.resize(disk.used_kib() * 3 // 2)  # room for half a checkpoint more
-    with caplog.at_level(logging.WARNING, logger="verl.trainer.checkpointing"):
+    with caplog.at_level(logging.INFO, logger="verl.trainer.checkpointing"):
         assert main([*args, "trainer.max_steps=3"]) == 1
-    assert "One checkpoint of this run takes " in caplog.text  # said at the start
+    plan = f"Checkpoints go to {root} (model, optimizer and data-loader state, every 1 steps and at the end; about "
+    assert plan in caplog.text  # said at the start, as the RL trainer says it
+    assert "One checkpoint of this run takes " in caplog.text
     error = capsys.readouterr().err
     assert "Error: Could not save the checkpoint of step 3: " in error and "No space left on device" in error, error
     assert "global_step_2 is intact and still the latest" in error and "Traceback" not in error

@@ -12,6 +12,7 @@ import ray
 from ray._common.utils import load_class
 
 from verl.trainer import ray_setup, runner
+from verl.trainer.checkpointing import checkpoint_plan, log_checkpoint_plan
 from verl.trainer.config import PPOConfig
 from verl.utils import quiet, worker_setup
 
@@ -36,12 +37,14 @@ def test_the_checkpoint_plan_names_the_directory_what_and_when():
     config = PPOConfig()
     config.trainer.save_checkpoint_path = "/runs/exp"
     config.trainer.save_freq, config.trainer.save_model_only = 5, False
-    assert runner.checkpoint_plan(config) == (
+    assert checkpoint_plan(config.trainer) == (
         "Checkpoints go to /runs/exp (model, optimizer and data-loader state, every 5 steps and at the end)."
     )
-    config.trainer.save_freq, config.trainer.save_model_only = -1, True
-    assert runner.checkpoint_plan(config) == "Checkpoints go to /runs/exp (model weights only, at the end)."
-    assert runner.checkpoint_plan(config, 3 * 2**29) == (
+    config.trainer.save_freq = -1
+    assert checkpoint_plan(config.trainer, model_only=True) == (
+        "Checkpoints go to /runs/exp (model weights only, at the end)."
+    )
+    assert checkpoint_plan(config.trainer, 3 * 2**29, model_only=True) == (
         "Checkpoints go to /runs/exp (model weights only, at the end; about 1.50 GiB each)."
     )
 
@@ -55,8 +58,8 @@ def test_a_run_whose_checkpoint_will_not_fit_is_warned_at_its_start(tmp_path, sm
     config.trainer.save_checkpoint_path = os.path.join(small_disk(4096).path, "run")  # 4 MiB free
     expected = 3 * 4 * count_parameters(model)["total"]  # fp32 weights and AdamW's two moments
     assert runner.checkpoint_size(config) == expected
-    with caplog.at_level(logging.INFO, logger="verl.trainer.runner"):
-        runner.log_checkpoint_plan(config)
+    with caplog.at_level(logging.INFO, logger="verl.trainer.checkpointing"):
+        log_checkpoint_plan(config.trainer, runner.checkpoint_size(config))
     assert f"about {expected / 2**30:.2f} GiB each" in caplog.text
     assert f"One checkpoint of this run takes {expected / 2**30:.2f} GiB, and 0.00 GiB are free at" in caplog.text
     config.algorithm.adv_estimator = "gae"  # the critic's checkpoint too

@@ -27,8 +27,8 @@ from verl.trainer.checkpointing import (
     atomic_write,
     checkpoint_size_estimate,
     find_last_checkpoint,
+    log_checkpoint_plan,
     save_step,
-    warn_if_no_room,
 )
 from verl.trainer.run_lock import CheckpointFolderError, RunLock
 from verl.utils import stall_report
@@ -112,7 +112,7 @@ def _train(config: SFTConfig) -> dict[str, float]:
     except ValueError as err:  # online logging asked for explicitly, and its service cannot be reached
         raise ConfigError(str(err)) from None
     model = (config.worker.model.model_path, param_dtype(config.worker.fsdp).itemsize)
-    warn_if_no_room(trainer.save_checkpoint_path, checkpoint_size_estimate([model], save_model_only=False))
+    log_checkpoint_plan(trainer, checkpoint_size_estimate([model], save_model_only=False))
     start_ray(device, trainer.nnodes * trainer.n_gpus_per_node)
     pool = RayResourcePool(
         process_on_nodes=[trainer.n_gpus_per_node] * trainer.nnodes,

@@ -14,9 +14,14 @@ import re
 import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING
 
 from verl.utils.checkpoint.integrity import damage, write_record
 from verl.utils.files import atomic_write
+
+
+if TYPE_CHECKING:
+    from verl.trainer.config import BaseTrainerConfig
 
 
 logger = logging.getLogger(__name__)
@@ -286,6 +291,21 @@ def checkpoint_size_estimate(models: list[tuple[str, int]], save_model_only: boo
     if None in counts:
         return None
     return sum(count * size * (1 if save_model_only else 3) for count, (_, size) in zip(counts, models))
+
+
+def checkpoint_plan(trainer: "BaseTrainerConfig", size: int | None = None, model_only: bool = False) -> str:
+    """One console line: where the checkpoints of a run with `trainer` settings (RL or SFT) go, what they hold, when,
+    and about how large each is (`size`, bytes)."""
+    when = f"every {trainer.save_freq} steps and at the end" if trainer.save_freq > 0 else "at the end"
+    what = "model weights only" if model_only else "model, optimizer and data-loader state"
+    about = f"; about {size / 2**30:.2f} GiB each" if size else ""
+    return f"Checkpoints go to {trainer.save_checkpoint_path} ({what}, {when}{about})."
+
+
+def log_checkpoint_plan(trainer: "BaseTrainerConfig", size: int | None, model_only: bool = False) -> None:
+    """The checkpoint plan's line, and a warning when one checkpoint would not fit in the free space where it goes."""
+    logger.info(checkpoint_plan(trainer, size, model_only))
+    warn_if_no_room(trainer.save_checkpoint_path, size)
 
 
 def warn_if_no_room(save_root: str, size: int | None, what: str = "One checkpoint of this run") -> None:

@@ -14,7 +14,7 @@ from verl.rewards.ray_actor import ActorReward, create_reward_actor, stop_actor
 from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
 from verl.single_controller.ray.resource import RayResourcePool
 from verl.trainer.async_trainer import AsyncRayPPOTrainer
-from verl.trainer.checkpointing import checkpoint_size_estimate, resume_path, warn_if_no_room
+from verl.trainer.checkpointing import checkpoint_size_estimate, log_checkpoint_plan, resume_path
 from verl.trainer.config import PPOConfig
 from verl.trainer.data_loader import create_dataloader
 from verl.trainer.disaggregated_trainer import DisaggregatedRayPPOTrainer
@@ -196,7 +196,7 @@ def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
         train_dataloader, val_dataloader, tokenizer, processor = _prepare_inputs(config)
     except (ValueError, TypeError, OSError, RuntimeError) as err:  # user errors: the data, the checkpoint directory
         raise SetupError(str(err)) from err
-    log_checkpoint_plan(config)
+    log_checkpoint_plan(config.trainer, checkpoint_size(config), config.trainer.save_model_only)
     init_ray(config, device)
     total_steps = count_training_steps(config, len(train_dataloader))
     config.worker.actor.optim.training_steps = config.worker.critic.optim.training_steps = total_steps
@@ -258,22 +258,6 @@ def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
     finally:
         workers.shutdown()
         _release(reward_fn, judge)
-
-
-def checkpoint_plan(config: PPOConfig, size: int | None = None) -> str:
-    """One console line: where checkpoints go, what they hold, when, and about how large each is (`size`, bytes)."""
-    trainer = config.trainer
-    when = f"every {trainer.save_freq} steps and at the end" if trainer.save_freq > 0 else "at the end"
-    what = "model weights only" if trainer.save_model_only else "model, optimizer and data-loader state"
-    about = f"; about {size / 2**30:.2f} GiB each" if size else ""
-    return f"Checkpoints go to {trainer.save_checkpoint_path} ({what}, {when}{about})."
-
-
-def log_checkpoint_plan(config: PPOConfig) -> None:
-    """The checkpoint plan's line, and a warning when one checkpoint would not fit in the free space where it goes."""
-    size = checkpoint_size(config)
-    logger.info(checkpoint_plan(config, size))
-    warn_if_no_room(config.trainer.save_checkpoint_path, size)
 
 
 def checkpoint_size(config: PPOConfig) -> int | None:
