@@ -72,6 +72,38 @@ def test_find_last_checkpoint_refuses_only_incomplete_steps(tmp_path):
         find_last_checkpoint(str(tmp_path))
 
 
+def test_an_explicit_checkpoint_that_cannot_resume_is_refused_before_the_workers_start(tmp_path):
+    """Such a checkpoint used to fail in the worker, inside Ray, with a traceback asking for a keyword argument."""
+    root = str(tmp_path)
+    make_steps(tmp_path, [2], complete=False)  # saved with trainer.save_model_only=true
+    weights = tmp_path / "global_step_2" / "actor" / "huggingface"
+    with pytest.raises(RuntimeError, match=r"it holds model weights only \(trainer.save_model_only=true\)") as error:
+        resume_path(step_dir(root, 2), True, root)
+    assert "worker.actor.model.model_path" not in str(error.value)  # no exported weights to point at
+    weights.mkdir()
+    (weights / "config.json").write_text("{}")
+    for explicit in (step_dir(root, 2), None):  # named, or found as the newest
+        with pytest.raises(RuntimeError, match=f"set worker.actor.model.model_path={weights}"):
+            resume_path(explicit, True, root)
+    os.makedirs(tmp_path / "global_step_3")
+    with pytest.raises(RuntimeError, match="it lacks an actor directory"):
+        resume_path(step_dir(root, 3), True, root)
+
+
+def test_a_checkpoint_is_refused_when_its_lora_setting_differs_from_the_run(tmp_path):
+    root = str(tmp_path)
+    make_steps(tmp_path, [1])
+    assert resume_path(None, True, root) == step_dir(root, 1)
+    with pytest.raises(RuntimeError, match=r"holds a full model \(no LoRA adapters\), but this run trains LoRA"):
+        resume_path(None, True, root, lora=True)
+    adapters = tmp_path / "global_step_1" / "actor" / "huggingface"
+    adapters.mkdir()
+    (adapters / "adapter_config.json").write_text("{}")
+    assert resume_path(step_dir(root, 1), True, root, lora=True) == step_dir(root, 1)
+    with pytest.raises(RuntimeError, match="holds LoRA adapters only, but this run trains all weights"):
+        resume_path(step_dir(root, 1), True, root)
+
+
 def test_corrupt_tracker_names_file(tmp_path):
     (tmp_path / TRACKER_FILE).write_text("{not json")
     with pytest.raises(ValueError, match=TRACKER_FILE):

@@ -119,16 +119,11 @@ def find_last_checkpoint(save_root: str) -> str | None:
             return None
         names = ", ".join(f"global_step_{step}" for step in steps)
         model_only = all(os.path.isdir(os.path.join(step_dir(save_root, step), "actor")) for step in steps)
-        reason = (
-            "hold model weights only (trainer.save_model_only): no optimizer, data loader or trainer state to "
-            "resume from"
-            if model_only
-            else "lack an actor directory or trainer_state.json (interrupted saves?)"
-        )
+        reason = MODEL_ONLY if model_only else "lack an actor directory or trainer_state.json (interrupted saves?)"
         raise RuntimeError(
             f"Cannot resume from '{save_root}': {names} {reason}. Start a new run in another "
             "trainer.save_checkpoint_path, or set trainer.find_last_checkpoint=false to start over here (the step "
-            "directories are overwritten)."
+            f"directories are overwritten){_from_weights(step_dir(save_root, steps[-1]))}."
         )
     intact = _intact_steps(save_root, complete)
     if not intact:
@@ -162,18 +157,53 @@ def _intact_steps(save_root: str, complete: list[int]) -> list[int]:
     return []
 
 
-def resume_path(load_checkpoint_path: str | None, find_last: bool, save_root: str) -> str | None:
-    """The checkpoint a run starts from: the explicit path (an error if damaged), else with find_last the newest
-    complete and intact one."""
+MODEL_ONLY = (
+    "hold model weights only (trainer.save_model_only=true): no optimizer, data loader or trainer state to resume from"
+)
+
+
+def _from_weights(path: str) -> str:
+    """The hint to start a new run from a checkpoint's exported weights, where it has them."""
+    weights = os.path.join(path, "actor", "huggingface")
+    if not os.path.isfile(os.path.join(weights, "config.json")):
+        return ""
+    return f"; to start a new run from its weights, set worker.actor.model.model_path={weights}"
+
+
+def resume_path(load_checkpoint_path: str | None, find_last: bool, save_root: str, lora: bool = False) -> str | None:
+    """The checkpoint a run starts from: the explicit path (an error if damaged or not resumable), else with
+    find_last the newest complete and intact one. An error too when its actor trained LoRA adapters and this run
+    (`lora`) does not, or the other way round."""
     if load_checkpoint_path is not None:
         problem = damage(load_checkpoint_path)
+        if problem is None and not is_complete(load_checkpoint_path):
+            problem = (
+                MODEL_ONLY.replace("hold", "it holds", 1)
+                if os.path.isdir(os.path.join(load_checkpoint_path, "actor"))
+                else "it lacks an actor directory (an interrupted save?)"
+            )
+            raise RuntimeError(
+                f"Cannot resume from trainer.load_checkpoint_path={load_checkpoint_path!r}: {problem}"
+                f"{_from_weights(load_checkpoint_path)}."
+            )
         if problem is not None:
             raise RuntimeError(
                 f"trainer.load_checkpoint_path={load_checkpoint_path!r} is damaged: {problem}. Restore it from a copy, "
                 "or point trainer.load_checkpoint_path at an earlier global_step_N."
             )
-        return load_checkpoint_path
-    return find_last_checkpoint(save_root) if find_last else None
+        path = load_checkpoint_path
+    else:
+        path = find_last_checkpoint(save_root) if find_last else None
+    if path is not None:
+        adapters = os.path.isfile(os.path.join(path, "actor", "huggingface", "adapter_config.json"))
+        if adapters != lora:
+            held = "LoRA adapters only" if adapters else "a full model (no LoRA adapters)"
+            run = "trains LoRA adapters" if lora else "trains all weights"
+            raise RuntimeError(
+                f"Cannot resume from {path}: its actor holds {held}, but this run {run}. Set worker.actor.model.lora "
+                "as the checkpoint's run did, or start a new run in another trainer.save_checkpoint_path."
+            )
+    return path
 
 
 def step_of(path: str) -> int:

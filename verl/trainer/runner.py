@@ -153,7 +153,10 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any]:
     tokenizer, processor and data loaders (every row checked)."""
     trainer_config = config.trainer
     resume_path(
-        trainer_config.load_checkpoint_path, trainer_config.find_last_checkpoint, trainer_config.save_checkpoint_path
+        trainer_config.load_checkpoint_path,
+        trainer_config.find_last_checkpoint,
+        trainer_config.save_checkpoint_path,
+        lora=config.worker.actor.model.lora.rank > 0,
     )
     check_logger_services(trainer_config.logger)  # an unreachable wandb / swanlab logs offline, said now
     model, data = config.worker.actor.model, config.data
