@@ -9,6 +9,7 @@ from verl.trainer.checkpointing import (
     TRACKER_FILE,
     CheckpointTracker,
     atomic_write,
+    check_matches_run,
     checkpoint_size_estimate,
     directory_bytes,
     discard_failed_save,
@@ -93,15 +94,43 @@ def test_an_explicit_checkpoint_that_cannot_resume_is_refused_before_the_workers
 def test_a_checkpoint_is_refused_when_its_lora_setting_differs_from_the_run(tmp_path):
     root = str(tmp_path)
     make_steps(tmp_path, [1])
-    assert resume_path(None, True, root) == step_dir(root, 1)
+    check_matches_run(step_dir(root, 1), None, lora=False)
     with pytest.raises(RuntimeError, match=r"holds a full model \(no LoRA adapters\), but this run trains LoRA"):
-        resume_path(None, True, root, lora=True)
+        check_matches_run(step_dir(root, 1), None, lora=True)
     adapters = tmp_path / "global_step_1" / "actor" / "huggingface"
     adapters.mkdir()
     (adapters / "adapter_config.json").write_text("{}")
-    assert resume_path(step_dir(root, 1), True, root, lora=True) == step_dir(root, 1)
+    check_matches_run(step_dir(root, 1), None, lora=True)
     with pytest.raises(RuntimeError, match="holds LoRA adapters only, but this run trains all weights"):
-        resume_path(step_dir(root, 1), True, root)
+        check_matches_run(step_dir(root, 1), None, lora=False)
+
+
+def test_a_checkpoint_of_another_model_is_refused_naming_what_differs(tmp_path):
+    """Such a resume used to fail in the workers, inside Ray, with "Missing key in checkpoint state_dict"."""
+    root = str(tmp_path)
+    make_steps(tmp_path, [1])
+    saved = tmp_path / "global_step_1" / "actor" / "huggingface"
+    saved.mkdir()
+    shape = {"model_type": "qwen2", "hidden_size": 256, "num_hidden_layers": 4, "vocab_size": 2112}
+    (saved / "config.json").write_text(json.dumps({**shape, "dtype": "float32"}))
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({**shape, "dtype": "bfloat16"}))  # another dtype: the same shapes
+    check_matches_run(step_dir(root, 1), str(model), lora=False)
+    check_matches_run(step_dir(root, 1), "Org/not-in-the-cache", lora=False)  # nothing to compare with
+    (model / "config.json").write_text(json.dumps({**shape, "num_hidden_layers": 6, "vocab_size": 4096}))
+    with pytest.raises(
+        RuntimeError,
+        match=r"from another model .*vocab_size 2112 there, 4096 here; num_hidden_layers 4 there, 6 here\)",
+    ):
+        check_matches_run(step_dir(root, 1), str(model), lora=False)
+    # a vision-language model's text config decides
+    (saved / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl", "text_config": shape}))
+    (model / "config.json").write_text(
+        json.dumps({"model_type": "qwen2_5_vl", "text_config": {**shape, "hidden_size": 512}})
+    )
+    with pytest.raises(RuntimeError, match="hidden_size 256 there, 512 here"):
+        check_matches_run(step_dir(root, 1), str(model), lora=False)
 
 
 def test_corrupt_tracker_names_file(tmp_path):

@@ -286,9 +286,9 @@ def recurrent_layer_types(layer_types: Any) -> list[str]:
     return sorted({kind for kind in layer_types or () if kind in RECURRENT_LAYER_TYPES})
 
 
-def model_recurrent_layer_types(path: str | None) -> list[str]:
-    """The recurrent layer types of the model at `path` (a local directory, or a Hub id whose config.json is in the
-    local Hugging Face cache, as it is once the worker has loaded the model); [] for none or no config found."""
+def find_model_config(path: str | None) -> dict[str, Any] | None:
+    """The config.json of the model at `path`: a local directory, or a Hub id whose config.json is in the local
+    Hugging Face cache (as it is once a worker has loaded the model); None where none is found."""
     model_config = read_model_config("model_path", path)
     if model_config is None and path and not os.path.isdir(path):
         try:
@@ -299,6 +299,12 @@ def model_recurrent_layer_types(path: str | None) -> list[str]:
             cached = None
         if isinstance(cached, str):
             model_config = read_model_config("model_path", os.path.dirname(cached))
+    return model_config
+
+
+def model_recurrent_layer_types(path: str | None) -> list[str]:
+    """The recurrent layer types of the model at `path` (`find_model_config`); [] for none or no config found."""
+    model_config = find_model_config(path)
     if model_config is None:
         return []
     text = model_config.get("text_config") or model_config

@@ -170,40 +170,73 @@ def _from_weights(path: str) -> str:
     return f"; to start a new run from its weights, set worker.actor.model.model_path={weights}"
 
 
-def resume_path(load_checkpoint_path: str | None, find_last: bool, save_root: str, lora: bool = False) -> str | None:
+def resume_path(load_checkpoint_path: str | None, find_last: bool, save_root: str) -> str | None:
     """The checkpoint a run starts from: the explicit path (an error if damaged or not resumable), else with
-    find_last the newest complete and intact one. An error too when its actor trained LoRA adapters and this run
-    (`lora`) does not, or the other way round."""
-    if load_checkpoint_path is not None:
-        problem = damage(load_checkpoint_path)
-        if problem is None and not is_complete(load_checkpoint_path):
-            problem = (
-                MODEL_ONLY.replace("hold", "it holds", 1)
-                if os.path.isdir(os.path.join(load_checkpoint_path, "actor"))
-                else "it lacks an actor directory (an interrupted save?)"
-            )
-            raise RuntimeError(
-                f"Cannot resume from trainer.load_checkpoint_path={load_checkpoint_path!r}: {problem}"
-                f"{_from_weights(load_checkpoint_path)}."
-            )
-        if problem is not None:
-            raise RuntimeError(
-                f"trainer.load_checkpoint_path={load_checkpoint_path!r} is damaged: {problem}. Restore it from a copy, "
-                "or point trainer.load_checkpoint_path at an earlier global_step_N."
-            )
-        path = load_checkpoint_path
-    else:
-        path = find_last_checkpoint(save_root) if find_last else None
-    if path is not None:
-        adapters = os.path.isfile(os.path.join(path, "actor", "huggingface", "adapter_config.json"))
-        if adapters != lora:
-            held = "LoRA adapters only" if adapters else "a full model (no LoRA adapters)"
-            run = "trains LoRA adapters" if lora else "trains all weights"
-            raise RuntimeError(
-                f"Cannot resume from {path}: its actor holds {held}, but this run {run}. Set worker.actor.model.lora "
-                "as the checkpoint's run did, or start a new run in another trainer.save_checkpoint_path."
-            )
-    return path
+    find_last the newest complete and intact one."""
+    if load_checkpoint_path is None:
+        return find_last_checkpoint(save_root) if find_last else None
+    problem = damage(load_checkpoint_path)
+    if problem is not None:
+        raise RuntimeError(
+            f"trainer.load_checkpoint_path={load_checkpoint_path!r} is damaged: {problem}. Restore it from a copy, "
+            "or point trainer.load_checkpoint_path at an earlier global_step_N."
+        )
+    if not is_complete(load_checkpoint_path):
+        problem = (
+            MODEL_ONLY.replace("hold", "it holds", 1)
+            if os.path.isdir(os.path.join(load_checkpoint_path, "actor"))
+            else "it lacks an actor directory (an interrupted save?)"
+        )
+        raise RuntimeError(
+            f"Cannot resume from trainer.load_checkpoint_path={load_checkpoint_path!r}: {problem}"
+            f"{_from_weights(load_checkpoint_path)}."
+        )
+    return load_checkpoint_path
+
+
+SHAPE_KEYS = (
+    "model_type",
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+)
+"""The text config's keys that fix the shapes of a model's weights: a checkpoint of another model cannot be loaded."""
+
+
+def check_matches_run(path: str, model_path: str | None, lora: bool) -> None:
+    """The checkpoint at `path` holds what this run trains, else RuntimeError before any worker starts: LoRA
+    adapters or all weights as the run does (`lora`), and a model of the same shapes as `model_path` (its
+    config.json, local or in the Hub cache, against the copy the checkpoint keeps; unchecked where either is
+    missing)."""
+    from verl.models.config import find_model_config, read_model_config
+
+    weights = os.path.join(path, "actor", "huggingface")
+    adapters = os.path.isfile(os.path.join(weights, "adapter_config.json"))
+    if adapters != lora:
+        held = "LoRA adapters only" if adapters else "a full model (no LoRA adapters)"
+        run = "trains LoRA adapters" if lora else "trains all weights"
+        raise RuntimeError(
+            f"Cannot resume from {path}: its actor holds {held}, but this run {run}. Set worker.actor.model.lora as "
+            "the checkpoint's run did, or start a new run in another trainer.save_checkpoint_path."
+        )
+    saved, wanted = read_model_config("checkpoint", weights), find_model_config(model_path)
+    if saved is None or wanted is None:
+        return
+    saved_text, wanted_text = saved.get("text_config") or saved, wanted.get("text_config") or wanted
+    differ = [
+        f"{key} {saved_text[key]} there, {wanted_text[key]} here"
+        for key in SHAPE_KEYS
+        if key in saved_text and key in wanted_text and saved_text[key] != wanted_text[key]
+    ]
+    if differ:
+        raise RuntimeError(
+            f"Cannot resume from {path}: it was trained from another model than worker.actor.model.model_path="
+            f"{model_path} ({'; '.join(differ)}). Point worker.actor.model.model_path at the checkpoint's model, or "
+            "start a new run in another trainer.save_checkpoint_path (or set trainer.find_last_checkpoint=false)."
+        )
 
 
 def step_of(path: str) -> int:

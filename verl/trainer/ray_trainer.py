@@ -518,10 +518,7 @@ class RayPPOTrainer:
     def _load_checkpoint(self) -> str | None:
         """Resume from the configured (or latest) checkpoint; returns its path, or None."""
         trainer = self.config.trainer
-        lora = self.config.worker.actor.model.lora.rank > 0
-        path = resume_path(
-            trainer.load_checkpoint_path, trainer.find_last_checkpoint, trainer.save_checkpoint_path, lora
-        )
+        path = resume_path(trainer.load_checkpoint_path, trainer.find_last_checkpoint, trainer.save_checkpoint_path)
         if path is None:
             return None
         logger.info("Resuming from %s", path)

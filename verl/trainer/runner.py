@@ -14,7 +14,7 @@ from verl.rewards.ray_actor import ActorReward, create_reward_actor, stop_actor
 from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
 from verl.single_controller.ray.resource import RayResourcePool
 from verl.trainer.async_trainer import AsyncRayPPOTrainer
-from verl.trainer.checkpointing import checkpoint_size_estimate, log_checkpoint_plan, resume_path
+from verl.trainer.checkpointing import check_matches_run, checkpoint_size_estimate, log_checkpoint_plan, resume_path
 from verl.trainer.config import PPOConfig
 from verl.trainer.data_loader import create_dataloader
 from verl.trainer.disaggregated_trainer import DisaggregatedRayPPOTrainer
@@ -152,14 +152,14 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any]:
     """What needs no Ray and no model, so its errors come first: the checkpoint to resume from (looked up only),
     tokenizer, processor and data loaders (every row checked)."""
     trainer_config = config.trainer
-    resume_path(
-        trainer_config.load_checkpoint_path,
-        trainer_config.find_last_checkpoint,
-        trainer_config.save_checkpoint_path,
-        lora=config.worker.actor.model.lora.rank > 0,
+    model = config.worker.actor.model
+    path = resume_path(
+        trainer_config.load_checkpoint_path, trainer_config.find_last_checkpoint, trainer_config.save_checkpoint_path
     )
+    if path is not None:
+        check_matches_run(path, model.model_path, lora=model.lora.rank > 0)
     check_logger_services(trainer_config.logger)  # an unreachable wandb / swanlab logs offline, said now
-    model, data = config.worker.actor.model, config.data
+    data = config.data
     options = {"trust_remote_code": model.trust_remote_code, "override_chat_template": data.override_chat_template}
     tokenizer = get_tokenizer(model.tokenizer_path, **options)
     processor = get_processor(model.tokenizer_path, **options, min_pixels=data.min_pixels, max_pixels=data.max_pixels)
