@@ -227,6 +227,19 @@ def test_output_folders_must_be_creatable_and_are_not_created_by_the_check(files
     assert config.trainer.save_checkpoint_path == str(nested) and not (files / "new").exists()
 
 
+def test_an_empty_value_on_the_command_line_empties_a_text_setting(files, caplog):
+    """A shell makes `data.val_files=""` into `data.val_files=`, which parses as None: for a text setting it means the
+    empty string (here: no validation set), and None where the setting may be unset."""
+    config = load_config([*base_args(files), "data.val_files=", "data.image_dir=", "trainer.val_freq=-1"])
+    assert config.data.val_files == "" and config.data.image_dir is None
+    assert load_config([*base_args(files), "data.val_files=null"]).data.val_files == ""
+    with pytest.raises(ConfigError, match=r"trainer.val_only=true validates on data.val_files, which is empty"):
+        load_config([*base_args(files), "data.val_files=", "trainer.val_only=true"])
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.config"):
+        load_config([*base_args(files), "trainer.val_freq=5"])
+    assert "trainer.val_freq=5, but data.val_files is empty: the run will not validate" in caplog.text
+
+
 def test_reward_function_must_be_defined(files):
     with pytest.raises(ConfigError, match=r"reward_function=.*has no function 'nope'"):
         load_config([*base_args(files), f"worker.reward.reward_function={files / 'reward.py'}:nope"])

@@ -553,6 +553,21 @@ def check_cross_section(config: PPOConfig) -> None:
             _check_ulysses(config, role, section)
     _check_batch_sizes(config)
     _check_engine_heads(config)
+    _check_validation(config)
+
+
+def _check_validation(config: PPOConfig) -> None:
+    """Validation settings need a validation set (data.val_files)."""
+    trainer = config.trainer
+    if config.data.val_files:
+        return
+    if trainer.val_only:
+        raise ConfigError("trainer.val_only=true validates on data.val_files, which is empty; set it.")
+    if trainer.val_freq > 0:
+        logger.warning(
+            "trainer.val_freq=%d, but data.val_files is empty: the run will not validate. Set data.val_files.",
+            trainer.val_freq,
+        )
 
 
 def _check_async(config: PPOConfig) -> None:

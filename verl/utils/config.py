@@ -84,6 +84,20 @@ def _expected_type_name(schema: type, full_key: str) -> str:
     return "a different type"
 
 
+def empty_strings_for_none(schema: type, user: Mapping) -> dict[str, Any]:
+    """`user` with None turned into "" where the field is a plain `str`: `key=` on the command line (what a shell
+    makes of `key=""`) parses as None, and a text setting such as data.val_files means "none" by an empty string."""
+    hints = typing.get_type_hints(schema)
+    result = dict(user)
+    for key, value in user.items():
+        kind = _unwrap_optional(hints.get(key))
+        if value is None and hints.get(key) is str:
+            result[key] = ""
+        elif isinstance(value, Mapping) and _is_dataclass_type(kind):
+            result[key] = empty_strings_for_none(kind, value)
+    return result
+
+
 def merge_config(schema: type, sources: Sequence[tuple[str, Mapping]]) -> Any:
     """Merge user mappings over the dataclass defaults of `schema` and return a real dataclass instance.
 
@@ -97,7 +111,7 @@ def merge_config(schema: type, sources: Sequence[tuple[str, Mapping]]) -> Any:
         except ConfigError as err:
             raise ConfigError(f"{err} (in {source_name})") from None
         try:
-            merged = OmegaConf.merge(merged, OmegaConf.create(dict(mapping)))
+            merged = OmegaConf.merge(merged, OmegaConf.create(empty_strings_for_none(schema, mapping)))
         except OmegaConfBaseException as err:
             full_key = getattr(err, "full_key", None) or "?"
             value = _lookup(mapping, full_key)
