@@ -331,6 +331,12 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError, UploadError) as err:
         print(f"model_merger: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # the target cannot be written: a file on its path, no permission, a full disk
+        where = err.filename or args.target_dir or "the target directory"
+        print(
+            f"model_merger: cannot write {where}: {err.strerror or err}; choose another --target_dir.", file=sys.stderr
+        )
+        return 1
     print(f"Hugging Face {'adapter' if args.adapter_only else 'model'} written to {target}")
     note = engine_loading_note(target)
     if note:

@@ -166,6 +166,14 @@ def test_failed_upload_is_an_error_that_keeps_the_merged_model(checkpoint, tmp_p
     assert read_merged(str(target))
 
 
+def test_a_target_that_cannot_be_written_is_one_line(checkpoint, tmp_path) -> None:
+    actor, _ = checkpoint
+    (tmp_path / "a_file").write_text("")
+    proc = run_merger("--local_dir", actor, "--target_dir", str(tmp_path / "a_file" / "merged"))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"model_merger: cannot write {tmp_path / 'a_file' / 'merged'}: Not a directory" in proc.stderr
+
+
 def test_an_easyr1_checkpoint_is_named_as_such(tmp_path) -> None:
     actor = tmp_path / "global_step_5" / "actor"
     (actor / "huggingface").mkdir(parents=True)
