@@ -64,6 +64,26 @@ def params(**fields):
     return checked.to_sampling_params(checked.max_completion_tokens or checked.max_tokens or 16, {})
 
 
+def test_a_model_argument_that_is_not_a_model_stops_before_the_engine(tmp_path, capsys):
+    """Such a --model used to end in a traceback from vLLM's config (a missing directory parsed as a Hub id, a
+    training checkpoint as a model without weights)."""
+    from verl.serve import main
+
+    actor = tmp_path / "global_step_1" / "actor"
+    (actor / "huggingface").mkdir(parents=True)
+    (actor / ".metadata").write_bytes(b"")
+    for argv, message in (
+        (["--model", str(tmp_path / "missing")], f"--model '{tmp_path / 'missing'}' does not exist"),
+        (["--model", str(actor)], f"'{actor}' is a training checkpoint's sharded weights, not a Hugging Face model"),
+        (["--model", str(actor / "huggingface")], "python scripts/model_merger.py --local_dir"),
+        (["--model", str(tmp_path), "--max-model-len", "0"], "--max-model-len and --kv-cache-mb must be positive"),
+    ):
+        with pytest.raises(SystemExit) as exit_code:
+            main(argv)
+        assert exit_code.value.code == 2
+        assert message in capsys.readouterr().err
+
+
 def test_every_sampling_field_reaches_the_sampling_params():
     got = params(max_tokens=5, temperature=0.5, top_p=0.9, n=2, seed=3, stop="\n")
     assert (got.max_tokens, got.temperature, got.top_p, got.n, got.seed, got.stop) == (5, 0.5, 0.9, 2, 3, ["\n"])

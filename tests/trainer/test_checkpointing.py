@@ -77,15 +77,14 @@ def test_an_explicit_checkpoint_that_cannot_resume_is_refused_before_the_workers
     """Such a checkpoint used to fail in the worker, inside Ray, with a traceback asking for a keyword argument."""
     root = str(tmp_path)
     make_steps(tmp_path, [2], complete=False)  # saved with trainer.save_model_only=true
-    weights = tmp_path / "global_step_2" / "actor" / "huggingface"
-    with pytest.raises(RuntimeError, match=r"it holds model weights only \(trainer.save_model_only=true\)") as error:
-        resume_path(step_dir(root, 2), True, root)
-    assert "worker.actor.model.model_path" not in str(error.value)  # no exported weights to point at
-    weights.mkdir()
-    (weights / "config.json").write_text("{}")
+    actor = tmp_path / "global_step_2" / "actor"
+    export = (
+        f"export them (`python scripts/model_merger.py --local_dir {actor}`) and set worker.actor.model.model_path="
+    )
     for explicit in (step_dir(root, 2), None):  # named, or found as the newest
-        with pytest.raises(RuntimeError, match=f"set worker.actor.model.model_path={weights}"):
+        with pytest.raises(RuntimeError, match=r"holds? model weights only \(trainer.save_model_only=true\)") as error:
             resume_path(explicit, True, root)
+        assert export + str(actor / "huggingface") in str(error.value)
     os.makedirs(tmp_path / "global_step_3")
     with pytest.raises(RuntimeError, match="it lacks an actor directory"):
         resume_path(step_dir(root, 3), True, root)

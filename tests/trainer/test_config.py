@@ -240,6 +240,28 @@ def test_an_empty_value_on_the_command_line_empties_a_text_setting(files, caplog
     assert "trainer.val_freq=5, but data.val_files is empty: the run will not validate" in caplog.text
 
 
+def test_a_training_checkpoint_as_the_model_says_how_to_export_it(files):
+    step = files / "run" / "global_step_3"
+    actor = step / "actor"
+    (actor / "huggingface").mkdir(parents=True)
+    (actor / ".metadata").write_bytes(b"")
+    (actor / "huggingface" / "config.json").write_text("{}")  # the trainer keeps the config and tokenizer here
+    export = f"export it with `python scripts/model_merger.py --local_dir {actor}`, then use {actor / 'huggingface'}"
+    for path, what in (
+        (actor, "a training checkpoint's sharded weights"),
+        (step, "a training checkpoint"),
+        (actor / "huggingface", "a training checkpoint's config and tokenizer, without its weights"),
+    ):
+        key = "worker.actor.model.model_path"
+        with pytest.raises(
+            ConfigError, match=re.escape(f"{key}: '{path}' is {what}, not a Hugging Face model")
+        ) as err:
+            load_config([*base_args(files), f"{key}={path}"])
+        assert export in str(err.value)
+    (actor / "huggingface" / "model.safetensors").write_bytes(b"")  # exported: a model now
+    load_config([*base_args(files), f"worker.actor.model.model_path={actor / 'huggingface'}"])
+
+
 def test_reward_function_must_be_defined(files):
     with pytest.raises(ConfigError, match=r"reward_function=.*has no function 'nope'"):
         load_config([*base_args(files), f"worker.reward.reward_function={files / 'reward.py'}:nope"])

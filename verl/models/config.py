@@ -105,6 +105,9 @@ class ModelConfig:
         require_path(self, prefix, "model_path", "directory", allow_hub=True)
         require_path(self, prefix, "tokenizer_path", "directory", allow_hub=True)
         key = f"{prefix}model_path"
+        problem = os.path.isdir(self.model_path or "") and unexported_checkpoint(self.model_path)
+        if problem:
+            raise ConfigError(f"{key}: {problem}.")
         model_config = read_model_config(key, self.model_path)
         if model_config is None:
             return  # a hub id: the worker checks it when it loads the config
@@ -117,6 +120,27 @@ class ModelConfig:
             )
         if model_type == "gemma4":
             refuse_unchecked_gemma4(f"{key}='{self.model_path}'", model_config)
+
+
+def unexported_checkpoint(path: str) -> str | None:
+    """Where `path` is part of a training checkpoint rather than a Hugging Face model (an actor's sharded weights, a
+    global_step_N, or the actor's huggingface/ folder before `scripts/model_merger.py` wrote the weights into it): the
+    message saying how to export it; else None."""
+    path = os.path.normpath(os.path.abspath(os.path.expanduser(path)))
+    if os.path.isfile(os.path.join(path, ".metadata")):
+        actor, what = path, "a training checkpoint's sharded weights"
+    elif os.path.isfile(os.path.join(path, "actor", ".metadata")):
+        actor, what = os.path.join(path, "actor"), "a training checkpoint"
+    elif os.path.isfile(os.path.join(os.path.dirname(path), ".metadata")) and not any(
+        name.endswith((".safetensors", ".bin")) for name in os.listdir(path)
+    ):
+        actor, what = os.path.dirname(path), "a training checkpoint's config and tokenizer, without its weights"
+    else:
+        return None
+    return (
+        f"'{path}' is {what}, not a Hugging Face model: export it with `python scripts/model_merger.py --local_dir "
+        f"{actor}`, then use {os.path.join(actor, 'huggingface')}"
+    )
 
 
 def refuse_unchecked_gemma4(what: str, model_config: dict[str, Any]) -> None:

@@ -14,6 +14,7 @@ unless --host says otherwise and has no authentication: do not expose it.
 import argparse
 import json
 import logging
+import os
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -154,6 +155,19 @@ def make_server(engine: Any, host: str, port: int) -> Server:
     return Server(engine, host, port)
 
 
+def check_model_arguments(args: argparse.Namespace) -> str | None:
+    """What is wrong with the model and engine arguments, found before the engine starts (its own errors are
+    tracebacks): a local --model that is missing or a training checkpoint, a length or cache size below 1."""
+    from verl.models.config import unexported_checkpoint
+
+    if args.max_model_len < 1 or (args.kv_cache_mb is not None and args.kv_cache_mb < 1):
+        return "--max-model-len and --kv-cache-mb must be positive."
+    local = args.model.startswith((".", "/", "~")) or os.path.exists(args.model)
+    if local and not os.path.isdir(os.path.expanduser(args.model)):
+        return f"--model '{args.model}' does not exist; give a Hugging Face model directory."
+    return unexported_checkpoint(args.model) if local else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m verl.serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -166,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kv-cache-mb", type=int, default=None, help="KV cache on the CPU (default 256 MiB)")
     parser.add_argument("--dtype", default="auto")
     args = parser.parse_args(argv)
+    problem = check_model_arguments(args)
+    if problem:
+        parser.error(problem)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from verl.utils import quiet
 

@@ -163,11 +163,14 @@ MODEL_ONLY = (
 
 
 def _from_weights(path: str) -> str:
-    """The hint to start a new run from a checkpoint's exported weights, where it has them."""
-    weights = os.path.join(path, "actor", "huggingface")
-    if not os.path.isfile(os.path.join(weights, "config.json")):
+    """The hint to start a new run from a checkpoint's weights, where it has an actor."""
+    actor = os.path.join(path, "actor")
+    if not os.path.isdir(actor):
         return ""
-    return f"; to start a new run from its weights, set worker.actor.model.model_path={weights}"
+    return (
+        f"; to start a new run from its weights, export them (`python scripts/model_merger.py --local_dir {actor}`) "
+        f"and set worker.actor.model.model_path={os.path.join(actor, 'huggingface')}"
+    )
 
 
 def resume_path(load_checkpoint_path: str | None, find_last: bool, save_root: str) -> str | None:
