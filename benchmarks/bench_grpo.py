@@ -1,6 +1,6 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""End-to-end GRPO on the CPU: our trainer against TRL's GRPOTrainer on the same workload (issue 17).
+r"""End-to-end GRPO on the CPU: our trainer against TRL's GRPOTrainer on the same workload (issue 17).
 
 Workload, the same on both sides: the tiny Qwen2 of `verl.models.tiny_models` (2.9 M parameters, one HF directory
 with its tokenizer), arithmetic prompts in the chat template ("What is 17 + 25? Answer with a number.", ~40

@@ -230,3 +230,27 @@ def test_images_go_to_a_vision_language_model_through_the_endpoint(tmp_path_fact
         stop_server(proc, children)
     assert [episode["turns"] for episode in episodes] == [2, 2]  # the game's 2 turns, a picture in between
     assert [episode["images_shown"] for episode in episodes] == [1.0, 1.0] and summary["episodes"] == 2
+
+
+def test_evaluate_names_bad_inputs_and_an_endpoint_that_does_not_answer(tmp_path):
+    """Each used to be a traceback (an unreachable endpoint: 85 lines of the OpenAI client's), and a missing data
+    file was only found after the endpoint answered."""
+    import socket
+
+    from verl.envs.evaluate import main
+
+    env = f"{REPO}/examples/envs/guess_number.py:GuessNumber"
+    data = tmp_path / "val.jsonl"
+    data.write_text('{"prompt": "Guess.", "answer": 3}\n\n{"question": "Guess."}\n')
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        nobody = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    for argv, message in (
+        (["--data", str(tmp_path / "missing.jsonl")], f"--data {tmp_path / 'missing.jsonl'} cannot be read"),
+        (["--data", str(data)], f"--data {data}, line 3: no 'prompt' key (--prompt-key)."),
+        (["--data", str(data), "--limit", "1", "--env-kwargs", "[1]"], "--env-kwargs must be a JSON object"),
+        (["--data", str(data), "--limit", "1", "--base-url", nobody], f"the endpoint --base-url {nobody} did not"),
+    ):
+        with pytest.raises(SystemExit) as error:
+            main(["--env", env, *argv])
+        assert str(error.value).startswith("evaluate: ") and message in str(error.value), error.value

@@ -1,6 +1,6 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Run an environment's episodes against any OpenAI-compatible chat endpoint, with the same environment class as
+r"""Run an environment's episodes against any OpenAI-compatible chat endpoint, with the same environment class as
 training (the trained model served by `python -m verl.serve`, or another model).
 
     python -m verl.envs.evaluate --env examples/envs/guess_number.py:GuessNumber --data val.jsonl \
@@ -321,7 +321,7 @@ def _finite(value: Any) -> float | None:
 
 def load_scorer(args: argparse.Namespace) -> Any:
     """The reward manager of --reward / --rubric (the classes training scores with), or None without either."""
-    rubric = json.loads(args.rubric) if args.rubric else {}
+    rubric = _json_object(args.rubric, "--rubric") if args.rubric else {}
     if not args.reward and not rubric:
         return None
     from verl.rewards.function import RewardFunctionLoadError
@@ -331,7 +331,7 @@ def load_scorer(args: argparse.Namespace) -> Any:
         isinstance(part, dict) and "function" in part for part in rubric.values()
     ):
         raise SystemExit('evaluate: --rubric must be a JSON object {"name": {"function": "file.py:fn", ...}, ...}')
-    settings = RewardSettings(args.reward, json.loads(args.reward_kwargs), rubric=rubric)
+    settings = RewardSettings(args.reward, _json_object(args.reward_kwargs, "--reward-kwargs"), rubric=rubric)
     try:
         return create_reward_manager(settings, tokenizer=None)
     except RewardFunctionLoadError as error:
@@ -400,16 +400,26 @@ def main(argv: list[str] | None = None) -> int:
         "--output", default=None, help="write one JSON record per episode (the rollout records' format) to this file"
     )
     args = parser.parse_args(argv)
-    from openai import AsyncOpenAI, OpenAI
+    import openai
 
-    env = load_environment(args.env, json.loads(args.env_kwargs))
-    scorer = load_scorer(args)
-    client = OpenAI(base_url=args.base_url, api_key="unused")
-    model = args.model or client.models.list().data[0].id
+    try:  # the inputs first, then the endpoint: each failure is one line naming the option
+        rows = read_rows(args.data, args.prompt_key, args.limit)
+        env = load_environment(args.env, _json_object(args.env_kwargs, "--env-kwargs"))
+        scorer = load_scorer(args)
+    except ValueError as error:  # EnvironmentLoadError is one
+        raise SystemExit(f"evaluate: {error}") from None
+    client = openai.OpenAI(base_url=args.base_url, api_key="unused")
+    try:
+        model = args.model or client.models.list().data[0].id
+    except openai.OpenAIError as error:
+        if scorer is not None:
+            scorer.close()
+        raise SystemExit(
+            f"evaluate: the endpoint --base-url {args.base_url} did not answer ({error}); start one, e.g. "
+            "`python -m verl.serve --model DIR --port 8000`."
+        ) from None
     if isinstance(env, ChatClientEnv):
-        client = functools.partial(AsyncOpenAI, base_url=args.base_url, api_key="unused")
-    with open(args.data, encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f if line.strip()][: args.limit]
+        client = functools.partial(openai.AsyncOpenAI, base_url=args.base_url, api_key="unused")
     sampling = {"max_tokens": args.max_tokens, "temperature": args.temperature}
     image_dir = args.image_dir or os.path.dirname(os.path.abspath(args.data))
     output = open(args.output, "w", encoding="utf-8") if args.output else None
@@ -449,6 +459,39 @@ def main(argv: list[str] | None = None) -> int:
             scorer.close()
     print(json.dumps(summarize(lines, scores)))
     return 0
+
+
+def read_rows(path: str, prompt_key: str, limit: int | None) -> list[dict[str, Any]]:
+    """The first `limit` rows of the JSONL file `path`; ValueError naming the file and line of one that is not a JSON
+    object with `prompt_key`."""
+    rows = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                if limit is not None and len(rows) >= limit:
+                    break
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise ValueError(f"--data {path}, line {number}: not JSON ({error}).") from None
+                if not isinstance(row, dict) or prompt_key not in row:
+                    raise ValueError(f"--data {path}, line {number}: no '{prompt_key}' key (--prompt-key).")
+                rows.append(row)
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"--data {path} cannot be read: {error}.") from None
+    return rows
+
+
+def _json_object(text: str, option: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{option} is not JSON: {error}.") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{option} must be a JSON object, got {text}.")
+    return value
 
 
 def _row_images(value: Any, image_dir: str, index: int) -> list[Any]:
