@@ -67,7 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as err:
         print(f"plot_metrics: {err}", file=sys.stderr)
         return 2
-    plot(rows, args.output, args.accuracy_key, args.reward_key, run_title(args.log_dir))
+    try:
+        plot(rows, args.output, args.accuracy_key, args.reward_key, run_title(args.log_dir))
+    except OSError as err:  # the plot cannot be written there
+        print(
+            f"plot_metrics: cannot write {args.output}: {err.strerror or err}; choose another --output.",
+            file=sys.stderr,
+        )
+        return 1
     val = [row[args.accuracy_key] for row in rows if args.accuracy_key in row]
     if val:
         print(f"val accuracy: first {val[0]:.3f}, last {val[-1]:.3f} ({len(val)} validations); plot: {args.output}")

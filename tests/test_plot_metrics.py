@@ -31,3 +31,6 @@ def test_plot_has_the_run_title_and_plain_labels(tmp_path, capsys):
     assert script.main(["--log_dir", str(tmp_path), "--output", str(tmp_path / "b.png")]) == 0
     assert "val accuracy: first 0.250, last 0.750 (2 validations)" in capsys.readouterr().out
     assert (tmp_path / "b.png").stat().st_size > 1000
+    (tmp_path / "a_file").write_text("")
+    assert script.main(["--log_dir", str(tmp_path), "--output", str(tmp_path / "a_file" / "c.png")]) == 1
+    assert f"plot_metrics: cannot write {tmp_path / 'a_file' / 'c.png'}: Not a directory" in capsys.readouterr().err
