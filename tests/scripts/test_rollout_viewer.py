@@ -7,6 +7,7 @@ VERL_UPDATE_SCREENSHOTS=1 also rewrites docs/images/rollout_viewer.png, the scre
 """
 
 import json
+import logging
 import os
 import random
 import re
@@ -102,7 +103,7 @@ def make_batch(tokenizer, groups: list[dict], prompt_length: int = 64, response_
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
 
 
-def test_dump_writes_one_record_per_sample_and_each_prompt_image_once(tokenizer, tmp_path):
+def test_dump_writes_one_record_per_sample_and_each_prompt_image_once(tokenizer, tmp_path, caplog):
     red = Image.new("RGB", (8, 6), (255, 0, 0))
     groups = [
         {
@@ -128,6 +129,10 @@ def test_dump_writes_one_record_per_sample_and_each_prompt_image_once(tokenizer,
     ]
     batch = make_batch(tokenizer, groups)
     batch.batch["advantages"][3, :2] = torch.tensor([1.0, 2.0])  # per-token advantages (gae): the mean is written
+    (tmp_path / "a_file").write_text("")
+    with caplog.at_level(logging.WARNING, logger="verl.data.rollout_dump"):  # e.g. a full disk: training goes on
+        assert dump_rollouts(batch, 7, str(tmp_path / "a_file" / "rollouts"), tokenizer) is None
+    assert "Could not write step 7's rollouts to " in caplog.text and "training goes on" in caplog.text
     path = dump_rollouts(batch, 7, str(tmp_path), tokenizer)
     assert path == str(tmp_path / "step_7.jsonl")
     records = [json.loads(line) for line in open(path, encoding="utf-8")]

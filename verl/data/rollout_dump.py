@@ -5,6 +5,7 @@
 also hold `messages`, in the record format `python -m verl.envs.evaluate --output` writes too."""
 
 import json
+import logging
 import math
 import os
 from collections.abc import Callable, Mapping
@@ -17,6 +18,8 @@ from verl.envs.tools import parse_tool_calls
 from verl.protocol import plain_value
 from verl.utils.files import atomic_write
 
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # verl.protocol loads torch: `python -m verl.envs.evaluate` imports this module without it
     from verl.protocol import DataProto
@@ -219,15 +222,25 @@ def rollout_records(batch: "DataProto", step: int, tokenizer: Any, image_paths: 
     return records
 
 
-def dump_rollouts(batch: "DataProto", step: int, out_dir: str, tokenizer: Any) -> str:
+def dump_rollouts(batch: "DataProto", step: int, out_dir: str, tokenizer: Any) -> str | None:
     """Write one step's rollouts to `out_dir/step_{step}.jsonl` (images under `images/step_{step}`); returns the path.
     Needs tensors prompts, responses, response_mask, token_level_scores and the uid column; optional columns are
-    written when present."""
-    os.makedirs(out_dir, exist_ok=True)
-    image_paths = _write_images(batch, step, out_dir)
-    records = rollout_records(batch, step, tokenizer, image_paths)
-    lines = "".join(json.dumps(record, ensure_ascii=False, default=str) + "\n" for record in records)
-    path = os.path.join(out_dir, f"step_{step}.jsonl")
-    # last: once the JSONL exists, its images do too
-    atomic_write(path, lambda f: f.write(lines.encode("utf-8")), binary=True, sync=False)
+    written when present. A dump that cannot be written (a full disk, a folder removed) is a warning and None: the
+    records are for reading, and training goes on."""
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        image_paths = _write_images(batch, step, out_dir)
+        records = rollout_records(batch, step, tokenizer, image_paths)
+        lines = "".join(json.dumps(record, ensure_ascii=False, default=str) + "\n" for record in records)
+        path = os.path.join(out_dir, f"step_{step}.jsonl")
+        # last: once the JSONL exists, its images do too
+        atomic_write(path, lambda f: f.write(lines.encode("utf-8")), binary=True, sync=False)
+    except OSError as error:
+        logger.warning(
+            "Could not write step %d's rollouts to %s (trainer.rollout_data_dir): %s; training goes on.",
+            step,
+            out_dir,
+            error.strerror or error,
+        )
+        return None
     return path
