@@ -6,6 +6,7 @@ import glob
 import json
 import logging
 import os
+import shutil
 import struct
 import time
 
@@ -48,6 +49,26 @@ def test_file_backend_names_generations_jsonl_only_once_it_writes_it(tmp_path, c
         backend.log_generations(GENERATIONS, step=2)
         backend.log_generations(GENERATIONS, step=3)
     assert caplog.text.count("generations.jsonl") == 1 and (tmp_path / "generations.jsonl").exists()
+
+
+def test_a_failing_logger_is_warned_about_and_the_others_still_log(tmp_path, caplog):
+    """The file log's folder removed (or its disk full) mid-run: the run used to end with an OSError traceback."""
+    tracker = Tracker(["file", "console"], "p", "e", str(tmp_path / "logs"), CONFIG)
+    tracker.log({"critic/score/mean": 0.5}, step=1)
+    shutil.rmtree(tmp_path / "logs")
+    (tmp_path / "logs").write_text("")  # the folder is now a file: every write fails
+    with caplog.at_level(logging.INFO):
+        for step in range(2, 102):
+            tracker.log({"critic/score/mean": 0.25}, step=step)
+        tracker.log_generations(GENERATIONS, step=101)
+        tracker.finish()
+    warnings = [r.getMessage() for r in caplog.records if r.name == "verl.utils.logger.tracker"]
+    assert len(warnings) == 2, warnings  # the first failure and the 100th
+    assert (
+        warnings[0].startswith("The file logger failed (NotADirectoryError: ") and "Training goes on." in warnings[0]
+    )
+    assert "(100 failure(s) so far)" in warnings[1]
+    assert "step 101 - critic/score/mean: 0.25" in caplog.text  # the console logger still logs
 
 
 def test_console_backend(caplog):

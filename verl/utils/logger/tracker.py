@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Tracker: fans metrics and validation generations out to the backends named in trainer.logger."""
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,9 @@ from verl.utils.logger.backends import (
 )
 
 
+logger = logging.getLogger(__name__)
+
+
 class Tracker:
     def __init__(self, loggers: list[str], project: str, experiment: str, log_dir: str, config: dict[str, Any]):
         factories: dict[str, Callable[[], Backend]] = {
@@ -28,20 +32,37 @@ class Tracker:
             "mlflow": lambda: MlflowBackend(log_dir, project, experiment, config),
         }
         self.backends: dict[str, Backend] = {}
+        self.failures: dict[str, int] = {}
         for name in loggers:
             if name not in factories:
                 raise ValueError(f"Unknown logger '{name}' in trainer.logger; choose from {', '.join(factories)}.")
             self.backends[name] = factories[name]()
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        for backend in self.backends.values():
-            backend.log(metrics, step)
+        self._each("log", metrics, step)
 
     def log_generations(self, samples: list[Generation], step: int) -> None:
         if samples:
-            for backend in self.backends.values():
-                backend.log_generations(samples, step)
+            self._each("log_generations", samples, step)
 
     def finish(self) -> None:
-        for backend in self.backends.values():
-            backend.finish()
+        self._each("finish")
+
+    def _each(self, method: str, *args: Any) -> None:
+        """Call `method` on every backend. One that fails (a full disk under the file log, a tracking server that
+        stopped answering) is warned about, the first time and every 100th, and the run goes on: metrics are not
+        worth the training run; the other backends (and the console) still get them."""
+        for name, backend in self.backends.items():
+            try:
+                getattr(backend, method)(*args)
+            except Exception as error:  # any backend's failure, reported with its type
+                failures = self.failures[name] = self.failures.get(name, 0) + 1
+                if failures == 1 or failures % 100 == 0:
+                    logger.warning(
+                        "The %s logger failed (%s: %s); its metrics are lost from here until it works again (%d "
+                        "failure(s) so far). Training goes on.",
+                        name,
+                        type(error).__name__,
+                        error,
+                        failures,
+                    )
