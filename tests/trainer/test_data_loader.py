@@ -235,3 +235,28 @@ def test_loader_workers_run_parallel_ops_after_a_vllm_engine_replaced_set_num_th
         assert [batch.shape for batch in loader] == [(2,), (2,)]
     finally:
         torch._C.set_num_threads(threads)
+
+
+class _RowFailsWhenLoaded(torch.utils.data.Dataset):
+    """A row that passed the scan but fails when its batch is built (its image removed since)."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> int:
+        from verl.data.dataset import DatasetRowError
+
+        raise DatasetRowError(f"file 'train.jsonl', row {index}, key 'images': image 0 cannot be read")
+
+
+def test_a_row_error_from_a_loader_worker_reads_as_its_own_message():
+    """torch re-raises a worker's error with the worker's traceback in its text; the CLI prints the row's message
+    alone (`user_error_message`). Fails if torch changes how it wraps the error."""
+    from verl.data.dataset import DatasetRowError
+    from verl.utils.module_loading import user_error_message
+
+    loader = torch.utils.data.DataLoader(_RowFailsWhenLoaded(), batch_size=2, num_workers=1)
+    with pytest.raises(DatasetRowError) as error:
+        next(iter(loader))
+    assert "Original Traceback" in str(error.value)
+    assert user_error_message(error.value) == "file 'train.jsonl', row 0, key 'images': image 0 cannot be read"

@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     if use_writable_dirs_or_exit() is not None:
         return 2
     from verl.algorithms.user_functions import AlgorithmFunctionError
+    from verl.data.dataset import DatasetRowError
     from verl.envs.base import EnvCodeError, EnvStepTimeoutError
     from verl.rewards.function import RewardFunctionError, RewardTimeoutError
     from verl.trainer.checkpointing import CheckpointSaveError
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         EnvStepTimeoutError,
         AlgorithmFunctionError,
         OnlineFilteringError,
+        DatasetRowError,  # a row that passed the scan fails when its batch is built (an image removed since)
     )
     try:
         run(config)
@@ -69,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     except CheckpointSaveError as err:  # disk full or unwritable: the previous checkpoint is intact and latest
         print(f"Error: {err}", file=sys.stderr)
         return 1
-    except user_code as err:  # the user's code (or its settings) failed: the message names it and says where
+    except user_code as err:  # the user's code, settings or data failed: the message names it and says where
         print(f"Error: {user_error_message(err)}", file=sys.stderr)
         return 1
     except TrainingInterrupted as err:  # preemption or Ctrl-C: the workers are gone, the checkpoint is on disk

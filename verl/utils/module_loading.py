@@ -54,7 +54,14 @@ def user_frames(frames: traceback.StackSummary) -> list[traceback.FrameSummary]:
 
 
 def user_error_message(error: BaseException) -> str:
-    """The message of an error about a user's code for a person: its own text, also when it reached the driver
-    wrapped in Ray's task error (whose text adds the worker's whole stack)."""
+    """The message of an error about a user's code or data for a person: its own text, also when it reached the
+    driver wrapped in Ray's task error or re-raised from a data-loader worker (whose texts add the worker's stack)."""
     original = getattr(error, "cause", None)  # ray.exceptions.RayTaskError: the worker's own exception
-    return str(original if isinstance(original, BaseException) else error)
+    error = original if isinstance(original, BaseException) else error
+    text = str(error)
+    if text.startswith("Caught ") and "\nOriginal Traceback" in text:  # re-raised from a torch DataLoader worker
+        kind = type(error)
+        for prefix in (f"{kind.__module__}.{kind.__qualname__}: ", f"{kind.__name__}: "):
+            if prefix in text:
+                return text[text.rindex(prefix) + len(prefix) :].strip()
+    return text
