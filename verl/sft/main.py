@@ -34,6 +34,7 @@ from verl.trainer.run_lock import CheckpointFolderError, RunLock
 from verl.utils import stall_report
 from verl.utils.cli import keep_local_ray_on_loopback, load_config_or_exit, use_writable_dirs_or_exit
 from verl.utils.config import ConfigError, config_to_dict
+from verl.utils.module_loading import user_error_message
 
 
 logger = logging.getLogger(__name__)
@@ -193,7 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_sft(config)
     except (ConfigError, SFTDataError, CheckpointFolderError) as err:  # a ConfigError: one that only running finds
-        print(f"{'Config error' if isinstance(err, ConfigError) else 'Error'}: {err}", file=sys.stderr)
+        print(
+            f"{'Config error' if isinstance(err, ConfigError) else 'Error'}: {user_error_message(err)}",
+            file=sys.stderr,
+        )
         return 2
     except CheckpointSaveError as err:  # disk full or unwritable: the previous checkpoint is intact and latest
         print(f"Error: {err}", file=sys.stderr)
