@@ -329,3 +329,19 @@ def test_space_warning_when_the_next_checkpoint_would_not_fit(tmp_path):
     warning = space_warning(not_made, 2**60, "A checkpoint")
     assert warning.startswith(f"A checkpoint takes {2**30:.2f} GiB, and ") and f"free at {not_made}: " in warning
     assert "trainer.save_limit" in warning
+
+
+def test_the_cli_says_where_a_failed_run_resumes_from(tmp_path):
+    from verl.trainer.config import PPOConfig
+    from verl.trainer.main import resume_hint
+
+    config = PPOConfig()
+    config.trainer.save_checkpoint_path = str(tmp_path)
+    assert resume_hint(config) == "No checkpoint of this run was saved: running the same command again starts over."
+    make_steps(tmp_path, [2, 4])
+    make_steps(tmp_path, [6], complete=False)  # a save the failure interrupted
+    assert resume_hint(config) == (
+        f"The latest checkpoint is {step_dir(str(tmp_path), 4)}: running the same command again resumes from it."
+    )
+    config.trainer.find_last_checkpoint = False
+    assert resume_hint(config) == "Steps since the run's start or its last checkpoint are not saved."

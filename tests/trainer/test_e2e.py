@@ -863,4 +863,8 @@ def test_a_failing_reward_function_stops_the_cli_with_where_it_raised(workspace,
     err = capsys.readouterr().err
     message = err[err.index("Error: reward function 'compute_score' in ") :]
     assert "raised KeyError on sample 0" in message and "Traceback" not in err, err
-    assert f'File "{reward}", line 2, in compute_score' in message and message.rstrip().endswith("KeyError: 'nothing'")
+    assert f'File "{reward}", line 2, in compute_score' in message
+    error, hint = message.rstrip().rsplit("\n", 1)  # then where running the same command again starts
+    assert error.endswith("KeyError: 'nothing'") and hint == (
+        "No checkpoint of this run was saved: running the same command again starts over."
+    ), message
