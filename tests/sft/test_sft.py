@@ -7,8 +7,10 @@ import json
 import logging
 import os
 import random
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -252,6 +254,47 @@ def test_a_full_disk_stops_sft_with_one_line_and_keeps_the_latest_checkpoint(
     assert "global_step_2 is intact and still the latest" in error and "Traceback" not in error
     assert saved_steps(root) == [2]  # the partial step 3 is removed
     assert find_last_checkpoint(root) == os.path.join(root, "global_step_2")
+
+
+@pytest.mark.slow
+def test_sigterm_stops_sft_after_its_step_with_a_checkpoint_the_next_run_resumes(models, tmp_path) -> None:
+    """As the RL trainer does (SFT used to die at once and lose the steps since its last save): the signal goes to
+    the launcher's whole process group, the step in flight finishes and is saved, exit 143; the same command resumes
+    with no step lost or repeated."""
+    from verl.trainer.checkpointing import CheckpointTracker, is_complete
+
+    write_conversations(tmp_path / "train.jsonl", 48, seed=0)
+    write_conversations(tmp_path / "val.jsonl", 7, seed=1)
+    save = tmp_path / "run"
+    command = [sys.executable, "-m", "verl.sft.main", *sft_args(tmp_path, models["text"], str(save))]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    launcher = subprocess.Popen(["sleep", "600"], process_group=0)
+    proc = subprocess.Popen(
+        [*command, "trainer.max_steps=300"],
+        cwd=REPO,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        process_group=launcher.pid,
+    )
+    deadline = time.monotonic() + 300
+    while not ((save / "experiment_log.jsonl").exists() and read_steps(save)):
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        assert time.monotonic() < deadline, "no step within 300 s"
+        time.sleep(0.5)
+    os.killpg(launcher.pid, signal.SIGTERM)
+    launcher.wait(timeout=10)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    stopped = [line for line in stderr.splitlines() if line.startswith("Stopped by SIGTERM after step")]
+    assert len(stopped) == 1 and "checkpoint saved to" in stopped[0] and "Traceback" not in stderr, stderr[-3000:]
+    step = CheckpointTracker.load(str(save)).last_global_step
+    assert 1 <= step < 300 and is_complete(str(save / f"global_step_{step}"))
+    resumed = subprocess.run(
+        [*command, f"trainer.max_steps={step + 1}"], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert sorted(read_steps(save)) == list(range(1, step + 2))
 
 
 @pytest.mark.slow

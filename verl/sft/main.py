@@ -29,7 +29,9 @@ from verl.trainer.checkpointing import (
     find_last_checkpoint,
     log_checkpoint_plan,
     save_step,
+    step_dir,
 )
+from verl.trainer.preemption import RunSignals, StopRequest, TrainingInterrupted
 from verl.trainer.run_lock import CheckpointFolderError, RunLock
 from verl.utils import stall_report
 from verl.utils.cli import keep_local_ray_on_loopback, load_config_or_exit, use_writable_dirs_or_exit
@@ -89,11 +91,12 @@ def validate(worker_group: Any, dataset: SFTDataset, batch_size: int) -> dict[st
 def run_sft(config: SFTConfig) -> dict[str, float]:
     """Train, holding the checkpoint folder (one run per folder); returns the last step's metrics (and the last
     validation loss)."""
-    with RunLock(config.trainer.save_checkpoint_path):
-        return _train(config)
+    # A signal while the run starts or ends stops it at once; in the loop the step finishes and is saved first
+    with RunLock(config.trainer.save_checkpoint_path), RunSignals().installed() as signals:
+        return _train(config, signals)
 
 
-def _train(config: SFTConfig) -> dict[str, float]:
+def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
     from verl.models.fsdp import param_dtype
     from verl.sft.worker import SFTWorker
     from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup
@@ -141,19 +144,26 @@ def _train(config: SFTConfig) -> dict[str, float]:
                 step = json.load(f)["global_step"]
         ckpt_tracker = CheckpointTracker.load(root) or CheckpointTracker()
         metrics: dict[str, float] = {}
-        last_saved = step
-        while step < total_steps:
-            epoch, offset = divmod(step, steps_per_epoch)
-            batch = batch_indices(len(train), data.batch_size, epoch, data.seed, data.shuffle)[offset]
-            step += 1
-            metrics = {**group.train_batch(_collate(train, batch))[0], "train/epoch": float(epoch)}
-            is_last = step == total_steps
-            if val is not None and ((trainer.val_freq > 0 and step % trainer.val_freq == 0) or is_last):
-                metrics.update(validate(group, val, data.val_batch_size))
-            if (trainer.save_freq > 0 and step % trainer.save_freq == 0) or is_last:
-                ckpt_tracker = save(group, trainer, step, ckpt_tracker, metrics.get("val/loss"), not is_last)
-                last_saved = step
-            tracker.log(metrics, step=step)
+        last_saved = first_step = step
+        with StopRequest(trainer.signal_grace_s).installed() as stop:  # a signal: the step in flight finishes first
+            while step < total_steps:
+                if stop.requested:
+                    if last_saved != step and stop.within_grace():
+                        ckpt_tracker = save(group, trainer, step, ckpt_tracker, metrics.get("val/loss"), False)
+                        last_saved = step
+                    latest = step_dir(root, step) if last_saved == step and step > first_step else None
+                    raise TrainingInterrupted(stop.signum, step, latest)
+                epoch, offset = divmod(step, steps_per_epoch)
+                batch = batch_indices(len(train), data.batch_size, epoch, data.seed, data.shuffle)[offset]
+                step += 1
+                metrics = {**group.train_batch(_collate(train, batch))[0], "train/epoch": float(epoch)}
+                is_last = step == total_steps
+                if val is not None and ((trainer.val_freq > 0 and step % trainer.val_freq == 0) or is_last):
+                    metrics.update(validate(group, val, data.val_batch_size))
+                if (trainer.save_freq > 0 and step % trainer.save_freq == 0) or is_last:
+                    ckpt_tracker = save(group, trainer, step, ckpt_tracker, metrics.get("val/loss"), not is_last)
+                    last_saved = step
+                tracker.log(metrics, step=step)
         if last_saved != step:
             save(group, trainer, step, ckpt_tracker, metrics.get("val/loss"), False)
         if trainer.export_hf_model:
@@ -161,6 +171,7 @@ def _train(config: SFTConfig) -> dict[str, float]:
             logger.info("Exported the model to %s", os.path.join(root, "huggingface"))
         return metrics
     finally:
+        signals.stopping()  # a signal from here on exits at once: nothing is left to save
         tracker.finish()
         group.shutdown()
         pool.remove()
@@ -202,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     except CheckpointSaveError as err:  # disk full or unwritable: the previous checkpoint is intact and latest
         print(f"Error: {err}", file=sys.stderr)
         return 1
+    except TrainingInterrupted as err:  # preemption or Ctrl-C: the workers are gone, the checkpoint is on disk
+        print(str(err), file=sys.stderr)
+        return 128 + err.signum
     return 0
 
 

@@ -296,6 +296,10 @@ class BaseTrainerConfig:
     """Checkpoint root; defaults to checkpoints/<project_name>/<experiment_name>."""
     save_limit: int = -1
     """Checkpoints kept (the best by validation score, in SFT by validation loss, is always kept); -1 keeps all."""
+    signal_grace_s: float = 300.0
+    """On SIGTERM or SIGINT (scheduler preemption, Ctrl-C) the run finishes its current step and, if that happens
+    within this many seconds of the signal, saves a checkpoint, then exits non-zero; a second signal stops at once.
+    0 stops without saving."""
     stall_report_s: float = 1800.0
     """When a call into a worker (generate, update, save, ...) has run this many seconds, the worker prints it and
     where each of its threads is (Python stacks) to its log, which the driver's console shows, and again each time
@@ -313,7 +317,7 @@ class BaseTrainerConfig:
 
     def validate(self, prefix: str) -> None:
         require_positive(self, prefix, "total_epochs", "max_steps", "nnodes", "n_gpus_per_node")
-        require_non_negative(self, prefix, "stall_report_s")
+        require_non_negative(self, prefix, "stall_report_s", "signal_grace_s")
         require_choice(self, prefix, "device", DEVICES)
         require_choice(self, prefix, "logger", LOGGERS)
 
@@ -345,10 +349,6 @@ class TrainerConfig(BaseTrainerConfig):
     """With rollout_data_dir: dump the rollouts of every this many steps."""
     save_model_only: bool = False
     """Save only the model weights, not the optimizer and trainer state."""
-    signal_grace_s: float = 300.0
-    """On SIGTERM or SIGINT (scheduler preemption, Ctrl-C) the run finishes its current step and, if that happens
-    within this many seconds of the signal, saves a checkpoint, then exits non-zero; a second signal stops at once.
-    0 stops without saving."""
     load_checkpoint_path: str | None = None
     """Resume from this global_step_N directory."""
     find_last_checkpoint: bool = True
