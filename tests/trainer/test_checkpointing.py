@@ -15,6 +15,7 @@ from verl.trainer.checkpointing import (
     discard_failed_save,
     find_last_checkpoint,
     remove_obsolete_checkpoints,
+    resume_hint,
     resume_path,
     saved_parameters,
     saved_steps,
@@ -332,16 +333,11 @@ def test_space_warning_when_the_next_checkpoint_would_not_fit(tmp_path):
 
 
 def test_the_cli_says_where_a_failed_run_resumes_from(tmp_path):
-    from verl.trainer.config import PPOConfig
-    from verl.trainer.main import resume_hint
-
-    config = PPOConfig()
-    config.trainer.save_checkpoint_path = str(tmp_path)
-    assert resume_hint(config) == "No checkpoint of this run was saved: running the same command again starts over."
+    root = str(tmp_path)
+    assert resume_hint(root) == "No checkpoint of this run was saved: running the same command again starts over."
     make_steps(tmp_path, [2, 4])
     make_steps(tmp_path, [6], complete=False)  # a save the failure interrupted
-    assert resume_hint(config) == (
-        f"The latest checkpoint is {step_dir(str(tmp_path), 4)}: running the same command again resumes from it."
+    assert resume_hint(root) == (
+        f"The latest checkpoint is {step_dir(root, 4)}: running the same command again resumes from it."
     )
-    config.trainer.find_last_checkpoint = False
-    assert resume_hint(config) == "Steps since the run's start or its last checkpoint are not saved."
+    assert resume_hint(root, resumes=False) == "Steps since the run's start or its last checkpoint are not saved."

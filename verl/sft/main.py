@@ -21,6 +21,7 @@ import torch
 
 from verl.data.sft_dataset import SFTDataError, SFTDataset, collate_sft
 from verl.sft.config import SFTConfig, load_sft_config
+from verl.single_controller.ray.base import WorkerDiedError
 from verl.trainer.checkpointing import (
     CheckpointSaveError,
     CheckpointTracker,
@@ -28,6 +29,7 @@ from verl.trainer.checkpointing import (
     checkpoint_size_estimate,
     find_last_checkpoint,
     log_checkpoint_plan,
+    resume_hint,
     save_step,
     step_dir,
 )
@@ -212,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except CheckpointSaveError as err:  # disk full or unwritable: the previous checkpoint is intact and latest
         print(f"Error: {err}", file=sys.stderr)
+        return 1
+    except WorkerDiedError as err:  # kill -9, the OOM killer
+        print(f"Error: {err}\n{resume_hint(config.trainer.save_checkpoint_path)}", file=sys.stderr)
         return 1
     except TrainingInterrupted as err:  # preemption or Ctrl-C: the workers are gone, the checkpoint is on disk
         print(str(err), file=sys.stderr)

@@ -173,6 +173,20 @@ def _from_weights(path: str) -> str:
     )
 
 
+def resume_hint(save_root: str, resumes: bool = True) -> str:
+    """After a run stopped on an error: the checkpoint under `save_root` that running the same command again resumes
+    from (`resumes`: whether the command looks for it)."""
+    if not resumes:
+        return "Steps since the run's start or its last checkpoint are not saved."
+    try:
+        latest = find_last_checkpoint(save_root)
+    except RuntimeError:  # no complete checkpoint, or every one damaged: the error says so when the run starts
+        latest = None
+    if latest is None:
+        return "No checkpoint of this run was saved: running the same command again starts over."
+    return f"The latest checkpoint is {latest}: running the same command again resumes from it."
+
+
 def resume_path(load_checkpoint_path: str | None, find_last: bool, save_root: str) -> str | None:
     """The checkpoint a run starts from: the explicit path (an error if damaged or not resumable), else with
     find_last the newest complete and intact one."""

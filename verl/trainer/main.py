@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     from verl.envs.base import EnvCodeError, EnvStepTimeoutError
     from verl.rewards.function import RewardFunctionError, RewardTimeoutError
     from verl.single_controller.ray.base import WorkerDiedError
-    from verl.trainer.checkpointing import CheckpointSaveError
+    from verl.trainer.checkpointing import CheckpointSaveError, resume_hint
     from verl.trainer.preemption import TrainingInterrupted
     from verl.trainer.ray_setup import SetupError
     from verl.trainer.ray_trainer import OnlineFilteringError
@@ -75,28 +75,14 @@ def main(argv: list[str] | None = None) -> int:
     except (*user_code, WorkerDiedError) as err:  # the user's code, settings or data failed, or a worker died
         print(f"Error: {user_error_message(err)}", file=sys.stderr)
         if not isinstance(err, OnlineFilteringError):  # (its message names the checkpoint)
-            print(resume_hint(config), file=sys.stderr)
+            trainer = config.trainer
+            resumes = trainer.find_last_checkpoint and not trainer.load_checkpoint_path
+            print(resume_hint(trainer.save_checkpoint_path, resumes), file=sys.stderr)
         return 1
     except TrainingInterrupted as err:  # preemption or Ctrl-C: the workers are gone, the checkpoint is on disk
         print(str(err), file=sys.stderr)
         return 128 + err.signum
     return 0
-
-
-def resume_hint(config: PPOConfig) -> str:
-    """After a run stopped on an error: the checkpoint that running the same command again resumes from."""
-    from verl.trainer.checkpointing import find_last_checkpoint
-
-    trainer = config.trainer
-    if trainer.load_checkpoint_path or not trainer.find_last_checkpoint:
-        return "Steps since the run's start or its last checkpoint are not saved."
-    try:
-        latest = find_last_checkpoint(trainer.save_checkpoint_path)
-    except RuntimeError:  # no complete checkpoint, or every one damaged: the error says so when the run starts
-        latest = None
-    if latest is None:
-        return "No checkpoint of this run was saved: running the same command again starts over."
-    return f"The latest checkpoint is {latest}: running the same command again resumes from it."
 
 
 if __name__ == "__main__":
