@@ -1,10 +1,14 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Whether the processes a test started are still there, read from /proc (Linux).
+"""Whether the processes a test started are still there, read from /proc (Linux); a training run started in a
+launcher's process group, waited for until its first step.
 
 Importable from every test directory: pytest puts tests/ on sys.path for tests/conftest.py.
 """
 
+import json
+import os
+import subprocess
 import time
 
 
@@ -25,3 +29,17 @@ def wait_gone(pids, timeout: float = 10.0) -> list[int]:
     while time.monotonic() < deadline and any(alive(pid) for pid in pids):
         time.sleep(0.05)
     return [pid for pid in pids if alive(pid)]
+
+
+def start_run_in_a_group(command: list[str], env: dict[str, str], cwd: str, log, metric: str):
+    """Start a training command as a member of a new process group that a `sleep` leads (as under `timeout` or a
+    launcher script), and wait until its file log `log` has a step with `metric`; returns (launcher, run)."""
+    launcher = subprocess.Popen(["sleep", "600"], process_group=0)
+    run = subprocess.Popen(command, cwd=cwd, env=env, stderr=subprocess.PIPE, text=True, process_group=launcher.pid)
+    assert os.getpgid(run.pid) == launcher.pid
+    deadline = time.monotonic() + 300
+    while not (log.exists() and any(metric in json.loads(line) for line in log.read_text().splitlines())):
+        assert run.poll() is None, run.stderr.read()[-3000:]
+        assert time.monotonic() < deadline, "no training step within 300 s"
+        time.sleep(0.5)
+    return launcher, run

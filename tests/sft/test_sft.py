@@ -10,11 +10,11 @@ import random
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 import torch
+from processes import start_run_in_a_group
 from sft_testing import data_config
 
 from verl.data.sft_dataset import SFTDataError, SFTDataset, collate_sft
@@ -268,20 +268,8 @@ def test_sigterm_stops_sft_after_its_step_with_a_checkpoint_the_next_run_resumes
     save = tmp_path / "run"
     command = [sys.executable, "-m", "verl.sft.main", *sft_args(tmp_path, models["text"], str(save))]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    launcher = subprocess.Popen(["sleep", "600"], process_group=0)
-    proc = subprocess.Popen(
-        [*command, "trainer.max_steps=300"],
-        cwd=REPO,
-        env=env,
-        stderr=subprocess.PIPE,
-        text=True,
-        process_group=launcher.pid,
-    )
-    deadline = time.monotonic() + 300
-    while not ((save / "experiment_log.jsonl").exists() and read_steps(save)):
-        assert proc.poll() is None, proc.stderr.read()[-3000:]
-        assert time.monotonic() < deadline, "no step within 300 s"
-        time.sleep(0.5)
+    log = save / "experiment_log.jsonl"
+    launcher, proc = start_run_in_a_group([*command, "trainer.max_steps=300"], env, REPO, log, "train/epoch")
     os.killpg(launcher.pid, signal.SIGTERM)
     launcher.wait(timeout=10)
     _, stderr = proc.communicate(timeout=300)

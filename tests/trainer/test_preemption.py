@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from processes import start_run_in_a_group
 
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.trainer.checkpointing import CheckpointTracker, is_complete
@@ -64,23 +65,12 @@ def _trainer_command(tmp_path) -> tuple[list[str], dict[str, str], object]:
 
 
 def _start_and_wait_for_a_step(
-    command: list[str], env: dict[str, str], save, process_group: int | None = None
-) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [*command, "trainer.max_steps=40"],
-        cwd=REPO,
-        env=env,
-        stderr=subprocess.PIPE,
-        text=True,
-        process_group=process_group,
+    command: list[str], env: dict[str, str], save
+) -> tuple[subprocess.Popen, subprocess.Popen]:
+    """The run (40 steps at most) in a launcher's process group, once it has logged a training step."""
+    return start_run_in_a_group(
+        [*command, "trainer.max_steps=40"], env, REPO, save / "experiment_log.jsonl", "actor/pg_loss"
     )
-    log = save / "experiment_log.jsonl"
-    deadline = time.monotonic() + 300
-    while not (log.exists() and any("actor/pg_loss" in line for line in log.read_text().splitlines())):
-        assert proc.poll() is None, proc.stderr.read()[-3000:]
-        assert time.monotonic() < deadline, "no training step within 300 s"
-        time.sleep(0.5)
-    return proc
 
 
 @pytest.mark.slow
@@ -89,7 +79,8 @@ def test_sigkill_of_the_driver_leaves_no_process_of_the_run(tmp_path):
     import psutil
 
     command, env, save = _trainer_command(tmp_path)
-    proc = _start_and_wait_for_a_step(command, env, save)
+    launcher, proc = _start_and_wait_for_a_step(command, env, save)
+    launcher.kill()  # (only the group's leader)
     run = psutil.Process(proc.pid).children(recursive=True)
     assert any("raylet" in " ".join(p.cmdline()) for p in run)
     proc.kill()
@@ -105,9 +96,7 @@ def test_sigterm_saves_a_checkpoint_and_the_next_run_resumes(tmp_path):
     Ray's client and saved nothing; they now live in groups of their own, so the driver alone gets it."""
     command, env, save = _trainer_command(tmp_path)
     log = save / "experiment_log.jsonl"
-    launcher = subprocess.Popen(["sleep", "600"], process_group=0)  # leads the group, like `timeout` or a shell
-    proc = _start_and_wait_for_a_step([*command, "data.dataloader_num_workers=2"], env, save, launcher.pid)
-    assert os.getpgid(proc.pid) == launcher.pid
+    launcher, proc = _start_and_wait_for_a_step([*command, "data.dataloader_num_workers=2"], env, save)
     os.killpg(launcher.pid, signal.SIGTERM)
     assert launcher.wait(timeout=10) == -signal.SIGTERM
     _, stderr = proc.communicate(timeout=300)
