@@ -155,6 +155,13 @@ def test_grpo_text_run_trains_and_checkpoints(workspace, caplog):
     assert os.path.isdir(save_dir / "global_step_2" / "actor")
     tracker = json.loads((save_dir / "checkpoint_tracker.json").read_text())
     assert tracker["last_global_step"] == 2
+    # the same command again: it resumes at its last step, so it says there is nothing to train, before any worker
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.runner"):
+        assert run_ppo(load_config(text_args(workspace, "grpo_text", "algorithm.use_kl_loss=true"))) == {}
+    assert f"Nothing to train: the run resumes from {save_dir / 'global_step_2'}, at step 2, and trains 2 step(s)" in (
+        caplog.text
+    )
+    assert read_log(save_dir) == rows
 
 
 def test_grpo_mixture_of_experts_run(workspace):

@@ -14,7 +14,13 @@ from verl.rewards.ray_actor import ActorReward, create_reward_actor, stop_actor
 from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
 from verl.single_controller.ray.resource import RayResourcePool
 from verl.trainer.async_trainer import AsyncRayPPOTrainer
-from verl.trainer.checkpointing import check_matches_run, checkpoint_size_estimate, log_checkpoint_plan, resume_path
+from verl.trainer.checkpointing import (
+    check_matches_run,
+    checkpoint_size_estimate,
+    log_checkpoint_plan,
+    resume_path,
+    step_of,
+)
 from verl.trainer.config import PPOConfig
 from verl.trainer.data_loader import create_dataloader
 from verl.trainer.disaggregated_trainer import DisaggregatedRayPPOTrainer
@@ -148,9 +154,9 @@ def _new_group(groups: WorkerGroups, nodes: list[int], device: str, name: str, c
     return group
 
 
-def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any]:
-    """What needs no Ray and no model, so its errors come first: the checkpoint to resume from (looked up only),
-    tokenizer, processor and data loaders (every row checked)."""
+def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
+    """What needs no Ray and no model, so its errors come first: tokenizer, processor, data loaders (every row
+    checked) and the checkpoint to resume from (looked up and checked against the run, not loaded)."""
     trainer_config = config.trainer
     model = config.worker.actor.model
     path = resume_path(
@@ -173,7 +179,7 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any]:
     train_dataloader, val_dataloader = create_dataloader(
         data, tokenizer, processor, limit_images=rollout.limit_images, tools=tools
     )
-    return train_dataloader, val_dataloader, tokenizer, processor
+    return train_dataloader, val_dataloader, tokenizer, processor, path
 
 
 def run_ppo(config: PPOConfig) -> dict[str, float]:
@@ -196,12 +202,14 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
 def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
     device = resolve_device_type(config.trainer.device)
     try:
-        train_dataloader, val_dataloader, tokenizer, processor = _prepare_inputs(config)
+        train_dataloader, val_dataloader, tokenizer, processor, resumed = _prepare_inputs(config)
     except (ValueError, TypeError, OSError, RuntimeError) as err:  # user errors: the data, the checkpoint directory
         raise SetupError(str(err)) from err
+    total_steps = count_training_steps(config, len(train_dataloader))
+    if _nothing_to_train(config, resumed, total_steps):
+        return {}
     log_checkpoint_plan(config.trainer, checkpoint_size(config), config.trainer.save_model_only)
     init_ray(config, device)
-    total_steps = count_training_steps(config, len(train_dataloader))
     config.worker.actor.optim.training_steps = config.worker.critic.optim.training_steps = total_steps
     # One reward runner serves training and validation (they never overlap; a second actor costs a process).
     model, reward = config.worker.actor.model, config.worker.reward
@@ -261,6 +269,23 @@ def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
     finally:
         workers.shutdown()
         _release(reward_fn, judge)
+
+
+def _nothing_to_train(config: PPOConfig, resumed: str | None, total_steps: int) -> bool:
+    """True (with a warning) when the checkpoint the run resumes from (`resumed`) is already at its last step:
+    running a finished run's command again, or with a lower trainer.max_steps, used to start Ray and the workers, do
+    nothing and exit 0 without a word. (A validation-only run validates the checkpoint.)"""
+    if config.trainer.val_only or resumed is None or step_of(resumed) < total_steps:
+        return False
+    logger.warning(
+        "Nothing to train: the run resumes from %s, at step %d, and trains %d step(s) in all (trainer.max_steps, or "
+        "trainer.total_epochs over the data). Raise them to train further, or set trainer.save_checkpoint_path to "
+        "another folder to start a new run.",
+        resumed,
+        step_of(resumed),
+        total_steps,
+    )
+    return True
 
 
 def checkpoint_size(config: PPOConfig) -> int | None:
