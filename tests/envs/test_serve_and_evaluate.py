@@ -249,8 +249,11 @@ def test_evaluate_names_bad_inputs_and_an_endpoint_that_does_not_answer(tmp_path
         (["--data", str(tmp_path / "missing.jsonl")], f"--data {tmp_path / 'missing.jsonl'} cannot be read"),
         (["--data", str(data)], f"--data {data}, line 3: no 'prompt' key (--prompt-key)."),
         (["--data", str(data), "--limit", "1", "--env-kwargs", "[1]"], "--env-kwargs must be a JSON object"),
+        (["--data", str(data), "--limit", "1", "--env-kwargs", '{"a": 1}'], "GuessNumber(**--env-kwargs={'a': 1})"),
         (["--data", str(data), "--limit", "1", "--base-url", nobody], f"the endpoint --base-url {nobody} did not"),
     ):
         with pytest.raises(SystemExit) as error:
             main(["--env", env, *argv])
         assert str(error.value).startswith("evaluate: ") and message in str(error.value), error.value
+    with pytest.raises(SystemExit, match=r"evaluate: --env='\./nope\.py:X': the file \./nope\.py does not exist"):
+        main(["--env", "./nope.py:X", "--data", str(data), "--limit", "1"])

@@ -404,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:  # the inputs first, then the endpoint: each failure is one line naming the option
         rows = read_rows(args.data, args.prompt_key, args.limit)
-        env = load_environment(args.env, _json_object(args.env_kwargs, "--env-kwargs"))
+        env = load_environment(args.env, _json_object(args.env_kwargs, "--env-kwargs"), "--env", "--env-kwargs")
         scorer = load_scorer(args)
     except ValueError as error:  # EnvironmentLoadError is one
         raise SystemExit(f"evaluate: {error}") from None
