@@ -80,7 +80,8 @@ def test_an_explicit_checkpoint_that_cannot_resume_is_refused_before_the_workers
     make_steps(tmp_path, [2], complete=False)  # saved with trainer.save_model_only=true
     actor = tmp_path / "global_step_2" / "actor"
     export = (
-        f"export them (`python scripts/model_merger.py --local_dir {actor}`) and set worker.actor.model.model_path="
+        f"export them with `python scripts/model_merger.py --local_dir {actor}`, then set "
+        "worker.actor.model.model_path to "
     )
     for explicit in (step_dir(root, 2), None):  # named, or found as the newest
         with pytest.raises(RuntimeError, match=r"holds? model weights only \(trainer.save_model_only=true\)") as error:

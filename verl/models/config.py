@@ -137,9 +137,15 @@ def unexported_checkpoint(path: str) -> str | None:
         actor, what = os.path.dirname(path), "a training checkpoint's config and tokenizer, without its weights"
     else:
         return None
+    return f"'{path}' is {what}, not a Hugging Face model: {export_advice(actor, 'it', 'use')}"
+
+
+def export_advice(actor: str, it: str = "it", then: str = "use") -> str:
+    """How to turn a checkpoint's actor folder into a model directory: the merger command, then the folder to
+    `then` (one wording for every message that says it)."""
     return (
-        f"'{path}' is {what}, not a Hugging Face model: export it with `python scripts/model_merger.py --local_dir "
-        f"{actor}`, then use {os.path.join(actor, 'huggingface')}"
+        f"export {it} with `python scripts/model_merger.py --local_dir {actor}`, then {then} "
+        f"{os.path.join(actor, 'huggingface')}"
     )
 
 

@@ -119,7 +119,11 @@ def find_last_checkpoint(save_root: str) -> str | None:
             return None
         names = ", ".join(f"global_step_{step}" for step in steps)
         model_only = all(os.path.isdir(os.path.join(step_dir(save_root, step), "actor")) for step in steps)
-        reason = MODEL_ONLY if model_only else "lack an actor directory or trainer_state.json (interrupted saves?)"
+        reason = (
+            f"hold {MODEL_ONLY}"
+            if model_only
+            else "lack an actor directory or trainer_state.json (interrupted saves?)"
+        )
         raise RuntimeError(
             f"Cannot resume from '{save_root}': {names} {reason}. Start a new run in another "
             "trainer.save_checkpoint_path, or set trainer.find_last_checkpoint=false to start over here (the step "
@@ -158,19 +162,18 @@ def _intact_steps(save_root: str, complete: list[int]) -> list[int]:
 
 
 MODEL_ONLY = (
-    "hold model weights only (trainer.save_model_only=true): no optimizer, data loader or trainer state to resume from"
+    "model weights only (trainer.save_model_only=true): no optimizer, data loader or trainer state to resume from"
 )
 
 
 def _from_weights(path: str) -> str:
     """The hint to start a new run from a checkpoint's weights, where it has an actor."""
+    from verl.models.config import export_advice
+
     actor = os.path.join(path, "actor")
     if not os.path.isdir(actor):
         return ""
-    return (
-        f"; to start a new run from its weights, export them (`python scripts/model_merger.py --local_dir {actor}`) "
-        f"and set worker.actor.model.model_path={os.path.join(actor, 'huggingface')}"
-    )
+    return f"; to start a new run from its weights, {export_advice(actor, 'them', 'set worker.actor.model.model_path to')}"
 
 
 def resume_hint(save_root: str, resumes: bool = True) -> str:
@@ -200,7 +203,7 @@ def resume_path(load_checkpoint_path: str | None, find_last: bool, save_root: st
         )
     if not is_complete(load_checkpoint_path):
         problem = (
-            MODEL_ONLY.replace("hold", "it holds", 1)
+            f"it holds {MODEL_ONLY}"
             if os.path.isdir(os.path.join(load_checkpoint_path, "actor"))
             else "it lacks an actor directory (an interrupted save?)"
         )
