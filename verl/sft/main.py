@@ -11,6 +11,7 @@ Batches are drawn by index from a permutation of the rows seeded by data.seed an
 exactly the batches the uninterrupted run would have.
 """
 
+import functools
 import json
 import logging
 import os
@@ -31,7 +32,6 @@ from verl.trainer.checkpointing import (
     log_checkpoint_plan,
     resume_hint,
     save_step,
-    step_dir,
 )
 from verl.trainer.preemption import RunSignals, StopRequest, TrainingInterrupted
 from verl.trainer.run_lock import CheckpointFolderError, RunLock
@@ -150,11 +150,9 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
         with StopRequest(trainer.signal_grace_s).installed() as stop:  # a signal: the step in flight finishes first
             while step < total_steps:
                 if stop.requested:
-                    if last_saved != step and stop.within_grace():
-                        ckpt_tracker = save(group, trainer, step, ckpt_tracker, metrics.get("val/loss"), False)
-                        last_saved = step
-                    latest = step_dir(root, step) if last_saved == step and step > first_step else None
-                    raise TrainingInterrupted(stop.signum, step, latest)
+                    unsaved = step > first_step and last_saved != step
+                    last = functools.partial(save, group, trainer, step, ckpt_tracker, metrics.get("val/loss"), False)
+                    stop.stop(step, unsaved, last, root)
                 epoch, offset = divmod(step, steps_per_epoch)
                 batch = batch_indices(len(train), data.batch_size, epoch, data.seed, data.shuffle)[offset]
                 step += 1

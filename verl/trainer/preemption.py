@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import NoReturn
 
 
 logger = logging.getLogger(__name__)
@@ -86,6 +87,17 @@ class StopRequest:
     def installed(self) -> Iterator["StopRequest"]:
         with _handling(self._handle):
             yield self
+
+    def stop(self, step: int, unsaved: bool, save: Callable[[], None], save_root: str) -> NoReturn:
+        """Between steps, once `requested`: `save()` the steps since the last checkpoint (`unsaved`) if still within
+        the grace period, then raise TrainingInterrupted naming the latest checkpoint (RL and SFT loops)."""
+        from verl.trainer.checkpointing import step_dir
+
+        if unsaved and self.within_grace():
+            save()
+            unsaved = False
+        latest = None if unsaved or step == 0 else step_dir(save_root, step)
+        raise TrainingInterrupted(self.signum, step, latest)
 
 
 class RunSignals:

@@ -7,6 +7,7 @@
 
 The driver holds no model: it moves DataProto batches between worker groups and computes advantages."""
 
+import functools
 import json
 import logging
 import os
@@ -48,7 +49,7 @@ from verl.trainer.metrics import (
     new_metric_store,
     reduce_metrics,
 )
-from verl.trainer.preemption import StopRequest, TrainingInterrupted
+from verl.trainer.preemption import StopRequest
 from verl.utils.seqlen_balancing import balance_batch
 from verl.workers.config import UpdateRequest
 from verl.workers.rollout.request_loop import RolloutRequest
@@ -582,7 +583,8 @@ class RayPPOTrainer:
                 if stop.requested:
                     progress.close()
                     unsaved = self.global_step > first_step and last_saved != self.global_step
-                    self._stop(stop, val_metrics, unsaved)
+                    save = functools.partial(self._save_checkpoint, val_metrics.get("val/reward_score"))
+                    stop.stop(self.global_step, unsaved, save, trainer.save_checkpoint_path)
                 last_saved, last_validated, val_metrics = self._fit_step(
                     progress, num_devices, last_saved, last_validated, val_metrics
                 )
@@ -592,15 +594,6 @@ class RayPPOTrainer:
         if last_saved != self.global_step:
             self._save_checkpoint(val_metrics.get("val/reward_score"))
         return val_metrics
-
-    def _stop(self, stop: StopRequest, val_metrics: dict[str, float], unsaved: bool) -> None:
-        """Save the steps since the last checkpoint (if within the grace period), then raise TrainingInterrupted."""
-        if unsaved and stop.within_grace():
-            self._save_checkpoint(val_metrics.get("val/reward_score"))
-            unsaved = False
-        root = self.config.trainer.save_checkpoint_path
-        latest = None if unsaved or self.global_step == 0 else step_dir(root, self.global_step)
-        raise TrainingInterrupted(stop.signum, self.global_step, latest)
 
     def _fit_step(
         self, progress: Any, num_devices: int, last_saved: int, last_validated: int, val_metrics: dict[str, float]
