@@ -342,3 +342,8 @@ def test_the_cli_says_where_a_failed_run_resumes_from(tmp_path):
         f"The latest checkpoint is {step_dir(root, 4)}: running the same command again resumes from it."
     )
     assert resume_hint(root, resumes=False) == "Steps since the run's start or its last checkpoint are not saved."
+    weights_only = tmp_path / "weights_only"
+    make_steps(weights_only, [2], complete=False)  # trainer.save_model_only=true: not resumable
+    hint = resume_hint(str(weights_only))
+    assert hint.startswith("Running the same command again does not resume: Cannot resume from"), hint
+    assert "global_step_2 hold" in hint and "trainer.save_model_only" in hint

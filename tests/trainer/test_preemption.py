@@ -4,6 +4,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -86,6 +87,34 @@ def test_sigkill_of_the_driver_leaves_no_process_of_the_run(tmp_path):
     proc.kill()
     proc.communicate()
     _, alive = psutil.wait_procs(run, timeout=15)
+    assert not alive, [" ".join(p.cmdline())[:80] for p in alive]
+
+
+@pytest.mark.slow
+def test_a_killed_raylet_ends_the_run_with_one_error_naming_the_checkpoint(tmp_path):
+    """Ray's daemon dying under the run (`ray stop`, the OOM killer) ended it in Ray's traceback of an
+    ActorUnavailableError, and the hint said no checkpoint was saved when the saves were weights-only."""
+    import psutil
+
+    command, env, save = _trainer_command(tmp_path)
+    launcher, proc = _start_and_wait_for_a_step([*command, "trainer.save_freq=1"], env, save)
+    launcher.kill()
+    deadline = time.monotonic() + 60
+    while CheckpointTracker.load(str(save)) is None:  # the first save is done
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    run = psutil.Process(proc.pid).children(recursive=True)
+    next(p for p in run if p.name() == "raylet").kill()
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    errors = [line for line in stderr.splitlines() if line.startswith("Error: ")]
+    # Ray reports the actors it lost as dead or as unreachable, depending on which it notices first
+    assert len(errors) == 1 and re.match(r"Error: Worker \S+ rank \d (died|cannot be reached)", errors[0]), errors
+    step = CheckpointTracker.load(str(save)).last_global_step
+    hint = f"The latest checkpoint is {save / f'global_step_{step}'}: running the same command again resumes from it."
+    assert hint in stderr, stderr[-3000:]
+    _, alive = psutil.wait_procs(run, timeout=30)
     assert not alive, [" ".join(p.cmdline())[:80] for p in alive]
 
 

@@ -183,8 +183,8 @@ def resume_hint(save_root: str, resumes: bool = True) -> str:
         return "Steps since the run's start or its last checkpoint are not saved."
     try:
         latest = find_last_checkpoint(save_root)
-    except RuntimeError:  # no complete checkpoint, or every one damaged: the error says so when the run starts
-        latest = None
+    except RuntimeError as err:  # weights-only or interrupted saves, or every one damaged
+        return f"Running the same command again does not resume: {err}"
     if latest is None:
         return "No checkpoint of this run was saved: running the same command again starts over."
     return f"The latest checkpoint is {latest}: running the same command again resumes from it."

@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     keep_local_ray_on_loopback(max(config.trainer.nnodes, config.worker.reward.model.nnodes))
     if use_writable_dirs_or_exit() is not None:
         return 2
+    from ray.exceptions import RayActorError
+
     from verl.algorithms.user_functions import AlgorithmFunctionError
     from verl.data.dataset import DatasetRowError
     from verl.envs.base import EnvCodeError, EnvStepTimeoutError
@@ -72,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     except CheckpointSaveError as err:  # disk full or unwritable: the previous checkpoint is intact and latest
         print(f"Error: {err}", file=sys.stderr)
         return 1
-    except (*user_code, WorkerDiedError) as err:  # the user's code, settings or data failed, or a worker died
+    # the user's code, settings or data failed, or a worker (or a reward or judge actor) died
+    except (*user_code, WorkerDiedError, RayActorError) as err:
         print(f"Error: {user_error_message(err)}", file=sys.stderr)
         if not isinstance(err, OnlineFilteringError):  # (its message names the checkpoint)
             trainer = config.trainer

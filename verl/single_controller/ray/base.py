@@ -195,6 +195,11 @@ class RayWorkerGroup(WorkerGroup):
                 f"Worker {self._name_prefix} rank {rank} died (killed, or out of memory: check the "
                 f"node's memory and `dmesg`); the run cannot continue. Ray said: {err}"
             ) from None
+        except ray.exceptions.ActorUnavailableError as err:  # its node's raylet died (killed, `ray stop`, OOM)
+            raise WorkerDiedError(
+                f"Worker {self._name_prefix} rank {rank} cannot be reached: Ray's daemons on its node stopped "
+                f"(`ray stop`, killed, or out of memory: check `dmesg`); the run cannot continue. Ray said: {err}"
+            ) from None
 
     # ------------------------------------------------------------------ public
 
