@@ -286,7 +286,7 @@ def test_sigterm_stops_sft_after_its_step_with_a_checkpoint_the_next_run_resumes
 
 
 @pytest.mark.slow
-def test_sft_runs_lower_the_loss_resume_exactly_and_export_for_rl(models, tmp_path, local_ray) -> None:
+def test_sft_runs_lower_the_loss_resume_exactly_and_export_for_rl(models, tmp_path, local_ray, caplog) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from verl.sft.config import load_sft_config
@@ -303,7 +303,11 @@ def test_sft_runs_lower_the_loss_resume_exactly_and_export_for_rl(models, tmp_pa
     straight_args.append(f"data.override_chat_template={tmp_path / 'template.jinja'}")
     run_sft(load_sft_config(straight_args))
     run_sft(load_sft_config(sft_args(tmp_path, models["text"], interrupted, "trainer.max_steps=2")))
-    run_sft(load_sft_config(sft_args(tmp_path, models["text"], interrupted, "trainer.max_steps=4")))
+    state = json.loads(open(os.path.join(interrupted, "global_step_2", "trainer_state.json")).read())
+    assert state == {"global_step": 2, "train_rows": 48}
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.checkpointing"):
+        run_sft(load_sft_config(sft_args(tmp_path, models["text"], interrupted, "trainer.max_steps=4")))
+    assert "The training data has" not in caplog.text  # the same data: no warning that its order changed
 
     rows = read_steps(straight)
     assert sorted(rows) == [1, 2, 3, 4]

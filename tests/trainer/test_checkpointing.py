@@ -1,6 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 import json
+import logging
 import os
 
 import pytest
@@ -22,6 +23,7 @@ from verl.trainer.checkpointing import (
     space_warning,
     step_dir,
     step_of,
+    warn_if_data_changed,
 )
 from verl.utils.checkpoint.integrity import damage, write_record
 
@@ -347,3 +349,12 @@ def test_the_cli_says_where_a_failed_run_resumes_from(tmp_path):
     hint = resume_hint(str(weights_only))
     assert hint.startswith("Running the same command again does not resume: Cannot resume from"), hint
     assert "global_step_2 hold" in hint and "trainer.save_model_only" in hint
+
+
+def test_a_resume_with_another_number_of_training_rows_warns(caplog):
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.checkpointing"):
+        warn_if_data_changed({"global_step": 3, "train_rows": 48}, 48, "/ckpt/global_step_3")
+        warn_if_data_changed({"global_step": 3}, 50, "/ckpt/global_step_3")  # saved before the count was recorded
+        assert caplog.text == ""
+        warn_if_data_changed({"global_step": 3, "train_rows": 48}, 50, "/ckpt/global_step_3")
+    assert "The training data has 50 rows; /ckpt/global_step_3 was saved with 48." in caplog.text

@@ -517,13 +517,18 @@ def test_online_filtering_and_remax(workspace):
     assert "online_filtering/kept_ratio" in steps[-1]
 
 
-def test_resume_gives_the_same_next_step(workspace):
+def test_resume_gives_the_same_next_step(workspace, caplog):
     """Default validation (before training, sampled at temperature 1) included: it must not shift the next step."""
     common = ("algorithm.use_kl_loss=true",)
     run_ppo(load_config(text_args(workspace, "straight", *common, "trainer.max_steps=3")))
     run_ppo(load_config(text_args(workspace, "interrupted", *common, "trainer.max_steps=2")))
+    state = json.loads((workspace["root"] / "interrupted" / "global_step_2" / "trainer_state.json").read_text())
+    train_rows = len((workspace["root"] / "train.jsonl").read_text().splitlines())
+    assert state["train_rows"] == train_rows  # for the warning when a resumed run's data has changed
     resumed = load_config(text_args(workspace, "interrupted", *common, "trainer.max_steps=3"))
-    run_ppo(resumed)
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.checkpointing"):
+        run_ppo(resumed)
+    assert "The training data has" not in caplog.text
     straight = {row["step"]: row for row in read_log(workspace["root"] / "straight") if "actor/pg_loss" in row}
     rows = read_log(workspace["root"] / "interrupted")
     interrupted = [row for row in rows if row["step"] == 3 and "actor/pg_loss" in row]

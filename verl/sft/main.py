@@ -32,6 +32,7 @@ from verl.trainer.checkpointing import (
     log_checkpoint_plan,
     resume_hint,
     save_step,
+    warn_if_data_changed,
 )
 from verl.trainer.preemption import RunSignals, StopRequest, TrainingInterrupted
 from verl.trainer.run_lock import CheckpointFolderError, RunLock
@@ -143,7 +144,9 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
             logger.info("Resuming from %s", resume)
             group.load_checkpoint(os.path.join(resume, "actor"))
             with open(os.path.join(resume, "trainer_state.json"), encoding="utf-8") as f:
-                step = json.load(f)["global_step"]
+                state = json.load(f)
+            step = state["global_step"]
+            warn_if_data_changed(state, len(train), resume)
         ckpt_tracker = CheckpointTracker.load(root) or CheckpointTracker()
         metrics: dict[str, float] = {}
         last_saved = first_step = step
@@ -151,7 +154,9 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
             while step < total_steps:
                 if stop.requested:
                     unsaved = step > first_step and last_saved != step
-                    last = functools.partial(save, group, trainer, step, ckpt_tracker, metrics.get("val/loss"), False)
+                    last = functools.partial(
+                        save, group, trainer, step, len(train), ckpt_tracker, metrics.get("val/loss"), False
+                    )
                     stop.stop(step, unsaved, last, root)
                 epoch, offset = divmod(step, steps_per_epoch)
                 batch = batch_indices(len(train), data.batch_size, epoch, data.seed, data.shuffle)[offset]
@@ -161,11 +166,13 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
                 if val is not None and ((trainer.val_freq > 0 and step % trainer.val_freq == 0) or is_last):
                     metrics.update(validate(group, val, data.val_batch_size))
                 if (trainer.save_freq > 0 and step % trainer.save_freq == 0) or is_last:
-                    ckpt_tracker = save(group, trainer, step, ckpt_tracker, metrics.get("val/loss"), not is_last)
+                    ckpt_tracker = save(
+                        group, trainer, step, len(train), ckpt_tracker, metrics.get("val/loss"), not is_last
+                    )
                     last_saved = step
                 tracker.log(metrics, step=step)
         if last_saved != step:
-            save(group, trainer, step, ckpt_tracker, metrics.get("val/loss"), False)
+            save(group, trainer, step, len(train), ckpt_tracker, metrics.get("val/loss"), False)
         if trainer.export_hf_model:
             group.export_hf_model(os.path.join(root, "huggingface"))
             logger.info("Exported the model to %s", os.path.join(root, "huggingface"))
@@ -178,15 +185,16 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
 
 
 def save(
-    group: Any, trainer: Any, step: int, tracker: CheckpointTracker, val_loss: float | None, more: bool
+    group: Any, trainer: Any, step: int, rows: int, tracker: CheckpointTracker, val_loss: float | None, more: bool
 ) -> CheckpointTracker:
-    """`save_step` of the model, optimizer and step count; the tracker's best is the lowest validation loss. Returns
-    the new tracker."""
+    """`save_step` of the model, optimizer, step count and number of training rows; the tracker's best is the lowest
+    validation loss. Returns the new tracker."""
+    state = {"global_step": step, "train_rows": rows}
 
     def write(path: str) -> None:
         os.makedirs(path, exist_ok=True)
         group.save_checkpoint(os.path.join(path, "actor"))
-        atomic_write(os.path.join(path, "trainer_state.json"), lambda f: json.dump({"global_step": step}, f))
+        atomic_write(os.path.join(path, "trainer_state.json"), lambda f: json.dump(state, f))
 
     score = None if val_loss is None else -val_loss
     return save_step(trainer.save_checkpoint_path, step, tracker, score, write, trainer.save_limit, more)

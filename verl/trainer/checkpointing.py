@@ -259,6 +259,20 @@ def check_matches_run(path: str, model_path: str | None, lora: bool) -> None:
         )
 
 
+def warn_if_data_changed(state: dict, rows: int, path: str) -> None:
+    """On resume: warn when the training data has another number of rows than when `path` was saved (its
+    trainer_state.json's `train_rows`): the saved position in the epoch then points into another order."""
+    saved = state.get("train_rows")
+    if saved is not None and saved != rows:
+        logger.warning(
+            "The training data has %d rows; %s was saved with %d. The run resumes at its step, but the current "
+            "epoch's order is not the saved one: some of its rows may come twice and others not at all.",
+            rows,
+            path,
+            saved,
+        )
+
+
 def step_of(path: str) -> int:
     match = STEP_DIR.match(os.path.basename(os.path.normpath(path)))
     if match is None:

@@ -36,6 +36,7 @@ from verl.trainer.checkpointing import (
     save_step,
     step_dir,
     step_of,
+    warn_if_data_changed,
 )
 from verl.trainer.config import PPOConfig
 from verl.trainer.data_loader import load_loader_state
@@ -511,7 +512,11 @@ class RayPPOTrainer:
         if not trainer.save_model_only:
             loader_state = self.train_dataloader.state_dict()
             atomic_write(os.path.join(path, "dataloader.pt"), lambda f: torch.save(loader_state, f), binary=True)
-            state = {"global_step": self.global_step, "kl_ctrl": self.kl_ctrl.state_dict()}
+            state = {
+                "global_step": self.global_step,
+                "train_rows": len(self.train_dataloader.dataset),
+                "kl_ctrl": self.kl_ctrl.state_dict(),
+            }
             if self.entropy_ctrl is not None:
                 state["entropy_ctrl"] = self.entropy_ctrl.state_dict()
             atomic_write(os.path.join(path, "trainer_state.json"), lambda f: json.dump(state, f))
@@ -534,6 +539,7 @@ class RayPPOTrainer:
         if os.path.isfile(state_file):
             with open(state_file, encoding="utf-8") as f:
                 state = json.load(f)
+            warn_if_data_changed(state, len(self.train_dataloader.dataset), path)
             self.kl_ctrl.load_state_dict(state["kl_ctrl"])
             if self.entropy_ctrl is not None and "entropy_ctrl" in state:
                 self.entropy_ctrl.load_state_dict(state["entropy_ctrl"])
