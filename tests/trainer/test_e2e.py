@@ -880,3 +880,23 @@ def test_a_failing_reward_function_stops_the_cli_with_where_it_raised(workspace,
     assert error.endswith("KeyError: 'nothing'") and hint == (
         "No checkpoint of this run was saved: running the same command again starts over."
     ), message
+
+
+def test_a_reward_actor_killed_mid_step_stops_the_cli_naming_it(workspace, capsys):
+    """The reward actor's process killed (as the OOM killer does) ended the run in Ray's traceback."""
+    from verl.trainer.main import main
+
+    reward = workspace["root"] / "killed_reward.py"
+    reward.write_text("import os, signal\n\ndef compute_score(sample):\n    os.kill(os.getpid(), signal.SIGKILL)\n")
+    args = (
+        f"worker.reward.reward_function={reward}:compute_score",
+        "worker.reward.run_in=actor",
+        "trainer.val_before_train=false",
+    )
+    assert main(text_args(workspace, "killed_reward", *args)) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    errors = [line for line in err.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1, err
+    assert errors[0].startswith(f"Error: The process of the reward function {reward}:compute_score died while scoring")
+    assert "No checkpoint of this run was saved: running the same command again starts over." in err

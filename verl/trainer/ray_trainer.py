@@ -29,6 +29,7 @@ from verl.data.rollout_dump import decode_texts, dump_rollouts
 from verl.protocol import DataProto
 from verl.rewards.function import RewardTimeoutError
 from verl.rewards.scoring import BatchScorer
+from verl.single_controller.ray.base import WorkerDiedError
 from verl.trainer.checkpointing import (
     CheckpointTracker,
     atomic_write,
@@ -323,6 +324,12 @@ class RayPPOTrainer:
                 return ray.get(handle, timeout=timeout)
             except ray.exceptions.GetTimeoutError:
                 pass
+            except ray.exceptions.RayActorError as err:  # the reward actor's or judge's process is gone
+                raise WorkerDiedError(
+                    f"The process of the {reward_parts(reward).get(part, part)} died while scoring step "
+                    f"{self.global_step} (killed, or out of memory: check `dmesg`); the run cannot continue. Ray said: "
+                    f"{err}"
+                ) from None
         where = self.reward_fn.where() if part == "rule" and self.reward_fn is not None else ""
         raise RewardTimeoutError(
             f"The {reward_parts(reward).get(part, part)} did not score step {self.global_step}'s batch within "
