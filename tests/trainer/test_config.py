@@ -188,6 +188,12 @@ def test_missing_config_file(files):
             r"\(worker.rollout.temperature=0\).*worker.rollout.val_override_config.n=2 > 1",
         ),
         (["worker.rollout.temperature=2.5"], r"worker.rollout.temperature must lie in \[0, 2\], got 2.5"),
+        # the loss's own checks ran at the first update, inside a worker
+        (["worker.actor.clip_ratio_low=-0.2"], r"worker.actor.clip_ratio_low must be in \[0, 1\).*got -0.2"),
+        (["worker.actor.clip_ratio_dual=1"], r"worker.actor.clip_ratio_dual must be greater than 1, got 1.0"),
+        (["worker.actor.tau_negative=0"], r"'worker.actor.tau_negative' must be positive"),
+        (["algorithm.kl_coef=-0.1"], r"'algorithm.kl_coef' must be zero or positive"),
+        (["algorithm.kl_target=0"], r"'algorithm.kl_target' must be positive"),
     ],
 )
 def test_cross_field_checks(files, override, pattern):

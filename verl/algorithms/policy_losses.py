@@ -146,16 +146,19 @@ def _sapo_loss(x: PolicyLossInputs) -> PolicyLossTerms:
     return PolicyLossTerms(-x.advantages * (4.0 / tau) * torch.sigmoid(tau * (_token_ratio(x) - 1.0)))
 
 
-def _check_clip_ratios(clip_ratio_low: float, clip_ratio_high: float, clip_ratio_dual: float) -> None:
+def check_clip_ratios(
+    clip_ratio_low: float, clip_ratio_high: float, clip_ratio_dual: float, prefix: str = "actor."
+) -> None:
+    """The config check (`prefix`: where the keys are) and the loss's own."""
     if not 0.0 <= clip_ratio_low < 1.0 or clip_ratio_high < 0.0:
         raise ValueError(
-            f"actor.clip_ratio_low must be in [0, 1) and actor.clip_ratio_high >= 0, got {clip_ratio_low} and "
+            f"{prefix}clip_ratio_low must be in [0, 1) and {prefix}clip_ratio_high >= 0, got {clip_ratio_low} and "
             f"{clip_ratio_high}."
         )
     if clip_ratio_dual <= 1.0:
         raise ValueError(
-            f"actor.clip_ratio_dual must be greater than 1, got {clip_ratio_dual}; use float('inf') to turn the dual "
-            "clip off."
+            f"{prefix}clip_ratio_dual must be greater than 1, got {clip_ratio_dual}; use .inf to turn the dual clip "
+            "off."
         )
 
 
@@ -197,7 +200,7 @@ def compute_policy_loss(
         raise ValueError(
             f"Unknown actor.loss_type {loss_type!r}; choose one of {', '.join(_POLICY_LOSSES)}, or your own function as 'path/to/file.py:function'."
         )
-    _check_clip_ratios(clip_ratio_low, clip_ratio_high, clip_ratio_dual)
+    check_clip_ratios(clip_ratio_low, clip_ratio_high, clip_ratio_dual)
     log_probs, mask = log_probs.float(), response_mask.float()
     log_ratio = log_probs - old_log_probs.float()
     inputs = PolicyLossInputs(

@@ -223,6 +223,8 @@ class AlgorithmConfig:
         require_algorithm(self, prefix, "adv_estimator", "adv_estimator", algorithms.registered_adv_estimators())
         require_algorithm(self, prefix, "kl_penalty", "kl_penalty", algorithms.registered_kl_penalties())
         require_choice(self, prefix, "kl_type", algorithms.KL_CONTROLLER_TYPES)
+        require_non_negative(self, prefix, "kl_coef")
+        require_positive(self, prefix, "kl_horizon", "kl_target")
         self._check_estimator_options(prefix)
         if self.disable_kl and self.use_kl_loss:
             logger.warning(

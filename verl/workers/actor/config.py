@@ -122,8 +122,14 @@ rank and splits it before its language model."""
 
     def validate(self, prefix: str) -> None:
         from verl.algorithms import core_algos  # the registries, with their torch code: imported on first use
+        from verl.algorithms.policy_losses import check_clip_ratios
 
         validate_trained_section(self, prefix)
+        require_positive(self, prefix, "tau_positive", "tau_negative")
+        try:
+            check_clip_ratios(self.clip_ratio_low, self.clip_ratio_high, self.clip_ratio_dual, prefix)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
         require_algorithm(self, prefix, "loss_type", "policy_loss", core_algos.registered_policy_losses())
         defined = core_algos.policy_loss_avg_mode(self.loss_type)
         if defined is not None and self.loss_avg_mode is not None and self.loss_avg_mode != defined:
