@@ -194,6 +194,10 @@ def test_missing_config_file(files):
         (["worker.actor.tau_negative=0"], r"'worker.actor.tau_negative' must be positive"),
         (["algorithm.kl_coef=-0.1"], r"'algorithm.kl_coef' must be zero or positive"),
         (["algorithm.kl_target=0"], r"'algorithm.kl_target' must be positive"),
+        (["worker.actor.optim.betas=[0.9,1.5]"], r"worker.actor.optim.betas must be two numbers in \[0, 1\)"),
+        (["worker.actor.optim.lr_warmup_ratio=2"], r"worker.actor.optim.lr_warmup_ratio is a fraction"),
+        (["worker.actor.optim.min_lr_ratio=-1"], r"worker.actor.optim.min_lr_ratio is a fraction"),
+        (["worker.actor.optim.lr_warmup_steps=-5"], r"'worker.actor.optim.lr_warmup_steps' must be zero or positive"),
     ],
 )
 def test_cross_field_checks(files, override, pattern):

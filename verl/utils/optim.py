@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
-from verl.utils.config import require_choice, require_finite, require_non_negative
+from verl.utils.config import ConfigError, require_choice, require_finite, require_non_negative
 from verl.utils.device import is_cpu
 
 
@@ -41,8 +41,14 @@ class OptimConfig:
     def validate(self, prefix: str) -> None:
         require_choice(self, prefix, "strategy", OPTIMIZER_STRATEGIES)
         require_choice(self, prefix, "lr_scheduler_type", LR_SCHEDULER_TYPES)
-        require_non_negative(self, prefix, "lr", "weight_decay")
+        require_non_negative(self, prefix, "lr", "weight_decay", "lr_warmup_steps")
         require_finite(self, prefix, "lr", "weight_decay")
+        if len(self.betas) != 2 or not all(0.0 <= beta < 1.0 for beta in self.betas):
+            raise ConfigError(f"{prefix}betas must be two numbers in [0, 1) (beta1, beta2), got {list(self.betas)}.")
+        for name in ("lr_warmup_ratio", "min_lr_ratio"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value <= 1.0:
+                raise ConfigError(f"{prefix}{name} is a fraction and must lie in [0, 1], got {value}.")
 
 
 class BF16AdamW(torch.optim.Optimizer):

@@ -9,6 +9,7 @@ batch sizes, its model being required by gae) are `verl.trainer.config`'s.
 from dataclasses import dataclass, field
 
 from verl.models.config import FSDPConfig, ModelConfig, OffloadConfig
+from verl.utils.config import require_positive
 from verl.utils.optim import OptimConfig
 from verl.workers.actor.config import validate_trained_section
 
@@ -50,6 +51,7 @@ class CriticConfig:
 
     def validate(self, prefix: str) -> None:
         validate_trained_section(self, prefix)
+        require_positive(self, prefix, "cliprange_value")
         if self.model.lora.rank > 0:
             raise NotImplementedError(
                 f"{prefix}model.lora.rank={self.model.lora.rank}: LoRA is implemented for the actor only; set it to 0 "
