@@ -183,6 +183,10 @@ def test_config_errors_name_the_key(tmp_path) -> None:
         load_sft_config([*base, "worker.model.lora.rank=8"])
     with pytest.raises(ConfigError, match="Unknown|unknown"):
         load_sft_config([*base, "data.batchsize=3"])
+    with pytest.raises(ConfigError, match="data.min_pixels=5000 is above data.max_pixels=4000"):
+        load_sft_config([*base, "data.min_pixels=5000", "data.max_pixels=4000"])
+    with pytest.raises(ConfigError, match="worker.fsdp.fsdp_size=3 must divide the 4 devices"):
+        load_sft_config([*base, "worker.fsdp.fsdp_size=3", "trainer.n_gpus_per_node=4"])
 
 
 # ---------------------------------------------------------------------------------------------------- real runs

@@ -198,6 +198,19 @@ def test_missing_config_file(files):
         (["worker.actor.optim.lr_warmup_ratio=2"], r"worker.actor.optim.lr_warmup_ratio is a fraction"),
         (["worker.actor.optim.min_lr_ratio=-1"], r"worker.actor.optim.min_lr_ratio is a fraction"),
         (["worker.actor.optim.lr_warmup_steps=-5"], r"'worker.actor.optim.lr_warmup_steps' must be zero or positive"),
+        (
+            ["worker.ref.fsdp.fsdp_size=0"],
+            r"worker.ref.fsdp.fsdp_size must be -1 \(shard over all devices\) or positive",
+        ),
+        (
+            ["trainer.n_gpus_per_node=4", "worker.actor.fsdp.fsdp_size=3"],
+            r"worker.actor.fsdp.fsdp_size=3 must divide the 4 devices",
+        ),
+        (["worker.rollout.top_k=-2"], r"worker.rollout.top_k must be -1 or 0 \(no top-k\) or at least 1, got -2"),
+        (["worker.rollout.max_turns=0"], r"'worker.rollout.max_turns' must be positive"),
+        (["data.min_pixels=5000", "data.max_pixels=4000"], r"data.min_pixels=5000 is above data.max_pixels=4000"),
+        (["data.video_fps=0"], r"'data.video_fps' must be positive"),
+        (["trainer.critic_warmup=-1"], r"'trainer.critic_warmup' must be zero or positive"),
     ],
 )
 def test_cross_field_checks(files, override, pattern):

@@ -208,6 +208,18 @@ class FSDPConfig:
 
     def validate(self, prefix: str) -> None:
         require_choice(self, prefix, "torch_dtype", TORCH_DTYPES)
+        if self.fsdp_size == 0 or self.fsdp_size < -1:
+            raise ConfigError(
+                f"{prefix}fsdp_size must be -1 (shard over all devices) or positive, got {self.fsdp_size}."
+            )
+
+    def check_world(self, prefix: str, world: int) -> None:
+        """An HSDP shard group (0 < fsdp_size < the `world` devices) must divide the devices."""
+        if 0 < self.fsdp_size < world and world % self.fsdp_size:
+            raise ConfigError(
+                f"{prefix}fsdp_size={self.fsdp_size} must divide the {world} devices (trainer.nnodes x "
+                "trainer.n_gpus_per_node) for HSDP, or be -1 to shard over all of them."
+            )
 
 
 @dataclass

@@ -19,6 +19,7 @@ from verl.utils.config import (
     command_line_sources,
     merge_config,
     require_dataset_files,
+    require_pixel_range,
     require_positive,
 )
 from verl.utils.optim import OptimConfig
@@ -75,6 +76,7 @@ class SFTDataConfig:
         if self.truncation not in TRUNCATIONS:
             raise ConfigError(f"{prefix}truncation is '{self.truncation}'; choose one of: {', '.join(TRUNCATIONS)}.")
         require_positive(self, prefix, "max_length", "batch_size", "val_batch_size")
+        require_pixel_range(self, prefix)
 
     def check_files(self, prefix: str) -> None:
         require_dataset_files(self, prefix)
@@ -154,6 +156,7 @@ def validate_sft_config(config: SFTConfig) -> None:
             f"data.batch_size={data.batch_size} must split evenly over trainer.nnodes x trainer.n_gpus_per_node = "
             f"{world} devices."
         )
+    worker.fsdp.check_world("worker.fsdp.", world)
     data.check_files("data.")
     worker.check_files("worker.")
     trainer.check_files("trainer.")

@@ -38,6 +38,7 @@ from verl.utils.config import (
     require_dataset_files,
     require_non_negative,
     require_path,
+    require_pixel_range,
     require_positive,
     require_writable_dir,
     set_keys,
@@ -134,6 +135,8 @@ class DataConfig:
         names = ("max_prompt_length", "max_response_length", "rollout_batch_size", "mini_rollout_batch_size")
         require_positive(self, prefix, *names)
         require_non_negative(self, prefix, "seed", "dataloader_num_workers")
+        require_positive(self, prefix, "video_fps", "filter_overlong_prompts_workers")
+        require_pixel_range(self, prefix)
         if self.val_batch_size == 0 or self.val_batch_size < -1:
             raise ConfigError(
                 f"Config key '{prefix}val_batch_size' is {self.val_batch_size}; use a positive number of prompts, "
@@ -359,6 +362,7 @@ class TrainerConfig(BaseTrainerConfig):
     def validate(self, prefix: str) -> None:
         super().validate(prefix)
         require_positive(self, prefix, "rollout_data_freq")
+        require_non_negative(self, prefix, "critic_warmup", "val_generations_to_log")
 
     def check_files(self, prefix: str) -> None:
         super().check_files(prefix)
@@ -556,6 +560,8 @@ def check_cross_section(config: PPOConfig) -> None:
     _check_batch_sizes(config)
     _check_engine_heads(config)
     _check_validation(config)
+    for role in ("actor", "critic", "ref"):
+        getattr(worker, role).fsdp.check_world(f"worker.{role}.fsdp.", config.trainer.world_size())
 
 
 def _check_validation(config: PPOConfig) -> None:

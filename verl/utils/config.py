@@ -231,6 +231,17 @@ def require_non_negative(section: Any, prefix: str, *names: str) -> None:
             raise ConfigError(f"Config key '{prefix}{name}' must be zero or positive, got {value}.")
 
 
+def require_pixel_range(section: Any, prefix: str) -> None:
+    """`min_pixels` and `max_pixels` (an image's area bounds) are unset or positive, and min <= max."""
+    require_positive(section, prefix, "min_pixels", "max_pixels")
+    low, high = section.min_pixels, section.max_pixels
+    if low is not None and high is not None and low > high:
+        raise ConfigError(
+            f"{prefix}min_pixels={low} is above {prefix}max_pixels={high}; images are resized into [min_pixels, "
+            "max_pixels]."
+        )
+
+
 def require_finite(section: Any, prefix: str, *names: str) -> None:
     """Each named field of `section` is a finite number (not nan or inf)."""
     for name, value in _values(section, names):
