@@ -183,6 +183,8 @@ def test_config_errors_name_the_key(tmp_path) -> None:
         load_sft_config([*base, "worker.model.lora.rank=8"])
     with pytest.raises(ConfigError, match="Unknown|unknown"):
         load_sft_config([*base, "data.batchsize=3"])
+    with pytest.raises(ConfigError, match="'data.seed' must be zero or positive"):
+        load_sft_config([*base, "data.seed=-1"])
     with pytest.raises(ConfigError, match="data.min_pixels=5000 is above data.max_pixels=4000"):
         load_sft_config([*base, "data.min_pixels=5000", "data.max_pixels=4000"])
     with pytest.raises(ConfigError, match="worker.fsdp.fsdp_size=3 must divide the 4 devices"):
