@@ -297,7 +297,7 @@ def test_the_trainer_records_every_file_of_a_step_before_the_tracker(tmp_path):
         ckpt_tracker=CheckpointTracker(),
         actor_rollout_ref_wg=Worker(),
         use_critic=False,
-        train_dataloader=SimpleNamespace(state_dict=lambda: {"position": 3}),
+        train_dataloader=SimpleNamespace(state_dict=lambda: {"position": 3}, dataset=[None] * 8),
         kl_ctrl=SimpleNamespace(state_dict=lambda: {"value": 0.1}),
         entropy_ctrl=None,
     )
@@ -307,6 +307,8 @@ def test_the_trainer_records_every_file_of_a_step_before_the_tracker(tmp_path):
         files = json.load(f)["files"]
     assert sorted(files) == ["actor/__0_0.distcp", "dataloader.pt", "trainer_state.json"]
     assert files["actor/__0_0.distcp"]["size"] == 100
+    state_file = tmp_path / "global_step_1" / "trainer_state.json"
+    assert json.loads(state_file.read_text()) == {"global_step": 1, "train_rows": 8, "kl_ctrl": {"value": 0.1}}
     assert CheckpointTracker.load(str(tmp_path)).last_global_step == 1
 
 

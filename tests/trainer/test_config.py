@@ -207,7 +207,6 @@ def test_missing_config_file(files):
             r"worker.actor.fsdp.fsdp_size=3 must divide the 4 devices",
         ),
         (["worker.rollout.top_k=-2"], r"worker.rollout.top_k must be -1 or 0 \(no top-k\) or at least 1, got -2"),
-        (["worker.rollout.max_turns=0"], r"'worker.rollout.max_turns' must be positive"),
         (["data.min_pixels=5000", "data.max_pixels=4000"], r"data.min_pixels=5000 is above data.max_pixels=4000"),
         (["data.video_fps=0"], r"'data.video_fps' must be positive"),
         (["trainer.critic_warmup=-1"], r"'trainer.critic_warmup' must be zero or positive"),

@@ -171,7 +171,6 @@ class RolloutConfig:
         positive = ("n", "tensor_parallel_size", "kv_cache_memory_mb", "max_num_seqs", "max_num_batched_tokens")
         require_positive(self, prefix, *positive)
         require_non_negative(self, prefix, "seed", "limit_images")
-        require_positive(self, prefix, "max_turns", "max_tokens_per_turn")
         if self.top_k < -1:
             raise ConfigError(f"{prefix}top_k must be -1 or 0 (no top-k) or at least 1, got {self.top_k}.")
         require_choice(self, prefix, "name", NAMES)
