@@ -33,7 +33,6 @@ from verl.single_controller.ray.base import WorkerDiedError
 from verl.trainer.checkpointing import (
     CheckpointTracker,
     atomic_write,
-    resume_path,
     save_step,
     step_dir,
     step_of,
@@ -136,6 +135,7 @@ class RayPPOTrainer:
         tracker: Any,
         reward_model_wg: Any | None = None,
         judge: Any | None = None,
+        resume_from: str | None = None,
     ) -> None:
         self.config = config
         self.tokenizer = tokenizer
@@ -150,6 +150,8 @@ class RayPPOTrainer:
         self.reward_fn = reward_fn
         self.scorer = BatchScorer(config.worker.reward, tokenizer, reward_fn, reward_model_wg, judge, self._get_reward)
         self.tracker = tracker
+        self.resume_from = resume_from
+        """The checkpoint the run resumes from, chosen (and checked) before Ray started; None for a new run."""
         algo = config.algorithm
         self.use_critic = core_algos.estimator_needs_critic(algo.adv_estimator)
         self.use_reference = not algo.disable_kl
@@ -529,9 +531,8 @@ class RayPPOTrainer:
             atomic_write(os.path.join(path, "trainer_state.json"), lambda f: json.dump(state, f))
 
     def _load_checkpoint(self) -> str | None:
-        """Resume from the configured (or latest) checkpoint; returns its path, or None."""
-        trainer = self.config.trainer
-        path = resume_path(trainer.load_checkpoint_path, trainer.find_last_checkpoint, trainer.save_checkpoint_path)
+        """Resume from `resume_from`; returns its path, or None."""
+        trainer, path = self.config.trainer, self.resume_from
         if path is None:
             return None
         logger.info("Resuming from %s", path)

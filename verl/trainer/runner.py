@@ -260,6 +260,7 @@ def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
                 tracker,
                 reward_model_wg=workers.reward_model,
                 judge=judge,
+                resume_from=resumed,
                 **extra,
             )
             return trainer.fit()
