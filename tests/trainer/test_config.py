@@ -242,9 +242,19 @@ def test_output_folders_must_be_creatable_and_are_not_created_by_the_check(files
             load_config([*base_args(files), f"{key}={files / 'notes.txt'}"])
         with pytest.raises(ConfigError, match=rf"'{key}' is .*which cannot be created: '.*notes.txt' is a file"):
             load_config([*base_args(files), f"{key}={files / 'notes.txt' / 'deeper' / 'run'}"])
+    with pytest.raises(ConfigError, match=r"'trainer.ray_timeline' is '.*', which is a directory; give a file path"):
+        load_config([*base_args(files), f"trainer.ray_timeline={files}"])
+    timeline = files / "notes.txt" / "timeline.json"
+    with pytest.raises(ConfigError, match=r"ray_timeline' is .*whose folder is a file; give a file in a writable"):
+        load_config([*base_args(files), f"trainer.ray_timeline={timeline}"])
     nested = files / "new" / "deeper"
     config = load_config(
-        [*base_args(files), f"trainer.save_checkpoint_path={nested}", f"trainer.rollout_data_dir={nested}/rollouts"]
+        [
+            *base_args(files),
+            f"trainer.save_checkpoint_path={nested}",
+            f"trainer.rollout_data_dir={nested}/rollouts",
+            f"trainer.ray_timeline={nested}/timeline.json",
+        ]
     )
     assert config.trainer.save_checkpoint_path == str(nested) and not (files / "new").exists()
 

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import pytest
 from processes import start_run_in_a_group
@@ -125,7 +126,9 @@ def test_sigterm_saves_a_checkpoint_and_the_next_run_resumes(tmp_path):
     Ray's client and saved nothing; they now live in groups of their own, so the driver alone gets it."""
     command, env, save = _trainer_command(tmp_path)
     log = save / "experiment_log.jsonl"
-    launcher, proc = _start_and_wait_for_a_step([*command, "data.dataloader_num_workers=2"], env, save)
+    timeline = tmp_path / "trace" / "timeline.json"
+    interrupted = [*command, "data.dataloader_num_workers=2", f"trainer.ray_timeline={timeline}"]
+    launcher, proc = _start_and_wait_for_a_step(interrupted, env, save)
     os.killpg(launcher.pid, signal.SIGTERM)
     assert launcher.wait(timeout=10) == -signal.SIGTERM
     _, stderr = proc.communicate(timeout=300)
@@ -134,6 +137,9 @@ def test_sigterm_saves_a_checkpoint_and_the_next_run_resumes(tmp_path):
     assert len(stopped) == 1 and "checkpoint saved to" in stopped[0], stderr[-3000:]
     step = CheckpointTracker.load(str(save)).last_global_step
     assert 1 <= step < 40 and is_complete(str(save / f"global_step_{step}"))
+    # the Ray timeline is written after an interrupted run too, with the workers' calls up to the last step
+    calls = Counter(event["name"] for event in json.loads(timeline.read_text()))
+    assert calls["actor_rollout_ref_update_actor"] == 2 * step and calls["actor_rollout_ref_save_checkpoint"] >= 2
 
     resumed = subprocess.run(
         [*command, f"trainer.max_steps={step + 1}"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600

@@ -358,6 +358,10 @@ class TrainerConfig(BaseTrainerConfig):
     """Resume from this global_step_N directory."""
     find_last_checkpoint: bool = True
     """Resume from the latest checkpoint under save_checkpoint_path when one exists."""
+    ray_timeline: str | None = None
+    """A JSON file the run's Ray timeline is written to when it ends (also after an error): every remote call of the
+    driver and the workers, for chrome://tracing or ui.perfetto.dev. A Ray the run starts records it; a Ray joined
+    through RAY_ADDRESS must have been started with RAY_PROFILING=1. None records nothing."""
 
     def validate(self, prefix: str) -> None:
         super().validate(prefix)
@@ -367,6 +371,7 @@ class TrainerConfig(BaseTrainerConfig):
     def check_files(self, prefix: str) -> None:
         super().check_files(prefix)
         require_writable_dir(self, prefix, "rollout_data_dir")
+        require_writable_dir(self, prefix, "ray_timeline", file=True)
         path = self.load_checkpoint_path
         if path:
             require_path(self, prefix, "load_checkpoint_path", "directory")

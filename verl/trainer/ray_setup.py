@@ -3,11 +3,13 @@
 """Starting (or joining) Ray for a run: the workers' environment and setup hook, and the reaper that ends the run's
 processes if the driver is killed."""
 
+import json
 import logging
 import os
 import shutil
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -46,6 +48,11 @@ def worker_env(device: str) -> dict[str, str]:
 TASK_EVENTS_ENV = "RAY_task_events_report_interval_ms"
 """Ray's task-event reporting interval; 0 turns per-task records off."""
 
+TASK_EVENTS_INTERVAL_MS = 1000
+"""The interval with trainer.ray_timeline (Ray's default): a worker's events reach the GCS within it."""
+PROFILING_ENV = "RAY_PROFILING"
+"""1: Ray records the timeline's events (ray.timeline)."""
+
 PRESTART_ENV = "RAY_prestart_worker_first_driver"
 """Whether Ray prestarts an idle worker when the driver connects; 0 turns it off."""
 
@@ -56,12 +63,12 @@ def init_ray(config: PPOConfig, device: str) -> None:
     processes = trainer.nnodes * trainer.n_gpus_per_node + reward.model.nnodes * reward.model.n_gpus_per_node
     processes += config.worker.rollout.pool_size()  # mode=disaggregated: the engines' own processes
     # Reward actors idle most of the time: they may share the machine's cores rather than block the workers.
-    start_ray(device, processes + 2 * reward.num_cpus)
+    start_ray(device, processes + 2 * reward.num_cpus, profile=bool(trainer.ray_timeline))
 
 
-def start_ray(device: str, cpu_slots: int) -> None:
+def start_ray(device: str, cpu_slots: int, profile: bool = False) -> None:
     """Join the Ray that RAY_ADDRESS names, or start a local one (on CPU with at least `cpu_slots` logical CPUs, one
-    per worker); nothing if already connected."""
+    per worker, recording a timeline with `profile`); nothing if already connected."""
     quiet.install_driver_filters()  # before Ray announces itself
     if ray.is_initialized():
         return
@@ -71,19 +78,21 @@ def start_ray(device: str, cpu_slots: int) -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env)
     else:
-        _start_local_ray(device, cpu_slots, runtime_env)
+        _start_local_ray(device, cpu_slots, runtime_env, profile)
     # ray.init replaces the SIGTERM handler (a started Ray's would kill its daemons under this process); a handler the
     # caller installed (the runner's RunSignals) is put back.
     if callable(previous) and _main_thread():
         signal.signal(signal.SIGTERM, previous)
 
 
-def _start_local_ray(device: str, cpu_slots: int, runtime_env: dict) -> None:
+def _start_local_ray(device: str, cpu_slots: int, runtime_env: dict, profile: bool) -> None:
     num_cpus = (os.cpu_count() or 1) if device == "cuda" else max(os.cpu_count() or 1, cpu_slots)
-    # No dashboard, so Ray's per-task event records (which grow the GCS for days, docs/reliability.md) are off, and
-    # no idle prestarted worker (every actor needs its own process); unless the user set the variables.
-    os.environ.setdefault(TASK_EVENTS_ENV, "0")
-    os.environ.setdefault(PRESTART_ENV, "0")
+    # No dashboard, so Ray's per-task event records (which grow the GCS for days, docs/reliability.md) are off unless
+    # a timeline is asked for, and no idle prestarted worker (every actor needs its own process); unless the user set
+    # the variables.
+    events = {TASK_EVENTS_ENV: str(TASK_EVENTS_INTERVAL_MS), PROFILING_ENV: "1"} if profile else {TASK_EVENTS_ENV: "0"}
+    for name, value in {**events, PRESTART_ENV: "0"}.items():
+        os.environ.setdefault(name, value)
     warning = ray_temp_disk_warning()
     if warning:
         logger.warning(warning)
@@ -139,3 +148,30 @@ def ray_temp_disk_warning() -> str | None:
 
 def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
+
+
+def write_timeline(path: str) -> None:
+    """Write Ray's timeline (`ray.timeline`: every remote call's phases, per process) as a Chrome trace to `path`,
+    once the workers' last events have been reported; a failure is a warning (the run's checkpoints are saved)."""
+    time.sleep(int(os.environ.get(TASK_EVENTS_ENV, TASK_EVENTS_INTERVAL_MS)) / 1000 + 0.5)
+    try:
+        events = ray.timeline()
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(events, f)
+    except Exception as err:
+        logger.warning("Could not write trainer.ray_timeline=%s: %s", path, err)
+        return
+    if events:
+        logger.info(
+            "Wrote the Ray timeline (%d events) to %s: open it in chrome://tracing or ui.perfetto.dev.",
+            len(events),
+            path,
+        )
+    else:
+        logger.warning(
+            "The Ray timeline in %s is empty: a Ray joined through RAY_ADDRESS records one only when started with "
+            "RAY_PROFILING=1 and %s above 0.",
+            path,
+            TASK_EVENTS_ENV,
+        )

@@ -25,7 +25,7 @@ from verl.trainer.config import PPOConfig
 from verl.trainer.data_loader import create_dataloader
 from verl.trainer.disaggregated_trainer import DisaggregatedRayPPOTrainer
 from verl.trainer.preemption import RunSignals
-from verl.trainer.ray_setup import SetupError, init_ray
+from verl.trainer.ray_setup import SetupError, init_ray, write_timeline
 from verl.trainer.ray_trainer import RayPPOTrainer, count_training_steps
 from verl.trainer.run_lock import CheckpointFolderError, RunLock
 from verl.utils import stall_report
@@ -268,6 +268,8 @@ def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
             signals.stopping()  # a signal from here on exits at once: nothing is left to save
             tracker.finish()
     finally:
+        if trainer_config.ray_timeline:  # before the workers stop (a stopped worker's last events are lost)
+            write_timeline(trainer_config.ray_timeline)
         workers.shutdown()
         _release(reward_fn, judge)
 

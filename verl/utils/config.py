@@ -276,13 +276,18 @@ def require_path(section: Any, prefix: str, name: str, kind: str = "path", allow
         raise ConfigError(f"Config key '{key}' points to '{path}', which is not a file.")
 
 
-def require_writable_dir(section: Any, prefix: str, name: str) -> None:
+def require_writable_dir(section: Any, prefix: str, name: str, *, file: bool = False) -> None:
     """The named output-folder field of `section` is unset, or a directory this process can create and write in
-    (checked without creating anything: the nearest existing folder on its path must be a writable directory)."""
+    (checked without creating anything: the nearest existing folder on its path must be a writable directory). With
+    `file`, the field names an output file, not a directory, and its folder is checked."""
     ((_, path),) = _values(section, [name])
     if not path:
         return
     full = os.path.abspath(os.path.expanduser(path))
+    if file:
+        if os.path.isdir(full):
+            raise ConfigError(f"Config key '{prefix}{name}' is '{path}', which is a directory; give a file path.")
+        full = os.path.dirname(full)
     existing = full
     while not os.path.lexists(existing):
         existing = os.path.dirname(existing)
@@ -296,7 +301,8 @@ def require_writable_dir(section: Any, prefix: str, name: str) -> None:
         )
     else:
         return
-    raise ConfigError(f"Config key '{prefix}{name}' is '{path}', which {reason}; give a writable directory.")
+    subject, wanted = ("whose folder", "a file in a writable directory") if file else ("which", "a writable directory")
+    raise ConfigError(f"Config key '{prefix}{name}' is '{path}', {subject} {reason}; give {wanted}.")
 
 
 def require_data_files(section: Any, prefix: str, *names: str) -> None:

@@ -31,6 +31,8 @@ DRIVER_MESSAGES: tuple[KnownMessage, ...] = (
         "ray._private.authentication.authentication_token_setup",
         "Token authentication is enabled for this Ray cluster.",
     ),
+    # ray.timeline (trainer.ray_timeline) announces a future source for its events at every call.
+    KnownMessage("ray._private.state", "In the near future, ray.timeline() will read"),
 )
 
 WORKER_MESSAGES: tuple[KnownMessage, ...] = (
