@@ -777,6 +777,12 @@ def test_reward_model_keys_are_checked_before_anything_starts(files, tmp_path):
         f"worker.reward.model.model_path={rm} worker.reward.model.max_length=0": "'worker.reward.model.max_length' must be positive",
         f"worker.reward.model.model_path={rm} worker.reward.model.nnodes=0": "'worker.reward.model.nnodes' must be positive",
         "worker.reward.model.n_gpus_per_node=2": "worker.reward.model.model_path is not",
+        f"worker.reward.model.model_path={rm} worker.reward.model.n_gpus_per_node=4 worker.reward.model.fsdp.fsdp_size=3": (
+            "worker.reward.model.fsdp.fsdp_size=3 must divide the 4 devices (worker.reward.model.nnodes x "
+        ),
+        f"worker.reward.model.model_path={rm} trainer.n_gpus_per_node=4 worker.reward.model.fsdp.fsdp_size=3": (
+            "worker.reward.model.fsdp.fsdp_size=3 must divide the 4 devices (trainer.nnodes x "
+        ),
         "worker.reward.rule_weight=inf": "'worker.reward.rule_weight' must be a finite",
     }
     for overrides, message in cases.items():

@@ -213,12 +213,15 @@ class FSDPConfig:
                 f"{prefix}fsdp_size must be -1 (shard over all devices) or positive, got {self.fsdp_size}."
             )
 
-    def check_world(self, prefix: str, world: int) -> None:
-        """An HSDP shard group (0 < fsdp_size < the `world` devices) must divide the devices."""
+    def check_world(
+        self, prefix: str, world: int, counted_by: str = "trainer.nnodes x trainer.n_gpus_per_node"
+    ) -> None:
+        """An HSDP shard group (0 < fsdp_size < the `world` devices, which `counted_by` names) must divide the
+        devices."""
         if 0 < self.fsdp_size < world and world % self.fsdp_size:
             raise ConfigError(
-                f"{prefix}fsdp_size={self.fsdp_size} must divide the {world} devices (trainer.nnodes x "
-                "trainer.n_gpus_per_node) for HSDP, or be -1 to shard over all of them."
+                f"{prefix}fsdp_size={self.fsdp_size} must divide the {world} devices ({counted_by}) for HSDP, or be -1 "
+                "to shard over all of them."
             )
 
 

@@ -567,6 +567,13 @@ def check_cross_section(config: PPOConfig) -> None:
     _check_validation(config)
     for role in ("actor", "critic", "ref"):
         getattr(worker, role).fsdp.check_world(f"worker.{role}.fsdp.", config.trainer.world_size())
+    reward_model = worker.reward.model
+    if reward_model.model_path and reward_model.n_gpus_per_node:  # a pool of its own
+        pool = "worker.reward.model.nnodes x worker.reward.model.n_gpus_per_node"
+        world = reward_model.nnodes * reward_model.n_gpus_per_node
+        reward_model.fsdp.check_world("worker.reward.model.fsdp.", world, pool)
+    elif reward_model.model_path:  # sharded beside the actor
+        reward_model.fsdp.check_world("worker.reward.model.fsdp.", config.trainer.world_size())
 
 
 def _check_validation(config: PPOConfig) -> None:
