@@ -1066,3 +1066,22 @@ def test_the_weight_sync_refuses_an_unchecked_mixture_of_experts_from_its_config
     refuse_unchecked_experts("The actor", {"model_type": "qwen3_moe", "num_experts": 4})
     refuse_unchecked_experts("The actor", {"model_type": "qwen3_vl_moe", "text_config": {"num_local_experts": 4}})
     assert expert_count({"model_type": "qwen2", "num_experts": 0}) is None
+
+
+def test_head_sizes_the_cpu_engine_cannot_run_are_refused(files, tmp_path):
+    """vLLM's CPU attention runs some head sizes only and found another in the engine's first forward, in a worker."""
+    args = [arg for arg in base_args(files) if not arg.startswith("worker.actor.model.model_path")]
+    args += ["trainer.device=cpu"]
+    narrow = _write_model_config(tmp_path / "narrow", hidden_size=64, num_attention_heads=4)
+    gemma = _write_model_config(tmp_path / "gemma", text_config={"head_dim": 64, "global_head_dim": 24})
+    cases = {
+        f"worker.actor.model.model_path={narrow}": "narrow' has attention heads of 16 dimensions (head_dim); vLLM's",
+        f"worker.actor.model.model_path={gemma}": "gemma' has attention heads of 24 dimensions (global_head_dim)",
+    }
+    for override, message in cases.items():
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            load_config([*args, override])
+    wide = _write_model_config(tmp_path / "wide", hidden_size=128, num_attention_heads=4)
+    assert load_config([*args, f"worker.actor.model.model_path={wide}"]).worker.actor.model.model_path == wide
+    with pytest.raises(ConfigError, match=r"worker.reward.judge.model_path='.*narrow' has attention heads of 16"):
+        load_config([*args, f"worker.actor.model.model_path={wide}", f"worker.reward.judge.model_path={narrow}"])

