@@ -106,6 +106,14 @@ def test_unknown_key_names_path_and_suggestion(files):
     assert "worker.actor.optim.learning_rate" in str(err.value)
     with pytest.raises(ConfigError, match=r"'data.max_prompt_lenght'.*Did you mean 'data.max_prompt_length'"):
         load_config([*base_args(files), "data.max_prompt_lenght=3"])
+    easyr1 = {
+        "worker.critic.fsdp.use_orig_params=false": "'worker.critic.fsdp.use_orig_params' is an FSDP1 option",
+        "worker.rollout.disable_log_stats=true": "'worker.rollout.disable_log_stats' is an EasyR1 option passed to",
+        "worker.ref.strategy=fsdp": "'worker.ref.strategy' is an EasyR1 key: the reference model runs in the actor's",
+    }
+    for override, message in easyr1.items():
+        with pytest.raises(ConfigError, match=re.escape(message) + r".*; delete it\."):
+            load_config([*base_args(files), override])
 
 
 def test_unknown_key_in_yaml_names_file(files):

@@ -40,6 +40,16 @@ def _unwrap_optional(tp: Any) -> Any:
     return tp
 
 
+EASYR1_ONLY_KEYS: dict[str, str] = {
+    "fsdp.use_orig_params": "an FSDP1 option of EasyR1's: FSDP2 always trains the original parameters",
+    "rollout.disable_log_stats": "an EasyR1 option passed to vLLM: the rollout steps the engine itself and logs its "
+    "own metrics",
+    "ref.strategy": "an EasyR1 key: the reference model runs in the actor's processes, with worker.actor.strategy",
+}
+"""EasyR1 keys (by the end of their path) with no counterpart here, and why: the unknown-key error says it, so a
+migrated config is fixed by deleting them."""
+
+
 def check_keys(schema: type, user: Mapping, prefix: str = "") -> None:
     """Raise ConfigError for the first key in `user` that the dataclass tree `schema` does not have.
 
@@ -49,6 +59,9 @@ def check_keys(schema: type, user: Mapping, prefix: str = "") -> None:
     for key, value in user.items():
         path = f"{prefix}{key}"
         if key not in fields:
+            retired = next((why for end, why in EASYR1_ONLY_KEYS.items() if path.endswith(end)), None)
+            if retired is not None:
+                raise ConfigError(f"Config key '{path}' is {retired}; delete it.")
             close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.5)
             hint = f" Did you mean '{prefix}{close[0]}'?" if close else ""
             valid = ", ".join(sorted(fields))
