@@ -296,11 +296,12 @@ class BaseTrainerConfig:
     n_gpus_per_node: int = 8
     """Devices per node: GPUs on GPU machines, worker processes (one CPU each) on CPU machines."""
     save_freq: int = -1
-    """Checkpoint every this many steps (and always at the end); -1 saves only at the end."""
+    """Checkpoint every this many steps (and always at the end); -1 (or any value <= 0) saves only at the end."""
     save_checkpoint_path: str | None = None
     """Checkpoint root; defaults to checkpoints/<project_name>/<experiment_name>."""
     save_limit: int = -1
-    """Checkpoints kept (the best by validation score, in SFT by validation loss, is always kept); -1 keeps all."""
+    """Checkpoints kept (the best by validation score, in SFT by validation loss, is always kept); -1 (or any value <= 0)
+    keeps all."""
     signal_grace_s: float = 300.0
     """On SIGTERM or SIGINT (scheduler preemption, Ctrl-C) the run finishes its current step and, if that happens
     within this many seconds of the signal, saves a checkpoint, then exits non-zero; a second signal stops at once.
@@ -338,7 +339,7 @@ class TrainerConfig(BaseTrainerConfig):
     critic_warmup: int = 0
     """Steps during which only the critic is trained."""
     val_freq: int = -1
-    """Validate every this many steps; -1 disables periodic validation."""
+    """Validate every this many steps; -1 (or any value <= 0) disables periodic validation."""
     val_before_train: bool = True
     """Validate once before the first step of a new run (a resumed run does not validate again before it resumes;
     validation samples from its own seed stream, so it never shifts the training samples)."""
