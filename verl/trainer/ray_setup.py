@@ -153,8 +153,8 @@ def _main_thread() -> bool:
 def write_timeline(path: str) -> None:
     """Write Ray's timeline (`ray.timeline`: every remote call's phases, per process) as a Chrome trace to `path`,
     once the workers' last events have been reported; a failure is a warning (the run's checkpoints are saved)."""
-    time.sleep(int(os.environ.get(TASK_EVENTS_ENV, TASK_EVENTS_INTERVAL_MS)) / 1000 + 0.5)
     try:
+        time.sleep(int(os.environ.get(TASK_EVENTS_ENV, TASK_EVENTS_INTERVAL_MS)) / 1000 + 0.5)
         events = ray.timeline()
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with open(path, "w") as f:
@@ -170,8 +170,8 @@ def write_timeline(path: str) -> None:
         )
     else:
         logger.warning(
-            "The Ray timeline in %s is empty: a Ray joined through RAY_ADDRESS records one only when started with "
-            "RAY_PROFILING=1 and %s above 0.",
+            "The Ray timeline in %s is empty: a Ray the run did not start (RAY_ADDRESS's, or one this process had "
+            "started) records one only when started with RAY_PROFILING=1 and %s above 0.",
             path,
             TASK_EVENTS_ENV,
         )
