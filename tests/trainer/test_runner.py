@@ -83,6 +83,38 @@ def test_task_records_and_the_idle_worker_are_off_unless_the_user_set_them(monke
     assert seen == ["0", user_value]
 
 
+def test_a_timeline_keeps_task_records_on_and_profiles(monkeypatch):
+    names = (ray_setup.TASK_EVENTS_ENV, ray_setup.PROFILING_ENV)
+    seen = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: seen.append([os.environ.get(name) for name in names]))
+    monkeypatch.setattr(ray_setup, "start_reaper", lambda: None)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    for name in names:
+        monkeypatch.delenv(name, raising=False)
+    config = PPOConfig()
+    config.trainer.ray_timeline = "timeline.json"
+    ray_setup.init_ray(config, "cpu")
+    assert seen == [["1000", "1"]]
+
+
+def test_a_timeline_that_cannot_be_had_is_a_warning(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv(ray_setup.TASK_EVENTS_ENV, "0")
+    path = tmp_path / "new" / "timeline.json"
+    monkeypatch.setattr(ray, "timeline", lambda: [])
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.ray_setup"):
+        ray_setup.write_timeline(str(path))
+    assert path.read_text() == "[]" and f"The Ray timeline in {path} is empty" in caplog.text
+
+    def not_started():
+        raise RuntimeError("Ray has not been started yet.")
+
+    monkeypatch.setattr(ray, "timeline", not_started)
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.ray_setup"):
+        ray_setup.write_timeline(str(tmp_path / "other.json"))
+    assert "Could not write trainer.ray_timeline=" in caplog.text and not (tmp_path / "other.json").exists()
+
+
 def _private_mib(process: psutil.Process) -> float:
     with open(f"/proc/{process.pid}/status", encoding="utf-8") as f:
         return next(int(line.split()[1]) / 1024 for line in f if line.startswith("RssAnon:"))
