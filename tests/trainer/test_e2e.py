@@ -164,6 +164,15 @@ def test_grpo_text_run_trains_and_checkpoints(workspace, caplog):
     assert read_log(save_dir) == rows
 
 
+def earlier_checkpoint(run_dir: pathlib.Path, writer: str) -> pathlib.Path:
+    """The actor checkpoint of step 2 that `writer`, an earlier test of this module, saved in `run_dir`; a skip
+    naming that test where it did not run (`pytest -k` without it)."""
+    actor_dir = run_dir / "global_step_2" / "actor"
+    if not actor_dir.is_dir():
+        pytest.skip(f"needs the checkpoint {writer} saves: run the module whole, or select that test too")
+    return actor_dir
+
+
 def test_grpo_mixture_of_experts_run(workspace):
     """A tiny Qwen3-MoE actor over two ranks with one tensor-parallel engine (the experts split between them): every
     weight sync is checked (log-probs, and the experts the engine's routers choose for the probe), the second after an
@@ -207,7 +216,8 @@ def test_mixture_of_experts_checkpoint_merges_and_loads_in_vllm(workspace):
     from vllm import SamplingParams
 
     root = workspace["root"]
-    actor_dir, target = root / "grpo_moe" / "global_step_2" / "actor", root / "merged_moe"
+    actor_dir = earlier_checkpoint(root / "grpo_moe", "test_grpo_mixture_of_experts_run")
+    target = root / "merged_moe"
     merger = [sys.executable, os.path.join(REPO, "scripts", "model_merger.py"), "--dtype", "fp32"]
     merger += ["--local_dir", str(actor_dir), "--target_dir", str(target)]
     proc = subprocess.run(merger, capture_output=True, text=True, timeout=600)
@@ -331,7 +341,8 @@ def test_qwen3_5_checkpoint_merges_and_loads_in_vllm(workspace, kind):
     from verl.workers.weight_sync.colocated import _probe_image
 
     root = workspace["root"]
-    actor_dir, target = root / f"grpo_vl_{kind}" / "global_step_2" / "actor", root / f"merged_{kind}"
+    actor_dir = earlier_checkpoint(root / f"grpo_vl_{kind}", f"test_grpo_vl_run_with_images[{kind}]")
+    target = root / f"merged_{kind}"
     merger = [sys.executable, os.path.join(REPO, "scripts", "model_merger.py"), "--dtype", "fp32"]
     merger += ["--local_dir", str(actor_dir), "--target_dir", str(target)]
     proc = subprocess.run(merger, capture_output=True, text=True, timeout=600)
@@ -409,7 +420,7 @@ def test_model_merger_matches_checkpoint_and_loads_in_vllm(workspace):
     import torch.distributed.checkpoint as dcp
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    actor_dir = workspace["root"] / "grpo_text" / "global_step_2" / "actor"
+    actor_dir = earlier_checkpoint(workspace["root"] / "grpo_text", "test_grpo_text_run_trains_and_checkpoints")
     target = workspace["root"] / "merged"
     proc = subprocess.run(
         [
