@@ -193,7 +193,7 @@ def test_a_run_without_ray_address_starts_a_ray_of_its_own_beside_a_started_clus
     joins): the trainer's `start_ray` without RAY_ADDRESS still starts a Ray of its own, sized for the run, instead of
     joining it (which failed deep inside Ray: "num_cpus ... must not be provided")."""
     code = (
-        "import ray\nfrom verl.trainer.ray_setup import start_ray\nstart_ray('cpu', 3)\n"
+        "import ray\nfrom verl.trainer.ray_setup import start_ray\nstart_ray('cpu', 3, 300.0)\n"
         "print(ray.get_runtime_context().gcs_address, ray.cluster_resources()['CPU'])\n"
     )
     env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}

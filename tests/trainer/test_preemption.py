@@ -16,7 +16,7 @@ from processes import start_run_in_a_group
 
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.trainer.checkpointing import CheckpointTracker, is_complete
-from verl.trainer.preemption import StopRequest, TrainingInterrupted
+from verl.trainer.preemption import StopRequest, TrainingInterrupted, stop_the_fit_loop
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -34,6 +34,17 @@ def test_first_signal_is_recorded_and_handlers_are_restored():
     assert not StopRequest(grace_s=0).within_grace()  # no signal yet
     message = str(TrainingInterrupted(signal.SIGTERM, 7, "/ckpt/global_step_7"))
     assert "Stopped by SIGTERM after step 7; checkpoint saved to /ckpt/global_step_7" in message
+
+
+def test_a_stop_that_is_not_a_signal_reaches_only_a_running_fit_loop():
+    assert not stop_the_fit_loop("the sky fell")  # no fit loop runs
+    stop = StopRequest(grace_s=60)
+    with stop.installed():
+        assert stop_the_fit_loop("the sky fell") and stop.requested and stop.within_grace()
+        assert not stop_the_fit_loop("it fell again")  # already stopping: the first cause stands
+    assert stop.cause == "the sky fell" and not stop_the_fit_loop("after the loop")
+    message = str(TrainingInterrupted(signal.SIGTERM, 3, "/ckpt/global_step_3", stop.cause))
+    assert message.startswith("Stopped because the sky fell after step 3; checkpoint saved to /ckpt/global_step_3.")
 
 
 def _trainer_command(tmp_path) -> tuple[list[str], dict[str, str], object]:
@@ -120,6 +131,32 @@ def test_a_killed_raylet_ends_the_run_with_one_error_naming_the_checkpoint(tmp_p
 
 
 @pytest.mark.slow
+def test_a_lost_control_store_stops_the_run_after_its_step_with_a_checkpoint(tmp_path):
+    """Ray's gcs_server dying alone (killed, out of memory) left the workers training, until Ray ended the driver 60 s
+    later from C++, saving nothing; the run now stops after its step with a checkpoint and exits, leaving nothing."""
+    import psutil
+
+    command, env, save = _trainer_command(tmp_path)
+    launcher, proc = _start_and_wait_for_a_step(command, env, save)
+    launcher.kill()
+    run = psutil.Process(proc.pid).children(recursive=True)
+    next(p for p in run if p.name() == "gcs_server").kill()
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    stopped = [line for line in stderr.splitlines() if line.startswith("Stopped because")]
+    step = CheckpointTracker.load(str(save)).last_global_step
+    checkpoint = save / f"global_step_{step}"
+    assert stopped == [
+        f"Stopped because Ray's control store (gcs_server) ended after step {step}; checkpoint saved to "
+        f"{checkpoint}. Run the same command again to resume."
+    ], stderr[-3000:]
+    assert 1 <= step < 40 and is_complete(str(checkpoint))
+    _, alive = psutil.wait_procs(run, timeout=30)
+    assert not alive, [" ".join(p.cmdline())[:80] for p in alive]
+
+
+@pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_and_the_next_run_resumes(tmp_path):
     """The signal goes to the launcher's whole process group, as `timeout` or `kill -- -PGID` send it: Ray's daemons
     and workers and the data loader's workers (two here) used to get it too and die, and the driver hung 60 s in
@@ -177,7 +214,7 @@ from verl.trainer import runner
 from verl.trainer.ray_setup import start_ray
 
 def starting(config, *args):
-    start_ray("cpu", 1)
+    start_ray("cpu", 1, 300.0)
     raylet = [p for p in psutil.Process().children(recursive=True) if "raylet" in p.name()][0]
     ignored = int(open(f"/proc/{raylet.pid}/status").read().split("SigIgn:")[1].split()[0], 16)
     print("raylet ignores SIGHUP:", bool(ignored & (1 << (signal.SIGHUP - 1))), flush=True)

@@ -120,7 +120,7 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
         raise ConfigError(str(err)) from None
     model = (config.worker.model.model_path, param_dtype(config.worker.fsdp).itemsize)
     log_checkpoint_plan(trainer, checkpoint_size_estimate([model], save_model_only=False))
-    start_ray(device, trainer.nnodes * trainer.n_gpus_per_node)
+    start_ray(device, trainer.nnodes * trainer.n_gpus_per_node, trainer.signal_grace_s)
     pool = RayResourcePool(
         process_on_nodes=[trainer.n_gpus_per_node] * trainer.nnodes,
         use_gpu=device == "cuda",

@@ -41,18 +41,23 @@ def _handling(handler: Callable[[int, FrameType | None], None]) -> Iterator[None
 
 
 class TrainingInterrupted(BaseException):
-    """The run stopped on a signal after step `step` (None: outside the fit loop), saving `checkpoint` (or None).
-    A BaseException, like KeyboardInterrupt, so no `except Exception` anywhere may swallow it."""
+    """The run stopped on a signal (or for `cause`, as on that signal) after step `step` (None: outside the fit loop),
+    saving `checkpoint` (or None). A BaseException, like KeyboardInterrupt, so no `except Exception` anywhere may
+    swallow it."""
 
-    def __init__(self, signum: int, step: int | None, checkpoint: str | None) -> None:
-        name = signal.Signals(signum).name
+    def __init__(self, signum: int, step: int | None, checkpoint: str | None, cause: str | None = None) -> None:
+        name = f"by {signal.Signals(signum).name}" if cause is None else f"because {cause}"
         if step is None:  # outside the fit loop: while starting, before any step
-            message = f"Stopped by {name} outside the training loop; the checkpoints on disk are as they were."
+            message = f"Stopped {name} outside the training loop; the checkpoints on disk are as they were."
         else:
             saved = f"checkpoint saved to {checkpoint}" if checkpoint else "no checkpoint saved (grace period over)"
-            message = f"Stopped by {name} after step {step}; {saved}."
+            message = f"Stopped {name} after step {step}; {saved}."
         super().__init__(f"{message} Run the same command again to resume.")
         self.signum, self.step, self.checkpoint = signum, step, checkpoint
+
+
+_fit_loops: list["StopRequest"] = []
+"""The StopRequest of the fit loop running now, for a stop that does not come as a signal (`stop_the_fit_loop`)."""
 
 
 class StopRequest:
@@ -62,6 +67,8 @@ class StopRequest:
         self.grace_s = grace_s
         self.signum: int | None = None
         self.received_at: float | None = None
+        self.cause: str | None = None
+        """Why the run stops where it is not a signal (`stop_the_fit_loop`)."""
 
     @property
     def requested(self) -> bool:
@@ -85,8 +92,12 @@ class StopRequest:
 
     @contextmanager
     def installed(self) -> Iterator["StopRequest"]:
-        with _handling(self._handle):
-            yield self
+        _fit_loops.append(self)
+        try:
+            with _handling(self._handle):
+                yield self
+        finally:
+            _fit_loops.remove(self)
 
     def stop(self, step: int, unsaved: bool, save: Callable[[], None], save_root: str) -> NoReturn:
         """Between steps, once `requested`: `save()` the steps since the last checkpoint (`unsaved`) if still within
@@ -97,7 +108,22 @@ class StopRequest:
             save()
             unsaved = False
         latest = None if unsaved or step == 0 else step_dir(save_root, step)
-        raise TrainingInterrupted(self.signum, step, latest)
+        interrupted = TrainingInterrupted(self.signum, step, latest, self.cause)
+        if self.cause is not None:  # Ray's teardown needs what is lost: exit now, the reaper ends the workers
+            print(str(interrupted), file=sys.stderr, flush=True)
+            os._exit(128 + self.signum)
+        raise interrupted
+
+
+def stop_the_fit_loop(cause: str) -> bool:
+    """Ask the fit loop that runs now to stop after its step and save, as on a first SIGTERM, because of `cause`
+    (an event that is not a signal: Ray's control store lost), then to exit the process at once (Ray's teardown would
+    hang); False where none runs or it is already stopping."""
+    if not _fit_loops or _fit_loops[-1].requested:
+        return False
+    request = _fit_loops[-1]
+    request.cause, request.received_at, request.signum = cause, time.monotonic(), signal.SIGTERM
+    return True
 
 
 class RunSignals:

@@ -3,6 +3,7 @@
 """Starting (or joining) Ray for a run: the workers' environment and setup hook, and the reaper that ends the run's
 processes if the driver is killed."""
 
+import contextlib
 import json
 import logging
 import os
@@ -13,9 +14,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import psutil
 import ray
 
 from verl.trainer.config import PPOConfig
+from verl.trainer.preemption import stop_the_fit_loop
 from verl.trainer.reaper import start_reaper
 from verl.utils import quiet
 from verl.utils.worker_setup import WORKER_SETUP_HOOK
@@ -53,6 +56,11 @@ TASK_EVENTS_INTERVAL_MS = 1000
 PROFILING_ENV = "RAY_PROFILING"
 """1: Ray records the timeline's events (ray.timeline)."""
 
+GCS_LOSS_ENV = "RAY_gcs_rpc_server_reconnect_timeout_s"
+"""How long Ray's processes go on without their control store (gcs_server) before they end themselves."""
+RAY_GCS_LOSS_S = 60
+"""Ray's default for GCS_LOSS_ENV; a Ray the run starts waits trainer.signal_grace_s longer."""
+
 PRESTART_ENV = "RAY_prestart_worker_first_driver"
 """Whether Ray prestarts an idle worker when the driver connects; 0 turns it off."""
 
@@ -63,12 +71,13 @@ def init_ray(config: PPOConfig, device: str) -> None:
     processes = trainer.nnodes * trainer.n_gpus_per_node + reward.model.nnodes * reward.model.n_gpus_per_node
     processes += config.worker.rollout.pool_size()  # mode=disaggregated: the engines' own processes
     # Reward actors idle most of the time: they may share the machine's cores rather than block the workers.
-    start_ray(device, processes + 2 * reward.num_cpus, profile=bool(trainer.ray_timeline))
+    start_ray(device, processes + 2 * reward.num_cpus, trainer.signal_grace_s, profile=bool(trainer.ray_timeline))
 
 
-def start_ray(device: str, cpu_slots: int, profile: bool = False) -> None:
+def start_ray(device: str, cpu_slots: int, stop_grace_s: float, profile: bool = False) -> None:
     """Join the Ray that RAY_ADDRESS names, or start a local one (on CPU with at least `cpu_slots` logical CPUs, one
-    per worker, recording a timeline with `profile`); nothing if already connected."""
+    per worker, recording a timeline with `profile`; a fit loop that loses Ray's control store stops after its step
+    and saves, within `stop_grace_s`); nothing if already connected."""
     quiet.install_driver_filters()  # before Ray announces itself
     if ray.is_initialized():
         return
@@ -78,20 +87,22 @@ def start_ray(device: str, cpu_slots: int, profile: bool = False) -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env)
     else:
-        _start_local_ray(device, cpu_slots, runtime_env, profile)
+        _start_local_ray(device, cpu_slots, runtime_env, profile, stop_grace_s)
     # ray.init replaces the SIGTERM handler (a started Ray's would kill its daemons under this process); a handler the
     # caller installed (the runner's RunSignals) is put back.
     if callable(previous) and _main_thread():
         signal.signal(signal.SIGTERM, previous)
 
 
-def _start_local_ray(device: str, cpu_slots: int, runtime_env: dict, profile: bool) -> None:
+def _start_local_ray(device: str, cpu_slots: int, runtime_env: dict, profile: bool, stop_grace_s: float) -> None:
     num_cpus = (os.cpu_count() or 1) if device == "cuda" else max(os.cpu_count() or 1, cpu_slots)
     # No dashboard, so Ray's per-task event records (which grow the GCS for days, docs/reliability.md) are off unless
-    # a timeline is asked for, and no idle prestarted worker (every actor needs its own process); unless the user set
+    # a timeline is asked for, and no idle prestarted worker (every actor needs its own process); Ray's processes
+    # outlive a lost control store long enough for the step and the save (`watch_control_store`); unless the user set
     # the variables.
     events = {TASK_EVENTS_ENV: str(TASK_EVENTS_INTERVAL_MS), PROFILING_ENV: "1"} if profile else {TASK_EVENTS_ENV: "0"}
-    for name, value in {**events, PRESTART_ENV: "0"}.items():
+    lost_gcs = {GCS_LOSS_ENV: str(int(max(RAY_GCS_LOSS_S, stop_grace_s + RAY_GCS_LOSS_S)))}
+    for name, value in {**events, PRESTART_ENV: "0", **lost_gcs}.items():
         os.environ.setdefault(name, value)
     warning = ray_temp_disk_warning()
     if warning:
@@ -105,6 +116,7 @@ def _start_local_ray(device: str, cpu_slots: int, runtime_env: dict, profile: bo
             # address="local": a Ray of its own even where `ray start` recorded a cluster (Ray's address file, which a
             # bare ray.init() would join, failing on num_cpus); RAY_ADDRESS joins one
             ray.init(address="local", num_cpus=num_cpus, runtime_env=runtime_env, include_dashboard=False)
+        watch_control_store()
     finally:
         if hangup is not None:
             signal.signal(signal.SIGHUP, hangup)
@@ -144,6 +156,29 @@ def ray_temp_disk_warning() -> str | None:
         f"({usage.free / 2**30:.1f} GiB free): past 95% Ray refuses new objects and the run fails. Free space, or "
         "point RAY_TMPDIR at a larger disk."
     )
+
+
+def watch_control_store(poll_s: float = 1.0) -> None:
+    """Watch the control store (gcs_server) of the Ray this process started. Where it dies alone (killed, out of
+    memory) the workers go on, but Ray ends every process of the run GCS_LOSS_ENV seconds later, saving nothing: the
+    fit loop that runs then is asked to stop after its step and save, as on SIGTERM."""
+    gcs = next((p for p in psutil.Process().children(recursive=True) if p.name() == "gcs_server"), None)
+    if gcs is None:
+        return
+
+    def watch() -> None:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            while gcs.status() != psutil.STATUS_ZOMBIE:
+                time.sleep(poll_s)
+        if stop_the_fit_loop("Ray's control store (gcs_server) ended"):
+            logger.error(
+                "Ray's control store (gcs_server, pid %d) ended: the workers go on, but Ray ends this run %s s after "
+                "losing it. Finishing the current step and saving a checkpoint.",
+                gcs.pid,
+                os.environ.get(GCS_LOSS_ENV, RAY_GCS_LOSS_S),
+            )
+
+    threading.Thread(target=watch, name="control-store-watch", daemon=True).start()
 
 
 def _main_thread() -> bool:
