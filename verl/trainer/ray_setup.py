@@ -101,7 +101,7 @@ def _start_local_ray(device: str, cpu_slots: int, runtime_env: dict, profile: bo
     # outlive a lost control store long enough for the step and the save (`watch_control_store`); unless the user set
     # the variables.
     events = {TASK_EVENTS_ENV: str(TASK_EVENTS_INTERVAL_MS), PROFILING_ENV: "1"} if profile else {TASK_EVENTS_ENV: "0"}
-    lost_gcs = {GCS_LOSS_ENV: str(int(max(RAY_GCS_LOSS_S, stop_grace_s + RAY_GCS_LOSS_S)))}
+    lost_gcs = {GCS_LOSS_ENV: str(int(stop_grace_s) + RAY_GCS_LOSS_S)}
     for name, value in {**events, PRESTART_ENV: "0", **lost_gcs}.items():
         os.environ.setdefault(name, value)
     warning = ray_temp_disk_warning()
@@ -158,19 +158,27 @@ def ray_temp_disk_warning() -> str | None:
     )
 
 
+_watched_store: dict[str, int | None] = {"pid": None}
+"""The process id of the control store of the Ray this process started last."""
+
+
 def watch_control_store(poll_s: float = 1.0) -> None:
     """Watch the control store (gcs_server) of the Ray this process started. Where it dies alone (killed, out of
     memory) the workers go on, but Ray ends every process of the run GCS_LOSS_ENV seconds later, saving nothing: the
     fit loop that runs then is asked to stop after its step and save, as on SIGTERM."""
-    gcs = next((p for p in psutil.Process().children(recursive=True) if p.name() == "gcs_server"), None)
+    gcs = None
+    for process in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            gcs = process if process.name() == "gcs_server" else gcs
     if gcs is None:
         return
+    _watched_store["pid"] = gcs.pid  # a later Ray of this process (a sweep) replaces the one watched
 
     def watch() -> None:
         with contextlib.suppress(psutil.NoSuchProcess):
             while gcs.status() != psutil.STATUS_ZOMBIE:
                 time.sleep(poll_s)
-        if stop_the_fit_loop("Ray's control store (gcs_server) ended"):
+        if _watched_store["pid"] == gcs.pid and stop_the_fit_loop("Ray's control store (gcs_server) ended"):
             logger.error(
                 "Ray's control store (gcs_server, pid %d) ended: the workers go on, but Ray ends this run %s s after "
                 "losing it. Finishing the current step and saving a checkpoint.",
