@@ -178,13 +178,16 @@ def watch_control_store(poll_s: float = 1.0) -> None:
         with contextlib.suppress(psutil.NoSuchProcess):
             while gcs.status() != psutil.STATUS_ZOMBIE:
                 time.sleep(poll_s)
-        if _watched_store["pid"] == gcs.pid and stop_the_fit_loop("Ray's control store (gcs_server) ended"):
+        if _watched_store["pid"] != gcs.pid or not ray.is_initialized():  # (ray.shutdown disconnects first)
+            return
+        lost = f"Ray's control store (gcs_server, pid {gcs.pid}) ended"
+        ends = f"Ray ends this run {os.environ.get(GCS_LOSS_ENV, RAY_GCS_LOSS_S)} s after losing it"
+        if stop_the_fit_loop("Ray's control store (gcs_server) ended"):
             logger.error(
-                "Ray's control store (gcs_server, pid %d) ended: the workers go on, but Ray ends this run %s s after "
-                "losing it. Finishing the current step and saving a checkpoint.",
-                gcs.pid,
-                os.environ.get(GCS_LOSS_ENV, RAY_GCS_LOSS_S),
+                "%s: the workers go on, but %s. Finishing the current step and saving a checkpoint.", lost, ends
             )
+        else:
+            logger.error("%s outside the training loop: %s; the checkpoints on disk are as they were.", lost, ends)
 
     threading.Thread(target=watch, name="control-store-watch", daemon=True).start()
 
