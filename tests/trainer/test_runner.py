@@ -22,6 +22,7 @@ def test_the_runner_gives_every_worker_the_setup_hook_and_environment(monkeypatc
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(kwargs))
     monkeypatch.setattr(ray_setup, "start_reaper", lambda: None)
+    monkeypatch.setattr(ray_setup, "watch_control_store", lambda: None)  # no Ray started: no store to watch
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
     monkeypatch.delenv(quiet.VERBOSE_ENV, raising=False)
@@ -75,6 +76,7 @@ def test_task_records_and_the_idle_worker_are_off_unless_the_user_set_them(monke
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kwargs: seen.append(os.environ.get(name)))
     monkeypatch.setattr(ray_setup, "start_reaper", lambda: None)
+    monkeypatch.setattr(ray_setup, "watch_control_store", lambda: None)  # no Ray started: no store to watch
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.delenv(name, raising=False)
     ray_setup.init_ray(PPOConfig(), "cpu")
@@ -89,6 +91,7 @@ def test_a_timeline_keeps_task_records_on_and_profiles(monkeypatch):
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kwargs: seen.append([os.environ.get(name) for name in names]))
     monkeypatch.setattr(ray_setup, "start_reaper", lambda: None)
+    monkeypatch.setattr(ray_setup, "watch_control_store", lambda: None)  # no Ray started: no store to watch
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     for name in names:
         monkeypatch.delenv(name, raising=False)
