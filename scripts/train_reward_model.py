@@ -250,10 +250,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.max_length < 2:
         parser.error(f"--max-length {args.max_length} must be at least 2.")
+    from verl.utils.hub import hub_folder
+
     try:
         train_pairs = read_pairs(args.train)
         val_pairs = read_pairs(args.val) if args.val else []
-    except PairFileError as error:
+        args.model = hub_folder(args.model, "--model")  # a ModelScope id with USE_MODELSCOPE_HUB=1
+        args.tokenizer = args.tokenizer and hub_folder(args.tokenizer, "--tokenizer")
+    except ValueError as error:  # a PairFileError, or a ModelScope id that cannot be fetched
         print(f"train_reward_model: {error}", file=sys.stderr)
         return 2
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from verl.utils.hub import hub_folder
 from verl.utils.quiet import datasets_progress_bars_off
 from verl.utils.writable_dirs import cache_error, datasets_cache_dir, unwritable_reason
 
@@ -184,7 +185,7 @@ def _load_from_disk(path: str, split: str | None, spec: str) -> RowSource:
 def _hub_source(name: str, split: str, spec: str) -> RowSource:
     import datasets
 
-    local = os.path.expanduser(name)
+    local = os.path.expanduser(hub_folder(name, f"Dataset {spec!r}", repo_type="dataset"))
     if os.path.isdir(local) and _is_saved_dataset(local):
         return _load_from_disk(local, split, spec)
     try:
@@ -208,7 +209,8 @@ def _memory_source(rows: Sequence[Any]) -> RowSource:
 
 def load_source(spec: str | Sequence[dict[str, Any]]) -> RowSource:
     """Load rows from a file (.jsonl/.json/.parquet/.csv), a directory (every such file, sorted, or a saved
-    dataset), `name@split` (datasets.load_dataset; `name` may be local) or a list of dicts."""
+    dataset), `name@split` (datasets.load_dataset; `name` may be local, or a ModelScope id with USE_MODELSCOPE_HUB=1)
+    or a list of dicts."""
     if not isinstance(spec, str):
         return _memory_source(spec)
     if not spec:

@@ -24,6 +24,8 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from verl.utils.hub import hub_folder
+
 
 class ConfigError(ValueError):
     """A configuration key or value is wrong; the message names the key and what to change."""
@@ -274,13 +276,18 @@ def require_choice(section: Any, prefix: str, name: str, choices: Sequence[Any])
 
 def require_path(section: Any, prefix: str, name: str, kind: str = "path", allow_hub: bool = False) -> None:
     """The named path field of `section` is unset or exists (as a file or directory for those kinds), or is a hub id
-    with `allow_hub`."""
+    with `allow_hub`: with USE_MODELSCOPE_HUB=1 the id is fetched from ModelScope now and the field set to its
+    local folder."""
     ((_, path),) = _values(section, [name])
     key = f"{prefix}{name}"
     if not path:
         return
     if allow_hub and not path.startswith((".", "/", "~")) and not os.path.exists(path):
-        return  # a hub id such as Qwen/Qwen2.5-7B-Instruct; resolved (or refused) when the model loads
+        try:
+            setattr(section, name, hub_folder(path, key))
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
+        return  # a Hugging Face id such as Qwen/Qwen2.5-7B-Instruct; resolved (or refused) when the model loads
     if not os.path.exists(os.path.expanduser(path)):
         raise ConfigError(f"Config key '{key}' points to '{path}', which does not exist; give an existing {kind}.")
     if kind == "directory" and not os.path.isdir(path):

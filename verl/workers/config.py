@@ -202,12 +202,13 @@ class RewardConfig:
 
     def check_files(self, prefix: str) -> None:
         """Load every reward function once (no torch, no Ray): a missing file, function, package or bad kwargs is
-        named now; the judge's template is read and there must be some reward."""
+        named now; the judge's model path (or hub id) and template are checked and there must be some reward."""
         if self.reward_function:
             try:
                 check_reward_function(self.reward_function, self.reward_function_kwargs)
             except RewardFunctionLoadError as err:
                 raise ConfigError(str(err)) from None
+        require_path(self.judge, f"{prefix}judge.", "model_path", "directory", allow_hub=True)
         try:
             self.judge.check()
         except ValueError as err:

@@ -1,0 +1,85 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+# SPDX-License-Identifier: Apache-2.0
+"""USE_MODELSCOPE_HUB=1: model and dataset ids come from ModelScope (its real client, against its cache; offline, the
+hub's address is a closed local port)."""
+
+import json
+import socket
+import sys
+
+import pytest
+
+from tests.repo_files import load_repo_file
+from verl.data.sources import load_source
+from verl.models.tiny_models import build_tiny_model
+from verl.trainer.config import load_config
+from verl.utils.config import ConfigError
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    """A ModelScope cache with the model Org/Tiny and the dataset Org/Rows (split train); the hub cannot be reached."""
+    cache = tmp_path / "modelscope"
+    model = cache / "models" / "Org--Tiny" / "snapshots" / "master"
+    build_tiny_model(str(model), "qwen2")
+    rows = cache / "datasets" / "Org--Rows" / "snapshots" / "master"
+    rows.mkdir(parents=True)
+    (rows / "train.jsonl").write_text(
+        "".join(json.dumps({"prompt": f"{i}+1?", "answer": i + 1}) + "\n" for i in range(3))
+    )
+    (tmp_path / "reward.py").write_text("def compute_score(sample):\n    return {'overall': 1.0}\n")
+    monkeypatch.setenv("MODELSCOPE_CACHE", str(cache))
+    monkeypatch.setenv("MODELSCOPE_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
+    monkeypatch.setenv("MODELSCOPE_REPO_TREE_PAGE_MAX_ATTEMPTS", "1")  # one try: the port is closed
+    monkeypatch.setenv("USE_MODELSCOPE_HUB", "1")
+    return {"model": model, "rows": rows, "reward": tmp_path / "reward.py"}
+
+
+def _args(hub, model_path: str = "Org/Tiny") -> list[str]:
+    return [
+        "data.train_files=Org/Rows@train",
+        f"worker.actor.model.model_path={model_path}",
+        f"worker.reward.reward_function={hub['reward']}:compute_score",
+        "data.rollout_batch_size=2",
+        "worker.actor.global_batch_size=2",
+        "worker.rollout.n=2",
+        "trainer.n_gpus_per_node=2",
+    ]
+
+
+def test_model_and_dataset_ids_load_from_the_modelscope_snapshot(hub, monkeypatch):
+    config = load_config([*_args(hub), "worker.reward.judge.model_path=Org/Tiny"])
+    assert config.worker.actor.model.model_path == str(hub["model"])
+    assert config.worker.reward.judge.model_path == str(hub["model"])
+    source = load_source(config.data.train_files)
+    assert [source.row(i)["answer"] for i in range(len(source))] == [1, 2, 3]
+    monkeypatch.setenv("USE_MODELSCOPE_HUB", "0")  # off: an id is a Hugging Face id, left for the workers
+    assert load_config(_args(hub)).worker.actor.model.model_path == "Org/Tiny"
+
+
+def test_an_id_that_is_not_cached_and_cannot_be_fetched_is_named(hub, tmp_path, capsys):
+    with pytest.raises(ConfigError, match=r"worker\.actor\.model\.model_path: 'Org/Missing' could not be fetched"):
+        load_config(_args(hub, "Org/Missing"))
+    with pytest.raises(ValueError, match=r"Dataset 'Org/Gone@train': 'Org/Gone' could not be fetched"):
+        load_source("Org/Gone@train")
+    script = load_repo_file("scripts/train_reward_model.py", "train_reward_model_for_hub")
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(json.dumps({"prompt": "p", "chosen": "a", "rejected": "b"}) + "\n")
+    assert script.main(["--model", "Org/Gone", "--train", str(pairs), "--output", str(tmp_path / "rm")]) == 2
+    assert "train_reward_model: --model: 'Org/Gone' could not be fetched from ModelScope" in capsys.readouterr().err
+
+
+def test_the_switch_and_the_package_are_checked(hub, monkeypatch):
+    monkeypatch.setenv("USE_MODELSCOPE_HUB", "maybe")
+    with pytest.raises(ConfigError, match="USE_MODELSCOPE_HUB='maybe' is not a switch"):
+        load_config(_args(hub))
+    monkeypatch.setenv("USE_MODELSCOPE_HUB", "true")
+    monkeypatch.setitem(sys.modules, "modelscope", None)  # as if it were not installed
+    with pytest.raises(ConfigError, match=r"needs the modelscope package \(pip install modelscope\)"):
+        load_config(_args(hub))
