@@ -319,6 +319,8 @@ def test_hub_ids_are_not_local_paths(files):
         ]
     )
     assert config.data.val_files == "hiyouga/geometry3k@test"
+    with pytest.raises(ConfigError, match=r"'worker.reward.judge.model_path' points to '.*missing', which does not"):
+        load_config([*base_args(files), f"worker.reward.judge.model_path={files / 'missing'}"])
 
 
 def test_not_implemented_knobs_are_refused(files):
