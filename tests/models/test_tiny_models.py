@@ -160,7 +160,7 @@ def test_size_is_adjustable_and_spec_is_recorded(tmp_path):
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"kind": "llama"}, "kind='llama'"),
+        ({"kind": "mistral"}, "kind='mistral'"),
         ({"hidden_size": 100}, "hidden_size=100"),
         ({"num_heads": 4, "num_kv_heads": 3}, "num_kv_heads=3"),
         ({"vocab_size": 100}, "vocab_size=100"),
@@ -232,6 +232,29 @@ def test_gemma4_kind_has_the_e2b_layout_and_gemma_tokens(tiny_cache):
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": " What is this? "}]}]
     prompt = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert prompt == "<bos><|turn>user\n<|image|>What is this?<turn|>\n<|turn>model\n"
+
+
+def test_llama_kind_has_llama_3s_tokens_rope_and_untied_head(tiny_cache):
+    """As Llama 3 (Instruct): llama3 rope scaling, an untied output layer, no pad token (the trainer pads with eos),
+    encoding adds <|begin_of_text|>, which the chat template writes too; a turn ends at <|eot_id|>."""
+    model_dir = get_or_build_tiny_model("llama", tiny_cache)
+    with open(os.path.join(model_dir, "config.json")) as f:
+        config = json.load(f)
+    assert config["architectures"] == ["LlamaForCausalLM"] and config["tie_word_embeddings"] is False
+    assert config["rope_parameters"]["rope_type"] == "llama3" and config["pad_token_id"] is None
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    assert tokenizer.pad_token is None and tokenizer.eos_token == "<|eot_id|>"
+    assert tokenizer.encode("hi")[0] == tokenizer.bos_token_id == config["bos_token_id"]
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": " Hi? "}], tokenize=False, add_generation_prompt=True
+    )
+    assert prompt == (
+        "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi?<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
+    with open(os.path.join(model_dir, "generation_config.json")) as f:
+        stops = json.load(f)["eos_token_id"]
+    assert tokenizer.convert_ids_to_tokens(stops) == ["<|eot_id|>", "<|end_of_text|>"]
 
 
 # ---------------------------------------------------------------------------------------------- determinism and CLI
@@ -392,7 +415,7 @@ def engine(request, tiny_cache):
     """One engine per kind, alive only while that kind's tests run (pytest groups the tests by parameter)."""
     kind = request.param
     model_dir = get_or_build_tiny_model(kind, tiny_cache)
-    handle = SimpleNamespace(model_dir=model_dir, llm=_tiny_engine(model_dir, is_vl=kind != "qwen2"))
+    handle = SimpleNamespace(model_dir=model_dir, llm=_tiny_engine(model_dir, is_vl=kind not in ("qwen2", "llama")))
     yield handle
     handle.llm = None  # pytest keeps the yielded object until later; drop the engine itself now
     gc.collect()
@@ -406,7 +429,7 @@ def _greedy(max_tokens: int):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["qwen2"], indirect=True)
+@pytest.mark.parametrize("engine", ["qwen2", "llama"], indirect=True)
 def test_vllm_greedy_equals_hf_generate_on_the_text_model(engine):
     model_dir, llm = engine.model_dir, engine.llm
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

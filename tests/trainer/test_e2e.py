@@ -473,13 +473,24 @@ def test_model_merger_matches_checkpoint_and_loads_in_vllm(workspace):
 
 
 def test_ppo_with_critic_gae(workspace):
+    """On a Llama 3-style model (llama3 rope, an untied output layer, a tokenizer that adds <|begin_of_text|> and has
+    no pad token), actor and critic; every weight sync is checked, and the actor's checkpoint merges to a Llama."""
+    import subprocess
+    import sys
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    llama = get_or_build_tiny_model("llama", str(workspace["root"] / "models"))
     config = load_config(
         text_args(
             workspace,
             "ppo_gae",
+            f"worker.actor.model.model_path={llama}",
+            "worker.rollout.verify_weight_sync=true",
             "algorithm.adv_estimator=gae",
             "algorithm.disable_kl=true",
-            f"worker.critic.model.model_path={workspace['text_model']}",
+            f"worker.critic.model.model_path={llama}",
             "worker.critic.global_batch_size=4",
             "worker.critic.micro_batch_size_per_device_for_update=4",
             "worker.critic.micro_batch_size_per_device_for_experience=8",
@@ -501,7 +512,25 @@ def test_ppo_with_critic_gae(workspace):
         "timing_s/update_critic",
     ):
         assert key in steps[-1], key
+    assert all(row["rollout/weight_sync_mean_gap"] <= 1e-3 for row in steps)
     assert os.path.isdir(workspace["root"] / "ppo_gae" / "global_step_2" / "critic")
+    target = workspace["root"] / "merged_llama"
+    merger = [sys.executable, os.path.join(REPO, "scripts", "model_merger.py"), "--dtype", "fp32"]
+    merger += [
+        "--local_dir",
+        str(workspace["root"] / "ppo_gae" / "global_step_2" / "actor"),
+        "--target_dir",
+        str(target),
+    ]
+    proc = subprocess.run(merger, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    merged = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
+    initial = AutoModelForCausalLM.from_pretrained(llama, dtype=torch.float32)
+    assert type(merged).__name__ == "LlamaForCausalLM"
+    trained_head, initial_head = merged.lm_head.weight, initial.lm_head.weight
+    assert not torch.equal(trained_head, initial_head) and not torch.equal(
+        trained_head, merged.model.embed_tokens.weight
+    )
 
 
 def test_online_filtering_and_remax(workspace):

@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # torch and transformers load lazily: the CLI checks its argu
 
 ModelKind = Literal[
     "qwen2",
+    "llama",
     "qwen2_5_vl",
     "qwen2_vl",
     "qwen3_vl",
@@ -52,6 +53,7 @@ ModelKind = Literal[
 MODEL_KINDS: tuple[str, ...] = get_args(ModelKind)
 MODEL_CLASSES: dict[str, str] = {
     "qwen2": "Qwen2ForCausalLM",
+    "llama": "LlamaForCausalLM",
     "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
     "qwen2_vl": "Qwen2VLForConditionalGeneration",
     "qwen3_vl": "Qwen3VLForConditionalGeneration",
@@ -234,6 +236,21 @@ GLM_CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
 
+# llama: Llama 3's special tokens and chat format, small (no tools, text only). As Llama 3's tokenizer: encoding adds
+# <|begin_of_text|>, there is no pad token (the trainer pads with eos), and an instruct turn ends at <|eot_id|>.
+LLAMA_SPECIAL_TOKENS: tuple[str, ...] = (
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+)
+LLAMA_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n{{ message['content'] | trim }}<|eot_id|>"
+    "{% endfor %}{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
+
 # Qwen2's pre-tokenizer: contractions, letter runs, single digits, punctuation runs, newlines, spaces.
 _PRETOKENIZE_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -295,6 +312,8 @@ def chat_template(kind: str) -> str:
     (GLM kinds and gemma4: their own)."""
     if kind == "gemma4":
         return GEMMA_CHAT_TEMPLATE
+    if kind == "llama":
+        return LLAMA_CHAT_TEMPLATE
     if kind in GLM_KINDS:
         return GLM_CHAT_TEMPLATE
     if kind not in MEDIA_PLACEHOLDERS:
@@ -307,7 +326,7 @@ def chat_template(kind: str) -> str:
 
 def build_tokenizer(vocab_size: int = 2048, kind: str = "qwen2") -> "PreTrainedTokenizerBase":
     """A Qwen2Tokenizer: a locally trained byte-level BPE of `vocab_size` tokens, Qwen's special tokens, `kind`'s
-    MEDIA_TOKENS and chat template (GLM kinds and gemma4: their own tokens, template and end of turn). The BPE is
+    MEDIA_TOKENS and chat template (GLM kinds, gemma4 and llama: their own tokens, template and end of turn). The BPE is
     trained once per process; each call returns a new tokenizer, free to modify."""
     from transformers import Qwen2Tokenizer
 
@@ -327,6 +346,9 @@ def build_tokenizer(vocab_size: int = 2048, kind: str = "qwen2") -> "PreTrainedT
         named = {"unk_token": "<unk>", "bos_token": "<bos>", "eos_token": "<turn|>", "pad_token": "<pad>"}
         named.update({f"{name}_token": token for name, token in GEMMA_NAMED_TOKENS.items()})
         added, eos = GEMMA_SPECIAL_TOKENS[3:], "<turn|>"
+    elif kind == "llama":
+        named = {"unk_token": None, "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "pad_token": None}
+        added, eos = LLAMA_SPECIAL_TOKENS, "<|eot_id|>"
     else:  # Qwen's special tokens after the BPE vocabulary (then the kind's media or GLM tokens)
         media = MEDIA_TOKENS.get(kind, {})
         named = {"unk_token": None, "bos_token": None, "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"}
@@ -340,6 +362,7 @@ def build_tokenizer(vocab_size: int = 2048, kind: str = "qwen2") -> "PreTrainedT
     )
     tokenizer.add_special_tokens({"additional_special_tokens": list(added)})
     tokenizer.eos_token = eos
+    tokenizer.add_bos_token = kind == "llama"
     tokenizer.chat_template = chat_template(kind)
     tokenizer.model_max_length = 8192
     return tokenizer
@@ -350,8 +373,9 @@ class TinyModelSpec:
     """Everything that determines a tiny model directory; the same spec always gives the same files."""
 
     kind: str = "qwen2"
-    """Model family (MODEL_KINDS): text qwen2, qwen3_moe and qwen2_rm (a score head); the rest have a vision tower.
-    qwen3_5 kinds have a hybrid Gated DeltaNet / full-attention decoder; gemma4 is Gemma 4 E2B's layout."""
+    """Model family (MODEL_KINDS): text qwen2, llama (Llama 3), qwen3_moe and qwen2_rm (a score head); the rest have a
+    vision tower. qwen3_5 kinds have a hybrid Gated DeltaNet / full-attention decoder; gemma4 is Gemma 4 E2B's
+    layout."""
     seed: int = 0
     """Seed of the weight initialisation (the tokenizer does not depend on it)."""
     vocab_size: int = 2048
@@ -433,10 +457,12 @@ class TinyModelSpec:
 
 
 def _text_config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> dict[str, Any]:
-    """The decoder fields every kind shares; bos, eos and pad as in Qwen-Instruct (gemma4: Gemma's own)."""
+    """The decoder fields every kind shares; bos, eos and pad as in Qwen-Instruct (gemma4, llama: their own)."""
     ids = tokenizer.get_vocab()
-    gemma = spec.kind == "gemma4"
-    bos, eos, pad = ("<bos>", "<eos>", "<pad>") if gemma else ("<|endoftext|>", "<|im_end|>", "<|endoftext|>")
+    bos, eos, pad = {
+        "gemma4": ("<bos>", "<eos>", "<pad>"),
+        "llama": ("<|begin_of_text|>", "<|eot_id|>", None),
+    }.get(spec.kind, ("<|endoftext|>", "<|im_end|>", "<|endoftext|>"))
     return {
         "vocab_size": (len(tokenizer) + 63) // 64 * 64,  # padded like Qwen's embeddings (151936 > 151665 tokens)
         "hidden_size": spec.hidden_size,
@@ -450,7 +476,7 @@ def _text_config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase
         "tie_word_embeddings": True,
         "bos_token_id": ids[bos],
         "eos_token_id": ids[eos],
-        "pad_token_id": ids[pad],
+        "pad_token_id": ids.get(pad),
     }
 
 
@@ -480,6 +506,10 @@ def _config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") ->
     # Qwen3-30B-A3B's experts, small: every layer sparse. transformers' router always normalises the top-k; vLLM
     # reads the flag.
     qwen3_experts = {**_experts(spec), "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True}
+    if spec.kind == "llama":  # Llama 3: its rope scaling, an untied output layer (8B and up)
+        rope = {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0, "low_freq_factor": 1.0}
+        rope.update(high_freq_factor=4.0, original_max_position_embeddings=spec.max_position_embeddings // 8)
+        return {**text, "rope_parameters": rope, "tie_word_embeddings": False}
     if spec.kind in ("qwen2", "qwen2_rm"):
         # qwen2_rm: one label, the scalar reward. pad_token_id is how the HF head finds each row's last token.
         return {**text, "num_labels": 1} if spec.is_reward_model else text
@@ -719,6 +749,8 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
     # Only the stop tokens: sampling defaults here would silently become vLLM's defaults too.
     if spec.kind == "gemma4":  # as Gemma-it: the end of the model's turn or <eos>
         stop_tokens = ("<turn|>", "<eos>")
+    elif spec.kind == "llama":
+        stop_tokens = ("<|eot_id|>", "<|end_of_text|>")
     else:
         stop_tokens = GLM_STOP_TOKENS if spec.kind in GLM_KINDS else ("<|im_end|>", "<|endoftext|>")
     text = config.get_text_config()
