@@ -4,6 +4,7 @@
 remembers each row's file, so errors name the file and the row's index inside it."""
 
 import bisect
+import contextlib
 import os
 import shlex
 from collections.abc import Sequence
@@ -188,8 +189,10 @@ def _hub_source(name: str, split: str, spec: str) -> RowSource:
     local = os.path.expanduser(hub_folder(name, f"Dataset {spec!r}", repo_type="dataset"))
     if os.path.isdir(local) and _is_saved_dataset(local):
         return _load_from_disk(local, split, spec)
+    is_local = os.path.exists(local)  # a folder (a ModelScope download too) parses in moments: no progress bars
     try:
-        loaded = datasets.load_dataset(local if os.path.exists(local) else name, split=split)
+        with datasets_progress_bars_off() if is_local else contextlib.nullcontext():
+            loaded = datasets.load_dataset(local if is_local else name, split=split)
     except Exception as error:
         raise ValueError(
             f"Could not load dataset {spec!r} with datasets.load_dataset({name!r}, split={split!r}): {error}. "
