@@ -12,6 +12,7 @@ import pytest
 from tests.repo_files import load_repo_file
 from verl.data.sources import load_source
 from verl.models.tiny_models import build_tiny_model
+from verl.sft.config import load_sft_config
 from verl.trainer.config import load_config
 from verl.utils.config import ConfigError
 
@@ -59,6 +60,8 @@ def test_model_and_dataset_ids_load_from_the_modelscope_snapshot(hub, monkeypatc
     assert config.worker.reward.judge.model_path == str(hub["model"])
     source = load_source(config.data.train_files)
     assert [source.row(i)["answer"] for i in range(len(source))] == [1, 2, 3]
+    sft = load_sft_config(["data.train_files=Org/Rows@train", "worker.model.model_path=Org/Tiny"])
+    assert sft.worker.model.model_path == sft.worker.model.tokenizer_path == str(hub["model"])
     monkeypatch.setenv("USE_MODELSCOPE_HUB", "0")  # off: an id is a Hugging Face id, left for the workers
     assert load_config(_args(hub)).worker.actor.model.model_path == "Org/Tiny"
 
