@@ -5,6 +5,7 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import logging
 import shutil
 
 import numpy as np
@@ -59,12 +60,17 @@ def test_get_tokenizer_overrides_the_chat_template_from_text_or_file(text_dir, t
         get_tokenizer(text_dir, override_chat_template=str(tmp_path / "missing.jinja"))
 
 
-def test_get_tokenizer_uses_eos_as_pad_when_there_is_none(tmp_path):
+def test_get_tokenizer_uses_eos_as_pad_when_there_is_none(tmp_path, caplog):
+    """Said once per run: the driver warns, the workers and the reward that load the same tokenizer do not."""
     tokenizer = build_tokenizer()
     tokenizer.pad_token = None
     tokenizer.save_pretrained(tmp_path)
-    loaded = get_tokenizer(str(tmp_path))
-    assert loaded.pad_token == "<|im_end|>" and loaded.pad_token_id == loaded.eos_token_id
+    with caplog.at_level(logging.DEBUG, logger="verl.data.tokenizer"):
+        loaded = get_tokenizer(str(tmp_path))
+        again = get_tokenizer(str(tmp_path), warn_no_pad=False)
+    assert loaded.pad_token == again.pad_token == "<|im_end|>" and loaded.pad_token_id == loaded.eos_token_id
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if "has no pad token" in r.getMessage()]
+    assert [level for level, _ in said] == [logging.WARNING, logging.DEBUG]
 
 
 @pytest.mark.parametrize("path", ["/no/such/model", "./missing-model", "a/b/c"])

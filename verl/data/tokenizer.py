@@ -49,10 +49,14 @@ def _read_chat_template(override_chat_template: str) -> str:
 
 
 def get_tokenizer(
-    path: str, trust_remote_code: bool = False, override_chat_template: str | None = None, **kwargs: Any
+    path: str,
+    trust_remote_code: bool = False,
+    override_chat_template: str | None = None,
+    warn_no_pad: bool = True,
+    **kwargs: Any,
 ) -> PreTrainedTokenizerBase:
     """AutoTokenizer for `path`, with an optional chat template; a tokenizer without a pad token gets its eos as pad
-    (RL batches are padded)."""
+    (RL batches are padded), with a warning unless `warn_no_pad` is False (a worker loading what the driver did)."""
     _check_model_path(path, "Tokenizer")
     if os.path.isdir(path) and not any(os.path.isfile(os.path.join(path, name)) for name in _TOKENIZER_FILES):
         raise FileNotFoundError(
@@ -68,7 +72,8 @@ def get_tokenizer(
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
             raise ValueError(f"Tokenizer of {path!r} has neither a pad nor an eos token; add one to its config.")
-        logger.warning("Tokenizer of %s has no pad token; using its eos token %r.", path, tokenizer.eos_token)
+        log = logger.warning if warn_no_pad else logger.debug
+        log("Tokenizer of %s has no pad token; using its eos token %r.", path, tokenizer.eos_token)
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
 

@@ -21,8 +21,9 @@ class LocalReward:
     threads; in a Ray actor (ray_actor.RewardActor), its `compute_reward` is called remotely."""
 
     def __init__(self, config: Any, tokenizer_path: str, trust_remote_code: bool = False) -> None:
-        # its own tokenizer: the trainer's thread may encode while this one decodes
-        tokenizer = get_tokenizer(tokenizer_path, trust_remote_code=trust_remote_code)
+        # its own tokenizer: the trainer's thread may encode while this one decodes (the trainer loaded it too, and
+        # said what it lacks)
+        tokenizer = get_tokenizer(tokenizer_path, trust_remote_code=trust_remote_code, warn_no_pad=False)
         self.manager = create_reward_manager(RewardSettings.from_config(config), tokenizer)
         self.scoring: set[int] = set()
         """The threads in `compute_reward` now."""

@@ -111,7 +111,9 @@ class FSDPWorker(Worker):
         section = config.critic if self.has_critic else config.actor
         model = section.model
         options = dict(trust_remote_code=model.trust_remote_code, override_chat_template=config.override_chat_template)
-        self.tokenizer = get_tokenizer(model.tokenizer_path, **options)
+        # the driver loaded the actor's tokenizer and said what it lacks
+        same = model.tokenizer_path == config.actor.model.tokenizer_path
+        self.tokenizer = get_tokenizer(model.tokenizer_path, **options, warn_no_pad=not same)
         self.processor = get_processor(model.tokenizer_path, **options)
         n = config.rollout.n
         # Ulysses: ranks of a group share each row of the actor's and reference's forwards (verl.models.ulysses)
