@@ -1,9 +1,10 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""USE_MODELSCOPE_HUB=1: model and dataset ids come from ModelScope (its real client, against its cache; offline, the
-hub's address is a closed local port)."""
+"""USE_MODELSCOPE_HUB=1: model and dataset ids come from ModelScope (its real client; offline, the hub's address is a
+closed local port, so what is tested is the way to the cache and the errors)."""
 
 import json
+import logging
 import socket
 import sys
 
@@ -54,8 +55,12 @@ def _args(hub, model_path: str = "Org/Tiny") -> list[str]:
     ]
 
 
-def test_model_and_dataset_ids_load_from_the_modelscope_snapshot(hub, monkeypatch):
-    config = load_config([*_args(hub), "worker.reward.judge.model_path=Org/Tiny"])
+def test_model_and_dataset_ids_load_from_the_modelscope_snapshot(hub, monkeypatch, caplog):
+    """The hub is asked first; it cannot be reached here, so the cached copy is used, with a warning."""
+    with caplog.at_level(logging.WARNING, logger="verl.utils.hub"):
+        config = load_config([*_args(hub), "worker.reward.judge.model_path=Org/Tiny"])
+    assert caplog.text.count("ModelScope cannot be reached") == 1  # the model, tokenizer and judge paths: one id
+    assert "worker.actor.model.model_path: ModelScope cannot be reached" in caplog.text
     assert config.worker.actor.model.model_path == str(hub["model"])
     assert config.worker.reward.judge.model_path == str(hub["model"])
     source = load_source(config.data.train_files)
@@ -67,7 +72,7 @@ def test_model_and_dataset_ids_load_from_the_modelscope_snapshot(hub, monkeypatc
 
 
 def test_an_id_that_is_not_cached_and_cannot_be_fetched_is_named(hub, tmp_path, capsys):
-    with pytest.raises(ConfigError, match=r"worker\.actor\.model\.model_path: 'Org/Missing' could not be fetched"):
+    with pytest.raises(ConfigError, match=r"model_path: 'Org/Missing' could not be fetched .* not in its cache"):
         load_config(_args(hub, "Org/Missing"))
     with pytest.raises(ValueError, match=r"Dataset 'Org/Gone@train': 'Org/Gone' could not be fetched"):
         load_source("Org/Gone@train")
