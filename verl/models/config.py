@@ -78,7 +78,7 @@ class LoraConfig:
 @dataclass
 class ModelConfig:
     model_path: str | None = None
-    """Hugging Face hub id or local directory of the model."""
+    """Local directory of the model, or a Hugging Face hub id (a ModelScope id with USE_MODELSCOPE_HUB=1)."""
     tokenizer_path: str | None = None
     """Tokenizer (and processor) location; defaults to model_path."""
     override_config: dict[str, Any] = field(default_factory=dict)

@@ -309,7 +309,7 @@ def _check_vocab_size(vocab_size: int) -> None:
 
 def chat_template(kind: str) -> str:
     """`kind`'s chat template: CHAT_TEMPLATE with the image and video parts written as its processor expects them
-    (GLM kinds and gemma4: their own)."""
+    (GLM kinds, gemma4 and llama: their own)."""
     if kind == "gemma4":
         return GEMMA_CHAT_TEMPLATE
     if kind == "llama":

@@ -57,7 +57,8 @@ SCORE_KEYS: tuple[str, ...] = ("judge_score", "judge_grade", "judge_parse_error"
 @dataclass
 class JudgeConfig:
     model_path: str | None = None
-    """Hugging Face hub id or local directory of the judge model; None means no judge."""
+    """Local directory or hub id (Hugging Face, or ModelScope with USE_MODELSCOPE_HUB=1) of the judge model; None
+    means no judge."""
     template: str | None = None
     """Path of a Jinja file whose rendering is the judge's user message, with the variables prompt, response,
     ground_truth (may be None) and min_grade/max_grade; None uses the built-in template, which asks for "Grade: N"

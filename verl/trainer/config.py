@@ -69,7 +69,8 @@ def _algorithms() -> Any:
 @dataclass
 class DataConfig:
     train_files: str = ""
-    """Training data: a local json/jsonl/parquet/csv file or a directory of them, or a Hugging Face dataset name@split."""
+    """Training data: a local json/jsonl/parquet/csv file or a directory of them, or a hub dataset name@split (Hugging
+    Face; ModelScope with USE_MODELSCOPE_HUB=1)."""
     val_files: str = ""
     """Validation data, in the same forms as train_files."""
     prompt_key: str = "prompt"

@@ -75,8 +75,8 @@ class RefConfig:
 @dataclass
 class RewardModelConfig:
     model_path: str | None = None
-    """Sequence-classification reward model (local directory or hub id) with one label, e.g. one written by
-    scripts/train_reward_model.py; None means no reward model."""
+    """Sequence-classification reward model (local directory or hub id, as the actor's) with one label, e.g. one
+    written by scripts/train_reward_model.py; None means no reward model."""
     tokenizer_path: str | None = None
     """Tokenizer of the reward model (its chat template renders the conversation); defaults to model_path."""
     trust_remote_code: bool = False
