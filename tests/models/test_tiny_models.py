@@ -257,6 +257,20 @@ def test_llama_kind_has_llama_3s_tokens_rope_and_untied_head(tiny_cache):
     assert tokenizer.convert_ids_to_tokens(stops) == ["<|eot_id|>", "<|end_of_text|>"]
 
 
+def test_qwen3_kind_is_dense_with_query_and_key_norms(tiny_cache):
+    """As Qwen3-4B/8B: no experts, no qkv bias, an RMS norm on each head's queries and keys."""
+    from safetensors import safe_open
+
+    model_dir = get_or_build_tiny_model("qwen3", tiny_cache)
+    with open(os.path.join(model_dir, "config.json")) as f:
+        config = json.load(f)
+    assert config["architectures"] == ["Qwen3ForCausalLM"] and "num_experts" not in config
+    with safe_open(os.path.join(model_dir, "model.safetensors"), "pt") as weights:
+        names = set(weights.keys())
+    assert "model.layers.0.self_attn.q_norm.weight" in names and "model.layers.0.self_attn.k_norm.weight" in names
+    assert not any(name.endswith("q_proj.bias") for name in names)
+
+
 # ---------------------------------------------------------------------------------------------- determinism and CLI
 def test_same_seed_gives_identical_files_and_other_seed_other_weights(tmp_path):
     size = {"hidden_size": 64, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "intermediate_size": 64}

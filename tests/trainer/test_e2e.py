@@ -534,12 +534,16 @@ def test_ppo_with_critic_gae(workspace):
 
 
 def test_online_filtering_and_remax(workspace):
+    """On a dense Qwen3 (q/k norms, no qkv bias; Qwen3-4B/8B's layout), every weight sync checked."""
     parity = workspace["root"] / "parity.py"
     parity.write_text("def compute_score(sample):\n    return {'overall': float(len(sample['response']) % 2)}\n")
+    qwen3 = get_or_build_tiny_model("qwen3", str(workspace["root"] / "models"))
     config = load_config(
         text_args(
             workspace,
             "remax_filtered",
+            f"worker.actor.model.model_path={qwen3}",
+            "worker.rollout.verify_weight_sync=true",
             "algorithm.adv_estimator=remax",
             "algorithm.disable_kl=true",
             "algorithm.online_filtering=true",
@@ -555,6 +559,7 @@ def test_online_filtering_and_remax(workspace):
     # every kept group is mixed (mean strictly inside (0.01, 0.99)): with n=2 that is one odd and one even character count
     assert steps[-1]["critic/score/mean"] == pytest.approx(0.5)
     assert "online_filtering/kept_ratio" in steps[-1]
+    assert all(row["rollout/weight_sync_mean_gap"] <= 1e-3 for row in steps)
 
 
 def test_resume_gives_the_same_next_step(workspace, caplog):

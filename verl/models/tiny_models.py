@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # torch and transformers load lazily: the CLI checks its argu
 ModelKind = Literal[
     "qwen2",
     "llama",
+    "qwen3",
     "qwen2_5_vl",
     "qwen2_vl",
     "qwen3_vl",
@@ -54,6 +55,7 @@ MODEL_KINDS: tuple[str, ...] = get_args(ModelKind)
 MODEL_CLASSES: dict[str, str] = {
     "qwen2": "Qwen2ForCausalLM",
     "llama": "LlamaForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
     "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
     "qwen2_vl": "Qwen2VLForConditionalGeneration",
     "qwen3_vl": "Qwen3VLForConditionalGeneration",
@@ -373,8 +375,8 @@ class TinyModelSpec:
     """Everything that determines a tiny model directory; the same spec always gives the same files."""
 
     kind: str = "qwen2"
-    """Model family (MODEL_KINDS): text qwen2, llama (Llama 3), qwen3_moe and qwen2_rm (a score head); the rest have a
-    vision tower. qwen3_5 kinds have a hybrid Gated DeltaNet / full-attention decoder; gemma4 is Gemma 4 E2B's
+    """Model family (MODEL_KINDS): text qwen2, llama (Llama 3), qwen3, qwen3_moe and qwen2_rm (a score head); the rest
+    have a vision tower. qwen3_5 kinds have a hybrid Gated DeltaNet / full-attention decoder; gemma4 is Gemma 4 E2B's
     layout."""
     seed: int = 0
     """Seed of the weight initialisation (the tokenizer does not depend on it)."""
@@ -513,6 +515,8 @@ def _config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") ->
     if spec.kind in ("qwen2", "qwen2_rm"):
         # qwen2_rm: one label, the scalar reward. pad_token_id is how the HF head finds each row's last token.
         return {**text, "num_labels": 1} if spec.is_reward_model else text
+    if spec.kind == "qwen3":  # q/k norms, explicit head_dim, no qkv bias (Qwen3-4B/8B)
+        return {**text, "head_dim": spec.head_dim}
     if spec.kind == "qwen3_moe":  # q/k norms, explicit head_dim
         return {**text, **qwen3_experts, "head_dim": spec.head_dim}
     if spec.kind == "internvl":
