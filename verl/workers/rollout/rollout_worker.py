@@ -70,7 +70,10 @@ class RolloutWorker(Worker):
 
         model, template = self.config.actor.model, self.config.override_chat_template
         tokenizer = get_tokenizer(  # the driver loaded it too, and said what it lacks
-            model.tokenizer_path, model.trust_remote_code, template, warn_no_pad=False
+            model.tokenizer_path,
+            trust_remote_code=model.trust_remote_code,
+            override_chat_template=template,
+            warn_no_pad=False,
         )
         processor = get_processor(
             model.tokenizer_path, trust_remote_code=model.trust_remote_code, override_chat_template=template
