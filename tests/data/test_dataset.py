@@ -287,6 +287,12 @@ def test_format_prompt_sees_every_column_and_override_chat_template_replaces_the
         RLHFDataset(ROWS[:1], text_tokenizer, format_prompt=str(uses_missing_column))
     with pytest.raises(FileNotFoundError, match="data.format_prompt"):
         RLHFDataset(ROWS[:1], text_tokenizer, format_prompt=str(tmp_path / "nope.jinja"))
+    unclosed = tmp_path / "unclosed.jinja"
+    unclosed.write_text("Solve:\n{{ content \n")
+    with pytest.raises(
+        ValueError, match=r"unclosed.jinja' is not a valid Jinja template: .*'end of print statement' \(line 2\)\.$"
+    ):
+        RLHFDataset(ROWS[:1], text_tokenizer, format_prompt=str(unclosed))
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -174,7 +174,8 @@ class RLHFDataset(Dataset):
             return environment.from_string(self.format_source)
         except TemplateError as error:
             raise ValueError(
-                f"data.format_prompt {self.format_prompt_path!r} is not a valid Jinja template: {error}."
+                f"data.format_prompt {self.format_prompt_path!r} is not a valid Jinja template: "
+                f"{str(error).rstrip('.')} (line {getattr(error, 'lineno', '?')})."
             ) from None
 
     def __getstate__(self) -> dict[str, Any]:
