@@ -4,6 +4,7 @@
 
 import pytest
 
+from tests.model_folders import config_only_model
 from verl.algorithms.schedules import EntropyController, check_response_length_schedule, response_length_at
 from verl.trainer.config import load_config
 from verl.utils.config import ConfigError
@@ -31,7 +32,7 @@ def test_bad_schedules_are_named(schedule: dict, message: str) -> None:
 
 def test_schedule_and_entropy_control_keys_are_validated(tmp_path) -> None:
     (tmp_path / "train.jsonl").write_text('{"prompt": "1 + 1 =", "answer": "2"}\n')
-    (tmp_path / "model").mkdir()
+    config_only_model(tmp_path / "model")
     (tmp_path / "reward.py").write_text("def compute_score(sample):\n    return {'overall': 1.0}\n")
     base = [
         f"data.train_files={tmp_path / 'train.jsonl'}",

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.model_folders import config_only_model
 from tests.test_examples import recipe_args
 from tests.trainer.test_config import base_args
 from verl.algorithms import core_algos
@@ -31,7 +32,7 @@ USER_FILE = os.path.join(REPO, "tests", "algorithms", "user_grpo_ppo.py")
 def files(tmp_path):
     """A minimal valid setup (data, model directory, reward) and a copy of the user's algorithm file."""
     (tmp_path / "train.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n')
-    (tmp_path / "model").mkdir()
+    config_only_model(tmp_path / "model")
     (tmp_path / "reward.py").write_text("def compute_score(sample):\n    return {'overall': 1.0}\n")
     shutil.copy(USER_FILE, tmp_path / "algo.py")
     return tmp_path

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from tests.model_folders import config_only_model
 from verl.envs import ToolEnv, load_environment, parse_tool_calls, python_tool
 from verl.envs.loader import EnvironmentLoadError
 from verl.models.tiny_models import build_tokenizer
@@ -202,7 +203,7 @@ def test_tool_schemas_reach_the_prompt_and_env_keys_are_checked(tmp_path):
     )
 
     (tmp_path / "train.jsonl").write_text(json.dumps(rows[0]) + "\n")
-    (tmp_path / "model").mkdir()
+    config_only_model(tmp_path / "model")
     (tmp_path / "reward.py").write_text("def compute_score(sample):\n    return {'overall': 1.0}\n")
     base = [
         f"data.train_files={tmp_path / 'train.jsonl'}",

@@ -12,6 +12,7 @@ import sys
 import pytest
 import yaml
 
+from tests.model_folders import config_only_model
 from verl.trainer.config import PPOConfig, load_config
 from verl.trainer.main import main
 from verl.utils.config import ConfigError, describe_fields
@@ -24,7 +25,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def files(tmp_path):
     """A minimal valid setup: data file, model directory, reward file, prompt template."""
     (tmp_path / "train.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n')
-    (tmp_path / "model").mkdir()
+    config_only_model(tmp_path / "model")
     (tmp_path / "reward.py").write_text("def compute_score(sample):\n    return {'overall': 1.0}\n")
     (tmp_path / "fmt.jinja").write_text("{{ content }}")
     return tmp_path
@@ -764,9 +765,43 @@ def test_easyr1_ulysses_example_keys(files):
 
 
 def _write_model_config(path, **config) -> str:
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps({"model_type": "qwen2", **config}))
-    return str(path)
+    return str(config_only_model(path, {"model_type": "qwen2", **config}))
+
+
+def test_a_model_folder_without_config_or_weights_is_refused_naming_the_key(files, tmp_path):
+    """transformers (the actor, critic, reward model) and vLLM (a judge) found it out in a worker, after Ray started."""
+    args = [arg for arg in base_args(files) if not arg.startswith("worker.actor.model.model_path")]
+    empty, no_weights = tmp_path / "empty", tmp_path / "no_weights"
+    empty.mkdir()
+    no_weights.mkdir()
+    (no_weights / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    (no_weights / "tokenizer.json").write_text("{}")
+    sharded = config_only_model(tmp_path / "sharded", {"model_type": "qwen2"})
+    (sharded / "model.safetensors").unlink()
+    (sharded / "model.safetensors.index.json").write_text("{}")
+    cases = {
+        f"worker.actor.model.model_path={empty}": "worker.actor.model.model_path='{}' is a folder without config.json "
+        "or weights (*.safetensors or *.bin); give a Hugging Face model folder",
+        f"worker.actor.model.model_path={no_weights}": "worker.actor.model.model_path='{}' is a folder without weights",
+        f"worker.actor.model.model_path={sharded} worker.critic.model.model_path={no_weights} algorithm.adv_estimator=gae worker.critic.global_batch_size=4": (
+            "worker.critic.model.model_path='{}' is a folder without weights"
+        ),
+        f"worker.actor.model.model_path={sharded} worker.reward.model.model_path={empty} worker.reward.model.n_gpus_per_node=1": (
+            "worker.reward.model.model_path='{}' is a folder without config.json"
+        ),
+        f"worker.actor.model.model_path={sharded} worker.reward.judge.model_path={no_weights}": (
+            "worker.reward.judge.model_path='{}' is a folder without weights"
+        ),
+    }
+    for overrides, message in cases.items():
+        folder = next(
+            value.split("=")[1] for value in overrides.split() if value.split("=")[1] in (str(empty), str(no_weights))
+        )
+        with pytest.raises(ConfigError, match=re.escape(message.format(folder))):
+            load_config([*args, *overrides.split()])
+    assert load_config([*args, f"worker.actor.model.model_path={sharded}"]).worker.actor.model.model_path == str(
+        sharded
+    )
 
 
 def test_reward_model_keys_are_checked_before_anything_starts(files, tmp_path):

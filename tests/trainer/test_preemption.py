@@ -14,6 +14,7 @@ from collections import Counter
 import pytest
 from processes import start_run_in_a_group
 
+from tests.model_folders import config_only_model
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.trainer.checkpointing import CheckpointTracker, is_complete
 from verl.trainer.preemption import StopRequest, TrainingInterrupted, stop_the_fit_loop
@@ -232,7 +233,7 @@ def test_a_signal_while_the_run_starts_ends_it_with_the_trainers_message(tmp_pat
     """SIGTERM while the engines started ended with exit -6 and Ray's C++ stack dump (ray.init's own SIGTERM handler
     killed its daemons under the driver); SIGHUP killed the driver silently."""
     (tmp_path / "train.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n')
-    (tmp_path / "model").mkdir()
+    config_only_model(tmp_path / "model")
     (tmp_path / "reward.py").write_text("def compute_score(sample):\n    return {'overall': 1.0}\n")
     args = [
         f"data.train_files={tmp_path / 'train.jsonl'}",

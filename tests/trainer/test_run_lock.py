@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 
+from tests.model_folders import config_only_model
 from verl.trainer.run_lock import LOCK_FILE, CheckpointFolderError, CheckpointFolderInUse, RunLock
 
 
@@ -65,7 +66,7 @@ def test_a_folder_that_cannot_be_made_is_refused_naming_the_key(tmp_path):
 
 def test_the_trainer_refuses_a_held_folder_before_anything_starts(tmp_path):
     (tmp_path / "train.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n')
-    (tmp_path / "model").mkdir()
+    config_only_model(tmp_path / "model")
     (tmp_path / "reward.py").write_text("def compute_score(sample):\n    return {'overall': 1.0}\n")
     folder = tmp_path / "run"
     holder = hold(folder)

@@ -108,6 +108,7 @@ class ModelConfig:
         problem = os.path.isdir(self.model_path or "") and unexported_checkpoint(self.model_path)
         if problem:
             raise ConfigError(f"{key}: {problem}.")
+        require_model_files(key, self.model_path)
         model_config = read_model_config(key, self.model_path)
         if model_config is None:
             return  # a hub id: the worker checks it when it loads the config
@@ -132,12 +133,37 @@ def unexported_checkpoint(path: str) -> str | None:
     elif os.path.isfile(os.path.join(path, "actor", ".metadata")):
         actor, what = os.path.join(path, "actor"), "a training checkpoint"
     elif os.path.isfile(os.path.join(os.path.dirname(path), ".metadata")) and not any(
-        name.endswith((".safetensors", ".bin")) for name in os.listdir(path)
+        name.endswith(WEIGHT_FILE_SUFFIXES) for name in os.listdir(path)
     ):
         actor, what = os.path.dirname(path), "a training checkpoint's config and tokenizer, without its weights"
     else:
         return None
     return f"'{path}' is {what}, not a Hugging Face model: {export_advice(actor, 'it', 'use')}"
+
+
+WEIGHT_FILE_SUFFIXES = (".safetensors", ".safetensors.index.json", ".bin", ".bin.index.json")
+"""How the weight files of a Hugging Face model folder end (one file, or shards with their index)."""
+
+
+def require_model_files(key: str, path: str | None) -> None:
+    """A local model folder (config key `key`) holds a config.json and weights, which transformers and vLLM load in
+    the workers; a hub id is left to them."""
+    if not path or not os.path.isdir(os.path.expanduser(path)):
+        return
+    names = os.listdir(os.path.expanduser(path))
+    missing = [
+        what
+        for what, found in (
+            ("config.json", "config.json" in names),
+            ("weights (*.safetensors or *.bin)", any(name.endswith(WEIGHT_FILE_SUFFIXES) for name in names)),
+        )
+        if not found
+    ]
+    if missing:
+        raise ConfigError(
+            f"{key}='{path}' is a folder without {' or '.join(missing)}; give a Hugging Face model folder (a "
+            "training checkpoint is exported to one by scripts/model_merger.py)."
+        )
 
 
 def export_advice(actor: str, it: str = "it", then: str = "use") -> str:

@@ -162,7 +162,9 @@ def check_template(source: str, what: str = "the judge template") -> None:
     try:
         parsed = env.parse(source)
     except jinja2.TemplateSyntaxError as error:
-        raise ValueError(f"{what} is not a valid Jinja template: {str(error).rstrip('.')} (line {error.lineno}).") from error
+        raise ValueError(
+            f"{what} is not a valid Jinja template: {str(error).rstrip('.')} (line {error.lineno})."
+        ) from error
     names = jinja2.meta.find_undeclared_variables(parsed) - set(env.globals)
     if "response" not in names:
         raise ValueError(f"{what} never uses {{{{ response }}}}: the judge would not see what it grades.")

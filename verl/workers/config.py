@@ -17,6 +17,7 @@ from verl.models.config import (
     OffloadConfig,
     check_offload,
     read_model_config,
+    require_model_files,
 )
 from verl.rewards.function import RewardFunctionLoadError, check_reward_function
 from verl.rewards.llm_judge import JudgeConfig
@@ -118,6 +119,7 @@ class RewardModelConfig:
         require_path(self, prefix, "model_path", "directory", allow_hub=True)
         require_path(self, prefix, "tokenizer_path", "directory", allow_hub=True)
         key = f"{prefix}model_path"
+        require_model_files(key, self.model_path)
         model_config = read_model_config(key, self.model_path)
         if model_config is None:
             return  # a hub id: the worker checks it when it loads
@@ -209,6 +211,7 @@ class RewardConfig:
             except RewardFunctionLoadError as err:
                 raise ConfigError(str(err)) from None
         require_path(self.judge, f"{prefix}judge.", "model_path", "directory", allow_hub=True)
+        require_model_files(f"{prefix}judge.model_path", self.judge.model_path)
         try:
             self.judge.check()
         except ValueError as err:
