@@ -9,6 +9,7 @@ have no network, and an upload is never faked as a success.
 
 import importlib.util
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -185,6 +186,12 @@ def test_an_easyr1_checkpoint_is_named_as_such(tmp_path) -> None:
     assert "Traceback" not in proc.stderr
     with pytest.raises(FileNotFoundError, match="is a step directory; pass its actor checkpoint"):
         merger.merge(str(actor.parent))
+    (tmp_path / "global_step_10" / "actor").mkdir(parents=True)
+    newest = re.escape(str(tmp_path / "global_step_10" / "actor"))
+    with pytest.raises(
+        FileNotFoundError, match=f"a run's save directory \\(2 steps saved\\); .* the newest: {newest}\\."
+    ):
+        merger.merge(str(tmp_path))
 
 
 def test_a_truncated_shard_is_named_by_the_merger(checkpoint, tmp_path) -> None:
