@@ -139,6 +139,16 @@ def test_a_role_typo_shows_the_bad_value(tokenizer):
     no_role = {"messages": [{"content": "Hi"}, {"role": "assistant", "content": "Hello"}]}
     with pytest.raises(SFTDataError, match="row 0, key 'messages': message 0 needs a role in .*; it has no 'role'"):
         SFTDataset([no_role], tokenizer, None, data_config())
+    sharegpt = {"messages": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello"}]}
+    with pytest.raises(
+        SFTDataError, match=r"message 0 needs .*; it has no 'role' \(ShareGPT's layout: .*'human' as 'user'"
+    ):
+        SFTDataset([sharegpt], tokenizer, None, data_config())
+    sharegpt_roles = {"messages": [{"role": "user", "content": "Hi"}, {"role": "gpt", "content": "Hello"}]}
+    with pytest.raises(
+        SFTDataError, match=r"message 1 needs .*; its role is 'gpt' \(ShareGPT's layout: .*'gpt' as 'assistant'"
+    ):
+        SFTDataset([sharegpt_roles], tokenizer, None, data_config())
     not_a_dict = {"messages": ["Hi", {"role": "assistant", "content": "Hello"}]}
     with pytest.raises(SFTDataError, match="message 0 must be a dict with 'role' and 'content', got str"):
         SFTDataset([not_a_dict], tokenizer, None, data_config())

@@ -30,6 +30,8 @@ from verl.protocol import DataProto
 logger = logging.getLogger(__name__)
 
 ROLES = ("system", "user", "assistant", "tool")
+SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "function_call": "assistant", "observation": "tool"}
+"""ShareGPT's `from` values (LLaMA-Factory's data) and the roles they stand for, named when a row uses them."""
 IMAGE_MARKER = "<image>"
 _EMPTY_ANSWER = "it would train the model to answer with nothing; write the answer or drop the turn"
 
@@ -109,6 +111,12 @@ class SFTDataset(torch.utils.data.Dataset):
                 )
             if message.get("role") not in ROLES:
                 role = f"its role is {message['role']!r}" if "role" in message else "it has no 'role'"
+                if {"from", "value"} <= set(message) or message.get("role") in SHAREGPT_ROLES:
+                    role += (
+                        " (ShareGPT's layout: write each message as {'role': ..., 'content': ...} with "
+                        + ", ".join(f"{theirs!r} as {ours!r}" for theirs, ours in SHAREGPT_ROLES.items())
+                        + ")"
+                    )
                 raise self._error(index, key, f"message {position} needs a role in {', '.join(ROLES)}; {role}")
             if not isinstance(message.get("content"), str):
                 raise self._error(index, key, f"message {position} needs string content")
