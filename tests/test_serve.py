@@ -66,16 +66,20 @@ def params(**fields):
 
 def test_a_model_argument_that_is_not_a_model_stops_before_the_engine(tmp_path, capsys):
     """Such a --model used to end in a traceback from vLLM's config (a missing directory parsed as a Hub id, a
-    training checkpoint as a model without weights)."""
+    training checkpoint or any other folder as a model without weights)."""
     from verl.serve import main
 
     actor = tmp_path / "global_step_1" / "actor"
     (actor / "huggingface").mkdir(parents=True)
     (actor / ".metadata").write_bytes(b"")
+    tokenizer_only = tmp_path / "tokenizer_only"
+    tokenizer_only.mkdir()
+    (tokenizer_only / "config.json").write_text("{}")
     for argv, message in (
         (["--model", str(tmp_path / "missing")], f"--model '{tmp_path / 'missing'}' does not exist"),
         (["--model", str(actor)], f"'{actor}' is a training checkpoint's sharded weights, not a Hugging Face model"),
         (["--model", str(actor / "huggingface")], "python scripts/model_merger.py --local_dir"),
+        (["--model", str(tokenizer_only)], f"--model '{tokenizer_only}' is a folder without weights"),
         (["--model", str(tmp_path), "--max-model-len", "0"], "--max-model-len and --kv-cache-mb must be positive"),
     ):
         with pytest.raises(SystemExit) as exit_code:

@@ -145,11 +145,11 @@ WEIGHT_FILE_SUFFIXES = (".safetensors", ".safetensors.index.json", ".bin", ".bin
 """How the weight files of a Hugging Face model folder end (one file, or shards with their index)."""
 
 
-def require_model_files(key: str, path: str | None) -> None:
-    """A local model folder (config key `key`) holds a config.json and weights, which transformers and vLLM load in
-    the workers; a hub id is left to them."""
+def missing_model_files(path: str | None) -> str | None:
+    """What the local model folder `path` lacks of what transformers and vLLM load ("config.json", "weights
+    (...)"); None where nothing is missing or `path` is no local folder (a hub id)."""
     if not path or not os.path.isdir(os.path.expanduser(path)):
-        return
+        return None
     names = os.listdir(os.path.expanduser(path))
     missing = [
         what
@@ -159,10 +159,17 @@ def require_model_files(key: str, path: str | None) -> None:
         )
         if not found
     ]
+    return " or ".join(missing) or None
+
+
+def require_model_files(key: str, path: str | None) -> None:
+    """A local model folder (config key `key`) holds a config.json and weights, which the workers load; a hub id is
+    left to them."""
+    missing = missing_model_files(path)
     if missing:
         raise ConfigError(
-            f"{key}='{path}' is a folder without {' or '.join(missing)}; give a Hugging Face model folder (a "
-            "training checkpoint is exported to one by scripts/model_merger.py)."
+            f"{key}='{path}' is a folder without {missing}; give a Hugging Face model folder (a training checkpoint "
+            "is exported to one by scripts/model_merger.py)."
         )
 
 
