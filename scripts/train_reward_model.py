@@ -250,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.max_length < 2:
         parser.error(f"--max-length {args.max_length} must be at least 2.")
+    from verl.models.config import model_folder_problem
     from verl.utils.hub import hub_folder
 
     try:
@@ -259,6 +260,10 @@ def main(argv: list[str] | None = None) -> int:
         args.tokenizer = args.tokenizer and hub_folder(args.tokenizer, "--tokenizer")
     except ValueError as error:  # a PairFileError, or a ModelScope id that cannot be fetched
         print(f"train_reward_model: {error}", file=sys.stderr)
+        return 2
+    problem = model_folder_problem(args.model, "--model")
+    if problem:
+        print(f"train_reward_model: {problem}", file=sys.stderr)
         return 2
 
     import torch.distributed as dist

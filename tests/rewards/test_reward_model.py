@@ -181,6 +181,15 @@ def test_pairs_file_errors_name_the_file_row_and_key(tmp_path, capsys):
         script.read_pairs(str(path))
     assert script.main(["--model", "m", "--train", str(path), "--output", str(tmp_path / "out")]) == 2
     assert f"train_reward_model: {path}, row 1: not valid JSON" in capsys.readouterr().err
+    path.write_text(good + "\n")
+    (tmp_path / "no_weights").mkdir()
+    (tmp_path / "no_weights" / "config.json").write_text("{}")
+    for model, problem in (
+        (tmp_path / "missing", "does not exist"),
+        (tmp_path / "no_weights", "is a folder without weights"),
+    ):
+        assert script.main(["--model", str(model), "--train", str(path), "--output", str(tmp_path / "out")]) == 2
+        assert f"train_reward_model: --model '{model}' {problem}" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------- Ray workers

@@ -173,6 +173,21 @@ def require_model_files(key: str, path: str | None) -> None:
         )
 
 
+def model_folder_problem(path: str, name: str) -> str | None:
+    """Why `path` (the argument `name`, e.g. "--model") is no model folder a command can load: a local path that
+    does not exist, a training checkpoint, or a folder without config.json or weights; None for a model folder or a
+    hub id."""
+    if not (path.startswith((".", "/", "~")) or os.path.exists(path)):
+        return None
+    if not os.path.isdir(os.path.expanduser(path)):
+        return f"{name} '{path}' does not exist; give a Hugging Face model directory."
+    problem = unexported_checkpoint(path)
+    missing = None if problem else missing_model_files(path)
+    return (
+        f"{name} '{path}' is a folder without {missing}; give a Hugging Face model directory." if missing else problem
+    )
+
+
 def export_advice(actor: str, it: str = "it", then: str = "use") -> str:
     """How to turn a checkpoint's actor folder into a model directory: the merger command, then the folder to
     `then` (one wording for every message that says it)."""

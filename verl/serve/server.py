@@ -14,7 +14,6 @@ unless --host says otherwise and has no authentication: do not expose it.
 import argparse
 import json
 import logging
-import os
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -158,20 +157,11 @@ def make_server(engine: Any, host: str, port: int) -> Server:
 def check_model_arguments(args: argparse.Namespace) -> str | None:
     """What is wrong with the model and engine arguments, found before the engine starts (its own errors are
     tracebacks): a local --model that is missing, incomplete or a training checkpoint, a length or cache size below 1."""
-    from verl.models.config import missing_model_files, unexported_checkpoint
+    from verl.models.config import model_folder_problem
 
     if args.max_model_len < 1 or (args.kv_cache_mb is not None and args.kv_cache_mb < 1):
         return "--max-model-len and --kv-cache-mb must be positive."
-    local = args.model.startswith((".", "/", "~")) or os.path.exists(args.model)
-    if not local:
-        return None
-    if not os.path.isdir(os.path.expanduser(args.model)):
-        return f"--model '{args.model}' does not exist; give a Hugging Face model directory."
-    problem = unexported_checkpoint(args.model)
-    missing = None if problem else missing_model_files(args.model)
-    if missing:
-        problem = f"--model '{args.model}' is a folder without {missing}; give a Hugging Face model directory."
-    return problem
+    return model_folder_problem(args.model, "--model")
 
 
 def main(argv: list[str] | None = None) -> int:
