@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -179,8 +180,9 @@ def test_config_errors_name_the_key(tmp_path) -> None:
         load_sft_config([*base, "data.batch_size=3", "trainer.n_gpus_per_node=2"])
     with pytest.raises(ConfigError, match="data.prompt_key and data.response_key go together"):
         load_sft_config([*base, "data.prompt_key=q"])
-    with pytest.raises(ConfigError, match="LoRA is not implemented"):
-        load_sft_config([*base, "worker.model.lora.rank=8"])
+    assert load_sft_config([*base, "worker.model.lora.rank=8"]).worker.model.lora.rank == 8
+    with pytest.raises(ConfigError, match="rank must be >= 0"):
+        load_sft_config([*base, "worker.model.lora.rank=-1"])
     with pytest.raises(ConfigError, match="Unknown|unknown"):
         load_sft_config([*base, "data.batchsize=3"])
     with pytest.raises(ConfigError, match="'data.seed' must be zero or positive"):
@@ -371,13 +373,56 @@ def test_sft_runs_lower_the_loss_resume_exactly_and_export_for_rl(models, tmp_pa
     assert rl.worker.actor.model.model_path == exported
 
 
+@pytest.mark.slow
+def test_lora_sft_trains_the_adapters_alone_resumes_exactly_and_exports_them_merged(models, tmp_path, local_ray):
+    from safetensors.torch import load_file
+    from torch.distributed.checkpoint import FileSystemReader
+    from transformers import AutoModelForCausalLM
+
+    from verl.sft.config import load_sft_config
+    from verl.sft.main import run_sft
+
+    write_conversations(tmp_path / "train.jsonl", 48, seed=0)
+    write_conversations(tmp_path / "val.jsonl", 7, seed=1)
+    straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+    lora = ["worker.model.lora.rank=8", "worker.model.lora.alpha=16", "worker.optim.lr=1e-2", "trainer.max_steps=4"]
+    run_sft(load_sft_config(sft_args(tmp_path, models["text"], straight, *lora, "trainer.save_freq=2")))
+    shutil.copytree(os.path.join(straight, "global_step_2"), os.path.join(resumed, "global_step_2"))
+    run_sft(load_sft_config(sft_args(tmp_path, models["text"], resumed, *lora)))  # resumes from step 2
+
+    rows, again = read_steps(straight), read_steps(resumed)
+    assert sorted(again) == [3, 4]
+    assert rows[4]["train/loss"] < 0.8 * rows[1]["train/loss"] and rows[4]["val/loss"] < rows[2]["val/loss"]
+    for step in (3, 4):  # the adapters and their optimizer state come back exactly
+        assert again[step]["train/loss"] == pytest.approx(rows[step]["train/loss"], rel=1e-5)
+    # the checkpoint holds the adapters (and their optimizer state) only
+    actor = os.path.join(straight, "global_step_4", "actor")
+    saved = FileSystemReader(actor).read_metadata().state_dict_metadata
+    weights = [key for key in saved if key.startswith("model.")]
+    assert weights and all(".lora_A." in key or ".lora_B." in key for key in weights), weights[:5]
+    assert os.path.isfile(os.path.join(actor, "huggingface", "adapter_config.json"))
+    # the export is a plain model with the adapters merged in, as model_merger writes from the checkpoint
+    exported = AutoModelForCausalLM.from_pretrained(os.path.join(straight, "huggingface")).state_dict()
+    merged = tmp_path / "merged"
+    merger = [sys.executable, os.path.join(REPO, "scripts", "model_merger.py"), "--local_dir", actor]
+    subprocess.run([*merger, "--target_dir", str(merged), "--dtype", "fp32"], check=True, capture_output=True)
+    assert not any("lora" in key for key in load_file(str(merged / "model.safetensors")))
+    reference = AutoModelForCausalLM.from_pretrained(merged).state_dict()
+    original = AutoModelForCausalLM.from_pretrained(models["text"]).state_dict()
+    assert exported.keys() == original.keys()
+    for name, param in exported.items():
+        torch.testing.assert_close(param, reference[name], rtol=0, atol=1e-6, msg=name)
+        adapted = name.endswith("proj.weight")  # every linear layer but the LM head has adapters
+        assert torch.equal(param, original[name]) != adapted, name
+
+
 def test_cli_help_dry_run_and_errors(tmp_path, capsys) -> None:
     from verl.sft.main import main
 
     assert main(["--help-config"]) == 0
     help_text = capsys.readouterr().out
     assert "data.messages_key (str): Column with the conversation" in help_text
-    assert "worker.model.model_path" in help_text and "lora" not in help_text  # SFT refuses LoRA: not offered
+    assert "worker.model.model_path" in help_text and "worker.model.lora.rank (int): LoRA rank" in help_text
     (tmp_path / "train.jsonl").write_text("{}\n")
     args = [f"config={REPO}/examples/sft.yaml", f"data.train_files={tmp_path / 'train.jsonl'}"]
     assert main([*args, "--dry-run"]) == 0

@@ -47,10 +47,11 @@ TORCH_DTYPES: tuple[str | None, ...] = (None, "fp32", "bf16", "fp16")
 @dataclass
 class LoraConfig:
     rank: int = 0
-    """LoRA rank; 0 trains all weights. With a rank > 0 (actor only) the base weights are frozen and only peft LoRA
-    adapters train: the optimizer holds states for them alone, the reference policy is the same model with its
-    adapters switched off (no second copy), the rollout engine receives merged weights (or the adapters alone:
-    worker.rollout.lora_sync), and checkpoints hold the adapters (and their optimizer state) only."""
+    """LoRA rank; 0 trains all weights. With a rank > 0 (the actor, or the SFT model) the base weights are frozen and
+    only peft LoRA adapters train: the optimizer holds states for them alone, checkpoints hold the adapters (and their
+    optimizer state) only, and an export (scripts/model_merger.py, SFT's huggingface/ folder) merges them into the
+    base weights. In RL the reference policy is the same model with its adapters switched off (no second copy) and
+    the rollout engine receives merged weights (or the adapters alone: worker.rollout.lora_sync)."""
     alpha: int = 64
     """LoRA scaling numerator (scale = alpha / rank)."""
     target_modules: str = "all-linear"

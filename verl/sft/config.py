@@ -9,7 +9,6 @@ sections (the batch over the devices).
 """
 
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from verl.models.config import FSDPConfig, ModelConfig
 from verl.trainer.config import BaseTrainerConfig
@@ -105,8 +104,6 @@ class SFTWorkerConfig:
     def validate(self, prefix: str) -> None:
         require_positive(self, prefix, "micro_batch_size_per_device", "max_grad_norm")
         self.model.validate(f"{prefix}model.")
-        if self.model.lora.rank > 0:
-            raise ConfigError(f"{prefix}model.lora.rank > 0: LoRA is not implemented yet; set it to 0.")
         self.optim.validate(f"{prefix}optim.")
         self.fsdp.validate(f"{prefix}fsdp.")
 
@@ -134,9 +131,6 @@ class SFTTrainerConfig(BaseTrainerConfig):
 
 @dataclass
 class SFTConfig:
-    UNSUPPORTED_KEYS: ClassVar[tuple[str, ...]] = ("worker.model.lora.",)
-    """Keys of the shared sections that SFT refuses (validation says so); --help-config leaves them out."""
-
     data: SFTDataConfig = field(default_factory=SFTDataConfig)
     """The conversations."""
     worker: SFTWorkerConfig = field(default_factory=SFTWorkerConfig)

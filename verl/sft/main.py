@@ -119,7 +119,8 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
     except ValueError as err:  # online logging asked for explicitly, and its service cannot be reached
         raise ConfigError(str(err)) from None
     model = (config.worker.model.model_path, param_dtype(config.worker.fsdp).itemsize)
-    log_checkpoint_plan(trainer, checkpoint_size_estimate([model], save_model_only=False))
+    lora = config.worker.model.lora.rank > 0  # its checkpoints hold the adapters only: no estimate, as in RL
+    log_checkpoint_plan(trainer, None if lora else checkpoint_size_estimate([model], save_model_only=False))
     start_ray(device, trainer.nnodes * trainer.n_gpus_per_node, trainer.signal_grace_s)
     pool = RayResourcePool(
         process_on_nodes=[trainer.n_gpus_per_node] * trainer.nnodes,

@@ -24,6 +24,7 @@ from verl.models.fsdp import (
     micro_batch_pass,
 )
 from verl.models.loading import build_model
+from verl.models.lora import adapter_config_dict, lora_scaling, merged_state_dict
 from verl.protocol import DataProto
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.base.worker import Worker
@@ -70,7 +71,12 @@ class SFTWorker(Worker):
         self.padding_free = config.padding_free and packing_is_exact(self.module)
         self.head = token_head(False)
         self.checkpoint_manager = FSDPCheckpointManager(
-            self.module, self.optimizer, self.lr_scheduler, self.tokenizer, self.processor
+            self.module,
+            self.optimizer,
+            self.lr_scheduler,
+            self.tokenizer,
+            self.processor,
+            adapter_only=model.lora.rank > 0,
         )
 
     def _nll(self, data: DataProto, train: bool) -> tuple[float, float]:
@@ -139,9 +145,12 @@ class SFTWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def export_hf_model(self, path: str) -> None:
-        """Write the weights as a Hugging Face model directory (rank 0), usable as the RL trainer's model_path."""
+        """Write the weights as a Hugging Face model directory (rank 0), usable as the RL trainer's model_path; LoRA
+        adapters are merged into the base weights."""
         state = get_full_state_dict(self.module)  # collective; the full tensors land on rank 0
         if dist.get_rank() == 0:
+            if self.config.model.lora.rank > 0:
+                state = merged_state_dict(state, lora_scaling(adapter_config_dict(self.module)))
             model = build_model(self.config.model, device="meta")
             model.load_state_dict(state, assign=True)
             model.tie_weights()
