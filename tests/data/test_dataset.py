@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import pickle
+import re
 
 import datasets
 import numpy as np
@@ -293,6 +294,66 @@ def test_format_prompt_sees_every_column_and_override_chat_template_replaces_the
         ValueError, match=r"unclosed.jinja' is not a valid Jinja template: .*'end of print statement' \(line 2\)\.$"
     ):
         RLHFDataset(ROWS[:1], text_tokenizer, format_prompt=str(unclosed))
+
+
+def test_a_prompt_given_as_chat_messages_renders_them_all_and_formats_the_last(tmp_path, text_tokenizer):
+    """verl's and TRL's layout: a list of messages (system, few-shot turns, the user's); the answer inside a dict
+    column, named with dots."""
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is 1 + 1?"},
+        {"role": "assistant", "content": "2"},
+        {"role": "user", "content": "What is 2 + 2?"},
+    ]
+    row = {"prompt": messages, "reward_model": {"style": "rule", "ground_truth": "4"}, "data_source": "gsm8k"}
+    template = tmp_path / "format.jinja"
+    template.write_text("{{ content }} ({{ data_source }})")
+    dataset = RLHFDataset([row], text_tokenizer, answer_key="reward_model.ground_truth", format_prompt=str(template))
+    example = dataset[0]
+    formatted = [*messages[:3], {"role": "user", "content": "What is 2 + 2? (gsm8k)"}]
+    expected = text_tokenizer.apply_chat_template(formatted, add_generation_prompt=True, tokenize=False)
+    assert example["prompt_text"] == expected and "Be brief." in expected
+    assert example["ground_truth"] == "4" and example["reward_model"] == row["reward_model"]  # the column stays extra
+    assert example["prompt_content"] == formatted  # a client-style environment starts from the whole conversation
+    plain = RLHFDataset([{"prompt": messages[3:], "answer": "4"}], text_tokenizer)[0]  # one message: as a string
+    assert plain["prompt_content"] == "What is 2 + 2?"
+    assert (
+        plain["prompt_text"]
+        == RLHFDataset([{"prompt": "What is 2 + 2?", "answer": "4"}], text_tokenizer)[0]["prompt_text"]
+    )
+    bad = {
+        "the prompt is an empty list of messages": [],
+        "message 2 of the prompt must be the user's": messages[:3],
+        "message 0 of the prompt must be a dict with role system, user or assistant": [
+            {"role": "tool", "content": "x"},
+            messages[3],
+        ],
+        "message 0 of the prompt needs text content": [{"role": "user", "content": [{"type": "text", "text": "x"}]}],
+        "message 0 has a media marker; put them in the last message": [
+            {"role": "system", "content": "<image>"},
+            messages[3],
+        ],
+    }
+    for problem, prompt in bad.items():
+        with pytest.raises(DatasetRowError, match=f"in-memory rows, row 0, key 'prompt': {re.escape(problem)}"):
+            RLHFDataset([{"prompt": prompt, "answer": "4"}], text_tokenizer)
+    with pytest.raises(DatasetRowError, match="row 0, key 'reward_model.answer': the answer is missing"):
+        RLHFDataset([row], text_tokenizer, answer_key="reward_model.answer")
+    with pytest.raises(ValueError, match="has no column 'label.ground_truth' \\(data.answer_key\\)"):
+        RLHFDataset([row], text_tokenizer, answer_key="label.ground_truth")
+
+
+def test_a_message_prompt_places_the_images_in_its_last_message(vl25):
+    tokenizer, processor = vl25
+    image = _image(56, 56)
+    messages = [{"role": "system", "content": "Count."}, {"role": "user", "content": "How many? <image>"}]
+    rows = [{"prompt": messages, "answer": "1", "images": [image]}]
+    example = RLHFDataset(rows, tokenizer, processor, max_prompt_length=128, **PIXELS)[0]
+    parts = [{"type": "text", "text": "How many? "}, {"type": "image"}]
+    expected = processor.apply_chat_template(
+        [messages[0], {"role": "user", "content": parts}], add_generation_prompt=True, tokenize=False
+    )
+    assert example["prompt_text"] == expected and expected.index("Count.") < expected.index("<|vision_start|>")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -598,7 +659,16 @@ def test_each_bad_row_is_an_error_naming_file_row_and_key(tmp_path, vl25, caplog
         ({"prompt": "x", "answer": "a", "images": 5}, "images", "expected a list"),
         ({"prompt": "<image> x", "answer": None, "images": ["ok.png"]}, "answer", "answer is missing"),
         ({"prompt": None, "answer": "a", "images": ["ok.png"]}, "prompt", "prompt is missing"),
-        ({"prompt": ["x"], "answer": "a", "images": ["ok.png"]}, "prompt", "must be a string, got list"),
+        (
+            {"prompt": ["x"], "answer": "a", "images": ["ok.png"]},
+            "prompt",
+            "message 0 of the prompt must be the user.s",
+        ),
+        (
+            {"prompt": 3, "answer": "a", "images": ["ok.png"]},
+            "prompt",
+            "must be a string or a list of messages, got int",
+        ),
         ({"prompt": " \n", "answer": "a", "images": ["ok.png"]}, "prompt", "prompt is empty"),
         ({"prompt": "<image> <image>", "answer": "a", "images": ["ok.png"]}, "images", "2 <image> marker"),
         ({"prompt": "x", "answer": "a", "videos": ["gone.mp4"]}, "videos", "does not exist"),

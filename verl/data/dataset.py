@@ -80,8 +80,9 @@ class _Prompt:
     videos: list[str]
     ground_truth: str | list[Any] | dict[str, Any]
     """The answer column: a number becomes a string; string, list or dict pass unchanged."""
-    content: str = ""
-    """The user message after data.format_prompt, before the chat template (for reward models and judges)."""
+    content: str | list[dict[str, str]] = ""
+    """The user message after data.format_prompt, before the chat template (for reward models and judges); a prompt
+    given as several messages keeps them, the last one formatted."""
 
 
 class RLHFDataset(Dataset):
@@ -192,7 +193,7 @@ class RLHFDataset(Dataset):
     def _check_columns(self) -> None:
         columns = self.source.columns
         for key, name in ((self.prompt_key, "data.prompt_key"), (self.answer_key, "data.answer_key")):
-            if key not in columns:
+            if key not in columns and not (name == "data.answer_key" and key.split(".")[0] in columns):
                 raise ValueError(
                     f"{self.source.description} has no column {key!r} ({name}); its columns are {columns}. "
                     f"Set {name} to the right column."
@@ -325,11 +326,16 @@ class RLHFDataset(Dataset):
         prompt = row.get(self.prompt_key)
         if prompt is None:
             raise self._error(index, self.prompt_key, "the prompt is missing (null)")
+        earlier, prompt = self._prompt_messages(index, prompt) if isinstance(prompt, (list, tuple)) else ([], prompt)
         if not isinstance(prompt, str):
-            raise self._error(index, self.prompt_key, f"the prompt must be a string, got {type(prompt).__name__}")
+            raise self._error(
+                index,
+                self.prompt_key,
+                f"the prompt must be a string or a list of messages, got {type(prompt).__name__}",
+            )
         if not prompt.strip():
             raise self._error(index, self.prompt_key, "the prompt is empty")
-        answer = row.get(self.answer_key)
+        answer = self._answer(row)
         if answer is None:
             raise self._error(index, self.answer_key, "the answer is missing (null)")
         if isinstance(answer, (int, float)):
@@ -362,13 +368,47 @@ class RLHFDataset(Dataset):
             key = self.image_key if images else self.video_key
             raise self._error(index, key, "the row has images or videos but the model is text-only (no processor)")
         content = self._format(index, row, prompt)
-        messages = [{"role": "user", "content": self._content(index, content, len(images), len(videos))}]
+        messages = [*earlier, {"role": "user", "content": self._content(index, content, len(images), len(videos))}]
+        if earlier:  # the conversation before the model's turn, as text (a client-style environment starts from it)
+            content = [*earlier, {"role": "user", "content": content}]
         renderer = self.processor if self.processor is not None else self.tokenizer
         tools = {"tools": self.tools} if self.tools else {}
         text = renderer.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=False, chat_template=self.chat_template, **tools
         )
         return _Prompt(row=row, text=text, images=images, videos=videos, ground_truth=answer, content=content)
+
+    def _answer(self, row: dict[str, Any]) -> Any:
+        """The row's answer: its data.answer_key column, or a field inside a dict column named with dots
+        (`reward_model.ground_truth`, verl's layout); None where it is missing."""
+        if self.answer_key in row or "." not in self.answer_key:
+            return row.get(self.answer_key)
+        value: Any = row
+        for part in self.answer_key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        return value
+
+    def _prompt_messages(self, index: int, messages: Any) -> tuple[list[dict[str, str]], Any]:
+        """A prompt given as chat messages (verl's and TRL's layout: system, few-shot user/assistant turns, then the
+        user's): (the messages before the last, the last one's content). The last is the user's, formatted and given
+        the media as a plain prompt is; the others are text."""
+        if len(messages) == 0:
+            raise self._error(index, self.prompt_key, "the prompt is an empty list of messages")
+        for position, message in enumerate(messages):
+            role = message.get("role") if isinstance(message, dict) else None
+            last = position == len(messages) - 1
+            if role not in (("user",) if last else ("system", "user", "assistant")):
+                wanted = "the user's" if last else "a dict with role system, user or assistant"
+                raise self._error(index, self.prompt_key, f"message {position} of the prompt must be {wanted}")
+            text = message.get("content")
+            if not isinstance(text, str):
+                raise self._error(index, self.prompt_key, f"message {position} of the prompt needs text content")
+            if not last and any(marker in text for marker in ("<image>", "<video>")):
+                raise self._error(
+                    index, self.prompt_key, f"message {position} has a media marker; put them in the last message"
+                )
+        earlier = [{"role": message["role"], "content": message["content"]} for message in messages[:-1]]
+        return earlier, messages[-1]["content"]
 
     def _format(self, index: int, row: dict[str, Any], prompt: str) -> str:
         if self.format_template is None:

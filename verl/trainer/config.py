@@ -74,9 +74,11 @@ class DataConfig:
     val_files: str = ""
     """Validation data, in the same forms as train_files."""
     prompt_key: str = "prompt"
-    """Column holding the prompt text."""
+    """Column holding the prompt: its text, or a list of chat messages ending with the user's (verl's layout; the
+    others, e.g. a system message, come before it in the chat template)."""
     answer_key: str = "answer"
-    """Column holding the ground truth passed to the reward function."""
+    """Column holding the ground truth passed to the reward function; a field of a dict column is named with dots
+    (reward_model.ground_truth)."""
     image_key: str = "images"
     """Column holding a list of images (paths, bytes, {bytes: ...} dicts or PIL images)."""
     video_key: str = "videos"

@@ -545,3 +545,19 @@ def test_asynchronous_client_episodes_release_what_they_share_when_the_rollout_c
     finally:
         engine.env = step_env
         engine.request_loop.turns = None
+
+
+def test_client_style_episodes_start_from_the_prompts_messages():
+    """A prompt given as messages (a system message, few-shot turns) reaches a ChatClientEnv whole; a plain prompt as
+    its one user message."""
+    from verl.protocol import to_object_array
+    from verl.workers.rollout.vllm_rollout import VLLMRollout
+
+    conversation = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 2?"}]
+    prompts = DataProto.from_dict(
+        tensors={"input_ids": torch.zeros(2, 1, dtype=torch.long)},
+        non_tensors={"prompt_content": to_object_array([conversation, "What is 1 + 1?"])},
+    )
+    started = VLLMRollout._prompt_messages(prompts, [{}, {}])
+    assert started == [conversation, [{"role": "user", "content": "What is 1 + 1?"}]]
+    assert started[0] is not conversation  # the episode's own list

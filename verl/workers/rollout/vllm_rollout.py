@@ -688,7 +688,8 @@ class VLLMRollout:
 
     @staticmethod
     def _prompt_messages(prompts: DataProto, inputs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-        """The chat messages a ChatClientEnv's episodes start from: each row's user message (`prompt_content`)."""
+        """The chat messages a ChatClientEnv's episodes start from: each row's user message (`prompt_content`), or
+        the row's messages where its prompt was several."""
         content = prompts.non_tensor_batch.get("prompt_content")
         if content is None:
             raise ValueError(
@@ -697,7 +698,7 @@ class VLLMRollout:
             )
         if any("multi_modal_data" in item for item in inputs):
             raise NotImplementedError("A ChatClientEnv runs text prompts only; use a MultiTurnEnv for image prompts.")
-        return [[{"role": "user", "content": str(text)}] for text in content]
+        return [list(text) if isinstance(text, list) else [{"role": "user", "content": str(text)}] for text in content]
 
     def _add_environment_images(
         self,
