@@ -184,6 +184,32 @@ def test_evaluate_scores_with_the_reward_function_and_records_the_conversations(
     assert (tmp_path / "episodes.html").is_file()
 
 
+def test_rows_in_verls_layout_start_their_episodes_from_every_prompt_message(server, tmp_path):
+    """A prompt given as chat messages (a system message first) and the answer inside a dict column, as training
+    reads them: the conversation starts with all of them, and the game gets the nested answer."""
+    game = os.path.join(REPO, "examples", "envs", "guess_number.py")
+    system = {"role": "system", "content": "Answer with one number."}
+    rows = [
+        {
+            "prompt": [system, {"role": "user", "content": "Guess my number (1-8)."}],
+            "reward_model": {"ground_truth": g},
+        }
+        for g in ("2", "7")
+    ]
+    output = tmp_path / "episodes.jsonl"
+    options = ("--answer-key", "reward_model.ground_truth", "--output", str(output))
+    options += ("--reward", f"{game}:compute_score", "--reward-kwargs", '{"per_turn": false}')
+    episodes, _ = evaluate(server, f"{game}:GuessNumber", (), tmp_path, rows=rows, options=options)
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    for record, episode, answer in zip(records, episodes, ("2", "7")):
+        assert record["ground_truth"] == answer and 1 <= episode["turns"] <= 3
+        assert record["messages"][:2] == [
+            {"role": "system", "content": "Answer with one number."},
+            {"role": "user", "content": "Guess my number (1-8)."},
+        ]
+        assert [m["role"] for m in record["messages"]].count("assistant") == episode["turns"]
+
+
 def test_a_client_style_environment_runs_through_the_endpoint(server, tmp_path):
     """The ChatClientEnv version of the game: its own rollout coroutine, with openai.AsyncOpenAI on the endpoint."""
     game = os.path.join(REPO, "examples", "envs", "guess_number_client.py")
@@ -242,6 +268,14 @@ def test_evaluate_names_bad_inputs_and_an_endpoint_that_does_not_answer(tmp_path
     env = f"{REPO}/examples/envs/guess_number.py:GuessNumber"
     data = tmp_path / "val.jsonl"
     data.write_text('{"prompt": "Guess.", "answer": 3}\n\n{"question": "Guess."}\n')
+    chat = tmp_path / "chat.jsonl"
+    user = {"role": "user", "content": "Guess."}
+    chat.write_text(
+        json.dumps({"prompt": [user], "answer": 3})
+        + "\n"
+        + json.dumps({"prompt": [{"role": "assistant", "content": "1"}], "answer": 3})
+        + "\n"
+    )
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))
         nobody = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
@@ -249,6 +283,10 @@ def test_evaluate_names_bad_inputs_and_an_endpoint_that_does_not_answer(tmp_path
         (["--data", str(tmp_path / "missing.jsonl")], f"--data {tmp_path / 'missing.jsonl'} cannot be read"),
         (["--data", str(data)], f"--data {data}, line 3: no 'prompt' key (--prompt-key)."),
         (["--data", str(data), "--limit", "1", "--env-kwargs", "[1]"], "--env-kwargs must be a JSON object"),
+        (
+            ["--data", str(chat), "--base-url", nobody],
+            f"--data {chat}, row 1, key 'prompt': message 0 of the prompt must be the user's.",
+        ),
         (["--data", str(data), "--limit", "1", "--env-kwargs", '{"a": 1}'], "GuessNumber(**--env-kwargs={'a': 1})"),
         (["--data", str(data), "--limit", "1", "--base-url", nobody], f"the endpoint --base-url {nobody} did not"),
     ):

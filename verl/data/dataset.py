@@ -31,7 +31,7 @@ from verl.data.multimodal import (
     resolve_path,
     unreadable_image,
 )
-from verl.data.sources import RowSource, load_source
+from verl.data.sources import RowSource, load_source, row_value, split_prompt_messages
 from verl.models.rope_index import RopeIndex, load_model_config, uses_mrope
 from verl.utils.child_signals import reset_child_signals, signals_held
 
@@ -326,7 +326,12 @@ class RLHFDataset(Dataset):
         prompt = row.get(self.prompt_key)
         if prompt is None:
             raise self._error(index, self.prompt_key, "the prompt is missing (null)")
-        earlier, prompt = self._prompt_messages(index, prompt) if isinstance(prompt, (list, tuple)) else ([], prompt)
+        earlier: list[dict[str, str]] = []
+        if isinstance(prompt, (list, tuple)):
+            try:
+                earlier, prompt = split_prompt_messages(prompt)
+            except ValueError as error:
+                raise self._error(index, self.prompt_key, str(error)) from None
         if not isinstance(prompt, str):
             raise self._error(
                 index,
@@ -335,7 +340,7 @@ class RLHFDataset(Dataset):
             )
         if not prompt.strip():
             raise self._error(index, self.prompt_key, "the prompt is empty")
-        answer = self._answer(row)
+        answer = row_value(row, self.answer_key)
         if answer is None:
             raise self._error(index, self.answer_key, "the answer is missing (null)")
         if isinstance(answer, (int, float)):
@@ -377,38 +382,6 @@ class RLHFDataset(Dataset):
             messages, add_generation_prompt=True, tokenize=False, chat_template=self.chat_template, **tools
         )
         return _Prompt(row=row, text=text, images=images, videos=videos, ground_truth=answer, content=content)
-
-    def _answer(self, row: dict[str, Any]) -> Any:
-        """The row's answer: its data.answer_key column, or a field inside a dict column named with dots
-        (`reward_model.ground_truth`, verl's layout); None where it is missing."""
-        if self.answer_key in row or "." not in self.answer_key:
-            return row.get(self.answer_key)
-        value: Any = row
-        for part in self.answer_key.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
-        return value
-
-    def _prompt_messages(self, index: int, messages: Any) -> tuple[list[dict[str, str]], Any]:
-        """A prompt given as chat messages (verl's and TRL's layout: system, few-shot user/assistant turns, then the
-        user's): (the messages before the last, the last one's content). The last is the user's, formatted and given
-        the media as a plain prompt is; the others are text."""
-        if len(messages) == 0:
-            raise self._error(index, self.prompt_key, "the prompt is an empty list of messages")
-        for position, message in enumerate(messages):
-            role = message.get("role") if isinstance(message, dict) else None
-            last = position == len(messages) - 1
-            if role not in (("user",) if last else ("system", "user", "assistant")):
-                wanted = "the user's" if last else "a dict with role system, user or assistant"
-                raise self._error(index, self.prompt_key, f"message {position} of the prompt must be {wanted}")
-            text = message.get("content")
-            if not isinstance(text, str):
-                raise self._error(index, self.prompt_key, f"message {position} of the prompt needs text content")
-            if not last and any(marker in text for marker in ("<image>", "<video>")):
-                raise self._error(
-                    index, self.prompt_key, f"message {position} has a media marker; put them in the last message"
-                )
-        earlier = [{"role": message["role"], "content": message["content"]} for message in messages[:-1]]
-        return earlier, messages[-1]["content"]
 
     def _format(self, index: int, row: dict[str, Any], prompt: str) -> str:
         if self.format_template is None:

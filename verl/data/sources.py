@@ -1,7 +1,9 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """Where dataset rows come from: local files, directories, Hugging Face datasets, or Python lists. A `RowSource`
-remembers each row's file, so errors name the file and the row's index inside it."""
+remembers each row's file, so errors name the file and the row's index inside it. `row_value` and
+`split_prompt_messages` read verl's row layout (nested answers, prompts as chat messages) for the trainer and the
+evaluator alike."""
 
 import bisect
 import contextlib
@@ -237,3 +239,33 @@ def load_source(spec: str | Sequence[dict[str, Any]]) -> RowSource:
     raise FileNotFoundError(
         f"Dataset {spec!r} is neither an existing file or directory nor a dataset written as name@split."
     )
+
+
+def row_value(row: dict[str, Any], key: str) -> Any:
+    """The row's `key` column, or a field inside a dict column named with dots (`reward_model.ground_truth`, verl's
+    layout); None where it is missing."""
+    if key in row or "." not in key:
+        return row.get(key)
+    value: Any = row
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def split_prompt_messages(messages: Any) -> tuple[list[dict[str, str]], str]:
+    """A prompt given as chat messages (verl's and TRL's layout: system, few-shot user/assistant turns, then the
+    user's): (the messages before the last, the last one's text). The last one is where data.format_prompt and the
+    media markers apply; ValueError says what is wrong."""
+    if len(messages) == 0:
+        raise ValueError("the prompt is an empty list of messages")
+    for position, message in enumerate(messages):
+        role = message.get("role") if isinstance(message, dict) else None
+        last = position == len(messages) - 1
+        if role not in (("user",) if last else ("system", "user", "assistant")):
+            wanted = "the user's" if last else "a dict with role system, user or assistant"
+            raise ValueError(f"message {position} of the prompt must be {wanted}")
+        if not isinstance(message.get("content"), str):
+            raise ValueError(f"message {position} of the prompt needs text content")
+        if not last and any(marker in message["content"] for marker in ("<image>", "<video>")):
+            raise ValueError(f"message {position} has a media marker; put them in the last message")
+    return [{"role": m["role"], "content": m["content"]} for m in messages[:-1]], messages[-1]["content"]

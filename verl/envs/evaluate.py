@@ -21,10 +21,11 @@ import json
 import math
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from verl.data.rollout_dump import message_record, message_text, transcript_messages, write_image
+from verl.data.sources import row_value, split_prompt_messages
 from verl.envs.base import Environment
 from verl.envs.client_env import ChatClientEnv, EpisodeOver, chat_client
 from verl.envs.loader import load_environment
@@ -104,6 +105,9 @@ class EpisodeSetup:
     """Most model turns (requests) of the episode."""
     sampling: dict[str, Any]
     """Sampling parameters of every request (max_tokens, temperature)."""
+    context: list[dict[str, Any]] = field(default_factory=list)
+    """The messages before the prompt's (a system message, few-shot turns) where the row's prompt is a list of chat
+    messages, as training renders them."""
 
 
 @dataclass
@@ -166,7 +170,7 @@ def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeRe
     """One episode through `client.chat.completions`. Messages after the last turn are kept marked cut, as in
     training (their tool results counted in cut_tool_messages)."""
     state = env.reset({**setup.row, "prompt_images": list(setup.images)})  # as training gives them
-    messages: list[dict[str, Any]] = [prompt_message(setup.prompt, setup.images)]
+    messages: list[dict[str, Any]] = [*setup.context, prompt_message(setup.prompt, setup.images)]
     schemas = getattr(env, "tool_schemas", None)
     extra = {"tools": schemas()} if schemas is not None else {}
     counts = _new_counts()
@@ -230,7 +234,8 @@ def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any
             return reply
 
         try:
-            await env.rollout(chat_client(create), setup.model, [{"role": "user", "content": setup.prompt}], state)
+            first = [*setup.context, {"role": "user", "content": setup.prompt}]
+            await env.rollout(chat_client(create), setup.model, first, state)
         finally:
             await env.release()
 
@@ -239,7 +244,7 @@ def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any
         counts["done"] = True
     except EpisodeOver:
         pass
-    conversation = seen or [{"role": "user", "content": setup.prompt}]
+    conversation = seen or [*setup.context, {"role": "user", "content": setup.prompt}]
     transcript, images = transcript_messages(conversation, 0), _images_of(conversation)
     if len(refused) > len(seen):
         late = refused[len(seen) :]
@@ -258,21 +263,23 @@ def as_written(messages: list[Any], written: list[dict[str, Any]]) -> list[Any]:
     return [replaced.get(i, message) for i, message in enumerate(messages)]
 
 
-def after_prompt(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The messages from the model's first turn on (what training's episode_messages column holds)."""
-    first = next((i for i, message in enumerate(messages) if message.get("role") == "assistant"), len(messages))
-    return messages[first:]
+def after_prompt(messages: list[dict[str, Any]], context: int = 0) -> list[dict[str, Any]]:
+    """The messages from the model's first turn on (what training's episode_messages column holds), past the
+    `context` messages before the prompt (few-shot turns are not the model's)."""
+    turns = (i for i, message in enumerate(messages) if i >= context and message.get("role") == "assistant")
+    return messages[next(turns, len(messages)) :]
 
 
 def reward_sample(index: int, setup: EpisodeSetup, result: EpisodeResult) -> dict[str, Any]:
     """The episode as a reward function gets it in training (RewardInput): `response` is the seen messages after the
     prompt, one per line; `response_length` the endpoint's completion tokens; extra_info the row's other columns,
     env_<count>, env_<episode_info key>, last_turn and episode_messages."""
-    shown = [message for message in after_prompt(result.messages) if not message.get("cut")]
+    episode = after_prompt(result.messages, len(setup.context))
+    shown = [message for message in episode if not message.get("cut")]
     extra = {key: value for key, value in setup.row.items() if key != "ground_truth"}
     counts = {key: value for key, value in result.counts.items() if key != "done"}
     extra.update({f"env_{key}": float(value) for key, value in {**counts, **result.info}.items()})
-    extra.update(last_turn=result.last_turn, episode_messages=after_prompt(result.messages))
+    extra.update(last_turn=result.last_turn, episode_messages=episode)
     return {
         "response": "\n".join(message_text(message.get("content")) for message in shown),
         "response_length": result.completion_tokens,
@@ -375,8 +382,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env", required=True, help="path/to/env.py:ClassName")
     parser.add_argument("--env-kwargs", default="{}", help="JSON object of the environment's keyword arguments")
     parser.add_argument("--data", required=True, help="a JSONL file of rows")
-    parser.add_argument("--prompt-key", default="prompt")
-    parser.add_argument("--answer-key", default="answer", help="passed to the environment as ground_truth")
+    parser.add_argument(
+        "--prompt-key", default="prompt", help="the prompt's text, or its chat messages (verl's layout)"
+    )
+    parser.add_argument(
+        "--answer-key", default="answer", help="passed to the environment as ground_truth (dots: a dict's field)"
+    )
     parser.add_argument("--image-key", default="images", help="a row's list of images (paths), for a VL model")
     parser.add_argument("--image-dir", default=None, help="where relative image paths are (default: --data's folder)")
     parser.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
@@ -404,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:  # the inputs first, then the endpoint: each failure is one line naming the option
         rows = read_rows(args.data, args.prompt_key, args.limit)
+        prompts = [row_prompt(row, index, args) for index, row in enumerate(rows)]
         env = load_environment(args.env, _json_object(args.env_kwargs, "--env-kwargs"), "--env", "--env-kwargs")
         scorer = load_scorer(args)
     except ValueError as error:  # EnvironmentLoadError is one
@@ -430,9 +442,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for index, row in enumerate(rows):
             fields = {k: v for k, v in row.items() if k != args.image_key}
-            fields["ground_truth"] = row.get(args.answer_key)
+            fields["ground_truth"] = row_value(row, args.answer_key)
             images = _row_images(row.get(args.image_key), image_dir, index)
-            setup = EpisodeSetup(fields, str(row[args.prompt_key]), images, model, args.max_turns, sampling)
+            context, prompt = prompts[index]
+            setup = EpisodeSetup(fields, prompt, images, model, args.max_turns, sampling, context)
             run = run_client_episode if isinstance(env, ChatClientEnv) else run_episode
             result = run(env, setup, client)
             line: dict[str, Any] = {"row": index, **result.counts, **result.info}
@@ -482,6 +495,18 @@ def read_rows(path: str, prompt_key: str, limit: int | None) -> list[dict[str, A
     except (OSError, UnicodeDecodeError) as error:
         raise ValueError(f"--data {path} cannot be read: {error}.") from None
     return rows
+
+
+def row_prompt(row: dict[str, Any], index: int, args: argparse.Namespace) -> tuple[list[dict[str, str]], str]:
+    """(the messages before the prompt's, its text) of a row: a prompt given as chat messages is split as the trainer
+    splits it; ValueError naming the row."""
+    prompt = row[args.prompt_key]
+    if not isinstance(prompt, list):
+        return [], str(prompt)
+    try:
+        return split_prompt_messages(prompt)
+    except ValueError as error:
+        raise ValueError(f"--data {args.data}, row {index}, key '{args.prompt_key}': {error}.") from None
 
 
 def _json_object(text: str, option: str) -> dict[str, Any]:
