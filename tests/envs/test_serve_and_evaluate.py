@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import pandas
 import psutil
 import pytest
 import torch
@@ -121,13 +122,17 @@ def test_chat_completions_follow_the_openai_shape(server):
 
 
 def evaluate(
-    server: str, env: str, answers: tuple[int, ...], tmp_path, rows=None, options=()
+    server: str, env: str, answers: tuple[int, ...], tmp_path, rows=None, options=(), parquet=False
 ) -> tuple[list[dict], dict]:
-    """`python -m verl.envs.evaluate` of games with these answers (3 turns of at most 6 tokens), or of these `rows`,
-    with more command-line `options`: (episodes, summary)."""
-    data = tmp_path / "games.jsonl"
+    """`python -m verl.envs.evaluate` of games with these answers (3 turns of at most 6 tokens), or of these `rows`
+    (in a JSONL file, or a parquet file), with more command-line `options`: (episodes, summary)."""
     rows = rows or [{"prompt": "Guess my number (1-8).", "answer": str(i)} for i in answers]
-    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    if parquet:
+        data = tmp_path / "games.parquet"
+        pandas.DataFrame(rows).to_parquet(data)
+    else:
+        data = tmp_path / "games.jsonl"
+        data.write_text("".join(json.dumps(row) + "\n" for row in rows))
     proc = subprocess.run(
         [sys.executable, "-m", "verl.envs.evaluate", "--env", env, "--data", str(data)]
         + ["--base-url", server, "--max-turns", "3", "--max-tokens", "6", *options],
@@ -185,8 +190,9 @@ def test_evaluate_scores_with_the_reward_function_and_records_the_conversations(
 
 
 def test_rows_in_verls_layout_start_their_episodes_from_every_prompt_message(server, tmp_path):
-    """A prompt given as chat messages (a system message first) and the answer inside a dict column, as training
-    reads them: the conversation starts with all of them, and the game gets the nested answer."""
+    """A prompt given as chat messages (a system message first) and the answer inside a dict column, in a parquet
+    file as verl's preprocessing writes it and as training reads it: the conversation starts with all of them, and
+    the game gets the nested answer."""
     game = os.path.join(REPO, "examples", "envs", "guess_number.py")
     system = {"role": "system", "content": "Answer with one number."}
     rows = [
@@ -199,7 +205,7 @@ def test_rows_in_verls_layout_start_their_episodes_from_every_prompt_message(ser
     output = tmp_path / "episodes.jsonl"
     options = ("--answer-key", "reward_model.ground_truth", "--output", str(output))
     options += ("--reward", f"{game}:compute_score", "--reward-kwargs", '{"per_turn": false}')
-    episodes, _ = evaluate(server, f"{game}:GuessNumber", (), tmp_path, rows=rows, options=options)
+    episodes, _ = evaluate(server, f"{game}:GuessNumber", (), tmp_path, rows=rows, options=options, parquet=True)
     records = [json.loads(line) for line in output.read_text().splitlines()]
     for record, episode, answer in zip(records, episodes, ("2", "7")):
         assert record["ground_truth"] == answer and 1 <= episode["turns"] <= 3
@@ -281,7 +287,8 @@ def test_evaluate_names_bad_inputs_and_an_endpoint_that_does_not_answer(tmp_path
         nobody = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
     for argv, message in (
         (["--data", str(tmp_path / "missing.jsonl")], f"--data {tmp_path / 'missing.jsonl'} cannot be read"),
-        (["--data", str(data)], f"--data {data}, line 3: no 'prompt' key (--prompt-key)."),
+        (["--data", str(data)], f"--data file '{data}', row 1: no 'prompt' value (--prompt-key)."),
+        (["--data", str(data), "--prompt-key", "q"], f"--data {data} has no 'q' column (--prompt-key); its columns:"),
         (["--data", str(data), "--limit", "1", "--env-kwargs", "[1]"], "--env-kwargs must be a JSON object"),
         (
             ["--data", str(chat), "--base-url", nobody],

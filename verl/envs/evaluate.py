@@ -381,7 +381,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", required=True, help="path/to/env.py:ClassName")
     parser.add_argument("--env-kwargs", default="{}", help="JSON object of the environment's keyword arguments")
-    parser.add_argument("--data", required=True, help="a JSONL file of rows")
+    parser.add_argument(
+        "--data", required=True, help="rows as the trainer reads them: a .jsonl/.parquet/.json/.csv file, folder, name@split"
+    )
     parser.add_argument(
         "--prompt-key", default="prompt", help="the prompt's text, or its chat messages (verl's layout)"
     )
@@ -433,7 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(env, ChatClientEnv):
         client = functools.partial(openai.AsyncOpenAI, base_url=args.base_url, api_key="unused")
     sampling = {"max_tokens": args.max_tokens, "temperature": args.temperature}
-    image_dir = args.image_dir or os.path.dirname(os.path.abspath(args.data))
+    data = os.path.abspath(os.path.expanduser(args.data))
+    image_dir = args.image_dir or (data if os.path.isdir(data) else os.path.dirname(data))
     output = open(args.output, "w", encoding="utf-8") if args.output else None
     out_dir = os.path.dirname(os.path.abspath(args.output)) if args.output else ""
     stem = os.path.splitext(os.path.basename(args.output or ""))[0]
@@ -475,25 +478,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def read_rows(path: str, prompt_key: str, limit: int | None) -> list[dict[str, Any]]:
-    """The first `limit` rows of the JSONL file `path`; ValueError naming the file and line of one that is not a JSON
-    object with `prompt_key`."""
-    rows = []
+    """The first `limit` rows of --data, read as the trainer reads data.val_files (a .jsonl/.json/.parquet/.csv file, a
+    folder of them, or name@split); ValueError naming the file and row of one without `prompt_key`."""
+    from verl.data.sources import load_source
+
     try:
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                if limit is not None and len(rows) >= limit:
-                    break
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise ValueError(f"--data {path}, line {number}: not JSON ({error}).") from None
-                if not isinstance(row, dict) or prompt_key not in row:
-                    raise ValueError(f"--data {path}, line {number}: no '{prompt_key}' key (--prompt-key).")
-                rows.append(row)
-    except (OSError, UnicodeDecodeError) as error:
-        raise ValueError(f"--data {path} cannot be read: {error}.") from None
+        source = load_source(path)
+    except (OSError, TypeError, ValueError) as error:
+        raise ValueError(f"--data {path} cannot be read: {str(error).rstrip('.')}.") from None
+    if prompt_key not in source.columns:
+        raise ValueError(f"--data {path} has no '{prompt_key}' column (--prompt-key); its columns: {source.columns}.")
+    rows = []
+    for index in range(len(source) if limit is None else min(limit, len(source))):
+        row = dict(source.row(index))
+        if row[prompt_key] is None:
+            raise ValueError(f"--data {source.where(index)}: no '{prompt_key}' value (--prompt-key).")
+        rows.append(row)
     return rows
 
 
