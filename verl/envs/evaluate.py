@@ -382,7 +382,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env", required=True, help="path/to/env.py:ClassName")
     parser.add_argument("--env-kwargs", default="{}", help="JSON object of the environment's keyword arguments")
     parser.add_argument(
-        "--data", required=True, help="rows as the trainer reads them: a .jsonl/.parquet/.json/.csv file, folder, name@split"
+        "--data",
+        required=True,
+        help="rows as the trainer reads them: a .jsonl/.parquet/.json/.csv file, folder, name@split",
     )
     parser.add_argument(
         "--prompt-key", default="prompt", help="the prompt's text, or its chat messages (verl's layout)"
