@@ -7,7 +7,7 @@ import json
 import logging
 import os
 import random
-import shutil
+import re
 import signal
 import subprocess
 import sys
@@ -191,6 +191,37 @@ def test_config_errors_name_the_key(tmp_path) -> None:
         load_sft_config([*base, "data.min_pixels=5000", "data.max_pixels=4000"])
     with pytest.raises(ConfigError, match="worker.fsdp.fsdp_size=3 must divide the 4 devices"):
         load_sft_config([*base, "worker.fsdp.fsdp_size=3", "trainer.n_gpus_per_node=4"])
+    (tmp_path / "step").mkdir()
+    with pytest.raises(ConfigError, match="trainer.load_checkpoint_path='.*step' must be a global_step_N directory"):
+        load_sft_config([*base, f"trainer.load_checkpoint_path={tmp_path / 'step'}"])
+    assert not load_sft_config([*base, "trainer.find_last_checkpoint=false"]).trainer.find_last_checkpoint
+
+
+def test_the_checkpoint_to_resume_from_is_checked_before_ray_starts(models, tmp_path) -> None:
+    """trainer.load_checkpoint_path and trainer.find_last_checkpoint as in RL: a checkpoint of another model, of
+    another LoRA setting, or an interrupted save is one error naming SFT's keys (the latter two used to fail in the
+    workers, or name a key SFT did not have)."""
+    from verl.sft.config import load_sft_config
+    from verl.sft.main import run_sft
+
+    write_conversations(tmp_path / "train.jsonl", 16, seed=0)
+    write_conversations(tmp_path / "val.jsonl", 2, seed=1)
+    other = tmp_path / "other" / "global_step_2"
+    (other / "actor" / "huggingface").mkdir(parents=True)
+    config = json.loads(open(os.path.join(models["text"], "config.json")).read())
+    (other / "actor" / "huggingface" / "config.json").write_text(json.dumps({**config, "hidden_size": 96}))
+    (other / "trainer_state.json").write_text('{"global_step": 2}')
+    save = str(tmp_path / "run")
+    explicit = f"trainer.load_checkpoint_path={other}"
+    for extra, message in (
+        ((), f"it was trained from another model than worker.model.model_path={models['text']} (hidden_size 96"),
+        (("worker.model.lora.rank=8",), "its actor holds a full model (no LoRA adapters), but this run trains LoRA"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            run_sft(load_sft_config(sft_args(tmp_path, models["text"], save, explicit, *extra)))
+    os.makedirs(os.path.join(save, "global_step_1"))  # an interrupted save
+    with pytest.raises(ConfigError, match=r"global_step_1 lack an actor .*trainer.find_last_checkpoint=false"):
+        run_sft(load_sft_config(sft_args(tmp_path, models["text"], save)))
 
 
 # ---------------------------------------------------------------------------------------------------- real runs
@@ -387,8 +418,8 @@ def test_lora_sft_trains_the_adapters_alone_resumes_exactly_and_exports_them_mer
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
     lora = ["worker.model.lora.rank=8", "worker.model.lora.alpha=16", "worker.optim.lr=1e-2", "trainer.max_steps=4"]
     run_sft(load_sft_config(sft_args(tmp_path, models["text"], straight, *lora, "trainer.save_freq=2")))
-    shutil.copytree(os.path.join(straight, "global_step_2"), os.path.join(resumed, "global_step_2"))
-    run_sft(load_sft_config(sft_args(tmp_path, models["text"], resumed, *lora)))  # resumes from step 2
+    step_2 = f"trainer.load_checkpoint_path={os.path.join(straight, 'global_step_2')}"
+    run_sft(load_sft_config(sft_args(tmp_path, models["text"], resumed, *lora, step_2)))  # another run's step 2
 
     rows, again = read_steps(straight), read_steps(resumed)
     assert sorted(again) == [3, 4]

@@ -166,6 +166,7 @@ def load_sft_config(argv: list[str]) -> SFTConfig:
         setattr(data, key, absolute_path(getattr(data, key)))
     model.model_path = absolute_path(model.model_path)
     model.tokenizer_path = absolute_path(model.tokenizer_path) or model.model_path
+    trainer.load_checkpoint_path = absolute_path(trainer.load_checkpoint_path)
     trainer.fill_checkpoint_path()
     validate_sft_config(config)
     return config

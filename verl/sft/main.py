@@ -4,7 +4,7 @@
 
 The driver checks the config and every conversation before Ray starts, then drives a group of SFTWorker processes
 (FSDP2) over the batches: one optimizer step per batch, the validation loss every trainer.val_freq steps,
-checkpoints in the RL trainer's layout (resumed automatically from the latest one), and at the end the model as a
+checkpoints in the RL trainer's layout (resumed from the latest one, or trainer.load_checkpoint_path), and at the end the model as a
 Hugging Face directory that the RL trainer takes as worker.actor.model.model_path.
 
 Batches are drawn by index from a permutation of the rows seeded by data.seed and the epoch, so a resumed run sees
@@ -27,10 +27,11 @@ from verl.trainer.checkpointing import (
     CheckpointSaveError,
     CheckpointTracker,
     atomic_write,
+    check_matches_run,
     checkpoint_size_estimate,
-    find_last_checkpoint,
     log_checkpoint_plan,
     resume_hint,
+    resume_path,
     save_step,
     warn_if_data_changed,
 )
@@ -114,13 +115,24 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
     device = resolve_device_type(trainer.device)
     steps_per_epoch = len(train) // data.batch_size
     total_steps = trainer.max_steps or steps_per_epoch * trainer.total_epochs
+    model = config.worker.model
+    lora = model.lora.rank > 0  # its checkpoints hold the adapters only: no size estimate, as in RL
+    try:  # the checkpoint to resume from is looked up and checked against the run before Ray starts
+        resume = resume_path(trainer.load_checkpoint_path, trainer.find_last_checkpoint, trainer.save_checkpoint_path)
+        if resume is not None:
+            check_matches_run(resume, model.model_path, lora, "worker.model")
+    except RuntimeError as err:
+        raise ConfigError(str(err)) from None
     try:
         check_logger_services(trainer.logger)  # an unreachable wandb / swanlab logs offline, said before Ray starts
     except ValueError as err:  # online logging asked for explicitly, and its service cannot be reached
         raise ConfigError(str(err)) from None
-    model = (config.worker.model.model_path, param_dtype(config.worker.fsdp).itemsize)
-    lora = config.worker.model.lora.rank > 0  # its checkpoints hold the adapters only: no estimate, as in RL
-    log_checkpoint_plan(trainer, None if lora else checkpoint_size_estimate([model], save_model_only=False))
+    size = (
+        None
+        if lora
+        else checkpoint_size_estimate([(model.model_path, param_dtype(config.worker.fsdp).itemsize)], False)
+    )
+    log_checkpoint_plan(trainer, size)
     start_ray(device, trainer.nnodes * trainer.n_gpus_per_node, trainer.signal_grace_s)
     pool = RayResourcePool(
         process_on_nodes=[trainer.n_gpus_per_node] * trainer.nnodes,
@@ -140,7 +152,6 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
     try:
         group.init_model(total_steps)
         step = 0
-        resume = find_last_checkpoint(root)
         if resume is not None:
             logger.info("Resuming from %s", resume)
             group.load_checkpoint(os.path.join(resume, "actor"))

@@ -226,11 +226,11 @@ SHAPE_KEYS = (
 """The text config's keys that fix the shapes of a model's weights: a checkpoint of another model cannot be loaded."""
 
 
-def check_matches_run(path: str, model_path: str | None, lora: bool) -> None:
+def check_matches_run(path: str, model_path: str | None, lora: bool, model_key: str = "worker.actor.model") -> None:
     """The checkpoint at `path` holds what this run trains, else RuntimeError before any worker starts: LoRA
     adapters or all weights as the run does (`lora`), and a model of the same shapes as `model_path` (its
     config.json, local or in the Hub cache, against the copy the checkpoint keeps; unchecked where either is
-    missing)."""
+    missing). `model_key` is the config section naming the model (the RL actor's, or SFT's worker.model)."""
     from verl.models.config import find_model_config, read_model_config
 
     weights = os.path.join(path, "actor", "huggingface")
@@ -253,8 +253,8 @@ def check_matches_run(path: str, model_path: str | None, lora: bool) -> None:
     ]
     if differ:
         raise RuntimeError(
-            f"Cannot resume from {path}: it was trained from another model than worker.actor.model.model_path="
-            f"{model_path} ({'; '.join(differ)}). Point worker.actor.model.model_path at the checkpoint's model, or "
+            f"Cannot resume from {path}: it was trained from another model than {model_key}.model_path="
+            f"{model_path} ({'; '.join(differ)}). Point {model_key}.model_path at the checkpoint's model, or "
             "start a new run in another trainer.save_checkpoint_path (or set trainer.find_last_checkpoint=false)."
         )
 

@@ -305,6 +305,10 @@ class BaseTrainerConfig:
     save_limit: int = -1
     """Checkpoints kept (the best by validation score, in SFT by validation loss, is always kept); -1 (or any value <= 0)
     keeps all."""
+    load_checkpoint_path: str | None = None
+    """Resume from this global_step_N directory."""
+    find_last_checkpoint: bool = True
+    """Resume from the latest checkpoint under save_checkpoint_path when one exists."""
     signal_grace_s: float = 300.0
     """On SIGTERM or SIGINT (scheduler preemption, Ctrl-C) the run finishes its current step and, if that happens
     within this many seconds of the signal, saves a checkpoint, then exits non-zero; a second signal stops at once.
@@ -332,6 +336,11 @@ class BaseTrainerConfig:
 
     def check_files(self, prefix: str) -> None:
         require_writable_dir(self, prefix, "save_checkpoint_path")
+        path = self.load_checkpoint_path
+        if path:
+            require_path(self, prefix, "load_checkpoint_path", "directory")
+            if not os.path.basename(os.path.normpath(path)).startswith("global_step_"):
+                raise ConfigError(f"{prefix}load_checkpoint_path='{path}' must be a global_step_N directory.")
 
 
 @dataclass
@@ -358,10 +367,6 @@ class TrainerConfig(BaseTrainerConfig):
     """With rollout_data_dir: dump the rollouts of every this many steps."""
     save_model_only: bool = False
     """Save only the model weights, not the optimizer and trainer state."""
-    load_checkpoint_path: str | None = None
-    """Resume from this global_step_N directory."""
-    find_last_checkpoint: bool = True
-    """Resume from the latest checkpoint under save_checkpoint_path when one exists."""
     ray_timeline: str | None = None
     """A JSON file the run's Ray timeline is written to when it ends (also after an error): every remote call of the
     driver and the workers, for chrome://tracing or ui.perfetto.dev. A Ray the run starts records it; a Ray joined
@@ -376,11 +381,6 @@ class TrainerConfig(BaseTrainerConfig):
         super().check_files(prefix)
         require_writable_dir(self, prefix, "rollout_data_dir")
         require_writable_dir(self, prefix, "ray_timeline", file=True)
-        path = self.load_checkpoint_path
-        if path:
-            require_path(self, prefix, "load_checkpoint_path", "directory")
-            if not os.path.basename(os.path.normpath(path)).startswith("global_step_"):
-                raise ConfigError(f"{prefix}load_checkpoint_path='{path}' must be a global_step_N directory.")
 
 
 @dataclass
