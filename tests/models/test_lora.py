@@ -109,3 +109,12 @@ def test_merge_equals_peft_merge_and_the_layout_loads_in_peft(models, tmp_path):
 def test_targets_that_match_nothing_name_the_keys(models):
     with pytest.raises(ValueError, match="lora.target_modules"):
         _adapted(models["qwen2"], target_modules="no_such_proj")
+
+
+def test_a_mixture_of_experts_is_refused_before_training(tmp_path):
+    """peft adapts the fused 3-D expert tensors of a transformers MoE, which the merge does not handle: LoRA SFT of a
+    tiny Qwen3-MoE used to train and then fail at the export with a KeyError. A local model is refused when the
+    config loads (tests/sft, tests/trainer); a hub id here, when the adapters are injected."""
+    moe = get_or_build_tiny_model("qwen3_moe", str(tmp_path))
+    with pytest.raises(NotImplementedError, match=r"mixture of experts \(model\.layers\.0\.mlp\.experts.*lora.rank=0"):
+        _adapted(moe)

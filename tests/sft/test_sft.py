@@ -18,6 +18,7 @@ import torch
 from processes import start_run_in_a_group
 from sft_testing import data_config
 
+from tests.model_folders import config_only_model
 from verl.data.sft_dataset import SFTDataError, SFTDataset, collate_sft
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.utils.config import ConfigError
@@ -191,6 +192,10 @@ def test_config_errors_name_the_key(tmp_path) -> None:
         load_sft_config([*base, "data.min_pixels=5000", "data.max_pixels=4000"])
     with pytest.raises(ConfigError, match="worker.fsdp.fsdp_size=3 must divide the 4 devices"):
         load_sft_config([*base, "worker.fsdp.fsdp_size=3", "trainer.n_gpus_per_node=4"])
+    moe = config_only_model(tmp_path / "moe", {"model_type": "qwen3_moe", "num_experts": 4})
+    assert load_sft_config([*base, f"worker.model.model_path={moe}"]).worker.model.model_path == str(moe)
+    with pytest.raises(NotImplementedError, match=r"'qwen3_moe', num_experts=4\) and the run has LoRA adapters"):
+        load_sft_config([*base, f"worker.model.model_path={moe}", "worker.model.lora.rank=8"])
     (tmp_path / "step").mkdir()
     with pytest.raises(ConfigError, match="trainer.load_checkpoint_path='.*step' must be a global_step_N directory"):
         load_sft_config([*base, f"trainer.load_checkpoint_path={tmp_path / 'step'}"])

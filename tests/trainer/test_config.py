@@ -370,7 +370,7 @@ def test_an_unchecked_mixture_of_experts_actor_is_refused_before_ray(files):
     qwen3_moe = {"model_type": "qwen3_moe", "num_experts": 128, "num_experts_per_tok": 8}
     (files / "model" / "config.json").write_text(json.dumps(qwen3_moe))
     assert load_config(base_args(files)).worker.actor.model.model_path == str(files / "model")
-    with pytest.raises(NotImplementedError, match=r"'qwen3_moe', num_experts=128\) and the actor has LoRA adapters"):
+    with pytest.raises(NotImplementedError, match=r"'qwen3_moe', num_experts=128\) and the run has LoRA adapters"):
         load_config([*base_args(files), "worker.actor.model.lora.rank=8"])
     (files / "model" / "config.json").write_text(json.dumps({"model_type": "qwen2", "num_experts": 0}))
     assert load_config(base_args(files)).worker.actor.model.model_path == str(files / "model")

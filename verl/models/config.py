@@ -315,18 +315,31 @@ def expert_count(model_config: dict[str, Any]) -> tuple[str, int] | None:
 def refuse_mixture_of_experts(key: str, path: str | None, lora_rank: int = 0) -> None:
     """Raise NotImplementedError where the local model at `path` is a mixture of experts of a type not in
     MIXTURE_OF_EXPERTS_MODEL_TYPES (a hub id is checked by the weight sync, when the actor is loaded), or one trained
-    with LoRA adapters (`lora_rank` > 0): neither the merged nor the adapter sync of an MoE actor has been checked."""
+    with LoRA adapters (`refuse_lora_on_experts`)."""
     model_config = read_model_config(key, path)
     if model_config is None:
         return
     refuse_unchecked_experts(f"{key}='{path}'", model_config)
-    experts = expert_count(model_config)
-    if experts is not None and lora_rank > 0:
+    refuse_lora_on_experts(key, path, lora_rank)
+
+
+def refuse_lora_on_experts(key: str, path: str | None, lora_rank: int) -> None:
+    """Raise NotImplementedError where the local model at `path` is a mixture of experts and `lora_rank` > 0: peft
+    adapts the fused expert tensors (3-D, one slice per expert), which neither the merge (weight sync, export,
+    model_merger) nor the adapter sync handles (`apply_lora` refuses them too, for a hub id)."""
+    model_config = read_model_config(key, path) if lora_rank > 0 else None
+    experts = expert_count(model_config) if model_config is not None else None
+    if experts is not None:
         raise NotImplementedError(
             f"{key}='{path}' is a mixture-of-experts model ({model_config.get('model_type')!r}, {experts[0]}="
-            f"{experts[1]}) and the actor has LoRA adapters (lora.rank={lora_rank}): the weight sync of an MoE actor "
-            "with adapters (merged or as adapters) has not been checked. Train all weights (lora.rank=0)."
+            f"{experts[1]}) and the run has LoRA adapters (lora.rank={lora_rank}): {FUSED_EXPERTS_LORA}"
         )
+
+
+FUSED_EXPERTS_LORA = (
+    "peft adapts its fused expert tensors, which the merge into the engine's and the exported weights does not "
+    "handle. Train all weights (lora.rank=0)."
+)
 
 
 def refuse_unchecked_experts(what: str, model_config: dict[str, Any]) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from verl.models.config import LoraConfig
+from verl.models.config import FUSED_EXPERTS_LORA, LoraConfig
 
 
 ADAPTER_NAME = "default"
@@ -54,6 +54,7 @@ def apply_lora(model: nn.Module, lora: LoraConfig, vision_language: bool, base_m
     """Inject LoRA adapters in place and freeze everything else; returns the adapter parameter count. On real weights
     lora_A comes from a fixed seed (lora_B is zero, so the model is unchanged); on meta they come from rank 0."""
     from peft import inject_adapter_in_model
+    from peft.tuners.lora.layer import ParamWrapper
 
     peft_config = _peft_config(lora, vision_language, base_model_path)
     with torch.random.fork_rng(devices=[]):
@@ -65,6 +66,13 @@ def apply_lora(model: nn.Module, lora: LoraConfig, vision_language: bool, base_m
                 f"worker.actor.model.lora: {error} Check lora.target_modules ({lora.target_modules!r}) and "
                 f"lora.exclude_modules ({lora.exclude_modules!r})."
             ) from error
+    fused = [
+        name for name, module in model.named_modules() if isinstance(module, ParamWrapper) and module.num_experts > 1
+    ]
+    if fused:  # a hub id's mixture of experts (a local one is refused when the config loads)
+        raise NotImplementedError(
+            f"The model is a mixture of experts ({fused[0]}, ...) and the run has LoRA adapters: {FUSED_EXPERTS_LORA}"
+        )
     model.lora_peft_config = peft_config  # read by save_adapter_config
     trainable = 0
     for name, param in model.named_parameters():

@@ -10,7 +10,7 @@ sections (the batch over the devices).
 
 from dataclasses import dataclass, field
 
-from verl.models.config import FSDPConfig, ModelConfig
+from verl.models.config import FSDPConfig, ModelConfig, refuse_lora_on_experts
 from verl.trainer.config import BaseTrainerConfig
 from verl.utils.config import (
     ConfigError,
@@ -111,6 +111,7 @@ class SFTWorkerConfig:
         if not self.model.model_path:
             raise ConfigError(f"{prefix}model.model_path is empty; give a local model directory or a hub id.")
         self.model.check_files(f"{prefix}model.")
+        refuse_lora_on_experts(f"{prefix}model.model_path", self.model.model_path, self.model.lora.rank)
 
 
 @dataclass
