@@ -46,11 +46,22 @@ def test_an_empty_file_in_a_directory_is_named(tmp_path):
     assert len(load_source(str(data))) == 2
 
 
-def test_a_file_that_is_not_valid_still_says_why(tmp_path):
+def test_a_file_that_is_not_valid_json_names_the_line(tmp_path):
+    """datasets says only "An error occurred while generating the dataset": one bad line of a large file was not
+    found."""
     path = tmp_path / "train.jsonl"
-    path.write_text('{"prompt": "hi", "answer": \n')
+    path.write_text('{"prompt": "hi", "answer": "1"}\n\n{"prompt": "hi", "answer": \n{"prompt": "ho"}\n')
+    message = rf"^Dataset file '{path}' is not valid JSON: line 3 \(row 1\), column 28: Expecting value\.$"
+    with pytest.raises(ValueError, match=message):
+        load_source(str(path))
+    path = tmp_path / "train.json"
+    path.write_text('[{"prompt": "hi", "answer": "1"},\n {"prompt": "hi" "answer": "2"}]')
+    with pytest.raises(ValueError, match=rf"^Dataset file '{path}' is not valid JSON: line 2, column 18: Expecting ','"):
+        load_source(str(path))
+    path = tmp_path / "train.csv"  # other formats: datasets' reason
+    path.write_text('prompt,answer\n"hi,1\n')
     with pytest.raises(
-        ValueError, match=rf"^Could not read dataset file '{path}': .+\. Check that it is valid json\.$"
+        ValueError, match=rf"^Could not read dataset file '{path}': .+\. Check that it is valid csv\.$"
     ):
         load_source(str(path))
 

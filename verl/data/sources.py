@@ -88,6 +88,9 @@ def _load_file(path: str) -> Any:
     except Exception as error:
         if "corresponds to no data" in str(error):  # datasets' word for a file that parsed into no rows
             raise ValueError(_NO_ROWS.format(path=path)) from None
+        where = _json_error(path) if builder == "json" else None
+        if where is not None:
+            raise ValueError(f"Dataset file {path!r} is not valid JSON: {where}.") from None
         reason = str(error).rstrip(". ") or type(error).__name__
         raise ValueError(
             f"Could not read dataset file {path!r}: {reason}. Check that it is valid {builder}."
@@ -95,6 +98,32 @@ def _load_file(path: str) -> Any:
     if len(loaded) == 0:
         raise ValueError(_NO_ROWS.format(path=path))
     return loaded
+
+
+def _json_error(path: str) -> str | None:
+    """Where a JSON Lines file (each line one value) or a JSON file (one value, or JSON Lines) does not parse, as
+    "line 3 (row 1), column 5: <why>", or None where it does (`datasets` says only "an error occurred while generating the dataset")."""
+    import json
+
+    with open(path, encoding="utf-8") as f:
+        if not path.lower().endswith(".jsonl"):
+            try:
+                json.load(f)
+                return None
+            except json.JSONDecodeError as error:
+                if error.msg != "Extra data":  # else JSON Lines in a .json file, which datasets reads too
+                    return f"line {error.lineno}, column {error.colno}: {error.msg}"
+            f.seek(0)
+        row = 0
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                json.loads(line.rstrip("\r\n"))
+            except json.JSONDecodeError as error:
+                return f"line {number} (row {row}), column {error.colno}: {error.msg}"
+            row += 1
+    return None
 
 
 def _check_utf8(path: str) -> None:
