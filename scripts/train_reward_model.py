@@ -6,7 +6,10 @@
         [--epochs 1 --batch-size 8 --lr 1e-5 --max-length 1024 --init-from-lm]
     torchrun --nproc-per-node 8 scripts/train_reward_model.py ...      (several processes, one per GPU)
 
-Each jsonl row is {"prompt": str, "chosen": str, "rejected": str}. The conversations are laid out as the trainer's
+The pairs are read as the trainer reads data files (.jsonl, .parquet, .json or .csv, a folder of them, or name@split)
+in TRL's preference layouts: each row {"prompt": str, "chosen": str, "rejected": str}; or the prompt one user message
+and the answers one assistant message each; or, without a prompt column, chosen and rejected as whole [user,
+assistant] conversations (the implicit prompt). The conversations are laid out as the trainer's
 reward-model worker lays them out (verl.rewards.model_worker: the RM's chat template over [user, assistant],
 truncated from the left to --max-length, the score read at the last token), so what is trained here is what the
 worker scores. The model is sharded with FSDP2 over torch.distributed, as the trainer's models are: a plain `python`
@@ -31,7 +34,7 @@ from typing import Any
 
 
 PAIR_KEYS = ("prompt", "chosen", "rejected")
-"""The keys every row of a pairs file must have, each a string."""
+"""The columns of a pairs file (prompt may be left out: the implicit prompt)."""
 
 SAVE_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 """--save-dtype values and the torch dtype each names."""
@@ -42,36 +45,62 @@ class PairFileError(ValueError):
 
 
 def read_pairs(path: str) -> list[dict[str, str]]:
-    """The rows of a jsonl pairs file, checked before any model is loaded, so a bad row costs seconds, not a run."""
-    if not os.path.isfile(path):
-        raise PairFileError(f"{path}: no such file; give a jsonl file of prompt/chosen/rejected rows.")
-    pairs = []
-    with open(path, encoding="utf-8") as f:
-        for row_number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise PairFileError(f"{path}, row {row_number}: not valid JSON ({error.msg}).") from None
-            if not isinstance(row, dict):
-                keys = ", ".join(PAIR_KEYS)
-                raise PairFileError(
-                    f"{path}, row {row_number}: a {type(row).__name__}, not an object with keys {keys}."
-                )
-            for key in PAIR_KEYS:
-                if key not in row:
-                    raise PairFileError(
-                        f"{path}, row {row_number}, key '{key}': missing; every row needs {', '.join(PAIR_KEYS)}."
-                    )
-                if not isinstance(row[key], str):
-                    raise PairFileError(
-                        f"{path}, row {row_number}, key '{key}': must be a string, got {type(row[key]).__name__}."
-                    )
-            pairs.append({key: row[key] for key in PAIR_KEYS})
-    if not pairs:
-        raise PairFileError(f"{path}: no rows; it needs at least one prompt/chosen/rejected pair.")
-    return pairs
+    """The (prompt, chosen, rejected) strings of every row of `path`, read as the trainer reads its data files, in
+    TRL's preference layouts; checked before any model is loaded, so a bad row costs seconds, not a run."""
+    from verl.data.sources import load_source
+
+    try:
+        source = load_source(path)
+    except (OSError, TypeError, ValueError) as error:
+        raise PairFileError(f"{path}: {str(error).rstrip('.')}; give a file of prompt/chosen/rejected rows.") from None
+    implicit = "prompt" not in source.columns  # TRL's implicit prompt: whole conversations in chosen and rejected
+    for key in PAIR_KEYS[1:]:
+        if key not in source.columns:
+            raise PairFileError(f"{path}: no '{key}' column; rows need {', '.join(PAIR_KEYS)} (see --help).")
+    return [_pair(source.row(index), implicit, source.where(index)) for index in range(len(source))]
+
+
+def _pair(row: dict[str, Any], implicit: bool, where: str) -> dict[str, str]:
+    if implicit:
+        (user, chosen), (same_user, rejected) = (_conversation(row[key], where, key) for key in PAIR_KEYS[1:])
+        if user != same_user:
+            raise PairFileError(f"{where}: 'chosen' and 'rejected' start from different user messages.")
+        return {"prompt": user, "chosen": chosen, "rejected": rejected}
+    pair = {}
+    for key, role in zip(PAIR_KEYS, ("user", "assistant", "assistant")):
+        value = row[key]
+        if value is None:
+            raise PairFileError(f"{where}, key '{key}': missing; every row needs {', '.join(PAIR_KEYS)}.")
+        if isinstance(value, list):  # conversational: one message of its role
+            value = _one_message(value, (role,), where, key)[0]
+        if not isinstance(value, str):
+            raise PairFileError(
+                f"{where}, key '{key}': must be a string or one {role} message, got {type(value).__name__}."
+            )
+        pair[key] = value
+    return pair
+
+
+def _conversation(value: Any, where: str, key: str) -> tuple[str, str]:
+    """(the user's text, the assistant's) of an implicit-prompt conversation."""
+    if value is None:
+        raise PairFileError(
+            f"{where}, key '{key}': missing; without a prompt column, every row needs chosen, rejected."
+        )
+    user, answer = _one_message(value if isinstance(value, list) else [value], ("user", "assistant"), where, key)
+    return user, answer
+
+
+def _one_message(messages: list[Any], roles: tuple[str, ...], where: str, key: str) -> list[str]:
+    """The texts of `messages`, which must be plain-text messages of exactly these roles: the reward model scores one
+    user turn and its answer, as the trainer's reward-model worker lays them out."""
+    got = [m.get("role") if isinstance(m, dict) else type(m).__name__ for m in messages]
+    if got != list(roles) or not all(isinstance(m.get("content"), str) for m in messages):
+        raise PairFileError(
+            f"{where}, key '{key}': must be {' + '.join(roles)} messages with text content (the reward model scores "
+            f"one user turn and its answer, as the trainer's worker does), got roles {got}."
+        )
+    return [m["content"] for m in messages]
 
 
 def _accuracy(model: Any, chosen: list[list[int]], rejected: list[list[int]], pad_id: int, micro: int) -> float:
@@ -231,8 +260,8 @@ def _positive(kind: type) -> Any:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="model directory or hub id to start from")
-    parser.add_argument("--train", required=True, help="jsonl of {prompt, chosen, rejected} rows")
-    parser.add_argument("--val", default=None, help="jsonl of validation pairs (accuracy after each epoch)")
+    parser.add_argument("--train", required=True, help="file of {prompt, chosen, rejected} rows (see above)")
+    parser.add_argument("--val", default=None, help="validation pairs, as --train (accuracy after each epoch)")
     parser.add_argument("--output", required=True, help="directory for the trained model and its tokenizer")
     parser.add_argument("--tokenizer", default=None, help="tokenizer location (default: --model)")
     parser.add_argument("--init-from-lm", action="store_true", help="start from a causal LM: add a new score head")

@@ -171,16 +171,25 @@ def test_pairs_file_errors_name_the_file_row_and_key(tmp_path, capsys):
     path = tmp_path / "pairs.jsonl"
     good = json.dumps({"prompt": "p", "chosen": "a", "rejected": "b"})
     path.write_text(good + "\n\n" + json.dumps({"prompt": "p", "chosen": "a"}) + "\n")
-    with pytest.raises(script.PairFileError, match=rf"{path}, row 3, key 'rejected': missing"):
+    with pytest.raises(script.PairFileError, match=rf"file '{path}', row 1, key 'rejected': missing"):
         script.read_pairs(str(path))
     path.write_text(good + "\n" + json.dumps({"prompt": "p", "chosen": 1, "rejected": "b"}) + "\n")
-    with pytest.raises(script.PairFileError, match=r"row 2, key 'chosen': must be a string, got int"):
+    with pytest.raises(
+        script.PairFileError, match=r"row 1, key 'chosen': must be a string or one assistant message, got int"
+    ):
+        script.read_pairs(str(path))
+    path.write_text(json.dumps({"prompt": "p", "chosen": "a"}) + "\n")
+    with pytest.raises(script.PairFileError, match=rf"{path}: no 'rejected' column"):
+        script.read_pairs(str(path))
+    user, answer = {"role": "user", "content": "p"}, {"role": "assistant", "content": "a"}
+    path.write_text(json.dumps({"chosen": [user, answer], "rejected": [answer]}) + "\n")
+    with pytest.raises(script.PairFileError, match=r"row 0, key 'rejected': must be user \+ assistant messages"):
         script.read_pairs(str(path))
     path.write_text("{not json\n")
-    with pytest.raises(script.PairFileError, match=r"row 1: not valid JSON"):
+    with pytest.raises(script.PairFileError, match=r"is not valid JSON: line 1 \(row 0\), column 2"):
         script.read_pairs(str(path))
     assert script.main(["--model", "m", "--train", str(path), "--output", str(tmp_path / "out")]) == 2
-    assert f"train_reward_model: {path}, row 1: not valid JSON" in capsys.readouterr().err
+    assert f"train_reward_model: {path}: Dataset file '{path}' is not valid JSON: line 1" in capsys.readouterr().err
     path.write_text(good + "\n")
     (tmp_path / "no_weights").mkdir()
     (tmp_path / "no_weights" / "config.json").write_text("{}")
@@ -190,6 +199,33 @@ def test_pairs_file_errors_name_the_file_row_and_key(tmp_path, capsys):
     ):
         assert script.main(["--model", str(model), "--train", str(path), "--output", str(tmp_path / "out")]) == 2
         assert f"train_reward_model: --model '{model}' {problem}" in capsys.readouterr().err
+
+
+def test_pairs_in_trls_preference_layouts_read_as_the_same_strings(tmp_path):
+    """Strings; a prompt of one user message and answers of one assistant message (TRL's conversational layout); no
+    prompt column, whole conversations (TRL's implicit prompt); in JSONL or parquet: the same pairs."""
+    import pandas
+
+    script = load_script()
+    rows = [("What is 2 + 2?", "4", "5"), ("Name a colour.", "Red.", "Seven.")]
+    user = lambda text: {"role": "user", "content": text}  # noqa: E731
+    bot = lambda text: {"role": "assistant", "content": text}  # noqa: E731
+    layouts = {
+        "strings": [{"prompt": p, "chosen": c, "rejected": r} for p, c, r in rows],
+        "messages": [{"prompt": [user(p)], "chosen": [bot(c)], "rejected": [bot(r)]} for p, c, r in rows],
+        "implicit": [{"chosen": [user(p), bot(c)], "rejected": [user(p), bot(r)]} for p, c, r in rows],
+    }
+    expected = [{"prompt": p, "chosen": c, "rejected": r} for p, c, r in rows]
+    for name, layout in layouts.items():
+        jsonl = tmp_path / f"{name}.jsonl"
+        jsonl.write_text("".join(json.dumps(row) + "\n" for row in layout))
+        pandas.DataFrame(layout).to_parquet(tmp_path / f"{name}.parquet")
+        assert script.read_pairs(str(jsonl)) == expected, name
+        assert script.read_pairs(str(tmp_path / f"{name}.parquet")) == expected, name
+    mixed = [{"chosen": [user("a"), bot("b")], "rejected": [user("other"), bot("c")]}]
+    (tmp_path / "mixed.jsonl").write_text(json.dumps(mixed[0]) + "\n")
+    with pytest.raises(script.PairFileError, match="row 0: 'chosen' and 'rejected' start from different user"):
+        script.read_pairs(str(tmp_path / "mixed.jsonl"))
 
 
 # ---------------------------------------------------------------------------------------------- Ray workers
