@@ -75,6 +75,21 @@ def test_the_loss_mask_is_exactly_the_assistant_turns(models) -> None:
         [{"q": "Hi", "a": "Hello"}], tokenizer, None, data_config(prompt_key="q", response_key="a")
     ).encode(0)
     assert masked_spans(one_turn["input_ids"], one_turn["loss_mask"], tokenizer.decode) == ["Hello<|im_end|>"]
+    # TRL's conversational prompt-completion rows: the prompt's messages (a few-shot answer among them) are context,
+    # only the completion is learned
+    prompt_completion = data_config(prompt_key="prompt", response_key="completion")
+    row = {"prompt": messages[:4], "completion": messages[4:]}
+    example = SFTDataset([row], tokenizer, None, prompt_completion).encode(0)
+    assert example["input_ids"] == ids
+    assert masked_spans(example["input_ids"], example["loss_mask"], tokenizer.decode) == ["4<|im_end|>"]
+    for completion, message in (
+        ([messages[3]], "key 'completion': the response's messages must not hold a user turn"),
+        ([{"role": "assistant", "content": 4}], "key 'completion': message 0 needs string content"),
+        ([{"role": "tool", "content": "x"}], "key 'completion': the conversation has no assistant message to learn"),
+        ([], "key 'completion': expected a string or a non-empty list of messages, got list"),
+    ):
+        with pytest.raises(SFTDataError, match=re.escape(message)):
+            SFTDataset([{"prompt": messages[:4], "completion": completion}], tokenizer, None, prompt_completion)
 
 
 def test_tool_conversations_render_the_tools_and_learn_only_the_assistant(models) -> None:

@@ -46,6 +46,9 @@ class Conversation:
     images: list[Any]
     tools: list[dict[str, Any]] | None = None
     """Tool JSON schemas the chat template describes (the row's tools_key column)."""
+    learned_from: int = 0
+    """The first message whose assistant turns are learned: with prompt_key, the response's (a prompt given as
+    messages may hold few-shot assistant turns, which are context, as in TRL's prompt-completion rows)."""
 
 
 class SFTDataset(torch.utils.data.Dataset):
@@ -85,16 +88,23 @@ class SFTDataset(torch.utils.data.Dataset):
     def _conversation(self, index: int) -> Conversation:
         row = self.source.row(index)
         config = self.config
-        if config.prompt_key is not None:
-            for key in (config.prompt_key, config.response_key):
-                if not isinstance(row.get(key), str):
-                    raise self._error(index, key, f"expected a string, got {type(row.get(key)).__name__}")
-            if not row[config.response_key].strip():
-                raise self._error(index, config.response_key, f"the response is empty: {_EMPTY_ANSWER}")
-            messages = [
-                {"role": "user", "content": row[config.prompt_key]},
-                {"role": "assistant", "content": row[config.response_key]},
-            ]
+        learned_from = 0
+        if config.prompt_key is not None:  # a string each, or messages each (TRL's conversational prompt-completion)
+            parts = []
+            for key, role in ((config.prompt_key, "user"), (config.response_key, "assistant")):
+                value = row.get(key)
+                if isinstance(value, str) and role == "assistant" and not value.strip():
+                    raise self._error(index, key, f"the response is empty: {_EMPTY_ANSWER}")
+                if isinstance(value, str):
+                    value = [{"role": role, "content": value}]
+                if not isinstance(value, (list, tuple)) or not value:
+                    raise self._error(
+                        index, key, f"expected a string or a non-empty list of messages, got {type(value).__name__}"
+                    )
+                parts.append(list(value))
+            if not all(isinstance(message, dict) and message.get("role") != "user" for message in parts[1]):
+                raise self._error(index, config.response_key, "the response's messages must not hold a user turn")
+            messages, learned_from = parts[0] + parts[1], len(parts[0])
             key = config.prompt_key
         else:
             key = config.messages_key
@@ -103,11 +113,14 @@ class SFTDataset(torch.utils.data.Dataset):
                 raise self._error(index, key, "expected a non-empty list of messages")
             messages = list(messages)
         for position, message in enumerate(messages):
+            at, number = key, position  # errors name the column and the message's place in it
+            if learned_from and position >= learned_from:
+                at, number = config.response_key, position - learned_from
             if not isinstance(message, dict):
                 raise self._error(
                     index,
-                    key,
-                    f"message {position} must be a dict with 'role' and 'content', got {type(message).__name__}",
+                    at,
+                    f"message {number} must be a dict with 'role' and 'content', got {type(message).__name__}",
                 )
             if message.get("role") not in ROLES:
                 role = f"its role is {message['role']!r}" if "role" in message else "it has no 'role'"
@@ -117,19 +130,20 @@ class SFTDataset(torch.utils.data.Dataset):
                         + ", ".join(f"{theirs!r} as {ours!r}" for theirs, ours in SHAREGPT_ROLES.items())
                         + ")"
                     )
-                raise self._error(index, key, f"message {position} needs a role in {', '.join(ROLES)}; {role}")
+                raise self._error(index, at, f"message {number} needs a role in {', '.join(ROLES)}; {role}")
             if not isinstance(message.get("content"), str):
-                raise self._error(index, key, f"message {position} needs string content")
+                raise self._error(index, at, f"message {number} needs string content")
             if message["role"] == "assistant" and not message["content"].strip():
                 raise self._error(
                     index,
-                    key,
-                    f"message {position} (assistant) is empty: {_EMPTY_ANSWER}",
+                    at,
+                    f"message {number} (assistant) is empty: {_EMPTY_ANSWER}",
                 )
         if messages[0]["role"] == "assistant":
             raise self._error(index, key, "the conversation starts with an assistant message; begin with a user turn")
-        if not any(message["role"] == "assistant" for message in messages):
-            raise self._error(index, key, "the conversation has no assistant message to learn from")
+        if not any(message["role"] == "assistant" for message in messages[learned_from:]):
+            where = config.response_key if learned_from else key
+            raise self._error(index, where, "the conversation has no assistant message to learn from")
         images = row.get(config.image_key) or []
         images = list(images) if isinstance(images, (list, tuple)) else [images]
         markers = sum(message["content"].count(IMAGE_MARKER) for message in messages)
@@ -144,7 +158,7 @@ class SFTDataset(torch.utils.data.Dataset):
         tools = row.get(config.tools_key) if config.tools_key else None
         if tools is not None and not (isinstance(tools, (list, tuple)) and all(isinstance(t, dict) for t in tools)):
             raise self._error(index, config.tools_key, "expected a list of JSON schemas (objects) of the tools")
-        return Conversation(messages=messages, images=images, tools=list(tools) if tools else None)
+        return Conversation(messages, images, list(tools) if tools else None, learned_from)
 
     # ------------------------------------------------------------------------------------------------ checking
 
@@ -195,7 +209,9 @@ class SFTDataset(torch.utils.data.Dataset):
         if self.config.truncation == "error":
             raise self._too_long(index, key, length)
         messages = conversation.messages
-        first = next(turn for turn, message in enumerate(messages) if message["role"] == "assistant")
+        first = next(
+            turn for turn in range(conversation.learned_from, len(messages)) if messages[turn]["role"] == "assistant"
+        )
         prefix = self._render(messages[:first], generation_prompt=True, tools=conversation.tools)
         images_before = sum(message["content"].count(IMAGE_MARKER) for message in messages[:first])
         tokenizer = self.processor.tokenizer if self.processor is not None else self.tokenizer
@@ -247,7 +263,7 @@ class SFTDataset(torch.utils.data.Dataset):
         ids, encoded = self._ids(full_text, images)
         mask = [0] * len(ids)
         for turn, message in enumerate(messages):
-            if message["role"] != "assistant":
+            if message["role"] != "assistant" or turn < conversation.learned_from:
                 continue
             prefix = self._render(messages[:turn], generation_prompt=True, tools=tools)
             upto = self._render(messages[: turn + 1], generation_prompt=False, tools=tools).rstrip()

@@ -37,9 +37,11 @@ class SFTDataConfig:
     messages_key: str = "messages"
     """Column with the conversation: a list of {"role": "system"|"user"|"assistant"|"tool", "content": str}."""
     prompt_key: str | None = None
-    """Instead of messages_key: a column with a single user prompt (with response_key: a one-turn conversation)."""
+    """Instead of messages_key: a column with the user's prompt (with response_key: a one-turn conversation), or with
+    the prompt's messages (TRL's conversational prompt-completion rows; assistant turns in them are not learned)."""
     response_key: str | None = None
-    """With prompt_key: the column with the assistant's answer."""
+    """With prompt_key: the column with the assistant's answer (a string, or its messages: TRL's `completion`), the
+    only part learned."""
     image_key: str = "images"
     """Column with the row's images (paths, bytes or PIL images); a <image> marker in a message places one."""
     tools_key: str = "tools"
