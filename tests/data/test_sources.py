@@ -56,7 +56,9 @@ def test_a_file_that_is_not_valid_json_names_the_line(tmp_path):
         load_source(str(path))
     path = tmp_path / "train.json"
     path.write_text('[{"prompt": "hi", "answer": "1"},\n {"prompt": "hi" "answer": "2"}]')
-    with pytest.raises(ValueError, match=rf"^Dataset file '{path}' is not valid JSON: line 2, column 18: Expecting ','"):
+    with pytest.raises(
+        ValueError, match=rf"^Dataset file '{path}' is not valid JSON: line 2, column 18: Expecting ','"
+    ):
         load_source(str(path))
     path = tmp_path / "train.csv"  # other formats: datasets' reason
     path.write_text('prompt,answer\n"hi,1\n')
