@@ -313,3 +313,23 @@ def test_sys_exit_while_importing_or_checking_the_file_is_a_load_error(write_rew
     )
     with pytest.raises(RewardFunctionLoadError, match=r"cannot run on this machine: it called sys.exit\(None\)"):
         check_reward_function(f"{path}:score")
+
+
+def test_a_function_in_verls_signature_is_called_one_sample_at_a_time(write_reward_file) -> None:
+    """verl's `compute_score(solution_str, ground_truth, ...)`: the arguments by name, one sample per call; a number
+    becomes `overall`. A REWARD_TYPE that says batch contradicts it."""
+    path = write_reward_file("""
+        def compute_score(solution_str, ground_truth, method="strict", format_score=0.0, score=1.0):
+            return score if solution_str.strip() == ground_truth else format_score
+    """)
+    function = load_reward_function(f"{path}:compute_score", {"format_score": 0.1})
+    assert (function.reward_type, function.verl_arguments) == ("sequential", ("solution_str", "ground_truth"))
+    assert "takes verl's arguments (solution_str, ground_truth)" in function.reward_type_note
+    samples = [{"response": " 4", "ground_truth": "4"}, {"response": "5", "ground_truth": "4"}]
+    scores = score_sequential(function, samples)
+    assert check_scores(function, scores, samples) == {"overall": [1.0, 0.1]}
+    batch = write_reward_file(
+        'REWARD_TYPE = "batch"\ndef compute_score(solution_str, ground_truth):\n    return 0.0\n'
+    )
+    with pytest.raises(RewardFunctionLoadError, match="takes verl's arguments .* sets REWARD_TYPE='batch'; remove it"):
+        load_reward_function(f"{batch}:compute_score")

@@ -135,6 +135,42 @@ def test_extra_columns_and_uid_reach_the_function(make_batch, write_reward_file,
     assert metrics["overall"] == pytest.approx([1 + 0.01 * lengths[0], 0.01 * lengths[1]])
 
 
+# verl's custom reward signature, as in its docs: the file works unchanged
+VERL_REWARD = """
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):
+    if data_source == "openai/gsm8k":
+        return float(solution_str == ground_truth) + bonus
+    return {"score": 0.5, "index": float(extra_info["index"]), "pred": solution_str[:3]}
+"""
+
+
+def test_a_function_in_verls_signature_works_unchanged(make_batch, write_reward_file, tokenizer) -> None:
+    """verl calls compute_score(data_source, solution_str, ground_truth, extra_info) with the row's data_source and
+    extra_info columns, and takes a float, or a dict whose `score` is the reward (non-numeric keys such as an
+    extracted answer are not metrics here)."""
+    batch = make_batch(
+        ["Q0", "Q1", "Q2"],
+        ["yes", "no", "maybe"],
+        non_tensors={
+            "ground_truth": ["yes", "yes", "yes"],
+            "data_source": ["openai/gsm8k", "openai/gsm8k", "other"],
+            "extra_info": [{"index": 0}, {"index": 1}, {"index": 7}],
+        },
+    )
+    spec = f"{write_reward_file(VERL_REWARD)}:compute_score"
+    manager = manager_for(spec, tokenizer, reward_function_kwargs={"bonus": 0.25})
+    with pytest.raises(
+        RewardFunctionError, match=r"for sample 2 keys \['index', 'overall'\], but sample 0 returned \['overall'\]"
+    ):
+        manager.compute_reward(batch)
+    _, metrics = manager.compute_reward(batch[:2])
+    assert metrics["overall"] == [1.25, 0.25]
+    _, metrics = manager.compute_reward(batch[2:])
+    assert metrics == {"overall": [0.5], "index": [7.0]}
+    with pytest.raises(RewardFunctionLoadError, match="do not fit the signature"):
+        manager_for(spec, tokenizer, reward_function_kwargs={"scale": 1.0})
+
+
 def test_parallel_scoring_equals_inline(make_batch, write_reward_file, tokenizer) -> None:
     responses = ["yes", "no", "maybe", "yes yes", "42", "blue", "x", "yes"]
     batch = make_batch(

@@ -112,6 +112,9 @@ class RewardFunction:
     """The file's REWARD_NAME, or the function name when it sets none."""
     reward_type_source: str = DECLARED
     """How reward_type was decided: "declared" (REWARD_TYPE), "inferred" (the signature) or "defaulted"."""
+    verl_arguments: tuple[str, ...] = ()
+    """For a function in verl's signature (`compute_score(data_source, solution_str, ground_truth, extra_info)`): the
+    arguments it takes, given by name from each sample; empty for ours (the sample dict first)."""
 
     @property
     def spec(self) -> str:
@@ -128,6 +131,8 @@ class RewardFunction:
         """Where reward_type came from, for logs and error messages."""
         if self.reward_type_source == DECLARED:
             return f"REWARD_TYPE = {self.reward_type!r} in the file"
+        if self.verl_arguments:
+            return f"{self.name} takes verl's arguments ({', '.join(self.verl_arguments)}): one sample per call"
         if self.reward_type_source == INFERRED:
             return f"no REWARD_TYPE in the file; inferred from the first parameter of {self.name}"
         return f"no REWARD_TYPE in the file, so the default {DEFAULT_REWARD_TYPE!r}"
@@ -140,7 +145,53 @@ class RewardFunction:
         )
 
     def __call__(self, inputs: Any) -> Any:
+        if self.verl_arguments:
+            return _verl_score(self.function(**_verl_values(inputs, self.verl_arguments), **self.kwargs))
         return self.function(inputs, **self.kwargs)
+
+
+VERL_ARGUMENTS = ("data_source", "solution_str", "ground_truth", "extra_info")
+"""The arguments of verl's reward functions, in its order; a function taking `solution_str` is called verl's way."""
+
+
+def _verl_arguments(function: Callable[..., Any]) -> tuple[str, ...]:
+    """The verl arguments `function` takes by name (all of them with **kwargs), or () unless it takes
+    `solution_str`."""
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return ()
+    if "solution_str" not in parameters:
+        return ()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return VERL_ARGUMENTS
+    return tuple(name for name in VERL_ARGUMENTS if name in parameters)
+
+
+def _verl_values(sample: Mapping[str, Any], arguments: tuple[str, ...]) -> dict[str, Any]:
+    """A sample as verl passes it: the response as `solution_str`, the row's `data_source` column, and its
+    `extra_info` column (verl's preprocessed rows have one; {} without)."""
+    columns = sample.get("extra_info") or {}
+    values = {
+        "data_source": columns.get("data_source"),
+        "solution_str": sample["response"],
+        "ground_truth": sample["ground_truth"],
+        "extra_info": columns.get("extra_info") or {},
+    }
+    return {name: values[name] for name in arguments}
+
+
+def _verl_score(score: Any) -> Any:
+    """verl's return value in our form: a number is `overall`; a dict's `score` is `overall` and its other numeric
+    keys stay (verl logs its non-numeric ones, e.g. the extracted answer, as text, which our metrics cannot hold)."""
+    if isinstance(score, Mapping) and "score" in score:
+        return {
+            "overall": score["score"],
+            **{k: v for k, v in score.items() if k != "score" and _as_float(v) is not None},
+        }
+    if _as_float(score) is not None:
+        return {"overall": score}
+    return score  # anything else: check_scores names it
 
 
 def _import_file(path: str, spec: str) -> Any:
@@ -159,14 +210,19 @@ def _import_file(path: str, spec: str) -> Any:
         ) from error
 
 
-def _check_kwargs(function: Callable[..., Any], kwargs: Mapping[str, Any], label: str) -> None:
+def _check_kwargs(
+    function: Callable[..., Any], kwargs: Mapping[str, Any], label: str, verl_arguments: tuple[str, ...] = ()
+) -> None:
     """Fail at load time, not at the first training step, when the kwargs do not fit the function's signature."""
     try:
         signature = inspect.signature(function)
     except (TypeError, ValueError):  # builtins and some C callables have no signature: nothing to check
         return
     try:
-        signature.bind(None, **kwargs)
+        if verl_arguments:
+            signature.bind(**dict.fromkeys(verl_arguments), **kwargs)
+        else:
+            signature.bind(None, **kwargs)
     except TypeError as error:
         raise RewardFunctionLoadError(
             f"worker.reward.reward_function_kwargs={masked(dict(kwargs))!r} do not fit the signature {signature} of {label}: "
@@ -253,12 +309,21 @@ def load_reward_function(spec: str, kwargs: Mapping[str, Any] | None = None) -> 
             f"{CONFIG_KEY}={spec!r}: {name!r} in {path} is a {type(function).__name__}, not a function; point the "
             "spec at a callable."
         )
-    reward_type, reward_type_source = _reward_type(module, function, spec, path)
+    verl_arguments = _verl_arguments(function)
+    if verl_arguments:  # verl's signature: one sample per call
+        if getattr(module, "REWARD_TYPE", "sequential") != "sequential":
+            raise RewardFunctionLoadError(
+                f"{CONFIG_KEY}={spec!r}: {name} takes verl's arguments ({', '.join(verl_arguments)}), one sample per "
+                f"call, but {path} sets REWARD_TYPE={module.REWARD_TYPE!r}; remove it."
+            )
+        reward_type, reward_type_source = "sequential", INFERRED
+    else:
+        reward_type, reward_type_source = _reward_type(module, function, spec, path)
     reward_name = getattr(module, "REWARD_NAME", None) or name
     loaded = RewardFunction(
-        path, name, reward_type, function, dict(kwargs or {}), str(reward_name), reward_type_source
+        path, name, reward_type, function, dict(kwargs or {}), str(reward_name), reward_type_source, verl_arguments
     )
-    _check_kwargs(function, loaded.kwargs, loaded.label)
+    _check_kwargs(function, loaded.kwargs, loaded.label, verl_arguments)
     return loaded
 
 
