@@ -139,14 +139,20 @@ def test_a_role_typo_shows_the_bad_value(tokenizer):
     no_role = {"messages": [{"content": "Hi"}, {"role": "assistant", "content": "Hello"}]}
     with pytest.raises(SFTDataError, match="row 0, key 'messages': message 0 needs a role in .*; it has no 'role'"):
         SFTDataset([no_role], tokenizer, None, data_config())
-    sharegpt = {"messages": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello"}]}
-    with pytest.raises(
-        SFTDataError, match=r"message 0 needs .*; it has no 'role' \(ShareGPT's layout: .*'human' as 'user'"
-    ):
-        SFTDataset([sharegpt], tokenizer, None, data_config())
+    # ShareGPT's layout (LLaMA-Factory's data) is read as role/content messages
+    sharegpt = {"messages": [{"from": "system", "value": "Be brief."}, {"from": "human", "value": "Hi"}]}
+    sharegpt["messages"].append({"from": "gpt", "value": "Hello"})
+    plain = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]}
+    plain["messages"].append({"role": "assistant", "content": "Hello"})
+    converted = SFTDataset([sharegpt], tokenizer, None, data_config()).encode(0)
+    expected = SFTDataset([plain], tokenizer, None, data_config()).encode(0)
+    assert (converted["input_ids"], converted["loss_mask"]) == (expected["input_ids"], expected["loss_mask"])
+    call = {"messages": sharegpt["messages"][1:] + [{"from": "function_call", "value": "{}"}]}
+    with pytest.raises(SFTDataError, match=r"message 2 is ShareGPT's 'function_call' turn, which is not converted"):
+        SFTDataset([call], tokenizer, None, data_config())
     sharegpt_roles = {"messages": [{"role": "user", "content": "Hi"}, {"role": "gpt", "content": "Hello"}]}
     with pytest.raises(
-        SFTDataError, match=r"message 1 needs .*; its role is 'gpt' \(ShareGPT's layout: .*'gpt' as 'assistant'"
+        SFTDataError, match=r"message 1 needs .*; its role is 'gpt' \(ShareGPT's name: write 'gpt' as 'assistant'\)"
     ):
         SFTDataset([sharegpt_roles], tokenizer, None, data_config())
     not_a_dict = {"messages": ["Hi", {"role": "assistant", "content": "Hello"}]}

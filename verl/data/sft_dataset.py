@@ -30,8 +30,10 @@ from verl.protocol import DataProto
 logger = logging.getLogger(__name__)
 
 ROLES = ("system", "user", "assistant", "tool")
-SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "function_call": "assistant", "observation": "tool"}
-"""ShareGPT's `from` values (LLaMA-Factory's data) and the roles they stand for, named when a row uses them."""
+SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "system": "system"}
+"""ShareGPT's `from` values (LLaMA-Factory's data) and the roles they become: a `{"from", "value"}` message is read as
+`{"role", "content"}`. Its function_call and observation turns are not converted: their text depends on the chat
+template's tool-call format."""
 IMAGE_MARKER = "<image>"
 _EMPTY_ANSWER = "it would train the model to answer with nothing; write the answer or drop the turn"
 
@@ -122,14 +124,23 @@ class SFTDataset(torch.utils.data.Dataset):
                     at,
                     f"message {number} must be a dict with 'role' and 'content', got {type(message).__name__}",
                 )
+            if "role" not in message and {"from", "value"} <= set(message):  # ShareGPT's layout
+                message = messages[position] = {
+                    "role": SHAREGPT_ROLES.get(message["from"], message["from"]),
+                    "content": message["value"],
+                }
+                if message["role"] not in ROLES:
+                    raise self._error(
+                        index,
+                        at,
+                        f"message {number} is ShareGPT's {message['role']!r} turn, which is not converted (its text "
+                        "depends on the chat template's tool-call format); write it as an assistant message with the "
+                        "template's tool-call text, or a tool message",
+                    )
             if message.get("role") not in ROLES:
                 role = f"its role is {message['role']!r}" if "role" in message else "it has no 'role'"
-                if {"from", "value"} <= set(message) or message.get("role") in SHAREGPT_ROLES:
-                    role += (
-                        " (ShareGPT's layout: write each message as {'role': ..., 'content': ...} with "
-                        + ", ".join(f"{theirs!r} as {ours!r}" for theirs, ours in SHAREGPT_ROLES.items())
-                        + ")"
-                    )
+                if message.get("role") in SHAREGPT_ROLES:
+                    role += f" (ShareGPT's name: write {message['role']!r} as {SHAREGPT_ROLES[message['role']]!r})"
                 raise self._error(index, at, f"message {number} needs a role in {', '.join(ROLES)}; {role}")
             if not isinstance(message.get("content"), str):
                 raise self._error(index, at, f"message {number} needs string content")
