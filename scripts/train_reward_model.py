@@ -280,7 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_length < 2:
         parser.error(f"--max-length {args.max_length} must be at least 2.")
     from verl.models.config import model_folder_problem
-    from verl.utils.hub import hub_folder
+    from verl.utils.hub import hub_folder, offline_unless_reachable
+
+    offline_unless_reachable(vars(args))  # before huggingface_hub is imported
 
     try:
         train_pairs = read_pairs(args.train)

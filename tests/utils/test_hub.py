@@ -5,7 +5,9 @@ closed local port, so what is tested is the way to the cache and the errors)."""
 
 import json
 import logging
+import os
 import socket
+import subprocess
 import sys
 
 import pytest
@@ -16,6 +18,9 @@ from verl.models.tiny_models import build_tiny_model
 from verl.sft.config import load_sft_config
 from verl.trainer.config import load_config
 from verl.utils.config import ConfigError
+
+
+REWARD = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "reward_function", "math.py:compute_score")
 
 
 def _closed_port() -> int:
@@ -91,3 +96,95 @@ def test_the_switch_and_the_package_are_checked(hub, monkeypatch):
     monkeypatch.setitem(sys.modules, "modelscope", None)  # as if it were not installed
     with pytest.raises(ConfigError, match=r"needs the modelscope package \(pip install modelscope\)"):
         load_config(_args(hub))
+
+
+# ---------------------------------------------------------------------------- the Hugging Face hub unreachable
+
+
+@pytest.fixture
+def no_hub_settings(monkeypatch):
+    for variable in ("HF_HUB_OFFLINE", "USE_MODELSCOPE_HUB", "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.delenv("ALL_PROXY", raising=False)
+    monkeypatch.delenv("all_proxy", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
+    return monkeypatch
+
+
+def test_an_unreachable_hub_makes_the_run_offline_naming_the_ids(no_hub_settings, tmp_path, caplog):
+    """huggingface_hub retries each file with back-off when the hub cannot be reached (52 s and 20 warnings for the
+    example config offline, measured): the run goes offline at once instead, saying so."""
+
+    from verl.utils.hub import offline_unless_reachable
+
+    files = tmp_path / "train.jsonl"
+    files.write_text('{"prompt": "p", "answer": "1"}\n')
+    base = ["worker.rollout.n=2", f"worker.reward.reward_function={REWARD}"]
+    model = build_tiny_model(tmp_path)
+    local = load_config([*base, f"data.train_files={files}", f"worker.actor.model.model_path={model}"])
+    hub_ids = load_config([*base, "data.train_files=Org/Rows@train", "worker.actor.model.model_path=Org/Model"])
+    offline_unless_reachable(local)  # nothing from the hub: not even asked
+    assert "HF_HUB_OFFLINE" not in os.environ
+    with caplog.at_level(logging.WARNING, logger="verl.utils.hub"):
+        offline_unless_reachable(hub_ids)
+    assert os.environ["HF_HUB_OFFLINE"] == "1"
+    assert "cannot be reached" in caplog.text and "Org/Model, Org/Rows load from the local cache only" in caplog.text
+    no_hub_settings.setenv("HF_HUB_OFFLINE", "0")  # the user's choice stands
+    offline_unless_reachable(hub_ids)
+    assert os.environ["HF_HUB_OFFLINE"] == "0"
+    no_hub_settings.delenv("HF_HUB_OFFLINE")
+    no_hub_settings.setenv("HTTPS_PROXY", "http://proxy:3128")  # the hub may be reachable through it
+    offline_unless_reachable(hub_ids)
+    assert "HF_HUB_OFFLINE" not in os.environ
+    no_hub_settings.delenv("HTTPS_PROXY")
+    with socket.socket() as server:  # a hub that answers
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        no_hub_settings.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
+        offline_unless_reachable(hub_ids)
+    assert "HF_HUB_OFFLINE" not in os.environ
+
+
+def test_the_cli_fails_at_once_on_an_uncached_id_without_the_hub(no_hub_settings, tmp_path):
+    """The run goes offline before the tokenizer is asked for, so the error comes without the client's retries."""
+
+    files = tmp_path / "train.jsonl"
+    files.write_text('{"prompt": "p", "answer": "1"}\n')
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf")}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verl.trainer.main",
+            f"data.train_files={files}",
+            "worker.actor.model.model_path=Org/Model",
+            "worker.rollout.n=2",
+            f"worker.reward.reward_function={REWARD}",
+            f"trainer.save_checkpoint_path={tmp_path / 'run'}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode != 0
+    assert (
+        "The Hugging Face hub (http://127.0.0.1:" in proc.stderr
+        and "Org/Model load from the local cache" in proc.stderr
+    )
+    assert "Retrying" not in proc.stderr, proc.stderr[-3000:]
+    assert "Error: Could not load a tokenizer from 'Org/Model'" in proc.stderr, proc.stderr[-3000:]
+
+
+def test_serve_names_an_uncached_id_without_the_hub(no_hub_settings, tmp_path):
+    """`python -m verl.serve --model ORG/NAME` offline: one line instead of vLLM's retries and a traceback."""
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "verl.serve", "--model", "Org/Model"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "Retrying" not in proc.stderr, proc.stderr
+    assert "error: --model 'Org/Model' is not in the local Hugging Face cache, and the hub is offline." in proc.stderr

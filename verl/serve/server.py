@@ -14,6 +14,7 @@ unless --host says otherwise and has no authentication: do not expose it.
 import argparse
 import json
 import logging
+import os
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -179,6 +180,14 @@ def main(argv: list[str] | None = None) -> int:
     problem = check_model_arguments(args)
     if problem:
         parser.error(problem)
+    from verl.utils.hub import offline_unless_reachable
+
+    offline_unless_reachable(vars(args))  # before vLLM imports huggingface_hub
+    if os.environ.get("HF_HUB_OFFLINE") == "1" and not os.path.exists(os.path.expanduser(args.model)):
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(args.model, "config.json"), str):
+            parser.error(f"--model '{args.model}' is not in the local Hugging Face cache, and the hub is offline.")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from verl.utils import quiet
 

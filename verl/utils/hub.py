@@ -4,13 +4,25 @@
 from ModelScope instead of Hugging Face, when the config is loaded, and the run goes on from the local folder.
 
 As with the Hugging Face hub, the hub is asked first (files already in the cache are kept; an interrupted download
-is completed); where it cannot be reached, the cached copy is used, with a warning."""
+is completed); where it cannot be reached, the cached copy is used, with a warning. `offline_unless_reachable` does
+the same for the Hugging Face hub, whose client would otherwise retry every file for about a minute."""
 
+import dataclasses
 import logging
 import os
+import re
+import socket
+import urllib.parse
+from collections.abc import Iterable
+from typing import Any
 
 
 HUB_ENV = "USE_MODELSCOPE_HUB"
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+"""owner/name, as the hubs write model and dataset ids."""
+
+_PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 
 logger = logging.getLogger(__name__)
 
@@ -74,3 +86,51 @@ def _fetch(repo_id: str, what: str, repo_type: str) -> str:
             f"{what}: '{repo_id}' could not be fetched from ModelScope ({HUB_ENV}=1): {error}. Check the id at "
             "modelscope.cn, or give a local folder."
         ) from None
+
+
+def offline_unless_reachable(config: Any) -> None:
+    """Where the strings in `config` (a config dataclass, or a dict of a command's arguments) name hub ids that are not local paths and the Hugging Face hub
+    (HF_ENDPOINT) cannot be reached, set HF_HUB_OFFLINE=1 for this process and the ones it starts, with a warning:
+    the ids then load from the local cache at once, or fail saying they are not cached, where huggingface_hub
+    would retry each file with back-off (52 s and 20 warnings for one model, measured). Nothing is checked when
+    HF_HUB_OFFLINE is set either way (0 keeps the retries), with ModelScope, or behind a proxy (which this check
+    would not go through). Call it before huggingface_hub is imported: it reads the setting once."""
+    if use_modelscope() or "HF_HUB_OFFLINE" in os.environ or any(os.environ.get(v) for v in _PROXY_VARIABLES):
+        return
+    ids = sorted(
+        {
+            value.rsplit("@", 1)[0]
+            for value in _strings(config)
+            if _HUB_ID.match(value.rsplit("@", 1)[0]) and not os.path.exists(os.path.expanduser(value))
+        }
+    )
+    if not ids:
+        return
+    endpoint = urllib.parse.urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    try:
+        socket.create_connection((endpoint.hostname, port), timeout=3.0).close()
+    except OSError as error:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        logger.warning(
+            "The Hugging Face hub (%s) cannot be reached (%s): %s load from the local cache only (HF_HUB_OFFLINE=1 "
+            "for this run; HF_HUB_OFFLINE=0 retries the hub instead).",
+            endpoint.geturl(),
+            error,
+            ", ".join(ids),
+        )
+
+
+def _strings(value: Any) -> Iterable[str]:
+    """Every string in a tree of dataclasses, dicts and lists."""
+    if isinstance(value, str):
+        yield value
+    elif dataclasses.is_dataclass(value):
+        for item in dataclasses.fields(value):
+            yield from _strings(getattr(value, item.name))
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
