@@ -107,6 +107,8 @@ def offline_unless_reachable(config: Any) -> None:
     if not ids:
         return
     endpoint = urllib.parse.urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    if endpoint.hostname is None:  # not a URL: huggingface_hub will say so itself
+        return
     port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
     try:
         socket.create_connection((endpoint.hostname, port), timeout=3.0).close()
