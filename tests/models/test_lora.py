@@ -111,6 +111,7 @@ def test_targets_that_match_nothing_name_the_keys(models):
         _adapted(models["qwen2"], target_modules="no_such_proj")
 
 
+@pytest.mark.filterwarnings("ignore:The following (rank|alpha)_pattern keys did not match:RuntimeWarning")
 def test_a_mixture_of_experts_is_refused_before_training(tmp_path):
     """peft adapts the fused 3-D expert tensors of a transformers MoE, which the merge does not handle: LoRA SFT of a
     tiny Qwen3-MoE used to train and then fail at the export with a KeyError. A local model is refused when the
