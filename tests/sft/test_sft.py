@@ -84,6 +84,7 @@ def test_the_loss_mask_is_exactly_the_assistant_turns(models) -> None:
     assert masked_spans(example["input_ids"], example["loss_mask"], tokenizer.decode) == ["4<|im_end|>"]
     for completion, message in (
         ([messages[3]], "key 'completion': the response's messages must not hold a user turn"),
+        ([{"from": "human", "value": "x"}], "key 'completion': the response's messages must not hold a user turn"),
         ([{"role": "assistant", "content": 4}], "key 'completion': message 0 needs string content"),
         ([{"role": "tool", "content": "x"}], "key 'completion': the conversation has no assistant message to learn"),
         ([], "key 'completion': expected a string or a non-empty list of messages, got list"),

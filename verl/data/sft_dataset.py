@@ -104,8 +104,6 @@ class SFTDataset(torch.utils.data.Dataset):
                         index, key, f"expected a string or a non-empty list of messages, got {type(value).__name__}"
                     )
                 parts.append(list(value))
-            if not all(isinstance(message, dict) and message.get("role") != "user" for message in parts[1]):
-                raise self._error(index, config.response_key, "the response's messages must not hold a user turn")
             messages, learned_from = parts[0] + parts[1], len(parts[0])
             key = config.prompt_key
         else:
@@ -144,6 +142,8 @@ class SFTDataset(torch.utils.data.Dataset):
                 raise self._error(index, at, f"message {number} needs a role in {', '.join(ROLES)}; {role}")
             if not isinstance(message.get("content"), str):
                 raise self._error(index, at, f"message {number} needs string content")
+            if learned_from and position >= learned_from and message["role"] == "user":
+                raise self._error(index, at, "the response's messages must not hold a user turn")
             if message["role"] == "assistant" and not message["content"].strip():
                 raise self._error(
                     index,
