@@ -4,8 +4,8 @@
 
 The driver checks the config and every conversation before Ray starts, then drives a group of SFTWorker processes
 (FSDP2) over the batches: one optimizer step per batch, the validation loss every trainer.val_freq steps,
-checkpoints in the RL trainer's layout (resumed from the latest one, or trainer.load_checkpoint_path), and at the end the model as a
-Hugging Face directory that the RL trainer takes as worker.actor.model.model_path.
+checkpoints in the RL trainer's layout (resumed from the latest one, or trainer.load_checkpoint_path), and at the
+end the model as a Hugging Face directory that the RL trainer takes as worker.actor.model.model_path.
 
 Batches are drawn by index from a permutation of the rows seeded by data.seed and the epoch, so a resumed run sees
 exactly the batches the uninterrupted run would have.
