@@ -102,7 +102,8 @@ def _load_file(path: str) -> Any:
 
 def _json_error(path: str) -> str | None:
     """Where a JSON Lines file (each line one value) or a JSON file (one value, or JSON Lines) does not parse, as
-    "line 3 (row 1), column 5: <why>", or None where it does (`datasets` says only "an error occurred while generating the dataset")."""
+    "line 3 (row 1), column 5: <why>", or None where it does (`datasets` says only "an error occurred while
+    generating the dataset")."""
     import json
 
     with open(path, encoding="utf-8") as f:
