@@ -41,7 +41,7 @@ SAVE_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
 
 class PairFileError(ValueError):
-    """A pairs file that cannot be read; the message names the file, the row (its line, from 1) and the key."""
+    """A pairs file that cannot be read; the message names the file, the row (from 0) and the key."""
 
 
 def read_pairs(path: str) -> list[dict[str, str]]:
