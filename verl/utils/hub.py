@@ -89,8 +89,9 @@ def _fetch(repo_id: str, what: str, repo_type: str) -> str:
 
 
 def offline_unless_reachable(config: Any) -> None:
-    """Where the strings in `config` (a config dataclass, or a dict of a command's arguments) name hub ids that are not local paths and the Hugging Face hub
-    (HF_ENDPOINT) cannot be reached, set HF_HUB_OFFLINE=1 for this process and the ones it starts, with a warning:
+    """Where the strings in `config` (a config dataclass, or a dict of a command's arguments) name hub ids that are
+    not local paths and the Hugging Face hub (HF_ENDPOINT) cannot be reached, set HF_HUB_OFFLINE=1 for this process
+    and the ones it starts, with a warning:
     the ids then load from the local cache at once, or fail saying they are not cached, where huggingface_hub
     would retry each file with back-off (52 s and 20 warnings for one model, measured). Nothing is checked when
     HF_HUB_OFFLINE is set either way (0 keeps the retries), with ModelScope, or behind a proxy (which this check
