@@ -224,9 +224,10 @@ def _check_kwargs(
         else:
             signature.bind(None, **kwargs)
     except TypeError as error:
+        takes = f"verl's arguments ({', '.join(verl_arguments)})" if verl_arguments else "the sample(s) first"
         raise RewardFunctionLoadError(
-            f"worker.reward.reward_function_kwargs={masked(dict(kwargs))!r} do not fit the signature {signature} of {label}: "
-            f"{error}; the function must take the sample(s) as its first argument and accept every configured keyword."
+            f"worker.reward.reward_function_kwargs={masked(dict(kwargs))!r} do not fit the signature {signature} of "
+            f"{label}: {error}; the function must take {takes} and accept every configured keyword."
         ) from error
 
 
