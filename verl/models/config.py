@@ -320,7 +320,7 @@ def refuse_mixture_of_experts(key: str, path: str | None, lora_rank: int = 0) ->
     if model_config is None:
         return
     refuse_unchecked_experts(f"{key}='{path}'", model_config)
-    refuse_lora_on_experts(key, path, lora_rank)
+    _refuse_lora(key, path, model_config, lora_rank)
 
 
 def refuse_lora_on_experts(key: str, path: str | None, lora_rank: int) -> None:
@@ -328,8 +328,13 @@ def refuse_lora_on_experts(key: str, path: str | None, lora_rank: int) -> None:
     adapts the fused expert tensors (3-D, one slice per expert), which neither the merge (weight sync, export,
     model_merger) nor the adapter sync handles (`apply_lora` refuses them too, for a hub id)."""
     model_config = read_model_config(key, path) if lora_rank > 0 else None
-    experts = expert_count(model_config) if model_config is not None else None
-    if experts is not None:
+    if model_config is not None:
+        _refuse_lora(key, path, model_config, lora_rank)
+
+
+def _refuse_lora(key: str, path: str | None, model_config: dict[str, Any], lora_rank: int) -> None:
+    experts = expert_count(model_config)
+    if experts is not None and lora_rank > 0:
         raise NotImplementedError(
             f"{key}='{path}' is a mixture-of-experts model ({model_config.get('model_type')!r}, {experts[0]}="
             f"{experts[1]}) and the run has LoRA adapters (lora.rank={lora_rank}): {FUSED_EXPERTS_LORA}"

@@ -91,9 +91,8 @@ def _fetch(repo_id: str, what: str, repo_type: str) -> str:
 def offline_unless_reachable(config: Any) -> None:
     """Where the strings in `config` (a config dataclass, or a dict of a command's arguments) name hub ids that are
     not local paths and the Hugging Face hub (HF_ENDPOINT) cannot be reached, set HF_HUB_OFFLINE=1 for this process
-    and the ones it starts, with a warning:
-    the ids then load from the local cache at once, or fail saying they are not cached, where huggingface_hub
-    would retry each file with back-off (52 s and 20 warnings for one model, measured). Nothing is checked when
+    and the ones it starts, with a warning: the ids then load from the local cache at once, or fail saying they are
+    not cached, where huggingface_hub would retry each file with back-off (52 s and 20 warnings for one model, measured). Nothing is checked when
     HF_HUB_OFFLINE is set either way (0 keeps the retries), with ModelScope, or behind a proxy (which this check
     would not go through). Call it before huggingface_hub is imported: it reads the setting once."""
     if use_modelscope() or "HF_HUB_OFFLINE" in os.environ or any(os.environ.get(v) for v in _PROXY_VARIABLES):
@@ -101,7 +100,7 @@ def offline_unless_reachable(config: Any) -> None:
     ids = sorted(
         {
             value.rsplit("@", 1)[0]
-            for value in _strings(config)
+            for value in _strings(dataclasses.asdict(config) if dataclasses.is_dataclass(config) else config)
             if _HUB_ID.match(value.rsplit("@", 1)[0]) and not os.path.exists(os.path.expanduser(value))
         }
     )
@@ -125,12 +124,9 @@ def offline_unless_reachable(config: Any) -> None:
 
 
 def _strings(value: Any) -> Iterable[str]:
-    """Every string in a tree of dataclasses, dicts and lists."""
+    """Every string in a tree of dicts and lists."""
     if isinstance(value, str):
         yield value
-    elif dataclasses.is_dataclass(value):
-        for item in dataclasses.fields(value):
-            yield from _strings(getattr(value, item.name))
     elif isinstance(value, dict):
         for item in value.values():
             yield from _strings(item)
