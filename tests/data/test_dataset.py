@@ -315,8 +315,10 @@ def test_a_prompt_given_as_chat_messages_renders_them_all_and_formats_the_last(t
     assert example["prompt_text"] == expected and "Be brief." in expected
     assert example["ground_truth"] == "4" and example["reward_model"] == row["reward_model"]  # the column stays extra
     assert example["prompt_content"] == formatted  # a client-style environment starts from the whole conversation
+    assert example["prompt_messages"] == messages  # as given (TRL-style reward functions see them)
     plain = RLHFDataset([{"prompt": messages[3:], "answer": "4"}], text_tokenizer)[0]  # one message: as a string
-    assert plain["prompt_content"] == "What is 2 + 2?"
+    assert plain["prompt_content"] == "What is 2 + 2?" and plain["prompt_messages"] == messages[3:]
+    assert RLHFDataset([{"prompt": "What is 2 + 2?", "answer": "4"}], text_tokenizer)[0]["prompt_messages"] is None
     assert (
         plain["prompt_text"]
         == RLHFDataset([{"prompt": "What is 2 + 2?", "answer": "4"}], text_tokenizer)[0]["prompt_text"]

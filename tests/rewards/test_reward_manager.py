@@ -81,6 +81,7 @@ def test_reward_inputs_carry_the_whole_sample(make_batch, tokenizer) -> None:
             "multi_modal_data": [None, {"images": [image]}],
             "difficulty": [np.int64(3), 7],
             "data_source": ["gsm8k", "colors"],
+            "prompt_messages": [None, [{"role": "user", "content": "Name the color."}]],
             "raw_prompt_ids": [[1, 2], [3]],
             "multi_modal_inputs": [{}, {"pixel_values": "not for the reward function"}],
         },
@@ -91,6 +92,7 @@ def test_reward_inputs_carry_the_whole_sample(make_batch, tokenizer) -> None:
         "response_length": len(tokenizer.encode("4")) + 1,  # + EOS
         "ground_truth": "4",
         "prompt": "What is 2+2?",
+        "prompt_messages": None,  # the row's prompt was a string
         "multi_modal_data": None,
         "uid": "group-0",
         "extra_info": {"difficulty": 3, "data_source": "gsm8k"},
@@ -98,6 +100,7 @@ def test_reward_inputs_carry_the_whole_sample(make_batch, tokenizer) -> None:
     assert type(first["extra_info"]["difficulty"]) is int  # numpy scalars become Python scalars
     assert second["multi_modal_data"]["images"][0] is image
     assert (second["response"], second["ground_truth"], second["uid"]) == ("red", "blue", "group-1")
+    assert second["prompt_messages"] == [{"role": "user", "content": "Name the color."}]
     assert second["extra_info"] == {"difficulty": 7, "data_source": "colors"}
 
 
@@ -169,6 +172,58 @@ def test_a_function_in_verls_signature_works_unchanged(make_batch, write_reward_
     assert metrics == {"overall": [0.5], "index": [7.0]}
     with pytest.raises(RewardFunctionLoadError, match="do not fit the signature"):
         manager_for(spec, tokenizer, reward_function_kwargs={"scale": 1.0})
+
+
+# TRL's reward signature (GRPOTrainer's reward_funcs): lists by name, one float (or None) per completion
+TRL_REWARDS = """
+def accuracy(completions, solution, **kwargs):
+    texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+    return [None if s is None else float(t == s) for t, s in zip(texts, solution)]
+
+def shapes(prompts, completions, difficulty):
+    # without **kwargs: only what it names; 1 per message-list completion, + 10 per message-list prompt
+    return [float(isinstance(c, list)) + 10 * isinstance(p, list) + d for p, c, d in zip(prompts, completions, difficulty)]
+
+def overlong(completion_ids, **kwargs):
+    return [0.0 for _ in completion_ids]
+"""
+
+
+def test_a_function_in_trls_signature_works_unchanged(make_batch, write_reward_file, tokenizer) -> None:
+    """TRL calls reward(prompts=..., completions=..., **columns) once per batch: a row whose prompt was given as
+    messages gets its completion as [{"role": "assistant", ...}] (a multi-turn episode: its messages), the answers come
+    under data.answer_key's name, every other column by its own, and a None reward counts 0."""
+    conversation = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Q1"}]
+    episode = [
+        {"role": "assistant", "content": "<call>"},
+        {"role": "tool", "content": "7"},
+        {"role": "assistant", "content": "yes"},
+    ]
+    batch = make_batch(
+        ["Q0", "Q1", "Q2"],
+        ["yes", "yes", "no"],
+        non_tensors={
+            "ground_truth": ["yes", "yes", None],
+            "prompt_messages": [None, conversation, conversation],
+            "difficulty": [0.25, 0.5, 0.75],
+            "episode_messages": [None, None, episode],
+        },
+    )
+    path = write_reward_file(TRL_REWARDS)
+    accuracy = manager_for(f"{path}:accuracy", tokenizer, answer_key="solution")
+    assert accuracy.function.trl and accuracy.function.reward_type == "batch"
+    assert "takes TRL's arguments" in accuracy.function.reward_type_note
+    _, metrics = accuracy.compute_reward(batch)
+    assert metrics == {"overall": [1.0, 1.0, 0.0]}  # the episode's last turn "yes" has no answer: None, so 0
+    _, metrics = manager_for(f"{path}:shapes", tokenizer).compute_reward(batch)
+    assert metrics["overall"] == [0.25, 11.5, 11.75]
+    with pytest.raises(RewardFunctionLoadError, match="takes TRL's completion_ids, which this trainer does not pass"):
+        manager_for(f"{path}:overlong", tokenizer)
+    with pytest.raises(RewardFunctionLoadError, match="do not fit the signature"):
+        manager_for(f"{path}:shapes", tokenizer, reward_function_kwargs={"scale": 2.0})
+    sequential = write_reward_file('REWARD_TYPE = "sequential"\n' + TRL_REWARDS)  # the same file, rewritten
+    with pytest.raises(RewardFunctionLoadError, match="REWARD_TYPE='sequential'; remove it"):
+        manager_for(f"{sequential}:accuracy", tokenizer)
 
 
 def test_parallel_scoring_equals_inline(make_batch, write_reward_file, tokenizer) -> None:

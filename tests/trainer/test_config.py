@@ -875,6 +875,7 @@ def test_every_derived_key_is_copied_from_its_source(files):
             "worker.actor.dynamic_batching=false",
             "worker.actor.micro_batch_size_per_device_for_update=2",
             f"data.override_chat_template={files / 'fmt.jinja'}",
+            "data.answer_key=solution",
         ]
     )
     defaults = PPOConfig()

@@ -48,6 +48,7 @@ RESERVED_COLUMNS = (
     "ground_truth",
     "prompt_text",
     "prompt_content",
+    "prompt_messages",
     "uid",
 )
 _SKIP_HINT = "fix the row, or set data.skip_bad_rows=true to skip bad rows"
@@ -83,6 +84,8 @@ class _Prompt:
     content: str | list[dict[str, str]] = ""
     """The user message after data.format_prompt, before the chat template (for reward models and judges); a prompt
     given as several messages keeps them, the last one formatted."""
+    messages: list[dict[str, str]] | None = None
+    """The prompt as the row gave it when that was a list of messages (before data.format_prompt), else None."""
 
 
 class RLHFDataset(Dataset):
@@ -327,7 +330,8 @@ class RLHFDataset(Dataset):
         if prompt is None:
             raise self._error(index, self.prompt_key, "the prompt is missing (null)")
         earlier: list[dict[str, str]] = []
-        if isinstance(prompt, (list, tuple)):
+        given_as_messages = isinstance(prompt, (list, tuple))
+        if given_as_messages:
             try:
                 earlier, prompt = split_prompt_messages(prompt)
             except ValueError as error:
@@ -381,7 +385,8 @@ class RLHFDataset(Dataset):
         text = renderer.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=False, chat_template=self.chat_template, **tools
         )
-        return _Prompt(row=row, text=text, images=images, videos=videos, ground_truth=answer, content=content)
+        given = [*earlier, {"role": "user", "content": prompt}] if given_as_messages else None
+        return _Prompt(row, text, images, videos, answer, content, given)
 
     def _format(self, index: int, row: dict[str, Any], prompt: str) -> str:
         if self.format_template is None:
@@ -534,6 +539,7 @@ class RLHFDataset(Dataset):
             ground_truth=prompt.ground_truth,
             prompt_text=prompt.text,
             prompt_content=prompt.content,
+            prompt_messages=prompt.messages,
         )
         return example
 

@@ -108,6 +108,9 @@ class EpisodeSetup:
     context: list[dict[str, Any]] = field(default_factory=list)
     """The messages before the prompt's (a system message, few-shot turns) where the row's prompt is a list of chat
     messages, as training renders them."""
+    messages: bool = False
+    """Whether the row's prompt was a list of chat messages (reward functions in TRL's signature then get the
+    completion as messages)."""
 
 
 @dataclass
@@ -285,6 +288,7 @@ def reward_sample(index: int, setup: EpisodeSetup, result: EpisodeResult) -> dic
         "response_length": result.completion_tokens,
         "ground_truth": setup.row.get("ground_truth"),
         "prompt": setup.prompt,
+        "prompt_messages": [*setup.context, {"role": "user", "content": setup.prompt}] if setup.messages else None,
         "multi_modal_data": {"images": list(result.images), "videos": []} if result.images else None,
         "uid": str(index),
         "extra_info": extra,
@@ -338,7 +342,8 @@ def load_scorer(args: argparse.Namespace) -> Any:
         isinstance(part, dict) and "function" in part for part in rubric.values()
     ):
         raise SystemExit('evaluate: --rubric must be a JSON object {"name": {"function": "file.py:fn", ...}, ...}')
-    settings = RewardSettings(args.reward, _json_object(args.reward_kwargs, "--reward-kwargs"), rubric=rubric)
+    kwargs = _json_object(args.reward_kwargs, "--reward-kwargs")
+    settings = RewardSettings(args.reward, kwargs, rubric=rubric, answer_key=args.answer_key)
     try:
         return create_reward_manager(settings, tokenizer=None)
     except RewardFunctionLoadError as error:
@@ -450,7 +455,8 @@ def main(argv: list[str] | None = None) -> int:
             fields["ground_truth"] = row_value(row, args.answer_key)
             images = _row_images(row.get(args.image_key), image_dir, index)
             context, prompt = prompts[index]
-            setup = EpisodeSetup(fields, prompt, images, model, args.max_turns, sampling, context)
+            as_messages = isinstance(row.get(args.prompt_key), list)
+            setup = EpisodeSetup(fields, prompt, images, model, args.max_turns, sampling, context, as_messages)
             run = run_client_episode if isinstance(env, ChatClientEnv) else run_episode
             result = run(env, setup, client)
             line: dict[str, Any] = {"row": index, **result.counts, **result.info}

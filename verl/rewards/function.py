@@ -50,6 +50,9 @@ class RewardInput(TypedDict):
     """The dataset's answer for this prompt."""
     prompt: str
     """The prompt text the model saw (chat template applied)."""
+    prompt_messages: list[dict[str, str]] | None
+    """The prompt as the row gave it when that was a list of chat messages (system, few-shot turns, the user's; before
+    data.format_prompt), else None."""
     multi_modal_data: dict[str, Any] | None
     """The row's raw images/videos as {"images": [...], "videos": [...]}, or None for a text-only row."""
     uid: str | None
@@ -115,6 +118,11 @@ class RewardFunction:
     verl_arguments: tuple[str, ...] = ()
     """For a function in verl's signature (`compute_score(data_source, solution_str, ground_truth, extra_info)`): the
     arguments it takes, given by name from each sample; empty for ours (the sample dict first)."""
+    trl: bool = False
+    """A function in TRL's signature (`reward(completions, **kwargs) -> list[float]`): one call per batch, with lists
+    by name (`_trl_arguments`)."""
+    answer_key: str | None = None
+    """The dataset's answer column (data.answer_key): a TRL-style function gets the answers under this name."""
 
     @property
     def spec(self) -> str:
@@ -133,6 +141,8 @@ class RewardFunction:
             return f"REWARD_TYPE = {self.reward_type!r} in the file"
         if self.verl_arguments:
             return f"{self.name} takes verl's arguments ({', '.join(self.verl_arguments)}): one sample per call"
+        if self.trl:
+            return f"{self.name} takes TRL's arguments (completions, ...): the whole batch per call"
         if self.reward_type_source == INFERRED:
             return f"no REWARD_TYPE in the file; inferred from the first parameter of {self.name}"
         return f"no REWARD_TYPE in the file, so the default {DEFAULT_REWARD_TYPE!r}"
@@ -147,6 +157,8 @@ class RewardFunction:
     def __call__(self, inputs: Any) -> Any:
         if self.verl_arguments:
             return _verl_score(self.function(**_verl_values(inputs, self.verl_arguments), **self.kwargs))
+        if self.trl:
+            return _trl_scores(self.function(**_trl_arguments(self.function, inputs, self.answer_key, self.kwargs)))
         return self.function(inputs, **self.kwargs)
 
 
@@ -194,6 +206,63 @@ def _verl_score(score: Any) -> Any:
     return score  # anything else: check_scores names it
 
 
+TRL_UNPASSED = ("completion_ids", "trainer_state")
+"""Arguments TRL's GRPOTrainer passes that this trainer has no equivalent of: a function naming one is refused."""
+
+
+def _parameters(function: Callable[..., Any]) -> Mapping[str, inspect.Parameter]:
+    try:
+        return inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return {}
+
+
+def _takes_trl_arguments(function: Callable[..., Any]) -> bool:
+    """Whether `function` is in TRL's signature: it takes `completions` or another argument only TRL passes (and
+    not verl's `solution_str`)."""
+    parameters = _parameters(function)
+    return bool({"completions", *TRL_UNPASSED} & set(parameters)) and "solution_str" not in parameters
+
+
+def _trl_arguments(
+    function: Callable[..., Any], samples: Sequence[Mapping[str, Any]], answer_key: str | None, kwargs: Mapping
+) -> dict[str, Any]:
+    """A batch as TRL's GRPOTrainer passes it: `prompts` (the row's messages where its prompt was given as messages,
+    else the prompt text), `completions` (for such rows, or a multi-turn episode, the messages after the prompt; else
+    the response text), and every other dataset column as a list by its own name, the answer under
+    data.answer_key's. A function without **kwargs gets only the arguments it names; the configured kwargs win."""
+    completions = []
+    for sample in samples:
+        episode = sample["extra_info"].get("episode_messages")
+        if episode is not None:
+            completions.append(list(episode))
+        elif sample.get("prompt_messages") is not None:
+            completions.append([{"role": "assistant", "content": sample["response"]}])
+        else:
+            completions.append(sample["response"])
+    columns: dict[str, list[Any]] = {}
+    for key in dict.fromkeys(key for sample in samples for key in sample["extra_info"]):
+        columns[key] = [sample["extra_info"].get(key) for sample in samples]
+    if answer_key and answer_key.isidentifier() and answer_key not in columns:
+        columns[answer_key] = [sample["ground_truth"] for sample in samples]
+    prompts = [sample.get("prompt_messages") or sample["prompt"] for sample in samples]
+    values = {**columns, **kwargs, "prompts": prompts, "completions": completions}
+    parameters = _parameters(function)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return values
+    return {name: value for name, value in values.items() if name in parameters}
+
+
+def _trl_scores(scores: Any) -> Any:
+    """TRL's return value (one float per sample, None where the function does not apply) in our form: None counts
+    0.0, as in TRL's sum over reward functions."""
+    if isinstance(scores, np.ndarray):
+        scores = scores.tolist()
+    if not isinstance(scores, (list, tuple)):
+        return scores  # check_scores names it
+    return [{"overall": 0.0 if score is None else score} for score in scores]
+
+
 def _import_file(path: str, spec: str) -> Any:
     """Execute the file as a fresh module registered in sys.modules (for dataclasses and pickling) under a name
     derived from its path, so two reward files (train and val) never replace each other."""
@@ -211,7 +280,11 @@ def _import_file(path: str, spec: str) -> Any:
 
 
 def _check_kwargs(
-    function: Callable[..., Any], kwargs: Mapping[str, Any], label: str, verl_arguments: tuple[str, ...] = ()
+    function: Callable[..., Any],
+    kwargs: Mapping[str, Any],
+    label: str,
+    verl_arguments: tuple[str, ...] = (),
+    trl: bool = False,
 ) -> None:
     """Fail at load time, not at the first training step, when the kwargs do not fit the function's signature."""
     try:
@@ -221,10 +294,13 @@ def _check_kwargs(
     try:
         if verl_arguments:
             signature.bind(**dict.fromkeys(verl_arguments), **kwargs)
+        elif trl:  # the dataset's columns fill the rest
+            signature.bind_partial(completions=None, **kwargs)
         else:
             signature.bind(None, **kwargs)
     except TypeError as error:
         takes = f"verl's arguments ({', '.join(verl_arguments)})" if verl_arguments else "the sample(s) first"
+        takes = "TRL's arguments (completions, prompts and the dataset's columns)" if trl else takes
         raise RewardFunctionLoadError(
             f"worker.reward.reward_function_kwargs={masked(dict(kwargs))!r} do not fit the signature {signature} of "
             f"{label}: {error}; the function must take {takes} and accept every configured keyword."
@@ -286,8 +362,11 @@ def _reward_type(module: Any, function: Callable[..., Any], spec: str, path: str
     return reward_type, DECLARED
 
 
-def load_reward_function(spec: str, kwargs: Mapping[str, Any] | None = None) -> RewardFunction:
-    """Load `spec` ("path/to/file.py:function", relative paths from the working directory) and bind `kwargs`."""
+def load_reward_function(
+    spec: str, kwargs: Mapping[str, Any] | None = None, answer_key: str | None = None
+) -> RewardFunction:
+    """Load `spec` ("path/to/file.py:function", relative paths from the working directory) and bind `kwargs`;
+    `answer_key` names the answers for a function in TRL's signature."""
     raw_path, name = parse_reward_function_spec(spec)
     path = os.path.abspath(os.path.expanduser(raw_path))
     if not os.path.isfile(path):
@@ -311,6 +390,7 @@ def load_reward_function(spec: str, kwargs: Mapping[str, Any] | None = None) -> 
             "spec at a callable."
         )
     verl_arguments = _verl_arguments(function)
+    trl = _takes_trl_arguments(function)
     if verl_arguments:  # verl's signature: one sample per call
         if getattr(module, "REWARD_TYPE", "sequential") != "sequential":
             raise RewardFunctionLoadError(
@@ -318,13 +398,37 @@ def load_reward_function(spec: str, kwargs: Mapping[str, Any] | None = None) -> 
                 f"call, but {path} sets REWARD_TYPE={module.REWARD_TYPE!r}; remove it."
             )
         reward_type, reward_type_source = "sequential", INFERRED
+    elif trl:  # TRL's signature: lists of the whole batch
+        unpassed = [argument for argument in TRL_UNPASSED if argument in _parameters(function)]
+        if unpassed:
+            raise RewardFunctionLoadError(
+                f"{CONFIG_KEY}={spec!r}: {name} takes TRL's {', '.join(unpassed)}, which this trainer does not "
+                "pass (it passes prompts, completions and the dataset's columns). For a length penalty, write the "
+                "function in this trainer's signature, which gets sample['response_length'] (DAPO's overlong "
+                "penalty: examples/reward_function/dapo.py)."
+            )
+        if getattr(module, "REWARD_TYPE", "batch") != "batch":
+            raise RewardFunctionLoadError(
+                f"{CONFIG_KEY}={spec!r}: {name} takes TRL's arguments (completions, ...), a whole batch per call, "
+                f"but {path} sets REWARD_TYPE={module.REWARD_TYPE!r}; remove it."
+            )
+        reward_type, reward_type_source = "batch", INFERRED
     else:
         reward_type, reward_type_source = _reward_type(module, function, spec, path)
     reward_name = getattr(module, "REWARD_NAME", None) or name
     loaded = RewardFunction(
-        path, name, reward_type, function, dict(kwargs or {}), str(reward_name), reward_type_source, verl_arguments
+        path,
+        name,
+        reward_type,
+        function,
+        dict(kwargs or {}),
+        str(reward_name),
+        reward_type_source,
+        verl_arguments,
+        trl,
+        answer_key,
     )
-    _check_kwargs(function, loaded.kwargs, loaded.label, verl_arguments)
+    _check_kwargs(function, loaded.kwargs, loaded.label, verl_arguments, trl)
     return loaded
 
 

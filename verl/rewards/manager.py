@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 _GROUND_TRUTH_KEY = "ground_truth"
 _UID_KEY = "uid"
 _MULTI_MODAL_KEY = "multi_modal_data"
+_PROMPT_MESSAGES_KEY = "prompt_messages"
 _PROMPT_TEXT_KEYS = ("prompt_text", "raw_prompt")
 # Non-tensor columns the pipeline adds for the model, hidden from reward functions.
 _PIPELINE_KEYS = frozenset({"raw_prompt_ids", "multi_modal_inputs", "prompt_content"})
@@ -58,6 +59,8 @@ class RewardSettings:
     """Keyword arguments of each route's function."""
     rubric: dict[str, dict[str, Any]] = field(default_factory=dict)
     """{name: {"function": spec, "weight": float, "kwargs": {...}}} (worker.reward.rubric)."""
+    answer_key: str | None = None
+    """The dataset's answer column (data.answer_key), the name under which TRL-style functions get the answers."""
 
     @classmethod
     def from_config(cls, config: Any) -> "RewardSettings":
@@ -78,6 +81,7 @@ class RewardSettings:
             route_key=str(getattr(config, "route_key", "data_source")),
             routes_kwargs={str(k): dict(v) for k, v in (getattr(config, "routes_kwargs", None) or {}).items()},
             rubric=rubric,
+            answer_key=getattr(config, "answer_key", None),
         )
 
     def rubric_parts(self) -> dict[str, tuple[str, dict[str, Any], float]]:
@@ -161,7 +165,7 @@ def build_reward_inputs(data: DataProto, tokenizer: Any, skip_special_tokens: bo
     # The prompt text from its dataset column, else decoded with special tokens: they are part of what the model saw
     # (chat markers, image placeholders).
     prompts = list(columns[prompt_key]) if prompt_key else decode_prompts(data, tokenizer, skip_special_tokens=False)
-    used = {_GROUND_TRUTH_KEY, _UID_KEY, _MULTI_MODAL_KEY, prompt_key} | _PIPELINE_KEYS
+    used = {_GROUND_TRUTH_KEY, _UID_KEY, _MULTI_MODAL_KEY, _PROMPT_MESSAGES_KEY, prompt_key} | _PIPELINE_KEYS
     extra_keys = [key for key in columns if key not in used]
 
     def column(key: str, index: int) -> Any:
@@ -173,6 +177,7 @@ def build_reward_inputs(data: DataProto, tokenizer: Any, skip_special_tokens: bo
             response_length=int(lengths[i]),
             ground_truth=column(_GROUND_TRUTH_KEY, i),
             prompt=prompts[i],
+            prompt_messages=column(_PROMPT_MESSAGES_KEY, i),
             multi_modal_data=column(_MULTI_MODAL_KEY, i),
             uid=column(_UID_KEY, i),
             extra_info={key: plain_value(columns[key][i]) for key in extra_keys},
@@ -206,7 +211,10 @@ class RewardManager:
         self.tokenizer = tokenizer
         self.managers = {
             key: FunctionRewardManager(
-                RewardSettings(spec, kwargs, settings.skip_special_tokens, settings.num_cpus), tokenizer
+                RewardSettings(
+                    spec, kwargs, settings.skip_special_tokens, settings.num_cpus, answer_key=settings.answer_key
+                ),
+                tokenizer,
             )
             for key, (spec, kwargs) in (functions or {}).items()
         }
@@ -238,7 +246,10 @@ class FunctionRewardManager(RewardManager):
         super().__init__(
             config if isinstance(config, RewardSettings) else RewardSettings.from_config(config), tokenizer
         )
-        self.function = load_reward_function(self.settings.reward_function, self.settings.reward_function_kwargs)
+        settings = self.settings
+        self.function = load_reward_function(
+            settings.reward_function, settings.reward_function_kwargs, settings.answer_key
+        )
         self._pool: SequentialPool | None = None
         if self.function.reward_type == "sequential" and self.settings.num_cpus > 1:
             self._pool = SequentialPool(self.function, self.settings.num_cpus)

@@ -409,6 +409,7 @@ DERIVED_KEYS: dict[str, str] = {
     "worker.ref.dynamic_batching": "worker.actor.dynamic_batching",
     "worker.ref.ulysses_size": "worker.actor.ulysses_size",
     "worker.override_chat_template": "data.override_chat_template",
+    "worker.reward.answer_key": "data.answer_key",
 }
 
 
