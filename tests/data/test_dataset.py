@@ -330,9 +330,9 @@ def test_a_prompt_given_as_chat_messages_renders_them_all_and_formats_the_last(t
             {"role": "tool", "content": "x"},
             messages[3],
         ],
-        "message 0 of the prompt needs text content": [{"role": "user", "content": [{"type": "text", "text": "x"}]}],
+        "message 0 of the prompt needs text content": [{"role": "user", "content": 3}],
         "message 0 has a media marker; put them in the last message": [
-            {"role": "system", "content": "<image>"},
+            {"role": "system", "content": [{"type": "image"}]},  # typed parts are read as marker text
             messages[3],
         ],
     }
@@ -356,6 +356,25 @@ def test_a_message_prompt_places_the_images_in_its_last_message(vl25):
         [messages[0], {"role": "user", "content": parts}], add_generation_prompt=True, tokenize=False
     )
     assert example["prompt_text"] == expected and expected.index("Count.") < expected.index("<|vision_start|>")
+    # the same message in Hugging Face's and TRL's typed parts, with a single image in an `image` column
+    typed = [messages[0], {"role": "user", "content": [{"type": "text", "text": "How many? "}, {"type": "image"}]}]
+    dataset = RLHFDataset(
+        [{"prompt": typed, "answer": "1", "image": image}],
+        tokenizer,
+        processor,
+        max_prompt_length=128,
+        image_key="image",
+        **PIXELS,
+    )
+    assert dataset[0]["prompt_text"] == expected
+    assert torch.equal(dataset[0]["input_ids"], example["input_ids"])
+    inline = [{"role": "user", "content": [{"type": "image", "url": "a.png"}, {"type": "text", "text": "How many?"}]}]
+    with pytest.raises(
+        DatasetRowError, match=r"row 0, key 'prompt': message 0: content part 0 holds its image itself"
+    ):
+        RLHFDataset([{"prompt": inline, "answer": "1"}], tokenizer, processor, **PIXELS)
+    with pytest.raises(DatasetRowError, match=r"message 0: content part 0 must be .*got \{'type': 'audio'\}"):
+        RLHFDataset([{"prompt": [{"role": "user", "content": [{"type": "audio"}]}], "answer": "1"}], tokenizer)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -149,6 +149,15 @@ def test_images_expand_in_place_and_stay_out_of_the_mask(models, tmp_path) -> No
     assert masked_spans(example["input_ids"], example["loss_mask"], processor.tokenizer.decode) == ["3<|im_end|>"]
     item = dataset[0]
     assert item["position_ids"].shape == (3, 256) and item["multi_modal_data"]["images"][0].size == (56, 56)
+    typed = [{"type": "image"}, {"type": "text", "text": "How many squares?"}]  # Hugging Face's and TRL's parts
+    row["messages"] = [
+        {"role": "user", "content": typed},
+        {"role": "assistant", "content": [{"type": "text", "text": "3"}]},
+    ]
+    again = SFTDataset([row], processor.tokenizer, processor, config, AutoConfig.from_pretrained(models["vl"]))
+    assert (
+        again.encode(0)["input_ids"] == example["input_ids"] and again.encode(0)["loss_mask"] == example["loss_mask"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -163,6 +172,11 @@ def test_images_expand_in_place_and_stay_out_of_the_mask(models, tmp_path) -> No
             "1 <image>",
         ),
         ({"q": 3, "a": "x"}, {"prompt_key": "q", "response_key": "a"}, "key 'q': expected a string"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "a.png"}}]}]},
+            {},
+            "message 0: content part 0 holds its image itself; put the pictures in the image column",
+        ),
     ],
 )
 def test_bad_rows_are_named(models, row, overrides, message) -> None:

@@ -47,6 +47,33 @@ def content_parts(text: str, markers: Collection[str]) -> list[dict[str, Any]]:
     ]
 
 
+def marker_text(content: Any) -> Any:
+    """A message's content given as typed parts (Hugging Face's and TRL's chat layout: `{"type": "text", "text":
+    ...}`, `{"type": "image"}`, `{"type": "video"}`) as text with an `<image>` / `<video>` marker per placeholder, the
+    pictures coming from the row's image column as for markers; any other content is returned as it is. ValueError
+    for a part that is not one of these, or that holds its picture itself."""
+    if not isinstance(content, (list, tuple)):
+        return content
+    pieces = []
+    for position, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            pieces.append(part["text"])
+        elif kind in ("image", "video") and not set(part) - {"type"}:
+            pieces.append(f"<{kind}>")
+        elif kind in ("image", "video", "image_url", "video_url"):
+            raise ValueError(
+                f"content part {position} holds its {kind.removesuffix('_url')} itself; put the pictures in the "
+                f'image column (data.image_key) and leave {{"type": "{kind.removesuffix("_url")}"}} in their place'
+            )
+        else:
+            raise ValueError(
+                f'content part {position} must be {{"type": "text", "text": ...}}, {{"type": "image"}} or '
+                f'{{"type": "video"}}, got {part!r:.80}'
+            )
+    return "".join(pieces)
+
+
 def resize_image(image: Image.Image, min_pixels: int | None, max_pixels: int | None) -> Image.Image:
     """An RGB copy of `image` scaled into the pixel budget (unchanged if it fits)."""
     image = image.convert("RGB") if image.mode != "RGB" else image

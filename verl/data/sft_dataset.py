@@ -18,6 +18,7 @@ from verl.data.multimodal import (
     count_image_tokens,
     image_size,
     load_image,
+    marker_text,
     processor_inputs,
     resized_size,
     unreadable_image,
@@ -135,6 +136,11 @@ class SFTDataset(torch.utils.data.Dataset):
                         "depends on the chat template's tool-call format); write it as an assistant message with the "
                         "template's tool-call text, or a tool message",
                     )
+            if isinstance(message.get("content"), (list, tuple)):  # typed parts: text with markers
+                try:
+                    message = messages[position] = {**message, "content": marker_text(message["content"])}
+                except ValueError as error:
+                    raise self._error(index, at, f"message {number}: {error}") from None
             if message.get("role") not in ROLES:
                 role = f"its role is {message['role']!r}" if "role" in message else "it has no 'role'"
                 if message.get("role") in SHAREGPT_ROLES:

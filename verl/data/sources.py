@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from verl.data.multimodal import marker_text
 from verl.utils.hub import hub_folder
 from verl.utils.quiet import datasets_progress_bars_off
 from verl.utils.writable_dirs import cache_error, datasets_cache_dir, unwritable_reason
@@ -282,12 +283,23 @@ def row_value(row: dict[str, Any], key: str) -> Any:
     return value
 
 
+def _with_marker_text(position: int, message: Any) -> Any:
+    """The message with typed content parts as marker text (`marker_text`); ValueError naming the message."""
+    if not isinstance(message, dict) or not isinstance(message.get("content"), (list, tuple)):
+        return message
+    try:
+        return {**message, "content": marker_text(message["content"])}
+    except ValueError as error:
+        raise ValueError(f"message {position}: {error}") from None
+
+
 def split_prompt_messages(messages: Any) -> tuple[list[dict[str, str]], str]:
     """A prompt given as chat messages (verl's and TRL's layout: system, few-shot user/assistant turns, then the
     user's): (the messages before the last, the last one's text). The last one is where data.format_prompt and the
     media markers apply; ValueError says what is wrong."""
     if len(messages) == 0:
         raise ValueError("the prompt is an empty list of messages")
+    messages = [_with_marker_text(position, message) for position, message in enumerate(messages)]
     for position, message in enumerate(messages):
         role = message.get("role") if isinstance(message, dict) else None
         last = position == len(messages) - 1
