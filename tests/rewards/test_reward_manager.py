@@ -226,6 +226,50 @@ def test_a_function_in_trls_signature_works_unchanged(make_batch, write_reward_f
         manager_for(f"{sequential}:accuracy", tokenizer)
 
 
+ASYNC_REWARDS = """
+import asyncio
+in_flight = peak = 0
+
+async def judge(sample):  # e.g. a request to a grading service per sample
+    global in_flight, peak
+    in_flight += 1
+    peak = max(peak, in_flight)
+    await asyncio.sleep(0.01)
+    in_flight -= 1
+    if sample["response"] == "boom":
+        raise ValueError("the service said no")
+    return {"overall": float(sample["response"] == sample["ground_truth"]), "peak": float(peak)}
+
+async def trl_judge(completions, **kwargs):
+    await asyncio.sleep(0)
+    return [float(len(c)) for c in completions]
+
+async def verl_judge(solution_str, ground_truth):
+    await asyncio.sleep(0)
+    return {"score": float(solution_str == ground_truth), "pred_length": len(solution_str)}
+"""
+
+
+def test_async_functions_score_a_batchs_samples_concurrently(make_batch, write_reward_file, tokenizer) -> None:
+    """`async def` reward functions (ours, TRL's and verl's signatures): a sequential one gets every sample of the
+    batch at once (the first sample's peak in-flight count is the batch size), and an error names its sample."""
+    answers = ["yes", "no", "yes", "yes", "no", "yes"]
+    batch = make_batch([f"Q{i}" for i in range(6)], answers, non_tensors={"ground_truth": ["yes"] * 6})
+    path = write_reward_file(ASYNC_REWARDS)
+    judge = manager_for(f"{path}:judge", tokenizer)
+    assert judge.function.is_async
+    _, metrics = judge.compute_reward(batch)
+    assert metrics["overall"] == [1.0, 0.0, 1.0, 1.0, 0.0, 1.0]
+    assert metrics["peak"][-1] == 6.0  # all six were awaited together
+    failing = make_batch(["Q0", "Q1", "Q2"], ["yes", "yes", "boom"], non_tensors={"ground_truth": ["yes"] * 3})
+    with pytest.raises(RewardFunctionError, match="raised ValueError on sample 2: the service said no"):
+        judge.compute_reward(failing)
+    _, metrics = manager_for(f"{path}:trl_judge", tokenizer).compute_reward(batch)
+    assert metrics["overall"] == [float(len(answer)) for answer in answers]
+    _, metrics = manager_for(f"{path}:verl_judge", tokenizer).compute_reward(batch)
+    assert metrics == {"overall": [1.0, 0.0, 1.0, 1.0, 0.0, 1.0], "pred_length": [3.0, 2.0, 3.0, 3.0, 2.0, 3.0]}
+
+
 def test_parallel_scoring_equals_inline(make_batch, write_reward_file, tokenizer) -> None:
     responses = ["yes", "no", "maybe", "yes yes", "42", "blue", "x", "yes"]
     batch = make_batch(

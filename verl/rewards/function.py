@@ -5,7 +5,9 @@ names the function, file and sample. Nothing heavy is imported: the config valid
 before Ray starts. README.md's "Reward functions" describes `REWARD_TYPE` and how it is inferred.
 """
 
+import asyncio
 import collections.abc
+import concurrent.futures
 import inspect
 import logging
 import math
@@ -154,12 +156,33 @@ class RewardFunction:
             f"({self.reward_type_note}; EasyR1's default is batch)."
         )
 
+    @property
+    def is_async(self) -> bool:
+        """An `async def` function: calling it gives a coroutine (score_sequential runs a batch's samples
+        concurrently)."""
+        return inspect.iscoroutinefunction(self.function)
+
     def __call__(self, inputs: Any) -> Any:
+        """The function's scores for `inputs` (a coroutine of them for an async function)."""
+        if self.is_async:
+            return self._scores_of(self._call(inputs))
+        return self._convert(self._call(inputs))
+
+    def _call(self, inputs: Any) -> Any:
         if self.verl_arguments:
-            return _verl_score(self.function(**_verl_values(inputs, self.verl_arguments), **self.kwargs))
+            return self.function(**_verl_values(inputs, self.verl_arguments), **self.kwargs)
         if self.trl:
-            return _trl_scores(self.function(**_trl_arguments(self.function, inputs, self.answer_key, self.kwargs)))
+            return self.function(**_trl_arguments(self.function, inputs, self.answer_key, self.kwargs))
         return self.function(inputs, **self.kwargs)
+
+    def _convert(self, scores: Any) -> Any:
+        """verl's and TRL's return values in our form."""
+        if self.verl_arguments:
+            return _verl_score(scores)
+        return _trl_scores(scores) if self.trl else scores
+
+    async def _scores_of(self, pending: Any) -> Any:
+        return self._convert(await pending)
 
 
 VERL_ARGUMENTS = ("data_source", "solution_str", "ground_truth", "extra_info")
@@ -450,12 +473,47 @@ def check_reward_function(spec: str, kwargs: Mapping[str, Any] | None = None) ->
             ) from None
 
 
+def run_coroutine(coroutine: Any) -> Any:
+    """Run `coroutine` to its end from synchronous code: in this thread, or in a thread of its own where this thread
+    already runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with concurrent.futures.ThreadPoolExecutor(1) as executor:
+        return executor.submit(asyncio.run, coroutine).result()
+
+
+def _gather(function: RewardFunction, samples: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """An async function's scores of every sample, awaited together (exceptions in place of the failed ones)."""
+
+    async def gather() -> list[Any]:
+        return await asyncio.gather(*(function(sample) for sample in samples), return_exceptions=True)
+
+    return run_coroutine(gather())
+
+
 def score_sequential(function: RewardFunction, samples: Sequence[Mapping[str, Any]], start: int = 0) -> list[Any]:
-    """Call a sequential function on each sample; `start` is the batch index of samples[0], for error messages."""
+    """Call a sequential function on each sample (an async one on all of them concurrently); `start` is the batch
+    index of samples[0], for error messages."""
     scores = []
+    awaited = None
+    if function.is_async:
+        try:
+            awaited = _gather(function, samples)
+        except SystemExit as error:  # asyncio lets it through gather's return_exceptions
+            raise RewardFunctionError(
+                f"{function.label} raised SystemExit on one of samples {start}-{start + len(samples) - 1}: "
+                f"{_reason(error)}."
+            ) from error
     for offset, sample in enumerate(samples):
         try:
-            scores.append(function(sample))
+            if awaited is None:
+                scores.append(function(sample))
+            elif isinstance(awaited[offset], BaseException):
+                raise awaited[offset]
+            else:
+                scores.append(awaited[offset])
         except (Exception, SystemExit) as error:  # SystemExit: sys.exit(0) must not end the run as a success
             index = start + offset
             # A batch function handed one dict fails on it like this (iterating it yields its keys).
@@ -475,7 +533,8 @@ def score_sequential(function: RewardFunction, samples: Sequence[Mapping[str, An
 def score_batch(function: RewardFunction, samples: Sequence[Mapping[str, Any]]) -> Any:
     """Call a batch function once on all samples."""
     try:
-        return function(list(samples))
+        scores = function(list(samples))
+        return run_coroutine(scores) if function.is_async else scores
     except (Exception, SystemExit) as error:
         raise RewardFunctionError(
             f"{function.label} (REWARD_TYPE='batch') raised {type(error).__name__} on a batch of {len(samples)} "
