@@ -355,6 +355,12 @@ def test_single_process_actor_matches_hf_in_every_mode_and_trains(model_root: st
     actor = DataParallelPPOActor(config, model, build_optimizer(model, OptimConfig(lr=2e-5, weight_decay=0.0)))
     first, second = (actor.update_policy(data, TEMPERATURE) for _ in range(2))
     assert second["actor/pg_loss"] < first["actor/pg_loss"]
+    # every response out of the loss (truncated ones under algorithm.mask_truncated_responses): no optimizer step
+    before = [param.detach().clone() for param in model.parameters()]
+    masked = data[np.arange(len(data))]
+    masked.batch["response_mask"] = torch.zeros_like(masked.batch["response_mask"])
+    assert actor.update_policy(masked, TEMPERATURE) == {"actor/lr": 2e-5}
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert first["actor/ppo_kl"] == pytest.approx(0.0, abs=1e-6) and first["actor/lr"] == 2e-5
     assert set(first) >= {
         "actor/pg_loss",

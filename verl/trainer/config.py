@@ -209,6 +209,11 @@ class AlgorithmConfig:
     """Groups with a mean at or below this are dropped."""
     filter_high: float = 0.99
     """Groups with a mean at or above this are dropped."""
+    mask_truncated_responses: bool = False
+    """Leave the responses that the length budget cut (no end-of-sequence token; an episode whose budget ran out) out
+    of the actor's loss and KL, as DAPO's overlong filtering and TRL's mask_truncated_completions do. They still
+    count in their group's advantage statistics, and the critic still learns their values. A mini-batch left with no
+    token to learn from takes no optimizer step. Logged: response_length/truncated_ratio."""
     entropy_control: bool = False
     """Adaptive entropy control (Skywork-OR1): after every step the entropy bonus' coefficient (starting at
     worker.actor.entropy_coeff) moves by entropy_coeff_delta towards keeping the policy's token entropy at

@@ -64,6 +64,8 @@ def compute_data_metrics(batch: DataProto, use_critic: bool) -> dict[str, float]
         metrics["critic/vf_explained_var"] = (1.0 - variance / (torch.var(returns) + 1e-5)).item()
     metrics.update(_stats("response_length", response_length))
     metrics["response_length/clip_ratio"] = (response_length >= max_response_length).float().mean().item()
+    if "rollout_truncated" in batch.batch.keys():
+        metrics["response_length/truncated_ratio"] = batch.batch["rollout_truncated"].float().mean().item()
     metrics.update(_stats("prompt_length", prompt_length))
     metrics["prompt_length/clip_ratio"] = (prompt_length >= max_prompt_length).float().mean().item()
     metrics.update(compute_env_metrics(batch))

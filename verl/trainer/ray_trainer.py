@@ -416,8 +416,9 @@ class RayPPOTrainer:
             with timer("update_actor", timing_raw):
                 output = wg.update_actor(self._actor_update_batch(batch), UpdateRequest(self.global_step, coef))
                 append_metrics(metrics, output.meta_info["metrics"])
-            if self.entropy_ctrl is not None:  # the coefficient of the next step, from this step's entropy
-                self.entropy_ctrl.update(float(np.mean(output.meta_info["metrics"]["actor/entropy_loss"])))
+            entropy = output.meta_info["metrics"].get("actor/entropy_loss")  # none when every mini-batch was masked
+            if self.entropy_ctrl is not None and entropy is not None:  # the next step's coefficient, from this step's
+                self.entropy_ctrl.update(float(np.mean(entropy)))
         if self.config.data.response_length_schedule:
             append_metrics(metrics, {"rollout/response_length_limit": self._rollout_request().response_length})
         return batch, reduce_metrics(metrics)
@@ -435,14 +436,18 @@ class RayPPOTrainer:
         batch.batch["rollout_loss_mask"] = result.mask
         append_metrics(metrics, result.metrics)
 
-    @staticmethod
-    def _actor_update_batch(batch: DataProto) -> DataProto:
-        """With an off-policy correction, the actor trains with `rollout_loss_mask` as response mask; the batch keeps
-        every token for its metrics."""
-        if "rollout_loss_mask" not in batch.batch.keys():
+    def _actor_update_batch(self, batch: DataProto) -> DataProto:
+        """With an off-policy correction the actor trains with `rollout_loss_mask` as response mask, and with
+        algorithm.mask_truncated_responses without the truncated responses; the batch keeps every token for its
+        metrics."""
+        mask = batch.batch["rollout_loss_mask"] if "rollout_loss_mask" in batch.batch.keys() else None
+        if self.config.algorithm.mask_truncated_responses:
+            mask = batch.batch["response_mask"] if mask is None else mask
+            mask = mask * ~batch.batch["rollout_truncated"].unsqueeze(-1)
+        if mask is None:
             return batch
         update = batch.select(deepcopy=False)
-        update.batch["response_mask"] = batch.batch["rollout_loss_mask"]
+        update.batch["response_mask"] = mask
         return update
 
     # ------------------------------------------------------------------------------------------------ validation

@@ -155,6 +155,9 @@ class MicroBatchPasses:
         token_count, seq_count = global_loss_counts(micro_batches, self.group)
         # the ranks of a sequence-parallel group hold the same rows: count them once
         token_count, seq_count = token_count / self.sp_size, seq_count / self.sp_size
+        if token_count == 0:  # every response masked out (truncated, or by the rollout correction): on every rank
+            logger.warning("Skipping a %s mini-batch: no response token of it is in the loss.", self.role)
+            return {}
         # summed on the device (no host sync between micro-batches), then across ranks
         sums = torch.zeros(len(summed_metrics), dtype=torch.float64, device=device_utils.get_local_device())
         self.optimizer.zero_grad(set_to_none=True)

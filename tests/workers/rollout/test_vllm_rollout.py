@@ -193,6 +193,8 @@ def _text_worker(rank: int, world_size: int, port: int, model_dir: str) -> None:
     reference = _full_copy(actor, Qwen2ForCausalLM, model_dir)
     expected = _hf_greedy(reference, prompts, response_length, eos_ids, tokenizer.pad_token_id)
     assert [_valid_response(greedy, i) for i in range(len(prompts))] == expected
+    cut = [not row or row[-1] not in eos_ids for row in expected]  # no end-of-sequence token: the budget cut it
+    assert greedy.batch["rollout_truncated"].tolist() == cut
     assert greedy.non_tensor_batch["uid"].tolist() == prompts.non_tensor_batch["uid"].tolist()
     validation = rollout.generate_sequences(prompts, RolloutRequest(validate=True))  # val_override_config: greedy, n=1
     assert torch.equal(validation.batch["responses"], greedy.batch["responses"])
@@ -200,6 +202,9 @@ def _text_worker(rank: int, world_size: int, port: int, model_dir: str) -> None:
     staged = rollout.generate_sequences(prompts, replace(GREEDY, response_length=5))
     assert staged.batch["responses"].shape[-1] == 5 and staged.batch["input_ids"].shape[-1] == prompt_length + 5
     assert torch.equal(staged.batch["responses"], greedy.batch["responses"][:, :5])
+    assert staged.batch["rollout_truncated"].tolist() == [
+        not (eos_ids and set(row[:5]) & set(eos_ids)) for row in expected
+    ]
     with pytest.raises(ValueError, match=r"response_length.*rollout.response_length=24"):
         rollout.generate_sequences(prompts, replace(GREEDY, response_length=response_length + 1))
 

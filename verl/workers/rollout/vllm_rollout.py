@@ -620,6 +620,10 @@ class VLLMRollout:
             response_mask = pad_rows([e.loss_mask for e in episodes], width, 0, torch.long)
             valid = pad_rows([[1] * len(e.ids) for e in episodes], width, 0, torch.long)
             logprobs, versions = [e.logprobs for e in episodes], [s.episode_versions for s in samples]
+        if episodes is None:  # cut by the length budget: no end-of-sequence token
+            truncated = [not s.tokens or s.tokens[-1] not in self.eos_token_ids for s in samples]
+        else:
+            truncated = [e.truncated for e in episodes]
         rows = torch.arange(len(prompts)).repeat_interleave(n)
         prompt_batch = prompts.batch.to("cpu")
         prompt_ids, prompt_mask = prompt_batch["input_ids"][rows], prompt_batch["attention_mask"][rows]
@@ -630,6 +634,7 @@ class VLLMRollout:
             "attention_mask": torch.cat([prompt_mask, valid.to(prompt_mask.dtype)], dim=-1),
             "response_mask": response_mask,
             "position_ids": extend_position_ids(prompt_batch["position_ids"][rows], width),
+            "rollout_truncated": torch.tensor(truncated, dtype=torch.bool),
         }
         if self.config.calculate_log_probs:
             tensors["rollout_log_probs"] = pad_rows(logprobs, width, 0.0, torch.float32) * response_mask

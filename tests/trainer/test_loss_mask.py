@@ -1,0 +1,55 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+# SPDX-License-Identifier: Apache-2.0
+"""Which response tokens the actor trains on (`RayPPOTrainer._actor_update_batch`): all of them, the rollout
+correction's `rollout_loss_mask`, and without the truncated responses under algorithm.mask_truncated_responses; the
+batch itself keeps every token for the step's metrics."""
+
+import pytest
+import torch
+
+from verl.protocol import DataProto
+from verl.trainer.config import PPOConfig
+from verl.trainer.metrics import compute_data_metrics
+from verl.trainer.ray_trainer import RayPPOTrainer
+
+
+def trainer(mask_truncated: bool) -> RayPPOTrainer:
+    """A driver with only what `_actor_update_batch` reads (no workers)."""
+    config = PPOConfig()
+    config.algorithm.mask_truncated_responses = mask_truncated
+    driver = RayPPOTrainer.__new__(RayPPOTrainer)
+    driver.config = config
+    return driver
+
+
+def rollout(correction: bool) -> DataProto:
+    response_mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 1]])
+    tensors = {
+        "response_mask": response_mask,
+        "rollout_truncated": torch.tensor([True, False, False]),
+    }
+    if correction:  # the rollout correction masked one token of the last response
+        tensors["rollout_loss_mask"] = response_mask * torch.tensor([1, 1, 1, 0])
+    return DataProto.from_dict(tensors=tensors)
+
+
+@pytest.mark.parametrize("correction", [False, True])
+def test_truncated_responses_leave_the_actors_loss_only_when_asked(correction):
+    batch = rollout(correction)
+    kept = batch.batch["rollout_loss_mask"] if correction else batch.batch["response_mask"]
+    update = trainer(mask_truncated=False)._actor_update_batch(batch)
+    assert torch.equal(update.batch["response_mask"], kept)
+    update = trainer(mask_truncated=True)._actor_update_batch(batch)
+    assert update.batch["response_mask"].tolist() == [[0, 0, 0, 0], kept[1].tolist(), kept[2].tolist()]
+    assert torch.equal(batch.batch["response_mask"][0], torch.ones(4, dtype=torch.long))  # the batch keeps them
+
+
+def test_the_truncated_share_is_logged():
+    batch = rollout(correction=False)
+    batch.batch["responses"] = torch.zeros(3, 4, dtype=torch.long)
+    batch.batch["attention_mask"] = torch.cat([torch.ones(3, 2, dtype=torch.long), batch.batch["response_mask"]], -1)
+    for key in ("token_level_scores", "token_level_rewards", "advantages", "returns"):
+        batch.batch[key] = torch.zeros(3, 4)
+    metrics = compute_data_metrics(batch, use_critic=False)
+    assert metrics["response_length/truncated_ratio"] == pytest.approx(1 / 3)
+    assert metrics["response_length/clip_ratio"] == pytest.approx(2 / 3)  # it counts the full-width responses
