@@ -185,6 +185,14 @@ class RewardFunction:
         return self._convert(await pending)
 
 
+def _parameters(function: Callable[..., Any]) -> Mapping[str, inspect.Parameter]:
+    """The parameters of `function` by name; none for a callable without a signature (some builtins)."""
+    try:
+        return inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return {}
+
+
 VERL_ARGUMENTS = ("data_source", "solution_str", "ground_truth", "extra_info")
 """The arguments of verl's reward functions, in its order; a function taking `solution_str` is called verl's way."""
 
@@ -192,10 +200,7 @@ VERL_ARGUMENTS = ("data_source", "solution_str", "ground_truth", "extra_info")
 def _verl_arguments(function: Callable[..., Any]) -> tuple[str, ...]:
     """The verl arguments `function` takes by name (all of them with **kwargs), or () unless it takes
     `solution_str`."""
-    try:
-        parameters = inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        return ()
+    parameters = _parameters(function)
     if "solution_str" not in parameters:
         return ()
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
@@ -231,13 +236,6 @@ def _verl_score(score: Any) -> Any:
 
 TRL_UNPASSED = ("completion_ids", "trainer_state")
 """Arguments TRL's GRPOTrainer passes that this trainer has no equivalent of: a function naming one is refused."""
-
-
-def _parameters(function: Callable[..., Any]) -> Mapping[str, inspect.Parameter]:
-    try:
-        return inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        return {}
 
 
 def _takes_trl_arguments(function: Callable[..., Any]) -> bool:
