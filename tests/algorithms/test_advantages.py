@@ -122,6 +122,21 @@ def test_grpo_normalises_by_group_mean_and_unbiased_std() -> None:
     assert abs(seq[:2].sum().item()) < 1e-6 and abs(seq[2:].sum().item()) < 1e-6
 
 
+def test_grpo_with_the_batch_std_keeps_the_group_mean() -> None:
+    """grpo_std_scope=batch (Lite PPO, TRL's scale_rewards="batch"): s_i - mean_g(s), over the std of all scores."""
+    scores = [1.0, 0.0, 2.0, 2.0, 5.0]
+    rewards, mask = outcome_batch(scores, [3, 2, 4, 1, 2])
+    index = uids("a", "a", "b", "b", "b")
+    advantages, _ = compute_grpo_outcome_advantage(rewards, mask, index, grpo_std_scope="batch")
+    batch_std = torch.tensor(scores, dtype=torch.float64).std().item()  # unbiased, over the five
+    expected = torch.tensor([0.5, -0.5, -1.0, -1.0, 2.0]) / (batch_std + 1e-6)
+    torch.testing.assert_close(per_sequence(advantages, mask), expected, atol=1e-5, rtol=1e-5)
+    group_scoped, _ = compute_grpo_outcome_advantage(rewards, mask, index)
+    assert not torch.allclose(group_scoped, advantages)  # the groups' stds differ from the batch's
+    alone, _ = compute_grpo_outcome_advantage(*outcome_batch([1.0], [2]), uids("a"), grpo_std_scope="batch")
+    assert torch.equal(alone, torch.zeros_like(alone))  # one response: no std, and nothing to compare with
+
+
 def test_grpo_is_scale_invariant_and_dr_grpo_is_not() -> None:
     rewards, mask = outcome_batch([1.0, 0.0, 0.25, 0.75], [2, 2, 3, 1])
     index = uids("a", "a", "b", "b")

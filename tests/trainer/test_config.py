@@ -159,6 +159,15 @@ def test_missing_config_file(files):
         ),
         (["algorithm.gamma=0.99"], r"algorithm.gamma=0.99 has no effect with algorithm.adv_estimator=grpo"),
         (
+            ["algorithm.adv_estimator=rloo", "algorithm.grpo_std_scope=batch"],
+            r"grpo_std_scope=batch has no effect with algorithm.adv_estimator=rloo.*\(grpo\)",
+        ),
+        (["algorithm.grpo_std_scope=prompt"], r"algorithm.grpo_std_scope.*'prompt'.*group, batch"),
+        (
+            ["algorithm.grpo_std_scope=batch", "algorithm.norm_adv_by_std_in_grpo=false"],
+            r"grpo_std_scope=batch picks the std .*norm_adv_by_std_in_grpo=false divides by none",
+        ),
+        (
             ["algorithm.adv_estimator=reinforce_plus_plus", "algorithm.lam=0.95"],
             r"algorithm.lam=0.95 .*adv_estimator=reinforce_plus_plus.*\(gae\)\.$",
         ),

@@ -28,7 +28,7 @@ _GROUPED_ADV_ESTIMATORS: set[str] = set()
 ESTIMATOR_INPUTS: tuple[str, ...] = ("token_level_rewards", "response_mask", "index", "values", "reward_baselines")
 """Tensors the trainer passes an estimator by these keywords, where it has them (`compute_advantage_return`)."""
 
-ESTIMATOR_OPTIONS: tuple[str, ...] = ("gamma", "lam", "norm_adv_by_std_in_grpo")
+ESTIMATOR_OPTIONS: tuple[str, ...] = ("gamma", "lam", "norm_adv_by_std_in_grpo", "grpo_std_scope")
 """`algorithm.*` options passed to the estimator by the same keyword; config validation refuses a non-default value
 for an estimator that lacks the keyword."""
 
@@ -190,15 +190,19 @@ def compute_grpo_outcome_advantage(
     response_mask: torch.Tensor,
     index: GroupIds,
     norm_adv_by_std_in_grpo: bool = True,
+    grpo_std_scope: str = "group",
     eps: float = 1e-6,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GRPO group-normalised outcome advantage (Shao et al. 2024, arXiv 2402.03300).
     A_i = (s_i - mean_g(s)) / (std_g(s) + eps); `norm_adv_by_std_in_grpo=False` gives Dr.GRPO (arXiv 2503.20783),
-    A_i = s_i - mean_g(s), which does not up-weight prompts whose rewards barely vary."""
+    A_i = s_i - mean_g(s), which does not up-weight prompts whose rewards barely vary. `grpo_std_scope="batch"`
+    divides by the std of the whole batch's scores instead (Lite PPO: Liu et al. 2025, "Tricks or Traps? A Deep Dive into RL for LLM Reasoning"; TRL's
+    scale_rewards="batch")."""
     groups = _score_groups(token_level_rewards, index)
     advantages = groups.scores - groups.means
     if norm_adv_by_std_in_grpo:
-        advantages = advantages / (groups.stds + eps)
+        stds = groups.scores.std() if grpo_std_scope == "batch" and groups.scores.numel() > 1 else groups.stds
+        advantages = advantages / (stds + eps)
     return _outcome_advantages(advantages, token_level_rewards, response_mask)
 
 

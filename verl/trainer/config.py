@@ -186,6 +186,9 @@ class AlgorithmConfig:
     norm_adv_by_std_in_grpo: bool = True
     """Divide grpo and grpo_passk advantages by the group's standard deviation; false gives Dr.GRPO. Setting it
     false for an estimator that does not normalise is an error."""
+    grpo_std_scope: str = "group"
+    """The standard deviation grpo divides by: "group" (each prompt's responses) or "batch" (all of the step's
+    scores; Lite PPO's group mean with batch std, TRL's scale_rewards="batch"). Needs norm_adv_by_std_in_grpo."""
     disable_kl: bool = False
     """Train without a reference model and without any KL term; it wins over use_kl_loss (as in EasyR1)."""
     use_kl_loss: bool = False
@@ -236,7 +239,13 @@ class AlgorithmConfig:
         require_choice(self, prefix, "kl_type", algorithms.KL_CONTROLLER_TYPES)
         require_non_negative(self, prefix, "kl_coef")
         require_positive(self, prefix, "kl_horizon", "kl_target")
+        require_choice(self, prefix, "grpo_std_scope", ("group", "batch"))
         self._check_estimator_options(prefix)
+        if self.grpo_std_scope == "batch" and not self.norm_adv_by_std_in_grpo:
+            raise ConfigError(
+                f"{prefix}grpo_std_scope=batch picks the std that advantages are divided by, but "
+                f"{prefix}norm_adv_by_std_in_grpo=false divides by none; drop one of the two."
+            )
         if self.disable_kl and self.use_kl_loss:
             logger.warning(
                 "%sdisable_kl=true wins over %suse_kl_loss=true (as in EasyR1): no reference model, no KL loss.",
