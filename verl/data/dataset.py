@@ -386,7 +386,9 @@ class RLHFDataset(Dataset):
             messages, add_generation_prompt=True, tokenize=False, chat_template=self.chat_template, **tools
         )
         given = [*earlier, {"role": "user", "content": prompt}] if given_as_messages else None
-        return _Prompt(row, text, images, videos, answer, content, given)
+        return _Prompt(
+            row=row, text=text, images=images, videos=videos, ground_truth=answer, content=content, messages=given
+        )
 
     def _format(self, index: int, row: dict[str, Any], prompt: str) -> str:
         if self.format_template is None:

@@ -471,7 +471,7 @@ def check_reward_function(spec: str, kwargs: Mapping[str, Any] | None = None) ->
             ) from None
 
 
-def run_coroutine(coroutine: Any) -> Any:
+def _run_coroutine(coroutine: Any) -> Any:
     """Run `coroutine` to its end from synchronous code: in this thread, or in a thread of its own where this thread
     already runs an event loop."""
     try:
@@ -488,7 +488,7 @@ def _gather(function: RewardFunction, samples: Sequence[Mapping[str, Any]]) -> l
     async def gather() -> list[Any]:
         return await asyncio.gather(*(function(sample) for sample in samples), return_exceptions=True)
 
-    return run_coroutine(gather())
+    return _run_coroutine(gather())
 
 
 def score_sequential(function: RewardFunction, samples: Sequence[Mapping[str, Any]], start: int = 0) -> list[Any]:
@@ -532,7 +532,7 @@ def score_batch(function: RewardFunction, samples: Sequence[Mapping[str, Any]]) 
     """Call a batch function once on all samples."""
     try:
         scores = function(list(samples))
-        return run_coroutine(scores) if function.is_async else scores
+        return _run_coroutine(scores) if function.is_async else scores
     except (Exception, SystemExit) as error:
         raise RewardFunctionError(
             f"{function.label} (REWARD_TYPE='batch') raised {type(error).__name__} on a batch of {len(samples)} "
