@@ -17,6 +17,7 @@ from verl.algorithms.core_algos import (
     entropy_from_logits,
     explained_variance,
     filter_groups_by_reward,
+    high_entropy_mask,
     loss_token_counts,
     masked_mean,
     masked_var,
@@ -385,6 +386,24 @@ def test_entropy_from_logits_and_its_aggregation() -> None:
     mask = torch.tensor([[1.0, 1], [1, 0]])
     loss = compute_entropy_loss(entropy, mask, "token-mean")
     torch.testing.assert_close(loss, (entropy[0, 0] + entropy[0, 1] + entropy[1, 0]) / 3)
+
+
+@pytest.mark.parametrize(
+    ("keep", "kept"),
+    [
+        (1.0, [0.1, 0.5, 0.9, 0.3, 0.7, 0.2]),
+        (0.5, [0.5, 0.9, 0.7]),  # the median of the six is 0.4
+        (0.2, [0.9, 0.7]),  # the 0.8 quantile is 0.7, kept (ties stay)
+        (0.0, [0.9]),
+    ],
+)
+def test_high_entropy_mask_keeps_the_top_fraction_of_the_response_tokens(keep: float, kept: list[float]) -> None:
+    entropy = torch.tensor([[0.1, 0.5, 0.9, 0.3], [0.7, 0.2, 5.0, 6.0]])  # the padding holds the largest values
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    selected = high_entropy_mask(entropy, mask, keep)
+    assert selected.dtype == torch.float32 and selected.shape == entropy.shape
+    assert sorted(entropy[selected.bool()].tolist()) == pytest.approx(sorted(kept))
+    assert not high_entropy_mask(entropy, torch.zeros_like(mask), 0.2).any()
 
 
 def test_value_loss_clips_the_prediction_around_the_old_value() -> None:

@@ -504,6 +504,68 @@ def test_the_steps_entropy_coeff_replaces_the_configured_one(model_root: str) ->
     assert plain["actor/entropy_loss"] != pytest.approx(exact_entropy.item(), rel=1e-3)  # the -log p estimate
 
 
+def test_top_entropy_quantile_keeps_the_policy_gradient_of_the_high_entropy_tokens_only(model_root: str) -> None:
+    """actor.top_entropy_quantile=0.2: the gradient is that of the policy loss over the micro-batch's top-20% entropy
+    tokens, with the normaliser of all tokens; 1.0 is the plain loss."""
+    from verl.algorithms.core_algos import high_entropy_mask
+    from verl.models.config import ModelConfig
+    from verl.models.loading import build_model
+    from verl.workers.actor.dp_actor import DataParallelPPOActor
+
+    model = build_model(ModelConfig(model_path=get_or_build_tiny_model("qwen2", model_root)))
+    data = make_text_batch(seed=5, batch_size=6)
+    batch = data.select(batch_keys=["input_ids", "attention_mask", "position_ids", "responses", "response_mask"])
+    batch.batch["advantages"] = data.batch["advantages"]
+    mask = data.batch["response_mask"]
+
+    def actor_grads(quantile: float) -> dict[str, torch.Tensor]:
+        config = actor_config(
+            True,
+            False,  # one micro-batch of all 6 rows: its entropy threshold is the whole batch's
+            global_batch_size=6,
+            micro_batch_size_per_device_for_update=6,
+            entropy_coeff=0.0,
+            use_kl_loss=False,
+            top_entropy_quantile=quantile,
+        )
+        optimizer = recording_optimizer(model)
+        DataParallelPPOActor(config, model, optimizer).update_policy(batch, TEMPERATURE)
+        return {name: grad for name, grad in optimizer.grads.items() if grad is not None}
+
+    def reference(kept: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        out = reference_outputs(model, data, TEMPERATURE)
+        config = actor_config(True, False)
+        pg_loss, _ = compute_policy_loss(
+            out["log_probs"].detach(),
+            out["log_probs"],
+            data.batch["advantages"],
+            mask,
+            config.loss_type,
+            config.clip_ratio_low,
+            config.clip_ratio_high,
+            config.clip_ratio_dual,
+            "token-mean",
+            max_response_length=mask.shape[-1],
+            token_weights=kept,
+        )
+        pg_loss.backward()
+        return {name: param.grad.clone() for name, param in model.named_parameters() if param.grad is not None}
+
+    with torch.no_grad():
+        entropy = reference_outputs(model, data, TEMPERATURE)["entropy"]
+    kept = high_entropy_mask(entropy, mask, 0.2)
+    assert 0 < kept.sum() < mask.sum()
+    assert kept.sum().item() == pytest.approx(0.2 * mask.sum().item(), abs=1)
+    assert entropy[kept.bool()].min() > entropy[mask.bool() & ~kept.bool()].max()
+    for quantile, expected in ((0.2, reference(kept)), (1.0, reference(None))):
+        got = actor_grads(quantile)
+        for name, grad in expected.items():
+            torch.testing.assert_close(got[name], grad, rtol=1e-4, atol=1e-5 * grad.abs().max().item() + 1e-9)
+    masked, plain = reference(kept), reference(None)
+    assert any(not torch.allclose(masked[name], grad) for name, grad in plain.items())
+
+
 def test_actor_input_errors_name_the_missing_key(model_root: str) -> None:
     from PIL import Image
 

@@ -45,6 +45,7 @@ from verl.algorithms.kl import (
 from verl.algorithms.masked_ops import (
     Count,
     agg_loss,
+    high_entropy_mask,
     loss_token_counts,
     masked_mean,
     masked_var,
@@ -94,6 +95,7 @@ __all__ = [
     "filter_groups_by_reward",
     "get_adv_estimator",
     "get_kl_controller",
+    "high_entropy_mask",
     "is_grouped_adv_estimator",
     "loss_token_counts",
     "masked_mean",

@@ -45,6 +45,20 @@ def masked_whiten(
     return whitened if shift_mean else whitened + mean
 
 
+def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, keep_fraction: float) -> torch.Tensor:
+    """The float mask (B, L) of the response tokens whose entropy is at or above the (1 - `keep_fraction`) quantile of
+    the entropies under `mask` ("Beyond the 80/20 Rule", arXiv 2506.01939; TRL's top_entropy_quantile): 1 keeps every
+    token, 0 only the highest-entropy one(s). Ties at the threshold are kept. No token under the mask: all zeros."""
+    mask = mask.bool()
+    if keep_fraction >= 1.0:
+        return mask.float()
+    values = entropy.detach().float()[mask]
+    if values.numel() == 0:
+        return torch.zeros_like(entropy, dtype=torch.float32)
+    threshold = torch.quantile(values, 1.0 - keep_fraction)
+    return ((entropy.detach().float() >= threshold) & mask).float()
+
+
 def loss_token_counts(response_mask: torch.Tensor) -> tuple[float, float]:
     """(token count, sequence count with >= 1 response token) of one micro-batch; a worker sums them over the
     mini-batch and ranks and passes them to `agg_loss` as `global_token_count` / `global_seq_count`."""

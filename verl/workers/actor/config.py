@@ -86,6 +86,12 @@ class ActorConfig:
     """SAPO gate temperature for tokens with a negative advantage."""
     entropy_coeff: float = 0.0
     """Weight of the entropy bonus subtracted from the policy loss; 0 disables it."""
+    top_entropy_quantile: float = 1.0
+    """Fraction of response tokens, the highest-entropy ones, that the policy-gradient loss keeps ("Beyond the 80/20
+    Rule", arXiv 2506.01939, which keeps 0.2; TRL's top_entropy_quantile): in each micro-batch, the tokens whose entropy
+    (at the rollout temperature) is below the (1 - this) quantile of its response tokens' entropies get no policy
+    gradient. They still count in the loss's normaliser (as in TRL), the entropy bonus and the KL loss. 1 keeps every
+    token (no entropy pass is added); 0 keeps only the highest-entropy token of each micro-batch."""
     ppo_epochs: int = 1
     """Passes over each rollout batch. With 1 and global_batch_size = data.rollout_batch_size (one on-policy
     mini-batch) the old log-probs are the update forward's own, detached, and their separate forward is skipped."""
@@ -126,6 +132,11 @@ rank and splits it before its language model."""
 
         validate_trained_section(self, prefix)
         require_positive(self, prefix, "tau_positive", "tau_negative")
+        if not 0.0 <= self.top_entropy_quantile <= 1.0:
+            raise ConfigError(
+                f"{prefix}top_entropy_quantile={self.top_entropy_quantile} must be in [0, 1]: the fraction of response "
+                "tokens (the highest-entropy ones) that keep their policy gradient; 1 keeps them all."
+            )
         try:
             check_clip_ratios(self.clip_ratio_low, self.clip_ratio_high, self.clip_ratio_dual, prefix)
         except ValueError as err:

@@ -20,6 +20,7 @@ from verl.algorithms.core_algos import (
     compute_kl_loss,
     compute_policy_loss,
     default_loss_avg_mode,
+    high_entropy_mask,
 )
 from verl.models.moe import RouterStats
 from verl.protocol import DataProto
@@ -185,12 +186,17 @@ class DataParallelPPOActor:
             "global_seq_count": seq_count,
             "max_response_length": response_mask.shape[-1],
         }
-        head = self._token_head(temperature, calculate_entropy=entropy_coeff != 0 or exact_entropy)
+        select_tokens = config.top_entropy_quantile < 1.0
+        head = self._token_head(temperature, calculate_entropy=entropy_coeff != 0 or exact_entropy or select_tokens)
         routes = self.router_stats.collecting(batch["attention_mask"]) if self.router_stats else nullcontext()
         with routes:  # the forward only: a checkpointed layer's re-run in the backward would count its tokens twice
             out = self.passes.forward(micro, head)
         log_probs = out["log_probs"]
         old_log_probs = batch["old_log_probs"] if "old_log_probs" in batch.keys() else log_probs.detach()
+        token_weights = batch["rollout_is_weights"] if "rollout_is_weights" in batch.keys() else None
+        if select_tokens:  # only the micro-batch's highest-entropy tokens keep their policy gradient
+            kept = high_entropy_mask(out["entropy"], response_mask, config.top_entropy_quantile)
+            token_weights = kept if token_weights is None else token_weights * kept
         pg_loss, pg_metrics = compute_policy_loss(
             old_log_probs=old_log_probs,
             log_probs=log_probs,
@@ -202,7 +208,7 @@ class DataParallelPPOActor:
             clip_ratio_dual=config.clip_ratio_dual,
             tau_positive=config.tau_positive,
             tau_negative=config.tau_negative,
-            token_weights=batch["rollout_is_weights"] if "rollout_is_weights" in batch.keys() else None,
+            token_weights=token_weights,
             **agg,
         )
         loss = pg_loss
