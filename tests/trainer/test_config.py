@@ -92,12 +92,12 @@ def test_cli_lists_and_dicts(files):
         [
             *base_args(files),
             "trainer.logger=[console,file]",
-            'worker.rollout.val_override_config={"temperature": 0.6, "n": 1}',
+            'worker.rollout.val_override_config={"temperature": 0.6, "n": 1, "min_p": 0.05}',
             "worker.actor.optim.betas=[0.8,0.95]",
         ]
     )
     assert config.trainer.logger == ["console", "file"]
-    assert config.worker.rollout.val_override_config == {"temperature": 0.6, "n": 1}
+    assert config.worker.rollout.val_override_config == {"temperature": 0.6, "n": 1, "min_p": 0.05}
     assert list(config.worker.actor.optim.betas) == [0.8, 0.95]
 
 
@@ -206,6 +206,16 @@ def test_missing_config_file(files):
             r"\(worker.rollout.temperature=0\).*worker.rollout.val_override_config.n=2 > 1",
         ),
         (["worker.rollout.temperature=2.5"], r"worker.rollout.temperature must lie in \[0, 2\], got 2.5"),
+        # vLLM's own SamplingParams checks of the validation overrides, at load time rather than in a worker
+        (
+            ['worker.rollout.val_override_config={"top_pp": 0.9}'],
+            r"worker.rollout.val_override_config=.*\['top_pp'\].*not vLLM SamplingParams fields",
+        ),
+        (
+            ['worker.rollout.val_override_config={"max_tokens": 16}'],
+            r"worker.rollout.val_override_config=.*\['max_tokens'\].*cannot change per call",
+        ),
+        (['worker.rollout.val_override_config={"min_p": 1.5}'], r"worker.rollout.val_override_config=.*min_p"),
         # the loss's own checks ran at the first update, inside a worker
         (["worker.actor.clip_ratio_low=-0.2"], r"worker.actor.clip_ratio_low must be in \[0, 1\).*got -0.2"),
         (["worker.actor.clip_ratio_dual=1"], r"worker.actor.clip_ratio_dual must be greater than 1, got 1.0"),

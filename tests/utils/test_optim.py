@@ -35,11 +35,25 @@ def test_warmup_ratio_and_cosine_to_min_lr():
     assert all(a >= b for a, b in zip(out[1:], out[2:]))
 
 
+def test_linear_decay_after_warmup_to_min_lr():
+    """Hugging Face's and TRL's default: warmup, then a straight line to min_lr_ratio at training_steps."""
+    config = OptimConfig(lr=1.0, lr_warmup_steps=2, training_steps=10, lr_scheduler_type="linear", min_lr_ratio=0.2)
+    out = lrs(config, 12)
+    assert out[:2] == [0.5, 1.0]
+    assert out[2:11] == pytest.approx([0.2 + 0.8 * (1 - k / 8) for k in range(9)])
+    assert out[11] == pytest.approx(0.2)
+    assert lrs(OptimConfig(lr=1.0, training_steps=4, lr_scheduler_type="linear"), 5) == pytest.approx(
+        [1.0, 0.75, 0.5, 0.25, 0.0]
+    )
+
+
 def test_schedule_errors_name_the_key():
     with pytest.raises(ValueError, match="training_steps"):
         lrs(OptimConfig(lr_scheduler_type="cosine"), 1)
-    with pytest.raises(ValueError, match="lr_scheduler_type"):
+    with pytest.raises(ValueError, match="training_steps"):
         lrs(OptimConfig(lr_scheduler_type="linear"), 1)
+    with pytest.raises(ValueError, match="lr_scheduler_type"):
+        lrs(OptimConfig(lr_scheduler_type="polynomial"), 1)
     with pytest.raises(ValueError, match="min_lr_ratio"):
         lrs(OptimConfig(lr_scheduler_type="cosine", training_steps=5, min_lr_ratio=2.0), 1)
 

@@ -14,7 +14,7 @@ from verl.utils.device import is_cpu
 
 
 OPTIMIZER_STRATEGIES: tuple[str, ...] = ("adamw", "adamw_bf16")
-LR_SCHEDULER_TYPES: tuple[str, ...] = ("constant", "cosine")
+LR_SCHEDULER_TYPES: tuple[str, ...] = ("constant", "cosine", "linear")
 
 
 @dataclass
@@ -32,9 +32,10 @@ class OptimConfig:
     lr_warmup_steps: int | None = None
     """Warmup steps; overrides lr_warmup_ratio when set."""
     min_lr_ratio: float | None = None
-    """Floor of the cosine schedule as a fraction of lr (None means 0)."""
+    """Floor of the cosine and linear schedules as a fraction of lr (None means 0)."""
     lr_scheduler_type: str = "constant"
-    """constant or cosine (after the warmup)."""
+    """constant, cosine or linear (after the warmup; linear decays to min_lr_ratio at the last step, the default of
+    Hugging Face's Trainer and TRL)."""
     training_steps: int = -1
     """Total optimizer steps for the schedule; derived by the trainer from epochs or max_steps."""
 
@@ -122,7 +123,7 @@ def build_optimizer(module: torch.nn.Module, config: OptimConfig) -> torch.optim
 
 class WarmupDecaySchedule:
     """LR multiplier: linear warmup to 1 ((s + 1) / warmup_steps, so the first update moves the weights), then
-    constant or cosine down to `min_lr_ratio` at `training_steps`. A plain object, so LambdaLR's state_dict saves it."""
+    constant, or cosine or linear down to `min_lr_ratio` at `training_steps`. A plain object, so LambdaLR's state_dict saves it."""
 
     def __init__(self, kind: str, warmup_steps: int, training_steps: int, min_lr_ratio: float) -> None:
         self.kind = kind
@@ -136,7 +137,8 @@ class WarmupDecaySchedule:
         if self.kind == "constant":
             return 1.0
         progress = min(1.0, (step - self.warmup_steps) / max(1, self.training_steps - self.warmup_steps))
-        return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+        remaining = 1.0 - progress if self.kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+        return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * remaining
 
 
 def build_lr_scheduler(optimizer: torch.optim.Optimizer, config: OptimConfig) -> LambdaLR:
@@ -146,10 +148,10 @@ def build_lr_scheduler(optimizer: torch.optim.Optimizer, config: OptimConfig) ->
             f"Unknown optim.lr_scheduler_type {config.lr_scheduler_type!r}; choose one of "
             f"{', '.join(LR_SCHEDULER_TYPES)}."
         )
-    needs_total = config.lr_scheduler_type == "cosine" or (config.lr_warmup_steps is None and config.lr_warmup_ratio)
+    needs_total = config.lr_scheduler_type != "constant" or (config.lr_warmup_steps is None and config.lr_warmup_ratio)
     if needs_total and config.training_steps <= 0:
         raise ValueError(
-            f"optim.training_steps={config.training_steps}: a cosine schedule or a warmup ratio needs the total "
+            f"optim.training_steps={config.training_steps}: a cosine or linear schedule, or a warmup ratio, needs the total "
             "number of steps; the trainer derives it, or set optim.lr_warmup_steps for a constant schedule."
         )
     if config.lr_warmup_steps is not None:

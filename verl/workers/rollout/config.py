@@ -24,6 +24,30 @@ WEIGHT_SYNC_PATHS: tuple[str, ...] = ("loader", "direct")
 """Values of rollout.weight_sync."""
 ROLLOUT_MODES: tuple[str, ...] = ("sync", "colocated", "disaggregated")
 """Values of rollout.mode (docs/async.md)."""
+FIXED_SAMPLING_KEYS: frozenset[str] = frozenset({"max_tokens", "detokenize", "output_kind"})
+"""vLLM SamplingParams fields the rollout sets itself (max_tokens is rollout.response_length)."""
+
+
+def check_sampling_overrides(overrides: dict[str, Any], source: str) -> None:
+    """A ValueError naming `source` for an override that is not a field of vLLM's SamplingParams or is one the rollout
+    sets itself (imports vLLM)."""
+    from verl.utils import quiet
+
+    quiet.install_worker_filters()  # vLLM's import-time notices, as in a worker
+    from vllm import SamplingParams
+
+    fields = {name for name in SamplingParams.__struct_fields__ if not name.startswith("_")}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise ValueError(
+            f"Sampling overrides {unknown} ({source}) are not vLLM SamplingParams fields; use e.g. temperature, "
+            "top_p, top_k, min_p or n."
+        )
+    fixed = sorted(set(overrides) & FIXED_SAMPLING_KEYS)
+    if fixed:
+        raise ValueError(
+            f"Sampling overrides {fixed} ({source}) cannot change per call (max_tokens is rollout.response_length)."
+        )
 
 
 @dataclass
@@ -167,6 +191,16 @@ class RolloutConfig:
                 "above 0 for validation."
             )
 
+    def _check_val_overrides(self, source: str) -> None:
+        try:
+            check_sampling_overrides(self.val_override_config, source)
+            from vllm import SamplingParams
+
+            kwargs = {"temperature": self.temperature, "top_p": self.top_p, "top_k": max(self.top_k, 0)}
+            SamplingParams(**{**kwargs, **self.val_override_config})
+        except Exception as err:  # noqa: BLE001 - vLLM's validation errors have several classes across versions
+            raise ConfigError(f"{source}={dict(self.val_override_config)}: {err}") from None
+
     def validate(self, prefix: str) -> None:
         positive = ("n", "tensor_parallel_size", "kv_cache_memory_mb", "max_num_seqs", "max_num_batched_tokens")
         require_positive(self, prefix, *positive)
@@ -218,6 +252,8 @@ class RolloutConfig:
             require_positive(self, prefix, "max_tokens_per_turn")
 
     def check_files(self, prefix: str) -> None:
+        if self.val_override_config:  # vLLM's own checks, now rather than in a worker at the first validation
+            self._check_val_overrides(f"{prefix}val_override_config")
         if not self.env:
             return
         from verl.envs.loader import EnvironmentLoadError, load_environment

@@ -28,7 +28,7 @@ from verl.protocol import DataProto, plain_value, to_object_array
 from verl.utils import device, quiet
 from verl.workers.rollout import vllm_compat
 from verl.workers.rollout.client_episodes import ClientTurns
-from verl.workers.rollout.config import RolloutConfig
+from verl.workers.rollout.config import RolloutConfig, check_sampling_overrides
 from verl.workers.rollout.engine_mirror import EngineLeader, follow
 from verl.workers.rollout.multi_turn import (
     ChatContinuation,
@@ -52,9 +52,6 @@ POLL_ENGINE_STEPS = 256
 
 
 # SamplingParams fields a caller may not override per call: the padded shapes depend on them.
-_FIXED_SAMPLING_KEYS = {"max_tokens", "detokenize", "output_kind"}
-
-
 _ENGINE_ONLY_COLUMNS = {"raw_prompt_ids", "multi_modal_data", "multi_modal_inputs"}
 """Non-tensor columns an environment's `reset` does not get (the engine's token ids and media)."""
 
@@ -375,23 +372,9 @@ class VLLMRollout:
 
     def sampling_kwargs(self, request: RolloutRequest) -> dict[str, Any]:
         """Config sampling settings, overridden by `rollout.val_override_config` (validation) and `request.sampling`."""
-        from vllm import SamplingParams
-
-        fields = {name for name in SamplingParams.__struct_fields__ if not name.startswith("_")}
         overrides = dict(self.config.val_override_config) if request.validate else {}
         overrides.update(request.sampling)
-        unknown = sorted(set(overrides) - fields)
-        if unknown:
-            raise ValueError(
-                f"Sampling overrides {unknown} (rollout.val_override_config or the rollout request) are not vLLM "
-                "SamplingParams fields; use e.g. temperature, top_p, top_k or n."
-            )
-        fixed = sorted(set(overrides) & _FIXED_SAMPLING_KEYS)
-        if fixed:
-            raise ValueError(
-                f"Sampling overrides {fixed} cannot change per call (max_tokens is rollout.response_length); "
-                "remove them from rollout.val_override_config."
-            )
+        check_sampling_overrides(overrides, "rollout.val_override_config or the rollout request")
         kwargs = {**self._base_sampling, **overrides}
         if kwargs.get("top_k") == -1:
             kwargs["top_k"] = 0
