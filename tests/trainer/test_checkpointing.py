@@ -284,14 +284,15 @@ def test_the_trainer_records_every_file_of_a_step_before_the_tracker(tmp_path):
     from verl.trainer.ray_trainer import RayPPOTrainer
 
     class Worker:
-        def save_checkpoint(self, path: str, model_only: bool) -> None:
-            os.makedirs(path)
-            with open(os.path.join(path, "__0_0.distcp"), "wb") as f:
-                f.write(b"w" * 100)
+        def save_checkpoint(self, path: str, model_only: bool, reference_path: str | None) -> None:
+            for folder in (path, reference_path):  # a reference that algorithm.ref_sync_steps moves: saved too
+                os.makedirs(folder)
+                with open(os.path.join(folder, "__0_0.distcp"), "wb") as f:
+                    f.write(b"w" * 100)
 
     trainer_config = SimpleNamespace(save_checkpoint_path=str(tmp_path), save_model_only=False, save_limit=0)
     state = SimpleNamespace(
-        config=SimpleNamespace(trainer=trainer_config),
+        config=SimpleNamespace(trainer=trainer_config, algorithm=SimpleNamespace(ref_sync_steps=2)),
         global_step=1,
         total_steps=1,
         ckpt_tracker=CheckpointTracker(),
@@ -305,7 +306,7 @@ def test_the_trainer_records_every_file_of_a_step_before_the_tracker(tmp_path):
     RayPPOTrainer._save_checkpoint(state, None)
     with open(tmp_path / "global_step_1" / "integrity.json", encoding="utf-8") as f:
         files = json.load(f)["files"]
-    assert sorted(files) == ["actor/__0_0.distcp", "dataloader.pt", "trainer_state.json"]
+    assert sorted(files) == ["actor/__0_0.distcp", "dataloader.pt", "ref/__0_0.distcp", "trainer_state.json"]
     assert files["actor/__0_0.distcp"]["size"] == 100
     state_file = tmp_path / "global_step_1" / "trainer_state.json"
     assert json.loads(state_file.read_text()) == {"global_step": 1, "train_rows": 8, "kl_ctrl": {"value": 0.1}}

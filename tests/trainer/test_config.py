@@ -220,6 +220,15 @@ def test_missing_config_file(files):
         (["worker.actor.clip_ratio_low=-0.2"], r"worker.actor.clip_ratio_low must be in \[0, 1\).*got -0.2"),
         (["worker.actor.clip_ratio_dual=1"], r"worker.actor.clip_ratio_dual must be greater than 1, got 1.0"),
         (["worker.actor.tau_negative=0"], r"'worker.actor.tau_negative' must be positive"),
+        (["algorithm.ref_sync_alpha=0"], r"algorithm.ref_sync_alpha must lie in \(0, 1\], got 0"),
+        (
+            ["algorithm.ref_sync_steps=10", "algorithm.disable_kl=true"],
+            r"algorithm.ref_sync_steps=10 syncs the reference model, but algorithm.disable_kl=true",
+        ),
+        (
+            ["algorithm.ref_sync_steps=10", "worker.actor.model.lora.rank=8"],
+            r"algorithm.ref_sync_steps=10 with LoRA .*not built",
+        ),
         (["worker.actor.top_entropy_quantile=1.5"], r"worker.actor.top_entropy_quantile=1.5 must be in \[0, 1\]"),
         (["algorithm.kl_coef=-0.1"], r"'algorithm.kl_coef' must be zero or positive"),
         (["algorithm.kl_target=0"], r"'algorithm.kl_target' must be positive"),

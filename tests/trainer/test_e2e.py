@@ -563,8 +563,9 @@ def test_online_filtering_and_remax(workspace):
 
 
 def test_resume_gives_the_same_next_step(workspace, caplog):
-    """Default validation (before training, sampled at temperature 1) included: it must not shift the next step."""
-    common = ("algorithm.use_kl_loss=true",)
+    """Default validation (before training, sampled at temperature 1) included: it must not shift the next step. The
+    reference model moves towards the actor after step 2 (algorithm.ref_sync_steps): the checkpoint restores it."""
+    common = ("algorithm.use_kl_loss=true", "algorithm.ref_sync_steps=2", "algorithm.ref_sync_alpha=0.6")
     run_ppo(load_config(text_args(workspace, "straight", *common, "trainer.max_steps=3")))
     run_ppo(load_config(text_args(workspace, "interrupted", *common, "trainer.max_steps=2")))
     state = json.loads((workspace["root"] / "interrupted" / "global_step_2" / "trainer_state.json").read_text())
@@ -582,6 +583,9 @@ def test_resume_gives_the_same_next_step(workspace, caplog):
     assert validations == [0, 2, 3], validations  # before training, the end of each run; none repeated on resume
     for key in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm"):
         assert interrupted[0][key] == pytest.approx(straight[3][key], rel=1e-4, abs=1e-6), key
+    assert "timing_s/sync_ref" in straight[2] and "timing_s/sync_ref" not in straight[3]
+    assert (workspace["root"] / "interrupted" / "global_step_2" / "ref").is_dir()
+    assert straight[3]["actor/kl_loss"] > 0  # a mix (alpha 0.6), not a copy of the actor
 
 
 LORA = (

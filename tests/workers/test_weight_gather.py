@@ -113,3 +113,42 @@ def _run_moe(rank: int, world_size: int, port: int, model_dir: str) -> None:
 @pytest.mark.parametrize("kind", ["qwen3_moe", "qwen3_vl_moe"])
 def test_a_mixture_of_experts_actor_streams_every_experts_checkpoint_tensor(tmp_path, kind):
     spawn(_run_moe, 2, get_or_build_tiny_model(kind, str(tmp_path / "models")))
+
+
+def _run_mix(rank: int, world_size: int, port: int, model_dir: str) -> None:
+    """mix_parameters (algorithm.ref_sync_steps): target <- alpha x source + (1 - alpha) x target, whether the two
+    are sharded alike (shard by shard), or one is sharded and the other a plain module (through full tensors)."""
+    init_rank(rank, world_size, port)
+    from torch.distributed.device_mesh import init_device_mesh
+    from transformers import AutoModelForCausalLM
+
+    from verl.models.config import FSDPConfig, ModelConfig
+    from verl.models.fsdp import create_fsdp_model, mix_parameters
+
+    mesh = init_device_mesh("cpu", (world_size,))
+    build = lambda: create_fsdp_model(ModelConfig(model_path=model_dir), FSDPConfig(), mesh, torch.device("cpu"))  # noqa: E731
+    actor, reference = build(), build()
+    with torch.no_grad():
+        for index, param in enumerate(actor.parameters()):  # the same change on every rank's shard
+            param.to_local().mul_(1.5).add_(0.01 * index)
+    full = lambda module: {name: p.full_tensor().clone() for name, p in module.named_parameters()}  # noqa: E731
+    before, moved = full(reference), full(actor)
+    mix_parameters(reference, actor, 0.6)
+    after = full(reference)
+    for name, value in after.items():
+        torch.testing.assert_close(value, 0.6 * moved[name] + 0.4 * before[name], rtol=1e-6, atol=1e-7)
+    assert any(not torch.equal(after[name], before[name]) for name in after)
+
+    plain = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    mix_parameters(plain, actor, 1.0)  # a sharded source into a plain module: copied whole
+    assert all(torch.equal(param, moved[name]) for name, param in plain.named_parameters())
+    fresh = build()
+    mix_parameters(fresh, plain, 1.0)  # a plain source into a sharded module: each rank keeps its shard
+    assert all(torch.equal(value, moved[name]) for name, value in full(fresh).items())
+    with pytest.raises(ValueError, match="two different models"):
+        mix_parameters(plain.model, actor, 1.0)
+    dist.destroy_process_group()
+
+
+def test_mixing_the_actor_into_the_reference_shard_by_shard(tmp_path):
+    spawn(_run_mix, 2, get_or_build_tiny_model("qwen2", str(tmp_path / "models")))

@@ -211,6 +211,40 @@ def get_full_state_dict(model: nn.Module, rank0_only: bool = True) -> dict[str, 
     return state
 
 
+@torch.no_grad()
+def mix_parameters(target: nn.Module, source: nn.Module, alpha: float) -> None:
+    """target <- alpha x source + (1 - alpha) x target, parameter by parameter under the same names (alpha 1 copies),
+    in the target's dtype. Shards that `source` holds as the target does mix in place; others go through the full
+    tensor, a collective: every rank calls this. Both modules resharded (no gathered FSDP unit)."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    sources = dict(source.named_parameters())
+    targets = dict(target.named_parameters())
+    if set(sources) != set(targets):
+        raise ValueError(
+            f"Cannot mix parameters of two different models: {sorted(set(sources) ^ set(targets))[:5]} are in one only."
+        )
+    for name, param in targets.items():
+        value = sources[name]
+        if isinstance(param, DTensor):
+            same_layout = isinstance(value, DTensor) and (value.device_mesh, value.placements) == (
+                param.device_mesh,
+                param.placements,
+            )
+            if not same_layout:
+                full = value.full_tensor() if isinstance(value, DTensor) else value
+                value = distribute_tensor(full.to(param.dtype), param.device_mesh, param.placements)
+            local, value = param.to_local(), value.to_local()
+        else:
+            local = param
+            value = value.full_tensor() if isinstance(value, DTensor) else value
+        value = value.to(device=local.device, dtype=local.dtype)
+        if alpha == 1.0:
+            local.copy_(value)
+        else:
+            local.lerp_(value, alpha)
+
+
 def reshard(module: nn.Module) -> None:
     """Free the gathered parameters of every FSDP unit of `module`."""
     for submodule in module.modules():

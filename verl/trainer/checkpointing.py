@@ -1,9 +1,10 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """The driver's checkpoint bookkeeping: latest and best checkpoints, and which to delete.
-Each `global_step_N/` under trainer.save_checkpoint_path holds the roles (`actor/`, `critic/`), the dataloader state
-and `trainer_state.json`; `checkpoint_tracker.json` names the latest and best steps and is replaced atomically, last,
-so a crash mid-save never names a half-written checkpoint."""
+Each `global_step_N/` under trainer.save_checkpoint_path holds the roles (`actor/`, `critic/`; `ref/` when
+algorithm.ref_sync_steps moves the reference), the dataloader state and `trainer_state.json`;
+`checkpoint_tracker.json` names the latest and best steps and is replaced atomically, last, so a crash mid-save never
+names a half-written checkpoint."""
 
 import copy
 import json

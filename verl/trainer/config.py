@@ -198,6 +198,12 @@ class AlgorithmConfig:
     your own as 'path/to/file.py:function'; the actor's KL loss (worker.actor.kl_penalty) is derived from it."""
     kl_coef: float = 1e-3
     """KL coefficient (the initial one for the adaptive controller)."""
+    ref_sync_steps: int = 0
+    """Every this many training steps, after the actor's update, the reference model moves towards the actor:
+    ref <- ref_sync_alpha x actor + (1 - ref_sync_alpha) x ref (TRL's sync_ref_model with ref_model_sync_steps; with
+    alpha 1, ProRL's reference reset). Checkpoints then hold the reference too (global_step_N/ref). 0 never syncs."""
+    ref_sync_alpha: float = 1.0
+    """The actor's share in each reference sync, in (0, 1]: 1 replaces the reference (ProRL), TRL's default is 0.6."""
     kl_type: str = "fixed"
     """KL-in-reward controller: fixed or adaptive."""
     kl_horizon: float = 10000.0
@@ -240,6 +246,14 @@ class AlgorithmConfig:
         require_non_negative(self, prefix, "kl_coef")
         require_positive(self, prefix, "kl_horizon", "kl_target")
         require_choice(self, prefix, "grpo_std_scope", ("group", "batch"))
+        require_non_negative(self, prefix, "ref_sync_steps")
+        if not 0.0 < self.ref_sync_alpha <= 1.0:
+            raise ConfigError(f"{prefix}ref_sync_alpha must lie in (0, 1], got {self.ref_sync_alpha}.")
+        if self.ref_sync_steps > 0 and self.disable_kl:
+            raise ConfigError(
+                f"{prefix}ref_sync_steps={self.ref_sync_steps} syncs the reference model, but {prefix}disable_kl=true "
+                "trains without one: drop one of the two."
+            )
         self._check_estimator_options(prefix)
         if self.grpo_std_scope == "batch" and not self.norm_adv_by_std_in_grpo:
             raise ConfigError(
@@ -574,6 +588,12 @@ def check_cross_section(config: PPOConfig) -> None:
             f"worker.rollout.max_num_batched_tokens={rollout.max_num_batched_tokens} must be at least "
             f"worker.rollout.max_model_len={rollout.max_model_len} on the CPU, where the engine prefills a prompt in "
             "one step: raise max_num_batched_tokens or lower max_model_len."
+        )
+    if algorithm.ref_sync_steps > 0 and worker.actor.model.lora.rank > 0:
+        raise ConfigError(
+            f"algorithm.ref_sync_steps={algorithm.ref_sync_steps} with LoRA (worker.actor.model.lora.rank="
+            f"{worker.actor.model.lora.rank}): the reference is the base model under the adapters, and syncing it "
+            "would mean merging them into it, which is not built; train without LoRA, or set ref_sync_steps=0."
         )
     _check_async(config)
     _check_lora_sync(config)

@@ -419,6 +419,10 @@ class RayPPOTrainer:
             entropy = output.meta_info["metrics"].get("actor/entropy_loss")  # none when every mini-batch was masked
             if self.entropy_ctrl is not None and entropy is not None:  # the next step's coefficient, from this step's
                 self.entropy_ctrl.update(float(np.mean(entropy)))
+            sync_steps = self.config.algorithm.ref_sync_steps
+            if sync_steps > 0 and self.global_step % sync_steps == 0:  # TRL's sync_ref_model, ProRL's reset
+                with timer("sync_ref", timing_raw):
+                    wg.sync_reference(self.config.algorithm.ref_sync_alpha)
         if self.config.data.response_length_schedule:
             append_metrics(metrics, {"rollout/response_length_limit": self._rollout_request().response_length})
         return batch, reduce_metrics(metrics)
@@ -520,7 +524,10 @@ class RayPPOTrainer:
     def _write_checkpoint(self, path: str) -> None:
         trainer = self.config.trainer
         os.makedirs(path, exist_ok=True)
-        self.actor_rollout_ref_wg.save_checkpoint(os.path.join(path, "actor"), trainer.save_model_only)
+        # a reference that ref_sync_steps moves is saved beside the actor (a fixed one is the model path's)
+        moved = self.config.algorithm.ref_sync_steps > 0 and not trainer.save_model_only
+        reference = os.path.join(path, "ref") if moved else None
+        self.actor_rollout_ref_wg.save_checkpoint(os.path.join(path, "actor"), trainer.save_model_only, reference)
         if self.use_critic:
             self.critic_wg.save_checkpoint(os.path.join(path, "critic"), trainer.save_model_only)
         if not trainer.save_model_only:
@@ -542,7 +549,8 @@ class RayPPOTrainer:
             return None
         logger.info("Resuming from %s", path)
         self.global_step = step_of(path)
-        self.actor_rollout_ref_wg.load_checkpoint(os.path.join(path, "actor"))
+        reference = os.path.join(path, "ref") if self.use_reference else None  # restored wherever it was saved
+        self.actor_rollout_ref_wg.load_checkpoint(os.path.join(path, "actor"), reference)
         if self.use_critic:
             self.critic_wg.load_checkpoint(os.path.join(path, "critic"))
         dataloader_state = os.path.join(path, "dataloader.pt")

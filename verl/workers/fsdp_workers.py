@@ -30,6 +30,7 @@ from verl.models.fsdp import (
     create_fsdp_model,
     load_fsdp_model,
     load_optimizer,
+    mix_parameters,
     offload_fsdp_model,
     offload_optimizer,
     to_torch_dtype,
@@ -40,7 +41,7 @@ from verl.protocol import DataProto
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.base.worker import Worker
 from verl.utils import device as device_utils
-from verl.utils.checkpoint import FSDPCheckpointManager
+from verl.utils.checkpoint import FSDPCheckpointManager, has_checkpoint
 from verl.utils.optim import build_lr_scheduler, build_optimizer
 from verl.workers.actor.dp_actor import DataParallelPPOActor, process_multi_modal_inputs
 from verl.workers.config import UpdateRequest, WorkerConfig
@@ -283,6 +284,14 @@ class FSDPWorker(Worker):
         resident = self._resident(self.critic_module, self.config.critic.offload)
         return self._forward_rows(data, self.critic_sp_group, "values", self.critic.compute_values, resident)
 
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def sync_reference(self, alpha: float) -> None:
+        """algorithm.ref_sync_steps: the reference model moves to the actor, ref <- alpha x actor + (1 - alpha) x ref,
+        shard by shard (the trainer saves it with every checkpoint then)."""
+        actor_resident = self._resident(self.actor_module, self.config.actor.offload)
+        with actor_resident, self._resident(self.ref_module, self.ref_offload):
+            mix_parameters(self.ref_module, self.actor_module, alpha)
+
     # ------------------------------------------------------------------------------------------------ updates
 
     def _update(
@@ -326,17 +335,26 @@ class FSDPWorker(Worker):
         return self._resident(self.actor_module, self.config.actor.offload, self.actor_optimizer)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def save_checkpoint(self, path: str, save_model_only: bool = False) -> None:
+    def save_checkpoint(self, path: str, save_model_only: bool = False, reference_path: str | None = None) -> None:
+        """The trained model's checkpoint at `path`; with `reference_path` (a reference that `sync_reference` moves),
+        the reference model's weights there too."""
         # the rollout's call counter seeds its requests: restoring it makes a resumed run sample as an unbroken one
         extra = {"rollout_generate_calls": self.rollout.generate_calls} if self.has_rollout else {}
         with self._trained_resident():
             self.checkpoint_manager.save(path, extra_state=extra, save_model_only=save_model_only)
+        if reference_path is not None:
+            with self._resident(self.ref_module, self.ref_offload):
+                FSDPCheckpointManager(self.ref_module).save(reference_path, save_model_only=True)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def load_checkpoint(self, path: str) -> None:
+    def load_checkpoint(self, path: str, reference_path: str | None = None) -> None:
+        """Restore `path`; and the reference model from `reference_path` when the checkpoint holds one there."""
         if not os.path.isdir(path):
             raise FileNotFoundError(f"Checkpoint directory '{path}' does not exist.")
         with self._trained_resident():
             extra = self.checkpoint_manager.load(path)
         if self.has_rollout and "rollout_generate_calls" in extra:
             self.rollout.generate_calls = extra["rollout_generate_calls"]
+        if reference_path is not None and has_checkpoint(reference_path):
+            with self._resident(self.ref_module, self.ref_offload):
+                FSDPCheckpointManager(self.ref_module).load(reference_path, model_only=True)
