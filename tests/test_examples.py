@@ -34,6 +34,7 @@ def test_there_are_recipes_for_every_algorithm():
         "gspo",
         "cispo",
         "sapo",
+        "gmpo",
         "reinforce_pp",
         "rloo",
         "ppo_gae",

@@ -376,6 +376,34 @@ def test_sapo_defaults_to_the_papers_seq_mean_token_mean_and_equals_a_plain_loop
     assert token_mean != pytest.approx(loss, rel=1e-3)  # the aggregation matters on these lengths
 
 
+def test_geo_mean_is_gmpos_clipped_geometric_mean_ratio_per_sequence() -> None:
+    """GMPO as a plain loop: each sequence's -A exp(mean_t log r_t'), where log r_t' = sgn(A) min(sgn(A) log r_t,
+    sgn(A) clip(log r_t, -eps_l, eps_h)) and A is the sequence's mean advantage; then the mean over sequences."""
+    assert default_loss_avg_mode("geo_mean") == "seq-mean-token-mean"
+    data = random_batch(seed=13)
+    data["log_probs"].requires_grad_(True)
+    eps = 0.2
+    loss, grad, metrics = run_policy_loss(
+        data, "geo_mean", loss_avg_mode="seq-mean-token-mean", clip_ratio_low=eps, clip_ratio_high=eps
+    )
+    sequence_losses, clipped = [], 0
+    for i in range(data["response_mask"].shape[0]):
+        tokens = data["response_mask"][i].nonzero().flatten().tolist()
+        advantage = sum(data["advantages"][i, t].item() for t in tokens) / len(tokens)
+        logs = []
+        for t in tokens:
+            log_ratio = data["log_probs"][i, t].item() - data["old_log_probs"][i, t].item()
+            sign = math.copysign(1.0, data["advantages"][i, t].item())
+            bounded = min(max(log_ratio, -eps), eps)
+            logs.append(sign * min(sign * log_ratio, sign * bounded))
+            clipped += (sign > 0 and log_ratio > eps) or (sign < 0 and log_ratio < -eps)
+        sequence_losses.append(-advantage * math.exp(sum(logs) / len(logs)))
+    assert loss == pytest.approx(sum(sequence_losses) / len(sequence_losses), rel=1e-5)
+    assert metrics["pg_clipfrac"] == pytest.approx(clipped / data["response_mask"].sum().item())
+    assert 0 < clipped < data["response_mask"].sum().item()  # both clipped and free tokens in this batch
+    assert torch.isfinite(grad).all() and (grad[data["response_mask"] == 0] == 0).all()
+
+
 # ---------------------------------------------------------------- entropy, value loss, explained variance
 
 

@@ -325,6 +325,57 @@ def test_the_example_loss_clips_by_the_sign_of_the_advantage():
     assert terms.clipped_lower.tolist() == [[False, False, False, True, False, False]]
 
 
+def _inputs(log_probs: torch.Tensor, old: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor):
+    from verl.algorithms.policy_losses import PolicyLossInputs
+
+    return PolicyLossInputs(
+        log_probs=log_probs,
+        log_ratio=log_probs - old,
+        advantages=advantages,
+        mask=mask,
+        clip_ratio_low=0.2,
+        clip_ratio_high=0.28,
+        clip_ratio_dual=3.0,
+        tau_positive=1.0,
+        tau_negative=1.05,
+    )
+
+
+def test_the_entropy_covariance_examples_act_on_the_highest_covariance_tokens(monkeypatch):
+    """verl's clip_cov and kl_cov as example files: the chosen tokens are the ones the covariance of log-prob and
+    advantage picks, padding never, and every other token gets the plain surrogate."""
+    from tests.repo_files import load_repo_file
+
+    example = load_repo_file("examples/algorithms/entropy_covariance.py", "example_entropy_covariance")
+    generator = torch.Generator().manual_seed(0)
+    old = -torch.rand(4, 6, generator=generator) * 3
+    log_probs = (old + 0.05 * torch.randn(4, 6, generator=generator)).requires_grad_()
+    advantages = torch.randn(4, 1, generator=generator).expand(4, 6).contiguous()
+    mask = torch.ones(4, 6)
+    mask[3, 4:] = 0
+    valid = mask.bool()
+    covariance = (advantages - advantages[valid].mean()) * (log_probs.detach() - log_probs.detach()[valid].mean())
+    plain = -advantages * torch.exp(log_probs.detach() - old)
+
+    monkeypatch.setattr(example, "KL_COV_RATIO", 3 / 22)  # 3 of the 22 response tokens
+    x = _inputs(log_probs, old, advantages, mask)
+    loss = example.kl_cov(x).loss_mat.detach()
+    penalised = ~torch.isclose(loss, plain)
+    top3 = torch.topk(torch.where(valid, covariance, float("-inf")).flatten(), 3).indices
+    assert sorted(penalised.flatten().nonzero().flatten().tolist()) == sorted(top3.tolist())
+    torch.testing.assert_close(loss[penalised], (plain + (log_probs.detach() - old).abs())[penalised])
+
+    monkeypatch.setattr(example, "CLIP_COV_RATIO", 2 / 22)
+    monkeypatch.setattr(example, "CLIP_COV_LOW", float(covariance[valid].median()))
+    monkeypatch.setattr(example, "CLIP_COV_HIGH", float("inf"))
+    terms = example.clip_cov(x)
+    (grad,) = torch.autograd.grad(terms.loss_mat.sum(), log_probs)
+    detached = valid & (grad == 0) & ~(terms.clipped_higher | terms.clipped_lower)
+    assert detached.sum() == 2 and (covariance[detached] > example.CLIP_COV_LOW).all()
+    free = valid & ~detached & ~(terms.clipped_higher | terms.clipped_lower)
+    torch.testing.assert_close(terms.loss_mat.detach()[free], plain[free])
+
+
 def test_the_example_recipe_selects_both_example_files(monkeypatch):
     monkeypatch.chdir(REPO)
     config = load_config(recipe_args(os.path.join(REPO, "examples", "recipes", "qwen2_5_7b_math_own_algorithm.sh")))

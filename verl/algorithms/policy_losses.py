@@ -146,6 +146,23 @@ def _sapo_loss(x: PolicyLossInputs) -> PolicyLossTerms:
     return PolicyLossTerms(-x.advantages * (4.0 / tau) * torch.sigmoid(tau * (_token_ratio(x) - 1.0)))
 
 
+@register_policy_loss("geo_mean", loss_avg_mode="seq-mean-token-mean")
+def _geo_mean_loss(x: PolicyLossInputs) -> PolicyLossTerms:
+    """GMPO (arXiv 2507.20673; verl's geo_mean): -A s, with s the geometric mean of the sequence's token ratios, each
+    log-ratio clipped to [-eps_l, eps_h] on the pessimistic side for its advantage's sign, broadcast over the
+    sequence's tokens (A: the sequence's mean advantage). The clip bounds are in log space: GMPO uses 0.4 for both."""
+    log_ratio = x.log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    sign = torch.sign(x.advantages)
+    clipped = log_ratio.clamp(-x.clip_ratio_low, x.clip_ratio_high)
+    pessimistic = sign * torch.minimum(sign * log_ratio, sign * clipped)
+    seq_ratio = torch.exp(masked_mean(pessimistic, x.mask, dim=-1))
+    seq_advantage = masked_mean(x.advantages, x.mask, dim=-1)
+    loss_mat = (-seq_advantage * seq_ratio).unsqueeze(-1).expand_as(log_ratio)
+    higher = (x.advantages > 0) & (log_ratio > x.clip_ratio_high)
+    lower = (x.advantages < 0) & (log_ratio < -x.clip_ratio_low)
+    return PolicyLossTerms(loss_mat, higher, lower)
+
+
 def check_clip_ratios(
     clip_ratio_low: float, clip_ratio_high: float, clip_ratio_dual: float, prefix: str = "actor."
 ) -> None:
@@ -192,6 +209,8 @@ def compute_policy_loss(
       still get a gradient.
     - "sapo" (arXiv 2511.20347): l = -A (4 / tau) sigmoid(tau (r - 1)), tau = tau_positive for A > 0 else
       tau_negative: a smooth gate instead of a hard clip; defined with seq-mean-token-mean.
+    - "geo_mean" (GMPO, arXiv 2507.20673): -A exp(mean_t clip(log r_t)), the geometric mean of the sequence's
+      ratios with each log-ratio clipped to [-eps_l, eps_h] where that is pessimistic; defined with seq-mean-token-mean.
 
     Metrics (verl's names, detached 0-dim tensors on the device so callers sum them without a host sync):
     `pg_clipfrac` (either bound), `pg_clipfrac_higher`, `pg_clipfrac_lower` (dual clip C), and `ppo_kl` (k1 estimate

@@ -74,12 +74,13 @@ class ActorConfig:
     loss_avg_mode: str | None = None
     """Aggregation of the actor's loss terms: token-mean, token-sum, seq-mean-token-mean, seq-mean-token-sum,
     seq-mean-token-sum-norm (Dr.GRPO), or your own as 'path/to/file.py:function'. Unset (null), it is the policy
-    loss's own: seq-mean-token-mean for sapo (its paper's objective, and verl's), token-mean for the others (a loss
-    from a file included); another mode for sapo is allowed, with a warning.
+    loss's own: seq-mean-token-mean for sapo and geo_mean (their papers' objectives, and verl's), token-mean for the
+    others (a loss from a file included); another mode for those two is allowed, with a warning.
     EasyR1's token and seq are accepted as token-mean and seq-mean-token-mean, with a deprecation warning."""
     loss_type: str = "default"
-    """Policy loss: default (PPO clip), gspo, gspo_token, cispo or sapo (see verl.algorithms.policy_losses), or your
-    own as 'path/to/file.py:function' (README.md, "Your own algorithm")."""
+    """Policy loss: default (PPO clip), gspo, gspo_token, cispo, sapo or geo_mean (GMPO, whose clip ratios bound the
+    log-ratio; see verl.algorithms.policy_losses), or your own as 'path/to/file.py:function' (README.md, "Your own
+    algorithm")."""
     tau_positive: float = 1.0
     """SAPO gate temperature for tokens with a non-negative advantage."""
     tau_negative: float = 1.05
