@@ -86,6 +86,30 @@ def compute_env_metrics(batch: DataProto) -> dict[str, float]:
     return metrics
 
 
+def validation_score_metrics(scores: list[float], prompt_ids: list[str], sources: list[str] | None) -> dict[str, float]:
+    """With several samples per prompt (n, from val_override_config): val/reward_score/best@n, the mean over prompts
+    of their best sample's score (pass@n for 0/1 rewards). With a source column of several values (the reward's
+    route_key, data_source by default): val/<source>/reward_score, and its best@n, per source."""
+    by_prompt: dict[str, list[float]] = defaultdict(list)
+    source_of: dict[str, str] = {}
+    for index, (prompt, score) in enumerate(zip(prompt_ids, scores)):
+        by_prompt[prompt].append(score)
+        if sources is not None:
+            source_of[prompt] = str(sources[index])
+    n = max((len(group) for group in by_prompt.values()), default=1)
+    groups = {"val/": list(by_prompt)}
+    if len(set(source_of.values())) > 1:
+        for prompt, source in source_of.items():
+            groups.setdefault(f"val/{source}/", []).append(prompt)
+    metrics = {}
+    for prefix, prompts in groups.items():
+        if prefix != "val/":
+            metrics[f"{prefix}reward_score"] = float(np.mean([s for p in prompts for s in by_prompt[p]]))
+        if n > 1:
+            metrics[f"{prefix}reward_score/best@{n}"] = float(np.mean([max(by_prompt[p]) for p in prompts]))
+    return metrics
+
+
 def compute_timing_metrics(batch: DataProto, timing_raw: dict[str, float]) -> dict[str, float]:
     """timing_s/<phase> and timing_per_token_ms/<phase> (per token for the model phases)."""
     response_tokens = batch.batch["response_mask"].sum().item()

@@ -49,6 +49,7 @@ from verl.trainer.metrics import (
     compute_timing_metrics,
     new_metric_store,
     reduce_metrics,
+    validation_score_metrics,
 )
 from verl.trainer.preemption import StopRequest
 from verl.utils.seqlen_balancing import balance_batch
@@ -463,6 +464,9 @@ class RayPPOTrainer:
         wg = self.rollout_wg
         n = int(self.config.worker.rollout.val_override_config.get("n", 1))  # one sample per prompt unless set
         scores: list[float] = []
+        prompt_ids: list[str] = []
+        sources: list[str] | None = []  # the reward's route_key column, while every batch has it
+        route_key = self.config.worker.reward.route_key
         metrics = new_metric_store()
         samples: list[tuple[str, str, str, float]] = []
         logger.info(  # a large validation set takes minutes, with nothing else on the console meanwhile
@@ -473,8 +477,9 @@ class RayPPOTrainer:
             len(self.val_dataloader),
         )
         wg.prepare_rollout_engine()
-        for batch in self.val_dataloader:
-            batch.non_tensor_batch["uid"] = np.array([f"val-{i}" for i in range(len(batch))], dtype=object)
+        for batch_index, batch in enumerate(self.val_dataloader):
+            uids = [f"val-{batch_index}-{i}" for i in range(len(batch))]
+            batch.non_tensor_batch["uid"] = np.array(uids, dtype=object)
             gen_batch = split_generation_inputs(batch, all_columns=bool(self.config.worker.rollout.env))
             output = wg.generate_sequences(gen_batch, self._rollout_request(validate=True, sampling={"n": n}))
             output.meta_info.pop("metrics", None)
@@ -482,6 +487,9 @@ class RayPPOTrainer:
             reward_tensor, reward_metrics = self.scorer.score(batch)
             batch_scores = reward_tensor.sum(-1).tolist()
             scores.extend(batch_scores)
+            prompt_ids.extend(batch.non_tensor_batch["uid"].tolist())
+            column = batch.non_tensor_batch.get(route_key)
+            sources = sources + column.tolist() if sources is not None and column is not None else None
             append_metrics(metrics, applicable_values({f"val/{k}_reward": v for k, v in reward_metrics.items()}))
             lengths = batch.batch["response_mask"].sum(-1).float()
             append_metrics(metrics, {"val_response_length/mean": lengths.tolist()})
@@ -489,6 +497,7 @@ class RayPPOTrainer:
         wg.release_rollout_engine()
         result = reduce_metrics(metrics)
         result["val/reward_score"] = float(np.mean(scores)) if scores else 0.0
+        result.update(validation_score_metrics(scores, prompt_ids, sources))
         self._log_generations(samples)
         return result
 
