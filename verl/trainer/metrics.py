@@ -86,7 +86,9 @@ def compute_env_metrics(batch: DataProto) -> dict[str, float]:
     return metrics
 
 
-def validation_score_metrics(scores: list[float], prompt_ids: list[str], sources: list[str] | None) -> dict[str, float]:
+def validation_score_metrics(
+    scores: list[float], prompt_ids: list[str], sources: list[str] | None
+) -> dict[str, float]:
     """With several samples per prompt (n, from val_override_config): val/reward_score/best@n, the mean over prompts
     of their best sample's score (pass@n for 0/1 rewards). With a source column of several values (the reward's
     route_key, data_source by default): val/<source>/reward_score, and its best@n, per source."""
