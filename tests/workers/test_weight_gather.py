@@ -147,6 +147,16 @@ def _run_mix(rank: int, world_size: int, port: int, model_dir: str) -> None:
     assert all(torch.equal(value, moved[name]) for name, value in full(fresh).items())
     with pytest.raises(ValueError, match="two different models"):
         mix_parameters(plain.model, actor, 1.0)
+    # on CUDA the reference is stored in bf16 (a frozen model needs no fp32 master): the mix is rounded to it
+    bf16 = create_fsdp_model(
+        ModelConfig(model_path=model_dir), FSDPConfig(), mesh, torch.device("cpu"), dtype=torch.bfloat16
+    )
+    start = full(bf16)
+    mix_parameters(bf16, actor, 0.6)
+    for name, value in full(bf16).items():
+        assert value.dtype == torch.bfloat16
+        expected = start[name].lerp(moved[name].to(torch.bfloat16), 0.6)
+        assert torch.equal(value, expected), name
     dist.destroy_process_group()
 
 
