@@ -176,6 +176,32 @@ def test_evaluate_scores_episodes_and_writes_their_conversations(monkeypatch, tm
     assert resent == '<tool_call>\n{"name": "multiply", "arguments": {"a": 2, "b": 4}}\n</tool_call>'  # as text
 
 
+def test_a_reward_functions_extra_info_holds_what_training_gives_it(monkeypatch, tmp_path, capsys):
+    """The row's other columns and the episode's figures; its prompt and answer columns come as `prompt` and
+    `ground_truth` only, as the trainer passes them."""
+    (tmp_path / "keys.py").write_text(
+        "def keys(sample):\n"
+        "    extra = set(sample['extra_info'])\n"
+        "    episode = {'last_turn', 'episode_messages', 'env_turns'} <= extra\n"
+        "    leaked = bool(extra & {'question', 'solution', 'ground_truth'})\n"
+        "    return {'overall': 1.0, 'source': 'data_source' in extra, 'episode': episode, 'leaked': leaked}\n"
+    )
+    rows = [{"question": "6 x 7?", "solution": "42", "data_source": "math"}]
+    output = tmp_path / "episodes.jsonl"
+    run_evaluate(
+        monkeypatch,
+        tmp_path,
+        capsys,
+        {"6 x 7?": ["It is 42."]},
+        rows,
+        *("--env", f"{CALCULATOR}:Multiplier", "--prompt-key", "question", "--answer-key", "solution"),
+        *("--reward", f"{tmp_path / 'keys.py'}:keys", "--output", str(output)),
+    )
+    (record,) = [json.loads(line) for line in output.read_text().splitlines()]
+    assert record["scores"] == {"overall": 1.0, "source": 1.0, "episode": 1.0, "leaked": 0.0}
+    assert record["prompt"] == "6 x 7?" and record["ground_truth"] == "42"
+
+
 PICTURE_ENV = """
 from PIL import Image
 

@@ -111,6 +111,9 @@ class EpisodeSetup:
     messages: bool = False
     """Whether the row's prompt was a list of chat messages (reward functions in TRL's signature then get the
     completion as messages)."""
+    data_columns: frozenset[str] = frozenset()
+    """The row's prompt and answer columns, which a reward function gets as `prompt` and `ground_truth` and, as in
+    training, not again in extra_info."""
 
 
 @dataclass
@@ -279,7 +282,7 @@ def reward_sample(index: int, setup: EpisodeSetup, result: EpisodeResult) -> dic
     env_<count>, env_<episode_info key>, last_turn and episode_messages."""
     episode = after_prompt(result.messages, len(setup.context))
     shown = [message for message in episode if not message.get("cut")]
-    extra = {key: value for key, value in setup.row.items() if key != "ground_truth"}
+    extra = {key: value for key, value in setup.row.items() if key != "ground_truth" and key not in setup.data_columns}
     counts = {key: value for key, value in result.counts.items() if key != "done"}
     extra.update({f"env_{key}": float(value) for key, value in {**counts, **result.info}.items()})
     extra.update(last_turn=result.last_turn, episode_messages=episode)
@@ -456,7 +459,10 @@ def main(argv: list[str] | None = None) -> int:
             images = _row_images(row.get(args.image_key), image_dir, index)
             context, prompt = prompts[index]
             as_messages = isinstance(row.get(args.prompt_key), list)
-            setup = EpisodeSetup(fields, prompt, images, model, args.max_turns, sampling, context, as_messages)
+            data_columns = frozenset({args.prompt_key, args.answer_key})  # as the trainer leaves them out
+            setup = EpisodeSetup(
+                fields, prompt, images, model, args.max_turns, sampling, context, as_messages, data_columns
+            )
             run = run_client_episode if isinstance(env, ChatClientEnv) else run_episode
             result = run(env, setup, client)
             line: dict[str, Any] = {"row": index, **result.counts, **result.info}
