@@ -296,6 +296,20 @@ def test_format_prompt_sees_every_column_and_override_chat_template_replaces_the
         RLHFDataset(ROWS[:1], text_tokenizer, format_prompt=str(unclosed))
 
 
+def test_a_tokenizer_without_chat_template_is_named_with_the_key_that_gives_one(tmp_path, text_tokenizer):
+    """A base model's tokenizer has no chat template: the dataset says so at once, naming data.override_chat_template,
+    with which it renders."""
+    import copy
+
+    base = copy.deepcopy(text_tokenizer)
+    base.chat_template = None
+    with pytest.raises(ValueError, match=r"has no chat template \(a base model\?\).*data.override_chat_template"):
+        RLHFDataset(ROWS[:1], base)
+    chat = tmp_path / "chat.jinja"
+    chat.write_text("{% for m in messages %}Q: {{ m['content'] }}\n{% endfor %}A:")
+    assert RLHFDataset(ROWS[:1], base, override_chat_template=str(chat))[0]["prompt_text"].endswith("A:")
+
+
 def test_a_prompt_given_as_chat_messages_renders_them_all_and_formats_the_last(tmp_path, text_tokenizer):
     """verl's and TRL's layout: a list of messages (system, few-shot turns, the user's); the answer inside a dict
     column, named with dots."""

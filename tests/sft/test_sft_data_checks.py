@@ -158,3 +158,15 @@ def test_a_role_typo_shows_the_bad_value(tokenizer):
     not_a_dict = {"messages": ["Hi", {"role": "assistant", "content": "Hello"}]}
     with pytest.raises(SFTDataError, match="message 0 must be a dict with 'role' and 'content', got str"):
         SFTDataset([not_a_dict], tokenizer, None, data_config())
+
+
+def test_a_tokenizer_without_chat_template_is_named_with_the_key_that_gives_one(tokenizer):
+    """A base model to fine-tune has no chat template: the dataset says so, naming data.override_chat_template."""
+    import copy
+
+    base = copy.deepcopy(tokenizer)
+    base.chat_template = None
+    with pytest.raises(SFTDataError, match=r"has no chat template \(a base model\?\).*data.override_chat_template"):
+        SFTDataset([_turns("Hi", "Hello")], base, None, data_config())
+    base.chat_template = tokenizer.chat_template  # what get_tokenizer sets from data.override_chat_template
+    assert len(SFTDataset([_turns("Hi", "Hello")], base, None, data_config())) == 1

@@ -150,6 +150,14 @@ class RLHFDataset(Dataset):
         self.chat_template = (
             _read_text_file(override_chat_template, "data.override_chat_template") if override_chat_template else None
         )
+        renderer = processor if processor is not None else tokenizer
+        if self.chat_template is None and getattr(renderer, "chat_template", None) is None:
+            raise ValueError(
+                f"The tokenizer of {getattr(tokenizer, 'name_or_path', 'the model')!r} has no chat template (a base "
+                "model?), which renders each prompt: set data.override_chat_template to a Jinja template file (an "
+                "instruct model of the same family has one: its chat_template.jinja, or tokenizer_config.json's "
+                "chat_template), or train from an instruct model."
+            )
         self.rope_index = None
         if processor is not None:
             if model_config is None:

@@ -250,6 +250,13 @@ class SFTDataset(torch.utils.data.Dataset):
 
     def _render(self, messages: list[dict[str, Any]], generation_prompt: bool, tools: Any = None) -> str:
         renderer = self.processor if self.processor is not None else self.tokenizer
+        if getattr(renderer, "chat_template", None) is None:
+            raise SFTDataError(
+                f"The tokenizer of {getattr(self.tokenizer, 'name_or_path', 'the model')!r} has no chat template (a "
+                "base model?), which renders each conversation: set data.override_chat_template to a Jinja template "
+                "file (an instruct model of the same family has one: its chat_template.jinja, or "
+                "tokenizer_config.json's chat_template)."
+            )
         extra = {"tools": tools} if tools else {}
         return renderer.apply_chat_template(
             self._structured(messages), add_generation_prompt=generation_prompt, tokenize=False, **extra
