@@ -1160,3 +1160,28 @@ def test_head_sizes_the_cpu_engine_cannot_run_are_refused(files, tmp_path):
     assert load_config([*args, f"worker.actor.model.model_path={wide}"]).worker.actor.model.model_path == wide
     with pytest.raises(ConfigError, match=r"worker.reward.judge.model_path='.*narrow' has attention heads of 16"):
         load_config([*args, f"worker.actor.model.model_path={wide}", f"worker.reward.judge.model_path={narrow}"])
+
+
+def test_a_sequence_longer_than_the_models_positions_is_refused_where_vllm_would(files, monkeypatch):
+    """prompt + response past max_position_embeddings: refused at load (vLLM refuses it in every worker as the engine
+    starts), unless RoPE scaling or VLLM_ALLOW_LONG_MAX_MODEL_LEN lets vLLM take it."""
+    lengths = ["data.max_prompt_length=400", "data.max_response_length=200"]
+    for name, config in (
+        ("short", {"max_position_embeddings": 512}),
+        ("short_vl", {"text_config": {"max_position_embeddings": 512}}),
+    ):
+        model = config_only_model(files / name, config)
+        args = [*base_args(files), f"worker.actor.model.model_path={model}", *lengths]
+        with pytest.raises(
+            ConfigError, match=r"data.max_prompt_length \+ data.max_response_length = 600 exceeds the 512 positions"
+        ):
+            load_config(args)
+    with pytest.raises(ConfigError, match=r"worker.rollout.max_model_len=1100 exceeds the 512 positions"):
+        load_config([*args[:-2], "worker.rollout.max_model_len=1100"])
+    assert load_config([*args[:-2], "data.max_prompt_length=312", "data.max_response_length=200"])  # 512 fits
+    scaled = config_only_model(
+        files / "scaled", {"max_position_embeddings": 512, "rope_scaling": {"rope_type": "linear", "factor": 4.0}}
+    )
+    assert load_config([*base_args(files), f"worker.actor.model.model_path={scaled}", *lengths])
+    monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
+    assert load_config(args)

@@ -603,6 +603,7 @@ def check_cross_section(config: PPOConfig) -> None:
             _check_ulysses(config, role, section)
     _check_batch_sizes(config)
     _check_engine_heads(config, on_cpu)
+    _check_context_length(config)
     _check_validation(config)
     for role in ("actor", "critic", "ref"):
         getattr(worker, role).fsdp.check_world(f"worker.{role}.fsdp.", config.trainer.world_size())
@@ -816,6 +817,37 @@ def _check_engine_heads(config: PPOConfig, on_cpu: bool) -> None:
                 f"worker.rollout.tensor_parallel_size={size} must divide the model's {name}={heads} (each engine "
                 "process computes a share of the heads); choose a size that divides it."
             )
+
+
+def _check_context_length(config: PPOConfig) -> None:
+    """The engine holds prompt + response in one sequence; vLLM refuses a length past the model's
+    max_position_embeddings as it starts, inside every worker. Checked where that refusal is certain: no RoPE
+    scaling that could raise the limit, and no VLLM_ALLOW_LONG_MAX_MODEL_LEN."""
+    data, rollout = config.data, config.worker.rollout
+    key, path = "worker.actor.model.model_path", config.worker.actor.model.model_path
+    model_config = read_model_config(key, path)
+    if model_config is None or os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0") not in ("", "0"):
+        return
+    text = model_config.get("text_config", model_config)
+    limit = text.get("max_position_embeddings")
+    rope = [text.get("rope_scaling"), text.get("rope_parameters")]
+    rope += [value for value in rope if isinstance(value, dict) for value in value.values()]  # per layer type
+    scaled = any(isinstance(value, dict) and value.get("factor") not in (None, 1, 1.0) for value in rope)
+    if not isinstance(limit, int) or scaled:
+        return
+    sequence = data.max_prompt_length + data.max_response_length
+    length = rollout.max_model_len or sequence
+    if length > limit:
+        source = (
+            f"data.max_prompt_length + data.max_response_length = {length}"
+            if length == sequence  # the default of worker.rollout.max_model_len
+            else f"worker.rollout.max_model_len={length}"
+        )
+        raise ConfigError(
+            f"{source} exceeds the {limit} positions of {key}='{path}' (max_position_embeddings in its "
+            "config.json), which vLLM refuses: shorten the sequence, or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 if the "
+            "model handles longer sequences (RoPE scaling)."
+        )
 
 
 def _check_cpu_head_size(key: str, path: str | None, model_config: dict[str, Any] | None = None) -> None:
