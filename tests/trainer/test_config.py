@@ -1185,3 +1185,29 @@ def test_a_sequence_longer_than_the_models_positions_is_refused_where_vllm_would
     assert load_config([*base_args(files), f"worker.actor.model.model_path={scaled}", *lengths])
     monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
     assert load_config(args)
+
+
+def test_a_kv_cache_too_small_for_one_sequence_is_refused_with_the_size_that_fits(files):
+    """vLLM needs max_model_len tokens in whole blocks (128 on the CPU) plus its null block: 4,096 bytes a token for
+    this model (2 x 4 layers x 2 key/value heads x 64 x fp32), so 1 MiB holds 128 tokens and not 129."""
+    from verl.trainer.config import _check_kv_cache
+
+    dense = {"num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 256}
+    model = config_only_model(files / "dense", dense)
+    args = [*base_args(files), f"worker.actor.model.model_path={model}", "trainer.device=cpu"]
+    small = ["worker.rollout.kv_cache_memory_mb=1", "data.max_prompt_length=64"]
+    assert load_config([*args, *small, "data.max_response_length=64"])
+    with pytest.raises(
+        ConfigError,
+        match=r"kv_cache_memory_mb=1 cannot hold one sequence of max_model_len=129 tokens .*4096 bytes.*at least 2,",
+    ):
+        load_config([*args, *small, "data.max_response_length=65"])
+    hybrid = config_only_model(files / "hybrid", {**dense, "layer_types": ["linear_attention", "full_attention"] * 2})
+    assert load_config([*args, *small, "data.max_response_length=65", f"worker.actor.model.model_path={hybrid}"])
+    # on a GPU with an explicit size: blocks of 16 tokens, in the rollout's dtype (bf16: 2,048 bytes a token)
+    config = load_config([*args, *small, "data.max_response_length=64"])
+    config.worker.rollout.max_model_len = 16 * 31  # 31 blocks and the null block: exactly 1 MiB
+    _check_kv_cache(config, on_cpu=False)
+    config.worker.rollout.max_model_len += 1
+    with pytest.raises(ConfigError, match=r"2048 bytes of keys and values per token\): raise it to at least 2"):
+        _check_kv_cache(config, on_cpu=False)

@@ -604,6 +604,7 @@ def check_cross_section(config: PPOConfig) -> None:
     _check_batch_sizes(config)
     _check_engine_heads(config, on_cpu)
     _check_context_length(config)
+    _check_kv_cache(config, on_cpu)
     _check_validation(config)
     for role in ("actor", "critic", "ref"):
         getattr(worker, role).fsdp.check_world(f"worker.{role}.fsdp.", config.trainer.world_size())
@@ -847,6 +848,44 @@ def _check_context_length(config: PPOConfig) -> None:
             f"{source} exceeds the {limit} positions of {key}='{path}' (max_position_embeddings in its "
             "config.json), which vLLM refuses: shorten the sequence, or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 if the "
             "model handles longer sequences (RoPE scaling)."
+        )
+
+
+_KV_DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
+
+
+def _check_kv_cache(config: PPOConfig, on_cpu: bool) -> None:
+    """An explicit KV cache (worker.rollout.kv_cache_memory_mb, always set on the CPU) must hold one sequence of
+    max_model_len tokens in whole blocks, plus vLLM's null block, else vLLM refuses it in every worker as the engine
+    starts. Checked for dense attention (every layer a full-attention layer with its own keys and values), whose
+    size is 2 x layers x key/value heads x head size x dtype bytes per token."""
+    from verl.workers.rollout.config import CPU_DEFAULT_KV_CACHE_MB
+
+    rollout = config.worker.rollout
+    megabytes = rollout.kv_cache_memory_mb or (CPU_DEFAULT_KV_CACHE_MB if on_cpu else None)
+    model_config = read_model_config("worker.actor.model.model_path", config.worker.actor.model.model_path)
+    if megabytes is None or model_config is None:
+        return
+    text = model_config.get("text_config", model_config)
+    layers, heads, width = text.get("num_hidden_layers"), text.get("num_attention_heads"), text.get("hidden_size")
+    dense = set(text.get("layer_types") or ["full_attention"]) == {"full_attention"}
+    special = any(text.get(key) for key in ("kv_lora_rank", "use_sliding_window", "sliding_window_pattern"))
+    dtype_bytes = 4 if on_cpu else _KV_DTYPE_BYTES.get(rollout.dtype)
+    if not (isinstance(layers, int) and isinstance(heads, int) and dense) or special or dtype_bytes is None:
+        return
+    head_size = text.get("head_dim") or (width // heads if isinstance(width, int) else None)
+    if not head_size:
+        return
+    kv_heads = max(1, (text.get("num_key_value_heads") or heads) // (rollout.tensor_parallel_size or 1))
+    per_token = 2 * layers * kv_heads * head_size * dtype_bytes
+    length, block = rollout.max_model_len, 128 if on_cpu else 16  # vLLM's default block sizes
+    blocks = -(-length // block) + 1  # vLLM keeps one block of the pool as its null block
+    if megabytes * 2**20 < blocks * block * per_token:
+        need = -(-blocks * block * per_token // 2**20)
+        raise ConfigError(
+            f"worker.rollout.kv_cache_memory_mb={megabytes} cannot hold one sequence of max_model_len={length} tokens "
+            f"of this model ({per_token} bytes of keys and values per token): raise it to at least {need}, or shorten "
+            "data.max_prompt_length + data.max_response_length."
         )
 
 

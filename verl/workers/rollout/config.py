@@ -24,6 +24,8 @@ WEIGHT_SYNC_PATHS: tuple[str, ...] = ("loader", "direct")
 """Values of rollout.weight_sync."""
 ROLLOUT_MODES: tuple[str, ...] = ("sync", "colocated", "disaggregated")
 """Values of rollout.mode (docs/async.md)."""
+CPU_DEFAULT_KV_CACHE_MB = 256
+"""rollout.kv_cache_memory_mb on the CPU when unset (vLLM would otherwise reserve a share of the host's RAM)."""
 FIXED_SAMPLING_KEYS: frozenset[str] = frozenset({"max_tokens", "detokenize", "output_kind"})
 """vLLM SamplingParams fields the rollout sets itself (max_tokens is rollout.response_length)."""
 

@@ -28,7 +28,7 @@ from verl.protocol import DataProto, plain_value, to_object_array
 from verl.utils import device, quiet
 from verl.workers.rollout import vllm_compat
 from verl.workers.rollout.client_episodes import ClientTurns
-from verl.workers.rollout.config import RolloutConfig, check_sampling_overrides
+from verl.workers.rollout.config import CPU_DEFAULT_KV_CACHE_MB, RolloutConfig, check_sampling_overrides
 from verl.workers.rollout.engine_mirror import EngineLeader, follow
 from verl.workers.rollout.multi_turn import (
     ChatContinuation,
@@ -46,7 +46,6 @@ logger = logging.getLogger(__name__)
 
 _DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16"}
 _DTYPES.update({"fp32": "float32", "float32": "float32"})
-CPU_DEFAULT_KV_CACHE_MB = 256
 POLL_ENGINE_STEPS = 256
 """Most engine steps of one streaming generate_async poll (a count, not a time: tensor-parallel peers step alike)."""
 
