@@ -149,3 +149,23 @@ def test_a_decompression_bomb_and_an_extreme_aspect_ratio_are_named_or_skipped(t
         loader, _ = create_dataloader(_config(tmp_path, train, skip_bad_rows=True), tokenizer, processor)
     assert f"Skipped 2 bad row(s) of file '{train}' (data.skip_bad_rows=true)" in caplog.text
     assert [list(batch.non_tensor_batch["ground_truth"]) for batch in loader] == [["0", "2"]]
+
+
+def test_a_base64_data_url_reads_as_its_bytes_and_a_web_url_is_named(tmp_path, vl):
+    """OpenAI's image_url layout: a data URL gives the same picture (and prompt ids) as the file; an http(s) URL is
+    a row error saying the trainer does not fetch images."""
+    import base64
+
+    tokenizer, processor = vl
+    png = _noise_png(tmp_path / "a.png")
+    url = "data:image/png;base64," + base64.b64encode(png).decode()
+    rows = [{"prompt": "<image> Picture.", "answer": "0", "images": [image]} for image in ("a.png", url)]
+    dataset = RLHFDataset(rows, tokenizer, processor, image_dir=str(tmp_path), **PIXELS)
+    from_file, from_url = dataset[0], dataset[1]
+    assert from_file["raw_prompt_ids"] == from_url["raw_prompt_ids"]
+    assert np.array_equal(
+        np.asarray(from_file["multi_modal_data"]["images"][0]), np.asarray(from_url["multi_modal_data"]["images"][0])
+    )
+    web = [{"prompt": "<image> Picture.", "answer": "0", "images": ["https://example.com/a.png"]}]
+    with pytest.raises(DatasetRowError, match=r"row 0, key 'images': image 0 .*is a URL; the trainer does not fetch"):
+        RLHFDataset(web, tokenizer, processor, **PIXELS)

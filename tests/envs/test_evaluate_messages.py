@@ -61,6 +61,11 @@ def test_row_images_are_read_relative_to_the_image_folder(tmp_path):
         ValueError, match=r"row 3: image 0 cannot be read: image file .*missing.png' does not exist \(--image-dir\)"
     ):
         _row_images("missing.png", str(tmp_path), 3)
+    import base64
+
+    url = "data:image/png;base64," + base64.b64encode((tmp_path / "green.png").read_bytes()).decode()
+    (decoded,) = _row_images([url], str(tmp_path), 0)  # OpenAI's image_url layout, as training reads it
+    assert decoded.getpixel((0, 0)) == (0, 255, 0)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ Every image and video frame is resized to the pixel budget once and the resized 
 and vLLM agree on the number of image tokens. Videos are decoded here with PyAV at a fixed frame rate (no optional
 video backend needed) and travel as uint8 arrays (frames, height, width, 3)."""
 
+import base64
 import io
 import math
 import os
@@ -90,9 +91,9 @@ def resolve_path(path: str, base_dir: str | None) -> str:
 
 
 def open_image(value: ImageValue, image_dir: str | None = None) -> Image.Image:
-    """Open an image given as a path (relative to image_dir), bytes, a {"bytes", "path"} dict or a PIL image.
-    Reads only the header (`.load()` decodes). Raises FileNotFoundError, TypeError (unsupported value) or
-    UnidentifiedImageError."""
+    """Open an image given as a path (relative to image_dir), a base64 data URL, bytes, a {"bytes", "path"} dict or a
+    PIL image. Reads only the header (`.load()` decodes). Raises FileNotFoundError, TypeError (unsupported value),
+    ValueError (a URL, a data URL not in base64) or UnidentifiedImageError."""
     if isinstance(value, Image.Image):
         return value
     if isinstance(value, dict):  # Hugging Face `Image` feature without decoding, e.g. parquet written by datasets
@@ -104,6 +105,16 @@ def open_image(value: ImageValue, image_dir: str | None = None) -> Image.Image:
             raise TypeError(f"image dict has neither 'bytes' nor 'path' (keys: {sorted(value)})")
     if isinstance(value, (bytes, bytearray)):
         return Image.open(io.BytesIO(value))
+    if isinstance(value, str) and value.startswith("data:image/"):  # a data URL (OpenAI's image_url layout)
+        header, _, payload = value.partition(",")
+        if not header.endswith(";base64"):
+            raise ValueError(f"image data URL {value[:40]!r}... is not base64 (data:image/<type>;base64,<data>)")
+        return Image.open(io.BytesIO(base64.b64decode(payload)))
+    if isinstance(value, str) and value.startswith(("http://", "https://")):
+        raise ValueError(
+            f"image {value!r} is a URL; the trainer does not fetch images: download them and give their paths (or "
+            "the bytes)"
+        )
     if isinstance(value, str):
         path = resolve_path(value, image_dir)
         if not os.path.isfile(path):

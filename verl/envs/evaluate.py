@@ -534,7 +534,8 @@ def _json_object(text: str, option: str) -> dict[str, Any]:
 
 
 def _row_images(value: Any, image_dir: str, index: int) -> list[Any]:
-    """A row's images, decoded as RGB (a path, bytes or {"bytes"/"path"} dict each), or [] without any."""
+    """A row's images, decoded as RGB (a path, a base64 data URL, bytes or {"bytes"/"path"} dict each), or [] without
+    any."""
     from verl.data.multimodal import open_image, resolve_path
 
     if value is None:
@@ -543,9 +544,10 @@ def _row_images(value: Any, image_dir: str, index: int) -> list[Any]:
     images = []
     for position, item in enumerate(values):
         try:
-            if isinstance(item, str) and not os.path.isfile(resolve_path(item, image_dir)):
-                raise FileNotFoundError(f"image file {resolve_path(item, image_dir)!r} does not exist (--image-dir)")
             images.append(open_image(item, image_dir).convert("RGB"))
+        except FileNotFoundError:
+            missing = f"image file {resolve_path(item, image_dir)!r} does not exist (--image-dir)"
+            raise ValueError(f"row {index}: image {position} cannot be read: {missing}") from None
         except (OSError, TypeError, ValueError) as error:
             raise ValueError(f"row {index}: image {position} cannot be read: {error}") from None
     return images

@@ -80,7 +80,8 @@ class DataConfig:
     """Column holding the ground truth passed to the reward function; a field of a dict column is named with dots
     (reward_model.ground_truth)."""
     image_key: str = "images"
-    """Column holding a list of images (paths, bytes, {bytes: ...} dicts or PIL images)."""
+    """Column holding a list of images (paths, base64 data URLs, bytes, {bytes: ...} dicts or PIL images; web URLs
+    are not fetched)."""
     video_key: str = "videos"
     """Column holding a list of video paths."""
     image_dir: str | None = None
