@@ -43,7 +43,8 @@ class SFTDataConfig:
     """With prompt_key: the column with the assistant's answer (a string, or its messages: TRL's `completion`), the
     only part learned."""
     image_key: str = "images"
-    """Column with the row's images (paths, base64 data URLs, bytes or PIL images); a <image> marker in a message places one."""
+    """Column with the row's images (paths, base64 data URLs, bytes or PIL images); a <image> marker in a message
+    places one."""
     tools_key: str = "tools"
     """Column with the tools' JSON schemas (a list), which the chat template describes in the conversation, as it
     does in the prompts of an RL run with a ToolEnv (`ToolEnv.tool_schemas()`); a missing or empty column: none.
