@@ -1204,6 +1204,8 @@ def test_a_kv_cache_too_small_for_one_sequence_is_refused_with_the_size_that_fit
         load_config([*args, *small, "data.max_response_length=65"])
     hybrid = config_only_model(files / "hybrid", {**dense, "layer_types": ["linear_attention", "full_attention"] * 2})
     assert load_config([*args, *small, "data.max_response_length=65", f"worker.actor.model.model_path={hybrid}"])
+    sliding = config_only_model(files / "sliding", {**dense, "sliding_window": 64})  # a window caps its cache
+    assert load_config([*args, *small, "data.max_response_length=65", f"worker.actor.model.model_path={sliding}"])
     # on a GPU with an explicit size: blocks of 16 tokens, in the rollout's dtype (bf16: 2,048 bytes a token)
     config = load_config([*args, *small, "data.max_response_length=64"])
     config.worker.rollout.max_model_len = 16 * 31  # 31 blocks and the null block: exactly 1 MiB

@@ -870,7 +870,8 @@ def _check_kv_cache(config: PPOConfig, on_cpu: bool) -> None:
     text = model_config.get("text_config", model_config)
     layers, heads, width = text.get("num_hidden_layers"), text.get("num_attention_heads"), text.get("hidden_size")
     dense = set(text.get("layer_types") or ["full_attention"]) == {"full_attention"}
-    special = any(text.get(key) for key in ("kv_lora_rank", "use_sliding_window", "sliding_window_pattern"))
+    sliding = text.get("sliding_window") and text.get("use_sliding_window", True)  # Qwen2 names one it does not use
+    special = sliding or any(text.get(key) for key in ("kv_lora_rank", "sliding_window_pattern"))
     dtype_bytes = 4 if on_cpu else _KV_DTYPE_BYTES.get(rollout.dtype)
     if not (isinstance(layers, int) and isinstance(heads, int) and dense) or special or dtype_bytes is None:
         return
