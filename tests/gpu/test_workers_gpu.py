@@ -399,6 +399,15 @@ def test_actor_rollout_ref_step_on_cuda(workspace, tmp_path):
     worker.load_checkpoint(str(tmp_path / "global_step_1"))
     after = worker.compute_log_probs(rollout).batch["old_log_probs"]
     assert (after - old).abs().max() > 0  # the update changed the policy
+    # algorithm.ref_sync_steps: the bf16 reference takes the fp32 actor's weights, both offloaded before and after
+    worker.sync_reference(1.0)
+    assert all(param.device.type == "cpu" for param in worker.ref_module.parameters())
+    synced = worker.compute_ref_log_probs(rollout).batch["ref_log_probs"]
+    assert (synced - after).abs().max() < 0.1 and (synced - ref).abs().max() > 0
+    worker.save_checkpoint(str(tmp_path / "step_2" / "actor"), reference_path=str(tmp_path / "step_2" / "ref"))
+    from verl.utils.checkpoint import has_checkpoint
+
+    assert has_checkpoint(str(tmp_path / "step_2" / "ref"))
 
 
 def test_lora_actor_rollout_ref_on_cuda(workspace, tmp_path):
