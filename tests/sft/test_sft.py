@@ -230,6 +230,8 @@ def test_config_errors_name_the_key(tmp_path) -> None:
     with pytest.raises(ConfigError, match="trainer.load_checkpoint_path='.*step' must be a global_step_N directory"):
         load_sft_config([*base, f"trainer.load_checkpoint_path={tmp_path / 'step'}"])
     assert not load_sft_config([*base, "trainer.find_last_checkpoint=false"]).trainer.find_last_checkpoint
+    with pytest.raises(ConfigError, match=r"worker.model.attn_implementation=flash_attention_2 runs on CUDA only"):
+        load_sft_config([*base, "worker.model.attn_implementation=flash_attention_2", "trainer.device=cpu"])
 
 
 def test_the_checkpoint_to_resume_from_is_checked_before_ray_starts(models, tmp_path) -> None:

@@ -1213,3 +1213,24 @@ def test_a_kv_cache_too_small_for_one_sequence_is_refused_with_the_size_that_fit
     config.worker.rollout.max_model_len += 1
     with pytest.raises(ConfigError, match=r"2048 bytes of keys and values per token\): raise it to at least 2"):
         _check_kv_cache(config, on_cpu=False)
+
+
+def test_flash_attention_is_refused_where_it_cannot_run(files):
+    """flash-attn runs on CUDA only, and only where it is installed (one machine: the driver sees the workers'
+    packages; a multi-node driver is not checked)."""
+    import importlib.util
+
+    from verl.trainer.config import _check_flash_attention
+
+    flash = "worker.actor.model.attn_implementation=flash_attention_2"
+    with pytest.raises(ConfigError, match=r"flash_attention_2 runs on CUDA only; on the CPU use auto"):
+        load_config([*base_args(files), flash, "trainer.device=cpu"])
+    config = load_config(base_args(files))
+    config.worker.actor.model.attn_implementation = "flash_attention_2"
+    if importlib.util.find_spec("flash_attn") is None:
+        with pytest.raises(ConfigError, match=r"needs the flash-attn package, which is not installed"):
+            _check_flash_attention(config, on_cpu=False)
+    else:
+        _check_flash_attention(config, on_cpu=False)
+    config.trainer.nnodes = 2
+    _check_flash_attention(config, on_cpu=False)

@@ -362,6 +362,24 @@ def refuse_unchecked_experts(what: str, model_config: dict[str, Any]) -> None:
         )
 
 
+def check_attention_available(prefix: str, model: "ModelConfig", on_cpu: bool, single_machine: bool) -> None:
+    """model.attn_implementation=flash_attention_*: flash-attn runs on CUDA only, and on one machine the driver sees
+    the workers' packages (a multi-node driver may run where flash-attn is not installed: not checked)."""
+    import importlib.util
+
+    requested = model.attn_implementation
+    if not requested.startswith("flash_attention"):
+        return
+    key = f"{prefix}attn_implementation={requested}"
+    if on_cpu:
+        raise ConfigError(f"{key} runs on CUDA only; on the CPU use auto (exact packed attention) or sdpa.")
+    if single_machine and importlib.util.find_spec("flash_attn") is None:
+        raise ConfigError(
+            f"{key} needs the flash-attn package, which is not installed: install it (the `flash` extra) or use "
+            "auto (exact packed attention without flash-attn)."
+        )
+
+
 def read_model_config(key: str, path: str | None) -> dict[str, Any] | None:
     """The config.json of the local model directory named by config key `key`; None for a hub id (or no file)."""
     config_file = os.path.join(path, "config.json") if path else ""

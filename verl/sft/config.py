@@ -10,7 +10,7 @@ sections (the batch over the devices).
 
 from dataclasses import dataclass, field
 
-from verl.models.config import FSDPConfig, ModelConfig, refuse_lora_on_experts
+from verl.models.config import FSDPConfig, ModelConfig, check_attention_available, refuse_lora_on_experts
 from verl.trainer.config import BaseTrainerConfig
 from verl.utils.config import (
     ConfigError,
@@ -22,6 +22,7 @@ from verl.utils.config import (
     require_pixel_range,
     require_positive,
 )
+from verl.utils.device import is_cuda_available
 from verl.utils.optim import OptimConfig
 
 
@@ -157,6 +158,8 @@ def validate_sft_config(config: SFTConfig) -> None:
             f"{world} devices."
         )
     worker.fsdp.check_world("worker.fsdp.", world)
+    on_cpu = trainer.device == "cpu" or not is_cuda_available()
+    check_attention_available("worker.model.", worker.model, on_cpu, single_machine=trainer.nnodes == 1)
     data.check_files("data.")
     worker.check_files("worker.")
     trainer.check_files("trainer.")

@@ -26,6 +26,7 @@ from verl.algorithms.user_functions import is_user_spec, require_algorithm
 from verl.models.config import (
     SEQUENCE_PARALLEL_REFUSAL,
     SLIDING_WINDOW_SEQUENCE_PARALLEL_REFUSAL,
+    check_attention_available,
     read_model_config,
     recurrent_layer_types,
 )
@@ -606,6 +607,7 @@ def check_cross_section(config: PPOConfig) -> None:
     _check_engine_heads(config, on_cpu)
     _check_context_length(config)
     _check_kv_cache(config, on_cpu)
+    _check_flash_attention(config, on_cpu)
     _check_validation(config)
     for role in ("actor", "critic", "ref"):
         getattr(worker, role).fsdp.check_world(f"worker.{role}.fsdp.", config.trainer.world_size())
@@ -850,6 +852,14 @@ def _check_context_length(config: PPOConfig) -> None:
             "config.json), which vLLM refuses: shorten the sequence, or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 if the "
             "model handles longer sequences (RoPE scaling)."
         )
+
+
+def _check_flash_attention(config: PPOConfig, on_cpu: bool) -> None:
+    """The trained models' attention kernels can run where the workers will (`check_attention_available`)."""
+    single_machine = config.trainer.nnodes == 1
+    check_attention_available("worker.actor.model.", config.worker.actor.model, on_cpu, single_machine)
+    if _algorithms().estimator_needs_critic(config.algorithm.adv_estimator):
+        check_attention_available("worker.critic.model.", config.worker.critic.model, on_cpu, single_machine)
 
 
 _KV_DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
