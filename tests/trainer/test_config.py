@@ -16,6 +16,7 @@ from tests.model_folders import config_only_model
 from verl.trainer.config import PPOConfig, load_config
 from verl.trainer.main import main
 from verl.utils.config import ConfigError, describe_fields
+from verl.utils.device import is_cuda_available
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -564,6 +565,13 @@ def test_main_reports_config_error_without_traceback(files, capsys):
     assert main([*base_args(files), "data.nope=1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("Config error: Unknown config key 'data.nope'") and "Traceback" not in err
+
+
+@pytest.mark.skipif(is_cuda_available(), reason="checks the error on machines without a GPU")
+def test_cuda_without_a_gpu_is_one_line_before_anything_starts(files, capsys):
+    assert main([*base_args(files), "trainer.device=cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Error: trainer.device=cuda but torch sees no CUDA device") and "Traceback" not in err
 
 
 def test_data_errors_are_one_line_and_leave_no_ray_running(files, tmp_path, capsys):

@@ -28,7 +28,9 @@ def test_auto_follows_cuda_availability_and_bad_values_fail():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on machines without a GPU")
 def test_cuda_without_gpu_fails_with_the_fix():
-    with pytest.raises(RuntimeError, match="set trainer.device=cpu"):
+    from verl.utils.config import ConfigError
+
+    with pytest.raises(ConfigError, match="set trainer.device=cpu"):
         device.set_device_type("cuda")
 
 

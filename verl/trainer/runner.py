@@ -200,8 +200,8 @@ def run_ppo(config: PPOConfig) -> dict[str, float]:
 
 
 def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
-    device = resolve_device_type(config.trainer.device)
     try:
+        device = resolve_device_type(config.trainer.device)
         train_dataloader, val_dataloader, tokenizer, processor, resumed = _prepare_inputs(config)
     except (ValueError, TypeError, OSError, RuntimeError) as err:  # user errors: the data, the checkpoint directory
         raise SetupError(str(err)) from err

@@ -35,7 +35,9 @@ def resolve_device_type(requested: str = "auto") -> str:
     if requested == "auto":
         return "cuda" if is_cuda_available() else "cpu"
     if requested == "cuda" and not is_cuda_available():
-        raise RuntimeError(
+        from verl.utils.config import ConfigError  # a value of the config, named as the loader names one
+
+        raise ConfigError(
             "trainer.device=cuda but torch sees no CUDA device in this process; set trainer.device=cpu (or auto), "
             "or check CUDA_VISIBLE_DEVICES and the torch build."
         )
