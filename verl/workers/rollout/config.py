@@ -7,7 +7,7 @@ a bad value or a broken environment is named before Ray starts; limits that depe
 lengths or on the device count are `verl.trainer.config`'s cross-section rules.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from verl.utils.config import ConfigError, require_choice, require_non_negative, require_positive
@@ -32,14 +32,10 @@ FIXED_SAMPLING_KEYS: frozenset[str] = frozenset({"max_tokens", "detokenize", "ou
 
 def check_sampling_overrides(overrides: dict[str, Any], source: str) -> None:
     """A ValueError naming `source` for an override that is not a field of vLLM's SamplingParams or is one the rollout
-    sets itself (imports vLLM)."""
-    from verl.utils import quiet
+    sets itself (vLLM's source is read, not imported)."""
+    from verl.workers.rollout.vllm_compat import sampling_param_names
 
-    quiet.install_worker_filters()  # vLLM's import-time notices, as in a worker
-    from vllm import SamplingParams
-
-    fields = {name for name in SamplingParams.__struct_fields__ if not name.startswith("_")}
-    unknown = sorted(set(overrides) - fields)
+    unknown = sorted(set(overrides) - sampling_param_names())
     if unknown:
         raise ValueError(
             f"Sampling overrides {unknown} ({source}) are not vLLM SamplingParams fields; use e.g. temperature, "
@@ -193,22 +189,31 @@ class RolloutConfig:
                 "above 0 for validation."
             )
 
+    def _check_sampling_ranges(self, prefix: str) -> None:
+        if not isinstance(self.top_k, int) or self.top_k < -1:
+            raise ConfigError(f"{prefix}top_k must be -1 or 0 (no top-k) or at least 1, got {self.top_k}.")
+        if not isinstance(self.top_p, (int, float)) or not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"{prefix}top_p must lie in (0, 1], got {self.top_p}.")
+        if not isinstance(self.temperature, (int, float)) or not 0 <= self.temperature <= 2:  # vLLM: at most 2
+            raise ConfigError(f"{prefix}temperature must lie in [0, 2], got {self.temperature}.")
+
     def _check_val_overrides(self, source: str) -> None:
+        """The keys here (their values are vLLM's to check, when validation first samples); the training settings'
+        ranges for the ones that have them."""
         try:
             check_sampling_overrides(self.val_override_config, source)
-            from vllm import SamplingParams
-
-            kwargs = {"temperature": self.temperature, "top_p": self.top_p, "top_k": max(self.top_k, 0)}
-            SamplingParams(**{**kwargs, **self.val_override_config})
-        except Exception as err:  # noqa: BLE001 - vLLM's validation errors have several classes across versions
-            raise ConfigError(f"{source}={dict(self.val_override_config)}: {err}") from None
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        overrides = self.val_override_config
+        checked = replace(
+            self, **{key: overrides[key] for key in ("temperature", "top_p", "top_k") if key in overrides}
+        )
+        checked._check_sampling_ranges(f"{source}.")
 
     def validate(self, prefix: str) -> None:
         positive = ("n", "tensor_parallel_size", "kv_cache_memory_mb", "max_num_seqs", "max_num_batched_tokens")
         require_positive(self, prefix, *positive)
         require_non_negative(self, prefix, "seed", "limit_images")
-        if self.top_k < -1:
-            raise ConfigError(f"{prefix}top_k must be -1 or 0 (no top-k) or at least 1, got {self.top_k}.")
         require_choice(self, prefix, "name", NAMES)
         require_choice(self, prefix, "dtype", DTYPES)
         if self.max_num_seqs is not None and self.max_num_batched_tokens < self.max_num_seqs:
@@ -217,10 +222,7 @@ class RolloutConfig:
                 f"{self.max_num_seqs}; vLLM needs room for one token of every sequence per step: raise "
                 "max_num_batched_tokens or lower max_num_seqs."
             )
-        if not 0.0 < self.top_p <= 1.0:
-            raise ConfigError(f"{prefix}top_p must lie in (0, 1], got {self.top_p}.")
-        if not 0 <= self.temperature <= 2:  # vLLM refuses a temperature above 2
-            raise ConfigError(f"{prefix}temperature must lie in [0, 2], got {self.temperature}.")
+        self._check_sampling_ranges(prefix)
         self._check_greedy_samples(prefix)
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ConfigError(f"{prefix}gpu_memory_utilization must lie in (0, 1], got {self.gpu_memory_utilization}.")
