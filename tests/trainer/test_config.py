@@ -1221,10 +1221,10 @@ def test_a_kv_cache_too_small_for_one_sequence_is_refused_with_the_size_that_fit
     # on a GPU with an explicit size: blocks of 16 tokens, in the rollout's dtype (bf16: 2,048 bytes a token)
     config = load_config([*args, *small, "data.max_response_length=64"])
     config.worker.rollout.max_model_len = 16 * 31  # 31 blocks and the null block: exactly 1 MiB
-    _check_kv_cache(config, on_cpu=False)
+    _check_kv_cache(config, on_cpu=False, model_config=dense)
     config.worker.rollout.max_model_len += 1
     with pytest.raises(ConfigError, match=r"2048 bytes of keys and values per token\): raise it to at least 2"):
-        _check_kv_cache(config, on_cpu=False)
+        _check_kv_cache(config, on_cpu=False, model_config=dense)
 
 
 def test_flash_attention_is_refused_where_it_cannot_run(files):

@@ -604,9 +604,10 @@ def check_cross_section(config: PPOConfig) -> None:
         if section.ulysses_size != 1:
             _check_ulysses(config, role, section)
     _check_batch_sizes(config)
-    _check_engine_heads(config, on_cpu)
-    _check_context_length(config)
-    _check_kv_cache(config, on_cpu)
+    actor_model = read_model_config("worker.actor.model.model_path", worker.actor.model.model_path)  # None: hub id
+    _check_engine_heads(config, on_cpu, actor_model)
+    _check_context_length(config, actor_model)
+    _check_kv_cache(config, on_cpu, actor_model)
     _check_flash_attention(config, on_cpu)
     _check_validation(config)
     for role in ("actor", "critic", "ref"):
@@ -799,12 +800,11 @@ def _check_ulysses(config: PPOConfig, role: str, section: Any) -> None:
             )
 
 
-def _check_engine_heads(config: PPOConfig, on_cpu: bool) -> None:
+def _check_engine_heads(config: PPOConfig, on_cpu: bool, model_config: dict[str, Any] | None) -> None:
     """A tensor-parallel engine gives each process a share of the heads; vLLM checks the attention heads itself, but
     not a Gated DeltaNet layer's (Qwen3.5), which fails deep in its first forward. On the CPU an engine (the rollout's,
     a CPU judge's) runs only some head sizes and finds out in its first forward too."""
     key, path = "worker.actor.model.model_path", config.worker.actor.model.model_path
-    model_config = read_model_config(key, path)
     if on_cpu:
         _check_cpu_head_size(key, path, model_config)
     judge = config.worker.reward.judge
@@ -823,13 +823,12 @@ def _check_engine_heads(config: PPOConfig, on_cpu: bool) -> None:
             )
 
 
-def _check_context_length(config: PPOConfig) -> None:
+def _check_context_length(config: PPOConfig, model_config: dict[str, Any] | None) -> None:
     """The engine holds prompt + response in one sequence; vLLM refuses a length past the model's
     max_position_embeddings as it starts, inside every worker. Checked where that refusal is certain: no RoPE
     scaling that could raise the limit, and no VLLM_ALLOW_LONG_MAX_MODEL_LEN."""
     data, rollout = config.data, config.worker.rollout
     key, path = "worker.actor.model.model_path", config.worker.actor.model.model_path
-    model_config = read_model_config(key, path)
     if model_config is None or os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0") not in ("", "0"):
         return
     text = model_config.get("text_config", model_config)
@@ -865,7 +864,7 @@ def _check_flash_attention(config: PPOConfig, on_cpu: bool) -> None:
 _KV_DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
 
 
-def _check_kv_cache(config: PPOConfig, on_cpu: bool) -> None:
+def _check_kv_cache(config: PPOConfig, on_cpu: bool, model_config: dict[str, Any] | None) -> None:
     """An explicit KV cache (worker.rollout.kv_cache_memory_mb, always set on the CPU) must hold one sequence of
     max_model_len tokens in whole blocks, plus vLLM's null block, else vLLM refuses it in every worker as the engine
     starts. Checked for dense attention (every layer a full-attention layer with its own keys and values), whose
@@ -874,7 +873,6 @@ def _check_kv_cache(config: PPOConfig, on_cpu: bool) -> None:
 
     rollout = config.worker.rollout
     megabytes = rollout.kv_cache_memory_mb or (CPU_DEFAULT_KV_CACHE_MB if on_cpu else None)
-    model_config = read_model_config("worker.actor.model.model_path", config.worker.actor.model.model_path)
     if megabytes is None or model_config is None:
         return
     text = model_config.get("text_config", model_config)

@@ -4,6 +4,7 @@
 why), so a vLLM upgrade is checked here. Tested with `TESTED_VLLM_VERSIONS`."""
 
 import contextlib
+import functools
 import glob
 import logging
 import os
@@ -50,6 +51,7 @@ def engine_accepts(name: str) -> bool:
     return name in {item.name for item in dataclasses.fields(EngineArgs)}
 
 
+@functools.cache  # the worker checks every request's overrides with it: parse the file once per process
 def sampling_param_names() -> frozenset[str]:
     """The public fields of vLLM's `SamplingParams`, read from its source file without importing vLLM (which costs
     the trainer's driver ~4 s and ~330 MB when it checks rollout.val_override_config); relies on the class being a
