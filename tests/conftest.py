@@ -50,18 +50,16 @@ class _SharedRay:
             return
         import ray
 
+        from verl.trainer import warm_workers
         from verl.utils.worker_setup import WORKER_SETUP_HOOK
 
-        ray.init(
-            address="local",
-            num_cpus=4,
-            include_dashboard=False,
-            log_to_driver=False,
-            runtime_env={
-                "env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"},
-                "worker_process_setup_hook": WORKER_SETUP_HOOK,
-            },
-        )
+        runtime_env = {
+            "env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"},
+            "worker_process_setup_hook": WORKER_SETUP_HOOK,
+        }
+        if warm_workers.warm_enabled("cpu"):  # as the trainer's own Ray does
+            runtime_env["py_executable"] = warm_workers.py_executable()
+        ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
         cls.up = True
 
     @classmethod

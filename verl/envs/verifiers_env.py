@@ -101,7 +101,7 @@ def _warm_python() -> Any:
     """This process's warm Python servers (one per harness program), closed at its exit."""
     import atexit
 
-    from verl.envs.warm_python import WarmPython
+    from verl.utils.warm_python import WarmPython
 
     warm = WarmPython()
     atexit.register(warm.close)

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 import psutil
 import ray
 
+from verl.trainer import warm_workers
 from verl.trainer.config import PPOConfig
 from verl.trainer.preemption import stop_the_fit_loop
 from verl.trainer.reaper import start_reaper
@@ -113,6 +114,8 @@ def _start_local_ray(device: str, cpu_slots: int, runtime_env: dict, profile: bo
     try:
         with own_process_group():
             start_reaper()  # after a kill -9 of this process, nothing of the run outlives it by more than a few seconds
+            if warm_workers.warm_enabled(device):  # workers forked from a Python that imported their modules
+                runtime_env = {**runtime_env, "py_executable": warm_workers.py_executable()}
             # address="local": a Ray of its own even where `ray start` recorded a cluster (Ray's address file, which a
             # bare ray.init() would join, failing on num_cpus); RAY_ADDRESS joins one
             ray.init(address="local", num_cpus=num_cpus, runtime_env=runtime_env, include_dashboard=False)

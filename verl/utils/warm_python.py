@@ -3,12 +3,13 @@
 """Python scripts (verifiers' per-episode harness programs) started fast, by a fork server that has imported their
 modules: a small launcher (warm_launcher.py) hands it its arguments, environment, cwd and streams, and it forks a
 child that runs the script as `python script.py` would. The launcher stands for the child (its exit status, signals
-passed to its group, its death kills the group). Server: `python -m verl.envs.warm_python SOCKET SCRIPT`.
+passed to its group, its death kills the group). Server: `python -m verl.utils.warm_python SOCKET SCRIPT`.
 """
 
 import ast
 import contextlib
 import hashlib
+import importlib
 import json
 import logging
 import os
@@ -45,48 +46,72 @@ def script_imports(source: str) -> list[str]:
 
 
 class WarmPython:
-    """One fork server for one script (its modules imported), started on first use; `command(path)` is what to run
-    in its place. The server ends with this process (or `close`)."""
+    """Fork servers, each for one script (its modules, and any others named, imported), started on first use;
+    `command(path)` is what to run in a script's place. The servers end with this process (or `close`)."""
 
     def __init__(self) -> None:
-        self._servers: dict[str, tuple[subprocess.Popen, str]] = {}
+        self._servers: dict[tuple, tuple[subprocess.Popen, str]] = {}
+        self._ready: dict[tuple, bool] = {}
         self._lock = threading.Lock()
         self._dir: str | None = None
 
     def command(self, path: str, cwd: str | None = None) -> list[str]:
         """The command running the script at `path` (relative to `cwd`) through the server of its content (copies
         share one): `[python, -S, launcher, socket, path]`, or `[python, path]` where the server did not start."""
-        with open(os.path.join(cwd or os.getcwd(), path), "rb") as f:
-            key = hashlib.sha256(f.read()).hexdigest()
-        with self._lock:
-            if key not in self._servers:
-                self._servers[key] = self._start(os.path.abspath(os.path.join(cwd or os.getcwd(), path)))
-            process, address = self._servers[key]
-        if process.poll() is not None:
+        address = self.server(os.path.join(cwd or os.getcwd(), path))
+        if address is None or not self.wait(address):
             return [sys.executable, path]
         return [sys.executable, "-S", LAUNCHER, address, path]
 
-    def _start(self, path: str) -> tuple[subprocess.Popen, str]:
+    def server(
+        self, script: str, modules: tuple[str, ...] = (), env_free: tuple[str, ...] | None = None
+    ) -> str | None:
+        """The socket of the server for `script` (by content) that also imports `modules`, started now if there is
+        none (`wait` for it to be ready); None where it ended. With `env_free` it imports with the environment of
+        its first request and forks only for requests whose environment differs from that one in those names alone
+        (the launcher runs any other plainly), for scripts whose modules read variables at import."""
+        with open(script, "rb") as f:
+            key = (hashlib.sha256(f.read()).hexdigest(), tuple(modules), env_free)
+        with self._lock:
+            if key not in self._servers:
+                self._servers[key] = self._start(os.path.abspath(script), modules, env_free)
+            process, address = self._servers[key]
+        return None if process.poll() is not None else address
+
+    def wait(self, address: str, timeout_s: float = START_TIMEOUT_S) -> bool:
+        """Whether the server at `address` is ready (waiting up to `timeout_s` for it); one that does not say so in
+        time is stopped (its scripts start plainly)."""
+        with self._lock:
+            key, (process, _) = next((k, v) for k, v in self._servers.items() if v[1] == address)
+            if key not in self._ready:
+                ready, _, _ = select.select([process.stdout], [], [], timeout_s)  # it says so after its imports
+                self._ready[key] = bool(ready) and process.stdout.readline().strip() == b"ready"
+                if not self._ready[key]:
+                    logger.warning("The warm Python server for %s did not start; its scripts start plainly.", key)
+                    with contextlib.suppress(OSError):
+                        process.kill()
+                    process.wait()
+            return self._ready[key]
+
+    def _start(self, path: str, modules: tuple, env_free: tuple | None) -> tuple[subprocess.Popen, str]:
         if self._dir is None:
             self._dir = tempfile.mkdtemp(prefix="verl-warm-")
         address = os.path.join(self._dir, f"{len(self._servers)}.sock")
+        options = [arg for name in modules for arg in ("--import", name)]
+        if env_free is not None:
+            options += ["--like-first", *(arg for name in env_free for arg in ("--env-free", name))]
         process = subprocess.Popen(
-            [sys.executable, "-m", "verl.envs.warm_python", address, path],
+            [sys.executable, "-m", "verl.utils.warm_python", address, path, *options],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             close_fds=True,
         )
-        ready, _, _ = select.select([process.stdout], [], [], START_TIMEOUT_S)  # it says so after its imports
-        if not ready or process.stdout.readline().strip() != b"ready":
-            logger.warning("The warm Python server for %s did not start; its script starts plainly.", path)
-            with contextlib.suppress(OSError):
-                process.kill()
-            process.wait()
         return process, address
 
     def close(self) -> None:
         with self._lock:
             servers, self._servers = self._servers, {}
+            self._ready = {}
         for process, address in servers.values():
             with contextlib.suppress(OSError):
                 process.terminate()
@@ -142,6 +167,11 @@ def _run_child(connection: socket.socket, request: dict[str, Any], fds: list[int
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    for name, value in _IMPORT_ENV.items():  # what the server's imports set, as they would have in a fresh process
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     argv = request["argv"]
     sys.argv = list(argv)
     sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
@@ -175,16 +205,44 @@ def _run_child(connection: socket.socket, request: dict[str, Any], fds: list[int
     os._exit(code & 0xFF)
 
 
-def serve(address: str, script: str) -> None:
-    """Import the modules `script` imports (those this Python has), then fork a child per launcher connection."""
-    import importlib
+_START_ENV: dict[str, str] = {}
+"""The server's environment before its imports."""
+_IMPORT_ENV: dict[str, str | None] = {}
+"""The variables its imports set (None: removed)."""
 
-    parent = os.getppid()
-    with open(script, encoding="utf-8") as f:
-        modules = script_imports(f.read())
-    for name in modules:
+
+def _env_differs(request: dict[str, Any], env_free: frozenset[str]) -> list[str]:
+    """The names, outside `env_free`, whose value in the request's environment is not the server's at its start."""
+    theirs = request["env"]
+    return sorted(
+        name
+        for name in set(theirs) | set(_START_ENV)
+        if name not in env_free and theirs.get(name) != _START_ENV.get(name)
+    )
+
+
+def _import(names: list[str]) -> None:
+    """Import `names` (those this Python has), noting the variables the imports set."""
+    _START_ENV.update(os.environ)
+    for name in names:
         with contextlib.suppress(Exception):
             importlib.import_module(name)
+    changed = {name: os.environ.get(name) for name in set(os.environ) | set(_START_ENV)}
+    _IMPORT_ENV.update({name: value for name, value in changed.items() if value != _START_ENV.get(name)})
+
+
+def serve(address: str, script: str, modules: list[str], env_free: list[str] | None) -> None:
+    """Import the modules `script` imports and `modules`, then fork a child per launcher connection that runs the
+    script. With `env_free`, the imports wait for the first connection and run in its environment and working
+    folder, and a child is forked only for a request whose environment differs from that one in `env_free` alone
+    (its launcher runs any other plainly): modules that read a variable at import read the child's value."""
+    parent = os.getppid()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C meant for its parent; it ends with the parent
+    with open(script, encoding="utf-8") as f:
+        names = script_imports(f.read()) + list(modules)
+    free = frozenset(env_free) if env_free is not None else None
+    if free is None:
+        _import(names)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with contextlib.suppress(FileNotFoundError):
@@ -198,7 +256,7 @@ def serve(address: str, script: str) -> None:
         try:
             connection, _ = listener.accept()
         except TimeoutError:
-            if os.getppid() != parent:  # the trainer process that started it is gone
+            if os.getppid() != parent:  # the process that started it is gone
                 return
             continue
         connection.settimeout(None)
@@ -207,16 +265,37 @@ def serve(address: str, script: str) -> None:
         except (OSError, ValueError, ConnectionError):
             connection.close()
             continue
-        if os.fork() == 0:
+        if free is not None and not _START_ENV:  # the first request: import as its process would
+            os.environ.clear()
+            os.environ.update(request["env"])
+            with contextlib.suppress(OSError):
+                os.chdir(request["cwd"])
+            _import(names)
+        differs = _env_differs(request, free) if free is not None else []
+        if differs and os.environ.get("VERL_WARM_PYTHON_DEBUG"):
+            print(
+                f"warm_python: {request['argv'][:1]} starts plainly: its environment differs in {differs}",
+                file=sys.stderr,
+            )
+        if not differs and os.fork() == 0:
             listener.close()
             try:
                 _run_child(connection, request, fds)
             finally:
                 os._exit(1)
-        connection.close()
+        connection.close()  # a launcher without a child's process id runs its script plainly
         for fd in fds:
             os.close(fd)
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1], sys.argv[2])
+    import argparse
+
+    parser = argparse.ArgumentParser(description="A fork server for one script (see the module's docstring).")
+    parser.add_argument("address")
+    parser.add_argument("script")
+    parser.add_argument("--import", dest="modules", action="append", default=[], help="a module to import as well")
+    parser.add_argument("--like-first", action="store_true", help="import with the first request's environment")
+    parser.add_argument("--env-free", action="append", default=[], help="a variable that may differ (--like-first)")
+    arguments = parser.parse_args()
+    serve(arguments.address, arguments.script, arguments.modules, arguments.env_free if arguments.like_first else None)

@@ -1,6 +1,6 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""verl/envs/warm_python.py: a script run through the warm server behaves as `python script.py` does (arguments,
+"""verl/utils/warm_python.py: a script run through the warm server behaves as `python script.py` does (arguments,
 environment, working directory, standard streams, exit status, errors), signals and the runtime's kill of the
 launcher's group reach the script and what it started, and without a server the launcher runs the script itself."""
 
@@ -14,7 +14,7 @@ import time
 import pytest
 
 from tests.processes import alive, wait_gone
-from verl.envs.warm_python import LAUNCHER, WarmPython, script_imports
+from verl.utils.warm_python import LAUNCHER, WarmPython, script_imports
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -131,7 +131,7 @@ def test_a_server_ends_with_the_process_that_started_it(tmp_path):
     starter = (
         "import sys, time\n"
         f"sys.path.insert(0, {REPO!r})\n"
-        "from verl.envs.warm_python import WarmPython\n"
+        "from verl.utils.warm_python import WarmPython\n"
         "servers = WarmPython()\n"
         f"servers.command('script.py', {str(tmp_path)!r})\n"
         "(process, _), = servers._servers.values()\n"
@@ -144,3 +144,42 @@ def test_a_server_ends_with_the_process_that_started_it(tmp_path):
     parent.kill()  # as Ray kills a worker: no atexit, no close
     parent.wait()
     assert wait_gone([server]) == []
+
+
+READS_AT_IMPORT = """
+import os, sys
+import imported_module  # the server imports it in the first request's environment
+print(os.getpid(), os.getppid(), imported_module.SEEN, os.environ.get("FREE"), os.environ.get("OTHER"),
+      os.environ.get("SET_BY_IMPORT"))
+"""
+
+IMPORTED_MODULE = """
+import os
+SEEN = os.environ.get("OTHER")  # read once, at import
+os.environ["SET_BY_IMPORT"] = "yes"
+"""
+
+
+def test_a_server_like_its_first_request_forks_only_for_requests_with_that_environment(warm, tmp_path):
+    """Ray's workers: a module that reads a variable at import sees the value of the process it runs in. The server
+    imports in its first request's environment and forks only for requests whose environment differs in the free
+    names alone; any other runs plainly (and so imports with its own value)."""
+    (tmp_path / "script.py").write_text(READS_AT_IMPORT)
+    (tmp_path / "imported_module.py").write_text(IMPORTED_MODULE)
+    address = warm.server(str(tmp_path / "script.py"), ("imported_module",), ("FREE",))
+    assert warm.wait(address)
+    pythonpath = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    base = {**os.environ, "PYTHONPATH": pythonpath, "OTHER": "a"}
+    seen = []
+    for env in ({**base, "FREE": "1"}, {**base, "FREE": "2"}, {**base, "FREE": "3", "OTHER": "b"}):
+        launcher = subprocess.Popen(
+            [sys.executable, "-S", LAUNCHER, address, "script.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE
+        )
+        out, _ = launcher.communicate(timeout=60)
+        pid, ppid, imported, free, other, set_by_import = out.decode().split()
+        seen.append((int(pid) == launcher.pid, imported, free, other, set_by_import))
+    assert seen == [
+        (False, "a", "1", "a", "yes"),  # forked by the server (which imported with OTHER=a)
+        (False, "a", "2", "a", "yes"),  # forked: only FREE differs
+        (True, "b", "3", "b", "yes"),  # OTHER differs: the launcher ran the script itself, which imported anew
+    ]
