@@ -149,14 +149,21 @@ def test_a_server_ends_with_the_process_that_started_it(tmp_path):
 READS_AT_IMPORT = """
 import os, sys
 import imported_module  # the server imports it in the first request's environment
-print(os.getpid(), os.getppid(), imported_module.SEEN, os.environ.get("FREE"), os.environ.get("OTHER"),
+print(os.getpid(), imported_module.SEEN, imported_module.SETUP, os.environ.get("FREE"), os.environ.get("OTHER"),
       os.environ.get("SET_BY_IMPORT"))
 """
 
 IMPORTED_MODULE = """
 import os
 SEEN = os.environ.get("OTHER")  # read once, at import
+SETUP = os.environ.get("SET_BY_SETUP")  # the server's setup function ran before its imports
 os.environ["SET_BY_IMPORT"] = "yes"
+"""
+
+SETUP_MODULE = """
+import os
+def setup():
+    os.environ["SET_BY_SETUP"] = "done"
 """
 
 
@@ -166,7 +173,8 @@ def test_a_server_like_its_first_request_forks_only_for_requests_with_that_envir
     names alone; any other runs plainly (and so imports with its own value)."""
     (tmp_path / "script.py").write_text(READS_AT_IMPORT)
     (tmp_path / "imported_module.py").write_text(IMPORTED_MODULE)
-    address = warm.server(str(tmp_path / "script.py"), ("imported_module",), ("FREE",))
+    (tmp_path / "setup_module.py").write_text(SETUP_MODULE)
+    address = warm.server(str(tmp_path / "script.py"), ("imported_module",), ("FREE",), "setup_module.setup")
     assert warm.wait(address)
     pythonpath = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
     base = {**os.environ, "PYTHONPATH": pythonpath, "OTHER": "a"}
@@ -176,10 +184,10 @@ def test_a_server_like_its_first_request_forks_only_for_requests_with_that_envir
             [sys.executable, "-S", LAUNCHER, address, "script.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE
         )
         out, _ = launcher.communicate(timeout=60)
-        pid, ppid, imported, free, other, set_by_import = out.decode().split()
-        seen.append((int(pid) == launcher.pid, imported, free, other, set_by_import))
+        pid, imported, setup, free, other, set_by_import = out.decode().split()
+        seen.append((int(pid) == launcher.pid, imported, setup, free, other, set_by_import))
     assert seen == [
-        (False, "a", "1", "a", "yes"),  # forked by the server (which imported with OTHER=a)
-        (False, "a", "2", "a", "yes"),  # forked: only FREE differs
-        (True, "b", "3", "b", "yes"),  # OTHER differs: the launcher ran the script itself, which imported anew
+        (False, "a", "done", "1", "a", "yes"),  # forked by the server (which imported with OTHER=a)
+        (False, "a", "done", "2", "a", "yes"),  # forked: only FREE differs
+        (True, "b", "None", "3", "b", "yes"),  # OTHER differs: the launcher ran the script itself, importing anew
     ]

@@ -10,6 +10,7 @@ measured) nor when joining a Ray cluster (its workers run on other machines)."""
 
 import atexit
 import os
+import shlex
 import sys
 
 import ray
@@ -17,6 +18,7 @@ import ray
 from verl.single_controller.ray.base import DIST_INIT_METHOD_ENV
 from verl.utils import stall_report
 from verl.utils.warm_python import LAUNCHER, WarmPython
+from verl.utils.worker_setup import WORKER_SETUP_HOOK
 
 
 WORKER_MODULES = (
@@ -60,7 +62,8 @@ environment, which the server imports with)."""
 def warm_enabled(device: str) -> bool:
     """On the CPU, unless VERL_WARM_PYTHON=0, where OMP_NUM_THREADS is set: without it Ray sets a worker's inside
     the worker after its start, and torch, imported by the server, would have read the server's."""
-    return device == "cpu" and os.environ.get("VERL_WARM_PYTHON", "1") != "0" and "OMP_NUM_THREADS" in os.environ
+    enabled = device == "cpu" and os.environ.get("VERL_WARM_PYTHON", "1") != "0" and "OMP_NUM_THREADS" in os.environ
+    return enabled and os.path.isfile(DEFAULT_WORKER)
 
 
 def py_executable() -> str:
@@ -70,8 +73,9 @@ def py_executable() -> str:
         atexit.register(_close)
     _close()
     _session["warm"] = WarmPython()
-    address = _session["warm"].server(DEFAULT_WORKER, WORKER_MODULES, RUNTIME_NAMES)
-    return f"{sys.executable} -S {LAUNCHER} {address}"
+    # the workers' setup hook (known-harmless messages silenced) runs before the imports, as in a plain worker
+    address = _session["warm"].server(DEFAULT_WORKER, WORKER_MODULES, RUNTIME_NAMES, WORKER_SETUP_HOOK)
+    return " ".join(shlex.quote(part) for part in (sys.executable, "-S", LAUNCHER, address))  # Ray runs it in bash
 
 
 def _close() -> None:

@@ -64,17 +64,22 @@ class WarmPython:
         return [sys.executable, "-S", LAUNCHER, address, path]
 
     def server(
-        self, script: str, modules: tuple[str, ...] = (), env_free: tuple[str, ...] | None = None
+        self,
+        script: str,
+        modules: tuple[str, ...] = (),
+        env_free: tuple[str, ...] | None = None,
+        setup: str | None = None,
     ) -> str | None:
         """The socket of the server for `script` (by content) that also imports `modules`, started now if there is
         none (`wait` for it to be ready); None where it ended. With `env_free` it imports with the environment of
         its first request and forks only for requests whose environment differs from that one in those names alone
-        (the launcher runs any other plainly), for scripts whose modules read variables at import."""
+        (the launcher runs any other plainly), for scripts whose modules read variables at import. `setup`
+        ("package.module.function") runs in the server before its imports, as it would in the script's process."""
         with open(script, "rb") as f:
-            key = (hashlib.sha256(f.read()).hexdigest(), tuple(modules), env_free)
+            key = (hashlib.sha256(f.read()).hexdigest(), tuple(modules), env_free, setup)
         with self._lock:
             if key not in self._servers:
-                self._servers[key] = self._start(os.path.abspath(script), modules, env_free)
+                self._servers[key] = self._start(os.path.abspath(script), modules, env_free, setup)
             process, address = self._servers[key]
         return None if process.poll() is not None else address
 
@@ -93,11 +98,15 @@ class WarmPython:
                     process.wait()
             return self._ready[key]
 
-    def _start(self, path: str, modules: tuple, env_free: tuple | None) -> tuple[subprocess.Popen, str]:
+    def _start(
+        self, path: str, modules: tuple, env_free: tuple | None, setup: str | None
+    ) -> tuple[subprocess.Popen, str]:
         if self._dir is None:
             self._dir = tempfile.mkdtemp(prefix="verl-warm-")
         address = os.path.join(self._dir, f"{len(self._servers)}.sock")
         options = [arg for name in modules for arg in ("--import", name)]
+        if setup:
+            options += ["--setup", setup]
         if env_free is not None:
             options += ["--like-first", *(arg for name in env_free for arg in ("--env-free", name))]
         process = subprocess.Popen(
@@ -153,6 +162,15 @@ def _watch_launcher(connection: socket.socket) -> None:
             os.killpg(0, number)
 
 
+def _adopt(request: dict[str, Any]) -> None:
+    """Take the request's working folder, environment and PYTHONPATH entries (where a fresh interpreter puts them)."""
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    extra = [entry for entry in request["env"].get("PYTHONPATH", "").split(os.pathsep) if entry]
+    sys.path[1:1] = [entry for entry in extra if entry not in sys.path]
+
+
 def _run_child(connection: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
     """The forked child: become the script's process, run it, report its exit status, exit."""
     import runpy
@@ -164,9 +182,7 @@ def _run_child(connection: socket.socket, request: dict[str, Any], fds: list[int
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
-    os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(request["env"])
+    _adopt(request)
     for name, value in _IMPORT_ENV.items():  # what the server's imports set, as they would have in a fresh process
         if value is None:
             os.environ.pop(name, None)
@@ -175,8 +191,6 @@ def _run_child(connection: socket.socket, request: dict[str, Any], fds: list[int
     argv = request["argv"]
     sys.argv = list(argv)
     sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
-    extra = [entry for entry in request["env"].get("PYTHONPATH", "").split(os.pathsep) if entry]
-    sys.path[1:1] = [entry for entry in extra if entry not in sys.path]  # as a fresh interpreter would put them
     connection.sendall(struct.pack("!i", os.getpid()))
     threading.Thread(target=_watch_launcher, args=(connection,), daemon=True).start()
     code = 0
@@ -221,9 +235,13 @@ def _env_differs(request: dict[str, Any], env_free: frozenset[str]) -> list[str]
     )
 
 
-def _import(names: list[str]) -> None:
-    """Import `names` (those this Python has), noting the variables the imports set."""
+def _import(names: list[str], setup: str | None) -> None:
+    """Call `setup` ("package.module.function"), then import `names` (those this Python has), noting the variables
+    they set."""
     _START_ENV.update(os.environ)
+    if setup:
+        module, _, function = setup.rpartition(".")
+        getattr(importlib.import_module(module), function)()
     for name in names:
         with contextlib.suppress(Exception):
             importlib.import_module(name)
@@ -231,18 +249,19 @@ def _import(names: list[str]) -> None:
     _IMPORT_ENV.update({name: value for name, value in changed.items() if value != _START_ENV.get(name)})
 
 
-def serve(address: str, script: str, modules: list[str], env_free: list[str] | None) -> None:
+def serve(address: str, script: str, modules: list[str], env_free: list[str] | None, setup: str | None) -> None:
     """Import the modules `script` imports and `modules`, then fork a child per launcher connection that runs the
     script. With `env_free`, the imports wait for the first connection and run in its environment and working
     folder, and a child is forked only for a request whose environment differs from that one in `env_free` alone
-    (its launcher runs any other plainly): modules that read a variable at import read the child's value."""
+    (its launcher runs any other plainly): modules that read a variable at import read the child's value. `setup` is
+    called before the imports."""
     parent = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C meant for its parent; it ends with the parent
     with open(script, encoding="utf-8") as f:
         names = script_imports(f.read()) + list(modules)
     free = frozenset(env_free) if env_free is not None else None
     if free is None:
-        _import(names)
+        _import(names, setup)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with contextlib.suppress(FileNotFoundError):
@@ -266,11 +285,9 @@ def serve(address: str, script: str, modules: list[str], env_free: list[str] | N
             connection.close()
             continue
         if free is not None and not _START_ENV:  # the first request: import as its process would
-            os.environ.clear()
-            os.environ.update(request["env"])
             with contextlib.suppress(OSError):
-                os.chdir(request["cwd"])
-            _import(names)
+                _adopt(request)
+            _import(names, setup)
         differs = _env_differs(request, free) if free is not None else []
         if differs and os.environ.get("VERL_WARM_PYTHON_DEBUG"):
             print(
@@ -295,7 +312,9 @@ if __name__ == "__main__":
     parser.add_argument("address")
     parser.add_argument("script")
     parser.add_argument("--import", dest="modules", action="append", default=[], help="a module to import as well")
+    parser.add_argument("--setup", help="package.module.function to call before the imports")
     parser.add_argument("--like-first", action="store_true", help="import with the first request's environment")
     parser.add_argument("--env-free", action="append", default=[], help="a variable that may differ (--like-first)")
     arguments = parser.parse_args()
-    serve(arguments.address, arguments.script, arguments.modules, arguments.env_free if arguments.like_first else None)
+    free = arguments.env_free if arguments.like_first else None
+    serve(arguments.address, arguments.script, arguments.modules, free, arguments.setup)
