@@ -25,7 +25,7 @@ import json as again
 from email import message  # imported by the server beforehand
 line = sys.stdin.readline()
 print(json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "var": os.environ.get("MY_VAR"), "stdin": line.strip(),
-                  "path0": sys.path[0], "name": __name__, "extra": "/tmp/extra-path" in sys.path}))
+                  "path0": sys.path[0], "name": __name__, "extra": "/tmp/extra-path" in sys.path, "nice": os.nice(0)}))
 print("to stderr", file=sys.stderr)
 mode = os.environ.get("MODE", "")
 if mode == "raise":
@@ -67,7 +67,13 @@ def test_a_script_runs_as_a_plain_python_runs_it(warm, tmp_path, mode):
     results = []
     for argv in (command, [sys.executable, "script.py"]):
         result = subprocess.run(
-            [*argv, "a", "b c"], input="hello\n", capture_output=True, text=True, cwd=tmp_path / "work", env=env
+            [*argv, "a", "b c"],
+            input="hello\n",
+            capture_output=True,
+            text=True,
+            cwd=tmp_path / "work",
+            env=env,
+            preexec_fn=lambda: os.nice(3),  # as Ray nices its workers; the server's fork takes the launcher's
         )
         results.append(result)
     warm_run, plain = results
@@ -75,6 +81,7 @@ def test_a_script_runs_as_a_plain_python_runs_it(warm, tmp_path, mode):
     assert json.loads(warm_run.stdout) == json.loads(plain.stdout)
     assert json.loads(warm_run.stdout)["argv"] == ["script.py", "a", "b c"]
     assert json.loads(warm_run.stdout)["name"] == "__main__" and json.loads(warm_run.stdout)["extra"]
+    assert json.loads(warm_run.stdout)["nice"] == os.nice(0) + 3
     if mode == "raise":
         assert "KeyError: 'boom'" in warm_run.stderr and "KeyError: 'boom'" in plain.stderr
     else:

@@ -1,8 +1,9 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """The launcher of a script run by a warm Python server (warm_python.py): `python -S warm_launcher.py SOCKET SCRIPT
-[ARGS...]`, standard library only. It hands the server its arguments, environment, cwd and standard streams, passes
-signals on, and exits with the child's status (128 + N for signal N); without a server it runs the script itself.
+[ARGS...]`, standard library only. It hands the server its arguments, environment, cwd, niceness and standard
+streams, passes signals on, and exits with the child's status (128 + N for signal N); without a server it runs the
+script itself.
 """
 
 import json
@@ -38,7 +39,8 @@ def main() -> None:
     except OSError:
         connection.close()
         _plain(script_and_args)
-    request = json.dumps({"argv": script_and_args, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+    request = {"argv": script_and_args, "env": dict(os.environ), "cwd": os.getcwd(), "nice": os.nice(0)}
+    request = json.dumps(request).encode()
     socket.send_fds(connection, [struct.pack("!I", len(request))], [0, 1, 2])
     connection.sendall(request)
     pid = _read_int(connection)

@@ -135,7 +135,8 @@ class WarmPython:
 
 
 def _receive(connection: socket.socket) -> tuple[dict[str, Any], list[int]]:
-    """One request: a length-prefixed JSON header {"argv", "env", "cwd"} with the launcher's 3 standard streams."""
+    """One request: a length-prefixed JSON header {"argv", "env", "cwd", "nice"} with the launcher's 3 standard
+    streams."""
     header, fds, _, _ = socket.recv_fds(connection, 4, 3)
     (size,) = struct.unpack("!I", header)
     body = b""
@@ -182,6 +183,8 @@ def _run_child(connection: socket.socket, request: dict[str, Any], fds: list[int
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
+    with contextlib.suppress(OSError):  # the launcher's niceness (Ray starts its workers at 15); lowering needs root
+        os.nice(request.get("nice", 0) - os.nice(0))
     _adopt(request)
     for name, value in _IMPORT_ENV.items():  # what the server's imports set, as they would have in a fresh process
         if value is None:
