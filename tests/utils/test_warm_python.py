@@ -198,3 +198,20 @@ def test_a_server_like_its_first_request_forks_only_for_requests_with_that_envir
         (False, "a", "done", "2", "a", "yes"),  # forked: only FREE differs
         (True, "b", "None", "3", "b", "yes"),  # OTHER differs: the launcher ran the script itself, importing anew
     ]
+
+
+def test_a_server_whose_imports_started_a_thread_does_not_fork(warm, tmp_path):
+    """A fork copies only the forking thread, with any lock another thread held: such a server starts every script
+    plainly."""
+    (tmp_path / "threaded_module.py").write_text(
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+    )
+    (tmp_path / "script.py").write_text("import os\nimport threaded_module\nprint(os.getpid())\n")
+    address = warm.server(str(tmp_path / "script.py"), ("threaded_module",), ())  # imports with the request's path
+    assert warm.wait(address)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    launcher = subprocess.Popen(
+        [sys.executable, "-S", LAUNCHER, address, "script.py"], cwd=tmp_path, env=env, stdout=subprocess.PIPE
+    )
+    out, _ = launcher.communicate(timeout=60)
+    assert int(out) == launcher.pid  # the launcher ran it itself

@@ -238,6 +238,14 @@ def _env_differs(request: dict[str, Any], env_free: frozenset[str]) -> list[str]
     )
 
 
+def _threads() -> int:
+    """The threads of this process (native ones included)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
 def _import(names: list[str], setup: str | None) -> None:
     """Call `setup` ("package.module.function"), then import `names` (those this Python has), noting the variables
     they set."""
@@ -292,11 +300,10 @@ def serve(address: str, script: str, modules: list[str], env_free: list[str] | N
                 _adopt(request)
             _import(names, setup)
         differs = _env_differs(request, free) if free is not None else []
+        if _threads() > 1:  # a fork would hold copies of locks other threads may have held; start it plainly
+            differs = [f"{_threads() - 1} threads started by the imports"]
         if differs and os.environ.get("VERL_WARM_PYTHON_DEBUG"):
-            print(
-                f"warm_python: {request['argv'][:1]} starts plainly: its environment differs in {differs}",
-                file=sys.stderr,
-            )
+            print(f"warm_python: {request['argv'][:1]} starts plainly: {differs}", file=sys.stderr)
         if not differs and os.fork() == 0:
             listener.close()
             try:
