@@ -57,8 +57,7 @@ class _SharedRay:
             "env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"},
             "worker_process_setup_hook": WORKER_SETUP_HOOK,
         }
-        if warm_workers.warm_enabled("cpu"):  # as the trainer's own Ray does
-            runtime_env["py_executable"] = warm_workers.py_executable()
+        runtime_env = warm_workers.with_warm_workers(runtime_env, "cpu")  # as the trainer's own Ray does
         ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
         cls.up = True
 

@@ -70,3 +70,16 @@ def test_off_on_cuda_without_a_thread_count_or_when_asked(monkeypatch):
     monkeypatch.delenv("VERL_WARM_PYTHON")
     monkeypatch.delenv("OMP_NUM_THREADS")
     assert not warm_workers.warm_enabled("cpu")
+
+
+def test_without_a_temp_folder_for_the_socket_the_workers_start_plainly(monkeypatch):
+    import tempfile
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setattr(tempfile, "tempdir", "/nonexistent/temp")
+    runtime_env = {"env_vars": {"A": "1"}}
+    assert warm_workers.with_warm_workers(runtime_env, "cpu") == runtime_env
+    monkeypatch.undo()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert "py_executable" in warm_workers.with_warm_workers(runtime_env, "cpu")
+    assert warm_workers.with_warm_workers(runtime_env, "cuda") == runtime_env

@@ -114,8 +114,7 @@ def _start_local_ray(device: str, cpu_slots: int, runtime_env: dict, profile: bo
     try:
         with own_process_group():
             start_reaper()  # after a kill -9 of this process, nothing of the run outlives it by more than a few seconds
-            if warm_workers.warm_enabled(device):  # workers forked from a Python that imported their modules
-                runtime_env = {**runtime_env, "py_executable": warm_workers.py_executable()}
+            runtime_env = warm_workers.with_warm_workers(runtime_env, device)  # CPU: forks of a warm Python
             # address="local": a Ray of its own even where `ray start` recorded a cluster (Ray's address file, which a
             # bare ray.init() would join, failing on num_cpus); RAY_ADDRESS joins one
             ray.init(address="local", num_cpus=num_cpus, runtime_env=runtime_env, include_dashboard=False)

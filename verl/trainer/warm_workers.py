@@ -9,6 +9,7 @@ server is not ready. Off with VERL_WARM_PYTHON=0; not used with CUDA (forking af
 measured) nor when joining a Ray cluster (its workers run on other machines)."""
 
 import atexit
+import logging
 import os
 import shlex
 import sys
@@ -49,6 +50,8 @@ RUNTIME_NAMES = (
 server imported): none is read at import. Any other difference (another Ray session's job or raylet, a reward
 actor's OMP_NUM_THREADS) starts the worker plainly."""
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_WORKER = os.path.join(
     os.path.dirname(os.path.abspath(ray.__file__)), "_private", "workers", "default_worker.py"
 )
@@ -66,16 +69,26 @@ def warm_enabled(device: str) -> bool:
     return enabled and os.path.isfile(DEFAULT_WORKER)
 
 
-def py_executable() -> str:
-    """Ray's runtime_env `py_executable` for a Ray session about to start: workers start through a new server (the
-    previous session's is closed), which imports when the first of them starts."""
+def with_warm_workers(runtime_env: dict, device: str) -> dict:
+    """`runtime_env` (a Ray session's, about to start) whose workers start through a new server, where
+    `warm_enabled(device)` (the previous session's server is closed); unchanged elsewhere, or where the server could
+    not start. The server imports when the first worker starts."""
+    if not warm_enabled(device):
+        return runtime_env
     if _session["warm"] is None:
         atexit.register(_close)
     _close()
     _session["warm"] = WarmPython()
-    # the workers' setup hook (known-harmless messages silenced) runs before the imports, as in a plain worker
-    address = _session["warm"].server(DEFAULT_WORKER, WORKER_MODULES, RUNTIME_NAMES, WORKER_SETUP_HOOK)
-    return " ".join(shlex.quote(part) for part in (sys.executable, "-S", LAUNCHER, address))  # Ray runs it in bash
+    try:
+        # the workers' setup hook (known-harmless messages silenced) runs before the imports, as in a plain worker
+        address = _session["warm"].server(DEFAULT_WORKER, WORKER_MODULES, RUNTIME_NAMES, WORKER_SETUP_HOOK)
+    except OSError as err:  # e.g. no writable temp folder: the workers start plainly
+        logger.debug("No warm Python for the Ray workers: %s", err)
+        return runtime_env
+    if address is None:
+        return runtime_env
+    executable = " ".join(shlex.quote(part) for part in (sys.executable, "-S", LAUNCHER, address))  # run by bash
+    return {**runtime_env, "py_executable": executable}
 
 
 def _close() -> None:
