@@ -4,9 +4,10 @@
 Ray, torch, transformers, vLLM and the workers' modules once, instead of each process importing them (~7 s of a core
 each). Ray starts a worker as `<py_executable> default_worker.py ARGS`; here that is the warm launcher, which has the
 server fork a child that runs Ray's worker script. A worker whose environment differs from the server's in a variable
-a library may read at import (e.g. a reward actor's OMP_NUM_THREADS) starts plainly, as does every worker where the
-server is not ready. Off with VERL_WARM_PYTHON=0; not used with CUDA (forking after vLLM's CUDA-side imports was never
-measured) nor when joining a Ray cluster (its workers run on other machines)."""
+a library may read at import (e.g. a reward actor's OMP_NUM_THREADS) starts plainly, as does every worker once the
+server is gone. Forks start with what the imports set up, numpy's global random state included (the trainer seeds
+the generators it uses). Off with VERL_WARM_PYTHON=0; not used with CUDA (forking after vLLM's CUDA-side imports was
+never measured) nor when joining a Ray cluster (its workers run on other machines)."""
 
 import atexit
 import logging
@@ -55,7 +56,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_WORKER = os.path.join(
     os.path.dirname(os.path.abspath(ray.__file__)), "_private", "workers", "default_worker.py"
 )
-"""The script Ray starts each worker with."""
+"""The script Ray starts each worker with (Ray's private layout: a release that moves it turns this module off)."""
 
 _session: dict[str, WarmPython | None] = {"warm": None}
 """The server of the Ray session this process started last (Ray sets a session's job and raylet in its workers'
