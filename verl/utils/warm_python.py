@@ -1,9 +1,10 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Python scripts (verifiers' per-episode harness programs) started fast, by a fork server that has imported their
-modules: a small launcher (warm_launcher.py) hands it its arguments, environment, cwd and streams, and it forks a
-child that runs the script as `python script.py` would. The launcher stands for the child (its exit status, signals
-passed to its group, its death kills the group). Server: `python -m verl.utils.warm_python SOCKET SCRIPT`.
+"""Python scripts started fast (verifiers' per-episode harness programs; Ray's worker script, verl/trainer/
+warm_workers.py), by a fork server that has imported their modules: a small launcher (warm_launcher.py) hands it its
+arguments, environment, cwd, niceness and streams, and it forks a child that runs the script as `python script.py`
+would. The launcher stands for the child (its exit status, signals passed to its group, its death kills the group).
+Server: `python -m verl.utils.warm_python SOCKET SCRIPT [--import MODULE] [--setup FUNCTION] [--like-first]`.
 """
 
 import ast
@@ -252,7 +253,8 @@ def _import(names: list[str], setup: str | None) -> None:
     _START_ENV.update(os.environ)
     if setup:
         module, _, function = setup.rpartition(".")
-        getattr(importlib.import_module(module), function)()
+        with contextlib.suppress(Exception):  # as a failed import: the script's own process meets it again
+            getattr(importlib.import_module(module), function)()
     for name in names:
         with contextlib.suppress(Exception):
             importlib.import_module(name)
