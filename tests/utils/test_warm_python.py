@@ -131,6 +131,9 @@ def test_copies_of_a_script_share_one_server(warm, tmp_path):
         (tmp_path / name / "script.py").write_text(SCRIPT)
     first, second = (warm.command("script.py", str(tmp_path / name)) for name in ("one", "two"))
     assert first == second and len(warm._servers) == 1
+    folder = os.path.dirname(first[3])
+    warm.close()
+    assert not os.path.exists(folder)  # the socket's temp folder goes with the servers
 
 
 def test_a_server_ends_with_the_process_that_started_it(tmp_path):

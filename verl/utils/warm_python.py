@@ -129,6 +129,10 @@ class WarmPython:
                 process.wait(5)
             with contextlib.suppress(OSError):
                 os.unlink(address)
+        if self._dir is not None:
+            with contextlib.suppress(OSError):
+                os.rmdir(self._dir)  # its sockets are gone (a server still binding one keeps it)
+            self._dir = None
 
 
 # ----------------------------------------------------------------------------------------------------------------
