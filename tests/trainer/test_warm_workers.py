@@ -35,11 +35,12 @@ class Probe:
 def warm_ray():
     if ray.is_initialized():
         ray.shutdown()
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    os.environ.pop("RAY_ADDRESS", None)
-    ray_setup.start_ray("cpu", 2, 300.0)
-    yield
-    ray.shutdown()
+    with pytest.MonkeyPatch.context() as patch:  # this process's environment is as it was afterwards
+        patch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
+        patch.delenv("RAY_ADDRESS", raising=False)
+        ray_setup.start_ray("cpu", 2, 300.0)
+        yield
+        ray.shutdown()
 
 
 def test_workers_start_as_forks_of_the_server_with_their_own_rank(warm_ray):
