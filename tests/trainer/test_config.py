@@ -221,6 +221,17 @@ def test_missing_config_file(files):
             ['worker.rollout.val_override_config={"temperature": 3}'],
             r"worker.rollout.val_override_config.temperature must lie in \[0, 2\], got 3",
         ),
+        # the values vLLM refuses (a zero n used to fail after the models loaded, in the first validation)
+        (['worker.rollout.val_override_config={"n": 0}'], r"val_override_config.n must be an integer of at least 1"),
+        (['worker.rollout.val_override_config={"min_p": 5}'], r"val_override_config.min_p must be a number in \[0, 1\]"),
+        (
+            ['worker.rollout.val_override_config={"stop": ["\\n"]}'],
+            r"val_override_config: \['stop'\] need the responses as text.*stop_token_ids",
+        ),
+        (
+            ['worker.rollout.val_override_config={"min_tokens": 100}', "data.max_response_length=16"],
+            r"val_override_config.min_tokens=100 is above the response length \(16",
+        ),
         # the loss's own checks ran at the first update, inside a worker
         (["worker.actor.clip_ratio_low=-0.2"], r"worker.actor.clip_ratio_low must be in \[0, 1\).*got -0.2"),
         (["worker.actor.clip_ratio_dual=1"], r"worker.actor.clip_ratio_dual must be greater than 1, got 1.0"),

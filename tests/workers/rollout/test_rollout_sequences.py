@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from verl.workers.rollout import vllm_compat
-from verl.workers.rollout.config import RolloutConfig
+from verl.workers.rollout.config import DETOKENIZED_KEYS, OVERRIDE_VALUE_RULES, RolloutConfig
 from verl.workers.rollout.sequences import extend_position_ids, pad_rows, response_mask_through_eos
 from verl.workers.rollout.vllm_rollout import build_engine_kwargs, request_seeds
 
@@ -226,6 +226,43 @@ def test_the_sampling_fields_read_from_vllms_source_are_its_sampling_params_fiel
 
     public = {name for name in SamplingParams.__struct_fields__ if not name.startswith("_")}
     assert vllm_compat.sampling_param_names() == public and {"temperature", "min_p", "n"} <= public
+
+
+@pytest.mark.parametrize("key", sorted(OVERRIDE_VALUE_RULES))
+def test_the_override_values_refused_at_load_are_the_ones_vllm_refuses(key) -> None:
+    """rollout.val_override_config's values are checked when the config loads, without vLLM: each rule must agree
+    with this vLLM's SamplingParams on values either side of its limits."""
+    from vllm import SamplingParams
+    from vllm.exceptions import VLLMValidationError
+
+    accepts = OVERRIDE_VALUE_RULES[key][0]
+    values = {
+        "n": [1, 3, 0, -1],
+        "min_p": [0.0, 1, 0.5, -0.1, 1.5],
+        "presence_penalty": [-2, 2.0, 0.3, -2.5, 2.1],
+        "frequency_penalty": [-2, 2.0, 0.3, -2.5, 2.1],
+        "repetition_penalty": [0.5, 1.2, 0.0, -1.0, float("inf")],
+        "min_tokens": [0, 4, -1],
+        "seed": [None, 0, 12345],
+        "stop_token_ids": [[], [1, 2], [1.5]],
+    }[key]
+    for value in values:
+        try:
+            SamplingParams(**{key: value}, max_tokens=8, detokenize=False)
+            vllm_accepts = True
+        except (ValueError, TypeError, VLLMValidationError):
+            vllm_accepts = False
+        assert accepts(value) == vllm_accepts, (key, value)
+    assert set(OVERRIDE_VALUE_RULES) <= vllm_compat.sampling_param_names()
+
+
+def test_vllm_refuses_text_stops_without_detokenizing() -> None:
+    from vllm import SamplingParams
+    from vllm.exceptions import VLLMValidationError
+
+    with pytest.raises(VLLMValidationError, match="stop"):
+        SamplingParams(stop=["\\n"], detokenize=False)
+    assert DETOKENIZED_KEYS <= vllm_compat.sampling_param_names()
 
 
 def test_the_chat_renderer_the_server_uses_is_there() -> None:

@@ -7,6 +7,8 @@ a bad value or a broken environment is named before Ray starts; limits that depe
 lengths or on the device count are `verl.trainer.config`'s cross-section rules.
 """
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,6 +30,30 @@ CPU_DEFAULT_KV_CACHE_MB = 256
 """rollout.kv_cache_memory_mb on the CPU when unset (vLLM would otherwise reserve a share of the host's RAM)."""
 FIXED_SAMPLING_KEYS: frozenset[str] = frozenset({"max_tokens", "detokenize", "output_kind"})
 """vLLM SamplingParams fields the rollout sets itself (max_tokens is rollout.response_length)."""
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+OVERRIDE_VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "n": (lambda v: _int(v) and v >= 1, "an integer of at least 1"),
+    "min_p": (lambda v: _number(v) and 0 <= v <= 1, "a number in [0, 1]"),
+    "presence_penalty": (lambda v: _number(v) and -2 <= v <= 2, "a number in [-2, 2]"),
+    "frequency_penalty": (lambda v: _number(v) and -2 <= v <= 2, "a number in [-2, 2]"),
+    "repetition_penalty": (lambda v: _number(v) and v > 0, "a positive number"),
+    "min_tokens": (lambda v: _int(v) and v >= 0, "an integer of at least 0"),
+    "seed": (lambda v: v is None or _int(v), "an integer"),
+    "stop_token_ids": (lambda v: isinstance(v, list) and all(_int(i) for i in v), "a list of token ids"),
+}
+"""What vLLM's SamplingParams accepts for the overridable fields it range-checks (temperature, top_p and top_k: the
+training settings' own rules), checked when the config loads rather than in a worker at the first validation."""
+DETOKENIZED_KEYS: frozenset[str] = frozenset({"stop", "include_stop_str_in_output"})
+"""SamplingParams fields that need text, which the rollout never detokenizes (vLLM refuses `stop` then)."""
 
 
 def check_sampling_overrides(overrides: dict[str, Any], source: str) -> None:
@@ -153,7 +179,8 @@ class RolloutConfig:
     """mode=disaggregated: the weights are broadcast to the engines in buckets of at most this many MiB (a larger
     tensor goes alone); each engine holds one full copy of the received weights until it loads them."""
     val_override_config: dict[str, Any] = field(default_factory=dict)
-    """Sampling overrides for validation, e.g. {temperature: 0.6, top_p: 0.95, n: 1}."""
+    """Sampling overrides for validation (vLLM SamplingParams fields), e.g. {temperature: 0.6, top_p: 0.95, n: 1};
+    responses are token ids, so stop on stop_token_ids rather than stop strings."""
     prompt_length: int = -1
     """Derived from data.max_prompt_length."""
     response_length: int = -1
@@ -198,13 +225,27 @@ class RolloutConfig:
             raise ConfigError(f"{prefix}temperature must lie in [0, 2], got {self.temperature}.")
 
     def _check_val_overrides(self, source: str) -> None:
-        """The keys here (their values are vLLM's to check, when validation first samples); the training settings'
-        ranges for the ones that have them."""
+        """The keys against vLLM's SamplingParams, and the values vLLM would refuse at the first validation."""
         try:
             check_sampling_overrides(self.val_override_config, source)
         except ValueError as err:
             raise ConfigError(str(err)) from None
         overrides = self.val_override_config
+        text = sorted(DETOKENIZED_KEYS & set(overrides))
+        if text:
+            raise ConfigError(
+                f"{source}: {text} need the responses as text, and the rollout samples token ids only; stop on tokens "
+                "with stop_token_ids instead."
+            )
+        for key, (accepts, expected) in OVERRIDE_VALUE_RULES.items():
+            if key in overrides and not accepts(overrides[key]):
+                raise ConfigError(f"{source}.{key} must be {expected}, got {overrides[key]!r}.")
+        min_tokens = overrides.get("min_tokens", 0)
+        if self.response_length > 0 and min_tokens > self.response_length:
+            raise ConfigError(
+                f"{source}.min_tokens={min_tokens} is above the response length ({self.response_length}, "
+                "data.max_response_length)."
+            )
         checked = replace(
             self, **{key: overrides[key] for key in ("temperature", "top_p", "top_k") if key in overrides}
         )
