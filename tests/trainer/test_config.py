@@ -223,7 +223,10 @@ def test_missing_config_file(files):
         ),
         # the values vLLM refuses (a zero n used to fail after the models loaded, in the first validation)
         (['worker.rollout.val_override_config={"n": 0}'], r"val_override_config.n must be an integer of at least 1"),
-        (['worker.rollout.val_override_config={"min_p": 5}'], r"val_override_config.min_p must be a number in \[0, 1\]"),
+        (
+            ['worker.rollout.val_override_config={"min_p": 5}'],
+            r"val_override_config.min_p must be a number in \[0, 1\]",
+        ),
         (
             ['worker.rollout.val_override_config={"stop": ["\\n"]}'],
             r"val_override_config: \['stop'\] need the responses as text.*stop_token_ids",
