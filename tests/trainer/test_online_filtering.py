@@ -88,6 +88,15 @@ def test_max_try_make_batch_bounds_the_rounds():
         driver._fill_batch(rounds((FLAT, FLAT), (FLAT, FLAT), (MIXED, MIXED)), new_metric_store())
 
 
+def test_a_filter_key_the_reward_does_not_return_is_named():
+    """It used to stop the run with a KeyError's stack trace at the first step; now the CLI's error for online
+    filtering, with the scores there are."""
+    driver = trainer(rollout_batch_size=2, online_filtering=True)
+    driver.config.algorithm.filter_key = "acc"
+    with pytest.raises(OnlineFilteringError, match=r"filter_key='acc' is not a score .* returns \['overall'\]"):
+        driver._fill_batch(rounds((MIXED, MIXED)), new_metric_store())
+
+
 def test_a_dropped_group_is_consumed_like_a_trained_one():
     """At most max_staleness + 1 rounds in flight, whatever happened to the groups taken out."""
     admission = Admission(round_size=4, max_staleness=1)

@@ -117,7 +117,8 @@ def reward_sources(reward: Any) -> str:
 
 
 class OnlineFilteringError(RuntimeError):
-    """Online filtering could not fill a step within trainer.max_try_make_batch rounds."""
+    """Online filtering could not fill a step within trainer.max_try_make_batch rounds, or filters on a score the
+    reward does not return."""
 
 
 class RayPPOTrainer:
@@ -242,13 +243,11 @@ class RayPPOTrainer:
         while num_kept < target:
             tries += 1
             if algo.online_filtering and limit > 0 and tries > limit:
-                last = self.ckpt_tracker.last_global_step
-                latest = f"{step_dir(self.config.trainer.save_checkpoint_path, last)} is" if last else "no checkpoint"
                 raise OnlineFilteringError(
                     f"Online filtering kept {num_kept // self.config.worker.rollout.n} of {data.rollout_batch_size} "
                     f"prompts after {limit} generation rounds (trainer.max_try_make_batch) in step "
                     f"{self.global_step}; widen algorithm.filter_low/filter_high, raise trainer.max_try_make_batch, "
-                    f"or set it <= 0 for no limit. The run stops; {latest} the latest to resume from."
+                    f"or set it <= 0 for no limit. {self._stop_note()}"
                 )
             batch = generate_round()
             if algo.online_filtering:
@@ -278,8 +277,9 @@ class RayPPOTrainer:
         column = f"reward/{algo.filter_key}"
         if column not in batch.non_tensor_batch:
             names = sorted(key.removeprefix("reward/") for key in batch.non_tensor_batch if key.startswith("reward/"))
-            raise KeyError(
-                f"algorithm.filter_key='{algo.filter_key}' is not a key the reward function returns ({names})."
+            raise OnlineFilteringError(
+                f"algorithm.filter_key='{algo.filter_key}' is not a score the reward returns (it returns {names}); "
+                f"set algorithm.filter_key to one of them. {self._stop_note()}"
             )
         keep = core_algos.filter_groups_by_reward(
             np.asarray(batch.non_tensor_batch[column], dtype=np.float64),
@@ -289,6 +289,11 @@ class RayPPOTrainer:
         )
         append_metrics(metrics, {"online_filtering/kept_ratio": len(keep) / len(batch)})
         return batch[np.asarray(keep)] if len(keep) > 0 else None
+
+    def _stop_note(self) -> str:
+        last = self.ckpt_tracker.last_global_step
+        latest = f"{step_dir(self.config.trainer.save_checkpoint_path, last)} is" if last else "no checkpoint"
+        return f"The run stops; {latest} the latest to resume from."
 
     def _balance_batch(self, batch: DataProto, metrics: dict[str, list[float]]) -> None:
         """Reorder samples (in place) so every DP rank gets a similar number of tokens."""
