@@ -173,9 +173,10 @@ def not_a_checkpoint(local_dir: str) -> str:
     steps = sorted(int(match.group(1)) for match in map(re.compile(r"^global_step_(\d+)$").match, names) if match)
     if steps:
         newest = os.path.join(local_dir, f"global_step_{steps[-1]}", "actor")
+        saved = f"{len(steps)} step{'s' if len(steps) != 1 else ''} saved"
         return (
-            f"'{local_dir}' is a run's save directory ({len(steps)} steps saved); pass one step's actor checkpoint, "
-            f"such as the newest: {newest}."
+            f"'{local_dir}' is a run's save directory ({saved}); pass one step's actor checkpoint, such as the newest: "
+            f"{newest}."
         )
     return f"'{local_dir}' is not a checkpoint directory (no .metadata); pass .../global_step_N/actor."
 
