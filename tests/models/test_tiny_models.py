@@ -409,11 +409,9 @@ def test_vl_processor_handles_video(kind, tiny_cache):
 # ---------------------------------------------------------------------------------------------- vLLM
 def _tiny_engine(model_dir: str, is_vl: bool):
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: no extra processes
-    from vllm import LLM
-
     vllm_compat.load_transformers_tower_names()  # as the rollout does: LLaVA-OneVision's tower as transformers saves it
     mm = {"limit_mm_per_prompt": {"image": 1, "video": 0}} if is_vl else {}
-    return LLM(
+    return vllm_compat.start_engine(  # as the rollout does: the test process's heap frozen first
         model=model_dir,
         dtype="float32",
         enforce_eager=True,

@@ -21,6 +21,7 @@ from verl.algorithms import user_functions
 from verl.models.tiny_models import CHAT_TEMPLATE, get_or_build_tiny_model
 from verl.trainer.config import load_config
 from verl.trainer.runner import run_ppo
+from verl.workers.rollout import vllm_compat
 
 
 pytestmark = pytest.mark.slow
@@ -88,9 +89,7 @@ def vllm_engine(model_dir):
     from unittest import mock
 
     with mock.patch.dict(os.environ, {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}):
-        from vllm import LLM
-
-        return LLM(
+        return vllm_compat.start_engine(
             model=str(model_dir),
             dtype="float32",
             enforce_eager=True,
@@ -335,9 +334,8 @@ def test_qwen3_5_checkpoint_merges_and_loads_in_vllm(workspace, kind):
     import torch.nn.functional as F
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
     from transformers import AutoModelForImageTextToText, AutoProcessor
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
-    from verl.workers.rollout import vllm_compat
     from verl.workers.weight_sync.colocated import _probe_image
 
     root = workspace["root"]
@@ -365,7 +363,7 @@ def test_qwen3_5_checkpoint_merges_and_loads_in_vllm(workspace, kind):
     actor = F.log_softmax(logits.float(), dim=-1).gather(-1, ids[1:, None])[:, 0]
     vllm_compat.forget_dense_parallel_groups()  # a mixture of experts after a dense engine of this process
     with mock.patch.dict(os.environ, {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}):
-        llm = LLM(
+        llm = vllm_compat.start_engine(
             model=str(target),
             enforce_eager=True,
             max_model_len=256,

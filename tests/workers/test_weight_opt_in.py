@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from verl.models.tiny_models import get_or_build_tiny_model
+from verl.workers.rollout import vllm_compat
 from verl.workers.weight_sync.opt_in import Placement, engine_placements, layout_gaps
 
 
@@ -24,9 +25,7 @@ def engine_and_actor(tmp_path_factory):
 
     model_dir = get_or_build_tiny_model("qwen2", str(tmp_path_factory.mktemp("layout") / "models"))
     with mock.patch.dict(os.environ, {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}):
-        from vllm import LLM
-
-        llm = LLM(model=model_dir, dtype="float32", enforce_eager=True, max_model_len=128, seed=0,
+        llm = vllm_compat.start_engine(model=model_dir, dtype="float32", enforce_eager=True, max_model_len=128, seed=0,
                   kv_cache_memory_bytes=16 * 2**20)  # fmt: skip
 
     def engine_state(model):

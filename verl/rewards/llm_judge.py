@@ -295,11 +295,13 @@ class JudgeActor:
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
             if config.dtype not in ("auto", "fp32", "float32"):
                 logger.info("worker.reward.judge.dtype=%s: the CPU judge runs in float32.", config.dtype)
-        from vllm import LLM, SamplingParams
+        from vllm import SamplingParams
+
+        from verl.workers.rollout import vllm_compat
 
         self.template = _environment().from_string(read_template(config.template))
         self.tokenizer = get_tokenizer(config.model_path)
-        self.llm = LLM(**build_engine_kwargs(config, self.on_gpu))
+        self.llm = vllm_compat.start_engine(**build_engine_kwargs(config, self.on_gpu))
         self.max_model_len: int = self.llm.llm_engine.model_config.max_model_len
         self.sampling_params = SamplingParams(
             n=1, temperature=config.temperature, max_tokens=config.max_tokens, detokenize=True

@@ -215,9 +215,9 @@ class ChatEngine:
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
             kwargs.update(dtype="float32" if dtype == "auto" else dtype, enforce_eager=True)
             kwargs["kv_cache_memory_bytes"] = (kv_cache_mb or 256) * 2**20
-        from vllm import LLM
+        from verl.workers.rollout import vllm_compat
 
-        self.llm = LLM(**kwargs)
+        self.llm = vllm_compat.start_engine(**kwargs)
         self.name = name
         self.max_model_len = max_model_len
         self.defaults = self.llm.llm_engine.model_config.get_diff_sampling_param()

