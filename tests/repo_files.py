@@ -5,6 +5,7 @@
 Importable from every test directory: pytest puts tests/ on sys.path for tests/conftest.py.
 """
 
+import functools
 import importlib.util
 from pathlib import Path
 from types import ModuleType
@@ -20,3 +21,15 @@ def load_repo_file(relative_path: str, name: str | None = None) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@functools.cache
+def _model_merger() -> ModuleType:
+    return load_repo_file("scripts/model_merger.py", "model_merger_in_tests")
+
+
+def export_checkpoint(actor_dir, target, *flags: str) -> None:
+    """scripts/model_merger.py's `main` in this process, writing fp32 weights (tests/scripts/test_model_merger.py
+    runs it as the command; a new Python per export would import torch and transformers again)."""
+    argv = ["--local_dir", str(actor_dir), "--target_dir", str(target), "--dtype", "fp32", *flags]
+    assert _model_merger().main(argv) == 0, argv

@@ -19,6 +19,7 @@ from processes import start_run_in_a_group
 from sft_testing import data_config
 
 from tests.model_folders import config_only_model
+from tests.repo_files import export_checkpoint
 from verl.data.sft_dataset import SFTDataError, SFTDataset, collate_sft
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.utils.config import ConfigError
@@ -409,20 +410,7 @@ def test_sft_runs_lower_the_loss_resume_exactly_and_export_for_rl(models, tmp_pa
             count += mask.sum().item()
     assert len(val) == 7 and rows[4]["val/loss"] == pytest.approx(total / count, rel=1e-4)
     merged = tmp_path / "merged"
-    subprocess.run(
-        [
-            sys.executable,
-            os.path.join(REPO, "scripts", "model_merger.py"),
-            "--local_dir",
-            os.path.join(straight, "global_step_4", "actor"),
-            "--target_dir",
-            str(merged),
-            "--dtype",
-            "fp32",
-        ],
-        check=True,
-        capture_output=True,
-    )
+    export_checkpoint(os.path.join(straight, "global_step_4", "actor"), merged)
     reference = AutoModelForCausalLM.from_pretrained(merged)
     for (name, param), (_, other) in zip(model.state_dict().items(), reference.state_dict().items()):
         torch.testing.assert_close(param, other, rtol=0, atol=0, msg=name)
@@ -472,8 +460,7 @@ def test_lora_sft_trains_the_adapters_alone_resumes_exactly_and_exports_them_mer
     # the export is a plain model with the adapters merged in, as model_merger writes from the checkpoint
     exported = AutoModelForCausalLM.from_pretrained(os.path.join(straight, "huggingface")).state_dict()
     merged = tmp_path / "merged"
-    merger = [sys.executable, os.path.join(REPO, "scripts", "model_merger.py"), "--local_dir", actor]
-    subprocess.run([*merger, "--target_dir", str(merged), "--dtype", "fp32"], check=True, capture_output=True)
+    export_checkpoint(actor, merged)
     assert not any("lora" in key for key in load_file(str(merged / "model.safetensors")))
     reference = AutoModelForCausalLM.from_pretrained(merged).state_dict()
     original = AutoModelForCausalLM.from_pretrained(models["text"]).state_dict()

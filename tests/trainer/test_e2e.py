@@ -16,7 +16,7 @@ import re
 import pytest
 from families import FAMILIES, vl_kinds
 
-from tests.repo_files import load_repo_file
+from tests.repo_files import export_checkpoint, load_repo_file
 from verl.algorithms import user_functions
 from verl.models.tiny_models import CHAT_TEMPLATE, get_or_build_tiny_model
 from verl.trainer.config import load_config
@@ -205,8 +205,6 @@ def test_grpo_mixture_of_experts_run(workspace):
 def test_mixture_of_experts_checkpoint_merges_and_loads_in_vllm(workspace):
     """The MoE run's checkpoint (the test above) merged to Hugging Face format: per-expert tensors as transformers
     saves them, the trained weights exactly, and vLLM's greedy tokens equal transformers'."""
-    import subprocess
-    import sys
 
     import torch
     from safetensors import safe_open
@@ -217,10 +215,7 @@ def test_mixture_of_experts_checkpoint_merges_and_loads_in_vllm(workspace):
     root = workspace["root"]
     actor_dir = earlier_checkpoint(root / "grpo_moe", "test_grpo_mixture_of_experts_run")
     target = root / "merged_moe"
-    merger = [sys.executable, os.path.join(REPO, "scripts", "model_merger.py"), "--dtype", "fp32"]
-    merger += ["--local_dir", str(actor_dir), "--target_dir", str(target)]
-    proc = subprocess.run(merger, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    export_checkpoint(actor_dir, target)
     with safe_open(str(target / "model.safetensors"), "pt") as f:
         assert "model.layers.0.mlp.experts.0.gate_proj.weight" in set(f.keys())
     moe_model = get_or_build_tiny_model("qwen3_moe", str(root / "models"))
@@ -326,8 +321,6 @@ def test_qwen3_5_checkpoint_merges_and_loads_in_vllm(workspace, kind):
     vLLM reads the merged model from disk (its own loader, not a weight sync) to the actor's log-probs up to bf16, the
     vision tower included. Gemma 4's and Qwen3-VL-MoE's too (its experts written transposed, as vLLM reads them), in
     fp32."""
-    import subprocess
-    import sys
     from unittest import mock
 
     import torch
@@ -341,10 +334,7 @@ def test_qwen3_5_checkpoint_merges_and_loads_in_vllm(workspace, kind):
     root = workspace["root"]
     actor_dir = earlier_checkpoint(root / f"grpo_vl_{kind}", f"test_grpo_vl_run_with_images[{kind}]")
     target = root / f"merged_{kind}"
-    merger = [sys.executable, os.path.join(REPO, "scripts", "model_merger.py"), "--dtype", "fp32"]
-    merger += ["--local_dir", str(actor_dir), "--target_dir", str(target)]
-    proc = subprocess.run(merger, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    export_checkpoint(actor_dir, target)
     merged = AutoModelForImageTextToText.from_pretrained(target, dtype=torch.float32).eval()
     flat = root / f"flat_{kind}.pt"
     dcp_to_torch_save(str(actor_dir), str(flat))
@@ -411,8 +401,6 @@ def test_qwen3_5_resume_gives_the_same_next_step(workspace):
 
 def test_model_merger_matches_checkpoint_and_loads_in_vllm(workspace):
     """Needs the checkpoint of the GRPO run above (the tests of this module run in order)."""
-    import subprocess
-    import sys
 
     import torch
     import torch.distributed.checkpoint as dcp
@@ -420,22 +408,7 @@ def test_model_merger_matches_checkpoint_and_loads_in_vllm(workspace):
 
     actor_dir = earlier_checkpoint(workspace["root"] / "grpo_text", "test_grpo_text_run_trains_and_checkpoints")
     target = workspace["root"] / "merged"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(REPO, "scripts", "model_merger.py"),
-            "--local_dir",
-            str(actor_dir),
-            "--target_dir",
-            str(target),
-            "--dtype",
-            "fp32",  # compared with the fp32 checkpoint below; the default is bf16
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    export_checkpoint(actor_dir, target)  # fp32: compared with the fp32 checkpoint below; the default is bf16
     merged = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
     initial = AutoModelForCausalLM.from_pretrained(workspace["text_model"], dtype=torch.float32)
     # an independent reader of the sharded checkpoint: torch's DCP -> torch.save converter
@@ -473,8 +446,6 @@ def test_model_merger_matches_checkpoint_and_loads_in_vllm(workspace):
 def test_ppo_with_critic_gae(workspace):
     """On a Llama 3-style model (llama3 rope, an untied output layer, a tokenizer that adds <|begin_of_text|> and has
     no pad token), actor and critic; every weight sync is checked, and the actor's checkpoint merges to a Llama."""
-    import subprocess
-    import sys
 
     import torch
     from transformers import AutoModelForCausalLM
@@ -513,15 +484,7 @@ def test_ppo_with_critic_gae(workspace):
     assert all(row["rollout/weight_sync_mean_gap"] <= 1e-3 for row in steps)
     assert os.path.isdir(workspace["root"] / "ppo_gae" / "global_step_2" / "critic")
     target = workspace["root"] / "merged_llama"
-    merger = [sys.executable, os.path.join(REPO, "scripts", "model_merger.py"), "--dtype", "fp32"]
-    merger += [
-        "--local_dir",
-        str(workspace["root"] / "ppo_gae" / "global_step_2" / "actor"),
-        "--target_dir",
-        str(target),
-    ]
-    proc = subprocess.run(merger, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    export_checkpoint(workspace["root"] / "ppo_gae" / "global_step_2" / "actor", target)
     merged = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
     initial = AutoModelForCausalLM.from_pretrained(llama, dtype=torch.float32)
     assert type(merged).__name__ == "LlamaForCausalLM"
@@ -615,8 +578,6 @@ def test_lora_run_with_adapter_sync(workspace):
 
 
 def test_lora_run_resumes_from_adapter_checkpoints_and_exports(workspace):
-    import subprocess
-    import sys
 
     import torch
     import torch.distributed.checkpoint as dcp
@@ -646,18 +607,8 @@ def test_lora_run_resumes_from_adapter_checkpoints_and_exports(workspace):
     assert all("lora_" in key for key in saved if key.startswith("model."))  # the adapters only
     assert any(key.startswith("optimizer.") for key in saved)
 
-    def export(target, *flags):
-        command = [sys.executable, os.path.join(REPO, "scripts", "model_merger.py"), "--local_dir", str(actor_dir)]
-        proc = subprocess.run(
-            [*command, "--target_dir", str(target), "--dtype", "fp32", *flags],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert proc.returncode == 0, proc.stderr[-2000:]
-
-    export(root / "lora_merged")
-    export(root / "lora_adapter", "--adapter_only")
+    export_checkpoint(actor_dir, root / "lora_merged")
+    export_checkpoint(actor_dir, root / "lora_adapter", "--adapter_only")
     merged = AutoModelForCausalLM.from_pretrained(root / "lora_merged", dtype=torch.float32)
     base = AutoModelForCausalLM.from_pretrained(workspace["text_model"], dtype=torch.float32)
     with_adapter = PeftModel.from_pretrained(base, str(root / "lora_adapter"))  # peft reads our adapter layout
