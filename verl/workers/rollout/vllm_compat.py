@@ -32,7 +32,7 @@ size only in the engine's first forward, so the config refuses it on the CPU (im
 def start_engine(**kwargs: Any) -> Any:
     """`vllm.LLM(**kwargs)` with this process's long-lived heap frozen first: vLLM runs five full garbage collections
     while it builds (1-2 s of a core in a trainer's or a test's process), and its engine core freezes the heap of the
-    process it runs in once built (this one on the CPU), so nothing that would be collected later is frozen here."""
+    process it runs in once built: on the CPU, where that is this process, the heap ends frozen either way."""
     from vllm import LLM
 
     gc.freeze()
