@@ -241,6 +241,10 @@ def test_missing_config_file(files):
         (["worker.actor.tau_negative=0"], r"'worker.actor.tau_negative' must be positive"),
         (["algorithm.ref_sync_alpha=0"], r"algorithm.ref_sync_alpha must lie in \(0, 1\], got 0"),
         (
+            ["algorithm.ref_sync_reset_optimizer=true"],
+            r"algorithm.ref_sync_reset_optimizer=true restarts the optimizer .* algorithm.ref_sync_steps=0 never syncs",
+        ),
+        (
             ["algorithm.ref_sync_steps=10", "algorithm.disable_kl=true"],
             r"algorithm.ref_sync_steps=10 syncs the reference model, but algorithm.disable_kl=true",
         ),

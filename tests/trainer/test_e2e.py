@@ -12,6 +12,7 @@ import math
 import os
 import pathlib
 import re
+import warnings
 
 import pytest
 from families import FAMILIES, vl_kinds
@@ -523,10 +524,26 @@ def test_online_filtering_and_remax(workspace):
     assert all(row["rollout/weight_sync_mean_gap"] <= 1e-3 for row in steps)
 
 
+def saved_optimizer_steps(actor_dir) -> set[float]:
+    """The step counts of the optimizer states in an actor checkpoint."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    reader = dcp.FileSystemReader(str(actor_dir))
+    keys = [key for key in reader.read_metadata().state_dict_metadata if key.startswith("optimizer.state.")]
+    state = {key: torch.zeros(()) for key in keys if key.endswith(".step")}
+    with warnings.catch_warnings():  # loaded in this one process, as meant
+        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+        dcp.load(state, storage_reader=reader, no_dist=True)
+    return {float(value) for value in state.values()}
+
+
 def test_resume_gives_the_same_next_step(workspace, caplog):
     """Default validation (before training, sampled at temperature 1) included: it must not shift the next step. The
-    reference model moves towards the actor after step 2 (algorithm.ref_sync_steps): the checkpoint restores it."""
+    reference model moves towards the actor after step 2 (algorithm.ref_sync_steps) and the actor's optimizer
+    restarts (ProRL's reset): the checkpoint restores both."""
     common = ("algorithm.use_kl_loss=true", "algorithm.ref_sync_steps=2", "algorithm.ref_sync_alpha=0.6")
+    common += ("algorithm.ref_sync_reset_optimizer=true",)
     run_ppo(load_config(text_args(workspace, "straight", *common, "trainer.max_steps=3")))
     run_ppo(load_config(text_args(workspace, "interrupted", *common, "trainer.max_steps=2")))
     state = json.loads((workspace["root"] / "interrupted" / "global_step_2" / "trainer_state.json").read_text())
@@ -547,6 +564,8 @@ def test_resume_gives_the_same_next_step(workspace, caplog):
     assert "timing_s/sync_ref" in straight[2] and "timing_s/sync_ref" not in straight[3]
     assert (workspace["root"] / "interrupted" / "global_step_2" / "ref").is_dir()
     assert straight[3]["actor/kl_loss"] > 0  # a mix (alpha 0.6), not a copy of the actor
+    assert saved_optimizer_steps(workspace["root"] / "interrupted" / "global_step_2" / "actor") == {0.0}
+    assert min(saved_optimizer_steps(workspace["root"] / "straight" / "global_step_3" / "actor")) >= 1
 
 
 LORA = (

@@ -1,11 +1,12 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
+import copy
 import math
 
 import pytest
 import torch
 
-from verl.utils.optim import BF16AdamW, OptimConfig, build_lr_scheduler, build_optimizer
+from verl.utils.optim import BF16AdamW, OptimConfig, build_lr_scheduler, build_optimizer, reset_optimizer_state
 
 
 def lrs(config: OptimConfig, steps: int) -> list[float]:
@@ -138,3 +139,36 @@ def test_bf16_adamw_accumulates_updates_below_bf16_resolution():
         optimizer.step()
     assert optimizer.state[param]["exp_avg"].dtype == torch.bfloat16
     assert param.float().mean().item() == pytest.approx(1.1, abs=0.01)
+
+
+@pytest.mark.parametrize("strategy", ["adamw", "adamw_bf16"])
+def test_a_reset_optimizer_steps_like_a_new_one_and_saves_its_restarted_state(strategy):
+    """algorithm.ref_sync_reset_optimizer (ProRL): after three steps and a reset, the next step moves the weights as a
+    new optimizer's first step from the same weights would; the state dict holds zeros, and restores to the same."""
+    dtype = torch.bfloat16 if strategy == "adamw_bf16" else torch.float32
+    config = OptimConfig(lr=0.1, weight_decay=0.01, strategy=strategy)
+    torch.manual_seed(0)
+    grads = [torch.randn(4, 3).to(dtype) for _ in range(4)]
+
+    def step(optimizer, param, grad):
+        param.grad = grad.clone()
+        optimizer.step()
+
+    used = torch.nn.Linear(3, 4, bias=False).to(dtype)
+    optimizer = build_optimizer(used, config)
+    for grad in grads[:3]:
+        step(optimizer, used.weight, grad)
+    reset_optimizer_state(optimizer)
+    assert all(not value.any() for state in optimizer.state.values() for value in state.values())
+    saved = copy.deepcopy(optimizer.state_dict())  # (its tensors are the optimizer's own)
+    fresh = torch.nn.Linear(3, 4, bias=False).to(dtype)
+    fresh.weight.data.copy_(used.weight.data)
+    new_optimizer = build_optimizer(fresh, config)
+    step(optimizer, used.weight, grads[3])
+    step(new_optimizer, fresh.weight, grads[3])
+    torch.testing.assert_close(used.weight, fresh.weight, rtol=0, atol=0)
+    restored = torch.nn.Linear(3, 4, bias=False).to(dtype)
+    restored_optimizer = build_optimizer(restored, config)
+    step(restored_optimizer, restored.weight, grads[0])  # a state to overwrite, as when a checkpoint loads
+    restored_optimizer.load_state_dict(saved)
+    assert all(not value.any() for state in restored_optimizer.state.values() for value in state.values())

@@ -206,6 +206,9 @@ class AlgorithmConfig:
     alpha 1, ProRL's reference reset). Checkpoints then hold the reference too (global_step_N/ref). 0 never syncs."""
     ref_sync_alpha: float = 1.0
     """The actor's share in each reference sync, in (0, 1]: 1 replaces the reference (ProRL), TRL's default is 0.6."""
+    ref_sync_reset_optimizer: bool = False
+    """With ref_sync_steps: each reference sync also restarts the actor's optimizer (moments and step counts to zero,
+    as a new optimizer's; the learning-rate schedule goes on), ProRL's full reset."""
     kl_type: str = "fixed"
     """KL-in-reward controller: fixed or adaptive."""
     kl_horizon: float = 10000.0
@@ -251,6 +254,11 @@ class AlgorithmConfig:
         require_non_negative(self, prefix, "ref_sync_steps")
         if not 0.0 < self.ref_sync_alpha <= 1.0:
             raise ConfigError(f"{prefix}ref_sync_alpha must lie in (0, 1], got {self.ref_sync_alpha}.")
+        if self.ref_sync_reset_optimizer and self.ref_sync_steps == 0:
+            raise ConfigError(
+                f"{prefix}ref_sync_reset_optimizer=true restarts the optimizer at each reference sync, but "
+                f"{prefix}ref_sync_steps=0 never syncs: set ref_sync_steps (ProRL resets every few hundred steps)."
+            )
         if self.ref_sync_steps > 0 and self.disable_kl:
             raise ConfigError(
                 f"{prefix}ref_sync_steps={self.ref_sync_steps} syncs the reference model, but {prefix}disable_kl=true "

@@ -425,10 +425,10 @@ class RayPPOTrainer:
             entropy = output.meta_info["metrics"].get("actor/entropy_loss")  # none when every mini-batch was masked
             if self.entropy_ctrl is not None and entropy is not None:  # the next step's coefficient, from this step's
                 self.entropy_ctrl.update(float(np.mean(entropy)))
-            sync_steps = self.config.algorithm.ref_sync_steps
-            if sync_steps > 0 and self.global_step % sync_steps == 0:  # TRL's sync_ref_model, ProRL's reset
+            algo = self.config.algorithm
+            if algo.ref_sync_steps > 0 and self.global_step % algo.ref_sync_steps == 0:  # TRL's, ProRL's reset
                 with timer("sync_ref", timing_raw):
-                    wg.sync_reference(self.config.algorithm.ref_sync_alpha)
+                    wg.sync_reference(algo.ref_sync_alpha, algo.ref_sync_reset_optimizer)
         if self.config.data.response_length_schedule:
             append_metrics(metrics, {"rollout/response_length_limit": self._rollout_request().response_length})
         return batch, reduce_metrics(metrics)

@@ -121,6 +121,16 @@ def build_optimizer(module: torch.nn.Module, config: OptimConfig) -> torch.optim
     raise ValueError(f"Unknown optim.strategy {config.strategy!r}; choose one of {', '.join(OPTIMIZER_STRATEGIES)}.")
 
 
+def reset_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
+    """Zero every state tensor of `optimizer` in place (moments, step counts, BF16AdamW's compensation), wherever it
+    lives (offloaded or not): for the Adam family, the next step is a new optimizer's first. Zeroed rather than
+    dropped, so a checkpoint saved now holds the restarted state (saving an empty one would initialise it first)."""
+    for state in optimizer.state.values():
+        for value in state.values():
+            if isinstance(value, torch.Tensor):
+                value.zero_()
+
+
 class WarmupDecaySchedule:
     """LR multiplier: linear warmup to 1 ((s + 1) / warmup_steps, so the first update moves the weights), then
     constant, or cosine or linear down to `min_lr_ratio` at `training_steps`. A plain object, so LambdaLR's state_dict saves it."""

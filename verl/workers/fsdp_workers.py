@@ -42,7 +42,7 @@ from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.base.worker import Worker
 from verl.utils import device as device_utils
 from verl.utils.checkpoint import FSDPCheckpointManager, has_checkpoint
-from verl.utils.optim import build_lr_scheduler, build_optimizer
+from verl.utils.optim import build_lr_scheduler, build_optimizer, reset_optimizer_state
 from verl.workers.actor.dp_actor import DataParallelPPOActor, process_multi_modal_inputs
 from verl.workers.config import UpdateRequest, WorkerConfig
 from verl.workers.critic.dp_critic import DataParallelPPOCritic
@@ -285,12 +285,15 @@ class FSDPWorker(Worker):
         return self._forward_rows(data, self.critic_sp_group, "values", self.critic.compute_values, resident)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def sync_reference(self, alpha: float) -> None:
+    def sync_reference(self, alpha: float, reset_optimizer: bool = False) -> None:
         """algorithm.ref_sync_steps: the reference model moves to the actor, ref <- alpha x actor + (1 - alpha) x ref,
-        shard by shard (the trainer saves it with every checkpoint then)."""
+        shard by shard (the trainer saves it with every checkpoint then); with `reset_optimizer` the actor's
+        optimizer restarts too (algorithm.ref_sync_reset_optimizer)."""
         actor_resident = self._resident(self.actor_module, self.config.actor.offload)
         with actor_resident, self._resident(self.ref_module, self.ref_offload):
             mix_parameters(self.ref_module, self.actor_module, alpha)
+        if reset_optimizer:
+            reset_optimizer_state(self.actor_optimizer)
 
     # ------------------------------------------------------------------------------------------------ updates
 
