@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.processes import alive, wait_gone
-from verl.rewards.function import RewardFunctionError, RewardFunctionLoadError
+from verl.rewards.function import RewardFunctionError, RewardFunctionLoadError, load_reward_function
 from verl.rewards.manager import FunctionRewardManager, build_reward_inputs, place_scores
 from verl.workers.config import RewardConfig
 
@@ -90,6 +90,7 @@ def test_reward_inputs_carry_the_whole_sample(make_batch, tokenizer) -> None:
     assert first == {
         "response": "4",
         "response_length": len(tokenizer.encode("4")) + 1,  # + EOS
+        "response_ids": tokenizer.encode("4", add_special_tokens=False) + [tokenizer.eos_token_id],
         "ground_truth": "4",
         "prompt": "What is 2+2?",
         "prompt_messages": None,  # the row's prompt was a string
@@ -185,7 +186,11 @@ def shapes(prompts, completions, difficulty):
     return [float(isinstance(c, list)) + 10 * isinstance(p, list) + d for p, c, d in zip(prompts, completions, difficulty)]
 
 def overlong(completion_ids, **kwargs):
-    return [0.0 for _ in completion_ids]
+    # a length penalty on the token ids, as TRL's docs write one: the ids end with the EOS token where the reply stopped
+    return [-0.1 * len(ids) - 100 * (ids[-1] != EOS) for ids in completion_ids]
+
+def by_step(completions, trainer_state):
+    return [0.0 for _ in completions]
 """
 
 
@@ -217,8 +222,16 @@ def test_a_function_in_trls_signature_works_unchanged(make_batch, write_reward_f
     assert metrics == {"overall": [1.0, 1.0, 0.0]}  # the episode's last turn "yes" has no answer: None, so 0
     _, metrics = manager_for(f"{path}:shapes", tokenizer).compute_reward(batch)
     assert metrics["overall"] == [0.25, 11.5, 11.75]
-    with pytest.raises(RewardFunctionLoadError, match="takes TRL's completion_ids, which this trainer does not pass"):
-        manager_for(f"{path}:overlong", tokenizer)
+    ids = [tokenizer.encode(text, add_special_tokens=False) for text in ("yes", "yes", "no")]
+    overlong = write_reward_file(f"EOS = {tokenizer.eos_token_id}\n" + TRL_REWARDS, "overlong.py")
+    _, metrics = manager_for(f"{overlong}:overlong", tokenizer).compute_reward(batch)
+    assert metrics["overall"] == pytest.approx([-0.1 * (len(row) + 1) for row in ids])  # the EOS token counted
+    with pytest.raises(RewardFunctionLoadError, match="takes TRL's trainer_state, which this trainer does not pass"):
+        manager_for(f"{path}:by_step", tokenizer)
+    text_only = [{"response": "yes", "response_ids": None, "prompt": "Q0", "ground_truth": "no", "extra_info": {}}]
+    with pytest.raises(RewardFunctionError, match="overlong takes TRL's completion_ids, and these samples have text"):
+        load_reward_function(f"{overlong}:overlong")(text_only)
+    assert load_reward_function(f"{path}:accuracy", answer_key="solution")(text_only) == [{"overall": 0.0}]
     with pytest.raises(RewardFunctionLoadError, match="do not fit the signature"):
         manager_for(f"{path}:shapes", tokenizer, reward_function_kwargs={"scale": 2.0})
     sequential = write_reward_file('REWARD_TYPE = "sequential"\n' + TRL_REWARDS)  # the same file, rewritten

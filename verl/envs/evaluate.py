@@ -289,6 +289,7 @@ def reward_sample(index: int, setup: EpisodeSetup, result: EpisodeResult) -> dic
     return {
         "response": "\n".join(message_text(message.get("content")) for message in shown),
         "response_length": result.completion_tokens,
+        "response_ids": None,
         "ground_truth": setup.row.get("ground_truth"),
         "prompt": setup.prompt,
         "prompt_messages": [*setup.context, {"role": "user", "content": setup.prompt}] if setup.messages else None,

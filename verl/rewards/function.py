@@ -48,6 +48,9 @@ class RewardInput(TypedDict):
     """The decoded response (special tokens skipped unless worker.reward.skip_special_tokens=false)."""
     response_length: int
     """Number of valid response tokens, including the EOS token when generation stopped on it."""
+    response_ids: list[int] | None
+    """The response's token ids (those `response` decodes, padding left out); None where only text is known
+    (verl.envs.evaluate scores an endpoint's replies)."""
     ground_truth: Any
     """The dataset's answer for this prompt."""
     prompt: str
@@ -234,7 +237,7 @@ def _verl_score(score: Any) -> Any:
     return score  # anything else: check_scores names it
 
 
-TRL_UNPASSED = ("completion_ids", "trainer_state")
+TRL_UNPASSED = ("trainer_state",)
 """Arguments TRL's GRPOTrainer passes that this trainer has no equivalent of: a function naming one is refused."""
 
 
@@ -242,7 +245,9 @@ def _takes_trl_arguments(function: Callable[..., Any]) -> bool:
     """Whether `function` is in TRL's signature: it takes `completions` or another argument only TRL passes (and
     not verl's `solution_str`)."""
     parameters = _parameters(function)
-    return bool({"completions", *TRL_UNPASSED} & set(parameters)) and "solution_str" not in parameters
+    return (
+        bool({"completions", "completion_ids", *TRL_UNPASSED} & set(parameters)) and "solution_str" not in parameters
+    )
 
 
 def _trl_arguments(
@@ -250,8 +255,9 @@ def _trl_arguments(
 ) -> dict[str, Any]:
     """A batch as TRL's GRPOTrainer passes it: `prompts` (the row's messages where its prompt was given as messages,
     else the prompt text), `completions` (for such rows, or a multi-turn episode, the messages after the prompt; else
-    the response text), and every other dataset column as a list by its own name, the answer under
-    data.answer_key's. A function without **kwargs gets only the arguments it names; the configured kwargs win."""
+    the response text), `completion_ids` (each response's token ids, as `completions` spans them), and every other
+    dataset column as a list by its own name, the answer under data.answer_key's. A function without **kwargs gets
+    only the arguments it names; the configured kwargs win."""
     completions = []
     for sample in samples:
         episode = sample["extra_info"].get("episode_messages")
@@ -269,6 +275,14 @@ def _trl_arguments(
     prompts = [sample.get("prompt_messages") or sample["prompt"] for sample in samples]
     values = {**columns, **kwargs, "prompts": prompts, "completions": completions}
     parameters = _parameters(function)
+    ids = [sample.get("response_ids") for sample in samples]
+    if None not in ids:
+        values["completion_ids"] = ids
+    elif "completion_ids" in parameters:
+        raise RewardFunctionError(
+            f"{getattr(function, '__name__', function)} takes TRL's completion_ids, and these samples have text only "
+            "(an endpoint's replies, as verl.envs.evaluate scores them): use a function without completion_ids there."
+        )
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return values
     return {name: value for name, value in values.items() if name in parameters}
@@ -424,9 +438,8 @@ def load_reward_function(
         if unpassed:
             raise RewardFunctionLoadError(
                 f"{CONFIG_KEY}={spec!r}: {name} takes TRL's {', '.join(unpassed)}, which this trainer does not "
-                "pass (it passes prompts, completions and the dataset's columns). For a length penalty, write the "
-                "function in this trainer's signature, which gets sample['response_length'] (DAPO's overlong "
-                "penalty: examples/reward_function/dapo.py)."
+                "pass (it passes prompts, completions, completion_ids and the dataset's columns): TRL's trainer "
+                "state has no counterpart here."
             )
         if getattr(module, "REWARD_TYPE", "batch") != "batch":
             raise RewardFunctionLoadError(
