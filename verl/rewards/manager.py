@@ -159,9 +159,8 @@ def build_reward_inputs(data: DataProto, tokenizer: Any, skip_special_tokens: bo
     """One RewardInput per sample of a rollout batch. `response` decodes the whole response (environment turns
     included); `response_length` counts the model's tokens."""
     columns = data.non_tensor_batch
-    tokens = _response_tokens(data)
-    texts = decode_responses(data, tokenizer, tokens, skip_special_tokens)
-    responses = data.batch["responses"]
+    ids = [row[mask].tolist() for row, mask in zip(data.batch["responses"], _response_tokens(data))]
+    texts = tokenizer.batch_decode(ids, skip_special_tokens=skip_special_tokens)
     lengths = valid_response_mask(data).sum(dim=-1).tolist()
     prompt_key = _prompt_key(data)
     # The prompt text from its dataset column, else decoded with special tokens: they are part of what the model saw
@@ -177,7 +176,7 @@ def build_reward_inputs(data: DataProto, tokenizer: Any, skip_special_tokens: bo
         RewardInput(
             response=texts[i],
             response_length=int(lengths[i]),
-            response_ids=responses[i][tokens[i]].tolist(),
+            response_ids=ids[i],
             ground_truth=column(_GROUND_TRUTH_KEY, i),
             prompt=prompts[i],
             prompt_messages=column(_PROMPT_MESSAGES_KEY, i),
