@@ -575,6 +575,30 @@ def in_threads(call, arguments):
 
 
 @pytest.mark.slow
+def test_chat_template_kwargs_of_a_request_reach_the_template(tmp_path):
+    """A request's chat_template_kwargs render its messages, as in vLLM's server: Qwen3's enable_thinking=false (the
+    tiny qwen3 template does as Qwen3's) opens the answer with an empty thinking block."""
+    from openai import OpenAI
+
+    from verl.models.tiny_models import get_or_build_tiny_model
+
+    engine = ChatEngine(get_or_build_tiny_model("qwen3", str(tmp_path)), "tiny", 256, 16, "auto")
+    server, url = serve(engine)
+    try:
+        client = OpenAI(base_url=url, api_key="unused")
+        fields = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
+        thinking = client.chat.completions.create(**fields)
+        quiet = client.chat.completions.create(
+            **fields, extra_body={"chat_template_kwargs": {"enable_thinking": False}}
+        )
+        block = engine.llm.get_tokenizer().encode("<think>\n\n</think>\n\n", add_special_tokens=False)
+        assert quiet.usage.prompt_tokens == thinking.usage.prompt_tokens + len(block)
+    finally:
+        server.shutdown()
+        engine.close()
+
+
+@pytest.mark.slow
 def test_concurrent_requests_share_the_engine(live):
     """20 requests at once all get their own greedy reply, the one each gets alone, and the engine held several at
     a time (one engine loop batches them; a lock around each request would keep its count at 1)."""

@@ -310,6 +310,31 @@ def test_a_tokenizer_without_chat_template_is_named_with_the_key_that_gives_one(
     assert RLHFDataset(ROWS[:1], base, override_chat_template=str(chat))[0]["prompt_text"].endswith("A:")
 
 
+def test_chat_template_kwargs_reach_the_template_and_a_variable_it_ignores_is_refused(tmp_path, text_tokenizer):
+    """data.chat_template_kwargs: Qwen3's enable_thinking=false opens the answer with an empty thinking block (the
+    tiny qwen3 template does as Qwen3's); a variable the template does not read, or one of apply_chat_template's own
+    arguments, is an error naming the key and the template's variables."""
+    qwen3 = get_tokenizer(get_or_build_tiny_model("qwen3", str(tmp_path)))
+    thinking = RLHFDataset(ROWS[:1], qwen3)[0]
+    quiet = RLHFDataset(ROWS[:1], qwen3, chat_template_kwargs={"enable_thinking": False})[0]
+    assert quiet["prompt_text"] == thinking["prompt_text"] + "<think>\n\n</think>\n\n"
+    assert quiet["raw_prompt_ids"] == qwen3.encode(quiet["prompt_text"], add_special_tokens=False)
+    with pytest.raises(
+        ValueError,
+        match=r"data.chat_template_kwargs.enable_thinking: the chat template of .*qwen2' does not read a variable "
+        r"of that name, so it would change nothing; the template's variables: add_vision_id\.",
+    ):
+        RLHFDataset(ROWS[:1], text_tokenizer, chat_template_kwargs={"enable_thinking": False})
+    with pytest.raises(ValueError, match=r"data.chat_template_kwargs.add_generation_prompt is set by the trainer"):
+        RLHFDataset(ROWS[:1], qwen3, chat_template_kwargs={"add_generation_prompt": False})
+    chat = tmp_path / "chat.jinja"  # an override template's variables are the ones that count
+    chat.write_text("{% for m in messages %}{{ style }}: {{ m['content'] }}\n{% endfor %}A:")
+    styled = RLHFDataset(
+        ROWS[:1], text_tokenizer, override_chat_template=str(chat), chat_template_kwargs={"style": "Q"}
+    )
+    assert styled[0]["prompt_text"].startswith("Q: ")
+
+
 def test_a_prompt_given_as_chat_messages_renders_them_all_and_formats_the_last(tmp_path, text_tokenizer):
     """verl's and TRL's layout: a list of messages (system, few-shot turns, the user's); the answer inside a dict
     column, named with dots."""

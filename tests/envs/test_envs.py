@@ -166,6 +166,17 @@ def test_continuation_is_what_the_template_writes_between_turns():
     assert tokenizer.decode(continuation.ids(messages, ""), skip_special_tokens=False).startswith(turn_end)
 
 
+def test_continuation_opens_the_next_turn_with_the_chat_template_variables():
+    """data.chat_template_kwargs reach the environment turns too: with Qwen3's enable_thinking=false every assistant
+    opening carries the empty thinking block, as the prompt's does."""
+    tokenizer = build_tokenizer(kind="qwen3")
+    messages = [{"role": "user", "content": "higher"}]
+    plain = tokenizer.decode(ChatContinuation(tokenizer).ids(messages, "<|im_end|>"), skip_special_tokens=False)
+    quiet = ChatContinuation(tokenizer, {"enable_thinking": False}).ids(messages, "<|im_end|>")
+    assert plain.endswith("<|im_start|>assistant\n")
+    assert tokenizer.decode(quiet, skip_special_tokens=False) == plain + "<think>\n\n</think>\n\n"
+
+
 def test_glm_continuation_does_not_repeat_the_role_token_that_ended_the_turn():
     tokenizer = build_tokenizer(kind="glm4v")
     continuation = ChatContinuation(tokenizer)

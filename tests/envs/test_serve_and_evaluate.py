@@ -302,3 +302,56 @@ def test_evaluate_names_bad_inputs_and_an_endpoint_that_does_not_answer(tmp_path
         assert str(error.value).startswith("evaluate: ") and message in str(error.value), error.value
     with pytest.raises(SystemExit, match=r"evaluate: --env='\./nope\.py:X': the file \./nope\.py does not exist"):
         main(["--env", "./nope.py:X", "--data", str(data), "--limit", "1"])
+
+
+def test_chat_template_kwargs_go_to_the_endpoint_with_every_request(tmp_path):
+    """--chat-template-kwargs is sent as the request's chat_template_kwargs (what vLLM's servers and verl.serve read),
+    by the plain and the client-style episode; the endpoint here records the requests it gets and answers "3"."""
+    import http.server
+    import threading
+
+    from verl.envs.evaluate import main
+
+    bodies = []
+
+    class Endpoint(http.server.BaseHTTPRequestHandler):
+        def _answer(self, payload: dict) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            self._answer({"object": "list", "data": [{"id": "m", "object": "model", "created": 0, "owned_by": "me"}]})
+
+        def do_POST(self):  # noqa: N802
+            bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            message = {"role": "assistant", "content": "3"}
+            usage = {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}
+            choice = {"index": 0, "message": message, "finish_reason": "stop"}
+            reply = {"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [choice]}
+            self._answer({**reply, "usage": usage})
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Endpoint)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    data = tmp_path / "games.jsonl"
+    data.write_text(json.dumps({"prompt": "Guess my number (1-8).", "answer": "3"}) + "\n")
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    try:
+        for env in ("guess_number.py:GuessNumber", "guess_number_client.py:GuessNumberChat"):
+            bodies.clear()
+            argv = ["--env", f"{REPO}/examples/envs/{env}", "--data", str(data), "--base-url", url]
+            assert main([*argv, "--chat-template-kwargs", '{"enable_thinking": false}']) == 0
+            assert bodies and all(body["chat_template_kwargs"] == {"enable_thinking": False} for body in bodies), env
+            bodies.clear()
+            assert main(argv) == 0
+            assert bodies and all("chat_template_kwargs" not in body for body in bodies), env
+        with pytest.raises(SystemExit, match="evaluate: --chat-template-kwargs must be a JSON object"):
+            main([*argv, "--chat-template-kwargs", "[1]"])
+    finally:
+        server.shutdown()

@@ -60,6 +60,7 @@ def test_sft_worker_trains_and_exports_on_cuda(models, tmp_path):
         max_pixels=None,
         max_length=48,
         truncation="error",
+        chat_template_kwargs={},
     )
     dataset = SFTDataset(conversations(8), AutoTokenizer.from_pretrained(models["text"]), None, data)
     batch = collate_sft([dataset[i] for i in range(8)])

@@ -18,5 +18,6 @@ def data_config(**overrides) -> SimpleNamespace:
         max_pixels=3136,
         max_length=256,
         truncation="error",
+        chat_template_kwargs={},
     )
     return SimpleNamespace(**{**base, **overrides})

@@ -170,3 +170,25 @@ def test_a_tokenizer_without_chat_template_is_named_with_the_key_that_gives_one(
         SFTDataset([_turns("Hi", "Hello")], base, None, data_config())
     base.chat_template = tokenizer.chat_template  # what get_tokenizer sets from data.override_chat_template
     assert len(SFTDataset([_turns("Hi", "Hello")], base, None, data_config())) == 1
+
+
+def test_chat_template_kwargs_render_every_conversation_and_an_unread_one_is_named(tokenizer):
+    """data.chat_template_kwargs are variables of every rendering (the whole conversation and the prefixes the
+    assistant mask comes from); one the template does not read is refused when the dataset is built."""
+    import copy
+
+    styled = copy.deepcopy(tokenizer)
+    styled.chat_template = (  # as get_tokenizer sets it from data.override_chat_template
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['role'] == 'user' %}{{ asked_by }}: "
+        "{% endif %}{{ m['content'] }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+        "{% endif %}"
+    )
+    dataset = SFTDataset([_turns("Hi", "Hello")], styled, None, data_config(chat_template_kwargs={"asked_by": "Ann"}))
+    example = dataset.encode(0)
+    assert styled.decode(example["input_ids"]).startswith("<|im_start|>user\nAnn: Hi<|im_end|>")
+    learned = [token for token, kept in zip(example["input_ids"], example["loss_mask"]) if kept]
+    assert styled.decode(learned) == "Hello<|im_end|>"
+    with pytest.raises(
+        SFTDataError, match=r"data.chat_template_kwargs.enable_thinking: the chat template .* does not"
+    ):
+        SFTDataset([_turns("Hi", "Hello")], tokenizer, None, data_config(chat_template_kwargs={"enable_thinking": 0}))

@@ -100,6 +100,14 @@ def test_cli_lists_and_dicts(files):
     assert config.trainer.logger == ["console", "file"]
     assert config.worker.rollout.val_override_config == {"temperature": 0.6, "n": 1, "min_p": 0.05}
     assert list(config.worker.actor.optim.betas) == [0.8, 0.95]
+    config = load_config([*base_args(files), "data.chat_template_kwargs={enable_thinking: false}"])
+    assert config.data.chat_template_kwargs == {"enable_thinking": False}
+    assert config.worker.rollout.chat_template_kwargs == {"enable_thinking": False}  # the environment turns'
+    # YAML reads {a:b} as the key 'a:b' without a value: refused, showing the space it needs
+    with pytest.raises(ConfigError, match=r"'data.chat_template_kwargs' has the key 'enable_thinking:false' with no "):
+        load_config([*base_args(files), "data.chat_template_kwargs={enable_thinking:false}"])
+    with pytest.raises(ConfigError, match=r"\{url: http://x:8000\} instead of \{url:http://x:8000\}"):
+        load_config([*base_args(files), "worker.rollout.env_kwargs={url:http://x:8000}"])
 
 
 def test_unknown_key_names_path_and_suggestion(files):
@@ -934,6 +942,7 @@ def test_every_derived_key_is_copied_from_its_source(files):
             "worker.actor.dynamic_batching=false",
             "worker.actor.micro_batch_size_per_device_for_update=2",
             f"data.override_chat_template={files / 'fmt.jinja'}",
+            "data.chat_template_kwargs={enable_thinking: false}",
             "data.answer_key=solution",
         ]
     )

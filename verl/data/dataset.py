@@ -32,6 +32,7 @@ from verl.data.multimodal import (
     unreadable_image,
 )
 from verl.data.sources import RowSource, load_source, row_value, split_prompt_messages
+from verl.data.tokenizer import check_chat_template_kwargs
 from verl.models.rope_index import RopeIndex, load_model_config, uses_mrope
 from verl.utils.child_signals import reset_child_signals, signals_held
 
@@ -93,7 +94,8 @@ class RLHFDataset(Dataset):
 
     1. the prompt is rendered through the `format_prompt` Jinja template (sees `content` and every other column);
     2. `<image>` / `<video>` markers split it into content parts (media without markers go in front of the text);
-    3. the chat template (tokenizer's, processor's, or `override_chat_template`) renders the conversation;
+    3. the chat template (tokenizer's, processor's, or `override_chat_template`) renders the conversation, with
+       `chat_template_kwargs` as extra variables;
     4. the processor or tokenizer makes ids, image placeholders expanded; left-padded to max_prompt_length, never
        truncated (overlong prompts, image tokens counted, are filtered or rejected);
     5. position ids: the 3-D rope index for Qwen2-VL-style models, else 0, 1, 2, ... over real tokens.
@@ -116,6 +118,7 @@ class RLHFDataset(Dataset):
         max_prompt_length: int = 512,
         format_prompt: str | None = None,
         override_chat_template: str | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
         min_pixels: int | None = None,
         max_pixels: int | None = None,
         filter_overlong_prompts: bool = True,
@@ -158,6 +161,9 @@ class RLHFDataset(Dataset):
                 "instruct model of the same family has one: its chat_template.jinja, or tokenizer_config.json's "
                 "chat_template), or train from an instruct model."
             )
+        self.chat_template_kwargs = check_chat_template_kwargs(
+            chat_template_kwargs or {}, renderer, self.chat_template
+        )
         self.rope_index = None
         if processor is not None:
             if model_config is None:
@@ -391,7 +397,12 @@ class RLHFDataset(Dataset):
         renderer = self.processor if self.processor is not None else self.tokenizer
         tools = {"tools": self.tools} if self.tools else {}
         text = renderer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=False, chat_template=self.chat_template, **tools
+            messages,
+            add_generation_prompt=True,
+            tokenize=False,
+            chat_template=self.chat_template,
+            **tools,
+            **self.chat_template_kwargs,
         )
         given = [*earlier, {"role": "user", "content": prompt}] if given_as_messages else None
         return _Prompt(

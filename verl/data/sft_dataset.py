@@ -24,6 +24,7 @@ from verl.data.multimodal import (
     unreadable_image,
 )
 from verl.data.sources import RowSource, load_source
+from verl.data.tokenizer import check_chat_template_kwargs
 from verl.models.rope_index import RopeIndex, uses_mrope
 from verl.protocol import DataProto
 
@@ -65,6 +66,11 @@ class SFTDataset(torch.utils.data.Dataset):
             if uses_mrope(model_config):
                 self.rope_index = RopeIndex(model_config)
         self.max_length = config.max_length
+        renderer = processor if processor is not None else tokenizer
+        try:
+            self.template_kwargs = check_chat_template_kwargs(config.chat_template_kwargs, renderer, None)
+        except ValueError as error:
+            raise SFTDataError(str(error)) from None
         if len(self.source) == 0:
             raise SFTDataError(f"{self.source.description} has no rows.")
         self._image_sizes: dict[str, tuple[int, int]] = {}
@@ -259,7 +265,11 @@ class SFTDataset(torch.utils.data.Dataset):
             )
         extra = {"tools": tools} if tools else {}
         return renderer.apply_chat_template(
-            self._structured(messages), add_generation_prompt=generation_prompt, tokenize=False, **extra
+            self._structured(messages),
+            add_generation_prompt=generation_prompt,
+            tokenize=False,
+            **extra,
+            **self.template_kwargs,
         )
 
     def _ids(self, text: str, images: list[Any]) -> tuple[list[int], dict[str, Any]]:

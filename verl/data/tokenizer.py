@@ -123,3 +123,51 @@ def _set_pixel_bounds(processor: "ProcessorMixin", path: str, min_pixels: int | 
             raise ValueError(f"min_pixels={low} and max_pixels={high} for {path!r} need 0 < min_pixels <= max_pixels.")
         # `size` is a dict or a frozen SizeDict (transformers 5): rebuild it rather than mutate it
         sub.size = type(sub.size)(**{**dict(sub.size), "shortest_edge": low, "longest_edge": high})
+
+
+def _template_variables(template: str | dict[str, str]) -> set[str]:
+    """The names a chat template reads from its caller (its undeclared Jinja variables); a tokenizer's named templates
+    (a dict) together. transformers' `{% generation %}` tags are dropped first: plain Jinja does not know them."""
+    import re
+
+    import jinja2
+    from jinja2 import meta
+
+    environment = jinja2.Environment(extensions=["jinja2.ext.loopcontrols"])
+    names: set[str] = set()
+    for source in template.values() if isinstance(template, dict) else [template]:
+        source = re.sub(r"{%-?\s*(end)?generation\s*-?%}", "", source)
+        names |= meta.find_undeclared_variables(environment.parse(source))
+    return names
+
+
+def check_chat_template_kwargs(
+    kwargs: dict[str, Any], renderer: Any, chat_template: str | None, key: str = "data.chat_template_kwargs"
+) -> dict[str, Any]:
+    """`kwargs` as extra variables for `renderer.apply_chat_template`, or ValueError naming `key`: each name must be
+    one the chat template (`chat_template`, else the renderer's own) reads, so that a variable the template ignores,
+    e.g. Qwen3's `enable_thinking` given to a Qwen2.5 model, is not a silent no-op; and none may be one of
+    apply_chat_template's own arguments (messages, tools, add_generation_prompt, ...)."""
+    import inspect
+
+    if not kwargs:
+        return {}
+    reserved = set(inspect.signature(renderer.apply_chat_template).parameters) | {"messages", "tools", "documents"}
+    taken = sorted(set(kwargs) & reserved)
+    if taken:
+        raise ValueError(f"{key}.{taken[0]} is set by the trainer when it renders a conversation; remove it.")
+    template = chat_template or getattr(renderer, "chat_template", None)
+    if not template:  # rendering fails, naming the missing template
+        return dict(kwargs)
+    read = _template_variables(template)
+    unread = sorted(set(kwargs) - read)
+    if unread:
+        name = getattr(renderer, "name_or_path", None) or getattr(
+            getattr(renderer, "tokenizer", None), "name_or_path", ""
+        )
+        variables = ", ".join(sorted(read - reserved)) or "none besides the conversation"
+        raise ValueError(
+            f"{key}.{unread[0]}: the chat template of {name!r} does not read a variable of that name, so it would "
+            f"change nothing; the template's variables: {variables}."
+        )
+    return dict(kwargs)

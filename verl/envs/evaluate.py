@@ -408,6 +408,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument(
+        "--chat-template-kwargs",
+        default="{}",
+        help='JSON object of chat template variables, as data.chat_template_kwargs: {"enable_thinking": false}',
+    )
     parser.add_argument("--limit", type=int, default=None, help="evaluate the first N rows")
     parser.add_argument(
         "--reward",
@@ -431,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         prompts = [row_prompt(row, index, args) for index, row in enumerate(rows)]
         env = load_environment(args.env, _json_object(args.env_kwargs, "--env-kwargs"), "--env", "--env-kwargs")
         scorer = load_scorer(args)
+        template_kwargs = _json_object(args.chat_template_kwargs, "--chat-template-kwargs")
     except ValueError as error:  # EnvironmentLoadError is one
         raise SystemExit(f"evaluate: {error}") from None
     client = openai.OpenAI(base_url=args.base_url, api_key="unused")
@@ -445,7 +451,9 @@ def main(argv: list[str] | None = None) -> int:
         ) from None
     if isinstance(env, ChatClientEnv):
         client = functools.partial(openai.AsyncOpenAI, base_url=args.base_url, api_key="unused")
-    sampling = {"max_tokens": args.max_tokens, "temperature": args.temperature}
+    sampling: dict[str, Any] = {"max_tokens": args.max_tokens, "temperature": args.temperature}
+    if template_kwargs:  # the OpenAI client sends extra_body's fields in the request (vLLM's servers read them)
+        sampling["extra_body"] = {"chat_template_kwargs": template_kwargs}
     data = os.path.abspath(os.path.expanduser(args.data))
     image_dir = args.image_dir or (data if os.path.isdir(data) else os.path.dirname(data))
     output = open(args.output, "w", encoding="utf-8") if args.output else None

@@ -113,7 +113,7 @@ MEDIA_PLACEHOLDERS: dict[str, tuple[str, str]] = {
 """What a non-Qwen kind's chat template writes for an image and a video part (the processor expands it)."""
 
 # Bump when the output of the builder changes, so cached directories (get_or_build_tiny_model) are rebuilt.
-BUILDER_VERSION = 3
+BUILDER_VERSION = 4
 SPEC_FILE = "tiny_model_spec.json"
 
 # Qwen2's special tokens, appended after the BPE vocabulary in this order, as in Qwen (151643, 151644, ...).
@@ -162,6 +162,13 @@ CHAT_TEMPLATE = (
     "{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+
+QWEN3_GENERATION_PROMPT = (
+    "<|im_start|>assistant\n{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n"
+    "{% endif %}{% endif %}"
+)
+"""Qwen3's generation prompt: `enable_thinking=False` (data.chat_template_kwargs) opens the answer with an empty
+thinking block, as Qwen3's own template does."""
 
 # gemma4: Gemma's special tokens first, as in its vocabulary (<pad> 0): transformers embeds the pad id where vLLM
 # embeds token 0 for the per-layer inputs at image positions. The processor expands <|image|> to the soft tokens.
@@ -318,6 +325,8 @@ def chat_template(kind: str) -> str:
         return LLAMA_CHAT_TEMPLATE
     if kind in GLM_KINDS:
         return GLM_CHAT_TEMPLATE
+    if kind == "qwen3":  # Qwen3's non-thinking mode: an empty thinking block opens the answer
+        return CHAT_TEMPLATE.replace("<|im_start|>assistant\n{% endif %}", QWEN3_GENERATION_PROMPT)
     if kind not in MEDIA_PLACEHOLDERS:
         return CHAT_TEMPLATE
     image, video = MEDIA_PLACEHOLDERS[kind]

@@ -23,7 +23,7 @@ CHAT_FIELDS = {
     "stream_options", "temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
     "repetition_penalty", "logit_bias", "logprobs", "top_logprobs", "response_format", "structured_outputs",
     "tools", "tool_choice", "parallel_tool_calls", "ignore_eos", "min_tokens", "include_stop_str_in_output",
-    "skip_special_tokens", "spaces_between_special_tokens", "allowed_token_ids", "bad_words",
+    "skip_special_tokens", "spaces_between_special_tokens", "allowed_token_ids", "bad_words", "chat_template_kwargs",
 }  # fmt: skip
 """The chat request fields this server carries out; any other must be absent or its default."""
 
@@ -239,7 +239,7 @@ class ChatEngine:
 
         tools = bool(request.tools) and request.tool_choice != "none"  # the reply's calls become `tool_calls`
         tool_dicts = [tool.model_dump() for tool in request.tools] if request.tools else None  # as vLLM's server
-        prompt = vllm_compat.render_chat(self.llm, request.messages, tool_dicts)
+        prompt = vllm_compat.render_chat(self.llm, request.messages, tool_dicts, request.chat_template_kwargs)
         prompt_ids = prompt.get("prompt_token_ids") if isinstance(prompt, dict) else None
         prompt_tokens = None if prompt_ids is None else len(prompt_ids)
         room = self.max_model_len if prompt_tokens is None else self.max_model_len - prompt_tokens

@@ -9,6 +9,7 @@ sections (the batch over the devices).
 """
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from verl.models.config import FSDPConfig, ModelConfig, check_attention_available, refuse_lora_on_experts
 from verl.trainer.config import BaseTrainerConfig
@@ -71,6 +72,9 @@ class SFTDataConfig:
     """Seed of the shuffle."""
     override_chat_template: str | None = None
     """A Jinja chat template (file path or text) replacing the tokenizer's."""
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Variables the chat template is rendered with, e.g. {enable_thinking: false} for Qwen3 (as the RL trainer's
+    data.chat_template_kwargs); each must be one the template reads."""
 
     def validate(self, prefix: str) -> None:
         if (self.prompt_key is None) != (self.response_key is None):

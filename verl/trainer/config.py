@@ -115,6 +115,10 @@ class DataConfig:
     """Jinja template file rendered with `content` (the prompt) and every other column of the row."""
     override_chat_template: str | None = None
     """Chat-template file that replaces the tokenizer's and processor's template."""
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Variables the chat template is rendered with, for the prompts and every later turn of an episode, e.g.
+    {enable_thinking: false} for Qwen3's non-thinking mode (verl's apply_chat_template_kwargs, TRL's
+    chat_template_kwargs). Each must be a variable the template reads: one it ignores is refused when the data loads."""
     shuffle: bool = True
     """Shuffle the training set every epoch (seeded, resumable)."""
     seed: int = 1
@@ -447,6 +451,7 @@ DERIVED_KEYS: dict[str, str] = {
     "worker.ref.dynamic_batching": "worker.actor.dynamic_batching",
     "worker.ref.ulysses_size": "worker.actor.ulysses_size",
     "worker.override_chat_template": "data.override_chat_template",
+    "worker.rollout.chat_template_kwargs": "data.chat_template_kwargs",
     "worker.reward.answer_key": "data.answer_key",
 }
 

@@ -175,9 +175,25 @@ def parse_dotlist(args: Sequence[str]) -> dict[str, Any]:
         if "=" not in arg:
             raise ConfigError(f"Command-line argument '{arg}' is not of the form key=value (e.g. data.seed=1).")
     try:
-        return OmegaConf.to_container(OmegaConf.from_dotlist(list(args)), resolve=True)
+        parsed = OmegaConf.to_container(OmegaConf.from_dotlist(list(args)), resolve=True)
     except OmegaConfBaseException as err:
         raise ConfigError(f"Cannot parse the command-line overrides: {str(err).splitlines()[0]}.") from None
+    _refuse_glued_pairs(parsed, "")
+    return parsed
+
+
+def _refuse_glued_pairs(value: Any, key: str) -> None:
+    """`key={a:1}` parses (as YAML) to the key 'a:1' with no value: a ConfigError showing the space it needs."""
+    if not isinstance(value, dict):
+        return
+    for name, item in value.items():
+        if item is None and isinstance(name, str) and ":" in name:
+            pair = name.replace(":", ": ", 1)
+            raise ConfigError(
+                f"'{key}' has the key '{name}' with no value: a mapping needs a space after each colon, "
+                f"{{{pair}}} instead of {{{name}}}."
+            )
+        _refuse_glued_pairs(item, f"{key}.{name}" if key else str(name))
 
 
 def load_yaml(path: str) -> dict[str, Any]:

@@ -4,6 +4,7 @@
 call, the environment's replies are in the response with loss mask 0, token for token what the chat template
 renders, and the ids the actor gets are exactly the ids the engine was given and produced (no re-tokenization)."""
 
+import dataclasses
 import os
 import time
 
@@ -184,11 +185,11 @@ def rollout(tmp_path_factory):
     return engine, calls
 
 
-def _prompts(tokenizer, texts: list[str], length: int) -> DataProto:
+def _prompts(tokenizer, texts: list[str], length: int, **template_kwargs) -> DataProto:
     rows = [
         tokenizer.encode(
             tokenizer.apply_chat_template(
-                [{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False
+                [{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False, **template_kwargs
             ),
             add_special_tokens=False,
         )
@@ -240,6 +241,31 @@ def test_turns_masks_and_token_identity(rollout):
             assert f"again ({3 - (k + 1)} left, {truth})" in text and text.rstrip().endswith("<|im_start|>assistant")
     assert output.non_tensor_batch["env_turns"].max() == 3  # episodes went the full three turns
     assert output.batch["input_ids"].shape[1] == 48 + 96
+
+
+def test_environment_turns_are_rendered_with_the_chat_template_kwargs(rollout, tmp_path):
+    """data.chat_template_kwargs (worker.rollout.chat_template_kwargs) reach the environment's turns: on the tiny
+    Qwen3 with enable_thinking=false, each environment turn ends with the assistant opening and its empty thinking
+    block, as the prompt does; the engine continues from there."""
+    from verl.data.tokenizer import get_tokenizer
+    from verl.workers.rollout.vllm_rollout import VLLMRollout
+
+    first, _ = rollout
+    model_dir = get_or_build_tiny_model("qwen3", str(tmp_path / "models"))
+    config = dataclasses.replace(first.config, chat_template_kwargs={"enable_thinking": False}, n=1)
+    engine = VLLMRollout(model_dir, config, get_tokenizer(model_dir))
+    tokenizer = engine.tokenizer
+    prompts = _prompts(tokenizer, ["Guess a number.", "Pick one."], 48, enable_thinking=False)
+    output = engine.generate_sequences(prompts)
+    opening = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    for row in range(len(output)):
+        valid = output.batch["attention_mask"][row, -output.batch["responses"].shape[1] :].bool()
+        ids = output.batch["responses"][row][valid].tolist()
+        flags = output.batch["response_mask"][row][valid].tolist()
+        env_ids = [token for token, flag in zip(ids, flags) if flag == 0]
+        assert output.non_tensor_batch["env_turns"][row] == 3 and env_ids
+        text = tokenizer.decode(env_ids, skip_special_tokens=False)
+        assert text.count(opening) == 2 and text.endswith(opening), text
 
 
 def test_rewards_see_the_whole_conversation(rollout):

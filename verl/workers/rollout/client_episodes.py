@@ -77,7 +77,8 @@ class _Completions:
         **ignored: Any,
     ) -> Any:
         """Hand the request to the request loop and wait for its reply. Sampling options other than the token limit
-        are the rollout's (temperature, top_p, ...) and are ignored."""
+        are the rollout's (temperature, top_p, ...) and are ignored, as are chat template variables
+        (`extra_body={"chat_template_kwargs": ...}`: the run's data.chat_template_kwargs apply)."""
         if n not in (None, 1):
             raise ValueError(f"n={n}: in training each episode samples one reply per request (rollout.n sets groups).")
         limit = max_completion_tokens if max_completion_tokens is not None else max_tokens
@@ -98,10 +99,7 @@ def check_first_request(
 ) -> None:
     """An episode's first request must render (chat template, generation prompt) to its prompt's token ids."""
     continuation = runner.continuation
-    extra = {"tools": tools} if tools else {}
-    text = continuation.tokenizer.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=True, chat_template=continuation.chat_template, **extra
-    )
+    text = continuation.render(messages, True, tools)
     ids = continuation.tokenizer.encode(text, add_special_tokens=False)
     prompt_ids = list(episode.prompt_input["prompt_token_ids"])
     if ids != prompt_ids:

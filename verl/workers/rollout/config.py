@@ -187,6 +187,8 @@ class RolloutConfig:
     """Derived from data.max_response_length."""
     trust_remote_code: bool = False
     """Derived from worker.actor.model.trust_remote_code."""
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Derived from data.chat_template_kwargs: environment turns are rendered with them, as the prompts were."""
 
     def pool_size(self) -> int:
         """Processes of the rollout pool (mode=disaggregated; 0 in the other modes, whose engines are the trainer's)."""

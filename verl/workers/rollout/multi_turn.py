@@ -34,26 +34,28 @@ class ChatContinuation:
     environment's messages and the next assistant opening, minus the model's own end-of-turn token (Qwen:
     `<|im_end|>`; GLM's is the next role token, `<|user|>`)."""
 
-    def __init__(self, tokenizer: Any, chat_template: str | None = None) -> None:
+    def __init__(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> None:
         self.tokenizer = tokenizer
-        self.chat_template = chat_template
-        closed = self._render([{"role": "user", "content": "x"}, {"role": "assistant", "content": _MARKER}], False)
+        self.template_kwargs = dict(template_kwargs or {})
+        """The chat template's extra variables (data.chat_template_kwargs), as the dataset renders prompts with."""
+        closed = self.render([{"role": "user", "content": "x"}, {"role": "assistant", "content": _MARKER}], False)
         if _MARKER not in closed:
             raise ValueError("The chat template does not render assistant messages; multi-turn rollouts need one.")
         self.closing = closed[closed.index(_MARKER) + len(_MARKER) :]
         """What the template writes after an assistant message's content."""
 
-    def _render(self, messages: list[dict[str, Any]], generation_prompt: bool) -> str:
+    def render(self, messages: list[dict[str, Any]], generation_prompt: bool, tools: Any = None) -> str:
+        extra = {"tools": tools} if tools else {}
         return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=generation_prompt, chat_template=self.chat_template
+            messages, tokenize=False, add_generation_prompt=generation_prompt, **extra, **self.template_kwargs
         )
 
     def ids(self, messages: list[dict[str, Any]], turn_end_text: str) -> list[int]:
         """The ids after a model turn ended by `turn_end_text` (its decoded end-of-turn token), through the next
         assistant opening."""
         history = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
-        before = self._render(history, False)
-        after = self._render(history + list(messages), True)
+        before = self.render(history, False)
+        after = self.render(history + list(messages), True)
         if not after.startswith(before):
             raise ValueError(
                 "The chat template renders a conversation differently once messages are added after it; the "

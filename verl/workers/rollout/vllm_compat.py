@@ -332,10 +332,16 @@ def render_prompt(llm: Any, prompt: dict[str, Any]) -> Any:
     return prompt if render is None else render(prompt, None)
 
 
-def render_chat(llm: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Any:
-    """The engine input `LLM.chat` would make of `messages`, without generating (`verl.serve` steps the engine itself
-    to stream), via `LLM._preprocess_chat_one` (vLLM 0.26, 0.32)."""
-    return llm._preprocess_chat_one(messages, tools=tools)
+def render_chat(
+    llm: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    template_kwargs: dict[str, Any] | None = None,
+) -> Any:
+    """The engine input `LLM.chat` would make of `messages` (`template_kwargs`: the chat template's extra variables),
+    without generating (`verl.serve` steps the engine itself to stream), via `LLM._preprocess_chat_one` (vLLM 0.26,
+    0.32)."""
+    return llm._preprocess_chat_one(messages, tools=tools, chat_template_kwargs=template_kwargs)
 
 
 _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)

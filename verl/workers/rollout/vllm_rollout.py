@@ -297,7 +297,7 @@ class VLLMRollout:
         self.env = None
         if config.env:  # multi-turn episodes against an environment (verl.envs, verl.workers.rollout.multi_turn)
             self.env = load_environment(config.env, config.env_kwargs)
-            self.continuation = ChatContinuation(tokenizer)
+            self.continuation = ChatContinuation(tokenizer, config.chat_template_kwargs)
             self.image_tokens = ImageTokens(processor, tokenizer) if self.multimodal else None
             self.model_path = model_path
         tp_group, tp_rank, tp_size = vllm_compat.tensor_parallel_cpu_group()
