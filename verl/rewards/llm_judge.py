@@ -12,7 +12,7 @@ import logging
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import jinja2
@@ -76,6 +76,9 @@ class JudgeConfig:
     """Longest answer of the judge, in tokens; an answer cut off before its grade is a parse error."""
     temperature: float = 0.0
     """Sampling temperature of the judge; 0 is greedy, so a response gets the same grade every time."""
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Variables of the judge model's chat template, e.g. {enable_thinking: false} for a Qwen3 judge, which would
+    otherwise reason before its grade within max_tokens; each must be one the template reads."""
     dtype: str = "auto"
     """Weights dtype inside vLLM: auto is float32 on CPU (bf16 is much slower there, and CPU always runs float32)
     and bfloat16 on GPU; bf16, fp16 and fp32 choose on GPU."""
@@ -136,6 +139,11 @@ class JudgeConfig:
             raise ValueError(f"{key}.num_cpus={self.num_cpus} and {key}.num_gpus={self.num_gpus} must be >= 0.")
         if self.template is not None:
             check_template(read_template(self.template), f"{key}.template={self.template!r}")
+        if self.chat_template_kwargs and self.model_path and os.path.isdir(self.model_path):  # a hub id: in the actor
+            from verl.data.tokenizer import check_chat_template_kwargs, get_tokenizer
+
+            tokenizer = get_tokenizer(self.model_path, warn_no_pad=False)
+            check_chat_template_kwargs(self.chat_template_kwargs, tokenizer, None, f"{key}.chat_template_kwargs")
 
 
 # ---------------------------------------------------------------------------------------------------- templates
@@ -201,10 +209,13 @@ def render_template(
     )
 
 
-def build_judge_prompt(tokenizer: Any, user_message: str) -> str:
-    """The rendered template as the only user message of the judge's own chat template, ready for generation."""
+def build_judge_prompt(tokenizer: Any, user_message: str, template_kwargs: dict[str, Any] | None = None) -> str:
+    """The rendered template as the only user message of the judge's own chat template (with `template_kwargs`, the
+    judge's chat_template_kwargs), ready for generation."""
     messages = [{"role": "user", "content": user_message}]
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=False, **(template_kwargs or {})
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- grades
@@ -280,7 +291,7 @@ class JudgeActor:
     def __init__(self, config: JudgeConfig, on_gpu: bool | None = None) -> None:
         """`on_gpu`: None decides by CUDA being visible; `create_judge_actor` passes num_gpus > 0 instead, as Ray
         leaves every GPU visible to an actor that holds none."""
-        from verl.data.tokenizer import get_tokenizer
+        from verl.data.tokenizer import check_chat_template_kwargs, get_tokenizer
         from verl.utils import quiet
         from verl.utils.device import is_cuda_available
 
@@ -301,6 +312,8 @@ class JudgeActor:
 
         self.template = _environment().from_string(read_template(config.template))
         self.tokenizer = get_tokenizer(config.model_path)
+        key = "worker.reward.judge.chat_template_kwargs"
+        self.template_kwargs = check_chat_template_kwargs(config.chat_template_kwargs, self.tokenizer, None, key)
         self.llm = vllm_compat.start_engine(**build_engine_kwargs(config, self.on_gpu))
         self.max_model_len: int = self.llm.llm_engine.model_config.max_model_len
         self.sampling_params = SamplingParams(
@@ -321,7 +334,8 @@ class JudgeActor:
             message = render_template(
                 self.template, prompt, response, ground_truth, config.min_grade, config.max_grade
             )
-            ids = self.tokenizer(build_judge_prompt(self.tokenizer, message), add_special_tokens=False)["input_ids"]
+            text = build_judge_prompt(self.tokenizer, message, self.template_kwargs)
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
             if len(ids) >= self.max_model_len:  # vLLM refuses it, and a cut prompt would be graded blind
                 continue
             requests.append({"prompt_token_ids": ids})
