@@ -320,7 +320,9 @@ def test_judge_actor_grades_with_a_real_engine(tmp_path: Path, ray_local: None) 
     assert os.path.isfile(os.path.join(judge_dir, "model.safetensors"))
 
 
-def test_the_judges_chat_template_kwargs_render_its_prompt_and_are_checked_against_its_template(tmp_path: Path) -> None:
+def test_the_judges_chat_template_kwargs_render_its_prompt_and_are_checked_against_its_template(
+    tmp_path: Path,
+) -> None:
     """A Qwen3 judge with enable_thinking=false answers after an empty thinking block instead of reasoning first; a
     variable the judge's template does not read is refused by the config check, naming the key."""
     from verl.data.tokenizer import get_tokenizer
