@@ -166,15 +166,25 @@ def test_continuation_is_what_the_template_writes_between_turns():
     assert tokenizer.decode(continuation.ids(messages, ""), skip_special_tokens=False).startswith(turn_end)
 
 
-def test_continuation_opens_the_next_turn_with_the_chat_template_variables():
-    """data.chat_template_kwargs reach the environment turns too: with Qwen3's enable_thinking=false every assistant
-    opening carries the empty thinking block, as the prompt's does."""
+def test_qwen3s_continuation_follows_the_turn_as_generated_and_carries_the_template_variables():
+    """Qwen3's template renders the last assistant turn with its thinking block and drops it once messages follow,
+    so a conversation is not a prefix of itself continued; the continuation is what the template writes after the
+    turn's content, the model's tokens staying as generated (a tool's result and a user's reply alike).
+    data.chat_template_kwargs reach it too: with enable_thinking=false the next opening has the empty thinking
+    block, as the prompt's does."""
     tokenizer = build_tokenizer(kind="qwen3")
-    messages = [{"role": "user", "content": "higher"}]
-    plain = tokenizer.decode(ChatContinuation(tokenizer).ids(messages, "<|im_end|>"), skip_special_tokens=False)
-    quiet = ChatContinuation(tokenizer, {"enable_thinking": False}).ids(messages, "<|im_end|>")
-    assert plain.endswith("<|im_start|>assistant\n")
-    assert tokenizer.decode(quiet, skip_special_tokens=False) == plain + "<think>\n\n</think>\n\n"
+    turn = [{"role": "user", "content": "Guess."}, {"role": "assistant", "content": "50"}]
+    alone = tokenizer.apply_chat_template(turn, tokenize=False)
+    assert alone.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n50<|im_end|>\n")
+    for reply in ({"role": "user", "content": "higher"}, {"role": "tool", "content": "42"}):
+        continued = tokenizer.apply_chat_template([*turn, reply], tokenize=False, add_generation_prompt=True)
+        assert not continued.startswith(alone)  # the turn lost its thinking block
+        ids = ChatContinuation(tokenizer).ids([reply], "<|im_end|>")
+        after_turn = continued[continued.index("50<|im_end|>") + len("50<|im_end|>") :]
+        assert tokenizer.decode(ids, skip_special_tokens=False) == after_turn
+        assert after_turn.endswith("<|im_start|>assistant\n") and reply["content"] in after_turn
+        quiet = ChatContinuation(tokenizer, {"enable_thinking": False}).ids([reply], "<|im_end|>")
+        assert tokenizer.decode(quiet, skip_special_tokens=False) == after_turn + "<think>\n\n</think>\n\n"
 
 
 def test_glm_continuation_does_not_repeat_the_role_token_that_ended_the_turn():

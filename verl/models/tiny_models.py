@@ -113,7 +113,7 @@ MEDIA_PLACEHOLDERS: dict[str, tuple[str, str]] = {
 """What a non-Qwen kind's chat template writes for an image and a video part (the processor expands it)."""
 
 # Bump when the output of the builder changes, so cached directories (get_or_build_tiny_model) are rebuilt.
-BUILDER_VERSION = 4
+BUILDER_VERSION = 5
 SPEC_FILE = "tiny_model_spec.json"
 
 # Qwen2's special tokens, appended after the BPE vocabulary in this order, as in Qwen (151643, 151644, ...).
@@ -163,6 +163,16 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
+QWEN3_LAST_QUERY = (
+    "{% set query = namespace(last=-1) %}{% for message in messages %}"
+    "{% if message['role'] == 'user' %}{% set query.last = loop.index0 %}{% endif %}{% endfor %}"
+)
+QWEN3_THINKING_GATE = (
+    "{% if message['role'] == 'assistant' and loop.last and loop.index0 > query.last %}<think>\n\n</think>\n\n"
+    "{% endif %}"
+)
+"""Qwen3's rendering of the conversation's last assistant turn after the last user message: with its thinking block
+(empty here), which Qwen3 drops from earlier turns, so a conversation renders differently once messages follow."""
 QWEN3_GENERATION_PROMPT = (
     "<|im_start|>assistant\n{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n"
     "{% endif %}{% endif %}"
@@ -325,8 +335,11 @@ def chat_template(kind: str) -> str:
         return LLAMA_CHAT_TEMPLATE
     if kind in GLM_KINDS:
         return GLM_CHAT_TEMPLATE
-    if kind == "qwen3":  # Qwen3's non-thinking mode: an empty thinking block opens the answer
-        return CHAT_TEMPLATE.replace("<|im_start|>assistant\n{% endif %}", QWEN3_GENERATION_PROMPT)
+    if kind == "qwen3":
+        opening = "<|im_start|>{{ message['role'] }}\n"
+        assert CHAT_TEMPLATE.count(opening) == 1
+        template = CHAT_TEMPLATE.replace(opening, opening + QWEN3_THINKING_GATE)
+        return QWEN3_LAST_QUERY + template.replace("<|im_start|>assistant\n{% endif %}", QWEN3_GENERATION_PROMPT)
     if kind not in MEDIA_PLACEHOLDERS:
         return CHAT_TEMPLATE
     image, video = MEDIA_PLACEHOLDERS[kind]

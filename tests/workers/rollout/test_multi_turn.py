@@ -243,17 +243,25 @@ def test_turns_masks_and_token_identity(rollout):
     assert output.batch["input_ids"].shape[1] == 48 + 96
 
 
-def test_environment_turns_are_rendered_with_the_chat_template_kwargs(rollout, tmp_path):
-    """data.chat_template_kwargs (worker.rollout.chat_template_kwargs) reach the environment's turns: on the tiny
-    Qwen3 with enable_thinking=false, each environment turn ends with the assistant opening and its empty thinking
-    block, as the prompt does; the engine continues from there."""
+@pytest.fixture(scope="module")
+def qwen3_rollout(rollout, tmp_path_factory):
+    """The rollout's settings on the tiny Qwen3, with enable_thinking=false. Module-scoped: an engine that goes away
+    takes vLLM's process-wide parallel state with it, which the other engine still needs."""
     from verl.data.tokenizer import get_tokenizer
     from verl.workers.rollout.vllm_rollout import VLLMRollout
 
     first, _ = rollout
-    model_dir = get_or_build_tiny_model("qwen3", str(tmp_path / "models"))
+    model_dir = get_or_build_tiny_model("qwen3", str(tmp_path_factory.mktemp("qwen3")))
     config = dataclasses.replace(first.config, chat_template_kwargs={"enable_thinking": False}, n=1)
-    engine = VLLMRollout(model_dir, config, get_tokenizer(model_dir))
+    return VLLMRollout(model_dir, config, get_tokenizer(model_dir))
+
+
+def test_qwen3s_environment_turns_follow_its_template_and_the_chat_template_kwargs(qwen3_rollout):
+    """On the tiny Qwen3, whose template drops the thinking block of earlier turns (a conversation does not render
+    as a prefix of itself continued), episodes run their three turns; data.chat_template_kwargs
+    (worker.rollout.chat_template_kwargs) reach the environment's turns: each ends with the assistant opening and
+    its empty thinking block, as the prompt does, and the engine continues from there."""
+    engine = qwen3_rollout
     tokenizer = engine.tokenizer
     prompts = _prompts(tokenizer, ["Guess a number.", "Pick one."], 48, enable_thinking=False)
     output = engine.generate_sequences(prompts)

@@ -32,17 +32,21 @@ _MARKER = "\u2063verl-turn-end\u2063"
 class ChatContinuation:
     """Token ids the chat template puts between a model turn and the next: the assistant message's closing, the
     environment's messages and the next assistant opening, minus the model's own end-of-turn token (Qwen:
-    `<|im_end|>`; GLM's is the next role token, `<|user|>`)."""
+    `<|im_end|>`; GLM's is the next role token, `<|user|>`). They are read off one rendering of a conversation with
+    the environment's messages after an assistant turn: what follows that turn's content. A template that renders
+    earlier turns anew once more follow (Qwen3 drops the thinking block of every assistant turn but the last) thus
+    still gives what it writes after the turn, while the model's own tokens stay as it generated them."""
 
     def __init__(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> None:
         self.tokenizer = tokenizer
         self.template_kwargs = dict(template_kwargs or {})
         """The chat template's extra variables (data.chat_template_kwargs), as the dataset renders prompts with."""
-        closed = self.render([{"role": "user", "content": "x"}, {"role": "assistant", "content": _MARKER}], False)
-        if _MARKER not in closed:
+        if _MARKER not in self.render(self._turn(), False):
             raise ValueError("The chat template does not render assistant messages; multi-turn rollouts need one.")
-        self.closing = closed[closed.index(_MARKER) + len(_MARKER) :]
-        """What the template writes after an assistant message's content."""
+
+    @staticmethod
+    def _turn() -> list[dict[str, Any]]:
+        return [{"role": "user", "content": "x"}, {"role": "assistant", "content": _MARKER}]
 
     def render(self, messages: list[dict[str, Any]], generation_prompt: bool, tools: Any = None) -> str:
         extra = {"tools": tools} if tools else {}
@@ -53,16 +57,14 @@ class ChatContinuation:
     def ids(self, messages: list[dict[str, Any]], turn_end_text: str) -> list[int]:
         """The ids after a model turn ended by `turn_end_text` (its decoded end-of-turn token), through the next
         assistant opening."""
-        history = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
-        before = self.render(history, False)
-        after = self.render(history + list(messages), True)
-        if not after.startswith(before):
+        after = self.render(self._turn() + list(messages), True)
+        if after.count(_MARKER) != 1:
             raise ValueError(
-                "The chat template renders a conversation differently once messages are added after it; the "
-                "environment's turn cannot be appended token for token."
+                "The chat template does not render an assistant turn once messages follow it; the environment's "
+                "turn cannot be appended token for token."
             )
         # GLM's model ends its turn by opening the next one (<|user|>)
-        text = (self.closing + after[len(before) :]).removeprefix(turn_end_text)
+        text = after[after.index(_MARKER) + len(_MARKER) :].removeprefix(turn_end_text)
         return self.tokenizer.encode(text, add_special_tokens=False)
 
 
