@@ -192,3 +192,36 @@ def test_chat_template_kwargs_render_every_conversation_and_an_unread_one_is_nam
         SFTDataError, match=r"data.chat_template_kwargs.enable_thinking: the chat template .* does not"
     ):
         SFTDataset([_turns("Hi", "Hello")], tokenizer, None, data_config(chat_template_kwargs={"enable_thinking": 0}))
+
+
+def test_qwen3s_multi_turn_conversations_learn_each_turn_as_the_whole_renders_it(tmp_path):
+    """Qwen3's template drops the thinking block of every assistant turn but the last, and its non-thinking
+    generation prompt opens one, so a turn rendered alone is not a prefix of the whole: each earlier turn is learned
+    as the whole conversation renders it (from after its opening through its closing), the last as before."""
+    from verl.models.tiny_models import build_tokenizer
+
+    tokenizer = build_tokenizer(kind="qwen3")
+    row = {
+        "messages": [
+            {"role": "user", "content": "Add 1 and 2."},
+            {"role": "assistant", "content": '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'},
+            {"role": "tool", "content": "3"},
+            {"role": "assistant", "content": "It is 3."},
+            {"role": "user", "content": "And 3 and 4?"},
+            {"role": "assistant", "content": "7."},
+        ]
+    }
+
+    def learned(template_kwargs: dict) -> list[str]:
+        example = SFTDataset([row], tokenizer, None, data_config(chat_template_kwargs=template_kwargs)).encode(0)
+        spans, current = [], []
+        for token, kept in zip(example["input_ids"] + [None], example["loss_mask"] + [0]):
+            if kept:
+                current.append(token)
+            elif current:
+                spans, current = [*spans, tokenizer.decode(current)], []
+        return spans
+
+    call = row["messages"][1]["content"]
+    assert learned({}) == [f"{call}<|im_end|>", "It is 3.<|im_end|>", "<think>\n\n</think>\n\n7.<|im_end|>"]
+    assert learned({"enable_thinking": False}) == [f"{call}<|im_end|>", "It is 3.<|im_end|>", "7.<|im_end|>"]

@@ -272,6 +272,27 @@ class SFTDataset(torch.utils.data.Dataset):
             **self.template_kwargs,
         )
 
+    def _turn_in_context(self, full_text: str, before: str) -> tuple[str, str] | None:
+        """(the text before, the text through) the assistant turn that follows the conversation `before` inside
+        `full_text`, for a template that renders a turn differently once other messages follow it (Qwen3 drops the
+        thinking block of every turn but the last, and its non-thinking generation prompt opens one): the turn
+        starts after the opening the template writes for an assistant turn that others follow and ends with the
+        first closing it writes after one (Qwen's `<|im_end|>`). None where that cannot be told: `full_text` does
+        not go on from `before` with that opening, or the template closes a turn with no text (GLM)."""
+        marker = "\u2063verl-turn-end\u2063"
+        asked, answered = [{"role": "user", "content": "x"}], {"role": "assistant", "content": marker}
+        head, closed = self._render(asked, False), self._render([*asked, answered], False)
+        followed = self._render([*asked, answered, *asked], False)
+        if marker not in closed or marker not in followed or not followed.startswith(head):
+            return None
+        opening = followed[len(head) : followed.index(marker)]
+        closing = closed[closed.index(marker) + len(marker) :].strip()
+        if not (closing and full_text.startswith(before + opening)):
+            return None
+        start = len(before) + len(opening)
+        end = full_text.find(closing, start)
+        return (full_text[:start], full_text[: end + len(closing)]) if end >= 0 else None
+
     def _ids(self, text: str, images: list[Any]) -> tuple[list[int], dict[str, Any]]:
         """Token ids of `text`, image placeholders expanded by the processor."""
         if self.processor is None:
@@ -301,6 +322,9 @@ class SFTDataset(torch.utils.data.Dataset):
                 continue
             prefix = self._render(messages[:turn], generation_prompt=True, tools=tools)
             upto = self._render(messages[: turn + 1], generation_prompt=False, tools=tools).rstrip()
+            if not (full_text.startswith(upto) and upto.startswith(prefix)):  # e.g. Qwen3's: see _turn_in_context
+                before = self._render(messages[:turn], generation_prompt=False, tools=tools)
+                prefix, upto = self._turn_in_context(full_text, before) or (prefix, upto)
             if not (full_text.startswith(upto) and upto.startswith(prefix)):
                 raise self._error(
                     index,

@@ -336,8 +336,7 @@ def chat_template(kind: str) -> str:
     if kind in GLM_KINDS:
         return GLM_CHAT_TEMPLATE
     if kind == "qwen3":
-        opening = "<|im_start|>{{ message['role'] }}\n"
-        assert CHAT_TEMPLATE.count(opening) == 1
+        opening = "<|im_start|>{{ message['role'] }}\n"  # once in CHAT_TEMPLATE: each message's
         template = CHAT_TEMPLATE.replace(opening, opening + QWEN3_THINKING_GATE)
         return QWEN3_LAST_QUERY + template.replace("<|im_start|>assistant\n{% endif %}", QWEN3_GENERATION_PROMPT)
     if kind not in MEDIA_PLACEHOLDERS:
