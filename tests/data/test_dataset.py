@@ -407,6 +407,13 @@ def test_a_message_prompt_places_the_images_in_its_last_message(vl25):
     )
     assert dataset[0]["prompt_text"] == expected
     assert torch.equal(dataset[0]["input_ids"], example["input_ids"])
+    # a processor's template variable (Qwen2-VL's add_vision_id) through data.chat_template_kwargs
+    labelled = RLHFDataset(
+        rows, tokenizer, processor, max_prompt_length=128, chat_template_kwargs={"add_vision_id": True}, **PIXELS
+    )
+    assert labelled[0]["prompt_text"] == expected.replace("<|vision_start|>", "Picture 1: <|vision_start|>")
+    with pytest.raises(ValueError, match=r"chat_template_kwargs.enable_thinking: .* variables: add_vision_id\."):
+        RLHFDataset(rows, tokenizer, processor, chat_template_kwargs={"enable_thinking": False}, **PIXELS)
     inline = [{"role": "user", "content": [{"type": "image", "url": "a.png"}, {"type": "text", "text": "How many?"}]}]
     with pytest.raises(
         DatasetRowError, match=r"row 0, key 'prompt': message 0: content part 0 holds its image itself"

@@ -141,6 +141,13 @@ def _template_variables(template: str | dict[str, str]) -> set[str]:
     return names
 
 
+_RENDER_ARGUMENTS = frozenset(
+    "messages conversation tools documents chat_template add_generation_prompt continue_final_message tokenize "
+    "return_dict return_tensors padding truncation max_length return_assistant_tokens_mask".split()
+)
+"""apply_chat_template's own arguments (a processor's take them as keywords too) and the template's conversation."""
+
+
 def check_chat_template_kwargs(
     kwargs: dict[str, Any], renderer: Any, chat_template: str | None, key: str = "data.chat_template_kwargs"
 ) -> dict[str, Any]:
@@ -152,7 +159,7 @@ def check_chat_template_kwargs(
 
     if not kwargs:
         return {}
-    reserved = set(inspect.signature(renderer.apply_chat_template).parameters) | {"messages", "tools", "documents"}
+    reserved = set(inspect.signature(renderer.apply_chat_template).parameters) | _RENDER_ARGUMENTS
     taken = sorted(set(kwargs) & reserved)
     if taken:
         raise ValueError(f"{key}.{taken[0]} is set by the trainer when it renders a conversation; remove it.")
