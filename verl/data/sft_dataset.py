@@ -24,7 +24,7 @@ from verl.data.multimodal import (
     unreadable_image,
 )
 from verl.data.sources import RowSource, load_source
-from verl.data.tokenizer import check_chat_template_kwargs
+from verl.data.tokenizer import TURN_MARKER, check_chat_template_kwargs
 from verl.models.rope_index import RopeIndex, uses_mrope
 from verl.protocol import DataProto
 
@@ -279,7 +279,7 @@ class SFTDataset(torch.utils.data.Dataset):
         starts after the opening the template writes for an assistant turn that others follow and ends with the
         first closing it writes after one (Qwen's `<|im_end|>`). None where that cannot be told: `full_text` does
         not go on from `before` with that opening, or the template closes a turn with no text (GLM)."""
-        marker = "\u2063verl-turn-end\u2063"
+        marker = TURN_MARKER
         asked, answered = [{"role": "user", "content": "x"}], {"role": "assistant", "content": marker}
         head, closed = self._render(asked, False), self._render([*asked, answered], False)
         followed = self._render([*asked, answered, *asked], False)

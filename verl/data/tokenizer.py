@@ -141,6 +141,10 @@ def _template_variables(template: str | dict[str, str]) -> set[str]:
     return names
 
 
+TURN_MARKER = "\u2063verl-turn-end\u2063"
+"""Content of a probe assistant turn: where it lands in a rendering shows what the chat template writes around a
+turn (multi-turn continuations, SFT masks)."""
+
 _RENDER_ARGUMENTS = frozenset(
     "messages conversation tools documents chat_template add_generation_prompt continue_final_message tokenize "
     "return_dict return_tensors padding truncation max_length return_assistant_tokens_mask".split()

@@ -20,13 +20,11 @@ import numpy as np
 import torch
 
 from verl.data.rollout_dump import transcript_messages
+from verl.data.tokenizer import TURN_MARKER
 from verl.envs.base import Environment, EnvStep, EnvStepTimeoutError, env_code_error
 from verl.protocol import to_object_array
 from verl.utils import stall_report
 from verl.workers.rollout.request_loop import Group, Sample, resume_seed
-
-
-_MARKER = "\u2063verl-turn-end\u2063"
 
 
 class ChatContinuation:
@@ -41,12 +39,12 @@ class ChatContinuation:
         self.tokenizer = tokenizer
         self.template_kwargs = dict(template_kwargs or {})
         """The chat template's extra variables (data.chat_template_kwargs), as the dataset renders prompts with."""
-        if _MARKER not in self.render(self._turn(), False):
+        if TURN_MARKER not in self.render(self._turn(), False):
             raise ValueError("The chat template does not render assistant messages; multi-turn rollouts need one.")
 
     @staticmethod
     def _turn() -> list[dict[str, Any]]:
-        return [{"role": "user", "content": "x"}, {"role": "assistant", "content": _MARKER}]
+        return [{"role": "user", "content": "x"}, {"role": "assistant", "content": TURN_MARKER}]
 
     def render(self, messages: list[dict[str, Any]], generation_prompt: bool, tools: Any = None) -> str:
         extra = {"tools": tools} if tools else {}
@@ -58,13 +56,13 @@ class ChatContinuation:
         """The ids after a model turn ended by `turn_end_text` (its decoded end-of-turn token), through the next
         assistant opening."""
         after = self.render(self._turn() + list(messages), True)
-        if after.count(_MARKER) != 1:
+        if after.count(TURN_MARKER) != 1:
             raise ValueError(
                 "The chat template does not render an assistant turn once messages follow it; the environment's "
                 "turn cannot be appended token for token."
             )
         # GLM's model ends its turn by opening the next one (<|user|>)
-        text = after[after.index(_MARKER) + len(_MARKER) :].removeprefix(turn_end_text)
+        text = after[after.index(TURN_MARKER) + len(TURN_MARKER) :].removeprefix(turn_end_text)
         return self.tokenizer.encode(text, add_special_tokens=False)
 
 
