@@ -441,3 +441,27 @@ def test_one_grpo_step_in_a_verifiers_taskset(name, tasksets, local_ray):
     if name == "arith":  # some characters: a reward above 0, so the step had something to learn from
         assert row["env/reward_length/mean"] == pytest.approx(row["env/metric_reply_chars/mean"] / 100, abs=0.1)
         assert row["reward/overall"] > 0
+
+
+def test_the_bridge_passes_a_requests_chat_template_kwargs_on_to_the_episodes_client():
+    """A harness request's chat_template_kwargs reach the episode's client (which holds them to the run's
+    data.chat_template_kwargs in training); a request without them sends none."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from verl.envs.verifiers_env import Bridge
+
+    sent = []
+
+    async def create(**request):
+        sent.append(request)
+        message = SimpleNamespace(content="4", tool_calls=None)
+        return SimpleNamespace(choices=[SimpleNamespace(message=message, finish_reason="stop")], usage=None)
+
+    bridge = Bridge(SimpleNamespace(chat=SimpleNamespace(completions=SimpleNamespace(create=create))))
+    asked = {"model": "m", "messages": [{"role": "user", "content": "2 + 2?"}]}
+    reply = asyncio.run(bridge.ask({**asked, "chat_template_kwargs": {"enable_thinking": False}}))
+    assert reply["choices"][0]["message"]["content"] == "4"
+    assert sent[-1]["extra_body"] == {"chat_template_kwargs": {"enable_thinking": False}}
+    asyncio.run(bridge.ask(asked))
+    assert "extra_body" not in sent[-1]

@@ -193,6 +193,8 @@ class Bridge:
         extra = {key: body[key] for key in FORWARDED if body.get(key) is not None}
         if body.get("tools"):
             extra["tools"] = body["tools"]
+        if body.get("chat_template_kwargs") is not None:  # the client holds them to the run's
+            extra["extra_body"] = {"chat_template_kwargs": body["chat_template_kwargs"]}
         reply = await self.client.chat.completions.create(model=body.get("model"), messages=messages, **extra)
         choice = reply.choices[0]
         text = choice.message.content or ""

@@ -113,8 +113,9 @@ class ClientCountdown(ChatClientEnv):
     """Countdown written in the client style: the episode asks the model for each turn itself."""
 
     def __init__(self, rounds=2, edit_history=False, first_messages=None, forever=False, hang_episode=None,
-                 raise_episode=None):
+                 raise_episode=None, template_kwargs=None):
         self.rounds, self.edit_history, self.first_messages, self.forever = rounds, edit_history, first_messages, forever
+        self.extra = {} if template_kwargs is None else {"extra_body": {"chat_template_kwargs": template_kwargs}}
         self.hang_episode = hang_episode  # this episode awaits, after its first reply, what never comes
         self.raise_episode = raise_episode  # this episode's tool fails after its first reply
         self.states = []  # one per episode, in the rollout's row order
@@ -131,7 +132,7 @@ class ClientCountdown(ChatClientEnv):
         turn = 0
         while True:
             turn += 1
-            reply = await client.chat.completions.create(model=model, messages=messages, temperature=0.3)
+            reply = await client.chat.completions.create(model=model, messages=messages, temperature=0.3, **self.extra)
             text = reply.choices[0].message.content
             state["replies"].append((text, reply.choices[0].finish_reason))
             if turn >= self.rounds and not self.forever:
@@ -352,6 +353,12 @@ def test_a_client_style_environment_is_held_to_the_conversation(rollout):
         _with_env(engine, "ClientCountdown", first_messages=[{"role": "user", "content": "Something else."}])
         with pytest.raises(RuntimeError, match="differ from the dataset prompt"):
             engine.generate_sequences(prompts)
+        # chat template variables other than the run's would render turns the run does not (the run's are {} here)
+        _with_env(engine, "ClientCountdown", template_kwargs={"enable_thinking": False})
+        with pytest.raises(RuntimeError, match=r"chat_template_kwargs=\{'enable_thinking': False\}: in training"):
+            engine.generate_sequences(prompts)
+        _with_env(engine, "ClientCountdown", template_kwargs={})  # the run's own: accepted
+        assert len(engine.generate_sequences(prompts)) == 4
         # an episode that never stops asking ends after rollout.max_turns model turns
         _with_env(engine, "ClientCountdown", forever=True)
         output = engine.generate_sequences(prompts)

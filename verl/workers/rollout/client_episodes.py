@@ -77,10 +77,17 @@ class _Completions:
         **ignored: Any,
     ) -> Any:
         """Hand the request to the request loop and wait for its reply. Sampling options other than the token limit
-        are the rollout's (temperature, top_p, ...) and are ignored, as are chat template variables
-        (`extra_body={"chat_template_kwargs": ...}`: the run's data.chat_template_kwargs apply)."""
+        are the rollout's (temperature, top_p, ...) and are ignored; chat template variables
+        (`extra_body={"chat_template_kwargs": ...}`) other than the run's data.chat_template_kwargs are refused."""
         if n not in (None, 1):
             raise ValueError(f"n={n}: in training each episode samples one reply per request (rollout.n sets groups).")
+        asked = (ignored.get("extra_body") or {}).get("chat_template_kwargs")
+        run = self._turns.runner.continuation.template_kwargs
+        if asked is not None and dict(asked) != run:
+            raise ValueError(
+                f"chat_template_kwargs={asked}: in training every turn is rendered with the run's "
+                f"data.chat_template_kwargs={run}; set them there, or leave them out of the request."
+            )
         limit = max_completion_tokens if max_completion_tokens is not None else max_tokens
         future = asyncio.get_running_loop().create_future()
         self._turns.post(("request", self._conversation, messages, limit, tools, future))
