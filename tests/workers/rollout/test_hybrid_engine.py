@@ -233,3 +233,29 @@ def test_sampled_log_probs_with_an_image_match_the_actor_at_bf16(actor_and_rollo
         gaps.append((output.batch["rollout_log_probs"][row] - actor_log_probs).abs()[response_mask])
     gap = torch.cat(gaps)
     assert gap.numel() > 0 and gap.mean() <= BF16_MEAN_GAP, (float(gap.mean()), float(gap.max()))
+
+
+def test_the_weight_checks_image_probe_is_left_out_where_it_does_not_fit_the_context(tmp_path, caplog) -> None:
+    """verify_weight_sync on a VLM with a context shorter than the image probe (a tiny laptop config) used to fail the
+    run inside the engine ("the decoder prompt is longer than the maximum model length"); the check now runs the
+    text probe alone, cut to the context, and says the vision tower is not checked."""
+    import logging
+    from types import SimpleNamespace
+
+    from verl.data.tokenizer import get_processor, get_tokenizer
+    from verl.workers.weight_sync.colocated import probe_inputs
+
+    path = get_or_build_tiny_model("qwen2_5_vl", str(tmp_path))
+    rollout = SimpleNamespace(tokenizer=get_tokenizer(path), processor=get_processor(path), multimodal=True)
+    wide = probe_inputs(SimpleNamespace(**vars(rollout), max_model_len=4096))
+    image_length = wide[1][1]["input_ids"].shape[1]
+    assert len(wide) == 2 and "multi_modal_data" in wide[1][0]
+    with caplog.at_level(logging.WARNING, logger="verl.workers.weight_sync.colocated"):
+        narrow = probe_inputs(SimpleNamespace(**vars(rollout), max_model_len=image_length))
+        short = probe_inputs(SimpleNamespace(**vars(rollout), max_model_len=8))
+    assert len(narrow) == 1 and len(narrow[0][0]["prompt_token_ids"]) == len(wide[0][0]["prompt_token_ids"])
+    assert (
+        f"its image probe ({image_length} tokens) does not fit the engine's max_model_len={image_length}"
+        in caplog.text
+    )
+    assert len(short) == 1 and len(short[0][0]["prompt_token_ids"]) == 7 == short[0][1]["input_ids"].shape[1]

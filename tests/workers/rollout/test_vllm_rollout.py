@@ -370,6 +370,7 @@ def _vl_actor_log_probs(
 def _vl_worker(rank: int, world_size: int, port: int, model_dir: str) -> None:
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
+    from verl.workers.rollout import vllm_compat
     from verl.workers.rollout.config import RolloutConfig
     from verl.workers.rollout.vllm_rollout import VLLMRollout
     from verl.workers.weight_sync.colocated import FSDPVLLMShardingManager
@@ -394,6 +395,11 @@ def _vl_worker(rank: int, world_size: int, port: int, model_dir: str) -> None:
         response_length=response_length,
     )
     rollout = VLLMRollout(model_dir, config, tokenizer, processor)
+    # no persistent buffer of the engine is left to the dummy loader's noise: the sync sends each (Gemma 4's
+    # per-layer layer_scalar is a checkpoint tensor), and against no checkpoint (a hub id) each would be named
+    assert vllm_compat.dummy_initialized_buffers(rollout.inference_engine, model_dir) == []
+    unknown = vllm_compat.dummy_initialized_buffers(rollout.inference_engine, "no-org/no-model")
+    assert all(name.endswith("layer_scalar") for name in unknown) and bool(unknown) == ("gemma4" in model_dir)
     manager = FSDPVLLMShardingManager(actor, rollout)
     prompts, hf_inputs = _vl_prompts(processor, actor, rank, prompt_length)
     metrics = manager.prepare()

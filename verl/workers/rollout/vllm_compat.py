@@ -288,9 +288,11 @@ def reset_caches_after_weight_update(llm: Any) -> None:
 _FP8_KV_SCALE_BUFFERS = ("_k_scale", "_v_scale", "_q_scale", "_prob_scale")
 
 
-def dummy_initialized_buffers(llm: Any) -> list[str]:
-    """Persistent buffers of the engine's model, which `load_format="dummy"` fills with noise and no weight sync writes;
-    fp8 KV-cache scales are left out (unused by other KV dtypes)."""
+def dummy_initialized_buffers(llm: Any, model_path: str) -> list[str]:
+    """Persistent buffers of the engine's model, which `load_format="dummy"` fills with noise, that no weight sync
+    writes: those with no tensor of the checkpoint at `model_path` (which the actor loaded, and whose tensors the
+    sync sends) under the same last three name parts (vLLM's module paths differ from the checkpoint's; a hub id:
+    every buffer). fp8 KV-cache scales are left out (unused by other KV dtypes)."""
 
     def persistent_buffers(model: torch.nn.Module) -> list[str]:
         return [
@@ -300,7 +302,21 @@ def dummy_initialized_buffers(llm: Any) -> list[str]:
             if name not in module._non_persistent_buffers_set and name not in _FP8_KV_SCALE_BUFFERS
         ]
 
-    return llm.apply_model(persistent_buffers)[0]
+    saved = {".".join(key.split(".")[-3:]) for key in checkpoint_tensor_names(model_path)}
+    return [name for name in llm.apply_model(persistent_buffers)[0] if ".".join(name.split(".")[-3:]) not in saved]
+
+
+def checkpoint_tensor_names(model_path: str) -> list[str]:
+    """The tensor names of a local model's safetensors files (their headers only); [] for a hub id or other formats."""
+    import glob
+
+    from safetensors import safe_open
+
+    names: list[str] = []
+    for path in sorted(glob.glob(os.path.join(model_path, "*.safetensors"))):
+        with safe_open(path, framework="pt") as f:
+            names.extend(f.keys())
+    return names
 
 
 def tensor_parallel_cpu_group() -> tuple[Any, int, int]:

@@ -273,12 +273,12 @@ class VLLMRollout:
         self.torch_dtype = getattr(torch, engine_kwargs["dtype"])
         self.max_model_len = engine_kwargs["max_model_len"]
         # The dummy loader fills persistent buffers with noise, and only checkpoint tensors are synced later.
-        randomized = vllm_compat.dummy_initialized_buffers(self.inference_engine)
+        randomized = vllm_compat.dummy_initialized_buffers(self.inference_engine, model_path)
         if randomized:
             logger.warning(
                 "The rollout engine's model has persistent buffers %s that start as random values and are not in the "
-                "actor's parameters; if they are not constants vLLM recomputes, outputs will be wrong. Turn on "
-                "rollout.verify_weight_sync to check.",
+                "checkpoint the actor loaded; if they are not constants vLLM recomputes, outputs will be wrong. Turn "
+                "on rollout.verify_weight_sync to check.",
                 randomized,
             )
         self.sleep_mode = bool(engine_kwargs.get("enable_sleep_mode", False))

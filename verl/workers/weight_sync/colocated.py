@@ -50,10 +50,11 @@ def _probe_image() -> Any:
 
 
 def probe_inputs(rollout: VLLMRollout) -> list[tuple[dict[str, Any], dict[str, torch.Tensor]]]:
-    """(engine prompt, actor forward kwargs) pairs for the weight check: text, and for VLMs an image probe (to check
-    the vision tower)."""
+    """(engine prompt, actor forward kwargs) pairs for the weight check: text (cut to the engine's context), and for
+    VLMs an image probe (to check the vision tower) where it fits in the context, else a warning says it is left out."""
     tokenizer = rollout.tokenizer
-    ids = tokenizer.encode(_PROBE_TEXT, add_special_tokens=False)
+    room = rollout.max_model_len - 1  # the probe generates one token
+    ids = tokenizer.encode(_PROBE_TEXT, add_special_tokens=False)[:room]
     probes = [({"prompt_token_ids": ids}, {"input_ids": torch.tensor([ids])})]
     if rollout.multimodal:
         image = _probe_image()
@@ -61,8 +62,21 @@ def probe_inputs(rollout: VLLMRollout) -> list[tuple[dict[str, Any], dict[str, t
         text = rollout.processor.apply_chat_template(messages, add_generation_prompt=True)
         actor_inputs = dict(rollout.processor(text=[text], images=[image], return_tensors="pt"))
         raw_ids = tokenizer.encode(text, add_special_tokens=False)
-        probes.append(({"prompt_token_ids": raw_ids, "multi_modal_data": {"image": [image]}}, actor_inputs))
+        length = actor_inputs["input_ids"].shape[1]
+        if length <= room:
+            probes.append(({"prompt_token_ids": raw_ids, "multi_modal_data": {"image": [image]}}, actor_inputs))
+        elif (length, rollout.max_model_len) not in _WARNED:  # once per process
+            _WARNED.add((length, rollout.max_model_len))
+            logger.warning(
+                "The weight sync check leaves the vision tower out: its image probe (%d tokens) does not fit the "
+                "engine's max_model_len=%d.",
+                length,
+                rollout.max_model_len,
+            )
     return probes
+
+
+_WARNED: set[tuple[int, int]] = set()
 
 
 def probe_log_prob_gap(module: nn.Module, rollout: VLLMRollout) -> tuple[float, float]:
