@@ -60,13 +60,13 @@ WORKER_MESSAGES: tuple[KnownMessage, ...] = (
         "vllm.v1.worker.cpu_worker",
         "CPU backend doesn't allow to use `torch.set_num_threads` after the thread binding",
     ),
-    # at every weight reload of Gemma 4 and GLM-4.xV: these modules' own tensors are buffers vLLM computes from the
-    # config (Gemma 4's normalizer and per-layer scales, GLM's vision position ids), never in a checkpoint, so vLLM
-    # keeps them; the weight check's gap (text and image probes) stays ~1e-6. The message for any other module (a
-    # weight that did not reach it) still shows.
+    # at every weight reload of Gemma 4, GLM-4.xV and LLaVA-OneVision: these modules' own tensors are buffers vLLM
+    # computes from the config (Gemma 4's normalizer and per-layer scales, the vision towers' position ids), never in
+    # a checkpoint, so vLLM keeps them; the weight check's gap (text and image probes) stays ~1e-6. The message for
+    # any other module (a weight that did not reach it) still shows.
     *(
         KnownMessage("vllm.model_executor.model_loader.reload.layerwise", "%s: Failed to load weights", (module,))
-        for module in ("Gemma4Model", "Gemma4SelfDecoderLayers", "Glm4vVisionEmbeddings")
+        for module in ("Gemma4Model", "Gemma4SelfDecoderLayers", "Glm4vVisionEmbeddings", "SiglipVisionEmbeddings")
     ),
 )
 
