@@ -279,7 +279,7 @@ class SFTDataset(torch.utils.data.Dataset):
         starts after the opening the template writes for an assistant turn that others follow and ends with the
         first closing it writes after one (Qwen's `<|im_end|>`). None where that cannot be told: `full_text` does
         not go on from `before` with that opening, or the template closes a turn with no text (GLM)."""
-        marker = TURN_MARKER
+        marker = TURN_MARKER  # where the probe turn's content lands
         asked, answered = [{"role": "user", "content": "x"}], {"role": "assistant", "content": marker}
         head, closed = self._render(asked, False), self._render([*asked, answered], False)
         followed = self._render([*asked, answered, *asked], False)
@@ -306,7 +306,8 @@ class SFTDataset(torch.utils.data.Dataset):
     def encode(self, index: int) -> dict[str, Any]:
         """input_ids, the assistant mask (1 = learned), the images and vision inputs.
         Assistant turn i's mask spans from the end of rendered `messages[:i]` plus generation prompt to the end of
-        rendered `messages[:i + 1]`, trailing whitespace excluded."""
+        rendered `messages[:i + 1]`, trailing whitespace excluded; where the template renders the turn otherwise once
+        others follow it, the turn as the whole conversation renders it (`_turn_in_context`)."""
         conversation = self._conversation(index)
         messages = conversation.messages
         images = [
