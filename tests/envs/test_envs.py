@@ -10,6 +10,7 @@ import pytest
 from tests.model_folders import config_only_model
 from verl.envs import ToolEnv, load_environment, parse_tool_calls, python_tool
 from verl.envs.loader import EnvironmentLoadError
+from verl.envs.tools import assistant_message
 from verl.models.tiny_models import build_tokenizer
 from verl.workers.rollout.multi_turn import ChatContinuation
 
@@ -55,6 +56,19 @@ def test_a_final_call_without_its_closing_tag_is_a_call():
     ]
     cut = parse_tool_calls(text + '"arguments": {"a": 3')  # cut by the response budget: an error, not silence
     assert cut[0] == {"name": "add", "arguments": {"a": 1, "b": 2}} and "not valid JSON" in cut[1]
+
+
+def test_calls_written_while_thinking_are_not_made():
+    """A thinking model (Qwen3) may draft a call in its reasoning: only the calls after `</think>` count, as vLLM's
+    tool parser sees only what its reasoning parser leaves; in a turn cut mid-reasoning there is none."""
+    draft = '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 1}}</tool_call>'
+    call = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
+    assert parse_tool_calls(f"<think>\nMaybe {draft}? No.\n</think>\n\n{call}") == [
+        {"name": "add", "arguments": {"a": 2, "b": 3}}
+    ]
+    assert parse_tool_calls(f"<think>\nI will write {draft} next") == []
+    message = assistant_message(f"<think>{draft}</think>{call}", tools=True)
+    assert message["content"] == f"<think>{draft}</think>" and len(message["tool_calls"]) == 1
 
 
 def test_tool_env_runs_tools_and_returns_errors_as_messages():

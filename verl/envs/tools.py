@@ -17,6 +17,9 @@ from verl.envs.base import EnvStep, MultiTurnEnv
 
 TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>|<tool_call>\s*(.*?)\s*$", re.DOTALL)
 """A closed `<tool_call>` block, or a final unclosed one (as vLLM's hermes parser reads it)."""
+THINKING = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
+"""A reasoning block (Qwen3, DeepSeek-R1), or an unclosed one to the end of the turn: calls written in it are not
+made, as vLLM's tool parser reads only what its reasoning parser leaves."""
 MAX_RESULT_CHARS = 2000
 """Longest tool result handed back to the model (a longer one is cut, with a note)."""
 
@@ -28,8 +31,14 @@ def parse_tool_calls(text: str) -> list[dict[str, Any] | str]:
 
 
 def find_tool_calls(text: str) -> list[tuple[tuple[int, int], dict[str, Any] | str]]:
-    """parse_tool_calls with each block's (start, end) in `text`, for callers that keep the text around the calls."""
-    return [(match.span(), _read_call(match.group(1) or match.group(2) or "")) for match in TOOL_CALL.finditer(text)]
+    """parse_tool_calls with each block's (start, end) in `text`, for callers that keep the text around the calls.
+    Blocks inside a `<think>` block are the model's reasoning, not calls."""
+    thinking = [match.span() for match in THINKING.finditer(text)]
+    return [
+        (match.span(), _read_call(match.group(1) or match.group(2) or ""))
+        for match in TOOL_CALL.finditer(text)
+        if not any(start <= match.start() < end for start, end in thinking)
+    ]
 
 
 def _read_call(body: str) -> dict[str, Any] | str:
