@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # DAPO: clip-higher, dynamic sampling (online filtering), token-mean loss, no KL, overlong reward shaping.
+# Qwen3 thinks before it answers; for its non-thinking mode add 'data.chat_template_kwargs={enable_thinking: false}'.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 python3 -m verl.trainer.main config=examples/config.yaml \
