@@ -324,16 +324,19 @@ def test_the_judges_chat_template_kwargs_render_its_prompt_and_are_checked_again
     tmp_path: Path,
 ) -> None:
     """A Qwen3 judge with enable_thinking=false answers after an empty thinking block instead of reasoning first; a
-    variable the judge's template does not read is refused by the config check, naming the key."""
+    variable the judge's template does not read is refused by the config check (a local model) or by the actor
+    with its tokenizer (a hub id), naming the key."""
     from verl.data.tokenizer import get_tokenizer
     from verl.models.tiny_models import get_or_build_tiny_model
 
     qwen3 = get_or_build_tiny_model("qwen3", str(tmp_path))
     quiet = {"enable_thinking": False}
-    JudgeConfig(model_path=qwen3, chat_template_kwargs=quiet).check()
+    assert JudgeConfig(model_path=qwen3, chat_template_kwargs=quiet).template_kwargs() == quiet
     tokenizer = get_tokenizer(qwen3)
     prompt = build_judge_prompt(tokenizer, "Grade this.", quiet)
     assert prompt == build_judge_prompt(tokenizer, "Grade this.") + "<think>\n\n</think>\n\n"
     qwen2 = get_or_build_tiny_model("qwen2", str(tmp_path))
     with pytest.raises(ValueError, match=r"worker.reward.judge.chat_template_kwargs.enable_thinking: the chat"):
-        JudgeConfig(model_path=qwen2, chat_template_kwargs=quiet).check()
+        JudgeConfig(model_path=qwen2, chat_template_kwargs=quiet).template_kwargs()
+    with pytest.raises(ValueError, match=r"judge.chat_template_kwargs.enable_thinking"):  # as the actor checks it
+        JudgeConfig(model_path="org/hub-id", chat_template_kwargs=quiet).template_kwargs(get_tokenizer(qwen2))

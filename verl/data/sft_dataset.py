@@ -5,6 +5,7 @@ The loss covers only what the assistant wrote (turn content and end-of-turn toke
 template whose prefix renderings are not prefixes of the whole is refused. Examples use the RL actor's batch layout,
 so its forward runs unchanged. Every row (messages, images, length) is checked before Ray starts, not hours in."""
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -272,6 +273,18 @@ class SFTDataset(torch.utils.data.Dataset):
             **self.template_kwargs,
         )
 
+    @functools.cached_property
+    def _turn_parts(self) -> tuple[str, str] | None:
+        """(the opening the chat template writes for an assistant turn that others follow, the closing it writes
+        after one, stripped), read once off probe conversations; None where the template shows neither in order."""
+        asked, answered = [{"role": "user", "content": "x"}], {"role": "assistant", "content": TURN_MARKER}
+        head, closed = self._render(asked, False), self._render([*asked, answered], False)
+        followed = self._render([*asked, answered, *asked], False)
+        if TURN_MARKER not in closed or TURN_MARKER not in followed or not followed.startswith(head):
+            return None
+        opening = followed[len(head) : followed.index(TURN_MARKER)]
+        return opening, closed[closed.index(TURN_MARKER) + len(TURN_MARKER) :].strip()
+
     def _turn_in_context(self, full_text: str, before: str) -> tuple[str, str] | None:
         """(the text before, the text through) the assistant turn that follows the conversation `before` inside
         `full_text`, for a template that renders a turn differently once other messages follow it (Qwen3 drops the
@@ -279,14 +292,7 @@ class SFTDataset(torch.utils.data.Dataset):
         starts after the opening the template writes for an assistant turn that others follow and ends with the
         first closing it writes after one (Qwen's `<|im_end|>`). None where that cannot be told: `full_text` does
         not go on from `before` with that opening, or the template closes a turn with no text (GLM)."""
-        marker = TURN_MARKER  # where the probe turn's content lands
-        asked, answered = [{"role": "user", "content": "x"}], {"role": "assistant", "content": marker}
-        head, closed = self._render(asked, False), self._render([*asked, answered], False)
-        followed = self._render([*asked, answered, *asked], False)
-        if marker not in closed or marker not in followed or not followed.startswith(head):
-            return None
-        opening = followed[len(head) : followed.index(marker)]
-        closing = closed[closed.index(marker) + len(marker) :].strip()
+        opening, closing = self._turn_parts or ("", "")
         if not (closing and full_text.startswith(before + opening)):
             return None
         start = len(before) + len(opening)

@@ -139,11 +139,18 @@ class JudgeConfig:
             raise ValueError(f"{key}.num_cpus={self.num_cpus} and {key}.num_gpus={self.num_gpus} must be >= 0.")
         if self.template is not None:
             check_template(read_template(self.template), f"{key}.template={self.template!r}")
-        if self.chat_template_kwargs and self.model_path and os.path.isdir(self.model_path):  # a hub id: in the actor
-            from verl.data.tokenizer import check_chat_template_kwargs, get_tokenizer
 
+    def template_kwargs(self, tokenizer: Any = None) -> dict[str, Any]:
+        """chat_template_kwargs checked against the judge's chat template (ValueError naming the key): `tokenizer`'s,
+        else the local model's (loaded here; a hub id is checked by the actor, which has its tokenizer)."""
+        from verl.data.tokenizer import check_chat_template_kwargs, get_tokenizer
+
+        if tokenizer is None and self.chat_template_kwargs and self.model_path and os.path.isdir(self.model_path):
             tokenizer = get_tokenizer(self.model_path, warn_no_pad=False)
-            check_chat_template_kwargs(self.chat_template_kwargs, tokenizer, None, f"{key}.chat_template_kwargs")
+        if tokenizer is None:
+            return dict(self.chat_template_kwargs)
+        key = "worker.reward.judge.chat_template_kwargs"
+        return check_chat_template_kwargs(self.chat_template_kwargs, tokenizer, None, key)
 
 
 # ---------------------------------------------------------------------------------------------------- templates
@@ -291,7 +298,7 @@ class JudgeActor:
     def __init__(self, config: JudgeConfig, on_gpu: bool | None = None) -> None:
         """`on_gpu`: None decides by CUDA being visible; `create_judge_actor` passes num_gpus > 0 instead, as Ray
         leaves every GPU visible to an actor that holds none."""
-        from verl.data.tokenizer import check_chat_template_kwargs, get_tokenizer
+        from verl.data.tokenizer import get_tokenizer
         from verl.utils import quiet
         from verl.utils.device import is_cuda_available
 
@@ -312,8 +319,7 @@ class JudgeActor:
 
         self.template = _environment().from_string(read_template(config.template))
         self.tokenizer = get_tokenizer(config.model_path)
-        key = "worker.reward.judge.chat_template_kwargs"
-        self.template_kwargs = check_chat_template_kwargs(config.chat_template_kwargs, self.tokenizer, None, key)
+        self.template_kwargs = config.template_kwargs(self.tokenizer)
         self.llm = vllm_compat.start_engine(**build_engine_kwargs(config, self.on_gpu))
         self.max_model_len: int = self.llm.llm_engine.model_config.max_model_len
         self.sampling_params = SamplingParams(

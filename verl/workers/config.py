@@ -216,6 +216,7 @@ class RewardConfig:
         require_model_files(f"{prefix}judge.model_path", self.judge.model_path)
         try:
             self.judge.check()
+            self.judge.template_kwargs()
         except ValueError as err:
             raise ConfigError(str(err)) from None
         self._check_rubric(prefix)
