@@ -143,9 +143,11 @@ class JudgeConfig:
     def template_kwargs(self, tokenizer: Any = None) -> dict[str, Any]:
         """chat_template_kwargs checked against the judge's chat template (ValueError naming the key): `tokenizer`'s,
         else the local model's (loaded here; a hub id is checked by the actor, which has its tokenizer)."""
+        if not self.chat_template_kwargs:  # nothing imported: the config check runs before the hub is known offline
+            return {}
         from verl.data.tokenizer import check_chat_template_kwargs, get_tokenizer
 
-        if tokenizer is None and self.chat_template_kwargs and self.model_path and os.path.isdir(self.model_path):
+        if tokenizer is None and self.model_path and os.path.isdir(self.model_path):
             tokenizer = get_tokenizer(self.model_path, warn_no_pad=False)
         if tokenizer is None:
             return dict(self.chat_template_kwargs)
