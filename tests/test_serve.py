@@ -21,6 +21,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from verl.envs.tools import HERMES, ToolCallFormat
 from verl.serve import (
     ChatEngine,
     ChoiceText,
@@ -171,14 +172,14 @@ def test_defaults_and_labels_are_accepted():
 
 
 def test_tool_call_blocks_become_structured_calls():
-    message, finish = chat_message(f"Let me add.\n{CALL}\nDone.", "stop", tools=True)
+    message, finish = chat_message(f"Let me add.\n{CALL}\nDone.", "stop", tools=HERMES)
     assert finish == "tool_calls" and message["content"] == "Let me add.\n\nDone."
     (call,) = message["tool_calls"]
     assert call["id"].startswith("call_") and call["type"] == "function"
     assert call["function"]["name"] == "add" and json.loads(call["function"]["arguments"]) == {"a": 1, "b": 2}
     # only calls and whitespace: null content; two calls, one with its arguments as a JSON string
     second = '<tool_call>{"name": "add", "arguments": "{\\"a\\": 3, \\"b\\": 4}"}</tool_call>'
-    message, finish = chat_message(f"\n{CALL}\n{second}\n", "stop", tools=True)
+    message, finish = chat_message(f"\n{CALL}\n{second}\n", "stop", tools=HERMES)
     assert finish == "tool_calls" and message["content"] is None
     assert [json.loads(call["function"]["arguments"]) for call in message["tool_calls"]] == [
         {"a": 1, "b": 2},
@@ -186,7 +187,7 @@ def test_tool_call_blocks_become_structured_calls():
     ]
     assert len({call["id"] for call in message["tool_calls"]}) == 2
     # a final call without its closing tag counts when its JSON is complete (as in training)
-    message, finish = chat_message('<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}', "stop", tools=True)
+    message, finish = chat_message('<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}', "stop", tools=HERMES)
     assert finish == "tool_calls" and message["tool_calls"][0]["function"]["name"] == "add"
 
 
@@ -196,11 +197,11 @@ def test_malformed_or_unrequested_calls_stay_in_the_content():
         ("<tool_call>not json</tool_call>", "stop"),
         ('<tool_call>{"arguments": {}}</tool_call>', "stop"),  # no name
     ]:
-        message, finish = chat_message(text, reason, tools=True)
+        message, finish = chat_message(text, reason, tools=HERMES)
         assert (message["content"], finish, "tool_calls" in message) == (text, reason, False)
-    message, finish = chat_message(CALL, "stop", tools=False)  # no tools in the request, or tool_choice "none"
+    message, finish = chat_message(CALL, "stop", tools=None)  # no tools in the request, or tool_choice "none"
     assert (message["content"], finish, "tool_calls" in message) == (CALL, "stop", False)
-    message, finish = chat_message(f"<tool_call>oops</tool_call> and {CALL}", None, tools=True)
+    message, finish = chat_message(f"<tool_call>oops</tool_call> and {CALL}", None, tools=HERMES)
     assert message["content"] == "<tool_call>oops</tool_call> and " and finish == "tool_calls"
     assert message["role"] == "assistant" and message["refusal"] is None
 
@@ -217,15 +218,40 @@ def completion(text, index=0, finish_reason=None, tokens=1):
     [f"Let me add.\n{CALL}\nDone.", f"  \n{CALL}", "<tool_ca", "a <tool_callx> b", "  \n ", "plain text", CALL],
 )
 def test_streamed_content_adds_up_to_the_message_content(text):
-    for tools in (True, False):
+    for tools in (HERMES, None):
         choice = ChoiceText(tools)
         pieces = [choice.add(completion(char)) for char in text[:-1]]
         pieces.append(choice.add(completion(text[-1], finish_reason="stop")))
         message, _, rest = choice.message()
         assert "".join(pieces) + rest == (message["content"] or "")
-        assert tools or "".join(pieces) == text  # without tools every token goes out as it comes
+        assert tools is not None or "".join(pieces) == text  # without tools every token goes out as it comes
         if tools and "<tool_call>" in text:
             assert "<tool_call>" not in "".join(pieces)  # a call is never streamed as content
+
+
+def test_calls_in_the_models_own_format_are_read_and_never_streamed():
+    """A model whose template writes Qwen3.5's XML calls (or pythonic ones) gets them read by vLLM's parser of that
+    format, its content held to the end (the parser tidies it). A model whose calls no parser reads is refused a
+    request with tools, naming why."""
+    from verl.models.tiny_models import build_tokenizer
+
+    tokenizer = build_tokenizer(kind="qwen3")
+    xml = "Let me add.\n<tool_call>\n<function=add>\n<parameter=a>\n1\n</parameter>\n<parameter=b>\n2\n"
+    for parser, text in [
+        ("qwen3_coder", xml + "</parameter>\n</function>\n</tool_call>"),
+        ("pythonic", "[add(a=1, b=2)]"),
+    ]:
+        choice = ChoiceText(ToolCallFormat(parser, tokenizer, TOOLS))
+        pieces = [choice.add(completion(char)) for char in text[:-1]]
+        pieces.append(choice.add(completion(text[-1], finish_reason="stop")))
+        message, finish_reason, rest = choice.message()
+        assert finish_reason == "tool_calls" and "".join(pieces) + rest == (message["content"] or "")
+        assert "<tool_call>" not in "".join(pieces) and "add(" not in "".join(pieces)
+        assert [json.loads(call["function"]["arguments"]) for call in message["tool_calls"]] == [{"a": 1, "b": 2}]
+    engine = object.__new__(ChatEngine)  # refused before the engine is touched
+    engine.tool_format, engine.tool_error = None, "The chat template writes a tool call as 'CALL add()'"
+    with pytest.raises(RequestError, match="cannot read the model's tool calls: .*CALL add"):
+        engine._submit(check_request(request(tools=TOOLS), "tiny"))
 
 
 def test_a_forced_tool_choice_holds_the_reply_to_a_schema():
@@ -255,7 +281,7 @@ def test_a_forced_tool_choice_holds_the_reply_to_a_schema():
     ],
 )  # fmt: skip
 def test_a_forced_reply_is_its_tool_calls_streamed_or_not(forced, text, finish, calls, reason):
-    choice = ChoiceText(True, forced)
+    choice = ChoiceText(HERMES, forced)
     pieces = [choice.add(completion(char)) for char in text[:-1]]
     pieces.append(choice.add(completion(text[-1], finish_reason=finish)))
     message, finish_reason, rest = choice.message()
@@ -276,7 +302,7 @@ class ScriptedEngine(ChatEngine):
         self.loop = EngineLoop(self.llm)  # the server's engine loop, stepping this engine
 
     def _submit(self, request):
-        reply = Reply("chatcmpl-scripted", self.prompt_tokens, request.n, bool(request.tools))
+        reply = Reply("chatcmpl-scripted", self.prompt_tokens, request.n, HERMES if request.tools else None)
         self.steps = [
             [
                 completion(text, index, "stop" if step == len(self.pieces) - 1 else None)

@@ -3,6 +3,7 @@
 """verl.envs without an engine: tool-call parsing, tools that fail, hang or run wild, loading errors, and the chat
 template continuation that the rollout appends after a model turn."""
 
+import json
 import time
 
 import pytest
@@ -10,8 +11,8 @@ import pytest
 from tests.model_folders import config_only_model
 from verl.envs import ToolEnv, load_environment, parse_tool_calls, python_tool
 from verl.envs.loader import EnvironmentLoadError
-from verl.envs.tools import assistant_message
-from verl.models.tiny_models import build_tokenizer
+from verl.envs.tools import HERMES, assistant_message, tool_call_format
+from verl.models.tiny_models import CHAT_TEMPLATE, build_tokenizer
 from verl.workers.rollout.multi_turn import ChatContinuation
 
 
@@ -67,8 +68,81 @@ def test_calls_written_while_thinking_are_not_made():
         {"name": "add", "arguments": {"a": 2, "b": 3}}
     ]
     assert parse_tool_calls(f"<think>\nI will write {draft} next") == []
-    message = assistant_message(f"<think>{draft}</think>{call}", tools=True)
+    message = assistant_message(f"<think>{draft}</think>{call}", tools=HERMES)
     assert message["content"] == f"<think>{draft}</think>" and len(message["tool_calls"]) == 1
+
+
+def _with_calls(rendering: str, tool_messages: bool = True) -> str:
+    """The tiny Qwen template with an assistant's `tool_calls` rendered by `rendering` (Jinja, for one `call`), as
+    Qwen3.5's (XML), GLM-4.5's or Qwen3's (Hermes JSON) templates write them; without `tool_messages`, tool messages
+    are not shown on their own (as Gemma 4's template, which writes results inside the model's turn)."""
+    calls = f"{{% for call in message.tool_calls or [] %}}{rendering}{{% endfor %}}"
+    template = CHAT_TEMPLATE.replace(
+        "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>",
+        "{% if message['content'] is string %}{{ message['content'] }}" + calls + "<|im_end|>",
+    )
+    if not tool_messages:
+        opening = "<|im_start|>{{ message['role'] }}\n"
+        template = template.replace(opening, "{% if message['role'] != 'tool' %}" + opening)
+        template = template.replace("{% endif %}{% endfor %}{% if add_generation_prompt", "{% endif %}{% endif %}"
+                                    "{% endfor %}{% if add_generation_prompt")  # fmt: skip
+    return template
+
+
+QWEN35_CALLS = (
+    "<tool_call>\n<function={{ call.function.name }}>\n{% for key, value in call.function.arguments | items %}"
+    "<parameter={{ key }}>\n{{ value }}\n</parameter>\n{% endfor %}</function>\n</tool_call>"
+)
+GLM45_CALLS = (
+    "<tool_call>{{ call.function.name }}\n{% for key, value in call.function.arguments | items %}"
+    "<arg_key>{{ key }}</arg_key>\n<arg_value>{{ value }}</arg_value>\n{% endfor %}</tool_call>"
+)
+HERMES_CALLS = (
+    '<tool_call>\n{"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments | tojson }}}\n'
+    "</tool_call>"
+)
+
+
+def test_tool_calls_are_read_in_the_format_the_chat_template_writes():
+    """Qwen3.5 writes calls as XML and GLM-4.5 as key/value tags: read by vLLM's parser of that format (the template
+    is probed once); Hermes JSON, or a template without tool calls, by ours. A format no parser reads, or a template
+    that does not show tool results after the model's turn (Gemma 4), is refused, naming why."""
+    env = ToolEnv(tools=[add])
+    tools = env.tool_schemas()
+    xml = "I add. <tool_call>\n<function=add>\n<parameter=a>\n2\n</parameter>\n<parameter=b>\n3\n</parameter>\n"
+    xml += "</function>\n</tool_call>"
+    glm = "<tool_call>add\n<arg_key>a</arg_key>\n<arg_value>2</arg_value>\n<arg_key>b</arg_key>\n<arg_value>3"
+    glm += "</arg_value>\n</tool_call>"
+    hermes = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
+    for template, parser, response in [
+        (None, "hermes", hermes),
+        (_with_calls(HERMES_CALLS), "hermes", hermes),
+        (_with_calls(QWEN35_CALLS), "qwen3_coder", xml),
+        (_with_calls(GLM45_CALLS), "glm45", glm),
+    ]:
+        tokenizer = build_tokenizer(kind="qwen3")
+        tokenizer.chat_template = template or tokenizer.chat_template
+        env.tool_format = tool_call_format(tokenizer, tools)
+        assert env.tool_format.parser == parser
+        state = env.reset({})
+        step = env.step(state, response)
+        assert (step.tool_calls, step.tool_errors, step.messages) == (1, 0, [{"role": "tool", "content": "5"}])
+        assert env.step(state, "The sum is 5.").done
+        # a call drafted while thinking is not made, in any format
+        assert env.step(state, f"<think>{response}</think>The sum is 5.").done
+        if parser == "qwen3_coder":  # as a server's reply: the calls, and the text around them as its content
+            message = assistant_message(response, env.tool_format)
+            assert message["content"] == "I add." and len(message["tool_calls"]) == 1
+            assert json.loads(message["tool_calls"][0]["function"]["arguments"]) == {"a": 2, "b": 3}
+
+    tokenizer = build_tokenizer(kind="qwen3")
+    tokenizer.chat_template = _with_calls("CALL {{ call.function.name }}()")
+    with pytest.raises(NotImplementedError, match="writes a tool call as .*CALL verl_probe"):
+        tool_call_format(tokenizer, tools)
+    tokenizer.chat_template = _with_calls(HERMES_CALLS, tool_messages=False)
+    with pytest.raises(NotImplementedError, match="does not show a tool message after the model's turn"):
+        tool_call_format(tokenizer, tools)
+    assert tool_call_format(tokenizer, tools, episodes=False) is HERMES  # a server renders whole conversations
 
 
 def test_tool_env_runs_tools_and_returns_errors_as_messages():
@@ -259,6 +333,19 @@ def test_tool_schemas_reach_the_prompt_and_env_keys_are_checked(tmp_path):
         load_config([*base, "worker.rollout.env=examples/envs/calculator.py:Nope"])
     with pytest.raises(ConfigError, match="max_turns=0 must be at least 1"):
         load_config([*base, f"worker.rollout.env={calculator}", "worker.rollout.max_turns=0"])
+
+    # a model whose tool results the rollout cannot append (Gemma 4's template) is refused before any worker starts
+    from verl.trainer.ray_setup import SetupError
+    from verl.trainer.runner import _prepare_inputs
+
+    tokenizer.save_pretrained(tmp_path / "model")
+    (tmp_path / "gemma_like.jinja").write_text(_with_calls(HERMES_CALLS, tool_messages=False))
+    template = f"data.override_chat_template={tmp_path / 'gemma_like.jinja'}"
+    config = load_config([*base, f"worker.rollout.env={calculator}", template])
+    with pytest.raises(SetupError, match="worker.rollout.env=.*Calculator.* does not show a tool message after"):
+        _prepare_inputs(config)
+    (tmp_path / "train.jsonl").write_text(json.dumps(rows[0]) + "\n" + json.dumps(rows[0]) + "\n")
+    assert _prepare_inputs(load_config([*base, f"worker.rollout.env={calculator}", "data.max_prompt_length=1024"]))[2]
 
 
 def test_xml_parser_reads_fields_and_scores_the_format():

@@ -1,8 +1,10 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Tool use: the model calls plain Python functions with Qwen/Hermes `<tool_call>{"name": ..., "arguments": {...}}
-</tool_call>` blocks and gets tool messages back. A function's JSON schema (from its signature and docstring) goes
-into the prompt via `tool_schemas()`. README.md's "Multi-turn and tool-use rollouts" covers limits and concurrency.
+"""Tool use: the model calls plain Python functions and gets tool messages back. A function's JSON schema (from its
+signature and docstring) goes into the prompt via `tool_schemas()`. Calls are read in the format the model's chat
+template writes them (`tool_call_format`): Qwen/Hermes `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`
+blocks here, other formats (Qwen3.5's XML, GLM-4.5's) by vLLM's tool parser for them. README.md's "Multi-turn and
+tool-use rollouts" covers formats, limits and concurrency.
 """
 
 import json
@@ -48,7 +50,10 @@ def _read_call(body: str) -> dict[str, Any] | str:
         return f"the tool call is not valid JSON ({error})"
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
         return 'a tool call must be a JSON object with a "name" and "arguments"'
-    arguments = call.get("arguments", {})
+    return _checked_call(call["name"], call.get("arguments", {}))
+
+
+def _checked_call(name: str, arguments: Any) -> dict[str, Any] | str:
     if isinstance(arguments, str):  # some models write the arguments as a JSON string
         try:
             arguments = json.loads(arguments)
@@ -56,7 +61,121 @@ def _read_call(body: str) -> dict[str, Any] | str:
             return "the tool call's arguments are not a JSON object"
     if not isinstance(arguments, dict):
         return "the tool call's arguments are not a JSON object"
-    return {"name": call["name"], "arguments": arguments}
+    return {"name": name, "arguments": arguments}
+
+
+def _read_hermes(text: str) -> tuple[str, list[dict[str, Any] | str]]:
+    calls, rest, end = [], [], 0
+    for (start, stop), call in find_tool_calls(text):
+        calls.append(call)
+        if isinstance(call, dict):  # a malformed block stays in the text, as vLLM's hermes parser leaves it
+            rest.append(text[end:start])
+            end = stop
+    return "".join(rest) + text[end:], calls
+
+
+VLLM_TOOL_PARSERS: tuple[str, ...] = ("qwen3_coder", "glm45", "llama3_json", "mistral", "pythonic", "gemma4")
+"""vLLM tool parsers tried, in order, on a chat template whose calls are not Hermes blocks."""
+PROBE_QUERY = "verl-tool-probe-query"
+PROBE_CALL: tuple[str, dict[str, Any]] = ("verl_probe", {"count": 3, "word": "seven"})
+PROBE_SCHEMA: dict[str, Any] = {
+    "name": PROBE_CALL[0],
+    "description": "A probe of the chat template's call format.",
+    "parameters": {
+        "type": "object",
+        "properties": {"count": {"type": "integer"}, "word": {"type": "string"}},
+        "required": ["count", "word"],
+    },
+}
+PROBE_RESULT = "verl-tool-probe-result"
+
+
+class ToolCallFormat:
+    """How a model writes tool calls. "hermes": `<tool_call>` JSON blocks, read here (a malformed block comes back to
+    the model as an error). Any other name: vLLM's tool parser of that name (`vllm serve --tool-call-parser`), given
+    the tools' schemas; it leaves a malformed call in the text, as vLLM's server does. Calls written inside a
+    reasoning block are not made, in either."""
+
+    def __init__(self, parser: str = "hermes", tokenizer: Any = None, tools: list[dict[str, Any]] | None = None):
+        self.parser = parser
+        self.opening = "<tool_call>" if parser == "hermes" else None
+        """Hermes: the text a call starts with (a stream sends the content before it as it comes). Other formats'
+        parsers may tidy the content around the calls, so a stream holds it all to the end."""
+        self._vllm: Any = None
+        self._tokenizer = tokenizer
+        if parser != "hermes":
+            from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+            from vllm.tool_parsers import ToolParserManager
+
+            self._vllm = ToolParserManager.get_tool_parser(parser)(tokenizer)
+            self._request = ChatCompletionRequest(model="", messages=[], tools=tools or None)
+            self._lock = threading.Lock()  # a parser instance is not meant for concurrent calls
+
+    def for_tools(self, tools: list[dict[str, Any]] | None) -> "ToolCallFormat":
+        """This format for a request offering `tools` (vLLM's parsers type the arguments by their schemas)."""
+        return self if self._vllm is None else ToolCallFormat(self.parser, self._tokenizer, tools)
+
+    def read(self, text: str) -> tuple[str, list[dict[str, Any] | str]]:
+        """(the text without its well-formed calls, the calls: {"name", "arguments"} dicts, or an error string for a
+        malformed one)."""
+        if self._vllm is None:
+            return _read_hermes(text)
+        thought = max((match.end() for match in THINKING.finditer(text)), default=0)
+        with self._lock:
+            found = self._vllm.extract_tool_calls(text[thought:], self._request)
+        if not found.tools_called:
+            return text, []
+        calls = [_checked_call(call.function.name, call.function.arguments) for call in found.tool_calls]
+        return text[:thought] + (found.content or ""), calls
+
+
+HERMES = ToolCallFormat()
+
+
+def tool_call_format(
+    tokenizer: Any,
+    tools: list[dict[str, Any]] | None,
+    template_kwargs: dict[str, Any] | None = None,
+    episodes: bool = True,
+) -> ToolCallFormat:
+    """The format in which `tokenizer`'s chat template writes an assistant's tool calls: the first reader (Hermes,
+    then VLLM_TOOL_PARSERS) that reads a probe call back from the template's rendering of it. A template that does not
+    render `tool_calls` gives Hermes, the format the prompt then has to teach. `episodes`: for a tool environment,
+    the turn decoded without special tokens (as the rollout decodes a model turn), and the template must show tool
+    messages after a model turn on their own (Gemma 4 writes tool results inside the model's turn); else (a server)
+    with them, as vLLM reads a reply with tools. Raises NotImplementedError where these do not hold."""
+    name, arguments = PROBE_CALL
+    call = tool_call(name, "")
+    call["function"]["arguments"] = arguments  # as chat templates read them: a mapping
+    messages = [{"role": "user", "content": PROBE_QUERY}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    options = {**({"tools": tools} if tools else {}), **dict(template_kwargs or {})}
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False, **options)
+    turn = rendered[rendered.rindex(PROBE_QUERY) + len(PROBE_QUERY) :]
+    turn = tokenizer.decode(tokenizer.encode(turn, add_special_tokens=False), skip_special_tokens=episodes)
+    found = "hermes" if name not in turn else None
+    for parser in ("hermes", *VLLM_TOOL_PARSERS) if found is None else ():
+        try:
+            probe = ToolCallFormat(parser, tokenizer, [{"type": "function", "function": PROBE_SCHEMA}])
+            if probe.read(turn)[1] == [{"name": name, "arguments": arguments}]:
+                found = parser
+                break
+        except Exception:  # a parser for another model family (missing special tokens) does not apply
+            continue
+    if found is None:
+        decoded = "decoded without special tokens, as a model turn is" if episodes else "decoded"
+        raise NotImplementedError(
+            f"The chat template writes a tool call as {turn.strip()!r} ({decoded}), which neither the Hermes reader "
+            f"nor vLLM's tool parsers {list(VLLM_TOOL_PARSERS)} read back; tool calls are read in these formats only."
+        )
+    followed = [messages[0], {"role": "assistant", "content": name}, {"role": "tool", "content": PROBE_RESULT}]
+    rendered = tokenizer.apply_chat_template(followed, tokenize=False, add_generation_prompt=True, **options)
+    if episodes and PROBE_RESULT not in rendered[rendered.rindex(name) :]:
+        raise NotImplementedError(
+            "The chat template does not show a tool message after the model's turn (Gemma 4's writes tool results "
+            "inside the model's turn, after its calls), so a tool environment's results cannot be appended to an "
+            "episode; tool environments are not supported for this model."
+        )
+    return HERMES if found == "hermes" else ToolCallFormat(found, tokenizer, tools)
 
 
 def python_tool(code: str) -> str:
@@ -82,6 +201,8 @@ class ToolEnv(MultiTurnEnv):
     tool_timeout_s: float = 30.0
     """A plain tool call that has not returned by then is reported to the model as timed out."""
     concurrent_steps: int = 8
+    tool_format: ToolCallFormat = HERMES
+    """How the model writes calls; the rollout sets it from the chat template (`tool_call_format`)."""
 
     def __init__(self, tools: list[Callable[..., Any]] | None = None, tool_timeout_s: float | None = None) -> None:
         self.tools = tuple(tools) if tools is not None else tuple(self.tools)
@@ -128,7 +249,7 @@ class ToolEnv(MultiTurnEnv):
         return text, text.startswith("Error")
 
     def step(self, state: dict[str, Any], response: str) -> EnvStep:
-        calls = parse_tool_calls(response)
+        calls = self.tool_format.read(response)[1]
         if not calls:
             return EnvStep(messages=[], done=True)
         messages, errors = [], 0
@@ -151,18 +272,14 @@ def tool_call(name: str, arguments: str) -> dict[str, Any]:
     }
 
 
-def assistant_message(text: str, tools: bool) -> dict[str, Any]:
-    """The OpenAI assistant message of a generated `text`. With `tools`, well-formed `<tool_call>` blocks become
-    `tool_calls` and the content is the text around them (None if only whitespace); a malformed block stays in it,
-    as vLLM's hermes parser leaves it."""
-    calls, rest, end = [], [], 0
-    for (start, stop), call in find_tool_calls(text) if tools else ():
-        if isinstance(call, str):
-            continue
-        rest.append(text[end:start])
-        end = stop
-        calls.append(tool_call(call["name"], json.dumps(call["arguments"], ensure_ascii=False)))
+def assistant_message(text: str, tools: ToolCallFormat | None) -> dict[str, Any]:
+    """The OpenAI assistant message of a generated `text`. With `tools` (the model's call format), well-formed calls
+    become `tool_calls` and the content is the text around them (None if only whitespace); a malformed call stays in
+    it, as vLLM's parsers leave it."""
+    content, found = tools.read(text) if tools is not None else (text, [])
+    calls = [
+        tool_call(c["name"], json.dumps(c["arguments"], ensure_ascii=False)) for c in found if isinstance(c, dict)
+    ]
     if not calls:
         return {"role": "assistant", "content": text}
-    content = "".join(rest) + text[end:]
     return {"role": "assistant", "content": content if content.strip() else None, "tool_calls": calls}

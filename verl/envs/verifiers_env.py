@@ -29,7 +29,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from verl.envs.client_env import ChatClientEnv, EpisodeOver, chat_client
-from verl.envs.tools import assistant_message
+from verl.envs.tools import HERMES, ToolCallFormat, assistant_message
 
 
 TASK_COLUMN = "verifiers_task"
@@ -144,8 +144,10 @@ class Bridge:
     error is kept in `error` and the request fails.
     """
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, tool_format: ToolCallFormat = HERMES) -> None:
         self.client = client
+        self.tool_format = tool_format
+        """How the model writes tool calls (read out of a turn's text when the client did not)."""
         self.turns: list[dict[str, Any]] = []
         """The assistant messages as the client gave them, one per answered request."""
         self.requests: list[dict[str, Any]] = []
@@ -203,7 +205,12 @@ class Bridge:
         if calls:  # the endpoint parsed them
             message = {"role": "assistant", "content": choice.message.content, "tool_calls": calls}
         else:  # text tool calls read as `verl.serve` reads them
-            message = assistant_message(text, bool(body.get("tools")) and body.get("tool_choice") != "none")
+            message = assistant_message(
+                text,
+                self.tool_format.for_tools(body["tools"])
+                if body.get("tools") and body.get("tool_choice") != "none"
+                else None,
+            )
         finish = "tool_calls" if "tool_calls" in message and not calls else choice.finish_reason  # as verl.serve
         usage = getattr(reply, "usage", None)
         return {
@@ -297,6 +304,9 @@ class VerifiersEnv(ChatClientEnv):
     PYTHONPATH), or its config block with the id under "id"; `config`: the rest of verifiers' `[env]` block. The
     harness defaults to HARNESS_ID; retries are refused (a retry would restart the model's conversation).
     """
+
+    tool_format: ToolCallFormat = HERMES
+    """How the model writes tool calls; the rollout sets it from the chat template (verl.envs.tools.tool_call_format)."""
 
     def __init__(self, taskset: str | Mapping[str, Any], **config: Any) -> None:
         block = {"id": taskset} if isinstance(taskset, str) else dict(taskset)
@@ -417,7 +427,7 @@ class VerifiersEnv(ChatClientEnv):
         task = self.episode_task(env, task_data, prompt)
         if not scored:
             task = task.defer_scoring()
-        bridge = Bridge(client)
+        bridge = Bridge(client, self.tool_format)
         async with bridge.serve() as base_url:
             # the eval client relays the harness's requests to the bridge; no key is read (an unset variable)
             endpoint = self.vf.EvalClientConfig(base_url=base_url, api_key_var="VERL_VERIFIERS_BRIDGE_KEY")

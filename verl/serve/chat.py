@@ -11,12 +11,10 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from verl.envs.tools import assistant_message, tool_call
+from verl.envs.tools import ToolCallFormat, assistant_message, tool_call, tool_call_format
 from verl.serve.engine_loop import EngineLoop
 from verl.serve.request_checks import RequestError, check_options, parse, ranked
 
-
-TOOL_CALL_TAG = "<tool_call>"
 
 CHAT_FIELDS = {
     "messages", "model", "max_tokens", "max_completion_tokens", "n", "seed", "stop", "stop_token_ids", "stream",
@@ -95,18 +93,18 @@ def _reply_message(content: str) -> dict[str, Any]:
             "function_call": None}  # fmt: skip
 
 
-def chat_message(text: str, finish_reason: str | None, tools: bool) -> tuple[dict[str, Any], str]:
-    """The OpenAI assistant message of a generated `text` and its finish_reason; with `tools`, as
-    verl.envs.tools.assistant_message reads the calls, and finish_reason "tool_calls" when there are any."""
+def chat_message(text: str, finish_reason: str | None, tools: ToolCallFormat | None) -> tuple[dict[str, Any], str]:
+    """The OpenAI assistant message of a generated `text` and its finish_reason; with `tools` (the model's call
+    format), as verl.envs.tools.assistant_message reads the calls, and finish_reason "tool_calls" when there are any."""
     message = _reply_message(text)
     message.update(assistant_message(text, tools))
     return message, "tool_calls" if "tool_calls" in message else finish_reason or "stop"
 
 
-def _partial_tag(text: str) -> int:
-    """Length of the longest end of `text` that could be the start of a `<tool_call>` tag."""
-    for size in range(min(len(text), len(TOOL_CALL_TAG) - 1), 0, -1):
-        if TOOL_CALL_TAG.startswith(text[-size:]):
+def _partial_tag(text: str, tag: str) -> int:
+    """Length of the longest end of `text` that could be the start of `tag`."""
+    for size in range(min(len(text), len(tag) - 1), 0, -1):
+        if tag.startswith(text[-size:]):
             return size
     return 0
 
@@ -119,11 +117,15 @@ def token_logprob(logprob: Any) -> dict[str, Any]:
 
 class ChoiceText:
     """One choice's text as the engine extends it, and what a stream may send of its content so far. With tools,
-    text from a (possibly partial) `<tool_call>` tag on, and whitespace-only content, wait for the end, so the
-    streamed content adds up to the final message content."""
+    text from a (possibly partial) `<tool_call>` tag on (all of it, in another format than Hermes), and
+    whitespace-only content, wait for the end, so the streamed content adds up to the final message content."""
 
     def __init__(
-        self, tools: bool, forced: str | None = None, top_logprobs: int | None = None, parallel: bool = True
+        self,
+        tools: ToolCallFormat | None,
+        forced: str | None = None,
+        top_logprobs: int | None = None,
+        parallel: bool = True,
     ) -> None:
         self.tools, self.forced, self.top_logprobs, self.parallel = tools, forced, top_logprobs, parallel
         self.text, self.sent, self.tokens = "", 0, 0
@@ -148,9 +150,10 @@ class ChoiceText:
         limit = len(self.text)
         if self.forced is not None:  # JSON held to the tool schema: calls, sent whole at the end
             limit = 0
-        elif self.tools:
-            tag = self.text.find(TOOL_CALL_TAG)
-            limit = tag if tag >= 0 else limit - _partial_tag(self.text)
+        elif self.tools is not None:
+            opening = self.tools.opening
+            tag = self.text.find(opening) if opening else 0
+            limit = tag if tag >= 0 else limit - _partial_tag(self.text, opening)
             if not self.text[:limit].strip():
                 limit = 0
         piece = self.text[self.sent : limit] if limit > self.sent else ""
@@ -183,7 +186,7 @@ class Reply:
         request_id: str,
         prompt_tokens: int,
         n: int,
-        tools: bool,
+        tools: ToolCallFormat | None,
         forced: str | None = None,
         top_logprobs: int | None = None,
         parallel: bool = True,
@@ -223,6 +226,14 @@ class ChatEngine:
         self.defaults = self.llm.llm_engine.model_config.get_diff_sampling_param()
         """The model's generation-config sampling defaults, under what a request sets (as vLLM's server)."""
         self.loop = EngineLoop(self.llm)
+        self.tool_format: ToolCallFormat | None = None
+        """The format the model's chat template writes tool calls in (verl.envs.tools.tool_call_format); None: none
+        is read, and `tool_error` says why (requests with tools are then refused)."""
+        self.tool_error = ""
+        try:
+            self.tool_format = tool_call_format(self.llm.get_tokenizer(), None, episodes=False)
+        except NotImplementedError as error:
+            self.tool_error = str(error)
 
     def close(self) -> None:
         """Stop the engine (on a GPU vLLM runs its engine core in a child process that would outlive us)."""
@@ -237,8 +248,12 @@ class ChatEngine:
 
         from verl.workers.rollout import vllm_compat
 
-        tools = bool(request.tools) and request.tool_choice != "none"  # the reply's calls become `tool_calls`
         tool_dicts = [tool.model_dump() for tool in request.tools] if request.tools else None  # as vLLM's server
+        tools = None  # the format the reply's calls are read in (they become `tool_calls`)
+        if tool_dicts and request.tool_choice != "none":
+            if self.tool_format is None:
+                raise RequestError(f"This server cannot read the model's tool calls: {self.tool_error}")
+            tools = self.tool_format.for_tools(tool_dicts)
         prompt = vllm_compat.render_chat(self.llm, request.messages, tool_dicts, request.chat_template_kwargs)
         prompt_ids = prompt.get("prompt_token_ids") if isinstance(prompt, dict) else None
         prompt_tokens = None if prompt_ids is None else len(prompt_ids)
@@ -259,7 +274,7 @@ class ChatEngine:
         forced = forced_tool_calls(request)
         if forced is not None:  # the tools' schema, not response_format: that holds the answer after the calls
             params.structured_outputs = StructuredOutputsParams(json=forced[1])
-        if tools:  # as vLLM's hermes parser asks: a model may write its tool-call tags as special tokens
+        if tools is not None:  # as vLLM's tool parsers ask: a model may write its tool-call tags as special tokens
             params.skip_special_tokens = False
         function = None if forced is None else forced[0]
         reply = Reply(

@@ -173,9 +173,16 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
     tools = None
     if rollout.env:  # a tool environment describes its tools in every prompt, through the chat template
         from verl.envs import load_environment
+        from verl.envs.tools import tool_call_format
 
-        schemas = getattr(load_environment(rollout.env, rollout.env_kwargs), "tool_schemas", None)
+        env = load_environment(rollout.env, rollout.env_kwargs)
+        schemas = getattr(env, "tool_schemas", None)
         tools = schemas() if schemas is not None else None
+        if hasattr(env, "tool_format"):  # a format its calls cannot be read in is refused before any worker starts
+            try:
+                tool_call_format(tokenizer, tools, data.chat_template_kwargs)
+            except NotImplementedError as err:
+                raise SetupError(f"worker.rollout.env={rollout.env!r} with {model.tokenizer_path}: {err}") from None
     train_dataloader, val_dataloader = create_dataloader(
         data, tokenizer, processor, limit_images=rollout.limit_images, tools=tools
     )

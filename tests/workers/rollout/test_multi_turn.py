@@ -602,3 +602,29 @@ def test_client_style_episodes_start_from_the_prompts_messages():
     started = VLLMRollout._prompt_messages(prompts, [{}, {}])
     assert started == [conversation, [{"role": "user", "content": "What is 1 + 1?"}]]
     assert started[0] is not conversation  # the episode's own list
+
+
+def test_a_model_turns_tool_calls_reach_the_records_as_the_environment_read_them():
+    """With a tool environment's call format, each model turn's calls (Qwen3.5's XML here, read by vLLM's parser)
+    are recorded on its message, so the rollout records show them, not a Hermes reading of the text."""
+    from verl.data.rollout_dump import message_record
+    from verl.envs.tools import ToolCallFormat
+    from verl.models.tiny_models import build_tokenizer
+    from verl.workers.rollout.multi_turn import ChatContinuation, Episode, TurnRunner
+
+    tokenizer = build_tokenizer(kind="qwen3")
+    xml = "<tool_call>\n<function=add>\n<parameter=a>\n2\n</parameter>\n<parameter=b>\n3\n</parameter>\n</function>\n"
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    for tool_format, expected in [
+        (ToolCallFormat("qwen3_coder", tokenizer), [{"name": "add", "arguments": {"a": "2", "b": "3"}}]),
+        (None, [{"error": "the tool call is not valid JSON (Expecting value: line 1 column 1 (char 0))"}]),
+    ]:
+        runner = TurnRunner(
+            budget=256, max_turns=3, eos_token_ids={eos}, continuation=ChatContinuation(tokenizer),
+            tokenizer=tokenizer, with_logprobs=False, tool_format=tool_format,
+        )  # fmt: skip
+        episode = Episode(prompt_input={"prompt_token_ids": [1]}, state={}, seed=None)
+        new = tokenizer.encode(f"I add. {xml}</tool_call>", add_special_tokens=False) + [eos]
+        assert runner.add_model_tokens(episode, new, None, 256) == "<|im_end|>"
+        record = message_record(episode.messages[-1], lambda part: None)
+        assert record["content"] == f"I add. {xml}</tool_call>" and record["tool_calls"] == expected

@@ -10,6 +10,7 @@ engine, actor, reference and critic (nothing is re-tokenized). Turn t samples wi
 """
 
 import dataclasses
+import json
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
@@ -22,6 +23,7 @@ import torch
 from verl.data.rollout_dump import transcript_messages
 from verl.data.tokenizer import TURN_MARKER
 from verl.envs.base import Environment, EnvStep, EnvStepTimeoutError, env_code_error
+from verl.envs.tools import tool_call
 from verl.protocol import to_object_array
 from verl.utils import stall_report
 from verl.workers.rollout.request_loop import Group, Sample, resume_seed
@@ -187,6 +189,9 @@ class TurnRunner:
     """Longest one environment step (or a client-style episode's work between two model requests) may take before
     the rollout stops with an error; <= 0 waits forever."""
     env_name: str = "the environment"
+    tool_format: Any = None
+    """A tool environment's call format (verl.envs.tools.ToolCallFormat): each model turn's calls are recorded as its
+    message's `tool_calls` ({"error": ...} for a malformed one), as the environment read them."""
 
     def env_timeout_error(self, episode_index: int, turns: int, where: str = "") -> EnvStepTimeoutError:
         """The error of a step past env_step_timeout_s; `where`: the step thread's stack, if known."""
@@ -217,7 +222,14 @@ class TurnRunner:
             episode.logprobs += list(logprobs or [])[: len(new)]
         episode.turns += 1
         episode.last_turn = self.tokenizer.decode(new, skip_special_tokens=True)
-        episode.messages.append({"role": "assistant", "content": episode.last_turn})
+        message = {"role": "assistant", "content": episode.last_turn}
+        calls = self.tool_format.read(episode.last_turn)[1] if self.tool_format is not None else []
+        if calls:
+            message["tool_calls"] = [
+                tool_call(c["name"], json.dumps(c["arguments"])) if isinstance(c, dict) else {"error": c}
+                for c in calls
+            ]
+        episode.messages.append(message)
         ended = bool(new) and new[-1] in self.eos_token_ids
         if not (ended or cut_by_turn_limit):
             episode.truncated, episode.done = True, True

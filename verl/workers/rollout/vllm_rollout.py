@@ -21,6 +21,7 @@ from verl.data.multimodal import DEFAULT_VIDEO_FPS, process_media, video_metadat
 from verl.envs import load_environment
 from verl.envs.base import env_code_error
 from verl.envs.client_env import ChatClientEnv
+from verl.envs.tools import ToolEnv, tool_call_format
 from verl.models.config import model_recurrent_layer_types, read_model_config
 from verl.models.rope_index import RopeIndex, load_model_config
 from verl.protocol import DataProto, plain_value, to_object_array
@@ -297,6 +298,9 @@ class VLLMRollout:
         self.env = None
         if config.env:  # multi-turn episodes against an environment (verl.envs, verl.workers.rollout.multi_turn)
             self.env = load_environment(config.env, config.env_kwargs)
+            if hasattr(self.env, "tool_format"):  # a tool environment reads calls in the format the template writes
+                tools = self.env.tool_schemas() if isinstance(self.env, ToolEnv) else None  # verifiers': per request
+                self.env.tool_format = tool_call_format(tokenizer, tools, config.chat_template_kwargs)
             self.continuation = ChatContinuation(tokenizer, config.chat_template_kwargs)
             self.image_tokens = ImageTokens(processor, tokenizer) if self.multimodal else None
             self.model_path = model_path
@@ -666,6 +670,7 @@ class VLLMRollout:
             max_images=self.config.limit_images,
             env_step_timeout_s=self.config.env_step_timeout_s,
             env_name=self._env_name,
+            tool_format=getattr(self.env, "tool_format", None),
         )
 
     @staticmethod
