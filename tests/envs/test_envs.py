@@ -117,6 +117,7 @@ def test_tool_calls_are_read_in_the_format_the_chat_template_writes():
     for template, parser, response in [
         (None, "hermes", hermes),
         (_with_calls(HERMES_CALLS), "hermes", hermes),
+        (_with_calls("{{ raise_exception('no tool calls here') }}"), "hermes", hermes),  # the prompt teaches it
         (_with_calls(QWEN35_CALLS), "qwen3_coder", xml),
         (_with_calls(GLM45_CALLS), "glm45", glm),
     ]:

@@ -8,6 +8,7 @@ tool-use rollouts" covers formats, limits and concurrency.
 """
 
 import json
+import logging
 import re
 import threading
 import uuid
@@ -15,6 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 from verl.envs.base import EnvStep, MultiTurnEnv
+
+
+logger = logging.getLogger(__name__)
 
 
 TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>|<tool_call>\s*(.*?)\s*$", re.DOTALL)
@@ -149,7 +153,13 @@ def tool_call_format(
     call["function"]["arguments"] = arguments  # as chat templates read them: a mapping
     messages = [{"role": "user", "content": PROBE_QUERY}, {"role": "assistant", "content": "", "tool_calls": [call]}]
     options = {**({"tools": tools} if tools else {}), **dict(template_kwargs or {})}
-    rendered = tokenizer.apply_chat_template(messages, tokenize=False, **options)
+    try:
+        rendered = tokenizer.apply_chat_template(messages, tokenize=False, **options)
+    except Exception as error:  # e.g. a template that raises on `tool_calls`: the prompt has to teach the format
+        logger.warning(
+            "The chat template cannot render a tool call (%s); tool calls are read as Hermes blocks.", error
+        )
+        rendered = PROBE_QUERY
     turn = rendered[rendered.rindex(PROBE_QUERY) + len(PROBE_QUERY) :]
     turn = tokenizer.decode(tokenizer.encode(turn, add_special_tokens=False), skip_special_tokens=episodes)
     found = "hermes" if name not in turn else None
