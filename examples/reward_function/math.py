@@ -9,13 +9,17 @@ Use with examples/format_prompt/math.jinja:
 
 accuracy: the last \boxed{...} of the response, graded against the ground truth by mathruler (string
     normalization first, then symbolic equivalence with sympy). 1.0 or 0.0.
-format: the response opens with <think>, closes it once, and puts a \boxed{} answer after </think>. 1.0 or 0.0.
+format: the response opens with <think>, closes it once, and puts a \boxed{} answer after </think>. 1.0 or 0.0. A
+    chat template whose generation prompt opens <think> itself (DeepSeek-R1 distills, QwQ, Qwen3.5 thinking) counts
+    as the response's opening (verl.rewards.function.model_turn).
 """
 
 import re
 from typing import Any
 
 from mathruler.grader import extract_boxed_content, grade_answer
+
+from verl.rewards.function import model_turn
 
 
 REWARD_NAME = "math"
@@ -52,7 +56,7 @@ def accuracy_score(response: str, ground_truth: str) -> float:
 
 def compute_score(reward_input: dict[str, Any], format_weight: float = 0.1) -> dict[str, float]:
     """Score one response; `format_weight` is the share of the format check in `overall`."""
-    response = normalize_tags(reward_input["response"])
+    response = normalize_tags(model_turn(reward_input))
     fmt = format_score(response)
     accuracy = accuracy_score(response, str(reward_input["ground_truth"]))
     return {"overall": (1.0 - format_weight) * accuracy + format_weight * fmt, "format": fmt, "accuracy": accuracy}

@@ -5,7 +5,8 @@
 Use with examples/format_prompt/r1v.jinja:
     worker.reward.reward_function=examples/reward_function/r1v.py:compute_score
 
-format: the whole response is "<think>...</think> <answer>...</answer>" (whitespace around the tags allowed).
+format: the whole response is "<think>...</think> <answer>...</answer>" (whitespace around the tags allowed; a
+    <think> that the chat template's generation prompt opened counts as the response's: model_turn).
 accuracy: the content of the last <answer> tag (unwrapped from \boxed{} if the model boxed it) graded against the
     ground truth by mathruler, which also matches plain strings such as option letters and words.
 """
@@ -14,6 +15,8 @@ import re
 from typing import Any
 
 from mathruler.grader import grade_answer
+
+from verl.rewards.function import model_turn
 
 
 REWARD_NAME = "r1v"
@@ -55,7 +58,7 @@ def accuracy_score(response: str, ground_truth: str) -> float:
 
 def compute_score(reward_input: dict[str, Any], format_weight: float = 0.5) -> dict[str, float]:
     """Score one response; `format_weight` is the share of the format check in `overall`."""
-    response = normalize_tags(reward_input["response"])
+    response = normalize_tags(model_turn(reward_input))
     fmt = format_score(response)
     accuracy = accuracy_score(response, str(reward_input["ground_truth"]))
     return {"overall": (1.0 - format_weight) * accuracy + format_weight * fmt, "format": fmt, "accuracy": accuracy}

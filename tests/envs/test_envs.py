@@ -68,6 +68,10 @@ def test_calls_written_while_thinking_are_not_made():
         {"name": "add", "arguments": {"a": 2, "b": 3}}
     ]
     assert parse_tool_calls(f"<think>\nI will write {draft} next") == []
+    # a generation prompt that opened the block (R1 distills, Qwen3.5 thinking): the turn's text up to </think>
+    assert parse_tool_calls(f"Maybe {draft}? No.\n</think>\n\n{call}") == [
+        {"name": "add", "arguments": {"a": 2, "b": 3}}
+    ]
     message = assistant_message(f"<think>{draft}</think>{call}", tools=HERMES)
     assert message["content"] == f"<think>{draft}</think>" and len(message["tool_calls"]) == 1
 

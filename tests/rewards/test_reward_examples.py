@@ -69,6 +69,27 @@ def test_r1v(response: str, ground_truth: str, accuracy: float, fmt: float) -> N
     assert score == pytest.approx({"overall": 0.5 * accuracy + 0.5 * fmt, "format": fmt, "accuracy": accuracy})
 
 
+R1_PROMPT = "<｜User｜>What is 2 + 2?<｜Assistant｜><think>\n"  # a DeepSeek-R1 distill's generation prompt
+QWEN3_OFF = "<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+
+
+@pytest.mark.parametrize(
+    "name, prompt, response, fmt",
+    [
+        ("math", R1_PROMPT, "2 + 2 = 4\n</think>\nSo \\boxed{4}.", 1.0),  # the prompt opened the block
+        ("math", R1_PROMPT, "<think>again</think> \\boxed{4}", 0.0),  # a second opening
+        ("math", QWEN3_OFF, "2 + 2 = 4\n</think> \\boxed{4}", 0.0),  # the prompt's block is closed
+        ("math", "What is 2 + 2?", "2 + 2 = 4</think> \\boxed{4}", 0.0),  # a prompt without a template
+        ("r1v", R1_PROMPT, "Four.</think> <answer>4</answer>", 1.0),
+        ("r1v", QWEN3_OFF, "<think>Four.</think> <answer>4</answer>", 1.0),
+    ],
+)
+def test_a_reasoning_block_the_prompt_opened_is_the_responses(name: str, prompt: str, response: str, fmt: float):
+    """Chat templates that open <think> in the generation prompt (R1 distills, QwQ, Qwen3.5 thinking) leave it out of
+    the response tokens: the format checks read the response after it (model_turn), and only then."""
+    assert example(name)({**sample(response, "4"), "prompt": prompt})["format"] == fmt
+
+
 @pytest.mark.parametrize(
     "response, ground_truth, correct",
     [

@@ -23,9 +23,10 @@ logger = logging.getLogger(__name__)
 
 TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>|<tool_call>\s*(.*?)\s*$", re.DOTALL)
 """A closed `<tool_call>` block, or a final unclosed one (as vLLM's hermes parser reads it)."""
-THINKING = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
-"""A reasoning block (Qwen3, DeepSeek-R1), or an unclosed one to the end of the turn: calls written in it are not
-made, as vLLM's tool parser reads only what its reasoning parser leaves."""
+THINKING = re.compile(r"<think>.*?(?:</think>|$)|^(?:(?!<think>).)*?</think>", re.DOTALL)
+"""A reasoning block (Qwen3, DeepSeek-R1), an unclosed one to the end of the turn, or the turn's text up to a first
+`</think>` without an opening (a generation prompt that opens the block: R1 distills, Qwen3.5 thinking): calls
+written in it are not made, as vLLM's tool parser reads only what its reasoning parser leaves."""
 MAX_RESULT_CHARS = 2000
 """Longest tool result handed back to the model (a longer one is cut, with a note)."""
 

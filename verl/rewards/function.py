@@ -66,6 +66,20 @@ class RewardInput(TypedDict):
     """Every other column of the dataset row, under its own name."""
 
 
+REASONING_OPENING = "<think>"
+
+
+def model_turn(reward_input: RewardInput) -> str:
+    """`response` as the model's turn reads: after the `<think>` that the chat template's generation prompt opened
+    (DeepSeek-R1 distills, QwQ, Qwen3.5 with thinking on: the prompt ends inside a reasoning block, so the response
+    tokens hold its text and `</think>` but not its opening), else `response` itself."""
+    prompt, response = reward_input.get("prompt") or "", reward_input["response"]
+    start = prompt.rfind(REASONING_OPENING)
+    if start < 0 or prompt[start + len(REASONING_OPENING) :].strip():
+        return response
+    return prompt[start:] + response
+
+
 class RewardFunctionLoadError(ValueError):
     """The reward function named in the config cannot be loaded."""
 
