@@ -225,3 +225,56 @@ def test_qwen3s_multi_turn_conversations_learn_each_turn_as_the_whole_renders_it
     call = row["messages"][1]["content"]
     assert learned({}) == [f"{call}<|im_end|>", "It is 3.<|im_end|>", "<think>\n\n</think>\n\n7.<|im_end|>"]
     assert learned({"enable_thinking": False}) == [f"{call}<|im_end|>", "It is 3.<|im_end|>", "7.<|im_end|>"]
+
+
+QWEN35_LIKE = (  # Qwen3.5's template, small: an empty thinking block in each assistant turn after the last user
+    # query, calls as XML, tool results as a user turn, a non-thinking generation prompt that opens and closes one
+    "{% set query = namespace(last=-1) %}{% for m in messages %}{% if m.role == 'user' %}"
+    "{% set query.last = loop.index0 %}{% endif %}{% endfor %}{% for m in messages %}"
+    "{% if m.role == 'assistant' %}<|im_start|>assistant\n{% if loop.index0 > query.last %}<think>\n\n</think>\n\n"
+    "{% endif %}{{ m.content }}{% for c in m.tool_calls or [] %}<tool_call>\n<function={{ c.function.name }}>\n"
+    "{% for k, v in c.function.arguments | items %}<parameter={{ k }}>\n{{ v }}\n</parameter>\n{% endfor %}"
+    "</function>\n</tool_call>{% endfor %}<|im_end|>\n"
+    "{% elif m.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m.content }}\n</tool_response><|im_end|>\n"
+    "{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n\n</think>\n\n{% endif %}"
+)
+
+
+def test_tool_calls_in_openai_form_are_learned_as_the_template_writes_them():
+    """An assistant message with `tool_calls` (arguments as a JSON string, content None: OpenAI's form) is a turn to
+    learn, rendered in the template's own call format (Qwen3.5's XML here); Qwen3.5 writes an empty thinking block in
+    every turn after the last user query, so earlier turns are found in the whole conversation. A call without a
+    name, or tool_calls on a user message, is named."""
+    from verl.models.tiny_models import build_tokenizer
+
+    tokenizer = build_tokenizer(kind="qwen3")
+    tokenizer.chat_template = QWEN35_LIKE
+    call = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}
+    row = {
+        "messages": [
+            {"role": "user", "content": "Add 1 and 2."},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "content": "3"},
+            {"role": "assistant", "content": "It is 3."},
+            {"role": "user", "content": "And 3 and 4?"},
+            {"role": "assistant", "content": "7."},
+        ]
+    }
+    example = SFTDataset([row], tokenizer, None, data_config()).encode(0)
+    spans, current = [], []
+    for token, kept in zip(example["input_ids"] + [None], example["loss_mask"] + [0]):
+        if kept:
+            current.append(token)
+        elif current:
+            spans, current = [*spans, tokenizer.decode(current)], []
+    xml = "<tool_call>\n<function=add>\n<parameter=a>\n1\n</parameter>\n<parameter=b>\n2\n</parameter>\n</function>\n"
+    assert spans == [f"{xml}</tool_call><|im_end|>", "It is 3.<|im_end|>", "7.<|im_end|>"]
+    nameless = {**row, "messages": [row["messages"][0], {"role": "assistant", "tool_calls": [{"function": {}}]}]}
+    with pytest.raises(
+        SFTDataError, match="row 0, key 'messages': message 1: each of tool_calls needs a function name"
+    ):
+        SFTDataset([nameless], tokenizer, None, data_config())
+    on_user = {"messages": [{"role": "user", "content": "x", "tool_calls": [call]}, row["messages"][3]]}
+    with pytest.raises(SFTDataError, match="message 0: tool_calls must be a list, on an assistant message"):
+        SFTDataset([on_user], tokenizer, None, data_config())

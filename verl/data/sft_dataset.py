@@ -6,6 +6,7 @@ template whose prefix renderings are not prefixes of the whole is refused. Examp
 so its forward runs unchanged. Every row (messages, images, length) is checked before Ray starts, not hours in."""
 
 import functools
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -153,11 +154,13 @@ class SFTDataset(torch.utils.data.Dataset):
                 if message.get("role") in SHAREGPT_ROLES:
                     role += f" (ShareGPT's name: write {message['role']!r} as {SHAREGPT_ROLES[message['role']]!r})"
                 raise self._error(index, at, f"message {number} needs a role in {', '.join(ROLES)}; {role}")
+            if message.get("tool_calls") is not None:
+                message = messages[position] = self._with_tool_calls(index, at, number, message)
             if not isinstance(message.get("content"), str):
                 raise self._error(index, at, f"message {number} needs string content")
             if learned_from and position >= learned_from and message["role"] == "user":
                 raise self._error(index, at, "the response's messages must not hold a user turn")
-            if message["role"] == "assistant" and not message["content"].strip():
+            if message["role"] == "assistant" and not message["content"].strip() and not message.get("tool_calls"):
                 raise self._error(
                     index,
                     at,
@@ -183,6 +186,33 @@ class SFTDataset(torch.utils.data.Dataset):
         if tools is not None and not (isinstance(tools, (list, tuple)) and all(isinstance(t, dict) for t in tools)):
             raise self._error(index, config.tools_key, "expected a list of JSON schemas (objects) of the tools")
         return Conversation(messages, images, list(tools) if tools else None, learned_from)
+
+    def _with_tool_calls(self, index: int, at: str, number: int, message: dict[str, Any]) -> dict[str, Any]:
+        """An assistant message with OpenAI-style `tool_calls` (content may be empty or None), as chat templates
+        render them: each call's arguments as a mapping (a JSON string is parsed, as vLLM does before rendering)."""
+        calls = message["tool_calls"]
+        if message.get("role") != "assistant" or not isinstance(calls, (list, tuple)):
+            raise self._error(index, at, f"message {number}: tool_calls must be a list, on an assistant message")
+        rendered = []
+        for call in calls:
+            function = call.get("function", call) if isinstance(call, dict) else None
+            arguments = function.get("arguments", {}) if isinstance(function, dict) else None
+            if isinstance(arguments, str):
+                try:
+                    arguments = json.loads(arguments) if arguments.strip() else {}
+                except ValueError:
+                    arguments = None
+            if not (
+                isinstance(function, dict) and isinstance(function.get("name"), str) and isinstance(arguments, dict)
+            ):
+                raise self._error(
+                    index,
+                    at,
+                    f"message {number}: each of tool_calls needs a function name and its arguments as an object (or "
+                    f"a JSON string of one), got {call!r}",
+                )
+            rendered.append({**call, "type": "function", "function": {**function, "arguments": arguments}})
+        return {**message, "content": message.get("content") or "", "tool_calls": rendered}
 
     # ------------------------------------------------------------------------------------------------ checking
 
@@ -285,17 +315,21 @@ class SFTDataset(torch.utils.data.Dataset):
         opening = followed[len(head) : followed.index(TURN_MARKER)]
         return opening, closed[closed.index(TURN_MARKER) + len(TURN_MARKER) :].strip()
 
-    def _turn_in_context(self, full_text: str, before: str) -> tuple[str, str] | None:
-        """(the text before, the text through) the assistant turn that follows the conversation `before` inside
+    def _turn_in_context(self, full_text: str, count: int, assistants: int) -> tuple[str, str] | None:
+        """(the text before, the text through) assistant turn number `count` (from 0) of the `assistants` in
         `full_text`, for a template that renders a turn differently once other messages follow it (Qwen3 drops the
-        thinking block of every turn but the last, and its non-thinking generation prompt opens one): the turn
-        starts after the opening the template writes for an assistant turn that others follow and ends with the
-        first closing it writes after one (Qwen's `<|im_end|>`). None where that cannot be told: `full_text` does
-        not go on from `before` with that opening, or the template closes a turn with no text (GLM)."""
+        thinking block of every turn but the last, Qwen3.5 writes an empty one in every turn after the last user
+        query, and their non-thinking generation prompts open one): the turn starts after the opening the template
+        writes for an assistant turn (its `count + 1`-th in the text, which must hold one per assistant turn) and ends
+        with the first closing it writes after one (Qwen's `<|im_end|>`). None where that cannot be told (the template
+        closes a turn with no text, as GLM's)."""
         opening, closing = self._turn_parts or ("", "")
-        if not (closing and full_text.startswith(before + opening)):
+        if not (opening.strip() and closing) or full_text.count(opening) != assistants:
             return None
-        start = len(before) + len(opening)
+        start = -1
+        for _ in range(count + 1):
+            start = full_text.index(opening, start + 1)
+        start += len(opening)
         end = full_text.find(closing, start)
         return (full_text[:start], full_text[: end + len(closing)]) if end >= 0 else None
 
@@ -330,8 +364,9 @@ class SFTDataset(torch.utils.data.Dataset):
             prefix = self._render(messages[:turn], generation_prompt=True, tools=tools)
             upto = self._render(messages[: turn + 1], generation_prompt=False, tools=tools).rstrip()
             if not (full_text.startswith(upto) and upto.startswith(prefix)):  # e.g. Qwen3's: see _turn_in_context
-                before = self._render(messages[:turn], generation_prompt=False, tools=tools)
-                prefix, upto = self._turn_in_context(full_text, before) or (prefix, upto)
+                count = sum(m["role"] == "assistant" for m in messages[:turn])
+                assistants = sum(m["role"] == "assistant" for m in messages)
+                prefix, upto = self._turn_in_context(full_text, count, assistants) or (prefix, upto)
             if not (full_text.startswith(upto) and upto.startswith(prefix)):
                 raise self._error(
                     index,
