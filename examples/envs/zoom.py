@@ -6,17 +6,18 @@ next turn sees (a vision-language model only).
     worker.rollout.env=examples/envs/zoom.py:Zoom worker.rollout.max_turns=2 worker.rollout.limit_images=2
     worker.reward.reward_function=examples/envs/zoom.py:compute_score
 
-The model calls <tool_call>{"name": "zoom", "arguments": {"quadrant": "top-left"}}</tool_call>; the environment crops
-that quarter of the row's first picture (`row["prompt_images"]`, as the model sees it), enlarges it to the picture's
-own size and answers with a tool message holding that picture. The episode ends at the first turn without a tool
-call; `examples/cpu_zoom.sh` trains the tiny Qwen2.5-VL on it (a dot's colour, readable only once enlarged).
+The model calls <tool_call>{"name": "zoom", "arguments": {"quadrant": "top-left"}}</tool_call> (or writes the call in
+its own chat template's format: `tool_format`); the environment crops that quarter of the row's first picture
+(`row["prompt_images"]`, as the model sees it), enlarges it to the picture's own size and answers with a tool message
+holding that picture. The episode ends at the first turn without a tool call; `examples/cpu_zoom.sh` trains the tiny
+Qwen2.5-VL on it (a dot's colour, readable only once enlarged).
 """
 
 import re
 from typing import Any
 
 from verl.envs import EnvStep, MultiTurnEnv
-from verl.envs.tools import parse_tool_calls
+from verl.envs.tools import HERMES
 
 
 REWARD_TYPE = "sequential"
@@ -48,6 +49,8 @@ class Zoom(MultiTurnEnv):
     """Zooms into the prompt's picture on request; counts zooms and calls that went wrong."""
 
     concurrent_steps = 8
+    tool_format = HERMES
+    """How the model writes calls: the rollout sets it from the chat template (Hermes JSON for Qwen2.5-VL)."""
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         return [SCHEMA]
@@ -57,7 +60,7 @@ class Zoom(MultiTurnEnv):
         return {"image": images[0] if images else None, "zooms": 0, "errors": 0}
 
     def step(self, state: dict[str, Any], response: str) -> EnvStep:
-        calls = parse_tool_calls(response)
+        calls = self.tool_format.read(response)[1]
         if not calls:
             return EnvStep(messages=[], done=True)
         messages, errors = [], 0

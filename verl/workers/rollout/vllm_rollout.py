@@ -21,7 +21,7 @@ from verl.data.multimodal import DEFAULT_VIDEO_FPS, process_media, video_metadat
 from verl.envs import load_environment
 from verl.envs.base import env_code_error
 from verl.envs.client_env import ChatClientEnv
-from verl.envs.tools import ToolEnv, tool_call_format
+from verl.envs.tools import tool_call_format
 from verl.models.config import model_recurrent_layer_types, read_model_config
 from verl.models.rope_index import RopeIndex, load_model_config
 from verl.protocol import DataProto, plain_value, to_object_array
@@ -299,7 +299,8 @@ class VLLMRollout:
         if config.env:  # multi-turn episodes against an environment (verl.envs, verl.workers.rollout.multi_turn)
             self.env = load_environment(config.env, config.env_kwargs)
             if hasattr(self.env, "tool_format"):  # a tool environment reads calls in the format the template writes
-                tools = self.env.tool_schemas() if isinstance(self.env, ToolEnv) else None  # verifiers': per request
+                schemas = None if isinstance(self.env, ChatClientEnv) else getattr(self.env, "tool_schemas", None)
+                tools = schemas() if schemas is not None else None  # a client-style episode's: per request
                 self.env.tool_format = tool_call_format(tokenizer, tools, config.chat_template_kwargs)
             self.continuation = ChatContinuation(tokenizer, config.chat_template_kwargs)
             self.image_tokens = ImageTokens(processor, tokenizer) if self.multimodal else None
