@@ -365,8 +365,12 @@ def test_a_prompt_given_as_chat_messages_renders_them_all_and_formats_the_last(t
     bad = {
         "the prompt is an empty list of messages": [],
         "message 2 of the prompt must be the user's": messages[:3],
-        "message 0 of the prompt must be a dict with role system, user or assistant": [
-            {"role": "tool", "content": "x"},
+        "message 0 of the prompt must be a dict with role system, user, assistant or tool": [
+            {"role": "function", "content": "x"},
+            messages[3],
+        ],
+        "message 0 of the prompt: tool_calls must be a list, on an assistant message": [
+            {"role": "user", "content": "x", "tool_calls": []},
             messages[3],
         ],
         "message 0 of the prompt needs text content": [{"role": "user", "content": 3}],
@@ -378,6 +382,20 @@ def test_a_prompt_given_as_chat_messages_renders_them_all_and_formats_the_last(t
     for problem, prompt in bad.items():
         with pytest.raises(DatasetRowError, match=f"in-memory rows, row 0, key 'prompt': {re.escape(problem)}"):
             RLHFDataset([{"prompt": prompt, "answer": "4"}], text_tokenizer)
+    # an agent's earlier turns in OpenAI's form: a call (arguments as a JSON string, content null) and its result
+    call = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 1}'}}
+    turns = [
+        messages[1],
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": "2"},
+    ]
+    agent = RLHFDataset([{"prompt": [*turns, messages[3]], "answer": "4"}], text_tokenizer)[0]
+    assert agent["prompt_messages"][1] == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{**call, "function": {"name": "add", "arguments": {"a": 1, "b": 1}}}],
+    }
+    assert "<|im_start|>tool\n2<|im_end|>" in agent["prompt_text"]
     with pytest.raises(DatasetRowError, match="row 0, key 'reward_model.answer': the answer is missing"):
         RLHFDataset([row], text_tokenizer, answer_key="reward_model.answer")
     with pytest.raises(ValueError, match="has no column 'label.ground_truth' \\(data.answer_key\\)"):

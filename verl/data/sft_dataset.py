@@ -6,7 +6,6 @@ template whose prefix renderings are not prefixes of the whole is refused. Examp
 so its forward runs unchanged. Every row (messages, images, length) is checked before Ray starts, not hours in."""
 
 import functools
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +24,7 @@ from verl.data.multimodal import (
     resized_size,
     unreadable_image,
 )
-from verl.data.sources import RowSource, load_source
+from verl.data.sources import RowSource, load_source, with_tool_calls
 from verl.data.tokenizer import TURN_MARKER, check_chat_template_kwargs
 from verl.models.rope_index import RopeIndex, uses_mrope
 from verl.protocol import DataProto
@@ -155,7 +154,10 @@ class SFTDataset(torch.utils.data.Dataset):
                     role += f" (ShareGPT's name: write {message['role']!r} as {SHAREGPT_ROLES[message['role']]!r})"
                 raise self._error(index, at, f"message {number} needs a role in {', '.join(ROLES)}; {role}")
             if message.get("tool_calls") is not None:
-                message = messages[position] = self._with_tool_calls(index, at, number, message)
+                try:
+                    message = messages[position] = with_tool_calls(message)
+                except ValueError as error:
+                    raise self._error(index, at, f"message {number}: {error}") from None
             if not isinstance(message.get("content"), str):
                 raise self._error(index, at, f"message {number} needs string content")
             if learned_from and position >= learned_from and message["role"] == "user":
@@ -186,33 +188,6 @@ class SFTDataset(torch.utils.data.Dataset):
         if tools is not None and not (isinstance(tools, (list, tuple)) and all(isinstance(t, dict) for t in tools)):
             raise self._error(index, config.tools_key, "expected a list of JSON schemas (objects) of the tools")
         return Conversation(messages, images, list(tools) if tools else None, learned_from)
-
-    def _with_tool_calls(self, index: int, at: str, number: int, message: dict[str, Any]) -> dict[str, Any]:
-        """An assistant message with OpenAI-style `tool_calls` (content may be empty or None), as chat templates
-        render them: each call's arguments as a mapping (a JSON string is parsed, as vLLM does before rendering)."""
-        calls = message["tool_calls"]
-        if message.get("role") != "assistant" or not isinstance(calls, (list, tuple)):
-            raise self._error(index, at, f"message {number}: tool_calls must be a list, on an assistant message")
-        rendered = []
-        for call in calls:
-            function = call.get("function", call) if isinstance(call, dict) else None
-            arguments = function.get("arguments", {}) if isinstance(function, dict) else None
-            if isinstance(arguments, str):
-                try:
-                    arguments = json.loads(arguments) if arguments.strip() else {}
-                except ValueError:
-                    arguments = None
-            if not (
-                isinstance(function, dict) and isinstance(function.get("name"), str) and isinstance(arguments, dict)
-            ):
-                raise self._error(
-                    index,
-                    at,
-                    f"message {number}: each of tool_calls needs a function name and its arguments as an object (or "
-                    f"a JSON string of one), got {call!r}",
-                )
-            rendered.append({**call, "type": "function", "function": {**function, "arguments": arguments}})
-        return {**message, "content": message.get("content") or "", "tool_calls": rendered}
 
     # ------------------------------------------------------------------------------------------------ checking
 

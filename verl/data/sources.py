@@ -7,6 +7,7 @@ evaluator alike."""
 
 import bisect
 import contextlib
+import json
 import os
 import shlex
 from collections.abc import Sequence
@@ -293,21 +294,52 @@ def _with_marker_text(position: int, message: Any) -> Any:
         raise ValueError(f"message {position}: {error}") from None
 
 
-def split_prompt_messages(messages: Any) -> tuple[list[dict[str, str]], str]:
-    """A prompt given as chat messages (verl's and TRL's layout: system, few-shot user/assistant turns, then the
-    user's): (the messages before the last, the last one's text). The last one is where data.format_prompt and the
-    media markers apply; ValueError says what is wrong."""
+def with_tool_calls(message: dict[str, Any]) -> dict[str, Any]:
+    """An assistant message with OpenAI-style `tool_calls` as chat templates render them: content "" where empty or
+    null, each call's arguments as a mapping (a JSON string is parsed, as vLLM does before rendering). ValueError
+    says what is wrong."""
+    calls = message["tool_calls"]
+    if message.get("role") != "assistant" or not isinstance(calls, (list, tuple)):
+        raise ValueError("tool_calls must be a list, on an assistant message")
+    rendered = []
+    for call in calls:
+        function = call.get("function", call) if isinstance(call, dict) else None
+        arguments = function.get("arguments", {}) if isinstance(function, dict) else None
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except ValueError:
+                arguments = None
+        if not (isinstance(function, dict) and isinstance(function.get("name"), str) and isinstance(arguments, dict)):
+            raise ValueError(
+                f"each of tool_calls needs a function name and its arguments as an object (or a JSON string of one), "
+                f"got {call!r}"
+            )
+        rendered.append({**call, "type": "function", "function": {**function, "arguments": arguments}})
+    return {**message, "content": message.get("content") or "", "tool_calls": rendered}
+
+
+def split_prompt_messages(messages: Any) -> tuple[list[dict[str, Any]], str]:
+    """A prompt given as chat messages (verl's and TRL's layout: system, few-shot user/assistant turns (with their
+    `tool_calls`, and tool messages), then the user's): (the messages before the last, the last one's text). The last
+    one is where data.format_prompt and the media markers apply; ValueError says what is wrong."""
     if len(messages) == 0:
         raise ValueError("the prompt is an empty list of messages")
     messages = [_with_marker_text(position, message) for position, message in enumerate(messages)]
     for position, message in enumerate(messages):
         role = message.get("role") if isinstance(message, dict) else None
         last = position == len(messages) - 1
-        if role not in (("user",) if last else ("system", "user", "assistant")):
-            wanted = "the user's" if last else "a dict with role system, user or assistant"
+        if role not in (("user",) if last else ("system", "user", "assistant", "tool")):
+            wanted = "the user's" if last else "a dict with role system, user, assistant or tool"
             raise ValueError(f"message {position} of the prompt must be {wanted}")
+        if message.get("tool_calls") is not None:
+            try:
+                message = messages[position] = with_tool_calls(message)
+            except ValueError as error:
+                raise ValueError(f"message {position} of the prompt: {error}") from None
         if not isinstance(message.get("content"), str):
             raise ValueError(f"message {position} of the prompt needs text content")
         if not last and any(marker in message["content"] for marker in ("<image>", "<video>")):
             raise ValueError(f"message {position} has a media marker; put them in the last message")
-    return [{"role": m["role"], "content": m["content"]} for m in messages[:-1]], messages[-1]["content"]
+    kept = ("role", "content", "tool_calls")
+    return [{key: m[key] for key in kept if key in m} for m in messages[:-1]], messages[-1]["content"]
