@@ -21,3 +21,14 @@ def data_config(**overrides) -> SimpleNamespace:
         chat_template_kwargs={},
     )
     return SimpleNamespace(**{**base, **overrides})
+
+
+def learned_spans(tokenizer, example: dict) -> list[str]:
+    """The runs of an encoded example's tokens that the loss mask learns, decoded."""
+    spans, current = [], []
+    for token, kept in zip(example["input_ids"] + [None], example["loss_mask"] + [0]):
+        if kept:
+            current.append(token)
+        elif current:
+            spans, current = [*spans, tokenizer.decode(current)], []
+    return spans

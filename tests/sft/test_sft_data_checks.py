@@ -10,7 +10,7 @@ import datasets
 import numpy as np
 import pytest
 from PIL import Image
-from sft_testing import data_config
+from sft_testing import data_config, learned_spans
 
 from verl.data.sft_dataset import SFTDataError, SFTDataset
 from verl.data.tokenizer import get_processor, get_tokenizer
@@ -213,14 +213,8 @@ def test_qwen3s_multi_turn_conversations_learn_each_turn_as_the_whole_renders_it
     }
 
     def learned(template_kwargs: dict) -> list[str]:
-        example = SFTDataset([row], tokenizer, None, data_config(chat_template_kwargs=template_kwargs)).encode(0)
-        spans, current = [], []
-        for token, kept in zip(example["input_ids"] + [None], example["loss_mask"] + [0]):
-            if kept:
-                current.append(token)
-            elif current:
-                spans, current = [*spans, tokenizer.decode(current)], []
-        return spans
+        config = data_config(chat_template_kwargs=template_kwargs)
+        return learned_spans(tokenizer, SFTDataset([row], tokenizer, None, config).encode(0))
 
     call = row["messages"][1]["content"]
     assert learned({}) == [f"{call}<|im_end|>", "It is 3.<|im_end|>", "<think>\n\n</think>\n\n7.<|im_end|>"]
@@ -261,13 +255,7 @@ def test_tool_calls_in_openai_form_are_learned_as_the_template_writes_them():
             {"role": "assistant", "content": "7."},
         ]
     }
-    example = SFTDataset([row], tokenizer, None, data_config()).encode(0)
-    spans, current = [], []
-    for token, kept in zip(example["input_ids"] + [None], example["loss_mask"] + [0]):
-        if kept:
-            current.append(token)
-        elif current:
-            spans, current = [*spans, tokenizer.decode(current)], []
+    spans = learned_spans(tokenizer, SFTDataset([row], tokenizer, None, data_config()).encode(0))
     xml = "<tool_call>\n<function=add>\n<parameter=a>\n1\n</parameter>\n<parameter=b>\n2\n</parameter>\n</function>\n"
     assert spans == [f"{xml}</tool_call><|im_end|>", "It is 3.<|im_end|>", "7.<|im_end|>"]
     nameless = {**row, "messages": [row["messages"][0], {"role": "assistant", "tool_calls": [{"function": {}}]}]}
