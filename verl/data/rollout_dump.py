@@ -73,13 +73,10 @@ def message_text(content: Any) -> str:
 
 
 def _tool_calls(message: Mapping[str, Any], text: str) -> list[dict[str, Any]]:
-    """An assistant turn's calls: its `tool_calls` (OpenAI-style, or {"error": ...} for a malformed one), else the
-    `<tool_call>` blocks of its text ({"error": ...} for a malformed one)."""
+    """An assistant turn's calls: OpenAI-style `tool_calls`, else the `<tool_call>` blocks of its text
+    ({"error": ...} for a malformed one)."""
     calls = []
     for call in message.get("tool_calls") or []:
-        if isinstance(call, Mapping) and "error" in call:  # a malformed call, as the rollout's tool reader named it
-            calls.append({"error": str(call["error"])})
-            continue
         function = call.get("function", call) if isinstance(call, Mapping) else {}
         arguments = function.get("arguments", {})
         if isinstance(arguments, str):

@@ -606,7 +606,8 @@ def test_client_style_episodes_start_from_the_prompts_messages():
 
 def test_a_model_turns_tool_calls_reach_the_records_as_the_environment_read_them():
     """With a tool environment's call format, each model turn's calls (Qwen3.5's XML here, read by vLLM's parser)
-    are recorded on its message, so the rollout records show them, not a Hermes reading of the text."""
+    are recorded on its message in OpenAI's form (as TRL-style reward functions read episode messages), so the
+    rollout records show them, not a Hermes reading of the text."""
     from verl.data.rollout_dump import message_record
     from verl.envs.tools import ToolCallFormat
     from verl.models.tiny_models import build_tokenizer
@@ -628,3 +629,9 @@ def test_a_model_turns_tool_calls_reach_the_records_as_the_environment_read_them
         assert runner.add_model_tokens(episode, new, None, 256) == "<|im_end|>"
         record = message_record(episode.messages[-1], lambda part: None)
         assert record["content"] == f"I add. {xml}</tool_call>" and record["tool_calls"] == expected
+        if tool_format is not None:
+            (call,) = episode.messages[-1]["tool_calls"]
+            assert call["type"] == "function" and call["function"] == {
+                "name": "add",
+                "arguments": '{"a": "2", "b": "3"}',
+            }

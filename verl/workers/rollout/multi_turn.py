@@ -190,8 +190,8 @@ class TurnRunner:
     the rollout stops with an error; <= 0 waits forever."""
     env_name: str = "the environment"
     tool_format: Any = None
-    """A tool environment's call format (verl.envs.tools.ToolCallFormat): each model turn's calls are recorded as its
-    message's `tool_calls` ({"error": ...} for a malformed one), as the environment read them."""
+    """A tool environment's call format (verl.envs.tools.ToolCallFormat): each model turn's well-formed calls are
+    recorded as its message's `tool_calls` (OpenAI's form), as the environment read them."""
 
     def env_timeout_error(self, episode_index: int, turns: int, where: str = "") -> EnvStepTimeoutError:
         """The error of a step past env_step_timeout_s; `where`: the step thread's stack, if known."""
@@ -224,10 +224,9 @@ class TurnRunner:
         episode.last_turn = self.tokenizer.decode(new, skip_special_tokens=True)
         message = {"role": "assistant", "content": episode.last_turn}
         calls = self.tool_format.read(episode.last_turn)[1] if self.tool_format is not None else []
-        if calls:
+        if any(isinstance(call, dict) for call in calls):  # OpenAI's form, as TRL-style reward functions read them
             message["tool_calls"] = [
-                tool_call(c["name"], json.dumps(c["arguments"])) if isinstance(c, dict) else {"error": c}
-                for c in calls
+                tool_call(call["name"], json.dumps(call["arguments"])) for call in calls if isinstance(call, dict)
             ]
         episode.messages.append(message)
         ended = bool(new) and new[-1] in self.eos_token_ids
