@@ -178,16 +178,15 @@ def tool_call_format(
             f"The chat template writes a tool call as {turn.strip()!r} ({decoded}), which neither the Hermes reader "
             f"nor vLLM's tool parsers {list(VLLM_TOOL_PARSERS)} read back; tool calls are read in these formats only."
         )
-    if not episodes:
-        return HERMES if found == "hermes" else ToolCallFormat(found, tokenizer, tools)
-    followed = [messages[0], {"role": "assistant", "content": name}, {"role": "tool", "content": PROBE_RESULT}]
-    rendered = tokenizer.apply_chat_template(followed, tokenize=False, add_generation_prompt=True, **options)
-    if PROBE_RESULT not in rendered[rendered.rindex(name) :]:
-        raise NotImplementedError(
-            "The chat template does not show a tool message after the model's turn (Gemma 4's writes tool results "
-            "inside the model's turn, after its calls), so a tool environment's results cannot be appended to an "
-            "episode; tool environments are not supported for this model."
-        )
+    if episodes:
+        followed = [messages[0], {"role": "assistant", "content": name}, {"role": "tool", "content": PROBE_RESULT}]
+        shown = tokenizer.apply_chat_template(followed, tokenize=False, add_generation_prompt=True, **options)
+        if PROBE_RESULT not in shown[shown.rindex(name) :]:
+            raise NotImplementedError(
+                "The chat template does not show a tool message after the model's turn (Gemma 4's writes tool "
+                "results inside the model's turn, after its calls), so a tool environment's results cannot be "
+                "appended to an episode; tool environments are not supported for this model."
+            )
     return HERMES if found == "hermes" else ToolCallFormat(found, tokenizer, tools)
 
 
