@@ -49,10 +49,9 @@ def _tensor_parallel_worker(rank: int, world_size: int, port: int, model_dir: st
     from verl.workers.weight_sync.colocated import FSDPVLLMShardingManager
 
     # what a run killed while its engine started leaves behind: vLLM would refuse to create the segment again
-    stale = f"/dev/shm/-tp:0-[0-1]-cpushm_{rank}"
-    with open(stale, "wb") as f:
-        f.write(b"\0" * 64)
-    dist.barrier()
+    with vllm_compat.cpu_shm_names_held():  # not while another run on this machine starts its engine
+        with open(f"/dev/shm/-tp:0-[0-1]-cpushm_{rank}", "wb") as f:
+            f.write(b"\0" * 64)
 
     actor, tokenizer, config = _actor_and_config(model_dir, seed=3, verify_weight_sync=True, response_length=16)
     prompt_length = config.prompt_length

