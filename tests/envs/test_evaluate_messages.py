@@ -177,8 +177,21 @@ def test_evaluate_scores_episodes_and_writes_their_conversations(monkeypatch, tm
     assert episodes[2]["cut_tool_messages"] == 1 and summary["cut_tool_messages/mean"] == pytest.approx(1 / 3)
     assert cut["messages"][1]["tool_calls"] == [{"name": "multiply", "arguments": {"a": 2, "b": 4}}]
     assert cut["messages"][2] == {"role": "tool", "content": "8"}  # the structured call ran
-    resent = [m for m in client.requests[-1][0] if m["role"] == "assistant"][0]["content"]
-    assert resent == '<tool_call>\n{"name": "multiply", "arguments": {"a": 2, "b": 4}}\n</tool_call>'  # as text
+    # the endpoint's parsed call goes back as it came (its template renders it in the model's own format), its result
+    # names it; a call the endpoint left in the text stays there
+    resent = client.requests[-1][0]
+    call = {"id": "call_0", "type": "function", "function": {"name": "multiply", "arguments": '{"a": 2, "b": 4}'}}
+    assert resent[1:] == [
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "content": "8", "tool_call_id": "call_0"},
+    ]
+    first_resent = next(
+        messages for messages, _ in client.requests if messages[0]["content"] == "6 x 7?" and len(messages) > 1
+    )
+    assert first_resent[1:] == [
+        {"role": "assistant", "content": _call("multiply", a=6, b=7)},
+        {"role": "tool", "content": "42"},
+    ]
 
 
 def test_a_reward_functions_extra_info_holds_what_training_gives_it(monkeypatch, tmp_path, capsys):

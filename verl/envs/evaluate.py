@@ -151,16 +151,12 @@ def _images_of(messages: list[dict[str, Any]]) -> list[Any]:
 
 def reply_turn(reply: Any, counts: dict[str, Any]) -> tuple[str, list[dict[str, Any]], int]:
     """(the model's turn as text, its tool calls as {"name", "arguments"}, its completion tokens or 0) of a reply;
-    sets counts["truncated"]. Calls an endpoint parsed into `tool_calls` are written back as `<tool_call>` blocks,
-    so the turn reads as in training."""
+    sets counts["truncated"]. Calls an endpoint parsed into `tool_calls` are written into the text as `<tool_call>`
+    blocks, so the environment reads the turn as in training."""
     choice = reply.choices[0]
     counts["truncated"] = choice.finish_reason == "length"
-    message, calls = choice.message, []
-    text = message.content or ""
-    for call in getattr(message, "tool_calls", None) or []:
-        function = getattr(call, "function", None)
-        if function is None:
-            continue
+    text, calls = choice.message.content or "", []
+    for function in _functions(choice.message):
         arguments = function.arguments
         try:
             arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
@@ -170,6 +166,41 @@ def reply_turn(reply: Any, counts: dict[str, Any]) -> tuple[str, list[dict[str, 
         block = json.dumps({"name": function.name, "arguments": arguments}, ensure_ascii=False)
         text += ("\n" if text else "") + f"<tool_call>\n{block}\n</tool_call>"
     return text, calls, int(getattr(getattr(reply, "usage", None), "completion_tokens", None) or 0)
+
+
+def _functions(message: Any) -> list[Any]:
+    return [call.function for call in getattr(message, "tool_calls", None) or [] if getattr(call, "function", None)]
+
+
+def sent_back(reply: Any) -> dict[str, Any]:
+    """The model's turn as the next request carries it: the endpoint's parsed calls stay `tool_calls` (with their
+    ids), so its chat template renders them in the model's own format, as it does in training."""
+    message = reply.choices[0].message
+    turn: dict[str, Any] = {"role": "assistant", "content": message.content or ""}
+    calls = [call for call in getattr(message, "tool_calls", None) or [] if getattr(call, "function", None)]
+    if calls:
+        turn["tool_calls"] = [
+            {
+                "id": getattr(call, "id", None) or f"call_{number}",
+                "type": "function",
+                "function": {"name": call.function.name, "arguments": call.function.arguments},
+            }
+            for number, call in enumerate(calls)
+        ]
+    return turn
+
+
+def answered(turn: dict[str, Any], messages: list[Any]) -> list[Any]:
+    """An environment's reply to `turn`: where it holds one tool message per call, each names its call's id (as
+    OpenAI's API requires)."""
+    calls = turn.get("tool_calls") or []
+    results = [i for i, message in enumerate(messages) if isinstance(message, dict) and message.get("role") == "tool"]
+    if not calls or len(results) != len(calls):
+        return list(messages)
+    named = list(messages)
+    for index, call in zip(results, calls):
+        named[index] = {**named[index], "tool_call_id": call["id"]}
+    return named
 
 
 def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeResult:
@@ -188,8 +219,8 @@ def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeRe
         reply = client.chat.completions.create(model=setup.model, messages=wire, **setup.sampling, **extra)
         text, calls, used = reply_turn(reply, counts)
         tokens += used
-        messages.append({"role": "assistant", "content": text})
-        transcript += transcript_messages([{**messages[-1], "tool_calls": calls}], 0)
+        messages.append(sent_back(reply))
+        transcript += transcript_messages([{"role": "assistant", "content": text, "tool_calls": calls}], 0)
         counts["turns"] += 1
         step = env.step(state, text)
         counts["tool_calls"] += step.tool_calls
@@ -200,7 +231,7 @@ def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeRe
             counts["cut_tool_messages"] += sum(m.get("role") == "tool" for m in step.messages if isinstance(m, dict))
             counts["done"] = bool(step.done)
             break
-        messages.extend(step.messages)
+        messages.extend(answered(messages[-1], step.messages))
         images += _images_of(step.messages)
     return EpisodeResult(counts, env.episode_info(state), transcript, images, tokens, text)
 
