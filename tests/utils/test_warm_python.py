@@ -125,6 +125,18 @@ def test_without_its_server_the_launcher_runs_the_script_itself(warm, tmp_path):
     assert result.returncode == 0 and json.loads(result.stdout)["argv"] == ["script.py", "z"]
 
 
+def test_forks_of_one_server_draw_their_own_random_numbers(warm, tmp_path):
+    """As fresh processes do: numpy's global generator (imported by the server) and Python's `random`."""
+    (tmp_path / "draw.py").write_text(
+        "import random\nimport numpy.random\nprint(numpy.random.random(), random.random())\n"
+    )
+    command = warm.command("draw.py", str(tmp_path))
+    draws = [subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=True).stdout for _ in "ab"]
+    assert "numpy.random" in script_imports((tmp_path / "draw.py").read_text())
+    first, second = (draw.split() for draw in draws)
+    assert first[0] != second[0] and first[1] != second[1], draws
+
+
 def test_copies_of_a_script_share_one_server(warm, tmp_path):
     for name in ("one", "two"):
         (tmp_path / name).mkdir()

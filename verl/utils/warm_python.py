@@ -191,6 +191,9 @@ def _run_child(connection: socket.socket, request: dict[str, Any], fds: list[int
     with contextlib.suppress(OSError):  # the launcher's niceness (Ray starts its workers at 15); lowering needs root
         os.nice(request.get("nice", 0) - os.nice(0))
     _adopt(request)
+    generator = sys.modules.get("numpy.random")
+    if generator is not None:  # a fresh process seeds numpy's global generator from the OS (Python's `random`
+        generator.seed()  # reseeds at fork itself); left alone, every fork would draw the server's numbers
     for name, value in _IMPORT_ENV.items():  # what the server's imports set, as they would have in a fresh process
         if value is None:
             os.environ.pop(name, None)
