@@ -135,6 +135,16 @@ def test_tool_calls_are_read_in_the_format_the_chat_template_writes():
         assert env.step(state, "The sum is 5.").done
         # a call drafted while thinking is not made, in any format
         assert env.step(state, f"<think>{response}</think>The sum is 5.").done
+        if parser in ("qwen3_coder", "glm45"):  # a call vLLM's parser cannot read comes back to the model as one
+            assert env.tool_format.marker == "<tool_call>"
+            step = env.step(
+                state, f'{response}\n<tool_call>\n{{"name": "add", "arguments": {{"a": 1}}}}\n</tool_call>'
+            )
+            assert (step.done, step.tool_calls, step.tool_errors) == (False, 2, 1)
+            assert step.messages[1]["content"] == (
+                "Error: the tool call after <tool_call> could not be read in this model's call format."
+            )
+            assert env.step(state, "<tool_call>\n</tool_call>").tool_errors == 1  # no call read at all
         if parser == "qwen3_coder":  # as a server's reply: the calls, and the text around them as its content
             message = assistant_message(response, env.tool_format)
             assert message["content"] == "I add." and len(message["tool_calls"]) == 1

@@ -98,11 +98,19 @@ PROBE_RESULT = "verl-tool-probe-result"
 class ToolCallFormat:
     """How a model writes tool calls. "hermes": `<tool_call>` JSON blocks, read here (a malformed block comes back to
     the model as an error). Any other name: vLLM's tool parser of that name (`vllm serve --tool-call-parser`), given
-    the tools' schemas; it leaves a malformed call in the text, as vLLM's server does. Calls written inside a
-    reasoning block are not made, in either."""
+    the tools' schemas; it leaves a malformed call in the text, as vLLM's server does, so where the format opens each
+    call with a `marker` (`<tool_call>` in Qwen3.5's and GLM-4.5's), an opening no call was read from is reported as
+    a malformed call. Calls written inside a reasoning block are not made, in either."""
 
-    def __init__(self, parser: str = "hermes", tokenizer: Any = None, tools: list[dict[str, Any]] | None = None):
+    def __init__(
+        self,
+        parser: str = "hermes",
+        tokenizer: Any = None,
+        tools: list[dict[str, Any]] | None = None,
+        marker: str | None = None,
+    ):
         self.parser = parser
+        self.marker = marker
         self.opening = "<tool_call>" if parser == "hermes" else None
         """Hermes: the text a call starts with (a stream sends the content before it as it comes). Other formats'
         parsers may tidy the content around the calls, so a stream holds it all to the end."""
@@ -118,7 +126,7 @@ class ToolCallFormat:
 
     def for_tools(self, tools: list[dict[str, Any]] | None) -> "ToolCallFormat":
         """This format for a request offering `tools` (vLLM's parsers type the arguments by their schemas)."""
-        return self if self._vllm is None else ToolCallFormat(self.parser, self._tokenizer, tools)
+        return self if self._vllm is None else ToolCallFormat(self.parser, self._tokenizer, tools, self.marker)
 
     def read(self, text: str) -> tuple[str, list[dict[str, Any] | str]]:
         """(the text without its well-formed calls, the calls: {"name", "arguments"} dicts, or an error string for a
@@ -128,9 +136,11 @@ class ToolCallFormat:
         thought = max((match.end() for match in THINKING.finditer(text)), default=0)
         with self._lock:
             found = self._vllm.extract_tool_calls(text[thought:], self._request)
+        calls = [_checked_call(call.function.name, call.function.arguments) for call in found.tool_calls or []]
+        unread = text[thought:].count(self.marker) - len(calls) if self.marker else 0
+        calls += [f"the tool call after {self.marker} could not be read in this model's call format"] * unread
         if not found.tools_called:
-            return text, []
-        calls = [_checked_call(call.function.name, call.function.arguments) for call in found.tool_calls]
+            return text, calls
         return text[:thought] + (found.content or ""), calls
 
 
@@ -148,21 +158,17 @@ def tool_call_format(
     render `tool_calls` gives Hermes, the format the prompt then has to teach. `episodes`: for a tool environment,
     the turn decoded without special tokens (as the rollout decodes a model turn), and the template must show tool
     messages after a model turn on their own (Gemma 4 writes tool results inside the model's turn); else (a server)
-    with them, as vLLM reads a reply with tools. Raises NotImplementedError where these do not hold."""
+    with them, as vLLM reads a reply with tools. Raises NotImplementedError where these do not hold. A vLLM parser's
+    format gets its `marker`: the last opening tag before the call that the template writes once per call."""
     name, arguments = PROBE_CALL
-    call = tool_call(name, "")
-    call["function"]["arguments"] = arguments  # as chat templates read them: a mapping
-    messages = [{"role": "user", "content": PROBE_QUERY}, {"role": "assistant", "content": "", "tool_calls": [call]}]
     options = {**({"tools": tools} if tools else {}), **dict(template_kwargs or {})}
     try:
-        rendered = tokenizer.apply_chat_template(messages, tokenize=False, **options)
+        turn = _probe_turn(tokenizer, 1, options, episodes)
     except Exception as error:  # e.g. a template that raises on `tool_calls`: the prompt has to teach the format
         logger.warning(
             "The chat template cannot render a tool call (%s); tool calls are read as Hermes blocks.", error
         )
-        rendered = PROBE_QUERY
-    turn = rendered[rendered.rindex(PROBE_QUERY) + len(PROBE_QUERY) :]
-    turn = tokenizer.decode(tokenizer.encode(turn, add_special_tokens=False), skip_special_tokens=episodes)
+        turn = ""
     found = "hermes" if name not in turn else None
     for parser in ("hermes", *VLLM_TOOL_PARSERS) if found is None else ():
         try:
@@ -179,7 +185,8 @@ def tool_call_format(
             f"nor vLLM's tool parsers {list(VLLM_TOOL_PARSERS)} read back; tool calls are read in these formats only."
         )
     if episodes:
-        followed = [messages[0], {"role": "assistant", "content": name}, {"role": "tool", "content": PROBE_RESULT}]
+        query = {"role": "user", "content": PROBE_QUERY}
+        followed = [query, {"role": "assistant", "content": name}, {"role": "tool", "content": PROBE_RESULT}]
         shown = tokenizer.apply_chat_template(followed, tokenize=False, add_generation_prompt=True, **options)
         if PROBE_RESULT not in shown[shown.rindex(name) :]:
             raise NotImplementedError(
@@ -187,7 +194,28 @@ def tool_call_format(
                 "results inside the model's turn, after its calls), so a tool environment's results cannot be "
                 "appended to an episode; tool environments are not supported for this model."
             )
-    return HERMES if found == "hermes" else ToolCallFormat(found, tokenizer, tools)
+    if found == "hermes":
+        return HERMES
+    try:
+        two = _probe_turn(tokenizer, 2, options, episodes)
+    except Exception:  # e.g. Llama 3.1's template refuses two calls in one turn: no marker
+        two = ""
+    openings = re.findall(r"<[^/<>\s][^<>\s]*>|\[[A-Z_]+\]", turn[: turn.index(name)])
+    marker = next((tag for tag in reversed(openings) if turn.count(tag) == 1 and two.count(tag) == 2), None)
+    return ToolCallFormat(found, tokenizer, tools, marker)
+
+
+def _probe_turn(tokenizer: Any, calls: int, options: dict[str, Any], episodes: bool) -> str:
+    """The assistant turn of `calls` probe calls as the chat template renders it, decoded as a model turn is (without
+    special tokens) for `episodes`."""
+    name, arguments = PROBE_CALL
+    call = {**tool_call(name, ""), "function": {"name": name, "arguments": arguments}}  # a mapping, as templates read
+    turn = {"role": "assistant", "content": "", "tool_calls": [call] * calls}
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": PROBE_QUERY}, turn], tokenize=False, **options
+    )
+    text = rendered[rendered.rindex(PROBE_QUERY) + len(PROBE_QUERY) :]
+    return tokenizer.decode(tokenizer.encode(text, add_special_tokens=False), skip_special_tokens=episodes)
 
 
 def python_tool(code: str) -> str:
