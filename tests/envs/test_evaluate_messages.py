@@ -220,6 +220,47 @@ def test_a_reward_functions_extra_info_holds_what_training_gives_it(monkeypatch,
     assert record["prompt"] == "6 x 7?" and record["ground_truth"] == "42"
 
 
+def test_prompts_are_formatted_and_rendered_as_training_renders_them(monkeypatch, tmp_path, capsys):
+    """--format-prompt renders each prompt as data.format_prompt does (the request carries it); --tokenizer's chat
+    template renders the prompt a reward function gets, so a generation prompt that opens <think> (R1 distills,
+    Qwen3.5 thinking) counts as the response's opening, as in training; without it the row's text is all there is."""
+    from verl.models.tiny_models import CHAT_TEMPLATE, build_tokenizer
+
+    tokenizer = build_tokenizer(kind="qwen3")
+    opening = "<|im_start|>assistant\n{% endif %}"
+    tokenizer.chat_template = CHAT_TEMPLATE.replace(opening, "<|im_start|>assistant\n<think>\n{% endif %}")
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    (tmp_path / "format.jinja").write_text("{{ content }} ({{ level }}) Put the answer in \\boxed{}.\n")
+    formatted = "6 x 7? (easy) Put the answer in \\boxed{}."
+    script = {formatted: ["I multiply.</think>It is \\boxed{42}."]}
+    rows = [{"prompt": "6 x 7?", "answer": "42", "level": "easy"}]
+    options = (
+        *("--env", f"{CALCULATOR}:Multiplier", "--format-prompt", str(tmp_path / "format.jinja")),
+        *("--reward", os.path.join(REPO, "examples", "reward_function", "math.py") + ":compute_score"),
+    )
+    scores = {}
+    for rendered in (False, True):
+        output = tmp_path / f"episodes{rendered}.jsonl"
+        extra = ("--tokenizer", str(tmp_path / "tokenizer")) if rendered else ()
+        _, _, client = run_evaluate(
+            monkeypatch, tmp_path, capsys, script, rows, *options, *extra, "--output", str(output)
+        )
+        assert client.requests[0][0] == [{"role": "user", "content": formatted}]
+        (record,) = [json.loads(line) for line in output.read_text().splitlines()]
+        scores[rendered] = record["scores"]
+        if rendered:  # the template's rendering: the tools, the formatted text, the opened reasoning block
+            assert record["prompt"].endswith(
+                f"<|im_start|>user\n{formatted}<|im_end|>\n<|im_start|>assistant\n<think>\n"
+            )
+            assert '"name": "multiply"' in record["prompt"]
+        else:
+            assert record["prompt"] == formatted
+    assert scores[True]["format"] == 1.0 and scores[False]["format"] == 0.0
+    assert scores[True]["accuracy"] == scores[False]["accuracy"] == 1.0
+    with pytest.raises(SystemExit, match="row 0: --format-prompt failed on this row: 'level' is undefined"):
+        run_evaluate(monkeypatch, tmp_path, capsys, script, [{"prompt": "6 x 7?", "answer": "42"}], *options)
+
+
 PICTURE_ENV = """
 from PIL import Image
 

@@ -70,6 +70,21 @@ def _read_text_file(path: str, config_key: str) -> str:
         return f.read()
 
 
+def compile_format_prompt(source: str | None, path: str, key: str = "data.format_prompt") -> Any:
+    """The format_prompt Jinja template (`source`, read from `path`; None without one): it renders a row's prompt text
+    from `content` and the row's other columns. ValueError naming `key` and the file for one that does not parse."""
+    if source is None:
+        return None
+    try:
+        environment = ImmutableSandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=False)
+        return environment.from_string(source)
+    except TemplateError as error:
+        raise ValueError(
+            f"{key} {path!r} is not a valid Jinja template: {str(error).rstrip('.')} "
+            f"(line {getattr(error, 'lineno', '?')})."
+        ) from None
+
+
 @dataclass
 class _Prompt:
     """A row after validation and rendering, before pixels are decoded."""
@@ -149,7 +164,7 @@ class RLHFDataset(Dataset):
             raise FileNotFoundError(f"data.image_dir {image_dir!r} is not a directory; give an existing directory.")
         self.format_prompt_path = format_prompt
         self.format_source = _read_text_file(format_prompt, "data.format_prompt").strip() if format_prompt else None
-        self.format_template = self._compile_format_template()
+        self.format_template = compile_format_prompt(self.format_source, self.format_prompt_path)
         self.chat_template = (
             _read_text_file(override_chat_template, "data.override_chat_template") if override_chat_template else None
         )
@@ -184,25 +199,13 @@ class RLHFDataset(Dataset):
         """Whether the data has an image or video column."""
         return self.image_key in self.source.columns or self.video_key in self.source.columns
 
-    def _compile_format_template(self) -> Any:
-        if self.format_source is None:
-            return None
-        try:
-            environment = ImmutableSandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=False)
-            return environment.from_string(self.format_source)
-        except TemplateError as error:
-            raise ValueError(
-                f"data.format_prompt {self.format_prompt_path!r} is not a valid Jinja template: "
-                f"{str(error).rstrip('.')} (line {getattr(error, 'lineno', '?')})."
-            ) from None
-
     def __getstate__(self) -> dict[str, Any]:
         """A compiled Jinja template does not pickle (spawn/forkserver loader workers): it is recompiled there."""
         return {**self.__dict__, "format_template": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self.format_template = self._compile_format_template()
+        self.format_template = compile_format_prompt(self.format_source, self.format_prompt_path)
 
     # ------------------------------------------------------------------------------------------------------------
     # construction-time checks

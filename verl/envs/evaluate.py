@@ -114,6 +114,9 @@ class EpisodeSetup:
     data_columns: frozenset[str] = frozenset()
     """The row's prompt and answer columns, which a reward function gets as `prompt` and `ground_truth` and, as in
     training, not again in extra_info."""
+    rendered: str | None = None
+    """The first request's messages as the model's chat template renders them (with --tokenizer): what a reward
+    function gets as `prompt` in training (model_turn reads a reasoning block its generation prompt opens)."""
 
 
 @dataclass
@@ -322,7 +325,7 @@ def reward_sample(index: int, setup: EpisodeSetup, result: EpisodeResult) -> dic
         "response_length": result.completion_tokens,
         "response_ids": None,
         "ground_truth": setup.row.get("ground_truth"),
-        "prompt": setup.prompt,
+        "prompt": setup.rendered or setup.prompt,
         "prompt_messages": [*setup.context, {"role": "user", "content": setup.prompt}] if setup.messages else None,
         "multi_modal_data": {"images": list(result.images), "videos": []} if result.images else None,
         "uid": str(index),
@@ -340,7 +343,7 @@ def episode_record(
     return {
         "row": index,
         "uid": str(index),
-        "prompt": setup.prompt,
+        "prompt": setup.rendered or setup.prompt,
         "response": "".join(model_turns),
         "ground_truth": setup.row.get("ground_truth"),
         "reward": _finite(scores.get("overall")),
@@ -432,10 +435,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--answer-key", default="answer", help="passed to the environment as ground_truth (dots: a dict's field)"
     )
+    parser.add_argument(
+        "--format-prompt",
+        default=None,
+        help="a Jinja file rendering each prompt from `content` and the row's columns, as data.format_prompt",
+    )
     parser.add_argument("--image-key", default="images", help="a row's list of images (paths), for a VL model")
     parser.add_argument("--image-dir", default=None, help="where relative image paths are (default: --data's folder)")
     parser.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
     parser.add_argument("--model", default=None, help="model id (default: the endpoint's first)")
+    parser.add_argument(
+        "--tokenizer",
+        default=None,
+        help="the model's tokenizer (folder or hub name): its chat template renders the prompt a reward function gets "
+        "as `prompt`, as in training (default: --model where that is a local folder; else the row's text)",
+    )
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--temperature", type=float, default=0.0)
@@ -464,7 +478,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:  # the inputs first, then the endpoint: each failure is one line naming the option
         rows = read_rows(args.data, args.prompt_key, args.limit)
-        prompts = [row_prompt(row, index, args) for index, row in enumerate(rows)]
+        template = _format_template(args.format_prompt)
+        prompts = [row_prompt(row, index, args, template) for index, row in enumerate(rows)]
         env = load_environment(args.env, _json_object(args.env_kwargs, "--env-kwargs"), "--env", "--env-kwargs")
         scorer = load_scorer(args)
         template_kwargs = _json_object(args.chat_template_kwargs, "--chat-template-kwargs")
@@ -480,6 +495,15 @@ def main(argv: list[str] | None = None) -> int:
             f"evaluate: the endpoint --base-url {args.base_url} did not answer ({error}); start one, e.g. "
             "`python -m verl.serve --model DIR --port 8000`."
         ) from None
+    try:
+        render = _prompt_renderer(
+            args.tokenizer or (model if os.path.isdir(model) else None), args.tokenizer is not None
+        )
+    except ValueError as error:
+        if scorer is not None:
+            scorer.close()
+        raise SystemExit(f"evaluate: {error}") from None
+    tools = None if isinstance(env, ChatClientEnv) else getattr(env, "tool_schemas", lambda: None)()
     if isinstance(env, ChatClientEnv):
         client = functools.partial(openai.AsyncOpenAI, base_url=args.base_url, api_key="unused")
     sampling: dict[str, Any] = {"max_tokens": args.max_tokens, "temperature": args.temperature}
@@ -500,8 +524,15 @@ def main(argv: list[str] | None = None) -> int:
             context, prompt = prompts[index]
             as_messages = isinstance(row.get(args.prompt_key), list)
             data_columns = frozenset({args.prompt_key, args.answer_key})  # as the trainer leaves them out
+            first = [*context, prompt_message(prompt, images)]
+            try:
+                rendered = render(first, tools, template_kwargs) if render is not None else None
+            except Exception as error:  # a template error: the endpoint renders the same messages
+                raise SystemExit(
+                    f"evaluate: row {index}: the chat template cannot render the prompt: {error}"
+                ) from None
             setup = EpisodeSetup(
-                fields, prompt, images, model, args.max_turns, sampling, context, as_messages, data_columns
+                fields, prompt, images, model, args.max_turns, sampling, context, as_messages, data_columns, rendered
             )
             run = run_client_episode if isinstance(env, ChatClientEnv) else run_episode
             result = run(env, setup, client)
@@ -551,16 +582,60 @@ def read_rows(path: str, prompt_key: str, limit: int | None) -> list[dict[str, A
     return rows
 
 
-def row_prompt(row: dict[str, Any], index: int, args: argparse.Namespace) -> tuple[list[dict[str, str]], str]:
+def row_prompt(
+    row: dict[str, Any], index: int, args: argparse.Namespace, template: Any = None
+) -> tuple[list[dict[str, str]], str]:
     """(the messages before the prompt's, its text) of a row: a prompt given as chat messages is split as the trainer
-    splits it; ValueError naming the row."""
+    splits it, and the text rendered through --format-prompt's `template` as data.format_prompt renders it;
+    ValueError naming the row."""
     prompt = row[args.prompt_key]
-    if not isinstance(prompt, list):
-        return [], str(prompt)
     try:
-        return split_prompt_messages(prompt)
+        context, text = split_prompt_messages(prompt) if isinstance(prompt, list) else ([], str(prompt))
     except ValueError as error:
         raise ValueError(f"--data {args.data}, row {index}, key '{args.prompt_key}': {error}.") from None
+    if template is None:
+        return context, text
+    try:
+        return context, template.render({**row, "content": text})
+    except Exception as error:  # e.g. a column the row does not have
+        raise ValueError(f"--data {args.data}, row {index}: --format-prompt failed on this row: {error}.") from None
+
+
+def _format_template(path: str | None) -> Any:
+    if path is None:
+        return None
+    from verl.data.dataset import compile_format_prompt
+
+    try:
+        with open(path, encoding="utf-8") as file:
+            source = file.read().strip()
+    except OSError as error:
+        raise ValueError(f"--format-prompt {path} cannot be read: {error.strerror or error}.") from None
+    return compile_format_prompt(source, path, "--format-prompt")
+
+
+def _prompt_renderer(tokenizer_path: str | None, given: bool) -> Any:
+    """render(messages, tools, template_kwargs) -> the first request as the chat template of the tokenizer at
+    `tokenizer_path` renders it (None where there is none; a --tokenizer that cannot be loaded is a ValueError, a
+    --model folder without one gives None)."""
+    if tokenizer_path is None:
+        return None
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    except (OSError, ValueError) as error:
+        if given:
+            raise ValueError(f"--tokenizer {tokenizer_path} cannot be loaded: {error}") from None
+        return None
+    if getattr(tokenizer, "chat_template", None) is None:
+        return None
+
+    def render(messages: list[dict[str, Any]], tools: Any, template_kwargs: dict[str, Any]) -> str:
+        options = {**({"tools": tools} if tools else {}), **template_kwargs}
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **options)
+
+    return render
 
 
 def _json_object(text: str, option: str) -> dict[str, Any]:
