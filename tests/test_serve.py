@@ -549,6 +549,19 @@ def server(tiny_model, tmp_path_factory):
     stop(proc)
 
 
+def test_a_kv_cache_too_small_for_one_sequence_is_one_error_naming_the_options(tiny_model):
+    command = [sys.executable, "-m", "verl.serve", "--model", tiny_model, *SERVER_ARGS, "--kv-cache-mb", "1"]
+    result = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    error = [line for line in result.stderr.splitlines() if line.startswith("Error: ")]
+    assert re.fullmatch(
+        rf"Error: The vLLM engine's KV cache of 1 MiB cannot hold one sequence of 512 tokens of {re.escape(tiny_model)}"
+        r" \(it holds about \d+ tokens\); change --kv-cache-mb or --max-model-len\.",
+        error[0],
+    ), error
+    assert "Traceback" not in result.stderr
+
+
 def streamed(client, **fields):
     """(each choice's content, each choice's finish_reason, usage, chunks) of a streamed request through the openai
     client."""

@@ -383,6 +383,21 @@ def test_qwen3_5_checkpoint_merges_and_loads_in_vllm(workspace, kind):
     del llm
 
 
+def test_a_kv_cache_too_small_for_a_hybrid_model_ends_the_run_with_one_error_naming_the_key(workspace):
+    """The config sizes the KV cache of dense models before any worker starts; Qwen3.5's (Gated DeltaNet state beside
+    its attention) is found too small by vLLM as the engines start: one SetupError naming the keys, not a worker's
+    stack, and the workers are gone (the next run in this Ray session gets their CPUs)."""
+    from verl.trainer.ray_setup import SetupError
+
+    root = workspace["root"]
+    (root / "unit_reward.py").write_text("def compute_score(sample):\n    return {'overall': 1.0}\n")
+    args = vl_args(workspace, "qwen3_5", "small_kv_qwen3_5", f"{root / 'unit_reward.py'}:compute_score")
+    small = r"KV cache of 1 MiB cannot hold one sequence of \d+ tokens of .*; change worker.rollout.kv_cache_memory_mb"
+    with pytest.raises(SetupError, match=small) as raised:
+        run_ppo(load_config([*args, "worker.rollout.kv_cache_memory_mb=1"]))
+    assert "Traceback" not in str(raised.value) and "\n" not in str(raised.value)
+
+
 def test_qwen3_5_resume_gives_the_same_next_step(workspace):
     """A Qwen3.5 run with images stopped after two steps and resumed takes the step a straight run takes: the bf16
     engine's samples, the rewards, the update. Rewards that differ within a group, so the update moves the weights."""

@@ -322,7 +322,8 @@ class JudgeActor:
         self.template = _environment().from_string(read_template(config.template))
         self.tokenizer = get_tokenizer(config.model_path)
         self.template_kwargs = config.template_kwargs(self.tokenizer)
-        self.llm = vllm_compat.start_engine(**build_engine_kwargs(config, self.on_gpu))
+        sizes = "worker.reward.judge.kv_cache_memory_mb or worker.reward.judge.max_model_len"
+        self.llm = vllm_compat.start_engine(sizes, **build_engine_kwargs(config, self.on_gpu))
         self.max_model_len: int = self.llm.llm_engine.model_config.max_model_len
         self.sampling_params = SamplingParams(
             n=1, temperature=config.temperature, max_tokens=config.max_tokens, detokenize=True

