@@ -34,7 +34,7 @@ class EngineSettingError(ValueError):
     the settings to change."""
 
 
-def start_engine(sizes: str, **kwargs: Any) -> Any:
+def start_engine(sizes: str = "kv_cache_memory_bytes or max_model_len", **kwargs: Any) -> Any:
     """`vllm.LLM(**kwargs)` with this process's long-lived heap frozen first: vLLM runs five full garbage collections
     while it builds (1-2 s of a core in a trainer's or a test's process), and its engine core freezes the heap of the
     process it runs in once built: on the CPU, where that is this process, the heap ends frozen either way. A KV cache
