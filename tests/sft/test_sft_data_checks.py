@@ -266,3 +266,25 @@ def test_tool_calls_in_openai_form_are_learned_as_the_template_writes_them():
     on_user = {"messages": [{"role": "user", "content": "x", "tool_calls": [call]}, row["messages"][3]]}
     with pytest.raises(SFTDataError, match="message 0: tool_calls must be a list, on an assistant message"):
         SFTDataset([on_user], tokenizer, None, data_config())
+
+
+def test_a_turn_the_template_leaves_open_learns_the_token_that_stops_generation():
+    """GLM's template closes no assistant turn: generation stops at the next turn's `<|user|>` (a stop token of its
+    generation config) or at EOS. Each turn learns the token that ends it there, so a model fine-tuned here stops;
+    turns the template closes with a stop token (Qwen's `<|im_end|>`) are learned as written."""
+    from verl.models.tiny_models import build_tokenizer
+
+    row = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]}
+    row["messages"] += [{"role": "user", "content": "Again?"}, {"role": "assistant", "content": "Bye."}]
+    glm = build_tokenizer(kind="glm4v")
+    stops = {glm.convert_tokens_to_ids(token) for token in ("<|endoftext|>", "<|user|>", "<|observation|>")}
+    for stop_ids, learned in ((stops, "Hello.<|user|>Bye.<|endoftext|>"), (None, "Hello.Bye.<|endoftext|>")):
+        example = SFTDataset([row], glm, None, data_config(), None, stop_ids).encode(0)
+        ids, mask = example["input_ids"], example["loss_mask"]
+        assert glm.decode([token for token, bit in zip(ids, mask) if bit]) == learned
+        assert glm.decode(ids).endswith("<|assistant|>\nBye.<|endoftext|>")  # the EOS appended to the last turn
+    qwen = build_tokenizer(kind="qwen2")
+    example = SFTDataset([row], qwen, None, data_config(), None, {qwen.eos_token_id}).encode(0)
+    ids, mask = example["input_ids"], example["loss_mask"]
+    assert qwen.decode([token for token, bit in zip(ids, mask) if bit]) == "Hello.<|im_end|>Bye.<|im_end|>"
+    assert qwen.decode(ids) == qwen.apply_chat_template(row["messages"], tokenize=False)  # nothing appended

@@ -59,9 +59,21 @@ class Conversation:
 class SFTDataset(torch.utils.data.Dataset):
     """Tokenized conversations with their assistant masks."""
 
-    def __init__(self, source: Any, tokenizer: Any, processor: Any, config: Any, model_config: Any = None) -> None:
+    def __init__(
+        self,
+        source: Any,
+        tokenizer: Any,
+        processor: Any,
+        config: Any,
+        model_config: Any = None,
+        stop_ids: set[int] | None = None,
+    ) -> None:
+        """`stop_ids`: the tokens generation stops at (verl.data.tokenizer.eos_token_ids; default the tokenizer's
+        EOS). An assistant turn the template does not end with one learns the one it writes next (GLM opens the next
+        turn with `<|user|>`), or, ending the conversation, the tokenizer's EOS appended, so the model learns to stop."""
         self.source: RowSource = load_source(source)
         self.tokenizer, self.processor, self.config = tokenizer, processor, config
+        self.stop_ids = set(stop_ids or ()) | ({tokenizer.eos_token_id} - {None})
         self.rope_index = None
         if model_config is not None and processor is not None:
             if uses_mrope(model_config):
@@ -360,6 +372,11 @@ class SFTDataset(torch.utils.data.Dataset):
                 )
             for position in range(len(start), len(end)):
                 mask[position] = 1
+            if ids[len(end) - 1] not in self.stop_ids:  # the template leaves the turn open (GLM's)
+                if len(end) < len(ids) and ids[len(end)] in self.stop_ids:
+                    mask[len(end)] = 1  # the next turn's opening stops generation
+                elif self.tokenizer.eos_token_id is not None and not self.tokenizer.decode(ids[len(end) :]).strip():
+                    ids, mask = [*ids[: len(end)], self.tokenizer.eos_token_id], [*mask[: len(end)], 1]  # the last
         if len(ids) > self.max_length:
             if self.config.truncation == "error":
                 raise self._too_long(index, self.config.messages_key, len(ids))

@@ -78,6 +78,23 @@ def get_tokenizer(
     return tokenizer
 
 
+def eos_token_ids(tokenizer: PreTrainedTokenizerBase, model_path: str) -> set[int]:
+    """The tokens generation stops at: the tokenizer's EOS and those of `model_path`'s generation_config.json (vLLM
+    stops at both; GLM's include `<|user|>`, which opens the next turn). ValueError where neither defines one."""
+    from transformers import GenerationConfig
+
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    try:
+        generation_eos = GenerationConfig.from_pretrained(model_path).eos_token_id
+    except OSError:  # no generation_config.json
+        generation_eos = None
+    if generation_eos is not None:
+        ids.update(generation_eos if isinstance(generation_eos, list) else [generation_eos])
+    if not ids:
+        raise ValueError(f"Neither the tokenizer nor {model_path}/generation_config.json defines an EOS token.")
+    return ids
+
+
 def get_processor(
     path: str,
     trust_remote_code: bool = False,

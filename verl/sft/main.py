@@ -57,7 +57,7 @@ def batch_indices(num_rows: int, batch_size: int, epoch: int, seed: int, shuffle
 
 
 def build_datasets(config: SFTConfig) -> tuple[SFTDataset, SFTDataset | None, Any]:
-    from verl.data.tokenizer import get_processor, get_tokenizer
+    from verl.data.tokenizer import eos_token_ids, get_processor, get_tokenizer
     from verl.models.rope_index import load_model_config
 
     model, data = config.worker.model, config.data
@@ -65,8 +65,9 @@ def build_datasets(config: SFTConfig) -> tuple[SFTDataset, SFTDataset | None, An
     tokenizer = get_tokenizer(model.tokenizer_path, **options)
     processor = get_processor(model.tokenizer_path, **options, min_pixels=data.min_pixels, max_pixels=data.max_pixels)
     model_config = load_model_config(model.model_path, model.trust_remote_code)
-    train = SFTDataset(data.train_files, tokenizer, processor, data, model_config)
-    val = SFTDataset(data.val_files, tokenizer, processor, data, model_config) if data.val_files else None
+    stop_ids = eos_token_ids(tokenizer, model.model_path)
+    train = SFTDataset(data.train_files, tokenizer, processor, data, model_config, stop_ids)
+    val = SFTDataset(data.val_files, tokenizer, processor, data, model_config, stop_ids) if data.val_files else None
     if len(train) < data.batch_size:
         raise SFTDataError(
             f"{train.source.description} has {len(train)} conversations, fewer than data.batch_size={data.batch_size}."

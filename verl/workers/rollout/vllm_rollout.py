@@ -18,6 +18,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from verl.data.multimodal import DEFAULT_VIDEO_FPS, process_media, video_metadata
+from verl.data.tokenizer import eos_token_ids
 from verl.envs import load_environment
 from verl.envs.base import env_code_error
 from verl.envs.client_env import ChatClientEnv
@@ -296,7 +297,7 @@ class VLLMRollout:
         self._taken_version: tuple[int, int] | None = None
         """generate_async: the `RolloutRequest.batch_key` whose groups this rank has returned (one batch per round)."""
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.eos_token_ids = self._eos_token_ids(model_path)
+        self.eos_token_ids = eos_token_ids(self.tokenizer, model_path)
         self._base_sampling = self._base_sampling_kwargs()
         self.env = None
         if config.env:  # multi-turn episodes against an environment (verl.envs, verl.workers.rollout.multi_turn)
@@ -332,21 +333,6 @@ class VLLMRollout:
         self.call_loop.lora_request = request
 
     # ------------------------------------------------------------------ setup helpers
-
-    def _eos_token_ids(self, model_path: str) -> set[int]:
-        """EOS ids: the tokenizer's plus the generation config's (vLLM stops at both)."""
-        from transformers import GenerationConfig
-
-        ids = {self.tokenizer.eos_token_id} if self.tokenizer.eos_token_id is not None else set()
-        try:
-            generation_eos = GenerationConfig.from_pretrained(model_path).eos_token_id
-        except OSError:  # no generation_config.json
-            generation_eos = None
-        if generation_eos is not None:
-            ids.update(generation_eos if isinstance(generation_eos, list) else [generation_eos])
-        if not ids:
-            raise ValueError(f"Neither the tokenizer nor {model_path}/generation_config.json defines an EOS token.")
-        return ids
 
     def _base_sampling_kwargs(self) -> dict[str, Any]:
         config = self.config
