@@ -288,3 +288,20 @@ def test_a_turn_the_template_leaves_open_learns_the_token_that_stops_generation(
     ids, mask = example["input_ids"], example["loss_mask"]
     assert qwen.decode([token for token, bit in zip(ids, mask) if bit]) == "Hello.<|im_end|>Bye.<|im_end|>"
     assert qwen.decode(ids) == qwen.apply_chat_template(row["messages"], tokenize=False)  # nothing appended
+
+
+def test_videos_are_refused_not_learned_as_a_marker(models, tokenizer):
+    """Fine-tuning reads images only: a row with videos, or a video part or marker for a vision-language model, is
+    refused naming the row (it trained on the bare `<video>` text before); a text model's `<video>` is plain text."""
+    processor = get_processor(models["vl"], **VL_PIXELS)
+    video_part = {"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "What happens?"}]}
+    rows = [
+        ({**_turns("<video>What happens?", "A ball rolls."), "videos": ["clip.mp4"]}, "key 'videos'"),
+        ({"messages": [video_part, {"role": "assistant", "content": "A ball rolls."}]}, "key 'messages'"),
+        (_turns("<video>What happens?", "A ball rolls."), "key 'messages'"),
+    ]
+    for row, key in rows:
+        with pytest.raises(SFTDataError, match=f"row 0, {key}: videos are not supported in fine-tuning, only images"):
+            SFTDataset([row], processor.tokenizer, processor, data_config(**VL_PIXELS))
+    text = SFTDataset([_turns("<video>What happens?", "A ball rolls.")], tokenizer, None, data_config()).encode(0)
+    assert "<video>What happens?" in tokenizer.decode(text["input_ids"])

@@ -196,6 +196,13 @@ class SFTDataset(torch.utils.data.Dataset):
             )
         if images and self.processor is None:
             raise self._error(index, config.image_key, "the row has images but the model is text-only")
+        if row.get("videos") or (self.processor is not None and any("<video>" in m["content"] for m in messages)):
+            raise self._error(
+                index,
+                "videos" if row.get("videos") else key,
+                "videos are not supported in fine-tuning, only images (the model would see neither the video nor "
+                "anything but a <video> marker in the text); leave the videos out of the data",
+            )
         tools = row.get(config.tools_key) if config.tools_key else None
         if tools is not None and not (isinstance(tools, (list, tuple)) and all(isinstance(t, dict) for t in tools)):
             raise self._error(index, config.tools_key, "expected a list of JSON schemas (objects) of the tools")
