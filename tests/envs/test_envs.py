@@ -309,8 +309,9 @@ def test_glm_continuation_does_not_repeat_the_role_token_that_ended_the_turn():
     )
 
 
-def test_tool_schemas_reach_the_prompt_and_env_keys_are_checked(tmp_path):
+def test_tool_schemas_reach_the_prompt_and_env_keys_are_checked(tmp_path, caplog):
     import json
+    import logging
 
     from verl.data.dataset import RLHFDataset
     from verl.trainer.config import load_config
@@ -361,6 +362,12 @@ def test_tool_schemas_reach_the_prompt_and_env_keys_are_checked(tmp_path):
         _prepare_inputs(config)
     (tmp_path / "train.jsonl").write_text(json.dumps(rows[0]) + "\n" + json.dumps(rows[0]) + "\n")
     assert _prepare_inputs(load_config([*base, f"worker.rollout.env={calculator}", "data.max_prompt_length=1024"]))[2]
+    # a template that does not read `tools` (GLM's tiny one) leaves the schemas out of the prompts: said at start
+    (tmp_path / "no_tools.jinja").write_text(build_tokenizer(kind="glm4v").chat_template)
+    template = f"data.override_chat_template={tmp_path / 'no_tools.jinja'}"
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.runner"):
+        _prepare_inputs(load_config([*base, f"worker.rollout.env={calculator}", template]))
+    assert "does not read `tools`, so the tools' schemas are not in the prompts" in caplog.text
 
 
 def test_xml_parser_reads_fields_and_scores_the_format():

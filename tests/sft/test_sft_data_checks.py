@@ -305,3 +305,16 @@ def test_videos_are_refused_not_learned_as_a_marker(models, tokenizer):
             SFTDataset([row], processor.tokenizer, processor, data_config(**VL_PIXELS))
     text = SFTDataset([_turns("<video>What happens?", "A ball rolls.")], tokenizer, None, data_config()).encode(0)
     assert "<video>What happens?" in tokenizer.decode(text["input_ids"])
+
+
+def test_tools_are_refused_where_the_chat_template_would_drop_them(tokenizer):
+    """A row's tool schemas go into the text through the template's `tools`; GLM's tiny template does not read it,
+    so they would vanish from what the model learns: the row is refused, naming the column."""
+    from verl.models.tiny_models import build_tokenizer
+
+    schema = {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}
+    row = {**_turns("Add 2 and 3.", "5"), "tools": [schema]}
+    with pytest.raises(SFTDataError, match="row 0, key 'tools': the chat template does not read `tools`"):
+        SFTDataset([row], build_tokenizer(kind="glm4v"), None, data_config())
+    example = SFTDataset([row], tokenizer, None, data_config()).encode(0)
+    assert '"name": "add"' in tokenizer.decode(example["input_ids"])  # Qwen's template renders them

@@ -25,7 +25,7 @@ from verl.data.multimodal import (
     unreadable_image,
 )
 from verl.data.sources import RowSource, load_source, with_tool_calls
-from verl.data.tokenizer import TURN_MARKER, check_chat_template_kwargs
+from verl.data.tokenizer import TURN_MARKER, check_chat_template_kwargs, template_reads
 from verl.models.rope_index import RopeIndex, uses_mrope
 from verl.protocol import DataProto
 
@@ -80,6 +80,7 @@ class SFTDataset(torch.utils.data.Dataset):
                 self.rope_index = RopeIndex(model_config)
         self.max_length = config.max_length
         renderer = processor if processor is not None else tokenizer
+        self.reads_tools = template_reads(renderer, "tools")
         try:
             self.template_kwargs = check_chat_template_kwargs(config.chat_template_kwargs, renderer, None)
         except ValueError as error:
@@ -206,6 +207,14 @@ class SFTDataset(torch.utils.data.Dataset):
         tools = row.get(config.tools_key) if config.tools_key else None
         if tools is not None and not (isinstance(tools, (list, tuple)) and all(isinstance(t, dict) for t in tools)):
             raise self._error(index, config.tools_key, "expected a list of JSON schemas (objects) of the tools")
+        if tools and not self.reads_tools:
+            raise self._error(
+                index,
+                config.tools_key,
+                "the chat template does not read `tools`, so the row's tool schemas would not be in the text the model "
+                "learns from; use a template that renders them (data.override_chat_template), or put them in a "
+                "system message",
+            )
         return Conversation(messages, images, list(tools) if tools else None, learned_from)
 
     # ------------------------------------------------------------------------------------------------ checking

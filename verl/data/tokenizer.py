@@ -158,6 +158,13 @@ def _template_variables(template: str | dict[str, str]) -> set[str]:
     return names
 
 
+def template_reads(renderer: Any, name: str) -> bool:
+    """Whether `renderer`'s chat template reads the variable `name` (e.g. `tools`: a template that does not drops a
+    conversation's tool schemas without a word); True where it has none (rendering fails, naming that)."""
+    template = getattr(renderer, "chat_template", None)
+    return not template or name in _template_variables(template)
+
+
 TURN_MARKER = "\u2063verl-turn-end\u2063"
 """Content of a probe assistant turn: where it lands in a rendering shows what the chat template writes around a
 turn (multi-turn continuations, SFT masks)."""

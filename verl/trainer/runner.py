@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl.algorithms.advantages import estimator_needs_critic
-from verl.data.tokenizer import get_processor, get_tokenizer
+from verl.data.tokenizer import get_processor, get_tokenizer, template_reads
 from verl.rewards.local import LocalReward
 from verl.rewards.ray_actor import ActorReward, create_reward_actor, stop_actor
 from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
@@ -180,6 +180,13 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
         env = load_environment(rollout.env, rollout.env_kwargs)
         schemas = getattr(env, "tool_schemas", None)
         tools = schemas() if schemas is not None else None
+        if tools and not template_reads(processor or tokenizer, "tools"):
+            logger.warning(
+                "worker.rollout.env=%r: the chat template of %s does not read `tools`, so the tools' schemas are not "
+                "in the prompts; the model knows of them only from what the prompts say (data.format_prompt).",
+                rollout.env,
+                model.tokenizer_path,
+            )
         if hasattr(env, "tool_format"):  # a format its calls cannot be read in is refused before any worker starts
             quiet.install_driver_filters()  # before vLLM's parsers may be imported
             try:
