@@ -430,7 +430,8 @@ def cpu_shm_names_held() -> Iterator[None]:
 
     import torch.distributed as dist
 
-    folder = os.open(SHM_DIR, os.O_RDONLY) if dist.get_rank() == 0 else None
+    held = dist.get_rank() == 0 and os.path.isdir(SHM_DIR)  # without /dev/shm (macOS) vLLM names no segments there
+    folder = os.open(SHM_DIR, os.O_RDONLY) if held else None
     try:
         if folder is not None:
             try:
