@@ -159,7 +159,8 @@ def reply_turn(reply: Any, counts: dict[str, Any]) -> tuple[str, list[dict[str, 
     choice = reply.choices[0]
     counts["truncated"] = choice.finish_reason == "length"
     text, calls = choice.message.content or "", []
-    for function in _functions(choice.message):
+    for call in _calls(choice.message):
+        function = call.function
         arguments = function.arguments
         try:
             arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
@@ -171,8 +172,9 @@ def reply_turn(reply: Any, counts: dict[str, Any]) -> tuple[str, list[dict[str, 
     return text, calls, int(getattr(getattr(reply, "usage", None), "completion_tokens", None) or 0)
 
 
-def _functions(message: Any) -> list[Any]:
-    return [call.function for call in getattr(message, "tool_calls", None) or [] if getattr(call, "function", None)]
+def _calls(message: Any) -> list[Any]:
+    """A reply message's parsed tool calls (those with a function)."""
+    return [call for call in getattr(message, "tool_calls", None) or [] if getattr(call, "function", None)]
 
 
 def sent_back(reply: Any) -> dict[str, Any]:
@@ -180,7 +182,7 @@ def sent_back(reply: Any) -> dict[str, Any]:
     ids), so its chat template renders them in the model's own format, as it does in training."""
     message = reply.choices[0].message
     turn: dict[str, Any] = {"role": "assistant", "content": message.content or ""}
-    calls = [call for call in getattr(message, "tool_calls", None) or [] if getattr(call, "function", None)]
+    calls = _calls(message)
     if calls:
         turn["tool_calls"] = [
             {
