@@ -402,6 +402,72 @@ def test_a_prompt_given_as_chat_messages_renders_them_all_and_formats_the_last(t
         RLHFDataset([row], text_tokenizer, answer_key="label.ground_truth")
 
 
+def test_a_rows_tools_are_described_in_its_prompt_alike_from_memory_json_text_and_parquet(tmp_path, text_tokenizer):
+    """data.tools_key: a row's tool schemas go through the chat template into that row's prompt (single-turn
+    function calling, scored by the reward). Parquet gives the same prompts as the rows in memory, though Arrow fills
+    each schema and message with the fields only other rows have, as nulls."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def schema(name: str, *params: str) -> dict:
+        properties = {param: {"type": "integer"} for param in params}
+        return {
+            "type": "function",
+            "function": {"name": name, "parameters": {"type": "object", "properties": properties}},
+        }
+
+    weather, add = schema("get_weather", "day"), schema("add", "a", "b")
+    call = {"type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": 1}}}
+    few_shot = [
+        {"role": "user", "content": "1 + 1?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "content": "2"},
+    ]
+    rows = [
+        {"prompt": _chat("Weather tomorrow?"), "answer": "x", "tools": [weather]},
+        {"prompt": [*few_shot, *_chat("2 + 2?")], "answer": "4", "tools": [add]},
+        {"prompt": _chat("No tools."), "answer": "y", "tools": []},
+    ]
+    in_memory = RLHFDataset(rows, text_tokenizer)
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "rows.parquet")
+    from_parquet = RLHFDataset(str(tmp_path / "rows.parquet"), text_tokenizer)
+    assert (
+        datasets.load_dataset("parquet", data_files=str(tmp_path / "rows.parquet"))["train"][0]["tools"][0][
+            "function"
+        ]["parameters"]["properties"]["a"]
+        is None
+    )  # what Arrow gives
+    texts = [example["prompt_text"] for example in in_memory]
+    assert texts == [example["prompt_text"] for example in from_parquet] and "null" not in "".join(texts)
+    render = functools.partial(text_tokenizer.apply_chat_template, add_generation_prompt=True, tokenize=False)
+    assert texts[0] == render(rows[0]["prompt"], tools=[weather]) and '"name": "get_weather"' in texts[0]
+    assert '"name": "add"' in texts[1] and '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 1}}' in texts[1]
+    assert texts[2] == render(rows[2]["prompt"]) and "Tools you can call" not in texts[2]
+    assert in_memory[0]["tools"] == [weather]  # the column reaches the reward function
+    as_text = RLHFDataset([{**rows[0], "tools": json.dumps([weather])}], text_tokenizer)[0]
+    assert as_text["prompt_text"] == texts[0]  # tools stored as a JSON string
+    assert RLHFDataset(rows[:1], text_tokenizer, tools_key=None)[0]["prompt_text"] == render(rows[0]["prompt"])
+
+    bad = {
+        "key 'tools': the tools are a string but not valid JSON": {"tools": "get_weather"},
+        "key 'tools': tool 0 has no name": {"tools": [{"type": "function", "function": {"parameters": {}}}]},
+        "key 'tools': expected a list of the tools' JSON schemas": {"tools": {"name": "get_weather"}},
+    }
+    for problem, change in bad.items():
+        with pytest.raises(DatasetRowError, match=f"in-memory rows, row 0, {re.escape(problem)}"):
+            RLHFDataset([{**rows[0], **change}], text_tokenizer)
+    with pytest.raises(ValueError, match="has a tools column 'tools' \\(data.tools_key\\), and worker.rollout.env"):
+        RLHFDataset(rows, text_tokenizer, tools=[add])  # a tool environment's own schemas
+    glm = get_tokenizer(get_or_build_tiny_model("glm4v", str(tmp_path / "glm")))  # its template reads no `tools`
+    with pytest.raises(DatasetRowError, match="row 0, key 'tools': the chat template does not read `tools`"):
+        RLHFDataset(rows[:1], glm)
+    llama = get_tokenizer(get_or_build_tiny_model("llama", str(tmp_path / "llama")))  # writes no tool_calls
+    with pytest.raises(
+        DatasetRowError, match="row 0, key 'prompt': an assistant message of the prompt has tool_calls"
+    ):
+        RLHFDataset([{**rows[1], "tools": None}], llama)
+
+
 def test_a_message_prompt_places_the_images_in_its_last_message(vl25):
     tokenizer, processor = vl25
     image = _image(56, 56)

@@ -12,7 +12,7 @@ from tests.model_folders import config_only_model
 from verl.envs import ToolEnv, load_environment, parse_tool_calls, python_tool
 from verl.envs.loader import EnvironmentLoadError
 from verl.envs.tools import HERMES, assistant_message, tool_call_format
-from verl.models.tiny_models import CHAT_TEMPLATE, build_tokenizer
+from verl.models.tiny_models import CHAT_TEMPLATE, TOOL_CALLS, build_tokenizer
 from verl.workers.rollout.multi_turn import ChatContinuation
 
 
@@ -81,15 +81,12 @@ def _with_calls(rendering: str, tool_messages: bool = True) -> str:
     Qwen3.5's (XML), GLM-4.5's or Qwen3's (Hermes JSON) templates write them; without `tool_messages`, tool messages
     are not shown on their own (as Gemma 4's template, which writes results inside the model's turn)."""
     calls = f"{{% for call in message.tool_calls or [] %}}{rendering}{{% endfor %}}"
-    template = CHAT_TEMPLATE.replace(
-        "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>",
-        "{% if message['content'] is string %}{{ message['content'] }}" + calls + "<|im_end|>",
-    )
+    template = CHAT_TEMPLATE.replace(TOOL_CALLS, calls)
     if not tool_messages:
         opening = "<|im_start|>{{ message['role'] }}\n"
         template = template.replace(opening, "{% if message['role'] != 'tool' %}" + opening)
-        template = template.replace("{% endif %}{% endfor %}{% if add_generation_prompt", "{% endif %}{% endif %}"
-                                    "{% endfor %}{% if add_generation_prompt")  # fmt: skip
+        ending = "<|im_end|>\n{% endfor %}"
+        template = template.replace(ending, ending.replace("{% endfor %}", "{% endif %}{% endfor %}"))
     return template
 
 

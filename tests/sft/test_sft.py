@@ -125,7 +125,9 @@ def test_tool_conversations_render_the_tools_and_learn_only_the_assistant(models
     assert '"name": "multiply"' in prompt  # the schema is in the system turn, as in an RL prompt
     assert ids[: len(tokenizer.encode(prompt))] == tokenizer.encode(prompt)
     assert masked_spans(ids, mask, tokenizer.decode) == [call + "<|im_end|>", "42<|im_end|>"]
-    with pytest.raises(SFTDataError, match="key 'tools': expected a list of JSON schemas"):
+    as_text = SFTDataset([{"messages": messages, "tools": json.dumps(tools)}], tokenizer, None, config).encode(0)
+    assert as_text["input_ids"] == ids  # tools stored as a JSON string, as datasets often keep them
+    with pytest.raises(SFTDataError, match="key 'tools': the tools are a string but not valid JSON"):
         SFTDataset([{"messages": messages, "tools": "multiply"}], tokenizer, None, config)
 
 

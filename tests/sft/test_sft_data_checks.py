@@ -318,3 +318,44 @@ def test_tools_are_refused_where_the_chat_template_would_drop_them(tokenizer):
         SFTDataset([row], build_tokenizer(kind="glm4v"), None, data_config())
     example = SFTDataset([row], tokenizer, None, data_config()).encode(0)
     assert '"name": "add"' in tokenizer.decode(example["input_ids"])  # Qwen's template renders them
+
+
+def test_tool_conversations_from_parquet_train_as_in_memory_and_calls_a_template_drops_are_refused(tmp_path, models):
+    """Arrow gives every row's tool schemas and call arguments the fields only other rows have, as nulls (a model
+    would learn `"a": null` in a weather call); the Parquet rows encode as the rows in memory. A vision-language
+    model's conversation keeps its calls too, and a template that does not write `tool_calls` is refused, where it
+    would learn an empty turn."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def row(name: str, arguments: dict, result: str, answer: str) -> dict:
+        properties = {param: {"type": "integer"} for param in arguments}
+        schema = {"type": "function", "function": {"name": name, "parameters": {"properties": properties}}}
+        call = {"type": "function", "function": {"name": name, "arguments": arguments}}
+        messages = [
+            {"role": "user", "content": f"Use {name}."},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "content": result},
+            {"role": "assistant", "content": answer},
+        ]
+        return {"messages": messages, "tools": [schema]}
+
+    rows = [row("get_weather", {"day": 1}, "sunny", "Sunny."), row("add", {"a": 2, "b": 3}, "5", "5")]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "tools.parquet")
+    tokenizer = get_tokenizer(models["text"])
+    config = data_config(max_length=512)
+    in_memory = SFTDataset(rows, tokenizer, None, config)
+    from_parquet = SFTDataset(str(tmp_path / "tools.parquet"), tokenizer, None, config)
+    for index in range(2):
+        assert from_parquet.encode(index) == in_memory.encode(index)
+    assert "null" not in tokenizer.decode(from_parquet.encode(0)["input_ids"])
+    assert learned_spans(tokenizer, in_memory.encode(1)) == [
+        '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call><|im_end|>',
+        "5<|im_end|>",
+    ]
+    processor = get_processor(models["vl"], **VL_PIXELS)
+    vl = SFTDataset(rows, processor.tokenizer, processor, data_config(max_length=512, **VL_PIXELS)).encode(1)
+    assert learned_spans(processor.tokenizer, vl)[0].startswith('<tool_call>\n{"name": "add"')
+    llama = get_tokenizer(get_or_build_tiny_model("llama", str(tmp_path / "llama")))
+    with pytest.raises(SFTDataError, match="row 0, key 'messages': message 1 has tool_calls, which the chat template"):
+        SFTDataset([{"messages": rows[0]["messages"]}], llama, None, config)

@@ -31,8 +31,8 @@ from verl.data.multimodal import (
     resolve_path,
     unreadable_image,
 )
-from verl.data.sources import RowSource, load_source, row_value, split_prompt_messages
-from verl.data.tokenizer import check_chat_template_kwargs
+from verl.data.sources import RowSource, load_source, row_value, split_prompt_messages, tool_schemas
+from verl.data.tokenizer import check_chat_template_kwargs, renders_tool_calls, template_reads
 from verl.models.rope_index import RopeIndex, load_model_config, uses_mrope
 from verl.utils.child_signals import reset_child_signals, signals_held
 
@@ -128,6 +128,7 @@ class RLHFDataset(Dataset):
         answer_key: str = "answer",
         image_key: str = "images",
         video_key: str = "videos",
+        tools_key: str | None = "tools",
         image_dir: str | None = None,
         video_fps: float = DEFAULT_VIDEO_FPS,
         max_prompt_length: int = 512,
@@ -146,7 +147,8 @@ class RLHFDataset(Dataset):
     ) -> None:
         self.tokenizer = tokenizer
         self.tools = tools
-        """Tool JSON schemas the chat template renders into every prompt."""
+        """Tool JSON schemas the chat template renders into every prompt (a tool environment's)."""
+        self.tools_key = tools_key
         self.processor = processor
         self.prompt_key, self.answer_key, self.image_key, self.video_key = prompt_key, answer_key, image_key, video_key
         self.image_dir = os.path.expanduser(image_dir) if image_dir else None
@@ -179,6 +181,8 @@ class RLHFDataset(Dataset):
         self.chat_template_kwargs = check_chat_template_kwargs(
             chat_template_kwargs or {}, renderer, self.chat_template
         )
+        self.reads_tools = template_reads(renderer, "tools", self.chat_template)
+        self.renders_tool_calls = renders_tool_calls(renderer, self.chat_template)
         self.rope_index = None
         if processor is not None:
             if model_config is None:
@@ -218,6 +222,12 @@ class RLHFDataset(Dataset):
                     f"{self.source.description} has no column {key!r} ({name}); its columns are {columns}. "
                     f"Set {name} to the right column."
                 )
+        if self.tools and self.tools_key in columns:
+            raise ValueError(
+                f"{self.source.description} has a tools column {self.tools_key!r} (data.tools_key), and "
+                "worker.rollout.env describes its own tools in every prompt; set data.tools_key=null to leave the "
+                "column to the environment and the reward function."
+            )
         reserved = [column for column in columns if column in RESERVED_COLUMNS]
         if reserved:
             raise ValueError(
@@ -397,8 +407,26 @@ class RLHFDataset(Dataset):
         messages = [*earlier, {"role": "user", "content": self._content(index, content, len(images), len(videos))}]
         if earlier:  # the conversation before the model's turn, as text (a client-style environment starts from it)
             content = [*earlier, {"role": "user", "content": content}]
+        try:
+            row_tools = tool_schemas(row.get(self.tools_key)) if self.tools_key else None
+        except ValueError as error:
+            raise self._error(index, self.tools_key, str(error)) from None
+        if row_tools and not self.reads_tools:
+            raise self._error(
+                index,
+                self.tools_key,
+                "the chat template does not read `tools`, so the row's tool schemas would not be in the prompt; use "
+                "a template that renders them (data.override_chat_template), or describe the tools in the prompt",
+            )
+        if not self.renders_tool_calls and any(message.get("tool_calls") for message in earlier):
+            raise self._error(
+                index,
+                self.prompt_key,
+                "an assistant message of the prompt has tool_calls, which the chat template does not write; use a "
+                "template that renders them (data.override_chat_template), or write the calls in its content",
+            )
         renderer = self.processor if self.processor is not None else self.tokenizer
-        tools = {"tools": self.tools} if self.tools else {}
+        tools = {"tools": row_tools or self.tools} if row_tools or self.tools else {}
         text = renderer.apply_chat_template(
             messages,
             add_generation_prompt=True,

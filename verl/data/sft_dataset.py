@@ -24,8 +24,8 @@ from verl.data.multimodal import (
     resized_size,
     unreadable_image,
 )
-from verl.data.sources import RowSource, load_source, with_tool_calls
-from verl.data.tokenizer import TURN_MARKER, check_chat_template_kwargs, template_reads
+from verl.data.sources import RowSource, load_source, tool_schemas, with_tool_calls, without_nulls
+from verl.data.tokenizer import TURN_MARKER, check_chat_template_kwargs, renders_tool_calls, template_reads
 from verl.models.rope_index import RopeIndex, uses_mrope
 from verl.protocol import DataProto
 
@@ -81,6 +81,7 @@ class SFTDataset(torch.utils.data.Dataset):
         self.max_length = config.max_length
         renderer = processor if processor is not None else tokenizer
         self.reads_tools = template_reads(renderer, "tools")
+        self.renders_tool_calls = renders_tool_calls(renderer)
         try:
             self.template_kwargs = check_chat_template_kwargs(config.chat_template_kwargs, renderer, None)
         except ValueError as error:
@@ -132,7 +133,7 @@ class SFTDataset(torch.utils.data.Dataset):
             messages = row.get(key)
             if not isinstance(messages, (list, tuple)) or not messages:
                 raise self._error(index, key, "expected a non-empty list of messages")
-            messages = list(messages)
+        messages = [without_nulls(message) for message in messages]  # Arrow's nulls: sources.without_nulls
         for position, message in enumerate(messages):
             at, number = key, position  # errors name the column and the message's place in it
             if learned_from and position >= learned_from:
@@ -171,6 +172,14 @@ class SFTDataset(torch.utils.data.Dataset):
                     message = messages[position] = with_tool_calls(message)
                 except ValueError as error:
                     raise self._error(index, at, f"message {number}: {error}") from None
+                if not self.renders_tool_calls:
+                    raise self._error(
+                        index,
+                        at,
+                        f"message {number} has tool_calls, which the chat template does not write, so the model "
+                        "would learn an empty turn; use a template that renders them (data.override_chat_template), "
+                        "or write the calls in the message's content as the model should produce them",
+                    )
             if not isinstance(message.get("content"), str):
                 raise self._error(index, at, f"message {number} needs string content")
             if learned_from and position >= learned_from and message["role"] == "user":
@@ -204,9 +213,10 @@ class SFTDataset(torch.utils.data.Dataset):
                 "videos are not supported in fine-tuning, only images (the model would see neither the video nor "
                 "anything but a <video> marker in the text); leave the videos out of the data",
             )
-        tools = row.get(config.tools_key) if config.tools_key else None
-        if tools is not None and not (isinstance(tools, (list, tuple)) and all(isinstance(t, dict) for t in tools)):
-            raise self._error(index, config.tools_key, "expected a list of JSON schemas (objects) of the tools")
+        try:
+            tools = tool_schemas(row.get(config.tools_key)) if config.tools_key else None
+        except ValueError as error:
+            raise self._error(index, config.tools_key, str(error)) from None
         if tools and not self.reads_tools:
             raise self._error(
                 index,
@@ -215,7 +225,7 @@ class SFTDataset(torch.utils.data.Dataset):
                 "learns from; use a template that renders them (data.override_chat_template), or put them in a "
                 "system message",
             )
-        return Conversation(messages, images, list(tools) if tools else None, learned_from)
+        return Conversation(messages, images, tools, learned_from)
 
     # ------------------------------------------------------------------------------------------------ checking
 
@@ -286,7 +296,7 @@ class SFTDataset(torch.utils.data.Dataset):
         """With a processor, <image> markers become image content parts."""
         if self.processor is None:
             return messages
-        return [{"role": m["role"], "content": content_parts(m["content"], (IMAGE_MARKER,))} for m in messages]
+        return [{**m, "content": content_parts(m["content"], (IMAGE_MARKER,))} for m in messages]
 
     def _render(self, messages: list[dict[str, Any]], generation_prompt: bool, tools: Any = None) -> str:
         renderer = self.processor if self.processor is not None else self.tokenizer

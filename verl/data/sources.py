@@ -284,6 +284,42 @@ def row_value(row: dict[str, Any], key: str) -> Any:
     return value
 
 
+def without_nulls(value: Any) -> Any:
+    """`value` without the dict entries whose value is null, at any depth. A Parquet or Arrow column has one struct
+    type for all its rows, so a key only some rows' dicts have (another tool's parameter, `tool_calls` on a plain
+    message) reads back as null in the others, which a chat template would render (`"a": null`) or trip on
+    (`'tool_calls' in message`). A null written on purpose is lost too: Arrow cannot tell them apart (write such
+    values as JSON text, which is parsed as written)."""
+    if isinstance(value, dict):
+        return {key: without_nulls(item) for key, item in value.items() if item is not None}
+    if isinstance(value, (list, tuple)):
+        return [without_nulls(item) for item in value]
+    return value
+
+
+def tool_schemas(value: Any) -> list[dict[str, Any]] | None:
+    """A row's tools column as a chat template takes it (None for none): a list of the tools' JSON schemas (OpenAI's
+    `{"type": "function", "function": {...}}` or the bare function), or a JSON string of one, as datasets often store
+    them; Arrow's nulls removed (`without_nulls`). ValueError says what is wrong."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else None
+        except ValueError as error:
+            raise ValueError(f"the tools are a string but not valid JSON ({error})") from None
+    if value is None or (isinstance(value, (list, tuple)) and not value):
+        return None
+    if not isinstance(value, (list, tuple)) or not all(isinstance(tool, dict) for tool in value):
+        raise ValueError(
+            f"expected a list of the tools' JSON schemas (objects), or a JSON string of one, got {value!r:.200}"
+        )
+    tools = without_nulls(value)
+    for position, tool in enumerate(tools):
+        function = tool.get("function", tool)
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise ValueError(f"tool {position} has no name (its schema's `name`, or `function.name`): {tool!r:.200}")
+    return tools
+
+
 def _with_marker_text(position: int, message: Any) -> Any:
     """The message with typed content parts as marker text (`marker_text`); ValueError naming the message."""
     if not isinstance(message, dict) or not isinstance(message.get("content"), (list, tuple)):
@@ -325,7 +361,7 @@ def split_prompt_messages(messages: Any) -> tuple[list[dict[str, Any]], str]:
     one is where data.format_prompt and the media markers apply; ValueError says what is wrong."""
     if len(messages) == 0:
         raise ValueError("the prompt is an empty list of messages")
-    messages = [_with_marker_text(position, message) for position, message in enumerate(messages)]
+    messages = [_with_marker_text(position, without_nulls(message)) for position, message in enumerate(messages)]
     for position, message in enumerate(messages):
         role = message.get("role") if isinstance(message, dict) else None
         last = position == len(messages) - 1

@@ -158,11 +158,25 @@ def _template_variables(template: str | dict[str, str]) -> set[str]:
     return names
 
 
-def template_reads(renderer: Any, name: str) -> bool:
-    """Whether `renderer`'s chat template reads the variable `name` (e.g. `tools`: a template that does not drops a
-    conversation's tool schemas without a word); True where it has none (rendering fails, naming that)."""
-    template = getattr(renderer, "chat_template", None)
+def template_reads(renderer: Any, name: str, chat_template: str | None = None) -> bool:
+    """Whether the chat template (`chat_template`, else `renderer`'s) reads the variable `name` (e.g. `tools`: a
+    template that does not drops a conversation's tool schemas without a word); True where there is none (rendering
+    fails, naming that)."""
+    template = chat_template or getattr(renderer, "chat_template", None)
     return not template or name in _template_variables(template)
+
+
+def renders_tool_calls(renderer: Any, chat_template: str | None = None) -> bool:
+    """Whether the chat template (`chat_template`, else `renderer`'s) writes an assistant message's `tool_calls` (one
+    that does not drops them without a word: the turn would read as empty); True where it cannot render the probe
+    (rendering the data then fails, naming the row)."""
+    name = "verl_probe_tool_call"
+    call = {"type": "function", "function": {"name": name, "arguments": {}}}
+    probe = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    try:
+        return name in renderer.apply_chat_template(probe, tokenize=False, chat_template=chat_template)
+    except Exception:
+        return True
 
 
 TURN_MARKER = "\u2063verl-turn-end\u2063"

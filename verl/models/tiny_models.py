@@ -113,7 +113,7 @@ MEDIA_PLACEHOLDERS: dict[str, tuple[str, str]] = {
 """What a non-Qwen kind's chat template writes for an image and a video part (the processor expands it)."""
 
 # Bump when the output of the builder changes, so cached directories (get_or_build_tiny_model) are rebuilt.
-BUILDER_VERSION = 5
+BUILDER_VERSION = 6
 SPEC_FILE = "tiny_model_spec.json"
 
 # Qwen2's special tokens, appended after the BPE vocabulary in this order, as in Qwen (151643, 151644, ...).
@@ -136,6 +136,13 @@ SPECIAL_TOKENS: tuple[str, ...] = (
 
 # Qwen2-VL-Instruct style: `content` is a string or a list of image/video/text parts, each image/video one pad token
 # that the processor expands. `tools` go into the system message; calls are <tool_call> JSON blocks (as in Qwen2.5).
+TOOL_CALLS = (
+    "{% for call in message['tool_calls'] or [] %}{% if message['content'] or not loop.first %}\n{% endif %}"
+    '<tool_call>\n{"name": "{{ call[\'function\'][\'name\'] }}", "arguments": '
+    "{% if call['function']['arguments'] is string %}{{ call['function']['arguments'] }}"
+    "{% else %}{{ call['function']['arguments'] | tojson }}{% endif %}}\n</tool_call>{% endfor %}"
+)
+"""How the Qwen kinds' template writes an assistant's tool_calls: Qwen2.5's Hermes blocks."""
 CHAT_TEMPLATE = (
     "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
     "{% for message in messages %}"
@@ -147,7 +154,7 @@ CHAT_TEMPLATE = (
     "{% endif %}<|im_end|>\n"
     "{% endif %}"
     "<|im_start|>{{ message['role'] }}\n"
-    "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
     "{% else %}{% for content in message['content'] %}"
     "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
     "{% set image_count.value = image_count.value + 1 %}"
@@ -158,8 +165,7 @@ CHAT_TEMPLATE = (
     "{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}"
     "<|vision_start|><|video_pad|><|vision_end|>"
     "{% elif 'text' in content %}{{ content['text'] }}"
-    "{% endif %}{% endfor %}<|im_end|>\n"
-    "{% endif %}{% endfor %}"
+    "{% endif %}{% endfor %}{% endif %}" + TOOL_CALLS + "<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 

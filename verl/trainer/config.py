@@ -85,6 +85,11 @@ class DataConfig:
     are not fetched)."""
     video_key: str = "videos"
     """Column holding a list of video paths."""
+    tools_key: str | None = "tools"
+    """Column holding a row's tools: a list of their JSON schemas (or a JSON string of one), which the chat template
+    describes in that row's prompt, for a reward that scores the model's tool call (the call is not run); a missing
+    column or empty value: none. The column still reaches the reward function. Not with worker.rollout.env, whose
+    environment describes its own tools (set this to null there)."""
     image_dir: str | None = None
     """Directory that relative image and video paths are resolved against."""
     allow_paths_outside_image_dir: bool = False
