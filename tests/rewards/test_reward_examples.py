@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The example prompt templates and reward functions, on hand-written right and wrong responses."""
 
+import json
 import os
 
 import jinja2
@@ -126,3 +127,44 @@ def test_dapo_rejects_a_buffer_longer_than_the_budget() -> None:
     function = example("dapo", max_response_length=10, overlong_buffer_len=20)
     with pytest.raises(ValueError, match="overlong_buffer_len=20 exceeds max_response_length=10"):
         function(sample("Answer: 7", "7"))
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+ADD = {"name": "add", "parameters": {"type": "object"}}  # the bare form of a schema
+EXPECTED = '[{"name": "add", "arguments": {"a": 2, "b": 3}}]'
+
+
+def _call(name: str, arguments: str) -> str:
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {arguments}}}\n</tool_call>'
+
+
+@pytest.mark.parametrize(
+    "response, ground_truth, accuracy, fmt, names",
+    [
+        (_call("add", '{"b": 3, "a": 2}'), EXPECTED, 1.0, 1.0, 1.0),  # arguments compared as JSON values
+        (_call("add", '{"a": 2, "b": 3, "c": null}'), EXPECTED, 1.0, 1.0, 1.0),  # a null: not given
+        (_call("add", '{"a": 2, "b": 4}'), EXPECTED, 0.0, 1.0, 1.0),
+        (_call("add", '{"a": 2, "b": 3}') + _call("add", '{"a": 2, "b": 3}'), EXPECTED, 0.0, 1.0, 1.0),
+        (_call("get_weather", '{"city": "Oslo"}'), EXPECTED, 0.0, 1.0, 0.0),
+        (_call("multiply", '{"a": 2, "b": 3}'), EXPECTED, 0.0, 0.0, 0.0),  # a tool the row does not have
+        (_call("add", '{"a": 2, "b": 3}') + "<tool_call>{oops</tool_call>", EXPECTED, 0.0, 0.0, 1.0),
+        ("<think>" + _call("add", '{"a": 2, "b": 3}') + "</think> 5", EXPECTED, 0.0, 0.0, 0.0),  # only a thought
+        ("It is sunny.", "[]", 1.0, 1.0, 1.0),  # nothing to call
+        (_call("get_weather", '{"city": "Oslo"}'), "[]", 0.0, 0.0, 0.0),
+        (
+            _call("get_weather", '{"city": "Oslo"}') + _call("add", '{"a": 2, "b": 3}'),
+            [
+                {"name": "add", "arguments": {"a": 2, "b": 3}},
+                {"name": "get_weather", "arguments": {"city": "Oslo", "day": None}},  # as Parquet gives an answer
+            ],
+            1.0,
+            1.0,
+            1.0,
+        ),
+    ],
+)
+def test_tool_call(response: str, ground_truth, accuracy: float, fmt: float, names: float) -> None:
+    for tools in ([WEATHER, ADD], json.dumps([WEATHER, ADD])):  # the row's tools column, or its JSON text
+        scores = example("tool_call")({**sample(response, ground_truth), "extra_info": {"tools": tools}})
+        assert (scores["accuracy"], scores["format"], scores["names"]) == (accuracy, fmt, names)
+        assert scores["overall"] == pytest.approx(0.9 * accuracy + 0.1 * fmt)

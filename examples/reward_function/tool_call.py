@@ -1,0 +1,65 @@
+# Copyright 2026 The verl-compact Authors. All rights reserved.
+# SPDX-License-Identifier: Apache-2.0
+"""Single-turn function calling: the calls the model writes against the row's expected calls (none are run).
+overall = 0.1 * format + 0.9 * accuracy.
+
+Rows: the prompt, the tools' schemas in `data.tools_key` (default `tools`; the chat template describes them in the
+prompt) and the expected calls as the answer, a list of {"name", "arguments"} (or a JSON string of one; [] when the
+right answer is to call nothing):
+    {"prompt": "Weather in Paris tomorrow?", "tools": [{"type": "function", "function": {"name": "get_weather",
+     ...}}], "answer": [{"name": "get_weather", "arguments": {"city": "Paris", "day": 1}}]}
+    worker.reward.reward_function=examples/reward_function/tool_call.py:compute_score
+
+Calls are read as Hermes `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks (Qwen2.5, Qwen3 and
+Hermes-style templates; calls inside a `<think>` block do not count).
+format: the response calls (only tools the row describes) where calls are expected, none where none are, and has
+    no malformed block. 1.0 or 0.0.
+accuracy: the calls equal the expected ones, in any order (arguments compared as JSON values, a null argument as
+    one not given: Parquet gives each call the arguments other rows' calls have, as nulls). 1.0 or 0.0.
+names: the share of expected calls whose tool is called (logged, not in overall).
+"""
+
+import json
+from collections import Counter
+from typing import Any
+
+from verl.data.sources import without_nulls
+from verl.envs.tools import parse_tool_calls
+from verl.rewards.function import model_turn
+
+
+REWARD_NAME = "tool_call"
+REWARD_TYPE = "sequential"
+
+
+def _key(call: dict[str, Any]) -> str:
+    return json.dumps([call["name"], without_nulls(call.get("arguments", {}))], sort_keys=True)
+
+
+def _names(tools: Any) -> set[str]:
+    if isinstance(tools, str):
+        tools = json.loads(tools) if tools.strip() else []
+    return {tool.get("function", tool).get("name") for tool in tools or []}
+
+
+def compute_score(
+    reward_input: dict[str, Any], format_weight: float = 0.1, tools_key: str = "tools"
+) -> dict[str, float]:
+    """Score one response; `format_weight` is the share of the format check in `overall`, `tools_key` the column of
+    the row's tools (data.tools_key)."""
+    expected = reward_input["ground_truth"]
+    if isinstance(expected, str):
+        expected = json.loads(expected)
+    calls = parse_tool_calls(model_turn(reward_input))
+    made = [call for call in calls if isinstance(call, dict)]
+    tools = _names(reward_input["extra_info"].get(tools_key))
+    fmt = float(len(made) == len(calls) and bool(made) == bool(expected) and all(c["name"] in tools for c in made))
+    accuracy = float(len(made) == len(calls) and Counter(map(_key, made)) == Counter(map(_key, expected)))
+    called = Counter(call["name"] for call in made)
+    names = sum((Counter(call["name"] for call in expected) & called).values()) / max(len(expected), 1)
+    return {
+        "overall": (1 - format_weight) * accuracy + format_weight * fmt,
+        "format": fmt,
+        "accuracy": accuracy,
+        "names": names if expected else float(not made),
+    }
