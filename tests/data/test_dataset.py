@@ -387,7 +387,7 @@ def test_a_prompt_given_as_chat_messages_renders_them_all_and_formats_the_last(t
     turns = [
         messages[1],
         {"role": "assistant", "content": None, "tool_calls": [call]},
-        {"role": "tool", "content": "2"},
+        {"role": "tool", "content": "2", "tool_call_id": "call_1", "name": "add"},  # kept: some templates read them
     ]
     agent = RLHFDataset([{"prompt": [*turns, messages[3]], "answer": "4"}], text_tokenizer)[0]
     assert agent["prompt_messages"][1] == {
@@ -395,7 +395,7 @@ def test_a_prompt_given_as_chat_messages_renders_them_all_and_formats_the_last(t
         "content": "",
         "tool_calls": [{**call, "function": {"name": "add", "arguments": {"a": 1, "b": 1}}}],
     }
-    assert "<|im_start|>tool\n2<|im_end|>" in agent["prompt_text"]
+    assert "<|im_start|>tool\n2<|im_end|>" in agent["prompt_text"] and agent["prompt_messages"][2] == turns[2]
     with pytest.raises(DatasetRowError, match="row 0, key 'reward_model.answer': the answer is missing"):
         RLHFDataset([row], text_tokenizer, answer_key="reward_model.answer")
     with pytest.raises(ValueError, match="has no column 'label.ground_truth' \\(data.answer_key\\)"):
@@ -461,6 +461,15 @@ def test_a_rows_tools_are_described_in_its_prompt_alike_from_memory_json_text_an
     glm = get_tokenizer(get_or_build_tiny_model("glm4v", str(tmp_path / "glm")))  # its template reads no `tools`
     with pytest.raises(DatasetRowError, match="row 0, key 'tools': the chat template does not read `tools`"):
         RLHFDataset(rows[:1], glm)
+    strict = tmp_path / "strict.jinja"  # as Mistral's: a tool result must name its call
+    strict.write_text(
+        "{% for m in messages %}{% if m.role == 'tool' and m.tool_call_id is not defined %}"
+        "{{ raise_exception('a tool result needs its tool_call_id') }}{% endif %}{{ m.content }}{{ m.tool_calls }}\n{% endfor %}"
+    )
+    with pytest.raises(
+        DatasetRowError, match="row 0, key 'prompt': the chat template cannot render the prompt: a tool result needs"
+    ):
+        RLHFDataset(rows[1:2], text_tokenizer, override_chat_template=str(strict), tools_key=None)
     llama = get_tokenizer(get_or_build_tiny_model("llama", str(tmp_path / "llama")))  # writes no tool_calls
     with pytest.raises(
         DatasetRowError, match="row 0, key 'prompt': an assistant message of the prompt has tool_calls"

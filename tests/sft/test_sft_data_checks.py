@@ -359,3 +359,12 @@ def test_tool_conversations_from_parquet_train_as_in_memory_and_calls_a_template
     llama = get_tokenizer(get_or_build_tiny_model("llama", str(tmp_path / "llama")))
     with pytest.raises(SFTDataError, match="row 0, key 'messages': message 1 has tool_calls, which the chat template"):
         SFTDataset([{"messages": rows[0]["messages"]}], llama, None, config)
+    tokenizer.chat_template = tokenizer.chat_template.replace(
+        "{% for message in messages %}",
+        "{% for message in messages %}{% if message.role == 'tool' and message.tool_call_id is not defined %}"
+        "{{ raise_exception('a tool result needs its tool_call_id') }}{% endif %}",
+    )  # as Mistral's template
+    with pytest.raises(
+        SFTDataError, match="row 1, key 'messages': the chat template cannot render the conversation: a"
+    ):
+        SFTDataset([_turns("Hi", "Hello"), rows[1]], tokenizer, None, config)

@@ -427,14 +427,17 @@ class RLHFDataset(Dataset):
             )
         renderer = self.processor if self.processor is not None else self.tokenizer
         tools = {"tools": row_tools or self.tools} if row_tools or self.tools else {}
-        text = renderer.apply_chat_template(
-            messages,
-            add_generation_prompt=True,
-            tokenize=False,
-            chat_template=self.chat_template,
-            **tools,
-            **self.chat_template_kwargs,
-        )
+        try:
+            text = renderer.apply_chat_template(
+                messages,
+                add_generation_prompt=True,
+                tokenize=False,
+                chat_template=self.chat_template,
+                **tools,
+                **self.chat_template_kwargs,
+            )
+        except (TemplateError, TypeError) as error:  # e.g. a template's raise_exception on this row's messages
+            raise self._error(index, self.prompt_key, f"the chat template cannot render the prompt: {error}") from None
         given = [*earlier, {"role": "user", "content": prompt}] if given_as_messages else None
         return _Prompt(
             row=row, text=text, images=images, videos=videos, ground_truth=answer, content=content, messages=given

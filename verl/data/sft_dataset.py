@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from jinja2 import TemplateError
 
 from verl.data.multimodal import (
     IMAGE_ERRORS,
@@ -236,7 +237,7 @@ class SFTDataset(torch.utils.data.Dataset):
         for start in range(0, len(self.source), chunk):
             indices = range(start, min(start + chunk, len(self.source)))
             conversations = [self._conversation(index) for index in indices]
-            texts = [self._render(c.messages, generation_prompt=False, tools=c.tools) for c in conversations]
+            texts = [self._full_text(index, c) for index, c in zip(indices, conversations)]
             tokenizer = self.processor.tokenizer if self.processor is not None else self.tokenizer
             lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
             for index, conversation, text, length in zip(indices, conversations, texts, lengths):
@@ -244,6 +245,13 @@ class SFTDataset(torch.utils.data.Dataset):
                 length += sum(extra)
                 if length > self.max_length:
                     self._check_overlong(index, conversation, length, extra)
+
+    def _full_text(self, index: int, conversation: Conversation) -> str:
+        try:
+            return self._render(conversation.messages, generation_prompt=False, tools=conversation.tools)
+        except (TemplateError, TypeError) as error:  # e.g. a template's raise_exception on this row's messages
+            key = self.config.messages_key if self.config.prompt_key is None else self.config.prompt_key
+            raise self._error(index, key, f"the chat template cannot render the conversation: {error}") from None
 
     def _image_tokens(self, index: int, conversation: Conversation, text: str) -> list[int]:
         """Per image, the tokens the processor adds beyond the one placeholder the tokenizer counts."""

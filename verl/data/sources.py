@@ -377,5 +377,5 @@ def split_prompt_messages(messages: Any) -> tuple[list[dict[str, Any]], str]:
             raise ValueError(f"message {position} of the prompt needs text content")
         if not last and any(marker in message["content"] for marker in ("<image>", "<video>")):
             raise ValueError(f"message {position} has a media marker; put them in the last message")
-    kept = ("role", "content", "tool_calls")
+    kept = ("role", "content", "tool_calls", "tool_call_id", "name")  # templates such as Mistral's read a result's id
     return [{key: m[key] for key in kept if key in m} for m in messages[:-1]], messages[-1]["content"]
