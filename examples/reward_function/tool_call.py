@@ -11,7 +11,10 @@ right answer is to call nothing):
     worker.reward.reward_function=examples/reward_function/tool_call.py:compute_score
 
 Calls are read as Hermes `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks (Qwen2.5, Qwen3 and
-Hermes-style templates; calls inside a `<think>` block do not count).
+Hermes-style templates), or, given the `tokenizer` keyword (worker.reward.reward_function_kwargs='{tokenizer:
+<model folder or id>}'), in the format its chat template writes (Qwen3.5's XML, GLM-4.5's tags: read by vLLM's tool
+parser, the arguments typed by the row's schemas), as a tool environment reads them. Calls inside a `<think>` block
+do not count.
 format: the response calls (only tools the row describes) where calls are expected, none where none are, and has
     no malformed block. 1.0 or 0.0.
 accuracy: the calls equal the expected ones, in any order (arguments compared as JSON values, a null argument as
@@ -19,12 +22,13 @@ accuracy: the calls equal the expected ones, in any order (arguments compared as
 names: the share of expected calls whose tool is called (logged, not in overall).
 """
 
+import functools
 import json
 from collections import Counter
 from typing import Any
 
-from verl.data.sources import without_nulls
-from verl.envs.tools import parse_tool_calls
+from verl.data.sources import tool_schemas, without_nulls
+from verl.envs.tools import HERMES, ToolCallFormat, tool_call_format
 from verl.rewards.function import model_turn
 
 
@@ -36,30 +40,35 @@ def _key(call: dict[str, Any]) -> str:
     return json.dumps([call["name"], without_nulls(call.get("arguments", {}))], sort_keys=True)
 
 
-def _names(tools: Any) -> set[str]:
-    if isinstance(tools, str):
-        tools = json.loads(tools) if tools.strip() else []
-    return {tool.get("function", tool).get("name") for tool in tools or []}
+@functools.cache
+def _format(tokenizer: str | None) -> ToolCallFormat:
+    """The call format of `tokenizer`'s chat template (probed once per process), or Hermes."""
+    if tokenizer is None:
+        return HERMES
+    from transformers import AutoTokenizer
+
+    return tool_call_format(AutoTokenizer.from_pretrained(tokenizer), None)
 
 
 def compute_score(
-    reward_input: dict[str, Any], format_weight: float = 0.1, tools_key: str = "tools"
+    reward_input: dict[str, Any], format_weight: float = 0.1, tools_key: str = "tools", tokenizer: str | None = None
 ) -> dict[str, float]:
     """Score one response; `format_weight` is the share of the format check in `overall`, `tools_key` the column of
-    the row's tools (data.tools_key)."""
+    the row's tools (data.tools_key), `tokenizer` the model whose chat template's call format is read."""
     expected = reward_input["ground_truth"]
     if isinstance(expected, str):
         expected = json.loads(expected)
-    calls = parse_tool_calls(model_turn(reward_input))
+    tools = tool_schemas(reward_input["extra_info"].get(tools_key)) or []
+    _, calls = _format(tokenizer).for_tools(tools).read(model_turn(reward_input))
     made = [call for call in calls if isinstance(call, dict)]
-    tools = _names(reward_input["extra_info"].get(tools_key))
-    fmt = float(len(made) == len(calls) and bool(made) == bool(expected) and all(c["name"] in tools for c in made))
+    names = {tool.get("function", tool)["name"] for tool in tools}
+    fmt = float(len(made) == len(calls) and bool(made) == bool(expected) and all(c["name"] in names for c in made))
     accuracy = float(len(made) == len(calls) and Counter(map(_key, made)) == Counter(map(_key, expected)))
     called = Counter(call["name"] for call in made)
-    names = sum((Counter(call["name"] for call in expected) & called).values()) / max(len(expected), 1)
+    found = sum((Counter(call["name"] for call in expected) & called).values()) / max(len(expected), 1)
     return {
         "overall": (1 - format_weight) * accuracy + format_weight * fmt,
         "format": fmt,
         "accuracy": accuracy,
-        "names": names if expected else float(not made),
+        "names": found if expected else float(not made),
     }

@@ -168,3 +168,28 @@ def test_tool_call(response: str, ground_truth, accuracy: float, fmt: float, nam
         scores = example("tool_call")({**sample(response, ground_truth), "extra_info": {"tools": tools}})
         assert (scores["accuracy"], scores["format"], scores["names"]) == (accuracy, fmt, names)
         assert scores["overall"] == pytest.approx(0.9 * accuracy + 0.1 * fmt)
+
+
+def test_tool_call_reads_the_models_own_call_format(tmp_path) -> None:
+    """Given `tokenizer`, calls are read in the format its chat template writes (Qwen3.5's XML here), the arguments
+    typed by the row's schemas, as a tool environment reads them; Hermes blocks then do not count as calls."""
+    from verl.models.tiny_models import TOOL_CALLS, build_tokenizer
+
+    tokenizer = build_tokenizer(kind="qwen3")
+    xml = (
+        "<tool_call>\n<function={{ call.function.name }}>\n{% for key, value in call.function.arguments | items %}"
+        "<parameter={{ key }}>\n{{ value }}\n</parameter>\n{% endfor %}</function>\n</tool_call>"
+    )
+    tokenizer.chat_template = tokenizer.chat_template.replace(
+        TOOL_CALLS, "{% for call in message.tool_calls or [] %}" + xml + "{% endfor %}"
+    )
+    tokenizer.save_pretrained(tmp_path / "qwen35_style")
+    integers = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}
+    tools = [{"type": "function", "function": {"name": "add", "parameters": integers}}]
+    response = "<tool_call>\n<function=add>\n<parameter=a>\n2\n</parameter>\n<parameter=b>\n3\n</parameter>\n"
+    response += "</function>\n</tool_call>"
+    score = example("tool_call", tokenizer=str(tmp_path / "qwen35_style"))
+    for text, accuracy, fmt in [(response, 1.0, 1.0), (_call("add", '{"a": 2, "b": 3}'), 0.0, 0.0)]:
+        scores = score({**sample(text, EXPECTED), "extra_info": {"tools": tools}})
+        assert (scores["accuracy"], scores["format"]) == (accuracy, fmt)
+    assert example("tool_call")({**sample(response, EXPECTED), "extra_info": {"tools": tools}})["accuracy"] == 0.0
