@@ -408,16 +408,9 @@ class RLHFDataset(Dataset):
         if earlier:  # the conversation before the model's turn, as text (a client-style environment starts from it)
             content = [*earlier, {"role": "user", "content": content}]
         try:
-            row_tools = tool_schemas(row.get(self.tools_key)) if self.tools_key else None
+            row_tools = tool_schemas(row.get(self.tools_key), self.reads_tools) if self.tools_key else None
         except ValueError as error:
             raise self._error(index, self.tools_key, str(error)) from None
-        if row_tools and not self.reads_tools:
-            raise self._error(
-                index,
-                self.tools_key,
-                "the chat template does not read `tools`, so the row's tool schemas would not be in the prompt; use "
-                "a template that renders them (data.override_chat_template), or describe the tools in the prompt",
-            )
         if not self.renders_tool_calls and any(message.get("tool_calls") for message in earlier):
             raise self._error(
                 index,

@@ -215,17 +215,9 @@ class SFTDataset(torch.utils.data.Dataset):
                 "anything but a <video> marker in the text); leave the videos out of the data",
             )
         try:
-            tools = tool_schemas(row.get(config.tools_key)) if config.tools_key else None
+            tools = tool_schemas(row.get(config.tools_key), self.reads_tools) if config.tools_key else None
         except ValueError as error:
             raise self._error(index, config.tools_key, str(error)) from None
-        if tools and not self.reads_tools:
-            raise self._error(
-                index,
-                config.tools_key,
-                "the chat template does not read `tools`, so the row's tool schemas would not be in the text the model "
-                "learns from; use a template that renders them (data.override_chat_template), or put them in a "
-                "system message",
-            )
         return Conversation(messages, images, tools, learned_from)
 
     # ------------------------------------------------------------------------------------------------ checking

@@ -297,10 +297,11 @@ def without_nulls(value: Any) -> Any:
     return value
 
 
-def tool_schemas(value: Any) -> list[dict[str, Any]] | None:
+def tool_schemas(value: Any, template_reads_tools: bool = True) -> list[dict[str, Any]] | None:
     """A row's tools column as a chat template takes it (None for none): a list of the tools' JSON schemas (OpenAI's
     `{"type": "function", "function": {...}}` or the bare function), or a JSON string of one, as datasets often store
-    them; Arrow's nulls removed (`without_nulls`). ValueError says what is wrong."""
+    them; Arrow's nulls removed (`without_nulls`). ValueError says what is wrong, or that the chat template would
+    drop them (`template_reads_tools` false: verl.data.tokenizer.template_reads)."""
     if isinstance(value, str):
         try:
             value = json.loads(value) if value.strip() else None
@@ -317,6 +318,11 @@ def tool_schemas(value: Any) -> list[dict[str, Any]] | None:
         function = tool.get("function", tool)
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
             raise ValueError(f"tool {position} has no name (its schema's `name`, or `function.name`): {tool!r:.200}")
+    if not template_reads_tools:
+        raise ValueError(
+            "the chat template does not read `tools`, so the row's tool schemas would not be in the text the model "
+            "sees; use a template that renders them (data.override_chat_template), or describe the tools in the text"
+        )
     return tools
 
 
