@@ -7,7 +7,7 @@ or processor) that transformers and vLLM load directly, and optionally upload it
         [--target_dir DIR] [--dtype bf16|fp16|fp32] [--hf_upload_path USER/REPO [--hf_private]]
         [--adapter_only] [--base_model PATH]
 
-A LoRA run's checkpoint holds its adapters only (and `huggingface/adapter_config.json`). By default they are merged
+A LoRA run's checkpoint holds its adapters only (and `adapter_config.json`). By default they are merged
 into the base model (W + alpha / rank x B @ A, in float32) and the result is written as a plain model; the base model
 is read from `--base_model`, else from the adapter config's `base_model_name_or_path` (the run's model_path).
 `--adapter_only` writes the adapters in peft's layout instead (`adapter_config.json`, `adapter_model.safetensors`),
@@ -127,7 +127,7 @@ def merge_lora(
     base_path = base_model or adapter_config.get("base_model_name_or_path")
     if not base_path:
         raise ValueError(
-            f"'{hf_dir}/adapter_config.json' names no base model; pass --base_model (the run's model_path)."
+            f"'{local_dir}/adapter_config.json' names no base model; pass --base_model (the run's model_path)."
         )
     if os.path.isabs(base_path) and not os.path.isdir(base_path):
         raise FileNotFoundError(
@@ -215,11 +215,17 @@ def merge(
     if not os.path.isfile(os.path.join(hf_dir, "config.json")):
         raise FileNotFoundError(f"'{hf_dir}/config.json' is missing; the checkpoint was not written by this trainer.")
     target_dir = os.path.abspath(target_dir or hf_dir)
-    from verl.models.lora import read_adapter_config
+    from verl.models.lora import ADAPTER_CONFIG_FILE, read_adapter_config
 
-    adapter_config = read_adapter_config(hf_dir)
+    adapter_config = read_adapter_config(local_dir)
     if adapter_config is not None:
-        return merge_lora(local_dir, adapter_config, target_dir, dtype, adapter_only, base_model)
+        if target_dir == hf_dir and os.path.isfile(os.path.join(hf_dir, ADAPTER_CONFIG_FILE)):
+            raise ValueError(
+                f"'{local_dir}' keeps its adapter config in huggingface/ (a checkpoint written before it moved out), "
+                "where a merged model would load as an adapter; pass --target_dir (another folder)."
+            )
+        merge_lora(local_dir, adapter_config, target_dir, dtype, adapter_only, base_model)
+        return _recorded(local_dir, target_dir)
     if adapter_only:
         raise ValueError(f"'{local_dir}' is not a LoRA checkpoint (no adapter_config.json); drop --adapter_only.")
     config = AutoConfig.from_pretrained(hf_dir)
@@ -244,6 +250,17 @@ def merge(
     model.save_pretrained(target_dir, safe_serialization=True)
     write_checkpoint_layout(target_dir)  # Qwen3-VL-MoE's experts as its checkpoints store them
     _copy_side_files(hf_dir, target_dir, skip=("config.json",))
+    return _recorded(local_dir, target_dir)
+
+
+def _recorded(local_dir: str, target_dir: str) -> str:
+    """`target_dir`; where it is the checkpoint's own huggingface/ (the default), its files are recorded anew in the
+    step's integrity record, so that the rewritten config files do not make the checkpoint read as damaged."""
+    from verl.utils.checkpoint.integrity import write_record
+
+    if target_dir == os.path.join(local_dir, HF_SUBDIR):
+        step_path, role = os.path.split(local_dir)
+        write_record(step_path, under=os.path.join(role, HF_SUBDIR))
     return target_dir
 
 

@@ -31,5 +31,6 @@ def _model_merger() -> ModuleType:
 def export_checkpoint(actor_dir, target, *flags: str) -> None:
     """scripts/model_merger.py's `main` in this process, writing fp32 weights (tests/scripts/test_model_merger.py
     runs it as the command; a new Python per export would import torch and transformers again)."""
-    argv = ["--local_dir", str(actor_dir), "--target_dir", str(target), "--dtype", "fp32", *flags]
+    target_dir = ["--target_dir", str(target)] if target is not None else []  # None: the merger's default
+    argv = ["--local_dir", str(actor_dir), *target_dir, "--dtype", "fp32", *flags]
     assert _model_merger().main(argv) == 0, argv

@@ -6,6 +6,7 @@ FSDP2 gloo workers, tiny models) that lower the loss, resume exactly and export 
 import json
 import logging
 import os
+import pathlib
 import random
 import re
 import signal
@@ -227,8 +228,12 @@ def test_config_errors_name_the_key(tmp_path) -> None:
         load_sft_config([*base, "worker.fsdp.fsdp_size=3", "trainer.n_gpus_per_node=4"])
     moe = config_only_model(tmp_path / "moe", {"model_type": "qwen3_moe", "num_experts": 4})
     assert load_sft_config([*base, f"worker.model.model_path={moe}"]).worker.model.model_path == str(moe)
-    with pytest.raises(NotImplementedError, match=r"'qwen3_moe', num_experts=4\) and the run has LoRA adapters"):
+    with pytest.raises(
+        NotImplementedError, match=r"'qwen3_moe', num_experts=4\) and the run gives every linear layer"
+    ):
         load_sft_config([*base, f"worker.model.model_path={moe}", "worker.model.lora.rank=8"])
+    targets = [f"worker.model.model_path={moe}", "worker.model.lora.rank=8", "worker.model.lora.target_modules=q_proj"]
+    assert load_sft_config([*base, *targets]).worker.model.lora.target_modules == "q_proj"
     (tmp_path / "step").mkdir()
     with pytest.raises(ConfigError, match="trainer.load_checkpoint_path='.*step' must be a global_step_N directory"):
         load_sft_config([*base, f"trainer.load_checkpoint_path={tmp_path / 'step'}"])
@@ -432,13 +437,16 @@ def test_sft_runs_lower_the_loss_resume_exactly_and_export_for_rl(models, tmp_pa
 
 
 @pytest.mark.slow
-def test_lora_sft_trains_the_adapters_alone_resumes_exactly_and_exports_them_merged(models, tmp_path, local_ray):
+def test_lora_sft_trains_the_adapters_alone_resumes_exactly_and_exports_them_merged(
+    models, tmp_path, local_ray, capsys
+):
     from safetensors.torch import load_file
     from torch.distributed.checkpoint import FileSystemReader
     from transformers import AutoModelForCausalLM
 
     from verl.sft.config import load_sft_config
     from verl.sft.main import run_sft
+    from verl.utils.checkpoint.integrity import damage, write_record
 
     write_conversations(tmp_path / "train.jsonl", 48, seed=0)
     write_conversations(tmp_path / "val.jsonl", 7, seed=1)
@@ -458,11 +466,13 @@ def test_lora_sft_trains_the_adapters_alone_resumes_exactly_and_exports_them_mer
     saved = FileSystemReader(actor).read_metadata().state_dict_metadata
     weights = [key for key in saved if key.startswith("model.")]
     assert weights and all(".lora_A." in key or ".lora_B." in key for key in weights), weights[:5]
-    assert os.path.isfile(os.path.join(actor, "huggingface", "adapter_config.json"))
-    # the export is a plain model with the adapters merged in, as model_merger writes from the checkpoint
+    assert os.path.isfile(os.path.join(actor, "adapter_config.json"))  # outside huggingface/: see below
+    # the export is a plain model with the adapters merged in, as model_merger writes from the checkpoint, by
+    # default into the checkpoint's huggingface/ (which an adapter_config.json there would make load as an adapter)
     exported = AutoModelForCausalLM.from_pretrained(os.path.join(straight, "huggingface")).state_dict()
-    merged = tmp_path / "merged"
-    export_checkpoint(actor, merged)
+    merged = pathlib.Path(actor) / "huggingface"
+    export_checkpoint(actor, None)
+    assert damage(os.path.dirname(actor)) is None  # the checkpoint stays resumable
     assert not any("lora" in key for key in load_file(str(merged / "model.safetensors")))
     reference = AutoModelForCausalLM.from_pretrained(merged).state_dict()
     original = AutoModelForCausalLM.from_pretrained(models["text"]).state_dict()
@@ -471,6 +481,14 @@ def test_lora_sft_trains_the_adapters_alone_resumes_exactly_and_exports_them_mer
         torch.testing.assert_close(param, reference[name], rtol=0, atol=1e-6, msg=name)
         adapted = name.endswith("proj.weight")  # every linear layer but the LM head has adapters
         assert torch.equal(param, original[name]) != adapted, name
+    # a checkpoint written before the adapter config moved out of huggingface/: exported elsewhere, not in place
+    os.replace(os.path.join(actor, "adapter_config.json"), merged / "adapter_config.json")
+    write_record(os.path.dirname(actor))  # as that save recorded its files
+    with pytest.raises(AssertionError):
+        export_checkpoint(actor, None)
+    assert "pass --target_dir" in capsys.readouterr().err
+    export_checkpoint(actor, tmp_path / "elsewhere")
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "elsewhere").state_dict().keys() == original.keys()
 
 
 def test_cli_help_dry_run_and_errors(tmp_path, capsys) -> None:

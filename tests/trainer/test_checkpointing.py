@@ -100,12 +100,14 @@ def test_a_checkpoint_is_refused_when_its_lora_setting_differs_from_the_run(tmp_
     check_matches_run(step_dir(root, 1), None, lora=False)
     with pytest.raises(RuntimeError, match=r"holds a full model \(no LoRA adapters\), but this run trains LoRA"):
         check_matches_run(step_dir(root, 1), None, lora=True)
-    adapters = tmp_path / "global_step_1" / "actor" / "huggingface"
-    adapters.mkdir()
-    (adapters / "adapter_config.json").write_text("{}")
-    check_matches_run(step_dir(root, 1), None, lora=True)
-    with pytest.raises(RuntimeError, match="holds LoRA adapters only, but this run trains all weights"):
-        check_matches_run(step_dir(root, 1), None, lora=False)
+    actor = tmp_path / "global_step_1" / "actor"
+    (actor / "huggingface").mkdir()
+    for adapters in (actor, actor / "huggingface"):  # where checkpoints keep it; in huggingface/ before
+        (adapters / "adapter_config.json").write_text("{}")
+        check_matches_run(step_dir(root, 1), None, lora=True)
+        with pytest.raises(RuntimeError, match="holds LoRA adapters only, but this run trains all weights"):
+            check_matches_run(step_dir(root, 1), None, lora=False)
+        (adapters / "adapter_config.json").unlink()
 
 
 def test_a_checkpoint_of_another_model_is_refused_naming_what_differs(tmp_path):

@@ -430,8 +430,15 @@ def test_an_unchecked_mixture_of_experts_actor_is_refused_before_ray(files):
     qwen3_moe = {"model_type": "qwen3_moe", "num_experts": 128, "num_experts_per_tok": 8}
     (files / "model" / "config.json").write_text(json.dumps(qwen3_moe))
     assert load_config(base_args(files)).worker.actor.model.model_path == str(files / "model")
-    with pytest.raises(NotImplementedError, match=r"'qwen3_moe', num_experts=128\) and the run has LoRA adapters"):
-        load_config([*base_args(files), "worker.actor.model.lora.rank=8"])
+    lora = [*base_args(files), "worker.actor.model.lora.rank=8"]
+    with pytest.raises(NotImplementedError, match=r"'qwen3_moe', num_experts=128\) and the run gives every linear"):
+        load_config(lora)
+    attention = load_config([*lora, "worker.actor.model.lora.target_modules=q_proj,k_proj,v_proj,o_proj"])
+    assert attention.worker.actor.model.lora.rank == 8  # adapters outside the experts: merged as for a dense model
+    with pytest.raises(
+        NotImplementedError, match="lora_sync=adapters with .* a mixture of experts \\(num_experts=128"
+    ):
+        load_config([*lora, "worker.actor.model.lora.target_modules=q_proj", "worker.rollout.lora_sync=adapters"])
     (files / "model" / "config.json").write_text(json.dumps({"model_type": "qwen2", "num_experts": 0}))
     assert load_config(base_args(files)).worker.actor.model.model_path == str(files / "model")
 

@@ -312,38 +312,42 @@ def expert_count(model_config: dict[str, Any]) -> tuple[str, int] | None:
     return None
 
 
-def refuse_mixture_of_experts(key: str, path: str | None, lora_rank: int = 0) -> None:
+def refuse_mixture_of_experts(key: str, path: str | None, lora: LoraConfig | None = None) -> None:
     """Raise NotImplementedError where the local model at `path` is a mixture of experts of a type not in
-    MIXTURE_OF_EXPERTS_MODEL_TYPES (a hub id is checked by the weight sync, when the actor is loaded), or one trained
-    with LoRA adapters (`refuse_lora_on_experts`)."""
+    MIXTURE_OF_EXPERTS_MODEL_TYPES (a hub id is checked by the weight sync, when the actor is loaded), or one whose
+    experts `lora` would adapt (`refuse_lora_on_experts`)."""
     model_config = read_model_config(key, path)
     if model_config is None:
         return
     refuse_unchecked_experts(f"{key}='{path}'", model_config)
-    _refuse_lora(key, path, model_config, lora_rank)
+    if lora is not None:
+        _refuse_lora(key, path, model_config, lora)
 
 
-def refuse_lora_on_experts(key: str, path: str | None, lora_rank: int) -> None:
-    """Raise NotImplementedError where the local model at `path` is a mixture of experts and `lora_rank` > 0: peft
-    adapts the fused expert tensors (3-D, one slice per expert), which neither the merge (weight sync, export,
-    model_merger) nor the adapter sync handles (`apply_lora` refuses them too, for a hub id)."""
-    model_config = read_model_config(key, path) if lora_rank > 0 else None
+def refuse_lora_on_experts(key: str, path: str | None, lora: LoraConfig) -> None:
+    """Raise NotImplementedError where the local model at `path` is a mixture of experts and `lora` targets every
+    linear layer: peft then adapts the fused expert tensors (3-D, one slice per expert), which neither the merge
+    (weight sync, export, model_merger) nor the adapter sync handles (`apply_lora` refuses them too, for a hub id).
+    Adapters on named layers outside the experts (attention) are merged as in a dense model."""
+    model_config = read_model_config(key, path) if lora.rank > 0 else None
     if model_config is not None:
-        _refuse_lora(key, path, model_config, lora_rank)
+        _refuse_lora(key, path, model_config, lora)
 
 
-def _refuse_lora(key: str, path: str | None, model_config: dict[str, Any], lora_rank: int) -> None:
+def _refuse_lora(key: str, path: str | None, model_config: dict[str, Any], lora: LoraConfig) -> None:
     experts = expert_count(model_config)
-    if experts is not None and lora_rank > 0:
+    if experts is not None and lora.rank > 0 and lora.target_modules == "all-linear":
         raise NotImplementedError(
             f"{key}='{path}' is a mixture-of-experts model ({model_config.get('model_type')!r}, {experts[0]}="
-            f"{experts[1]}) and the run has LoRA adapters (lora.rank={lora_rank}): {FUSED_EXPERTS_LORA}"
+            f"{experts[1]}) and the run gives every linear layer LoRA adapters (lora.rank={lora.rank}, "
+            f"target_modules=all-linear): {FUSED_EXPERTS_LORA}"
         )
 
 
 FUSED_EXPERTS_LORA = (
     "peft adapts its fused expert tensors, which the merge into the engine's and the exported weights does not "
-    "handle. Train all weights (lora.rank=0)."
+    "handle. Name the layers outside the experts in lora.target_modules (the attention's: q_proj,k_proj,v_proj,o_proj), "
+    "or train all weights (lora.rank=0)."
 )
 
 

@@ -183,12 +183,17 @@ def save_adapter_config(model: nn.Module, directory: str) -> None:
         json.dump(adapter_config_dict(model), f, indent=2, sort_keys=True, default=str)
 
 
-def read_adapter_config(directory: str) -> dict[str, Any] | None:
-    path = os.path.join(directory, ADAPTER_CONFIG_FILE)
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+def read_adapter_config(actor_dir: str) -> dict[str, Any] | None:
+    """The adapter config of a LoRA checkpoint's actor folder (None for a full model's): in the folder itself, or in
+    its huggingface/ in checkpoints written before it moved out (a merged export there would load as an adapter)."""
+    for path in (
+        os.path.join(actor_dir, ADAPTER_CONFIG_FILE),
+        os.path.join(actor_dir, "huggingface", ADAPTER_CONFIG_FILE),
+    ):
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as f:
+                return json.load(f)
+    return None
 
 
 def lora_scaling(adapter_config: dict[str, Any]) -> float:

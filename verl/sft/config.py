@@ -119,7 +119,7 @@ class SFTWorkerConfig:
         if not self.model.model_path:
             raise ConfigError(f"{prefix}model.model_path is empty; give a local model directory or a hub id.")
         self.model.check_files(f"{prefix}model.")
-        refuse_lora_on_experts(f"{prefix}model.model_path", self.model.model_path, self.model.lora.rank)
+        refuse_lora_on_experts(f"{prefix}model.model_path", self.model.model_path, self.model.lora)
 
 
 @dataclass

@@ -233,9 +233,10 @@ def check_matches_run(path: str, model_path: str | None, lora: bool, model_key: 
     config.json, local or in the Hub cache, against the copy the checkpoint keeps; unchecked where either is
     missing). `model_key` is the config section naming the model (the RL actor's, or SFT's worker.model)."""
     from verl.models.config import find_model_config, read_model_config
+    from verl.models.lora import read_adapter_config
 
     weights = os.path.join(path, "actor", "huggingface")
-    adapters = os.path.isfile(os.path.join(weights, "adapter_config.json"))
+    adapters = read_adapter_config(os.path.join(path, "actor")) is not None
     if adapters != lora:
         held = "LoRA adapters only" if adapters else "a full model (no LoRA adapters)"
         run = "trains LoRA adapters" if lora else "trains all weights"

@@ -27,6 +27,7 @@ from verl.models.config import (
     SEQUENCE_PARALLEL_REFUSAL,
     SLIDING_WINDOW_SEQUENCE_PARALLEL_REFUSAL,
     check_attention_available,
+    expert_count,
     read_model_config,
     recurrent_layer_types,
 )
@@ -782,6 +783,14 @@ def _check_lora_sync(config: PPOConfig) -> None:
             "worker.rollout.lora_sync=adapters does not carry vision-tower adapters "
             "(worker.actor.model.lora.vision_tower=true): it sends the language model's adapters only. Use "
             "worker.rollout.lora_sync=merged."
+        )
+    key, path = "worker.actor.model.model_path", config.worker.actor.model.model_path
+    experts = expert_count(read_model_config(key, path) or {})
+    if experts is not None:
+        raise NotImplementedError(
+            f"worker.rollout.lora_sync=adapters with {key}='{path}', a mixture of experts ({experts[0]}={experts[1]}): "
+            "vLLM serves adapters on such a model through its Triton fused-experts LoRA kernels, which the CPU build "
+            "lacks and which have not been checked on a GPU. Use worker.rollout.lora_sync=merged."
         )
 
 

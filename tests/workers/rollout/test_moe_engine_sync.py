@@ -78,6 +78,30 @@ def test_the_engine_follows_the_moe_actor_across_syncs(rollout, model_dir) -> No
     assert second["rollout/weight_sync_routing_mismatch"] == 0.0, second
 
 
+def test_lora_on_the_attention_of_a_moe_actor_syncs_merged(rollout, model_dir) -> None:
+    """LoRA adapters outside the experts (the attention's projections; peft would adapt the fused experts under
+    `all-linear`, which is refused): the engine gets them merged, as for a dense model."""
+    from verl.models.config import LoraConfig
+    from verl.models.loading import is_vision_language
+    from verl.models.lora import apply_lora
+    from verl.workers.weight_sync.colocated import FSDPVLLMShardingManager, probe
+
+    actor = _actor(model_dir)
+    lora = LoraConfig(rank=4, target_modules="q_proj,k_proj,v_proj,o_proj")
+    assert apply_lora(actor, lora, is_vision_language(actor.config), base_model_path=None) > 0
+    with torch.no_grad(), torch.random.fork_rng():
+        torch.manual_seed(0)
+        for name, param in actor.named_parameters():
+            if ".lora_B." in name:  # zero at first: the adapters would change nothing
+                param.normal_(0.0, 0.2)  # larger: logits so large that GLM's fp32 gap nears the tolerance
+    assert probe(actor, rollout, routing=False)[0] > 0.5  # the engine still holds the base model (1.1-1.5)
+    manager = FSDPVLLMShardingManager(actor, rollout, verify=True)
+    synced = manager.prepare()
+    manager.release()
+    assert synced["rollout/weight_sync_max_gap"] <= TOLERANCE, synced
+    assert synced["rollout/weight_sync_routing_mismatch"] == 0.0, synced
+
+
 def test_vllm_still_leaves_the_cpu_experts_unpacked_after_a_plain_reload(rollout, model_dir) -> None:
     """vLLM's own `reload_weights`, without the workaround: the engine's experts hold the weights in the wrong layout.
     When this fails, vLLM re-runs the experts' processing on a weight update: remove

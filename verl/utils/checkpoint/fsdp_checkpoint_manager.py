@@ -187,7 +187,7 @@ class FSDPCheckpointManager:
             state = self._state_to_save(extra_state, save_model_only)
             error = _attempt(True, lambda: _dcp(dcp.save, state, staging), parent)
         if not _any_failed(error):
-            error = _attempt(_rank() == 0, lambda: self._save_hf_files(os.path.join(staging, HF_SUBDIR)), parent)
+            error = _attempt(_rank() == 0, lambda: self._save_hf_files(staging), parent)
         if _any_failed(error):
             if _rank() == 0:
                 shutil.rmtree(staging, ignore_errors=True)  # free the space a partial write took
@@ -219,7 +219,10 @@ class FSDPCheckpointManager:
             state[_rng_key(_rank())] = _PickledState(device.get_rng_state())
         return state
 
-    def _save_hf_files(self, hf_dir: str) -> None:
+    def _save_hf_files(self, path: str) -> None:
+        """The model's config, generation config and tokenizer/processor in `path`/huggingface (the export's side
+        files); a LoRA run's adapter config in `path` itself, so that a merged export there loads as a plain model."""
+        hf_dir = os.path.join(path, HF_SUBDIR)
         os.makedirs(hf_dir, exist_ok=True)
         self.model.config.save_pretrained(hf_dir)
         generation_config = getattr(self.model, "generation_config", None)
@@ -231,7 +234,7 @@ class FSDPCheckpointManager:
         if self.adapter_only:
             from verl.models.lora import save_adapter_config
 
-            save_adapter_config(self.model, hf_dir)
+            save_adapter_config(self.model, path)
 
     def load(self, path: str, model_only: bool = False) -> dict[str, Any]:
         """Restore the state at `path` and return its extra_state ({} if none); `model_only` reads only the weights
@@ -250,7 +253,9 @@ class FSDPCheckpointManager:
                 f"Checkpoint {path!r} has no optimizer state (it was saved with save_model_only); load it with "
                 "model_only=True to take only the weights."
             )
-        saved_adapter_only = os.path.isfile(os.path.join(path, HF_SUBDIR, "adapter_config.json"))
+        from verl.models.lora import read_adapter_config
+
+        saved_adapter_only = read_adapter_config(path) is not None
         if saved_adapter_only != self.adapter_only:
             raise ValueError(
                 f"Checkpoint {path!r} holds "

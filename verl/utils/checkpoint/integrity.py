@@ -37,10 +37,20 @@ def _crc32(path: str) -> int:
     return crc
 
 
-def write_record(step_path: str) -> None:
-    """Record every file of the finished step `step_path` (written through a temporary name, flushed to disk)."""
+def write_record(step_path: str, under: str = "") -> None:
+    """Record every file of the finished step `step_path` (written through a temporary name, flushed to disk). With
+    `under` (e.g. "actor/huggingface", where model_merger exports by default), only the files below it are recorded
+    anew and the rest of the existing record is kept (nothing is written for a step without one)."""
+    prefix = under.rstrip("/") + os.sep if under else ""
     files = {}
+    if prefix:
+        if not os.path.isfile(os.path.join(step_path, INTEGRITY_FILE)):
+            return
+        with open(os.path.join(step_path, INTEGRITY_FILE), encoding="utf-8") as f:
+            files = {name: entry for name, entry in json.load(f)["files"].items() if not name.startswith(prefix)}
     for relative in _files(step_path):
+        if not relative.startswith(prefix):
+            continue
         path = os.path.join(step_path, relative)
         size = os.path.getsize(path)
         files[relative] = {"size": size, **({"crc32": _crc32(path)} if size <= CHECKSUM_MAX_BYTES else {})}

@@ -159,4 +159,4 @@ rank and splits it before its language model."""
         if not self.model.model_path:
             raise ConfigError(f"{prefix}model.model_path is empty; give a local model directory or a hub id.")
         self.model.check_files(f"{prefix}model.")
-        refuse_mixture_of_experts(f"{prefix}model.model_path", self.model.model_path, self.model.lora.rank)
+        refuse_mixture_of_experts(f"{prefix}model.model_path", self.model.model_path, self.model.lora)
