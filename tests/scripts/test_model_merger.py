@@ -209,6 +209,21 @@ def test_a_truncated_shard_is_named_by_the_merger(checkpoint, tmp_path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+def test_an_export_into_the_checkpoint_keeps_its_step_intact(checkpoint, tmp_path) -> None:
+    """The default target is the step's own actor/huggingface/, whose config files the export rewrites (the
+    weights' dtype): the step's integrity record follows, so the step still resumes and merges again."""
+    from verl.utils.checkpoint.integrity import damage, write_record
+
+    actor, _ = checkpoint
+    step = tmp_path / "global_step_1"
+    shutil.copytree(os.path.dirname(actor), step)
+    write_record(str(step))  # as the trainer's save does
+    for _ in range(2):
+        assert run_merger("--local_dir", str(step / "actor")).returncode == 0
+        assert damage(str(step)) is None
+    assert (step / "actor" / "huggingface" / "model.safetensors").is_file()
+
+
 def test_a_merged_model_vllm_cannot_load_as_written_gets_a_note_naming_the_keys(tmp_path) -> None:
     """LLaVA-OneVision as transformers 5 saves it (what the merger writes): the note names the tower's keys and the
     call that lets vLLM load them; a model vLLM loads as written gets none."""
