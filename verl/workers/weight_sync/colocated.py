@@ -268,7 +268,10 @@ class FSDPVLLMShardingManager:
     def check_weights(self) -> dict[str, float]:
         """Compare engine and actor log-probs on a fixed probe; raise RuntimeError when they disagree."""
         mean_gap, max_gap, mismatch = probe(self.module, self.rollout, routing=self.mixture_of_experts)
-        tolerance = 1e-3 if self.rollout.torch_dtype == torch.float32 else 0.1  # 16-bit engines drift further
+        # 16-bit engines drift further, a mixture of experts most (rounding flips some tokens' experts): a correct sync
+        # of the tiny Qwen3.5-MoE into its bf16 CPU engine measured 0.045-0.131 over 6 steps (0.03 dense); an engine
+        # that missed the sync is off by nats
+        tolerance = 1e-3 if self.rollout.torch_dtype == torch.float32 else 0.25
         if not mean_gap <= tolerance:
             raise RuntimeError(
                 f"Weight sync check failed: the engine's probe log-probs differ from the actor's by {mean_gap:.3g} on "
