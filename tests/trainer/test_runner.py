@@ -17,6 +17,9 @@ from verl.trainer.config import PPOConfig
 from verl.utils import quiet, worker_setup
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 def test_the_runner_gives_every_worker_the_setup_hook_and_environment(monkeypatch):
     calls = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
@@ -160,3 +163,42 @@ def test_a_nearly_full_disk_under_ray_s_temp_folder_is_warned_about(small_disk, 
         f.write(b"x" * (3900 * 1024))
     warning = ray_setup.ray_temp_disk_warning()
     assert warning.startswith(f"The disk of Ray's temp folder {disk.path} is 9") and "RAY_TMPDIR" in warning, warning
+
+
+def test_verls_agent_loop_fields_without_an_environment_are_named_at_the_start(tmp_path, caplog):
+    """verl's multi-turn datasets name an agent loop and its tools' arguments per row; here episodes come from
+    worker.rollout.env, so a run without one says the fields go unused instead of training single-turn silently."""
+    import json
+
+    from verl.models.tiny_models import get_or_build_tiny_model
+
+    row = {
+        "prompt": [{"role": "user", "content": "What is 2 + 3?"}],
+        "reward_model": {"ground_truth": "5"},
+        "agent_name": "tool_agent",
+        "extra_info": {"index": 0, "tools_kwargs": {"calc": {"create_kwargs": {"ground_truth": "5"}}}},
+    }
+    (tmp_path / "train.jsonl").write_text(json.dumps(row) + "\n")
+    from verl.trainer.config import load_config
+
+    config = load_config(
+        [
+            f"data.train_files={tmp_path / 'train.jsonl'}",
+            "data.answer_key=reward_model.ground_truth",
+            "data.rollout_batch_size=1",
+            "worker.actor.global_batch_size=1",
+            "trainer.n_gpus_per_node=1",
+            "worker.rollout.n=2",
+            f"worker.actor.model.model_path={get_or_build_tiny_model('qwen2', str(tmp_path / 'models'))}",
+            f"worker.reward.reward_function={REPO}/examples/reward_function/math.py:compute_score",
+            f"trainer.save_checkpoint_path={tmp_path / 'run'}",
+        ]
+    )
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.runner"):
+        runner._prepare_inputs(config)
+    assert "data.train_files sets agent_name, extra_info.tools_kwargs, fields of verl's agent loop" in caplog.text
+    caplog.clear()
+    (tmp_path / "train.jsonl").write_text(json.dumps({**row, "agent_name": None, "extra_info": {"index": 0}}) + "\n")
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.runner"):
+        runner._prepare_inputs(config)
+    assert "agent loop" not in caplog.text

@@ -235,6 +235,15 @@ class RLHFDataset(Dataset):
                 "data; rename them in the dataset."
             )
 
+    def agent_loop_fields(self) -> list[str]:
+        """The fields of verl's agent loop the first row sets (`agent_name`, `extra_info.tools_kwargs`,
+        `extra_info.interaction_kwargs`): verl runs tools and interactions from them, this trainer from
+        worker.rollout.env, so without one they would go unused."""
+        row = self.source.row(0)
+        extra = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
+        fields = ["agent_name"] if row.get("agent_name") else []
+        return fields + [f"extra_info.{key}" for key in ("tools_kwargs", "interaction_kwargs") if extra.get(key)]
+
     def _scan(self, filter_overlong: bool, workers: int) -> tuple[list[int], list[int]]:
         """Validate and measure every row; return the kept row indices and their prompt lengths."""
         results = _scan_rows(self, range(len(self.source)), workers)

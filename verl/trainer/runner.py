@@ -196,6 +196,14 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
     train_dataloader, val_dataloader = create_dataloader(
         data, tokenizer, processor, limit_images=rollout.limit_images, tools=tools
     )
+    unused = [] if rollout.env else train_dataloader.dataset.agent_loop_fields()
+    if unused:
+        logger.warning(
+            "data.train_files sets %s, fields of verl's agent loop (its tools and interactions), which this trainer "
+            "does not read: episodes with tools come from worker.rollout.env (README, Multi-turn and tool-use "
+            "rollouts). Without one, each prompt gets one response; the fields reach the reward function.",
+            ", ".join(unused),
+        )
     return train_dataloader, val_dataloader, tokenizer, processor, path
 
 
