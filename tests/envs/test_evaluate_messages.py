@@ -8,6 +8,7 @@ import base64
 import io
 import json
 import os
+import sys
 import types
 
 import pytest
@@ -115,7 +116,9 @@ def run_evaluate(monkeypatch, tmp_path, capsys, script, rows, *options):
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
     assert evaluate.main(["--data", str(data), "--base-url", "http://unused/v1", *options]) == 0
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    captured = capsys.readouterr()
+    sys.stderr.write(captured.err)  # left for the test to read
+    lines = [json.loads(line) for line in captured.out.splitlines()]
     return lines[:-1], lines[-1], clients[0]
 
 
@@ -246,6 +249,7 @@ def test_prompts_are_formatted_and_rendered_as_training_renders_them(monkeypatch
             monkeypatch, tmp_path, capsys, script, rows, *options, *extra, "--output", str(output)
         )
         assert client.requests[0][0] == [{"role": "user", "content": formatted}]
+        assert ("reward function gets the row's prompt text" in capsys.readouterr().err) != rendered
         (record,) = [json.loads(line) for line in output.read_text().splitlines()]
         scores[rendered] = record["scores"]
         if rendered:  # the template's rendering: the tools, the formatted text, the opened reasoning block

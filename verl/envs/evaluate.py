@@ -505,6 +505,14 @@ def main(argv: list[str] | None = None) -> int:
         if scorer is not None:
             scorer.close()
         raise SystemExit(f"evaluate: {error}") from None
+    if scorer is not None and render is None:
+        print(
+            f"evaluate: note: the reward function gets the row's prompt text, not the chat template's rendering of "
+            f"it as in training (no --tokenizer, and the served model {model!r} is no local folder with a chat "
+            "template here); a reward that reads it (a reasoning block the generation prompt opens) may score "
+            "otherwise. Pass --tokenizer with the model's folder.",
+            file=sys.stderr,
+        )
     tools = None if isinstance(env, ChatClientEnv) else getattr(env, "tool_schemas", lambda: None)()
     if isinstance(env, ChatClientEnv):
         client = functools.partial(openai.AsyncOpenAI, base_url=args.base_url, api_key="unused")
