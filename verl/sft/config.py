@@ -48,9 +48,9 @@ class SFTDataConfig:
     """Column with the row's images (paths, base64 data URLs, bytes or PIL images); a <image> marker in a message
     places one."""
     tools_key: str = "tools"
-    """Column with the tools' JSON schemas (a list), which the chat template describes in the conversation, as it
-    does in the prompts of an RL run with a ToolEnv (`ToolEnv.tool_schemas()`); a missing or empty column: none.
-    Messages may have the role "tool" (a tool's result)."""
+    """Column with the tools' JSON schemas (a list, or a JSON string of one), which the chat template describes in the
+    conversation, as it does in the prompts of an RL run (data.tools_key there; a ToolEnv's `tool_schemas()`); a
+    missing or empty column: none. Messages may have the role "tool" (a tool's result)."""
     image_dir: str | None = None
     """Directory that relative image paths are resolved against."""
     min_pixels: int | None = 3136
