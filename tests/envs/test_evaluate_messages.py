@@ -94,12 +94,14 @@ class ScriptedClient:
         prompt = messages[0]["content"]
         if isinstance(prompt, list):  # a VL prompt: text and image_url parts
             prompt = "".join(part.get("text", "") for part in prompt)
-        text, calls, finish = self.script[prompt][turn], None, "stop"
+        text, calls, finish, reasoning = self.script[prompt][turn], None, "stop", None
+        if isinstance(text, dict):  # an endpoint with a reasoning parser: the block taken out of the text
+            text, reasoning = text["content"], text["reasoning"]
         if isinstance(text, tuple):  # (name, arguments): a call the endpoint's tool parser took out of the text
             function = types.SimpleNamespace(name=text[0], arguments=json.dumps(text[1]))
             calls = [types.SimpleNamespace(id="call_0", type="function", function=function)]
             text, finish = None, "tool_calls"
-        message = types.SimpleNamespace(role="assistant", content=text, tool_calls=calls)
+        message = types.SimpleNamespace(role="assistant", content=text, tool_calls=calls, reasoning=reasoning)
         usage = types.SimpleNamespace(completion_tokens=len((text or "x").split()), prompt_tokens=1)
         return types.SimpleNamespace(
             choices=[types.SimpleNamespace(message=message, finish_reason=finish)], usage=usage
@@ -261,6 +263,17 @@ def test_prompts_are_formatted_and_rendered_as_training_renders_them(monkeypatch
             assert record["prompt"] == formatted
     assert scores[True]["format"] == 1.0 and scores[False]["format"] == 0.0
     assert scores[True]["accuracy"] == scores[False]["accuracy"] == 1.0
+    # an endpoint whose reasoning parser took the block out of the text (vLLM's --reasoning-parser): put back, with
+    # its opening where the generation prompt did not write it, so the format scores as in training either way
+    script = {formatted: [{"reasoning": "I multiply.", "content": "It is \\boxed{42}."}]}
+    for rendered in (False, True):
+        output = tmp_path / f"separated{rendered}.jsonl"
+        extra = ("--tokenizer", str(tmp_path / "tokenizer")) if rendered else ()
+        run_evaluate(monkeypatch, tmp_path, capsys, script, rows, *options, *extra, "--output", str(output))
+        (record,) = [json.loads(line) for line in output.read_text().splitlines()]
+        assert record["scores"]["format"] == record["scores"]["accuracy"] == 1.0, rendered
+        opening = "" if rendered else "<think>"
+        assert f"{opening}I multiply.</think>" in json.dumps(record["messages"][-1]), record["messages"][-1]
     with pytest.raises(SystemExit, match="row 0: --format-prompt failed on this row: 'level' is undefined"):
         run_evaluate(monkeypatch, tmp_path, capsys, script, [{"prompt": "6 x 7?", "answer": "42"}], *options)
 

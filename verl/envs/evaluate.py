@@ -29,6 +29,7 @@ from verl.data.sources import row_value, split_prompt_messages
 from verl.envs.base import Environment
 from verl.envs.client_env import ChatClientEnv, EpisodeOver, chat_client
 from verl.envs.loader import load_environment
+from verl.rewards.function import REASONING_OPENING, opens_reasoning
 
 
 IMAGE_MARKER = "<image>"
@@ -118,6 +119,11 @@ class EpisodeSetup:
     """The first request's messages as the model's chat template renders them (with --tokenizer): what a reward
     function gets as `prompt` in training (model_turn reads a reasoning block its generation prompt opens)."""
 
+    @property
+    def opened(self) -> bool:
+        """Whether the generation prompt opens the reasoning block (the model's turn then starts inside it)."""
+        return opens_reasoning(self.rendered or "")
+
 
 @dataclass
 class EpisodeResult:
@@ -152,13 +158,18 @@ def _images_of(messages: list[dict[str, Any]]) -> list[Any]:
     ]
 
 
-def reply_turn(reply: Any, counts: dict[str, Any]) -> tuple[str, list[dict[str, Any]], int]:
+def reply_turn(reply: Any, counts: dict[str, Any], opened: bool = False) -> tuple[str, list[dict[str, Any]], int]:
     """(the model's turn as text, its tool calls as {"name", "arguments"}, its completion tokens or 0) of a reply;
-    sets counts["truncated"]. Calls an endpoint parsed into `tool_calls` are written into the text as `<tool_call>`
-    blocks, so the environment reads the turn as in training."""
+    sets counts["truncated"]. What an endpoint took out of the text is put back, so that the environment and the
+    reward read the turn as in training: reasoning a reasoning parser separated (vLLM's `--reasoning-parser`:
+    `reasoning`, or the older `reasoning_content`) as a `<think>` block before the content (its opening left out
+    where the generation prompt `opened` it), calls parsed into `tool_calls` as `<tool_call>` blocks after it."""
     choice = reply.choices[0]
     counts["truncated"] = choice.finish_reason == "length"
     text, calls = choice.message.content or "", []
+    reasoning = getattr(choice.message, "reasoning", None) or getattr(choice.message, "reasoning_content", None)
+    if reasoning:
+        text = f"{'' if opened else REASONING_OPENING}{reasoning}</think>\n\n{text}"
     for call in _calls(choice.message):
         function = call.function
         arguments = function.arguments
@@ -222,7 +233,7 @@ def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeRe
     for turn in range(setup.max_turns):
         wire = to_openai_messages(messages, urls)
         reply = client.chat.completions.create(model=setup.model, messages=wire, **setup.sampling, **extra)
-        text, calls, used = reply_turn(reply, counts)
+        text, calls, used = reply_turn(reply, counts, setup.opened)
         tokens += used
         messages.append(sent_back(reply))
         transcript += transcript_messages([{"role": "assistant", "content": text, "tool_calls": calls}], 0)
@@ -268,7 +279,7 @@ def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any
             counts["turns"] += 1
             request = {**request, "messages": to_openai_messages(sent)}
             reply = await client.chat.completions.create(**{**request, **setup.sampling})
-            usage["text"], calls, used = reply_turn(reply, counts)
+            usage["text"], calls, used = reply_turn(reply, counts, setup.opened)
             usage["tokens"] += used
             turn = {"role": "assistant", "content": usage["text"], "tool_calls": calls}
             seen[:] = [*as_written(sent, written), turn]

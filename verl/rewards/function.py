@@ -74,10 +74,13 @@ def model_turn(reward_input: RewardInput) -> str:
     (DeepSeek-R1 distills, QwQ, Qwen3.5 with thinking on: the prompt ends inside a reasoning block, so the response
     tokens hold its text and `</think>` but not its opening), else `response` itself."""
     prompt, response = reward_input.get("prompt") or "", reward_input["response"]
+    return prompt[prompt.rfind(REASONING_OPENING) :] + response if opens_reasoning(prompt) else response
+
+
+def opens_reasoning(prompt: str) -> bool:
+    """Whether the rendered `prompt` ends inside a reasoning block its generation prompt opened."""
     start = prompt.rfind(REASONING_OPENING)
-    if start < 0 or prompt[start + len(REASONING_OPENING) :].strip():
-        return response
-    return prompt[start:] + response
+    return start >= 0 and not prompt[start + len(REASONING_OPENING) :].strip()
 
 
 class RewardFunctionLoadError(ValueError):
