@@ -452,6 +452,10 @@ def test_a_rows_tools_are_described_in_its_prompt_alike_from_memory_json_text_an
         "key 'tools': the tools are a string but not valid JSON": {"tools": "get_weather"},
         "key 'tools': tool 0 has no name": {"tools": [{"type": "function", "function": {"parameters": {}}}]},
         "key 'tools': expected a list of the tools' JSON schemas": {"tools": {"name": "get_weather"}},
+        "key 'tools': expected a list of the tools' JSON schemas (objects), or a JSON string of one, got ['search', "
+        "'calculator'] (data.tools_key; null leaves the column to the reward function)": {
+            "tools": ["search", "calculator"]
+        },
     }
     for problem, change in bad.items():
         with pytest.raises(DatasetRowError, match=f"in-memory rows, row 0, {re.escape(problem)}"):

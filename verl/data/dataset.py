@@ -418,8 +418,9 @@ class RLHFDataset(Dataset):
             content = [*earlier, {"role": "user", "content": content}]
         try:
             row_tools = tool_schemas(row.get(self.tools_key), self.reads_tools) if self.tools_key else None
-        except ValueError as error:
-            raise self._error(index, self.tools_key, str(error)) from None
+        except ValueError as error:  # a column of that name may hold something else: data.tools_key=null
+            problem = f"{error} (data.tools_key; null leaves the column to the reward function)"
+            raise self._error(index, self.tools_key, problem) from None
         if not self.renders_tool_calls and any(message.get("tool_calls") for message in earlier):
             raise self._error(
                 index,
