@@ -96,7 +96,7 @@ class ScriptedClient:
             prompt = "".join(part.get("text", "") for part in prompt)
         text, calls, finish, reasoning = self.script[prompt][turn], None, "stop", None
         if isinstance(text, dict):  # an endpoint with a reasoning parser: the block taken out of the text
-            text, reasoning = text["content"], text["reasoning"]
+            text, reasoning = text.get("call") or text["content"], text["reasoning"]
         if isinstance(text, tuple):  # (name, arguments): a call the endpoint's tool parser took out of the text
             function = types.SimpleNamespace(name=text[0], arguments=json.dumps(text[1]))
             calls = [types.SimpleNamespace(id="call_0", type="function", function=function)]
@@ -274,6 +274,11 @@ def test_prompts_are_formatted_and_rendered_as_training_renders_them(monkeypatch
         assert record["scores"]["format"] == record["scores"]["accuracy"] == 1.0, rendered
         opening = "" if rendered else "<think>"
         assert f"{opening}I multiply.</think>" in json.dumps(record["messages"][-1]), record["messages"][-1]
+    # the next request carries a turn's reasoning back, for templates that show it (Qwen3's, after the last query)
+    call = {"reasoning": "I call it.", "call": ("multiply", {"a": 6, "b": 7})}
+    script = {formatted: [call, {"reasoning": "Done.", "content": "It is \\boxed{42}."}]}
+    _, _, client = run_evaluate(monkeypatch, tmp_path, capsys, script, rows, *options)
+    assert client.requests[1][0][1]["reasoning"] == "I call it." and client.requests[1][0][1]["tool_calls"]
     with pytest.raises(SystemExit, match="row 0: --format-prompt failed on this row: 'level' is undefined"):
         run_evaluate(monkeypatch, tmp_path, capsys, script, [{"prompt": "6 x 7?", "answer": "42"}], *options)
 

@@ -167,7 +167,7 @@ def reply_turn(reply: Any, counts: dict[str, Any], opened: bool = False) -> tupl
     choice = reply.choices[0]
     counts["truncated"] = choice.finish_reason == "length"
     text, calls = choice.message.content or "", []
-    reasoning = getattr(choice.message, "reasoning", None) or getattr(choice.message, "reasoning_content", None)
+    reasoning = _reasoning(choice.message)
     if reasoning:
         text = f"{'' if opened else REASONING_OPENING}{reasoning}</think>\n\n{text}"
     for call in _calls(choice.message):
@@ -183,6 +183,12 @@ def reply_turn(reply: Any, counts: dict[str, Any], opened: bool = False) -> tupl
     return text, calls, int(getattr(getattr(reply, "usage", None), "completion_tokens", None) or 0)
 
 
+def _reasoning(message: Any) -> str | None:
+    """The reasoning an endpoint's reasoning parser took out of a reply message (`reasoning`, or the older
+    `reasoning_content`), or None."""
+    return getattr(message, "reasoning", None) or getattr(message, "reasoning_content", None)
+
+
 def _calls(message: Any) -> list[Any]:
     """A reply message's parsed tool calls (those with a function)."""
     return [call for call in getattr(message, "tool_calls", None) or [] if getattr(call, "function", None)]
@@ -190,9 +196,12 @@ def _calls(message: Any) -> list[Any]:
 
 def sent_back(reply: Any) -> dict[str, Any]:
     """The model's turn as the next request carries it: the endpoint's parsed calls stay `tool_calls` (with their
-    ids), so its chat template renders them in the model's own format, as it does in training."""
+    ids) and its separated reasoning `reasoning`, so its chat template renders them in the model's own format, as it
+    does in training (Qwen3's keeps the reasoning of the turns after the last user message)."""
     message = reply.choices[0].message
     turn: dict[str, Any] = {"role": "assistant", "content": message.content or ""}
+    if _reasoning(message):
+        turn["reasoning"] = _reasoning(message)
     calls = _calls(message)
     if calls:
         turn["tool_calls"] = [
