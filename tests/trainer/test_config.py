@@ -433,6 +433,10 @@ def test_an_unchecked_mixture_of_experts_actor_is_refused_before_ray(files):
     lora = [*base_args(files), "worker.actor.model.lora.rank=8"]
     with pytest.raises(NotImplementedError, match=r"'qwen3_moe', num_experts=128\) and the run gives every linear"):
         load_config(lora)
+    with pytest.raises(NotImplementedError, match="gives down_proj, gate_proj, up_proj LoRA adapters"):
+        load_config(
+            [*lora, "worker.actor.model.lora.target_modules=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"]
+        )
     attention = load_config([*lora, "worker.actor.model.lora.target_modules=q_proj,k_proj,v_proj,o_proj"])
     assert attention.worker.actor.model.lora.rank == 8  # adapters outside the experts: merged as for a dense model
     with pytest.raises(

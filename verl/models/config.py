@@ -334,13 +334,23 @@ def refuse_lora_on_experts(key: str, path: str | None, lora: LoraConfig) -> None
         _refuse_lora(key, path, model_config, lora)
 
 
+EXPERT_LORA_TARGETS = frozenset({"gate_proj", "up_proj", "down_proj", "gate_up_proj", "experts", "mlp"})
+"""lora.target_modules names that reach a mixture of experts' fused expert tensors (peft maps the projections' names
+onto them)."""
+
+
 def _refuse_lora(key: str, path: str | None, model_config: dict[str, Any], lora: LoraConfig) -> None:
     experts = expert_count(model_config)
-    if experts is not None and lora.rank > 0 and lora.target_modules == "all-linear":
+    if experts is None or lora.rank <= 0:
+        return
+    targets = {name.strip() for name in lora.target_modules.split(",")}
+    named = sorted(targets & EXPERT_LORA_TARGETS)
+    if lora.target_modules == "all-linear" or named:
+        adapted = "every linear layer" if lora.target_modules == "all-linear" else f"{', '.join(named)}"
         raise NotImplementedError(
             f"{key}='{path}' is a mixture-of-experts model ({model_config.get('model_type')!r}, {experts[0]}="
-            f"{experts[1]}) and the run gives every linear layer LoRA adapters (lora.rank={lora.rank}, "
-            f"target_modules=all-linear): {FUSED_EXPERTS_LORA}"
+            f"{experts[1]}) and the run gives {adapted} LoRA adapters (lora.rank={lora.rank}, "
+            f"target_modules={lora.target_modules}): {FUSED_EXPERTS_LORA}"
         )
 
 
