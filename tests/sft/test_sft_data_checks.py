@@ -147,9 +147,26 @@ def test_a_role_typo_shows_the_bad_value(tokenizer):
     converted = SFTDataset([sharegpt], tokenizer, None, data_config()).encode(0)
     expected = SFTDataset([plain], tokenizer, None, data_config()).encode(0)
     assert (converted["input_ids"], converted["loss_mask"]) == (expected["input_ids"], expected["loss_mask"])
-    call = {"messages": sharegpt["messages"][1:] + [{"from": "function_call", "value": "{}"}]}
-    with pytest.raises(SFTDataError, match=r"message 2 is ShareGPT's 'function_call' turn, which is not converted"):
-        SFTDataset([call], tokenizer, None, data_config())
+    # LLaMA-Factory's tool turns: a function_call's JSON becomes tool_calls (the template writes its call format), an
+    # observation a tool message; its tools column is JSON text
+    schema = {"name": "add", "description": "Add.", "parameters": {"type": "object", "properties": {}}}
+    factory = {"messages": sharegpt["messages"][1:2], "tools": json.dumps([schema])}
+    factory["messages"] += [
+        {"from": "function_call", "value": json.dumps({"name": "add", "arguments": {"a": 2, "b": 3}})},
+        {"from": "observation", "value": "5"},
+        {"from": "gpt", "value": "It is 5."},
+    ]
+    call = {"type": "function", "function": {"name": "add", "arguments": {"a": 2, "b": 3}}}
+    openai = {"messages": [plain["messages"][1], {"role": "assistant", "content": "", "tool_calls": [call]}]}
+    openai["messages"] += [{"role": "tool", "content": "5"}, {"role": "assistant", "content": "It is 5."}]
+    config = data_config(max_length=512)
+    converted = SFTDataset([factory], tokenizer, None, config).encode(0)
+    expected = SFTDataset([{**openai, "tools": [schema]}], tokenizer, None, config).encode(0)
+    assert (converted["input_ids"], converted["loss_mask"]) == (expected["input_ids"], expected["loss_mask"])
+    assert learned_spans(tokenizer, converted)[0].startswith('<tool_call>\n{"name": "add", "arguments": {"a": 2')
+    bad_call = {"messages": [*factory["messages"][:1], {"from": "function_call", "value": "add(2, 3)"}]}
+    with pytest.raises(SFTDataError, match=r"message 1 \(ShareGPT's 'function_call'\): the call is not JSON"):
+        SFTDataset([bad_call], tokenizer, None, data_config())
     sharegpt_roles = {"messages": [{"role": "user", "content": "Hi"}, {"role": "gpt", "content": "Hello"}]}
     with pytest.raises(
         SFTDataError, match=r"message 1 needs .*; its role is 'gpt' \(ShareGPT's name: write 'gpt' as 'assistant'\)"

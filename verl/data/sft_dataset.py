@@ -6,6 +6,7 @@ template whose prefix renderings are not prefixes of the whole is refused. Examp
 so its forward runs unchanged. Every row (messages, images, length) is checked before Ray starts, not hours in."""
 
 import functools
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +35,7 @@ from verl.protocol import DataProto
 logger = logging.getLogger(__name__)
 
 ROLES = ("system", "user", "assistant", "tool")
-SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "system": "system"}
+SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "system": "system", "observation": "tool"}
 """ShareGPT's `from` values (LLaMA-Factory's data) and the roles they become: a `{"from", "value"}` message is read as
 `{"role", "content"}`. Its function_call and observation turns are not converted: their text depends on the chat
 template's tool-call format."""
@@ -55,6 +56,21 @@ class Conversation:
     learned_from: int = 0
     """The first message whose assistant turns are learned: with prompt_key, the response's (a prompt given as
     messages may hold few-shot assistant turns, which are context, as in TRL's prompt-completion rows)."""
+
+
+def sharegpt_message(sender: str, value: Any) -> dict[str, Any]:
+    """A ShareGPT turn (LLaMA-Factory's layout) as a role/content message: `function_call`'s value, one call or a list
+    of calls as JSON ({"name", "arguments"}), becomes an assistant message with `tool_calls`, which the chat template
+    writes in the model's own call format; `observation` a tool message."""
+    if sender != "function_call":
+        return {"role": SHAREGPT_ROLES.get(sender, sender), "content": value}
+    try:
+        calls = json.loads(value) if isinstance(value, str) else value
+    except ValueError as error:
+        raise ValueError(f"the call is not JSON ({error})") from None
+    calls = calls if isinstance(calls, list) else [calls]
+    tool_calls = [{"type": "function", "function": call} for call in calls]
+    return {"role": "assistant", "content": "", "tool_calls": tool_calls}
 
 
 class SFTDataset(torch.utils.data.Dataset):
@@ -146,18 +162,12 @@ class SFTDataset(torch.utils.data.Dataset):
                     f"message {number} must be a dict with 'role' and 'content', got {type(message).__name__}",
                 )
             if "role" not in message and {"from", "value"} <= set(message):  # ShareGPT's layout
-                message = messages[position] = {
-                    "role": SHAREGPT_ROLES.get(message["from"], message["from"]),
-                    "content": message["value"],
-                }
-                if message["role"] not in ROLES:
+                try:
+                    message = messages[position] = sharegpt_message(message["from"], message["value"])
+                except ValueError as error:
                     raise self._error(
-                        index,
-                        at,
-                        f"message {number} is ShareGPT's {message['role']!r} turn, which is not converted (its text "
-                        "depends on the chat template's tool-call format); write it as an assistant message with the "
-                        "template's tool-call text, or a tool message",
-                    )
+                        index, at, f"message {number} (ShareGPT's {message['from']!r}): {error}"
+                    ) from None
             if isinstance(message.get("content"), (list, tuple)):  # typed parts: text with markers
                 try:
                     message = messages[position] = {**message, "content": marker_text(message["content"])}
