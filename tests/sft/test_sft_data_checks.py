@@ -385,3 +385,43 @@ def test_tool_conversations_from_parquet_train_as_in_memory_and_calls_a_template
         SFTDataError, match="row 1, key 'messages': the chat template cannot render the conversation: a"
     ):
         SFTDataset([_turns("Hi", "Hello"), rows[1]], tokenizer, None, config)
+
+
+def test_alpaca_rows_read_as_llama_factory_reads_them(tokenizer):
+    """data.prompt_key=instruction, response_key=output: LLaMA-Factory's alpaca layout, whose `input` (appended to the
+    instruction on a new line), `system` and `history` ([[query, answer], ...]) were dropped without a word before.
+    As there, the history's answers are learned too."""
+    alpaca = data_config(prompt_key="instruction", response_key="output")
+    rows = [
+        {"instruction": "Translate to French.", "input": "Hello", "output": "Bonjour", "system": "", "history": []},
+        {
+            "instruction": "And goodbye?",
+            "input": "",
+            "output": "Au revoir",
+            "system": "You translate.",
+            "history": [["Translate to French.\nHello", "Bonjour"]],
+        },
+    ]
+    first = [{"role": "user", "content": "Translate to French.\nHello"}, {"role": "assistant", "content": "Bonjour"}]
+    conversations = [
+        {"messages": first},
+        {
+            "messages": [
+                {"role": "system", "content": "You translate."},
+                *first,
+                {"role": "user", "content": "And goodbye?"},
+                {"role": "assistant", "content": "Au revoir"},
+            ]
+        },
+    ]
+    read, expected = (
+        SFTDataset(rows, tokenizer, None, alpaca),
+        SFTDataset(conversations, tokenizer, None, data_config()),
+    )
+    for index in range(2):
+        assert read.encode(index) == expected.encode(index)
+    assert learned_spans(tokenizer, read.encode(1)) == ["Bonjour<|im_end|>", "Au revoir<|im_end|>"]
+    with pytest.raises(
+        SFTDataError, match="row 0, key 'history': each of history's turns must be \\[query, answer\\]"
+    ):
+        SFTDataset([{**rows[1], "history": ["Hi"]}], tokenizer, None, alpaca)

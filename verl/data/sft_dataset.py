@@ -73,6 +73,24 @@ def sharegpt_message(sender: str, value: Any) -> dict[str, Any]:
     return {"role": "assistant", "content": "", "tool_calls": tool_calls}
 
 
+def alpaca_query(row: dict[str, Any], prompt: list[dict[str, Any]]) -> str:
+    """The user's text of an alpaca row (LLaMA-Factory's layout): the instruction, then its `input` on a new line."""
+    text, extra = prompt[-1]["content"], row.get("input")
+    return f"{text}\n{extra}" if isinstance(text, str) and isinstance(extra, str) and extra.strip() else text
+
+
+def alpaca_context(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The messages before an alpaca row's instruction: its `system` text, then its `history` ([[query, answer], ...],
+    earlier turns whose answers are learned too, as LLaMA-Factory learns them unless told to mask the history)."""
+    system, history = row.get("system"), row.get("history") or []
+    messages = [{"role": "system", "content": system}] if isinstance(system, str) and system.strip() else []
+    for turn in history:
+        if not (isinstance(turn, (list, tuple)) and len(turn) == 2 and all(isinstance(t, str) for t in turn)):
+            raise ValueError(f"each of history's turns must be [query, answer], got {turn!r:.100}")
+        messages += [{"role": "user", "content": turn[0]}, {"role": "assistant", "content": turn[1]}]
+    return messages
+
+
 class SFTDataset(torch.utils.data.Dataset):
     """Tokenized conversations with their assistant masks."""
 
@@ -144,6 +162,13 @@ class SFTDataset(torch.utils.data.Dataset):
                     )
                 parts.append(list(value))
             messages, learned_from = parts[0] + parts[1], len(parts[0])
+            if config.prompt_key == "instruction":  # LLaMA-Factory's alpaca layout: its other columns join in
+                try:
+                    context = alpaca_context(row)
+                except ValueError as error:
+                    raise self._error(index, "history", str(error)) from None
+                query = {**parts[0][-1], "content": alpaca_query(row, parts[0])}
+                messages, learned_from = [*context, *parts[0][:-1], query, *parts[1]], 0 if context else learned_from
             key = config.prompt_key
         else:
             key = config.messages_key

@@ -40,7 +40,8 @@ class SFTDataConfig:
     """Column with the conversation: a list of {"role": "system"|"user"|"assistant"|"tool", "content": str}."""
     prompt_key: str | None = None
     """Instead of messages_key: a column with the user's prompt (with response_key: a one-turn conversation), or with
-    the prompt's messages (TRL's conversational prompt-completion rows; assistant turns in them are not learned)."""
+    the prompt's messages (TRL's conversational prompt-completion rows; assistant turns in them are not learned).
+    `instruction` reads LLaMA-Factory's alpaca rows: their `input`, `system` and `history` columns join in."""
     response_key: str | None = None
     """With prompt_key: the column with the assistant's answer (a string, or its messages: TRL's `completion`), the
     only part learned."""
