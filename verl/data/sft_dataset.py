@@ -37,8 +37,7 @@ logger = logging.getLogger(__name__)
 ROLES = ("system", "user", "assistant", "tool")
 SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "system": "system", "observation": "tool"}
 """ShareGPT's `from` values (LLaMA-Factory's data) and the roles they become: a `{"from", "value"}` message is read as
-`{"role", "content"}`. Its function_call and observation turns are not converted: their text depends on the chat
-template's tool-call format."""
+`{"role", "content"}`; a function_call turn as an assistant message with `tool_calls` (`sharegpt_message`)."""
 IMAGE_MARKER = "<image>"
 _EMPTY_ANSWER = "it would train the model to answer with nothing; write the answer or drop the turn"
 
