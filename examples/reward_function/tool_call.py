@@ -50,6 +50,12 @@ def _format(tokenizer: str | None) -> ToolCallFormat:
     return tool_call_format(AutoTokenizer.from_pretrained(tokenizer), None)
 
 
+@functools.lru_cache(maxsize=1024)
+def _reader(tokenizer: str | None, tools: str) -> ToolCallFormat:
+    """`_format` for a row's tools (JSON text): a vLLM parser is built once per tool set, not once per response."""
+    return _format(tokenizer).for_tools(json.loads(tools))
+
+
 def compute_score(
     reward_input: dict[str, Any], format_weight: float = 0.1, tools_key: str = "tools", tokenizer: str | None = None
 ) -> dict[str, float]:
@@ -59,7 +65,7 @@ def compute_score(
     if isinstance(expected, str):
         expected = json.loads(expected)
     tools = tool_schemas(reward_input["extra_info"].get(tools_key)) or []
-    _, calls = _format(tokenizer).for_tools(tools).read(model_turn(reward_input))
+    _, calls = _reader(tokenizer, json.dumps(tools, sort_keys=True)).read(model_turn(reward_input))
     made = [call for call in calls if isinstance(call, dict)]
     names = {tool.get("function", tool)["name"] for tool in tools}
     fmt = float(len(made) == len(calls) and bool(made) == bool(expected) and all(c["name"] in names for c in made))

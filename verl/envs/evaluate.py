@@ -200,8 +200,9 @@ def sent_back(reply: Any) -> dict[str, Any]:
     does in training (Qwen3's keeps the reasoning of the turns after the last user message)."""
     message = reply.choices[0].message
     turn: dict[str, Any] = {"role": "assistant", "content": message.content or ""}
-    if _reasoning(message):
-        turn["reasoning"] = _reasoning(message)
+    reasoning = _reasoning(message)
+    if reasoning:
+        turn["reasoning"] = reasoning
     calls = _calls(message)
     if calls:
         turn["tool_calls"] = [
