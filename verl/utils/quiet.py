@@ -19,12 +19,10 @@ VERBOSE_ENV = "VERL_VERBOSE"
 
 
 class KnownMessage(NamedTuple):
-    """A third-party log message silenced by `logger` name and the start of its unformatted text (record.msg); with
-    `args`, only where the message is formatted with exactly these (e.g. one class name among a message's many)."""
+    """A third-party log message silenced by `logger` name and the start of its unformatted text (record.msg)."""
 
     logger: str
     prefix: str
-    args: tuple | None = None
 
 
 NO_TRITON: tuple[KnownMessage, ...] = (
@@ -70,14 +68,6 @@ WORKER_MESSAGES: tuple[KnownMessage, ...] = (
         "vllm.v1.worker.cpu_worker",
         "CPU backend doesn't allow to use `torch.set_num_threads` after the thread binding",
     ),
-    # at every weight reload of Gemma 4, GLM-4.xV and LLaVA-OneVision: these modules' own tensors are buffers vLLM
-    # computes from the config (Gemma 4's normalizer and per-layer scales, the vision towers' position ids), never in
-    # a checkpoint, so vLLM keeps them; the weight check's gap (text and image probes) stays ~1e-6. The message for
-    # any other module (a weight that did not reach it) still shows.
-    *(
-        KnownMessage("vllm.model_executor.model_loader.reload.layerwise", "%s: Failed to load weights", (module,))
-        for module in ("Gemma4Model", "Gemma4SelfDecoderLayers", "Glm4vVisionEmbeddings", "SiglipVisionEmbeddings")
-    ),
 )
 
 
@@ -87,29 +77,25 @@ def verbose() -> bool:
 
 
 class KnownMessageFilter(logging.Filter):
-    """Drops the records of one logger whose unformatted message starts with one of `prefixes`, each a (prefix, args)
-    pair: args None for any arguments."""
+    """Drops the records of one logger whose unformatted message starts with one of `prefixes`."""
 
-    def __init__(self, prefixes: Iterable[tuple[str, tuple | None]]) -> None:
+    def __init__(self, prefixes: Iterable[str]) -> None:
         super().__init__()
         self.prefixes = tuple(prefixes)
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not isinstance(record.msg, str):
             return True
-        return not any(
-            record.msg.startswith(prefix) and (args is None or tuple(record.args or ()) == args)
-            for prefix, args in self.prefixes
-        )
+        return not record.msg.startswith(self.prefixes)
 
 
 def silence(messages: Iterable[KnownMessage]) -> None:
     """Install one KnownMessageFilter per logger named in `messages` (idempotent); nothing under VERL_VERBOSE."""
     if verbose():
         return
-    prefixes: dict[str, list[tuple[str, tuple | None]]] = {}
+    prefixes: dict[str, list[str]] = {}
     for message in messages:
-        prefixes.setdefault(message.logger, []).append((message.prefix, message.args))
+        prefixes.setdefault(message.logger, []).append(message.prefix)
     for name, wanted in prefixes.items():
         target = logging.getLogger(name)
         installed = next((f for f in target.filters if isinstance(f, KnownMessageFilter)), None)

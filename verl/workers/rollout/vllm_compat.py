@@ -159,23 +159,38 @@ def missing_config_overrides(model_config: dict[str, Any] | None) -> dict[str, A
     return {"text_config": missing} if missing else {}
 
 
-class _RotaryReloadFilter(logging.Filter):
-    """Drops vLLM 0.32's "RotaryEmbedding: Failed to load weights" warning of every in-place reload: rotary layers have
-    no checkpoint weights (their cache is computed). Warnings about other layers still show."""
+RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
+
+
+class _ParameterlessLayerFilter(logging.Filter):
+    """Drops vLLM 0.32's "<layer>: Failed to load weights" warning of an in-place reload for `layers`, the classes of
+    modules without parameters of their own: their tensors are buffers vLLM computes from the config (rotary caches,
+    Gemma's embedding normalizers, vision towers' position ids), which no weight stream carries, so every reload
+    "fails" them and keeps them. The warning for a layer with parameters (a weight that did not reach it) still
+    shows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers: set[str] = set()
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.msg != "%s: Failed to load weights" or not record.args:
             return True
-        return not str(record.args[0]).endswith("RotaryEmbedding")
+        return str(record.args[0]) not in self.layers
 
 
-def silence_rotary_reload_warning() -> None:
-    """Install `_RotaryReloadFilter` on vLLM's layer-wise reload logger (idempotent); not under VERL_VERBOSE=1."""
+def quiet_parameterless_layers(model: torch.nn.Module) -> None:
+    """Install `_ParameterlessLayerFilter` for `model`'s parameterless layer classes on this process's vLLM reload
+    logger (once; later models' classes are added); not under VERL_VERBOSE=1. Run in each engine process
+    (`llm.apply_model`)."""
     if quiet.verbose():
         return
-    reload_logger = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
-    if not any(isinstance(f, _RotaryReloadFilter) for f in reload_logger.filters):
-        reload_logger.addFilter(_RotaryReloadFilter())
+    reload_logger = logging.getLogger(RELOAD_LOGGER)
+    found = [f for f in reload_logger.filters if isinstance(f, _ParameterlessLayerFilter)]
+    layer_filter = found[0] if found else _ParameterlessLayerFilter()
+    if not found:
+        reload_logger.addFilter(layer_filter)
+    layer_filter.layers |= {type(m).__name__ for m in model.modules() if next(m.parameters(False), None) is None}
 
 
 def load_weights(llm: Any, weights: Iterable[tuple[str, torch.Tensor]], in_place_reload: bool) -> None:
@@ -183,7 +198,7 @@ def load_weights(llm: Any, weights: Iterable[tuple[str, torch.Tensor]], in_place
     time). `in_place_reload` (required on CPU) uses the worker's `reload_weights`, re-running vLLM's post-load
     processing (see `forget_moe_kernels`); else the model's own `load_weights` (GPU, after wake-up)."""
     if in_place_reload:
-        silence_rotary_reload_warning()
+        llm.apply_model(quiet_parameterless_layers)
         (kernels,) = llm.apply_model(forget_moe_kernels)
         try:
             llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
