@@ -26,6 +26,7 @@ from verl.models.tiny_models import (
     INTERNVL_TILE,
     SPEC_FILE,
     SPECIAL_TOKENS,
+    VL_KINDS,
     TinyModelSpec,
     build_tiny_model,
     build_tokenizer,
@@ -257,6 +258,28 @@ def test_llama_kind_has_llama_3s_tokens_rope_and_untied_head(tiny_cache):
     assert tokenizer.convert_ids_to_tokens(stops) == ["<|eot_id|>", "<|end_of_text|>"]
 
 
+def test_gemma3_text_kind_renders_as_gemma_3_and_stops_at_the_end_of_the_model_turn(tiny_cache):
+    """As Gemma 3 1B-it: sliding-window layers between full-attention ones, <pad> 0 / <eos> 1 / <bos> 2, a system
+    message opening the first user turn, turns that must alternate, and generation that stops at <end_of_turn>, which
+    only the generation config names (the tokenizer's eos is <eos>)."""
+    from verl.data.tokenizer import eos_token_ids
+
+    model_dir = get_or_build_tiny_model("gemma3_text", tiny_cache)
+    with open(os.path.join(model_dir, "config.json")) as f:
+        config = json.load(f)
+    assert config["architectures"] == ["Gemma3ForCausalLM"] and config["model_type"] == "gemma3_text"
+    assert set(config["layer_types"]) == {"sliding_attention", "full_attention"}
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    assert (tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.bos_token_id) == (0, 1, 2)
+    messages = [{"role": "system", "content": "Be brief. "}, {"role": "user", "content": " Hi? "}]
+    prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert prompt == "<bos><start_of_turn>user\nBe brief.\n\nHi?<end_of_turn>\n<start_of_turn>model\n"
+    with pytest.raises(Exception, match="alternate"):
+        tokenizer.apply_chat_template([{"role": "assistant", "content": "Hi"}], tokenize=False)
+    stops = eos_token_ids(tokenizer, model_dir)
+    assert tokenizer.convert_ids_to_tokens(sorted(stops)) == ["<eos>", "<end_of_turn>"]
+
+
 def test_qwen3_kind_is_dense_with_query_and_key_norms(tiny_cache):
     """As Qwen3-4B/8B: no experts, no qkv bias, an RMS norm on each head's queries and keys."""
     from safetensors import safe_open
@@ -427,7 +450,7 @@ def engine(request, tiny_cache):
     """One engine per kind, alive only while that kind's tests run (pytest groups the tests by parameter)."""
     kind = request.param
     model_dir = get_or_build_tiny_model(kind, tiny_cache)
-    handle = SimpleNamespace(model_dir=model_dir, llm=_tiny_engine(model_dir, is_vl=kind not in ("qwen2", "llama")))
+    handle = SimpleNamespace(model_dir=model_dir, llm=_tiny_engine(model_dir, is_vl=kind in VL_KINDS))
     yield handle
     handle.llm = None  # pytest keeps the yielded object until later; drop the engine itself now
     gc.collect()
@@ -441,7 +464,7 @@ def _greedy(max_tokens: int):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["qwen2", "llama"], indirect=True)
+@pytest.mark.parametrize("engine", ["qwen2", "llama", "gemma3_text"], indirect=True)
 def test_vllm_greedy_equals_hf_generate_on_the_text_model(engine):
     model_dir, llm = engine.model_dir, engine.llm
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -510,6 +510,38 @@ def test_ppo_with_critic_gae(workspace):
     )
 
 
+def test_grpo_gemma3_text_run_and_export(workspace):
+    """On a Gemma 3 1B-style model (sliding-window layers narrower than a prompt and its response, embeddings scaled by
+    a buffer vLLM computes), every weight sync is checked, and the checkpoint merges to a Gemma3ForCausalLM."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    gemma = get_or_build_tiny_model("gemma3_text", str(workspace["root"] / "models"))
+    config = load_config(
+        text_args(
+            workspace,
+            "gemma3",
+            f"worker.actor.model.model_path={gemma}",
+            "worker.rollout.verify_weight_sync=true",
+            "data.max_response_length=24",
+            "worker.actor.optim.lr=1e-2",
+            "trainer.val_before_train=false",
+            "trainer.val_freq=-1",
+        )
+    )
+    run_ppo(config)
+    steps = [row for row in read_log(workspace["root"] / "gemma3") if "critic/score/mean" in row]
+    assert len(steps) == 2 and all(row["rollout/weight_sync_mean_gap"] <= 1e-3 for row in steps)
+    assert max(row["prompt_length/mean"] + row["response_length/mean"] for row in steps) > 16  # past the window
+    target = workspace["root"] / "merged_gemma3"
+    export_checkpoint(workspace["root"] / "gemma3" / "global_step_2" / "actor", target)
+    merged = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
+    initial = AutoModelForCausalLM.from_pretrained(gemma, dtype=torch.float32)
+    assert type(merged).__name__ == "Gemma3ForCausalLM"
+    trained, before = merged.model.layers[0].self_attn.q_proj.weight, initial.model.layers[0].self_attn.q_proj.weight
+    assert not torch.equal(trained, before)
+
+
 def test_online_filtering_and_remax(workspace):
     """On a dense Qwen3 (q/k norms, no qkv bias; Qwen3-4B/8B's layout), every weight sync checked."""
     parity = workspace["root"] / "parity.py"

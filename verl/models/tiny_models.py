@@ -46,6 +46,7 @@ ModelKind = Literal[
     "qwen3_5",
     "qwen3_5_moe",
     "gemma4",
+    "gemma3_text",
     "glm4v",
     "glm4v_moe",
     "internvl",
@@ -65,6 +66,7 @@ MODEL_CLASSES: dict[str, str] = {
     "qwen3_5": "Qwen3_5ForConditionalGeneration",
     "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
     "gemma4": "Gemma4ForConditionalGeneration",
+    "gemma3_text": "Gemma3ForCausalLM",
     "glm4v": "Glm4vForConditionalGeneration",
     "glm4v_moe": "Glm4vMoeForConditionalGeneration",
     "internvl": "InternVLForConditionalGeneration",
@@ -225,6 +227,23 @@ GEMMA_CHAT_TEMPLATE = (
 )
 GEMMA_SLIDING_WINDOW = 32
 """gemma4: tokens a sliding-window layer sees, smaller than an image prompt so the window really cuts."""
+GEMMA3_SPECIAL_TOKENS: tuple[str, ...] = ("<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>")
+"""gemma3_text: Gemma 3's special tokens, first in its vocabulary (<pad> 0, <eos> 1, <bos> 2)."""
+GEMMA3_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% set first = messages[0] if messages else {} %}"
+    "{% set system = first['content'] | trim ~ '\n\n' if first['role'] == 'system' else '' %}"
+    "{% for message in messages if message['role'] != 'system' %}"
+    "{% if (message['role'] == 'user') != (loop.index0 is even) %}"
+    "{{ raise_exception('Gemma 3 turns alternate user, model, user, ...') }}{% endif %}"
+    "<start_of_turn>{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n"
+    "{% if loop.first %}{{ system }}{% endif %}{% if message['content'] is string %}{{ message['content'] | trim }}"
+    "{% else %}{% for part in message['content'] if 'text' in part %}{{ part['text'] | trim }}{% endfor %}{% endif %}"
+    "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+"""gemma3_text: as Gemma 3-it renders a chat: a system message opens the first user turn, turns must alternate,
+the model's turns are `model` and end at <end_of_turn> (which the generation config, not the tokenizer, names)."""
+GEMMA3_SLIDING_WINDOW = 16
+"""gemma3_text: tokens a sliding-window layer sees, fewer than a test prompt and its response."""
 GEMMA_PER_LAYER_INPUT_SIZE = 16
 """gemma4: width of each layer's per-layer input embedding (E2B: 256)."""
 GEMMA_MAX_SOFT_TOKENS = 70
@@ -334,9 +353,11 @@ def _check_vocab_size(vocab_size: int) -> None:
 
 def chat_template(kind: str) -> str:
     """`kind`'s chat template: CHAT_TEMPLATE with the image and video parts written as its processor expects them
-    (GLM kinds, gemma4 and llama: their own)."""
+    (GLM kinds, the Gemma kinds and llama: their own)."""
     if kind == "gemma4":
         return GEMMA_CHAT_TEMPLATE
+    if kind == "gemma3_text":
+        return GEMMA3_CHAT_TEMPLATE
     if kind == "llama":
         return LLAMA_CHAT_TEMPLATE
     if kind in GLM_KINDS:
@@ -355,7 +376,7 @@ def chat_template(kind: str) -> str:
 
 def build_tokenizer(vocab_size: int = 2048, kind: str = "qwen2") -> "PreTrainedTokenizerBase":
     """A Qwen2Tokenizer: a locally trained byte-level BPE of `vocab_size` tokens, Qwen's special tokens, `kind`'s
-    MEDIA_TOKENS and chat template (GLM kinds, gemma4 and llama: their own tokens, template and end of turn). The BPE is
+    MEDIA_TOKENS and chat template (GLM kinds, the Gemma kinds and llama: their own tokens, template and end of turn). The BPE is
     trained once per process; each call returns a new tokenizer, free to modify."""
     from transformers import Qwen2Tokenizer
 
@@ -375,6 +396,13 @@ def build_tokenizer(vocab_size: int = 2048, kind: str = "qwen2") -> "PreTrainedT
         named = {"unk_token": "<unk>", "bos_token": "<bos>", "eos_token": "<turn|>", "pad_token": "<pad>"}
         named.update({f"{name}_token": token for name, token in GEMMA_NAMED_TOKENS.items()})
         added, eos = GEMMA_SPECIAL_TOKENS[3:], "<turn|>"
+    elif kind == "gemma3_text":  # as Gemma 3: eos is <eos>; the model's turn ends at <end_of_turn>
+        vocab = {
+            **{token: i for i, token in enumerate(GEMMA3_SPECIAL_TOKENS)},
+            **{token: i + len(GEMMA3_SPECIAL_TOKENS) for token, i in vocab.items()},
+        }
+        named = {"unk_token": "<unk>", "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"}
+        added, eos = GEMMA3_SPECIAL_TOKENS[3:], "<eos>"
     elif kind == "llama":
         named = {"unk_token": None, "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "pad_token": None}
         added, eos = LLAMA_SPECIAL_TOKENS, "<|eot_id|>"
@@ -391,7 +419,7 @@ def build_tokenizer(vocab_size: int = 2048, kind: str = "qwen2") -> "PreTrainedT
     )
     tokenizer.add_special_tokens({"additional_special_tokens": list(added)})
     tokenizer.eos_token = eos
-    tokenizer.add_bos_token = kind == "llama"
+    tokenizer.add_bos_token = kind in ("llama", "gemma3_text")
     tokenizer.chat_template = chat_template(kind)
     tokenizer.model_max_length = 8192
     return tokenizer
@@ -402,8 +430,8 @@ class TinyModelSpec:
     """Everything that determines a tiny model directory; the same spec always gives the same files."""
 
     kind: str = "qwen2"
-    """Model family (MODEL_KINDS): text qwen2, llama (Llama 3), qwen3, qwen3_moe and qwen2_rm (a score head); the rest
-    have a vision tower. qwen3_5 kinds have a hybrid Gated DeltaNet / full-attention decoder; gemma4 is Gemma 4 E2B's
+    """Model family (MODEL_KINDS): text qwen2, llama (Llama 3), qwen3, qwen3_moe, gemma3_text (Gemma 3 1B) and qwen2_rm
+    (a score head); the rest have a vision tower. qwen3_5 kinds have a hybrid Gated DeltaNet / full-attention decoder; gemma4 is Gemma 4 E2B's
     layout."""
     seed: int = 0
     """Seed of the weight initialisation (the tokenizer does not depend on it)."""
@@ -490,6 +518,7 @@ def _text_config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase
     ids = tokenizer.get_vocab()
     bos, eos, pad = {
         "gemma4": ("<bos>", "<eos>", "<pad>"),
+        "gemma3_text": ("<bos>", "<eos>", "<pad>"),
         "llama": ("<|begin_of_text|>", "<|eot_id|>", None),
     }.get(spec.kind, ("<|endoftext|>", "<|im_end|>", "<|endoftext|>"))
     return {
@@ -531,6 +560,10 @@ def _config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") ->
     ids = tokenizer.get_vocab()
     if spec.kind == "gemma4":
         return _gemma4_config(spec, ids, text)
+    if spec.kind == "gemma3_text":  # Gemma 3 1B's layout, small: sliding-window and full-attention layers alternating
+        layer_types = ["full_attention" if i % 2 else "sliding_attention" for i in range(spec.num_layers)]
+        sliding = {"sliding_window": GEMMA3_SLIDING_WINDOW, "layer_types": layer_types}
+        return {**text, **sliding, "head_dim": spec.head_dim, "query_pre_attn_scalar": spec.head_dim}
     text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6}
     # Qwen3-30B-A3B's experts, small: every layer sparse. transformers' router always normalises the top-k; vLLM
     # reads the flag.
@@ -780,6 +813,8 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
     # Only the stop tokens: sampling defaults here would silently become vLLM's defaults too.
     if spec.kind == "gemma4":  # as Gemma-it: the end of the model's turn or <eos>
         stop_tokens = ("<turn|>", "<eos>")
+    elif spec.kind == "gemma3_text":
+        stop_tokens = ("<eos>", "<end_of_turn>")
     elif spec.kind == "llama":
         stop_tokens = ("<|eot_id|>", "<|end_of_text|>")
     else:

@@ -314,23 +314,27 @@ def test_checkpoint_names_match_the_saved_checkpoint(kind: str, tmp_path_factory
         assert names["model.visual.blocks.0.attn.qkv.weight"] == "visual.blocks.0.attn.qkv.weight"
 
 
-def test_only_the_reload_warning_of_parameterless_layers_is_silenced() -> None:
+def test_only_the_reload_warning_of_layers_with_computed_tensors_alone_is_silenced() -> None:
     import logging
 
     class Rotary(torch.nn.Module):  # as vLLM's rotary layers and Gemma's models: computed buffers of their own
-        def __init__(self) -> None:
+        def __init__(self, persistent: bool = False) -> None:
             super().__init__()
-            self.register_buffer("cos_sin_cache", torch.ones(4), persistent=False)
+            self.register_buffer("cos_sin_cache", torch.ones(4), persistent=persistent)
 
-    model = torch.nn.Sequential(Rotary(), torch.nn.Linear(2, 2))
-    vllm_compat.quiet_parameterless_layers(model)
-    vllm_compat.quiet_parameterless_layers(model)  # one filter, whatever the number of reloads
+    class Scaled(Rotary):  # a buffer a checkpoint holds (as Gemma 4's layer_scalar)
+        def __init__(self) -> None:
+            super().__init__(persistent=True)
+
+    model = torch.nn.Sequential(Rotary(), torch.nn.Linear(2, 2), Scaled())
+    vllm_compat.quiet_computed_layers(model)
+    vllm_compat.quiet_computed_layers(model)  # one filter, whatever the number of reloads
     reload_logger = logging.getLogger(vllm_compat.RELOAD_LOGGER)
-    (flt,) = [f for f in reload_logger.filters if isinstance(f, vllm_compat._ParameterlessLayerFilter)]
+    (flt,) = [f for f in reload_logger.filters if isinstance(f, vllm_compat._ComputedLayerFilter)]
 
     def record(layer: str) -> logging.LogRecord:
         return logging.LogRecord("x", logging.WARNING, __file__, 1, "%s: Failed to load weights", (layer,), None)
 
     assert not flt.filter(record("Rotary")) and not flt.filter(record("Sequential"))
-    assert flt.filter(record("Linear"))  # a layer whose weight did not arrive still shows
+    assert flt.filter(record("Linear")) and flt.filter(record("Scaled"))  # a tensor that did not arrive still shows
     assert flt.filter(logging.LogRecord("x", logging.WARNING, __file__, 1, "Rotary: another message", (), None))

@@ -162,12 +162,12 @@ def missing_config_overrides(model_config: dict[str, Any] | None) -> dict[str, A
 RELOAD_LOGGER = "vllm.model_executor.model_loader.reload.layerwise"
 
 
-class _ParameterlessLayerFilter(logging.Filter):
+class _ComputedLayerFilter(logging.Filter):
     """Drops vLLM 0.32's "<layer>: Failed to load weights" warning of an in-place reload for `layers`, the classes of
-    modules without parameters of their own: their tensors are buffers vLLM computes from the config (rotary caches,
-    Gemma's embedding normalizers, vision towers' position ids), which no weight stream carries, so every reload
-    "fails" them and keeps them. The warning for a layer with parameters (a weight that did not reach it) still
-    shows."""
+    modules whose own tensors are all computed: no parameters, only non-persistent buffers (rotary caches, Gemma's
+    embedding normalizers, vision towers' position ids), which no weight stream carries, so every reload "fails"
+    them and keeps them. The warning for a layer with a parameter or a persistent buffer (a tensor that did not
+    reach it) still shows."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -179,18 +179,24 @@ class _ParameterlessLayerFilter(logging.Filter):
         return str(record.args[0]) not in self.layers
 
 
-def quiet_parameterless_layers(model: torch.nn.Module) -> None:
-    """Install `_ParameterlessLayerFilter` for `model`'s parameterless layer classes on this process's vLLM reload
-    logger (once; later models' classes are added); not under VERL_VERBOSE=1. Run in each engine process
-    (`llm.apply_model`)."""
+def _computed_only(module: torch.nn.Module) -> bool:
+    if next(module.parameters(recurse=False), None) is not None:
+        return False
+    own = {name for name, _ in module.named_buffers(recurse=False)}
+    return not own or not own & set(module.state_dict(keep_vars=True))
+
+
+def quiet_computed_layers(model: torch.nn.Module) -> None:
+    """Install `_ComputedLayerFilter` for `model`'s computed layer classes on this process's vLLM reload logger (once;
+    later models' classes are added); not under VERL_VERBOSE=1. Run in each engine process (`llm.apply_model`)."""
     if quiet.verbose():
         return
     reload_logger = logging.getLogger(RELOAD_LOGGER)
-    found = [f for f in reload_logger.filters if isinstance(f, _ParameterlessLayerFilter)]
-    layer_filter = found[0] if found else _ParameterlessLayerFilter()
+    found = [f for f in reload_logger.filters if isinstance(f, _ComputedLayerFilter)]
+    layer_filter = found[0] if found else _ComputedLayerFilter()
     if not found:
         reload_logger.addFilter(layer_filter)
-    layer_filter.layers |= {type(m).__name__ for m in model.modules() if next(m.parameters(False), None) is None}
+    layer_filter.layers |= {type(module).__name__ for module in model.modules() if _computed_only(module)}
 
 
 def load_weights(llm: Any, weights: Iterable[tuple[str, torch.Tensor]], in_place_reload: bool) -> None:
@@ -198,7 +204,7 @@ def load_weights(llm: Any, weights: Iterable[tuple[str, torch.Tensor]], in_place
     time). `in_place_reload` (required on CPU) uses the worker's `reload_weights`, re-running vLLM's post-load
     processing (see `forget_moe_kernels`); else the model's own `load_weights` (GPU, after wake-up)."""
     if in_place_reload:
-        llm.apply_model(quiet_parameterless_layers)
+        llm.apply_model(quiet_computed_layers)
         (kernels,) = llm.apply_model(forget_moe_kernels)
         try:
             llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
