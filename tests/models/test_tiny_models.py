@@ -484,6 +484,35 @@ def test_vllm_greedy_equals_hf_generate_on_the_text_model(engine):
 
 
 @pytest.mark.slow
+def test_a_transformers_backend_engine_leaves_the_models_of_its_class_working(tiny_cache):
+    """vLLM runs OLMo 3 through its Transformers backend, which compiles transformers' own Olmo3Model class in this
+    process: a model of that class built before the engine (as the actor's is) and one built after it still run as
+    transformers' (hooks included, the same logits), and the engine decodes greedily as they do."""
+    from transformers.models.olmo3 import modeling_olmo3
+    from vllm.compilation.wrapper import TorchCompileWithNoGuardsWrapper
+
+    model_dir = get_or_build_tiny_model("olmo3", tiny_cache)
+    ids = AutoTokenizer.from_pretrained(model_dir)("What is 12 + 30? The answer is", return_tensors="pt")["input_ids"]
+    before = AutoModelForCausalLM.from_pretrained(model_dir)
+    with torch.no_grad():
+        expected = before(ids).logits
+    llm = _tiny_engine(model_dir, is_vl=False)
+    # vLLM still compiles transformers' class; where it no longer does, vllm_compat's sharing is not needed
+    assert TorchCompileWithNoGuardsWrapper in modeling_olmo3.Olmo3Model.__bases__
+    calls = []
+    before.model.register_forward_pre_hook(lambda module, args: calls.append(module))
+    after = AutoModelForCausalLM.from_pretrained(model_dir)
+    with torch.no_grad():
+        assert torch.equal(before(ids).logits, expected) and torch.equal(after(ids).logits, expected)
+    assert calls == [before.model]
+    out = llm.generate({"prompt_token_ids": ids[0].tolist()}, _greedy(12), use_tqdm=False)[0].outputs[0].token_ids
+    hf = after.generate(ids, max_new_tokens=12, do_sample=False)[0, ids.shape[1] :].tolist()
+    assert len(out) > 4 and list(out) == hf[: len(out)]
+    del llm
+    gc.collect()
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["qwen2"], indirect=True)
 def test_vllm_chat_uses_the_template_and_stops_at_im_end(engine):
     from vllm import SamplingParams

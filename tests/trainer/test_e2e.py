@@ -510,18 +510,21 @@ def test_ppo_with_critic_gae(workspace):
     )
 
 
-def test_grpo_gemma3_text_run_and_export(workspace):
-    """On a Gemma 3 1B-style model (sliding-window layers narrower than a prompt and its response, embeddings scaled by
-    a buffer vLLM computes), every weight sync is checked, and the checkpoint merges to a Gemma3ForCausalLM."""
+@pytest.mark.parametrize("kind", ["gemma3_text", "olmo3"])
+def test_grpo_sliding_window_text_run_and_export(workspace, kind):
+    """On a Gemma 3 1B-style model (embeddings scaled by a buffer vLLM computes) and an OLMo 3-style one (which vLLM
+    runs through its Transformers backend, compiling the transformers class the actor uses too), both with
+    sliding-window layers narrower than a prompt and its response: every weight sync is checked, and the checkpoint
+    merges to the model's own class."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    gemma = get_or_build_tiny_model("gemma3_text", str(workspace["root"] / "models"))
+    model_dir = get_or_build_tiny_model(kind, str(workspace["root"] / "models"))
     config = load_config(
         text_args(
             workspace,
-            "gemma3",
-            f"worker.actor.model.model_path={gemma}",
+            kind,
+            f"worker.actor.model.model_path={model_dir}",
             "worker.rollout.verify_weight_sync=true",
             "data.max_response_length=24",
             "worker.actor.optim.lr=1e-2",
@@ -530,14 +533,18 @@ def test_grpo_gemma3_text_run_and_export(workspace):
         )
     )
     run_ppo(config)
-    steps = [row for row in read_log(workspace["root"] / "gemma3") if "critic/score/mean" in row]
+    steps = [row for row in read_log(workspace["root"] / kind) if "critic/score/mean" in row]
     assert len(steps) == 2 and all(row["rollout/weight_sync_mean_gap"] <= 1e-3 for row in steps)
     assert max(row["prompt_length/mean"] + row["response_length/mean"] for row in steps) > 16  # past the window
-    target = workspace["root"] / "merged_gemma3"
-    export_checkpoint(workspace["root"] / "gemma3" / "global_step_2" / "actor", target)
+    target = workspace["root"] / f"merged_{kind}"
+    export_checkpoint(workspace["root"] / kind / "global_step_2" / "actor", target)
     merged = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
-    initial = AutoModelForCausalLM.from_pretrained(gemma, dtype=torch.float32)
-    assert type(merged).__name__ == "Gemma3ForCausalLM"
+    initial = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    assert (
+        type(merged).__name__
+        == type(initial).__name__
+        == {"gemma3_text": "Gemma3ForCausalLM"}.get(kind, "Olmo3ForCausalLM")
+    )
     trained, before = merged.model.layers[0].self_attn.q_proj.weight, initial.model.layers[0].self_attn.q_proj.weight
     assert not torch.equal(trained, before)
 

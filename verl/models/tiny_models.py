@@ -47,6 +47,7 @@ ModelKind = Literal[
     "qwen3_5_moe",
     "gemma4",
     "gemma3_text",
+    "olmo3",
     "glm4v",
     "glm4v_moe",
     "internvl",
@@ -67,6 +68,7 @@ MODEL_CLASSES: dict[str, str] = {
     "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
     "gemma4": "Gemma4ForConditionalGeneration",
     "gemma3_text": "Gemma3ForCausalLM",
+    "olmo3": "Olmo3ForCausalLM",
     "glm4v": "Glm4vForConditionalGeneration",
     "glm4v_moe": "Glm4vMoeForConditionalGeneration",
     "internvl": "InternVLForConditionalGeneration",
@@ -243,7 +245,7 @@ GEMMA3_CHAT_TEMPLATE = (
 """gemma3_text: as Gemma 3-it renders a chat: a system message opens the first user turn, turns must alternate,
 the model's turns are `model` and end at <end_of_turn> (which the generation config, not the tokenizer, names)."""
 GEMMA3_SLIDING_WINDOW = 16
-"""gemma3_text: tokens a sliding-window layer sees, fewer than a test prompt and its response."""
+"""gemma3_text, olmo3: tokens a sliding-window layer sees, fewer than a test prompt and its response."""
 GEMMA_PER_LAYER_INPUT_SIZE = 16
 """gemma4: width of each layer's per-layer input embedding (E2B: 256)."""
 GEMMA_MAX_SOFT_TOKENS = 70
@@ -430,8 +432,8 @@ class TinyModelSpec:
     """Everything that determines a tiny model directory; the same spec always gives the same files."""
 
     kind: str = "qwen2"
-    """Model family (MODEL_KINDS): text qwen2, llama (Llama 3), qwen3, qwen3_moe, gemma3_text (Gemma 3 1B) and qwen2_rm
-    (a score head); the rest have a vision tower. qwen3_5 kinds have a hybrid Gated DeltaNet / full-attention decoder; gemma4 is Gemma 4 E2B's
+    """Model family (MODEL_KINDS): text qwen2, llama (Llama 3), qwen3, qwen3_moe, gemma3_text (Gemma 3 1B), olmo3 (OLMo
+    3, which vLLM runs through its Transformers backend) and qwen2_rm (a score head); the rest have a vision tower. qwen3_5 kinds have a hybrid Gated DeltaNet / full-attention decoder; gemma4 is Gemma 4 E2B's
     layout."""
     seed: int = 0
     """Seed of the weight initialisation (the tokenizer does not depend on it)."""
@@ -564,6 +566,10 @@ def _config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") ->
         layer_types = ["full_attention" if i % 2 else "sliding_attention" for i in range(spec.num_layers)]
         sliding = {"sliding_window": GEMMA3_SLIDING_WINDOW, "layer_types": layer_types}
         return {**text, **sliding, "head_dim": spec.head_dim, "query_pre_attn_scalar": spec.head_dim}
+    if spec.kind == "olmo3":  # OLMo 3 7B's layout, small: three sliding-window layers to a full one, an untied head
+        layer_types = ["full_attention" if i % 4 == 3 else "sliding_attention" for i in range(spec.num_layers)]
+        sliding = {"sliding_window": GEMMA3_SLIDING_WINDOW, "layer_types": layer_types}
+        return {**text, **sliding, "tie_word_embeddings": False}
     text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6}
     # Qwen3-30B-A3B's experts, small: every layer sparse. transformers' router always normalises the top-k; vLLM
     # reads the flag.

@@ -43,6 +43,7 @@ def start_engine(sizes: str = "kv_cache_memory_bytes or max_model_len", **kwargs
     from vllm import LLM
 
     gc.freeze()
+    inits = _transformers_model_inits()
     try:
         return LLM(**kwargs)
     except ValueError as error:
@@ -57,6 +58,53 @@ def start_engine(sizes: str = "kv_cache_memory_bytes or max_model_len", **kwargs
             f"The vLLM engine's KV cache of {size} cannot hold one sequence of {kwargs.get('max_model_len')} "
             f"tokens of {kwargs.get('model')}{held}; change {sizes}."
         ) from None
+    finally:
+        _share_compiled_transformers_models(inits)
+
+
+def _transformers_model_inits() -> dict[type, Any]:
+    """The `__init__` each transformers model class loaded in this process defines itself (None: inherited)."""
+    import transformers
+
+    inits: dict[type, Any] = {}
+    classes = [transformers.PreTrainedModel]
+    while classes:
+        for cls in classes.pop().__subclasses__():
+            if cls not in inits:
+                inits[cls] = cls.__dict__.get("__init__")
+                classes.append(cls)
+    return inits
+
+
+def _share_compiled_transformers_models(inits: dict[type, Any]) -> None:
+    """vLLM's Transformers backend (the architectures vLLM has no class of its own for: OLMo 2 and 3, SmolLM3, Phi-2,
+    StarCoder2, ...) compiles the transformers decoder class itself (vllm.compilation.decorators): it replaces the
+    class's `__init__` and `__call__` for every instance in the process. A colocated actor's model of that class,
+    built before the engine, then fails in its first forward (`'Olmo2Model' object has no attribute
+    'do_not_compile'`), and one built after it in `__init__` (no current vLLM config). Each class vLLM decorated while
+    the engine started gets methods that tell the two apart: an instance vLLM builds (inside its config context) or
+    built keeps vLLM's, every other one gets transformers' own `__init__` and torch's `__call__` (hooks included)."""
+    from vllm.compilation.wrapper import TorchCompileWithNoGuardsWrapper
+
+    for cls, own_init in inits.items():
+        if TorchCompileWithNoGuardsWrapper in cls.__bases__ and cls.__dict__.get("__init__") is not own_init:
+            if own_init is None:
+                own_init = next(c.__dict__["__init__"] for c in cls.__mro__[1:] if "__init__" in c.__dict__)
+            cls.__init__, cls.__call__ = _dispatching_methods(own_init, cls.__init__, cls.__call__)
+
+
+def _dispatching_methods(own_init: Any, vllm_init: Any, vllm_call: Any) -> tuple[Any, Any]:
+    from vllm.config import get_current_vllm_config_or_none
+
+    def __init__(self: torch.nn.Module, *args: Any, **kwargs: Any) -> None:
+        (own_init if get_current_vllm_config_or_none() is None else vllm_init)(self, *args, **kwargs)
+
+    def __call__(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if "compilation_config" in self.__dict__:  # set by vLLM's __init__
+            return vllm_call(self, *args, **kwargs)
+        return torch.nn.Module.__call__(self, *args, **kwargs)
+
+    return __init__, __call__
 
 
 def warn_if_untested() -> None:
