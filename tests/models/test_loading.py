@@ -89,6 +89,26 @@ def test_freeze_vision_tower_freezes_exactly_the_tower(model_dirs):
         freeze_vision_tower(build_model(ModelConfig(model_path=model_dirs["qwen2"])))
 
 
+@pytest.mark.parametrize("disable", [True, False])
+def test_dropout_is_off_in_the_built_model_and_kept_in_its_config(model_dirs, disable):
+    """A model whose config has dropout (as Seed-OSS's or GPT-2's) trains without it by default, so two forwards in
+    training mode agree, as the rollout's and the old log-probs do; the config (saved with checkpoints) keeps it."""
+    dropout = {"attention_dropout": 0.5}
+    model = build_model(ModelConfig(model_path=model_dirs["qwen2"], override_config=dropout, disable_dropout=disable))
+    vl = build_model(
+        ModelConfig(model_path=model_dirs["qwen2_5_vl"], override_config={"text_config": dropout}),
+        device="meta",
+    )
+    assert model.config.attention_dropout == vl.config.text_config.attention_dropout == 0.5
+    assert model.model.layers[0].self_attn.attention_dropout == (0.0 if disable else 0.5)
+    assert vl.model.language_model.layers[0].self_attn.attention_dropout == 0.0
+    model.train()
+    ids = torch.arange(1, 40).unsqueeze(0)
+    with torch.no_grad():
+        first, second = model(ids).logits, model(ids).logits
+    assert torch.equal(first, second) == disable
+
+
 def test_config_overrides_and_path_errors(model_dirs, tmp_path):
     config = load_model_config(ModelConfig(model_path=model_dirs["qwen2"], override_config={"attention_dropout": 0.1}))
     assert config.attention_dropout == 0.1

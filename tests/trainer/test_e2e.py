@@ -510,12 +510,13 @@ def test_ppo_with_critic_gae(workspace):
     )
 
 
-@pytest.mark.parametrize("kind", ["gemma3_text", "olmo3"])
-def test_grpo_sliding_window_text_run_and_export(workspace, kind):
+@pytest.mark.parametrize("kind, disable_dropout", [("gemma3_text", True), ("olmo3", False)])
+def test_grpo_sliding_window_text_run_and_export(workspace, kind, disable_dropout):
     """On a Gemma 3 1B-style model (embeddings scaled by a buffer vLLM computes) and an OLMo 3-style one (which vLLM
     runs through its Transformers backend, compiling the transformers class the actor uses too), both with
-    sliding-window layers narrower than a prompt and its response: every weight sync is checked, and the checkpoint
-    merges to the model's own class."""
+    sliding-window layers narrower than a prompt and its response and a config with attention dropout: every weight
+    sync is checked (against the actor in eval mode, also where it trains with dropout), and the checkpoint merges to
+    the model's own class with its own dropout."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -528,6 +529,8 @@ def test_grpo_sliding_window_text_run_and_export(workspace, kind):
             "worker.rollout.verify_weight_sync=true",
             "data.max_response_length=24",
             "worker.actor.optim.lr=1e-2",
+            "worker.actor.model.override_config={attention_dropout: 0.25}",
+            f"worker.actor.model.disable_dropout={disable_dropout}",
             "trainer.val_before_train=false",
             "trainer.val_freq=-1",
         )
@@ -540,6 +543,7 @@ def test_grpo_sliding_window_text_run_and_export(workspace, kind):
     export_checkpoint(workspace["root"] / kind / "global_step_2" / "actor", target)
     merged = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
     initial = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    assert merged.config.attention_dropout == 0.25
     assert (
         type(merged).__name__
         == type(initial).__name__

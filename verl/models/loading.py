@@ -6,6 +6,8 @@ built on the meta device for `verl.models.fsdp` to fill from rank 0."""
 
 import logging
 import os
+import re
+from typing import Any
 
 import torch
 from torch import nn
@@ -89,19 +91,48 @@ def build_model(
     model_class = AutoModelForImageTextToText if is_vision_language(config) else AutoModelForCausalLM
     attn = resolve_attn_implementation(attn_implementation or model_config.attn_implementation)
     kwargs = {"dtype": dtype, "attn_implementation": attn, "trust_remote_code": model_config.trust_remote_code}
+    if device not in ("cpu", "meta"):
+        raise ValueError(f"build_model device must be 'cpu' or 'meta', got {device!r}; FSDP moves it later.")
+    dropout = dropout_fields(config) if model_config.disable_dropout else {}
+    set_fields(config, dict.fromkeys(dropout, 0.0))  # the modules copy these values as they are built
     if device == "meta":
         with torch.device("meta"):
             model = model_class.from_config(config, **kwargs)
-    elif device == "cpu":
-        model = model_class.from_pretrained(model_config.model_path, config=config, **kwargs)
     else:
-        raise ValueError(f"build_model device must be 'cpu' or 'meta', got {device!r}; FSDP moves it later.")
+        model = model_class.from_pretrained(model_config.model_path, config=config, **kwargs)
+    set_fields(model.config, dropout)  # the saved and exported config keeps the model's own
     model.config.use_cache = False
     model.config.get_text_config().use_cache = False
     use_packed_linear_attention(model)
     if value_head:
         add_value_head(model)
     return model
+
+
+DROPOUT_NAME = re.compile(r"dropout|pdrop|drop_path|layerdrop")
+"""Config fields of a dropout or stochastic-depth probability (attention_dropout, resid_pdrop, drop_path_rate, ...)."""
+
+
+def dropout_fields(config: PretrainedConfig) -> dict[tuple[str, ...], float]:
+    """The positive DROPOUT_NAME fields of `config` and its sub-configs, by attribute path."""
+    found: dict[tuple[str, ...], float] = {}
+    sections: list[tuple[tuple[str, ...], PretrainedConfig]] = [((), config)]
+    while sections:
+        path, section = sections.pop()
+        for name, value in vars(section).items():
+            if isinstance(value, PretrainedConfig):
+                sections.append(((*path, name), value))
+            elif DROPOUT_NAME.search(name) and type(value) in (int, float) and value > 0:
+                found[(*path, name)] = value
+    return found
+
+
+def set_fields(config: PretrainedConfig, values: dict[tuple[str, ...], Any]) -> None:
+    for (*path, name), value in values.items():
+        section = config
+        for step in path:
+            section = getattr(section, step)
+        setattr(section, name, value)
 
 
 def add_value_head(model: nn.Module) -> nn.Module:

@@ -94,8 +94,9 @@ class SFTDataConfig:
 
 @dataclass
 class SFTWorkerConfig:
-    model: ModelConfig = field(default_factory=ModelConfig)
-    """The model to fine-tune."""
+    model: ModelConfig = field(default_factory=lambda: ModelConfig(disable_dropout=False))
+    """The model to fine-tune (with its config's dropout, as supervised trainers keep it: model.disable_dropout is
+    false here)."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     """Optimizer and learning-rate schedule."""
     fsdp: FSDPConfig = field(default_factory=FSDPConfig)

@@ -97,6 +97,8 @@ def probe(module: nn.Module, rollout: VLLMRollout, routing: bool = False) -> tup
     routers = router_modules(module) if routing else []
     gaps = []
     mismatch = None
+    was_training = module.training
+    module.eval()  # as the old log-probs are computed (no dropout); the next update sets training mode again
     for index, (engine_input, actor_inputs) in enumerate(probe_inputs(rollout)):
         watch = bool(routers) and index == 0  # the text probe
         with vllm_compat.engine_router_logits(rollout.inference_engine) if watch else nullcontext([]) as engine_routes:
@@ -121,6 +123,7 @@ def probe(module: nn.Module, rollout: VLLMRollout, routing: bool = False) -> tup
         targets = actor_inputs["input_ids"][0, 1:].unsqueeze(-1)
         actor = F.log_softmax(logits, dim=-1).gather(-1, targets).squeeze(-1).cpu()
         gaps.append((engine - actor).abs())
+    module.train(was_training)
     gap = torch.cat(gaps)
     return float(gap.mean()), float(gap.max()), mismatch
 
