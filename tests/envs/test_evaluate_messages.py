@@ -225,6 +225,48 @@ def test_a_reward_functions_extra_info_holds_what_training_gives_it(monkeypatch,
     assert record["prompt"] == "6 x 7?" and record["ground_truth"] == "42"
 
 
+WEATHER = {
+    "type": "function",
+    "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+}
+ADD = {"name": "add", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}
+
+
+def test_without_an_environment_one_turn_is_scored_with_the_rows_tools(monkeypatch, tmp_path, capsys):
+    """Single-turn function calling as training runs it (no --env): each request carries its row's tools (a list, or
+    a JSON string of one, as datasets store them), the reply is one turn, and the tool_call reward scores its calls
+    against the row's expected ones; a tool environment with a tools column is refused, as in training."""
+    script = {
+        "Weather in Paris?": [("get_weather", {"city": "Paris"})],  # a call the endpoint's parser took out
+        "Add 2 and 3.": [_call("add", a=2, b=4)],  # written in the text, with a wrong argument
+        "Hello.": ["Hi!"],
+    }
+    rows = [
+        {
+            "prompt": "Weather in Paris?",
+            "tools": [WEATHER],
+            "answer": [{"name": "get_weather", "arguments": {"city": "Paris"}}],
+        },
+        {
+            "prompt": "Add 2 and 3.",
+            "tools": json.dumps([ADD]),
+            "answer": json.dumps([{"name": "add", "arguments": {"a": 2, "b": 3}}]),
+        },
+        {"prompt": "Hello.", "tools": None, "answer": []},
+    ]
+    reward = os.path.join(REPO, "examples", "reward_function", "tool_call.py") + ":compute_score"
+    episodes, summary, client = run_evaluate(monkeypatch, tmp_path, capsys, script, rows, "--reward", reward)
+    assert [kwargs.get("tools") for _, kwargs in client.requests] == [[WEATHER], [ADD], None]
+    assert [len(messages) for messages, _ in client.requests] == [1, 1, 1]  # one turn each
+    assert [e["scores"]["accuracy"] for e in episodes] == [1.0, 0.0, 1.0]
+    assert [e["scores"]["format"] for e in episodes] == [1.0, 1.0, 1.0]
+    assert summary["accuracy"] == pytest.approx(2 / 3)
+    _, _, client = run_evaluate(monkeypatch, tmp_path, capsys, script, rows, "--tools-key", "none")
+    assert all("tools" not in kwargs for _, kwargs in client.requests)
+    with pytest.raises(SystemExit, match="--env .* sends its own; pass --tools-key none"):
+        run_evaluate(monkeypatch, tmp_path, capsys, script, rows, "--env", f"{CALCULATOR}:Multiplier")
+
+
 def test_prompts_are_formatted_and_rendered_as_training_renders_them(monkeypatch, tmp_path, capsys):
     """--format-prompt renders each prompt as data.format_prompt does (the request carries it); --tokenizer's chat
     template renders the prompt a reward function gets, so a generation prompt that opens <think> (R1 distills,

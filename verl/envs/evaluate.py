@@ -9,7 +9,8 @@ training (the trained model served by `python -m verl.serve`, or another model).
 
 Prints one JSON line per episode and a last line with the means (with --reward or --rubric: each reward key's mean
 and the accuracy); --output writes each episode's conversation in the rollout records' format, which
-scripts/rollout_viewer.py shows. `--help` lists the options.
+scripts/rollout_viewer.py shows. Without --env each row gets one model turn (with its --tools-key tools), as training
+without an environment. `--help` lists the options.
 """
 
 import argparse
@@ -25,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl.data.rollout_dump import message_record, message_text, transcript_messages, write_image
-from verl.data.sources import row_value, split_prompt_messages
-from verl.envs.base import Environment
+from verl.data.sources import row_value, split_prompt_messages, tool_schemas
+from verl.envs.base import Environment, SingleTurnEnv
 from verl.envs.client_env import ChatClientEnv, EpisodeOver, chat_client
 from verl.envs.loader import load_environment
 from verl.rewards.function import REASONING_OPENING, opens_reasoning
@@ -118,6 +119,8 @@ class EpisodeSetup:
     rendered: str | None = None
     """The first request's messages as the model's chat template renders them (with --tokenizer): what a reward
     function gets as `prompt` in training (model_turn reads a reasoning block its generation prompt opens)."""
+    tools: list[dict[str, Any]] | None = None
+    """The tool schemas every request carries: the environment's own, or the row's (--tools-key)."""
 
     @property
     def opened(self) -> bool:
@@ -234,8 +237,7 @@ def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeRe
     training (their tool results counted in cut_tool_messages)."""
     state = env.reset({**setup.row, "prompt_images": list(setup.images)})  # as training gives them
     messages: list[dict[str, Any]] = [*setup.context, prompt_message(setup.prompt, setup.images)]
-    schemas = getattr(env, "tool_schemas", None)
-    extra = {"tools": schemas()} if schemas is not None else {}
+    extra = {"tools": setup.tools} if setup.tools is not None else {}
     counts = _new_counts()
     transcript = transcript_messages(messages, 0)
     images, tokens, text = list(setup.images), 0, ""
@@ -445,7 +447,9 @@ def summarize(results: list[dict[str, Any]], scores: list[dict[str, float]]) -> 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--env", required=True, help="path/to/env.py:ClassName")
+    parser.add_argument(
+        "--env", default=None, help="path/to/env.py:ClassName (default: one model turn, as training without one)"
+    )
     parser.add_argument("--env-kwargs", default="{}", help="JSON object of the environment's keyword arguments")
     parser.add_argument(
         "--data",
@@ -462,6 +466,12 @@ def main(argv: list[str] | None = None) -> int:
         "--format-prompt",
         default=None,
         help="a Jinja file rendering each prompt from `content` and the row's columns, as data.format_prompt",
+    )
+    parser.add_argument(
+        "--tools-key",
+        default="tools",
+        help="a row's tool schemas (a list, or a JSON string of one), sent with its requests as training renders them "
+        "into its prompt (data.tools_key); 'none' leaves the column to the reward function",
     )
     parser.add_argument("--image-key", default="images", help="a row's list of images (paths), for a VL model")
     parser.add_argument("--image-dir", default=None, help="where relative image paths are (default: --data's folder)")
@@ -503,7 +513,12 @@ def main(argv: list[str] | None = None) -> int:
         rows = read_rows(args.data, args.prompt_key, args.limit)
         template = _format_template(args.format_prompt)
         prompts = [row_prompt(row, index, args, template) for index, row in enumerate(rows)]
-        env = load_environment(args.env, _json_object(args.env_kwargs, "--env-kwargs"), "--env", "--env-kwargs")
+        env_kwargs = _json_object(args.env_kwargs, "--env-kwargs")
+        if env_kwargs and not args.env:
+            raise ValueError("--env-kwargs is given without --env.")
+        env = load_environment(args.env, env_kwargs, "--env", "--env-kwargs") if args.env else SingleTurnEnv()
+        env_tools = None if isinstance(env, ChatClientEnv) else getattr(env, "tool_schemas", lambda: None)()
+        row_tools = [_row_tools(row, index, args, env) for index, row in enumerate(rows)]
         scorer = load_scorer(args)
         template_kwargs = _json_object(args.chat_template_kwargs, "--chat-template-kwargs")
     except ValueError as error:  # EnvironmentLoadError is one
@@ -534,7 +549,6 @@ def main(argv: list[str] | None = None) -> int:
             "otherwise. Pass --tokenizer with the model's folder.",
             file=sys.stderr,
         )
-    tools = None if isinstance(env, ChatClientEnv) else getattr(env, "tool_schemas", lambda: None)()
     if isinstance(env, ChatClientEnv):
         client = functools.partial(openai.AsyncOpenAI, base_url=args.base_url, api_key="unused")
     sampling: dict[str, Any] = {"max_tokens": args.max_tokens, "temperature": args.temperature}
@@ -556,6 +570,7 @@ def main(argv: list[str] | None = None) -> int:
             as_messages = isinstance(row.get(args.prompt_key), list)
             data_columns = frozenset({args.prompt_key, args.answer_key})  # as the trainer leaves them out
             first = [*context, prompt_message(prompt, images)]
+            tools = env_tools if env_tools is not None else row_tools[index]
             try:
                 rendered = render(first, tools, template_kwargs) if render is not None else None
             except Exception as error:  # a template error: the endpoint renders the same messages
@@ -563,7 +578,17 @@ def main(argv: list[str] | None = None) -> int:
                     f"evaluate: row {index}: the chat template cannot render the prompt: {error}"
                 ) from None
             setup = EpisodeSetup(
-                fields, prompt, images, model, args.max_turns, sampling, context, as_messages, data_columns, rendered
+                fields,
+                prompt,
+                images,
+                model,
+                args.max_turns,
+                sampling,
+                context,
+                as_messages,
+                data_columns,
+                rendered,
+                tools,
             )
             run = run_client_episode if isinstance(env, ChatClientEnv) else run_episode
             result = run(env, setup, client)
@@ -611,6 +636,23 @@ def read_rows(path: str, prompt_key: str, limit: int | None) -> list[dict[str, A
             raise ValueError(f"--data {source.where(index)}: no '{prompt_key}' value (--prompt-key).")
         rows.append(row)
     return rows
+
+
+def _row_tools(row: dict[str, Any], index: int, args: argparse.Namespace, env: Environment) -> Any:
+    """The row's tool schemas (--tools-key), read as training reads them; ValueError naming the row, or where the
+    environment describes tools of its own (training refuses a tools column with one too)."""
+    if args.tools_key == "none" or row.get(args.tools_key) is None:
+        return None
+    try:
+        tools = tool_schemas(row[args.tools_key])
+    except ValueError as error:
+        raise ValueError(f"--data {args.data}, row {index}, key '{args.tools_key}' (--tools-key): {error}.") from None
+    if tools is not None and (isinstance(env, ChatClientEnv) or hasattr(env, "tool_schemas")):
+        raise ValueError(
+            f"--data {args.data} has tools in column '{args.tools_key}' (--tools-key), and --env {args.env} sends its "
+            "own; pass --tools-key none to leave the column to the reward function."
+        )
+    return tools
 
 
 def row_prompt(
