@@ -447,6 +447,29 @@ def test_an_unchecked_mixture_of_experts_actor_is_refused_before_ray(files):
     assert load_config(base_args(files)).worker.actor.model.model_path == str(files / "model")
 
 
+def test_a_hub_ids_cached_config_is_checked_before_ray(files, tmp_path, monkeypatch):
+    """A Hub id downloaded before (its config.json in the Hugging Face cache) gets the checks a local folder gets;
+    one not downloaded yet is checked by the worker that loads it."""
+    import json
+
+    from huggingface_hub import constants
+
+    repo = tmp_path / "hub" / "models--Org--Moe"
+    (repo / "snapshots" / ("0" * 40)).mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+    (repo / "snapshots" / ("0" * 40) / "config.json").write_text(
+        json.dumps({"model_type": "mixtral", "num_local_experts": 8})
+    )
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(NotImplementedError, match=r"model_path='Org/Moe' is a mixture-of-experts model \('mixtral'"):
+        load_config([*base_args(files), "worker.actor.model.model_path=Org/Moe"])
+    assert (
+        load_config([*base_args(files), "worker.actor.model.model_path=Org/Other"]).worker.actor.model.model_path
+        == "Org/Other"
+    )
+
+
 def test_unsupported_vision_language_models_are_refused_by_name(files):
     import json
 

@@ -121,12 +121,10 @@ def test_an_unreachable_hub_makes_the_run_offline_naming_the_ids(no_hub_settings
     files.write_text('{"prompt": "p", "answer": "1"}\n')
     base = ["worker.rollout.n=2", f"worker.reward.reward_function={REWARD}"]
     model = build_tiny_model(tmp_path)
-    local = load_config([*base, f"data.train_files={files}", f"worker.actor.model.model_path={model}"])
-    hub_ids = load_config([*base, "data.train_files=Org/Rows@train", "worker.actor.model.model_path=Org/Model"])
-    offline_unless_reachable(local)  # nothing from the hub: not even asked
-    assert "HF_HUB_OFFLINE" not in os.environ
-    with caplog.at_level(logging.WARNING, logger="verl.utils.hub"):
-        offline_unless_reachable(hub_ids)
+    load_config([*base, f"data.train_files={files}", f"worker.actor.model.model_path={model}"])
+    assert "HF_HUB_OFFLINE" not in os.environ  # nothing from the hub: not even asked
+    with caplog.at_level(logging.WARNING, logger="verl.utils.hub"):  # asked as the config loads, before validation
+        hub_ids = load_config([*base, "data.train_files=Org/Rows@train", "worker.actor.model.model_path=Org/Model"])
     assert os.environ["HF_HUB_OFFLINE"] == "1"
     assert "cannot be reached" in caplog.text and "Org/Model, Org/Rows load from the local cache only" in caplog.text
     no_hub_settings.setenv("HF_HUB_OFFLINE", "0")  # the user's choice stands

@@ -401,10 +401,21 @@ def check_attention_available(prefix: str, model: "ModelConfig", on_cpu: bool, s
 
 
 def read_model_config(key: str, path: str | None) -> dict[str, Any] | None:
-    """The config.json of the local model directory named by config key `key`; None for a hub id (or no file)."""
+    """The config.json of the model named by config key `key`: a local directory, or a Hub id whose config.json is in
+    the local Hugging Face cache (downloaded before, or by `huggingface-cli download`); None where neither has one (a
+    Hub id not yet downloaded: the worker checks it when it loads the config). Reads the cache only: call it after
+    `verl.utils.hub.offline_unless_reachable`, which must run before huggingface_hub is imported."""
     config_file = os.path.join(path, "config.json") if path else ""
+    if path and not os.path.isdir(path):
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(path, "config.json")
+        except ValueError:  # not a repository id
+            cached = None
+        config_file = cached if isinstance(cached, str) else ""
     if not os.path.isfile(config_file):
-        return None  # a hub id: the worker checks it when it loads the config
+        return None
     try:
         with open(config_file, encoding="utf-8") as file:
             return json.load(file)
@@ -436,25 +447,9 @@ def recurrent_layer_types(layer_types: Any) -> list[str]:
     return sorted({kind for kind in layer_types or () if kind in RECURRENT_LAYER_TYPES})
 
 
-def find_model_config(path: str | None) -> dict[str, Any] | None:
-    """The config.json of the model at `path`: a local directory, or a Hub id whose config.json is in the local
-    Hugging Face cache (as it is once a worker has loaded the model); None where none is found."""
-    model_config = read_model_config("model_path", path)
-    if model_config is None and path and not os.path.isdir(path):
-        try:
-            from huggingface_hub import try_to_load_from_cache
-
-            cached = try_to_load_from_cache(path, "config.json")
-        except ValueError:  # not a repository id
-            cached = None
-        if isinstance(cached, str):
-            model_config = read_model_config("model_path", os.path.dirname(cached))
-    return model_config
-
-
 def model_recurrent_layer_types(path: str | None) -> list[str]:
-    """The recurrent layer types of the model at `path` (`find_model_config`); [] for none or no config found."""
-    model_config = find_model_config(path)
+    """The recurrent layer types of the model at `path` (`read_model_config`); [] for none or no config found."""
+    model_config = read_model_config("model_path", path)
     if model_config is None:
         return []
     text = model_config.get("text_config") or model_config

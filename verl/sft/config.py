@@ -24,6 +24,7 @@ from verl.utils.config import (
     require_positive,
 )
 from verl.utils.device import is_cuda_available
+from verl.utils.hub import offline_unless_reachable
 from verl.utils.optim import OptimConfig
 
 
@@ -181,5 +182,6 @@ def load_sft_config(argv: list[str]) -> SFTConfig:
     model.tokenizer_path = absolute_path(model.tokenizer_path) or model.model_path
     trainer.load_checkpoint_path = absolute_path(trainer.load_checkpoint_path)
     trainer.fill_checkpoint_path()
+    offline_unless_reachable(config)  # before validation reads a Hub id's cached config (huggingface_hub's import)
     validate_sft_config(config)
     return config

@@ -40,7 +40,6 @@ from verl.trainer.run_lock import CheckpointFolderError, RunLock
 from verl.utils import stall_report
 from verl.utils.cli import keep_local_ray_on_loopback, load_config_or_exit, use_writable_dirs_or_exit
 from verl.utils.config import ConfigError, config_to_dict
-from verl.utils.hub import offline_unless_reachable
 from verl.utils.module_loading import user_error_message
 
 
@@ -222,7 +221,6 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(config, int):
         return config
     keep_local_ray_on_loopback(config.trainer.nnodes)
-    offline_unless_reachable(config)  # before huggingface_hub is imported
     if use_writable_dirs_or_exit() is not None:
         return 2
     try:

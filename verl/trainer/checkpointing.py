@@ -232,7 +232,7 @@ def check_matches_run(path: str, model_path: str | None, lora: bool, model_key: 
     adapters or all weights as the run does (`lora`), and a model of the same shapes as `model_path` (its
     config.json, local or in the Hub cache, against the copy the checkpoint keeps; unchecked where either is
     missing). `model_key` is the config section naming the model (the RL actor's, or SFT's worker.model)."""
-    from verl.models.config import find_model_config, read_model_config
+    from verl.models.config import read_model_config
     from verl.models.lora import read_adapter_config
 
     weights = os.path.join(path, "actor", "huggingface")
@@ -244,7 +244,7 @@ def check_matches_run(path: str, model_path: str | None, lora: bool, model_key: 
             f"Cannot resume from {path}: its actor holds {held}, but this run {run}. Set worker.actor.model.lora as "
             "the checkpoint's run did, or start a new run in another trainer.save_checkpoint_path."
         )
-    saved, wanted = read_model_config("checkpoint", weights), find_model_config(model_path)
+    saved, wanted = read_model_config("checkpoint", weights), read_model_config(model_key, model_path)
     if saved is None or wanted is None:
         return
     saved_text, wanted_text = saved.get("text_config") or saved, wanted.get("text_config") or wanted

@@ -46,6 +46,7 @@ from verl.utils.config import (
     set_keys,
 )
 from verl.utils.device import is_cuda_available
+from verl.utils.hub import offline_unless_reachable
 from verl.workers.config import WorkerConfig
 
 
@@ -562,6 +563,7 @@ def load_config(argv: list[str]) -> PPOConfig:
     for source_name, values in sources:
         set_keys(values, DERIVED_KEYS, source_name)
     config = fill_derived(merge_config(PPOConfig, sources))
+    offline_unless_reachable(config)  # before validation reads a Hub id's cached config (huggingface_hub's import)
     validate_config(config)
     return config
 

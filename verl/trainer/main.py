@@ -11,7 +11,6 @@ import sys
 
 from verl.trainer.config import PPOConfig, load_config
 from verl.utils.cli import keep_local_ray_on_loopback, load_config_or_exit, use_writable_dirs_or_exit
-from verl.utils.hub import offline_unless_reachable
 
 
 logger = logging.getLogger(__name__)
@@ -43,7 +42,6 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(config, int):
         return config
     keep_local_ray_on_loopback(max(config.trainer.nnodes, config.worker.reward.model.nnodes))
-    offline_unless_reachable(config)  # before huggingface_hub is imported
     if use_writable_dirs_or_exit() is not None:
         return 2
     from ray.exceptions import RayActorError

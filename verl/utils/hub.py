@@ -95,7 +95,11 @@ def offline_unless_reachable(config: Any) -> None:
     not cached, where huggingface_hub would retry each file with back-off (52 s and 20 warnings for one model, measured). Nothing is checked when
     HF_HUB_OFFLINE is set either way (0 keeps the retries), with ModelScope, or behind a proxy (which this check
     would not go through). Call it before huggingface_hub is imported: it reads the setting once."""
-    if use_modelscope() or "HF_HUB_OFFLINE" in os.environ or any(os.environ.get(v) for v in _PROXY_VARIABLES):
+    try:
+        modelscope = use_modelscope()
+    except ValueError:  # not a switch: the config's check says so, naming the key
+        return
+    if modelscope or "HF_HUB_OFFLINE" in os.environ or any(os.environ.get(v) for v in _PROXY_VARIABLES):
         return
     ids = sorted(
         {
