@@ -220,6 +220,7 @@ class _ComputedLayerFilter(logging.Filter):
     def __init__(self) -> None:
         super().__init__()
         self.layers: set[str] = set()
+        self.models: set[int] = set()  # ids of the models whose layers are in
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.msg != "%s: Failed to load weights" or not record.args:
@@ -244,7 +245,9 @@ def quiet_computed_layers(model: torch.nn.Module) -> None:
     layer_filter = found[0] if found else _ComputedLayerFilter()
     if not found:
         reload_logger.addFilter(layer_filter)
-    layer_filter.layers |= {type(module).__name__ for module in model.modules() if _computed_only(module)}
+    if id(model) not in layer_filter.models:  # once per engine, not at every sync
+        layer_filter.models.add(id(model))
+        layer_filter.layers |= {type(module).__name__ for module in model.modules() if _computed_only(module)}
 
 
 def load_weights(llm: Any, weights: Iterable[tuple[str, torch.Tensor]], in_place_reload: bool) -> None:
