@@ -140,6 +140,17 @@ FAMILIES: dict[str, Family] = {
             engine_video=False,
             env_images=False,  # refused: environment images are expanded for Qwen-style processors only
         ),
+        # Mistral 3 (Mistral Small 3.1, Ministral 3: a Pixtral tower over each image at its own aspect ratio, a
+        # Mistral decoder with 1-D rope); images of one batch are zero-padded to one size, with their image_sizes.
+        Family(
+            "mistral3",
+            3136,
+            "Mistral3ForConditionalGeneration",
+            image_placeholder="[IMG]",
+            video=False,
+            engine_video=False,
+            env_images=False,  # refused: environment images are expanded for Qwen-style processors only
+        ),
     )
 }
 

@@ -18,7 +18,7 @@ from verl.models.tiny_models import count_parameters, get_or_build_tiny_model
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory) -> dict[str, str]:
     root = str(tmp_path_factory.mktemp("tiny_models"))
-    return {kind: get_or_build_tiny_model(kind, root) for kind in ("qwen2", "qwen2_5_vl", "gemma4")}
+    return {kind: get_or_build_tiny_model(kind, root) for kind in ("qwen2", "qwen2_5_vl", "gemma4", "mistral3")}
 
 
 def test_model_class_is_detected_from_the_config(model_dirs):
@@ -61,7 +61,8 @@ def test_meta_build_has_the_same_tree_without_storage(model_dirs):
         assert all(param.device.type == "meta" for param in meta.parameters())
         shapes = {name: value.shape for name, value in loaded.state_dict().items()}
         assert {name: value.shape for name, value in meta.state_dict().items()} == shapes
-        assert meta.lm_head.weight is meta.get_input_embeddings().weight  # ties survive, as in the loaded model
+        tied = loaded.lm_head.weight is loaded.get_input_embeddings().weight  # (Mistral 3's head is untied)
+        assert (meta.lm_head.weight is meta.get_input_embeddings().weight) == tied  # ties survive as loaded
 
 
 def test_critic_gets_an_untied_deterministic_value_head(model_dirs):
@@ -118,10 +119,10 @@ def test_config_overrides_and_path_errors(model_dirs, tmp_path):
         load_model_config(ModelConfig())
 
 
-@pytest.mark.parametrize("kind", ["qwen2_5_vl", "gemma4"])
+@pytest.mark.parametrize("kind", ["qwen2_5_vl", "gemma4", "mistral3"])
 def test_text_only_forward_runs_the_vision_tower_without_changing_the_output(model_dirs, kind):
     """The FSDP lockstep hook: a text-only forward still runs the tower (zero gradient), with identical logits; Gemma
-    4's image embedder, outside its tower, runs too."""
+    4's image embedder and Mistral 3's projector, outside their towers, run too."""
     text = build_model(ModelConfig(model_path=model_dirs["qwen2"], enable_gradient_checkpointing=False))
     assert not run_vision_tower_in_every_forward(text)
     model = build_model(ModelConfig(model_path=model_dirs[kind], enable_gradient_checkpointing=False))
@@ -135,7 +136,8 @@ def test_text_only_forward_runs_the_vision_tower_without_changing_the_output(mod
     logits = model(input_ids=input_ids).logits
     assert len(calls) == 1 and torch.equal(logits, expected)
     logits.sum().backward()
-    vision = [*tower.parameters(), *(model.model.embed_vision.parameters() if kind == "gemma4" else ())]
+    outside = {"gemma4": "embed_vision", "mistral3": "multi_modal_projector"}.get(kind)
+    vision = [*tower.parameters(), *(getattr(model.model, outside).parameters() if outside else ())]
     grads = [param.grad for param in vision]
     assert all(grad is not None and not grad.any() for grad in grads)  # every vision weight took part, with 0
     assert model.get_input_embeddings().weight.grad.abs().sum() > 0

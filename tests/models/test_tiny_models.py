@@ -370,6 +370,7 @@ def test_vl_processor_expands_images_as_the_model_config_says(kind, tiny_cache):
         "glm4v_moe": "Glm4vProcessor",
         "internvl": "InternVLProcessor",
         "llava_onevision": "LlavaOnevisionProcessor",
+        "mistral3": "PixtralProcessor",
     }
     assert type(processor).__name__ == names.get(kind, "Qwen3VLProcessor")  # Qwen3.5 ships Qwen3-VL's
     model = AutoModelForImageTextToText.from_pretrained(model_dir)
@@ -391,6 +392,10 @@ def test_vl_processor_expands_images_as_the_model_config_says(kind, tiny_cache):
         assert expected == [70, 70, 36]  # 90x120 and 480x640 -> the 2 x 2 grid; 20x20 -> one tile
         assert inputs["pixel_values"].shape == (3, 5, 3, 56, 56)  # (images, most tiles: 4 + the base, ...)
         assert inputs["image_sizes"].tolist() == [[90, 120], [480, 640], [20, 20]]
+    elif kind == "mistral3":  # the longest side at 112, aspect kept: 90x120 -> 84x112 -> 3 x 4 merged patches of 28
+        expected = [12, 12, 1]  # (and an [IMG_BREAK] a row, the last an [IMG_END])
+        assert inputs["image_sizes"].tolist() == [[84, 112], [84, 112], [28, 28]]
+        assert inputs["pixel_values"].shape == (3, 3, 84, 112)  # padded to the batch's largest
     elif kind == "gemma4":  # every image scaled to the 70-token budget: 90x120 -> 336x432 pixels -> 7x9 tokens of 48
         expected = image_token_counts(inputs)
         assert expected[0] == 63 and max(expected) <= 70

@@ -134,7 +134,8 @@ def _run_vl(rank: int, world_size: int, port: int, model_dir: str, kind: str) ->
     optimizer = recording_optimizer(model)
     actor = DataParallelPPOActor(config, model, optimizer, rollout_n=1, sp_group=group)
     log_probs = actor.compute_log_probs(full, TEMPERATURE)
-    assert (log_probs - reference["log_probs"]).abs().max().item() <= 1e-5
+    gap = (log_probs - reference["log_probs"]).abs().max().item()
+    assert gap <= 2e-5, gap  # float32 sums in another order over split heads: up to 1.2e-5 measured (Mistral 3)
     actor.update_policy(full, TEMPERATURE)
     got = {key: value for key, value in optimizer.grads.items() if value is not None}
     assert set(got) == set(expected), set(got) ^ set(expected)

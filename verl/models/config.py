@@ -32,13 +32,15 @@ VISION_LANGUAGE_MODEL_TYPES: tuple[str, ...] = (
     "glm4v_moe",
     "internvl",
     "llava_onevision",
+    "mistral3",
 )
 """Vision-language model types the trainer supports (3-D rope index, vision-tower hooks); others are refused.
 qwen3_vl_moe is Qwen3-VL with Qwen3-MoE's experts (its checkpoints' expert layout: transformers_compat); qwen3_5
 and qwen3_5_moe are Qwen3.5 (Gated DeltaNet hybrid, Qwen3-VL's processor), dense and mixture of experts; gemma4 is
 Gemma 4 with causal attention over image tokens (see refuse_unchecked_gemma4); glm4v and glm4v_moe are GLM-4.1V and
 GLM-4.5V (Qwen2-VL's vision pipeline with GLM's tokens and tower); internvl (Hugging Face format, e.g. InternVL3-*-hf)
-and llava_onevision take plain 1-D positions, as gemma4 does."""
+and llava_onevision take plain 1-D positions, as gemma4 and mistral3 (Mistral Small 3.1, Ministral 3: a Pixtral
+tower) do."""
 
 TORCH_DTYPES: tuple[str | None, ...] = (None, "fp32", "bf16", "fp16")
 """Values of fsdp.torch_dtype."""

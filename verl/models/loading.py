@@ -175,6 +175,10 @@ def dummy_image_features(model: nn.Module, tower: nn.Module, device: torch.devic
         vision = model.config.vision_config
         size = vision.image_size if isinstance(vision.image_size, (list, tuple)) else (vision.image_size,) * 2
         kwargs, tiles = {}, 1
+        if model.config.model_type == "mistral3":  # Pixtral takes any size: two merged tokens' patches (with one,
+            side = vision.patch_size * model.config.spatial_merge_size  # transformers squeezes the features to 1-D)
+            size = (side, 2 * side)
+            kwargs["image_sizes"] = torch.tensor([size], device=device)
         if model.config.model_type == "llava_onevision":  # a tile-sized image: its anyres grid and the base tile
             from transformers.models.llava_onevision.modeling_llava_onevision import image_size_to_num_patches
 
@@ -194,8 +198,9 @@ def dummy_image_features(model: nn.Module, tower: nn.Module, device: torch.devic
     return torch.cat([part.flatten() for part in features]) if isinstance(features, (list, tuple)) else features
 
 
-TILING_MODEL_TYPES = ("internvl", "llava_onevision")
-"""Vision-language models whose images are tiles through a tower and a projector (`get_image_features`)."""
+TILING_MODEL_TYPES = ("internvl", "llava_onevision", "mistral3")
+"""Vision-language models whose images (tiles; Pixtral's: whole images) go through a tower and a projector
+(`get_image_features`)."""
 
 
 def run_vision_tower_in_every_forward(model: nn.Module) -> bool:
@@ -212,7 +217,7 @@ def run_vision_tower_in_every_forward(model: nn.Module) -> bool:
         raise NotImplementedError(
             f"{type(model).__name__}: mixing text-only and image batches across ranks needs a dummy input for the "
             f"vision tower {type(tower).__name__}, which is only written for the Qwen2-VL family, InternVL, "
-            "LLaVA-OneVision and Gemma 4."
+            "LLaVA-OneVision, Mistral 3 and Gemma 4."
         )
     ran = {"tower": False}
 

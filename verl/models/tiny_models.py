@@ -52,6 +52,7 @@ ModelKind = Literal[
     "glm4v_moe",
     "internvl",
     "llava_onevision",
+    "mistral3",
 ]
 MODEL_KINDS: tuple[str, ...] = get_args(ModelKind)
 MODEL_CLASSES: dict[str, str] = {
@@ -73,6 +74,7 @@ MODEL_CLASSES: dict[str, str] = {
     "glm4v_moe": "Glm4vMoeForConditionalGeneration",
     "internvl": "InternVLForConditionalGeneration",
     "llava_onevision": "LlavaOnevisionForConditionalGeneration",
+    "mistral3": "Mistral3ForConditionalGeneration",
 }
 """The transformers model class of each kind; its `config_class` takes the kind's `_config_kwargs`."""
 VL_KINDS: tuple[str, ...] = VISION_LANGUAGE_MODEL_TYPES
@@ -100,6 +102,8 @@ ONEVISION_TILE = 56
 """llava_onevision: the SigLIP tower's input side (14-pixel patches: 16 tokens a tile)."""
 ONEVISION_GRIDS = [[56, 56], [56, 112], [112, 56], [112, 112]]
 """llava_onevision: the anyres resolutions (image_grid_pinpoints, up to 2 x 2 tiles) an image is fitted to."""
+MISTRAL3_LONGEST_EDGE = 112
+"""mistral3: the longest image side the processor resizes to (a multiple of 28: 14-pixel patches merged 2 x 2)."""
 MEDIA_TOKENS: dict[str, dict[str, str]] = {
     "internvl": {
         "start_image_token": "<img>",
@@ -108,11 +112,13 @@ MEDIA_TOKENS: dict[str, dict[str, str]] = {
         "video_token": "<video>",
     },
     "llava_onevision": {"image_token": "<image>", "video_token": "<video>"},
+    "mistral3": {"image_token": "[IMG]", "image_break_token": "[IMG_BREAK]", "image_end_token": "[IMG_END]"},
 }
 """Named special tokens a kind's processor reads from its tokenizer (appended after Qwen's, in this order)."""
 MEDIA_PLACEHOLDERS: dict[str, tuple[str, str]] = {
     "internvl": ("<IMG_CONTEXT>\n", "<video>\n"),
     "llava_onevision": ("<image>\n", "<video>\n"),
+    "mistral3": ("[IMG]", "<|vision_start|><|video_pad|><|vision_end|>"),  # no video
 }
 """What a non-Qwen kind's chat template writes for an image and a video part (the processor expands it)."""
 
@@ -589,6 +595,8 @@ def _config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") ->
         return _internvl_config(spec, ids, text)
     if spec.kind == "llava_onevision":
         return _onevision_config(spec, ids, text)
+    if spec.kind == "mistral3":
+        return _mistral3_config(spec, ids, text)
     text["rope_parameters"]["mrope_section"] = _mrope_section(spec.head_dim)
     vision = {
         "depth": spec.vision_depth,
@@ -683,6 +691,27 @@ def _onevision_config(spec: TinyModelSpec, ids: dict[str, int], text: dict[str, 
         vision_feature_layer=-1,
         vision_aspect_ratio="anyres_max_9",
         tie_word_embeddings=True,
+    )
+
+
+def _mistral3_config(spec: TinyModelSpec, ids: dict[str, int], text: dict[str, Any]) -> dict[str, Any]:
+    """Mistral Small 3.1 / Ministral 3's layout, small: a Pixtral tower (2-D rope over each image's own patch grid,
+    any aspect ratio), 2 x 2 patch merging, an untied Mistral decoder with plain 1-D rope."""
+    vision = {
+        "hidden_size": spec.vision_hidden_size,
+        "num_hidden_layers": spec.vision_depth,
+        "num_attention_heads": spec.vision_num_heads,
+        "intermediate_size": 2 * spec.vision_hidden_size,
+        "image_size": MISTRAL3_LONGEST_EDGE,
+        "patch_size": 14,
+        "initializer_range": spec.initializer_range,
+    }
+    return dict(
+        text_config={"model_type": "mistral", **text, "head_dim": spec.head_dim, "sliding_window": None},
+        vision_config=vision,
+        image_token_index=ids[MEDIA_TOKENS["mistral3"]["image_token"]],
+        spatial_merge_size=2,
+        tie_word_embeddings=False,
     )
 
 
@@ -869,6 +898,10 @@ def build_processor(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -
             "vision_feature_select_strategy": "full",
             "vision_aspect_ratio": "anyres_max_9",
         }
+    elif spec.kind == "mistral3":  # an image keeps its aspect ratio, its longest side at most MISTRAL3_LONGEST_EDGE
+        image = hf.PixtralImageProcessor(size={"longest_edge": MISTRAL3_LONGEST_EDGE}, patch_size=14)
+        tokens = MEDIA_TOKENS["mistral3"]
+        return hf.PixtralProcessor(image, tokenizer, 14, 2, tokenizer.chat_template, **tokens)
     elif spec.kind in GLM_KINDS:
         # GLM's resize counts an image as two frames (its temporal patch) against the budget
         size = {name: 2 * pixels for name, pixels in size.items()}

@@ -429,7 +429,8 @@ def _vl_worker(rank: int, world_size: int, port: int, model_dir: str) -> None:
     sampled = rollout.generate_sequences(prompts)
     assert len(sampled) == 2 * len(prompts)
     assert not (torch.isin(sampled.batch["responses"], torch.tensor([image_token]))).any()
-    banned = [image_token, tokenizer.convert_tokens_to_ids(processor.video_token)]
+    video_token = getattr(processor, "video_token", None)  # Pixtral's has none
+    banned = [image_token, *([tokenizer.convert_tokens_to_ids(video_token)] if video_token else [])]
     _check_log_probs(sampled, _vl_actor_log_probs(actor, sampled, hf_inputs, 2, banned))
     manager.release()
 

@@ -77,12 +77,17 @@ def _batch_multi_modal_inputs(micro: DataProto, device: torch.device) -> dict[st
 
 
 def _concat_rows(values: list[torch.Tensor]) -> torch.Tensor:
-    """The rows' tensors of one input end to end; 5-D pixel values (LLaVA-OneVision's tiles) are zero-padded to the
-    most tiles of any row first, as its processor pads a batch."""
-    if values[0].dim() == 5:
-        most = max(value.shape[1] for value in values)
-        values = [F.pad(value, (0, 0, 0, 0, 0, 0, 0, most - value.shape[1])) for value in values]
-    return torch.cat(values, dim=0)
+    """The rows' tensors of one input end to end, each zero-padded at the end of every dimension but the first to the
+    largest row's, as the processors pad a batch: LLaVA-OneVision's tiles per image, Pixtral's image heights and
+    widths (its `image_sizes` say what is real)."""
+    sizes = [max(value.shape[dim] for value in values) for dim in range(1, values[0].dim())]
+    padded = []
+    for value in values:
+        pads = [(0, size - value.shape[dim + 1]) for dim, size in enumerate(sizes)]
+        padded.append(
+            F.pad(value, [side for pad in reversed(pads) for side in pad]) if any(p for _, p in pads) else value
+        )
+    return torch.cat(padded, dim=0)
 
 
 # ---------------------------------------------------------------------------------------------- batching
