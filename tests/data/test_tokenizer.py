@@ -108,6 +108,18 @@ def test_get_processor_sets_pixel_bounds(vl_dir):
         get_processor(vl_dir, min_pixels=5000, max_pixels=100)
 
 
+def test_pixel_bounds_leave_pixtrals_longest_side(tiny_cache):
+    """Pixtral's `longest_edge` is a side in pixels, which vLLM reads from the model's folder: the data's pixel-area
+    bounds must not become it, or a wide image would expand to other token counts in the actor than in the engine."""
+    from PIL import Image
+
+    model_dir = get_or_build_tiny_model("mistral3", tiny_cache)
+    processor = get_processor(model_dir, min_pixels=3136, max_pixels=1003520)
+    assert dict(processor.image_processor.size) == {"longest_edge": 112}
+    image = Image.new("RGB", (1000, 250))
+    assert processor.image_processor(image, return_tensors="pt")["image_sizes"].tolist() == [[28, 112]]
+
+
 def test_get_processor_overrides_the_chat_template(vl_dir):
     processor = get_processor(vl_dir, override_chat_template=TEMPLATE)
     assert processor.apply_chat_template(MESSAGES, tokenize=False) == "[user] hi\n"

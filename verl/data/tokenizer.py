@@ -127,10 +127,14 @@ def get_processor(
 
 
 def _set_pixel_bounds(processor: "ProcessorMixin", path: str, min_pixels: int | None, max_pixels: int | None) -> None:
-    """Set the image and video processors' resize bounds (Qwen2-VL family). Processors with fixed tiles (InternVL)
-    or their own token budget (Gemma 4) keep theirs; the dataset's resize still applies before."""
+    """Set the image and video processors' resize bounds (Qwen2-VL family: pixel areas as the size's shortest and
+    longest edge). Processors with fixed tiles (InternVL), their own token budget (Gemma 4) or a longest side in
+    pixels (Pixtral, as vLLM reads it from the model's folder) keep theirs; the dataset's resize still applies
+    before."""
     subs = [getattr(processor, name, None) for name in ("image_processor", "video_processor")]
-    subs = [sub for sub in subs if sub is not None and "longest_edge" in (getattr(sub, "size", None) or {})]
+    subs = [
+        sub for sub in subs if sub is not None and {"shortest_edge", "longest_edge"} <= dict(sub.size or {}).keys()
+    ]
     for sub in subs:
         # GLM-4.1V's resize bounds the pixels of a temporal patch (an image counts as its two frames)
         frames = getattr(sub, "temporal_patch_size", 1) if ".glm4v." in type(sub).__module__ else 1
