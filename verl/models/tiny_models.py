@@ -645,18 +645,22 @@ def _config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") ->
     }
 
 
-def _internvl_config(spec: TinyModelSpec, ids: dict[str, int], text: dict[str, Any]) -> dict[str, Any]:
-    """InternVL3-hf's layout, small: an InternViT tower on one tile, pixel shuffle (0.5), an MLP projector and a Qwen2
-    decoder with plain 1-D rope."""
-    vision = {
+def _tower(spec: TinyModelSpec, image_size: int) -> dict[str, Any]:
+    """The vision tower fields the ViT-style towers (InternViT, SigLIP, Pixtral) share: 14-pixel patches."""
+    return {
         "hidden_size": spec.vision_hidden_size,
         "num_hidden_layers": spec.vision_depth,
         "num_attention_heads": spec.vision_num_heads,
         "intermediate_size": 2 * spec.vision_hidden_size,
-        "image_size": INTERNVL_TILE,
+        "image_size": image_size,
         "patch_size": 14,
-        "initializer_range": spec.initializer_range,
     }
+
+
+def _internvl_config(spec: TinyModelSpec, ids: dict[str, int], text: dict[str, Any]) -> dict[str, Any]:
+    """InternVL3-hf's layout, small: an InternViT tower on one tile, pixel shuffle (0.5), an MLP projector and a Qwen2
+    decoder with plain 1-D rope."""
+    vision = {**_tower(spec, INTERNVL_TILE), "initializer_range": spec.initializer_range}
     return dict(
         text_config={"model_type": "qwen2", **text},
         vision_config=vision,
@@ -672,12 +676,7 @@ def _onevision_config(spec: TinyModelSpec, ids: dict[str, int], text: dict[str, 
     and a Qwen2 decoder with plain 1-D rope."""
     vision = {
         "model_type": "siglip_vision_model",
-        "hidden_size": spec.vision_hidden_size,
-        "num_hidden_layers": spec.vision_depth,
-        "num_attention_heads": spec.vision_num_heads,
-        "intermediate_size": 2 * spec.vision_hidden_size,
-        "image_size": ONEVISION_TILE,
-        "patch_size": 14,
+        **_tower(spec, ONEVISION_TILE),
         "vision_use_head": False,  # as the published checkpoints: the features come from the last layer, unpooled
     }
     tokens = MEDIA_TOKENS["llava_onevision"]
@@ -697,15 +696,7 @@ def _onevision_config(spec: TinyModelSpec, ids: dict[str, int], text: dict[str, 
 def _mistral3_config(spec: TinyModelSpec, ids: dict[str, int], text: dict[str, Any]) -> dict[str, Any]:
     """Mistral Small 3.1 / Ministral 3's layout, small: a Pixtral tower (2-D rope over each image's own patch grid,
     any aspect ratio), 2 x 2 patch merging, an untied Mistral decoder with plain 1-D rope."""
-    vision = {
-        "hidden_size": spec.vision_hidden_size,
-        "num_hidden_layers": spec.vision_depth,
-        "num_attention_heads": spec.vision_num_heads,
-        "intermediate_size": 2 * spec.vision_hidden_size,
-        "image_size": MISTRAL3_LONGEST_EDGE,
-        "patch_size": 14,
-        "initializer_range": spec.initializer_range,
-    }
+    vision = {**_tower(spec, MISTRAL3_LONGEST_EDGE), "initializer_range": spec.initializer_range}
     return dict(
         text_config={"model_type": "mistral", **text, "head_dim": spec.head_dim, "sliding_window": None},
         vision_config=vision,
