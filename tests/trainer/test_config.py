@@ -532,7 +532,8 @@ def test_supported_vision_language_types_match_the_rope_index():
 
     # every 3-D rope family is supported; the others take plain 1-D positions (no get_rope_index in transformers)
     assert set(MROPE_MODEL_CLASSES) <= set(VISION_LANGUAGE_MODEL_TYPES)
-    assert set(VISION_LANGUAGE_MODEL_TYPES) - set(MROPE_MODEL_CLASSES) == {"gemma4", "internvl", "llava_onevision"}
+    one_d = {"gemma4", "internvl", "llava_onevision", "mistral3"}
+    assert set(VISION_LANGUAGE_MODEL_TYPES) - set(MROPE_MODEL_CLASSES) == one_d
     for model_type in set(VISION_LANGUAGE_MODEL_TYPES) - set(MROPE_MODEL_CLASSES):
         assert not hasattr(getattr(transformers, MODEL_MAPPING_NAMES[model_type]), "get_rope_index"), model_type
 
