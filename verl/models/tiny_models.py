@@ -250,7 +250,7 @@ GEMMA3_CHAT_TEMPLATE = (
 )
 """gemma3_text: as Gemma 3-it renders a chat: a system message opens the first user turn, turns must alternate,
 the model's turns are `model` and end at <end_of_turn> (which the generation config, not the tokenizer, names)."""
-GEMMA3_SLIDING_WINDOW = 16
+TEXT_SLIDING_WINDOW = 16
 """gemma3_text, olmo3: tokens a sliding-window layer sees, fewer than a test prompt and its response."""
 GEMMA_PER_LAYER_INPUT_SIZE = 16
 """gemma4: width of each layer's per-layer input embedding (E2B: 256)."""
@@ -384,8 +384,8 @@ def chat_template(kind: str) -> str:
 
 def build_tokenizer(vocab_size: int = 2048, kind: str = "qwen2") -> "PreTrainedTokenizerBase":
     """A Qwen2Tokenizer: a locally trained byte-level BPE of `vocab_size` tokens, Qwen's special tokens, `kind`'s
-    MEDIA_TOKENS and chat template (GLM kinds, the Gemma kinds and llama: their own tokens, template and end of turn). The BPE is
-    trained once per process; each call returns a new tokenizer, free to modify."""
+    MEDIA_TOKENS and chat template (GLM kinds, the Gemma kinds and llama: their own tokens, template and end of
+    turn). The BPE is trained once per process; each call returns a new tokenizer, free to modify."""
     from transformers import Qwen2Tokenizer
 
     _check_vocab_size(vocab_size)
@@ -439,8 +439,8 @@ class TinyModelSpec:
 
     kind: str = "qwen2"
     """Model family (MODEL_KINDS): text qwen2, llama (Llama 3), qwen3, qwen3_moe, gemma3_text (Gemma 3 1B), olmo3 (OLMo
-    3, which vLLM runs through its Transformers backend) and qwen2_rm (a score head); the rest have a vision tower. qwen3_5 kinds have a hybrid Gated DeltaNet / full-attention decoder; gemma4 is Gemma 4 E2B's
-    layout."""
+    3, which vLLM runs through its Transformers backend) and qwen2_rm (a score head); the rest have a vision tower.
+    qwen3_5 kinds have a hybrid Gated DeltaNet / full-attention decoder; gemma4 is Gemma 4 E2B's layout."""
     seed: int = 0
     """Seed of the weight initialisation (the tokenizer does not depend on it)."""
     vocab_size: int = 2048
@@ -546,6 +546,12 @@ def _text_config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase
     }
 
 
+def _sliding(spec: TinyModelSpec, every: int) -> dict[str, Any]:
+    """Sliding-window layers of TEXT_SLIDING_WINDOW tokens, every `every`-th layer full attention instead."""
+    layer_types = ["full_attention" if i % every == every - 1 else "sliding_attention" for i in range(spec.num_layers)]
+    return {"sliding_window": TEXT_SLIDING_WINDOW, "layer_types": layer_types}
+
+
 def _experts(spec: TinyModelSpec, count_key: str = "num_experts") -> dict[str, int]:
     """The routed experts of a mixture-of-experts kind (`count_key`: the config's name for their number)."""
     return {
@@ -569,13 +575,9 @@ def _config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") ->
     if spec.kind == "gemma4":
         return _gemma4_config(spec, ids, text)
     if spec.kind == "gemma3_text":  # Gemma 3 1B's layout, small: sliding-window and full-attention layers alternating
-        layer_types = ["full_attention" if i % 2 else "sliding_attention" for i in range(spec.num_layers)]
-        sliding = {"sliding_window": GEMMA3_SLIDING_WINDOW, "layer_types": layer_types}
-        return {**text, **sliding, "head_dim": spec.head_dim, "query_pre_attn_scalar": spec.head_dim}
+        return {**text, **_sliding(spec, 2), "head_dim": spec.head_dim, "query_pre_attn_scalar": spec.head_dim}
     if spec.kind == "olmo3":  # OLMo 3 7B's layout, small: three sliding-window layers to a full one, an untied head
-        layer_types = ["full_attention" if i % 4 == 3 else "sliding_attention" for i in range(spec.num_layers)]
-        sliding = {"sliding_window": GEMMA3_SLIDING_WINDOW, "layer_types": layer_types}
-        return {**text, **sliding, "tie_word_embeddings": False}
+        return {**text, **_sliding(spec, 4), "tie_word_embeddings": False}
     text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6}
     # Qwen3-30B-A3B's experts, small: every layer sparse. transformers' router always normalises the top-k; vLLM
     # reads the flag.
