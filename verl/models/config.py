@@ -353,7 +353,9 @@ def refuse_lora_on_experts(key: str, path: str | None, lora: LoraConfig) -> None
         _refuse_lora(key, path, model_config, lora)
 
 
-EXPERT_LORA_TARGETS = frozenset({"gate_proj", "up_proj", "down_proj", "gate_up_proj", "experts", "mlp", "w1", "w2", "w3"})
+EXPERT_LORA_TARGETS = frozenset(
+    {"gate_proj", "up_proj", "down_proj", "gate_up_proj", "experts", "mlp", "w1", "w2", "w3"}
+)
 """lora.target_modules names that reach a mixture of experts' fused expert tensors (peft maps the projections' names
 onto them; w1, w2, w3: Mixtral's checkpoint names for them)."""
 
