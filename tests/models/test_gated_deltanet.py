@@ -1,10 +1,12 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Qwen3.5's Gated DeltaNet layers on packed rows (verl.models.gated_deltanet) against separate forwards.
+"""Qwen3.5's and Qwen3-Next's Gated DeltaNet layers on packed rows (verl.models.gated_deltanet) against separate
+forwards.
 
 A packed row is built as the trainer builds it (verl.workers.actor.forward): the sequences' tokens in one row, text
 positions restarting at 0 (mrope: the same positions in all four rows of a text-only (4, 1, T) tensor), the
-boundaries as `cu_seq_lens_q/k`, no attention mask, "varlen" attention for the full-attention layers.
+boundaries as `cu_seq_lens_q/k`, no attention mask, "varlen" attention for the full-attention layers (Qwen3-Next, a
+text model: 1-D positions).
 """
 
 import os
@@ -16,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from transformers import AutoModelForImageTextToText, AutoProcessor
+from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor
 
 from verl.models import gated_deltanet, ulysses
 from verl.models.gated_deltanet import (
@@ -42,8 +44,8 @@ def model_root(tmp_path_factory) -> str:
 
 def _load(path: str) -> torch.nn.Module:
     register_packed_attention()
-    model = AutoModelForImageTextToText.from_pretrained(path, attn_implementation=PACKED_ATTENTION)
-    return model.float().eval()
+    model_class = AutoModelForCausalLM if "qwen3_next" in path else AutoModelForImageTextToText
+    return model_class.from_pretrained(path, attn_implementation=PACKED_ATTENTION).float().eval()
 
 
 def _sequences(lengths: list[int], seed: int = 0) -> list[torch.Tensor]:
@@ -53,7 +55,11 @@ def _sequences(lengths: list[int], seed: int = 0) -> list[torch.Tensor]:
 
 def _packed_logits(model: torch.nn.Module, sequences: list[torch.Tensor]) -> list[torch.Tensor]:
     lengths = [len(s) for s in sequences]
-    positions = torch.cat([torch.arange(n) for n in lengths]).view(1, 1, -1).expand(4, 1, -1)
+    positions = torch.cat([torch.arange(n) for n in lengths]).view(1, 1, -1)
+    if model.config.model_type != "qwen3_next":  # mrope: the text positions in all four rows
+        positions = positions.expand(4, 1, -1)
+    else:
+        positions = positions[0]
     logits = model(
         input_ids=torch.cat(sequences)[None],
         position_ids=positions,
@@ -71,7 +77,7 @@ def _gaps(first: list[torch.Tensor], second: list[torch.Tensor]) -> list[float]:
     return [(a - b).abs().max().item() for a, b in zip(first, second)]
 
 
-@pytest.mark.parametrize("kind", ["qwen3_5", "qwen3_5_moe"])
+@pytest.mark.parametrize("kind", ["qwen3_5", "qwen3_5_moe", "qwen3_next"])
 def test_packed_forward_equals_separate_forwards(model_root: str, kind: str) -> None:
     model = _load(get_or_build_tiny_model(kind, model_root))
     sequences = _sequences(LENGTHS)

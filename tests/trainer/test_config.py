@@ -417,11 +417,11 @@ def test_an_unchecked_mixture_of_experts_actor_is_refused_before_ray(files):
     refused, naming the type."""
     import json
 
-    moe = {"model_type": "qwen3_next", "num_experts": 512, "num_experts_per_tok": 10}
+    moe = {"model_type": "glm4_moe_lite", "n_routed_experts": 64, "num_experts_per_tok": 4}  # GLM-4.7-Flash: MLA
     (files / "model" / "config.json").write_text(json.dumps(moe))
     with pytest.raises(
         NotImplementedError,
-        match=r"worker.actor.model.model_path=.*'qwen3_next', num_experts=512.*the nearest supported one is 'qwen3_moe'",
+        match=r"model_path=.*'glm4_moe_lite', n_routed_experts=64.*the nearest supported one is 'glm4_moe'",
     ):
         load_config(base_args(files))
     gpt_oss = {"model_type": "gpt_oss", "num_local_experts": 32}
@@ -429,6 +429,7 @@ def test_an_unchecked_mixture_of_experts_actor_is_refused_before_ray(files):
     with pytest.raises(NotImplementedError, match=r"'gpt_oss', num_local_experts=32"):
         load_config(base_args(files))
     for supported in (
+        {"model_type": "qwen3_next", "num_experts": 512},
         {"model_type": "mixtral", "num_local_experts": 8},
         {"model_type": "glm4_moe", "n_routed_experts": 128},
     ):

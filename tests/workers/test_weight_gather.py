@@ -108,7 +108,9 @@ def _run_moe(rank: int, world_size: int, port: int, model_dir: str) -> None:
     dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("kind", ["qwen3_moe", "qwen3_vl_moe", "mixtral", "glm4_moe", "qwen2_moe", "olmoe"])
+@pytest.mark.parametrize(
+    "kind", ["qwen3_moe", "qwen3_vl_moe", "mixtral", "glm4_moe", "qwen2_moe", "olmoe", "qwen3_next"]
+)
 def test_a_mixture_of_experts_actor_streams_every_experts_checkpoint_tensor(tmp_path, kind):
     spawn(_run_moe, 2, get_or_build_tiny_model(kind, str(tmp_path / "models")))
 

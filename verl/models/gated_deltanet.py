@@ -1,6 +1,6 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Exact Gated DeltaNet (linear attention) layers for packed (padding-free) sequences, as in Qwen3.5.
+"""Exact Gated DeltaNet (linear attention) layers for packed (padding-free) sequences, as in Qwen3.5 and Qwen3-Next.
 
 The layer's causal convolution and gated delta recurrence must restart at every sequence boundary of a packed row.
 transformers' layer does so only with its CUDA kernels and the boundaries passed (its CPU fallbacks drop
@@ -35,6 +35,7 @@ __all__ = [
 GATED_DELTANET_CLASSES: tuple[tuple[str, str], ...] = (
     ("transformers.models.qwen3_5.modeling_qwen3_5", "Qwen3_5GatedDeltaNet"),
     ("transformers.models.qwen3_5_moe.modeling_qwen3_5_moe", "Qwen3_5MoeGatedDeltaNet"),
+    ("transformers.models.qwen3_next.modeling_qwen3_next", "Qwen3NextGatedDeltaNet"),
 )
 """(module, class) of the transformers Gated DeltaNet layers made exact; each zeroes hidden states where the 2-D
 `attention_mask` is 0 and passes `cu_seq_lens_q` (as `cu_seqlens`) and other kwargs to its kernels."""

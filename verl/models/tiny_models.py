@@ -47,6 +47,7 @@ ModelKind = Literal[
     "qwen2_moe",
     "olmoe",
     "glm4_moe",
+    "qwen3_next",
     "qwen3_5",
     "qwen3_5_moe",
     "gemma4",
@@ -73,6 +74,7 @@ MODEL_CLASSES: dict[str, str] = {
     "qwen2_moe": "Qwen2MoeForCausalLM",
     "olmoe": "OlmoeForCausalLM",
     "glm4_moe": "Glm4MoeForCausalLM",
+    "qwen3_next": "Qwen3NextForCausalLM",
     "qwen3_5": "Qwen3_5ForConditionalGeneration",
     "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
     "gemma4": "Gemma4ForConditionalGeneration",
@@ -87,7 +89,7 @@ MODEL_CLASSES: dict[str, str] = {
 """The transformers model class of each kind; its `config_class` takes the kind's `_config_kwargs`."""
 VL_KINDS: tuple[str, ...] = VISION_LANGUAGE_MODEL_TYPES
 """One vision-language kind per model type the trainer supports, named after it."""
-HYBRID_KINDS: tuple[str, ...] = ("qwen3_5", "qwen3_5_moe")
+HYBRID_KINDS: tuple[str, ...] = ("qwen3_5", "qwen3_5_moe", "qwen3_next")
 """Kinds whose decoder mixes Gated DeltaNet (linear attention) layers with full attention, as Qwen3.5 does."""
 PATCH_SIZES: dict[str, int] = {"qwen3_vl": 16, "qwen3_vl_moe": 16, "qwen3_5": 16, "qwen3_5_moe": 16, "gemma4": 16}
 """Vision patch size of a VL kind other than Qwen2(.5)-VL's 14 pixels."""
@@ -447,8 +449,9 @@ class TinyModelSpec:
 
     kind: str = "qwen2"
     """Model family (MODEL_KINDS): text qwen2, llama (Llama 3), qwen3, gemma3_text (Gemma 3 1B), olmo3 (OLMo 3, which
-    vLLM runs through its Transformers backend), the mixtures of experts qwen3_moe, mixtral, qwen2_moe, olmoe and
-    glm4_moe (GLM-4.5), and qwen2_rm (a score head); the rest have a vision tower.
+    vLLM runs through its Transformers backend), the mixtures of experts qwen3_moe, mixtral, qwen2_moe, olmoe,
+    glm4_moe (GLM-4.5) and qwen3_next (hybrid, as Qwen3.5-MoE's decoder), and qwen2_rm (a score head); the rest have
+    a vision tower.
     qwen3_5 kinds have a hybrid Gated DeltaNet / full-attention decoder; gemma4 is Gemma 4 E2B's layout."""
     seed: int = 0
     """Seed of the weight initialisation (the tokenizer does not depend on it)."""
@@ -625,6 +628,10 @@ def _config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") ->
         return {**text, **qwen3_experts, "head_dim": spec.head_dim}
     if spec.kind in ("mixtral", "qwen2_moe", "olmoe", "glm4_moe"):
         return _text_experts_config(spec, ids, text)
+    if spec.kind == "qwen3_next":  # Qwen3-Next-80B-A3B: Qwen3.5-MoE's decoder without mrope, text only, untied
+        _qwen3_5_text(spec, text)
+        del text["rope_parameters"]["mrope_section"], text["rope_parameters"]["mrope_interleaved"]
+        return {**text, "tie_word_embeddings": False}
     if spec.kind == "internvl":
         return _internvl_config(spec, ids, text)
     if spec.kind == "llava_onevision":
@@ -763,7 +770,7 @@ def _qwen3_5_text(spec: TinyModelSpec, text: dict[str, Any]) -> None:
         linear_num_key_heads=LINEAR_KEY_HEADS,
         linear_num_value_heads=LINEAR_VALUE_HEADS,
     )
-    if spec.kind == "qwen3_5_moe":  # every layer sparse, with a shared expert, as Qwen3.5-35B-A3B
+    if spec.kind in ("qwen3_5_moe", "qwen3_next"):  # every layer sparse, a shared expert, as Qwen3.5-35B-A3B
         text.update(_experts(spec), shared_expert_intermediate_size=spec.intermediate_size // MOE_EXPERTS_PER_TOKEN)
         del text["intermediate_size"]
 

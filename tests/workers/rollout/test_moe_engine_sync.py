@@ -21,10 +21,11 @@ KINDS = ["qwen3_moe", "qwen3_vl_moe", "glm4v_moe", "glm4_moe", "mixtral", "qwen2
 
 
 def test_every_supported_mixture_of_experts_type_is_checked_here() -> None:
-    """Qwen3.5-MoE's bf16 engine is checked in test_hybrid_engine.py; every other supported type here."""
+    """The hybrid (Gated DeltaNet) ones' bf16 engines, Qwen3.5-MoE's and Qwen3-Next's, are checked in
+    test_hybrid_engine.py; every other supported type here."""
     from verl.models.config import MIXTURE_OF_EXPERTS_MODEL_TYPES
 
-    assert set(MIXTURE_OF_EXPERTS_MODEL_TYPES) - {"qwen3_5_moe"} == set(KINDS)
+    assert set(MIXTURE_OF_EXPERTS_MODEL_TYPES) - {"qwen3_5_moe", "qwen3_next"} == set(KINDS)
 
 
 @pytest.fixture(scope="module", params=KINDS)
