@@ -100,9 +100,9 @@ REWARD_KINDS: tuple[str, ...] = ("qwen2_rm",)
 MOE_EXPERTS, MOE_EXPERTS_PER_TOKEN = 4, 2
 """The mixture-of-experts kinds: routed experts per sparse layer, and experts routed per token."""
 LINEAR_HEAD_DIM, LINEAR_KEY_HEADS, LINEAR_VALUE_HEADS = 128, 2, 4
-"""qwen3_5 kinds: Gated DeltaNet head dim (128, which vLLM's CPU kernel needs) and key/value heads (grouped path)."""
+"""HYBRID_KINDS: Gated DeltaNet head dim (128, which vLLM's CPU kernel needs) and key/value heads (grouped path)."""
 FULL_ATTENTION_INTERVAL = 4
-"""qwen3_5 kinds: every fourth decoder layer is full attention, the others Gated DeltaNet (Qwen3.5's pattern)."""
+"""HYBRID_KINDS: every fourth decoder layer is full attention, the others Gated DeltaNet (Qwen3.5's pattern)."""
 
 INTERNVL_TILE = 56
 """internvl: the vision tower's tile side (14-pixel patches, pixel shuffle 0.5: 4 image tokens a tile)."""
@@ -577,12 +577,12 @@ def _text_experts_config(spec: TinyModelSpec, ids: dict[str, int], text: dict[st
     """The text mixture-of-experts kinds, each in its published layout, small; every one has an untied head."""
     text.update(tie_word_embeddings=False, head_dim=spec.head_dim)
     expert_size = spec.intermediate_size // MOE_EXPERTS_PER_TOKEN
-    if spec.kind == "mixtral":  # Mixtral 8x7B: top-2 of 8 experts, `intermediate_size` is one expert's
-        return {**text, "num_local_experts": MOE_EXPERTS, "num_experts_per_tok": 2, "intermediate_size": expert_size}
+    top_k = {"num_experts_per_tok": MOE_EXPERTS_PER_TOKEN, "intermediate_size": expert_size}  # one expert's size
+    if spec.kind == "mixtral":  # Mixtral 8x7B's layout (top-2 of its 8 experts)
+        return {**text, "num_local_experts": MOE_EXPERTS, **top_k}
     if spec.kind == "olmoe":  # OLMoE: q/k norms over the whole projection, top-k probabilities not renormalised
         # its norms' epsilon as published: vLLM's OLMoE hard-codes 1e-5 whatever the config says
-        experts = {"num_experts": MOE_EXPERTS, "num_experts_per_tok": 2, "intermediate_size": expert_size}
-        return {**text, **experts, "rms_norm_eps": 1e-5}
+        return {**text, "num_experts": MOE_EXPERTS, **top_k, "rms_norm_eps": 1e-5}
     if spec.kind == "qwen2_moe":  # Qwen1.5-MoE / Qwen2-57B-A14B: biased q/k/v, a shared expert behind a sigmoid gate
         extra = {"shared_expert_intermediate_size": spec.intermediate_size, "norm_topk_prob": False}
         return {**text, **_experts(spec), **extra, "decoder_sparse_step": 1, "mlp_only_layers": []}
