@@ -225,10 +225,11 @@ def test_weights_streamed_to_the_engine_equal_per_parameter_gathers_on_cuda(work
             assert streamed[names[name]].dtype == dtype and torch.equal(streamed[names[name]], expected), name
 
 
-def test_mixture_of_experts_weights_reach_the_engine_on_cuda(workspace):
-    """A tiny Qwen3-MoE actor (fused experts in transformers, per-expert tensors in the checkpoint): the sync streams
-    every expert's projections, and vLLM's MoE layers then compute what the actor computes (the weight check, before
-    and after the experts change). Qwen3-MoE actors are accepted on the strength of the CPU's check
+@pytest.mark.parametrize("kind", ["qwen3_moe", "mixtral", "qwen2_moe", "olmoe", "glm4_moe"])
+def test_mixture_of_experts_weights_reach_the_engine_on_cuda(workspace, kind):
+    """A tiny mixture-of-experts actor (fused experts in transformers, per-expert tensors in the checkpoint): the sync
+    streams every expert's projections, and vLLM's MoE layers then compute what the actor computes (the weight check,
+    before and after the experts change). These families are accepted on the strength of the CPU's check
     (tests/workers/rollout/test_moe_engine_sync.py); until this has passed a GPU run checks its first sync."""
     pytest.importorskip("vllm", reason="needs vLLM's GPU build (pip install vllm)")
     pytest.importorskip("vllm._moe_C", reason="needs vLLM's MoE kernels (vllm/_moe_C), missing from this install")
@@ -239,7 +240,7 @@ def test_mixture_of_experts_weights_reach_the_engine_on_cuda(workspace):
     from verl.workers.rollout.vllm_rollout import VLLMRollout
     from verl.workers.weight_sync.colocated import FSDPVLLMShardingManager
 
-    model_dir = get_or_build_tiny_model("qwen3_moe", str(workspace["root"] / "models"))
+    model_dir = get_or_build_tiny_model(kind, str(workspace["root"] / "models"))
     device = torch.device("cuda", torch.cuda.current_device())
     actor = create_fsdp_model(
         ModelConfig(model_path=model_dir), FSDPConfig(), build_device_mesh(1, -1, "cuda"), device
