@@ -154,3 +154,25 @@ def test_text_only_forward_runs_the_vision_tower_without_changing_the_output(mod
     grads = [param.grad for param in vision]
     assert all(grad is not None and not grad.any() for grad in grads)  # every vision weight took part, with 0
     assert model.get_input_embeddings().weight.grad.abs().sum() > 0
+
+
+def test_a_vision_language_models_overrides_reach_its_language_model_in_the_actor_and_the_engine(tmp_path):
+    """Gemma 3's config keeps attention settings in text_config: model.override_config names them as for a text model
+    (or under text_config), the actor's config gets them there, and the engine the same fields, nested as vLLM
+    applies them; a name neither config has is refused, not left aside as transformers would."""
+    from verl.utils.config import ConfigError
+    from verl.workers.rollout.config import RolloutConfig
+    from verl.workers.rollout.vllm_rollout import build_engine_kwargs
+
+    gemma3 = get_or_build_tiny_model("gemma3", str(tmp_path))
+    overrides = {"attention_dropout": 0.25, "text_config": {"sliding_window": 8}, "mm_tokens_per_image": 4}
+    config = load_model_config(ModelConfig(model_path=gemma3, override_config=overrides))
+    text = config.get_text_config()
+    assert (text.attention_dropout, text.sliding_window) == (0.25, 8) and not hasattr(config, "attention_dropout")
+    with pytest.raises(ConfigError, match=r"override_config.rope_theta: Gemma3Config or its text_config \(Gemma3Tex"):
+        load_model_config(ModelConfig(model_path=gemma3, override_config={"rope_theta": 1e6}))
+    rollout = RolloutConfig(prompt_length=16, response_length=16, model_overrides=overrides)
+    kwargs = build_engine_kwargs(gemma3, rollout, multimodal=False)
+    nested = {"text_config": {"attention_dropout": 0.25, "sliding_window": 8}, "mm_tokens_per_image": 4}
+    assert kwargs["hf_overrides"] == nested
+    assert kwargs["limit_mm_per_prompt"] == {"image": 0, "video": 0}  # trained on text only: no encoder budget

@@ -491,6 +491,17 @@ def test_unsupported_vision_language_models_are_refused_by_name(files):
     assert load_config(base_args(files)).worker.actor.model.model_path == str(files / "model")
 
 
+def test_a_model_override_that_names_no_config_field_is_refused_before_ray(files):
+    """transformers would keep the unknown name on the side, so the run would train the model unchanged."""
+    import json
+
+    (files / "model" / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    good = load_config([*base_args(files), "worker.actor.model.override_config={max_position_embeddings: 4096}"])
+    assert good.worker.rollout.model_overrides == {"max_position_embeddings": 4096}  # the engine gets them too
+    with pytest.raises(ConfigError, match=r"override_config.rope_theta: Qwen2Config has no field 'rope_theta' \(.*"):
+        load_config([*base_args(files), "worker.actor.model.override_config={rope_theta: 5.0}"])
+
+
 def test_qwen3_5_dense_and_mixture_of_experts_are_accepted(files):
     """Qwen3.5 (Gated DeltaNet hybrid, images), dense and MoE, is supported; its MoE with LoRA adapters is refused,
     as every MoE actor's is."""

@@ -526,17 +526,29 @@ def test_ppo_with_critic_gae(workspace):
     )
 
 
-@pytest.mark.parametrize("kind, disable_dropout", [("gemma3_text", True), ("olmo3", False)])
+MERGED_CLASSES = {
+    "gemma3_text": "Gemma3ForCausalLM",
+    "gemma3": "Gemma3ForConditionalGeneration",
+    "olmo3": "Olmo3ForCausalLM",
+}
+
+
+@pytest.mark.parametrize("kind, disable_dropout", [("gemma3_text", True), ("gemma3", True), ("olmo3", False)])
 def test_grpo_sliding_window_text_run_and_export(workspace, kind, disable_dropout):
-    """On a Gemma 3 1B-style model (embeddings scaled by a buffer vLLM computes) and an OLMo 3-style one (which vLLM
-    runs through its Transformers backend, compiling the transformers class the actor uses too), both with
-    sliding-window layers narrower than a prompt and its response and a config with attention dropout: every weight
-    sync is checked (against the actor in eval mode, also where it trains with dropout), and the checkpoint merges to
-    the model's own class with its own dropout."""
+    """On a Gemma 3 1B-style model (embeddings scaled by a buffer vLLM computes), Gemma 3 4B's vision-language layout
+    on text data, and an OLMo 3-style model (which vLLM runs through its Transformers backend, compiling the
+    transformers class the actor uses too), all with sliding-window layers narrower than a prompt and its response
+    and a config with attention dropout (the text config's; the Gemma kinds also another attention scale, which the
+    engine must get too): every weight sync is checked (against the actor in eval mode, also where it trains with
+    dropout), and the checkpoint merges to the model's own class with its own dropout; Gemma 3's vision tower, which
+    text never runs, is exported unchanged with its processor."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor
 
     model_dir = get_or_build_tiny_model(kind, str(workspace["root"] / "models"))
+    auto_class = AutoModelForImageTextToText if kind == "gemma3" else AutoModelForCausalLM
+    # Gemma's attention scale, which vLLM reads too: the engine must run the overridden model (gemma3: text_config's)
+    overrides = "attention_dropout: 0.25" + (", query_pre_attn_scalar: 16" if "gemma" in kind else "")
     config = load_config(
         text_args(
             workspace,
@@ -545,7 +557,7 @@ def test_grpo_sliding_window_text_run_and_export(workspace, kind, disable_dropou
             "worker.rollout.verify_weight_sync=true",
             "data.max_response_length=24",
             "worker.actor.optim.lr=1e-2",
-            "worker.actor.model.override_config={attention_dropout: 0.25}",
+            f"worker.actor.model.override_config={{{overrides}}}",
             f"worker.actor.model.disable_dropout={disable_dropout}",
             "trainer.val_before_train=false",
             "trainer.val_freq=-1",
@@ -557,16 +569,17 @@ def test_grpo_sliding_window_text_run_and_export(workspace, kind, disable_dropou
     assert max(row["prompt_length/mean"] + row["response_length/mean"] for row in steps) > 16  # past the window
     target = workspace["root"] / f"merged_{kind}"
     export_checkpoint(workspace["root"] / kind / "global_step_2" / "actor", target)
-    merged = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
-    initial = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    assert merged.config.attention_dropout == 0.25
-    assert (
-        type(merged).__name__
-        == type(initial).__name__
-        == {"gemma3_text": "Gemma3ForCausalLM"}.get(kind, "Olmo3ForCausalLM")
-    )
-    trained, before = merged.model.layers[0].self_attn.q_proj.weight, initial.model.layers[0].self_attn.q_proj.weight
+    merged = auto_class.from_pretrained(target, dtype=torch.float32)
+    initial = auto_class.from_pretrained(model_dir, dtype=torch.float32)
+    assert merged.config.get_text_config().attention_dropout == 0.25
+    assert getattr(merged.config.get_text_config(), "query_pre_attn_scalar", None) == (16 if "gemma" in kind else None)
+    assert type(merged).__name__ == type(initial).__name__ == MERGED_CLASSES[kind]
+    trained, before = (model.get_decoder().layers[0].self_attn.q_proj.weight for model in (merged, initial))
     assert not torch.equal(trained, before)
+    if kind == "gemma3":
+        towers = (model.model.vision_tower.state_dict() for model in (merged, initial))
+        assert all(torch.equal(a, b) for a, b in zip(*(tower.values() for tower in towers), strict=True))
+        assert type(AutoProcessor.from_pretrained(target)).__name__ == "Gemma3Processor"
 
 
 def test_online_filtering_and_remax(workspace):

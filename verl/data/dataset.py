@@ -33,6 +33,7 @@ from verl.data.multimodal import (
 )
 from verl.data.sources import RowSource, load_source, row_value, split_prompt_messages, tool_schemas
 from verl.data.tokenizer import check_chat_template_kwargs, renders_tool_calls, template_reads
+from verl.models.config import text_only_reason
 from verl.models.rope_index import RopeIndex, load_model_config, uses_mrope
 from verl.utils.child_signals import reset_child_signals, signals_held
 
@@ -184,11 +185,14 @@ class RLHFDataset(Dataset):
         self.reads_tools = template_reads(renderer, "tools", self.chat_template)
         self.renders_tool_calls = renders_tool_calls(renderer, self.chat_template)
         self.rope_index = None
+        self.text_only: str | None = None
+        """Why the model takes no media though it has a processor (TEXT_ONLY_VISION_LANGUAGE_TYPES), else None."""
         if processor is not None:
             if model_config is None:
                 model_config = load_model_config(processor.tokenizer.name_or_path)
             if uses_mrope(model_config):
                 self.rope_index = RopeIndex(model_config)
+            self.text_only = text_only_reason(getattr(model_config, "model_type", None))
 
         self.source: RowSource = load_source(data_source)
         self._check_columns()
@@ -409,9 +413,10 @@ class RLHFDataset(Dataset):
         for key, values in ((self.image_key, images), (self.video_key, videos)):
             for position, value in enumerate(values):
                 self._check_confined(index, key, position, value)
-        if (images or videos) and self.processor is None:
+        if (images or videos) and (self.processor is None or self.text_only):
             key = self.image_key if images else self.video_key
-            raise self._error(index, key, "the row has images or videos but the model is text-only (no processor)")
+            problem = self.text_only or "the row has images or videos but the model is text-only (no processor)"
+            raise self._error(index, key, problem)
         content = self._format(index, row, prompt)
         messages = [*earlier, {"role": "user", "content": self._content(index, content, len(images), len(videos))}]
         if earlier:  # the conversation before the model's turn, as text (a client-style environment starts from it)

@@ -28,6 +28,7 @@ from verl.data.multimodal import (
 )
 from verl.data.sources import RowSource, load_source, tool_schemas, with_tool_calls, without_nulls
 from verl.data.tokenizer import TURN_MARKER, check_chat_template_kwargs, renders_tool_calls, template_reads
+from verl.models.config import text_only_reason
 from verl.models.rope_index import RopeIndex, uses_mrope
 from verl.protocol import DataProto
 
@@ -112,6 +113,8 @@ class SFTDataset(torch.utils.data.Dataset):
         if model_config is not None and processor is not None:
             if uses_mrope(model_config):
                 self.rope_index = RopeIndex(model_config)
+        self.text_only = text_only_reason(getattr(model_config, "model_type", None))
+        """Why the model takes no images though it may have a processor (TEXT_ONLY_VISION_LANGUAGE_TYPES), else None."""
         self.max_length = config.max_length
         renderer = processor if processor is not None else tokenizer
         self.reads_tools = template_reads(renderer, "tools")
@@ -239,8 +242,10 @@ class SFTDataset(torch.utils.data.Dataset):
                 config.image_key,
                 f"the messages have {markers} {IMAGE_MARKER} marker(s) but the row has {len(images)} image(s)",
             )
-        if images and self.processor is None:
-            raise self._error(index, config.image_key, "the row has images but the model is text-only")
+        if images and (self.processor is None or self.text_only):
+            raise self._error(
+                index, config.image_key, self.text_only or "the row has images but the model is text-only"
+            )
         if row.get("videos") or (self.processor is not None and any("<video>" in m["content"] for m in messages)):
             raise self._error(
                 index,

@@ -42,6 +42,57 @@ GLM-4.5V (Qwen2-VL's vision pipeline with GLM's tokens and tower); internvl (Hug
 and llava_onevision take plain 1-D positions, as gemma4 and mistral3 (Mistral Small 3.1, Ministral 3: a Pixtral
 tower) do."""
 
+TEXT_ONLY_VISION_LANGUAGE_TYPES: tuple[str, ...] = ("gemma3",)
+"""Vision-language model types the trainer supports for text data only; a row with an image or a video is refused.
+gemma3 is Gemma 3 4B-27B: its image tokens attend to each other in both directions, which neither the actor's forward
+(causal, packed or padded) nor vLLM's CPU attention reproduces."""
+
+
+def resolve_config_overrides(config: Any, overrides: dict[str, Any], key: str) -> dict[str, Any]:
+    """`overrides` (`key`, a model.override_config) as fields of the transformers config `config`: a field of the
+    config as given; on a composite (vision-language) config, a field only its language model's config has under that
+    sub-config's name; a dict for a sub-config resolved within it. Raises ConfigError for a name neither has."""
+    text = config.get_text_config()
+    text_name = next(
+        (name for name in getattr(config, "sub_configs", {}) if getattr(config, name, None) is text), None
+    )
+    resolved: dict[str, Any] = {}
+    for name, value in overrides.items():
+        current = getattr(config, name, None)
+        if isinstance(value, dict) and hasattr(current, "to_dict"):  # a sub-config, e.g. text_config
+            resolved.setdefault(name, {}).update(resolve_config_overrides(current, value, f"{key}.{name}"))
+        elif hasattr(config, name):
+            resolved[name] = value
+        elif text_name is not None and hasattr(text, name):
+            resolved.setdefault(text_name, {})[name] = value
+        else:
+            where = type(config).__name__ + (f" or its {text_name} ({type(text).__name__})" if text_name else "")
+            hint = " (transformers 5 keeps rope settings in rope_parameters)" if name.startswith("rope_") else ""
+            raise ConfigError(f"{key}.{name}: {where} has no field {name!r}{hint}; check the name.")
+    return resolved
+
+
+def apply_config_overrides(config: Any, resolved: dict[str, Any]) -> None:
+    """Set the fields of `resolve_config_overrides`'s answer on `config` (and its sub-configs)."""
+    for name, value in resolved.items():
+        current = getattr(config, name, None)
+        if isinstance(value, dict) and hasattr(current, "to_dict"):
+            apply_config_overrides(current, value)
+        else:
+            setattr(config, name, value)
+
+
+def text_only_reason(model_type: Any) -> str | None:
+    """Why a TEXT_ONLY_VISION_LANGUAGE_TYPES model takes no images or videos (for the message refusing a row that has
+    some); None for any other model type."""
+    if model_type not in TEXT_ONLY_VISION_LANGUAGE_TYPES:
+        return None
+    return (
+        f"the model ({model_type!r}) is trained on text only: its image tokens attend to each other in both "
+        "directions, which the actor's causal forward does not reproduce; leave the images and videos out of the data"
+    )
+
+
 TORCH_DTYPES: tuple[str | None, ...] = (None, "fp32", "bf16", "fp16")
 """Values of fsdp.torch_dtype."""
 
@@ -85,7 +136,10 @@ class ModelConfig:
     tokenizer_path: str | None = None
     """Tokenizer (and processor) location; defaults to model_path."""
     override_config: dict[str, Any] = field(default_factory=dict)
-    """Keyword overrides passed to AutoConfig.from_pretrained, e.g. {attention_dropout: 0.0}."""
+    """Fields of the model's config to change, e.g. {attention_dropout: 0.0} or {max_position_embeddings: 65536}: the
+    actor's (critic's, SFT model's) config and the rollout engine's get the same values. On a vision-language model a
+    field of its language model's config goes there ({text_config: {...}} names it outright); a name that neither
+    config has is an error (transformers would ignore it)."""
     enable_gradient_checkpointing: bool = True
     """Recompute activations in the backward pass to save memory (non-reentrant)."""
     trust_remote_code: bool = False
@@ -122,14 +176,20 @@ class ModelConfig:
         if model_config is None:
             return  # a hub id: the worker checks it when it loads the config
         model_type = model_config.get("model_type")
-        if "vision_config" in model_config and model_type not in VISION_LANGUAGE_MODEL_TYPES:
+        supported = VISION_LANGUAGE_MODEL_TYPES + TEXT_ONLY_VISION_LANGUAGE_TYPES
+        if "vision_config" in model_config and model_type not in supported:
             raise NotImplementedError(
                 f"{key}='{self.model_path}' is a {model_type!r} vision-language model, which is not supported yet (its "
-                f"position ids and vision tower differ){nearest(model_type, VISION_LANGUAGE_MODEL_TYPES)}; supported "
-                f"vision-language models: {', '.join(VISION_LANGUAGE_MODEL_TYPES)}."
+                f"position ids and vision tower differ){nearest(model_type, supported)}; supported vision-language "
+                f"models: {', '.join(VISION_LANGUAGE_MODEL_TYPES)}, and on text data {', '.join(TEXT_ONLY_VISION_LANGUAGE_TYPES)}."
             )
         if model_type == "gemma4":
             refuse_unchecked_gemma4(f"{key}='{self.model_path}'", model_config)
+        if self.override_config:  # a misspelt field now, not a config transformers silently keeps
+            from verl.models.rope_index import load_model_config
+
+            config = load_model_config(self.model_path, self.trust_remote_code)
+            resolve_config_overrides(config, dict(self.override_config), f"{prefix}override_config")
 
 
 def unexported_checkpoint(path: str) -> str | None:

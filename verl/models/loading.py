@@ -14,7 +14,14 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, PretrainedConfig
 from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
-from verl.models.config import VISION_LANGUAGE_MODEL_TYPES, ModelConfig, refuse_unchecked_gemma4
+from verl.models.config import (
+    TEXT_ONLY_VISION_LANGUAGE_TYPES,
+    VISION_LANGUAGE_MODEL_TYPES,
+    ModelConfig,
+    apply_config_overrides,
+    refuse_unchecked_gemma4,
+    resolve_config_overrides,
+)
 from verl.models.gated_deltanet import use_packed_linear_attention
 from verl.models.packed_attention import PACKED_ATTENTION, register_packed_attention
 from verl.models.structure import get_language_model, get_vision_tower
@@ -30,15 +37,16 @@ VALUE_HEAD_SEED = 0
 
 
 def load_model_config(model_config: ModelConfig) -> PretrainedConfig:
-    """AutoConfig of `model_config.model_path` with `override_config` applied."""
+    """AutoConfig of `model_config.model_path` with `override_config` applied (`resolve_config_overrides`)."""
     path = model_config.model_path
     if not path:
         raise ValueError("model.model_path is not set; point it at a Hugging Face model directory or Hub id.")
     if (os.path.isabs(path) or path.startswith(".")) and not os.path.isdir(path):
         raise FileNotFoundError(f"model.model_path {path!r} is not a directory; give an existing model directory.")
-    return AutoConfig.from_pretrained(
-        path, trust_remote_code=model_config.trust_remote_code, **dict(model_config.override_config)
-    )
+    config = AutoConfig.from_pretrained(path, trust_remote_code=model_config.trust_remote_code)
+    overrides = resolve_config_overrides(config, dict(model_config.override_config), "model.override_config")
+    apply_config_overrides(config, overrides)
+    return config
 
 
 def is_vision_language(config: PretrainedConfig) -> bool:
@@ -65,10 +73,12 @@ def resolve_attn_implementation(requested: str = "auto") -> str:
 
 def check_supported_model(config: PretrainedConfig, model_path: str | None) -> None:
     """Refuse a vision-language family without position-id and vision-tower support."""
-    if is_vision_language(config) and config.model_type not in VISION_LANGUAGE_MODEL_TYPES:
+    supported = VISION_LANGUAGE_MODEL_TYPES + TEXT_ONLY_VISION_LANGUAGE_TYPES
+    if is_vision_language(config) and config.model_type not in supported:
         raise NotImplementedError(
             f"Model '{model_path}' is a {config.model_type!r} vision-language model, which is not supported yet; "
-            f"supported vision-language models: {', '.join(VISION_LANGUAGE_MODEL_TYPES)}."
+            f"supported vision-language models: {', '.join(VISION_LANGUAGE_MODEL_TYPES)}, and on text data "
+            f"{', '.join(TEXT_ONLY_VISION_LANGUAGE_TYPES)}."
         )
     if config.model_type == "gemma4":  # a hub model's config is first read here
         refuse_unchecked_gemma4(f"Model '{model_path}'", config.to_dict())
@@ -208,9 +218,10 @@ def run_vision_tower_in_every_forward(model: nn.Module) -> bool:
     """Make every forward of a vision-language model run its vision tower, on a dummy image if it has none.
     Under FSDP a rank with a text-only micro-batch would skip the tower's all-gathers while others wait: a hang. A
     hook before the language model runs the tower on a dummy image if it has not run and adds 0 x its output, so all
-    ranks issue the same collectives in the same order. Returns False (nothing done) for a text model."""
+    ranks issue the same collectives in the same order. Returns False (nothing done) for a text model, and for a
+    model trained on text only (TEXT_ONLY_VISION_LANGUAGE_TYPES: no rank ever runs its tower)."""
     tower, language_model = get_vision_tower(model), get_language_model(model)
-    if tower is None or language_model is None:
+    if tower is None or language_model is None or model.config.model_type in TEXT_ONLY_VISION_LANGUAGE_TYPES:
         return False
     qwen = all(hasattr(tower, name) for name in ("patch_embed", "spatial_merge_size"))
     tiling = getattr(model.config, "model_type", None) in TILING_MODEL_TYPES

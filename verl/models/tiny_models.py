@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from verl.models.config import VISION_LANGUAGE_MODEL_TYPES
+from verl.models.config import TEXT_ONLY_VISION_LANGUAGE_TYPES, VISION_LANGUAGE_MODEL_TYPES
 from verl.models.transformers_compat import write_checkpoint_layout
 
 
@@ -52,6 +52,7 @@ ModelKind = Literal[
     "qwen3_5_moe",
     "gemma4",
     "gemma3_text",
+    "gemma3",
     "olmo3",
     "glm4v",
     "glm4v_moe",
@@ -79,6 +80,7 @@ MODEL_CLASSES: dict[str, str] = {
     "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
     "gemma4": "Gemma4ForConditionalGeneration",
     "gemma3_text": "Gemma3ForCausalLM",
+    "gemma3": "Gemma3ForConditionalGeneration",
     "olmo3": "Olmo3ForCausalLM",
     "glm4v": "Glm4vForConditionalGeneration",
     "glm4v_moe": "Glm4vMoeForConditionalGeneration",
@@ -260,6 +262,14 @@ GEMMA3_CHAT_TEMPLATE = (
 )
 """gemma3_text: as Gemma 3-it renders a chat: a system message opens the first user turn, turns must alternate,
 the model's turns are `model` and end at <end_of_turn> (which the generation config, not the tokenizer, names)."""
+GEMMA3_IMAGE_TOKENS: dict[str, str] = {
+    "boi_token": "<start_of_image>",
+    "eoi_token": "<end_of_image>",
+    "image_token": "<image_soft_token>",
+}
+"""gemma3: the tokenizer's named image tokens, which Gemma 3's processor reads; an image part renders as its boi."""
+GEMMA3_IMAGE_SIZE, GEMMA3_IMAGE_TOKENS_PER_IMAGE = 56, 4
+"""gemma3: the side every image is resized to (14-pixel patches, 4 x 4) and the soft tokens they are pooled to."""
 TEXT_SLIDING_WINDOW = 16
 """gemma3_text, olmo3: tokens a sliding-window layer sees, fewer than a test prompt and its response."""
 GEMMA_PER_LAYER_INPUT_SIZE = 16
@@ -376,6 +386,13 @@ def chat_template(kind: str) -> str:
         return GEMMA_CHAT_TEMPLATE
     if kind == "gemma3_text":
         return GEMMA3_CHAT_TEMPLATE
+    if kind == "gemma3":
+        text_parts = "{% for part in message['content'] if 'text' in part %}{{ part['text'] | trim }}{% endfor %}"
+        parts = (
+            "{% for part in message['content'] %}{% if part['type'] == 'image' or 'image' in part %}<start_of_image>"
+            "{% elif 'text' in part %}{{ part['text'] | trim }}{% endif %}{% endfor %}"
+        )
+        return GEMMA3_CHAT_TEMPLATE.replace(text_parts, parts)
     if kind == "llama":
         return LLAMA_CHAT_TEMPLATE
     if kind in GLM_KINDS:
@@ -414,13 +431,15 @@ def build_tokenizer(vocab_size: int = 2048, kind: str = "qwen2") -> "PreTrainedT
         named = {"unk_token": "<unk>", "bos_token": "<bos>", "eos_token": "<turn|>", "pad_token": "<pad>"}
         named.update({f"{name}_token": token for name, token in GEMMA_NAMED_TOKENS.items()})
         added, eos = GEMMA_SPECIAL_TOKENS[3:], "<turn|>"
-    elif kind == "gemma3_text":  # as Gemma 3: eos is <eos>; the model's turn ends at <end_of_turn>
+    elif kind in ("gemma3_text", "gemma3"):  # as Gemma 3: eos is <eos>; the model's turn ends at <end_of_turn>
+        images = GEMMA3_IMAGE_TOKENS if kind == "gemma3" else {}
+        specials = GEMMA3_SPECIAL_TOKENS + tuple(images.values())
         vocab = {
-            **{token: i for i, token in enumerate(GEMMA3_SPECIAL_TOKENS)},
-            **{token: i + len(GEMMA3_SPECIAL_TOKENS) for token, i in vocab.items()},
+            **{token: i for i, token in enumerate(specials)},
+            **{token: i + len(specials) for token, i in vocab.items()},
         }
-        named = {"unk_token": "<unk>", "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"}
-        added, eos = GEMMA3_SPECIAL_TOKENS[3:], "<eos>"
+        named = {"unk_token": "<unk>", "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", **images}
+        added, eos = specials[3:], "<eos>"
     elif kind == "llama":
         named = {"unk_token": None, "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "pad_token": None}
         added, eos = LLAMA_SPECIAL_TOKENS, "<|eot_id|>"
@@ -437,7 +456,7 @@ def build_tokenizer(vocab_size: int = 2048, kind: str = "qwen2") -> "PreTrainedT
     )
     tokenizer.add_special_tokens({"additional_special_tokens": list(added)})
     tokenizer.eos_token = eos
-    tokenizer.add_bos_token = kind in ("llama", "gemma3_text")
+    tokenizer.add_bos_token = kind in ("llama", "gemma3_text", "gemma3")
     tokenizer.chat_template = chat_template(kind)
     tokenizer.model_max_length = 8192
     return tokenizer
@@ -516,7 +535,7 @@ class TinyModelSpec:
     @property
     def is_vl(self) -> bool:
         """Whether the model has a vision tower (and the directory a processor)."""
-        return self.kind in VL_KINDS
+        return self.kind in VL_KINDS or self.kind in TEXT_ONLY_VISION_LANGUAGE_TYPES
 
     @property
     def is_reward_model(self) -> bool:
@@ -539,6 +558,7 @@ def _text_config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase
     bos, eos, pad = {
         "gemma4": ("<bos>", "<eos>", "<pad>"),
         "gemma3_text": ("<bos>", "<eos>", "<pad>"),
+        "gemma3": ("<bos>", "<eos>", "<pad>"),
         "llama": ("<|begin_of_text|>", "<|eot_id|>", None),
     }.get(spec.kind, ("<|endoftext|>", "<|im_end|>", "<|endoftext|>"))
     return {
@@ -607,8 +627,22 @@ def _config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") ->
     ids = tokenizer.get_vocab()
     if spec.kind == "gemma4":
         return _gemma4_config(spec, ids, text)
-    if spec.kind == "gemma3_text":  # Gemma 3 1B's layout, small: sliding-window and full-attention layers alternating
-        return {**text, **_sliding(spec, 2), "head_dim": spec.head_dim, "query_pre_attn_scalar": spec.head_dim}
+    if spec.kind in ("gemma3_text", "gemma3"):  # Gemma 3's decoder, small: sliding-window and full layers alternating
+        text.update(_sliding(spec, 2), head_dim=spec.head_dim, query_pre_attn_scalar=spec.head_dim)
+        if spec.kind == "gemma3_text":
+            return text
+        # Gemma 3 4B-27B: a SigLIP tower (no pooling head) whose patches are average-pooled to the soft tokens; the
+        # decoder's init a quarter as wide (as gemma4's), else greedy decoding repeats one token
+        return dict(
+            text_config={**text, "initializer_range": spec.initializer_range / 4},
+            vision_config={**_tower(spec, GEMMA3_IMAGE_SIZE), "vision_use_head": False},
+            mm_tokens_per_image=GEMMA3_IMAGE_TOKENS_PER_IMAGE,
+            boi_token_index=ids["<start_of_image>"],
+            eoi_token_index=ids["<end_of_image>"],
+            image_token_index=ids["<image_soft_token>"],
+            initializer_range=spec.initializer_range,
+            tie_word_embeddings=True,
+        )
     if spec.kind == "olmo3":  # OLMo 3 7B's layout, small: three sliding-window layers to a full one, an untied head
         return {**text, **_sliding(spec, 4), "tie_word_embeddings": False}
     text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6}
@@ -880,7 +914,7 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
     # Only the stop tokens: sampling defaults here would silently become vLLM's defaults too.
     if spec.kind == "gemma4":  # as Gemma-it: the end of the model's turn or <eos>
         stop_tokens = ("<turn|>", "<eos>")
-    elif spec.kind == "gemma3_text":
+    elif spec.kind in ("gemma3_text", "gemma3"):
         stop_tokens = ("<eos>", "<end_of_turn>")
     elif spec.kind == "llama":
         stop_tokens = ("<|eot_id|>", "<|end_of_text|>")
@@ -912,6 +946,9 @@ def build_processor(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -
         }
         image, video = hf.Gemma4ImageProcessor(**budget), hf.Gemma4VideoProcessor(**budget)
         extra = {"feature_extractor": hf.Gemma4AudioFeatureExtractor(), "image_seq_length": GEMMA_MAX_SOFT_TOKENS}
+    elif spec.kind == "gemma3":  # every image resized to one square, pooled to a fixed number of soft tokens
+        image = hf.Gemma3ImageProcessor(size={"height": GEMMA3_IMAGE_SIZE, "width": GEMMA3_IMAGE_SIZE})
+        return hf.Gemma3Processor(image, tokenizer, tokenizer.chat_template, GEMMA3_IMAGE_TOKENS_PER_IMAGE)
     elif spec.kind == "internvl":
         # an image becomes up to INTERNVL_MAX_TILES tiles by aspect ratio plus a thumbnail (as vLLM crops), each tile
         # image_seq_length context tokens between <img> and </img>

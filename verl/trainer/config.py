@@ -449,6 +449,7 @@ DERIVED_KEYS: dict[str, str] = {
     "worker.rollout.prompt_length": "data.max_prompt_length",
     "worker.rollout.response_length": "data.max_response_length",
     "worker.rollout.trust_remote_code": "worker.actor.model.trust_remote_code",
+    "worker.rollout.model_overrides": "worker.actor.model.override_config",
     "worker.actor.use_kl_loss": "algorithm.use_kl_loss",
     "worker.actor.kl_penalty": "algorithm.kl_penalty",
     "worker.actor.kl_coef": "algorithm.kl_coef",

@@ -187,6 +187,8 @@ class RolloutConfig:
     """Derived from data.max_response_length."""
     trust_remote_code: bool = False
     """Derived from worker.actor.model.trust_remote_code."""
+    model_overrides: dict[str, Any] = field(default_factory=dict)
+    """Derived from worker.actor.model.override_config: the engine's model config gets the actor's changes."""
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     """Derived from data.chat_template_kwargs: environment turns are rendered with them, as the prompts were."""
 

@@ -295,8 +295,8 @@ def apply_step(runner: TurnRunner, episode: Episode, result: EnvStep, turn_end: 
 def _check_images(image_tokens: ImageTokens | None, episode: Episode, count: int, max_images: int) -> None:
     if image_tokens is None:
         raise ValueError(
-            "The environment's messages carry images but the model has no image processor; images in environment "
-            "turns need a vision-language model (e.g. Qwen2.5-VL)."
+            "The environment's messages carry images but the model takes none (a text model, or a vision-language one "
+            "trained on text only); images in environment turns need a vision-language model (e.g. Qwen2.5-VL)."
         )
     total = episode.prompt_images() + len(episode.images) + count
     if max_images > 0 and total > max_images:

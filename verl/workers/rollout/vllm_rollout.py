@@ -23,7 +23,12 @@ from verl.envs import load_environment
 from verl.envs.base import env_code_error
 from verl.envs.client_env import ChatClientEnv
 from verl.envs.tools import tool_call_format
-from verl.models.config import model_recurrent_layer_types, read_model_config
+from verl.models.config import (
+    model_recurrent_layer_types,
+    read_model_config,
+    resolve_config_overrides,
+    text_only_reason,
+)
 from verl.models.rope_index import RopeIndex, load_model_config
 from verl.protocol import DataProto, plain_value, to_object_array
 from verl.utils import device, quiet
@@ -124,7 +129,14 @@ def build_engine_kwargs(
     }
     if config.max_num_seqs is not None:  # else vLLM's default for the device
         kwargs["max_num_seqs"] = config.max_num_seqs
-    overrides = vllm_compat.missing_config_overrides(read_model_config("worker.actor.model.model_path", model_path))
+    model_json = read_model_config("worker.actor.model.model_path", model_path)
+    overrides = vllm_compat.missing_config_overrides(model_json)
+    if config.model_overrides:  # the actor's model.override_config: the engine runs the same model
+        hf_config = load_model_config(model_path, config.trust_remote_code)
+        key = "worker.actor.model.override_config"
+        for name, value in resolve_config_overrides(hf_config, config.model_overrides, key).items():
+            merged = isinstance(value, dict) and isinstance(overrides.get(name), dict)
+            overrides[name] = {**overrides[name], **value} if merged else value
     if overrides:  # e.g. a transformers-written GLM-4.5V config: fields vLLM reads
         kwargs["hf_overrides"] = overrides
     kwargs.update(_gpu_kwargs(config) if on_gpu() else _cpu_kwargs(config, max_model_len, model_path))
@@ -150,6 +162,8 @@ def build_engine_kwargs(
             kwargs["mm_device_do_normalize"] = False
         if config.limit_images > 0:
             kwargs["limit_mm_per_prompt"] = {"image": config.limit_images}
+    elif model_json and "vision_config" in model_json:  # a vision-language model trained on text only: no media
+        kwargs["limit_mm_per_prompt"] = {"image": 0, "video": 0}
     return kwargs
 
 
@@ -249,6 +263,10 @@ class VLLMRollout:
         vllm_compat.load_transformers_tower_names()
         self.config = config
         self.tokenizer = tokenizer
+        if processor is not None and text_only_reason(
+            load_model_config(model_path, config.trust_remote_code).model_type
+        ):
+            processor = None  # a vision-language model trained on text only: its prompts and episodes are text
         self.processor = processor
         self.multimodal = processor is not None and getattr(processor, "image_processor", None) is not None
         engine_kwargs = build_engine_kwargs(model_path, config, self.multimodal, lora_rank)

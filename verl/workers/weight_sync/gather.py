@@ -66,7 +66,7 @@ def fused_parameters(module: nn.Module, names: dict[str, str]) -> dict[str, str]
     return fused
 
 
-ENGINE_MAPS_MODULE_NAMES: tuple[str, ...] = ("internvl", "llava_onevision", "mistral3")
+ENGINE_MAPS_MODULE_NAMES: tuple[str, ...] = ("internvl", "llava_onevision", "mistral3", "gemma3")
 """Model types sent under their module names: vLLM's hf_to_vllm_mapper maps those itself, while transformers reverts
 them only for a model from_pretrained loaded (an FSDP actor is built on the meta device), giving names no checkpoint
 has."""
