@@ -931,3 +931,16 @@ def test_parquet_with_an_image_feature_column(tmp_path, vl25):
     assert first["multi_modal_data"]["images"][0].size == resize_image(_image(84, 56), **PIXELS).size
     assert first["raw_prompt_ids"].count(processor.image_token_id) == 1
     assert second["multi_modal_data"] is None and "problem" not in first
+
+
+def test_a_model_trained_on_text_only_refuses_an_image_row_naming_it_and_takes_text(tmp_path):
+    """Gemma 3 4B-27B (gemma3) has an image processor, but its image tokens attend both ways, which the trainer does
+    not reproduce: a row with an image is a data error naming the row, text rows train."""
+    path = get_or_build_tiny_model("gemma3", str(tmp_path / "models"))
+    tokenizer, processor = get_tokenizer(path), get_processor(path)
+    Image.new("RGB", (56, 56)).save(tmp_path / "a.png")
+    rows = [{"prompt": "1+1?", "answer": "2"}, {"prompt": "<image>How many?", "answer": "1", "images": ["a.png"]}]
+    dataset = RLHFDataset(rows[:1], tokenizer, processor, image_dir=str(tmp_path), max_prompt_length=64)
+    assert dataset[0]["multi_modal_data"] is None and dataset[0]["input_ids"][-1] != tokenizer.pad_token_id
+    with pytest.raises(DatasetRowError, match=r"row 1, key 'images': the model \('gemma3'\) is trained on text only"):
+        RLHFDataset(rows, tokenizer, processor, image_dir=str(tmp_path), max_prompt_length=64)

@@ -258,17 +258,32 @@ def test_llama_kind_has_llama_3s_tokens_rope_and_untied_head(tiny_cache):
     assert tokenizer.convert_ids_to_tokens(stops) == ["<|eot_id|>", "<|end_of_text|>"]
 
 
-def test_gemma3_text_kind_renders_as_gemma_3_and_stops_at_the_end_of_the_model_turn(tiny_cache):
-    """As Gemma 3 1B-it: sliding-window layers between full-attention ones, <pad> 0 / <eos> 1 / <bos> 2, a system
-    message opening the first user turn, turns that must alternate, and generation that stops at <end_of_turn>, which
-    only the generation config names (the tokenizer's eos is <eos>)."""
-    from verl.data.tokenizer import eos_token_ids
+@pytest.mark.parametrize("kind", ["gemma3_text", "gemma3"])
+def test_gemma3_kinds_render_as_gemma_3_and_stop_at_the_end_of_the_model_turn(tiny_cache, kind):
+    """As Gemma 3 1B-it (gemma3_text) and 4B-it (gemma3, a SigLIP tower): sliding-window layers between full-attention
+    ones, <pad> 0 / <eos> 1 / <bos> 2, a system message opening the first user turn, turns that must alternate, and
+    generation that stops at <end_of_turn>, which only the generation config names (the tokenizer's eos is <eos>);
+    gemma3's processor expands an image's <start_of_image> to its soft tokens."""
+    from verl.data.tokenizer import eos_token_ids, get_processor
 
-    model_dir = get_or_build_tiny_model("gemma3_text", tiny_cache)
+    model_dir = get_or_build_tiny_model(kind, tiny_cache)
     with open(os.path.join(model_dir, "config.json")) as f:
         config = json.load(f)
-    assert config["architectures"] == ["Gemma3ForCausalLM"] and config["model_type"] == "gemma3_text"
-    assert set(config["layer_types"]) == {"sliding_attention", "full_attention"}
+    architecture = {"gemma3_text": "Gemma3ForCausalLM", "gemma3": "Gemma3ForConditionalGeneration"}[kind]
+    assert config["architectures"] == [architecture] and config["model_type"] == kind
+    text = config.get("text_config", config)
+    assert set(text["layer_types"]) == {"sliding_attention", "full_attention"}
+    processor = get_processor(model_dir)
+    assert type(processor).__name__ == ("Gemma3Processor" if kind == "gemma3" else "NoneType")
+    if processor is not None:
+        from PIL import Image
+
+        image_message = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What?"}]}]
+        image_text = processor.apply_chat_template(image_message, add_generation_prompt=True)
+        assert image_text == "<bos><start_of_turn>user\n<start_of_image>What?<end_of_turn>\n<start_of_turn>model\n"
+        inputs = processor(text=[image_text], images=[Image.new("RGB", (90, 60))], return_tensors="pt")
+        soft = inputs["input_ids"][0].tolist().count(config["image_token_index"])
+        assert soft == config["mm_tokens_per_image"] and inputs["pixel_values"].shape[-1] == 56
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     assert (tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.bos_token_id) == (0, 1, 2)
     messages = [{"role": "system", "content": "Be brief. "}, {"role": "user", "content": " Hi? "}]

@@ -425,3 +425,16 @@ def test_alpaca_rows_read_as_llama_factory_reads_them(tokenizer):
         SFTDataError, match="row 0, key 'history': each of history's turns must be \\[query, answer\\]"
     ):
         SFTDataset([{**rows[1], "history": ["Hi"]}], tokenizer, None, alpaca)
+
+
+def test_a_model_trained_on_text_only_refuses_an_image_row(tmp_path):
+    """Gemma 3 4B-27B (gemma3): its processor would expand the image, but the trainer does not reproduce its image
+    tokens' two-way attention, so an SFT row with an image is refused, naming it."""
+    path = get_or_build_tiny_model("gemma3", str(tmp_path / "models"))
+    processor = get_processor(path)
+    Image.new("RGB", (56, 56)).save(tmp_path / "a.png")
+    row = {**_turns("<image>How many?", "One."), "images": ["a.png"]}
+    with pytest.raises(SFTDataError, match=r"row 0, key 'images': the model \('gemma3'\) is trained on text only"):
+        SFTDataset(
+            [row], processor.tokenizer, processor, data_config(image_dir=str(tmp_path)), load_model_config(path)
+        )
