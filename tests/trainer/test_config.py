@@ -981,6 +981,7 @@ def test_every_derived_key_is_copied_from_its_source(files):
             config = getattr(config, part)
         return config
 
+    config_only_model(files / "model", {"model_type": "qwen2"})  # override_config is checked against its fields
     config = load_config(
         [
             *base_args(files),
@@ -997,6 +998,7 @@ def test_every_derived_key_is_copied_from_its_source(files):
             "worker.actor.micro_batch_size_per_device_for_update=2",
             f"data.override_chat_template={files / 'fmt.jinja'}",
             "data.chat_template_kwargs={enable_thinking: false}",
+            "worker.actor.model.override_config={max_position_embeddings: 4096}",
             "data.answer_key=solution",
         ]
     )

@@ -186,9 +186,12 @@ class ModelConfig:
         if model_type == "gemma4":
             refuse_unchecked_gemma4(f"{key}='{self.model_path}'", model_config)
         if self.override_config:  # a misspelt field now, not a config transformers silently keeps
-            from verl.models.rope_index import load_model_config
+            from transformers import AutoConfig
 
-            config = load_model_config(self.model_path, self.trust_remote_code)
+            try:
+                config = AutoConfig.from_pretrained(self.model_path, trust_remote_code=self.trust_remote_code)
+            except (OSError, ValueError) as error:
+                raise ConfigError(f"{prefix}override_config: the config of {key} cannot be read: {error}") from None
             resolve_config_overrides(config, dict(self.override_config), f"{prefix}override_config")
 
 
