@@ -218,7 +218,7 @@ def test_images_from_an_environment_need_a_vl_model():
     episode = Episode(
         prompt_input={"prompt_token_ids": [1], "multi_modal_data": {"image": [picture]}}, state={}, seed=0
     )
-    with pytest.raises(ValueError, match="no image processor"):
+    with pytest.raises(ValueError, match="images but the model takes none"):
         _check_images(None, episode, 1, 0)
     with pytest.raises(ValueError, match="limit_images=1"):
         _check_images(object(), episode, 1, 1)
