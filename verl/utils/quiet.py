@@ -68,6 +68,9 @@ WORKER_MESSAGES: tuple[KnownMessage, ...] = (
         "vllm.v1.worker.cpu_worker",
         "CPU backend doesn't allow to use `torch.set_num_threads` after the thread binding",
     ),
+    # rollout.lora_sync=adapters: said at every run's first request; the adapters are the actor's own, whose tokenizer
+    # is the base model's, which the engine uses.
+    KnownMessage("vllm.v1.engine.input_processor", "vLLM has deprecated support for supporting different tokenizers"),
 )
 
 

@@ -154,16 +154,16 @@ def build_engine_kwargs(
                 "or rollout.lora_sync=merged."
             )
         kwargs.update(vllm_compat.lora_engine_kwargs(lora_rank))
-    if multimodal:
+    if multimodal or (model_json and "vision_config" in model_json):
         kwargs["mm_processor_cache_gb"] = 0  # images differ every step; a cache only holds memory
         # vLLM's device-side normalisation keeps its constants in non-checkpoint buffers that the dummy loader fills
         # with noise and no weight sync repairs: the processor normalises instead.
         if vllm_compat.engine_accepts("mm_device_do_normalize"):
             kwargs["mm_device_do_normalize"] = False
-        if config.limit_images > 0:
+        if not multimodal:  # a vision-language model trained on text only: no media, no encoder budget
+            kwargs["limit_mm_per_prompt"] = {"image": 0, "video": 0}
+        elif config.limit_images > 0:
             kwargs["limit_mm_per_prompt"] = {"image": config.limit_images}
-    elif model_json and "vision_config" in model_json:  # a vision-language model trained on text only: no media
-        kwargs["limit_mm_per_prompt"] = {"image": 0, "video": 0}
     return kwargs
 
 
