@@ -500,6 +500,8 @@ def test_a_model_override_that_names_no_config_field_is_refused_before_ray(files
     assert good.worker.rollout.model_overrides == {"max_position_embeddings": 4096}  # the engine gets them too
     with pytest.raises(ConfigError, match=r"override_config.rope_theta: Qwen2Config has no field 'rope_theta' \(.*"):
         load_config([*base_args(files), "worker.actor.model.override_config={rope_theta: 5.0}"])
+    with pytest.raises(ConfigError, match=r"has no field 'attn_implementation' \(the attention is the model section"):
+        load_config([*base_args(files), "worker.actor.model.override_config={attn_implementation: sdpa}"])
 
 
 def test_qwen3_5_dense_and_mixture_of_experts_are_accepted(files):

@@ -68,6 +68,8 @@ def resolve_config_overrides(config: Any, overrides: dict[str, Any], key: str) -
         else:
             where = type(config).__name__ + (f" or its {text_name} ({type(text).__name__})" if text_name else "")
             hint = " (transformers 5 keeps rope settings in rope_parameters)" if name.startswith("rope_") else ""
+            if name == "attn_implementation":
+                hint = " (the attention is the model section's attn_implementation key)"
             raise ConfigError(f"{key}.{name}: {where} has no field {name!r}{hint}; check the name.")
     return resolved
 
