@@ -225,7 +225,7 @@ def test_weights_streamed_to_the_engine_equal_per_parameter_gathers_on_cuda(work
             assert streamed[names[name]].dtype == dtype and torch.equal(streamed[names[name]], expected), name
 
 
-@pytest.mark.parametrize("kind", ["qwen3_moe", "mixtral", "qwen2_moe", "olmoe", "glm4_moe"])
+@pytest.mark.parametrize("kind", ["qwen3_moe", "mixtral", "qwen2_moe", "olmoe", "granitemoe", "glm4_moe"])
 def test_mixture_of_experts_weights_reach_the_engine_on_cuda(workspace, kind):
     """A tiny mixture-of-experts actor (fused experts in transformers, per-expert tensors in the checkpoint): the sync
     streams every expert's projections, and vLLM's MoE layers then compute what the actor computes (the weight check,

@@ -1,6 +1,9 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""The routers' load-balancing figures of a mixture-of-experts actor (verl.models.moe), on a tiny Qwen3-MoE."""
+"""The routers' load-balancing figures of a mixture-of-experts actor (verl.models.moe), on a tiny Qwen3-MoE and a
+tiny Granite 3.0 MoE (whose routers return their top-k ids first)."""
+
+import importlib
 
 import pytest
 import torch
@@ -9,17 +12,16 @@ from verl.models.moe import RouterStats
 from verl.models.tiny_models import MOE_EXPERTS, MOE_EXPERTS_PER_TOKEN, get_or_build_tiny_model
 
 
-@pytest.fixture(scope="module")
-def moe(tmp_path_factory) -> torch.nn.Module:
+@pytest.fixture(scope="module", params=["qwen3_moe", "granitemoe"])
+def moe(request, tmp_path_factory) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
-    path = get_or_build_tiny_model("qwen3_moe", str(tmp_path_factory.mktemp("moe") / "models"))
+    path = get_or_build_tiny_model(request.param, str(tmp_path_factory.mktemp("moe") / "models"))
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
 
 
 def test_router_stats_count_the_collected_tokens_and_match_transformers_aux_loss(moe) -> None:
-    from transformers.models.qwen3_moe.modeling_qwen3_moe import load_balancing_loss_func
-
+    load_balancing_loss_func = importlib.import_module(type(moe).__module__).load_balancing_loss_func
     stats = RouterStats(moe)
     assert len(stats.routers) == moe.config.num_hidden_layers
     ids = torch.randint(0, 1000, (2, 12), generator=torch.Generator().manual_seed(0))
@@ -54,7 +56,9 @@ def test_experts_that_take_every_token_show(moe) -> None:
     with stats.collecting():
         for router in stats.routers:
             for hook in router._forward_hooks.values():
-                hook(router, (), (logits, torch.full((tokens, MOE_EXPERTS_PER_TOKEN), 0.5), ids))
+                weights = torch.full((tokens, MOE_EXPERTS_PER_TOKEN), 0.5)
+                granite = type(router).__name__.startswith("Granite")  # its routers return the ids first
+                hook(router, (), (ids, weights, logits) if granite else (logits, weights, ids))
     metrics = stats.metrics()
     assert metrics["moe/load_imbalance/max"] == pytest.approx(MOE_EXPERTS / MOE_EXPERTS_PER_TOKEN)
     assert metrics["moe/unused_experts"] == pytest.approx((MOE_EXPERTS - MOE_EXPERTS_PER_TOKEN) / MOE_EXPERTS)

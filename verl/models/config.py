@@ -377,12 +377,13 @@ MIXTURE_OF_EXPERTS_MODEL_TYPES: tuple[str, ...] = (
     "mixtral",
     "qwen2_moe",
     "olmoe",
+    "granitemoe",
     "qwen3_next",
 )
 """Mixture-of-experts model types an actor may be: the engine after a weight sync computes what the actor computes
 and routes as it does (tests/workers/rollout/test_moe_engine_sync.py on the CPU; on a GPU the first sync of a run is
 checked). GLM-4.5 and GLM-4.5V have a shared expert and an expert-score correction bias (a buffer the weight sync
-sends too), Qwen2-MoE a gated shared expert; Qwen3-Next has Qwen3.5-MoE's hybrid decoder (its engine's check:
+sends too), Qwen2-MoE a gated shared expert, Granite 3.0 MoE scaled embeddings, residuals and logits; Qwen3-Next has Qwen3.5-MoE's hybrid decoder (its engine's check:
 tests/workers/rollout/test_hybrid_engine.py). Others are refused: their expert layouts (DeepSeek's latent attention,
 GPT-OSS's expert biases and attention sinks, ...) have not been checked."""
 

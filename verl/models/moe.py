@@ -26,6 +26,18 @@ def router_modules(module: nn.Module) -> list[nn.Module]:
     return []
 
 
+def router_choice(output: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(logits, top-k expert ids) of a router's output, a tuple of logits, top-k weights and top-k ids in the order its
+    family returns them (Qwen's and Mixtral's: logits first; Granite's: ids first); None for any other output."""
+    if not isinstance(output, tuple) or len(output) != 3 or not all(isinstance(part, torch.Tensor) for part in output):
+        return None
+    ids = [part for part in output if not part.is_floating_point()]
+    scores = [part for part in output if part.is_floating_point()]
+    if len(ids) != 1 or len(scores) != 2:
+        return None
+    return max(scores, key=lambda part: part.shape[-1]), ids[0]  # the logits: one column per expert, not per pick
+
+
 class RouterStats:
     """Per-layer expert token counts and router probabilities over the forwards in `collecting(mask)` (`mask`: the
     attention mask of padded rows, so padding is left out); `metrics()` sums them over `group` (every rank must call
@@ -55,9 +67,10 @@ class RouterStats:
 
     def _hook(self, layer: int) -> Any:
         def hook(module: nn.Module, inputs: Any, output: Any) -> None:
-            if not self._active or not isinstance(output, tuple) or len(output) != 3:
+            choice = router_choice(output) if self._active else None
+            if choice is None:
                 return
-            logits, _, ids = output
+            logits, ids = choice
             logits = logits.detach().reshape(-1, logits.shape[-1]).float()
             ids = ids.detach().reshape(logits.shape[0], -1)
             if self._mask is not None and self._mask.numel() == logits.shape[0]:

@@ -46,6 +46,7 @@ ModelKind = Literal[
     "mixtral",
     "qwen2_moe",
     "olmoe",
+    "granitemoe",
     "glm4_moe",
     "qwen3_next",
     "qwen3_5",
@@ -74,6 +75,7 @@ MODEL_CLASSES: dict[str, str] = {
     "mixtral": "MixtralForCausalLM",
     "qwen2_moe": "Qwen2MoeForCausalLM",
     "olmoe": "OlmoeForCausalLM",
+    "granitemoe": "GraniteMoeForCausalLM",
     "glm4_moe": "Glm4MoeForCausalLM",
     "qwen3_next": "Qwen3NextForCausalLM",
     "qwen3_5": "Qwen3_5ForConditionalGeneration",
@@ -469,7 +471,7 @@ class TinyModelSpec:
     kind: str = "qwen2"
     """Model family (MODEL_KINDS): text qwen2, llama (Llama 3), qwen3, gemma3_text (Gemma 3 1B), olmo3 (OLMo 3, which
     vLLM runs through its Transformers backend), the mixtures of experts qwen3_moe, mixtral, qwen2_moe, olmoe,
-    glm4_moe (GLM-4.5) and qwen3_next (hybrid, as Qwen3.5-MoE's decoder), and qwen2_rm (a score head); the rest have
+    granitemoe (Granite 3.0 MoE), glm4_moe (GLM-4.5) and qwen3_next (hybrid, as Qwen3.5-MoE's decoder), and qwen2_rm (a score head); the rest have
     a vision tower.
     qwen3_5 kinds have a hybrid Gated DeltaNet / full-attention decoder; gemma4 is Gemma 4 E2B's layout."""
     seed: int = 0
@@ -594,12 +596,17 @@ def _experts(spec: TinyModelSpec, count_key: str = "num_experts") -> dict[str, i
 
 
 def _text_experts_config(spec: TinyModelSpec, ids: dict[str, int], text: dict[str, Any]) -> dict[str, Any]:
-    """The text mixture-of-experts kinds, each in its published layout, small; every one has an untied head."""
+    """The text mixture-of-experts kinds, each in its published layout, small; every one but Granite's has an untied
+    head."""
     text.update(tie_word_embeddings=False, head_dim=spec.head_dim)
     expert_size = spec.intermediate_size // MOE_EXPERTS_PER_TOKEN
     top_k = {"num_experts_per_tok": MOE_EXPERTS_PER_TOKEN, "intermediate_size": expert_size}  # one expert's size
     if spec.kind == "mixtral":  # Mixtral 8x7B's layout (top-2 of its 8 experts)
         return {**text, "num_local_experts": MOE_EXPERTS, **top_k}
+    if spec.kind == "granitemoe":  # Granite 3.0 1B-A400M / 3B-A800M: scaled embeddings, residuals, attention, logits
+        scales = {"embedding_multiplier": 12.0, "residual_multiplier": 0.22, "logits_scaling": 6.0}
+        scales["attention_multiplier"] = 1.0 / spec.head_dim
+        return {**text, "num_local_experts": MOE_EXPERTS, **top_k, **scales, "tie_word_embeddings": True}
     if spec.kind == "olmoe":  # OLMoE: q/k norms over the whole projection, top-k probabilities not renormalised
         # its norms' epsilon as published: vLLM's OLMoE hard-codes 1e-5 whatever the config says
         return {**text, "num_experts": MOE_EXPERTS, **top_k, "rms_norm_eps": 1e-5}
@@ -660,7 +667,7 @@ def _config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") ->
         return {**text, "head_dim": spec.head_dim}
     if spec.kind == "qwen3_moe":  # q/k norms, explicit head_dim
         return {**text, **qwen3_experts, "head_dim": spec.head_dim}
-    if spec.kind in ("mixtral", "qwen2_moe", "olmoe", "glm4_moe"):
+    if spec.kind in ("mixtral", "qwen2_moe", "olmoe", "granitemoe", "glm4_moe"):
         return _text_experts_config(spec, ids, text)
     if spec.kind == "qwen3_next":  # Qwen3-Next-80B-A3B: Qwen3.5-MoE's decoder without mrope, text only, untied
         _qwen3_5_text(spec, text)

@@ -17,7 +17,7 @@ from verl.models.tiny_models import get_or_build_tiny_model
 TOLERANCE = 1e-3  # fp32 engine and actor: 2e-6 measured
 
 
-KINDS = ["qwen3_moe", "qwen3_vl_moe", "glm4v_moe", "glm4_moe", "mixtral", "qwen2_moe", "olmoe"]
+KINDS = ["qwen3_moe", "qwen3_vl_moe", "glm4v_moe", "glm4_moe", "mixtral", "qwen2_moe", "olmoe", "granitemoe"]
 
 
 def test_every_supported_mixture_of_experts_type_is_checked_here() -> None:
@@ -62,9 +62,9 @@ def _stats() -> dict[str, float]:
 def _perturb_experts_and_router(actor: torch.nn.Module) -> None:
     with torch.no_grad():
         for name, param in actor.named_parameters():
-            if ".mlp.experts." in name:
+            if ".experts." in name:
                 param.mul_(-1.5)
-            elif ".mlp.gate." in name:  # the router: other experts are chosen
+            elif ".mlp.gate." in name or name.endswith(".router.weight"):  # the router: other experts are chosen
                 param.copy_(param.roll(1, dims=0))
         for name, buffer in actor.named_buffers():
             if name.endswith("e_score_correction_bias"):  # GLM-4.5V: added to the scores that pick the experts
@@ -105,7 +105,8 @@ def test_lora_on_the_attention_of_a_moe_actor_syncs_merged(rollout, model_dir) -
         for name, param in actor.named_parameters():
             if ".lora_B." in name:  # zero at first: the adapters would change nothing
                 param.normal_(0.0, 0.2)  # larger: logits so large that GLM's fp32 gap nears the tolerance
-    assert probe(actor, rollout, routing=False)[0] > 0.5  # the engine still holds the base model (1.1-1.5)
+    # the engine still holds the base model: 1.1-1.5 (Granite, whose residuals are scaled by 0.22: 0.22)
+    assert probe(actor, rollout, routing=False)[0] > 100 * TOLERANCE
     manager = FSDPVLLMShardingManager(actor, rollout, verify=True)
     synced = manager.prepare()
     manager.release()
@@ -129,7 +130,7 @@ def test_vllm_still_leaves_the_cpu_experts_unpacked_after_a_plain_reload(rollout
             "reload_weights", kwargs={"weights_iterator": iter_full_weights(actor, torch.float32, names, _stats())}
         )
         vllm_compat.reset_caches_after_weight_update(llm)
-        assert probe_log_prob_gap(actor, rollout)[0] > 0.1
+        assert probe_log_prob_gap(actor, rollout)[0] > 50 * TOLERANCE  # Granite's scaled residuals: 0.086
     finally:
         vllm_compat.load_weights(llm, iter_full_weights(actor, torch.float32, names, _stats()), in_place_reload=True)
         vllm_compat.reset_caches_after_weight_update(llm)

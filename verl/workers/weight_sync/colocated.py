@@ -18,7 +18,7 @@ from torch import nn
 
 from verl.models.config import expert_count, refuse_unchecked_experts
 from verl.models.fsdp import load_fsdp_model, offload_fsdp_model
-from verl.models.moe import router_modules
+from verl.models.moe import router_choice, router_modules
 from verl.utils import device as device_utils
 from verl.workers.rollout import vllm_compat
 from verl.workers.rollout.vllm_rollout import VLLMRollout
@@ -136,7 +136,8 @@ def _routes(routers: list[nn.Module]) -> Iterator[list[list[torch.Tensor]]]:
     for router, calls in zip(routers, captured):
 
         def hook(_module: nn.Module, _inputs: Any, output: Any, calls: list[torch.Tensor] = calls) -> None:
-            calls.append(output[2].detach().reshape(-1, output[2].shape[-1]).cpu())
+            ids = router_choice(output)[1]
+            calls.append(ids.detach().reshape(-1, ids.shape[-1]).cpu())
 
         handles.append(router.register_forward_hook(hook))
     try:
