@@ -173,7 +173,8 @@ def earlier_checkpoint(run_dir: pathlib.Path, writer: str) -> pathlib.Path:
     return actor_dir
 
 
-MOE_KINDS = ["qwen3_moe", "mixtral", "glm4_moe"]  # Mixtral: its own expert names; GLM-4.5: a dense first layer
+# Mixtral: its own expert names; GLM-4.5: a dense first layer; Granite: fused experts under the checkpoint's names
+MOE_KINDS = ["qwen3_moe", "mixtral", "glm4_moe", "granitemoe"]
 
 
 @pytest.mark.parametrize("kind", MOE_KINDS)
@@ -228,7 +229,7 @@ def test_mixture_of_experts_checkpoint_merges_and_loads_in_vllm(workspace, kind)
         safe_open(f"{moe_model}/model.safetensors", "pt") as initial_file,
     ):
         assert set(merged_file.keys()) == set(initial_file.keys())
-        assert any(".experts.0." in name for name in merged_file.keys())
+        assert any(".experts.0." in name or ".input_linear." in name for name in merged_file.keys())
     dcp_to_torch_save(str(actor_dir), str(root / f"flat_{kind}.pt"))
     reference = AutoModelForCausalLM.from_pretrained(moe_model, dtype=torch.float32)
     missing, unexpected = reference.load_state_dict(torch.load(root / f"flat_{kind}.pt", weights_only=False)["model"])
