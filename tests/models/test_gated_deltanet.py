@@ -224,3 +224,35 @@ def test_cuda_kernels_with_boundaries_equal_the_padded_batch(model_root: str) ->
         kernels = layer(hidden, **kwargs).float()
         padded = layer._padded_forward(hidden, kwargs["cu_seq_lens_q"], kwargs).float()
     assert (kernels - padded).abs().max().item() <= 2e-2 * padded.abs().max().item()
+
+
+@pytest.mark.parametrize("family", ["Lfm2", "FalconH1", "Bamba"])
+def test_a_mixer_with_a_convolution_along_the_row_is_not_packed(family: str) -> None:
+    """LFM2's short convolutions and Falcon-H1's and Bamba's Mamba mixers (named as neither) carry state along the
+    row: packed, the sequences after the first are off, so the trainer runs such a model on padded rows."""
+    import transformers
+
+    from verl.workers.actor.forward import packing_is_exact
+
+    register_packed_attention()
+    sizes = {"vocab_size": 2048, "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
+    sizes.update(num_key_value_heads=2, intermediate_size=256, initializer_range=0.08)
+    extra = {
+        "Lfm2": {"layer_types": ["conv", "full_attention"], "block_ff_dim": 256},
+        "FalconH1": {"mamba_d_ssm": 128, "mamba_n_heads": 8, "mamba_d_head": 16, "mamba_chunk_size": 16},
+        "Bamba": {"mamba_n_heads": 8, "mamba_d_head": 32, "mamba_chunk_size": 16, "attn_layer_indices": [1]},
+    }[family]
+    config = getattr(transformers, f"{family}Config")(**sizes, **extra)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = getattr(transformers, f"{family}ForCausalLM")(config).float().eval()
+    model.config._attn_implementation = PACKED_ATTENTION
+    assert not packing_is_exact(model)
+    sequences = _sequences([7, 40, 20])
+    with torch.no_grad():
+        lengths = [len(s) for s in sequences]
+        positions = torch.cat([torch.arange(n) for n in lengths])[None]
+        kwargs = packed_sequence_kwargs(lengths)
+        packed = model(input_ids=torch.cat(sequences)[None], position_ids=positions, use_cache=False, **kwargs)
+        gaps = _gaps(list(packed.logits[0].split(lengths)), _separate_logits(model, sequences))
+    assert gaps[0] <= EXACT and min(gaps[1:]) > 0.05, gaps  # what packing would have trained on

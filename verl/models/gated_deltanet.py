@@ -21,6 +21,7 @@ from torch import nn
 from verl.models import ulysses
 from verl.models.config import SEQUENCE_PARALLEL_REFUSAL
 from verl.models.packed_attention import packed_bounds
+from verl.models.structure import get_language_model
 
 
 __all__ = [
@@ -149,10 +150,16 @@ def packed_linear_attention_layers(model: nn.Module) -> int:
 
 
 def linear_attention_is_exact(model: nn.Module) -> bool:
-    """False when a state-carrying token mixer (Gated DeltaNet, Mamba, ...) lacks the packed-exact forward: packing
-    would leak its state across sequence boundaries."""
-    return all(
-        isinstance(module, PackedGatedDeltaNet)
-        for module in model.modules()
-        if any(part in type(module).__name__ for part in _RECURRENT_LAYER_NAMES)
+    """False when a state-carrying token mixer of the language model lacks the packed-exact forward: packing would
+    leak its state across sequence boundaries. Such a mixer is named as one (Gated DeltaNet, Mamba, ...) or holds a
+    1-D convolution along the sequence (Falcon-H1's and Bamba's Mamba mixers, LFM2's short convolutions); a vision or
+    audio tower's never sees the packed row."""
+    decoder = get_language_model(model) or model
+    exact = {
+        id(sub) for module in decoder.modules() if isinstance(module, PackedGatedDeltaNet) for sub in module.modules()
+    }
+    return not any(
+        any(part in type(module).__name__ for part in _RECURRENT_LAYER_NAMES) or isinstance(module, nn.Conv1d)
+        for module in decoder.modules()
+        if id(module) not in exact
     )

@@ -47,8 +47,9 @@ def check_split(module: Any, sp_size: int, padding_free: bool, role: str) -> Non
             raise ValueError(f"{role}.ulysses_size={sp_size} must divide the model's {name}={heads}.")
     if not padding_free:
         raise ValueError(
-            f"{role}.ulysses_size={sp_size} splits packed rows: it needs padding_free=true and an "
-            "attn_implementation with a varlen kernel (auto)."
+            f"{role}.ulysses_size={sp_size} splits packed rows: it needs padding_free=true, an "
+            "attn_implementation with a varlen kernel (auto), and a model without state-carrying token mixers that "
+            "cannot be packed (Mamba, short convolutions: these run padded rows); set it to 1."
         )
 
 
