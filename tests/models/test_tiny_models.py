@@ -484,7 +484,7 @@ def _greedy(max_tokens: int):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["qwen2", "llama", "gemma3_text"], indirect=True)
+@pytest.mark.parametrize("engine", ["qwen2", "llama", "gemma3_text", "falcon_h1"], indirect=True)
 def test_vllm_greedy_equals_hf_generate_on_the_text_model(engine):
     model_dir, llm = engine.model_dir, engine.llm
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

@@ -583,6 +583,30 @@ def test_grpo_sliding_window_text_run_and_export(workspace, kind, disable_dropou
         assert type(AutoProcessor.from_pretrained(target)).__name__ == "Gemma3Processor"
 
 
+def test_grpo_mamba_hybrid_trains_on_the_engines_log_probs(workspace):
+    """Falcon-H1 (a Mamba-2 mixer beside attention in every layer, named as neither): the actor runs padded rows, as
+    packed ones would leak the mixers' state across sequences, so the trainer's log-probs of the engine's samples are
+    the engine's (k3 KL 2e-4 and ratios up to 1.08 when it packed them), and every weight sync is checked."""
+    model_dir = get_or_build_tiny_model("falcon_h1", str(workspace["root"] / "models"))
+    config = load_config(
+        text_args(
+            workspace,
+            "falcon_h1",
+            f"worker.actor.model.model_path={model_dir}",
+            "worker.rollout.verify_weight_sync=true",
+            "worker.rollout.calculate_log_probs=true",
+            "algorithm.rollout_correction.mode=tis",
+            "data.max_response_length=24",
+            "trainer.val_before_train=false",
+            "trainer.val_freq=-1",
+        )
+    )
+    run_ppo(config)
+    steps = [row for row in read_log(workspace["root"] / "falcon_h1") if "critic/score/mean" in row]
+    assert len(steps) == 2 and all(row["rollout/weight_sync_mean_gap"] <= 1e-3 for row in steps)
+    assert all(row["rollout_corr/k3_kl"] < 1e-6 and row["rollout_corr/is_ratio_max"] < 1.001 for row in steps), steps
+
+
 def test_online_filtering_and_remax(workspace):
     """On a dense Qwen3 (q/k norms, no qkv bias; Qwen3-4B/8B's layout), every weight sync checked."""
     parity = workspace["root"] / "parity.py"

@@ -55,6 +55,7 @@ ModelKind = Literal[
     "gemma3_text",
     "gemma3",
     "olmo3",
+    "falcon_h1",
     "glm4v",
     "glm4v_moe",
     "internvl",
@@ -84,6 +85,7 @@ MODEL_CLASSES: dict[str, str] = {
     "gemma3_text": "Gemma3ForCausalLM",
     "gemma3": "Gemma3ForConditionalGeneration",
     "olmo3": "Olmo3ForCausalLM",
+    "falcon_h1": "FalconH1ForCausalLM",
     "glm4v": "Glm4vForConditionalGeneration",
     "glm4v_moe": "Glm4vMoeForConditionalGeneration",
     "internvl": "InternVLForConditionalGeneration",
@@ -470,10 +472,11 @@ class TinyModelSpec:
 
     kind: str = "qwen2"
     """Model family (MODEL_KINDS): text qwen2, llama (Llama 3), qwen3, gemma3_text (Gemma 3 1B), olmo3 (OLMo 3, which
-    vLLM runs through its Transformers backend), the mixtures of experts qwen3_moe, mixtral, qwen2_moe, olmoe,
-    granitemoe (Granite 3.0 MoE), glm4_moe (GLM-4.5) and qwen3_next (hybrid, as Qwen3.5-MoE's decoder), and qwen2_rm (a score head); the rest have
-    a vision tower.
-    qwen3_5 kinds have a hybrid Gated DeltaNet / full-attention decoder; gemma4 is Gemma 4 E2B's layout."""
+    vLLM runs through its Transformers backend), falcon_h1 (Falcon-H1: Mamba-2 mixers beside attention), the
+    mixtures of experts qwen3_moe, mixtral, qwen2_moe, olmoe, granitemoe (Granite 3.0 MoE), glm4_moe (GLM-4.5) and
+    qwen3_next (hybrid, as Qwen3.5-MoE's decoder), and qwen2_rm (a score head); the rest (gemma3: Gemma 3 4B, on
+    text) have a vision tower. qwen3_5 kinds have a hybrid Gated DeltaNet / full-attention decoder; gemma4 is Gemma 4
+    E2B's layout."""
     seed: int = 0
     """Seed of the weight initialisation (the tokenizer does not depend on it)."""
     vocab_size: int = 2048
@@ -652,6 +655,9 @@ def _config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") ->
         )
     if spec.kind == "olmo3":  # OLMo 3 7B's layout, small: three sliding-window layers to a full one, an untied head
         return {**text, **_sliding(spec, 4), "tie_word_embeddings": False}
+    if spec.kind == "falcon_h1":  # Falcon-H1: attention and a Mamba-2 mixer side by side in every layer
+        mamba = {"mamba_d_ssm": spec.hidden_size, "mamba_n_heads": 8, "mamba_d_head": spec.hidden_size // 8}
+        return {**text, **mamba, "mamba_d_state": 16, "mamba_chunk_size": 16, "head_dim": spec.head_dim}
     text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6}
     # Qwen3-30B-A3B's experts, small: every layer sparse. transformers' router always normalises the top-k; vLLM
     # reads the flag.

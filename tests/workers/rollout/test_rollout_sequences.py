@@ -127,15 +127,17 @@ def test_cpu_engine_kwargs(monkeypatch) -> None:
 def test_cpu_engine_kwargs_of_a_hybrid_model(monkeypatch, tmp_path) -> None:
     """A model with Gated DeltaNet layers (Qwen3.5) gets the CPU engine settings vLLM's GDN layers need, whatever
     rollout.dtype says: bf16 and no prefix caching (vllm_compat.cpu_hybrid_engine_kwargs); a dense model keeps
-    float32 and vLLM's default prefix caching. The family is read from the text config's layer_types."""
+    float32 and vLLM's default prefix caching; a model with Mamba mixers (Falcon-H1: `mamba_*` fields) keeps float32
+    without prefix caching, whose "align" mode needs chunked prefill. The family is read from the config."""
     import json
 
     import verl.workers.rollout.vllm_rollout as vllm_rollout
 
     monkeypatch.setattr(vllm_rollout.dist, "is_initialized", lambda: False)
     layers = ["linear_attention", "linear_attention", "linear_attention", "full_attention"]
-    hybrid, dense = tmp_path / "hybrid", tmp_path / "dense"
-    hybrid.mkdir(), dense.mkdir()
+    hybrid, dense, mamba = tmp_path / "hybrid", tmp_path / "dense", tmp_path / "mamba"
+    hybrid.mkdir(), dense.mkdir(), mamba.mkdir()
+    (mamba / "config.json").write_text(json.dumps({"model_type": "falcon_h1", "mamba_d_ssm": 1024}))
     (hybrid / "config.json").write_text(json.dumps({"model_type": "qwen3_5", "text_config": {"layer_types": layers}}))
     (dense / "config.json").write_text(json.dumps({"model_type": "qwen3", "layer_types": ["full_attention"] * 4}))
     for dtype in ("fp32", "bf16"):
@@ -144,6 +146,8 @@ def test_cpu_engine_kwargs_of_a_hybrid_model(monkeypatch, tmp_path) -> None:
         assert kwargs["enable_chunked_prefill"] is False and kwargs["enforce_eager"]
         plain = build_engine_kwargs(str(dense), _config(dtype=dtype), multimodal=False)
         assert plain["dtype"] == "float32" and "enable_prefix_caching" not in plain
+        mixers = build_engine_kwargs(str(mamba), _config(dtype=dtype), multimodal=False)
+        assert mixers["dtype"] == "float32" and mixers["enable_prefix_caching"] is False
 
 
 def test_cpu_hybrid_engine_settings_are_what_vllm_needs() -> None:

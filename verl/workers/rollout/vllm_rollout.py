@@ -202,6 +202,8 @@ def _cpu_kwargs(config: RolloutConfig, max_model_len: int, model_path: str) -> d
     # Hybrid linear-attention models (Qwen3.5): what vLLM's CPU Gated DeltaNet needs, whatever rollout.dtype says.
     if model_recurrent_layer_types(model_path):
         kwargs.update(vllm_compat.cpu_hybrid_engine_kwargs())
+    elif any(key.startswith("mamba_") for key in read_model_config("model_path", model_path) or ()):
+        kwargs["enable_prefix_caching"] = False  # Mamba mixers (Falcon-H1): their cache's "align" mode needs chunking
     return kwargs
 
 
