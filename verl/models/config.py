@@ -183,7 +183,8 @@ class ModelConfig:
             raise NotImplementedError(
                 f"{key}='{self.model_path}' is a {model_type!r} vision-language model, which is not supported yet (its "
                 f"position ids and vision tower differ){nearest(model_type, supported)}; supported vision-language "
-                f"models: {', '.join(VISION_LANGUAGE_MODEL_TYPES)}, and on text data {', '.join(TEXT_ONLY_VISION_LANGUAGE_TYPES)}."
+                f"models: {', '.join(VISION_LANGUAGE_MODEL_TYPES)}, and on text data "
+                f"{', '.join(TEXT_ONLY_VISION_LANGUAGE_TYPES)}."
             )
         if model_type == "gemma4":
             refuse_unchecked_gemma4(f"{key}='{self.model_path}'", model_config)
@@ -383,8 +384,8 @@ MIXTURE_OF_EXPERTS_MODEL_TYPES: tuple[str, ...] = (
 """Mixture-of-experts model types an actor may be: the engine after a weight sync computes what the actor computes
 and routes as it does (tests/workers/rollout/test_moe_engine_sync.py on the CPU; on a GPU the first sync of a run is
 checked). GLM-4.5 and GLM-4.5V have a shared expert and an expert-score correction bias (a buffer the weight sync
-sends too), Qwen2-MoE a gated shared expert, Granite 3.0 MoE scaled embeddings, residuals and logits; Qwen3-Next has Qwen3.5-MoE's hybrid decoder (its engine's check:
-tests/workers/rollout/test_hybrid_engine.py). Others are refused: their expert layouts (DeepSeek's latent attention,
+sends too), Qwen2-MoE a gated shared expert, Granite 3.0 MoE scaled embeddings, residuals and logits; Qwen3-Next
+has Qwen3.5-MoE's hybrid decoder (its engine's check: tests/workers/rollout/test_hybrid_engine.py). Others are refused: their expert layouts (DeepSeek's latent attention,
 GPT-OSS's expert biases and attention sinks, ...) have not been checked."""
 
 

@@ -24,8 +24,8 @@ from verl.envs.base import env_code_error
 from verl.envs.client_env import ChatClientEnv
 from verl.envs.tools import tool_call_format
 from verl.models.config import (
-    model_recurrent_layer_types,
     read_model_config,
+    recurrent_layer_types,
     resolve_config_overrides,
     text_only_reason,
 )
@@ -139,7 +139,7 @@ def build_engine_kwargs(
             overrides[name] = {**overrides[name], **value} if merged else value
     if overrides:  # e.g. a transformers-written GLM-4.5V config: fields vLLM reads
         kwargs["hf_overrides"] = overrides
-    kwargs.update(_gpu_kwargs(config) if on_gpu() else _cpu_kwargs(config, max_model_len, model_path))
+    kwargs.update(_gpu_kwargs(config) if on_gpu() else _cpu_kwargs(config, max_model_len, model_json or {}))
     if dist.is_initialized():
         kwargs["distributed_executor_backend"] = "external_launcher"
     elif kwargs["tensor_parallel_size"] > 1:
@@ -183,7 +183,8 @@ def _gpu_kwargs(config: RolloutConfig) -> dict[str, Any]:
     return kwargs
 
 
-def _cpu_kwargs(config: RolloutConfig, max_model_len: int, model_path: str) -> dict[str, Any]:
+def _cpu_kwargs(config: RolloutConfig, max_model_len: int, model_json: dict[str, Any]) -> dict[str, Any]:
+    """`model_json`: the model's config.json ({} for a hub id not in the cache)."""
     # vLLM on CPU crashes when a seeded request's prefill is split over steps; all are seeded: prefill whole prompts.
     if max_model_len > config.max_num_batched_tokens:
         raise ValueError(
@@ -200,9 +201,9 @@ def _cpu_kwargs(config: RolloutConfig, max_model_len: int, model_path: str) -> d
         "enable_chunked_prefill": False,
     }
     # Hybrid linear-attention models (Qwen3.5): what vLLM's CPU Gated DeltaNet needs, whatever rollout.dtype says.
-    if model_recurrent_layer_types(model_path):
+    if recurrent_layer_types((model_json.get("text_config") or model_json).get("layer_types")):
         kwargs.update(vllm_compat.cpu_hybrid_engine_kwargs())
-    elif any(key.startswith("mamba_") for key in read_model_config("model_path", model_path) or ()):
+    elif any(key.startswith("mamba_") for key in model_json):
         kwargs["enable_prefix_caching"] = False  # Mamba mixers (Falcon-H1): their cache's "align" mode needs chunking
     return kwargs
 
