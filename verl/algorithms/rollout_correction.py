@@ -127,17 +127,6 @@ class _ModeTerms:
 
 
 _ModeFn = Callable[[_LogRatios, CorrectionSettings], _ModeTerms]
-_MODES: dict[str, _ModeFn] = {}
-
-
-def _mode(*names: str) -> Callable[[_ModeFn], _ModeFn]:
-    def decorator(fn: _ModeFn) -> _ModeFn:
-        _MODES.update(dict.fromkeys(names, fn))
-        return fn
-
-    return decorator
-
-
 CorrectionFn = Callable[[torch.Tensor, torch.Tensor, CorrectionSettings], tuple[torch.Tensor, torch.Tensor | None]]
 """(log rho (B, L) clamped and 0 on padding, response mask (B, L), settings) -> (weights (B, L), bool mask (B, L) of
 the tokens kept in the loss, or None to keep all)."""
@@ -172,13 +161,10 @@ def _filtered(rho: torch.Tensor, outside: torch.Tensor) -> _ModeTerms:
     return _ModeTerms(rho, torch.where(outside, 0.0, rho), filtered=outside)
 
 
-_mode("none", "bypass")(lambda lr, s: _ModeTerms(lr.rho, torch.ones_like(lr.token)))
-_mode("tis")(lambda lr, s: _capped(lr.rho, s))
-_mode("icepop")(lambda lr, s: _filtered(lr.rho, (lr.rho < s.mask_low) | (lr.rho > s.mask_high)))
-_mode("seq_is")(lambda lr, s: _capped(lr.seq_ratio(), s))
+def _unweighted(lr: _LogRatios, s: CorrectionSettings) -> _ModeTerms:
+    return _ModeTerms(lr.rho, torch.ones_like(lr.token))
 
 
-@_mode("seq_mis")
 def _seq_mis(lr: _LogRatios, s: CorrectionSettings) -> _ModeTerms:
     ratio = lr.seq_ratio()
     low, high = math.log(s.seq_low), math.log(s.seq_high)
@@ -186,7 +172,6 @@ def _seq_mis(lr: _LogRatios, s: CorrectionSettings) -> _ModeTerms:
     return _ModeTerms(ratio, ratio.clamp(max=s.is_cap), truncated=(ratio > s.is_cap) & ~rejected, rejected=rejected)
 
 
-@_mode("geo_rs")
 def _geo_rs(lr: _LogRatios, s: CorrectionSettings) -> _ModeTerms:
     mean_log_ratio = lr.seq / lr.n_tokens.clamp(min=1.0)
     low, high = math.log(s.geo_low), math.log(s.geo_high)
@@ -194,7 +179,17 @@ def _geo_rs(lr: _LogRatios, s: CorrectionSettings) -> _ModeTerms:
     return _ModeTerms(mean_log_ratio.exp().expand_as(lr.token), torch.ones_like(lr.token), rejected=rejected)
 
 
-_mode("decoupled")(lambda lr, s: _filtered(lr.rho, lr.rho > s.is_cap))
+_MODES: dict[str, _ModeFn] = {
+    "none": _unweighted,
+    "bypass": _unweighted,
+    "tis": lambda lr, s: _capped(lr.rho, s),
+    "icepop": lambda lr, s: _filtered(lr.rho, (lr.rho < s.mask_low) | (lr.rho > s.mask_high)),
+    "seq_is": lambda lr, s: _capped(lr.seq_ratio(), s),
+    "seq_mis": _seq_mis,
+    "geo_rs": _geo_rs,
+    "decoupled": lambda lr, s: _filtered(lr.rho, lr.rho > s.is_cap),
+}
+"""The built-in modes (`CORRECTION_MODES`) and those registered with `register_correction_mode`."""
 
 
 @torch.no_grad()

@@ -201,13 +201,9 @@ def check_positional(count: int) -> Callable[[inspect.Signature], str | None]:
         problem = _variadic(signature)
         if problem:
             return problem
-        positional = [
-            p
-            for p in signature.parameters.values()
-            if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        ]
-        required = _required(signature)
-        if len(positional) < count or len(required) > count:
+        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        positional = [parameter for parameter in signature.parameters.values() if parameter.kind in kinds]
+        if len(positional) < count or len(_required(signature)) > count:
             return f"it takes ({', '.join(signature.parameters)}), but is called with {count} positional argument(s)"
         return None
 
@@ -266,14 +262,12 @@ class Where:
 def require_algorithm(section: Any, prefix: str, name: str, kind_name: str, choices: tuple[str, ...]) -> None:
     """Config validation of a key taking a registered name (one of `choices`) or a user's file (loaded, checked
     against `kind_name` and registered here); raises ConfigError naming `prefix` + `name`."""
-    from verl.utils.config import ConfigError
+    from verl.utils.config import ConfigError, as_config_error
 
     value, key = getattr(section, name), prefix + name
     if is_user_spec(value):
-        try:
+        with as_config_error(AlgorithmFunctionLoadError):
             register_user_function(kind_name, value, key)
-        except AlgorithmFunctionLoadError as error:
-            raise ConfigError(str(error)) from None
     elif value not in choices:
         raise ConfigError(
             f"Config key '{key}' is '{value}'; choose one of: {', '.join(choices)}, or your own function as "

@@ -34,6 +34,7 @@ from verl.models.config import (
 from verl.utils.config import (
     ConfigError,
     absolute_path,
+    as_config_error,
     command_line_sources,
     merge_config,
     require_choice,
@@ -60,10 +61,7 @@ EASYR1_LOSS_AVG_MODES: dict[str, str] = {"token": "token-mean", "seq": "seq-mean
 
 
 def _algorithms() -> Any:
-    """The algorithm registries (`verl.algorithms.core_algos`), which validation reads.
-
-    They live with the torch code they register, so they are imported on first use.
-    """
+    """The algorithm registries (`verl.algorithms.core_algos`): imported on first use, as they live with torch code."""
     from verl.algorithms import core_algos
 
     return core_algos
@@ -148,10 +146,9 @@ class DataConfig:
     """Skip rows with a missing key or an unreadable image (counted in a warning) instead of failing."""
 
     def validate(self, prefix: str) -> None:
-        names = ("max_prompt_length", "max_response_length", "rollout_batch_size", "mini_rollout_batch_size")
-        require_positive(self, prefix, *names)
+        sizes = ("max_prompt_length", "max_response_length", "rollout_batch_size", "mini_rollout_batch_size")
+        require_positive(self, prefix, *sizes, "video_fps", "filter_overlong_prompts_workers")
         require_non_negative(self, prefix, "seed", "dataloader_num_workers")
-        require_positive(self, prefix, "video_fps", "filter_overlong_prompts_workers")
         require_pixel_range(self, prefix)
         if self.val_batch_size == 0 or self.val_batch_size < -1:
             raise ConfigError(
@@ -259,10 +256,9 @@ class AlgorithmConfig:
         require_algorithm(self, prefix, "adv_estimator", "adv_estimator", algorithms.registered_adv_estimators())
         require_algorithm(self, prefix, "kl_penalty", "kl_penalty", algorithms.registered_kl_penalties())
         require_choice(self, prefix, "kl_type", algorithms.KL_CONTROLLER_TYPES)
-        require_non_negative(self, prefix, "kl_coef")
-        require_positive(self, prefix, "kl_horizon", "kl_target")
         require_choice(self, prefix, "grpo_std_scope", ("group", "batch"))
-        require_non_negative(self, prefix, "ref_sync_steps")
+        require_non_negative(self, prefix, "kl_coef", "ref_sync_steps")
+        require_positive(self, prefix, "kl_horizon", "kl_target")
         if not 0.0 < self.ref_sync_alpha <= 1.0:
             raise ConfigError(f"{prefix}ref_sync_alpha must lie in (0, 1], got {self.ref_sync_alpha}.")
         if self.ref_sync_reset_optimizer and self.ref_sync_steps == 0:
@@ -311,16 +307,12 @@ class AlgorithmConfig:
     def _check_estimator_options(self, prefix: str) -> None:
         """An option the estimator does not take would be dropped silently: refuse it unless it holds its default."""
         algorithms = _algorithms()
-        defaults = AlgorithmConfig()
+        defaults, parameters = AlgorithmConfig(), algorithms.adv_estimator_parameters
         for key in algorithms.ESTIMATOR_OPTIONS:
             value = getattr(self, key)
-            if value == getattr(defaults, key) or key in algorithms.adv_estimator_parameters(self.adv_estimator):
+            if value == getattr(defaults, key) or key in parameters(self.adv_estimator):
                 continue
-            users = [
-                name
-                for name in algorithms.registered_adv_estimators()
-                if key in algorithms.adv_estimator_parameters(name)
-            ]
+            users = [name for name in algorithms.registered_adv_estimators() if key in parameters(name)]
             raise ConfigError(
                 f"{prefix}{key}={value} has no effect with {prefix}adv_estimator={self.adv_estimator}, which does "
                 f"not take {key}; remove it, or choose an estimator that uses it ({', '.join(users)})."
@@ -661,10 +653,8 @@ def _check_async(config: PPOConfig) -> None:
     """Asynchronous rollouts and off-policy corrections: the combinations that are not built or cannot work."""
     algorithm, rollout = config.algorithm, config.worker.rollout
     correction = algorithm.rollout_correction
-    try:
+    with as_config_error():
         correction.validate("algorithm.rollout_correction")
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
     if correction.mode != "none" and not rollout.calculate_log_probs:
         raise ConfigError(
             f"algorithm.rollout_correction.mode={correction.mode} compares the engine's log-probs with the trainer's: "
@@ -682,7 +672,7 @@ def _check_async(config: PPOConfig) -> None:
     if rollout.mode == "sync":
         return
     schedule = config.data.response_length_schedule
-    lengths = [schedule[step] for step in sorted(schedule)] if schedule else []
+    lengths = [schedule[step] for step in sorted(schedule)]
     if any(later < earlier for earlier, later in zip(lengths, lengths[1:])):
         raise ConfigError(
             f"data.response_length_schedule={schedule} shortens the responses at a later stage; with "

@@ -2,14 +2,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """Typed configuration loading: dataclass defaults < YAML file < command-line dotlist, with clear errors.
 
-OmegaConf does the merging and type conversion; this module turns its errors into messages that name the full key
-path, suggest the closest valid key for a typo, and say what to change.
-
-The `require_*` helpers are what each config section's `validate(prefix)` checks its own fields with: they take the
-section and field names (checked against the dataclass, so a renamed field cannot leave a stale check behind) and
-raise ConfigError naming `prefix + name`, the key as the user writes it.
+OmegaConf merges and converts; its errors become messages naming the full key, the closest valid key for a typo and
+what to change. The `require_*` helpers check a section's own fields in its `validate(prefix)`: the field names are
+checked against the dataclass (a renamed field cannot leave a stale check behind) and errors name `prefix + name`.
 """
 
+import contextlib
 import dataclasses
 import difflib
 import math
@@ -17,7 +15,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -52,12 +50,16 @@ EASYR1_ONLY_KEYS: dict[str, str] = {
 migrated config is fixed by deleting them."""
 
 
-def check_keys(schema: type, user: Mapping, prefix: str = "") -> None:
-    """Raise ConfigError for the first key in `user` that the dataclass tree `schema` does not have.
+def checked_mapping(schema: type, user: Mapping, prefix: str = "") -> dict[str, Any]:
+    """`user` with its keys checked against the dataclass tree `schema` (ConfigError for the first it lacks) and None
+    turned into "" where the field is a plain `str`: `key=` on the command line (what a shell makes of `key=""`)
+    parses as None, and a text setting such as data.val_files means "none" by an empty string.
 
     Free-form fields (typed as dict) accept any key; their values are not checked here.
     """
-    fields = {f.name: f for f in dataclasses.fields(schema)}
+    fields = {f.name for f in dataclasses.fields(schema)}
+    hints = typing.get_type_hints(schema)
+    result = dict(user)
     for key, value in user.items():
         path = f"{prefix}{key}"
         if key not in fields:
@@ -68,15 +70,18 @@ def check_keys(schema: type, user: Mapping, prefix: str = "") -> None:
             hint = f" Did you mean '{prefix}{close[0]}'?" if close else ""
             valid = ", ".join(sorted(fields))
             raise ConfigError(f"Unknown config key '{path}'.{hint} Valid keys under '{prefix or '<root>'}': {valid}.")
-        field_type = _unwrap_optional(typing.get_type_hints(schema)[key])
-        if _is_dataclass_type(field_type):
+        field_type = _unwrap_optional(hints[key])
+        if value is None and hints[key] is str:
+            result[key] = ""
+        elif _is_dataclass_type(field_type):
             if isinstance(value, Mapping):
-                check_keys(field_type, value, prefix=f"{path}.")
+                result[key] = checked_mapping(field_type, value, prefix=f"{path}.")
             elif value is not None:
                 raise ConfigError(
                     f"Config key '{path}' is a section; give it as a mapping of keys, not {value!r} "
                     f"(for example {path}.<key>=<value> on the command line)."
                 )
+    return result
 
 
 def type_name(tp: Any) -> str:
@@ -85,32 +90,14 @@ def type_name(tp: Any) -> str:
 
 
 def _expected_type_name(schema: type, full_key: str) -> str:
-    cls: Any = schema
-    parts = full_key.split(".")
-    for i, part in enumerate(parts):
-        if not _is_dataclass_type(cls):
-            break
-        hints = typing.get_type_hints(cls)
+    hint: Any = schema
+    for part in full_key.split("."):
+        section = _unwrap_optional(hint)
+        hints = typing.get_type_hints(section) if _is_dataclass_type(section) else {}
         if part not in hints:
-            break
-        if i == len(parts) - 1:
-            return type_name(hints[part])
-        cls = _unwrap_optional(hints[part])
-    return "a different type"
-
-
-def empty_strings_for_none(schema: type, user: Mapping) -> dict[str, Any]:
-    """`user` with None turned into "" where the field is a plain `str`: `key=` on the command line (what a shell
-    makes of `key=""`) parses as None, and a text setting such as data.val_files means "none" by an empty string."""
-    hints = typing.get_type_hints(schema)
-    result = dict(user)
-    for key, value in user.items():
-        kind = _unwrap_optional(hints.get(key))
-        if value is None and hints.get(key) is str:
-            result[key] = ""
-        elif isinstance(value, Mapping) and _is_dataclass_type(kind):
-            result[key] = empty_strings_for_none(kind, value)
-    return result
+            return "a different type"
+        hint = hints[part]
+    return type_name(hint)
 
 
 def merge_config(schema: type, sources: Sequence[tuple[str, Mapping]]) -> Any:
@@ -122,11 +109,11 @@ def merge_config(schema: type, sources: Sequence[tuple[str, Mapping]]) -> Any:
     merged = OmegaConf.structured(schema)
     for source_name, mapping in sources:
         try:
-            check_keys(schema, mapping)
+            checked = checked_mapping(schema, mapping)
         except ConfigError as err:
             raise ConfigError(f"{err} (in {source_name})") from None
         try:
-            merged = OmegaConf.merge(merged, OmegaConf.create(empty_strings_for_none(schema, mapping)))
+            merged = OmegaConf.merge(merged, OmegaConf.create(checked))
         except OmegaConfBaseException as err:
             full_key = getattr(err, "full_key", None) or "?"
             value = _lookup(mapping, full_key)
@@ -227,6 +214,15 @@ def absolute_path(path: str | None) -> str | None:
     return path
 
 
+@contextlib.contextmanager
+def as_config_error(errors: type[Exception] = ValueError, prefix: str = "") -> Iterator[None]:
+    """Re-raise `errors` from the block as a ConfigError with the same message, after `prefix`."""
+    try:
+        yield
+    except errors as error:
+        raise ConfigError(f"{prefix}{error}") from None
+
+
 def set_keys(user: Mapping, derived: Mapping[str, str], source_name: str) -> None:
     """Reject user settings of derived keys, naming the key to set instead."""
     for key, source_key in derived.items():
@@ -299,10 +295,8 @@ def require_path(section: Any, prefix: str, name: str, kind: str = "path", allow
     if not path:
         return
     if allow_hub and not path.startswith((".", "/", "~")) and not os.path.exists(path):
-        try:
+        with as_config_error():
             setattr(section, name, hub_folder(path, key))
-        except ValueError as error:
-            raise ConfigError(str(error)) from None
         return  # a Hugging Face id such as Qwen/Qwen2.5-7B-Instruct; resolved (or refused) when the model loads
     if not os.path.exists(os.path.expanduser(path)):
         raise ConfigError(f"Config key '{key}' points to '{path}', which does not exist; give an existing {kind}.")
@@ -330,11 +324,8 @@ def require_writable_dir(section: Any, prefix: str, name: str, *, file: bool = F
     if not os.path.isdir(existing):
         reason = "is a file" if existing == full else f"cannot be created: '{existing}' is a file"
     elif not os.access(existing, os.W_OK | os.X_OK):
-        reason = (
-            "this user cannot write in"
-            if existing == full
-            else f"cannot be created: this user cannot write in '{existing}'"
-        )
+        denied = "this user cannot write in"
+        reason = denied if existing == full else f"cannot be created: {denied} '{existing}'"
     else:
         return
     subject, wanted = ("whose folder", "a file in a writable directory") if file else ("which", "a writable directory")

@@ -10,44 +10,22 @@ Rules that tie the workers to the data, the algorithm or the cluster are `verl.t
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.models.config import (
-    FSDPConfig,
-    LoraConfig,
-    ModelConfig,
-    OffloadConfig,
-    check_offload,
-    read_model_config,
-    require_model_files,
-)
+from verl.models.config import FSDPConfig, OffloadConfig, check_offload, read_model_config, require_model_files
 from verl.rewards.function import RewardFunctionLoadError, check_reward_function
 from verl.rewards.llm_judge import JudgeConfig
 from verl.utils.config import (
     ConfigError,
+    as_config_error,
     require_choice,
     require_finite,
     require_non_negative,
     require_path,
     require_positive,
 )
-from verl.utils.optim import OptimConfig
 from verl.workers.actor.config import ActorConfig
 from verl.workers.critic.config import CriticConfig
 from verl.workers.rollout.config import RolloutConfig
 
-
-__all__ = [
-    "ActorConfig",
-    "CriticConfig",
-    "FSDPConfig",
-    "LoraConfig",
-    "ModelConfig",
-    "OffloadConfig",
-    "OptimConfig",
-    "RefConfig",
-    "RewardConfig",
-    "RolloutConfig",
-    "WorkerConfig",
-]
 
 RUN_IN: tuple[str, ...] = ("driver", "actor")
 """Values of reward.run_in."""
@@ -208,17 +186,13 @@ class RewardConfig:
         """Load every reward function once (no torch, no Ray): a missing file, function, package or bad kwargs is
         named now; the judge's model path (or hub id) and template are checked and there must be some reward."""
         if self.reward_function:
-            try:
+            with as_config_error(RewardFunctionLoadError):
                 check_reward_function(self.reward_function, self.reward_function_kwargs)
-            except RewardFunctionLoadError as err:
-                raise ConfigError(str(err)) from None
         require_path(self.judge, f"{prefix}judge.", "model_path", "directory", allow_hub=True)
         require_model_files(f"{prefix}judge.model_path", self.judge.model_path)
-        try:
+        with as_config_error():
             self.judge.check()
             self.judge.template_kwargs()
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
         self._check_rubric(prefix)
         if not (self.reward_function or self.routes or self.rubric or self.judge.enabled or self.model.model_path):
             raise ConfigError(
@@ -226,10 +200,8 @@ class RewardConfig:
                 f"({prefix}model.model_path) or a judge ({prefix}judge.model_path)."
             )
         for route, spec in self.routes.items():
-            try:
+            with as_config_error(RewardFunctionLoadError, prefix=f"{prefix}routes.{route}: "):
                 check_reward_function(spec, self.routes_kwargs.get(route, {}))
-            except RewardFunctionLoadError as err:
-                raise ConfigError(f"{prefix}routes.{route}: {err}") from None
         self.model.check_files(f"{prefix}model.")
 
     def _check_rubric(self, prefix: str) -> None:
@@ -250,10 +222,8 @@ class RewardConfig:
             weight = part.get("weight", 1.0)
             if isinstance(weight, bool) or not isinstance(weight, (int, float)):
                 raise ConfigError(f"{key}.weight must be a number, got {weight!r}.")
-            try:
+            with as_config_error(RewardFunctionLoadError, prefix=f"{key}: "):
                 check_reward_function(part["function"], dict(part.get("kwargs") or {}))
-            except RewardFunctionLoadError as err:
-                raise ConfigError(f"{key}: {err}") from None
 
 
 @dataclass(frozen=True)

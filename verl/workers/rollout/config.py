@@ -1,31 +1,25 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Configuration of the vLLM rollout engine and its sampling.
-
-`validate(prefix)` checks the section's own values and `check_files(prefix)` builds its environment class once, so
-a bad value or a broken environment is named before Ray starts; limits that depend on the prompt and response
-lengths or on the device count are `verl.trainer.config`'s cross-section rules.
-"""
+"""Configuration of the vLLM rollout engine and its sampling: `validate(prefix)` checks the section's own values,
+`check_files(prefix)` builds its environment class once, so both are named before Ray starts. Limits that depend on
+the data lengths or the device count are `verl.trainer.config`'s cross-section rules."""
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from verl.utils.config import ConfigError, require_choice, require_non_negative, require_positive
+from verl.utils.config import ConfigError, as_config_error, require_choice, require_non_negative, require_positive
 
 
-NAMES: tuple[str, ...] = ("vllm",)
-"""Rollout backends."""
-
-DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp32", "bfloat16", "float16", "float32", "auto")
-"""Values of rollout.dtype."""
-LORA_SYNC_MODES: tuple[str, ...] = ("merged", "adapters")
-"""Values of rollout.lora_sync."""
-WEIGHT_SYNC_PATHS: tuple[str, ...] = ("loader", "direct")
-"""Values of rollout.weight_sync."""
-ROLLOUT_MODES: tuple[str, ...] = ("sync", "colocated", "disaggregated")
-"""Values of rollout.mode (docs/async.md)."""
+CHOICES: dict[str, tuple[str, ...]] = {
+    "name": ("vllm",),
+    "dtype": ("bf16", "fp16", "fp32", "bfloat16", "float16", "float32", "auto"),
+    "mode": ("sync", "colocated", "disaggregated"),
+    "lora_sync": ("merged", "adapters"),
+    "weight_sync": ("loader", "direct"),
+}
+"""The values of the rollout's fields that take one of a set (rollout backends, vLLM dtypes, ...)."""
 CPU_DEFAULT_KV_CACHE_MB = 256
 """rollout.kv_cache_memory_mb on the CPU when unset (vLLM would otherwise reserve a share of the host's RAM)."""
 FIXED_SAMPLING_KEYS: frozenset[str] = frozenset({"max_tokens", "detokenize", "output_kind"})
@@ -50,8 +44,14 @@ OVERRIDE_VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "seed": (lambda v: v is None or _int(v), "an integer"),
     "stop_token_ids": (lambda v: isinstance(v, list) and all(_int(i) for i in v), "a list of token ids"),
 }
-"""What vLLM's SamplingParams accepts for the overridable fields it range-checks (temperature, top_p and top_k: the
-training settings' own rules), checked when the config loads rather than in a worker at the first validation."""
+"""What vLLM's SamplingParams accepts for the overridable fields it range-checks (temperature, top_p and top_k:
+`SAMPLING_RANGES`), checked when the config loads rather than in a worker at the first validation."""
+SAMPLING_RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "top_k": (lambda value: isinstance(value, int) and value >= -1, "be -1 or 0 (no top-k) or at least 1"),
+    "top_p": (lambda value: isinstance(value, (int, float)) and 0.0 < value <= 1.0, "lie in (0, 1]"),
+    "temperature": (lambda value: isinstance(value, (int, float)) and 0 <= value <= 2, "lie in [0, 2]"),
+}
+"""The rules of the training sampling settings (vLLM's: temperature at most 2), which validation's overrides follow."""
 DETOKENIZED_KEYS: frozenset[str] = frozenset({"stop", "include_stop_str_in_output"})
 """SamplingParams fields that need text, which the rollout never detokenizes (vLLM refuses `stop` then)."""
 
@@ -72,6 +72,12 @@ def check_sampling_overrides(overrides: dict[str, Any], source: str) -> None:
         raise ValueError(
             f"Sampling overrides {fixed} ({source}) cannot change per call (max_tokens is rollout.response_length)."
         )
+
+
+def _check_sampling_ranges(settings: dict[str, Any], prefix: str) -> None:
+    for key, (accepts, expected) in SAMPLING_RANGES.items():
+        if not accepts(settings[key]):
+            raise ConfigError(f"{prefix}{key} must {expected}, got {settings[key]}.")
 
 
 @dataclass
@@ -211,30 +217,18 @@ class RolloutConfig:
         overrides = self.val_override_config
         temperature, n = overrides.get("temperature", self.temperature), overrides.get("n", 1)
         if isinstance(temperature, (int, float)) and isinstance(n, int) and temperature == 0 and n > 1:
-            source = (
-                f"{prefix}val_override_config.temperature" if "temperature" in overrides else f"{prefix}temperature"
-            )
+            where = "val_override_config." if "temperature" in overrides else ""
             raise ConfigError(
-                f"Validation samples greedily ({source}=0), and vLLM refuses {prefix}val_override_config.n={n} > 1 "
+                f"Validation samples greedily ({prefix}{where}temperature=0), and vLLM refuses {prefix}val_override_config.n={n} > 1 "
                 f"then (the responses would all be the same): set {prefix}val_override_config.n=1 or a temperature "
                 "above 0 for validation."
             )
 
-    def _check_sampling_ranges(self, prefix: str) -> None:
-        if not isinstance(self.top_k, int) or self.top_k < -1:
-            raise ConfigError(f"{prefix}top_k must be -1 or 0 (no top-k) or at least 1, got {self.top_k}.")
-        if not isinstance(self.top_p, (int, float)) or not 0.0 < self.top_p <= 1.0:
-            raise ConfigError(f"{prefix}top_p must lie in (0, 1], got {self.top_p}.")
-        if not isinstance(self.temperature, (int, float)) or not 0 <= self.temperature <= 2:  # vLLM: at most 2
-            raise ConfigError(f"{prefix}temperature must lie in [0, 2], got {self.temperature}.")
-
     def _check_val_overrides(self, source: str) -> None:
         """The keys against vLLM's SamplingParams, and the values vLLM would refuse at the first validation."""
-        try:
-            check_sampling_overrides(self.val_override_config, source)
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
         overrides = self.val_override_config
+        with as_config_error():
+            check_sampling_overrides(overrides, source)
         text = sorted(DETOKENIZED_KEYS & set(overrides))
         if text:
             raise ConfigError(
@@ -250,32 +244,24 @@ class RolloutConfig:
                 f"{source}.min_tokens={min_tokens} is above the response length ({self.response_length}, "
                 "data.max_response_length)."
             )
-        checked = replace(
-            self, **{key: overrides[key] for key in ("temperature", "top_p", "top_k") if key in overrides}
-        )
-        checked._check_sampling_ranges(f"{source}.")
+        _check_sampling_ranges({**vars(self), **overrides}, f"{source}.")
 
     def validate(self, prefix: str) -> None:
         positive = ("n", "tensor_parallel_size", "kv_cache_memory_mb", "max_num_seqs", "max_num_batched_tokens")
-        require_positive(self, prefix, *positive)
-        require_non_negative(self, prefix, "seed", "limit_images")
-        require_choice(self, prefix, "name", NAMES)
-        require_choice(self, prefix, "dtype", DTYPES)
+        require_positive(self, prefix, *positive, "nnodes", "n_gpus_per_node", "weight_bucket_mb")
+        require_non_negative(self, prefix, "seed", "limit_images", "max_staleness")
+        for name, allowed in CHOICES.items():
+            require_choice(self, prefix, name, allowed)
         if self.max_num_seqs is not None and self.max_num_batched_tokens < self.max_num_seqs:
             raise ConfigError(
                 f"{prefix}max_num_batched_tokens={self.max_num_batched_tokens} is below {prefix}max_num_seqs="
                 f"{self.max_num_seqs}; vLLM needs room for one token of every sequence per step: raise "
                 "max_num_batched_tokens or lower max_num_seqs."
             )
-        self._check_sampling_ranges(prefix)
+        _check_sampling_ranges(vars(self), prefix)
         self._check_greedy_samples(prefix)
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ConfigError(f"{prefix}gpu_memory_utilization must lie in (0, 1], got {self.gpu_memory_utilization}.")
-        require_choice(self, prefix, "mode", ROLLOUT_MODES)
-        require_choice(self, prefix, "lora_sync", LORA_SYNC_MODES)
-        require_choice(self, prefix, "weight_sync", WEIGHT_SYNC_PATHS)
-        require_non_negative(self, prefix, "max_staleness")
-        require_positive(self, prefix, "nnodes", "n_gpus_per_node", "weight_bucket_mb")
         if self.max_staleness > 0 and self.mode == "sync":
             raise ConfigError(
                 f"{prefix}max_staleness={self.max_staleness} only applies to asynchronous rollouts: set "
@@ -307,7 +293,5 @@ class RolloutConfig:
             return
         from verl.envs.loader import EnvironmentLoadError, load_environment
 
-        try:  # imports the file and builds the class once: a missing file, class or bad kwargs is named now
+        with as_config_error(EnvironmentLoadError):  # builds the class once: a missing file, class or bad kwargs
             load_environment(self.env, self.env_kwargs)
-        except EnvironmentLoadError as err:
-            raise ConfigError(str(err)) from None
