@@ -21,18 +21,23 @@ from torch.utils.data import Dataset
 from verl.data.multimodal import (
     DEFAULT_VIDEO_FPS,
     IMAGE_ERRORS,
+    checked_image_sizes,
     content_parts,
     count_image_tokens,
-    image_size,
     load_image,
     load_video,
     processor_inputs,
-    resized_size,
     resolve_path,
     unreadable_image,
 )
 from verl.data.sources import RowSource, load_source, row_value, split_prompt_messages, tool_schemas
-from verl.data.tokenizer import check_chat_template_kwargs, renders_tool_calls, template_reads
+from verl.data.tokenizer import (
+    check_chat_template_kwargs,
+    no_chat_template_message,
+    render_chat,
+    renders_tool_calls,
+    template_reads,
+)
 from verl.models.config import text_only_reason
 from verl.models.rope_index import RopeIndex, load_model_config, uses_mrope
 from verl.utils.child_signals import reset_child_signals, signals_held
@@ -41,17 +46,9 @@ from verl.utils.child_signals import reset_child_signals, signals_held
 logger = logging.getLogger(__name__)
 
 # Keys the dataset produces (and `uid`, added by the driver): a column with one of these names would clash.
-RESERVED_COLUMNS = (
-    "input_ids",
-    "attention_mask",
-    "position_ids",
-    "raw_prompt_ids",
-    "multi_modal_data",
-    "ground_truth",
-    "prompt_text",
-    "prompt_content",
-    "prompt_messages",
-    "uid",
+RESERVED_COLUMNS = tuple(
+    "input_ids attention_mask position_ids raw_prompt_ids multi_modal_data ground_truth prompt_text prompt_content "
+    "prompt_messages uid".split()
 )
 _SKIP_HINT = "fix the row, or set data.skip_bad_rows=true to skip bad rows"
 
@@ -147,10 +144,12 @@ class RLHFDataset(Dataset):
         tools: list[dict[str, Any]] | None = None,
     ) -> None:
         self.tokenizer = tokenizer
+        self.processor = processor
+        self.renderer = processor if processor is not None else tokenizer
+        """What renders the chat template: the processor of a vision-language model, else the tokenizer."""
         self.tools = tools
         """Tool JSON schemas the chat template renders into every prompt (a tool environment's)."""
         self.tools_key = tools_key
-        self.processor = processor
         self.prompt_key, self.answer_key, self.image_key, self.video_key = prompt_key, answer_key, image_key, video_key
         self.image_dir = os.path.expanduser(image_dir) if image_dir else None
         self.video_fps = video_fps
@@ -171,19 +170,13 @@ class RLHFDataset(Dataset):
         self.chat_template = (
             _read_text_file(override_chat_template, "data.override_chat_template") if override_chat_template else None
         )
-        renderer = processor if processor is not None else tokenizer
-        if self.chat_template is None and getattr(renderer, "chat_template", None) is None:
-            raise ValueError(
-                f"The tokenizer of {getattr(tokenizer, 'name_or_path', 'the model')!r} has no chat template (a base "
-                "model?), which renders each prompt: set data.override_chat_template to a Jinja template file (an "
-                "instruct model of the same family has one: its chat_template.jinja, or tokenizer_config.json's "
-                "chat_template), or train from an instruct model."
-            )
+        if self.chat_template is None and getattr(self.renderer, "chat_template", None) is None:
+            raise ValueError(no_chat_template_message(tokenizer, "prompt", ", or train from an instruct model"))
         self.chat_template_kwargs = check_chat_template_kwargs(
-            chat_template_kwargs or {}, renderer, self.chat_template
+            chat_template_kwargs or {}, self.renderer, self.chat_template
         )
-        self.reads_tools = template_reads(renderer, "tools", self.chat_template)
-        self.renders_tool_calls = renders_tool_calls(renderer, self.chat_template)
+        self.reads_tools = template_reads(self.renderer, "tools", self.chat_template)
+        self.renders_tool_calls = renders_tool_calls(self.renderer, self.chat_template)
         self.rope_index = None
         self.text_only: str | None = None
         """Why the model takes no media though it has a processor (TEXT_ONLY_VISION_LANGUAGE_TYPES), else None."""
@@ -264,7 +257,7 @@ class RLHFDataset(Dataset):
             else:
                 kept.append(index)
                 lengths.append(length)
-        self.num_skipped_bad_rows, self.bad_row_errors = len(bad), bad
+        self.num_skipped_bad_rows = len(bad)
         self.num_filtered_overlong = len(overlong)
         if bad:
             logger.warning(
@@ -306,15 +299,19 @@ class RLHFDataset(Dataset):
         if not prompt.images and not prompt.videos:
             return len(raw_ids)
         if not prompt.videos:
-            sizes = [self._image_size(index, position, value) for position, value in enumerate(prompt.images)]
-            counts = self._count_image_tokens(index, sizes)
+            counts = self._count_image_tokens(index, prompt.images)
             image_token_id = getattr(self.processor, "image_token_id", None)
             if counts is not None and raw_ids.count(image_token_id) == len(counts):
                 return len(raw_ids) + sum(count - 1 for count in counts)
         return len(self._encode(index, prompt)["input_ids"])
 
-    def _count_image_tokens(self, index: int, sizes: list[tuple[int, int]]) -> list[int] | None:
-        """The processor's image tokens per image; a size it refuses (Qwen-VL: aspect ratio >= 200) is a row error."""
+    def _count_image_tokens(self, index: int, images: list[Any]) -> list[int] | None:
+        """The processor's image tokens per image, from the sizes after resizing (`checked_image_sizes`); a size it
+        refuses (Qwen-VL: aspect ratio >= 200) is a row error."""
+        try:
+            sizes = checked_image_sizes(images, self.image_dir, self._image_sizes, self.min_pixels, self.max_pixels)
+        except ValueError as error:
+            raise self._error(index, self.image_key, str(error)) from None
         counts: list[int] = []
         for position, (width, height) in enumerate(sizes):
             try:
@@ -344,12 +341,11 @@ class RLHFDataset(Dataset):
         root = os.path.realpath(self.image_dir)
         full = os.path.realpath(resolve_path(value, self.image_dir))
         if os.path.commonpath([full, root]) != root:
-            raise self._error(
-                index,
-                key,
+            problem = (
                 f"item {position} path {value!r} leads outside data.image_dir {self.image_dir!r}; keep media under "
-                "it, or set data.allow_paths_outside_image_dir=true for a dataset you trust",
+                "it, or set data.allow_paths_outside_image_dir=true for a dataset you trust"
             )
+            raise self._error(index, key, problem)
 
     def _media_list(self, index: int, row: dict[str, Any], key: str) -> list[Any]:
         value = row.get(key)
@@ -362,6 +358,29 @@ class RLHFDataset(Dataset):
         if key == self.video_key and isinstance(value, str):
             return [value]
         raise self._error(index, key, f"expected a list, got {type(value).__name__}")
+
+    def _media(self, index: int, row: dict[str, Any]) -> tuple[list[Any], list[str]]:
+        """The row's images and video paths, checked."""
+        images = self._media_list(index, row, self.image_key)
+        if 0 < self.limit_images < len(images):
+            problem = (
+                f"the row has {len(images)} images but worker.rollout.limit_images={self.limit_images}; raise it to "
+                "the most images a prompt has (0 for no limit)"
+            )
+            raise self._error(index, self.image_key, problem)
+        videos = self._media_list(index, row, self.video_key)
+        for position, video in enumerate(videos):
+            if not isinstance(video, str):
+                problem = f"video {position} must be a path, got {type(video).__name__}"
+                raise self._error(index, self.video_key, problem)
+        for key, values in ((self.image_key, images), (self.video_key, videos)):
+            for position, value in enumerate(values):
+                self._check_confined(index, key, position, value)
+        if (images or videos) and (self.processor is None or self.text_only):
+            key = self.image_key if images else self.video_key
+            problem = self.text_only or "the row has images or videos but the model is text-only (no processor)"
+            raise self._error(index, key, problem)
+        return images, videos
 
     def _prepare(self, index: int) -> _Prompt:
         """Validate row `index` and render its chat prompt (no pixels decoded)."""
@@ -377,11 +396,8 @@ class RLHFDataset(Dataset):
             except ValueError as error:
                 raise self._error(index, self.prompt_key, str(error)) from None
         if not isinstance(prompt, str):
-            raise self._error(
-                index,
-                self.prompt_key,
-                f"the prompt must be a string or a list of messages, got {type(prompt).__name__}",
-            )
+            problem = f"the prompt must be a string or a list of messages, got {type(prompt).__name__}"
+            raise self._error(index, self.prompt_key, problem)
         if not prompt.strip():
             raise self._error(index, self.prompt_key, "the prompt is empty")
         answer = row_value(row, self.answer_key)
@@ -391,32 +407,9 @@ class RLHFDataset(Dataset):
             answer = str(answer)
         # Lists and dicts (several answers, structured labels) reach the reward function as they are.
         if not isinstance(answer, (str, list, dict)):
-            raise self._error(
-                index,
-                self.answer_key,
-                f"the answer must be a JSON value (string, number, list or dict), got {type(answer).__name__}",
-            )
-        images = self._media_list(index, row, self.image_key)
-        if 0 < self.limit_images < len(images):
-            raise self._error(
-                index,
-                self.image_key,
-                f"the row has {len(images)} images but worker.rollout.limit_images={self.limit_images}; raise it to "
-                "the most images a prompt has (0 for no limit)",
-            )
-        videos = self._media_list(index, row, self.video_key)
-        for position, video in enumerate(videos):
-            if not isinstance(video, str):
-                raise self._error(
-                    index, self.video_key, f"video {position} must be a path, got {type(video).__name__}"
-                )
-        for key, values in ((self.image_key, images), (self.video_key, videos)):
-            for position, value in enumerate(values):
-                self._check_confined(index, key, position, value)
-        if (images or videos) and (self.processor is None or self.text_only):
-            key = self.image_key if images else self.video_key
-            problem = self.text_only or "the row has images or videos but the model is text-only (no processor)"
-            raise self._error(index, key, problem)
+            problem = f"the answer must be a JSON value (string, number, list or dict), got {type(answer).__name__}"
+            raise self._error(index, self.answer_key, problem)
+        images, videos = self._media(index, row)
         content = self._format(index, row, prompt)
         messages = [*earlier, {"role": "user", "content": self._content(index, content, len(images), len(videos))}]
         if earlier:  # the conversation before the model's turn, as text (a client-style environment starts from it)
@@ -427,22 +420,15 @@ class RLHFDataset(Dataset):
             problem = f"{error} (data.tools_key; null leaves the column to the reward function)"
             raise self._error(index, self.tools_key, problem) from None
         if not self.renders_tool_calls and any(message.get("tool_calls") for message in earlier):
-            raise self._error(
-                index,
-                self.prompt_key,
+            problem = (
                 "an assistant message of the prompt has tool_calls, which the chat template does not write; use a "
-                "template that renders them (data.override_chat_template), or write the calls in its content",
+                "template that renders them (data.override_chat_template), or write the calls in its content"
             )
-        renderer = self.processor if self.processor is not None else self.tokenizer
-        tools = {"tools": row_tools or self.tools} if row_tools or self.tools else {}
+            raise self._error(index, self.prompt_key, problem)
+        tools = row_tools or self.tools
         try:
-            text = renderer.apply_chat_template(
-                messages,
-                add_generation_prompt=True,
-                tokenize=False,
-                chat_template=self.chat_template,
-                **tools,
-                **self.chat_template_kwargs,
+            text = render_chat(
+                self.renderer, messages, True, tools, chat_template=self.chat_template, **self.chat_template_kwargs
             )
         except (TemplateError, TypeError) as error:  # e.g. a template's raise_exception on this row's messages
             raise self._error(index, self.prompt_key, f"the chat template cannot render the prompt: {error}") from None
@@ -457,9 +443,8 @@ class RLHFDataset(Dataset):
         try:
             return self.format_template.render({**row, "content": prompt})
         except (TemplateError, TypeError, ValueError) as error:  # e.g. a column the row does not have
-            raise self._error(
-                index, self.prompt_key, f"data.format_prompt {self.format_prompt_path!r} failed on this row: {error}"
-            ) from None
+            problem = f"data.format_prompt {self.format_prompt_path!r} failed on this row: {error}"
+            raise self._error(index, self.prompt_key, problem) from None
 
     def _content(self, index: int, text: str, num_images: int, num_videos: int) -> str | list[dict[str, Any]]:
         """The user content: the text, or text and media parts placed by the markers."""
@@ -480,23 +465,11 @@ class RLHFDataset(Dataset):
                     f"its columns are {self.source.columns}. Set {config_key} to the column that holds them",
                 )
             elif found != count:
-                raise self._error(
-                    index,
-                    key,
-                    f"the prompt has {found} {marker} marker(s) but the row has {count} item(s) under {key!r}",
-                )
+                problem = f"the prompt has {found} {marker} marker(s) but the row has {count} item(s) under {key!r}"
+                raise self._error(index, key, problem)
         if not prefix and num_images == 0 and num_videos == 0:
             return text
         return prefix + content_parts(text, markers)
-
-    def _image_size(self, index: int, position: int, value: Any) -> tuple[int, int]:
-        """The (width, height) after resizing; decoded in full once per file, since a truncated image has a valid
-        header and would otherwise fail only in its batch."""
-        try:
-            width, height = image_size(value, self.image_dir, self._image_sizes)
-        except IMAGE_ERRORS as error:
-            raise self._error(index, self.image_key, unreadable_image(position, value, error)) from None
-        return resized_size(width, height, self.min_pixels, self.max_pixels)
 
     def _load_media(self, index: int, prompt: _Prompt) -> tuple[list[Image.Image], list[Any]]:
         images, videos = [], []
@@ -614,28 +587,24 @@ class RLHFDataset(Dataset):
 _SCANNED_DATASET: RLHFDataset | None = None
 
 
-def _scan_one(dataset: RLHFDataset, index: int) -> tuple[int | None, str | None]:
+def _scan_one(index: int) -> tuple[int | None, str | None]:
     try:
-        return dataset.prompt_length(index), None
+        return _SCANNED_DATASET.prompt_length(index), None
     except DatasetRowError as error:
         return None, str(error)
-
-
-def _scan_shared(index: int) -> tuple[int | None, str | None]:
-    return _scan_one(_SCANNED_DATASET, index)
 
 
 def _scan_rows(dataset: RLHFDataset, indices: range, workers: int) -> list[tuple[int | None, str | None]]:
     """(prompt length, error) per row; workers > 1 split rows over forked processes (fork shares the dataset
     without pickling), a few chunks each."""
-    if workers <= 1 or len(indices) < 2 * workers:
-        return [_scan_one(dataset, index) for index in indices]
     global _SCANNED_DATASET
     _SCANNED_DATASET = dataset
     try:
+        if workers <= 1 or len(indices) < 2 * workers:
+            return [_scan_one(index) for index in indices]
         with signals_held():  # the workers and the pool's thread that replaces dead ones
             pool = multiprocessing.get_context("fork").Pool(workers, initializer=reset_child_signals)
         with pool:
-            return pool.map(_scan_shared, indices, chunksize=max(1, len(indices) // (workers * 4)))
+            return pool.map(_scan_one, indices, chunksize=max(1, len(indices) // (workers * 4)))
     finally:
         _SCANNED_DATASET = None

@@ -143,15 +143,26 @@ def check_image(value: ImageValue, image_dir: str | None = None) -> tuple[int, i
             image.close()
 
 
-def image_size(value: ImageValue, image_dir: str | None, cache: dict[str, tuple[int, int]]) -> tuple[int, int]:
-    """`check_image`, once per path (`cache`): many rows may name one picture."""
-    path = value if isinstance(value, str) else None
-    if path is not None and path in cache:
-        return cache[path]
-    size = check_image(value, image_dir)
-    if path is not None:
-        cache[path] = size
-    return size
+def checked_image_sizes(
+    values: list[ImageValue],
+    image_dir: str | None,
+    cache: dict[str, tuple[int, int]],
+    min_pixels: int | None,
+    max_pixels: int | None,
+) -> list[tuple[int, int]]:
+    """Each image's (width, height) after resizing, each decoded in full by `check_image` once per path (`cache`: many
+    rows may name one picture); ValueError with `unreadable_image`'s text for the first that cannot be read."""
+    sizes = []
+    for position, value in enumerate(values):
+        path = value if isinstance(value, str) else None
+        try:
+            size = cache[path] if path in cache else check_image(value, image_dir)
+        except IMAGE_ERRORS as error:
+            raise ValueError(unreadable_image(position, value, error)) from None
+        if path is not None:
+            cache[path] = size
+        sizes.append(resized_size(*size, min_pixels, max_pixels))
+    return sizes
 
 
 def unreadable_image(position: int, value: Any, error: Exception) -> str:

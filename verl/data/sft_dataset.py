@@ -11,23 +11,27 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
+import torch.nn.functional as F
 from jinja2 import TemplateError
 
 from verl.data.multimodal import (
-    IMAGE_ERRORS,
+    checked_image_sizes,
     content_parts,
     count_image_tokens,
-    image_size,
     load_image,
     marker_text,
     processor_inputs,
-    resized_size,
-    unreadable_image,
 )
 from verl.data.sources import RowSource, load_source, tool_schemas, with_tool_calls, without_nulls
-from verl.data.tokenizer import TURN_MARKER, check_chat_template_kwargs, renders_tool_calls, template_reads
+from verl.data.tokenizer import (
+    TURN_MARKER,
+    check_chat_template_kwargs,
+    no_chat_template_message,
+    render_chat,
+    renders_tool_calls,
+    template_reads,
+)
 from verl.models.config import text_only_reason
 from verl.models.rope_index import RopeIndex, uses_mrope
 from verl.protocol import DataProto
@@ -108,19 +112,22 @@ class SFTDataset(torch.utils.data.Dataset):
         turn with `<|user|>`), or, ending the conversation, the tokenizer's EOS appended, so the model learns to stop."""
         self.source: RowSource = load_source(source)
         self.tokenizer, self.processor, self.config = tokenizer, processor, config
+        self.renderer = processor if processor is not None else tokenizer
+        self.text_tokenizer = processor.tokenizer if processor is not None else tokenizer
         self.stop_ids = set(stop_ids or ()) | ({tokenizer.eos_token_id} - {None})
-        self.rope_index = None
-        if model_config is not None and processor is not None:
-            if uses_mrope(model_config):
-                self.rope_index = RopeIndex(model_config)
+        with_mrope = processor is not None and model_config is not None and uses_mrope(model_config)
+        self.rope_index = RopeIndex(model_config) if with_mrope else None
         self.text_only = text_only_reason(getattr(model_config, "model_type", None))
         """Why the model takes no images though it may have a processor (TEXT_ONLY_VISION_LANGUAGE_TYPES), else None."""
         self.max_length = config.max_length
-        renderer = processor if processor is not None else tokenizer
-        self.reads_tools = template_reads(renderer, "tools")
-        self.renders_tool_calls = renders_tool_calls(renderer)
+        self.rows_key = config.messages_key if config.prompt_key is None else config.prompt_key
+        """The column a row's conversation (or prompt) is read from."""
+        if getattr(self.renderer, "chat_template", None) is None:
+            raise SFTDataError(no_chat_template_message(tokenizer, "conversation"))
+        self.reads_tools = template_reads(self.renderer, "tools")
+        self.renders_tool_calls = renders_tool_calls(self.renderer)
         try:
-            self.template_kwargs = check_chat_template_kwargs(config.chat_template_kwargs, renderer, None)
+            self.template_kwargs = check_chat_template_kwargs(config.chat_template_kwargs, self.renderer, None)
         except ValueError as error:
             raise SFTDataError(str(error)) from None
         if len(self.source) == 0:
@@ -148,86 +155,24 @@ class SFTDataset(torch.utils.data.Dataset):
 
     def _conversation(self, index: int) -> Conversation:
         row = self.source.row(index)
-        config = self.config
-        learned_from = 0
-        if config.prompt_key is not None:  # a string each, or messages each (TRL's conversational prompt-completion)
-            parts = []
-            for key, role in ((config.prompt_key, "user"), (config.response_key, "assistant")):
-                value = row.get(key)
-                if isinstance(value, str) and role == "assistant" and not value.strip():
-                    raise self._error(index, key, f"the response is empty: {_EMPTY_ANSWER}")
-                if isinstance(value, str):
-                    value = [{"role": role, "content": value}]
-                if not isinstance(value, (list, tuple)) or not value:
-                    raise self._error(
-                        index, key, f"expected a string or a non-empty list of messages, got {type(value).__name__}"
-                    )
-                parts.append(list(value))
-            messages, learned_from = parts[0] + parts[1], len(parts[0])
-            if config.prompt_key == "instruction":  # LLaMA-Factory's alpaca layout: its other columns join in
-                try:
-                    context = alpaca_context(row)
-                except ValueError as error:
-                    raise self._error(index, "history", str(error)) from None
-                query = {**parts[0][-1], "content": alpaca_query(row, parts[0])}
-                messages, learned_from = [*context, *parts[0][:-1], query, *parts[1]], 0 if context else learned_from
-            key = config.prompt_key
+        config, key = self.config, self.rows_key
+        if config.prompt_key is not None:
+            messages, learned_from = self._prompt_and_response(index, row)
         else:
-            key = config.messages_key
-            messages = row.get(key)
+            messages, learned_from = row.get(key), 0
             if not isinstance(messages, (list, tuple)) or not messages:
                 raise self._error(index, key, "expected a non-empty list of messages")
         messages = [without_nulls(message) for message in messages]  # Arrow's nulls: sources.without_nulls
         for position, message in enumerate(messages):
-            at, number = key, position  # errors name the column and the message's place in it
-            if learned_from and position >= learned_from:
-                at, number = config.response_key, position - learned_from
-            if not isinstance(message, dict):
-                raise self._error(
-                    index,
-                    at,
-                    f"message {number} must be a dict with 'role' and 'content', got {type(message).__name__}",
-                )
-            if "role" not in message and {"from", "value"} <= set(message):  # ShareGPT's layout
-                try:
-                    message = messages[position] = sharegpt_message(message["from"], message["value"])
-                except ValueError as error:
-                    raise self._error(
-                        index, at, f"message {number} (ShareGPT's {message['from']!r}): {error}"
-                    ) from None
-            if isinstance(message.get("content"), (list, tuple)):  # typed parts: text with markers
-                try:
-                    message = messages[position] = {**message, "content": marker_text(message["content"])}
-                except ValueError as error:
-                    raise self._error(index, at, f"message {number}: {error}") from None
-            if message.get("role") not in ROLES:
-                role = f"its role is {message['role']!r}" if "role" in message else "it has no 'role'"
-                if message.get("role") in SHAREGPT_ROLES:
-                    role += f" (ShareGPT's name: write {message['role']!r} as {SHAREGPT_ROLES[message['role']]!r})"
-                raise self._error(index, at, f"message {number} needs a role in {', '.join(ROLES)}; {role}")
-            if message.get("tool_calls") is not None:
-                try:
-                    message = messages[position] = with_tool_calls(message)
-                except ValueError as error:
-                    raise self._error(index, at, f"message {number}: {error}") from None
-                if not self.renders_tool_calls:
-                    raise self._error(
-                        index,
-                        at,
-                        f"message {number} has tool_calls, which the chat template does not write, so the model "
-                        "would learn an empty turn; use a template that renders them (data.override_chat_template), "
-                        "or write the calls in the message's content as the model should produce them",
-                    )
-            if not isinstance(message.get("content"), str):
-                raise self._error(index, at, f"message {number} needs string content")
-            if learned_from and position >= learned_from and message["role"] == "user":
+            in_response = 0 < learned_from <= position
+            # errors name the column and the message's place in it
+            at, number = (config.response_key, position - learned_from) if in_response else (key, position)
+            try:
+                message = messages[position] = self._message(message, number)
+            except ValueError as error:
+                raise self._error(index, at, str(error)) from None
+            if in_response and message["role"] == "user":
                 raise self._error(index, at, "the response's messages must not hold a user turn")
-            if message["role"] == "assistant" and not message["content"].strip() and not message.get("tool_calls"):
-                raise self._error(
-                    index,
-                    at,
-                    f"message {number} (assistant) is empty: {_EMPTY_ANSWER}",
-                )
         if messages[0]["role"] == "assistant":
             raise self._error(index, key, "the conversation starts with an assistant message; begin with a user turn")
         if not any(message["role"] == "assistant" for message in messages[learned_from:]):
@@ -237,15 +182,11 @@ class SFTDataset(torch.utils.data.Dataset):
         images = list(images) if isinstance(images, (list, tuple)) else [images]
         markers = sum(message["content"].count(IMAGE_MARKER) for message in messages)
         if markers != len(images):
-            raise self._error(
-                index,
-                config.image_key,
-                f"the messages have {markers} {IMAGE_MARKER} marker(s) but the row has {len(images)} image(s)",
-            )
+            problem = f"the messages have {markers} {IMAGE_MARKER} marker(s) but the row has {len(images)} image(s)"
+            raise self._error(index, config.image_key, problem)
         if images and (self.processor is None or self.text_only):
-            raise self._error(
-                index, config.image_key, self.text_only or "the row has images but the model is text-only"
-            )
+            problem = self.text_only or "the row has images but the model is text-only"
+            raise self._error(index, config.image_key, problem)
         if row.get("videos") or (self.processor is not None and any("<video>" in m["content"] for m in messages)):
             raise self._error(
                 index,
@@ -259,6 +200,71 @@ class SFTDataset(torch.utils.data.Dataset):
             raise self._error(index, config.tools_key, str(error)) from None
         return Conversation(messages, images, tools, learned_from)
 
+    def _prompt_and_response(self, index: int, row: dict[str, Any]) -> tuple[list[Any], int]:
+        """A prompt_key row's messages (a string each, or messages each: TRL's conversational prompt-completion) and
+        the first one whose assistant turns are learned."""
+        config = self.config
+        parts = []
+        for key, role in ((config.prompt_key, "user"), (config.response_key, "assistant")):
+            value = row.get(key)
+            if isinstance(value, str) and role == "assistant" and not value.strip():
+                raise self._error(index, key, f"the response is empty: {_EMPTY_ANSWER}")
+            if isinstance(value, str):
+                value = [{"role": role, "content": value}]
+            if not isinstance(value, (list, tuple)) or not value:
+                problem = f"expected a string or a non-empty list of messages, got {type(value).__name__}"
+                raise self._error(index, key, problem)
+            parts.append(list(value))
+        prompt, response = parts
+        if config.prompt_key != "instruction":
+            return prompt + response, len(prompt)
+        try:  # LLaMA-Factory's alpaca layout: its other columns join in
+            context = alpaca_context(row)
+        except ValueError as error:
+            raise self._error(index, "history", str(error)) from None
+        query = {**prompt[-1], "content": alpaca_query(row, prompt)}
+        return [*context, *prompt[:-1], query, *response], 0 if context else len(prompt)
+
+    def _message(self, message: Any, number: int) -> dict[str, Any]:
+        """Message `number` in role/content form (a ShareGPT turn read, typed content parts as marker text, tool calls
+        as chat templates take them); ValueError says what is wrong with it."""
+        if not isinstance(message, dict):
+            raise ValueError(
+                f"message {number} must be a dict with 'role' and 'content', got {type(message).__name__}"
+            )
+        if "role" not in message and {"from", "value"} <= set(message):  # ShareGPT's layout
+            try:
+                message = sharegpt_message(message["from"], message["value"])
+            except ValueError as error:
+                raise ValueError(f"message {number} (ShareGPT's {message['from']!r}): {error}") from None
+        if isinstance(message.get("content"), (list, tuple)):  # typed parts: text with markers
+            try:
+                message = {**message, "content": marker_text(message["content"])}
+            except ValueError as error:
+                raise ValueError(f"message {number}: {error}") from None
+        role = message.get("role")
+        if role not in ROLES:
+            problem = f"its role is {role!r}" if "role" in message else "it has no 'role'"
+            if role in SHAREGPT_ROLES:
+                problem += f" (ShareGPT's name: write {role!r} as {SHAREGPT_ROLES[role]!r})"
+            raise ValueError(f"message {number} needs a role in {', '.join(ROLES)}; {problem}")
+        if message.get("tool_calls") is not None:
+            try:
+                message = with_tool_calls(message)
+            except ValueError as error:
+                raise ValueError(f"message {number}: {error}") from None
+            if not self.renders_tool_calls:
+                raise ValueError(
+                    f"message {number} has tool_calls, which the chat template does not write, so the model would "
+                    "learn an empty turn; use a template that renders them (data.override_chat_template), or write "
+                    "the calls in the message's content as the model should produce them"
+                )
+        if not isinstance(message.get("content"), str):
+            raise ValueError(f"message {number} needs string content")
+        if role == "assistant" and not message["content"].strip() and not message.get("tool_calls"):
+            raise ValueError(f"message {number} (assistant) is empty: {_EMPTY_ANSWER}")
+        return message
+
     # ------------------------------------------------------------------------------------------------ checking
 
     def _check_rows(self, chunk: int = 256) -> None:
@@ -269,8 +275,7 @@ class SFTDataset(torch.utils.data.Dataset):
             indices = range(start, min(start + chunk, len(self.source)))
             conversations = [self._conversation(index) for index in indices]
             texts = [self._full_text(index, c) for index, c in zip(indices, conversations)]
-            tokenizer = self.processor.tokenizer if self.processor is not None else self.tokenizer
-            lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+            lengths = [len(ids) for ids in self.text_tokenizer(texts, add_special_tokens=False)["input_ids"]]
             for index, conversation, text, length in zip(indices, conversations, texts, lengths):
                 extra = self._image_tokens(index, conversation, text)
                 length += sum(extra)
@@ -281,79 +286,61 @@ class SFTDataset(torch.utils.data.Dataset):
         try:
             return self._render(conversation.messages, generation_prompt=False, tools=conversation.tools)
         except (TemplateError, TypeError) as error:  # e.g. a template's raise_exception on this row's messages
-            key = self.config.messages_key if self.config.prompt_key is None else self.config.prompt_key
-            raise self._error(index, key, f"the chat template cannot render the conversation: {error}") from None
+            problem = f"the chat template cannot render the conversation: {error}"
+            raise self._error(index, self.rows_key, problem) from None
 
     def _image_tokens(self, index: int, conversation: Conversation, text: str) -> list[int]:
         """Per image, the tokens the processor adds beyond the one placeholder the tokenizer counts."""
         if not conversation.images:
             return []
         config = self.config
-        sizes = []
-        for position, value in enumerate(conversation.images):
-            try:
-                width, height = image_size(value, config.image_dir, self._image_sizes)
-            except IMAGE_ERRORS as error:
-                raise self._error(index, config.image_key, unreadable_image(position, value, error)) from None
-            sizes.append(resized_size(width, height, config.min_pixels, config.max_pixels))
+        try:
+            sizes = checked_image_sizes(
+                conversation.images, config.image_dir, self._image_sizes, config.min_pixels, config.max_pixels
+            )
+        except ValueError as error:
+            raise self._error(index, config.image_key, str(error)) from None
         try:
             counts = count_image_tokens(self.processor, sizes)
         except ValueError as error:  # a size the processor refuses (Qwen-VL: an aspect ratio of 200 or more)
             problem = f"the processor refuses the image sizes {sizes} (after resizing to data.max_pixels): {error}"
             raise self._error(index, config.image_key, problem) from None
         if counts is None:  # a processor that cannot count without pixels: run it once on the real images
-            images = [
-                load_image(v, config.image_dir, config.min_pixels, config.max_pixels) for v in conversation.images
-            ]
-            tokenizer = self.processor.tokenizer
-            surplus = len(self._ids(text, images)[0]) - len(tokenizer.encode(text, add_special_tokens=False))
+            images = self._load_images(conversation)
+            surplus = len(self._ids(text, images)[0]) - len(self.text_tokenizer.encode(text, add_special_tokens=False))
             return [surplus] + [0] * (len(images) - 1)
         return [count - 1 for count in counts]
 
     def _check_overlong(self, index: int, conversation: Conversation, length: int, extra: list[int]) -> None:
-        key = self.config.prompt_key or self.config.messages_key
         if self.config.truncation == "error":
-            raise self._too_long(index, key, length)
+            raise self._too_long(index, self.rows_key, length)
         messages = conversation.messages
         first = next(
             turn for turn in range(conversation.learned_from, len(messages)) if messages[turn]["role"] == "assistant"
         )
         prefix = self._render(messages[:first], generation_prompt=True, tools=conversation.tools)
         images_before = sum(message["content"].count(IMAGE_MARKER) for message in messages[:first])
-        tokenizer = self.processor.tokenizer if self.processor is not None else self.tokenizer
-        start = len(tokenizer.encode(prefix, add_special_tokens=False)) + sum(extra[:images_before])
+        start = len(self.text_tokenizer.encode(prefix, add_special_tokens=False)) + sum(extra[:images_before])
         if start >= self.max_length:
             raise self._error(
                 index,
-                key,
+                self.rows_key,
                 f"the conversation has {length} tokens and its first assistant turn starts at token {start}, so "
                 f"data.truncation=right at data.max_length={self.max_length} would leave nothing to learn from; "
                 "raise data.max_length or shorten the row",
             )
 
-    def _structured(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """With a processor, <image> markers become image content parts."""
-        if self.processor is None:
-            return messages
-        return [{**m, "content": content_parts(m["content"], (IMAGE_MARKER,))} for m in messages]
-
     def _render(self, messages: list[dict[str, Any]], generation_prompt: bool, tools: Any = None) -> str:
-        renderer = self.processor if self.processor is not None else self.tokenizer
-        if getattr(renderer, "chat_template", None) is None:
-            raise SFTDataError(
-                f"The tokenizer of {getattr(self.tokenizer, 'name_or_path', 'the model')!r} has no chat template (a "
-                "base model?), which renders each conversation: set data.override_chat_template to a Jinja template "
-                "file (an instruct model of the same family has one: its chat_template.jinja, or "
-                "tokenizer_config.json's chat_template)."
-            )
-        extra = {"tools": tools} if tools else {}
-        return renderer.apply_chat_template(
-            self._structured(messages),
-            add_generation_prompt=generation_prompt,
-            tokenize=False,
-            **extra,
-            **self.template_kwargs,
-        )
+        """With a processor, <image> markers become image content parts."""
+        if self.processor is not None:
+            messages = [{**m, "content": content_parts(m["content"], (IMAGE_MARKER,))} for m in messages]
+        return render_chat(self.renderer, messages, generation_prompt, tools, **self.template_kwargs)
+
+    def _load_images(self, conversation: Conversation) -> list[Any]:
+        config = self.config
+        return [
+            load_image(image, config.image_dir, config.min_pixels, config.max_pixels) for image in conversation.images
+        ]
 
     @functools.cached_property
     def _turn_parts(self) -> tuple[str, str] | None:
@@ -402,10 +389,7 @@ class SFTDataset(torch.utils.data.Dataset):
         others follow it, the turn as the whole conversation renders it (`_turn_in_context`)."""
         conversation = self._conversation(index)
         messages = conversation.messages
-        images = [
-            load_image(image, self.config.image_dir, self.config.min_pixels, self.config.max_pixels)
-            for image in conversation.images
-        ]
+        images = self._load_images(conversation)
         tools = conversation.tools
         full_text = self._render(messages, generation_prompt=False, tools=tools)
         ids, encoded = self._ids(full_text, images)
@@ -420,21 +404,19 @@ class SFTDataset(torch.utils.data.Dataset):
                 assistants = sum(m["role"] == "assistant" for m in messages)
                 prefix, upto = self._turn_in_context(full_text, count, assistants) or (prefix, upto)
             if not (full_text.startswith(upto) and upto.startswith(prefix)):
-                raise self._error(
-                    index,
-                    self.config.messages_key,
+                problem = (
                     f"the chat template does not render the conversation's prefixes as prefixes of the whole (turn "
-                    f"{turn}); the assistant mask cannot be exact with it. Use data.override_chat_template",
+                    f"{turn}); the assistant mask cannot be exact with it. Use data.override_chat_template"
                 )
+                raise self._error(index, self.config.messages_key, problem)
             start, _ = self._ids(prefix, images)
             end, _ = self._ids(upto, images)
             if ids[: len(end)] != end or end[: len(start)] != start:
-                raise self._error(
-                    index,
-                    self.config.messages_key,
+                problem = (
                     f"turn {turn} tokenizes differently alone than inside the conversation (a token merges across the "
-                    "turn boundary); the assistant mask cannot be exact",
+                    "turn boundary); the assistant mask cannot be exact"
                 )
+                raise self._error(index, self.config.messages_key, problem)
             for position in range(len(start), len(end)):
                 mask[position] = 1
             if ids[len(end) - 1] not in self.stop_ids:  # the template leaves the turn open (GLM's)
@@ -456,13 +438,10 @@ class SFTDataset(torch.utils.data.Dataset):
         example = self.encode(index)
         ids = torch.tensor(example["input_ids"], dtype=torch.long)
         length = len(ids)
-        width = self.max_length - 1
-        responses = torch.full((width,), self.tokenizer.pad_token_id, dtype=torch.long)
-        responses[: length - 1] = ids[1:]
-        response_mask = torch.zeros(width, dtype=torch.long)
-        response_mask[: length - 1] = torch.tensor(example["loss_mask"][1:], dtype=torch.long)
-        attention_mask = torch.zeros(self.max_length, dtype=torch.long)
-        attention_mask[:length] = 1
+        padding = self.max_length - length
+        responses = F.pad(ids[1:], (0, padding), value=self.tokenizer.pad_token_id)
+        response_mask = F.pad(torch.tensor(example["loss_mask"][1:], dtype=torch.long), (0, padding))
+        attention_mask = F.pad(torch.ones(length, dtype=torch.long), (0, padding))
         input_ids = torch.cat([ids[:1], responses])
         if self.rope_index is not None:
             encoded = example["encoded"]
@@ -488,6 +467,5 @@ def collate_sft(examples: list[dict[str, Any]]) -> Any:
     tensors = {
         key: torch.stack([example[key] for example in examples]) for key in examples[0] if key != "multi_modal_data"
     }
-    column = np.empty(len(examples), dtype=object)
-    column[:] = [example["multi_modal_data"] for example in examples]
+    column = [example["multi_modal_data"] for example in examples]  # from_dict makes it an object array
     return DataProto.from_dict(tensors=tensors, non_tensors={"multi_modal_data": column})

@@ -7,6 +7,7 @@ evaluator alike."""
 
 import bisect
 import contextlib
+import itertools
 import json
 import os
 import shlex
@@ -106,8 +107,6 @@ def _json_error(path: str) -> str | None:
     """Where a JSON Lines file (each line one value) or a JSON file (one value, or JSON Lines) does not parse, as
     "line 3 (row 1), column 5: <why>", or None where it does (`datasets` says only "an error occurred while
     generating the dataset")."""
-    import json
-
     with open(path, encoding="utf-8") as f:
         if not path.lower().endswith(".jsonl"):
             try:
@@ -172,8 +171,7 @@ _NO_ROWS = "Dataset file {path!r} has no rows (e.g. an empty list, blank lines o
 
 def _is_blank(path: str) -> bool:
     """Empty or whitespace-only (only small files are read)."""
-    size = os.path.getsize(path)
-    if size > 65536:
+    if os.path.getsize(path) > 65536:
         return False
     with open(path, "rb") as f:
         return not f.read().strip()
@@ -183,10 +181,8 @@ def _files_source(files: list[str], directory: str | None = None) -> RowSource:
     import datasets
 
     loaded = [_load_file(path) for path in files]
-    parts, start = [], 0
-    for path, part in zip(files, loaded):
-        parts.append((f"file '{path}'", start))
-        start += len(part)
+    starts = itertools.accumulate((len(part) for part in loaded), initial=0)
+    parts = [(f"file '{path}'", start) for path, start in zip(files, starts)]
     if len(loaded) == 1:
         return RowSource(loaded[0], parts, list(loaded[0].column_names))
     try:

@@ -118,9 +118,7 @@ def get_processor(
     if not isinstance(processor, ProcessorMixin):  # AutoProcessor falls back to the tokenizer for text models
         return None
     if override_chat_template is not None:
-        template = _read_chat_template(override_chat_template)
-        processor.chat_template = template
-        processor.tokenizer.chat_template = template
+        processor.chat_template = processor.tokenizer.chat_template = _read_chat_template(override_chat_template)
     if min_pixels is not None or max_pixels is not None:
         _set_pixel_bounds(processor, path, min_pixels, max_pixels)
     return processor
@@ -160,6 +158,26 @@ def _template_variables(template: str | dict[str, str]) -> set[str]:
         source = re.sub(r"{%-?\s*(end)?generation\s*-?%}", "", source)
         names |= meta.find_undeclared_variables(environment.parse(source))
     return names
+
+
+def no_chat_template_message(tokenizer: Any, renders: str, advice: str = "") -> str:
+    """The refusal of a model whose tokenizer has no chat template, which renders each of the data's `renders`."""
+    return (
+        f"The tokenizer of {getattr(tokenizer, 'name_or_path', 'the model')!r} has no chat template (a base model?), "
+        f"which renders each {renders}: set data.override_chat_template to a Jinja template file (an instruct model "
+        f"of the same family has one: its chat_template.jinja, or tokenizer_config.json's chat_template){advice}."
+    )
+
+
+def render_chat(
+    renderer: Any, messages: list[dict[str, Any]], generation_prompt: bool, tools: Any, **options: Any
+) -> str:
+    """`messages` as `renderer`'s chat template writes them, with the tools' schemas (if any) and `options`
+    (`chat_template`, the variables check_chat_template_kwargs passed) as arguments."""
+    tools_variable = {"tools": tools} if tools else {}
+    return renderer.apply_chat_template(
+        messages, add_generation_prompt=generation_prompt, tokenize=False, **tools_variable, **options
+    )
 
 
 def template_reads(renderer: Any, name: str, chat_template: str | None = None) -> bool:

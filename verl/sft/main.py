@@ -39,7 +39,7 @@ from verl.trainer.preemption import RunSignals, StopRequest, TrainingInterrupted
 from verl.trainer.run_lock import CheckpointFolderError, RunLock
 from verl.utils import stall_report
 from verl.utils.cli import keep_local_ray_on_loopback, load_config_or_exit, use_writable_dirs_or_exit
-from verl.utils.config import ConfigError, config_to_dict
+from verl.utils.config import ConfigError, as_config_error, config_to_dict
 from verl.utils.module_loading import user_error_message
 
 
@@ -118,22 +118,14 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
     total_steps = trainer.max_steps or steps_per_epoch * trainer.total_epochs
     model = config.worker.model
     lora = model.lora.rank > 0  # its checkpoints hold the adapters only: no size estimate, as in RL
-    try:  # the checkpoint to resume from is looked up and checked against the run before Ray starts
+    with as_config_error(RuntimeError):  # the checkpoint to resume from is looked up and checked before Ray starts
         resume = resume_path(trainer.load_checkpoint_path, trainer.find_last_checkpoint, trainer.save_checkpoint_path)
         if resume is not None:
             check_matches_run(resume, model.model_path, lora, "worker.model")
-    except RuntimeError as err:
-        raise ConfigError(str(err)) from None
-    try:
+    with as_config_error(ValueError):  # online logging asked for explicitly, and its service cannot be reached
         check_logger_services(trainer.logger)  # an unreachable wandb / swanlab logs offline, said before Ray starts
-    except ValueError as err:  # online logging asked for explicitly, and its service cannot be reached
-        raise ConfigError(str(err)) from None
-    size = (
-        None
-        if lora
-        else checkpoint_size_estimate([(model.model_path, param_dtype(config.worker.fsdp).itemsize)], False)
-    )
-    log_checkpoint_plan(trainer, size)
+    weights = [(model.model_path, param_dtype(config.worker.fsdp).itemsize)]
+    log_checkpoint_plan(trainer, None if lora else checkpoint_size_estimate(weights, False))
     start_ray(device, trainer.nnodes * trainer.n_gpus_per_node, trainer.signal_grace_s)
     pool = RayResourcePool(
         process_on_nodes=[trainer.n_gpus_per_node] * trainer.nnodes,

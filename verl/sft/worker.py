@@ -6,6 +6,7 @@ vision inputs). The loss is the mean NLL of the assistant tokens over the whole 
 same). Checkpoints have the RL actor's layout, so scripts/model_merger.py exports them."""
 
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -69,7 +70,8 @@ class SFTWorker(Worker):
         self.optimizer = build_optimizer(self.module, optim)
         self.lr_scheduler = build_lr_scheduler(self.optimizer, optim)
         self.padding_free = config.padding_free and packing_is_exact(self.module)
-        self.head = token_head(False)
+        self.head = functools.partial(token_head(False), temperature=1.0, with_entropy=False)
+        """Log-probs of the labels from the logits, at temperature 1."""
         self.checkpoint_manager = FSDPCheckpointManager(
             self.module,
             self.optimizer,
@@ -89,15 +91,11 @@ class SFTWorker(Worker):
         )
         tokens, _ = global_loss_counts(micro_batches)
         total = 0.0
-
-        def head(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
-            return self.head(logits, labels, 1.0, False)
-
         gather_once = gathers_once_per_pass(config.fsdp, self.device_type)
         with micro_batch_pass(self.module, gather_once, config.fsdp.enable_full_shard) as before_backward:
             for index, micro in enumerate(micro_batches):
                 with torch.set_grad_enabled(train):
-                    log_probs = forward_response(self.module, micro, self.padding_free, head)["log_probs"]
+                    log_probs = forward_response(self.module, micro, self.padding_free, self.head)["log_probs"]
                     nll = -(log_probs * micro.batch["response_mask"]).sum()
                 if train:  # FSDP averages gradients over ranks: each rank's share of the global mean, times the ranks
                     before_backward(index == len(micro_batches) - 1)
