@@ -178,22 +178,18 @@ class RewardFunction:
 
     @property
     def is_async(self) -> bool:
-        """An `async def` function: calling it gives a coroutine (score_sequential runs a batch's samples
-        concurrently)."""
+        """An `async def` function (score_sequential runs a batch's samples concurrently)."""
         return inspect.iscoroutinefunction(self.function)
 
     def __call__(self, inputs: Any) -> Any:
         """The function's scores for `inputs` (a coroutine of them for an async function)."""
-        if self.is_async:
-            return self._scores_of(self._call(inputs))
-        return self._convert(self._call(inputs))
-
-    def _call(self, inputs: Any) -> Any:
         if self.verl_arguments:
-            return self.function(**_verl_values(inputs, self.verl_arguments), **self.kwargs)
-        if self.trl:
-            return self.function(**_trl_arguments(self.function, inputs, self.answer_key, self.kwargs))
-        return self.function(inputs, **self.kwargs)
+            scores = self.function(**_verl_values(inputs, self.verl_arguments), **self.kwargs)
+        elif self.trl:
+            scores = self.function(**_trl_arguments(self.function, inputs, self.answer_key, self.kwargs))
+        else:
+            scores = self.function(inputs, **self.kwargs)
+        return self._scores_of(scores) if self.is_async else self._convert(scores)
 
     def _convert(self, scores: Any) -> Any:
         """verl's and TRL's return values in our form."""
@@ -284,9 +280,8 @@ def _trl_arguments(
             completions.append([{"role": "assistant", "content": sample["response"]}])
         else:
             completions.append(sample["response"])
-    columns: dict[str, list[Any]] = {}
-    for key in dict.fromkeys(key for sample in samples for key in sample["extra_info"]):
-        columns[key] = [sample["extra_info"].get(key) for sample in samples]
+    keys = dict.fromkeys(key for sample in samples for key in sample["extra_info"])
+    columns = {key: [sample["extra_info"].get(key) for sample in samples] for key in keys}
     if answer_key and answer_key.isidentifier() and answer_key not in columns:
         columns[answer_key] = [sample["ground_truth"] for sample in samples]
     prompts = [sample.get("prompt_messages") or sample["prompt"] for sample in samples]
@@ -331,31 +326,26 @@ def _import_file(path: str, spec: str) -> Any:
         ) from error
 
 
-def _check_kwargs(
-    function: Callable[..., Any],
-    kwargs: Mapping[str, Any],
-    label: str,
-    verl_arguments: tuple[str, ...] = (),
-    trl: bool = False,
-) -> None:
+def _check_kwargs(loaded: RewardFunction) -> None:
     """Fail at load time, not at the first training step, when the kwargs do not fit the function's signature."""
     try:
-        signature = inspect.signature(function)
+        signature = inspect.signature(loaded.function)
     except (TypeError, ValueError):  # builtins and some C callables have no signature: nothing to check
         return
+    kwargs, verl_arguments = loaded.kwargs, loaded.verl_arguments
     try:
         if verl_arguments:
             signature.bind(**dict.fromkeys(verl_arguments), **kwargs)
-        elif trl:  # the dataset's columns fill the rest
+        elif loaded.trl:  # the dataset's columns fill the rest
             signature.bind_partial(completions=None, **kwargs)
         else:
             signature.bind(None, **kwargs)
     except TypeError as error:
         takes = f"verl's arguments ({', '.join(verl_arguments)})" if verl_arguments else "the sample(s) first"
-        takes = "TRL's arguments (completions, prompts and the dataset's columns)" if trl else takes
+        takes = "TRL's arguments (completions, prompts and the dataset's columns)" if loaded.trl else takes
         raise RewardFunctionLoadError(
             f"worker.reward.reward_function_kwargs={masked(dict(kwargs))!r} do not fit the signature {signature} of "
-            f"{label}: {error}; the function must take {takes} and accept every configured keyword."
+            f"{loaded.label}: {error}; the function must take {takes} and accept every configured keyword."
         ) from error
 
 
@@ -443,61 +433,43 @@ def load_reward_function(
         )
     verl_arguments = _verl_arguments(function)
     trl = _takes_trl_arguments(function)
-    if verl_arguments:  # verl's signature: one sample per call
-        if getattr(module, "REWARD_TYPE", "sequential") != "sequential":
-            raise RewardFunctionLoadError(
-                f"{CONFIG_KEY}={spec!r}: {name} takes verl's arguments ({', '.join(verl_arguments)}), one sample per "
-                f"call, but {path} sets REWARD_TYPE={module.REWARD_TYPE!r}; remove it."
-            )
-        reward_type, reward_type_source = "sequential", INFERRED
-    elif trl:  # TRL's signature: lists of the whole batch
-        unpassed = [argument for argument in TRL_UNPASSED if argument in _parameters(function)]
-        if unpassed:
-            raise RewardFunctionLoadError(
-                f"{CONFIG_KEY}={spec!r}: {name} takes TRL's {', '.join(unpassed)}, which this trainer does not "
-                "pass (it passes prompts, completions, completion_ids and the dataset's columns): TRL's trainer "
-                "state has no counterpart here."
-            )
-        if getattr(module, "REWARD_TYPE", "batch") != "batch":
-            raise RewardFunctionLoadError(
-                f"{CONFIG_KEY}={spec!r}: {name} takes TRL's arguments (completions, ...), a whole batch per call, "
-                f"but {path} sets REWARD_TYPE={module.REWARD_TYPE!r}; remove it."
-            )
-        reward_type, reward_type_source = "batch", INFERRED
+    unpassed = [argument for argument in TRL_UNPASSED if argument in _parameters(function)] if trl else []
+    if unpassed:
+        raise RewardFunctionLoadError(
+            f"{CONFIG_KEY}={spec!r}: {name} takes TRL's {', '.join(unpassed)}, which this trainer does not "
+            "pass (it passes prompts, completions, completion_ids and the dataset's columns): TRL's trainer "
+            "state has no counterpart here."
+        )
+    if verl_arguments or trl:  # the signature decides: verl's takes one sample per call, TRL's lists of the batch
+        reward_type, reward_type_source = "sequential" if verl_arguments else "batch", INFERRED
     else:
         reward_type, reward_type_source = _reward_type(module, function, spec, path)
-    reward_name = getattr(module, "REWARD_NAME", None) or name
+    reward_name = str(getattr(module, "REWARD_NAME", None) or name)
+    kwargs = dict(kwargs or {})
     loaded = RewardFunction(
-        path,
-        name,
-        reward_type,
-        function,
-        dict(kwargs or {}),
-        str(reward_name),
-        reward_type_source,
-        verl_arguments,
-        trl,
-        answer_key,
+        path, name, reward_type, function, kwargs, reward_name, reward_type_source, verl_arguments, trl, answer_key
     )
-    _check_kwargs(function, loaded.kwargs, loaded.label, verl_arguments, trl)
+    if getattr(module, "REWARD_TYPE", reward_type) != reward_type:  # only a signature's type can differ
+        raise RewardFunctionLoadError(
+            f"{CONFIG_KEY}={spec!r}: {loaded.reward_type_note}, but {path} sets REWARD_TYPE={module.REWARD_TYPE!r}; "
+            "remove it."
+        )
+    _check_kwargs(loaded)
     return loaded
 
 
 def check_reward_function(spec: str, kwargs: Mapping[str, Any] | None = None) -> None:
-    """Raise RewardFunctionLoadError if `spec` cannot be loaded with `kwargs`; for the config validator.
-
-    Runs the file's top-level code once (catching syntax errors and missing packages before Ray starts), then the
-    file's optional `check_setup(**kwargs)`, whose exception stops the run with its message.
-    """
+    """Raise RewardFunctionLoadError if `spec` cannot be loaded with `kwargs`; for the config validator. Runs the
+    file's top-level code once (catching syntax errors and missing packages before Ray starts), then the file's
+    optional `check_setup(**kwargs)`, whose exception stops the run with its message."""
     loaded = load_reward_function(spec, kwargs)
     setup = loaded.function.__globals__.get("check_setup")
     if callable(setup):
         try:
             setup(**loaded.kwargs)
         except (Exception, SystemExit) as error:  # the file's own check: its message is what the user needs
-            reason = _reason(error)
             raise RewardFunctionLoadError(
-                f"{CONFIG_KEY}={spec!r}: {loaded.path} cannot run on this machine: {reason}"
+                f"{CONFIG_KEY}={spec!r}: {loaded.path} cannot run on this machine: {_reason(error)}"
             ) from None
 
 
@@ -512,13 +484,9 @@ def _run_coroutine(coroutine: Any) -> Any:
         return executor.submit(asyncio.run, coroutine).result()
 
 
-def _gather(function: RewardFunction, samples: Sequence[Mapping[str, Any]]) -> list[Any]:
+async def _gather(function: RewardFunction, samples: Sequence[Mapping[str, Any]]) -> list[Any]:
     """An async function's scores of every sample, awaited together (exceptions in place of the failed ones)."""
-
-    async def gather() -> list[Any]:
-        return await asyncio.gather(*(function(sample) for sample in samples), return_exceptions=True)
-
-    return _run_coroutine(gather())
+    return await asyncio.gather(*(function(sample) for sample in samples), return_exceptions=True)
 
 
 def score_sequential(function: RewardFunction, samples: Sequence[Mapping[str, Any]], start: int = 0) -> list[Any]:
@@ -528,7 +496,7 @@ def score_sequential(function: RewardFunction, samples: Sequence[Mapping[str, An
     awaited = None
     if function.is_async:
         try:
-            awaited = _gather(function, samples)
+            awaited = _run_coroutine(_gather(function, samples))
         except SystemExit as error:  # asyncio lets it through gather's return_exceptions
             raise RewardFunctionError(
                 f"{function.label} raised SystemExit on one of samples {start}-{start + len(samples) - 1}: "
@@ -536,12 +504,10 @@ def score_sequential(function: RewardFunction, samples: Sequence[Mapping[str, An
             ) from error
     for offset, sample in enumerate(samples):
         try:
-            if awaited is None:
-                scores.append(function(sample))
-            elif isinstance(awaited[offset], BaseException):
-                raise awaited[offset]
-            else:
-                scores.append(awaited[offset])
+            score = function(sample) if awaited is None else awaited[offset]
+            if awaited is not None and isinstance(score, BaseException):
+                raise score
+            scores.append(score)
         except (Exception, SystemExit) as error:  # SystemExit: sys.exit(0) must not end the run as a success
             index = start + offset
             # A batch function handed one dict fails on it like this (iterating it yields its keys).
@@ -549,7 +515,7 @@ def score_sequential(function: RewardFunction, samples: Sequence[Mapping[str, An
                 error, (TypeError, KeyError, IndexError, AttributeError)
             )
             raise RewardFunctionError(
-                f"{function.label} raised {type(error).__name__} on sample {index}{_uid_note(sample)}: "
+                f"{function.label} raised {type(error).__name__} on sample {index}{uid_note(sample)}: "
                 f"{_reason(error)}. "
                 + (f"{function.batch_hint()} Otherwise fix" if looks_batch else "Fix")
                 + f" the function; where it raised (most recent call last):\n{user_traceback(error)}",
@@ -581,7 +547,7 @@ def _reason(error: BaseException) -> str:
     return str(error)
 
 
-def _uid_note(sample: Mapping[str, Any]) -> str:
+def uid_note(sample: Mapping[str, Any]) -> str:
     uid = sample.get("uid") if isinstance(sample, Mapping) else None
     return f" (uid {uid})" if uid is not None else ""
 
@@ -610,7 +576,7 @@ def check_scores(
         )
     columns: dict[str, list[float]] = {}
     for index, (score, sample) in enumerate(zip(scores, samples)):
-        where = f"{function.label} returned for sample {index}{_uid_note(sample)}"
+        where = f"{function.label} returned for sample {index}{uid_note(sample)}"
         if not isinstance(score, Mapping):
             hint = ""
             if function.reward_type == "sequential" and isinstance(score, (list, tuple)):

@@ -101,7 +101,6 @@ class JudgeConfig:
 
     @property
     def enabled(self) -> bool:
-        """Whether a judge is configured."""
         return self.model_path is not None
 
     def check(self) -> None:
@@ -384,7 +383,7 @@ class JudgeActor:
             torch.cuda.empty_cache()
 
 
-def create_judge_actor(config: JudgeConfig, name: str | None = None) -> Any:
+def create_judge_actor(config: JudgeConfig) -> Any:
     """Start a JudgeActor in Ray with the config's CPUs and GPUs (config checked here, so errors raise in the
     caller); returns its handle. On CPU, vLLM stays in-process with one compute thread per CPU the actor holds
     (oversubscribed threads slow it down)."""
@@ -405,6 +404,4 @@ def create_judge_actor(config: JudgeConfig, name: str | None = None) -> Any:
     if config.num_gpus == 0:
         env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": str(max(1, int(config.num_cpus)))}
         options["runtime_env"] = {"env_vars": env}
-    if name is not None:
-        options["name"] = name
     return ray.remote(JudgeActor).options(**options).remote(config, on_gpu=config.num_gpus > 0)

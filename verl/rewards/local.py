@@ -29,7 +29,6 @@ class LocalReward:
         """The threads in `compute_reward` now."""
 
     def compute_reward(self, data: DataProto) -> tuple[torch.Tensor, dict[str, list[float]]]:
-        """(token-level scores (batch, response_length) float32, metrics key -> per-sample values)."""
         self.scoring.add(threading.get_ident())
         try:
             return self.manager.compute_reward(data)

@@ -23,17 +23,15 @@ from verl.rewards.function import (
     load_reward_function,
     score_batch,
     score_sequential,
+    uid_note,
 )
 from verl.rewards.parallel import SequentialPool
 
 
 logger = logging.getLogger(__name__)
 
-# Non-tensor columns that have their own field in RewardInput.
-_GROUND_TRUTH_KEY = "ground_truth"
-_UID_KEY = "uid"
-_MULTI_MODAL_KEY = "multi_modal_data"
-_PROMPT_MESSAGES_KEY = "prompt_messages"
+# Non-tensor columns that have their own field (of the same name) in RewardInput.
+_OWN_FIELDS = ("ground_truth", "uid", "multi_modal_data", "prompt_messages")
 _PROMPT_TEXT_KEYS = ("prompt_text", "raw_prompt")
 # Non-tensor columns the pipeline adds for the model, hidden from reward functions.
 _PIPELINE_KEYS = frozenset({"raw_prompt_ids", "multi_modal_inputs", "prompt_content"})
@@ -41,26 +39,18 @@ _PIPELINE_KEYS = frozenset({"raw_prompt_ids", "multi_modal_inputs", "prompt_cont
 
 @dataclass(frozen=True)
 class RewardSettings:
-    """The reward part of the config as plain values, so it travels to a Ray actor without the config classes."""
+    """worker.reward's fields of the same names (RewardConfig documents them) as plain values, so they travel to a
+    Ray actor without the config classes."""
 
     reward_function: str | None
-    """"path/to/file.py:function" (worker.reward.reward_function); with routes, the scorer of unrouted rows."""
     reward_function_kwargs: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments passed to the function on every call."""
     skip_special_tokens: bool = True
-    """Decode responses without special tokens (EOS, chat markers)."""
     num_cpus: int = 1
-    """Above 1, a sequential function runs in that many worker processes (and a reward actor reserves as many CPUs)."""
     routes: dict[str, str] = field(default_factory=dict)
-    """{value of the row's `route_key` column: "path/to/file.py:function"} (worker.reward.routes)."""
     route_key: str = "data_source"
-    """The dataset column that picks a row's route."""
     routes_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Keyword arguments of each route's function."""
     rubric: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """{name: {"function": spec, "weight": float, "kwargs": {...}}} (worker.reward.rubric)."""
     answer_key: str | None = None
-    """The dataset's answer column (data.answer_key), the name under which TRL-style functions get the answers."""
 
     @classmethod
     def from_config(cls, config: Any) -> "RewardSettings":
@@ -129,14 +119,10 @@ def decode_prompts(data: DataProto, tokenizer: Any, skip_special_tokens: bool) -
     )
 
 
-def decode_responses(
-    data: DataProto, tokenizer: Any, mask: torch.Tensor | None = None, skip_special_tokens: bool = True
-) -> list[str]:
-    """Each row's response tokens under `mask` (default: `valid_response_mask`) as text."""
-    mask = valid_response_mask(data) if mask is None else mask
-    return tokenizer.batch_decode(
-        [ids[row].tolist() for ids, row in zip(data.batch["responses"], mask)], skip_special_tokens=skip_special_tokens
-    )
+def decode_responses(data: DataProto, tokenizer: Any) -> list[str]:
+    """Each row's response tokens under `valid_response_mask` as text, without special tokens."""
+    responses = zip(data.batch["responses"], valid_response_mask(data))
+    return tokenizer.batch_decode([ids[mask].tolist() for ids, mask in responses], skip_special_tokens=True)
 
 
 def user_messages(data: DataProto, tokenizer: Any) -> list[str]:
@@ -166,7 +152,7 @@ def build_reward_inputs(data: DataProto, tokenizer: Any, skip_special_tokens: bo
     # The prompt text from its dataset column, else decoded with special tokens: they are part of what the model saw
     # (chat markers, image placeholders).
     prompts = list(columns[prompt_key]) if prompt_key else decode_prompts(data, tokenizer, skip_special_tokens=False)
-    used = {_GROUND_TRUTH_KEY, _UID_KEY, _MULTI_MODAL_KEY, _PROMPT_MESSAGES_KEY, prompt_key} | _PIPELINE_KEYS
+    used = {*_OWN_FIELDS, prompt_key, *_PIPELINE_KEYS}
     extra_keys = [key for key in columns if key not in used]
 
     def column(key: str, index: int) -> Any:
@@ -177,11 +163,11 @@ def build_reward_inputs(data: DataProto, tokenizer: Any, skip_special_tokens: bo
             response=texts[i],
             response_length=int(lengths[i]),
             response_ids=ids[i],
-            ground_truth=column(_GROUND_TRUTH_KEY, i),
+            ground_truth=column("ground_truth", i),
             prompt=prompts[i],
-            prompt_messages=column(_PROMPT_MESSAGES_KEY, i),
-            multi_modal_data=column(_MULTI_MODAL_KEY, i),
-            uid=column(_UID_KEY, i),
+            prompt_messages=column("prompt_messages", i),
+            multi_modal_data=column("multi_modal_data", i),
+            uid=column("uid", i),
             extra_info={key: plain_value(columns[key][i]) for key in extra_keys},
         )
         for i in range(len(data))
@@ -253,14 +239,14 @@ class FunctionRewardManager(RewardManager):
             settings.reward_function, settings.reward_function_kwargs, settings.answer_key
         )
         self._pool: SequentialPool | None = None
-        if self.function.reward_type == "sequential" and self.settings.num_cpus > 1:
-            self._pool = SequentialPool(self.function, self.settings.num_cpus)
+        if self.function.reward_type == "sequential" and settings.num_cpus > 1:
+            self._pool = SequentialPool(self.function, settings.num_cpus)
         logger.info(
             "Reward function %s (%s: %s; %s).",
             self.function.reward_name,
             self.function.reward_type,
             self.function.reward_type_note,
-            f"{self.settings.num_cpus} processes" if self._pool else "inline",
+            f"{settings.num_cpus} processes" if self._pool else "inline",
         )
 
     def score(self, samples: list[Mapping[str, Any]]) -> dict[str, list[float]]:
@@ -273,7 +259,6 @@ class FunctionRewardManager(RewardManager):
         return check_scores(self.function, raw, samples)
 
     def close(self) -> None:
-        """Stop the worker processes of the parallel pool, if any."""
         if self._pool is not None:
             self._pool.close()
 
@@ -296,9 +281,8 @@ class RoutedRewardManager(RewardManager):
             return route
         if None in self.managers:
             return None
-        uid = f" (uid {sample.get('uid')})" if sample.get("uid") is not None else ""
         raise RewardFunctionError(
-            f"Sample {index}{uid} has {self.settings.route_key}={value!r}, which is not a route of "
+            f"Sample {index}{uid_note(sample)} has {self.settings.route_key}={value!r}, which is not a route of "
             f"worker.reward.routes ({sorted(self.settings.routes)}) and no worker.reward.reward_function is set for "
             f"other rows; add the route, set a default reward_function, or fix the row's "
             f"'{self.settings.route_key}' column.",

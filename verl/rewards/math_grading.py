@@ -264,8 +264,6 @@ class VerifierPool:
         self._lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _shut_down, self._state)
 
-    # -- life cycle ---------------------------------------------------------------------------------------------------
-
     def __enter__(self) -> "VerifierPool":
         return self
 
@@ -318,8 +316,6 @@ class VerifierPool:
                 "`if __name__ == '__main__':` guard, because spawned workers import the main module"
             )
         raise VerifierStartError(f"a math-verify worker could not start ({reason}); {hint}.")
-
-    # -- grading ------------------------------------------------------------------------------------------------------
 
     def verify(self, response_answer: str | None, ground_truth: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Verdict:
         """The verdict for one pair; see verify_many."""

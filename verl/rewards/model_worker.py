@@ -12,6 +12,7 @@ import math
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn.utils.rnn import pad_sequence
 from transformers import AutoConfig, AutoModelForSequenceClassification, PretrainedConfig, PreTrainedTokenizerBase
 
 from verl.data.tokenizer import get_tokenizer
@@ -59,9 +60,7 @@ def truncate_left(ids: list[int], max_length: int) -> tuple[list[int], bool]:
     """The last `max_length` ids (the score is read at the end), and whether any were dropped."""
     if max_length < 1:
         raise ValueError(f"max_length={max_length} must be positive.")
-    if len(ids) <= max_length:
-        return list(ids), False
-    return list(ids[len(ids) - max_length :]), True
+    return list(ids[-max_length:]), len(ids) > max_length
 
 
 def tokenize_conversations(
@@ -85,12 +84,9 @@ def tokenize_conversations(
 def pad_right(rows: list[list[int]], pad_token_id: int, device: torch.device | None = None) -> dict[str, torch.Tensor]:
     """input_ids and attention_mask of right-padded rows (default position ids stay right; the last valid token is
     at attention_mask.sum() - 1)."""
-    width = max(len(row) for row in rows)
-    input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for index, row in enumerate(rows):
-        input_ids[index, : len(row)] = torch.tensor(row, dtype=torch.long)
-        attention_mask[index, : len(row)] = 1
+    tensors = [torch.tensor(row, dtype=torch.long) for row in rows]
+    input_ids = pad_sequence(tensors, batch_first=True, padding_value=pad_token_id)
+    attention_mask = pad_sequence([torch.ones_like(row) for row in tensors], batch_first=True)
     return {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
 
 

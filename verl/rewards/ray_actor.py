@@ -52,15 +52,10 @@ def stop_actor(actor: Any, concurrency_group: str | None = None) -> None:
     ray.kill(actor)
 
 
-def create_reward_actor(
-    config: Any, tokenizer_path: str, trust_remote_code: bool = False, name: str | None = None
-) -> Any:
+def create_reward_actor(config: Any, tokenizer_path: str, trust_remote_code: bool = False) -> Any:
     """Start a RewardActor with `config.num_cpus` CPUs (`config`: RewardConfig's attributes). The functions are
     loaded here first, so a bad spec raises in the caller; the actor gets plain RewardSettings."""
     settings = RewardSettings.from_config(config)
     for spec, kwargs in settings.functions().values():
         check_reward_function(spec, kwargs)
-    options: dict[str, Any] = {"num_cpus": settings.num_cpus}
-    if name is not None:
-        options["name"] = name
-    return RewardActor.options(**options).remote(settings, tokenizer_path, trust_remote_code)
+    return RewardActor.options(num_cpus=settings.num_cpus).remote(settings, tokenizer_path, trust_remote_code)

@@ -214,10 +214,6 @@ class _Failed(Exception):
         self.key = key
 
 
-class _NotPlain(Exception):
-    """The sandbox reported a value that is not a plain value."""
-
-
 Node = Any
 """A node of the check (Literal, Value, Compare, BoolOp, Not, IsClose, AbsDifference, Builtin); a plain alias, as
 dataclasses look string annotations up in sys.modules, where a loaded reward file is not."""
@@ -331,10 +327,6 @@ def _untuple(value: Any) -> Any:
     return value
 
 
-def _loosely(compare: Callable[[Any, Any], bool]) -> Callable[[Any, Any], bool]:
-    return lambda left, right: compare(_untuple(left), _untuple(right))
-
-
 _OPERATORS: dict[type[ast.cmpop], tuple[str, Callable[[Any, Any], bool]]] = {
     ast.Eq: ("==", operator.eq),
     ast.NotEq: ("!=", operator.ne),
@@ -370,8 +362,9 @@ def evaluate(node: Node, values: Sequence[Any]) -> Any:
             left = evaluate(node.operands[0], values)
             for op, operand in zip(node.ops, node.operands[1:]):
                 right = evaluate(operand, values)
-                compare = _COMPARISONS[op]
-                if not (_loosely(compare) if node.loose else compare)(left, right):
+                if node.loose:
+                    left, right = _untuple(left), _untuple(right)
+                if not _COMPARISONS[op](left, right):
                     return False
                 left = right
             return True
@@ -621,14 +614,14 @@ def case_suffix(case: Case, node_budget: int) -> str:
 
 
 def _decode(item: Any, depth: int = 0) -> Any:
-    """A value from the judge's tagged JSON; _NotPlain for the marker of a value that is not plain."""
+    """A value from the judge's tagged JSON; _Failed for the marker of a value that is not plain."""
     if item is None or item is True or item is False:
         return item
     if type(item) is not list or not item or depth > MAX_VALUE_DEPTH + 1:
         raise ValueError("not a tagged value")
     tag, *rest = item
     if tag == "other" and not rest:
-        raise _NotPlain
+        raise _Failed("num_wrong_answer")
     if tag in ("int", "float", "str", "bytes") and len(rest) == 1 and type(rest[0]) is str:
         if tag == "int":
             return int(rest[0], 16)
@@ -691,8 +684,6 @@ def read_values(stdout: bytes | str, count: int) -> list[Any] | None:
         else:
             try:
                 values.append(_decode(item))
-            except _NotPlain:
-                values.append(_Failed("num_wrong_answer"))
             except _Failed as failed:
                 values.append(failed)
             except (ValueError, TypeError, RecursionError, OverflowError, MemoryError):
@@ -700,26 +691,21 @@ def read_values(stdout: bytes | str, count: int) -> list[Any] | None:
     return values
 
 
-def _judge(check: Check, stdout: bytes) -> str | None:
-    """None when the check passes on the judge's values in `stdout`, else the failure key."""
-    values = read_values(stdout, len(check.expressions))
-    if values is None:  # the program exited before the judge ran (or printed a line the judge would not)
-        return "num_wrong_answer"
-    try:
-        passed = bool(evaluate(check.test, values))
-    except _Failed as failed:
-        return failed.key
-    except Exception:
-        return "num_wrong_answer"
-    return None if passed else "num_wrong_answer"
-
-
 def outcome(case: Case, result: SandboxResult) -> str | None:
     """None when the case passed, else the failure key it counts under."""
-    if result.status == "ok":
-        if case.check is not None:
-            return _judge(case.check, result.stdout_bytes)
+    if result.status != "ok":
+        return _FAILURES.get(result.status, "num_runtime_error")
+    if case.check is None:
         expected = (case.expected_stdout or "").encode("utf-8", "surrogatepass")
         passed = _normalize_bytes(result.stdout_bytes) == _normalize_bytes(expected)
-        return None if passed else "num_wrong_answer"
-    return _FAILURES.get(result.status, "num_runtime_error")
+    else:
+        values = read_values(result.stdout_bytes, len(case.check.expressions))
+        if values is None:  # the program exited before the judge ran (or printed a line the judge would not)
+            return "num_wrong_answer"
+        try:
+            passed = bool(evaluate(case.check.test, values))
+        except _Failed as failed:
+            return failed.key
+        except Exception:
+            return "num_wrong_answer"
+    return None if passed else "num_wrong_answer"
