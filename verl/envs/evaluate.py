@@ -16,6 +16,7 @@ without an environment. `--help` lists the options.
 import argparse
 import asyncio
 import base64
+import contextlib
 import functools
 import io
 import json
@@ -59,34 +60,31 @@ def prompt_message(prompt: str, images: list[Any]) -> dict[str, Any]:
     return {"role": "user", "content": parts}
 
 
-def _data_url(image: Any) -> str:
-    buffer = io.BytesIO()
-    image.convert("RGB").save(buffer, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+def _image_url(part: Any, cache: dict[int, str]) -> Any:
+    """An image part as an `image_url` part with a PNG data URL (encoded once per image in `cache`); other parts as
+    they are."""
+    image = part.get("image") if isinstance(part, dict) and part.get("type") == "image" else None
+    if image is None:
+        return part
+    from PIL import Image
+
+    if not isinstance(image, Image.Image):
+        raise TypeError(f"an image part must hold a PIL image, got {type(image).__name__}")
+    if id(image) not in cache:
+        buffer = io.BytesIO()
+        image.convert("RGB").save(buffer, format="PNG")
+        cache[id(image)] = "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+    return {"type": "image_url", "image_url": {"url": cache[id(image)]}}
 
 
 def to_openai_messages(messages: list[dict[str, Any]], cache: dict[int, str] | None = None) -> list[dict[str, Any]]:
     """The messages as an OpenAI-style endpoint takes them: `{"type": "image", "image": <PIL image>}` parts become
     `image_url` parts with PNG data URLs (encoded once per image when `cache` is kept across requests)."""
-    from PIL import Image
-
     cache = {} if cache is None else cache
     wire = []
     for message in messages:
-        content = message.get("content")
-        if isinstance(content, list):
-            parts = []
-            for part in content:
-                image = part.get("image") if isinstance(part, dict) and part.get("type") == "image" else None
-                if image is None:
-                    parts.append(part)
-                    continue
-                if not isinstance(image, Image.Image):
-                    raise TypeError(f"an image part must hold a PIL image, got {type(image).__name__}")
-                if id(image) not in cache:
-                    cache[id(image)] = _data_url(image)
-                parts.append({"type": "image_url", "image_url": {"url": cache[id(image)]}})
-            message = {**message, "content": parts}
+        if isinstance(message.get("content"), list):
+            message = {**message, "content": [_image_url(part, cache) for part in message["content"]]}
         wire.append(message)
     return wire
 
@@ -98,15 +96,12 @@ class EpisodeSetup:
     row: dict[str, Any]
     """The row the environment is reset with (`ground_truth` taken from --answer-key, the images left out)."""
     prompt: str
-    """Text of the first user message."""
     images: list[Any]
     """The row's images (PIL), placed at the prompt's `<image>` markers."""
     model: str
-    """Model id at the endpoint."""
     max_turns: int
-    """Most model turns (requests) of the episode."""
     sampling: dict[str, Any]
-    """Sampling parameters of every request (max_tokens, temperature)."""
+    """Sampling parameters of every request (max_tokens, temperature, extra_body)."""
     context: list[dict[str, Any]] = field(default_factory=list)
     """The messages before the prompt's (a system message, few-shot turns) where the row's prompt is a list of chat
     messages, as training renders them."""
@@ -135,7 +130,6 @@ class EpisodeResult:
     counts: dict[str, Any]
     """turns, tool_calls, tool_errors, cut_tool_messages, truncated (the last turn ended at --max-tokens), done."""
     info: dict[str, float]
-    """The environment's episode_info."""
     messages: list[dict[str, Any]]
     """The conversation in the rollout records' form (rollout_dump.transcript_messages): image parts index into
     `images`; messages the model never saw are marked "cut"."""
@@ -174,14 +168,13 @@ def reply_turn(reply: Any, counts: dict[str, Any], opened: bool = False) -> tupl
     if reasoning:
         text = f"{'' if opened else REASONING_OPENING}{reasoning}</think>\n\n{text}"
     for call in _calls(choice.message):
-        function = call.function
-        arguments = function.arguments
+        arguments = call.function.arguments
         try:
             arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
         except ValueError:
             pass  # not JSON: the environment reports the call as malformed
-        calls.append({"name": function.name, "arguments": arguments})
-        block = json.dumps({"name": function.name, "arguments": arguments}, ensure_ascii=False)
+        calls.append({"name": call.function.name, "arguments": arguments})
+        block = json.dumps(calls[-1], ensure_ascii=False)
         text += ("\n" if text else "") + f"<tool_call>\n{block}\n</tool_call>"
     return text, calls, int(getattr(getattr(reply, "usage", None), "completion_tokens", None) or 0)
 
@@ -224,11 +217,10 @@ def answered(turn: dict[str, Any], messages: list[Any]) -> list[Any]:
     OpenAI's API requires)."""
     calls = turn.get("tool_calls") or []
     results = [i for i, message in enumerate(messages) if isinstance(message, dict) and message.get("role") == "tool"]
-    if not calls or len(results) != len(calls):
-        return list(messages)
     named = list(messages)
-    for index, call in zip(results, calls):
-        named[index] = {**named[index], "tool_call_id": call["id"]}
+    if calls and len(results) == len(calls):
+        for index, call in zip(results, calls):
+            named[index] = {**named[index], "tool_call_id": call["id"]}
     return named
 
 
@@ -279,6 +271,7 @@ def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any
     written: list[dict[str, Any]] = []  # each reply as the model wrote it, tool calls as blocks in its text
     refused: list[dict[str, Any]] = []  # a request made after --max-turns
     usage = {"tokens": 0, "text": ""}
+    first = [*setup.context, {"role": "user", "content": setup.prompt}]
 
     async def episode() -> None:
         client = make_client()
@@ -299,17 +292,14 @@ def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any
             return reply
 
         try:
-            first = [*setup.context, {"role": "user", "content": setup.prompt}]
             await env.rollout(chat_client(create), setup.model, first, state)
         finally:
             await env.release()
 
-    try:
+    with contextlib.suppress(EpisodeOver):
         asyncio.run(episode())
         counts["done"] = True
-    except EpisodeOver:
-        pass
-    conversation = seen or [*setup.context, {"role": "user", "content": setup.prompt}]
+    conversation = seen or first
     transcript, images = transcript_messages(conversation, 0), _images_of(conversation)
     if len(refused) > len(seen):
         late = refused[len(seen) :]
@@ -359,10 +349,16 @@ def reward_sample(index: int, setup: EpisodeSetup, result: EpisodeResult) -> dic
 
 
 def episode_record(
-    index: int, setup: EpisodeSetup, result: EpisodeResult, scores: dict[str, float], paths: list[str]
+    index: int, setup: EpisodeSetup, result: EpisodeResult, scores: dict[str, float], output: str
 ) -> dict[str, Any]:
     """The episode in the rollout records' format (verl.data.rollout_dump.rollout_records; "step" and
-    "advantage" are training's), plus "row" and "done"."""
+    "advantage" are training's), plus "row" and "done"; its images are written under images/<output's stem>/ beside
+    `output`."""
+    stem = os.path.splitext(os.path.basename(output))[0]
+    folder = os.path.dirname(os.path.abspath(output))
+    paths = [
+        write_image(image, folder, f"images/{stem}/e{index:04d}_{k}.png") for k, image in enumerate(result.images)
+    ]
     records = [message_record(m, lambda part: _path_at(paths, part)) for m in result.messages]
     model_turns = [m["content"] for m in records if m["role"] == "assistant"]
     return {
@@ -401,9 +397,7 @@ def load_scorer(args: argparse.Namespace) -> Any:
     from verl.rewards.function import RewardFunctionLoadError
     from verl.rewards.manager import RewardSettings, create_reward_manager
 
-    if not isinstance(rubric, dict) or not all(
-        isinstance(part, dict) and "function" in part for part in rubric.values()
-    ):
+    if not all(isinstance(part, dict) and "function" in part for part in rubric.values()):
         raise SystemExit('evaluate: --rubric must be a JSON object {"name": {"function": "file.py:fn", ...}, ...}')
     kwargs = _json_object(args.reward_kwargs, "--reward-kwargs")
     settings = RewardSettings(args.reward, kwargs, rubric=rubric, answer_key=args.answer_key)
@@ -434,10 +428,8 @@ def summarize(results: list[dict[str, Any]], scores: list[dict[str, float]]) -> 
     if not scores:
         return summary
     keys = list(dict.fromkeys(key for score in scores for key in score))
-    means = {}
-    for key in keys:
-        values = [score[key] for score in scores if key in score and math.isfinite(score[key])]
-        means[key] = sum(values) / len(values) if values else None
+    finite = {key: [score[key] for score in scores if key in score and math.isfinite(score[key])] for key in keys}
+    means = {key: sum(values) / len(values) if values else None for key, values in finite.items()}
     chosen = accuracy_key(keys)
     solved = sum(score.get("overall", 0.0) > 0 for score in scores) / len(scores)
     summary["accuracy"] = means[chosen] if chosen is not None else solved
@@ -445,68 +437,58 @@ def summarize(results: list[dict[str, Any]], scores: list[dict[str, float]]) -> 
     return summary
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--env", default=None, help="path/to/env.py:ClassName (default: one model turn, as training without one)"
-    )
-    parser.add_argument("--env-kwargs", default="{}", help="JSON object of the environment's keyword arguments")
-    parser.add_argument(
+    add = parser.add_argument
+    add("--env", help="path/to/env.py:ClassName (default: one model turn, as training without one)")
+    add("--env-kwargs", default="{}", help="JSON object of the environment's keyword arguments")
+    add(
         "--data",
         required=True,
         help="rows as the trainer reads them: a .jsonl/.parquet/.json/.csv file, folder, name@split",
     )
-    parser.add_argument(
-        "--prompt-key", default="prompt", help="the prompt's text, or its chat messages (verl's layout)"
-    )
-    parser.add_argument(
-        "--answer-key", default="answer", help="passed to the environment as ground_truth (dots: a dict's field)"
-    )
-    parser.add_argument(
+    add("--prompt-key", default="prompt", help="the prompt's text, or its chat messages (verl's layout)")
+    add("--answer-key", default="answer", help="passed to the environment as ground_truth (dots: a dict's field)")
+    add(
         "--format-prompt",
-        default=None,
         help="a Jinja file rendering each prompt from `content` and the row's columns, as data.format_prompt",
     )
-    parser.add_argument(
+    add(
         "--tools-key",
         default="tools",
         help="a row's tool schemas (a list, or a JSON string of one), sent with its requests as training renders them "
         "into its prompt (data.tools_key); 'none' leaves the column to the reward function",
     )
-    parser.add_argument("--image-key", default="images", help="a row's list of images (paths), for a VL model")
-    parser.add_argument("--image-dir", default=None, help="where relative image paths are (default: --data's folder)")
-    parser.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
-    parser.add_argument("--model", default=None, help="model id (default: the endpoint's first)")
-    parser.add_argument(
+    add("--image-key", default="images", help="a row's list of images (paths), for a VL model")
+    add("--image-dir", help="where relative image paths are (default: --data's folder)")
+    add("--base-url", default="http://127.0.0.1:8000/v1")
+    add("--model", help="model id (default: the endpoint's first)")
+    add(
         "--tokenizer",
-        default=None,
         help="the model's tokenizer (folder or hub name): its chat template renders the prompt a reward function gets "
         "as `prompt`, as in training (default: --model where that is a local folder; else the row's text)",
     )
-    parser.add_argument("--max-turns", type=int, default=4)
-    parser.add_argument("--max-tokens", type=int, default=256)
-    parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument(
+    add("--max-turns", type=int, default=4)
+    add("--max-tokens", type=int, default=256)
+    add("--temperature", type=float, default=0.0)
+    add(
         "--chat-template-kwargs",
         default="{}",
         help='JSON object of chat template variables, as data.chat_template_kwargs: {"enable_thinking": false}',
     )
-    parser.add_argument("--limit", type=int, default=None, help="evaluate the first N rows")
-    parser.add_argument(
-        "--reward",
-        default=None,
-        help="path/to/file.py:function scoring each episode (as worker.reward.reward_function)",
-    )
-    parser.add_argument("--reward-kwargs", default="{}", help="JSON object of the reward function's keyword arguments")
-    parser.add_argument(
+    add("--limit", type=int, help="evaluate the first N rows")
+    add("--reward", help="path/to/file.py:function scoring each episode (as worker.reward.reward_function)")
+    add("--reward-kwargs", default="{}", help="JSON object of the reward function's keyword arguments")
+    add(
         "--rubric",
-        default=None,
         help='JSON object of rubric parts, as worker.reward.rubric: {"name": {"function": ..., "weight": ...}}',
     )
-    parser.add_argument(
-        "--output", default=None, help="write one JSON record per episode (the rollout records' format) to this file"
-    )
-    args = parser.parse_args(argv)
+    add("--output", help="write one JSON record per episode (the rollout records' format) to this file")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     import openai
 
     try:  # the inputs first, then the endpoint: each failure is one line naming the option
@@ -523,74 +505,59 @@ def main(argv: list[str] | None = None) -> int:
         template_kwargs = _json_object(args.chat_template_kwargs, "--chat-template-kwargs")
     except ValueError as error:  # EnvironmentLoadError is one
         raise SystemExit(f"evaluate: {error}") from None
-    client = openai.OpenAI(base_url=args.base_url, api_key="unused")
-    try:
-        model = args.model or client.models.list().data[0].id
-    except openai.OpenAIError as error:
-        if scorer is not None:
-            scorer.close()
-        raise SystemExit(
-            f"evaluate: the endpoint --base-url {args.base_url} did not answer ({error}); start one, e.g. "
-            "`python -m verl.serve --model DIR --port 8000`."
-        ) from None
-    try:
-        render = _prompt_renderer(
-            args.tokenizer or (model if os.path.isdir(model) else None), args.tokenizer is not None
-        )
-    except ValueError as error:
-        if scorer is not None:
-            scorer.close()
-        raise SystemExit(f"evaluate: {error}") from None
-    if scorer is not None and render is None:
-        print(
-            f"evaluate: note: the reward function gets the row's prompt text, not the chat template's rendering of "
-            f"it as in training (no --tokenizer, and the served model {model!r} is no local folder with a chat "
-            "template here); a reward that reads it (a reasoning block the generation prompt opens) may score "
-            "otherwise. Pass --tokenizer with the model's folder.",
-            file=sys.stderr,
-        )
-    if isinstance(env, ChatClientEnv):
-        client = functools.partial(openai.AsyncOpenAI, base_url=args.base_url, api_key="unused")
-    sampling: dict[str, Any] = {"max_tokens": args.max_tokens, "temperature": args.temperature}
-    if template_kwargs:  # the OpenAI client sends extra_body's fields in the request (vLLM's servers read them)
-        sampling["extra_body"] = {"chat_template_kwargs": template_kwargs}
-    data = os.path.abspath(os.path.expanduser(args.data))
-    image_dir = args.image_dir or (data if os.path.isdir(data) else os.path.dirname(data))
-    output = open(args.output, "w", encoding="utf-8") if args.output else None
-    out_dir = os.path.dirname(os.path.abspath(args.output)) if args.output else ""
-    stem = os.path.splitext(os.path.basename(args.output or ""))[0]
     lines: list[dict[str, Any]] = []
     scores: list[dict[str, float]] = []
-    try:
+    with contextlib.ExitStack() as cleanup:
+        if scorer is not None:
+            cleanup.callback(scorer.close)
+        client = openai.OpenAI(base_url=args.base_url, api_key="unused")
+        try:
+            model = args.model or client.models.list().data[0].id
+        except openai.OpenAIError as error:
+            raise SystemExit(
+                f"evaluate: the endpoint --base-url {args.base_url} did not answer ({error}); start one, e.g. "
+                "`python -m verl.serve --model DIR --port 8000`."
+            ) from None
+        tokenizer = args.tokenizer or (model if os.path.isdir(model) else None)
+        render = _prompt_renderer(tokenizer, args.tokenizer is not None, template_kwargs)
+        if scorer is not None and render is None:
+            print(
+                f"evaluate: note: the reward function gets the row's prompt text, not the chat template's rendering of "
+                f"it as in training (no --tokenizer, and the served model {model!r} is no local folder with a chat "
+                "template here); a reward that reads it (a reasoning block the generation prompt opens) may score "
+                "otherwise. Pass --tokenizer with the model's folder.",
+                file=sys.stderr,
+            )
+        run = run_client_episode if isinstance(env, ChatClientEnv) else run_episode
+        if isinstance(env, ChatClientEnv):
+            client = functools.partial(openai.AsyncOpenAI, base_url=args.base_url, api_key="unused")
+        sampling: dict[str, Any] = {"max_tokens": args.max_tokens, "temperature": args.temperature}
+        if template_kwargs:  # the OpenAI client sends extra_body's fields in the request (vLLM's servers read them)
+            sampling["extra_body"] = {"chat_template_kwargs": template_kwargs}
+        data = os.path.abspath(os.path.expanduser(args.data))
+        image_dir = args.image_dir or (data if os.path.isdir(data) else os.path.dirname(data))
+        output = cleanup.enter_context(open(args.output, "w", encoding="utf-8")) if args.output else None
+        data_columns = frozenset({args.prompt_key, args.answer_key})  # as the trainer leaves them out
         for index, row in enumerate(rows):
-            fields = {k: v for k, v in row.items() if k != args.image_key}
-            fields["ground_truth"] = row_value(row, args.answer_key)
             images = _row_images(row.get(args.image_key), image_dir, index)
             context, prompt = prompts[index]
-            as_messages = isinstance(row.get(args.prompt_key), list)
-            data_columns = frozenset({args.prompt_key, args.answer_key})  # as the trainer leaves them out
-            first = [*context, prompt_message(prompt, images)]
             tools = env_tools if env_tools is not None else row_tools[index]
-            try:
-                rendered = render(first, tools, template_kwargs) if render is not None else None
-            except Exception as error:  # a template error: the endpoint renders the same messages
-                raise SystemExit(
-                    f"evaluate: row {index}: the chat template cannot render the prompt: {error}"
-                ) from None
+            first = [*context, prompt_message(prompt, images)]
+            rendered = render(index, first, tools) if render is not None else None
+            fields = {key: value for key, value in row.items() if key != args.image_key}
             setup = EpisodeSetup(
-                fields,
-                prompt,
-                images,
-                model,
-                args.max_turns,
-                sampling,
-                context,
-                as_messages,
-                data_columns,
-                rendered,
-                tools,
+                row={**fields, "ground_truth": row_value(row, args.answer_key)},
+                prompt=prompt,
+                images=images,
+                model=model,
+                max_turns=args.max_turns,
+                sampling=sampling,
+                context=context,
+                messages=isinstance(row.get(args.prompt_key), list),
+                data_columns=data_columns,
+                rendered=rendered,
+                tools=tools,
             )
-            run = run_client_episode if isinstance(env, ChatClientEnv) else run_episode
             result = run(env, setup, client)
             line: dict[str, Any] = {"row": index, **result.counts, **result.info}
             score: dict[str, float] = {}
@@ -602,18 +569,9 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(line), flush=True)
             lines.append(line)
             if output is not None:
-                paths = [
-                    write_image(image, out_dir, f"images/{stem}/e{index:04d}_{k}.png")
-                    for k, image in enumerate(result.images)
-                ]
-                record = episode_record(index, setup, result, score, paths)
+                record = episode_record(index, setup, result, score, output.name)
                 output.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
                 output.flush()
-    finally:
-        if output is not None:
-            output.close()
-        if scorer is not None:
-            scorer.close()
     print(json.dumps(summarize(lines, scores)))
     return 0
 
@@ -687,9 +645,9 @@ def _format_template(path: str | None) -> Any:
     return compile_format_prompt(source, path, "--format-prompt")
 
 
-def _prompt_renderer(tokenizer_path: str | None, given: bool) -> Any:
-    """render(messages, tools, template_kwargs) -> the first request as the chat template of the tokenizer at
-    `tokenizer_path` renders it (None where there is none; a --tokenizer that cannot be loaded is a ValueError, a
+def _prompt_renderer(tokenizer_path: str | None, given: bool, template_kwargs: dict[str, Any]) -> Any:
+    """render(row index, messages, tools) -> the first request as the chat template of the tokenizer at
+    `tokenizer_path` renders it (None where there is none; a --tokenizer that cannot be loaded is a SystemExit, a
     --model folder without one gives None)."""
     if tokenizer_path is None:
         return None
@@ -699,14 +657,17 @@ def _prompt_renderer(tokenizer_path: str | None, given: bool) -> Any:
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
     except (OSError, ValueError) as error:
         if given:
-            raise ValueError(f"--tokenizer {tokenizer_path} cannot be loaded: {error}") from None
+            raise SystemExit(f"evaluate: --tokenizer {tokenizer_path} cannot be loaded: {error}") from None
         return None
     if getattr(tokenizer, "chat_template", None) is None:
         return None
 
-    def render(messages: list[dict[str, Any]], tools: Any, template_kwargs: dict[str, Any]) -> str:
+    def render(index: int, messages: list[dict[str, Any]], tools: Any) -> str:
         options = {**({"tools": tools} if tools else {}), **template_kwargs}
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **options)
+        try:
+            return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **options)
+        except Exception as error:  # a template error: the endpoint renders the same messages
+            raise SystemExit(f"evaluate: row {index}: the chat template cannot render the prompt: {error}") from None
 
     return render
 

@@ -63,7 +63,7 @@ def _checked_call(name: str, arguments: Any) -> dict[str, Any] | str:
         try:
             arguments = json.loads(arguments)
         except ValueError:
-            return "the tool call's arguments are not a JSON object"
+            arguments = None
     if not isinstance(arguments, dict):
         return "the tool call's arguments are not a JSON object"
     return {"name": name, "arguments": arguments}

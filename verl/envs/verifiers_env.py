@@ -205,12 +205,8 @@ class Bridge:
         if calls:  # the endpoint parsed them
             message = {"role": "assistant", "content": choice.message.content, "tool_calls": calls}
         else:  # text tool calls read as `verl.serve` reads them
-            message = assistant_message(
-                text,
-                self.tool_format.for_tools(body["tools"])
-                if body.get("tools") and body.get("tool_choice") != "none"
-                else None,
-            )
+            tools = body.get("tools") if body.get("tool_choice") != "none" else None
+            message = assistant_message(text, self.tool_format.for_tools(tools) if tools else None)
         finish = "tool_calls" if "tool_calls" in message and not calls else choice.finish_reason  # as verl.serve
         usage = getattr(reply, "usage", None)
         return {
@@ -414,17 +410,14 @@ class VerifiersEnv(ChatClientEnv):
             )
         return {"row": row, "task_data": json.loads(raw) if isinstance(raw, str) else dict(raw)}
 
-    def episode_task(self, env: Any, task_data: Mapping[str, Any], prompt: str) -> Any:
-        """The task of an episode: its data with the prompt the model is given (and no separate system prompt)."""
-        data = self.data_cls.model_validate({**task_data, "prompt": prompt, "system_prompt": None})
-        return self.task_cls(data, env.config.taskset.task)
-
     async def run_task(
         self, client: Any, model: str, task_data: Mapping[str, Any], prompt: str, scored: bool = True
     ) -> tuple[Any, Bridge]:
         """One verifiers episode of the task, its model requests asked of `client`: (the episode, its bridge)."""
         env = await self._serving_env()
-        task = self.episode_task(env, task_data, prompt)
+        # the task's data with the prompt the model is given (and no separate system prompt)
+        data = self.data_cls.model_validate({**task_data, "prompt": prompt, "system_prompt": None})
+        task = self.task_cls(data, env.config.taskset.task)
         if not scored:
             task = task.defer_scoring()
         bridge = Bridge(client, self.tool_format)

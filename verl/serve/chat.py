@@ -13,15 +13,12 @@ from typing import Any
 
 from verl.envs.tools import ToolCallFormat, assistant_message, tool_call, tool_call_format
 from verl.serve.engine_loop import EngineLoop
-from verl.serve.request_checks import RequestError, check_options, parse, ranked
+from verl.serve.request_checks import SAMPLING_FIELDS, RequestError, check_options, parse, ranked, token_usage
 
 
-CHAT_FIELDS = {
-    "messages", "model", "max_tokens", "max_completion_tokens", "n", "seed", "stop", "stop_token_ids", "stream",
-    "stream_options", "temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty",
-    "repetition_penalty", "logit_bias", "logprobs", "top_logprobs", "response_format", "structured_outputs",
-    "tools", "tool_choice", "parallel_tool_calls", "ignore_eos", "min_tokens", "include_stop_str_in_output",
-    "skip_special_tokens", "spaces_between_special_tokens", "allowed_token_ids", "bad_words", "chat_template_kwargs",
+CHAT_FIELDS = SAMPLING_FIELDS | {
+    "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
+    "chat_template_kwargs",
 }  # fmt: skip
 """The chat request fields this server carries out; any other must be absent or its default."""
 
@@ -196,12 +193,7 @@ class Reply:
         self.choices = [ChoiceText(tools, forced, top_logprobs, parallel) for _ in range(n)]
 
     def usage(self) -> dict[str, Any]:
-        completion = sum(choice.tokens for choice in self.choices)
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "total_tokens": self.prompt_tokens + completion,
-            "completion_tokens": completion,
-        }
+        return token_usage(self.prompt_tokens, sum(choice.tokens for choice in self.choices))
 
 
 class ChatEngine:
@@ -312,26 +304,11 @@ class ChatEngine:
         choices = []
         for index, choice in enumerate(reply.choices):
             message, finish_reason, _ = choice.message()
-            choices.append(
-                {
-                    "index": index,
-                    "message": message,
-                    "logprobs": None if choice.top_logprobs is None else {"content": choice.logprobs},
-                    "finish_reason": finish_reason,
-                    "stop_reason": choice.stop_reason,
-                }
-            )
+            logprobs = None if choice.top_logprobs is None else {"content": choice.logprobs}
+            ending = {"finish_reason": finish_reason, "stop_reason": choice.stop_reason}
+            choices.append({"index": index, "message": message, "logprobs": logprobs, **ending})
         usage = {**reply.usage(), "prompt_tokens_details": None, "completion_tokens_details": None}
-        return {
-            "id": reply.id,
-            "object": "chat.completion",
-            "created": reply.created,
-            "model": self.name,
-            "choices": choices,
-            "service_tier": None,
-            "system_fingerprint": None,
-            "usage": usage,
-        }
+        return self._object(reply, "chat.completion", choices, service_tier=None, system_fingerprint=None, usage=usage)
 
     def stream(self, request: Any) -> Iterator[dict[str, Any]]:
         """The chat.completion.chunk objects of a streamed request: each choice's role, content as made, tool calls
@@ -345,7 +322,7 @@ class ChatEngine:
             """A chunk of one choice; with `logprobs`, those of its tokens not sent yet (when the request asked)."""
             sent = reply.choices[index].take_logprobs() if logprobs else None
             choice = {"index": index, "delta": delta, "logprobs": sent, "finish_reason": None, **ending}
-            return self._chunk(reply, [choice])
+            return self._object(reply, "chat.completion.chunk", [choice])
 
         try:
             for index in range(len(reply.choices)):
@@ -366,10 +343,11 @@ class ChatEngine:
                 left = choice.logprobs_sent < len(choice.logprobs)  # tokens held back and sent as no content
                 yield chunk(index, {}, left, finish_reason=finish_reason, stop_reason=choice.stop_reason)
             if include_usage:
-                yield self._chunk(reply, [], usage=reply.usage())
+                yield self._object(reply, "chat.completion.chunk", [], usage=reply.usage())
         finally:
             run.close()
 
-    def _chunk(self, reply: Reply, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-        chunk = {"id": reply.id, "object": "chat.completion.chunk", "created": reply.created, "model": self.name}
-        return {**chunk, "choices": choices, **extra}
+    def _object(self, reply: Reply, kind: str, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        """A `kind` object (chat.completion or chat.completion.chunk) of `reply` with these choices."""
+        header = {"id": reply.id, "object": kind, "created": reply.created, "model": self.name}
+        return {**header, "choices": choices, **extra}

@@ -11,16 +11,10 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from verl.serve.request_checks import RequestError, check_options, parse, ranked
+from verl.serve.request_checks import SAMPLING_FIELDS, RequestError, check_options, parse, ranked, token_usage
 
 
-COMPLETION_FIELDS = {
-    "prompt", "model", "echo", "max_tokens", "n", "seed", "stop", "stop_token_ids", "stream", "stream_options",
-    "temperature", "top_p", "top_k", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty",
-    "logit_bias", "logprobs", "response_format", "structured_outputs", "ignore_eos", "min_tokens",
-    "include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens", "allowed_token_ids",
-    "bad_words",
-}  # fmt: skip
+COMPLETION_FIELDS = SAMPLING_FIELDS | {"prompt", "echo"}
 """The completions request fields this server carries out; any other must be absent or its default."""
 
 
@@ -137,9 +131,10 @@ class Completion:
         }
 
     def usage(self) -> dict[str, int]:
-        prompt = sum(len(ids) for ids, _, _ in self.prompts)
-        completion = sum(choice.tokens for choice in self.choices)
-        return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
+        return token_usage(sum(len(ids) for ids, _, _ in self.prompts), sum(choice.tokens for choice in self.choices))
+
+    def header(self, model: str) -> dict[str, Any]:
+        return {"id": self.id, "object": "text_completion", "created": self.created, "model": model}
 
 
 def _submit(engine: Any, request: Any, prompts: list[str | list[int]]) -> tuple[list[str], Completion]:
@@ -180,15 +175,9 @@ def complete(engine: Any, request: Any, prompts: list[str | list[int]]) -> dict[
     for output in outputs:
         for _ in completion.take(output):
             pass
-    return {
-        "id": completion.id,
-        "object": "text_completion",
-        "created": completion.created,
-        "model": engine.name,
-        "choices": [completion.choice_object(choice) for choice in completion.choices],
-        "system_fingerprint": None,
-        "usage": {**completion.usage(), "prompt_tokens_details": None, "completion_tokens_details": None},
-    }
+    usage = {**completion.usage(), "prompt_tokens_details": None, "completion_tokens_details": None}
+    choices = [completion.choice_object(choice) for choice in completion.choices]
+    return {**completion.header(engine.name), "choices": choices, "system_fingerprint": None, "usage": usage}
 
 
 def stream(engine: Any, request: Any, prompts: list[str | list[int]]) -> Iterator[dict[str, Any]]:
@@ -199,7 +188,7 @@ def stream(engine: Any, request: Any, prompts: list[str | list[int]]) -> Iterato
 
 
 def _chunks(engine: Any, request: Any, completion: Completion, outputs: Iterator) -> Iterator[dict[str, Any]]:
-    header = {"id": completion.id, "object": "text_completion", "created": completion.created, "model": engine.name}
+    header = completion.header(engine.name)
     offsets = [0] * len(completion.choices)
     try:
         for output in outputs:

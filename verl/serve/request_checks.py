@@ -12,6 +12,13 @@ M = TypeVar("M", bound=BaseModel)
 
 INFORMATIONAL = {"user", "metadata", "safety_identifier", "prompt_cache_key"}
 """Fields that only label a request (OpenAI logs them): accepted, nothing to carry out."""
+SAMPLING_FIELDS = {
+    "model", "max_tokens", "n", "seed", "stop", "stop_token_ids", "stream", "stream_options", "temperature", "top_p",
+    "top_k", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias", "logprobs",
+    "response_format", "structured_outputs", "ignore_eos", "min_tokens", "include_stop_str_in_output",
+    "skip_special_tokens", "spaces_between_special_tokens", "allowed_token_ids", "bad_words",
+}  # fmt: skip
+"""The fields chat and completions requests share that this server carries out."""
 
 
 class RequestError(ValueError):
@@ -92,3 +99,8 @@ def ranked(alternatives: dict[int, Any], top: int) -> list[tuple[int, Any]]:
     """The `top` most likely (token id, vLLM Logprob) of a position, best first (the sampled token may be extra)."""
     best = [(logprob.rank, token_id) for token_id, logprob in alternatives.items() if logprob.rank <= top]
     return [(token_id, alternatives[token_id]) for _, token_id in sorted(best)]
+
+
+def token_usage(prompt: int, completion: int) -> dict[str, int]:
+    """OpenAI's `usage` token counts."""
+    return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}

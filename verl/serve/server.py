@@ -156,16 +156,6 @@ def make_server(engine: Any, host: str, port: int) -> Server:
     return Server(engine, host, port)
 
 
-def check_model_arguments(args: argparse.Namespace) -> str | None:
-    """What is wrong with the model and engine arguments, found before the engine starts (its own errors are
-    tracebacks): a local --model that is missing, incomplete or a training checkpoint, a length or cache size below 1."""
-    from verl.models.config import model_folder_problem
-
-    if args.max_model_len < 1 or (args.kv_cache_mb is not None and args.kv_cache_mb < 1):
-        return "--max-model-len and --kv-cache-mb must be positive."
-    return model_folder_problem(args.model, "--model")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m verl.serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -178,7 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kv-cache-mb", type=int, default=None, help="KV cache on the CPU (default 256 MiB)")
     parser.add_argument("--dtype", default="auto")
     args = parser.parse_args(argv)
-    problem = check_model_arguments(args)
+    # checked before the engine starts, whose own errors are tracebacks
+    if args.max_model_len < 1 or (args.kv_cache_mb is not None and args.kv_cache_mb < 1):
+        parser.error("--max-model-len and --kv-cache-mb must be positive.")
+    from verl.models.config import model_folder_problem
+
+    problem = model_folder_problem(args.model, "--model")  # missing, incomplete or a training checkpoint
     if problem:
         parser.error(problem)
     from verl.utils.hub import offline_unless_reachable
