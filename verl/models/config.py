@@ -226,14 +226,9 @@ def missing_model_files(path: str | None) -> str | None:
     if not path or not os.path.isdir(os.path.expanduser(path)):
         return None
     names = os.listdir(os.path.expanduser(path))
-    missing = [
-        what
-        for what, found in (
-            ("config.json", "config.json" in names),
-            ("weights (*.safetensors or *.bin)", any(name.endswith(WEIGHT_FILE_SUFFIXES) for name in names)),
-        )
-        if not found
-    ]
+    missing = [] if "config.json" in names else ["config.json"]
+    if not any(name.endswith(WEIGHT_FILE_SUFFIXES) for name in names):
+        missing.append("weights (*.safetensors or *.bin)")
     return " or ".join(missing) or None
 
 
@@ -257,10 +252,9 @@ def model_folder_problem(path: str, name: str) -> str | None:
     if not os.path.isdir(os.path.expanduser(path)):
         return f"{name} '{path}' does not exist; give a Hugging Face model directory."
     problem = unexported_checkpoint(path)
-    missing = None if problem else missing_model_files(path)
-    return (
-        f"{name} '{path}' is a folder without {missing}; give a Hugging Face model directory." if missing else problem
-    )
+    if problem is None and (missing := missing_model_files(path)):
+        return f"{name} '{path}' is a folder without {missing}; give a Hugging Face model directory."
+    return problem
 
 
 def export_advice(actor: str, it: str = "it", then: str = "use") -> str:
@@ -399,15 +393,13 @@ def expert_count(model_config: dict[str, Any]) -> tuple[str, int] | None:
     return None
 
 
-def refuse_mixture_of_experts(key: str, path: str | None, lora: LoraConfig | None = None) -> None:
+def refuse_mixture_of_experts(key: str, path: str | None, lora: LoraConfig) -> None:
     """Raise NotImplementedError where the local model at `path` is a mixture of experts of a type not in
     MIXTURE_OF_EXPERTS_MODEL_TYPES (a hub id is checked by the weight sync, when the actor is loaded), or one whose
     experts `lora` would adapt (`refuse_lora_on_experts`)."""
     model_config = read_model_config(key, path)
-    if model_config is None:
-        return
-    refuse_unchecked_experts(f"{key}='{path}'", model_config)
-    if lora is not None:
+    if model_config is not None:
+        refuse_unchecked_experts(f"{key}='{path}'", model_config)
         _refuse_lora(key, path, model_config, lora)
 
 
@@ -435,7 +427,7 @@ def _refuse_lora(key: str, path: str | None, model_config: dict[str, Any], lora:
     targets = {name.strip() for name in lora.target_modules.split(",")}
     named = sorted(targets & EXPERT_LORA_TARGETS)
     if lora.target_modules == "all-linear" or named:
-        adapted = "every linear layer" if lora.target_modules == "all-linear" else f"{', '.join(named)}"
+        adapted = "every linear layer" if lora.target_modules == "all-linear" else ", ".join(named)
         raise NotImplementedError(
             f"{key}='{path}' is a mixture-of-experts model ({model_config.get('model_type')!r}, {experts[0]}="
             f"{experts[1]}) and the run gives {adapted} LoRA adapters (lora.rank={lora.rank}, "
@@ -532,8 +524,6 @@ def recurrent_layer_types(layer_types: Any) -> list[str]:
 
 def model_recurrent_layer_types(path: str | None) -> list[str]:
     """The recurrent layer types of the model at `path` (`read_model_config`); [] for none or no config found."""
-    model_config = read_model_config("model_path", path)
-    if model_config is None:
-        return []
+    model_config = read_model_config("model_path", path) or {}
     text = model_config.get("text_config") or model_config
     return recurrent_layer_types(text.get("layer_types"))

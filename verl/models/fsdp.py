@@ -171,12 +171,8 @@ def create_fsdp_model(
     dtype = dtype or param_dtype(fsdp_config)
     build = {"value_head": value_head, "dtype": dtype, "attn_implementation": attn_implementation}
     rank0_init = fsdp_config.enable_rank0_init and dist.get_world_size() > 1
-    full_model = None
-    if rank0_init:
-        full_model = build_model(model_config, device="cpu", **build) if dist.get_rank() == 0 else None
-        model = build_model(model_config, device="meta", **build)
-    else:
-        model = build_model(model_config, device="cpu", **build)
+    full_model = build_model(model_config, device="cpu", **build) if rank0_init and dist.get_rank() == 0 else None
+    model = build_model(model_config, device="meta" if rank0_init else "cpu", **build)
     if with_lora and model_config.lora.rank > 0:
         vision_language = get_vision_tower(model) is not None
         for built in (model, full_model) if full_model is not None else (model,):
@@ -187,8 +183,7 @@ def create_fsdp_model(
         if not is_cpu and fsdp_config.torch_dtype is None:  # mixed precision: the frozen base needs no fp32 copy
             store_frozen_in(model, to_torch_dtype(fsdp_config.mp_param_dtype, "mp_param_dtype"))
     if model_config.freeze_vision_tower:
-        frozen = freeze_vision_tower(model)
-        logger.info("Froze %d vision tower parameters.", frozen)
+        logger.info("Froze %d vision tower parameters.", freeze_vision_tower(model))
     if model_config.enable_gradient_checkpointing:
         enable_gradient_checkpointing(model)
     apply_fsdp2(model, mesh, fsdp_config, is_cpu)
@@ -227,11 +222,8 @@ def mix_parameters(target: nn.Module, source: nn.Module, alpha: float) -> None:
     for name, param in targets.items():
         value = sources[name]
         if isinstance(param, DTensor):
-            same_layout = isinstance(value, DTensor) and (value.device_mesh, value.placements) == (
-                param.device_mesh,
-                param.placements,
-            )
-            if not same_layout:
+            layout = (param.device_mesh, param.placements)
+            if not isinstance(value, DTensor) or (value.device_mesh, value.placements) != layout:
                 full = value.full_tensor() if isinstance(value, DTensor) else value
                 value = distribute_tensor(full.to(param.dtype), param.device_mesh, param.placements)
             local, value = param.to_local(), value.to_local()
@@ -268,12 +260,8 @@ def micro_batch_pass(
     must run the same number of micro-batches. Afterwards all units are resharded and `reshard_after_forward`
     restored; on error the unreduced gradients are dropped."""
     if not gather_once or not isinstance(module, FSDPModule):
-
-        def before_backward(is_last: bool) -> None:
-            del is_last
-
         try:
-            yield before_backward
+            yield lambda is_last: None  # each backward reduce-scatters as usual
         finally:
             reshard(module)
         return

@@ -149,11 +149,9 @@ def set_fields(config: PretrainedConfig, values: dict[tuple[str, ...], Any]) -> 
 def add_value_head(model: nn.Module) -> nn.Module:
     """Replace the LM head by a Linear(hidden, 1) value head, untied from the embeddings, initialised like the model's
     linear layers from a fixed seed so independently building ranks agree (left empty on the meta device)."""
-    config = model.config
-    text_config = config.get_text_config()
-    for cfg in {id(config): config, id(text_config): text_config}.values():
-        cfg.tie_word_embeddings = False  # a later tie_weights() must not re-tie the head to the embeddings
-    hidden_size = text_config.hidden_size
+    text_config = model.config.get_text_config()
+    for config in (model.config, text_config):
+        config.tie_word_embeddings = False  # a later tie_weights() must not re-tie the head to the embeddings
     old_head = getattr(model, VALUE_HEAD, None)
     if not isinstance(old_head, nn.Linear):
         raise TypeError(
@@ -161,7 +159,7 @@ def add_value_head(model: nn.Module) -> nn.Module:
             "causal LM and image-text-to-text models with an LM head."
         )
     device, dtype = old_head.weight.device, old_head.weight.dtype
-    head = nn.Linear(hidden_size, 1, bias=True, device=device, dtype=dtype)
+    head = nn.Linear(text_config.hidden_size, 1, bias=True, device=device, dtype=dtype)
     if device.type != "meta":
         generator = torch.Generator().manual_seed(VALUE_HEAD_SEED)
         std = getattr(text_config, "initializer_range", 0.02)
@@ -266,11 +264,8 @@ def freeze_vision_tower(model: nn.Module) -> int:
             f"model.freeze_vision_tower is set but {type(model).__name__} has no vision tower; unset it for text "
             "models."
         )
-    count = 0
-    for param in tower.parameters():
-        param.requires_grad_(False)
-        count += param.numel()
-    return count
+    tower.requires_grad_(False)
+    return sum(param.numel() for param in tower.parameters())
 
 
 def enable_gradient_checkpointing(model: nn.Module) -> None:

@@ -122,27 +122,10 @@ def packed_attention_forward(
     A packed row (batch 1, no mask, causal, no KV cache, boundaries known) attends inside each sequence; all else is
     `sdpa_attention_forward`. Under Ulysses each rank holds a slice of the row: q, k, v are exchanged so each rank
     attends over the whole row for its share of heads, and the output is exchanged back."""
-    group = ulysses.active_group()
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    if group is not None and causal:  # the language model's attention; a vision tower's is never split
+    group = ulysses.active_group() if causal else None  # a vision tower's attention is never split
+    if group is not None:
         query, key, value = (ulysses.exchange(tensor, group) for tensor in (query, key, value))
-        output, _ = _attention(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
-        return ulysses.exchange(output, group), None
-    return _attention(module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs)
-
-
-def _attention(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    dropout: float,
-    scaling: float | None,
-    is_causal: bool | None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, None]:
-    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     packed = (
         causal
         and attention_mask is None
@@ -154,13 +137,15 @@ def _attention(
     )
     segments = _segments(query.shape[2], kwargs) if packed else None
     if segments is None:
-        return sdpa_attention_forward(
+        output, _ = sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
         )
-    cu_seq_q, cu_seq_k, max_q, max_k = segments
-    if dropout == 0.0 and _can_use_varlen(query):
-        return _varlen_forward(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scaling), None
-    return _per_sequence_forward(query, key, value, cu_seq_q, cu_seq_k, dropout, scaling), None
+    elif dropout == 0.0 and _can_use_varlen(query):
+        output = _varlen_forward(query, key, value, *segments, scaling)  # (cu_seq_q, cu_seq_k, max_q, max_k)
+    else:
+        cu_seq_q, cu_seq_k, _, _ = segments
+        output = _per_sequence_forward(query, key, value, cu_seq_q, cu_seq_k, dropout, scaling)
+    return (output if group is None else ulysses.exchange(output, group)), None
 
 
 def _segments(length: int, kwargs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, int | None, int | None] | None:

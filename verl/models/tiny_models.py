@@ -1,7 +1,6 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Tiny random-init Qwen2 / Qwen2.5-VL / Qwen2-VL / Qwen3-VL / Qwen3.5 / Gemma 4 / GLM-4.1V / GLM-4.5V / InternVL /
-LLaVA-OneVision / Qwen2 reward model directories, built offline.
+"""Tiny random-init model directories (weights, tokenizer, processor) of every MODEL_KINDS family, built offline.
 
 For tests, the CPU quickstart and benchmarks (nothing can be downloaded); the files are a pure function of the spec.
 
@@ -63,36 +62,6 @@ ModelKind = Literal[
     "mistral3",
 ]
 MODEL_KINDS: tuple[str, ...] = get_args(ModelKind)
-MODEL_CLASSES: dict[str, str] = {
-    "qwen2": "Qwen2ForCausalLM",
-    "llama": "LlamaForCausalLM",
-    "qwen3": "Qwen3ForCausalLM",
-    "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
-    "qwen2_vl": "Qwen2VLForConditionalGeneration",
-    "qwen3_vl": "Qwen3VLForConditionalGeneration",
-    "qwen3_vl_moe": "Qwen3VLMoeForConditionalGeneration",
-    "qwen2_rm": "Qwen2ForSequenceClassification",
-    "qwen3_moe": "Qwen3MoeForCausalLM",
-    "mixtral": "MixtralForCausalLM",
-    "qwen2_moe": "Qwen2MoeForCausalLM",
-    "olmoe": "OlmoeForCausalLM",
-    "granitemoe": "GraniteMoeForCausalLM",
-    "glm4_moe": "Glm4MoeForCausalLM",
-    "qwen3_next": "Qwen3NextForCausalLM",
-    "qwen3_5": "Qwen3_5ForConditionalGeneration",
-    "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration",
-    "gemma4": "Gemma4ForConditionalGeneration",
-    "gemma3_text": "Gemma3ForCausalLM",
-    "gemma3": "Gemma3ForConditionalGeneration",
-    "olmo3": "Olmo3ForCausalLM",
-    "falcon_h1": "FalconH1ForCausalLM",
-    "glm4v": "Glm4vForConditionalGeneration",
-    "glm4v_moe": "Glm4vMoeForConditionalGeneration",
-    "internvl": "InternVLForConditionalGeneration",
-    "llava_onevision": "LlavaOnevisionForConditionalGeneration",
-    "mistral3": "Mistral3ForConditionalGeneration",
-}
-"""The transformers model class of each kind; its `config_class` takes the kind's `_config_kwargs`."""
 VL_KINDS: tuple[str, ...] = VISION_LANGUAGE_MODEL_TYPES
 """One vision-language kind per model type the trainer supports, named after it."""
 HYBRID_KINDS: tuple[str, ...] = ("qwen3_5", "qwen3_5_moe", "qwen3_next")
@@ -129,8 +98,19 @@ MEDIA_TOKENS: dict[str, dict[str, str]] = {
     },
     "llava_onevision": {"image_token": "<image>", "video_token": "<video>"},
     "mistral3": {"image_token": "[IMG]", "image_break_token": "[IMG_BREAK]", "image_end_token": "[IMG_END]"},
+    "gemma4": {
+        "image_token": "<|image|>",
+        "boi_token": "<|image>",
+        "eoi_token": "<image|>",
+        "audio_token": "<|audio|>",
+        "boa_token": "<|audio>",
+        "eoa_token": "<audio|>",
+    },
+    "gemma3": {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"},
 }
-"""Named special tokens a kind's processor reads from its tokenizer (appended after Qwen's, in this order)."""
+"""Named special tokens a kind's processor reads from its tokenizer (`tokenizer.image_token`, ...), appended after
+Qwen's in this order (gemma3: after Gemma 3's; gemma4: among GEMMA_SPECIAL_TOKENS). A gemma3 image part renders as its
+boi token."""
 MEDIA_PLACEHOLDERS: dict[str, tuple[str, str]] = {
     "internvl": ("<IMG_CONTEXT>\n", "<video>\n"),
     "llava_onevision": ("<image>\n", "<video>\n"),
@@ -229,15 +209,6 @@ GEMMA_SPECIAL_TOKENS: tuple[str, ...] = (
     "<audio|>",
     "<|audio|>",
 )
-GEMMA_NAMED_TOKENS: dict[str, str] = {
-    "image": "<|image|>",
-    "boi": "<|image>",
-    "eoi": "<image|>",
-    "audio": "<|audio|>",
-    "boa": "<|audio>",
-    "eoa": "<audio|>",
-}
-"""gemma4: the tokenizer's named tokens (`tokenizer.image_token`, ...) that Gemma 4's processor reads."""
 GEMMA_CHAT_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}"
     "<|turn>{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n"
@@ -252,7 +223,6 @@ GEMMA_CHAT_TEMPLATE = (
 GEMMA_SLIDING_WINDOW = 32
 """gemma4: tokens a sliding-window layer sees, smaller than an image prompt so the window really cuts."""
 GEMMA3_SPECIAL_TOKENS: tuple[str, ...] = ("<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>")
-"""gemma3_text: Gemma 3's special tokens, first in its vocabulary (<pad> 0, <eos> 1, <bos> 2)."""
 GEMMA3_CHAT_TEMPLATE = (
     "{{ bos_token }}{% set first = messages[0] if messages else {} %}"
     "{% set system = first['content'] | trim ~ '\n\n' if first['role'] == 'system' else '' %}"
@@ -266,12 +236,6 @@ GEMMA3_CHAT_TEMPLATE = (
 )
 """gemma3_text: as Gemma 3-it renders a chat: a system message opens the first user turn, turns must alternate,
 the model's turns are `model` and end at <end_of_turn> (which the generation config, not the tokenizer, names)."""
-GEMMA3_IMAGE_TOKENS: dict[str, str] = {
-    "boi_token": "<start_of_image>",
-    "eoi_token": "<end_of_image>",
-    "image_token": "<image_soft_token>",
-}
-"""gemma3: the tokenizer's named image tokens, which Gemma 3's processor reads; an image part renders as its boi."""
 GEMMA3_IMAGE_SIZE, GEMMA3_IMAGE_TOKENS_PER_IMAGE = 56, 4
 """gemma3: the side every image is resized to (14-pixel patches, 4 x 4) and the soft tokens they are pooled to."""
 TEXT_SLIDING_WINDOW = 16
@@ -386,10 +350,11 @@ def _check_vocab_size(vocab_size: int) -> None:
 def chat_template(kind: str) -> str:
     """`kind`'s chat template: CHAT_TEMPLATE with the image and video parts written as its processor expects them
     (GLM kinds, the Gemma kinds and llama: their own)."""
-    if kind == "gemma4":
-        return GEMMA_CHAT_TEMPLATE
-    if kind == "gemma3_text":
-        return GEMMA3_CHAT_TEMPLATE
+    if kind in GLM_KINDS:
+        return GLM_CHAT_TEMPLATE
+    own = {"gemma4": GEMMA_CHAT_TEMPLATE, "gemma3_text": GEMMA3_CHAT_TEMPLATE, "llama": LLAMA_CHAT_TEMPLATE}
+    if kind in own:
+        return own[kind]
     if kind == "gemma3":
         text_parts = "{% for part in message['content'] if 'text' in part %}{{ part['text'] | trim }}{% endfor %}"
         parts = (
@@ -397,10 +362,6 @@ def chat_template(kind: str) -> str:
             "{% elif 'text' in part %}{{ part['text'] | trim }}{% endif %}{% endfor %}"
         )
         return GEMMA3_CHAT_TEMPLATE.replace(text_parts, parts)
-    if kind == "llama":
-        return LLAMA_CHAT_TEMPLATE
-    if kind in GLM_KINDS:
-        return GLM_CHAT_TEMPLATE
     if kind == "qwen3":
         opening = "<|im_start|>{{ message['role'] }}\n"  # once in CHAT_TEMPLATE: each message's
         template = CHAT_TEMPLATE.replace(opening, opening + QWEN3_THINKING_GATE)
@@ -427,28 +388,20 @@ def build_tokenizer(vocab_size: int = 2048, kind: str = "qwen2") -> "PreTrainedT
             f"vocab_size={vocab_size} is more than the synthetic corpus supports ({len(vocab)} tokens); "
             f"use vocab_size <= {len(vocab)}."
         )
-    if kind == "gemma4":  # Gemma's special tokens first, as in its vocabulary; as Gemma-it, eos ends the model's turn
-        vocab = {
-            **{token: i for i, token in enumerate(GEMMA_SPECIAL_TOKENS)},
-            **{token: i + len(GEMMA_SPECIAL_TOKENS) for token, i in vocab.items()},
-        }
-        named = {"unk_token": "<unk>", "bos_token": "<bos>", "eos_token": "<turn|>", "pad_token": "<pad>"}
-        named.update({f"{name}_token": token for name, token in GEMMA_NAMED_TOKENS.items()})
-        added, eos = GEMMA_SPECIAL_TOKENS[3:], "<turn|>"
-    elif kind in ("gemma3_text", "gemma3"):  # as Gemma 3: eos is <eos>; the model's turn ends at <end_of_turn>
-        images = GEMMA3_IMAGE_TOKENS if kind == "gemma3" else {}
-        specials = GEMMA3_SPECIAL_TOKENS + tuple(images.values())
-        vocab = {
-            **{token: i for i, token in enumerate(specials)},
-            **{token: i + len(specials) for token, i in vocab.items()},
-        }
-        named = {"unk_token": "<unk>", "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", **images}
-        added, eos = specials[3:], "<eos>"
+    media = MEDIA_TOKENS.get(kind, {})
+    if kind.startswith("gemma"):  # Gemma's special tokens first, as in its vocabulary (<pad> 0, <eos> 1, <bos> 2)
+        if kind == "gemma4":  # as Gemma-it, eos ends the model's turn
+            specials, eos = GEMMA_SPECIAL_TOKENS, "<turn|>"
+        else:  # as Gemma 3: eos is <eos>; the model's turn ends at <end_of_turn>
+            specials, eos = GEMMA3_SPECIAL_TOKENS + tuple(media.values()), "<eos>"
+        shifted = {token: i + len(specials) for token, i in vocab.items()}
+        vocab = {**{token: i for i, token in enumerate(specials)}, **shifted}
+        named = {"unk_token": "<unk>", "bos_token": "<bos>", "eos_token": eos, "pad_token": "<pad>", **media}
+        added = specials[3:]
     elif kind == "llama":
         named = {"unk_token": None, "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "pad_token": None}
         added, eos = LLAMA_SPECIAL_TOKENS, "<|eot_id|>"
     else:  # Qwen's special tokens after the BPE vocabulary (then the kind's media or GLM tokens)
-        media = MEDIA_TOKENS.get(kind, {})
         named = {"unk_token": None, "bos_token": None, "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"}
         named.update(media)
         added = SPECIAL_TOKENS + (GLM_SPECIAL_TOKENS if kind in GLM_KINDS else tuple(media.values()))
@@ -505,15 +458,8 @@ class TinyModelSpec:
     def __post_init__(self) -> None:
         if self.kind not in MODEL_KINDS:
             raise ValueError(f"kind={self.kind!r} is not a tiny model kind; use one of {', '.join(MODEL_KINDS)}.")
-        positive = (
-            "hidden_size",
-            "num_layers",
-            "num_heads",
-            "num_kv_heads",
-            "intermediate_size",
-            "vision_hidden_size",
-        )
-        for name in (*positive, "vision_depth", "vision_num_heads", "max_position_embeddings"):
+        sizes = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size", "vision_hidden_size")
+        for name in (*sizes, "vision_depth", "vision_num_heads", "max_position_embeddings"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be a positive integer.")
         _check_vocab_size(self.vocab_size)
@@ -558,14 +504,14 @@ class TinyModelSpec:
 
 
 def _text_config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> dict[str, Any]:
-    """The decoder fields every kind shares; bos, eos and pad as in Qwen-Instruct (gemma4, llama: their own)."""
+    """The decoder fields every kind shares; bos, eos and pad as in Qwen-Instruct (Gemma kinds, llama: their own)."""
     ids = tokenizer.get_vocab()
-    bos, eos, pad = {
-        "gemma4": ("<bos>", "<eos>", "<pad>"),
-        "gemma3_text": ("<bos>", "<eos>", "<pad>"),
-        "gemma3": ("<bos>", "<eos>", "<pad>"),
-        "llama": ("<|begin_of_text|>", "<|eot_id|>", None),
-    }.get(spec.kind, ("<|endoftext|>", "<|im_end|>", "<|endoftext|>"))
+    if spec.kind.startswith("gemma"):
+        bos, eos, pad = "<bos>", "<eos>", "<pad>"
+    elif spec.kind == "llama":
+        bos, eos, pad = "<|begin_of_text|>", "<|eot_id|>", None
+    else:
+        bos, eos, pad = "<|endoftext|>", "<|im_end|>", "<|endoftext|>"
     return {
         "vocab_size": (len(tokenizer) + 63) // 64 * 64,  # padded like Qwen's embeddings (151936 > 151665 tokens)
         "hidden_size": spec.hidden_size,
@@ -679,12 +625,9 @@ def _config_kwargs(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") ->
         _qwen3_5_text(spec, text)
         del text["rope_parameters"]["mrope_section"], text["rope_parameters"]["mrope_interleaved"]
         return {**text, "tie_word_embeddings": False}
-    if spec.kind == "internvl":
-        return _internvl_config(spec, ids, text)
-    if spec.kind == "llava_onevision":
-        return _onevision_config(spec, ids, text)
-    if spec.kind == "mistral3":
-        return _mistral3_config(spec, ids, text)
+    tiled = {"internvl": _internvl_config, "llava_onevision": _onevision_config, "mistral3": _mistral3_config}
+    if spec.kind in tiled:  # a ViT-style tower and a plain 1-D rope decoder
+        return tiled[spec.kind](spec, ids, text)
     text["rope_parameters"]["mrope_section"] = _mrope_section(spec.head_dim)
     vision = {
         "depth": spec.vision_depth,
@@ -917,11 +860,14 @@ def build_model(spec: TinyModelSpec, tokenizer: "PreTrainedTokenizerBase") -> "P
     import torch
     import transformers
 
-    model_class = getattr(transformers, MODEL_CLASSES[spec.kind])
-    config = model_class.config_class(**_config_kwargs(spec, tokenizer))
+    if spec.is_reward_model:  # the base model type's sequence classifier (qwen2_rm: Qwen2's)
+        auto_class = transformers.AutoModelForSequenceClassification
+    else:
+        auto_class = transformers.AutoModelForImageTextToText if spec.is_vl else transformers.AutoModelForCausalLM
+    config = transformers.AutoConfig.for_model(spec.kind.removesuffix("_rm"), **_config_kwargs(spec, tokenizer))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
-        model = model_class(config).to(torch.float32)
+        model = auto_class.from_config(config).to(torch.float32)
     if spec.is_reward_model:  # nothing is generated from a reward model: no generation config to write
         return model.eval()
     # Only the stop tokens: sampling defaults here would silently become vLLM's defaults too.
@@ -1072,10 +1018,8 @@ def get_or_build_tiny_model(kind: ModelKind, cache_root: str, seed: int = 0, **s
             return target
         if os.path.isdir(target):  # stale (other builder version or a leftover): move it away, then swap
             stale = tempfile.mkdtemp(prefix=f".{name}-stale-", dir=cache_root)
-            try:
+            with contextlib.suppress(OSError):  # another process moved or replaced it first
                 os.rename(target, os.path.join(stale, "old"))
-            except OSError:
-                pass  # another process moved or replaced it first
             shutil.rmtree(stale, ignore_errors=True)
         try:
             os.rename(staging, target)
