@@ -50,13 +50,9 @@ def _values_equal(a: Any, b: Any) -> bool:
     if a is b:
         return True
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return (
-            isinstance(a, torch.Tensor)
-            and isinstance(b, torch.Tensor)
-            and a.shape == b.shape
-            and a.dtype == b.dtype
-            and torch.equal(a.cpu(), b.cpu())
-        )
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        return a.dtype == b.dtype and torch.equal(a.cpu(), b.cpu())  # torch.equal compares the shapes too
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) or a.shape != b.shape:
             return False
@@ -144,16 +140,6 @@ def _is_plain(value: Any) -> bool:
     return False
 
 
-def _column_state(column: np.ndarray) -> dict[str, Any] | None:
-    """A non-tensor column (an object array) as plain values, or None when it holds other objects."""
-    values = column.reshape(-1).tolist()
-    return {"values": values, "shape": list(column.shape)} if _is_plain(values) else None
-
-
-def _column_from_state(state: dict[str, Any]) -> np.ndarray:
-    return to_object_array(state["values"]).reshape(state["shape"])
-
-
 @dataclass(repr=False, eq=False)
 class DataProtoItem:
     """One row of a DataProto (``dp[i]`` for an int ``i``): tensors without the row dimension, each non-tensor's row
@@ -192,25 +178,21 @@ class DataProto:
         meta_info: dict[str, Any] | None = None,
     ) -> "DataProto":
         """Build a DataProto from separate tensor and non-tensor dicts; lists become object arrays."""
-        tensors = tensors or {}
         batch = None
         if tensors:
-            lengths = {}
+            first_key = next(iter(tensors))  # checked first, so its rows are known when the others are checked
             for key, value in tensors.items():
                 if not isinstance(value, torch.Tensor) or value.ndim == 0:
                     raise ValueError(
                         f"Tensor '{key}' must be a torch.Tensor with a row dimension, got "
                         f"{type(value).__name__} {getattr(value, 'shape', '')}; pass lists as non_tensors."
                     )
-                lengths[key] = value.shape[0]
-            first_key, batch_size = next(iter(lengths.items()))
-            for key, length in lengths.items():
-                if length != batch_size:
+                if len(value) != len(tensors[first_key]):
                     raise ValueError(
-                        f"Tensor '{key}' has {length} rows but '{first_key}' has {batch_size}; "
+                        f"Tensor '{key}' has {len(value)} rows but '{first_key}' has {len(tensors[first_key])}; "
                         "all tensors must share the first dimension."
                     )
-            batch = TensorDict(dict(tensors), batch_size=[batch_size])
+            batch = TensorDict(dict(tensors), batch_size=[len(tensors[first_key])])
         non_tensor_batch = {key: to_object_array(value) for key, value in (non_tensors or {}).items()}
         return cls(batch=batch, non_tensor_batch=non_tensor_batch, meta_info=dict(meta_info or {}))
 
@@ -265,18 +247,11 @@ class DataProto:
             return int(value.shape[0])
         return 0
 
-    def _is_keyless(self) -> bool:
-        return self.batch is None and not self.non_tensor_batch
-
     def _batch_keys(self) -> list[str]:
         return [] if self.batch is None else list(self.batch.keys())
 
     def __repr__(self) -> str:
-        tensors = (
-            {key: f"{tuple(value.shape)} {value.dtype}" for key, value in self.batch.items()}
-            if self.batch is not None
-            else {}
-        )
+        tensors = {key: f"{tuple(self.batch[key].shape)} {self.batch[key].dtype}" for key in self._batch_keys()}
         return (
             f"DataProto(len={len(self)}, batch={tensors}, non_tensor_batch={list(self.non_tensor_batch)}, "
             f"meta_info={list(self.meta_info)})"
@@ -413,10 +388,9 @@ class DataProto:
             if new in existing and new not in old_keys:
                 raise ValueError(f"Cannot rename '{old}' to '{new}': '{new}' already exists; pop it first.")
         # Take every column out before putting any back, so swaps like (a, b) -> (b, a) work.
-        batch_keys = set(self._batch_keys())
-        moved = {new: (old in batch_keys, self._pop_column(old)) for old, new in zip(old_keys, new_keys)}
-        for new, (is_tensor, value) in moved.items():
-            if is_tensor:
+        moved = {new: self._pop_column(old) for old, new in zip(old_keys, new_keys)}
+        for new, value in moved.items():
+            if isinstance(value, torch.Tensor):
                 self.batch[new] = value
             else:
                 self.non_tensor_batch[new] = value
@@ -437,7 +411,7 @@ class DataProto:
         if len(data) == 0:
             raise ValueError("DataProto.concat got an empty list; pass at least one DataProto.")
         meta_info = dict(data[0].meta_info)
-        pieces = [piece for piece in data if not piece._is_keyless()]
+        pieces = [piece for piece in data if piece.batch is not None or piece.non_tensor_batch]
         if not pieces:
             return DataProto(meta_info=meta_info)
         first = pieces[0]
@@ -523,8 +497,11 @@ class DataProto:
         """Write to ``path`` so that ``torch.load(weights_only=True)`` reads it (no code runs on load): non-tensors and
         meta_info as plain values. A batch holding other objects (PIL images, arrays in a column) is pickled whole,
         and loading it needs ``trusted=True``."""
-        columns = {key: _column_state(value) for key, value in self.non_tensor_batch.items()}
-        if all(state is not None for state in columns.values()) and _is_plain(self.meta_info):
+        columns = {
+            key: {"values": value.reshape(-1).tolist(), "shape": list(value.shape)}
+            for key, value in self.non_tensor_batch.items()
+        }
+        if _is_plain(columns) and _is_plain(self.meta_info):
             tensors = dict(self.batch.items()) if self.batch is not None else {}
             torch.save(
                 {"format": _SAVE_FORMAT, "tensors": tensors, "non_tensors": columns, "meta": self.meta_info}, path
@@ -551,7 +528,10 @@ class DataProto:
                 ) from None
             data = torch.load(path, map_location=map_location, weights_only=False)
         if isinstance(data, dict) and data.get("format") == _SAVE_FORMAT:
-            non_tensors = {key: _column_from_state(state) for key, state in data["non_tensors"].items()}
+            non_tensors = {
+                key: to_object_array(state["values"]).reshape(state["shape"])
+                for key, state in data["non_tensors"].items()
+            }
             tensors = DataProto.from_dict(tensors=data["tensors"]).batch
             return DataProto(batch=tensors, non_tensor_batch=non_tensors, meta_info=data["meta"])
         if not isinstance(data, DataProto):
@@ -580,9 +560,8 @@ class DataProto:
         self.check_consistency()
 
 
-def pad_dataproto_to_divisor(data: DataProto, divisor: int) -> tuple[DataProto, int]:
-    """Module-level form of ``DataProto.pad_to_divisor``: returns (padded data, pad_size)."""
-    return data.pad_to_divisor(divisor)
+pad_dataproto_to_divisor = DataProto.pad_to_divisor
+"""Module-level form of ``DataProto.pad_to_divisor``: returns (padded data, pad_size)."""
 
 
 def unpad_dataproto(data: DataProto, pad_size: int) -> DataProto:
@@ -591,9 +570,7 @@ def unpad_dataproto(data: DataProto, pad_size: int) -> DataProto:
         raise ValueError(
             f"pad_size must be an int in [0, {len(data)}] for a DataProto of that length, got {pad_size!r}."
         )
-    if pad_size == 0:
-        return data
-    return data[: len(data) - pad_size]
+    return data[: len(data) - pad_size] if pad_size else data
 
 
 def collate_fn(features: list[dict[str, Any]]) -> DataProto:

@@ -147,11 +147,10 @@ def compute_value_loss(
     vf_loss = agg_loss(
         loss_mat, response_mask, loss_avg_mode, global_token_count, global_seq_count, max_response_length
     )
-    metrics = {  # detached 0-dim tensors on the device: no host sync per micro-batch
+    return vf_loss, {  # detached 0-dim tensors on the device: no host sync per micro-batch
         "vf_clipfrac": masked_mean((clipped_loss > unclipped_loss).float(), response_mask),
         "vpred_mean": masked_mean(vpreds.detach(), response_mask),
     }
-    return vf_loss, metrics
 
 
 @torch.no_grad()
@@ -178,10 +177,8 @@ def filter_groups_by_reward(
     uids = list(uids)
     if len(uids) != len(scores):
         raise ValueError(f"filter_groups_by_reward got {len(scores)} scores but {len(uids)} uids; pass one uid each.")
-    sums: dict[Any, list[float]] = {}
+    groups: dict[Any, list[float]] = {}
     for uid, score in zip(uids, scores):
-        total = sums.setdefault(uid, [0.0, 0.0])
-        total[0] += score
-        total[1] += 1.0
-    kept = {uid for uid, (total, count) in sums.items() if low < total / count < high}
+        groups.setdefault(uid, []).append(score)
+    kept = {uid for uid, group in groups.items() if low < sum(group) / len(group) < high}
     return np.array([i for i, uid in enumerate(uids) if uid in kept], dtype=np.int64)

@@ -20,8 +20,6 @@ LOG_RATIO_CLAMP = 20.0
 GSPO_LOG_RATIO_MAX = 10.0
 """Upper clamp of GSPO's sequence log-ratio (verl's bound); above it the ratio has no gradient."""
 
-DEFAULT_LOSS_AVG_MODE = "token-mean"
-
 
 @dataclass(frozen=True)
 class PolicyLossInputs:
@@ -92,7 +90,7 @@ def policy_loss_avg_mode(loss_type: str) -> str | None:
 
 def default_loss_avg_mode(loss_type: str) -> str:
     """`actor.loss_avg_mode` when unset: the loss's own aggregation, else token-mean."""
-    return _POLICY_LOSS_AVG_MODES.get(loss_type, DEFAULT_LOSS_AVG_MODE)
+    return _POLICY_LOSS_AVG_MODES.get(loss_type, "token-mean")
 
 
 def _token_ratio(x: PolicyLossInputs) -> torch.Tensor:
@@ -244,8 +242,7 @@ def compute_policy_loss(
     per_token = torch.stack([(higher | lower).float(), higher.float(), dual.float(), -log_ratio.detach()])
     stats = (per_token * mask).sum(dim=(1, 2)) / mask.sum().clamp(min=1.0)
     names = ("pg_clipfrac", "pg_clipfrac_higher", "pg_clipfrac_lower", "ppo_kl")
-    metrics = dict(zip(names, stats.unbind()))  # 0-dim tensors on the loss's device: no host sync here
-    return pg_loss, metrics
+    return pg_loss, dict(zip(names, stats.unbind()))  # 0-dim tensors on the loss's device: no host sync here
 
 
 def _register_user_loss(spec: str, function: Callable[..., PolicyLossTerms | torch.Tensor], where: Where) -> None:

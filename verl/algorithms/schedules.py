@@ -9,8 +9,6 @@ from typing import Any
 
 def check_response_length_schedule(schedule: dict[int, int], max_response_length: int) -> str | None:
     """An error message for a schedule that cannot work, or None (an empty schedule is valid)."""
-    if not schedule:
-        return None
     for step, length in schedule.items():
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             return (
@@ -23,7 +21,7 @@ def check_response_length_schedule(schedule: dict[int, int], max_response_length
                 f"gives step {step} the length {length}, above data.max_response_length={max_response_length}; the "
                 "engine and the batch budgets are sized for data.max_response_length: set it to the longest stage."
             )
-    if min(schedule) != 0:
+    if schedule and min(schedule) != 0:
         return f"starts at step {min(schedule)}; the first stage must start at step 0."
     return None
 

@@ -24,15 +24,6 @@ RAY_LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
-def print_config_help(schema: type) -> None:
-    """Every key of the config dataclass `schema`, with its type and description, one a line; not the keys that
-    `schema.UNSUPPORTED_KEYS` names (prefixes of keys that validation refuses)."""
-    unsupported = getattr(schema, "UNSUPPORTED_KEYS", ())
-    for key, type_name, doc in describe_fields(schema):
-        if not key.startswith(unsupported):
-            print(f"{key} ({type_name}): {doc}")
-
-
 def load_config_or_exit(
     argv: Sequence[str] | None,
     usage: str,
@@ -42,24 +33,25 @@ def load_config_or_exit(
 ) -> ConfigT | int:
     """The config to run, loaded by `load` from the command line `argv` (sys.argv[1:] when None), with logging set
     up at INFO; or the exit code when there is nothing to run: 0 after -h/--help (`usage` and `doc`), --help-config
-    (the keys of `schema`) or --dry-run (the resolved config as YAML), 2 after a ConfigError or a
-    NotImplementedError from `load` (reported on stderr)."""
+    (every key of `schema` with its type and description) or --dry-run (the resolved config as YAML), 2 after a
+    ConfigError or a NotImplementedError from `load` (reported on stderr)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if "-h" in argv or "--help" in argv:
         print(usage)
         print(doc)
         return 0
     if "--help-config" in argv:
-        print_config_help(schema)
+        unsupported = getattr(schema, "UNSUPPORTED_KEYS", ())  # prefixes of keys that validation refuses
+        for key, type_name, doc in describe_fields(schema):
+            if not key.startswith(unsupported):
+                print(f"{key} ({type_name}): {doc}")
         return 0
     dry_run = "--dry-run" in argv
     try:
         config = load([arg for arg in argv if arg != "--dry-run"])
-    except ConfigError as err:
-        print(f"Config error: {err}", file=sys.stderr)
-        return 2
-    except NotImplementedError as err:
-        print(f"Not implemented: {err}", file=sys.stderr)
+    except (ConfigError, NotImplementedError) as err:
+        kind = "Config error" if isinstance(err, ConfigError) else "Not implemented"
+        print(f"{kind}: {err}", file=sys.stderr)
         return 2
     if dry_run:
         print(to_yaml(config), end="")

@@ -11,10 +11,11 @@ import dataclasses
 import logging
 import os
 import re
-import socket
 import urllib.parse
 from collections.abc import Iterable
 from typing import Any
+
+from verl.utils.logger.backends import unreachable
 
 
 HUB_ENV = "USE_MODELSCOPE_HUB"
@@ -110,19 +111,17 @@ def offline_unless_reachable(config: Any) -> None:
     )
     if not ids:
         return
-    endpoint = urllib.parse.urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    if endpoint.hostname is None:  # not a URL: huggingface_hub will say so itself
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    if urllib.parse.urlsplit(endpoint).hostname is None:  # not a URL: huggingface_hub will say so itself
         return
-    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
-    try:
-        socket.create_connection((endpoint.hostname, port), timeout=3.0).close()
-    except OSError as error:
+    problem = unreachable(endpoint, timeout_s=3.0)
+    if problem is not None:
         os.environ["HF_HUB_OFFLINE"] = "1"
         logger.warning(
-            "The Hugging Face hub (%s) cannot be reached (%s): %s load from the local cache only (HF_HUB_OFFLINE=1 "
-            "for this run; HF_HUB_OFFLINE=0 retries the hub instead).",
-            endpoint.geturl(),
-            error,
+            "The Hugging Face hub (%s): %s; %s load from the local cache only (HF_HUB_OFFLINE=1 for this run; "
+            "HF_HUB_OFFLINE=0 retries the hub instead).",
+            endpoint,
+            problem,
             ", ".join(ids),
         )
 
@@ -131,9 +130,6 @@ def _strings(value: Any) -> Iterable[str]:
     """Every string in a tree of dicts and lists."""
     if isinstance(value, str):
         yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
+    elif isinstance(value, (dict, list, tuple)):
+        for item in value.values() if isinstance(value, dict) else value:
             yield from _strings(item)

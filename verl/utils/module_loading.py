@@ -17,11 +17,9 @@ class NotPythonFileError(ImportError):
 
 
 def import_file(path: str, prefix: str) -> ModuleType:
-    """Execute the file at `path` as a fresh module named `prefix` + a hash of its absolute path.
-
-    It is registered in sys.modules while it runs (dataclasses and pickling find it); the path-derived name keeps two
-    files apart. Raises NotPythonFileError, or whatever executing it raises (then unregistered).
-    """
+    """Execute the file at `path` as a fresh module named `prefix` + a hash of its absolute path (keeping two files
+    apart), registered in sys.modules while it runs (dataclasses and pickling find it). Raises NotPythonFileError, or
+    whatever executing it raises (then unregistered)."""
     module_name = prefix + hashlib.sha1(os.path.abspath(path).encode("utf-8")).hexdigest()[:12]
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:

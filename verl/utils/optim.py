@@ -83,9 +83,7 @@ class BF16AdamW(torch.optim.Optimizer):
                 state = self.state[param]
                 if not state:
                     state["step"] = torch.tensor(0.0)
-                    state["exp_avg"] = torch.zeros_like(param)
-                    state["exp_avg_sq"] = torch.zeros_like(param)
-                    state["compensation"] = torch.zeros_like(param)
+                    state.update({key: torch.zeros_like(param) for key in ("exp_avg", "exp_avg_sq", "compensation")})
                 state["step"] += 1
                 step = state["step"].item()
                 grad = param.grad.to(param.dtype)
@@ -164,9 +162,8 @@ def build_lr_scheduler(optimizer: torch.optim.Optimizer, config: OptimConfig) ->
             f"optim.training_steps={config.training_steps}: a cosine or linear schedule, or a warmup ratio, needs the total "
             "number of steps; the trainer derives it, or set optim.lr_warmup_steps for a constant schedule."
         )
-    if config.lr_warmup_steps is not None:
-        warmup = config.lr_warmup_steps
-    else:
+    warmup = config.lr_warmup_steps
+    if warmup is None:
         warmup = int(config.lr_warmup_ratio * max(config.training_steps, 0))
     if warmup < 0:
         raise ValueError(f"optim.lr_warmup_steps={config.lr_warmup_steps} must not be negative.")

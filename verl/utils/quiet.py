@@ -87,9 +87,7 @@ class KnownMessageFilter(logging.Filter):
         self.prefixes = tuple(prefixes)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not isinstance(record.msg, str):
-            return True
-        return not record.msg.startswith(self.prefixes)
+        return not (isinstance(record.msg, str) and record.msg.startswith(self.prefixes))
 
 
 def silence(messages: Iterable[KnownMessage]) -> None:
@@ -122,18 +120,11 @@ def install_worker_filters() -> None:
     if verbose():
         return
     silence(WORKER_MESSAGES)
-    warnings.filterwarnings(
-        "ignore",
-        message=r"`torch\.distributed\.reduce_op` is deprecated",
-        category=FutureWarning,
-        module=r"vllm\.triton_utils\.dispatcher",
-    )
-    warnings.filterwarnings(
-        "ignore",
-        message=r"`torch\.distributed\.all_gather_into_tensor` is deprecated",
-        category=FutureWarning,
-        module=r"torch\.distributed\.c10d_logger",
-    )
+    for message, module in (
+        (r"`torch\.distributed\.reduce_op` is deprecated", r"vllm\.triton_utils\.dispatcher"),
+        (r"`torch\.distributed\.all_gather_into_tensor` is deprecated", r"torch\.distributed\.c10d_logger"),
+    ):
+        warnings.filterwarnings("ignore", message=message, category=FutureWarning, module=module)
 
 
 @contextlib.contextmanager

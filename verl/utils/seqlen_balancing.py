@@ -26,10 +26,8 @@ def karmarkar_karp(sizes: Sequence[int], k: int, equal_size: bool = False) -> li
         raise ValueError(f"Equal-size partitions need the item count ({n}) to be a multiple of k ({k}).")
     order = sorted(range(n), key=lambda i: (sizes[i], i))
     heap: list[tuple[int, int, list[tuple[int, list[int]]]]] = []
-    if equal_size:
-        seeds = [order[start : start + k] for start in range(0, n, k)]
-    else:
-        seeds = [[i] for i in order]
+    seed_size = k if equal_size else 1
+    seeds = [order[start : start + seed_size] for start in range(0, n, seed_size)]
     for counter, seed in enumerate(seeds):
         groups = [(sizes[i], [i]) for i in seed] + [(0, []) for _ in range(k - len(seed))]
         groups.sort(key=lambda group: group[0])
@@ -46,16 +44,22 @@ def karmarkar_karp(sizes: Sequence[int], k: int, equal_size: bool = False) -> li
         heapq.heappush(heap, (-(merged[-1][0] - merged[0][0]), counter, merged))
         counter += 1
     partitions = [sorted(items) for _, items in heap[0][2]]
-    _fill_empty_groups(partitions)
+    for group in partitions:  # an empty group (tiny, skewed inputs) takes an item from the fullest
+        if not group:
+            group.append(max(partitions, key=len).pop())
     return partitions
 
 
-def _fill_empty_groups(partitions: list[list[int]]) -> None:
-    """Move single items from the fullest groups into empty ones (only possible for tiny, skewed inputs)."""
-    for group in partitions:
-        if not group:
-            donor = max(partitions, key=len)
-            group.append(donor.pop())
+def _ints(values: Sequence[int] | torch.Tensor) -> list[int]:
+    return [int(x) for x in (values.tolist() if isinstance(values, torch.Tensor) else values)]
+
+
+def _check_fits(tokens: int, max_token_len: int) -> None:
+    if tokens > max_token_len:
+        raise ValueError(
+            f"A sample has {tokens} tokens but the micro-batch token budget is {max_token_len}; raise "
+            "micro_batch_size_per_device_for_update / _for_experience (the budget is that times the max length)."
+        )
 
 
 def dynamic_micro_batches(
@@ -66,15 +70,10 @@ def dynamic_micro_batches(
     """Split samples into the fewest balanced micro-batches whose token sums stay within `max_token_len`, with the
     group's largest count on every rank (FSDP runs collectives in every forward). Longest first (a memory problem
     shows at once); `restore_order` undoes the permutation."""
-    lens = [int(x) for x in (seq_lens.tolist() if isinstance(seq_lens, torch.Tensor) else seq_lens)]
+    lens = _ints(seq_lens)
     if not lens:
         raise ValueError("dynamic_micro_batches got no samples; every rank needs at least one.")
-    longest = max(lens)
-    if longest > max_token_len:
-        raise ValueError(
-            f"A sample has {longest} tokens but the micro-batch token budget is {max_token_len}; raise "
-            "micro_batch_size_per_device_for_update / _for_experience (the budget is that times the max length)."
-        )
+    _check_fits(max(lens), max_token_len)
     num = min(len(lens), math.ceil(sum(lens) / max_token_len))
     partitions = karmarkar_karp(lens, num)
     while num < len(lens) and max(sum(lens[i] for i in part) for part in partitions) > max_token_len:
@@ -82,8 +81,7 @@ def dynamic_micro_batches(
         partitions = karmarkar_karp(lens, num)
     target = _group_max_count(num, len(lens), group)
     if target != num:
-        num = target
-        partitions = karmarkar_karp(lens, num)
+        partitions = karmarkar_karp(lens, target)
     partitions.sort(key=lambda part: -sum(lens[i] for i in part))
     return partitions
 
@@ -97,10 +95,7 @@ def padded_micro_batches(
     """Micro-batches for a padded forward, each costing rows x (longest prompt + longest response) <= `max_token_len`:
     rows taken longest first; every rank then splits its most expensive ones up to the group's largest count (as FSDP
     needs). Most expensive first; `restore_order` undoes the permutation."""
-    prompts = [int(x) for x in (prompt_lens.tolist() if isinstance(prompt_lens, torch.Tensor) else prompt_lens)]
-    responses = [
-        int(x) for x in (response_lens.tolist() if isinstance(response_lens, torch.Tensor) else response_lens)
-    ]
+    prompts, responses = _ints(prompt_lens), _ints(response_lens)
     if not prompts:
         raise ValueError("padded_micro_batches got no samples; every rank needs at least one.")
 
@@ -113,12 +108,7 @@ def padded_micro_batches(
         if partitions and cost(partitions[-1] + [index]) <= max_token_len:
             partitions[-1].append(index)
         else:
-            if prompts[index] + responses[index] > max_token_len:
-                raise ValueError(
-                    f"A sample has {prompts[index] + responses[index]} tokens but the micro-batch token budget is "
-                    f"{max_token_len}; raise micro_batch_size_per_device_for_update / _for_experience (the budget is "
-                    "that times the max length)."
-                )
+            _check_fits(prompts[index] + responses[index], max_token_len)
             partitions.append([index])
     target = _group_max_count(len(partitions), len(prompts), group)
     while len(partitions) < target:  # halve the most expensive splittable micro-batch
@@ -135,12 +125,13 @@ def _group_max_count(count: int, num_samples: int, group: dist.ProcessGroup | No
         return count
     total = torch.tensor([count], dtype=torch.int64)
     dist.all_reduce(total, op=dist.ReduceOp.MAX, group=group)
-    if int(total.item()) > num_samples:
+    largest = int(total.item())
+    if largest > num_samples:
         raise ValueError(
-            f"Another rank needs {int(total.item())} micro-batches but this rank has only {num_samples} samples; "
+            f"Another rank needs {largest} micro-batches but this rank has only {num_samples} samples; "
             "give every rank the same number of samples."
         )
-    return int(total.item())
+    return largest
 
 
 def restore_order(partitions: Sequence[Sequence[int]]) -> torch.Tensor:

@@ -79,12 +79,8 @@ def _report_loop() -> None:
                     file=sys.stderr,
                 )
             if due:
-                _print_stacks()
+                print(format_stacks(), file=sys.stderr, end="", flush=True)
             _changed.wait(min((call.due for call in _calls.values()), default=now + 3600) - now)
-
-
-def _print_stacks() -> None:
-    print(format_stacks(), file=sys.stderr, end="", flush=True)
 
 
 def format_stacks(idents: Iterable[int] | None = None, user_code_only: bool = False) -> str:

@@ -29,9 +29,7 @@ def datasets_cache_dir() -> tuple[str, str]:
     """Where `datasets` caches parsed files, and the variable that named it (the most specific one set)."""
     if os.environ.get("HF_DATASETS_CACHE"):
         return os.environ["HF_DATASETS_CACHE"], "HF_DATASETS_CACHE"
-    chosen_by = (
-        "HF_HOME" if os.environ.get("HF_HOME") else "XDG_CACHE_HOME" if os.environ.get("XDG_CACHE_HOME") else ""
-    )
+    chosen_by = next((name for name in ("HF_HOME", "XDG_CACHE_HOME") if os.environ.get(name)), "")
     hf_home = os.environ.get("HF_HOME") or os.path.join(_cache_home(), "huggingface")
     return os.path.join(hf_home, "datasets"), chosen_by
 

@@ -58,21 +58,19 @@ class RegisterSpec:
     blocking: bool
 
 
-# Modes that hand different data to different ranks make no sense when only rank 0 runs.
-_RANK_ZERO_COMPATIBLE = (Dispatch.ONE_TO_ALL, Dispatch.RANK_ZERO)
-
-
 def register(
     dispatch_mode: Dispatch = Dispatch.ALL_TO_ALL, execute_mode: Execute = Execute.ALL, blocking: bool = True
 ) -> Callable[[F], F]:
     """Mark a worker method as callable through a WorkerGroup; blocking=False makes it return a future at once.
     In the worker, DataProto arguments arrive on `self.device` and a DataProto result goes back on the CPU (CPU
-    workers are called unchanged), so worker code never moves a batch and the driver never gets device tensors."""
+    workers are called unchanged), so worker code never moves a batch and the driver never gets device tensors; a
+    call that runs long is reported (`verl.utils.stall_report`)."""
     if not isinstance(dispatch_mode, Dispatch):
         raise TypeError(f"register(dispatch_mode=...) needs a Dispatch member, got {dispatch_mode!r}.")
     if not isinstance(execute_mode, Execute):
         raise TypeError(f"register(execute_mode=...) needs an Execute member, got {execute_mode!r}.")
-    if execute_mode is Execute.RANK_ZERO and dispatch_mode not in _RANK_ZERO_COMPATIBLE:
+    # Modes that hand different data to different ranks make no sense when only rank 0 runs.
+    if execute_mode is Execute.RANK_ZERO and dispatch_mode not in (Dispatch.ONE_TO_ALL, Dispatch.RANK_ZERO):
         raise ValueError(
             f"register(execute_mode=Execute.RANK_ZERO) only works with Dispatch.ONE_TO_ALL or Dispatch.RANK_ZERO, "
             f"not {dispatch_mode}; a data-parallel mode needs every rank to run."
@@ -80,39 +78,28 @@ def register(
     spec = RegisterSpec(dispatch_mode=dispatch_mode, execute_mode=execute_mode, blocking=bool(blocking))
 
     def decorator(func: F) -> F:
-        wrapped = _on_worker_device(func)
-        setattr(wrapped, REGISTER_ATTR, spec)
-        return wrapped
+        @functools.wraps(func)
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            with stall_report.watched(f"{type(self).__name__}.{func.__name__}"):  # trainer.stall_report_s
+                device = getattr(self, "device", None)
+                if not isinstance(device, torch.device) or device.type == "cpu":
+                    return func(self, *args, **kwargs)
+                args = tuple(_proto_to(value, device) for value in args)
+                kwargs = {key: _proto_to(value, device) for key, value in kwargs.items()}
+                return _proto_to(func(self, *args, **kwargs), torch.device("cpu"))
+
+        setattr(method, REGISTER_ATTR, spec)
+        return method  # type: ignore[return-value]
 
     return decorator
 
 
-def _proto_to(data: DataProto, device: torch.device) -> DataProto:
-    """A DataProto sharing `data`'s non-tensors and meta_info, its tensors on `device` (the input is untouched)."""
-    if data.batch is None or data.batch.device == device:
+def _proto_to(data: Any, device: torch.device) -> Any:
+    """A DataProto sharing `data`'s non-tensors and meta_info, its tensors on `device` (the input is untouched);
+    anything else as it is."""
+    if not isinstance(data, DataProto) or data.batch is None or data.batch.device == device:
         return data
     return DataProto(batch=data.batch.to(device), non_tensor_batch=data.non_tensor_batch, meta_info=data.meta_info)
-
-
-def _on_worker_device(func: F) -> F:
-    """Wrap a worker method so DataProto arguments arrive on `self.device` and a DataProto result leaves on the CPU,
-    and a call that runs long is reported (`verl.utils.stall_report`)."""
-
-    @functools.wraps(func)
-    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with stall_report.watched(f"{type(self).__name__}.{func.__name__}"):  # trainer.stall_report_s
-            device = getattr(self, "device", None)
-            if not isinstance(device, torch.device) or device.type == "cpu":
-                return func(self, *args, **kwargs)
-            args = tuple(_proto_to(value, device) if isinstance(value, DataProto) else value for value in args)
-            kwargs = {
-                key: _proto_to(value, device) if isinstance(value, DataProto) else value
-                for key, value in kwargs.items()
-            }
-            result = func(self, *args, **kwargs)
-            return _proto_to(result, torch.device("cpu")) if isinstance(result, DataProto) else result
-
-    return method  # type: ignore[return-value]
 
 
 def get_register_spec(func: Any) -> RegisterSpec | None:
@@ -223,20 +210,18 @@ def _split_protos(world_size: int, args: tuple, kwargs: dict) -> tuple[list[tupl
         raise ValueError(
             f"Data-parallel dispatch needs all DataProto arguments to have the same number of rows, but {described}."
         )
-    pad_size, padded_length = 0, 0
+    length = lengths.pop() if lengths else 0
+    pad_size = -length % world_size
 
     def split(value: Any) -> list[Any]:
-        nonlocal pad_size, padded_length
         if not isinstance(value, DataProto):
             return [value] * world_size
-        padded, pad_size = pad_dataproto_to_divisor(value, world_size)
-        padded_length = len(padded)
-        return padded.chunk(world_size)
+        return pad_dataproto_to_divisor(value, world_size)[0].chunk(world_size)
 
     split_args = tuple(split(value) for value in args)
     split_kwargs = {key: split(value) for key, value in kwargs.items()}
     per_args, per_kwargs = _per_rank(world_size, split_args, split_kwargs, lambda chunks, rank: chunks[rank])
-    return per_args, per_kwargs, pad_size, padded_length
+    return per_args, per_kwargs, pad_size, length + pad_size
 
 
 def _concat_and_unpad(outputs: list[Any], pad_size: int, padded_length: int) -> DataProto | None:

@@ -66,10 +66,8 @@ def _read_env_int(name: str) -> int:
 
 
 class Worker:
-    """Rank bookkeeping shared by every worker; subclasses add the `@register` methods the driver calls.
-
-    Read once from the environment at construction (a test may set the variables first); read-only.
-    """
+    """Rank bookkeeping shared by every worker, read once from the environment at construction (a test may set the
+    variables first); subclasses add the `@register` methods the driver calls."""
 
     def __init__(self) -> None:
         self._dist_env = DistEnv(
@@ -98,11 +96,8 @@ class Worker:
 
 def _node_ip() -> str:
     """This node's IP as the cluster sees it (Ray's view when running under Ray, else the hostname's)."""
-    try:
-        import ray
+    import ray
 
-        if ray.is_initialized():
-            return ray.util.get_node_ip_address()
-    except ImportError:
-        pass
+    if ray.is_initialized():
+        return ray.util.get_node_ip_address()
     return socket.gethostbyname(socket.gethostname())

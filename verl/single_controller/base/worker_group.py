@@ -32,13 +32,6 @@ class WorkerGroupFuture:
         return self._result
 
 
-def _resolve_futures(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    def resolve(value: Any) -> Any:
-        return value.get() if isinstance(value, WorkerGroupFuture) else value
-
-    return tuple(resolve(value) for value in args), {key: resolve(value) for key, value in kwargs.items()}
-
-
 class WorkerGroup:
     """Backend-independent part of a worker group; subclasses set `_world_size` and implement `_execute_async` and
     `_wait`."""
@@ -89,7 +82,8 @@ class WorkerGroup:
 
     def _call_async(self, remote_name: str, spec: RegisterSpec, *args: Any, **kwargs: Any) -> WorkerGroupFuture:
         """Dispatch one call according to `spec`, start it on the ranks, and return its future."""
-        args, kwargs = _resolve_futures(args, kwargs)
+        args = tuple(value.get() if isinstance(value, WorkerGroupFuture) else value for value in args)
+        kwargs = {key: value.get() if isinstance(value, WorkerGroupFuture) else value for key, value in kwargs.items()}
         plan = plan_dispatch(spec.dispatch_mode, self.world_size, args, kwargs)
         if spec.execute_mode is Execute.RANK_ZERO:
             handles = self._execute_async(remote_name, [0], plan.args[:1], plan.kwargs[:1])
@@ -103,13 +97,10 @@ class WorkerGroup:
         return self.execute_all_async(method_name, *args, **kwargs).get()
 
     def execute_all_async(self, method_name: str, *args: Any, **kwargs: Any) -> WorkerGroupFuture:
-        return self._call_async(self._method_prefix + method_name, _EVERY_RANK, *args, **kwargs)
+        every_rank = RegisterSpec(Dispatch.ONE_TO_ALL, Execute.ALL, blocking=True)
+        return self._call_async(self._method_prefix + method_name, every_rank, *args, **kwargs)
 
     def execute_rank_zero(self, method_name: str, *args: Any, **kwargs: Any) -> Any:
         """Call any worker method on rank 0 only and return its result."""
-        return self._call_async(self._method_prefix + method_name, _RANK_ZERO_ONLY, *args, **kwargs).get()
-
-
-# How execute_all / execute_rank_zero call methods that need not be registered.
-_EVERY_RANK = RegisterSpec(Dispatch.ONE_TO_ALL, Execute.ALL, blocking=True)
-_RANK_ZERO_ONLY = RegisterSpec(Dispatch.ONE_TO_ALL, Execute.RANK_ZERO, blocking=True)
+        rank_zero = RegisterSpec(Dispatch.ONE_TO_ALL, Execute.RANK_ZERO, blocking=True)
+        return self._call_async(self._method_prefix + method_name, rank_zero, *args, **kwargs).get()

@@ -58,17 +58,11 @@ def _pick_free_port() -> int:
     return get_free_port()
 
 
-def loopback_interface() -> str | None:
-    """Name of the loopback network interface (lo on Linux, lo0 on macOS), or None if there is none."""
-    names = [name for _, name in socket.if_nameindex()]
-    return next((name for name in names if name in ("lo", "lo0")), None)
-
-
 def loopback_rendezvous_env() -> dict[str, str]:
     """Environment of the ranks of a group that runs on this machine only: loopback rendezvous and transports."""
     store = os.path.join(tempfile.gettempdir(), f"verl_rendezvous_{uuid.uuid4().hex}")
     env = {"MASTER_ADDR": "127.0.0.1", DIST_INIT_METHOD_ENV: f"file://{store}"}
-    interface = loopback_interface()
+    interface = next((name for _, name in socket.if_nameindex() if name in ("lo", "lo0")), None)  # Linux, macOS
     if interface is not None:
         for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
             if name not in os.environ:  # the user's choice wins
@@ -204,15 +198,6 @@ class RayWorkerGroup(WorkerGroup):
     # ------------------------------------------------------------------ public
 
     @property
-    def workers(self) -> list[ActorHandle]:
-        return list(self._workers)
-
-    @property
-    def name_prefix(self) -> str:
-        """Prefix of the actor names (`{prefix}_rank{i}`) and value of WG_PREFIX in the workers."""
-        return self._name_prefix
-
-    @property
     def master_addr(self) -> str:
         """IP of rank 0's node, given to every rank as MASTER_ADDR."""
         return self._master_addr
@@ -242,7 +227,6 @@ class RayWorkerGroup(WorkerGroup):
             view._master_addr, view._master_port = self._master_addr, self._master_port
             view._workers = self._workers
             view._owns_workers = False
-            view._resource_pool = None
             view._method_prefix = f"{role}_"
             view._bind_worker_methods(roles[role])
             views[role] = view
@@ -303,13 +287,7 @@ def create_colocated_worker_cls(class_dict: dict[str, RayClassWithInitArgs | typ
                     f"Colocated method name {full_name!r} is produced by two roles; rename a role or the method."
                 )
             namespace[full_name] = _make_role_method(role, name, spec)
-    class_name = "Colocated_" + "_".join(roles)
-    namespace.update(
-        {
-            "__init__": _colocated_init,
-            "__doc__": f"One process holding the roles {list(roles)}.",
-            COLOCATED_ROLES_ATTR: roles,
-        }
-    )
-    colocated_cls = type(class_name, (), namespace)
-    return RayClassWithInitArgs(colocated_cls, role_inits)
+    namespace["__init__"] = _colocated_init
+    namespace["__doc__"] = f"One process holding the roles {list(roles)}."
+    namespace[COLOCATED_ROLES_ATTR] = roles
+    return RayClassWithInitArgs(type("Colocated_" + "_".join(roles), (), namespace), role_inits)

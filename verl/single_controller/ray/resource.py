@@ -47,20 +47,16 @@ class BundleSlot:
 
 def cluster_nodes() -> list[NodeResources]:
     """The alive nodes of the connected Ray cluster with their total CPU and GPU counts."""
-    nodes = []
-    for node in ray.nodes():
-        if not node.get("Alive", False):
-            continue
-        resources = node.get("Resources", {})
-        nodes.append(
-            NodeResources(
-                node_id=node["NodeID"],
-                ip=node["NodeManagerAddress"],
-                cpus=float(resources.get("CPU", 0.0)),
-                gpus=float(resources.get("GPU", 0.0)),
-            )
+    return [
+        NodeResources(
+            node_id=node["NodeID"],
+            ip=node["NodeManagerAddress"],
+            cpus=float(node.get("Resources", {}).get("CPU", 0.0)),
+            gpus=float(node.get("Resources", {}).get("GPU", 0.0)),
         )
-    return nodes
+        for node in ray.nodes()
+        if node.get("Alive", False)
+    ]
 
 
 def _describe_request(process_on_nodes: Sequence[int], bundle: dict[str, float]) -> str:

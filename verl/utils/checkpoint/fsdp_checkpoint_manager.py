@@ -224,13 +224,10 @@ class FSDPCheckpointManager:
         files); a LoRA run's adapter config in `path` itself, so that a merged export there loads as a plain model."""
         hf_dir = os.path.join(path, HF_SUBDIR)
         os.makedirs(hf_dir, exist_ok=True)
-        self.model.config.save_pretrained(hf_dir)
         generation_config = getattr(self.model, "generation_config", None)
-        if generation_config is not None:
-            generation_config.save_pretrained(hf_dir)
-        for processing_class in (self.tokenizer, self.processor):
-            if processing_class is not None:
-                processing_class.save_pretrained(hf_dir)
+        for part in (self.model.config, generation_config, self.tokenizer, self.processor):
+            if part is not None:
+                part.save_pretrained(hf_dir)
         if self.adapter_only:
             from verl.models.lora import save_adapter_config
 
@@ -246,9 +243,8 @@ class FSDPCheckpointManager:
                 "FSDPCheckpointManager.save, e.g. .../global_step_N/actor."
             )
         saved_keys = set(dcp.FileSystemReader(path).read_metadata().state_dict_metadata)
-        has_optimizer = any(key.startswith("optimizer.") for key in saved_keys)
         load_optimizer = self.optimizer is not None and not model_only
-        if load_optimizer and not has_optimizer:
+        if load_optimizer and not any(key.startswith("optimizer.") for key in saved_keys):
             raise ValueError(
                 f"Checkpoint {path!r} has no optimizer state (it was saved with save_model_only); load it with "
                 "model_only=True to take only the weights."
@@ -257,13 +253,11 @@ class FSDPCheckpointManager:
 
         saved_adapter_only = read_adapter_config(path) is not None
         if saved_adapter_only != self.adapter_only:
+            saved = "LoRA adapters only" if saved_adapter_only else "a full model (no LoRA adapters)"
+            trains = "LoRA adapters" if self.adapter_only else "all weights"
             raise ValueError(
-                f"Checkpoint {path!r} holds "
-                + ("LoRA adapters only" if saved_adapter_only else "a full model (no LoRA adapters)")
-                + ", but this run "
-                + ("trains LoRA adapters" if self.adapter_only else "trains all weights")
-                + ": set worker.actor.model.lora as the checkpoint's run did, or start from a fresh "
-                "trainer.save_checkpoint_path."
+                f"Checkpoint {path!r} holds {saved}, but this run trains {trains}: set worker.actor.model.lora as the "
+                "checkpoint's run did, or start from a fresh trainer.save_checkpoint_path."
             )
         state = self._live_state(with_optimizer=load_optimizer)
         rng_key = _rng_key(_rank())
@@ -285,9 +279,6 @@ class FSDPCheckpointManager:
             set_model_state_dict(self.model, state["model"], options=options)
         if model_only:
             return {}
-        return self._restore_trainer_state(state, rng_key, path)
-
-    def _restore_trainer_state(self, state: dict[str, Any], rng_key: str, path: str) -> dict[str, Any]:
         trainer_state = state[_TRAINER_KEY].value if _TRAINER_KEY in state else {}
         scheduler_state = trainer_state.get("lr_scheduler")
         if self.lr_scheduler is not None and scheduler_state is not None:

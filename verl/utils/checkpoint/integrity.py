@@ -11,6 +11,8 @@ import json
 import os
 import zlib
 
+from verl.utils.files import atomic_write
+
 
 INTEGRITY_FILE = "integrity.json"
 CHECKSUM_MAX_BYTES = 64 * 2**20
@@ -38,7 +40,7 @@ def _crc32(path: str) -> int:
 
 
 def write_record(step_path: str, under: str = "") -> None:
-    """Record every file of the finished step `step_path` (written through a temporary name, flushed to disk). With
+    """Record every file of the finished step `step_path` (written with `atomic_write`, flushed to disk). With
     `under` (e.g. "actor/huggingface", where model_merger exports by default), only the files below it are recorded
     anew and the rest of the existing record is kept (nothing is written for a step without one)."""
     prefix = under.rstrip("/") + os.sep if under else ""
@@ -54,12 +56,9 @@ def write_record(step_path: str, under: str = "") -> None:
         path = os.path.join(step_path, relative)
         size = os.path.getsize(path)
         files[relative] = {"size": size, **({"crc32": _crc32(path)} if size <= CHECKSUM_MAX_BYTES else {})}
-    tmp = os.path.join(step_path, f".{INTEGRITY_FILE}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"version": 1, "files": files}, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(step_path, INTEGRITY_FILE))
+    atomic_write(
+        os.path.join(step_path, INTEGRITY_FILE), lambda f: json.dump({"version": 1, "files": files}, f, indent=1)
+    )
 
 
 def damage(step_path: str, under: str = "") -> str | None:

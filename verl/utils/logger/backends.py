@@ -16,8 +16,9 @@ from urllib.parse import urlparse
 
 logger = logging.getLogger(__name__)
 
-# (prompt, response, ground truth, score) of one validation sample
 Generation = tuple[str, str, str, float]
+GENERATION_FIELDS = ("prompt", "response", "ground_truth", "score")
+"""The names of a validation sample's fields (a `Generation`), in order."""
 
 
 class Backend:
@@ -97,7 +98,6 @@ class FileBackend(Backend):
 
     def __init__(self, log_dir: str, config: dict[str, Any]) -> None:
         os.makedirs(log_dir, exist_ok=True)
-        self.log_dir = log_dir
         with open(os.path.join(log_dir, "experiment_config.json"), "w", encoding="utf-8") as f:
             json.dump(config, f, indent=2, default=str)
         self.metrics_path = os.path.join(log_dir, "experiment_log.jsonl")
@@ -112,15 +112,8 @@ class FileBackend(Backend):
         if not os.path.exists(self.generations_path):  # said when written: a run without validation writes none
             logger.info("file logger: validation samples in %s", self.generations_path)
         with open(self.generations_path, "a", encoding="utf-8") as f:
-            for prompt, response, ground_truth, score in samples:
-                row = {
-                    "step": step,
-                    "prompt": prompt,
-                    "response": response,
-                    "ground_truth": ground_truth,
-                    "score": score,
-                }
-                f.write(json.dumps(row) + "\n")
+            for sample in samples:
+                f.write(json.dumps({"step": step, **dict(zip(GENERATION_FIELDS, sample))}) + "\n")
 
 
 class TensorBoardBackend(Backend):
@@ -146,6 +139,10 @@ class TensorBoardBackend(Backend):
         self.writer.close()
 
 
+_WANDB_URL = "https://api.wandb.ai"
+_SWANLAB_URL = "https://api.swanlab.cn"
+
+
 def wandb_mode() -> str:
     """WANDB_MODE if set; else online when wandb has credentials (WANDB_API_KEY, or `wandb login`'s netrc entry for
     the API host), offline otherwise."""
@@ -153,7 +150,7 @@ def wandb_mode() -> str:
         return os.environ["WANDB_MODE"]
     if os.environ.get("WANDB_API_KEY"):
         return "online"
-    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    host = urlparse(os.environ.get("WANDB_BASE_URL", _WANDB_URL)).hostname
     try:
         return "online" if netrc.netrc().authenticators(host) else "offline"
     except (OSError, netrc.NetrcParseError):
@@ -205,19 +202,13 @@ def check_logger_services(loggers: list[str]) -> None:
     reached is switched to offline (WANDB_MODE / SWANLAB_MODE) with a warning, instead of failing minutes later. A mode
     the user set to online explicitly is an error naming the variable."""
     services = [
-        ("wandb", "WANDB_MODE", wandb_mode, ("online",), os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai"),
-        (
-            "swanlab",
-            "SWANLAB_MODE",
-            swanlab_mode,
-            ("cloud", "online"),
-            os.environ.get("SWANLAB_API_HOST") or "https://api.swanlab.cn",
-        ),
+        ("wandb", "WANDB_MODE", wandb_mode, ("online",), "WANDB_BASE_URL", _WANDB_URL),
+        ("swanlab", "SWANLAB_MODE", swanlab_mode, ("cloud", "online"), "SWANLAB_API_HOST", _SWANLAB_URL),
     ]
-    for name, variable, mode_of, online_modes, url in services:
+    for name, variable, mode_of, online_modes, url_variable, default_url in services:
         if name not in loggers or mode_of() not in online_modes:
             continue
-        problem = unreachable(url)
+        problem = unreachable(os.environ.get(url_variable) or default_url)
         if problem is None:
             continue
         if os.environ.get(variable):
@@ -261,7 +252,7 @@ class WandbBackend(Backend):
 
     def log_generations(self, samples: list[Generation], step: int) -> None:
         self.rows.extend([step, *sample] for sample in samples)
-        table = self.wandb.Table(columns=["step", "prompt", "response", "ground_truth", "score"], data=self.rows)
+        table = self.wandb.Table(columns=["step", *GENERATION_FIELDS], data=self.rows)
         self.run.log({"val/generations": table}, step=step)
 
     def finish(self) -> None:
@@ -308,7 +299,7 @@ class MlflowBackend(Backend):
         self.mlflow.log_metrics({k.replace("@", "_at_"): v for k, v in _sorted_scalars(metrics).items()}, step=step)
 
     def log_generations(self, samples: list[Generation], step: int) -> None:
-        rows = [{"prompt": p, "response": r, "ground_truth": g, "score": s} for p, r, g, s in samples]
+        rows = [dict(zip(GENERATION_FIELDS, sample)) for sample in samples]
         self.mlflow.log_text(json.dumps(rows, indent=2), f"generations/step_{step}.json")
 
     def finish(self) -> None:
