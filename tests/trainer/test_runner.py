@@ -4,6 +4,8 @@
 
 import logging
 import os
+import subprocess
+import sys
 import time
 
 import psutil
@@ -35,6 +37,27 @@ def test_the_runner_gives_every_worker_the_setup_hook_and_environment(monkeypatc
     assert load_class(runtime_env["worker_process_setup_hook"]) is worker_setup.setup_worker_process
     assert runtime_env["env_vars"]["VLLM_LOGGING_LEVEL"] == "WARN"  # vLLM's INFO config dump stays out
     assert runtime_env["env_vars"]["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"
+
+
+def test_a_worker_shows_this_projects_info_lines_and_no_one_elses():
+    # A Ray worker starts with no logging configured: before the setup hook configured the `verl` loggers, their INFO
+    # lines (the LoRA adapters' size, the CPU engine's dtype, a saved checkpoint) never reached the console.
+    program = (
+        "import logging\n"
+        "from verl.utils.worker_setup import setup_worker_process\n"
+        "setup_worker_process()\n"
+        "logging.getLogger('verl.models.fsdp').info('LoRA rank %d: adapters train.', 8)\n"
+        "logging.getLogger('verl.models.fsdp').debug('a debug line')\n"
+        "logging.getLogger('transformers.modeling_utils').info('a library info line')\n"
+        "logging.getLogger('transformers.modeling_utils').warning('a library warning')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, cwd=REPO, check=True
+    )
+    assert "INFO verl.models.fsdp: LoRA rank 8: adapters train." in result.stderr
+    assert result.stderr.count("adapters train") == 1
+    assert "a debug line" not in result.stderr and "a library info line" not in result.stderr
+    assert "a library warning" in result.stderr  # Python's own fallback for the other loggers, as before
 
 
 def test_the_checkpoint_plan_names_the_directory_what_and_when():

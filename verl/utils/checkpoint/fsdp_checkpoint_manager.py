@@ -202,7 +202,7 @@ class FSDPCheckpointManager:
             os.rename(staging, path)
             shutil.rmtree(old, ignore_errors=True)
         _barrier()
-        logger.info("Saved checkpoint to %s.", path)
+        logger.debug("Saved checkpoint to %s.", path)  # the driver logs the step's save once
 
     def _live_state(self, with_optimizer: bool) -> dict[str, Any]:
         """The model's (with_optimizer: and the optimizer's) state dicts, which DCP writes from or loads into."""
