@@ -49,31 +49,25 @@ class CheckpointTracker:
         path = os.path.join(save_root, TRACKER_FILE)
         if not os.path.isfile(path):
             return None
-        with open(path, encoding="utf-8") as f:
-            try:
+        try:
+            with open(path, encoding="utf-8") as f:
                 data = json.load(f)
-            except json.JSONDecodeError as err:
-                raise ValueError(
-                    f"Checkpoint tracker '{path}' is corrupt ({err}); delete it or set "
-                    "trainer.load_checkpoint_path to a global_step_N directory."
-                ) from None
-        if not isinstance(data, dict):
+            problem = None if isinstance(data, dict) else f"a JSON {type(data).__name__}, not an object"
+        except json.JSONDecodeError as err:
+            problem = str(err)
+        if problem is not None:
             raise ValueError(
-                f"Checkpoint tracker '{path}' is corrupt (a JSON {type(data).__name__}, not an object); delete it or "
-                "set trainer.load_checkpoint_path to a global_step_N directory."
+                f"Checkpoint tracker '{path}' is corrupt ({problem}); delete it or set "
+                "trainer.load_checkpoint_path to a global_step_N directory."
             )
         unknown = sorted(set(data) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ValueError(cls._foreign_message(path, unknown))
-        return cls(**data)
-
-    @staticmethod
-    def _foreign_message(path: str, unknown: list[str]) -> str:
+        if not unknown:
+            return cls(**data)
         if set(unknown) <= EASYR1_TRACKER_KEYS:
             writer = f"was written by EasyR1 (its keys {unknown} are not this trainer's)"
         else:
             writer = f"has keys {unknown} that this trainer never writes, so another tool wrote it"
-        return (
+        raise ValueError(
             f"Checkpoint tracker '{path}' {writer}. The checkpoints beside it are in that tool's format, which this "
             "trainer cannot resume from; set trainer.save_checkpoint_path to a new directory so that they are not "
             "written over (export their weights with that tool's own model merger)."
@@ -120,11 +114,8 @@ def find_last_checkpoint(save_root: str) -> str | None:
             return None
         names = ", ".join(f"global_step_{step}" for step in steps)
         model_only = all(os.path.isdir(os.path.join(step_dir(save_root, step), "actor")) for step in steps)
-        reason = (
-            f"hold {MODEL_ONLY}"
-            if model_only
-            else "lack an actor directory or trainer_state.json (interrupted saves?)"
-        )
+        interrupted = "lack an actor directory or trainer_state.json (interrupted saves?)"
+        reason = f"hold {MODEL_ONLY}" if model_only else interrupted
         raise RuntimeError(
             f"Cannot resume from '{save_root}': {names} {reason}. Start a new run in another "
             "trainer.save_checkpoint_path, or set trainer.find_last_checkpoint=false to start over here (the step "
@@ -153,8 +144,7 @@ def find_last_checkpoint(save_root: str) -> str | None:
 
 def _intact_steps(save_root: str, complete: list[int]) -> list[int]:
     """`complete` up to its newest step matching its integrity record; damaged steps are warned about, left on disk."""
-    for position in range(len(complete) - 1, -1, -1):
-        step = complete[position]
+    for position, step in reversed(list(enumerate(complete))):
         problem = damage(step_dir(save_root, step))
         if problem is None:
             return complete[: position + 1]
@@ -203,11 +193,8 @@ def resume_path(load_checkpoint_path: str | None, find_last: bool, save_root: st
             "or point trainer.load_checkpoint_path at an earlier global_step_N."
         )
     if not is_complete(load_checkpoint_path):
-        problem = (
-            f"it holds {MODEL_ONLY}"
-            if os.path.isdir(os.path.join(load_checkpoint_path, "actor"))
-            else "it lacks an actor directory (an interrupted save?)"
-        )
+        has_actor = os.path.isdir(os.path.join(load_checkpoint_path, "actor"))
+        problem = f"it holds {MODEL_ONLY}" if has_actor else "it lacks an actor directory (an interrupted save?)"
         raise RuntimeError(
             f"Cannot resume from trainer.load_checkpoint_path={load_checkpoint_path!r}: {problem}"
             f"{_from_weights(load_checkpoint_path)}."
@@ -291,11 +278,10 @@ def save_step(
     save_limit: int = -1,
     more_to_come: bool = False,
 ) -> CheckpointTracker:
-    """Save `step` as global_step_N, the one way both trainers save: `write(path)` writes its files, then their
-    integrity record (what resuming checks them against), then the tracker names it the latest, last, so a crash
-    mid-save never names a partial step. A storage failure (disk full, unwritable) removes the partial files and
-    raises CheckpointSaveError, the previous checkpoint intact and latest. Then checkpoints past `save_limit` go, and
-    with `more_to_come` a warning says when the disk has no room for another. Returns the tracker naming the step."""
+    """Save `step` as global_step_N (RL and SFT): `write(path)` writes its files, then their integrity record, then
+    the tracker names it the latest. A storage failure (disk full, unwritable) removes the partial files and raises
+    CheckpointSaveError, the previous checkpoint intact and latest. Then checkpoints past `save_limit` go, and with
+    `more_to_come` a warning says when the disk has no room for another. Returns the tracker naming the step."""
     path = step_dir(save_root, step)
     if os.path.isdir(path) and step != tracker.last_global_step:
         shutil.rmtree(path)  # left by an interrupted save or a run resumed from an earlier step: not a mix
@@ -347,14 +333,6 @@ def discard_failed_save(save_root: str, step: int, tracker: CheckpointTracker) -
     save the workers replace atomically)."""
     if step != tracker.last_global_step:
         shutil.rmtree(step_dir(save_root, step), ignore_errors=True)
-
-
-def free_bytes(path: str) -> int:
-    """Free space on the disk that holds `path` (or its nearest existing parent, for a folder not made yet)."""
-    path = os.path.abspath(path)
-    while not os.path.exists(path):
-        path = os.path.dirname(path)
-    return shutil.disk_usage(path).free
 
 
 def directory_bytes(path: str) -> int:
@@ -417,7 +395,10 @@ def warn_if_no_room(save_root: str, size: int | None, what: str = "One checkpoin
 def space_warning(save_root: str, size: int, what: str) -> str | None:
     """A warning when the disk of `save_root` has less than `size` bytes free: `what` (the next checkpoint, said as
     the caller knows its size) would not fit."""
-    free = free_bytes(save_root)
+    existing = os.path.abspath(save_root)
+    while not os.path.exists(existing):  # a folder not made yet: the disk of its nearest existing parent
+        existing = os.path.dirname(existing)
+    free = shutil.disk_usage(existing).free
     if free >= size:
         return None
     return (

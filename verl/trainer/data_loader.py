@@ -25,11 +25,9 @@ warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=
 
 
 def init_loader_worker(worker_id: int) -> None:
-    """In each loader worker: one torch thread; Ctrl-C is the driver's to handle, and SIGTERM ends the worker.
-    A forked worker cannot use the driver's OpenMP pool (its first parallel op would hang in libgomp); the thread
-    count is set through torch's own implementation since a vLLM engine in the process no-ops
-    `torch.set_num_threads`. Forked workers would also inherit the driver's preemption handlers: SIGTERM is reset so
-    torch can end a stuck worker, and SIGINT and SIGHUP ignored so they cannot break the driver's checkpoint-and-stop."""
+    """In each loader worker: one torch thread, and the driver's signal handlers undone (`reset_child_signals`).
+    A forked worker cannot use the driver's OpenMP pool (its first parallel op would hang in libgomp); torch's own
+    setter is called since a vLLM engine in the process no-ops `torch.set_num_threads`."""
     torch._C.set_num_threads(1)
     reset_child_signals()
 
@@ -82,7 +80,6 @@ def create_dataloader(
     config: DataConfig,
     tokenizer: Any,
     processor: Any,
-    model_config: Any = None,
     limit_images: int = 0,
     tools: list[dict[str, Any]] | None = None,
 ) -> tuple[StatefulDataLoader, StatefulDataLoader | None]:
@@ -94,9 +91,7 @@ def create_dataloader(
 
     def build_dataset(source: str) -> RLHFDataset:
         options = {name: getattr(config, name) for name in _DATASET_OPTIONS}
-        return RLHFDataset(
-            source, tokenizer, processor, model_config=model_config, limit_images=limit_images, tools=tools, **options
-        )
+        return RLHFDataset(source, tokenizer, processor, limit_images=limit_images, tools=tools, **options)
 
     train_dataset = build_dataset(config.train_files)
     batch_size = config.mini_rollout_batch_size or config.rollout_batch_size

@@ -8,6 +8,7 @@ The rollout pool's engines generate without pause. A step sends them the last up
 complete groups as colocated mode does; the engines go on while the trainer trains. Checkpoints keep the in-flight
 prompts and each engine's admission count (its requests' seeds follow it)."""
 
+import functools
 import json
 import os
 from typing import Any
@@ -58,8 +59,7 @@ class DisaggregatedRayPPOTrainer(AsyncRayPPOTrainer):
         received_metrics = received.get()
         self.engine_version = version
         if metrics is not None:
-            append_metrics(metrics, sent_metrics)
-            append_metrics(metrics, received_metrics)
+            append_metrics(metrics, [sent_metrics, *received_metrics])
 
     def _take_round(self, version: int, round_index: int, metrics: dict[str, list[float]]) -> DataProto:
         self.sync_engines(version, metrics)  # once a step: `version` is the trained policy's
@@ -69,10 +69,7 @@ class DisaggregatedRayPPOTrainer(AsyncRayPPOTrainer):
             raise RuntimeError(f"{len(prompts)} admitted prompts do not split over the {engines} rollout engines.")
         request = self._async_request(version, round_index, engines)
         self.rollout_wg.admit(prompts, request)
-
-        def poll() -> list[dict[str, Any]]:
-            return self.rollout_wg.poll(request, _POLL_WAIT_S)
-
+        poll = functools.partial(self.rollout_wg.poll, request, _POLL_WAIT_S)
         return self._taken(self._collect_polls(poll, metrics))
 
     def _write_checkpoint(self, path: str) -> None:

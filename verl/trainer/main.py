@@ -68,12 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         run(config)
-    except SetupError as err:
+    except (SetupError, CheckpointSaveError) as err:  # CheckpointSaveError: disk full or unwritable
         print(f"Error: {err}", file=sys.stderr)
-        return 2
-    except CheckpointSaveError as err:  # disk full or unwritable: the previous checkpoint is intact and latest
-        print(f"Error: {err}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(err, SetupError) else 1
     # the user's code, settings or data failed, or a worker (or a reward or judge actor) died
     except (*user_code, WorkerDiedError, RayActorError) as err:
         print(f"Error: {user_error_message(err)}", file=sys.stderr)

@@ -36,11 +36,7 @@ def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
     values = values.float()
     if values.numel() == 0:
         return {}
-    return {
-        f"{prefix}/mean": values.mean().item(),
-        f"{prefix}/max": values.max().item(),
-        f"{prefix}/min": values.min().item(),
-    }
+    return {f"{prefix}/{name}": getattr(values, name)().item() for name in ("mean", "max", "min")}
 
 
 def compute_data_metrics(batch: DataProto, use_critic: bool) -> dict[str, float]:
@@ -55,10 +51,10 @@ def compute_data_metrics(batch: DataProto, use_critic: bool) -> dict[str, float]
     metrics.update(_stats("critic/score", batch.batch["token_level_scores"].sum(-1)))
     metrics.update(_stats("critic/rewards", batch.batch["token_level_rewards"].sum(-1)))
     metrics.update(_stats("critic/advantages", torch.masked_select(batch.batch["advantages"], response_mask)))
-    metrics.update(_stats("critic/returns", torch.masked_select(batch.batch["returns"], response_mask)))
+    returns = torch.masked_select(batch.batch["returns"], response_mask)
+    metrics.update(_stats("critic/returns", returns))
     if use_critic:
         values = torch.masked_select(batch.batch["values"], response_mask)
-        returns = torch.masked_select(batch.batch["returns"], response_mask)
         metrics.update(_stats("critic/values", values))
         variance = torch.var(returns - values)
         metrics["critic/vf_explained_var"] = (1.0 - variance / (torch.var(returns) + 1e-5)).item()

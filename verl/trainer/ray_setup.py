@@ -97,10 +97,9 @@ def start_ray(device: str, cpu_slots: int, stop_grace_s: float, profile: bool = 
 
 def _start_local_ray(device: str, cpu_slots: int, runtime_env: dict, profile: bool, stop_grace_s: float) -> None:
     num_cpus = (os.cpu_count() or 1) if device == "cuda" else max(os.cpu_count() or 1, cpu_slots)
-    # No dashboard, so Ray's per-task event records (which grow the GCS for days, docs/reliability.md) are off unless
-    # a timeline is asked for, and no idle prestarted worker (every actor needs its own process); Ray's processes
-    # outlive a lost control store long enough for the step and the save (`watch_control_store`); unless the user set
-    # the variables.
+    # Unless the user set them: no per-task event records without a timeline (no dashboard reads them; they grow the
+    # GCS for days, docs/reliability.md), no idle prestarted worker (every actor needs its own process), and Ray's
+    # processes outlive a lost control store long enough for the step and the save (`watch_control_store`).
     events = {TASK_EVENTS_ENV: str(TASK_EVENTS_INTERVAL_MS), PROFILING_ENV: "1"} if profile else {TASK_EVENTS_ENV: "0"}
     lost_gcs = {GCS_LOSS_ENV: str(int(stop_grace_s) + RAY_GCS_LOSS_S)}
     for name, value in {**events, PRESTART_ENV: "0", **lost_gcs}.items():
@@ -127,11 +126,9 @@ def _start_local_ray(device: str, cpu_slots: int, runtime_env: dict, profile: bo
 @contextmanager
 def own_process_group() -> Iterator[None]:
     """The processes started in the block (Ray's daemons, and through them its workers) get a process group of their
-    own: a signal to the driver's whole group (`timeout`, `kill -- -PGID`, a launcher script's) reaches the driver
-    alone, which finishes its step and saves before it stops them; before, Ray's daemons and workers died at once and
-    the driver hung. Where the driver leads its group (started straight from an interactive shell) it cannot leave
-    the group and come back, so nothing changes: Ctrl-C and a closed terminal are handled anyway (Ray's daemons block
-    SIGINT and start with SIGHUP ignored)."""
+    own: a signal to the driver's whole group (`timeout`, `kill -- -PGID`) reaches the driver alone, which finishes
+    its step and saves before it stops them (else Ray died at once and the driver hung). A driver that leads its group
+    (started from an interactive shell) cannot leave it and come back: Ray's daemons block SIGINT and ignore SIGHUP."""
     group = os.getpgrp()
     if group == os.getpid():
         yield

@@ -111,11 +111,6 @@ def reward_parts(reward: Any) -> dict[str, str]:
     return {part: names[part] + text for part, text in parts.items() if text}
 
 
-def reward_sources(reward: Any) -> str:
-    """What scores a run, for messages."""
-    return " + ".join(reward_parts(reward).values()) or "no reward source"
-
-
 class OnlineFilteringError(RuntimeError):
     """Online filtering could not fill a step within trainer.max_try_make_batch rounds, or filters on a score the
     reward does not return."""
@@ -133,7 +128,6 @@ class RayPPOTrainer:
         actor_rollout_ref_wg: Any,
         critic_wg: Any | None,
         reward_fn: Any | None,
-        val_reward_fn: Any | None,
         tracker: Any,
         reward_model_wg: Any | None = None,
         judge: Any | None = None,
@@ -147,8 +141,6 @@ class RayPPOTrainer:
         self.rollout_wg = actor_rollout_ref_wg
         """The group whose engines generate: the actor's (sync, colocated) or the rollout pool's (disaggregated)."""
         self.critic_wg = critic_wg
-        if val_reward_fn is not None and val_reward_fn is not reward_fn:
-            raise ValueError("One reward runner scores training and validation; pass the same one (or None).")
         self.reward_fn = reward_fn
         self.scorer = BatchScorer(config.worker.reward, tokenizer, reward_fn, reward_model_wg, judge, self._get_reward)
         self.tracker = tracker
@@ -170,17 +162,15 @@ class RayPPOTrainer:
         elif self.correction.mode != "none":  # the correction compares recomputed and engine log-probs
             self.needs_old_log_probs = True
         self.kl_ctrl = core_algos.get_kl_controller(algo.kl_type, algo.kl_coef, algo.kl_target, algo.kl_horizon)
-        self.entropy_ctrl = (
-            EntropyController(
+        self.entropy_ctrl = None
+        if algo.entropy_control:
+            self.entropy_ctrl = EntropyController(
                 actor.entropy_coeff,
                 algo.target_entropy,
                 algo.entropy_coeff_delta,
                 algo.entropy_coeff_min,
                 algo.entropy_coeff_max,
             )
-            if algo.entropy_control
-            else None
-        )
         self.global_step = 0
         self.ckpt_tracker = CheckpointTracker()
         self.total_steps = count_training_steps(config, len(train_dataloader))
@@ -201,10 +191,8 @@ class RayPPOTrainer:
 
     def _rollout_request(self, **fields: Any) -> RolloutRequest:
         """This step's engine request: its data.response_length_schedule stage (if any) and `fields`."""
-        data = self.config.data
-        length = None
-        if data.response_length_schedule:
-            length = response_length_at(data.response_length_schedule, self.global_step, 0)
+        schedule = self.config.data.response_length_schedule
+        length = response_length_at(schedule, self.global_step, 0) if schedule else None
         return RolloutRequest(response_length=length, **fields)
 
     def _generate(self, prompts: DataProto, metrics: dict[str, list[float]]) -> DataProto:
@@ -311,10 +299,7 @@ class RayPPOTrainer:
             index=batch.non_tensor_batch["uid"],
             **{key: getattr(algo, key) for key in core_algos.ESTIMATOR_OPTIONS},  # gamma, lam, ... by name
         )
-        if "values" in batch.batch.keys():
-            kwargs["values"] = batch.batch["values"]
-        if "reward_baselines" in batch.batch.keys():
-            kwargs["reward_baselines"] = batch.batch["reward_baselines"]
+        kwargs.update({key: batch.batch[key] for key in ("values", "reward_baselines") if key in batch.batch.keys()})
         advantages, returns = core_algos.compute_advantage_return(algo.adv_estimator, **kwargs)
         batch.batch["advantages"], batch.batch["returns"] = advantages, returns
 
@@ -358,7 +343,7 @@ class RayPPOTrainer:
                     self.global_step,
                     len(totals),
                     float(totals[0]),
-                    reward_sources(self.config.worker.reward),
+                    " + ".join(reward_parts(self.config.worker.reward).values()) or "no reward source",
                     self.flat_reward_steps,
                 )
 
@@ -393,10 +378,9 @@ class RayPPOTrainer:
                 scores, reward_metrics = self.scorer.collect(batch, pending)
                 append_metrics(metrics, pending.rm_metrics or {})  # reward_model/truncated_ratio, score_mean
                 batch.batch["token_level_scores"] = scores
-                append_metrics(metrics, applicable_values({f"reward/{k}": v for k, v in reward_metrics.items()}))
-                batch.non_tensor_batch.update(
-                    {f"reward/{k}": np.array(v, dtype=object) for k, v in reward_metrics.items()}
-                )
+                columns = {f"reward/{key}": values for key, values in reward_metrics.items()}
+                append_metrics(metrics, applicable_values(columns))
+                batch.non_tensor_batch.update({key: np.array(values, dtype=object) for key, values in columns.items()})
                 self._check_reward_spread(scores)
             if self.kl_in_reward:
                 rewards, kl_metrics = core_algos.apply_kl_penalty(
@@ -498,18 +482,15 @@ class RayPPOTrainer:
             append_metrics(metrics, applicable_values({f"val/{k}_reward": v for k, v in reward_metrics.items()}))
             lengths = batch.batch["response_mask"].sum(-1).float()
             append_metrics(metrics, {"val_response_length/mean": lengths.tolist()})
-            samples.extend(self._decode_samples(batch, batch_scores))
+            prompts, responses = decode_texts(batch, self.tokenizer)
+            truths = [str(t) for t in batch.non_tensor_batch.get("ground_truth", [""] * len(batch))]
+            samples.extend(zip(prompts, responses, truths, batch_scores))
         wg.release_rollout_engine()
         result = reduce_metrics(metrics)
         result["val/reward_score"] = float(np.mean(scores)) if scores else 0.0
         result.update(validation_score_metrics(scores, prompt_ids, sources))
         self._log_generations(samples)
         return result
-
-    def _decode_samples(self, batch: DataProto, scores: list[float]) -> list[tuple[str, str, str, float]]:
-        prompts, responses = decode_texts(batch, self.tokenizer)
-        truths = [str(t) for t in batch.non_tensor_batch.get("ground_truth", [""] * len(batch))]
-        return list(zip(prompts, responses, truths, scores))
 
     def _log_generations(self, samples: list[tuple[str, str, str, float]]) -> None:
         count = self.config.trainer.val_generations_to_log
@@ -587,15 +568,11 @@ class RayPPOTrainer:
         try:  # the step that run-time errors name is this run's, and no longer set once it ends (a sweep runs several)
             with user_functions.training_step(None):
                 return self._fit()
-        finally:
-            self._close_data_iter()
-
-    def _close_data_iter(self) -> None:
-        """End the loader workers now: at interpreter exit torch would report each as killed, with a traceback."""
-        data_iter, self._data_iter = self._data_iter, None
-        shutdown = getattr(data_iter, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
+        finally:  # end the loader workers now: at interpreter exit torch would report each as killed, with a traceback
+            data_iter, self._data_iter = self._data_iter, None
+            shutdown = getattr(data_iter, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
 
     def _fit(self) -> dict[str, float]:
         trainer = self.config.trainer

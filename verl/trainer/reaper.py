@@ -60,11 +60,6 @@ def end_processes(processes: list[psutil.Process], grace: float) -> int:
     return len(processes)
 
 
-def reap(left: dict[int, float], grace: float) -> int:
-    """End every still-running process of `left` (pid -> start time); return how many there were."""
-    return end_processes([process for pid, started in left.items() if (process := _alive(pid, started))], grace)
-
-
 def watch(driver_pid: int, interval: float, grace: float) -> int:
     try:
         driver = psutil.Process(driver_pid)
@@ -75,7 +70,7 @@ def watch(driver_pid: int, interval: float, grace: float) -> int:
     while _alive(driver_pid, driver_started) is not None:
         seen.update(_descendants(driver))
         time.sleep(interval)
-    return reap(seen, grace)
+    return end_processes([process for pid, started in seen.items() if (process := _alive(pid, started))], grace)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -105,16 +105,13 @@ class RunLock:
 
     def _check_holder_without_locks(self, holder: dict[str, Any]) -> None:
         """Without record locks: refuse while the recorded holder may still be running."""
-        pid, host = holder.get("pid"), holder.get("host")
-        if not pid:
-            return
-        if host == socket.gethostname():
-            if pid != os.getpid() and psutil.pid_exists(int(pid)):
-                raise self._refuse(holder, "")
-            return
-        raise self._refuse(
-            holder, f" (this file system has no locks: if that run has ended, delete {self.path} and start again)"
-        )
+        pid = holder.get("pid")
+        if pid and holder.get("host") != socket.gethostname():
+            raise self._refuse(
+                holder, f" (this file system has no locks: if that run has ended, delete {self.path} and start again)"
+            )
+        if pid and pid != os.getpid() and psutil.pid_exists(int(pid)):
+            raise self._refuse(holder, "")
 
     def release(self) -> None:
         """Give the lock up (the file stays, recording no holder)."""

@@ -41,6 +41,8 @@ logger = logging.getLogger(__name__)
 
 ENV_CLOSE_TIMEOUT_S = 30.0
 """Longest a run's end waits for workers to close their rollout environments."""
+TRAINERS = {"sync": RayPPOTrainer, "colocated": AsyncRayPPOTrainer, "disaggregated": DisaggregatedRayPPOTrainer}
+"""The trainer of each worker.rollout.mode."""
 
 
 @dataclass
@@ -123,12 +125,11 @@ def create_worker_groups(config: PPOConfig, device: str) -> WorkerGroups:
         group = _new_group(groups, nodes, device, trainer.experiment_name, create_colocated_worker_cls(roles))
         views = group.spawn(roles.keys())
         groups.reward_model = views.get("reward_model", groups.reward_model)
-        if groups.reward_model is not None:  # before the actor, so the engine sizes its cache against what is left
-            groups.reward_model.init_model()
         critic, actor = views.get("critic"), views[actor_role]
-        if critic is not None:  # before the actor, so the vLLM engine sizes its cache against the real free memory
-            critic.init_model()
-        actor.init_model()
+        # the actor last, so its vLLM engine sizes its cache against the memory the others leave free
+        for role in (groups.reward_model, critic, actor):
+            if role is not None:
+                role.init_model()
         groups.actor, groups.critic = actor, critic
         rollout = config.worker.rollout
         if rollout.mode == "disaggregated":  # the engines on a pool of their own
@@ -271,19 +272,13 @@ def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
         try:
             mode = config.worker.rollout.mode
             extra = {"rollout_wg": workers.rollout, "device": device} if mode == "disaggregated" else {}
-            trainer_class = {
-                "sync": RayPPOTrainer,
-                "colocated": AsyncRayPPOTrainer,
-                "disaggregated": DisaggregatedRayPPOTrainer,
-            }[mode]
-            trainer = trainer_class(
+            trainer = TRAINERS[mode](
                 config,
                 tokenizer,
                 train_dataloader,
                 val_dataloader,
                 workers.actor,
                 workers.critic,
-                reward_fn,
                 reward_fn,
                 tracker,
                 reward_model_wg=workers.reward_model,
@@ -303,9 +298,8 @@ def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
 
 
 def _nothing_to_train(config: PPOConfig, resumed: str | None, total_steps: int) -> bool:
-    """True (with a warning) when the checkpoint the run resumes from (`resumed`) is already at its last step:
-    running a finished run's command again, or with a lower trainer.max_steps, used to start Ray and the workers, do
-    nothing and exit 0 without a word. (A validation-only run validates the checkpoint.)"""
+    """True (with a warning) when the checkpoint the run resumes from (`resumed`) is already at its last step, as
+    when a finished run's command runs again (a validation-only run validates the checkpoint)."""
     if config.trainer.val_only or resumed is None or step_of(resumed) < total_steps:
         return False
     logger.warning(

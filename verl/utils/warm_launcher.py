@@ -21,10 +21,7 @@ def _plain(script_and_args: list) -> None:
 def _read_int(connection: socket.socket):
     data = b""
     while len(data) < 4:
-        try:
-            chunk = connection.recv(4 - len(data))
-        except InterruptedError:
-            continue
+        chunk = connection.recv(4 - len(data))  # retried after a signal (PEP 475)
         if not chunk:
             return None
         data += chunk

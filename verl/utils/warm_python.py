@@ -288,8 +288,7 @@ def serve(address: str, script: str, modules: list[str], env_free: list[str] | N
         os.unlink(address)
     listener.bind(address)
     listener.listen(64)
-    sys.stdout.write("ready\n")
-    sys.stdout.flush()
+    print("ready", flush=True)
     listener.settimeout(PARENT_CHECK_S)
     while True:
         try:
