@@ -74,8 +74,6 @@ class FSDPWorker(Worker):
         self.has_critic = role == "critic"
         self.processor: Any = None
 
-    # ------------------------------------------------------------------------------------------------ setup
-
     def _build_trainable(self, section: Any, value_head: bool) -> tuple[torch.nn.Module, Any, Any]:
         """The trained model (actor or critic), its optimizer, lr scheduler and checkpoint manager."""
         mesh = build_device_mesh(dist.get_world_size(), section.fsdp.fsdp_size, self.device_type)
@@ -179,8 +177,6 @@ class FSDPWorker(Worker):
         num_params = sum(param.numel() for param in module.parameters())  # DTensor.numel() is the global size
         return {"num_params": float(num_params), "peak_flops": device_utils.measure_peak_flops()}
 
-    # ------------------------------------------------------------------------------------------------ rollout
-
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def prepare_rollout_engine(self) -> dict[str, float]:
         return self.sharding_manager.prepare()
@@ -193,7 +189,7 @@ class FSDPWorker(Worker):
     def close_rollout_envs(self) -> None:
         """End what the rollout environment's episodes share (`VLLMRollout.close_envs`) at the end of a run, so no
         tool server outlives it."""
-        if self.has_rollout and getattr(self, "rollout", None) is not None:
+        if getattr(self, "rollout", None) is not None:
             self.rollout.close_envs()
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
@@ -245,8 +241,6 @@ class FSDPWorker(Worker):
             "perf/sync_weights_gb": stats["bytes"] / 2**30,
         }
 
-    # ------------------------------------------------------------------------------------------------ experience
-
     def _forward_rows(
         self,
         data: DataProto,
@@ -295,8 +289,6 @@ class FSDPWorker(Worker):
         if reset_optimizer:
             reset_optimizer_state(self.actor_optimizer)
 
-    # ------------------------------------------------------------------------------------------------ updates
-
     def _update(
         self, data: DataProto, update: Callable[[DataProto], dict[str, float]], request: UpdateRequest
     ) -> DataProto:
@@ -327,8 +319,6 @@ class FSDPWorker(Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto, request: UpdateRequest) -> DataProto:
         return self._update(data, self.critic.update_critic, request)
-
-    # ------------------------------------------------------------------------------------------------ checkpoints
 
     def _trained_resident(self) -> contextlib.AbstractContextManager:
         """The trained module and its optimizer on the device for an update, or while a checkpoint is written or

@@ -64,8 +64,6 @@ def token_head(
     return on_device
 
 
-# ---------------------------------------------------------------------------------------------- actor
-
 _POLICY_TOKEN_METRICS = ("pg_clipfrac", "pg_clipfrac_higher", "pg_clipfrac_lower", "ppo_kl")
 """Token-mean metrics of `compute_policy_loss`; docs/metrics.md says what each one means."""
 

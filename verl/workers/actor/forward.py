@@ -34,9 +34,6 @@ PACKING_EXACT_ATTENTION: tuple[str, ...] = ("varlen", "flash_attention_2", "flas
 tokens (sdpa and eager would need a dense block-diagonal mask, slower than padding: they run padded)."""
 
 
-# ---------------------------------------------------------------------------------------------- vision inputs
-
-
 def process_multi_modal_inputs(data: DataProto, processor: Any) -> None:
     """Add the non-tensor column `multi_modal_inputs`: per row, the processor's tensors for its `multi_modal_data`,
     once per prompt (`uid`); a batch that has the column already is left as is (reused by later phases)."""
@@ -90,9 +87,6 @@ def _concat_rows(values: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat(padded, dim=0)
 
 
-# ---------------------------------------------------------------------------------------------- batching
-
-
 def packing_is_exact(module: nn.Module) -> bool:
     """Whether the model runs packed sequences exactly: varlen attention (PACKING_EXACT_ATTENTION) and recurrent
     mixers (Qwen3.5's Gated DeltaNet) that restart at every boundary."""
@@ -123,11 +117,7 @@ def update_micro_batch_size(configured: int | None, samples: int, dynamic: bool,
 
 
 def make_micro_batches(
-    data: DataProto,
-    micro_batch_size: int,
-    dynamic: bool,
-    group: dist.ProcessGroup | None = None,
-    padded: bool = False,
+    data: DataProto, micro_batch_size: int, dynamic: bool, group: dist.ProcessGroup | None = None, padded: bool = False
 ) -> tuple[list[DataProto], torch.Tensor | None]:
     """Split into micro-batches of `micro_batch_size` rows, or dynamically by a budget of micro_batch_size x padded
     length tokens (valid tokens when packed, rows x trimmed width when padded); returns them and, when dynamic, the
@@ -168,9 +158,6 @@ def global_loss_counts(micro_batches: list[DataProto], group: dist.ProcessGroup 
     if dist.is_available() and dist.is_initialized():
         dist.all_reduce(counts, op=dist.ReduceOp.SUM, group=group)
     return float(counts[0]), float(counts[1])
-
-
-# ---------------------------------------------------------------------------------------------- forward
 
 
 Head = Callable[[torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]

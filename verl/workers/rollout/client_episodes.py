@@ -61,9 +61,12 @@ def _reply(text: str, finish_reason: str, model: str, prompt_tokens: int, comple
     )
 
 
-class _Completions:
+class EngineChatClient:
+    """The `client.chat.completions.create(...)` of one episode, answered by the rollout engine."""
+
     def __init__(self, turns: "ClientTurns", conversation: "_Conversation") -> None:
         self._turns, self._conversation = turns, conversation
+        self.chat = types.SimpleNamespace(completions=self)
 
     async def create(
         self,
@@ -92,13 +95,6 @@ class _Completions:
         future = asyncio.get_running_loop().create_future()
         self._turns.post(("request", self._conversation, messages, limit, tools, future))
         return await future
-
-
-class EngineChatClient:
-    """The `client.chat.completions.create(...)` of one episode, answered by the rollout engine."""
-
-    def __init__(self, turns: "ClientTurns", conversation: "_Conversation") -> None:
-        self.chat = types.SimpleNamespace(completions=_Completions(turns, conversation))
 
 
 def check_first_request(
@@ -179,8 +175,6 @@ class ClientTurns(TurnHooks):
         self._lock = threading.Lock()
         self._posted = threading.Event()
 
-    # ------------------------------------------------------------------ the coroutines' thread
-
     def post(self, event: tuple) -> None:
         with self._lock:
             self._inbox.append(event)
@@ -216,8 +210,6 @@ class ClientTurns(TurnHooks):
 
         self.loop.call_soon_threadsafe(settle)
 
-    # ------------------------------------------------------------------ the request loop's hooks
-
     @property
     def pending(self) -> int:
         """Episodes whose coroutines are at work (none of their requests in the engine or ready for it)."""
@@ -241,10 +233,9 @@ class ClientTurns(TurnHooks):
         before = len(episode.ids)
         turn_end = self._end_model_turn(group, sample)
         conversation.turn_end = turn_end or ""
-        text = episode.last_turn
-        conversation.sent = conversation.sent + [{"role": "assistant", "content": text}]
+        conversation.sent = conversation.sent + [{"role": "assistant", "content": episode.last_turn}]
         finish = "stop" if turn_end else "length"
-        reply = _reply(text, finish, self.model, prompt_tokens, len(episode.ids) - before)
+        reply = _reply(episode.last_turn, finish, self.model, prompt_tokens, len(episode.ids) - before)
         conversation.working_since = time.monotonic()
         self._answer(future, reply)
         return False

@@ -71,9 +71,7 @@ class EngineLeader:
     def end(self, result: Any = None, error: BaseException | None = None) -> None:
         """The call is over: the peers repeat the last calls (aborts of the unfinished requests) and return `result`,
         or raise PeerStopped with `error`."""
-        failure = None if error is None else f"{type(error).__name__}: {error}"
-        _broadcast((*self._calls, (_END, result, failure)), self.group, self.src)
-        self._calls = []
+        self.send(_END, result, None if error is None else f"{type(error).__name__}: {error}")
 
 
 def follow(

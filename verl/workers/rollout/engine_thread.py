@@ -63,8 +63,6 @@ class EngineThread:
         self.thread.start()
         return self
 
-    # ------------------------------------------------------------------------------------------------ callers
-
     @property
     def idle(self) -> bool:
         """Waiting for work, none posted (read under `cond`)."""
@@ -115,8 +113,6 @@ class EngineThread:
                 future.set_exception(error)
             self._tasks = []
             self.cond.notify_all()
-
-    # ------------------------------------------------------------------------------------------------ the thread
 
     def _guarded(self) -> None:
         try:

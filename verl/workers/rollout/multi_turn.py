@@ -205,8 +205,7 @@ class TurnRunner:
 
     def turn_limit(self, episode: Episode, requested: int | None = None) -> int:
         room = self.budget - len(episode.ids)
-        limits = [room] + [limit for limit in (self.max_tokens_per_turn, requested) if limit]
-        return min(limits)
+        return min([room] + [limit for limit in (self.max_tokens_per_turn, requested) if limit])
 
     def add_model_tokens(
         self, episode: Episode, new: list[int], logprobs: list[float] | None, limit: int

@@ -143,9 +143,8 @@ class RequestLoop:
         episodes: list[Any] | None = None,
     ) -> Group:
         key = next(self._keys)
-        samples = [Sample(seed=seed, index=j) for j, seed in enumerate(seeds)]
-        for j, sample in enumerate(samples):
-            sample.episode = episodes[j] if episodes is not None else None
+        episodes = episodes if episodes is not None else [None] * len(seeds)
+        samples = [Sample(seed=seed, episode=episodes[j], index=j) for j, seed in enumerate(seeds)]
         self.groups[key] = group = Group(key, prompt, payload, version, samples, budget)
         return group
 

@@ -62,22 +62,17 @@ class RolloutWorker(Worker):
         """A follower: its weight load ("load") or validation call ("generate") and its result, run when the first
         process runs its own."""
 
-    # ------------------------------------------------------------------------------------------------ setup
-
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         from verl.workers.rollout.vllm_rollout import VLLMRollout
 
-        model, template = self.config.actor.model, self.config.override_chat_template
-        tokenizer = get_tokenizer(  # the driver loaded it too, and said what it lacks
-            model.tokenizer_path,
-            trust_remote_code=model.trust_remote_code,
-            override_chat_template=template,
-            warn_no_pad=False,
+        model = self.config.actor.model
+        options = dict(
+            trust_remote_code=model.trust_remote_code, override_chat_template=self.config.override_chat_template
         )
-        processor = get_processor(
-            model.tokenizer_path, trust_remote_code=model.trust_remote_code, override_chat_template=template
-        )
+        # the driver loaded the tokenizer too, and said what it lacks
+        tokenizer = get_tokenizer(model.tokenizer_path, **options, warn_no_pad=False)
+        processor = get_processor(model.tokenizer_path, **options)
         self.rollout = VLLMRollout(model.model_path, self.config.rollout, tokenizer, processor, colocated=False)
         self.n, _, self.make_params, _ = self.rollout.request_sampling(RolloutRequest(), self.rollout.request_loop)
         tp_size = self.config.rollout.tensor_parallel_size or 1
@@ -113,8 +108,6 @@ class RolloutWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def release_rollout_engine(self) -> dict[str, float]:
         return {}
-
-    # ------------------------------------------------------------------------------------------------ weights
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def receive_weights(self, version: int) -> dict[str, float]:
@@ -152,8 +145,6 @@ class RolloutWorker(Worker):
             self.engine.stop()  # a follower's thread ends with its first process's STOP
         if getattr(self, "rollout", None) is not None:
             self.rollout.close_envs()
-
-    # ------------------------------------------------------------------------------------------------ generation
 
     def generate_calls(self) -> int:
         """Admissions so far: the requests' seeds follow this count (saved with the trainer's checkpoints)."""
@@ -258,8 +249,6 @@ class RolloutWorker(Worker):
             return self.rollout.generate_sequences(prompts, request)
 
         return self._on_engine_thread(generate, "generate")
-
-    # ------------------------------------------------------------------------------------------------ engine thread
 
     def _on_engine_thread(self, fn: Callable[[], Any], kind: str) -> Any:
         """Run `fn` on the engine thread between two engine steps; a follower posts it as `kind` (the engine work the

@@ -3,17 +3,22 @@
 """Every place where the rollout relies on vLLM beyond its documented `LLM` API (each docstring names the internal and
 why), so a vLLM upgrade is checked here. Tested with `TESTED_VLLM_VERSIONS`."""
 
+import ast
 import contextlib
+import dataclasses
 import functools
 import gc
 import glob
+import importlib.util
 import logging
 import os
 import re
+import time
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, get_args
 
 import torch
+import torch.distributed as dist
 
 from verl.utils import quiet
 
@@ -123,8 +128,6 @@ def warn_if_untested() -> None:
 
 def engine_accepts(name: str) -> bool:
     """Whether this vLLM's engine takes the argument `name` (e.g. `mm_device_do_normalize`, new in vLLM 0.27)."""
-    import dataclasses
-
     from vllm.engine.arg_utils import EngineArgs
 
     return name in {item.name for item in dataclasses.fields(EngineArgs)}
@@ -135,9 +138,6 @@ def sampling_param_names() -> frozenset[str]:
     """The public fields of vLLM's `SamplingParams`, read from its source file without importing vLLM (which costs
     the trainer's driver ~4 s and ~330 MB when it checks rollout.val_override_config); relies on the class being a
     msgspec Struct declared with annotated fields in vllm/sampling_params.py."""
-    import ast
-    import importlib.util
-
     spec = importlib.util.find_spec("vllm")
     if spec is None or spec.origin is None:
         raise ImportError("vLLM is not installed; install the project's gpu or cpu extra.")
@@ -400,8 +400,6 @@ def dummy_initialized_buffers(llm: Any, model_path: str) -> list[str]:
 
 def checkpoint_tensor_names(model_path: str) -> list[str]:
     """The tensor names of a local model's safetensors files (their headers only); [] for a hub id or other formats."""
-    import glob
-
     from safetensors import safe_open
 
     names: list[str] = []
@@ -459,12 +457,10 @@ _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 def lora_engine_kwargs(rank: int) -> dict[str, Any]:
     """The `vllm.LLM` arguments for LoRA layers holding one adapter of rank `rank`: the smallest allowed
     `max_lora_rank` that holds it (a larger one only pads)."""
-    import typing
-
     try:
         from vllm.config.lora import MaxLoRARanks
 
-        allowed = tuple(sorted(typing.get_args(MaxLoRARanks))) or _LORA_RANKS
+        allowed = tuple(sorted(get_args(MaxLoRARanks))) or _LORA_RANKS
     except ImportError:
         allowed = _LORA_RANKS
     fitting = [value for value in allowed if value >= rank]
@@ -503,9 +499,6 @@ def cpu_shm_names_held() -> Iterator[None]:
     the kernel drops the lock when the process dies); the others wait for it at a barrier. After SHM_NAMES_WAIT_S
     the first rank stops with an error naming the lock, as a run whose engine start hangs would hold it for ever."""
     import fcntl
-    import time
-
-    import torch.distributed as dist
 
     held = dist.get_rank() == 0 and os.path.isdir(SHM_DIR)  # without /dev/shm (macOS) vLLM names no segments there
     folder = os.open(SHM_DIR, os.O_RDONLY) if held else None
@@ -545,8 +538,6 @@ def cpu_tensor_parallel_start(tensor_parallel_size: int) -> Iterator[None]:
     rank's group's segments that a run killed while starting its engine left (vLLM would refuse to create them
     again), then, once the engine is built (every peer has mapped its segment behind vLLM's barrier), remove the name
     of this rank's segment, so nothing is left in /dev/shm however the process ends."""
-    import torch.distributed as dist
-
     rank = dist.get_rank()
     first = rank - rank % tensor_parallel_size
     ranks = "-".join(str(peer) for peer in range(first, first + tensor_parallel_size))

@@ -23,12 +23,7 @@ from verl.envs import load_environment
 from verl.envs.base import env_code_error
 from verl.envs.client_env import ChatClientEnv
 from verl.envs.tools import tool_call_format
-from verl.models.config import (
-    read_model_config,
-    recurrent_layer_types,
-    resolve_config_overrides,
-    text_only_reason,
-)
+from verl.models.config import read_model_config, recurrent_layer_types, resolve_config_overrides, text_only_reason
 from verl.models.rope_index import RopeIndex, load_model_config
 from verl.protocol import DataProto, plain_value, to_object_array
 from verl.utils import device, quiet
@@ -60,11 +55,8 @@ ENGINE_SIZES = (
 POLL_ENGINE_STEPS = 256
 """Most engine steps of one streaming generate_async poll (a count, not a time: tensor-parallel peers step alike)."""
 
-
-# SamplingParams fields a caller may not override per call: the padded shapes depend on them.
 _ENGINE_ONLY_COLUMNS = {"raw_prompt_ids", "multi_modal_data", "multi_modal_inputs"}
 """Non-tensor columns an environment's `reset` does not get (the engine's token ids and media)."""
-
 
 SLEEP_LEVEL = 2
 """vLLM sleep level between rollouts on GPU: 2 frees the weights without a host copy (level 1 would copy them to pinned
@@ -275,14 +267,15 @@ class VLLMRollout:
         engine_kwargs = build_engine_kwargs(model_path, config, self.multimodal, lora_rank)
         if not colocated:
             engine_kwargs.pop("enable_sleep_mode", None)
-        if not on_gpu() and _DTYPES[config.dtype] != engine_kwargs["dtype"]:
-            logger.info(
-                "rollout.dtype=%s: the CPU engine for this model runs in %s (%s).",
-                config.dtype,
-                engine_kwargs["dtype"],
+        engine_dtype = engine_kwargs["dtype"]
+        if not on_gpu() and _DTYPES[config.dtype] != engine_dtype:
+            reason = (
                 "vLLM's CPU Gated DeltaNet kernel needs it"
-                if engine_kwargs["dtype"] == "bfloat16"
-                else "bf16 is much slower here",
+                if engine_dtype == "bfloat16"
+                else "bf16 is much slower here"
+            )
+            logger.info(
+                "rollout.dtype=%s: the CPU engine for this model runs in %s (%s).", config.dtype, engine_dtype, reason
             )
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine must live in this process to share weights
         launcher = {}  # the external launcher reads RANK and LOCAL_RANK from the environment, while it builds
@@ -296,11 +289,9 @@ class VLLMRollout:
         with shm_segments, preserved_rng_state(), device.environment_defaults(launcher):
             self.inference_engine = vllm_compat.start_engine(ENGINE_SIZES, **engine_kwargs)
         vllm_compat.restore_set_num_threads(set_num_threads, num_threads)
-        self.torch_dtype = getattr(torch, engine_kwargs["dtype"])
+        self.torch_dtype = getattr(torch, engine_dtype)
         self.max_model_len = engine_kwargs["max_model_len"]
-        # The dummy loader fills persistent buffers with noise, and only checkpoint tensors are synced later.
-        randomized = vllm_compat.dummy_initialized_buffers(self.inference_engine, model_path)
-        if randomized:
+        if randomized := vllm_compat.dummy_initialized_buffers(self.inference_engine, model_path):
             logger.warning(
                 "The rollout engine's model has persistent buffers %s that start as random values and are not in the "
                 "checkpoint the actor loaded; if they are not constants vLLM recomputes, outputs will be wrong. Turn "
@@ -353,8 +344,6 @@ class VLLMRollout:
         self.request_loop.lora_request = request
         self.call_loop.lora_request = request
 
-    # ------------------------------------------------------------------ setup helpers
-
     def _base_sampling_kwargs(self) -> dict[str, Any]:
         config = self.config
         kwargs: dict[str, Any] = {
@@ -377,8 +366,6 @@ class VLLMRollout:
             kwargs["logit_bias"] = bias or None
         return kwargs
 
-    # ------------------------------------------------------------------ sampling parameters
-
     def sampling_kwargs(self, request: RolloutRequest) -> dict[str, Any]:
         """Config sampling settings, overridden by `rollout.val_override_config` (validation) and `request.sampling`."""
         overrides = dict(self.config.val_override_config) if request.validate else {}
@@ -388,8 +375,6 @@ class VLLMRollout:
         if kwargs.get("top_k") == -1:
             kwargs["top_k"] = 0
         return kwargs
-
-    # ------------------------------------------------------------------ generation
 
     def _engine_inputs(self, prompts: DataProto) -> list[dict[str, Any]]:
         """vLLM token prompts: `raw_prompt_ids` (one placeholder per image) plus images/videos as multimodal data."""
@@ -607,14 +592,13 @@ class VLLMRollout:
             lengths = torch.tensor([len(s.tokens) for s in samples], dtype=torch.long)
             response_mask = valid = response_mask_through_eos(responses, lengths, self.eos_token_ids)
             logprobs, versions = [s.logprobs for s in samples], [s.versions for s in samples]
+            # cut by the length budget: no end-of-sequence token
+            truncated = [not s.tokens or s.tokens[-1] not in self.eos_token_ids for s in samples]
         else:
             responses = pad_rows([e.ids for e in episodes], width, self.pad_token_id, torch.long)
             response_mask = pad_rows([e.loss_mask for e in episodes], width, 0, torch.long)
             valid = pad_rows([[1] * len(e.ids) for e in episodes], width, 0, torch.long)
             logprobs, versions = [e.logprobs for e in episodes], [s.episode_versions for s in samples]
-        if episodes is None:  # cut by the length budget: no end-of-sequence token
-            truncated = [not s.tokens or s.tokens[-1] not in self.eos_token_ids for s in samples]
-        else:
             truncated = [e.truncated for e in episodes]
         rows = torch.arange(len(prompts)).repeat_interleave(n)
         prompt_batch = prompts.batch.to("cpu")
@@ -742,8 +726,7 @@ class VLLMRollout:
     def call_response_length(self, request: RolloutRequest) -> int:
         """Most tokens per response (and padded width) for this call: the request's `response_length` (a stage of
         data.response_length_schedule) or rollout.response_length."""
-        limit = self.config.response_length
-        value = request.response_length
+        limit, value = self.config.response_length, request.response_length
         if value is None:
             return limit
         if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= limit:

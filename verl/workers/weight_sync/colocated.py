@@ -81,10 +81,8 @@ _WARNED: set[tuple[int, int]] = set()
 
 def probe_log_prob_gap(module: nn.Module, rollout: VLLMRollout) -> tuple[float, float]:
     """(mean, max) abs difference between the engine's and the actor's prompt log-probs of the probe tokens; a gap
-    beyond numerics means the engine does not hold the actor's weights. Collective under FSDP: every rank calls it.
-    """
-    mean_gap, max_gap, _ = probe(module, rollout)
-    return mean_gap, max_gap
+    beyond numerics means the engine does not hold the actor's weights. Collective under FSDP: every rank calls it."""
+    return probe(module, rollout)[:2]
 
 
 def probe(module: nn.Module, rollout: VLLMRollout, routing: bool = False) -> tuple[float, float, float | None]:
@@ -95,8 +93,7 @@ def probe(module: nn.Module, rollout: VLLMRollout, routing: bool = False) -> tup
     params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
     device = device_utils.get_local_device()  # not the parameters': FSDP's own CPU offload keeps them on the host
     routers = router_modules(module) if routing else []
-    gaps = []
-    mismatch = None
+    gaps, mismatch = [], None
     was_training = module.training
     module.eval()  # as the old log-probs are computed (no dropout); the next update sets training mode again
     for index, (engine_input, actor_inputs) in enumerate(probe_inputs(rollout)):
@@ -169,7 +166,7 @@ def routing_mismatch(
 
 class FSDPVLLMShardingManager:
     """Brings the actor's weights into the rollout engine before generation and puts the engine away after:
-    `prepare()` / `release()` (each returns metrics) or a context manager. RNG states are saved and restored around
+    `prepare()` / `release()`, each returning metrics. RNG states are saved and restored around
     generation, so it never shifts the trainer's random streams."""
 
     def __init__(
@@ -187,7 +184,6 @@ class FSDPVLLMShardingManager:
         self.device = device if device is not None else device_utils.get_local_device()
         self.verify = rollout.config.verify_weight_sync if verify is None else verify
         self.names = checkpoint_names(module)
-        self.freed_bytes = 0
         self._rng_state: dict[str, Any] | None = None
         model_config = getattr(module, "config", None)
         model_config = model_config.to_dict() if model_config is not None else {}
@@ -297,16 +293,8 @@ class FSDPVLLMShardingManager:
             free_before = torch.cuda.mem_get_info()[0]
             self.rollout.inference_engine.sleep(level=self.rollout.sleep_level)
             device_utils.empty_cache()
-            self.freed_bytes = torch.cuda.mem_get_info()[0] - free_before
-            metrics["perf/vllm_freed_gb"] = self.freed_bytes / 2**30
+            metrics["perf/vllm_freed_gb"] = (torch.cuda.mem_get_info()[0] - free_before) / 2**30
         if self._rng_state is not None:
             device_utils.set_rng_state(self._rng_state)
             self._rng_state = None
         return metrics
-
-    def __enter__(self) -> "FSDPVLLMShardingManager":
-        self.prepare()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.release()

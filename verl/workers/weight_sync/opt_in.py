@@ -185,9 +185,7 @@ def adapter_checkpoint_names(parameter_names: list[str], names: dict[str, str]) 
 
 def engine_adapter_config(peft_config: dict[str, Any]) -> dict[str, Any]:
     """The actor's peft config (vLLM scales the adapter as peft does) marked for inference."""
-    config = dict(peft_config)
-    config["inference_mode"] = True
-    return config
+    return {**peft_config, "inference_mode": True}
 
 
 def write_peft_adapter(directory: str, config: dict[str, Any], tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
