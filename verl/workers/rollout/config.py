@@ -219,8 +219,9 @@ class RolloutConfig:
         if isinstance(temperature, (int, float)) and isinstance(n, int) and temperature == 0 and n > 1:
             where = "val_override_config." if "temperature" in overrides else ""
             raise ConfigError(
-                f"Validation samples greedily ({prefix}{where}temperature=0), and vLLM refuses {prefix}val_override_config.n={n} > 1 "
-                f"then (the responses would all be the same): set {prefix}val_override_config.n=1 or a temperature "
+                f"Validation samples greedily ({prefix}{where}temperature=0), and vLLM refuses "
+                f"{prefix}val_override_config.n={n} > 1 then (the responses would all be the same): set "
+                f"{prefix}val_override_config.n=1 or a temperature "
                 "above 0 for validation."
             )
 
