@@ -180,12 +180,15 @@ def test_conversion_keeps_the_weights_and_marks_the_model_exact(model_root: str)
 
 
 def test_packing_is_exact_needs_the_packed_linear_attention(model_root: str) -> None:
-    from verl.workers.actor.forward import packing_is_exact
+    from verl.workers.actor.forward import packing_is_exact, packing_obstacle
 
     model = _load(get_or_build_tiny_model("qwen3_5", model_root))
     assert not packing_is_exact(model)  # varlen attention alone: the Gated DeltaNet layers would leak
+    assert "token mixers that carry state along the row" in packing_obstacle(model)  # the reason the actor logs
     use_packed_linear_attention(model)
-    assert packing_is_exact(model)
+    assert packing_is_exact(model) and packing_obstacle(model) == ""
+    model.config._attn_implementation = "sdpa"
+    assert packing_obstacle(model).startswith("attention 'sdpa' has no varlen kernel for packed sequences")
 
 
 def test_bad_boundaries_and_sequence_parallelism_are_refused(model_root: str, monkeypatch) -> None:

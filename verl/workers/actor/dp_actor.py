@@ -27,7 +27,7 @@ from verl.protocol import DataProto
 from verl.utils import device as device_utils
 from verl.utils.torch_functional import entropy_from_logits, log_probs_from_logits
 from verl.workers.actor.config import ActorConfig
-from verl.workers.actor.forward import Head, process_multi_modal_inputs, select_model_inputs
+from verl.workers.actor.forward import Head, packing_obstacle, process_multi_modal_inputs, select_model_inputs
 from verl.workers.micro_batch_passes import MicroBatchPasses, SummedMetric
 
 
@@ -98,12 +98,8 @@ class DataParallelPPOActor:
         self.padding_free = self.passes.padding_free
         # unset (a config built without the loader): the policy loss's own aggregation
         self.loss_avg_mode = config.loss_avg_mode or default_loss_avg_mode(config.loss_type)
-        if config.padding_free and not self.padding_free:
-            logger.warning(
-                "actor.padding_free is set but attention %r has no varlen kernel for packed sequences; running "
-                "padded (set model.attn_implementation=auto to pack).",
-                getattr(module.config, "_attn_implementation", None),
-            )
+        if config.padding_free and not self.padding_free and optimizer is not None:  # (the reference's would repeat)
+            logger.warning("actor.padding_free is set but %s; running padded rows.", packing_obstacle(module))
         self._head = token_head(config.use_torch_compile)
         # a mixture-of-experts actor's routers over the update's tokens (moe/* metrics); not the reference's
         self.router_stats = RouterStats(module) if optimizer is not None else None

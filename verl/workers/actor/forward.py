@@ -87,12 +87,24 @@ def _concat_rows(values: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat(padded, dim=0)
 
 
+def packing_obstacle(module: nn.Module) -> str:
+    """Why the model cannot run packed sequences exactly, or "" when it can: that needs varlen attention
+    (PACKING_EXACT_ATTENTION) and recurrent mixers (Qwen3.5's Gated DeltaNet) that restart at every boundary."""
+    attention = getattr(getattr(module, "config", None), "_attn_implementation", None)
+    if attention not in PACKING_EXACT_ATTENTION:
+        return (
+            f"attention {attention!r} has no varlen kernel for packed sequences (model.attn_implementation=auto has)"
+        )
+    if not linear_attention_is_exact(module):
+        return (
+            "the model has token mixers that carry state along the row (Mamba, short convolutions), which packing "
+            "would leak from one sequence into the next"
+        )
+    return ""
+
+
 def packing_is_exact(module: nn.Module) -> bool:
-    """Whether the model runs packed sequences exactly: varlen attention (PACKING_EXACT_ATTENTION) and recurrent
-    mixers (Qwen3.5's Gated DeltaNet) that restart at every boundary."""
-    config = getattr(module, "config", None)
-    exact_attention = getattr(config, "_attn_implementation", None) in PACKING_EXACT_ATTENTION
-    return exact_attention and linear_attention_is_exact(module)
+    return not packing_obstacle(module)
 
 
 UPDATE_MICRO_BATCH_DEFAULTS = {"cpu": 8, "cuda": 4}

@@ -35,8 +35,20 @@ size only in the engine's first forward, so the config refuses it on the CPU (im
 
 
 class EngineSettingError(ValueError):
-    """vLLM refused to build an engine with these settings (its KV cache holds no whole sequence); the message names
-    the settings to change."""
+    """vLLM refused to build an engine with these settings (its KV cache holds no whole sequence, or it cannot run the
+    model's architecture); the message names the settings or the model to change."""
+
+
+UNSUPPORTED_MODEL_SIGNS: tuple[str, ...] = (
+    "are not supported for now",  # an architecture vLLM never had, and transformers has no class for
+    "is not supported anymore",  # one vLLM removed (e.g. BambaForCausalLM, last in vLLM 0.23)
+    "is not supported in-tree anymore",
+    "is not compatible with vLLM",  # its Transformers backend cannot take the transformers class
+    "does not dispatch through the Transformers attention interface",  # layers that are not attention (Mamba, ...)
+    "dispatches attention from more than one module",
+)
+"""Texts of the ValueErrors vLLM raises while it builds an engine for an architecture it cannot run (its registry,
+its Transformers backend): the model itself is the setting to change."""
 
 
 def start_engine(sizes: str = "kv_cache_memory_bytes or max_model_len", **kwargs: Any) -> Any:
@@ -44,7 +56,8 @@ def start_engine(sizes: str = "kv_cache_memory_bytes or max_model_len", **kwargs
     while it builds (1-2 s of a core in a trainer's or a test's process), and its engine core freezes the heap of the
     process it runs in once built: on the CPU, where that is this process, the heap ends frozen either way. A KV cache
     too small for one sequence of max_model_len tokens (a hybrid or sliding-window model, which the config cannot
-    size beforehand) is an EngineSettingError naming `sizes`, the settings that size the cache and the sequences."""
+    size beforehand) is an EngineSettingError naming `sizes`, the settings that size the cache and the sequences; an
+    architecture vLLM cannot run is one naming the model."""
     from vllm import LLM
 
     gc.freeze()
@@ -53,6 +66,14 @@ def start_engine(sizes: str = "kv_cache_memory_bytes or max_model_len", **kwargs
         return LLM(**kwargs)
     except ValueError as error:
         text = str(error)
+        if any(sign in text for sign in UNSUPPORTED_MODEL_SIGNS):
+            import vllm
+
+            reason = text.split(" Supported architectures:")[0]  # (a list of hundreds)
+            raise EngineSettingError(
+                f"vLLM {vllm.__version__} cannot run the model {kwargs.get('model')}: {reason} Train a model family "
+                "vLLM supports (docs/gpu.md, \"Supported models\")."
+            ) from None
         if "KV cache is needed" not in text and "No available memory for the cache blocks" not in text:
             raise
         fits = re.search(r"estimated maximum model length is (\d+)", text)
