@@ -844,8 +844,10 @@ def test_ulysses_sizes_are_checked_against_devices_heads_and_model_kind(files):
         load_config([*base_args(files), "worker.actor.ulysses_size=4"])
     with pytest.raises(ConfigError, match=r"must divide the model's num_attention_heads=6"):
         load_config([*base_args(files), "worker.actor.ulysses_size=4", "trainer.n_gpus_per_node=4"])
-    with pytest.raises(ConfigError, match="padding_free=true"):
+    with pytest.raises(ConfigError, match=r"splits packed rows: set worker.actor.padding_free=true\.$"):
         load_config([*base_args(files), "worker.actor.ulysses_size=2", "worker.actor.padding_free=false"])
+    with pytest.raises(ConfigError, match=r"set worker.actor.model.attn_implementation=auto \(it is 'sdpa'\)\.$"):
+        load_config([*base_args(files), "worker.actor.ulysses_size=2", "worker.actor.model.attn_implementation=sdpa"])
     with pytest.raises(ConfigError, match=r"worker.critic.ulysses_size=4 must divide the 2 devices"):
         load_config([*base_args(files), "worker.critic.ulysses_size=4"])
     vl_config = {"model_type": "qwen2_5_vl", "vision_config": {}, "text_config": {"num_attention_heads": 6}}

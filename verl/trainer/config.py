@@ -793,11 +793,12 @@ def _check_ulysses(config: PPOConfig, role: str, section: Any) -> None:
     world = config.trainer.world_size()
     if size < 1 or world % size != 0:
         raise ConfigError(f"{key}={size} must divide the {world} devices (trainer.nnodes x trainer.n_gpus_per_node).")
-    if not section.padding_free or section.model.attn_implementation not in ("auto", "varlen"):
-        raise ConfigError(
-            f"{key}={size} splits packed rows: set worker.{role}.padding_free=true and "
-            f"worker.{role}.model.attn_implementation=auto (it is {section.model.attn_implementation!r})."
-        )
+    attention = section.model.attn_implementation
+    needed = [] if section.padding_free else [f"worker.{role}.padding_free=true"]
+    if attention not in ("auto", "varlen"):
+        needed.append(f"worker.{role}.model.attn_implementation=auto (it is {attention!r})")
+    if needed:
+        raise ConfigError(f"{key}={size} splits packed rows: set {' and '.join(needed)}.")
     model_config = read_model_config(f"worker.{role}.model.model_path", section.model.model_path)
     if model_config is None:
         return  # a hub id: the worker checks the heads when it loads the config

@@ -280,8 +280,9 @@ class RayPPOTrainer:
 
     def _stop_note(self) -> str:
         last = self.ckpt_tracker.last_global_step
-        latest = f"{step_dir(self.config.trainer.save_checkpoint_path, last)} is" if last else "no checkpoint"
-        return f"The run stops; {latest} the latest to resume from."
+        if not last:
+            return "The run stops; it has saved no checkpoint to resume from."
+        return f"The run stops; {step_dir(self.config.trainer.save_checkpoint_path, last)} is the latest to resume from."
 
     def _balance_batch(self, batch: DataProto, metrics: dict[str, list[float]]) -> None:
         """Reorder samples (in place) so every DP rank gets a similar number of tokens."""
