@@ -282,7 +282,9 @@ class RayPPOTrainer:
         last = self.ckpt_tracker.last_global_step
         if not last:
             return "The run stops; it has saved no checkpoint to resume from."
-        return f"The run stops; {step_dir(self.config.trainer.save_checkpoint_path, last)} is the latest to resume from."
+        return (
+            f"The run stops; {step_dir(self.config.trainer.save_checkpoint_path, last)} is the latest to resume from."
+        )
 
     def _balance_batch(self, batch: DataProto, metrics: dict[str, list[float]]) -> None:
         """Reorder samples (in place) so every DP rank gets a similar number of tokens."""

@@ -40,6 +40,8 @@ def test_an_architecture_vllm_cannot_run_is_one_error_naming_the_model(bamba_dir
         VLLMRollout(bamba_dir, config, get_tokenizer(bamba_dir))
     message = str(raised.value)
     assert message.startswith(f"vLLM {vllm.__version__} cannot run the model {bamba_dir}: "), message
-    assert "Layer 0 (linear_attention) does not dispatch through the Transformers attention interface" in message, message
+    assert "Layer 0 (linear_attention) does not dispatch through the Transformers attention interface" in message, (
+        message
+    )
     assert message.endswith('Train a model family vLLM supports (docs/gpu.md, "Supported models").'), message
     assert "\n" not in message

@@ -72,7 +72,7 @@ def start_engine(sizes: str = "kv_cache_memory_bytes or max_model_len", **kwargs
             reason = text.split(" Supported architectures:")[0]  # (a list of hundreds)
             raise EngineSettingError(
                 f"vLLM {vllm.__version__} cannot run the model {kwargs.get('model')}: {reason} Train a model family "
-                "vLLM supports (docs/gpu.md, \"Supported models\")."
+                'vLLM supports (docs/gpu.md, "Supported models").'
             ) from None
         if "KV cache is needed" not in text and "No available memory for the cache blocks" not in text:
             raise
