@@ -146,6 +146,14 @@ def set_fields(config: PretrainedConfig, values: dict[tuple[str, ...], Any]) -> 
         setattr(section, name, value)
 
 
+class ValueHead(nn.Linear):
+    """Linear(hidden, 1) whose output is its own tensor: with a bias, nn.Linear returns a batched input's result as a
+    view, and FSDP2 warns about a view from the model's last layer (an in-place op on it would drop gradients)."""
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return super().forward(hidden).clone()
+
+
 def add_value_head(model: nn.Module) -> nn.Module:
     """Replace the LM head by a Linear(hidden, 1) value head, untied from the embeddings, initialised like the model's
     linear layers from a fixed seed so independently building ranks agree (left empty on the meta device)."""
@@ -159,7 +167,7 @@ def add_value_head(model: nn.Module) -> nn.Module:
             "causal LM and image-text-to-text models with an LM head."
         )
     device, dtype = old_head.weight.device, old_head.weight.dtype
-    head = nn.Linear(text_config.hidden_size, 1, bias=True, device=device, dtype=dtype)
+    head = ValueHead(text_config.hidden_size, 1, bias=True, device=device, dtype=dtype)
     if device.type != "meta":
         generator = torch.Generator().manual_seed(VALUE_HEAD_SEED)
         std = getattr(text_config, "initializer_range", 0.02)
