@@ -45,13 +45,13 @@ def test_attn_implementation_is_chosen_by_the_config(model_dirs):
 def test_unsupported_vision_language_families_are_refused(model_dirs):
     from transformers import AutoConfig
 
-    from verl.models.loading import check_supported_model
+    from verl.models.config import refuse_unsupported_model
 
-    config = AutoConfig.from_pretrained(model_dirs["qwen2_5_vl"])
-    check_supported_model(config, "tiny")  # supported: no error
-    config.model_type = "ernie4_5_vl_moe"  # not supported
-    with pytest.raises(NotImplementedError, match="'ernie4_5_vl_moe' vision-language model"):
-        check_supported_model(config, "tiny")
+    config = AutoConfig.from_pretrained(model_dirs["qwen2_5_vl"]).to_dict()
+    refuse_unsupported_model("Model 'tiny'", config)  # supported: no error
+    config["model_type"] = "ernie4_5_vl_moe"  # not supported
+    with pytest.raises(NotImplementedError, match="Model 'tiny' is a 'ernie4_5_vl_moe' vision-language model"):
+        refuse_unsupported_model("Model 'tiny'", config)
 
 
 def test_meta_build_has_the_same_tree_without_storage(model_dirs):

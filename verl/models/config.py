@@ -177,17 +177,7 @@ class ModelConfig:
         model_config = read_model_config(key, self.model_path)
         if model_config is None:
             return  # a hub id: the worker checks it when it loads the config
-        model_type = model_config.get("model_type")
-        supported = VISION_LANGUAGE_MODEL_TYPES + TEXT_ONLY_VISION_LANGUAGE_TYPES
-        if "vision_config" in model_config and model_type not in supported:
-            raise NotImplementedError(
-                f"{key}='{self.model_path}' is a {model_type!r} vision-language model, which is not supported yet (its "
-                f"position ids and vision tower differ){nearest(model_type, supported)}; supported vision-language "
-                f"models: {', '.join(VISION_LANGUAGE_MODEL_TYPES)}, and on text data "
-                f"{', '.join(TEXT_ONLY_VISION_LANGUAGE_TYPES)}."
-            )
-        if model_type == "gemma4":
-            refuse_unchecked_gemma4(f"{key}='{self.model_path}'", model_config)
+        refuse_unsupported_model(f"{key}='{self.model_path}'", model_config)
         if self.override_config:  # a misspelt field now, not a config transformers silently keeps
             from transformers import AutoConfig
 
@@ -264,6 +254,21 @@ def export_advice(actor: str, it: str = "it", then: str = "use") -> str:
         f"export {it} with `python scripts/model_merger.py --local_dir {actor}`, then {then} "
         f"{os.path.join(actor, 'huggingface')}"
     )
+
+
+def refuse_unsupported_model(what: str, model_config: dict[str, Any]) -> None:
+    """Raise NotImplementedError naming `what` for a config.json of a vision-language family without position-id and
+    vision-tower support, or of a Gemma 4 that `refuse_unchecked_gemma4` refuses."""
+    model_type = model_config.get("model_type")
+    supported = VISION_LANGUAGE_MODEL_TYPES + TEXT_ONLY_VISION_LANGUAGE_TYPES
+    if "vision_config" in model_config and model_type not in supported:
+        raise NotImplementedError(
+            f"{what} is a {model_type!r} vision-language model, which is not supported yet (its position ids and "
+            f"vision tower differ){nearest(model_type, supported)}; supported vision-language models: "
+            f"{', '.join(VISION_LANGUAGE_MODEL_TYPES)}, and on text data {', '.join(TEXT_ONLY_VISION_LANGUAGE_TYPES)}."
+        )
+    if model_type == "gemma4":
+        refuse_unchecked_gemma4(what, model_config)
 
 
 def refuse_unchecked_gemma4(what: str, model_config: dict[str, Any]) -> None:

@@ -16,10 +16,9 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_
 
 from verl.models.config import (
     TEXT_ONLY_VISION_LANGUAGE_TYPES,
-    VISION_LANGUAGE_MODEL_TYPES,
     ModelConfig,
     apply_config_overrides,
-    refuse_unchecked_gemma4,
+    refuse_unsupported_model,
     resolve_config_overrides,
 )
 from verl.models.gated_deltanet import use_packed_linear_attention
@@ -71,19 +70,6 @@ def resolve_attn_implementation(requested: str = "auto") -> str:
     return requested
 
 
-def check_supported_model(config: PretrainedConfig, model_path: str | None) -> None:
-    """Refuse a vision-language family without position-id and vision-tower support."""
-    supported = VISION_LANGUAGE_MODEL_TYPES + TEXT_ONLY_VISION_LANGUAGE_TYPES
-    if is_vision_language(config) and config.model_type not in supported:
-        raise NotImplementedError(
-            f"Model '{model_path}' is a {config.model_type!r} vision-language model, which is not supported yet; "
-            f"supported vision-language models: {', '.join(VISION_LANGUAGE_MODEL_TYPES)}, and on text data "
-            f"{', '.join(TEXT_ONLY_VISION_LANGUAGE_TYPES)}."
-        )
-    if config.model_type == "gemma4":  # a hub model's config is first read here
-        refuse_unchecked_gemma4(f"Model '{model_path}'", config.to_dict())
-
-
 def build_model(
     model_config: ModelConfig,
     *,
@@ -97,7 +83,7 @@ def build_model(
     with it on, packed sequences silently attend across their boundaries. Gated DeltaNet layers get the packed-exact
     forward (`verl.models.gated_deltanet`)."""
     config = load_model_config(model_config)
-    check_supported_model(config, model_config.model_path)
+    refuse_unsupported_model(f"Model '{model_config.model_path}'", config.to_dict())  # a hub model's first read
     model_class = AutoModelForImageTextToText if is_vision_language(config) else AutoModelForCausalLM
     attn = resolve_attn_implementation(attn_implementation or model_config.attn_implementation)
     kwargs = {"dtype": dtype, "attn_implementation": attn, "trust_remote_code": model_config.trust_remote_code}

@@ -114,8 +114,9 @@ def find_last_checkpoint(save_root: str) -> str | None:
             return None
         names = ", ".join(f"global_step_{step}" for step in steps)
         model_only = all(os.path.isdir(os.path.join(step_dir(save_root, step), "actor")) for step in steps)
-        interrupted = "lack an actor directory or trainer_state.json (interrupted saves?)"
-        reason = f"hold {MODEL_ONLY}" if model_only else interrupted
+        one = len(steps) == 1
+        interrupted = f"{'lacks' if one else 'lack'} an actor directory or trainer_state.json (interrupted saves?)"
+        reason = f"{'holds' if one else 'hold'} {MODEL_ONLY}" if model_only else interrupted
         raise RuntimeError(
             f"Cannot resume from '{save_root}': {names} {reason}. Start a new run in another "
             "trainer.save_checkpoint_path, or set trainer.find_last_checkpoint=false to start over here (the step "
