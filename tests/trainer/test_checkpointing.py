@@ -72,7 +72,9 @@ def test_find_last_checkpoint_refuses_only_incomplete_steps(tmp_path):
     with pytest.raises(RuntimeError, match="global_step_4 holds model weights only.*trainer.find_last_checkpoint"):
         find_last_checkpoint(str(tmp_path))
     os.makedirs(tmp_path / "global_step_5")
-    with pytest.raises(RuntimeError, match="global_step_4, global_step_5 lack an actor directory or trainer_state.json"):
+    with pytest.raises(
+        RuntimeError, match="global_step_4, global_step_5 lack an actor directory or trainer_state.json"
+    ):
         find_last_checkpoint(str(tmp_path))
 
 
