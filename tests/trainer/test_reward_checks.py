@@ -27,21 +27,36 @@ def scores(values: list[float]) -> torch.Tensor:
     return out
 
 
+def flat(values: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores and the all-zero advantages a group-relative estimator gives them when they are equal."""
+    return scores(values), torch.zeros(len(values), 4)
+
+
 def test_flat_rewards_are_warned_about_with_the_function_name(caplog):
     state = driver()
     with caplog.at_level(logging.WARNING, logger="verl.trainer.ray_trainer"):
-        RayPPOTrainer._check_reward_spread(state, scores([0.0, 1.0, 0.0, 0.0]))
+        RayPPOTrainer._check_reward_spread(state, *flat([0.0, 1.0, 0.0, 0.0]))
         assert state.flat_reward_steps == 0 and not caplog.records
-        RayPPOTrainer._check_reward_spread(state, scores([0.0] * 8))
+        RayPPOTrainer._check_reward_spread(state, *flat([0.0] * 8))
     assert state.flat_reward_steps == 1
     assert "Step 3: all 8 samples got the same reward 0 from reward function rewards/task.py:score" in caplog.text
+    assert "every advantage is 0, so this step does not change the policy" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="verl.trainer.ray_trainer"):
         for _ in range(8):  # throttled: the 2nd..9th flat steps are counted, not printed
-            RayPPOTrainer._check_reward_spread(state, scores([1.0] * 8))
+            RayPPOTrainer._check_reward_spread(state, *flat([1.0] * 8))
         assert not caplog.records
-        RayPPOTrainer._check_reward_spread(state, scores([1.0] * 8))
+        RayPPOTrainer._check_reward_spread(state, *flat([1.0] * 8))
     assert "(10 such step(s) so far)" in caplog.text
+
+
+def test_flat_rewards_with_advantages_from_a_critic_or_a_kl_penalty_are_not_warned_about(caplog):
+    """GAE's values (or a KL penalty in the reward) give equal rewards non-zero advantages: the step trains."""
+    state = driver()
+    values, _ = flat([0.0] * 8)
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.ray_trainer"):
+        RayPPOTrainer._check_reward_spread(state, values, torch.full((8, 4), -0.1))
+    assert state.flat_reward_steps == 0 and not caplog.records
 
 
 def test_flat_rewards_name_a_reward_model_or_judge_when_there_is_no_function(caplog):
@@ -49,7 +64,7 @@ def test_flat_rewards_name_a_reward_model_or_judge_when_there_is_no_function(cap
     reward.model.model_path, reward.judge.model_path = "models/rm", "models/judge"
     state = driver(reward=reward)
     with caplog.at_level(logging.WARNING, logger="verl.trainer.ray_trainer"):
-        RayPPOTrainer._check_reward_spread(state, scores([0.5] * 4))
+        RayPPOTrainer._check_reward_spread(state, *flat([0.5] * 4))
     assert "from reward model models/rm + judge models/judge (" in caplog.text
     assert "None" not in caplog.text
 

@@ -248,8 +248,6 @@ class RayPPOTrainer:
             columns = [key for key in batch.non_tensor_batch if key.startswith("reward/")]
             for key in columns:
                 append_metrics(metrics, applicable_values({key: [float(v) for v in batch.non_tensor_batch[key]]}))
-            if not algo.online_filtering:  # a filtered batch has no group of equal rewards
-                self._check_reward_spread(batch.batch["token_level_scores"])
         return batch
 
     def _filter_groups(self, batch: DataProto, metrics: dict[str, list[float]]) -> DataProto | None:
@@ -333,16 +331,17 @@ class RayPPOTrainer:
             "Fix it, or raise the timeout." + (f" Where it was when the time ran out:\n{where}" if where else "")
         )
 
-    def _check_reward_spread(self, scores: torch.Tensor) -> None:
-        """Warn when all samples of a step got the same reward: advantages are all zero, the step trains nothing."""
+    def _check_reward_spread(self, scores: torch.Tensor, advantages: torch.Tensor) -> None:
+        """Warn when all samples of a step got the same reward and so every advantage is zero (a group-relative
+        estimator; a critic's values or a KL penalty still give the step advantages): it trains nothing."""
         totals = scores.sum(dim=-1)
-        if len(totals) > 1 and bool((totals == totals[0]).all()):
+        if len(totals) > 1 and bool((totals == totals[0]).all()) and not bool(advantages.any()):
             self.flat_reward_steps += 1
             if self.flat_reward_steps in (1, 10) or self.flat_reward_steps % 100 == 0:
                 logger.warning(
-                    "Step %d: all %d samples got the same reward %.4g from %s (%d such step(s) so far); with "
-                    "group-relative advantages this step does not change the policy. Check the reward and the "
-                    "task's difficulty.",
+                    "Step %d: all %d samples got the same reward %.4g from %s (%d such step(s) so far); every "
+                    "advantage is 0, so this step does not change the policy. Check the reward and the task's "
+                    "difficulty.",
                     self.global_step,
                     len(totals),
                     float(totals[0]),
@@ -384,7 +383,6 @@ class RayPPOTrainer:
                 columns = {f"reward/{key}": values for key, values in reward_metrics.items()}
                 append_metrics(metrics, applicable_values(columns))
                 batch.non_tensor_batch.update({key: np.array(values, dtype=object) for key, values in columns.items()})
-                self._check_reward_spread(scores)
             if self.kl_in_reward:
                 rewards, kl_metrics = core_algos.apply_kl_penalty(
                     batch.batch["token_level_scores"],
@@ -399,6 +397,8 @@ class RayPPOTrainer:
             else:
                 batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
             self._compute_advantage(batch)
+            advantages = batch.batch["advantages"] * batch.batch["response_mask"]
+            self._check_reward_spread(batch.batch["token_level_scores"], advantages)
 
         if self.use_critic:
             with timer("update_critic", timing_raw):
