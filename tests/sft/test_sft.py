@@ -265,7 +265,7 @@ def test_the_checkpoint_to_resume_from_is_checked_before_ray_starts(models, tmp_
         with pytest.raises(ConfigError, match=re.escape(message)):
             run_sft(load_sft_config(sft_args(tmp_path, models["text"], save, explicit, *extra)))
     os.makedirs(os.path.join(save, "global_step_1"))  # an interrupted save
-    with pytest.raises(ConfigError, match=r"global_step_1 lack an actor .*trainer.find_last_checkpoint=false"):
+    with pytest.raises(ConfigError, match=r"global_step_1 lacks an actor .*trainer.find_last_checkpoint=false"):
         run_sft(load_sft_config(sft_args(tmp_path, models["text"], save)))
 
 
