@@ -72,9 +72,15 @@ def _tensor_parallel_worker(rank: int, world_size: int, port: int, model_dir: st
     full = actor.config.num_attention_heads * (actor.config.hidden_size // actor.config.num_attention_heads)
     o_proj = engine.model.layers[0].self_attn.o_proj
     assert (o_proj.tp_size, o_proj.input_size_per_partition) == (2, full // 2)
-    # 2. No segment is left in /dev/shm: the stale one was removed before the start, the engine's own after it.
+    # 2. No segment is left in /dev/shm: the stale one was removed before the start, the engine's own after it, and
+    #    the name of the group's broadcast ring buffer (vLLM unlinks it only when its creator's object is collected).
     dist.barrier(group=group)
     assert _segments("0-1") == []
+    from vllm.distributed import parallel_state
+
+    ring = parallel_state.get_tp_group().mq_broadcaster.buffer
+    assert ring.shared_memory.size >= ring.total_bytes_of_buffer  # still mapped and used by every rank
+    assert not os.path.exists(os.path.join("/dev/shm", ring.shared_memory.name.lstrip("/")))
 
     # 3. The weights reach the sharded engine (the sync's own check), and each rank gets back its own prompts'
     #    samples, sampled by the shared engine with the actor's log-probs.
