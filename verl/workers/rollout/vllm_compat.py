@@ -558,8 +558,7 @@ def cpu_tensor_parallel_start(tensor_parallel_size: int) -> Iterator[None]:
     """Around the start of a tensor-parallel CPU engine (collective, see `cpu_shm_names_held`): first remove this
     rank's group's segments that a run killed while starting its engine left (vLLM would refuse to create them
     again), then, once the engine is built (every peer has mapped its segment behind vLLM's barrier), remove the name
-    of this rank's segment (and the first rank the name of the group's broadcast ring buffer), so nothing is left in
-    /dev/shm however the process ends."""
+    of this rank's segment, so nothing is left in /dev/shm however the process ends."""
     rank = dist.get_rank()
     first = rank - rank % tensor_parallel_size
     ranks = "-".join(str(peer) for peer in range(first, first + tensor_parallel_size))
@@ -568,24 +567,32 @@ def cpu_tensor_parallel_start(tensor_parallel_size: int) -> Iterator[None]:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
         yield
-        _release_cpu_shm_names()
+        _release_cpu_shm_segment()
 
 
-def _release_cpu_shm_names() -> None:
+def release_broadcast_ring() -> None:
+    """After a tensor-parallel engine is built (on any device): remove the /dev/shm name of its group's broadcast ring
+    buffer (`psm_*`, 24 MB). Its creator unlinks it only when the object is collected, which a worker killed at the
+    run's end never reaches, so every run left one; every peer has mapped it by now and the mapping stays."""
+    from vllm.distributed import parallel_state
+
+    try:
+        ring = getattr(parallel_state.get_tp_group().mq_broadcaster, "buffer", None)
+    except AssertionError:
+        return
+    if getattr(ring, "is_creator", False):
+        with contextlib.suppress(FileNotFoundError):
+            ring.shared_memory.unlink()
+        ring.is_creator = False  # not the creator's to unlink again when collected
+
+
+def _release_cpu_shm_segment() -> None:
     from vllm.distributed import parallel_state
 
     try:
         group = parallel_state.get_tp_group()
     except AssertionError:
         return
-    # The broadcast ring buffer (`psm_*`, 24 MB): its creator unlinks it only in __del__, which a worker killed at the
-    # run's end never reaches; every peer has mapped it once the engine is built. Unlinked now (the mapping stays),
-    # and no longer the creator's to unlink again.
-    ring = getattr(getattr(group, "mq_broadcaster", None), "buffer", None)
-    if getattr(ring, "is_creator", False):
-        with contextlib.suppress(FileNotFoundError):
-            ring.shared_memory.unlink()
-        ring.is_creator = False
     shm = getattr(group.device_communicator, "dist_module", None)
     name = getattr(shm, "group_name", None)
     if group.world_size == 1 or not isinstance(name, str) or not hasattr(shm, "handle"):

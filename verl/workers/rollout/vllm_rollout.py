@@ -288,6 +288,8 @@ class VLLMRollout:
             shm_segments = vllm_compat.cpu_tensor_parallel_start(engine_kwargs["tensor_parallel_size"])
         with shm_segments, preserved_rng_state(), device.environment_defaults(launcher):
             self.inference_engine = vllm_compat.start_engine(ENGINE_SIZES, **engine_kwargs)
+        if engine_kwargs["tensor_parallel_size"] > 1:
+            vllm_compat.release_broadcast_ring()
         vllm_compat.restore_set_num_threads(set_num_threads, num_threads)
         self.torch_dtype = getattr(torch, engine_dtype)
         self.max_model_len = engine_kwargs["max_model_len"]
