@@ -28,6 +28,8 @@ STEP_FILE = re.compile(r"step_(\d+)\.jsonl$")
 def read_records(rollout_dir: str) -> list[dict]:
     """Every sample of every step_N.jsonl under `rollout_dir`, in step order; or every record of one JSONL file
     (step 0 unless a record has its own)."""
+    if not os.path.exists(rollout_dir):
+        raise FileNotFoundError(f"'{rollout_dir}' does not exist; give a rollout folder or an episodes JSONL file.")
     files = []
     if os.path.isfile(rollout_dir):
         match = STEP_FILE.search(os.path.basename(rollout_dir))

@@ -337,6 +337,8 @@ def test_viewer_cli(tokenizer, tmp_path, capsys):
     viewer = load_viewer()
     assert viewer.main([str(tmp_path)]) == 2
     assert "holds no step_N.jsonl files" in capsys.readouterr().err
+    assert viewer.main([str(tmp_path / "episodes.jsonl")]) == 2  # evaluate --output that never ran
+    assert "episodes.jsonl' does not exist" in capsys.readouterr().err
     sample_run(tokenizer, str(tmp_path), steps=2, prompts=2, n=2)
     os.remove(tmp_path / "images" / "step_2" / "g0001_0.png")
     assert viewer.main([str(tmp_path)]) == 0
