@@ -143,8 +143,7 @@ class RLHFDataset(Dataset):
         allow_paths_outside_image_dir: bool = False,
         tools: list[dict[str, Any]] | None = None,
     ) -> None:
-        self.tokenizer = tokenizer
-        self.processor = processor
+        self.tokenizer, self.processor = tokenizer, processor
         self.renderer = processor if processor is not None else tokenizer
         """What renders the chat template: the processor of a vision-language model, else the tokenizer."""
         self.tools = tools
@@ -152,16 +151,13 @@ class RLHFDataset(Dataset):
         self.tools_key = tools_key
         self.prompt_key, self.answer_key, self.image_key, self.video_key = prompt_key, answer_key, image_key, video_key
         self.image_dir = os.path.expanduser(image_dir) if image_dir else None
-        self.video_fps = video_fps
-        self.max_prompt_length = max_prompt_length
+        self.video_fps, self.max_prompt_length, self.skip_bad_rows = video_fps, max_prompt_length, skip_bad_rows
         self.min_pixels, self.max_pixels = min_pixels, max_pixels
-        self.skip_bad_rows = skip_bad_rows
         self._image_sizes: dict[str, tuple[int, int]] = {}
         """(width, height) by path, from the scan: an image many rows share is decoded once."""
         self._failed_rows: set[int] = set()
         """Rows that passed the scan but failed when loaded (skip_bad_rows on; this process only)."""
-        self.limit_images = limit_images
-        self.allow_paths_outside_image_dir = allow_paths_outside_image_dir
+        self.limit_images, self.allow_paths_outside_image_dir = limit_images, allow_paths_outside_image_dir
         if image_dir and not os.path.isdir(self.image_dir):
             raise FileNotFoundError(f"data.image_dir {image_dir!r} is not a directory; give an existing directory.")
         self.format_prompt_path = format_prompt
@@ -353,10 +349,8 @@ class RLHFDataset(Dataset):
             return []
         if isinstance(value, (list, tuple)):
             return list(value)
-        if key == self.image_key and isinstance(value, (str, bytes, dict, Image.Image)):
-            return [value]  # a single image
-        if key == self.video_key and isinstance(value, str):
-            return [value]
+        if isinstance(value, (str, bytes, dict, Image.Image) if key == self.image_key else str):
+            return [value]  # a single image or video
         raise self._error(index, key, f"expected a list, got {type(value).__name__}")
 
     def _media(self, index: int, row: dict[str, Any]) -> tuple[list[Any], list[str]]:
@@ -550,13 +544,8 @@ class RLHFDataset(Dataset):
         input_ids = F.pad(encoded["input_ids"], (padding, 0), value=self.tokenizer.pad_token_id)
         attention_mask = F.pad(encoded["attention_mask"], (padding, 0), value=0)
         if self.rope_index is not None:
-            position_ids = self.rope_index(
-                input_ids,
-                attention_mask,
-                image_grid_thw=encoded.get("image_grid_thw"),
-                video_grid_thw=encoded.get("video_grid_thw"),
-                second_per_grid_ts=encoded.get("second_per_grid_ts"),
-            )
+            grids = {key: value for key, value in encoded.items() if key not in ("input_ids", "attention_mask")}
+            position_ids = self.rope_index(input_ids, attention_mask, **grids)
         else:
             position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
         # Both keys whenever the row has media (docs/data_flow.md), plus the video rate; None for text-only rows.

@@ -85,9 +85,7 @@ def resize_image(image: Image.Image, min_pixels: int | None, max_pixels: int | N
 def resolve_path(path: str, base_dir: str | None) -> str:
     """`path` when absolute or base_dir unset, else joined onto base_dir."""
     path = os.path.expanduser(path)
-    if base_dir and not os.path.isabs(path):
-        return os.path.join(base_dir, path)
-    return path
+    return os.path.join(base_dir, path) if base_dir and not os.path.isabs(path) else path
 
 
 def open_image(value: ImageValue, image_dir: str | None = None) -> Image.Image:
@@ -234,8 +232,7 @@ def video_metadata(frames: np.ndarray, fps: float) -> dict[str, Any]:
     """What a processor is told of a video `load_video` sampled at `fps`: all frames are given (frame i at i / fps),
     so it must not resample. Qwen2.5-VL's rope spacing comes from `fps`; Qwen3-VL's prompt timestamps from
     `frames_indices` and `fps`."""
-    count = len(frames)
-    return {"total_num_frames": count, "fps": fps, "frames_indices": list(range(count))}
+    return {"total_num_frames": len(frames), "fps": fps, "frames_indices": list(range(len(frames)))}
 
 
 def processor_inputs(
@@ -247,10 +244,9 @@ def processor_inputs(
 ) -> dict[str, Any]:
     """Run a multimodal processor on one rendered prompt and its resized images and videos (no resampling, the real
     frame rate passed). Workers rebuilding pixels from `multi_modal_data` call this too, to get the dataset's tokens."""
-    kwargs: dict[str, Any] = {}
+    kwargs = {}
     if videos:
-        kwargs["video_metadata"] = [video_metadata(video, video_fps) for video in videos]
-        kwargs["do_sample_frames"] = False
+        kwargs = {"video_metadata": [video_metadata(video, video_fps) for video in videos], "do_sample_frames": False}
     return processor(
         text=[prompt],
         images=images or None,

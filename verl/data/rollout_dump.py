@@ -11,8 +11,6 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from verl.data.multimodal import open_image
 from verl.envs.tools import parse_tool_calls
 from verl.protocol import plain_value
@@ -152,11 +150,6 @@ def conversation_records(prompt: str, messages: list[Mapping[str, Any]], paths: 
     return [first, *records]
 
 
-def _env_numbers(columns: Mapping[str, np.ndarray], index: int) -> dict[str, float | None]:
-    keys = [key for key in columns if key.startswith(ENV_COLUMN_PREFIX)]
-    return {key[len(ENV_COLUMN_PREFIX) :]: _number(columns[key][index]) for key in keys}
-
-
 def _write_images(batch: "DataProto", step: int, out_dir: str) -> list[list[str]]:
     """Write every sample's images as PNG; returns their relative paths. A prompt's image, shared by the responses
     of its uid, is written once; environment images are each sample's own."""
@@ -215,10 +208,11 @@ def rollout_records(batch: "DataProto", step: int, tokenizer: Any, image_paths: 
     ]
     if MESSAGES_COLUMN in columns:
         contents = columns.get("prompt_content")
+        env_keys = [key for key in columns if key.startswith(ENV_COLUMN_PREFIX)]
         for i, record in enumerate(records):
             prompt = contents[i] if contents is not None and isinstance(contents[i], str) else prompts[i]
             record["messages"] = conversation_records(prompt, list(columns[MESSAGES_COLUMN][i] or []), image_paths[i])
-            record["env"] = _env_numbers(columns, i)
+            record["env"] = {key[len(ENV_COLUMN_PREFIX) :]: _number(columns[key][i]) for key in env_keys}
     return records
 
 

@@ -20,10 +20,9 @@ from verl.data.multimodal import (
     content_parts,
     count_image_tokens,
     load_image,
-    marker_text,
     processor_inputs,
 )
-from verl.data.sources import RowSource, load_source, tool_schemas, with_tool_calls, without_nulls
+from verl.data.sources import RowSource, load_source, tool_schemas, with_marker_text, with_tool_calls, without_nulls
 from verl.data.tokenizer import (
     TURN_MARKER,
     check_chat_template_kwargs,
@@ -75,12 +74,6 @@ def sharegpt_message(sender: str, value: Any) -> dict[str, Any]:
     calls = calls if isinstance(calls, list) else [calls]
     tool_calls = [{"type": "function", "function": call} for call in calls]
     return {"role": "assistant", "content": "", "tool_calls": tool_calls}
-
-
-def alpaca_query(row: dict[str, Any], prompt: list[dict[str, Any]]) -> str:
-    """The user's text of an alpaca row (LLaMA-Factory's layout): the instruction, then its `input` on a new line."""
-    text, extra = prompt[-1]["content"], row.get("input")
-    return f"{text}\n{extra}" if isinstance(text, str) and isinstance(extra, str) and extra.strip() else text
 
 
 def alpaca_context(row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -222,8 +215,10 @@ class SFTDataset(torch.utils.data.Dataset):
             context = alpaca_context(row)
         except ValueError as error:
             raise self._error(index, "history", str(error)) from None
-        query = {**prompt[-1], "content": alpaca_query(row, prompt)}
-        return [*context, *prompt[:-1], query, *response], 0 if context else len(prompt)
+        text, extra = prompt[-1]["content"], row.get("input")  # the instruction, then its `input` on a new line
+        if isinstance(text, str) and isinstance(extra, str) and extra.strip():
+            text = f"{text}\n{extra}"
+        return [*context, *prompt[:-1], {**prompt[-1], "content": text}, *response], 0 if context else len(prompt)
 
     def _message(self, message: Any, number: int) -> dict[str, Any]:
         """Message `number` in role/content form (a ShareGPT turn read, typed content parts as marker text, tool calls
@@ -237,11 +232,7 @@ class SFTDataset(torch.utils.data.Dataset):
                 message = sharegpt_message(message["from"], message["value"])
             except ValueError as error:
                 raise ValueError(f"message {number} (ShareGPT's {message['from']!r}): {error}") from None
-        if isinstance(message.get("content"), (list, tuple)):  # typed parts: text with markers
-            try:
-                message = {**message, "content": marker_text(message["content"])}
-            except ValueError as error:
-                raise ValueError(f"message {number}: {error}") from None
+        message = with_marker_text(number, message)  # typed parts: text with markers
         role = message.get("role")
         if role not in ROLES:
             problem = f"its role is {role!r}" if "role" in message else "it has no 'role'"
@@ -417,8 +408,7 @@ class SFTDataset(torch.utils.data.Dataset):
                     "turn boundary); the assistant mask cannot be exact"
                 )
                 raise self._error(index, self.config.messages_key, problem)
-            for position in range(len(start), len(end)):
-                mask[position] = 1
+            mask[len(start) : len(end)] = [1] * (len(end) - len(start))
             if ids[len(end) - 1] not in self.stop_ids:  # the template leaves the turn open (GLM's)
                 if len(end) < len(ids) and ids[len(end)] in self.stop_ids:
                     mask[len(end)] = 1  # the next turn's opening stops generation

@@ -48,16 +48,13 @@ class RowSource:
 
     @property
     def description(self) -> str:
-        if len(self.parts) == 1:
-            return self.parts[0][0]
-        return f"{len(self.parts)} files ({self.parts[0][0]}, ...)"
+        return self.parts[0][0] if len(self.parts) == 1 else f"{len(self.parts)} files ({self.parts[0][0]}, ...)"
 
 
 def _is_saved_dataset(path: str) -> bool:
     """A directory written by (Dataset|DatasetDict).save_to_disk."""
-    if os.path.isfile(os.path.join(path, "dataset_dict.json")):
-        return True
-    return os.path.isfile(os.path.join(path, "state.json")) and os.path.isfile(os.path.join(path, "dataset_info.json"))
+    marks = [("dataset_dict.json",), ("state.json", "dataset_info.json")]
+    return any(all(os.path.isfile(os.path.join(path, name)) for name in names) for names in marks)
 
 
 def _data_files(directory: str) -> list[str]:
@@ -183,10 +180,8 @@ def _files_source(files: list[str], directory: str | None = None) -> RowSource:
     loaded = [_load_file(path) for path in files]
     starts = itertools.accumulate((len(part) for part in loaded), initial=0)
     parts = [(f"file '{path}'", start) for path, start in zip(files, starts)]
-    if len(loaded) == 1:
-        return RowSource(loaded[0], parts, list(loaded[0].column_names))
     try:
-        rows = datasets.concatenate_datasets(loaded)
+        rows = loaded[0] if len(loaded) == 1 else datasets.concatenate_datasets(loaded)
     except ValueError as error:
         columns = {path: part.column_names for path, part in zip(files, loaded)}
         raise ValueError(
@@ -322,7 +317,7 @@ def tool_schemas(value: Any, template_reads_tools: bool = True) -> list[dict[str
     return tools
 
 
-def _with_marker_text(position: int, message: Any) -> Any:
+def with_marker_text(position: int, message: Any) -> Any:
     """The message with typed content parts as marker text (`marker_text`); ValueError naming the message."""
     if not isinstance(message, dict) or not isinstance(message.get("content"), (list, tuple)):
         return message
@@ -363,7 +358,7 @@ def split_prompt_messages(messages: Any) -> tuple[list[dict[str, Any]], str]:
     one is where data.format_prompt and the media markers apply; ValueError says what is wrong."""
     if len(messages) == 0:
         raise ValueError("the prompt is an empty list of messages")
-    messages = [_with_marker_text(position, without_nulls(message)) for position, message in enumerate(messages)]
+    messages = [with_marker_text(position, without_nulls(message)) for position, message in enumerate(messages)]
     for position, message in enumerate(messages):
         role = message.get("role") if isinstance(message, dict) else None
         last = position == len(messages) - 1

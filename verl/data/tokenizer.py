@@ -129,11 +129,9 @@ def _set_pixel_bounds(processor: "ProcessorMixin", path: str, min_pixels: int | 
     longest edge). Processors with fixed tiles (InternVL), their own token budget (Gemma 4) or a longest side in
     pixels (Pixtral, as vLLM reads it from the model's folder) keep theirs; the dataset's resize still applies
     before."""
-    subs = [getattr(processor, name, None) for name in ("image_processor", "video_processor")]
-    subs = [
-        sub for sub in subs if sub is not None and {"shortest_edge", "longest_edge"} <= dict(sub.size or {}).keys()
-    ]
-    for sub in subs:
+    for sub in (getattr(processor, name, None) for name in ("image_processor", "video_processor")):
+        if sub is None or not {"shortest_edge", "longest_edge"} <= dict(sub.size or {}).keys():
+            continue
         # GLM-4.1V's resize bounds the pixels of a temporal patch (an image counts as its two frames)
         frames = getattr(sub, "temporal_patch_size", 1) if ".glm4v." in type(sub).__module__ else 1
         low = min_pixels * frames if min_pixels is not None else sub.size["shortest_edge"]

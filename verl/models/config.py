@@ -20,19 +20,9 @@ from verl.utils.config import ConfigError, require_choice, require_path
 ATTN_IMPLEMENTATIONS: tuple[str, ...] = ("auto", "varlen", "flash_attention_2", "flash_attention_3", "sdpa", "eager")
 """Values of model.attn_implementation."""
 
-VISION_LANGUAGE_MODEL_TYPES: tuple[str, ...] = (
-    "qwen2_vl",
-    "qwen2_5_vl",
-    "qwen3_vl",
-    "qwen3_vl_moe",
-    "qwen3_5",
-    "qwen3_5_moe",
-    "gemma4",
-    "glm4v",
-    "glm4v_moe",
-    "internvl",
-    "llava_onevision",
-    "mistral3",
+VISION_LANGUAGE_MODEL_TYPES: tuple[str, ...] = tuple(
+    "qwen2_vl qwen2_5_vl qwen3_vl qwen3_vl_moe qwen3_5 qwen3_5_moe gemma4 glm4v glm4v_moe internvl "
+    "llava_onevision mistral3".split()
 )
 """Vision-language model types the trainer supports (3-D rope index, vision-tower hooks); others are refused.
 qwen3_vl_moe is Qwen3-VL with Qwen3-MoE's experts (its checkpoints' expert layout: transformers_compat); qwen3_5
@@ -368,17 +358,8 @@ def check_offload(prefix: str, fsdp: FSDPConfig, offload: OffloadConfig) -> None
 EXPERT_COUNT_KEYS: tuple[str, ...] = ("num_experts", "num_local_experts", "n_routed_experts")
 """config.json keys that give a mixture-of-experts model's expert count (Qwen-MoE, Mixtral, DeepSeek)."""
 
-MIXTURE_OF_EXPERTS_MODEL_TYPES: tuple[str, ...] = (
-    "qwen3_moe",
-    "qwen3_vl_moe",
-    "qwen3_5_moe",
-    "glm4v_moe",
-    "glm4_moe",
-    "mixtral",
-    "qwen2_moe",
-    "olmoe",
-    "granitemoe",
-    "qwen3_next",
+MIXTURE_OF_EXPERTS_MODEL_TYPES: tuple[str, ...] = tuple(
+    "qwen3_moe qwen3_vl_moe qwen3_5_moe glm4v_moe glm4_moe mixtral qwen2_moe olmoe granitemoe qwen3_next".split()
 )
 """Mixture-of-experts model types an actor may be: the engine after a weight sync computes what the actor computes
 and routes as it does (tests/workers/rollout/test_moe_engine_sync.py on the CPU; on a GPU the first sync of a run is
@@ -405,7 +386,12 @@ def refuse_mixture_of_experts(key: str, path: str | None, lora: LoraConfig) -> N
     model_config = read_model_config(key, path)
     if model_config is not None:
         refuse_unchecked_experts(f"{key}='{path}'", model_config)
-        _refuse_lora(key, path, model_config, lora)
+        refuse_lora_on_experts(key, path, lora)
+
+
+EXPERT_LORA_TARGETS = frozenset("gate_proj up_proj down_proj gate_up_proj experts mlp w1 w2 w3".split())
+"""lora.target_modules names that reach a mixture of experts' fused expert tensors (peft maps the projections' names
+onto them; w1, w2, w3: Mixtral's checkpoint names for them)."""
 
 
 def refuse_lora_on_experts(key: str, path: str | None, lora: LoraConfig) -> None:
@@ -414,23 +400,10 @@ def refuse_lora_on_experts(key: str, path: str | None, lora: LoraConfig) -> None
     (weight sync, export, model_merger) nor the adapter sync handles (`apply_lora` refuses them too, for a hub id).
     Adapters on named layers outside the experts (attention) are merged as in a dense model."""
     model_config = read_model_config(key, path) if lora.rank > 0 else None
-    if model_config is not None:
-        _refuse_lora(key, path, model_config, lora)
-
-
-EXPERT_LORA_TARGETS = frozenset(
-    {"gate_proj", "up_proj", "down_proj", "gate_up_proj", "experts", "mlp", "w1", "w2", "w3"}
-)
-"""lora.target_modules names that reach a mixture of experts' fused expert tensors (peft maps the projections' names
-onto them; w1, w2, w3: Mixtral's checkpoint names for them)."""
-
-
-def _refuse_lora(key: str, path: str | None, model_config: dict[str, Any], lora: LoraConfig) -> None:
-    experts = expert_count(model_config)
-    if experts is None or lora.rank <= 0:
+    experts = expert_count(model_config) if model_config is not None else None
+    if experts is None:
         return
-    targets = {name.strip() for name in lora.target_modules.split(",")}
-    named = sorted(targets & EXPERT_LORA_TARGETS)
+    named = sorted({name.strip() for name in lora.target_modules.split(",")} & EXPERT_LORA_TARGETS)
     if lora.target_modules == "all-linear" or named:
         adapted = "every linear layer" if lora.target_modules == "all-linear" else ", ".join(named)
         raise NotImplementedError(

@@ -104,15 +104,10 @@ def apply_fsdp2(model: nn.Module, mesh: DeviceMesh, fsdp_config: FSDPConfig, is_
                 if buffer is not None and buffer.is_floating_point():
                     setattr(module, name, buffer.to(buffer_dtype))
     offload = CPUOffloadPolicy(pin_memory=not is_cpu) if fsdp_config.enable_cpu_offload else OffloadPolicy()
-    kwargs = {
-        "mesh": mesh,
-        "reshard_after_forward": fsdp_config.enable_full_shard,
-        "mp_policy": _mixed_precision(fsdp_config, is_cpu),
-        "offload_policy": offload,
-    }
+    reshard, mp_policy = fsdp_config.enable_full_shard, _mixed_precision(fsdp_config, is_cpu)
     for module in [*_shard_units(model), model]:
         model_class = type(module)
-        fully_shard(module, **kwargs)
+        fully_shard(module, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp_policy, offload_policy=offload)
         keep_output_capture(module, model_class)
     return model
 
@@ -144,14 +139,6 @@ def load_rank0_weights(
                 setattr(module, name, buffer.to(device))
 
 
-def store_frozen_in(model: nn.Module, dtype: torch.dtype) -> None:
-    """Keep frozen floating-point parameters in `dtype` (the compute dtype): LoRA's base weights never update, so fp32
-    masters would only double their memory (FSDP2 needs one dtype among a unit's trainable parameters only)."""
-    for param in model.parameters():
-        if not param.requires_grad and param.is_floating_point():
-            param.data = param.data.to(dtype)
-
-
 def create_fsdp_model(
     model_config: ModelConfig,
     fsdp_config: FSDPConfig,
@@ -180,8 +167,13 @@ def create_fsdp_model(
         logger.info(
             "LoRA rank %d: %d adapter parameters train; the base is frozen.", model_config.lora.rank, trainable
         )
-        if not is_cpu and fsdp_config.torch_dtype is None:  # mixed precision: the frozen base needs no fp32 copy
-            store_frozen_in(model, to_torch_dtype(fsdp_config.mp_param_dtype, "mp_param_dtype"))
+        if not is_cpu and fsdp_config.torch_dtype is None:
+            # Mixed precision: the frozen base weights never update, so fp32 masters would only double their memory;
+            # they are kept in the compute dtype (FSDP2 needs one dtype among a unit's trainable parameters only).
+            compute_dtype = to_torch_dtype(fsdp_config.mp_param_dtype, "mp_param_dtype")
+            for param in model.parameters():
+                if not param.requires_grad and param.is_floating_point():
+                    param.data = param.data.to(compute_dtype)
     if model_config.freeze_vision_tower:
         logger.info("Froze %d vision tower parameters.", freeze_vision_tower(model))
     if model_config.enable_gradient_checkpointing:
@@ -199,11 +191,10 @@ def get_full_state_dict(model: nn.Module, rank0_only: bool = True) -> dict[str, 
     """The unsharded CPU state dict on rank 0 ({} elsewhere), or on every rank with rank0_only=False."""
     if rank0_only:
         return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    state = {}
-    for name, value in model.state_dict().items():
-        full = value.full_tensor() if hasattr(value, "full_tensor") else value
-        state[name] = full.detach().cpu()
-    return state
+    return {
+        name: (value.full_tensor() if hasattr(value, "full_tensor") else value).detach().cpu()
+        for name, value in model.state_dict().items()
+    }
 
 
 @torch.no_grad()

@@ -24,15 +24,6 @@ from verl.models.packed_attention import packed_bounds
 from verl.models.structure import get_language_model
 
 
-__all__ = [
-    "GATED_DELTANET_CLASSES",
-    "PackedGatedDeltaNet",
-    "SEQUENCE_PARALLEL_REFUSAL",
-    "linear_attention_is_exact",
-    "packed_linear_attention_layers",
-    "use_packed_linear_attention",
-]
-
 GATED_DELTANET_CLASSES: tuple[tuple[str, str], ...] = (
     ("transformers.models.qwen3_5.modeling_qwen3_5", "Qwen3_5GatedDeltaNet"),
     ("transformers.models.qwen3_5_moe.modeling_qwen3_5_moe", "Qwen3_5MoeGatedDeltaNet"),
@@ -88,17 +79,11 @@ class PackedGatedDeltaNet(nn.Module):
                 f"{type(self).__name__}: {SEQUENCE_PARALLEL_REFUSAL}; set worker.actor.ulysses_size=1 for hybrid "
                 "linear-attention models."
             )
-        if hidden_states.is_cuda and _varlen_kernels_installed():
-            return self._varlen_kernel_forward(hidden_states, cu_seqlens, kwargs)
+        if hidden_states.is_cuda and _varlen_kernels_installed():  # one call, the kernels told the boundaries
+            cu_seqlens = cu_seqlens.to(device=hidden_states.device, dtype=torch.long)
+            seq_idx = _sequence_index(cu_seqlens, hidden_states.shape[1])
+            return super().forward(hidden_states, **{**kwargs, "cu_seq_lens_q": cu_seqlens, "seq_idx": seq_idx})
         return self._padded_forward(hidden_states, cu_seqlens, kwargs)
-
-    def _varlen_kernel_forward(
-        self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor, kwargs: dict[str, Any]
-    ) -> torch.Tensor:
-        length = hidden_states.shape[1]
-        cu_seqlens = cu_seqlens.to(device=hidden_states.device, dtype=torch.long)
-        kwargs = {**kwargs, "cu_seq_lens_q": cu_seqlens, "seq_idx": _sequence_index(cu_seqlens, length)}
-        return super().forward(hidden_states, **kwargs)
 
     def _padded_forward(
         self, hidden_states: torch.Tensor, cu_seqlens: torch.Tensor, kwargs: dict[str, Any]
@@ -136,13 +121,10 @@ def _packed_class(stock: type) -> type:
 def use_packed_linear_attention(model: nn.Module) -> int:
     """Give every Gated DeltaNet layer the packed-exact forward (idempotent); returns how many it changed. Only the
     class changes, so parameters, state-dict keys, FSDP wrapping and weight loading are as before."""
-    stock = _stock_classes()
-    count = 0
-    for module in model.modules():
-        if type(module) in stock:
-            module.__class__ = _packed_class(type(module))
-            count += 1
-    return count
+    layers = [module for module in model.modules() if type(module) in _stock_classes()]
+    for module in layers:
+        module.__class__ = _packed_class(type(module))
+    return len(layers)
 
 
 def packed_linear_attention_layers(model: nn.Module) -> int:

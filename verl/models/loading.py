@@ -192,9 +192,8 @@ def dummy_image_features(model: nn.Module, tower: nn.Module, device: torch.devic
     else:  # Gemma 4 (checked when the hooks are installed)
         size, kernel = tower.config.patch_size, tower.config.pooling_kernel_size
         pixels = torch.zeros(1, kernel * kernel, 3 * size * size, dtype=dtype, device=device)
-        rows, columns = torch.meshgrid(
-            torch.arange(kernel, device=device), torch.arange(kernel, device=device), indexing="ij"
-        )
+        steps = torch.arange(kernel, device=device)
+        rows, columns = torch.meshgrid(steps, steps, indexing="ij")
         positions = torch.stack([columns, rows], dim=-1).reshape(1, kernel * kernel, 2)
         output = getattr(model, "model", model).get_image_features(pixels, positions)
     features = getattr(output, "pooler_output", output)  # after the merger / projector, so every weight is used

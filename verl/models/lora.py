@@ -74,11 +74,9 @@ def apply_lora(model: nn.Module, lora: LoraConfig, vision_language: bool, base_m
             f"The model is a mixture of experts ({fused[0]}, ...) and the run has LoRA adapters: {FUSED_EXPERTS_LORA}"
         )
     model.lora_peft_config = peft_config  # read by save_adapter_config
-    trainable = 0
     for name, param in model.named_parameters():
-        is_adapter = is_adapter_param(name)
-        param.requires_grad_(is_adapter)
-        trainable += param.numel() if is_adapter else 0
+        param.requires_grad_(is_adapter_param(name))
+    trainable = sum(param.numel() for param in model.parameters() if param.requires_grad)
     if trainable == 0:
         raise ValueError(
             f"worker.actor.model.lora: no layer matched target_modules={lora.target_modules!r} (after "
@@ -119,29 +117,18 @@ def base_name(name: str) -> str:
 def lora_merge_plan(model: nn.Module) -> dict[str, tuple[str, str, float]]:
     """base weight name -> (lora_A name, lora_B name, scaling) for every adapted layer."""
     plan = {}
-    for name, _ in model.named_parameters(remove_duplicate=False):
-        match = _LORA_PARAM.match(name)
-        if match is None or match["part"] != "A":
-            continue
-        prefix = match["prefix"]
-        layer = model.get_submodule(prefix)
-        plan[f"{prefix}.base_layer.weight"] = (
-            f"{prefix}.lora_A.{ADAPTER_NAME}.weight",
-            f"{prefix}.lora_B.{ADAPTER_NAME}.weight",
-            float(layer.scaling[ADAPTER_NAME]),
-        )
+    parameters = dict(model.named_parameters(remove_duplicate=False))
+    for name, (a_name, b_name) in lora_merge_plan_from_names(parameters).items():
+        prefix = name.removesuffix(".weight")
+        scaling = float(model.get_submodule(prefix).scaling[ADAPTER_NAME])
+        plan[f"{prefix}.base_layer.weight"] = (a_name, b_name, scaling)
     return plan
 
 
 def lora_merge_plan_from_names(state: dict[str, Any]) -> dict[str, tuple[str, str]]:
     """plain weight name -> (lora_A name, lora_B name) for every adapter in a state dict."""
-    plan = {}
-    for name in state:
-        match = _LORA_PARAM.match(name)
-        if match is not None and match["part"] == "A":
-            prefix = match["prefix"]
-            plan[f"{prefix}.weight"] = (name, f"{prefix}.lora_B.{ADAPTER_NAME}.weight")
-    return plan
+    matches = [match for match in map(_LORA_PARAM.match, state) if match is not None and match["part"] == "A"]
+    return {f"{m['prefix']}.weight": (m.string, f"{m['prefix']}.lora_B.{ADAPTER_NAME}.weight") for m in matches}
 
 
 def merge_weight(base: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor, scaling: float) -> torch.Tensor:
@@ -160,21 +147,14 @@ def merged_state_dict(state: dict[str, torch.Tensor], scaling: float) -> dict[st
 
 def peft_adapter_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The adapter tensors of `state` under peft's saved names."""
-    adapter = {}
-    for name, tensor in state.items():
-        match = _LORA_PARAM.match(name)
-        if match:
-            adapter[f"base_model.model.{match['prefix']}.lora_{match['part']}.weight"] = tensor
-    return adapter
+    matches = filter(None, map(_LORA_PARAM.match, state))
+    return {f"base_model.model.{m['prefix']}.lora_{m['part']}.weight": state[m.string] for m in matches}
 
 
 def adapter_config_dict(model: nn.Module) -> dict[str, Any]:
     """peft's adapter_config.json content for a model `apply_lora` adapted."""
     config = model.lora_peft_config.to_dict()
-    for key, value in list(config.items()):
-        if isinstance(value, set):
-            config[key] = sorted(value)
-    return config
+    return {key: sorted(value) if isinstance(value, set) else value for key, value in config.items()}
 
 
 def save_adapter_config(model: nn.Module, directory: str) -> None:
@@ -186,10 +166,8 @@ def save_adapter_config(model: nn.Module, directory: str) -> None:
 def read_adapter_config(actor_dir: str) -> dict[str, Any] | None:
     """The adapter config of a LoRA checkpoint's actor folder (None for a full model's): in the folder itself, or in
     its huggingface/ in checkpoints written before it moved out (a merged export there would load as an adapter)."""
-    for path in (
-        os.path.join(actor_dir, ADAPTER_CONFIG_FILE),
-        os.path.join(actor_dir, "huggingface", ADAPTER_CONFIG_FILE),
-    ):
+    for folder in (actor_dir, os.path.join(actor_dir, "huggingface")):
+        path = os.path.join(folder, ADAPTER_CONFIG_FILE)
         if os.path.isfile(path):
             with open(path, encoding="utf-8") as f:
                 return json.load(f)

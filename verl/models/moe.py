@@ -76,8 +76,7 @@ class RouterStats:
             if self._mask is not None and self._mask.numel() == logits.shape[0]:
                 keep = self._mask.reshape(-1).to(logits.device).bool()
                 logits, ids = logits[keep], ids[keep]
-            experts = logits.shape[-1]
-            self._experts = experts
+            self._experts = experts = logits.shape[-1]
             counts = torch.bincount(ids.reshape(-1), minlength=experts).double()
             probs = torch.softmax(logits, dim=-1).sum(dim=0).double()
             self._counts[layer] = counts if self._counts[layer] is None else self._counts[layer] + counts
@@ -104,12 +103,9 @@ class RouterStats:
             dist.all_reduce(packed, group=group)
             packed = packed.cpu()
         layers = len(self.routers)
-        counts = packed[: layers * experts].reshape(layers, experts)
-        probs = packed[layers * experts : 2 * layers * experts].reshape(layers, experts)
-        tokens = packed[2 * layers * experts :]
-        self._counts = [None] * layers
-        self._probs = [None] * layers
-        self._tokens = [0.0] * layers
+        counts, probs, tokens = packed.split([layers * experts, layers * experts, layers])
+        counts, probs = counts.reshape(layers, experts), probs.reshape(layers, experts)
+        self._counts, self._probs, self._tokens = [None] * layers, [None] * layers, [0.0] * layers
         seen = tokens > 0
         if not bool(seen.any()):
             return {}

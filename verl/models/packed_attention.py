@@ -20,15 +20,6 @@ from transformers.masking_utils import causal_mask_function, sdpa_mask
 from verl.models import ulysses
 
 
-__all__ = [
-    "PACKED_ATTENTION",
-    "packed_attention_forward",
-    "packed_attention_mask",
-    "packed_bounds",
-    "packed_sequence_kwargs",
-    "register_packed_attention",
-]
-
 PACKED_ATTENTION = "varlen"
 
 _VARLEN_DTYPES = (torch.float16, torch.bfloat16)
@@ -62,9 +53,6 @@ def register_packed_attention() -> None:
     """Register as `attn_implementation="varlen"` (idempotent)."""
     AttentionInterface.register(PACKED_ATTENTION, packed_attention_forward)
     AttentionMaskInterface.register(PACKED_ATTENTION, packed_attention_mask)
-
-
-# ---------------------------------------------------------------------------------------------- mask function
 
 
 def packed_attention_mask(
@@ -104,9 +92,6 @@ def packed_attention_mask(
     )
 
 
-# ---------------------------------------------------------------------------------------------- attention function
-
-
 def packed_attention_forward(
     module: nn.Module,
     query: torch.Tensor,
@@ -143,8 +128,7 @@ def packed_attention_forward(
     elif dropout == 0.0 and _can_use_varlen(query):
         output = _varlen_forward(query, key, value, *segments, scaling)  # (cu_seq_q, cu_seq_k, max_q, max_k)
     else:
-        cu_seq_q, cu_seq_k, _, _ = segments
-        output = _per_sequence_forward(query, key, value, cu_seq_q, cu_seq_k, dropout, scaling)
+        output = _per_sequence_forward(query, key, value, *segments[:2], dropout, scaling)  # (cu_seq_q, cu_seq_k)
     return (output if group is None else ulysses.exchange(output, group)), None
 
 
@@ -189,15 +173,8 @@ def _per_sequence_forward(
     for start, end in zip(bounds[:-1], bounds[1:]):
         if end == start:
             continue
-        out = F.scaled_dot_product_attention(
-            query[:, :, start:end],
-            key[:, :, start:end],
-            value[:, :, start:end],
-            dropout_p=dropout,
-            is_causal=True,
-            scale=scaling,
-            enable_gqa=gqa,
-        )
+        q, k, v = (tensor[:, :, start:end] for tensor in (query, key, value))
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True, scale=scaling, enable_gqa=gqa)
         outputs.append(out.transpose(1, 2))
     return torch.cat(outputs, dim=1)
 

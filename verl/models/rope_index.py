@@ -33,8 +33,7 @@ class _ModelStandIn:
     """What get_rope_index uses of a model: `config` and `get_vision_position_ids`; picklable, no weights."""
 
     def __init__(self, model_class: type, config: Any) -> None:
-        self.model_class = model_class
-        self.config = config
+        self.model_class, self.config = model_class, config
 
     def get_vision_position_ids(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         return self.model_class.get_vision_position_ids(self, *args, **kwargs)

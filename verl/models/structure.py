@@ -11,18 +11,12 @@ _VISION_TOWER_NAMES = ("visual", "vision_tower", "vision_model")
 
 def get_vision_tower(model: nn.Module) -> nn.Module | None:
     """The vision encoder of a vision-language model, or None for a text model."""
-    for owner in (model, getattr(model, "model", None)):
-        for name in _VISION_TOWER_NAMES:
-            tower = getattr(owner, name, None) if owner is not None else None
-            if isinstance(tower, nn.Module):
-                return tower
-    return None
+    owners = (model, getattr(model, "model", None))
+    towers = (getattr(owner, name, None) for owner in owners for name in _VISION_TOWER_NAMES)
+    return next((tower for tower in towers if isinstance(tower, nn.Module)), None)
 
 
 def get_language_model(model: nn.Module) -> nn.Module | None:
     """The text decoder a vision-language model feeds its image embeddings into, or None."""
-    for owner in (getattr(model, "model", None), model):
-        language_model = getattr(owner, "language_model", None) if owner is not None else None
-        if isinstance(language_model, nn.Module):
-            return language_model
-    return None
+    found = (getattr(owner, "language_model", None) for owner in (getattr(model, "model", None), model))
+    return next((language_model for language_model in found if isinstance(language_model, nn.Module)), None)

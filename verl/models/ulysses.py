@@ -61,12 +61,8 @@ def new_sequence_parallel_group(ulysses_size: int) -> dist.ProcessGroup | None:
     world, rank = dist.get_world_size(), dist.get_rank()
     if world % ulysses_size != 0:
         raise ValueError(f"ulysses_size={ulysses_size} must divide the world size {world}.")
-    mine = None
-    for start in range(0, world, ulysses_size):
-        group = dist.new_group(list(range(start, start + ulysses_size)))
-        if start <= rank < start + ulysses_size:
-            mine = group
-    return mine
+    groups = [dist.new_group(list(range(start, start + ulysses_size))) for start in range(0, world, ulysses_size)]
+    return groups[rank // ulysses_size]
 
 
 @contextlib.contextmanager
@@ -201,5 +197,4 @@ def own_rows(data: Any, group: dist.ProcessGroup | None) -> Any:
     """This rank's share of rows gathered by `gather_rows`."""
     if group is None:
         return data
-    size, rank = dist.get_world_size(group), dist.get_rank(group)
-    return data.chunk(size)[rank]
+    return data.chunk(dist.get_world_size(group))[dist.get_rank(group)]

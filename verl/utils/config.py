@@ -35,9 +35,7 @@ def _is_dataclass_type(tp: Any) -> bool:
 
 def _unwrap_optional(tp: Any) -> Any:
     args = [a for a in typing.get_args(tp) if a is not type(None)]
-    if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1:
-        return args[0]
-    return tp
+    return args[0] if typing.get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1 else tp
 
 
 EASYR1_ONLY_KEYS: dict[str, str] = {
@@ -116,10 +114,9 @@ def merge_config(schema: type, sources: Sequence[tuple[str, Mapping]]) -> Any:
             merged = OmegaConf.merge(merged, OmegaConf.create(checked))
         except OmegaConfBaseException as err:
             full_key = getattr(err, "full_key", None) or "?"
-            value = _lookup(mapping, full_key)
             raise ConfigError(
                 f"Config key '{full_key}' expects {_expected_type_name(schema, full_key)}, "
-                f"got {value!r} (in {source_name})."
+                f"got {_lookup(mapping, full_key)!r} (in {source_name})."
             ) from None
     try:
         config = OmegaConf.to_object(merged)
@@ -209,9 +206,7 @@ def command_line_sources(argv: Sequence[str]) -> list[tuple[str, dict[str, Any]]
 
 def absolute_path(path: str | None) -> str | None:
     """An existing local path made absolute (Ray workers may run in another directory); anything else as it is."""
-    if path and os.path.exists(os.path.expanduser(path)):
-        return os.path.abspath(os.path.expanduser(path))
-    return path
+    return os.path.abspath(os.path.expanduser(path)) if path and os.path.exists(os.path.expanduser(path)) else path
 
 
 @contextlib.contextmanager
@@ -300,10 +295,9 @@ def require_path(section: Any, prefix: str, name: str, kind: str = "path", allow
         return  # a Hugging Face id such as Qwen/Qwen2.5-7B-Instruct; resolved (or refused) when the model loads
     if not os.path.exists(os.path.expanduser(path)):
         raise ConfigError(f"Config key '{key}' points to '{path}', which does not exist; give an existing {kind}.")
-    if kind == "directory" and not os.path.isdir(path):
-        raise ConfigError(f"Config key '{key}' points to '{path}', which is not a directory.")
-    if kind == "file" and not os.path.isfile(path):
-        raise ConfigError(f"Config key '{key}' points to '{path}', which is not a file.")
+    is_kind = {"directory": os.path.isdir, "file": os.path.isfile}.get(kind)
+    if is_kind is not None and not is_kind(path):
+        raise ConfigError(f"Config key '{key}' points to '{path}', which is not a {kind}.")
 
 
 def require_writable_dir(section: Any, prefix: str, name: str, *, file: bool = False) -> None:
@@ -391,9 +385,8 @@ def describe_fields(schema: type, prefix: str = "") -> list[tuple[str, str, str]
     import textwrap
 
     docs: dict[str, str] = {}
-    for cls in reversed(schema.__mro__):  # a subclass that only changes a shared field's default keeps its docstring
-        if not _is_dataclass_type(cls):
-            continue
+    # a subclass that only changes a shared field's default keeps its docstring
+    for cls in filter(_is_dataclass_type, reversed(schema.__mro__)):
         try:
             tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
         except (OSError, TypeError):

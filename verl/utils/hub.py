@@ -102,13 +102,9 @@ def offline_unless_reachable(config: Any) -> None:
         return
     if modelscope or "HF_HUB_OFFLINE" in os.environ or any(os.environ.get(v) for v in _PROXY_VARIABLES):
         return
-    ids = sorted(
-        {
-            value.rsplit("@", 1)[0]
-            for value in _strings(dataclasses.asdict(config) if dataclasses.is_dataclass(config) else config)
-            if _HUB_ID.match(value.rsplit("@", 1)[0]) and not os.path.exists(os.path.expanduser(value))
-        }
-    )
+    values = _strings(dataclasses.asdict(config) if dataclasses.is_dataclass(config) else config)
+    names = {value.rsplit("@", 1)[0] for value in values if not os.path.exists(os.path.expanduser(value))}
+    ids = sorted(name for name in names if _HUB_ID.match(name))  # name@split: a dataset's
     if not ids:
         return
     endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"

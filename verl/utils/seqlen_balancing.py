@@ -5,6 +5,7 @@ lengths vary widely): Karmarkar-Karp largest differencing, with equal item count
 (`dynamic_micro_batches`)."""
 
 import heapq
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -26,23 +27,20 @@ def karmarkar_karp(sizes: Sequence[int], k: int, equal_size: bool = False) -> li
         raise ValueError(f"Equal-size partitions need the item count ({n}) to be a multiple of k ({k}).")
     order = sorted(range(n), key=lambda i: (sizes[i], i))
     heap: list[tuple[int, int, list[tuple[int, list[int]]]]] = []
-    seed_size = k if equal_size else 1
-    seeds = [order[start : start + seed_size] for start in range(0, n, seed_size)]
-    for counter, seed in enumerate(seeds):
-        groups = [(sizes[i], [i]) for i in seed] + [(0, []) for _ in range(k - len(seed))]
+    counter = itertools.count()  # ties broken by age
+
+    def push(groups: list[tuple[int, list[int]]]) -> None:  # a partial partition, keyed by its spread
         groups.sort(key=lambda group: group[0])
-        heapq.heappush(heap, (-(groups[-1][0] - groups[0][0]), counter, groups))
-    counter = len(seeds)
+        heapq.heappush(heap, (-(groups[-1][0] - groups[0][0]), next(counter), groups))
+
+    seed_size = k if equal_size else 1
+    for start in range(0, n, seed_size):
+        seed = order[start : start + seed_size]
+        push([(sizes[i], [i]) for i in seed] + [(0, []) for _ in range(k - len(seed))])
     while len(heap) > 1:
         _, _, first = heapq.heappop(heap)
         _, _, second = heapq.heappop(heap)
-        merged = [
-            (a_sum + b_sum, a_items + b_items)
-            for (a_sum, a_items), (b_sum, b_items) in zip(reversed(first), second)  # largest with smallest
-        ]
-        merged.sort(key=lambda group: group[0])
-        heapq.heappush(heap, (-(merged[-1][0] - merged[0][0]), counter, merged))
-        counter += 1
+        push([(a + b, a_items + b_items) for (a, a_items), (b, b_items) in zip(reversed(first), second)])  # big+small
     partitions = [sorted(items) for _, items in heap[0][2]]
     for group in partitions:  # an empty group (tiny, skewed inputs) takes an item from the fullest
         if not group:

@@ -15,14 +15,11 @@ WORKER_SETUP_HOOK = "verl.utils.worker_setup.setup_worker_process"
 
 
 def setup_worker_process() -> None:
+    """The known-harmless messages silenced; the `verl` loggers' INFO lines (the LoRA adapters' size, a frozen vision
+    tower, the CPU engine's dtype, a saved checkpoint) on stderr, which Ray forwards to the driver's console: a worker
+    process has no logging configured, so Python would show WARNING and above only. Other libraries' loggers keep
+    their levels."""
     quiet.install_worker_filters()
-    show_project_info()
-
-
-def show_project_info() -> None:
-    """The `verl` loggers' INFO lines (the LoRA adapters' size, a frozen vision tower, the CPU engine's dtype, a saved
-    checkpoint) on stderr, which Ray forwards to the driver's console: a worker process has no logging configured, so
-    Python would show WARNING and above only. Other libraries' loggers keep their levels."""
     project = logging.getLogger("verl")
     if not project.handlers:
         handler = logging.StreamHandler()

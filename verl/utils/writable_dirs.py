@@ -88,12 +88,10 @@ def _move_if_unwritable(default: str, variable: str, what: str, subdir: str, als
 def use_writable_dirs(starts_ray: bool) -> None:
     """Before datasets, vLLM, Triton and Ray are imported: check or move every directory they write by default.
     `starts_ray`: this process starts its own Ray (no RAY_ADDRESS)."""
-    if not os.environ.get("HF_DATASETS_CACHE") and (os.environ.get("HF_HOME") or os.environ.get("XDG_CACHE_HOME")):
-        directory, variable = datasets_cache_dir()
-        reason = unwritable_reason(directory)
-        if reason is not None:
-            raise UnwritableDirectoryError(cache_error(directory, variable, reason, "The datasets library"))
-    datasets_dir = datasets_cache_dir()[0]
+    datasets_dir, chosen_by = datasets_cache_dir()
+    reason = unwritable_reason(datasets_dir) if chosen_by in ("HF_HOME", "XDG_CACHE_HOME") else None
+    if reason is not None:  # a place the user chose: an error, not a move
+        raise UnwritableDirectoryError(cache_error(datasets_dir, chosen_by, reason, "The datasets library"))
     _move_if_unwritable(datasets_dir, "HF_DATASETS_CACHE", "The datasets library", "datasets", " (or HF_HOME)")
     _move_if_unwritable(os.path.join(_cache_home(), "vllm"), "VLLM_CACHE_ROOT", "vLLM", "vllm", " (or XDG_CACHE_HOME)")
     triton_dir = os.path.join(os.path.expanduser("~"), ".triton", "cache")
@@ -109,9 +107,7 @@ def _ray_token_path() -> None:
     if any(os.environ.get(name) for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")):
         return
     default = os.path.join(os.path.expanduser("~"), ".ray")
-    if os.path.isfile(os.path.join(default, "auth_token")):
-        return
-    reason = unwritable_reason(default)
+    reason = None if os.path.isfile(os.path.join(default, "auth_token")) else unwritable_reason(default)
     if reason is None:
         return
     path = os.path.join(_fallback_root(), "ray_auth_token")

@@ -23,6 +23,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from verl.models.lora import is_adapter_param, read_adapter_config, save_adapter_config
 from verl.utils import device, quiet
 
 
@@ -160,19 +161,14 @@ class FSDPCheckpointManager:
         processor: Any = None,
         adapter_only: bool = False,
     ) -> None:
-        self.model = model
-        self.optimizer = optimizer
-        self.lr_scheduler = lr_scheduler
-        self.tokenizer = tokenizer
-        self.processor = processor
+        self.model, self.optimizer, self.lr_scheduler = model, optimizer, lr_scheduler
+        self.tokenizer, self.processor = tokenizer, processor
         self.adapter_only = adapter_only
         """LoRA: save and load the adapter weights only (the frozen base weights come from the model path)."""
 
     def _model_part(self, model_state: dict[str, Any]) -> dict[str, Any]:
         if not self.adapter_only:
             return model_state
-        from verl.models.lora import is_adapter_param
-
         return {name: value for name, value in model_state.items() if is_adapter_param(name)}
 
     def save(self, path: str, extra_state: dict[str, Any] | None = None, save_model_only: bool = False) -> None:
@@ -229,8 +225,6 @@ class FSDPCheckpointManager:
             if part is not None:
                 part.save_pretrained(hf_dir)
         if self.adapter_only:
-            from verl.models.lora import save_adapter_config
-
             save_adapter_config(self.model, path)
 
     def load(self, path: str, model_only: bool = False) -> dict[str, Any]:
@@ -249,8 +243,6 @@ class FSDPCheckpointManager:
                 f"Checkpoint {path!r} has no optimizer state (it was saved with save_model_only); load it with "
                 "model_only=True to take only the weights."
             )
-        from verl.models.lora import read_adapter_config
-
         saved_adapter_only = read_adapter_config(path) is not None
         if saved_adapter_only != self.adapter_only:
             saved = "LoRA adapters only" if saved_adapter_only else "a full model (no LoRA adapters)"
@@ -261,10 +253,8 @@ class FSDPCheckpointManager:
             )
         state = self._live_state(with_optimizer=load_optimizer)
         rng_key = _rng_key(_rank())
-        if not model_only:
-            for key in (_TRAINER_KEY, rng_key):
-                if key in saved_keys:
-                    state[key] = _PickledState()
+        if not model_only:  # the pickled parts this checkpoint has
+            state.update({key: _PickledState() for key in (_TRAINER_KEY, rng_key) if key in saved_keys})
         _dcp(dcp.load, state, path)
         options = StateDictOptions(strict=not self.adapter_only)  # adapters only: the base weights stay as loaded
         if load_optimizer:

@@ -19,18 +19,6 @@ CHECKSUM_MAX_BYTES = 64 * 2**20
 """Files up to this size get a CRC-32 as well as their size."""
 
 
-def _files(step_path: str) -> list[str]:
-    """Every file under `step_path`, relative and sorted, but the record itself."""
-    found = []
-    for root, dirs, names in os.walk(step_path):
-        dirs.sort()
-        for name in sorted(names):
-            relative = os.path.relpath(os.path.join(root, name), step_path)
-            if relative != INTEGRITY_FILE:
-                found.append(relative)
-    return found
-
-
 def _crc32(path: str) -> int:
     crc = 0
     with open(path, "rb") as f:
@@ -44,21 +32,22 @@ def write_record(step_path: str, under: str = "") -> None:
     `under` (e.g. "actor/huggingface", where model_merger exports by default), only the files below it are recorded
     anew and the rest of the existing record is kept (nothing is written for a step without one)."""
     prefix = under.rstrip("/") + os.sep if under else ""
+    record_path = os.path.join(step_path, INTEGRITY_FILE)
     files = {}
     if prefix:
-        if not os.path.isfile(os.path.join(step_path, INTEGRITY_FILE)):
+        if not os.path.isfile(record_path):
             return
-        with open(os.path.join(step_path, INTEGRITY_FILE), encoding="utf-8") as f:
+        with open(record_path, encoding="utf-8") as f:
             files = {name: entry for name, entry in json.load(f)["files"].items() if not name.startswith(prefix)}
-    for relative in _files(step_path):
-        if not relative.startswith(prefix):
-            continue
-        path = os.path.join(step_path, relative)
-        size = os.path.getsize(path)
-        files[relative] = {"size": size, **({"crc32": _crc32(path)} if size <= CHECKSUM_MAX_BYTES else {})}
-    atomic_write(
-        os.path.join(step_path, INTEGRITY_FILE), lambda f: json.dump({"version": 1, "files": files}, f, indent=1)
-    )
+    for root, dirs, names in os.walk(step_path):
+        dirs.sort()
+        for name in sorted(names):
+            path = os.path.join(root, name)
+            relative = os.path.relpath(path, step_path)
+            if relative != INTEGRITY_FILE and relative.startswith(prefix):
+                size = os.path.getsize(path)
+                files[relative] = {"size": size, **({"crc32": _crc32(path)} if size <= CHECKSUM_MAX_BYTES else {})}
+    atomic_write(record_path, lambda f: json.dump({"version": 1, "files": files}, f, indent=1))
 
 
 def damage(step_path: str, under: str = "") -> str | None:

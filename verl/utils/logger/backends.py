@@ -38,21 +38,10 @@ def _sorted_scalars(metrics: dict[str, Any]) -> dict[str, float]:
     return {key: float(value) for key, value in sorted(metrics.items())}
 
 
-CONSOLE_KEYS: tuple[str, ...] = (
-    "critic/score/mean",
-    "actor/pg_loss",
-    "actor/kl_loss",
-    "actor/grad_norm",
-    "actor/entropy_loss",
-    "critic/vf_loss",
-    "response_length/mean",
-    "timing_s/step",
-    "perf/throughput",
-    "perf/mfu_actor",
-    "perf/max_memory_allocated_gb",
-    "train/loss",
-    "train/grad_norm",
-    "train/lr",
+CONSOLE_KEYS: tuple[str, ...] = tuple(
+    "critic/score/mean actor/pg_loss actor/kl_loss actor/grad_norm actor/entropy_loss critic/vf_loss "
+    "response_length/mean timing_s/step perf/throughput perf/mfu_actor perf/max_memory_allocated_gb "
+    "train/loss train/grad_norm train/lr".split()
 )
 """What the console shows of a training step; every metric goes to the other backends (the file logger keeps all)."""
 
@@ -291,8 +280,7 @@ class MlflowBackend(Backend):
         mlflow.set_experiment(project)
         self.run = mlflow.start_run(run_name=experiment)
         logger.info("mlflow: run %s in %s", self.run.info.run_id, mlflow.get_tracking_uri())
-        flat = _flatten(config)
-        mlflow.log_params({key: str(value)[:250] for key, value in flat.items()})
+        mlflow.log_params({key: str(value)[:250] for key, value in _flatten(config).items()})
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         # mlflow keys may not contain some characters used by other tools; "@" is the usual offender
