@@ -318,18 +318,14 @@ def as_written(messages: list[Any], written: list[dict[str, Any]]) -> list[Any]:
     return [replaced.get(i, message) for i, message in enumerate(messages)]
 
 
-def after_prompt(messages: list[dict[str, Any]], context: int = 0) -> list[dict[str, Any]]:
-    """The messages from the model's first turn on (what training's episode_messages column holds), past the
-    `context` messages before the prompt (few-shot turns are not the model's)."""
-    turns = (i for i, message in enumerate(messages) if i >= context and message.get("role") == "assistant")
-    return messages[next(turns, len(messages)) :]
-
-
 def reward_sample(index: int, setup: EpisodeSetup, result: EpisodeResult) -> dict[str, Any]:
     """The episode as a reward function gets it in training (RewardInput): `response` is the seen messages after the
     prompt, one per line; `response_length` the endpoint's completion tokens; extra_info the row's other columns,
     env_<count>, env_<episode_info key>, last_turn and episode_messages."""
-    episode = after_prompt(result.messages, len(setup.context))
+    # the messages from the model's first turn on (training's episode_messages), past the context (few-shot turns)
+    messages, context = result.messages, len(setup.context)
+    turns = (i for i, message in enumerate(messages) if i >= context and message.get("role") == "assistant")
+    episode = messages[next(turns, len(messages)) :]
     shown = [message for message in episode if not message.get("cut")]
     extra = {key: value for key, value in setup.row.items() if key != "ground_truth" and key not in setup.data_columns}
     counts = {key: value for key, value in result.counts.items() if key != "done"}

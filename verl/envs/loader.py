@@ -41,7 +41,8 @@ def load_environment(
             f"{key}={spec!r}: importing {path} failed with {type(error).__name__}: {error}.{hint}"
         ) from error
     cls = getattr(module, name, None)
-    if _is_verifiers_taskset(cls):
+    tasksets = sys.modules.get("verifiers.v1.taskset")  # imported by a file that defines a taskset
+    if tasksets is not None and isinstance(cls, type) and issubclass(cls, tasksets.Taskset):
         return _verifiers_taskset(spec, os.path.abspath(path), kwargs, key)
     if not isinstance(cls, type) or not issubclass(cls, Environment):
         raise EnvironmentLoadError(
@@ -67,8 +68,3 @@ def _verifiers_taskset(spec: str, taskset: str, kwargs: Mapping[str, Any] | None
         raise
     except Exception as error:
         raise EnvironmentLoadError(f"{key}={spec!r}: {error}") from error
-
-
-def _is_verifiers_taskset(obj: Any) -> bool:
-    module = sys.modules.get("verifiers.v1.taskset")  # imported by a file that defines a taskset
-    return module is not None and isinstance(obj, type) and issubclass(obj, module.Taskset)

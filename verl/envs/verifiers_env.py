@@ -265,8 +265,7 @@ def task_prompt(data: Any) -> str:
 def task_row(task: Any) -> dict[str, Any]:
     """A task as a JSONL row the trainer reads: `prompt` (task_prompt), `answer` (the task data's, if it has one)
     and TASK_COLUMN (the task data as JSON)."""
-    data = task.data.model_dump(mode="json")
-    answer = data.get("answer")
+    answer = task.data.model_dump(mode="json").get("answer")
     return {
         "prompt": task_prompt(task.data),
         "answer": "" if answer is None else str(answer) if isinstance(answer, (int, float)) else answer,
@@ -282,15 +281,9 @@ async def _probe_reply(*, model: str | None = None, **_: Any) -> Any:
     """The probe episode's answer to every request: an empty final turn."""
     from openai.types.chat import ChatCompletion
 
-    return ChatCompletion.model_validate(
-        {
-            "id": "chatcmpl-probe",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model or "probe",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "stop"}],
-        }
-    )
+    choice = {"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "stop"}
+    reply = {"id": "chatcmpl-probe", "object": "chat.completion", "model": model or "probe", "choices": [choice]}
+    return ChatCompletion.model_validate({**reply, "created": int(time.time())})
 
 
 class VerifiersEnv(ChatClientEnv):

@@ -254,15 +254,6 @@ TRL_UNPASSED = ("trainer_state",)
 """Arguments TRL's GRPOTrainer passes that this trainer has no equivalent of: a function naming one is refused."""
 
 
-def _takes_trl_arguments(function: Callable[..., Any]) -> bool:
-    """Whether `function` is in TRL's signature: it takes `completions` or another argument only TRL passes (and
-    not verl's `solution_str`)."""
-    parameters = _parameters(function)
-    return (
-        bool({"completions", "completion_ids", *TRL_UNPASSED} & set(parameters)) and "solution_str" not in parameters
-    )
-
-
 def _trl_arguments(
     function: Callable[..., Any], samples: Sequence[Mapping[str, Any]], answer_key: str | None, kwargs: Mapping
 ) -> dict[str, Any]:
@@ -308,22 +299,6 @@ def _trl_scores(scores: Any) -> Any:
     if not isinstance(scores, (list, tuple)):
         return scores  # check_scores names it
     return [{"overall": 0.0 if score is None else score} for score in scores]
-
-
-def _import_file(path: str, spec: str) -> Any:
-    """Execute the file as a fresh module registered in sys.modules (for dataclasses and pickling) under a name
-    derived from its path, so two reward files (train and val) never replace each other."""
-    try:
-        return import_file(path, "verl_reward_")
-    except NotPythonFileError:
-        raise RewardFunctionLoadError(
-            f"{CONFIG_KEY}={spec!r}: cannot import {path} as Python; the reward function must live in a .py file."
-        ) from None
-    except (Exception, SystemExit) as error:  # sys.exit() at import would end the run as if it had succeeded
-        raise RewardFunctionLoadError(
-            f"{CONFIG_KEY}={spec!r}: importing {path} failed with {type(error).__name__}: {_reason(error)}; fix the "
-            "file or install what it imports."
-        ) from error
 
 
 def _check_kwargs(loaded: RewardFunction) -> None:
@@ -416,7 +391,17 @@ def load_reward_function(
             f"{CONFIG_KEY}={spec!r}: the file {path} does not exist; give a path relative to the working directory "
             f"({os.getcwd()}) or an absolute one."
         )
-    module = _import_file(path, spec)
+    try:  # a fresh module, named after its path, so two reward files (train and val) never replace each other
+        module = import_file(path, "verl_reward_")
+    except NotPythonFileError:
+        raise RewardFunctionLoadError(
+            f"{CONFIG_KEY}={spec!r}: cannot import {path} as Python; the reward function must live in a .py file."
+        ) from None
+    except (Exception, SystemExit) as error:  # sys.exit() at import would end the run as if it had succeeded
+        raise RewardFunctionLoadError(
+            f"{CONFIG_KEY}={spec!r}: importing {path} failed with {type(error).__name__}: {_reason(error)}; fix the "
+            "file or install what it imports."
+        ) from error
     if not hasattr(module, name):
         defined = sorted(
             attr for attr, value in vars(module).items() if inspect.isfunction(value) and not attr.startswith("_")
@@ -431,9 +416,10 @@ def load_reward_function(
             f"{CONFIG_KEY}={spec!r}: {name!r} in {path} is a {type(function).__name__}, not a function; point the "
             "spec at a callable."
         )
-    verl_arguments = _verl_arguments(function)
-    trl = _takes_trl_arguments(function)
-    unpassed = [argument for argument in TRL_UNPASSED if argument in _parameters(function)] if trl else []
+    verl_arguments, parameters = _verl_arguments(function), _parameters(function)
+    # TRL's signature: it takes `completions` or another argument only TRL passes (and not verl's `solution_str`)
+    trl = bool({"completions", "completion_ids", *TRL_UNPASSED} & set(parameters)) and "solution_str" not in parameters
+    unpassed = [argument for argument in TRL_UNPASSED if argument in parameters] if trl else []
     if unpassed:
         raise RewardFunctionLoadError(
             f"{CONFIG_KEY}={spec!r}: {name} takes TRL's {', '.join(unpassed)}, which this trainer does not "
@@ -492,8 +478,7 @@ async def _gather(function: RewardFunction, samples: Sequence[Mapping[str, Any]]
 def score_sequential(function: RewardFunction, samples: Sequence[Mapping[str, Any]], start: int = 0) -> list[Any]:
     """Call a sequential function on each sample (an async one on all of them concurrently); `start` is the batch
     index of samples[0], for error messages."""
-    scores = []
-    awaited = None
+    scores, awaited = [], None
     if function.is_async:
         try:
             awaited = _run_coroutine(_gather(function, samples))
@@ -554,9 +539,7 @@ def uid_note(sample: Mapping[str, Any]) -> str:
 
 def _as_float(value: Any) -> float | None:
     """A float for Python and NumPy bools, ints and floats; None for anything else (strings, tensors, None)."""
-    if isinstance(value, (bool, np.bool_, numbers.Real)):
-        return float(value)
-    return None
+    return float(value) if isinstance(value, (bool, np.bool_, numbers.Real)) else None
 
 
 def check_scores(

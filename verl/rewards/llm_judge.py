@@ -198,23 +198,13 @@ def _number(value: float) -> int | float:
 
 
 def render_template(
-    template: jinja2.Template | str,
-    prompt: str,
-    response: str,
-    ground_truth: Any,
-    min_grade: float,
-    max_grade: float,
+    template: jinja2.Template | str, prompt: str, response: str, ground_truth: Any, min_grade: float, max_grade: float
 ) -> str:
     """The judge's user message for one sample (before the judge's chat template)."""
     if isinstance(template, str):
         template = _environment().from_string(template)
-    return template.render(
-        prompt=prompt,
-        response=response,
-        ground_truth=ground_truth,
-        min_grade=_number(min_grade),
-        max_grade=_number(max_grade),
-    )
+    grades = {"min_grade": _number(min_grade), "max_grade": _number(max_grade)}
+    return template.render(prompt=prompt, response=response, ground_truth=ground_truth, **grades)
 
 
 def build_judge_prompt(tokenizer: Any, user_message: str, template_kwargs: dict[str, Any] | None = None) -> str:
@@ -241,9 +231,7 @@ def parse_grade(text: str, pattern: str | re.Pattern[str], min_grade: float, max
         grade = float(last.group(1) if compiled.groups else last.group(0))
     except (TypeError, ValueError):  # an optional group that did not take part, or a non-numeric capture
         return None
-    if not math.isfinite(grade) or not min_grade <= grade <= max_grade:
-        return None
-    return grade
+    return grade if math.isfinite(grade) and min_grade <= grade <= max_grade else None
 
 
 def score_answers(answers: list[str | None], config: JudgeConfig) -> dict[str, list[float]]:
@@ -270,23 +258,16 @@ def build_engine_kwargs(config: JudgeConfig, on_gpu: bool) -> dict[str, Any]:
     from verl.models.config import model_recurrent_layer_types
     from verl.workers.rollout import vllm_compat
 
-    kwargs: dict[str, Any] = {
-        "model": config.model_path,
-        "seed": 0,
-        "max_num_batched_tokens": config.max_num_batched_tokens,
-        "tensor_parallel_size": 1,
-        "disable_log_stats": True,
-    }
+    kwargs: dict[str, Any] = {"model": config.model_path, "seed": 0, "tensor_parallel_size": 1}
+    kwargs.update(max_num_batched_tokens=config.max_num_batched_tokens, disable_log_stats=True)
     if config.max_model_len is not None:
         kwargs["max_model_len"] = config.max_model_len
     if on_gpu:
-        kwargs["dtype"] = "bfloat16" if config.dtype == "auto" else _DTYPES[config.dtype]
-        kwargs["enforce_eager"] = config.enforce_eager
+        dtype = "bfloat16" if config.dtype == "auto" else _DTYPES[config.dtype]
+        kwargs.update(dtype=dtype, enforce_eager=config.enforce_eager)
         kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
     else:
-        kwargs["dtype"] = "float32"
-        kwargs["enforce_eager"] = True
-        kwargs["kv_cache_memory_bytes"] = config.kv_cache_memory_mb * 2**20
+        kwargs.update(dtype="float32", enforce_eager=True, kv_cache_memory_bytes=config.kv_cache_memory_mb * 2**20)
         if model_recurrent_layer_types(config.model_path):
             kwargs.update(vllm_compat.cpu_hybrid_engine_kwargs())
     return kwargs

@@ -101,15 +101,6 @@ def valid_response_mask(data: DataProto) -> torch.Tensor:
     return data.batch["attention_mask"][:, -response_length:].bool()
 
 
-def _prompt_key(data: DataProto) -> str | None:
-    """The dataset column that holds the prompt as text, if any (a column of chat messages does not count)."""
-    for key in _PROMPT_TEXT_KEYS:
-        column = data.non_tensor_batch.get(key)
-        if column is not None and all(isinstance(text, str) for text in column):
-            return key
-    return None
-
-
 def decode_prompts(data: DataProto, tokenizer: Any, skip_special_tokens: bool) -> list[str]:
     """Each row's left-padded prompt ids, padding dropped, as text."""
     prompts = data.batch["prompts"]
@@ -135,20 +126,18 @@ def user_messages(data: DataProto, tokenizer: Any) -> list[str]:
     return [text if isinstance(text, str) else fallback for text, fallback in zip(contents, decoded)]
 
 
-def _response_tokens(data: DataProto) -> torch.Tensor:
-    """Every valid response token: the model's and, in multi-turn episodes, the environment's (out of the loss)."""
-    response_length = data.batch["responses"].shape[-1]
-    return data.batch["attention_mask"][:, -response_length:].bool() | valid_response_mask(data)
-
-
 def build_reward_inputs(data: DataProto, tokenizer: Any, skip_special_tokens: bool = True) -> list[RewardInput]:
     """One RewardInput per sample of a rollout batch. `response` decodes the whole response (environment turns
     included); `response_length` counts the model's tokens."""
-    columns = data.non_tensor_batch
-    ids = [row[mask].tolist() for row, mask in zip(data.batch["responses"], _response_tokens(data))]
+    columns, responses = data.non_tensor_batch, data.batch["responses"]
+    # every valid response token: the model's and, in multi-turn episodes, the environment's (out of the loss)
+    tokens = data.batch["attention_mask"][:, -responses.shape[-1] :].bool() | valid_response_mask(data)
+    ids = [row[mask].tolist() for row, mask in zip(responses, tokens)]
     texts = tokenizer.batch_decode(ids, skip_special_tokens=skip_special_tokens)
     lengths = valid_response_mask(data).sum(dim=-1).tolist()
-    prompt_key = _prompt_key(data)
+    # the column holding the prompt as text, if any (a column of chat messages does not count)
+    texts_only = (key for key in _PROMPT_TEXT_KEYS if key in columns and all(isinstance(t, str) for t in columns[key]))
+    prompt_key = next(texts_only, None)
     # The prompt text from its dataset column, else decoded with special tokens: they are part of what the model saw
     # (chat markers, image placeholders).
     prompts = list(columns[prompt_key]) if prompt_key else decode_prompts(data, tokenizer, skip_special_tokens=False)
@@ -231,10 +220,8 @@ class FunctionRewardManager(RewardManager):
     """Scores rollout batches with a user's reward function (sequential ones in parallel over `num_cpus`)."""
 
     def __init__(self, config: Any, tokenizer: Any) -> None:
-        super().__init__(
-            config if isinstance(config, RewardSettings) else RewardSettings.from_config(config), tokenizer
-        )
-        settings = self.settings
+        settings = config if isinstance(config, RewardSettings) else RewardSettings.from_config(config)
+        super().__init__(settings, tokenizer)
         self.function = load_reward_function(
             settings.reward_function, settings.reward_function_kwargs, settings.answer_key
         )

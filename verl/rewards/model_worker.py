@@ -248,8 +248,7 @@ class RewardModelWorker(Worker):
         if self.module is None:
             raise RuntimeError("RewardModelWorker.compute_rm_score was called before init_model.")
         config = self.config
-        rows: list[list[int]] = []
-        truncated = 0
+        rows, truncated = [], 0
         if len(data) > 0:
             rows, truncated = tokenize_conversations(
                 self.rm_tokenizer,

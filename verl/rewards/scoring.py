@@ -70,15 +70,6 @@ class BatchScorer:
     def combines(self) -> bool:
         return self.reward_model_wg is not None or self.judge_actor is not None
 
-    def _judge_inputs(self, batch: DataProto) -> tuple[list[str], list[str], list[Any]]:
-        columns = batch.non_tensor_batch
-        truths = list(columns["ground_truth"]) if "ground_truth" in columns else [None] * len(batch)
-        return (
-            user_messages(batch, self.tokenizer),
-            decode_responses(batch, self.tokenizer),
-            [plain_value(t) for t in truths],
-        )
-
     def launch(self, batch: DataProto, wait_for_model: bool = True) -> PendingReward:
         """Start every part of `batch`'s reward; the reward model is waited for unless `wait_for_model` is False
         (streamed rewards: `collect` waits for it)."""
@@ -86,7 +77,9 @@ class BatchScorer:
         if self.rule_runner is not None:
             pending.rule = self.rule_runner.submit(batch)
         if self.judge_actor is not None:
-            pending.judge = self.judge_actor.grade.remote(*self._judge_inputs(batch))
+            truths = batch.non_tensor_batch.get("ground_truth", [None] * len(batch))
+            prompts, responses = user_messages(batch, self.tokenizer), decode_responses(batch, self.tokenizer)
+            pending.judge = self.judge_actor.grade.remote(prompts, responses, [plain_value(t) for t in truths])
         if self.reward_model_wg is not None:
             pending.rm_future = self.reward_model_wg.submit("compute_rm_score", batch)
             if wait_for_model:
