@@ -281,9 +281,15 @@ async def _probe_reply(*, model: str | None = None, **_: Any) -> Any:
     """The probe episode's answer to every request: an empty final turn."""
     from openai.types.chat import ChatCompletion
 
-    choice = {"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "stop"}
-    reply = {"id": "chatcmpl-probe", "object": "chat.completion", "model": model or "probe", "choices": [choice]}
-    return ChatCompletion.model_validate({**reply, "created": int(time.time())})
+    return ChatCompletion.model_validate(
+        {
+            "id": "chatcmpl-probe",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model or "probe",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "stop"}],
+        }
+    )
 
 
 class VerifiersEnv(ChatClientEnv):

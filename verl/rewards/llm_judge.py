@@ -258,14 +258,20 @@ def build_engine_kwargs(config: JudgeConfig, on_gpu: bool) -> dict[str, Any]:
     from verl.models.config import model_recurrent_layer_types
     from verl.workers.rollout import vllm_compat
 
-    kwargs: dict[str, Any] = {"model": config.model_path, "seed": 0, "tensor_parallel_size": 1}
-    kwargs.update(max_num_batched_tokens=config.max_num_batched_tokens, disable_log_stats=True)
+    kwargs: dict[str, Any] = {
+        "model": config.model_path,
+        "seed": 0,
+        "max_num_batched_tokens": config.max_num_batched_tokens,
+        "tensor_parallel_size": 1,
+        "disable_log_stats": True,
+    }
     if config.max_model_len is not None:
         kwargs["max_model_len"] = config.max_model_len
     if on_gpu:
         dtype = "bfloat16" if config.dtype == "auto" else _DTYPES[config.dtype]
-        kwargs.update(dtype=dtype, enforce_eager=config.enforce_eager)
-        kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
+        kwargs.update(
+            dtype=dtype, enforce_eager=config.enforce_eager, gpu_memory_utilization=config.gpu_memory_utilization
+        )
     else:
         kwargs.update(dtype="float32", enforce_eager=True, kv_cache_memory_bytes=config.kv_cache_memory_mb * 2**20)
         if model_recurrent_layer_types(config.model_path):
