@@ -129,12 +129,12 @@ def user_messages(data: DataProto, tokenizer: Any) -> list[str]:
 def build_reward_inputs(data: DataProto, tokenizer: Any, skip_special_tokens: bool = True) -> list[RewardInput]:
     """One RewardInput per sample of a rollout batch. `response` decodes the whole response (environment turns
     included); `response_length` counts the model's tokens."""
-    columns, responses = data.non_tensor_batch, data.batch["responses"]
+    columns, responses, model_tokens = data.non_tensor_batch, data.batch["responses"], valid_response_mask(data)
     # every valid response token: the model's and, in multi-turn episodes, the environment's (out of the loss)
-    tokens = data.batch["attention_mask"][:, -responses.shape[-1] :].bool() | valid_response_mask(data)
+    tokens = data.batch["attention_mask"][:, -responses.shape[-1] :].bool() | model_tokens
     ids = [row[mask].tolist() for row, mask in zip(responses, tokens)]
     texts = tokenizer.batch_decode(ids, skip_special_tokens=skip_special_tokens)
-    lengths = valid_response_mask(data).sum(dim=-1).tolist()
+    lengths = model_tokens.sum(dim=-1).tolist()
     # the column holding the prompt as text, if any (a column of chat messages does not count)
     texts_only = (key for key in _PROMPT_TEXT_KEYS if key in columns and all(isinstance(t, str) for t in columns[key]))
     prompt_key = next(texts_only, None)
