@@ -3,6 +3,7 @@
 """Every logger backend writes a run for real; the test reads it back from the files it wrote."""
 
 import glob
+import importlib.util
 import json
 import logging
 import os
@@ -191,6 +192,20 @@ def test_swanlab_backend_local(tmp_path, monkeypatch):
     assert "critic/score/mean" in blob and "0.75" in blob
 
 
+def test_swanlab_without_a_key_logs_on_this_machine_without_an_error(tmp_path, monkeypatch, capfd):
+    """No key, no login, no mode: local mode needs swanlab's dashboard package (swanboard); without it swanlab
+    printed "ImportError: Please install swanboard to use 'local' mode" at every run's start. Offline mode keeps the
+    metrics in the run's record file for `swanlab sync`."""
+    for name in ("SWANLAB_MODE", "SWANLAB_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    run_tracker("swanlab", str(tmp_path))
+    printed = "".join(capfd.readouterr())
+    assert "ImportError" not in printed and "swanboard" not in printed, printed
+    records = glob.glob(str(tmp_path / "swanlog" / "*" / "*.swanlab"))
+    assert records and b"critic/score/mean" in open(records[0], "rb").read()
+
+
 def test_unknown_logger_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="neptune"):
         Tracker(["neptune"], "p", "e", str(tmp_path), {})
@@ -203,7 +218,8 @@ def test_wandb_and_swanlab_follow_their_own_configuration(tmp_path, monkeypatch)
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no `wandb login` / `swanlab login` here
     monkeypatch.setenv("NETRC", str(tmp_path / ".netrc"))
-    assert wandb_mode() == "offline" and swanlab_mode() == "local"
+    assert wandb_mode() == "offline"
+    assert swanlab_mode() == ("local" if importlib.util.find_spec("swanboard") else "offline")
     (tmp_path / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password 0123456789abcdef\n")
     (tmp_path / ".netrc").chmod(0o600)
     assert wandb_mode() == "online"  # what `wandb login` writes

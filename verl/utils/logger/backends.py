@@ -4,6 +4,7 @@
 and fall back to offline / local only without credentials, saying so; mlflow writes to a local SQLite file unless
 MLFLOW_TRACKING_URI is set; TensorBoard writes event files."""
 
+import importlib.util
 import json
 import logging
 import netrc
@@ -147,17 +148,20 @@ def wandb_mode() -> str:
 
 
 def swanlab_mode() -> str:
-    """SWANLAB_MODE if set; else cloud when swanlab has credentials (SWANLAB_API_KEY, or `swanlab login`), local."""
+    """SWANLAB_MODE if set; else cloud when swanlab has credentials (SWANLAB_API_KEY, or `swanlab login`); else local
+    where swanlab's dashboard package (swanboard, for `swanlab watch`) is installed, offline (`swanlab sync` later)
+    where it is not: local mode without it logs an ImportError at the run's start."""
     if os.environ.get("SWANLAB_MODE"):
         return os.environ["SWANLAB_MODE"]
     if os.environ.get("SWANLAB_API_KEY"):
         return "cloud"
+    without_key = "local" if importlib.util.find_spec("swanboard") else "offline"
     try:  # where `swanlab login` stores the key (swanlab 0.7)
         from swanlab import sdk
 
-        return "cloud" if sdk.cmd_utils.get_nrc_path(save="root").exists() else "local"
-    except Exception:  # another swanlab layout: without a key in the environment, stay local
-        return "local"
+        return "cloud" if sdk.cmd_utils.get_nrc_path(save="root").exists() else without_key
+    except Exception:  # another swanlab layout: without a key in the environment, stay on this machine
+        return without_key
 
 
 REACH_TIMEOUT_S = 5.0
@@ -256,7 +260,8 @@ class SwanlabBackend(Backend):
         mode = swanlab_mode()
         logdir = os.environ.get("SWANLAB_DIR", os.path.join(log_dir, "swanlog"))
         self.run = swanlab.init(project=project, experiment_name=experiment, config=config, logdir=logdir, mode=mode)
-        logger.info("swanlab: %s mode, logs in %s", mode, logdir)
+        sync = ", upload later with `swanlab sync`" if mode == "offline" else ""
+        logger.info("swanlab: %s mode, logs in %s%s", mode, logdir, sync)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         self.swanlab.log(_sorted_scalars(metrics), step=step)
