@@ -566,6 +566,18 @@ def test_every_field_has_a_docstring():
     assert undocumented == []
 
 
+def test_help_config_lists_the_keys_containing_each_word(capsys):
+    assert main(["--help-config"]) == 0
+    every_key = [line.split(" ")[0] for line in capsys.readouterr().out.splitlines() if not line.startswith(" ")]
+    assert len(every_key) == len(describe_fields(PPOConfig))
+    assert main(["--help-config", "rollout", "temp"]) == 0
+    listed = [line.split(" ")[0] for line in capsys.readouterr().out.splitlines() if not line.startswith(" ")]
+    assert listed == [key for key in every_key if "rollout" in key and "temp" in key]
+    assert "worker.rollout.temperature" in listed
+    assert main(["--help-config", "temprature"]) == 2
+    assert capsys.readouterr().err == "Config error: no config key contains 'temprature'.\n"
+
+
 def test_dry_run_prints_resolved_yaml(files, capsys):
     assert main([*base_args(files), "data.seed=7", "--dry-run"]) == 0
     printed = yaml.safe_load(capsys.readouterr().out)

@@ -205,7 +205,10 @@ def save(
     return save_step(trainer.save_checkpoint_path, step, tracker, score, write, trainer.save_limit, more)
 
 
-USAGE = "usage: python -m verl.sft.main config=path/to/sft.yaml [section.key=value ...] [--dry-run] [--help-config]"
+USAGE = (
+    "usage: python -m verl.sft.main config=path/to/sft.yaml [section.key=value ...] [--dry-run] "
+    "[--help-config [WORD ...]]"
+)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,7 +3,8 @@
 """Command-line entry: `python -m verl.trainer.main config=examples/config.yaml key=value ...`.
 
 --dry-run       print the fully resolved config as YAML and exit (no Ray, no model)
---help-config   list every config key with its type and description
+--help-config   list every config key with its type and description; `--help-config rollout temp` lists
+                those whose name contains each word
 """
 
 import logging
@@ -16,7 +17,8 @@ from verl.utils.cli import keep_local_ray_on_loopback, load_config_or_exit, use_
 logger = logging.getLogger(__name__)
 
 USAGE = (
-    "usage: python -m verl.trainer.main config=path/to/config.yaml [section.key=value ...] [--dry-run] [--help-config]"
+    "usage: python -m verl.trainer.main config=path/to/config.yaml [section.key=value ...] [--dry-run] "
+    "[--help-config [WORD ...]]"
 )
 
 

@@ -33,7 +33,7 @@ def load_config_or_exit(
 ) -> ConfigT | int:
     """The config to run, loaded by `load` from the command line `argv` (sys.argv[1:] when None), with logging set
     up at INFO; or the exit code when there is nothing to run: 0 after -h/--help (`usage` and `doc`), --help-config
-    (every key of `schema` with its type and description) or --dry-run (the resolved config as YAML), 2 after a
+    (every key of `schema` with its type and description; with words, the keys containing each word) or --dry-run (the resolved config as YAML), 2 after a
     ConfigError or a NotImplementedError from `load` (reported on stderr)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if "-h" in argv or "--help" in argv:
@@ -42,9 +42,16 @@ def load_config_or_exit(
         return 0
     if "--help-config" in argv:
         unsupported = getattr(schema, "UNSUPPORTED_KEYS", ())  # prefixes of keys that validation refuses
-        for key, type_name, doc in describe_fields(schema):
-            if not key.startswith(unsupported):
-                print(f"{key} ({type_name}): {doc}")
+        words = [arg for arg in argv if not arg.startswith("-") and "=" not in arg]
+        keys = [
+            f"{key} ({type_name}): {doc}"
+            for key, type_name, doc in describe_fields(schema)
+            if not key.startswith(unsupported) and all(word in key for word in words)
+        ]
+        if not keys:
+            print(f"Config error: no config key contains {' and '.join(map(repr, words))}.", file=sys.stderr)
+            return 2
+        print("\n".join(keys))
         return 0
     dry_run = "--dry-run" in argv
     try:

@@ -106,7 +106,7 @@ class ActorConfig:
     """Ulysses sequence-parallel degree: every packed row of the actor's (and reference's) forward is split across
     this many ranks, with all-to-all around attention; it must divide the devices and the attention and key/value
     heads, and needs padding_free with attn_implementation auto. A VLM embeds the whole row (images included) on each
-rank and splits it before its language model."""
+    rank and splits it before its language model."""
     use_torch_compile: bool = True
     """Compile the logits -> log-prob/entropy computation with torch.compile on CUDA; on the CPU it runs eagerly
     (compiling costs more there than it saves)."""
