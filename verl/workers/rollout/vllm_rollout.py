@@ -268,7 +268,8 @@ class VLLMRollout:
         if not colocated:
             engine_kwargs.pop("enable_sleep_mode", None)
         engine_dtype = engine_kwargs["dtype"]
-        if not on_gpu() and _DTYPES[config.dtype] != engine_dtype:
+        first_rank = not dist.is_initialized() or dist.get_rank() == 0  # says what every rank does, once
+        if not on_gpu() and _DTYPES[config.dtype] != engine_dtype and first_rank:
             reason = (
                 "vLLM's CPU Gated DeltaNet kernel needs it"
                 if engine_dtype == "bfloat16"
