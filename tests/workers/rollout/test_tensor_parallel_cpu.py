@@ -81,6 +81,10 @@ def _tensor_parallel_worker(rank: int, world_size: int, port: int, model_dir: st
     ring = parallel_state.get_tp_group().mq_broadcaster.buffer
     assert ring.shared_memory.size >= ring.total_bytes_of_buffer  # still mapped and used by every rank
     assert not os.path.exists(os.path.join("/dev/shm", ring.shared_memory.name.lstrip("/")))
+    handle = parallel_state.get_tp_group().mq_broadcaster.handle  # its writer's ZeroMQ socket files are gone too
+    sockets = [handle.local_subscribe_addr, handle.local_notify_addr]
+    assert all(address.startswith("ipc://") for address in sockets), sockets
+    assert not any(os.path.exists(address.removeprefix("ipc://")) for address in sockets)
 
     # 3. The weights reach the sharded engine (the sync's own check), and each rank gets back its own prompts'
     #    samples, sampled by the shared engine with the actor's log-probs.

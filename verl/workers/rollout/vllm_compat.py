@@ -572,18 +572,27 @@ def cpu_tensor_parallel_start(tensor_parallel_size: int) -> Iterator[None]:
 
 def release_broadcast_ring() -> None:
     """After a tensor-parallel engine is built (on any device): remove the /dev/shm name of its group's broadcast ring
-    buffer (`psm_*`, 24 MB). Its creator unlinks it only when the object is collected, which a worker killed at the
-    run's end never reaches, so every run left one; every peer has mapped it by now and the mapping stays."""
+    buffer (`psm_*`, 24 MB) and the files of the writer's two ZeroMQ sockets beside it (`/tmp/<uuid>`). Its creator
+    unlinks the buffer only when the object is collected, which a worker killed at the run's end never reaches, and
+    the sockets' files never, so every run left all three; every peer has mapped the buffer and connected by now (its
+    readers' subscriptions are awaited at the start; a lost wake-up only delays a read to vLLM's recheck interval), and
+    the mapping and connections stay."""
     from vllm.distributed import parallel_state
 
     try:
-        ring = getattr(parallel_state.get_tp_group().mq_broadcaster, "buffer", None)
+        queue = parallel_state.get_tp_group().mq_broadcaster
     except AssertionError:
         return
+    ring = getattr(queue, "buffer", None)
     if getattr(ring, "is_creator", False):
         with contextlib.suppress(FileNotFoundError):
             ring.shared_memory.unlink()
         ring.is_creator = False  # not the creator's to unlink again when collected
+        handle = queue.handle
+        for address in (handle.local_subscribe_addr, handle.local_notify_addr):
+            if isinstance(address, str) and address.startswith("ipc://"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(address.removeprefix("ipc://"))
 
 
 def _release_cpu_shm_segment() -> None:
