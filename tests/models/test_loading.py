@@ -176,3 +176,19 @@ def test_a_vision_language_models_overrides_reach_its_language_model_in_the_acto
     nested = {"text_config": {"attention_dropout": 0.25, "sliding_window": 8}, "mm_tokens_per_image": 4}
     assert kwargs["hf_overrides"] == nested
     assert kwargs["limit_mm_per_prompt"] == {"image": 0, "video": 0}  # trained on text only: no encoder budget
+
+
+def test_a_frozen_models_dtype_follows_fsdp_torch_dtype_when_set() -> None:
+    """The reference and the reward model: fsdp.torch_dtype when set, on every device; else fp32 on the CPU and the
+    compute dtype (mp_param_dtype) on accelerators."""
+    import torch
+
+    from verl.models.config import FSDPConfig
+    from verl.models.fsdp import frozen_param_dtype
+
+    assert frozen_param_dtype(FSDPConfig(), "cpu") == torch.float32
+    assert frozen_param_dtype(FSDPConfig(), "cuda") == torch.bfloat16
+    assert frozen_param_dtype(FSDPConfig(mp_param_dtype="fp16"), "cuda") == torch.float16
+    for device in ("cpu", "cuda"):
+        assert frozen_param_dtype(FSDPConfig(torch_dtype="bf16"), device) == torch.bfloat16
+        assert frozen_param_dtype(FSDPConfig(torch_dtype="fp32"), device) == torch.float32

@@ -198,22 +198,24 @@ def test_missing_config_file(files):
             ["worker.rollout.tensor_parallel_size=4", "trainer.n_gpus_per_node=2", "worker.actor.global_batch_size=8"],
             r"tensor_parallel_size=4 must divide",
         ),
+        # training at temperature 0 (the actor divides its logits by the temperature: NaN log-probs), with any n;
         # vLLM 0.32 (SamplingParams._verify_greedy_sampling) refuses n > 1 at temperature 0, when the first request
         # is made; and any temperature above 2
-        (["worker.rollout.temperature=0"], r"worker.rollout.temperature=0 .*worker.rollout.n=2 > 1"),
+        (["worker.rollout.temperature=0"], r"worker.rollout.temperature=0 .*undefined at 0.*val_override_config"),
+        (
+            ["worker.rollout.temperature=0", "worker.rollout.n=1", "algorithm.adv_estimator=remax"],
+            r"worker.rollout.temperature=0 samples greedily, but the actor",
+        ),
         (
             ['worker.rollout.val_override_config={"temperature": 0, "n": 4}'],
             r"worker.rollout.val_override_config.temperature=0.*worker.rollout.val_override_config.n=4 > 1",
         ),
+        # the engine's dtypes are named: vLLM's "auto" (the checkpoint's dtype) is not one of them
         (
-            [
-                "worker.rollout.temperature=0",
-                "worker.rollout.n=1",
-                "algorithm.adv_estimator=remax",
-                'worker.rollout.val_override_config={"n": 2}',
-            ],
-            r"\(worker.rollout.temperature=0\).*worker.rollout.val_override_config.n=2 > 1",
+            ["trainer.device=cpu", "worker.rollout.enable_chunked_prefill=true"],
+            r"enable_chunked_prefill=true: the CPU engine prefills",
         ),
+        (["worker.rollout.dtype=auto"], r"'worker.rollout.dtype' is 'auto'; choose one of: bf16, fp16, fp32"),
         (["worker.rollout.temperature=2.5"], r"worker.rollout.temperature must lie in \[0, 2\], got 2.5"),
         # the validation overrides' keys against vLLM's SamplingParams (its source, not imported), and the training
         # settings' ranges, at load time rather than in a worker
@@ -279,6 +281,15 @@ def test_missing_config_file(files):
         (["data.min_pixels=5000", "data.max_pixels=4000"], r"data.min_pixels=5000 is above data.max_pixels=4000"),
         (["data.video_fps=0"], r"'data.video_fps' must be positive"),
         (["trainer.critic_warmup=-1"], r"'trainer.critic_warmup' must be zero or positive"),
+        (
+            ["worker.ref.offload.offload_optimizer=true"],
+            r"worker.ref.offload.offload_optimizer: the reference model is",
+        ),
+        (["trainer.critic_warmup=2"], r"trainer.critic_warmup=2 trains only the critic.*adv_estimator=grpo has none"),
+        (
+            ["worker.actor.optim.training_steps=100"],
+            r"'worker.actor.optim.training_steps' is derived from 'trainer.max_steps or trainer.total_epochs'",
+        ),
     ],
 )
 def test_cross_field_checks(files, override, pattern):
@@ -1158,9 +1169,7 @@ def test_online_filtering_and_rounds_run_in_every_mode(files):
         assert config.algorithm.online_filtering and config.data.mini_rollout_batch_size == 4
 
 
-def test_greedy_sampling_with_one_response_is_accepted(files):
-    args = [*base_args(files), "worker.rollout.temperature=0", "worker.rollout.n=1", "algorithm.adv_estimator=remax"]
-    assert load_config([*args, 'worker.rollout.val_override_config={"n": 1}']).worker.rollout.temperature == 0
+def test_greedy_validation_with_one_response_is_accepted(files):
     config = load_config([*base_args(files), 'worker.rollout.val_override_config={"temperature": 0}'])
     assert config.worker.rollout.val_override_config == {"temperature": 0}  # validation's n is 1 unless set
 

@@ -69,6 +69,7 @@ def test_engine_generates_while_training_within_the_staleness_bound_and_resumes(
         "trainer.save_freq=1",
         f"data.val_files={root / 'train.jsonl'}",
         "trainer.val_freq=2",
+        "trainer.val_before_train=true",
     )
     run_ppo(load_config(one_process(run_args(workspace, "disagg1", "trainer.max_steps=2", *stale))))
     in_flight_at_2 = torch.load(root / "disagg1" / "global_step_2" / "async_in_flight.pt", weights_only=False)
@@ -89,6 +90,9 @@ def test_engine_generates_while_training_within_the_staleness_bound_and_resumes(
         if step in (2, 4):
             assert "val/reward_score" in row  # validation ran on the rollout pool
     assert max(row["async/staleness_max"] for row in log.values()) == 1.0  # the engine ran ahead of the trainer
+    # each checkpoint's score for save_limit is its own step's validation (step 1's is not the one before training)
+    tracker = json.loads((root / "disagg1" / "checkpoint_tracker.json").read_text())
+    assert sorted(tracker["val_scores"]) == ["2", "4"] and tracker["val_scores"]["4"] == log[4]["val/reward_score"]
     trained = [record["prompt"] for step in (1, 2, 3, 4) for record in read_rollouts(root / "disagg1", step)]
     counts = Counter(trained)
     assert set(counts.values()) == {2} and len(counts) == 16, "a prompt was trained twice or in part"

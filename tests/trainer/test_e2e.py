@@ -478,7 +478,8 @@ def test_model_merger_matches_checkpoint_and_loads_in_vllm(workspace):
 
 def test_ppo_with_critic_gae(workspace):
     """On a Llama 3-style model (llama3 rope, an untied output layer, a tokenizer that adds <|begin_of_text|> and has
-    no pad token), actor and critic; every weight sync is checked, and the actor's checkpoint merges to a Llama."""
+    no pad token), actor and critic, the first step the critic's alone (critic_warmup=1); every weight sync is
+    checked, and the actor's checkpoint merges to a Llama."""
 
     import torch
     from transformers import AutoModelForCausalLM
@@ -500,11 +501,14 @@ def test_ppo_with_critic_gae(workspace):
             # the reward in its own Ray actor (the other runs score in the driver), scoring while values are computed
             "worker.reward.run_in=actor",
             "trainer.val_before_train=false",
+            "trainer.critic_warmup=1",
         )
     )
     run_ppo(config)
     steps = [row for row in read_log(workspace["root"] / "ppo_gae") if "critic/score/mean" in row]
     assert len(steps) == 2
+    assert "actor/pg_loss" not in steps[0] and "actor/pg_loss" in steps[1] and "critic/vf_loss" in steps[0]
+    assert (config.worker.actor.optim.training_steps, config.worker.critic.optim.training_steps) == (1, 2)
     for key in (
         "critic/vf_loss",
         "critic/vf_clipfrac",

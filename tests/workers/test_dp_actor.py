@@ -468,7 +468,8 @@ def test_dense_micro_batches_run_padded_where_the_device_asks_for_it(model_root:
 
 def test_the_steps_entropy_coeff_replaces_the_configured_one(model_root: str) -> None:
     """Adaptive entropy control sends each step's coefficient: it is the one applied, and the entropy reported is the
-    exact one even at coefficient 0 (without it, coefficient 0 reports the -log p estimate)."""
+    exact one even at coefficient 0 (without it, coefficient 0 reports the -log p estimate); `actor/entropy`, which
+    the control steers on, is the token mean whatever loss_avg_mode aggregates the entropy loss with."""
     from verl.models.config import ModelConfig
     from verl.models.loading import build_model
     from verl.workers.actor.dp_actor import DataParallelPPOActor
@@ -480,10 +481,10 @@ def test_the_steps_entropy_coeff_replaces_the_configured_one(model_root: str) ->
     mask = data.batch["response_mask"]
     exact_entropy = compute_entropy_loss(reference["entropy"], mask, "token-mean", max_response_length=mask.shape[-1])
 
-    def update(config_coeff: float, meta_coeff: float | None) -> tuple[dict, dict]:
+    def update(config_coeff: float, meta_coeff: float | None, **extra) -> tuple[dict, dict]:
         optimizer = recording_optimizer(model)
         actor = DataParallelPPOActor(
-            actor_config(True, True, global_batch_size=6, use_kl_loss=False, entropy_coeff=config_coeff),
+            actor_config(True, True, global_batch_size=6, use_kl_loss=False, entropy_coeff=config_coeff, **extra),
             model,
             optimizer,
         )
@@ -502,6 +503,10 @@ def test_the_steps_entropy_coeff_replaces_the_configured_one(model_root: str) ->
     assert any(not torch.allclose(grads_plain[name], grad) for name, grad in grads_sent.items())
     assert zero["actor/entropy_loss"] == pytest.approx(exact_entropy.item(), rel=1e-4)
     assert plain["actor/entropy_loss"] != pytest.approx(exact_entropy.item(), rel=1e-3)  # the -log p estimate
+    summed, _ = update(0.0, 0.0, loss_avg_mode="seq-mean-token-sum")
+    assert zero["actor/entropy"] == pytest.approx(exact_entropy.item(), rel=1e-4)
+    assert summed["actor/entropy"] == pytest.approx(exact_entropy.item(), rel=1e-4)
+    assert summed["actor/entropy_loss"] > 2 * exact_entropy.item()  # a per-sequence sum, not a per-token entropy
 
 
 def test_top_entropy_quantile_keeps_the_policy_gradient_of_the_high_entropy_tokens_only(model_root: str) -> None:

@@ -308,13 +308,14 @@ class FSDPConfig:
     enable_rank0_init: bool = True
     """Build the model on the meta device and load the weights once, then shard (saves host memory)."""
     torch_dtype: str | None = None
-    """Parameter dtype: None keeps fp32 master weights (mixed precision on GPU); bf16 trains in pure bf16."""
+    """Parameter dtype: None keeps fp32 master weights (mixed precision on GPU); bf16 trains in pure bf16. A frozen
+    model (reference, reward model) is stored in it when set, else in fp32 on the CPU and mp_param_dtype on GPUs."""
     fsdp_size: int = -1
     """Shard group size; smaller than the world size gives HSDP (replicate across groups). -1 shards over all."""
     mp_param_dtype: str = "bf16"
     """Compute dtype of the mixed-precision policy on GPU (ignored on CPU, which computes in fp32)."""
     mp_reduce_dtype: str = "fp32"
-    """Gradient reduction dtype of the mixed-precision policy."""
+    """Gradient reduction dtype of the mixed-precision policy (of a trained model: a frozen one has no gradients)."""
     mp_buffer_dtype: str = "fp32"
     """Dtype of buffers such as rotary caches."""
 

@@ -54,6 +54,14 @@ def param_dtype(fsdp_config: FSDPConfig) -> torch.dtype:
     return torch.float32 if fsdp_config.torch_dtype is None else to_torch_dtype(fsdp_config.torch_dtype, "torch_dtype")
 
 
+def frozen_param_dtype(fsdp_config: FSDPConfig, device_type: str) -> torch.dtype:
+    """A frozen model's (reference, reward model) parameter dtype: `torch_dtype` when set; else fp32 on the CPU and
+    the compute dtype (`mp_param_dtype`) on accelerators, where it needs no fp32 master weights."""
+    if fsdp_config.torch_dtype is not None or device_type == "cpu":
+        return param_dtype(fsdp_config)
+    return to_torch_dtype(fsdp_config.mp_param_dtype, "mp_param_dtype")
+
+
 def build_device_mesh(world_size: int, fsdp_size: int, device_type: str) -> DeviceMesh:
     """A 1-D ("fsdp",) mesh, or a 2-D ("ddp", "fsdp") HSDP mesh when 0 < fsdp_size < world_size: sharding within
     groups (usually a node) keeps the all-gathers off the slow inter-node network."""

@@ -20,10 +20,10 @@ from verl.models.config import FSDPConfig
 from verl.models.fsdp import (
     apply_fsdp2,
     build_device_mesh,
+    frozen_param_dtype,
     gathers_once_per_pass,
     load_rank0_weights,
     micro_batch_pass,
-    to_torch_dtype,
 )
 from verl.models.loading import is_vision_language
 from verl.protocol import DataProto
@@ -233,8 +233,7 @@ class RewardModelWorker(Worker):
         rm_config = load_reward_model_config(
             config.model_path, config.trust_remote_code, pad_token_id=self.rm_tokenizer.pad_token_id
         )
-        # Frozen: no fp32 master weights are needed, so on GPU it is stored in the compute dtype (as the ref model).
-        dtype = torch.float32 if self.device_type == "cpu" else to_torch_dtype(config.fsdp.mp_param_dtype)
+        dtype = frozen_param_dtype(config.fsdp, self.device_type)
         module = build_fsdp_reward_model(
             config.model_path, rm_config, config.fsdp, self.device, dtype, config.trust_remote_code
         )

@@ -22,6 +22,7 @@ from verl.utils.config import (
     require_non_negative,
     require_pixel_range,
     require_positive,
+    set_keys,
 )
 from verl.utils.device import is_cuda_available
 from verl.utils.hub import offline_unless_reachable
@@ -174,7 +175,10 @@ def validate_sft_config(config: SFTConfig) -> None:
 
 def load_sft_config(argv: list[str]) -> SFTConfig:
     """Build the SFTConfig from `config=FILE` plus dotlist overrides; raise ConfigError on any bad key or value."""
-    config = merge_config(SFTConfig, command_line_sources(argv))
+    sources = command_line_sources(argv)
+    for source_name, values in sources:  # the lr schedule's length is the run's step count
+        set_keys(values, {"worker.optim.training_steps": "trainer.max_steps or trainer.total_epochs"}, source_name)
+    config = merge_config(SFTConfig, sources)
     data, model, trainer = config.data, config.worker.model, config.trainer
     for key in ("train_files", "val_files", "image_dir", "override_chat_template"):
         setattr(data, key, absolute_path(getattr(data, key)))

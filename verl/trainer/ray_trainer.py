@@ -157,8 +157,8 @@ class RayPPOTrainer:
         self.needs_old_log_probs = (
             actor.ppo_epochs != 1 or actor.global_batch_size < config.data.rollout_batch_size or self.kl_in_reward
         )
-        if self.correction.mode == "bypass":  # the engine's log-probs are the old policy: nothing to recompute
-            self.needs_old_log_probs = self.kl_in_reward
+        if self.correction.mode == "bypass":  # the engine's log-probs are the old policy (the KL penalty's too)
+            self.needs_old_log_probs = False
         elif self.correction.mode != "none":  # the correction compares recomputed and engine log-probs
             self.needs_old_log_probs = True
         self.kl_ctrl = core_algos.get_kl_controller(algo.kl_type, algo.kl_coef, algo.kl_target, algo.kl_horizon)
@@ -404,12 +404,12 @@ class RayPPOTrainer:
             with timer("update_critic", timing_raw):
                 output = self.critic_wg.update_critic(batch, UpdateRequest(self.global_step))
                 append_metrics(metrics, output.meta_info["metrics"])
-        if self.global_step >= self.config.trainer.critic_warmup:
+        if self.global_step > self.config.trainer.critic_warmup:  # steps count from 1
             coef = None if self.entropy_ctrl is None else self.entropy_ctrl.coef
             with timer("update_actor", timing_raw):
                 output = wg.update_actor(self._actor_update_batch(batch), UpdateRequest(self.global_step, coef))
                 append_metrics(metrics, output.meta_info["metrics"])
-            entropy = output.meta_info["metrics"].get("actor/entropy_loss")  # none when every mini-batch was masked
+            entropy = output.meta_info["metrics"].get("actor/entropy")  # none when every mini-batch was masked
             if self.entropy_ctrl is not None and entropy is not None:  # the next step's coefficient, from this step's
                 self.entropy_ctrl.update(float(np.mean(entropy)))
             algo = self.config.algorithm
@@ -424,7 +424,7 @@ class RayPPOTrainer:
         """algorithm.rollout_correction (docs/async.md): sets `rollout_is_weights` / `rollout_loss_mask` for the
         actor's update; with bypass the engine's log-probs become the old policy."""
         rollout_log_probs = batch.batch["rollout_log_probs"]
-        if self.correction.mode == "bypass" and "old_log_probs" not in batch.batch.keys():
+        if self.correction.mode == "bypass":
             batch.batch["old_log_probs"] = rollout_log_probs.clone()
         result = rollout_correction.compute_rollout_correction(
             self.correction, batch.batch["old_log_probs"], rollout_log_probs, batch.batch["response_mask"]
@@ -604,7 +604,8 @@ class RayPPOTrainer:
                 if stop.requested:
                     progress.close()
                     unsaved = self.global_step > first_step and last_saved != self.global_step
-                    save = functools.partial(self._save_checkpoint, val_metrics.get("val/reward_score"))
+                    fresh = val_metrics if last_validated == self.global_step else {}  # a score of this step's own
+                    save = functools.partial(self._save_checkpoint, fresh.get("val/reward_score"))
                     stop.stop(self.global_step, unsaved, save, trainer.save_checkpoint_path)
                 last_saved, last_validated, val_metrics = self._fit_step(
                     progress, num_devices, last_saved, last_validated, val_metrics
@@ -635,8 +636,10 @@ class RayPPOTrainer:
                 metrics.update(val_metrics)
                 last_validated = self.global_step
             if (trainer.save_freq > 0 and self.global_step % trainer.save_freq == 0) or is_last:
+                # save_limit keeps the best checkpoint by the score of its own step: none if this step did not validate
+                score = val_metrics.get("val/reward_score") if last_validated == self.global_step else None
                 with timer("save_checkpoint", timing_raw):
-                    self._save_checkpoint(val_metrics.get("val/reward_score"))
+                    self._save_checkpoint(score)
                 last_saved = self.global_step
         metrics.update(compute_data_metrics(batch, self.use_critic))
         metrics.update(compute_timing_metrics(batch, timing_raw))

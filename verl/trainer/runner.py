@@ -236,7 +236,8 @@ def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
         return {}
     log_checkpoint_plan(config.trainer, checkpoint_size(config), config.trainer.save_model_only)
     init_ray(config, device)
-    config.worker.actor.optim.training_steps = config.worker.critic.optim.training_steps = total_steps
+    config.worker.critic.optim.training_steps = total_steps  # the actor waits for the critic's warmup
+    config.worker.actor.optim.training_steps = max(1, total_steps - config.trainer.critic_warmup)
     # One reward runner serves training and validation (they never overlap; a second actor costs a process).
     model, reward = config.worker.actor.model, config.worker.reward
     reward_fn = judge = None

@@ -37,7 +37,8 @@ class OptimConfig:
     """constant, cosine or linear (after the warmup; linear decays to min_lr_ratio at the last step, the default of
     Hugging Face's Trainer and TRL)."""
     training_steps: int = -1
-    """Total optimizer steps for the schedule; derived by the trainer from epochs or max_steps."""
+    """Steps of the lr schedule, one per update call (a trainer step, however many mini-batches it has); set by the
+    trainer from trainer.max_steps or total_epochs (the actor's: less trainer.critic_warmup), not by the user."""
 
     def validate(self, prefix: str) -> None:
         require_choice(self, prefix, "strategy", OPTIMIZER_STRATEGIES)

@@ -34,9 +34,11 @@ RUN_IN: tuple[str, ...] = ("driver", "actor")
 @dataclass
 class RefConfig:
     fsdp: FSDPConfig = field(default_factory=FSDPConfig)
-    """FSDP2 sharding of the frozen reference model."""
+    """FSDP2 sharding of the frozen reference model. With LoRA (worker.actor.model.lora.rank > 0) the reference is
+    the actor's base model with its adapters off: it is sharded and offloaded as the actor, and these keys and
+    offload.* do not apply."""
     offload: OffloadConfig = field(default_factory=OffloadConfig)
-    """Offloading of the reference model's parameters between phases."""
+    """Offloading of the reference model's parameters between phases (offload_params; it has no optimizer)."""
     micro_batch_size_per_device_for_experience: int = 16
     """Derived from worker.actor.micro_batch_size_per_device_for_experience."""
     padding_free: bool = True
@@ -49,6 +51,11 @@ class RefConfig:
     def validate(self, prefix: str) -> None:
         self.fsdp.validate(f"{prefix}fsdp.")
         check_offload(prefix, self.fsdp, self.offload)
+        if self.offload.offload_optimizer:
+            raise ConfigError(
+                f"{prefix}offload.offload_optimizer: the reference model is frozen and has no optimizer; remove the "
+                f"key ({prefix}offload.offload_params offloads its parameters)."
+            )
 
 
 @dataclass
@@ -69,7 +76,8 @@ class RewardModelConfig:
     weight: float = 1.0
     """Factor of the reward model's score (rm_scores) in the overall reward."""
     fsdp: FSDPConfig = field(default_factory=FSDPConfig)
-    """Sharding of the reward model; it is frozen, so on GPU it is stored in fsdp.mp_param_dtype (bf16)."""
+    """Sharding of the reward model; it is frozen, so unless fsdp.torch_dtype is set it is stored in fp32 on the CPU
+    and in fsdp.mp_param_dtype (bf16) on GPUs."""
     n_gpus_per_node: int = 0
     """Devices (on CPU: processes) per node of the reward model's own resource pool, apart from the actor's; 0 puts
     it beside the actor instead: a role of every actor process, its shards next to the actor's (no devices of its
@@ -147,7 +155,8 @@ class RewardConfig:
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     """An LLM judge in its own Ray actor and vLLM engine, grading each response with a Jinja template."""
     skip_special_tokens: bool = True
-    """Decode responses without special tokens before scoring."""
+    """Decode responses without special tokens before the reward functions score them (the reward model and the
+    judge always get them without, in their own chat template)."""
     run_in: str = "driver"
     """Where the rule-based functions run: "driver", a thread of the trainer's process (no process of its own, ~0.4 GB
     and several CPU-seconds of start-up less; batches are still scored while the workers compute log-probs and

@@ -28,12 +28,12 @@ from verl.models.config import OffloadConfig
 from verl.models.fsdp import (
     build_device_mesh,
     create_fsdp_model,
+    frozen_param_dtype,
     load_fsdp_model,
     load_optimizer,
     mix_parameters,
     offload_fsdp_model,
     offload_optimizer,
-    to_torch_dtype,
 )
 from verl.models.lora import adapters_disabled
 from verl.models.ulysses import gather_rows, new_sequence_parallel_group, own_rows
@@ -140,8 +140,7 @@ class FSDPWorker(Worker):
             self.ref_module, self.ref_offload = self.actor_module, config.actor.offload
         elif self.has_ref:
             mesh = build_device_mesh(dist.get_world_size(), config.ref.fsdp.fsdp_size, self.device_type)
-            # A frozen model needs no fp32 master weights: on GPU it is stored in the compute dtype (bf16).
-            ref_dtype = None if self.device_type == "cpu" else to_torch_dtype(config.ref.fsdp.mp_param_dtype)
+            ref_dtype = frozen_param_dtype(config.ref.fsdp, self.device_type)
             ref_module = create_fsdp_model(
                 config.actor.model, config.ref.fsdp, mesh, self.device, dtype=ref_dtype, with_lora=False
             )

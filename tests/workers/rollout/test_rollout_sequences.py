@@ -124,6 +124,16 @@ def test_cpu_engine_kwargs(monkeypatch) -> None:
     assert vl["mm_device_do_normalize"] is False and vl["mm_processor_cache_gb"] == 0
 
 
+def test_gpu_engine_kwargs_pass_chunked_prefill_only_when_set() -> None:
+    """On a GPU rollout.enable_chunked_prefill reaches vLLM as set (EasyR1's configs turn it off); unset leaves
+    vLLM's default for the model (the keyword is not passed). The function reads no device."""
+    from verl.workers.rollout.vllm_rollout import _gpu_kwargs
+
+    assert "enable_chunked_prefill" not in _gpu_kwargs(_config())
+    for value in (True, False):
+        assert _gpu_kwargs(_config(enable_chunked_prefill=value))["enable_chunked_prefill"] is value
+
+
 def test_cpu_engine_kwargs_of_a_hybrid_model(monkeypatch, tmp_path) -> None:
     """A model with Gated DeltaNet layers (Qwen3.5) gets the CPU engine settings vLLM's GDN layers need, whatever
     rollout.dtype says: bf16 and no prefix caching (vllm_compat.cpu_hybrid_engine_kwargs); a dense model keeps

@@ -82,9 +82,9 @@ class ActorConfig:
     log-ratio; see verl.algorithms.policy_losses), or your own as 'path/to/file.py:function' (README.md, "Your own
     algorithm")."""
     tau_positive: float = 1.0
-    """SAPO gate temperature for tokens with a non-negative advantage."""
+    """SAPO gate temperature for tokens with a positive advantage."""
     tau_negative: float = 1.05
-    """SAPO gate temperature for tokens with a negative advantage."""
+    """SAPO gate temperature for the other tokens (a negative advantage; at 0 the loss is 0 either way)."""
     entropy_coeff: float = 0.0
     """Weight of the entropy bonus subtracted from the policy loss; 0 disables it."""
     top_entropy_quantile: float = 1.0
@@ -95,7 +95,9 @@ class ActorConfig:
     token (no entropy pass is added); 0 keeps only the highest-entropy token of each micro-batch."""
     ppo_epochs: int = 1
     """Passes over each rollout batch. With 1 and global_batch_size = data.rollout_batch_size (one on-policy
-    mini-batch) the old log-probs are the update forward's own, detached, and their separate forward is skipped."""
+    mini-batch) the old log-probs are the update forward's own, detached, and their separate forward is skipped,
+    unless the KL penalty in the reward needs them first (algorithm.use_kl_loss=false without disable_kl) or an
+    off-policy correction compares them with the engine's."""
     padding_free: bool = True
     """Pack the sequences of a micro-batch into one row without padding, where model.attn_implementation has a varlen
     kernel (auto, varlen, flash_attention_2); otherwise the forward runs on padded rows."""

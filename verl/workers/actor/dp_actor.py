@@ -22,6 +22,7 @@ from verl.algorithms.core_algos import (
     default_loss_avg_mode,
     high_entropy_mask,
 )
+from verl.algorithms.masked_ops import masked_mean
 from verl.models.moe import RouterStats
 from verl.protocol import DataProto
 from verl.utils import device as device_utils
@@ -70,6 +71,7 @@ _POLICY_TOKEN_METRICS = ("pg_clipfrac", "pg_clipfrac_higher", "pg_clipfrac_lower
 _SUMMED_METRICS: tuple[SummedMetric, ...] = (
     ("actor/pg_loss", False),
     ("actor/entropy_loss", False),
+    ("actor/entropy", True),
     ("actor/kl_loss", False),
     *((f"actor/{name}", True) for name in _POLICY_TOKEN_METRICS),
 )
@@ -207,14 +209,17 @@ class DataParallelPPOActor:
         )
         loss = pg_loss
         if "entropy" in out:
-            entropy_loss = compute_entropy_loss(out["entropy"], response_mask, **agg)
+            token_entropy = out["entropy"]
+            entropy_loss = compute_entropy_loss(token_entropy, response_mask, **agg)
             if entropy_coeff != 0:
                 loss = loss - entropy_coeff * entropy_loss
         else:  # -log p of the sampled tokens estimates the entropy for free (on-policy samples)
-            entropy_loss = agg_loss(-log_probs.detach(), response_mask, **agg)
+            token_entropy = -log_probs.detach()
+            entropy_loss = agg_loss(token_entropy, response_mask, **agg)
         values = {
             "actor/pg_loss": pg_loss,
             "actor/entropy_loss": entropy_loss,
+            "actor/entropy": masked_mean(token_entropy.detach(), response_mask),  # per token, whatever the loss mode
             **{f"actor/{name}": pg_metrics[name] for name in _POLICY_TOKEN_METRICS},
         }
         if config.use_kl_loss and not config.disable_kl:

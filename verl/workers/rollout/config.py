@@ -14,7 +14,7 @@ from verl.utils.config import ConfigError, as_config_error, require_choice, requ
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "name": ("vllm",),
-    "dtype": ("bf16", "fp16", "fp32", "bfloat16", "float16", "float32", "auto"),
+    "dtype": ("bf16", "fp16", "fp32", "bfloat16", "float16", "float32"),
     "mode": ("sync", "colocated", "disaggregated"),
     "lora_sync": ("merged", "adapters"),
     "weight_sync": ("loader", "direct"),
@@ -87,7 +87,8 @@ class RolloutConfig:
     n: int = 1
     """Responses sampled per prompt; group estimators (grpo, rloo, ...) need n > 1."""
     temperature: float = 1.0
-    """Sampling temperature; log-probs are recomputed at the same temperature."""
+    """Sampling temperature, in (0, 2]; log-probs are recomputed at the same temperature (greedy validation:
+    val_override_config.temperature=0)."""
     top_p: float = 1.0
     """Nucleus sampling threshold."""
     top_k: int = -1
@@ -97,8 +98,9 @@ class RolloutConfig:
     limit_images: int = 0
     """Most images per prompt the engine accepts; 0 leaves vLLM's default."""
     dtype: str = "bf16"
-    """Weights dtype inside vLLM. On the CPU the model family decides: fp32 (bf16 is much slower there), except bf16
-    for hybrid linear-attention models such as Qwen3.5 (vLLM's CPU Gated DeltaNet kernel runs in bf16 only)."""
+    """Weights dtype inside vLLM: bf16, fp16 or fp32 (also spelled bfloat16, ...). On the CPU the model family
+    decides: fp32 (bf16 is much slower there), except bf16 for hybrid linear-attention models such as Qwen3.5 (vLLM's
+    CPU Gated DeltaNet kernel runs in bf16 only)."""
     gpu_memory_utilization: float = 0.6
     """Fraction of GPU memory vLLM may take for weights, activations and KV cache."""
     kv_cache_memory_mb: int | None = None
@@ -107,8 +109,10 @@ class RolloutConfig:
     """Keep generating after EOS up to the response length."""
     enforce_eager: bool = False
     """Disable CUDA graphs and torch.compile in vLLM (always on for CPU)."""
-    enable_chunked_prefill: bool = False
-    """Split long prefills into chunks."""
+    enable_chunked_prefill: bool | None = None
+    """Split long prefills into chunks of max_num_batched_tokens, on a GPU; unset keeps vLLM's default (on for
+    generation models; vLLM warns that turning it off may crash some). The CPU engine never splits a prefill (vLLM-cpu
+    crashes on a seeded prompt's split prefill): true is refused there."""
     tensor_parallel_size: int | None = None
     """vLLM tensor-parallel degree, carved out of the training world: each group of this many processes runs one
     engine together (the same requests, each process a shard of the weights); with mode=disaggregated, out of the
@@ -123,13 +127,15 @@ class RolloutConfig:
     """Token budget of one engine step; must cover prompt + response length."""
     max_num_seqs: int | None = None
     """Most sequences the engine runs concurrently; unset: vLLM's default for the device (1024 on GPUs of 70 GB and
-    more except the A100, 256 on other GPUs and on the CPU)."""
+    more except the A100, 256 on other GPUs, 256 x tensor_parallel_size on the CPU), lowered to
+    max_num_batched_tokens."""
     disable_tqdm: bool = True
     """Hide the progress bar of each synchronous or validation rollout call (samples finished out of the call's)."""
     calculate_log_probs: bool = False
     """Also return the log-probs of the sampled tokens from vLLM."""
     verify_weight_sync: bool = False
-    """After each weight sync, check that the engine holds the actor's weights (debugging aid, slower)."""
+    """After each weight sync, check that the engine holds the actor's weights (debugging aid, slower); engines and
+    actor share processes for it, so mode=disaggregated refuses it."""
     lora_sync: str = "merged"
     """With a LoRA actor (worker.actor.model.lora.rank > 0), what each weight sync sends the engine. merged: every
     adapted weight as W + alpha / rank x B @ A, so generation runs at the base model's speed. adapters: the base
@@ -165,7 +171,7 @@ class RolloutConfig:
     workers (docs/async.md): the engine works through a request loop; once a step's groups are complete the
     unfinished samples stop, keep their tokens, and continue after the weight sync next to new prompts, so a step
     never waits for its slowest sample. disaggregated: the engines run in their own processes (a rollout pool of
-    nnodes x n_gpus_per_node, each process one engine) and generate without pause while the trainer pool trains;
+    nnodes x n_gpus_per_node processes, one engine per tensor_parallel_size of them) and generate without pause while the trainer pool trains;
     after each update the new weights are broadcast to them in buckets over a collective group. Rollout log-probs are
     always recorded in both asynchronous modes."""
     max_staleness: int = 0
@@ -178,8 +184,8 @@ class RolloutConfig:
     """mode=disaggregated: nodes of the rollout pool (default 1). Refused in the other modes, whose engines live in
     the training processes."""
     n_gpus_per_node: int | None = None
-    """mode=disaggregated: devices (on CPU machines: processes, one CPU each) per node of the rollout pool, each one
-    engine of tensor-parallel size 1 (default 1). The training pool is trainer.nnodes x trainer.n_gpus_per_node.
+    """mode=disaggregated: devices (on CPU machines: processes, one CPU each) per node of the rollout pool (default
+    1), one engine per tensor_parallel_size of them (1 unless set: an engine per device). The training pool is trainer.nnodes x trainer.n_gpus_per_node.
     Refused in the other modes."""
     weight_bucket_mb: int = 512
     """mode=disaggregated: the weights are broadcast to the engines in buckets of at most this many MiB (a larger
@@ -205,24 +211,23 @@ class RolloutConfig:
         return (self.nnodes or 1) * (self.n_gpus_per_node or 1)
 
     def _check_greedy_samples(self, prefix: str) -> None:
-        """vLLM samples greedily at temperature 0 and refuses n > 1 there (the n responses would be identical), when
-        the request is made, after the engine started: found here instead, for training and for validation (whose n
-        is 1 unless val_override_config sets it)."""
-        if self.temperature == 0 and self.n > 1:
+        """Training samples at a temperature above 0: the actor scores the responses with its logits divided by the
+        rollout's temperature (log-probs would be NaN at 0). Validation may sample greedily, but vLLM refuses n > 1
+        at temperature 0 when the request is made, after the engine started: found here instead (validation's n is
+        1 unless val_override_config sets it)."""
+        if self.temperature == 0:
             raise ConfigError(
-                f"{prefix}temperature=0 samples greedily, and vLLM refuses {prefix}n={self.n} > 1 then (the responses "
-                f"would all be the same, with nothing to compare): raise {prefix}temperature (e.g. 1.0) or set "
-                f"{prefix}n=1 with an estimator that needs one response per prompt."
+                f"{prefix}temperature=0 samples greedily, but the actor computes the responses' log-probs at the "
+                f"rollout's temperature (its logits divided by it), which is undefined at 0: set {prefix}temperature "
+                f"above 0 (e.g. 1.0). For greedy validation set {prefix}val_override_config.temperature=0 instead."
             )
         overrides = self.val_override_config
-        temperature, n = overrides.get("temperature", self.temperature), overrides.get("n", 1)
+        temperature, n = overrides.get("temperature"), overrides.get("n", 1)
         if isinstance(temperature, (int, float)) and isinstance(n, int) and temperature == 0 and n > 1:
-            where = "val_override_config." if "temperature" in overrides else ""
             raise ConfigError(
-                f"Validation samples greedily ({prefix}{where}temperature=0), and vLLM refuses "
+                f"Validation samples greedily ({prefix}val_override_config.temperature=0), and vLLM refuses "
                 f"{prefix}val_override_config.n={n} > 1 then (the responses would all be the same): set "
-                f"{prefix}val_override_config.n=1 or a temperature "
-                "above 0 for validation."
+                f"{prefix}val_override_config.n=1 or a temperature above 0 for validation."
             )
 
     def _check_val_overrides(self, source: str) -> None:

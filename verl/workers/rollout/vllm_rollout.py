@@ -170,8 +170,8 @@ def _gpu_kwargs(config: RolloutConfig) -> dict[str, Any]:
     }
     if config.kv_cache_memory_mb is not None:
         kwargs["kv_cache_memory_bytes"] = config.kv_cache_memory_mb * 2**20
-    if config.enable_chunked_prefill:  # False keeps vLLM's default: V1 warns that turning it off may crash
-        kwargs["enable_chunked_prefill"] = True
+    if config.enable_chunked_prefill is not None:  # unset: vLLM's default for the model
+        kwargs["enable_chunked_prefill"] = config.enable_chunked_prefill
     return kwargs
 
 
