@@ -356,7 +356,7 @@ class BaseTrainerConfig:
     signal_grace_s: float = 300.0
     """On SIGTERM or SIGINT (scheduler preemption, Ctrl-C) the run finishes its current step and, if that happens
     within this many seconds of the signal, saves a checkpoint, then exits non-zero; a second signal stops at once.
-    0 stops without saving."""
+    0 stops without saving. A signal during the last step lets the run end as usual (final save, exit 0)."""
     stall_report_s: float = 1800.0
     """When a call into a worker (generate, update, save, ...) has run this many seconds, the worker prints it and
     where each of its threads is (Python stacks) to its log, which the driver's console shows, and again each time
