@@ -82,6 +82,7 @@ def test_a_model_argument_that_is_not_a_model_stops_before_the_engine(tmp_path, 
         (["--model", str(actor / "huggingface")], "python scripts/model_merger.py --local_dir"),
         (["--model", str(tokenizer_only)], f"--model '{tokenizer_only}' is a folder without weights"),
         (["--model", str(tmp_path), "--max-model-len", "0"], "--max-model-len and --kv-cache-mb must be positive"),
+        (["--model", str(tmp_path), "--dtype", "bf17"], "argument --dtype: invalid choice: 'bf17'"),
     ):
         with pytest.raises(SystemExit) as exit_code:
             main(argv)
@@ -549,6 +550,26 @@ def server(tiny_model, tmp_path_factory):
     stop(proc)
 
 
+def test_an_address_it_cannot_listen_on_stops_before_the_engine(tiny_model, capsys):
+    """A port in use or out of range is found before the engine starts (it was a traceback after the engine had
+    loaded, and the engine was left unclosed)."""
+    from verl.serve import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for argv, message in (
+            (["--port", str(port)], f"--host 127.0.0.1 --port {port}: cannot listen there ("),
+            (["--port", "70000"], "--host 127.0.0.1 --port 70000: cannot listen there ("),
+        ):
+            started = time.monotonic()
+            with pytest.raises(SystemExit) as exit_code:
+                main(["--model", tiny_model, *argv])
+            assert exit_code.value.code == 2 and message in capsys.readouterr().err
+            assert "vllm" not in sys.modules or time.monotonic() - started < 10  # no engine was started
+
+
 def test_a_kv_cache_too_small_for_one_sequence_is_one_error_naming_the_options(tiny_model):
     command = [sys.executable, "-m", "verl.serve", "--model", tiny_model, *SERVER_ARGS, "--kv-cache-mb", "1"]
     result = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=300)
@@ -560,6 +581,15 @@ def test_a_kv_cache_too_small_for_one_sequence_is_one_error_naming_the_options(t
         error[0],
     ), error
     assert "Traceback" not in result.stderr
+    # a context longer than the model's (its config.json says 8192) is the same kind of one-line error
+    longer = [*command[:-2], "--max-model-len", "9000"]
+    result = subprocess.run(longer, env=ENV, capture_output=True, text=True, timeout=300)
+    error = [line for line in result.stderr.splitlines() if line.startswith("Error: ")]
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert error == [
+        f"Error: max_model_len=9000 is longer than the model {tiny_model} takes (max_position_embeddings=8192 in its "
+        "config.json); change --kv-cache-mb or --max-model-len."
+    ], error
 
 
 def streamed(client, **fields):
@@ -753,6 +783,15 @@ def test_logit_bias_no_model_health_and_the_default_length(live):
     status, _, body = post(url, request(logit_bias=EOS, temperature=0.0))  # no max_tokens: the rest of the context
     assert status == 200 and body["choices"][0]["finish_reason"] == "length"
     assert body["usage"]["total_tokens"] == 512
+    # a length of 0 is refused (vLLM's SamplingParams needs 1), not taken as "the rest of the context"; where both
+    # lengths are set max_completion_tokens wins, as in vLLM's server
+    for fields, key in (({"max_tokens": 0}, "max_tokens"), ({"max_completion_tokens": 0}, "max_completion_tokens")):
+        status, _, body = post(url, request(**fields))
+        assert status == 400 and body["error"]["message"] == f"'{key}' must be at least 1, got 0.", body
+    status, _, body = post(url, request(logit_bias=EOS, temperature=0.0, max_tokens=50, max_completion_tokens=2))
+    assert status == 200 and body["usage"]["completion_tokens"] == 2
+    status, body = post_json(f"{url}/responses", {"model": "tiny", "input": "Hi", "max_output_tokens": 0})
+    assert status == 400 and body["error"]["message"] == "'max_output_tokens' must be at least 1, got 0."
 
 
 @pytest.mark.slow

@@ -196,6 +196,11 @@ class Reply:
         return token_usage(self.prompt_tokens, sum(choice.tokens for choice in self.choices))
 
 
+DTYPES = {"auto": "auto", "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+DTYPES.update({name: name for name in ("bfloat16", "float16", "float32")})
+"""verl.serve's --dtype values (the trainer's spellings and vLLM's) and vLLM's names of them."""
+
+
 class ChatEngine:
     """A vLLM engine answering chat completion requests, all it holds in one batch. Requests are rendered as
     `LLM.chat` renders them and added with delta outputs; one thread owns the engine (engine_loop.EngineLoop)."""
@@ -203,7 +208,10 @@ class ChatEngine:
     def __init__(self, model: str, name: str, max_model_len: int, kv_cache_mb: int | None, dtype: str) -> None:
         from verl.utils import device
 
+        dtype = DTYPES[dtype]
         kwargs: dict[str, Any] = {"model": model, "max_model_len": max_model_len, "seed": 0, "dtype": dtype}
+        if kv_cache_mb is not None:
+            kwargs["kv_cache_memory_bytes"] = kv_cache_mb * 2**20
         if device.get_device_type() == "cpu":
             # the engine in this process, as in training, not in extra processes that import vLLM and torch again
             # (docs/performance.md); set before vLLM is imported
@@ -255,7 +263,12 @@ class ChatEngine:
                 f"This model's maximum context length is {self.max_model_len} tokens. However, your request has "
                 f"{prompt_tokens} input tokens. Reduce the length of the messages."
             )
-        wanted = request.max_completion_tokens or request.max_tokens or room
+        # max_completion_tokens wins where set (vLLM's and OpenAI's rule); unset: the rest of the context
+        wanted = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
+        if wanted is not None and wanted < 1:
+            key = "max_completion_tokens" if request.max_completion_tokens is not None else "max_tokens"
+            raise RequestError(f"'{key}' must be at least 1, got {wanted}.")
+        wanted = room if wanted is None else wanted
         if prompt_tokens is not None and wanted > room:
             raise RequestError(
                 f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "

@@ -64,6 +64,8 @@ def check_response(body: Any, served_name: str) -> tuple[Any, Any]:
     chat = {"model": served_name, "messages": messages, **_tools(body)}
     chat.update({key: body[key] for key in SAMPLING if body.get(key) is not None})
     if request.max_output_tokens is not None:
+        if request.max_output_tokens < 1:
+            raise RequestError(f"'max_output_tokens' must be at least 1, got {request.max_output_tokens}.")
         chat["max_tokens"] = request.max_output_tokens
     if request.stream:
         chat["stream_options"] = {"include_usage": True}

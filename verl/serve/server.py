@@ -128,15 +128,26 @@ def make_app(engine: Any) -> Any:
     return app
 
 
-class Server:
-    """uvicorn serving `engine`'s app on a socket bound here (port 0: a free one, in `server_address`)."""
+def bind(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port (0: a free port); OSError or OverflowError (a bad port) if it cannot be."""
+    bound = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        bound.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        bound.bind((host, port))
+    except BaseException:
+        bound.close()
+        raise
+    return bound
 
-    def __init__(self, engine: Any, host: str, port: int) -> None:
+
+class Server:
+    """uvicorn serving `engine`'s app on a socket bound here, or on `bound` (port 0: a free one, in
+    `server_address`)."""
+
+    def __init__(self, engine: Any, host: str, port: int, bound: socket.socket | None = None) -> None:
         import uvicorn
 
-        self.socket = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.socket.bind((host, port))
+        self.socket = bound or bind(host, port)
         self.server_address = self.socket.getsockname()
         config = uvicorn.Config(make_app(engine), log_level="warning", backlog=2048, timeout_graceful_shutdown=5)
         self.uvicorn = uvicorn.Server(config)
@@ -152,22 +163,29 @@ class Server:
         self.socket.close()
 
 
-def make_server(engine: Any, host: str, port: int) -> Server:
-    """The HTTP server of `engine` on host:port (0 picks a free port), not yet serving."""
-    return Server(engine, host, port)
+def make_server(engine: Any, host: str, port: int, bound: socket.socket | None = None) -> Server:
+    """The HTTP server of `engine` on host:port (0 picks a free port) or on the socket `bound` there, not yet
+    serving."""
+    return Server(engine, host, port, bound)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m verl.serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", required=True, help="a Hugging Face model directory (e.g. the merged checkpoint)")
+    parser.add_argument(
+        "--model", required=True, help="a Hugging Face model directory (e.g. the merged checkpoint) or hub id"
+    )
     parser.add_argument("--served-model-name", default=None, help="the model id clients send (default: --model)")
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed on start)")
-    parser.add_argument("--max-model-len", type=int, default=4096)
-    parser.add_argument("--kv-cache-mb", type=int, default=None, help="KV cache on the CPU (default 256 MiB)")
-    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--max-model-len", type=int, default=4096, help="tokens of prompt + reply (default 4096)")
+    parser.add_argument(
+        "--kv-cache-mb", type=int, default=None, help="KV cache size (default: 256 MiB on the CPU, vLLM's on a GPU)"
+    )
+    parser.add_argument(
+        "--dtype", default="auto", choices=sorted(chat.DTYPES), help="weights dtype (auto: the model's; fp32 on CPU)"
+    )
     args = parser.parse_args(argv)
     # checked before the engine starts, whose own errors are tracebacks
     if args.max_model_len < 1 or (args.kv_cache_mb is not None and args.kv_cache_mb < 1):
@@ -185,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
 
         if not isinstance(try_to_load_from_cache(args.model, "config.json"), str):
             parser.error(f"--model '{args.model}' is not in the local Hugging Face cache, and the hub is offline.")
+    try:  # bound before the engine starts (minutes), whose error it would otherwise follow
+        bound = bind(args.host, args.port)
+    except (OSError, OverflowError) as error:
+        parser.error(f"--host {args.host} --port {args.port}: cannot listen there ({error}).")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from verl.utils import quiet
 
@@ -196,11 +218,15 @@ def main(argv: list[str] | None = None) -> int:
             args.model, args.served_model_name or args.model, args.max_model_len, args.kv_cache_mb, args.dtype
         )
     except EngineSettingError as error:
+        bound.close()
         print(f"Error: {error}", file=sys.stderr)
         return 2
-    server = make_server(engine, args.host, args.port)
+    server = make_server(engine, args.host, args.port, bound)
     host, port = server.server_address[:2]
-    print(f"Serving {engine.name} at http://{host}:{port}/v1 (OpenAI chat completions and responses)", flush=True)
+    print(
+        f"Serving {engine.name} at http://{host}:{port}/v1 (OpenAI chat completions, completions and responses)",
+        flush=True,
+    )
     # uvicorn stops on SIGINT or SIGTERM, then raises the signal again once it has shut down: ours turns that into an
     # exit through the finally below (128 + the signal), so the engine is closed (its process group's file store in
     # /tmp removed; on a GPU its engine process stopped) instead of the process dying at once

@@ -74,6 +74,14 @@ def start_engine(sizes: str = "kv_cache_memory_bytes or max_model_len", **kwargs
                 f"vLLM {vllm.__version__} cannot run the model {kwargs.get('model')}: {reason} Train a model family "
                 'vLLM supports (docs/gpu.md, "Supported models").'
             ) from None
+        longer = re.search(
+            r"User-specified max_model_len \((\d+)\) is greater than the derived max_model_len \((\w+=\d+)", text
+        )
+        if longer:  # the context the config asks is longer than the model's
+            raise EngineSettingError(
+                f"max_model_len={longer.group(1)} is longer than the model {kwargs.get('model')} takes "
+                f"({longer.group(2)} in its config.json); change {sizes}."
+            ) from None
         if "KV cache is needed" not in text and "No available memory for the cache blocks" not in text:
             raise
         fits = re.search(r"estimated maximum model length is (\d+)", text)
