@@ -379,3 +379,22 @@ def test_evaluate_records_the_images_of_every_turn(monkeypatch, tmp_path, capsys
     assert second["scores"] == {"overall": 0.5, "colour/overall": 0.0, "length/overall": 1.0}
     assert summary["accuracy"] == 1.0  # no accuracy key: the share of episodes with overall > 0
     assert summary["reward/overall/mean"] == pytest.approx(1.25) and summary["pictures/mean"] == 1.0
+
+
+def test_a_client_environments_request_keeps_its_shorter_limit_and_its_extra_body():
+    """As training treats a ChatClientEnv's requests: the run's temperature, a request's own token limit only
+    shortening the run's --max-tokens (max_completion_tokens first, as vLLM reads it), and the run's template
+    variables added to the request's extra_body rather than replacing it."""
+    from verl.envs.evaluate import client_request
+
+    run = {"max_tokens": 256, "temperature": 0.0, "extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}
+    sent = client_request({"messages": [], "max_tokens": 16, "temperature": 0.9, "extra_body": {"top_k": 5}}, run)
+    assert sent["max_tokens"] == 16 and sent["temperature"] == 0.0
+    assert sent["extra_body"] == {"top_k": 5, "chat_template_kwargs": {"enable_thinking": False}}
+    longer = client_request({"messages": [], "max_completion_tokens": 999, "max_tokens": 8}, run)
+    assert longer["max_tokens"] == 256 and "max_completion_tokens" not in longer
+    assert client_request({"messages": []}, {"max_tokens": 64, "temperature": 1.0}) == {
+        "messages": [],
+        "max_tokens": 64,
+        "temperature": 1.0,
+    }

@@ -304,6 +304,24 @@ def test_evaluate_names_bad_inputs_and_an_endpoint_that_does_not_answer(tmp_path
         ),
         (["--data", str(data), "--limit", "1", "--env-kwargs", '{"a": 1}'], "GuessNumber(**--env-kwargs={'a': 1})"),
         (["--data", str(data), "--limit", "1", "--base-url", nobody], f"the endpoint --base-url {nobody} did not"),
+        # as training reads the data and the reward settings; each was accepted and ignored, or a traceback
+        (["--data", str(data), "--answer-key", "solution"], f"--data {data} has no 'solution' column (--answer-key)"),
+        (["--data", str(data), "--max-turns", "0"], "--max-turns must be at least 1, got 0."),
+        (["--data", str(data), "--limit", "0"], "--limit must be at least 1, got 0."),
+        (["--data", str(data), "--limit", "1", "--reward-kwargs", '{"a": 1}'], "--reward-kwargs is given without"),
+        (
+            ["--data", str(data), "--limit", "1", "--rubric", '{"x": {"function": "f.py:g", "wieght": 2}}'],
+            "--rubric.x has unknown key(s) ['wieght']",
+        ),
+        (
+            [*("--data", str(data), "--limit", "1", "--model", "m", "--base-url", nobody)]
+            + ["--output", str(tmp_path / "no" / "out.jsonl")],
+            f"--output {tmp_path / 'no' / 'out.jsonl'} cannot be written (No such file or directory).",
+        ),
+        (
+            ["--data", str(data), "--limit", "1", "--model", "m", "--base-url", nobody],
+            f"row 0: the endpoint --base-url {nobody} failed: Connection error.",
+        ),
     ):
         with pytest.raises(SystemExit) as error:
             main(["--env", env, *argv])

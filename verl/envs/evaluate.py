@@ -256,9 +256,24 @@ def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeRe
     return EpisodeResult(counts, env.episode_info(state), transcript, images, tokens, text)
 
 
+def client_request(request: dict[str, Any], sampling: dict[str, Any]) -> dict[str, Any]:
+    """An environment's request with the run's sampling, as training treats it: the run's temperature, its
+    --max-tokens unless the request asks fewer (max_completion_tokens or max_tokens), and the run's template
+    variables added to the request's own extra_body."""
+    request = dict(request)
+    asked = request.pop("max_completion_tokens", None)
+    asked = request.get("max_tokens") if asked is None else asked
+    sent = {**request, **sampling}
+    if asked:
+        sent["max_tokens"] = min(asked, sampling["max_tokens"])
+    if "extra_body" in request and "extra_body" in sampling:
+        sent["extra_body"] = {**request["extra_body"], **sampling["extra_body"]}
+    return sent
+
+
 def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any) -> EpisodeResult:
     """One episode of a ChatClientEnv: its `rollout` with an async client from `make_client()` (made in the
-    episode's loop). Requests get `setup.sampling`; one past `setup.max_turns` ends the episode (its new messages
+    episode's loop). Requests get `setup.sampling` (`client_request`); one past `setup.max_turns` ends the episode (its new messages
     kept, marked cut). Text prompts only, as in training."""
     if setup.images:
         raise NotImplementedError(
@@ -283,7 +298,7 @@ def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any
                 raise EpisodeOver(f"--max-turns={setup.max_turns} requests were answered")
             counts["turns"] += 1
             request = {**request, "messages": to_openai_messages(sent)}
-            reply = await client.chat.completions.create(**{**request, **setup.sampling})
+            reply = await client.chat.completions.create(**client_request(request, setup.sampling))
             usage["text"], calls, used = reply_turn(reply, counts, setup.opened)
             usage["tokens"] += used
             turn = {"role": "assistant", "content": usage["text"], "tool_calls": calls}
@@ -388,14 +403,20 @@ def _finite(value: Any) -> float | None:
 def load_scorer(args: argparse.Namespace) -> Any:
     """The reward manager of --reward / --rubric (the classes training scores with), or None without either."""
     rubric = _json_object(args.rubric, "--rubric") if args.rubric else {}
+    kwargs = _json_object(args.reward_kwargs, "--reward-kwargs")
+    if kwargs and not args.reward:  # a rubric's parts have kwargs of their own
+        raise ValueError("--reward-kwargs is given without --reward (a --rubric part takes its own 'kwargs').")
     if not args.reward and not rubric:
         return None
     from verl.rewards.function import RewardFunctionLoadError
     from verl.rewards.manager import RewardSettings, create_reward_manager
+    from verl.utils.config import ConfigError
+    from verl.workers.config import RewardConfig
 
-    if not all(isinstance(part, dict) and "function" in part for part in rubric.values()):
-        raise SystemExit('evaluate: --rubric must be a JSON object {"name": {"function": "file.py:fn", ...}, ...}')
-    kwargs = _json_object(args.reward_kwargs, "--reward-kwargs")
+    try:  # training's rule for worker.reward.rubric: a function, a numeric weight and kwargs, nothing else
+        RewardConfig(rubric=rubric).check_rubric("--")
+    except ConfigError as error:
+        raise ValueError(str(error)) from None
     settings = RewardSettings(args.reward, kwargs, rubric=rubric, answer_key=args.answer_key)
     try:
         return create_reward_manager(settings, tokenizer=None)
@@ -488,7 +509,14 @@ def main(argv: list[str] | None = None) -> int:
     import openai
 
     try:  # the inputs first, then the endpoint: each failure is one line naming the option
-        rows = read_rows(args.data, args.prompt_key, args.limit)
+        for value, option in (
+            (args.max_turns, "--max-turns"),
+            (args.max_tokens, "--max-tokens"),
+            (args.limit, "--limit"),
+        ):
+            if value is not None and value < 1:
+                raise ValueError(f"{option} must be at least 1, got {value}.")
+        rows = read_rows(args.data, args.prompt_key, args.limit, args.answer_key)
         template = _format_template(args.format_prompt)
         prompts = [row_prompt(row, index, args, template) for index, row in enumerate(rows)]
         env_kwargs = _json_object(args.env_kwargs, "--env-kwargs")
@@ -532,17 +560,24 @@ def main(argv: list[str] | None = None) -> int:
             sampling["extra_body"] = {"chat_template_kwargs": template_kwargs}
         data = os.path.abspath(os.path.expanduser(args.data))
         image_dir = args.image_dir or (data if os.path.isdir(data) else os.path.dirname(data))
-        output = cleanup.enter_context(open(args.output, "w", encoding="utf-8")) if args.output else None
+        try:
+            output = cleanup.enter_context(open(args.output, "w", encoding="utf-8")) if args.output else None
+        except OSError as error:
+            raise SystemExit(f"evaluate: --output {args.output} cannot be written ({error.strerror}).") from None
         data_columns = frozenset({args.prompt_key, args.answer_key})  # as the trainer leaves them out
         for index, row in enumerate(rows):
-            images = _row_images(row.get(args.image_key), image_dir, index)
             context, prompt = prompts[index]
+            try:  # a missing image, or markers that do not match the images
+                images = _row_images(row.get(args.image_key), image_dir, index)
+                first = [*context, prompt_message(prompt, images)]
+            except ValueError as error:
+                where = "" if str(error).startswith(f"row {index}:") else f"row {index}: "
+                raise SystemExit(f"evaluate: --data {args.data}, {where}{error}") from None
             tools = env_tools if env_tools is not None else row_tools[index]
-            first = [*context, prompt_message(prompt, images)]
             rendered = render(index, first, tools) if render is not None else None
             fields = {key: value for key, value in row.items() if key != args.image_key}
             setup = EpisodeSetup(
-                row={**fields, "ground_truth": row_value(row, args.answer_key)},
+                row=fields,  # with read_rows' ground_truth
                 prompt=prompt,
                 images=images,
                 model=model,
@@ -554,7 +589,14 @@ def main(argv: list[str] | None = None) -> int:
                 rendered=rendered,
                 tools=tools,
             )
-            result = run(env, setup, client)
+            try:
+                result = run(env, setup, client)
+            except NotImplementedError as error:  # a ChatClientEnv given images
+                raise SystemExit(f"evaluate: row {index}: {error}") from None
+            except openai.APIError as error:  # the endpoint refused a request or went away
+                raise SystemExit(
+                    f"evaluate: row {index}: the endpoint --base-url {args.base_url} failed: {error}"
+                ) from None
             line: dict[str, Any] = {"row": index, **result.counts, **result.info}
             score: dict[str, float] = {}
             if scorer is not None:
@@ -572,22 +614,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def read_rows(path: str, prompt_key: str, limit: int | None) -> list[dict[str, Any]]:
+def read_rows(path: str, prompt_key: str, limit: int | None, answer_key: str = "answer") -> list[dict[str, Any]]:
     """The first `limit` rows of --data, read as the trainer reads data.val_files (a .jsonl/.json/.parquet/.csv file, a
-    folder of them, or name@split); ValueError naming the file and row of one without `prompt_key`."""
+    folder of them, or name@split); ValueError naming the file and row of one without `prompt_key` or `answer_key`
+    (a number answer becomes its text, as in training)."""
     from verl.data.sources import load_source
 
     try:
         source = load_source(path)
     except (OSError, TypeError, ValueError) as error:
         raise ValueError(f"--data {path} cannot be read: {str(error).rstrip('.')}.") from None
-    if prompt_key not in source.columns:
-        raise ValueError(f"--data {path} has no '{prompt_key}' column (--prompt-key); its columns: {source.columns}.")
+    for key, option in ((prompt_key, "--prompt-key"), (answer_key, "--answer-key")):
+        if key not in source.columns and not (option == "--answer-key" and key.split(".")[0] in source.columns):
+            raise ValueError(f"--data {path} has no '{key}' column ({option}); its columns: {source.columns}.")
     rows = []
     for index in range(len(source) if limit is None else min(limit, len(source))):
         row = dict(source.row(index))
         if row[prompt_key] is None:
             raise ValueError(f"--data {source.where(index)}: no '{prompt_key}' value (--prompt-key).")
+        answer = row_value(row, answer_key)
+        if answer is None:
+            raise ValueError(f"--data {source.where(index)}: no '{answer_key}' value (--answer-key).")
+        row["ground_truth"] = (
+            str(answer) if isinstance(answer, (int, float)) and not isinstance(answer, bool) else answer
+        )
         rows.append(row)
     return rows
 

@@ -202,7 +202,7 @@ class RewardConfig:
         with as_config_error():
             self.judge.check()
             self.judge.template_kwargs()
-        self._check_rubric(prefix)
+        self.check_rubric(prefix)
         if not (self.reward_function or self.routes or self.rubric or self.judge.enabled or self.model.model_path):
             raise ConfigError(
                 f"No reward: set {prefix}reward_function (or {prefix}routes), a reward model "
@@ -213,8 +213,9 @@ class RewardConfig:
                 check_reward_function(spec, self.routes_kwargs.get(route, {}))
         self.model.check_files(f"{prefix}model.")
 
-    def _check_rubric(self, prefix: str) -> None:
-        """Each part names a loadable function with a numeric weight; a rubric is not combined with routes."""
+    def check_rubric(self, prefix: str) -> None:
+        """Each part names a loadable function with a numeric weight; a rubric is not combined with routes (also
+        verl.envs.evaluate's --rubric, with prefix "--")."""
         if not self.rubric:
             return
         if self.routes:
