@@ -15,7 +15,7 @@ for `peft.PeftModel.from_pretrained(base, DIR)` or vLLM's LoRA requests.
 
 The checkpoint may have been written by any number of ranks: torch.distributed.checkpoint reassembles the sharded
 parameters in one process, without a process group. --target_dir defaults to <local_dir>/huggingface, next to the
-config files the trainer saved there. The weights are written in bf16 unless --dtype says otherwise (the
+config files the trainer saved there (--adapter_only: <local_dir>/lora_adapter). The weights are written in bf16 unless --dtype says otherwise (the
 checkpoint holds fp32 master weights unless the run set torch_dtype; --dtype fp32 exports those bit for bit). --hf_upload_path creates the
 Hub repository if needed and uploads the merged directory; it needs a token (`hf auth login` or HF_TOKEN).
 
@@ -33,6 +33,8 @@ from verl.models.transformers_compat import write_checkpoint_layout
 
 
 HF_SUBDIR = "huggingface"
+ADAPTER_SUBDIR = "lora_adapter"
+"""--adapter_only's default folder in the checkpoint."""
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 """--dtype values and the torch dtype each names; the torch names themselves are accepted too."""
 DEFAULT_DTYPE = "bf16"
@@ -136,7 +138,12 @@ def merge_lora(
         )
     scaling = lora_scaling(adapter_config)
     config = AutoConfig.from_pretrained(hf_dir)
-    model = model_class(config).from_pretrained(base_path, config=config, dtype=torch.float32)
+    try:  # a missing folder or hub id, not a write error
+        model = model_class(config).from_pretrained(base_path, config=config, dtype=torch.float32)
+    except OSError as error:
+        raise FileNotFoundError(
+            f"The base model '{base_path}' cannot be loaded ({error}); pass --base_model."
+        ) from None
     params = dict(model.named_parameters())
     plan = lora_merge_plan_from_names(state)
     if not plan:
@@ -214,7 +221,9 @@ def merge(
     check_intact(local_dir)
     if not os.path.isfile(os.path.join(hf_dir, "config.json")):
         raise FileNotFoundError(f"'{hf_dir}/config.json' is missing; the checkpoint was not written by this trainer.")
-    target_dir = os.path.abspath(target_dir or hf_dir)
+    # the adapters beside the checkpoint's huggingface/ (EasyR1's folder name), which a merge may still write later
+    default = os.path.join(local_dir, ADAPTER_SUBDIR) if adapter_only else hf_dir
+    target_dir = os.path.abspath(target_dir or default)
     from verl.models.lora import ADAPTER_CONFIG_FILE, read_adapter_config
 
     adapter_config = read_adapter_config(local_dir)
@@ -226,8 +235,9 @@ def merge(
             )
         merge_lora(local_dir, adapter_config, target_dir, dtype, adapter_only, base_model)
         return _recorded(local_dir, target_dir)
-    if adapter_only:
-        raise ValueError(f"'{local_dir}' is not a LoRA checkpoint (no adapter_config.json); drop --adapter_only.")
+    for given, flag in ((adapter_only, "--adapter_only"), (base_model, "--base_model")):
+        if given:
+            raise ValueError(f"'{local_dir}' is not a LoRA checkpoint (no adapter_config.json); drop {flag}.")
     config = AutoConfig.from_pretrained(hf_dir)
     # built on the CPU, not the meta device: non-persistent buffers (rotary frequencies) are computed at
     # construction and are not in checkpoints. This needs host memory for one copy of the model in `dtype`.
@@ -333,7 +343,11 @@ def engine_loading_note(target: str) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--local_dir", required=True, help="the global_step_N/actor checkpoint directory")
-    parser.add_argument("--target_dir", default=None, help="output directory (default: <local_dir>/huggingface)")
+    parser.add_argument(
+        "--target_dir",
+        default=None,
+        help=f"output directory (default: <local_dir>/{HF_SUBDIR}; with --adapter_only <local_dir>/{ADAPTER_SUBDIR})",
+    )
     parser.add_argument(
         "--dtype",
         default=DEFAULT_DTYPE,

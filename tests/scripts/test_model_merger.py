@@ -175,6 +175,16 @@ def test_a_target_that_cannot_be_written_is_one_line(checkpoint, tmp_path) -> No
     assert f"model_merger: cannot write {tmp_path / 'a_file' / 'merged'}: Not a directory" in proc.stderr
 
 
+def test_lora_options_on_a_full_checkpoint_are_refused(checkpoint, tmp_path) -> None:
+    actor, _ = checkpoint
+    for flag in (["--adapter_only"], ["--base_model", str(tmp_path)]):
+        proc = run_merger("--local_dir", actor, "--target_dir", str(tmp_path / "out"), *flag)
+        assert (
+            proc.returncode == 2
+            and f"is not a LoRA checkpoint (no adapter_config.json); drop {flag[0]}." in proc.stderr
+        )
+
+
 def test_an_easyr1_checkpoint_is_named_as_such(tmp_path) -> None:
     actor = tmp_path / "global_step_5" / "actor"
     (actor / "huggingface").mkdir(parents=True)

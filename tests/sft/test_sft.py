@@ -220,6 +220,8 @@ def test_config_errors_name_the_key(tmp_path) -> None:
         load_sft_config([*base, "worker.model.lora.rank=-1"])
     with pytest.raises(ConfigError, match="Unknown|unknown"):
         load_sft_config([*base, "data.batchsize=3"])
+    with pytest.raises(ConfigError, match="worker.fsdp.torch_dtype=bf16 with worker.optim.strategy=adamw"):
+        load_sft_config([*base, "worker.fsdp.torch_dtype=bf16"])
     with pytest.raises(ConfigError, match="'worker.optim.training_steps' is derived from 'trainer.max_steps"):
         load_sft_config([*base, "worker.optim.training_steps=5"])
     with pytest.raises(ConfigError, match="'data.seed' must be zero or positive"):

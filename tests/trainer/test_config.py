@@ -285,6 +285,15 @@ def test_missing_config_file(files):
             ["worker.ref.offload.offload_optimizer=true"],
             r"worker.ref.offload.offload_optimizer: the reference model is",
         ),
+        (
+            ["worker.rollout.max_turns=3", "worker.rollout.env_kwargs={a: 1}"],
+            r"worker.rollout.env_kwargs, worker.rollout.max_turns set\(s\) the episodes of an environment",
+        ),
+        (
+            ["worker.reward.judge.max_tokens=4", "worker.reward.judge.weight=2.0"],
+            r"worker.reward.judge.weight, worker.reward.judge.max_tokens set\(s\) the LLM judge, and "
+            r"worker.reward.judge.model_path is unset",
+        ),
         (["trainer.critic_warmup=2"], r"trainer.critic_warmup=2 trains only the critic.*adv_estimator=grpo has none"),
         (
             ["worker.actor.optim.training_steps=100"],
@@ -414,6 +423,22 @@ def test_not_implemented_knobs_are_refused(files):
             r"worker.ref.fsdp.enable_cpu_offload",
         ),
         (["worker.actor.model.attn_implementation=flash"], r"worker.actor.model.attn_implementation.*varlen"),
+        # the Adam states: enable_cpu_offload keeps them on the host, offload_optimizer would move them to the device
+        # beside host parameters
+        (
+            ["worker.actor.fsdp.enable_cpu_offload=true", "worker.actor.offload.offload_optimizer=true"],
+            r"worker.actor.fsdp.enable_cpu_offload and worker.actor.offload.offload_optimizer both offload",
+        ),
+        # pure low precision training: bf16 weights need the compensated optimizer, fp16 a loss scaler (not built)
+        (["worker.actor.fsdp.torch_dtype=bf16"], r"torch_dtype=bf16 with worker.actor.optim.strategy=adamw"),
+        (["worker.critic.fsdp.torch_dtype=fp16"], r"worker.critic.fsdp.torch_dtype=fp16 trains in pure fp16"),
+        (["worker.actor.fsdp.mp_param_dtype=bogus"], r"'worker.actor.fsdp.mp_param_dtype' is 'bogus'; choose one of"),
+        (["worker.ref.fsdp.mp_buffer_dtype=int8"], r"'worker.ref.fsdp.mp_buffer_dtype' is 'int8'; choose one of"),
+        (
+            ["worker.actor.model.freeze_vision_tower=true"]
+            + ["worker.actor.model.lora.rank=8", "worker.actor.model.lora.vision_tower=true"],
+            r"freeze_vision_tower freezes the vision tower, its LoRA adapters \(worker.actor.model.lora.vision_tower\)",
+        ),
     ],
 )
 def test_gpu_settings_are_checked(files, override, pattern):
@@ -421,6 +446,8 @@ def test_gpu_settings_are_checked(files, override, pattern):
         load_config([*base_args(files), *override])
     config = load_config([*base_args(files), "worker.actor.offload.offload_params=true"])
     assert config.worker.actor.offload.offload_params
+    pure = ["worker.actor.fsdp.torch_dtype=bf16", "worker.actor.optim.strategy=adamw_bf16"]
+    assert load_config([*base_args(files), *pure]).worker.actor.fsdp.torch_dtype == "bf16"
 
 
 def test_an_unchecked_mixture_of_experts_actor_is_refused_before_ray(files):

@@ -17,7 +17,7 @@ import warnings
 import pytest
 from families import FAMILIES, vl_kinds
 
-from tests.repo_files import export_checkpoint, load_repo_file
+from tests.repo_files import _model_merger, export_checkpoint, load_repo_file
 from verl.algorithms import user_functions
 from verl.models.tiny_models import CHAT_TEMPLATE, get_or_build_tiny_model
 from verl.trainer.config import load_config
@@ -743,10 +743,14 @@ def test_lora_run_resumes_from_adapter_checkpoints_and_exports(workspace):
     assert any(key.startswith("optimizer.") for key in saved)
 
     export_checkpoint(actor_dir, root / "lora_merged")
-    export_checkpoint(actor_dir, root / "lora_adapter", "--adapter_only")
+    export_checkpoint(actor_dir, None, "--adapter_only")  # by default beside huggingface/, in EasyR1's lora_adapter/
+    export_checkpoint(actor_dir, None)  # which a merge into huggingface/ may follow
+    assert os.path.isfile(actor_dir / "huggingface" / "model.safetensors")
+    bad_base = ["--local_dir", str(actor_dir), "--target_dir", str(root / "unused"), "--base_model", "no/such-model"]
+    assert _model_merger().main(bad_base) == 2  # a base model that cannot be loaded is no write error (exit 1)
     merged = AutoModelForCausalLM.from_pretrained(root / "lora_merged", dtype=torch.float32)
     base = AutoModelForCausalLM.from_pretrained(workspace["text_model"], dtype=torch.float32)
-    with_adapter = PeftModel.from_pretrained(base, str(root / "lora_adapter"))  # peft reads our adapter layout
+    with_adapter = PeftModel.from_pretrained(base, str(actor_dir / "lora_adapter"))  # peft reads our adapter layout
     tokenizer = AutoTokenizer.from_pretrained(root / "lora_merged")
     ids = tokenizer("What is 3 + 4?", return_tensors="pt").input_ids
     with torch.no_grad():

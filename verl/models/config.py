@@ -87,6 +87,8 @@ def text_only_reason(model_type: Any) -> str | None:
 
 TORCH_DTYPES: tuple[str | None, ...] = (None, "fp32", "bf16", "fp16")
 """Values of fsdp.torch_dtype."""
+MP_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp32", "bfloat16", "float16", "float32")
+"""Values of fsdp.mp_param_dtype, mp_reduce_dtype and mp_buffer_dtype."""
 
 
 @dataclass
@@ -154,6 +156,11 @@ class ModelConfig:
     def validate(self, prefix: str) -> None:
         require_choice(self, prefix, "attn_implementation", ATTN_IMPLEMENTATIONS)
         self.lora.validate(f"{prefix}lora.")
+        if self.freeze_vision_tower and self.lora.rank > 0 and self.lora.vision_tower:
+            raise ConfigError(
+                f"{prefix}freeze_vision_tower freezes the vision tower, its LoRA adapters ({prefix}lora.vision_tower) "
+                "too: keep one of them."
+            )
 
     def check_files(self, prefix: str) -> None:
         """The model and tokenizer exist (or are hub ids), and a local vision-language model is of a supported type."""
@@ -306,21 +313,28 @@ class FSDPConfig:
     """FSDP2 CPU offload policy: parameters, gradients and the optimizer step live in host memory all the time (each
     layer is copied to the device for its forward and backward). Excludes offload.offload_params."""
     enable_rank0_init: bool = True
-    """Build the model on the meta device and load the weights once, then shard (saves host memory)."""
+    """Build the model on the meta device and load the weights once, then shard (saves host memory); with more than
+    one process."""
     torch_dtype: str | None = None
-    """Parameter dtype: None keeps fp32 master weights (mixed precision on GPU); bf16 trains in pure bf16. A frozen
-    model (reference, reward model) is stored in it when set, else in fp32 on the CPU and mp_param_dtype on GPUs."""
+    """Parameter dtype: None keeps fp32 master weights (mixed precision on GPU, computing in mp_param_dtype); set, the
+    weights are stored and computed in it (fp32 too). A trained model in bf16 needs optim.strategy=adamw_bf16, and fp16
+    is for frozen models only (no loss scaling). A frozen model (reference, reward model) is stored in it when set,
+    else in fp32 on the CPU and mp_param_dtype on GPUs."""
     fsdp_size: int = -1
     """Shard group size; smaller than the world size gives HSDP (replicate across groups). -1 shards over all."""
     mp_param_dtype: str = "bf16"
-    """Compute dtype of the mixed-precision policy on GPU (ignored on CPU, which computes in fp32)."""
+    """Compute dtype of the mixed-precision policy on GPU (ignored on CPU, which computes in fp32, and where
+    torch_dtype is set)."""
     mp_reduce_dtype: str = "fp32"
-    """Gradient reduction dtype of the mixed-precision policy (of a trained model: a frozen one has no gradients)."""
+    """Gradient reduction dtype of the mixed-precision policy on GPU (of a trained model: a frozen one has no
+    gradients)."""
     mp_buffer_dtype: str = "fp32"
-    """Dtype of buffers such as rotary caches."""
+    """Dtype of buffers such as rotary caches, on GPU."""
 
     def validate(self, prefix: str) -> None:
         require_choice(self, prefix, "torch_dtype", TORCH_DTYPES)
+        for name in ("mp_param_dtype", "mp_reduce_dtype", "mp_buffer_dtype"):
+            require_choice(self, prefix, name, MP_DTYPES)
         if self.fsdp_size == 0 or self.fsdp_size < -1:
             raise ConfigError(
                 f"{prefix}fsdp_size must be -1 (shard over all devices) or positive, got {self.fsdp_size}."
@@ -348,11 +362,31 @@ class OffloadConfig:
 
 
 def check_offload(prefix: str, fsdp: FSDPConfig, offload: OffloadConfig) -> None:
-    """The FSDP CPU-offload policy and offload.offload_params both move the parameters: a section keeps one."""
-    if fsdp.enable_cpu_offload and offload.offload_params:
+    """The FSDP CPU-offload policy moves the parameters, gradients and optimizer step to the host for good, which
+    offload.* does between phases: a section keeps one of them."""
+    for name in ("offload_params", "offload_optimizer"):
+        if fsdp.enable_cpu_offload and getattr(offload, name):
+            raise ConfigError(
+                f"{prefix}fsdp.enable_cpu_offload and {prefix}offload.{name} both offload; keep one (offload.* frees "
+                "the device between phases, enable_cpu_offload keeps parameters, gradients and optimizer states on "
+                "the host all the time)."
+            )
+
+
+def check_trained_dtype(prefix: str, fsdp: FSDPConfig, optimizer_strategy: str) -> None:
+    """A trained model's fsdp.torch_dtype against its optimizer: plain AdamW on bf16 weights rounds RL's small
+    updates away (a weight near 0.02 does not move at lr 1e-6), and fp16 weights need a loss scaler, which is not
+    built."""
+    if fsdp.torch_dtype in ("fp16",):
         raise ConfigError(
-            f"{prefix}fsdp.enable_cpu_offload and {prefix}offload.offload_params both offload the parameters; keep "
-            "one (offload_params frees the device between phases, enable_cpu_offload always)."
+            f"{prefix}fsdp.torch_dtype=fp16 trains in pure fp16, which needs loss scaling (not built): use bf16 with "
+            f"{prefix}optim.strategy=adamw_bf16, or leave torch_dtype unset (fp32 weights, bf16 compute on GPU)."
+        )
+    if fsdp.torch_dtype == "bf16" and optimizer_strategy == "adamw":
+        raise ConfigError(
+            f"{prefix}fsdp.torch_dtype=bf16 with {prefix}optim.strategy=adamw: plain AdamW on bf16 weights rounds "
+            f"small updates away; set {prefix}optim.strategy=adamw_bf16 (compensated bf16 updates), or leave "
+            "torch_dtype unset (fp32 weights, bf16 compute on GPU)."
         )
 
 

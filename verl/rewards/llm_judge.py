@@ -12,7 +12,7 @@ import logging
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import jinja2
@@ -106,6 +106,14 @@ class JudgeConfig:
     def check(self) -> None:
         """Raise ValueError naming the `worker.reward.judge.<key>` of the first bad value; reads the template file."""
         key = "worker.reward.judge"
+        if not self.enabled:  # settings of a judge, set without one, would do nothing
+            unset = JudgeConfig()
+            changed = [f"{key}.{f.name}" for f in fields(self) if getattr(self, f.name) != getattr(unset, f.name)]
+            if changed:
+                raise ValueError(
+                    f"{', '.join(changed)} set(s) the LLM judge, and {key}.model_path is unset (no judge): "
+                    f"set {key}.model_path, or remove them."
+                )
         if not self.min_grade < self.max_grade or not all(map(math.isfinite, (self.min_grade, self.max_grade))):
             raise ValueError(
                 f"{key}.min_grade={self.min_grade} must be below {key}.max_grade={self.max_grade}, both finite."

@@ -11,7 +11,13 @@ sections (the batch over the devices).
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.models.config import FSDPConfig, ModelConfig, check_attention_available, refuse_lora_on_experts
+from verl.models.config import (
+    FSDPConfig,
+    ModelConfig,
+    check_attention_available,
+    check_trained_dtype,
+    refuse_lora_on_experts,
+)
 from verl.trainer.config import BaseTrainerConfig
 from verl.utils.config import (
     ConfigError,
@@ -118,6 +124,7 @@ class SFTWorkerConfig:
         self.model.validate(f"{prefix}model.")
         self.optim.validate(f"{prefix}optim.")
         self.fsdp.validate(f"{prefix}fsdp.")
+        check_trained_dtype(prefix, self.fsdp, self.optim.strategy)
 
     def check_files(self, prefix: str) -> None:
         if not self.model.model_path:

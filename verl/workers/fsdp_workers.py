@@ -150,7 +150,9 @@ class FSDPWorker(Worker):
             self.ref_module, self.ref_offload = ref_module, config.ref.offload
         if self.has_ref:
             ref_config = copy.deepcopy(config.actor)
-            for key in ("micro_batch_size_per_device_for_experience", "padding_free", "dynamic_batching", "fsdp"):
+            # under LoRA the reference pass runs on the actor's module: it gathers as the actor's fsdp says
+            own = ("fsdp",) if not self.ref_is_actor_base else ()
+            for key in ("micro_batch_size_per_device_for_experience", "padding_free", "dynamic_batching", *own):
                 setattr(ref_config, key, getattr(config.ref, key))
             self.ref = DataParallelPPOActor(ref_config, self.ref_module, None, rollout_n=n, sp_group=self.sp_group)
         if self.has_rollout:

@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl.algorithms.user_functions import require_algorithm
-from verl.models.config import FSDPConfig, ModelConfig, OffloadConfig, check_offload, refuse_mixture_of_experts
+from verl.models.config import (
+    FSDPConfig,
+    ModelConfig,
+    OffloadConfig,
+    check_offload,
+    check_trained_dtype,
+    refuse_mixture_of_experts,
+)
 from verl.utils.config import ConfigError, require_choice, require_positive
 from verl.utils.optim import OptimConfig
 
@@ -47,6 +54,7 @@ def validate_trained_section(section: Any, prefix: str) -> None:
     section.optim.validate(f"{prefix}optim.")
     section.fsdp.validate(f"{prefix}fsdp.")
     check_offload(prefix, section.fsdp, section.offload)
+    check_trained_dtype(prefix, section.fsdp, section.optim.strategy)
 
 
 @dataclass

@@ -287,6 +287,15 @@ class RolloutConfig:
                 "disaggregated they live in different processes: turn it off (the transfer sends every tensor the "
                 "actor gathers, by name)."
             )
+        if not self.env:  # the episode settings of an environment, set without one, would do nothing
+            unset = RolloutConfig()
+            keys = ("env_kwargs", "max_turns", "max_tokens_per_turn", "env_step_timeout_s")
+            changed = [f"{prefix}{key}" for key in keys if getattr(self, key) != getattr(unset, key)]
+            if changed:
+                raise ConfigError(
+                    f"{', '.join(changed)} set(s) the episodes of an environment, and {prefix}env is unset (one turn "
+                    f"per sample): set {prefix}env, or remove them."
+                )
         if self.env:
             if self.max_turns < 1:
                 raise ConfigError(f"{prefix}max_turns={self.max_turns} must be at least 1.")
