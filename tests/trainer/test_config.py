@@ -294,6 +294,7 @@ def test_missing_config_file(files):
             r"worker.reward.judge.weight, worker.reward.judge.max_tokens set\(s\) the LLM judge, and "
             r"worker.reward.judge.model_path is unset",
         ),
+        (["worker.actor.model.freeze_vision_tower=true"], r"freeze_vision_tower is set, and .* is a text model"),
         (["trainer.critic_warmup=2"], r"trainer.critic_warmup=2 trains only the critic.*adv_estimator=grpo has none"),
         (
             ["worker.actor.optim.training_steps=100"],

@@ -175,6 +175,11 @@ class ModelConfig:
         if model_config is None:
             return  # a hub id: the worker checks it when it loads the config
         refuse_unsupported_model(f"{key}='{self.model_path}'", model_config)
+        if self.freeze_vision_tower and "vision_config" not in model_config:
+            raise ConfigError(
+                f"{prefix}freeze_vision_tower is set, and {key}='{self.model_path}' is a text model (its config.json "
+                "has no vision_config); unset it."
+            )
         if self.override_config:  # a misspelt field now, not a config transformers silently keeps
             from transformers import AutoConfig
 
