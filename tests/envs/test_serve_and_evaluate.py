@@ -278,6 +278,7 @@ def test_evaluate_names_bad_inputs_and_an_endpoint_that_does_not_answer(tmp_path
     import socket
 
     from verl.envs.evaluate import main
+    from verl.models.tiny_models import build_tokenizer
 
     env = f"{REPO}/examples/envs/guess_number.py:GuessNumber"
     data = tmp_path / "val.jsonl"
@@ -290,6 +291,10 @@ def test_evaluate_names_bad_inputs_and_an_endpoint_that_does_not_answer(tmp_path
         + json.dumps({"prompt": [{"role": "assistant", "content": "1"}], "answer": 3})
         + "\n"
     )
+    tokenizer = build_tokenizer()
+    tokenizer.chat_template = None
+    plain = tmp_path / "plain_tokenizer"
+    tokenizer.save_pretrained(plain)
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))
         nobody = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
@@ -321,6 +326,10 @@ def test_evaluate_names_bad_inputs_and_an_endpoint_that_does_not_answer(tmp_path
         (
             ["--data", str(data), "--limit", "1", "--model", "m", "--base-url", nobody],
             f"row 0: the endpoint --base-url {nobody} failed: Connection error.",
+        ),
+        (
+            ["--data", str(data), "--limit", "1", "--model", "m", "--base-url", nobody, "--tokenizer", str(plain)],
+            f"--tokenizer {plain} has no chat template to render the prompts with.",
         ),
     ):
         with pytest.raises(SystemExit) as error:

@@ -483,7 +483,7 @@ def _parser() -> argparse.ArgumentParser:
     add(
         "--tokenizer",
         help="the model's tokenizer (folder or hub name): its chat template renders the prompt a reward function gets "
-        "as `prompt`, as in training (default: --model where that is a local folder; else the row's text)",
+        "as `prompt`, as in training (default: the served model where its id is a local folder; else the row's text)",
     )
     add("--max-turns", type=int, default=4)
     add("--max-tokens", type=int, default=256)
@@ -693,8 +693,8 @@ def _format_template(path: str | None) -> Any:
 
 def _prompt_renderer(tokenizer_path: str | None, given: bool, template_kwargs: dict[str, Any]) -> Any:
     """render(row index, messages, tools) -> the first request as the chat template of the tokenizer at
-    `tokenizer_path` renders it (None where there is none; a --tokenizer that cannot be loaded is a SystemExit, a
-    --model folder without one gives None)."""
+    `tokenizer_path` renders it (None where there is none; a --tokenizer that cannot be loaded or has no chat
+    template is a SystemExit, a --model folder without one gives None)."""
     if tokenizer_path is None:
         return None
     from transformers import AutoTokenizer
@@ -706,6 +706,10 @@ def _prompt_renderer(tokenizer_path: str | None, given: bool, template_kwargs: d
             raise SystemExit(f"evaluate: --tokenizer {tokenizer_path} cannot be loaded: {error}") from None
         return None
     if getattr(tokenizer, "chat_template", None) is None:
+        if given:
+            raise SystemExit(
+                f"evaluate: --tokenizer {tokenizer_path} has no chat template to render the prompts with."
+            )
         return None
 
     def render(index: int, messages: list[dict[str, Any]], tools: Any) -> str:
