@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(problem)
     from verl.utils.hub import offline_unless_reachable
 
-    offline_unless_reachable(vars(args))  # before vLLM imports huggingface_hub
+    offline_unless_reachable({"model": args.model})  # before vLLM imports huggingface_hub (the served name is no id)
     if os.environ.get("HF_HUB_OFFLINE") == "1" and not os.path.exists(os.path.expanduser(args.model)):
         from huggingface_hub import try_to_load_from_cache
 
