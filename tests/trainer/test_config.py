@@ -1380,6 +1380,10 @@ def test_flash_attention_is_refused_where_it_cannot_run(files):
             _check_flash_attention(config, on_cpu=False)
     else:
         _check_flash_attention(config, on_cpu=False)
+    config.worker.actor.model.attn_implementation = "flash_attention_3"  # FlashAttention 3's own package
+    if importlib.util.find_spec("flash_attn_interface") is None:
+        with pytest.raises(ConfigError, match=r"flash_attention_3 needs the flash-attn-3 package, which is not"):
+            _check_flash_attention(config, on_cpu=False)
     config.trainer.nnodes = 2
     _check_flash_attention(config, on_cpu=False)
 

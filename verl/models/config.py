@@ -18,6 +18,11 @@ from verl.utils.config import ConfigError, require_choice, require_path
 
 
 ATTN_IMPLEMENTATIONS: tuple[str, ...] = ("auto", "varlen", "flash_attention_2", "flash_attention_3", "sdpa", "eager")
+FLASH_ATTENTION_PACKAGES: dict[str, tuple[str, str]] = {
+    "flash_attention_2": ("flash_attn", "flash-attn"),
+    "flash_attention_3": ("flash_attn_interface", "flash-attn-3"),
+}
+"""(module, package) of each flash attention implementation, as transformers imports them."""
 """Values of model.attn_implementation."""
 
 VISION_LANGUAGE_MODEL_TYPES: tuple[str, ...] = tuple(
@@ -486,10 +491,11 @@ def check_attention_available(prefix: str, model: "ModelConfig", on_cpu: bool, s
     key = f"{prefix}attn_implementation={requested}"
     if on_cpu:
         raise ConfigError(f"{key} runs on CUDA only; on the CPU use auto (exact packed attention) or sdpa.")
-    if single_machine and importlib.util.find_spec("flash_attn") is None:
+    module, package = FLASH_ATTENTION_PACKAGES[requested]
+    if single_machine and importlib.util.find_spec(module) is None:
         raise ConfigError(
-            f"{key} needs the flash-attn package, which is not installed: install it (the `flash` extra) or use "
-            "auto (exact packed attention without flash-attn)."
+            f"{key} needs the {package} package, which is not installed: install it or use auto (exact packed "
+            "attention without flash-attn)."
         )
 
 

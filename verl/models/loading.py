@@ -4,6 +4,7 @@
 (the same model with a scalar value head in the LM head slot, so text and VLM critics share one path). Models can be
 built on the meta device for `verl.models.fsdp` to fill from rank 0."""
 
+import importlib.util
 import logging
 import os
 import re
@@ -15,6 +16,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageText
 from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
 from verl.models.config import (
+    FLASH_ATTENTION_PACKAGES,
     TEXT_ONLY_VISION_LANGUAGE_TYPES,
     ModelConfig,
     apply_config_overrides,
@@ -55,18 +57,18 @@ def is_vision_language(config: PretrainedConfig) -> bool:
 
 def resolve_attn_implementation(requested: str = "auto") -> str:
     """The transformers attention implementation for `model.attn_implementation`: auto and varlen give the project's
-    packed-sequence attention (registered on first use); flash_attention_2/3 need flash-attn; others pass through."""
+    packed-sequence attention (registered on first use); flash_attention_2/3 need flash-attn / flash-attn-3; others
+    pass through."""
     if requested in ("auto", "varlen"):
         register_packed_attention()
         return PACKED_ATTENTION
-    if requested.startswith("flash_attention"):
-        try:
-            import flash_attn  # noqa: F401
-        except ImportError:
+    if requested in FLASH_ATTENTION_PACKAGES:
+        module, package = FLASH_ATTENTION_PACKAGES[requested]
+        if importlib.util.find_spec(module) is None:
             raise ImportError(
-                f"model.attn_implementation={requested} needs the flash-attn package, which is not installed; "
+                f"model.attn_implementation={requested} needs the {package} package, which is not installed; "
                 "install it or use auto (exact packed attention without flash-attn)."
-            ) from None
+            )
     return requested
 
 
