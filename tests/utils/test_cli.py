@@ -46,3 +46,13 @@ def test_a_local_ray_listens_on_loopback_only(monkeypatch):
     # Without the setting Ray's services (its metrics endpoints among them) listen on other interfaces: the
     # setting is what keeps them in.
     assert set(listening_addresses("default")) - loopback
+
+
+@pytest.mark.parametrize("entry", ["verl.trainer.main", "verl.sft.main"])
+def test_the_entry_points_import_neither_ray_nor_huggingface_hub_before_main_sets_them_up(entry):
+    """keep_local_ray_on_loopback sets Ray's listening address only before Ray is imported, and the offline switch
+    (verl.utils.hub.offline_unless_reachable) works only before huggingface_hub is imported: an entry module that
+    imports either at its top (verl.sft.main did) turns both into no-ops."""
+    probe = f"import sys, {entry}; print(sorted(m for m in ('ray', 'huggingface_hub') if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout

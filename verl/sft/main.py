@@ -16,13 +16,11 @@ import json
 import logging
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from verl.data.sft_dataset import SFTDataError, SFTDataset, collate_sft
 from verl.sft.config import SFTConfig, load_sft_config
-from verl.single_controller.ray.base import WorkerDiedError
 from verl.trainer.checkpointing import (
     CheckpointSaveError,
     CheckpointTracker,
@@ -43,6 +41,9 @@ from verl.utils.config import ConfigError, as_config_error, config_to_dict
 from verl.utils.module_loading import user_error_message
 
 
+if TYPE_CHECKING:  # imported where used: Ray and huggingface_hub must not be imported before main() sets them up
+    from verl.data.sft_dataset import SFTDataset
+
 logger = logging.getLogger(__name__)
 
 
@@ -55,7 +56,8 @@ def batch_indices(num_rows: int, batch_size: int, epoch: int, seed: int, shuffle
     return [order[i : i + batch_size] for i in range(0, num_rows - batch_size + 1, batch_size)]
 
 
-def build_datasets(config: SFTConfig) -> tuple[SFTDataset, SFTDataset | None, Any]:
+def build_datasets(config: SFTConfig) -> tuple["SFTDataset", "SFTDataset | None", Any]:
+    from verl.data.sft_dataset import SFTDataError, SFTDataset
     from verl.data.tokenizer import eos_token_ids, get_processor, get_tokenizer
     from verl.models.rope_index import load_model_config
 
@@ -74,11 +76,13 @@ def build_datasets(config: SFTConfig) -> tuple[SFTDataset, SFTDataset | None, An
     return train, val, tokenizer
 
 
-def _collate(dataset: SFTDataset, indices: list[int]) -> Any:
+def _collate(dataset: "SFTDataset", indices: list[int]) -> Any:
+    from verl.data.sft_dataset import collate_sft
+
     return collate_sft([dataset[i] for i in indices])
 
 
-def validate(worker_group: Any, dataset: SFTDataset, batch_size: int) -> dict[str, float]:
+def validate(worker_group: Any, dataset: "SFTDataset", batch_size: int) -> dict[str, float]:
     """Mean negative log-likelihood per assistant token over the validation set. A batch that does not divide among
     the workers is padded here with rows whose loss mask is empty, so no conversation counts twice."""
     total = tokens = 0.0
@@ -218,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     keep_local_ray_on_loopback(config.trainer.nnodes)
     if use_writable_dirs_or_exit() is not None:
         return 2
+    from verl.data.sft_dataset import SFTDataError
+    from verl.single_controller.ray.base import WorkerDiedError
+
     try:
         run_sft(config)
     except (ConfigError, SFTDataError, CheckpointFolderError) as err:  # a ConfigError: one that only running finds
