@@ -142,6 +142,13 @@ def test_wrong_type_names_key_type_value(files):
 def test_missing_config_file(files):
     with pytest.raises(ConfigError, match="nope.yaml"):
         load_config(["config=nope.yaml", *base_args(files)])
+    # a folder, or a file that is not UTF-8 text, is one line naming it too (both were tracebacks)
+    with pytest.raises(ConfigError, match=rf"Config file '{files}' cannot be read: Is a directory"):
+        load_config([f"config={files}", *base_args(files)])
+    latin1 = files / "latin1.yaml"
+    latin1.write_bytes("data:\n  prompt_key: r\xe9ponse\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=rf"Config file '{latin1}' is not UTF-8 text \(invalid"):
+        load_config([f"config={latin1}", *base_args(files)])
 
 
 @pytest.mark.parametrize(

@@ -189,6 +189,10 @@ def load_yaml(path: str) -> dict[str, Any]:
         raise ConfigError(f"Config file '{path}' does not exist; pass config=path/to/config.yaml.") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"Config file '{path}' is not valid YAML: {err}.") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"Config file '{path}' is not UTF-8 text ({err.reason} at byte {err.start}).") from None
+    except OSError as err:  # a folder, no permission
+        raise ConfigError(f"Config file '{path}' cannot be read: {err.strerror or err}.") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
