@@ -508,3 +508,18 @@ def test_cli_help_dry_run_and_errors(tmp_path, capsys) -> None:
     assert "messages_key: messages" in capsys.readouterr().out
     assert main([*args, "data.max_length=-1"]) == 2
     assert "data.max_length" in capsys.readouterr().err
+
+
+def test_a_tokenizer_folder_without_a_tokenizer_is_one_error_before_ray(models, tmp_path) -> None:
+    """It was a FileNotFoundError traceback from transformers; the RL trainer's setup says the same in one line."""
+    from verl.data.sft_dataset import SFTDataError
+    from verl.sft.config import load_sft_config
+    from verl.sft.main import build_datasets
+
+    write_conversations(tmp_path / "train.jsonl", 16, seed=0)
+    write_conversations(tmp_path / "val.jsonl", 4, seed=1)
+    empty = tmp_path / "no_tokenizer"
+    empty.mkdir()
+    args = sft_args(tmp_path, models["text"], str(tmp_path / "out"), f"worker.model.tokenizer_path={empty}")
+    with pytest.raises(SFTDataError, match=rf"cannot be loaded \(worker.model.tokenizer_path={empty}, "):
+        build_datasets(load_sft_config(args))

@@ -63,10 +63,15 @@ def build_datasets(config: SFTConfig) -> tuple["SFTDataset", "SFTDataset | None"
 
     model, data = config.worker.model, config.data
     options = {"trust_remote_code": model.trust_remote_code, "override_chat_template": data.override_chat_template}
-    tokenizer = get_tokenizer(model.tokenizer_path, **options)
-    processor = get_processor(model.tokenizer_path, **options, min_pixels=data.min_pixels, max_pixels=data.max_pixels)
-    model_config = load_model_config(model.model_path, model.trust_remote_code)
-    stop_ids = eos_token_ids(tokenizer, model.model_path)
+    try:  # a folder without tokenizer files, a config transformers cannot read: one line, as in the RL trainer
+        tokenizer = get_tokenizer(model.tokenizer_path, **options)
+        pixels = {"min_pixels": data.min_pixels, "max_pixels": data.max_pixels}
+        processor = get_processor(model.tokenizer_path, **options, **pixels)
+        model_config = load_model_config(model.model_path, model.trust_remote_code)
+        stop_ids = eos_token_ids(tokenizer, model.model_path)
+    except (OSError, ValueError) as error:
+        where = f"worker.model.tokenizer_path={model.tokenizer_path}, worker.model.model_path={model.model_path}"
+        raise SFTDataError(f"The model or its tokenizer cannot be loaded ({where}): {error}") from None
     train = SFTDataset(data.train_files, tokenizer, processor, data, model_config, stop_ids)
     val = SFTDataset(data.val_files, tokenizer, processor, data, model_config, stop_ids) if data.val_files else None
     if len(train) < data.batch_size:
