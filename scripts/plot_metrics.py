@@ -15,8 +15,17 @@ def read_rows(log_dir: str) -> list[dict]:
     path = os.path.join(log_dir, "experiment_log.jsonl")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"'{path}' does not exist; train with trainer.logger including file.")
+    rows = []
     with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        lines = [(number, line) for number, line in enumerate(f, 1) if line.strip()]
+    for number, line in lines:
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number != lines[-1][0]:
+                raise ValueError(f"'{path}' line {number} is not JSON: {line[:80]!r}.") from None
+            # the last line of a run killed while it wrote: left out
+    return rows
 
 
 def run_title(log_dir: str) -> str:
@@ -45,7 +54,9 @@ def plot(rows: list[dict], output: str, accuracy_key: str, reward_key: str, titl
         ax.plot(*zip(*val), label=f"validation ({accuracy_key})", color="tab:red", marker="o")
     ax.set_title(title)
     ax.set_xlabel("step")
-    ax.set_ylim(-0.02, 1.02)
+    values = [value for _, value in train + val]
+    if values and 0.0 <= min(values) and max(values) <= 1.0:  # rewards and accuracies in [0, 1]: the whole range
+        ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
     labels = [text.get_text() for text in ax.get_legend().get_texts()]
@@ -57,18 +68,26 @@ def plot(rows: list[dict], output: str, accuracy_key: str, reward_key: str, titl
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--log_dir", required=True)
-    parser.add_argument("--output", required=True)
-    parser.add_argument("--accuracy_key", default="val/accuracy_reward")
-    parser.add_argument("--reward_key", default="critic/score/mean")
+    parser.add_argument("--log_dir", required=True, help="the run's folder (trainer.save_checkpoint_path)")
+    parser.add_argument("--output", required=True, help="the image to write (.png, .pdf, .svg, ...)")
+    parser.add_argument("--accuracy_key", default="val/accuracy_reward", help="the validation metric to plot")
+    parser.add_argument("--reward_key", default="critic/score/mean", help="the training metric to plot")
     args = parser.parse_args(argv)
     try:
         rows = read_rows(args.log_dir)
-    except FileNotFoundError as err:
+    except (FileNotFoundError, ValueError) as err:
         print(f"plot_metrics: {err}", file=sys.stderr)
         return 2
+    logged = sorted({key for row in rows for key in row})
+    for option, key in (("--reward_key", args.reward_key), ("--accuracy_key", args.accuracy_key)):
+        if key not in logged and (option == "--reward_key" or any(name.startswith("val/") for name in logged)):
+            print(f"plot_metrics: {option} {key} is not in the log; its metrics: {', '.join(logged)}", file=sys.stderr)
+            return 2
     try:
         plot(rows, args.output, args.accuracy_key, args.reward_key, run_title(args.log_dir))
+    except ValueError as err:  # matplotlib: an image format it does not write
+        print(f"plot_metrics: --output {args.output}: {err}", file=sys.stderr)
+        return 2
     except OSError as err:  # the plot cannot be written there
         print(
             f"plot_metrics: cannot write {args.output}: {err.strerror or err}; choose another --output.",

@@ -34,3 +34,20 @@ def test_plot_has_the_run_title_and_plain_labels(tmp_path, capsys):
     (tmp_path / "a_file").write_text("")
     assert script.main(["--log_dir", str(tmp_path), "--output", str(tmp_path / "a_file" / "c.png")]) == 1
     assert f"plot_metrics: cannot write {tmp_path / 'a_file' / 'c.png'}: Not a directory" in capsys.readouterr().err
+
+
+def test_a_key_not_in_the_log_and_a_torn_last_line(tmp_path, capsys):
+    """A misspelt key was a blank plot and exit 0; the half-written last line of a killed run was a traceback (it is
+    left out; a bad line before it is an error naming it); rewards outside [0, 1] stay on the plot."""
+    script = load_script()
+    rows = [{"step": 1, "critic/score/mean": -2.0}, {"step": 2, "critic/score/mean": 3.0, "val/accuracy_reward": 0.5}]
+    log = tmp_path / "experiment_log.jsonl"
+    log.write_text("".join(json.dumps(row) + "\n" for row in rows) + '{"step": 3, "critic/sco')
+    argv = ["--log_dir", str(tmp_path), "--output", str(tmp_path / "a.png")]
+    assert script.main(argv) == 0 and "last 0.500 (1 validations)" in capsys.readouterr().out
+    assert script.main([*argv, "--accuracy_key", "val/acc"]) == 2
+    assert "--accuracy_key val/acc is not in the log; its metrics: critic/score/mean, step," in capsys.readouterr().err
+    assert script.main([*argv, "--output", str(tmp_path / "a.xyz")]) == 2
+    assert f"plot_metrics: --output {tmp_path / 'a.xyz'}: Format 'xyz' is not supported" in capsys.readouterr().err
+    log.write_text('{"step": 1\n' + json.dumps(rows[1]) + "\n")
+    assert script.main(argv) == 2 and f"'{log}' line 1 is not JSON" in capsys.readouterr().err
