@@ -44,17 +44,36 @@ def read_records(rollout_dir: str) -> list[dict]:
         )
     records = []
     for step, path in sorted(files):
-        with open(path, encoding="utf-8") as f:
-            for number, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line, parse_constant=lambda _: None)  # NaN/Infinity: no value
-                except json.JSONDecodeError as err:
-                    raise ValueError(f"'{path}' line {number} is not JSON ({err.msg}); the file is damaged.") from None
-                record.setdefault("step", step)
-                records.append(record)
+        try:
+            with open(path, encoding="utf-8") as f:
+                lines = list(f)
+        except UnicodeDecodeError as err:
+            raise ValueError(f"'{path}' is not UTF-8 text ({err.reason} at byte {err.start}).") from None
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line, parse_constant=lambda _: None)  # NaN/Infinity: no value
+            except json.JSONDecodeError as err:
+                raise ValueError(f"'{path}' line {number} is not JSON ({err.msg}); the file is damaged.") from None
+            problem = record_problem(record)
+            if problem:
+                raise ValueError(f"'{path}' line {number} is no rollout record: {problem}.")
+            record.setdefault("step", step)
+            records.append(record)
     return records
+
+
+def record_problem(record: object) -> str | None:
+    """Why a parsed line is not a record the page can show (a JSON object, an integer step, messages as objects)."""
+    if not isinstance(record, dict):
+        return f"a JSON {type(record).__name__}, not an object"
+    if "step" in record and (not isinstance(record["step"], int) or isinstance(record["step"], bool)):
+        return f"its step is {record['step']!r}, not an integer"
+    messages = record.get("messages")
+    if messages is not None and not (isinstance(messages, list) and all(isinstance(m, dict) for m in messages)):
+        return "its messages are not a list of objects"
+    return None
 
 
 def image_paths(record: dict) -> list[str]:
@@ -111,8 +130,14 @@ def main(argv: list[str] | None = None) -> int:
         output = args.output or os.path.splitext(args.rollout_dir)[0] + ".html"
     else:
         output = args.output or os.path.join(args.rollout_dir, "index.html")
-    with open(output, "w", encoding="utf-8") as f:
-        f.write(render_html(records, images, title))
+    try:
+        with open(output, "w", encoding="utf-8") as f:
+            f.write(render_html(records, images, title))
+    except OSError as err:
+        print(
+            f"rollout_viewer: cannot write {output}: {err.strerror or err}; choose another --output.", file=sys.stderr
+        )
+        return 1
     steps = len({record["step"] for record in records})
     print(f"{output}: {len(records)} responses over {steps} steps, {len(images)} images")
     return 0

@@ -348,6 +348,22 @@ def test_viewer_cli(tokenizer, tmp_path, capsys):
     page = (tmp_path / "index.html").read_text(encoding="utf-8")
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page) and "<link" not in page  # nothing to fetch
     assert page.count("</script>") == 2  # the embedded data cannot close its script element
+    # a line that is JSON but no record, a file that is not UTF-8, a page that cannot be written: one line each
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for content, message in (
+        (b"[1, 2]\n", "line 1 is no rollout record: a JSON list, not an object."),
+        (b'{"step": [1]}\n', "line 1 is no rollout record: its step is [1], not an integer."),
+        (b'{"messages": ["hi"]}\n', "line 1 is no rollout record: its messages are not a list of objects."),
+        ('{"response": "r\xe9"}\n'.encode("latin-1"), "is not UTF-8 text (invalid continuation byte at byte 15)."),
+    ):
+        (bad / "step_1.jsonl").write_bytes(content)
+        assert viewer.main([str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"rollout_viewer: '{bad / 'step_1.jsonl'}'") and message in err, err
+    (bad / "step_1.jsonl").write_bytes(b'{"response": "r"}\n')
+    assert viewer.main([str(bad), "-o", str(tmp_path / "missing" / "page.html")]) == 1
+    assert f"cannot write {tmp_path / 'missing' / 'page.html'}: No such file" in capsys.readouterr().err
 
 
 def chromium_driver(width: int = 1280, height: int = 900):
