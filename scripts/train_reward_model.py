@@ -282,7 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     from verl.models.config import model_folder_problem
     from verl.utils.hub import hub_folder, offline_unless_reachable
 
-    offline_unless_reachable(vars(args))  # before huggingface_hub is imported
+    offline_unless_reachable({"model": args.model, "tokenizer": args.tokenizer})  # before huggingface_hub's import
+    if os.path.exists(args.output) and not os.path.isdir(args.output):
+        print(f"train_reward_model: --output {args.output} is a file; give a directory.", file=sys.stderr)
+        return 2
 
     try:
         train_pairs = read_pairs(args.train)
@@ -301,9 +304,21 @@ def main(argv: list[str] | None = None) -> int:
 
     from verl.utils import device as device_utils
 
-    device_utils.set_device_type(args.device)
+    try:
+        device_utils.set_device_type(args.device)
+    except ValueError:  # cuda without a GPU
+        print(
+            f"train_reward_model: --device {args.device}, and torch sees no CUDA device in this process; use "
+            "--device cpu (or auto).",
+            file=sys.stderr,
+        )
+        return 2
     with device_utils.one_process_group():  # torchrun's group, or this process alone
-        results = train(args, train_pairs, val_pairs)
+        try:
+            results = train(args, train_pairs, val_pairs)
+        except (OSError, ValueError) as error:  # a causal LM without --init-from-lm, a folder without a tokenizer
+            print(f"train_reward_model: {error}", file=sys.stderr)
+            return 2
         if dist.get_rank() == 0:
             print(json.dumps(results), flush=True)
     return 0

@@ -201,6 +201,26 @@ def test_pairs_file_errors_name_the_file_row_and_key(tmp_path, capsys):
         assert f"train_reward_model: --model '{model}' {problem}" in capsys.readouterr().err
 
 
+def test_script_setup_errors_are_one_line(tmp_path, model_root, capsys):
+    """An --output that is a file, a causal LM without --init-from-lm and a tokenizer folder without a tokenizer end
+    in one line each, exit 2 (the last two were tracebacks from inside the training function)."""
+    script = load_script()
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(json.dumps({"prompt": "p", "chosen": "a", "rejected": "b"}) + "\n")
+    causal = get_or_build_tiny_model("qwen2", model_root, **SMALL)
+    (tmp_path / "a_file").write_text("")
+    (tmp_path / "empty").mkdir()
+    base = ["--model", causal, "--train", str(pairs), "--device", "cpu"]
+    for extra, message in (
+        (["--output", str(tmp_path / "a_file")], f"--output {tmp_path / 'a_file'} is a file; give a directory."),
+        (["--output", str(tmp_path / "out")], "--init-from-lm"),
+        (["--output", str(tmp_path / "out"), "--init-from-lm", "--tokenizer", str(tmp_path / "empty")], "empty"),
+    ):
+        assert script.main([*base, *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("train_reward_model: ") and message in err and "Traceback" not in err, err
+
+
 def test_pairs_in_trls_preference_layouts_read_as_the_same_strings(tmp_path):
     """Strings; a prompt of one user message and answers of one assistant message (TRL's conversational layout); no
     prompt column, whole conversations (TRL's implicit prompt); in JSONL or parquet: the same pairs."""
