@@ -100,6 +100,8 @@ def parse_mode(item: str) -> tuple[str, int, str]:
         raise SystemExit(f"--modes: {mode!r} is not one of {', '.join(MODES)}.")
     if mode == "sync" and (staleness or correction):
         raise SystemExit("--modes: sync takes no max_staleness or correction.")
+    if not (staleness or "0").isdigit():
+        raise SystemExit(f"--modes: {item!r}: max_staleness must be a whole number, got {staleness!r}.")
     return mode, int(staleness or 0), correction or "auto"
 
 

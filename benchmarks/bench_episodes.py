@@ -24,6 +24,8 @@ import sys
 import time
 from typing import Any
 
+from verl.utils.cli import positive
+
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIDES = {
@@ -35,7 +37,7 @@ SIDES = {
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", type=int, default=8, help="prompts per round (x2 samples)")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=positive(int), default=3)
     parser.add_argument("--sides", default="builtin,verifiers")
     parser.add_argument("--workdir", default=os.path.join(REPO, "outputs", "bench_episodes"))
     args = parser.parse_args(argv)

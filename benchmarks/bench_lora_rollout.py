@@ -4,7 +4,7 @@
 the adapter in a LoRARequest), on the same prompts, in one vLLM engine each.
 
 A random-init LoRA (rank `--rank`, every linear layer, lora_B drawn at random so the adapter changes the model) is
-put on the tiny Qwen2 (or, with `--model 0.5b` on a GPU, a Qwen2.5-0.5B-sized random model): the merged model and the
+put on the tiny Qwen2: the merged model and the
 peft adapter are written under `--workdir`. Each side generates `--prompts` x `--max-tokens` tokens (greedy,
 ignore_eos), after one warm-up call; the figure is generated tokens per second (median of `--repeats`). The greedy
 outputs of both sides are compared too (equal tokens: the two paths compute the same model). The last line printed
@@ -32,6 +32,8 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+
+from verl.utils.cli import positive  # noqa: E402
 
 
 def build(workdir: str, rank: int, alpha: int) -> tuple[str, str, str]:
@@ -108,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--rank", type=int, default=16)
     parser.add_argument("--alpha", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=positive(int), default=3)
     parser.add_argument("--kv-cache-mb", type=int, default=64)
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "verl_bench_lora"))
     parser.add_argument("--parts", default="generation,sync", help="comma-separated: generation, sync")

@@ -47,6 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from verl.models.tiny_models import get_or_build_tiny_model  # noqa: E402
 from verl.protocol import DataProto  # noqa: E402
+from verl.utils.cli import positive, positive_ints  # noqa: E402
 from verl.workers.rollout.config import RolloutConfig  # noqa: E402
 
 
@@ -272,7 +273,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--n", type=int, default=8)
     parser.add_argument("--response-length", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=positive(int), default=3)
     parser.add_argument("--model-dir", default=None, help="a Qwen2 model directory (default: --model)")
     parser.add_argument("--model", choices=("tiny", "0.5b", "1.5b"), default="tiny", help="random-init model size")
     parser.add_argument(
@@ -283,6 +284,7 @@ def main() -> None:
     parser.add_argument("--profile-sync", default=None, metavar="PATH", help="write a cProfile of one sync to PATH")
     parser.add_argument(
         "--step-scaling",
+        type=positive_ints,
         default=None,
         metavar="COUNTS",
         help="comma-separated sequence counts: time one decode step at each (skips the other measurements)",
@@ -336,7 +338,7 @@ def run(args: argparse.Namespace, model_dir: str, tokenizer: Any) -> None:
     print(f"engine: +{rss_engine:.0f} MiB RSS (vLLM import + engine, {config.kv_cache_memory_mb} MiB KV cache)")
     prompts = _prompts(tokenizer, args.prompts, prompt_length)
     if args.step_scaling:
-        counts = sorted(int(count) for count in args.step_scaling.split(","))
+        counts = sorted(args.step_scaling)
         figures = {"device": torch.cuda.get_device_name(0) if cuda else "cpu", "decode_tokens": args.response_length}
         figures.update(bench_step_scaling(args, rollout, counts))
         print(json.dumps(figures))

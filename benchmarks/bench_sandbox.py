@@ -24,6 +24,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from verl.rewards import sandbox  # noqa: E402
+from verl.utils.cli import positive  # noqa: E402
 
 
 PROGRAM = "a, b = map(int, input().split())\nprint(a + b)\n"
@@ -93,7 +94,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=64)
     parser.add_argument("--cases", type=int, default=3)
     parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=positive(int), default=2)
     parser.add_argument("--modes", default="bwrap,namespaces", help="isolation modes of run_many_cases, in turn")
     parser.add_argument("--busy", type=int, default=0, help="measure beside this many busy processes instead")
     args = parser.parse_args()
@@ -101,6 +102,9 @@ def main() -> None:
         print(json.dumps(contention(args.busy)))
         return
     modes = [mode for mode in args.modes.split(",") if mode]
+    unknown = sorted(set(modes) - set(sandbox.ISOLATION_MODES))
+    if unknown or not modes:
+        parser.error(f"--modes takes isolation modes among {sorted(sandbox.ISOLATION_MODES)}, got {args.modes!r}.")
     cases = [f"{i} {2 * i}\n" for i in range(args.cases)]
     expected = [f"{3 * i}\n" for i in range(args.cases)] * args.samples
     seconds: dict[str, list[float]] = {"run_many": [], **{f"run_many_cases[{mode}]": [] for mode in modes}}

@@ -27,6 +27,8 @@ from typing import Any
 
 import httpx
 
+from verl.utils.cli import positive, positive_ints
+
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -142,14 +144,17 @@ def _timed(call: Any) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--concurrent", default="20,100", help="counts of requests sent at once, comma-separated")
+    parser.add_argument(
+        "--concurrent", type=positive_ints, default=[20, 100], help="counts of requests sent at once, comma-separated"
+    )
     parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=positive(int), default=5)
     parser.add_argument("--kv-cache-mb", type=int, default=64)
     parser.add_argument("--model-root", default=os.path.join(tempfile.gettempdir(), "bench_serve_models"))
     parser.add_argument("--sides", default="ours,vllm", help="which servers to measure, comma-separated")
     args = parser.parse_args(argv)
-    args.concurrent = [int(count) for count in args.concurrent.split(",")]
+    if not set(args.sides.split(",")) <= {"ours", "vllm"}:
+        parser.error(f"--sides takes a comma-separated subset of ours,vllm, got {args.sides!r}.")
 
     from verl.models.tiny_models import get_or_build_tiny_model
 

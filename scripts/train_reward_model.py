@@ -247,17 +247,9 @@ def train(args: argparse.Namespace, train_pairs: list[dict[str, str]], val_pairs
     return results
 
 
-def _positive(kind: type) -> Any:
-    def parse(text: str) -> Any:
-        value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-        return value
-
-    return parse
-
-
 def main(argv: list[str] | None = None) -> int:
+    from verl.utils.cli import positive
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="model directory or hub id to start from")
     parser.add_argument("--train", required=True, help="file of {prompt, chosen, rejected} rows (see above)")
@@ -265,12 +257,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", required=True, help="directory for the trained model and its tokenizer")
     parser.add_argument("--tokenizer", default=None, help="tokenizer location (default: --model)")
     parser.add_argument("--init-from-lm", action="store_true", help="start from a causal LM: add a new score head")
-    parser.add_argument("--epochs", type=_positive(int), default=1, help="passes over the train pairs (default: 1)")
-    parser.add_argument("--batch-size", type=_positive(int), default=8, help="pairs per optimizer step, all ranks")
-    parser.add_argument("--micro-batch-size", type=_positive(int), default=4, help="pairs per forward per rank")
-    parser.add_argument("--lr", type=_positive(float), default=1e-5, help="AdamW learning rate (default: 1e-5)")
+    parser.add_argument("--epochs", type=positive(int), default=1, help="passes over the train pairs (default: 1)")
+    parser.add_argument("--batch-size", type=positive(int), default=8, help="pairs per optimizer step, all ranks")
+    parser.add_argument("--micro-batch-size", type=positive(int), default=4, help="pairs per forward per rank")
+    parser.add_argument("--lr", type=positive(float), default=1e-5, help="AdamW learning rate (default: 1e-5)")
     parser.add_argument("--weight-decay", type=float, default=0.0, help="AdamW weight decay (default: 0)")
-    parser.add_argument("--max-grad-norm", type=_positive(float), default=1.0, help="gradient clipping (default: 1)")
+    parser.add_argument("--max-grad-norm", type=positive(float), default=1.0, help="gradient clipping (default: 1)")
     parser.add_argument("--max-length", type=int, default=1024, help="tokens per conversation, cut from the left")
     parser.add_argument("--seed", type=int, default=0, help="shuffling and score-head seed (default: 0)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="(default: auto)")

@@ -56,3 +56,27 @@ def test_the_entry_points_import_neither_ray_nor_huggingface_hub_before_main_set
     probe = f"import sys, {entry}; print(sorted(m for m in ('ray', 'huggingface_hub') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout
+
+
+def test_positive_counts_are_argparse_errors_naming_the_option(capsys):
+    """The scripts' and benchmarks' counts (--repeats, --rounds, --concurrent 20,100, ...): 0, a negative or a word
+    is argparse's one-line error (a --repeats 0 used to end in min() of an empty list after the warm-up)."""
+    import argparse
+
+    from verl.utils.cli import positive, positive_ints
+
+    parser = argparse.ArgumentParser(prog="bench")
+    parser.add_argument("--repeats", type=positive(int), default=2)
+    parser.add_argument("--lr", type=positive(float), default=1.0)
+    parser.add_argument("--concurrent", type=positive_ints, default=[20])
+    args = parser.parse_args(["--repeats", "3", "--lr", "1e-5", "--concurrent", "20,100"])
+    assert (args.repeats, args.lr, args.concurrent) == (3, 1e-5, [20, 100])
+    for argv, message in (
+        (["--repeats", "0"], "argument --repeats: must be positive, got 0"),
+        (["--lr", "-1"], "argument --lr: must be positive, got -1"),
+        (["--concurrent", "20,x"], "argument --concurrent: must be a positive int, got 'x'"),
+        (["--concurrent", ","], "argument --concurrent: needs at least one count"),
+    ):
+        with pytest.raises(SystemExit):
+            parser.parse_args(argv)
+        assert message in capsys.readouterr().err

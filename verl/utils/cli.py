@@ -6,11 +6,12 @@ Both take `config=path.yaml key=value ...` plus -h/--help, --help-config and --d
 with exit code 2; `load_config_or_exit` does all of that once, so the two entry points only run what they train.
 """
 
+import argparse
 import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from verl.utils.config import ConfigError, describe_fields, to_yaml
 
@@ -66,6 +67,29 @@ def load_config_or_exit(
         return 0
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     return config
+
+
+def positive(kind: type) -> Callable[[str], Any]:
+    """An argparse type: a `kind` (int or float) above 0, else argparse's one-line error naming the option."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a positive {kind.__name__}, got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+
+    return parse
+
+
+def positive_ints(text: str) -> list[int]:
+    """An argparse type: comma-separated positive integers (e.g. --concurrent 20,100)."""
+    counts = [positive(int)(item) for item in text.split(",") if item.strip()]
+    if not counts:
+        raise argparse.ArgumentTypeError("needs at least one count")
+    return counts
 
 
 def keep_local_ray_on_loopback(nodes: int) -> None:
