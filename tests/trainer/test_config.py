@@ -620,6 +620,8 @@ def test_help_config_lists_the_keys_containing_each_word(capsys):
     listed = [line.split(" ")[0] for line in capsys.readouterr().out.splitlines() if not line.startswith(" ")]
     assert listed == [key for key in every_key if "rollout" in key and "temp" in key]
     assert "worker.rollout.temperature" in listed
+    assert main(["--help-config", "Rollout", "TEMP"]) == 0  # in any case
+    assert [line.split(" ")[0] for line in capsys.readouterr().out.splitlines() if not line.startswith(" ")] == listed
     assert main(["--help-config", "temprature"]) == 2
     assert capsys.readouterr().err == "Config error: no config key contains 'temprature'.\n"
 

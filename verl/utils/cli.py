@@ -34,7 +34,7 @@ def load_config_or_exit(
 ) -> ConfigT | int:
     """The config to run, loaded by `load` from the command line `argv` (sys.argv[1:] when None), with logging set
     up at INFO; or the exit code when there is nothing to run: 0 after -h/--help (`usage` and `doc`), --help-config
-    (every key of `schema` with its type and description; with words, the keys containing each word) or --dry-run
+    (every key of `schema` with its type and description; with words, the keys containing each word, in any case) or --dry-run
     (the resolved config as YAML), 2 after a ConfigError or a NotImplementedError from `load` (reported on stderr)
     and after --help-config words no key contains."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -48,7 +48,7 @@ def load_config_or_exit(
         keys = [
             f"{key} ({type_name}): {doc}"
             for key, type_name, doc in describe_fields(schema)
-            if not key.startswith(unsupported) and all(word in key for word in words)
+            if not key.startswith(unsupported) and all(word.lower() in key.lower() for word in words)
         ]
         if not keys:
             print(f"Config error: no config key contains {' and '.join(map(repr, words))}.", file=sys.stderr)
