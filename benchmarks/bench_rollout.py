@@ -6,7 +6,7 @@
    masks, position ids) versus a bare `vllm.LLM.generate` on an engine built the plain way from the same model
    directory (only chunked prefill is off in both, which seeded requests need on CPU), without and with one seed
    per request. Runs alternate (ours, bare, ours, bare, ...) so a busy machine slows both alike; the best run of each
-   is compared. Target: ratio >= 0.9.
+   is compared. Target: ratio >= 0.9 on the CPU, 0.95 on CUDA.
 2. Weight sync: the colocated sync (vLLM's loader, then the cache reset) from an FSDP2-sharded actor (a world of one
    gloo rank, so the DTensor gather path runs) into the engine, versus a plain copy of the same state dict into
    preallocated tensors.

@@ -141,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if not 0 < args.warmup < args.steps:
-        parser.error("--warmup must be between 0 and --steps")
+        parser.error(f"--warmup {args.warmup} must be above 0 and below --steps {args.steps}.")
+    if args.interval <= 0:
+        parser.error(f"--interval {args.interval} must be positive.")
     model, data = prepare(args.workdir)
     run_dir = os.path.join(args.workdir, "run")
     log_path = os.path.join(run_dir, "experiment_log.jsonl")
