@@ -15,9 +15,10 @@ for `peft.PeftModel.from_pretrained(base, DIR)` or vLLM's LoRA requests.
 
 The checkpoint may have been written by any number of ranks: torch.distributed.checkpoint reassembles the sharded
 parameters in one process, without a process group. --target_dir defaults to <local_dir>/huggingface, next to the
-config files the trainer saved there (--adapter_only: <local_dir>/lora_adapter). The weights are written in bf16 unless --dtype says otherwise (the
-checkpoint holds fp32 master weights unless the run set torch_dtype; --dtype fp32 exports those bit for bit). --hf_upload_path creates the
-Hub repository if needed and uploads the merged directory; it needs a token (`hf auth login` or HF_TOKEN).
+config files the trainer saved there (--adapter_only: <local_dir>/lora_adapter). The weights are written in bf16 unless
+--dtype says otherwise (the checkpoint holds fp32 master weights unless the run set torch_dtype; --dtype fp32 exports
+those bit for bit). --hf_upload_path creates the Hub repository if needed and uploads the merged directory; it needs a
+token (`hf auth login` or HF_TOKEN).
 
 A checkpoint is trusted input: torch.distributed.checkpoint stores its metadata as a pickle, so reading a crafted
 checkpoint can run code. Merge only checkpoints that you (or someone you trust) wrote.

@@ -272,9 +272,9 @@ def client_request(request: dict[str, Any], sampling: dict[str, Any]) -> dict[st
 
 
 def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any) -> EpisodeResult:
-    """One episode of a ChatClientEnv: its `rollout` with an async client from `make_client()` (made in the
-    episode's loop). Requests get `setup.sampling` (`client_request`); one past `setup.max_turns` ends the episode (its new messages
-    kept, marked cut). Text prompts only, as in training."""
+    """One episode of a ChatClientEnv: its `rollout` with an async client from `make_client()` (made in the episode's
+    loop). Requests get `setup.sampling` (`client_request`); one past `setup.max_turns` ends the episode (its new
+    messages kept, marked cut). Text prompts only, as in training."""
     if setup.images:
         raise NotImplementedError(
             f"{type(env).__name__} is a ChatClientEnv, which runs text prompts only (as in training); this row has "

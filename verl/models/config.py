@@ -18,12 +18,12 @@ from verl.utils.config import ConfigError, require_choice, require_path
 
 
 ATTN_IMPLEMENTATIONS: tuple[str, ...] = ("auto", "varlen", "flash_attention_2", "flash_attention_3", "sdpa", "eager")
+"""Values of model.attn_implementation."""
 FLASH_ATTENTION_PACKAGES: dict[str, tuple[str, str]] = {
     "flash_attention_2": ("flash_attn", "flash-attn"),
     "flash_attention_3": ("flash_attn_interface", "flash-attn-3"),
 }
 """(module, package) of each flash attention implementation, as transformers imports them."""
-"""Values of model.attn_implementation."""
 
 VISION_LANGUAGE_MODEL_TYPES: tuple[str, ...] = tuple(
     "qwen2_vl qwen2_5_vl qwen3_vl qwen3_vl_moe qwen3_5 qwen3_5_moe gemma4 glm4v glm4v_moe internvl "
@@ -387,7 +387,7 @@ def check_trained_dtype(prefix: str, fsdp: FSDPConfig, optimizer_strategy: str) 
     """A trained model's fsdp.torch_dtype against its optimizer: plain AdamW on bf16 weights rounds RL's small
     updates away (a weight near 0.02 does not move at lr 1e-6), and fp16 weights need a loss scaler, which is not
     built."""
-    if fsdp.torch_dtype in ("fp16",):
+    if fsdp.torch_dtype == "fp16":
         raise ConfigError(
             f"{prefix}fsdp.torch_dtype=fp16 trains in pure fp16, which needs loss scaling (not built): use bf16 with "
             f"{prefix}optim.strategy=adamw_bf16, or leave torch_dtype unset (fp32 weights, bf16 compute on GPU)."

@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """FSDP2 in one place: device mesh, sharding (`create_fsdp_model`), rank-0 weight loading, offloading between phases
 and the micro-batch pass that gathers parameters once. Rank 0 alone reads the checkpoint and streams it into the
-shards. On CUDA parameters stay fp32 and compute runs in `mp_param_dtype`; on the CPU everything is fp32 (either way unless
-`fsdp.torch_dtype` stores and computes in its dtype)."""
+shards. On CUDA parameters stay fp32 and compute runs in `mp_param_dtype`; on the CPU everything is fp32 (either way
+unless `fsdp.torch_dtype` stores and computes in its dtype)."""
 
 import contextlib
 import logging

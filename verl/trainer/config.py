@@ -171,15 +171,15 @@ class RolloutCorrectionConfig(CorrectionSettings):
     meanings are those of `verl.algorithms.rollout_correction.CorrectionSettings`."""
 
     mode: str = "auto"
-    """Off-policy correction between the engine's sampling policy and the trained one (docs/async.md): none,
-    bypass (train against the engine's log-probs, no recomputed old policy; the KL penalty in the reward takes them
-    too), tis (token-level truncated importance
-    sampling), icepop (tokens whose ratio leaves [mask_low, mask_high] are masked), seq_is (sequence-level truncated
-    IS), seq_mis (sequences whose ratio leaves [seq_low, seq_high] are rejected), geo_rs (rejection on the per-token
-    geometric mean ratio), decoupled (decoupled PPO: the recomputed policy is the proximal one, the engine's the
-    behaviour one), or your own as 'path/to/file.py:function' (README.md, "Your own algorithm"). auto: tis for
-    worker.rollout.mode=colocated or disaggregated with max_staleness > 0, none otherwise (so that max_staleness=0 trains exactly as
-    the synchronous trainer). Every mode but none needs rollout log-probs."""
+    """Off-policy correction between the engine's sampling policy and the trained one (docs/async.md): none, bypass
+    (train against the engine's log-probs, no recomputed old policy; the KL penalty in the reward takes them too), tis
+    (token-level truncated importance sampling), icepop (tokens whose ratio leaves [mask_low, mask_high] are masked),
+    seq_is (sequence-level truncated IS), seq_mis (sequences whose ratio leaves [seq_low, seq_high] are rejected),
+    geo_rs (rejection on the per-token geometric mean ratio), decoupled (decoupled PPO: the recomputed policy is the
+    proximal one, the engine's the behaviour one), or your own as 'path/to/file.py:function' (README.md, "Your own
+    algorithm"). auto: tis for worker.rollout.mode=colocated or disaggregated with max_staleness > 0, none otherwise
+    (so that max_staleness=0 trains exactly as the synchronous trainer). Every mode but none needs rollout
+    log-probs."""
 
 
 @dataclass

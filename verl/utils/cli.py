@@ -32,11 +32,11 @@ def load_config_or_exit(
     schema: type,
     load: Callable[[list[str]], ConfigT],
 ) -> ConfigT | int:
-    """The config to run, loaded by `load` from the command line `argv` (sys.argv[1:] when None), with logging set
-    up at INFO; or the exit code when there is nothing to run: 0 after -h/--help (`usage` and `doc`), --help-config
-    (every key of `schema` with its type and description; with words, the keys containing each word, in any case) or --dry-run
-    (the resolved config as YAML), 2 after a ConfigError or a NotImplementedError from `load` (reported on stderr)
-    and after --help-config words no key contains."""
+    """The config to run, loaded by `load` from the command line `argv` (sys.argv[1:] when None), with logging set up
+    at INFO; or the exit code when there is nothing to run: 0 after -h/--help (`usage` and `doc`), --help-config (every
+    key of `schema` with its type and description; with words, the keys containing each word, in any case) or --dry-run
+    (the resolved config as YAML), 2 after a ConfigError or a NotImplementedError from `load` (reported on stderr) and
+    after --help-config words no key contains."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if "-h" in argv or "--help" in argv:
         print(usage)

@@ -168,12 +168,12 @@ class RolloutConfig:
     forever."""
     mode: str = "sync"
     """sync: every step generates its batch to the last sample, then trains. colocated: asynchronous RL on the same
-    workers (docs/async.md): the engine works through a request loop; once a step's groups are complete the
-    unfinished samples stop, keep their tokens, and continue after the weight sync next to new prompts, so a step
-    never waits for its slowest sample. disaggregated: the engines run in their own processes (a rollout pool of
-    nnodes x n_gpus_per_node processes, one engine per tensor_parallel_size of them) and generate without pause while the trainer pool trains;
-    after each update the new weights are broadcast to them in buckets over a collective group. Rollout log-probs are
-    always recorded in both asynchronous modes."""
+    workers (docs/async.md): the engine works through a request loop; once a step's groups are complete the unfinished
+    samples stop, keep their tokens, and continue after the weight sync next to new prompts, so a step never waits for
+    its slowest sample. disaggregated: the engines run in their own processes (a rollout pool of nnodes x
+    n_gpus_per_node processes, one engine per tensor_parallel_size of them) and generate without pause while the
+    trainer pool trains; after each update the new weights are broadcast to them in buckets over a collective group.
+    Rollout log-probs are always recorded in both asynchronous modes."""
     max_staleness: int = 0
     """mode=colocated or disaggregated: how many policy versions a sample may lag behind the one it trains, enforced
     by pacing admission (at most max_staleness + 1 rounds of data.mini_rollout_batch_size, or rollout_batch_size,
@@ -184,9 +184,9 @@ class RolloutConfig:
     """mode=disaggregated: nodes of the rollout pool (default 1). Refused in the other modes, whose engines live in
     the training processes."""
     n_gpus_per_node: int | None = None
-    """mode=disaggregated: devices (on CPU machines: processes, one CPU each) per node of the rollout pool (default
-    1), one engine per tensor_parallel_size of them (1 unless set: an engine per device). The training pool is trainer.nnodes x trainer.n_gpus_per_node.
-    Refused in the other modes."""
+    """mode=disaggregated: devices (on CPU machines: processes, one CPU each) per node of the rollout pool (default 1),
+    one engine per tensor_parallel_size of them (1 unless set: an engine per device). The training pool is
+    trainer.nnodes x trainer.n_gpus_per_node. Refused in the other modes."""
     weight_bucket_mb: int = 512
     """mode=disaggregated: the weights are broadcast to the engines in buckets of at most this many MiB (a larger
     tensor goes alone); each engine holds one full copy of the received weights until it loads them."""
