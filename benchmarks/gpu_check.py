@@ -29,7 +29,9 @@ TARGETS = {"variable": 1.3, "full": 0.95}
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="0.5b", help="bench_actor's --model (tiny, 0.5b, 1.5b)")
+    parser.add_argument(
+        "--model", default="0.5b", choices=("tiny", "0.5b", "1.5b"), help="bench_actor's --model (default: 0.5b)"
+    )
     parser.add_argument("--quick", action="store_true", help="bench_actor --quick (the tiny CPU sizes)")
     parser.add_argument("--cases", default=DEFAULT_CASES, help="comma-separated MODE:LENGTHS")
     parser.add_argument("--skip-tests", action="store_true", help="only the benchmarks")
