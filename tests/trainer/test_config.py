@@ -412,6 +412,14 @@ def test_hub_ids_are_not_local_paths(files):
         load_config([*base_args(files), f"worker.reward.judge.model_path={files / 'missing'}"])
 
 
+@pytest.mark.skipif(is_cuda_available(), reason="checks the error on machines without a GPU")
+def test_a_judge_on_a_gpu_is_refused_without_one(files):
+    """Ray would wait for the GPU forever (the step then stops at worker.reward.timeout_s, or never)."""
+    judge = [f"worker.reward.judge.model_path={files / 'model'}", "worker.reward.judge.num_gpus=0.5"]
+    with pytest.raises(ConfigError, match=r"judge.num_gpus=0.5 asks Ray for a GPU, and this machine has none"):
+        load_config([*base_args(files), *judge])
+
+
 def test_not_implemented_knobs_are_refused(files):
     with pytest.raises(NotImplementedError, match="LoRA is implemented for the actor only"):
         load_config([*base_args(files), "worker.critic.model.lora.rank=8"])

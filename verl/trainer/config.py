@@ -855,6 +855,11 @@ def _check_engine_heads(config: PPOConfig, on_cpu: bool, model_config: dict[str,
     judge = config.worker.reward.judge
     if judge.enabled and judge.num_gpus == 0:
         _check_cpu_head_size("worker.reward.judge.model_path", judge.model_path)
+    if judge.enabled and judge.num_gpus > 0 and not is_cuda_available():  # Ray would wait for a GPU forever
+        raise ConfigError(
+            f"worker.reward.judge.num_gpus={judge.num_gpus} asks Ray for a GPU, and this machine has none: set "
+            "worker.reward.judge.num_gpus=0 to run the judge on the CPU."
+        )
     size = config.worker.rollout.tensor_parallel_size
     if size <= 1 or model_config is None:
         return
