@@ -10,7 +10,8 @@ end the model as a Hugging Face directory that the RL trainer takes as worker.ac
 Batches are drawn by index from a permutation of the rows seeded by data.seed and the epoch, so a resumed run sees
 exactly the batches the uninterrupted run would have.
 
---dry-run       print the fully resolved config as YAML and exit (no Ray, no model)
+--dry-run       print the fully resolved config as YAML and exit (no Ray, no model; with USE_MODELSCOPE_HUB=1 a
+                ModelScope id is fetched, as every run's config check does)
 --help-config   list every config key with its type and description; `--help-config optim lr` lists those whose
                 name contains each word
 """

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Command-line entry: `python -m verl.trainer.main config=examples/config.yaml key=value ...`.
 
---dry-run       print the fully resolved config as YAML and exit (no Ray, no model)
+--dry-run       print the fully resolved config as YAML and exit (no Ray, no model; with USE_MODELSCOPE_HUB=1 a
+                ModelScope id is fetched, as every run's config check does)
 --help-config   list every config key with its type and description; `--help-config rollout temp` lists
                 those whose name contains each word
 """
