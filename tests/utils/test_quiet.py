@@ -148,3 +148,41 @@ def test_the_progress_bar_of_a_local_file_is_off_unless_verbose(tmp_path, monkey
     monkeypatch.setenv(quiet.VERBOSE_ENV, "1")
     load_source(str(tmp_path / "b.jsonl"))
     assert "Generating train split" in capsys.readouterr().err
+
+
+def test_a_stop_inside_a_finalizer_prints_no_traceback_in_a_worker():
+    """Ray's SIGTERM handler raises SystemExit; landing in vLLM's LLMEngine.__del__ while a stopped worker tears its
+    engine down, Python printed it as "Exception ignored in ... Traceback" after a run that ended well (seen once in
+    tests/trainer/test_preemption.py). Other exceptions in finalizers are still reported."""
+    import subprocess
+    import sys
+    import textwrap
+
+    probe = textwrap.dedent("""
+        import os, signal
+        from verl.utils import quiet
+        quiet.install_worker_filters()
+        quiet.install_worker_filters()  # once per process, however often called
+
+        def stop(signum, frame):
+            raise SystemExit(1)  # what Ray's sigterm_handler does
+
+        signal.signal(signal.SIGTERM, stop)
+
+        class Engine:
+            def __del__(self):
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        class Broken:
+            def __del__(self):
+                raise ValueError("a finalizer's own error")
+
+        engine, broken = Engine(), Broken()
+        del engine, broken
+        print("done")
+    """)
+    env = {key: value for key, value in os.environ.items() if key != "VERL_VERBOSE"}
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env)
+    assert result.stdout.strip() == "done", result.stderr
+    assert "SystemExit" not in result.stderr and "Engine.__del__" not in result.stderr, result.stderr
+    assert "ValueError: a finalizer's own error" in result.stderr and "Broken.__del__" in result.stderr

@@ -7,11 +7,13 @@ start of its exact text, so every other message and every error still shows. VER
 """
 
 import contextlib
+import functools
 import logging
 import os
+import sys
 import warnings
-from collections.abc import Iterable, Iterator
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
 
 
 VERBOSE_ENV = "VERL_VERBOSE"
@@ -120,11 +122,30 @@ def install_worker_filters() -> None:
     if verbose():
         return
     silence(WORKER_MESSAGES)
+    quiet_exit_in_finalizers()
     for message, module in (
         (r"`torch\.distributed\.reduce_op` is deprecated", r"vllm\.triton_utils\.dispatcher"),
         (r"`torch\.distributed\.all_gather_into_tensor` is deprecated", r"torch\.distributed\.c10d_logger"),
     ):
         warnings.filterwarnings("ignore", message=message, category=FutureWarning, module=module)
+
+
+def _exit_in_finalizer(unraisable: Any, report: Callable[[Any], None]) -> None:
+    if isinstance(unraisable.exc_value, SystemExit):
+        return  # the process is being stopped: nothing to report
+    report(unraisable)
+
+
+def quiet_exit_in_finalizers() -> None:
+    """Drop the SystemExit that Ray's SIGTERM handler raises when the signal lands inside a finalizer (vLLM's
+    `LLMEngine.__del__` while a stopped worker tears its engine down): Python prints it as "Exception ignored in ...
+    Traceback", a traceback at the end of a run that ended well. Every other unraisable exception is reported as
+    before; installed once per process."""
+    if getattr(sys.unraisablehook, "__name__", "") == "exit_in_finalizer":
+        return
+    hook = functools.partial(_exit_in_finalizer, report=sys.unraisablehook)
+    hook.__name__ = "exit_in_finalizer"  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
 
 
 @contextlib.contextmanager
