@@ -210,14 +210,18 @@ class ChatEngine:
 
         dtype = DTYPES[dtype]
         kwargs: dict[str, Any] = {"model": model, "max_model_len": max_model_len, "seed": 0, "dtype": dtype}
-        if kv_cache_mb is not None:
+        on_cpu = device.get_device_type() == "cpu"
+        if on_cpu and kv_cache_mb is None:  # else vLLM-cpu reserves a share of the host's RAM
+            from verl.workers.rollout.config import CPU_DEFAULT_KV_CACHE_MB
+
+            kv_cache_mb = CPU_DEFAULT_KV_CACHE_MB
+        if kv_cache_mb is not None:  # on a GPU unset: vLLM's gpu_memory_utilization share
             kwargs["kv_cache_memory_bytes"] = kv_cache_mb * 2**20
-        if device.get_device_type() == "cpu":
+        if on_cpu:
             # the engine in this process, as in training, not in extra processes that import vLLM and torch again
             # (docs/performance.md); set before vLLM is imported
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
             kwargs.update(dtype="float32" if dtype == "auto" else dtype, enforce_eager=True)
-            kwargs["kv_cache_memory_bytes"] = (kv_cache_mb or 256) * 2**20
         from verl.workers.rollout import vllm_compat
 
         self.llm = vllm_compat.start_engine("--kv-cache-mb or --max-model-len", **kwargs)
