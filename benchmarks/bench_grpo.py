@@ -190,7 +190,7 @@ if torch.distributed.is_initialized():  # else gloo's teardown at exit can abort
 # ---------------------------------------------------------------------------------------------- setup
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=16, help="prompts per step")
     parser.add_argument("--n", type=int, default=8, help="samples per prompt (GRPO group size)")
@@ -225,6 +225,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="ours: one more config override (repeatable), e.g. to compare a setting with the defaults",
     )
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = build_parser()
     args = parser.parse_args(argv)
     for key in ("prompts", "n", "response_length", "max_prompt_length", "steps", "repeats"):
         if getattr(args, key) < 1:

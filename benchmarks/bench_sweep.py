@@ -23,7 +23,11 @@ import bench_grpo  # noqa: E402  (its workload and overrides)
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    workload_help = bench_grpo.build_parser().format_help().split("options:", 1)[-1]
+    epilog = "bench_grpo's options (the workload; --steps is this script's):" + workload_help
+    parser = argparse.ArgumentParser(
+        description=__doc__, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--steps", type=int, default=1, help="training steps per run")
     args, rest = parser.parse_known_args(argv)

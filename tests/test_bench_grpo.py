@@ -224,3 +224,11 @@ def test_cuda_command_fits_one_gpu(bench: ModuleType, tmp_path: Path) -> None:
     assert "trainer.device=cpu" in cpu and "worker.rollout.kv_cache_memory_mb=64" in cpu
     with pytest.raises(SystemExit):  # TRL's side has no GPU mode here
         bench.parse_args(["--device", "cuda"])
+
+
+def test_bench_sweep_help_lists_the_workload_options_it_passes_on() -> None:
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_sweep.py"
+    result = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    for option in ("--runs", "--prompts", "--response-length", "--ours-override"):
+        assert option in result.stdout
