@@ -92,7 +92,10 @@ def text_only_reason(model_type: Any) -> str | None:
 
 TORCH_DTYPES: tuple[str | None, ...] = (None, "fp32", "bf16", "fp16")
 """Values of fsdp.torch_dtype."""
-MP_DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp32", "bfloat16", "float16", "float32")
+DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "bfloat16": "bfloat16"}
+DTYPE_NAMES.update(float16="float16", float32="float32")
+"""The dtype spellings config keys and command lines take (short and torch's) and torch's (and vLLM's) name of each."""
+MP_DTYPES: tuple[str, ...] = tuple(DTYPE_NAMES)
 """Values of fsdp.mp_param_dtype, mp_reduce_dtype and mp_buffer_dtype."""
 
 

@@ -16,7 +16,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-from verl.models.config import FSDPConfig, ModelConfig
+from verl.models.config import DTYPE_NAMES, FSDPConfig, ModelConfig
 from verl.models.loading import (
     build_model,
     enable_gradient_checkpointing,
@@ -31,23 +31,14 @@ from verl.utils.torch_compat import drop_unreduced_grads, reset_iteration
 
 logger = logging.getLogger(__name__)
 
-_DTYPES = {
-    "bf16": torch.bfloat16,
-    "bfloat16": torch.bfloat16,
-    "fp16": torch.float16,
-    "float16": torch.float16,
-    "fp32": torch.float32,
-    "float32": torch.float32,
-}
-
 
 def to_torch_dtype(name: str | torch.dtype, key: str = "dtype") -> torch.dtype:
     """torch dtype for a config string such as "bf16"; `key` names the config field in errors."""
     if isinstance(name, torch.dtype):
         return name
-    if name not in _DTYPES:
-        raise ValueError(f"{key}={name!r} is not a dtype; use one of {', '.join(_DTYPES)}.")
-    return _DTYPES[name]
+    if name not in DTYPE_NAMES:
+        raise ValueError(f"{key}={name!r} is not a dtype; use one of {', '.join(DTYPE_NAMES)}.")
+    return getattr(torch, DTYPE_NAMES[name])
 
 
 def param_dtype(fsdp_config: FSDPConfig) -> torch.dtype:

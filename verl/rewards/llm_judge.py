@@ -19,6 +19,8 @@ import jinja2
 import jinja2.meta
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from verl.models.config import DTYPE_NAMES
+
 
 logger = logging.getLogger(__name__)
 
@@ -45,9 +47,7 @@ Explain briefly, then end with a last line of the form "Grade: N", where N is a 
 (worst) to {{ max_grade }} (best)."""
 """The template when `worker.reward.judge.template` is unset; its "Grade: N" is what the default grade_pattern reads."""
 
-_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16"}
-_DTYPES.update({"fp32": "float32", "float32": "float32"})
-DTYPES: tuple[str, ...] = ("auto", *_DTYPES)
+DTYPES: tuple[str, ...] = ("auto", *DTYPE_NAMES)
 """Values of worker.reward.judge.dtype."""
 
 SCORE_KEYS: tuple[str, ...] = ("judge_score", "judge_grade", "judge_parse_error")
@@ -276,7 +276,7 @@ def build_engine_kwargs(config: JudgeConfig, on_gpu: bool) -> dict[str, Any]:
     if config.max_model_len is not None:
         kwargs["max_model_len"] = config.max_model_len
     if on_gpu:
-        dtype = "bfloat16" if config.dtype == "auto" else _DTYPES[config.dtype]
+        dtype = "bfloat16" if config.dtype == "auto" else DTYPE_NAMES[config.dtype]
         kwargs.update(
             dtype=dtype, enforce_eager=config.enforce_eager, gpu_memory_utilization=config.gpu_memory_utilization
         )

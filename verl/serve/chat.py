@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from verl.envs.tools import ToolCallFormat, assistant_message, tool_call, tool_call_format
+from verl.models.config import DTYPE_NAMES
 from verl.serve.engine_loop import EngineLoop
 from verl.serve.request_checks import SAMPLING_FIELDS, RequestError, check_options, parse, ranked, token_usage
 
@@ -196,8 +197,7 @@ class Reply:
         return token_usage(self.prompt_tokens, sum(choice.tokens for choice in self.choices))
 
 
-DTYPES = {"auto": "auto", "bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
-DTYPES.update({name: name for name in ("bfloat16", "float16", "float32")})
+DTYPES = {"auto": "auto", **DTYPE_NAMES}
 """verl.serve's --dtype values (the trainer's spellings and vLLM's) and vLLM's names of them."""
 
 

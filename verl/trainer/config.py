@@ -24,6 +24,7 @@ from verl.algorithms.rollout_correction import CorrectionSettings
 from verl.algorithms.schedules import check_response_length_schedule
 from verl.algorithms.user_functions import is_user_spec, require_algorithm
 from verl.models.config import (
+    DTYPE_NAMES,
     SEQUENCE_PARALLEL_REFUSAL,
     SLIDING_WINDOW_SEQUENCE_PARALLEL_REFUSAL,
     check_attention_available,
@@ -911,7 +912,7 @@ def _check_flash_attention(config: PPOConfig, on_cpu: bool) -> None:
         check_attention_available("worker.critic.model.", config.worker.critic.model, on_cpu, single_machine)
 
 
-_KV_DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
+_KV_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def _check_kv_cache(config: PPOConfig, on_cpu: bool, model_config: dict[str, Any] | None) -> None:
@@ -930,7 +931,7 @@ def _check_kv_cache(config: PPOConfig, on_cpu: bool, model_config: dict[str, Any
     dense = set(text.get("layer_types") or ["full_attention"]) == {"full_attention"}
     sliding = text.get("sliding_window") and text.get("use_sliding_window", True)  # Qwen2 names one it does not use
     special = sliding or any(text.get(key) for key in ("kv_lora_rank", "sliding_window_pattern"))
-    dtype_bytes = 4 if on_cpu else _KV_DTYPE_BYTES.get(rollout.dtype)
+    dtype_bytes = 4 if on_cpu else _KV_DTYPE_BYTES.get(DTYPE_NAMES.get(rollout.dtype, ""))
     if not (isinstance(layers, int) and isinstance(heads, int) and dense) or special or dtype_bytes is None:
         return
     head_size = text.get("head_dim") or (width // heads if isinstance(width, int) else None)

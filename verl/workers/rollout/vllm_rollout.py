@@ -23,7 +23,13 @@ from verl.envs import load_environment
 from verl.envs.base import env_code_error
 from verl.envs.client_env import ChatClientEnv
 from verl.envs.tools import tool_call_format
-from verl.models.config import read_model_config, recurrent_layer_types, resolve_config_overrides, text_only_reason
+from verl.models.config import (
+    DTYPE_NAMES,
+    read_model_config,
+    recurrent_layer_types,
+    resolve_config_overrides,
+    text_only_reason,
+)
 from verl.models.rope_index import RopeIndex, load_model_config
 from verl.protocol import DataProto, plain_value, to_object_array
 from verl.utils import device, quiet
@@ -45,8 +51,6 @@ from verl.workers.rollout.sequences import extend_position_ids, pad_rows, respon
 
 logger = logging.getLogger(__name__)
 
-_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16"}
-_DTYPES.update({"fp32": "float32", "float32": "float32"})
 ENGINE_SIZES = (
     "worker.rollout.kv_cache_memory_mb (on a GPU without it, worker.rollout.gpu_memory_utilization) or "
     "data.max_prompt_length + data.max_response_length"
@@ -106,8 +110,8 @@ def build_engine_kwargs(
             f"rollout.max_model_len={max_model_len} is shorter than prompt_length + response_length = "
             f"{config.prompt_length + config.response_length}; raise it or leave it unset."
         )
-    if config.dtype not in _DTYPES:
-        raise ValueError(f"rollout.dtype={config.dtype!r} is not supported; use one of {sorted(_DTYPES)}.")
+    if config.dtype not in DTYPE_NAMES:
+        raise ValueError(f"rollout.dtype={config.dtype!r} is not supported; use one of {sorted(DTYPE_NAMES)}.")
     kwargs: dict[str, Any] = {
         "model": model_path,
         "trust_remote_code": config.trust_remote_code,
@@ -161,7 +165,7 @@ def build_engine_kwargs(
 
 def _gpu_kwargs(config: RolloutConfig) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
-        "dtype": _DTYPES[config.dtype],
+        "dtype": DTYPE_NAMES[config.dtype],
         "enforce_eager": config.enforce_eager,
         "tensor_parallel_size": config.tensor_parallel_size or 1,
         "gpu_memory_utilization": config.gpu_memory_utilization,
@@ -269,7 +273,7 @@ class VLLMRollout:
             engine_kwargs.pop("enable_sleep_mode", None)
         engine_dtype = engine_kwargs["dtype"]
         first_rank = not dist.is_initialized() or dist.get_rank() == 0  # says what every rank does, once
-        if not on_gpu() and _DTYPES[config.dtype] != engine_dtype and first_rank:
+        if not on_gpu() and DTYPE_NAMES[config.dtype] != engine_dtype and first_rank:
             reason = (
                 "vLLM's CPU Gated DeltaNet kernel needs it"
                 if engine_dtype == "bfloat16"
