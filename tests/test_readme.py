@@ -22,10 +22,11 @@ def section(title: str) -> str:
     return README[start:end]
 
 
-def test_coming_from_easyr1_states_sapos_own_aggregation():
+def test_coming_from_easyr1_states_sapos_and_gspos_own_aggregation():
     text = " ".join(section("Coming from EasyR1 / verl").split())
-    assert default_loss_avg_mode("sapo") == "seq-mean-token-mean" != default_loss_avg_mode("default")
-    assert "**SAPO's aggregation**" in text
+    for loss_type in ("sapo", "gspo", "gspo_token"):
+        assert default_loss_avg_mode(loss_type) == "seq-mean-token-mean" != default_loss_avg_mode("default")
+        assert f"`{loss_type}`" in text.split("**SAPO's and GSPO's aggregation**")[1].split("**")[0]
     assert f"(`{default_loss_avg_mode('sapo')}`" in text and "EasyR1 averages over all tokens (`token-mean`)" in text
 
 

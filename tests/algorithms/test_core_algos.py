@@ -274,6 +274,31 @@ def test_gspo_token_matches_gspo_for_sequence_advantages_and_keeps_token_advanta
     torch.testing.assert_close(grad[0], torch.full((3,), -2.0 * s0 / 6))  # gspo spreads the mean advantage
 
 
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_a_token_of_weight_zero_gets_no_gradient_and_leaves_the_sequence_ratio(loss_type: str) -> None:
+    """icepop's and top_entropy_quantile's masked tokens: no gradient, also through gspo's and geo_mean's sequence
+    statistic, which equals that of the sequence without the token."""
+    data = random_batch(seed=5, batch=3, width=5)
+    data["response_mask"] = torch.ones(3, 5)
+    weights = torch.ones(3, 5)
+    weights[0, 2] = weights[1, 0] = 0.0
+    data["log_probs"].requires_grad_(True)
+    mode = default_loss_avg_mode(loss_type)
+    _, grad, _ = run_policy_loss(data, loss_type, loss_avg_mode=mode, token_weights=weights)
+    assert grad[0, 2] == 0 and grad[1, 0] == 0
+    assert grad[2].abs().sum() > 0 and grad[0, [0, 1, 3, 4]].abs().sum() > 0
+    # the first sequence without its masked token: the same gradient on the tokens that remain (seq-mean modes count
+    # the sequence's masked token in its length, so compare sequence-level losses on sum-aggregation)
+    kept = [0, 1, 3, 4]
+    whole = {key: value.detach()[:1].clone() for key, value in data.items()}
+    whole["log_probs"].requires_grad_(True)
+    _, grad_whole, _ = run_policy_loss(whole, loss_type, loss_avg_mode="token-sum", token_weights=weights[:1])
+    part = {key: value.detach()[:1, kept].clone() for key, value in data.items()}
+    part["log_probs"].requires_grad_(True)
+    _, grad_part, _ = run_policy_loss(part, loss_type, loss_avg_mode="token-sum")
+    torch.testing.assert_close(grad_whole[kept], grad_part)
+
+
 def test_cispo_weights_the_log_prob_gradient_by_the_stopped_clipped_ratio() -> None:
     ratios, advantages = [1.1, 1.5, 0.5, 0.5], [1.0, 1.0, -1.0, 2.0]
     inputs = policy_inputs(ratios, advantages)
@@ -357,8 +382,9 @@ def test_ppo_loss_and_metrics_equal_a_plain_loop_with_verls_definitions() -> Non
 
 
 def test_sapo_defaults_to_the_papers_seq_mean_token_mean_and_equals_a_plain_loop() -> None:
-    assert default_loss_avg_mode("sapo") == "seq-mean-token-mean"
-    assert default_loss_avg_mode("default") == default_loss_avg_mode("gspo") == "token-mean"
+    for loss_type in ("sapo", "gspo", "gspo_token", "geo_mean"):  # the papers' objectives (verl's for gspo too)
+        assert default_loss_avg_mode(loss_type) == "seq-mean-token-mean"
+    assert default_loss_avg_mode("default") == default_loss_avg_mode("cispo") == "token-mean"
     data = random_batch(seed=12)
     data["log_probs"].requires_grad_(True)
     loss, _, _ = run_policy_loss(data, "sapo", loss_avg_mode=default_loss_avg_mode("sapo"))

@@ -428,6 +428,27 @@ def test_on_policy_update_without_old_log_probs_has_the_same_loss_and_gradient(m
         ).update_policy(batch, TEMPERATURE)
 
 
+def test_dr_grpo_normaliser_is_the_configured_response_length_not_the_batch_width(model_root: str) -> None:
+    """seq-mean-token-sum-norm divides by data.max_response_length (the worker passes it): a response-length
+    schedule's shorter stage must not scale the loss up."""
+    from verl.models.config import ModelConfig
+    from verl.models.loading import build_model
+    from verl.workers.actor.dp_actor import DataParallelPPOActor
+
+    model = build_model(ModelConfig(model_path=get_or_build_tiny_model("qwen2", model_root)))
+    data = make_text_batch(seed=11, batch_size=4)
+    width = data.batch["response_mask"].shape[-1]
+    config = actor_config(
+        True, True, global_batch_size=4, entropy_coeff=0.0, use_kl_loss=False, loss_avg_mode="seq-mean-token-sum-norm"
+    )
+    losses = {}
+    for constant in (None, 4 * width):
+        actor = DataParallelPPOActor(config, model, recording_optimizer(model), max_response_length=constant)
+        losses[constant] = actor.update_policy(data, TEMPERATURE)["actor/pg_loss"]
+    assert losses[None] != 0
+    assert losses[4 * width] == pytest.approx(losses[None] / 4, rel=1e-5)
+
+
 def test_dense_micro_batches_run_padded_where_the_device_asks_for_it(model_root: str, monkeypatch) -> None:
     """On a DENSE_ROWS_RUN_PADDED device, packed micro-batches without padding run as padded rows (same outputs and
     gradients); micro-batches with padding stay packed. On the CPU (not such a device) everything stays packed."""

@@ -272,7 +272,9 @@ def compute_gpg_outcome_advantage(
     index: GroupIds,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GPG, group policy gradient (Chu et al. 2025, arXiv 2504.02546).
-    A_i = alpha (s_i - mean_g(s)), alpha = B / max(M, 1), M the number of responses with a non-zero score (as verl)."""
+    A_i = alpha (s_i - mean_g(s)), alpha = B / max(M, 1), M the number of responses with a non-zero score: verl's
+    alpha; the paper's is B / (B - M'), M' the responses in groups whose scores are all equal. Either only rescales
+    the step."""
     groups = _score_groups(token_level_rewards, index)
     alpha = groups.scores.shape[0] / max(int(torch.count_nonzero(groups.scores).item()), 1)
     advantages = _except_singletons(groups, alpha * (groups.scores - groups.means))

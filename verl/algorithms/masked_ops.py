@@ -132,8 +132,8 @@ def agg_loss(
     N and S default to this micro-batch's counts. Pass the whole mini-batch's counts (`loss_token_counts`, summed
     over micro-batches and ranks) so that the micro-batch losses sum to the mini-batch loss however it was split; a
     worker multiplies by the world size before `backward` to undo the DP gradient average. Seq-mean modes need
-    sequences unsplit. `max_response_length` should be the configured constant (default: the padded width L, which
-    varies under dynamic batching)."""
+    sequences unsplit. `max_response_length` should be the configured constant, data.max_response_length (default:
+    the padded width L, which is the stage's length under data.response_length_schedule)."""
     if loss_avg_mode not in _LOSS_AVG_MODES and not register_if_spec("loss_avg_mode", loss_avg_mode):
         modes = ", ".join(_LOSS_AVG_MODES)
         raise ValueError(

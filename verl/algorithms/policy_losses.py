@@ -31,7 +31,9 @@ class PolicyLossInputs:
     """log(pi / pi_old) per token, not clamped."""
     advantages: torch.Tensor
     mask: torch.Tensor
-    """1 on response tokens, 0 on padding."""
+    """1 on the response tokens that take part, 0 on padding and on tokens whose weight is 0 (masked by a rollout
+    correction or by top_entropy_quantile): a sequence-level statistic (GSPO's ratio, GMPO's mean) leaves them out,
+    so they get no gradient through it."""
     clip_ratio_low: float
     """eps_l: the ratio is clipped at 1 - eps_l."""
     clip_ratio_high: float
@@ -126,8 +128,13 @@ def _gspo_loss(x: PolicyLossInputs, per_token_gradient: bool) -> PolicyLossTerms
     return PolicyLossTerms(*_clipped_surrogate(torch.exp(log_ratio.clamp(-LOG_RATIO_CLAMP, GSPO_LOG_RATIO_MAX)), x))
 
 
-register_policy_loss("gspo")(functools.partial(_gspo_loss, per_token_gradient=False))
-register_policy_loss("gspo_token")(functools.partial(_gspo_loss, per_token_gradient=True))
+# the paper's objective averages each sequence's tokens, then the sequences (verl forces this aggregation too)
+register_policy_loss("gspo", loss_avg_mode="seq-mean-token-mean")(
+    functools.partial(_gspo_loss, per_token_gradient=False)
+)
+register_policy_loss("gspo_token", loss_avg_mode="seq-mean-token-mean")(
+    functools.partial(_gspo_loss, per_token_gradient=True)
+)
 
 
 @register_policy_loss("cispo")
@@ -197,12 +204,13 @@ def compute_policy_loss(
     """Policy-gradient loss of one micro-batch, aggregated with `agg_loss` (see there for the global counts).
 
     `token_weights` (B, L), detached, scale the per-token loss (off-policy importance weights from
-    `verl.algorithms.rollout_correction`). With r = pi / pi_old (log clamped), advantage A, the per-token loss:
+    `verl.algorithms.rollout_correction`, top_entropy_quantile's mask); a token of weight 0 gets no gradient, also
+    through a sequence-level ratio (gspo, geo_mean). With r = pi / pi_old (log clamped), advantage A, the per-token loss:
 
     - "default": PPO (arXiv 1707.06347) with clip-higher (DAPO, arXiv 2503.14476) and dual clip (arXiv 1912.09729):
       l = max(-A r, -A clip(r, 1 - eps_l, 1 + eps_h)), and l = min(l, -A C) for A < 0, C = clip_ratio_dual.
     - "gspo" / "gspo_token" (arXiv 2507.18071): the same surrogate, no dual clip, on the sequence ratio
-      (`_gspo_loss`).
+      (`_gspo_loss`); defined with seq-mean-token-mean.
     - "cispo" (MiniMax-M1, arXiv 2506.13585): l = -sg(clip(r, 1 - eps_l, 1 + eps_h)) A log pi, so clipped tokens
       still get a gradient.
     - "sapo" (arXiv 2511.20347): l = -A (4 / tau) sigmoid(tau (r - 1)), tau = tau_positive for A > 0 else
@@ -220,11 +228,12 @@ def compute_policy_loss(
     check_clip_ratios(clip_ratio_low, clip_ratio_high, clip_ratio_dual)
     log_probs, mask = log_probs.float(), response_mask.float()
     log_ratio = log_probs - old_log_probs.float()
+    weights = None if token_weights is None else token_weights.detach().float()
     inputs = PolicyLossInputs(
         log_probs=log_probs,
         log_ratio=log_ratio,
         advantages=advantages.float(),
-        mask=mask,
+        mask=mask if weights is None else mask * (weights != 0),
         clip_ratio_low=clip_ratio_low,
         clip_ratio_high=clip_ratio_high,
         clip_ratio_dual=clip_ratio_dual,
@@ -232,7 +241,7 @@ def compute_policy_loss(
         tau_negative=tau_negative,
     )
     terms = _POLICY_LOSSES[loss_type](inputs)
-    loss_mat = terms.loss_mat if token_weights is None else terms.loss_mat * token_weights.detach().float()
+    loss_mat = terms.loss_mat if weights is None else terms.loss_mat * weights
     pg_loss = agg_loss(loss_mat, mask, loss_avg_mode, global_token_count, global_seq_count, max_response_length)
     no_clip = torch.zeros_like(mask, dtype=torch.bool)
     higher, lower, dual = (

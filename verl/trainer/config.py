@@ -196,7 +196,8 @@ class AlgorithmConfig:
     prompt (needs worker.rollout.n > 1), one that takes `values` trains a critic, one that takes `reward_baselines`
     gets remax's greedy baseline."""
     norm_adv_by_std_in_grpo: bool = True
-    """Divide grpo and grpo_passk advantages by the group's standard deviation; false gives Dr.GRPO. Setting it
+    """Divide grpo and grpo_passk advantages by the group's standard deviation; false gives Dr.GRPO's advantage (its
+    loss is worker.actor.loss_avg_mode=seq-mean-token-sum-norm). Setting it
     false for an estimator that does not normalise is an error."""
     grpo_std_scope: str = "group"
     """The standard deviation grpo divides by: "group" (each prompt's responses) or "batch" (all of the step's

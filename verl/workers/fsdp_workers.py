@@ -115,6 +115,8 @@ class FSDPWorker(Worker):
         self.tokenizer = get_tokenizer(model.tokenizer_path, **options, warn_no_pad=not same)
         self.processor = get_processor(model.tokenizer_path, **options)
         n = config.rollout.n
+        # seq-mean-token-sum-norm divides by data.max_response_length, not the step's width (a length schedule's stage)
+        lengths = {"rollout_n": n, "max_response_length": max(config.rollout.response_length, 0) or None}
         # Ulysses: ranks of a group share each row of the actor's and reference's forwards (verl.models.ulysses)
         self.sp_group = None
         if (self.has_actor or self.has_ref) and config.actor.ulysses_size > 1:
@@ -125,14 +127,14 @@ class FSDPWorker(Worker):
             )
             self.critic_sp_group = new_sequence_parallel_group(config.critic.ulysses_size)
             self.critic = DataParallelPPOCritic(
-                config.critic, self.critic_module, self.critic_optimizer, rollout_n=n, sp_group=self.critic_sp_group
+                config.critic, self.critic_module, self.critic_optimizer, sp_group=self.critic_sp_group, **lengths
             )
         if self.has_actor:
             self.actor_module, self.actor_optimizer, self.actor_lr_scheduler = self._build_trainable(
                 config.actor, value_head=False
             )
             self.actor = DataParallelPPOActor(
-                config.actor, self.actor_module, self.actor_optimizer, rollout_n=n, sp_group=self.sp_group
+                config.actor, self.actor_module, self.actor_optimizer, sp_group=self.sp_group, **lengths
             )
         self.ref_is_actor_base = self.has_ref and self.has_actor and config.actor.model.lora.rank > 0
         if self.ref_is_actor_base:
@@ -154,7 +156,7 @@ class FSDPWorker(Worker):
             own = ("fsdp",) if not self.ref_is_actor_base else ()
             for key in ("micro_batch_size_per_device_for_experience", "padding_free", "dynamic_batching", *own):
                 setattr(ref_config, key, getattr(config.ref, key))
-            self.ref = DataParallelPPOActor(ref_config, self.ref_module, None, rollout_n=n, sp_group=self.sp_group)
+            self.ref = DataParallelPPOActor(ref_config, self.ref_module, None, sp_group=self.sp_group, **lengths)
         if self.has_rollout:
             # imported here: a critic-only process never pays for vLLM
             from verl.workers.rollout.vllm_rollout import VLLMRollout

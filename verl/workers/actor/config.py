@@ -82,8 +82,8 @@ class ActorConfig:
     loss_avg_mode: str | None = None
     """Aggregation of the actor's loss terms: token-mean, token-sum, seq-mean-token-mean, seq-mean-token-sum,
     seq-mean-token-sum-norm (Dr.GRPO), or your own as 'path/to/file.py:function'. Unset (null), it is the policy
-    loss's own: seq-mean-token-mean for sapo and geo_mean (their papers' objectives, and verl's), token-mean for the
-    others (a loss from a file included); another mode for those two is allowed, with a warning.
+    loss's own: seq-mean-token-mean for gspo, gspo_token, sapo and geo_mean (their papers' objectives, and verl's),
+    token-mean for the others (a loss from a file included); another mode for those is allowed, with a warning.
     EasyR1's token and seq are accepted as token-mean and seq-mean-token-mean, with a deprecation warning."""
     loss_type: str = "default"
     """Policy loss: default (PPO clip), gspo, gspo_token, cispo, sapo or geo_mean (GMPO, whose clip ratios bound the
@@ -99,7 +99,7 @@ class ActorConfig:
     """Fraction of response tokens, the highest-entropy ones, that the policy-gradient loss keeps ("Beyond the 80/20
     Rule", arXiv 2506.01939, which keeps 0.2; TRL's top_entropy_quantile): in each micro-batch, the tokens whose entropy
     (at the rollout temperature) is below the (1 - this) quantile of its response tokens' entropies get no policy
-    gradient. They still count in the loss's normaliser (as in TRL), the entropy bonus and the KL loss. 1 keeps every
+    gradient (through gspo's and geo_mean's sequence ratio neither). They still count in the loss's normaliser (as in TRL), the entropy bonus and the KL loss. 1 keeps every
     token (no entropy pass is added); 0 keeps only the highest-entropy token of each micro-batch."""
     ppo_epochs: int = 1
     """Passes over each rollout batch. With 1 and global_batch_size = data.rollout_batch_size (one on-policy

@@ -92,8 +92,11 @@ class DataParallelPPOActor:
         rollout_n: int = 1,
         group: dist.ProcessGroup | None = None,
         sp_group: dist.ProcessGroup | None = None,
+        max_response_length: int | None = None,
     ) -> None:
         self.config = config
+        self.max_response_length = max_response_length
+        """data.max_response_length: seq-mean-token-sum-norm's constant (None: each batch's padded width)."""
         self.module = module
         self.optimizer = optimizer
         self.passes = MicroBatchPasses("actor", config, module, optimizer, rollout_n, group, sp_group)
@@ -180,7 +183,7 @@ class DataParallelPPOActor:
             "loss_avg_mode": self.loss_avg_mode,
             "global_token_count": token_count,
             "global_seq_count": seq_count,
-            "max_response_length": response_mask.shape[-1],
+            "max_response_length": self.max_response_length or response_mask.shape[-1],
         }
         select_tokens = config.top_entropy_quantile < 1.0
         head = self._token_head(temperature, calculate_entropy=entropy_coeff != 0 or exact_entropy or select_tokens)

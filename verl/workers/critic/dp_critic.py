@@ -43,8 +43,11 @@ class DataParallelPPOCritic:
         rollout_n: int = 1,
         group: dist.ProcessGroup | None = None,
         sp_group: dist.ProcessGroup | None = None,
+        max_response_length: int | None = None,
     ) -> None:
         self.config = config
+        self.max_response_length = max_response_length
+        """data.max_response_length: seq-mean-token-sum-norm's constant (None: each batch's padded width)."""
         self.module = module
         self.optimizer = optimizer
         self.passes = MicroBatchPasses("critic", config, module, optimizer, rollout_n, group, sp_group)
@@ -78,6 +81,6 @@ class DataParallelPPOCritic:
             loss_avg_mode=self.config.loss_avg_mode,
             global_token_count=token_count,
             global_seq_count=seq_count,
-            max_response_length=response_mask.shape[-1],
+            max_response_length=self.max_response_length or response_mask.shape[-1],
         )
         return vf_loss, {"critic/vf_loss": vf_loss, **{f"critic/{name}": value for name, value in vf_metrics.items()}}
