@@ -33,8 +33,8 @@ def _init(rank: int, world_size: int, port: int) -> None:
     device.init_distributed(timeout_seconds=120)
 
 
-def _build(model_dir: str):
-    """Sharded model, AdamW and a warmup + cosine schedule, as a worker builds them."""
+def _build(model_dir: str, **optim: float):
+    """Sharded model, AdamW and a warmup + cosine schedule, as a worker builds them (`optim`: other settings)."""
     from verl.models.config import FSDPConfig, ModelConfig
     from verl.models.fsdp import build_device_mesh, create_fsdp_model
     from verl.utils.optim import OptimConfig, build_lr_scheduler, build_optimizer
@@ -43,7 +43,9 @@ def _build(model_dir: str):
     model = create_fsdp_model(
         ModelConfig(model_path=model_dir), FSDPConfig(), build_device_mesh(world_size, -1, "cpu"), torch.device("cpu")
     )
-    optim_config = OptimConfig(lr=1e-3, lr_scheduler_type="cosine", lr_warmup_steps=2, training_steps=10)
+    optim_config = OptimConfig(
+        **{"lr": 1e-3, "lr_scheduler_type": "cosine", "lr_warmup_steps": 2, "training_steps": 10, **optim}
+    )
     optimizer = build_optimizer(model, optim_config)
     return model, optimizer, build_lr_scheduler(optimizer, optim_config)
 
@@ -153,6 +155,18 @@ def _run_one_rank(rank: int, world_size: int, port: int, model_dir: str, ckpt_ro
     for name, value in _full_params(model).items():
         torch.testing.assert_close(value, continued[name], rtol=1e-4, atol=1e-6, msg=name)
         assert not torch.equal(value, saved[name]), f"{name} did not train"
+
+    # A run resumed with more steps, another lr and weight decay follows its config from the saved step on.
+    model, optimizer, scheduler = _build(model_dir, training_steps=20, lr=2e-3, weight_decay=0.5)
+    FSDPCheckpointManager(model, optimizer, scheduler).load(os.path.join(ckpt_root, "global_step_2", "actor"))
+    expected = 2e-3 * 0.5 * (1 + math.cos(math.pi * 0 / 18))  # cosine after 2 warmup steps, at step 2 of 20
+    assert scheduler.last_epoch == 2 and scheduler.get_last_lr() == pytest.approx([expected])
+    assert [group["lr"] for group in optimizer.param_groups] == pytest.approx([expected])
+    assert all(group["weight_decay"] == 0.5 for group in optimizer.param_groups)
+    assert all(int(optimizer.state[p]["step"]) == 2 for p in optimizer.state)  # the moments are the checkpoint's
+    _train_step(model, optimizer, scheduler, _batch([0, 1]))
+    lr_at_3 = 2e-3 * 0.5 * (1 + math.cos(math.pi * 1 / 18))
+    assert scheduler.get_last_lr() == pytest.approx([lr_at_3])  # not the saved 10-step schedule's
     dist.destroy_process_group()
 
 

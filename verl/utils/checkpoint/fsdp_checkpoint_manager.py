@@ -147,10 +147,37 @@ def has_checkpoint(path: str) -> bool:
     return os.path.isfile(os.path.join(path, _METADATA_FILE))
 
 
+def resume_schedule(scheduler: Any, saved: dict[str, Any], path: str) -> None:
+    """Move `scheduler` (a LambdaLR of this run's config) to the saved state's step, setting the optimizer's lr to its
+    value there; an INFO line says when the saved schedule differs (a run extended, or another lr)."""
+    step = saved["last_epoch"]
+    scheduler.last_epoch, scheduler._step_count = step, saved.get("_step_count", step + 1)
+    lrs = [base * fn(step) for base, fn in zip(scheduler.base_lrs, scheduler.lr_lambdas)]
+    for group, lr in zip(scheduler.optimizer.param_groups, lrs):
+        group["lr"] = lr
+    scheduler._last_lr = lrs
+    own = [getattr(fn, "__dict__", {}) for fn in scheduler.lr_lambdas]
+    if saved.get("base_lrs") != scheduler.base_lrs or [dict(d or {}) for d in saved.get("lr_lambdas", [])] != own:
+        if _rank() == 0:
+            logger.info(
+                "The LR schedule of %s (lr %s, %s) differs from this run's (lr %s, %s): from step %d on the lr is "
+                "this run's config's (%s).",
+                path,
+                saved.get("base_lrs"),
+                saved.get("lr_lambdas"),
+                scheduler.base_lrs,
+                own,
+                step,
+                lrs,
+            )
+
+
 class FSDPCheckpointManager:
     """Checkpoints of one role: an FSDP2 model and optionally its optimizer, LR scheduler, tokenizer and processor.
     `save` and `load` are collective. Tokenizer and processor are written, never read. LR schedule and extra state
-    (the same on every rank) are saved once, RNG states per rank (a rank missing from the checkpoint keeps its own)."""
+    (the same on every rank) are saved once, RNG states per rank (a rank missing from the checkpoint keeps its own).
+    A load restores the optimizer's state and the schedule's step; its settings (lr, weight decay, betas, the
+    schedule's shape and length) stay this run's, so a resumed run with more steps or another lr follows its config."""
 
     def __init__(
         self,
@@ -258,6 +285,7 @@ class FSDPCheckpointManager:
         _dcp(dcp.load, state, path)
         options = StateDictOptions(strict=not self.adapter_only)  # adapters only: the base weights stay as loaded
         if load_optimizer:
+            configured = [{k: v for k, v in group.items() if k != "params"} for group in self.optimizer.param_groups]
             set_state_dict(
                 self.model,
                 self.optimizer,
@@ -265,6 +293,8 @@ class FSDPCheckpointManager:
                 optim_state_dict=state["optimizer"],
                 options=options,
             )
+            for group, settings in zip(self.optimizer.param_groups, configured):
+                group.update(settings)  # the checkpoint's param-group settings give way to this run's config
         else:
             set_model_state_dict(self.model, state["model"], options=options)
         if model_only:
@@ -272,7 +302,7 @@ class FSDPCheckpointManager:
         trainer_state = state[_TRAINER_KEY].value if _TRAINER_KEY in state else {}
         scheduler_state = trainer_state.get("lr_scheduler")
         if self.lr_scheduler is not None and scheduler_state is not None:
-            self.lr_scheduler.load_state_dict(scheduler_state)
+            resume_schedule(self.lr_scheduler, scheduler_state, path)
         if rng_key in state:
             device.set_rng_state(state[rng_key].value)
         else:
