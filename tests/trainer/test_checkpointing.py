@@ -18,6 +18,7 @@ from verl.trainer.checkpointing import (
     remove_obsolete_checkpoints,
     resume_hint,
     resume_path,
+    save_step,
     saved_parameters,
     saved_steps,
     space_warning,
@@ -59,12 +60,35 @@ def test_find_last_checkpoint_takes_the_newest_complete_step(tmp_path, caplog):
 
     os.remove(tmp_path / TRACKER_FILE)  # a lost tracker does not restart from step 0
     assert find_last_checkpoint(root) == step_dir(root, 2)
-    assert "names step nothing" in caplog.text
+    assert f"No checkpoint tracker at {os.path.join(root, TRACKER_FILE)}; resuming from global_step_2" in caplog.text
 
     tracker.record(5, None)  # a stale tracker naming a deleted step
     tracker.save(root)
     assert find_last_checkpoint(root) == step_dir(root, 2)
     assert "names step 5" in caplog.text
+
+
+def test_the_trackers_latest_is_resumed_not_a_later_run_it_replaced(tmp_path, caplog):
+    """A run that started over (find_last_checkpoint=false) or went back (load_checkpoint_path) in a folder with
+    later checkpoints: those are not resumed from, save_limit does not count or delete them, and the run's own
+    scores and best step are not the replaced run's."""
+    root = str(tmp_path)
+    make_steps(tmp_path, [2, 4, 6, 8])
+    old = CheckpointTracker()
+    for step, score in ((2, 0.1), (4, 0.9), (6, 0.2), (8, 0.3)):
+        old.record(step, score)
+    old.save(root)
+    tracker = CheckpointTracker.resumed(root, 2)  # trainer.load_checkpoint_path=.../global_step_2
+    assert (tracker.last_global_step, tracker.best_global_step, tracker.val_scores) == (2, 2, {"2": 0.1})
+    assert CheckpointTracker.resumed(root, 0) == CheckpointTracker()  # starting over keeps nothing of it
+    for step, score in ((3, 0.5), (5, 0.4)):  # this run's saves
+        tracker = save_step(root, step, tracker, score, lambda path: make_steps(tmp_path, [step_of(path)]), 2)
+    # the replaced run's step 4, which this one passed, is gone; its 6 and 8 wait to be replaced
+    assert tracker.best_global_step == 3 and saved_steps(root) == [3, 5, 6, 8]
+    with caplog.at_level("WARNING"):
+        assert find_last_checkpoint(root) == step_dir(root, 5)
+    assert "global_step_6, global_step_8: later than the run's latest checkpoint" in caplog.text
+    assert resume_hint(root).startswith(f"The latest checkpoint is {step_dir(root, 5)}")
 
 
 def test_find_last_checkpoint_refuses_only_incomplete_steps(tmp_path):
@@ -181,7 +205,7 @@ def test_tracker_of_an_unknown_tool_names_its_keys(tmp_path):
 
 def test_save_limit_keeps_newest_and_best(tmp_path):
     make_steps(tmp_path, [1, 2, 3, 4, 5])
-    tracker = CheckpointTracker(best_global_step=2)
+    tracker = CheckpointTracker(last_global_step=5, best_global_step=2)
     removed = remove_obsolete_checkpoints(str(tmp_path), 2, tracker)
     assert removed == [1, 3]
     assert saved_steps(str(tmp_path)) == [2, 4, 5]
@@ -259,7 +283,7 @@ def test_a_damaged_newest_checkpoint_is_named_and_the_previous_intact_one_resume
     with caplog.at_level("WARNING"):
         assert find_last_checkpoint(root) == step_dir(root, 1)
     assert f"Checkpoint global_step_2 is damaged: {shard} is 1000 bytes, truncated from the 4096 bytes" in caplog.text
-    assert "Resuming from global_step_1, the newest intact checkpoint." in caplog.text
+    assert "names step 2, which is not a complete and intact checkpoint; resuming from global_step_1" in caplog.text
     assert os.path.isfile(shard)  # left as it is: nothing is deleted
     with pytest.raises(RuntimeError, match=rf"trainer.load_checkpoint_path='{newest}' is damaged: {shard} is 1000"):
         resume_path(newest, True, root)  # asked for explicitly: no silent fallback
@@ -350,7 +374,17 @@ def test_the_cli_says_where_a_failed_run_resumes_from(tmp_path):
     assert resume_hint(root) == (
         f"The latest checkpoint is {step_dir(root, 4)}: running the same command again resumes from it."
     )
-    assert resume_hint(root, resumes=False) == "Steps since the run's start or its last checkpoint are not saved."
+    latest = step_dir(root, 4)
+    assert resume_hint(root, find_last=False) == (
+        "With trainer.find_last_checkpoint=false running the same command again starts over; the latest checkpoint is "
+        f"{latest} (resume from it with find_last_checkpoint=true)."
+    )
+    again = f"Running the same command again starts from trainer.load_checkpoint_path={step_dir(root, 2)} again"
+    assert (
+        resume_hint(root, explicit=step_dir(root, 2))
+        == f"{again}; to resume, set it to the latest checkpoint, {latest}."
+    )
+    assert resume_hint(root, explicit=latest).endswith(f"load_checkpoint_path={latest} again.")
     weights_only = tmp_path / "weights_only"
     make_steps(weights_only, [2], complete=False)  # trainer.save_model_only=true: not resumable
     hint = resume_hint(str(weights_only))

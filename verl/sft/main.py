@@ -166,7 +166,7 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
                 state = json.load(f)
             step = state["global_step"]
             warn_if_data_changed(state, len(train), resume)
-        ckpt_tracker = CheckpointTracker.load(root) or CheckpointTracker()
+        ckpt_tracker = CheckpointTracker.resumed(root, step)
         metrics: dict[str, float] = {}
         last_saved = first_step = step
         with StopRequest(trainer.signal_grace_s).installed() as stop:  # a signal: the step in flight finishes first
@@ -235,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     from verl.data.sft_dataset import SFTDataError
     from verl.single_controller.ray.base import WorkerDiedError
 
+    trainer = config.trainer
+    where = (trainer.find_last_checkpoint, trainer.load_checkpoint_path)  # where the same command starts again
     try:
         run_sft(config)
     except (ConfigError, SFTDataError, CheckpointFolderError) as err:  # a ConfigError: one that only running finds
@@ -247,10 +249,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Error: {err}", file=sys.stderr)
         return 1
     except WorkerDiedError as err:  # kill -9, the OOM killer
-        print(f"Error: {err}\n{resume_hint(config.trainer.save_checkpoint_path)}", file=sys.stderr)
+        print(f"Error: {err}\n{resume_hint(trainer.save_checkpoint_path, *where)}", file=sys.stderr)
         return 1
     except TrainingInterrupted as err:  # preemption or Ctrl-C: the workers are gone, the checkpoint is on disk
         print(str(err), file=sys.stderr)
+        if where != (True, None):  # "Run the same command again to resume" is not what that does
+            print(resume_hint(trainer.save_checkpoint_path, *where), file=sys.stderr)
         return 128 + err.signum
     return 0
 

@@ -4,7 +4,8 @@
 Each `global_step_N/` under trainer.save_checkpoint_path holds the roles (`actor/`, `critic/`; `ref/` when
 algorithm.ref_sync_steps moves the reference), the dataloader state and `trainer_state.json`;
 `checkpoint_tracker.json` names the latest and best steps and is replaced atomically, last, so a crash mid-save never
-names a half-written checkpoint."""
+names a half-written checkpoint. The tracker's latest is what a run resumes from: a newer folder is an interrupted
+save's or one of a run that started over or went back to an earlier step (it is replaced when the run gets there)."""
 
 import copy
 import json
@@ -73,6 +74,18 @@ class CheckpointTracker:
             "written over (export their weights with that tool's own model merger)."
         )
 
+    @classmethod
+    def resumed(cls, save_root: str, step: int) -> "CheckpointTracker":
+        """The tracker of a run starting from `step` (0: from scratch): the saved one without the steps after `step`,
+        which belong to a run this one replaces."""
+        saved = cls.load(save_root) if step > 0 else None
+        tracker = cls(last_global_step=step)
+        for name, score in sorted((saved.val_scores if saved else {}).items(), key=lambda item: int(item[0])):
+            if int(name) <= step:
+                tracker.record(int(name), score)
+        tracker.last_global_step = step
+        return tracker
+
     def save(self, save_root: str) -> None:
         os.makedirs(save_root, exist_ok=True)
         atomic_write(os.path.join(save_root, TRACKER_FILE), lambda f: json.dump(asdict(self), f, indent=2))
@@ -102,9 +115,10 @@ def is_complete(path: str) -> bool:
 
 
 def find_last_checkpoint(save_root: str) -> str | None:
-    """The newest complete checkpoint under `save_root`, or None when there is none.
-    Normally the tracker's step; without a usable tracker the newest complete and intact global_step_N, with a
-    warning, so a run never restarts from 0 over existing checkpoints; if none is complete that is an error."""
+    """The checkpoint under `save_root` to resume from, or None when there is none.
+    Normally the tracker's step; where it is damaged or gone, the newest complete and intact one before it; without a
+    tracker the newest complete and intact global_step_N, so a run never restarts from 0 over existing checkpoints
+    (each with a warning). If none is complete that is an error."""
     steps = saved_steps(save_root)
     complete = [step for step in steps if is_complete(step_dir(save_root, step))]
     tracker = CheckpointTracker.load(save_root)
@@ -122,7 +136,8 @@ def find_last_checkpoint(save_root: str) -> str | None:
             "trainer.save_checkpoint_path, or set trainer.find_last_checkpoint=false to start over here (the step "
             f"directories are overwritten){_from_weights(step_dir(save_root, steps[-1]))}."
         )
-    intact = _intact_steps(save_root, complete)
+    before_named = [step for step in complete if named is None or step <= named]
+    intact = _intact_steps(save_root, before_named or complete)
     if not intact:
         raise RuntimeError(
             f"Cannot resume from '{save_root}': every complete checkpoint is damaged (see the warnings above). "
@@ -130,15 +145,22 @@ def find_last_checkpoint(save_root: str) -> str | None:
             "trainer.find_last_checkpoint=false to start over here (the step directories are overwritten)."
         )
     newest = intact[-1]
-    if newest != complete[-1]:
-        logger.warning("Resuming from global_step_%d, the newest intact checkpoint.", newest)
-    elif named != newest:
+    tracker_path = os.path.join(save_root, TRACKER_FILE)
+    if named is None:
+        logger.warning("No checkpoint tracker at %s; resuming from global_step_%d.", tracker_path, newest)
+    elif newest != named:
         logger.warning(
-            "Checkpoint tracker %s names step %s, but the newest complete checkpoint is global_step_%d; resuming "
-            "from it.",
-            os.path.join(save_root, TRACKER_FILE),
-            "nothing" if named is None else named,
+            "Checkpoint tracker %s names step %d, which is not a complete and intact checkpoint; resuming from "
+            "global_step_%d.",
+            tracker_path,
+            named,
             newest,
+        )
+    if named is not None and (later := [step for step in steps if step > newest]):
+        logger.warning(
+            "%s: later than the run's latest checkpoint (an interrupted save's, or a run's that started over or went "
+            "back to an earlier step); not resumed from, and replaced when this run gets there.",
+            ", ".join(f"global_step_{step}" for step in later),
         )
     return step_dir(save_root, newest)
 
@@ -168,15 +190,25 @@ def _from_weights(path: str) -> str:
     return f"; to start a new run from its weights, {export_advice(actor, 'them', 'set worker.actor.model.model_path to')}"
 
 
-def resume_hint(save_root: str, resumes: bool = True) -> str:
-    """After a run stopped on an error: the checkpoint under `save_root` that running the same command again resumes
-    from (`resumes`: whether the command looks for it)."""
-    if not resumes:
-        return "Steps since the run's start or its last checkpoint are not saved."
+def resume_hint(save_root: str, find_last: bool = True, explicit: str | None = None) -> str:
+    """After a run stopped: where running the same command again starts (trainer.find_last_checkpoint `find_last`,
+    trainer.load_checkpoint_path `explicit`), and the latest checkpoint under `save_root` when that is elsewhere."""
     try:
         latest = find_last_checkpoint(save_root)
     except RuntimeError as err:  # weights-only or interrupted saves, or every one damaged
-        return f"Running the same command again does not resume: {err}"
+        if find_last and explicit is None:
+            return f"Running the same command again does not resume: {err}"
+        latest = None
+    if explicit is not None:
+        again = f"Running the same command again starts from trainer.load_checkpoint_path={explicit} again"
+        if latest is None or os.path.normpath(latest) == os.path.normpath(explicit):
+            return f"{again}."
+        return f"{again}; to resume, set it to the latest checkpoint, {latest}."
+    if not find_last:
+        later = (
+            f"; the latest checkpoint is {latest} (resume from it with find_last_checkpoint=true)" if latest else ""
+        )
+        return f"With trainer.find_last_checkpoint=false running the same command again starts over{later}."
     if latest is None:
         return "No checkpoint of this run was saved: running the same command again starts over."
     return f"The latest checkpoint is {latest}: running the same command again resumes from it."
@@ -281,7 +313,8 @@ def save_step(
 ) -> CheckpointTracker:
     """Save `step` as global_step_N (RL and SFT): `write(path)` writes its files, then their integrity record, then
     the tracker names it the latest. A storage failure (disk full, unwritable) removes the partial files and raises
-    CheckpointSaveError, the previous checkpoint intact and latest. Then checkpoints past `save_limit` go, and with
+    CheckpointSaveError, the previous checkpoint intact and latest. Then the folders between the previous latest and
+    `step` go (a replaced run's or an interrupted save's), and the checkpoints past `save_limit`, and with
     `more_to_come` a warning says when the disk has no room for another. Returns the tracker naming the step."""
     path = step_dir(save_root, step)
     if os.path.isdir(path) and step != tracker.last_global_step:
@@ -306,6 +339,9 @@ def save_step(
             f"{previous}. Free space, or set trainer.save_checkpoint_path to a writable directory, and run again to "
             "resume."
         ) from err
+    for passed in saved_steps(save_root):  # a replaced run's (or an interrupted save's) between the two latest
+        if tracker.last_global_step < passed < step:
+            shutil.rmtree(step_dir(save_root, passed), ignore_errors=True)
     remove_obsolete_checkpoints(save_root, save_limit, saved)
     logger.info("Saved checkpoint %s", path)
     if more_to_come:
@@ -315,15 +351,16 @@ def save_step(
 
 def remove_obsolete_checkpoints(save_root: str, save_limit: int, tracker: CheckpointTracker) -> list[int]:
     """Keep the newest `save_limit` checkpoints with weights, the best one and the tracker's latest; return the
-    removed steps. Leftovers of interrupted saves never count towards the limit (removed once older than the latest)."""
+    removed steps. Leftovers of interrupted saves never count towards the limit (removed once older than the latest);
+    folders after the latest (an earlier run's this one replaces) are left until the run gets there."""
     if save_limit <= 0:
         return []
-    steps = saved_steps(save_root)
+    steps = [step for step in saved_steps(save_root) if step <= tracker.last_global_step]
     usable = [step for step in steps if os.path.isdir(os.path.join(step_dir(save_root, step), "actor"))]
     keep = set(usable[-save_limit:]) | {tracker.last_global_step}
     if tracker.best_global_step is not None:
         keep.add(tracker.best_global_step)
-    removed = [step for step in steps if step not in keep and (step in usable or step < tracker.last_global_step)]
+    removed = [step for step in steps if step not in keep]
     for step in removed:
         shutil.rmtree(step_dir(save_root, step), ignore_errors=True)
     return removed

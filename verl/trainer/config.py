@@ -352,9 +352,11 @@ class BaseTrainerConfig:
     is the validation at its own step, so one saved at a step without validation is never the best); -1 (or any value
     <= 0) keeps all."""
     load_checkpoint_path: str | None = None
-    """Resume from this global_step_N directory."""
+    """Resume from this global_step_N directory (later ones under save_checkpoint_path are replaced as the run gets
+    there)."""
     find_last_checkpoint: bool = True
-    """Resume from the latest checkpoint under save_checkpoint_path when one exists."""
+    """Resume from the latest checkpoint under save_checkpoint_path (the one checkpoint_tracker.json names) when one
+    exists; false starts over (the step directories there are replaced as the run gets there)."""
     signal_grace_s: float = 300.0
     """On SIGTERM or SIGINT (scheduler preemption, Ctrl-C) the run finishes its current step and, if that happens
     within this many seconds of the signal, saves a checkpoint, then exits non-zero; a second signal stops at once.

@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         OnlineFilteringError,
         DatasetRowError,  # a row that passed the scan fails when its batch is built (an image removed since)
     )
+    trainer = config.trainer
+    where = (trainer.find_last_checkpoint, trainer.load_checkpoint_path)  # where the same command starts again
     try:
         run(config)
     except (SetupError, CheckpointSaveError) as err:  # CheckpointSaveError: disk full or unwritable
@@ -78,12 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     except (*user_code, WorkerDiedError, RayActorError) as err:
         print(f"Error: {user_error_message(err)}", file=sys.stderr)
         if not isinstance(err, OnlineFilteringError):  # (its message names the checkpoint)
-            trainer = config.trainer
-            resumes = trainer.find_last_checkpoint and not trainer.load_checkpoint_path
-            print(resume_hint(trainer.save_checkpoint_path, resumes), file=sys.stderr)
+            print(resume_hint(trainer.save_checkpoint_path, *where), file=sys.stderr)
         return 1
     except TrainingInterrupted as err:  # preemption or Ctrl-C: the workers are gone, the checkpoint is on disk
         print(str(err), file=sys.stderr)
+        if where != (True, None):  # "Run the same command again to resume" is not what that does
+            print(resume_hint(trainer.save_checkpoint_path, *where), file=sys.stderr)
         return 128 + err.signum
     return 0
 

@@ -562,7 +562,7 @@ class RayPPOTrainer:
             self.kl_ctrl.load_state_dict(state["kl_ctrl"])
             if self.entropy_ctrl is not None and "entropy_ctrl" in state:
                 self.entropy_ctrl.load_state_dict(state["entropy_ctrl"])
-        self.ckpt_tracker = CheckpointTracker.load(trainer.save_checkpoint_path) or CheckpointTracker()
+        self.ckpt_tracker = CheckpointTracker.resumed(trainer.save_checkpoint_path, self.global_step)
         return path
 
     # ------------------------------------------------------------------------------------------------ the loop
