@@ -97,29 +97,6 @@ def test_get_processor_loads_the_vl_processor(vl_dir):
     assert _image_tokens(processor, 480, 640) == 54  # scaled under max_pixels to 168x252: 12x18 patches, 2x2 merge
 
 
-def test_get_processor_sets_pixel_bounds(vl_dir):
-    default = get_processor(vl_dir)
-    small = get_processor(vl_dir, max_pixels=28 * 28 * 16)
-    assert _image_tokens(small, 480, 640) <= 16 < _image_tokens(default, 480, 640)
-    assert small.video_processor.size["longest_edge"] == 28 * 28 * 16
-    large_min = get_processor(vl_dir, min_pixels=28 * 28 * 32)
-    assert _image_tokens(large_min, 28, 28) >= 32 > _image_tokens(default, 28, 28)
-    with pytest.raises(ValueError, match="min_pixels=5000 and max_pixels=100"):
-        get_processor(vl_dir, min_pixels=5000, max_pixels=100)
-
-
-def test_pixel_bounds_leave_pixtrals_longest_side(tiny_cache):
-    """Pixtral's `longest_edge` is a side in pixels, which vLLM reads from the model's folder: the data's pixel-area
-    bounds must not become it, or a wide image would expand to other token counts in the actor than in the engine."""
-    from PIL import Image
-
-    model_dir = get_or_build_tiny_model("mistral3", tiny_cache)
-    processor = get_processor(model_dir, min_pixels=3136, max_pixels=1003520)
-    assert dict(processor.image_processor.size) == {"longest_edge": 112}
-    image = Image.new("RGB", (1000, 250))
-    assert processor.image_processor(image, return_tensors="pt")["image_sizes"].tolist() == [[28, 112]]
-
-
 def test_get_processor_overrides_the_chat_template(vl_dir):
     processor = get_processor(vl_dir, override_chat_template=TEMPLATE)
     assert processor.apply_chat_template(MESSAGES, tokenize=False) == "[user] hi\n"
@@ -132,7 +109,3 @@ def test_get_processor_raises_on_a_broken_processor_config(text_dir, tmp_path):
     (broken / "preprocessor_config.json").write_text("{not json")
     with pytest.raises(OSError, match=f"{broken}.*preprocessor_config.json"):
         get_processor(str(broken))
-
-
-def test_pixel_bounds_on_a_text_model_are_ignored_because_there_is_no_processor(text_dir):
-    assert get_processor(text_dir, min_pixels=100, max_pixels=200) is None

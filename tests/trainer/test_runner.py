@@ -2,6 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """What the runner hands Ray and prints before training, checked without starting Ray."""
 
+import json
 import logging
 import os
 import subprocess
@@ -191,7 +192,6 @@ def test_a_nearly_full_disk_under_ray_s_temp_folder_is_warned_about(small_disk, 
 def test_verls_agent_loop_fields_without_an_environment_are_named_at_the_start(tmp_path, caplog):
     """verl's multi-turn datasets name an agent loop and its tools' arguments per row; here episodes come from
     worker.rollout.env, so a run without one says the fields go unused instead of training single-turn silently."""
-    import json
 
     from verl.models.tiny_models import get_or_build_tiny_model
 
@@ -225,3 +225,39 @@ def test_verls_agent_loop_fields_without_an_environment_are_named_at_the_start(t
     with caplog.at_level(logging.WARNING, logger="verl.trainer.runner"):
         runner._prepare_inputs(config)
     assert "agent loop" not in caplog.text
+
+
+def test_the_drivers_prompts_expand_images_as_the_workers_and_vllm_do(tmp_path):
+    """A small image upscaled to data.min_pixels (262144 by default) then rounded by a processor with other bounds
+    than the model's gave 361 image tokens in the prompt and 324 in the workers' and the engine's inputs: the driver
+    uses the model's own processor, as they do."""
+    from PIL import Image
+
+    from verl.data.multimodal import process_media
+    from verl.data.tokenizer import get_processor
+    from verl.models.tiny_models import get_or_build_tiny_model
+    from verl.trainer.config import load_config
+
+    model = get_or_build_tiny_model("qwen2_5_vl", str(tmp_path / "models"), min_pixels=3136, max_pixels=12845056)
+    Image.new("RGB", (100, 100), (200, 30, 30)).save(tmp_path / "red.png")
+    row = {"prompt": "<image>What colour?", "answer": "red", "images": [str(tmp_path / "red.png")]}
+    (tmp_path / "train.jsonl").write_text(json.dumps(row) + "\n")
+    config = load_config(
+        [
+            f"data.train_files={tmp_path / 'train.jsonl'}",
+            "data.rollout_batch_size=1",
+            "data.max_prompt_length=1024",
+            "worker.actor.global_batch_size=1",
+            "trainer.n_gpus_per_node=1",
+            "worker.rollout.n=2",
+            f"worker.actor.model.model_path={model}",
+            f"worker.reward.reward_function={REPO}/examples/reward_function/math.py:compute_score",
+            f"trainer.save_checkpoint_path={tmp_path / 'run'}",
+        ]
+    )
+    assert config.data.min_pixels == 262144  # the default, above the 100 x 100 image
+    train, _, tokenizer, processor, _ = runner._prepare_inputs(config)
+    batch = next(iter(train))
+    prompt_tokens = int((batch.batch["input_ids"] == processor.image_token_id).sum())
+    grid = process_media(batch.non_tensor_batch["multi_modal_data"][0], get_processor(model))["image_grid_thw"]
+    assert prompt_tokens == int(grid.prod(-1).sum()) // processor.image_processor.merge_size**2 > 0

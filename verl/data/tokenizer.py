@@ -99,13 +99,11 @@ def get_processor(
     path: str,
     trust_remote_code: bool = False,
     override_chat_template: str | None = None,
-    min_pixels: int | None = None,
-    max_pixels: int | None = None,
     **kwargs: Any,
 ) -> "ProcessorMixin | None":
     """AutoProcessor for a multimodal model, or None for a text-only one (a local directory without processor
-    config; one that fails to load raises). `min_pixels` / `max_pixels` override the resize bounds, which fix an
-    image's token count."""
+    config; one that fails to load raises). Its resize bounds stay the model's: the driver, the workers and vLLM must
+    expand an image to the same number of tokens (data.min_pixels / max_pixels resize images before it)."""
     _check_model_path(path, "Processor")
     if os.path.isdir(path) and not any(os.path.isfile(os.path.join(path, name)) for name in _PROCESSOR_FILES):
         return None
@@ -119,27 +117,7 @@ def get_processor(
         return None
     if override_chat_template is not None:
         processor.chat_template = processor.tokenizer.chat_template = _read_chat_template(override_chat_template)
-    if min_pixels is not None or max_pixels is not None:
-        _set_pixel_bounds(processor, path, min_pixels, max_pixels)
     return processor
-
-
-def _set_pixel_bounds(processor: "ProcessorMixin", path: str, min_pixels: int | None, max_pixels: int | None) -> None:
-    """Set the image and video processors' resize bounds (Qwen2-VL family: pixel areas as the size's shortest and
-    longest edge). Processors with fixed tiles (InternVL), their own token budget (Gemma 4) or a longest side in
-    pixels (Pixtral, as vLLM reads it from the model's folder) keep theirs; the dataset's resize still applies
-    before."""
-    for sub in (getattr(processor, name, None) for name in ("image_processor", "video_processor")):
-        if sub is None or not {"shortest_edge", "longest_edge"} <= dict(sub.size or {}).keys():
-            continue
-        # GLM-4.1V's resize bounds the pixels of a temporal patch (an image counts as its two frames)
-        frames = getattr(sub, "temporal_patch_size", 1) if ".glm4v." in type(sub).__module__ else 1
-        low = min_pixels * frames if min_pixels is not None else sub.size["shortest_edge"]
-        high = max_pixels * frames if max_pixels is not None else sub.size["longest_edge"]
-        if not 0 < low <= high:
-            raise ValueError(f"min_pixels={low} and max_pixels={high} for {path!r} need 0 < min_pixels <= max_pixels.")
-        # `size` is a dict or a frozen SizeDict (transformers 5): rebuild it rather than mutate it
-        sub.size = type(sub.size)(**{**dict(sub.size), "shortest_edge": low, "longest_edge": high})
 
 
 def _template_variables(template: str | dict[str, str]) -> set[str]:

@@ -70,8 +70,7 @@ def build_datasets(config: SFTConfig) -> tuple["SFTDataset", "SFTDataset | None"
     options = {"trust_remote_code": model.trust_remote_code, "override_chat_template": data.override_chat_template}
     try:  # a folder without tokenizer files, a config transformers cannot read: one line, as in the RL trainer
         tokenizer = get_tokenizer(model.tokenizer_path, **options)
-        pixels = {"min_pixels": data.min_pixels, "max_pixels": data.max_pixels}
-        processor = get_processor(model.tokenizer_path, **options, **pixels)
+        processor = get_processor(model.tokenizer_path, **options)  # the workers' too: data's pixels resize before it
         model_config = load_model_config(model.model_path, model.trust_remote_code)
         stop_ids = eos_token_ids(tokenizer, model.model_path)
     except (OSError, ValueError) as error:

@@ -171,7 +171,8 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
     data = config.data
     options = {"trust_remote_code": model.trust_remote_code, "override_chat_template": data.override_chat_template}
     tokenizer = get_tokenizer(model.tokenizer_path, **options)
-    processor = get_processor(model.tokenizer_path, **options, min_pixels=data.min_pixels, max_pixels=data.max_pixels)
+    # the model's own processor, as the workers' and vLLM's: data.min/max_pixels resize the images before it
+    processor = get_processor(model.tokenizer_path, **options)
     rollout = config.worker.rollout
     tools = None
     if rollout.env:  # a tool environment describes its tools in every prompt, through the chat template
