@@ -307,6 +307,18 @@ def test_concat_keeps_first_meta_and_order():
     assert rows(DataProto.concat([DataProto(), a, DataProto()])) == [0, 1]  # empty accumulators are skipped
 
 
+def test_concat_fills_a_float_column_a_piece_lacks_with_nan():
+    """An environment's episode_info numbers: each worker has the keys its own episodes reported."""
+    a, b = make_dp(2), make_dp(2)
+    a.non_tensor_batch["env_solved"] = np.array([1.0, 0.0], dtype=object)
+    merged = DataProto.concat([a, b])
+    np.testing.assert_array_equal(merged.non_tensor_batch["env_solved"].astype(float), [1.0, 0.0, np.nan, np.nan])
+    assert "env_solved" not in b.non_tensor_batch  # the pieces are left as they were
+    b.non_tensor_batch["note"] = np.array(["x", "y"], dtype=object)
+    with pytest.raises(ValueError, match=r"non-tensor keys"):  # other columns must match
+        DataProto.concat([a, b])
+
+
 def test_concat_errors():
     with pytest.raises(ValueError, match="empty list"):
         DataProto.concat([])

@@ -407,13 +407,20 @@ class DataProto:
     @staticmethod
     def concat(data: list["DataProto"]) -> "DataProto":
         """Stack DataProtos row-wise; meta_info comes from the first. Keyless (empty) pieces are skipped; the others
-        must have the same keys."""
+        must have the same keys, except non-tensor columns of floats, which are NaN in a piece without them (numbers
+        some rows report and others not, such as an environment's episode_info, each worker's for its own episodes)."""
         if len(data) == 0:
             raise ValueError("DataProto.concat got an empty list; pass at least one DataProto.")
         meta_info = dict(data[0].meta_info)
         pieces = [piece for piece in data if piece.batch is not None or piece.non_tensor_batch]
         if not pieces:
             return DataProto(meta_info=meta_info)
+        floats = {
+            key
+            for piece in pieces
+            for key, column in piece.non_tensor_batch.items()
+            if len(column) and all(isinstance(value, (float, np.floating)) for value in column)
+        }
         first = pieces[0]
         for position, piece in enumerate(pieces[1:], start=1):
             if (piece.batch is None) != (first.batch is None) or set(piece._batch_keys()) != set(first._batch_keys()):
@@ -421,15 +428,17 @@ class DataProto:
                     f"Cannot concat: non-empty piece {position} has tensor keys {sorted(piece._batch_keys())} but "
                     f"piece 0 has {sorted(first._batch_keys())}; select the same keys first."
                 )
-            if set(piece.non_tensor_batch) != set(first.non_tensor_batch):
+            if set(piece.non_tensor_batch) - floats != set(first.non_tensor_batch) - floats:
                 raise ValueError(
                     f"Cannot concat: non-empty piece {position} has non-tensor keys {sorted(piece.non_tensor_batch)} "
                     f"but piece 0 has {sorted(first.non_tensor_batch)}; select the same keys first."
                 )
         batch = None if first.batch is None else torch.cat([piece.batch for piece in pieces], dim=0)
         non_tensor_batch = {
-            key: np.concatenate([piece.non_tensor_batch[key] for piece in pieces], axis=0)
-            for key in first.non_tensor_batch
+            key: np.concatenate(
+                [piece.non_tensor_batch.get(key, to_object_array([np.nan] * len(piece))) for piece in pieces]
+            )
+            for key in {**first.non_tensor_batch, **dict.fromkeys(sorted(floats))}
         }
         return DataProto(batch=batch, non_tensor_batch=non_tensor_batch, meta_info=meta_info)
 

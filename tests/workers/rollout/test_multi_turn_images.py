@@ -27,7 +27,7 @@ from PIL import Image
 
 from verl.envs import MultiTurnEnv
 
-SIZES = {"a": [(56, 56)], "b": [(112, 84), (56, 84)]}
+SIZES = {"a": [(56, 56)], "b": [(112, 84), (56, 84)], "none": []}
 
 
 class ShowPictures(MultiTurnEnv):
@@ -138,6 +138,22 @@ def _prompts(processor: Any, model: Any) -> DataProto:
             "kind": np.array([kind for kind, _, _ in cases], dtype=object),
         },
     )
+
+
+def test_episodes_without_environment_images_give_the_same_columns(vl_rollout):
+    """Each worker's rollout is concatenated with the others': one whose episodes got no environment image has
+    `multi_modal_inputs` too (the prompt's images only), else the step fails on a missing column."""
+    rollout, processor, model, calls = vl_rollout
+    plain = _prompts(processor, model)
+    plain.non_tensor_batch["kind"] = np.array(["none", "none"], dtype=object)
+    output = rollout.generate_sequences(plain)
+    with_images = rollout.generate_sequences(_prompts(processor, model))
+    assert set(output.non_tensor_batch) == set(with_images.non_tensor_batch)
+    assert len(DataProto.concat([output, with_images])) == 4 * N
+    for row in range(len(output)):  # rows 0..N-1: the text prompt; N..2N-1: one prompt image
+        grids = output.non_tensor_batch["multi_modal_inputs"][row].get("image_grid_thw")
+        assert (0 if grids is None else len(grids)) == (row >= N)
+    calls.clear()  # the engine requests the other test counts
 
 
 def test_environment_images_reach_engine_and_trainer_alike(vl_rollout):

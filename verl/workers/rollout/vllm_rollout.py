@@ -623,7 +623,7 @@ class VLLMRollout:
             tensors["rollout_log_probs"] = pad_rows(logprobs, width, 0.0, torch.float32) * response_mask
         non_tensors = {key: value[rows.numpy()] for key, value in prompts.non_tensor_batch.items()}
         if episodes is not None:
-            if any(episode.images for episode in episodes):
+            if self.processor is not None:  # every worker's output has the same columns, with or without env images
                 self._add_environment_images(episodes, rows, tensors, non_tensors)
             non_tensors.update(episode_columns(episodes))  # env_turns, ..., last_turn (the final answer), messages
             infos = [self._env_call("episode_info", f"for episode {i}", e.state) for i, e in enumerate(episodes)]
@@ -696,8 +696,9 @@ class VLLMRollout:
         tensors: dict[str, torch.Tensor],
         non_tensors: dict[str, np.ndarray],
     ) -> None:
-        """For episodes with environment images: media and `multi_modal_inputs` hold the prompt's images, then the
-        environment's; position ids come from the model's rope index over the whole sequence."""
+        """`multi_modal_inputs` for every episode of a vision-language model: the prompt's images, then for an episode
+        with environment images those too (in its media as well; its position ids then come from the model's rope
+        index over the whole sequence)."""
         if getattr(self, "rope_index", None) is None:
             self.rope_index = RopeIndex(load_model_config(self.model_path, self.config.trust_remote_code))
         media = non_tensors.get("multi_modal_data")
