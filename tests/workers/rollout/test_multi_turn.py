@@ -635,3 +635,31 @@ def test_a_model_turns_tool_calls_reach_the_records_as_the_environment_read_them
                 "name": "add",
                 "arguments": '{"a": "2", "b": "3"}',
             }
+
+
+def test_an_episode_that_ends_after_a_turn_the_turn_limit_cut_is_truncated():
+    """max_tokens_per_turn cut the last model turn (no end-of-turn token) and the episode then ended (max_turns, or
+    the environment said done): the final answer is cut, so mask_truncated_responses and truncated_ratio see it."""
+    from verl.envs.base import EnvStep
+    from verl.models.tiny_models import build_tokenizer
+    from verl.workers.rollout.multi_turn import ChatContinuation, Episode, TurnRunner, apply_step
+
+    tokenizer = build_tokenizer()
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    runner = TurnRunner(
+        budget=100, max_turns=2, eos_token_ids={eos}, continuation=ChatContinuation(tokenizer), tokenizer=tokenizer,
+        with_logprobs=False, max_tokens_per_turn=4,
+    )  # fmt: skip
+    words = tokenizer.encode("hello there my friend how are you", add_special_tokens=False)
+    for closed_last, env_done in ((False, False), (False, True), (True, False)):
+        episode = Episode(prompt_input={"prompt_token_ids": [1]}, state={}, seed=None)
+        end = runner.add_model_tokens(episode, words[:6], None, runner.turn_limit(episode))
+        assert end == "" and episode.open_turn  # cut at 4 tokens: the episode goes on
+        apply_step(runner, episode, EnvStep(messages=[{"role": "user", "content": "go on"}], done=env_done), end)
+        assert episode.done == episode.truncated == env_done  # the environment ended it after a cut turn
+        if env_done:
+            continue
+        last = words[:2] + [eos] if closed_last else words[:6]
+        end = runner.add_model_tokens(episode, last, None, runner.turn_limit(episode))
+        apply_step(runner, episode, EnvStep(messages=[], done=False), end)  # max_turns spent
+        assert episode.done and episode.truncated == (not closed_last)

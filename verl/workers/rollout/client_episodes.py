@@ -253,7 +253,7 @@ class ClientTurns(TurnHooks):
                 if error is not None:
                     raise error
                 conversation.done = True
-                conversation.sample.episode.done = True
+                conversation.sample.episode.end()
                 conversation.sample.finished = True
                 del self.conversations[id(conversation.sample)]
                 completed = completed or conversation.group.complete

@@ -159,8 +159,8 @@ class RolloutConfig:
     """Most model turns per episode with an env; all turns share the response length."""
     max_tokens_per_turn: int | None = None
     """With an env: a model turn that reaches this many tokens ends there (the chat template closes it) and the
-    environment answers; unset, a turn ends only at the end-of-turn token (or the response budget, which ends the
-    episode as truncated)."""
+    environment answers (an episode that ends after such a turn is truncated: its last answer was cut); unset, a turn
+    ends only at the end-of-turn token (or the response budget, which ends the episode as truncated)."""
     env_step_timeout_s: float = 600.0
     """With an env: longest one environment step may take (a `step` call; for a client-style env, an episode's work
     between two model requests); past it the rollout stops with an error naming the environment, episode and turn,

@@ -148,6 +148,10 @@ class Episode:
     cut_tool_messages: int = 0
     """Tool results the episode ended before showing to the model (budget or max_turns spent)."""
     truncated: bool = False
+    """The episode ended inside a model turn: the budget cut it, or the episode ended after a turn that
+    max_tokens_per_turn cut (`end`)."""
+    open_turn: bool = False
+    """The model's latest turn was cut by max_tokens_per_turn, without an end-of-turn token."""
     done: bool = False
     last_turn: str = ""
     """The decoded text of the model's latest turn (its final answer once the episode is done)."""
@@ -166,6 +170,11 @@ class Episode:
 
     def prompt_images(self) -> int:
         return len((self.prompt_input.get("multi_modal_data") or {}).get("image", []))
+
+    def end(self) -> None:
+        """The environment (or a client-style episode) ended the episode: truncated if its last model turn was cut."""
+        self.done = True
+        self.truncated = self.truncated or self.open_turn
 
 
 @dataclasses.dataclass
@@ -229,6 +238,7 @@ class TurnRunner:
             ]
         episode.messages.append(message)
         ended = bool(new) and new[-1] in self.eos_token_ids
+        episode.open_turn = not ended
         if not (ended or cut_by_turn_limit):
             episode.truncated, episode.done = True, True
             return None
@@ -285,7 +295,7 @@ def apply_step(runner: TurnRunner, episode: Episode, result: EnvStep, turn_end: 
     episode.tool_calls += result.tool_calls
     episode.tool_errors += result.tool_errors
     if result.done or episode.turns >= runner.max_turns:
-        episode.done = True
+        episode.end()
         record_messages(episode, result.messages, cut=True)
         return
     runner.add_environment_turn(episode, result.messages, turn_end)
