@@ -53,3 +53,7 @@ def test_the_truncated_share_is_logged():
     metrics = compute_data_metrics(batch, use_critic=False)
     assert metrics["response_length/truncated_ratio"] == pytest.approx(1 / 3)
     assert metrics["response_length/clip_ratio"] == pytest.approx(2 / 3)  # it counts the full-width responses
+    # an episode whose environment tokens (response mask 0) filled the rest of the budget reached it too
+    batch.batch["response_mask"][1] = torch.tensor([1, 0, 0, 1])
+    batch.batch["attention_mask"][1] = 1
+    assert compute_data_metrics(batch, use_critic=False)["response_length/clip_ratio"] == pytest.approx(1.0)

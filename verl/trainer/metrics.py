@@ -59,7 +59,9 @@ def compute_data_metrics(batch: DataProto, use_critic: bool) -> dict[str, float]
         variance = torch.var(returns - values)
         metrics["critic/vf_explained_var"] = (1.0 - variance / (torch.var(returns) + 1e-5)).item()
     metrics.update(_stats("response_length", response_length))
-    metrics["response_length/clip_ratio"] = (response_length >= max_response_length).float().mean().item()
+    # the whole response, an environment's tokens included: an episode that used up its budget reached the width
+    used = batch.batch["attention_mask"][:, -max_response_length:].sum(-1)
+    metrics["response_length/clip_ratio"] = (used >= max_response_length).float().mean().item()
     if "rollout_truncated" in batch.batch.keys():
         metrics["response_length/truncated_ratio"] = batch.batch["rollout_truncated"].float().mean().item()
     metrics.update(_stats("prompt_length", prompt_length))
