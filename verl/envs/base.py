@@ -45,11 +45,8 @@ class EnvStep:
 
 class Environment:
     """The interface. One instance serves every episode of a worker; per-episode data lives in the `state` dict.
-
-    With tensor_parallel_size > 1 in `mode=sync`, each process of an engine runs the same episodes and must feed the
-    same tokens: replies must follow from the row and the model's text alone (no unseeded randomness or
-    process-local state). Asynchronous modes run episodes on the group's first process only.
-    """
+    With tensor_parallel_size > 1 the episodes run on the first process of each engine's group, which drives its
+    peers. `reset` gets its own copy of the row for each episode (the n episodes of a prompt share no object)."""
 
     concurrent_steps: int = 1
     """How many episodes' `step` calls may run at once (threads). Raise it when a step waits outside Python (a

