@@ -10,6 +10,7 @@ prompts and each engine's admission count (its requests' seeds follow it)."""
 
 import functools
 import json
+import logging
 import os
 from typing import Any
 
@@ -19,10 +20,13 @@ from verl.trainer.checkpointing import atomic_write
 from verl.trainer.metrics import append_metrics
 
 
+logger = logging.getLogger(__name__)
+
+
 _POLL_WAIT_S = 0.5
 """Longest an engine holds a poll (the driver launches scoring of new groups in between)."""
 ENGINES_FILE = "rollout_engines.json"
-"""{"generate_calls": [one per engine]} in a checkpoint directory."""
+"""{"generate_calls": [one per engine], "validate_calls": [...]} in a checkpoint directory."""
 
 
 class DisaggregatedRayPPOTrainer(AsyncRayPPOTrainer):
@@ -76,7 +80,8 @@ class DisaggregatedRayPPOTrainer(AsyncRayPPOTrainer):
         super()._write_checkpoint(path)
         if self.config.trainer.save_model_only:
             return
-        counters = {"generate_calls": self.rollout_wg.execute_all("generate_calls")}
+        generate, validate = zip(*self.rollout_wg.execute_all("seed_counts"))
+        counters = {"generate_calls": list(generate), "validate_calls": list(validate)}
         atomic_write(os.path.join(path, ENGINES_FILE), lambda f: f.write(json.dumps(counters)))
 
     def _load_checkpoint(self) -> str | None:
@@ -84,9 +89,18 @@ class DisaggregatedRayPPOTrainer(AsyncRayPPOTrainer):
         engines_file = None if path is None else os.path.join(path, ENGINES_FILE)
         if engines_file is not None and os.path.isfile(engines_file):
             with open(engines_file) as f:
-                calls = json.load(f)["generate_calls"]
+                counters = json.load(f)
+            calls = counters["generate_calls"]
             if len(calls) == self.rollout_wg.world_size:  # another pool size starts the engines' seeds afresh
-                self.rollout_wg.execute_all("restore_generate_calls", calls)
+                validate = counters.get("validate_calls", [0] * len(calls))
+                self.rollout_wg.execute_all("restore_seed_counts", calls, validate)
+            else:
+                logger.warning(
+                    "%s was saved by %d rollout engines, this run has %d: their sampling seeds start afresh.",
+                    path,
+                    len(calls),
+                    self.rollout_wg.world_size,
+                )
         return path
 
     def validate(self) -> dict[str, float]:

@@ -334,8 +334,11 @@ class FSDPWorker(Worker):
     def save_checkpoint(self, path: str, save_model_only: bool = False, reference_path: str | None = None) -> None:
         """The trained model's checkpoint at `path`; with `reference_path` (a reference that `sync_reference` moves),
         the reference model's weights there too."""
-        # the rollout's call counter seeds its requests: restoring it makes a resumed run sample as an unbroken one
-        extra = {"rollout_generate_calls": self.rollout.generate_calls} if self.has_rollout else {}
+        # the rollout's call counters seed its requests: restored, a resumed run samples as an unbroken one
+        extra = {}
+        if self.has_rollout:
+            extra = {"rollout_generate_calls": self.rollout.generate_calls}
+            extra["rollout_validate_calls"] = self.rollout.validate_calls  # validation's own seeds
         with self._trained_resident():
             self.checkpoint_manager.save(path, extra_state=extra, save_model_only=save_model_only)
         if reference_path is not None:
@@ -351,6 +354,7 @@ class FSDPWorker(Worker):
             extra = self.checkpoint_manager.load(path)
         if self.has_rollout and "rollout_generate_calls" in extra:
             self.rollout.generate_calls = extra["rollout_generate_calls"]
+            self.rollout.validate_calls = extra.get("rollout_validate_calls", 0)
         if reference_path is not None and has_checkpoint(reference_path):
             with self._resident(self.ref_module, self.ref_offload):
                 FSDPCheckpointManager(self.ref_module).load(reference_path, model_only=True)

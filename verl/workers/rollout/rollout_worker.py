@@ -146,15 +146,17 @@ class RolloutWorker(Worker):
         if getattr(self, "rollout", None) is not None:
             self.rollout.close_envs()
 
-    def generate_calls(self) -> int:
-        """Admissions so far: the requests' seeds follow this count (saved with the trainer's checkpoints)."""
+    def seed_counts(self) -> tuple[int, int]:
+        """Training admissions and validation calls so far: the requests' seeds follow these counts (saved with the
+        trainer's checkpoints)."""
         with self.engine.cond:
-            return self.rollout.generate_calls
+            return self.rollout.generate_calls, self.rollout.validate_calls
 
-    def restore_generate_calls(self, per_rank: list[int]) -> None:
-        """A resumed run's count, this rank's entry of `per_rank`."""
+    def restore_seed_counts(self, generate_per_rank: list[int], validate_per_rank: list[int]) -> None:
+        """A resumed run's counts, this rank's entries."""
         with self.engine.cond:
-            self.rollout.generate_calls = int(per_rank[dist.get_rank()])
+            self.rollout.generate_calls = int(generate_per_rank[dist.get_rank()])
+            self.rollout.validate_calls = int(validate_per_rank[dist.get_rank()])
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_METRIC)
     def admit(self, prompts: DataProto, request: RolloutRequest) -> int:
