@@ -399,3 +399,11 @@ def test_a_resume_with_another_number_of_training_rows_warns(caplog):
         assert caplog.text == ""
         warn_if_data_changed({"global_step": 3, "train_rows": 48}, 50, "/ckpt/global_step_3")
     assert "The training data has 50 rows; /ckpt/global_step_3 was saved with 48." in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        order = {"batch_size": 8, "seed": 1, "shuffle": True}
+        warn_if_data_changed({"train_rows": 48, **order}, 48, "/ckpt/global_step_3", order)
+        warn_if_data_changed({"train_rows": 48}, 48, "/ckpt/global_step_3", order)  # saved before they were recorded
+        assert caplog.text == ""
+        warn_if_data_changed({"train_rows": 48, **order, "batch_size": 4}, 48, "/ckpt/global_step_3", order)
+    assert "data.batch_size=8 (4 there): /ckpt/global_step_3 was saved with other settings" in caplog.text

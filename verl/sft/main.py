@@ -158,13 +158,17 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
     try:
         group.init_model(total_steps)
         step = 0
+        # what fixes the order of the rows (saved with each checkpoint, checked on resume)
+        data_state = {"train_rows": len(train), "batch_size": data.batch_size, "seed": data.seed}
+        data_state["shuffle"] = data.shuffle
         if resume is not None:
             logger.info("Resuming from %s", resume)
             group.load_checkpoint(os.path.join(resume, "actor"))
             with open(os.path.join(resume, "trainer_state.json"), encoding="utf-8") as f:
                 state = json.load(f)
             step = state["global_step"]
-            warn_if_data_changed(state, len(train), resume)
+            order = {key: value for key, value in data_state.items() if key != "train_rows"}
+            warn_if_data_changed(state, len(train), resume, order)
         ckpt_tracker = CheckpointTracker.resumed(root, step)
         metrics: dict[str, float] = {}
         last_saved = first_step = step
@@ -173,7 +177,7 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
                 if stop.requested:
                     unsaved = step > first_step and last_saved != step
                     last = functools.partial(
-                        save, group, trainer, step, len(train), ckpt_tracker, metrics.get("val/loss"), False
+                        save, group, trainer, step, data_state, ckpt_tracker, metrics.get("val/loss"), False
                     )
                     stop.stop(step, unsaved, last, root)
                 epoch, offset = divmod(step, steps_per_epoch)
@@ -185,12 +189,12 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
                     metrics.update(validate(group, val, data.val_batch_size))
                 if (trainer.save_freq > 0 and step % trainer.save_freq == 0) or is_last:
                     ckpt_tracker = save(
-                        group, trainer, step, len(train), ckpt_tracker, metrics.get("val/loss"), not is_last
+                        group, trainer, step, data_state, ckpt_tracker, metrics.get("val/loss"), not is_last
                     )
                     last_saved = step
                 tracker.log(metrics, step=step)
         if last_saved != step:
-            save(group, trainer, step, len(train), ckpt_tracker, metrics.get("val/loss"), False)
+            save(group, trainer, step, data_state, ckpt_tracker, metrics.get("val/loss"), False)
         if trainer.export_hf_model:
             group.export_hf_model(os.path.join(root, "huggingface"))
             logger.info("Exported the model to %s", os.path.join(root, "huggingface"))
@@ -203,11 +207,17 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
 
 
 def save(
-    group: Any, trainer: Any, step: int, rows: int, tracker: CheckpointTracker, val_loss: float | None, more: bool
+    group: Any,
+    trainer: Any,
+    step: int,
+    data_state: dict[str, Any],
+    tracker: CheckpointTracker,
+    val_loss: float | None,
+    more: bool,
 ) -> CheckpointTracker:
-    """`save_step` of the model, optimizer, step count and number of training rows; the tracker's best is the lowest
-    validation loss. Returns the new tracker."""
-    state = {"global_step": step, "train_rows": rows}
+    """`save_step` of the model, optimizer, step count and `data_state` (what fixes the rows' order); the tracker's
+    best is the lowest validation loss. Returns the new tracker."""
+    state = {"global_step": step, **data_state}
 
     def write(path: str) -> None:
         os.makedirs(path, exist_ok=True)

@@ -16,7 +16,7 @@ import re
 import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from verl.utils.checkpoint.integrity import damage, write_record
 from verl.utils.files import atomic_write
@@ -281,9 +281,10 @@ def check_matches_run(path: str, model_path: str | None, lora: bool, model_key: 
         )
 
 
-def warn_if_data_changed(state: dict, rows: int, path: str) -> None:
+def warn_if_data_changed(state: dict, rows: int, path: str, order: dict[str, Any] | None = None) -> None:
     """On resume: warn when the training data has another number of rows than when `path` was saved (its
-    trainer_state.json's `train_rows`): the saved position in the epoch then points into another order."""
+    trainer_state.json's `train_rows`), or, given `order` (SFT's batch size, seed and shuffle, which fix where in
+    its epoch a step is), another of those: the saved position in the epoch then points into another order."""
     saved = state.get("train_rows")
     if saved is not None and saved != rows:
         logger.warning(
@@ -292,6 +293,17 @@ def warn_if_data_changed(state: dict, rows: int, path: str) -> None:
             rows,
             path,
             saved,
+        )
+    if changed := [
+        f"data.{key}={value} ({state[key]} there)"
+        for key, value in (order or {}).items()
+        if state.get(key, value) != value
+    ]:
+        logger.warning(
+            "%s: %s was saved with other settings. The run resumes at its step, but the current epoch's order is not "
+            "the saved one: some of its rows may come twice and others not at all.",
+            ", ".join(changed),
+            path,
         )
 
 
