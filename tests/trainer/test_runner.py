@@ -261,3 +261,37 @@ def test_the_drivers_prompts_expand_images_as_the_workers_and_vllm_do(tmp_path):
     prompt_tokens = int((batch.batch["input_ids"] == processor.image_token_id).sum())
     grid = process_media(batch.non_tensor_batch["multi_modal_data"][0], get_processor(model))["image_grid_thw"]
     assert prompt_tokens == int(grid.prod(-1).sum()) // processor.image_processor.merge_size**2 > 0
+
+
+def test_a_resume_that_cannot_continue_the_saved_run_is_said_before_ray_starts(tmp_path, caplog):
+    """A critic-trained estimator from a checkpoint without a critic failed in the workers (no critic/ directory);
+    an asynchronous checkpoint resumed in mode=sync drops the prompts it had in flight: said."""
+    import torch
+
+    from verl.models.tiny_models import get_or_build_tiny_model
+    from verl.protocol import DataProto
+    from verl.trainer.async_trainer import IN_FLIGHT_FILE
+    from verl.trainer.config import load_config
+
+    step = tmp_path / "run" / "global_step_2"
+    (step / "actor").mkdir(parents=True)
+    (step / "trainer_state.json").write_text("{}")
+    (tmp_path / "train.jsonl").write_text(json.dumps({"prompt": "1+1?", "answer": "2"}) + "\n")
+    base = [
+        f"data.train_files={tmp_path / 'train.jsonl'}",
+        "data.rollout_batch_size=1",
+        "worker.actor.global_batch_size=1",
+        "trainer.n_gpus_per_node=1",
+        "worker.rollout.n=2",
+        f"worker.actor.model.model_path={get_or_build_tiny_model('qwen2', str(tmp_path / 'models'))}",
+        f"worker.reward.reward_function={REPO}/examples/reward_function/math.py:compute_score",
+        f"trainer.save_checkpoint_path={tmp_path / 'run'}",
+    ]
+    with pytest.raises(ValueError, match=r"adv_estimator=gae trains a critic, and the checkpoint has none"):
+        critic = f"worker.critic.model.model_path={get_or_build_tiny_model('qwen2', str(tmp_path / 'models'))}"
+        gae = ["algorithm.adv_estimator=gae", critic, "worker.critic.global_batch_size=1"]
+        runner._prepare_inputs(load_config([*base, *gae]))
+    torch.save(DataProto.from_dict(non_tensors={"uid": ["a", "b"]}), step / IN_FLIGHT_FILE)
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.runner"):
+        assert runner._prepare_inputs(load_config(base))[4] == str(step)
+    assert "with 2 prompts in flight; worker.rollout.mode=sync does not regenerate them" in caplog.text

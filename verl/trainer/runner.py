@@ -4,6 +4,7 @@
 loggers, then train. The resource check runs before any model loads."""
 
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +14,7 @@ from verl.rewards.local import LocalReward
 from verl.rewards.ray_actor import ActorReward, create_reward_actor, stop_actor
 from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
 from verl.single_controller.ray.resource import RayResourcePool
-from verl.trainer.async_trainer import AsyncRayPPOTrainer
+from verl.trainer.async_trainer import IN_FLIGHT_FILE, AsyncRayPPOTrainer
 from verl.trainer.checkpointing import (
     check_matches_run,
     checkpoint_size_estimate,
@@ -167,6 +168,25 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
     )
     if path is not None:
         check_matches_run(path, model.model_path, lora=model.lora.rank > 0)
+        critic = estimator_needs_critic(config.algorithm.adv_estimator)
+        if critic and not os.path.isdir(os.path.join(path, "critic")):
+            raise ValueError(
+                f"Cannot resume from {path}: algorithm.adv_estimator={config.algorithm.adv_estimator} trains a critic, "
+                "and the checkpoint has none (its run trained without one). Resume with that run's estimator, or start "
+                "a new run in another trainer.save_checkpoint_path."
+            )
+        in_flight = os.path.join(path, IN_FLIGHT_FILE)
+        if config.worker.rollout.mode == "sync" and os.path.isfile(in_flight):
+            import torch
+
+            rows = torch.load(in_flight, weights_only=False)
+            if rows is not None and len(rows):
+                logger.warning(
+                    "%s was saved by an asynchronous run with %d prompts in flight; worker.rollout.mode=sync does not "
+                    "regenerate them, so they are not trained (resume with that run's mode to train them).",
+                    path,
+                    len(rows),
+                )
     check_logger_services(trainer_config.logger)  # an unreachable wandb / swanlab logs offline, said now
     data = config.data
     options = {"trust_remote_code": model.trust_remote_code, "override_chat_template": data.override_chat_template}
