@@ -20,11 +20,15 @@ def read_rows(log_dir: str) -> list[dict]:
         lines = [(number, line) for number, line in enumerate(f, 1) if line.strip()]
     for number, line in lines:
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
             if number != lines[-1][0]:
                 raise ValueError(f"'{path}' line {number} is not JSON: {line[:80]!r}.") from None
-            # the last line of a run killed while it wrote: left out
+            continue  # the last line of a run killed while it wrote: left out
+        if isinstance(row, dict) and row.get("resumed"):  # the steps after it that were logged before are redone
+            rows = [earlier for earlier in rows if earlier["step"] <= row["step"]]
+        else:
+            rows.append(row)
     return rows
 
 

@@ -51,3 +51,18 @@ def test_a_key_not_in_the_log_and_a_torn_last_line(tmp_path, capsys):
     assert f"plot_metrics: --output {tmp_path / 'a.xyz'}: Format 'xyz' is not supported" in capsys.readouterr().err
     log.write_text('{"step": 1\n' + json.dumps(rows[1]) + "\n")
     assert script.main(argv) == 2 and f"'{log}' line 1 is not JSON" in capsys.readouterr().err
+
+
+def test_a_resumed_runs_redone_steps_replace_the_logged_ones(tmp_path):
+    """The file log of a run killed after step 3 that resumed from its step-2 checkpoint: steps 3 and 4 are the
+    resumed run's, once each (the log holds a resume marker the file backend writes)."""
+    from verl.utils.logger.backends import FileBackend
+
+    backend = FileBackend(str(tmp_path), {})
+    for step in (1, 2, 3):
+        backend.log({"critic/score/mean": 0.1 * step}, step)
+    backend.resumed(2)
+    for step in (3, 4):
+        backend.log({"critic/score/mean": 0.5 + step}, step)
+    rows = load_script().read_rows(str(tmp_path))
+    assert [(row["step"], row["critic/score/mean"]) for row in rows] == [(1, 0.1), (2, 0.2), (3, 3.5), (4, 4.5)]
