@@ -49,6 +49,14 @@ def test_parse_grade_reads_decimals_and_negatives() -> None:
     assert parse_grade("Grade: 0", PATTERN, 0, 10) == 0.0
 
 
+def test_the_default_pattern_reads_a_grade_in_any_case_and_markdown() -> None:
+    """A judge that wrote "**Grade:** 7" or "grade: 7" scored as its worst grade (a parse error is 0)."""
+    for answer in ("grade: 7", "GRADE: 7", "**Grade:** 7", "Grade: **7**", "Grade : 7", "*Grade*: 7"):
+        assert parse_grade(answer, PATTERN, 0, 10) == 7.0, answer
+    assert parse_grade("Grade: 1e1", PATTERN, 0, 10) is None  # not 1
+    assert parse_grade("After the upgrade: 5", PATTERN, 0, 10) is None
+
+
 def test_parse_grade_rejects_out_of_range_and_missing_grades() -> None:
     assert parse_grade("Grade: 11", PATTERN, 0, 10) is None
     assert parse_grade("Grade: -1", PATTERN, 0, 10) is None

@@ -349,6 +349,8 @@ def test_arguments_are_checked(pool: VerifierPool) -> None:
         (r"\boxed{3} \boxed{}", "3"),  # an empty box is skipped
         (r"\boxed{5}" + "\nAnswer: 6", "5"),  # a box wins over an Answer line
         ("Answer: 42", "42"),
+        ("**Answer:** 12", "12"),  # markdown bold, around the marker or the whole line
+        ("**Answer: 12.**", "12"),
         ("answer:42.", "42"),  # any case, trailing full stop dropped
         (r"Answer: $\frac{3}{4}$.", r"\frac{3}{4}"),  # math delimiters dropped
         ("Answer: 3\nAnswer:", "3"),  # an empty Answer line does not count

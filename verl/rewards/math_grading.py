@@ -113,12 +113,13 @@ def strip_math_delimiters(text: str) -> str:
 
 
 def _answer_line(text: str) -> str | None:
-    """The rest of the line after the last "Answer:" / "answer is" that has any text after it; None if none."""
+    """The rest of the line after the last "Answer:" / "answer is" that has any text after it (markdown bold around
+    it dropped: "**Answer:** 12", "**Answer: 12**"); None if none."""
     for match in reversed(list(_ANSWER_MARKER.finditer(text))):
         # Copy only to the end of the line (to the end of the text would be quadratic); a line is reread only for
         # an earlier marker on it, which then is never blank, so this stays one pass.
         line_end = text.find("\n", match.end())
-        line = text[match.end() : line_end if line_end >= 0 else len(text)].strip()
+        line = text[match.end() : line_end if line_end >= 0 else len(text)].strip().strip("*").strip()  # markdown bold
         line = strip_math_delimiters(line.rstrip(".").strip())
         if line:
             return line
