@@ -65,7 +65,8 @@ def test_filtered_rounds_top_the_step_up_and_drop_the_surplus():
     batch = trainer(rollout_batch_size=2, online_filtering=True)._fill_batch(generate, metrics)
     assert uids(batch) == ["g0", "g4"]  # g5, the last round's surplus, is dropped
     assert metrics["online_filtering/kept_ratio"] == [0.5, 0.0, 1.0]
-    assert metrics["reward/overall"] == [0.0, 1.0, 0.0, 1.0]  # the trained samples only
+    # every generated response (as EasyR1 logs them): the policy's accuracy, not the kept groups' (about 0.5)
+    assert metrics["reward/overall"] == [0.0, 1.0, 1.0, 1.0] + [1.0] * 4 + [0.0, 1.0, 0.0, 1.0]
 
 
 def test_rounds_fill_the_step_without_filtering_too():

@@ -81,6 +81,12 @@ def split_generation_inputs(batch: DataProto, all_columns: bool = False) -> Data
     return gen_batch
 
 
+def _append_reward_metrics(metrics: dict[str, list[float]], batch: DataProto) -> None:
+    """The per-response reward/<key> columns of a batch scored during generation, into the step's metrics."""
+    for key in [key for key in batch.non_tensor_batch if key.startswith("reward/")]:
+        append_metrics(metrics, applicable_values({key: [float(v) for v in batch.non_tensor_batch[key]]}))
+
+
 def join_rollout(prompts: DataProto, output: DataProto, n: int) -> DataProto:
     """The prompts' columns (each row repeated n times) joined with the rollout's; an environment's images
     (`multi_modal_inputs` present) replace the prompts' media column."""
@@ -244,10 +250,8 @@ class RayPPOTrainer:
                 kept.append(batch)
                 num_kept += len(batch)
         batch = kept[0] if len(kept) == 1 and len(kept[0]) == target else DataProto.concat(kept)[:target]
-        if "token_level_scores" in batch.batch.keys():  # scored during gen: online filtering, streamed rewards
-            columns = [key for key in batch.non_tensor_batch if key.startswith("reward/")]
-            for key in columns:
-                append_metrics(metrics, applicable_values({key: [float(v) for v in batch.non_tensor_batch[key]]}))
+        if "token_level_scores" in batch.batch.keys() and not algo.online_filtering:  # streamed rewards
+            _append_reward_metrics(metrics, batch)
         return batch
 
     def _filter_groups(self, batch: DataProto, metrics: dict[str, list[float]]) -> DataProto | None:
@@ -260,6 +264,7 @@ class RayPPOTrainer:
             batch.non_tensor_batch.update(
                 {f"reward/{k}": np.array(v, dtype=object) for k, v in reward_metrics.items()}
             )
+        _append_reward_metrics(metrics, batch)  # every generated response: the policy's, not the kept groups'
         column = f"reward/{algo.filter_key}"
         if column not in batch.non_tensor_batch:
             names = sorted(key.removeprefix("reward/") for key in batch.non_tensor_batch if key.startswith("reward/"))
