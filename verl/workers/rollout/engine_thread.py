@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent import futures
 from concurrent.futures import Future
 from typing import Any
 
@@ -90,7 +91,7 @@ class EngineThread:
         while True:
             try:
                 return future.result(timeout=_POLL_S)
-            except TimeoutError:
+            except futures.TimeoutError:  # not the builtin TimeoutError before Python 3.11
                 with self.cond:
                     self.raise_if_failed()
 
