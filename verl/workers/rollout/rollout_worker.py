@@ -195,6 +195,9 @@ class RolloutWorker(Worker):
             dist.broadcast_object_list(box, src=dist.get_global_rank(self.data_group, 0), group=self.data_group)
             if box[0]["error"] is not None:
                 raise RuntimeError(box[0]["error"])
+            if self.rollout.follows:  # this process's own engine thread (a step that failed here, not on the first)
+                with self.engine.cond:
+                    self.engine.raise_if_failed()
             batch = box[0]["batch"]
             return {
                 "batch": None if batch is None else batch.chunk(self.tp_size)[self.tp_rank],
