@@ -295,3 +295,6 @@ def test_a_resume_that_cannot_continue_the_saved_run_is_said_before_ray_starts(t
     with caplog.at_level(logging.WARNING, logger="verl.trainer.runner"):
         assert runner._prepare_inputs(load_config(base))[4] == str(step)
     assert "with 2 prompts in flight; worker.rollout.mode=sync does not regenerate them" in caplog.text
+    colocated = ["worker.rollout.mode=colocated", "worker.rollout.max_staleness=0"]  # one round of 1 prompt
+    with pytest.raises(ValueError, match=r"holds 2 prompts in flight, more than this run keeps in flight \(worker"):
+        runner._prepare_inputs(load_config([*base, *colocated]))

@@ -22,7 +22,7 @@ from verl.trainer.checkpointing import (
     resume_path,
     step_of,
 )
-from verl.trainer.config import PPOConfig
+from verl.trainer.config import PPOConfig, round_size
 from verl.trainer.data_loader import create_dataloader
 from verl.trainer.disaggregated_trainer import DisaggregatedRayPPOTrainer
 from verl.trainer.preemption import RunSignals
@@ -158,6 +158,33 @@ def _new_group(groups: WorkerGroups, nodes: list[int], device: str, name: str, c
     return group
 
 
+def _check_in_flight(config: PPOConfig, path: str) -> None:
+    """The prompts an asynchronous checkpoint had in flight: dropped in mode=sync (said), and refused when there are
+    more than the resumed run keeps in flight."""
+    in_flight = os.path.join(path, IN_FLIGHT_FILE)
+    if not os.path.isfile(in_flight):
+        return
+    import torch
+
+    rows = torch.load(in_flight, weights_only=False)
+    count = 0 if rows is None else len(rows)
+    rollout = config.worker.rollout
+    if rollout.mode == "sync" and count:
+        logger.warning(
+            "%s was saved by an asynchronous run with %d prompts in flight; worker.rollout.mode=sync does not "
+            "regenerate them, so they are not trained (resume with that run's mode to train them).",
+            path,
+            count,
+        )
+    key, size = round_size(config.data)
+    if rollout.mode != "sync" and count > (rollout.max_staleness + 1) * size:
+        raise ValueError(
+            f"Cannot resume from {path}: it holds {count} prompts in flight, more than this run keeps in flight "
+            f"(worker.rollout.max_staleness + 1 = {rollout.max_staleness + 1} rounds of {key}={size}); resume with "
+            "the saved run's round size and staleness bound."
+        )
+
+
 def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
     """What needs no Ray and no model, so its errors come first: tokenizer, processor, data loaders (every row
     checked) and the checkpoint to resume from (looked up and checked against the run, not loaded)."""
@@ -175,18 +202,7 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
                 "and the checkpoint has none (its run trained without one). Resume with that run's estimator, or start "
                 "a new run in another trainer.save_checkpoint_path."
             )
-        in_flight = os.path.join(path, IN_FLIGHT_FILE)
-        if config.worker.rollout.mode == "sync" and os.path.isfile(in_flight):
-            import torch
-
-            rows = torch.load(in_flight, weights_only=False)
-            if rows is not None and len(rows):
-                logger.warning(
-                    "%s was saved by an asynchronous run with %d prompts in flight; worker.rollout.mode=sync does not "
-                    "regenerate them, so they are not trained (resume with that run's mode to train them).",
-                    path,
-                    len(rows),
-                )
+        _check_in_flight(config, path)
     check_logger_services(trainer_config.logger)  # an unreachable wandb / swanlab logs offline, said now
     data = config.data
     options = {"trust_remote_code": model.trust_remote_code, "override_chat_template": data.override_chat_template}
