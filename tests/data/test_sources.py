@@ -93,3 +93,20 @@ def test_utf8_text_and_a_byte_order_mark_load(tmp_path):
         "\ufeff".encode() + json.dumps({"prompt": "café ∑", "answer": "1"}, ensure_ascii=False).encode() + b"\n"
     )
     assert load_source(str(path)).row(0)["prompt"] == "café ∑"
+
+
+def test_answers_reach_the_trainer_as_the_file_wrote_them(tmp_path):
+    """A JSON column with a number in one row and text in others (datasets' Json type) read every string that parses
+    as JSON as that value: "[1, 2]" became a list (an interval graded as either endpoint), "007" became 7. CSV cells
+    are text: "1.50" stayed 1.5 as a float before."""
+    rows = [{"prompt": "a", "answer": "[1, 2]"}, {"prompt": "b", "answer": "007"}, {"prompt": "c", "answer": 2}]
+    (tmp_path / "mixed.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (tmp_path / "mixed.json").write_text(json.dumps(rows + [{"prompt": "d", "answer": "null"}]))
+    (tmp_path / "cells.csv").write_text("prompt,answer\na,007\nb,1.50\n")
+    for name, expected in (
+        ("mixed.jsonl", ["[1, 2]", "007", 2]),
+        ("mixed.json", ["[1, 2]", "007", 2, "null"]),
+        ("cells.csv", ["007", "1.50"]),
+    ):
+        source = load_source(str(tmp_path / name))
+        assert [source.row(i)["answer"] for i in range(len(source))] == expected, name

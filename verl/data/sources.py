@@ -7,6 +7,7 @@ evaluator alike."""
 
 import bisect
 import contextlib
+import csv
 import itertools
 import json
 import os
@@ -97,7 +98,61 @@ def _load_file(path: str) -> Any:
         ) from error
     if len(loaded) == 0:
         raise ValueError(_NO_ROWS.format(path=path))
+    if builder == "json":
+        loaded = _as_written(loaded, path)
+    if builder == "csv":
+        loaded = _cells_as_written(loaded, path)
     return loaded
+
+
+def _cells_as_written(loaded: Any, path: str) -> Any:
+    """`loaded` with the CSV columns datasets read as numbers but whose numbers do not read back as the cells ("007"
+    as 7, "1.50" as 1.5) holding the cells' text; a column of plain numbers ("3") stays numbers."""
+    import datasets
+
+    with open(path, encoding="utf-8", newline="") as f:
+        cells = list(csv.DictReader(f))
+    if len(cells) != len(loaded):
+        return loaded
+    for name, feature in loaded.features.items():
+        if not isinstance(feature, datasets.Value) or "string" in feature.dtype or name not in cells[0]:
+            continue
+        written = [row[name] for row in cells]
+        if any(cell != _cell_text(value) for cell, value in zip(written, loaded[name])):
+            loaded = loaded.remove_columns(name).add_column(name, written)
+    return loaded
+
+
+def _cell_text(value: Any) -> str:
+    """How a CSV cell that datasets read as `value` was written, if it was written plainly."""
+    missing = value is None or (isinstance(value, float) and value != value)  # an empty cell: None or NaN
+    return "" if missing else str(value)
+
+
+def _as_written(loaded: Any, path: str) -> Any:
+    """`loaded` with its mixed-type columns (a number in one row, text in another: datasets' `Json` type, which reads
+    every string that parses as JSON as that value, "007" as 7 and "[1, 2]" as a list) holding the file's values."""
+    import datasets
+
+    mixed = [name for name, feature in loaded.features.items() if isinstance(feature, datasets.Json)]
+    rows = _json_rows(path) if mixed else None
+    if rows is None or len(rows) != len(loaded):
+        return loaded
+    for name in mixed:  # each value JSON-encoded, strings included: they decode as written
+        values = [json.dumps(row.get(name)) for row in rows]
+        loaded = loaded.remove_columns(name).add_column(name, values, feature=datasets.Json())
+    return loaded
+
+
+def _json_rows(path: str) -> list[dict[str, Any]] | None:
+    """The rows of a JSON file (a list of objects) or JSON Lines file, in order; None for another layout."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        rows = json.loads(text)
+    except json.JSONDecodeError:
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return rows if isinstance(rows, list) and all(isinstance(row, dict) for row in rows) else None
 
 
 def _json_error(path: str) -> str | None:
