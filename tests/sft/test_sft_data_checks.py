@@ -438,3 +438,27 @@ def test_a_model_trained_on_text_only_refuses_an_image_row(tmp_path):
         SFTDataset(
             [row], processor.tokenizer, processor, data_config(image_dir=str(tmp_path)), load_model_config(path)
         )
+
+
+def test_a_missing_conversation_column_is_named_with_the_columns_there_are(tmp_path, tokenizer):
+    """A ShareGPT file read with the default messages_key said only "expected a non-empty list of messages"."""
+    row = {"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello"}]}
+    path = _write_jsonl(tmp_path / "sharegpt.jsonl", [row])
+    with pytest.raises(
+        SFTDataError, match=r"key 'messages': there is no such column \(the data has conversations\); "
+    ):
+        SFTDataset(path, tokenizer, None, data_config())
+    with pytest.raises(SFTDataError, match=r"key 'output': there is no such column .*set data.response_key"):
+        SFTDataset(
+            [{"question": "Hi", "answer": "Hello"}],
+            tokenizer,
+            None,
+            data_config(prompt_key="question", response_key="output"),
+        )
+
+
+def test_a_text_models_image_marker_is_plain_text(tokenizer):
+    """A conversation about the HTML tag <image> was refused for want of an image."""
+    row = _turns("What does the HTML tag <image> do?", "It embeds a picture.")
+    conversation = SFTDataset([row], tokenizer, None, data_config())
+    assert "<image>" in tokenizer.decode(conversation.encode(0)["input_ids"])

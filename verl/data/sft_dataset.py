@@ -135,6 +135,14 @@ class SFTDataset(torch.utils.data.Dataset):
 
     # ------------------------------------------------------------------------------------------------ reading
 
+    def _check_column(self, index: int, row: dict[str, Any], key: str, option: str) -> None:
+        """A column the config names that the data does not have (a ShareGPT file's `conversations` read as
+        `messages`): said with the columns there are."""
+        if key not in row:
+            columns = ", ".join(sorted(row))
+            problem = f"there is no such column (the data has {columns}); set data.{option} to the one to read"
+            raise self._error(index, key, problem)
+
     def _error(self, index: int, key: str, message: str) -> SFTDataError:
         return SFTDataError(f"{self.source.where(index)}, key '{key}': {message}.")
 
@@ -153,6 +161,7 @@ class SFTDataset(torch.utils.data.Dataset):
             messages, learned_from = self._prompt_and_response(index, row)
         else:
             messages, learned_from = row.get(key), 0
+            self._check_column(index, row, key, "messages_key")
             if not isinstance(messages, (list, tuple)) or not messages:
                 raise self._error(index, key, "expected a non-empty list of messages")
         messages = [without_nulls(message) for message in messages]  # Arrow's nulls: sources.without_nulls
@@ -174,7 +183,7 @@ class SFTDataset(torch.utils.data.Dataset):
         images = row.get(config.image_key) or []
         images = list(images) if isinstance(images, (list, tuple)) else [images]
         markers = sum(message["content"].count(IMAGE_MARKER) for message in messages)
-        if markers != len(images):
+        if markers != len(images) and (images or self.processor is not None):  # a text model's markers are text
             problem = f"the messages have {markers} {IMAGE_MARKER} marker(s) but the row has {len(images)} image(s)"
             raise self._error(index, config.image_key, problem)
         if images and (self.processor is None or self.text_only):
@@ -199,6 +208,7 @@ class SFTDataset(torch.utils.data.Dataset):
         config = self.config
         parts = []
         for key, role in ((config.prompt_key, "user"), (config.response_key, "assistant")):
+            self._check_column(index, row, key, f"{'prompt' if role == 'user' else 'response'}_key")
             value = row.get(key)
             if isinstance(value, str) and role == "assistant" and not value.strip():
                 raise self._error(index, key, f"the response is empty: {_EMPTY_ANSWER}")
