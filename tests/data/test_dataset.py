@@ -284,8 +284,11 @@ def test_format_prompt_sees_every_column_and_override_chat_template_replaces_the
     assert copy[0]["prompt_text"] == example["prompt_text"]
     uses_missing_column = tmp_path / "missing.jinja"
     uses_missing_column.write_text("{{ content }} {{ source }}")
-    with pytest.raises(DatasetRowError, match=r"in-memory rows, row 0, key 'prompt': .*'source' is undefined"):
+    with pytest.raises(
+        DatasetRowError, match=r"in-memory rows, row 0, key 'prompt': .*'source' is undefined"
+    ) as error:
         RLHFDataset(ROWS[:1], text_tokenizer, format_prompt=str(uses_missing_column))
+    assert "the dataset's columns are" in str(error.value) and "skip_bad_rows" not in str(error.value)  # every row's
     with pytest.raises(FileNotFoundError, match="data.format_prompt"):
         RLHFDataset(ROWS[:1], text_tokenizer, format_prompt=str(tmp_path / "nope.jinja"))
     unclosed = tmp_path / "unclosed.jinja"
@@ -354,6 +357,9 @@ def test_a_prompt_given_as_chat_messages_renders_them_all_and_formats_the_last(t
     assert example["prompt_text"] == expected and "Be brief." in expected
     assert example["ground_truth"] == "4" and example["reward_model"] == row["reward_model"]  # the column stays extra
     assert example["prompt_content"] == formatted  # a client-style environment starts from the whole conversation
+    # a typo in the nested path is named with the fields there are (it was "the answer is missing" on every row)
+    with pytest.raises(ValueError, match=r"reward_model has no field 'ground_truthh' \(its fields in the first row: "):
+        RLHFDataset([row], text_tokenizer, answer_key="reward_model.ground_truthh")
     assert example["prompt_messages"] == messages  # as given (TRL-style reward functions see them)
     plain = RLHFDataset([{"prompt": messages[3:], "answer": "4"}], text_tokenizer)[0]  # one message: as a string
     assert plain["prompt_content"] == "What is 2 + 2?" and plain["prompt_messages"] == messages[3:]
@@ -396,7 +402,7 @@ def test_a_prompt_given_as_chat_messages_renders_them_all_and_formats_the_last(t
         "tool_calls": [{**call, "function": {"name": "add", "arguments": {"a": 1, "b": 1}}}],
     }
     assert "<|im_start|>tool\n2<|im_end|>" in agent["prompt_text"] and agent["prompt_messages"][2] == turns[2]
-    with pytest.raises(DatasetRowError, match="row 0, key 'reward_model.answer': the answer is missing"):
+    with pytest.raises(ValueError, match=r"reward_model has no field 'answer' \(its fields in the first row: \['gr"):
         RLHFDataset([row], text_tokenizer, answer_key="reward_model.answer")
     with pytest.raises(ValueError, match="has no column 'label.ground_truth' \\(data.answer_key\\)"):
         RLHFDataset([row], text_tokenizer, answer_key="label.ground_truth")

@@ -8,6 +8,7 @@ and at load time. docs/data_flow.md lists the keys of a row."""
 import logging
 import multiprocessing
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -215,6 +216,19 @@ class RLHFDataset(Dataset):
                     f"{self.source.description} has no column {key!r} ({name}); its columns are {columns}. "
                     f"Set {name} to the right column."
                 )
+        if self.answer_key not in columns:  # a nested path (reward_model.ground_truth): its fields, in the first row
+            value: Any = self.source.row(0)
+            parts = self.answer_key.split(".")
+            for depth, part in enumerate(parts):
+                if not isinstance(value, dict):
+                    break
+                if part not in value:
+                    raise ValueError(
+                        f"{self.source.description}: data.answer_key={self.answer_key!r}, but "
+                        f"{'.'.join(parts[:depth])} has no field {part!r} (its fields in the first row: {sorted(value)}); "
+                        "set data.answer_key to the right path."
+                    )
+                value = value[part]
         if self.tools and self.tools_key in columns:
             raise ValueError(
                 f"{self.source.description} has a tools column {self.tools_key!r} (data.tools_key), and "
@@ -323,9 +337,11 @@ class RLHFDataset(Dataset):
     # ------------------------------------------------------------------------------------------------------------
     # one row
 
-    def _error(self, index: int, key: str, problem: str) -> DatasetRowError:
+    def _error(self, index: int, key: str, problem: str, every_row: bool = False) -> DatasetRowError:
+        """The error of row `index` (`every_row`: a setting that fails on every row, which skipping cannot help)."""
         problem = problem.rstrip(". ")
-        hint = "" if self.skip_bad_rows else f"; {_SKIP_HINT}"  # with it on, the row is skipped and this is logged
+        # with skip_bad_rows the row is skipped and this is logged
+        hint = "" if self.skip_bad_rows or every_row else f"; {_SKIP_HINT}"
         return DatasetRowError(f"{self.source.where(index)}, key '{key}': {problem}{hint}.")
 
     def _check_confined(self, index: int, key: str, position: int, value: Any) -> None:
@@ -438,7 +454,11 @@ class RLHFDataset(Dataset):
             return self.format_template.render({**row, "content": prompt})
         except (TemplateError, TypeError, ValueError) as error:  # e.g. a column the row does not have
             problem = f"data.format_prompt {self.format_prompt_path!r} failed on this row: {error}"
-            raise self._error(index, self.prompt_key, problem) from None
+            unknown = re.fullmatch(r"'(\w+)' is undefined", str(error))  # a column no row has: the template's error
+            every_row = unknown is not None and unknown.group(1) not in self.source.columns
+            if every_row:
+                problem += f" (the dataset's columns are {self.source.columns})"
+            raise self._error(index, self.prompt_key, problem, every_row) from None
 
     def _content(self, index: int, text: str, num_images: int, num_videos: int) -> str | list[dict[str, Any]]:
         """The user content: the text, or text and media parts placed by the markers."""
@@ -457,6 +477,7 @@ class RLHFDataset(Dataset):
                     key,
                     f"the prompt has {found} {marker} marker(s) but the dataset has no column {key!r} ({config_key}); "
                     f"its columns are {self.source.columns}. Set {config_key} to the column that holds them",
+                    every_row=True,
                 )
             elif found != count:
                 problem = f"the prompt has {found} {marker} marker(s) but the row has {count} item(s) under {key!r}"
