@@ -324,7 +324,14 @@ def test_worker_scores_match_a_plain_hf_forward(pool, rm_dir, rm_tokenizer):
         assert scores.tolist() == pytest.approx(expected, abs=1e-5)
         metrics = output.meta_info["metrics"]
         assert metrics["reward_model/truncated_ratio"] == pytest.approx(1 / len(prompts))
-        assert metrics["reward_model/score_mean"] == pytest.approx(sum(expected) / len(expected), abs=1e-5)
+    # the driver's mean is over the batch's own rows (the workers' sums counted dispatch's padding rows)
+    from types import SimpleNamespace
+
+    from verl.rewards.scoring import BatchScorer, PendingReward
+
+    pending = PendingReward(rm_future=SimpleNamespace(get=lambda: decoded))
+    BatchScorer._take_model_scores(pending)
+    assert pending.rm_metrics["reward_model/score_mean"] == pytest.approx(sum(expected) / len(expected), abs=1e-5)
 
 
 def arithmetic_pairs(count: int, rng: random.Random) -> list[dict[str, str]]:

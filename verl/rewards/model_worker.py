@@ -7,7 +7,6 @@ Each row is turned back into text and rendered with the RM's own chat template, 
 """
 
 import logging
-import math
 
 import torch
 import torch.distributed as dist
@@ -242,8 +241,8 @@ class RewardModelWorker(Worker):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_rm_score(self, data: DataProto) -> DataProto:
-        """rm_scores (float32, one per row) and meta_info["metrics"], summed over ranks here as the driver keeps only
-        rank 0's meta_info (dispatch's padding rows count too)."""
+        """rm_scores (float32, one per row) and meta_info["metrics"] (the truncated share, summed over ranks here as
+        the driver keeps only rank 0's meta_info; dispatch's padding rows count too)."""
         if self.module is None:
             raise RuntimeError("RewardModelWorker.compute_rm_score was called before init_model.")
         config = self.config
@@ -260,12 +259,9 @@ class RewardModelWorker(Worker):
             scores = score_rows(
                 self.module, rows, self.rm_tokenizer.pad_token_id, config.micro_batch_size, self.device
             )
-        totals = torch.tensor([float(truncated), float(len(rows)), scores.double().sum().item()], dtype=torch.float64)
+        totals = torch.tensor([float(truncated), float(len(rows))], dtype=torch.float64)
         if dist.is_initialized() and dist.get_world_size() > 1:
             dist.all_reduce(totals)
-        truncated_total, row_total, score_total = totals.tolist()
-        metrics = {
-            "reward_model/truncated_ratio": truncated_total / max(row_total, 1.0),
-            "reward_model/score_mean": score_total / row_total if row_total else math.nan,
-        }
+        truncated_total, row_total = totals.tolist()
+        metrics = {"reward_model/truncated_ratio": truncated_total / max(row_total, 1.0)}
         return DataProto.from_dict(tensors={"rm_scores": scores}, meta_info={"metrics": metrics})

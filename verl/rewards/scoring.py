@@ -92,6 +92,8 @@ class BatchScorer:
         pending.rm_future = None
         pending.rm_scores = output.batch["rm_scores"].float()
         pending.rm_metrics = output.meta_info.get("metrics", {})
+        if len(pending.rm_scores):  # the batch's own rows (the workers' totals count dispatch's padding rows too)
+            pending.rm_metrics["reward_model/score_mean"] = pending.rm_scores.mean().item()
 
     def collect(self, batch: DataProto, pending: PendingReward) -> tuple[torch.Tensor, dict[str, list[float]]]:
         """(token-level scores (B, R), columns key -> per-sample values) of a launched batch."""
