@@ -189,10 +189,29 @@ def test_a_nearly_full_disk_under_ray_s_temp_folder_is_warned_about(small_disk, 
     assert warning.startswith(f"The disk of Ray's temp folder {disk.path} is 9") and "RAY_TMPDIR" in warning, warning
 
 
+def one_row_run(tmp_path, row: dict, model: str, *overrides: str) -> PPOConfig:
+    """The config of a run on `row` alone (train.jsonl under `tmp_path`) with the tiny `model`, checkpoints in run/."""
+    from verl.trainer.config import load_config
+
+    (tmp_path / "train.jsonl").write_text(json.dumps(row) + "\n")
+    return load_config(
+        [
+            f"data.train_files={tmp_path / 'train.jsonl'}",
+            "data.rollout_batch_size=1",
+            "worker.actor.global_batch_size=1",
+            "trainer.n_gpus_per_node=1",
+            "worker.rollout.n=2",
+            f"worker.actor.model.model_path={model}",
+            f"worker.reward.reward_function={REPO}/examples/reward_function/math.py:compute_score",
+            f"trainer.save_checkpoint_path={tmp_path / 'run'}",
+            *overrides,
+        ]
+    )
+
+
 def test_verls_agent_loop_fields_without_an_environment_are_named_at_the_start(tmp_path, caplog):
     """verl's multi-turn datasets name an agent loop and its tools' arguments per row; here episodes come from
     worker.rollout.env, so a run without one says the fields go unused instead of training single-turn silently."""
-
     from verl.models.tiny_models import get_or_build_tiny_model
 
     row = {
@@ -201,22 +220,8 @@ def test_verls_agent_loop_fields_without_an_environment_are_named_at_the_start(t
         "agent_name": "tool_agent",
         "extra_info": {"index": 0, "tools_kwargs": {"calc": {"create_kwargs": {"ground_truth": "5"}}}},
     }
-    (tmp_path / "train.jsonl").write_text(json.dumps(row) + "\n")
-    from verl.trainer.config import load_config
-
-    config = load_config(
-        [
-            f"data.train_files={tmp_path / 'train.jsonl'}",
-            "data.answer_key=reward_model.ground_truth",
-            "data.rollout_batch_size=1",
-            "worker.actor.global_batch_size=1",
-            "trainer.n_gpus_per_node=1",
-            "worker.rollout.n=2",
-            f"worker.actor.model.model_path={get_or_build_tiny_model('qwen2', str(tmp_path / 'models'))}",
-            f"worker.reward.reward_function={REPO}/examples/reward_function/math.py:compute_score",
-            f"trainer.save_checkpoint_path={tmp_path / 'run'}",
-        ]
-    )
+    model = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
+    config = one_row_run(tmp_path, row, model, "data.answer_key=reward_model.ground_truth")
     with caplog.at_level(logging.WARNING, logger="verl.trainer.runner"):
         runner._prepare_inputs(config)
     assert "data.train_files sets agent_name, extra_info.tools_kwargs, fields of verl's agent loop" in caplog.text
@@ -236,25 +241,11 @@ def test_the_drivers_prompts_expand_images_as_the_workers_and_vllm_do(tmp_path):
     from verl.data.multimodal import process_media
     from verl.data.tokenizer import get_processor
     from verl.models.tiny_models import get_or_build_tiny_model
-    from verl.trainer.config import load_config
 
     model = get_or_build_tiny_model("qwen2_5_vl", str(tmp_path / "models"), min_pixels=3136, max_pixels=12845056)
     Image.new("RGB", (100, 100), (200, 30, 30)).save(tmp_path / "red.png")
     row = {"prompt": "<image>What colour?", "answer": "red", "images": [str(tmp_path / "red.png")]}
-    (tmp_path / "train.jsonl").write_text(json.dumps(row) + "\n")
-    config = load_config(
-        [
-            f"data.train_files={tmp_path / 'train.jsonl'}",
-            "data.rollout_batch_size=1",
-            "data.max_prompt_length=1024",
-            "worker.actor.global_batch_size=1",
-            "trainer.n_gpus_per_node=1",
-            "worker.rollout.n=2",
-            f"worker.actor.model.model_path={model}",
-            f"worker.reward.reward_function={REPO}/examples/reward_function/math.py:compute_score",
-            f"trainer.save_checkpoint_path={tmp_path / 'run'}",
-        ]
-    )
+    config = one_row_run(tmp_path, row, model, "data.max_prompt_length=1024")
     assert config.data.min_pixels == 262144  # the default, above the 100 x 100 image
     train, _, tokenizer, processor, _ = runner._prepare_inputs(config)
     batch = next(iter(train))
@@ -271,30 +262,23 @@ def test_a_resume_that_cannot_continue_the_saved_run_is_said_before_ray_starts(t
     from verl.models.tiny_models import get_or_build_tiny_model
     from verl.protocol import DataProto
     from verl.trainer.async_trainer import IN_FLIGHT_FILE
-    from verl.trainer.config import load_config
 
     step = tmp_path / "run" / "global_step_2"
     (step / "actor").mkdir(parents=True)
     (step / "trainer_state.json").write_text("{}")
-    (tmp_path / "train.jsonl").write_text(json.dumps({"prompt": "1+1?", "answer": "2"}) + "\n")
-    base = [
-        f"data.train_files={tmp_path / 'train.jsonl'}",
-        "data.rollout_batch_size=1",
-        "worker.actor.global_batch_size=1",
-        "trainer.n_gpus_per_node=1",
-        "worker.rollout.n=2",
-        f"worker.actor.model.model_path={get_or_build_tiny_model('qwen2', str(tmp_path / 'models'))}",
-        f"worker.reward.reward_function={REPO}/examples/reward_function/math.py:compute_score",
-        f"trainer.save_checkpoint_path={tmp_path / 'run'}",
+    model = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
+    row = {"prompt": "1+1?", "answer": "2"}
+    gae = [
+        "algorithm.adv_estimator=gae",
+        f"worker.critic.model.model_path={model}",
+        "worker.critic.global_batch_size=1",
     ]
     with pytest.raises(ValueError, match=r"adv_estimator=gae trains a critic, and the checkpoint has none"):
-        critic = f"worker.critic.model.model_path={get_or_build_tiny_model('qwen2', str(tmp_path / 'models'))}"
-        gae = ["algorithm.adv_estimator=gae", critic, "worker.critic.global_batch_size=1"]
-        runner._prepare_inputs(load_config([*base, *gae]))
+        runner._prepare_inputs(one_row_run(tmp_path, row, model, *gae))
     torch.save(DataProto.from_dict(non_tensors={"uid": ["a", "b"]}), step / IN_FLIGHT_FILE)
     with caplog.at_level(logging.WARNING, logger="verl.trainer.runner"):
-        assert runner._prepare_inputs(load_config(base))[4] == str(step)
+        assert runner._prepare_inputs(one_row_run(tmp_path, row, model))[4] == str(step)
     assert "with 2 prompts in flight; worker.rollout.mode=sync does not regenerate them" in caplog.text
     colocated = ["worker.rollout.mode=colocated", "worker.rollout.max_staleness=0"]  # one round of 1 prompt
     with pytest.raises(ValueError, match=r"holds 2 prompts in flight, more than this run keeps in flight \(worker"):
-        runner._prepare_inputs(load_config([*base, *colocated]))
+        runner._prepare_inputs(one_row_run(tmp_path, row, model, *colocated))
