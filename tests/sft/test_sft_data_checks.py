@@ -462,3 +462,41 @@ def test_a_text_models_image_marker_is_plain_text(tokenizer):
     row = _turns("What does the HTML tag <image> do?", "It embeds a picture.")
     conversation = SFTDataset([row], tokenizer, None, data_config())
     assert "<image>" in tokenizer.decode(conversation.encode(0)["input_ids"])
+
+
+def test_an_open_last_turn_counts_the_end_of_sequence_token_encode_appends(models):
+    """A template that leaves the assistant turn open (GLM's): a row of exactly data.max_length rendered tokens
+    passed the check and failed at its batch, after Ray started, once encode appended the end-of-sequence token."""
+    from transformers import AutoTokenizer
+
+    open_turns = AutoTokenizer.from_pretrained(models["text"])
+    open_turns.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    row = _turns("Hi", "Hello there")
+    rendered = len(open_turns.encode(open_turns.apply_chat_template(row["messages"], tokenize=False)))
+    dataset = SFTDataset([row], open_turns, None, data_config(max_length=rendered + 1))
+    assert len(dataset.encode(0)["input_ids"]) == rendered + 1
+    with pytest.raises(SFTDataError, match=rf"the conversation has {rendered + 1} tokens, more than data.max_length"):
+        SFTDataset([row], open_turns, None, data_config(max_length=rendered))
+
+
+def test_truncation_right_never_cuts_a_conversation_in_or_before_an_image(tmp_path, models):
+    """A cut inside or before a later turn's image gave its pixels without their tokens: the run failed at the row's
+    first batch (a shape mismatch in the rope index, or the model's image-feature check)."""
+    path = models["vl"]
+    processor = get_processor(path, **VL_PIXELS)
+    Image.new("RGB", (56, 56), (200, 10, 10)).save(tmp_path / "red.png")
+    messages = [*_turns("Hi there", "Hello")["messages"], *_turns("<image>What is this?", "A red square")["messages"]]
+    row = {"messages": messages, "images": ["red.png"]}
+    config = dict(image_dir=str(tmp_path), truncation="right", **VL_PIXELS)
+    full = SFTDataset([row], processor.tokenizer, processor, data_config(**config), load_model_config(path))
+    ids = full.encode(0)["input_ids"]
+    image = [position for position, token in enumerate(ids) if token == processor.image_token_id]
+    for cut in (image[0] - 1, image[len(image) // 2]):  # before the image, inside it
+        with pytest.raises(SFTDataError, match=r"key 'images': data.truncation=right at data.max_length=.* would cut"):
+            SFTDataset([row], processor.tokenizer, processor, data_config(max_length=cut, **config))
+    # a cut in the last answer keeps the row
+    cut = SFTDataset([row], processor.tokenizer, processor, data_config(max_length=len(ids) - 2, **config))
+    assert len(cut.encode(0)["input_ids"]) == len(ids) - 2

@@ -276,12 +276,23 @@ class SFTDataset(torch.utils.data.Dataset):
             indices = range(start, min(start + chunk, len(self.source)))
             conversations = [self._conversation(index) for index in indices]
             texts = [self._full_text(index, c) for index, c in zip(indices, conversations)]
-            lengths = [len(ids) for ids in self.text_tokenizer(texts, add_special_tokens=False)["input_ids"]]
+            encoded = self.text_tokenizer(texts, add_special_tokens=False)["input_ids"]
+            lengths = [len(ids) + self._appends_eos(ids) for ids in encoded]
             for index, conversation, text, length in zip(indices, conversations, texts, lengths):
                 extra = self._image_tokens(index, conversation, text)
                 length += sum(extra)
                 if length > self.max_length:
                     self._check_overlong(index, conversation, length, extra)
+
+    def _appends_eos(self, ids: list[int]) -> bool:
+        """Whether `encode` appends the end-of-sequence token to this rendering: a template that leaves the last turn
+        open (GLM's), its last token that is not white space no stop token."""
+        if self.tokenizer.eos_token_id is None:
+            return False
+        for token in reversed(ids):
+            if self.tokenizer.decode([token]).strip():
+                return token not in self.stop_ids
+        return False
 
     def _full_text(self, index: int, conversation: Conversation) -> str:
         try:
@@ -330,6 +341,18 @@ class SFTDataset(torch.utils.data.Dataset):
                 f"data.truncation=right at data.max_length={self.max_length} would leave nothing to learn from; "
                 "raise data.max_length or shorten the row",
             )
+        if conversation.images:  # the cut must not fall in or before an image: its tokens and pixels go together
+            last = max(turn for turn, message in enumerate(messages) if IMAGE_MARKER in message["content"])
+            shown = self._render(messages[: last + 1], generation_prompt=False, tools=conversation.tools)
+            end = len(self.text_tokenizer.encode(shown, add_special_tokens=False)) + sum(extra)
+            if end > self.max_length:
+                raise self._error(
+                    index,
+                    self.config.image_key,
+                    f"data.truncation=right at data.max_length={self.max_length} would cut the conversation before "
+                    f"the end of the turn that shows its last image (token {end}), leaving images without their "
+                    "tokens; raise data.max_length or shorten the row",
+                )
 
     def _render(self, messages: list[dict[str, Any]], generation_prompt: bool, tools: Any = None) -> str:
         """With a processor, <image> markers become image content parts."""
