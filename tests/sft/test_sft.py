@@ -410,6 +410,12 @@ def test_sft_runs_lower_the_loss_resume_exactly_and_export_for_rl(models, tmp_pa
     exported = os.path.join(straight, "huggingface")
     model = AutoModelForCausalLM.from_pretrained(exported)
     assert AutoTokenizer.from_pretrained(exported).chat_template == template
+    # the model folder's generation config (its stop tokens, which RL reads) and KV cache setting, as loaded
+    source = AutoModelForCausalLM.from_pretrained(models["text"])
+    for folder in (exported, os.path.join(straight, "global_step_4", "actor", "huggingface")):
+        generation = json.loads(open(os.path.join(folder, "generation_config.json")).read())
+        assert generation["eos_token_id"] == source.generation_config.eos_token_id, folder
+        assert json.loads(open(os.path.join(folder, "config.json")).read())["use_cache"] is True, folder
     # val/loss of step 4 (after its update, the exported weights): every validation token once, none twice
     _, val, _ = build_datasets(load_sft_config(straight_args))
     total = count = 0.0

@@ -4,6 +4,8 @@
 (the same model with a scalar value head in the LM head slot, so text and VLM critics share one path). Models can be
 built on the meta device for `verl.models.fsdp` to fill from rank 0."""
 
+import contextlib
+import copy
 import importlib.util
 import logging
 import os
@@ -12,7 +14,13 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, PretrainedConfig
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForImageTextToText,
+    GenerationConfig,
+    PretrainedConfig,
+)
 from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 
 from verl.models.config import (
@@ -96,15 +104,28 @@ def build_model(
     if device == "meta":
         with torch.device("meta"):
             model = model_class.from_config(config, **kwargs)
+        with contextlib.suppress(OSError):  # the folder's stop tokens and sampling defaults, as from_pretrained
+            model.generation_config = GenerationConfig.from_pretrained(model_config.model_path)
     else:
         model = model_class.from_pretrained(model_config.model_path, config=config, **kwargs)
     set_fields(model.config, dropout)  # the saved and exported config keeps the model's own
+    model.use_cache_as_loaded = (model.config.use_cache, model.config.get_text_config().use_cache)
     model.config.use_cache = False
     model.config.get_text_config().use_cache = False
     use_packed_linear_attention(model)
     if value_head:
         add_value_head(model)
     return model
+
+
+def exported_config(model: nn.Module) -> PretrainedConfig:
+    """A copy of `model.config` as its folder had it, to save with its weights: `use_cache`, which training switches
+    off, as it was loaded (an export with it off makes transformers' generate recompute every token)."""
+    config = copy.deepcopy(model.config)
+    top, text = getattr(model, "use_cache_as_loaded", (True, True))
+    config.use_cache = top
+    config.get_text_config().use_cache = text
+    return config
 
 
 DROPOUT_NAME = re.compile(r"dropout|pdrop|drop_path|layerdrop|jitter")

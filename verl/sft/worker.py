@@ -24,7 +24,7 @@ from verl.models.fsdp import (
     get_full_state_dict,
     micro_batch_pass,
 )
-from verl.models.loading import build_model
+from verl.models.loading import build_model, exported_config
 from verl.models.lora import adapter_config_dict, lora_scaling, merged_state_dict
 from verl.protocol import DataProto
 from verl.single_controller.base.decorator import Dispatch, register
@@ -152,6 +152,7 @@ class SFTWorker(Worker):
             model = build_model(self.config.model, device="meta")
             model.load_state_dict(state, assign=True)
             model.tie_weights()
+            model.config = exported_config(model)
             os.makedirs(path, exist_ok=True)
             model.save_pretrained(path)
             for processing in (self.processor, self.tokenizer):

@@ -23,6 +23,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from verl.models.loading import exported_config
 from verl.models.lora import is_adapter_param, read_adapter_config, save_adapter_config
 from verl.utils import device, quiet
 
@@ -248,7 +249,7 @@ class FSDPCheckpointManager:
         hf_dir = os.path.join(path, HF_SUBDIR)
         os.makedirs(hf_dir, exist_ok=True)
         generation_config = getattr(self.model, "generation_config", None)
-        for part in (self.model.config, generation_config, self.tokenizer, self.processor):
+        for part in (exported_config(self.model), generation_config, self.tokenizer, self.processor):
             if part is not None:
                 part.save_pretrained(hf_dir)
         if self.adapter_only:
