@@ -109,7 +109,8 @@ def build_model(
     else:
         model = model_class.from_pretrained(model_config.model_path, config=config, **kwargs)
     set_fields(model.config, dropout)  # the saved and exported config keeps the model's own
-    model.use_cache_as_loaded = (model.config.use_cache, model.config.get_text_config().use_cache)
+    text_config = model.config.get_text_config()
+    model.use_cache_as_loaded = (getattr(model.config, "use_cache", None), getattr(text_config, "use_cache", None))
     model.config.use_cache = False
     model.config.get_text_config().use_cache = False
     use_packed_linear_attention(model)
@@ -122,9 +123,12 @@ def exported_config(model: nn.Module) -> PretrainedConfig:
     """A copy of `model.config` as its folder had it, to save with its weights: `use_cache`, which training switches
     off, as it was loaded (an export with it off makes transformers' generate recompute every token)."""
     config = copy.deepcopy(model.config)
-    top, text = getattr(model, "use_cache_as_loaded", (True, True))
-    config.use_cache = top
-    config.get_text_config().use_cache = text
+    loaded = getattr(model, "use_cache_as_loaded", None)
+    for part, value in zip((config, config.get_text_config()), loaded or ()):
+        if value is None:  # a config without the field (a VL model's top level): none written
+            vars(part).pop("use_cache", None)
+        else:
+            part.use_cache = value
     return config
 
 
