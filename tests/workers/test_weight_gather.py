@@ -106,6 +106,14 @@ def _run_moe(rank: int, world_size: int, port: int, model_dir: str) -> None:
     assert set(streamed) == set(expected), sorted(set(streamed) ^ set(expected))[:6]
     for name, tensor in expected.items():
         assert torch.equal(streamed[name], tensor), name
+    # to a bf16 engine: what the model keeps in float32 (GLM-4.5's router correction bias) goes in float32, exact
+    in_bf16, _ = _streamed(model, torch.bfloat16)
+    fp32 = set(getattr(model, "_keep_in_fp32_modules_strict", None) or ())
+    kept = [name for name in in_bf16 if fp32.intersection(name.split("."))]
+    assert bool(kept) == (model.config.model_type == "glm4_moe")
+    for name, tensor in in_bf16.items():
+        assert tensor.dtype == (torch.float32 if name in kept else torch.bfloat16), name
+        assert torch.equal(tensor, expected[name].to(tensor.dtype)), name
     dist.destroy_process_group()
 
 

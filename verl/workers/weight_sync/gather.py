@@ -204,7 +204,8 @@ def _counted(tensor: torch.Tensor, stats: dict[str, float], since: float) -> tor
 def iter_full_weights(
     module: nn.Module, dtype: torch.dtype, names: dict[str, str], stats: dict[str, float], merge_lora: bool = True
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield (checkpoint name, full tensor in `dtype`) one parameter (or buffer) at a time; count into `stats`.
+    """Yield (checkpoint name, full tensor in `dtype`, or float32 for what the model keeps in float32) one parameter
+    (or buffer) at a time; count into `stats`.
 
     A tied parameter goes under each name (vLLM's CPU lm_head copy is refreshed only by `lm_head.weight`). LoRA
     weights go merged (W + scaling x B @ A) under the base name, or as the base alone (`merge_lora=False`). Fused
@@ -214,6 +215,9 @@ def iter_full_weights(
 
     plan = _cached_stream_plan(module, names)
     model_type = getattr(getattr(module, "config", None), "model_type", None)
+    # what transformers (and vLLM) keep in float32 whatever the model's dtype: a router's correction bias, whose
+    # rounding would change which experts are picked
+    fp32 = set(getattr(module, "_keep_in_fp32_modules_strict", None) or ())
     clock = time.perf_counter()
     for group, full in _gathered(plan, dtype):
         for name in group:
@@ -228,7 +232,8 @@ def iter_full_weights(
             else:  # Qwen3-VL-MoE's experts: transposed, as its checkpoints store them
                 pieces = [(names[name], checkpoint_layout(model_type, names[name], tensor))]
             for checkpoint_name, piece in pieces:
-                yield checkpoint_name, _counted(piece.detach().to(dtype), stats, clock)
+                wire = torch.float32 if fp32.intersection(checkpoint_name.split(".")) else dtype
+                yield checkpoint_name, _counted(piece.detach().to(wire), stats, clock)
                 clock = time.perf_counter()
     stats["gather_seconds"] = stats.get("gather_seconds", 0.0) + time.perf_counter() - clock
 
