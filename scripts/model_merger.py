@@ -258,6 +258,10 @@ def merge(
             f"unexpected {unexpected[:5]}."
         )
     model.tie_weights()
+    if os.path.isfile(os.path.join(hf_dir, "generation_config.json")):  # else save_pretrained writes one from config
+        from transformers import GenerationConfig
+
+        model.generation_config = GenerationConfig.from_pretrained(hf_dir)
     model.save_pretrained(target_dir, safe_serialization=True)
     write_checkpoint_layout(target_dir)  # Qwen3-VL-MoE's experts as its checkpoints store them
     _copy_side_files(hf_dir, target_dir, skip=("config.json",))

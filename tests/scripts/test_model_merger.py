@@ -8,6 +8,7 @@ have no network, and an upload is never faked as a success.
 """
 
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -227,11 +228,16 @@ def test_an_export_into_the_checkpoint_keeps_its_step_intact(checkpoint, tmp_pat
     actor, _ = checkpoint
     step = tmp_path / "global_step_1"
     shutil.copytree(os.path.dirname(actor), step)
+    generation = step / "actor" / "huggingface" / "generation_config.json"
+    saved = {**json.loads(generation.read_text()), "eos_token_id": [2050, 2049], "do_sample": True, "temperature": 0.7}
+    generation.write_text(json.dumps(saved))  # the model's stop tokens and sampling defaults
     write_record(str(step))  # as the trainer's save does
     for _ in range(2):
         assert run_merger("--local_dir", str(step / "actor")).returncode == 0
         assert damage(str(step)) is None
     assert (step / "actor" / "huggingface" / "model.safetensors").is_file()
+    exported = json.loads(generation.read_text())  # kept (it was rewritten from config.json: one stop token)
+    assert exported["eos_token_id"] == [2050, 2049] and exported["temperature"] == 0.7
 
 
 def test_a_merged_model_vllm_cannot_load_as_written_gets_a_note_naming_the_keys(tmp_path) -> None:
