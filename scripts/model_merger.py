@@ -25,6 +25,7 @@ checkpoint can run code. Merge only checkpoints that you (or someone you trust) 
 """
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -103,9 +104,9 @@ def merge_lora(
     dtype: str = DEFAULT_DTYPE,
     adapter_only: bool = False,
     base_model: str | None = None,
+    trust_remote_code: bool = False,
 ) -> str:
     """Write a LoRA checkpoint's adapters in peft's layout, or merged into the base model; return the directory."""
-    import json
 
     import torch
     from safetensors.torch import save_file
@@ -138,9 +139,11 @@ def merge_lora(
             "current location."
         )
     scaling = lora_scaling(adapter_config)
-    config = AutoConfig.from_pretrained(hf_dir)
+    config = AutoConfig.from_pretrained(hf_dir, trust_remote_code=trust_remote_code)
     try:  # a missing folder or hub id, not a write error
-        model = model_class(config).from_pretrained(base_path, config=config, dtype=torch.float32)
+        model = model_class(config).from_pretrained(
+            base_path, config=config, dtype=torch.float32, trust_remote_code=trust_remote_code
+        )
     except OSError as error:
         raise FileNotFoundError(
             f"The base model '{base_path}' cannot be loaded ({error}); pass --base_model."
@@ -208,6 +211,7 @@ def merge(
     dtype: str = DEFAULT_DTYPE,
     adapter_only: bool = False,
     base_model: str | None = None,
+    trust_remote_code: bool = False,
 ) -> str:
     """Write the actor checkpoint in `local_dir` as a Hugging Face model directory with `dtype` weights (or, for a
     LoRA checkpoint with `adapter_only`, its adapters in peft's layout); return the directory."""
@@ -222,6 +226,13 @@ def merge(
     check_intact(local_dir)
     if not os.path.isfile(os.path.join(hf_dir, "config.json")):
         raise FileNotFoundError(f"'{hf_dir}/config.json' is missing; the checkpoint was not written by this trainer.")
+    with open(os.path.join(hf_dir, "config.json"), encoding="utf-8") as f:
+        auto_map = json.load(f).get("auto_map")
+    if auto_map and not trust_remote_code:  # else transformers asks y/N on a terminal, or fails elsewhere
+        raise ValueError(
+            f"'{hf_dir}/config.json' names the model's own code ({sorted(auto_map)} in auto_map, files beside it); "
+            "pass --trust_remote_code to run it."
+        )
     # the adapters beside the checkpoint's huggingface/ (EasyR1's folder name), which a merge may still write later
     default = os.path.join(local_dir, ADAPTER_SUBDIR) if adapter_only else hf_dir
     target_dir = os.path.abspath(target_dir or default)
@@ -234,15 +245,15 @@ def merge(
                 f"'{local_dir}' keeps its adapter config in huggingface/ (a checkpoint written before it moved out), "
                 "where a merged model would load as an adapter; pass --target_dir (another folder)."
             )
-        merge_lora(local_dir, adapter_config, target_dir, dtype, adapter_only, base_model)
+        merge_lora(local_dir, adapter_config, target_dir, dtype, adapter_only, base_model, trust_remote_code)
         return _recorded(local_dir, target_dir)
     for given, flag in ((adapter_only, "--adapter_only"), (base_model, "--base_model")):
         if given:
             raise ValueError(f"'{local_dir}' is not a LoRA checkpoint (no adapter_config.json); drop {flag}.")
-    config = AutoConfig.from_pretrained(hf_dir)
+    config = AutoConfig.from_pretrained(hf_dir, trust_remote_code=trust_remote_code)
     # built on the CPU, not the meta device: non-persistent buffers (rotary frequencies) are computed at
     # construction and are not in checkpoints. This needs host memory for one copy of the model in `dtype`.
-    model = model_class(config).from_config(config, dtype=torch_dtype)
+    model = model_class(config).from_config(config, dtype=torch_dtype, trust_remote_code=trust_remote_code)
     import torch.distributed.checkpoint as dcp
 
     saved = dcp.FileSystemReader(local_dir).read_metadata().state_dict_metadata
@@ -320,7 +331,6 @@ def engine_loading_note(target: str) -> str | None:
 
     transformers 5 saves LLaVA-OneVision's SigLIP tower without SigLIP's `vision_model` level, and vLLM 0.32 maps only
     the published names (`vision_tower.vision_model.*`) to its modules."""
-    import json
 
     from safetensors import safe_open
 
@@ -365,13 +375,18 @@ def main(argv: list[str] | None = None) -> int:
         "--adapter_only", action="store_true", help="LoRA checkpoints: write the adapters (peft layout), not merged"
     )
     parser.add_argument("--base_model", default=None, help="LoRA checkpoints: the base model (default: the run's)")
+    parser.add_argument(
+        "--trust_remote_code", action="store_true", help="run the model's own code (a config.json with auto_map)"
+    )
     args = parser.parse_args(argv)
     if args.hf_private and args.hf_upload_path is None:
         parser.error("--hf_private needs --hf_upload_path.")
     try:
         if args.hf_upload_path is not None:
             check_upload_target(args.hf_upload_path)
-        target = merge(args.local_dir, args.target_dir, args.dtype, args.adapter_only, args.base_model)
+        target = merge(
+            args.local_dir, args.target_dir, args.dtype, args.adapter_only, args.base_model, args.trust_remote_code
+        )
     except (FileNotFoundError, ValueError, UploadError) as err:
         print(f"model_merger: {err}", file=sys.stderr)
         return 2

@@ -249,3 +249,46 @@ def test_a_merged_model_vllm_cannot_load_as_written_gets_a_note_naming_the_keys(
     assert note is not None and "'vision_tower.vision_model.*'" in note and "load_transformers_tower_names" in note
     assert "vision_tower.encoder." in note
     assert merger.engine_loading_note(get_or_build_tiny_model("qwen2", str(tmp_path))) is None
+
+
+def test_a_model_of_its_own_code_is_saved_with_it_and_exports_with_trust_remote_code(tmp_path) -> None:
+    """A model whose config.json names its own code (auto_map): the checkpoint's huggingface/ had its configuration
+    file but not its modeling file, and the merger had no way to run it (transformers asked y/N in a terminal)."""
+    import torch.distributed.checkpoint as dcp
+    from transformers import AutoModelForCausalLM
+
+    from verl.models.tiny_models import build_tiny_model
+    from verl.utils import quiet
+    from verl.utils.checkpoint import FSDPCheckpointManager
+
+    source = tmp_path / "myq"
+    build_tiny_model(str(source), hidden_size=64, num_layers=1, num_heads=4, num_kv_heads=2, intermediate_size=128)
+    (source / "configuration_myq.py").write_text(
+        "from transformers import Qwen2Config\n\n\nclass MyQConfig(Qwen2Config):\n    model_type = 'myq'\n"
+    )
+    (source / "modeling_myq.py").write_text(
+        "from transformers import Qwen2ForCausalLM\n\nfrom .configuration_myq import MyQConfig\n\n\n"
+        "class MyQForCausalLM(Qwen2ForCausalLM):\n    config_class = MyQConfig\n"
+    )
+    config = json.loads((source / "config.json").read_text())
+    config.update(
+        model_type="myq",
+        architectures=["MyQForCausalLM"],
+        auto_map={"AutoConfig": "configuration_myq.MyQConfig", "AutoModelForCausalLM": "modeling_myq.MyQForCausalLM"},
+    )
+    (source / "config.json").write_text(json.dumps(config))
+    model = AutoModelForCausalLM.from_pretrained(str(source), trust_remote_code=True, dtype=torch.float32)
+    actor = tmp_path / "global_step_1" / "actor"
+    with quiet.one_process_checkpoint_io():
+        dcp.save({"model": model.state_dict()}, checkpoint_id=str(actor), no_dist=True)
+    FSDPCheckpointManager(model)._save_hf_files(str(actor))  # the side files a save writes
+    assert {"configuration_myq.py", "modeling_myq.py"} <= set(os.listdir(actor / "huggingface"))
+    target = tmp_path / "export"
+    refused = run_merger("--local_dir", str(actor), "--target_dir", str(target))
+    assert refused.returncode == 2 and "pass --trust_remote_code to run it" in refused.stderr
+    done = run_merger("--local_dir", str(actor), "--target_dir", str(target), "--dtype", "fp32", "--trust_remote_code")
+    assert done.returncode == 0, done.stderr
+    exported = AutoModelForCausalLM.from_pretrained(str(target), trust_remote_code=True, dtype=torch.float32)
+    assert type(exported).__name__ == "MyQForCausalLM"
+    for name, value in model.state_dict().items():
+        assert torch.equal(exported.state_dict()[name], value), name

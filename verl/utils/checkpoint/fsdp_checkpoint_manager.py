@@ -249,9 +249,15 @@ class FSDPCheckpointManager:
         hf_dir = os.path.join(path, HF_SUBDIR)
         os.makedirs(hf_dir, exist_ok=True)
         generation_config = getattr(self.model, "generation_config", None)
-        for part in (exported_config(self.model), generation_config, self.tokenizer, self.processor):
+        config = exported_config(self.model)
+        for part in (config, generation_config, self.tokenizer, self.processor):
             if part is not None:
                 part.save_pretrained(hf_dir)
+        source = getattr(config, "_name_or_path", "")
+        if getattr(config, "auto_map", None) and os.path.isdir(source):  # a model of its own code: all of it
+            for name in os.listdir(source):
+                if name.endswith(".py") and not os.path.exists(os.path.join(hf_dir, name)):
+                    shutil.copyfile(os.path.join(source, name), os.path.join(hf_dir, name))
         if self.adapter_only:
             save_adapter_config(self.model, path)
 
