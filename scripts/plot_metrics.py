@@ -25,11 +25,17 @@ def read_rows(log_dir: str) -> list[dict]:
             if number != lines[-1][0]:
                 raise ValueError(f"'{path}' line {number} is not JSON: {line[:80]!r}.") from None
             continue  # the last line of a run killed while it wrote: left out
-        if isinstance(row, dict) and row.get("resumed"):  # the steps after it that were logged before are redone
-            rows = [earlier for earlier in rows if earlier["step"] <= row["step"]]
-        else:
-            rows.append(row)
+        rows.append(row)
     return rows
+
+
+def by_step(rows: list[dict]) -> list[dict]:
+    """One row per step, in step order, its metrics merged; a value logged again for a step (a resumed run redoing
+    the steps after its checkpoint) replaces the earlier one."""
+    merged: dict[int, dict] = {}
+    for row in rows:
+        merged.setdefault(row["step"], {}).update(row)
+    return [merged[step] for step in sorted(merged)]
 
 
 def run_title(log_dir: str) -> str:
@@ -78,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reward_key", default="critic/score/mean", help="the training metric to plot")
     args = parser.parse_args(argv)
     try:
-        rows = read_rows(args.log_dir)
+        rows = by_step(read_rows(args.log_dir))
     except (FileNotFoundError, ValueError) as err:
         print(f"plot_metrics: {err}", file=sys.stderr)
         return 2

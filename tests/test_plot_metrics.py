@@ -55,14 +55,16 @@ def test_a_key_not_in_the_log_and_a_torn_last_line(tmp_path, capsys):
 
 def test_a_resumed_runs_redone_steps_replace_the_logged_ones(tmp_path):
     """The file log of a run killed after step 3 that resumed from its step-2 checkpoint: steps 3 and 4 are the
-    resumed run's, once each (the log holds a resume marker the file backend writes)."""
+    resumed run's, once each; a step's validation row joins its training row."""
     from verl.utils.logger.backends import FileBackend
 
     backend = FileBackend(str(tmp_path), {})
     for step in (1, 2, 3):
         backend.log({"critic/score/mean": 0.1 * step}, step)
-    backend.resumed(2)
-    for step in (3, 4):
+    backend.log({"val/accuracy_reward": 0.25}, 2)
+    for step in (3, 4):  # the resumed run
         backend.log({"critic/score/mean": 0.5 + step}, step)
-    rows = load_script().read_rows(str(tmp_path))
+    script = load_script()
+    rows = script.by_step(script.read_rows(str(tmp_path)))
     assert [(row["step"], row["critic/score/mean"]) for row in rows] == [(1, 0.1), (2, 0.2), (3, 3.5), (4, 4.5)]
+    assert rows[1]["val/accuracy_reward"] == 0.25

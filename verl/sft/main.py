@@ -176,7 +176,6 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
             with open(os.path.join(resume, "trainer_state.json"), encoding="utf-8") as f:
                 state = json.load(f)
             step = state["global_step"]
-            tracker.resumed(step)
             order = {key: value for key, value in data_state.items() if key != "train_rows"}
             warn_if_data_changed(state, len(train), resume, order)
         ckpt_tracker = CheckpointTracker.resumed(root, step)

@@ -568,7 +568,6 @@ class RayPPOTrainer:
             if self.entropy_ctrl is not None and "entropy_ctrl" in state:
                 self.entropy_ctrl.load_state_dict(state["entropy_ctrl"])
         self.ckpt_tracker = CheckpointTracker.resumed(trainer.save_checkpoint_path, self.global_step)
-        self.tracker.resumed(self.global_step)
         return path
 
     # ------------------------------------------------------------------------------------------------ the loop

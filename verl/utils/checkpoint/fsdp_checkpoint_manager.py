@@ -23,7 +23,6 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from verl.models.loading import exported_config
 from verl.models.lora import is_adapter_param, read_adapter_config, save_adapter_config
 from verl.utils import device, quiet
 
@@ -248,6 +247,8 @@ class FSDPCheckpointManager:
         files); a LoRA run's adapter config in `path` itself, so that a merged export there loads as a plain model."""
         hf_dir = os.path.join(path, HF_SUBDIR)
         os.makedirs(hf_dir, exist_ok=True)
+        from verl.models.loading import exported_config  # transformers: not on the entry modules' import path
+
         generation_config = getattr(self.model, "generation_config", None)
         config = exported_config(self.model)
         for part in (config, generation_config, self.tokenizer, self.processor):

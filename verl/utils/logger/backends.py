@@ -23,16 +23,13 @@ GENERATION_FIELDS = ("prompt", "response", "ground_truth", "score")
 
 
 class Backend:
-    """Interface: log scalars per step, log validation generations, mark a resume, finish."""
+    """Interface: log scalars per step, log validation generations, finish."""
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         raise NotImplementedError
 
     def log_generations(self, samples: list[Generation], step: int) -> None:
         pass
-
-    def resumed(self, step: int) -> None:
-        """The run resumed from its checkpoint of `step`: what was logged for later steps is redone."""
 
     def finish(self) -> None:
         pass
@@ -87,9 +84,8 @@ class ConsoleBackend(Backend):
 
 
 class FileBackend(Backend):
-    """experiment_config.json, experiment_log.jsonl (lines of a step's metrics; a resume writes {"step": N,
-    "resumed": true}, after which the lines of later steps before it are replaced ones) and generations.jsonl in
-    log_dir."""
+    """experiment_config.json, experiment_log.jsonl (lines of a step's metrics; after a resume the steps it redoes
+    come again) and generations.jsonl in log_dir."""
 
     def __init__(self, log_dir: str, config: dict[str, Any]) -> None:
         os.makedirs(log_dir, exist_ok=True)
@@ -102,10 +98,6 @@ class FileBackend(Backend):
     def log(self, metrics: dict[str, float], step: int) -> None:
         with open(self.metrics_path, "a", encoding="utf-8") as f:
             f.write(json.dumps({"step": step, **_sorted_scalars(metrics)}) + "\n")
-
-    def resumed(self, step: int) -> None:
-        with open(self.metrics_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"step": step, "resumed": True}) + "\n")
 
     def log_generations(self, samples: list[Generation], step: int) -> None:
         if not os.path.exists(self.generations_path):  # said when written: a run without validation writes none

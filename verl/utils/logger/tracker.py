@@ -45,9 +45,6 @@ class Tracker:
         if samples:
             self._each("log_generations", samples, step)
 
-    def resumed(self, step: int) -> None:
-        self._each("resumed", step)
-
     def finish(self) -> None:
         self._each("finish")
 
