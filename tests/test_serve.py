@@ -952,6 +952,8 @@ def test_the_same_requests_get_the_same_answers_from_vllms_server(server, tiny_m
         "hermes",
     ]
     env = {**ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    # its ZeroMQ socket files and distributed store go in the test's folder: it is stopped, never cleans them up
+    env.update(VLLM_RPC_BASE_PATH=str(tmp_path), TMPDIR=str(tmp_path))
     proc = start(command, env, lambda text: "Application startup complete" in text, log)
     try:
         vllm_url = f"http://127.0.0.1:{port}/v1"
