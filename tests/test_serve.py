@@ -9,10 +9,12 @@ import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -952,8 +954,10 @@ def test_the_same_requests_get_the_same_answers_from_vllms_server(server, tiny_m
         "hermes",
     ]
     env = {**ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    # its ZeroMQ socket files and distributed store go in the test's folder: it is stopped, never cleans them up
-    env.update(VLLM_RPC_BASE_PATH=str(tmp_path), TMPDIR=str(tmp_path))
+    # its ZeroMQ socket files and distributed store go in a folder removed after it (stopped, it leaves them); a short
+    # path: a socket's path is at most 107 characters, and pytest-xdist's tmp_path is longer
+    files = tempfile.mkdtemp(prefix="vllm-")
+    env.update(VLLM_RPC_BASE_PATH=files, TMPDIR=files)
     proc = start(command, env, lambda text: "Application startup complete" in text, log)
     try:
         vllm_url = f"http://127.0.0.1:{port}/v1"
@@ -998,6 +1002,7 @@ def test_the_same_requests_get_the_same_answers_from_vllms_server(server, tiny_m
     finally:
         stop(proc)
         log.close()
+        shutil.rmtree(files, ignore_errors=True)
 
 
 def compare_logprobs_and_completions(ours, vllms):
