@@ -415,12 +415,14 @@ class DataProto:
         pieces = [piece for piece in data if piece.batch is not None or piece.non_tensor_batch]
         if not pieces:
             return DataProto(meta_info=meta_info)
-        floats = {
-            key
-            for piece in pieces
-            for key, column in piece.non_tensor_batch.items()
-            if len(column) and all(isinstance(value, (float, np.floating)) for value in column)
-        }
+        floats: set[str] = set()  # looked for only where the pieces' columns differ (each step's usual concat: never)
+        if any(set(piece.non_tensor_batch) != set(pieces[0].non_tensor_batch) for piece in pieces):
+            floats = {
+                key
+                for piece in pieces
+                for key, column in piece.non_tensor_batch.items()
+                if len(column) and all(isinstance(value, (float, np.floating)) for value in column)
+            }
         first = pieces[0]
         for position, piece in enumerate(pieces[1:], start=1):
             if (piece.batch is None) != (first.batch is None) or set(piece._batch_keys()) != set(first._batch_keys()):
