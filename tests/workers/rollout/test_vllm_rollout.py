@@ -205,6 +205,16 @@ def _text_worker(rank: int, world_size: int, port: int, model_dir: str) -> None:
     assert staged.batch["rollout_truncated"].tolist() == [
         not (eos_ids and set(row[:5]) & set(eos_ids)) for row in expected
     ]
+    # A stop by stop_token_ids (as val_override_config may set) ends a response: it is not cut by the budget.
+    stop = expected[0][2]
+    assert stop not in eos_ids
+    stopped = rollout.generate_sequences(
+        prompts, replace(GREEDY, sampling={**GREEDY.sampling, "stop_token_ids": [stop]})
+    )
+    for i, row in enumerate(expected):
+        end = row.index(stop) + 1 if stop in row else len(row)
+        assert _valid_response(stopped, i) == row[:end]
+        assert stopped.batch["rollout_truncated"][i].item() == (stop not in row and cut[i])
     with pytest.raises(ValueError, match=r"response_length.*rollout.response_length=24"):
         rollout.generate_sequences(prompts, replace(GREEDY, response_length=response_length + 1))
 

@@ -56,6 +56,8 @@ class Sample:
     versions: list[int] = field(default_factory=list)
     """The policy version (weight updates done) under which each token was sampled."""
     finished: bool = False
+    cut: bool = False
+    """Finished by its length budget (vLLM's finish_reason "length"), not by a stop token or string."""
     resumed: int = 0
     """Times it was stopped at a step boundary and continued after a weight sync."""
     episode: Any = None
@@ -320,6 +322,7 @@ class RequestLoop:
                     sample.logprobs.extend(
                         float(entry[token].logprob) for entry, token in zip(completion.logprobs, ids)
                     )
+                sample.cut = completion.finish_reason == "length"
             if output.finished:
                 del self.active[output.request_id]
                 if sample.episode is not None and not self.turns.turn_done(group, sample):

@@ -600,8 +600,7 @@ class VLLMRollout:
             lengths = torch.tensor([len(s.tokens) for s in samples], dtype=torch.long)
             response_mask = valid = response_mask_through_eos(responses, lengths, self.eos_token_ids)
             logprobs, versions = [s.logprobs for s in samples], [s.versions for s in samples]
-            # cut by the length budget: no end-of-sequence token
-            truncated = [not s.tokens or s.tokens[-1] not in self.eos_token_ids for s in samples]
+            truncated = [not s.tokens or s.cut for s in samples]  # a stop token or string is an end
         else:
             responses = pad_rows([e.ids for e in episodes], width, self.pad_token_id, torch.long)
             response_mask = pad_rows([e.loss_mask for e in episodes], width, 0, torch.long)
