@@ -80,6 +80,27 @@ def test_critic_gets_an_untied_deterministic_value_head(model_dirs):
         assert meta.lm_head.weight.shape == (1, critic.config.get_text_config().hidden_size)
 
 
+@pytest.mark.parametrize(
+    "kind, transform",
+    [("granitemoe", {"logits_scaling": 6.0}), ("falcon_h1", {"lm_head_multiplier": 4.0}), ("gemma4", {})],
+)
+def test_a_value_is_the_value_heads_output_without_the_familys_logit_transform(tmp_path, model_dirs, kind, transform):
+    """Granite divides logits by logits_scaling, Falcon-H1 multiplies them, Gemma 4 soft-caps them at 30: a critic's
+    value is the head's output itself (the actor keeps its family's transform)."""
+    path = model_dirs.get(kind) or get_or_build_tiny_model(kind, str(tmp_path))
+    config = ModelConfig(model_path=path, enable_gradient_checkpointing=False, override_config=transform)
+    critic = build_model(config, value_head=True).eval()
+    head_outputs = []
+    critic.lm_head.register_forward_hook(lambda module, args, output: head_outputs.append(output))
+    with torch.no_grad():
+        critic.lm_head.bias.fill_(100.0)  # beyond Gemma's cap of 30
+        values = critic(input_ids=torch.arange(3, 9)[None], use_cache=False).logits[..., 0]
+    torch.testing.assert_close(values, head_outputs[0][..., 0])
+    assert values.min() > 50
+    actor_config = build_model(config).config.get_text_config().to_dict()
+    assert actor_config.items() >= (transform or {"final_logit_softcapping": 30.0}).items()  # the actor keeps it
+
+
 def test_freeze_vision_tower_freezes_exactly_the_tower(model_dirs):
     model = build_model(ModelConfig(model_path=model_dirs["qwen2_5_vl"]))
     frozen = freeze_vision_tower(model)

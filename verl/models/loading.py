@@ -167,12 +167,25 @@ class ValueHead(nn.Linear):
         return super().forward(hidden).clone()
 
 
+LOGIT_TRANSFORMS: dict[str, Any] = {"logits_scaling": 1.0, "lm_head_multiplier": 1.0, "final_logit_softcapping": None}
+"""What a family's forward does to the LM head's output (Granite divides by logits_scaling, Falcon-H1 multiplies by
+lm_head_multiplier, Gemma caps with 30 tanh(x / 30)), set to the identity for a value head: a value is the head's
+output itself."""
+
+
 def add_value_head(model: nn.Module) -> nn.Module:
     """Replace the LM head by a Linear(hidden, 1) value head, untied from the embeddings, initialised like the model's
-    linear layers from a fixed seed so independently building ranks agree (left empty on the meta device)."""
+    linear layers from a fixed seed so independently building ranks agree (left empty on the meta device); the
+    family's LOGIT_TRANSFORMS are switched off."""
     text_config = model.config.get_text_config()
     for config in (model.config, text_config):
         config.tie_word_embeddings = False  # a later tie_weights() must not re-tie the head to the embeddings
+        for name, identity in LOGIT_TRANSFORMS.items():
+            if hasattr(config, name):
+                setattr(config, name, identity)
+    for module in model.modules():  # Falcon-H1 keeps its multiplier on the decoder
+        if "lm_head_multiplier" in vars(module):
+            module.lm_head_multiplier = LOGIT_TRANSFORMS["lm_head_multiplier"]
     old_head = getattr(model, VALUE_HEAD, None)
     if not isinstance(old_head, nn.Linear):
         raise TypeError(
