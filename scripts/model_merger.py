@@ -258,7 +258,11 @@ def merge(
 
     saved = dcp.FileSystemReader(local_dir).read_metadata().state_dict_metadata
     model_keys = {key[len("model.") :] for key in saved if key.startswith("model.")}
-    if "lm_head.weight" not in model_keys and any("value_head" in key or key == "score.weight" for key in model_keys):
+    head = saved.get("model.lm_head.weight")
+    value_head = head is not None and head.size[0] == 1 and "lm_head.bias" in model_keys  # this project's critic
+    if value_head or (
+        "lm_head.weight" not in model_keys and any(k in ("value_head", "score.weight") for k in model_keys)
+    ):
         raise ValueError(f"'{local_dir}' holds a critic (value head); export the actor's checkpoint instead.")
     missing, unexpected = model.load_state_dict(_load_checkpoint_tensors(local_dir), strict=False)
     tied = {"lm_head.weight"} if getattr(config.get_text_config(), "tie_word_embeddings", False) else set()

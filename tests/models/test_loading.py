@@ -101,6 +101,20 @@ def test_a_value_is_the_value_heads_output_without_the_familys_logit_transform(t
     assert actor_config.items() >= (transform or {"final_logit_softcapping": 30.0}).items()  # the actor keeps it
 
 
+def test_a_critic_built_from_a_reward_model_starts_from_its_score_head(tmp_path):
+    from transformers import AutoModelForSequenceClassification
+
+    path = get_or_build_tiny_model("qwen2_rm", str(tmp_path))
+    critic = build_model(ModelConfig(model_path=path, enable_gradient_checkpointing=False), value_head=True).eval()
+    reward_model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32).eval()
+    ids = torch.arange(3, 12)[None]
+    with torch.no_grad():
+        values = critic(input_ids=ids, use_cache=False).logits[..., 0]
+        score = reward_model(input_ids=ids).logits[0, 0]  # the last token's
+    torch.testing.assert_close(values[0, -1], score)
+    assert values.std() > 0
+
+
 def test_freeze_vision_tower_freezes_exactly_the_tower(model_dirs):
     model = build_model(ModelConfig(model_path=model_dirs["qwen2_5_vl"]))
     frozen = freeze_vision_tower(model)

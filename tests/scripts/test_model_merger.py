@@ -205,6 +205,26 @@ def test_an_easyr1_checkpoint_is_named_as_such(tmp_path) -> None:
         merger.merge(str(tmp_path))
 
 
+def test_a_critic_checkpoint_is_named_as_such(tmp_path) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    from verl.models.config import ModelConfig
+    from verl.models.loading import build_model
+    from verl.models.tiny_models import build_tiny_model
+    from verl.utils import quiet
+
+    model_dir = build_tiny_model(str(tmp_path / "model"), hidden_size=64, num_layers=1, num_heads=4, num_kv_heads=2)
+    critic = tmp_path / "global_step_1" / "critic"
+    model = build_model(ModelConfig(model_path=model_dir), value_head=True)
+    with quiet.one_process_checkpoint_io():
+        dcp.save({"model": model.state_dict()}, checkpoint_id=str(critic), no_dist=True)
+    shutil.copytree(model_dir, critic / "huggingface", ignore=shutil.ignore_patterns("*.safetensors"))
+    result = run_merger("--local_dir", str(critic), "--target_dir", str(tmp_path / "out"))
+    assert result.returncode != 0
+    assert f"'{critic}' holds a critic (value head); export the actor's checkpoint instead." in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_a_truncated_shard_is_named_by_the_merger(checkpoint, tmp_path) -> None:
     from verl.utils.checkpoint.integrity import write_record
 

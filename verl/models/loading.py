@@ -116,7 +116,42 @@ def build_model(
     use_packed_linear_attention(model)
     if value_head:
         add_value_head(model)
+        if device == "cpu" and is_reward_model(model.config):
+            start_from_score_head(model, model_config.model_path)
     return model
+
+
+def is_reward_model(config: PretrainedConfig) -> bool:
+    """A one-label sequence classifier (a reward model's checkpoint)."""
+    architectures = getattr(config, "architectures", None) or []
+    return config.num_labels == 1 and any(name.endswith("ForSequenceClassification") for name in architectures)
+
+
+def start_from_score_head(model: nn.Module, model_path: str) -> None:
+    """A critic built from a reward model starts its value head from the reward model's score head (as a token
+    classifier would load it), so its first values are the reward model's per-token scores."""
+    from safetensors import safe_open
+
+    directory = model_path
+    if not os.path.isdir(directory):  # a Hub id: from_pretrained has just put it in the cache
+        from huggingface_hub import snapshot_download
+
+        directory = snapshot_download(model_path, local_files_only=True, allow_patterns=["*.safetensors"])
+    found = {}
+    for file in sorted(os.listdir(directory)):
+        if file.endswith(".safetensors"):
+            with safe_open(os.path.join(directory, file), framework="pt") as f:
+                found.update({name: f.get_tensor(name) for name in ("score.weight", "score.bias") if name in f.keys()})
+    head = getattr(model, VALUE_HEAD)
+    if found.get("score.weight") is None or found["score.weight"].shape != head.weight.shape:
+        raise ValueError(
+            f"'{model_path}' is a reward model, but its safetensors files have no score.weight of shape "
+            f"{tuple(head.weight.shape)} to start the critic's value head from."
+        )
+    with torch.no_grad():
+        head.weight.copy_(found["score.weight"])
+        head.bias.copy_(found.get("score.bias", torch.zeros(1)))
+    logger.info("The critic's value head starts from the score head of the reward model '%s'.", model_path)
 
 
 def exported_config(model: nn.Module) -> PretrainedConfig:

@@ -41,7 +41,8 @@ class CriticConfig:
     ulysses_size: int = 1
     """Ulysses sequence-parallel degree of the critic, as worker.actor.ulysses_size is the actor's (same rules)."""
     model: ModelConfig = field(default_factory=ModelConfig)
-    """The value model; usually the same checkpoint as the actor, with a scalar head added."""
+    """The value model; usually the same checkpoint as the actor, with a scalar head added (a reward model's
+    checkpoint: its score head starts the value head)."""
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
     """Optimizer and learning-rate schedule."""
     fsdp: FSDPConfig = field(default_factory=FSDPConfig)
