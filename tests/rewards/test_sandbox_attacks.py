@@ -478,6 +478,46 @@ def test_builtins_in_the_test_are_the_trainer_s_not_the_program_s(code_reward: M
     assert passed["overall"] == 1.0, passed
 
 
+def test_what_runs_in_the_sandbox_sees_the_builtins_as_they_were_before_the_program(code_reward: ModuleType) -> None:
+    """`isinstance(...)` and `pow(2, 10)` run in the program's process: a program's own `isinstance`, one it put into
+    builtins, or an `os.write` that rewrites the judge's line does not decide them; a function under test that has a
+    builtin's name is still the program's."""
+    asserts = {"fn_name": "f", "asserts": ["assert isinstance(f(3), list)", "assert f(2) == pow(2, 10)"]}
+    cheats = [
+        "def isinstance(*a):\n    return True\npow = lambda *a: 0\ndef f(x):\n    return 0\n",
+        "import builtins\nbuiltins.isinstance = lambda *a: True\nbuiltins.pow = lambda *a: 0\ndef f(x):\n    return 0\n",
+        "import os\nw = os.write\nos.write = lambda fd, b: w(fd, b.replace(b'false', b'true'))\ndef f(x):\n    return 0\n",
+    ]
+    honest = "def f(x):\n    return [0] * (2 ** 10 - 1 if x == 2 else x)\n"
+    *cheated, passed = code_reward.compute_score([_sample(cheat, asserts) for cheat in [*cheats, honest]])
+    assert [score["overall"] for score in cheated] == [0.0, 0.0, 0.0], cheated
+    assert passed["overall"] == 0.5, passed  # f(2) is a list, not 1024
+    named = {"fn_name": "pow", "asserts": ["assert pow(2, 10) == 1024", "assert pow(3, 2) == 9"]}
+    [own] = code_reward.compute_score([_sample("def pow(a, b):\n    return a ** b + (a == 3)\n", named)])
+    assert own["overall"] == 0.5, own
+
+
+def test_all_and_any_over_constants_are_judged_item_by_item_in_the_trainer(code_reward: ModuleType) -> None:
+    """`assert all(f(i) == 2 * i for i in range(5))` is five comparisons in the trainer: an object whose `==` is
+    always true, or the program's own `all`, passes none of them; an honest program passes."""
+    asserts = {
+        "fn_name": "f",
+        "asserts": [
+            "assert all(f(i) == 2 * i for i in range(5))",
+            "assert any([f(x) == 8 for x in (1, 4)])",
+            "assert not all(f(i) > 2 for i in [1, 2])",
+            "assert all(f(i) for i in [])",
+        ],
+    }
+    always_equal = "class Yes:\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return Yes()\n"
+    own_all = "def all(*a):\n    return True\ndef any(*a):\n    return True\ndef f(x):\n    return None\n"
+    honest = "def f(x):\n    return 2 * x\n"
+    scores = code_reward.compute_score([_sample(program, asserts) for program in (always_equal, own_all, honest)])
+    assert [score["overall"] for score in scores] == [0.25, 0.25, 1.0], scores  # the empty all() is true for all
+    check = judge.parse_assert(asserts["asserts"][0], "f")
+    assert check.expressions == tuple(f"f({i})" for i in range(5))
+
+
 @pytest.mark.timeout(60)  # a hang guard only: the decoder refuses the set before building it
 def test_a_set_of_colliding_hashes_is_refused_before_it_is_built(code_reward: ModuleType) -> None:
     """35,000 ints that all hash to 0 (multiples of 2**61 - 1) in the judge's "set" form: the program skips the judge

@@ -160,12 +160,15 @@ def _run_case(source, path, program, suffix):
     # The program was compiled once by the harness (or failed to compile: then every case reports that error); the
     # suffix is compiled here, numbered as if appended to the program's text, and runs in the same namespace.
     module = _main_module(path, source.decode("utf-8", "replace") + suffix)
+    clean = dict(vars(__builtins__) if hasattr(__builtins__, "__dict__") else __builtins__)
+    io = (os.write, os._exit)
     try:
         if isinstance(program, BaseException):
             raise program
         exec(program, module.__dict__)
         if suffix:
-            exec(compile("\n" * source.count(b"\n") + suffix, path, "exec"), module.__dict__)
+            code = compile("\n" * source.count(b"\n") + suffix, path, "exec")
+            exec(code, _judge_namespace(module.__dict__, clean, io))
         status = 0
     except SystemExit as exit:
         status = _exit_status(exit.code)
@@ -173,6 +176,15 @@ def _run_case(source, path, program, suffix):
         _print_traceback(error, path)
         status = 1
     _finish(status, module)
+
+
+def _judge_namespace(program, clean, io):
+    # Where a case's suffix runs: the program's names, but the builtins (and os.write, os._exit) as they were before
+    # the program ran, so its own all() or isinstance(), or one it put into builtins, does not judge it. The
+    # function under test comes from _verl_program where its name is a builtin's.
+    namespace = {name: value for name, value in program.items() if name not in clean}
+    namespace.update(__builtins__=clean, __name__="__main__", _verl_program=program, _verl_io=io)
+    return namespace
 
 
 def _exit_status(code):

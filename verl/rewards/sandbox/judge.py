@@ -10,6 +10,8 @@ only an expected side naming the program's objects (`f(x) == g(y)`) is evaluated
 """
 
 import ast
+import builtins
+import copy
 import json
 import math
 import operator
@@ -59,8 +61,11 @@ _FAILURES = {
 _JUDGE = """
 
 def _verl_judge_factory(budget):
-    import os
-    write, leave = os.write, os._exit
+    try:
+        write, leave = _verl_io  # taken before the program ran (bootstrap's _judge_namespace)
+    except NameError:  # appended to the program (sandbox_fusion)
+        import os
+        write, leave = os.write, os._exit
     kind = (0).__class__.__class__
     none, boolean, integer, real, compound = None.__class__, True.__class__, (0).__class__, (0.0).__class__, (0j).__class__
     text, data, array, pair, table, group = "".__class__, b"".__class__, [].__class__, ().__class__, {}.__class__, {0}.__class__
@@ -401,6 +406,8 @@ class Check:
     test: Node
     source: str
     """The assert, or the call and expected output, it came from (for messages)."""
+    fn_name: str = ""
+    """The function under test: the program's, even where a builtin has its name."""
 
 
 @dataclass(frozen=True)
@@ -417,6 +424,7 @@ class Case:
 # ---------------------------------------------------------------------------------------------------------------
 # From the ground truth to checks.
 
+_BUILTIN_NAMES = frozenset(dir(builtins))
 _NOT_LITERAL = object()
 _SINGLETONS = (None, True, False)
 
@@ -454,6 +462,43 @@ def _calls(node: ast.expr, name: str, module: str | None = None) -> bool:
     )
 
 
+MAX_UNROLLED = 64
+"""The most items of an `all(...)`/`any(...)` the trainer unrolls."""
+_SCOPES = (ast.Lambda, ast.NamedExpr, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)
+
+
+class _Substitute(ast.NodeTransformer):
+    def __init__(self, name: str, value: ast.expr) -> None:
+        self.name, self.value = name, value
+
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        return copy.deepcopy(self.value) if node.id == self.name else node
+
+
+def _unrolled(node: ast.expr) -> tuple[bool, list[ast.expr]] | None:
+    """`all(e for x in C)` or `any(...)` (a generator or list comprehension, one `for` over a constant C of at most
+    MAX_UNROLLED plain items, no `if`) as (conjunction, e with each item in place of x): its comparisons are then
+    the trainer's, where the program's `all` or an object whose `==` is always true cannot decide them."""
+    if not (_calls(node, "all") or _calls(node, "any")) or len(node.args) != 1 or node.keywords:
+        return None
+    [argument] = node.args
+    if not isinstance(argument, (ast.GeneratorExp, ast.ListComp)) or len(argument.generators) != 1:
+        return None
+    [loop] = argument.generators
+    if loop.ifs or loop.is_async or not isinstance(loop.target, ast.Name):
+        return None
+    if any(isinstance(inner, _SCOPES) for inner in ast.walk(argument.elt)):
+        return None
+    items = _literal(loop.iter)
+    if type(items) not in (list, tuple, range, str) or len(items) > MAX_UNROLLED:
+        return None
+    if not all(type(item) in (int, float, str, bool, type(None)) for item in items):
+        return None
+    sources = [ast.parse(_python_source(item), mode="eval").body for item in items]
+    parts = [_Substitute(loop.target.id, source).visit(copy.deepcopy(argument.elt)) for source in sources]
+    return _calls(node, "all"), parts
+
+
 def _translate(node: ast.expr, expressions: list[str]) -> Node:
     """The trainer-side test of an assert's expression; what must run in the sandbox is appended to `expressions`."""
     value = _literal(node)
@@ -489,6 +534,12 @@ def _translate(node: ast.expr, expressions: list[str]) -> Node:
         [argument] = node.args
         if isinstance(argument, ast.BinOp) and isinstance(argument.op, ast.Sub):
             return AbsDifference(_translate(argument.left, expressions), _translate(argument.right, expressions))
+    unrolled = _unrolled(node)
+    if unrolled is not None:
+        conjunction, parts = unrolled
+        if not parts:
+            return Literal(conjunction)
+        return Builtin("bool", (BoolOp(conjunction, tuple(_translate(part, expressions) for part in parts)),))
     if (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Name)
@@ -501,8 +552,9 @@ def _translate(node: ast.expr, expressions: list[str]) -> Node:
     return Value(len(expressions) - 1)
 
 
-def parse_assert(assertion: str) -> Check:
-    """The check of one assert string (one or more assert statements); ValueError when it is anything else."""
+def parse_assert(assertion: str, fn_name: str = "") -> Check:
+    """The check of one assert string (one or more assert statements) testing `fn_name`; ValueError when it is
+    anything else."""
     try:
         statements = ast.parse(assertion, mode="exec").body
     except SyntaxError as error:
@@ -515,7 +567,7 @@ def parse_assert(assertion: str) -> Check:
     except constants.TooLarge as error:
         raise ValueError(f"computes a constant too large to evaluate in the trainer ({error})") from None
     test = tests[0] if len(tests) == 1 else BoolOp(True, tuple(tests))
-    return Check(tuple(expressions), test, assertion)
+    return Check(tuple(expressions), test, assertion, fn_name)
 
 
 def _python_source(value: Any) -> str:
@@ -566,11 +618,11 @@ def parse_test_cases(ground_truth: Any, where: str) -> list[Case]:
     if not isinstance(ground_truth, Mapping):
         raise ValueError(f"{where}: ground_truth is a {type(ground_truth).__name__}; it must be {forms}.")
     if "asserts" in ground_truth:
-        _function_name(ground_truth, where)
+        fn_name = _function_name(ground_truth, where)
         cases = []
         for index, assertion in enumerate(_string_list(ground_truth["asserts"], "asserts", where)):
             try:
-                cases.append(Case(check=parse_assert(assertion)))
+                cases.append(Case(check=parse_assert(assertion, fn_name)))
             except ValueError as error:
                 raise ValueError(f"{where}: ground_truth['asserts'][{index}] {error}: {assertion!r:.200}") from None
         return cases
@@ -589,7 +641,11 @@ def parse_test_cases(ground_truth: Any, where: str) -> list[Case]:
             )
         calls = [_call_source(fn_name, arguments) for arguments in inputs]
         return [
-            Case(check=Check((call,), Compare((Value(0), Literal(expected)), ("==",), loose=True), f"{call} == ..."))
+            Case(
+                check=Check(
+                    (call,), Compare((Value(0), Literal(expected)), ("==",), loose=True), f"{call} == ...", fn_name
+                )
+            )
             for call, expected in zip(calls, outputs)
         ]
     if "inputs" in ground_truth or "outputs" in ground_truth:
@@ -610,7 +666,9 @@ def case_suffix(case: Case, node_budget: int) -> str:
     if case.check is None:
         return ""
     thunks = ", ".join(f"lambda: ({expression}\n)" for expression in case.check.expressions)
-    return f"{_JUDGE.replace('BUDGET', str(node_budget))}_verl_judge({thunks})\n"
+    name = case.check.fn_name
+    own = f"if '_verl_program' in globals(): {name} = _verl_program.get({name!r})\n" if name in _BUILTIN_NAMES else ""
+    return f"{_JUDGE.replace('BUDGET', str(node_budget))}{own}_verl_judge({thunks})\n"
 
 
 def _decode(item: Any, depth: int = 0) -> Any:
