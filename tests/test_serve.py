@@ -491,6 +491,32 @@ def test_a_client_that_leaves_a_stream_aborts_its_request(scripted_server):
     assert post(url, request())[2]["choices"][0]["message"]["content"] == "ok"
 
 
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_client_that_leaves_at_once_aborts_its_request_streamed_or_not(scripted_server, stream):
+    """A client gone right after the response's headers (streamed) or while it waits for the whole reply: its
+    request is aborted, not generated to the end (a stream's body could be dropped before it ran its cleanup)."""
+    engine, url = scripted_server([str(i) for i in range(1000)])
+    engine.delay = 0.01
+    address = urllib.parse.urlsplit(url)
+    for attempt in range(3):
+        engine.aborted = []
+        connection = http.client.HTTPConnection(address.hostname, address.port, timeout=30)
+        body = json.dumps(request(stream=stream, n=4))
+        connection.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+        if stream:
+            connection.getresponse().close()  # the headers only
+        else:
+            time.sleep(0.2)  # the engine is generating
+        connection.close()
+        deadline = time.monotonic() + 30
+        while not engine.aborted and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert engine.aborted == ["chatcmpl-scripted"], attempt
+        assert len(engine.steps) == 0
+    engine.pieces = ["ok"]
+    assert post(url, request())[2]["choices"][0]["message"]["content"] == "ok"
+
+
 def post(url, body):
     """POST a chat-completions request: (status, headers, JSON body or the raw text of a stream)."""
     data = json.dumps(body).encode()
@@ -707,6 +733,21 @@ def test_a_stream_that_is_left_is_aborted_while_the_others_finish(live):
         time.sleep(0.05)
     assert first["id"] in seen.aborted
     assert post(url, request(max_tokens=2))[0] == 200 and not core.has_unfinished_requests()
+
+
+@pytest.mark.slow
+def test_a_text_prompt_longer_than_the_context_can_hold_is_refused_before_it_is_tokenized(live):
+    """The bound is vLLM's (each token at most the vocabulary's longest): the engine thread, which every request
+    waits on, never tokenizes megabytes (20 MB held every request for 38 s)."""
+    url, seen, core, llm = live
+    limit = 512 * llm.get_tokenizer().max_chars_per_token
+    data = json.dumps({"model": "tiny", "prompt": "a" * (limit + 1), "max_tokens": 1}).encode()
+    call = urllib.request.Request(f"{url}/completions", data=data, headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(call, timeout=60)
+    assert refused.value.code == 400
+    message = json.loads(refused.value.read())["error"]["message"]
+    assert f"your prompt contains {limit + 1} characters (more than {limit} characters" in message
 
 
 EOS = {"2048": -100, "2050": -100}

@@ -169,8 +169,22 @@ def _submit(engine: Any, request: Any, prompts: list[str | list[int]]) -> tuple[
     return ids, completion
 
 
+def _check_characters(engine: Any, prompts: list[str | list[int]]) -> None:
+    """Refuse a text prompt longer than the context can be in characters (vLLM's bound: each token at most its
+    vocabulary's longest token), before the engine thread, which every request waits on, tokenizes it."""
+    per_token = getattr(engine.llm.get_tokenizer(), "max_chars_per_token", None)
+    for prompt in prompts:
+        if per_token and isinstance(prompt, str) and len(prompt) > engine.max_model_len * per_token:
+            raise RequestError(
+                f"This model's maximum context length is {engine.max_model_len} tokens. However, your prompt "
+                f"contains {len(prompt)} characters (more than {engine.max_model_len * per_token} characters, which "
+                f"is the upper bound for {engine.max_model_len} tokens). Reduce the length of the prompt."
+            )
+
+
 def complete(engine: Any, request: Any, prompts: list[str | list[int]]) -> dict[str, Any]:
     """The text_completion object of a non-streamed request."""
+    _check_characters(engine, prompts)
     completion, outputs = engine.loop.submit(lambda: _submit(engine, request, prompts))
     for output in outputs:
         for _ in completion.take(output):
@@ -183,6 +197,7 @@ def complete(engine: Any, request: Any, prompts: list[str | list[int]]) -> dict[
 def stream(engine: Any, request: Any, prompts: list[str | list[int]]) -> Iterator[dict[str, Any]]:
     """The text_completion chunks of a streamed request (the prompt first with echo; the usage last, with
     include_usage). The request is checked and in the engine when this returns."""
+    _check_characters(engine, prompts)
     completion, outputs = engine.loop.submit(lambda: _submit(engine, request, prompts))
     return _chunks(engine, request, completion, outputs)
 

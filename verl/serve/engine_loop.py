@@ -5,7 +5,9 @@ adds requests and steps it, and each step's outputs are routed to their request'
 
 import logging
 import queue
+import threading
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from verl.workers.rollout.engine_thread import EngineThread
@@ -15,6 +17,46 @@ from verl.workers.rollout.request_loop import RequestLoop
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+class ClientGone(Exception):
+    """The HTTP client left; its requests were aborted."""
+
+
+_GONE = object()
+"""Put into a request's output queue when its client leaves."""
+
+
+class Client:
+    """One HTTP request's client: when it leaves (`leave`), the engine requests submitted for it are aborted, and a
+    thread waiting for their outputs gets ClientGone (a generator over them may never be resumed or closed)."""
+
+    def __init__(self) -> None:
+        self._held: list[tuple[Callable[[], None], queue.SimpleQueue]] = []
+        self._gone = False
+        self._lock = threading.Lock()
+
+    def watch(self, abort: Callable[[], None], outbox: queue.SimpleQueue) -> None:
+        with self._lock:
+            self._held.append((abort, outbox))
+            if not self._gone:
+                return
+        self._end(abort, outbox)
+
+    def leave(self) -> None:
+        with self._lock:
+            self._gone, held = True, list(self._held)
+        for abort, outbox in held:
+            self._end(abort, outbox)
+
+    @staticmethod
+    def _end(abort: Callable[[], None], outbox: queue.SimpleQueue) -> None:
+        abort()
+        outbox.put(_GONE)
+
+
+CLIENT: ContextVar[Client | None] = ContextVar("verl_serve_client", default=None)
+"""The client of the HTTP request being answered (the thread pool's threads inherit it)."""
 
 
 class EngineLoop:
@@ -31,8 +73,8 @@ class EngineLoop:
 
     def submit(self, add: Callable[[], tuple[list[str], T]]) -> tuple[T, Iterator[Any]]:
         """Run `add` (which adds a request, returning its ids and a value) on the engine thread. Returns (the value,
-        an iterator of those ids' outputs until each finishes); closing it early aborts them. `add`'s error raises
-        here, a step's from the iterator."""
+        an iterator of those ids' outputs until each finishes); closing it early, or the CLIENT leaving, aborts
+        them. `add`'s error raises here, a step's from the iterator (ClientGone once the client has left)."""
         outbox: queue.SimpleQueue = queue.SimpleQueue()
 
         def added() -> tuple[list[str], T]:
@@ -41,6 +83,9 @@ class EngineLoop:
             return ids, value
 
         ids, value = self.thread.call(added)
+        client = CLIENT.get()
+        if client is not None:  # its requests still held, once it has left (finished ones are no longer routed)
+            client.watch(lambda: self.thread.post(lambda: self._abort(ids)), outbox)
         return value, self._outputs(ids, outbox)
 
     def _outputs(self, ids: list[str], outbox: queue.SimpleQueue) -> Iterator[Any]:
@@ -48,6 +93,8 @@ class EngineLoop:
         try:
             while unfinished:
                 output = outbox.get()
+                if output is _GONE:
+                    raise ClientGone("the client left")
                 if isinstance(output, BaseException):
                     unfinished.clear()  # the engine thread has dropped the request
                     raise output

@@ -23,6 +23,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from verl.serve import chat, completions, responses
+from verl.serve.engine_loop import CLIENT, Client, ClientGone
 from verl.serve.request_checks import RequestError
 
 
@@ -47,28 +48,57 @@ def _event(body: dict[str, Any], named: bool) -> bytes:
     return f"{head}data: {json.dumps(body, ensure_ascii=False)}\n\n".encode()
 
 
-async def _stream(events: Iterator[dict[str, Any]], named: bool = False) -> Any:
+async def _watching(receive: Callable, client: Any, func: Callable, *args: Any) -> Any:
+    """`func(*args)` in the thread pool (inheriting CLIENT), while waiting for the client to disconnect: then it
+    `leave`s, which aborts its engine requests and ends `func` with ClientGone."""
+    import anyio
+    from starlette.concurrency import run_in_threadpool
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        client.leave()
+
+    result, error = None, None
+    async with anyio.create_task_group() as group:
+        group.start_soon(watch)
+        try:
+            result = await run_in_threadpool(func, *args)
+        except Exception as raised:  # raised here, not as the task group's ExceptionGroup
+            error = raised
+        group.cancel_scope.cancel()
+    if error is not None:
+        raise error
+    return result
+
+
+async def _stream(receive: Callable, client: Any, events: Iterator[dict[str, Any]], named: bool = False) -> Any:
     """A 200 event stream of `events`; an error before the first event is a plain HTTP error, after it an error
-    event (as vLLM's server). Unnamed streams end with `data: [DONE]`; a client leaving aborts its request."""
-    from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
+    event (as vLLM's server). Unnamed streams end with `data: [DONE]`; a client leaving aborts its request, however
+    the response ends."""
+    from starlette.concurrency import iterate_in_threadpool
     from starlette.responses import StreamingResponse
 
-    first = await run_in_threadpool(next, events)
+    first = await _watching(receive, client, next, events)
 
     async def body() -> AsyncIterator[bytes]:
+        yield _event(first, named)
         try:
-            yield _event(first, named)
-            try:
-                async for event in iterate_in_threadpool(events):
-                    yield _event(event, named)
-            except Exception as error:
-                yield _event(error_body(error)[1], False)
-            if not named:
-                yield b"data: [DONE]\n\n"
-        finally:
-            events.close()
+            async for event in iterate_in_threadpool(events):
+                yield _event(event, named)
+        except Exception as error:
+            yield _event(error_body(error)[1], False)
+        if not named:
+            yield b"data: [DONE]\n\n"
 
-    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    class Response(StreamingResponse):
+        async def __call__(self, *args: Any) -> None:
+            try:
+                await super().__call__(*args)
+            finally:  # a thread of the pool may be inside next(events): its requests are aborted, ending it
+                client.leave()
+
+    return Response(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
 def make_app(engine: Any) -> Any:
@@ -79,7 +109,6 @@ def make_app(engine: Any) -> Any:
     import vllm.entrypoints.openai.responses.utils  # noqa: F401
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, Response
-    from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException
 
     @asynccontextmanager
@@ -110,13 +139,19 @@ def make_app(engine: Any) -> Any:
                 except ValueError as error:
                     raise RequestError(f"the request body is not JSON: {error}.") from None
                 checked = check(body, engine.name)  # (the typed request, what else its answer takes)
+                client = Client()
+                CLIENT.set(client)
                 if checked[0].stream:
-                    return await _stream(stream(engine, *checked), named)
-                return JSONResponse(await run_in_threadpool(complete, engine, *checked))
+                    return await _stream(request.receive, client, stream(engine, *checked), named)
+                return JSONResponse(await _watching(request.receive, client, complete, engine, *checked))
+            except ClientGone:
+                return Response(status_code=499)  # nobody reads it (nginx's "client closed request")
             except Exception as error:  # say what went wrong, keep serving
-                if not isinstance(error, RequestError):
-                    logger.exception("a request failed")
                 status, body = error_body(error)
+                if status >= 500:
+                    logger.exception("a request failed")
+                elif not isinstance(error, RequestError):
+                    logger.info("a request was refused: %s", error)
                 return JSONResponse(body, status_code=status)
 
         return answer
