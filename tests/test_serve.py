@@ -132,6 +132,27 @@ def test_an_unknown_model_is_a_404_naming_the_served_one():
     assert error.value.status == 404
 
 
+def test_errors_have_openais_shape_with_the_http_status_as_code():
+    from vllm.exceptions import VLLMValidationError
+
+    from verl.serve.server import error_body
+
+    assert error_body(RequestError("'n' must be >= 1, got 0.")) == (
+        400,
+        {
+            "error": {
+                "message": "'n' must be >= 1, got 0.",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": 400,
+            }
+        },
+    )
+    status, body = error_body(VLLMValidationError("too long", parameter="input_text", value=9))
+    assert status == 400 and body["error"]["param"] == "input_text" and body["error"]["code"] == 400
+    assert error_body(RuntimeError("the engine died"))[1]["error"]["type"] == "server_error"
+
+
 @pytest.mark.parametrize(
     "fields, message",
     [

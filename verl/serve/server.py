@@ -35,11 +35,13 @@ THREADS = 1024
 
 def error_body(error: Exception) -> tuple[int, dict[str, Any]]:
     """HTTP status and OpenAI error object of a failed request; vLLM's validation errors are 400s, as in its server."""
+    param = getattr(error, "parameter", None)  # vLLM's validation errors name the field
     if isinstance(error, RequestError):
-        return error.status, {"error": {"message": str(error), "type": error.kind}}
-    invalid = isinstance(error, (ValueError, TypeError, KeyError)) or "Validation" in type(error).__name__
-    kind = "invalid_request_error" if invalid else "server_error"
-    return (400 if invalid else 500), {"error": {"message": str(error), "type": kind}}
+        status, kind = error.status, error.kind
+    else:
+        invalid = isinstance(error, (ValueError, TypeError, KeyError)) or "Validation" in type(error).__name__
+        status, kind = (400, "invalid_request_error") if invalid else (500, "server_error")
+    return status, {"error": {"message": str(error), "type": kind, "param": param, "code": status}}
 
 
 def _event(body: dict[str, Any], named: bool) -> bytes:
@@ -121,7 +123,8 @@ def make_app(engine: Any) -> Any:
     @app.exception_handler(HTTPException)
     async def not_found(request: Request, error: HTTPException) -> JSONResponse:
         message = f"no route {request.method} {request.url.path}" if error.status_code in (404, 405) else error.detail
-        return JSONResponse({"error": {"message": message, "type": "not_found"}}, status_code=error.status_code)
+        body = {"message": message, "type": "not_found", "param": None, "code": error.status_code}
+        return JSONResponse({"error": body}, status_code=error.status_code)
 
     @app.get("/health")
     async def health() -> Response:  # as vLLM's server: 200, no body, while it serves
