@@ -11,6 +11,8 @@ than the cluster has fails at once with both sizes in the message, which is what
 is larger than the cluster.
 """
 
+import ast
+import json
 import os
 import subprocess
 import sys
@@ -201,3 +203,29 @@ def test_a_run_without_ray_address_starts_a_ray_of_its_own_beside_a_started_clus
     assert proc.returncode == 0, proc.stderr[-3000:]
     address, cpus = proc.stdout.split()[-2:]
     assert address != two_node_cluster.address and float(cpus) >= 3
+
+
+def test_a_driver_joining_a_cluster_gives_its_workers_its_hub_and_collective_settings(two_node_cluster):
+    """Workers on a joined cluster inherit `ray start`'s environment, not the driver's: the driver's HF_*, NCCL_*,
+    ... reach them, over the trainer's defaults (NCCL_DEBUG=WARN); a variable a `ray job submit` runtime environment
+    sets stays the job's (two values were a crash in ray.init); other driver variables stay the driver's."""
+    code = (
+        "import os, ray\nfrom verl.trainer.ray_setup import start_ray\nstart_ray('cpu', 1, 300.0)\n"
+        "names = ['HF_HUB_OFFLINE', 'NCCL_DEBUG', 'VLLM_LOGGING_LEVEL', 'TOKENIZERS_PARALLELISM', 'DRIVER_ONLY']\n"
+        "seen = ray.get(ray.remote(num_cpus=0)(lambda: [os.environ.get(n) for n in names]).remote())\n"
+        "print(dict(zip(names, seen)))\n"
+    )
+    job = {"runtime_env": {"env_vars": {"VLLM_LOGGING_LEVEL": "DEBUG"}}}
+    extra = {"HF_HUB_OFFLINE": "1", "NCCL_DEBUG": "INFO", "DRIVER_ONLY": "x", "RAY_ADDRESS": two_node_cluster.address}
+    env = {**os.environ, **extra, "RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps(job)}
+    env.pop("VLLM_LOGGING_LEVEL", None)
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
+    assert seen == {
+        "HF_HUB_OFFLINE": "1",
+        "NCCL_DEBUG": "INFO",
+        "VLLM_LOGGING_LEVEL": "DEBUG",
+        "TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM", "false"),
+        "DRIVER_ONLY": None,
+    }

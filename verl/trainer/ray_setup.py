@@ -36,17 +36,44 @@ class SetupError(RuntimeError):
     """A user error found before any worker starts: the CLI prints its message alone."""
 
 
+DRIVER_ENV_PREFIXES = (
+    "HF_",
+    "HUGGING_FACE_",
+    "TRANSFORMERS_",
+    "NCCL_",
+    "GLOO_",
+    "VLLM_",
+    "VERL_",
+    "PYTORCH_",
+    "TORCH_",
+)
+DRIVER_ENV_NAMES = ("USE_MODELSCOPE_HUB", "MODELSCOPE_CACHE", "TOKENIZERS_PARALLELISM")
+"""The driver's variables every worker gets: on a cluster joined through RAY_ADDRESS a worker inherits the environment
+of `ray start`, not the driver's (HF_HUB_OFFLINE set for an unreachable hub, HF_HOME, HF_TOKEN, NCCL_DEBUG, ...)."""
+
+
 def worker_env(device: str) -> dict[str, str]:
-    """Environment of every Ray worker process (vLLM's INFO lines left out)."""
+    """Environment of every Ray worker process: defaults that leave vLLM's INFO lines out, under the driver's
+    DRIVER_ENV_* variables, under what `device` needs; keys a `ray job submit` runtime environment sets are its own
+    (Ray refuses to merge two values)."""
     env = {"TOKENIZERS_PARALLELISM": "false", "VLLM_LOGGING_LEVEL": "WARN", "NCCL_DEBUG": "WARN"}
     env.update(quiet.worker_env_vars())
+    env.update({k: v for k, v in os.environ.items() if k.startswith(DRIVER_ENV_PREFIXES) or k in DRIVER_ENV_NAMES})
     if device == "cpu":
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # one in-process engine per worker (SPMD), see the vLLM notes
     else:
         env["TORCH_NCCL_AVOID_RECORD_STREAMS"] = "1"
         # CUDA_DEVICE_MAX_CONNECTIONS stays at CUDA's default: 1 (a Megatron setting) would stop FSDP's collectives
         # overlapping compute
-    return env
+    try:
+        job = json.loads(os.environ.get(JOB_CONFIG_ENV) or "{}").get("runtime_env") or {}
+    except (ValueError, AttributeError):
+        job = {}
+    return {name: value for name, value in env.items() if name not in (job.get("env_vars") or {})}
+
+
+JOB_CONFIG_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+"""Where `ray job submit` gives the driver its job's config (its runtime_env among it)."""
 
 
 TASK_EVENTS_ENV = "RAY_task_events_report_interval_ms"
