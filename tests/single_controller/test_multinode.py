@@ -229,3 +229,28 @@ def test_a_driver_joining_a_cluster_gives_its_workers_its_hub_and_collective_set
         "TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM", "false"),
         "DRIVER_ONLY": None,
     }
+
+
+def test_a_run_whose_pools_and_actors_do_not_fit_together_stops_before_any_starts(two_node_cluster):
+    """Each pool fits the 2-CPU cluster alone, but not beside the reward actor: the run says so at once (the actor,
+    started first, held the CPU the pool then waited 120 s for)."""
+    from verl.trainer.config import PPOConfig
+    from verl.trainer.ray_setup import SetupError
+    from verl.trainer.runner import check_run_fits
+
+    config = PPOConfig()
+    config.trainer.nnodes, config.trainer.n_gpus_per_node = 2, 1
+    config.worker.reward.reward_function, config.worker.reward.run_in = "reward.py:score", "local"
+    check_run_fits(config, "cpu")  # the two workers alone fit
+    config.worker.reward.run_in = "actor"
+    with pytest.raises(SetupError) as error:
+        check_run_fits(config, "cpu")
+    assert str(error.value) == (
+        "The run needs 3 CPU at once (the trainer's workers (trainer.nnodes x trainer.n_gpus_per_node): 2, the reward "
+        "actor (worker.reward.num_cpus): 1), but the Ray cluster has 2. Ask for fewer processes, or add nodes."
+    )
+    config.worker.reward.run_in = "local"
+    config.worker.reward.judge.model_path, config.worker.reward.judge.num_gpus = "judge", 0.25
+    config.worker.reward.judge.num_cpus = 0
+    with pytest.raises(SetupError, match=r"needs 3 GPU at once \(.*: 2, the judge \(worker.reward.judge.num_gpus, "):
+        check_run_fits(config, "cuda")  # a pool's bundle holds a whole GPU: the judge's quarter needs a GPU of its own

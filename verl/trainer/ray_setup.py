@@ -99,7 +99,8 @@ def init_ray(config: PPOConfig, device: str) -> None:
     processes = trainer.nnodes * trainer.n_gpus_per_node + reward.model.nnodes * reward.model.n_gpus_per_node
     processes += config.worker.rollout.pool_size()  # mode=disaggregated: the engines' own processes
     # Reward actors idle most of the time: they may share the machine's cores rather than block the workers.
-    start_ray(device, processes + 2 * reward.num_cpus, trainer.signal_grace_s, profile=bool(trainer.ray_timeline))
+    actors = 2 * reward.num_cpus + (reward.judge.num_cpus if reward.judge.enabled else 0)
+    start_ray(device, processes + actors, trainer.signal_grace_s, profile=bool(trainer.ray_timeline))
 
 
 def start_ray(device: str, cpu_slots: int, stop_grace_s: float, profile: bool = False) -> None:

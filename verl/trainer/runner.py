@@ -4,6 +4,7 @@
 loggers, then train. The resource check runs before any model loads."""
 
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,7 +14,7 @@ from verl.data.tokenizer import get_processor, get_tokenizer, template_reads
 from verl.rewards.local import LocalReward
 from verl.rewards.ray_actor import ActorReward, create_reward_actor, stop_actor
 from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
-from verl.single_controller.ray.resource import RayResourcePool
+from verl.single_controller.ray.resource import RayResourcePool, cluster_nodes
 from verl.trainer.async_trainer import IN_FLIGHT_FILE, AsyncRayPPOTrainer
 from verl.trainer.checkpointing import (
     check_matches_run,
@@ -146,6 +147,38 @@ def create_worker_groups(config: PPOConfig, device: str) -> WorkerGroups:
     return groups
 
 
+def check_run_fits(config: PPOConfig, device: str) -> None:
+    """SetupError unless the cluster holds every worker pool and the reward and judge actors together: one that did
+    not fit beside the others waited 120 s for a placement group, then blamed "other actors". A pool's bundle holds a
+    whole GPU, so a judge's share of a GPU needs one that no pool takes."""
+    trainer, reward, rollout = config.trainer, config.worker.reward, config.worker.rollout
+    parts = {
+        "the trainer's workers (trainer.nnodes x trainer.n_gpus_per_node)": trainer.nnodes * trainer.n_gpus_per_node
+    }
+    if reward.model.model_path and reward.model.n_gpus_per_node > 0:
+        parts["the reward model's pool"] = reward.model.nnodes * reward.model.n_gpus_per_node
+    if rollout.pool_size():
+        parts["the rollout pool (mode=disaggregated)"] = rollout.pool_size()
+    cpus = dict(parts)  # every process of a pool takes one CPU, and a GPU on CUDA
+    if (reward.reward_function or reward.routes or reward.rubric) and reward.run_in == "actor":
+        cpus["the reward actor (worker.reward.num_cpus)"] = reward.num_cpus
+    if reward.judge.enabled:
+        cpus["the judge (worker.reward.judge.num_cpus)"] = reward.judge.num_cpus
+        if reward.judge.num_gpus > 0:
+            parts["the judge (worker.reward.judge.num_gpus, rounded up)"] = math.ceil(reward.judge.num_gpus)
+    nodes = cluster_nodes()
+    needs = [("CPU", cpus, sum(node.cpus for node in nodes))]
+    if device == "cuda":
+        needs.append(("GPU", parts, sum(node.gpus for node in nodes)))
+    for kind, wanted, have in needs:
+        if sum(wanted.values()) > have + 1e-9:
+            listed = ", ".join(f"{name}: {count:g}" for name, count in wanted.items())
+            raise SetupError(
+                f"The run needs {sum(wanted.values()):g} {kind} at once ({listed}), but the Ray cluster has "
+                f"{have:g}. Ask for fewer processes, or add nodes."
+            )
+
+
 def _new_group(groups: WorkerGroups, nodes: list[int], device: str, name: str, cls: RayClassWithInitArgs) -> Any:
     """A resource pool of `nodes` processes per node and a group of `cls` on it, recorded in `groups`."""
     pool = RayResourcePool(process_on_nodes=nodes, use_gpu=device == "cuda", name_prefix=name)
@@ -273,6 +306,7 @@ def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
         return {}
     log_checkpoint_plan(config.trainer, checkpoint_size(config), config.trainer.save_model_only)
     init_ray(config, device)
+    check_run_fits(config, device)
     config.worker.critic.optim.training_steps = total_steps  # the actor waits for the critic's warmup
     config.worker.actor.optim.training_steps = max(1, total_steps - config.trainer.critic_warmup)
     # One reward runner serves training and validation (they never overlap; a second actor costs a process).
