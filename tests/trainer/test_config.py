@@ -721,6 +721,21 @@ def test_main_reports_config_error_without_traceback(files, capsys):
     assert err.startswith("Config error: Unknown config key 'data.nope'") and "Traceback" not in err
 
 
+def test_a_cluster_too_small_for_a_pool_is_one_line(files, monkeypatch, capsys):
+    from verl.single_controller.ray.resource import InsufficientResourcesError, PlacementGroupTimeoutError
+    from verl.trainer import runner
+
+    for error in (InsufficientResourcesError("no single node has 2 CPU"), PlacementGroupTimeoutError("after 120 s")):
+
+        def run_ppo(config, error=error):
+            raise error
+
+        monkeypatch.setattr(runner, "run_ppo", run_ppo)
+        assert main([*base_args(files), "trainer.device=cpu"]) == 2
+        err = capsys.readouterr().err
+        assert err == f"Error: {error}\n", err
+
+
 @pytest.mark.skipif(is_cuda_available(), reason="checks the error on machines without a GPU")
 def test_cuda_without_a_gpu_is_one_line_before_anything_starts(files, capsys):
     assert main([*base_args(files), "trainer.device=cuda"]) == 2

@@ -28,13 +28,14 @@ def run(config: PPOConfig) -> None:
     error is reported."""
     import ray
 
+    from verl.single_controller.ray.resource import InsufficientResourcesError, PlacementGroupTimeoutError
     from verl.trainer import runner
     from verl.trainer.ray_setup import SetupError
 
     started_here = not ray.is_initialized()
     try:
         runner.run_ppo(config)
-    except SetupError:
+    except (SetupError, InsufficientResourcesError, PlacementGroupTimeoutError):
         if started_here:
             ray.shutdown()
         raise
@@ -54,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from verl.envs.base import EnvCodeError, EnvStepTimeoutError
     from verl.rewards.function import RewardFunctionError, RewardTimeoutError
     from verl.single_controller.ray.base import WorkerDiedError
+    from verl.single_controller.ray.resource import InsufficientResourcesError, PlacementGroupTimeoutError
     from verl.trainer.checkpointing import CheckpointSaveError, resume_hint
     from verl.trainer.preemption import TrainingInterrupted
     from verl.trainer.ray_setup import SetupError
@@ -76,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     except (SetupError, CheckpointSaveError) as err:  # CheckpointSaveError: disk full or unwritable
         print(f"Error: {err}", file=sys.stderr)
         return 2 if isinstance(err, SetupError) else 1
+    except (InsufficientResourcesError, PlacementGroupTimeoutError) as err:  # the cluster, before any step
+        print(f"Error: {err}", file=sys.stderr)
+        return 2
     # the user's code, settings or data failed, or a worker (or a reward or judge actor) died
     except (*user_code, WorkerDiedError, RayActorError) as err:
         print(f"Error: {user_error_message(err)}", file=sys.stderr)
