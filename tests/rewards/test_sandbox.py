@@ -6,6 +6,7 @@ The fallbacks (an audit hook instead of a network namespace, a process group ins
 same checks under the plans this machine would fall back to, so they keep working where namespaces are refused.
 """
 
+import logging
 import os
 import socket
 import subprocess
@@ -114,6 +115,7 @@ def test_isolation_is_probed_once_and_named() -> None:
         "processes": "pid-namespace",
         "filesystem": "bwrap",
         "limits": report["limits"],
+        "system calls": "seccomp filter",
     }
     assert runner._isolation() is runner._isolation()
     weaker = isolation("namespaces")
@@ -132,6 +134,16 @@ def test_the_report_says_why_runs_get_no_cgroup(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(cgroups, "_LAYOUT", layout)
     monkeypatch.setattr(runner, "_ISOLATIONS", {})
     assert isolation()["limits"] == "per process (no writable cgroup: PermissionError: [Errno 13] /sys/fs/cgroup/x)"
+
+
+def test_a_machine_without_a_system_call_filter_is_named_in_a_warning(monkeypatch, caplog) -> None:
+    monkeypatch.setattr(runner.platform, "machine", lambda: "riscv64")
+    monkeypatch.setattr(runner, "SECCOMP_FILTER", plans.seccomp.program("riscv64"))
+    monkeypatch.setattr(runner, "_ISOLATIONS", {})
+    with caplog.at_level(logging.INFO, logger=runner.__name__):
+        assert isolation()["system calls"] == "none (no seccomp filter for riscv64)"
+    [record] = [record for record in caplog.records if "Code sandbox isolation" in record.getMessage()]
+    assert record.levelno == logging.WARNING
 
 
 def test_without_bubblewrap_untrusted_code_is_refused_unless_the_weaker_mode_is_named(monkeypatch) -> None:

@@ -9,6 +9,7 @@ import json
 import logging
 import math
 import os
+import platform
 import re
 import resource
 import signal
@@ -94,6 +95,7 @@ def _probe(plan: _Plan) -> dict[str, str] | None:
         if cgroups.available()
         else f"per process (no writable cgroup: {cgroups.unavailable_reason()})"
     )
+    calls = "seccomp filter" if SECCOMP_FILTER else f"none (no seccomp filter for {platform.machine()})"
     if plan.bwrap:
         return {
             "network": "netns",
@@ -101,6 +103,7 @@ def _probe(plan: _Plan) -> dict[str, str] | None:
             "processes": "pid-namespace",
             "filesystem": "bwrap",
             "limits": limits,
+            "system calls": calls,
         }
     new_user = seen["user"] != _namespace("user")
     if seen["net"] in ("", _namespace("net")):
@@ -112,7 +115,14 @@ def _probe(plan: _Plan) -> dict[str, str] | None:
     else:
         user = "user-namespace" if new_user else "same-uid"
     processes = "pid-namespace" if seen["pid"] not in ("", _namespace("pid")) else "process-group"
-    return {"network": network, "user": user, "processes": processes, "filesystem": "host", "limits": limits}
+    return {
+        "network": network,
+        "user": user,
+        "processes": processes,
+        "filesystem": "host",
+        "limits": limits,
+        "system calls": calls,
+    }
 
 
 def _isolation(mode: str = "bwrap") -> _Isolation:
@@ -135,7 +145,12 @@ def _isolation(mode: str = "bwrap") -> _Isolation:
                     "logging at DEBUG for the reasons."
                 )
             chosen = _ISOLATIONS[mode]
-            logger.info("Code sandbox isolation: %s.", ", ".join(f"{k} {v}" for k, v in chosen.report.items()))
+            weaker = not cgroups.available() or not SECCOMP_FILTER  # no run totals, or no system-call filter
+            logger.log(
+                logging.WARNING if weaker else logging.INFO,
+                "Code sandbox isolation: %s.",
+                ", ".join(f"{k} {v}" for k, v in chosen.report.items()),
+            )
             if chosen.plan.reexpose and chosen.plan.dedicated_uid:
                 logger.info(
                     "Code sandbox: %s cannot be entered by other users, so runs see it as an empty directory "

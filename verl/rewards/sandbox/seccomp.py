@@ -24,7 +24,7 @@ cgroup charges:
 
 The filter is classic BPF (bwrap's `--seccomp FD`, `prctl(PR_SET_SECCOMP)`): another architecture is killed (its
 call numbers differ), x32 calls on x86_64 and the calls above are refused, the rest allowed. Only x86_64 and aarch64
-get a filter; elsewhere `program()` returns b"" and the isolation report says so.
+get a filter; elsewhere `program()` returns b"" and the isolation report (a warning) says so.
 """
 
 import errno
