@@ -26,6 +26,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from verl.data.multimodal import content_parts
 from verl.data.rollout_dump import message_record, message_text, transcript_messages, write_image
 from verl.data.sources import row_value, split_prompt_messages, tool_schemas
 from verl.envs.base import Environment, SingleTurnEnv
@@ -42,22 +43,18 @@ def prompt_message(prompt: str, images: list[Any]) -> dict[str, Any]:
     markers (one per image), or before the text when it has none."""
     if not images:
         return {"role": "user", "content": prompt}
-    pieces = prompt.split(IMAGE_MARKER)
-    if len(pieces) == 1:
-        pieces = ["", prompt]
-        pieces[1:1] = [""] * (len(images) - 1)
-    if len(pieces) != len(images) + 1:
+    markers = prompt.count(IMAGE_MARKER)
+    if markers not in (0, len(images)):
         raise ValueError(
-            f"the prompt has {len(pieces) - 1} {IMAGE_MARKER} markers but the row has {len(images)} images; give "
+            f"the prompt has {markers} {IMAGE_MARKER} markers but the row has {len(images)} images; give "
             "one marker per image, or none (then the images come first)."
         )
-    parts: list[dict[str, Any]] = []
-    for text, image in zip(pieces, [*images, None]):
-        if text:
-            parts.append({"type": "text", "text": text})
-        if image is not None:
-            parts.append({"type": "image", "image": image})
-    return {"role": "user", "content": parts}
+    parts = content_parts(prompt if markers else IMAGE_MARKER * len(images) + prompt, [IMAGE_MARKER])
+    pictures = iter(images)
+    return {
+        "role": "user",
+        "content": [{**part, "image": next(pictures)} if part["type"] == "image" else part for part in parts],
+    }
 
 
 def _image_url(part: Any, cache: dict[int, str]) -> Any:
