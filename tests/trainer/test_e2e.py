@@ -569,9 +569,12 @@ def test_grpo_sliding_window_text_run_and_export(workspace, kind, disable_dropou
         )
     )
     run_ppo(config)
-    steps = [row for row in read_log(workspace["root"] / kind) if "critic/score/mean" in row]
+    rows = read_log(workspace["root"] / kind)
+    steps = [row for row in rows if "critic/score/mean" in row]
     assert len(steps) == 2 and all(row["rollout/weight_sync_mean_gap"] <= 1e-3 for row in steps)
     assert max(row["prompt_length/mean"] + row["response_length/mean"] for row in steps) > 16  # past the window
+    # val_freq=-1: the validation after the last step is in that step's row (wandb drops a later row of a step)
+    assert [row["step"] for row in rows if "val/reward_score" in row] == [2] and "val/reward_score" in steps[-1]
     target = workspace["root"] / f"merged_{kind}"
     export_checkpoint(workspace["root"] / kind / "global_step_2" / "actor", target)
     merged = auto_class.from_pretrained(target, dtype=torch.float32)

@@ -4,7 +4,7 @@
 
 import pytest
 
-from verl.trainer.metrics import validation_score_metrics
+from verl.trainer.metrics import reduce_metrics, validation_score_metrics
 
 
 def test_best_of_n_takes_each_prompts_best_sample_and_sources_split_the_set():
@@ -30,3 +30,22 @@ def test_one_sample_and_one_source_add_nothing():
     assert validation_score_metrics([1.0, 0.0, 0.0, 0.0], ["a", "a", "b", "b"], None) == {
         "val/reward_score/best@2": 0.5
     }
+
+
+def test_ranks_reports_are_averaged_but_a_maximum_is_the_largest():
+    reported = {
+        "rollout/weight_sync_max_gap": [0.001, 0.4, 0.002],  # each rank's largest gap: the run's is 0.4
+        "rollout/weight_sync_mean_gap": [0.001, 0.1, 0.002],
+        "async/staleness_max": [1.0, 2.0],
+        "global_seqlen/minmax_diff": [4.0, 6.0],
+        "timing_s/sync_weights": [1.0, 3.0],
+    }
+    assert reduce_metrics(reported) == pytest.approx(
+        {
+            "rollout/weight_sync_max_gap": 0.4,
+            "rollout/weight_sync_mean_gap": 0.103 / 3,
+            "async/staleness_max": 2.0,
+            "global_seqlen/minmax_diff": 5.0,
+            "timing_s/sync_weights": 2.0,
+        }
+    )

@@ -12,8 +12,14 @@ from verl.protocol import DataProto
 
 
 def reduce_metrics(metrics: dict[str, list[float]]) -> dict[str, float]:
-    """Mean of every list of values (per rank or micro-batch)."""
-    return {key: float(np.mean(values)) for key, values in metrics.items() if len(values) > 0}
+    """Mean of every list of values (per rank or micro-batch); the largest of a maximum's (a key whose last part
+    names a max: `rollout/weight_sync_max_gap`, `async/staleness_max`), which each rank reports of its own share."""
+    return {key: float(_reduction(key)(values)) for key, values in metrics.items() if len(values) > 0}
+
+
+def _reduction(key: str) -> Any:
+    name = key.rsplit("/", 1)[-1]
+    return np.max if "max" in name and "min" not in name else np.mean
 
 
 def applicable_values(columns: dict[str, list[float]]) -> dict[str, list[float]]:

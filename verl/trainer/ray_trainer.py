@@ -380,14 +380,15 @@ class RayPPOTrainer:
             with timer("values", timing_raw):
                 batch.union(self.critic_wg.compute_values(batch))
 
-        with timer("adv", timing_raw):
-            if pending is not None:
+        if pending is not None:
+            with timer("reward", timing_raw):  # the wait for what the passes above did not hide
                 scores, reward_metrics = self.scorer.collect(batch, pending)
-                append_metrics(metrics, pending.rm_metrics or {})  # reward_model/truncated_ratio, score_mean
-                batch.batch["token_level_scores"] = scores
-                columns = {f"reward/{key}": values for key, values in reward_metrics.items()}
-                append_metrics(metrics, applicable_values(columns))
-                batch.non_tensor_batch.update({key: np.array(values, dtype=object) for key, values in columns.items()})
+            append_metrics(metrics, pending.rm_metrics or {})  # reward_model/truncated_ratio, score_mean
+            batch.batch["token_level_scores"] = scores
+            columns = {f"reward/{key}": values for key, values in reward_metrics.items()}
+            append_metrics(metrics, applicable_values(columns))
+            batch.non_tensor_batch.update({key: np.array(values, dtype=object) for key, values in columns.items()})
+        with timer("adv", timing_raw):
             if self.kl_in_reward:
                 rewards, kl_metrics = core_algos.apply_kl_penalty(
                     batch.batch["token_level_scores"],
@@ -635,7 +636,9 @@ class RayPPOTrainer:
                 with timer("dump_rollouts", timing_raw):
                     dump_rollouts(batch, self.global_step, trainer.rollout_data_dir, self.tokenizer)
             is_last = self.global_step >= self.total_steps
-            if trainer.val_freq > 0 and (self.global_step % trainer.val_freq == 0 or is_last):
+            periodic = trainer.val_freq > 0 and self.global_step % trainer.val_freq == 0
+            # the last step's validation goes in the step's own row (wandb drops a row for a step it has passed)
+            if periodic or (is_last and (trainer.val_freq > 0 or self.val_dataloader is not None)):
                 with timer("validation", timing_raw):
                     val_metrics = self.validate()
                 metrics.update(val_metrics)
