@@ -595,6 +595,11 @@ def test_grpo_mamba_hybrid_trains_on_the_engines_log_probs(workspace):
     packed ones would leak the mixers' state across sequences, so the trainer's log-probs of the engine's samples are
     the engine's (k3 KL 2e-4 and ratios up to 1.08 when it packed them), and every weight sync is checked."""
     model_dir = get_or_build_tiny_model("falcon_h1", str(workspace["root"] / "models"))
+    slow = workspace["root"] / "slow_reward.py"  # 3 s a batch: longer than the passes it overlaps
+    slow.write_text(
+        "import time\nREWARD_TYPE = 'batch'\n\ndef compute_score(samples):\n    time.sleep(3.0)\n"
+        "    return [{'overall': float(len(s['response']) % 2)} for s in samples]\n"
+    )
     config = load_config(
         text_args(
             workspace,
@@ -606,11 +611,14 @@ def test_grpo_mamba_hybrid_trains_on_the_engines_log_probs(workspace):
             "data.max_response_length=24",
             "trainer.val_before_train=false",
             "trainer.val_freq=-1",
+            f"worker.reward.reward_function={slow}:compute_score",
         )
     )
     run_ppo(config)
     steps = [row for row in read_log(workspace["root"] / "falcon_h1") if "critic/score/mean" in row]
     assert len(steps) == 2 and all(row["rollout/weight_sync_mean_gap"] <= 1e-3 for row in steps)
+    # the wait for the scores the log-prob passes did not hide is the reward's, not the advantage's
+    assert all(row["timing_s/reward"] > 1.0 and row["timing_s/adv"] < 1.0 for row in steps), steps
     assert all(row["rollout_corr/k3_kl"] < 1e-6 and row["rollout_corr/is_ratio_max"] < 1.001 for row in steps), steps
 
 

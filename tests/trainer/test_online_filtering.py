@@ -106,3 +106,30 @@ def test_a_dropped_group_is_consumed_like_a_trained_one():
     assert admission.rounds_to_admit(8) == 0
     assert admission.rounds_to_admit(4) == 1  # a round taken (trained or dropped): one more admitted
     assert admission.rounds_to_admit(6) == 0  # never more than (max_staleness + 1) x round_size in flight
+
+
+def test_the_reward_models_metrics_are_logged_when_online_filtering_scores_the_batch():
+    """A reward model's `reward_model/*` came only with the reward phase, which online filtering's own scoring skips;
+    the reward model here is an object with the worker group's `submit` (the real one runs in test_model_rewards)."""
+    from types import SimpleNamespace
+
+    from verl.rewards.scoring import BatchScorer
+    from verl.trainer.metrics import reduce_metrics
+
+    class RewardModelGroup:
+        def submit(self, method, batch):
+            scores = torch.tensor([0.0, 1.0, 1.0, 1.0])
+            metrics = {"reward_model/truncated_ratio": 0.25, "reward_model/score_mean": 0.75}
+            output = DataProto.from_dict(tensors={"rm_scores": scores}, meta_info={"metrics": metrics})
+            return SimpleNamespace(get=lambda: output)
+
+    driver = trainer(rollout_batch_size=2, online_filtering=True)
+    reward = SimpleNamespace(rule_weight=1.0, model=SimpleNamespace(weight=1.0), judge=SimpleNamespace(weight=1.0))
+    driver.scorer = BatchScorer(reward, None, None, RewardModelGroup(), None, lambda handle, part: handle)
+    responses = torch.ones(4, 3, dtype=torch.long)
+    tensors = {"responses": responses, "response_mask": responses, "attention_mask": torch.ones(4, 5).long()}
+    batch = DataProto.from_dict(tensors=tensors, non_tensors={"uid": np.array(["a", "a", "b", "b"], dtype=object)})
+    metrics = new_metric_store()
+    kept = driver._filter_groups(batch, metrics)
+    assert uids(kept) == ["a"] and len(kept) == 2  # the mixed group
+    assert reduce_metrics(metrics)["reward_model/truncated_ratio"] == 0.25

@@ -259,7 +259,9 @@ class RayPPOTrainer:
         None; scores `batch` unless already scored."""
         algo = self.config.algorithm
         if "token_level_scores" not in batch.batch.keys():
-            scores, reward_metrics = self.scorer.score(batch)
+            pending = self.scorer.launch(batch)
+            scores, reward_metrics = self.scorer.collect(batch, pending)
+            append_metrics(metrics, pending.rm_metrics or {})  # reward_model/truncated_ratio, score_mean
             batch.batch["token_level_scores"] = scores
             batch.non_tensor_batch.update(
                 {f"reward/{k}": np.array(v, dtype=object) for k, v in reward_metrics.items()}
