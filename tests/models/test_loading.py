@@ -227,3 +227,27 @@ def test_a_frozen_models_dtype_follows_fsdp_torch_dtype_when_set() -> None:
     for device in ("cpu", "cuda"):
         assert frozen_param_dtype(FSDPConfig(torch_dtype="bf16"), device) == torch.bfloat16
         assert frozen_param_dtype(FSDPConfig(torch_dtype="fp32"), device) == torch.float32
+
+
+def test_model_flops_per_token_count_the_weights_a_token_goes_through(tmp_path, model_dirs):
+    """MFU's numerator: 6 per trained weight, 4 per frozen one, a mixture-of-experts layer's routed share of its
+    experts, and no untied input embedding (a lookup); Qwen3-30B-A3B's 30.5B parameters made MFU ~10x too high."""
+    from verl.models.structure import matmul_flops_per_token
+
+    dense = build_model(ModelConfig(model_path=model_dirs["qwen2"]))
+    embedding = dense.get_input_embeddings().weight
+    everything = sum(param.numel() for param in dense.parameters())
+    tied = dense.get_output_embeddings().weight is embedding
+    assert matmul_flops_per_token(dense) == 6 * (everything - (0 if tied else embedding.numel()))
+    dense.model.layers[0].mlp.down_proj.weight.requires_grad_(False)  # frozen (LoRA's base): no weight gradient
+    frozen = dense.model.layers[0].mlp.down_proj.weight.numel()
+    assert matmul_flops_per_token(dense) == 6 * (everything - (0 if tied else embedding.numel())) - 2 * frozen
+
+    moe = build_model(ModelConfig(model_path=get_or_build_tiny_model("qwen3_moe", str(tmp_path))), device="meta")
+    config = moe.config.get_text_config()
+    experts = sum(param.numel() for name, param in moe.named_parameters() if ".experts." in name)
+    others = sum(param.numel() for param in moe.parameters()) - experts
+    if moe.get_output_embeddings().weight is not moe.get_input_embeddings().weight:
+        others -= moe.get_input_embeddings().weight.numel()
+    routed = experts * config.num_experts_per_tok / config.num_experts
+    assert experts > 0 and matmul_flops_per_token(moe) == pytest.approx(6 * (others + routed))

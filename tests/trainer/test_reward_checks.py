@@ -113,7 +113,7 @@ def test_mfu_is_model_flops_over_time_and_measured_peak():
     from verl.utils.device import measure_peak_flops
 
     batch = DataProto.from_dict(tensors={"attention_mask": torch.ones(4, 250, dtype=torch.long)})  # 1000 tokens
-    flops = {"actor": {"num_params": 1e6, "peak_flops": 1e12, "ppo_epochs": 2}}
+    flops = {"actor": {"flops_per_token": 6e6, "peak_flops": 1e12, "ppo_epochs": 2}}
     metrics = compute_mfu_metrics(batch, {"update_actor": 0.5}, 2, flops)
     assert metrics == {"perf/mfu_actor": 6 * 1e6 * 1000 * 2 / 0.5 / (2 * 1e12)}
     assert compute_mfu_metrics(batch, {}, 2, flops) == {}  # no update this step (critic warm-up)

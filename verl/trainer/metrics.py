@@ -141,8 +141,8 @@ def compute_throughput_metrics(batch: DataProto, timing_raw: dict[str, float], n
 def compute_mfu_metrics(
     batch: DataProto, timing_raw: dict[str, float], num_devices: int, flops: dict[str, dict[str, float]]
 ) -> dict[str, float]:
-    """perf/mfu_actor and perf/mfu_critic over every PPO epoch (model FLOPs utilisation: 6 * params * tokens, no
-    recompute or attention FLOPs, per second over peak FLOP/s); `flops` maps "actor"/"critic" to the worker's
+    """perf/mfu_actor and perf/mfu_critic over every PPO epoch (model FLOPs utilisation: the model's FLOPs per token
+    (`matmul_flops_per_token`) x tokens, per second over peak FLOP/s); `flops` maps "actor"/"critic" to the worker's
     `flops_info` plus the role's "ppo_epochs"."""
     tokens = float(batch.batch["attention_mask"].sum().item())
     metrics = {}
@@ -150,7 +150,7 @@ def compute_mfu_metrics(
         seconds = timing_raw.get(f"update_{role}", 0.0)
         if seconds > 0:
             peak = info["peak_flops"] * num_devices
-            flops_done = 6.0 * info["num_params"] * (tokens * info["ppo_epochs"])
+            flops_done = info["flops_per_token"] * tokens * info["ppo_epochs"]
             metrics[f"perf/mfu_{role}"] = flops_done / seconds / peak if peak > 0 else 0.0
     return metrics
 

@@ -36,6 +36,7 @@ from verl.models.fsdp import (
     offload_optimizer,
 )
 from verl.models.lora import adapters_disabled
+from verl.models.structure import matmul_flops_per_token
 from verl.models.ulysses import gather_rows, new_sequence_parallel_group, own_rows
 from verl.protocol import DataProto
 from verl.single_controller.base.decorator import Dispatch, register
@@ -175,10 +176,10 @@ class FSDPWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def flops_info(self) -> dict[str, float]:
-        """The trained model's parameter count and this device's measured matmul peak: what MFU is computed from."""
+        """The trained model's FLOPs per token and this device's measured matmul peak: what MFU is computed from."""
         module = self.critic_module if self.has_critic else self.actor_module
-        num_params = sum(param.numel() for param in module.parameters())  # DTensor.numel() is the global size
-        return {"num_params": float(num_params), "peak_flops": device_utils.measure_peak_flops()}
+        per_token = matmul_flops_per_token(module)  # DTensor.numel() is the global size
+        return {"flops_per_token": per_token, "peak_flops": device_utils.measure_peak_flops()}
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def prepare_rollout_engine(self) -> dict[str, float]:
