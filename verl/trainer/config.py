@@ -734,6 +734,19 @@ def round_size(data: DataConfig) -> tuple[str, int]:
     return "data.rollout_batch_size", data.rollout_batch_size
 
 
+def worker_pools(config: "PPOConfig") -> dict[str, int]:
+    """The processes (devices on CUDA) of each worker pool a run starts, by what sets their count."""
+    trainer, reward_model, rollout = config.trainer, config.worker.reward.model, config.worker.rollout
+    pools = {
+        "the trainer's workers (trainer.nnodes x trainer.n_gpus_per_node)": trainer.nnodes * trainer.n_gpus_per_node
+    }
+    if reward_model.model_path and reward_model.n_gpus_per_node > 0:
+        pools["the reward model's pool"] = reward_model.nnodes * reward_model.n_gpus_per_node
+    if rollout.pool_size():
+        pools["the rollout pool (mode=disaggregated)"] = rollout.pool_size()
+    return pools
+
+
 def reward_stream_obstacle(reward: Any, mode: str) -> str | None:
     """Why the reward of `reward` (worker.reward) is not scored group by group in rollout mode `mode`, or None.
     Reward models and judges score rows one by one, so they stream wherever their processes are free while the

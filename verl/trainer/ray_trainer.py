@@ -38,7 +38,7 @@ from verl.trainer.checkpointing import (
     step_of,
     warn_if_data_changed,
 )
-from verl.trainer.config import PPOConfig
+from verl.trainer.config import PPOConfig, worker_pools
 from verl.trainer.data_loader import load_loader_state
 from verl.trainer.metrics import (
     append_metrics,
@@ -653,7 +653,8 @@ class RayPPOTrainer:
                 last_saved = self.global_step
         metrics.update(compute_data_metrics(batch, self.use_critic))
         metrics.update(compute_timing_metrics(batch, timing_raw))
-        metrics.update(compute_throughput_metrics(batch, timing_raw, num_devices))
+        all_devices = sum(worker_pools(self.config).values())  # with a rollout or reward model pool of their own
+        metrics.update(compute_throughput_metrics(batch, timing_raw, all_devices))
         metrics.update(compute_mfu_metrics(batch, timing_raw, num_devices, self.flops))
         self.tracker.log(metrics, step=self.global_step)
         progress.set_postfix(

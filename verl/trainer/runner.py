@@ -23,7 +23,7 @@ from verl.trainer.checkpointing import (
     resume_path,
     step_of,
 )
-from verl.trainer.config import PPOConfig, round_size
+from verl.trainer.config import PPOConfig, round_size, worker_pools
 from verl.trainer.data_loader import create_dataloader
 from verl.trainer.disaggregated_trainer import DisaggregatedRayPPOTrainer
 from verl.trainer.preemption import RunSignals
@@ -151,14 +151,8 @@ def check_run_fits(config: PPOConfig, device: str) -> None:
     """SetupError unless the cluster holds every worker pool and the reward and judge actors together: one that did
     not fit beside the others waited 120 s for a placement group, then blamed "other actors". A pool's bundle holds a
     whole GPU, so a judge's share of a GPU needs one that no pool takes."""
-    trainer, reward, rollout = config.trainer, config.worker.reward, config.worker.rollout
-    parts = {
-        "the trainer's workers (trainer.nnodes x trainer.n_gpus_per_node)": trainer.nnodes * trainer.n_gpus_per_node
-    }
-    if reward.model.model_path and reward.model.n_gpus_per_node > 0:
-        parts["the reward model's pool"] = reward.model.nnodes * reward.model.n_gpus_per_node
-    if rollout.pool_size():
-        parts["the rollout pool (mode=disaggregated)"] = rollout.pool_size()
+    reward = config.worker.reward
+    parts = worker_pools(config)
     cpus = dict(parts)  # every process of a pool takes one CPU, and a GPU on CUDA
     if (reward.reward_function or reward.routes or reward.rubric) and reward.run_in == "actor":
         cpus["the reward actor (worker.reward.num_cpus)"] = reward.num_cpus
