@@ -398,7 +398,10 @@ def create_judge_actor(config: JudgeConfig) -> Any:
             "trainer.n_gpus_per_node=7 of 8, and worker.reward.judge.num_gpus=0.25 with "
             "worker.reward.judge.gpu_memory_utilization=0.2 to share that GPU with other actors)."
         )
+    from verl.rewards.ray_actor import near_the_driver
+
     options: dict[str, Any] = {"num_cpus": config.num_cpus, "num_gpus": config.num_gpus}
+    options["scheduling_strategy"] = near_the_driver()  # where the model path was checked
     if config.num_gpus == 0:
         env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": str(max(1, int(config.num_cpus)))}
         options["runtime_env"] = {"env_vars": env}

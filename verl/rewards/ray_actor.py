@@ -53,9 +53,18 @@ def stop_actor(actor: Any, concurrency_group: str | None = None) -> None:
 
 
 def create_reward_actor(config: Any, tokenizer_path: str, trust_remote_code: bool = False) -> Any:
-    """Start a RewardActor with `config.num_cpus` CPUs (`config`: RewardConfig's attributes). The functions are
+    """Start a RewardActor with `config.num_cpus` CPUs (`config`: RewardConfig's attributes), near the driver. The functions are
     loaded here first, so a bad spec raises in the caller; the actor gets plain RewardSettings."""
     settings = RewardSettings.from_config(config)
     for spec, kwargs in settings.functions().values():
         check_reward_function(spec, kwargs)
-    return RewardActor.options(num_cpus=settings.num_cpus).remote(settings, tokenizer_path, trust_remote_code)
+    options = {"num_cpus": settings.num_cpus, "scheduling_strategy": near_the_driver()}
+    return RewardActor.options(**options).remote(settings, tokenizer_path, trust_remote_code)
+
+
+def near_the_driver() -> Any:
+    """On the driver's node where it has room (soft): the reward files and models the driver checked are there, on a
+    cluster without a shared filesystem too."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=True)
