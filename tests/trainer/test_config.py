@@ -1431,3 +1431,21 @@ def test_chunked_prefill_on_a_gpu_follows_the_key(files, monkeypatch):
     assert load_config([*longer, "worker.rollout.enable_chunked_prefill=true"]).worker.rollout.enable_chunked_prefill
     with pytest.raises(ConfigError, match=r"max_model_len=9000 with worker.rollout.enable_chunked_prefill=false"):
         load_config([*longer, "worker.rollout.enable_chunked_prefill=false"])
+
+
+def test_several_nodes_without_ray_address_say_the_run_stays_on_this_machine(monkeypatch, caplog):
+    from verl.trainer import ray_setup
+
+    started = []
+    monkeypatch.setattr(ray_setup, "start_ray", lambda *args, **kwargs: started.append(args))  # no Ray here
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(ray_setup.ray, "is_initialized", lambda: False)
+    config = PPOConfig()
+    config.trainer.nnodes = 2
+    with caplog.at_level(logging.WARNING, logger=ray_setup.__name__):
+        ray_setup.init_ray(config, "cpu")
+    assert "asks for 2 nodes but RAY_ADDRESS is unset" in caplog.text and started
+    caplog.clear()
+    config.trainer.nnodes = 1
+    ray_setup.init_ray(config, "cpu")
+    assert "RAY_ADDRESS" not in caplog.text
