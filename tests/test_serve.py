@@ -117,7 +117,7 @@ def test_completion_requests_are_read_into_vllms_model():
     assert (got.top_k, got.repetition_penalty) == (2, 1.2)
     for body, message in [
         ({}, "'prompt': Either prompt or prompt_embeds must be provided"),
-        ({"prompt": [[1, "a"]]}, "'prompt[0]'"),
+        ({"prompt": [[1, "a"]]}, "'prompt[0][1]': Input should be a valid integer"),
         ({"prompt": "Hi", "max_tokens": 0}, "'max_tokens' of 0 needs 'echo': true"),
         ({"prompt": "Hi", "echo": "maybe"}, "'echo': Input should be a valid boolean"),
         ({"prompt": "Hi", "suffix": "!"}, "'suffix' is not supported by this server"),
@@ -160,6 +160,7 @@ def test_errors_have_openais_shape_with_the_http_status_as_code():
         ({"n": 0}, "'n' must be >= 1, got 0."),
         ({"temperature": "hot"}, "'temperature': Input should be a valid number"),
         ({"stop": [1]}, "'stop"),
+        ({"stop": ["zz"] * 5}, "'stop': List should have at most 4 items after validation, not 5"),
         ({"messages": []}, "'messages' must be a non-empty list"),
         ({"messages": ["Hi"]}, "'messages[0]': Input should be a valid dictionary, got 'Hi'."),
         ({"stream": "maybe"}, "'stream': Input should be a valid boolean"),

@@ -41,8 +41,12 @@ def _path(location: tuple[Any, ...]) -> str:
 
 
 def _message(error: ValidationError) -> str:
-    """One line naming the first bad field of a failed validation."""
-    first = error.errors(include_url=False)[0]
+    """One line naming the first bad field of a failed validation; of a union's branches, one whose type the input
+    has (`stop: [5 strings]` is a list too long, not "not a string")."""
+    errors = error.errors(include_url=False)
+    first = next(
+        (e for e in errors if e["loc"][:1] == errors[0]["loc"][:1] and not e["type"].endswith("_type")), errors[0]
+    )
     message = first["msg"].removeprefix("Value error, ").rstrip(".")
     path = _path(first["loc"])
     if not path:
