@@ -60,15 +60,14 @@ def test_the_truncated_share_is_logged():
 
 
 def test_a_dataset_column_named_env_is_not_taken_for_an_episode_count():
-    """The rollout's env_* columns are float arrays; a dataset's extra column passes through as objects (a string
-    one failed the step's metrics after its update)."""
+    """A dataset's own env_* column of text passes through to the batch (it failed the step's metrics after its
+    update)."""
     import numpy as np
 
     from verl.trainer.metrics import compute_env_metrics
 
     batch = rollout(correction=False)
     batch.non_tensor_batch["env_name"] = np.array(["gsm8k", "gsm8k", "math"], dtype=object)
-    batch.non_tensor_batch["env_id"] = np.array([3, 4, 5], dtype=object)
     assert compute_env_metrics(batch) == {}
-    batch.non_tensor_batch["env_tool_calls"] = np.array([1.0, np.nan, 3.0])  # a count some workers do not report
+    batch.non_tensor_batch["env_tool_calls"] = np.array([1.0, np.nan, 3.0], dtype=object)  # some workers lack it
     assert compute_env_metrics(batch) == {"env/tool_calls/mean": 2.0}

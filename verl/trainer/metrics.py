@@ -81,8 +81,12 @@ def compute_env_metrics(batch: DataProto) -> dict[str, float]:
     are in the response but not in response_length (the model's tokens)."""
     metrics = {}
     for key, column in batch.non_tensor_batch.items():  # the counts above and the environment's episode_info
-        if key.startswith("env_") and len(column) and column.dtype.kind == "f":  # (a dataset's columns are objects)
-            metrics[f"env/{key[len('env_') :]}/mean"] = float(np.nanmean(column.astype(np.float64)))
+        if key.startswith("env_") and len(column):
+            try:
+                values = column.astype(np.float64)
+            except (TypeError, ValueError):  # a dataset's own env_* column of text, passed through
+                continue
+            metrics[f"env/{key[len('env_') :]}/mean"] = float(np.nanmean(values))
     if "env_turns" in batch.non_tensor_batch:
         response_length = batch.batch["responses"].shape[-1]
         valid = batch.batch["attention_mask"][:, -response_length:].sum(-1).float()
