@@ -32,6 +32,7 @@ import sys
 from typing import Any
 
 from verl.models.transformers_compat import write_checkpoint_layout
+from verl.utils.hub import safetensors_files
 
 
 HF_SUBDIR = "huggingface"
@@ -345,10 +346,9 @@ def engine_loading_note(target: str) -> str | None:
         if json.load(f).get("model_type") != "llava_onevision":
             return None
     names = []
-    for file in sorted(os.listdir(target)):
-        if file.endswith(".safetensors"):
-            with safe_open(os.path.join(target, file), "pt") as weights:
-                names += [name for name in weights.keys() if ".vision_tower.encoder." in f".{name}"]
+    for path in safetensors_files(target):
+        with safe_open(path, "pt") as weights:
+            names += [name for name in weights.keys() if ".vision_tower.encoder." in f".{name}"]
     if not names:
         return None
     return (

@@ -186,3 +186,35 @@ def test_serve_names_an_uncached_id_without_the_hub(no_hub_settings, tmp_path):
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and "Retrying" not in proc.stderr, proc.stderr
     assert "error: --model 'Org/Model' is not in the local Hugging Face cache, and the hub is offline." in proc.stderr
+
+
+def test_safetensors_files_of_a_folder_and_of_a_cached_hub_id(tmp_path, monkeypatch):
+    """One lookup serves the checkpoint size estimate, the critic's score head, the engine's buffer check and the
+    merger: a folder's files in name order, a Hub id's from the local cache (the same files), an error for an id
+    that is not cached."""
+    import torch
+    from huggingface_hub import constants
+    from safetensors.torch import save_file
+
+    from verl.trainer.checkpointing import saved_parameters
+    from verl.utils.hub import safetensors_files
+    from verl.workers.rollout.vllm_compat import checkpoint_tensor_names
+
+    snapshot = tmp_path / "hub" / "models--Org--Tiny" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot.parent.parent / "refs").mkdir()
+    (snapshot.parent.parent / "refs" / "main").write_text("0" * 40)
+    save_file({"b.weight": torch.zeros(3, 2)}, str(snapshot / "model-00002.safetensors"))
+    save_file({"a.weight": torch.zeros(5)}, str(snapshot / "model-00001.safetensors"))
+    (snapshot / "config.json").write_text("{}")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+
+    in_folder = safetensors_files(str(snapshot))
+    assert [os.path.basename(path) for path in in_folder] == ["model-00001.safetensors", "model-00002.safetensors"]
+    assert [os.path.realpath(p) for p in safetensors_files("Org/Tiny")] == [os.path.realpath(p) for p in in_folder]
+    assert checkpoint_tensor_names("Org/Tiny") == ["a.weight", "b.weight"]  # was [] for any Hub id
+    assert saved_parameters("Org/Tiny") == 11
+    with pytest.raises(Exception, match="Org/Missing|cache"):
+        safetensors_files("Org/Missing")
+    assert checkpoint_tensor_names("Org/Missing") == [] and saved_parameters("Org/Missing") is None
+    assert safetensors_files(str(tmp_path)) == []

@@ -34,6 +34,7 @@ from verl.models.config import (
 from verl.models.gated_deltanet import use_packed_linear_attention
 from verl.models.packed_attention import PACKED_ATTENTION, register_packed_attention
 from verl.models.structure import get_language_model, get_vision_tower
+from verl.utils.hub import safetensors_files
 
 
 logger = logging.getLogger(__name__)
@@ -132,16 +133,10 @@ def start_from_score_head(model: nn.Module, model_path: str) -> None:
     classifier would load it), so its first values are the reward model's per-token scores."""
     from safetensors import safe_open
 
-    directory = model_path
-    if not os.path.isdir(directory):  # a Hub id: from_pretrained has just put it in the cache
-        from huggingface_hub import snapshot_download
-
-        directory = snapshot_download(model_path, local_files_only=True, allow_patterns=["*.safetensors"])
     found = {}
-    for file in sorted(os.listdir(directory)):
-        if file.endswith(".safetensors"):
-            with safe_open(os.path.join(directory, file), framework="pt") as f:
-                found.update({name: f.get_tensor(name) for name in ("score.weight", "score.bias") if name in f.keys()})
+    for path in safetensors_files(model_path):  # a Hub id: from_pretrained has just put it in the cache
+        with safe_open(path, framework="pt") as f:
+            found.update({name: f.get_tensor(name) for name in ("score.weight", "score.bias") if name in f.keys()})
     head = getattr(model, VALUE_HEAD)
     if found.get("score.weight") is None or found["score.weight"].shape != head.weight.shape:
         raise ValueError(

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from verl.models.config import TEXT_ONLY_VISION_LANGUAGE_TYPES, VISION_LANGUAGE_MODEL_TYPES
 from verl.models.transformers_compat import write_checkpoint_layout
+from verl.utils.hub import safetensors_files
 
 
 if TYPE_CHECKING:  # torch and transformers load lazily: the CLI checks its arguments before the slow imports
@@ -1037,14 +1038,13 @@ def count_parameters(model_dir: str) -> dict[str, int]:
 
     towers = ("visual.", "model.visual.", "vision_tower.", "model.vision_tower.", "model.embed_vision.")
     total = vision = 0
-    for file in sorted(os.listdir(model_dir)):
-        if file.endswith(".safetensors"):
-            with safe_open(os.path.join(model_dir, file), framework="pt") as f:
-                for key in f.keys():
-                    numel = math.prod(f.get_slice(key).get_shape())
-                    total += numel
-                    if key.startswith(towers):
-                        vision += numel
+    for path in safetensors_files(model_dir):
+        with safe_open(path, framework="pt") as f:
+            for key in f.keys():
+                numel = math.prod(f.get_slice(key).get_shape())
+                total += numel
+                if key.startswith(towers):
+                    vision += numel
     return {"total": total, "vision": vision}
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from verl.utils.checkpoint.integrity import damage, write_record
 from verl.utils.files import atomic_write
+from verl.utils.hub import safetensors_files
 
 
 if TYPE_CHECKING:
@@ -395,19 +396,14 @@ def saved_parameters(model_path: str) -> int | None:
     the files' headers, no tensor); None where there are none to read."""
     from safetensors import safe_open
 
-    directory = model_path
-    if not os.path.isdir(directory):
-        try:
-            from huggingface_hub import snapshot_download
-
-            directory = snapshot_download(model_path, local_files_only=True, allow_patterns=["*.safetensors"])
-        except Exception:  # not a Hub id, or not downloaded yet: the workers will say which when they load it
-            return None
+    try:
+        files = safetensors_files(model_path)
+    except Exception:  # not a Hub id, or not downloaded yet: the workers will say which when they load it
+        return None
     total = 0
-    for file in os.listdir(directory):
-        if file.endswith(".safetensors"):
-            with safe_open(os.path.join(directory, file), framework="pt") as f:
-                total += sum(math.prod(f.get_slice(key).get_shape()) for key in f.keys())
+    for path in files:
+        with safe_open(path, framework="pt") as f:
+            total += sum(math.prod(f.get_slice(key).get_shape()) for key in f.keys())
     return total or None
 
 

@@ -122,6 +122,18 @@ def offline_unless_reachable(config: Any) -> None:
         )
 
 
+def safetensors_files(model_path: str) -> list[str]:
+    """The safetensors files of a model folder, or of a Hub id already in the local Hugging Face cache (nothing is
+    downloaded), in name order; [] for a folder without any. An error from huggingface_hub where `model_path` is neither
+    a folder nor a cached id."""
+    folder = model_path
+    if not os.path.isdir(folder):
+        from huggingface_hub import snapshot_download
+
+        folder = snapshot_download(model_path, local_files_only=True, allow_patterns=["*.safetensors"])
+    return [os.path.join(folder, name) for name in sorted(os.listdir(folder)) if name.endswith(".safetensors")]
+
+
 def _strings(value: Any) -> Iterable[str]:
     """Every string in a tree of dicts and lists."""
     if isinstance(value, str):

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from verl.utils import quiet
+from verl.utils.hub import safetensors_files
 
 
 logger = logging.getLogger(__name__)
@@ -412,8 +413,8 @@ _FP8_KV_SCALE_BUFFERS = ("_k_scale", "_v_scale", "_q_scale", "_prob_scale")
 def dummy_initialized_buffers(llm: Any, model_path: str) -> list[str]:
     """Persistent buffers of the engine's model, which `load_format="dummy"` fills with noise, that no weight sync
     writes: those with no tensor of the checkpoint at `model_path` (which the actor loaded, and whose tensors the
-    sync sends) under the same last three name parts (vLLM's module paths differ from the checkpoint's; a hub id:
-    every buffer). fp8 KV-cache scales are left out (unused by other KV dtypes)."""
+    sync sends) under the same last three name parts (vLLM's module paths differ from the checkpoint's; a hub id
+    not in the local cache: every buffer). fp8 KV-cache scales are left out (unused by other KV dtypes)."""
 
     def persistent_buffers(model: torch.nn.Module) -> list[str]:
         return [
@@ -428,11 +429,16 @@ def dummy_initialized_buffers(llm: Any, model_path: str) -> list[str]:
 
 
 def checkpoint_tensor_names(model_path: str) -> list[str]:
-    """The tensor names of a local model's safetensors files (their headers only); [] for a hub id or other formats."""
+    """The tensor names of a model's safetensors files (their headers only; a folder, or a hub id in the local cache);
+    [] for other formats or an id not in the cache."""
     from safetensors import safe_open
 
+    try:
+        files = safetensors_files(model_path)
+    except Exception:  # not cached: vLLM downloads it its own way
+        return []
     names: list[str] = []
-    for path in sorted(glob.glob(os.path.join(model_path, "*.safetensors"))):
+    for path in files:
         with safe_open(path, framework="pt") as f:
             names.extend(f.keys())
     return names
