@@ -171,14 +171,6 @@ def memory_metrics() -> dict[str, float]:
     return stats
 
 
-def manual_seed(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    if get_device_type() == "cuda":
-        torch.cuda.manual_seed_all(seed)
-
-
 def get_rng_state() -> dict[str, Any]:
     """Every random generator this process uses, so a resumed run draws the same numbers."""
     state: dict[str, Any] = {
