@@ -253,7 +253,8 @@ OTHER_TEMPLATE = "{% for m in messages %}### {{ m['role'] }}\n{{ m['content'] }}
 @pytest.mark.slow
 def test_a_reward_model_in_its_own_pool_scores_with_its_own_template(local_ray, tmp_path, monkeypatch) -> None:
     """worker.reward.model.n_gpus_per_node=1: the reward model runs in a group of its own (1 process beside the
-    actor's 2) and scores each dumped sample exactly as a plain HF forward of the RM's own chat template does."""
+    actor's 2) and scores each dumped sample exactly as a plain HF forward of the RM's own chat template does; the
+    validation logs its reward-model metrics."""
     import shutil
 
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -292,6 +293,7 @@ def test_a_reward_model_in_its_own_pool_scores_with_its_own_template(local_ray, 
                 f"worker.reward.reward_function={tmp_path / 'rule.py'}:compute_score",
                 f"worker.reward.model.model_path={rm_dir}",
                 "worker.reward.model.n_gpus_per_node=1",
+                f"data.val_files={tmp_path / 'prompts.jsonl'}",
                 "algorithm.disable_kl=true",
                 "trainer.device=cpu",
                 "trainer.n_gpus_per_node=2",
@@ -305,6 +307,9 @@ def test_a_reward_model_in_its_own_pool_scores_with_its_own_template(local_ray, 
     )
     (groups,) = created
     assert groups.reward_model.world_size == 1 and groups.actor.world_size == 2 and len(groups.owned) == 2
+    (last,) = [json.loads(line) for line in (save / "experiment_log.jsonl").read_text().splitlines()]
+    assert last["val/reward_model/truncated_ratio"] == 0.0  # the final validation's reward-model metrics
+    assert last["val/reward_model/score_mean"] == pytest.approx(last["val/rm_score_reward"], abs=1e-5)
     records = [json.loads(line) for line in (dump / "step_1.jsonl").read_text().splitlines()]
     assert len(records) == 8
     model = AutoModelForSequenceClassification.from_pretrained(rm_dir, dtype=torch.float32).eval()
