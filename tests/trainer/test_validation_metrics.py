@@ -32,13 +32,16 @@ def test_one_sample_and_one_source_add_nothing():
     }
 
 
-def test_ranks_reports_are_averaged_but_a_maximum_is_the_largest():
+def test_ranks_reports_are_averaged_but_a_maximum_is_the_largest_and_a_minimum_the_smallest():
     reported = {
         "rollout/weight_sync_max_gap": [0.001, 0.4, 0.002],  # each rank's largest gap: the run's is 0.4
         "rollout/weight_sync_mean_gap": [0.001, 0.1, 0.002],
         "async/staleness_max": [1.0, 2.0],
         "global_seqlen/minmax_diff": [4.0, 6.0],
         "timing_s/sync_weights": [1.0, 3.0],
+        "global_seqlen/balanced_min": [2.0, 1.0, 3.0],
+        "reward/max_len_penalty": [0.0, -1.0],  # a user's per-sample column: averaged whatever its name
+        "perf/terminal_memory": [1.0, 2.0],  # "min" inside a word is not a minimum
     }
     assert reduce_metrics(reported) == pytest.approx(
         {
@@ -47,5 +50,8 @@ def test_ranks_reports_are_averaged_but_a_maximum_is_the_largest():
             "async/staleness_max": 2.0,
             "global_seqlen/minmax_diff": 5.0,
             "timing_s/sync_weights": 2.0,
+            "global_seqlen/balanced_min": 1.0,
+            "reward/max_len_penalty": -0.5,
+            "perf/terminal_memory": 1.5,
         }
     )

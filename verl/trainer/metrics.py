@@ -12,14 +12,20 @@ from verl.protocol import DataProto
 
 
 def reduce_metrics(metrics: dict[str, list[float]]) -> dict[str, float]:
-    """Mean of every list of values (per rank or micro-batch); the largest of a maximum's (a key whose last part
-    names a max: `rollout/weight_sync_max_gap`, `async/staleness_max`), which each rank reports of its own share."""
+    """Mean of every list of values (per rank or micro-batch); the largest of a maximum's and the smallest of a
+    minimum's (a key whose last part has a word `max` or `min`: `rollout/weight_sync_max_gap`,
+    `perf/max_memory_allocated_gb`), which each rank reports of its own share. Per-sample columns (`reward/*`,
+    `env/*`, `val/*`), whose names a user's function chooses, are always averaged."""
     return {key: float(_reduction(key)(values)) for key, values in metrics.items() if len(values) > 0}
 
 
 def _reduction(key: str) -> Any:
-    name = key.rsplit("/", 1)[-1]
-    return np.max if "max" in name and "min" not in name else np.mean
+    if key.startswith(("reward/", "env/", "val/")):
+        return np.mean
+    words = set(key.rsplit("/", 1)[-1].split("_"))
+    if ("max" in words) != ("min" in words):
+        return np.max if "max" in words else np.min
+    return np.mean
 
 
 def applicable_values(columns: dict[str, list[float]]) -> dict[str, list[float]]:
