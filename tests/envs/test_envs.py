@@ -208,6 +208,71 @@ def test_a_tool_that_does_not_return_is_reported_and_the_episode_goes_on():
         ToolEnv(tools=[add], tool_timeout_s=0)
 
 
+@pytest.mark.timeout(60)  # a hang guard only: the reader is one pass over the turn
+def test_adversarial_calls_become_error_messages_without_stalling_or_crashing():
+    """A turn a policy can write: an unclosed call and a long run of whitespace (the old pattern backtracked
+    cubically: 8,000 characters took over ten minutes), JSON nested past Python's recursion limit, a huge tool name,
+    a result JSON cannot write, and more calls than a turn may make."""
+    env = ToolEnv(tools=[add, explode])
+    env.max_calls_per_turn = 3
+    assert parse_tool_calls("<tool_call>" + " \n" * 50_000 + "x") == [
+        "the tool call is not valid JSON (Expecting value: line 1 column 1 (char 0))"
+    ]
+    assert parse_tool_calls("<tool_call>" + "[" * 100_000) == ["the tool call's JSON is nested too deeply"]
+    nested = '{"name": "add", "arguments": "' + "[" * 100_000 + '"}'
+    assert parse_tool_calls(f"<tool_call>{nested}</tool_call>") == ["the tool call's arguments are not a JSON object"]
+    assert parse_tool_calls('<tool_call> \n {"name": "add", "arguments": {"a": 1}} \n ') == [
+        {"name": "add", "arguments": {"a": 1}}
+    ]
+    huge = '<tool_call>{"name": "' + "n" * 1_000_000 + '", "arguments": {}}</tool_call>'
+    (message,) = env.step(env.reset({}), huge).messages
+    assert message["content"].startswith("Error: there is no tool named 'nnn") and len(message["content"]) < 2_100
+
+    def circular() -> list:
+        """A list that holds itself."""
+        loop: list = []
+        loop.append(loop)
+        return loop
+
+    env = ToolEnv(tools=[circular, add])
+    env.max_calls_per_turn = 3
+    call = '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 1}}</tool_call>'
+    step = env.step(env.reset({}), '<tool_call>{"name": "circular", "arguments": {}}</tool_call>' + call * 9)
+    assert step.tool_calls == 10 and step.tool_errors == 1 + 7
+    contents = [message["content"] for message in step.messages]
+    assert (
+        contents[0].startswith("Error: circular raised ValueError: Circular reference") and contents[1:3] == ["2"] * 2
+    )
+    assert contents[3] == "Error: at most 3 tool calls are made of one turn; 7 more were not."
+
+
+def test_timed_out_calls_still_running_are_bounded():
+    """A timed-out call's thread cannot be stopped; past `max_running_timed_out` of them a call is refused instead
+    of starting another, and calls start again once they end."""
+    import threading
+
+    release = threading.Event()
+
+    def stuck() -> str:
+        """Wait."""
+        release.wait(60)
+        return "done"
+
+    env = ToolEnv(tools=[stuck, add], tool_timeout_s=0.05)
+    env.max_running_timed_out = 2
+    call = '<tool_call>{"name": "stuck", "arguments": {}}</tool_call>'
+    step = env.step(env.reset({}), call * 3 + '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>')
+    contents = [message["content"] for message in step.messages]
+    assert contents[:2] == ["Error: stuck did not return within 0.05 s."] * 2
+    assert contents[2:] == ["Error: 2 earlier tool calls that timed out are still running."] * 2
+    assert sum(thread.name == "tool-stuck" for thread in threading.enumerate()) == 2
+    release.set()
+    for thread in threading.enumerate():
+        if thread.name == "tool-stuck":
+            thread.join(10)
+    assert env.call("add", {"a": 1, "b": 2}) == ("3", False)
+
+
 def test_the_python_tool_is_sandboxed():
     assert python_tool("print(6 * 7)").strip() == "42"
     start = time.monotonic()

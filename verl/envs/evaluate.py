@@ -168,7 +168,7 @@ def reply_turn(reply: Any, counts: dict[str, Any], opened: bool = False) -> tupl
         arguments = call.function.arguments
         try:
             arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
-        except ValueError:
+        except (ValueError, RecursionError):
             pass  # not JSON: the environment reports the call as malformed
         calls.append({"name": call.function.name, "arguments": arguments})
         block = json.dumps(calls[-1], ensure_ascii=False)

@@ -21,14 +21,15 @@ from verl.envs.base import EnvStep, MultiTurnEnv
 logger = logging.getLogger(__name__)
 
 
-TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>|<tool_call>\s*(.*?)\s*$", re.DOTALL)
-"""A closed `<tool_call>` block, or a final unclosed one (as vLLM's hermes parser reads it)."""
+TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)\Z", re.DOTALL)
+"""A closed `<tool_call>` block, or a final unclosed one (as vLLM's hermes parser reads it); the body is stripped
+after the match (whitespace matched in the pattern backtracks cubically on a long unclosed run of it)."""
 THINKING = re.compile(r"<think>.*?(?:</think>|$)|^(?:(?!<think>).)*?</think>", re.DOTALL)
 """A reasoning block (Qwen3, DeepSeek-R1), an unclosed one to the end of the turn, or the turn's text up to a first
 `</think>` without an opening (a generation prompt that opens the block: R1 distills, Qwen3.5 thinking): calls
 written in it are not made, as vLLM's tool parser reads only what its reasoning parser leaves."""
 MAX_RESULT_CHARS = 2000
-"""Longest tool result handed back to the model (a longer one is cut, with a note)."""
+"""Longest tool message handed back to the model, a result or an error (a longer one is cut, with a note)."""
 
 
 def parse_tool_calls(text: str) -> list[dict[str, Any] | str]:
@@ -42,7 +43,7 @@ def find_tool_calls(text: str) -> list[tuple[tuple[int, int], dict[str, Any] | s
     Blocks inside a `<think>` block are the model's reasoning, not calls."""
     thinking = [match.span() for match in THINKING.finditer(text)]
     return [
-        (match.span(), _read_call(match.group(1) or match.group(2) or ""))
+        (match.span(), _read_call((match.group(1) or match.group(2) or "").strip()))
         for match in TOOL_CALL.finditer(text)
         if not any(start <= match.start() < end for start, end in thinking)
     ]
@@ -53,6 +54,8 @@ def _read_call(body: str) -> dict[str, Any] | str:
         call = json.loads(body)
     except ValueError as error:
         return f"the tool call is not valid JSON ({error})"
+    except RecursionError:
+        return "the tool call's JSON is nested too deeply"
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
         return 'a tool call must be a JSON object with a "name" and "arguments"'
     return _checked_call(call["name"], call.get("arguments", {}))
@@ -62,7 +65,7 @@ def _checked_call(name: str, arguments: Any) -> dict[str, Any] | str:
     if isinstance(arguments, str):  # some models write the arguments as a JSON string
         try:
             arguments = json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):
             arguments = None
     if not isinstance(arguments, dict):
         return "the tool call's arguments are not a JSON object"
@@ -240,6 +243,12 @@ class ToolEnv(MultiTurnEnv):
     tools: tuple[Callable[..., Any], ...] = ()
     tool_timeout_s: float = 30.0
     """A plain tool call that has not returned by then is reported to the model as timed out."""
+    max_calls_per_turn: int = 16
+    """Calls made of one model turn; the turn's further calls are answered with an error (so one turn's calls, each
+    up to `tool_timeout_s`, stay within `worker.rollout.env_step_timeout_s`)."""
+    max_running_timed_out: int = 16
+    """Timed-out calls whose threads may still run (they cannot be stopped); while that many do, a call is refused
+    with an error instead of starting another thread."""
     concurrent_steps: int = 8
     tool_format: ToolCallFormat = HERMES
     """How the model writes calls; the rollout sets it from the chat template (`tool_call_format`)."""
@@ -254,6 +263,8 @@ class ToolEnv(MultiTurnEnv):
         if len(set(names)) != len(names):
             raise ValueError(f"ToolEnv: tool names must be unique, got {names}.")
         self._by_name = dict(zip(names, self.tools))
+        self._timed_out: list[threading.Thread] = []
+        self._timed_out_lock = threading.Lock()
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         """The JSON schemas of the tools, for the chat template's `tools` argument."""
@@ -262,44 +273,58 @@ class ToolEnv(MultiTurnEnv):
         return [get_json_schema(tool) for tool in self.tools]
 
     def call(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
-        """(result text, failed) of one call."""
+        """(result text, failed) of one call; the text is at most MAX_RESULT_CHARS (and a note) long."""
+        text, failed = self._call(name, arguments)
+        if len(text) > MAX_RESULT_CHARS:
+            text = text[:MAX_RESULT_CHARS] + f"\n[... {len(text) - MAX_RESULT_CHARS} more characters cut]"
+        return text, failed
+
+    def _call(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
         tool = self._by_name.get(name)
         if tool is None:
-            return f"Error: there is no tool named {name!r}; the tools are {sorted(self._by_name)}.", True
+            return f"Error: there is no tool named {name[:100]!r}; the tools are {sorted(self._by_name)}.", True
+        with self._timed_out_lock:
+            self._timed_out = [thread for thread in self._timed_out if thread.is_alive()]
+            if len(self._timed_out) >= self.max_running_timed_out:
+                return f"Error: {len(self._timed_out)} earlier tool calls that timed out are still running.", True
         outcome: dict[str, Any] = {}
 
         def run() -> None:
-            try:
-                outcome["result"] = tool(**arguments)
-            except BaseException as error:  # the model's call is untrusted input: any failure goes back as text
+            try:  # the model's call is untrusted input: any failure, a result JSON cannot write too, goes back as text
+                result = tool(**arguments)
+                outcome["text"] = result if isinstance(result, str) else json.dumps(result, default=str)
+            except BaseException as error:
                 outcome["error"] = error
 
         thread = threading.Thread(target=run, name=f"tool-{name}", daemon=True)
         thread.start()
         thread.join(self.tool_timeout_s)
         if thread.is_alive():
+            with self._timed_out_lock:
+                self._timed_out.append(thread)
             return f"Error: {name} did not return within {self.tool_timeout_s:g} s.", True
         if "error" in outcome:
             error = outcome["error"]
             return f"Error: {name} raised {type(error).__name__}: {error}", True
-        result = outcome["result"]
-        text = result if isinstance(result, str) else json.dumps(result, default=str)
-        if len(text) > MAX_RESULT_CHARS:
-            text = text[:MAX_RESULT_CHARS] + f"\n[... {len(text) - MAX_RESULT_CHARS} more characters cut]"
-        return text, text.startswith("Error")
+        return outcome["text"], outcome["text"].startswith("Error")
 
     def step(self, state: dict[str, Any], response: str) -> EnvStep:
         calls = self.tool_format.read(response)[1]
         if not calls:
             return EnvStep(messages=[], done=True)
         messages, errors = [], 0
-        for call in calls:
+        for call in calls[: self.max_calls_per_turn]:
             if isinstance(call, str):
                 text, failed = f"Error: {call}.", True
             else:
                 text, failed = self.call(call["name"], call["arguments"])
             errors += failed
             messages.append({"role": "tool", "content": text})
+        if len(calls) > self.max_calls_per_turn:  # one message for the rest, which were not made
+            more = len(calls) - self.max_calls_per_turn
+            text = f"Error: at most {self.max_calls_per_turn} tool calls are made of one turn; {more} more were not."
+            messages.append({"role": "tool", "content": text})
+            errors += more
         return EnvStep(messages=messages, done=False, tool_calls=len(calls), tool_errors=errors)
 
 
