@@ -273,7 +273,11 @@ def process_media(multi_modal_data: dict[str, Any], processor: Any) -> dict[str,
         inputs.update({key: value for key, value in out.items() if key not in dropped})
     videos = multi_modal_data.get("videos")
     if videos:
-        out = processor.video_processor(videos=list(videos), return_tensors="pt")
+        fps = multi_modal_data.get("video_fps") or DEFAULT_VIDEO_FPS  # the frames are the dataset's: no resampling
+        metadata = [video_metadata(video, fps) for video in videos]
+        out = processor.video_processor(
+            videos=list(videos), video_metadata=metadata, do_sample_frames=False, return_tensors="pt"
+        )
         if "video_grid_thw" not in out:
             raise NotImplementedError(
                 f"Videos are only supported for the Qwen-VL and GLM-4.xV processors (pixel_values_videos and "

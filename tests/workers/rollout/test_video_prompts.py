@@ -58,3 +58,28 @@ def test_the_engine_expands_a_video_prompt_as_the_dataset_does(kind, tmp_path):
         assert text.count("<|end_of_image|>1<|begin_of_image|>") == 1, text
     elif kind != "qwen2_5_vl":  # Qwen3-VL, Qwen3.5: the timestamps of the temporal patches are text in the prompt
         assert "<0.1 seconds>" in text or "<0.2 seconds>" in text, text
+
+
+@pytest.mark.parametrize("kind", vl_kinds("engine_video"))
+def test_the_workers_rebuild_a_videos_pixels_as_the_dataset_built_them(kind, tmp_path):
+    """The actor and the environment images rebuild a row's model inputs from `multi_modal_data` (process_media):
+    the dataset's frames, not resampled (Qwen3-VL's video processor samples at 2 fps by default and, without the
+    frame rate, assumed 24 fps: a 4 s clip got 2 temporal patches for the prompt's 8, and the forward failed)."""
+    from verl.data.dataset import RLHFDataset
+    from verl.data.multimodal import process_media
+    from verl.data.tokenizer import get_processor, get_tokenizer
+
+    model_dir = get_or_build_tiny_model(kind, str(tmp_path / "models"))
+    tokenizer, processor = get_tokenizer(model_dir), get_processor(model_dir)
+    write_video(str(tmp_path / "clip.mp4"), num_frames=16, rate=4)  # 4 s, sampled at 4 fps: 16 frames
+    rows = [{"prompt": "What happens in <video>?", "answer": "fade", "videos": ["clip.mp4"]}]
+    dataset = RLHFDataset(
+        rows, tokenizer, processor, image_dir=str(tmp_path), video_fps=4.0, max_prompt_length=512, min_pixels=3136,
+        max_pixels=12544,
+    )  # fmt: skip
+    example = dataset[0]
+    rebuilt = process_media(example["multi_modal_data"], processor)
+    assert rebuilt["video_grid_thw"][0, 0].item() == 16 // 2  # 16 frames in temporal patches of 2
+    tokens = RopeIndex(load_model_config(model_dir)).mm_token_type_ids(example["input_ids"])
+    merged = rebuilt["video_grid_thw"].prod().item() // processor.video_processor.merge_size**2
+    assert int((tokens == VIDEO_TOKEN).sum()) == merged  # the features the forward makes fill the prompt's tokens
