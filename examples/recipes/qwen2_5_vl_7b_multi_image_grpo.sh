@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Multi-image prompts: several <image> markers per prompt, up to 4 images each.
+# Data: data/multi_image/{train,val}.jsonl, one row per prompt, e.g.
+#   {"problem": "Which of <image> and <image> shows more apples?", "answer": "the first", "images": ["a.png", "b.png"]}
+# image paths relative to data/multi_image (data.image_dir); one <image> marker per image, in order.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 python3 -m verl.trainer.main config=examples/config.yaml \

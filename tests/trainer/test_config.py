@@ -120,6 +120,7 @@ def test_unknown_key_names_path_and_suggestion(files):
         "worker.critic.fsdp.use_orig_params=false": "'worker.critic.fsdp.use_orig_params' is an FSDP1 option",
         "worker.rollout.disable_log_stats=true": "'worker.rollout.disable_log_stats' is an EasyR1 option passed to",
         "worker.ref.strategy=fsdp": "'worker.ref.strategy' is an EasyR1 key: the reference model runs in the actor's",
+        "worker.reward.reward_type=batch": "'worker.reward.reward_type' is an EasyR1 key: the reward file says how",
     }
     for override, message in easyr1.items():
         with pytest.raises(ConfigError, match=re.escape(message) + r".*; delete it\."):

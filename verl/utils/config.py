@@ -43,6 +43,8 @@ EASYR1_ONLY_KEYS: dict[str, str] = {
     "rollout.disable_log_stats": "an EasyR1 option passed to vLLM: the rollout steps the engine itself and logs its "
     "own metrics",
     "ref.strategy": "an EasyR1 key: the reference model runs in the actor's processes, with worker.actor.strategy",
+    "reward.reward_type": "an EasyR1 key: the reward file says how its function is called (REWARD_TYPE = 'batch' or "
+    "'sequential' in the file; without it, a first parameter named reward_inputs means batch)",
 }
 """EasyR1 keys (by the end of their path) with no counterpart here, and why: the unknown-key error says it, so a
 migrated config is fixed by deleting them."""
