@@ -1,11 +1,13 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
+import dataclasses
 import json
 import logging
 import os
 
 import pytest
 
+from verl.models.config import LoraConfig
 from verl.trainer.checkpointing import (
     TRACKER_FILE,
     CheckpointTracker,
@@ -123,17 +125,34 @@ def test_an_explicit_checkpoint_that_cannot_resume_is_refused_before_the_workers
 def test_a_checkpoint_is_refused_when_its_lora_setting_differs_from_the_run(tmp_path):
     root = str(tmp_path)
     make_steps(tmp_path, [1])
-    check_matches_run(step_dir(root, 1), None, lora=False)
+    check_matches_run(step_dir(root, 1), None, lora=LoraConfig())
     with pytest.raises(RuntimeError, match=r"holds a full model \(no LoRA adapters\), but this run trains LoRA"):
-        check_matches_run(step_dir(root, 1), None, lora=True)
+        check_matches_run(step_dir(root, 1), None, lora=LoraConfig(rank=8))
     actor = tmp_path / "global_step_1" / "actor"
     (actor / "huggingface").mkdir()
     for adapters in (actor, actor / "huggingface"):  # where checkpoints keep it; in huggingface/ before
         (adapters / "adapter_config.json").write_text("{}")
-        check_matches_run(step_dir(root, 1), None, lora=True)
+        check_matches_run(step_dir(root, 1), None, lora=LoraConfig(rank=8))
         with pytest.raises(RuntimeError, match="holds LoRA adapters only, but this run trains all weights"):
-            check_matches_run(step_dir(root, 1), None, lora=False)
+            check_matches_run(step_dir(root, 1), None, lora=LoraConfig())
         (adapters / "adapter_config.json").unlink()
+
+
+def test_a_lora_checkpoint_is_refused_when_the_runs_lora_settings_differ(tmp_path):
+    """Resuming with other targets dropped the trained adapters of the others, a new alpha rescaled them silently,
+    and a new rank failed inside Ray with a size mismatch; each is now refused before Ray, naming the settings."""
+    root = str(tmp_path)
+    make_steps(tmp_path, [1])
+    actor = tmp_path / "global_step_1" / "actor"
+    (actor / "adapter_config.json").write_text(json.dumps({"r": 8, "lora_alpha": 16}))  # older: no settings file
+    check_matches_run(step_dir(root, 1), None, LoraConfig(rank=8, alpha=16, target_modules="q_proj"))
+    with pytest.raises(RuntimeError, match=r"other worker.model.lora settings \(alpha=32 here, 16 there\)"):
+        check_matches_run(step_dir(root, 1), None, LoraConfig(rank=8, alpha=32), "worker.model")
+    saved = LoraConfig(rank=8, alpha=16, target_modules="q_proj,v_proj")
+    (actor / "lora_settings.json").write_text(json.dumps(dataclasses.asdict(saved)))
+    check_matches_run(step_dir(root, 1), None, saved)
+    with pytest.raises(RuntimeError, match=r"rank=4 here, 8 there; target_modules='all-linear' here, 'q_proj,v_proj'"):
+        check_matches_run(step_dir(root, 1), None, LoraConfig(rank=4, alpha=16))
 
 
 def test_a_checkpoint_of_another_model_is_refused_naming_what_differs(tmp_path):
@@ -147,21 +166,21 @@ def test_a_checkpoint_of_another_model_is_refused_naming_what_differs(tmp_path):
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({**shape, "dtype": "bfloat16"}))  # another dtype: the same shapes
-    check_matches_run(step_dir(root, 1), str(model), lora=False)
-    check_matches_run(step_dir(root, 1), "Org/not-in-the-cache", lora=False)  # nothing to compare with
+    check_matches_run(step_dir(root, 1), str(model), lora=LoraConfig())
+    check_matches_run(step_dir(root, 1), "Org/not-in-the-cache", lora=LoraConfig())  # nothing to compare with
     (model / "config.json").write_text(json.dumps({**shape, "num_hidden_layers": 6, "vocab_size": 4096}))
     with pytest.raises(
         RuntimeError,
         match=r"from another model .*vocab_size 2112 there, 4096 here; num_hidden_layers 4 there, 6 here\)",
     ):
-        check_matches_run(step_dir(root, 1), str(model), lora=False)
+        check_matches_run(step_dir(root, 1), str(model), lora=LoraConfig())
     # a vision-language model's text config decides
     (saved / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl", "text_config": shape}))
     (model / "config.json").write_text(
         json.dumps({"model_type": "qwen2_5_vl", "text_config": {**shape, "hidden_size": 512}})
     )
     with pytest.raises(RuntimeError, match="hidden_size 256 there, 512 here"):
-        check_matches_run(step_dir(root, 1), str(model), lora=False)
+        check_matches_run(step_dir(root, 1), str(model), lora=LoraConfig())
 
 
 def test_corrupt_tracker_names_file(tmp_path):

@@ -303,6 +303,18 @@ def test_missing_config_file(files):
             r"worker.reward.judge.model_path is unset",
         ),
         (["worker.actor.model.freeze_vision_tower=true"], r"freeze_vision_tower is set, and .* is a text model"),
+        (
+            ["worker.actor.model.lora.rank=8", "worker.actor.model.lora.vision_tower=true"],
+            r"worker.actor.model.lora.vision_tower is set, and .* is a text model",
+        ),
+        (
+            ["worker.actor.model.lora.rank=8", "worker.actor.model.lora.target_modules=' , '"],
+            r"target_modules is empty",
+        ),
+        (
+            ["worker.actor.model.lora.rank=8", "worker.actor.model.lora.target_modules=q_proj,embed_tokens"],
+            r"target_modules names embed_tokens: LoRA adapters on an embedding layer are not trained",
+        ),
         (["trainer.critic_warmup=2"], r"trainer.critic_warmup=2 trains only the critic.*adv_estimator=grpo has none"),
         (
             ["worker.actor.optim.training_steps=100"],
@@ -313,6 +325,19 @@ def test_missing_config_file(files):
 def test_cross_field_checks(files, override, pattern):
     with pytest.raises(ConfigError, match=pattern):
         load_config([*base_args(files), *override])
+
+
+def test_lora_on_an_lm_head_tied_to_the_embeddings_is_refused(files):
+    """Accepted before: the engine never got the trained head (vLLM drops a tied lm_head), the merger failed after
+    training and SFT's export tied the untrained embeddings back over it."""
+    import json
+
+    lora = ["worker.actor.model.lora.rank=8", "worker.actor.model.lora.target_modules=q_proj,lm_head"]
+    (files / "model" / "config.json").write_text(json.dumps({"model_type": "qwen2", "tie_word_embeddings": True}))
+    with pytest.raises(ConfigError, match=r"names lm_head, which .* ties to its input embeddings"):
+        load_config([*base_args(files), *lora])
+    (files / "model" / "config.json").write_text(json.dumps({"model_type": "qwen2", "tie_word_embeddings": False}))
+    assert load_config([*base_args(files), *lora]).worker.actor.model.lora.target_modules == "q_proj,lm_head"
 
 
 @pytest.mark.parametrize(

@@ -111,9 +111,10 @@ class LoraConfig:
     """LoRA scaling numerator (scale = alpha / rank)."""
     target_modules: str = "all-linear"
     """Modules that receive adapters: "all-linear" (every linear layer but the LM head) or a comma-separated list
-    of module names such as "q_proj,v_proj"."""
+    of module names such as "q_proj,v_proj" (linear layers; not the embeddings, nor an LM head tied to them)."""
     exclude_modules: str | None = None
-    """Regular expression of module names left without adapters, e.g. ".*mlp.*"."""
+    """Regular expression that a module's whole name (e.g. "model.layers.0.mlp.up_proj") must match to be left
+    without adapters, e.g. ".*mlp.*" (a bare "mlp" matches no module)."""
     vision_tower: bool = False
     """Give a VLM's vision tower adapters too; by default it has none (it stays frozen, as the base weights do)."""
 
@@ -121,6 +122,14 @@ class LoraConfig:
         if self.rank < 0 or self.alpha <= 0:
             raise ConfigError(
                 f"{prefix.rstrip('.')}: rank must be >= 0 and alpha > 0, got rank={self.rank}, alpha={self.alpha}."
+            )
+        names = [name.strip() for name in self.target_modules.split(",") if name.strip()]
+        if self.rank > 0 and not names:
+            raise ConfigError(f"{prefix}target_modules is empty; name the layers, or give 'all-linear'.")
+        if self.rank > 0 and (embeddings := [name for name in names if "embed" in name or name == "wte"]):
+            raise ConfigError(
+                f"{prefix}target_modules names {', '.join(embeddings)}: LoRA adapters on an embedding layer are not "
+                "trained, synced or exported here; leave it out."
             )
         if self.rank > 0 and self.exclude_modules is not None:
             try:
@@ -183,11 +192,25 @@ class ModelConfig:
         if model_config is None:
             return  # a hub id: the worker checks it when it loads the config
         refuse_unsupported_model(f"{key}='{self.model_path}'", model_config)
-        if self.freeze_vision_tower and "vision_config" not in model_config:
-            raise ConfigError(
-                f"{prefix}freeze_vision_tower is set, and {key}='{self.model_path}' is a text model (its config.json "
-                "has no vision_config); unset it."
-            )
+        for name, value in (
+            ("freeze_vision_tower", self.freeze_vision_tower),
+            ("lora.vision_tower", self.lora.rank > 0 and self.lora.vision_tower),
+        ):
+            if value and "vision_config" not in model_config:
+                raise ConfigError(
+                    f"{prefix}{name} is set, and {key}='{self.model_path}' is a text model (its config.json has no "
+                    "vision_config); unset it."
+                )
+        if self.lora.rank > 0 and "lm_head" in [name.strip() for name in self.lora.target_modules.split(",")]:
+            from transformers import AutoConfig
+
+            config = AutoConfig.from_pretrained(self.model_path, trust_remote_code=self.trust_remote_code)
+            if getattr(config, "tie_word_embeddings", False):  # the model's own (a VL model ties at its top level)
+                raise ConfigError(
+                    f"{prefix}lora.target_modules names lm_head, which {key}='{self.model_path}' ties to its input "
+                    "embeddings (tie_word_embeddings): an adapter on it would not reach the rollout engine or the "
+                    "export. Leave lm_head out."
+                )
         if self.override_config:  # a misspelt field now, not a config transformers silently keeps
             from transformers import AutoConfig
 

@@ -6,6 +6,7 @@ peft's LoRA layers are injected in place, so the model keeps its HF class and FS
 with `worker.rollout.lora_sync=adapters` the adapters in peft's layout; checkpoints hold the adapter only."""
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -22,6 +23,9 @@ ADAPTER_NAME = "default"
 
 ADAPTER_CONFIG_FILE = "adapter_config.json"
 ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
+LORA_SETTINGS_FILE = "lora_settings.json"
+"""A checkpoint's copy of the run's lora section (peft's adapter_config.json has "all-linear" resolved), which a
+resumed run's settings must equal."""
 
 LORA_INIT_SEED = 1234
 """Ranks that build the model independently get the same adapters."""
@@ -74,6 +78,10 @@ def apply_lora(model: nn.Module, lora: LoraConfig, vision_language: bool, base_m
             f"The model is a mixture of experts ({fused[0]}, ...) and the run has LoRA adapters: {FUSED_EXPERTS_LORA}"
         )
     model.lora_peft_config = peft_config  # read by save_adapter_config
+    model.lora_settings = dataclasses.asdict(lora)
+    embedding = next((name for name in _adapter_names(model) if "lora_embedding" in name), None)
+    if embedding:  # a hub id's (a local model's embedding targets are refused when the config loads)
+        raise NotImplementedError(f"worker.actor.model.lora: {embedding}: {EMBEDDING_LORA}")
     for name, param in model.named_parameters():
         param.requires_grad_(is_adapter_param(name))
     trainable = sum(param.numel() for param in model.parameters() if param.requires_grad)
@@ -83,6 +91,16 @@ def apply_lora(model: nn.Module, lora: LoraConfig, vision_language: bool, base_m
             f"exclude_modules={lora.exclude_modules!r}); no adapter would train."
         )
     return trainable
+
+
+EMBEDDING_LORA = (
+    "LoRA adapters on an embedding layer are not trained, synced or exported here; leave the embeddings out of "
+    "lora.target_modules."
+)
+
+
+def _adapter_names(model: nn.Module) -> list[str]:
+    return [name for name, _ in model.named_parameters() if ".lora_" in name]
 
 
 def is_adapter_param(name: str) -> bool:
@@ -158,9 +176,28 @@ def adapter_config_dict(model: nn.Module) -> dict[str, Any]:
 
 
 def save_adapter_config(model: nn.Module, directory: str) -> None:
+    """peft's adapter_config.json, and LORA_SETTINGS_FILE."""
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, ADAPTER_CONFIG_FILE), "w", encoding="utf-8") as f:
         json.dump(adapter_config_dict(model), f, indent=2, sort_keys=True, default=str)
+    with open(os.path.join(directory, LORA_SETTINGS_FILE), "w", encoding="utf-8") as f:
+        json.dump(model.lora_settings, f, indent=2, sort_keys=True)
+
+
+def changed_lora_settings(actor_dir: str, lora: LoraConfig) -> list[str]:
+    """The lora settings (`key: here vs there`) in which a LoRA checkpoint's actor folder differs from `lora`: all of
+    them where it has LORA_SETTINGS_FILE, else rank and alpha, from its adapter_config.json (older checkpoints)."""
+    here = dataclasses.asdict(lora)
+    path = os.path.join(actor_dir, LORA_SETTINGS_FILE)
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            there = json.load(f)
+    else:
+        peft = read_adapter_config(actor_dir) or {}
+        there = {key: peft[name] for key, name in (("rank", "r"), ("alpha", "lora_alpha")) if name in peft}
+    return [
+        f"{key}={here[key]!r} here, {there[key]!r} there" for key in here if key in there and there[key] != here[key]
+    ]
 
 
 def read_adapter_config(actor_dir: str) -> dict[str, Any] | None:

@@ -143,7 +143,7 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
     with as_config_error(RuntimeError):  # the checkpoint to resume from is looked up and checked before Ray starts
         resume = resume_path(trainer.load_checkpoint_path, trainer.find_last_checkpoint, trainer.save_checkpoint_path)
         if resume is not None:
-            check_matches_run(resume, model.model_path, lora, "worker.model")
+            check_matches_run(resume, model.model_path, model.lora, "worker.model")
     with as_config_error(ValueError):  # online logging asked for explicitly, and its service cannot be reached
         check_logger_services(trainer.logger)  # an unreachable wandb / swanlab logs offline, said before Ray starts
     weights = [(model.model_path, param_dtype(config.worker.fsdp).itemsize)]

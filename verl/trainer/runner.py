@@ -221,7 +221,7 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
         trainer_config.load_checkpoint_path, trainer_config.find_last_checkpoint, trainer_config.save_checkpoint_path
     )
     if path is not None:
-        check_matches_run(path, model.model_path, lora=model.lora.rank > 0)
+        check_matches_run(path, model.model_path, model.lora)
         critic = estimator_needs_critic(config.algorithm.adv_estimator)
         if critic and not os.path.isdir(os.path.join(path, "critic")):
             raise ValueError(
