@@ -6,6 +6,7 @@ tool results; appended with a zero loss mask by verl.workers.rollout.multi_turn)
 """
 
 import dataclasses
+import numbers
 from typing import Any
 
 from verl.utils.module_loading import user_traceback
@@ -27,6 +28,44 @@ def env_code_error(env: str, hook: str, where: str, error: BaseException) -> Env
         f"{env}: {hook} raised {type(error).__name__} {where}: {error}. Fix the environment; where it raised (most "
         f"recent call last):\n{user_traceback(error)}"
     )
+
+
+STEP_ROLES = ("user", "tool", "system")
+
+
+def checked_step(result: Any) -> "EnvStep":
+    """`result` of a `step` call, else TypeError saying what it is instead (an environment's mistake would otherwise
+    surface as an AttributeError inside the rollout, or render as empty turns)."""
+    if not isinstance(result, EnvStep):
+        raise TypeError(f"step returned {type(result).__name__} {_short(result)}; return an EnvStep")
+    if not isinstance(result.messages, list):
+        raise TypeError(f"EnvStep.messages is a {type(result.messages).__name__}; give a list of chat messages")
+    for index, message in enumerate(result.messages):
+        if not isinstance(message, dict) or message.get("role") not in STEP_ROLES:
+            raise TypeError(
+                f"EnvStep.messages[{index}] is {_short(message)}; each is a dict with a role of {', '.join(STEP_ROLES)}"
+            )
+        if not isinstance(message.get("content"), (str, list)):
+            raise TypeError(
+                f"EnvStep.messages[{index}]['content'] is a {type(message.get('content')).__name__}; give text, or a "
+                "list of content parts"
+            )
+    return result
+
+
+def checked_info(info: Any) -> dict[str, float]:
+    """`info` of an `episode_info` call, else TypeError: a dict of numbers (each becomes a float column)."""
+    if not isinstance(info, dict):
+        raise TypeError(f"episode_info returned {type(info).__name__} {_short(info)}; return a dict of numbers")
+    wrong = {key: value for key, value in info.items() if not isinstance(value, numbers.Real)}
+    if wrong:
+        raise TypeError(f"episode_info's values must be numbers; {_short(wrong)} are not")
+    return info
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 @dataclasses.dataclass

@@ -27,6 +27,7 @@ import threading
 import time
 
 from verl.envs import ChatClientEnv, MultiTurnEnv
+from verl.envs.base import EnvStep
 
 class Countdown(MultiTurnEnv):
     """Replies "again (k left)" until the model has had `rounds` turns."""
@@ -45,6 +46,25 @@ class Countdown(MultiTurnEnv):
         message = {"role": "user", "content": f"again ({self.rounds - state['turn']} left, {state['row']['ground_truth']})"}
         self.replies.append(message)
         return [message], False
+
+
+class WrongCountdown(Countdown):
+    """Countdown that gets the interface wrong: `wrong` is "step" (a tuple for an EnvStep), "content" (a number for a
+    message's text) or "info" (episode_info's value a string)."""
+
+    def __init__(self, rounds=2, wrong="step"):
+        super().__init__(rounds)
+        self.wrong = wrong
+
+    def step(self, state, response):
+        if self.wrong == "step":
+            return [{"role": "user", "content": "again"}], False
+        if self.wrong == "content":
+            return EnvStep(messages=[{"role": "user", "content": 5}], done=False)
+        return super().step(state, response)
+
+    def episode_info(self, state):
+        return {"solved": "yes"}
 
 
 class SlowCountdown(Countdown):
@@ -407,6 +427,28 @@ def test_an_environment_that_raises_is_named_with_where_it_raised(rollout, fail_
         assert where[-1] == "KeyError: 'no_such_key'" and not any("verl" + os.sep in line for line in where), where
         _with_env(engine, "Countdown")
         assert list(engine.generate_sequences(prompts).non_tensor_batch["env_turns"]) == [3] * 4  # the engine goes on
+    finally:
+        engine.env = step_env
+
+
+@pytest.mark.parametrize(
+    ("wrong", "pattern"),
+    [
+        ("step", r"step raised TypeError .*: step returned tuple \(\[\{'role': 'user', .*; return an EnvStep"),
+        ("content", r"step raised TypeError .*: EnvStep.messages\[0\]\['content'\] is a int; give text"),
+        ("info", r"episode_info raised TypeError .*: episode_info's values must be numbers; \{'solved': 'yes'\}"),
+    ],
+)
+def test_an_environment_that_returns_the_wrong_thing_is_named(rollout, wrong, pattern):
+    """A step that returns a tuple used to fail as a bare AttributeError inside the rollout, a message whose content
+    is a number as a TypeError naming no environment, and an episode_info of strings as a ValueError."""
+    engine, _ = rollout
+    prompts = _prompts(engine.tokenizer, ["Guess a number.", "Pick one."], 48)
+    step_env = engine.env
+    try:
+        _with_env(engine, "WrongCountdown", wrong=wrong)
+        with pytest.raises(EnvCodeError, match=r"WrongCountdown \(worker.rollout.env\): " + pattern):
+            engine.generate_sequences(prompts)
     finally:
         engine.env = step_env
 

@@ -22,7 +22,7 @@ import torch
 
 from verl.data.rollout_dump import transcript_messages
 from verl.data.tokenizer import TURN_MARKER
-from verl.envs.base import Environment, EnvStep, EnvStepTimeoutError, env_code_error
+from verl.envs.base import Environment, EnvStep, EnvStepTimeoutError, checked_step, env_code_error
 from verl.envs.tools import tool_call
 from verl.protocol import to_object_array
 from verl.utils import stall_report
@@ -402,7 +402,7 @@ class EpisodeTurns(TurnHooks):
 
         def run() -> EnvStep:
             step.thread = threading.get_ident()
-            return self.env.step(episode.state, episode.last_turn)
+            return checked_step(self.env.step(episode.state, episode.last_turn))
 
         step.future = self.pool.submit(run)
         self.steps[id(sample)] = step

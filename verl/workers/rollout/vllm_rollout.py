@@ -21,7 +21,7 @@ from tqdm import tqdm
 from verl.data.multimodal import DEFAULT_VIDEO_FPS, process_media, video_metadata
 from verl.data.tokenizer import eos_token_ids
 from verl.envs import load_environment
-from verl.envs.base import env_code_error
+from verl.envs.base import checked_info, env_code_error
 from verl.envs.client_env import ChatClientEnv
 from verl.envs.tools import tool_call_format
 from verl.models.config import (
@@ -626,7 +626,10 @@ class VLLMRollout:
             if self.processor is not None:  # every worker's output has the same columns, with or without env images
                 self._add_environment_images(episodes, rows, tensors, non_tensors)
             non_tensors.update(episode_columns(episodes))  # env_turns, ..., last_turn (the final answer), messages
-            infos = [self._env_call("episode_info", f"for episode {i}", e.state) for i, e in enumerate(episodes)]
+            infos = [
+                self._env_call("episode_info", f"for episode {i}", e.state, check=checked_info)
+                for i, e in enumerate(episodes)
+            ]
             for name in sorted({key for info in infos for key in info}):
                 non_tensors[f"env_{name}"] = np.array([float(info.get(name, np.nan)) for info in infos], np.float64)
         tensors["rollout_versions"] = pad_rows(versions, width, -1, torch.long).masked_fill(response_mask == 0, -1)
@@ -650,10 +653,12 @@ class VLLMRollout:
                 episodes.append(Episode(prompt_input=item, state=state, seed=seed))
         return episodes
 
-    def _env_call(self, hook: str, where: str, *args: Any) -> Any:
-        """`self.env.<hook>(*args)`; what the environment's own code raises becomes an EnvCodeError naming it."""
+    def _env_call(self, hook: str, where: str, *args: Any, check: Callable[[Any], Any] | None = None) -> Any:
+        """`self.env.<hook>(*args)` (passed through `check`); what the environment's own code raises, or a result
+        `check` refuses, becomes an EnvCodeError naming it."""
         try:
-            return getattr(self.env, hook)(*args)
+            result = getattr(self.env, hook)(*args)
+            return result if check is None else check(result)
         except Exception as error:
             raise env_code_error(self._env_name, hook, where, error) from error
 
