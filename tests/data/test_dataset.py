@@ -696,6 +696,19 @@ def test_load_video_reads_frames_at_the_requested_rate(tmp_path):
     with pytest.raises(ValueError, match="no video stream|Invalid data"):
         (tmp_path / "fake.mp4").write_bytes(b"not a video")
         load_video(str(tmp_path / "fake.mp4"), 2.0, None, None)
+    assert load_video(path, 6.0, None, None, max_frames=12).shape[0] == 12
+    with pytest.raises(ValueError, match=r"longer than data.video_max_frames=11 frames at data.video_fps=6 \(1.8333"):
+        load_video(path, 6.0, None, None, max_frames=11)
+
+
+def test_a_video_over_video_max_frames_is_a_bad_row_named(tmp_path, vl25):
+    tokenizer, processor = vl25
+    write_video(str(tmp_path / "clip.mp4"), num_frames=16, rate=8)  # 2 s: 8 frames at 4 fps
+    rows = [{"prompt": "What happens in <video>?", "answer": "fade", "videos": ["clip.mp4"]}]
+    options = {"image_dir": str(tmp_path), "video_fps": 4.0, "max_prompt_length": 128, **PIXELS}
+    assert RLHFDataset(rows, tokenizer, processor, video_max_frames=8, **options)[0]["multi_modal_data"]["videos"]
+    with pytest.raises(DatasetRowError, match=r"row 0, key 'videos': video 0 cannot be read: .*video_max_frames=6"):
+        RLHFDataset(rows, tokenizer, processor, video_max_frames=6, **options)
 
 
 def test_every_image_form_gives_the_same_tokens(tmp_path, vl25):

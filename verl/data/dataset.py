@@ -130,6 +130,7 @@ class RLHFDataset(Dataset):
         tools_key: str | None = "tools",
         image_dir: str | None = None,
         video_fps: float = DEFAULT_VIDEO_FPS,
+        video_max_frames: int = 0,
         max_prompt_length: int = 512,
         format_prompt: str | None = None,
         override_chat_template: str | None = None,
@@ -153,6 +154,7 @@ class RLHFDataset(Dataset):
         self.prompt_key, self.answer_key, self.image_key, self.video_key = prompt_key, answer_key, image_key, video_key
         self.image_dir = os.path.expanduser(image_dir) if image_dir else None
         self.video_fps, self.max_prompt_length, self.skip_bad_rows = video_fps, max_prompt_length, skip_bad_rows
+        self.video_max_frames = video_max_frames
         self.min_pixels, self.max_pixels = min_pixels, max_pixels
         self._image_sizes: dict[str, tuple[int, int]] = {}
         """(width, height) by path, from the scan: an image many rows share is decoded once."""
@@ -495,7 +497,11 @@ class RLHFDataset(Dataset):
                 raise self._error(index, self.image_key, unreadable_image(position, value, error)) from None
         for position, path in enumerate(prompt.videos):
             try:
-                videos.append(load_video(path, self.video_fps, self.min_pixels, self.max_pixels, self.image_dir))
+                videos.append(
+                    load_video(
+                        path, self.video_fps, self.min_pixels, self.max_pixels, self.image_dir, self.video_max_frames
+                    )
+                )
             except (OSError, ValueError) as error:  # av.error.FFmpegError is an OSError / ValueError
                 raise self._error(index, self.video_key, f"video {position} cannot be read: {error}") from None
         return images, videos

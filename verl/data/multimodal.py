@@ -185,11 +185,17 @@ def load_image(
 
 
 def load_video(
-    path: str, fps: float, min_pixels: int | None, max_pixels: int | None, video_dir: str | None = None
+    path: str,
+    fps: float,
+    min_pixels: int | None,
+    max_pixels: int | None,
+    video_dir: str | None = None,
+    max_frames: int = 0,
 ) -> np.ndarray:
     """Decode a video with PyAV into uint8 RGB frames (num_frames, height, width, 3) at exactly `fps`, resized.
     Frame k is the latest source frame at or before time k / fps (slower sources repeat frames), so the processor can be
-    told the rate is `fps`. Decoding streams; only kept frames are converted."""
+    told the rate is `fps`. Decoding streams; only kept frames are converted. A video of more than `max_frames` frames
+    (0: no limit) at `fps` is a ValueError, raised once that many are held."""
     import av  # imported here: only video datasets need it
 
     if fps <= 0:
@@ -205,6 +211,11 @@ def load_video(
         """Append the held frame for every output time before `time`."""
         nonlocal held_rgb
         while held is not None and len(frames) / fps < time - 1e-6:
+            if 0 < max_frames <= len(frames):
+                raise ValueError(
+                    f"video file {path!r} is longer than data.video_max_frames={max_frames} frames at data.video_fps="
+                    f"{fps:g} ({max_frames / fps:g} s); raise data.video_max_frames, lower data.video_fps, or cut it"
+                )
             if held_rgb is None:
                 width, height = resized_size(held.width, held.height, min_pixels, max_pixels)
                 held_rgb = held.to_ndarray(format="rgb24", width=width, height=height)

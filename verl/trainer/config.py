@@ -99,6 +99,9 @@ class DataConfig:
     data.image_dir, paths are used as given."""
     video_fps: float = 2.0
     """Frames per second sampled from videos."""
+    video_max_frames: int = 768
+    """Most frames a video may have at video_fps (768: 6.4 minutes at 2 fps); a longer video is a bad row (skipped
+    with data.skip_bad_rows), found while it is decoded, before its frames fill memory. 0: no limit."""
     max_prompt_length: int = 512
     """Prompt budget in tokens (image tokens included); prompts are left-padded to it."""
     max_response_length: int = 512
@@ -149,7 +152,7 @@ class DataConfig:
     def validate(self, prefix: str) -> None:
         sizes = ("max_prompt_length", "max_response_length", "rollout_batch_size", "mini_rollout_batch_size")
         require_positive(self, prefix, *sizes, "video_fps", "filter_overlong_prompts_workers")
-        require_non_negative(self, prefix, "seed", "dataloader_num_workers")
+        require_non_negative(self, prefix, "seed", "dataloader_num_workers", "video_max_frames")
         require_pixel_range(self, prefix)
         if self.val_batch_size == 0 or self.val_batch_size < -1:
             raise ConfigError(

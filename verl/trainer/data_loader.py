@@ -58,7 +58,8 @@ def load_loader_state(loader: StatefulDataLoader, state: dict[str, Any]) -> None
 
 
 _DATASET_OPTIONS = (
-    "prompt_key answer_key image_key video_key tools_key image_dir video_fps max_prompt_length format_prompt "
+    "prompt_key answer_key image_key video_key tools_key image_dir video_fps video_max_frames max_prompt_length "
+    "format_prompt "
     "override_chat_template chat_template_kwargs min_pixels max_pixels filter_overlong_prompts "
     "filter_overlong_prompts_workers skip_bad_rows allow_paths_outside_image_dir"
 ).split()
