@@ -398,3 +398,43 @@ def test_a_client_environments_request_keeps_its_shorter_limit_and_its_extra_bod
         "max_tokens": 64,
         "temperature": 1.0,
     }
+
+
+BROKEN_ENV = """
+from verl.envs import MultiTurnEnv
+
+
+class Broken(MultiTurnEnv):
+    def __init__(self, wrong="raise"):
+        self.wrong = wrong
+
+    def step(self, state, response):
+        if self.wrong == "raise":
+            return state["no_such_key"]
+        return [], True  # a tuple for an EnvStep
+"""
+
+
+def test_an_environment_that_fails_stops_evaluate_naming_it_and_the_row(monkeypatch, tmp_path, capsys):
+    """As in training: its own exception, or a step that returns the wrong thing, names the environment, the hook
+    and the turn (a raw traceback from inside the episode before)."""
+    (tmp_path / "broken.py").write_text(BROKEN_ENV)
+    rows = [{"prompt": "6 x 7?", "answer": "42"}]
+    for wrong, message in (
+        ("raise", r"step raised KeyError after model turn 1: 'no_such_key'"),
+        ("tuple", r"step raised TypeError after model turn 1: step returned tuple \(\[\], True\); return an EnvStep"),
+    ):
+        spec = f"{tmp_path / 'broken.py'}:Broken"
+        pattern = r"evaluate: row 0: Broken \(--env\): " + message
+        with pytest.raises(SystemExit, match=pattern):
+            run_evaluate(
+                monkeypatch,
+                tmp_path,
+                capsys,
+                {"6 x 7?": ["42"]},
+                rows,
+                "--env",
+                spec,
+                "--env-kwargs",
+                json.dumps({"wrong": wrong}),
+            )

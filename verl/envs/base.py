@@ -30,6 +30,16 @@ def env_code_error(env: str, hook: str, where: str, error: BaseException) -> Env
     )
 
 
+def call_env(env: Any, name: str, hook: str, where: str, *args: Any, check: Any = None) -> Any:
+    """`env.<hook>(*args)`, passed through `check`; what the environment's own code raises, or a result `check`
+    refuses, becomes an EnvCodeError naming the environment (`name`), the hook and `where`."""
+    try:
+        result = getattr(env, hook)(*args)
+        return result if check is None else check(result)
+    except Exception as error:
+        raise env_code_error(name, hook, where, error) from error
+
+
 STEP_ROLES = ("user", "tool", "system")
 
 

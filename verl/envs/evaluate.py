@@ -29,7 +29,7 @@ from typing import Any
 from verl.data.multimodal import content_parts
 from verl.data.rollout_dump import message_record, message_text, transcript_messages, write_image
 from verl.data.sources import row_value, split_prompt_messages, tool_schemas
-from verl.envs.base import Environment, SingleTurnEnv
+from verl.envs.base import EnvCodeError, Environment, SingleTurnEnv, call_env, checked_info, checked_step
 from verl.envs.client_env import ChatClientEnv, EpisodeOver, chat_client
 from verl.envs.loader import load_environment
 from verl.rewards.function import REASONING_OPENING, opens_reasoning
@@ -224,7 +224,10 @@ def answered(turn: dict[str, Any], messages: list[Any]) -> list[Any]:
 def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeResult:
     """One episode through `client.chat.completions`. Messages after the last turn are kept marked cut, as in
     training (their tool results counted in cut_tool_messages)."""
-    state = env.reset({**setup.row, "prompt_images": list(setup.images)})  # as training gives them
+    name = f"{type(env).__name__} (--env)"
+    state = call_env(
+        env, name, "reset", "for the row", {**setup.row, "prompt_images": list(setup.images)}
+    )  # as training does
     messages: list[dict[str, Any]] = [*setup.context, prompt_message(setup.prompt, setup.images)]
     extra = {"tools": setup.tools} if setup.tools is not None else {}
     counts = _new_counts()
@@ -239,7 +242,7 @@ def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeRe
         messages.append(sent_back(reply))
         transcript += transcript_messages([{"role": "assistant", "content": text, "tool_calls": calls}], 0)
         counts["turns"] += 1
-        step = env.step(state, text)
+        step = call_env(env, name, "step", f"after model turn {turn + 1}", state, text, check=checked_step)
         counts["tool_calls"] += step.tool_calls
         counts["tool_errors"] += step.tool_errors
         shown = not step.done and turn < setup.max_turns - 1
@@ -250,7 +253,8 @@ def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeRe
             break
         messages.extend(answered(messages[-1], step.messages))
         images += _images_of(step.messages)
-    return EpisodeResult(counts, env.episode_info(state), transcript, images, tokens, text)
+    info = call_env(env, name, "episode_info", "at the episode's end", state, check=checked_info)
+    return EpisodeResult(counts, info, transcript, images, tokens, text)
 
 
 def client_request(request: dict[str, Any], sampling: dict[str, Any]) -> dict[str, Any]:
@@ -277,7 +281,8 @@ def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any
             f"{type(env).__name__} is a ChatClientEnv, which runs text prompts only (as in training); this row has "
             f"{len(setup.images)} images."
         )
-    state = env.reset({**setup.row, "prompt_images": []})
+    name = f"{type(env).__name__} (--env)"
+    state = call_env(env, name, "reset", "for the row", {**setup.row, "prompt_images": []})
     counts = _new_counts()
     seen: list[dict[str, Any]] = []  # the last answered request and its reply
     written: list[dict[str, Any]] = []  # each reply as the model wrote it, tool calls as blocks in its text
@@ -317,7 +322,8 @@ def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any
         late = refused[len(seen) :]
         transcript += transcript_messages(late, len(images), cut=True)
         counts["cut_tool_messages"] += sum(m.get("role") == "tool" for m in late if isinstance(m, dict))
-    return EpisodeResult(counts, env.episode_info(state), transcript, images, usage["tokens"], usage["text"])
+    info = call_env(env, name, "episode_info", "at the episode's end", state, check=checked_info)
+    return EpisodeResult(counts, info, transcript, images, usage["tokens"], usage["text"])
 
 
 def as_written(messages: list[Any], written: list[dict[str, Any]]) -> list[Any]:
@@ -588,7 +594,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             try:
                 result = run(env, setup, client)
-            except NotImplementedError as error:  # a ChatClientEnv given images
+            except (NotImplementedError, EnvCodeError) as error:  # a ChatClientEnv given images; the env's own code
                 raise SystemExit(f"evaluate: row {index}: {error}") from None
             except openai.APIError as error:  # the endpoint refused a request or went away
                 raise SystemExit(

@@ -21,7 +21,7 @@ from tqdm import tqdm
 from verl.data.multimodal import DEFAULT_VIDEO_FPS, process_media, video_metadata
 from verl.data.tokenizer import eos_token_ids
 from verl.envs import load_environment
-from verl.envs.base import checked_info, env_code_error
+from verl.envs.base import call_env, checked_info
 from verl.envs.client_env import ChatClientEnv
 from verl.envs.tools import tool_call_format
 from verl.models.config import (
@@ -627,7 +627,7 @@ class VLLMRollout:
                 self._add_environment_images(episodes, rows, tensors, non_tensors)
             non_tensors.update(episode_columns(episodes))  # env_turns, ..., last_turn (the final answer), messages
             infos = [
-                self._env_call("episode_info", f"for episode {i}", e.state, check=checked_info)
+                call_env(self.env, self._env_name, "episode_info", f"for episode {i}", e.state, check=checked_info)
                 for i, e in enumerate(episodes)
             ]
             for name in sorted({key for info in infos for key in info}):
@@ -649,18 +649,9 @@ class VLLMRollout:
             for seed in seeds[row]:  # each its own copy: an environment may change the row's lists and dicts
                 own = copy.deepcopy({key: value for key, value in fields.items() if key != "prompt_images"})
                 own["prompt_images"] = list(fields["prompt_images"])  # the pictures themselves are shared
-                state = self._env_call("reset", f"for prompt row {row}", own)
+                state = call_env(self.env, self._env_name, "reset", f"for prompt row {row}", own)
                 episodes.append(Episode(prompt_input=item, state=state, seed=seed))
         return episodes
-
-    def _env_call(self, hook: str, where: str, *args: Any, check: Callable[[Any], Any] | None = None) -> Any:
-        """`self.env.<hook>(*args)` (passed through `check`); what the environment's own code raises, or a result
-        `check` refuses, becomes an EnvCodeError naming it."""
-        try:
-            result = getattr(self.env, hook)(*args)
-            return result if check is None else check(result)
-        except Exception as error:
-            raise env_code_error(self._env_name, hook, where, error) from error
 
     @property
     def _env_name(self) -> str:
