@@ -246,6 +246,9 @@ def merge(
                 f"'{local_dir}' keeps its adapter config in huggingface/ (a checkpoint written before it moved out), "
                 "where a merged model would load as an adapter; pass --target_dir (another folder)."
             )
+    if _clear_earlier_export(target_dir, own=target_dir == os.path.abspath(default)):
+        _recorded(local_dir, target_dir)  # the checkpoint stays intact if this export then fails
+    if adapter_config is not None:
         merge_lora(local_dir, adapter_config, target_dir, dtype, adapter_only, base_model, trust_remote_code)
         return _recorded(local_dir, target_dir)
     for given, flag in ((adapter_only, "--adapter_only"), (base_model, "--base_model")):
@@ -282,6 +285,28 @@ def merge(
     write_checkpoint_layout(target_dir)  # Qwen3-VL-MoE's experts as its checkpoints store them
     _copy_side_files(hf_dir, target_dir, skip=("config.json",))
     return _recorded(local_dir, target_dir)
+
+
+def _clear_earlier_export(target_dir: str, own: bool) -> bool:
+    """Weights or adapter files already in `target_dir` would stay beside the export's (other shards; an
+    adapter_config.json that makes the folder load as an adapter): in the checkpoint's own folder (`own`, the default
+    target) they are an earlier export of it and are removed (True); in a folder the user named, ValueError."""
+    from verl.models.config import WEIGHT_FILE_SUFFIXES
+    from verl.models.lora import ADAPTER_CONFIG_FILE
+
+    if not os.path.isdir(target_dir):
+        return False
+    found = sorted(
+        name for name in os.listdir(target_dir) if name.endswith(WEIGHT_FILE_SUFFIXES) or name == ADAPTER_CONFIG_FILE
+    )
+    if found and not own:
+        raise ValueError(
+            f"--target_dir '{target_dir}' already holds {', '.join(found[:4])}{' ...' if len(found) > 4 else ''}, "
+            "which would stay beside the export's files; choose an empty or new folder, or delete them."
+        )
+    for name in found:
+        os.remove(os.path.join(target_dir, name))
+    return bool(found)
 
 
 def _recorded(local_dir: str, target_dir: str) -> str:

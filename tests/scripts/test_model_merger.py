@@ -122,6 +122,28 @@ def test_default_is_bf16_and_fp32_is_exact(checkpoint, tmp_path) -> None:
     assert os.path.isfile(tmp_path / "bf16" / "tokenizer_config.json")  # the trainer's files are copied along
 
 
+def test_a_target_holding_weights_is_refused_and_the_checkpoints_own_is_replaced(checkpoint, tmp_path) -> None:
+    """Files of another model in --target_dir stayed beside the export's (an old shard; an adapter_config.json that
+    made the folder load as an adapter): refused, naming them, and nothing written. The default target's are an
+    earlier export of the same checkpoint: replaced, not mixed."""
+    actor, weights = checkpoint
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "adapter_config.json").write_text("{}")
+    (target / "model-00002-of-00002.safetensors").write_bytes(b"old")
+    with pytest.raises(ValueError, match=r"already holds adapter_config.json, model-00002-of-00002.safetensors"):
+        merger.merge(actor, str(target))
+    assert sorted(os.listdir(target)) == ["adapter_config.json", "model-00002-of-00002.safetensors"]
+    step = tmp_path / "global_step_1"
+    shutil.copytree(os.path.dirname(actor), step)
+    own = step / "actor" / "huggingface"
+    (own / "model-00001-of-00002.safetensors").write_bytes(b"an earlier export's shard")
+    merged = read_merged(merger.merge(str(step / "actor"), None, dtype="fp32"))
+    assert not (own / "model-00001-of-00002.safetensors").exists() and torch.equal(
+        merged["model.embed_tokens.weight"], weights["model.embed_tokens.weight"]
+    )
+
+
 def test_merging_says_nothing_of_process_groups_unless_verbose(checkpoint, tmp_path, monkeypatch) -> None:
     """torch warns at every checkpoint load in one process, even one that asks for one process (no_dist=True): the
     merger silences that message alone, and VERL_VERBOSE=1 shows it again."""
