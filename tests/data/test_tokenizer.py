@@ -109,3 +109,15 @@ def test_get_processor_raises_on_a_broken_processor_config(text_dir, tmp_path):
     (broken / "preprocessor_config.json").write_text("{not json")
     with pytest.raises(OSError, match=f"{broken}.*preprocessor_config.json"):
         get_processor(str(broken))
+
+
+def test_saved_tokenizers_do_not_carry_how_they_were_loaded(text_dir, vl_dir, tmp_path):
+    """transformers 5 keeps is_local / local_files_only with a tokenizer's settings: every checkpoint and export
+    carried them into tokenizer_config.json (local_files_only=true from an offline run, uploaded with the model)."""
+    import json
+
+    for name, part in (("text", get_tokenizer(text_dir, local_files_only=True)), ("vl", get_processor(vl_dir))):
+        part.save_pretrained(tmp_path / name)
+        saved = json.loads((tmp_path / name / "tokenizer_config.json").read_text())
+        assert "is_local" not in saved and "local_files_only" not in saved, name
+        assert saved.get("eos_token") or saved.get("added_tokens_decoder"), name  # the settings themselves are kept

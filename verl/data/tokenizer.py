@@ -67,6 +67,7 @@ def get_tokenizer(
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
     except OSError as error:  # e.g. a Hub id while offline, or a directory without tokenizer files
         raise OSError(f"Could not load a tokenizer from {path!r}: {error}") from error
+    _forget_load_options(tokenizer)
     if override_chat_template is not None:
         tokenizer.chat_template = _read_chat_template(override_chat_template)
     if tokenizer.pad_token is None:
@@ -76,6 +77,16 @@ def get_tokenizer(
         log("Tokenizer of %s has no pad token; using its eos token %r.", path, tokenizer.eos_token)
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+LOAD_OPTIONS = ("is_local", "local_files_only")
+"""How transformers 5 was asked to load a tokenizer, which it keeps with its settings: a checkpoint's or export's
+tokenizer_config.json would carry them (local_files_only=true from an offline run, uploaded with the model)."""
+
+
+def _forget_load_options(tokenizer: Any) -> None:
+    for key in LOAD_OPTIONS:
+        getattr(tokenizer, "init_kwargs", {}).pop(key, None)
 
 
 def eos_token_ids(tokenizer: PreTrainedTokenizerBase, model_path: str) -> set[int]:
@@ -115,6 +126,7 @@ def get_processor(
         raise OSError(f"Could not load a processor from {path!r}: {error}") from error
     if not isinstance(processor, ProcessorMixin):  # AutoProcessor falls back to the tokenizer for text models
         return None
+    _forget_load_options(getattr(processor, "tokenizer", None))
     if override_chat_template is not None:
         processor.chat_template = processor.tokenizer.chat_template = _read_chat_template(override_chat_template)
     return processor
