@@ -106,9 +106,34 @@ def test_merge_equals_peft_merge_and_the_layout_loads_in_peft(models, tmp_path):
         torch.testing.assert_close(peft_merged(input_ids=ids).logits, adapted_logits, rtol=0, atol=5e-5)
 
 
-def test_targets_that_match_nothing_name_the_keys(models):
+def test_targets_that_match_nothing_name_the_keys(models, tmp_path):
+    """In the workers, and (since they failed there, inside Ray) already when the config is checked, on the model
+    built on the meta device; SFT's errors name its own section."""
+    from verl.sft.config import load_sft_config
+    from verl.trainer.config import load_config
+    from verl.utils.config import ConfigError
+
     with pytest.raises(ValueError, match="lora.target_modules"):
         _adapted(models["qwen2"], target_modules="no_such_proj")
+    (tmp_path / "data.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n')
+    (tmp_path / "reward.py").write_text("def compute_score(sample):\n    return {'overall': 1.0}\n")
+    rl = [
+        f"data.train_files={tmp_path / 'data.jsonl'}",
+        f"worker.actor.model.model_path={models['qwen2']}",
+        f"worker.reward.reward_function={tmp_path / 'reward.py'}:compute_score",
+        *("data.rollout_batch_size=8", "worker.actor.global_batch_size=4", "worker.rollout.n=2"),
+        *("trainer.n_gpus_per_node=2", "worker.actor.model.lora.rank=8"),
+    ]
+    with pytest.raises(ValueError, match=r"target_modules names v_prj, which no layer of the model has"):
+        _adapted(models["qwen2"], target_modules="q_proj,v_prj")  # peft refuses a list only if no name matches
+    for targets in ("no_such_proj", "q_proj,v_prj"):
+        with pytest.raises(ConfigError, match=r"^worker.actor.model.lora.target_modules names (no_such_proj|v_prj),"):
+            load_config([*rl, f"worker.actor.model.lora.target_modules={targets}"])
+    for targets in ("q_proj", "self_attn.q_proj, mlp.down_proj", "all-linear"):
+        assert load_config([*rl, f"worker.actor.model.lora.target_modules={targets}"]).worker.actor.model.lora.rank
+    sft = [f"data.train_files={tmp_path / 'data.jsonl'}", f"worker.model.model_path={models['qwen2']}"]
+    with pytest.raises(ConfigError, match=r"^worker.model.lora.target_modules names no_such_proj, which no layer"):
+        load_sft_config([*sft, "worker.model.lora.rank=8", "worker.model.lora.target_modules=no_such_proj"])
 
 
 @pytest.mark.filterwarnings("ignore:The following (rank|alpha)_pattern keys did not match:RuntimeWarning")

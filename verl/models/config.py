@@ -211,6 +211,14 @@ class ModelConfig:
                     "embeddings (tie_word_embeddings): an adapter on it would not reach the rollout engine or the "
                     "export. Leave lm_head out."
                 )
+        if self.lora.rank > 0:
+            from verl.models.lora import unmatched_targets
+
+            if unmatched := unmatched_targets(self.model_path, self.lora):
+                raise ConfigError(
+                    f"{prefix}lora.target_modules names {', '.join(unmatched)}, which no layer of {key}="
+                    f"'{self.model_path}' has (its weight names); check the spelling against the model's modules."
+                )
         if self.override_config:  # a misspelt field now, not a config transformers silently keeps
             from transformers import AutoConfig
 

@@ -54,9 +54,16 @@ def _peft_config(lora: LoraConfig, vision_language: bool, base_model_path: str |
     )
 
 
-def apply_lora(model: nn.Module, lora: LoraConfig, vision_language: bool, base_model_path: str | None) -> int:
+def apply_lora(
+    model: nn.Module,
+    lora: LoraConfig,
+    vision_language: bool,
+    base_model_path: str | None,
+    key: str = "worker.actor.model.lora",
+) -> int:
     """Inject LoRA adapters in place and freeze everything else; returns the adapter parameter count. On real weights
-    lora_A comes from a fixed seed (lora_B is zero, so the model is unchanged); on meta they come from rank 0."""
+    lora_A comes from a fixed seed (lora_B is zero, so the model is unchanged); on meta they come from rank 0. Errors
+    name the config section `key`."""
     from peft import inject_adapter_in_model
     from peft.tuners.lora.layer import ParamWrapper
 
@@ -67,7 +74,7 @@ def apply_lora(model: nn.Module, lora: LoraConfig, vision_language: bool, base_m
             inject_adapter_in_model(peft_config, model, adapter_name=ADAPTER_NAME)
         except ValueError as error:  # peft: "Target modules ... not found in the base model"
             raise ValueError(
-                f"worker.actor.model.lora: {error} Check lora.target_modules ({lora.target_modules!r}) and "
+                f"{key}: {error} Check lora.target_modules ({lora.target_modules!r}) and "
                 f"lora.exclude_modules ({lora.exclude_modules!r})."
             ) from error
     fused = [
@@ -81,14 +88,22 @@ def apply_lora(model: nn.Module, lora: LoraConfig, vision_language: bool, base_m
     model.lora_settings = dataclasses.asdict(lora)
     embedding = next((name for name in _adapter_names(model) if "lora_embedding" in name), None)
     if embedding:  # a hub id's (a local model's embedding targets are refused when the config loads)
-        raise NotImplementedError(f"worker.actor.model.lora: {embedding}: {EMBEDDING_LORA}")
+        raise NotImplementedError(f"{key}: {embedding}: {EMBEDDING_LORA}")
     for name, param in model.named_parameters():
         param.requires_grad_(is_adapter_param(name))
     trainable = sum(param.numel() for param in model.parameters() if param.requires_grad)
     if trainable == 0:
         raise ValueError(
-            f"worker.actor.model.lora: no layer matched target_modules={lora.target_modules!r} (after "
+            f"{key}: no layer matched target_modules={lora.target_modules!r} (after "
             f"exclude_modules={lora.exclude_modules!r}); no adapter would train."
+        )
+    layers = {name.split(".lora_A.")[0] for name in _adapter_names(model) if ".lora_A." in name}
+    named = [] if lora.target_modules == "all-linear" else [n.strip() for n in lora.target_modules.split(",")]
+    unmatched = [n for n in named if n and not any(f".{layer}".endswith(f".{n}") for layer in layers)]
+    if unmatched:  # peft refuses only a list none of whose names match
+        raise ValueError(
+            f"{key}: target_modules names {', '.join(unmatched)}, which no layer of the model has (after "
+            f"exclude_modules={lora.exclude_modules!r}); check the spelling against the model's module names."
         )
     return trainable
 
@@ -101,6 +116,27 @@ EMBEDDING_LORA = (
 
 def _adapter_names(model: nn.Module) -> list[str]:
     return [name for name, _ in model.named_parameters() if ".lora_" in name]
+
+
+def unmatched_targets(model_path: str, lora: LoraConfig) -> list[str]:
+    """The names in `lora.target_modules` that no layer of the model at `model_path` has, as peft matches them (the
+    module's name, or its last parts), read from the weight names of its safetensors files (their headers: no model
+    is built). [] for "all-linear", or where the weights cannot be read here (the workers then say it)."""
+    from safetensors import safe_open
+
+    from verl.utils.hub import safetensors_files
+
+    if lora.target_modules == "all-linear":
+        return []
+    try:
+        modules = set()
+        for path in safetensors_files(model_path):
+            with safe_open(path, framework="pt") as f:
+                modules.update("." + name.rsplit(".", 1)[0] for name in f.keys())
+    except Exception:  # an id not in the cache, a folder of other formats or an unreadable file
+        return []
+    names = [name.strip() for name in lora.target_modules.split(",") if name.strip()]
+    return [name for name in names if modules and not any(module.endswith("." + name) for module in modules)]
 
 
 def is_adapter_param(name: str) -> bool:
