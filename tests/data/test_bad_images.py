@@ -169,3 +169,7 @@ def test_a_base64_data_url_reads_as_its_bytes_and_a_web_url_is_named(tmp_path, v
     web = [{"prompt": "<image> Picture.", "answer": "0", "images": ["https://example.com/a.png"]}]
     with pytest.raises(DatasetRowError, match=r"row 0, key 'images': image 0 .*is a URL; the trainer does not fetch"):
         RLHFDataset(web, tokenizer, processor, **PIXELS)
+    raw = [{"prompt": "<image> Picture.", "answer": "0", "images": [url.partition(",")[2]]}]  # no data: prefix
+    with pytest.raises(DatasetRowError, match=r"image 0 cannot be read: 'iVBOR.*string of base64 char") as error:
+        RLHFDataset(raw, tokenizer, processor, image_dir=str(tmp_path), **PIXELS)
+    assert len(str(error.value)) < 1000  # the message names the data, it does not print it (it printed it all)

@@ -113,11 +113,17 @@ def open_image(value: ImageValue, image_dir: str | None = None) -> Image.Image:
             f"image {value!r} is a URL; the trainer does not fetch images: download them and give their paths (or "
             "the bytes)"
         )
+    if isinstance(value, str) and len(value) > 1024 and _BASE64.fullmatch(value[:1024]) and not os.path.isfile(value):
+        raise ValueError(
+            f"image {value[:40]!r}... is a {len(value)}-character string of base64 characters, not a file: give base64 "
+            "data as a data URL (data:image/png;base64,<data>) or as the decoded bytes"
+        )
     if isinstance(value, str):
         path = resolve_path(value, image_dir)
         if not os.path.isfile(path):
             where = f" (data.image_dir is {image_dir!r})" if image_dir else " (data.image_dir is not set)"
-            raise FileNotFoundError(f"image file {path!r} does not exist{where}")
+            shown = path if len(path) <= 300 else f"{path[:300]}..."
+            raise FileNotFoundError(f"image file {shown!r} does not exist{where}")
         return Image.open(path)
     raise TypeError(
         f"an image must be a path, bytes, a {{'bytes': ...}} dict or a PIL image, got {type(value).__name__}"
@@ -163,6 +169,10 @@ def checked_image_sizes(
     return sizes
 
 
+_BASE64 = re.compile(r"[A-Za-z0-9+/=\s]+")
+"""Base64's alphabet: over 1,024 characters of it and no such file, a string is data, not a path."""
+
+
 def unreadable_image(position: int, value: Any, error: Exception) -> str:
     """The error text for image `position`: the cause, prefixed with its path if the cause does not name it."""
     if isinstance(value, dict) and value.get("bytes") is None:
@@ -170,8 +180,8 @@ def unreadable_image(position: int, value: Any, error: Exception) -> str:
     reason = str(error).rstrip(". ")
     if isinstance(error, Image.DecompressionBombError):
         reason += " (over PIL.Image.MAX_IMAGE_PIXELS)"
-    if isinstance(value, str) and value not in reason:
-        reason = f"{value!r}: {reason}"
+    if isinstance(value, str) and value[:300] not in reason:
+        reason = f"{value[:300]!r}{'...' if len(value) > 300 else ''}: {reason}"
     return f"image {position} cannot be read: {reason}"
 
 
