@@ -17,7 +17,7 @@ from media_files import write_video
 from PIL import Image
 
 from verl.data.dataset import DatasetRowError, PromptTooLongError, RLHFDataset
-from verl.data.multimodal import load_video, resize_image, resized_size
+from verl.data.multimodal import load_video, process_media, resize_image, resized_size
 from verl.data.tokenizer import get_processor, get_tokenizer
 from verl.models.rope_index import VIDEO_TOKEN, RopeIndex
 from verl.models.tiny_models import get_or_build_tiny_model
@@ -699,6 +699,26 @@ def test_load_video_reads_frames_at_the_requested_rate(tmp_path):
     assert load_video(path, 6.0, None, None, max_frames=12).shape[0] == 12
     with pytest.raises(ValueError, match=r"longer than data.video_max_frames=11 frames at data.video_fps=6 \(1.8333"):
         load_video(path, 6.0, None, None, max_frames=11)
+
+
+def test_a_video_given_as_its_frames_is_read_as_sampled_at_video_fps(tmp_path, vl25):
+    """EasyR1's (qwen_vl_utils') frame lists: a video may be a list of its frames' image files, at data.video_fps."""
+    tokenizer, processor = vl25
+    for i, size in enumerate([(64, 48)] * 3 + [(80, 60)]):  # a last frame of another size is scaled to the first's
+        Image.new("RGB", size, (15 * i, 15 * i, 15 * i)).save(tmp_path / f"f{i}.png")
+    frames = [f"f{i}.png" for i in range(4)]
+    rows = [{"prompt": "What happens in <video>?", "answer": "fade", "videos": [frames]}]
+    dataset = RLHFDataset(rows, tokenizer, processor, image_dir=str(tmp_path), video_fps=2.0, max_prompt_length=256)
+    example = dataset[0]
+    video = example["multi_modal_data"]["videos"][0]
+    assert video.shape == (4, 48, 64, 3) and [int(frame.mean()) for frame in video] == [0, 15, 30, 45]
+    inputs = process_media(example["multi_modal_data"], processor)
+    assert inputs["video_grid_thw"][0, 0].item() == 2  # 4 frames in temporal patches of 2
+    video_tokens = int((example["input_ids"] == processor.video_token_id).sum())
+    assert video_tokens == inputs["video_grid_thw"].prod().item() // 4
+    rows[0]["videos"] = [["f0.png", 3]]
+    with pytest.raises(DatasetRowError, match=r"row 0, key 'videos': video 0 must be a path or a list of its frames'"):
+        RLHFDataset(rows, tokenizer, processor, image_dir=str(tmp_path))
 
 
 def test_a_video_over_video_max_frames_is_a_bad_row_named(tmp_path, vl25):

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from jinja2 import StrictUndefined, TemplateError
@@ -25,6 +26,7 @@ from verl.data.multimodal import (
     checked_image_sizes,
     content_parts,
     count_image_tokens,
+    load_frames,
     load_image,
     load_video,
     processor_inputs,
@@ -382,12 +384,14 @@ class RLHFDataset(Dataset):
             raise self._error(index, self.image_key, problem)
         videos = self._media_list(index, row, self.video_key)
         for position, video in enumerate(videos):
-            if not isinstance(video, str):
-                problem = f"video {position} must be a path, got {type(video).__name__}"
+            frames = isinstance(video, (list, tuple, np.ndarray)) and len(video) > 0
+            if not isinstance(video, str) and not (frames and all(isinstance(frame, str) for frame in video)):
+                problem = f"video {position} must be a path or a list of its frames' paths, got {type(video).__name__}"
                 raise self._error(index, self.video_key, problem)
         for key, values in ((self.image_key, images), (self.video_key, videos)):
             for position, value in enumerate(values):
-                self._check_confined(index, key, position, value)
+                for item in [value] if isinstance(value, str) or key == self.image_key else value:
+                    self._check_confined(index, key, position, item)
         if (images or videos) and (self.processor is None or self.text_only):
             key = self.image_key if images else self.video_key
             problem = self.text_only or "the row has images or videos but the model is text-only (no processor)"
@@ -497,12 +501,15 @@ class RLHFDataset(Dataset):
                 raise self._error(index, self.image_key, unreadable_image(position, value, error)) from None
         for position, path in enumerate(prompt.videos):
             try:
+                if not isinstance(path, str):  # its frames, sampled at data.video_fps
+                    videos.append(load_frames(list(path), self.min_pixels, self.max_pixels, self.image_dir))
+                    continue
                 videos.append(
                     load_video(
                         path, self.video_fps, self.min_pixels, self.max_pixels, self.image_dir, self.video_max_frames
                     )
                 )
-            except (OSError, ValueError) as error:  # av.error.FFmpegError is an OSError / ValueError
+            except IMAGE_ERRORS as error:  # av.error.FFmpegError is an OSError / ValueError
                 raise self._error(index, self.video_key, f"video {position} cannot be read: {error}") from None
         return images, videos
 

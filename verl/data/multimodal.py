@@ -246,6 +246,20 @@ def load_video(
     return np.stack(frames)
 
 
+def load_frames(paths: list[str], min_pixels: int | None, max_pixels: int | None, image_dir: str | None) -> np.ndarray:
+    """A video given as its frames' image files (EasyR1's and qwen_vl_utils' frame lists), taken as sampled at
+    data.video_fps: uint8 RGB (num_frames, height, width, 3), every frame at the first one's size in the budget."""
+    first = load_image(paths[0], image_dir, min_pixels, max_pixels)
+    frames = [np.asarray(first)]
+    for path in paths[1:]:
+        image = open_image(path, image_dir)
+        image = image.convert("RGB") if image.mode != "RGB" else image
+        frames.append(
+            np.asarray(image.resize(first.size, Image.Resampling.BICUBIC) if image.size != first.size else image)
+        )
+    return np.stack(frames)
+
+
 DEFAULT_VIDEO_FPS = 2.0
 
 

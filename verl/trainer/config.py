@@ -85,7 +85,8 @@ class DataConfig:
     """Column holding a list of images (paths, base64 data URLs, bytes, {bytes: ...} dicts or PIL images; web URLs
     are not fetched)."""
     video_key: str = "videos"
-    """Column holding a list of video paths."""
+    """Column holding a list of videos: each a video file's path, or a list of its frames' image paths (taken as
+    sampled at video_fps)."""
     tools_key: str | None = "tools"
     """Column holding a row's tools: a list of their JSON schemas (or a JSON string of one), which the chat template
     describes in that row's prompt, for a reward that scores the model's tool call (the call is not run); a missing
