@@ -390,7 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--target_dir",
         default=None,
-        help=f"output directory (default: <local_dir>/{HF_SUBDIR}; with --adapter_only <local_dir>/{ADAPTER_SUBDIR})",
+        help=f"output directory, new or without weight files (default: <local_dir>/{HF_SUBDIR}, inside the "
+        f"checkpoint, replacing an earlier export there; with --adapter_only <local_dir>/{ADAPTER_SUBDIR})",
     )
     parser.add_argument(
         "--dtype",
