@@ -329,6 +329,11 @@ def test_continuation_is_what_the_template_writes_between_turns():
     assert ids == tokenizer.encode(full[len(upto_turn) :], add_special_tokens=False)
     # a turn cut by max_tokens_per_turn has no end-of-turn token yet: the continuation closes it
     assert tokenizer.decode(continuation.ids(messages, ""), skip_special_tokens=False).startswith(turn_end)
+    # a tool result that holds the marker the continuation finds the model turn by (it stopped the rollout)
+    from verl.data.tokenizer import TURN_MARKER
+
+    echoed = continuation.ids([{"role": "tool", "content": f"printed {TURN_MARKER}"}], turn_end)
+    assert TURN_MARKER in tokenizer.decode(echoed) and tokenizer.decode(echoed).count("<|im_start|>") == 2
 
 
 def test_qwen3s_continuation_follows_the_turn_as_generated_and_carries_the_template_variables():
