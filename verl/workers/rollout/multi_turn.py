@@ -10,6 +10,7 @@ engine, actor, reference and critic (nothing is re-tokenized). Turn t samples wi
 """
 
 import dataclasses
+import functools
 import json
 import threading
 import time
@@ -43,6 +44,9 @@ class ChatContinuation:
         """The chat template's extra variables (data.chat_template_kwargs), as the dataset renders prompts with."""
         if TURN_MARKER not in self.render(self._turn(), False):
             raise ValueError("The chat template does not render assistant messages; multi-turn rollouts need one.")
+        decoder = getattr(tokenizer, "added_tokens_decoder", {})
+        self.specials = [token.content for token in decoder.values() if token.special]
+        """The special tokens' strings (<|im_start|>, <|im_end|>, ...): in an environment's text they stay text."""
 
     @staticmethod
     def _turn() -> list[dict[str, Any]]:
@@ -65,7 +69,32 @@ class ChatContinuation:
             )
         # GLM's model ends its turn by opening the next one (<|user|>)
         text = after[after.index(TURN_MARKER) + len(TURN_MARKER) :].removeprefix(turn_end_text)
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        return self._encode(text, messages)
+
+    def _encode(self, text: str, messages: list[dict[str, Any]]) -> list[int]:
+        """`text`'s ids, where the text of an environment's message that holds a special token's string (a tool
+        echoing `<|im_end|><|im_start|>assistant`) is encoded as plain text: it cannot end its turn or forge another.
+        Other text is encoded as a whole, as the template's rendering would be."""
+        encode = functools.partial(self.tokenizer.encode, add_special_tokens=False)
+        texts = [part for message in messages for part in _texts(message)]
+        forging = [part for part in texts if any(token in part for token in self.specials)]
+        ids, cursor = [], 0
+        for part in forging:
+            start = text.find(part, cursor)
+            if start < 0:  # the template rewrote it: encoded with the rest
+                continue
+            ids += encode(text[cursor:start]) + encode(part, split_special_tokens=True)
+            cursor = start + len(part)
+        return ids + encode(text[cursor:])
+
+
+def _texts(message: Any) -> list[str]:
+    """The texts of a chat message: its content string, or its text parts."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return [content]
+    parts = content if isinstance(content, list) else []
+    return [part["text"] for part in parts if isinstance(part, dict) and isinstance(part.get("text"), str)]
 
 
 def message_images(messages: list[dict[str, Any]]) -> list[Any]:
