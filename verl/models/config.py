@@ -204,7 +204,10 @@ class ModelConfig:
         if self.lora.rank > 0 and "lm_head" in [name.strip() for name in self.lora.target_modules.split(",")]:
             from transformers import AutoConfig
 
-            config = AutoConfig.from_pretrained(self.model_path, trust_remote_code=self.trust_remote_code)
+            try:
+                config = AutoConfig.from_pretrained(self.model_path, trust_remote_code=self.trust_remote_code)
+            except (OSError, ValueError) as error:
+                raise ConfigError(f"{prefix}lora: the config of {key} cannot be read: {error}") from None
             if getattr(config, "tie_word_embeddings", False):  # the model's own (a VL model ties at its top level)
                 raise ConfigError(
                     f"{prefix}lora.target_modules names lm_head, which {key}='{self.model_path}' ties to its input "
