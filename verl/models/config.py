@@ -214,14 +214,11 @@ class ModelConfig:
                     "embeddings (tie_word_embeddings): an adapter on it would not reach the rollout engine or the "
                     "export. Leave lm_head out."
                 )
-        if self.lora.rank > 0:
-            from verl.models.lora import unmatched_targets
-
-            if unmatched := unmatched_targets(self.model_path, self.lora):
-                raise ConfigError(
-                    f"{prefix}lora.target_modules names {', '.join(unmatched)}, which no layer of {key}="
-                    f"'{self.model_path}' has (its weight names); check the spelling against the model's modules."
-                )
+        if self.lora.rank > 0 and (unmatched := unmatched_targets(self.model_path, self.lora)):
+            raise ConfigError(
+                f"{prefix}lora.target_modules names {', '.join(unmatched)}, which no layer of {key}="
+                f"'{self.model_path}' has (its weight names); check the spelling against the model's modules."
+            )
         if self.override_config:  # a misspelt field now, not a config transformers silently keeps
             from transformers import AutoConfig
 
@@ -230,6 +227,27 @@ class ModelConfig:
             except (OSError, ValueError) as error:
                 raise ConfigError(f"{prefix}override_config: the config of {key} cannot be read: {error}") from None
             resolve_config_overrides(config, dict(self.override_config), f"{prefix}override_config")
+
+
+def unmatched_targets(model_path: str, lora: LoraConfig) -> list[str]:
+    """The names in `lora.target_modules` that no layer of the model at `model_path` has, as peft matches them (the
+    module's name, or its last parts), read from the weight names of its safetensors files (their headers: no model
+    is built). [] for "all-linear", or where the weights cannot be read here (the workers then say it)."""
+    from safetensors import safe_open
+
+    from verl.utils.hub import safetensors_files
+
+    if lora.target_modules == "all-linear":
+        return []
+    try:
+        modules = set()
+        for path in safetensors_files(model_path):
+            with safe_open(path, framework="pt") as f:
+                modules.update("." + name.rsplit(".", 1)[0] for name in f.keys())
+    except Exception:  # an id not in the cache, a folder of other formats or an unreadable file
+        return []
+    names = [name.strip() for name in lora.target_modules.split(",") if name.strip()]
+    return [name for name in names if modules and not any(module.endswith("." + name) for module in modules)]
 
 
 def unexported_checkpoint(path: str) -> str | None:

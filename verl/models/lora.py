@@ -118,27 +118,6 @@ def _adapter_names(model: nn.Module) -> list[str]:
     return [name for name, _ in model.named_parameters() if ".lora_" in name]
 
 
-def unmatched_targets(model_path: str, lora: LoraConfig) -> list[str]:
-    """The names in `lora.target_modules` that no layer of the model at `model_path` has, as peft matches them (the
-    module's name, or its last parts), read from the weight names of its safetensors files (their headers: no model
-    is built). [] for "all-linear", or where the weights cannot be read here (the workers then say it)."""
-    from safetensors import safe_open
-
-    from verl.utils.hub import safetensors_files
-
-    if lora.target_modules == "all-linear":
-        return []
-    try:
-        modules = set()
-        for path in safetensors_files(model_path):
-            with safe_open(path, framework="pt") as f:
-                modules.update("." + name.rsplit(".", 1)[0] for name in f.keys())
-    except Exception:  # an id not in the cache, a folder of other formats or an unreadable file
-        return []
-    names = [name.strip() for name in lora.target_modules.split(",") if name.strip()]
-    return [name for name in names if modules and not any(module.endswith("." + name) for module in modules)]
-
-
 def is_adapter_param(name: str) -> bool:
     return _LORA_PARAM.match(name) is not None
 
