@@ -246,8 +246,16 @@ def unmatched_targets(model_path: str, lora: LoraConfig) -> list[str]:
                 modules.update("." + name.rsplit(".", 1)[0] for name in f.keys())
     except Exception:  # an id not in the cache, a folder of other formats or an unreadable file
         return []
-    names = [name.strip() for name in lora.target_modules.split(",") if name.strip()]
-    return [name for name in names if modules and not any(module.endswith("." + name) for module in modules)]
+    return unmatched_names(lora.target_modules, modules) if modules else []
+
+
+def unmatched_names(target_modules: str, modules: set[str]) -> list[str]:
+    """The comma-separated `target_modules` names that match none of `modules` (dotted names each starting with a
+    dot) as peft matches them: the whole name, or its last parts; [] for "all-linear"."""
+    if target_modules == "all-linear":
+        return []
+    names = [name.strip() for name in target_modules.split(",") if name.strip()]
+    return [name for name in names if not any(module.endswith("." + name) for module in modules)]
 
 
 def unexported_checkpoint(path: str) -> str | None:

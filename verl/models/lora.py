@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from verl.models.config import FUSED_EXPERTS_LORA, LoraConfig
+from verl.models.config import FUSED_EXPERTS_LORA, LoraConfig, unmatched_names
 
 
 ADAPTER_NAME = "default"
@@ -97,10 +97,8 @@ def apply_lora(
             f"{key}: no layer matched target_modules={lora.target_modules!r} (after "
             f"exclude_modules={lora.exclude_modules!r}); no adapter would train."
         )
-    layers = {name.split(".lora_A.")[0] for name in _adapter_names(model) if ".lora_A." in name}
-    named = [] if lora.target_modules == "all-linear" else [n.strip() for n in lora.target_modules.split(",")]
-    unmatched = [n for n in named if n and not any(f".{layer}".endswith(f".{n}") for layer in layers)]
-    if unmatched:  # peft refuses only a list none of whose names match
+    layers = {"." + name.split(".lora_A.")[0] for name in _adapter_names(model) if ".lora_A." in name}
+    if unmatched := unmatched_names(lora.target_modules, layers):  # peft refuses only a list none of whose names match
         raise ValueError(
             f"{key}: target_modules names {', '.join(unmatched)}, which no layer of the model has (after "
             f"exclude_modules={lora.exclude_modules!r}); check the spelling against the model's module names."

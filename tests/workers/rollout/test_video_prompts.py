@@ -18,25 +18,35 @@ from verl.models.tiny_models import get_or_build_tiny_model
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 
+def _video_example(kind, tmp_path, num_frames, rate, max_prompt_length):
+    """(model folder, tokenizer, processor, the dataset's example) of one prompt with a clip of `num_frames` gray
+    frames at `rate` fps, sampled at 4 fps."""
+    from verl.data.dataset import RLHFDataset
+    from verl.data.tokenizer import get_processor, get_tokenizer
+
+    model_dir = get_or_build_tiny_model(kind, str(tmp_path / "models"))
+    tokenizer, processor = get_tokenizer(model_dir), get_processor(model_dir)
+    write_video(str(tmp_path / "clip.mp4"), num_frames=num_frames, rate=rate)
+    rows = [{"prompt": "What happens in <video>?", "answer": "fade", "videos": ["clip.mp4"]}]
+    dataset = RLHFDataset(
+        rows, tokenizer, processor, image_dir=str(tmp_path), video_fps=4.0, max_prompt_length=max_prompt_length,
+        min_pixels=3136, max_pixels=12544,
+    )  # fmt: skip
+    return model_dir, tokenizer, processor, dataset[0]
+
+
 @pytest.mark.parametrize("kind", vl_kinds("engine_video"))
 def test_the_engine_expands_a_video_prompt_as_the_dataset_does(kind, tmp_path):
     from vllm import SamplingParams
 
-    from verl.data.dataset import RLHFDataset
-    from verl.data.tokenizer import get_processor, get_tokenizer
     from verl.protocol import DataProto, collate_fn
     from verl.workers.rollout.config import RolloutConfig
     from verl.workers.rollout.vllm_rollout import VLLMRollout
 
-    model_dir = get_or_build_tiny_model(kind, str(tmp_path / "models"))
-    tokenizer, processor = get_tokenizer(model_dir), get_processor(model_dir)
-    write_video(str(tmp_path / "clip.mp4"), num_frames=16, rate=8)  # 2 s, sampled at 4 fps: 8 frames
-    rows = [{"prompt": "What happens in <video>?", "answer": "fade", "videos": ["clip.mp4"]}]
-    dataset = RLHFDataset(
-        rows, tokenizer, processor, image_dir=str(tmp_path), video_fps=4.0, max_prompt_length=256, min_pixels=3136,
-        max_pixels=12544,
-    )  # fmt: skip
-    example = dataset[0]
+    # 2 s, sampled at 4 fps: 8 frames
+    model_dir, tokenizer, processor, example = _video_example(
+        kind, tmp_path, num_frames=16, rate=8, max_prompt_length=256
+    )
     batch: DataProto = collate_fn([example])
     assert batch.non_tensor_batch["multi_modal_data"][0]["video_fps"] == 4.0  # the rate the engine is told
     config = RolloutConfig(
@@ -65,19 +75,10 @@ def test_the_workers_rebuild_a_videos_pixels_as_the_dataset_built_them(kind, tmp
     """The actor and the environment images rebuild a row's model inputs from `multi_modal_data` (process_media):
     the dataset's frames, not resampled (Qwen3-VL's video processor samples at 2 fps by default and, without the
     frame rate, assumed 24 fps: a 4 s clip got 2 temporal patches for the prompt's 8, and the forward failed)."""
-    from verl.data.dataset import RLHFDataset
     from verl.data.multimodal import process_media
-    from verl.data.tokenizer import get_processor, get_tokenizer
 
-    model_dir = get_or_build_tiny_model(kind, str(tmp_path / "models"))
-    tokenizer, processor = get_tokenizer(model_dir), get_processor(model_dir)
-    write_video(str(tmp_path / "clip.mp4"), num_frames=16, rate=4)  # 4 s, sampled at 4 fps: 16 frames
-    rows = [{"prompt": "What happens in <video>?", "answer": "fade", "videos": ["clip.mp4"]}]
-    dataset = RLHFDataset(
-        rows, tokenizer, processor, image_dir=str(tmp_path), video_fps=4.0, max_prompt_length=512, min_pixels=3136,
-        max_pixels=12544,
-    )  # fmt: skip
-    example = dataset[0]
+    # 4 s, sampled at 4 fps: 16 frames
+    model_dir, _, processor, example = _video_example(kind, tmp_path, num_frames=16, rate=4, max_prompt_length=512)
     rebuilt = process_media(example["multi_modal_data"], processor)
     assert rebuilt["video_grid_thw"][0, 0].item() == 16 // 2  # 16 frames in temporal patches of 2
     tokens = RopeIndex(load_model_config(model_dir)).mm_token_type_ids(example["input_ids"])
