@@ -282,3 +282,25 @@ def test_a_resume_that_cannot_continue_the_saved_run_is_said_before_ray_starts(t
     colocated = ["worker.rollout.mode=colocated", "worker.rollout.max_staleness=0"]  # one round of 1 prompt
     with pytest.raises(ValueError, match=r"holds 2 prompts in flight, more than this run keeps in flight \(worker"):
         runner._prepare_inputs(one_row_run(tmp_path, row, model, *colocated))
+
+
+def test_a_critic_of_another_vocabulary_is_refused_before_ray_starts(tmp_path):
+    """The critic scores the actor's token ids: a critic model of another vocabulary trained on ids that mean other
+    tokens to it, without an error. Refused; a critic with its own copy of the actor's tokenizer is accepted."""
+    import shutil
+
+    from verl.models.tiny_models import get_or_build_tiny_model
+
+    models = str(tmp_path / "models")
+    actor = get_or_build_tiny_model("qwen2", models)
+    row = {"prompt": "1+1?", "answer": "2"}
+
+    def with_critic(critic: str) -> PPOConfig:
+        gae = ["algorithm.adv_estimator=gae", f"worker.critic.model.model_path={critic}"]
+        return one_row_run(tmp_path, row, actor, *gae, "worker.critic.global_batch_size=1")
+
+    other = get_or_build_tiny_model("qwen2", models, vocab_size=1024)
+    with pytest.raises(ray_setup.SetupError, match=r"critic.model.tokenizer_path=.* does not share the actor's voc"):
+        runner._prepare_inputs(with_critic(other))
+    copy = shutil.copytree(actor, tmp_path / "critic")
+    runner._prepare_inputs(with_critic(str(copy)))

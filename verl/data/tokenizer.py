@@ -79,6 +79,20 @@ def get_tokenizer(
     return tokenizer
 
 
+def vocabulary_difference(tokenizer: Any, other: Any, names: tuple[str, str] = ("first", "second")) -> str | None:
+    """None when both tokenizers give every token the same id (special and added tokens included); else the first
+    difference, said in words that call them by `names`."""
+    ours, theirs = tokenizer.get_vocab(), other.get_vocab()
+    if ours == theirs:
+        return None
+    for token, index in sorted(ours.items(), key=lambda item: item[1]):
+        if theirs.get(token) != index:
+            where = "is missing" if token not in theirs else f"is id {theirs[token]}"
+            return f"token {token!r} is id {index} in the {names[0]} and {where} in the {names[1]}"
+    extra = min(set(theirs) - set(ours), key=theirs.__getitem__)
+    return f"the {names[1]} has {len(theirs)} tokens, the {names[0]} {len(ours)} (e.g. {extra!r}, id {theirs[extra]})"
+
+
 LOAD_OPTIONS = ("is_local", "local_files_only")
 """How transformers 5 was asked to load a tokenizer, which it keeps with its settings: a checkpoint's or export's
 tokenizer_config.json would carry them (local_files_only=true from an offline run, uploaded with the model)."""

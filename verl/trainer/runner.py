@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl.algorithms.advantages import estimator_needs_critic
-from verl.data.tokenizer import get_processor, get_tokenizer, template_reads
+from verl.data.tokenizer import get_processor, get_tokenizer, template_reads, vocabulary_difference
 from verl.rewards.local import LocalReward
 from verl.rewards.ray_actor import ActorReward, create_reward_actor, stop_actor
 from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup, create_colocated_worker_cls
@@ -212,6 +212,24 @@ def _check_in_flight(config: PPOConfig, path: str) -> None:
         )
 
 
+def _check_critic_vocabulary(config: PPOConfig, tokenizer: Any) -> None:
+    """The critic reads the actor's token ids: SetupError when its tokenizer maps tokens to other ids (another
+    model family's critic would score other tokens than the ones generated, and train without an error)."""
+    critic = config.worker.critic.model
+    if not estimator_needs_critic(config.algorithm.adv_estimator) or critic.tokenizer_path == (
+        config.worker.actor.model.tokenizer_path
+    ):
+        return
+    other = get_tokenizer(critic.tokenizer_path, trust_remote_code=critic.trust_remote_code, warn_no_pad=False)
+    difference = vocabulary_difference(tokenizer, other, ("actor's", "critic's"))
+    if difference is not None:
+        raise SetupError(
+            f"worker.critic.model.tokenizer_path={critic.tokenizer_path} does not share the actor's vocabulary "
+            f"({config.worker.actor.model.tokenizer_path}): {difference}. The critic reads the actor's token ids; "
+            "start it from a model of the actor's family (usually the actor's own model_path)."
+        )
+
+
 def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
     """What needs no Ray and no model, so its errors come first: tokenizer, processor, data loaders (every row
     checked) and the checkpoint to resume from (looked up and checked against the run, not loaded)."""
@@ -236,6 +254,7 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
     tokenizer = get_tokenizer(model.tokenizer_path, **options)
     # the model's own processor, as the workers' and vLLM's: data.min/max_pixels resize the images before it
     processor = get_processor(model.tokenizer_path, **options)
+    _check_critic_vocabulary(config, tokenizer)
     rollout = config.worker.rollout
     tools = None
     if rollout.env:  # a tool environment describes its tools in every prompt, through the chat template
