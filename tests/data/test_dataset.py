@@ -675,7 +675,15 @@ def test_video_row_is_sampled_at_video_fps_and_matches_the_model_rope_index(tmp_
         model, processor, example["prompt_text"], [], [video], example, video_fps=4.0
     )
     assert torch.equal(example["input_ids"], input_ids)
-    assert torch.equal(example["position_ids"], positions)
+    # the model's own positions up to the video's end; the text after it starts past the video's largest position
+    # (transformers starts it at the video's start + its merged width, behind a video's time positions: Qwen2.5-VL)
+    last = int(torch.nonzero(RopeIndex(model.config).mm_token_type_ids(input_ids) == VIDEO_TOKEN).max())
+    ours = example["position_ids"]
+    assert torch.equal(ours[:, : last + 1], positions[:, : last + 1])
+    assert ours[:, last + 1].tolist() == [int(ours[:, : last + 1].max()) + 1] * 3
+    shift = int(ours[0, last + 1] - positions[0, last + 1])
+    assert torch.equal(ours[:, last + 1 :], positions[:, last + 1 :] + shift)
+    assert shift == (2 if kind in ("qwen2_vl", "qwen2_5_vl") else 0)  # 4 temporal patches 1 apart, 2 x 2 merged
     video_tokens = int(inputs["video_grid_thw"][0].prod()) // 4
     assert example["raw_prompt_ids"].count(processor.video_token_id) == 1
     video_token_types = RopeIndex(model.config).mm_token_type_ids(example["input_ids"])  # GLM: frames of image ids

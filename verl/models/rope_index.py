@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The 3-D rope index (time, height, width) of Qwen2-VL, Qwen2.5-VL, Qwen3-VL and GLM-4.1V, by the model's own code.
 Dataset position ids must equal the model's, so rather than re-implement that arithmetic (which changes across
-transformers releases) the model class's `get_rope_index` runs on a weightless stand-in."""
+transformers releases) the model class's `get_rope_index` runs on a weightless stand-in, with one correction: the text
+after a vision block starts at the block's largest position + 1, as in the released models' code and vLLM's."""
 
 from typing import Any
 
@@ -90,7 +91,26 @@ class RopeIndex:
             second_per_grid_ts=second_per_grid_ts,
             attention_mask=attention_mask.unsqueeze(0),
         )
-        return position_ids[:, 0, :]
+        position_ids = position_ids[:, 0, :]
+        keep = attention_mask.bool()
+        position_ids[:, keep] = text_after_vision_past_it(
+            position_ids[:, keep], self.mm_token_type_ids(input_ids[keep])
+        )
+        return position_ids
+
+
+def text_after_vision_past_it(positions: torch.Tensor, token_types: torch.Tensor) -> torch.Tensor:
+    """`positions` (3, n) of one unpadded sequence with each text span that follows a vision block moved (and all
+    after it) to start at the largest position before it + 1. transformers 5 starts it at the block's start + its
+    merged height or width, whichever is larger: right for an image (its time row is 0), but behind the positions of
+    a video whose time row grows past that (Qwen2-VL and Qwen2.5-VL: a video of 4 temporal patches of 2 x 2 merged
+    tokens has time positions up to 3, and the text after it started at start + 2, reusing the video's positions;
+    the engine, as the released models, starts it at start + 4)."""
+    positions = positions.clone()
+    after_vision = (token_types[1:] == TEXT_TOKEN) & (token_types[:-1] != TEXT_TOKEN)
+    for index in (torch.nonzero(after_vision).flatten() + 1).tolist():
+        positions[:, index:] += int(positions[:, :index].max()) + 1 - int(positions[0, index])
+    return positions
 
 
 def load_model_config(path: str, trust_remote_code: bool = False) -> Any:

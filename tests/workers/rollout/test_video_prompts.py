@@ -60,6 +60,7 @@ def test_the_engine_expands_a_video_prompt_as_the_dataset_does(kind, tmp_path):
     )
     expected = example["input_ids"][example["attention_mask"].bool()].tolist()
     assert list(output.prompt_token_ids) == expected
+    _engine_and_actor_agree_after_the_video(kind, model_dir, rollout, inputs, example, processor)
     token_types = RopeIndex(load_model_config(model_dir)).mm_token_type_ids(torch.tensor(expected))
     video_tokens = int((token_types == VIDEO_TOKEN).sum())  # GLM writes a video's frames with the image token
     assert video_tokens == 8 // 2 * 4  # 8 frames in 4 temporal patches of 2, 2x2 merged tokens each at this size
@@ -84,3 +85,76 @@ def test_the_workers_rebuild_a_videos_pixels_as_the_dataset_built_them(kind, tmp
     tokens = RopeIndex(load_model_config(model_dir)).mm_token_type_ids(example["input_ids"])
     merged = rebuilt["video_grid_thw"].prod().item() // processor.video_processor.merge_size**2
     assert int((tokens == VIDEO_TOKEN).sum()) == merged  # the features the forward makes fill the prompt's tokens
+
+
+def _engine_and_actor_agree_after_the_video(kind, model_dir, rollout, inputs, example, processor):
+    """The engine, given the model's weights, and the actor's forward on the dataset's row (its position ids, the
+    workers' media inputs) give the prompt's tokens the same log-probs. The tokens after a video of more than one
+    temporal patch were 0.6 nats a token apart on Qwen2.5-VL: the dataset's positions started that text inside the
+    video's (transformers 5's rope index), the engine's past it."""
+    import torch.nn.functional as F
+    import transformers
+    from families import FAMILIES
+    from safetensors.torch import load_file
+    from vllm import SamplingParams
+
+    from verl.data.multimodal import process_media
+    from verl.utils.hub import safetensors_files
+    from verl.workers.rollout import vllm_compat
+
+    weights = {name: tensor for path in safetensors_files(model_dir) for name, tensor in load_file(path).items()}
+    embedding = next(name for name in weights if name.endswith("embed_tokens.weight"))
+    weights.setdefault("lm_head.weight", weights[embedding])  # tied: the engine's head reloads under its own name
+    vllm_compat.load_weights(rollout.inference_engine, iter(weights.items()), in_place_reload=True)
+    vllm_compat.reset_caches_after_weight_update(rollout.inference_engine)
+    params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
+    [output] = rollout.inference_engine.generate(inputs, params, use_tqdm=False)
+    keep = example["attention_mask"].bool()
+    ids = example["input_ids"][keep]
+    engine = torch.tensor(
+        [vllm_compat.sampled_token_logprob(entry, t) for entry, t in zip(output.prompt_logprobs[1:], ids[1:].tolist())]
+    )
+    model = getattr(transformers, FAMILIES[kind].hf_class).from_pretrained(model_dir, dtype=torch.float32).eval()
+    media = process_media(example["multi_modal_data"], processor)
+    with torch.no_grad():
+        logits = model(
+            input_ids=ids[None], position_ids=example["position_ids"][..., keep][:, None], use_cache=False, **media
+        ).logits[0, :-1]
+    actor = F.log_softmax(logits, dim=-1).gather(-1, ids[1:, None])[:, 0]
+    gap = (engine - actor).abs()
+    # fp32: measured 2e-6 mean; Qwen3.5's CPU engine runs in bf16: 0.03
+    assert gap.mean() <= (0.1 if kind == "qwen3_5" else 1e-3), (float(gap.mean()), float(gap.max()))
+
+
+def test_transformers_still_starts_the_text_after_a_video_inside_its_positions(tmp_path):
+    """Why RopeIndex moves the text after a vision block: transformers' own Qwen2.5-VL rope index starts it at the
+    video's start + its merged height or width, behind the video's time positions. When this fails, transformers
+    follows the released models, and `text_after_vision_past_it` may go."""
+    import transformers
+
+    from verl.data.multimodal import process_media
+    from verl.models.rope_index import _ModelStandIn
+
+    model_dir, _, processor, example = _video_example(
+        "qwen2_5_vl", tmp_path, num_frames=16, rate=8, max_prompt_length=256
+    )
+    keep = example["attention_mask"].bool()
+    ids = example["input_ids"][keep]
+    config = load_model_config(model_dir)
+    token_types = RopeIndex(config).mm_token_type_ids(ids)
+    video = torch.nonzero(token_types == VIDEO_TOKEN).flatten()
+    start, after = int(video[0]), int(video[-1]) + 1
+    grid = process_media(example["multi_modal_data"], processor)["video_grid_thw"]
+    assert grid.tolist() == [[4, 4, 4]]  # 4 temporal patches of 2 frames (0.5 s at 4 fps), 2 x 2 merged tokens
+    theirs, _ = transformers.Qwen2_5_VLModel.get_rope_index(
+        _ModelStandIn(transformers.Qwen2_5_VLModel, config),
+        ids[None],
+        mm_token_type_ids=token_types[None],
+        video_grid_thw=grid,
+        second_per_grid_ts=torch.tensor([0.5]),
+        attention_mask=torch.ones_like(ids)[None],
+    )
+    ours = example["position_ids"][..., keep]
+    assert int(ours[0, after - 1]) == start + 3  # the last temporal patch: time position 3
+    assert ours[:, after].tolist() == [start + 4] * 3  # the text after it: past the video, as vLLM
+    assert theirs[:, 0, after].tolist() == [start + 2] * 3  # transformers: the merged width (2) past its start
