@@ -5,6 +5,7 @@ call, the environment's replies are in the response with loss mask 0, token for 
 renders, and the ids the actor gets are exactly the ids the engine was given and produced (no re-tokenization)."""
 
 import dataclasses
+import logging
 import os
 import time
 
@@ -133,8 +134,9 @@ class ClientCountdown(ChatClientEnv):
     """Countdown written in the client style: the episode asks the model for each turn itself."""
 
     def __init__(self, rounds=2, edit_history=False, first_messages=None, forever=False, hang_episode=None,
-                 raise_episode=None, template_kwargs=None):
+                 raise_episode=None, template_kwargs=None, misuse=None):
         self.rounds, self.edit_history, self.first_messages, self.forever = rounds, edit_history, first_messages, forever
+        self.misuse = misuse  # a client used wrongly at the second turn (see rollout)
         self.extra = {} if template_kwargs is None else {"extra_body": {"chat_template_kwargs": template_kwargs}}
         self.hang_episode = hang_episode  # this episode awaits, after its first reply, what never comes
         self.raise_episode = raise_episode  # this episode's tool fails after its first reply
@@ -149,10 +151,26 @@ class ClientCountdown(ChatClientEnv):
 
     async def rollout(self, client, model, messages, state):
         messages = self.first_messages or messages
+        if self.misuse == "silent":
+            return
         turn = 0
         while True:
             turn += 1
-            reply = await client.chat.completions.create(model=model, messages=messages, temperature=0.3, **self.extra)
+            if turn == 2 and self.misuse == "overlap":  # a second request before the first one's reply
+                asyncio.ensure_future(client.chat.completions.create(model=model, messages=messages))
+                await asyncio.sleep(0)
+                messages = messages + [{"role": "user", "content": "meanwhile"}]
+            if turn == 2 and self.misuse == "retry":  # a refused request, then the right one
+                try:
+                    await client.chat.completions.create(model=model, messages=messages, max_tokens=0)
+                except ValueError:
+                    pass
+            if turn == 2 and self.misuse == "number":
+                messages = messages[:-1] + [{"role": "user", "content": 5}]
+            extra = {"stop": ["STOP"]} if self.misuse == "stop" else {}
+            reply = await client.chat.completions.create(
+                model=model, messages=messages, temperature=0.3, **self.extra, **extra
+            )
             text = reply.choices[0].message.content
             state["replies"].append((text, reply.choices[0].finish_reason))
             if turn >= self.rounds and not self.forever:
@@ -385,6 +403,63 @@ def test_a_client_style_environment_is_held_to_the_conversation(rollout):
         assert list(output.non_tensor_batch["env_turns"]) == [3] * 4
     finally:
         engine.env = step_env
+
+
+def test_a_client_used_wrongly_is_refused_and_leaves_no_trace_in_the_episode(rollout, caplog):
+    """A second request before the first one's reply was accepted (its reply came from the first one's context, and
+    the recorded tokens held a turn the model never saw); a refused request left its messages in the episode (an
+    empty model turn in the training data); a number as content and a stop string failed, or were ignored, without
+    naming the episode; an episode that never asked the model gave an empty response silently."""
+    engine, _ = rollout
+    prompts = _prompts(engine.tokenizer, ["Guess a number.", "Pick one."], 48)
+    step_env = engine.env
+    try:
+        _with_env(engine, "ClientCountdown")
+        engine.generate_calls = 0
+        expected = engine.generate_sequences(prompts)
+        _with_env(engine, "ClientCountdown", misuse="retry")
+        engine.generate_calls = 0
+        output = engine.generate_sequences(prompts)
+        for key in ("responses", "response_mask", "attention_mask"):
+            assert torch.equal(output.batch[key], expected.batch[key]), key
+        for misuse, pattern in (
+            ("overlap", r"a request came while the previous one was unanswered"),
+            ("number", r"message \d+'s content must be a string or a list of content parts .*got int 5"),
+            ("stop", r"stop=\['STOP'\]: stop strings are not applied in training"),
+        ):
+            _with_env(engine, "ClientCountdown", misuse=misuse)
+            with pytest.raises(
+                EnvCodeError, match=r"ClientCountdown \(worker.rollout.env\): rollout raised .*" + pattern
+            ):
+                engine.generate_sequences(prompts)
+        _with_env(engine, "ClientCountdown", misuse="silent")
+        with caplog.at_level(logging.WARNING, logger="verl.workers.rollout.client_episodes"):
+            output = engine.generate_sequences(prompts)
+        assert "rollout returned without asking the model anything" in caplog.text
+        assert not output.batch["response_mask"].any()
+    finally:
+        engine.env = step_env
+
+
+def test_a_client_episode_may_repeat_a_reply_as_the_client_returned_it():
+    """With tools, the reply's calls come as `tool_calls` (as verl.serve returns them); the next request may repeat
+    that message (openai's model_dump), or the model's text as content, and nothing else."""
+    from verl.envs.tools import HERMES, assistant_message
+    from verl.workers.rollout.client_episodes import _reply, _same
+
+    text = 'Adding. <tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>'
+    message = assistant_message(text, HERMES)
+    sent = {**message, "reply_text": text}
+    reply = _reply(message, "tool_calls", "m", 3, 4)
+    assert reply.choices[0].finish_reason == "tool_calls" and reply.choices[0].message.content == "Adding. "
+    assert _same(reply.choices[0].message.model_dump(exclude_none=True), sent)
+    assert _same({"role": "assistant", "content": text}, sent)
+    other = {
+        "role": "assistant",
+        "content": "Adding. ",
+        "tool_calls": [{"function": {"name": "sub", "arguments": "{}"}}],
+    }
+    assert not _same(other, sent) and not _same({"role": "assistant", "content": "Adding. "}, sent)
 
 
 def test_environment_steps_run_concurrently_with_the_same_outcome(rollout):

@@ -19,6 +19,7 @@ from typing import Any
 
 from verl.envs.base import env_code_error
 from verl.envs.client_env import ChatClientEnv, EpisodeOver
+from verl.envs.tools import ToolCallFormat, assistant_message, tool_call_format
 from verl.workers.rollout.multi_turn import Episode, TurnHooks, TurnRunner
 from verl.workers.rollout.request_loop import Group, Sample
 
@@ -32,15 +33,57 @@ def _plain_messages(messages: Any, episode_index: int) -> list[dict[str, Any]]:
             f"Episode {episode_index}: `messages` must be a list of {{'role': ..., 'content': ...}} dicts, got "
             f"{type(messages).__name__}."
         )
+    for number, message in enumerate(messages):
+        content = message.get("content")
+        if not (content is None or isinstance(content, str) or _content_parts(content)):
+            raise ValueError(
+                f"Episode {episode_index}: message {number}'s content must be a string or a list of content parts "
+                f"(dicts with a 'type'), got {type(content).__name__} {content!r:.80}."
+            )
     return [dict(message) for message in messages]
 
 
-def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return a.get("role") == b.get("role") and (a.get("content") or "") == (b.get("content") or "")
+def _content_parts(content: Any) -> bool:
+    return isinstance(content, list) and all(isinstance(part, dict) and "type" in part for part in content)
 
 
-def _reply(text: str, finish_reason: str, model: str, prompt_tokens: int, completion_tokens: int) -> Any:
-    """An `openai` ChatCompletion for the reply (the openai package comes with vLLM)."""
+def _calls(message: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """A message's tool calls as (name, arguments) pairs, whether given as dicts or as openai objects."""
+    calls = []
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") if isinstance(call, dict) else getattr(call, "function", None)
+        if isinstance(function, dict):
+            calls.append((function.get("name"), function.get("arguments")))
+        else:
+            calls.append((getattr(function, "name", None), getattr(function, "arguments", None)))
+    return calls
+
+
+def _same(message: dict[str, Any], sent: dict[str, Any]) -> bool:
+    """`message` repeats `sent`. A reply the client gave (sent["reply_text"]: the model's text) is repeated by the
+    message it returned (its calls as `tool_calls`), or by the model's whole text as content."""
+    if message.get("role") != sent.get("role"):
+        return False
+    content = message.get("content") or ""
+    if content == (sent.get("content") or "") and _calls(message) == _calls(sent):
+        return True
+    return "reply_text" in sent and content == sent["reply_text"] and not message.get("tool_calls")
+
+
+REFUSED_OPTIONS = {
+    "stop": "stop strings are not applied in training (the engine samples token ids, a turn ends at the chat "
+    "template's end of turn); cut the reply in the environment instead",
+    "response_format": "structured outputs are not applied in training",
+    "logprobs": "replies carry no log-probs in training",
+    "top_logprobs": "replies carry no log-probs in training",
+    "stream": "replies are not streamed in training",
+}
+"""Request options that would change what a reply holds, which training does not apply: a request that sets one
+(other than to None or False) is refused, so an episode cannot behave one way in evaluation and another here."""
+
+
+def _reply(message: dict[str, Any], finish_reason: str, model: str, prompt_tokens: int, completion_tokens: int) -> Any:
+    """An `openai` ChatCompletion for the reply `message` (the openai package comes with vLLM)."""
     from openai.types.chat import ChatCompletion
 
     return ChatCompletion.model_validate(
@@ -49,9 +92,7 @@ def _reply(text: str, finish_reason: str, model: str, prompt_tokens: int, comple
             "object": "chat.completion",
             "created": int(time.time()),
             "model": model,
-            "choices": [
-                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}
-            ],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
             "usage": {
                 "prompt_tokens": prompt_tokens,
                 "completion_tokens": completion_tokens,
@@ -77,13 +118,26 @@ class EngineChatClient:
         max_completion_tokens: int | None = None,
         n: int | None = None,
         tools: list[dict[str, Any]] | None = None,
+        tool_choice: Any = None,
         **ignored: Any,
     ) -> Any:
         """Hand the request to the request loop and wait for its reply. Sampling options other than the token limit
-        are the rollout's (temperature, top_p, ...) and are ignored; chat template variables
-        (`extra_body={"chat_template_kwargs": ...}`) other than the run's data.chat_template_kwargs are refused."""
+        are the rollout's (temperature, top_p, seed, ...) and are ignored; options that change what a reply holds
+        (REFUSED_OPTIONS, a forced `tool_choice`) and chat template variables (`extra_body={"chat_template_kwargs":
+        ...}`) other than the run's data.chat_template_kwargs are refused. With `tools`, the reply's tool calls are
+        read as `verl.serve` reads them (`tool_calls`, finish_reason "tool_calls")."""
         if n not in (None, 1):
             raise ValueError(f"n={n}: in training each episode samples one reply per request (rollout.n sets groups).")
+        for key, why in REFUSED_OPTIONS.items():
+            if ignored.get(key) not in (None, False, []):
+                raise ValueError(f"{key}={ignored[key]!r}: {why}. Leave it out of the request.")
+        if tool_choice not in (None, "auto", "none"):
+            raise ValueError(
+                f"tool_choice={tool_choice!r}: forced tool calls are not applied in training; use 'auto' (or leave "
+                "it out) and let the model choose."
+            )
+        if tool_choice == "none":
+            tools = None
         asked = (ignored.get("extra_body") or {}).get("chat_template_kwargs")
         run = self._turns.runner.continuation.template_kwargs
         if asked is not None and dict(asked) != run:
@@ -124,8 +178,14 @@ def add_environment_messages(
 ) -> None:
     """A later request must repeat what was `sent` (the previous request and its reply) and add messages after it:
     those become the episode's environment turn; EpisodeOver when they leave no room for a model turn."""
-    if len(messages) <= len(sent) or not all(_same(a, b) for a, b in zip(messages, sent)):
-        changed = next((i for i, (a, b) in enumerate(zip(messages, sent)) if not _same(a, b)), len(messages))
+    changed = next((i for i, (a, b) in enumerate(zip(messages, sent)) if not _same(a, b)), None)
+    if changed is None and len(messages) == len(sent):
+        raise ValueError(
+            f"Episode {index}: the request repeats the previous request and its reply without a new message (a "
+            "retry after a timeout?); a request must add the environment's messages after the reply it got."
+        )
+    if changed is not None or len(messages) < len(sent):
+        changed = len(messages) if changed is None else changed
         raise ValueError(
             f"Episode {index}: a request must repeat the conversation so far (the previous request and the reply "
             f"it got, unchanged) and add messages after it; message {changed} differs or nothing was added."
@@ -154,8 +214,10 @@ class _Conversation:
     sent: list[dict[str, Any]] | None = None
     """The last request's messages plus the reply it got (what the next request must repeat)."""
     turn_end: str = ""
-    request: tuple[asyncio.Future, int] | None = None
-    """The request waiting for the engine: the coroutine's future and the turn's token limit."""
+    request: tuple[asyncio.Future, int, Any] | None = None
+    """The request waiting for the engine: the coroutine's future, the turn's token limit and the tools it offers."""
+    asked: bool = False
+    """The coroutine has sent a request (one that was accepted)."""
     working_since: float = field(default_factory=time.monotonic)
     """When the coroutine last got control back (its start, or its latest reply)."""
     done: bool = False
@@ -167,6 +229,10 @@ class ClientTurns(TurnHooks):
     def __init__(self, runner: TurnRunner, env: ChatClientEnv, model: str) -> None:
         super().__init__(runner)
         self.env, self.model = env, model
+        self.tool_format: ToolCallFormat | None = getattr(env, "tool_format", None)
+        """How the model writes tool calls: the environment's (the rollout sets it from the chat template), else found
+        at the first request with `tools`."""
+        self._warned_silent = False
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="client-episodes", daemon=True).start()
         self.conversations: dict[int, _Conversation] = {}
@@ -220,22 +286,23 @@ class ClientTurns(TurnHooks):
         return conversation is None or conversation.request is None
 
     def _turn_limit(self, group: Group, sample: Sample) -> int:
-        _, limit = self.conversations[id(sample)].request
-        return limit
+        return self.conversations[id(sample)].request[1]
 
     def turn_done(self, group: Group, sample: Sample) -> bool:
         """The model's turn is complete: add it and answer the coroutine; the episode ends when the coroutine does."""
         conversation = self.conversations[id(sample)]
         episode = sample.episode
-        future, _ = conversation.request
+        future, _, tools = conversation.request
         conversation.request = None
         prompt_tokens = len(episode.prompt_input["prompt_token_ids"]) + len(episode.engine_ids)
         before = len(episode.ids)
         turn_end = self._end_model_turn(group, sample)
         conversation.turn_end = turn_end or ""
-        conversation.sent = conversation.sent + [{"role": "assistant", "content": episode.last_turn}]
-        finish = "stop" if turn_end else "length"
-        reply = _reply(episode.last_turn, finish, self.model, prompt_tokens, len(episode.ids) - before)
+        text = episode.last_turn
+        message = assistant_message(text, self.tool_format.for_tools(tools) if tools else None)
+        conversation.sent = conversation.sent + [{**message, "reply_text": text}]
+        finish = "tool_calls" if message.get("tool_calls") else "stop" if turn_end else "length"
+        reply = _reply(message, finish, self.model, prompt_tokens, len(episode.ids) - before)
         conversation.working_since = time.monotonic()
         self._answer(future, reply)
         return False
@@ -250,8 +317,20 @@ class ClientTurns(TurnHooks):
         for event in events:
             if event[0] == "done":
                 _, conversation, error = event
+                if error is None and conversation.request is not None:
+                    error = self._episode_error(
+                        conversation, "returned while its request was unanswered (await each reply)"
+                    )
                 if error is not None:
                     raise error
+                if not conversation.asked and not self._warned_silent:
+                    self._warned_silent = True
+                    logger.warning(
+                        "%s: episode %d's rollout returned without asking the model anything: its sample has an "
+                        "empty response (said once).",
+                        self.runner.env_name,
+                        conversation.sample.index,
+                    )
                 conversation.done = True
                 conversation.sample.episode.end()
                 conversation.sample.finished = True
@@ -264,7 +343,7 @@ class ClientTurns(TurnHooks):
             except (EpisodeOver, ValueError) as err:  # the coroutine gets it, from its client's create
                 self._answer(future, error=err)
                 continue
-            conversation.request = (future, limit)
+            conversation.request, conversation.asked = (future, limit, tools), True
             ready = True
         timeout = self.runner.env_step_timeout_s
         if timeout > 0:
@@ -282,6 +361,15 @@ class ClientTurns(TurnHooks):
                 f"episode {sample.index} has no model turns left (rollout.max_turns={runner.max_turns} or the "
                 "response budget)"
             )
+        if conversation.request is not None:  # its reply would come from a context this request does not hold
+            raise ValueError(
+                f"Episode {sample.index}: a request came while the previous one was unanswered; an episode is one "
+                "conversation: await each reply before the next request."
+            )
+        if max_tokens is not None and (
+            not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1
+        ):
+            raise ValueError(f"Episode {sample.index}: max_tokens={max_tokens!r} must be a positive integer.")
         messages = _plain_messages(messages, sample.index)
         if conversation.sent is None:
             check_first_request(runner, episode, sample.index, messages, tools)
@@ -289,10 +377,21 @@ class ClientTurns(TurnHooks):
             before = len(episode.ids)
             add_environment_messages(runner, episode, sample.index, conversation.sent, messages, conversation.turn_end)
             sample.episode_versions += [-1] * (len(episode.ids) - before)  # environment tokens
+        if tools and self.tool_format is None:
+            try:
+                continuation = runner.continuation
+                self.tool_format = tool_call_format(continuation.tokenizer, None, continuation.template_kwargs)
+            except NotImplementedError as err:
+                raise ValueError(f"Episode {sample.index}: the request offers tools, and {err}") from None
         conversation.sent = messages
-        if max_tokens is not None and max_tokens < 1:
-            raise ValueError(f"Episode {sample.index}: max_tokens={max_tokens} must be positive.")
         return runner.turn_limit(episode, max_tokens)
+
+    def _episode_error(self, conversation: _Conversation, what: str) -> Exception:
+        sample = conversation.sample
+        return env_code_error(
+            self.runner.env_name, "rollout", f"in episode {sample.index} (turn {sample.episode.turns + 1})",
+            RuntimeError(what),
+        )  # fmt: skip
 
     def close(self) -> None:
         """Cancel every coroutine, let the environment release what its episodes shared (at most CLOSE_TIMEOUT_S),
