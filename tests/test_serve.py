@@ -163,6 +163,10 @@ def test_errors_have_openais_shape_with_the_http_status_as_code():
         ({"stop": ["zz"] * 5}, "'stop': List should have at most 4 items after validation, not 5"),
         ({"messages": []}, "'messages' must be a non-empty list"),
         ({"messages": ["Hi"]}, "'messages[0]': Input should be a valid dictionary, got 'Hi'."),
+        (
+            {"messages": [{"role": "user", "content": 5}]},
+            "'messages[0].content': Input should be a valid string, got 5.",
+        ),
         ({"stream": "maybe"}, "'stream': Input should be a valid boolean"),
         ({"stream_options": {"include_usage": True}}, "'stream_options': Stream options can only be defined when"),
         ({"tools": {"add": {}}}, "'tools'"),

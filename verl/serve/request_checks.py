@@ -42,8 +42,14 @@ def _path(location: tuple[Any, ...]) -> str:
 
 def _message(error: ValidationError) -> str:
     """One line naming the first bad field of a failed validation; of a union's branches, one whose type the input
-    has (`stop: [5 strings]` is a list too long, not "not a string")."""
+    has (`stop: [5 strings]` is a list too long, not "not a string") and whose fixed values it has (a user message
+    whose content is a number: the user message's content, not "role should be 'developer'")."""
     errors = error.errors(include_url=False)
+    other_kinds = {e["loc"][:-1] for e in errors if e["type"] == "literal_error"}  # branches of another role, ...
+    kept = [e for e in errors if not any(e["loc"][: len(k)] == k for k in other_kinds)]
+    if other_kinds and kept:  # the first branch left (the union's order: a user message before vLLM's own kinds)
+        depth = len(next(iter(other_kinds)))
+        errors = [e for e in kept if e["loc"][:depth] == kept[0]["loc"][:depth]]
     first = next(
         (e for e in errors if e["loc"][:1] == errors[0]["loc"][:1] and not e["type"].endswith("_type")), errors[0]
     )
