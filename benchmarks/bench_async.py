@@ -220,15 +220,21 @@ def plot_learning(runs: list[dict[str, Any]], samples_per_step: int, path: str) 
     figure.savefig(path, dpi=100)
 
 
+def trained_tokens_per_s(steps: list[dict[str, Any]], samples: int) -> float | None:
+    """Response tokens trained per second of step time (the final save left out), over the logged `steps` of
+    `samples` responses each (perf/total_num_tokens would count their prompts too)."""
+    seconds = sum(row["timing_s/step"] - row.get("timing_s/save_checkpoint", 0.0) for row in steps)
+    tokens = sum(row["response_length/mean"] * samples for row in steps)
+    return tokens / seconds if seconds > 0 else None
+
+
 def run_figures(result: Any, rows: list[dict[str, Any]], samples: int) -> dict[str, Any]:
     figures = bench_grpo.run_figures("ours", result, samples)
     steady = [row for row in rows if "timing_s/step" in row and row["step"] > bench_grpo.SKIP_STEPS]
     if steady:
         # samples/s alone favours a mode that defers its long samples past the run's end: trained tokens per second
-        # of step time (the final save left out) and the trained responses' length show it
-        seconds = sum(row["timing_s/step"] - row.get("timing_s/save_checkpoint", 0.0) for row in steady)
-        tokens = sum(row.get("perf/total_num_tokens", 0.0) for row in steady)
-        figures["tokens_per_s"] = tokens / seconds if seconds > 0 else None
+        # and the trained responses' length show it
+        figures["tokens_per_s"] = trained_tokens_per_s(steady, samples)
         figures["response_length_trained"] = statistics.mean(row["response_length/mean"] for row in steady)
         curve = [(row["step"], row["val/accuracy_reward"]) for row in rows if "val/accuracy_reward" in row]
         if curve:

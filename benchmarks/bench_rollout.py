@@ -197,7 +197,11 @@ def bench_sync(args: argparse.Namespace, model_dir: str, rollout: Any) -> dict[s
     llm = rollout.inference_engine
     loader = EngineLoader(llm)
 
-    def sync_weights(sink: Any = loader, reset: bool = True) -> None:  # the colocated sync of a CPU engine
+    # the trainer's colocated sync: the cache reset only where the engine does not sleep (a slept engine's caches
+    # were cleared; sync_weights_s would otherwise count a step the trainer skips on a GPU)
+    with_reset = not rollout.sleep_mode
+
+    def sync_weights(sink: Any = loader, reset: bool = with_reset) -> None:
         sync(sink, iter_full_weights, actor, rollout.torch_dtype, names)
         if reset:
             vllm_compat.reset_caches_after_weight_update(llm)
@@ -248,9 +252,11 @@ def bench_sync(args: argparse.Namespace, model_dir: str, rollout: Any) -> dict[s
         print(f"profile of one sync written to {args.profile_sync}")
     sync_s, copy_s = min(sync_times), min(copy_times)
     size_mb = sum(t.numel() * t.element_size() for t in state.values()) / 2**20
+    reset = "with" if with_reset else "without (sleep mode)"
     print(
-        f"weight sync: {sync_s * 1e3:.1f} ms (of which gathering {gather_s * 1e3:.1f} ms; the rest is vLLM's reload "
-        f"and weight repacking) vs plain state-dict copy {copy_s * 1e3:.2f} ms ({size_mb:.1f} MiB)"
+        f"weight sync, {reset} the cache reset: {sync_s * 1e3:.1f} ms (of which gathering {gather_s * 1e3:.1f} ms; "
+        f"the rest is vLLM's reload and weight repacking) vs plain state-dict copy {copy_s * 1e3:.2f} ms "
+        f"({size_mb:.1f} MiB)"
     )
     for key, seconds in variant_s.items():
         what = "direct copy, no cache reset" if key == "sync_direct_s" else "vLLM's loader, no cache reset"
@@ -260,6 +266,7 @@ def bench_sync(args: argparse.Namespace, model_dir: str, rollout: Any) -> dict[s
         "sync_gather_only_s": gather_s,
         "plain_copy_s": copy_s,
         "sync_vs_copy": sync_s / copy_s,
+        "sync_resets_caches": with_reset,
         "weights_mib": size_mb,
         **variant_s,
     }

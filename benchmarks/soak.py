@@ -21,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import psutil
@@ -167,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     start = time.monotonic()
-    trainer = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # stderr to a file: a pipe read only at the end fills (64 KiB, ~200 steps of progress bar) and blocks the run
+    errors = tempfile.TemporaryFile()
+    trainer = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=errors)
     root = psutil.Process(trainer.pid)
     samples: list[tuple[int, float, dict[int, dict]]] = []
     at_warmup: dict[int, dict] | None = None
@@ -181,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
             if at_warmup is None and step >= args.warmup:
                 at_warmup = figures
         time.sleep(args.interval)
-    stderr = trainer.stderr.read().decode(errors="replace") if trainer.stderr else ""
+    errors.seek(0)
+    stderr = errors.read().decode(errors="replace")
+    errors.close()
     if trainer.returncode != 0:
         print(stderr[-3000:], file=sys.stderr)
         print(json.dumps({"error": f"trainer exited with {trainer.returncode}"}))
