@@ -20,7 +20,8 @@ Workloads (`--lengths`): `full`, every row P prompt + R response tokens; `variab
 response R tokens long (responses cut at the length limit, as early in RL training). Throughput counts valid tokens (the sum of the
 attention mask, prompt and response) on both sides, so padding the bare loop computes earns it nothing. MFU (CUDA
 only) is 6 x params x valid tokens (update) or 2 x params x valid tokens (log-probs) per second over
-`--peak-tflops`; gradient checkpointing's extra forward and attention FLOPs are not counted.
+`--peak-tflops` (default: the device's measured bf16 matmul peak, as the trainer's `perf/mfu_actor` uses);
+gradient checkpointing's extra forward and attention FLOPs are not counted.
 
 GPU targets (issue 13): >= 0.95x the bare loop on full-length rows, and with varlen packing >= 1.3x the padded bare
 loop on variable-length rows.
@@ -120,7 +121,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-gradient-checkpointing", action="store_true", help="off on both sides")
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--peak-tflops", type=float, default=989.0, help="for MFU: 989 = H100 SXM bf16 dense")
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help="for MFU; default: this device's measured bf16 matmul peak, as the trainer's perf/mfu_actor uses",
+    )
     parser.add_argument("--device", choices=device_utils.DEVICE_CHOICES, default="auto")
     parser.add_argument("--model-root", default=os.path.join(tempfile.gettempdir(), "verl_bench"))
     parser.add_argument("--seed", type=int, default=0)
@@ -454,6 +460,12 @@ def summarize(args: argparse.Namespace, data: DataProto, results: dict[str, dict
         "tokens_counted": "valid tokens: sum of attention_mask (prompt + response)",
         "memory_kind": results["project"]["update"]["memory_kind"],
     }
+    peak = args.peak_tflops * 1e12 if args.peak_tflops else None
+    if args.device_type == "cuda" and peak is None:
+        from verl.utils.device import measure_peak_flops
+
+        peak = measure_peak_flops()
+        figures["peak_tflops_measured"] = peak / 1e12
     for phase in PHASES:
         flops_per_token = (6 if phase == "update" else 2) * params
         for side in SIDES:
@@ -466,7 +478,7 @@ def summarize(args: argparse.Namespace, data: DataProto, results: dict[str, dict
             if measured["rise_mib"] is not None:
                 figures[f"{prefix}_peak_rise_mib"] = measured["rise_mib"]
             if args.device_type == "cuda":
-                figures[f"{prefix}_mfu"] = flops_per_token * valid_tokens / seconds / (args.peak_tflops * 1e12)
+                figures[f"{prefix}_mfu"] = flops_per_token * valid_tokens / seconds / peak
         figures[f"{phase}_ratio"] = figures[f"{phase}_project_tokens_per_s"] / figures[f"{phase}_bare_tokens_per_s"]
     diff = (results["project"]["first_log_probs"] - results["bare"]["first_log_probs"]).abs().max()
     figures["log_probs_max_abs_diff"] = float(diff)

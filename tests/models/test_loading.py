@@ -237,17 +237,19 @@ def test_model_flops_per_token_count_the_weights_a_token_goes_through(tmp_path, 
     dense = build_model(ModelConfig(model_path=model_dirs["qwen2"]))
     embedding = dense.get_input_embeddings().weight
     everything = sum(param.numel() for param in dense.parameters())
-    tied = dense.get_output_embeddings().weight is embedding
-    assert matmul_flops_per_token(dense) == 6 * (everything - (0 if tied else embedding.numel()))
+    head = dense.get_output_embeddings().weight
+    body = everything - embedding.numel() - (0 if head is embedding else head.numel())  # the head: response tokens
+    assert matmul_flops_per_token(dense) == (6 * body, 6 * head.numel())
     dense.model.layers[0].mlp.down_proj.weight.requires_grad_(False)  # frozen (LoRA's base): no weight gradient
     frozen = dense.model.layers[0].mlp.down_proj.weight.numel()
-    assert matmul_flops_per_token(dense) == 6 * (everything - (0 if tied else embedding.numel())) - 2 * frozen
+    assert matmul_flops_per_token(dense) == (6 * body - 2 * frozen, 6 * head.numel())
 
     moe = build_model(ModelConfig(model_path=get_or_build_tiny_model("qwen3_moe", str(tmp_path))), device="meta")
     config = moe.config.get_text_config()
     experts = sum(param.numel() for name, param in moe.named_parameters() if ".experts." in name)
-    others = sum(param.numel() for param in moe.parameters()) - experts
-    if moe.get_output_embeddings().weight is not moe.get_input_embeddings().weight:
-        others -= moe.get_input_embeddings().weight.numel()
+    head = moe.get_output_embeddings().weight
+    others = sum(param.numel() for param in moe.parameters()) - experts - moe.get_input_embeddings().weight.numel()
+    if head is not moe.get_input_embeddings().weight:
+        others -= head.numel()
     routed = experts * config.num_experts_per_tok / config.num_experts
-    assert experts > 0 and matmul_flops_per_token(moe) == pytest.approx(6 * (others + routed))
+    assert experts > 0 and matmul_flops_per_token(moe) == pytest.approx((6 * (others + routed), 6 * head.numel()))

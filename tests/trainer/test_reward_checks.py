@@ -112,10 +112,12 @@ def test_mfu_is_model_flops_over_time_and_measured_peak():
     from verl.trainer.metrics import compute_mfu_metrics
     from verl.utils.device import measure_peak_flops
 
-    batch = DataProto.from_dict(tensors={"attention_mask": torch.ones(4, 250, dtype=torch.long)})  # 1000 tokens
-    flops = {"actor": {"flops_per_token": 6e6, "peak_flops": 1e12, "ppo_epochs": 2}}
+    mask = torch.ones(4, 250, dtype=torch.long)  # 1000 tokens, of which 400 responses'
+    batch = DataProto.from_dict(tensors={"attention_mask": mask, "response_mask": mask[:, 150:]})
+    # the LM head scores the response tokens only: counting it on the prompts overstated MFU
+    flops = {"actor": {"flops_per_token": 6e6, "head_flops_per_token": 1e6, "peak_flops": 1e12, "ppo_epochs": 2}}
     metrics = compute_mfu_metrics(batch, {"update_actor": 0.5}, 2, flops)
-    assert metrics == {"perf/mfu_actor": 6 * 1e6 * 1000 * 2 / 0.5 / (2 * 1e12)}
+    assert metrics == {"perf/mfu_actor": (6e6 * 1000 + 1e6 * 400) * 2 / 0.5 / (2 * 1e12)}
     assert compute_mfu_metrics(batch, {}, 2, flops) == {}  # no update this step (critic warm-up)
     rng = torch.get_rng_state()
     peak = measure_peak_flops(size=128, repeats=2)

@@ -22,25 +22,29 @@ def get_language_model(model: nn.Module) -> nn.Module | None:
     return next((language_model for language_model in found if isinstance(language_model, nn.Module)), None)
 
 
-def matmul_flops_per_token(model: nn.Module) -> float:
-    """Model FLOPs of one training pass (forward and backward) per token: 6 per trained weight a token multiplies
-    by, 4 per frozen one (no weight gradient: LoRA's base weights); a mixture-of-experts layer's experts count
-    num_experts_per_tok of every num_experts (those a token is routed to), and an input embedding (a lookup) counts
-    only where it is the tied LM head. Attention scores and recomputation are not counted."""
+def matmul_flops_per_token(model: nn.Module) -> tuple[float, float]:
+    """Model FLOPs of one training pass (forward and backward): (per token, through every weight but the LM head;
+    per token the LM head scores, which the actor does at response positions only). 6 per trained weight a token
+    multiplies by, 4 per frozen one (no weight gradient: LoRA's base weights); a mixture-of-experts layer's experts
+    count num_experts_per_tok of every num_experts (those a token is routed to), and an input embedding (a lookup)
+    counts only as the tied LM head. Attention scores and recomputation are not counted."""
     config = model.config.get_text_config()
     experts = next((getattr(config, n, None) for n in _EXPERT_COUNTS if getattr(config, n, None)), None)
     routed = getattr(config, "num_experts_per_tok", None)
     share = routed / experts if experts and routed else 1.0
     embedding = model.get_input_embeddings().weight
-    head = model.get_output_embeddings()
-    lookup_only = head is None or head.weight is not embedding
-    total = 0.0
+    output = model.get_output_embeddings()
+    head = {id(param) for param in output.parameters()} if output is not None else set()
+    body_flops = head_flops = 0.0
     for name, param in model.named_parameters():
-        if param is embedding and lookup_only:
+        if param is embedding and id(param) not in head:
             continue
-        used = param.numel() * (share if ".experts." in f".{name}" else 1.0)
-        total += used * (6.0 if param.requires_grad else 4.0)
-    return total
+        used = param.numel() * (share if ".experts." in f".{name}" else 1.0) * (6.0 if param.requires_grad else 4.0)
+        if id(param) in head:
+            head_flops += used
+        else:
+            body_flops += used
+    return body_flops, head_flops
 
 
 _EXPERT_COUNTS = ("num_local_experts", "num_experts", "n_routed_experts")

@@ -178,8 +178,12 @@ class FSDPWorker(Worker):
     def flops_info(self) -> dict[str, float]:
         """The trained model's FLOPs per token and this device's measured matmul peak: what MFU is computed from."""
         module = self.critic_module if self.has_critic else self.actor_module
-        per_token = matmul_flops_per_token(module)  # DTensor.numel() is the global size
-        return {"flops_per_token": per_token, "peak_flops": device_utils.measure_peak_flops()}
+        per_token, head = matmul_flops_per_token(module)  # DTensor.numel() is the global size
+        return {
+            "flops_per_token": per_token,
+            "head_flops_per_token": head,
+            "peak_flops": device_utils.measure_peak_flops(),
+        }
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def prepare_rollout_engine(self) -> dict[str, float]:
