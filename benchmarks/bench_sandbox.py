@@ -131,14 +131,14 @@ def main() -> None:
         rate = args.samples / value
         print(
             f"{name:28s} {value:6.2f} s for {args.samples} samples x {args.cases} cases ({args.workers} workers), "
-            f"{rate:5.1f} programs/s"
+            f"{rate:5.1f} samples/s"
         )
     figures = {
         "samples": args.samples,
         "cases": args.cases,
         "workers": args.workers,
         **{f"{name}_s": round(value, 3) for name, value in best.items()},
-        **{f"{name}_programs_per_s": round(args.samples / value, 2) for name, value in best.items()},
+        **{f"{name}_samples_per_s": round(args.samples / value, 2) for name, value in best.items()},
         "load": round(os.getloadavg()[0], 2),
     }
     print(json.dumps(figures))
