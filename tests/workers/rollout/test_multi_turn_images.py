@@ -46,6 +46,24 @@ class ShowPictures(MultiTurnEnv):
         ]
         content = [{"type": "text", "text": "Look:"}] + [{"type": "image", "image": image} for image in images]
         return [{"role": "user", "content": content}], False
+
+
+class ShowPicturesAsURLs(ShowPictures):
+    """The same pictures, as an OpenAI client sends them: image_url parts holding base64 PNG data URLs."""
+
+    def env_response(self, state, response):
+        import base64
+        import io
+
+        messages, done = super().env_response(state, response)
+        for message in messages:
+            for index, part in enumerate(message["content"]):
+                if part["type"] == "image":
+                    data = io.BytesIO()
+                    part["image"].save(data, format="PNG")
+                    url = "data:image/png;base64," + base64.b64encode(data.getvalue()).decode()
+                    message["content"][index] = {"type": "image_url", "image_url": {"url": url}}
+        return messages, done
 '''
 
 PROMPT_LENGTH, RESPONSE_LENGTH, N = 64, 96, 2
@@ -225,10 +243,14 @@ def test_environment_images_reach_engine_and_trainer_alike(vl_rollout):
 def test_images_from_an_environment_need_a_vl_model():
     from PIL import Image
 
-    from verl.workers.rollout.multi_turn import Episode, _check_images, message_images
+    from verl.workers.rollout.multi_turn import Episode, _check_images, message_images, with_opened_images
 
     picture = Image.new("RGB", (28, 28))
     assert message_images([{"role": "user", "content": [{"type": "image", "image": picture}]}]) == [picture]
+    for url, error in (("https://example.com/cat.png", "training fetches nothing|in training give the image"),
+                       ("data:image/png;base64,aGVsbG8=", "is not an image")):  # fmt: skip
+        with pytest.raises(ValueError, match=error):
+            with_opened_images([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}])
     with pytest.raises(TypeError, match="not a PIL image"):
         message_images([{"role": "user", "content": [{"type": "image", "image": "cat.png"}]}])
     episode = Episode(
@@ -238,3 +260,28 @@ def test_images_from_an_environment_need_a_vl_model():
         _check_images(None, episode, 1, 0)
     with pytest.raises(ValueError, match="limit_images=1"):
         _check_images(object(), episode, 1, 1)
+
+
+def test_environment_images_given_as_image_urls_equal_pil_images(vl_rollout):
+    """An environment written against an OpenAI client sends its images as image_url parts (base64 data URLs): the
+    episodes equal those of the same images given as PIL images (they rendered as image placeholders with no image
+    behind them, or not at all, depending on the chat template)."""
+    from verl.envs import load_environment
+
+    rollout, processor, model, calls = vl_rollout
+    prompts = _prompts(processor, model)
+    env = rollout.env
+    try:
+        outputs = []
+        for name in ("ShowPictures", "ShowPicturesAsURLs"):
+            rollout.env = load_environment(f"{rollout.config.env.rpartition(':')[0]}:{name}", {})
+            rollout.generate_calls = 0
+            outputs.append(rollout.generate_sequences(prompts))
+    finally:
+        rollout.env = env
+        calls.clear()
+    for key in ("responses", "response_mask", "attention_mask", "position_ids"):
+        assert torch.equal(outputs[0].batch[key], outputs[1].batch[key]), key
+    for row in range(len(outputs[0])):
+        pixels = [output.non_tensor_batch["multi_modal_inputs"][row].get("pixel_values") for output in outputs]
+        assert (pixels[0] is None and pixels[1] is None) or torch.equal(pixels[0], pixels[1])

@@ -340,7 +340,9 @@ class ClientTurns(TurnHooks):
             _, conversation, messages, max_tokens, tools, future = event
             try:
                 limit = self._check(conversation, messages, max_tokens, tools)
-            except (EpisodeOver, ValueError) as err:  # the coroutine gets it, from its client's create
+            # the coroutine gets it, from its client's create (TypeError, NotImplementedError: an image part that
+            # holds no image, a video part)
+            except (EpisodeOver, ValueError, TypeError, NotImplementedError) as err:
                 self._answer(future, error=err)
                 continue
             conversation.request, conversation.asked = (future, limit, tools), True

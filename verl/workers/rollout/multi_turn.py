@@ -97,6 +97,37 @@ def _texts(message: Any) -> list[str]:
     return [part["text"] for part in parts if isinstance(part, dict) and isinstance(part.get("text"), str)]
 
 
+def with_opened_images(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` with OpenAI's `image_url` parts (a base64 data URL or a local path) as image parts holding the opened
+    image, the form the chat templates and `message_images` read; an http(s) URL is refused (training fetches
+    nothing). Messages without such parts are returned as they are."""
+    from verl.data.multimodal import open_image
+
+    def opened(part: Any) -> Any:
+        if not isinstance(part, dict) or part.get("type") != "image_url":
+            return part
+        url = part.get("image_url")
+        url = url.get("url") if isinstance(url, dict) else url
+        if not isinstance(url, str) or url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"An environment message has an image_url part of {str(url)[:60]!r}: in training give the image as a "
+                "base64 data URL (data:image/png;base64,...), a local path, or an image part holding a PIL image."
+            )
+        try:
+            return {"type": "image", "image": open_image(url).convert("RGB")}
+        except (OSError, ValueError) as error:
+            raise ValueError(
+                f"An environment message's image_url part {url[:60]!r} is not an image: {error}"
+            ) from None
+
+    if not any(isinstance(m, dict) and isinstance(m.get("content"), list) for m in messages):
+        return messages
+    return [
+        {**m, "content": [opened(part) for part in m["content"]]} if isinstance(m.get("content"), list) else m
+        for m in messages
+    ]
+
+
 def message_images(messages: list[dict[str, Any]]) -> list[Any]:
     """The images of an environment's messages, in order (content parts of type "image" holding a PIL image)."""
     from PIL import Image
@@ -276,6 +307,7 @@ class TurnRunner:
     def add_environment_turn(self, episode: Episode, messages: list[dict[str, Any]], turn_end: str) -> bool:
         """Append the environment's messages (up to the opening of the next model turn); False, with the episode over
         and truncated, when they leave no room for another model turn."""
+        messages = with_opened_images(messages)
         env_ids = self.continuation.ids(messages, turn_end)
         engine_env_ids, images, inputs = env_ids, message_images(messages), None
         if images:
