@@ -110,3 +110,68 @@ def test_answers_reach_the_trainer_as_the_file_wrote_them(tmp_path):
     ):
         source = load_source(str(tmp_path / name))
         assert [source.row(i)["answer"] for i in range(len(source))] == expected, name
+
+
+def _write_rows(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    datasets.Dataset.from_list(rows).to_parquet(str(path))
+
+
+def _questions(spec):
+    source = load_source(str(spec))
+    return [source.row(i)["question"] for i in range(len(source))]
+
+
+def test_a_hub_download_folder_never_mixes_splits_or_configs(tmp_path):
+    """A folder as the hub lays out gsm8k (a subfolder per config, each with train and test shards, a README naming
+    the configs) was read whole: the test split trained on, the two configs mixed, with an INFO line only."""
+    folder = tmp_path / "gsm8k"
+    for config in ("main", "socratic"):
+        for split, count in (("train", 3), ("test", 2)):
+            rows = [{"question": f"{config}-{split}-{i}", "answer": str(i)} for i in range(count)]
+            _write_rows(folder / config / f"{split}-00000-of-00001.parquet", rows)
+    (folder / "README.md").write_text("---\nconfigs:\n- config_name: main\n  data_files: main/train-*\n---\n")
+    for spec in (folder, f"{folder}@train"):
+        with pytest.raises(ValueError) as error:
+            load_source(str(spec))
+        assert str(error.value) == (
+            f"Dataset '{spec}' holds several configs, subfolders each with its own splits, which must not be mixed: "
+            f"main (train, test), socratic (train, test). Name a config and a split, as '{folder}/main@train'."
+        )
+    with pytest.raises(ValueError) as error:
+        load_source(str(folder / "main"))
+    assert str(error.value) == (
+        f"Dataset directory '{folder}/main' holds several splits, which must not be mixed (its file names carry "
+        f"train, test); choose one as '{folder}/main@train' or '{folder}/main@test'."
+    )
+    with pytest.raises(ValueError, match=r"has no split 'validation' \(its file names carry train, test\)"):
+        load_source(f"{folder}/main@validation")
+    assert _questions(f"{folder}/main@train") == ["main-train-0", "main-train-1", "main-train-2"]
+    assert _questions(f"{folder}/socratic@test") == ["socratic-test-0", "socratic-test-1"]
+
+
+def test_split_names_in_file_and_folder_names_pick_the_split(tmp_path):
+    """`datasets`' split words (train, validation/dev/val, test/eval, ...) in a file's or a folder's name."""
+    flat, nested = tmp_path / "flat", tmp_path / "nested"
+    _write_rows(flat / "gsm8k_train.parquet", [{"question": "t"}])
+    _write_rows(flat / "gsm8k_dev.parquet", [{"question": "v"}])
+    _write_rows(nested / "train" / "part1.parquet", [{"question": "t1"}])
+    _write_rows(nested / "train" / "part2.parquet", [{"question": "t2"}])
+    _write_rows(nested / "eval" / "part1.parquet", [{"question": "e"}])
+    assert _questions(f"{flat}@validation") == ["v"]
+    assert _questions(f"{nested}@train") == ["t1", "t2"]
+    assert _questions(f"{nested}@test") == ["e"]
+    with pytest.raises(ValueError, match="holds several splits"):
+        load_source(str(nested))
+    _write_rows(tmp_path / "shards" / "train-00000-of-00002.parquet", [{"question": "a"}])  # one split only
+    _write_rows(tmp_path / "shards" / "train-00001-of-00002.parquet", [{"question": "b"}])
+    assert _questions(tmp_path / "shards") == ["a", "b"]
+
+
+def test_a_folder_without_split_names_is_read_whole(tmp_path):
+    for name in ("b.parquet", "a.parquet", "more/c.parquet"):
+        _write_rows(tmp_path / "data" / name, [{"question": name[-9]}])
+    assert _questions(tmp_path / "data") == ["a", "b", "c"]
+    assert _questions(f"{tmp_path / 'data'}@train") == ["a", "b", "c"]  # as datasets reads it: one train split
+    with pytest.raises(ValueError, match="has no files named for split 'test'"):
+        load_source(f"{tmp_path / 'data'}@test")

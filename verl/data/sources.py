@@ -10,7 +10,9 @@ import contextlib
 import csv
 import itertools
 import json
+import logging
 import os
+import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +23,8 @@ from verl.utils.hub import hub_folder
 from verl.utils.quiet import datasets_progress_bars_off
 from verl.utils.writable_dirs import cache_error, datasets_cache_dir, unwritable_reason
 
+
+logger = logging.getLogger(__name__)
 
 DATA_FILE_BUILDERS: dict[str, str] = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
 
@@ -64,6 +68,101 @@ def _data_files(directory: str) -> list[str]:
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         files += [os.path.join(root, name) for name in sorted(names) if _builder(name) is not None]
     return files
+
+
+_SHARD = re.compile(r"(\w+)-\d{5}-of-\d{5}\b")
+"""A shard's file name as the Hugging Face hub writes it: `train-00000-of-00001.parquet`, any split name."""
+
+
+def _split_named(part: str) -> str | None:
+    """The split a file or folder name carries as `datasets` reads a folder's files: a shard's name (`_SHARD`), or a
+    word of `datasets.data_files.SPLIT_KEYWORDS` (train, training; validation, valid, dev, val; test, testing, eval,
+    evaluation) between its separators (`-._ ` or digits: `train.jsonl`, `gsm8k_test.parquet`, `dev/`)."""
+    from datasets.data_files import NON_WORDS_CHARS, SPLIT_KEYWORDS
+
+    shard = _SHARD.match(part)
+    if shard is not None:
+        return shard.group(1)
+    separator = f"[{NON_WORDS_CHARS}]"
+    for split, keywords in SPLIT_KEYWORDS.items():
+        if any(re.search(f"(^|{separator}){keyword}({separator}|$)", part) for keyword in keywords):
+            return str(split)
+    return None
+
+
+def _split_layout(directory: str, files: list[str]) -> tuple[dict[str, dict[str, list[str]]], list[str]]:
+    """({config: {split: files}}, the files whose names carry no split). A file's split is the one its name, or else
+    the nearest folder above it, carries (`_split_named`); its config the folder path above that name (`main` for
+    `main/train-00000-of-00001.parquet`, "" for `train.jsonl`), as the subfolders of a Hugging Face download hold
+    its configs (gsm8k's `main` and `socratic`)."""
+    layout: dict[str, dict[str, list[str]]] = {}
+    unnamed = []
+    for path in files:
+        parts = os.path.relpath(path, directory).split(os.sep)
+        for depth in range(len(parts) - 1, -1, -1):
+            split = _split_named(parts[depth])
+            if split is not None:
+                config = "/".join(parts[:depth])
+                layout.setdefault(config, {}).setdefault(split, []).append(path)
+                break
+        else:
+            unnamed.append(path)
+    return layout, unnamed
+
+
+def _split_order(split: str) -> tuple[int, str]:
+    """train, validation, test, then the others by name."""
+    known = ("train", "validation", "test")
+    return (known.index(split) if split in known else len(known), split)
+
+
+def _folder_files(directory: str, split: str | None, spec: str) -> list[str]:
+    """The data files of `directory` that `spec` (the folder, or folder@split) means. A folder whose file names carry
+    no split is one split, `train`, as `datasets` reads it: all its files, sorted. Where they carry splits
+    (`_split_layout`), splits and configs are never mixed: without @split all the files only if they hold one split
+    of one config; else a ValueError that lists what there is and how to choose."""
+    files = _data_files(directory)
+    layout, unnamed = _split_layout(directory, files)
+    if not layout:
+        if split not in (None, "train"):
+            raise ValueError(
+                f"Dataset directory {directory!r} has no files named for split {split!r} (its file names carry no "
+                f"split, so all of them are one 'train' split, as datasets reads them); write {directory!r} alone."
+            )
+        return files
+    if len(layout) > 1:
+        found = ", ".join(
+            f"{config or '(top level)'} ({', '.join(sorted(splits, key=_split_order))})"
+            for config, splits in layout.items()
+        )
+        config = next(config for config in layout if config)
+        chosen = split if split in layout[config] else min(layout[config], key=_split_order)
+        raise ValueError(
+            f"Dataset {spec!r} holds several configs, subfolders each with its own splits, which must not be mixed: "
+            f"{found}. Name a config and a split, as '{os.path.join(directory, config)}@{chosen}'."
+        )
+    splits = next(iter(layout.values()))
+    if split is None and len(splits) == 1:
+        return files  # one split of one config: nothing to mix up
+    if split is None or split not in splits:
+        named = sorted(splits, key=_split_order)
+        problem = f"has no split {split!r}" if split is not None else "holds several splits, which must not be mixed"
+        raise ValueError(
+            f"Dataset directory {directory!r} {problem} (its file names carry {', '.join(named)}); choose one as "
+            + " or ".join(f"'{directory}@{name}'" for name in named)
+            + "."
+        )
+    if unnamed:
+        logger.warning(
+            "Dataset %r: reading the %d file(s) of split %r; %d file(s) whose names carry no split are left out "
+            "(%s), as datasets leaves them out.",
+            spec,
+            len(splits[split]),
+            split,
+            len(unnamed),
+            ", ".join(unnamed[:3]) + (", ..." if len(unnamed) > 3 else ""),
+        )
+    return splits[split]
 
 
 def _builder(path: str) -> str | None:
@@ -269,6 +368,8 @@ def _hub_source(name: str, split: str, spec: str) -> RowSource:
     local = os.path.expanduser(hub_folder(name, f"Dataset {spec!r}", repo_type="dataset"))
     if os.path.isdir(local) and _is_saved_dataset(local):
         return _load_from_disk(local, split, spec)
+    if os.path.isdir(local) and _data_files(local):  # a folder of data files, a download of a hub dataset too
+        return _files_source(_folder_files(local, split, spec), directory=local)
     is_local = os.path.exists(local)  # a folder (a ModelScope download too) parses in moments: no progress bars
     try:
         with datasets_progress_bars_off() if is_local else contextlib.nullcontext():
@@ -291,9 +392,9 @@ def _memory_source(rows: Sequence[Any]) -> RowSource:
 
 
 def load_source(spec: str | Sequence[dict[str, Any]]) -> RowSource:
-    """Load rows from a file (.jsonl/.json/.parquet/.csv), a directory (every such file, sorted, or a saved
-    dataset), `name@split` (datasets.load_dataset; `name` may be local, or a ModelScope id with USE_MODELSCOPE_HUB=1)
-    or a list of dicts."""
+    """Load rows from a file (.jsonl/.json/.parquet/.csv), a directory (every such file, sorted; one split's files
+    with `directory@split` where their names carry splits, `_folder_files`; or a saved dataset), `name@split`
+    (datasets.load_dataset; `name` may be a ModelScope id with USE_MODELSCOPE_HUB=1) or a list of dicts."""
     if not isinstance(spec, str):
         return _memory_source(spec)
     if not spec:
@@ -304,12 +405,11 @@ def load_source(spec: str | Sequence[dict[str, Any]]) -> RowSource:
     if os.path.isdir(path):
         if _is_saved_dataset(path):
             return _load_from_disk(path, None, spec)
-        files = _data_files(path)
-        if not files:
+        if not _data_files(path):
             raise ValueError(
                 f"Dataset directory {path!r} holds no {', '.join(DATA_FILE_BUILDERS)} files and no saved dataset."
             )
-        return _files_source(files, directory=path)
+        return _files_source(_folder_files(path, None, spec), directory=path)
     if "@" in spec:
         name, split = spec.rsplit("@", 1)
         if name and split:

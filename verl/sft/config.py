@@ -41,8 +41,8 @@ TRUNCATIONS = ("error", "right")
 @dataclass
 class SFTDataConfig:
     train_files: str = ""
-    """Training conversations: a local file or directory (jsonl, json, parquet, csv; a folder of `save_to_disk`) or a
-    hub dataset name@split."""
+    """Training conversations: a local file or directory (jsonl, json, parquet, csv; a folder of `save_to_disk`; one
+    split of a folder whose file names carry splits as `dir@split`, README.md) or a hub dataset name@split."""
     val_files: str | None = None
     """Validation conversations, same forms; their mean loss is logged as val/loss."""
     messages_key: str = "messages"

@@ -71,7 +71,8 @@ def _algorithms() -> Any:
 @dataclass
 class DataConfig:
     train_files: str = ""
-    """Training data: a local json/jsonl/parquet/csv file or a directory of them, or a hub dataset name@split (Hugging
+    """Training data: a local json/jsonl/parquet/csv file or a directory of them (one split of one config of a
+    download whose file names carry splits: `dir/config@split`; README.md), or a hub dataset name@split (Hugging
     Face; ModelScope with USE_MODELSCOPE_HUB=1)."""
     val_files: str = ""
     """Validation data, in the same forms as train_files."""
