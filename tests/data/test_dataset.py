@@ -258,12 +258,42 @@ def test_list_and_dict_answers_from_files(tmp_path, text_tokenizer):
 
 @pytest.mark.parametrize(
     "answer, problem",
-    [(None, "the answer is missing \\(null\\)"), (b"4", "the answer must be a JSON value .*got bytes")],
+    [
+        (None, "the answer is missing \\(null or NaN\\)"),
+        (float("nan"), "the answer is missing \\(null or NaN\\)"),  # reached reward functions as "nan"
+        (b"4", "the answer must be a JSON value .*got bytes"),
+    ],
 )
 def test_answer_that_is_not_a_json_value_names_the_row(text_tokenizer, answer, problem):
     rows = [ROWS[0], {"prompt": "What is 2 + 2?", "answer": answer}]
     with pytest.raises(DatasetRowError, match=f"in-memory rows, row 1, key 'answer': {problem}"):
         RLHFDataset(rows, text_tokenizer)
+
+
+def test_int_answers_stored_as_floats_reach_the_reward_as_ints(tmp_path, text_tokenizer):
+    """An int column with a missing value is stored as floats (pandas, Arrow), as are JSON Lines answers 3, 4, 5.5:
+    they reached reward functions as "42.0", which the exact-match rewards (examples/reward_function) score 0 against
+    the model's "42"; the missing value as "nan", and an empty CSV cell as ""."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"prompt": ["a", "b", "c"], "answer": [42, None, 7]})
+    frame.to_parquet(tmp_path / "gap.parquet")
+    dataset = RLHFDataset(str(tmp_path / "gap.parquet"), text_tokenizer, skip_bad_rows=True)
+    assert _answers(dataset) == ["42", "7"] and dataset.num_skipped_bad_rows == 1
+    with pytest.raises(
+        DatasetRowError, match=r"gap.parquet', row 1, key 'answer': the answer is missing \(null or NaN\)"
+    ):
+        RLHFDataset(str(tmp_path / "gap.parquet"), text_tokenizer)
+    rows = [{"prompt": "q", "answer": answer} for answer in (3, 4, 5.5, True)]
+    assert _answers(RLHFDataset(_write_jsonl(str(tmp_path / "mixed.jsonl"), rows), text_tokenizer)) == [
+        "3",
+        "4",
+        "5.5",
+        "True",  # as Python writes it: JSON's true is no number
+    ]
+    (tmp_path / "gap.csv").write_text("prompt,answer\na,42\nb,\nc,7.5\n")
+    with pytest.raises(DatasetRowError, match=r"gap.csv', row 1, key 'answer': the answer is missing"):
+        RLHFDataset(str(tmp_path / "gap.csv"), text_tokenizer)
 
 
 def test_format_prompt_sees_every_column_and_override_chat_template_replaces_the_template(tmp_path, text_tokenizer):

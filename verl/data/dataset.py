@@ -33,7 +33,14 @@ from verl.data.multimodal import (
     resolve_path,
     unreadable_image,
 )
-from verl.data.sources import RowSource, load_source, row_value, split_prompt_messages, tool_schemas
+from verl.data.sources import (
+    RowSource,
+    ground_truth,
+    load_source,
+    row_value,
+    split_prompt_messages,
+    tool_schemas,
+)
 from verl.data.tokenizer import (
     check_chat_template_kwargs,
     no_chat_template_message,
@@ -97,7 +104,8 @@ class _Prompt:
     """Raw image values as stored (paths, bytes, dicts or PIL images)."""
     videos: list[str]
     ground_truth: str | list[Any] | dict[str, Any]
-    """The answer column: a number becomes a string; string, list or dict pass unchanged."""
+    """The answer column (`sources.ground_truth`): a number becomes a string, "42" for 42.0; string, list or dict pass
+    unchanged."""
     content: str | list[dict[str, str]] = ""
     """The user message after data.format_prompt, before the chat template (for reward models and judges); a prompt
     given as several messages keeps them, the last one formatted."""
@@ -416,11 +424,9 @@ class RLHFDataset(Dataset):
             raise self._error(index, self.prompt_key, problem)
         if not prompt.strip():
             raise self._error(index, self.prompt_key, "the prompt is empty")
-        answer = row_value(row, self.answer_key)
+        answer = ground_truth(row_value(row, self.answer_key))
         if answer is None:
-            raise self._error(index, self.answer_key, "the answer is missing (null)")
-        if isinstance(answer, (int, float)):
-            answer = str(answer)
+            raise self._error(index, self.answer_key, "the answer is missing (null or NaN)")
         # Lists and dicts (several answers, structured labels) reach the reward function as they are.
         if not isinstance(answer, (str, list, dict)):
             problem = f"the answer must be a JSON value (string, number, list or dict), got {type(answer).__name__}"

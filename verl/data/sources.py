@@ -11,6 +11,7 @@ import csv
 import itertools
 import json
 import logging
+import math
 import os
 import re
 import shlex
@@ -20,6 +21,7 @@ from typing import Any
 
 from verl.data.multimodal import marker_text
 from verl.utils.hub import hub_folder
+from verl.utils.numbers import plain_number
 from verl.utils.quiet import datasets_progress_bars_off
 from verl.utils.writable_dirs import cache_error, datasets_cache_dir, unwritable_reason
 
@@ -216,7 +218,7 @@ def _cells_as_written(loaded: Any, path: str) -> Any:
     for name, feature in loaded.features.items():
         if not isinstance(feature, datasets.Value) or "string" in feature.dtype or name not in cells[0]:
             continue
-        written = [row[name] for row in cells]
+        written = [row[name] or None for row in cells]  # an empty cell is missing, as datasets read it
         if any(cell != _cell_text(value) for cell, value in zip(written, loaded[name])):
             loaded = loaded.remove_columns(name).add_column(name, written)
     return loaded
@@ -417,6 +419,16 @@ def load_source(spec: str | Sequence[dict[str, Any]]) -> RowSource:
     raise FileNotFoundError(
         f"Dataset {spec!r} is neither an existing file or directory nor a dataset written as name@split."
     )
+
+
+def ground_truth(answer: Any) -> Any:
+    """An answer as reward functions get it: a number as its text, an integral float as an int's ("42", not "42.0",
+    which an exact match fails: an int column with a missing value, or JSON Lines answers 3, 4, 5.5, are stored as
+    floats), a bool as "True" / "False"; text, lists and dicts as they are; None for a missing answer (null, or NaN,
+    pandas' missing value)."""
+    if isinstance(answer, float) and math.isnan(answer):
+        return None
+    return str(plain_number(answer)) if isinstance(answer, (int, float)) else answer
 
 
 def row_value(row: dict[str, Any], key: str) -> Any:

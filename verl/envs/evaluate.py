@@ -28,7 +28,7 @@ from typing import Any
 
 from verl.data.multimodal import content_parts
 from verl.data.rollout_dump import message_record, message_text, transcript_messages, write_image
-from verl.data.sources import row_value, split_prompt_messages, tool_schemas
+from verl.data.sources import ground_truth, row_value, split_prompt_messages, tool_schemas
 from verl.envs.base import EnvCodeError, Environment, SingleTurnEnv, call_env, checked_info, checked_step
 from verl.envs.client_env import ChatClientEnv, EpisodeOver, chat_client
 from verl.envs.loader import load_environment
@@ -620,7 +620,7 @@ def main(argv: list[str] | None = None) -> int:
 def read_rows(path: str, prompt_key: str, limit: int | None, answer_key: str = "answer") -> list[dict[str, Any]]:
     """The first `limit` rows of --data, read as the trainer reads data.val_files (a .jsonl/.json/.parquet/.csv file, a
     folder of them, or name@split); ValueError naming the file and row of one without `prompt_key` or `answer_key`
-    (a number answer becomes its text, as in training)."""
+    (the answer as training passes it on, `ground_truth`)."""
     from verl.data.sources import load_source
 
     try:
@@ -635,12 +635,9 @@ def read_rows(path: str, prompt_key: str, limit: int | None, answer_key: str = "
         row = dict(source.row(index))
         if row[prompt_key] is None:
             raise ValueError(f"--data {source.where(index)}: no '{prompt_key}' value (--prompt-key).")
-        answer = row_value(row, answer_key)
-        if answer is None:
+        row["ground_truth"] = ground_truth(row_value(row, answer_key))
+        if row["ground_truth"] is None:
             raise ValueError(f"--data {source.where(index)}: no '{answer_key}' value (--answer-key).")
-        row["ground_truth"] = (
-            str(answer) if isinstance(answer, (int, float)) and not isinstance(answer, bool) else answer
-        )
         rows.append(row)
     return rows
 

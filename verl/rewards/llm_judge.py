@@ -20,6 +20,7 @@ import jinja2.meta
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from verl.models.config import DTYPE_NAMES
+from verl.utils.numbers import plain_number
 
 
 logger = logging.getLogger(__name__)
@@ -202,18 +203,13 @@ def check_template(source: str, what: str = "the judge template") -> None:
         )
 
 
-def _number(value: float) -> int | float:
-    """10.0 -> 10, so the default template says "from 0 to 10" rather than "from 0.0 to 10.0"."""
-    return int(value) if float(value).is_integer() else value
-
-
 def render_template(
     template: jinja2.Template | str, prompt: str, response: str, ground_truth: Any, min_grade: float, max_grade: float
 ) -> str:
     """The judge's user message for one sample (before the judge's chat template)."""
     if isinstance(template, str):
         template = _environment().from_string(template)
-    grades = {"min_grade": _number(min_grade), "max_grade": _number(max_grade)}
+    grades = {"min_grade": plain_number(min_grade), "max_grade": plain_number(max_grade)}  # "from 0 to 10"
     return template.render(prompt=prompt, response=response, ground_truth=ground_truth, **grades)
 
 
