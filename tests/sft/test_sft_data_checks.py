@@ -177,6 +177,27 @@ def test_a_role_typo_shows_the_bad_value(tokenizer):
         SFTDataset([not_a_dict], tokenizer, None, data_config())
 
 
+def test_a_sharegpt_rows_system_column_is_its_system_prompt(tokenizer):
+    """LLaMA-Factory's ShareGPT rows carry the system prompt in a `system` column; it was dropped (only alpaca rows
+    read it), so the model learned the answers without the prompt they were written for. A system message that
+    opens the conversation wins over the column, as in LLaMA-Factory."""
+
+    def encoded(row):
+        return SFTDataset([row], tokenizer, None, data_config(messages_key="conversations")).encode(0)
+
+    turns = [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello."}]
+    pirate = {"from": "system", "value": "You are a pirate."}
+    with_column = encoded({"conversations": turns, "system": "You are a pirate."})
+    assert with_column == encoded({"conversations": [pirate, *turns]})
+    assert "You are a pirate." in tokenizer.decode(with_column["input_ids"])
+    assert learned_spans(tokenizer, with_column) == ["Hello.<|im_end|>"]
+    knight = {"from": "system", "value": "You are a knight."}
+    assert encoded({"conversations": [knight, *turns], "system": "You are a pirate."}) == encoded(
+        {"conversations": [knight, *turns]}
+    )
+    assert encoded({"conversations": turns, "system": ""}) == encoded({"conversations": turns})  # Arrow: "" or null
+
+
 def test_a_tokenizer_without_chat_template_is_named_with_the_key_that_gives_one(tokenizer):
     """A base model to fine-tune has no chat template: the dataset says so, naming data.override_chat_template."""
     import copy

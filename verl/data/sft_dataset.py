@@ -76,11 +76,17 @@ def sharegpt_message(sender: str, value: Any) -> dict[str, Any]:
     return {"role": "assistant", "content": "", "tool_calls": tool_calls}
 
 
+def system_column(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The system message of a row's `system` column (LLaMA-Factory's, in its alpaca and ShareGPT layouts), or none
+    where the column is missing or empty."""
+    system = row.get("system")
+    return [{"role": "system", "content": system}] if isinstance(system, str) and system.strip() else []
+
+
 def alpaca_context(row: dict[str, Any]) -> list[dict[str, Any]]:
     """The messages before an alpaca row's instruction: its `system` text, then its `history` ([[query, answer], ...],
     earlier turns whose answers are learned too, as LLaMA-Factory learns them unless told to mask the history)."""
-    system, history = row.get("system"), row.get("history") or []
-    messages = [{"role": "system", "content": system}] if isinstance(system, str) and system.strip() else []
+    messages, history = system_column(row), row.get("history") or []
     for turn in history:
         if not (isinstance(turn, (list, tuple)) and len(turn) == 2 and all(isinstance(t, str) for t in turn)):
             raise ValueError(f"each of history's turns must be [query, answer], got {turn!r:.100}")
@@ -175,6 +181,8 @@ class SFTDataset(torch.utils.data.Dataset):
                 raise self._error(index, at, str(error)) from None
             if in_response and message["role"] == "user":
                 raise self._error(index, at, "the response's messages must not hold a user turn")
+        if config.prompt_key is None and messages[0]["role"] != "system":  # a system message wins, as LLaMA-Factory's
+            messages = [*system_column(row), *messages]
         if messages[0]["role"] == "assistant":
             raise self._error(index, key, "the conversation starts with an assistant message; begin with a user turn")
         if not any(message["role"] == "assistant" for message in messages[learned_from:]):

@@ -46,7 +46,9 @@ class SFTDataConfig:
     val_files: str | None = None
     """Validation conversations, same forms; their mean loss is logged as val/loss."""
     messages_key: str = "messages"
-    """Column with the conversation: a list of {"role": "system"|"user"|"assistant"|"tool", "content": str}."""
+    """Column with the conversation: a list of {"role": "system"|"user"|"assistant"|"tool", "content": str} (or
+    ShareGPT's {"from", "value"}); a row's `system` column, where the conversation opens without one, is its system
+    message."""
     prompt_key: str | None = None
     """Instead of messages_key: a column with the user's prompt (with response_key: a one-turn conversation), or with
     the prompt's messages (TRL's conversational prompt-completion rows; assistant turns in them are not learned).
