@@ -398,6 +398,11 @@ def test_a_prompt_given_as_chat_messages_renders_them_all_and_formats_the_last(t
         plain["prompt_text"]
         == RLHFDataset([{"prompt": "What is 2 + 2?", "answer": "4"}], text_tokenizer)[0]["prompt_text"]
     )
+    no_calls = [{**message, "tool_calls": []} for message in messages]  # a column every message has: no call
+    assert (
+        RLHFDataset([{"prompt": no_calls, "answer": "4"}], text_tokenizer)[0]["prompt_text"]
+        == (RLHFDataset([{"prompt": messages, "answer": "4"}], text_tokenizer)[0]["prompt_text"])
+    )
     bad = {
         "the prompt is an empty list of messages": [],
         "message 2 of the prompt must be the user's": messages[:3],
@@ -406,7 +411,7 @@ def test_a_prompt_given_as_chat_messages_renders_them_all_and_formats_the_last(t
             messages[3],
         ],
         "message 0 of the prompt: tool_calls must be a list, on an assistant message": [
-            {"role": "user", "content": "x", "tool_calls": []},
+            {"role": "user", "content": "x", "tool_calls": [{"function": {"name": "add", "arguments": {}}}]},
             messages[3],
         ],
         "message 0 of the prompt needs text content": [{"role": "user", "content": 3}],

@@ -345,6 +345,23 @@ def test_videos_are_refused_not_learned_as_a_marker(models, tokenizer):
     assert "<video>What happens?" in tokenizer.decode(text["input_ids"])
 
 
+def test_an_empty_tool_calls_list_is_no_call(tmp_path, tokenizer):
+    """A Parquet export where every message has `tool_calls` holds an empty list on the plain ones: it was read as a
+    call, refused on a user message ("tool_calls must be a list, on an assistant message") and under a template that
+    writes no calls."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    plain = _turns("Hi", "Hello.")
+    empty = {"messages": [{**message, "tool_calls": []} for message in plain["messages"]]}
+    pq.write_table(pa.Table.from_pylist([empty]), tmp_path / "empty_calls.parquet")
+    llama = get_tokenizer(get_or_build_tiny_model("llama", str(tmp_path / "llama")))  # writes no tool_calls
+    for chat in (tokenizer, llama):
+        expected = SFTDataset([plain], chat, None, data_config()).encode(0)
+        assert SFTDataset([empty], chat, None, data_config()).encode(0) == expected
+        assert SFTDataset(str(tmp_path / "empty_calls.parquet"), chat, None, data_config()).encode(0) == expected
+
+
 def test_tools_are_refused_where_the_chat_template_would_drop_them(tokenizer):
     """A row's tool schemas go into the text through the template's `tools`; GLM's tiny template does not read it,
     so they would vanish from what the model learns: the row is refused, naming the column."""

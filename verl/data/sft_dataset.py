@@ -257,17 +257,16 @@ class SFTDataset(torch.utils.data.Dataset):
             if role in SHAREGPT_ROLES:
                 problem += f" (ShareGPT's name: write {role!r} as {SHAREGPT_ROLES[role]!r})"
             raise ValueError(f"message {number} needs a role in {', '.join(ROLES)}; {problem}")
-        if message.get("tool_calls") is not None:
-            try:
-                message = with_tool_calls(message)
-            except ValueError as error:
-                raise ValueError(f"message {number}: {error}") from None
-            if not self.renders_tool_calls:
-                raise ValueError(
-                    f"message {number} has tool_calls, which the chat template does not write, so the model would "
-                    "learn an empty turn; use a template that renders them (data.override_chat_template), or write "
-                    "the calls in the message's content as the model should produce them"
-                )
+        try:
+            message = with_tool_calls(message)
+        except ValueError as error:
+            raise ValueError(f"message {number}: {error}") from None
+        if message.get("tool_calls") and not self.renders_tool_calls:
+            raise ValueError(
+                f"message {number} has tool_calls, which the chat template does not write, so the model would "
+                "learn an empty turn; use a template that renders them (data.override_chat_template), or write "
+                "the calls in the message's content as the model should produce them"
+            )
         if not isinstance(message.get("content"), str):
             raise ValueError(f"message {number} needs string content")
         if role == "assistant" and not message["content"].strip() and not message.get("tool_calls"):

@@ -496,9 +496,12 @@ def with_marker_text(position: int, message: Any) -> Any:
 
 def with_tool_calls(message: dict[str, Any]) -> dict[str, Any]:
     """An assistant message with OpenAI-style `tool_calls` as chat templates render them: content "" where empty or
-    null, each call's arguments as a mapping (a JSON string is parsed, as vLLM does before rendering). ValueError
-    says what is wrong."""
-    calls = message["tool_calls"]
+    null, each call's arguments as a mapping (a JSON string is parsed, as vLLM does before rendering). A message
+    without calls (`tool_calls` missing, null or an empty list, which a column every message has holds for the
+    others) comes back without the key. ValueError says what is wrong."""
+    calls = message.get("tool_calls")
+    if calls is None or (isinstance(calls, (list, tuple)) and not calls):
+        return {key: value for key, value in message.items() if key != "tool_calls"}
     if message.get("role") != "assistant" or not isinstance(calls, (list, tuple)):
         raise ValueError("tool_calls must be a list, on an assistant message")
     rendered = []
@@ -532,11 +535,10 @@ def split_prompt_messages(messages: Any) -> tuple[list[dict[str, Any]], str]:
         if role not in (("user",) if last else ("system", "user", "assistant", "tool")):
             wanted = "the user's" if last else "a dict with role system, user, assistant or tool"
             raise ValueError(f"message {position} of the prompt must be {wanted}")
-        if message.get("tool_calls") is not None:
-            try:
-                message = messages[position] = with_tool_calls(message)
-            except ValueError as error:
-                raise ValueError(f"message {position} of the prompt: {error}") from None
+        try:
+            message = messages[position] = with_tool_calls(message)
+        except ValueError as error:
+            raise ValueError(f"message {position} of the prompt: {error}") from None
         if not isinstance(message.get("content"), str):
             raise ValueError(f"message {position} of the prompt needs text content")
         if not last and any(marker in message["content"] for marker in ("<image>", "<video>")):
