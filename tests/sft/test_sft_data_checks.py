@@ -259,6 +259,42 @@ def test_qwen3s_multi_turn_conversations_learn_each_turn_as_the_whole_renders_it
     assert learned({"enable_thinking": False}) == [f"{call}<|im_end|>", "It is 3.<|im_end|>", "7.<|im_end|>"]
 
 
+QWEN3_THINKING_DROPPED = (  # Qwen3's template, small: an assistant turn before the last user query loses its thinking
+    "{% set query = namespace(last=-1) %}{% for m in messages %}{% if m['role'] == 'user' %}"
+    "{% set query.last = loop.index0 %}{% endif %}{% endfor %}{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['role'] == 'assistant' and loop.index0 < query.last %}{{ m['content'].split('</think>')[-1].lstrip('\n') }}"
+    "{% else %}{{ m['content'] }}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_an_earlier_turn_that_holds_only_thinking_is_refused_where_qwen3_drops_it(tokenizer):
+    """The empty-turn check read the raw content, which a thinking block fills; Qwen3's template drops the thinking of
+    every turn but the last, so such a turn was learned as an empty answer (`<|im_end|>` alone)."""
+    import copy
+
+    qwen3 = copy.deepcopy(tokenizer)
+    qwen3.chat_template = QWEN3_THINKING_DROPPED
+    messages = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "<think>\nlong reasoning\n</think>\n\n"},
+        {"role": "user", "content": "b"},
+        {"role": "assistant", "content": "<think>\nshort\n</think>\n\nok"},
+    ]
+    with pytest.raises(SFTDataError) as excinfo:
+        SFTDataset([_turns("Hi", "Hello"), {"messages": messages}], qwen3, None, data_config())
+    assert str(excinfo.value) == (
+        "in-memory rows, row 1, key 'messages': the conversation's assistant turn 0 (from 0) renders empty: the "
+        "template drops what it holds (Qwen3 drops the thinking of every turn but the last), so it would train the "
+        "model to answer with nothing; write the answer or drop the turn."
+    )
+    messages[1]["content"] += "A"  # an answer after the thinking: learned as the whole conversation renders it
+    example = SFTDataset([{"messages": messages}], qwen3, None, data_config()).encode(0)
+    assert learned_spans(qwen3, example) == ["A<|im_end|>", "<think>\nshort\n</think>\n\nok<|im_end|>"]
+    last = [*messages[:3], {"role": "assistant", "content": "<think>\nonly thinking\n</think>\n\n"}]
+    assert len(SFTDataset([{"messages": last}], qwen3, None, data_config())) == 1  # the last turn keeps its thinking
+
+
 QWEN35_LIKE = (  # Qwen3.5's template, small: an empty thinking block in each assistant turn after the last user
     # query, calls as XML, tool results as a user turn, a non-thinking generation prompt that opens and closes one
     "{% set query = namespace(last=-1) %}{% for m in messages %}{% if m.role == 'user' %}"

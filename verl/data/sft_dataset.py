@@ -286,10 +286,33 @@ class SFTDataset(torch.utils.data.Dataset):
             encoded = self.text_tokenizer(texts, add_special_tokens=False)["input_ids"]
             lengths = [len(ids) + self._appends_eos(ids) for ids in encoded]
             for index, conversation, text, length in zip(indices, conversations, texts, lengths):
+                self._check_rendered_turns(index, conversation, text)
                 extra = self._image_tokens(index, conversation, text)
                 length += sum(extra)
                 if length > self.max_length:
                     self._check_overlong(index, conversation, length, extra)
+
+    def _check_rendered_turns(self, index: int, conversation: Conversation, full_text: str) -> None:
+        """Refuse a learned assistant turn that the chat template renders empty though its content is not: Qwen3
+        drops the thinking block of every turn but the last, so an earlier turn holding only thinking would be
+        learned as an empty answer. Read off the whole conversation's text as `encode` masks it (`_turn_in_context`),
+        with no other rendering; a template whose turns cannot be told apart there (GLM's) is not checked."""
+        messages = conversation.messages
+        assistants = [turn for turn, message in enumerate(messages) if message["role"] == "assistant"]
+        closing = (self._turn_parts or ("", ""))[1]
+        for count, turn in enumerate(assistants):
+            if turn < conversation.learned_from or messages[turn].get("tool_calls"):
+                continue
+            span = self._turn_in_context(full_text, count, len(assistants))
+            if span is None:
+                return
+            before, through = span
+            if not through[len(before) :].removesuffix(closing).strip():
+                problem = (
+                    f"the conversation's assistant turn {count} (from 0) renders empty: the template drops what it holds (Qwen3 "
+                    f"drops the thinking of every turn but the last), so {_EMPTY_ANSWER}"
+                )
+                raise self._error(index, self.rows_key, problem)
 
     def _appends_eos(self, ids: list[int]) -> bool:
         """Whether `encode` appends the end-of-sequence token to this rendering: a template that leaves the last turn
