@@ -7,8 +7,8 @@ process per case) under the default, on the same programs and cases.
     python benchmarks/bench_sandbox.py [--samples 64 --cases 3 --workers 4 --repeats 2 --modes bwrap,namespaces]
     python benchmarks/bench_sandbox.py --busy 2    # beside 2 busy processes (a trainer): the CPU weight's trade
 
-The last line printed is one JSON object with the figures (the best of the repeats for each way; programs/s is
-samples per second of `run_many_cases`). With `--busy N`: N busy nice-0 processes stand for a trainer that keeps the
+The last line printed is one JSON object with the figures (the best of the repeats for each way; samples/s is
+samples per second, each running every case). With `--busy N`: N busy nice-0 processes stand for a trainer that keeps the
 cores busy; it reports a trivial and a one-CPU-second program's status and wall time beside them, and the CPU they
 keep while four programs spin for their whole `cpu_s` (against their CPU alone).
 """

@@ -217,7 +217,9 @@ def _run_text_actor(rank: int, world_size: int, port: int, model_dir: str) -> No
     dist.all_reduce(full_log_probs)
     full.batch["old_log_probs"] = (full_log_probs + noise) * full.batch["response_mask"]
     local = full.chunk(world_size)[rank]  # a fresh view: the old one still holds the replaced column
-    check_gradients(model, local, full, ref_model, loss_avg_modes=("token-mean", "seq-mean-token-mean"))
+    # every built-in aggregation: its normalisers count the whole mini-batch, whatever its micro-batches and ranks
+    modes = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+    check_gradients(model, local, full, ref_model, loss_avg_modes=modes)
 
     for fsdp_size in (-1, 1):
         check_updates(model_config, full.chunk(world_size)[rank], rank, fsdp_size)

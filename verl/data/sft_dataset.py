@@ -426,6 +426,25 @@ class SFTDataset(torch.utils.data.Dataset):
         end = full_text.find(closing, start)
         return (full_text[:start], full_text[: end + len(closing)]) if end >= 0 else None
 
+    def _token_positions(self, text: str, ids: list[int], images: list[Any], cuts: list[int]) -> dict[int, int] | None:
+        """{character position: the number of `text`'s tokens before it} for each of `cuts`, read off the token ids of
+        the pieces between the cuts, each tokenized once (its own images expanded), where those ids joined are `ids`
+        (`text`'s own): then no token spans a cut, and a turn's mask needs no tokenization of each prefix. None where
+        a token merges across a cut (the caller tokenizes each prefix to say which turn)."""
+        if not cuts:
+            return {}
+        placeholder = getattr(self.processor, "image_token", "<|image_pad|>") if self.processor is not None else None
+        positions, joined, used = {}, [], 0
+        for begin, finish in zip([0, *cuts], [*cuts, len(text)]):
+            piece = text[begin:finish]
+            piece_ids = self._ids(piece, images[used:])[0] if piece else []
+            used += piece.count(placeholder) if placeholder else 0
+            if joined + piece_ids != ids[: len(joined) + len(piece_ids)]:
+                return None
+            joined += piece_ids
+            positions[finish] = len(joined)
+        return positions if joined == ids else None
+
     def _ids(self, text: str, images: list[Any]) -> tuple[list[int], dict[str, Any]]:
         """Token ids of `text`, image placeholders expanded by the processor."""
         if self.processor is None:
@@ -448,6 +467,7 @@ class SFTDataset(torch.utils.data.Dataset):
         full_text = self._render(messages, generation_prompt=False, tools=tools)
         ids, encoded = self._ids(full_text, images)
         mask = [0] * len(ids)
+        spans = []  # (turn, the text before it, the text through it) of each learned assistant turn
         for turn, message in enumerate(messages):
             if message["role"] != "assistant" or turn < conversation.learned_from:
                 continue
@@ -463,8 +483,15 @@ class SFTDataset(torch.utils.data.Dataset):
                     f"{turn}); the assistant mask cannot be exact with it. Use data.override_chat_template"
                 )
                 raise self._error(index, self.config.messages_key, problem)
-            start, _ = self._ids(prefix, images)
-            end, _ = self._ids(upto, images)
+            spans.append((turn, len(prefix), len(upto)))
+        cuts = sorted({cut for _, *ends in spans for cut in ends})
+        at = self._token_positions(full_text, ids, images, cuts)
+        for turn, prefix_chars, upto_chars in spans:
+            if at is not None:  # one tokenization of the conversation's pieces (linear in its length)
+                start, end = ids[: at[prefix_chars]], ids[: at[upto_chars]]
+            else:  # each turn's text before and through it tokenized on its own (quadratic; exact where pieces merge)
+                start, _ = self._ids(full_text[:prefix_chars], images)
+                end, _ = self._ids(full_text[:upto_chars], images)
             if ids[: len(end)] != end or end[: len(start)] != start:
                 problem = (
                     f"turn {turn} tokenizes differently alone than inside the conversation (a token merges across the "
