@@ -8,7 +8,8 @@ Use with examples/format_prompt/math.jinja:
     worker.reward.reward_function=examples/reward_function/math.py:compute_score
 
 accuracy: the last \boxed{...} of the response, graded against the ground truth by mathruler (string
-    normalization first, then symbolic equivalence with sympy). 1.0 or 0.0.
+    normalization first, then symbolic equivalence with sympy). 1.0 or 0.0. A ground truth that is a list (or a JSON
+    list of strings) holds the acceptable answers: any of them counts.
 format: the response opens with <think>, closes it once, and puts a \boxed{} answer after </think>. 1.0 or 0.0. A
     chat template whose generation prompt opens <think> itself (DeepSeek-R1 distills, QwQ, Qwen3.5 thinking) counts
     as the response's opening (verl.rewards.function.model_turn).
@@ -20,18 +21,19 @@ from typing import Any
 from mathruler.grader import extract_boxed_content, grade_answer
 
 from verl.rewards.function import model_turn
+from verl.rewards.math_grading import acceptable_answers
 
 
 REWARD_NAME = "math"
 REWARD_TYPE = "sequential"
 
 # Some models write "< think >" or "</ think>"; the tag is meant, so spaces inside it are not held against them.
-_SPACED_TAG = re.compile(r"<\s*(/?)\s*(think|answer)\s*>", re.IGNORECASE)
+_SPACED_TAG = re.compile(r"<\s*(/\s*)?(think|answer)\s*>", re.IGNORECASE)
 
 
 def normalize_tags(text: str) -> str:
     """Rewrite "< / Think >" and friends as "</think>"."""
-    return _SPACED_TAG.sub(lambda match: f"<{match.group(1)}{match.group(2).lower()}>", text)
+    return _SPACED_TAG.sub(lambda match: f"<{'/' if match.group(1) else ''}{match.group(2).lower()}>", text)
 
 
 def last_boxed(text: str) -> str | None:
@@ -58,5 +60,5 @@ def compute_score(reward_input: dict[str, Any], format_weight: float = 0.1) -> d
     """Score one response; `format_weight` is the share of the format check in `overall`."""
     response = normalize_tags(model_turn(reward_input))
     fmt = format_score(response)
-    accuracy = accuracy_score(response, str(reward_input["ground_truth"]))
+    accuracy = max(accuracy_score(response, answer) for answer in acceptable_answers(reward_input["ground_truth"]))
     return {"overall": (1.0 - format_weight) * accuracy + format_weight * fmt, "format": fmt, "accuracy": accuracy}

@@ -21,30 +21,13 @@ The worker pool (max_workers processes) lives in verl.rewards.math_grading: it s
 on every later step, by this file and any other that grades with it in the same process (train and validation).
 """
 
-import json
 from typing import Any
 
-from verl.rewards.math_grading import Verdict, extract_answer, verify_many
+from verl.rewards.math_grading import Verdict, acceptable_answers, extract_answer, verify_many
 
 
 REWARD_NAME = "math_verify"
 REWARD_TYPE = "batch"
-
-
-def acceptable_answers(ground_truth: Any) -> list[str]:
-    """The ground truths a response may match: a list, or a JSON list of strings (verl-style datasets such as
-    Skywork-OR1-RL-Data store the accepted answers so), gives each of them; anything else is one answer."""
-    if isinstance(ground_truth, str) and ground_truth.lstrip().startswith("["):
-        try:
-            parsed = json.loads(ground_truth)
-        except ValueError:
-            parsed = None  # an interval such as "[1, 2)" is not JSON: one answer
-        # Only a list of strings: "[1, 2]" is the closed interval, not the answers 1 and 2.
-        if isinstance(parsed, list) and parsed and all(isinstance(item, str) for item in parsed):
-            ground_truth = parsed
-    if isinstance(ground_truth, (list, tuple)):
-        return [str(item) for item in ground_truth] or [""]
-    return [str(ground_truth)]
 
 
 def compute_score(

@@ -8,7 +8,8 @@ Use with examples/format_prompt/r1v.jinja:
 format: the whole response is "<think>...</think> <answer>...</answer>" (whitespace around the tags allowed; a
     <think> that the chat template's generation prompt opened counts as the response's: model_turn).
 accuracy: the content of the last <answer> tag (unwrapped from \boxed{} if the model boxed it) graded against the
-    ground truth by mathruler, which also matches plain strings such as option letters and words.
+    ground truth by mathruler, which also matches plain strings such as option letters and words. A ground truth
+    that is a list (or a JSON list of strings) holds the acceptable answers: any of them counts.
 """
 
 import re
@@ -17,22 +18,22 @@ from typing import Any
 from mathruler.grader import grade_answer
 
 from verl.rewards.function import model_turn
+from verl.rewards.math_grading import acceptable_answers
 
 
 REWARD_NAME = "r1v"
 REWARD_TYPE = "sequential"
 
-_SPACED_TAG = re.compile(r"<\s*(/?)\s*(think|answer)\s*>", re.IGNORECASE)
+_SPACED_TAG = re.compile(r"<\s*(/\s*)?(think|answer)\s*>", re.IGNORECASE)
 _LAYOUT = re.compile(
     r"\s*<think>(?:(?!</?think>|</?answer>).)*</think>\s*<answer>(?:(?!</?answer>).)*</answer>\s*", flags=re.DOTALL
 )
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", flags=re.DOTALL)
 _BOXED = re.compile(r"^\\boxed\{(.*)\}$", flags=re.DOTALL)
 
 
 def normalize_tags(text: str) -> str:
     """Rewrite "< / Answer >" and friends as "</answer>"."""
-    return _SPACED_TAG.sub(lambda match: f"<{match.group(1)}{match.group(2).lower()}>", text)
+    return _SPACED_TAG.sub(lambda match: f"<{'/' if match.group(1) else ''}{match.group(2).lower()}>", text)
 
 
 def format_score(response: str) -> float:
@@ -41,11 +42,18 @@ def format_score(response: str) -> float:
 
 
 def extract_answer(response: str) -> str | None:
-    """The text of the last <answer>...</answer>, without a surrounding \\boxed{}; None if there is no tag."""
-    answers = _ANSWER.findall(response)
-    if not answers:
+    """The text of the last <answer>...</answer> (pairs read left to right, each <answer> closed by the next
+    </answer>), without a surrounding \\boxed{}; None if there is no tag. One pass: a regex's lazy scan from each
+    unclosed <answer> was quadratic in them."""
+    last, position = None, 0
+    while (start := response.find("<answer>", position)) >= 0:
+        end = response.find("</answer>", start + len("<answer>"))
+        if end < 0:
+            break
+        last, position = response[start + len("<answer>") : end], end + len("</answer>")
+    if last is None:
         return None
-    answer = answers[-1].strip()
+    answer = last.strip()
     boxed = _BOXED.match(answer)
     return boxed.group(1).strip() if boxed else answer
 
@@ -60,5 +68,5 @@ def compute_score(reward_input: dict[str, Any], format_weight: float = 0.5) -> d
     """Score one response; `format_weight` is the share of the format check in `overall`."""
     response = normalize_tags(model_turn(reward_input))
     fmt = format_score(response)
-    accuracy = accuracy_score(response, str(reward_input["ground_truth"]))
+    accuracy = max(accuracy_score(response, answer) for answer in acceptable_answers(reward_input["ground_truth"]))
     return {"overall": (1.0 - format_weight) * accuracy + format_weight * fmt, "format": fmt, "accuracy": accuracy}

@@ -17,8 +17,9 @@ parser, the arguments typed by the row's schemas), as a tool environment reads t
 do not count.
 format: the response calls (only tools the row describes) where calls are expected, none where none are, and has
     no malformed block. 1.0 or 0.0.
-accuracy: the calls equal the expected ones, in any order (arguments compared as JSON values, a null argument as
-    one not given: Parquet gives each call the arguments other rows' calls have, as nulls). 1.0 or 0.0.
+accuracy: the calls equal the expected ones, in any order (arguments compared as JSON values, 21.0 as 21, a null
+    argument as one not given: Parquet gives each call the arguments other rows' calls have, as nulls, and a field
+    any row holds a float in as floats). 1.0 or 0.0.
 names: the share of expected calls whose tool is called (logged, not in overall).
 """
 
@@ -30,14 +31,25 @@ from typing import Any
 from verl.data.sources import tool_schemas, without_nulls
 from verl.envs.tools import HERMES, ToolCallFormat, tool_call_format
 from verl.rewards.function import model_turn
+from verl.utils.numbers import plain_number
 
 
 REWARD_NAME = "tool_call"
 REWARD_TYPE = "sequential"
 
 
+def _plain(value: Any) -> Any:
+    """`value` with every integral float as an int: Parquet stores a field as double once any row's is a float, so
+    an expected 21 arrives as 21.0 and must still equal the model's 21."""
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return plain_number(value) if isinstance(value, float) else value
+
+
 def _key(call: dict[str, Any]) -> str:
-    return json.dumps([call["name"], without_nulls(call.get("arguments", {}))], sort_keys=True)
+    return json.dumps([call["name"], _plain(without_nulls(call.get("arguments", {})))], sort_keys=True)
 
 
 @functools.cache

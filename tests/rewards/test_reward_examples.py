@@ -44,6 +44,9 @@ def test_templates_render_the_content(name: str, instruction: str) -> None:
         ("<think>First \\boxed{3}, no wait</think> \\boxed{4}", "4", 1.0, 1.0),  # the last box counts
         ("<think>a</think><think>b</think> \\boxed{4}", "4", 1.0, 0.0),
         ("<think>Unclosed \\boxed{4", "4", 0.0, 0.0),
+        ("<think>t</think> \\boxed{4}", ["3", "4"], 1.0, 1.0),  # a list of acceptable answers: any counts
+        ("<think>t</think> \\boxed{4}", '["four", "4"]', 1.0, 1.0),  # or its JSON text
+        ("<think>t</think> \\boxed{5}", ["3", "4"], 0.0, 1.0),
     ],
 )
 def test_math(response: str, ground_truth: str, accuracy: float, fmt: float) -> None:
@@ -63,6 +66,7 @@ def test_math(response: str, ground_truth: str, accuracy: float, fmt: float) -> 
         ("<think>B</think> <answer>B</answer> and more text", "B", 1.0, 0.0),
         ("<think>B</think> B", "B", 0.0, 0.0),  # no answer tag
         ("<think>x</think> <answer></answer>", "B", 0.0, 1.0),
+        ("<think>x</think> <answer>three</answer>", ["3", "three"], 1.0, 1.0),  # acceptable answers
     ],
 )
 def test_r1v(response: str, ground_truth: str, accuracy: float, fmt: float) -> None:
@@ -149,6 +153,13 @@ def _call(name: str, arguments: str) -> str:
         (_call("multiply", '{"a": 2, "b": 3}'), EXPECTED, 0.0, 0.0, 0.0),  # a tool the row does not have
         (_call("add", '{"a": 2, "b": 3}') + "<tool_call>{oops</tool_call>", EXPECTED, 0.0, 0.0, 1.0),
         ("<think>" + _call("add", '{"a": 2, "b": 3}') + "</think> 5", EXPECTED, 0.0, 0.0, 0.0),  # only a thought
+        (
+            _call("add", '{"a": 2, "b": 3}'),
+            [{"name": "add", "arguments": {"a": 2.0, "b": 3}}],
+            1.0,
+            1.0,
+            1.0,
+        ),  # Parquet
         ("It is sunny.", "[]", 1.0, 1.0, 1.0),  # nothing to call
         (_call("get_weather", '{"city": "Oslo"}'), "[]", 0.0, 0.0, 0.0),
         (
@@ -193,3 +204,14 @@ def test_tool_call_reads_the_models_own_call_format(tmp_path) -> None:
         scores = score({**sample(text, EXPECTED), "extra_info": {"tools": tools}})
         assert (scores["accuracy"], scores["format"]) == (accuracy, fmt)
     assert example("tool_call")({**sample(response, EXPECTED), "extra_info": {"tools": tools}})["accuracy"] == 0.0
+
+
+@pytest.mark.timeout(30)  # a hang guard only: each took 10 s and more before, growing with the square of the input
+def test_math_and_r1v_read_adversarial_tags_in_one_pass() -> None:
+    """A "<" followed by a long run of white space (the two optional spaces around a tag's slash backtracked against
+    each other) and thousands of unclosed <answer> tags (a lazy scan from each) were quadratic."""
+    spaced = "<think>r</think> \\boxed{3} <" + " " * 200_000 + "x"
+    assert example("math")(sample(spaced, "3"))["accuracy"] == 1.0
+    unclosed = "<think>r</think>" + "<answer> The answer is 3. " * 40_000
+    assert example("r1v")(sample(unclosed, "3"))["accuracy"] == 0.0
+    assert example("r1v")(sample("<think>r</think>< answer >a</ answer >" + spaced, "a"))["accuracy"] == 1.0

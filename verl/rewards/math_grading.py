@@ -9,6 +9,7 @@ replaced, and only its sample is "timeout". docs/rewards.md describes the verdic
 
 import atexit
 import enum
+import json
 import logging
 import multiprocessing
 import re
@@ -130,6 +131,22 @@ def extract_answer(response: str) -> str | None:
     """The final answer of a response: the last \\boxed{}/\\fbox{}, else the "Answer:" line (DAPO-style prompts;
     its full stop and math delimiters dropped); None when neither exists."""
     return last_boxed(response) or _answer_line(response)  # a box found is never empty
+
+
+def acceptable_answers(ground_truth: Any) -> list[str]:
+    """The ground truths a response may match: a list, or a JSON list of strings (verl-style datasets such as
+    Skywork-OR1-RL-Data store the accepted answers so), gives each of them; anything else is one answer."""
+    if isinstance(ground_truth, str) and ground_truth.lstrip().startswith("["):
+        try:
+            parsed = json.loads(ground_truth)
+        except ValueError:
+            parsed = None  # an interval such as "[1, 2)" is not JSON: one answer
+        # Only a list of strings: "[1, 2]" is the closed interval, not the answers 1 and 2.
+        if isinstance(parsed, list) and parsed and all(isinstance(item, str) for item in parsed):
+            ground_truth = parsed
+    if isinstance(ground_truth, (list, tuple)):
+        return [str(item) for item in ground_truth] or [""]
+    return [str(ground_truth)]
 
 
 def normalize_ground_truth(ground_truth: str) -> str:
