@@ -6,8 +6,9 @@ Use:
     worker.reward.reward_function=examples/reward_function/code.py:compute_score
     worker.reward.reward_function_kwargs='{all_or_nothing: false, max_workers: 8, wall_s: 10}'
 
-The program is the last fenced code block of the response, tagged python (or py, python3) or untagged; a block
-whose closing fence is missing (a truncated response) does not count, one closed on the code's last line does.
+The program is the last fenced code block of the response tagged python (or py, python3), else its last untagged
+one; a block whose closing fence is missing (a truncated response) does not count, one closed on the code's last line
+does.
 
 ground_truth is a dict, or a JSON string of one, in one of three forms:
     {"inputs": ["1 2\\n", ...], "outputs": ["3\\n", ...]}

@@ -18,10 +18,10 @@ format: the response opens with <think>, closes it once, and puts a \boxed{} ans
 import re
 from typing import Any
 
-from mathruler.grader import extract_boxed_content, grade_answer
+from mathruler.grader import extract_boxed_content
 
 from verl.rewards.function import model_turn
-from verl.rewards.math_grading import acceptable_answers
+from verl.rewards.math_grading import Verdict, acceptable_answers, verify_many
 
 
 REWARD_NAME = "math"
@@ -50,15 +50,23 @@ def format_score(response: str) -> float:
     return 1.0 if last_boxed(match.group(2)) is not None else 0.0
 
 
-def accuracy_score(response: str, ground_truth: str) -> float:
-    """1.0 when the last boxed answer equals the ground truth mathematically, else 0.0."""
+def accuracy_score(response: str, ground_truths: list[str], timeout_s: float = 5.0) -> float:
+    """1.0 when the last boxed answer equals one of the ground truths mathematically, else 0.0 (also when grading
+    takes longer than `timeout_s`: sympy can run for ever on an answer such as 9**9**9, so mathruler grades in the
+    killable workers of verl.rewards.math_grading)."""
     answer = last_boxed(response)
-    return 1.0 if answer is not None and grade_answer(answer, ground_truth.strip()) else 0.0
+    if answer is None:
+        return 0.0
+    pairs = [(answer, truth.strip()) for truth in ground_truths]
+    return 1.0 if Verdict.CORRECT in verify_many(pairs, timeout_s=timeout_s, grader="mathruler") else 0.0
 
 
-def compute_score(reward_input: dict[str, Any], format_weight: float = 0.1) -> dict[str, float]:
-    """Score one response; `format_weight` is the share of the format check in `overall`."""
+def compute_score(
+    reward_input: dict[str, Any], format_weight: float = 0.1, timeout_s: float = 5.0
+) -> dict[str, float]:
+    """Score one response; `format_weight` is the share of the format check in `overall`, `timeout_s` the longest
+    its grading may take."""
     response = normalize_tags(model_turn(reward_input))
     fmt = format_score(response)
-    accuracy = max(accuracy_score(response, answer) for answer in acceptable_answers(reward_input["ground_truth"]))
+    accuracy = accuracy_score(response, acceptable_answers(reward_input["ground_truth"]), timeout_s)
     return {"overall": (1.0 - format_weight) * accuracy + format_weight * fmt, "format": fmt, "accuracy": accuracy}

@@ -15,10 +15,8 @@ accuracy: the content of the last <answer> tag (unwrapped from \boxed{} if the m
 import re
 from typing import Any
 
-from mathruler.grader import grade_answer
-
 from verl.rewards.function import model_turn
-from verl.rewards.math_grading import acceptable_answers
+from verl.rewards.math_grading import Verdict, acceptable_answers, verify_many
 
 
 REWARD_NAME = "r1v"
@@ -58,15 +56,22 @@ def extract_answer(response: str) -> str | None:
     return boxed.group(1).strip() if boxed else answer
 
 
-def accuracy_score(response: str, ground_truth: str) -> float:
-    """1.0 when the tagged answer equals the ground truth (as text or mathematically), else 0.0."""
+def accuracy_score(response: str, ground_truths: list[str], timeout_s: float = 5.0) -> float:
+    """1.0 when the tagged answer equals one of the ground truths (as text or mathematically), else 0.0 (also when
+    grading takes longer than `timeout_s`: mathruler grades in the killable workers of verl.rewards.math_grading)."""
     answer = extract_answer(response)
-    return 1.0 if answer and grade_answer(answer, ground_truth.strip()) else 0.0
+    if not answer:
+        return 0.0
+    pairs = [(answer, truth.strip()) for truth in ground_truths]
+    return 1.0 if Verdict.CORRECT in verify_many(pairs, timeout_s=timeout_s, grader="mathruler") else 0.0
 
 
-def compute_score(reward_input: dict[str, Any], format_weight: float = 0.5) -> dict[str, float]:
-    """Score one response; `format_weight` is the share of the format check in `overall`."""
+def compute_score(
+    reward_input: dict[str, Any], format_weight: float = 0.5, timeout_s: float = 5.0
+) -> dict[str, float]:
+    """Score one response; `format_weight` is the share of the format check in `overall`, `timeout_s` the longest
+    its grading may take."""
     response = normalize_tags(model_turn(reward_input))
     fmt = format_score(response)
-    accuracy = max(accuracy_score(response, answer) for answer in acceptable_answers(reward_input["ground_truth"]))
+    accuracy = accuracy_score(response, acceptable_answers(reward_input["ground_truth"]), timeout_s)
     return {"overall": (1.0 - format_weight) * accuracy + format_weight * fmt, "format": fmt, "accuracy": accuracy}

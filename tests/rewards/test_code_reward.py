@@ -93,6 +93,17 @@ def test_the_last_python_block_is_the_program(code: ModuleType) -> None:
     assert code.extract_code(response) == "a, b = map(int, input().split())\nprint(a + b)\n"
     assert code.extract_code("  ```python\n  print(1)\n  ```") == "print(1)\n"
     assert code.extract_code("```python\nprint(1)```") == "print(1)"  # closed on the code's last line
+    # the program is the last block a fence names Python, however the fences before it pair up: an example in an
+    # untagged fence after it ran as the program; a fence opened mid-line in the reasoning hid it
+    program = "a, b = map(int, input().split())\nprint(a + b)\n"
+    for response in (
+        f"{ADD_STDIN}\nExample:\n```\n1 2\n```\n",
+        f"<think>```python\nprint(0)\n```</think>\n{ADD_STDIN}",
+        f"Here is a draft: ```python\nprint(0)\n```\n{ADD_STDIN}",
+        f"<think>```python\nprint(0)\n```\n</think>\n{ADD_STDIN}",
+    ):
+        assert code.extract_code(response) == program, response
+    assert code.extract_code("```\nprint(2)\n```") == "print(2)\n"  # untagged, where no block names Python
 
 
 def test_failures_are_counted_by_kind(code: ModuleType) -> None:

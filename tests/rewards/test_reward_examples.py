@@ -215,3 +215,14 @@ def test_math_and_r1v_read_adversarial_tags_in_one_pass() -> None:
     unclosed = "<think>r</think>" + "<answer> The answer is 3. " * 40_000
     assert example("r1v")(sample(unclosed, "3"))["accuracy"] == 0.0
     assert example("r1v")(sample("<think>r</think>< answer >a</ answer >" + spaced, "a"))["accuracy"] == 1.0
+
+
+@pytest.mark.timeout(120)  # a hang guard only: sympy ran for ever on these, in the trainer's process
+@pytest.mark.parametrize("name, tagged", [("math", "\\boxed{9**9**9}"), ("r1v", "<answer>(99999999)!</answer>")])
+def test_an_answer_sympy_cannot_finish_scores_zero_within_the_time_limit(name: str, tagged: str) -> None:
+    """mathruler grades in the killable workers of verl.rewards.math_grading: the sample scores 0 after timeout_s,
+    and the next is graded as usual."""
+    score = example(name, timeout_s=1.0)
+    assert score(sample(f"<think>r</think> {tagged}", "\\frac{1}{2}"))["accuracy"] == 0.0
+    right = "\\boxed{0.5}" if name == "math" else "<answer>1/2</answer>"
+    assert score(sample(f"<think>r</think> {right}", "\\frac{1}{2}"))["accuracy"] == 1.0

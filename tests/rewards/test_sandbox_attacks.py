@@ -560,6 +560,8 @@ def test_code_extraction_is_linear_on_unclosed_fences() -> None:
         "Here:\n```" + "python3" * (n // 7),
         "```python\n" + "x = 1\n" * (n // 6),
         "text\n" + "```\n" * (n // 4),
+        "```python\n" * (n // 10),  # every line an opening fence naming Python
+        "```" * (n // 3) + "\n```python\n",  # thousands of fences on one line
     ]
     assert [judge.extract_code(response) for response in responses] == [None] * len(responses)
     assert judge.extract_code("```python\n" + "x = 1\n" * (n // 6) + "```") == "x = 1\n" * (n // 6)

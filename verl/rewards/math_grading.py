@@ -1,10 +1,10 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Math answers graded by math-verify, with a hard time limit per sample.
+"""Math answers graded by math-verify (or mathruler, EasyR1's grader), with a hard time limit per sample.
 
-Sympy can run forever on an adversarial answer and math-verify's SIGALRM limits work only in a main thread, so
-verification runs in persistent spawned workers (`VerifierPool`): one that exceeds `timeout_s` is killed and
-replaced, and only its sample is "timeout". docs/rewards.md describes the verdicts.
+Sympy can run forever on an adversarial answer (`\\boxed{9**9**9}`) and math-verify's SIGALRM limits work only in a
+main thread, so verification runs in persistent spawned workers (`VerifierPool`): one that exceeds `timeout_s` is
+killed and replaced, and only its sample is "timeout". docs/rewards.md describes the verdicts.
 """
 
 import atexit
@@ -186,9 +186,21 @@ def grade_in_process(answer: str, ground_truth: str) -> Verdict:
     return Verdict.CORRECT if verify(gold, parsed, timeout_seconds=None) else Verdict.WRONG
 
 
+def grade_with_mathruler(answer: str, ground_truth: str) -> Verdict:
+    """mathruler's `grade_answer` (EasyR1's: string normalization, then sympy), without a time limit: in a pool
+    worker, as `grade_in_process`."""
+    from mathruler.grader import grade_answer
+
+    return Verdict.CORRECT if grade_answer(answer, ground_truth) else Verdict.WRONG
+
+
+GRADERS = {"math_verify": grade_in_process, "mathruler": grade_with_mathruler}
+"""What a pool worker grades a pair with, by name."""
+
+
 def _worker_main(conn: Connection) -> None:
-    """A worker process. The pool sends (answer, ground_truth) tuples or None (stop); the worker replies ("ready", "")
-    once math_verify is imported, or ("failed", reason), then a verdict value per task."""
+    """A worker process. The pool sends (grader, answer, ground_truth) tuples (`GRADERS`) or None (stop); the worker
+    replies ("ready", "") once math_verify is imported, or ("failed", reason), then a verdict value per task."""
     # Ctrl-C in a terminal reaches the whole process group; the parent decides what happens to its workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -210,9 +222,9 @@ def _worker_main(conn: Connection) -> None:
             return
         if task is None:
             return
-        answer, ground_truth = task
+        grader, answer, ground_truth = task
         try:
-            verdict = grade_in_process(answer, ground_truth)
+            verdict = GRADERS[grader](answer, ground_truth)
         except Exception:  # math_verify swallows its own errors; anything else is ours, but must not kill the pool
             verdict = Verdict.ERROR
         conn.send(verdict.value)
@@ -335,15 +347,27 @@ class VerifierPool:
             )
         raise VerifierStartError(f"a math-verify worker could not start ({reason}); {hint}.")
 
-    def verify(self, response_answer: str | None, ground_truth: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Verdict:
+    def verify(
+        self,
+        response_answer: str | None,
+        ground_truth: str,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        grader: str = "math_verify",
+    ) -> Verdict:
         """The verdict for one pair; see verify_many."""
-        return self.verify_many([(response_answer, ground_truth)], timeout_s)[0]
+        return self.verify_many([(response_answer, ground_truth)], timeout_s, grader)[0]
 
     def verify_many(
-        self, pairs: Iterable[tuple[str | None, str]], timeout_s: float = DEFAULT_TIMEOUT_S
+        self,
+        pairs: Iterable[tuple[str | None, str]],
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        grader: str = "math_verify",
     ) -> list[Verdict]:
-        """One verdict per (response answer, ground truth) pair, in order; a None answer is "unparsable". timeout_s
-        is per pair, from when its worker receives it; a pair over it is "timeout" and its worker is replaced."""
+        """One verdict per (response answer, ground truth) pair, in order, by `grader` (`GRADERS`); a None answer is
+        "unparsable". timeout_s is per pair, from when its worker receives it; a pair over it is "timeout" and its
+        worker is replaced."""
+        if grader not in GRADERS:
+            raise ValueError(f"grader {grader!r} is not one of {', '.join(GRADERS)}.")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}.")
         pairs = list(pairs)
@@ -362,7 +386,7 @@ class VerifierPool:
                         if pending and worker.ready and worker.task is None:
                             index = pending.popleft()
                             answer, ground_truth = pairs[index]
-                            worker.conn.send((str(answer), str(ground_truth)))
+                            worker.conn.send((grader, str(answer), str(ground_truth)))
                             worker.task, worker.deadline = index, time.monotonic() + timeout_s
                     self._wait_and_collect(verdicts, timeout_s)
             except (OSError, ValueError):
@@ -447,15 +471,19 @@ def close_shared_pool() -> None:
 atexit.register(close_shared_pool)
 
 
-def verify(response_answer: str | None, ground_truth: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Verdict:
+def verify(
+    response_answer: str | None, ground_truth: str, timeout_s: float = DEFAULT_TIMEOUT_S, grader: str = "math_verify"
+) -> Verdict:
     """The verdict for one pair, graded in the shared pool."""
-    return get_shared_pool().verify(response_answer, ground_truth, timeout_s)
+    return get_shared_pool().verify(response_answer, ground_truth, timeout_s, grader)
 
 
 def verify_many(
     pairs: Iterable[tuple[str | None, str]],
     timeout_s: float = DEFAULT_TIMEOUT_S,
     max_workers: int = DEFAULT_MAX_WORKERS,
+    grader: str = "math_verify",
 ) -> list[Verdict]:
-    """One verdict per (response answer, ground truth) pair, graded in the shared pool of `max_workers` workers."""
-    return get_shared_pool(max_workers).verify_many(pairs, timeout_s)
+    """One verdict per (response answer, ground truth) pair, graded by `grader` in the shared pool of `max_workers`
+    workers."""
+    return get_shared_pool(max_workers).verify_many(pairs, timeout_s, grader)

@@ -10,6 +10,7 @@ only an expected side naming the program's objects (`f(x) == g(y)`) is evaluated
 """
 
 import ast
+import bisect
 import builtins
 import copy
 import json
@@ -164,11 +165,42 @@ del _verl_judge_factory
 """.replace("MARKER", repr(VALUE_MARKER)).replace("MAX_DEPTH", str(MAX_VALUE_DEPTH))
 
 
+def _last_python_block(response: str) -> tuple[int, int] | None:
+    """(start, end) of the last block whose opening fence names Python (a line of its own: "```python"), up to the
+    next fence; None if there is none. Read apart from how the fences before it pair up: an example in an untagged
+    fence after the program, or a fence opened mid-line in the reasoning, do not hide the program. Linear: the
+    fences are found once, and each candidate's close by bisection."""
+    fences, at = [], response.find("```")
+    while at != -1:
+        fences.append(at)
+        at = response.find("```", at + 3)
+    last, start = None, 0
+    while (line_end := response.find("\n", start)) != -1:
+        indent = start
+        while indent < line_end and response[indent] in " \t":
+            indent += 1
+        if response.startswith("```", indent, line_end):
+            info = indent + 3
+            while info < line_end and response[info] in " \t":
+                info += 1
+            tag = _FENCE_TAG.match(response, info, line_end).group()
+            close = bisect.bisect_right(fences, line_end)
+            if tag and tag.lower() in PYTHON_TAGS and not response[info + len(tag) : line_end].strip():
+                last = (line_end + 1, fences[close]) if close < len(fences) else last
+        start = line_end + 1
+    return last
+
+
 def extract_code(response: str) -> str | None:
-    """The last fenced Python (or untagged) code block of the response, dedented; None if there is none.
+    """The last fenced Python code block of the response (an opening fence that names Python wins over untagged
+    ones, `_last_python_block`), else its last untagged block, dedented; None if there is none.
 
     An opening fence starts a line (indented is fine), may name the language and ends its line; the block ends at
     the next fence, even one after code on the same line. Linear in the response (untrusted: no backtracking regex)."""
+    tagged = _last_python_block(response)
+    if tagged is not None:
+        code = textwrap.dedent(response[tagged[0] : tagged[1]])
+        return code if code.strip() else None
     last = None
     start, end = 0, len(response)
     while start < end:
