@@ -181,6 +181,13 @@ def train(args: argparse.Namespace, train_pairs: list[dict[str, str]], val_pairs
         "world_size": world,
         "device": device.type,
     }
+    if train_cut:
+        same = sum(chosen == rejected for chosen, rejected in zip(train_chosen, train_rejected))
+        _log(
+            f"warning: {train_cut} of {2 * len(train_pairs)} training conversations were cut to --max-length "
+            f"{args.max_length} (from the left)"
+            + (f"; {same} pair(s) became identical, with nothing to learn: raise --max-length" if same else "")
+        )
     if val_pairs:
         results["val_accuracy_initial"] = _accuracy(model, val_chosen, val_rejected, pad_id, micro)
         _log(f"before training: val_accuracy {results['val_accuracy_initial']:.3f}")
