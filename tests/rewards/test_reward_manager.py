@@ -556,3 +556,23 @@ def test_sys_exit_in_a_batch_reward_function_is_an_error(make_batch, write_rewar
     manager = manager_for(f"{path}:score", tokenizer)
     with pytest.raises(RewardFunctionError, match=r"raised SystemExit on a batch of 2 samples .*sys.exit\(3\)"):
         manager.compute_reward(make_batch(["Q", "Q"], ["yes", "no"]))
+
+
+def test_a_prompt_given_as_messages_reaches_reward_models_and_judges_as_its_user_turn():
+    """A row's prompt given as messages (a system prompt, few-shot turns) kept them in `prompt_content`; the reward
+    model and the judge got the whole templated prompt decoded instead, role names in their user turn."""
+    import numpy as np
+
+    from verl.protocol import DataProto
+    from verl.rewards.manager import user_messages
+
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "1 + 1?"},
+        {"role": "assistant", "content": "2"},
+        {"role": "user", "content": "What is 29 plus 32?"},
+    ]
+    contents = np.empty(2, dtype=object)
+    contents[:] = [messages, "Plain prompt"]
+    data = DataProto.from_dict(non_tensors={"prompt_content": contents})
+    assert user_messages(data, tokenizer=None) == ["What is 29 plus 32?", "Plain prompt"]

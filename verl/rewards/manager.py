@@ -116,12 +116,24 @@ def decode_responses(data: DataProto, tokenizer: Any) -> list[str]:
     return tokenizer.batch_decode([ids[mask].tolist() for ids, mask in responses], skip_special_tokens=True)
 
 
+def _last_user_text(content: Any) -> str | None:
+    """The text of a prompt given as text, or of the last user message of one given as messages (a system prompt or
+    few-shot turns before it: the dataset formats that last one); None where there is none."""
+    if isinstance(content, str) or content is None:
+        return content
+    users = [m.get("content") for m in content if isinstance(m, dict) and m.get("role") == "user"]
+    return users[-1] if users and isinstance(users[-1], str) else None
+
+
 def user_messages(data: DataProto, tokenizer: Any) -> list[str]:
-    """Each row's user message, for a reward model or judge: its `prompt_content` (the dataset's text before the chat
-    template) where it holds text, else its prompt ids decoded without special tokens."""
-    contents = data.non_tensor_batch.get("prompt_content", [None] * len(data))
+    """Each row's user message, for a reward model or judge (which score one user turn and its answer, as the reward
+    model script trains them): its `prompt_content` (the dataset's text before the chat template; of a prompt given
+    as messages, the last user message's), else its prompt ids decoded without special tokens."""
+    contents = [
+        _last_user_text(content) for content in data.non_tensor_batch.get("prompt_content", [None] * len(data))
+    ]
     if all(isinstance(text, str) for text in contents):
-        return list(contents)
+        return contents
     decoded = decode_prompts(data, tokenizer, skip_special_tokens=True)
     return [text if isinstance(text, str) else fallback for text, fallback in zip(contents, decoded)]
 
