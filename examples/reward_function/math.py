@@ -21,7 +21,7 @@ from typing import Any
 from mathruler.grader import extract_boxed_content
 
 from verl.rewards.function import model_turn
-from verl.rewards.math_grading import Verdict, acceptable_answers, verify_many
+from verl.rewards.math_grading import acceptable_answers, matches_any
 
 
 REWARD_NAME = "math"
@@ -55,10 +55,7 @@ def accuracy_score(response: str, ground_truths: list[str], timeout_s: float = 5
     takes longer than `timeout_s`: sympy can run for ever on an answer such as 9**9**9, so mathruler grades in the
     killable workers of verl.rewards.math_grading)."""
     answer = last_boxed(response)
-    if answer is None:
-        return 0.0
-    pairs = [(answer, truth.strip()) for truth in ground_truths]
-    return 1.0 if Verdict.CORRECT in verify_many(pairs, timeout_s=timeout_s, grader="mathruler") else 0.0
+    return 1.0 if matches_any(answer, ground_truths, timeout_s, grader="mathruler") else 0.0
 
 
 def compute_score(

@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from verl.rewards.function import model_turn
-from verl.rewards.math_grading import Verdict, acceptable_answers, verify_many
+from verl.rewards.math_grading import acceptable_answers, matches_any
 
 
 REWARD_NAME = "r1v"
@@ -60,10 +60,7 @@ def accuracy_score(response: str, ground_truths: list[str], timeout_s: float = 5
     """1.0 when the tagged answer equals one of the ground truths (as text or mathematically), else 0.0 (also when
     grading takes longer than `timeout_s`: mathruler grades in the killable workers of verl.rewards.math_grading)."""
     answer = extract_answer(response)
-    if not answer:
-        return 0.0
-    pairs = [(answer, truth.strip()) for truth in ground_truths]
-    return 1.0 if Verdict.CORRECT in verify_many(pairs, timeout_s=timeout_s, grader="mathruler") else 0.0
+    return 1.0 if matches_any(answer, ground_truths, timeout_s, grader="mathruler") else 0.0
 
 
 def compute_score(

@@ -487,3 +487,14 @@ def verify_many(
     """One verdict per (response answer, ground truth) pair, graded by `grader` in the shared pool of `max_workers`
     workers."""
     return get_shared_pool(max_workers).verify_many(pairs, timeout_s, grader)
+
+
+def matches_any(
+    answer: str | None, ground_truths: Iterable[str], timeout_s: float = DEFAULT_TIMEOUT_S, grader: str = "math_verify"
+) -> bool:
+    """Whether `answer` equals one of `ground_truths` (each stripped) by `grader`, in the shared pool; False for no
+    answer, or one whose grading ran out of time."""
+    if not answer:
+        return False
+    pairs = [(answer, truth.strip()) for truth in ground_truths]
+    return Verdict.CORRECT in verify_many(pairs, timeout_s=timeout_s, grader=grader)

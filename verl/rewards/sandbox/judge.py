@@ -165,6 +165,21 @@ del _verl_judge_factory
 """.replace("MARKER", repr(VALUE_MARKER)).replace("MAX_DEPTH", str(MAX_VALUE_DEPTH))
 
 
+def _opening_fence(response: str, start: int, line_end: int) -> tuple[str, str] | None:
+    """(the language tag, the rest of the line after it) where the line from `start` to `line_end` opens with a
+    fence (indented is fine), else None."""
+    indent = start
+    while indent < line_end and response[indent] in " \t":
+        indent += 1
+    if not response.startswith("```", indent, line_end):
+        return None
+    info = indent + 3
+    while info < line_end and response[info] in " \t":
+        info += 1
+    tag = _FENCE_TAG.match(response, info, line_end).group()
+    return tag, response[info + len(tag) : line_end]
+
+
 def _last_python_block(response: str) -> tuple[int, int] | None:
     """(start, end) of the last block whose opening fence names Python (a line of its own: "```python"), up to the
     next fence; None if there is none. Read apart from how the fences before it pair up: an example in an untagged
@@ -176,17 +191,10 @@ def _last_python_block(response: str) -> tuple[int, int] | None:
         at = response.find("```", at + 3)
     last, start = None, 0
     while (line_end := response.find("\n", start)) != -1:
-        indent = start
-        while indent < line_end and response[indent] in " \t":
-            indent += 1
-        if response.startswith("```", indent, line_end):
-            info = indent + 3
-            while info < line_end and response[info] in " \t":
-                info += 1
-            tag = _FENCE_TAG.match(response, info, line_end).group()
+        fence = _opening_fence(response, start, line_end)
+        if fence is not None and fence[0] and fence[0].lower() in PYTHON_TAGS and not fence[1].strip():
             close = bisect.bisect_right(fences, line_end)
-            if tag and tag.lower() in PYTHON_TAGS and not response[info + len(tag) : line_end].strip():
-                last = (line_end + 1, fences[close]) if close < len(fences) else last
+            last = (line_end + 1, fences[close]) if close < len(fences) else last
         start = line_end + 1
     return last
 
@@ -207,18 +215,12 @@ def extract_code(response: str) -> str | None:
         line_end = response.find("\n", start)
         if line_end == -1:
             break  # an opening fence must end its line
-        indent = start
-        while indent < line_end and response[indent] in " \t":
-            indent += 1
-        if response.startswith("```", indent, line_end):
-            info = indent + 3
-            while info < line_end and response[info] in " \t":
-                info += 1
-            tag = _FENCE_TAG.match(response, info, line_end).group()
+        fence = _opening_fence(response, start, line_end)
+        if fence is not None:
             close = response.find("```", line_end + 1)
             if close == -1:
                 break  # unclosed: no fence follows, so no block either
-            if tag.lower() in PYTHON_TAGS:
+            if fence[0].lower() in PYTHON_TAGS:
                 last = (line_end + 1, close)
             start = response.find("\n", close + 3) + 1 or end  # the next line that may open a block
         else:
