@@ -5,7 +5,8 @@
 import glob
 import json
 import os
-import shlex
+import subprocess
+import tempfile
 
 import pytest
 
@@ -17,13 +18,19 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPES = sorted(glob.glob(os.path.join(REPO, "examples", "recipes", "*.sh")))
 
 
-def recipe_args(path: str) -> list[str]:
-    """The arguments a recipe passes to `python3 -m verl.trainer.main` (line continuations joined)."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read().replace("\\\n", " ")
-    (line,) = [line for line in text.splitlines() if "verl.trainer.main" in line]
-    words = shlex.split(line)
-    return [word for word in words[words.index("verl.trainer.main") + 1 :] if word != "$@"]
+def recipe_args(path: str, *extra: str) -> list[str]:
+    """The arguments a recipe passes to `python3 -m verl.trainer.main`, as bash expands them (its variables and
+    defaults included): the recipe runs with a `python3` on PATH that only writes its arguments out."""
+    with tempfile.TemporaryDirectory() as bin_dir:
+        fake = os.path.join(bin_dir, "python3")
+        with open(fake, "w", encoding="utf-8") as f:
+            f.write("#!/bin/sh\nprintf '%s\\0' \"$@\"\n")
+        os.chmod(fake, 0o755)
+        env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+        out = subprocess.run(["bash", path, *extra], env=env, capture_output=True, text=True, check=True).stdout
+    words = out.split("\0")[:-1]
+    assert words[:2] == ["-m", "verl.trainer.main"], words[:2]
+    return words[2:]
 
 
 def test_there_are_recipes_for_every_algorithm():
@@ -64,6 +71,15 @@ def test_recipe_config_is_valid(recipe, monkeypatch, tmp_path):
     config = load_config(args)
     assert config.worker.reward.reward_function.startswith(REPO)
     assert config.data.format_prompt is None or os.path.isfile(config.data.format_prompt)
+
+
+def test_dapo_recipe_gives_its_reward_the_runs_response_budget(monkeypatch):
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("MAX_RESPONSE_LENGTH", "4096")
+    config = load_config(recipe_args(os.path.join(REPO, "examples", "recipes", "qwen3_4b_math_dapo.sh")))
+    assert config.data.max_response_length == 4096
+    assert config.worker.reward.reward_function_kwargs["max_response_length"] == 4096
+    assert config.worker.reward.reward_function_kwargs["overlong_buffer_len"] == 512
 
 
 def test_prepare_or1_data_converts_verl_style_rows():

@@ -3,11 +3,16 @@
 # Qwen3 thinks before it answers; for its non-thinking mode add 'data.chat_template_kwargs={enable_thinking: false}'.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# The overlong punishment needs the run's response budget: change it here (not with a data.max_response_length
+# argument), so the reward and the rollout agree.
+MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-2048}
+OVERLONG_BUFFER_LEN=${OVERLONG_BUFFER_LEN:-512}
 python3 -m verl.trainer.main config=examples/config.yaml \
     data.train_files=open-r1/DAPO-Math-17k-Processed@train \
     data.prompt_key=prompt \
     data.answer_key=solution \
     data.format_prompt=./examples/format_prompt/dapo.jinja \
+    data.max_response_length="${MAX_RESPONSE_LENGTH}" \
     data.mini_rollout_batch_size=256 \
     algorithm.disable_kl=true \
     algorithm.use_kl_loss=false \
@@ -18,6 +23,6 @@ python3 -m verl.trainer.main config=examples/config.yaml \
     worker.actor.model.model_path=Qwen/Qwen3-4B \
     worker.rollout.n=16 \
     worker.reward.reward_function=./examples/reward_function/dapo.py:compute_score \
-    'worker.reward.reward_function_kwargs={"max_response_length": 2048, "overlong_buffer_len": 512, "overlong_penalty_factor": 1.0}' \
+    "worker.reward.reward_function_kwargs={max_response_length: ${MAX_RESPONSE_LENGTH}, overlong_buffer_len: ${OVERLONG_BUFFER_LEN}, overlong_penalty_factor: 1.0}" \
     trainer.experiment_name=qwen3_4b_math_dapo \
     "$@"

@@ -30,6 +30,7 @@ overlong: 0 while the response fits in max_response_length - overlong_buffer_len
 """
 
 import re
+import warnings
 from typing import Any
 
 
@@ -122,6 +123,15 @@ def compute_score(
         raise ValueError(
             f"overlong_buffer_len={overlong_buffer_len} exceeds max_response_length={max_response_length}; set "
             "worker.reward.reward_function_kwargs.overlong_buffer_len to a part of the response budget."
+        )
+    if reward_input["response_length"] > max_response_length:
+        # Only a run whose data.max_response_length is larger than the budget given here gets such a response: every
+        # one of them would be punished as overlong. Said once (the warnings filter keeps one per call site).
+        warnings.warn(
+            f"a response of {reward_input['response_length']} tokens is longer than max_response_length="
+            f"{max_response_length} given to dapo.py; set worker.reward.reward_function_kwargs.max_response_length to "
+            "the run's data.max_response_length, or every longer response is scored as overlong (-1).",
+            stacklevel=2,
         )
     answer = extract_answer(reward_input["response"])
     prediction = normalize_answer(NO_ANSWER if answer is None else answer)

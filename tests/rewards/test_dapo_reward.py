@@ -6,6 +6,7 @@ Every expected value in the table was worked out by hand from the reference's ru
 "Answer:" line, then the normalization steps in order); the comment on a row names the rule it pins down.
 """
 
+import warnings
 from types import ModuleType
 
 import pytest
@@ -117,3 +118,16 @@ def test_normalize_answer(dapo: ModuleType, answer: str, normalized: str) -> Non
 
 def test_module_attributes(dapo: ModuleType) -> None:
     assert (dapo.REWARD_NAME, dapo.REWARD_TYPE) == ("dapo", "sequential")
+
+
+def test_a_response_longer_than_the_budget_given_is_warned_about(dapo: ModuleType) -> None:
+    """A run whose data.max_response_length exceeds the reward's max_response_length (a recipe's kwargs left at
+    2048 while the budget was raised) would score every longer response as overlong; the reward says so."""
+    within = {"response": "Answer: 4", "response_length": 100, "ground_truth": "4"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert dapo.compute_score(within, max_response_length=2048, overlong_buffer_len=512)["overall"] == 1.0
+    beyond = {**within, "response_length": 3000}
+    with pytest.warns(UserWarning, match="data.max_response_length"):
+        score = dapo.compute_score(beyond, max_response_length=2048, overlong_buffer_len=512)
+    assert score["overlong"] == -1.0
