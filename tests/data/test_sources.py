@@ -175,3 +175,33 @@ def test_a_folder_without_split_names_is_read_whole(tmp_path):
     assert _questions(f"{tmp_path / 'data'}@train") == ["a", "b", "c"]  # as datasets reads it: one train split
     with pytest.raises(ValueError, match="has no files named for split 'test'"):
         load_source(f"{tmp_path / 'data'}@test")
+
+
+def test_a_hub_id_names_a_config_as_a_third_part(tmp_path, monkeypatch):
+    """`owner/repo/config@split` loads that config (gsm8k needs `main` or `socratic`); `owner/repo@split` of a dataset
+    with several configs says how to name one. The hub is played by a local copy of the repository (a subfolder
+    per config, a README listing them), which the real datasets.load_dataset reads in place of the id."""
+    snapshot = tmp_path / "acme-gsm"
+    for config in ("main", "socratic"):
+        for split in ("train", "test"):
+            rows = [{"question": f"{config}-{split}-{i}"} for i in range(2)]
+            _write_rows(snapshot / config / f"{split}-00000-of-00001.parquet", rows)
+    configs = "".join(
+        f"- config_name: {config}\n  data_files:\n"
+        + "".join(f"  - split: {split}\n    path: {config}/{split}-*\n" for split in ("train", "test"))
+        for config in ("main", "socratic")
+    )
+    (snapshot / "README.md").write_text(f"---\nconfigs:\n{configs}---\n")
+    calls, load_dataset = [], datasets.load_dataset
+
+    def from_the_copy(path, name=None, **kwargs):
+        calls.append((path, name, kwargs["split"]))
+        return load_dataset(str(snapshot) if path == "acme/gsm" else path, name, **kwargs)
+
+    monkeypatch.setattr(datasets, "load_dataset", from_the_copy)
+    assert _questions("acme/gsm/socratic@test") == ["socratic-test-0", "socratic-test-1"]
+    assert calls == [("acme/gsm", "socratic", "test")]
+    with pytest.raises(
+        ValueError, match=re.escape("Name one of its configs after the id, as 'acme/gsm/CONFIG@train'")
+    ):
+        load_source("acme/gsm@train")

@@ -3,9 +3,11 @@
 """USE_MODELSCOPE_HUB=1: model and dataset ids come from ModelScope (its real client; offline, the hub's address is a
 closed local port, so what is tested is the way to the cache and the errors)."""
 
+import contextlib
 import json
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -45,6 +47,12 @@ def hub(tmp_path, monkeypatch):
     monkeypatch.setenv("MODELSCOPE_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
     monkeypatch.setenv("MODELSCOPE_REPO_TREE_PAGE_MAX_ATTEMPTS", "1")  # one try: the port is closed
     monkeypatch.setenv("USE_MODELSCOPE_HUB", "1")
+    # modelscope reads MODELSCOPE_CACHE and the endpoint once per process, into a default config: each test's own
+    with contextlib.suppress(ImportError):
+        from modelscope_hub import set_default_config
+
+        set_default_config(None)
+        monkeypatch.setattr("modelscope_hub.config._default_config", None)  # and again after the test
     return {"model": model, "rows": rows, "reward": tmp_path / "reward.py"}
 
 
@@ -218,3 +226,18 @@ def test_safetensors_files_of_a_folder_and_of_a_cached_hub_id(tmp_path, monkeypa
         safetensors_files("Org/Missing")
     assert checkpoint_tensor_names("Org/Missing") == [] and saved_parameters("Org/Missing") is None
     assert safetensors_files(str(tmp_path)) == []
+
+
+def test_a_dataset_id_names_a_config_folder_of_the_modelscope_snapshot(hub):
+    snapshot = hub["rows"].parent.parent.parent / "Org--Configs" / "snapshots" / "master"
+    for config in ("main", "socratic"):
+        (snapshot / config).mkdir(parents=True)
+        (snapshot / config / "train.jsonl").write_text(json.dumps({"prompt": config, "answer": 1}) + "\n")
+    source = load_source("Org/Configs/socratic@train")
+    assert [source.row(i)["prompt"] for i in range(len(source))] == ["socratic"]
+    with pytest.raises(
+        ValueError, match=r"'Org/Configs' has no config 'other'; its folders are \['main', 'socratic'\]"
+    ):
+        load_source("Org/Configs/other@train")
+    with pytest.raises(ValueError, match=re.escape("Name a config and a split, as 'Org/Configs/main@train'.")):
+        load_source("Org/Configs@train")

@@ -118,13 +118,15 @@ def _split_order(split: str) -> tuple[int, str]:
     return (known.index(split) if split in known else len(known), split)
 
 
-def _folder_files(directory: str, split: str | None, spec: str) -> list[str]:
-    """The data files of `directory` that `spec` (the folder, or folder@split) means. A folder whose file names carry
+def _folder_files(directory: str, split: str | None, spec: str, named: str | None = None) -> list[str]:
+    """The data files of `directory` that `spec` (the folder, or folder@split) means; `named` is how the spec names
+    the folder (a hub id for a ModelScope download), for the spellings an error suggests. A folder whose file names carry
     no split is one split, `train`, as `datasets` reads it: all its files, sorted. Where they carry splits
     (`_split_layout`), splits and configs are never mixed: without @split all the files only if they hold one split
     of one config; else a ValueError that lists what there is and how to choose."""
     files = _data_files(directory)
     layout, unnamed = _split_layout(directory, files)
+    named = named or directory
     if not layout:
         if split not in (None, "train"):
             raise ValueError(
@@ -141,17 +143,18 @@ def _folder_files(directory: str, split: str | None, spec: str) -> list[str]:
         chosen = split if split in layout[config] else min(layout[config], key=_split_order)
         raise ValueError(
             f"Dataset {spec!r} holds several configs, subfolders each with its own splits, which must not be mixed: "
-            f"{found}. Name a config and a split, as '{os.path.join(directory, config)}@{chosen}'."
+            f"{found}. Name a config and a split, as '{named}/{config}@{chosen}'."
         )
     splits = next(iter(layout.values()))
     if split is None and len(splits) == 1:
         return files  # one split of one config: nothing to mix up
     if split is None or split not in splits:
-        named = sorted(splits, key=_split_order)
+        split_names = sorted(splits, key=_split_order)
         problem = f"has no split {split!r}" if split is not None else "holds several splits, which must not be mixed"
         raise ValueError(
-            f"Dataset directory {directory!r} {problem} (its file names carry {', '.join(named)}); choose one as "
-            + " or ".join(f"'{directory}@{name}'" for name in named)
+            f"Dataset directory {directory!r} {problem} (its file names carry {', '.join(split_names)}); choose one "
+            + "as "
+            + " or ".join(f"'{named}@{name}'" for name in split_names)
             + "."
         )
     if unnamed:
@@ -365,20 +368,37 @@ def _load_from_disk(path: str, split: str | None, spec: str) -> RowSource:
 
 
 def _hub_source(name: str, split: str, spec: str) -> RowSource:
+    """`name@split` where `name` is a local folder, or a hub id `owner/repo`, or `owner/repo/config` for a dataset
+    with several configs (gsm8k's `main` and `socratic`: `openai/gsm8k/main@train`, as a download's folder reads)."""
     import datasets
 
-    local = os.path.expanduser(hub_folder(name, f"Dataset {spec!r}", repo_type="dataset"))
+    repo, config = name, None
+    if not os.path.exists(os.path.expanduser(name)) and name.count("/") == 2:  # owner/repo, then a config
+        repo, config = name.rsplit("/", 1)
+    local = os.path.expanduser(hub_folder(repo, f"Dataset {spec!r}", repo_type="dataset"))
+    named = name
+    if config is not None and os.path.isdir(local):  # a ModelScope download: the config is its subfolder
+        configs = sorted(entry.name for entry in os.scandir(local) if entry.is_dir() and entry.name[0] != ".")
+        if config not in configs:
+            raise ValueError(f"Dataset {spec!r}: {repo!r} has no config {config!r}; its folders are {configs}.")
+        local, config = os.path.join(local, config), None
     if os.path.isdir(local) and _is_saved_dataset(local):
         return _load_from_disk(local, split, spec)
     if os.path.isdir(local) and _data_files(local):  # a folder of data files, a download of a hub dataset too
-        return _files_source(_folder_files(local, split, spec), directory=local)
+        return _files_source(_folder_files(local, split, spec, named), directory=local)
     is_local = os.path.exists(local)  # a folder (a ModelScope download too) parses in moments: no progress bars
     try:
         with datasets_progress_bars_off() if is_local else contextlib.nullcontext():
-            loaded = datasets.load_dataset(local if is_local else name, split=split)
+            loaded = datasets.load_dataset(local if is_local else repo, config, split=split)
     except Exception as error:
+        call = f"datasets.load_dataset({repo!r}{'' if config is None else f', {config!r}'}, split={split!r})"
+        choose = (
+            f" Name one of its configs after the id, as '{repo}/CONFIG@{split}'."
+            if "Config name is missing" in str(error)
+            else ""
+        )
         raise ValueError(
-            f"Could not load dataset {spec!r} with datasets.load_dataset({name!r}, split={split!r}): {error}. "
+            f"Could not load dataset {spec!r} with {call}: {error}.{choose} "
             "Offline, point it at a local dataset directory or a dataset already in the Hugging Face cache."
         ) from error
     return RowSource(loaded, [(f"dataset '{spec}'", 0)], list(loaded.column_names))
@@ -396,7 +416,8 @@ def _memory_source(rows: Sequence[Any]) -> RowSource:
 def load_source(spec: str | Sequence[dict[str, Any]]) -> RowSource:
     """Load rows from a file (.jsonl/.json/.parquet/.csv), a directory (every such file, sorted; one split's files
     with `directory@split` where their names carry splits, `_folder_files`; or a saved dataset), `name@split`
-    (datasets.load_dataset; `name` may be a ModelScope id with USE_MODELSCOPE_HUB=1) or a list of dicts."""
+    (datasets.load_dataset; `owner/repo/config@split` names a config; `name` may be a ModelScope id with
+    USE_MODELSCOPE_HUB=1) or a list of dicts."""
     if not isinstance(spec, str):
         return _memory_source(spec)
     if not spec:
