@@ -7,6 +7,7 @@ row, text positions restarting at 0, for mrope a (4, 1, T) tensor with the text 
 """
 
 import os
+from types import SimpleNamespace
 
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch: 2 threads on a shared 2-core box are 3-5x slower
@@ -272,6 +273,26 @@ def test_non_causal_call_ignores_text_boundaries() -> None:
     )
     expected = F.scaled_dot_product_attention(query, key, value).transpose(1, 2)
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-6)
+
+
+def test_sequence_parallelism_refuses_a_row_it_cannot_split(monkeypatch) -> None:
+    """Under Ulysses a layer with a sliding window (or a mask) fell back to sdpa over the exchanged row, with a mask
+    built for one rank's slice: wrong log-probs, silently (or a shape error). It is refused; packed rows still run."""
+    from transformers import MistralConfig
+
+    from verl.models import ulysses
+
+    monkeypatch.setattr(ulysses, "_GROUP", object())  # as inside ulysses.sequence_parallel(group) ...
+    monkeypatch.setattr(ulysses, "exchange", lambda tensor, group: tensor)  # ... of one rank
+    query, key, value = _qkv(10)
+    with pytest.raises(NotImplementedError, match="_Attention got a sliding window; set ulysses_size=1"):
+        packed_attention_forward(
+            _Attention(), query, key, value, None, sliding_window=4, **packed_sequence_kwargs([4, 6])
+        )
+    out, _ = packed_attention_forward(_Attention(), query, key, value, None, **packed_sequence_kwargs([4, 6]))
+    assert out.shape == (1, 10, 4, 16)
+    with pytest.raises(ValueError, match="actor.ulysses_size=2: the model has sliding-window layers"):
+        ulysses.check_split(SimpleNamespace(config=MistralConfig()), 2, padding_free=True, role="actor")
 
 
 def test_bad_boundaries_name_the_key() -> None:

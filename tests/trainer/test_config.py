@@ -622,6 +622,33 @@ def test_gemma4_is_accepted_unless_its_attention_or_pad_token_differs_from_the_e
             load_config(base_args(files))
 
 
+@pytest.mark.parametrize(
+    ("config", "sliding"),
+    [
+        ({"model_type": "mistral"}, True),  # transformers' default window of 4096, the file leaves it out
+        ({"model_type": "phi3", "sliding_window": 2047}, True),
+        ({"model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": False}, False),
+        ({"model_type": "qwen2", "use_sliding_window": True, "max_window_layers": 0, "num_hidden_layers": 2}, True),
+        ({"model_type": "mistral3", "vision_config": {}, "text_config": {"model_type": "mistral"}}, True),
+        ({"model_type": "mistral", "sliding_window": None}, False),
+    ],
+    ids=["mistral-default", "phi3", "qwen2-off", "qwen2-on", "mistral3", "mistral-none"],
+)
+def test_ulysses_refuses_every_kind_of_sliding_window(files, config, sliding):
+    """A window given only as `sliding_window` (no layer_types) made Ulysses attend across the packed row's
+    sequences, with no error (the mask was built for each rank's slice)."""
+    import json
+
+    config = {"num_attention_heads": 4, "num_key_value_heads": 2, **config}
+    (files / "model" / "config.json").write_text(json.dumps(config))
+    args = [*base_args(files), "worker.actor.ulysses_size=2"]
+    if sliding:
+        with pytest.raises(ConfigError, match="ulysses_size=2: the model .* has sliding-window layers"):
+            load_config(args)
+    else:
+        assert load_config(args).worker.actor.ulysses_size == 2
+
+
 def test_supported_vision_language_types_match_the_rope_index():
     """Every type with a 3-D rope index is accepted; an accepted type without one has none in transformers either
     (1-D positions, Gemma 4)."""

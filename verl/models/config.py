@@ -599,9 +599,31 @@ SEQUENCE_PARALLEL_REFUSAL = (
 
 SLIDING_WINDOW_SEQUENCE_PARALLEL_REFUSAL = (
     "Ulysses sequence parallelism gives each rank a slice of the packed row, and a sliding-window layer's mask "
-    "(Gemma 4) would be built for that slice while its attention runs over the whole row"
+    "(Gemma, Mistral 7B v0.1, Phi-3) would be built for that slice while its attention runs over the whole row"
 )
 """Why a model with sliding-window layers cannot be split; the config check and the worker both name it."""
+
+
+def uses_sliding_window(text_config: dict[str, Any]) -> bool:
+    """Whether a text config (as transformers reads it: `transformers_text_config`) has sliding-window attention:
+    `layer_types` naming sliding layers (Gemma, Qwen2 with use_sliding_window), or, without `layer_types`, a
+    `sliding_window` every layer applies (Mistral 7B v0.1, Phi-3, Starcoder2)."""
+    layer_types = text_config.get("layer_types")
+    if layer_types:
+        return "sliding_attention" in layer_types
+    return text_config.get("use_sliding_window") is not False and text_config.get("sliding_window") is not None
+
+
+def transformers_text_config(model_config: dict[str, Any]) -> dict[str, Any]:
+    """The text part of a config.json as transformers reads it, its defaults filled in and derived fields computed
+    (Mistral's sliding_window of 4096 when the file leaves it out, Qwen2's layer_types); the raw text part where
+    transformers does not know the model_type (remote code)."""
+    try:
+        from transformers import AutoConfig
+
+        return AutoConfig.for_model(**model_config).get_text_config().to_dict()
+    except Exception:  # unknown type, or a file transformers' validators refuse: the worker's load says why
+        return model_config.get("text_config", model_config)
 
 
 def recurrent_layer_types(layer_types: Any) -> list[str]:

@@ -121,6 +121,12 @@ def packed_attention_forward(
         and kwargs.get("cache") is None
     )
     segments = _segments(query.shape[2], kwargs) if packed else None
+    if segments is None and group is not None:  # a mask or window built for this rank's slice: wrong on the row
+        raise NotImplementedError(
+            f"Ulysses sequence parallelism needs packed rows without a mask or sliding window in every causal "
+            f"attention, and {type(module).__name__} got {'a sliding window' if kwargs.get('sliding_window') else 'a mask'}"
+            "; set ulysses_size=1 for this model."
+        )
     if segments is None:
         output, _ = sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs

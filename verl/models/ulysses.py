@@ -15,6 +15,7 @@ from verl.models.config import (
     SEQUENCE_PARALLEL_REFUSAL,
     SLIDING_WINDOW_SEQUENCE_PARALLEL_REFUSAL,
     recurrent_layer_types,
+    uses_sliding_window,
 )
 from verl.models.structure import get_language_model
 from verl.protocol import DataProto
@@ -36,7 +37,7 @@ def check_split(module: Any, sp_size: int, padding_free: bool, role: str) -> Non
             f"{role}.ulysses_size={sp_size}: the model has {'/'.join(recurrent)} layers. {SEQUENCE_PARALLEL_REFUSAL}; "
             "set it to 1."
         )
-    if "sliding_attention" in (getattr(text_config, "layer_types", None) or ()):
+    if text_config is not None and uses_sliding_window(text_config.to_dict()):
         raise ValueError(
             f"{role}.ulysses_size={sp_size}: the model has sliding-window layers. "
             f"{SLIDING_WINDOW_SEQUENCE_PARALLEL_REFUSAL}; set it to 1."

@@ -31,6 +31,8 @@ from verl.models.config import (
     expert_count,
     read_model_config,
     recurrent_layer_types,
+    transformers_text_config,
+    uses_sliding_window,
 )
 from verl.utils.config import (
     ConfigError,
@@ -848,13 +850,13 @@ def _check_ulysses(config: PPOConfig, role: str, section: Any) -> None:
     model_config = read_model_config(f"worker.{role}.model.model_path", section.model.model_path)
     if model_config is None:
         return  # a hub id: the worker checks the heads when it loads the config
-    text = model_config.get("text_config", model_config)
+    text = transformers_text_config(model_config)
     recurrent = recurrent_layer_types(text.get("layer_types"))
     if recurrent:
         raise ConfigError(
             f"{key}={size}: the model has {'/'.join(recurrent)} layers. {SEQUENCE_PARALLEL_REFUSAL}; set {key}=1."
         )
-    if "sliding_attention" in (text.get("layer_types") or ()):
+    if uses_sliding_window(text):
         raise ConfigError(
             f"{key}={size}: the model ({model_config.get('model_type')!r}) has sliding-window layers. "
             f"{SLIDING_WINDOW_SEQUENCE_PARALLEL_REFUSAL}; set {key}=1."
