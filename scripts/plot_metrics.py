@@ -12,26 +12,37 @@ import sys
 
 
 def read_rows(log_dir: str) -> list[dict]:
-    path = os.path.join(log_dir, "experiment_log.jsonl")
+    """The rows of the run's experiment_log.jsonl (`log_dir` is the run's folder, or that file). A line that is not
+    a row (cut by a killed run, damaged) is left out, with a warning that counts them."""
+    path = log_dir if os.path.isfile(log_dir) else os.path.join(log_dir, "experiment_log.jsonl")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"'{path}' does not exist; train with trainer.logger including file.")
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        lines = [(number, line) for number, line in enumerate(f, 1) if line.strip()]
-    for number, line in lines:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            if number != lines[-1][0]:
-                raise ValueError(f"'{path}' line {number} is not JSON: {line[:80]!r}.") from None
-            continue  # the last line of a run killed while it wrote: left out
-        rows.append(row)
+    rows, damaged = [], []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                row = None
+            if isinstance(row, dict) and isinstance(row.get("step"), int):
+                rows.append(row)
+            else:
+                damaged.append(number)
+    if damaged:
+        shown = ", ".join(map(str, damaged[:5])) + (", ..." if len(damaged) > 5 else "")
+        print(
+            f"plot_metrics: warning: '{path}': {len(damaged)} line(s) are not rows and are left out ({shown}).",
+            file=sys.stderr,
+        )
+    if not rows:
+        raise ValueError(f"'{path}' holds no rows yet; the run logs one per step.")
     return rows
 
 
 def by_step(rows: list[dict]) -> list[dict]:
-    """One row per step, in step order, its metrics merged; a value logged again for a step (a resumed run redoing
-    the steps after its checkpoint) replaces the earlier one."""
+    """One row per step, in step order, its metrics merged (a step's training and validation rows)."""
     merged: dict[int, dict] = {}
     for row in rows:
         merged.setdefault(row["step"], {}).update(row)
@@ -40,12 +51,13 @@ def by_step(rows: list[dict]) -> list[dict]:
 
 def run_title(log_dir: str) -> str:
     """project / experiment from the run's experiment_config.json, else the log directory's name."""
+    folder = os.path.dirname(os.path.abspath(log_dir)) if os.path.isfile(log_dir) else log_dir
     try:
-        with open(os.path.join(log_dir, "experiment_config.json"), encoding="utf-8") as f:
+        with open(os.path.join(folder, "experiment_config.json"), encoding="utf-8") as f:
             trainer = json.load(f)["trainer"]
         return f"{trainer['project_name']} / {trainer['experiment_name']}"
     except (OSError, ValueError, KeyError, TypeError):
-        return os.path.basename(os.path.normpath(log_dir))
+        return os.path.basename(os.path.normpath(folder))
 
 
 def plot(rows: list[dict], output: str, accuracy_key: str, reward_key: str, title: str) -> list[str]:
@@ -78,7 +90,9 @@ def plot(rows: list[dict], output: str, accuracy_key: str, reward_key: str, titl
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--log_dir", required=True, help="the run's folder (trainer.save_checkpoint_path)")
+    parser.add_argument(
+        "--log_dir", required=True, help="the run's folder (trainer.save_checkpoint_path), or its experiment_log.jsonl"
+    )
     parser.add_argument("--output", required=True, help="the image to write (.png, .pdf, .svg, ...)")
     parser.add_argument("--accuracy_key", default="val/accuracy_reward", help="the validation metric to plot")
     parser.add_argument("--reward_key", default="critic/score/mean", help="the training metric to plot")

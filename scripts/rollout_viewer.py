@@ -61,6 +61,8 @@ def read_records(rollout_dir: str) -> list[dict]:
                 raise ValueError(f"'{path}' line {number} is no rollout record: {problem}.")
             record.setdefault("step", step)
             records.append(record)
+    if not records:
+        raise ValueError(f"'{rollout_dir}' holds no records (its step files are empty).")
     return records
 
 

@@ -49,22 +49,30 @@ def test_a_key_not_in_the_log_and_a_torn_last_line(tmp_path, capsys):
     assert "--accuracy_key val/acc is not in the log; its metrics: critic/score/mean, step," in capsys.readouterr().err
     assert script.main([*argv, "--output", str(tmp_path / "a.xyz")]) == 2
     assert f"plot_metrics: --output {tmp_path / 'a.xyz'}: Format 'xyz' is not supported" in capsys.readouterr().err
-    log.write_text('{"step": 1\n' + json.dumps(rows[1]) + "\n")
-    assert script.main(argv) == 2 and f"'{log}' line 1 is not JSON" in capsys.readouterr().err
+    log.write_text('{"step": 1\n' + json.dumps(rows[1]) + "\n[3]\n")  # damaged lines anywhere: left out, counted
+    assert script.main(argv) == 0
+    assert f"'{log}': 2 line(s) are not rows and are left out (1, 3)" in capsys.readouterr().err
+    log.write_text("")
+    assert script.main(argv) == 2 and f"'{log}' holds no rows yet" in capsys.readouterr().err
+    log.write_text(json.dumps(rows[1]) + "\n")  # the log file itself as --log_dir
+    assert script.main(["--log_dir", str(log), "--output", str(tmp_path / "a.png")]) == 0
 
 
 def test_a_resumed_runs_redone_steps_replace_the_logged_ones(tmp_path):
     """The file log of a run killed after step 3 that resumed from its step-2 checkpoint: steps 3 and 4 are the
-    resumed run's, once each; a step's validation row joins its training row."""
+    resumed run's, once each (the killed run's step 3 is set aside); a step's validation row joins its training
+    row."""
     from verl.utils.logger.backends import FileBackend
 
     backend = FileBackend(str(tmp_path), {})
     for step in (1, 2, 3):
         backend.log({"critic/score/mean": 0.1 * step}, step)
     backend.log({"val/accuracy_reward": 0.25}, 2)
-    for step in (3, 4):  # the resumed run
+    backend = FileBackend(str(tmp_path), {}, start_step=2)  # the resumed run
+    for step in (3, 4):
         backend.log({"critic/score/mean": 0.5 + step}, step)
     script = load_script()
+    assert [row["step"] for row in script.read_rows(str(tmp_path))] == [1, 2, 2, 3, 4]
     rows = script.by_step(script.read_rows(str(tmp_path)))
     assert [(row["step"], row["critic/score/mean"]) for row in rows] == [(1, 0.1), (2, 0.2), (3, 3.5), (4, 4.5)]
     assert rows[1]["val/accuracy_reward"] == 0.25

@@ -6,6 +6,7 @@ clicked through in a real headless Chromium (Debian's chromium and chromium-driv
 VERL_UPDATE_SCREENSHOTS=1 also rewrites docs/images/rollout_viewer.png, the screenshot in the README.
 """
 
+import glob
 import json
 import logging
 import os
@@ -361,9 +362,29 @@ def test_viewer_cli(tokenizer, tmp_path, capsys):
         assert viewer.main([str(bad)]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"rollout_viewer: '{bad / 'step_1.jsonl'}'") and message in err, err
+    (bad / "step_1.jsonl").write_bytes(b"\n")  # an empty step file was a page of "step undefined", exit 0
+    assert viewer.main([str(bad)]) == 2 and "holds no records (its step files are empty)" in capsys.readouterr().err
     (bad / "step_1.jsonl").write_bytes(b'{"response": "r"}\n')
     assert viewer.main([str(bad), "-o", str(tmp_path / "missing" / "page.html")]) == 1
     assert f"cannot write {tmp_path / 'missing' / 'page.html'}: No such file" in capsys.readouterr().err
+
+
+def test_a_new_or_resumed_run_sets_the_later_dumps_of_an_earlier_run_aside(tokenizer, tmp_path, caplog):
+    """A run started over (or resumed from an earlier step) in a folder of dumps left the earlier run's later steps
+    there: the viewer showed them as this run's."""
+    from verl.data.rollout_dump import set_aside_later_rollouts
+
+    sample_run(tokenizer, str(tmp_path), steps=3, prompts=2, n=2)
+    with caplog.at_level(logging.WARNING):
+        folder = set_aside_later_rollouts(str(tmp_path), 1)  # resumed from global_step_1
+    assert sorted(os.listdir(tmp_path / "images")) == ["step_1"]
+    assert sorted(glob.glob(str(tmp_path / "step_*.jsonl"))) == [str(tmp_path / "step_1.jsonl")]
+    assert sorted(os.listdir(folder)) == ["images", "step_2.jsonl", "step_3.jsonl"]
+    assert sorted(os.listdir(os.path.join(folder, "images"))) == ["step_2", "step_3"] and folder in caplog.text
+    assert set_aside_later_rollouts(str(tmp_path), 1) is None  # nothing later left
+    set_aside_later_rollouts(str(tmp_path), 0)  # a new run
+    assert not glob.glob(str(tmp_path / "step_*.jsonl"))
+    assert load_viewer().main([str(tmp_path)]) == 2  # the earlier runs' dumps are not read as this run's
 
 
 def chromium_driver(width: int = 1280, height: int = 900):

@@ -9,6 +9,7 @@ import logging
 import os
 import shutil
 import struct
+import sys
 import time
 
 import pytest
@@ -276,3 +277,111 @@ def test_online_logging_asked_for_explicitly_but_unreachable_is_an_error(monkeyp
     with pytest.raises(ValueError, match=r"trainer.logger has wandb with WANDB_MODE=online, but 127.0.0.1:\d+ cannot"):
         check_logger_services(["wandb"])
     check_logger_services(["console"])  # not among the loggers: not checked
+
+
+def _steps(path) -> list[int]:
+    return [json.loads(line)["step"] for line in path.read_text().splitlines()]
+
+
+def test_the_file_log_holds_this_run_only(tmp_path, caplog):
+    """Runs sharing a folder were merged: a run started over kept the earlier run's later steps (plot_metrics showed
+    them as this run's), a resumed run the steps it redid, a validation-only run replaced a step's validation."""
+    run_tracker("file", str(tmp_path))  # steps 1 and 2, generations at 2
+    with caplog.at_level(logging.WARNING):
+        Tracker(["file"], "proj", "exp", str(tmp_path), CONFIG).log({"critic/score/mean": 0.0}, step=1)  # over
+    assert _steps(tmp_path / "experiment_log.jsonl") == [1]
+    (earlier,) = glob.glob(str(tmp_path / "previous_runs" / "*"))
+    assert "moved to" in caplog.text and earlier in caplog.text
+    assert _steps(tmp_path / "previous_runs" / os.path.basename(earlier) / "experiment_log.jsonl") == [1, 2]
+    assert sorted(os.listdir(earlier)) == ["experiment_config.json", "experiment_log.jsonl", "generations.jsonl"]
+
+    tmp_path = tmp_path / "resumed"
+    run_tracker("file", str(tmp_path))
+    with open(tmp_path / "experiment_log.jsonl", "a") as f:
+        f.write('{"step": 3, "critic/sco')  # the run was killed while it wrote step 3
+    resumed = Tracker(["file"], "proj", "exp", str(tmp_path), CONFIG, start_step=1)  # from global_step_1
+    resumed.log({"critic/score/mean": 0.5}, step=2)
+    rows = [json.loads(line) for line in (tmp_path / "experiment_log.jsonl").read_text().splitlines()]
+    assert [(row["step"], row["critic/score/mean"]) for row in rows] == [(1, 0.25), (2, 0.5)]
+    assert (tmp_path / "generations.jsonl").read_text() == ""  # its only sample was of step 2
+    (later,) = glob.glob(str(tmp_path / "previous_runs" / "*" / "experiment_log.jsonl"))
+    assert len(open(later).read().splitlines()) == 2  # step 2 and the cut line, kept
+
+    val_only = Tracker(["file"], "proj", "exp", str(tmp_path), {"val": 1}, start_step=1, val_only=True)
+    val_only.log({"val/reward_score": 0.9}, step=1)
+    assert _steps(tmp_path / "experiment_log.jsonl") == [1, 2]  # the training run's log as it was
+    assert _steps(tmp_path / "val_only_log.jsonl") == [1]
+    assert json.loads((tmp_path / "val_only_config.json").read_text()) == {"val": 1}
+    assert json.loads((tmp_path / "experiment_config.json").read_text()) == CONFIG
+
+
+def test_a_line_cut_by_a_killed_run_is_not_glued_to_the_next(tmp_path):
+    """An append after a cut last line (a killed run, a full disk) joined the two: that row lost, the file unreadable."""
+    (tmp_path / "val_only_log.jsonl").write_text('{"step": 1, "val/a": 1.0}\n{"step": 2, "val/a"')
+    Tracker(["file"], "p", "e", str(tmp_path), CONFIG, val_only=True).log({"val/a": 3.0}, step=3)
+    lines = (tmp_path / "val_only_log.jsonl").read_text().splitlines()
+    assert lines[1] == '{"step": 2, "val/a"' and json.loads(lines[2]) == {"step": 3, "val/a": 3.0}
+
+
+def test_a_value_that_is_not_a_number_loses_only_itself(tmp_path, caplog):
+    tracker = Tracker(["file"], "p", "e", str(tmp_path), CONFIG)
+    with caplog.at_level(logging.WARNING):
+        tracker.log({"a": 1.0, "b": None, "c": [1, 2]}, step=1)
+    assert json.loads((tmp_path / "experiment_log.jsonl").read_text()) == {"step": 1, "a": 1.0}
+    assert "Metric 'b' is None, not a number" in caplog.text
+
+
+def test_tensorboard_keeps_one_point_per_step_across_a_resume(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_tracker("tensorboard", str(tmp_path))
+    resumed = Tracker(["tensorboard"], "proj", "exp", str(tmp_path), CONFIG, start_step=1)
+    resumed.log({"critic/score/mean": 0.5}, step=2)
+    resumed.finish()
+    events = EventAccumulator(str(tmp_path / "tensorboard" / "proj" / "exp"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("critic/score/mean")] == [(1, 0.25), (2, 0.5)]
+
+
+def test_mlflow_logs_every_metric_whatever_its_name_and_continues_a_run(tmp_path, monkeypatch, caplog):
+    """A reward key MLflow refuses ("acc(strict)") lost every metric of every step; continuing a run (MLFLOW_RUN_ID)
+    with a changed config value failed at the start."""
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    tracker = Tracker(["mlflow"], "proj", "exp", str(tmp_path), CONFIG)
+    with caplog.at_level(logging.WARNING):
+        tracker.log({"critic/score/mean": 0.5, "reward/acc(strict)": 1.0, "reward//x": 2.0, "val/best@4": 3.0}, 1)
+    tracker.log_generations(GENERATIONS, step=1)
+    tracker.finish()
+    client = MlflowClient(tracking_uri="sqlite:///" + str(tmp_path / "mlflow.db"))
+    (run,) = client.search_runs([client.get_experiment_by_name("proj").experiment_id])
+    assert run.data.metrics == {
+        "critic/score/mean": 0.5,
+        "reward/acc_strict_": 1.0,
+        "reward/x": 2.0,
+        "val/best_at_4": 3.0,
+    }
+    assert "'reward/acc(strict)' is logged as 'reward/acc_strict_'" in caplog.text
+    assert glob.glob(str(tmp_path / "mlruns" / "*" / "artifacts" / "generations" / "step_1.json"))
+    monkeypatch.setenv("MLFLOW_RUN_ID", run.info.run_id)
+    with caplog.at_level(logging.WARNING):
+        again = Tracker(["mlflow"], "proj", "exp", str(tmp_path), {"data": {"seed": 2}, "extra": 5})
+    again.log({"critic/score/mean": 0.75}, 2)
+    again.finish()
+    params = client.get_run(run.info.run_id).data.params
+    assert (params["data.seed"], params["extra"]) == ("1", "5")
+    assert "keeps its parameters data.seed" in caplog.text
+
+
+def test_a_logger_package_or_folder_missing_is_found_before_ray(tmp_path, monkeypatch):
+    from verl.utils.logger.backends import check_logger_services
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # as if it were not installed
+    with pytest.raises(ValueError, match=r"trainer.logger has wandb, but the wandb package is not installed"):
+        check_logger_services(["console", "wandb"])
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("TENSORBOARD_DIR", str(tmp_path / "file" / "tb"))
+    with pytest.raises(ValueError, match=r"TENSORBOARD_DIR=.* cannot be written"):
+        check_logger_services(["tensorboard"])
+    check_logger_services(["console", "file"])

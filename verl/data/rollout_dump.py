@@ -8,13 +8,14 @@ import json
 import logging
 import math
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from verl.data.multimodal import open_image
 from verl.envs.tools import parse_tool_calls
 from verl.protocol import plain_value
-from verl.utils.files import atomic_write
+from verl.utils.files import atomic_write, set_aside
 
 
 logger = logging.getLogger(__name__)
@@ -214,6 +215,28 @@ def rollout_records(batch: "DataProto", step: int, tokenizer: Any, image_paths: 
             record["messages"] = conversation_records(prompt, list(columns[MESSAGES_COLUMN][i] or []), image_paths[i])
             record["env"] = {key[len(ENV_COLUMN_PREFIX) :]: _number(columns[key][i]) for key in env_keys}
     return records
+
+
+def set_aside_later_rollouts(out_dir: str, start_step: int) -> str | None:
+    """Before a run dumps: the dumps in `out_dir` of steps after `start_step` (every one for a new run, `start_step`
+    0) are an earlier run's, which this run starts over or redoes. They are moved, images too, to
+    `out_dir/previous_runs/<time>/`, so the folder (and rollout_viewer) shows this run's only; returns that folder."""
+    if not os.path.isdir(out_dir):
+        return None
+    later = []
+    for name in sorted(os.listdir(out_dir)):
+        match = re.fullmatch(r"step_(\d+)\.jsonl", name)
+        if match and int(match.group(1)) > start_step:
+            later += [os.path.join(out_dir, name), os.path.join(out_dir, "images", name[: -len(".jsonl")])]
+    folder = set_aside(later, out_dir)
+    if folder is not None:
+        logger.warning(
+            "trainer.rollout_data_dir %s held rollouts of an earlier run after step %d; they were moved to %s.",
+            out_dir,
+            start_step,
+            folder,
+        )
+    return folder
 
 
 def dump_rollouts(batch: "DataProto", step: int, out_dir: str, tokenizer: Any) -> str | None:

@@ -36,6 +36,7 @@ from verl.trainer.checkpointing import (
     resume_hint,
     resume_path,
     save_step,
+    step_of,
     warn_if_data_changed,
 )
 from verl.trainer.preemption import RunSignals, StopRequest, TrainingInterrupted
@@ -163,7 +164,10 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
         env=stall_report.env(trainer.stall_report_s),
     )
     root = trainer.save_checkpoint_path
-    tracker = Tracker(trainer.logger, trainer.project_name, trainer.experiment_name, root, config_to_dict(config))
+    start = step_of(resume) if resume is not None else 0
+    tracker = Tracker(
+        trainer.logger, trainer.project_name, trainer.experiment_name, root, config_to_dict(config), start_step=start
+    )
     try:
         group.init_model(total_steps)
         step = 0

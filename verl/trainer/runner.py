@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl.algorithms.advantages import estimator_needs_critic
+from verl.data.rollout_dump import set_aside_later_rollouts
 from verl.data.tokenizer import get_processor, get_tokenizer, template_reads, vocabulary_difference
 from verl.rewards.local import LocalReward
 from verl.rewards.ray_actor import ActorReward, create_reward_actor, stop_actor
@@ -347,12 +348,16 @@ def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
         raise
     trainer_config = config.trainer
     try:  # free the devices and CPUs at the end, so a caller (a sweep, a test) can start the next run in this Ray
+        if trainer_config.rollout_data_dir and not trainer_config.val_only:
+            set_aside_later_rollouts(trainer_config.rollout_data_dir, step_of(resumed) if resumed else 0)
         tracker = Tracker(
             trainer_config.logger,
             trainer_config.project_name,
             trainer_config.experiment_name,
             trainer_config.save_checkpoint_path,
             config_to_dict(config),  # secrets (api keys in reward_function_kwargs) masked
+            start_step=step_of(resumed) if resumed else 0,
+            val_only=trainer_config.val_only,
         )
         try:
             mode = config.worker.rollout.mode

@@ -1,8 +1,11 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
-"""Writing files so that a reader never sees half of one (checkpoint bookkeeping, rollout dumps)."""
+"""Writing files so that a reader never sees half of one (checkpoint bookkeeping, rollout dumps), and setting an
+earlier run's files aside instead of mixing a new run's into them."""
 
 import os
+import shutil
+import time
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -21,3 +24,32 @@ def atomic_write(path: str, write: Callable[[IO[Any]], None], binary: bool = Fal
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+PREVIOUS_RUNS = "previous_runs"
+"""The subfolder where files an earlier run wrote are set aside, one folder per set-aside (its UTC time)."""
+
+
+def set_aside_folder(root: str) -> str:
+    """A new folder `root/previous_runs/<UTC time>` for files an earlier run wrote (created; unique)."""
+    base = os.path.join(root, PREVIOUS_RUNS, time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
+    folder, number = base, 1
+    while os.path.exists(folder):
+        number += 1
+        folder = f"{base}-{number}"
+    os.makedirs(folder)
+    return folder
+
+
+def set_aside(paths: list[str], root: str) -> str | None:
+    """Move those of `paths` (files or folders under `root`) that exist into a `set_aside_folder`, keeping their paths
+    relative to `root`; returns the folder, or None when none existed."""
+    present = [path for path in paths if os.path.exists(path)]
+    if not present:
+        return None
+    folder = set_aside_folder(root)
+    for path in present:
+        target = os.path.join(folder, os.path.relpath(path, root))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.move(path, target)
+    return folder

@@ -9,10 +9,15 @@ import json
 import logging
 import netrc
 import os
+import posixpath
+import re
 import socket
 import threading
 from typing import Any
 from urllib.parse import urlparse
+
+from verl.utils.files import atomic_write, set_aside, set_aside_folder
+from verl.utils.writable_dirs import unwritable_reason
 
 
 logger = logging.getLogger(__name__)
@@ -35,8 +40,22 @@ class Backend:
         pass
 
 
+_NOT_NUMBERS: set[str] = set()
+"""Metric keys already warned about for a value that is not a number."""
+
+
 def _sorted_scalars(metrics: dict[str, Any]) -> dict[str, float]:
-    return {key: float(value) for key, value in sorted(metrics.items())}
+    """The metrics as floats, sorted by key; a value that is not a number (None, a list) is left out, with a warning
+    once per key, instead of losing the whole step."""
+    scalars = {}
+    for key, value in sorted(metrics.items()):
+        try:
+            scalars[key] = float(value)
+        except (TypeError, ValueError):
+            if key not in _NOT_NUMBERS:
+                _NOT_NUMBERS.add(key)
+                logger.warning("Metric %r is %r, not a number: it is left out of the logs.", key, value)
+    return scalars
 
 
 CONSOLE_KEYS: tuple[str, ...] = tuple(
@@ -84,35 +103,117 @@ class ConsoleBackend(Backend):
 
 
 class FileBackend(Backend):
-    """experiment_config.json, experiment_log.jsonl (lines of a step's metrics; after a resume the steps it redoes
-    come again) and generations.jsonl in log_dir."""
+    """experiment_config.json, experiment_log.jsonl (a line of metrics per step) and generations.jsonl in log_dir.
+    A run starts them clean: a new one (`start_step` 0) sets an earlier run's files aside (`previous_runs/<time>/`), a
+    resumed one keeps the lines up to its checkpoint's step and sets the later ones aside (it redoes those steps). A
+    validation-only run appends to val_only_log.jsonl and val_only_generations.jsonl (its config in
+    val_only_config.json) and leaves the training run's files as they are."""
 
-    def __init__(self, log_dir: str, config: dict[str, Any]) -> None:
+    def __init__(self, log_dir: str, config: dict[str, Any], start_step: int = 0, val_only: bool = False) -> None:
         os.makedirs(log_dir, exist_ok=True)
-        with open(os.path.join(log_dir, "experiment_config.json"), "w", encoding="utf-8") as f:
+        prefix = "val_only_" if val_only else "experiment_"
+        config_path = os.path.join(log_dir, f"{prefix}config.json")
+        self.metrics_path = os.path.join(log_dir, f"{prefix}log.jsonl")
+        self.generations_path = os.path.join(log_dir, f"{'val_only_' if val_only else ''}generations.jsonl")
+        if not val_only:
+            self._start_clean(log_dir, config_path, start_step)
+        with open(config_path, "w", encoding="utf-8") as f:
             json.dump(config, f, indent=2, default=str)
-        self.metrics_path = os.path.join(log_dir, "experiment_log.jsonl")
-        self.generations_path = os.path.join(log_dir, "generations.jsonl")
+        # a file a killed run (or a full disk) left with a cut last line: the next line starts on its own
+        self.torn = {self.metrics_path, self.generations_path}
         logger.info("file logger: every metric in %s", self.metrics_path)
 
+    def _start_clean(self, log_dir: str, config_path: str, start_step: int) -> None:
+        logs = [path for path in (self.metrics_path, self.generations_path) if os.path.exists(path)]
+        if start_step == 0:
+            if any(os.path.getsize(path) for path in logs):
+                folder = set_aside([*logs, config_path], log_dir)
+                logger.warning(
+                    "file logger: %s held an earlier run's logs; this run starts over, so they were moved to %s.",
+                    log_dir,
+                    folder,
+                )
+            return
+        later: dict[str, list[str]] = {}
+        for path in logs:
+            keep, drop = _split_at_step(path, start_step)
+            if drop:
+                later[path] = drop
+                atomic_write(path, lambda f, lines=keep: f.writelines(lines), sync=False)
+        if later:
+            folder = set_aside_folder(log_dir)
+            for path, lines in later.items():
+                with open(os.path.join(folder, os.path.basename(path)), "w", encoding="utf-8") as f:
+                    f.writelines(lines)
+            logger.info(
+                "file logger: the run resumes after step %d; the %d line(s) of later steps (which it redoes) were "
+                "moved to %s.",
+                start_step,
+                sum(map(len, later.values())),
+                folder,
+            )
+
     def log(self, metrics: dict[str, float], step: int) -> None:
-        with open(self.metrics_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"step": step, **_sorted_scalars(metrics)}) + "\n")
+        self._append(self.metrics_path, json.dumps({"step": step, **_sorted_scalars(metrics)}) + "\n")
 
     def log_generations(self, samples: list[Generation], step: int) -> None:
         if not os.path.exists(self.generations_path):  # said when written: a run without validation writes none
             logger.info("file logger: validation samples in %s", self.generations_path)
-        with open(self.generations_path, "a", encoding="utf-8") as f:
-            for sample in samples:
-                f.write(json.dumps({"step": step, **dict(zip(GENERATION_FIELDS, sample))}) + "\n")
+        lines = (json.dumps({"step": step, **dict(zip(GENERATION_FIELDS, sample))}) + "\n" for sample in samples)
+        self._append(self.generations_path, "".join(lines))
+
+    def _append(self, path: str, text: str) -> None:
+        """Append `text` (whole lines) in one write; after a failed one, first end the cut line it may have left."""
+        try:
+            if path in self.torn and not _ends_a_line(path):
+                text = "\n" + text
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(text)
+        except OSError:
+            self.torn.add(path)
+            raise
+        self.torn.discard(path)
+
+
+def _ends_a_line(path: str) -> bool:
+    """Whether the file at `path` is missing, empty or ends with a newline."""
+    try:
+        with open(path, "rb") as f:
+            if f.seek(0, os.SEEK_END) == 0:
+                return True
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) == b"\n"
+    except FileNotFoundError:
+        return True
+
+
+def _split_at_step(path: str, step: int) -> tuple[list[str], list[str]]:
+    """The lines of a JSONL log whose "step" is at most `step`, and the others (later steps, damaged lines)."""
+    keep, drop = [], []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                logged = json.loads(line).get("step")
+            except (ValueError, AttributeError):
+                logged = None
+            line = line if line.endswith("\n") else line + "\n"
+            (keep if isinstance(logged, int) and logged <= step else drop).append(line)
+    return keep, drop
 
 
 class TensorBoardBackend(Backend):
-    def __init__(self, log_dir: str, project: str, experiment: str) -> None:
+    """Event files in TENSORBOARD_DIR (default <log_dir>/tensorboard)/<project>/<experiment>. A new run hides an
+    earlier run's points there, a resumed one those of the steps it redoes (TensorBoard's purge step); a
+    validation-only run writes to a `val_only` run beside it."""
+
+    def __init__(self, log_dir: str, project: str, experiment: str, start_step: int = 0, val_only: bool = False):
         from torch.utils.tensorboard import SummaryWriter
 
         base = os.environ.get("TENSORBOARD_DIR", os.path.join(log_dir, "tensorboard"))
-        self.writer = SummaryWriter(os.path.join(base, project, experiment))
+        run_dir = os.path.join(base, project, experiment, *(["val_only"] if val_only else []))
+        self.writer = SummaryWriter(run_dir, purge_step=None if val_only else start_step + 1 if start_step else 0)
         logger.info("tensorboard: event files in %s", self.writer.log_dir)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
@@ -191,10 +292,35 @@ def unreachable(url: str, timeout_s: float = REACH_TIMEOUT_S) -> str | None:
     return None if outcome[0] is None else f"{host}:{port} cannot be reached ({outcome[0]})"
 
 
+LOGGER_PACKAGES = {
+    "tensorboard": ("tensorboard", ""),
+    "wandb": ("wandb", ""),
+    "swanlab": ("swanlab", ""),
+    "mlflow": ("mlflow", "mlflow-skinny"),
+}
+"""trainer.logger entry -> (the module it imports, what pip installs it as when not the module's name)."""
+
+
 def check_logger_services(loggers: list[str]) -> None:
-    """Before Ray starts: wandb or swanlab about to log online (credentials found, no mode set) whose service cannot be
+    """Before Ray starts: each backend's package is installed and the folder a variable names for it is writable;
+    wandb or swanlab about to log online (credentials found, no mode set) whose service cannot be
     reached is switched to offline (WANDB_MODE / SWANLAB_MODE) with a warning, instead of failing minutes later. A mode
     the user set to online explicitly is an error naming the variable."""
+    for name in loggers:
+        package, extra = LOGGER_PACKAGES.get(name, (None, ""))
+        if package is not None and importlib.util.find_spec(package) is None:
+            raise ValueError(
+                f"trainer.logger has {name}, but the {package} package is not installed: pip install "
+                f"'verl-compact[loggers]' (or {extra or package}), or drop {name} from trainer.logger."
+            )
+    for name, variable in (("tensorboard", "TENSORBOARD_DIR"), ("swanlab", "SWANLAB_DIR")):
+        if name in loggers and os.environ.get(variable):
+            reason = unwritable_reason(os.environ[variable])
+            if reason is not None:
+                raise ValueError(
+                    f"trainer.logger has {name}, and {variable}={os.environ[variable]} cannot be written ({reason}); "
+                    f"point {variable} at a writable folder, or unset it to log under trainer.save_checkpoint_path."
+                )
     services = [
         ("wandb", "WANDB_MODE", wandb_mode, ("online",), "WANDB_BASE_URL", _WANDB_URL),
         ("swanlab", "SWANLAB_MODE", swanlab_mode, ("cloud", "online"), "SWANLAB_API_HOST", _SWANLAB_URL),
@@ -275,22 +401,59 @@ class SwanlabBackend(Backend):
         self.swanlab.finish()
 
 
+_MLFLOW_NOT_IN_NAMES = re.compile(r"[^\w./\- :]")
+"""What an MLflow metric name may not hold: it takes letters, digits, "_", "-", ".", " ", ":" and "/"."""
+
+
+def mlflow_metric_name(key: str) -> str:
+    """`key` as an MLflow metric name: "@" as "_at_", every other character MLflow refuses as "_", and the path
+    normalised ("reward//x" -> "reward/x"), so that one reward key named freely ("acc(strict)") does not lose the
+    whole step's metrics."""
+    name = _MLFLOW_NOT_IN_NAMES.sub("_", key.replace("@", "_at_"))
+    name = posixpath.normpath(name).lstrip("/") if name else "_"
+    return "_" + name if name.startswith(".") else name
+
+
 class MlflowBackend(Backend):
+    """A run in MLflow's tracking store: a local SQLite file (<log_dir>/mlflow.db, artifacts in <log_dir>/mlruns)
+    unless MLFLOW_TRACKING_URI is set. MLFLOW_RUN_ID continues a run: the parameters it already has are kept."""
+
     def __init__(self, log_dir: str, project: str, experiment: str, config: dict[str, Any]) -> None:
         import mlflow
 
         self.mlflow = mlflow
+        self.renamed: set[str] = set()
         if "MLFLOW_TRACKING_URI" not in os.environ:
             os.makedirs(log_dir, exist_ok=True)  # a local SQLite store: mlflow's plain file store is deprecated
             mlflow.set_tracking_uri("sqlite:///" + os.path.abspath(os.path.join(log_dir, "mlflow.db")))
+            if mlflow.get_experiment_by_name(project) is None:  # its artifacts with the run, not in ./mlruns
+                artifacts = os.path.abspath(os.path.join(log_dir, "mlruns"))
+                mlflow.create_experiment(project, artifact_location=artifacts)
         mlflow.set_experiment(project)
         self.run = mlflow.start_run(run_name=experiment)
         logger.info("mlflow: run %s in %s", self.run.info.run_id, mlflow.get_tracking_uri())
-        mlflow.log_params({key: str(value)[:250] for key, value in _flatten(config).items()})
+        had = mlflow.get_run(self.run.info.run_id).data.params  # a continued run's (MLFLOW_RUN_ID): not changed
+        params = {key: str(value)[:6000] for key, value in _flatten(config).items()}
+        changed = sorted(key for key in params if key in had and had[key] != params[key])
+        if changed:
+            logger.warning(
+                "mlflow: run %s keeps its parameters %s (MLflow does not change them).",
+                self.run.info.run_id,
+                ", ".join(changed),
+            )
+        mlflow.log_params({key: value for key, value in params.items() if key not in had})
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        # mlflow keys may not contain some characters used by other tools; "@" is the usual offender
-        self.mlflow.log_metrics({k.replace("@", "_at_"): v for k, v in _sorted_scalars(metrics).items()}, step=step)
+        named = {}
+        for key, value in _sorted_scalars(metrics).items():
+            name = mlflow_metric_name(key)
+            if name != key and "@" not in key and key not in self.renamed:
+                self.renamed.add(key)
+                logger.warning(
+                    "mlflow: metric %r is logged as %r (MLflow names may not hold its characters).", key, name
+                )
+            named[name] = value
+        self.mlflow.log_metrics(named, step=step)
 
     def log_generations(self, samples: list[Generation], step: int) -> None:
         rows = [dict(zip(GENERATION_FIELDS, sample)) for sample in samples]

@@ -20,13 +20,27 @@ from verl.utils.logger.backends import (
 
 logger = logging.getLogger(__name__)
 
+_WHAT_IS_LOST = {"log": "metrics", "log_generations": "validation samples"}
+
 
 class Tracker:
-    def __init__(self, loggers: list[str], project: str, experiment: str, log_dir: str, config: dict[str, Any]):
+    """`start_step`: the checkpoint step the run resumes from (0 for a new run), so that the file and TensorBoard logs
+    drop what the run redoes or starts over; `val_only`: a validation-only run, logged beside the training run's."""
+
+    def __init__(
+        self,
+        loggers: list[str],
+        project: str,
+        experiment: str,
+        log_dir: str,
+        config: dict[str, Any],
+        start_step: int = 0,
+        val_only: bool = False,
+    ):
         factories: dict[str, Callable[[], Backend]] = {
             "console": ConsoleBackend,
-            "file": lambda: FileBackend(log_dir, config),
-            "tensorboard": lambda: TensorBoardBackend(log_dir, project, experiment),
+            "file": lambda: FileBackend(log_dir, config, start_step, val_only),
+            "tensorboard": lambda: TensorBoardBackend(log_dir, project, experiment, start_step, val_only),
             "wandb": lambda: WandbBackend(log_dir, project, experiment, config),
             "swanlab": lambda: SwanlabBackend(log_dir, project, experiment, config),
             "mlflow": lambda: MlflowBackend(log_dir, project, experiment, config),
@@ -59,10 +73,11 @@ class Tracker:
                 failures = self.failures[name] = self.failures.get(name, 0) + 1
                 if failures == 1 or failures % 100 == 0:
                     logger.warning(
-                        "The %s logger failed (%s: %s); its metrics are lost from here until it works again (%d "
+                        "The %s logger failed (%s: %s); its %s are lost from here until it works again (%d "
                         "failure(s) so far). Training goes on.",
                         name,
                         type(error).__name__,
                         error,
+                        _WHAT_IS_LOST.get(method, "logs"),
                         failures,
                     )
