@@ -438,3 +438,74 @@ def test_an_environment_that_fails_stops_evaluate_naming_it_and_the_row(monkeypa
                 "--env-kwargs",
                 json.dumps({"wrong": wrong}),
             )
+
+
+REWARDS = """
+def both(reward_input):
+    correct = float(reward_input["response"] == reward_input["ground_truth"])
+    return {"overall": correct + 0.1, "accuracy": correct}
+
+
+def partial(reward_input):
+    scores = both(reward_input)
+    return scores if reward_input["ground_truth"] != "2" else {"overall": scores["overall"]}
+
+
+def raising(reward_input):
+    if reward_input["ground_truth"] == "2":
+        raise ValueError("cannot grade this one")
+    return both(reward_input)
+"""
+
+
+def test_scores_are_summarized_only_where_they_mean_what_they_say(monkeypatch, tmp_path, capsys):
+    """A rubric with two accuracy parts printed `accuracy` as the share with overall > 0 (1.0 against part
+    accuracies of 0.33); a reward that left a key out on one row was averaged over the others (training refuses
+    it); a reward that raised on one row was a traceback."""
+    (tmp_path / "rewards.py").write_text(REWARDS)
+    script = {"a": ["1"], "b": ["0"], "c": ["0"]}
+    rows = [{"prompt": "a", "answer": "1"}, {"prompt": "b", "answer": "2"}, {"prompt": "c", "answer": "3"}]
+    both = f"{tmp_path / 'rewards.py'}:both"
+    rubric = json.dumps({"one": {"function": both, "weight": 1.0}, "two": {"function": both, "weight": 1.0}})
+    _, summary, _ = run_evaluate(monkeypatch, tmp_path, capsys, script, rows, "--rubric", rubric)
+    assert summary["accuracy"] is None
+    assert summary["reward/one/accuracy/mean"] == summary["reward/two/accuracy/mean"] == pytest.approx(1 / 3)
+    _, summary, _ = run_evaluate(monkeypatch, tmp_path, capsys, script, rows, "--reward", both)
+    assert summary["accuracy"] == pytest.approx(1 / 3)
+    with pytest.raises(SystemExit, match=r"row 1: the reward returned the keys \['overall'\], but row 0 returned"):
+        run_evaluate(monkeypatch, tmp_path, capsys, script, rows, "--reward", f"{tmp_path / 'rewards.py'}:partial")
+    with pytest.raises(SystemExit, match=r"^evaluate: row 1: .*raised ValueError.*cannot grade this one"):
+        run_evaluate(monkeypatch, tmp_path, capsys, script, rows, "--reward", f"{tmp_path / 'rewards.py'}:raising")
+
+
+def test_inputs_are_checked_before_the_first_episode(monkeypatch, tmp_path, capsys):
+    """A row with a missing image was found only when its turn came (after the rows before it ran); --output naming
+    the --data file overwrote the dataset with the records."""
+    rows = [{"prompt": "a", "answer": "1"}, {"prompt": "b <image>", "answer": "2", "images": ["missing.png"]}]
+    with pytest.raises(SystemExit, match=r"row 1: image 0 cannot be read"):
+        run_evaluate(monkeypatch, tmp_path, capsys, {"a": ["1"]}, rows)
+    assert capsys.readouterr().out == ""  # row 0's episode did not run (it prints a line)
+    data = tmp_path / "rows.jsonl"
+    with pytest.raises(SystemExit, match=r"--output .*rows.jsonl is the --data file: it would be overwritten"):
+        run_evaluate(monkeypatch, tmp_path, capsys, {"a": ["1"]}, rows[:1], "--output", str(data))
+    assert json.loads(data.read_text()) == rows[0]
+
+
+def test_a_request_the_endpoint_never_answers_times_out(tmp_path):
+    """The OpenAI client waits 600 s a try and tries three times: one stuck row held evaluate for half an hour."""
+    import socket
+    import subprocess
+    import time
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)  # connections are accepted by the kernel and never answered
+        data = tmp_path / "rows.jsonl"
+        data.write_text(json.dumps({"prompt": "a", "answer": "1"}) + "\n")
+        command = [sys.executable, "-m", "verl.envs.evaluate", "--data", str(data), "--model", "m"]
+        command += ["--base-url", f"http://127.0.0.1:{server.getsockname()[1]}/v1", "--timeout", "1"]
+        start = time.monotonic()
+        proc = subprocess.run([*command, "--max-retries", "0"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert time.monotonic() - start < 60
+    assert proc.returncode == 1 and "evaluate: row 0: the endpoint --base-url" in proc.stderr, proc.stderr
+    assert "timed out" in proc.stderr.lower(), proc.stderr

@@ -32,7 +32,7 @@ from verl.data.sources import ground_truth, row_value, split_prompt_messages, to
 from verl.envs.base import EnvCodeError, Environment, SingleTurnEnv, call_env, checked_info, checked_step
 from verl.envs.client_env import ChatClientEnv, EpisodeOver, chat_client
 from verl.envs.loader import load_environment
-from verl.rewards.function import REASONING_OPENING, opens_reasoning
+from verl.rewards.function import REASONING_OPENING, RewardFunctionError, opens_reasoning
 
 
 IMAGE_MARKER = "<image>"
@@ -427,17 +427,15 @@ def load_scorer(args: argparse.Namespace) -> Any:
         raise SystemExit(f"evaluate: --reward/--rubric: {error}") from None
 
 
-def accuracy_key(keys: list[str]) -> str | None:
-    """The reward key that is the accuracy: `accuracy`, else the only `<part>/accuracy` of a rubric."""
-    if "accuracy" in keys:
-        return "accuracy"
-    parts = [key for key in keys if key.endswith("/accuracy")]
-    return parts[0] if len(parts) == 1 else None
+def accuracy_keys(keys: list[str]) -> list[str]:
+    """The reward keys that are an accuracy: `accuracy`, else each `<part>/accuracy` of a rubric."""
+    return ["accuracy"] if "accuracy" in keys else [key for key in keys if key.endswith("/accuracy")]
 
 
 def summarize(results: list[dict[str, Any]], scores: list[dict[str, float]]) -> dict[str, Any]:
     """The last printed line: the episode count, `<name>/mean` of every number of the episodes' lines and, with a
-    reward, `reward/<key>/mean` and `accuracy` (of `accuracy_key`, else the share with overall > 0)."""
+    reward, `reward/<key>/mean` and `accuracy`: the mean of the one accuracy key (`accuracy_keys`), the share with
+    overall > 0 where there is none, and left out (null) where a rubric has several (each is in its mean)."""
     count = max(len(results), 1)
     totals: dict[str, float] = {}
     for result in results:
@@ -450,9 +448,13 @@ def summarize(results: list[dict[str, Any]], scores: list[dict[str, float]]) -> 
     keys = list(dict.fromkeys(key for score in scores for key in score))
     finite = {key: [score[key] for score in scores if key in score and math.isfinite(score[key])] for key in keys}
     means = {key: sum(values) / len(values) if values else None for key, values in finite.items()}
-    chosen = accuracy_key(keys)
-    solved = sum(score.get("overall", 0.0) > 0 for score in scores) / len(scores)
-    summary["accuracy"] = means[chosen] if chosen is not None else solved
+    chosen = accuracy_keys(keys)
+    if len(chosen) == 1:
+        summary["accuracy"] = means[chosen[0]]
+    elif not chosen:
+        summary["accuracy"] = sum(score.get("overall", 0.0) > 0 for score in scores) / len(scores)
+    else:  # which part is "the" accuracy is the user's call: reward/<part>/accuracy/mean has each
+        summary["accuracy"] = None
     summary.update({f"reward/{key}/mean": value for key, value in means.items()})
     return summary
 
@@ -491,6 +493,8 @@ def _parser() -> argparse.ArgumentParser:
     add("--max-turns", type=int, default=4)
     add("--max-tokens", type=int, default=256)
     add("--temperature", type=float, default=0.0)
+    add("--timeout", type=float, default=300.0, help="seconds one request may take before it is tried again")
+    add("--max-retries", type=int, default=2, help="how often a request that failed or timed out is tried again")
     add(
         "--chat-template-kwargs",
         default="{}",
@@ -519,6 +523,12 @@ def main(argv: list[str] | None = None) -> int:
         ):
             if value is not None and value < 1:
                 raise ValueError(f"{option} must be at least 1, got {value}.")
+        if not args.timeout > 0 or args.max_retries < 0:
+            raise ValueError(
+                f"--timeout must be positive and --max-retries at least 0, got {args.timeout} and {args.max_retries}."
+            )
+        if args.output and os.path.exists(args.output) and _same_file(args.output, args.data):
+            raise ValueError(f"--output {args.output} is the --data file: it would be overwritten; write elsewhere.")
         rows = read_rows(args.data, args.prompt_key, args.limit, args.answer_key)
         template = _format_template(args.format_prompt)
         prompts = [row_prompt(row, index, args, template) for index, row in enumerate(rows)]
@@ -537,7 +547,9 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as cleanup:
         if scorer is not None:
             cleanup.callback(scorer.close)
-        client = openai.OpenAI(base_url=args.base_url, api_key="unused")
+        connection = {"base_url": args.base_url, "api_key": "unused", "timeout": args.timeout}
+        connection["max_retries"] = args.max_retries
+        client = openai.OpenAI(**connection)
         try:
             model = args.model or client.models.list().data[0].id
         except openai.OpenAIError as error:
@@ -557,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         run = run_client_episode if isinstance(env, ChatClientEnv) else run_episode
         if isinstance(env, ChatClientEnv):
-            client = functools.partial(openai.AsyncOpenAI, base_url=args.base_url, api_key="unused")
+            client = functools.partial(openai.AsyncOpenAI, **connection)
         sampling: dict[str, Any] = {"max_tokens": args.max_tokens, "temperature": args.temperature}
         if template_kwargs:  # the OpenAI client sends extra_body's fields in the request (vLLM's servers read them)
             sampling["extra_body"] = {"chat_template_kwargs": template_kwargs}
@@ -568,14 +580,18 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as error:
             raise SystemExit(f"evaluate: --output {args.output} cannot be written ({error.strerror}).") from None
         data_columns = frozenset({args.prompt_key, args.answer_key})  # as the trainer leaves them out
+        firsts = []  # every row's images are checked before the first episode (PIL reads the headers only)
         for index, row in enumerate(rows):
             context, prompt = prompts[index]
             try:  # a missing image, or markers that do not match the images
                 images = _row_images(row.get(args.image_key), image_dir, index)
-                first = [*context, prompt_message(prompt, images)]
+                firsts.append((images, [*context, prompt_message(prompt, images)]))
             except ValueError as error:
                 where = "" if str(error).startswith(f"row {index}:") else f"row {index}: "
                 raise SystemExit(f"evaluate: --data {args.data}, {where}{error}") from None
+        for index, row in enumerate(rows):
+            context, prompt = prompts[index]
+            images, first = firsts[index]
             tools = env_tools if env_tools is not None else row_tools[index]
             rendered = render(index, first, tools) if render is not None else None
             fields = {key: value for key, value in row.items() if key != args.image_key}
@@ -603,8 +619,16 @@ def main(argv: list[str] | None = None) -> int:
             line: dict[str, Any] = {"row": index, **result.counts, **result.info}
             score: dict[str, float] = {}
             if scorer is not None:
-                columns = scorer.score([reward_sample(index, setup, result)])
+                try:
+                    columns = scorer.score([reward_sample(index, setup, result)])
+                except RewardFunctionError as error:  # the user's function raised: one line, the row named
+                    raise SystemExit(f"evaluate: row {index}: {error}") from None
                 score = {key: float(values[0]) for key, values in columns.items()}
+                if scores and score.keys() != scores[0].keys():  # training refuses it too (check_scores)
+                    raise SystemExit(
+                        f"evaluate: row {index}: the reward returned the keys {sorted(score)}, but row 0 returned "
+                        f"{sorted(scores[0])}; return the same keys for every row (the means would mix rows)."
+                    )
                 scores.append(score)
                 line.update(reward=_finite(score["overall"]), scores={k: _finite(v) for k, v in score.items()})
             print(json.dumps(line), flush=True)
@@ -615,6 +639,13 @@ def main(argv: list[str] | None = None) -> int:
                 output.flush()
     print(json.dumps(summarize(lines, scores)))
     return 0
+
+
+def _same_file(one: str, other: str) -> bool:
+    try:
+        return os.path.samefile(os.path.expanduser(one), os.path.expanduser(other))
+    except OSError:  # --data is a name@split, or gone
+        return False
 
 
 def read_rows(path: str, prompt_key: str, limit: int | None, answer_key: str = "answer") -> list[dict[str, Any]]:
