@@ -89,6 +89,8 @@ def test_engine_generates_while_training_within_the_staleness_bound_and_resumes(
         assert row["rollout_corr/k3_kl"] < 0.05, (step, row["rollout_corr/k3_kl"])
         if step in (2, 4):
             assert "val/reward_score" in row  # validation ran on the rollout pool
+        # every step reports a weight sync: step 1's is the one the validation before training made (it was lost)
+        assert row["perf/sync_weights_gb"] > 0 and row["timing_s/sync_weights"] > 0, step
     assert max(row["async/staleness_max"] for row in log.values()) == 1.0  # the engine ran ahead of the trainer
     # each checkpoint's score for save_limit is its own step's validation (step 1's is not the one before training)
     tracker = json.loads((root / "disagg1" / "checkpoint_tracker.json").read_text())

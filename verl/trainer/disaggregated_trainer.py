@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 import os
+from collections import defaultdict
 from typing import Any
 
 from verl.protocol import DataProto
@@ -39,6 +40,8 @@ class DisaggregatedRayPPOTrainer(AsyncRayPPOTrainer):
         self.engine_version: int | None = None
         """Weight updates the engines' weights carry (None: no weights yet)."""
         self.engine_dtype: str | None = None
+        self.validation_sync: dict[str, list[float]] = defaultdict(list)
+        """The figures of the weight sync a validation made, reported with the next step (whose own is skipped)."""
 
     def _connect(self) -> None:
         """Form the weight-transfer group of the trainer's rank 0 and every rollout process (all join at once)."""
@@ -66,6 +69,9 @@ class DisaggregatedRayPPOTrainer(AsyncRayPPOTrainer):
             append_metrics(metrics, [sent_metrics, *received_metrics])
 
     def _take_round(self, version: int, round_index: int, metrics: dict[str, list[float]]) -> DataProto:
+        for key, values in self.validation_sync.items():
+            metrics.setdefault(key, []).extend(values)
+        self.validation_sync = defaultdict(list)
         self.sync_engines(version, metrics)  # once a step: `version` is the trained policy's
         prompts = self._admit(version)
         engines = self.rollout_wg.world_size
@@ -105,5 +111,5 @@ class DisaggregatedRayPPOTrainer(AsyncRayPPOTrainer):
 
     def validate(self) -> dict[str, float]:
         if self.val_dataloader is not None:
-            self.sync_engines(self.global_step)  # validation scores the policy after this step's update
+            self.sync_engines(self.global_step, self.validation_sync)  # the policy after this step's update
         return super().validate()
