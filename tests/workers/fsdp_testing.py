@@ -252,6 +252,58 @@ def make_vl_batch(
     return DataProto.from_dict(tensors=batch, non_tensors=non_tensors)
 
 
+def make_media_batch(
+    model: torch.nn.Module, processor: Any, rows: list[list[str]], placeholders: dict[str, str], seed: int = 0
+) -> DataProto:
+    """A VL rollout batch whose row i holds the images and videos `rows[i]` names, in that order ("image", "video";
+    an empty list: a text-only row), each written with `placeholders[kind]`; the prompts and pixels go through the
+    processor as the dataset's (`processor_inputs`, videos of 4 random frames at 2 fps), the mrope positions over
+    prompt + response come from RopeIndex, as the dataset and the rollout make them."""
+    from PIL import Image
+
+    from verl.data.multimodal import processor_inputs
+    from verl.models.rope_index import RopeIndex
+
+    generator = torch.Generator().manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    response_len = 8
+    prompts, responses, media, grids = [], [], [], []
+    for kinds in rows:
+        images, videos = [], []
+        for kind in kinds:
+            if kind == "image":
+                height, width = 28 * int(rng.integers(2, 4)), 28 * int(rng.integers(2, 4))
+                images.append(Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)))
+            else:
+                videos.append(rng.integers(0, 256, (4, 56, 56, 3), dtype=np.uint8))
+        words = " ".join(rng.choice(["red", "blue", "circle", "count", "the", "image"], size=int(rng.integers(1, 4))))
+        text = "<|im_start|>user\n" + "".join(placeholders[kind] for kind in kinds) + f"{words}<|im_end|>\n"
+        encoded = processor_inputs(processor, text, images or None, videos or None, video_fps=2.0)
+        prompts.append(encoded["input_ids"][0].tolist())
+        grids.append((encoded.get("image_grid_thw"), encoded.get("video_grid_thw")))
+        length = int(torch.randint(1, response_len + 1, (1,), generator=generator))
+        responses.append(torch.randint(0, VOCAB, (length,), generator=generator).tolist())
+        data = {"images": images} if images else {}
+        if videos:
+            data.update(videos=videos, video_fps=2.0)
+        media.append(data or None)
+    prompt_len = max(len(prompt) for prompt in prompts)
+    input_ids, attention_mask = _layout(prompts, responses, prompt_len, response_len, processor.tokenizer.pad_token_id)
+    rope_index = RopeIndex(model.config)
+    position_ids = torch.stack(
+        [rope_index(ids, mask, *grid) for ids, mask, grid in zip(input_ids, attention_mask, grids)]
+    )
+    batch = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+        "responses": input_ids[:, prompt_len:].clone(),
+        "response_mask": attention_mask[:, prompt_len:].clone(),
+    }
+    _training_columns(batch, generator)
+    return DataProto.from_dict(tensors=batch, non_tensors={"multi_modal_data": media})
+
+
 def grad_atol(expected: dict[str, torch.Tensor], key: str) -> float:
     """The fp32 noise allowed in gradient `key`: 1e-5 of its scale (packed attention sums in another order), 3e-5 for
     a mixture-of-experts router (`mlp.gate`: every token's routing weights, through a softmax and the top-k

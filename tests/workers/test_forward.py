@@ -5,7 +5,7 @@
 import pytest
 import torch
 
-from tests.workers.fsdp_testing import make_text_batch, reference_outputs
+from tests.workers.fsdp_testing import make_media_batch, make_text_batch, reference_outputs
 from verl.models.config import ModelConfig
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.protocol import DataProto
@@ -93,3 +93,94 @@ def test_update_micro_batch_default_follows_the_device(monkeypatch):
     monkeypatch.setattr(device_utils, "_device_type", "cuda")
     assert update_micro_batch_size(None, 64, dynamic=True) == 4
     assert update_micro_batch_size(None, 6, dynamic=False) == 3
+
+
+GLM_PLACEHOLDERS = {
+    "image": "<|begin_of_image|><|image|><|end_of_image|>",
+    "video": "<|begin_of_video|><|video|><|end_of_video|>",
+}
+
+
+def features_in_their_places(model, data: DataProto) -> torch.Tensor:
+    """Log-probs of the responses with each row's image features and video features (the model's own
+    get_image_features and get_video_features) put on the row's image tokens and video tokens (RopeIndex's token
+    types), row by row: the reference that GLM's forward, which finds both kinds by the image token, cannot give."""
+    from verl.models.rope_index import IMAGE_TOKEN, VIDEO_TOKEN, RopeIndex
+
+    batch = data.batch
+    response_len = batch["responses"].shape[-1]
+    token_types = RopeIndex(model.config).mm_token_type_ids
+    logits = []
+    for row, inputs in enumerate(data.non_tensor_batch["multi_modal_inputs"]):
+        ids = batch["input_ids"][row]
+        embeds = model.get_input_embeddings()(ids).clone()
+        types = token_types(ids)
+        inputs = inputs or {}
+        if "pixel_values" in inputs:
+            features = model.model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"]).pooler_output
+            embeds[types == IMAGE_TOKEN] = torch.cat(features)
+        if "pixel_values_videos" in inputs:
+            videos = model.model.get_video_features(inputs["pixel_values_videos"], inputs["video_grid_thw"])
+            embeds[types == VIDEO_TOKEN] = torch.cat(videos.pooler_output)
+        output = model(
+            inputs_embeds=embeds[None],
+            attention_mask=batch["attention_mask"][row : row + 1],
+            position_ids=batch["position_ids"][row : row + 1].transpose(0, 1),
+            use_cache=False,
+        )
+        logits.append(output.logits[0, -response_len - 1 : -1])
+    log_probs = log_probs_from_logits(torch.stack(logits).float() / TEMPERATURE, batch["responses"])
+    return log_probs * batch["attention_mask"][:, -response_len:]
+
+
+@pytest.mark.parametrize("kind", ["glm4v", "glm4v_moe"])
+def test_glm_micro_batch_of_images_and_videos_places_each_kinds_features(kind, tmp_path):
+    """GLM-4.1V and GLM-4.5V write a video's frames with the image token, and their forward finds both kinds by it:
+    a micro-batch with an image row and a video row, or a row with both, failed ("Image features and image tokens do
+    not match"). The frames go in as images, in token order (verl.models.glm_video): every row's log-probs are those
+    of its features in their places, packed and padded."""
+    from verl.data.tokenizer import get_processor
+    from verl.models.glm_video import frames_as_images
+    from verl.models.loading import build_model
+    from verl.workers.actor.forward import process_multi_modal_inputs
+
+    path = get_or_build_tiny_model(kind, str(tmp_path))
+    model = build_model(ModelConfig(model_path=path, enable_gradient_checkpointing=False)).eval()
+    processor = get_processor(path)
+    rows = [["image"], ["video"], ["image", "video"], ["video", "image", "image"], []]
+    data = make_media_batch(model, processor, rows, GLM_PLACEHOLDERS)
+    process_multi_modal_inputs(data, processor)
+    with torch.no_grad():
+        split = data[[0, 1, 4]]  # no row holds both: the model's own forward, row by row, is the same reference
+        own = reference_outputs(model, split, TEMPERATURE)["log_probs"]
+        assert (own - features_in_their_places(model, split)).abs().max() < 1e-5
+    assert packing_is_exact(model)
+    weights = torch.randn(data.batch["responses"].shape, generator=torch.Generator().manual_seed(0))
+
+    def log_probs_and_grads(padding_free: bool | None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The actor's forward (None: the reference) and the gradient of a weighted sum of its log-probs."""
+        model.zero_grad(set_to_none=True)
+        if padding_free is None:
+            log_probs = features_in_their_places(model, data)
+        else:
+            log_probs = forward_response(model, data, padding_free, head)["log_probs"]
+        (log_probs * weights).sum().backward()
+        return log_probs.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+    expected, expected_grads = log_probs_and_grads(None)
+    assert any(name.startswith("model.visual.") for name in expected_grads)
+    for padding_free in (False, True):
+        got, grads = log_probs_and_grads(padding_free)
+        diff = (got - expected).abs().max().item()
+        assert diff < 1e-5, f"padding_free={padding_free}: {diff}"
+        assert set(grads) == set(expected_grads)
+        for name, grad in grads.items():  # fp32 noise: 1e-5 of the gradient's scale
+            atol = 1e-5 * expected_grads[name].abs().max().item() + 1e-9
+            torch.testing.assert_close(
+                grad, expected_grads[name], rtol=1e-4, atol=atol, msg=lambda m, name=name: f"{name}: {m}"
+            )
+
+    # a row's media that are not its tokens' is named
+    inputs = data.non_tensor_batch["multi_modal_inputs"]
+    with pytest.raises(ValueError, match="Row 3 has .* image tokens but its images make"):
+        frames_as_images(model.config, data.batch["input_ids"][3], inputs[2], row=3)

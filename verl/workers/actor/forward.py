@@ -19,6 +19,7 @@ from verl.algorithms.core_algos import loss_token_counts
 from verl.data.multimodal import process_media
 from verl.models import ulysses
 from verl.models.gated_deltanet import linear_attention_is_exact
+from verl.models.glm_video import frames_as_images, needs_frames_as_images
 from verl.models.packed_attention import packed_sequence_kwargs
 from verl.protocol import DataProto, to_object_array
 from verl.utils import device as device_utils
@@ -57,8 +58,9 @@ def process_multi_modal_inputs(data: DataProto, processor: Any) -> None:
     data.non_tensor_batch["multi_modal_inputs"] = to_object_array(rows)
 
 
-def _batch_multi_modal_inputs(micro: DataProto, device: torch.device) -> dict[str, torch.Tensor]:
-    """The rows' vision inputs concatenated in row order (the order the model fills image tokens), on `device`."""
+def _batch_multi_modal_inputs(micro: DataProto, device: torch.device, model_config: Any) -> dict[str, torch.Tensor]:
+    """The rows' vision inputs concatenated in row order (the order the model fills image tokens), on `device`;
+    GLM-4.xV's videos as their frames' images when the micro-batch also has images (verl.models.glm_video)."""
     if "multi_modal_inputs" not in micro.non_tensor_batch:
         if any(row for row in micro.non_tensor_batch.get("multi_modal_data", ())):
             raise ValueError(
@@ -66,8 +68,15 @@ def _batch_multi_modal_inputs(micro: DataProto, device: torch.device) -> dict[st
                 "verl.workers.actor.forward.process_multi_modal_inputs(data, processor) before the forward."
             )
         return {}
+    rows = list(micro.non_tensor_batch["multi_modal_inputs"])
+    if needs_frames_as_images(model_config, rows):
+        input_ids, attention_mask = micro.batch["input_ids"], micro.batch["attention_mask"].bool()
+        rows = [
+            frames_as_images(model_config, input_ids[index][attention_mask[index]], row, index) if row else row
+            for index, row in enumerate(rows)
+        ]
     parts: dict[str, list[torch.Tensor]] = defaultdict(list)
-    for row in micro.non_tensor_batch["multi_modal_inputs"]:
+    for row in rows:
         for key, value in (row or {}).items():
             parts[key].append(value)
     return {key: _concat_rows(values).to(device, non_blocking=True) for key, values in parts.items()}
@@ -207,7 +216,7 @@ def _padded_columns(micro: DataProto, padding_free: bool) -> tuple[int, int] | N
 def forward_response(module: nn.Module, micro: DataProto, padding_free: bool, head: Head) -> dict[str, torch.Tensor]:
     """Run the model on a micro-batch and apply `head(logits (N, V), labels (N,)) -> values (N,)` at the positions
     predicting response tokens; returns name -> (B, R), zero on padding, the same in padded and packed modes."""
-    extra = _batch_multi_modal_inputs(micro, micro.batch["input_ids"].device)
+    extra = _batch_multi_modal_inputs(micro, micro.batch["input_ids"].device, getattr(module, "config", None))
     columns = _padded_columns(micro, padding_free)
     if columns is not None:
         return _forward_padded(module, micro, head, extra, columns)
