@@ -40,6 +40,7 @@ def test_the_engine_expands_a_video_prompt_as_the_dataset_does(kind, tmp_path):
     from vllm import SamplingParams
 
     from verl.protocol import DataProto, collate_fn
+    from verl.workers.rollout import vllm_compat
     from verl.workers.rollout.config import RolloutConfig
     from verl.workers.rollout.vllm_rollout import VLLMRollout
 
@@ -53,6 +54,7 @@ def test_the_engine_expands_a_video_prompt_as_the_dataset_does(kind, tmp_path):
         n=1, dtype="fp32", kv_cache_memory_mb=32, tensor_parallel_size=1, max_num_batched_tokens=1024,
         prompt_length=256, response_length=4,
     )  # fmt: skip
+    vllm_compat.forget_dense_parallel_groups()  # a mixture of experts after a dense engine of this process
     rollout = VLLMRollout(model_dir, config, tokenizer, processor)
     inputs = rollout._engine_inputs(batch)
     [output] = rollout.inference_engine.generate(
