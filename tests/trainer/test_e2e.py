@@ -162,6 +162,11 @@ def test_grpo_text_run_trains_and_checkpoints(workspace, caplog):
         caplog.text
     )
     assert read_log(save_dir) == rows
+    # a validation-only run of the last checkpoint: logged beside the training run, which keeps its logs
+    val_only = run_ppo(load_config(text_args(workspace, "grpo_text", "trainer.val_only=true")))
+    assert read_log(save_dir) == rows and not (save_dir / "previous_runs").exists()
+    (row,) = [json.loads(line) for line in (save_dir / "val_only_log.jsonl").read_text().splitlines()]
+    assert row["step"] == 2 and row["val/reward_score"] == pytest.approx(val_only["val/reward_score"])
 
 
 def earlier_checkpoint(run_dir: pathlib.Path, writer: str) -> pathlib.Path:
