@@ -411,6 +411,10 @@ class Broken(MultiTurnEnv):
     def step(self, state, response):
         if self.wrong == "raise":
             return state["no_such_key"]
+        if self.wrong == "hang":
+            import time
+
+            time.sleep(3600)  # a tool that never returns
         return [], True  # a tuple for an EnvStep
 """
 
@@ -423,6 +427,10 @@ def test_an_environment_that_fails_stops_evaluate_naming_it_and_the_row(monkeypa
     for wrong, message in (
         ("raise", r"step raised KeyError after model turn 1: 'no_such_key'"),
         ("tuple", r"step raised TypeError after model turn 1: step returned tuple \(\[\], True\); return an EnvStep"),
+        (
+            "hang",
+            r"the step after model turn 1 did not finish within --env-step-timeout 0.5 s; where it was:\n[\s\S]*broken.py\", line \d+, in step",
+        ),
     ):
         spec = f"{tmp_path / 'broken.py'}:Broken"
         pattern = r"evaluate: row 0: Broken \(--env\): " + message
@@ -437,6 +445,8 @@ def test_an_environment_that_fails_stops_evaluate_naming_it_and_the_row(monkeypa
                 spec,
                 "--env-kwargs",
                 json.dumps({"wrong": wrong}),
+                "--env-step-timeout",
+                "0.5",
             )
 
 

@@ -23,16 +23,26 @@ import json
 import math
 import os
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from verl.data.multimodal import content_parts
 from verl.data.rollout_dump import message_record, message_text, transcript_messages, write_image
 from verl.data.sources import ground_truth, row_value, split_prompt_messages, tool_schemas
-from verl.envs.base import EnvCodeError, Environment, SingleTurnEnv, call_env, checked_info, checked_step
+from verl.envs.base import (
+    EnvCodeError,
+    Environment,
+    EnvStepTimeoutError,
+    SingleTurnEnv,
+    call_env,
+    checked_info,
+    checked_step,
+)
 from verl.envs.client_env import ChatClientEnv, EpisodeOver, chat_client
 from verl.envs.loader import load_environment
 from verl.rewards.function import REASONING_OPENING, RewardFunctionError, opens_reasoning
+from verl.utils import stall_report
 
 
 IMAGE_MARKER = "<image>"
@@ -113,6 +123,9 @@ class EpisodeSetup:
     function gets as `prompt` in training (model_turn reads a reasoning block its generation prompt opens)."""
     tools: list[dict[str, Any]] | None = None
     """The tool schemas every request carries: the environment's own, or the row's (--tools-key)."""
+    env_step_timeout_s: float = 0.0
+    """Longest one environment step may take (--env-step-timeout, as worker.rollout.env_step_timeout_s); <= 0: no
+    limit."""
 
     @property
     def opened(self) -> bool:
@@ -221,6 +234,31 @@ def answered(turn: dict[str, Any], messages: list[Any]) -> list[Any]:
     return named
 
 
+def _within(timeout_s: float, late: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+    """`call(*args, **kwargs)`, which must return within `timeout_s` (<= 0: no limit), else EnvStepTimeoutError with
+    `late` and where the call was (the thread cannot be stopped; it is a daemon, so evaluate still exits)."""
+    if timeout_s <= 0:
+        return call(*args, **kwargs)
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        outcome["thread"] = threading.get_ident()
+        try:
+            outcome["value"] = call(*args, **kwargs)
+        except BaseException as error:  # handed to the caller's thread
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, name="evaluate-env-step", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        where = stall_report.format_stacks([outcome["thread"]], user_code_only=True) if "thread" in outcome else ""
+        raise EnvStepTimeoutError(late + (f"; where it was:\n{where}" if where else "."))
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
 def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeResult:
     """One episode through `client.chat.completions`. Messages after the last turn are kept marked cut, as in
     training (their tool results counted in cut_tool_messages)."""
@@ -242,7 +280,19 @@ def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeRe
         messages.append(sent_back(reply))
         transcript += transcript_messages([{"role": "assistant", "content": text, "tool_calls": calls}], 0)
         counts["turns"] += 1
-        step = call_env(env, name, "step", f"after model turn {turn + 1}", state, text, check=checked_step)
+        where = f"after model turn {turn + 1}"
+        step = _within(
+            setup.env_step_timeout_s,
+            f"{name}: the step {where} did not finish within --env-step-timeout {setup.env_step_timeout_s:g} s",
+            call_env,
+            env,
+            name,
+            "step",
+            where,
+            state,
+            text,
+            check=checked_step,
+        )
         counts["tool_calls"] += step.tool_calls
         counts["tool_errors"] += step.tool_errors
         shown = not step.done and turn < setup.max_turns - 1
@@ -496,6 +546,12 @@ def _parser() -> argparse.ArgumentParser:
     add("--timeout", type=float, default=300.0, help="seconds one request may take before it is tried again")
     add("--max-retries", type=int, default=2, help="how often a request that failed or timed out is tried again")
     add(
+        "--env-step-timeout",
+        type=float,
+        default=600.0,
+        help="seconds one environment step may take, as worker.rollout.env_step_timeout_s (<= 0: no limit)",
+    )
+    add(
         "--chat-template-kwargs",
         default="{}",
         help='JSON object of chat template variables, as data.chat_template_kwargs: {"enable_thinking": false}',
@@ -607,10 +663,11 @@ def main(argv: list[str] | None = None) -> int:
                 data_columns=data_columns,
                 rendered=rendered,
                 tools=tools,
+                env_step_timeout_s=args.env_step_timeout,
             )
             try:
                 result = run(env, setup, client)
-            except (NotImplementedError, EnvCodeError) as error:  # a ChatClientEnv given images; the env's own code
+            except (NotImplementedError, EnvCodeError, EnvStepTimeoutError) as error:  # the env's own code, or late
                 raise SystemExit(f"evaluate: row {index}: {error}") from None
             except openai.APIError as error:  # the endpoint refused a request or went away
                 raise SystemExit(
