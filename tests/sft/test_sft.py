@@ -9,6 +9,7 @@ import os
 import pathlib
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -502,10 +503,14 @@ def test_lora_sft_trains_the_adapters_alone_resumes_exactly_and_exports_them_mer
     write_conversations(tmp_path / "train.jsonl", 48, seed=0)
     write_conversations(tmp_path / "val.jsonl", 7, seed=1)
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+    base = tmp_path / "base"  # a model folder that declares bf16 weights, as the released Qwen models do
+    shutil.copytree(models["text"], base)
+    config = json.loads((base / "config.json").read_text())
+    (base / "config.json").write_text(json.dumps({**config, "dtype": "bfloat16"}))
     lora = ["worker.model.lora.rank=8", "worker.model.lora.alpha=16", "worker.optim.lr=1e-2", "trainer.max_steps=4"]
-    run_sft(load_sft_config(sft_args(tmp_path, models["text"], straight, *lora, "trainer.save_freq=2")))
+    run_sft(load_sft_config(sft_args(tmp_path, str(base), straight, *lora, "trainer.save_freq=2")))
     step_2 = f"trainer.load_checkpoint_path={os.path.join(straight, 'global_step_2')}"
-    run_sft(load_sft_config(sft_args(tmp_path, models["text"], resumed, *lora, step_2)))  # another run's step 2
+    run_sft(load_sft_config(sft_args(tmp_path, str(base), resumed, *lora, step_2)))  # another run's step 2
 
     rows, again = read_steps(straight), read_steps(resumed)
     assert sorted(again) == [3, 4]
@@ -519,8 +524,12 @@ def test_lora_sft_trains_the_adapters_alone_resumes_exactly_and_exports_them_mer
     assert weights and all(".lora_A." in key or ".lora_B." in key for key in weights), weights[:5]
     assert os.path.isfile(os.path.join(actor, "adapter_config.json"))  # outside huggingface/: see below
     # the export is a plain model with the adapters merged in, as model_merger writes from the checkpoint, by
-    # default into the checkpoint's huggingface/ (which an adapter_config.json there would make load as an adapter)
-    exported = AutoModelForCausalLM.from_pretrained(os.path.join(straight, "huggingface")).state_dict()
+    # default into the checkpoint's huggingface/ (which an adapter_config.json there would make load as an adapter);
+    # in the dtype the base model declares (it was fp32, twice the size, whatever the base)
+    exported_dir = os.path.join(straight, "huggingface")
+    assert json.loads(open(os.path.join(exported_dir, "config.json")).read())["dtype"] == "bfloat16"
+    assert {t.dtype for t in load_file(os.path.join(exported_dir, "model.safetensors")).values()} == {torch.bfloat16}
+    exported = AutoModelForCausalLM.from_pretrained(exported_dir, dtype=torch.bfloat16).state_dict()
     merged = pathlib.Path(actor) / "huggingface"
     export_checkpoint(actor, None)
     assert damage(os.path.dirname(actor)) is None  # the checkpoint stays resumable
@@ -529,9 +538,9 @@ def test_lora_sft_trains_the_adapters_alone_resumes_exactly_and_exports_them_mer
     original = AutoModelForCausalLM.from_pretrained(models["text"]).state_dict()
     assert exported.keys() == original.keys()
     for name, param in exported.items():
-        torch.testing.assert_close(param, reference[name], rtol=0, atol=1e-6, msg=name)
+        torch.testing.assert_close(param, reference[name].to(torch.bfloat16), msg=name)  # bf16's tolerance
         adapted = name.endswith("proj.weight")  # every linear layer but the LM head has adapters
-        assert torch.equal(param, original[name]) != adapted, name
+        assert torch.equal(param, original[name].to(torch.bfloat16)) != adapted, name
     # a checkpoint written before the adapter config moved out of huggingface/: exported elsewhere, not in place
     os.replace(os.path.join(actor, "adapter_config.json"), merged / "adapter_config.json")
     write_record(os.path.dirname(actor))  # as that save recorded its files

@@ -149,6 +149,18 @@ def start_from_score_head(model: nn.Module, model_path: str) -> None:
     logger.info("The critic's value head starts from the score head of the reward model '%s'.", model_path)
 
 
+def declared_dtype(config: PretrainedConfig) -> torch.dtype:
+    """The dtype a model folder's config declares for its weights (its text config's where the top level has none),
+    float16, bfloat16 or float32; float32 where it declares none."""
+    for part in (config, config.get_text_config()):
+        dtype = vars(part).get("dtype")
+        if isinstance(dtype, str):
+            dtype = getattr(torch, dtype, None)
+        if dtype in (torch.float16, torch.bfloat16, torch.float32):
+            return dtype
+    return torch.float32
+
+
 def exported_config(model: nn.Module) -> PretrainedConfig:
     """A copy of `model.config` as its folder had it, to save with its weights: `use_cache`, which training switches
     off, as it was loaded (an export with it off makes transformers' generate recompute every token)."""

@@ -149,7 +149,8 @@ class SFTTrainerConfig(BaseTrainerConfig):
     """Validate every this many steps (and at the end when there is a validation set); <= 0 only at the end."""
     export_hf_model: bool = True
     """At the end, also write the trained model as a Hugging Face directory (weights, config, tokenizer) to
-    <save_checkpoint_path>/huggingface: give it to the RL trainer as worker.actor.model.model_path."""
+    <save_checkpoint_path>/huggingface: give it to the RL trainer as worker.actor.model.model_path. Its weights have
+    the dtype the base model's config declares (bf16 for the released Qwen models; fp32 where it declares none)."""
 
 
 @dataclass

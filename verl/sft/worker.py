@@ -24,7 +24,7 @@ from verl.models.fsdp import (
     get_full_state_dict,
     micro_batch_pass,
 )
-from verl.models.loading import build_model, exported_config
+from verl.models.loading import build_model, declared_dtype, exported_config, load_model_config
 from verl.models.lora import adapter_config_dict, lora_scaling, merged_state_dict
 from verl.protocol import DataProto
 from verl.single_controller.base.decorator import Dispatch, register
@@ -143,8 +143,9 @@ class SFTWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def export_hf_model(self, path: str) -> None:
-        """Write the weights as a Hugging Face model directory (rank 0), usable as the RL trainer's model_path; LoRA
-        adapters are merged into the base weights."""
+        """Write the weights as a Hugging Face model directory (rank 0), usable as the RL trainer's model_path, in the
+        dtype the base model's config declares (bf16 for the released Qwen models; the training holds fp32 master
+        weights); LoRA adapters are merged into the base weights."""
         state = get_full_state_dict(self.module)  # collective; the full tensors land on rank 0
         if dist.get_rank() == 0:
             if self.config.model.lora.rank > 0:
@@ -152,6 +153,7 @@ class SFTWorker(Worker):
             model = build_model(self.config.model, device="meta")
             model.load_state_dict(state, assign=True)
             model.tie_weights()
+            model.to(declared_dtype(load_model_config(self.config.model)))  # as the base model's folder has them
             model.config = exported_config(model)
             os.makedirs(path, exist_ok=True)
             model.save_pretrained(path)
