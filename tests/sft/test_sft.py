@@ -265,7 +265,7 @@ def test_config_errors_name_the_key(tmp_path) -> None:
         load_sft_config([*base, "worker.fsdp.torch_dtype=bf16"])
     with pytest.raises(ConfigError, match="'worker.optim.training_steps' is derived from 'trainer.max_steps"):
         load_sft_config([*base, "worker.optim.training_steps=5"])
-    with pytest.raises(ConfigError, match="'data.seed' must be zero or positive"):
+    with pytest.raises(ConfigError, match=r"'data.seed' is a seed, which must lie in \[0, 2\*\*63\)"):
         load_sft_config([*base, "data.seed=-1"])
     with pytest.raises(ConfigError, match="data.min_pixels=5000 is above data.max_pixels=4000"):
         load_sft_config([*base, "data.min_pixels=5000", "data.max_pixels=4000"])

@@ -49,6 +49,51 @@ def write_yaml(path, data) -> str:
     return str(path)
 
 
+@pytest.mark.parametrize(
+    ("typed", "name"),
+    [("no", "no"), ("0755", "0755"), ("12:30:00", "12:30:00"), ("1e3", "1e3"), ("exp #2", "exp #2"), ("'on'", "on")],
+)
+def test_a_text_setting_is_what_was_typed(files, typed, name):
+    """YAML read `experiment_name=no` as False (the run was named "False"), 0755 as 493, and cut "exp #2" at the #."""
+    assert load_config([*base_args(files), f"trainer.experiment_name={typed}"]).trainer.experiment_name == name
+
+
+def test_yaml_traps_in_a_config_file_are_refused_or_read_as_meant(files):
+    cfg_file = files / "c.yaml"
+    cfg_file.write_text("trainer:\n  experiment_name: no\n")
+    with pytest.raises(ConfigError, match=r"'trainer.experiment_name' is text, but its value was read as the boolean"):
+        load_config([f"config={cfg_file}", *base_args(files)])
+    cfg_file.write_text("data:\n  seed: 1\n  seed: 2\n")
+    with pytest.raises(ConfigError, match=r"the key 'seed' is given twice in one mapping"):
+        load_config([f"config={cfg_file}", *base_args(files)])
+    cfg_file.write_text("trainer:\n  experiment_name: ${trainer.project_name}_x\n  project_name: p\n")
+    assert load_config([f"config={cfg_file}", *base_args(files)]).trainer.experiment_name == "p_x"
+    assert (
+        load_config(
+            [*base_args(files), "trainer.project_name=q", "trainer.experiment_name=${trainer.project_name}_y"]
+        ).trainer.experiment_name
+        == "q_y"
+    )  # noqa: E501
+
+
+@pytest.mark.parametrize(
+    ("arg", "message"),
+    [
+        ("worker.actor.model.lora.exclude_modules=[a-z]+_proj", r"cannot be parsed .*quote it for YAML"),
+        ("trainer.experiment_name=*x", r"cannot be parsed .*quote it for YAML"),
+        ("data.chat_template_kwargs=[1]", r"'data.chat_template_kwargs' expects dict\[str, Any\], got \[1\]"),
+        ("worker.actor.optim.betas={a: 1}", r"'worker.actor.optim.betas' expects .*list.*, got \{'a': 1\}"),
+        ("config=", r"config= is empty"),
+        ("algorithm.kl_type=adaptive", r"kl_type=adaptive adapts the coefficient of the KL penalty in the rewards"),
+    ],
+)
+def test_command_line_mistakes_are_one_line(files, arg, message):
+    """Each was a Python traceback (yaml's ComposerError, OmegaConf's TypeError), an empty config= ran the defaults,
+    and an adaptive KL controller with the KL in the loss was accepted and never used."""
+    with pytest.raises(ConfigError, match=message):
+        load_config([*base_args(files), "algorithm.use_kl_loss=true", arg])
+
+
 def test_defaults_yaml_cli_precedence(files):
     cfg_file = write_yaml(
         files / "c.yaml",
@@ -193,7 +238,11 @@ def test_missing_config_file(files):
         (["worker.actor.max_grad_norm=-1"], r"worker.actor.max_grad_norm.*positive, got -1"),
         (["worker.actor.ppo_epochs=0"], r"worker.actor.ppo_epochs.*positive, got 0"),
         (["worker.actor.optim.lr=-1e-6"], r"worker.actor.optim.lr.*zero or positive"),
-        (["worker.rollout.seed=-3"], r"worker.rollout.seed.*zero or positive"),
+        (["worker.rollout.seed=-3"], r"worker.rollout.seed.* is a seed, which must lie in \[0, 2\*\*63\)"),
+        (
+            ["data.seed=18446744073709551616"],
+            r"data.seed.* is a seed, which must lie in \[0, 2\*\*63\), got 18446744073709551616",
+        ),
         (["data.dataloader_num_workers=-1"], r"data.dataloader_num_workers.*zero or positive, got -1"),
         (["worker.rollout.kv_cache_memory_mb=-5"], r"worker.rollout.kv_cache_memory_mb.*positive"),
         (["trainer.rollout_data_freq=0"], r"trainer.rollout_data_freq.*positive, got 0"),

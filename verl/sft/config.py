@@ -28,6 +28,7 @@ from verl.utils.config import (
     require_non_negative,
     require_pixel_range,
     require_positive,
+    require_seed,
     set_keys,
 )
 from verl.utils.device import is_cuda_available
@@ -89,6 +90,7 @@ class SFTDataConfig:
     data.chat_template_kwargs); each must be one the template reads."""
 
     def validate(self, prefix: str) -> None:
+        require_seed(self, prefix, "seed")
         if (self.prompt_key is None) != (self.response_key is None):
             raise ConfigError(
                 f"{prefix}prompt_key and {prefix}response_key go together (a one-turn conversation); set both."

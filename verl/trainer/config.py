@@ -46,6 +46,7 @@ from verl.utils.config import (
     require_path,
     require_pixel_range,
     require_positive,
+    require_seed,
     require_writable_dir,
     set_keys,
 )
@@ -156,7 +157,8 @@ class DataConfig:
     def validate(self, prefix: str) -> None:
         sizes = ("max_prompt_length", "max_response_length", "rollout_batch_size", "mini_rollout_batch_size")
         require_positive(self, prefix, *sizes, "video_fps", "filter_overlong_prompts_workers")
-        require_non_negative(self, prefix, "seed", "dataloader_num_workers", "video_max_frames")
+        require_non_negative(self, prefix, "dataloader_num_workers", "video_max_frames")
+        require_seed(self, prefix, "seed")
         require_pixel_range(self, prefix)
         if self.val_batch_size == 0 or self.val_batch_size < -1:
             raise ConfigError(
@@ -286,6 +288,16 @@ class AlgorithmConfig:
             raise ConfigError(
                 f"{prefix}grpo_std_scope=batch picks the std that advantages are divided by, but "
                 f"{prefix}norm_adv_by_std_in_grpo=false divides by none; drop one of the two."
+            )
+        if self.kl_type == "adaptive" and (self.use_kl_loss or self.disable_kl):
+            uses = (
+                "disable_kl=true trains without a KL term"
+                if self.disable_kl
+                else ("use_kl_loss=true puts the KL in the actor's loss, with the fixed coefficient kl_coef")
+            )
+            raise ConfigError(
+                f"{prefix}kl_type=adaptive adapts the coefficient of the KL penalty in the rewards, but {prefix}{uses}; "
+                f"set {prefix}kl_type=fixed, or {prefix}use_kl_loss=false to penalise the rewards."
             )
         if self.disable_kl and self.use_kl_loss:
             logger.warning(

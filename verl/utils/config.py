@@ -50,13 +50,44 @@ EASYR1_ONLY_KEYS: dict[str, str] = {
 migrated config is fixed by deleting them."""
 
 
-def checked_mapping(schema: type, user: Mapping, prefix: str = "") -> dict[str, Any]:
+class CommandLine(dict):
+    """The command line's overrides (`parse_dotlist`), with what a YAML parse of a value loses: `raw`, each
+    argument's value as typed, by dotted key (a text setting gets it whole: `experiment_name=no` is "no", not
+    "False"; `exp #2` keeps its "#2")."""
+
+    def __init__(self, values: Mapping, raw: Mapping[str, str]) -> None:
+        super().__init__(values)
+        self.raw = dict(raw)
+
+
+def _text_field(hint: Any) -> bool:
+    """Whether a field holds text: `str` or `str | None`."""
+    return _unwrap_optional(hint) is str
+
+
+def _as_text(path: str, value: Any, raw: Mapping[str, str]) -> Any:
+    """The value of text field `path`: as typed on the command line (unless quoted: then YAML's reading); a YAML
+    file's boolean is refused (YAML 1.1 reads yes/no/on/off as booleans: a name "no" would become "False")."""
+    typed = raw.get(path)
+    if typed is not None and typed.strip() and typed.strip()[0] not in "'\"[{":
+        return typed.strip()
+    if isinstance(value, bool):
+        raise ConfigError(
+            f"Config key '{path}' is text, but its value was read as the boolean {value} (YAML reads yes, no, on, "
+            f"off, true and false as booleans); quote it: {path}: '{str(value).lower()}' or the word you meant."
+        )
+    return value
+
+
+def checked_mapping(schema: type, user: Mapping, prefix: str = "", raw: Mapping[str, str] | None = None) -> dict:
     """`user` with its keys checked against the dataclass tree `schema` (ConfigError for the first it lacks) and None
     turned into "" where the field is a plain `str`: `key=` on the command line (what a shell makes of `key=""`)
-    parses as None, and a text setting such as data.val_files means "none" by an empty string.
+    parses as None, and a text setting such as data.val_files means "none" by an empty string. A text field takes
+    the command line's value as typed (`raw`, `CommandLine`).
 
     Free-form fields (typed as dict) accept any key; their values are not checked here.
     """
+    raw = raw or {}
     fields = {f.name for f in dataclasses.fields(schema)}
     hints = typing.get_type_hints(schema)
     result = dict(user)
@@ -71,11 +102,13 @@ def checked_mapping(schema: type, user: Mapping, prefix: str = "") -> dict[str, 
             valid = ", ".join(sorted(fields))
             raise ConfigError(f"Unknown config key '{path}'.{hint} Valid keys under '{prefix or '<root>'}': {valid}.")
         field_type = _unwrap_optional(hints[key])
+        if _text_field(hints[key]) and value is not None:
+            result[key] = _as_text(path, value, raw)
         if value is None and hints[key] is str:
             result[key] = ""
         elif _is_dataclass_type(field_type):
             if isinstance(value, Mapping):
-                result[key] = checked_mapping(field_type, value, prefix=f"{path}.")
+                result[key] = checked_mapping(field_type, value, prefix=f"{path}.", raw=raw)
             elif value is not None:
                 raise ConfigError(
                     f"Config key '{path}' is a section; give it as a mapping of keys, not {value!r} "
@@ -108,18 +141,18 @@ def merge_config(schema: type, sources: Sequence[tuple[str, Mapping]]) -> Any:
     """
     merged = OmegaConf.structured(schema)
     for source_name, mapping in sources:
+        raw = mapping.raw if isinstance(mapping, CommandLine) else {}
         try:
-            checked = checked_mapping(schema, mapping)
+            checked = checked_mapping(schema, mapping, raw=raw)
         except ConfigError as err:
             raise ConfigError(f"{err} (in {source_name})") from None
         try:
             merged = OmegaConf.merge(merged, OmegaConf.create(checked))
-        except OmegaConfBaseException as err:
-            full_key = getattr(err, "full_key", None) or "?"
-            raise ConfigError(
-                f"Config key '{full_key}' expects {_expected_type_name(schema, full_key)}, "
-                f"got {_lookup(mapping, full_key)!r} (in {source_name})."
-            ) from None
+        except (OmegaConfBaseException, TypeError) as err:  # TypeError: a list given for a mapping, or back
+            full_key = getattr(err, "full_key", None) or _container_mismatch(schema, checked) or "?"
+            expected = _expected_type_name(schema, full_key) if full_key != "?" else "another type"
+            got = f"got {_lookup(mapping, full_key)!r}" if full_key != "?" else str(err).splitlines()[0]
+            raise ConfigError(f"Config key '{full_key}' expects {expected}, {got} (in {source_name}).") from None
     try:
         config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as err:
@@ -127,6 +160,21 @@ def merge_config(schema: type, sources: Sequence[tuple[str, Mapping]]) -> Any:
         raise ConfigError(f"Config key '{full_key}' is invalid: {str(err).splitlines()[0]}.") from None
     reject_nan(config)
     return config
+
+
+def _container_mismatch(schema: type, user: Mapping, prefix: str = "") -> str | None:
+    """The first key of `user` that gives a list for a mapping field of `schema`, or a mapping for a list field."""
+    hints = typing.get_type_hints(schema)
+    for key, value in user.items():
+        hint = _unwrap_optional(hints.get(key))
+        origin = typing.get_origin(hint) or hint
+        if _is_dataclass_type(hint) and isinstance(value, Mapping):
+            found = _container_mismatch(hint, value, f"{prefix}{key}.")
+            if found:
+                return found
+        elif (origin is dict and isinstance(value, list)) or (origin is list and isinstance(value, Mapping)):
+            return f"{prefix}{key}"
+    return None
 
 
 def reject_nan(value: Any, key: str = "") -> None:
@@ -155,17 +203,29 @@ def _lookup(mapping: Mapping, dotted: str) -> Any:
     return node
 
 
-def parse_dotlist(args: Sequence[str]) -> dict[str, Any]:
-    """Parse `a.b=c` command-line overrides (lists as [x,y], dicts as {k: v} or JSON) into a nested dict."""
+def parse_dotlist(args: Sequence[str]) -> CommandLine:
+    """Parse `a.b=c` command-line overrides (lists as [x,y], dicts as {k: v} or JSON) into a nested dict, with each
+    value as typed (`CommandLine`)."""
+    raw: dict[str, str] = {}
     for arg in args:
         if "=" not in arg:
             raise ConfigError(f"Command-line argument '{arg}' is not of the form key=value (e.g. data.seed=1).")
+        key, value = arg.split("=", 1)
+        raw[key.strip()] = value
+        try:
+            OmegaConf.from_dotlist([arg])
+        except (OmegaConfBaseException, yaml.YAMLError, ValueError, TypeError) as err:
+            raise ConfigError(
+                f"Command-line argument '{arg}' cannot be parsed ({str(err).splitlines()[0]}); a value that starts "
+                "with *, &, !, @, %, `, [ or {, or holds unbalanced brackets, is YAML syntax: quote it for YAML, e.g. "
+                f"{key}=\"'{value}'\"."
+            ) from None
     try:
-        parsed = OmegaConf.to_container(OmegaConf.from_dotlist(list(args)), resolve=True)
-    except OmegaConfBaseException as err:
+        parsed = OmegaConf.to_container(OmegaConf.from_dotlist(list(args)), resolve=False)  # `${...}`: at the merge
+    except (OmegaConfBaseException, yaml.YAMLError, ValueError, TypeError) as err:
         raise ConfigError(f"Cannot parse the command-line overrides: {str(err).splitlines()[0]}.") from None
     _refuse_glued_pairs(parsed, "")
-    return parsed
+    return CommandLine(parsed, raw)
 
 
 def _refuse_glued_pairs(value: Any, key: str) -> None:
@@ -182,11 +242,28 @@ def _refuse_glued_pairs(value: Any, key: str) -> None:
         _refuse_glued_pairs(item, f"{key}.{name}" if key else str(name))
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml's safe loader, refusing a key given twice in one mapping (it would keep the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: its keys may be given again, on purpose
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice in one mapping", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_yaml(path: str) -> dict[str, Any]:
     """Read a YAML config file; a missing file or a non-mapping top level is an error naming the file."""
     try:
         with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+            data = yaml.load(f, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except FileNotFoundError:
         raise ConfigError(f"Config file '{path}' does not exist; pass config=path/to/config.yaml.") from None
     except yaml.YAMLError as err:
@@ -206,6 +283,8 @@ def command_line_sources(argv: Sequence[str]) -> list[tuple[str, dict[str, Any]]
     """The values of `config=FILE` (when given), then the other `key=value` arguments, each named for its errors."""
     overrides = parse_dotlist(argv)
     config_file = overrides.pop("config", None)
+    if "config" in overrides.raw and not overrides.raw["config"].strip():
+        raise ConfigError("config= is empty; give a YAML file (config=path/to/config.yaml), or leave config= out.")
     sources = [] if config_file is None else [(f"config file '{config_file}'", load_yaml(str(config_file)))]
     return [*sources, ("command line", overrides)]
 
@@ -257,6 +336,17 @@ def require_non_negative(section: Any, prefix: str, *names: str) -> None:
     for name, value in _values(section, names):
         if value is not None and value < 0:
             raise ConfigError(f"Config key '{prefix}{name}' must be zero or positive, got {value}.")
+
+
+SEED_LIMIT = 2**63
+"""Seeds lie in [0, 2**63): torch's generators take no larger one, and the rollout derives per-request seeds from it."""
+
+
+def require_seed(section: Any, prefix: str, *names: str) -> None:
+    """Each named field of `section` is a seed: 0 <= value < SEED_LIMIT."""
+    for name, value in _values(section, names):
+        if not 0 <= value < SEED_LIMIT:
+            raise ConfigError(f"Config key '{prefix}{name}' is a seed, which must lie in [0, 2**63), got {value}.")
 
 
 def require_pixel_range(section: Any, prefix: str) -> None:

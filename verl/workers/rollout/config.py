@@ -9,7 +9,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.utils.config import ConfigError, as_config_error, require_choice, require_non_negative, require_positive
+from verl.utils.config import (
+    ConfigError,
+    as_config_error,
+    require_choice,
+    require_non_negative,
+    require_positive,
+    require_seed,
+)
 
 
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -255,7 +262,8 @@ class RolloutConfig:
     def validate(self, prefix: str) -> None:
         positive = ("n", "tensor_parallel_size", "kv_cache_memory_mb", "max_num_seqs", "max_num_batched_tokens")
         require_positive(self, prefix, *positive, "nnodes", "n_gpus_per_node", "weight_bucket_mb")
-        require_non_negative(self, prefix, "seed", "limit_images", "max_staleness")
+        require_non_negative(self, prefix, "limit_images", "max_staleness")
+        require_seed(self, prefix, "seed")
         for name, allowed in CHOICES.items():
             require_choice(self, prefix, name, allowed)
         if self.max_num_seqs is not None and self.max_num_batched_tokens < self.max_num_seqs:
