@@ -1465,6 +1465,19 @@ def test_a_sequence_longer_than_the_models_positions_is_refused_where_vllm_would
         files / "scaled", {"max_position_embeddings": 512, "rope_scaling": {"rope_type": "linear", "factor": 4.0}}
     )
     assert load_config([*base_args(files), f"worker.actor.model.model_path={scaled}", *lengths])
+    # override_config is what the workers and vLLM read: it was refused by the file's 512 positions, and a smaller
+    # override accepted (vLLM then refused it in every worker)
+    for name, config in (
+        ("typed", {"model_type": "qwen2", "max_position_embeddings": 512}),
+        ("typed_vl", {"model_type": "qwen2_5_vl", "text_config": {"max_position_embeddings": 512}}),
+    ):
+        model = [*base_args(files), f"worker.actor.model.model_path={config_only_model(files / name, config)}"]
+        model += lengths
+        assert load_config([*model, "worker.actor.model.override_config={max_position_embeddings: 4096}"])
+        with pytest.raises(
+            ConfigError, match=r"= 600 exceeds the 64 positions.*or worker.actor.model.override_config"
+        ):
+            load_config([*model[:-2], *lengths, "worker.actor.model.override_config={max_position_embeddings: 64}"])
     monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
     assert load_config(args)
 

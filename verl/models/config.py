@@ -8,6 +8,7 @@ checks its own values in `validate(prefix)` (and ModelConfig its local files in 
 ConfigError with the key as `prefix + field`, so every config that embeds them gets the same checks.
 """
 
+import copy
 import json
 import os
 import re
@@ -67,6 +68,25 @@ def resolve_config_overrides(config: Any, overrides: dict[str, Any], key: str) -
                 hint = " (the attention is the model section's attn_implementation key)"
             raise ConfigError(f"{key}.{name}: {where} has no field {name!r}{hint}; check the name.")
     return resolved
+
+
+def with_overrides(model_config: dict[str, Any] | None, overrides: dict[str, Any]) -> dict[str, Any] | None:
+    """A config.json (`read_model_config`'s dict) as the run will read it, with `overrides` (a model.override_config)
+    applied: each field where the file has it (at the top, or in its text_config, as `resolve_config_overrides`
+    places it), a mapping merged into the sub-config it names. The config-time checks (context length, heads, KV
+    cache) then see what the workers and vLLM will."""
+    if model_config is None or not overrides:
+        return model_config
+    result = copy.deepcopy(model_config)
+    text = result.get("text_config") if isinstance(result.get("text_config"), dict) else None
+    for name, value in overrides.items():
+        if isinstance(value, dict) and isinstance(result.get(name), dict):
+            result[name] = with_overrides(result[name], value)
+        elif text is not None and name not in result and name in text:
+            text[name] = value
+        else:
+            result[name] = value
+    return result
 
 
 def apply_config_overrides(config: Any, resolved: dict[str, Any]) -> None:

@@ -33,6 +33,7 @@ from verl.models.config import (
     recurrent_layer_types,
     transformers_text_config,
     uses_sliding_window,
+    with_overrides,
 )
 from verl.utils.config import (
     ConfigError,
@@ -666,6 +667,7 @@ def check_cross_section(config: PPOConfig) -> None:
             _check_ulysses(config, role, section)
     _check_batch_sizes(config)
     actor_model = read_model_config("worker.actor.model.model_path", worker.actor.model.model_path)  # None: hub id
+    actor_model = with_overrides(actor_model, dict(worker.actor.model.override_config))  # as the workers read it
     _check_engine_heads(config, on_cpu, actor_model)
     _check_context_length(config, actor_model)
     _check_kv_cache(config, on_cpu, actor_model)
@@ -860,6 +862,7 @@ def _check_ulysses(config: PPOConfig, role: str, section: Any) -> None:
     if needed:
         raise ConfigError(f"{key}={size} splits packed rows: set {' and '.join(needed)}.")
     model_config = read_model_config(f"worker.{role}.model.model_path", section.model.model_path)
+    model_config = with_overrides(model_config, dict(section.model.override_config))
     if model_config is None:
         return  # a hub id: the worker checks the heads when it loads the config
     text = transformers_text_config(model_config)
@@ -934,8 +937,9 @@ def _check_context_length(config: PPOConfig, model_config: dict[str, Any] | None
         )
         raise ConfigError(
             f"{source} exceeds the {limit} positions of {key}='{path}' (max_position_embeddings in its "
-            "config.json), which vLLM refuses: shorten the sequence, or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 if the "
-            "model handles longer sequences (RoPE scaling)."
+            "config.json or worker.actor.model.override_config), which vLLM refuses: shorten the sequence, raise "
+            "them with override_config (RoPE scaling), or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 if the model handles "
+            "longer sequences."
         )
 
 
