@@ -1564,3 +1564,22 @@ def test_several_nodes_without_ray_address_say_the_run_stays_on_this_machine(mon
     config.trainer.nnodes = 1
     ray_setup.init_ray(config, "cpu")
     assert "RAY_ADDRESS" not in caplog.text
+
+
+def test_a_setting_of_a_feature_the_run_leaves_off_is_warned_about(files, caplog):
+    """A critic's learning rate under GRPO, online filtering's bounds with it off, LoRA's alpha at rank 0: accepted
+    and never read, with no word."""
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.config"):
+        load_config([*base_args(files), "worker.critic.optim.lr=1e-3", "algorithm.filter_low=0.2"])
+        load_config([*base_args(files), "worker.actor.model.lora.alpha=16", "data.seed=3"])
+    warnings = [record.getMessage() for record in caplog.records if "has no effect" in record.getMessage()]
+    assert warnings == [
+        "algorithm.adv_estimator=grpo trains no critic: worker.critic.optim.lr=0.001 has no effect in this run.",
+        "algorithm.online_filtering=false: algorithm.filter_low=0.2 has no effect in this run.",
+        "worker.actor.model.lora.rank=0 (LoRA off): worker.actor.model.lora.alpha=16 has no effect in this run.",
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.config"):  # the defaults and a used setting: none
+        load_config([*base_args(files), "algorithm.online_filtering=true", "algorithm.filter_low=0.2"])
+        load_config([*base_args(files), "algorithm.filter_low=0.01"])
+    assert "has no effect" not in caplog.text

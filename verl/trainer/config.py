@@ -14,8 +14,10 @@ section checks its own fields (`validate(prefix)`, then `check_files(prefix)` fo
 that tie sections together are `check_cross_section`. `BaseTrainerConfig` is the trainer section SFT shares.
 """
 
+import dataclasses
 import logging
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any
@@ -593,7 +595,79 @@ def load_config(argv: list[str]) -> PPOConfig:
     config = fill_derived(merge_config(PPOConfig, sources))
     offline_unless_reachable(config)  # before validation reads a Hub id's cached config (huggingface_hub's import)
     validate_config(config)
+    warn_inactive_settings(config, sources)
     return config
+
+
+def _inactive_settings(config: PPOConfig) -> list[tuple[tuple[str, ...], str]]:
+    """(keys or key prefixes, why the run does not read them) for the features this config leaves off."""
+    algorithm, worker, trainer = config.algorithm, config.worker, config.trainer
+    inactive: list[tuple[tuple[str, ...], str]] = []
+    if not _algorithms().estimator_needs_critic(algorithm.adv_estimator):
+        inactive.append((("worker.critic.",), f"algorithm.adv_estimator={algorithm.adv_estimator} trains no critic"))
+    kl = ("algorithm.kl_coef", "algorithm.kl_type", "algorithm.kl_target", "algorithm.kl_horizon")
+    if algorithm.disable_kl:
+        inactive.append((("worker.ref.", *kl), "algorithm.disable_kl=true builds no reference model and no KL term"))
+    elif worker.actor.model.lora.rank > 0:
+        inactive.append(
+            (("worker.ref.fsdp.", "worker.ref.offload."), "with LoRA the reference is the actor, adapters off")
+        )
+    if not algorithm.disable_kl and algorithm.kl_type == "fixed":
+        inactive.append((kl[2:], "algorithm.kl_type=fixed"))
+    if not algorithm.online_filtering:
+        keys = ("algorithm.filter_key", "algorithm.filter_low", "algorithm.filter_high", "trainer.max_try_make_batch")
+        inactive.append((keys, "algorithm.online_filtering=false"))
+    if not algorithm.entropy_control:
+        keys = ("algorithm.target_entropy", "algorithm.entropy_coeff_delta", "algorithm.entropy_coeff_min")
+        inactive.append(((*keys, "algorithm.entropy_coeff_max"), "algorithm.entropy_control=false"))
+    if algorithm.ref_sync_steps == 0:
+        inactive.append((("algorithm.ref_sync_alpha",), "algorithm.ref_sync_steps=0"))
+    if not trainer.rollout_data_dir:
+        inactive.append((("trainer.rollout_data_freq",), "trainer.rollout_data_dir is unset"))
+    if not config.data.val_files:
+        keys = ("data.val_batch_size", "trainer.val_generations_to_log", "worker.rollout.val_override_config")
+        inactive.append((keys, "data.val_files is empty"))
+    if worker.actor.model.lora.rank == 0:
+        inactive.append((("worker.actor.model.lora.",), "worker.actor.model.lora.rank=0 (LoRA off)"))
+    if worker.rollout.mode != "disaggregated":
+        inactive.append((("worker.rollout.weight_bucket_mb",), f"worker.rollout.mode={worker.rollout.mode}"))
+    return inactive
+
+
+def _set_keys(mapping: Mapping, prefix: str = "") -> Iterator[str]:
+    """The dotted keys a source sets (a free-form mapping's own key, not its entries)."""
+    for key, value in mapping.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value and _is_section(path):
+            yield from _set_keys(value, f"{path}.")
+        else:
+            yield path
+
+
+def _is_section(path: str) -> bool:
+    node: Any = PPOConfig()
+    for part in path.split("."):
+        node = getattr(node, part, None)
+    return dataclasses.is_dataclass(node)
+
+
+def warn_inactive_settings(config: PPOConfig, sources: list[tuple[str, Mapping]]) -> None:
+    """A warning for each setting a source changes from its default that the run never reads (the critic's under a
+    critic-free estimator, online filtering's with it off, ...): the user meant something by it."""
+    default = PPOConfig()
+    given = dict.fromkeys(key for _, values in sources for key in _set_keys(values))
+    for keys, why in _inactive_settings(config):
+        unread = []
+        for key in given:
+            if not any(key == k or (k.endswith(".") and key.startswith(k)) for k in keys):
+                continue
+            value, default_value = config, default
+            for part in key.split("."):
+                value, default_value = getattr(value, part, None), getattr(default_value, part, None)
+            if value != default_value:
+                unread.append(f"{key}={value}")
+        if unread:
+            logger.warning("%s: %s has no effect in this run.", why, ", ".join(unread))
 
 
 # ----------------------------------------------------------------------------------------------------------------
