@@ -84,6 +84,12 @@ def test_yaml_traps_in_a_config_file_are_refused_or_read_as_meant(files):
         ("data.chat_template_kwargs=[1]", r"'data.chat_template_kwargs' expects dict\[str, Any\], got \[1\]"),
         ("worker.actor.optim.betas={a: 1}", r"'worker.actor.optim.betas' expects .*list.*, got \{'a': 1\}"),
         ("config=", r"config= is empty"),
+        (
+            "data.response_length_schedule.0=8",
+            r"keys of 'data.response_length_schedule' are integers, and '0' is text",
+        ),
+        ("data.response_length_schedule={0: abc}", r"'data.response_length_schedule.0' expects int, got 'abc'"),
+        ("worker.actor.optim.betas=[0.9,abc]", r"'worker.actor.optim.betas\[1\]' expects float, got 'abc'"),
         ("algorithm.kl_type=adaptive", r"kl_type=adaptive adapts the coefficient of the KL penalty in the rewards"),
     ],
 )

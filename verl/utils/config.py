@@ -122,14 +122,31 @@ def type_name(tp: Any) -> str:
     return tp.__name__ if isinstance(tp, type) else str(tp).replace("typing.", "")
 
 
+def _key_parts(full_key: str) -> list[str | int]:
+    """`a.b[1].c` -> ["a", "b", 1, "c"]: OmegaConf's spelling of a key, list indices as ints."""
+    parts: list[str | int] = []
+    for part in full_key.split("."):
+        name, *indices = re.split(r"\[(\d+)\]", part)
+        parts += [name] if name else []
+        parts += [int(index) for index in indices if index]
+    return parts
+
+
 def _expected_type_name(schema: type, full_key: str) -> str:
     hint: Any = schema
-    for part in full_key.split("."):
+    for part in _key_parts(full_key):
         section = _unwrap_optional(hint)
-        hints = typing.get_type_hints(section) if _is_dataclass_type(section) else {}
-        if part not in hints:
+        origin, args = typing.get_origin(section), typing.get_args(section)
+        if origin in (list, tuple) and isinstance(part, int) and args:
+            hint = args[0]
+        elif origin is dict and len(args) == 2:
+            if args[0] is int and not isinstance(part, int) and not str(part).lstrip("-").isdigit():
+                return f"int keys ({type_name(section)})"
+            hint = args[1]
+        elif _is_dataclass_type(section) and part in typing.get_type_hints(section):
+            hint = typing.get_type_hints(section)[part]
+        else:
             return "a different type"
-        hint = hints[part]
     return type_name(hint)
 
 
@@ -150,6 +167,18 @@ def merge_config(schema: type, sources: Sequence[tuple[str, Mapping]]) -> Any:
             merged = OmegaConf.merge(merged, OmegaConf.create(checked))
         except (OmegaConfBaseException, TypeError) as err:  # TypeError: a list given for a mapping, or back
             full_key = getattr(err, "full_key", None) or _container_mismatch(schema, checked) or "?"
+            parent, _, last = full_key.rpartition(".")
+            given = _lookup(mapping, parent) if parent else None
+            if (
+                isinstance(given, Mapping)
+                and last in given
+                and _expected_type_name(schema, parent).startswith("dict[int")
+            ):
+                raise ConfigError(
+                    f"Config key '{full_key}': the keys of '{parent}' are integers, and {last!r} is text (a dotted key "
+                    f"on the command line is always text); give the mapping whole, e.g. {parent}='{{0: 8, 100: 16}}' "
+                    f"(in {source_name})."
+                ) from None
             expected = _expected_type_name(schema, full_key) if full_key != "?" else "another type"
             got = f"got {_lookup(mapping, full_key)!r}" if full_key != "?" else str(err).splitlines()[0]
             raise ConfigError(f"Config key '{full_key}' expects {expected}, {got} (in {source_name}).") from None
@@ -195,8 +224,12 @@ def reject_nan(value: Any, key: str = "") -> None:
 
 def _lookup(mapping: Mapping, dotted: str) -> Any:
     node: Any = mapping
-    for part in dotted.split("."):
+    for part in _key_parts(dotted):
         if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, Mapping) and isinstance(part, str) and part.lstrip("-").isdigit() and int(part) in node:
+            node = node[int(part)]
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
             node = node[part]
         else:
             return "<unknown>"
