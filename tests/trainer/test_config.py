@@ -785,7 +785,9 @@ def test_secret_names_are_words_of_the_key():
     from verl.utils.config import MASK, masked
 
     secrets = ["api_key", "OPENAI_API_KEY", "hf_token", "auth_token", "token", "client_secret", "password", "auth"]
+    secrets += ["openai_key", "judge.anthropic-key", "bearer", "bearer_token"]
     settings = ["max_tokens", "max_num_batched_tokens", "skip_special_tokens", "tokenizer_path", "author", "tokens"]
+    settings += ["answer_key", "prompt_key", "filter_key", "route_key", "key"]
     dump = masked(dict.fromkeys(secrets + settings, "value"))
     assert [name for name in secrets if dump[name] != MASK] == []
     assert [name for name in settings if dump[name] == MASK] == []

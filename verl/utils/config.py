@@ -475,12 +475,14 @@ def require_dataset_files(section: Any, prefix: str) -> None:
 
 
 SECRET_KEY = re.compile(
-    r"(?:^|[_\-.])(api[_\-]?key|access[_\-]?key|private[_\-]?key|token|secret|password|passwd|credentials?|auth)"
+    r"(?:^|[_\-.])(api[_\-]?key|access[_\-]?key|private[_\-]?key|token|secret|password|passwd|credentials?|auth|bearer"
+    r"|(?:openai|anthropic|hf|wandb|swanlab|gemini|google|azure|cohere|mistral|groq|together|deepseek|dashscope)[_\-]?key)"
     r"(?:$|[_\-.])",
     re.IGNORECASE,
 )
 """Dict keys whose values are never written to logs, config dumps or trackers: a word of the key (between `_`, `-`
-or `.`) is a secret's name, e.g. api_key, hf_token, client_secret; max_tokens and tokenizer_path are not secrets."""
+or `.`) is a secret's name, e.g. api_key, hf_token, client_secret, openai_key, bearer; max_tokens, tokenizer_path
+and answer_key are not secrets."""
 
 MASK = "***"
 
