@@ -84,6 +84,8 @@ def test_yaml_traps_in_a_config_file_are_refused_or_read_as_meant(files):
         ("data.chat_template_kwargs=[1]", r"'data.chat_template_kwargs' expects dict\[str, Any\], got \[1\]"),
         ("worker.actor.optim.betas={a: 1}", r"'worker.actor.optim.betas' expects .*list.*, got \{'a': 1\}"),
         ("config=", r"config= is empty"),
+        ("algorithm.kl_coef=.inf", r"'algorithm.kl_coef' must be a finite number, got inf"),
+        ("worker.actor.entropy_coeff=inf", r"'worker.actor.entropy_coeff' must be a finite number, got inf"),
         (
             "data.response_length_schedule.0=8",
             r"keys of 'data.response_length_schedule' are integers, and '0' is text",

@@ -45,6 +45,7 @@ from verl.utils.config import (
     merge_config,
     require_choice,
     require_dataset_files,
+    require_finite,
     require_non_negative,
     require_path,
     require_pixel_range,
@@ -160,6 +161,7 @@ class DataConfig:
     def validate(self, prefix: str) -> None:
         sizes = ("max_prompt_length", "max_response_length", "rollout_batch_size", "mini_rollout_batch_size")
         require_positive(self, prefix, *sizes, "video_fps", "filter_overlong_prompts_workers")
+        require_finite(self, prefix, "video_fps")
         require_non_negative(self, prefix, "dataloader_num_workers", "video_max_frames")
         require_seed(self, prefix, "seed")
         require_pixel_range(self, prefix)
@@ -272,6 +274,8 @@ class AlgorithmConfig:
         require_algorithm(self, prefix, "kl_penalty", "kl_penalty", algorithms.registered_kl_penalties())
         require_choice(self, prefix, "kl_type", algorithms.KL_CONTROLLER_TYPES)
         require_choice(self, prefix, "grpo_std_scope", ("group", "batch"))
+        finite = ("kl_coef", "kl_horizon", "kl_target", "gamma", "lam", "target_entropy", "entropy_coeff_delta")
+        require_finite(self, prefix, *finite, "entropy_coeff_min", "entropy_coeff_max")
         require_non_negative(self, prefix, "kl_coef", "ref_sync_steps")
         require_positive(self, prefix, "kl_horizon", "kl_target")
         if not 0.0 < self.ref_sync_alpha <= 1.0:

@@ -21,7 +21,7 @@ from verl.models.config import (
     check_trained_dtype,
     refuse_mixture_of_experts,
 )
-from verl.utils.config import ConfigError, require_choice, require_positive
+from verl.utils.config import ConfigError, require_choice, require_finite, require_positive
 from verl.utils.optim import OptimConfig
 
 
@@ -142,6 +142,7 @@ class ActorConfig:
         from verl.algorithms.policy_losses import check_clip_ratios
 
         validate_trained_section(self, prefix)
+        require_finite(self, prefix, "entropy_coeff", "tau_positive", "tau_negative")
         require_positive(self, prefix, "tau_positive", "tau_negative")
         if not 0.0 <= self.top_entropy_quantile <= 1.0:
             raise ConfigError(
