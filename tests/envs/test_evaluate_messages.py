@@ -450,6 +450,47 @@ def test_an_environment_that_fails_stops_evaluate_naming_it_and_the_row(monkeypa
             )
 
 
+BROKEN_CLIENT_ENV = """
+from verl.envs import ChatClientEnv
+
+
+class BrokenClient(ChatClientEnv):
+    async def rollout(self, client, model, messages, state):
+        reply = await client.chat.completions.create(model=model, messages=messages)
+        return state["no_such_key"] + reply.choices[0].message.content
+"""
+
+
+def test_a_client_environment_whose_rollout_raises_stops_evaluate_naming_it_and_the_row(monkeypatch, tmp_path, capsys):
+    """A ChatClientEnv's `rollout` that raises (after its first reply) is one error naming the environment, the hook
+    and the turn, as training says it (a raw traceback of the episode's event loop before)."""
+    import openai
+
+    (tmp_path / "broken_client.py").write_text(BROKEN_CLIENT_ENV)
+
+    class AsyncScripted(ScriptedClient):  # the async client a ChatClientEnv's episode gets
+        async def create(self, model, messages, **kwargs):
+            return ScriptedClient.create(self, model, messages, **kwargs)
+
+    monkeypatch.setattr(openai, "AsyncOpenAI", lambda **kw: AsyncScripted({"6 x 7?": ["42"]}, **kw))
+    pattern = (
+        r"^evaluate: row 0: BrokenClient \(--env\): rollout raised KeyError in the episode \(turn 2\): "
+        r"'no_such_key'. Fix the environment; where it raised[\s\S]*broken_client.py\", line \d+, in rollout"
+    )
+    with pytest.raises(SystemExit, match=pattern):
+        run_evaluate(
+            monkeypatch,
+            tmp_path,
+            capsys,
+            {"6 x 7?": ["42"]},
+            [{"prompt": "6 x 7?", "answer": "42"}],
+            "--env",
+            f"{tmp_path / 'broken_client.py'}:BrokenClient",
+            "--model",
+            "m",
+        )
+
+
 REWARDS = """
 def both(reward_input):
     correct = float(reward_input["response"] == reward_input["ground_truth"])

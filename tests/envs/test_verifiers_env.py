@@ -1,8 +1,10 @@
 # Copyright 2026 The verl-compact Authors. All rights reserved.
 # SPDX-License-Identifier: Apache-2.0
 """`verifiers` (0.4) tasksets through verl.envs.verifiers_env: exported as training data, run by
-`python -m verl.envs.evaluate` against a scripted OpenAI-compatible endpoint (scores equal to verifiers' own run of
-the same replies, tool calls executed by verifiers' tool server) and trained one GRPO step with the tiny model."""
+`python -m verl.envs.evaluate` against a scripted OpenAI-compatible endpoint (the messages sent and the scores equal to
+verifiers' own run of the same replies, tool calls executed by verifiers' tool server), refused with errors that say
+what to fix (another taskset than the one named, an environment for older verifiers, task data that does not match
+the taskset) and trained one GRPO step with the tiny model."""
 
 import asyncio
 import json
@@ -19,7 +21,7 @@ vf = pytest.importorskip("verifiers.v1", reason="verifiers is not installed (pip
 
 from verl.envs import evaluate  # noqa: E402
 from verl.envs.loader import EnvironmentLoadError, load_environment  # noqa: E402
-from verl.envs.verifiers_env import TASK_COLUMN, VerifiersEnv, rubric_reward, task_prompt  # noqa: E402
+from verl.envs.verifiers_env import TASK_COLUMN, VerifiersEnv, rubric_reward, task_messages  # noqa: E402
 from verl.envs.verifiers_env import main as verifiers_main  # noqa: E402
 
 
@@ -64,6 +66,62 @@ class ArithTaskset(vf.Taskset[ArithTask, vf.TasksetConfig]):
 
 
 __all__ = ["ArithTaskset"]
+"""
+
+PROBE = """
+import re
+
+import verifiers.v1 as vf
+
+
+class ProbeData(vf.TaskData):
+    answer: str
+
+
+class ProbeTask(vf.Task[ProbeData]):
+    @vf.reward(weight=1.0)
+    async def correct(self, trace: vf.Trace) -> float:
+        found = re.search(r"<answer>(.*?)</answer>", trace.last_reply or "", re.S)
+        return float(found is not None and found.group(1).strip() == self.data.answer)
+
+    @vf.reward(weight=0.5)
+    async def repeats_question(self, trace: vf.Trace) -> float:  # reads the task's prompt, as a judge would
+        return float(self.data.prompt_text.strip() in (trace.last_reply or ""))
+
+    @vf.metric
+    async def has_system_prompt(self, trace: vf.Trace) -> float:
+        return float(self.data.system_prompt == "Answer in <answer></answer>.")
+
+    @vf.metric
+    async def first_message_is_system(self, trace: vf.Trace) -> float:
+        return float(bool(trace.messages) and trace.messages[0].role == "system")
+
+    @vf.metric
+    async def prompt_chars(self, trace: vf.Trace) -> float:
+        return float(len(self.data.prompt_text))
+
+
+class ProbeTaskset(vf.Taskset[ProbeTask, vf.TasksetConfig]):
+    def load(self):
+        for a, b in ((2, 3), (4, 4)):
+            data = ProbeData(prompt=f"What is {a} + {b}?", answer=str(a + b), system_prompt="Answer in <answer></answer>.")
+            yield ProbeTask(data, self.config.task)
+
+
+class OtherTaskset(vf.Taskset[ProbeTask, vf.TasksetConfig]):
+    def load(self):
+        yield ProbeTask(ProbeData(prompt="What is 1 + 1?", answer="2"), self.config.task)
+
+
+__all__ = ["ProbeTaskset"]
+"""
+
+CLASSIC = """
+import verifiers as vf
+
+
+def load_environment(**kwargs):
+    return vf.SingleTurnEnv(dataset=None, system_prompt="Think, then answer.")
 """
 
 
@@ -141,8 +199,10 @@ def tasksets(tmp_path_factory):
     """The two taskset files and their exported datasets (the export command's output)."""
     root = tmp_path_factory.mktemp("verifiers")
     (root / "vf_arith_v1.py").write_text(ARITH)
+    (root / "vf_probe_v1.py").write_text(PROBE)
     paths = {"root": root, "arith": f"{root / 'vf_arith_v1.py'}:ArithTaskset", "tools": SUM}
-    for name in ("arith", "tools"):
+    paths["probe"] = f"{root / 'vf_probe_v1.py'}:ProbeTaskset"
+    for name in ("arith", "tools", "probe"):
         assert verifiers_main(["export", "--env", paths[name], "--output", str(root / f"{name}.jsonl")]) == 0
     return paths
 
@@ -160,8 +220,14 @@ def run_evaluate(tmp_path, capsys, env, data, url, *options):
 
 
 def verifiers_own_run(env, idx, url):
-    """(rewards by name, total) of task `idx` run by verifiers itself against `url`: its env and eval client, the
-    harness's requests going straight to the endpoint (the task's own system message, no verl in between)."""
+    """(rewards by name, total) of task `idx` run by verifiers itself against `url` (verifiers_trace)."""
+    trace = verifiers_trace(env, idx, url)
+    return {name: reward.score for name, reward in trace.rewards.items()}, trace.reward
+
+
+def verifiers_trace(env, idx, url):
+    """The trace of task `idx` run by verifiers itself against `url`: its env and eval client, the harness's requests
+    going straight to the endpoint (the task's own system message, no verl in between)."""
     vf_env = env.new_env()
     (task,) = [task for task in vf_env.taskset if task.data.idx == idx]
     context = vf.ModelContext(model="m", client=vf.EvalClientConfig(base_url=url, api_key_var="VERL_TEST_UNSET"))
@@ -173,16 +239,18 @@ def verifiers_own_run(env, idx, url):
     episode = asyncio.run(run())
     assert episode.ok, episode.errors
     (trace,) = episode.traces
-    return {name: reward.score for name, reward in trace.rewards.items()}, trace.reward
+    return trace
 
 
 def test_the_export_writes_the_taskset_as_training_rows(tasksets):
-    """`export` rows: the prompt with the system prompt folded in, the answer, the task data; the two ways to name
-    a taskset, and the errors of a row without task data, an unknown taskset and retries."""
+    """`export` rows: the prompt as the messages verifiers' chat harness sends (the system prompt as a system
+    message; the user's text alone where that is all), the answer, the task data; the two ways to name a taskset,
+    and the errors of a row without task data, an unknown taskset and retries."""
     arith, tools = rows(tasksets["root"] / "arith.jsonl"), rows(tasksets["root"] / "tools.jsonl")
+    system = {"role": "system", "content": "Answer in <answer></answer>."}
     assert [row["prompt"] for row in arith][:2] == [
-        "Answer in <answer></answer>.\n\nWhat is 2 + 3?",  # the system prompt first, as verifiers folds it
-        "Answer in <answer></answer>.\n\nWhat is 4 + 4?",
+        [system, {"role": "user", "content": "What is 2 + 3?"}],
+        [system, {"role": "user", "content": "What is 4 + 4?"}],
     ]
     assert [row["answer"] for row in arith] == ["5", "8", "7", "7"]
     assert [row["answer"] for row in tools][:2] == ["23", "44"] and tools[0]["prompt"] == "Add 20 and 3 with the tool."
@@ -202,14 +270,23 @@ def test_the_export_writes_the_taskset_as_training_rows(tasksets):
 
 
 def test_unsupported_prompts_and_a_missing_package_are_refused(tasksets, monkeypatch):
+    """A prompt of messages (few-shot turns) goes as they are, after the system prompt; one that does not end with
+    the user's, none, or images are refused."""
+    shots = [vf.UserMessage(content="1 + 1?"), vf.AssistantMessage(content="2"), vf.UserMessage(content="2 + 2?")]
+    assert task_messages(vf.TaskData(idx=2, prompt=shots, system_prompt="Be brief.")) == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "1 + 1?"},
+        {"role": "assistant", "content": "2"},
+        {"role": "user", "content": "2 + 2?"},
+    ]
     data = vf.TaskData(idx=3, prompt=[vf.UserMessage(content="a"), vf.AssistantMessage(content="b")])
     with pytest.raises(NotImplementedError, match=r"task 3: a prompt of messages \['user', 'assistant'\]"):
-        task_prompt(data)
+        task_messages(data)
     with pytest.raises(NotImplementedError, match="task 4 has no prompt"):
-        task_prompt(vf.TaskData(idx=4))
+        task_messages(vf.TaskData(idx=4))
     picture = vf.ImageUrlContentPart(image_url=vf.ImageUrlSource(url="data:image/png;base64,AAAA"))
     with pytest.raises(NotImplementedError, match="content parts other than text"):
-        task_prompt(vf.TaskData(idx=5, prompt=[vf.UserMessage(content=[picture])]))
+        task_messages(vf.TaskData(idx=5, prompt=[vf.UserMessage(content=[picture])]))
     monkeypatch.setitem(sys.modules, "verifiers.v1", None)  # as if verifiers were not installed
     with pytest.raises(EnvironmentLoadError, match=r"verifiers:vf_arith_v1.*pip install -e '\.\[verifiers\]'"):
         load_environment("verifiers:vf_arith_v1")
@@ -240,12 +317,101 @@ def test_a_single_turn_taskset_is_evaluated_and_scored_as_verifiers_scores_it(ta
         assert episode["reward"] == total and episode["reward_correct"] == rewards["correct"]
         assert record["env"]["turns"] == 1 and record["done"] is True
     assert summary["reward/overall/mean"] == pytest.approx(0.651) and summary["reward_format/mean"] == 0.5
-    # one request per episode: the exported prompt as the one user message, the evaluation's sampling, no tools
-    assert [request["messages"] for request in sent] == [
-        [{"role": "user", "content": row["prompt"]}] for row in rows(data)
-    ]
+    # one request per episode: the exported prompt's messages, as verifiers sends them; the evaluation's sampling
+    assert [request["messages"] for request in sent] == [row["prompt"] for row in rows(data)]
     assert all(r["max_tokens"] == 256 and r["temperature"] == 0.0 and "tools" not in r for r in sent)
     assert records[0]["messages"][-1] == {"role": "assistant", "content": "<answer>5</answer>"}
+
+
+def test_the_model_is_sent_the_tasks_system_message_and_scored_as_in_verifiers_own_run(tasksets, tmp_path, capsys):
+    """A task with a system prompt: the model gets [system, user] as verifiers' own run sends them (not one user
+    message with the system prompt folded in), and rewards and metrics that read the task's data (its prompt, its
+    system prompt) or the trace's first message score as in verifiers' own run of the same replies. Where
+    --format-prompt (data.format_prompt) rewrites the user's text, the harness sends the rewritten text after the
+    task's system message, and the task's prompt is that text."""
+    script = {"What is 2 + 3?": ["What is 2 + 3? <answer>5</answer>"], "What is 4 + 4?": ["<answer>8</answer>"]}
+    data = tasksets["root"] / "probe.jsonl"
+    template = tmp_path / "format.jinja"
+    template.write_text("{{ content }} Show your work.")
+    endpoint = ScriptedEndpoint(script)
+    try:
+        episodes, _, records = run_evaluate(tmp_path, capsys, tasksets["probe"], data, endpoint.url)
+        sent = list(endpoint.requests)
+        endpoint.requests.clear()
+        env = load_environment(tasksets["probe"])
+        own = [verifiers_trace(env, idx, endpoint.url) for idx in (0, 1)]
+        own_sent = list(endpoint.requests)
+        endpoint.requests.clear()
+        formatted, _, _ = run_evaluate(
+            tmp_path, capsys, tasksets["probe"], data, endpoint.url, "--format-prompt", str(template)
+        )
+    finally:
+        endpoint.close()
+    system = {"role": "system", "content": "Answer in <answer></answer>."}
+    assert [request["messages"] for request in sent] == [request["messages"] for request in own_sent]
+    assert sent[0]["messages"] == [system, {"role": "user", "content": "What is 2 + 3?"}]
+    for episode, record, trace in zip(episodes, records, own):
+        assert record["reward"] == trace.reward and episode["reward"] == trace.reward
+        assert {key: episode[f"reward_{key}"] for key in trace.rewards} == {
+            key: reward.score for key, reward in trace.rewards.items()
+        }
+        assert {key: episode[f"metric_{key}"] for key in trace.metrics} == trace.metrics
+    assert [episode["reward"] for episode in episodes] == [1.5, 1.0]  # 1.0 and 1.0 with the system prompt folded in
+    assert episodes[0]["metric_first_message_is_system"] == 1.0 and episodes[0]["metric_has_system_prompt"] == 1.0
+    # --format-prompt: the rewritten text, after the task's own system message; the task's prompt is that text
+    text = "What is 2 + 3? Show your work."
+    assert endpoint.requests[0]["messages"] == [system, {"role": "user", "content": text}]
+    assert formatted[0]["metric_prompt_chars"] == len(text) and formatted[0]["metric_has_system_prompt"] == 1.0
+    assert formatted[0]["reward_repeats_question"] == 0.0 and formatted[0]["reward_correct"] == 1.0
+
+
+def test_a_taskset_other_than_the_one_named_or_an_older_verifiers_environment_is_refused(tasksets, tmp_path):
+    """The file's `__all__` exports one taskset, the one verifiers loads: naming another is refused (it ran the
+    exported one before), in training, evaluation and export; an environment written for older verifiers (a
+    `load_environment()` function) gets what is supported."""
+    path = tasksets["probe"].rpartition(":")[0]
+    named = r"the taskset named is OtherTaskset, but the file exports ProbeTaskset in its `__all__`"
+    with pytest.raises(EnvironmentLoadError, match=named):
+        load_environment(f"{path}:OtherTaskset")
+    with pytest.raises(SystemExit, match="export: .*" + named):
+        verifiers_main(["export", "--env", f"{path}:OtherTaskset", "--output", str(tmp_path / "other.jsonl")])
+    assert not (tmp_path / "other.jsonl").exists()
+    with pytest.raises(
+        EnvironmentLoadError, match="has no taskset named 'ProbeTaskSet'; its tasksets: ProbeTaskset, Oth"
+    ):
+        load_environment(f"{path}:ProbeTaskSet")
+    (tmp_path / "classic_env.py").write_text(CLASSIC)
+    supported = (
+        r"has an environment for older verifiers \(its `load_environment\(\)`\); only verifiers 0.4 tasksets are "
+        r"supported: `path/to/taskset.py:TasksetClass` .* or `verifiers:<taskset id>`"
+    )
+    for name in ("load_environment", "SingleTurnEnv"):
+        with pytest.raises(EnvironmentLoadError, match=supported):
+            load_environment(f"{tmp_path / 'classic_env.py'}:{name}")
+
+
+def test_a_row_whose_task_data_does_not_match_the_taskset_is_refused_naming_the_field(tasksets, tmp_path, capsys):
+    """A row's task data without a field the taskset's data class requires: reset refuses it, naming the field and
+    the export command (a pydantic error from inside the episode before), in evaluation as in training."""
+    row = rows(tasksets["root"] / "probe.jsonl")[0]
+    task = json.loads(row[TASK_COLUMN])
+    del task["answer"]
+    row[TASK_COLUMN] = json.dumps(task)
+    data = tmp_path / "no_answer.jsonl"
+    data.write_text(json.dumps(row) + "\n")
+    refused = (
+        r"verifiers taskset '.*vf_probe_v1.py': the row's 'verifiers_task' does not match the taskset's data class "
+        r"ProbeData: it has no 'answer' .* write the dataset again with `python -m verl.envs.verifiers_env export "
+        r"--env .*vf_probe_v1.py:ProbeTaskset --output FILE`\.$"
+    )
+    with pytest.raises(ValueError, match=refused):
+        load_environment(tasksets["probe"]).reset(row)
+    with pytest.raises(
+        SystemExit,
+        match=r"^evaluate: row 0: VerifiersEnv \(--env\): reset raised EnvRowError for the "
+        r"row: " + refused,
+    ):
+        run_evaluate(tmp_path, capsys, tasksets["probe"], data, "http://127.0.0.1:9/v1")
 
 
 def test_a_tool_call_runs_in_verifiers_tool_server_and_its_result_is_in_the_next_request(tasksets, tmp_path, capsys):
@@ -465,3 +631,34 @@ def test_the_bridge_passes_a_requests_chat_template_kwargs_on_to_the_episodes_cl
     assert sent[-1]["extra_body"] == {"chat_template_kwargs": {"enable_thinking": False}}
     asyncio.run(bridge.ask(asked))
     assert "extra_body" not in sent[-1]
+
+
+def test_the_harness_gets_a_turns_reasoning_apart_from_its_content_as_from_a_reasoning_parser():
+    """In training the engine's text holds the reasoning block; the harness gets it as `reasoning_content` and the
+    content after it, as an endpoint with a reasoning parser gives them in evaluation (and to verifiers' own runs),
+    so that a reward reading the reply scores the same in both; the next request carries the turn as the model
+    wrote it."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from verl.envs.verifiers_env import Bridge
+
+    texts = ["<think>maybe <answer>4</answer></think>\n\n<answer>5</answer>", "no reasoning here"]
+
+    async def create(**request):
+        message = SimpleNamespace(content=texts[len(bridge.turns)], tool_calls=None)
+        return SimpleNamespace(choices=[SimpleNamespace(message=message, finish_reason="stop")], usage=None)
+
+    bridge = Bridge(SimpleNamespace(chat=SimpleNamespace(completions=SimpleNamespace(create=create))))
+    asked = [{"role": "user", "content": "2 + 3?"}]
+    reply = asyncio.run(bridge.ask({"model": "m", "messages": asked}))["choices"][0]["message"]
+    assert reply == {
+        "role": "assistant",
+        "content": "<answer>5</answer>",
+        "reasoning_content": "maybe <answer>4</answer>",
+    }
+    assert bridge.turns[0] == {"role": "assistant", "content": texts[0]}
+    again = [*asked, {"role": "assistant", "content": "<answer>5</answer>"}, {"role": "user", "content": "sure?"}]
+    assert bridge.client_messages(again)[1] == {"role": "assistant", "content": texts[0]}
+    reply = asyncio.run(bridge.ask({"model": "m", "messages": again}))["choices"][0]["message"]
+    assert reply == {"role": "assistant", "content": "no reasoning here"}

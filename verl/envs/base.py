@@ -22,8 +22,15 @@ class EnvStepTimeoutError(TimeoutError):
     worker.rollout.env_step_timeout_s."""
 
 
+class EnvRowError(ValueError):
+    """An environment cannot run a row: the row's data is wrong, not the environment's code (e.g. a verifiers task's
+    data that does not match its taskset). Its message says how to fix the data; env_code_error gives no traceback."""
+
+
 def env_code_error(env: str, hook: str, where: str, error: BaseException) -> EnvCodeError:
     """The EnvCodeError for `error`, raised by environment `env`'s `hook` (for `where`: the row or episode)."""
+    if isinstance(error, EnvRowError):  # the data is to fix, which the message says
+        return EnvCodeError(f"{env}: {hook} raised {type(error).__name__} {where}: {error}")
     return EnvCodeError(
         f"{env}: {hook} raised {type(error).__name__} {where}: {error}. Fix the environment; where it raised (most "
         f"recent call last):\n{user_traceback(error)}"

@@ -38,6 +38,7 @@ from verl.envs.base import (
     call_env,
     checked_info,
     checked_step,
+    env_code_error,
 )
 from verl.envs.client_env import ChatClientEnv, EpisodeOver, chat_client
 from verl.envs.loader import load_environment
@@ -325,7 +326,10 @@ def client_request(request: dict[str, Any], sampling: dict[str, Any]) -> dict[st
 def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any) -> EpisodeResult:
     """One episode of a ChatClientEnv: its `rollout` with an async client from `make_client()` (made in the episode's
     loop). Requests get `setup.sampling` (`client_request`); one past `setup.max_turns` ends the episode (its new
-    messages kept, marked cut). Text prompts only, as in training."""
+    messages kept, marked cut). Text prompts only, as in training. What `rollout` raises becomes an EnvCodeError, as
+    in training, except EpisodeOver, NotImplementedError and the endpoint's own errors (openai.APIError)."""
+    import openai
+
     if setup.images:
         raise NotImplementedError(
             f"{type(env).__name__} is a ChatClientEnv, which runs text prompts only (as in training); this row has "
@@ -360,6 +364,10 @@ def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any
 
         try:
             await env.rollout(chat_client(create), setup.model, first, state)
+        except (EpisodeOver, NotImplementedError, EnvCodeError, openai.APIError):
+            raise
+        except Exception as error:  # the environment's own code (a verifiers episode that failed, ...)
+            raise env_code_error(name, "rollout", f"in the episode (turn {counts['turns'] + 1})", error) from error
         finally:
             await env.release()
 

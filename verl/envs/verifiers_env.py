@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from verl.envs.base import EnvRowError
 from verl.envs.client_env import ChatClientEnv, EpisodeOver, chat_client
 from verl.envs.tools import HERMES, ToolCallFormat, assistant_message
 
@@ -131,6 +132,19 @@ def _text(content: Any, where: str) -> str:
     raise NotImplementedError(f"{where} has content parts other than text; verifiers environments run text only.")
 
 
+REASONING_END = "</think>"
+
+
+def split_reasoning(text: str) -> tuple[str | None, str]:
+    """(the reasoning, the content) of a model's turn as a reasoning parser (vLLM's `--reasoning-parser`, e.g.
+    qwen3, deepseek_r1) separates them: the text up to the first `</think>` (its `<think>` left out, which the chat
+    template's generation prompt may have opened instead), and what follows it; (None, text) without one."""
+    head, end, tail = text.partition(REASONING_END)
+    if not end:
+        return None, text
+    return head.strip().removeprefix("<think>").strip(), tail.lstrip("\n")
+
+
 def _error_body(message: str, code: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}}
 
@@ -144,9 +158,11 @@ class Bridge:
     error is kept in `error` and the request fails.
     """
 
-    def __init__(self, client: Any, tool_format: ToolCallFormat = HERMES) -> None:
+    def __init__(self, client: Any, tool_format: ToolCallFormat = HERMES, given: int = 0) -> None:
         self.client = client
         self.tool_format = tool_format
+        self.given = given
+        """The assistant messages of the task's prompt (few-shot turns), which requests carry as they are."""
         """How the model writes tool calls (read out of a turn's text when the client did not)."""
         self.turns: list[dict[str, Any]] = []
         """The assistant messages as the client gave them, one per answered request."""
@@ -202,11 +218,24 @@ class Bridge:
         text = choice.message.content or ""
         calls = [call.model_dump(exclude_none=True) for call in getattr(choice.message, "tool_calls", None) or []]
         self.turns.append({"role": "assistant", "content": text, **({"tool_calls": calls} if calls else {})})
+        # the harness gets the reasoning apart from the content, as from an endpoint with a reasoning parser (which
+        # separated it already in evaluation; the engine's text holds the block in training), so that rewards that
+        # read the reply (trace.last_reply) score the same in both
+        reasoning = getattr(choice.message, "reasoning", None) or getattr(choice.message, "reasoning_content", None)
+        content = text
+        if not reasoning:
+            reasoning, content = split_reasoning(text)
         if calls:  # the endpoint parsed them
-            message = {"role": "assistant", "content": choice.message.content, "tool_calls": calls}
+            message = {
+                "role": "assistant",
+                "content": content if text else choice.message.content,
+                "tool_calls": calls,
+            }
         else:  # text tool calls read as `verl.serve` reads them
             tools = body.get("tools") if body.get("tool_choice") != "none" else None
-            message = assistant_message(text, self.tool_format.for_tools(tools) if tools else None)
+            message = assistant_message(content, self.tool_format.for_tools(tools) if tools else None)
+        if reasoning:
+            message["reasoning_content"] = reasoning
         finish = "tool_calls" if "tool_calls" in message and not calls else choice.finish_reason  # as verl.serve
         usage = getattr(reply, "usage", None)
         return {
@@ -220,9 +249,12 @@ class Bridge:
 
     def client_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The request's messages for the client: assistant turns as the client gave them, other contents as text."""
-        out, turn = [], 0
+        out, turn, given = [], 0, self.given
         for position, message in enumerate(messages):
-            if message.get("role") == "assistant":
+            if message.get("role") == "assistant" and given:  # a turn of the prompt's, not the model's
+                given -= 1
+                out.append({**message, "content": _text(message.get("content"), f"message {position} (a request)")})
+            elif message.get("role") == "assistant":
                 if turn >= len(self.turns):
                     raise ValueError(
                         f"message {position} of the harness's request is an assistant turn the model did not write; "
@@ -239,38 +271,55 @@ class Bridge:
 # tasks as dataset rows
 
 
-def task_prompt(data: Any) -> str:
-    """The text of a task's first user turn, its system prompt first ("system\\n\\nprompt", as verifiers folds it
-    for harnesses without a system message): the trainer's prompts are one user message."""
-    prompt, system = data.prompt, data.system_prompt
-    if isinstance(prompt, list):
-        roles = [message.role for message in prompt]
-        if roles == ["system", "user"] and system is None:
-            system, prompt = _text(prompt[0].content, "the task's system message"), prompt[1].content
-        elif roles == ["user"]:
-            prompt = prompt[0].content
-        else:
-            raise NotImplementedError(
-                f"task {data.idx}: a prompt of messages {roles} cannot be a dataset prompt (one user message, "
-                "optionally after a system message)."
-            )
-        prompt = _text(prompt, f"task {data.idx}'s prompt")
+def task_messages(data: Any, harness: Any = None) -> list[dict[str, Any]]:
+    """The messages `harness` (a verifiers Harness; None: one that, like verifiers' `null` chat program, sends the
+    system prompt as a system message) opens a task's episode with, as text: the task's system prompt as a system
+    message (where the harness emits it separately, APPENDS_SYSTEM_PROMPT; else it folds it into the user prompt),
+    then its prompt: one user message, or its messages (e.g. few-shot turns), the last one the user's."""
+    if harness is None:
+        system, prompt = data.system_prompt, data.prompt
+    else:
+        try:
+            system, prompt = harness.resolve_prompt(data)
+        except TypeError as error:  # a harness that folds the system prompt, and a prompt of messages
+            raise NotImplementedError(f"task {data.idx}: {error}") from None
     if prompt is None:
         raise NotImplementedError(
             f"task {data.idx} has no prompt (a user opens it); only prompted tasks are supported."
         )
-    return f"{system}\n\n{prompt}" if system else prompt
+    messages = [{"role": "system", "content": system}] if system else []  # as the chat program: none when empty
+    if isinstance(prompt, str):
+        return [*messages, {"role": "user", "content": prompt}]
+    from verifiers.v1.dialects.chat import message_to_wire
+
+    for position, message in enumerate(prompt):
+        wire = message_to_wire(message)
+        wire["content"] = _text(wire.get("content"), f"task {data.idx}'s prompt (message {position})")
+        messages.append({key: value for key, value in wire.items() if value is not None or key == "content"})
+    roles = [message["role"] for message in messages]
+    if roles[-1] != "user":
+        raise NotImplementedError(
+            f"task {data.idx}: a prompt of messages {roles} cannot be a dataset prompt (the last message must be the "
+            "user's, which the model answers)."
+        )
+    return messages
 
 
-def task_row(task: Any) -> dict[str, Any]:
-    """A task as a JSONL row the trainer reads: `prompt` (task_prompt), `answer` (the task data's, if it has one)
-    and TASK_COLUMN (the task data as JSON)."""
+def task_row(task: Any, harness: Any = None) -> dict[str, Any]:
+    """A task as a JSONL row the trainer reads: `prompt` (task_messages: the user's text where that is all, else the
+    chat messages), `answer` (the task data's, if it has one) and TASK_COLUMN (the task data as JSON)."""
     answer = task.data.model_dump(mode="json").get("answer")
+    messages = task_messages(task.data, harness)
     return {
-        "prompt": task_prompt(task.data),
+        "prompt": messages[0]["content"] if len(messages) == 1 else messages,
         "answer": "" if answer is None else str(answer) if isinstance(answer, (int, float)) else answer,
         TASK_COLUMN: json.dumps(task.data.model_dump(mode="json", exclude_defaults=True), ensure_ascii=False),
     }
+
+
+def _missing_fields(error: Any) -> list[str]:
+    """The fields a pydantic ValidationError says are missing (dotted paths)."""
+    return [".".join(map(str, item["loc"])) for item in error.errors() if item.get("type") == "missing"]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -307,6 +356,7 @@ class VerifiersEnv(ChatClientEnv):
         block = {"id": taskset} if isinstance(taskset, str) else dict(taskset)
         ident = str(block.get("id") or "")
         self.name = f"verifiers taskset {ident!r}"
+        given = ident
         try:
             self.vf = vf = importlib.import_module("verifiers.v1")
         except ImportError as error:
@@ -342,8 +392,17 @@ class VerifiersEnv(ChatClientEnv):
                     f"{self.name}: {where}retries are set; a retried rollout would ask the model again from the start, "
                     "which the trainer cannot follow. Leave them unset."
                 )
-        self.task_cls = type(env.taskset).task_type()
+        self.taskset_cls = type(env.taskset)
+        self.spec = f"{given}:{self.taskset_cls.__name__}" if given.endswith(".py") else f"verifiers:{given}"
+        """How `--env` names this taskset."""
+        self._export = f"`python -m verl.envs.verifiers_env export --env {self.spec} --output FILE`" + (
+            " (with the same --env-kwargs)" if config or len(block) > 1 else ""
+        )
+        self.task_cls = self.taskset_cls.task_type()
         self.data_cls = self.task_cls.data_type()
+        self.harness = getattr(env, "_harnesses", {}).get(self.seat)
+        """The seat's verifiers Harness (how it places the system prompt: task_messages), or None where verifiers
+        does not expose it (then as its `null` chat program does)."""
         self._tools: list[dict[str, Any]] | None = None
         self._probed = False
         self._served: dict[int, list[Any]] = {}
@@ -401,25 +460,73 @@ class VerifiersEnv(ChatClientEnv):
         return iter(taskset)
 
     def reset(self, row: dict[str, Any]) -> dict[str, Any]:
+        """The episode's state: the row and its task data (TASK_COLUMN), which must be valid data of the taskset's
+        data class (EnvRowError naming what is wrong and how to write the dataset again)."""
         raw = row.get(TASK_COLUMN)
         if raw is None:
-            raise ValueError(
+            raise EnvRowError(
                 f"{self.name}: the row has no {TASK_COLUMN!r} column (the task's verifiers data); write the dataset "
-                "with `python -m verl.envs.verifiers_env export`."
+                f"with {self._export}."
             )
-        return {"row": row, "task_data": json.loads(raw) if isinstance(raw, str) else dict(raw)}
+        task_data = json.loads(raw) if isinstance(raw, str) else dict(raw)
+        self.task_data(task_data)
+        return {"row": row, "task_data": task_data}
 
-    async def run_task(
-        self, client: Any, model: str, task_data: Mapping[str, Any], prompt: str, scored: bool = True
-    ) -> tuple[Any, Bridge]:
-        """One verifiers episode of the task, its model requests asked of `client`: (the episode, its bridge)."""
+    def task_data(self, task_data: Mapping[str, Any]) -> Any:
+        """`task_data` as the taskset's data class (`data_cls`); EnvRowError where it does not validate."""
+        from pydantic import ValidationError
+
+        try:
+            return self.data_cls.model_validate(dict(task_data))
+        except ValidationError as error:
+            missing = _missing_fields(error)
+            what = f"it has no {', '.join(map(repr, missing))}" if missing else str(error).replace("\n", "; ")
+            raise EnvRowError(
+                f"{self.name}: the row's {TASK_COLUMN!r} does not match the taskset's data class "
+                f"{self.data_cls.__name__}: {what} (a dataset exported from another taskset, or from an older version "
+                f"of this one?); write the dataset again with {self._export}."
+            ) from None
+
+    def episode_data(self, task_data: Mapping[str, Any], messages: list[dict[str, Any]]) -> Any:
+        """The task data an episode of `messages` (the conversation the model is given) runs with: the row's,
+        unchanged where they are the messages the harness opens the task with (task_messages), so that its rewards
+        read the task as verifiers gives it; else (data.format_prompt rewrote the prompt, or the dataset's prompt is
+        not the export's) with its prompt, and its system prompt where that differs, set to them, so that the
+        harness sends what the model is given."""
+        data = self.task_data(task_data)
+        given = []
+        for position, message in enumerate(messages):
+            role = message.get("role") if isinstance(message, dict) else None
+            if role not in ("system", "user", "assistant", "tool"):
+                raise ValueError(f"{self.name}: message {position} of the prompt has no chat role ({role!r}).")
+            given.append({**message, "content": _text(message.get("content"), f"message {position} of the prompt")})
+        if not given or given[-1]["role"] != "user":
+            raise ValueError(f"{self.name}: an episode starts from messages that end with the user's, got {given}.")
+        try:
+            expected = task_messages(data, self.harness)
+        except NotImplementedError:
+            expected = None
+        pairs = [(message["role"], message["content"]) for message in given]
+        if expected is not None and pairs == [(message["role"], message["content"]) for message in expected]:
+            return data
+        system, rest = data.system_prompt, given
+        if system and given[0] == {"role": "system", "content": system}:
+            rest = given[1:]  # the task's own system prompt, placed as the harness places it
+        else:
+            system = None
+        single = len(rest) == 1 and isinstance(data.prompt, str)
+        return self.task_data({**task_data, "prompt": rest[0]["content"] if single else rest, "system_prompt": system})
+
+    async def run_task(self, client: Any, model: str, data: Any, scored: bool = True) -> tuple[Any, Bridge]:
+        """One verifiers episode of the task with data `data` (a `data_cls`), its model requests asked of `client`:
+        (the episode, its bridge)."""
         env = await self._serving_env()
-        # the task's data with the prompt the model is given (and no separate system prompt)
-        data = self.data_cls.model_validate({**task_data, "prompt": prompt, "system_prompt": None})
         task = self.task_cls(data, env.config.taskset.task)
         if not scored:
             task = task.defer_scoring()
-        bridge = Bridge(client, self.tool_format)
+        prompt = data.prompt if isinstance(data.prompt, list) else []
+        given = sum(message.role == "assistant" for message in prompt)  # few-shot turns: not the model's
+        bridge = Bridge(client, self.tool_format, given)
         async with bridge.serve() as base_url:
             # the eval client relays the harness's requests to the bridge; no key is read (an unset variable)
             endpoint = self.vf.EvalClientConfig(base_url=base_url, api_key_var="VERL_VERIFIERS_BRIDGE_KEY")
@@ -428,10 +535,8 @@ class VerifiersEnv(ChatClientEnv):
         return episode, bridge
 
     async def rollout(self, client: Any, model: str, messages: list[dict[str, Any]], state: dict[str, Any]) -> None:
-        if len(messages) != 1 or messages[0].get("role") != "user":
-            raise ValueError(f"{self.name}: an episode starts from one user message, got {len(messages)} messages.")
-        prompt = _text(messages[0].get("content"), "the prompt")
-        episode, bridge = await self.run_task(client, model, state["task_data"], prompt)
+        data = self.episode_data(state["task_data"], messages)
+        episode, bridge = await self.run_task(client, model, data)
         if bridge.error is not None:
             raise bridge.error
         if not episode.ok:
@@ -468,11 +573,8 @@ class VerifiersEnv(ChatClientEnv):
         (task,) = list(self.tasks(1))
 
         async def probe() -> tuple[Any, Bridge]:
-            data = task.data.model_dump(mode="json")
             try:
-                return await self.run_task(
-                    chat_client(_probe_reply), "probe", data, task_prompt(task.data), scored=False
-                )
+                return await self.run_task(chat_client(_probe_reply), "probe", task.data, scored=False)
             finally:
                 await self.release()
 
@@ -484,13 +586,25 @@ class VerifiersEnv(ChatClientEnv):
         return bridge.requests[0].get("tools") or None
 
 
-def load_verifiers_environment(spec: str, kwargs: Mapping[str, Any] | None = None) -> VerifiersEnv:
-    """`worker.rollout.env=verifiers:<taskset id>` with `env_kwargs` = the rest of verifiers' [env] block."""
+def load_verifiers_environment(
+    spec: str, kwargs: Mapping[str, Any] | None = None, class_name: str | None = None
+) -> VerifiersEnv:
+    """`worker.rollout.env=verifiers:<taskset id>` (or a taskset file's path) with `env_kwargs` = the rest of
+    verifiers' [env] block; `class_name`: the taskset class named (`path.py:TasksetClass`), which must be the one
+    verifiers loads (the file's `__all__` exports one taskset, and verifiers takes that one)."""
     kwargs = dict(kwargs or {})
     block = kwargs.pop("taskset", None) or {}
     if not isinstance(block, Mapping):
         raise ValueError(f"verifiers:{spec}: env_kwargs.taskset must be the taskset's config block, got {block!r}.")
-    return VerifiersEnv({**block, "id": spec}, **kwargs)
+    env = VerifiersEnv({**block, "id": spec}, **kwargs)
+    loaded = env.taskset_cls.__name__
+    if class_name is not None and loaded != class_name:
+        raise ValueError(
+            f"{env.name}: the taskset named is {class_name}, but the file exports {loaded} in its `__all__`, which "
+            f"is the taskset verifiers loads from it (one per file); name {loaded}, or export {class_name} in "
+            "`__all__` instead."
+        )
+    return env
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -516,7 +630,7 @@ def export(env: VerifiersEnv, output: str, limit: int | None = None) -> int:
     count = 0
     with open(output, "w", encoding="utf-8") as f:
         for task in env.tasks(limit):
-            f.write(json.dumps(task_row(task), ensure_ascii=False) + "\n")
+            f.write(json.dumps(task_row(task, env.harness), ensure_ascii=False) + "\n")
             count += 1
     return count
 
@@ -530,18 +644,18 @@ def main(argv: list[str] | None = None) -> int:
     command.add_argument("--output", required=True)
     command.add_argument("--limit", type=int, default=None, help="the first N tasks (needed for infinite tasksets)")
     args = parser.parse_args(argv)
-    spec = args.env
+    spec, class_name = args.env, None
     if spec.startswith("verifiers:"):
         taskset = spec[len("verifiers:") :]
     else:
-        path, sep, _ = spec.rpartition(":")
-        taskset = path if sep and path.endswith(".py") else spec
+        path, sep, name = spec.rpartition(":")
+        taskset, class_name = (path, name or None) if sep and path.endswith(".py") else (spec, None)
         if not taskset.endswith(".py"):
             raise SystemExit(
                 f"export: --env {spec!r} must be path/to/taskset.py:TasksetClass or verifiers:<taskset id>."
             )
     try:
-        env = load_verifiers_environment(taskset, json.loads(args.env_kwargs))
+        env = load_verifiers_environment(taskset, json.loads(args.env_kwargs), class_name)
         count = export(env, args.output, args.limit)
     except (ValueError, NotImplementedError) as error:
         raise SystemExit(f"export: {error}") from None
