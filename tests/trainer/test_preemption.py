@@ -42,8 +42,14 @@ def test_a_stop_that_is_not_a_signal_reaches_only_a_running_fit_loop():
     stop = StopRequest(grace_s=60)
     with stop.installed():
         assert stop_the_fit_loop("the sky fell") and stop.requested and stop.within_grace()
-        assert not stop_the_fit_loop("it fell again")  # already stopping: the first cause stands
+        assert stop_the_fit_loop("it fell again")  # already stopping: the first cause stands
     assert stop.cause == "the sky fell" and not stop_the_fit_loop("after the loop")
+    on_signal = StopRequest(grace_s=60)
+    with on_signal.installed():
+        on_signal._handle(signal.SIGTERM, None)
+        assert not on_signal.exit_at_once
+        assert stop_the_fit_loop("Ray's control store ended")  # with the signal's stop under way: exit once stopped
+    assert on_signal.exit_at_once and on_signal.cause is None and on_signal.signum == signal.SIGTERM
     message = str(TrainingInterrupted(signal.SIGTERM, 3, "/ckpt/global_step_3", stop.cause))
     assert message.startswith("Stopped because the sky fell after step 3; checkpoint saved to /ckpt/global_step_3.")
 
@@ -85,6 +91,29 @@ def _start_and_wait_for_a_step(
     return start_run_in_a_group(
         [*command, "trainer.max_steps=40"], env, REPO, save / "experiment_log.jsonl", "actor/pg_loss"
     )
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_group_a_driver_leads_saves_and_exits_at_once(tmp_path):
+    """A driver started as its group's leader (`setsid`, a shell job) keeps Ray's daemons in its group: a SIGTERM to
+    the group ends them with it. The step was saved, then the driver waited on Ray's lost control store for the
+    grace period + 60 s and exited 1, without a word of the checkpoint."""
+    command, env, save = _trainer_command(tmp_path)
+    run = subprocess.Popen(
+        [*command, "trainer.max_steps=40"], cwd=REPO, env=env, stderr=subprocess.PIPE, text=True, process_group=0
+    )
+    log, deadline = save / "experiment_log.jsonl", time.monotonic() + 300
+    while not (log.exists() and "actor/pg_loss" in log.read_text()):
+        assert run.poll() is None, run.stderr.read()[-3000:]
+        assert time.monotonic() < deadline, "no training step within 300 s"
+        time.sleep(0.5)
+    os.killpg(run.pid, signal.SIGTERM)
+    start = time.monotonic()
+    _, stderr = run.communicate(timeout=300)
+    assert run.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    assert time.monotonic() - start < 60, stderr[-3000:]
+    stopped = [line for line in stderr.splitlines() if line.startswith("Stopped by SIGTERM")]
+    assert stopped and "checkpoint saved to" in stopped[0], stderr[-3000:]
 
 
 @pytest.mark.slow

@@ -69,6 +69,9 @@ class StopRequest:
         self.received_at: float | None = None
         self.cause: str | None = None
         """Why the run stops where it is not a signal (`stop_the_fit_loop`)."""
+        self.exit_at_once = False
+        """Exit the process once stopped instead of unwinding: Ray's control store is gone, so its teardown would
+        hang (set for a cause, and when the store goes while a signal's stop is under way)."""
 
     @property
     def requested(self) -> bool:
@@ -109,21 +112,58 @@ class StopRequest:
             unsaved = False
         latest = None if unsaved or step == 0 else step_dir(save_root, step)
         interrupted = TrainingInterrupted(self.signum, step, latest, self.cause)
-        if self.cause is not None:  # Ray's teardown needs what is lost: exit now, the reaper ends the workers
+        _stopped.append(interrupted)
+        if self.exit_at_once:  # Ray's teardown needs what is lost: exit now, the reaper ends the workers
             print(str(interrupted), file=sys.stderr, flush=True)
             os._exit(128 + self.signum)
+        _exit_if_teardown_hangs(interrupted)
         raise interrupted
+
+
+TEARDOWN_S = 30.0
+"""How long the run's teardown (loggers, workers, Ray) may take after a stop before the process exits anyway."""
+
+
+def _exit_if_teardown_hangs(interrupted: TrainingInterrupted, after_s: float = TEARDOWN_S) -> None:
+    """Exit with the stop's status if the process is still here `after_s` seconds from now. The signal may have
+    reached Ray's daemons too (a driver that leads its process group shares it with them: `setsid`, a shell's job),
+    and then stopping the workers waits on a control store that no longer answers, for minutes. The checkpoint is
+    saved by then; the reaper ends the workers."""
+
+    def exit_now() -> None:
+        print(f"{interrupted} (The teardown took over {after_s:.0f} s: exiting at once.)", file=sys.stderr, flush=True)
+        os._exit(128 + interrupted.signum)
+
+    timer = threading.Timer(after_s, exit_now)
+    timer.daemon = True
+    timer.start()
+
+
+_stopped: list[TrainingInterrupted] = []
+"""The stops the fit loops of this process made (their checkpoint saved or not), latest last."""
 
 
 def stop_the_fit_loop(cause: str) -> bool:
     """Ask the fit loop that runs now to stop after its step and save, as on a first SIGTERM, because of `cause`
     (an event that is not a signal: Ray's control store lost), then to exit the process at once (Ray's teardown would
-    hang); False where none runs or it is already stopping."""
-    if not _fit_loops or _fit_loops[-1].requested:
+    hang); False where none runs. A loop already stopping on a signal keeps that signal and stops as it would, but
+    then exits at once too (a SIGTERM to the driver's whole process group ends Ray's daemons with it)."""
+    if not _fit_loops:
         return False
     request = _fit_loops[-1]
-    request.cause, request.received_at, request.signum = cause, time.monotonic(), signal.SIGTERM
+    request.exit_at_once = True
+    if not request.requested:
+        request.cause, request.received_at, request.signum = cause, time.monotonic(), signal.SIGTERM
     return True
+
+
+def exit_if_stopped(why: str) -> None:
+    """Where the fit loop has already stopped (its checkpoint saved) and Ray's control store is then lost (`why`),
+    exit now with the stop's status, instead of waiting for a Ray teardown that cannot end."""
+    if _stopped:
+        stop = _stopped[-1]
+        print(f"{stop} ({why}: exiting at once.)", file=sys.stderr, flush=True)
+        os._exit(128 + stop.signum)
 
 
 class RunSignals:

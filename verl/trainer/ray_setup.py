@@ -11,7 +11,7 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import psutil
@@ -19,7 +19,7 @@ import ray
 
 from verl.trainer import warm_workers
 from verl.trainer.config import PPOConfig
-from verl.trainer.preemption import stop_the_fit_loop
+from verl.trainer.preemption import exit_if_stopped, stop_the_fit_loop
 from verl.trainer.reaper import start_reaper
 from verl.utils import quiet
 from verl.utils.worker_setup import WORKER_SETUP_HOOK
@@ -120,17 +120,23 @@ def start_ray(device: str, cpu_slots: int, stop_grace_s: float, profile: bool = 
     # The setup hook silences known-harmless third-party messages in every worker, before vLLM is imported.
     runtime_env = {"env_vars": worker_env(device), "worker_process_setup_hook": WORKER_SETUP_HOOK}
     previous = signal.getsignal(signal.SIGTERM)
+
+    def restore_sigterm() -> None:
+        """ray.init replaces the SIGTERM handler (a started Ray's would kill its daemons under this process); a
+        handler the caller installed (the runner's RunSignals) is put back at once."""
+        if callable(previous) and _main_thread():
+            signal.signal(signal.SIGTERM, previous)
+
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env)
+        restore_sigterm()
     else:
-        _start_local_ray(device, cpu_slots, runtime_env, profile, stop_grace_s)
-    # ray.init replaces the SIGTERM handler (a started Ray's would kill its daemons under this process); a handler the
-    # caller installed (the runner's RunSignals) is put back.
-    if callable(previous) and _main_thread():
-        signal.signal(signal.SIGTERM, previous)
+        _start_local_ray(device, cpu_slots, runtime_env, profile, stop_grace_s, restore_sigterm)
 
 
-def _start_local_ray(device: str, cpu_slots: int, runtime_env: dict, profile: bool, stop_grace_s: float) -> None:
+def _start_local_ray(
+    device: str, cpu_slots: int, runtime_env: dict, profile: bool, stop_grace_s: float, after_init: Callable[[], None]
+) -> None:
     num_cpus = (os.cpu_count() or 1) if device == "cuda" else max(os.cpu_count() or 1, cpu_slots)
     # Unless the user set them: no per-task event records without a timeline (no dashboard reads them; they grow the
     # GCS for days, docs/reliability.md), no idle prestarted worker (every actor needs its own process), and Ray's
@@ -152,6 +158,7 @@ def _start_local_ray(device: str, cpu_slots: int, runtime_env: dict, profile: bo
             # address="local": a Ray of its own even where `ray start` recorded a cluster (Ray's address file, which a
             # bare ray.init() would join, failing on num_cpus); RAY_ADDRESS joins one
             ray.init(address="local", num_cpus=num_cpus, runtime_env=runtime_env, include_dashboard=False)
+            after_init()  # before anything else: a SIGTERM now is the trainer's to handle
         watch_control_store()
     finally:
         if hangup is not None:
@@ -221,6 +228,7 @@ def watch_control_store(poll_s: float = 1.0) -> None:
                 "%s: the workers go on, but %s. Finishing the current step and saving a checkpoint.", lost, ends
             )
         else:
+            exit_if_stopped(lost)  # the loop stopped already (a signal): Ray's teardown would hang
             logger.error("%s outside the training loop: %s; the checkpoints on disk are as they were.", lost, ends)
 
     threading.Thread(target=watch, name="control-store-watch", daemon=True).start()
