@@ -4,8 +4,10 @@ import dataclasses
 import json
 import logging
 import os
+import warnings
 
 import pytest
+import torch
 
 from verl.models.config import LoraConfig
 from verl.trainer.checkpointing import (
@@ -93,8 +95,18 @@ def test_the_trackers_latest_is_resumed_not_a_later_run_it_replaced(tmp_path, ca
     assert resume_hint(root).startswith(f"The latest checkpoint is {step_dir(root, 5)}")
 
 
+def _saved_state(path, keys) -> None:
+    """A DCP checkpoint at `path` holding `keys` (as the actor's save writes them)."""
+    import torch.distributed.checkpoint as dcp
+
+    with warnings.catch_warnings():  # saved in this one process, as meant
+        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+        dcp.save({key: torch.zeros(2) for key in keys}, checkpoint_id=str(path), no_dist=True)
+
+
 def test_find_last_checkpoint_refuses_only_incomplete_steps(tmp_path):
     make_steps(tmp_path, [4], complete=False)
+    _saved_state(tmp_path / "global_step_4" / "actor", ["model.w"])  # save_model_only's
     with pytest.raises(RuntimeError, match="global_step_4 holds model weights only.*trainer.find_last_checkpoint"):
         find_last_checkpoint(str(tmp_path))
     os.makedirs(tmp_path / "global_step_5")
@@ -102,6 +114,12 @@ def test_find_last_checkpoint_refuses_only_incomplete_steps(tmp_path):
         RuntimeError, match="global_step_4, global_step_5 lack an actor directory or trainer_state.json"
     ):
         find_last_checkpoint(str(tmp_path))
+    # a first full save killed before trainer_state.json was called a save_model_only checkpoint
+    other = tmp_path / "other"
+    make_steps(other, [1], complete=False)
+    _saved_state(other / "global_step_1" / "actor", ["model.w", "optimizer.state.w.exp_avg"])
+    with pytest.raises(RuntimeError, match="global_step_1 lacks an actor directory or trainer_state.json"):
+        find_last_checkpoint(str(other))
 
 
 def test_an_explicit_checkpoint_that_cannot_resume_is_refused_before_the_workers_start(tmp_path):
@@ -109,6 +127,7 @@ def test_an_explicit_checkpoint_that_cannot_resume_is_refused_before_the_workers
     root = str(tmp_path)
     make_steps(tmp_path, [2], complete=False)  # saved with trainer.save_model_only=true
     actor = tmp_path / "global_step_2" / "actor"
+    _saved_state(actor, ["model.w"])
     export = (
         f"export them with `python scripts/model_merger.py --local_dir {actor}`, then set "
         "worker.actor.model.model_path to "
@@ -406,6 +425,7 @@ def test_the_cli_says_where_a_failed_run_resumes_from(tmp_path):
     assert resume_hint(root, explicit=latest).endswith(f"load_checkpoint_path={latest} again.")
     weights_only = tmp_path / "weights_only"
     make_steps(weights_only, [2], complete=False)  # trainer.save_model_only=true: not resumable
+    _saved_state(weights_only / "global_step_2" / "actor", ["model.w"])
     hint = resume_hint(str(weights_only))
     assert hint.startswith("Running the same command again does not resume: Cannot resume from"), hint
     assert "global_step_2 hold" in hint and "trainer.save_model_only" in hint

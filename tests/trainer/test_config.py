@@ -415,6 +415,13 @@ def test_missing_paths_are_errors(files, override, pattern):
         load_config([*base_args(files), *override])
 
 
+def test_a_checkpoint_folder_named_otherwise_than_its_step_is_refused(files):
+    """global_step_3_backup passed the check, then stopped the run with a traceback (RL before Ray, SFT after)."""
+    (files / "ckpt" / "global_step_3_backup").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=r"global_step_3_backup' must be a global_step_N directory: its name gives"):
+        load_config([*base_args(files), f"trainer.load_checkpoint_path={files / 'ckpt' / 'global_step_3_backup'}"])
+
+
 def test_output_folders_must_be_creatable_and_are_not_created_by_the_check(files):
     (files / "notes.txt").write_text("")
     for key in ("trainer.save_checkpoint_path", "trainer.rollout_data_dir"):

@@ -129,7 +129,7 @@ def find_last_checkpoint(save_root: str) -> str | None:
         if not steps:
             return None
         names = ", ".join(f"global_step_{step}" for step in steps)
-        model_only = all(os.path.isdir(os.path.join(step_dir(save_root, step), "actor")) for step in steps)
+        model_only = all(_weights_only(step_dir(save_root, step)) for step in steps)
         one = len(steps) == 1
         interrupted = f"{'lacks' if one else 'lack'} an actor directory or trainer_state.json (interrupted saves?)"
         reason = f"{'holds' if one else 'hold'} {MODEL_ONLY}" if model_only else interrupted
@@ -165,6 +165,18 @@ def find_last_checkpoint(save_root: str) -> str | None:
             ", ".join(f"global_step_{step}" for step in later),
         )
     return step_dir(save_root, newest)
+
+
+def _weights_only(path: str) -> bool:
+    """Whether the step at `path` is a save_model_only checkpoint: its actor's saved state has no optimizer (an
+    interrupted full save either has no saved state yet, or has the optimizer's without trainer_state.json)."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    try:
+        keys = FileSystemReader(os.path.join(path, "actor")).read_metadata().state_dict_metadata
+    except Exception:  # no .metadata: the save did not get that far
+        return False
+    return not any(key.startswith("optimizer.") for key in keys)
 
 
 def _intact_steps(save_root: str, complete: list[int]) -> list[int]:

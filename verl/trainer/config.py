@@ -17,6 +17,7 @@ that tie sections together are `check_cross_section`. `BaseTrainerConfig` is the
 import dataclasses
 import logging
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -413,8 +414,12 @@ class BaseTrainerConfig:
         path = self.load_checkpoint_path
         if path:
             require_path(self, prefix, "load_checkpoint_path", "directory")
-            if not os.path.basename(os.path.normpath(path)).startswith("global_step_"):
-                raise ConfigError(f"{prefix}load_checkpoint_path='{path}' must be a global_step_N directory.")
+            if not re.fullmatch(r"global_step_\d+", os.path.basename(os.path.normpath(path))):
+                raise ConfigError(
+                    f"{prefix}load_checkpoint_path='{path}' must be a global_step_N directory: its name gives the "
+                    "step the run resumes at (put a copy such as global_step_3_backup in a folder of its own, as "
+                    "global_step_3)."
+                )
 
 
 @dataclass
