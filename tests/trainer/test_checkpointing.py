@@ -446,3 +446,13 @@ def test_a_resume_with_another_number_of_training_rows_warns(caplog):
         assert caplog.text == ""
         warn_if_data_changed({"train_rows": 48, **order, "batch_size": 4}, 48, "/ckpt/global_step_3", order)
     assert "data.batch_size=8 (4 there): /ckpt/global_step_3 was saved with other settings" in caplog.text
+
+
+def test_a_renamed_checkpoint_folder_is_refused(tmp_path):
+    """global_step_3 copied as global_step_1 resumed as step 1 with step 3's weights, optimizer and data position."""
+    make_steps(tmp_path, [1])
+    (tmp_path / "global_step_1" / "trainer_state.json").write_text(json.dumps({"global_step": 3}))
+    with pytest.raises(RuntimeError, match=r"holds the state after step 3 .* not after step 1.*Name it global_step_3"):
+        resume_path(step_dir(str(tmp_path), 1), True, str(tmp_path))
+    (tmp_path / "global_step_1" / "trainer_state.json").write_text(json.dumps({"global_step": 1}))
+    assert resume_path(step_dir(str(tmp_path), 1), True, str(tmp_path)) == step_dir(str(tmp_path), 1)

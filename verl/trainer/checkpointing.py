@@ -246,7 +246,24 @@ def resume_path(load_checkpoint_path: str | None, find_last: bool, save_root: st
             f"Cannot resume from trainer.load_checkpoint_path={load_checkpoint_path!r}: {problem}"
             f"{_from_weights(load_checkpoint_path)}."
         )
+    saved_step = _saved_step(load_checkpoint_path)
+    if saved_step is not None and saved_step != step_of(load_checkpoint_path):
+        raise RuntimeError(
+            f"trainer.load_checkpoint_path={load_checkpoint_path!r} holds the state after step {saved_step} "
+            f"(its trainer_state.json), not after step {step_of(load_checkpoint_path)}: the folder was renamed, and "
+            f"the run would count its steps from the wrong one. Name it global_step_{saved_step}."
+        )
     return load_checkpoint_path
+
+
+def _saved_step(path: str) -> int | None:
+    """The step a checkpoint's trainer_state.json records (None where it cannot be read)."""
+    try:
+        with open(os.path.join(path, "trainer_state.json"), encoding="utf-8") as f:
+            step = json.load(f).get("global_step")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return step if isinstance(step, int) else None
 
 
 SHAPE_KEYS = (
