@@ -4,6 +4,7 @@ import dataclasses
 import json
 import logging
 import os
+import signal
 import warnings
 
 import pytest
@@ -30,6 +31,7 @@ from verl.trainer.checkpointing import (
     step_of,
     warn_if_data_changed,
 )
+from verl.trainer.preemption import TrainingInterrupted
 from verl.utils.checkpoint.integrity import damage, write_record
 
 
@@ -423,6 +425,13 @@ def test_the_cli_says_where_a_failed_run_resumes_from(tmp_path):
         == f"{again}; to resume, set it to the latest checkpoint, {latest}."
     )
     assert resume_hint(root, explicit=latest).endswith(f"load_checkpoint_path={latest} again.")
+    # the explicit start removed by save_limit since: "starts from ... again" was wrong, the rerun failed
+    assert resume_hint(root, explicit=step_dir(root, 1)) == (
+        f"Running the same command again fails: trainer.load_checkpoint_path={step_dir(root, 1)} no longer exists "
+        f"(trainer.save_limit removed it); to resume, set it to the latest checkpoint, {latest}."
+    )
+    stop = TrainingInterrupted(signal.SIGTERM, 4, latest)
+    assert str(stop).endswith("Run the same command again to resume.") and "Run the same" not in stop.stopped
     weights_only = tmp_path / "weights_only"
     make_steps(weights_only, [2], complete=False)  # trainer.save_model_only=true: not resumable
     _saved_state(weights_only / "global_step_2" / "actor", ["model.w"])

@@ -185,7 +185,12 @@ def _intact_steps(save_root: str, complete: list[int]) -> list[int]:
         problem = damage(step_dir(save_root, step))
         if problem is None:
             return complete[: position + 1]
-        logger.warning("Checkpoint global_step_%d is damaged: %s; it is skipped (and left as it is).", step, problem)
+        logger.warning(
+            "Checkpoint global_step_%d is damaged: %s; it is skipped (left on disk until this run saves past it, "
+            "which replaces it: copy it elsewhere now to restore its files).",
+            step,
+            problem,
+        )
     return []
 
 
@@ -214,6 +219,10 @@ def resume_hint(save_root: str, find_last: bool = True, explicit: str | None = N
             return f"Running the same command again does not resume: {err}"
         latest = None
     if explicit is not None:
+        if not os.path.isdir(explicit):  # removed since the run started (trainer.save_limit)
+            gone = f"trainer.load_checkpoint_path={explicit} no longer exists (trainer.save_limit removed it)"
+            where = f"set it to the latest checkpoint, {latest}" if latest else "start over"
+            return f"Running the same command again fails: {gone}; to resume, {where}."
         again = f"Running the same command again starts from trainer.load_checkpoint_path={explicit} again"
         if latest is None or os.path.normpath(latest) == os.path.normpath(explicit):
             return f"{again}."

@@ -54,6 +54,8 @@ class TrainingInterrupted(BaseException):
             message = f"Stopped {name} after step {step}; {saved}."
         super().__init__(f"{message} Run the same command again to resume.")
         self.signum, self.step, self.checkpoint = signum, step, checkpoint
+        self.stopped = message
+        """The message without its advice, for a run whose command does not resume (`resume_hint` says what does)."""
 
 
 _fit_loops: list["StopRequest"] = []
