@@ -579,3 +579,31 @@ def test_a_tokenizer_folder_without_a_tokenizer_is_one_error_before_ray(models, 
     args = sft_args(tmp_path, models["text"], str(tmp_path / "out"), f"worker.model.tokenizer_path={empty}")
     with pytest.raises(SFTDataError, match=rf"cannot be loaded \(worker.model.tokenizer_path={empty}, "):
         build_datasets(load_sft_config(args))
+
+
+def test_an_export_that_runs_out_of_space_is_one_line_naming_the_checkpoint(tmp_path) -> None:
+    """The export after the last checkpoint hit a full disk: a 55-line Ray traceback (safetensors' error is no
+    OSError), no word of the checkpoint that was saved."""
+    import errno
+
+    from verl.sft.main import export
+    from verl.trainer.checkpointing import CheckpointSaveError
+
+    class Group:
+        def __init__(self, error: Exception) -> None:
+            self.error = error
+
+        def export_hf_model(self, path: str) -> None:
+            raise self.error
+
+    checkpoint = str(tmp_path / "global_step_4")
+    for error in (
+        RuntimeError("SafetensorError: No space left on device (os error 28)"),
+        OSError(errno.ENOSPC, "No space left on device"),
+    ):
+        with pytest.raises(CheckpointSaveError) as raised:
+            export(Group(error), str(tmp_path / "huggingface"), checkpoint)
+        assert str(raised.value).startswith(f"Could not export the model to {tmp_path / 'huggingface'}: No space")
+        assert f"The checkpoint {checkpoint} is saved" in str(raised.value)
+    with pytest.raises(ValueError, match="another failure"):
+        export(Group(ValueError("another failure")), str(tmp_path / "huggingface"), checkpoint)

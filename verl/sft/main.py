@@ -36,6 +36,7 @@ from verl.trainer.checkpointing import (
     resume_hint,
     resume_path,
     save_step,
+    step_dir,
     step_of,
     warn_if_data_changed,
 )
@@ -209,7 +210,7 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
         if last_saved != step:
             save(group, trainer, step, data_state, ckpt_tracker, metrics.get("val/loss"), False)
         if trainer.export_hf_model:
-            group.export_hf_model(os.path.join(root, "huggingface"))
+            export(group, os.path.join(root, "huggingface"), step_dir(root, step))
             logger.info("Exported the model to %s", os.path.join(root, "huggingface"))
         return metrics
     finally:
@@ -217,6 +218,26 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
         tracker.finish()
         group.shutdown()
         pool.remove()
+
+
+def export(group: Any, path: str, checkpoint: str) -> None:
+    """The workers' Hugging Face export to `path`; a write failure (a full disk) is a CheckpointSaveError naming the
+    cause and the checkpoint it can be exported from later."""
+    from verl.utils.checkpoint.fsdp_checkpoint_manager import storage_error
+
+    try:
+        group.export_hf_model(path)
+    except Exception as err:
+        cause = storage_error(err)
+        text = str(getattr(err, "cause", None) or err)
+        if cause is None and "No space left on device" not in text:  # safetensors' own error is no OSError
+            raise
+        reason = cause.strerror if cause is not None and cause.strerror else "No space left on device"
+        raise CheckpointSaveError(
+            f"Could not export the model to {path}: {reason}. The checkpoint {checkpoint} is saved: free space and "
+            f"run the same command again, or export it with `python scripts/model_merger.py --local_dir "
+            f"{os.path.join(checkpoint, 'actor')}`."
+        ) from None
 
 
 def save(

@@ -10,6 +10,7 @@ import functools
 import logging
 import math
 import os
+import shutil
 from typing import Any
 
 import torch
@@ -155,9 +156,15 @@ class SFTWorker(Worker):
             model.tie_weights()
             model.to(declared_dtype(load_model_config(self.config.model)))  # as the base model's folder has them
             model.config = exported_config(model)
-            os.makedirs(path, exist_ok=True)
-            model.save_pretrained(path)
-            for processing in (self.processor, self.tokenizer):
-                if processing is not None:
-                    processing.save_pretrained(path)
+            written = f"{path}.tmp"  # renamed into place once whole: a failed export (a full disk) leaves no half
+            shutil.rmtree(written, ignore_errors=True)
+            try:
+                model.save_pretrained(written)
+                for processing in (self.processor, self.tokenizer):
+                    if processing is not None:
+                        processing.save_pretrained(written)
+                shutil.rmtree(path, ignore_errors=True)
+                os.replace(written, path)
+            finally:
+                shutil.rmtree(written, ignore_errors=True)
         dist.barrier()

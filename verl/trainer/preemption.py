@@ -88,11 +88,15 @@ class StopRequest:
             signal.raise_signal(signum)
             return
         self.signum, self.received_at = signum, time.monotonic()
+        saving = (
+            f"saving a checkpoint (if within {self.grace_s:.0f} s)"
+            if self.grace_s > 0
+            else "saving no checkpoint (trainer.signal_grace_s=0)"
+        )
         logger.warning(
-            "Received %s: finishing the current step, then saving a checkpoint (if within %.0f s) and stopping. "
-            "Send it again to stop at once.",
+            "Received %s: finishing the current step, then %s and stopping. Send it again to stop at once.",
             signal.Signals(signum).name,
-            self.grace_s,
+            saving,
         )
 
     @contextmanager
