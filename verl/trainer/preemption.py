@@ -122,7 +122,8 @@ class StopRequest:
         if self.exit_at_once:  # Ray's teardown needs what is lost: exit now, the reaper ends the workers
             print(str(interrupted), file=sys.stderr, flush=True)
             os._exit(128 + self.signum)
-        _exit_if_teardown_hangs(interrupted)
+        if os.getpgrp() == os.getpid():  # a signal to this group reached a local Ray's daemons too
+            _exit_if_teardown_hangs(interrupted)
         raise interrupted
 
 
@@ -131,10 +132,11 @@ TEARDOWN_S = 30.0
 
 
 def _exit_if_teardown_hangs(interrupted: TrainingInterrupted, after_s: float = TEARDOWN_S) -> None:
-    """Exit with the stop's status if the process is still here `after_s` seconds from now. The signal may have
-    reached Ray's daemons too (a driver that leads its process group shares it with them: `setsid`, a shell's job),
-    and then stopping the workers waits on a control store that no longer answers, for minutes. The checkpoint is
-    saved by then; the reaper ends the workers."""
+    """Exit with the stop's status if the process is still here `after_s` seconds from now. Armed where the driver
+    leads its process group (`setsid`, a shell's job), which a local Ray's daemons share: a signal to the group
+    reaches them too, and stopping the workers then waits on a control store that no longer answers, for minutes.
+    The checkpoint is saved by then; the reaper ends the workers. (Elsewhere Ray's daemons have a group of their
+    own, and the teardown, a logger's upload included, takes the time it needs.)"""
 
     def exit_now() -> None:
         print(f"{interrupted} (The teardown took over {after_s:.0f} s: exiting at once.)", file=sys.stderr, flush=True)
