@@ -4,6 +4,7 @@
 
 import json
 import os
+import warnings
 
 import jinja2
 import pytest
@@ -122,7 +123,10 @@ def test_dapo_accuracy(response: str, ground_truth: str, correct: bool) -> None:
 @pytest.mark.parametrize("length, overlong", [(10, 0.0), (80, 0.0), (85, -0.25), (90, -0.5), (100, -1.0), (130, -1.0)])
 def test_dapo_soft_overlong_punishment(length: int, overlong: float) -> None:
     function = example("dapo", max_response_length=100, overlong_buffer_len=20, overlong_penalty_factor=0.5)
-    score = function(sample("Answer: 7", "7", response_length=length))
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        score = function(sample("Answer: 7", "7", response_length=length))
+    assert bool(said) == (length > 100)  # longer than the budget given: the run's budget and the reward's differ
     assert score["overlong"] == pytest.approx(overlong)
     assert score["overall"] == pytest.approx(1.0 + 0.5 * overlong)
 
