@@ -50,6 +50,25 @@ def test_a_second_run_refuses_naming_the_holder_and_takes_over_once_it_is_dead(t
         pass
 
 
+def test_a_copy_of_a_held_folder_is_free_and_says_whose_lock_record_it_has(tmp_path, caplog):
+    """`cp -r` of a running run's folder copies its lock record: the copy is free (no process holds its lock), and
+    the message said the recorded run "has ended" while it ran on the original."""
+    import shutil
+
+    folder = tmp_path / "checkpoints"
+    holder = hold(folder)
+    try:
+        shutil.copytree(folder, tmp_path / "copy")
+        with caplog.at_level(logging.INFO, logger="verl.trainer.run_lock"):
+            with RunLock(str(tmp_path / "copy")):
+                pass
+        assert f"pid {holder.pid}" in caplog.text and "whose process is alive: this folder was copied" in caplog.text
+        assert "has ended" not in caplog.text
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+
+
 def test_a_folder_that_cannot_be_made_is_refused_naming_the_key(tmp_path):
     # what the config's check cannot see: a place whose parent is a writable-looking directory that refuses new
     # folders (as under /proc), or a parent that is a file

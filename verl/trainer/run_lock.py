@@ -88,11 +88,16 @@ class RunLock:
                 self._check_holder_without_locks(self._holder(fd))
             previous = self._holder(fd)
             if previous.get("pid") and previous.get("pid") != os.getpid():
+                # the lock was free, so no run holds this folder; a live recorded pid ran on a copy of it
+                ended = "that has ended"
+                if _alive_here(previous):
+                    ended = "whose process is alive: this folder was copied from a running run's (or the pid reused)"
                 logger.info(
-                    "Took over the checkpoint folder %s from an earlier run (pid %s on host %s) that has ended.",
+                    "Took over the checkpoint folder %s from an earlier run (pid %s on host %s) %s.",
                     self.folder,
                     previous.get("pid"),
                     previous.get("host"),
+                    ended,
                 )
             me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
             os.ftruncate(fd, 0)
@@ -122,3 +127,17 @@ class RunLock:
             os.ftruncate(fd, 0)
         finally:
             os.close(fd)  # closing the descriptor releases the record lock
+
+
+def _alive_here(holder: dict[str, Any]) -> bool:
+    """Whether the run a lock file records is a live process of this host."""
+    pid = holder.get("pid")
+    if not isinstance(pid, int) or holder.get("host") != socket.gethostname():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
