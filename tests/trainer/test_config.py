@@ -757,6 +757,15 @@ def test_dry_run_prints_resolved_yaml(files, capsys):
     assert printed["data"]["seed"] == 7
     assert printed["worker"]["rollout"]["prompt_length"] == 512
     assert set(printed) == {f.name for f in dataclasses.fields(PPOConfig)}
+    # the printed config loads again as the same config (it was refused for its derived keys)
+    resolved = files / "resolved.yaml"
+    resolved.write_text(yaml.safe_dump(printed))
+    assert main([f"config={resolved}", "--dry-run"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == printed
+    printed["worker"]["rollout"]["prompt_length"] = 100  # a derived key that disagrees with its source: refused
+    resolved.write_text(yaml.safe_dump(printed))
+    with pytest.raises(ConfigError, match="'worker.rollout.prompt_length' is derived from 'data.max_prompt_length'"):
+        load_config([f"config={resolved}"])
 
 
 def test_secrets_are_masked_in_config_dumps(files, capsys):

@@ -14,6 +14,7 @@ section checks its own fields (`validate(prefix)`, then `check_files(prefix)` fo
 that tie sections together are `check_cross_section`. `BaseTrainerConfig` is the trainer section SFT shares.
 """
 
+import copy
 import dataclasses
 import logging
 import os
@@ -502,6 +503,42 @@ RUN_DERIVED_KEYS: dict[str, str] = {
 """Keys the runner fills in once the data is loaded (the lr schedule's length); setting them is an error too."""
 
 
+def _without_copies(values: Mapping) -> Mapping:
+    """A config file as `--dry-run` prints a resolved config, which holds every derived key beside its source: the
+    ones equal to their source (or, for RUN_DERIVED_KEYS, to their placeholder) are left out, so that file loads
+    again; a derived key that differs is still refused."""
+    default = PPOConfig()
+    copies = [
+        key
+        for key, source in DERIVED_KEYS.items()
+        if _found(values, key) and _get(values, key) == _get(values, source)
+    ]
+    copies += [
+        key for key in RUN_DERIVED_KEYS if _found(values, key) and _get(values, key) == attrgetter(key)(default)
+    ]
+    if not copies:
+        return values
+    values = copy.deepcopy(dict(values))
+    for key in copies:
+        section, _, name = key.rpartition(".")
+        _get(values, section).pop(name)
+    return values
+
+
+_MISSING = object()
+
+
+def _get(values: Mapping, dotted: str) -> Any:
+    node: Any = values
+    for part in dotted.split("."):
+        node = node.get(part, _MISSING) if isinstance(node, Mapping) else _MISSING
+    return node
+
+
+def _found(values: Mapping, dotted: str) -> bool:
+    return _get(values, dotted) is not _MISSING
+
+
 def _copy_derived(config: PPOConfig) -> None:
     """Every key of DERIVED_KEYS from its source."""
     for key, source in DERIVED_KEYS.items():
@@ -599,6 +636,9 @@ def fill_derived(config: PPOConfig) -> PPOConfig:
 def load_config(argv: list[str]) -> PPOConfig:
     """Build the PPOConfig from `config=FILE` plus dotlist overrides; raise ConfigError on any bad key or value."""
     sources = command_line_sources(argv)
+    sources = [
+        (name, _without_copies(values) if name.startswith("config file") else values) for name, values in sources
+    ]
     for source_name, values in sources:
         set_keys(values, {**DERIVED_KEYS, **RUN_DERIVED_KEYS}, source_name)
     config = fill_derived(merge_config(PPOConfig, sources))
