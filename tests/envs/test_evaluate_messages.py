@@ -560,26 +560,3 @@ def test_a_request_the_endpoint_never_answers_times_out(tmp_path):
     assert time.monotonic() - start < 60
     assert proc.returncode == 1 and "evaluate: row 0: the endpoint --base-url" in proc.stderr, proc.stderr
     assert "timed out" in proc.stderr.lower(), proc.stderr
-
-
-COUNTING_ENV = """
-from verl.envs import EnvStep, MultiTurnEnv
-
-
-class Counting(MultiTurnEnv):
-    def step(self, state, response):
-        return EnvStep(messages=[], done=True)
-
-    def episode_info(self, state):
-        return {"turns": 99, "guesses": 2}
-"""
-
-
-def test_episode_info_named_as_a_count_does_not_replace_it(monkeypatch, tmp_path, capsys):
-    """An environment's `turns` in episode_info replaced the episode's real turn count in the printed line."""
-    (tmp_path / "counting.py").write_text(COUNTING_ENV)
-    rows = [{"prompt": "6 x 7?", "answer": "42"}]
-    env = f"{tmp_path / 'counting.py'}:Counting"
-    (line,), summary, _ = run_evaluate(monkeypatch, tmp_path, capsys, {"6 x 7?": ["42"]}, rows, "--env", env)
-    assert (line["turns"], line["info_turns"], line["guesses"]) == (1, 99, 2)
-    assert summary["turns/mean"] == 1.0

@@ -681,9 +681,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(
                     f"evaluate: row {index}: the endpoint --base-url {args.base_url} failed: {error}"
                 ) from None
-            line: dict[str, Any] = {"row": index, **result.counts}
-            # the environment's episode_info beside the counts; a key named as a count keeps both (info_<key>)
-            line.update({f"info_{key}" if key in line else key: value for key, value in result.info.items()})
+            line: dict[str, Any] = {"row": index, **result.counts, **result.info}
             score: dict[str, float] = {}
             if scorer is not None:
                 try:
