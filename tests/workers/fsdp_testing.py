@@ -240,16 +240,8 @@ def make_vl_batch(
         position_ids = position_ids.transpose(0, 1).contiguous()
     else:
         position_ids = positions_from_mask(attention_mask)
-    batch = {
-        "input_ids": input_ids,
-        "attention_mask": attention_mask,
-        "position_ids": position_ids,
-        "responses": input_ids[:, prompt_len:].clone(),
-        "response_mask": attention_mask[:, prompt_len:].clone(),
-    }
-    _training_columns(batch, generator)
-    non_tensors = {"multi_modal_data": [None if image is None else {"images": [image]} for image in images]}
-    return DataProto.from_dict(tensors=batch, non_tensors=non_tensors)
+    media = [None if image is None else {"images": [image]} for image in images]
+    return _rows_batch(input_ids, attention_mask, position_ids, prompt_len, generator, media)
 
 
 def make_media_batch(
@@ -293,15 +285,7 @@ def make_media_batch(
     position_ids = torch.stack(
         [rope_index(ids, mask, *grid) for ids, mask, grid in zip(input_ids, attention_mask, grids)]
     )
-    batch = {
-        "input_ids": input_ids,
-        "attention_mask": attention_mask,
-        "position_ids": position_ids,
-        "responses": input_ids[:, prompt_len:].clone(),
-        "response_mask": attention_mask[:, prompt_len:].clone(),
-    }
-    _training_columns(batch, generator)
-    return DataProto.from_dict(tensors=batch, non_tensors={"multi_modal_data": media})
+    return _rows_batch(input_ids, attention_mask, position_ids, prompt_len, generator, media)
 
 
 def grad_atol(expected: dict[str, torch.Tensor], key: str) -> float:
@@ -368,3 +352,16 @@ def accumulate_over_pass(model: torch.nn.Module, micro_batches: list[torch.Tenso
             before_backward(index == len(micro_batches) - 1)
             loss.backward()
     return {name: param.grad.full_tensor().clone() for name, param in model.named_parameters()}
+
+
+def _rows_batch(input_ids, attention_mask, position_ids, prompt_len, generator, media) -> DataProto:
+    """The actor's batch of these rows (prompt then response at `prompt_len`), with training columns and media."""
+    batch = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+        "responses": input_ids[:, prompt_len:].clone(),
+        "response_mask": attention_mask[:, prompt_len:].clone(),
+    }
+    _training_columns(batch, generator)
+    return DataProto.from_dict(tensors=batch, non_tensors={"multi_modal_data": media})
