@@ -106,12 +106,12 @@ def measure(model: str, prompts: list[list[int]], args: argparse.Namespace, adap
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompts", type=int, default=64)
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--rank", type=int, default=16)
-    parser.add_argument("--alpha", type=int, default=32)
+    parser.add_argument("--prompts", type=positive(int), default=64)
+    parser.add_argument("--max-tokens", type=positive(int), default=64)
+    parser.add_argument("--rank", type=positive(int), default=16)
+    parser.add_argument("--alpha", type=positive(int), default=32)
     parser.add_argument("--repeats", type=positive(int), default=3)
-    parser.add_argument("--kv-cache-mb", type=int, default=64)
+    parser.add_argument("--kv-cache-mb", type=positive(int), default=64)
     parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "verl_bench_lora"))
     parser.add_argument("--parts", default="generation,sync", help="comma-separated: generation, sync")
     parser.add_argument("--hidden-size", type=int, default=None, help="sync: a wider tiny model (and --layers)")

@@ -277,9 +277,9 @@ def bench_sync(args: argparse.Namespace, model_dir: str, rollout: Any) -> dict[s
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompts", type=int, default=32)
-    parser.add_argument("--n", type=int, default=8)
-    parser.add_argument("--response-length", type=int, default=64)
+    parser.add_argument("--prompts", type=positive(int), default=32)
+    parser.add_argument("--n", type=positive(int), default=8)
+    parser.add_argument("--response-length", type=positive(int), default=64)
     parser.add_argument("--repeats", type=positive(int), default=3)
     parser.add_argument("--model-dir", default=None, help="a Qwen2 model directory (default: --model)")
     parser.add_argument("--model", choices=("tiny", "0.5b", "1.5b"), default="tiny", help="random-init model size")

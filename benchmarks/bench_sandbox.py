@@ -91,9 +91,9 @@ def contention(busy: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--samples", type=int, default=64)
-    parser.add_argument("--cases", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--samples", type=positive(int), default=64)
+    parser.add_argument("--cases", type=positive(int), default=3)
+    parser.add_argument("--workers", type=positive(int), default=4)
     parser.add_argument("--repeats", type=positive(int), default=2)
     parser.add_argument("--modes", default="bwrap,namespaces", help="isolation modes of run_many_cases, in turn")
     parser.add_argument("--busy", type=int, default=0, help="measure beside this many busy processes instead")

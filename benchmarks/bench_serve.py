@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--concurrent", type=positive_ints, default=[20, 100], help="counts of requests sent at once, comma-separated"
     )
-    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--max-tokens", type=positive(int), default=16)
     parser.add_argument("--rounds", type=positive(int), default=5)
     parser.add_argument("--kv-cache-mb", type=int, default=64)
     parser.add_argument("--model-root", default=os.path.join(tempfile.gettempdir(), "bench_serve_models"))

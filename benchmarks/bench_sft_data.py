@@ -19,7 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from verl.utils.cli import positive_ints  # noqa: E402
+from verl.utils.cli import positive, positive_ints  # noqa: E402
 
 
 def conversation(turns: int) -> list[dict[str, str]]:
@@ -34,7 +34,7 @@ def conversation(turns: int) -> list[dict[str, str]]:
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=positive_ints, default=[10, 40, 80])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=positive(int), default=3)
     parser.add_argument("--model-root", default=os.path.join(tempfile.gettempdir(), "verl_bench_models"))
     args = parser.parse_args(argv)
     from transformers import AutoTokenizer

@@ -21,6 +21,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_grpo  # noqa: E402  (its workload and overrides)
 
+from verl.utils.cli import positive  # noqa: E402
+
 
 def main(argv: list[str] | None = None) -> dict:
     workload_help = bench_grpo.build_parser().format_help().split("options:", 1)[-1]
@@ -28,8 +30,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(
         description=__doc__, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--runs", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=1, help="training steps per run")
+    parser.add_argument("--runs", type=positive(int), default=4)
+    parser.add_argument("--steps", type=positive(int), default=1, help="training steps per run")
     args, rest = parser.parse_known_args(argv)
     # bench_grpo's other options (--prompts, --n, --response-length, ...), here with a short run's defaults
     workload = bench_grpo.parse_args(

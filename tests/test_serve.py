@@ -5,6 +5,7 @@ streaming, usage. A scripted engine serves fixed texts over HTTP to the openai c
 tool call); the tiny model behind `python -m verl.serve` checks the real engine, and the same requests to vLLM's own
 OpenAI server must get the same answers. tests/envs/test_serve_and_evaluate.py runs environments through it."""
 
+import contextlib
 import http.client
 import json
 import os
@@ -541,6 +542,64 @@ def test_a_client_that_leaves_at_once_aborts_its_request_streamed_or_not(scripte
         assert len(engine.steps) == 0
     engine.pieces = ["ok"]
     assert post(url, request())[2]["choices"][0]["message"]["content"] == "ok"
+
+
+def test_requests_still_waiting_when_the_server_stops_are_aborted_and_their_threads_end():
+    """At a shutdown (SIGTERM, Ctrl-C) uvicorn gives requests 5 s, then cancels them: a request still waiting for its
+    whole reply is aborted, and a thread still waiting on the engine once the engine stops is woken. Such a thread
+    was left waiting for ever, and the server process with it (it never exited)."""
+    engine = ScriptedEngine([str(i) for i in range(10000)])
+    engine.delay = 0.01  # 100 s of tokens
+    server, url = serve(engine)
+    try:
+
+        def ask():
+            with contextlib.suppress(Exception):  # the server goes while it waits
+                post_json(f"{url}/chat/completions", request())
+
+        threading.Thread(target=ask, daemon=True).start()
+        deadline = time.monotonic() + 30
+        while not engine.steps and time.monotonic() < deadline:
+            time.sleep(0.02)
+        server.shutdown()
+        deadline = time.monotonic() + 30
+        while not engine.aborted and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert engine.aborted == ["chatcmpl-scripted"]
+    finally:
+        engine.loop.stop()
+    # a thread waiting on a request that no client watches (the thread pool's, at the engine's close)
+    engine, errors = ScriptedEngine([str(i) for i in range(10000)]), []
+    engine.delay = 0.01
+
+    def wait_for_reply():
+        try:
+            engine.complete(check_request(request(), "tiny"))
+        except RuntimeError as error:
+            errors.append(str(error))
+
+    waiting = threading.Thread(target=wait_for_reply, daemon=True)
+    waiting.start()
+    deadline = time.monotonic() + 30
+    while not engine.steps and time.monotonic() < deadline:
+        time.sleep(0.02)
+    engine.loop.stop()
+    waiting.join(timeout=30)
+    assert not waiting.is_alive() and errors == ["The server is shutting down."]
+
+
+def test_a_client_that_leaves_while_sending_its_request_is_not_a_server_error(scripted_server, caplog):
+    """A body cut short by the client's leaving is a 499 like any client gone, not a logged traceback and a 500."""
+    engine, url = scripted_server(["ok"])
+    address = urllib.parse.urlsplit(url)
+    with caplog.at_level("INFO", logger="verl.serve.server"):
+        for _ in range(3):
+            with socket.create_connection((address.hostname, address.port), timeout=30) as raw:
+                head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                raw.sendall(f'{head}Content-Length: 1000\r\n\r\n{{"messages": '.encode())
+                time.sleep(0.2)  # the server is reading the body
+        assert post(url, request())[2]["choices"][0]["message"]["content"] == "ok"  # and it serves on
+    assert [record.getMessage() for record in caplog.records] == []
 
 
 def post(url, body):

@@ -4,14 +4,18 @@
 `python -m verl.envs.evaluate` running the training environment's episodes through it with the openai client."""
 
 import glob
+import http.server
+import io
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
+import openai
 import pandas
 import psutil
 import pytest
@@ -234,6 +238,34 @@ def test_a_client_style_environment_runs_through_the_endpoint(server, tmp_path):
         assert episode["done"] == bool(episode["solved"] or episode["turns"] < 3)
 
 
+def picture_host(picture) -> tuple[str, threading.Event, threading.Event]:
+    """An HTTP server on a free port with `picture` as /red.png (other paths: 404), which answers only once `held`
+    is set: (its URL, `asked`, set when a request came, `held`)."""
+    png = io.BytesIO()
+    picture.save(png, format="PNG")
+    asked, held = threading.Event(), threading.Event()
+
+    class Held(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            asked.set()
+            held.wait(120)
+            if self.path != "/red.png":
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "image/png")
+            self.send_header("Content-Length", str(len(png.getvalue())))
+            self.end_headers()
+            self.wfile.write(png.getvalue())
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Held)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}", asked, held
+
+
 def test_images_go_to_a_vision_language_model_through_the_endpoint(tmp_path_factory, tmp_path):
     """A tiny Qwen2.5-VL behind the endpoint: an image_url part costs its patch tokens in the prompt, and evaluate
     sends a row's image and the environment's pictures as data URLs."""
@@ -259,6 +291,35 @@ def test_images_go_to_a_vision_language_model_through_the_endpoint(tmp_path_fact
         # the image's patch tokens (as the model's processor counts them) plus the vision start and end markers
         (image_tokens,) = count_image_tokens(get_processor(model), [picture.size])
         assert usage[1].prompt_tokens - usage[0].prompt_tokens == image_tokens + 2
+        # An image URL is fetched on its request's thread: while the image's host holds it, other requests are
+        # answered (vLLM fetched it on the engine thread, and every stream waited for the download).
+        host, asked, held = picture_host(picture)
+        try:
+            by_url = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": f"{host}/red.png"}}]}]
+            by_url[0]["content"].append(text[0]["content"][0])
+            replies = {}
+
+            def ask_by_url():
+                replies["url"] = client.chat.completions.create(
+                    model="tiny-vl", messages=by_url, max_tokens=4, temperature=0
+                )
+
+            fetching = threading.Thread(target=ask_by_url)
+            fetching.start()
+            assert asked.wait(60)
+            quick = client.with_options(timeout=30, max_retries=0)
+            assert quick.chat.completions.create(model="tiny-vl", messages=text, max_tokens=2).usage.completion_tokens
+        finally:
+            held.set()
+        fetching.join(timeout=120)
+        by_data = client.chat.completions.create(
+            model="tiny-vl", messages=to_openai_messages(with_image), max_tokens=4, temperature=0
+        )
+        assert replies["url"].usage == by_data.usage
+        assert replies["url"].choices[0].message.content == by_data.choices[0].message.content
+        with pytest.raises(openai.BadRequestError, match=f"the image {host}/missing.png could not be fetched: 404"):
+            by_url[0]["content"][0]["image_url"]["url"] = f"{host}/missing.png"
+            client.chat.completions.create(model="tiny-vl", messages=by_url, max_tokens=2)
         Image.new("RGB", (56, 56), (200, 30, 30)).save(tmp_path / "red.png")
         (tmp_path / "picture_env.py").write_text(PICTURE_ENV)
         rows = [

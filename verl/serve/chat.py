@@ -197,6 +197,40 @@ class Reply:
         return token_usage(self.prompt_tokens, sum(choice.tokens for choice in self.choices))
 
 
+_REMOTE_MEDIA = {
+    "image_url": ("image", "VLLM_IMAGE_FETCH_TIMEOUT"),
+    "video_url": ("video", "VLLM_VIDEO_FETCH_TIMEOUT"),
+}
+"""Chat content parts vLLM fetches from a URL: (the media type's kind, vLLM's fetch timeout setting)."""
+
+
+def fetch_remote_media(messages: Any) -> None:
+    """Turn the http(s) `image_url` and `video_url` parts of `messages` into data URLs of what they hold, fetched on
+    the calling (request) thread. vLLM would fetch them while rendering the prompt, on the engine thread, and every
+    other request would wait for the download (a slow host held all streams for as long as it took). A URL that
+    cannot be fetched is the request's error (400) naming it."""
+    import base64
+
+    from vllm import envs
+    from vllm.connections import global_http_connection
+
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else []:
+            kind = _REMOTE_MEDIA.get(part.get("type")) if isinstance(part, dict) else None
+            media = part.get(part["type"]) if kind else None
+            url = media.get("url") if isinstance(media, dict) else None
+            if not isinstance(url, str) or not url.lower().startswith(("http://", "https://")):
+                continue
+            try:
+                data = global_http_connection.get_bytes(
+                    url, timeout=getattr(envs, kind[1]), allow_redirects=envs.VLLM_MEDIA_URL_ALLOW_REDIRECTS
+                )
+            except Exception as error:
+                raise RequestError(f"the {kind[0]} {url} could not be fetched: {error}") from None
+            media["url"] = f"data:{kind[0]}/*;base64,{base64.b64encode(data).decode()}"
+
+
 DTYPES = {"auto": "auto", **DTYPE_NAMES}
 """verl.serve's --dtype values (the trainer's spellings and vLLM's) and vLLM's names of them."""
 
@@ -296,6 +330,8 @@ class ChatEngine:
     def _run(self, request: Any) -> Iterator[tuple[Reply, ChoiceText | None, str]]:
         """Yields (reply, None, "") once the engine holds the request, then (reply, choice, content to send) for
         each step of each choice. Closing the iterator early aborts the request."""
+
+        fetch_remote_media(request.messages)  # here, not on the engine thread every request waits on
 
         def add() -> tuple[list[str], Reply]:
             reply = self._submit(request)

@@ -108,6 +108,9 @@ class EngineLoop:
     def stop(self) -> None:
         """End the engine thread after the work already posted (requests still held stay in the engine)."""
         self.thread.stop()
+        routes, self._routes = self._routes, {}  # wake the threads still waiting on those requests
+        for outbox in {id(box): box for box in routes.values()}.values():
+            outbox.put(RuntimeError("The server is shutting down."))
 
     def _route(self, output: Any) -> None:
         """One step's output to the queue of its request."""

@@ -62,13 +62,17 @@ async def _watching(receive: Callable, client: Any, func: Callable, *args: Any) 
         client.leave()
 
     result, error = None, None
-    async with anyio.create_task_group() as group:
-        group.start_soon(watch)
-        try:
-            result = await run_in_threadpool(func, *args)
-        except Exception as raised:  # raised here, not as the task group's ExceptionGroup
-            error = raised
-        group.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(watch)
+            try:
+                result = await run_in_threadpool(func, *args)
+            except Exception as raised:  # raised here, not as the task group's ExceptionGroup
+                error = raised
+            group.cancel_scope.cancel()
+    except BaseException:  # cancelled (uvicorn's shutdown): the thread would wait on the engine for ever
+        client.leave()
+        raise
     if error is not None:
         raise error
     return result
@@ -112,6 +116,7 @@ def make_app(engine: Any) -> Any:
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, Response
     from starlette.exceptions import HTTPException
+    from starlette.requests import ClientDisconnect
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -147,7 +152,7 @@ def make_app(engine: Any) -> Any:
                 if checked[0].stream:
                     return await _stream(request.receive, client, stream(engine, *checked), named)
                 return JSONResponse(await _watching(request.receive, client, complete, engine, *checked))
-            except ClientGone:
+            except (ClientGone, ClientDisconnect):  # left while waiting, or while sending the request
                 return Response(status_code=499)  # nobody reads it (nginx's "client closed request")
             except Exception as error:  # say what went wrong, keep serving
                 status, body = error_body(error)
