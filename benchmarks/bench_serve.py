@@ -77,7 +77,12 @@ def chat(client: httpx.Client, url: str, index: int, max_tokens: int) -> dict[st
         "temperature": 0.0,
     }
     response = client.post(f"{url}/chat/completions", json=body, timeout=600)
-    response.raise_for_status()
+    if response.is_error:  # the server's own words (a too long --max-tokens is a 400 naming the context)
+        try:
+            said = response.json()["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            said = response.text[:1000]
+        raise RuntimeError(f"{url} answered {response.status_code}: {said}")
     return response.json()
 
 

@@ -31,3 +31,42 @@ def test_a_count_below_one_is_refused_naming_the_option(script, option):
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO)
     assert result.returncode == 2, result.stderr[-2000:]
     assert result.stderr.splitlines()[-1] == f"{script}.py: error: argument {option}: must be positive, got 0"
+
+
+def test_a_request_the_server_refuses_is_reported_in_the_servers_words():
+    """bench_serve's request refused by the server (a --max-tokens beyond the context) names the server's reason; it
+    was httpx's generic "Client error '400 Bad Request'" with a link to MDN."""
+    import http.server
+    import importlib.util
+    import json
+    import threading
+
+    import httpx
+
+    reason = "max_tokens=600 is more than the 500 tokens the context has left after the prompt"
+
+    class Refusing(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = json.dumps({"error": {"message": reason, "type": "BadRequestError", "code": 400}}).encode()
+            self.send_response(400)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    spec = importlib.util.spec_from_file_location("bench_serve", os.path.join(REPO, "benchmarks", "bench_serve.py"))
+    bench_serve = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_serve)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    try:
+        with httpx.Client() as client, pytest.raises(RuntimeError) as refused:
+            bench_serve.chat(client, url, 0, 600)
+    finally:
+        server.shutdown()
+    assert str(refused.value) == f"{url} answered 400: {reason}"

@@ -546,8 +546,9 @@ def test_a_client_that_leaves_at_once_aborts_its_request_streamed_or_not(scripte
 
 def test_requests_still_waiting_when_the_server_stops_are_aborted_and_their_threads_end():
     """At a shutdown (SIGTERM, Ctrl-C) uvicorn gives requests 5 s, then cancels them: a request still waiting for its
-    whole reply is aborted, and a thread still waiting on the engine once the engine stops is woken. Such a thread
-    was left waiting for ever, and the server process with it (it never exited)."""
+    whole reply is aborted, a thread still waiting on the engine once the engine stops is woken, and a request that
+    comes later is refused. Such threads were left waiting for ever, and the server process with them (it never
+    exited)."""
     engine = ScriptedEngine([str(i) for i in range(10000)])
     engine.delay = 0.01  # 100 s of tokens
     server, url = serve(engine)
@@ -586,6 +587,11 @@ def test_requests_still_waiting_when_the_server_stops_are_aborted_and_their_thre
     engine.loop.stop()
     waiting.join(timeout=30)
     assert not waiting.is_alive() and errors == ["The server is shutting down."]
+    # a request that comes once the engine has stopped is refused, not left waiting for ever
+    late = threading.Thread(target=wait_for_reply, daemon=True)
+    late.start()
+    late.join(timeout=30)
+    assert not late.is_alive() and errors[1:] == ["The engine thread has stopped."]
 
 
 def test_a_client_that_leaves_while_sending_its_request_is_not_a_server_error(scripted_server, caplog):

@@ -106,7 +106,8 @@ class EngineLoop:
                 self.thread.post(lambda ids=sorted(unfinished): self._abort(ids))
 
     def stop(self) -> None:
-        """End the engine thread after the work already posted (requests still held stay in the engine)."""
+        """End the engine thread (a request added later, or not yet added, raises in its caller) and wake every thread
+        still waiting on a request's outputs with an error."""
         self.thread.stop()
         routes, self._routes = self._routes, {}  # wake the threads still waiting on those requests
         for outbox in {id(box): box for box in routes.values()}.values():

@@ -82,6 +82,8 @@ class EngineThread:
         future: Future = Future()
         with self.cond:
             self.raise_if_failed()
+            if self._stop:
+                raise RuntimeError("The engine thread has stopped.")
             self._tasks.append((fn, future))
             self.cond.notify_all()
         return future
@@ -99,7 +101,7 @@ class EngineThread:
         return self.wait(self.post(fn))
 
     def stop(self) -> None:
-        """End the thread after the work already posted."""
+        """End the thread: work posted but not yet run, and work posted later, raise in their callers."""
         with self.cond:
             self._stop = True
             self.cond.notify_all()
@@ -136,6 +138,9 @@ class EngineThread:
                         break
                 self._idle = False
                 if self._stop:
+                    tasks, self._tasks = self._tasks, []
+                    for _, future in tasks:  # no caller waits forever on work the thread will never run
+                        future.set_exception(RuntimeError("The engine thread stopped before running this."))
                     self.on_stop(None)
                     return
                 if not idle_tick:
