@@ -356,6 +356,8 @@ def test_a_client_style_environment_gives_the_step_loops_episodes(rollout):
         assert torch.equal(output.batch[key], expected.batch[key]), key
     assert list(output.non_tensor_batch["env_turns"]) == list(expected.non_tensor_batch["env_turns"]) == [3] * 4
     assert list(output.non_tensor_batch["env_client_turns"]) == [3.0] * 4
+    for key in ("episode_messages", "env_cut_tool_messages", "env_truncated"):  # the conversations too
+        assert output.non_tensor_batch[key].tolist() == expected.non_tensor_batch[key].tolist(), key
     # the replies the environment read are the model's turns, decoded; a turn cut at max_tokens_per_turn says "length"
     mask, valid = output.batch["response_mask"], output.batch["attention_mask"][:, 48:]
     for row in range(len(output)):
@@ -380,6 +382,27 @@ def test_a_client_style_environment_gives_the_step_loops_episodes(rollout):
         engine.env = step_env
 
 
+@pytest.mark.parametrize("env_name", ["Countdown", "ClientCountdown"])
+def test_a_turn_stopped_by_a_validation_stop_token_ends_its_episode_as_finished(rollout, env_name):
+    """val_override_config.stop_token_ids: a model turn that stops on one is the episode's answer, as a single-turn
+    response that stops there is (it was an episode cut short: truncated, its environment never stepped)."""
+    engine, _ = rollout
+    prompts = _prompts(engine.tokenizer, ["Guess a number.", "Pick one."], 48)
+    step_env, overrides = engine.env, engine.config.val_override_config
+    stops = [i for i in range(len(engine.tokenizer)) if i not in engine.eos_token_ids]  # the first token stops
+    try:
+        env = _with_env(engine, env_name)
+        engine.config.val_override_config = {"stop_token_ids": stops, "n": 1}
+        output = engine.generate_sequences(prompts, RolloutRequest(validate=True))
+    finally:
+        engine.env, engine.config.val_override_config = step_env, overrides
+    assert output.non_tensor_batch["env_turns"].tolist() == [1, 1]
+    assert output.non_tensor_batch["env_truncated"].tolist() == [0.0, 0.0]
+    assert output.batch["response_mask"].sum(-1).tolist() == [1, 1]
+    if env_name == "ClientCountdown":  # the client read a finished reply, and asked no more
+        assert [state["replies"][0][1] for state in env.states] == ["stop", "stop"]
+
+
 def test_a_client_style_environment_is_held_to_the_conversation(rollout):
     engine, _ = rollout
     prompts = _prompts(engine.tokenizer, ["Guess a number.", "Pick one."], 48)
@@ -397,10 +420,14 @@ def test_a_client_style_environment_is_held_to_the_conversation(rollout):
             engine.generate_sequences(prompts)
         _with_env(engine, "ClientCountdown", template_kwargs={})  # the run's own: accepted
         assert len(engine.generate_sequences(prompts)) == 4
-        # an episode that never stops asking ends after rollout.max_turns model turns
+        # an episode that never stops asking ends after rollout.max_turns model turns; the messages its last request
+        # added are kept as cut, as a step environment's answer to the last turn is (they were lost)
         _with_env(engine, "ClientCountdown", forever=True)
         output = engine.generate_sequences(prompts)
         assert list(output.non_tensor_batch["env_turns"]) == [3] * 4
+        for messages in output.non_tensor_batch["episode_messages"]:
+            assert [m["role"] for m in messages[-2:]] == ["assistant", "user"] and "cut" not in messages[-2]
+            assert messages[-1]["cut"] and messages[-1]["content"].startswith("again (0 left, ")
     finally:
         engine.env = step_env
 

@@ -20,7 +20,7 @@ from typing import Any
 from verl.envs.base import env_code_error
 from verl.envs.client_env import ChatClientEnv, EpisodeOver
 from verl.envs.tools import ToolCallFormat, assistant_message, tool_call_format
-from verl.workers.rollout.multi_turn import Episode, TurnHooks, TurnRunner
+from verl.workers.rollout.multi_turn import Episode, TurnHooks, TurnRunner, record_messages
 from verl.workers.rollout.request_loop import Group, Sample
 
 
@@ -178,6 +178,12 @@ def add_environment_messages(
 ) -> None:
     """A later request must repeat what was `sent` (the previous request and its reply) and add messages after it:
     those become the episode's environment turn; EpisodeOver when they leave no room for a model turn."""
+    if not runner.add_environment_turn(episode, added_messages(index, sent, messages), turn_end):
+        raise EpisodeOver(f"episode {index}: the response budget is spent")
+
+
+def added_messages(index: int, sent: list[dict[str, Any]], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages a later request adds after what was `sent`; ValueError unless it repeats that unchanged."""
     changed = next((i for i, (a, b) in enumerate(zip(messages, sent)) if not _same(a, b)), None)
     if changed is None and len(messages) == len(sent):
         raise ValueError(
@@ -190,8 +196,7 @@ def add_environment_messages(
             f"Episode {index}: a request must repeat the conversation so far (the previous request and the reply "
             f"it got, unchanged) and add messages after it; message {changed} differs or nothing was added."
         )
-    if not runner.add_environment_turn(episode, messages[len(sent) :], turn_end):
-        raise EpisodeOver(f"episode {index}: the response budget is spent")
+    return messages[len(sent) :]
 
 
 CLOSE_TIMEOUT_S = 10.0
@@ -301,7 +306,8 @@ class ClientTurns(TurnHooks):
         text = episode.last_turn
         message = assistant_message(text, self.tool_format.for_tools(tools) if tools else None)
         conversation.sent = conversation.sent + [{**message, "reply_text": text}]
-        finish = "tool_calls" if message.get("tool_calls") else "stop" if turn_end else "length"
+        stopped = turn_end or (episode.done and not episode.truncated)  # the template's end or the request's stop
+        finish = "tool_calls" if message.get("tool_calls") else "stop" if stopped else "length"
         reply = _reply(message, finish, self.model, prompt_tokens, len(episode.ids) - before)
         conversation.working_since = time.monotonic()
         self._answer(future, reply)
@@ -359,6 +365,10 @@ class ClientTurns(TurnHooks):
         sample, episode = conversation.sample, conversation.sample.episode
         runner = self._for(conversation.group)
         if episode.done or episode.turns >= runner.max_turns:
+            if not episode.done and conversation.sent is not None:  # kept as cut, as a step environment's are
+                added = added_messages(sample.index, conversation.sent, _plain_messages(messages, sample.index))
+                episode.end()
+                record_messages(episode, added, cut=True)
             raise EpisodeOver(
                 f"episode {sample.index} has no model turns left (rollout.max_turns={runner.max_turns} or the "
                 "response budget)"

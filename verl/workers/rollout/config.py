@@ -199,7 +199,8 @@ class RolloutConfig:
     tensor goes alone); each engine holds one full copy of the received weights until it loads them."""
     val_override_config: dict[str, Any] = field(default_factory=dict)
     """Sampling overrides for validation (vLLM SamplingParams fields), e.g. {temperature: 0.6, top_p: 0.95, n: 1};
-    responses are token ids, so stop on stop_token_ids rather than stop strings."""
+    responses are token ids, so stop on stop_token_ids rather than stop strings. With an env, a model turn that stops
+    on one of the stop_token_ids ends its episode as finished (its environment is not stepped again)."""
     prompt_length: int = -1
     """Derived from data.max_prompt_length."""
     response_length: int = -1

@@ -277,10 +277,12 @@ class TurnRunner:
         return min([room] + [limit for limit in (self.max_tokens_per_turn, requested) if limit])
 
     def add_model_tokens(
-        self, episode: Episode, new: list[int], logprobs: list[float] | None, limit: int
+        self, episode: Episode, new: list[int], logprobs: list[float] | None, limit: int, stopped: bool = False
     ) -> str | None:
         """Append the model's turn (at most `limit` tokens); returns the text that closed it ("" when the turn limit
-        cut it), or None when the budget cut it or it was empty: the episode is then over, truncated."""
+        cut it), or None when the episode is over: truncated when the budget cut the turn or it was empty, done when
+        the engine `stopped` it on a stop token of the request's own (`val_override_config.stop_token_ids`), which
+        the chat template never continues from."""
         new = new[:limit]
         cut_by_turn_limit = limit < self.budget - len(episode.ids) and len(new) == limit
         episode.ids += new
@@ -299,6 +301,9 @@ class TurnRunner:
         episode.messages.append(message)
         ended = bool(new) and new[-1] in self.eos_token_ids
         episode.open_turn = not ended
+        if stopped and new and not ended:  # as a single-turn response that stops there: a finished answer
+            episode.open_turn, episode.done = False, True
+            return None
         if not (ended or cut_by_turn_limit):
             episode.truncated, episode.done = True, True
             return None
@@ -427,7 +432,8 @@ class TurnHooks:
         episode = sample.episode
         before = len(episode.ids)
         logprobs = sample.logprobs if self.runner.with_logprobs else None
-        turn_end = self._for(group).add_model_tokens(episode, sample.tokens, logprobs, sample.turn_limit)
+        runner = self._for(group)
+        turn_end = runner.add_model_tokens(episode, sample.tokens, logprobs, sample.turn_limit, not sample.cut)
         sample.episode_versions += sample.versions[: len(episode.ids) - before]
         sample.tokens, sample.logprobs, sample.versions = [], [], []
         return turn_end
