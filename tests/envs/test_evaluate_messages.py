@@ -560,3 +560,85 @@ def test_a_request_the_endpoint_never_answers_times_out(tmp_path):
     assert time.monotonic() - start < 60
     assert proc.returncode == 1 and "evaluate: row 0: the endpoint --base-url" in proc.stderr, proc.stderr
     assert "timed out" in proc.stderr.lower(), proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# --response-length: training's shared budget, counted as the endpoint counts
+
+
+class CountingEndpoint:
+    """An endpoint whose tokens are words: a prompt's tokens are its messages' words, a reply is `words` words cut at
+    the request's max_tokens (finish_reason "length" then)."""
+
+    def __init__(self, words):
+        self.words, self.asked = words, []
+
+    def create(self, model, messages, max_tokens=None, **_):
+        self.asked.append(max_tokens)
+        words = ["w"] * self.words
+        cut = max_tokens is not None and len(words) > max_tokens
+        text = " ".join(words[:max_tokens] if cut else words)
+        prompt_tokens = sum(len(str(message["content"]).split()) for message in messages)
+        message = types.SimpleNamespace(role="assistant", content=text, tool_calls=None, reasoning=None)
+        usage = types.SimpleNamespace(prompt_tokens=prompt_tokens, completion_tokens=len(text.split()))
+        return types.SimpleNamespace(
+            choices=[types.SimpleNamespace(message=message, finish_reason="length" if cut else "stop")], usage=usage
+        )
+
+    async def create_async(self, **request):
+        return self.create(**request)
+
+
+def _budget_episode(kind, budget, words, max_tokens=None, env_words=4, max_turns=5):
+    """One episode whose environment answers every turn with `env_words` words, never done: (result, endpoint)."""
+    from verl.envs import ChatClientEnv, MultiTurnEnv
+    from verl.envs.evaluate import EpisodeSetup, run_client_episode, run_episode
+
+    answer = {"role": "user", "content": " ".join(["e"] * env_words)}
+
+    class Talk(MultiTurnEnv):
+        def env_response(self, state, response):
+            return [dict(answer)], False
+
+    class ClientTalk(ChatClientEnv):
+        async def rollout(self, client, model, messages, state):
+            while True:
+                reply = await client.chat.completions.create(model=model, messages=messages)
+                messages = [*messages, {"role": "assistant", "content": reply.choices[0].message.content}, answer]
+
+    endpoint = CountingEndpoint(words)
+    sampling = {"temperature": 0.0, **({"max_tokens": max_tokens} if max_tokens else {})}
+    setup = EpisodeSetup(
+        row={}, prompt="p", images=[], model="m", max_turns=max_turns, sampling=sampling, response_length=budget
+    )
+    if kind == "step":
+        client = types.SimpleNamespace(chat=types.SimpleNamespace(completions=endpoint))
+        return run_episode(Talk(), setup, client), endpoint
+    completions = types.SimpleNamespace(create=endpoint.create_async)
+    client = types.SimpleNamespace(chat=types.SimpleNamespace(completions=completions))
+    return run_client_episode(ClientTalk(), setup, lambda: client), endpoint
+
+
+@pytest.mark.parametrize("kind", ["step", "client"])
+def test_the_response_budget_ends_episodes_as_training_does(kind):
+    """--response-length counts the model's and the environment's tokens after the prompt against one budget, as
+    training's response length: evaluate had only a limit per request, so episodes that training cuts short ran on
+    (scored as solved where training's were truncated)."""
+    # 3-token turns, 4-token answers, a budget of 10: 3 + 4 + 3, then the answer leaves no room (cut, truncated)
+    result, endpoint = _budget_episode(kind, budget=10, words=3)
+    assert result.counts["turns"] == 2 and result.counts["truncated"] and not result.counts["done"]
+    assert [m["role"] for m in result.messages] == ["user", "assistant", "user", "assistant", "user"]
+    assert result.messages[-1]["cut"] and not any(m.get("cut") for m in result.messages[:-1])
+    assert endpoint.asked == [10, 7] and result.completion_tokens == 6
+    # 5-token turns, a budget of 12: the second turn has 3 tokens of room, not the 7 the first reply left; it is asked
+    # again with 3, and the budget cutting it ends the episode (truncated, no further environment step)
+    result, endpoint = _budget_episode(kind, budget=12, words=5)
+    assert result.counts["turns"] == 2 and result.counts["truncated"]
+    assert endpoint.asked == [12, 7, 3] and result.last_turn == "w w w"
+    assert [m["role"] for m in result.messages] == ["user", "assistant", "user", "assistant"]
+    # --max-tokens cuts a turn below the room: the episode goes on (as max_tokens_per_turn), until max_turns
+    result, endpoint = _budget_episode(kind, budget=100, words=5, max_tokens=2, max_turns=3)
+    assert result.counts["turns"] == 3 and endpoint.asked == [2, 2, 2]
+    # without a budget, as before: --max-tokens a turn, max_turns
+    result, endpoint = _budget_episode(kind, budget=None, words=5, max_tokens=8, max_turns=3)
+    assert result.counts["turns"] == 3 and not result.counts["truncated"] and endpoint.asked == [8, 8, 8]

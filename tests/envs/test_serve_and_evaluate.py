@@ -165,6 +165,11 @@ def test_an_environment_runs_through_the_endpoint(server, tmp_path):
         assert 1 <= episode["turns"] <= 3 and episode["guesses"] == episode["turns"]  # episode_info came through
         assert episode["done"] == bool(episode["solved"])  # the game ends only when solved (or out of turns)
     assert summary["turns/mean"] == pytest.approx(sum(e["turns"] for e in episodes) / 2)
+    # training's shared budget, counted by the endpoint: the game's answer and the template's turn markers after a
+    # first turn of up to 6 tokens do not fit in 8, so an unsolved episode ends there, truncated, its answer cut
+    episodes, _ = evaluate(server, f"{game}:GuessNumber", (3, 6), tmp_path, options=("--response-length", "8"))
+    for episode in episodes:
+        assert episode["turns"] == 1 and episode["truncated"] == (not episode["solved"]), episode
 
 
 def test_evaluate_scores_with_the_reward_function_and_records_the_conversations(server, tmp_path):

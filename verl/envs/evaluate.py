@@ -127,6 +127,9 @@ class EpisodeSetup:
     env_step_timeout_s: float = 0.0
     """Longest one environment step may take (--env-step-timeout, as worker.rollout.env_step_timeout_s); <= 0: no
     limit."""
+    response_length: int | None = None
+    """--response-length: the tokens after the prompt, all turns together (ResponseBudget); None: --max-tokens a turn
+    and --max-turns alone bound an episode."""
 
     @property
     def opened(self) -> bool:
@@ -149,6 +152,10 @@ class EpisodeResult:
     completion_tokens: int = 0
     """Tokens of the model's turns as the endpoint counted them (0 when it reports no usage)."""
     last_turn: str = ""
+
+
+def _tool_messages(messages: list[Any]) -> int:
+    return sum(isinstance(message, dict) and message.get("role") == "tool" for message in messages)
 
 
 def _new_counts() -> dict[str, Any]:
@@ -260,6 +267,100 @@ def _within(timeout_s: float, late: str, call: Any, *args: Any, **kwargs: Any) -
     return outcome["value"]
 
 
+class ResponseBudget:
+    """--response-length, training's shared response budget (rollout.response_length): the tokens after the prompt,
+    the model's and the environment's together, counted as the endpoint counts them (`usage`). As in training, a
+    request whose environment messages leave no room for a model turn ends the episode, truncated, with those
+    messages cut; a model turn the budget (not --max-tokens) cuts ends it, truncated."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.prompt_tokens: int | None = None
+        """The first request's prompt tokens."""
+        self.spent = 0
+        """Tokens after the prompt through the last reply."""
+        self.over = False
+        """The budget ended the episode."""
+
+    def limit(self, max_tokens: int | None) -> int | None:
+        """A request's max_tokens: its own limit, at most what the last reply left (the new messages are not counted
+        yet); None when nothing is left."""
+        left = self.total - self.spent
+        if left < 1:
+            self.over = True
+            return None
+        return left if max_tokens is None else min(max_tokens, left)
+
+    def room(self, reply: Any) -> int:
+        """The tokens the reply's request left for the model's turn (< 1: its new messages did not fit; the episode
+        is then over)."""
+        prompt = _usage(reply, "prompt_tokens")
+        if self.prompt_tokens is None:
+            self.prompt_tokens = prompt
+        room = self.total - (prompt - self.prompt_tokens)
+        self.over = room < 1
+        return room
+
+    def took(self, reply: Any, max_tokens: int | None, room: int) -> None:
+        """Count an accepted reply; a turn the budget cut ends the episode."""
+        self.spent = _usage(reply, "prompt_tokens") - self.prompt_tokens + _usage(reply, "completion_tokens")
+        self.over = reply.choices[0].finish_reason == "length" and (max_tokens is None or max_tokens >= room)
+
+
+def _usage(reply: Any, field: str) -> int:
+    value = getattr(getattr(reply, "usage", None), field, None)
+    if not isinstance(value, int):
+        raise NotImplementedError(
+            f"--response-length counts tokens as the endpoint reports them, and its reply has no usage.{field}; use "
+            "an endpoint that reports usage (verl.serve, vLLM), or leave --response-length out."
+        )
+    return value
+
+
+def _within_budget(budget: ResponseBudget, request: dict[str, Any]) -> Any:
+    """Yields the requests to send for `request` within `budget` and gets their replies; returns the reply taken, or
+    None when the request's new messages leave no room for a model turn. A reply longer than the room its request
+    left (the new messages took more than the last reply left) is asked again with that room, as training's turn
+    limit would have cut it."""
+    asked = budget.limit(request.get("max_tokens"))
+    if asked is None:
+        return None
+    reply = yield {**request, "max_tokens": asked}
+    room = budget.room(reply)
+    if room < 1:
+        return None
+    if _usage(reply, "completion_tokens") > room:
+        reply = yield {**request, "max_tokens": room}
+    budget.took(reply, request.get("max_tokens"), room)
+    return reply
+
+
+def budgeted(create: Any, budget: ResponseBudget | None, request: dict[str, Any]) -> Any:
+    """`create(**request)` within `budget` (None: as it is); None when no room is left (`_within_budget`)."""
+    if budget is None:
+        return create(**request)
+    steps = _within_budget(budget, request)
+    try:
+        sent = next(steps)
+        while True:
+            sent = steps.send(create(**sent))
+    except StopIteration as taken:
+        return taken.value
+
+
+async def budgeted_async(create: Any, budget: ResponseBudget | None, request: dict[str, Any]) -> Any:
+    """`budgeted` with an async `create`."""
+    if budget is None:
+        return await create(**request)
+    steps = _within_budget(budget, request)
+    try:
+        sent = next(steps)
+        while True:
+            sent = steps.send(await create(**sent))
+    except StopIteration as taken:
+        return taken.value
+
+
 def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeResult:
     """One episode through `client.chat.completions`. Messages after the last turn are kept marked cut, as in
     training (their tool results counted in cut_tool_messages)."""
@@ -273,14 +374,26 @@ def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeRe
     transcript = transcript_messages(messages, 0)
     images, tokens, text = list(setup.images), 0, ""
     urls: dict[int, str] = {}
+    budget = ResponseBudget(setup.response_length) if setup.response_length else None
+    pending: list[Any] = []  # the environment's last messages, shown once the next request shows that they fit
     for turn in range(setup.max_turns):
         wire = to_openai_messages(messages, urls)
-        reply = client.chat.completions.create(model=setup.model, messages=wire, **setup.sampling, **extra)
+        request = {"model": setup.model, "messages": wire, **setup.sampling, **extra}
+        reply = budgeted(client.chat.completions.create, budget, request)
+        if reply is None:  # they leave no room for a model turn: over, truncated (as in training)
+            transcript += transcript_messages(pending, len(images), cut=True)
+            counts["cut_tool_messages"] += _tool_messages(pending)
+            counts["truncated"] = True
+            break
+        transcript += transcript_messages(pending, len(images))
+        images += _images_of(pending)
         text, calls, used = reply_turn(reply, counts, setup.opened)
         tokens += used
         messages.append(sent_back(reply))
         transcript += transcript_messages([{"role": "assistant", "content": text, "tool_calls": calls}], 0)
         counts["turns"] += 1
+        if budget is not None and budget.over:  # the budget cut the turn: over, truncated, no step (as in training)
+            break
         where = f"after model turn {turn + 1}"
         step = _within(
             setup.env_step_timeout_s,
@@ -296,14 +409,13 @@ def run_episode(env: Environment, setup: EpisodeSetup, client: Any) -> EpisodeRe
         )
         counts["tool_calls"] += step.tool_calls
         counts["tool_errors"] += step.tool_errors
-        shown = not step.done and turn < setup.max_turns - 1
-        transcript += transcript_messages(step.messages, len(images), cut=not shown)
-        if not shown:
-            counts["cut_tool_messages"] += sum(m.get("role") == "tool" for m in step.messages if isinstance(m, dict))
+        if step.done or turn == setup.max_turns - 1:
+            transcript += transcript_messages(step.messages, len(images), cut=True)
+            counts["cut_tool_messages"] += _tool_messages(step.messages)
             counts["done"] = bool(step.done)
             break
         messages.extend(answered(messages[-1], step.messages))
-        images += _images_of(step.messages)
+        pending = step.messages
     info = call_env(env, name, "episode_info", "at the episode's end", state, check=checked_info)
     return EpisodeResult(counts, info, transcript, images, tokens, text)
 
@@ -317,7 +429,7 @@ def client_request(request: dict[str, Any], sampling: dict[str, Any]) -> dict[st
     asked = request.get("max_tokens") if asked is None else asked
     sent = {**request, **sampling}
     if asked:
-        sent["max_tokens"] = min(asked, sampling["max_tokens"])
+        sent["max_tokens"] = min(asked, sampling.get("max_tokens") or asked)
     if "extra_body" in request and "extra_body" in sampling:
         sent["extra_body"] = {**request["extra_body"], **sampling["extra_body"]}
     return sent
@@ -343,18 +455,25 @@ def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any
     refused: list[dict[str, Any]] = []  # a request made after --max-turns
     usage = {"tokens": 0, "text": ""}
     first = [*setup.context, {"role": "user", "content": setup.prompt}]
+    budget = ResponseBudget(setup.response_length) if setup.response_length else None
 
     async def episode() -> None:
         client = make_client()
 
         async def create(**request: Any) -> Any:
             sent = list(request.get("messages", []))
+            if budget is not None and budget.over:  # a turn it cut ended the episode (as in training)
+                raise EpisodeOver(f"the --response-length={budget.total} tokens are spent")
             if counts["turns"] >= setup.max_turns:
                 refused[:] = sent
                 raise EpisodeOver(f"--max-turns={setup.max_turns} requests were answered")
+            request = client_request({**request, "messages": to_openai_messages(sent)}, setup.sampling)
+            reply = await budgeted_async(client.chat.completions.create, budget, request)
+            if reply is None:  # its new messages leave no room for a model turn: kept, cut (as in training)
+                refused[:] = sent
+                counts["truncated"] = True
+                raise EpisodeOver(f"the --response-length={budget.total} tokens are spent")
             counts["turns"] += 1
-            request = {**request, "messages": to_openai_messages(sent)}
-            reply = await client.chat.completions.create(**client_request(request, setup.sampling))
             usage["text"], calls, used = reply_turn(reply, counts, setup.opened)
             usage["tokens"] += used
             turn = {"role": "assistant", "content": usage["text"], "tool_calls": calls}
@@ -379,7 +498,7 @@ def run_client_episode(env: ChatClientEnv, setup: EpisodeSetup, make_client: Any
     if len(refused) > len(seen):
         late = refused[len(seen) :]
         transcript += transcript_messages(late, len(images), cut=True)
-        counts["cut_tool_messages"] += sum(m.get("role") == "tool" for m in late if isinstance(m, dict))
+        counts["cut_tool_messages"] += _tool_messages(late)
     info = call_env(env, name, "episode_info", "at the episode's end", state, check=checked_info)
     return EpisodeResult(counts, info, transcript, images, usage["tokens"], usage["text"])
 
@@ -549,7 +668,18 @@ def _parser() -> argparse.ArgumentParser:
         "as `prompt`, as in training (default: the served model where its id is a local folder; else the row's text)",
     )
     add("--max-turns", type=int, default=4)
-    add("--max-tokens", type=int, default=256)
+    add(
+        "--max-tokens",
+        type=int,
+        help="most tokens of one model turn, as worker.rollout.max_tokens_per_turn (default: 256 without "
+        "--response-length; with it, none beside the budget)",
+    )
+    add(
+        "--response-length",
+        type=int,
+        help="most tokens after the prompt, all turns together (the model's and the environment's), as training's "
+        "data.max_response_length, counted by the endpoint: spending it ends the episode truncated",
+    )
     add("--temperature", type=float, default=0.0)
     add("--timeout", type=float, default=300.0, help="seconds one request may take before it is tried again")
     add("--max-retries", type=int, default=2, help="how often a request that failed or timed out is tried again")
@@ -583,6 +713,7 @@ def main(argv: list[str] | None = None) -> int:
         for value, option in (
             (args.max_turns, "--max-turns"),
             (args.max_tokens, "--max-tokens"),
+            (args.response_length, "--response-length"),
             (args.limit, "--limit"),
         ):
             if value is not None and value < 1:
@@ -634,7 +765,9 @@ def main(argv: list[str] | None = None) -> int:
         run = run_client_episode if isinstance(env, ChatClientEnv) else run_episode
         if isinstance(env, ChatClientEnv):
             client = functools.partial(openai.AsyncOpenAI, **connection)
-        sampling: dict[str, Any] = {"max_tokens": args.max_tokens, "temperature": args.temperature}
+        sampling: dict[str, Any] = {"temperature": args.temperature}
+        if args.max_tokens or not args.response_length:
+            sampling["max_tokens"] = args.max_tokens or 256
         if template_kwargs:  # the OpenAI client sends extra_body's fields in the request (vLLM's servers read them)
             sampling["extra_body"] = {"chat_template_kwargs": template_kwargs}
         data = os.path.abspath(os.path.expanduser(args.data))
@@ -672,6 +805,7 @@ def main(argv: list[str] | None = None) -> int:
                 rendered=rendered,
                 tools=tools,
                 env_step_timeout_s=args.env_step_timeout,
+                response_length=args.response_length,
             )
             try:
                 result = run(env, setup, client)
