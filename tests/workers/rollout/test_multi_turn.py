@@ -828,3 +828,15 @@ def test_each_episode_of_a_prompt_gets_its_own_copy_of_the_row():
     assert [episode.state["row"]["facts"] for episode in episodes] == [["a", 1]] * 3
     assert all(episode.state["row"]["prompt_images"] == ["picture"] for episode in episodes)
     assert prompts.non_tensor_batch["facts"][0] == ["a"]
+
+
+def test_a_template_that_cannot_render_the_environments_messages_says_so(tmp_path):
+    """Gemma 3's template raises on a tool message (its turns alternate user and model): the episode's error says the
+    template cannot render the environment's messages and names their roles (it was jinja's bare TemplateError)."""
+    from verl.data.tokenizer import get_tokenizer
+    from verl.workers.rollout.multi_turn import ChatContinuation
+
+    continuation = ChatContinuation(get_tokenizer(get_or_build_tiny_model("gemma3", str(tmp_path))))
+    assert continuation.ids([{"role": "user", "content": "5"}], "")  # a user turn renders
+    with pytest.raises(ValueError, match=r"cannot render the environment's messages \(roles \['tool'\]\) .*alternate"):
+        continuation.ids([{"role": "tool", "content": "5"}], "")

@@ -61,7 +61,16 @@ class ChatContinuation:
     def ids(self, messages: list[dict[str, Any]], turn_end_text: str) -> list[int]:
         """The ids after a model turn ended by `turn_end_text` (its decoded end-of-turn token), through the next
         assistant opening."""
-        after = self.render(self._turn() + list(messages), True)
+        try:
+            after = self.render(self._turn() + list(messages), True)
+        except Exception as error:  # jinja's TemplateError (a template that raises on a role), or a bad message
+            roles = [
+                message.get("role") if isinstance(message, dict) else type(message).__name__ for message in messages
+            ]
+            raise ValueError(
+                f"The chat template cannot render the environment's messages (roles {roles}) after a model turn: "
+                f"{error}"
+            ) from error
         if TURN_MARKER not in after:  # the first is the model turn's (an environment's text may hold one too)
             raise ValueError(
                 "The chat template does not render an assistant turn once messages follow it; the environment's "
