@@ -82,13 +82,29 @@ def test_critic_gets_an_untied_deterministic_value_head(model_dirs):
 
 @pytest.mark.parametrize(
     "kind, transform",
-    [("granitemoe", {"logits_scaling": 6.0}), ("falcon_h1", {"lm_head_multiplier": 4.0}), ("gemma4", {})],
+    [
+        ("granitemoe", {"logits_scaling": 6.0}),
+        ("falcon_h1", {"lm_head_multiplier": 4.0}),
+        ("cohere", {"logit_scale": 0.0625}),
+        ("gemma4", {}),
+    ],
 )
 def test_a_value_is_the_value_heads_output_without_the_familys_logit_transform(tmp_path, model_dirs, kind, transform):
-    """Granite divides logits by logits_scaling, Falcon-H1 multiplies them, Gemma 4 soft-caps them at 30: a critic's
-    value is the head's output itself (the actor keeps its family's transform)."""
-    path = model_dirs.get(kind) or get_or_build_tiny_model(kind, str(tmp_path))
-    config = ModelConfig(model_path=path, enable_gradient_checkpointing=False, override_config=transform)
+    """Granite divides logits by logits_scaling, Falcon-H1 and Cohere (Command R) multiply them, Gemma 4 soft-caps them
+    at 30: a critic's value is the head's output itself (the actor keeps its family's transform; Cohere's values were
+    scaled by 1/16)."""
+    tokenizer = None
+    if kind == "cohere":  # no tiny Cohere of its own: a small random one, with the tiny Qwen2's tokenizer
+        from transformers import CohereConfig, CohereForCausalLM
+
+        path, tokenizer = str(tmp_path / "cohere"), model_dirs["qwen2"]
+        sizes = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128}
+        CohereForCausalLM(CohereConfig(vocab_size=2100, max_position_embeddings=256, **sizes)).save_pretrained(path)
+    else:
+        path = model_dirs.get(kind) or get_or_build_tiny_model(kind, str(tmp_path))
+    config = ModelConfig(
+        model_path=path, tokenizer_path=tokenizer, enable_gradient_checkpointing=False, override_config=transform
+    )
     critic = build_model(config, value_head=True).eval()
     head_outputs = []
     critic.lm_head.register_forward_hook(lambda module, args, output: head_outputs.append(output))

@@ -374,6 +374,17 @@ def test_missing_config_file(files):
         ),
         (["trainer.critic_warmup=2"], r"trainer.critic_warmup=2 trains only the critic.*adv_estimator=grpo has none"),
         (
+            [
+                "algorithm.adv_estimator=gae",
+                "worker.critic.model.model_path=m",
+                "trainer.critic_warmup=3",
+                "trainer.max_steps=3",
+            ],
+            r"trainer.critic_warmup=3 trains only the critic .* trainer.max_steps=3 .* the actor would never train",
+        ),  # fmt: skip
+        (["algorithm.gamma=1.5"], r"algorithm.gamma must lie in \[0, 1\], got 1.5"),
+        (["algorithm.lam=-0.5"], r"algorithm.lam must lie in \[0, 1\], got -0.5"),
+        (
             ["worker.actor.optim.training_steps=100"],
             r"'worker.actor.optim.training_steps' is derived from 'trainer.max_steps or trainer.total_epochs'",
         ),

@@ -209,10 +209,15 @@ class ValueHead(nn.Linear):
         return super().forward(hidden).clone()
 
 
-LOGIT_TRANSFORMS: dict[str, Any] = {"logits_scaling": 1.0, "lm_head_multiplier": 1.0, "final_logit_softcapping": None}
+LOGIT_TRANSFORMS: dict[str, Any] = {
+    "logits_scaling": 1.0,
+    "lm_head_multiplier": 1.0,
+    "logit_scale": 1.0,
+    "final_logit_softcapping": None,
+}
 """What a family's forward does to the LM head's output (Granite divides by logits_scaling, Falcon-H1 multiplies by
-lm_head_multiplier, Gemma caps with 30 tanh(x / 30)), set to the identity for a value head: a value is the head's
-output itself."""
+lm_head_multiplier, Cohere by logit_scale, Gemma caps with 30 tanh(x / 30)), set to the identity for a value head: a
+value is the head's output itself."""
 
 
 def add_value_head(model: nn.Module) -> nn.Module:
@@ -225,9 +230,10 @@ def add_value_head(model: nn.Module) -> nn.Module:
         for name, identity in LOGIT_TRANSFORMS.items():
             if hasattr(config, name):
                 setattr(config, name, identity)
-    for module in model.modules():  # Falcon-H1 keeps its multiplier on the decoder
-        if "lm_head_multiplier" in vars(module):
-            module.lm_head_multiplier = LOGIT_TRANSFORMS["lm_head_multiplier"]
+    for module in model.modules():  # Falcon-H1 keeps its multiplier on the decoder, Cohere its scale on the model
+        for name, identity in LOGIT_TRANSFORMS.items():
+            if name in vars(module) and not isinstance(vars(module)[name], (nn.Module, torch.Tensor)):
+                setattr(module, name, identity)
     old_head = getattr(model, VALUE_HEAD, None)
     if not isinstance(old_head, nn.Linear):
         raise TypeError(

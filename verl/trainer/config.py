@@ -280,6 +280,9 @@ class AlgorithmConfig:
         require_finite(self, prefix, *finite, "entropy_coeff_min", "entropy_coeff_max")
         require_non_negative(self, prefix, "kl_coef", "ref_sync_steps")
         require_positive(self, prefix, "kl_horizon", "kl_target")
+        for name in ("gamma", "lam"):  # above 1, GAE's advantages grow geometrically over a long response
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ConfigError(f"{prefix}{name} must lie in [0, 1], got {getattr(self, name)}.")
         if not 0.0 < self.ref_sync_alpha <= 1.0:
             raise ConfigError(f"{prefix}ref_sync_alpha must lie in (0, 1], got {self.ref_sync_alpha}.")
         if self.ref_sync_reset_optimizer and self.ref_sync_steps == 0:
@@ -748,6 +751,12 @@ def check_cross_section(config: PPOConfig) -> None:
             f"trainer.critic_warmup={config.trainer.critic_warmup} trains only the critic for its first steps, and "
             f"algorithm.adv_estimator={algorithm.adv_estimator} has none: set critic_warmup=0, or an estimator with "
             "a critic (gae)."
+        )
+    warmup, max_steps = config.trainer.critic_warmup, config.trainer.max_steps
+    if max_steps is not None and warmup >= max_steps:
+        raise ConfigError(
+            f"trainer.critic_warmup={warmup} trains only the critic for that many steps, and trainer.max_steps="
+            f"{max_steps} ends the run by then: the actor would never train. Lower critic_warmup or raise max_steps."
         )
     if _algorithms().estimator_needs_critic(algorithm.adv_estimator) and not worker.critic.model.model_path:
         raise ConfigError(
