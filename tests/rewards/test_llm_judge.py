@@ -116,6 +116,7 @@ def test_default_config_is_valid_and_disabled() -> None:
         ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
         ({"num_cpus": -1}, "num_cpus"),
         ({"num_gpus": -0.5}, "num_gpus"),
+        ({"num_gpus": 2}, "num_gpus=2: the judge's engine runs on one GPU"),  # Ray held two, the engine used one
         ({"template": "/nonexistent/judge.jinja"}, "template"),
     ],
 )

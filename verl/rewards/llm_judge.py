@@ -147,6 +147,11 @@ class JudgeConfig:
             raise ValueError(f"{key}.gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1].")
         if self.num_cpus < 0 or self.num_gpus < 0:
             raise ValueError(f"{key}.num_cpus={self.num_cpus} and {key}.num_gpus={self.num_gpus} must be >= 0.")
+        if self.num_gpus > 1:  # Ray would hold them all, and the engine uses one
+            raise ValueError(
+                f"{key}.num_gpus={self.num_gpus}: the judge's engine runs on one GPU (no tensor parallelism); give it "
+                "at most 1, or serve a larger judge apart and score through an endpoint."
+            )
         if self.template is not None:
             check_template(read_template(self.template), f"{key}.template={self.template!r}")
 

@@ -97,6 +97,8 @@ class RewardModelConfig:
                 )
             return
         require_positive(self, prefix, "max_length", "micro_batch_size")
+        if self.max_length < 2:  # the worker's own rule: a prompt token and a response token at least
+            raise ConfigError(f"{prefix}max_length={self.max_length} must be at least 2 tokens.")
         self.fsdp.validate(f"{prefix}fsdp.")
 
     def check_files(self, prefix: str) -> None:
