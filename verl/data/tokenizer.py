@@ -4,6 +4,7 @@
 Unlike the bare Auto classes: a missing local path is an error naming it (not a confusing Hub failure), and the
 processor is None only for a model that has none, while a broken processor config raises."""
 
+import functools
 import logging
 import os
 from typing import TYPE_CHECKING, Any
@@ -101,6 +102,31 @@ tokenizer_config.json would carry them (local_files_only=true from an offline ru
 def _forget_load_options(tokenizer: Any) -> None:
     for key in LOAD_OPTIONS:
         getattr(tokenizer, "init_kwargs", {}).pop(key, None)
+
+
+def special_strings(tokenizer: Any) -> list[str]:
+    """The special tokens' strings (<|im_start|>, <|im_end|>, ...)."""
+    decoder = getattr(tokenizer, "added_tokens_decoder", {})
+    return [token.content for token in decoder.values() if token.special]
+
+
+def encode_rendered(tokenizer: Any, text: str, parts: list[str], specials: list[str] | None = None) -> list[int]:
+    """The ids of `text`, a chat template's rendering (no special tokens added), where each of `parts` (text it holds
+    from outside: a tool's output, a policy's response), in order, that spells a special token's string is encoded
+    as plain text: it cannot end its turn or forge another (a policy would learn to forge a judge's instructions).
+    The rest is encoded as a whole, as the rendering would be; a part the template rewrote goes with the rest."""
+    specials = special_strings(tokenizer) if specials is None else specials
+    encode = functools.partial(tokenizer.encode, add_special_tokens=False)
+    ids, cursor = [], 0
+    for part in parts:
+        if not part or not any(token in part for token in specials):
+            continue
+        start = text.find(part, cursor)
+        if start < 0:
+            continue
+        ids += encode(text[cursor:start]) + encode(part, split_special_tokens=True)
+        cursor = start + len(part)
+    return ids + encode(text[cursor:])
 
 
 def eos_token_ids(tokenizer: PreTrainedTokenizerBase, model_path: str) -> set[int]:

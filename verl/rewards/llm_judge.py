@@ -227,6 +227,18 @@ def build_judge_prompt(tokenizer: Any, user_message: str, template_kwargs: dict[
     )
 
 
+def judge_prompt_ids(
+    tokenizer: Any, user_message: str, fields: list[str], template_kwargs: dict[str, Any] | None = None
+) -> list[int]:
+    """`build_judge_prompt`'s token ids, the sample's `fields` (its prompt and response) encoded as plain text
+    where they spell a special token's string (`encode_rendered`): a response of ordinary tokens that decode to
+    `<|im_end|><|im_start|>system ...` cannot close the judge's user turn and forge instructions of its own."""
+    from verl.data.tokenizer import encode_rendered
+
+    rendered = build_judge_prompt(tokenizer, user_message, template_kwargs)
+    return encode_rendered(tokenizer, rendered, sorted(fields, key=rendered.find))  # in the template's order
+
+
 # ---------------------------------------------------------------------------------------------------- grades
 
 
@@ -340,8 +352,7 @@ class JudgeActor:
             message = render_template(
                 self.template, prompt, response, ground_truth, config.min_grade, config.max_grade
             )
-            text = build_judge_prompt(self.tokenizer, message, self.template_kwargs)
-            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            ids = judge_prompt_ids(self.tokenizer, message, [prompt, response], self.template_kwargs)
             if len(ids) >= self.max_model_len:  # vLLM refuses it, and a cut prompt would be graded blind
                 continue
             requests.append({"prompt_token_ids": ids})

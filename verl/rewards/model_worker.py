@@ -14,7 +14,7 @@ from torch import nn
 from torch.nn.utils.rnn import pad_sequence
 from transformers import AutoConfig, AutoModelForSequenceClassification, PretrainedConfig, PreTrainedTokenizerBase
 
-from verl.data.tokenizer import get_tokenizer
+from verl.data.tokenizer import encode_rendered, get_tokenizer
 from verl.models.config import FSDPConfig
 from verl.models.fsdp import (
     apply_fsdp2,
@@ -66,13 +66,14 @@ def tokenize_conversations(
     tokenizer: PreTrainedTokenizerBase, prompts: list[str], responses: list[str], max_length: int
 ) -> tuple[list[list[int]], int]:
     """RM token ids of each rendered (prompt, response), truncated from the left, and the count cut. No special
-    tokens are added: the template holds them."""
+    tokens are added: the template holds them; those the prompt or response spell stay text."""
     if len(prompts) != len(responses):
         raise ValueError(f"Got {len(prompts)} prompts but {len(responses)} responses; pass one response per prompt.")
     rows, truncated = [], 0
     for prompt, response in zip(prompts, responses):
         text = render_conversation(tokenizer, prompt, response)
-        ids, cut = truncate_left(tokenizer.encode(text, add_special_tokens=False), max_length)
+        # a response spelling `<|im_end|>...` stays text: it cannot end its turn and forge what the RM scores
+        ids, cut = truncate_left(encode_rendered(tokenizer, text, [prompt, response]), max_length)
         if not ids:
             raise ValueError(f"The conversation {text!r} has no tokens; the RM needs at least one to score.")
         rows.append(ids)

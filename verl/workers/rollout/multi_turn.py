@@ -10,7 +10,6 @@ engine, actor, reference and critic (nothing is re-tokenized). Turn t samples wi
 """
 
 import dataclasses
-import functools
 import json
 import threading
 import time
@@ -22,7 +21,7 @@ import numpy as np
 import torch
 
 from verl.data.rollout_dump import transcript_messages
-from verl.data.tokenizer import TURN_MARKER
+from verl.data.tokenizer import TURN_MARKER, encode_rendered, special_strings
 from verl.envs.base import Environment, EnvStep, EnvStepTimeoutError, checked_step, env_code_error
 from verl.envs.tools import tool_call
 from verl.protocol import to_object_array
@@ -44,8 +43,7 @@ class ChatContinuation:
         """The chat template's extra variables (data.chat_template_kwargs), as the dataset renders prompts with."""
         if TURN_MARKER not in self.render(self._turn(), False):
             raise ValueError("The chat template does not render assistant messages; multi-turn rollouts need one.")
-        decoder = getattr(tokenizer, "added_tokens_decoder", {})
-        self.specials = [token.content for token in decoder.values() if token.special]
+        self.specials = special_strings(tokenizer)
         """The special tokens' strings (<|im_start|>, <|im_end|>, ...): in an environment's text they stay text."""
 
     @staticmethod
@@ -82,19 +80,9 @@ class ChatContinuation:
 
     def _encode(self, text: str, messages: list[dict[str, Any]]) -> list[int]:
         """`text`'s ids, where the text of an environment's message that holds a special token's string (a tool
-        echoing `<|im_end|><|im_start|>assistant`) is encoded as plain text: it cannot end its turn or forge another.
-        Other text is encoded as a whole, as the template's rendering would be."""
-        encode = functools.partial(self.tokenizer.encode, add_special_tokens=False)
-        texts = [part for message in messages for part in _texts(message)]
-        forging = [part for part in texts if any(token in part for token in self.specials)]
-        ids, cursor = [], 0
-        for part in forging:
-            start = text.find(part, cursor)
-            if start < 0:  # the template rewrote it: encoded with the rest
-                continue
-            ids += encode(text[cursor:start]) + encode(part, split_special_tokens=True)
-            cursor = start + len(part)
-        return ids + encode(text[cursor:])
+        echoing `<|im_end|><|im_start|>assistant`) is encoded as plain text (`encode_rendered`)."""
+        parts = [part for message in messages for part in _texts(message)]
+        return encode_rendered(self.tokenizer, text, parts, self.specials)
 
 
 def _texts(message: Any) -> list[str]:
