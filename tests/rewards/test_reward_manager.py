@@ -572,7 +572,10 @@ def test_a_prompt_given_as_messages_reaches_reward_models_and_judges_as_its_user
         {"role": "assistant", "content": "2"},
         {"role": "user", "content": "What is 29 plus 32?"},
     ]
-    contents = np.empty(2, dtype=object)
-    contents[:] = [messages, "Plain prompt"]
+    picture = [{"type": "image"}, {"type": "text", "text": "What colour is the car?"}]  # a VL prompt's parts
+    contents = np.empty(4, dtype=object)
+    contents[:] = [messages, "Plain prompt", picture, [*messages[:1], {"role": "user", "content": picture}]]
     data = DataProto.from_dict(non_tensors={"prompt_content": contents})
-    assert user_messages(data, tokenizer=None) == ["What is 29 plus 32?", "Plain prompt"]
+    # a VL prompt's parts were no text, and fell back to the decoded template (role names and all)
+    car = "<image>What colour is the car?"
+    assert user_messages(data, tokenizer=None) == ["What is 29 plus 32?", "Plain prompt", car, car]

@@ -121,14 +121,30 @@ def _last_user_text(content: Any) -> str | None:
     few-shot turns before it: the dataset formats that last one); None where there is none."""
     if isinstance(content, str) or content is None:
         return content
-    users = [m.get("content") for m in content if isinstance(m, dict) and m.get("role") == "user"]
-    return users[-1] if users and isinstance(users[-1], str) else None
+    items = list(content)
+    if items and all(isinstance(item, dict) and "role" not in item for item in items):  # one message's parts
+        return _parts_text(items)
+    users = [m.get("content") for m in items if isinstance(m, dict) and m.get("role") == "user"]
+    return _parts_text(users[-1]) if users else None
+
+
+def _parts_text(content: Any) -> str | None:
+    """A message's content as text: a string, or typed parts (a vision-language prompt's) with an `<image>` /
+    `<video>` marker per picture; None where it is neither."""
+    from verl.data.multimodal import marker_text
+
+    try:
+        text = marker_text(list(content) if not isinstance(content, str) else content)
+    except (TypeError, ValueError):
+        return None
+    return text if isinstance(text, str) else None
 
 
 def user_messages(data: DataProto, tokenizer: Any) -> list[str]:
     """Each row's user message, for a reward model or judge (which score one user turn and its answer, as the reward
     model script trains them): its `prompt_content` (the dataset's text before the chat template; of a prompt given
-    as messages, the last user message's), else its prompt ids decoded without special tokens."""
+    as messages, the last user message's; a vision-language prompt's parts with a marker per picture), else its
+    prompt ids decoded without special tokens."""
     contents = [
         _last_user_text(content) for content in data.non_tensor_batch.get("prompt_content", [None] * len(data))
     ]
