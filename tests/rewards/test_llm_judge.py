@@ -363,3 +363,25 @@ def test_the_judges_chat_template_kwargs_render_its_prompt_and_are_checked_again
         JudgeConfig(model_path=qwen2, chat_template_kwargs=quiet).template_kwargs()
     with pytest.raises(ValueError, match=r"judge.chat_template_kwargs.enable_thinking"):  # as the actor checks it
         JudgeConfig(model_path="org/hub-id", chat_template_kwargs=quiet).template_kwargs(get_tokenizer(qwen2))
+
+
+@pytest.mark.slow
+def test_a_judge_that_cannot_start_is_named_before_the_first_rollout(tmp_path: Path, ray_local: None) -> None:
+    """A judge whose engine cannot start (here a KV cache too small for one sequence) was found at the first scoring,
+    after every worker had loaded and the first rollout had run, reported as a process killed or out of memory."""
+    import ray
+
+    from verl.models.tiny_models import get_or_build_tiny_model
+    from verl.rewards.llm_judge import wait_for_judge
+
+    base = get_or_build_tiny_model("qwen2", str(tmp_path / "models"))
+    config = JudgeConfig(model_path=base, max_tokens=16, max_model_len=4096, kv_cache_memory_mb=1)
+    judge = create_judge_actor(config)
+    try:
+        with pytest.raises(ValueError) as refused:
+            wait_for_judge(judge, config)
+    finally:
+        ray.kill(judge)
+    message = str(refused.value)
+    assert message.startswith(f"The judge worker.reward.judge.model_path={base} could not start: ")
+    assert "kv_cache_memory_mb" in message and "Traceback" not in message, message

@@ -392,6 +392,25 @@ class JudgeActor:
             torch.cuda.empty_cache()
 
 
+def wait_for_judge(judge: Any, config: JudgeConfig) -> None:
+    """Block until the judge actor's engine has started. A judge that cannot start (a context or KV cache too small,
+    a model its engine cannot load) raises ValueError here, naming the judge and its own error, before the first
+    rollout (it was found at the first scoring, reported as a process killed or out of memory)."""
+    import ray
+
+    try:
+        ray.get(judge.__ray_ready__.remote())
+    except ray.exceptions.RayActorError as err:
+        if not getattr(err, "_actor_init_failed", False):
+            raise
+        text = str(getattr(err, "error_msg", err))
+        own = list(re.finditer(r"^[A-Za-z_][\w.]*(?:Error|Exception): ", text, re.MULTILINE))
+        reason = text[own[-1].start() :].strip() if own else text.strip().splitlines()[-1]
+        raise ValueError(
+            f"The judge worker.reward.judge.model_path={config.model_path} could not start: {reason}"
+        ) from None
+
+
 def create_judge_actor(config: JudgeConfig) -> Any:
     """Start a JudgeActor in Ray with the config's CPUs and GPUs (config checked here, so errors raise in the
     caller); returns its handle. On CPU, vLLM stays in-process with one compute thread per CPU the actor holds

@@ -343,6 +343,14 @@ def _train(config: PPOConfig, signals: RunSignals) -> dict[str, float]:
             workers = create_worker_groups(config, device)
         except EngineSettingError as err:  # e.g. a hybrid model's KV cache, which the config cannot size beforehand
             raise SetupError(user_error_message(err)) from None
+        if judge is not None:  # it started beside the workers; an engine that could not is found now
+            from verl.rewards.llm_judge import wait_for_judge
+
+            try:
+                wait_for_judge(judge, reward.judge)
+            except ValueError as err:
+                workers.shutdown()
+                raise SetupError(str(err)) from None
     except BaseException:
         _release(reward_fn, judge)
         raise
