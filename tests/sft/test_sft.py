@@ -596,14 +596,20 @@ def test_an_export_that_runs_out_of_space_is_one_line_naming_the_checkpoint(tmp_
         def export_hf_model(self, path: str) -> None:
             raise self.error
 
+    from verl.models.config import ModelConfig
+    from verl.models.tiny_models import get_or_build_tiny_model
+
+    model = ModelConfig(model_path=get_or_build_tiny_model("qwen2", str(tmp_path / "models")))  # declares float32
     checkpoint = str(tmp_path / "global_step_4")
     for error in (
         RuntimeError("SafetensorError: No space left on device (os error 28)"),
         OSError(errno.ENOSPC, "No space left on device"),
     ):
         with pytest.raises(CheckpointSaveError) as raised:
-            export(Group(error), str(tmp_path / "huggingface"), checkpoint)
+            export(Group(error), str(tmp_path / "huggingface"), checkpoint, model)
         assert str(raised.value).startswith(f"Could not export the model to {tmp_path / 'huggingface'}: No space")
         assert f"The checkpoint {checkpoint} is saved" in str(raised.value)
+        # the command given exports what the run would have: the merger's default dtype is bf16
+        assert str(raised.value).endswith(f"--local_dir {checkpoint}/actor --dtype float32`.")
     with pytest.raises(ValueError, match="another failure"):
-        export(Group(ValueError("another failure")), str(tmp_path / "huggingface"), checkpoint)
+        export(Group(ValueError("another failure")), str(tmp_path / "huggingface"), checkpoint, model)

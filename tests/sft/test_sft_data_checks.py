@@ -574,3 +574,15 @@ def test_truncation_right_never_cuts_a_conversation_in_or_before_an_image(tmp_pa
     # a cut in the last answer keeps the row
     cut = SFTDataset([row], processor.tokenizer, processor, data_config(max_length=len(ids) - 2, **config))
     assert len(cut.encode(0)["input_ids"]) == len(ids) - 2
+
+
+def test_each_seed_and_epoch_get_their_own_order():
+    """seed + epoch seeded the shuffle, so seed 1's epochs 1-3 were seed 2's epochs 0-2: a seed sweep's runs shared
+    all but one epoch's order. Each (seed, epoch) is now its own draw; the same pair gives the same order (resume)."""
+    from verl.sft.main import batch_indices
+
+    orders = {(seed, epoch): batch_indices(64, 8, epoch, seed, True) for seed in (1, 2) for epoch in range(4)}
+    assert len({str(order) for order in orders.values()}) == 8
+    assert batch_indices(64, 8, 2, 1, True) == orders[(1, 2)]
+    assert sorted(i for batch in orders[(1, 0)] for i in batch) == list(range(64))
+    assert batch_indices(20, 8, 0, 1, False) == [list(range(8)), list(range(8, 16))]

@@ -23,6 +23,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from verl.sft.config import SFTConfig, load_sft_config
@@ -55,9 +56,12 @@ logger = logging.getLogger(__name__)
 
 
 def batch_indices(num_rows: int, batch_size: int, epoch: int, seed: int, shuffle: bool) -> list[list[int]]:
-    """The full batches of one epoch (a last partial batch is dropped: every step has the same size)."""
+    """The full batches of one epoch (a last partial batch is dropped: every step has the same size). The order is
+    drawn from (seed, epoch) together: seeded with seed + epoch, seed s's epoch e + 1 was seed s + 1's epoch e, so
+    the runs of a seed sweep shared all but one epoch's order."""
     if shuffle:
-        order = torch.randperm(num_rows, generator=torch.Generator().manual_seed(seed + epoch)).tolist()
+        key = int(np.random.SeedSequence([seed, epoch]).generate_state(1, dtype=np.uint64)[0] >> 1)
+        order = torch.randperm(num_rows, generator=torch.Generator().manual_seed(key)).tolist()
     else:
         order = list(range(num_rows))
     return [order[i : i + batch_size] for i in range(0, num_rows - batch_size + 1, batch_size)]
@@ -210,7 +214,7 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
         if last_saved != step:
             save(group, trainer, step, data_state, ckpt_tracker, metrics.get("val/loss"), False)
         if trainer.export_hf_model:
-            export(group, os.path.join(root, "huggingface"), step_dir(root, step))
+            export(group, os.path.join(root, "huggingface"), step_dir(root, step), config.worker.model)
             logger.info("Exported the model to %s", os.path.join(root, "huggingface"))
         return metrics
     finally:
@@ -220,9 +224,10 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
         pool.remove()
 
 
-def export(group: Any, path: str, checkpoint: str) -> None:
+def export(group: Any, path: str, checkpoint: str, model: Any) -> None:
     """The workers' Hugging Face export to `path`; a write failure (a full disk) is a CheckpointSaveError naming the
-    cause and the checkpoint it can be exported from later."""
+    cause and the command that exports the checkpoint later in the same dtype (the one `model`'s folder declares)."""
+    from verl.models.loading import declared_dtype, load_model_config
     from verl.utils.checkpoint.fsdp_checkpoint_manager import storage_error
 
     try:
@@ -233,10 +238,11 @@ def export(group: Any, path: str, checkpoint: str) -> None:
         if cause is None and "No space left on device" not in text:  # safetensors' own error is no OSError
             raise
         reason = cause.strerror if cause is not None and cause.strerror else "No space left on device"
+        dtype = str(declared_dtype(load_model_config(model))).removeprefix("torch.")  # the merger's default is bf16
         raise CheckpointSaveError(
             f"Could not export the model to {path}: {reason}. The checkpoint {checkpoint} is saved: free space and "
             f"run the same command again, or export it with `python scripts/model_merger.py --local_dir "
-            f"{os.path.join(checkpoint, 'actor')}`."
+            f"{os.path.join(checkpoint, 'actor')} --dtype {dtype}`."
         ) from None
 
 
