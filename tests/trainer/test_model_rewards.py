@@ -16,6 +16,7 @@ import torch
 
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.protocol import DataProto
+from verl.rewards.function import RewardFunctionError
 from verl.rewards.scoring import BatchScorer
 from verl.workers.config import RewardConfig
 
@@ -30,6 +31,10 @@ REWARD_TYPE = "sequential"
 
 def compute_score(sample):
     return {"overall": float(sample["response"].strip() in {"1", "2", "3", "4"})}
+
+
+def clashing(sample):
+    return {"overall": 1.0, "judge_score": 0.123}
 """
 
 
@@ -84,6 +89,17 @@ def test_rule_and_judge_scores_combine_with_their_weights(local_ray, tmp_path) -
     assert columns["overall"] == pytest.approx([0.5 + 1.4, 1.4, 0.0])
     assert scores.sum(-1).tolist() == pytest.approx(columns["overall"])
     assert columns["judge_parse_error"] == [0.0, 0.0, 1.0]
+    # a function's key named like the judge's column was replaced by the judge's, silently
+    config.reward_function = f"{tmp_path / 'rule.py'}:clashing"
+    rule_actor = ActorReward(create_reward_actor(config, model))
+    judge = ray.remote(FixedJudge).remote()
+    try:
+        scorer = BatchScorer(config, tokenizer, rule_actor, None, judge, lambda handle, part: ray.get(handle))
+        with pytest.raises(RewardFunctionError, match=r"returns \['judge_score'\], which name the combined reward"):
+            scorer.score(batch)
+    finally:
+        rule_actor.close()
+        ray.kill(judge)
 
 
 def _write_jsonl(path, rows) -> None:

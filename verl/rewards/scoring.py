@@ -16,7 +16,13 @@ from typing import Any
 import torch
 
 from verl.protocol import DataProto, plain_value
+from verl.rewards.function import RewardFunctionError
+from verl.rewards.llm_judge import SCORE_KEYS
 from verl.rewards.manager import decode_responses, place_scores, user_messages, valid_response_mask
+
+
+COMBINED_KEYS = frozenset({"rule_overall", "rm_score", *SCORE_KEYS})
+"""The columns a combined reward adds beside the reward function's."""
 
 
 @dataclass
@@ -104,6 +110,12 @@ class BatchScorer:
         if not self.combines:
             return rule_scores, columns
         overall = torch.zeros(len(batch), dtype=torch.float32)
+        clashing = sorted(set(columns) & COMBINED_KEYS)
+        if clashing:  # the model's or judge's column would replace the function's, silently
+            raise RewardFunctionError(
+                f"The reward function returns {clashing}, which name the combined reward's own columns "
+                f"({sorted(COMBINED_KEYS)}) beside a reward model or judge; rename them."
+            )
         if rule_scores is not None:
             rule = torch.tensor(columns["overall"], dtype=torch.float32)
             columns["rule_overall"] = rule.tolist()
