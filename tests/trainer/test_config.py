@@ -1183,6 +1183,15 @@ def test_reward_model_keys_are_checked_before_anything_starts(files, tmp_path):
             load_config([*base_args(files), *overrides.split()])
     with pytest.raises(NotImplementedError, match="reward models are text models"):
         load_config([*base_args(files), f"worker.reward.model.model_path={vl}"])
+    # an encoder (OpenAssistant's DeBERTa reward models) was scored at whatever token came first, without [CLS]
+    encoder = _write_model_config(
+        tmp_path / "deberta",
+        model_type="deberta-v2",
+        architectures=["DebertaV2ForSequenceClassification"],
+        num_labels=1,
+    )
+    with pytest.raises(NotImplementedError, match="is a deberta-v2 model, an encoder"):
+        load_config([*base_args(files), f"worker.reward.model.model_path={encoder}"])
 
 
 def test_sections_check_their_own_fields_under_the_prefix_they_are_given():

@@ -122,6 +122,16 @@ class RewardModelConfig:
                 f"{key}='{self.model_path}' is a {', '.join(architectures)}, not a sequence-classification reward "
                 "model; train one from it with `python scripts/train_reward_model.py --init-from-lm --model PATH ...`."
             )
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+        model_type = model_config.get("model_type")
+        if model_type and model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:  # BERT, DeBERTa, RoBERTa, ...
+            raise NotImplementedError(
+                f"{key}='{self.model_path}' is a {model_type} model, an encoder: the reward model worker reads the "
+                "score at the last token of a decoder's conversation rendered by its chat template (an encoder "
+                "reads it at its first, [CLS], token, which left truncation can cut). Use a decoder reward model "
+                "(e.g. a Qwen2ForSequenceClassification), or score with this one in a reward function."
+            )
         labels = len(model_config.get("id2label") or {}) or model_config.get("num_labels", 2)
         if labels != 1:
             raise ConfigError(
