@@ -385,3 +385,48 @@ def test_a_judge_that_cannot_start_is_named_before_the_first_rollout(tmp_path: P
     message = str(refused.value)
     assert message.startswith(f"The judge worker.reward.judge.model_path={base} could not start: ")
     assert "kv_cache_memory_mb" in message and "Traceback" not in message, message
+
+
+def test_a_judge_whose_answers_hold_no_grade_is_warned_about(caplog) -> None:
+    """Most answers without a grade (a template that does not ask for the pattern's format, a reasoning judge cut at
+    max_tokens) score 0 and train nothing but a bias; only the metric said so."""
+    import logging
+    import types
+
+    import numpy as np
+    import torch
+
+    from verl.models.tiny_models import build_tokenizer
+    from verl.protocol import DataProto
+    from verl.rewards.scoring import BatchScorer
+    from verl.workers.config import RewardConfig
+
+    tokenizer = build_tokenizer()
+    ids = torch.tensor([tokenizer.encode("Four.")] * 4)
+    batch = DataProto.from_dict(
+        tensors={
+            "prompts": ids,
+            "responses": ids,
+            "response_mask": torch.ones_like(ids),
+            "attention_mask": torch.ones(4, 2 * ids.shape[1], dtype=torch.long),
+        },
+        non_tensors={"ground_truth": np.array(["4"] * 4, dtype=object)},
+    )
+    parse_errors = []
+
+    def grade(prompts, responses, truths):  # the judge actor's answer, as the scorer reads it
+        return {
+            "judge_score": [0.0 if e else 0.5 for e in parse_errors],
+            "judge_grade": [float("nan") if e else 5.0 for e in parse_errors],
+            "judge_parse_error": list(parse_errors),
+        }
+
+    judge = types.SimpleNamespace(grade=types.SimpleNamespace(remote=grade))
+    scorer = BatchScorer(RewardConfig(), tokenizer, None, None, judge, lambda handle, part: handle)
+    with caplog.at_level(logging.WARNING, logger="verl.rewards.scoring"):
+        parse_errors[:] = [1.0, 0.0, 0.0, 0.0]  # a few: the metric's business
+        scorer.score(batch)
+        assert "held no grade" not in caplog.text
+        parse_errors[:] = [1.0, 1.0, 1.0, 0.0]
+        scorer.score(batch)
+    assert "3 of 4 judge answers held no grade matching worker.reward.judge.grade_pattern" in caplog.text

@@ -9,6 +9,7 @@ Each part is optional; the rule functions and judge score while the reward model
 own key beside `overall` (docs/metrics.md).
 """
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,8 @@ from verl.rewards.function import RewardFunctionError
 from verl.rewards.llm_judge import SCORE_KEYS
 from verl.rewards.manager import decode_responses, place_scores, user_messages, valid_response_mask
 
+
+logger = logging.getLogger(__name__)
 
 COMBINED_KEYS = frozenset({"rule_overall", "rm_score", *SCORE_KEYS})
 """The columns a combined reward adds beside the reward function's."""
@@ -71,6 +74,8 @@ class BatchScorer:
         self.rule_runner, self.reward_model_wg, self.judge_actor = rule_runner, reward_model_wg, judge_actor
         self.get = get
         """get(handle, part): a part's ("rule", "judge") result, waited for as the trainer does (its timeout)."""
+        self.ungraded_batches = 0
+        """Batches where most of the judge's answers held no grade (warned about at the 1st, 10th, every 100th)."""
 
     @property
     def combines(self) -> bool:
@@ -127,10 +132,29 @@ class BatchScorer:
             overall += self.config.model.weight * pending.rm_scores
         if pending.judge is not None:
             judged = self.get(pending.judge, "judge")
+            self._check_grades(judged["judge_parse_error"])
             columns.update({key: list(values) for key, values in judged.items()})
             overall += self.config.judge.weight * torch.tensor(judged["judge_score"], dtype=torch.float32)
         columns["overall"] = overall.tolist()
         return place_scores(columns["overall"], valid_response_mask(batch)), columns
+
+    def _check_grades(self, errors: list[float]) -> None:
+        """Warn when most answers held no grade: they score 0 (the worst grade), so the judge's part trains nothing
+        but a bias (a template that does not ask for the pattern's format, a reasoning judge cut at max_tokens)."""
+        if not errors or sum(errors) < len(errors) / 2:
+            return
+        self.ungraded_batches += 1
+        if self.ungraded_batches in (1, 10) or self.ungraded_batches % 100 == 0:
+            judge = self.config.judge
+            logger.warning(
+                "%d of %d judge answers held no grade matching worker.reward.judge.grade_pattern and score 0 (%d such "
+                "batch(es) so far). Check that the template asks for that format, and that max_tokens=%d lets the "
+                "judge finish (a reasoning judge may not): reward/judge_parse_error is the share.",
+                int(sum(errors)),
+                len(errors),
+                self.ungraded_batches,
+                judge.max_tokens,
+            )
 
     def score(self, batch: DataProto) -> tuple[torch.Tensor, dict[str, list[float]]]:
         return self.collect(batch, self.launch(batch))
