@@ -1192,6 +1192,17 @@ def test_reward_model_keys_are_checked_before_anything_starts(files, tmp_path):
     )
     with pytest.raises(NotImplementedError, match="is a deberta-v2 model, an encoder"):
         load_config([*base_args(files), f"worker.reward.model.model_path={encoder}"])
+    # learned positions: a longer conversation failed in the worker with an IndexError
+    gpt2 = _write_model_config(
+        tmp_path / "gpt2",
+        model_type="gpt2",
+        architectures=["GPT2ForSequenceClassification"],
+        num_labels=1,
+        n_positions=64,
+    )
+    with pytest.raises(ConfigError, match=r"max_length=2048 is longer than the 64 positions .*max_length=64"):
+        load_config([*base_args(files), f"worker.reward.model.model_path={gpt2}"])
+    load_config([*base_args(files), f"worker.reward.model.model_path={gpt2}", "worker.reward.model.max_length=64"])
 
 
 def test_sections_check_their_own_fields_under_the_prefix_they_are_given():

@@ -132,6 +132,13 @@ class RewardModelConfig:
                 "reads it at its first, [CLS], token, which left truncation can cut). Use a decoder reward model "
                 "(e.g. a Qwen2ForSequenceClassification), or score with this one in a reward function."
             )
+        positions = model_config.get("n_positions")  # learned positions (GPT-2's family): no RoPE to extend them
+        if isinstance(positions, int) and self.max_length > positions:
+            raise ConfigError(
+                f"{prefix}max_length={self.max_length} is longer than the {positions} positions {key}="
+                f"'{self.model_path}' has (n_positions, learned): its forward would fail on a longer conversation. "
+                f"Set {prefix}max_length={positions} (conversations keep their last tokens)."
+            )
         labels = len(model_config.get("id2label") or {}) or model_config.get("num_labels", 2)
         if labels != 1:
             raise ConfigError(
