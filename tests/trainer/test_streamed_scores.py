@@ -123,7 +123,8 @@ class Judge:
     def remote(self, prompts: list[str], responses: list[str], truths: list) -> Future:
         self.calls.append(len(responses))
         future: Future = Future()
-        future.set_result({"judge_score": [int(r.split()[0]) / 100 for r in responses]})
+        scores = [int(r.split()[0]) / 100 for r in responses]  # the real judge's columns (llm_judge.SCORE_KEYS)
+        future.set_result({"judge_score": scores, "judge_grade": scores, "judge_parse_error": [0.0] * len(scores)})
         return future
 
 
