@@ -290,6 +290,24 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
     assert os.listdir(tmp_path) == ["trainer_state.json"]
 
 
+def test_atomic_write_syncs_the_file_then_the_rename(tmp_path, monkeypatch):
+    """A synced write flushes the file before the rename and its folder after it (without the folder's sync, a power
+    loss can keep the old entry, or none, though the new file's data reached the disk)."""
+    synced, real_fsync = [], os.fsync
+
+    def fsync(fd):
+        synced.append(os.path.realpath(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    path = str(tmp_path / "trainer_state.json")
+    atomic_write(path, lambda f: f.write("new"))
+    assert synced == [str(tmp_path / ".trainer_state.json.tmp"), str(tmp_path)]
+    synced.clear()
+    atomic_write(path, lambda f: f.write("newer"), sync=False)
+    assert synced == [] and open(path).read() == "newer"
+
+
 def test_step_of():
     assert step_of("/a/b/global_step_12/") == 12
     with pytest.raises(ValueError, match="global_step_N"):

@@ -12,8 +12,10 @@ from typing import IO, Any
 
 def atomic_write(path: str, write: Callable[[IO[Any]], None], binary: bool = False, sync: bool = True) -> None:
     """Write a file through `.<name>.tmp` renamed into place: readers see the old file or the new one. `sync` also
-    flushes it to the disk before the rename (checkpoints; not needed for files a crash may lose)."""
-    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp")
+    flushes it to the disk before the rename and the rename after it, by syncing the folder (checkpoints; not needed
+    for files a crash may lose): after a power loss the path holds the old file or the whole new one."""
+    folder = os.path.dirname(path)
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp")
     try:
         with open(tmp, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
             write(f)
@@ -21,9 +23,23 @@ def atomic_write(path: str, write: Callable[[IO[Any]], None], binary: bool = Fal
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, path)
+        if sync:
+            sync_folder(folder or ".")
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def sync_folder(folder: str) -> None:
+    """Flush `folder`'s entries (a rename into it) to the disk; a no-op where folders cannot be opened (Windows)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 PREVIOUS_RUNS = "previous_runs"

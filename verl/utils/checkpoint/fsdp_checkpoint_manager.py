@@ -25,6 +25,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from verl.models.lora import is_adapter_param, read_adapter_config, save_adapter_config
 from verl.utils import device, quiet
+from verl.utils.files import sync_folder
 
 
 logger = logging.getLogger(__name__)
@@ -223,6 +224,7 @@ class FSDPCheckpointManager:
             if os.path.exists(path):
                 os.rename(path, old)
             os.rename(staging, path)
+            sync_folder(parent)  # the rename reaches the disk before the old copy goes
             shutil.rmtree(old, ignore_errors=True)
         _barrier()
         logger.debug("Saved checkpoint to %s.", path)  # the driver logs the step's save once
