@@ -1205,6 +1205,30 @@ def test_reward_model_keys_are_checked_before_anything_starts(files, tmp_path):
     load_config([*base_args(files), f"worker.reward.model.model_path={gpt2}", "worker.reward.model.max_length=64"])
 
 
+def test_a_reward_model_read_past_its_trained_context_is_warned_about(files, tmp_path, caplog):
+    """A RoPE model runs past max_position_embeddings without an error; its scores there are extrapolation."""
+    qwen = _write_model_config(
+        tmp_path / "rm", architectures=["Qwen2ForSequenceClassification"], num_labels=1, max_position_embeddings=512
+    )
+    scaled = _write_model_config(
+        tmp_path / "scaled",
+        architectures=["Qwen2ForSequenceClassification"],
+        num_labels=1,
+        max_position_embeddings=512,
+        rope_scaling={"rope_type": "yarn", "factor": 4.0},
+    )
+    logger = "verl.workers.config"
+    with caplog.at_level(logging.WARNING, logger=logger):
+        load_config([*base_args(files), f"worker.reward.model.model_path={qwen}"])
+    assert "max_length=2048 is longer than the 512 positions" in caplog.text
+    assert "worker.reward.model.max_length=512" in caplog.text
+    for args in (["worker.reward.model.max_length=512"], [f"worker.reward.model.model_path={scaled}"]):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger=logger):
+            load_config([*base_args(files), f"worker.reward.model.model_path={qwen}", *args])
+        assert "positions" not in caplog.text, args
+
+
 def test_sections_check_their_own_fields_under_the_prefix_they_are_given():
     from verl.models.config import LoraConfig, ModelConfig
     from verl.utils.optim import OptimConfig

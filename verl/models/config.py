@@ -582,6 +582,17 @@ def check_attention_available(prefix: str, model: "ModelConfig", on_cpu: bool, s
         )
 
 
+def trained_positions(model_config: dict[str, Any]) -> int | None:
+    """The positions a RoPE model was trained for (max_position_embeddings of its text config); None where its config
+    names none, or a RoPE scaling factor raises it."""
+    text = model_config.get("text_config", model_config)
+    limit = text.get("max_position_embeddings")
+    rope = [text.get("rope_scaling"), text.get("rope_parameters")]
+    rope += [value for value in rope if isinstance(value, dict) for value in value.values()]  # per layer type
+    scaled = any(isinstance(value, dict) and value.get("factor") not in (None, 1, 1.0) for value in rope)
+    return limit if isinstance(limit, int) and not scaled else None
+
+
 def read_model_config(key: str, path: str | None) -> dict[str, Any] | None:
     """The config.json of the model named by config key `key`: a local directory, or a Hub id whose config.json is in
     the local Hugging Face cache (downloaded before, or by `huggingface-cli download`); None where neither has one (a

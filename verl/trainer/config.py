@@ -35,6 +35,7 @@ from verl.models.config import (
     expert_count,
     read_model_config,
     recurrent_layer_types,
+    trained_positions,
     transformers_text_config,
     uses_sliding_window,
     with_overrides,
@@ -1052,12 +1053,8 @@ def _check_context_length(config: PPOConfig, model_config: dict[str, Any] | None
     key, path = "worker.actor.model.model_path", config.worker.actor.model.model_path
     if model_config is None or os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "0") not in ("", "0"):
         return
-    text = model_config.get("text_config", model_config)
-    limit = text.get("max_position_embeddings")
-    rope = [text.get("rope_scaling"), text.get("rope_parameters")]
-    rope += [value for value in rope if isinstance(value, dict) for value in value.values()]  # per layer type
-    scaled = any(isinstance(value, dict) and value.get("factor") not in (None, 1, 1.0) for value in rope)
-    if not isinstance(limit, int) or scaled:
+    limit = trained_positions(model_config)
+    if limit is None:
         return
     sequence = data.max_prompt_length + data.max_response_length
     length = rollout.max_model_len or sequence

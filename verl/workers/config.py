@@ -7,10 +7,18 @@ Each section checks its own values in `validate(prefix)` and, where it names fil
 Rules that tie the workers to the data, the algorithm or the cluster are `verl.trainer.config`'s.
 """
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl.models.config import FSDPConfig, OffloadConfig, check_offload, read_model_config, require_model_files
+from verl.models.config import (
+    FSDPConfig,
+    OffloadConfig,
+    check_offload,
+    read_model_config,
+    require_model_files,
+    trained_positions,
+)
 from verl.rewards.function import RewardFunctionLoadError, check_reward_function
 from verl.rewards.llm_judge import JudgeConfig
 from verl.utils.config import (
@@ -25,6 +33,9 @@ from verl.utils.config import (
 from verl.workers.actor.config import ActorConfig
 from verl.workers.critic.config import CriticConfig
 from verl.workers.rollout.config import RolloutConfig
+
+
+logger = logging.getLogger(__name__)
 
 
 RUN_IN: tuple[str, ...] = ("driver", "actor")
@@ -139,6 +150,14 @@ class RewardModelConfig:
                 f"'{self.model_path}' has (n_positions, learned): its forward would fail on a longer conversation. "
                 f"Set {prefix}max_length={positions} (conversations keep their last tokens)."
             )
+        positions = trained_positions(model_config)
+        if positions is not None and self.max_length > positions:
+            logger.warning(
+                "%smax_length=%d is longer than the %d positions %s='%s' was trained for (max_position_embeddings, "
+                "no RoPE scaling): conversations longer than that are scored past its context, where scores are "
+                "unreliable. Set %smax_length=%d (conversations keep their last tokens) unless it handles more.",
+                prefix, self.max_length, positions, key, self.model_path, prefix, positions,
+            )  # fmt: skip
         labels = len(model_config.get("id2label") or {}) or model_config.get("num_labels", 2)
         if labels != 1:
             raise ConfigError(
