@@ -48,7 +48,7 @@ def test_sft_worker_trains_and_exports_on_cuda(models, tmp_path):
         micro_batch_size_per_device=4,
     )
     worker = SFTWorker(config, device="cuda")
-    worker.init_model(8)
+    worker.init_model(8, seed=1)
     data = SimpleNamespace(
         prompt_key=None,
         response_key=None,

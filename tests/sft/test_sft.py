@@ -353,6 +353,26 @@ def sft_args(tmp_path, model: str, save: str, *extra: str) -> list[str]:
     ]
 
 
+DROPOUT = "worker.model.override_config.attention_dropout=0.3"
+
+
+@pytest.mark.slow
+def test_data_seed_draws_other_dropout_masks(models, tmp_path, local_ray) -> None:
+    """With dropout and the same batches (data.shuffle=false), data.seed alone changes the first step's loss (every
+    worker used to draw from torch's unseeded default RNG, so every seed drew the same masks)."""
+    from verl.sft.config import load_sft_config
+    from verl.sft.main import run_sft
+
+    write_conversations(tmp_path / "train.jsonl", 16, seed=0)
+    write_conversations(tmp_path / "val.jsonl", 2, seed=1)
+    losses = {}
+    for name, seed in (("a", 1), ("b", 1), ("c", 2)):
+        args = ["trainer.max_steps=1", "data.shuffle=false", f"data.seed={seed}", DROPOUT, "trainer.val_freq=-1"]
+        run_sft(load_sft_config(sft_args(tmp_path, models["text"], str(tmp_path / name), *args)))
+        losses[name] = read_steps(str(tmp_path / name))[1]["train/loss"]
+    assert losses["a"] == losses["b"] and losses["a"] != losses["c"], losses
+
+
 def read_steps(save) -> dict[int, dict]:
     with open(os.path.join(save, "experiment_log.jsonl")) as f:
         return {row["step"]: row for row in map(json.loads, f)}
@@ -428,14 +448,15 @@ def test_sft_runs_lower_the_loss_resume_exactly_and_export_for_rl(models, tmp_pa
     template = "{#- the SFT run's template -#}\n" + AutoTokenizer.from_pretrained(models["text"]).chat_template
     (tmp_path / "template.jinja").write_text(template)
     straight, interrupted = str(tmp_path / "straight"), str(tmp_path / "interrupted")
-    straight_args = sft_args(tmp_path, models["text"], straight, "trainer.max_steps=4")
+    dropout = DROPOUT  # the resumed run's steps 3 and 4 draw the masks the unbroken run drew
+    straight_args = sft_args(tmp_path, models["text"], straight, "trainer.max_steps=4", dropout)
     straight_args.append(f"data.override_chat_template={tmp_path / 'template.jinja'}")
     run_sft(load_sft_config(straight_args))
-    run_sft(load_sft_config(sft_args(tmp_path, models["text"], interrupted, "trainer.max_steps=2")))
+    run_sft(load_sft_config(sft_args(tmp_path, models["text"], interrupted, "trainer.max_steps=2", dropout)))
     state = json.loads(open(os.path.join(interrupted, "global_step_2", "trainer_state.json")).read())
     assert state == {"global_step": 2, "train_rows": 48, "batch_size": 16, "seed": 1, "shuffle": True}
     with caplog.at_level(logging.WARNING, logger="verl.trainer.checkpointing"):
-        run_sft(load_sft_config(sft_args(tmp_path, models["text"], interrupted, "trainer.max_steps=4")))
+        run_sft(load_sft_config(sft_args(tmp_path, models["text"], interrupted, "trainer.max_steps=4", dropout)))
     assert "The training data has" not in caplog.text  # the same data: no warning that its order changed
     assert "was saved with other settings" not in caplog.text
 

@@ -82,7 +82,8 @@ class SFTDataConfig:
     shuffle: bool = True
     """Shuffle the training conversations every epoch."""
     seed: int = 1
-    """Seed of the shuffle."""
+    """Seed of the shuffle and of the dropout masks (each rank and step draws its own; the model's dropout is kept
+    in SFT unless worker.model.disable_dropout)."""
     override_chat_template: str | None = None
     """A Jinja chat template (file path or text) replacing the tokenizer's."""
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)

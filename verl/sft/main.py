@@ -174,7 +174,7 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
         trainer.logger, trainer.project_name, trainer.experiment_name, root, config_to_dict(config), start_step=start
     )
     try:
-        group.init_model(total_steps)
+        group.init_model(total_steps, data.seed)
         step = 0
         # what fixes the order of the rows (saved with each checkpoint, checked on resume)
         data_state = {"train_rows": len(train), "batch_size": data.batch_size, "seed": data.seed}

@@ -13,6 +13,7 @@ import os
 import shutil
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -58,8 +59,10 @@ class SFTWorker(Worker):
         self.device = device_utils.get_local_device()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def init_model(self, training_steps: int) -> None:
+    def init_model(self, training_steps: int, seed: int) -> None:
+        """`seed` (data.seed) with the rank and the step seeds each step's dropout masks."""
         config = self.config
+        self.seed = seed
         model = config.model
         tokenizer_path = model.tokenizer_path or model.model_path
         options = {"trust_remote_code": model.trust_remote_code, "override_chat_template": self.override_chat_template}
@@ -109,6 +112,11 @@ class SFTWorker(Worker):
         """One optimizer step on the global batch; returns mean loss, gradient norm and learning rate."""
         self.module.train()
         self.optimizer.zero_grad(set_to_none=True)
+        # the steps taken so far: the scheduler's count, which a resumed run loads with the checkpoint
+        step = self.lr_scheduler.last_epoch
+        # dropout draws from the global RNG: seeded per step, the ranks draw other masks, a seed sweep's runs differ
+        # and a resumed run draws the masks the unbroken one drew
+        torch.manual_seed(int(np.random.SeedSequence([self.seed, dist.get_rank(), step]).generate_state(1)[0]))
         total, tokens = self._nll(data, train=True)
         grad_norm = clip_grad_norm(self.module, self.config.max_grad_norm).item()
         if math.isfinite(grad_norm):
