@@ -206,6 +206,21 @@ def check_intact(local_dir: str) -> None:
         )
 
 
+def check_not_a_critic(local_dir: str) -> None:
+    """A critic's checkpoint (this project's value head: a one-row lm_head with a bias; or a value_head / score
+    layer without lm_head) is refused: it is no language model to export."""
+    import torch.distributed.checkpoint as dcp
+
+    saved = dcp.FileSystemReader(local_dir).read_metadata().state_dict_metadata
+    model_keys = {key[len("model.") :] for key in saved if key.startswith("model.")}
+    head = saved.get("model.lm_head.weight")
+    value_head = head is not None and head.size[0] == 1 and "lm_head.bias" in model_keys
+    if value_head or (
+        "lm_head.weight" not in model_keys and any(k in ("value_head", "score.weight") for k in model_keys)
+    ):
+        raise ValueError(f"'{local_dir}' holds a critic (value head); export the actor's checkpoint instead.")
+
+
 def merge(
     local_dir: str,
     target_dir: str | None = None,
@@ -227,6 +242,7 @@ def merge(
     check_intact(local_dir)
     if not os.path.isfile(os.path.join(hf_dir, "config.json")):
         raise FileNotFoundError(f"'{hf_dir}/config.json' is missing; the checkpoint was not written by this trainer.")
+    check_not_a_critic(local_dir)  # from the checkpoint's index, before a model of its size is built on the host
     with open(os.path.join(hf_dir, "config.json"), encoding="utf-8") as f:
         auto_map = json.load(f).get("auto_map")
     if auto_map and not trust_remote_code:  # else transformers asks y/N on a terminal, or fails elsewhere
@@ -258,16 +274,6 @@ def merge(
     # built on the CPU, not the meta device: non-persistent buffers (rotary frequencies) are computed at
     # construction and are not in checkpoints. This needs host memory for one copy of the model in `dtype`.
     model = model_class(config).from_config(config, dtype=torch_dtype, trust_remote_code=trust_remote_code)
-    import torch.distributed.checkpoint as dcp
-
-    saved = dcp.FileSystemReader(local_dir).read_metadata().state_dict_metadata
-    model_keys = {key[len("model.") :] for key in saved if key.startswith("model.")}
-    head = saved.get("model.lm_head.weight")
-    value_head = head is not None and head.size[0] == 1 and "lm_head.bias" in model_keys  # this project's critic
-    if value_head or (
-        "lm_head.weight" not in model_keys and any(k in ("value_head", "score.weight") for k in model_keys)
-    ):
-        raise ValueError(f"'{local_dir}' holds a critic (value head); export the actor's checkpoint instead.")
     missing, unexpected = model.load_state_dict(_load_checkpoint_tensors(local_dir), strict=False)
     tied = {"lm_head.weight"} if getattr(config.get_text_config(), "tie_word_embeddings", False) else set()
     missing = [key for key in missing if key not in tied]

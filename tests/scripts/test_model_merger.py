@@ -227,7 +227,7 @@ def test_an_easyr1_checkpoint_is_named_as_such(tmp_path) -> None:
         merger.merge(str(tmp_path))
 
 
-def test_a_critic_checkpoint_is_named_as_such(tmp_path) -> None:
+def test_a_critic_checkpoint_is_named_as_such(tmp_path, monkeypatch) -> None:
     import torch.distributed.checkpoint as dcp
 
     from verl.models.config import ModelConfig
@@ -245,6 +245,10 @@ def test_a_critic_checkpoint_is_named_as_such(tmp_path) -> None:
     assert result.returncode != 0
     assert f"'{critic}' holds a critic (value head); export the actor's checkpoint instead." in result.stderr
     assert "Traceback" not in result.stderr
+    # refused from the checkpoint's index alone: no model of the critic's size is built on the host first
+    monkeypatch.setattr(merger, "model_class", lambda config: pytest.fail("a model was built for a critic"))
+    with pytest.raises(ValueError, match="holds a critic"):
+        merger.merge(str(critic))
 
 
 def test_a_truncated_shard_is_named_by_the_merger(checkpoint, tmp_path) -> None:
