@@ -65,7 +65,7 @@ def test_rows_get_their_own_scores_across_pieces_and_reordering():
     # the step's batch: groups a and c, the same rows as scored (in another order of groups)
     batch = rows(["c", "c", "a", "a"], [30, 31, 10, 11], width=6)
     ready, scores, columns, model_metrics = streamed.take(batch)
-    assert ready == 1.0 and model_metrics == []
+    assert ready == 1.0 and model_metrics == {}
     assert columns["overall"] == [30.0, 31.0, 10.0, 11.0]
     assert columns["accuracy"] == [0.0, 1.0, 0.0, 1.0]
     assert columns["route_only"][:2] == [1.0, 1.0] and all(np.isnan(columns["route_only"][2:]))
@@ -183,4 +183,7 @@ def test_a_reward_model_and_a_judge_stream_beside_the_rules_and_combine_as_in_a_
     assert columns["overall"] == pytest.approx([0.5 * i - 2.0 * i + 3.0 * i / 100 for i in (30, 31, 10, 11)])
     assert columns["rm_score"] == whole["rm_score"] and columns["judge_score"] == whole["judge_score"]
     assert torch.allclose(scores, whole_scores)
-    assert sorted(m["reward_model/n"] for m in model_metrics) == [2, 4]  # each piece's reward-model metrics
+    # the pieces' reward-model metrics weighted by their rows; the score mean is this batch's (a's piece held b too)
+    assert model_metrics["reward_model/n"] == pytest.approx((2 * 2 + 4 * 4) / 6)
+    assert model_metrics["reward_model/score_mean"] == pytest.approx(np.mean(whole["rm_score"]))
+    assert model_metrics["reward_model/score_mean"] == pytest.approx(-(30 + 31 + 10 + 11) / 4)

@@ -84,9 +84,11 @@ class StreamedScores:
         for uid, uid_rows in rows.items():
             self.pending[uid] = (key, uid_rows)
 
-    def take(self, batch: DataProto) -> tuple[float, torch.Tensor, dict[str, list[float]], list[dict[str, float]]]:
-        """(share of the batch's groups already scored, token-level scores, columns, reward-model metrics per piece)
-        for `batch`, whose groups were all launched; their entries are dropped."""
+    def take(self, batch: DataProto) -> tuple[float, torch.Tensor, dict[str, list[float]], dict[str, float]]:
+        """(share of the batch's groups already scored, token-level scores, columns, reward-model metrics) for
+        `batch`, whose groups were all launched; their entries are dropped. The reward model's metrics are its
+        pieces' weighted by their rows, and reward_model/score_mean is the mean of `batch`'s own rm_score (a piece
+        may hold groups of other steps)."""
         uids = list(dict.fromkeys(batch.non_tensor_batch["uid"]))
         missing = [uid for uid in uids if uid not in self.pending]
         if missing:
@@ -101,7 +103,7 @@ class StreamedScores:
                 piece, pending = self._pieces[key]
                 self._results[key] = self.scorer.collect(piece, pending)
                 if pending.rm_metrics:
-                    model_metrics.append(pending.rm_metrics)
+                    model_metrics.append((pending.rm_metrics, len(piece)))
             _, columns = self._results[key]
             row = rows[seen.get(uid, 0)]
             seen[uid] = seen.get(uid, 0) + 1
@@ -113,7 +115,14 @@ class StreamedScores:
                 self._pieces.pop(key, None)
         names = list(dict.fromkeys(name for row in per_row for name in row))
         columns = {name: [row.get(name, float("nan")) for row in per_row] for name in names}
-        return ready, place_scores(columns["overall"], valid_response_mask(batch)), columns, model_metrics
+        weights = sum(rows for _, rows in model_metrics)
+        merged = {
+            name: sum(metrics.get(name, 0.0) * rows for metrics, rows in model_metrics) / weights
+            for name in dict.fromkeys(name for metrics, _ in model_metrics for name in metrics)
+        }
+        if merged and columns.get("rm_score"):
+            merged["reward_model/score_mean"] = float(np.mean(columns["rm_score"]))
+        return ready, place_scores(columns["overall"], valid_response_mask(batch)), columns, merged
 
 
 class AsyncRayPPOTrainer(RayPPOTrainer):
@@ -191,8 +200,7 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
     def _attach_streamed_scores(self, batch: DataProto, metrics: dict[str, list[float]]) -> None:
         """Set the step's rewards from the streamed scores (waiting for any still running)."""
         ready, scores, columns, model_metrics = self.streamed.take(batch)
-        for piece_metrics in model_metrics:  # reward_model/truncated_ratio, score_mean: averaged over the pieces
-            append_metrics(metrics, piece_metrics)
+        append_metrics(metrics, model_metrics)  # reward_model/truncated_ratio, score_mean
         batch.batch["token_level_scores"] = scores  # the reward/* metrics: of the step's batch (`_fill_batch`)
         batch.non_tensor_batch.update({f"reward/{k}": np.array(v, dtype=object) for k, v in columns.items()})
         append_metrics(metrics, {"async/rewards_ready_share": ready})
