@@ -7,6 +7,7 @@ this test) to answer "Grade: 7" to the judge prompts of its samples; what is the
 it builds match the ones trained on, one batched generation, the parsing and the scores.
 """
 
+import dataclasses
 import math
 import os
 import re
@@ -83,7 +84,12 @@ def test_score_answers_maps_grades_and_errors() -> None:
     assert scores["judge_score"] == [1.0, 0.25, 0.0, 0.0, 0.0]
     assert scores["judge_grade"][:2] == [5.0, 2.0] and all(math.isnan(g) for g in scores["judge_grade"][2:])
     assert scores["judge_parse_error"] == [0.0, 0.0, 1.0, 1.0, 1.0]
-    assert set(scores) == {"judge_score", "judge_grade", "judge_parse_error"}
+    assert scores["judge_cut"] == [0.0] * 5  # no cut flags given: none cut
+    assert set(scores) == {"judge_score", "judge_grade", "judge_parse_error", "judge_cut"}
+    cut = score_answers(["Grade: 5", "Let me think about"], config, cut=[False, True])
+    assert cut["judge_cut"] == [0.0, 1.0] and cut["judge_parse_error"] == [0.0, 1.0]
+    with pytest.raises(ValueError):  # one flag per answer
+        score_answers(["Grade: 5"], config, cut=[False, True])
 
 
 # ---------------------------------------------------------------------------------------------------- config
@@ -326,13 +332,14 @@ def test_judge_actor_grades_with_a_real_engine(tmp_path: Path, ray_local: None) 
             "judge_score": [pytest.approx(0.7)] * 4,
             "judge_grade": [7.0] * 4,
             "judge_parse_error": [0.0] * 4,
+            "judge_cut": [0.0] * 4,
         }
 
         # The same answers under configs that cannot read them: handled as parse errors, score 0.
         long_response = " ".join(["word"] * 600)
-        answers = ray.get(judge.answers.remote(prompts + ["Q?"], responses + [long_response], truths + [None]))
+        answers, cut = ray.get(judge.answers.remote(prompts + ["Q?"], responses + [long_response], truths + [None]))
         assert answers[:4] == ["Grade: 7"] * 4  # detokenized, without the <|im_end|> it stopped at
-        assert answers[4] is None  # too long for the judge's context: never generated
+        assert answers[4] is None and cut == [False] * 5  # too long for the judge's context: never generated
         for bad in (JudgeConfig(model_path=judge_dir, grade_pattern=r"Score:\s*(\d+)"), JudgeConfig(max_grade=5.0)):
             bad_scores = score_answers(answers, bad)
             assert bad_scores["judge_score"] == [0.0] * 5 and bad_scores["judge_parse_error"] == [1.0] * 5
@@ -342,6 +349,13 @@ def test_judge_actor_grades_with_a_real_engine(tmp_path: Path, ray_local: None) 
         ray.get(judge.close.remote())
     finally:
         ray.kill(judge)
+    # a max_tokens that ends the answer before its grade: a parse error, and judge_cut says why
+    short = create_judge_actor(dataclasses.replace(config, max_tokens=2))
+    try:
+        scores = ray.get(short.grade.remote(prompts, responses, truths), timeout=300)
+        assert scores["judge_cut"] == [1.0] * 4 and scores["judge_parse_error"] == [1.0] * 4
+    finally:
+        ray.kill(short)
     print(f"warm start {warm_seconds:.1f}s, judge actor start + first grade {engine_seconds:.1f}s")
     assert os.path.isfile(os.path.join(judge_dir, "model.safetensors"))
 
@@ -422,6 +436,7 @@ def test_a_judge_whose_answers_hold_no_grade_is_warned_about(caplog) -> None:
             "judge_score": [0.0 if e else 0.5 for e in parse_errors],
             "judge_grade": [float("nan") if e else 5.0 for e in parse_errors],
             "judge_parse_error": list(parse_errors),
+            "judge_cut": list(parse_errors),  # cut at max_tokens before the grade
         }
 
     judge = types.SimpleNamespace(grade=types.SimpleNamespace(remote=grade))
@@ -433,3 +448,4 @@ def test_a_judge_whose_answers_hold_no_grade_is_warned_about(caplog) -> None:
         parse_errors[:] = [1.0, 1.0, 1.0, 0.0]
         scorer.score(batch)
     assert "3 of 4 judge answers held no grade matching worker.reward.judge.grade_pattern" in caplog.text
+    assert "3 answers were cut at worker.reward.judge.max_tokens=" in caplog.text

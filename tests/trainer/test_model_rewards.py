@@ -258,6 +258,7 @@ def test_a_run_with_a_judge_starts_it_scores_with_it_and_stops_it(local_ray, tmp
     with open(save / "experiment_log.jsonl") as f:
         (step,) = [row for row in map(json.loads, f) if "reward/judge_parse_error" in row]
     assert step["reward/judge_parse_error"] == 1.0 and step["reward/judge_score"] == 0.0
+    assert 0.0 <= step["reward/judge_cut"] <= 1.0  # the share of answers max_tokens=4 cut
     assert step["reward/overall"] == pytest.approx(step["reward/rule_overall"])
     assert "reward/judge_grade" not in step  # no parsed grade: the NaN column has nothing to average
 

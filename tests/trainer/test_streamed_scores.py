@@ -124,7 +124,10 @@ class Judge:
         self.calls.append(len(responses))
         future: Future = Future()
         scores = [int(r.split()[0]) / 100 for r in responses]  # the real judge's columns (llm_judge.SCORE_KEYS)
-        future.set_result({"judge_score": scores, "judge_grade": scores, "judge_parse_error": [0.0] * len(scores)})
+        zeros = [0.0] * len(scores)
+        future.set_result(
+            {"judge_score": scores, "judge_grade": scores, "judge_parse_error": zeros, "judge_cut": zeros}
+        )
         return future
 
 

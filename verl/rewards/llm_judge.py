@@ -51,7 +51,7 @@ Explain briefly, then end with a last line of the form "Grade: N", where N is a 
 DTYPES: tuple[str, ...] = ("auto", *DTYPE_NAMES)
 """Values of worker.reward.judge.dtype."""
 
-SCORE_KEYS: tuple[str, ...] = ("judge_score", "judge_grade", "judge_parse_error")
+SCORE_KEYS: tuple[str, ...] = ("judge_score", "judge_grade", "judge_parse_error", "judge_cut")
 """The keys of `JudgeActor.grade`'s result, one value per sample each."""
 
 
@@ -258,17 +258,21 @@ def parse_grade(text: str, pattern: str | re.Pattern[str], min_grade: float, max
     return grade if math.isfinite(grade) and min_grade <= grade <= max_grade else None
 
 
-def score_answers(answers: list[str | None], config: JudgeConfig) -> dict[str, list[float]]:
-    """Per-sample judge_score ((grade - min) / (max - min), 0 on a parse error), judge_grade (NaN on a parse error)
-    and judge_parse_error (1.0 or 0.0); an answer of None (never generated) is a parse error."""
+def score_answers(
+    answers: list[str | None], config: JudgeConfig, cut: list[bool] | None = None
+) -> dict[str, list[float]]:
+    """Per-sample judge_score ((grade - min) / (max - min), 0 on a parse error), judge_grade (NaN on a parse error),
+    judge_parse_error (1.0 or 0.0; an answer of None, never generated, is one) and judge_cut (1.0 where `cut` says
+    max_tokens ended the answer)."""
     compiled = re.compile(config.grade_pattern)
     span = config.max_grade - config.min_grade
     result: dict[str, list[float]] = {key: [] for key in SCORE_KEYS}
-    for answer in answers:
+    for answer, was_cut in zip(answers, cut or [False] * len(answers), strict=True):
         grade = None if answer is None else parse_grade(answer, compiled, config.min_grade, config.max_grade)
         result["judge_score"].append(0.0 if grade is None else (grade - config.min_grade) / span)
         result["judge_grade"].append(math.nan if grade is None else grade)
         result["judge_parse_error"].append(1.0 if grade is None else 0.0)
+        result["judge_cut"].append(1.0 if was_cut else 0.0)
     return result
 
 
@@ -339,8 +343,11 @@ class JudgeActor:
             n=1, temperature=config.temperature, max_tokens=config.max_tokens, detokenize=True
         )
 
-    def answers(self, prompts: list[str], responses: list[str], ground_truths: list[Any]) -> list[str | None]:
-        """The judge's raw answer per sample, None for a judge prompt too long for its context; one generate call."""
+    def answers(
+        self, prompts: list[str], responses: list[str], ground_truths: list[Any]
+    ) -> tuple[list[str | None], list[bool]]:
+        """The judge's raw answer per sample (None for a judge prompt too long for its context) and whether
+        max_tokens cut it; one generate call."""
         if not len(prompts) == len(responses) == len(ground_truths):
             raise ValueError(
                 f"grade got {len(prompts)} prompts, {len(responses)} responses and {len(ground_truths)} ground "
@@ -368,15 +375,18 @@ class JudgeActor:
                 self.max_model_len,
             )
         result: list[str | None] = [None] * len(prompts)
+        cut = [False] * len(prompts)
         if requests:
             outputs = self.llm.generate(requests, self.sampling_params, use_tqdm=False)
             for index, output in zip(sent, outputs):
                 result[index] = output.outputs[0].text
-        return result
+                cut[index] = output.outputs[0].finish_reason == "length"
+        return result, cut
 
     def grade(self, prompts: list[str], responses: list[str], ground_truths: list[Any]) -> dict[str, list[float]]:
-        """judge_score, judge_grade and judge_parse_error per sample (see `score_answers`)."""
-        return score_answers(self.answers(prompts, responses, ground_truths), self.config)
+        """judge_score, judge_grade, judge_parse_error and judge_cut per sample (see `score_answers`)."""
+        answers, cut = self.answers(prompts, responses, ground_truths)
+        return score_answers(answers, self.config, cut)
 
     def close(self) -> None:
         """Shut the engine down and free its memory (KV cache, weights); the actor is useless afterwards."""

@@ -132,13 +132,13 @@ class BatchScorer:
             overall += self.config.model.weight * pending.rm_scores
         if pending.judge is not None:
             judged = self.get(pending.judge, "judge")
-            self._check_grades(judged["judge_parse_error"])
+            self._check_grades(judged["judge_parse_error"], judged.get("judge_cut"))
             columns.update({key: list(values) for key, values in judged.items()})
             overall += self.config.judge.weight * torch.tensor(judged["judge_score"], dtype=torch.float32)
         columns["overall"] = overall.tolist()
         return place_scores(columns["overall"], valid_response_mask(batch)), columns
 
-    def _check_grades(self, errors: list[float]) -> None:
+    def _check_grades(self, errors: list[float], cut: list[float] | None) -> None:
         """Warn when most answers held no grade: they score 0 (the worst grade), so the judge's part trains nothing
         but a bias (a template that does not ask for the pattern's format, a reasoning judge cut at max_tokens)."""
         if not errors or sum(errors) < len(errors) / 2:
@@ -148,11 +148,13 @@ class BatchScorer:
             judge = self.config.judge
             logger.warning(
                 "%d of %d judge answers held no grade matching worker.reward.judge.grade_pattern and score 0 (%d such "
-                "batch(es) so far). Check that the template asks for that format, and that max_tokens=%d lets the "
-                "judge finish (a reasoning judge may not): reward/judge_parse_error is the share.",
+                "batch(es) so far); %d answers were cut at worker.reward.judge.max_tokens=%d. Check that the template "
+                "asks for that format, and that max_tokens lets the judge finish (a reasoning judge may not): "
+                "reward/judge_parse_error and reward/judge_cut are the shares.",
                 int(sum(errors)),
                 len(errors),
                 self.ungraded_batches,
+                int(sum(cut or [])),
                 judge.max_tokens,
             )
 
