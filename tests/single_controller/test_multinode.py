@@ -100,10 +100,11 @@ class NodeWorker(Worker):
         dist.init_process_group("gloo")
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def where(self) -> tuple[int, int, str, float]:
+    def where(self) -> tuple[int, int, str, float, str]:
         total = torch.tensor([float(self.rank + 1)])
         dist.all_reduce(total)
-        return self.rank, self.local_rank, ray.get_runtime_context().get_node_id(), total.item()
+        local_rank, node = int(os.environ["LOCAL_RANK"]), ray.get_runtime_context().get_node_id()
+        return self.rank, local_rank, node, total.item(), os.environ["MASTER_ADDR"]
 
 
 @pytest.fixture(scope="module")
@@ -172,9 +173,9 @@ def test_one_rank_per_node_and_gloo_across_nodes(two_node_cluster):
         wg = RayWorkerGroup(pool, RayClassWithInitArgs(NodeWorker))
         try:
             where = wg.where()
-            assert [(rank, local_rank, total) for rank, local_rank, _, total in where] == [(0, 0, 3.0), (1, 0, 3.0)]
-            assert [node for _, _, node, _ in where] == [slot.node_id for slot in slots]
-            assert wg.master_addr == slots[0].node_ip
+            assert [(rank, local_rank, total) for rank, local_rank, _, total, _ in where] == [(0, 0, 3.0), (1, 0, 3.0)]
+            assert [node for _, _, node, _, _ in where] == [slot.node_id for slot in slots]
+            assert {addr for *_, addr in where} == {slots[0].node_ip}  # rank 0's node is the rendezvous
             # The node the driver does not run on gets its port from a task scheduled there.
             assert all(pick_free_port_on_node(slot.node_id, timeout_s=60.0) > 0 for slot in slots)
         finally:

@@ -14,7 +14,7 @@ import torch.distributed as dist
 ray = pytest.importorskip("ray")
 
 from verl.protocol import DataProto  # noqa: E402
-from verl.single_controller.base import Dispatch, Execute, Worker, WorkerGroupFuture, register  # noqa: E402
+from verl.single_controller.base import Dispatch, Worker, WorkerGroupFuture, register  # noqa: E402
 from verl.single_controller.ray import (  # noqa: E402
     InsufficientResourcesError,
     PlacementGroupTimeoutError,
@@ -39,7 +39,6 @@ class DispatchWorker(Worker):
         super().__init__()
         dist.init_process_group("gloo")
         self.offset = offset
-        self.calls = 0
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def all_reduce(self, value: float) -> list[float]:
@@ -53,30 +52,9 @@ class DispatchWorker(Worker):
         out.batch["rank"] = torch.full((len(data),), self.rank)
         return out
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO, blocking=False)
-    def shift_async(self, data: DataProto) -> DataProto:
-        return self.shift(data)
-
     @register(dispatch_mode=Dispatch.DP_COMPUTE_METRIC)
     def count_rows(self, data: DataProto) -> dict[str, int]:
         return {"rank": self.rank, "rows": len(data)}
-
-    @register(dispatch_mode=Dispatch.ALL_TO_ALL)
-    def pair(self, item: str) -> str:
-        return f"{item}@{self.rank}"
-
-    @register(dispatch_mode=Dispatch.DP_COMPUTE)
-    def upper(self, words: list[str]) -> list[str]:
-        return [f"{word.upper()}@{self.rank}" for word in words]
-
-    @register(dispatch_mode=Dispatch.RANK_ZERO, execute_mode=Execute.RANK_ZERO)
-    def bump(self) -> int:
-        self.calls += 1
-        return self.calls
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def get_calls(self) -> int:
-        return self.calls
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def env(self, *names: str) -> dict[str, str | None]:
@@ -212,20 +190,19 @@ def dispatch_wg(pool):
 
 def test_ranks_environment_and_order(dispatch_wg):
     assert dispatch_wg.world_size == 2
-    infos = dispatch_wg.get_rank_info()
-    assert [info.rank for info in infos] == [0, 1]
-    assert [info.local_rank for info in infos] == [0, 1]
-    assert {info.world_size for info in infos} == {2} and {info.local_world_size for info in infos} == {2}
+    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR")
+    launched = dispatch_wg.env(*names)
     # every rank runs on this machine: the rendezvous address is loopback
-    assert {(info.master_addr, info.master_port) for info in infos} == {("127.0.0.1", dispatch_wg.master_port)}
-    assert dispatch_wg.master_port > 0 and infos[0].pid != infos[1].pid
+    assert launched == [dict(zip(names, (str(rank), "2", str(rank), "2", "127.0.0.1"))) for rank in range(2)]
+    ports = {port for (port,) in map(dict.values, dispatch_wg.env("MASTER_PORT"))}
+    assert len(ports) == 1 and int(ports.pop()) > 0  # one rendezvous port, free on rank 0's node
     # The job's runtime_env variables and the group's own reach the workers next to the rank variables.
     env = dispatch_wg.env("RANK", "WG_PREFIX", "VERL_SC_TEST", stall_report.ENV)
     assert env == [
         {"RANK": str(rank), "WG_PREFIX": "dispatch", "VERL_SC_TEST": "job", stall_report.ENV: "600.0"}
         for rank in range(2)
     ]
-    assert ray.get(ray.get_actor("dispatch_rank1").get_rank_info.remote()).rank == 1
+    assert ray.get(ray.get_actor("dispatch_rank1").env.remote("RANK")) == {"RANK": "1"}
 
 
 def test_a_long_call_is_reported_in_each_worker_s_log(pool):
@@ -250,23 +227,13 @@ def test_dp_compute_proto_pads_and_broadcasts(dispatch_wg):
 
 
 def test_non_blocking_returns_future_and_futures_chain(dispatch_wg):
-    future = dispatch_wg.shift_async(make_batch(3))
+    future = dispatch_wg.submit("shift", make_batch(3))
     assert isinstance(future, WorkerGroupFuture) and len(future.handles) == 2
     first = future.get()
     assert first.batch["y"].tolist() == [0.5, 1.5, 2.5] and future.get() is first
     # A future passed as an argument is resolved first; its output becomes the next input.
-    chained = dispatch_wg.count_rows(dispatch_wg.shift_async(make_batch(3)))
+    chained = dispatch_wg.count_rows(dispatch_wg.submit("shift", make_batch(3)))
     assert chained == [{"rank": 0, "rows": 2}, {"rank": 1, "rows": 2}]
-
-
-def test_other_dispatch_modes(dispatch_wg):
-    assert dispatch_wg.pair(["a", "b"]) == ["a@0", "b@1"]
-    assert dispatch_wg.upper(["x", "y", "z"]) == ["X@0", "Y@0", "Z@1"]
-    calls_before = dispatch_wg.get_calls()
-    assert dispatch_wg.bump() == calls_before[0] + 1  # rank 0's result alone
-    assert dispatch_wg.get_calls() == [calls_before[0] + 1, calls_before[1]]  # rank 1 did not run
-    assert dispatch_wg.execute_all("get_calls") == dispatch_wg.get_calls()
-    assert dispatch_wg.execute_rank_zero("pair", "z") == "z@0"
 
 
 def test_gloo_all_reduce_across_two_actors(dispatch_wg):
@@ -306,7 +273,7 @@ def test_colocated_roles_share_each_process(pool):
         assert actor.compute(make_batch(3)).batch["from_actor"].tolist() == [100.0, 101.0, 102.0]
         assert critic.compute(make_batch(3)).batch["from_critic"].tolist() == [0.0, -1.0, -2.0]
         assert wg.critic_describe() == critic_desc  # the owning group has the prefixed names
-        assert critic.execute_all("describe") == critic_desc and actor.execute_rank_zero("describe") == actor_desc[0]
+        assert critic.execute_all("describe") == critic_desc and actor.execute_all("describe") == actor_desc
         with pytest.raises(KeyError, match="has roles"):
             wg.spawn({"reward"})
         # Both shares of the pool are taken now: a third group fails at once instead of waiting for CPUs.

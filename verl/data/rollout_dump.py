@@ -9,7 +9,7 @@ import logging
 import math
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from verl.data.multimodal import open_image
@@ -45,8 +45,10 @@ def decode_texts(batch: "DataProto", tokenizer: Any) -> tuple[list[str], list[st
     return prompts, responses
 
 
-def _number(value: Any) -> float | None:
-    """A JSON-safe float: None for NaN and infinities."""
+def finite_or_none(value: Any) -> float | None:
+    """A JSON-safe float: None for None, NaN and infinities."""
+    if value is None:
+        return None
     value = float(value)
     return value if math.isfinite(value) else None
 
@@ -89,16 +91,17 @@ def _tool_calls(message: Mapping[str, Any], text: str) -> list[dict[str, Any]]:
     return [call if isinstance(call, dict) else {"error": call} for call in parse_tool_calls(text)]
 
 
-def message_record(message: Mapping[str, Any], image_path: Callable[[Mapping[str, Any]], str | None]) -> dict:
+def message_record(message: Mapping[str, Any], paths: list[str]) -> dict:
     """A chat message as a record: {"role", "content" (text), "images" (if any), "tool_calls" (an assistant's, if
-    any), "cut" (environment messages the episode ended before showing)}; `image_path` maps an image part to its
-    path (None: not written)."""
+    any), "cut" (environment messages the episode ended before showing)}; an image part's "index" is its position
+    in `paths`, the sample's image files (an image without a file is left out)."""
     content = message.get("content")
     record: dict[str, Any] = {"role": str(message.get("role")), "content": message_text(content)}
     if isinstance(content, list):
-        images = [image_path(part) for part in content if isinstance(part, dict) and part.get("type") == "image"]
-        if any(path is not None for path in images):
-            record["images"] = [path for path in images if path is not None]
+        indices = [part.get("index") for part in content if isinstance(part, dict) and part.get("type") == "image"]
+        images = [paths[i] for i in indices if isinstance(i, int) and 0 <= i < len(paths)]
+        if images:
+            record["images"] = images
     if record["role"] == "assistant":
         calls = _tool_calls(message, record["content"])
         if calls:
@@ -138,12 +141,7 @@ def transcript_messages(messages: list[Any], first_image: int, cut: bool = False
 def conversation_records(prompt: str, messages: list[Mapping[str, Any]], paths: list[str]) -> list[dict]:
     """A record's "messages": the prompt as the first user message (with its images), then the episode's messages
     as `message_record`s. `paths`: the sample's image files, the prompt's first."""
-
-    def image_path(part: Mapping[str, Any]) -> str | None:
-        position = part.get("index")
-        return paths[position] if isinstance(position, int) and 0 <= position < len(paths) else None
-
-    records = [message_record(message, image_path) for message in messages]
+    records = [message_record(message, paths) for message in messages]
     shown = sum(len(record.get("images", [])) for record in records)
     first: dict[str, Any] = {"role": "user", "content": prompt}
     if len(paths) > shown:
@@ -199,9 +197,9 @@ def rollout_records(batch: "DataProto", step: int, tokenizer: Any, image_paths: 
             "prompt": prompts[i],
             "response": responses[i],
             "ground_truth": plain_value(truths[i]) if truths is not None else None,
-            "reward": _number(rewards[i]),
-            "scores": {key[len(REWARD_COLUMN_PREFIX) :]: _number(columns[key][i]) for key in score_keys},
-            "advantage": None if advantages[i] is None else _number(advantages[i]),
+            "reward": finite_or_none(rewards[i]),
+            "scores": {key[len(REWARD_COLUMN_PREFIX) :]: finite_or_none(columns[key][i]) for key in score_keys},
+            "advantage": finite_or_none(advantages[i]),
             "response_length": int(lengths[i].item()),
             "images": image_paths[i],
         }
@@ -213,7 +211,7 @@ def rollout_records(batch: "DataProto", step: int, tokenizer: Any, image_paths: 
         for i, record in enumerate(records):
             prompt = contents[i] if contents is not None and isinstance(contents[i], str) else prompts[i]
             record["messages"] = conversation_records(prompt, list(columns[MESSAGES_COLUMN][i] or []), image_paths[i])
-            record["env"] = {key[len(ENV_COLUMN_PREFIX) :]: _number(columns[key][i]) for key in env_keys}
+            record["env"] = {key[len(ENV_COLUMN_PREFIX) :]: finite_or_none(columns[key][i]) for key in env_keys}
     return records
 
 

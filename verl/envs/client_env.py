@@ -5,7 +5,9 @@ runs a whole episode, the client being the rollout engine in training (verl.work
 endpoint in `python -m verl.envs.evaluate`. README.md's "Multi-turn and tool-use rollouts" has an example.
 """
 
+import time
 import types
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -15,6 +17,28 @@ from verl.envs.base import Environment, EnvStep
 def chat_client(create: Callable[..., Awaitable[Any]]) -> Any:
     """An OpenAI-style async client whose `chat.completions.create(**request)` is `create`."""
     return types.SimpleNamespace(chat=types.SimpleNamespace(completions=types.SimpleNamespace(create=create)))
+
+
+def chat_completion(
+    message: dict[str, Any], finish_reason: str, model: str, prompt_tokens: int, completion_tokens: int
+) -> Any:
+    """An `openai` ChatCompletion for the reply `message` (the openai package comes with vLLM)."""
+    from openai.types.chat import ChatCompletion
+
+    return ChatCompletion.model_validate(
+        {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+    )
 
 
 class EpisodeOver(Exception):

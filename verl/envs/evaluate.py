@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl.data.multimodal import content_parts
-from verl.data.rollout_dump import message_record, message_text, transcript_messages, write_image
+from verl.data.rollout_dump import finite_or_none, message_record, message_text, transcript_messages, write_image
 from verl.data.sources import ground_truth, row_value, split_prompt_messages, tool_schemas
 from verl.envs.base import (
     EnvCodeError,
@@ -550,7 +550,7 @@ def episode_record(
     paths = [
         write_image(image, folder, f"images/{stem}/e{index:04d}_{k}.png") for k, image in enumerate(result.images)
     ]
-    records = [message_record(m, lambda part: _path_at(paths, part)) for m in result.messages]
+    records = [message_record(m, paths) for m in result.messages]
     model_turns = [m["content"] for m in records if m["role"] == "assistant"]
     return {
         "row": index,
@@ -558,26 +558,16 @@ def episode_record(
         "prompt": setup.rendered or setup.prompt,
         "response": "".join(model_turns),
         "ground_truth": setup.row.get("ground_truth"),
-        "reward": _finite(scores.get("overall")),
-        "scores": {key: _finite(value) for key, value in scores.items()},
+        "reward": finite_or_none(scores.get("overall")),
+        "scores": {key: finite_or_none(value) for key, value in scores.items()},
         "response_length": result.completion_tokens,
         "images": paths,
         "messages": records,
-        "env": {key: _finite(value) for key, value in {**result.counts, **result.info}.items() if key != "done"},
+        "env": {
+            key: finite_or_none(value) for key, value in {**result.counts, **result.info}.items() if key != "done"
+        },
         "done": bool(result.counts["done"]),
     }
-
-
-def _path_at(paths: list[str], part: dict[str, Any]) -> str | None:
-    position = part.get("index")
-    return paths[position] if isinstance(position, int) and 0 <= position < len(paths) else None
-
-
-def _finite(value: Any) -> float | None:
-    if value is None:
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
 
 
 def load_scorer(args: argparse.Namespace) -> Any:
@@ -829,7 +819,9 @@ def main(argv: list[str] | None = None) -> int:
                         f"{sorted(scores[0])}; return the same keys for every row (the means would mix rows)."
                     )
                 scores.append(score)
-                line.update(reward=_finite(score["overall"]), scores={k: _finite(v) for k, v in score.items()})
+                line.update(
+                    reward=finite_or_none(score["overall"]), scores={k: finite_or_none(v) for k, v in score.items()}
+                )
             print(json.dumps(line), flush=True)
             lines.append(line)
             if output is not None:

@@ -29,7 +29,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from verl.envs.base import EnvRowError
-from verl.envs.client_env import ChatClientEnv, EpisodeOver, chat_client
+from verl.envs.client_env import ChatClientEnv, EpisodeOver, chat_client, chat_completion
 from verl.envs.tools import HERMES, ToolCallFormat, assistant_message
 
 
@@ -328,17 +328,7 @@ def _missing_fields(error: Any) -> list[str]:
 
 async def _probe_reply(*, model: str | None = None, **_: Any) -> Any:
     """The probe episode's answer to every request: an empty final turn."""
-    from openai.types.chat import ChatCompletion
-
-    return ChatCompletion.model_validate(
-        {
-            "id": "chatcmpl-probe",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model or "probe",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "stop"}],
-        }
-    )
+    return chat_completion({"role": "assistant", "content": ""}, "stop", model or "probe", 0, 0)
 
 
 class VerifiersEnv(ChatClientEnv):

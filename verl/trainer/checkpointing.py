@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from verl.utils.checkpoint.integrity import damage, write_record
 from verl.utils.files import atomic_write
-from verl.utils.hub import safetensors_files
+from verl.utils.hub import safetensors_shapes
 
 
 if TYPE_CHECKING:
@@ -442,17 +442,7 @@ def directory_bytes(path: str) -> int:
 def saved_parameters(model_path: str) -> int | None:
     """Parameters in the safetensors files of a model directory, or of a Hub id already in the local cache (read from
     the files' headers, no tensor); None where there are none to read."""
-    from safetensors import safe_open
-
-    try:
-        files = safetensors_files(model_path)
-    except Exception:  # not a Hub id, or not downloaded yet: the workers will say which when they load it
-        return None
-    total = 0
-    for path in files:
-        with safe_open(path, framework="pt") as f:
-            total += sum(math.prod(f.get_slice(key).get_shape()) for key in f.keys())
-    return total or None
+    return sum(math.prod(shape) for shape in safetensors_shapes(model_path).values()) or None
 
 
 def checkpoint_size_estimate(models: list[tuple[str, int]], save_model_only: bool) -> int | None:

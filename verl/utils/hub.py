@@ -134,6 +134,22 @@ def safetensors_files(model_path: str) -> list[str]:
     return [os.path.join(folder, name) for name in sorted(os.listdir(folder)) if name.endswith(".safetensors")]
 
 
+def safetensors_shapes(model_path: str) -> dict[str, list[int]]:
+    """Each tensor's shape in the safetensors files of `model_path` (a folder, or a Hub id in the local cache), read
+    from the files' headers; {} for other formats or an id not in the cache."""
+    from safetensors import safe_open
+
+    try:
+        files = safetensors_files(model_path)
+    except Exception:  # not a Hub id, or not downloaded: the loader says which, its own way
+        return {}
+    shapes: dict[str, list[int]] = {}
+    for path in files:
+        with safe_open(path, framework="pt") as f:
+            shapes.update((key, list(f.get_slice(key).get_shape())) for key in f.keys())
+    return shapes
+
+
 def _strings(value: Any) -> Iterable[str]:
     """Every string in a tree of dicts and lists."""
     if isinstance(value, str):

@@ -471,13 +471,14 @@ def test_a_client_used_wrongly_is_refused_and_leaves_no_trace_in_the_episode(rol
 def test_a_client_episode_may_repeat_a_reply_as_the_client_returned_it():
     """With tools, the reply's calls come as `tool_calls` (as verl.serve returns them); the next request may repeat
     that message (openai's model_dump), or the model's text as content, and nothing else."""
+    from verl.envs.client_env import chat_completion
     from verl.envs.tools import HERMES, assistant_message
-    from verl.workers.rollout.client_episodes import _reply, _same
+    from verl.workers.rollout.client_episodes import _same
 
     text = 'Adding. <tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>'
     message = assistant_message(text, HERMES)
     sent = {**message, "reply_text": text}
-    reply = _reply(message, "tool_calls", "m", 3, 4)
+    reply = chat_completion(message, "tool_calls", "m", 3, 4)
     assert reply.choices[0].finish_reason == "tool_calls" and reply.choices[0].message.content == "Adding. "
     assert _same(reply.choices[0].message.model_dump(exclude_none=True), sent)
     assert _same({"role": "assistant", "content": text}, sent)

@@ -129,8 +129,6 @@ _MACHINES = {
         "fallocate": 47,
     },
 }
-REFUSED = tuple(dict.fromkeys(name for spec in _MACHINES.values() for name in spec["refused"]))
-"""The system calls refused outright on some machine (the argument-dependent rules come on top)."""
 
 
 def _assemble(instructions: list[tuple[int, str | int, str | int, int | str]]) -> bytes:

@@ -2,9 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Backend-independent worker groups: the Worker base class, `@register` dispatch modes, WorkerGroup."""
 
-from verl.single_controller.base.decorator import Dispatch, Execute, register
+from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.base.worker import Worker
 from verl.single_controller.base.worker_group import WorkerGroup, WorkerGroupFuture
 
 
-__all__ = ["Dispatch", "Execute", "Worker", "WorkerGroup", "WorkerGroupFuture", "register"]
+__all__ = ["Dispatch", "Worker", "WorkerGroup", "WorkerGroupFuture", "register"]

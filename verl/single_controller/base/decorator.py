@@ -4,7 +4,6 @@
 WorkerGroup proxies each registered method: dispatch -> execute -> collect (plain functions, testable alone)."""
 
 import functools
-import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -28,54 +27,29 @@ class Dispatch(Enum):
     | mode              | what each rank receives                                    | what the caller gets            |
     | ----------------- | ---------------------------------------------------------- | ------------------------------- |
     | ONE_TO_ALL        | the same arguments                                         | list of per-rank results        |
-    | ALL_TO_ALL        | item i of every argument (each a list of world_size items) | list of per-rank results        |
-    | DP_COMPUTE        | a contiguous slice of every `list` argument; others as-is  | the per-rank lists concatenated |
     | DP_COMPUTE_PROTO  | a chunk of every DataProto (padded to a multiple of the    | one DataProto, padding removed  |
     |                   | world size); other arguments as-is                         |                                 |
     | DP_COMPUTE_METRIC | as DP_COMPUTE_PROTO                                        | list of per-rank results        |
-    | RANK_ZERO         | the same arguments                                         | rank 0's result                 |
     """
 
     ONE_TO_ALL = "one_to_all"
-    ALL_TO_ALL = "all_to_all"
-    DP_COMPUTE = "dp_compute"
     DP_COMPUTE_PROTO = "dp_compute_proto"
     DP_COMPUTE_METRIC = "dp_compute_metric"
-    RANK_ZERO = "rank_zero"
-
-
-class Execute(Enum):
-    """Which ranks run the method: all of them, or only rank 0 (whose result is then returned alone)."""
-
-    ALL = "all"
-    RANK_ZERO = "rank_zero"
 
 
 @dataclass(frozen=True)
 class RegisterSpec:
     dispatch_mode: Dispatch
-    execute_mode: Execute
-    blocking: bool
 
 
-def register(
-    dispatch_mode: Dispatch = Dispatch.ALL_TO_ALL, execute_mode: Execute = Execute.ALL, blocking: bool = True
-) -> Callable[[F], F]:
-    """Mark a worker method as callable through a WorkerGroup; blocking=False makes it return a future at once.
-    In the worker, DataProto arguments arrive on `self.device` and a DataProto result goes back on the CPU (CPU
-    workers are called unchanged), so worker code never moves a batch and the driver never gets device tensors; a
-    call that runs long is reported (`verl.utils.stall_report`)."""
+def register(dispatch_mode: Dispatch) -> Callable[[F], F]:
+    """Mark a worker method as callable through a WorkerGroup (which waits for its result; `WorkerGroup.submit`
+    returns a future instead). In the worker, DataProto arguments arrive on `self.device` and a DataProto result
+    goes back on the CPU (CPU workers are called unchanged), so worker code never moves a batch and the driver never
+    gets device tensors; a call that runs long is reported (`verl.utils.stall_report`)."""
     if not isinstance(dispatch_mode, Dispatch):
         raise TypeError(f"register(dispatch_mode=...) needs a Dispatch member, got {dispatch_mode!r}.")
-    if not isinstance(execute_mode, Execute):
-        raise TypeError(f"register(execute_mode=...) needs an Execute member, got {execute_mode!r}.")
-    # Modes that hand different data to different ranks make no sense when only rank 0 runs.
-    if execute_mode is Execute.RANK_ZERO and dispatch_mode not in (Dispatch.ONE_TO_ALL, Dispatch.RANK_ZERO):
-        raise ValueError(
-            f"register(execute_mode=Execute.RANK_ZERO) only works with Dispatch.ONE_TO_ALL or Dispatch.RANK_ZERO, "
-            f"not {dispatch_mode}; a data-parallel mode needs every rank to run."
-        )
-    spec = RegisterSpec(dispatch_mode=dispatch_mode, execute_mode=execute_mode, blocking=bool(blocking))
+    spec = RegisterSpec(dispatch_mode=dispatch_mode)
 
     def decorator(func: F) -> F:
         @functools.wraps(func)
@@ -152,52 +126,8 @@ def _named(args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
     return [(f"argument {i}", value) for i, value in enumerate(args)] + [(repr(k), v) for k, v in kwargs.items()]
 
 
-def _dispatch_one_to_all(world_size: int, args: tuple, kwargs: dict, collect: Collect = list) -> DispatchPlan:
-    return DispatchPlan([args] * world_size, [kwargs] * world_size, collect)
-
-
-def _dispatch_all_to_all(world_size: int, args: tuple, kwargs: dict) -> DispatchPlan:
-    """Every argument already holds one item per rank (the caller decided the split)."""
-    for name, value in _named(args, kwargs):
-        if not isinstance(value, list | tuple) or len(value) != world_size:
-            got = f"a {type(value).__name__} of length {len(value)}" if hasattr(value, "__len__") else repr(value)
-            raise ValueError(
-                f"Dispatch.ALL_TO_ALL needs every argument to be a list with one item per rank ({world_size}); "
-                f"{name} is {got}. Use Dispatch.ONE_TO_ALL to send the same value to every rank."
-            )
-    return DispatchPlan(*_per_rank(world_size, args, kwargs, lambda value, rank: value[rank]), collect=list)
-
-
-def _concat_lists(outputs: list[Any]) -> list[Any]:
-    merged: list[Any] = []
-    for rank, output in enumerate(outputs):
-        if not isinstance(output, list):
-            raise TypeError(
-                f"Dispatch.DP_COMPUTE collects by concatenating lists, but rank {rank} returned a "
-                f"{type(output).__name__}; return a list, or use Dispatch.ONE_TO_ALL or ALL_TO_ALL."
-            )
-        merged.extend(output)
-    return merged
-
-
-def _dispatch_dp_compute(world_size: int, args: tuple, kwargs: dict) -> DispatchPlan:
-    """Split every `list` argument into world_size contiguous slices (the first `length % world_size` get one more);
-    anything else, tuples included, goes to every rank unchanged. Concatenating the results restores the order.
-    """
-    lengths = {len(value) for value in (*args, *kwargs.values()) if isinstance(value, list)}
-    if len(lengths) > 1:
-        raise ValueError(
-            f"Dispatch.DP_COMPUTE splits every list argument across ranks, but the lists have different lengths "
-            f"{sorted(lengths)}; pass lists of equal length, or a tuple for a value every rank should receive."
-        )
-    length = lengths.pop() if lengths else 0
-    base, extra = divmod(length, world_size)
-    bounds = [rank * base + min(rank, extra) for rank in range(world_size + 1)]
-
-    def part(value: Any, rank: int) -> Any:
-        return value[bounds[rank] : bounds[rank + 1]] if isinstance(value, list) else value
-
-    return DispatchPlan(*_per_rank(world_size, args, kwargs, part), collect=_concat_lists)
+def _dispatch_one_to_all(world_size: int, args: tuple, kwargs: dict) -> DispatchPlan:
+    return DispatchPlan([args] * world_size, [kwargs] * world_size, list)
 
 
 def _split_protos(world_size: int, args: tuple, kwargs: dict) -> tuple[list[tuple], list[dict], int, int]:
@@ -256,11 +186,8 @@ def _dispatch_dp_compute_proto(world_size: int, args: tuple, kwargs: dict, merge
 
 _DISPATCH_FNS: dict[Dispatch, Callable[[int, tuple, dict], DispatchPlan]] = {
     Dispatch.ONE_TO_ALL: _dispatch_one_to_all,
-    Dispatch.ALL_TO_ALL: _dispatch_all_to_all,
-    Dispatch.DP_COMPUTE: _dispatch_dp_compute,
     Dispatch.DP_COMPUTE_PROTO: _dispatch_dp_compute_proto,
     Dispatch.DP_COMPUTE_METRIC: functools.partial(_dispatch_dp_compute_proto, merge=False),
-    Dispatch.RANK_ZERO: functools.partial(_dispatch_one_to_all, collect=operator.itemgetter(0)),
 }
 
 

@@ -6,15 +6,14 @@ A call dispatches the arguments (decorator.py), starts the method on every rank 
 A backend (Ray: ray/base.py) only implements starting a call on a rank and waiting for the results.
 """
 
-import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from verl.single_controller.base.decorator import Dispatch, Execute, RegisterSpec, plan_dispatch, registered_methods
+from verl.single_controller.base.decorator import Dispatch, RegisterSpec, plan_dispatch, registered_methods
 
 
 class WorkerGroupFuture:
-    """The pending result of a non-blocking group call; `get()` waits for every rank and collects (once, cached).
+    """The pending result of a group call started with `submit`; `get()` waits for every rank and collects (once, cached).
     Passed as an argument to another group call, it is resolved first."""
 
     def __init__(self, handles: list[Any], wait: Callable[[list[Any]], list[Any]], collect: Callable[[list], Any]):
@@ -64,7 +63,7 @@ class WorkerGroup:
             self._registered = {**getattr(self, "_registered", {}), name: (self._method_prefix + name, spec)}
 
     def submit(self, method_name: str, *args: Any, **kwargs: Any) -> WorkerGroupFuture:
-        """Start a registered method as its proxy would and return its future at once, even for a blocking one."""
+        """Start a registered method as its proxy would and return its future at once (the proxy waits for it)."""
         registered = getattr(self, "_registered", {})
         if method_name not in registered:
             raise AttributeError(f"{method_name!r} is not a registered method of this worker group's workers.")
@@ -73,11 +72,10 @@ class WorkerGroup:
 
     def _make_proxy(self, remote_name: str, spec: RegisterSpec) -> Callable[..., Any]:
         def proxy(*args: Any, **kwargs: Any) -> Any:
-            future = self._call_async(remote_name, spec, *args, **kwargs)
-            return future.get() if spec.blocking else future
+            return self._call_async(remote_name, spec, *args, **kwargs).get()
 
         proxy.__name__ = remote_name
-        proxy.__doc__ = f"Group proxy of worker method {remote_name!r} ({spec.dispatch_mode}, {spec.execute_mode})."
+        proxy.__doc__ = f"Group proxy of worker method {remote_name!r} ({spec.dispatch_mode})."
         return proxy
 
     def _call_async(self, remote_name: str, spec: RegisterSpec, *args: Any, **kwargs: Any) -> WorkerGroupFuture:
@@ -85,9 +83,6 @@ class WorkerGroup:
         args = tuple(value.get() if isinstance(value, WorkerGroupFuture) else value for value in args)
         kwargs = {key: value.get() if isinstance(value, WorkerGroupFuture) else value for key, value in kwargs.items()}
         plan = plan_dispatch(spec.dispatch_mode, self.world_size, args, kwargs)
-        if spec.execute_mode is Execute.RANK_ZERO:
-            handles = self._execute_async(remote_name, [0], plan.args[:1], plan.kwargs[:1])
-            return WorkerGroupFuture(handles, self._wait, collect=operator.itemgetter(0))
         handles = self._execute_async(remote_name, range(self.world_size), plan.args, plan.kwargs)
         return WorkerGroupFuture(handles, self._wait, collect=plan.collect)
 
@@ -97,10 +92,5 @@ class WorkerGroup:
         return self.execute_all_async(method_name, *args, **kwargs).get()
 
     def execute_all_async(self, method_name: str, *args: Any, **kwargs: Any) -> WorkerGroupFuture:
-        every_rank = RegisterSpec(Dispatch.ONE_TO_ALL, Execute.ALL, blocking=True)
+        every_rank = RegisterSpec(Dispatch.ONE_TO_ALL)
         return self._call_async(self._method_prefix + method_name, every_rank, *args, **kwargs)
-
-    def execute_rank_zero(self, method_name: str, *args: Any, **kwargs: Any) -> Any:
-        """Call any worker method on rank 0 only and return its result."""
-        rank_zero = RegisterSpec(Dispatch.ONE_TO_ALL, Execute.RANK_ZERO, blocking=True)
-        return self._call_async(self._method_prefix + method_name, rank_zero, *args, **kwargs).get()

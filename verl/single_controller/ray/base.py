@@ -95,7 +95,7 @@ def _wait_constructed(workers: list[ActorHandle]) -> None:
 
 class RayWorkerGroup(WorkerGroup):
     """A group of Ray actors, one per bundle of `resource_pool`, in the pool's rank order; each `@register` method of
-    the worker class becomes a group method (non-blocking ones return a WorkerGroupFuture).
+    the worker class becomes a group method that waits for its result (`submit` returns a WorkerGroupFuture).
 
     Rank 0's rendezvous port is picked on its node before any actor exists (constructors block in
     `init_process_group` until every rank joins); actors get a torchrun-style environment and the group waits for
@@ -196,16 +196,6 @@ class RayWorkerGroup(WorkerGroup):
             ) from None
 
     # ------------------------------------------------------------------ public
-
-    @property
-    def master_addr(self) -> str:
-        """IP of rank 0's node, given to every rank as MASTER_ADDR."""
-        return self._master_addr
-
-    @property
-    def master_port(self) -> int:
-        """Rendezvous port on rank 0's node, given to every rank as MASTER_PORT."""
-        return self._master_port
 
     def spawn(self, prefix_set: Iterable[str]) -> dict[str, "RayWorkerGroup"]:
         """Per-role views of a colocated group sharing its actors: `views[role].method(...)` calls that role's

@@ -13,12 +13,11 @@ import logging
 import threading
 import time
 import types
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from verl.envs.base import env_code_error
-from verl.envs.client_env import ChatClientEnv, EpisodeOver
+from verl.envs.client_env import ChatClientEnv, EpisodeOver, chat_completion
 from verl.envs.tools import ToolCallFormat, assistant_message, tool_call_format
 from verl.workers.rollout.multi_turn import Episode, TurnHooks, TurnRunner, record_messages
 from verl.workers.rollout.request_loop import Group, Sample
@@ -80,26 +79,6 @@ REFUSED_OPTIONS = {
 }
 """Request options that would change what a reply holds, which training does not apply: a request that sets one
 (other than to None or False) is refused, so an episode cannot behave one way in evaluation and another here."""
-
-
-def _reply(message: dict[str, Any], finish_reason: str, model: str, prompt_tokens: int, completion_tokens: int) -> Any:
-    """An `openai` ChatCompletion for the reply `message` (the openai package comes with vLLM)."""
-    from openai.types.chat import ChatCompletion
-
-    return ChatCompletion.model_validate(
-        {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }
-    )
 
 
 class EngineChatClient:
@@ -308,7 +287,7 @@ class ClientTurns(TurnHooks):
         conversation.sent = conversation.sent + [{**message, "reply_text": text}]
         stopped = turn_end or (episode.done and not episode.truncated)  # the template's end or the request's stop
         finish = "tool_calls" if message.get("tool_calls") else "stop" if stopped else "length"
-        reply = _reply(message, finish, self.model, prompt_tokens, len(episode.ids) - before)
+        reply = chat_completion(message, finish, self.model, prompt_tokens, len(episode.ids) - before)
         conversation.working_since = time.monotonic()
         self._answer(future, reply)
         return False

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from verl.utils import quiet
-from verl.utils.hub import safetensors_files
+from verl.utils.hub import safetensors_shapes
 
 
 logger = logging.getLogger(__name__)
@@ -431,17 +431,7 @@ def dummy_initialized_buffers(llm: Any, model_path: str) -> list[str]:
 def checkpoint_tensor_names(model_path: str) -> list[str]:
     """The tensor names of a model's safetensors files (their headers only; a folder, or a hub id in the local cache);
     [] for other formats or an id not in the cache."""
-    from safetensors import safe_open
-
-    try:
-        files = safetensors_files(model_path)
-    except Exception:  # not cached: vLLM downloads it its own way
-        return []
-    names: list[str] = []
-    for path in files:
-        with safe_open(path, framework="pt") as f:
-            names.extend(f.keys())
-    return names
+    return list(safetensors_shapes(model_path))
 
 
 def tensor_parallel_cpu_group() -> tuple[Any, int, int]:

@@ -65,7 +65,6 @@ def create_group(
 
 @dataclass
 class TransferStats:
-    num_tensors: int = 0
     bytes: int = 0
     buckets: int = 0
     seconds: float = 0.0
@@ -98,7 +97,6 @@ def _send_bucket(
     if flat.numel():
         _broadcast(group, flat, stats)
     stats.buckets += 1
-    stats.num_tensors += len(items)
     stats.bytes += flat.numel() * flat.element_size()
 
 
@@ -156,7 +154,6 @@ def receive_weights(
             weights.append((name, flat[offset : offset + count].view(shape)))
             offset += count
         stats.buckets += 1
-        stats.num_tensors += len(table)
         stats.bytes += flat.numel() * flat.element_size()
         if last:
             return weights, stats
