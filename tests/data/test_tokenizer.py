@@ -58,6 +58,15 @@ def test_get_tokenizer_overrides_the_chat_template_from_text_or_file(text_dir, t
     assert tokenizer.apply_chat_template(MESSAGES, tokenize=False) == "<user> hi\n"
     with pytest.raises(FileNotFoundError, match="missing.jinja"):
         get_tokenizer(text_dir, override_chat_template=str(tmp_path / "missing.jinja"))
+    # any file is read, whatever its name (data.override_chat_template accepts any file; the dataset read it while the
+    # tokenizers of the workers and checkpoints took its path for the template text)
+    other = tmp_path / "chat.j2"
+    other.write_text(template_file.read_text())
+    tokenizer = get_tokenizer(text_dir, override_chat_template=str(other))
+    assert tokenizer.apply_chat_template(MESSAGES, tokenize=False) == "<user> hi\n"
+    other.write_bytes(b"{{ messages[0]['content'] }} caf\xe9")  # latin-1: one line naming the file
+    with pytest.raises(ValueError, match=r"override_chat_template file '.*chat.j2' is not UTF-8 text"):
+        get_tokenizer(text_dir, override_chat_template=str(other))
 
 
 def test_get_tokenizer_uses_eos_as_pad_when_there_is_none(tmp_path, caplog):

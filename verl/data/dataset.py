@@ -51,6 +51,7 @@ from verl.data.tokenizer import (
 from verl.models.config import text_only_reason
 from verl.models.rope_index import RopeIndex, load_model_config, uses_mrope
 from verl.utils.child_signals import reset_child_signals, signals_held
+from verl.utils.files import read_text_file
 
 
 logger = logging.getLogger(__name__)
@@ -69,13 +70,6 @@ class DatasetRowError(ValueError):
 
 class PromptTooLongError(DatasetRowError):
     """Longer than max_prompt_length (image tokens included) while filter_overlong_prompts is off."""
-
-
-def _read_text_file(path: str, config_key: str) -> str:
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{config_key} file {path!r} does not exist; give an existing file or unset the key.")
-    with open(path, encoding="utf-8") as f:
-        return f.read()
 
 
 def compile_format_prompt(source: str | None, path: str, key: str = "data.format_prompt") -> Any:
@@ -174,10 +168,10 @@ class RLHFDataset(Dataset):
         if image_dir and not os.path.isdir(self.image_dir):
             raise FileNotFoundError(f"data.image_dir {image_dir!r} is not a directory; give an existing directory.")
         self.format_prompt_path = format_prompt
-        self.format_source = _read_text_file(format_prompt, "data.format_prompt").strip() if format_prompt else None
+        self.format_source = read_text_file(format_prompt, "data.format_prompt").strip() if format_prompt else None
         self.format_template = compile_format_prompt(self.format_source, self.format_prompt_path)
         self.chat_template = (
-            _read_text_file(override_chat_template, "data.override_chat_template") if override_chat_template else None
+            read_text_file(override_chat_template, "data.override_chat_template") if override_chat_template else None
         )
         if self.chat_template is None and getattr(self.renderer, "chat_template", None) is None:
             raise ValueError(no_chat_template_message(tokenizer, "prompt", ", or train from an instruct model"))

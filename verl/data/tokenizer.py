@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
+from verl.utils.files import read_text_file
+
 
 if TYPE_CHECKING:  # the processor classes import the image stack (torchvision, slow): only multimodal models need it
     from transformers import ProcessorMixin
@@ -37,15 +39,10 @@ def _check_model_path(path: str, what: str) -> None:
 
 
 def _read_chat_template(override_chat_template: str) -> str:
-    """The template text itself, or read from a .jinja file."""
-    if override_chat_template.endswith(".jinja"):
-        if not os.path.isfile(override_chat_template):
-            raise FileNotFoundError(
-                f"override_chat_template file {override_chat_template!r} does not exist; give an existing .jinja "
-                "file or the template text itself."
-            )
-        with open(override_chat_template, encoding="utf-8") as f:
-            return f.read()
+    """The template read from a file (whatever its extension: .jinja, .j2, .txt), or the template text itself; a
+    .jinja name that is no file is an error."""
+    if os.path.isfile(override_chat_template) or override_chat_template.endswith(".jinja"):
+        return read_text_file(override_chat_template, "override_chat_template")
     return override_chat_template
 
 

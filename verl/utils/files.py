@@ -30,6 +30,17 @@ def atomic_write(path: str, write: Callable[[IO[Any]], None], binary: bool = Fal
             os.remove(tmp)
 
 
+def read_text_file(path: str, key: str) -> str:
+    """The UTF-8 text of the file that config key `key` names; FileNotFoundError or ValueError naming both."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{key} file {path!r} does not exist; give an existing file or unset the key.")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{key} file {path!r} is not UTF-8 text ({error}); save it as UTF-8.") from None
+
+
 def sync_folder(folder: str) -> None:
     """Flush `folder`'s entries (a rename into it) to the disk; a no-op where folders cannot be opened (Windows)."""
     try:
