@@ -759,6 +759,11 @@ def test_a_video_given_as_its_frames_is_read_as_sampled_at_video_fps(tmp_path, v
     assert inputs["video_grid_thw"][0, 0].item() == 2  # 4 frames in temporal patches of 2
     video_tokens = int((example["input_ids"] == processor.video_token_id).sum())
     assert video_tokens == inputs["video_grid_thw"].prod().item() // 4
+    # data.video_max_frames holds for frame lists too (it was applied to video files only)
+    with pytest.raises(
+        DatasetRowError, match=r"row 0, key 'videos': video 0 .*4 frames, more than .*video_max_frames=3"
+    ):
+        RLHFDataset(rows, tokenizer, processor, image_dir=str(tmp_path), video_max_frames=3, max_prompt_length=256)
     rows[0]["videos"] = [["f0.png", 3]]
     with pytest.raises(DatasetRowError, match=r"row 0, key 'videos': video 0 must be a path or a list of its frames'"):
         RLHFDataset(rows, tokenizer, processor, image_dir=str(tmp_path))

@@ -502,7 +502,13 @@ class RLHFDataset(Dataset):
         for position, path in enumerate(prompt.videos):
             try:
                 if not isinstance(path, str):  # its frames, sampled at data.video_fps
-                    videos.append(load_frames(list(path), self.min_pixels, self.max_pixels, self.image_dir))
+                    frames = list(path)
+                    if 0 < self.video_max_frames < len(frames):  # refused before they are opened, as a file's
+                        raise ValueError(
+                            f"it has {len(frames)} frames, more than data.video_max_frames={self.video_max_frames}; "
+                            "raise data.video_max_frames or give fewer frames"
+                        )
+                    videos.append(load_frames(frames, self.min_pixels, self.max_pixels, self.image_dir))
                     continue
                 videos.append(
                     load_video(
