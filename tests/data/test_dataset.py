@@ -321,6 +321,12 @@ def test_format_prompt_sees_every_column_and_override_chat_template_replaces_the
     assert "the dataset's columns are" in str(error.value) and "skip_bad_rows" not in str(error.value)  # every row's
     with pytest.raises(FileNotFoundError, match="data.format_prompt"):
         RLHFDataset(ROWS[:1], text_tokenizer, format_prompt=str(tmp_path / "nope.jinja"))
+    dividing = tmp_path / "ratio.jinja"  # any error of the template on a row names the row (it was a bare one)
+    dividing.write_text("{{ content }} {{ 1 / level }}")
+    rows = [{"prompt": "a", "answer": "1", "level": 2}, {"prompt": "b", "answer": "1", "level": 0}]
+    with pytest.raises(DatasetRowError, match=r"row 1, key 'prompt': .*ratio.jinja' failed on this row: ZeroDivision"):
+        RLHFDataset(rows, text_tokenizer, format_prompt=str(dividing))
+    assert len(RLHFDataset(rows, text_tokenizer, format_prompt=str(dividing), skip_bad_rows=True)) == 1
     unclosed = tmp_path / "unclosed.jinja"
     unclosed.write_text("Solve:\n{{ content \n")
     with pytest.raises(

@@ -67,8 +67,10 @@ def _epochs(loader, num_epochs: int) -> list[list[list[str]]]:
     return [[_answers(batch) for batch in loader] for _ in range(num_epochs)]
 
 
-def test_train_batches_are_seeded_shuffles_without_the_incomplete_tail(files, tokenizer):
-    train, _ = create_dataloader(_config(files), tokenizer, None)
+def test_train_batches_are_seeded_shuffles_without_the_incomplete_tail(files, tokenizer, caplog):
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.data_loader"):
+        train, _ = create_dataloader(_config(files), tokenizer, None)
+    assert "data.rollout_batch_size=3 leaves 1 of the 10 training prompts out of each epoch (other ones" in caplog.text
     batch = next(iter(train))
     assert isinstance(batch, DataProto) and len(batch) == 3
     assert batch.batch["input_ids"].shape == (3, 32) and batch.batch["position_ids"].shape == (3, 32)
@@ -86,9 +88,15 @@ def test_train_batches_are_seeded_shuffles_without_the_incomplete_tail(files, to
     assert _epochs(again, 3) == epochs  # the same seed gives the same sequence
     other_seed, _ = create_dataloader(_config(files, seed=8), tokenizer, None)
     assert _epochs(other_seed, 1) != epochs[:1]
-    in_order, _ = create_dataloader(_config(files, shuffle=False), tokenizer, None)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.data_loader"):
+        in_order, _ = create_dataloader(_config(files, shuffle=False), tokenizer, None)
     assert _epochs(in_order, 1) == [[["0", "1", "2"], ["3", "4", "5"], ["6", "7", "8"]]]
-    mini, _ = create_dataloader(_config(files, mini_rollout_batch_size=2), tokenizer, None)
+    assert "(the same last ones every epoch, with data.shuffle=false)" in caplog.text  # "9" is never trained
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.data_loader"):
+        mini, _ = create_dataloader(_config(files, mini_rollout_batch_size=2), tokenizer, None)
+    assert "leaves" not in caplog.text  # 2 divides the 10 prompts
     assert [len(batch) for batch in mini] == [2] * 5
 
 

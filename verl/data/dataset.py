@@ -458,8 +458,9 @@ class RLHFDataset(Dataset):
             return prompt
         try:
             return self.format_template.render({**row, "content": prompt})
-        except (TemplateError, TypeError, ValueError) as error:  # e.g. a column the row does not have
-            problem = f"data.format_prompt {self.format_prompt_path!r} failed on this row: {error}"
+        except Exception as error:  # e.g. a column the row does not have, or {{ a / b }} with b = 0
+            said = error if isinstance(error, TemplateError | TypeError | ValueError) else repr(error)
+            problem = f"data.format_prompt {self.format_prompt_path!r} failed on this row: {said}"
             unknown = re.fullmatch(r"'(\w+)' is undefined", str(error))  # a column no row has: the template's error
             every_row = unknown is not None and unknown.group(1) not in self.source.columns
             if every_row:

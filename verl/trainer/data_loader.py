@@ -102,6 +102,16 @@ def create_dataloader(
             f"{key}={batch_size} is larger than the {len(train_dataset)} usable training prompts of "
             f"{config.train_files!r}; lower it or add data."
         )
+    if left_out := len(train_dataset) % batch_size:  # every step has the same size (drop_last)
+        logger.warning(
+            "%s=%d leaves %d of the %d training prompts out of each epoch (%s); choose a batch size that divides "
+            "the data to train on every one.",
+            key,
+            batch_size,
+            left_out,
+            len(train_dataset),
+            "other ones each epoch" if config.shuffle else "the same last ones every epoch, with data.shuffle=false",
+        )
     if config.shuffle:
         sampler = RandomSampler(train_dataset, generator=torch.Generator().manual_seed(config.seed))
     else:
