@@ -928,6 +928,13 @@ def test_each_bad_row_is_an_error_naming_file_row_and_key(tmp_path, vl25, caplog
         ),
         ({"prompt": " \n", "answer": "a", "images": ["ok.png"]}, "prompt", "prompt is empty"),
         ({"prompt": "<image> <image>", "answer": "a", "images": ["ok.png"]}, "images", "2 <image> marker"),
+        # the processor's own token in the text (a pre-expanded dataset): StopIteration / TypeError in transformers
+        (
+            {"prompt": "<|vision_start|><|image_pad|><|vision_end|>x", "answer": "a", "images": ["ok.png"]},
+            "prompt",
+            "holds the processor's own media token '<.image_pad.>'",
+        ),
+        ({"prompt": "What is <|image_pad|>?", "answer": "a"}, "prompt", "own media token"),
         ({"prompt": "x", "answer": "a", "videos": ["gone.mp4"]}, "videos", "does not exist"),
         ({"prompt": "x", "answer": "a", "videos": ["broken.mp4"]}, "videos", "video 0 cannot be read"),
         ({"prompt": "x", "answer": "a", "videos": [b"raw"]}, "videos", "must be a path"),

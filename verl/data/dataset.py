@@ -471,6 +471,15 @@ class RLHFDataset(Dataset):
         """The user content: the text, or text and media parts placed by the markers."""
         if self.processor is None:
             return text  # a text model: markers are plain text
+        for token in (getattr(self.processor, name, None) for name in ("image_token", "video_token")):
+            # its count would not match the media's (LLaVA's token is the <image> marker itself)
+            if isinstance(token, str) and token not in ("", "<image>", "<video>") and token in text:
+                raise self._error(
+                    index,
+                    self.prompt_key,
+                    f"the prompt's text holds the processor's own media token {token!r}; mark images with <image> "
+                    "and videos with <video> (the chat template and processor expand them)",
+                )
         markers = {"<image>": (self.image_key, num_images), "<video>": (self.video_key, num_videos)}
         prefix = []
         for marker, (key, count) in markers.items():
