@@ -110,6 +110,19 @@ def test_answers_reach_the_trainer_as_the_file_wrote_them(tmp_path):
     ):
         source = load_source(str(tmp_path / name))
         assert [source.row(i)["answer"] for i in range(len(source))] == expected, name
+    # the same with a byte-order mark (Excel's "CSV UTF-8"; 007 read as 7 there), and a raw U+2028 in a JSON Lines
+    # string (a bare JSONDecodeError: the file's lines were split at it)
+    (tmp_path / "bom.csv").write_bytes("\ufeffanswer,prompt\n007,a\n1.50,b\n".encode())
+    (tmp_path / "bom.jsonl").write_bytes(("\ufeff" + (tmp_path / "mixed.jsonl").read_text()).encode())
+    raw = [{"prompt": "line\u2028sep", "answer": "007"}, {"prompt": "b", "answer": 2}]
+    (tmp_path / "raw.jsonl").write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in raw))
+    for name, expected in (
+        ("bom.csv", ["007", "1.50"]),
+        ("bom.jsonl", ["[1, 2]", "007", 2]),
+        ("raw.jsonl", ["007", 2]),
+    ):
+        source = load_source(str(tmp_path / name))
+        assert [source.row(i)["answer"] for i in range(len(source))] == expected, name
 
 
 def _write_rows(path, rows):

@@ -214,7 +214,7 @@ def _cells_as_written(loaded: Any, path: str) -> Any:
     as 7, "1.50" as 1.5) holding the cells' text; a column of plain numbers ("3") stays numbers."""
     import datasets
 
-    with open(path, encoding="utf-8", newline="") as f:
+    with open(path, encoding="utf-8-sig", newline="") as f:  # Excel's "CSV UTF-8" starts with a byte-order mark
         cells = list(csv.DictReader(f))
     if len(cells) != len(loaded):
         return loaded
@@ -250,12 +250,15 @@ def _as_written(loaded: Any, path: str) -> Any:
 
 def _json_rows(path: str) -> list[dict[str, Any]] | None:
     """The rows of a JSON file (a list of objects) or JSON Lines file, in order; None for another layout."""
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:  # a byte-order mark, as datasets reads past it
         text = f.read()
     try:
         rows = json.loads(text)
     except json.JSONDecodeError:
-        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        try:  # lines end at "\n" only: a string may hold U+2028 or U+0085 written raw, which splitlines() splits at
+            rows = [json.loads(line) for line in text.split("\n") if line.strip()]
+        except json.JSONDecodeError:
+            return None
     return rows if isinstance(rows, list) and all(isinstance(row, dict) for row in rows) else None
 
 
