@@ -60,6 +60,14 @@ def test_a_file_that_is_not_valid_json_names_the_line(tmp_path):
         ValueError, match=rf"^Dataset file '{path}' is not valid JSON: line 2, column 18: Expecting ','"
     ):
         load_source(str(path))
+    # valid JSON that is no row of columns: datasets said only "An error occurred while generating the dataset"
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"prompt": "hi", "answer": "1"}\n["hi", "2"]\n')
+    with pytest.raises(ValueError, match=r"line 2 \(row 1\) is a JSON list, not an object of columns\.$"):
+        load_source(str(path))
+    path.write_text('{"prompt": "hi", "answer": "1"}\n{"prompt": "a", "answer": "1", "prompt": "b"}\n')
+    with pytest.raises(ValueError, match=r"line 2 \(row 1\): an object repeats the key\(s\) \['prompt'\]\.$"):
+        load_source(str(path))
     path = tmp_path / "train.csv"  # other formats: datasets' reason
     path.write_text('prompt,answer\n"hi,1\n')
     with pytest.raises(

@@ -263,28 +263,52 @@ def _json_rows(path: str) -> list[dict[str, Any]] | None:
 
 
 def _json_error(path: str) -> str | None:
-    """Where a JSON Lines file (each line one value) or a JSON file (one value, or JSON Lines) does not parse, as
-    "line 3 (row 1), column 5: <why>", or None where it does (`datasets` says only "an error occurred while
-    generating the dataset")."""
-    with open(path, encoding="utf-8") as f:
+    """Where a JSON Lines file (each line one value) or a JSON file (one value, or JSON Lines) does not parse, or
+    holds a row that is not an object or repeats a key, as "line 3 (row 1), column 5: <why>"; None where nothing is
+    found (`datasets` says only "an error occurred while generating the dataset")."""
+    with open(path, encoding="utf-8-sig") as f:
         if not path.lower().endswith(".jsonl"):
             try:
-                json.load(f)
-                return None
+                value = json.load(f, object_pairs_hook=_unique_keys)
+                rows = value if isinstance(value, list) else []
+                return next((f"row {i} {_not_a_row(row)}" for i, row in enumerate(rows) if _not_a_row(row)), None)
             except json.JSONDecodeError as error:
                 if error.msg != "Extra data":  # else JSON Lines in a .json file, which datasets reads too
                     return f"line {error.lineno}, column {error.colno}: {error.msg}"
+            except _RepeatedKey as error:
+                return str(error)
             f.seek(0)
         row = 0
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                json.loads(line.rstrip("\r\n"))
+                problem = _not_a_row(json.loads(line.rstrip("\r\n"), object_pairs_hook=_unique_keys))
             except json.JSONDecodeError as error:
                 return f"line {number} (row {row}), column {error.colno}: {error.msg}"
+            except _RepeatedKey as error:
+                return f"line {number} (row {row}): {error}"
+            if problem:
+                return f"line {number} (row {row}) {problem}"
             row += 1
     return None
+
+
+class _RepeatedKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    if repeated:
+        raise _RepeatedKey(f"an object repeats the key(s) {repeated}")
+    return dict(pairs)
+
+
+def _not_a_row(value: Any) -> str | None:
+    """Why `value` cannot be a row (a row is an object of columns), or None."""
+    return None if isinstance(value, dict) else f"is a JSON {type(value).__name__}, not an object of columns"
 
 
 def _check_utf8(path: str) -> None:
