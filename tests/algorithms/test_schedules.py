@@ -58,7 +58,10 @@ def test_entropy_coefficient_moves_towards_the_target_within_bounds() -> None:
     assert ctrl.update(0.1) == pytest.approx(0.02)
     assert ctrl.update(0.1) == pytest.approx(0.025)  # capped
     assert ctrl.update(0.5) == pytest.approx(0.025)  # at the target: unchanged
-    assert ctrl.update(0.7) == pytest.approx(0.015)
+    # above the target the bonus is off (Skywork-OR1's gate), while the coefficient steps down: it was applied at
+    # 0.015, still pushing the entropy up past the target
+    assert ctrl.update(0.7) == 0.0 and ctrl.coef == pytest.approx(0.015)
     restored = EntropyController(init_coef=0.0, target=0.5, delta=0.01, min_coef=0.0, max_coef=0.025)
     restored.load_state_dict(ctrl.state_dict())
-    assert restored.coef == ctrl.coef
+    assert (restored.coef, restored.applied) == (ctrl.coef, 0.0)
+    assert ctrl.update(0.3) == pytest.approx(0.025)  # below again: on, at the coefficient

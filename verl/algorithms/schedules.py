@@ -35,23 +35,30 @@ def response_length_at(schedule: dict[int, int], step: int, default: int) -> int
 
 
 class EntropyController:
-    """The entropy bonus' coefficient, stepped by +-delta towards a target entropy, clipped to [min_coef, max_coef]."""
+    """The entropy bonus' coefficient, stepped by +-delta towards a target entropy, clipped to [min_coef, max_coef],
+    and applied only while the entropy is at or below the target (Skywork-OR1's alpha_k = c_k 1{e_k <= target}):
+    above it the bonus is off, not just shrinking, so it does not push the entropy further up."""
 
     def __init__(self, init_coef: float, target: float, delta: float, min_coef: float, max_coef: float) -> None:
         self.coef = min(max(init_coef, min_coef), max_coef)
         self.target, self.delta = target, delta
         self.min_coef, self.max_coef = min_coef, max_coef
+        self.applied = self.coef
+        """The coefficient the next update uses: `coef`, or 0 after a step whose entropy was above the target."""
 
     def update(self, entropy: float) -> float:
+        """Step the coefficient by this step's entropy; returns the next update's (`applied`)."""
         if entropy < self.target:
             self.coef += self.delta
         elif entropy > self.target:
             self.coef -= self.delta
         self.coef = min(max(self.coef, self.min_coef), self.max_coef)
-        return self.coef
+        self.applied = self.coef if entropy <= self.target else 0.0
+        return self.applied
 
     def state_dict(self) -> dict[str, Any]:
-        return {"coef": self.coef}
+        return {"coef": self.coef, "applied": self.applied}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.coef = float(state["coef"])
+        self.applied = float(state.get("applied", self.coef))  # a checkpoint saved before the gate: its coefficient

@@ -259,7 +259,8 @@ class AlgorithmConfig:
     entropy_control: bool = False
     """Adaptive entropy control (Skywork-OR1): after every step the entropy bonus' coefficient (starting at
     worker.actor.entropy_coeff) moves by entropy_coeff_delta towards keeping the policy's token entropy at
-    target_entropy, within [entropy_coeff_min, entropy_coeff_max]. Logged as actor/entropy_coeff."""
+    target_entropy, within [entropy_coeff_min, entropy_coeff_max]; the bonus is off after a step whose entropy was
+    above the target. Logged as actor/entropy_coeff."""
     target_entropy: float = 0.2
     """Token entropy (nats) that entropy_control aims for."""
     entropy_coeff_delta: float = 0.005

@@ -413,7 +413,7 @@ class RayPPOTrainer:
                 output = self.critic_wg.update_critic(batch, UpdateRequest(self.global_step))
                 append_metrics(metrics, output.meta_info["metrics"])
         if self.global_step > self.config.trainer.critic_warmup:  # steps count from 1
-            coef = None if self.entropy_ctrl is None else self.entropy_ctrl.coef
+            coef = None if self.entropy_ctrl is None else self.entropy_ctrl.applied
             with timer("update_actor", timing_raw):
                 output = wg.update_actor(self._actor_update_batch(batch), UpdateRequest(self.global_step, coef))
                 append_metrics(metrics, output.meta_info["metrics"])
