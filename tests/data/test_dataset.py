@@ -1044,3 +1044,10 @@ def test_a_model_trained_on_text_only_refuses_an_image_row_naming_it_and_takes_t
     assert dataset[0]["multi_modal_data"] is None and dataset[0]["input_ids"][-1] != tokenizer.pad_token_id
     with pytest.raises(DatasetRowError, match=r"row 1, key 'images': the model \('gemma3'\) is trained on text only"):
         RLHFDataset(rows, tokenizer, processor, image_dir=str(tmp_path), max_prompt_length=64)
+
+
+@pytest.mark.parametrize("column", ["uid", "multi_modal_inputs"])
+def test_a_column_named_like_the_trainers_own_data_is_refused(text_tokenizer, column):
+    """multi_modal_inputs was not reserved: the dataset's value reached the actor as the processor's inputs."""
+    with pytest.raises(ValueError, match=rf"has column\(s\) \['{column}'\], whose names the trainer uses"):
+        RLHFDataset([{"prompt": "hi", "answer": "1", column: ["junk"]}], text_tokenizer)

@@ -58,8 +58,8 @@ logger = logging.getLogger(__name__)
 
 # Keys the dataset produces (and `uid`, added by the driver): a column with one of these names would clash.
 RESERVED_COLUMNS = tuple(
-    "input_ids attention_mask position_ids raw_prompt_ids multi_modal_data ground_truth prompt_text prompt_content "
-    "prompt_messages uid".split()
+    "input_ids attention_mask position_ids raw_prompt_ids multi_modal_data multi_modal_inputs ground_truth "
+    "prompt_text prompt_content prompt_messages uid".split()
 )
 _SKIP_HINT = "fix the row, or set data.skip_bad_rows=true to skip bad rows"
 
