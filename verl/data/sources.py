@@ -271,7 +271,7 @@ def _json_error(path: str) -> str | None:
             try:
                 value = json.load(f, object_pairs_hook=_unique_keys)
                 rows = value if isinstance(value, list) else []
-                return next((f"row {i} {_not_a_row(row)}" for i, row in enumerate(rows) if _not_a_row(row)), None)
+                return next((f"row {i} {why}" for i, row in enumerate(rows) if (why := _not_a_row(row))), None)
             except json.JSONDecodeError as error:
                 if error.msg != "Extra data":  # else JSON Lines in a .json file, which datasets reads too
                     return f"line {error.lineno}, column {error.colno}: {error.msg}"

@@ -41,6 +41,7 @@ from verl.trainer.checkpointing import (
     step_of,
     warn_if_data_changed,
 )
+from verl.trainer.data_loader import warn_left_out
 from verl.trainer.preemption import RunSignals, StopRequest, TrainingInterrupted
 from verl.trainer.run_lock import CheckpointFolderError, RunLock
 from verl.utils import stall_report
@@ -135,15 +136,7 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
     device = resolve_device_type(trainer.device)
     steps_per_epoch = len(train) // data.batch_size
     total_steps = trainer.max_steps or steps_per_epoch * trainer.total_epochs
-    if left_out := len(train) % data.batch_size:  # every step has the same size (as verl's SFT trainer)
-        logger.warning(
-            "data.batch_size=%d leaves %d of the %d conversations out of each epoch (%s); choose a batch size that "
-            "divides the data to train on every one.",
-            data.batch_size,
-            left_out,
-            len(train),
-            "other ones each epoch" if data.shuffle else "the same last ones every epoch, with data.shuffle=false",
-        )
+    warn_left_out("data.batch_size", data.batch_size, len(train), "conversations", data.shuffle)  # as verl's SFT
     model = config.worker.model
     lora = model.lora.rank > 0  # its checkpoints hold the adapters only: no size estimate, as in RL
     with as_config_error(RuntimeError):  # the checkpoint to resume from is looked up and checked before Ray starts

@@ -102,16 +102,7 @@ def create_dataloader(
             f"{key}={batch_size} is larger than the {len(train_dataset)} usable training prompts of "
             f"{config.train_files!r}; lower it or add data."
         )
-    if left_out := len(train_dataset) % batch_size:  # every step has the same size (drop_last)
-        logger.warning(
-            "%s=%d leaves %d of the %d training prompts out of each epoch (%s); choose a batch size that divides "
-            "the data to train on every one.",
-            key,
-            batch_size,
-            left_out,
-            len(train_dataset),
-            "other ones each epoch" if config.shuffle else "the same last ones every epoch, with data.shuffle=false",
-        )
+    warn_left_out(key, batch_size, len(train_dataset), "training prompts", config.shuffle)
     if config.shuffle:
         sampler = RandomSampler(train_dataset, generator=torch.Generator().manual_seed(config.seed))
     else:
@@ -130,6 +121,22 @@ def create_dataloader(
     )
     val_dataloader = _loader(val_dataset, val_batch_size, val_workers, shuffle=False, drop_last=False)
     return train_dataloader, val_dataloader
+
+
+def warn_left_out(key: str, batch_size: int, rows: int, what: str, shuffle: bool) -> None:
+    """Warn when full batches (every step has the same size) leave rows out of each epoch; with shuffle off they are
+    the same rows every epoch, never trained (RL and SFT)."""
+    if left_out := rows % batch_size:
+        logger.warning(
+            "%s=%d leaves %d of the %d %s out of each epoch (%s); choose a batch size that divides the data to train "
+            "on every one.",
+            key,
+            batch_size,
+            left_out,
+            rows,
+            what,
+            "other ones each epoch" if shuffle else "the same last ones every epoch, with data.shuffle=false",
+        )
 
 
 def _loader(dataset: Any, batch_size: int, num_workers: int, **kwargs: Any) -> StatefulDataLoader:
