@@ -41,7 +41,6 @@ from verl.trainer.checkpointing import (
     step_of,
     warn_if_data_changed,
 )
-from verl.trainer.data_loader import warn_left_out
 from verl.trainer.preemption import RunSignals, StopRequest, TrainingInterrupted
 from verl.trainer.run_lock import CheckpointFolderError, RunLock
 from verl.utils import stall_report
@@ -126,6 +125,7 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
     from verl.sft.worker import SFTWorker
     from verl.single_controller.ray.base import RayClassWithInitArgs, RayWorkerGroup
     from verl.single_controller.ray.resource import RayResourcePool
+    from verl.trainer.data_loader import warn_left_out  # imports huggingface_hub (through the dataset)
     from verl.trainer.ray_setup import start_ray
     from verl.utils.device import resolve_device_type
     from verl.utils.logger import Tracker
