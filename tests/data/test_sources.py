@@ -4,6 +4,7 @@
 with an empty reason."""
 
 import json
+import logging
 import re
 
 import datasets
@@ -131,6 +132,39 @@ def test_answers_reach_the_trainer_as_the_file_wrote_them(tmp_path):
     ):
         source = load_source(str(tmp_path / name))
         assert [source.row(i)["answer"] for i in range(len(source))] == expected, name
+
+
+def test_csv_text_that_pandas_reads_as_missing_is_read_as_written(tmp_path):
+    """pandas (datasets' CSV reader) reads the cells None, NA, nan, N/A and null as missing: a row whose answer is
+    "None" was a row without an answer (refused). Only an empty cell is missing now; a number column stays numbers."""
+    (tmp_path / "na.csv").write_text(
+        "prompt,answer,level\na,None,1\nb,NA,2\nc,nan,3\nd,N/A,4\ne,null,5\nf,,6\ng,x,7\n"
+    )
+    source = load_source(str(tmp_path / "na.csv"))
+    assert [source.row(i)["answer"] for i in range(len(source))] == ["None", "NA", "nan", "N/A", "null", None, "x"]
+    assert [source.row(i)["level"] for i in range(len(source))] == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_ndjson_is_read_and_unread_formats_in_a_folder_are_named(tmp_path, caplog):
+    """`.ndjson` is JSON Lines; a folder's compressed shards were skipped without a word (1 of 3 files trained on)."""
+    import gzip
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text(json.dumps({"prompt": "a", "answer": "1"}) + "\n")
+    (folder / "b.ndjson").write_text(json.dumps({"prompt": "b", "answer": "2"}) + "\n")
+    (folder / "c.jsonl.gz").write_bytes(gzip.compress(json.dumps({"prompt": "c", "answer": "3"}).encode()))
+    (folder / "README.md").write_text("# not data\n")
+    with caplog.at_level(logging.WARNING, logger="verl.data.sources"):
+        source = load_source(str(folder))
+    assert [source.row(i)["prompt"] for i in range(len(source))] == ["a", "b"]
+    warning = " ".join(record.getMessage() for record in caplog.records)
+    assert "1 file(s) in a format not read here" in warning and "c.jsonl.gz" in warning and "README" not in warning
+    only = tmp_path / "only"
+    only.mkdir()
+    (only / "c.jsonl.gz").write_bytes((folder / "c.jsonl.gz").read_bytes())
+    with pytest.raises(ValueError, match=r"holds no .*c\.jsonl\.gz are in a format not read here"):
+        load_source(str(only))
 
 
 def _write_rows(path, rows):

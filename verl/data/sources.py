@@ -28,7 +28,19 @@ from verl.utils.writable_dirs import cache_error, datasets_cache_dir, unwritable
 
 logger = logging.getLogger(__name__)
 
-DATA_FILE_BUILDERS: dict[str, str] = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
+DATA_FILE_BUILDERS: dict[str, str] = {
+    ".json": "json",
+    ".jsonl": "json",
+    ".ndjson": "json",
+    ".parquet": "parquet",
+    ".csv": "csv",
+}
+
+_UNREAD_DATA = re.compile(
+    r"\.(jsonl?|ndjson|csv|tsv|parquet|arrow)\.(gz|bz2|xz|zst|zip)$|\.(tsv|arrow|gz|zst|xz|bz2)$"
+)
+"""File names a data folder may hold that no builder here reads (compressed data, TSV, Arrow): warned about, as a
+folder of them would otherwise train on its other files only."""
 
 
 @dataclass
@@ -64,12 +76,20 @@ def _is_saved_dataset(path: str) -> bool:
     return any(all(os.path.isfile(os.path.join(path, name)) for name in names) for names in marks)
 
 
-def _data_files(directory: str) -> list[str]:
+def _data_files(directory: str, pattern: Any = None) -> list[str]:
+    """The files of `directory` (subfolders too, hidden ones left out) a builder here reads, sorted; with `pattern`,
+    those whose lower-case names it matches instead."""
     files = []
     for root, dirs, names in os.walk(directory):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        files += [os.path.join(root, name) for name in sorted(names) if _builder(name) is not None]
+        for name in sorted(names):
+            if (_builder(name) is not None) if pattern is None else pattern.search(name.lower()):
+                files.append(os.path.join(root, name))
     return files
+
+
+def _listed(paths: list[str]) -> str:
+    return ", ".join(paths[:3]) + (", ..." if len(paths) > 3 else "")
 
 
 _SHARD = re.compile(r"(\w+)-\d{5}-of-\d{5}\b")
@@ -125,6 +145,16 @@ def _folder_files(directory: str, split: str | None, spec: str, named: str | Non
     (`_split_layout`), splits and configs are never mixed: without @split all the files only if they hold one split
     of one config; else a ValueError that lists what there is and how to choose."""
     files = _data_files(directory)
+    unread = _data_files(directory, _UNREAD_DATA)
+    if unread:  # a folder of .jsonl.gz shards beside one .jsonl trained on that one file
+        logger.warning(
+            "Dataset directory %r: %d file(s) in a format not read here are left out (%s); decompress or convert "
+            "them to %s to train on them.",
+            directory,
+            len(unread),
+            _listed(unread),
+            ", ".join(DATA_FILE_BUILDERS),
+        )
     layout, unnamed = _split_layout(directory, files)
     named = named or directory
     if not layout:
@@ -165,7 +195,7 @@ def _folder_files(directory: str, split: str | None, spec: str, named: str | Non
             len(splits[split]),
             split,
             len(unnamed),
-            ", ".join(unnamed[:3]) + (", ..." if len(unnamed) > 3 else ""),
+            _listed(unnamed),
         )
     return splits[split]
 
@@ -210,8 +240,9 @@ def _load_file(path: str) -> Any:
 
 
 def _cells_as_written(loaded: Any, path: str) -> Any:
-    """`loaded` with the CSV columns datasets read as numbers but whose numbers do not read back as the cells ("007"
-    as 7, "1.50" as 1.5) holding the cells' text; a column of plain numbers ("3") stays numbers."""
+    """`loaded` with the CSV columns whose values do not read back as the cells holding the cells' text: numbers
+    ("007" as 7, "1.50" as 1.5), and text that pandas reads as missing ("None", "NA", "nan", "N/A", "null": an answer
+    "None" was a missing answer). A column of plain numbers ("3") stays numbers; only an empty cell is missing."""
     import datasets
 
     with open(path, encoding="utf-8-sig", newline="") as f:  # Excel's "CSV UTF-8" starts with a byte-order mark
@@ -219,7 +250,7 @@ def _cells_as_written(loaded: Any, path: str) -> Any:
     if len(cells) != len(loaded):
         return loaded
     for name, feature in loaded.features.items():
-        if not isinstance(feature, datasets.Value) or "string" in feature.dtype or name not in cells[0]:
+        if not isinstance(feature, datasets.Value) or name not in cells[0]:
             continue
         written = [row[name] or None for row in cells]  # an empty cell is missing, as datasets read it
         if any(cell != _cell_text(value) for cell, value in zip(written, loaded[name])):
@@ -267,7 +298,7 @@ def _json_error(path: str) -> str | None:
     holds a row that is not an object or repeats a key, as "line 3 (row 1), column 5: <why>"; None where nothing is
     found (`datasets` says only "an error occurred while generating the dataset")."""
     with open(path, encoding="utf-8-sig") as f:
-        if not path.lower().endswith(".jsonl"):
+        if not path.lower().endswith((".jsonl", ".ndjson")):
             try:
                 value = json.load(f, object_pairs_hook=_unique_keys)
                 rows = value if isinstance(value, list) else []
@@ -322,7 +353,11 @@ def _check_utf8(path: str) -> None:
             except UnicodeDecodeError as error:
                 line_start = block.rfind(b"\n", 0, error.start) + 1
                 line = lines_before + block.count(b"\n", 0, error.start) + 1
-                row = f" (row {_rows_before(path, offset + line_start)})" if path.lower().endswith(".jsonl") else ""
+                row = (
+                    f" (row {_rows_before(path, offset + line_start)})"
+                    if path.lower().endswith((".jsonl", ".ndjson"))
+                    else ""
+                )
                 raise ValueError(
                     f"Dataset file {path!r} is not UTF-8: line {line}{row}, column {error.start - line_start + 1} has "
                     f"the byte 0x{block[error.start]:02x} ({error.reason}; a Latin-1 or Windows-1252 file?). Save it "
@@ -456,8 +491,14 @@ def load_source(spec: str | Sequence[dict[str, Any]]) -> RowSource:
         if _is_saved_dataset(path):
             return _load_from_disk(path, None, spec)
         if not _data_files(path):
+            unread = _data_files(path, _UNREAD_DATA)
             raise ValueError(
-                f"Dataset directory {path!r} holds no {', '.join(DATA_FILE_BUILDERS)} files and no saved dataset."
+                f"Dataset directory {path!r} holds no {', '.join(DATA_FILE_BUILDERS)} files and no saved dataset"
+                + (
+                    f"; its files {_listed(unread)} are in a format not read here (decompress or convert them)."
+                    if unread
+                    else "."
+                )
             )
         return _files_source(_folder_files(path, None, spec), directory=path)
     if "@" in spec:
