@@ -993,6 +993,27 @@ def test_media_paths_stay_inside_image_dir_unless_allowed(tmp_path, vl25):
         assert len(allowed) == 2
 
 
+def test_an_image_dir_in_a_hugging_face_cache_snapshot_reads_its_blobs(tmp_path, vl25):
+    """A snapshot's files are symlinks into the repository's blobs/: every row was refused as leading outside
+    data.image_dir. Its blobs are inside; another repository's blobs and files beside the cache are not."""
+    tokenizer, processor = vl25
+    repo = tmp_path / "hub" / "datasets--me--pics"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "snapshots" / "abc123" / "images").mkdir(parents=True)
+    _image(56, 56).save(repo / "blobs" / "f00d.png")
+    (repo / "snapshots" / "abc123" / "images" / "one.png").symlink_to(repo / "blobs" / "f00d.png")
+    other = tmp_path / "hub" / "datasets--someone--else" / "blobs"
+    other.mkdir(parents=True)
+    _image(56, 56).save(other / "beef.png")
+    (repo / "snapshots" / "abc123" / "images" / "theirs.png").symlink_to(other / "beef.png")
+    kwargs = {"image_dir": str(repo / "snapshots" / "abc123"), **PIXELS}
+    good = {"prompt": "<image> Count.", "answer": "1", "images": ["images/one.png"]}
+    assert len(RLHFDataset([good], tokenizer, processor, **kwargs)) == 1
+    theirs = {"prompt": "<image> Count.", "answer": "1", "images": ["images/theirs.png"]}
+    with pytest.raises(DatasetRowError, match=r"row 1, key 'images': item 0 path .* leads outside data.image_dir"):
+        RLHFDataset([good, theirs], tokenizer, processor, **kwargs)
+
+
 def test_bad_rows_in_a_file_name_the_file(tmp_path, text_tokenizer, vl25):
     path = _write_jsonl(str(tmp_path / "train.jsonl"), [ROWS[0], {"prompt": "hi", "answer": None, "level": 1}])
     with pytest.raises(DatasetRowError, match=rf"file '{path}', row 1, key 'answer': the answer is missing"):

@@ -107,6 +107,20 @@ class _Prompt:
     """The prompt as the row gave it when that was a list of messages (before data.format_prompt), else None."""
 
 
+def _media_roots(image_dir: str) -> list[str]:
+    """Where data.image_dir's files may lead: the folder itself, and where it lies in a Hugging Face cache snapshot
+    (`<repo>/snapshots/<revision>/...`, whose files are symlinks into `<repo>/blobs/`), that repository's blobs."""
+    root = os.path.realpath(image_dir)
+    roots, folder = [root], root
+    while os.path.dirname(folder) != folder:
+        parent = os.path.dirname(folder)
+        blobs = os.path.join(os.path.dirname(parent), "blobs")
+        if os.path.basename(parent) == "snapshots" and os.path.isdir(blobs):
+            return [*roots, blobs]
+        folder = parent
+    return roots
+
+
 class RLHFDataset(Dataset):
     """Prompts for RL (output: docs/data_flow.md). Per row:
 
@@ -351,14 +365,14 @@ class RLHFDataset(Dataset):
         return DatasetRowError(f"{self.source.where(index)}, key '{key}': {problem}{hint}.")
 
     def _check_confined(self, index: int, key: str, position: int, value: Any) -> None:
-        """A media path must stay inside data.image_dir (resolved, symlinks followed) unless the user allows more."""
+        """A media path must stay inside data.image_dir (resolved, symlinks followed: `_media_roots`) unless the user
+        allows more."""
         if isinstance(value, dict) and value.get("bytes") is None:
             value = value.get("path")
         if not isinstance(value, str) or self.image_dir is None or self.allow_paths_outside_image_dir:
             return
-        root = os.path.realpath(self.image_dir)
         full = os.path.realpath(resolve_path(value, self.image_dir))
-        if os.path.commonpath([full, root]) != root:
+        if not any(os.path.commonpath([full, root]) == root for root in _media_roots(self.image_dir)):
             problem = (
                 f"item {position} path {value!r} leads outside data.image_dir {self.image_dir!r}; keep media under "
                 "it, or set data.allow_paths_outside_image_dir=true for a dataset you trust"

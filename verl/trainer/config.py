@@ -107,7 +107,8 @@ class DataConfig:
     """Directory that relative image and video paths are resolved against."""
     allow_paths_outside_image_dir: bool = False
     """Let image and video paths of the dataset point outside data.image_dir (absolute paths, '..'). Off, such a
-    row is a data error, so a dataset cannot make the trainer read files elsewhere on the machine. Without
+    row is a data error, so a dataset cannot make the trainer read files elsewhere on the machine (an image_dir in
+    a Hugging Face cache snapshot may lead into that repository's blobs/, where its files are). Without
     data.image_dir, paths are used as given."""
     video_fps: float = 2.0
     """Frames per second sampled from videos."""
