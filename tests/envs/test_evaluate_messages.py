@@ -53,7 +53,7 @@ def test_image_parts_become_png_data_urls_once_per_image():
         to_openai_messages([{"role": "user", "content": [{"type": "image", "image": "red.png"}]}])
 
 
-def test_row_images_are_read_relative_to_the_image_folder(tmp_path):
+def test_row_images_are_read_relative_to_the_image_folder(tmp_path, monkeypatch):
     _picture((0, 255, 0)).save(tmp_path / "green.png")
     (image,) = _row_images(["green.png"], str(tmp_path), 0)
     assert image.mode == "RGB" and image.getpixel((0, 0)) == (0, 255, 0)
@@ -62,6 +62,14 @@ def test_row_images_are_read_relative_to_the_image_folder(tmp_path):
         ValueError, match=r"row 3: image 0 cannot be read: image file .*missing.png' does not exist \(--image-dir\)"
     ):
         _row_images("missing.png", str(tmp_path), 3)
+    # a path training reads from the working directory (no data.image_dir) is named with the option that reads it
+    (tmp_path / "work").mkdir()
+    _picture((0, 0, 255)).save(tmp_path / "work" / "blue.png")
+    monkeypatch.chdir(tmp_path / "work")
+    with pytest.raises(ValueError, match=r"'blue.png' is a file in the working directory.*add --image-dir \.$"):
+        _row_images(["blue.png"], str(tmp_path / "data"), 0)
+    (blue,) = _row_images(["blue.png"], ".", 0)
+    assert blue.getpixel((0, 0)) == (0, 0, 255)
     import base64
 
     url = "data:image/png;base64," + base64.b64encode((tmp_path / "green.png").read_bytes()).decode()

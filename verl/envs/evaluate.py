@@ -968,6 +968,8 @@ def _row_images(value: Any, image_dir: str, index: int) -> list[Any]:
             images.append(open_image(item, image_dir).convert("RGB"))
         except FileNotFoundError:
             missing = f"image file {resolve_path(item, image_dir)!r} does not exist (--image-dir)"
+            if isinstance(item, str) and os.path.isfile(item):  # training reads it there without data.image_dir
+                missing += f"; {item!r} is a file in the working directory, where training reads it: add --image-dir ."
             raise ValueError(f"row {index}: image {position} cannot be read: {missing}") from None
         except (OSError, TypeError, ValueError) as error:
             raise ValueError(f"row {index}: image {position} cannot be read: {error}") from None
