@@ -97,6 +97,26 @@ def test_rng_state_round_trip_covers_python_numpy_torch():
     assert first[:2] == second[:2] and torch.equal(first[2], second[2])
 
 
+def test_seeded_rng_draws_dropout_masks_from_its_key_and_leaves_the_stream_alone():
+    """The RL and SFT updates run under seeded_rng(seed, rank, step): their dropout drew from the process's default
+    generator, the same masks on every rank and for every seed (torch seeds it alike in every process)."""
+    device.set_device_type("cpu")
+    dropout = torch.nn.Dropout(0.5)
+
+    def masks(*key):
+        with device.seeded_rng(*key):
+            return dropout(torch.ones(64)) != 0
+
+    torch.manual_seed(7)
+    outside = torch.rand(3)
+    torch.manual_seed(7)
+    step = masks(1, 0, 5)
+    assert torch.equal(torch.rand(3), outside)  # the stream outside is where it was
+    assert torch.equal(masks(1, 0, 5), step)  # a resumed run's step draws what the unbroken run's drew
+    others = [masks(1, 1, 5), masks(2, 0, 5), masks(1, 0, 6)]  # another rank, seed, step
+    assert all(not torch.equal(mask, step) for mask in others)
+
+
 def test_one_process_group_is_a_world_of_one_and_leaves_nothing_behind(monkeypatch):
     import os
 

@@ -182,7 +182,9 @@ class ModelConfig:
     hidden and residual dropout, GPT-2's *_pdrop, vision towers' drop_path_rate, Mixtral's router_jitter_noise), as
     TRL does with dropout by default: with them, an update's log-probs differ from the rollout's and from the old
     log-probs (computed in eval mode, without them), which the clipped ratio then treats as drift. The saved and
-    exported config keeps the model's own values. SFT's default is false (the model's dropout kept)."""
+    exported config keeps the model's own values. SFT's default is false (the model's dropout kept). Kept dropout
+    draws its masks from (worker.rollout.seed in RL, data.seed in SFT; the rank; the step): each rank draws its own,
+    and a resumed run the ones the unbroken run drew."""
     attn_implementation: str = "auto"
     """Attention of the trained models. auto (and varlen) is the project's exact kernel for packed sequences: torch's
     varlen_attn on CUDA, one sdpa call per sequence otherwise, sdpa for padded rows; flash_attention_2 needs the

@@ -13,7 +13,6 @@ import os
 import shutil
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -114,10 +113,8 @@ class SFTWorker(Worker):
         self.optimizer.zero_grad(set_to_none=True)
         # the steps taken so far: the scheduler's count, which a resumed run loads with the checkpoint
         step = self.lr_scheduler.last_epoch
-        # dropout draws from the global RNG: seeded per step, the ranks draw other masks, a seed sweep's runs differ
-        # and a resumed run draws the masks the unbroken one drew
-        torch.manual_seed(int(np.random.SeedSequence([self.seed, dist.get_rank(), step]).generate_state(1)[0]))
-        total, tokens = self._nll(data, train=True)
+        with device_utils.seeded_rng(self.seed, dist.get_rank(), step):  # the step's dropout masks
+            total, tokens = self._nll(data, train=True)
         grad_norm = clip_grad_norm(self.module, self.config.max_grad_norm).item()
         if math.isfinite(grad_norm):
             self.optimizer.step()

@@ -192,6 +192,17 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state(state["torch_cuda"])
 
 
+@contextlib.contextmanager
+def seeded_rng(*key: int) -> Iterator[None]:
+    """Torch's generators (the CPU's, and this process's CUDA device's on CUDA) seeded from `key` inside and restored
+    on exit. An update under `seeded_rng(seed, rank, step)` draws dropout masks that differ across ranks, seeds and
+    steps, and a resumed run draws the ones the unbroken run drew; the stream outside is untouched."""
+    devices = [torch.cuda.current_device()] if get_device_type() == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(int(np.random.SeedSequence(list(key)).generate_state(1)[0]))
+        yield
+
+
 _peak_flops: float | None = None
 
 

@@ -309,7 +309,9 @@ class FSDPWorker(Worker):
             role, sp_group, lr_scheduler = "actor", self.sp_group, self.actor_lr_scheduler
         process_multi_modal_inputs(data, self.processor)
         data = gather_rows(data, sp_group)
-        with self._trained_resident(), training_step(request.global_step):  # named in a user function's errors
+        # dropout masks from (rollout.seed, rank, step): the ranks draw other ones, and a resumed run the same ones
+        step_rng = device_utils.seeded_rng(self.config.rollout.seed, dist.get_rank(), lr_scheduler.last_epoch)
+        with self._trained_resident(), training_step(request.global_step), step_rng:  # the step: in a user's errors
             metrics = update(data)
         metrics[f"{role}/lr"] = lr_scheduler.get_last_lr()[0]
         lr_scheduler.step()
