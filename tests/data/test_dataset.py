@@ -957,7 +957,7 @@ def test_each_bad_row_is_an_error_naming_file_row_and_key(tmp_path, vl25, caplog
     assert dataset[0]["ground_truth"] == "ok"
 
 
-def test_rows_beyond_the_engine_image_limit_and_a_missing_image_column_are_named(tmp_path, vl25):
+def test_rows_beyond_the_engine_image_limit_and_a_missing_image_column_are_named(tmp_path, vl25, caplog):
     tokenizer, processor = vl25
     _image(56, 56).save(tmp_path / "ok.png")
     two = {"prompt": "<image><image> Compare.", "answer": "a", "images": ["ok.png", "ok.png"]}
@@ -973,6 +973,16 @@ def test_rows_beyond_the_engine_image_limit_and_a_missing_image_column_are_named
     ):
         RLHFDataset(renamed, tokenizer, processor, **kwargs)
     assert len(RLHFDataset(renamed, tokenizer, processor, image_key="pictures", **kwargs)) == 2
+    # prompts without markers trained on their text alone, the pictures column never read, without a word
+    unmarked = [{**row, "prompt": row["prompt"].replace("<image>", "")} for row in renamed]
+    with caplog.at_level(logging.WARNING, logger="verl.data.dataset"):
+        assert len(RLHFDataset(unmarked, tokenizer, processor, **kwargs)) == 2
+    assert "has no column 'images' (data.image_key) but has ['pictures']" in caplog.text
+    assert "Set data.image_key=pictures" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="verl.data.dataset"):
+        RLHFDataset(unmarked, tokenizer, processor, image_key="pictures", **kwargs)
+    assert "data.image_key" not in caplog.text
 
 
 def test_media_paths_stay_inside_image_dir_unless_allowed(tmp_path, vl25):

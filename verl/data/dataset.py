@@ -228,6 +228,26 @@ class RLHFDataset(Dataset):
     # ------------------------------------------------------------------------------------------------------------
     # construction-time checks
 
+    def _warn_unread_media_columns(self) -> None:
+        """A vision-language dataset whose media column is not data.image_key (or video_key): its prompts without
+        markers trained on the text alone, without a word (rows with markers are refused, naming the key)."""
+        for key, config_key, words in (
+            (self.image_key, "data.image_key", ("image", "img", "picture", "photo")),
+            (self.video_key, "data.video_key", ("video", "frames")),
+        ):
+            named = [column for column in self.source.columns if any(word in column.lower() for word in words)]
+            if key not in self.source.columns and named:
+                logger.warning(
+                    "%s has no column %r (%s) but has %s: the model sees no media from them (they reach the reward "
+                    "function only). Set %s=%s to show them to the model.",
+                    self.source.description,
+                    key,
+                    config_key,
+                    named,
+                    config_key,
+                    named[0],
+                )
+
     def _check_columns(self) -> None:
         columns = self.source.columns
         for key, name in ((self.prompt_key, "data.prompt_key"), (self.answer_key, "data.answer_key")):
@@ -255,6 +275,8 @@ class RLHFDataset(Dataset):
                 "worker.rollout.env describes its own tools in every prompt; set data.tools_key=null to leave the "
                 "column to the environment and the reward function."
             )
+        if self.processor is not None and self.text_only is None:
+            self._warn_unread_media_columns()
         reserved = [column for column in columns if column in RESERVED_COLUMNS]
         if reserved:
             raise ValueError(
