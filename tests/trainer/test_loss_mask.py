@@ -71,3 +71,23 @@ def test_a_dataset_column_named_env_is_not_taken_for_an_episode_count():
     assert compute_env_metrics(batch) == {}
     batch.non_tensor_batch["env_tool_calls"] = np.array([1.0, np.nan, 3.0], dtype=object)  # some workers lack it
     assert compute_env_metrics(batch) == {"env/tool_calls/mean": 2.0}
+
+
+def test_the_critics_explained_variance_is_over_response_tokens_and_left_out_when_returns_are_constant():
+    """One formula (core_algos.explained_variance); constant returns gave 1 - Var[R - V] / 1e-5 (-2.5e4 here)."""
+    batch = rollout(correction=False)
+    batch.batch["responses"] = torch.zeros(3, 4, dtype=torch.long)
+    batch.batch["attention_mask"] = torch.cat([torch.ones(3, 2, dtype=torch.long), batch.batch["response_mask"]], -1)
+    for key in ("token_level_scores", "token_level_rewards", "advantages"):
+        batch.batch[key] = torch.zeros(3, 4)
+    returns = torch.tensor([[1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 99.0, -99.0], [4.0, 3.0, 2.0, 1.0]])
+    batch.batch["returns"] = returns
+    batch.batch["values"] = returns + torch.tensor([0.5, -0.5, 0.5, -0.5])
+    batch.batch["values"][1, 2:] = 1000.0  # padding (response mask 0): far off, not counted
+    tokens = batch.batch["response_mask"].bool()
+    residual, kept = (returns - batch.batch["values"])[tokens], returns[tokens]
+    expected = 1 - residual.var(unbiased=False) / kept.var(unbiased=False)
+    metrics = compute_data_metrics(batch, use_critic=True)
+    assert metrics["critic/vf_explained_var"] == pytest.approx(expected.item()) and 0 < expected < 1
+    batch.batch["returns"] = torch.ones(3, 4)
+    assert "critic/vf_explained_var" not in compute_data_metrics(batch, use_critic=True)

@@ -2,12 +2,14 @@
 # SPDX-License-Identifier: Apache-2.0
 """Metrics of one training step, named as EasyR1 users know them (critic/score/mean, response_length/mean, ...)."""
 
+import math
 from collections import defaultdict
 from typing import Any
 
 import numpy as np
 import torch
 
+from verl.algorithms.core_algos import explained_variance
 from verl.protocol import DataProto
 
 
@@ -66,10 +68,10 @@ def compute_data_metrics(batch: DataProto, use_critic: bool) -> dict[str, float]
     returns = torch.masked_select(batch.batch["returns"], response_mask)
     metrics.update(_stats("critic/returns", returns))
     if use_critic:
-        values = torch.masked_select(batch.batch["values"], response_mask)
-        metrics.update(_stats("critic/values", values))
-        variance = torch.var(returns - values)
-        metrics["critic/vf_explained_var"] = (1.0 - variance / (torch.var(returns) + 1e-5)).item()
+        metrics.update(_stats("critic/values", torch.masked_select(batch.batch["values"], response_mask)))
+        explained = explained_variance(batch.batch["returns"], batch.batch["values"], response_mask)
+        if not math.isnan(explained):  # returns that do not vary explain nothing: left out, not -1e5 x the residual
+            metrics["critic/vf_explained_var"] = explained
     metrics.update(_stats("response_length", response_length))
     # the whole response, an environment's tokens included: an episode that used up its budget reached the width
     used = batch.batch["attention_mask"][:, -max_response_length:].sum(-1)
