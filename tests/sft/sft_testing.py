@@ -14,6 +14,7 @@ def data_config(**overrides) -> SimpleNamespace:
         image_key="images",
         tools_key="tools",
         image_dir=None,
+        allow_paths_outside_image_dir=False,
         min_pixels=3136,
         max_pixels=3136,
         max_length=256,

@@ -101,6 +101,27 @@ def test_image_tokens_count_towards_the_length_and_unreadable_images_are_named(t
         SFTDataset(rows[::2], processor.tokenizer, processor, data_config(**config), model_config)
 
 
+def test_image_paths_stay_inside_image_dir_unless_allowed(tmp_path, models):
+    """SFT read any path a row named (absolute, '..', a symlink out); RL refused them. Now both do, unless allowed."""
+    path = models["vl"]
+    processor = get_processor(path, **VL_PIXELS)
+    model_config = load_model_config(path)
+    images = tmp_path / "images"
+    images.mkdir()
+    Image.new("RGB", (56, 56)).save(images / "ok.png")
+    Image.new("RGB", (56, 56)).save(tmp_path / "private.png")
+    (images / "link.png").symlink_to(tmp_path / "private.png")
+    config = dict(image_dir=str(images), **VL_PIXELS)
+    good = {**_turns("<image>What is this?", "Black."), "images": ["ok.png"]}
+    assert len(SFTDataset([good], processor.tokenizer, processor, data_config(**config), model_config)) == 1
+    for escaping in ("../private.png", str(tmp_path / "private.png"), "link.png"):
+        rows = [good, {**good, "images": [escaping]}]
+        with pytest.raises(SFTDataError, match=r"row 1, key 'images': image 0 path .* leads outside data.image_dir"):
+            SFTDataset(rows, processor.tokenizer, processor, data_config(**config), model_config)
+        allowed = data_config(allow_paths_outside_image_dir=True, **config)
+        assert len(SFTDataset(rows, processor.tokenizer, processor, allowed, model_config)) == 2
+
+
 @pytest.mark.parametrize("content", ["", "  \n"])
 def test_an_empty_assistant_turn_is_refused(tokenizer, content):
     rows = [

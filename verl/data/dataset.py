@@ -23,14 +23,15 @@ from torch.utils.data import Dataset
 from verl.data.multimodal import (
     DEFAULT_VIDEO_FPS,
     IMAGE_ERRORS,
+    OUTSIDE_IMAGE_DIR,
     checked_image_sizes,
     content_parts,
     count_image_tokens,
     load_frames,
     load_image,
     load_video,
+    path_outside,
     processor_inputs,
-    resolve_path,
     unreadable_image,
 )
 from verl.data.sources import (
@@ -105,20 +106,6 @@ class _Prompt:
     given as several messages keeps them, the last one formatted."""
     messages: list[dict[str, str]] | None = None
     """The prompt as the row gave it when that was a list of messages (before data.format_prompt), else None."""
-
-
-def _media_roots(image_dir: str) -> list[str]:
-    """Where data.image_dir's files may lead: the folder itself, and where it lies in a Hugging Face cache snapshot
-    (`<repo>/snapshots/<revision>/...`, whose files are symlinks into `<repo>/blobs/`), that repository's blobs."""
-    root = os.path.realpath(image_dir)
-    roots, folder = [root], root
-    while os.path.dirname(folder) != folder:
-        parent = os.path.dirname(folder)
-        blobs = os.path.join(os.path.dirname(parent), "blobs")
-        if os.path.basename(parent) == "snapshots" and os.path.isdir(blobs):
-            return [*roots, blobs]
-        folder = parent
-    return roots
 
 
 class RLHFDataset(Dataset):
@@ -387,19 +374,14 @@ class RLHFDataset(Dataset):
         return DatasetRowError(f"{self.source.where(index)}, key '{key}': {problem}{hint}.")
 
     def _check_confined(self, index: int, key: str, position: int, value: Any) -> None:
-        """A media path must stay inside data.image_dir (resolved, symlinks followed: `_media_roots`) unless the user
-        allows more."""
-        if isinstance(value, dict) and value.get("bytes") is None:
-            value = value.get("path")
-        if not isinstance(value, str) or self.image_dir is None or self.allow_paths_outside_image_dir:
+        """A media path must stay inside data.image_dir (`path_outside`) unless the user allows more."""
+        if self.image_dir is None or self.allow_paths_outside_image_dir:
             return
-        full = os.path.realpath(resolve_path(value, self.image_dir))
-        if not any(os.path.commonpath([full, root]) == root for root in _media_roots(self.image_dir)):
-            problem = (
-                f"item {position} path {value!r} leads outside data.image_dir {self.image_dir!r}; keep media under "
-                "it, or set data.allow_paths_outside_image_dir=true for a dataset you trust"
+        path = path_outside(value, self.image_dir)
+        if path is not None:
+            raise self._error(
+                index, key, f"item {position} " + OUTSIDE_IMAGE_DIR.format(path=path, dir=self.image_dir)
             )
-            raise self._error(index, key, problem)
 
     def _media_list(self, index: int, row: dict[str, Any], key: str) -> list[Any]:
         value = row.get(key)

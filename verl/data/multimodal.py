@@ -88,6 +88,33 @@ def resolve_path(path: str, base_dir: str | None) -> str:
     return os.path.join(base_dir, path) if base_dir and not os.path.isabs(path) else path
 
 
+OUTSIDE_IMAGE_DIR = (
+    "path {path!r} leads outside data.image_dir {dir!r}; keep media under it, or set "
+    "data.allow_paths_outside_image_dir=true for a dataset you trust"
+)
+
+
+def path_outside(value: Any, image_dir: str) -> str | None:
+    """The path of a dataset's media `value` (a path, or a {"path"} dict without bytes) where it resolves (symlinks
+    followed) outside `image_dir`: an absolute path, `..`, a symlink out; else None. Where image_dir lies in a Hugging
+    Face cache snapshot (`<repo>/snapshots/<revision>/...`, whose files are symlinks into `<repo>/blobs/`), that
+    repository's blobs are inside too."""
+    path = value.get("path") if isinstance(value, dict) and value.get("bytes") is None else value
+    if not isinstance(path, str):
+        return None
+    root = os.path.realpath(image_dir)
+    roots, folder = [root], root
+    while os.path.dirname(folder) != folder:
+        parent = os.path.dirname(folder)
+        blobs = os.path.join(os.path.dirname(parent), "blobs")
+        if os.path.basename(parent) == "snapshots" and os.path.isdir(blobs):
+            roots.append(blobs)
+            break
+        folder = parent
+    full = os.path.realpath(resolve_path(path, image_dir))
+    return None if any(os.path.commonpath([full, root]) == root for root in roots) else path
+
+
 def open_image(value: ImageValue, image_dir: str | None = None) -> Image.Image:
     """Open an image given as a path (relative to image_dir), a base64 data URL, bytes, a {"bytes", "path"} dict or a
     PIL image. Reads only the header (`.load()` decodes). Raises FileNotFoundError, TypeError (unsupported value),

@@ -16,10 +16,12 @@ import torch.nn.functional as F
 from jinja2 import TemplateError
 
 from verl.data.multimodal import (
+    OUTSIDE_IMAGE_DIR,
     checked_image_sizes,
     content_parts,
     count_image_tokens,
     load_image,
+    path_outside,
     processor_inputs,
 )
 from verl.data.sources import RowSource, load_source, tool_schemas, with_marker_text, with_tool_calls, without_nulls
@@ -336,6 +338,12 @@ class SFTDataset(torch.utils.data.Dataset):
         if not conversation.images:
             return []
         config = self.config
+        if config.image_dir and not config.allow_paths_outside_image_dir:
+            for position, image in enumerate(conversation.images):
+                path = path_outside(image, config.image_dir)
+                if path is not None:
+                    problem = f"image {position} " + OUTSIDE_IMAGE_DIR.format(path=path, dir=config.image_dir)
+                    raise self._error(index, config.image_key, problem)
         try:
             sizes = checked_image_sizes(
                 conversation.images, config.image_dir, self._image_sizes, config.min_pixels, config.max_pixels

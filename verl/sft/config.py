@@ -66,6 +66,9 @@ class SFTDataConfig:
     missing or empty column: none. Messages may have the role "tool" (a tool's result)."""
     image_dir: str | None = None
     """Directory that relative image paths are resolved against."""
+    allow_paths_outside_image_dir: bool = False
+    """Let image paths of the dataset point outside data.image_dir (absolute paths, '..', symlinks out), as in RL.
+    Off, such a row is a data error. Without data.image_dir, paths are used as given."""
     min_pixels: int | None = 3136
     """Images are resized to at least this many pixels (Qwen2-VL's default minimum)."""
     max_pixels: int | None = 1003520
