@@ -312,6 +312,10 @@ def test_the_checkpoint_to_resume_from_is_checked_before_ray_starts(models, tmp_
     os.makedirs(os.path.join(save, "global_step_1"))  # an interrupted save
     with pytest.raises(ConfigError, match=r"global_step_1 lacks an actor .*trainer.find_last_checkpoint=false"):
         run_sft(load_sft_config(sft_args(tmp_path, models["text"], save)))
+    # a tracker cut short (a full disk) was a traceback in SFT (a ValueError), one line in RL
+    (tmp_path / "run" / "checkpoint_tracker.json").write_text('{"last_global_step": 4, ')
+    with pytest.raises(ConfigError, match=r"checkpoint_tracker.json"):
+        run_sft(load_sft_config(sft_args(tmp_path, models["text"], save)))
 
 
 # ---------------------------------------------------------------------------------------------------- real runs

@@ -433,7 +433,7 @@ def test_a_checkpoint_folder_named_otherwise_than_its_step_is_refused(files):
         load_config([*base_args(files), f"trainer.load_checkpoint_path={files / 'ckpt' / 'global_step_3_backup'}"])
 
 
-def test_output_folders_must_be_creatable_and_are_not_created_by_the_check(files):
+def test_output_folders_must_be_creatable_and_are_not_created_by_the_check(files, monkeypatch):
     (files / "notes.txt").write_text("")
     for key in ("trainer.save_checkpoint_path", "trainer.rollout_data_dir"):
         with pytest.raises(ConfigError, match=rf"'{key}' is '.*notes.txt', which is a file; give a writable"):
@@ -455,6 +455,17 @@ def test_output_folders_must_be_creatable_and_are_not_created_by_the_check(files
         ]
     )
     assert config.trainer.save_checkpoint_path == str(nested) and not (files / "new").exists()
+    # `~` is the home folder: abspath alone made it <cwd>/~/..., which a run started elsewhere never found
+    monkeypatch.setenv("HOME", str(files / "home"))
+    tilde = [
+        "trainer.save_checkpoint_path=~/ckpt",
+        "trainer.rollout_data_dir=~/dumps",
+        "trainer.ray_timeline=~/t.json",
+    ]
+    config = load_config([*base_args(files), *tilde])
+    assert config.trainer.save_checkpoint_path == str(files / "home" / "ckpt")
+    assert config.trainer.rollout_data_dir == str(files / "home" / "dumps")
+    assert config.trainer.ray_timeline == str(files / "home" / "t.json")
 
 
 def test_an_empty_value_on_the_command_line_empties_a_text_setting(files, caplog):

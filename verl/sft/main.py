@@ -139,7 +139,7 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
     warn_left_out("data.batch_size", data.batch_size, len(train), "conversations", data.shuffle)  # as verl's SFT
     model = config.worker.model
     lora = model.lora.rank > 0  # its checkpoints hold the adapters only: no size estimate, as in RL
-    with as_config_error(RuntimeError):  # the checkpoint to resume from is looked up and checked before Ray starts
+    with as_config_error((RuntimeError, ValueError)):  # the checkpoint to resume from: looked up before Ray starts
         resume = resume_path(trainer.load_checkpoint_path, trainer.find_last_checkpoint, trainer.save_checkpoint_path)
         if resume is not None:
             check_matches_run(resume, model.model_path, model.lora, "worker.model")

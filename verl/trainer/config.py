@@ -408,7 +408,8 @@ class BaseTrainerConfig:
         """Default save_checkpoint_path from the project and experiment names, and make it absolute."""
         if self.save_checkpoint_path is None:
             self.save_checkpoint_path = os.path.join("checkpoints", self.project_name, self.experiment_name)
-        self.save_checkpoint_path = os.path.abspath(self.save_checkpoint_path)
+        # `~` expanded: abspath alone wrote checkpoints to <cwd>/~/..., which another directory's run never finds
+        self.save_checkpoint_path = os.path.abspath(os.path.expanduser(self.save_checkpoint_path))
 
     def validate(self, prefix: str) -> None:
         require_positive(self, prefix, "total_epochs", "max_steps", "nnodes", "n_gpus_per_node")
@@ -621,6 +622,9 @@ def fill_derived(config: PPOConfig) -> PPOConfig:
     for model in (config.worker.actor.model, config.worker.critic.model):
         model.tokenizer_path = model.tokenizer_path or model.model_path
     config.trainer.fill_checkpoint_path()
+    for name in ("rollout_data_dir", "ray_timeline"):  # written by the driver: `~` is the user's home there too
+        if getattr(config.trainer, name):
+            setattr(config.trainer, name, os.path.abspath(os.path.expanduser(getattr(config.trainer, name))))
     rollout = config.worker.rollout
     correction = config.algorithm.rollout_correction
     if correction.mode == "auto":

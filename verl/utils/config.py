@@ -328,7 +328,9 @@ def absolute_path(path: str | None) -> str | None:
 
 
 @contextlib.contextmanager
-def as_config_error(errors: type[Exception] = ValueError, prefix: str = "") -> Iterator[None]:
+def as_config_error(
+    errors: type[Exception] | tuple[type[Exception], ...] = ValueError, prefix: str = ""
+) -> Iterator[None]:
     """Re-raise `errors` from the block as a ConfigError with the same message, after `prefix`."""
     try:
         yield
