@@ -25,10 +25,14 @@ checkpoint can run code. Merge only checkpoints that you (or someone you trust) 
 """
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 from verl.models.transformers_compat import write_checkpoint_layout
@@ -232,7 +236,6 @@ def merge(
     """Write the actor checkpoint in `local_dir` as a Hugging Face model directory with `dtype` weights (or, for a
     LoRA checkpoint with `adapter_only`, its adapters in peft's layout); return the directory."""
     import torch
-    from transformers import AutoConfig
 
     torch_dtype = getattr(torch, torch_dtype_name(dtype))
     local_dir = os.path.abspath(local_dir)
@@ -264,12 +267,40 @@ def merge(
             )
     if _clear_earlier_export(target_dir, own=target_dir == os.path.abspath(default)):
         _recorded(local_dir, target_dir)  # the checkpoint stays intact if this export then fails
-    if adapter_config is not None:
-        merge_lora(local_dir, adapter_config, target_dir, dtype, adapter_only, base_model, trust_remote_code)
-        return _recorded(local_dir, target_dir)
-    for given, flag in ((adapter_only, "--adapter_only"), (base_model, "--base_model")):
-        if given:
-            raise ValueError(f"'{local_dir}' is not a LoRA checkpoint (no adapter_config.json); drop {flag}.")
+    if adapter_config is None:
+        for given, flag in ((adapter_only, "--adapter_only"), (base_model, "--base_model")):
+            if given:
+                raise ValueError(f"'{local_dir}' is not a LoRA checkpoint (no adapter_config.json); drop {flag}.")
+    with _staged(target_dir, own=target_dir == hf_dir) as out:
+        if adapter_config is not None:
+            merge_lora(local_dir, adapter_config, out, dtype, adapter_only, base_model, trust_remote_code)
+        else:
+            _merge_full(local_dir, hf_dir, out, torch_dtype, trust_remote_code)
+    return _recorded(local_dir, target_dir)
+
+
+@contextlib.contextmanager
+def _staged(target_dir: str, own: bool) -> Iterator[str]:
+    """The folder to export into: `target_dir`, or for the checkpoint's own huggingface/ (`own`) a hidden folder
+    beside it whose files replace huggingface/'s only once the export is whole. Written in place, a failed or
+    interrupted export (a full disk, Ctrl-C) left the step's config rewritten and unrecorded: the step read as
+    damaged, and the next run resumed from the step before it."""
+    if not own:
+        yield target_dir
+        return
+    staging = tempfile.mkdtemp(prefix=".export-", dir=os.path.dirname(target_dir))
+    try:
+        yield staging
+        for name in os.listdir(staging):
+            os.replace(os.path.join(staging, name), os.path.join(target_dir, name))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _merge_full(local_dir: str, hf_dir: str, target_dir: str, torch_dtype: Any, trust_remote_code: bool) -> None:
+    """A full model's checkpoint as its Hugging Face class in `target_dir`, with the side files of `hf_dir`."""
+    from transformers import AutoConfig
+
     config = AutoConfig.from_pretrained(hf_dir, trust_remote_code=trust_remote_code)
     # built on the CPU, not the meta device: non-persistent buffers (rotary frequencies) are computed at
     # construction and are not in checkpoints. This needs host memory for one copy of the model in `dtype`.
@@ -290,7 +321,6 @@ def merge(
     model.save_pretrained(target_dir, safe_serialization=True)
     write_checkpoint_layout(target_dir)  # Qwen3-VL-MoE's experts as its checkpoints store them
     _copy_side_files(hf_dir, target_dir, skip=("config.json",))
-    return _recorded(local_dir, target_dir)
 
 
 def _clear_earlier_export(target_dir: str, own: bool) -> bool:

@@ -286,6 +286,33 @@ def test_an_export_into_the_checkpoint_keeps_its_step_intact(checkpoint, tmp_pat
     assert exported["eos_token_id"] == [2050, 2049] and exported["temperature"] == 0.7
 
 
+def test_a_failed_export_into_the_checkpoint_leaves_the_step_as_it_was(checkpoint, tmp_path, monkeypatch) -> None:
+    """The disk filling while the weights are written: the export wrote into huggingface/ in place, so the step's
+    rewritten config.json read as damaged and the next run resumed from the step before (and later deleted this one).
+    Now the step's files are untouched and nothing of the export is left."""
+    import errno
+
+    import transformers.modeling_utils
+
+    from verl.utils.checkpoint.integrity import damage, write_record
+
+    actor, _ = checkpoint
+    step = tmp_path / "global_step_1"
+    shutil.copytree(os.path.dirname(actor), step)
+    write_record(str(step))
+    before = {path.name: path.read_bytes() for path in (step / "actor" / "huggingface").iterdir()}
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        merger.merge(str(step / "actor"))
+    assert damage(str(step)) is None
+    assert {path.name: path.read_bytes() for path in (step / "actor" / "huggingface").iterdir()} == before
+    assert sorted(os.listdir(step / "actor")) == sorted(os.listdir(actor))  # no staging folder left
+
+
 def test_a_merged_model_vllm_cannot_load_as_written_gets_a_note_naming_the_keys(tmp_path) -> None:
     """LLaVA-OneVision as transformers 5 saves it (what the merger writes): the note names the tower's keys and the
     call that lets vLLM load them; a model vLLM loads as written gets none."""
