@@ -202,6 +202,13 @@ def test_a_checkpoint_of_another_model_is_refused_naming_what_differs(tmp_path):
     )
     with pytest.raises(RuntimeError, match="hidden_size 256 there, 512 here"):
         check_matches_run(step_dir(root, 1), str(model), lora=LoraConfig())
+    # the critic's checkpoint against worker.critic.model (another critic failed inside the workers' load)
+    critic = tmp_path / "global_step_1" / "critic" / "huggingface"
+    critic.mkdir(parents=True)
+    (critic / "config.json").write_text(json.dumps({**shape, "hidden_size": 128}))
+    (model / "config.json").write_text(json.dumps(shape))
+    with pytest.raises(RuntimeError, match=r"another model than worker.critic.model.model_path=.*hidden_size 128 th"):
+        check_matches_run(step_dir(root, 1), str(model), LoraConfig(), "worker.critic.model", role="critic")
 
 
 def test_corrupt_tracker_names_file(tmp_path):

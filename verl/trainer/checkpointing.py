@@ -288,26 +288,27 @@ SHAPE_KEYS = (
 
 
 def check_matches_run(
-    path: str, model_path: str | None, lora: "LoraConfig", model_key: str = "worker.actor.model"
+    path: str, model_path: str | None, lora: "LoraConfig", model_key: str = "worker.actor.model", role: str = "actor"
 ) -> None:
     """The checkpoint at `path` holds what this run trains, else RuntimeError before any worker starts: LoRA
     adapters of the same `lora` settings (rank, alpha, targets: other adapters would be dropped, rescaled or fail to
     load) or all weights as the run does, and a model of the same shapes as `model_path` (its config.json, local or
     in the Hub cache, against the copy the checkpoint keeps; unchecked where either is missing). `model_key` is the
-    config section naming the model (the RL actor's, or SFT's worker.model)."""
+    config section naming the model (the RL actor's or critic's, or SFT's worker.model); `role` the checkpoint's
+    folder for it (actor, critic)."""
     from verl.models.config import read_model_config
     from verl.models.lora import changed_lora_settings, read_adapter_config
 
-    weights = os.path.join(path, "actor", "huggingface")
-    adapters = read_adapter_config(os.path.join(path, "actor")) is not None
+    weights = os.path.join(path, role, "huggingface")
+    adapters = read_adapter_config(os.path.join(path, role)) is not None
     if adapters != (lora.rank > 0):
         held = "LoRA adapters only" if adapters else "a full model (no LoRA adapters)"
         run = "trains LoRA adapters" if lora.rank > 0 else "trains all weights"
         raise RuntimeError(
-            f"Cannot resume from {path}: its actor holds {held}, but this run {run}. Set {model_key}.lora as "
+            f"Cannot resume from {path}: its {role} holds {held}, but this run {run}. Set {model_key}.lora as "
             "the checkpoint's run did, or start a new run in another trainer.save_checkpoint_path."
         )
-    if adapters and (changed := changed_lora_settings(os.path.join(path, "actor"), lora)):
+    if adapters and (changed := changed_lora_settings(os.path.join(path, role), lora)):
         raise RuntimeError(
             f"Cannot resume from {path}: its LoRA adapters were trained with other {model_key}.lora settings "
             f"({'; '.join(changed)}). Set them as the checkpoint's run did, or start a new run in another "

@@ -248,6 +248,9 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
                 "and the checkpoint has none (its run trained without one). Resume with that run's estimator, or start "
                 "a new run in another trainer.save_checkpoint_path."
             )
+        if critic:  # another critic model failed inside the workers' checkpoint load, naming neither step nor key
+            critic_model = config.worker.critic.model
+            check_matches_run(path, critic_model.model_path, critic_model.lora, "worker.critic.model", role="critic")
         _check_in_flight(config, path)
     check_logger_services(trainer_config.logger)  # an unreachable wandb / swanlab logs offline, said now
     data = config.data
