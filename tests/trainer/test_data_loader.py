@@ -14,7 +14,13 @@ from verl.data.tokenizer import get_tokenizer
 from verl.models.tiny_models import get_or_build_tiny_model
 from verl.protocol import DataProto
 from verl.trainer.config import DataConfig
-from verl.trainer.data_loader import create_dataloader, init_loader_worker, load_loader_state, saved_num_workers
+from verl.trainer.data_loader import (
+    create_dataloader,
+    init_loader_worker,
+    load_loader_state,
+    resume_loader,
+    saved_num_workers,
+)
 
 
 NUM_ROWS = 10
@@ -268,3 +274,34 @@ def test_a_row_error_from_a_loader_worker_reads_as_its_own_message():
         next(iter(loader))
     assert "Original Traceback" in str(error.value)
     assert user_error_message(error.value) == "file 'train.jsonl', row 0, key 'images': image 0 cannot be read"
+
+
+def test_a_resume_with_another_shuffle_or_seed_keeps_going_and_says_so(files, tokenizer, tmp_path, caplog):
+    """The trainer's resume (`resume_loader`, with the seed and shuffle the checkpoint's trainer state holds): a
+    shuffled position loaded into an unshuffled loader failed on the first batch with a bare AssertionError, an
+    unshuffled one in a shuffled loader drew the epoch's trained rows again, and a changed seed went unmentioned."""
+    shuffled, _ = create_dataloader(_config(files), tokenizer, None)
+    uninterrupted = _draw(shuffled, 3)
+    interrupted, _ = create_dataloader(_config(files), tokenizer, None)
+    iterator = iter(interrupted)
+    next(iterator)
+    loader_file = str(tmp_path / "dataloader.pt")
+    torch.save(interrupted.state_dict(), loader_file)
+    saved = {"seed": 7, "shuffle": True}
+    for overrides, message, expected in (
+        ({}, None, uninterrupted[1:]),
+        ({"seed": 8}, "data.seed=8, and ckpt was saved with 7: the saved shuffle order goes on", uninterrupted[1:]),
+        (
+            {"shuffle": False},
+            "data.shuffle=False, and ckpt was saved with True: the data order starts a new pass",
+            None,
+        ),
+    ):
+        config = _config(files, **overrides)
+        resumed, _ = create_dataloader(config, tokenizer, None)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="verl.trainer.data_loader"):
+            resume_loader(resumed, loader_file, saved, config, "ckpt")
+        assert message in caplog.text if message else "saved with" not in caplog.text
+        fresh, _ = create_dataloader(config, tokenizer, None)
+        assert _draw(resumed, 2) == (expected or _draw(fresh, 2))

@@ -235,10 +235,8 @@ class AsyncRayPPOTrainer(RayPPOTrainer):
 
     # ------------------------------------------------------------------------------------------------ checkpoints
 
-    def _write_checkpoint(self, path: str) -> None:
-        super()._write_checkpoint(path)
-        if self.config.trainer.save_model_only:
-            return
+    def _write_run_state(self, path: str) -> None:
+        super()._write_run_state(path)
         rows = DataProto.concat(list(self.in_flight.values())) if self.in_flight else None
         atomic_write(os.path.join(path, IN_FLIGHT_FILE), lambda f: torch.save(rows, f), binary=True)
 

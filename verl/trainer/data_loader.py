@@ -4,6 +4,7 @@
 RandomSampler, so a resumed run draws exactly the batch the interrupted one would have next."""
 
 import logging
+import os
 import warnings
 from typing import Any
 
@@ -55,6 +56,35 @@ def load_loader_state(loader: StatefulDataLoader, state: dict[str, Any]) -> None
         if saved and loader.prefetch_factor is None:  # left unset by a loader built without workers
             loader.prefetch_factor = 2
     loader.load_state_dict(state)
+
+
+def resume_loader(
+    loader: StatefulDataLoader, loader_file: str, saved: dict[str, Any], data: DataConfig, path: str
+) -> None:
+    """Put the RL train `loader` where checkpoint `path` left it (`loader_file`; `saved` its trainer state, with the
+    data.seed and data.shuffle it was saved with). A changed data.shuffle starts a new pass (the saved position is
+    another sampler's: torchdata failed on the first batch with a bare AssertionError, or drew the epoch's trained rows
+    again); a changed seed is said to take effect in new runs only (the saved generator goes on)."""
+    if saved.get("shuffle", data.shuffle) != data.shuffle:
+        logger.warning(
+            "data.shuffle=%s, and %s was saved with %s: the data order starts a new pass (the saved epoch's rows not "
+            "yet trained are not taken first).",
+            data.shuffle,
+            path,
+            saved["shuffle"],
+        )
+        return
+    if not os.path.isfile(loader_file):
+        return
+    load_loader_state(loader, torch.load(loader_file, weights_only=True))
+    if data.shuffle and saved.get("seed", data.seed) != data.seed:
+        logger.warning(
+            "data.seed=%d, and %s was saved with %d: the saved shuffle order goes on (a seed takes effect in a new "
+            "run only).",
+            data.seed,
+            path,
+            saved["seed"],
+        )
 
 
 _DATASET_OPTIONS = (

@@ -82,10 +82,8 @@ class DisaggregatedRayPPOTrainer(AsyncRayPPOTrainer):
         poll = functools.partial(self.rollout_wg.poll, request, _POLL_WAIT_S)
         return self._taken(self._collect_polls(poll, metrics))
 
-    def _write_checkpoint(self, path: str) -> None:
-        super()._write_checkpoint(path)
-        if self.config.trainer.save_model_only:
-            return
+    def _write_run_state(self, path: str) -> None:
+        super()._write_run_state(path)
         generate, validate = zip(*self.rollout_wg.execute_all("seed_counts"))
         counters = {"generate_calls": list(generate), "validate_calls": list(validate)}
         atomic_write(os.path.join(path, ENGINES_FILE), lambda f: f.write(json.dumps(counters)))

@@ -39,7 +39,7 @@ from verl.trainer.checkpointing import (
     warn_if_data_changed,
 )
 from verl.trainer.config import PPOConfig, worker_pools
-from verl.trainer.data_loader import load_loader_state
+from verl.trainer.data_loader import resume_loader
 from verl.trainer.metrics import (
     append_metrics,
     applicable_values,
@@ -541,14 +541,22 @@ class RayPPOTrainer:
         if not trainer.save_model_only:
             loader_state = self.train_dataloader.state_dict()
             atomic_write(os.path.join(path, "dataloader.pt"), lambda f: torch.save(loader_state, f), binary=True)
+            self._write_run_state(path)
             state = {
                 "global_step": self.global_step,
                 "train_rows": len(self.train_dataloader.dataset),
+                "seed": self.config.data.seed,
+                "shuffle": self.config.data.shuffle,
                 "kl_ctrl": self.kl_ctrl.state_dict(),
             }
             if self.entropy_ctrl is not None:
                 state["entropy_ctrl"] = self.entropy_ctrl.state_dict()
+            # last: a step folder without it is never resumed from (a save killed before it is an interrupted one)
             atomic_write(os.path.join(path, "trainer_state.json"), lambda f: json.dump(state, f))
+
+    def _write_run_state(self, path: str) -> None:
+        """What a mode keeps beside the trainer state (asynchronous modes: their prompts in flight, the engines'
+        seed counters), written before trainer_state.json."""
 
     def _load_checkpoint(self) -> str | None:
         """Resume from `resume_from`; returns its path, or None."""
@@ -561,13 +569,13 @@ class RayPPOTrainer:
         self.actor_rollout_ref_wg.load_checkpoint(os.path.join(path, "actor"), reference)
         if self.use_critic:
             self.critic_wg.load_checkpoint(os.path.join(path, "critic"))
-        dataloader_state = os.path.join(path, "dataloader.pt")
-        if os.path.isfile(dataloader_state):
-            load_loader_state(self.train_dataloader, torch.load(dataloader_state, weights_only=True))
         state_file = os.path.join(path, "trainer_state.json")
+        state = {}
         if os.path.isfile(state_file):
             with open(state_file, encoding="utf-8") as f:
                 state = json.load(f)
+        resume_loader(self.train_dataloader, os.path.join(path, "dataloader.pt"), state, self.config.data, path)
+        if state:
             warn_if_data_changed(state, len(self.train_dataloader.dataset), path)
             self.kl_ctrl.load_state_dict(state["kl_ctrl"])
             if self.entropy_ctrl is not None and "entropy_ctrl" in state:
