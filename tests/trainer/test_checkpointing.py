@@ -385,7 +385,11 @@ def test_the_trainer_records_every_file_of_a_step_before_the_tracker(tmp_path):
 
     trainer_config = SimpleNamespace(save_checkpoint_path=str(tmp_path), save_model_only=False, save_limit=0)
     state = SimpleNamespace(
-        config=SimpleNamespace(trainer=trainer_config, algorithm=SimpleNamespace(ref_sync_steps=2)),
+        config=SimpleNamespace(
+            trainer=trainer_config,
+            algorithm=SimpleNamespace(ref_sync_steps=2),
+            data=SimpleNamespace(seed=1, shuffle=True),
+        ),
         global_step=1,
         total_steps=1,
         ckpt_tracker=CheckpointTracker(),
@@ -396,13 +400,15 @@ def test_the_trainer_records_every_file_of_a_step_before_the_tracker(tmp_path):
         entropy_ctrl=None,
     )
     state._write_checkpoint = lambda path: RayPPOTrainer._write_checkpoint(state, path)
+    state._write_run_state = lambda path: RayPPOTrainer._write_run_state(state, path)
     RayPPOTrainer._save_checkpoint(state, None)
     with open(tmp_path / "global_step_1" / "integrity.json", encoding="utf-8") as f:
         files = json.load(f)["files"]
     assert sorted(files) == ["actor/__0_0.distcp", "dataloader.pt", "ref/__0_0.distcp", "trainer_state.json"]
     assert files["actor/__0_0.distcp"]["size"] == 100
     state_file = tmp_path / "global_step_1" / "trainer_state.json"
-    assert json.loads(state_file.read_text()) == {"global_step": 1, "train_rows": 8, "kl_ctrl": {"value": 0.1}}
+    saved = {"global_step": 1, "train_rows": 8, "seed": 1, "shuffle": True, "kl_ctrl": {"value": 0.1}}
+    assert json.loads(state_file.read_text()) == saved
     assert CheckpointTracker.load(str(tmp_path)).last_global_step == 1
 
 
