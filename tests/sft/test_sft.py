@@ -458,7 +458,14 @@ def test_sft_runs_lower_the_loss_resume_exactly_and_export_for_rl(models, tmp_pa
     run_sft(load_sft_config(straight_args))
     run_sft(load_sft_config(sft_args(tmp_path, models["text"], interrupted, "trainer.max_steps=2", dropout)))
     state = json.loads(open(os.path.join(interrupted, "global_step_2", "trainer_state.json")).read())
-    assert state == {"global_step": 2, "train_rows": 48, "batch_size": 16, "seed": 1, "shuffle": True}
+    assert state == {
+        "trainer": "sft",
+        "global_step": 2,
+        "train_rows": 48,
+        "batch_size": 16,
+        "seed": 1,
+        "shuffle": True,
+    }
     with caplog.at_level(logging.WARNING, logger="verl.trainer.checkpointing"):
         run_sft(load_sft_config(sft_args(tmp_path, models["text"], interrupted, "trainer.max_steps=4", dropout)))
     assert "The training data has" not in caplog.text  # the same data: no warning that its order changed

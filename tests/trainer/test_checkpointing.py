@@ -16,6 +16,7 @@ from verl.trainer.checkpointing import (
     CheckpointTracker,
     atomic_write,
     check_matches_run,
+    check_written_by,
     checkpoint_size_estimate,
     directory_bytes,
     discard_failed_save,
@@ -407,7 +408,7 @@ def test_the_trainer_records_every_file_of_a_step_before_the_tracker(tmp_path):
     assert sorted(files) == ["actor/__0_0.distcp", "dataloader.pt", "ref/__0_0.distcp", "trainer_state.json"]
     assert files["actor/__0_0.distcp"]["size"] == 100
     state_file = tmp_path / "global_step_1" / "trainer_state.json"
-    saved = {"global_step": 1, "train_rows": 8, "seed": 1, "shuffle": True, "kl_ctrl": {"value": 0.1}}
+    saved = {"trainer": "rl", "global_step": 1, "train_rows": 8, "seed": 1, "shuffle": True, "kl_ctrl": {"value": 0.1}}
     assert json.loads(state_file.read_text()) == saved
     assert CheckpointTracker.load(str(tmp_path)).last_global_step == 1
 
@@ -496,3 +497,23 @@ def test_a_renamed_checkpoint_folder_is_refused(tmp_path):
         resume_path(step_dir(str(tmp_path), 1), True, str(tmp_path))
     (tmp_path / "global_step_1" / "trainer_state.json").write_text(json.dumps({"global_step": 1}))
     assert resume_path(step_dir(str(tmp_path), 1), True, str(tmp_path)) == step_dir(str(tmp_path), 1)
+
+
+def test_a_checkpoint_of_the_other_trainer_is_refused_before_ray_starts(tmp_path):
+    """RL from an SFT checkpoint failed after the workers loaded it (KeyError 'kl_ctrl'); SFT took an RL one."""
+    rl, sft, old_rl, old_sft = (tmp_path / name / "global_step_2" for name in ("rl", "sft", "old_rl", "old_sft"))
+    for step, state in (
+        (rl, {"trainer": "rl", "global_step": 2, "kl_ctrl": {}}),
+        (sft, {"trainer": "sft", "global_step": 2, "batch_size": 4}),
+        (old_rl, {"global_step": 2, "kl_ctrl": {}}),  # written before the field: told apart by what each keeps
+        (old_sft, {"global_step": 2, "batch_size": 4}),
+    ):
+        (step / "actor").mkdir(parents=True)
+        (step / "trainer_state.json").write_text(json.dumps(state))
+    for path, written in ((rl, "rl"), (sft, "sft"), (old_rl, "rl"), (old_sft, "sft")):
+        check_written_by(str(path), written)
+        other = "sft" if written == "rl" else "rl"
+        with pytest.raises(RuntimeError, match=rf"Cannot resume from .*: it is an {written.upper()} run's checkpoint"):
+            check_written_by(str(path), other)
+    with pytest.raises(RuntimeError, match=r"model_merger.py --local_dir .*sft/global_step_2/actor`, then point"):
+        check_written_by(str(sft), "rl")

@@ -12,6 +12,7 @@ import copy
 import json
 import os
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -343,7 +344,7 @@ def export_advice(actor: str, it: str = "it", then: str = "use") -> str:
     """How to turn a checkpoint's actor folder into a model directory: the merger command, then the folder to
     `then` (one wording for every message that says it)."""
     return (
-        f"export {it} with `python scripts/model_merger.py --local_dir {actor}`, then {then} "
+        f"export {it} with `python scripts/model_merger.py --local_dir {shlex.quote(actor)}`, then {then} "
         f"{os.path.join(actor, 'huggingface')}"
     )
 

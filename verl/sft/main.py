@@ -32,6 +32,7 @@ from verl.trainer.checkpointing import (
     CheckpointTracker,
     atomic_write,
     check_matches_run,
+    check_written_by,
     checkpoint_size_estimate,
     log_checkpoint_plan,
     resume_hint,
@@ -142,6 +143,7 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
     with as_config_error((RuntimeError, ValueError)):  # the checkpoint to resume from: looked up before Ray starts
         resume = resume_path(trainer.load_checkpoint_path, trainer.find_last_checkpoint, trainer.save_checkpoint_path)
         if resume is not None:
+            check_written_by(resume, "sft")
             check_matches_run(resume, model.model_path, model.lora, "worker.model")
     with as_config_error(ValueError):  # online logging asked for explicitly, and its service cannot be reached
         check_logger_services(trainer.logger)  # an unreachable wandb / swanlab logs offline, said before Ray starts
@@ -250,7 +252,7 @@ def save(
 ) -> CheckpointTracker:
     """`save_step` of the model, optimizer, step count and `data_state` (what fixes the rows' order); the tracker's
     best is the lowest validation loss. Returns the new tracker."""
-    state = {"global_step": step, **data_state}
+    state = {"trainer": "sft", "global_step": step, **data_state}
 
     def write(path: str) -> None:
         os.makedirs(path, exist_ok=True)

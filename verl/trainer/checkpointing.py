@@ -275,6 +275,30 @@ def _saved_step(path: str) -> int | None:
     return step if isinstance(step, int) else None
 
 
+def check_written_by(path: str, trainer: str) -> None:
+    """RuntimeError before any worker starts where the checkpoint at `path` was written by the other trainer (`trainer`
+    is "rl" or "sft"; its trainer_state.json says so, or for older checkpoints the state RL alone keeps, `kl_ctrl`).
+    RL resumed from an SFT checkpoint failed after the workers loaded it (KeyError 'kl_ctrl'); SFT resumed an RL one
+    silently, with RL's step count and optimizer state."""
+    try:
+        with open(os.path.join(path, "trainer_state.json"), encoding="utf-8") as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        return
+    if not isinstance(state, dict):
+        return
+    from verl.models.config import export_advice
+
+    written = state.get("trainer") or ("rl" if "kl_ctrl" in state else "sft" if "batch_size" in state else trainer)
+    if written != trainer:
+        names = {"rl": "an RL", "sft": "an SFT"}
+        raise RuntimeError(
+            f"Cannot resume from {path}: it is {names[written]} run's checkpoint, and this is {names[trainer]} run. "
+            f"To start from its weights, {export_advice(os.path.join(path, 'actor'), 'them', 'point the model at')}"
+            "; or start this run in another trainer.save_checkpoint_path."
+        )
+
+
 SHAPE_KEYS = (
     "model_type",
     "vocab_size",

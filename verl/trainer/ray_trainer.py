@@ -543,6 +543,7 @@ class RayPPOTrainer:
             atomic_write(os.path.join(path, "dataloader.pt"), lambda f: torch.save(loader_state, f), binary=True)
             self._write_run_state(path)
             state = {
+                "trainer": "rl",
                 "global_step": self.global_step,
                 "train_rows": len(self.train_dataloader.dataset),
                 "seed": self.config.data.seed,

@@ -19,6 +19,7 @@ from verl.single_controller.ray.resource import RayResourcePool, cluster_nodes
 from verl.trainer.async_trainer import IN_FLIGHT_FILE, AsyncRayPPOTrainer
 from verl.trainer.checkpointing import (
     check_matches_run,
+    check_written_by,
     checkpoint_size_estimate,
     log_checkpoint_plan,
     resume_path,
@@ -240,6 +241,7 @@ def _prepare_inputs(config: PPOConfig) -> tuple[Any, Any, Any, Any, str | None]:
         trainer_config.load_checkpoint_path, trainer_config.find_last_checkpoint, trainer_config.save_checkpoint_path
     )
     if path is not None:
+        check_written_by(path, "rl")
         check_matches_run(path, model.model_path, model.lora)
         critic = estimator_needs_critic(config.algorithm.adv_estimator)
         if critic and not os.path.isdir(os.path.join(path, "critic")):
