@@ -260,6 +260,15 @@ def test_save_limit_keeps_newest_and_best(tmp_path):
     assert remove_obsolete_checkpoints(str(tmp_path), -1, tracker) == []
 
 
+def test_save_limit_keeps_the_newest_checkpoint_a_run_can_resume_from(tmp_path):
+    """trainer.save_model_only turned on mid-run: its weights-only saves pushed out the one full checkpoint."""
+    make_steps(tmp_path, [1, 2])
+    make_steps(tmp_path, [3, 4], complete=False)  # weights only: no trainer state
+    tracker = CheckpointTracker(last_global_step=4)
+    assert remove_obsolete_checkpoints(str(tmp_path), 1, tracker) == [1, 3]
+    assert saved_steps(str(tmp_path)) == [2, 4] and find_last_checkpoint(str(tmp_path)).endswith("global_step_2")
+
+
 def test_save_limit_never_removes_the_latest_for_leftovers(tmp_path):
     """Leftovers of interrupted saves (no actor directory) neither count towards the limit nor push out the only
     usable checkpoint; those older than the latest are cleaned up."""

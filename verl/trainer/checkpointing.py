@@ -436,14 +436,18 @@ def save_step(
 
 
 def remove_obsolete_checkpoints(save_root: str, save_limit: int, tracker: CheckpointTracker) -> list[int]:
-    """Keep the newest `save_limit` checkpoints with weights, the best one and the tracker's latest; return the
-    removed steps. Leftovers of interrupted saves never count towards the limit (removed once older than the latest);
-    folders after the latest (an earlier run's this one replaces) are left until the run gets there."""
+    """Keep the newest `save_limit` checkpoints with weights, the best one, the tracker's latest and the newest one a
+    run can resume from (`is_complete`: weights-only saves after trainer.save_model_only was turned on would push it
+    out); return the removed steps. Leftovers of interrupted saves never count towards the limit (removed once older
+    than the latest); folders after the latest (an earlier run's this one replaces) are left until the run gets
+    there."""
     if save_limit <= 0:
         return []
     steps = [step for step in saved_steps(save_root) if step <= tracker.last_global_step]
     usable = [step for step in steps if os.path.isdir(os.path.join(step_dir(save_root, step), "actor"))]
     keep = set(usable[-save_limit:]) | {tracker.last_global_step}
+    resumable = [step for step in usable if is_complete(step_dir(save_root, step))]
+    keep.update(resumable[-1:])
     if tracker.best_global_step is not None:
         keep.add(tracker.best_global_step)
     removed = [step for step in steps if step not in keep]

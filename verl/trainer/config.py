@@ -383,8 +383,8 @@ class BaseTrainerConfig:
     """Checkpoint root; defaults to checkpoints/<project_name>/<experiment_name>."""
     save_limit: int = -1
     """Checkpoints kept (the best by validation score, in SFT by validation loss, is always kept: a checkpoint's score
-    is the validation at its own step, so one saved at a step without validation is never the best); -1 (or any value
-    <= 0) keeps all."""
+    is the validation at its own step, so one saved at a step without validation is never the best; so is the newest
+    one a run can resume from, which weights-only saves do not replace); -1 (or any value <= 0) keeps all."""
     load_checkpoint_path: str | None = None
     """Resume from this global_step_N directory (later ones under save_checkpoint_path are replaced as the run gets
     there)."""
