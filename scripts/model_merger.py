@@ -85,6 +85,7 @@ def _load_checkpoint_tensors(local_dir: str) -> dict[str, Any]:
     """Every model tensor of the DCP checkpoint in `local_dir`, whole (reassembled from all ranks' shards)."""
     import torch
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
 
     from verl.utils import quiet
 
@@ -97,8 +98,16 @@ def _load_checkpoint_tensors(local_dir: str) -> dict[str, Any]:
             for key in model_keys
         }
     }
-    with quiet.one_process_checkpoint_io():
-        dcp.load(state, checkpoint_id=local_dir, no_dist=True)
+    try:
+        with quiet.one_process_checkpoint_io():
+            dcp.load(state, checkpoint_id=local_dir, no_dist=True)
+    except (Exception, CheckpointException) as error:  # DCP's (a BaseException) wraps a truncated shard's zip error
+        text = str(error).strip()
+        reason = text.splitlines()[-1].split(". ")[0] if text else type(error).__name__  # the reader's first sentence
+        raise ValueError(
+            f"Checkpoint '{local_dir}' cannot be read ({reason[:200]}): a shard (*.distcp) is missing or truncated. "
+            "Copy the step's folder whole (its integrity.json names every file's size), or export another step."
+        ) from None
     return state["model"]
 
 

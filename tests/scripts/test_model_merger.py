@@ -264,6 +264,12 @@ def test_a_truncated_shard_is_named_by_the_merger(checkpoint, tmp_path) -> None:
     assert proc.returncode == 2
     assert f"Checkpoint '{step / 'actor'}' is damaged: {shard} is 100 bytes, truncated from the" in proc.stderr
     assert "Traceback" not in proc.stderr
+    # the actor folder copied alone (the record stays in the step folder): a traceback from inside DCP's reader
+    copied = tmp_path / "copied_actor"
+    shutil.copytree(step / "actor", copied)
+    proc = run_merger("--local_dir", str(copied), "--target_dir", str(tmp_path / "out2"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"Checkpoint '{copied}' cannot be read (" in proc.stderr and "missing or truncated" in proc.stderr
 
 
 def test_an_export_into_the_checkpoint_keeps_its_step_intact(checkpoint, tmp_path) -> None:
