@@ -458,6 +458,7 @@ def test_sft_runs_lower_the_loss_resume_exactly_and_export_for_rl(models, tmp_pa
     run_sft(load_sft_config(straight_args))
     run_sft(load_sft_config(sft_args(tmp_path, models["text"], interrupted, "trainer.max_steps=2", dropout)))
     state = json.loads(open(os.path.join(interrupted, "global_step_2", "trainer_state.json")).read())
+    assert len(state.pop("model_fingerprint")) == 32  # of the weights the run started from
     assert state == {
         "trainer": "sft",
         "global_step": 2,

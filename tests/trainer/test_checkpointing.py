@@ -177,6 +177,40 @@ def test_a_lora_checkpoint_is_refused_when_the_runs_lora_settings_differ(tmp_pat
         check_matches_run(step_dir(root, 1), None, LoraConfig(rank=4, alpha=16))
 
 
+def test_lora_adapters_on_other_base_weights_are_refused_and_a_full_model_is_warned_about(tmp_path, caplog):
+    """Adapters resumed on another model of the same shapes (a base model for its instruct version) trained on as if
+    nothing changed; the run records a fingerprint of the weights it started from."""
+    from safetensors.torch import save_file
+
+    from verl.utils.hub import weights_fingerprint
+
+    models = []
+    for seed in (0, 1):
+        folder = tmp_path / f"model{seed}"
+        folder.mkdir()
+        save_file(
+            {"w": torch.randn(4, 4, generator=torch.Generator().manual_seed(seed))}, str(folder / "m.safetensors")
+        )
+        models.append(str(folder))
+    assert (
+        weights_fingerprint(models[0]) != weights_fingerprint(models[1]) and weights_fingerprint(str(tmp_path)) is None
+    )
+    make_steps(tmp_path / "run", [1])
+    step = step_dir(str(tmp_path / "run"), 1)
+    with open(os.path.join(step, "trainer_state.json"), "w") as f:
+        json.dump({"global_step": 1, "model_fingerprint": weights_fingerprint(models[0])}, f)
+    check_matches_run(step, models[0], LoraConfig())
+    with caplog.at_level(logging.WARNING, logger="verl.trainer.checkpointing"):
+        check_matches_run(step, models[1], LoraConfig())
+    assert "holds other weights than the run saved in" in caplog.text and "reference model" in caplog.text
+    lora = LoraConfig(rank=8, alpha=16)
+    with open(os.path.join(step, "actor", "adapter_config.json"), "w") as f:
+        json.dump({"r": 8, "lora_alpha": 16}, f)
+    check_matches_run(step, models[0], lora)
+    with pytest.raises(RuntimeError, match=r"LoRA adapters were trained on other weights than worker.actor.model"):
+        check_matches_run(step, models[1], lora)
+
+
 def test_a_checkpoint_of_another_model_is_refused_naming_what_differs(tmp_path):
     """Such a resume used to fail in the workers, inside Ray, with "Missing key in checkpoint state_dict"."""
     root = str(tmp_path)
@@ -399,6 +433,7 @@ def test_the_trainer_records_every_file_of_a_step_before_the_tracker(tmp_path):
             trainer=trainer_config,
             algorithm=SimpleNamespace(ref_sync_steps=2),
             data=SimpleNamespace(seed=1, shuffle=True),
+            worker=SimpleNamespace(actor=SimpleNamespace(model=SimpleNamespace(model_path=None))),
         ),
         global_step=1,
         total_steps=1,
@@ -417,7 +452,15 @@ def test_the_trainer_records_every_file_of_a_step_before_the_tracker(tmp_path):
     assert sorted(files) == ["actor/__0_0.distcp", "dataloader.pt", "ref/__0_0.distcp", "trainer_state.json"]
     assert files["actor/__0_0.distcp"]["size"] == 100
     state_file = tmp_path / "global_step_1" / "trainer_state.json"
-    saved = {"trainer": "rl", "global_step": 1, "train_rows": 8, "seed": 1, "shuffle": True, "kl_ctrl": {"value": 0.1}}
+    saved = {
+        "trainer": "rl",
+        "model_fingerprint": None,
+        "global_step": 1,
+        "train_rows": 8,
+        "seed": 1,
+        "shuffle": True,
+        "kl_ctrl": {"value": 0.1},
+    }
     assert json.loads(state_file.read_text()) == saved
     assert CheckpointTracker.load(str(tmp_path)).last_global_step == 1
 

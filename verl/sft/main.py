@@ -47,6 +47,7 @@ from verl.trainer.run_lock import CheckpointFolderError, RunLock
 from verl.utils import stall_report
 from verl.utils.cli import keep_local_ray_on_loopback, load_config_or_exit, use_writable_dirs_or_exit
 from verl.utils.config import ConfigError, as_config_error, config_to_dict
+from verl.utils.hub import weights_fingerprint
 from verl.utils.module_loading import user_error_message
 
 
@@ -174,13 +175,14 @@ def _train(config: SFTConfig, signals: RunSignals) -> dict[str, float]:
         # what fixes the order of the rows (saved with each checkpoint, checked on resume)
         data_state = {"train_rows": len(train), "batch_size": data.batch_size, "seed": data.seed}
         data_state["shuffle"] = data.shuffle
+        data_state["model_fingerprint"] = weights_fingerprint(model.model_path)  # the weights the run started from
         if resume is not None:
             logger.info("Resuming from %s", resume)
             group.load_checkpoint(os.path.join(resume, "actor"))
             with open(os.path.join(resume, "trainer_state.json"), encoding="utf-8") as f:
                 state = json.load(f)
             step = state["global_step"]
-            order = {key: value for key, value in data_state.items() if key != "train_rows"}
+            order = {key: data_state[key] for key in ("batch_size", "seed", "shuffle")}
             warn_if_data_changed(state, len(train), resume, order)
         ckpt_tracker = CheckpointTracker.resumed(root, step)
         metrics: dict[str, float] = {}

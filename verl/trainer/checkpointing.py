@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from verl.utils.checkpoint.integrity import damage, write_record
 from verl.utils.files import atomic_write
-from verl.utils.hub import safetensors_shapes
+from verl.utils.hub import safetensors_shapes, weights_fingerprint
 
 
 if TYPE_CHECKING:
@@ -275,6 +275,35 @@ def _saved_step(path: str) -> int | None:
     return step if isinstance(step, int) else None
 
 
+def _check_same_weights(path: str, model_path: str | None, adapters: bool, model_key: str, role: str) -> None:
+    """The actor's model_path against the weights its run started from (`weights_fingerprint`, in trainer_state.json
+    as `model_fingerprint`): LoRA adapters on other base weights are refused (they would train on as if nothing
+    changed); a full model resumes its trained weights, with a warning that the reference is this model_path's."""
+    if role != "actor":
+        return
+    try:
+        with open(os.path.join(path, "trainer_state.json"), encoding="utf-8") as f:
+            saved = json.load(f).get("model_fingerprint")
+    except (OSError, ValueError, AttributeError):
+        return
+    current = weights_fingerprint(model_path)
+    if saved is None or current is None or saved == current:
+        return
+    if adapters:
+        raise RuntimeError(
+            f"Cannot resume from {path}: its LoRA adapters were trained on other weights than {model_key}.model_path="
+            f"{model_path} holds (a model of the same shapes: another version or fine-tune?). Point it at the base "
+            "model the run started from, or start a new run in another trainer.save_checkpoint_path."
+        )
+    logger.warning(
+        "%s.model_path=%s holds other weights than the run saved in %s started from: the run resumes its own trained "
+        "weights, but a fixed reference model (the KL term) is this model_path's.",
+        model_key,
+        model_path,
+        path,
+    )
+
+
 def check_written_by(path: str, trainer: str) -> None:
     """RuntimeError before any worker starts where the checkpoint at `path` was written by the other trainer (`trainer`
     is "rl" or "sft"; its trainer_state.json says so, or for older checkpoints the state RL alone keeps, `kl_ctrl`).
@@ -339,8 +368,12 @@ def check_matches_run(
             "trainer.save_checkpoint_path."
         )
     saved, wanted = read_model_config("checkpoint", weights), read_model_config(model_key, model_path)
-    if saved is None or wanted is None:
-        return
+    if saved is not None and wanted is not None:
+        _check_same_shapes(path, model_path, model_key, saved, wanted)
+    _check_same_weights(path, model_path, adapters, model_key, role)
+
+
+def _check_same_shapes(path: str, model_path: str | None, model_key: str, saved: dict, wanted: dict) -> None:
     saved_text, wanted_text = saved.get("text_config") or saved, wanted.get("text_config") or wanted
     differ = [
         f"{key} {saved_text[key]} there, {wanted_text[key]} here"

@@ -52,6 +52,7 @@ from verl.trainer.metrics import (
     validation_score_metrics,
 )
 from verl.trainer.preemption import StopRequest
+from verl.utils.hub import weights_fingerprint
 from verl.utils.seqlen_balancing import balance_batch
 from verl.workers.config import UpdateRequest
 from verl.workers.rollout.request_loop import RolloutRequest
@@ -544,6 +545,7 @@ class RayPPOTrainer:
             self._write_run_state(path)
             state = {
                 "trainer": "rl",
+                "model_fingerprint": weights_fingerprint(self.config.worker.actor.model.model_path),
                 "global_step": self.global_step,
                 "train_rows": len(self.train_dataloader.dataset),
                 "seed": self.config.data.seed,

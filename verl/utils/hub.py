@@ -8,6 +8,7 @@ is completed); where it cannot be reached, the cached copy is used, with a warni
 the same for the Hugging Face hub, whose client would otherwise retry every file for about a minute."""
 
 import dataclasses
+import hashlib
 import logging
 import os
 import re
@@ -132,6 +133,27 @@ def safetensors_files(model_path: str) -> list[str]:
 
         folder = snapshot_download(model_path, local_files_only=True, allow_patterns=["*.safetensors"])
     return [os.path.join(folder, name) for name in sorted(os.listdir(folder)) if name.endswith(".safetensors")]
+
+
+def weights_fingerprint(model_path: str | None) -> str | None:
+    """A digest that tells two models of the same shapes apart (a base model and its instruct version) without
+    reading them whole: each safetensors file's name and size and 256 KiB at its start, middle and end. None where
+    there are no such files (another format, an id not in the cache)."""
+    try:
+        files = safetensors_files(model_path) if model_path else []
+    except Exception:
+        return None
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for path in files:
+        size = os.path.getsize(path)
+        digest.update(f"{os.path.basename(path)}:{size}".encode())
+        with open(path, "rb") as f:
+            for offset in (0, size // 2, max(size - (1 << 18), 0)):
+                f.seek(offset)
+                digest.update(f.read(1 << 18))
+    return digest.hexdigest()[:32]
 
 
 def safetensors_shapes(model_path: str) -> dict[str, list[int]]:
