@@ -152,6 +152,7 @@ def merge_lora(
             f"The base model '{base_path}' of this LoRA checkpoint does not exist; pass --base_model with its "
             "current location."
         )
+    _check_trained_on(local_dir, base_path)
     scaling = lora_scaling(adapter_config)
     config = AutoConfig.from_pretrained(hf_dir, trust_remote_code=trust_remote_code)
     try:  # a missing folder or hub id, not a write error
@@ -181,6 +182,25 @@ def merge_lora(
 
 EASYR1_SHARD = re.compile(r"^model_world_size_(\d+)_rank_(\d+)\.pt$")
 """The per-rank model files of EasyR1's and verl's FSDP checkpoints."""
+
+
+def _check_trained_on(local_dir: str, base_path: str) -> None:
+    """ValueError where the step's trainer_state.json records other starting weights (`model_fingerprint`) than
+    `base_path` holds: the adapters merged onto a model of the same shapes but other weights (a base model for its
+    instruct version) make a model nobody trained."""
+    from verl.utils.hub import weights_fingerprint
+
+    try:
+        with open(os.path.join(os.path.dirname(local_dir), "trainer_state.json"), encoding="utf-8") as f:
+            recorded = json.load(f).get("model_fingerprint")
+    except (OSError, ValueError, AttributeError):
+        return
+    current = weights_fingerprint(base_path)
+    if recorded is not None and current is not None and recorded != current:
+        raise ValueError(
+            f"The adapters of '{local_dir}' were trained on other weights than the base model '{base_path}' holds "
+            "(the same shapes: another version or fine-tune?); pass --base_model with the run's model_path."
+        )
 
 
 def not_a_checkpoint(local_dir: str) -> str:

@@ -12,6 +12,7 @@ import math
 import os
 import pathlib
 import re
+import shutil
 import warnings
 
 import pytest
@@ -764,6 +765,17 @@ def test_lora_run_resumes_from_adapter_checkpoints_and_exports(workspace):
     assert os.path.isfile(actor_dir / "huggingface" / "model.safetensors")
     bad_base = ["--local_dir", str(actor_dir), "--target_dir", str(root / "unused"), "--base_model", "no/such-model"]
     assert _model_merger().main(bad_base) == 2  # a base model that cannot be loaded is no write error (exit 1)
+    # a base of the same shapes but other weights (the step records the run's): refused, as the resume refuses it
+    from safetensors.torch import load_file, save_file
+
+    other_base = root / "other_base"
+    shutil.copytree(workspace["text_model"], other_base)
+    weights_file = next(other_base.glob("*.safetensors"))
+    tensors = load_file(str(weights_file))
+    tensors = {name: tensor * 1.01 for name, tensor in tensors.items()}  # a fine-tune: every weight a little off
+    save_file(tensors, str(weights_file), metadata={"format": "pt"})
+    bad_base[-1] = str(other_base)
+    assert _model_merger().main(bad_base) == 2
     merged = AutoModelForCausalLM.from_pretrained(root / "lora_merged", dtype=torch.float32)
     base = AutoModelForCausalLM.from_pretrained(workspace["text_model"], dtype=torch.float32)
     with_adapter = PeftModel.from_pretrained(base, str(actor_dir / "lora_adapter"))  # peft reads our adapter layout
