@@ -729,7 +729,7 @@ def test_lora_run_with_adapter_sync(workspace):
     assert steps[2]["actor/grad_norm"] > 0
 
 
-def test_lora_run_resumes_from_adapter_checkpoints_and_exports(workspace):
+def test_lora_run_resumes_from_adapter_checkpoints_and_exports(workspace, capsys):
 
     import torch
     import torch.distributed.checkpoint as dcp
@@ -775,7 +775,9 @@ def test_lora_run_resumes_from_adapter_checkpoints_and_exports(workspace):
     tensors = {name: tensor * 1.01 for name, tensor in tensors.items()}  # a fine-tune: every weight a little off
     save_file(tensors, str(weights_file), metadata={"format": "pt"})
     bad_base[-1] = str(other_base)
+    capsys.readouterr()
     assert _model_merger().main(bad_base) == 2
+    assert "were trained on other weights than the base model" in capsys.readouterr().err
     merged = AutoModelForCausalLM.from_pretrained(root / "lora_merged", dtype=torch.float32)
     base = AutoModelForCausalLM.from_pretrained(workspace["text_model"], dtype=torch.float32)
     with_adapter = PeftModel.from_pretrained(base, str(actor_dir / "lora_adapter"))  # peft reads our adapter layout
