@@ -188,15 +188,9 @@ def _check_trained_on(local_dir: str, base_path: str) -> None:
     """ValueError where the step's trainer_state.json records other starting weights (`model_fingerprint`) than
     `base_path` holds: the adapters merged onto a model of the same shapes but other weights (a base model for its
     instruct version) make a model nobody trained."""
-    from verl.utils.hub import weights_fingerprint
+    from verl.trainer.checkpointing import started_from_other_weights
 
-    try:
-        with open(os.path.join(os.path.dirname(local_dir), "trainer_state.json"), encoding="utf-8") as f:
-            recorded = json.load(f).get("model_fingerprint")
-    except (OSError, ValueError, AttributeError):
-        return
-    current = weights_fingerprint(base_path)
-    if recorded is not None and current is not None and recorded != current:
+    if started_from_other_weights(os.path.dirname(local_dir), base_path):
         raise ValueError(
             f"The adapters of '{local_dir}' were trained on other weights than the base model '{base_path}' holds "
             "(the same shapes: another version or fine-tune?); pass --base_model with the run's model_path."

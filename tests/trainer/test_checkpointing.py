@@ -433,7 +433,6 @@ def test_the_trainer_records_every_file_of_a_step_before_the_tracker(tmp_path):
             trainer=trainer_config,
             algorithm=SimpleNamespace(ref_sync_steps=2),
             data=SimpleNamespace(seed=1, shuffle=True),
-            worker=SimpleNamespace(actor=SimpleNamespace(model=SimpleNamespace(model_path=None))),
         ),
         global_step=1,
         total_steps=1,
@@ -443,6 +442,7 @@ def test_the_trainer_records_every_file_of_a_step_before_the_tracker(tmp_path):
         train_dataloader=SimpleNamespace(state_dict=lambda: {"position": 3}, dataset=[None] * 8),
         kl_ctrl=SimpleNamespace(state_dict=lambda: {"value": 0.1}),
         entropy_ctrl=None,
+        model_fingerprint=None,
     )
     state._write_checkpoint = lambda path: RayPPOTrainer._write_checkpoint(state, path)
     state._write_run_state = lambda path: RayPPOTrainer._write_run_state(state, path)

@@ -265,29 +265,35 @@ def resume_path(load_checkpoint_path: str | None, find_last: bool, save_root: st
     return load_checkpoint_path
 
 
-def _saved_step(path: str) -> int | None:
-    """The step a checkpoint's trainer_state.json records (None where it cannot be read)."""
+def read_trainer_state(path: str) -> dict[str, Any]:
+    """The trainer_state.json of the checkpoint at `path`; {} where it is missing, unreadable or not an object."""
     try:
         with open(os.path.join(path, "trainer_state.json"), encoding="utf-8") as f:
-            step = json.load(f).get("global_step")
-    except (OSError, ValueError, AttributeError):
-        return None
+            state = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def _saved_step(path: str) -> int | None:
+    """The step a checkpoint's trainer_state.json records (None where it cannot be read)."""
+    step = read_trainer_state(path).get("global_step")
     return step if isinstance(step, int) else None
+
+
+def started_from_other_weights(path: str, model_path: str | None) -> bool:
+    """Whether `model_path` holds other weights than the run of the checkpoint at `path` started from (its
+    trainer_state.json's `model_fingerprint`, `weights_fingerprint`); False where either is unknown."""
+    recorded = read_trainer_state(path).get("model_fingerprint")
+    current = weights_fingerprint(model_path) if recorded else None
+    return current is not None and current != recorded
 
 
 def _check_same_weights(path: str, model_path: str | None, adapters: bool, model_key: str, role: str) -> None:
     """The actor's model_path against the weights its run started from (`weights_fingerprint`, in trainer_state.json
     as `model_fingerprint`): LoRA adapters on other base weights are refused (they would train on as if nothing
     changed); a full model resumes its trained weights, with a warning that the reference is this model_path's."""
-    if role != "actor":
-        return
-    try:
-        with open(os.path.join(path, "trainer_state.json"), encoding="utf-8") as f:
-            saved = json.load(f).get("model_fingerprint")
-    except (OSError, ValueError, AttributeError):
-        return
-    current = weights_fingerprint(model_path)
-    if saved is None or current is None or saved == current:
+    if role != "actor" or not started_from_other_weights(path, model_path):
         return
     if adapters:
         raise RuntimeError(
@@ -309,15 +315,9 @@ def check_written_by(path: str, trainer: str) -> None:
     is "rl" or "sft"; its trainer_state.json says so, or for older checkpoints the state RL alone keeps, `kl_ctrl`).
     RL resumed from an SFT checkpoint failed after the workers loaded it (KeyError 'kl_ctrl'); SFT resumed an RL one
     silently, with RL's step count and optimizer state."""
-    try:
-        with open(os.path.join(path, "trainer_state.json"), encoding="utf-8") as f:
-            state = json.load(f)
-    except (OSError, ValueError):
-        return
-    if not isinstance(state, dict):
-        return
     from verl.models.config import export_advice
 
+    state = read_trainer_state(path)
     written = state.get("trainer") or ("rl" if "kl_ctrl" in state else "sft" if "batch_size" in state else trainer)
     if written != trainer:
         names = {"rl": "an RL", "sft": "an SFT"}

@@ -168,6 +168,7 @@ class RayPPOTrainer:
             self.needs_old_log_probs = False
         elif self.correction.mode != "none":  # the correction compares recomputed and engine log-probs
             self.needs_old_log_probs = True
+        self.model_fingerprint = weights_fingerprint(config.worker.actor.model.model_path)  # the weights started from
         self.kl_ctrl = core_algos.get_kl_controller(algo.kl_type, algo.kl_coef, algo.kl_target, algo.kl_horizon)
         self.entropy_ctrl = None
         if algo.entropy_control:
@@ -545,7 +546,7 @@ class RayPPOTrainer:
             self._write_run_state(path)
             state = {
                 "trainer": "rl",
-                "model_fingerprint": weights_fingerprint(self.config.worker.actor.model.model_path),
+                "model_fingerprint": self.model_fingerprint,
                 "global_step": self.global_step,
                 "train_rows": len(self.train_dataloader.dataset),
                 "seed": self.config.data.seed,
