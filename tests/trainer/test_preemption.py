@@ -97,7 +97,9 @@ def _start_and_wait_for_a_step(
 def test_sigterm_to_the_group_a_driver_leads_saves_and_exits_at_once(tmp_path):
     """A driver started as its group's leader (`setsid`, a shell job) keeps Ray's daemons in its group: a SIGTERM to
     the group ends them with it. The step was saved, then the driver waited on Ray's lost control store for the
-    grace period + 60 s and exited 1, without a word of the checkpoint."""
+    grace period + 60 s and exited 1, without a word of the checkpoint. Where the signal lands while the step in
+    flight needs the control store, the step cannot finish (it waited until Ray ended the process, exit 1, two
+    minutes later): the driver exits with the signal's status and says no step was saved."""
     command, env, save = _trainer_command(tmp_path)
     run = subprocess.Popen(
         [*command, "trainer.max_steps=40"], cwd=REPO, env=env, stderr=subprocess.PIPE, text=True, process_group=0
@@ -113,7 +115,33 @@ def test_sigterm_to_the_group_a_driver_leads_saves_and_exits_at_once(tmp_path):
     assert run.returncode == 128 + signal.SIGTERM, stderr[-3000:]
     assert time.monotonic() - start < 60, stderr[-3000:]
     stopped = [line for line in stderr.splitlines() if line.startswith("Stopped by SIGTERM")]
-    assert stopped and "checkpoint saved to" in stopped[0], stderr[-3000:]
+    assert stopped, stderr[-3000:]
+    if "checkpoint saved to" in stopped[0]:
+        saved = re.search(r"checkpoint saved to (\S+?)\.? ", stopped[0]).group(1)
+        assert is_complete(saved), stopped[0]
+    else:  # the step in flight could not finish: nothing was saved, and the message says so
+        assert "during a step that could not finish" in stopped[0], stderr[-3000:]
+        assert not any(name.startswith("global_step_") for name in os.listdir(save)), os.listdir(save)
+
+
+def test_a_step_that_hangs_once_the_signal_ended_rays_control_store_exits_with_the_signals_status():
+    """The timer `stop_the_fit_loop` arms where a signal's stop is under way in a driver that leads its group."""
+    script = (
+        "import os, signal, time\n"
+        "from verl.trainer import preemption\n"
+        "os.setpgid(0, 0)\n"  # lead a group of its own, as a driver started from a shell
+        "preemption.TEARDOWN_S = 0.5\n"
+        "stop = preemption.StopRequest(grace_s=60)\n"
+        "with stop.installed():\n"
+        "    stop._handle(signal.SIGTERM, None)\n"
+        "    assert preemption.stop_the_fit_loop('the store ended')\n"
+        "    time.sleep(30)\n"  # the step that never finishes
+    )
+    start = time.monotonic()
+    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 128 + signal.SIGTERM, run.stderr
+    assert time.monotonic() - start < 20
+    assert "\nStopped by SIGTERM during a step that could not finish" in run.stderr, run.stderr
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 """`verl.serve`'s engine, shared by concurrent HTTP requests: one engine thread (verl.workers.rollout.engine_thread)
 adds requests and steps it, and each step's outputs are routed to their request's queue."""
 
+import contextlib
 import logging
 import queue
 import threading
@@ -102,8 +103,9 @@ class EngineLoop:
                     unfinished.discard(output.request_id)
                 yield output
         finally:
-            if unfinished:
-                self.thread.post(lambda ids=sorted(unfinished): self._abort(ids))
+            if unfinished and not self.thread.stopping:  # (a stopped engine thread has dropped every request)
+                with contextlib.suppress(RuntimeError):  # it stopped or failed since
+                    self.thread.post(lambda ids=sorted(unfinished): self._abort(ids))
 
     def stop(self) -> None:
         """End the engine thread (a request added later, or not yet added, raises in its caller) and wake every thread

@@ -71,6 +71,8 @@ class StopRequest:
         self.received_at: float | None = None
         self.cause: str | None = None
         """Why the run stops where it is not a signal (`stop_the_fit_loop`)."""
+        self.stopped = False
+        """`stop` has run (the loop is past its last step)."""
         self.exit_at_once = False
         """Exit the process once stopped instead of unwinding: Ray's control store is gone, so its teardown would
         hang (set for a cause, and when the store goes while a signal's stop is under way)."""
@@ -119,6 +121,7 @@ class StopRequest:
         latest = None if unsaved or step == 0 else step_dir(save_root, step)
         interrupted = TrainingInterrupted(self.signum, step, latest, self.cause)
         _stopped.append(interrupted)
+        self.stopped = True
         if self.exit_at_once:  # Ray's teardown needs what is lost: exit now, the reaper ends the workers
             print(str(interrupted), file=sys.stderr, flush=True)
             os._exit(128 + self.signum)
@@ -162,7 +165,33 @@ def stop_the_fit_loop(cause: str) -> bool:
     request.exit_at_once = True
     if not request.requested:
         request.cause, request.received_at, request.signum = cause, time.monotonic(), signal.SIGTERM
+    elif request.cause is None and os.getpgrp() == os.getpid():  # the signal to this group reached Ray's daemons too
+        _exit_if_the_step_hangs(request, TEARDOWN_S)
     return True
+
+
+def _exit_if_the_step_hangs(request: StopRequest, after_s: float) -> None:
+    """Exit with the signal's status if the fit loop has not stopped `after_s` seconds from now: the control store
+    ended with the signal (a driver leading its process group shares it with Ray's daemons), and a step that needs
+    it never finishes; Ray itself would end the process minutes later with exit status 1 and no word of the run."""
+
+    def exit_now() -> None:
+        if request.stopped:  # the loop stopped (and exits at once): nothing to add
+            return
+        name = signal.Signals(request.signum).name
+        print(
+            f"Stopped by {name} during a step that could not finish: Ray's control store ended with the signal "
+            f"(this driver leads its process group, which Ray's daemons share; start it from a launcher, or send "
+            f"the signal to the driver alone, and it saves the step). The checkpoints on disk are as they were. "
+            "Run the same command again to resume.",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(128 + request.signum)
+
+    timer = threading.Timer(after_s, exit_now)
+    timer.daemon = True
+    timer.start()
 
 
 def exit_if_stopped(why: str) -> None:
